@@ -1,0 +1,32 @@
+# Two commands do everything on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test lint bench clean
+
+setup: $(STAMP)
+
+# Re-install only when the project's metadata changed (idempotent and fast otherwise).
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: setup
+	$(BIN)/assetcdn up
+
+test: setup
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: setup
+	$(BIN)/python -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) var .pytest_cache

@@ -1,0 +1,97 @@
+"""aiohttp middlewares both processes install: request ids, version headers, error envelopes."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+
+import orjson
+from aiohttp import web
+
+from shared import API_VERSION
+from shared.errors import ApiError, LegacyError
+
+log = logging.getLogger(__name__)
+
+REQUEST_ID = "request_id"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# Paths whose errors use the legacy envelope (spec: auto, transform, purge, stream, analytics; signed too).
+LEGACY_PREFIXES = ("/api/auto", "/api/transform", "/api/purge", "/api/stream", "/api/analytics", "/api/signed")
+
+
+def uses_legacy_envelope(path: str) -> bool:
+    return path.startswith(LEGACY_PREFIXES)
+
+
+def json_response(body: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json",
+                        headers=headers)
+
+
+def error_response(error: ApiError | LegacyError, request_id: str) -> web.Response:
+    headers = {"X-Request-ID": request_id, "X-API-Version": API_VERSION, **error.headers}
+    return json_response(error.body(request_id), status=error.status, headers=headers)
+
+
+def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ApiError | LegacyError:
+    status = exc.status
+    if status == 404:
+        message = f"No endpoint matches {request.method} {request.path}. See the interface specification for the available paths."
+        code = "NotFound"
+    elif status == 405:
+        message = f"Method {request.method} is not allowed on {request.path}."
+        code = "MethodNotAllowed"
+    elif status == 413:
+        message = "Request body too large."
+        code = "PayloadTooLarge"
+    else:
+        message = exc.reason or "Request failed."
+        code = exc.reason.replace(" ", "") if exc.reason else "Error"
+    if uses_legacy_envelope(request.path):
+        return LegacyError(status, message)
+    return ApiError(status, code, message)
+
+
+@web.middleware
+async def envelope_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Give every request an id, stamp version headers, and render errors in the right envelope."""
+    request_id = request.headers.get("X-Request-ID") or str(uuid.uuid4())
+    try:
+        uuid.UUID(request_id)
+    except ValueError:
+        request_id = str(uuid.uuid4())
+    request[REQUEST_ID] = request_id
+    try:
+        response = await handler(request)
+    except (ApiError, LegacyError) as exc:
+        return error_response(exc, request_id)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            exc.headers["X-Request-ID"] = request_id
+            exc.headers["X-API-Version"] = API_VERSION
+            raise
+        return error_response(_from_http_exception(request, exc), request_id)
+    except Exception:
+        log.exception("unhandled error on %s %s (request %s)", request.method, request.path, request_id)
+        error: ApiError | LegacyError
+        text = "Internal server error. Retry later; report the request id if it persists."
+        error = LegacyError(500, text) if uses_legacy_envelope(request.path) else ApiError(500, "InternalError", text)
+        return error_response(error, request_id)
+    return response
+
+
+async def _stamp_headers(request: web.Request, response: web.StreamResponse) -> None:
+    # on_response_prepare also covers streamed responses (SSE, large bodies).
+    response.headers.setdefault("X-Request-ID", request.get(REQUEST_ID) or str(uuid.uuid4()))
+    response.headers.setdefault("X-API-Version", API_VERSION)
+
+
+def install_envelopes(app: web.Application) -> None:
+    app.middlewares.append(envelope_middleware)
+    app.on_response_prepare.append(_stamp_headers)
+
+
+def request_id_of(request: web.Request) -> str:
+    return request.get(REQUEST_ID) or str(uuid.uuid4())

@@ -1,0 +1,129 @@
+"""Path rules. Storage paths carry `clients/` (or `stocks/`); CDN and catalog paths do not.
+
+CDN path of a zone file: ``<zone>/v1/<category>/<file>``; of a stock file: ``stocks/<...>``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+ZONE_NAME = re.compile(r"^[a-z0-9-]{2,64}$")
+RESERVED_ZONE_NAMES = frozenset({
+    "stocks", "shared", "website", "functions", "api", "dashboard", "dist", "content", "global", "clients",
+    "node_modules", ".git", ".github",
+})
+FORBIDDEN_SEGMENTS = frozenset({".git", ".github", "node_modules", "..", "."})
+SEGMENT = re.compile(r"^[A-Za-z0-9._@+=,~() -]+$")
+MAX_PATH_LENGTH = 1024
+ZONE_CATEGORIES = ("banners", "github", "icons", "logos", "titles")
+STOCK_ROOT = "stocks"
+CLIENT_ROOT = "clients"
+
+
+class InvalidPath(ValueError):
+    """A path a client sent that must be refused with 400."""
+
+
+def _check_segments(path: str) -> list[str]:
+    if not path:
+        raise InvalidPath("The path is empty.")
+    if len(path) > MAX_PATH_LENGTH:
+        raise InvalidPath(f"The path is longer than {MAX_PATH_LENGTH} characters.")
+    if "\x00" in path or "\\" in path:
+        raise InvalidPath("The path contains a NUL byte or a backslash.")
+    if "%" in path:
+        # Reject anything that still decodes: encoded traversal (%2e%2e, %2f) after the router decoded once.
+        if unquote(path) != path:
+            raise InvalidPath("The path contains percent-encoded characters.")
+    segments = path.split("/")
+    for segment in segments:
+        if segment == "":
+            raise InvalidPath("The path contains an empty segment ('//' or a leading or trailing '/').")
+        if segment in FORBIDDEN_SEGMENTS:
+            raise InvalidPath(f"The path segment '{segment}' is not allowed.")
+        if not SEGMENT.match(segment):
+            raise InvalidPath(f"The path segment '{segment}' contains characters that are not allowed.")
+    return segments
+
+
+@dataclass(frozen=True)
+class StoragePath:
+    """A validated path in the repository (``clients/<zone>/...`` or ``stocks/...``)."""
+
+    repo_path: str
+
+    @property
+    def segments(self) -> list[str]:
+        return self.repo_path.split("/")
+
+    @property
+    def zone(self) -> str | None:
+        parts = self.segments
+        return parts[1] if parts[0] == CLIENT_ROOT and len(parts) > 1 else None
+
+    @property
+    def cdn_path(self) -> str:
+        return cdn_path_of(self.repo_path)
+
+    @property
+    def client_path(self) -> str:
+        """The path as clients address it in responses: without the `clients/` prefix."""
+        return self.cdn_path
+
+
+def parse_storage_path(raw: str, *, directory: bool = False) -> StoragePath:
+    """Validate a client-supplied storage path and map it into the repository.
+
+    ``akande/v1/logos/x.svg`` and ``clients/akande/v1/logos/x.svg`` both map to the latter;
+    ``stocks/...`` stays as it is.
+    """
+    path = raw
+    if directory:
+        path = path.rstrip("/")
+    if path.startswith("/"):
+        path = path[1:]
+    if directory and path == "":
+        return StoragePath("")
+    segments = _check_segments(path)
+    if segments[0] not in (CLIENT_ROOT, STOCK_ROOT):
+        segments = [CLIENT_ROOT, *segments]
+    if segments[0] == CLIENT_ROOT and len(segments) < 2:
+        if directory:
+            return StoragePath(CLIENT_ROOT)
+        raise InvalidPath("A storage path names a zone: '<zone>/v1/<category>/<file>'.")
+    return StoragePath("/".join(segments))
+
+
+def parse_cdn_path(raw: str) -> str:
+    """Validate a CDN path (``<zone>/v1/...`` or ``stocks/...``, leading slash tolerated) and return it normalised."""
+    path = raw[1:] if raw.startswith("/") else raw
+    _check_segments(path)
+    if path.split("/", 1)[0] == CLIENT_ROOT:
+        raise InvalidPath("CDN paths do not carry the 'clients/' prefix.")
+    return path
+
+
+def repo_path_of(cdn_path: str) -> str:
+    return cdn_path if cdn_path.split("/", 1)[0] == STOCK_ROOT else f"{CLIENT_ROOT}/{cdn_path}"
+
+
+def cdn_path_of(repo_path: str) -> str:
+    if repo_path.startswith(CLIENT_ROOT + "/"):
+        return repo_path[len(CLIENT_ROOT) + 1:]
+    return repo_path
+
+
+def has_extension(path: str) -> bool:
+    return "." in posixpath.basename(path.rstrip("/"))
+
+
+def validate_zone_name(name: str) -> str | None:
+    """Return an error message, or None when the name may be used for a new zone."""
+    if not isinstance(name, str) or not ZONE_NAME.match(name):
+        return "Zone name must match ^[a-z0-9-]{2,64}$ (lower-case letters, digits and hyphens, 2 to 64 characters)."
+    if name in RESERVED_ZONE_NAMES:
+        return f"Zone name '{name}' is reserved. Reserved names: {', '.join(sorted(RESERVED_ZONE_NAMES))}."
+    return None

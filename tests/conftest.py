@@ -1,0 +1,1 @@
+"""Suite-wide fixtures. Module-specific fixtures live beside their tests."""
