@@ -1,0 +1,423 @@
+"""Edge rules: the ``_headers`` and ``_redirects`` files, parsed once and matched on the hot path.
+
+Syntax follows Cloudflare Pages (the platform the published service ran on):
+
+``_headers``: a URL pattern at column 0 (``/path`` or ``https://host/path``; the port and scheme of a
+request are ignored), then indented ``Name: value`` lines (attach) and ``! Name`` lines (detach).
+``#`` starts a comment line. A pattern holds at most one ``*`` splat (any characters, ``/`` included)
+and any number of ``:name`` placeholders (one path segment; one host label in a host). Values may use
+``:splat`` and the placeholders. Every matching block applies, in file order: the first value for a
+name replaces the response's own header, later values join it with ", "; a detach drops what earlier
+blocks set and the response's own header.
+
+``_redirects``: ``<from> <to> [status]`` per line, ``#`` comment lines. Status 301, 302, 303, 307,
+308, or 200 (an internal rewrite to a path on this CDN; proxying to another host is refused). The
+default status is 302, as on Cloudflare Pages. The first matching line wins. ``from`` is a path
+(``*`` splat, ``:name`` placeholders); the request's query string is ignored when matching and is
+appended to the location unless the destination carries its own query string.
+
+Limits are Cloudflare's: ``_headers`` 100 rules and 2,000 characters per line; ``_redirects`` 2,000
+static plus 100 dynamic rules and 1,000 characters per line. The caller checks the 100,000-character
+content limit of POST /api/core/rules.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+DEFAULT_REDIRECT_STATUS = 302
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+REWRITE_STATUS = 200
+MAX_HEADER_RULES = 100
+MAX_HEADER_LINE = 2000
+MAX_STATIC_REDIRECTS = 2000
+MAX_DYNAMIC_REDIRECTS = 100
+MAX_REDIRECT_LINE = 1000
+RULE_FILES = ("_headers", "_redirects")
+
+_PLACEHOLDER = re.compile(r":([A-Za-z]\w*)")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_HOST_PATTERN = re.compile(r"^[A-Za-z0-9.*:_-]+$")
+
+
+class RulesSyntaxError(ValueError):
+    """A rule file that cannot be used; ``line`` is 1-based."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(f"line {line}: {message}")
+        self.line = line
+        self.message = message
+
+
+# -- patterns -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Pattern:
+    regex: re.Pattern[str]
+    names: frozenset[str]           # placeholder names, "splat" included when the pattern has one
+    static: bool
+
+
+def _compile_part(text: str, segment: str, line: int, names: set[str], splats: list[int]) -> str:
+    """Regex source for one part (host or path) of a URL pattern; ``segment`` is what a placeholder may hold."""
+    out: list[str] = []
+    pos = 0
+    while pos < len(text):
+        char = text[pos]
+        if char == "*":
+            splats.append(pos)
+            if len(splats) > 1:
+                raise RulesSyntaxError(line, "A URL pattern may hold only one '*' splat.")
+            out.append("(?P<splat>.*)")
+            pos += 1
+            continue
+        if char == ":":
+            found = _PLACEHOLDER.match(text, pos)
+            if found:
+                name = found.group(1)
+                if name == "splat":
+                    raise RulesSyntaxError(line, "':splat' is reserved for the value of '*'; use '*' in the pattern.")
+                if name in names:
+                    raise RulesSyntaxError(line, f"The placeholder ':{name}' is used twice in one pattern.")
+                names.add(name)
+                out.append(f"(?P<{name}>{segment})")
+                pos = found.end()
+                continue
+        out.append(re.escape(char))
+        pos += 1
+    return "".join(out)
+
+
+def _compile_path(path: str, line: int) -> _Pattern:
+    names: set[str] = set()
+    splats: list[int] = []
+    source = _compile_part(path, "[^/]+", line, names, splats)
+    if splats:
+        names.add("splat")
+    return _Pattern(re.compile(source + r"\Z"), frozenset(names), not names)
+
+
+def _substitute(template: str, groups: dict[str, str]) -> str:
+    return _PLACEHOLDER.sub(lambda m: groups.get(m.group(1), m.group(0)), template)
+
+
+def _uses_placeholders(template: str, names: frozenset[str]) -> bool:
+    return any(m.group(1) in names for m in _PLACEHOLDER.finditer(template))
+
+
+def _normalise_path(path: str) -> tuple[str, str]:
+    """(path with a leading slash, query string without '?')."""
+    path, _, query = path.partition("?")
+    if not path.startswith("/"):
+        path = "/" + path
+    return path, query
+
+
+# -- _headers -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class HeaderChanges:
+    """What the rules do to one response.
+
+    Apply ``remove`` first (delete those headers, lower-case names), then ``set`` (replace each
+    header by the given value; names keep the case of the first rule that set them).
+    """
+
+    set: dict[str, str] = field(default_factory=dict)
+    remove: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.set or self.remove)
+
+
+NO_HEADER_CHANGES = HeaderChanges()
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderRule:
+    line: int
+    pattern: str
+    host: re.Pattern[str] | None      # None: any host
+    path: re.Pattern[str]
+    names: frozenset[str]
+    # In file order: (lower-case name, display name, value or None for a detach, value has placeholders)
+    actions: tuple[tuple[str, str, str | None, bool], ...]
+
+    def match(self, path: str, host: str | None) -> dict[str, str] | None:
+        if self.host is not None:
+            if host is None:
+                return None
+            host_match = self.host.match(host.split(":", 1)[0])
+            if host_match is None:
+                return None
+        path_match = self.path.match(path)
+        if path_match is None:
+            return None
+        groups = path_match.groupdict()
+        if self.host is not None:
+            groups.update({k: v for k, v in host_match.groupdict().items() if v is not None})
+        return groups
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderRules:
+    rules: tuple[HeaderRule, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def for_path(self, path: str, host: str | None = None) -> HeaderChanges:
+        """Header changes for a request path (leading slash optional, query string ignored).
+
+        Rules written with an absolute URL apply only when ``host`` (the request's Host, port
+        ignored) matches.
+        """
+        if not self.rules:
+            return NO_HEADER_CHANGES
+        path, _ = _normalise_path(path)
+        values: dict[str, tuple[str, str]] = {}
+        removed: set[str] = set()
+        for rule in self.rules:
+            groups = rule.match(path, host)
+            if groups is None:
+                continue
+            for key, name, value, dynamic in rule.actions:
+                if value is None:
+                    values.pop(key, None)
+                    removed.add(key)
+                    continue
+                if dynamic:
+                    value = _substitute(value, groups)
+                if key in values:
+                    first_name, joined = values[key]
+                    values[key] = (first_name, f"{joined}, {value}")
+                else:
+                    values[key] = (name, value)
+        if not values and not removed:
+            return NO_HEADER_CHANGES
+        return HeaderChanges(dict(values.values()), frozenset(removed))
+
+
+def _parse_url_pattern(text: str, line: int) -> tuple[re.Pattern[str] | None, _Pattern]:
+    if any(c.isspace() for c in text):
+        raise RulesSyntaxError(line, "A URL pattern may not contain spaces; put each header on its own indented line.")
+    host_regex: re.Pattern[str] | None = None
+    host_names: set[str] = set()
+    splats: list[int] = []
+    if text.startswith("https://"):
+        rest = text[len("https://"):]
+        host, slash, path = rest.partition("/")
+        if not host or not _HOST_PATTERN.match(host):
+            raise RulesSyntaxError(line, f"'{text}' does not name a host after 'https://'.")
+        if re.search(r":\d", host):
+            raise RulesSyntaxError(line, "Absolute URLs may not specify a port.")
+        host_regex = re.compile(_compile_part(host, "[^./]+", line, host_names, splats) + r"\Z", re.IGNORECASE)
+        path = slash + path if slash else "/"
+    elif "://" in text:
+        raise RulesSyntaxError(line, "Absolute URLs must begin with 'https://'.")
+    elif text.startswith("/"):
+        path = text
+    else:
+        raise RulesSyntaxError(line, f"Expected a URL pattern starting with '/' or 'https://', found '{text}'.")
+    path_names: set[str] = set(host_names)
+    path_source = _compile_part(path, "[^/]+", line, path_names, splats)
+    names = path_names | ({"splat"} if splats else set())
+    return host_regex, _Pattern(re.compile(path_source + r"\Z"), frozenset(names), not names)
+
+
+def parse_headers(text: str | None) -> HeaderRules:
+    """Parse a ``_headers`` file; raises ``RulesSyntaxError`` on the first bad line."""
+    if not text:
+        return HeaderRules()
+    rules: list[HeaderRule] = []
+    current: tuple[int, str, re.Pattern[str] | None, _Pattern] | None = None
+    actions: list[tuple[str, str, str | None, bool]] = []
+
+    def close_block() -> None:
+        if current is None:
+            return
+        line, pattern, host, path = current
+        if not actions:
+            raise RulesSyntaxError(line, f"The URL pattern '{pattern}' has no indented header lines under it.")
+        rules.append(HeaderRule(line, pattern, host, path.regex, path.names, tuple(actions)))
+
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if len(raw) > MAX_HEADER_LINE:
+            raise RulesSyntaxError(number, f"The line is longer than {MAX_HEADER_LINE} characters.")
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if not raw[0].isspace():
+            close_block()
+            actions = []
+            if len(rules) >= MAX_HEADER_RULES:
+                raise RulesSyntaxError(number, f"A _headers file may hold at most {MAX_HEADER_RULES} rules.")
+            host, path = _parse_url_pattern(stripped, number)
+            current = (number, stripped, host, path)
+            continue
+        if current is None:
+            raise RulesSyntaxError(number, "A header line must follow a URL pattern line (patterns start at column 0).")
+        names = current[3].names
+        if stripped.startswith("!"):
+            name = stripped[1:].strip()
+            if not _HEADER_NAME.match(name):
+                raise RulesSyntaxError(number, f"'{name}' is not a valid header name to detach; write '! Header-Name'.")
+            actions.append((name.lower(), name, None, False))
+            continue
+        name, colon, value = stripped.partition(":")
+        name, value = name.strip(), value.strip()
+        if not colon:
+            raise RulesSyntaxError(number, f"Expected 'Name: value' or '! Name', found '{stripped}'.")
+        if not _HEADER_NAME.match(name):
+            raise RulesSyntaxError(number, f"'{name}' is not a valid header name.")
+        if not value:
+            raise RulesSyntaxError(number, f"The header '{name}' has no value; use '! {name}' to remove a header.")
+        if _CONTROL.search(value):
+            raise RulesSyntaxError(number, f"The value of '{name}' contains control characters.")
+        actions.append((name.lower(), name, value, _uses_placeholders(value, names)))
+    close_block()
+    return HeaderRules(tuple(rules))
+
+
+# -- _redirects -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """The outcome of a matching ``_redirects`` line. Status 200 means rewrite to ``location`` internally."""
+
+    status: int
+    location: str
+    line: int
+
+    @property
+    def is_rewrite(self) -> bool:
+        return self.status == REWRITE_STATUS
+
+
+@dataclass(frozen=True, slots=True)
+class RedirectRule:
+    line: int
+    source: str
+    destination: str
+    status: int
+    pattern: _Pattern
+    dynamic_destination: bool
+
+    def location(self, groups: dict[str, str], query: str) -> str:
+        location = _substitute(self.destination, groups) if self.dynamic_destination else self.destination
+        if query and "?" not in location:
+            location, hash_mark, fragment = location.partition("#")
+            location = f"{location}?{query}{hash_mark}{fragment}"
+        return location
+
+
+@dataclass(frozen=True, slots=True)
+class RedirectRules:
+    rules: tuple[RedirectRule, ...] = ()
+    # Exact-path rules by source, first occurrence only, for a dictionary lookup before the regex scan.
+    static: dict[str, int] = field(default_factory=dict)
+    dynamic: tuple[int, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def match(self, path: str) -> Redirect | None:
+        """The first rule (in file order) matching ``path``; leading slash optional, query string kept for the location."""
+        if not self.rules:
+            return None
+        path, query = _normalise_path(path)
+        static_index = self.static.get(path)
+        for index in self.dynamic:
+            if static_index is not None and index > static_index:
+                break
+            rule = self.rules[index]
+            found = rule.pattern.regex.match(path)
+            if found is not None:
+                return Redirect(rule.status, rule.location(found.groupdict(), query), rule.line)
+        if static_index is None:
+            return None
+        rule = self.rules[static_index]
+        return Redirect(rule.status, rule.location({}, query), rule.line)
+
+
+def parse_redirects(text: str | None) -> RedirectRules:
+    """Parse a ``_redirects`` file; raises ``RulesSyntaxError`` on the first bad line."""
+    if not text:
+        return RedirectRules()
+    rules: list[RedirectRule] = []
+    static: dict[str, int] = {}
+    dynamic: list[int] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if len(stripped) > MAX_REDIRECT_LINE:
+            raise RulesSyntaxError(number, f"A redirect line may be at most {MAX_REDIRECT_LINE} characters.")
+        parts = stripped.split()
+        if len(parts) not in (2, 3):
+            raise RulesSyntaxError(number, "Expected '<from> <to> [status]'.")
+        source, destination = parts[0], parts[1]
+        status = DEFAULT_REDIRECT_STATUS
+        if len(parts) == 3:
+            if not parts[2].isdigit() or int(parts[2]) not in REDIRECT_STATUSES | {REWRITE_STATUS}:
+                raise RulesSyntaxError(number, f"Status '{parts[2]}' is not supported; use 301, 302, 303, 307, 308 or 200.")
+            status = int(parts[2])
+        if not source.startswith("/"):
+            raise RulesSyntaxError(number, f"The source '{source}' must be a path starting with '/' (domain-level redirects are not supported).")
+        absolute = re.match(r"^https?://[^/\s]+", destination) is not None
+        if not absolute and not destination.startswith("/"):
+            raise RulesSyntaxError(number, f"The destination '{destination}' must be a path starting with '/' or an http(s) URL.")
+        if status == REWRITE_STATUS and absolute:
+            raise RulesSyntaxError(number, "A 200 rule rewrites to a path on this CDN; proxying to another host is not supported.")
+        if "?" in source or "#" in source:
+            raise RulesSyntaxError(number, "The source may not hold a query string or a fragment; they are ignored when matching.")
+        pattern = _compile_path(source, number)
+        if "splat" in _placeholders_in(destination) and "splat" not in pattern.names:
+            raise RulesSyntaxError(number, "The destination uses ':splat' but the source has no '*'.")
+        if pattern.static and source == destination.partition("?")[0] and not absolute:
+            raise RulesSyntaxError(number, f"'{source}' redirects to itself.")
+        index = len(rules)
+        if pattern.static:
+            if len(rules) - len(dynamic) >= MAX_STATIC_REDIRECTS:
+                raise RulesSyntaxError(number, f"A _redirects file may hold at most {MAX_STATIC_REDIRECTS} static rules.")
+            static.setdefault(source, index)
+        else:
+            if len(dynamic) >= MAX_DYNAMIC_REDIRECTS:
+                raise RulesSyntaxError(number, f"A _redirects file may hold at most {MAX_DYNAMIC_REDIRECTS} rules with '*' or placeholders.")
+            dynamic.append(index)
+        rules.append(RedirectRule(number, source, destination, status, pattern,
+                                  _uses_placeholders(destination, pattern.names)))
+    return RedirectRules(tuple(rules), static, tuple(dynamic))
+
+
+def _placeholders_in(text: str) -> set[str]:
+    return {m.group(1) for m in _PLACEHOLDER.finditer(text)}
+
+
+# -- both files -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    """The edge rules of one manifest generation."""
+
+    headers: HeaderRules = field(default_factory=HeaderRules)
+    redirects: RedirectRules = field(default_factory=RedirectRules)
+
+    @classmethod
+    def from_texts(cls, headers: str | None, redirects: str | None) -> RuleSet:
+        """Build both; a syntax error carries the line and names nothing else (the caller knows the file)."""
+        return cls(parse_headers(headers), parse_redirects(redirects))
+
+
+EMPTY_RULES = RuleSet()
+
+
+def parse_rule_file(file_name: str, text: str) -> HeaderRules | RedirectRules:
+    """Validate the content of POST /api/core/rules by file name (``_headers`` or ``_redirects``)."""
+    if file_name == "_headers":
+        return parse_headers(text)
+    if file_name == "_redirects":
+        return parse_redirects(text)
+    raise ValueError(f"File must be one of {', '.join(RULE_FILES)}.")
