@@ -14,7 +14,7 @@ from shared.errors import ApiError, LegacyError
 
 log = logging.getLogger(__name__)
 
-REQUEST_ID = "request_id"
+REQUEST_ID = web.RequestKey("request_id", str)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Paths whose errors use the legacy envelope (spec: auto, transform, purge, stream, analytics; signed too).

@@ -1,0 +1,40 @@
+"""`python -m control`: run the control plane (the process `assetcdn control` starts)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+
+import uvloop
+from aiohttp import web
+
+from control.app import create_app
+from shared.config import load_settings
+from shared.secrets import load_or_create_secrets
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="assetcdn control", description="Run the control plane (origin).")
+    parser.add_argument("--config")
+    parser.add_argument("--data-dir")
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int)
+    args = parser.parse_args(argv)
+    settings = load_settings(args.config)
+    data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
+    host = args.host or settings.get("server", "host")
+    port = args.port or settings.get("server", "control_port")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s control %(levelname)s %(name)s: %(message)s")
+    secrets, generated = load_or_create_secrets(data_dir)
+    if generated:
+        logging.getLogger("control").info("generated %d missing secrets into %s", len(generated),
+                                           data_dir / "secrets.env")
+    app = create_app(settings, secrets, data_dir)
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    web.run_app(app, host=host, port=port, access_log=None, print=None, handle_signals=True)
+
+
+if __name__ == "__main__":
+    main()

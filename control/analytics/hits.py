@@ -1,0 +1,60 @@
+"""One served request as analytics sees it, and the POST /api/analytics body that describes one."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from shared.errors import LegacyError
+from shared.manifest import classify
+
+CacheStatus = Literal["HIT", "MISS", "STALE", "BYPASS"]
+CACHE_STATUSES: frozenset[str] = frozenset({"HIT", "MISS", "STALE", "BYPASS"})
+UNKNOWN_COUNTRY = "XX"
+MAX_PATH_LENGTH = 2048
+_COUNTRY = re.compile(r"^[A-Za-z]{2}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    timestamp: float        # unix seconds; the UTC date of it is the day counted
+    path: str               # CDN path without the leading slash, e.g. "akande/v1/logos/logo.svg"
+    zone: str
+    status: int
+    bytes: int
+    cache: CacheStatus
+    country: str            # ISO 3166-1 alpha-2, "XX" when unknown
+
+
+def zone_of_path(path: str) -> str:
+    """The zone a CDN path belongs to (``stocks`` for the stock pool)."""
+    return classify(path.lstrip("/"))[0]
+
+
+def hit_from_track_body(body: Any, *, now: float) -> Hit:
+    """Build a hit from a POST /api/analytics body ``{path, bytes, country, cache[, status]}``.
+
+    Defaults as the published service: path ``/``, bytes 0, country ``XX``, cache ``MISS``; status
+    (our addition, for error reports) 200. Raises a legacy-envelope 400 for a wrong type.
+    """
+    if not isinstance(body, dict):
+        raise LegacyError(400, "Invalid JSON body")
+    path = body.get("path", "/")
+    size = body.get("bytes", 0)
+    country = body.get("country", UNKNOWN_COUNTRY)
+    cache = body.get("cache", "MISS")
+    status = body.get("status", 200)
+    if not isinstance(path, str) or len(path) > MAX_PATH_LENGTH or "\x00" in path:
+        raise LegacyError(400, f"'path' must be a string of at most {MAX_PATH_LENGTH} characters.")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise LegacyError(400, "'bytes' must be a non-negative integer.")
+    if not isinstance(country, str) or not _COUNTRY.match(country):
+        raise LegacyError(400, "'country' must be a two-letter ISO 3166-1 code (XX when unknown).")
+    if not isinstance(cache, str) or cache.upper() not in CACHE_STATUSES:
+        raise LegacyError(400, "'cache' must be HIT or MISS (STALE and BYPASS are also accepted).")
+    if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
+        raise LegacyError(400, "'status' must be an HTTP status code (100-599).")
+    cdn_path = path.lstrip("/")
+    return Hit(timestamp=now, path=cdn_path, zone=zone_of_path(cdn_path), status=status,
+               bytes=size, cache=cache.upper(), country=country.upper())  # type: ignore[arg-type]

@@ -1,0 +1,46 @@
+"""Query parameters of the statistics, insights and analytics endpoints.
+
+The published service clamps rather than refuses (contract notes 1.1): a value out of range is
+brought into range, and a value that is not a number (``days=abc``) falls back to the default, so
+these never raise. Like JavaScript's ``parseInt``, leading digits count (``"7d"`` is 7).
+"""
+
+from __future__ import annotations
+
+import re
+
+DAYS_DEFAULT = 7
+DAYS_MAXIMUM = 90            # statistics and insights keep 90 days
+ANALYTICS_DAYS_MAXIMUM = 30  # GET /api/analytics
+LIMIT_DEFAULT = 20
+LIMIT_MAXIMUM = 100          # top-assets
+
+_LEADING_INTEGER = re.compile(r"^\s*([+-]?\d+)")
+
+
+def _leading_integer(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if not isinstance(value, str):
+        return None
+    found = _LEADING_INTEGER.match(value)
+    return int(found.group(1)) if found else None
+
+
+def _clamp(value: object, default: int, maximum: int) -> int:
+    number = _leading_integer(value)
+    if number is None:
+        return default
+    return max(1, min(number, maximum))
+
+
+def parse_days(value: object, *, default: int = DAYS_DEFAULT, maximum: int = DAYS_MAXIMUM) -> int:
+    """``days`` clamped to 1..maximum; missing or not a number -> default."""
+    return _clamp(value, default, maximum)
+
+
+def parse_limit(value: object, *, default: int = LIMIT_DEFAULT, maximum: int = LIMIT_MAXIMUM) -> int:
+    """``limit`` clamped to 1..maximum; missing or not a number -> default."""
+    return _clamp(value, default, maximum)

@@ -1,0 +1,394 @@
+"""Daily analytics counters in SQLite, and the reports of statistics, insights and /api/analytics.
+
+Hits are folded into per-UTC-day counters (one transaction of UPSERTs per batch), so a report reads
+at most ``days`` rows per key. Tables are prefixed ``analytics_`` because the file may be shared.
+
+Conventions of every report:
+- "Today" is the UTC date of ``now`` (injectable); a period of N days is today and the N-1 before it.
+- Paths are reported with a leading slash (``/akande/v1/logos/logo.svg``); they are stored without.
+- STALE counts as a cache hit (served from cache), BYPASS as a miss; CacheHit + CacheMiss = requests.
+  A hit rate is CacheHit / requests as text with one decimal (``"87.5%"``; ``"0.0%"`` with no traffic).
+- ``XX`` (unknown country) is listed in geography but not counted in UniqueCountries.
+- Ties are broken by path, country or status code so answers are stable.
+
+Retention: ``prune`` keeps 90 days (statistics and insights). GET /api/analytics shares the tables
+and never reads more than 35 days back (``ANALYTICS_RETENTION_DAYS``), which is its retention.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from control.analytics.hits import UNKNOWN_COUNTRY, Hit
+from control.analytics.params import ANALYTICS_DAYS_MAXIMUM, DAYS_MAXIMUM
+from shared.manifest import human_size
+
+RETENTION_DAYS = 90
+ANALYTICS_RETENTION_DAYS = 35
+STATISTICS_TOP_ASSETS = 10
+ERROR_TOP_PATHS = 10
+ANALYTICS_TOP_ASSETS = 100   # per day, as the published service's `analytics:top:<date>` kept
+MAX_PATH_LENGTH = 2048
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS analytics_daily_zone (
+    date TEXT NOT NULL,
+    zone TEXT NOT NULL,
+    hits INTEGER NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0,
+    cache_hit INTEGER NOT NULL DEFAULT 0,
+    cache_miss INTEGER NOT NULL DEFAULT 0,
+    cache_stale INTEGER NOT NULL DEFAULT 0,
+    cache_bypass INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (date, zone)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS analytics_daily_path (
+    date TEXT NOT NULL,
+    zone TEXT NOT NULL,
+    path TEXT NOT NULL,
+    requests INTEGER NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (date, zone, path)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS analytics_daily_path_by_path ON analytics_daily_path (path, date);
+CREATE TABLE IF NOT EXISTS analytics_daily_country (
+    date TEXT NOT NULL,
+    zone TEXT NOT NULL,
+    country TEXT NOT NULL,
+    requests INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (date, zone, country)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS analytics_daily_error (
+    date TEXT NOT NULL,
+    zone TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    count INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (date, zone, status, path)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS analytics_daily_error_by_path ON analytics_daily_error (path, date);
+"""
+
+TABLES = ("analytics_daily_zone", "analytics_daily_path", "analytics_daily_country", "analytics_daily_error")
+
+_UPSERT_ZONE = """
+INSERT INTO analytics_daily_zone (date, zone, hits, bytes, cache_hit, cache_miss, cache_stale, cache_bypass)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (date, zone) DO UPDATE SET
+    hits = hits + excluded.hits, bytes = bytes + excluded.bytes,
+    cache_hit = cache_hit + excluded.cache_hit, cache_miss = cache_miss + excluded.cache_miss,
+    cache_stale = cache_stale + excluded.cache_stale, cache_bypass = cache_bypass + excluded.cache_bypass
+"""
+_UPSERT_PATH = """
+INSERT INTO analytics_daily_path (date, zone, path, requests, bytes) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (date, zone, path) DO UPDATE SET
+    requests = requests + excluded.requests, bytes = bytes + excluded.bytes
+"""
+_UPSERT_COUNTRY = """
+INSERT INTO analytics_daily_country (date, zone, country, requests) VALUES (?, ?, ?, ?)
+ON CONFLICT (date, zone, country) DO UPDATE SET requests = requests + excluded.requests
+"""
+_UPSERT_ERROR = """
+INSERT INTO analytics_daily_error (date, zone, status, path, count) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (date, zone, status, path) DO UPDATE SET count = count + excluded.count
+"""
+
+_CACHE_COLUMN = {"HIT": 0, "MISS": 1, "STALE": 2, "BYPASS": 3}
+
+
+def utc_day(timestamp: float) -> date:
+    return datetime.fromtimestamp(timestamp, UTC).date()
+
+
+def hit_rate(hits: int, total: int) -> str:
+    return f"{(100.0 * hits / total) if total else 0.0:.1f}%"
+
+
+def _report_path(path: str) -> str:
+    return "/" + path
+
+
+def _stored_path(path: str) -> str:
+    return path.lstrip("/")[:MAX_PATH_LENGTH]
+
+
+class _Period:
+    """The UTC days of a report, oldest first, and the SQL filter for them (and a zone)."""
+
+    def __init__(self, days: int, now: float | None, zone: str | None = None) -> None:
+        today = utc_day(time.time() if now is None else now)
+        self.days = days
+        self.dates = [(today - timedelta(days=offset)).isoformat() for offset in range(days - 1, -1, -1)]
+        self.zone = zone or None
+        where = "date BETWEEN ? AND ?"
+        params: list[Any] = [self.dates[0], self.dates[-1]]
+        if self.zone is not None:
+            where += " AND zone = ?"
+            params.append(self.zone)
+        self.where = where
+        self.params = tuple(params)
+
+
+def _zone_filter(zone: str | None) -> str | None:
+    """``None``, ``""`` and ``"all"`` mean every zone (``all`` is what Period.Zone reports for them)."""
+    return None if zone in (None, "", "all") else zone
+
+
+class AnalyticsStore:
+    def __init__(self, path: Path | str) -> None:
+        self._path = Path(path)
+        self._db: aiosqlite.Connection | None = None
+        self._write_lock = asyncio.Lock()
+
+    async def open(self) -> None:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        # Autocommit mode: each batch opens its own explicit transaction.
+        db = await aiosqlite.connect(str(self._path), isolation_level=None)
+        try:
+            await db.execute("PRAGMA journal_mode=WAL")
+            await db.execute("PRAGMA synchronous=NORMAL")
+            await db.execute("PRAGMA busy_timeout=5000")
+            await db.executescript(SCHEMA)
+        except BaseException:
+            await db.close()
+            raise
+        self._db = db
+
+    async def close(self) -> None:
+        if self._db is not None:
+            db, self._db = self._db, None
+            await db.close()
+
+    @property
+    def db(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise RuntimeError("AnalyticsStore is not open; call 'await store.open()' first.")
+        return self._db
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    async def record_hits(self, hits: Sequence[Hit]) -> None:
+        """Fold a batch of hits into the daily counters, in one transaction."""
+        if not hits:
+            return
+        zones: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
+        paths: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+        countries: dict[tuple[str, str, str], int] = defaultdict(int)
+        errors: dict[tuple[str, str, int, str], int] = defaultdict(int)
+        for hit in hits:
+            day = utc_day(hit.timestamp).isoformat()
+            size = max(int(hit.bytes), 0)
+            path = _stored_path(hit.path)
+            counters = zones[(day, hit.zone)]
+            counters[0] += 1
+            counters[1] += size
+            counters[2 + _CACHE_COLUMN.get(hit.cache.upper(), 1)] += 1
+            path_counters = paths[(day, hit.zone, path)]
+            path_counters[0] += 1
+            path_counters[1] += size
+            country = hit.country.upper() if len(hit.country) == 2 and hit.country.isalpha() else UNKNOWN_COUNTRY
+            countries[(day, hit.zone, country)] += 1
+            if hit.status >= 400:
+                errors[(day, hit.zone, hit.status, path)] += 1
+        async with self._write_lock:
+            db = self.db
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                await db.executemany(_UPSERT_ZONE, [(*key, *values) for key, values in zones.items()])
+                await db.executemany(_UPSERT_PATH, [(*key, *values) for key, values in paths.items()])
+                await db.executemany(_UPSERT_COUNTRY, [(*key, count) for key, count in countries.items()])
+                if errors:
+                    await db.executemany(_UPSERT_ERROR, [(*key, count) for key, count in errors.items()])
+            except BaseException:
+                await db.execute("ROLLBACK")
+                raise
+            await db.execute("COMMIT")
+
+    async def prune(self, now: float | None = None) -> int:
+        """Delete counters older than the 90-day retention; returns the number of rows removed."""
+        today = utc_day(time.time() if now is None else now)
+        oldest_kept = (today - timedelta(days=RETENTION_DAYS - 1)).isoformat()
+        removed = 0
+        async with self._write_lock:
+            db = self.db
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                for table in TABLES:
+                    cursor = await db.execute(f"DELETE FROM {table} WHERE date < ?", (oldest_kept,))
+                    removed += cursor.rowcount
+            except BaseException:
+                await db.execute("ROLLBACK")
+                raise
+            await db.execute("COMMIT")
+        return removed
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    async def _rows(self, sql: str, params: Iterable[Any]) -> list[tuple[Any, ...]]:
+        async with self.db.execute(sql, tuple(params)) as cursor:
+            return [tuple(row) for row in await cursor.fetchall()]
+
+    async def _totals(self, period: _Period) -> tuple[int, int, int]:
+        (requests, size, cached), = await self._rows(
+            "SELECT COALESCE(SUM(hits), 0), COALESCE(SUM(bytes), 0), COALESCE(SUM(cache_hit + cache_stale), 0) "
+            f"FROM analytics_daily_zone WHERE {period.where}", period.params)
+        return requests, size, cached
+
+    async def _countries(self, period: _Period) -> list[dict[str, Any]]:
+        rows = await self._rows(
+            f"SELECT country, SUM(requests) AS n FROM analytics_daily_country WHERE {period.where} "
+            "GROUP BY country ORDER BY n DESC, country", period.params)
+        return [{"CountryCode": country, "Requests": count} for country, count in rows]
+
+    async def _top_paths(self, period: _Period, limit: int) -> list[dict[str, Any]]:
+        rows = await self._rows(
+            f"SELECT path, SUM(requests) AS n FROM analytics_daily_path WHERE {period.where} "
+            "GROUP BY path ORDER BY n DESC, path LIMIT ?", (*period.params, limit))
+        return [{"Path": _report_path(path), "Requests": count} for path, count in rows]
+
+    @staticmethod
+    def _unique_countries(countries: list[dict[str, Any]]) -> int:
+        return sum(1 for entry in countries if entry["CountryCode"] != UNKNOWN_COUNTRY)
+
+    async def statistics(self, days: int, zone: str | None = None, *, now: float | None = None) -> dict[str, Any]:
+        """StatisticsResponse without DateFetched. Daily lists every day of the period, oldest first."""
+        days = max(1, min(days, DAYS_MAXIMUM))
+        period = _Period(days, now, _zone_filter(zone))
+        requests, size, cached = await self._totals(period)
+        countries = await self._countries(period)
+        by_date = {row[0]: row[1:] for row in await self._rows(
+            "SELECT date, SUM(hits), SUM(bytes), SUM(cache_hit + cache_stale), SUM(cache_miss + cache_bypass) "
+            f"FROM analytics_daily_zone WHERE {period.where} GROUP BY date", period.params)}
+        daily = []
+        for day in period.dates:
+            hits, day_bytes, day_cached, day_missed = by_date.get(day, (0, 0, 0, 0))
+            daily.append({"Date": day, "TotalRequests": hits, "Bandwidth": day_bytes,
+                          "BandwidthHuman": human_size(day_bytes), "CacheHit": day_cached, "CacheMiss": day_missed})
+        return {
+            "Period": {"Days": days, "Zone": period.zone or "all"},
+            "Summary": {
+                "TotalRequests": requests,
+                "TotalBandwidth": size,
+                "TotalBandwidthHuman": human_size(size),
+                "CacheHitRate": hit_rate(cached, requests),
+                "UniqueCountries": self._unique_countries(countries),
+            },
+            "Daily": daily,
+            "TopAssets": await self._top_paths(period, STATISTICS_TOP_ASSETS),
+            "GeoDistribution": countries,
+        }
+
+    async def insights_summary(self, days: int, zone: str | None = None, *, now: float | None = None) -> dict[str, Any]:
+        """InsightsSummaryResponse without DateFetched."""
+        days = max(1, min(days, DAYS_MAXIMUM))
+        period = _Period(days, now, _zone_filter(zone))
+        requests, size, cached = await self._totals(period)
+        countries = await self._countries(period)
+        return {
+            "Period": {"Days": days, "Zone": period.zone or "all"},
+            "TotalRequests": requests,
+            "TotalBandwidth": human_size(size),
+            "TotalBandwidthBytes": size,
+            "CacheHitRate": hit_rate(cached, requests),
+            "UniqueCountries": self._unique_countries(countries),
+        }
+
+    async def top_assets(self, days: int, limit: int, zone: str | None = None, *,
+                         now: float | None = None) -> dict[str, Any]:
+        """TopAssetsResponse without DateFetched."""
+        days = max(1, min(days, DAYS_MAXIMUM))
+        period = _Period(days, now, _zone_filter(zone))
+        return {"Period": {"Days": days}, "Assets": await self._top_paths(period, max(1, limit))}
+
+    async def geography(self, days: int, zone: str | None = None, *, now: float | None = None) -> dict[str, Any]:
+        """GeographyResponse without DateFetched: requests per country, descending."""
+        days = max(1, min(days, DAYS_MAXIMUM))
+        period = _Period(days, now, _zone_filter(zone))
+        return {"Period": {"Days": days}, "Countries": await self._countries(period)}
+
+    async def errors(self, days: int, zone: str | None = None, *, now: float | None = None) -> dict[str, Any]:
+        """ErrorsResponse without DateFetched: per status (most frequent first) the top 10 paths."""
+        days = max(1, min(days, DAYS_MAXIMUM))
+        period = _Period(days, now, _zone_filter(zone))
+        rows = await self._rows(
+            f"SELECT status, path, SUM(count) AS n FROM analytics_daily_error WHERE {period.where} "
+            "GROUP BY status, path ORDER BY status, n DESC, path", period.params)
+        groups: dict[int, dict[str, Any]] = {}
+        for status, path, count in rows:
+            group = groups.setdefault(status, {"StatusCode": status, "Count": 0, "TopPaths": []})
+            group["Count"] += count
+            if len(group["TopPaths"]) < ERROR_TOP_PATHS:
+                group["TopPaths"].append({"Path": _report_path(path), "Count": count})
+        report: dict[str, Any] = {
+            "Period": {"Days": days},
+            "Errors": sorted(groups.values(), key=lambda g: (-g["Count"], g["StatusCode"])),
+        }
+        if not groups:
+            report["Note"] = "No 4xx or 5xx responses were recorded in this period."
+        return report
+
+    async def asset_report(self, path: str, days: int, *, now: float | None = None) -> dict[str, Any]:
+        """AssetInsightsResponse without DateFetched; ``/p`` and ``p`` name the same asset."""
+        days = max(1, min(days, DAYS_MAXIMUM))
+        period = _Period(days, now)
+        stored = _stored_path(path)
+        params = (*period.params, stored)
+        requests = dict(await self._rows(
+            f"SELECT date, SUM(requests) FROM analytics_daily_path WHERE {period.where} AND path = ? GROUP BY date",
+            params))
+        daily_errors: dict[str, dict[str, int]] = defaultdict(dict)
+        totals: dict[str, int] = {}
+        for day, status, count in await self._rows(
+                f"SELECT date, status, SUM(count) FROM analytics_daily_error WHERE {period.where} AND path = ? "
+                "GROUP BY date, status ORDER BY date, status", params):
+            daily_errors[day][str(status)] = count
+            totals[str(status)] = totals.get(str(status), 0) + count
+        return {
+            "Path": _report_path(stored),
+            "Period": {"Days": days},
+            "TotalRequests": sum(requests.values()),
+            "Errors": dict(sorted(totals.items())),
+            "Daily": [{"Date": day, "Requests": requests.get(day, 0), "Errors": daily_errors.get(day, {})}
+                      for day in period.dates],
+        }
+
+    async def analytics_report(self, days: int, *, now: float | None = None) -> dict[str, Any]:
+        """AnalyticsReportResponse for GET /api/analytics: every day, newest first (as the published
+        service walks back from today), at most 35 days back; top 100 paths per day."""
+        days = max(1, min(days, ANALYTICS_DAYS_MAXIMUM, ANALYTICS_RETENTION_DAYS))
+        period = _Period(days, now)
+        totals = {row[0]: row[1:] for row in await self._rows(
+            "SELECT date, SUM(hits), SUM(bytes), SUM(cache_hit + cache_stale), SUM(cache_miss + cache_bypass) "
+            f"FROM analytics_daily_zone WHERE {period.where} GROUP BY date", period.params)}
+        top: dict[str, dict[str, int]] = defaultdict(dict)
+        for day, path, count in await self._rows(
+                "SELECT date, path, n FROM (SELECT date, path, SUM(requests) AS n, ROW_NUMBER() OVER "
+                "(PARTITION BY date ORDER BY SUM(requests) DESC, path) AS rank "
+                f"FROM analytics_daily_path WHERE {period.where} GROUP BY date, path) "
+                "WHERE rank <= ? ORDER BY date, rank", (*period.params, ANALYTICS_TOP_ASSETS)):
+            top[day][_report_path(path)] = count
+        geo: dict[str, dict[str, int]] = defaultdict(dict)
+        for day, country, count in await self._rows(
+                f"SELECT date, country, SUM(requests) AS n FROM analytics_daily_country WHERE {period.where} "
+                "GROUP BY date, country ORDER BY date, n DESC, country", period.params):
+            geo[day][country] = count
+        data = []
+        for day in reversed(period.dates):
+            hits, size, cached, missed = totals.get(day, (0, 0, 0, 0))
+            data.append({
+                "date": day,
+                "hits": hits,
+                "bandwidth": {"bytes": size, "human": human_size(size)},
+                "top_assets": top.get(day, {}),
+                "geo": geo.get(day, {}),
+                "cache": {"hit": cached, "miss": missed, "ratio": hit_rate(cached, cached + missed)},
+            })
+        return {"days": days, "data": data}

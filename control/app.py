@@ -1,0 +1,137 @@
+"""The control plane application: built by a factory from a table of routes, each declaring its access."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from control.auth import (
+    AUTHENTICATOR,
+    ROUTE_ACCESS,
+    Access,
+    Authenticator,
+    Key,
+    accepts,
+    auth_middleware,
+)
+from control.cluster.registry import EdgeRegistry
+from control.database import open_database
+from control.manifest_store import ManifestStore
+from control.publish import Publisher
+from control.routes import assets, cluster, health, storage, tokens, zones
+from control.state import (
+    DATA_DIR,
+    DB,
+    GIT,
+    MANIFEST,
+    PUBLISHER,
+    REGISTRY,
+    SECRETS,
+    SETTINGS,
+    TOKENS,
+    ZONES,
+)
+from control.storage.git_store import GitStore
+from control.tokens import TokenStore
+from control.zones_store import ZoneStore
+from shared.cluster import PREFIX
+from shared.config import Settings
+from shared.metrics import METRICS, Metrics, metrics_handler, metrics_middleware
+from shared.middleware import install_envelopes
+from shared.secrets import Secrets
+
+log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: Handler
+    access: Access | None = None  # None: public (or cluster-signed under /_cluster)
+
+
+STORAGE_READ = accepts(Key.ACCESS, scope="storage:read", session=True)
+STORAGE_HEAD = accepts(Key.ACCESS, scope="storage:read")
+STORAGE_WRITE = accepts(Key.ACCESS, scope="storage:write")
+ASSETS_READ = accepts(Key.ACCESS, scope="assets:read")
+ACCOUNT = accepts(Key.ACCOUNT)
+
+ROUTES: tuple[Route, ...] = (
+    Route("POST", "/api/storage/batch", storage.batch_upload, STORAGE_WRITE),
+    Route("PUT", "/api/storage/{path:.*}", storage.put_file, STORAGE_WRITE),
+    Route("GET", "/api/storage/{path:.*}", storage.get_file, STORAGE_READ),
+    Route("HEAD", "/api/storage/{path:.*}", storage.head_file, STORAGE_HEAD),
+    Route("DELETE", "/api/storage/{path:.*}", storage.delete_file, STORAGE_WRITE),
+    Route("GET", "/api/assets", assets.list_assets, ASSETS_READ),
+    Route("GET", "/api/assets/metadata", assets.asset_metadata, ASSETS_READ),
+    Route("GET", "/api/core/zones", zones.list_zones, ACCOUNT),
+    Route("POST", "/api/core/zones", zones.create_zone, ACCOUNT),
+    Route("GET", "/api/core/zones/{id}", zones.get_zone, ACCOUNT),
+    Route("DELETE", "/api/core/zones/{id}", zones.delete_zone, ACCOUNT),
+    Route("POST", "/api/tokens", tokens.create_token, ACCOUNT),
+    Route("GET", "/api/tokens", tokens.list_tokens, ACCOUNT),
+    Route("DELETE", "/api/tokens", tokens.revoke_token, ACCOUNT),
+    Route("GET", "/api/health", health.health),
+    Route("GET", "/metrics", metrics_handler),
+    Route("POST", PREFIX + "/register", cluster.register),
+    Route("POST", PREFIX + "/heartbeat", cluster.heartbeat),
+    Route("GET", PREFIX + "/changes", cluster.changes),
+    Route("GET", PREFIX + "/blobs/{blob_id}", cluster.blob),
+)
+
+
+async def _not_found(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPNotFound()
+
+
+def _resources(app: web.Application) -> AsyncIterator[None]:
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        data_dir = app[DATA_DIR]
+        settings = app[SETTINGS]
+        git = GitStore(data_dir / "repo.git")
+        db = await open_database(data_dir / "control.sqlite3")
+        manifest = ManifestStore(git, db)
+        await manifest.load()
+        metrics = app[METRICS]
+        registry = EdgeRegistry(
+            app[SECRETS].cluster_secret, settings.get("control", "edge_timeout_s"),
+            observe=lambda kind, edge, seconds: metrics.propagation_seconds.labels(kind, edge).observe(seconds))
+        await registry.start()
+        app[GIT], app[DB], app[MANIFEST], app[REGISTRY] = git, db, manifest, registry
+        app[TOKENS] = TokenStore(db)
+        app[ZONES] = ZoneStore(db)
+        app[AUTHENTICATOR] = Authenticator(app[SECRETS], app[TOKENS].lookup)
+        app[PUBLISHER] = Publisher(git, manifest, registry, settings.get("control", "push_wait_ms") / 1000)
+        metrics.manifest_generation.labels("control").set(manifest.generation)
+        yield
+        await registry.close()
+        await db.close()
+        git.close()
+    return lifecycle(app)
+
+
+def create_app(settings: Settings, secrets: Secrets, data_dir: Path) -> web.Application:
+    max_upload = settings.get("control", "max_upload_bytes")
+    app = web.Application(client_max_size=max_upload + 1024 * 1024)
+    install_envelopes(app)
+    app[METRICS] = Metrics("control")
+    app.middlewares.append(metrics_middleware)
+    app.middlewares.append(cluster.cluster_auth_middleware)
+    app.middlewares.append(auth_middleware)
+    app[SETTINGS], app[SECRETS], app[DATA_DIR] = settings, secrets, Path(data_dir)
+    route_access: dict[web.AbstractRoute, Access] = {}
+    for route in ROUTES:
+        registered = app.router.add_route(route.method, route.path, route.handler)
+        if route.access is not None:
+            route_access[registered] = route.access
+    app[ROUTE_ACCESS] = route_access
+    # Unknown /api/... paths: 404 in the standard envelope (the envelope middleware renders it).
+    app.router.add_route("*", "/api/{tail:.*}", _not_found)
+    app.cleanup_ctx.append(_resources)
+    return app

@@ -1,0 +1,52 @@
+"""The control plane's SQLite database (aiosqlite, WAL): zones' metadata, tokens, manifest history.
+
+Other modules (analytics, audit) open their own tables in the same file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiosqlite
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS zones (
+    name TEXT PRIMARY KEY,
+    created_at TEXT NOT NULL,
+    enabled INTEGER NOT NULL DEFAULT 1,
+    suspended INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS tokens (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    prefix TEXT NOT NULL,
+    hash TEXT NOT NULL UNIQUE,
+    scopes TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    expires_at TEXT,
+    last_used_at TEXT,
+    revoked_at TEXT
+);
+CREATE TABLE IF NOT EXISTS manifest_generations (
+    generation INTEGER PRIMARY KEY,
+    commit_id TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    changes BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS blob_hashes (
+    blob_id TEXT PRIMARY KEY,
+    sha256 TEXT NOT NULL
+);
+"""
+
+
+async def open_database(path: Path) -> aiosqlite.Connection:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = await aiosqlite.connect(str(path))
+    db.row_factory = aiosqlite.Row
+    await db.execute("PRAGMA journal_mode=WAL")
+    await db.execute("PRAGMA synchronous=NORMAL")
+    await db.execute("PRAGMA busy_timeout=5000")
+    await db.executescript(SCHEMA)
+    await db.commit()
+    return db

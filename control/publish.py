@@ -1,0 +1,60 @@
+"""A mutation's way out: one commit, a new manifest generation, a push to every edge.
+
+The response of a mutation waits (bounded) for the edges' acknowledgements, so EdgeStatus and
+EdgeNote report what really happened instead of promising a deployment window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from control.cluster.registry import EdgeRegistry, FanOut
+from control.manifest_store import Generation, ManifestStore
+from control.storage.git_store import CommitResult, GitStore
+
+
+@dataclass(frozen=True)
+class Published:
+    commit: CommitResult
+    generation: Generation
+    fan_out: FanOut
+
+    @property
+    def edge_note(self) -> str:
+        return edge_note(self.commit.commit_id, self.generation.generation, self.fan_out)
+
+
+def edge_note(commit_id: str, generation: int, fan_out: FanOut) -> str:
+    head = f"Committed {commit_id[:12]} as manifest generation {generation}."
+    total = len(fan_out.acknowledged) + len(fan_out.pending)
+    if total == 0:
+        return head + " No edge is registered yet; edges load the new generation when they start."
+    if not fan_out.pending:
+        return head + f" Acknowledged by {total} of {total} edges in {fan_out.elapsed_ms:.0f} ms."
+    return (head + f" Acknowledged by {len(fan_out.acknowledged)} of {total} edges within "
+            f"{fan_out.elapsed_ms:.0f} ms; not yet: {', '.join(fan_out.pending)} (they catch up on their own).")
+
+
+class Publisher:
+    def __init__(self, git: GitStore, manifest: ManifestStore, registry: EdgeRegistry, push_wait_s: float) -> None:
+        self.git = git
+        self.manifest = manifest
+        self.registry = registry
+        self.push_wait_s = push_wait_s
+        # Commit and manifest generation happen under one lock, so generations follow commit order.
+        self._lock = asyncio.Lock()
+
+    async def commit(self, changes: Mapping[str, bytes | None], message: str,
+                     purge_tags: Sequence[str] = ()) -> Published:
+        async with self._lock:
+            result = await self.git.commit(changes, message)
+            generation = await self.manifest.apply_commit(result)
+        fan_out = await self.push(generation, purge_tags)
+        return Published(result, generation, fan_out)
+
+    async def push(self, generation: Generation, purge_tags: Sequence[str] = ()) -> FanOut:
+        message = {"generation": generation.generation, "commit": generation.commit_id,
+                   "changes": [c.to_json() for c in generation.changes], "purge_tags": list(purge_tags)}
+        return await self.registry.fan_out("push", "/push", message, self.push_wait_s)

@@ -1,0 +1,82 @@
+"""The control side of the cluster protocol (signed with the cluster secret; never public)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from control.state import GIT, MANIFEST, REGISTRY, SECRETS, SETTINGS
+from shared.cluster import PREFIX, verify_request
+from shared.errors import ApiError, bad_request
+from shared.middleware import json_response
+
+CLUSTER_BODY = web.RequestKey("cluster_body", bytes)
+
+
+@web.middleware
+async def cluster_auth_middleware(request: web.Request,
+                                  handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    if not request.path.startswith(PREFIX + "/"):
+        return await handler(request)
+    body = await request.read()
+    path_qs = request.rel_url.path_qs
+    if not verify_request(request.app[SECRETS].cluster_secret, request.method, path_qs, body, request.headers):
+        raise ApiError(401, "Unauthorized", "Cluster requests must be signed with the cluster secret.")
+    request[CLUSTER_BODY] = body
+    return await handler(request)
+
+
+def _message(request: web.Request) -> dict[str, Any]:
+    try:
+        message = orjson.loads(request[CLUSTER_BODY] or b"{}")
+    except orjson.JSONDecodeError:
+        raise bad_request("Cluster message is not JSON.", code="InvalidJson") from None
+    if not isinstance(message, dict):
+        raise bad_request("Cluster message must be an object.", code="InvalidBody")
+    return message
+
+
+async def register(request: web.Request) -> web.Response:
+    message = _message(request)
+    name, url = message.get("name"), message.get("url")
+    if not isinstance(name, str) or not isinstance(url, str):
+        raise bad_request("register needs 'name' and 'url'.", code="InvalidBody")
+    request.app[REGISTRY].register(name, url, int(message.get("generation", 0)))
+    settings = request.app[SETTINGS]
+    return json_response({"generation": request.app[MANIFEST].generation,
+                          "heartbeat_s": settings.get("edge", "heartbeat_interval_s")})
+
+
+async def heartbeat(request: web.Request) -> web.Response:
+    message = _message(request)
+    known = request.app[REGISTRY].heartbeat(str(message.get("name")), int(message.get("generation", 0)))
+    return json_response({"known": known, "generation": request.app[MANIFEST].generation})
+
+
+async def changes(request: web.Request) -> web.Response:
+    manifest = request.app[MANIFEST]
+    try:
+        since = int(request.query.get("since", "0"))
+    except ValueError:
+        raise bad_request("'since' must be an integer generation.", target="since") from None
+    generation, commit = manifest.generation, manifest.commit_id
+    delta = await manifest.changes_since(since)
+    if delta is None:
+        return json_response({"generation": generation, "commit": commit, "full": True,
+                              "entries": [e.to_json() for e in manifest.snapshot()]})
+    return json_response({"generation": generation, "commit": commit, "full": False,
+                          "changes": [c.to_json() for c in delta]})
+
+
+async def blob(request: web.Request) -> web.Response:
+    blob_id = request.match_info["blob_id"]
+    if len(blob_id) != 40 or any(c not in "0123456789abcdef" for c in blob_id):
+        raise bad_request("Blob ids are 40 lower-case hex characters.", target="blob_id")
+    git = request.app[GIT]
+    data = await git.run(git.read_blob, blob_id)
+    if data is None:
+        raise ApiError(404, "BlobNotFound", f"No blob {blob_id}.")
+    return web.Response(body=data, content_type="application/octet-stream")

@@ -1,0 +1,266 @@
+"""Storage plane: PUT/GET/HEAD/DELETE /api/storage/{path} and POST /api/storage/batch."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from control.publish import Published
+from control.request_body import MB, read_body, read_json
+from control.state import GIT, MANIFEST, PUBLISHER, SETTINGS
+from control.storage.git_store import NothingToCommit
+from shared.errors import ApiError, bad_request, not_found, payload_too_large, utc_now_iso
+from shared.manifest import content_type_of
+from shared.middleware import json_response
+from shared.paths import (
+    CLIENT_ROOT,
+    InvalidPath,
+    StoragePath,
+    cdn_path_of,
+    has_extension,
+    parse_storage_path,
+)
+
+STORAGE_ZONE_NAME = "assetcdn"
+SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
+GUID_NAMESPACE = uuid.UUID("5b8f8f8e-4c55-4b5e-9d0c-2a8f8a1c0d11")
+
+
+def _is_directory_request(raw: str) -> bool:
+    return raw == "" or raw.endswith("/") or not has_extension(raw)
+
+
+def _parse(raw: str, *, directory: bool = False) -> StoragePath:
+    try:
+        return parse_storage_path(raw, directory=directory)
+    except InvalidPath as exc:
+        raise bad_request(f"Invalid path: {exc}", target="path", code="InvalidPath") from None
+
+
+async def _require_zone(request: web.Request, path: StoragePath) -> None:
+    zone = path.zone
+    if zone is None:
+        return
+    git = request.app[GIT]
+    if not await git.run(git.is_dir, f"{CLIENT_ROOT}/{zone}"):
+        raise not_found(f"Zone '{zone}' does not exist. Create it first with POST /api/core/zones.",
+                        target="path", code="ZoneNotFound")
+
+
+def _edge_fields(published: Published, status: str) -> dict[str, str]:
+    return {"EdgeStatus": status, "EdgeNote": published.edge_note}
+
+
+async def put_file(request: web.Request) -> web.Response:
+    raw = request.match_info["path"]
+    if _is_directory_request(raw):
+        raise bad_request("Cannot upload to a directory path: the path must end in a file name with an extension.",
+                          target="path", code="InvalidPath")
+    path = _parse(raw)
+    await _require_zone(request, path)
+    limit = request.app[SETTINGS].get("control", "max_upload_bytes")
+    data = await read_body(request, limit)
+    supplied = request.headers.get("Checksum")
+    checksum = None
+    if supplied is not None:
+        if not SHA256_HEX.match(supplied.strip()):
+            raise bad_request("The Checksum header must be the SHA-256 of the body as 64 hex characters.",
+                              target="Checksum", code="InvalidChecksum")
+        received = hashlib.sha256(data).hexdigest().upper()
+        checksum = supplied.strip().upper()
+        if checksum != received:
+            raise bad_request("Checksum mismatch: the SHA-256 of the uploaded bytes differs from the Checksum "
+                              "header. Nothing was written.", target="Checksum", code="ChecksumMismatch",
+                              Expected=checksum, Received=received)
+    existed = path.cdn_path in request.app[MANIFEST].entries
+    try:
+        published = await request.app[PUBLISHER].commit(
+            {path.repo_path: data}, f"Upload {path.cdn_path} ({len(data)} bytes) via Storage API")
+    except NothingToCommit:
+        published = None
+    body: dict[str, Any] = {
+        "HttpCode": 201, "Message": "File uploaded successfully" if not existed else "File overwritten successfully",
+        "Path": path.client_path, "Length": len(data), "Checksum": checksum, "DateCreated": utc_now_iso(),
+    }
+    if published is None:
+        body |= {"EdgeStatus": "pending", "EdgeNote": "The content is identical to the stored file; no commit was needed."}
+    else:
+        body |= _edge_fields(published, "purging" if existed else "pending")
+    return json_response(body, status=201)
+
+
+def _entry_json(request: web.Request, dir_path: str, name: str, is_dir: bool, size: int) -> dict[str, Any]:
+    repo_path = f"{dir_path}/{name}" if dir_path else name
+    entry = request.app[MANIFEST].entries.get(cdn_path_of(repo_path))
+    changed = entry.modified if entry else utc_now_iso()
+    return {
+        "Guid": str(uuid.uuid5(GUID_NAMESPACE, repo_path)),
+        "StorageZoneName": STORAGE_ZONE_NAME,
+        "Path": f"/{dir_path}/" if dir_path else "/",
+        "ObjectName": name,
+        "Length": 0 if is_dir else size,
+        "LastChanged": changed,
+        "ServerId": 0,
+        "ArrayNumber": 0,
+        "IsDirectory": is_dir,
+        "UserId": STORAGE_ZONE_NAME,
+        "ContentType": "" if is_dir else (entry.content_type if entry else content_type_of(name)),
+        "DateCreated": changed,
+        "StorageZoneId": 0,
+        "Checksum": entry.sha256.upper() if entry and not is_dir else None,
+        "ReplicatedZones": "",
+    }
+
+
+async def _list_directory(request: web.Request, raw: str) -> web.Response:
+    path = _parse(raw, directory=True)
+    dir_path = path.repo_path or CLIENT_ROOT
+    git = request.app[GIT]
+    children = await git.run(git.list_dir, dir_path)
+    if children is None:
+        raise not_found(f"Directory '{raw or '/'}' does not exist.", target="path", code="DirectoryNotFound")
+    entries = [_entry_json(request, dir_path, name, is_dir, size)
+               for name, is_dir, _oid, size in children if name != ".gitkeep"]
+    return json_response(entries)
+
+
+async def _file_response(request: web.Request, with_body: bool) -> web.StreamResponse:
+    raw = request.match_info["path"]
+    if _is_directory_request(raw):
+        if not with_body:
+            raise bad_request("HEAD needs a file path.", target="path", code="InvalidPath")
+        return await _list_directory(request, raw)
+    path = _parse(raw)
+    git = request.app[GIT]
+    found = await git.run(git.read_file, path.repo_path)
+    if found is None:
+        raise not_found(f"File '{path.client_path}' does not exist.", target="path", code="FileNotFound")
+    _blob_id, data = found
+    entry = request.app[MANIFEST].entries.get(path.cdn_path)
+    headers = {"Content-Type": entry.content_type if entry else content_type_of(path.repo_path)}
+    if entry:
+        headers["ETag"] = f'"{entry.sha256}"'
+        headers["Checksum"] = entry.sha256.upper()
+    if not with_body:
+        headers["Content-Length"] = str(len(data))
+        return web.Response(status=200, headers=headers)
+    return web.Response(body=data, headers=headers)
+
+
+async def get_file(request: web.Request) -> web.StreamResponse:
+    return await _file_response(request, with_body=True)
+
+
+async def head_file(request: web.Request) -> web.StreamResponse:
+    return await _file_response(request, with_body=False)
+
+
+async def delete_file(request: web.Request) -> web.Response:
+    raw = request.match_info["path"]
+    directory = raw.endswith("/")
+    path = _parse(raw, directory=directory)
+    git = request.app[GIT]
+    if await git.run(git.is_dir, path.repo_path):
+        files = [f.path for f in await git.run(lambda: list(git.iter_files(path.repo_path)))]
+    elif directory:
+        files = []
+    else:
+        files = [path.repo_path] if await git.run(git.read_file, path.repo_path) is not None else []
+    if not files:
+        raise not_found(f"'{path.client_path}' does not exist.", target="path", code="FileNotFound")
+    if path.zone and path.repo_path == f"{CLIENT_ROOT}/{path.zone}":
+        raise bad_request("Delete a whole zone with DELETE /api/core/zones/{id}.", target="path", code="InvalidPath")
+    what = path.client_path if len(files) == 1 else f"{path.client_path}/ ({len(files)} files)"
+    published = await request.app[PUBLISHER].commit({f: None for f in files}, f"Delete {what} via Storage API")
+    return json_response({"HttpCode": 200, "Message": f"Deleted {what}.", "Path": path.client_path,
+                          **_edge_fields(published, "purging")})
+
+
+async def batch_upload(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    max_file = settings.get("control", "max_upload_bytes")
+    max_files = settings.get("control", "max_batch_files")
+    # Whole-body cap: base64 inflates by 4/3; one batch may carry a few full-size files.
+    body = await read_json(request, limit=max(int(max_file * 4 / 3) + MB, 100 * MB))
+    if not isinstance(body, dict) or not isinstance(body.get("files"), list):
+        raise bad_request("The body must be a JSON object with a 'files' array.", target="files", code="InvalidBody")
+    files = body["files"]
+    if not files:
+        raise bad_request("'files' must contain at least one file.", target="files", code="InvalidBody")
+    if len(files) > max_files:
+        raise bad_request(f"Too many files: {len(files)} in one batch, the maximum is {max_files}.",
+                          target="files", code="TooManyFiles")
+    problems: list[dict[str, Any]] = []
+    changes: dict[str, bytes] = {}
+    client_paths: list[str] = []
+    oversize = False
+    for index, item in enumerate(files):
+        def problem(message: str, item_path: Any = None, index: int = index) -> None:
+            problems.append({"index": index, "path": item_path, "message": message})
+        if not isinstance(item, dict):
+            problem("Each file must be an object with 'path' and 'content'.")
+            continue
+        raw_path, content, encoding = item.get("path"), item.get("content"), item.get("encoding", "base64")
+        if not isinstance(raw_path, str) or not raw_path:
+            problem("'path' is required.")
+            continue
+        if _is_directory_request(raw_path):
+            problem("'path' must end in a file name with an extension.", raw_path)
+            continue
+        try:
+            path = parse_storage_path(raw_path)
+        except InvalidPath as exc:
+            problem(f"Invalid path: {exc}", raw_path)
+            continue
+        if not isinstance(content, str):
+            problem("'content' is required and must be a string.", raw_path)
+            continue
+        if encoding == "base64":
+            try:
+                data = base64.b64decode(content, validate=True)
+            except (binascii.Error, ValueError):
+                problem("'content' is not valid base64.", raw_path)
+                continue
+        elif encoding == "utf-8":
+            data = content.encode("utf-8")
+        else:
+            problem("'encoding' must be 'base64' or 'utf-8'.", raw_path)
+            continue
+        if len(data) > max_file:
+            oversize = True
+            problem(f"File is {len(data) / MB:.1f} MB; the limit is {max_file / MB:.0f} MB per file.", raw_path)
+            continue
+        if path.repo_path in changes:
+            problem("The same path appears more than once in the batch.", raw_path)
+            continue
+        if path.zone:
+            git = request.app[GIT]
+            if not await git.run(git.is_dir, f"{CLIENT_ROOT}/{path.zone}"):
+                problem(f"Zone '{path.zone}' does not exist.", raw_path)
+                continue
+        changes[path.repo_path] = data
+        client_paths.append(path.client_path)
+    if problems:
+        message = f"{len(problems)} of {len(files)} files are invalid; nothing was committed."
+        if oversize and len(problems) == 1:
+            error = payload_too_large(message + " " + problems[0]["message"], max_file)
+            error.details = problems
+            raise error
+        raise ApiError(400, "InvalidBatch", message, target="files", details=problems)
+    try:
+        published = await request.app[PUBLISHER].commit(changes, f"Batch upload of {len(changes)} files via Storage API")
+    except NothingToCommit:
+        raise bad_request("Every file in the batch is identical to the stored one; nothing to commit.",
+                          code="NothingToCommit") from None
+    return json_response({
+        "HttpCode": 201, "Message": f"Committed {len(changes)} files in one commit.",
+        "Commit": published.commit.commit_id, "Files": client_paths,
+        "EdgeStatus": "purging" if any(c.previous_tags for c in published.generation.changes) else "pending",
+        "EdgeNote": published.edge_note, "DateCreated": utc_now_iso(),
+    }, status=201)

@@ -1,0 +1,102 @@
+"""Core plane: zones. GET/POST /api/core/zones, GET/DELETE /api/core/zones/{id}."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from control.request_body import read_json
+from control.state import GIT, MANIFEST, PUBLISHER, ZONES, public_url
+from control.zones_store import ZoneMeta
+from shared.errors import bad_request, conflict, not_found, utc_now_iso
+from shared.manifest import ManifestEntry, human_size
+from shared.middleware import json_response
+from shared.paths import CLIENT_ROOT, ZONE_CATEGORIES, ZONE_NAME, validate_zone_name
+
+from .storage import STORAGE_ZONE_NAME
+
+
+async def _zone_names(request: web.Request) -> list[str]:
+    git = request.app[GIT]
+    children = await git.run(git.list_dir, CLIENT_ROOT) or []
+    return sorted(name for name, is_dir, _oid, _size in children if is_dir)
+
+
+def _summary(request: web.Request, name: str, meta: ZoneMeta | None,
+             entries: list[ManifestEntry]) -> dict[str, Any]:
+    used = sum(e.size for e in entries)
+    return {
+        "Id": name, "Name": name, "StorageZoneName": STORAGE_ZONE_NAME,
+        "OriginUrl": f"{public_url(request.app)}/{name}/",
+        "FileCount": len(entries), "StorageUsed": used, "StorageUsedHuman": human_size(used),
+        "Categories": sorted({e.category for e in entries if e.category}),
+        "DateCreated": meta.created_at if meta else utc_now_iso(),
+        "Enabled": meta.enabled if meta else True, "Suspended": meta.suspended if meta else False,
+    }
+
+
+async def _require_zone(request: web.Request) -> str:
+    zone = request.match_info["id"]
+    if not ZONE_NAME.match(zone) or zone not in await _zone_names(request):
+        raise not_found(f"Zone '{zone}' does not exist.", target="id", code="ZoneNotFound")
+    return zone
+
+
+async def list_zones(request: web.Request) -> web.Response:
+    metas = await request.app[ZONES].all()
+    manifest = request.app[MANIFEST]
+    by_zone: dict[str, list[ManifestEntry]] = {}
+    for entry in manifest.entries.values():
+        by_zone.setdefault(entry.zone, []).append(entry)
+    zones = [_summary(request, name, metas.get(name), by_zone.get(name, [])) for name in await _zone_names(request)]
+    return json_response(zones)
+
+
+async def get_zone(request: web.Request) -> web.Response:
+    zone = await _require_zone(request)
+    entries = sorted(request.app[MANIFEST].zone_entries(zone), key=lambda e: e.path)
+    detail = _summary(request, zone, await request.app[ZONES].get(zone), entries)
+    detail["Formats"] = sorted({e.format for e in entries if e.format})
+    detail["Files"] = [{"Path": e.path, "Name": e.name, "Format": e.format, "Size": e.size, "Category": e.category}
+                       for e in entries]
+    return json_response(detail)
+
+
+async def create_zone(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise bad_request("The body must be a JSON object: {\"Name\": \"<zone>\"}.", code="InvalidBody")
+    name = body.get("Name", body.get("name"))
+    if not isinstance(name, str) or not name:
+        raise bad_request("'Name' is required.", target="Name", code="MissingName")
+    problem = validate_zone_name(name)
+    if problem:
+        raise bad_request(problem, target="Name", code="InvalidName")
+    if name in await _zone_names(request):
+        raise conflict(f"Zone '{name}' already exists. Choose another name or use the existing zone.",
+                       target="Name", code="ZoneExists")
+    scaffold = {f"{CLIENT_ROOT}/{name}/v1/{category}/.gitkeep": b"" for category in ZONE_CATEGORIES}
+    published = await request.app[PUBLISHER].commit(scaffold, f"Create zone {name} with its v1 directories")
+    meta = await request.app[ZONES].ensure(name, published.commit.committed_at)
+    return json_response({
+        "HttpCode": 201, "Message": f"Zone '{name}' created.", "Id": name, "Name": name,
+        "OriginUrl": f"{public_url(request.app)}/{name}/", "Commit": published.commit.commit_id,
+        "Directories": [f"v1/{c}" for c in ZONE_CATEGORIES], "EdgeStatus": "pending",
+        "EdgeNote": published.edge_note, "DateCreated": meta.created_at,
+    }, status=201)
+
+
+async def delete_zone(request: web.Request) -> web.Response:
+    zone = await _require_zone(request)
+    git = request.app[GIT]
+    files = [f.path for f in await git.run(lambda: list(git.iter_files(f"{CLIENT_ROOT}/{zone}")))]
+    asset_count = sum(1 for f in files if not f.endswith("/.gitkeep"))
+    published = await request.app[PUBLISHER].commit(
+        {f: None for f in files}, f"Delete zone {zone} and its {asset_count} files", purge_tags=[f"project-{zone}"])
+    await request.app[ZONES].remove(zone)
+    return json_response({
+        "HttpCode": 200, "Message": f"Zone '{zone}' deleted: {asset_count} files removed.",
+        "Commit": published.commit.commit_id, "FilesRemoved": asset_count, "EdgeStatus": "purging",
+        "EdgeNote": published.edge_note,
+    })

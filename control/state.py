@@ -1,0 +1,36 @@
+"""Typed application state of the control plane (aiohttp AppKeys), set up by `control.app`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiosqlite
+from aiohttp import web
+
+from control.cluster.registry import EdgeRegistry
+from control.manifest_store import ManifestStore
+from control.publish import Publisher
+from control.storage.git_store import GitStore
+from control.tokens import TokenStore
+from control.zones_store import ZoneStore
+from shared.config import Settings
+from shared.secrets import Secrets
+
+SETTINGS = web.AppKey("settings", Settings)
+SECRETS = web.AppKey("secrets", Secrets)
+DATA_DIR = web.AppKey("data_dir", Path)
+GIT = web.AppKey("git", GitStore)
+DB = web.AppKey("db", aiosqlite.Connection)
+MANIFEST = web.AppKey("manifest", ManifestStore)
+TOKENS = web.AppKey("tokens", TokenStore)
+ZONES = web.AppKey("zones", ZoneStore)
+REGISTRY = web.AppKey("registry", EdgeRegistry)
+PUBLISHER = web.AppKey("publisher", Publisher)
+
+
+def public_url(app: web.Application) -> str:
+    settings = app[SETTINGS]
+    configured = settings.get("server", "public_url")
+    if configured:
+        return configured.rstrip("/")
+    return f"http://{settings.get('server', 'host')}:{settings.get('server', 'edge_port')}"

@@ -1,0 +1,236 @@
+"""Files live in a bare git repository (branch `main`, no working tree), written with pygit2.
+
+Every mutation is exactly one commit. All repository access runs on one dedicated thread, which
+serialises writers and keeps libgit2 objects off the event loop; fsync of objects and refs is on,
+so a commit is durable when `commit` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+import pygit2
+from pygit2.enums import FileMode, ObjectType, Option
+
+T = TypeVar("T")
+BRANCH = "refs/heads/main"
+
+pygit2.option(Option.ENABLE_FSYNC_GITDIR, True)
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    old_blob: str | None   # None: the path did not exist
+    new_blob: str | None   # None: the path was deleted
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    commit_id: str
+    committed_at: str
+    changes: tuple[FileChange, ...]
+
+
+@dataclass(frozen=True)
+class TreeFile:
+    path: str
+    blob_id: str
+    size: int
+
+
+class NothingToCommit(Exception):
+    """The requested change leaves the tree as it is."""
+
+
+class GitStore:
+    def __init__(self, path: Path, author: str = "assetcdn", email: str = "assetcdn@localhost") -> None:
+        self.path = Path(path)
+        if (self.path / "HEAD").exists():
+            self._repo = pygit2.Repository(str(self.path))
+        else:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._repo = pygit2.init_repository(str(self.path), bare=True, initial_head="main")
+        self._author = (author, email)
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="git")
+        self._write_lock = asyncio.Lock()
+
+    async def run(self, fn, *args):  # type: ignore[no-untyped-def]
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+    # --- reads (call through `run` from async code) ---
+
+    def head_commit_id(self) -> str | None:
+        try:
+            return str(self._repo.revparse_single(BRANCH).id)
+        except KeyError:
+            return None
+
+    def _head_tree(self) -> pygit2.Tree | None:
+        try:
+            return self._repo.revparse_single(BRANCH).peel(pygit2.Tree)
+        except KeyError:
+            return None
+
+    def read_file(self, path: str) -> tuple[str, bytes] | None:
+        tree = self._head_tree()
+        if tree is None:
+            return None
+        try:
+            obj = tree[path]
+        except KeyError:
+            return None
+        if obj.type != ObjectType.BLOB:
+            return None
+        return str(obj.id), obj.data
+
+    def read_blob(self, blob_id: str) -> bytes | None:
+        try:
+            obj = self._repo.get(blob_id)
+        except (ValueError, KeyError):
+            return None
+        if obj is None or obj.type != ObjectType.BLOB:
+            return None
+        return obj.data
+
+    def blob_size(self, blob_id: str) -> int:
+        return self._repo.get(blob_id).size
+
+    def iter_files(self, prefix: str = "") -> Iterator[TreeFile]:
+        tree = self._head_tree()
+        if tree is None:
+            return
+        if prefix:
+            try:
+                sub = tree[prefix]
+            except KeyError:
+                return
+            if sub.type != ObjectType.TREE:
+                return
+            yield from self._walk(sub, prefix + "/")
+        else:
+            yield from self._walk(tree, "")
+
+    def _walk(self, tree: pygit2.Tree, base: str) -> Iterator[TreeFile]:
+        for obj in tree:
+            path = base + obj.name
+            if obj.type == ObjectType.TREE:
+                yield from self._walk(obj, path + "/")
+            elif obj.type == ObjectType.BLOB:
+                yield TreeFile(path, str(obj.id), obj.size)
+
+    def list_dir(self, path: str) -> list[tuple[str, bool, str, int]] | None:
+        """Direct children of a directory as (name, is_dir, object id, size), or None if it is no directory."""
+        tree = self._head_tree()
+        if tree is None:
+            return None
+        if path:
+            try:
+                tree = tree[path]
+            except KeyError:
+                return None
+            if tree.type != ObjectType.TREE:
+                return None
+        return [(obj.name, obj.type == ObjectType.TREE, str(obj.id),
+                 obj.size if obj.type == ObjectType.BLOB else 0) for obj in tree]
+
+    def is_dir(self, path: str) -> bool:
+        tree = self._head_tree()
+        if tree is None:
+            return False
+        if path == "":
+            return True
+        try:
+            return tree[path].type == ObjectType.TREE
+        except KeyError:
+            return False
+
+    def commit_time(self, commit_id: str) -> str:
+        commit = self._repo.get(commit_id)
+        return datetime.fromtimestamp(commit.commit_time, UTC).isoformat().replace("+00:00", "Z")
+
+    def diff_files(self, old_commit: str | None, new_commit: str | None) -> list[FileChange]:
+        """Changed files between two commits (for a manifest rebuilt after the repository moved)."""
+        def files(commit: str | None) -> dict[str, str]:
+            if commit is None:
+                return {}
+            tree = self._repo.get(commit).peel(pygit2.Tree)
+            return {f.path: f.blob_id for f in self._walk(tree, "")}
+        old, new = files(old_commit), files(new_commit)
+        return [FileChange(p, old.get(p), new.get(p)) for p in sorted(old.keys() | new.keys())
+                if old.get(p) != new.get(p)]
+
+    # --- writes ---
+
+    async def commit(self, changes: Mapping[str, bytes | None], message: str) -> CommitResult:
+        """Apply {path: bytes (write) | None (delete)} as one commit. Serialised across callers."""
+        async with self._write_lock:
+            return await self.run(self._commit_sync, dict(changes), message)
+
+    def _commit_sync(self, changes: dict[str, bytes | None], message: str) -> CommitResult:
+        repo = self._repo
+        parent_tree = self._head_tree()
+        blobs: dict[str, pygit2.Oid | None] = {}
+        for path, data in changes.items():
+            blobs[path] = None if data is None else repo.create_blob(data)
+        file_changes: list[FileChange] = []
+        for path, oid in blobs.items():
+            old = None
+            if parent_tree is not None:
+                try:
+                    entry = parent_tree[path]
+                    old = str(entry.id) if entry.type == ObjectType.BLOB else None
+                except KeyError:
+                    old = None
+            new = None if oid is None else str(oid)
+            if old != new:
+                file_changes.append(FileChange(path, old, new))
+        if not file_changes:
+            raise NothingToCommit(message)
+        nested: dict[tuple[str, ...], pygit2.Oid | None] = {tuple(p.split("/")): o for p, o in blobs.items()}
+        tree_id = self._build_tree(parent_tree, nested)
+        if tree_id is None:
+            tree_id = repo.TreeBuilder().write()
+        signature = pygit2.Signature(*self._author)
+        parents = [] if (head := self.head_commit_id()) is None else [pygit2.Oid(hex=head)]
+        commit_id = repo.create_commit(BRANCH, signature, signature, message, tree_id, parents)
+        return CommitResult(str(commit_id), self.commit_time(str(commit_id)), tuple(file_changes))
+
+    def _build_tree(self, tree: pygit2.Tree | None,
+                    changes: dict[tuple[str, ...], pygit2.Oid | None]) -> pygit2.Oid | None:
+        """Return the id of `tree` with `changes` applied, or None when the result is empty."""
+        builder = self._repo.TreeBuilder(tree) if tree is not None else self._repo.TreeBuilder()
+        by_child: dict[str, dict[tuple[str, ...], pygit2.Oid | None]] = {}
+        for parts, oid in changes.items():
+            if len(parts) == 1:
+                name = parts[0]
+                if oid is None:
+                    if builder.get(name) is not None:
+                        builder.remove(name)
+                else:
+                    builder.insert(name, oid, FileMode.BLOB)
+            else:
+                by_child.setdefault(parts[0], {})[parts[1:]] = oid
+        for name, sub_changes in by_child.items():
+            existing = builder.get(name)
+            subtree = None
+            if existing is not None and existing.type == ObjectType.TREE:
+                subtree = self._repo.get(existing.id)
+            sub_id = self._build_tree(subtree, sub_changes)
+            if sub_id is None:
+                if existing is not None:
+                    builder.remove(name)
+            else:
+                builder.insert(name, sub_id, FileMode.TREE)
+        if len(builder) == 0:
+            return None
+        return builder.write()

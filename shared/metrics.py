@@ -1,0 +1,92 @@
+"""Prometheus metrics for one process kind (control or edge), exposed at /metrics.
+
+Worker processes of one edge node share PROMETHEUS_MULTIPROC_DIR, so /metrics on any worker
+reports the node as a whole.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+class Metrics:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = None if multiprocess_dir() else self.registry
+        self.requests = Counter("assetcdn_requests_total", "HTTP requests by route and status",
+                                ["process", "route", "method", "status"], registry=reg)
+        self.request_seconds = Histogram("assetcdn_request_seconds", "HTTP request latency by route",
+                                         ["process", "route"], buckets=LATENCY_BUCKETS, registry=reg)
+        self.cache = Counter("assetcdn_edge_cache_total", "Edge cache lookups by result (HIT, MISS, STALE)",
+                             ["result"], registry=reg)
+        self.bytes_served = Counter("assetcdn_bytes_served_total", "Response body bytes served", ["process"],
+                                    registry=reg)
+        self.origin_fetch_seconds = Histogram("assetcdn_origin_fetch_seconds", "Edge fetches from control",
+                                              ["kind"], buckets=LATENCY_BUCKETS, registry=reg)
+        self.propagation_seconds = Histogram("assetcdn_propagation_seconds",
+                                             "Time from control sending a push or purge to the edge's ack",
+                                             ["kind", "edge"], buckets=LATENCY_BUCKETS, registry=reg)
+        self.manifest_generation = Gauge("assetcdn_manifest_generation", "Manifest generation held",
+                                         ["process"], registry=reg, multiprocess_mode="max")
+        self.transforms = Counter("assetcdn_transforms_total", "Image transforms run (cache misses)",
+                                  ["format"], registry=reg)
+
+    def render(self) -> bytes:
+        if multiprocess_dir():
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry)
+        return generate_latest(self.registry)
+
+
+METRICS = web.AppKey("metrics", Metrics)
+
+
+def _route_name(request: web.Request) -> str:
+    info = request.match_info
+    route = info.route if info else None
+    resource = route.resource if route else None
+    return resource.canonical if resource is not None else "unmatched"
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request,
+                             handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    metrics = request.app[METRICS]
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        route = _route_name(request)
+        metrics.requests.labels(metrics.kind, route, request.method, str(status)).inc()
+        metrics.request_seconds.labels(metrics.kind, route).observe(time.perf_counter() - started)
+
+
+async def metrics_handler(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[METRICS].render(), headers={"Content-Type": CONTENT_TYPE_LATEST})

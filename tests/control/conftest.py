@@ -1,0 +1,37 @@
+"""A real control plane app (real git repository, real SQLite file) on a pytest-aiohttp test client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from control.app import create_app
+from shared.config import load_settings
+from shared.secrets import Secrets
+
+SECRETS = Secrets(access_key="test-access-key", account_key="test-account-key", purge_key="test-purge-key",
+                  analytics_key="test-analytics-key", signed_url_secret="test-signed-secret",
+                  cluster_secret="test-cluster-secret", session_secret="test-session-secret")
+ACCESS = {"AccessKey": SECRETS.access_key}
+ACCOUNT = {"AccountKey": SECRETS.account_key}
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+async def control(aiohttp_client, data_dir: Path) -> TestClient:  # type: ignore[no-untyped-def]
+    settings = load_settings(environ={})
+    app = create_app(settings, SECRETS, data_dir)
+    return await aiohttp_client(app)
+
+
+@pytest.fixture
+async def zone(control: TestClient) -> str:
+    resp = await control.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    return "akande"
