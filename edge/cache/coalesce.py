@@ -1,0 +1,47 @@
+"""Request coalescing: concurrent misses for one key wait on a single fetch."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class SingleFlight(Generic[T]):
+    """``await flight.run(key, factory)``: the first caller for ``key`` starts ``factory()`` as a
+    task; callers arriving while it runs await the same task.
+
+    - Its result or exception is delivered to every waiter.
+    - Each waiter awaits through ``asyncio.shield``: cancelling one waiter (a client that went
+      away) cancels only that waiter, never the shared fetch. The fetch runs to completion
+      even if every waiter is cancelled, so its result can still fill the cache.
+    - The key is released when the task finishes, so the next miss starts a new fetch.
+
+    One instance per event loop (per worker); it is not thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._flights: dict[Hashable, asyncio.Future[T]] = {}
+
+    def __len__(self) -> int:
+        return len(self._flights)
+
+    def in_flight(self, key: Hashable) -> bool:
+        return key in self._flights
+
+    async def run(self, key: Hashable, factory: Callable[[], Awaitable[T]]) -> T:
+        task = self._flights.get(key)
+        if task is None:
+            task = asyncio.ensure_future(factory())
+            self._flights[key] = task
+            task.add_done_callback(lambda done: self._release(key, done))
+        return await asyncio.shield(task)
+
+    def _release(self, key: Hashable, task: asyncio.Future[T]) -> None:
+        if self._flights.get(key) is task:
+            del self._flights[key]
+        # Mark the exception retrieved: when every waiter was cancelled nobody else reads it.
+        if not task.cancelled():
+            task.exception()

@@ -1,0 +1,251 @@
+"""The disk tier: a bounded diskcache directory that survives restarts and keeps each entry's tags.
+
+Layout inside ``directory`` (all in diskcache's own ``cache.db``, so one file is the truth):
+
+- ``Cache`` (diskcache's table): the body as raw bytes (inline in SQLite below
+  ``min_file_size``, otherwise a file of exactly the body, which is what makes streaming and
+  sendfile possible) and, in diskcache's single ``tag`` column, the entry's metadata as JSON
+  (content type, ETag, cache tags, stored-at, extra headers). Body and metadata are written by
+  one ``Cache.set`` call, so they change together in one SQLite transaction.
+- ``EdgeTag`` (ours): a tag -> key index maintained by SQLite triggers on ``Cache``. Because
+  the triggers fire inside diskcache's own transactions, the index follows every insert,
+  overwrite, eviction (culling), delete and clear, from any process, with no extra write.
+
+Reads go through diskcache's transaction-free fast path (statistics off, and the default
+"least-recently-stored" eviction policy never writes on a read); see ``EdgeCache`` for why
+they run inline on the event loop.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+import diskcache
+import orjson
+
+from edge.cache.entry import STREAM_CHUNK, CachedObject, clamp_range
+
+# diskcache's default: bodies below it live inline in SQLite, larger ones as files.
+DEFAULT_MIN_FILE_SIZE = 32 * 1024
+SQLITE_TIMEOUT_S = 60.0
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS EdgeTag ("
+    " tag TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (tag, key)) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS EdgeTag_key ON EdgeTag (key)",
+    "CREATE TRIGGER IF NOT EXISTS EdgeTag_insert AFTER INSERT ON Cache"
+    " FOR EACH ROW WHEN json_valid(NEW.tag) BEGIN"
+    " INSERT OR IGNORE INTO EdgeTag (tag, key)"
+    " SELECT value, NEW.key FROM json_each(NEW.tag, '$.tags'); END",
+    "CREATE TRIGGER IF NOT EXISTS EdgeTag_update AFTER UPDATE OF tag ON Cache"
+    " FOR EACH ROW BEGIN"
+    " DELETE FROM EdgeTag WHERE key = OLD.key;"
+    " INSERT OR IGNORE INTO EdgeTag (tag, key)"
+    " SELECT value, NEW.key FROM json_each(CASE WHEN json_valid(NEW.tag) THEN NEW.tag"
+    " ELSE '{}' END, '$.tags'); END",
+    "CREATE TRIGGER IF NOT EXISTS EdgeTag_delete AFTER DELETE ON Cache"
+    " FOR EACH ROW BEGIN DELETE FROM EdgeTag WHERE key = OLD.key; END",
+)
+
+
+class _CountingReader:
+    """Wraps a binary stream so the size diskcache writes is known afterwards, and caps each
+    read (diskcache asks for 4 MiB at a time) so a streamed put holds little in memory."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self.size = 0
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._raw.read(STREAM_CHUNK if size < 0 else min(size, STREAM_CHUNK))
+        self.size += len(chunk)
+        return chunk
+
+
+def encode_meta(
+    content_type: str,
+    etag: str,
+    tags: Sequence[str],
+    stored_at: float,
+    headers: Sequence[tuple[str, str]],
+) -> str:
+    return orjson.dumps(
+        {
+            "ct": content_type,
+            "etag": etag,
+            "tags": list(tags),
+            "at": stored_at,
+            "h": [list(h) for h in headers],
+        }
+    ).decode()
+
+
+class DiskTier:
+    """Bounded, restart-surviving body store on ``diskcache.Cache``, with tag purges.
+
+    Process-safe (SQLite WAL): every worker of a node may open the same directory.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        size_limit: int,
+        min_file_size: int = DEFAULT_MIN_FILE_SIZE,
+        eviction_policy: str = "least-recently-stored",
+    ) -> None:
+        self.directory = Path(directory)
+        self._cache = diskcache.Cache(
+            str(self.directory),
+            timeout=SQLITE_TIMEOUT_S,
+            size_limit=size_limit,
+            disk_min_file_size=min_file_size,
+            eviction_policy=eviction_policy,
+            statistics=False,
+            tag_index=False,
+        )
+        self._local = threading.local()
+        self._sql().executescript(";\n".join(_SCHEMA) + ";")
+
+    @property
+    def size_limit(self) -> int:
+        return int(self._cache.size_limit)
+
+    @property
+    def database(self) -> Path:
+        return self.directory / diskcache.core.DBNAME
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def volume(self) -> int:
+        """Bytes on disk: SQLite pages plus body files (what ``size_limit`` bounds)."""
+        return int(self._cache.volume())
+
+    def get(self, key: str, *, load_limit: int) -> CachedObject | None:
+        """The entry under ``key``; bodies up to ``load_limit`` bytes come back in ``body``,
+        larger ones as ``path`` (nothing read but the SQLite row and an ``fstat``)."""
+        try:
+            value, meta = self._cache.get(key, default=None, read=True, tag=True)
+        except OSError:  # the body file went away between the row and the open
+            return None
+        if value is None:
+            return None
+        body: bytes | None
+        path: str | None = None
+        if isinstance(value, bytes):
+            body, size = value, len(value)
+        else:
+            with value:
+                size = os.fstat(value.fileno()).st_size
+                if size <= load_limit:
+                    body = value.read()
+                else:
+                    body, path = None, value.name
+        if not isinstance(meta, str):
+            return None
+        data = orjson.loads(meta)
+        return CachedObject(
+            key=key,
+            content_type=data["ct"],
+            etag=data["etag"],
+            tags=tuple(data["tags"]),
+            size=size,
+            stored_at=data["at"],
+            body=body,
+            path=path,
+            headers=tuple((name, val) for name, val in data["h"]),
+        )
+
+    def put(
+        self,
+        key: str,
+        body: bytes | BinaryIO,
+        *,
+        content_type: str,
+        etag: str,
+        tags: Sequence[str],
+        headers: Sequence[tuple[str, str]] = (),
+        stored_at: float | None = None,
+    ) -> int:
+        """Store ``body`` (bytes, or a binary stream copied in ``STREAM_CHUNK`` pieces, never
+        held whole) and return its size. May evict older entries to respect ``size_limit``."""
+        meta = encode_meta(
+            content_type, etag, tags, time.time() if stored_at is None else stored_at, headers
+        )
+        if isinstance(body, bytes | bytearray | memoryview):
+            data = bytes(body)
+            self._cache.set(key, data, tag=meta, retry=True)
+            return len(data)
+        reader = _CountingReader(body)
+        self._cache.set(key, reader, read=True, tag=meta, retry=True)
+        return reader.size
+
+    def read_range(self, key: str, start: int, end: int) -> bytes | None:
+        """Bytes ``[start, end)`` of the body under ``key`` (end exclusive, clamped to the size),
+        reading only that span from disk; None when the key is absent."""
+        try:
+            value = self._cache.get(key, default=None, read=True)
+        except OSError:
+            return None
+        if value is None:
+            return None
+        if isinstance(value, bytes):
+            start, end = clamp_range(start, end, len(value))
+            return value[start:end]
+        with value:
+            start, end = clamp_range(start, end, os.fstat(value.fileno()).st_size)
+            value.seek(start)
+            return value.read(end - start)
+
+    def delete(self, key: str) -> bool:
+        return bool(self._cache.delete(key, retry=True))
+
+    def delete_many(self, keys: Iterable[str]) -> list[str]:
+        return [key for key in keys if self.delete(key)]
+
+    def keys_for_tags(self, tags: Iterable[str]) -> list[str]:
+        tag_list = list(dict.fromkeys(tags))
+        if not tag_list:
+            return []
+        marks = ",".join("?" * len(tag_list))
+        rows = (
+            self._sql()
+            .execute(f"SELECT DISTINCT key FROM EdgeTag WHERE tag IN ({marks})", tag_list)
+            .fetchall()
+        )
+        return [row[0] for row in rows]
+
+    def purge_tags(self, tags: Iterable[str]) -> list[str]:
+        """Delete every entry carrying any of ``tags`` (works across restarts); returns keys."""
+        return self.delete_many(self.keys_for_tags(tags))
+
+    def clear(self) -> int:
+        return int(self._cache.clear(retry=True))
+
+    def close(self) -> None:
+        self._cache.close()
+        con = getattr(self._local, "con", None)
+        if con is not None:
+            con.close()
+            self._local.con = None
+
+    def _sql(self) -> sqlite3.Connection:
+        """This thread's own connection to ``cache.db`` for the tag index (diskcache keeps its
+        connections private)."""
+        con: sqlite3.Connection | None = getattr(self._local, "con", None)
+        if con is None:
+            con = sqlite3.connect(
+                self.database,
+                timeout=SQLITE_TIMEOUT_S,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            self._local.con = con
+        return con

@@ -1,0 +1,170 @@
+"""The disk tier on a real diskcache directory: tags, restart, bounds, streaming, ranges."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from edge.cache.disk import DiskTier
+from edge.cache.entry import STREAM_CHUNK, strong_etag
+
+MB = 1024 * 1024
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[DiskTier]:
+    tier = DiskTier(tmp_path / "cache", size_limit=64 * MB)
+    yield tier
+    tier.close()
+
+
+def put(tier: DiskTier, key: str, body: bytes, *tags: str) -> None:
+    tier.put(key, body, content_type="image/png", etag=strong_etag(key), tags=tags)
+
+
+def test_round_trip_keeps_metadata(disk: DiskTier) -> None:
+    disk.put(
+        "asset:1",
+        b"png-bytes",
+        content_type="image/png",
+        etag='"1"',
+        tags=("project-a", "all-assets"),
+        headers=(("X-Zone", "a"),),
+        stored_at=123.0,
+    )
+    obj = disk.get("asset:1", load_limit=MB)
+    assert obj is not None
+    assert (obj.body, obj.size, obj.content_type, obj.etag) == (b"png-bytes", 9, "image/png", '"1"')
+    assert obj.tags == ("project-a", "all-assets")
+    assert obj.headers == (("X-Zone", "a"),)
+    assert obj.stored_at == 123.0
+    assert disk.get("asset:missing", load_limit=MB) is None
+
+
+def test_purge_by_tag(disk: DiskTier) -> None:
+    put(disk, "a", b"1", "project-x", "all-assets")
+    put(disk, "b", b"2" * 100_000, "project-x", "type-logos")  # a body file, not inline
+    put(disk, "c", b"3", "project-y", "all-assets")
+    assert sorted(disk.purge_tags(["project-x"])) == ["a", "b"]
+    assert disk.get("a", load_limit=MB) is None and disk.get("b", load_limit=MB) is None
+    assert disk.get("c", load_limit=MB) is not None
+    assert disk.keys_for_tags(["project-x"]) == []
+
+
+def test_overwrite_replaces_tags(disk: DiskTier) -> None:
+    put(disk, "k", b"old", "old-tag")
+    put(disk, "k", b"new", "new-tag")
+    assert disk.keys_for_tags(["old-tag"]) == []
+    assert disk.purge_tags(["new-tag"]) == ["k"]
+
+
+def test_survives_restart(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    first = DiskTier(directory, size_limit=64 * MB)
+    put(first, "small", b"s" * 10, "project-a")
+    put(first, "large", b"L" * (2 * MB), "project-a", "format-mp4")
+    put(first, "other", b"o", "project-b")
+    first.close()
+
+    reopened = DiskTier(directory, size_limit=64 * MB)
+    small = reopened.get("small", load_limit=MB)
+    large = reopened.get("large", load_limit=MB)
+    assert small is not None and small.body == b"s" * 10 and small.tags == ("project-a",)
+    assert large is not None and large.path is not None and large.size == 2 * MB
+    assert sorted(reopened.purge_tags(["project-a"])) == ["large", "small"]
+    assert len(reopened) == 1
+    reopened.close()
+
+
+def test_bounded_by_size_limit_and_index_follows_eviction(tmp_path: Path) -> None:
+    limit = 2 * MB
+    tier = DiskTier(tmp_path / "cache", size_limit=limit)
+    body = b"b" * (100 * 1024)
+    for index in range(60):
+        put(tier, f"asset:{index}", body, "all-assets")
+        assert tier.volume() <= limit + len(body) + 256 * 1024
+    assert len(tier) < 60
+    assert tier.get("asset:59", load_limit=MB) is not None
+    assert tier.get("asset:0", load_limit=MB) is None
+    remaining = {f"asset:{i}" for i in range(60) if tier.get(f"asset:{i}", load_limit=0)}
+    assert set(tier.keys_for_tags(["all-assets"])) == remaining
+    tier.close()
+
+
+def test_clear(disk: DiskTier) -> None:
+    put(disk, "a", b"1", "t")
+    put(disk, "b", b"2" * 50_000, "t")
+    assert disk.clear() == 2
+    assert len(disk) == 0 and disk.keys_for_tags(["t"]) == []
+
+
+def test_large_entry_streams_without_loading_it_whole(tmp_path: Path, disk: DiskTier) -> None:
+    size = 5 * MB
+    source = tmp_path / "source.bin"
+    source.write_bytes(os.urandom(size))
+    expected = hashlib.sha256(source.read_bytes()).hexdigest()
+
+    tracemalloc.start()
+    try:
+        with source.open("rb") as fh:
+            written = disk.put(
+                "video:1", fh, content_type="video/mp4", etag='"v1"', tags=("format-mp4",)
+            )
+        obj = disk.get("video:1", load_limit=MB)
+        assert obj is not None and obj.body is None and obj.path is not None
+        digest = hashlib.sha256()
+        largest_chunk = 0
+        for chunk in obj.iter_chunks():
+            largest_chunk = max(largest_chunk, len(chunk))
+            digest.update(chunk)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert written == size and obj.size == size
+    assert digest.hexdigest() == expected
+    assert largest_chunk <= STREAM_CHUNK
+    assert peak < 2 * STREAM_CHUNK + 512 * 1024  # never near the 5 MB body
+    with obj.open() as fh:  # what sendfile would use
+        assert os.fstat(fh.fileno()).st_size == size
+
+
+def test_open_descriptor_outlives_a_purge(disk: DiskTier) -> None:
+    put(disk, "big", b"z" * (2 * MB), "t")
+    obj = disk.get("big", load_limit=0)
+    assert obj is not None
+    with obj.open() as fh:
+        disk.purge_tags(["t"])
+        assert len(fh.read()) == 2 * MB
+    with pytest.raises(FileNotFoundError):
+        obj.open()
+
+
+@pytest.mark.parametrize("size", [1000, 200_000])  # inline in SQLite, and a body file
+def test_range_reads(disk: DiskTier, size: int) -> None:
+    body = bytes(range(256)) * (size // 256 + 1)
+    body = body[:size]
+    put(disk, "k", body)
+    assert disk.read_range("k", 0, 10) == body[0:10]
+    assert disk.read_range("k", 100, 612) == body[100:612]
+    assert disk.read_range("k", size - 5, size + 100) == body[-5:]  # clamped to the size
+    assert disk.read_range("k", size + 10, size + 20) == b""
+    assert disk.read_range("missing", 0, 10) is None
+    obj = disk.get("k", load_limit=0 if size > 100_000 else MB)
+    assert obj is not None
+    assert obj.read_range(100, 612) == body[100:612]
+    assert b"".join(obj.iter_chunks(7, 5000, chunk_size=1000)) == body[7:5000]
+
+
+def test_stream_put_of_small_body(disk: DiskTier) -> None:
+    assert (
+        disk.put("k", io.BytesIO(b"tiny"), content_type="text/plain", etag='"t"', tags=("t",)) == 4
+    )
+    obj = disk.get("k", load_limit=MB)
+    assert obj is not None and obj.body == b"tiny"

@@ -1,0 +1,85 @@
+"""The memory tier: LRU by bytes, the object-size cap, tag purges."""
+
+from __future__ import annotations
+
+from edge.cache.entry import CachedObject, strong_etag
+from edge.cache.memory import MemoryTier
+
+
+def make(key: str, size: int, tags: tuple[str, ...] = ()) -> CachedObject:
+    return CachedObject(
+        key=key,
+        content_type="application/octet-stream",
+        etag=strong_etag(key),
+        tags=tags,
+        size=size,
+        stored_at=0.0,
+        body=b"x" * size,
+    )
+
+
+def test_evicts_least_recently_used_by_bytes() -> None:
+    tier = MemoryTier(max_bytes=300, max_object_size=300)
+    for key in ("a", "b", "c"):
+        assert tier.put(make(key, 100))
+    assert tier.get("a") is not None  # a becomes the most recently used
+    tier.put(make("d", 100))
+    assert "b" not in tier
+    assert all(key in tier for key in ("a", "c", "d"))
+    assert tier.bytes == 300
+
+
+def test_large_entry_evicts_several() -> None:
+    tier = MemoryTier(max_bytes=300, max_object_size=300)
+    for key in ("a", "b", "c"):
+        tier.put(make(key, 100))
+    tier.put(make("big", 250))
+    assert len(tier) == 1 and "big" in tier
+    assert tier.bytes == 250
+
+
+def test_objects_above_max_object_size_are_not_kept() -> None:
+    tier = MemoryTier(max_bytes=1000, max_object_size=100)
+    assert not tier.put(make("big", 101))
+    assert tier.get("big") is None
+    assert tier.bytes == 0
+
+
+def test_path_backed_objects_are_not_kept() -> None:
+    tier = MemoryTier(max_bytes=1000, max_object_size=1000)
+    obj = CachedObject(
+        key="k",
+        content_type="video/mp4",
+        etag='"k"',
+        tags=(),
+        size=10,
+        stored_at=0.0,
+        path="/nonexistent",
+    )
+    assert not tier.put(obj)
+
+
+def test_overwrite_replaces_bytes_and_tags() -> None:
+    tier = MemoryTier(max_bytes=1000, max_object_size=1000)
+    tier.put(make("k", 100, ("old",)))
+    tier.put(make("k", 40, ("new",)))
+    assert tier.bytes == 40
+    assert tier.purge_tags(["old"]) == []
+    assert tier.purge_tags(["new"]) == ["k"]
+
+
+def test_purge_by_tag() -> None:
+    tier = MemoryTier(max_bytes=10_000, max_object_size=1000)
+    tier.put(make("a", 10, ("project-x", "all-assets")))
+    tier.put(make("b", 10, ("project-y", "all-assets")))
+    tier.put(make("c", 10, ("project-x",)))
+    assert sorted(tier.purge_tags(["project-x"])) == ["a", "c"]
+    assert "b" in tier and len(tier) == 1
+    assert tier.purge_tags(["all-assets"]) == ["b"]
+    assert tier.bytes == 0
+
+
+def test_disabled_tier_keeps_nothing() -> None:
+    tier = MemoryTier(max_bytes=0, max_object_size=1000)
+    assert not tier.put(make("a", 1))
+    assert len(tier) == 0

@@ -1,0 +1,151 @@
+"""EdgeCache: memory in front of disk, purges across tiers and across worker processes."""
+
+from __future__ import annotations
+
+import io
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from edge.cache.entry import strong_etag
+from edge.cache.store import EdgeCache
+from shared.config import load_settings
+
+KB = 1024
+MB = 1024 * KB
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Iterator[EdgeCache]:
+    edge_cache = EdgeCache(
+        tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=1 * MB, memory_max_object=256 * KB
+    )
+    yield edge_cache
+    edge_cache.close()
+
+
+def put(cache: EdgeCache, key: str, body: bytes, *tags: str) -> None:
+    cache.put(key, body, "image/webp", strong_etag(key.split(":")[-1]), tags)
+
+
+def test_small_put_is_served_from_memory(cache: EdgeCache) -> None:
+    stored = cache.put(
+        "asset:abc",
+        b"webp",
+        "image/webp",
+        strong_etag("abc"),
+        ["project-a", "all-assets"],
+        headers={"X-Robots-Tag": "noindex"},
+    )
+    assert stored.etag == '"abc"' and stored.in_memory
+    hit = cache.get("asset:abc")
+    assert hit is stored  # the memory tier's own object: no copy on a hit
+    assert hit.headers == (("X-Robots-Tag", "noindex"),)
+
+
+def test_disk_hit_is_promoted_to_memory(tmp_path: Path, cache: EdgeCache) -> None:
+    put(cache, "asset:1", b"x" * 1000, "t")
+    other_worker = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB)
+    assert "asset:1" not in other_worker.memory
+    obj = other_worker.get("asset:1")
+    assert obj is not None and obj.body == b"x" * 1000 and obj.tags == ("t",)
+    assert "asset:1" in other_worker.memory
+    other_worker.close()
+
+
+def test_large_body_stays_on_disk(cache: EdgeCache) -> None:
+    stored = cache.put("video:1", io.BytesIO(b"v" * (3 * MB)), "video/mp4", '"v1"', ["format-mp4"])
+    assert stored.path is not None and stored.body is None and stored.size == 3 * MB
+    assert "video:1" not in cache.memory
+    hit = cache.get("video:1")
+    assert hit is not None and hit.path == stored.path
+    assert cache.read_range("video:1", 10, 20) == b"v" * 10
+
+
+def test_read_range_from_memory(cache: EdgeCache) -> None:
+    put(cache, "asset:r", bytes(range(200)))
+    assert cache.read_range("asset:r", 50, 60) == bytes(range(50, 60))
+    assert cache.read_range("asset:missing", 0, 1) is None
+
+
+def test_purge_keys(cache: EdgeCache) -> None:
+    put(cache, "asset:1", b"1")
+    put(cache, "asset:2", b"2")
+    assert cache.purge_keys(["asset:1", "asset:404"]) == 1
+    assert cache.get("asset:1") is None and cache.get("asset:2") is not None
+
+
+def test_purge_tags_counts_distinct_entries(cache: EdgeCache) -> None:
+    put(cache, "asset:1", b"1", "project-a", "all-assets")
+    put(cache, "asset:2", b"2" * (300 * KB), "project-a")  # disk only
+    put(cache, "asset:3", b"3", "project-b", "all-assets")
+    assert cache.purge_tags(["project-a", "all-assets"]) == 3
+    assert cache.stats().disk_entries == 0 and cache.stats().memory_entries == 0
+
+
+def test_purge_reaches_other_workers_memory(tmp_path: Path, cache: EdgeCache) -> None:
+    other_worker = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB)
+    put(cache, "asset:1", b"1", "project-a")
+    put(cache, "asset:2", b"2", "project-b")
+    put(cache, "asset:3", b"3", "project-c")
+    for key in ("asset:1", "asset:2", "asset:3"):
+        assert other_worker.get(key) is not None  # now in the other worker's memory
+    assert cache.purge_tags(["project-a"]) == 1
+    assert other_worker.get("asset:1") is None
+    assert cache.purge_keys(["asset:2"]) == 1
+    assert other_worker.get("asset:2") is None
+    assert other_worker.get("asset:3") is not None
+    cache.purge_all()
+    assert other_worker.get("asset:3") is None
+    other_worker.close()
+
+
+def test_purge_all(cache: EdgeCache) -> None:
+    for index in range(5):
+        put(cache, f"asset:{index}", b"x" * 100)
+    assert cache.purge_all() == 5
+    assert cache.get("asset:0") is None
+    assert cache.stats().disk_entries == 0
+
+
+def test_survives_restart_with_tags(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    first = EdgeCache(directory, disk_size_limit=64 * MB)
+    put(first, "asset:1", b"one", "project-a")
+    put(first, "asset:2", b"two", "project-b")
+    first.close()
+    second = EdgeCache(directory, disk_size_limit=64 * MB)
+    assert second.get("asset:1") is not None
+    assert second.purge_tags(["project-a"]) == 1
+    assert second.get("asset:1") is None and second.get("asset:2") is not None
+    second.close()
+
+
+def test_stats_and_check(cache: EdgeCache) -> None:
+    put(cache, "asset:1", b"x" * 100)
+    stats = cache.stats()
+    assert (stats.memory_entries, stats.memory_bytes, stats.disk_entries) == (1, 100, 1)
+    assert stats.memory_limit_bytes == 1 * MB and stats.disk_limit_bytes == 64 * MB
+    assert stats.disk_bytes > 0 and set(stats.to_json()) >= {"disk_bytes", "memory_entries"}
+    check = cache.check()
+    assert check.ok and check.error is None
+    assert cache.stats().disk_entries == 1  # the probe entry is gone
+
+
+def test_check_reports_a_lost_directory(tmp_path: Path) -> None:
+    edge_cache = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB)
+    edge_cache.disk.close()
+    shutil.rmtree(tmp_path / "cache")  # the disk went away under a running edge
+    check = edge_cache.check()
+    assert not check.ok and check.error
+
+
+def test_from_settings(tmp_path: Path) -> None:
+    edge = load_settings(environ={}).section("edge")
+    edge_cache = EdgeCache.from_settings(edge, tmp_path / "cache")
+    assert edge_cache.memory.max_bytes == edge["memory_cache_mb"] * MB
+    assert edge_cache.memory.max_object_size == edge["memory_object_max_kb"] * KB
+    assert edge_cache.disk.size_limit == edge["cache_size_mb"] * MB
+    edge_cache.close()
