@@ -1,0 +1,101 @@
+"""run_transform: read the source header, check budgets, then run the steps in order.
+
+Like imgproxy's processing pipeline: a list of small steps sharing one context, the time
+budget checked between steps. Adding an operation is one file and one line in STEPS.
+libvips is lazy, so most pixel work happens inside `encode`; a libvips 'eval' callback
+checks the deadline there too and kills the computation when it is passed. Runs in the
+calling thread (the edge calls it through run_in_executor); libvips releases the GIL.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyvips
+
+from edge.transform.blur import blur
+from edge.transform.context import TransformContext, over_budget
+from edge.transform.decode import decode
+from edge.transform.encode import ANIMATED_OUTPUTS, CONTENT_TYPES, ENCODERS, encode_image
+from edge.transform.gravity import gravity
+from edge.transform.options import TransformOptions
+from edge.transform.resize import plan_resize, resize
+from edge.transform.sharpen import sharpen
+from edge.transform.source import check_pixels, read_source
+from shared.errors import LegacyError
+
+
+@dataclass(frozen=True, slots=True)
+class TransformResult:
+    body: bytes
+    content_type: str
+    width: int
+    height: int          # of one frame
+    format: str
+    pages: int
+
+
+def _watch_deadline(ctx: TransformContext, image: pyvips.Image) -> None:
+    """Kill libvips' evaluation of `image` once the deadline passes (checked per chunk of tiles)."""
+    def on_eval(evaluated: pyvips.Image, _progress: object) -> None:
+        if time.monotonic() > ctx.deadline:
+            evaluated.set_kill(True)
+
+    image.set_progress(True)
+    image.signal_connect("eval", on_eval)
+
+
+def encode(ctx: TransformContext) -> None:
+    image = ctx.require_image()
+    _watch_deadline(ctx, image)
+    try:
+        ctx.body = encode_image(image, ctx.output_format, ctx.opts.quality)
+    except pyvips.Error as exc:
+        if time.monotonic() > ctx.deadline:
+            raise over_budget(ctx.time_budget_s, "encode") from exc
+        raise
+
+
+Step = Callable[[TransformContext], None]
+STEPS: tuple[tuple[str, Step], ...] = (
+    ("decode", decode),
+    ("resize", resize),
+    ("gravity", gravity),
+    ("blur", blur),
+    ("sharpen", sharpen),
+    ("encode", encode),
+)
+
+
+def run_transform(source: bytes, source_format: str, opts: TransformOptions, output_format: str, *,
+                  max_pixels: int, time_budget_s: float) -> TransformResult:
+    """Transform `source` per `opts` into `output_format`; LegacyError (4xx, or 503 over time) on failure."""
+    deadline = time.monotonic() + time_budget_s
+    if output_format not in ENCODERS:
+        raise LegacyError(400, f"Output format '{output_format}' is not available on this edge. "
+                          f"Available: {', '.join(sorted(ENCODERS))}.")
+    image_source = read_source(source, source_format)
+    keep_animation = image_source.animated and output_format in ANIMATED_OUTPUTS
+    pages = image_source.pages if keep_animation else 1
+    # Both checks run on header values only: nothing has been decoded yet.
+    check_pixels("source image", image_source.width, image_source.height, pages, max_pixels)
+    plan = plan_resize(image_source.width, image_source.height, opts)
+    if plan is not None:
+        check_pixels("requested output", plan.width, plan.height, pages, max_pixels)
+    ctx = TransformContext(source=image_source, opts=opts, output_format=output_format,
+                           keep_animation=keep_animation, plan=plan, max_pixels=max_pixels,
+                           deadline=deadline, time_budget_s=time_budget_s)
+    for name, step in STEPS:
+        ctx.check_deadline(name)
+        try:
+            step(ctx)
+        except pyvips.Error as exc:
+            raise LegacyError(422, f"The source image ({image_source.format}) could not be "
+                              f"processed at step '{name}': {str(exc).splitlines()[0]}") from exc
+    image = ctx.require_image()
+    frame_height = image.get_page_height()
+    return TransformResult(body=ctx.body, content_type=CONTENT_TYPES[output_format], width=image.width,
+                           height=frame_height, format=output_format,
+                           pages=ctx.pages if output_format in ANIMATED_OUTPUTS else 1)
