@@ -58,6 +58,7 @@ class _Pattern:
     regex: re.Pattern[str]
     names: frozenset[str]           # placeholder names, "splat" included when the pattern has one
     static: bool
+    prefix: str                     # literal text before the first '*' or placeholder: a cheap pre-check
 
 
 def _compile_part(text: str, segment: str, line: int, names: set[str], splats: list[int]) -> str:
@@ -96,7 +97,12 @@ def _compile_path(path: str, line: int) -> _Pattern:
     source = _compile_part(path, "[^/]+", line, names, splats)
     if splats:
         names.add("splat")
-    return _Pattern(re.compile(source + r"\Z"), frozenset(names), not names)
+    return _Pattern(re.compile(source + r"\Z"), frozenset(names), not names, _literal_prefix(path))
+
+
+def _literal_prefix(path: str) -> str:
+    found = re.search(r"\*|:[A-Za-z]", path)
+    return path[:found.start()] if found else path
 
 
 def _substitute(template: str, groups: dict[str, str]) -> str:
@@ -141,11 +147,14 @@ class HeaderRule:
     pattern: str
     host: re.Pattern[str] | None      # None: any host
     path: re.Pattern[str]
+    prefix: str
     names: frozenset[str]
     # In file order: (lower-case name, display name, value or None for a detach, value has placeholders)
     actions: tuple[tuple[str, str, str | None, bool], ...]
 
     def match(self, path: str, host: str | None) -> dict[str, str] | None:
+        if not path.startswith(self.prefix):
+            return None
         if self.host is not None:
             if host is None:
                 return None
@@ -224,7 +233,8 @@ def _parse_url_pattern(text: str, line: int) -> tuple[re.Pattern[str] | None, _P
     path_names: set[str] = set(host_names)
     path_source = _compile_part(path, "[^/]+", line, path_names, splats)
     names = path_names | ({"splat"} if splats else set())
-    return host_regex, _Pattern(re.compile(path_source + r"\Z"), frozenset(names), not names)
+    return host_regex, _Pattern(re.compile(path_source + r"\Z"), frozenset(names), not names,
+                                _literal_prefix(path))
 
 
 def parse_headers(text: str | None) -> HeaderRules:
@@ -241,7 +251,7 @@ def parse_headers(text: str | None) -> HeaderRules:
         line, pattern, host, path = current
         if not actions:
             raise RulesSyntaxError(line, f"The URL pattern '{pattern}' has no indented header lines under it.")
-        rules.append(HeaderRule(line, pattern, host, path.regex, path.names, tuple(actions)))
+        rules.append(HeaderRule(line, pattern, host, path.regex, path.prefix, path.names, tuple(actions)))
 
     for number, raw in enumerate(text.splitlines(), start=1):
         if len(raw) > MAX_HEADER_LINE:
@@ -333,6 +343,8 @@ class RedirectRules:
             if static_index is not None and index > static_index:
                 break
             rule = self.rules[index]
+            if not path.startswith(rule.pattern.prefix):
+                continue
             found = rule.pattern.regex.match(path)
             if found is not None:
                 return Redirect(rule.status, rule.location(found.groupdict(), query), rule.line)
