@@ -1,0 +1,1 @@
+"""Load and transform benchmarks, run against real processes on loopback."""
