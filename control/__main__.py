@@ -12,6 +12,7 @@ from aiohttp import web
 
 from control.app import create_app
 from shared.config import load_settings
+from shared.logs import configure_logging
 from shared.secrets import load_or_create_secrets
 
 
@@ -21,17 +22,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir")
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
+    parser.add_argument("--demo", action="store_true", help="install demo content into an empty repository")
     args = parser.parse_args(argv)
     settings = load_settings(args.config)
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
     host = args.host or settings.get("server", "host")
     port = args.port or settings.get("server", "control_port")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s control %(levelname)s %(name)s: %(message)s")
+    configure_logging("control")
     secrets, generated = load_or_create_secrets(data_dir)
     if generated:
         logging.getLogger("control").info("generated %d missing secrets into %s", len(generated),
                                            data_dir / "secrets.env")
-    app = create_app(settings, secrets, data_dir)
+    app = create_app(settings, secrets, data_dir, demo=args.demo)
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     web.run_app(app, host=host, port=port, access_log=None, print=None, handle_signals=True)
 

@@ -20,12 +20,14 @@ from control.auth import (
 )
 from control.cluster.registry import EdgeRegistry
 from control.database import open_database
+from control.demo import install_demo
 from control.manifest_store import ManifestStore
 from control.publish import Publisher
 from control.routes import assets, cluster, health, storage, tokens, zones
 from control.state import (
     DATA_DIR,
     DB,
+    DEMO,
     GIT,
     MANIFEST,
     PUBLISHER,
@@ -108,6 +110,8 @@ def _resources(app: web.Application) -> AsyncIterator[None]:
         app[ZONES] = ZoneStore(db)
         app[AUTHENTICATOR] = Authenticator(app[SECRETS], app[TOKENS].lookup)
         app[PUBLISHER] = Publisher(git, manifest, registry, settings.get("control", "push_wait_ms") / 1000)
+        if app[DEMO] and manifest.commit_id is None:
+            await install_demo(app[PUBLISHER], app[ZONES])
         metrics.manifest_generation.labels("control").set(manifest.generation)
         yield
         await registry.close()
@@ -116,7 +120,7 @@ def _resources(app: web.Application) -> AsyncIterator[None]:
     return lifecycle(app)
 
 
-def create_app(settings: Settings, secrets: Secrets, data_dir: Path) -> web.Application:
+def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bool = False) -> web.Application:
     max_upload = settings.get("control", "max_upload_bytes")
     app = web.Application(client_max_size=max_upload + 1024 * 1024)
     install_envelopes(app)
@@ -125,6 +129,7 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path) -> web.Appl
     app.middlewares.append(cluster.cluster_auth_middleware)
     app.middlewares.append(auth_middleware)
     app[SETTINGS], app[SECRETS], app[DATA_DIR] = settings, secrets, Path(data_dir)
+    app[DEMO] = demo
     route_access: dict[web.AbstractRoute, Access] = {}
     for route in ROUTES:
         registered = app.router.add_route(route.method, route.path, route.handler)

@@ -19,6 +19,7 @@ from shared.secrets import Secrets
 SETTINGS = web.AppKey("settings", Settings)
 SECRETS = web.AppKey("secrets", Secrets)
 DATA_DIR = web.AppKey("data_dir", Path)
+DEMO = web.AppKey("demo", bool)
 GIT = web.AppKey("git", GitStore)
 DB = web.AppKey("db", aiosqlite.Connection)
 MANIFEST = web.AppKey("manifest", ManifestStore)

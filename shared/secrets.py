@@ -76,3 +76,21 @@ def secrets_from_env(environ: dict[str, str] | None = None) -> Secrets:
     if missing:
         raise SystemExit(f"missing secrets in the environment: {', '.join(missing)}")
     return Secrets(**{f.name: environ[Secrets.env_name(f.name)] for f in fields(Secrets)})
+
+
+EDGE_SECRET_FIELDS = ("cluster_secret", "signed_url_secret")
+
+
+def load_edge_secrets(data_dir: Path | None = None, environ: dict[str, str] | None = None) -> Secrets:
+    """An edge needs only the cluster secret and the signed-URL secret: from the environment, else from
+    a secrets.env beside it. The public keys stay with control."""
+    environ = dict(os.environ if environ is None else environ)
+    stored = _read_env_file(Path(data_dir) / SECRETS_FILE) if data_dir else {}
+    values = {}
+    for f in fields(Secrets):
+        name = Secrets.env_name(f.name)
+        values[f.name] = environ.get(name) or stored.get(name) or ""
+    missing = [Secrets.env_name(n) for n in EDGE_SECRET_FIELDS if not values[n]]
+    if missing:
+        raise SystemExit(f"edge: missing secrets {', '.join(missing)} (set them in the environment)")
+    return Secrets(**values)

@@ -1,0 +1,118 @@
+"""The edge worker application: a route table for what the edge serves itself; every other /api/...
+path is forwarded to control. A second, private site carries control's signed pushes to this worker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from edge.cache.store import EdgeCache
+from edge.control_client import ControlClient, run_sync_loop
+from edge.node import EdgeNode
+from edge.proxy import forward_to_control
+from edge.routes import cluster, delivery, health
+from edge.state import NODE, PROXY_SESSION, SECRETS, SETTINGS
+from shared.cluster import PREFIX
+from shared.config import Settings
+from shared.metrics import METRICS, Metrics, metrics_handler, metrics_middleware
+from shared.middleware import install_envelopes
+from shared.secrets import Secrets
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: Handler
+
+
+# Order matters: specific /api routes, then the forwarder for the rest of /api, then CDN paths.
+PUBLIC_ROUTES: tuple[Route, ...] = (
+    Route("GET", "/api/health", health.health),
+    Route("GET", "/metrics", metrics_handler),
+    Route("*", "/api/{tail:.*}", forward_to_control),
+    Route("GET", "/{path:.+}", delivery.serve_asset),
+)
+CLUSTER_ROUTES: tuple[Route, ...] = (
+    Route("POST", PREFIX + "/push", cluster.push),
+    Route("POST", PREFIX + "/purge", cluster.purge),
+)
+
+
+@dataclass(frozen=True)
+class EdgeIdentity:
+    name: str                 # node name
+    worker: int               # worker index within the node
+    control_url: str
+    cache_dir: Path
+    advertise_host: str       # where control reaches this worker's private cluster site
+
+    @property
+    def member(self) -> str:
+        return f"{self.name}/{self.worker}"
+
+
+def _add_routes(app: web.Application, routes: tuple[Route, ...]) -> None:
+    for route in routes:
+        app.router.add_route(route.method, route.path, route.handler)
+
+
+def create_cluster_app(node_app: web.Application) -> web.Application:
+    app = web.Application(client_max_size=16 * 1024 * 1024)
+    install_envelopes(app)
+    app[NODE] = node_app[NODE]
+    app[SECRETS] = node_app[SECRETS]
+    _add_routes(app, CLUSTER_ROUTES)
+    return app
+
+
+def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> web.Application:
+    app = web.Application(client_max_size=settings.get("control", "max_upload_bytes") + 1024 * 1024)
+    install_envelopes(app)
+    app[METRICS] = Metrics("edge")
+    app.middlewares.append(metrics_middleware)
+    app[SETTINGS], app[SECRETS] = settings, secrets
+    _add_routes(app, PUBLIC_ROUTES)
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        edge = settings.section("edge")
+        identity.cache_dir.mkdir(parents=True, exist_ok=True)
+        cache = EdgeCache.from_settings(edge, identity.cache_dir / "cache")
+        control = ControlClient(identity.control_url, secrets.cluster_secret, float(edge["origin_timeout_s"]))
+        await control.start()
+        node = EdgeNode(settings, identity.member, control, cache, identity.cache_dir, app[METRICS])
+        node.replica.state_file = identity.cache_dir / f"manifest-{identity.worker}.json"
+        node.replica.load_persisted()
+        app[NODE] = node
+        app[PROXY_SESSION] = aiohttp.ClientSession(auto_decompress=False,
+                                                   timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
+        # The private cluster site: control pushes to each worker directly.
+        cluster_runner = web.AppRunner(create_cluster_app(app), access_log=None)
+        await cluster_runner.setup()
+        site = web.TCPSite(cluster_runner, identity.advertise_host, 0)
+        await site.start()
+        port = cluster_runner.addresses[0][1]
+        url = f"http://{identity.advertise_host}:{port}"
+        sync = asyncio.create_task(run_sync_loop(
+            control, name=identity.member, url=url, get_generation=lambda: node.replica.generation,
+            catch_up=node.catch_up, interval_s=float(edge["catchup_interval_s"]),
+            heartbeat_s=float(edge["heartbeat_interval_s"]), on_registered=lambda: None))
+        yield
+        sync.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sync
+        await cluster_runner.cleanup()
+        await app[PROXY_SESSION].close()
+        await control.close()
+        cache.close()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app

@@ -1,0 +1,122 @@
+"""One edge worker's state: manifest replica, cache, control client and request coalescing.
+
+It applies pushes and purges from control and catches up on its own when it missed some.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from edge.cache.coalesce import SingleFlight
+from edge.cache.store import EdgeCache
+from edge.control_client import ControlClient
+from edge.replica import ManifestReplica
+from shared.config import Settings
+from shared.manifest import ManifestChange, ManifestEntry
+from shared.metrics import Metrics
+from shared.paths import InvalidPath, parse_cdn_path
+
+log = logging.getLogger(__name__)
+
+
+def path_tag(cdn_path: str) -> str:
+    """Internal tag on everything cached from one source path (the asset and all its variants)."""
+    return f"path:{cdn_path}"
+
+
+def public_tags(tags: Iterable[str]) -> list[str]:
+    return [t for t in tags if ":" not in t]
+
+
+class EdgeNode:
+    def __init__(self, settings: Settings, name: str, control: ControlClient, cache: EdgeCache,
+                 state_dir: Path, metrics: Metrics) -> None:
+        self.settings = settings
+        self.name = name
+        self.control = control
+        self.cache = cache
+        self.metrics = metrics
+        self.replica = ManifestReplica(state_dir / "manifest.json")
+        self.flight: SingleFlight[Any] = SingleFlight()
+        self._sync_lock = asyncio.Lock()
+        edge = settings.section("edge")
+        self.reachability_window_s = max(3 * float(edge["catchup_interval_s"]), 5.0)
+
+    def control_reachable(self) -> bool:
+        return self.control.reachable(self.reachability_window_s)
+
+    # --- manifest ---
+
+    async def catch_up(self) -> int:
+        """Ask control for the changes since our generation and apply them. Returns the generation."""
+        async with self._sync_lock:
+            reply = await self.control.changes_since(self.replica.generation)
+            generation, commit = int(reply["generation"]), reply.get("commit")
+            if generation == self.replica.generation and not reply.get("full"):
+                return generation
+            if reply.get("full"):
+                stale = self.replica.replace(generation, commit,
+                                             (ManifestEntry.from_json(e) for e in reply["entries"]))
+                await self._purge_tags([path_tag(p) for p in stale])
+            else:
+                changes = [ManifestChange.from_json(c) for c in reply["changes"]]
+                await self._invalidate(self.replica.apply_changes(generation, commit, changes))
+            self._persist()
+            return generation
+
+    async def apply_push(self, message: dict[str, Any]) -> int:
+        generation = int(message["generation"])
+        async with self._sync_lock:
+            if generation == self.replica.generation + 1:
+                changes = [ManifestChange.from_json(c) for c in message.get("changes", [])]
+                await self._invalidate(self.replica.apply_changes(generation, message.get("commit"), changes))
+                self._persist()
+                applied = True
+            else:
+                applied = generation <= self.replica.generation
+        if not applied:
+            await self.catch_up()  # we missed a generation: fetch everything since ours
+        if message.get("purge_tags"):
+            await self._purge_tags(message["purge_tags"])
+        return self.replica.generation
+
+    def _persist(self) -> None:
+        self.replica.persist()
+        self.metrics.manifest_generation.labels("edge").set(self.replica.generation)
+
+    async def _invalidate(self, changes: list[ManifestChange]) -> None:
+        tags = [path_tag(c.path) for c in changes]
+        if tags:
+            await self._purge_tags(tags)
+
+    async def _purge_tags(self, tags: list[str]) -> int:
+        if not tags:
+            return 0
+        return await asyncio.get_running_loop().run_in_executor(None, self.cache.purge_tags, tags)
+
+    # --- purge commands from control ---
+
+    async def purge(self, message: dict[str, Any]) -> int:
+        loop = asyncio.get_running_loop()
+        if message.get("everything"):
+            return await loop.run_in_executor(None, self.cache.purge_all)
+        tags: list[str] = list(message.get("tags") or [])
+        for url in message.get("urls") or []:
+            path = cdn_path_from_url(url)
+            if path:
+                tags.append(path_tag(path))
+        return await self._purge_tags(tags)
+
+
+def cdn_path_from_url(url: str) -> str | None:
+    """The CDN path of a purge URL: an absolute URL on any host or a path; None if it names none."""
+    path = urlsplit(url).path if "://" in url else url.split("?", 1)[0]
+    try:
+        return parse_cdn_path(path)
+    except InvalidPath:
+        return None

@@ -1,0 +1,53 @@
+"""Forward every /api/... path the edge does not serve itself to control: method, headers, body and
+status pass through, responses (SSE included) are streamed, and X-Forwarded-For is added."""
+
+from __future__ import annotations
+
+import aiohttp
+from aiohttp import web
+
+from edge.state import NODE, PROXY_SESSION
+from shared.errors import ApiError
+from shared.middleware import REQUEST_ID
+
+HOP_BY_HOP = frozenset(h.lower() for h in (
+    "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer",
+    "Transfer-Encoding", "Upgrade", "Host", "Content-Length"))
+
+
+def _forward_headers(request: web.Request) -> dict[str, str]:
+    headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+    peer = request.remote or ""
+    prior = request.headers.get("X-Forwarded-For")
+    headers["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
+    headers["X-Forwarded-Host"] = request.host
+    headers["X-Forwarded-Proto"] = request.scheme
+    headers["X-Request-ID"] = request[REQUEST_ID]
+    return headers
+
+
+async def forward_to_control(request: web.Request) -> web.StreamResponse:
+    node = request.app[NODE]
+    session = request.app[PROXY_SESSION]
+    url = node.control.control_url + request.rel_url.path_qs
+    body = request.content if request.body_exists else None
+    try:
+        upstream = await session.request(request.method, url, headers=_forward_headers(request), data=body,
+                                         allow_redirects=False)
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        raise ApiError(503, "ControlUnreachable", "The control plane cannot be reached from this edge; "
+                       "management endpoints are unavailable. Delivery of cached assets continues.") from None
+    async with upstream:
+        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+        if upstream.content_length is not None and "chunked" not in upstream.headers.get("Transfer-Encoding", ""):
+            response.content_length = upstream.content_length
+        streaming = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
+        if streaming:
+            response.enable_chunked_encoding()
+        await response.prepare(request)
+        if request.method != "HEAD":
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+        await response.write_eof()
+        return response

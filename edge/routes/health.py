@@ -1,0 +1,60 @@
+"""GET /api/health on an edge: its own bindings (cache, manifest generation, control reachability).
+
+200 ok only when all are healthy (the system is ready); 503 degraded with the reason otherwise.
+`deep=1` exercises each binding: a cache write/read/delete and a round trip to control.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiohttp import web
+
+from edge.control_client import ControlUnavailable
+from edge.state import NODE
+from shared import API_VERSION
+from shared.errors import utc_now_iso
+from shared.middleware import json_response
+
+
+async def health(request: web.Request) -> web.Response:
+    node = request.app[NODE]
+    deep = request.query.get("deep") in ("1", "true")
+    method = "deep" if deep else "shape"
+    checks: list[dict[str, Any]] = []
+
+    if deep:
+        result = await asyncio.get_running_loop().run_in_executor(None, node.cache.check)
+        checks.append({"name": "cache", "configured": True, "method": method, "healthy": result.ok,
+                       "latencyMs": round(result.latency_ms), **({"error": result.error} if result.error else {})})
+    else:
+        checks.append({"name": "cache", "configured": True, "method": method, "healthy": True})
+
+    manifest_ok = node.replica.loaded
+    checks.append({"name": "manifest", "configured": True, "method": method, "healthy": manifest_ok,
+                   "generation": node.replica.generation,
+                   **({} if manifest_ok else {"error": "manifest not loaded yet"})})
+
+    control_check: dict[str, Any] = {"name": "control", "configured": True, "method": method}
+    if deep:
+        started = time.perf_counter()
+        try:
+            await node.control.heartbeat(node.name, node.replica.generation)
+            control_check["healthy"] = True
+        except ControlUnavailable as exc:
+            control_check.update(healthy=False, error=str(exc))
+        control_check["latencyMs"] = round((time.perf_counter() - started) * 1000)
+    else:
+        control_check["healthy"] = node.control_reachable()
+        if not control_check["healthy"]:
+            control_check["error"] = "no successful contact with control recently"
+    checks.append(control_check)
+
+    ok = all(c["healthy"] for c in checks)
+    body = {"status": "ok" if ok else "degraded", "timestamp": utc_now_iso(), "apiVersion": API_VERSION,
+            "role": "edge", "node": node.name, "manifestGeneration": node.replica.generation,
+            "bindings": {"cache": True, "manifest": manifest_ok, "control": control_check["healthy"]},
+            "cache": node.cache.stats().to_json(), "checks": checks}
+    return json_response(body, status=200 if ok else 503, headers={"Cache-Control": "no-cache, no-store"})

@@ -1,0 +1,14 @@
+"""Typed application state of an edge worker (aiohttp AppKeys)."""
+
+from __future__ import annotations
+
+from aiohttp import ClientSession, web
+
+from edge.node import EdgeNode
+from shared.config import Settings
+from shared.secrets import Secrets
+
+NODE = web.AppKey("node", EdgeNode)
+SETTINGS = web.AppKey("settings", Settings)
+SECRETS = web.AppKey("secrets", Secrets)
+PROXY_SESSION = web.AppKey("proxy_session", ClientSession)

@@ -1,0 +1,97 @@
+"""deliver: the one place that writes delivery headers, answers 304 and Range, and streams bodies."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from aiohttp import web
+
+from edge.cache.entry import STREAM_CHUNK, CachedObject
+from edge.node import public_tags
+
+RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+def etag_matches(if_none_match: str, etag: str) -> bool:
+    if if_none_match.strip() == "*":
+        return True
+    bare = etag.strip('"')
+    for candidate in if_none_match.split(","):
+        candidate = candidate.strip()
+        if candidate.startswith("W/"):
+            candidate = candidate[2:]
+        if candidate.strip('"') == bare:
+            return True
+    return False
+
+
+def parse_range(header: str, size: int) -> tuple[int, int] | None | bool:
+    """(start, end_exclusive) for one satisfiable range; None to ignore the header; False if unsatisfiable."""
+    match = RANGE.match(header.strip())
+    if not match:
+        return None  # multiple or malformed ranges: answer with the whole body
+    first, last = match.groups()
+    if first == "" and last == "":
+        return None
+    if first == "":
+        length = int(last)
+        if length == 0:
+            return False
+        return max(size - length, 0), size
+    start = int(first)
+    end = size if last == "" else min(int(last) + 1, size)
+    if start >= size or end <= start:
+        return False
+    return start, end
+
+
+async def deliver(request: web.Request, obj: CachedObject, *, cache_status: str, cache_control: str,
+                  extra_headers: Mapping[str, str] | None = None, tags: tuple[str, ...] | None = None,
+                  etag: str | None = None) -> web.StreamResponse:
+    headers = {
+        "Content-Type": obj.content_type, "ETag": etag or obj.etag, "Cache-Control": cache_control,
+        "X-Cache": cache_status, "Accept-Ranges": "bytes",
+    }
+    shown_tags = public_tags(obj.tags if tags is None else tags)
+    if shown_tags:
+        headers["Cache-Tag"] = ",".join(shown_tags)
+    if cache_status == "STALE":
+        headers["Warning"] = '110 - "Response is stale: control plane unreachable"'
+    headers.update(obj.headers)
+    if extra_headers:
+        headers.update(extra_headers)
+    if_none_match = request.headers.get("If-None-Match")
+    if if_none_match and etag_matches(if_none_match, headers["ETag"]):
+        headers.pop("Content-Type", None)
+        return web.Response(status=304, headers=headers)
+    status, start, end = 200, 0, obj.size
+    range_header = request.headers.get("Range")
+    if range_header and request.method in ("GET", "HEAD"):
+        parsed = parse_range(range_header, obj.size)
+        if parsed is False:
+            headers["Content-Range"] = f"bytes */{obj.size}"
+            headers.pop("Content-Type", None)
+            return web.Response(status=416, headers=headers)
+        if parsed is not None:
+            start, end = parsed
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{obj.size}"
+    if request.method == "HEAD":
+        headers["Content-Length"] = str(end - start)
+        return web.Response(status=status, headers=headers)
+    if obj.body is not None:
+        body = obj.body if (start, end) == (0, obj.size) else obj.body[start:end]
+        return web.Response(status=status, body=body, headers=headers)
+    # Large bodies stream from the cache file in chunks; never loaded whole. The first read happens
+    # before the headers go out, so a file purged meanwhile surfaces as FileNotFoundError (a miss).
+    chunks = obj.iter_chunks(start, end, STREAM_CHUNK)
+    first = next(chunks, b"")
+    response = web.StreamResponse(status=status, headers=headers)
+    response.content_length = end - start
+    await response.prepare(request)
+    await response.write(first)
+    for chunk in chunks:
+        await response.write(chunk)
+    await response.write_eof()
+    return response
