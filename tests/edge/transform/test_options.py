@@ -1,0 +1,151 @@
+"""Transform options: validation messages, url rules, normalisation and cache keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from edge.transform.options import (
+    TransformOptions,
+    parse_asset_url,
+    parse_transform_options,
+    resolve_output_format,
+)
+from shared.errors import LegacyError
+
+URL = "/akande/v1/logos/logo.svg"
+
+
+def _error(query: dict[str, str]) -> LegacyError:
+    with pytest.raises(LegacyError) as caught:
+        parse_transform_options(query)
+    assert caught.value.status == 400
+    return caught.value
+
+
+def test_minimal_query_gets_defaults() -> None:
+    opts = parse_transform_options({"url": URL})
+    assert opts == TransformOptions(url="akande/v1/logos/logo.svg")
+    assert (opts.fit, opts.gravity, opts.format, opts.quality) == ("cover", "center", None, None)
+
+
+def test_every_parameter_is_parsed() -> None:
+    opts = parse_transform_options({"url": "stocks/images/a.jpg", "w": "400", "h": "300", "fit": "contain",
+                                    "format": "AVIF", "q": "75", "blur": "12", "sharpen": "3", "gravity": "face"})
+    assert opts == TransformOptions(url="stocks/images/a.jpg", width=400, height=300, fit="contain",
+                                    format="avif", quality=75, blur=12, sharpen=3, gravity="face")
+
+
+def test_format_jpg_is_an_alias_of_jpeg() -> None:
+    assert parse_transform_options({"url": URL, "format": "jpg"}).format == "jpeg"
+
+
+@pytest.mark.parametrize(("name", "low", "high"), [
+    ("w", 1, 8192), ("h", 1, 8192), ("q", 1, 100), ("blur", 1, 250), ("sharpen", 1, 10),
+])
+@pytest.mark.parametrize("bad", ["0", "-1", "abc", "1.5", "", " ", "1e3", "0x10", "99999999"])
+def test_integer_parameters_out_of_range_or_not_integers(name: str, low: int, high: int, bad: str) -> None:
+    error = _error({"url": URL, name: bad})
+    assert error.error == f"Invalid parameter '{name}': '{bad}'. Must be an integer from {low} to {high}."
+
+
+@pytest.mark.parametrize(("name", "value"), [("w", "8193"), ("h", "8193"), ("q", "101"), ("blur", "251"), ("sharpen", "11")])
+def test_integer_parameters_just_above_range(name: str, value: str) -> None:
+    assert f"Invalid parameter '{name}'" in _error({"url": URL, name: value}).error
+
+
+@pytest.mark.parametrize(("name", "value"), [("w", "8192"), ("h", "1"), ("q", "100"), ("blur", "250"), ("sharpen", "10")])
+def test_integer_parameters_at_the_edges_are_accepted(name: str, value: str) -> None:
+    parse_transform_options({"url": URL, name: value})
+
+
+@pytest.mark.parametrize(("name", "value", "allowed"), [
+    ("fit", "inside", "cover, contain, fill"),
+    ("fit", "", "cover, contain, fill"),
+    ("format", "gif", "webp, avif, png, jpeg, auto"),
+    ("format", "jxl", "webp, avif, png, jpeg, auto"),
+    ("gravity", "north", "center, face, auto"),
+])
+def test_enum_parameters(name: str, value: str, allowed: str) -> None:
+    error = _error({"url": URL, name: value})
+    assert error.error == f"Invalid parameter '{name}': '{value}'. Allowed values: {allowed}."
+
+
+@pytest.mark.parametrize("query", [{}, {"url": ""}, {"url": "   "}, {"w": "10"}])
+def test_missing_url(query: dict[str, str]) -> None:
+    assert _error(query).error == "Missing required parameter: url"
+
+
+@pytest.mark.parametrize("url", [
+    "https://evil.example/a.png", "http://x/a.png", "//evil.example/a.png", "data:image/png;base64,AAAA",
+    "javascript:alert(1)", "file:///etc/passwd", "HTTPS://x/y.png",
+])
+def test_absolute_urls_are_refused(url: str) -> None:
+    assert "not an absolute URL" in _error({"url": url}).error
+
+
+@pytest.mark.parametrize("url", [
+    "/akande/../secret.png", "akande/v1/../../x.png", "akande/v1/a\x00.png", "akande\\v1\\a.png",
+    "/clients/akande/v1/a.png", "akande//v1/a.png", "akande/v1/%2e%2e/a.png", "/", "a" * 3000,
+])
+def test_invalid_paths_are_refused(url: str) -> None:
+    assert "Parameter 'url'" in _error({"url": url}).error
+
+
+def test_url_is_normalised_without_leading_slash() -> None:
+    assert parse_asset_url("/akande/v1/logos/logo.svg") == "akande/v1/logos/logo.svg"
+    assert parse_asset_url("akande/v1/logos/logo.svg") == "akande/v1/logos/logo.svg"
+    assert parse_asset_url("stocks/images/x.jpg") == "stocks/images/x.jpg"
+
+
+def test_cache_key_ignores_query_order_and_unknown_parameters() -> None:
+    a = parse_transform_options({"url": URL, "w": "400", "q": "80", "format": "webp"})
+    b = parse_transform_options({"format": "webp", "q": "80", "w": "0400", "utm": "x", "url": URL.lstrip("/")})
+    assert a.cache_key("blob1", "webp") == b.cache_key("blob1", "webp") == "tf1/blob1/w400-q80.webp"
+
+
+def test_cache_key_normalises_options_that_cannot_change_the_bytes() -> None:
+    only_width = parse_transform_options({"url": URL, "w": "400", "fit": "fill", "gravity": "face"})
+    assert only_width.cache_key("b", "png") == parse_transform_options({"url": URL, "w": "400"}).cache_key("b", "png")
+    contain = parse_transform_options({"url": URL, "w": "4", "h": "3", "fit": "contain", "gravity": "face"})
+    assert contain.cache_key("b", "png") == "tf1/b/w4-h3-contain.png"
+    assert parse_transform_options({"url": URL, "q": "50"}).cache_key("b", "png") == "tf1/b/orig.png"
+
+
+def test_cache_key_distinguishes_what_changes_the_output() -> None:
+    base = {"url": URL, "w": "400", "h": "300"}
+    keys = {
+        parse_transform_options(base).cache_key("b", "webp"),
+        parse_transform_options(base).cache_key("b", "avif"),
+        parse_transform_options(base).cache_key("other", "webp"),
+        parse_transform_options({**base, "gravity": "face"}).cache_key("b", "webp"),
+        parse_transform_options({**base, "fit": "fill"}).cache_key("b", "webp"),
+        parse_transform_options({**base, "q": "50"}).cache_key("b", "webp"),
+        parse_transform_options({**base, "blur": "5"}).cache_key("b", "webp"),
+        parse_transform_options({**base, "sharpen": "5"}).cache_key("b", "webp"),
+        parse_transform_options({**base, "h": "301"}).cache_key("b", "webp"),
+    }
+    assert len(keys) == 9
+    assert parse_transform_options(base).cache_key("b", "webp") == "tf1/b/w400-h300-cover-g-center.webp"
+
+
+@pytest.mark.parametrize(("requested", "source", "accept", "expected"), [
+    ("webp", "jpeg", "", "webp"),
+    ("png", "svg", "image/avif", "png"),
+    (None, "jpeg", "image/avif", "jpeg"),
+    (None, "jpg", "", "jpeg"),
+    (None, "svg", "image/avif", "png"),
+    (None, "gif", "", "gif"),
+    (None, "heic", "", "jpeg"),
+    ("auto", "jpeg", "image/avif,image/webp", "avif"),
+    ("auto", "png", "image/webp", "webp"),
+    ("auto", "png", "", "png"),
+    ("auto", "jpeg", "", "jpeg"),
+])
+def test_resolve_output_format(requested: str | None, source: str, accept: str, expected: str) -> None:
+    assert resolve_output_format(requested, source, accept) == expected
+
+
+def test_resolve_output_format_refuses_unknown_sources() -> None:
+    with pytest.raises(LegacyError) as caught:
+        resolve_output_format(None, "mp4", "")
+    assert caught.value.status == 415

@@ -1,0 +1,256 @@
+"""run_transform on real images: formats, fit semantics, gravity, animation, SVG, budgets."""
+
+from __future__ import annotations
+
+import io
+from concurrent.futures import ThreadPoolExecutor
+
+import imagecodecs
+import pillow_heif
+import pytest
+import pyvips
+
+from edge.transform import pipeline
+from edge.transform.encode import ENCODERS
+from edge.transform.options import parse_transform_options
+from edge.transform.pipeline import TransformResult, run_transform
+from edge.transform.source import read_source
+from shared.errors import LegacyError
+from tests.edge.transform.conftest import FACE_CENTER, FRAMES, PHOTO_SIZE, load
+
+MAX_PIXELS = 50_000_000
+LOADERS = {"webp": "webpload_buffer", "jpeg": "jpegload_buffer", "png": "pngload_buffer",
+           "avif": "heifload_buffer", "gif": "gifload_buffer"}
+
+
+def transform(source: bytes, source_format: str, output: str, *, budget: float = 30.0,
+              max_pixels: int = MAX_PIXELS, **query: str) -> TransformResult:
+    opts = parse_transform_options({"url": "akande/v1/banners/x." + source_format, **query})
+    return run_transform(source, source_format, opts, output, max_pixels=max_pixels, time_budget_s=budget)
+
+
+@pytest.mark.parametrize("output", ["webp", "jpeg", "png", "avif", "gif"])
+def test_photo_to_400px_in_each_format(photo_jpeg: bytes, output: str) -> None:
+    result = transform(photo_jpeg, "jpeg", output, w="400")
+    decoded = load(result.body)
+    assert decoded.get("vips-loader") == LOADERS[output]
+    assert (decoded.width, decoded.height) == (400, 267) == (result.width, result.height)
+    assert result.format == output and result.pages == 1
+    assert result.content_type == f"image/{output}"
+
+
+def test_only_height_keeps_aspect(photo_jpeg: bytes) -> None:
+    decoded = load(transform(photo_jpeg, "jpeg", "jpeg", h="200").body)
+    assert (decoded.width, decoded.height) == (300, 200)
+
+
+def test_no_size_keeps_source_size(photo_jpeg: bytes) -> None:
+    decoded = load(transform(photo_jpeg, "jpeg", "webp", q="50").body)
+    assert (decoded.width, decoded.height) == PHOTO_SIZE
+
+
+@pytest.mark.parametrize(("w", "h"), [(400, 400), (300, 500), (800, 100), (3000, 3000)])
+def test_cover_is_exactly_w_by_h(photo_jpeg: bytes, w: int, h: int) -> None:
+    decoded = load(transform(photo_jpeg, "jpeg", "jpeg", w=str(w), h=str(h), fit="cover").body)
+    assert (decoded.width, decoded.height) == (w, h)
+
+
+@pytest.mark.parametrize(("w", "h", "expected"), [(400, 400, (400, 267)), (300, 500, (300, 200)),
+                                                  (800, 100, (150, 100)), (4000, 4000, (4000, 2666))])
+def test_contain_fits_within_and_keeps_aspect(photo_jpeg: bytes, w: int, h: int, expected: tuple[int, int]) -> None:
+    decoded = load(transform(photo_jpeg, "jpeg", "jpeg", w=str(w), h=str(h), fit="contain").body)
+    assert (decoded.width, decoded.height) == expected
+    assert decoded.width <= w and decoded.height <= h
+    assert abs(decoded.width / decoded.height - PHOTO_SIZE[0] / PHOTO_SIZE[1]) < 0.02
+
+
+def test_fill_is_exactly_w_by_h_and_distorts(photo_jpeg: bytes) -> None:
+    decoded = load(transform(photo_jpeg, "jpeg", "png", w="300", h="600", fit="fill").body)
+    assert (decoded.width, decoded.height) == (300, 600)
+    # The source's horizontal red gradient spans the full width: nothing was cropped away.
+    assert decoded.crop(0, 0, 10, 600)[0].avg() < 20 and decoded.crop(290, 0, 10, 600)[0].avg() > 235
+
+
+def test_cover_center_crops_the_middle(photo_jpeg: bytes) -> None:
+    decoded = load(transform(photo_jpeg, "jpeg", "png", w="300", h="600").body)
+    # Cover scale 600/1333: the image is 900 wide and the middle 300 are kept, so red stays mid-range.
+    assert 60 < decoded[0].avg() < 190
+
+
+def test_png_alpha_survives_webp_and_is_flattened_for_jpeg(alpha_png: bytes) -> None:
+    webp = load(transform(alpha_png, "png", "webp", w="320").body)
+    assert webp.hasalpha() and webp.bands == 4
+    assert webp.crop(0, 0, 4, 4)[3].max() == 0             # corner still transparent
+    jpeg = load(transform(alpha_png, "png", "jpeg", w="320").body)
+    assert jpeg.bands == 3 and not jpeg.hasalpha()
+    assert jpeg.crop(0, 0, 4, 4).min() > 240                 # transparent corner became white
+
+
+@pytest.mark.parametrize("fixture", ["animated_gif", "animated_webp"])
+@pytest.mark.parametrize("output", ["webp", "gif"])
+def test_animation_is_kept_where_the_format_can(request: pytest.FixtureRequest, fixture: str, output: str) -> None:
+    source = request.getfixturevalue(fixture)
+    fmt = fixture.split("_")[1]
+    result = transform(source, fmt, output, w="150")
+    decoded = load(result.body)
+    assert decoded.get_n_pages() == FRAMES == result.pages
+    assert (decoded.width, decoded.get_page_height()) == (150, 100)
+
+
+@pytest.mark.parametrize("query", [{"w": "100", "h": "100"}, {"w": "100", "h": "100", "gravity": "auto"},
+                                   {"w": "100", "h": "100", "blur": "4", "sharpen": "2"}])
+def test_animated_cover_crops_every_frame(animated_gif: bytes, query: dict[str, str]) -> None:
+    decoded = load(transform(animated_gif, "gif", "webp", **query).body)
+    assert decoded.get_n_pages() == FRAMES
+    assert (decoded.width, decoded.get_page_height()) == (100, 100)
+    # Each frame keeps its own colour: frames are cropped one by one, not as one strip.
+    reds = [decoded.crop(0, i * 100 + 40, 100, 20)[0].avg() for i in range(FRAMES)]
+    assert reds == sorted(reds) and reds[-1] - reds[0] > 150
+
+
+@pytest.mark.parametrize("output", ["png", "jpeg", "avif"])
+def test_animation_becomes_first_frame_where_the_format_cannot(animated_gif: bytes, output: str) -> None:
+    result = transform(animated_gif, "gif", output, w="150")
+    decoded = load(result.body)
+    assert decoded.get_n_pages() == 1 and result.pages == 1
+    assert (decoded.width, decoded.height) == (150, 100)
+    assert decoded[0].avg() < 20          # the first frame's red is 0
+
+
+def test_svg_is_rasterised_at_the_requested_size(logo_svg: bytes) -> None:
+    decoded = load(transform(logo_svg, "svg", "png", w="1000").body)
+    assert decoded.get("vips-loader") == "pngload_buffer"
+    assert (decoded.width, decoded.height) == (1000, 500)
+
+
+def test_hostile_svg_is_sanitised_before_rasterising(hostile_svg: bytes) -> None:
+    source = read_source(hostile_svg, "svg")
+    assert b"script" not in source.data and b"evil.example" not in source.data
+    assert b"/etc/passwd" not in source.data and b"onload" not in source.data
+    decoded = load(transform(hostile_svg, "svg", "png", w="240").body)
+    assert (decoded.width, decoded.height) == (240, 160)
+
+
+def test_svg_behind_a_raster_name_is_still_sanitised(hostile_svg: bytes) -> None:
+    source = read_source(hostile_svg, "png")
+    assert source.format == "svg" and b"script" not in source.data
+
+
+def test_heic_source_is_decoded_with_pillow_heif(photo_jpeg: bytes) -> None:
+    small = pyvips.Image.thumbnail_buffer(photo_jpeg, 600)
+    heif = pillow_heif.from_bytes(mode="RGB", size=(small.width, small.height), data=small.write_to_memory())
+    out = io.BytesIO()
+    heif.save(out, quality=80)
+    decoded = load(transform(out.getvalue(), "heic", "jpeg", w="300", h="300").body)
+    assert (decoded.width, decoded.height) == (300, 300)
+
+
+@pytest.mark.skipif("jxl" not in ENCODERS, reason="imagecodecs with libjxl is not installed")
+def test_jxl_output(photo_jpeg: bytes) -> None:
+    result = transform(photo_jpeg, "jpeg", "jxl", w="400")
+    assert result.content_type == "image/jxl"
+    assert imagecodecs.jpegxl_decode(result.body).shape == (267, 400, 3)
+
+
+def test_heic_output(photo_jpeg: bytes) -> None:
+    result = transform(photo_jpeg, "jpeg", "heic", w="400")
+    heif = pillow_heif.open_heif(result.body)
+    assert heif.size == (400, 267) and result.content_type == "image/heic"
+
+
+def test_quality_changes_size(photo_jpeg: bytes) -> None:
+    low = transform(photo_jpeg, "jpeg", "jpeg", w="400", q="20").body
+    high = transform(photo_jpeg, "jpeg", "jpeg", w="400", q="95").body
+    assert len(low) < len(high)
+
+
+def test_blur_smooths_and_sharpen_lifts_detail(photo_jpeg: bytes) -> None:
+    plain = load(transform(photo_jpeg, "jpeg", "png", w="400").body)
+    blurred = load(transform(photo_jpeg, "jpeg", "png", w="400", blur="20").body)
+    sharpened = load(transform(photo_jpeg, "jpeg", "png", w="400", sharpen="10").body)
+    # Edge energy: the mean absolute Laplacian of each result.
+    laplacian = pyvips.Image.new_from_list([[0, -1, 0], [-1, 4, -1], [0, -1, 0]])
+
+    def energy(image: pyvips.Image) -> float:
+        return image.colourspace("b-w").conv(laplacian).abs().avg()
+
+    assert energy(blurred) < energy(plain) / 2
+    assert energy(sharpened) > energy(plain)
+
+
+def test_face_gravity_centres_the_face(face_jpeg: bytes) -> None:
+    # Cover 800x600 -> 300x600: scale 1, so the crop chooses which 300 columns survive.
+    face = load(transform(face_jpeg, "jpeg", "png", w="300", h="600", gravity="face").body)
+    center = load(transform(face_jpeg, "jpeg", "png", w="300", h="600", gravity="center").body)
+    skin = (220, 180, 150)
+
+    def is_skin(image: pyvips.Image, x: int, y: int) -> bool:
+        return all(abs(a - b) < 25 for a, b in zip(image(x, y)[:3], skin, strict=True))
+
+    face_x = FACE_CENTER[0] - (800 - 300)    # the face is near the right edge: crop clamps there
+    assert is_skin(face, face_x, FACE_CENTER[1] + 60)
+    assert not any(is_skin(center, x, FACE_CENTER[1] + 60) for x in range(0, 300, 10))
+
+
+def test_face_gravity_falls_back_to_attention_without_faces(photo_jpeg: bytes) -> None:
+    face = transform(photo_jpeg, "jpeg", "png", w="300", h="300", gravity="face").body
+    attention = transform(photo_jpeg, "jpeg", "png", w="300", h="300", gravity="auto").body
+    assert face == attention
+
+
+def test_decompression_bomb_is_refused_from_the_header(bomb_png: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_decode(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the pipeline decoded pixels of an image over the pixel budget")
+
+    monkeypatch.setattr(pipeline, "STEPS", (("decode", no_decode),))
+    monkeypatch.setattr(pyvips.Image, "thumbnail_buffer", no_decode)
+    with pytest.raises(LegacyError) as caught:
+        transform(bomb_png, "png", "webp", w="100")
+    assert caught.value.status == 422
+    assert "30000x30000" in caught.value.error and "900,000,000 pixels" in caught.value.error
+
+
+def test_animation_frames_count_towards_the_pixel_budget(animated_gif: bytes) -> None:
+    transform(animated_gif, "gif", "png", max_pixels=300 * 200)            # one frame fits
+    with pytest.raises(LegacyError) as caught:
+        transform(animated_gif, "gif", "webp", max_pixels=300 * 200)       # four do not
+    assert caught.value.status == 422 and "4 frames" in caught.value.error
+
+
+def test_requested_output_over_the_budget_is_refused(photo_jpeg: bytes) -> None:
+    with pytest.raises(LegacyError) as caught:
+        transform(photo_jpeg, "jpeg", "webp", w="8192", h="8192")
+    assert caught.value.status == 422 and "requested output" in caught.value.error
+
+
+def test_time_budget_is_checked_between_steps(photo_jpeg: bytes) -> None:
+    with pytest.raises(LegacyError) as caught:
+        transform(photo_jpeg, "jpeg", "webp", w="400", budget=0.0)
+    assert caught.value.status == 503 and "time budget" in caught.value.error
+
+
+def test_time_budget_stops_a_long_encode(photo_jpeg: bytes) -> None:
+    # A radius-250 blur of the full 2000x1333 image takes seconds; the budget is a tenth of one.
+    with pytest.raises(LegacyError) as caught:
+        transform(photo_jpeg, "jpeg", "png", blur="250", budget=0.1)
+    assert caught.value.status == 503
+
+
+@pytest.mark.parametrize("data", [b"\xff\xd8\xff\xe0 truncated jpeg", b"GIF89a nonsense", b"a,b\n1,2\n", b""])
+def test_corrupt_or_unknown_sources_are_4xx(data: bytes) -> None:
+    with pytest.raises(LegacyError) as caught:
+        transform(data, "jpeg", "webp", w="100")
+    assert caught.value.status in (415, 422)
+
+
+def test_unknown_output_format_is_refused(photo_jpeg: bytes) -> None:
+    with pytest.raises(LegacyError) as caught:
+        transform(photo_jpeg, "jpeg", "bmp", w="100")
+    assert caught.value.status == 400
+
+
+def test_transforms_run_concurrently_in_threads(photo_jpeg: bytes, face_jpeg: bytes) -> None:
+    jobs = [(photo_jpeg, {"w": "200", "h": "200", "gravity": "face"}), (face_jpeg, {"w": "300", "h": "600", "gravity": "face"})] * 4
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda job: transform(job[0], "jpeg", "webp", **job[1]), jobs))
+    assert [(r.width, r.height) for r in results] == [(200, 200), (300, 600)] * 4

@@ -1,0 +1,107 @@
+"""LQIP and BlurHash placeholders, and their query validation (standard envelope)."""
+
+from __future__ import annotations
+
+import blurhash
+import pytest
+import pyvips
+
+from edge.transform.placeholders import (
+    PlaceholderParams,
+    make_blurhash_placeholder,
+    make_lqip,
+    parse_placeholder_params,
+)
+from shared.errors import ApiError, LegacyError
+from tests.edge.transform.conftest import load
+
+URL = "/akande/v1/banners/hero.jpg"
+
+
+@pytest.mark.parametrize("size", [8, 32, 64])
+def test_lqip_is_a_tiny_blurred_webp(photo_jpeg: bytes, size: int) -> None:
+    webp, width = make_lqip(photo_jpeg, "jpeg", size, 30)
+    decoded = load(webp)
+    assert decoded.get("vips-loader") == "webpload_buffer"
+    assert decoded.width == width == size
+    assert abs(decoded.height - size * 1333 / 2000) <= 1
+    assert len(webp) < 1500
+
+
+def test_lqip_blur_changes_the_bytes(photo_jpeg: bytes) -> None:
+    assert make_lqip(photo_jpeg, "jpeg", 32, 1)[0] != make_lqip(photo_jpeg, "jpeg", 32, 250)[0]
+
+
+@pytest.mark.parametrize(("fixture", "fmt"), [("alpha_png", "png"), ("animated_gif", "gif"),
+                                              ("logo_svg", "svg"), ("face_jpeg", "jpeg")])
+def test_placeholders_from_every_kind_of_source(request: pytest.FixtureRequest, fixture: str, fmt: str) -> None:
+    source = request.getfixturevalue(fixture)
+    webp, width = make_lqip(source, fmt, 24, 10)
+    assert load(webp).width == width == 24
+    assert load(webp).get_n_pages() == 1
+    webp, width, hash_ = make_blurhash_placeholder(source, fmt, 24)
+    assert load(webp).width == width == 24
+    assert len(blurhash.components(hash_)) == 2
+
+
+def test_blurhash_is_a_real_blurhash(photo_jpeg: bytes) -> None:
+    webp, width, hash_ = make_blurhash_placeholder(photo_jpeg, "jpeg", 32)
+    assert width == 32 and load(webp).get("vips-loader") == "webpload_buffer"
+    assert blurhash.components(hash_) == (4, 3)            # landscape: 4 x 3 components
+    assert len(hash_) == 4 + 2 * 4 * 3
+    # Decoding it gives back the photo's colour layout: red grows left to right.
+    pixels = blurhash.decode(hash_, 8, 6)
+    assert pixels[3][7][0] > pixels[3][0][0] + 60
+
+
+def test_blurhash_portrait_uses_3_by_4(photo_jpeg: bytes) -> None:
+    portrait = pyvips.Image.new_from_buffer(photo_jpeg, "").rot90().jpegsave_buffer()
+    assert blurhash.components(make_blurhash_placeholder(portrait, "jpeg", 16)[2]) == (3, 4)
+
+
+def test_placeholders_refuse_bombs(bomb_png: bytes) -> None:
+    with pytest.raises(LegacyError) as caught:
+        make_lqip(bomb_png, "png", 32, 30)
+    assert caught.value.status == 422
+
+
+def test_params_defaults() -> None:
+    assert parse_placeholder_params({"url": URL}, with_blur=True) == PlaceholderParams("akande/v1/banners/hero.jpg", 32, 30)
+    assert parse_placeholder_params({"url": URL, "blur": "999"}, with_blur=False) == PlaceholderParams(
+        "akande/v1/banners/hero.jpg", 32, None)
+
+
+def test_params_in_range() -> None:
+    params = parse_placeholder_params({"url": URL, "size": "64", "blur": "250"}, with_blur=True)
+    assert (params.size, params.blur) == (64, 250)
+    assert parse_placeholder_params({"url": URL, "size": "8", "blur": "1"}, with_blur=True).blur == 1
+
+
+def _api_error(query: dict[str, str], with_blur: bool = True) -> ApiError:
+    with pytest.raises(ApiError) as caught:
+        parse_placeholder_params(query, with_blur=with_blur)
+    assert caught.value.status == 400
+    return caught.value
+
+
+@pytest.mark.parametrize(("query", "code"), [
+    ({}, "MissingUrl"),
+    ({"url": ""}, "MissingUrl"),
+    ({"url": "https://evil.example/x.png"}, "AbsoluteUrlForbidden"),
+    ({"url": "//evil.example/x.png"}, "AbsoluteUrlForbidden"),
+    ({"url": "/akande/../x.png"}, "InvalidUrl"),
+    ({"url": "akande/v1/a\x00.png"}, "InvalidUrl"),
+    ({"url": "akande//v1/a.png"}, "InvalidUrl"),
+    ({"url": "a" * 3000}, "UrlTooLong"),
+])
+def test_url_errors(query: dict[str, str], code: str) -> None:
+    error = _api_error(query)
+    assert (error.code, error.target) == (code, "url")
+
+
+@pytest.mark.parametrize(("name", "value"), [("size", "7"), ("size", "65"), ("size", "abc"), ("size", "-8"),
+                                             ("blur", "0"), ("blur", "251"), ("blur", "1.5")])
+def test_size_and_blur_out_of_range(name: str, value: str) -> None:
+    error = _api_error({"url": URL, name: value})
+    assert (error.code, error.target) == ("InvalidParameter", name)
+    assert f"Parameter '{name}' must be an integer" in error.message
