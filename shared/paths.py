@@ -81,8 +81,8 @@ def parse_storage_path(raw: str, *, directory: bool = False) -> StoragePath:
     ``stocks/...`` stays as it is.
     """
     path = raw
-    if directory:
-        path = path.rstrip("/")
+    if directory and path.endswith("/"):
+        path = path[:-1]  # exactly one: 'a//' keeps its empty segment and is refused
     if path.startswith("/"):
         path = path[1:]
     if directory and path == "":

@@ -37,6 +37,10 @@ def _is_directory_request(raw: str) -> bool:
 
 
 def _parse(raw: str, *, directory: bool = False) -> StoragePath:
+    # The route captures what follows '/api/storage/': a leading '/' here was a '//' in the URL.
+    if raw.startswith("/"):
+        raise bad_request("Invalid path: The path contains an empty segment ('//').", target="path",
+                          code="InvalidPath")
     try:
         return parse_storage_path(raw, directory=directory)
     except InvalidPath as exc:

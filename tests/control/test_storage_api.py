@@ -1,0 +1,302 @@
+"""Storage plane over HTTP: PUT/GET/HEAD/DELETE /api/storage/{path}, as a client sees it."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient
+from yarl import URL
+
+from control.app import create_app
+from control.state import MANIFEST
+from shared.config import load_settings
+from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
+
+LOGO = b'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><rect width="10" height="10"/></svg>'
+LOGO_PATH = "akande/v1/logos/logo.svg"
+SMALL_LIMIT = 1000
+STORAGE_ENTRY_FIELDS = {
+    "Guid", "StorageZoneName", "Path", "ObjectName", "Length", "LastChanged", "ServerId", "ArrayNumber",
+    "IsDirectory", "UserId", "ContentType", "DateCreated", "StorageZoneId", "Checksum", "ReplicatedZones",
+}
+
+
+def raw_url(client: TestClient, path: str) -> URL:
+    """A URL sent byte for byte: no dot-segment removal or re-quoting by yarl on the client side."""
+    return URL(str(client.make_url("/")).rstrip("/") + path, encoded=True)
+
+
+async def upload(client: TestClient, path: str, data: bytes, **headers: str) -> dict:
+    resp = await client.put(f"/api/storage/{path}", data=data, headers={**ACCESS, **headers})
+    assert resp.status == 201, await resp.text()
+    return await resp.json()
+
+
+@pytest.fixture
+async def small_control(aiohttp_client, data_dir: Path) -> TestClient:  # type: ignore[no-untyped-def]
+    """A control plane whose per-file limit is 1000 bytes, with zone 'akande'."""
+    settings = load_settings(environ={"ASSETCDN_CONTROL_MAX_UPLOAD_BYTES": str(SMALL_LIMIT)})
+    client = await aiohttp_client(create_app(settings, SECRETS, data_dir))
+    resp = await client.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)
+    assert resp.status == 201
+    return client
+
+
+class TestUpload:
+    async def test_new_file_is_201_pending_in_one_commit(self, control: TestClient, zone: str,
+                                                         data_dir: Path) -> None:
+        before = commit_count(data_dir)
+        resp = await control.put(f"/api/storage/{LOGO_PATH}", data=LOGO,
+                                 headers={**ACCESS, "Content-Type": "image/svg+xml"})
+        assert resp.status == 201
+        body = await resp.json()
+        assert set(body) == {"HttpCode", "Message", "Path", "Length", "Checksum", "DateCreated", "EdgeStatus",
+                             "EdgeNote"}
+        assert body["HttpCode"] == 201
+        assert body["Path"] == LOGO_PATH
+        assert body["Length"] == len(LOGO)
+        assert body["Checksum"] is None
+        assert body["EdgeStatus"] == "pending"
+        assert head_commit(data_dir)[:12] in body["EdgeNote"]  # type: ignore[index]
+        parse_time(body["DateCreated"])
+        assert commit_count(data_dir) == before + 1
+        assert f"clients/{LOGO_PATH}" in repo_files(data_dir)
+        got = await control.get(f"/api/storage/{LOGO_PATH}", headers=ACCESS)
+        assert got.status == 200
+        assert await got.read() == LOGO
+
+    async def test_storage_prefix_is_accepted_and_lands_in_the_same_file(self, control: TestClient, zone: str,
+                                                                        data_dir: Path) -> None:
+        body = await upload(control, f"clients/{LOGO_PATH}", LOGO)
+        assert body["Path"] == LOGO_PATH
+        assert list(repo_files(data_dir, "clients/akande/v1/logos/")) == [
+            "clients/akande/v1/logos/.gitkeep", f"clients/{LOGO_PATH}"]
+
+    async def test_supplied_checksum_is_verified_and_echoed_upper_case(self, control: TestClient, zone: str) -> None:
+        digest = hashlib.sha256(LOGO).hexdigest()
+        body = await upload(control, LOGO_PATH, LOGO, Checksum=digest)
+        assert body["Checksum"] == digest.upper()
+
+    async def test_overwrite_is_purging_in_one_commit(self, control: TestClient, zone: str, data_dir: Path) -> None:
+        await upload(control, LOGO_PATH, LOGO)
+        before = commit_count(data_dir)
+        body = await upload(control, LOGO_PATH, LOGO + b"\n")
+        assert body["EdgeStatus"] == "purging"
+        assert body["Length"] == len(LOGO) + 1
+        assert commit_count(data_dir) == before + 1
+        got = await control.get(f"/api/storage/{LOGO_PATH}", headers=ACCESS)
+        assert await got.read() == LOGO + b"\n"
+
+    async def test_manifest_entry_describes_the_file(self, control: TestClient, zone: str, data_dir: Path) -> None:
+        await upload(control, LOGO_PATH, LOGO)
+        entry = control.server.app[MANIFEST].entries[LOGO_PATH]
+        assert entry.size == len(LOGO)
+        assert entry.sha256 == hashlib.sha256(LOGO).hexdigest()
+        assert entry.blob_id == repo_files(data_dir)[f"clients/{LOGO_PATH}"]
+        assert entry.content_type == "image/svg+xml"
+        assert (entry.zone, entry.category, entry.format, entry.name) == ("akande", "logos", "svg", "logo.svg")
+        assert entry.tags == ("project-akande", "type-logos", "format-svg", "all-assets")
+
+    async def test_bad_checksum_on_a_new_file_writes_nothing(self, control: TestClient, zone: str,
+                                                             data_dir: Path) -> None:
+        head = head_commit(data_dir)
+        wrong = hashlib.sha256(b"something else").hexdigest()
+        resp = await control.put(f"/api/storage/{LOGO_PATH}", data=LOGO, headers={**ACCESS, "Checksum": wrong})
+        body = await expect_error(resp, 400, "ChecksumMismatch")
+        assert body["error"]["target"] == "Checksum"
+        assert body["Expected"] == wrong.upper()
+        assert body["Received"] == hashlib.sha256(LOGO).hexdigest().upper()
+        assert head_commit(data_dir) == head
+        await expect_error(await control.get(f"/api/storage/{LOGO_PATH}", headers=ACCESS), 404, "FileNotFound")
+
+    async def test_bad_checksum_on_an_overwrite_keeps_the_old_bytes(self, control: TestClient, zone: str,
+                                                                   data_dir: Path) -> None:
+        await upload(control, LOGO_PATH, LOGO)
+        head = head_commit(data_dir)
+        resp = await control.put(f"/api/storage/{LOGO_PATH}", data=b"<svg/>",
+                                 headers={**ACCESS, "Checksum": hashlib.sha256(LOGO).hexdigest()})
+        await expect_error(resp, 400, "ChecksumMismatch")
+        assert head_commit(data_dir) == head
+        got = await control.get(f"/api/storage/{LOGO_PATH}", headers=ACCESS)
+        assert await got.read() == LOGO
+
+    async def test_checksum_that_is_not_sha256_hex_is_400(self, control: TestClient, zone: str,
+                                                          data_dir: Path) -> None:
+        head = head_commit(data_dir)
+        resp = await control.put(f"/api/storage/{LOGO_PATH}", data=LOGO, headers={**ACCESS, "Checksum": "abc"})
+        await expect_error(resp, 400, "InvalidChecksum")
+        assert head_commit(data_dir) == head
+
+    async def test_upload_into_a_missing_zone_is_404(self, control: TestClient, zone: str, data_dir: Path) -> None:
+        head = head_commit(data_dir)
+        resp = await control.put("/api/storage/nobody/v1/logos/logo.svg", data=LOGO, headers=ACCESS)
+        body = await expect_error(resp, 404, "ZoneNotFound")
+        assert "nobody" in body["Message"]
+        assert head_commit(data_dir) == head
+
+    async def test_upload_to_a_directory_path_is_400(self, control: TestClient, zone: str) -> None:
+        for path in ("akande/v1/logos/", "akande/v1/logos/noext"):
+            resp = await control.put(f"/api/storage/{path}", data=LOGO, headers=ACCESS)
+            await expect_error(resp, 400, "InvalidPath")
+
+
+class TestOversize:
+    async def test_content_length_over_the_limit_is_413(self, small_control: TestClient, data_dir: Path) -> None:
+        head = head_commit(data_dir)
+        resp = await small_control.put(f"/api/storage/{LOGO_PATH}", data=b"x" * (SMALL_LIMIT + 1), headers=ACCESS)
+        body = await expect_error(resp, 413, "PayloadTooLarge")
+        assert body["MaxSize"] == SMALL_LIMIT
+        assert head_commit(data_dir) == head
+
+    async def test_chunked_body_over_the_limit_is_413(self, small_control: TestClient, data_dir: Path) -> None:
+        async def chunks() -> AsyncIterator[bytes]:
+            for _ in range(3):
+                yield b"x" * 400
+
+        head = head_commit(data_dir)
+        resp = await small_control.put(f"/api/storage/{LOGO_PATH}", data=chunks(), headers=ACCESS)
+        assert "Content-Length" not in resp.request_info.headers
+        await expect_error(resp, 413, "PayloadTooLarge")
+        assert head_commit(data_dir) == head
+
+    async def test_exactly_the_limit_is_accepted(self, small_control: TestClient) -> None:
+        body = await upload(small_control, "akande/v1/logos/full.txt", b"x" * SMALL_LIMIT)
+        assert body["Length"] == SMALL_LIMIT
+
+
+class TestRead:
+    async def test_get_returns_bytes_and_content_type(self, control: TestClient, zone: str) -> None:
+        await upload(control, LOGO_PATH, LOGO)
+        resp = await control.get(f"/api/storage/{LOGO_PATH}", headers=ACCESS)
+        assert resp.status == 200
+        assert resp.headers["Content-Type"] == "image/svg+xml"
+        assert await resp.read() == LOGO
+
+    async def test_head_gives_length_and_type_without_a_body(self, control: TestClient, zone: str) -> None:
+        await upload(control, LOGO_PATH, LOGO)
+        resp = await control.head(f"/api/storage/{LOGO_PATH}", headers=ACCESS)
+        assert resp.status == 200
+        assert resp.headers["Content-Length"] == str(len(LOGO))
+        assert resp.headers["Content-Type"] == "image/svg+xml"
+        assert await resp.read() == b""
+
+    async def test_missing_file_is_404_for_get_and_head(self, control: TestClient, zone: str) -> None:
+        await expect_error(await control.get("/api/storage/akande/v1/logos/none.svg", headers=ACCESS),
+                           404, "FileNotFound")
+        resp = await control.head("/api/storage/akande/v1/logos/none.svg", headers=ACCESS)
+        assert resp.status == 404
+        assert resp.headers["X-API-Version"] == "2026-04-01"
+        assert await resp.read() == b""
+
+    async def test_directory_listing_is_storage_file_entries(self, control: TestClient, zone: str) -> None:
+        await upload(control, LOGO_PATH, LOGO)
+        resp = await control.get("/api/storage/akande/v1/logos/", headers=ACCESS)
+        assert resp.status == 200
+        entries = await resp.json()
+        assert [e["ObjectName"] for e in entries] == ["logo.svg"]  # .gitkeep is hidden
+        (entry,) = entries
+        assert set(entry) == STORAGE_ENTRY_FIELDS
+        assert entry["Path"] == "/clients/akande/v1/logos/"
+        assert entry["IsDirectory"] is False
+        assert entry["Length"] == len(LOGO)
+        assert entry["Checksum"] == hashlib.sha256(LOGO).hexdigest().upper()
+        assert entry["ContentType"] == "image/svg+xml"
+        assert (entry["ServerId"], entry["ArrayNumber"], entry["StorageZoneId"]) == (0, 0, 0)
+        assert entry["ReplicatedZones"] == ""
+        parse_time(entry["LastChanged"])
+        parse_time(entry["DateCreated"])
+
+    async def test_directories_are_listed_with_zero_length_and_no_checksum(self, control: TestClient,
+                                                                         zone: str) -> None:
+        await upload(control, LOGO_PATH, LOGO)
+        for path in ("akande/v1/", "akande/v1"):  # trailing slash or no extension: both list
+            resp = await control.get(f"/api/storage/{path}", headers=ACCESS)
+            entries = await resp.json()
+            assert sorted(e["ObjectName"] for e in entries) == ["banners", "github", "icons", "logos", "titles"]
+            for entry in entries:
+                assert entry["Path"] == "/clients/akande/v1/"
+                assert entry["Path"].endswith("/")
+                assert entry["IsDirectory"] is True
+                assert (entry["Length"], entry["ContentType"], entry["Checksum"]) == (0, "", None)
+
+    async def test_root_listing_shows_zones(self, control: TestClient, zone: str) -> None:
+        resp = await control.get("/api/storage/", headers=ACCESS)
+        entries = await resp.json()
+        assert [(e["ObjectName"], e["IsDirectory"], e["Path"]) for e in entries] == [("akande", True, "/clients/")]
+
+    async def test_listing_a_missing_directory_is_404(self, control: TestClient, zone: str) -> None:
+        await expect_error(await control.get("/api/storage/akande/v2/", headers=ACCESS), 404, "DirectoryNotFound")
+
+
+class TestDelete:
+    async def test_delete_is_purging_in_one_commit(self, control: TestClient, zone: str, data_dir: Path) -> None:
+        await upload(control, LOGO_PATH, LOGO)
+        before = commit_count(data_dir)
+        resp = await control.delete(f"/api/storage/{LOGO_PATH}", headers=ACCESS)
+        assert resp.status == 200
+        body = await resp.json()
+        assert set(body) == {"HttpCode", "Message", "Path", "EdgeStatus", "EdgeNote"}
+        assert (body["HttpCode"], body["Path"], body["EdgeStatus"]) == (200, LOGO_PATH, "purging")
+        assert commit_count(data_dir) == before + 1
+        assert LOGO_PATH not in control.server.app[MANIFEST].entries
+        await expect_error(await control.get(f"/api/storage/{LOGO_PATH}", headers=ACCESS), 404, "FileNotFound")
+
+    async def test_delete_of_a_missing_file_is_404(self, control: TestClient, zone: str, data_dir: Path) -> None:
+        head = head_commit(data_dir)
+        await expect_error(await control.delete(f"/api/storage/{LOGO_PATH}", headers=ACCESS), 404, "FileNotFound")
+        assert head_commit(data_dir) == head
+
+    async def test_delete_of_a_zone_root_is_refused(self, control: TestClient, zone: str, data_dir: Path) -> None:
+        head = head_commit(data_dir)
+        await expect_error(await control.delete("/api/storage/akande/", headers=ACCESS), 400, "InvalidPath")
+        assert head_commit(data_dir) == head
+
+
+# Each of these must be refused as it is, not normalised into another path or routed to a 404.
+TRAVERSALS = [
+    "akande/../akande/v1/logos/logo.svg",
+    "akande/v1/logos/../../../../etc/passwd.txt",
+    "akande/v1/%2e%2e/%2e%2e/logo.svg",
+    "%2e%2e/%2e%2e/etc/passwd.txt",
+    "akande/v1/%252e%252e/logo.svg",
+    "akande/v1/logos/logo%00.svg",
+    "akande%5cv1%5clogos%5clogo.svg",
+    "akande\\v1\\logos\\logo.svg",
+    "akande/v1//logos/logo.svg",
+    "/akande/v1/logos/logo.svg",
+    "akande/v1/logos//",
+    "akande/.git/config.txt",
+    "akande/v1/%2egit/HEAD.txt",
+    ".git/config",
+    "akande/node_modules/x.js",
+]
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD", "PUT", "DELETE"])
+@pytest.mark.parametrize("path", TRAVERSALS)
+async def test_traversal_and_malformed_paths_are_400(control: TestClient, zone: str, data_dir: Path,
+                                                     method: str, path: str) -> None:
+    await upload(control, LOGO_PATH, LOGO)
+    head = head_commit(data_dir)
+    resp = await control.session.request(method, raw_url(control, "/api/storage/" + path), headers=ACCESS,
+                                          data=LOGO if method == "PUT" else None)
+    if method == "HEAD":
+        assert resp.status == 400
+        assert await resp.read() == b""
+    else:
+        body = await expect_error(resp, 400, "InvalidPath")
+        assert body["error"]["target"] == "path"
+    assert head_commit(data_dir) == head
+
+
+async def test_traversal_in_the_request_line_reaches_the_server_unchanged(control: TestClient, zone: str) -> None:
+    # Guard for the test above: the raw URL is what the server saw (no client-side dot-segment removal).
+    url = raw_url(control, "/api/storage/akande/../x.svg")
+    assert url.raw_path.endswith("/akande/../x.svg")
+    resp = await control.session.get(url, headers=ACCESS)
+    body = await expect_error(resp, 400, "InvalidPath")
+    assert "'..'" in body["Message"]
