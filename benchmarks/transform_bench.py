@@ -1,0 +1,130 @@
+"""Transform throughput: run_transform beside the same work in raw pyvips.
+
+    .venv/bin/python -m benchmarks.transform_bench [--iterations 20] [--concurrency 1]
+
+A 2000x1333 photo-like JPEG (gradients plus noise, as in the tests) is turned into a 400 px
+WebP, JPEG and AVIF, sequentially, with no cache. The "raw pyvips" column is
+`thumbnail_buffer` + save with the same encoder settings, so the difference is the service's
+own overhead (header read and checks, options, step loop, deadline callback). libvips'
+operation cache is switched off for both, or repeated loads of one buffer would be free.
+Also printed: AVIF encode time and size by effort, and cover crops by gravity.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import pyvips
+
+from edge.transform import encode as encoders
+from edge.transform.options import parse_transform_options
+from edge.transform.pipeline import run_transform
+from edge.transform.placeholders import make_blurhash_placeholder, make_lqip
+
+WIDTH, HEIGHT = 2000, 1333
+MAX_PIXELS = 50_000_000
+
+
+def photo_jpeg() -> bytes:
+    xyz = pyvips.Image.xyz(WIDTH, HEIGHT)
+    red = xyz[0] * (255 / WIDTH)
+    green = xyz[1] * (255 / HEIGHT)
+    blue = (xyz[0] + xyz[1]) * (255 / (WIDTH + HEIGHT))
+    shapes = pyvips.Image.black(WIDTH, HEIGHT)
+    for i in range(40):  # some edges, so encoders have structure to spend bits on
+        shapes = shapes.draw_circle(40 + (i * 37) % 200, (i * 211) % WIDTH, (i * 127) % HEIGHT, 30 + i * 3, fill=True)
+    noise = pyvips.Image.gaussnoise(WIDTH, HEIGHT, sigma=12, mean=0)
+    image = (red.bandjoin([green, blue]) * 0.7 + shapes * 0.3 + noise).cast("uchar")
+    return image.copy(interpretation="srgb").jpegsave_buffer(Q=90)
+
+
+def measure(work: Callable[[], bytes], iterations: int) -> tuple[float, int]:
+    """(median seconds per call, output bytes), after one warm-up call."""
+    size = len(work())
+    times = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), size
+
+
+def measure_pair(first: Callable[[], bytes], second: Callable[[], bytes],
+                 iterations: int) -> tuple[float, float, int]:
+    """Medians of two workloads run alternately, so a busy machine slows both alike."""
+    size = len(first())
+    second()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(iterations):
+        for work, bucket in ((first, times[0]), (second, times[1])):
+            start = time.perf_counter()
+            work()
+            bucket.append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1]), size
+
+
+RAW_SAVERS: dict[str, Callable[[pyvips.Image], bytes]] = {
+    "webp": lambda image: image.webpsave_buffer(Q=encoders.DEFAULT_QUALITY["webp"], effort=encoders.WEBP_EFFORT, keep="none"),
+    "jpeg": lambda image: image.jpegsave_buffer(Q=encoders.DEFAULT_QUALITY["jpeg"], optimize_coding=True, keep="none"),
+    "avif": lambda image: image.heifsave_buffer(compression="av1", Q=encoders.DEFAULT_QUALITY["avif"],
+                                                effort=encoders.AVIF_EFFORT, keep="none"),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--concurrency", type=int, default=0,
+                        help="libvips worker threads (0: libvips default, one per core)")
+    args = parser.parse_args()
+    if args.concurrency:
+        pyvips.concurrency_set(args.concurrency)
+    pyvips.cache_set_max(0)
+    source = photo_jpeg()
+    print(f"source: {WIDTH}x{HEIGHT} JPEG, {len(source):,} bytes; libvips {pyvips.version(0)}.{pyvips.version(1)}."
+          f"{pyvips.version(2)}, {os.cpu_count()} cores, vips concurrency {pyvips.concurrency_get()}, "
+          f"{args.iterations} iterations (median)")
+
+    print("\n| 2000x1333 JPEG -> 400 px | run_transform ms | transforms/s | raw pyvips ms | raw ops/s | overhead | bytes |")
+    print("|---|---|---|---|---|---|---|")
+    opts = parse_transform_options({"url": "bench/v1/banners/photo.jpg", "w": "400"})
+    for fmt, save in RAW_SAVERS.items():
+        service, raw, size = measure_pair(
+            lambda fmt=fmt: run_transform(source, "jpeg", opts, fmt, max_pixels=MAX_PIXELS, time_budget_s=30).body,
+            lambda save=save: save(pyvips.Image.thumbnail_buffer(source, 400)), args.iterations)
+        print(f"| {fmt} | {service * 1000:.1f} | {1 / service:.1f} | {raw * 1000:.1f} | {1 / raw:.1f} | "
+              f"{(service / raw - 1) * 100:+.0f}% | {size:,} |")
+
+    print("\n| AVIF 400 px, effort | encode+resize ms | bytes |")
+    print("|---|---|---|")
+    for effort in range(0, 7):
+        took, size = measure(lambda effort=effort: pyvips.Image.thumbnail_buffer(source, 400).heifsave_buffer(
+            compression="av1", Q=encoders.DEFAULT_QUALITY["avif"], effort=effort, keep="none"),
+            max(3, args.iterations // 4))
+        print(f"| {effort}{' (chosen)' if effort == encoders.AVIF_EFFORT else ''} | {took * 1000:.1f} | {size:,} |")
+
+    print("\n| other work | ms | bytes |")
+    print("|---|---|---|")
+    cases: list[tuple[str, Callable[[], bytes]]] = []
+    for gravity in ("center", "auto", "face"):
+        cover = parse_transform_options({"url": "bench/v1/banners/photo.jpg", "w": "400", "h": "400", "gravity": gravity})
+        cases.append((f"cover 400x400 gravity={gravity} -> webp",
+                      lambda cover=cover: run_transform(source, "jpeg", cover, "webp", max_pixels=MAX_PIXELS,
+                                                        time_budget_s=30).body))
+    for fmt in ("jxl", "heic"):
+        if fmt in encoders.ENCODERS:
+            cases.append((f"400 px -> {fmt}", lambda fmt=fmt: run_transform(
+                source, "jpeg", opts, fmt, max_pixels=MAX_PIXELS, time_budget_s=30).body))
+    cases.append(("lqip 32 px blur 30", lambda: make_lqip(source, "jpeg", 32, 30)[0]))
+    cases.append(("blurhash 32 px (WebP + BlurHash)", lambda: make_blurhash_placeholder(source, "jpeg", 32)[0]))
+    for name, work in cases:
+        took, size = measure(work, max(3, args.iterations // 2))
+        print(f"| {name} | {took * 1000:.1f} | {size:,} |")
+
+
+if __name__ == "__main__":
+    main()
