@@ -12,9 +12,14 @@ from shared.errors import bad_request, payload_too_large
 MB = 1024 * 1024
 
 
+def size_text(size: int) -> str:
+    """Sizes in messages: MB for the usual limits, bytes when a small limit would round to '0 MB'."""
+    return f"{size / MB:.1f} MB" if size >= MB else f"{size} bytes"
+
+
 def _too_large(limit: int, size: int | None = None) -> Exception:
-    shown = f"{size / MB:.1f} MB" if size is not None else "The body"
-    return payload_too_large(f"Payload too large: {shown} exceeds the {limit / MB:.0f} MB limit.", limit)
+    shown = size_text(size) if size is not None else "The body"
+    return payload_too_large(f"Payload too large: {shown} exceeds the {size_text(limit)} limit.", limit)
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:

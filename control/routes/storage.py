@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from control.publish import Published
-from control.request_body import MB, read_body, read_json
+from control.request_body import MB, read_body, read_json, size_text
 from control.state import GIT, MANIFEST, PUBLISHER, SETTINGS
 from control.storage.git_store import NothingToCommit
 from shared.errors import ApiError, bad_request, not_found, payload_too_large, utc_now_iso
@@ -203,7 +203,7 @@ async def batch_upload(request: web.Request) -> web.Response:
     problems: list[dict[str, Any]] = []
     changes: dict[str, bytes] = {}
     client_paths: list[str] = []
-    oversize = False
+    oversize = 0
     for index, item in enumerate(files):
         def problem(message: str, item_path: Any = None, index: int = index) -> None:
             problems.append({"index": index, "path": item_path, "message": message})
@@ -237,8 +237,8 @@ async def batch_upload(request: web.Request) -> web.Response:
             problem("'encoding' must be 'base64' or 'utf-8'.", raw_path)
             continue
         if len(data) > max_file:
-            oversize = True
-            problem(f"File is {len(data) / MB:.1f} MB; the limit is {max_file / MB:.0f} MB per file.", raw_path)
+            oversize += 1
+            problem(f"File is {size_text(len(data))}; the limit is {size_text(max_file)} per file.", raw_path)
             continue
         if path.repo_path in changes:
             problem("The same path appears more than once in the batch.", raw_path)
@@ -252,7 +252,8 @@ async def batch_upload(request: web.Request) -> web.Response:
         client_paths.append(path.client_path)
     if problems:
         message = f"{len(problems)} of {len(files)} files are invalid; nothing was committed."
-        if oversize and len(problems) == 1:
+        if oversize == len(problems):
+            # Only size problems: 413 as for a single upload (the spec's per-file limit).
             error = payload_too_large(message + " " + problems[0]["message"], max_file)
             error.details = problems
             raise error

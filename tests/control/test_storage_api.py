@@ -150,6 +150,7 @@ class TestOversize:
         resp = await small_control.put(f"/api/storage/{LOGO_PATH}", data=b"x" * (SMALL_LIMIT + 1), headers=ACCESS)
         body = await expect_error(resp, 413, "PayloadTooLarge")
         assert body["MaxSize"] == SMALL_LIMIT
+        assert "1001 bytes exceeds the 1000 bytes limit" in body["Message"]
         assert head_commit(data_dir) == head
 
     async def test_chunked_body_over_the_limit_is_413(self, small_control: TestClient, data_dir: Path) -> None:

@@ -1,0 +1,172 @@
+"""POST /api/storage/batch: up to 50 files in one atomic commit, or nothing at all."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from control.app import create_app
+from control.state import MANIFEST
+from shared.config import load_settings
+from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
+
+SMALL_LIMIT = 1000
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def item(name: str, data: bytes = b"<svg/>", **extra: Any) -> dict[str, Any]:
+    return {"path": f"akande/v1/icons/{name}", "content": b64(data), **extra}
+
+
+@pytest.fixture
+async def small_control(aiohttp_client, data_dir: Path) -> TestClient:  # type: ignore[no-untyped-def]
+    settings = load_settings(environ={"ASSETCDN_CONTROL_MAX_UPLOAD_BYTES": str(SMALL_LIMIT)})
+    client = await aiohttp_client(create_app(settings, SECRETS, data_dir))
+    resp = await client.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)
+    assert resp.status == 201
+    return client
+
+
+async def test_batch_commits_every_file_in_one_commit(control: TestClient, zone: str, data_dir: Path) -> None:
+    before = commit_count(data_dir)
+    files = [item("a.svg", b"<svg>a</svg>"),
+             {"path": "akande/v1/icons/b.txt", "content": "plain text", "encoding": "utf-8"},
+             {"path": "clients/akande/v1/logos/c.svg", "content": b64(b"<svg>c</svg>"), "encoding": "base64"}]
+    resp = await control.post("/api/storage/batch", json={"files": files}, headers=ACCESS)
+    assert resp.status == 201, await resp.text()
+    body = await resp.json()
+    assert set(body) == {"HttpCode", "Message", "Commit", "Files", "EdgeStatus", "EdgeNote", "DateCreated"}
+    assert body["HttpCode"] == 201
+    assert "3" in body["Message"]
+    assert body["Files"] == ["akande/v1/icons/a.svg", "akande/v1/icons/b.txt", "akande/v1/logos/c.svg"]
+    assert body["Commit"] == head_commit(data_dir)
+    assert body["EdgeStatus"] == "pending"
+    parse_time(body["DateCreated"])
+    assert commit_count(data_dir) == before + 1
+    got = await control.get("/api/storage/akande/v1/icons/b.txt", headers=ACCESS)
+    assert await got.read() == b"plain text"
+    got = await control.get("/api/storage/akande/v1/logos/c.svg", headers=ACCESS)
+    assert await got.read() == b"<svg>c</svg>"
+    assert {"akande/v1/icons/a.svg", "akande/v1/logos/c.svg"} <= set(control.server.app[MANIFEST].entries)
+
+
+async def test_batch_overwriting_a_file_reports_purging(control: TestClient, zone: str) -> None:
+    resp = await control.post("/api/storage/batch", json={"files": [item("a.svg")]}, headers=ACCESS)
+    assert (await resp.json())["EdgeStatus"] == "pending"
+    resp = await control.post("/api/storage/batch", json={"files": [item("a.svg", b"<svg>2</svg>"), item("n.svg")]},
+                              headers=ACCESS)
+    assert resp.status == 201
+    assert (await resp.json())["EdgeStatus"] == "purging"
+
+
+async def test_fifty_files_is_the_maximum(control: TestClient, zone: str, data_dir: Path) -> None:
+    before = commit_count(data_dir)
+    resp = await control.post("/api/storage/batch", json={"files": [item(f"{i}.svg") for i in range(50)]},
+                              headers=ACCESS)
+    assert resp.status == 201
+    assert len((await resp.json())["Files"]) == 50
+    assert commit_count(data_dir) == before + 1
+
+
+async def test_fifty_one_files_is_400_and_commits_nothing(control: TestClient, zone: str, data_dir: Path) -> None:
+    head = head_commit(data_dir)
+    resp = await control.post("/api/storage/batch", json={"files": [item(f"{i}.svg") for i in range(51)]},
+                              headers=ACCESS)
+    body = await expect_error(resp, 400, "TooManyFiles")
+    assert body["error"]["target"] == "files"
+    assert head_commit(data_dir) == head
+    assert repo_files(data_dir, "clients/akande/v1/icons/") == {
+        "clients/akande/v1/icons/.gitkeep": repo_files(data_dir)["clients/akande/v1/icons/.gitkeep"]}
+
+
+@pytest.mark.parametrize(("bad", "why"), [
+    ({"path": "akande/v1/icons/../../x.svg", "content": b64(b"x")}, "Invalid path"),
+    ({"path": "akande/v1/icons/%2e%2e/x.svg", "content": b64(b"x")}, "Invalid path"),
+    ({"path": "akande/.git/hooks/pre-commit.sh", "content": b64(b"x")}, "Invalid path"),
+    ({"path": "akande/v1/icons/", "content": b64(b"x")}, "file name"),
+    ({"path": "akande/v1/icons/x.svg", "content": "not base64!"}, "base64"),
+    ({"path": "akande/v1/icons/x.svg", "content": "x", "encoding": "latin-1"}, "encoding"),
+    ({"path": "akande/v1/icons/x.svg"}, "content"),
+    ({"content": b64(b"x")}, "path"),
+    ({"path": "nobody/v1/icons/x.svg", "content": b64(b"x")}, "nobody"),
+    ({"path": "akande/v1/icons/ok0.svg", "content": b64(b"dup")}, "more than once"),
+    ("just a string", "object"),
+])
+async def test_one_invalid_file_among_valid_ones_commits_nothing(control: TestClient, zone: str, data_dir: Path,
+                                                                 bad: Any, why: str) -> None:
+    head = head_commit(data_dir)
+    files = [item("ok0.svg"), item("ok1.svg"), bad, item("ok2.svg")]
+    resp = await control.post("/api/storage/batch", json={"files": files}, headers=ACCESS)
+    body = await expect_error(resp, 400, "InvalidBatch")
+    details = body["error"]["details"]
+    assert [d["index"] for d in details] == [2]
+    assert why in details[0]["message"]
+    if isinstance(bad, dict) and "path" in bad:
+        assert details[0]["path"] == bad["path"]
+    assert "nothing was committed" in body["Message"]
+    assert head_commit(data_dir) == head
+    assert "akande/v1/icons/ok0.svg" not in control.server.app[MANIFEST].entries
+
+
+@pytest.mark.parametrize("body", [{}, {"files": "x"}, {"files": []}, [1, 2]])
+async def test_body_without_a_files_array_is_400(control: TestClient, zone: str, body: Any) -> None:
+    resp = await control.post("/api/storage/batch", json=body, headers=ACCESS)
+    await expect_error(resp, 400, "InvalidBody")
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"", b'{"files": [}'])
+async def test_bad_json_is_400_invalid_json(control: TestClient, zone: str, data_dir: Path, raw: bytes) -> None:
+    head = head_commit(data_dir)
+    resp = await control.post("/api/storage/batch", data=raw,
+                              headers={**ACCESS, "Content-Type": "application/json"})
+    await expect_error(resp, 400, "InvalidJson")
+    assert head_commit(data_dir) == head
+
+
+async def test_identical_batch_is_400_nothing_to_commit(control: TestClient, zone: str, data_dir: Path) -> None:
+    resp = await control.post("/api/storage/batch", json={"files": [item("a.svg")]}, headers=ACCESS)
+    assert resp.status == 201
+    head = head_commit(data_dir)
+    resp = await control.post("/api/storage/batch", json={"files": [item("a.svg")]}, headers=ACCESS)
+    await expect_error(resp, 400, "NothingToCommit")
+    assert head_commit(data_dir) == head
+
+
+class TestOversizeFile:
+    async def test_one_oversize_file_is_413(self, small_control: TestClient, data_dir: Path) -> None:
+        head = head_commit(data_dir)
+        files = [item("ok.svg"), item("big.svg", b"x" * (SMALL_LIMIT + 1))]
+        resp = await small_control.post("/api/storage/batch", json={"files": files}, headers=ACCESS)
+        body = await expect_error(resp, 413, "PayloadTooLarge")
+        assert body["MaxSize"] == SMALL_LIMIT
+        assert [d["path"] for d in body["error"]["details"]] == ["akande/v1/icons/big.svg"]
+        assert "File is 1001 bytes; the limit is 1000 bytes per file." in body["Message"]
+        assert head_commit(data_dir) == head
+
+    async def test_several_oversize_files_are_413(self, small_control: TestClient, data_dir: Path) -> None:
+        head = head_commit(data_dir)
+        files = [item("big1.svg", b"x" * (SMALL_LIMIT + 1)), item("ok.svg"), item("big2.svg", b"y" * 5000)]
+        resp = await small_control.post("/api/storage/batch", json={"files": files}, headers=ACCESS)
+        body = await expect_error(resp, 413, "PayloadTooLarge")
+        assert [d["index"] for d in body["error"]["details"]] == [0, 2]
+        assert head_commit(data_dir) == head
+
+    async def test_oversize_next_to_another_problem_is_400_listing_both(self, small_control: TestClient,
+                                                                       data_dir: Path) -> None:
+        files = [item("big.svg", b"x" * (SMALL_LIMIT + 1)), {"path": "akande/../x.svg", "content": ""}]
+        resp = await small_control.post("/api/storage/batch", json={"files": files}, headers=ACCESS)
+        body = await expect_error(resp, 400, "InvalidBatch")
+        assert [d["index"] for d in body["error"]["details"]] == [0, 1]
+
+    async def test_file_at_the_limit_is_accepted(self, small_control: TestClient) -> None:
+        resp = await small_control.post("/api/storage/batch", json={"files": [item("f.txt", b"x" * SMALL_LIMIT)]},
+                                        headers=ACCESS)
+        assert resp.status == 201
