@@ -1,9 +1,9 @@
 """Encoders: one small function per output format, all taking an 8-bit sRGB or grey image.
 
 Quality defaults and AVIF effort were measured (benchmarks/README.md, "Transforms"):
-AVIF effort 3 keeps a 400 px encode near 55 ms on one core where the default (4) costs
-three times that and effort 6+ half a second; the variant is cached for a year, but the
-first visitor waits for it. Metadata (EXIF, XMP, ICC) is stripped: pixels are sRGB already.
+AVIF effort 3 encodes a 400 px AVIF in about 80-110 ms where libvips' default (4) takes
+250-500 ms for about 10% fewer bytes, and effort 6 over half a second; the variant is
+cached for a year, but its first visitor waits for the encode. Metadata (EXIF, XMP, ICC) is stripped: pixels are sRGB already.
 
 Animation survives in webp and gif (libvips writes every 'page-height' frame). AVIF output
 of an animated source is its first frame: libvips' heifsave writes pages as separate still

@@ -79,9 +79,11 @@ def run_transform(source: bytes, source_format: str, opts: TransformOptions, out
     image_source = read_source(source, source_format)
     keep_animation = image_source.animated and output_format in ANIMATED_OUTPUTS
     pages = image_source.pages if keep_animation else 1
-    # Both checks run on header values only: nothing has been decoded yet.
-    check_pixels("source image", image_source.width, image_source.height, pages, max_pixels)
     plan = plan_resize(image_source.width, image_source.height, opts)
+    # Both checks run on header values only: nothing has been decoded yet. An SVG with a
+    # target size is rendered straight at that size, so only the output counts for it.
+    if image_source.format != "svg" or plan is None:
+        check_pixels("source image", image_source.width, image_source.height, pages, max_pixels)
     if plan is not None:
         check_pixels("requested output", plan.width, plan.height, pages, max_pixels)
     ctx = TransformContext(source=image_source, opts=opts, output_format=output_format,

@@ -254,3 +254,29 @@ def test_transforms_run_concurrently_in_threads(photo_jpeg: bytes, face_jpeg: by
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda job: transform(job[0], "jpeg", "webp", **job[1]), jobs))
     assert [(r.width, r.height) for r in results] == [(200, 200), (300, 600)] * 4
+
+
+def test_huge_svg_canvas_is_rendered_at_the_target_size_only() -> None:
+    svg = (b'<svg xmlns="http://www.w3.org/2000/svg" width="100000" height="50000">'
+           b'<rect width="100000" height="50000" fill="red"/></svg>')
+    decoded = load(transform(svg, "svg", "png", w="200").body)
+    assert (decoded.width, decoded.height) == (200, 100)
+    with pytest.raises(LegacyError) as caught:
+        transform(svg, "svg", "png")                    # no target: the full canvas would be drawn
+    assert caught.value.status == 422
+
+
+@pytest.mark.parametrize("kind", ["grey", "grey_alpha", "rgb16", "cmyk"])
+@pytest.mark.parametrize("output", ["jpeg", "webp", "png"])
+def test_unusual_colour_sources_come_out_as_8_bit(photo_jpeg: bytes, kind: str, output: str) -> None:
+    base = pyvips.Image.thumbnail_buffer(photo_jpeg, 500)
+    if kind == "grey":
+        data, fmt = base.colourspace("b-w").pngsave_buffer(), "png"
+    elif kind == "grey_alpha":
+        data, fmt = base.colourspace("b-w").bandjoin(200).pngsave_buffer(), "png"
+    elif kind == "rgb16":
+        data, fmt = base.colourspace("rgb16").pngsave_buffer(), "png"
+    else:
+        data, fmt = base.icc_export(output_profile="cmyk").jpegsave_buffer(), "jpeg"
+    decoded = load(transform(data, fmt, output, w="100", sharpen="2").body)
+    assert decoded.width == 100 and decoded.format == "uchar"
