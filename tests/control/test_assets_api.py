@@ -1,0 +1,188 @@
+"""The catalog: GET /api/assets (filters, sort, paging, streamed key order) and GET /api/assets/metadata."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp.test_utils import TestClient
+
+from tests.control.conftest import ACCESS, ACCOUNT
+from tests.control.expect import expect_error, parse_time
+
+# (storage path, size): two zones, several categories and formats, distinct sizes.
+FILES = {
+    "akande/v1/logos/akande.svg": 300,
+    "akande/v1/logos/akande.png": 120,
+    "akande/v1/logos/akande.webp": 80,
+    "akande/v1/icons/192x192.png": 50,
+    "akande/v1/banners/hero.jpg": 900,
+    "bantu/v1/logos/bantu.svg": 200,
+    "bantu/v1/icons/akande.png": 10,   # same base name as akande's logo, other directory: not a variant
+}
+ASSET_FIELDS = {"name", "path", "project", "category", "format", "size"}
+
+
+@pytest.fixture
+async def catalog(control: TestClient, zone: str) -> TestClient:
+    resp = await control.post("/api/core/zones", json={"Name": "bantu"}, headers=ACCOUNT)
+    assert resp.status == 201
+    files = [{"path": p, "content": base64.b64encode(b"x" * size).decode()} for p, size in FILES.items()]
+    resp = await control.post("/api/storage/batch", json={"files": files}, headers=ACCESS)
+    assert resp.status == 201, await resp.text()
+    return control
+
+
+async def listing(client: TestClient, **query: Any) -> dict[str, Any]:
+    resp = await client.get("/api/assets", params={k: str(v) for k, v in query.items()}, headers=ACCESS)
+    assert resp.status == 200
+    assert resp.content_type == "application/json"
+    raw = await resp.read()
+    body = orjson.loads(raw)
+    # Streamed JSON in the published key order.
+    assert list(body) == ["Pagination", "Filters", "DateFetched", "Data"]
+    assert raw.startswith(b'{"Pagination":')
+    return body
+
+
+def paths(body: dict[str, Any]) -> list[str]:
+    return [a["path"] for a in body["Data"]]
+
+
+async def test_default_listing_is_every_asset_by_name(catalog: TestClient) -> None:
+    body = await listing(catalog)
+    assert body["Pagination"] == {"Page": 1, "PerPage": 50, "TotalItems": len(FILES), "TotalPages": 1}
+    assert body["Filters"] == {"Project": None, "Category": None, "Format": None, "Query": None}
+    parse_time(body["DateFetched"])
+    names = [a["name"] for a in body["Data"]]
+    assert names == sorted(names, key=str.lower)
+    assert sorted(paths(body)) == sorted(FILES)  # .gitkeep scaffolding is not an asset
+    hero = next(a for a in body["Data"] if a["name"] == "hero.jpg")
+    assert set(hero) == ASSET_FIELDS
+    assert hero == {"name": "hero.jpg", "path": "akande/v1/banners/hero.jpg", "project": "akande",
+                    "category": "banners", "format": "jpg", "size": 900}
+
+
+async def test_empty_catalog_has_one_page(control: TestClient) -> None:
+    body = await listing(control)
+    assert body["Data"] == []
+    assert body["Pagination"] == {"Page": 1, "PerPage": 50, "TotalItems": 0, "TotalPages": 1}
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ({"project": "bantu"}, {"bantu/v1/logos/bantu.svg", "bantu/v1/icons/akande.png"}),
+    ({"category": "logos"}, {p for p in FILES if "/logos/" in p}),
+    ({"format": "png"}, {p for p in FILES if p.endswith(".png")}),
+    ({"format": "PNG"}, {p for p in FILES if p.endswith(".png")}),
+    ({"q": "AKANDE"}, {p for p in FILES if "akande" in p}),
+    ({"q": "192"}, {"akande/v1/icons/192x192.png"}),
+    ({"project": "akande", "category": "logos", "format": "svg"}, {"akande/v1/logos/akande.svg"}),
+    ({"project": "nobody"}, set()),
+])
+async def test_filters(catalog: TestClient, query: dict[str, str], expected: set[str]) -> None:
+    body = await listing(catalog, **query)
+    assert set(paths(body)) == expected
+    assert body["Pagination"]["TotalItems"] == len(expected)
+    filters = body["Filters"]
+    assert filters["Project"] == query.get("project")
+    assert filters["Category"] == query.get("category")
+    assert filters["Format"] == (query["format"].lower() if "format" in query else None)
+    assert filters["Query"] == query.get("q")
+
+
+async def test_sort_by_size_both_orders(catalog: TestClient) -> None:
+    ascending = await listing(catalog, sort="size")
+    sizes = [a["size"] for a in ascending["Data"]]
+    assert sizes == sorted(FILES.values())
+    descending = await listing(catalog, sort="size", order="desc")
+    assert [a["size"] for a in descending["Data"]] == sorted(FILES.values(), reverse=True)
+
+
+async def test_sort_by_project(catalog: TestClient) -> None:
+    body = await listing(catalog, sort="project", order="DESC")
+    projects = [a["project"] for a in body["Data"]]
+    assert projects == ["bantu"] * 2 + ["akande"] * 5
+
+
+async def test_unknown_sort_and_order_fall_back_to_name_ascending(catalog: TestClient) -> None:
+    assert paths(await listing(catalog, sort="colour", order="sideways")) == paths(await listing(catalog))
+
+
+async def test_pages_partition_the_listing(catalog: TestClient) -> None:
+    everything = paths(await listing(catalog, sort="size"))
+    seen: list[str] = []
+    for page in (1, 2, 3):
+        body = await listing(catalog, sort="size", page=page, per_page=3)
+        assert body["Pagination"] == {"Page": page, "PerPage": 3, "TotalItems": 7, "TotalPages": 3}
+        seen += paths(body)
+    assert seen == everything
+    beyond = await listing(catalog, page=9, per_page=3)
+    assert beyond["Data"] == [] and beyond["Pagination"]["Page"] == 9
+
+
+@pytest.mark.parametrize(("per_page", "page", "expected"), [
+    ("500", "1", (1, 200)), ("200", "1", (1, 200)), ("0", "0", (1, 1)), ("-4", "-2", (1, 1)),
+    ("many", "first", (1, 50)), ("", "", (1, 50)),
+])
+async def test_paging_values_are_clamped_not_refused(catalog: TestClient, per_page: str, page: str,
+                                                     expected: tuple[int, int]) -> None:
+    body = await listing(catalog, per_page=per_page, page=page)
+    assert (body["Pagination"]["Page"], body["Pagination"]["PerPage"]) == expected
+
+
+async def test_more_than_one_stream_chunk_is_valid_json(control: TestClient, zone: str) -> None:
+    files = [{"path": f"akande/v1/icons/i{i:03}.png", "content": "eA=="} for i in range(50)]
+    for start in (0, 50):
+        batch = [{**f, "path": f["path"].replace("/i", f"/b{start}-")} for f in files]
+        assert (await control.post("/api/storage/batch", json={"files": batch}, headers=ACCESS)).status == 201
+    body = await listing(control, per_page=200)
+    assert len(body["Data"]) == 100
+    assert len(set(paths(body))) == 100
+
+
+class TestMetadata:
+    async def test_metadata_of_an_asset(self, catalog: TestClient) -> None:
+        resp = await catalog.get("/api/assets/metadata", params={"path": "akande/v1/logos/akande.svg"},
+                                 headers=ACCESS)
+        assert resp.status == 200
+        body = await resp.json()
+        assert set(body) == {"Path", "Name", "Project", "Category", "Format", "Size", "SizeHuman", "ContentType",
+                             "CdnUrl", "TransformUrl", "AvailableFormats", "DateFetched"}
+        assert (body["Path"], body["Name"], body["Project"], body["Category"], body["Format"]) == (
+            "akande/v1/logos/akande.svg", "akande.svg", "akande", "logos", "svg")
+        assert (body["Size"], body["SizeHuman"], body["ContentType"]) == (300, "300 B", "image/svg+xml")
+        assert body["CdnUrl"].endswith("/akande/v1/logos/akande.svg")
+        assert body["CdnUrl"].startswith("http")
+        assert "/api/transform?url=" in body["TransformUrl"]
+        assert body["TransformUrl"].endswith("akande/v1/logos/akande.svg")
+        # Sibling variants with the same base name; bantu/v1/icons/akande.png is not one.
+        assert body["AvailableFormats"] == ["png", "svg", "webp"]
+        parse_time(body["DateFetched"])
+
+    async def test_leading_slash_is_tolerated(self, catalog: TestClient) -> None:
+        resp = await catalog.get("/api/assets/metadata", params={"path": "/bantu/v1/logos/bantu.svg"},
+                                 headers=ACCESS)
+        body = await resp.json()
+        assert (body["Path"], body["AvailableFormats"]) == ("bantu/v1/logos/bantu.svg", ["svg"])
+
+    async def test_missing_path_is_400(self, catalog: TestClient) -> None:
+        body = await expect_error(await catalog.get("/api/assets/metadata", headers=ACCESS), 400, "MissingPath")
+        assert body["error"]["target"] == "path"
+
+    @pytest.mark.parametrize("path", ["akande/../bantu/v1/logos/bantu.svg", "akande//v1/x.svg",
+                                      "akande/v1/%2e%2e/x.svg", "akande/v1/logos/a\\b.svg"])
+    async def test_bad_path_is_400(self, catalog: TestClient, path: str) -> None:
+        resp = await catalog.get("/api/assets/metadata", params={"path": path}, headers=ACCESS)
+        await expect_error(resp, 400, "InvalidPath")
+
+    async def test_unknown_asset_is_404(self, catalog: TestClient) -> None:
+        resp = await catalog.get("/api/assets/metadata", params={"path": "akande/v1/logos/none.svg"}, headers=ACCESS)
+        await expect_error(resp, 404, "AssetNotFound")
+
+
+async def test_assets_need_the_access_key(catalog: TestClient) -> None:
+    for path in ("/api/assets", "/api/assets/metadata?path=akande/v1/logos/akande.svg"):
+        await expect_error(await catalog.get(path), 401, "Unauthorized")
+        await expect_error(await catalog.get(path, headers=ACCOUNT), 401, "Unauthorized")
