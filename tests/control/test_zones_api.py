@@ -1,0 +1,164 @@
+"""Core zones: GET/POST /api/core/zones, GET/DELETE /api/core/zones/{id} (AccountKey only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from control.state import MANIFEST
+from tests.control.conftest import ACCESS, ACCOUNT
+from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
+
+CATEGORIES = ["banners", "github", "icons", "logos", "titles"]
+RESERVED = ["stocks", "shared", "website", "functions", "api", "dashboard", "dist", "content", "global", "clients"]
+ZONE_FIELDS = {"Id", "Name", "StorageZoneName", "OriginUrl", "FileCount", "StorageUsed", "StorageUsedHuman",
+               "Categories", "DateCreated", "Enabled", "Suspended"}
+
+
+async def put(client: TestClient, path: str, data: bytes) -> None:
+    resp = await client.put(f"/api/storage/{path}", data=data, headers=ACCESS)
+    assert resp.status == 201, await resp.text()
+
+
+async def test_create_scaffolds_v1_directories_in_one_commit(control: TestClient, data_dir: Path) -> None:
+    before = commit_count(data_dir)
+    resp = await control.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)
+    assert resp.status == 201
+    body = await resp.json()
+    assert set(body) == {"HttpCode", "Message", "Id", "Name", "OriginUrl", "Commit", "Directories", "EdgeStatus",
+                         "EdgeNote", "DateCreated"}
+    assert (body["HttpCode"], body["Id"], body["Name"], body["EdgeStatus"]) == (201, "akande", "akande", "pending")
+    assert body["Directories"] == [f"v1/{c}" for c in CATEGORIES]
+    assert body["OriginUrl"].startswith("http") and body["OriginUrl"].endswith("/akande/")
+    assert body["Commit"] == head_commit(data_dir)
+    parse_time(body["DateCreated"])
+    assert commit_count(data_dir) == before + 1
+    assert sorted(repo_files(data_dir, "clients/akande/")) == [f"clients/akande/v1/{c}/.gitkeep" for c in CATEGORIES]
+
+
+async def test_list_and_detail_reflect_the_files(control: TestClient, zone: str) -> None:
+    await put(control, "akande/v1/logos/logo.svg", b"<svg/>")
+    await put(control, "akande/v1/icons/192.png", b"x" * 2048)
+    resp = await control.get("/api/core/zones", headers=ACCOUNT)
+    assert resp.status == 200
+    zones = await resp.json()
+    assert isinstance(zones, list)  # a bare array, as the published service returns
+    (listed,) = zones
+    assert set(listed) == ZONE_FIELDS
+    assert (listed["Id"], listed["Name"], listed["FileCount"], listed["StorageUsed"]) == ("akande", "akande", 2, 2054)
+    assert listed["StorageUsedHuman"] == "2.0 KB"
+    assert listed["Categories"] == ["icons", "logos"]
+    assert (listed["Enabled"], listed["Suspended"]) == (True, False)
+    parse_time(listed["DateCreated"])
+
+    resp = await control.get("/api/core/zones/akande", headers=ACCOUNT)
+    assert resp.status == 200
+    detail = await resp.json()
+    assert set(detail) == ZONE_FIELDS | {"Formats", "Files"}
+    assert detail["Formats"] == ["png", "svg"]
+    assert detail["Files"] == [
+        {"Path": "akande/v1/icons/192.png", "Name": "192.png", "Format": "png", "Size": 2048, "Category": "icons"},
+        {"Path": "akande/v1/logos/logo.svg", "Name": "logo.svg", "Format": "svg", "Size": 6, "Category": "logos"},
+    ]
+    assert detail["DateCreated"] == listed["DateCreated"]
+
+
+async def test_empty_zone_is_listed_with_no_files(control: TestClient, zone: str) -> None:
+    detail = await (await control.get("/api/core/zones/akande", headers=ACCOUNT)).json()
+    assert (detail["FileCount"], detail["StorageUsed"], detail["Files"], detail["Categories"]) == (0, 0, [], [])
+
+
+async def test_delete_removes_every_file_in_one_commit(control: TestClient, zone: str, data_dir: Path) -> None:
+    await put(control, "akande/v1/logos/logo.svg", b"<svg/>")
+    await put(control, "akande/v1/icons/192.png", b"png")
+    before = commit_count(data_dir)
+    resp = await control.delete("/api/core/zones/akande", headers=ACCOUNT)
+    assert resp.status == 200
+    body = await resp.json()
+    assert (body["HttpCode"], body["FilesRemoved"], body["EdgeStatus"]) == (200, 2, "purging")
+    assert "2" in body["Message"]
+    assert body["Commit"] == head_commit(data_dir)
+    assert commit_count(data_dir) == before + 1
+    assert repo_files(data_dir, "clients/akande/") == {}
+    assert control.server.app[MANIFEST].zone_entries("akande") == []
+    assert await (await control.get("/api/core/zones", headers=ACCOUNT)).json() == []
+    await expect_error(await control.get("/api/core/zones/akande", headers=ACCOUNT), 404, "ZoneNotFound")
+    # The name is free again.
+    assert (await control.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)).status == 201
+
+
+async def test_lower_case_name_field_is_accepted(control: TestClient) -> None:
+    resp = await control.post("/api/core/zones", json={"name": "bantu-2"}, headers=ACCOUNT)
+    assert resp.status == 201
+    assert (await resp.json())["Id"] == "bantu-2"
+
+
+@pytest.mark.parametrize("name", RESERVED)
+async def test_reserved_names_are_400(control: TestClient, data_dir: Path, name: str) -> None:
+    resp = await control.post("/api/core/zones", json={"Name": name}, headers=ACCOUNT)
+    body = await expect_error(resp, 400, "InvalidName")
+    assert "reserved" in body["Message"]
+    assert body["error"]["target"] == "Name"
+    assert head_commit(data_dir) is None
+
+
+@pytest.mark.parametrize("name", ["a", "x" * 65, "Akande", "ak_ande", "ak ande", "ak.ande", "akande/x", "../etc",
+                                  "ak%2e", "zoné"])
+async def test_names_outside_the_pattern_are_400(control: TestClient, data_dir: Path, name: str) -> None:
+    resp = await control.post("/api/core/zones", json={"Name": name}, headers=ACCOUNT)
+    body = await expect_error(resp, 400, "InvalidName")
+    assert "^[a-z0-9-]{2,64}$" in body["Message"]
+    assert head_commit(data_dir) is None
+
+
+async def test_longest_and_shortest_names_are_accepted(control: TestClient) -> None:
+    for name in ("ab", "9" * 64):
+        assert (await control.post("/api/core/zones", json={"Name": name}, headers=ACCOUNT)).status == 201
+
+
+@pytest.mark.parametrize("body", [{}, {"Name": ""}, {"Name": 42}, {"Name": None}])
+async def test_missing_name_is_400(control: TestClient, body: dict) -> None:
+    await expect_error(await control.post("/api/core/zones", json=body, headers=ACCOUNT), 400, "MissingName")
+
+
+async def test_body_that_is_not_an_object_is_400(control: TestClient) -> None:
+    resp = await control.post("/api/core/zones", json=["akande"], headers=ACCOUNT)
+    await expect_error(resp, 400, "InvalidBody")
+
+
+@pytest.mark.parametrize("raw", [b"{", b"", b"Name=akande"])
+async def test_bad_json_is_400(control: TestClient, raw: bytes) -> None:
+    resp = await control.post("/api/core/zones", data=raw, headers={**ACCOUNT, "Content-Type": "application/json"})
+    await expect_error(resp, 400, "InvalidJson")
+
+
+async def test_duplicate_zone_is_409_and_commits_nothing(control: TestClient, zone: str, data_dir: Path) -> None:
+    head = head_commit(data_dir)
+    resp = await control.post("/api/core/zones", json={"Name": zone}, headers=ACCOUNT)
+    body = await expect_error(resp, 409, "ZoneExists")
+    assert zone in body["Message"]
+    assert head_commit(data_dir) == head
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+@pytest.mark.parametrize("name", ["nobody", "NOBODY", "stocks"])
+async def test_unknown_zone_is_404(control: TestClient, zone: str, data_dir: Path, method: str, name: str) -> None:
+    head = head_commit(data_dir)
+    resp = await control.request(method, f"/api/core/zones/{name}", headers=ACCOUNT)
+    body = await expect_error(resp, 404, "ZoneNotFound")
+    assert body["error"]["target"] == "id"
+    assert head_commit(data_dir) == head
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", "/api/core/zones"), ("POST", "/api/core/zones"),
+                                              ("GET", "/api/core/zones/akande"),
+                                              ("DELETE", "/api/core/zones/akande")])
+async def test_core_routes_refuse_the_access_key(control: TestClient, zone: str, data_dir: Path,
+                                                method: str, path: str) -> None:
+    head = head_commit(data_dir)
+    for headers in (ACCESS, {}, {"AccountKey": "wrong"}):
+        resp = await control.request(method, path, json={"Name": "other"}, headers=headers)
+        await expect_error(resp, 401, "Unauthorized")
+    assert head_commit(data_dir) == head
