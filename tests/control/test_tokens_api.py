@@ -1,0 +1,205 @@
+"""Scoped tokens: POST/GET/DELETE /api/tokens, and what a token then opens (or no longer opens)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from control.state import TOKENS
+from control.tokens import MAX_ACTIVE_TOKENS, SCOPES, TokenRequest
+from tests.control.conftest import ACCESS, ACCOUNT
+from tests.control.expect import expect_error, head_commit, parse_time
+
+TOKEN_RE = re.compile(r"^cdnsk_[0-9a-f]{40}$")
+LIST_FIELDS = {"id", "name", "prefix", "scopes", "createdAt", "expiresAt", "lastUsedAt"}
+
+
+async def mint(client: TestClient, scopes: list[str], **extra: Any) -> dict[str, Any]:
+    resp = await client.post("/api/tokens", json={"name": "ci", "scopes": scopes, **extra}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    return await resp.json()
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+async def test_create_returns_the_secret_once(control: TestClient) -> None:
+    body = await mint(control, ["storage:read", "assets:read"])
+    assert body["HttpCode"] == 201
+    secret = body["token"]
+    assert TOKEN_RE.match(secret)
+    token = body["Token"]
+    assert token["secret"] == secret
+    assert token["prefix"] == secret[:14]
+    assert (token["id"], token["name"], token["scopes"]) == (body["id"], "ci", ["storage:read", "assets:read"])
+    expires = parse_time(token["expiresAt"]) - parse_time(token["createdAt"])
+    assert timedelta(days=364) < expires <= timedelta(days=365)  # default lifetime: 365 days
+
+
+async def test_list_is_redacted(control: TestClient) -> None:
+    created = await mint(control, ["assets:read"])
+    secret = created["token"]
+    resp = await control.get("/api/tokens", headers=ACCOUNT)
+    assert resp.status == 200
+    raw = await resp.text()
+    assert secret not in raw
+    assert hashlib.sha256(secret.encode()).hexdigest() not in raw
+    body = await resp.json()
+    assert body["Count"] == 1
+    (listed,) = body["Tokens"]
+    assert set(listed) == LIST_FIELDS
+    assert listed["prefix"] == secret[:14]
+    assert (listed["id"], listed["scopes"], listed["lastUsedAt"]) == (created["id"], ["assets:read"], None)
+
+
+async def test_use_records_last_used(control: TestClient) -> None:
+    secret = (await mint(control, ["assets:read"]))["token"]
+    assert (await control.get("/api/assets", headers=bearer(secret))).status == 200
+    (listed,) = (await (await control.get("/api/tokens", headers=ACCOUNT)).json())["Tokens"]
+    parse_time(listed["lastUsedAt"])
+
+
+@pytest.mark.parametrize(("scope", "method", "path"), [
+    ("storage:read", "GET", "/api/storage/akande/v1/logos/logo.svg"),
+    ("storage:read", "HEAD", "/api/storage/akande/v1/logos/logo.svg"),
+    ("storage:read", "GET", "/api/storage/akande/v1/"),
+    ("assets:read", "GET", "/api/assets"),
+    ("assets:read", "GET", "/api/assets/metadata?path=akande/v1/logos/logo.svg"),
+])
+async def test_token_opens_only_routes_of_its_scope(control: TestClient, zone: str, scope: str, method: str,
+                                                    path: str) -> None:
+    put = await control.put("/api/storage/akande/v1/logos/logo.svg", data=b"<svg/>", headers=ACCESS)
+    assert put.status == 201
+    allowed = (await mint(control, [scope]))["token"]
+    other = (await mint(control, [s for s in SCOPES if s != scope]))["token"]
+    assert (await control.request(method, path, headers=bearer(allowed))).status == 200
+    resp = await control.request(method, path, headers=bearer(other))
+    assert resp.status == 401
+    if method != "HEAD":
+        await expect_error(resp, 401, "Unauthorized")
+
+
+async def test_write_scope_is_needed_to_upload_and_delete(control: TestClient, zone: str, data_dir: Path) -> None:
+    reader = (await mint(control, ["storage:read"]))["token"]
+    writer = (await mint(control, ["storage:write"]))["token"]
+    path = "/api/storage/akande/v1/logos/logo.svg"
+    head = head_commit(data_dir)
+    await expect_error(await control.put(path, data=b"<svg/>", headers=bearer(reader)), 401, "Unauthorized")
+    await expect_error(await control.post("/api/storage/batch", json={"files": []}, headers=bearer(reader)),
+                       401, "Unauthorized")
+    assert head_commit(data_dir) == head
+    assert (await control.put(path, data=b"<svg/>", headers=bearer(writer))).status == 201
+    await expect_error(await control.delete(path, headers=bearer(reader)), 401, "Unauthorized")
+    assert (await control.delete(path, headers=bearer(writer))).status == 200
+
+
+async def test_no_token_opens_account_routes(control: TestClient) -> None:
+    secret = (await mint(control, list(SCOPES)))["token"]
+    for method, path in (("GET", "/api/core/zones"), ("POST", "/api/core/zones"), ("GET", "/api/tokens"),
+                         ("POST", "/api/tokens")):
+        resp = await control.request(method, path, json={"Name": "x1", "name": "x", "scopes": ["assets:read"]},
+                                     headers=bearer(secret))
+        await expect_error(resp, 401, "Unauthorized")
+
+
+async def test_revoked_token_is_401_on_next_use(control: TestClient) -> None:
+    created = await mint(control, ["assets:read"])
+    secret = created["token"]
+    assert (await control.get("/api/assets", headers=bearer(secret))).status == 200
+    resp = await control.delete("/api/tokens", params={"id": created["id"]}, headers=ACCOUNT)
+    assert resp.status == 200
+    assert await resp.json() == {"HttpCode": 200, "Message": "Token revoked."}
+    await expect_error(await control.get("/api/assets", headers=bearer(secret)), 401, "Unauthorized")
+    assert (await (await control.get("/api/tokens", headers=ACCOUNT)).json())["Tokens"] == []
+    # Revoking twice: the id is no longer known.
+    resp = await control.delete("/api/tokens", params={"id": created["id"]}, headers=ACCOUNT)
+    await expect_error(resp, 404, "TokenNotFound")
+
+
+async def test_expired_token_is_401(control: TestClient) -> None:
+    past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    secret, _record = await control.server.app[TOKENS].create(TokenRequest("old", ("assets:read",), past))
+    await expect_error(await control.get("/api/assets", headers=bearer(secret)), 401, "Unauthorized")
+
+
+async def test_token_with_future_expiry_works(control: TestClient) -> None:
+    future = (datetime.now(UTC) + timedelta(days=2)).isoformat()
+    body = await mint(control, ["assets:read"], expiresAt=future)
+    assert parse_time(body["expiresAt"]) > datetime.now(UTC) + timedelta(days=1)
+    assert (await control.get("/api/assets", headers=bearer(body["token"]))).status == 200
+    body = await mint(control, ["assets:read"], expiresInDays=3)
+    assert parse_time(body["expiresAt"]) > datetime.now(UTC) + timedelta(days=2)
+
+
+@pytest.mark.parametrize("secret", ["cdnsk_" + "0" * 40, "cdnsk_short", "not-a-token", ""])
+async def test_unknown_or_malformed_tokens_are_401(control: TestClient, secret: str) -> None:
+    await expect_error(await control.get("/api/assets", headers=bearer(secret)), 401, "Unauthorized")
+
+
+@pytest.mark.parametrize(("body", "target"), [
+    ({"scopes": ["assets:read"]}, "name"),
+    ({"name": "   ", "scopes": ["assets:read"]}, "name"),
+    ({"name": "x" * 101, "scopes": ["assets:read"]}, "name"),
+    ({"name": "ci"}, "scopes"),
+    ({"name": "ci", "scopes": []}, "scopes"),
+    ({"name": "ci", "scopes": "assets:read"}, "scopes"),
+    ({"name": "ci", "scopes": ["assets:read", "root"]}, "scopes"),
+    ({"name": "ci", "scopes": ["assets:read"], "expiresAt": "yesterday"}, "expiresAt"),
+    ({"name": "ci", "scopes": ["assets:read"], "expiresAt": "2001-01-01T00:00:00Z"}, "expiresAt"),
+    ({"name": "ci", "scopes": ["assets:read"], "expiresInDays": 0}, "expiresInDays"),
+    ({"name": "ci", "scopes": ["assets:read"], "expiresInDays": 366}, "expiresInDays"),
+    ({"name": "ci", "scopes": ["assets:read"], "expiresInDays": "7"}, "expiresInDays"),
+    (["ci"], None),
+])
+async def test_invalid_create_bodies_are_400(control: TestClient, body: Any, target: str | None) -> None:
+    resp = await control.post("/api/tokens", json=body, headers=ACCOUNT)
+    assert resp.status == 400
+    error = (await resp.json())["error"]
+    assert error["target"] == target
+    assert (await (await control.get("/api/tokens", headers=ACCOUNT)).json())["Count"] == 0
+
+
+async def test_unknown_scope_lists_the_offenders(control: TestClient) -> None:
+    resp = await control.post("/api/tokens", json={"name": "ci", "scopes": ["assets:read", "root"]}, headers=ACCOUNT)
+    body = await expect_error(resp, 400, "InvalidScopes")
+    assert body["invalid"] == ["root"]
+
+
+async def test_bad_json_is_400(control: TestClient) -> None:
+    resp = await control.post("/api/tokens", data=b"{name", headers={**ACCOUNT, "Content-Type": "application/json"})
+    await expect_error(resp, 400, "InvalidJson")
+
+
+async def test_revoke_without_id_is_400(control: TestClient) -> None:
+    body = await expect_error(await control.delete("/api/tokens", headers=ACCOUNT), 400, "MissingId")
+    assert body["error"]["target"] == "id"
+
+
+async def test_revoke_of_an_unknown_id_is_404(control: TestClient) -> None:
+    resp = await control.delete("/api/tokens", params={"id": "00000000-0000-0000-0000-000000000000"}, headers=ACCOUNT)
+    await expect_error(resp, 404, "TokenNotFound")
+
+
+async def test_fifty_first_active_token_is_400(control: TestClient) -> None:
+    ids = [(await mint(control, ["assets:read"]))["id"] for _ in range(MAX_ACTIVE_TOKENS)]
+    resp = await control.post("/api/tokens", json={"name": "one-more", "scopes": ["assets:read"]}, headers=ACCOUNT)
+    body = await expect_error(resp, 400, "TooManyTokens")
+    assert "50" in body["Message"]
+    # Revoking one frees a place.
+    assert (await control.delete("/api/tokens", params={"id": ids[0]}, headers=ACCOUNT)).status == 200
+    await mint(control, ["assets:read"])
+
+
+async def test_token_routes_need_the_account_key(control: TestClient) -> None:
+    for method in ("GET", "POST", "DELETE"):
+        for headers in ({}, ACCESS, {"AccountKey": "nope"}):
+            resp = await control.request(method, "/api/tokens?id=x", json={"name": "x", "scopes": ["assets:read"]},
+                                         headers=headers)
+            await expect_error(resp, 401, "Unauthorized")
