@@ -23,7 +23,8 @@ from control.database import open_database
 from control.demo import install_demo
 from control.manifest_store import ManifestStore
 from control.publish import Publisher
-from control.routes import assets, cluster, health, storage, tokens, zones
+from control.quota import DailyQuota
+from control.routes import assets, cluster, health, purge, storage, tokens, zones
 from control.state import (
     DATA_DIR,
     DB,
@@ -31,6 +32,7 @@ from control.state import (
     GIT,
     MANIFEST,
     PUBLISHER,
+    PURGE_QUOTA,
     REGISTRY,
     SECRETS,
     SETTINGS,
@@ -79,6 +81,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/tokens", tokens.create_token, ACCOUNT),
     Route("GET", "/api/tokens", tokens.list_tokens, ACCOUNT),
     Route("DELETE", "/api/tokens", tokens.revoke_token, ACCOUNT),
+    Route("POST", "/api/purge", purge.purge, accepts(Key.PURGE, scope="purge:write")),
     Route("GET", "/api/health", health.health),
     Route("GET", "/metrics", metrics_handler),
     Route("POST", PREFIX + "/register", cluster.register),
@@ -108,6 +111,7 @@ def _resources(app: web.Application) -> AsyncIterator[None]:
         app[GIT], app[DB], app[MANIFEST], app[REGISTRY] = git, db, manifest, registry
         app[TOKENS] = TokenStore(db)
         app[ZONES] = ZoneStore(db)
+        app[PURGE_QUOTA] = DailyQuota(db, "purge", settings.get("purge", "daily_limit"))
         app[AUTHENTICATOR] = Authenticator(app[SECRETS], app[TOKENS].lookup)
         app[PUBLISHER] = Publisher(git, manifest, registry, settings.get("control", "push_wait_ms") / 1000)
         if app[DEMO] and manifest.commit_id is None:

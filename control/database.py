@@ -31,7 +31,14 @@ CREATE TABLE IF NOT EXISTS manifest_generations (
     generation INTEGER PRIMARY KEY,
     commit_id TEXT NOT NULL,
     created_at TEXT NOT NULL,
-    changes BLOB NOT NULL
+    changes BLOB NOT NULL,
+    purge BLOB
+);
+CREATE TABLE IF NOT EXISTS daily_counters (
+    name TEXT NOT NULL,
+    day TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (name, day)
 );
 CREATE TABLE IF NOT EXISTS blob_hashes (
     blob_id TEXT PRIMARY KEY,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import aiosqlite
 import orjson
@@ -35,6 +36,18 @@ class Generation:
     generation: int
     commit_id: str | None
     changes: tuple[ManifestChange, ...]
+    purge: dict[str, Any] | None = None  # {"tags": [...], "urls": [...], "everything": bool}
+
+    def message(self) -> dict[str, Any]:
+        """The push message edges apply (the same facts catch-up returns)."""
+        return {"generation": self.generation, "commit": self.commit_id,
+                "changes": [c.to_json() for c in self.changes], "purges": [self.purge] if self.purge else []}
+
+
+@dataclass(frozen=True)
+class Delta:
+    changes: list[ManifestChange]
+    purges: list[dict[str, Any]]
 
 
 class ManifestStore:
@@ -81,12 +94,16 @@ class ManifestStore:
             size = await self.git.run(self.git.blob_size, blob_id)
         return make_entry(cdn_path_of(repo_path), size, await self._sha256(blob_id), blob_id, modified)
 
-    async def apply_commit(self, result: CommitResult) -> Generation:
+    async def apply_commit(self, result: CommitResult, purge: dict[str, Any] | None = None) -> Generation:
         return await self._record(result.commit_id, result.changes, result.committed_at,
-                                  old_entries=dict(self.entries))
+                                  old_entries=dict(self.entries), purge=purge)
+
+    async def record_purge(self, purge: dict[str, Any]) -> Generation:
+        """A purge is a generation without file changes, so edges that miss it catch up on it too."""
+        return await self._record(self.commit_id or "", (), utc_now_iso(), old_entries={}, purge=purge)
 
     async def _record(self, commit_id: str, file_changes: Iterable[FileChange], modified: str,
-                      old_entries: dict[str, ManifestEntry]) -> Generation:
+                      old_entries: dict[str, ManifestEntry], purge: dict[str, Any] | None = None) -> Generation:
         changes: list[ManifestChange] = []
         for fc in file_changes:
             if not is_asset_path(fc.path):
@@ -104,17 +121,18 @@ class ManifestStore:
         self.commit_id = commit_id
         payload = orjson.dumps([c.to_json() for c in changes])
         await self.db.execute(
-            "INSERT INTO manifest_generations (generation, commit_id, created_at, changes) VALUES (?, ?, ?, ?)",
-            (self.generation, commit_id, utc_now_iso(), payload))
+            "INSERT INTO manifest_generations (generation, commit_id, created_at, changes, purge) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (self.generation, commit_id, utc_now_iso(), payload, orjson.dumps(purge) if purge else None))
         await self.db.execute("DELETE FROM manifest_generations WHERE generation <= ?",
                               (self.generation - HISTORY_KEPT,))
         await self.db.commit()
-        return Generation(self.generation, commit_id, tuple(changes))
+        return Generation(self.generation, commit_id, tuple(changes), purge)
 
-    async def changes_since(self, since: int) -> list[ManifestChange] | None:
-        """Changes after generation `since`, or None when they are no longer kept (send a snapshot)."""
+    async def changes_since(self, since: int) -> Delta | None:
+        """Changes and purges after generation `since`, or None when they are no longer kept (send a snapshot)."""
         if since == self.generation:
-            return []
+            return Delta([], [])
         if since > self.generation or since < 0:
             return None
         async with self.db.execute("SELECT MIN(generation) FROM manifest_generations") as cur:
@@ -123,15 +141,18 @@ class ManifestStore:
         if since + 1 < oldest:
             return None
         merged: dict[str, ManifestChange] = {}
-        async with self.db.execute(
-                "SELECT changes FROM manifest_generations WHERE generation > ? ORDER BY generation", (since,)) as cur:
-            async for (payload,) in cur:
+        purges: list[dict[str, Any]] = []
+        async with self.db.execute("SELECT changes, purge FROM manifest_generations WHERE generation > ? "
+                                   "ORDER BY generation", (since,)) as cur:
+            async for (payload, purge) in cur:
+                if purge:
+                    purges.append(orjson.loads(purge))
                 for item in orjson.loads(payload):
                     change = ManifestChange.from_json(item)
                     earlier = merged.get(change.path)
                     tags = tuple(dict.fromkeys((earlier.previous_tags if earlier else ()) + change.previous_tags))
                     merged[change.path] = ManifestChange(change.path, change.entry, tags)
-        return list(merged.values())
+        return Delta(list(merged.values()), purges)
 
     def snapshot(self) -> list[ManifestEntry]:
         return list(self.entries.values())

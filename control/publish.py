@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from control.cluster.registry import EdgeRegistry, FanOut
 from control.manifest_store import Generation, ManifestStore
@@ -28,13 +29,14 @@ class Published:
 
 def edge_note(commit_id: str, generation: int, fan_out: FanOut) -> str:
     head = f"Committed {commit_id[:12]} as manifest generation {generation}."
-    total = len(fan_out.acknowledged) + len(fan_out.pending)
+    acked, pending = fan_out.nodes()
+    total = len(acked) + len(pending)
     if total == 0:
         return head + " No edge is registered yet; edges load the new generation when they start."
-    if not fan_out.pending:
+    if not pending:
         return head + f" Acknowledged by {total} of {total} edges in {fan_out.elapsed_ms:.0f} ms."
-    return (head + f" Acknowledged by {len(fan_out.acknowledged)} of {total} edges within "
-            f"{fan_out.elapsed_ms:.0f} ms; not yet: {', '.join(fan_out.pending)} (they catch up on their own).")
+    return (head + f" Acknowledged by {len(acked)} of {total} edges within "
+            f"{fan_out.elapsed_ms:.0f} ms; not yet: {', '.join(pending)} (they catch up on their own).")
 
 
 class Publisher:
@@ -50,11 +52,14 @@ class Publisher:
                      purge_tags: Sequence[str] = ()) -> Published:
         async with self._lock:
             result = await self.git.commit(changes, message)
-            generation = await self.manifest.apply_commit(result)
-        fan_out = await self.push(generation, purge_tags)
+            generation = await self.manifest.apply_commit(result, {"tags": list(purge_tags)} if purge_tags else None)
+        fan_out = await self.push(generation)
         return Published(result, generation, fan_out)
 
-    async def push(self, generation: Generation, purge_tags: Sequence[str] = ()) -> FanOut:
-        message = {"generation": generation.generation, "commit": generation.commit_id,
-                   "changes": [c.to_json() for c in generation.changes], "purge_tags": list(purge_tags)}
-        return await self.registry.fan_out("push", "/push", message, self.push_wait_s)
+    async def purge(self, command: dict[str, Any]) -> tuple[Generation, FanOut]:
+        async with self._lock:
+            generation = await self.manifest.record_purge(command)
+        return generation, await self.registry.fan_out("purge", "/push", generation.message(), self.push_wait_s)
+
+    async def push(self, generation: Generation) -> FanOut:
+        return await self.registry.fan_out("push", "/push", generation.message(), self.push_wait_s)

@@ -10,6 +10,7 @@ from aiohttp import web
 from control.cluster.registry import EdgeRegistry
 from control.manifest_store import ManifestStore
 from control.publish import Publisher
+from control.quota import DailyQuota
 from control.storage.git_store import GitStore
 from control.tokens import TokenStore
 from control.zones_store import ZoneStore
@@ -27,6 +28,7 @@ TOKENS = web.AppKey("tokens", TokenStore)
 ZONES = web.AppKey("zones", ZoneStore)
 REGISTRY = web.AppKey("registry", EdgeRegistry)
 PUBLISHER = web.AppKey("publisher", Publisher)
+PURGE_QUOTA = web.AppKey("purge_quota", DailyQuota)
 
 
 def public_url(app: web.Application) -> str:

@@ -37,13 +37,14 @@ class Route:
 # Order matters: specific /api routes, then the forwarder for the rest of /api, then CDN paths.
 PUBLIC_ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/health", health.health),
+    Route("HEAD", "/api/health", health.health),
     Route("GET", "/metrics", metrics_handler),
     Route("*", "/api/{tail:.*}", forward_to_control),
     Route("GET", "/{path:.+}", delivery.serve_asset),
+    Route("HEAD", "/{path:.+}", delivery.serve_asset),
 )
 CLUSTER_ROUTES: tuple[Route, ...] = (
     Route("POST", PREFIX + "/push", cluster.push),
-    Route("POST", PREFIX + "/purge", cluster.purge),
 )
 
 

@@ -44,6 +44,7 @@ class EdgeNode:
         self.replica = ManifestReplica(state_dir / "manifest.json")
         self.flight: SingleFlight[Any] = SingleFlight()
         self._sync_lock = asyncio.Lock()
+        self.synced = False  # caught up with control at least once since this process started
         edge = settings.section("edge")
         self.reachability_window_s = max(3 * float(edge["catchup_interval_s"]), 5.0)
 
@@ -58,32 +59,39 @@ class EdgeNode:
             reply = await self.control.changes_since(self.replica.generation)
             generation, commit = int(reply["generation"]), reply.get("commit")
             if generation == self.replica.generation and not reply.get("full"):
+                self.replica.loaded = True  # confirmed current (an empty repository has generation 0)
+                self.synced = True
                 return generation
             if reply.get("full"):
-                stale = self.replica.replace(generation, commit,
-                                             (ManifestEntry.from_json(e) for e in reply["entries"]))
-                await self._purge_tags([path_tag(p) for p in stale])
+                # Too far behind to replay: whatever purges we missed are unknown, so empty the cache.
+                self.replica.replace(generation, commit, (ManifestEntry.from_json(e) for e in reply["entries"]))
+                await self.purge({"everything": True})
             else:
                 changes = [ManifestChange.from_json(c) for c in reply["changes"]]
                 await self._invalidate(self.replica.apply_changes(generation, commit, changes))
+                for command in reply.get("purges", []):
+                    await self.purge(command)
             self._persist()
+            self.synced = True
             return generation
 
-    async def apply_push(self, message: dict[str, Any]) -> int:
+    async def apply_push(self, message: dict[str, Any]) -> tuple[int, int]:
+        """Apply one pushed generation; returns (generation now held, cache entries purged)."""
         generation = int(message["generation"])
+        purged = 0
         async with self._sync_lock:
             if generation == self.replica.generation + 1:
                 changes = [ManifestChange.from_json(c) for c in message.get("changes", [])]
                 await self._invalidate(self.replica.apply_changes(generation, message.get("commit"), changes))
+                for command in message.get("purges", []):
+                    purged += await self.purge(command)
                 self._persist()
                 applied = True
             else:
                 applied = generation <= self.replica.generation
         if not applied:
             await self.catch_up()  # we missed a generation: fetch everything since ours
-        if message.get("purge_tags"):
-            await self._purge_tags(message["purge_tags"])
-        return self.replica.generation
+        return self.replica.generation, purged
 
     def _persist(self) -> None:
         self.replica.persist()

@@ -22,6 +22,8 @@ from shared.secrets import SECRETS_FILE, load_edge_secrets, load_or_create_secre
 from shared.signing import signed_url
 
 HEALTH_TIMEOUT_S = 60.0
+MAX_RESTARTS = 5
+CRASH_WINDOW_S = 60.0
 
 
 def _say(text: str, *, error: bool = False) -> None:
@@ -82,6 +84,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.config:
         env["ASSETCDN_CONFIG"] = str(Path(args.config).resolve())
     control_url = f"http://{host}:{control_port}"
+    demo = ["--demo"] if first_start and not args.no_demo else []
+    commands = [["-m", "control", "--data-dir", str(data_dir), "--host", host, "--port", str(control_port), *demo]]
+    edge_urls = []
+    for i in range(args.edges):
+        port = edge_port + i
+        commands.append(["-m", "edge", "--control-url", control_url, "--name", f"edge-{i}", "--host", host,
+                         "--port", str(port), "--workers", str(args.workers), "--data-dir", str(data_dir)])
+        edge_urls.append(f"http://{host}:{port}")
     processes: list[subprocess.Popen[bytes]] = []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -89,17 +99,10 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        demo = ["--demo"] if first_start and not args.no_demo else []
-        processes.append(_spawn(["-m", "control", "--data-dir", str(data_dir), "--host", host,
-                                 "--port", str(control_port), *demo], env))
+        processes.append(_spawn(commands[0], env))
         _wait_healthy([control_url], processes, HEALTH_TIMEOUT_S)
-        edge_urls = []
-        for i in range(args.edges):
-            port = edge_port + i
-            processes.append(_spawn(["-m", "edge", "--control-url", control_url, "--name", f"edge-{i}",
-                                     "--host", host, "--port", str(port), "--workers", str(args.workers),
-                                     "--data-dir", str(data_dir)], env))
-            edge_urls.append(f"http://{host}:{port}")
+        commands[0] = [a for a in commands[0] if a != "--demo"]  # a restarted control must not re-seed
+        processes.extend(_spawn(command, env) for command in commands[1:])
         _wait_healthy(edge_urls, processes, HEALTH_TIMEOUT_S)
         _say(f"assetcdn is up: {edge_urls[0]}  (control {control_url}; edges {', '.join(edge_urls)})")
         if generated:
@@ -108,16 +111,28 @@ def cmd_up(args: argparse.Namespace) -> int:
                 _say(f"  {name}={getattr(secrets, name.removeprefix('ASSETCDN_').lower())}")
         else:
             _say(f"Keys: environment or {data_dir / SECRETS_FILE}")
-        while True:
-            for process in processes:
-                if process.poll() is not None:
-                    _say(f"a child process exited with status {process.returncode}; stopping", error=True)
-                    return 1
-            time.sleep(0.5)
+        return _supervise(processes, commands, env)
     except KeyboardInterrupt:
         return 0
     finally:
         _stop_all(processes)
+
+
+def _supervise(processes: list[subprocess.Popen[bytes]], commands: list[list[str]], env: dict[str, str]) -> int:
+    """Restart a child that dies (an edge that crashed catches up on what it missed); give up on a crash loop."""
+    restarts: list[float] = []
+    while True:
+        for index, process in enumerate(processes):
+            if process.poll() is None:
+                continue
+            now = time.monotonic()
+            restarts = [t for t in restarts if now - t < CRASH_WINDOW_S] + [now]
+            if len(restarts) > MAX_RESTARTS:
+                _say(f"children keep exiting ({len(restarts)} restarts in {CRASH_WINDOW_S:.0f}s); stopping", error=True)
+                return 1
+            _say(f"{' '.join(commands[index][1:3])} exited with status {process.returncode}; restarting", error=True)
+            processes[index] = _spawn(commands[index], env)
+        time.sleep(0.5)
 
 
 def cmd_sign(args: argparse.Namespace) -> int:

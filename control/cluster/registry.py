@@ -48,6 +48,13 @@ class FanOut:
     elapsed_ms: float
     results: dict[str, Any] = field(default_factory=dict)
 
+    def nodes(self) -> tuple[list[str], list[str]]:
+        """(acknowledged, pending) edge nodes: members are `<node>/<worker>`; a node counts once all of its
+        workers acknowledged."""
+        pending = sorted({m.split("/", 1)[0] for m in self.pending})
+        acked = sorted({m.split("/", 1)[0] for m in self.acknowledged} - set(pending))
+        return acked, pending
+
 
 LatencyObserver = Callable[[str, str, float], None]
 

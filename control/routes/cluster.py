@@ -68,7 +68,7 @@ async def changes(request: web.Request) -> web.Response:
         return json_response({"generation": generation, "commit": commit, "full": True,
                               "entries": [e.to_json() for e in manifest.snapshot()]})
     return json_response({"generation": generation, "commit": commit, "full": False,
-                          "changes": [c.to_json() for c in delta]})
+                          "changes": [c.to_json() for c in delta.changes], "purges": delta.purges})
 
 
 async def blob(request: web.Request) -> web.Response:

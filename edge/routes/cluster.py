@@ -1,4 +1,4 @@
-"""The edge side of control's pushes: /_cluster/push (manifest changes) and /_cluster/purge. Signed only."""
+"""The edge side of control's pushes: /_cluster/push carries manifest changes and purges. Signed only."""
 
 from __future__ import annotations
 
@@ -24,12 +24,6 @@ async def _signed_message(request: web.Request) -> dict:
 
 async def push(request: web.Request) -> web.Response:
     message = await _signed_message(request)
-    generation = await request.app[NODE].apply_push(message)
-    return json_response({"generation": generation})
+    generation, purged = await request.app[NODE].apply_push(message)
+    return json_response({"generation": generation, "purged": purged})
 
-
-async def purge(request: web.Request) -> web.Response:
-    message = await _signed_message(request)
-    node = request.app[NODE]
-    purged = await node.purge(message)
-    return json_response({"purged": purged, "generation": node.replica.generation})

@@ -32,10 +32,10 @@ async def health(request: web.Request) -> web.Response:
     else:
         checks.append({"name": "cache", "configured": True, "method": method, "healthy": True})
 
-    manifest_ok = node.replica.loaded
+    manifest_ok = node.replica.loaded and node.synced
     checks.append({"name": "manifest", "configured": True, "method": method, "healthy": manifest_ok,
                    "generation": node.replica.generation,
-                   **({} if manifest_ok else {"error": "manifest not loaded yet"})})
+                   **({} if manifest_ok else {"error": "not caught up with control since start"})})
 
     control_check: dict[str, Any] = {"name": "control", "configured": True, "method": method}
     if deep:

@@ -1,0 +1,101 @@
+"""POST /api/purge: exactly one of `urls` (max 30), `tags` (max 30) or `purge_everything: true`.
+
+A purge becomes a manifest generation, pushed to every edge; the response says which edges
+acknowledged it and how many entries they dropped. Errors use the legacy envelope.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+from aiohttp import web
+
+from control.quota import seconds_until_tomorrow
+from control.request_body import read_body
+from control.state import PUBLISHER, PURGE_QUOTA
+from shared.errors import LegacyError, utc_now_iso
+from shared.middleware import json_response
+from shared.paths import InvalidPath, parse_cdn_path
+
+MAX_ITEMS = 30
+TAG = re.compile(r"^[a-zA-Z0-9-]+$")
+
+
+def _url_path(url: Any) -> str | None:
+    if not isinstance(url, str) or not url or len(url) > 2048:
+        return None
+    if "://" in url:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            return None
+        path = parts.path
+    elif url.startswith("/"):
+        path = url.split("?", 1)[0]
+    else:
+        return None
+    try:
+        return parse_cdn_path(path)
+    except InvalidPath:
+        return None
+
+
+def parse_purge(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise LegacyError(400, 'Request must include "urls" array, "tags" array, or "purge_everything": true')
+    modes = [k for k in ("urls", "tags", "purge_everything") if k in body]
+    if len(modes) > 1:
+        raise LegacyError(400, "Only one of purge_everything, urls, or tags may be specified per request")
+    if not modes:
+        raise LegacyError(400, 'Request must include "urls" array, "tags" array, or "purge_everything": true')
+    mode = modes[0]
+    value = body[mode]
+    if mode == "purge_everything":
+        if value is not True:
+            raise LegacyError(400, '"purge_everything" must be true')
+        return {"everything": True}
+    if not isinstance(value, list):
+        raise LegacyError(400, f'"{mode}" must be an array')
+    if not value:
+        raise LegacyError(400, f"{mode} array is empty")
+    if len(value) > MAX_ITEMS:
+        raise LegacyError(400, f"Too many {'URLs' if mode == 'urls' else 'tags'}: max {MAX_ITEMS} per request")
+    if mode == "tags":
+        invalid = [t for t in value if not isinstance(t, str) or not TAG.match(t)]
+        if invalid:
+            raise LegacyError(400, "Tags must be alphanumeric with hyphens only", extra={"invalid": invalid})
+        return {"tags": list(dict.fromkeys(value))}
+    invalid = [u for u in value if _url_path(u) is None]
+    if invalid:
+        raise LegacyError(400, "URLs must be absolute http(s) URLs or paths of assets on this CDN "
+                          "(/<zone>/v1/<category>/<file> or /stocks/...)", extra={"invalid": invalid})
+    return {"urls": list(dict.fromkeys(value))}
+
+
+async def purge(request: web.Request) -> web.Response:
+    raw = await read_body(request, 64 * 1024)
+    try:
+        body = orjson.loads(raw) if raw.strip() else None
+    except orjson.JSONDecodeError:
+        raise LegacyError(400, "Invalid JSON body") from None
+    command = parse_purge(body)
+    quota = request.app[PURGE_QUOTA]
+    remaining = await quota.take()
+    if remaining is None:
+        raise LegacyError(429, f"Rate limit exceeded: max {quota.limit} purges per day",
+                          headers={"Retry-After": str(seconds_until_tomorrow()),
+                                   "X-RateLimit-Limit": str(quota.limit), "X-RateLimit-Remaining": "0"})
+    generation, fan_out = await request.app[PUBLISHER].purge(command)
+    purged: Any = "everything" if command.get("everything") else command.get("urls") or command.get("tags")
+    acked, pending = fan_out.nodes()
+    return json_response({
+        "success": True, "purged": purged, "remaining_today": remaining, "generation": generation.generation,
+        "edges": {"total": len(acked) + len(pending), "acknowledged": acked, "pending": pending,
+                  "elapsedMs": fan_out.elapsed_ms,
+                  "entriesRemoved": {name: reply.get("purged", 0) for name, reply in fan_out.results.items()}},
+        "note": ("Purged on every edge." if not pending else
+                 f"Not yet acknowledged by {', '.join(pending)}; they apply it when they catch up."),
+        "dateCreated": utc_now_iso(),
+    }, headers={"X-RateLimit-Limit": str(quota.limit), "X-RateLimit-Remaining": str(remaining)})

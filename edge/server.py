@@ -1,0 +1,83 @@
+"""One edge node process: W worker processes sharing the public port (SO_REUSEPORT)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+from shared.config import load_settings
+from shared.logs import configure_logging
+from shared.process import die_with_parent
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="assetcdn edge", description="Run one edge node.")
+    parser.add_argument("--control-url", required=True)
+    parser.add_argument("--name", default="edge-0")
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--cache-dir", help="default: <data_dir>/<name>")
+    parser.add_argument("--data-dir", help="where secrets.env may be read from when not in the environment")
+    parser.add_argument("--advertise-host", help="address control uses to reach this node (default: --host)")
+    parser.add_argument("--config")
+    return parser
+
+
+def run_worker(argv: list[str], worker: int) -> None:
+    die_with_parent()
+    # Imported here: PROMETHEUS_MULTIPROC_DIR must be set before prometheus_client is imported.
+    import uvloop
+    from aiohttp import web
+
+    from edge.app import EdgeIdentity, create_app
+    from shared.secrets import load_edge_secrets
+
+    args = _parser().parse_args(argv)
+    settings = load_settings(args.config)
+    host = args.host or settings.get("server", "host")
+    port = args.port or settings.get("server", "edge_port")
+    data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
+    cache_dir = Path(args.cache_dir or settings.get("edge", "cache_dir") or data_dir / args.name).resolve()
+    configure_logging(f"{args.name}/{worker}")
+    identity = EdgeIdentity(args.name, worker, args.control_url, cache_dir, args.advertise_host or host)
+    app = create_app(settings, load_edge_secrets(data_dir), identity)
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    web.run_app(app, host=host, port=port, reuse_port=True, access_log=None, print=None)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    settings = load_settings(args.config)
+    data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
+    cache_dir = Path(args.cache_dir or settings.get("edge", "cache_dir") or data_dir / args.name).resolve()
+    metrics_dir = cache_dir / "metrics"
+    shutil.rmtree(metrics_dir, ignore_errors=True)  # counters restart with the node
+    metrics_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    if args.workers <= 1:
+        run_worker(argv, 0)
+        return
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=run_worker, args=(argv, i), name=f"{args.name}/{i}")
+               for i in range(args.workers)]
+    for process in workers:
+        process.start()
+
+    def stop(signum: int, _frame: object) -> None:
+        for process in workers:
+            if process.is_alive():
+                process.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for process in workers:
+        process.join()
+    sys.exit(1 if any((p.exitcode or 0) > 0 for p in workers) else 0)

@@ -1,0 +1,127 @@
+"""Start a real `assetcdn up` (control plus N edges) on loopback with free ports, and take it down."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KEYS = {
+    "ASSETCDN_ACCESS_KEY": "it-access-key", "ASSETCDN_ACCOUNT_KEY": "it-account-key",
+    "ASSETCDN_PURGE_KEY": "it-purge-key", "ASSETCDN_ANALYTICS_KEY": "it-analytics-key",
+    "ASSETCDN_SIGNED_URL_SECRET": "it-signed-secret", "ASSETCDN_CLUSTER_SECRET": "it-cluster-secret",
+    "ASSETCDN_SESSION_SECRET": "it-session-secret",
+}
+ACCESS = {"AccessKey": KEYS["ASSETCDN_ACCESS_KEY"]}
+ACCOUNT = {"AccountKey": KEYS["ASSETCDN_ACCOUNT_KEY"]}
+PURGE = {"x-api-key": KEYS["ASSETCDN_PURGE_KEY"]}
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_block(count: int) -> int:
+    """A base port such that base..base+count-1 are free on 127.0.0.1."""
+    for _ in range(200):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            base = sock.getsockname()[1]
+        if base + count < 65000 and all(_port_free(base + i) for i in range(count)):
+            return base
+    raise RuntimeError("no free port block")
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/api/health", timeout=2) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@dataclass
+class RunningCdn:
+    process: subprocess.Popen[bytes]
+    data_dir: Path
+    control_url: str
+    edge_urls: list[str]
+    log_path: Path
+    stopped_pids: list[int] = field(default_factory=list)
+
+    def pids(self, needle: str) -> list[int]:
+        """Pids of this cluster's processes whose command line contains `needle` (e.g. '--name edge-1')."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if str(self.data_dir) in cmdline and needle in cmdline and int(entry.name) != self.process.pid:
+                found.append(int(entry.name))
+        return found
+
+    def signal(self, needle: str, sig: signal.Signals) -> list[int]:
+        pids = self.pids(needle)
+        for pid in pids:
+            os.kill(pid, sig)
+        return pids
+
+    def wait_healthy(self, url: str, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not healthy(url):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{url} not healthy; log:\n{self.log_path.read_text()[-4000:]}")
+            time.sleep(0.2)
+
+    def stop(self) -> int:
+        for pid in self.stopped_pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+
+def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False,
+              env_extra: dict[str, str] | None = None) -> RunningCdn:
+    data_dir = tmp / "data"
+    base = free_port_block(edges + 1)
+    control_port, edge_port = base + edges, base
+    env = {**os.environ, **KEYS, "ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.5", **(env_extra or {})}
+    log_path = tmp / "up.log"
+    command = [sys.executable, "-m", "shared.cli", "up", "--data-dir", str(data_dir), "--host", "127.0.0.1",
+               "--edge-port", str(edge_port), "--control-port", str(control_port), "--edges", str(edges),
+               "--workers", str(workers)]
+    if not demo:
+        command.append("--no-demo")
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    cdn = RunningCdn(process, data_dir, f"http://127.0.0.1:{control_port}",
+                     [f"http://127.0.0.1:{edge_port + i}" for i in range(edges)], log_path)
+    deadline = time.monotonic() + 90
+    while b"assetcdn is up" not in log_path.read_bytes():
+        if process.poll() is not None or time.monotonic() > deadline:
+            cdn.stop()
+            raise AssertionError(f"assetcdn up did not start:\n{log_path.read_text()[-4000:]}")
+        time.sleep(0.2)
+    return cdn
