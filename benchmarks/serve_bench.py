@@ -265,12 +265,15 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.duration <= 120:
         parser.error("--duration must be within (0, 120] seconds")
     started = time.monotonic()
+    load_before = os.getloadavg()[0]
     results = run_scenarios(args.duration, args.concurrency, args.workers, args.generator)
     generators = sorted({result.generator for _, result in results})
     sys.stdout.write(
         f"\nCache hits (edge cache layer): {args.workers} aiohttp+uvloop workers, reuse_port,"
         f" {os.cpu_count()} cores shared with the client; generator: {', '.join(generators)};"
-        f" {args.duration:.0f} s per row; total {time.monotonic() - started:.0f} s\n\n"
+        f" {args.duration:.0f} s per row; total {time.monotonic() - started:.0f} s;"
+        f" 1-min load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
+        " (other work on the machine skews the numbers)\n\n"
     )
     sys.stdout.write(table(results) + "\n")
     return 0
