@@ -57,9 +57,9 @@ def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ApiErr
 @web.middleware
 async def envelope_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Give every request an id, stamp version headers, and render errors in the right envelope."""
-    request_id = request.headers.get("X-Request-ID") or str(uuid.uuid4())
+    # A caller's own id is kept when it is a uuid, in canonical form (the envelope's requestId is a uuid string).
     try:
-        uuid.UUID(request_id)
+        request_id = str(uuid.UUID(request.headers.get("X-Request-ID", "")))
     except ValueError:
         request_id = str(uuid.uuid4())
     request[REQUEST_ID] = request_id

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -201,6 +202,7 @@ class TestRead:
         assert [e["ObjectName"] for e in entries] == ["logo.svg"]  # .gitkeep is hidden
         (entry,) = entries
         assert set(entry) == STORAGE_ENTRY_FIELDS
+        uuid.UUID(entry["Guid"])
         assert entry["Path"] == "/clients/akande/v1/logos/"
         assert entry["IsDirectory"] is False
         assert entry["Length"] == len(LOGO)

@@ -1,0 +1,129 @@
+"""What every client sees around the handlers: 401 and 404 in the standard envelope, request ids, version
+headers, and which credential each plane accepts."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from control.auth import SESSION_COOKIE, session_cookie_value
+from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.control.expect import expect_error
+
+ACCESS_ROUTES = [
+    ("PUT", "/api/storage/akande/v1/logos/logo.svg"),
+    ("GET", "/api/storage/akande/v1/logos/logo.svg"),
+    ("GET", "/api/storage/akande/v1/"),
+    ("DELETE", "/api/storage/akande/v1/logos/logo.svg"),
+    ("POST", "/api/storage/batch"),
+    ("GET", "/api/assets"),
+    ("GET", "/api/assets/metadata?path=akande/v1/logos/logo.svg"),
+]
+ACCOUNT_ROUTES = [
+    ("GET", "/api/core/zones"),
+    ("POST", "/api/core/zones"),
+    ("GET", "/api/core/zones/akande"),
+    ("DELETE", "/api/core/zones/akande"),
+    ("POST", "/api/tokens"),
+    ("GET", "/api/tokens"),
+    ("DELETE", "/api/tokens?id=x"),
+]
+WRONG = [{}, {"AccessKey": "wrong"}, {"AccountKey": "wrong"}, {"AccessKey": ""},
+         {"AccessKey": SECRETS.access_key + "x"}, {"x-api-key": SECRETS.purge_key},
+         {"Authorization": f"Bearer {SECRETS.access_key}"}]
+
+
+@pytest.mark.parametrize(("method", "path"), ACCESS_ROUTES)
+@pytest.mark.parametrize("headers", WRONG + [ACCOUNT])
+async def test_access_routes_without_the_access_key_are_401(control: TestClient, zone: str, method: str, path: str,
+                                                            headers: dict[str, str]) -> None:
+    resp = await control.request(method, path, data=b"<svg/>", headers=headers)
+    body = await expect_error(resp, 401, "Unauthorized")
+    assert "AccessKey" in body["Message"]
+    assert body["error"]["target"] is None and body["error"]["details"] == []
+
+
+@pytest.mark.parametrize(("method", "path"), ACCOUNT_ROUTES)
+@pytest.mark.parametrize("headers", WRONG + [ACCESS])
+async def test_account_routes_without_the_account_key_are_401(control: TestClient, zone: str, method: str,
+                                                              path: str, headers: dict[str, str]) -> None:
+    resp = await control.request(method, path, json={"Name": "other"}, headers=headers)
+    body = await expect_error(resp, 401, "Unauthorized")
+    assert "AccountKey" in body["Message"]
+
+
+async def test_head_without_a_key_is_401_with_headers_and_no_body(control: TestClient, zone: str) -> None:
+    resp = await control.head("/api/storage/akande/v1/logos/logo.svg")
+    assert resp.status == 401
+    uuid.UUID(resp.headers["X-Request-ID"])
+    assert resp.headers["X-API-Version"] == "2026-04-01"
+    assert await resp.read() == b""
+
+
+async def test_every_response_gets_a_fresh_request_id(control: TestClient) -> None:
+    first = await expect_error(await control.get("/api/assets"), 401, "Unauthorized")
+    second = await expect_error(await control.get("/api/assets"), 401, "Unauthorized")
+    assert first["requestId"] != second["requestId"]
+
+
+async def test_a_client_request_id_is_kept_when_it_is_a_uuid(control: TestClient) -> None:
+    mine = str(uuid.uuid4())
+    body = await expect_error(await control.get("/api/assets", headers={"X-Request-ID": mine}), 401, "Unauthorized")
+    assert body["requestId"] == mine
+    body = await expect_error(await control.get("/api/assets", headers={"X-Request-ID": "<script>"}),
+                              401, "Unauthorized")
+    assert body["requestId"] != "<script>"
+
+
+@pytest.mark.parametrize("form", ["{%s}", "urn:uuid:%s", "%s"])
+async def test_a_client_request_id_comes_back_in_canonical_form(control: TestClient, form: str) -> None:
+    mine = uuid.uuid4()
+    sent = form % mine.hex.upper()
+    body = await expect_error(await control.get("/api/assets", headers={"X-Request-ID": sent}), 401, "Unauthorized")
+    assert body["requestId"] == str(mine)
+
+
+async def test_successful_responses_carry_the_version_headers(control: TestClient, zone: str) -> None:
+    for resp in (await control.get("/api/assets", headers=ACCESS), await control.get("/api/core/zones", headers=ACCOUNT),
+                 await control.get("/api/storage/", headers=ACCESS)):
+        assert resp.status == 200
+        assert resp.headers["X-API-Version"] == "2026-04-01"
+        uuid.UUID(resp.headers["X-Request-ID"])
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/api/nothing"), ("POST", "/api/nothing/here"), ("GET", "/api/"), ("GET", "/api/core/zones/akande/x"),
+    ("PATCH", "/api/tokens"), ("GET", "/api/core"), ("GET", "/api/storagex/a.svg"),
+])
+async def test_unknown_api_paths_are_404_in_the_standard_envelope(control: TestClient, method: str,
+                                                                  path: str) -> None:
+    # Unknown paths are 404 whatever the credential: no route, no auth to declare.
+    for headers in ({}, ACCESS, ACCOUNT):
+        body = await expect_error(await control.request(method, path, headers=headers), 404, "NotFound")
+        assert path in body["Message"]
+
+
+class TestSessionCookie:
+    async def test_valid_session_reads_storage(self, control: TestClient, zone: str) -> None:
+        cookie = session_cookie_value(SECRETS.session_secret, nonce=uuid.uuid4().hex)
+        resp = await control.get("/api/storage/akande/v1/", headers={"Cookie": f"{SESSION_COOKIE}={cookie}"})
+        assert resp.status == 200
+
+    async def test_session_does_not_write_or_head(self, control: TestClient, zone: str) -> None:
+        cookie = {"Cookie": f"{SESSION_COOKIE}={session_cookie_value(SECRETS.session_secret, nonce='n')}"}
+        resp = await control.put("/api/storage/akande/v1/logos/logo.svg", data=b"<svg/>", headers=cookie)
+        await expect_error(resp, 401, "Unauthorized")
+        assert (await control.head("/api/storage/akande/v1/logos/logo.svg", headers=cookie)).status == 401
+        await expect_error(await control.get("/api/assets", headers=cookie), 401, "Unauthorized")
+
+    @pytest.mark.parametrize("cookie", [
+        session_cookie_value(SECRETS.session_secret, nonce="n", ttl=-10),
+        session_cookie_value("another-secret", nonce="n"),
+        "9999999999.n.deadbeef",
+        "garbage",
+    ])
+    async def test_expired_or_forged_session_is_401(self, control: TestClient, zone: str, cookie: str) -> None:
+        resp = await control.get("/api/storage/akande/v1/", headers={"Cookie": f"{SESSION_COOKIE}={cookie}"})
+        await expect_error(resp, 401, "Unauthorized")
