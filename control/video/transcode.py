@@ -18,6 +18,7 @@ Decisions a reader cannot see from the code:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 from collections.abc import Iterator, Sequence
@@ -118,6 +119,7 @@ class _RenditionEncoder:
         audio.layout = AUDIO_LAYOUT
         self.audio = audio
         self.codecs: str | None = None
+        self.closed = False
 
     def encode_video(self, frame: av.VideoFrame, pts: int, keyframe: bool) -> None:
         # Scale from the decoded frame: chaining 1080 -> 720 -> 480 measured slower here.
@@ -145,7 +147,15 @@ class _RenditionEncoder:
     def close(self) -> list[Path]:
         self._mux_video(self.video.encode(None))
         self.container.close()
+        self.closed = True
         return sorted(self.parts_dir.glob("*.ts"))
+
+    def abandon(self) -> None:
+        """Release the muxer after a failure (no-op once closed)."""
+        if not self.closed:
+            self.closed = True
+            with contextlib.suppress(av.error.FFmpegError, OSError):
+                self.container.close()
 
 
 class _SharedAudio:
@@ -212,39 +222,47 @@ def transcode_hls(source: Path, out_dir: Path, *, qualities: Sequence[int] = QUA
     uses ``ultrafast`` to start in seconds.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    work = out_dir / ".parts"
+    work = out_dir / ".parts"  # one transcode per out_dir at a time
     shutil.rmtree(work, ignore_errors=True)
+    try:
+        renditions = _transcode(source, work, out_dir, qualities, segment_seconds, preset)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    index = VideoIndex(video=video or source.stem, renditions=tuple(renditions))
+    index.write(out_dir / INDEX_FILE)
+    return index
+
+
+def _transcode(source: Path, work: Path, out_dir: Path, qualities: Sequence[int],
+               segment_seconds: int, preset: str) -> list[Rendition]:
     try:
         container = av.open(str(source))
     except (av.error.FFmpegError, OSError) as exc:
         raise TranscodeError(f"cannot open {source.name}: {exc}") from exc
+    encoders: list[_RenditionEncoder] = []
     try:
         if not container.streams.video:
             raise TranscodeError(f"{source.name} has no video stream")
         in_video = container.streams.video[0]
         in_video.thread_type = "AUTO"
         in_audio = container.streams.audio[0] if container.streams.audio else None
-        fps = in_video.average_rate or in_video.guessed_rate or DEFAULT_FPS
+        fps = Fraction(in_video.average_rate or in_video.guessed_rate or DEFAULT_FPS)
         plans = plan_renditions(in_video.codec_context.width, in_video.codec_context.height,
                                 qualities)
-        encoders = [_RenditionEncoder(p, work / str(p.quality), Fraction(fps), segment_seconds,
-                                      preset) for p in plans]
-        audio = _SharedAudio()
-        starts, end = _encode_all(container, in_video, in_audio, encoders, audio,
-                                  segment_seconds, Fraction(fps))
+        for plan in plans:
+            encoders.append(_RenditionEncoder(plan, work / str(plan.quality), fps,
+                                              segment_seconds, preset))
+        starts, end = _encode_all(container, in_video, in_audio, encoders, _SharedAudio(),
+                                  segment_seconds, fps)
+        parts = [encoder.close() for encoder in encoders]
     except av.error.FFmpegError as exc:
         raise TranscodeError(f"cannot transcode {source.name}: {exc}") from exc
     finally:
         container.close()
-
-    renditions = []
-    for encoder in encoders:
-        parts = encoder.close()
-        renditions.append(_assemble(encoder, parts, starts, end, out_dir, Fraction(fps)))
-    shutil.rmtree(work, ignore_errors=True)
-    index = VideoIndex(video=video or source.stem, renditions=tuple(renditions))
-    index.write(out_dir / INDEX_FILE)
-    return index
+        for encoder in encoders:
+            encoder.abandon()
+    return [_assemble(encoder, files, starts, end, out_dir, fps)
+            for encoder, files in zip(encoders, parts, strict=True)]
 
 
 def _encode_all(container: av.container.InputContainer, in_video: av.video.stream.VideoStream,

@@ -162,6 +162,8 @@ def test_a_file_that_is_not_a_video_is_refused(tmp_path: Path) -> None:
     bogus.write_bytes(b"not a video at all" * 100)
     with pytest.raises(TranscodeError):
         transcode_hls(bogus, tmp_path / "out")
+    assert not (tmp_path / "out" / ".parts").exists()
+    assert not (tmp_path / "out" / INDEX_FILE).exists()
 
 
 def test_demo_sources_are_the_three_videos(tmp_path: Path) -> None:
