@@ -3,8 +3,6 @@ path is forwarded to control. A second, private site carries control's signed pu
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +11,7 @@ import aiohttp
 from aiohttp import web
 
 from edge.cache.store import EdgeCache
-from edge.control_client import ControlClient, run_sync_loop
+from edge.control_client import ControlClient
 from edge.node import EdgeNode
 from edge.proxy import forward_to_control
 from edge.routes import cluster, delivery, health
@@ -101,15 +99,9 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         site = web.TCPSite(cluster_runner, identity.advertise_host, 0)
         await site.start()
         port = cluster_runner.addresses[0][1]
-        url = f"http://{identity.advertise_host}:{port}"
-        sync = asyncio.create_task(run_sync_loop(
-            control, name=identity.member, url=url, get_generation=lambda: node.replica.generation,
-            catch_up=node.catch_up, interval_s=float(edge["catchup_interval_s"]),
-            heartbeat_s=float(edge["heartbeat_interval_s"]), on_registered=lambda: None))
+        await node.start(f"http://{identity.advertise_host}:{port}")
         yield
-        sync.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sync
+        await node.stop()
         await cluster_runner.cleanup()
         await app[PROXY_SESSION].close()
         await control.close()

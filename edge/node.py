@@ -6,6 +6,7 @@ It applies pushes and purges from control and catches up on its own when it miss
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable
 from pathlib import Path
@@ -14,7 +15,7 @@ from urllib.parse import urlsplit
 
 from edge.cache.coalesce import SingleFlight
 from edge.cache.store import EdgeCache
-from edge.control_client import ControlClient
+from edge.control_client import ControlClient, run_sync_loop
 from edge.replica import ManifestReplica
 from shared.config import Settings
 from shared.manifest import ManifestChange, ManifestEntry
@@ -44,9 +45,26 @@ class EdgeNode:
         self.replica = ManifestReplica(state_dir / "manifest.json")
         self.flight: SingleFlight[Any] = SingleFlight()
         self._sync_lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
         self.synced = False  # caught up with control at least once since this process started
         edge = settings.section("edge")
         self.reachability_window_s = max(3 * float(edge["catchup_interval_s"]), 5.0)
+
+    async def start(self, cluster_url: str) -> None:
+        """Start the background work: register with control, heartbeat and catch up on a short timer."""
+        edge = self.settings.section("edge")
+        self._tasks.append(asyncio.create_task(run_sync_loop(
+            self.control, name=self.name, url=cluster_url, get_generation=lambda: self.replica.generation,
+            catch_up=self.catch_up, interval_s=float(edge["catchup_interval_s"]),
+            heartbeat_s=float(edge["heartbeat_interval_s"]), on_registered=lambda: None)))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
 
     def control_reachable(self) -> bool:
         return self.control.reachable(self.reachability_window_s)
