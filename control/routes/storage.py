@@ -14,8 +14,8 @@ from aiohttp import web
 from control.publish import Published
 from control.request_body import MB, read_body, read_json, size_text
 from control.state import GIT, MANIFEST, PUBLISHER, SETTINGS
-from control.storage.git_store import NothingToCommit
-from shared.errors import ApiError, bad_request, not_found, payload_too_large, utc_now_iso
+from control.storage.git_store import GitStore, NothingToCommit
+from shared.errors import ApiError, bad_request, conflict, not_found, payload_too_large, utc_now_iso
 from shared.manifest import content_type_of
 from shared.middleware import json_response
 from shared.paths import (
@@ -57,6 +57,27 @@ async def _require_zone(request: web.Request, path: StoragePath) -> None:
                         target="path", code="ZoneNotFound")
 
 
+def _tree_conflict(git: GitStore, repo_path: str) -> str | None:
+    """Why `repo_path` cannot hold a file: it is a directory, or a parent of it is a file.
+
+    Git would silently replace the one with the other (deleting files the manifest still lists)."""
+    if git.is_dir(repo_path):
+        return f"'{cdn_path_of(repo_path)}' is a directory; a file cannot replace it."
+    parts = repo_path.split("/")
+    for i in range(1, len(parts)):
+        parent = "/".join(parts[:i])
+        if git.read_file(parent) is not None:
+            return f"'{cdn_path_of(parent)}' is a file; it cannot contain '{'/'.join(parts[i:])}'."
+    return None
+
+
+def _batch_conflict(repo_path: str, others: dict[str, bytes]) -> str | None:
+    for other in others:
+        if other.startswith(repo_path + "/") or repo_path.startswith(other + "/"):
+            return f"'{cdn_path_of(repo_path)}' and '{cdn_path_of(other)}' cannot both be files."
+    return None
+
+
 def _edge_fields(published: Published, status: str) -> dict[str, str]:
     return {"EdgeStatus": status, "EdgeNote": published.edge_note}
 
@@ -68,6 +89,10 @@ async def put_file(request: web.Request) -> web.Response:
                           target="path", code="InvalidPath")
     path = _parse(raw)
     await _require_zone(request, path)
+    git = request.app[GIT]
+    problem = await git.run(_tree_conflict, git, path.repo_path)
+    if problem:
+        raise conflict(f"Path conflict: {problem} Nothing was written.", target="path", code="PathConflict")
     limit = request.app[SETTINGS].get("control", "max_upload_bytes")
     data = await read_body(request, limit)
     supplied = request.headers.get("Checksum")
@@ -243,11 +268,14 @@ async def batch_upload(request: web.Request) -> web.Response:
         if path.repo_path in changes:
             problem("The same path appears more than once in the batch.", raw_path)
             continue
-        if path.zone:
-            git = request.app[GIT]
-            if not await git.run(git.is_dir, f"{CLIENT_ROOT}/{path.zone}"):
-                problem(f"Zone '{path.zone}' does not exist.", raw_path)
-                continue
+        git = request.app[GIT]
+        if path.zone and not await git.run(git.is_dir, f"{CLIENT_ROOT}/{path.zone}"):
+            problem(f"Zone '{path.zone}' does not exist.", raw_path)
+            continue
+        clash = _batch_conflict(path.repo_path, changes) or await git.run(_tree_conflict, git, path.repo_path)
+        if clash:
+            problem(f"Path conflict: {clash}", raw_path)
+            continue
         changes[path.repo_path] = data
         client_paths.append(path.client_path)
     if problems:

@@ -98,6 +98,7 @@ async def test_fifty_one_files_is_400_and_commits_nothing(control: TestClient, z
     ({"content": b64(b"x")}, "path"),
     ({"path": "nobody/v1/icons/x.svg", "content": b64(b"x")}, "nobody"),
     ({"path": "akande/v1/icons/ok0.svg", "content": b64(b"dup")}, "more than once"),
+    ({"path": "akande/v1/icons/ok0.svg/inner.png", "content": b64(b"x")}, "Path conflict"),
     ("just a string", "object"),
 ])
 async def test_one_invalid_file_among_valid_ones_commits_nothing(control: TestClient, zone: str, data_dir: Path,
@@ -114,6 +115,18 @@ async def test_one_invalid_file_among_valid_ones_commits_nothing(control: TestCl
     assert "nothing was committed" in body["Message"]
     assert head_commit(data_dir) == head
     assert "akande/v1/icons/ok0.svg" not in control.server.app[MANIFEST].entries
+
+
+async def test_file_clashing_with_a_stored_file_commits_nothing(control: TestClient, zone: str,
+                                                                data_dir: Path) -> None:
+    assert (await control.post("/api/storage/batch", json={"files": [item("a.svg")]}, headers=ACCESS)).status == 201
+    head = head_commit(data_dir)
+    files = [item("b.svg"), item("a.svg/inner.png")]
+    body = await expect_error(await control.post("/api/storage/batch", json={"files": files}, headers=ACCESS),
+                              400, "InvalidBatch")
+    assert [(d["index"], d["path"]) for d in body["error"]["details"]] == [(1, "akande/v1/icons/a.svg/inner.png")]
+    assert head_commit(data_dir) == head
+    assert "akande/v1/icons/a.svg" in control.server.app[MANIFEST].entries
 
 
 @pytest.mark.parametrize("body", [{}, {"files": "x"}, {"files": []}, [1, 2]])

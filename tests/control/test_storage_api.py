@@ -139,6 +139,23 @@ class TestUpload:
         assert "nobody" in body["Message"]
         assert head_commit(data_dir) == head
 
+    @pytest.mark.parametrize(("existing", "clashing"), [
+        ("akande/v1/logos/logo.svg", "akande/v1/logos/logo.svg/inner.png"),
+        ("akande/v1/logos/set.v2/logo.svg", "akande/v1/logos/set.v2"),
+    ])
+    async def test_file_and_directory_cannot_replace_each_other(self, control: TestClient, zone: str,
+                                                                data_dir: Path, existing: str,
+                                                                clashing: str) -> None:
+        await upload(control, existing, LOGO)
+        head = head_commit(data_dir)
+        resp = await control.put(f"/api/storage/{clashing}", data=b"other", headers=ACCESS)
+        body = await expect_error(resp, 409, "PathConflict")
+        assert body["error"]["target"] == "path"
+        assert head_commit(data_dir) == head
+        got = await control.get(f"/api/storage/{existing}", headers=ACCESS)
+        assert await got.read() == LOGO
+        assert clashing not in control.server.app[MANIFEST].entries
+
     async def test_upload_to_a_directory_path_is_400(self, control: TestClient, zone: str) -> None:
         for path in ("akande/v1/logos/", "akande/v1/logos/noext"):
             resp = await control.put(f"/api/storage/{path}", data=LOGO, headers=ACCESS)
