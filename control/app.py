@@ -21,6 +21,7 @@ from control.auth import (
 from control.cluster.registry import EdgeRegistry
 from control.database import open_database
 from control.demo import install_demo
+from control.edge_config import EdgeConfigStore
 from control.manifest_store import ManifestStore
 from control.publish import Publisher
 from control.quota import DailyQuota
@@ -29,6 +30,7 @@ from control.state import (
     DATA_DIR,
     DB,
     DEMO,
+    EDGE_CONFIG,
     GIT,
     MANIFEST,
     PUBLISHER,
@@ -88,6 +90,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", PREFIX + "/heartbeat", cluster.heartbeat),
     Route("GET", PREFIX + "/changes", cluster.changes),
     Route("GET", PREFIX + "/blobs/{blob_id}", cluster.blob),
+    Route("GET", PREFIX + "/config", cluster.config),
 )
 
 
@@ -113,7 +116,9 @@ def _resources(app: web.Application) -> AsyncIterator[None]:
         app[ZONES] = ZoneStore(db)
         app[PURGE_QUOTA] = DailyQuota(db, "purge", settings.get("purge", "daily_limit"))
         app[AUTHENTICATOR] = Authenticator(app[SECRETS], app[TOKENS].lookup)
-        app[PUBLISHER] = Publisher(git, manifest, registry, settings.get("control", "push_wait_ms") / 1000)
+        app[EDGE_CONFIG] = EdgeConfigStore(git, db, settings.get("domains", "base_domain"))
+        app[PUBLISHER] = Publisher(git, manifest, registry, app[EDGE_CONFIG],
+                                   settings.get("control", "push_wait_ms") / 1000)
         if app[DEMO] and manifest.commit_id is None:
             await install_demo(app[PUBLISHER], app[ZONES])
         metrics.manifest_generation.labels("control").set(manifest.generation)

@@ -40,6 +40,12 @@ CREATE TABLE IF NOT EXISTS daily_counters (
     count INTEGER NOT NULL,
     PRIMARY KEY (name, day)
 );
+CREATE TABLE IF NOT EXISTS domains (
+    hostname TEXT PRIMARY KEY,
+    zone TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    ssl_status TEXT NOT NULL DEFAULT 'provisioning'
+);
 CREATE TABLE IF NOT EXISTS blob_hashes (
     blob_id TEXT PRIMARY KEY,
     sha256 TEXT NOT NULL

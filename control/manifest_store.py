@@ -98,8 +98,9 @@ class ManifestStore:
         return await self._record(result.commit_id, result.changes, result.committed_at,
                                   old_entries=dict(self.entries), purge=purge)
 
-    async def record_purge(self, purge: dict[str, Any]) -> Generation:
-        """A purge is a generation without file changes, so edges that miss it catch up on it too."""
+    async def record_purge(self, purge: dict[str, Any] | None) -> Generation:
+        """A purge (or a config change, purge=None) is a generation without file changes, so edges that
+        miss it catch up on it too."""
         return await self._record(self.commit_id or "", (), utc_now_iso(), old_entries={}, purge=purge)
 
     async def _record(self, commit_id: str, file_changes: Iterable[FileChange], modified: str,

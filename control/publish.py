@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from control.cluster.registry import EdgeRegistry, FanOut
+from control.edge_config import EdgeConfigStore
 from control.manifest_store import Generation, ManifestStore
 from control.storage.git_store import CommitResult, GitStore
+from shared.edge_rules import RULE_FILES
 
 
 @dataclass(frozen=True)
@@ -40,10 +42,12 @@ def edge_note(commit_id: str, generation: int, fan_out: FanOut) -> str:
 
 
 class Publisher:
-    def __init__(self, git: GitStore, manifest: ManifestStore, registry: EdgeRegistry, push_wait_s: float) -> None:
+    def __init__(self, git: GitStore, manifest: ManifestStore, registry: EdgeRegistry, config: EdgeConfigStore,
+                 push_wait_s: float) -> None:
         self.git = git
         self.manifest = manifest
         self.registry = registry
+        self.config = config
         self.push_wait_s = push_wait_s
         # Commit and manifest generation happen under one lock, so generations follow commit order.
         self._lock = asyncio.Lock()
@@ -53,13 +57,23 @@ class Publisher:
         async with self._lock:
             result = await self.git.commit(changes, message)
             generation = await self.manifest.apply_commit(result, {"tags": list(purge_tags)} if purge_tags else None)
+            if any(c.path in RULE_FILES for c in result.changes):
+                self.config.invalidate()
         fan_out = await self.push(generation)
         return Published(result, generation, fan_out)
+
+    async def publish_config(self) -> FanOut:
+        """After a change outside git (domains): a generation without file changes carries the new config."""
+        self.config.invalidate()
+        async with self._lock:
+            generation = await self.manifest.record_purge(None)
+        return await self.push(generation)
 
     async def purge(self, command: dict[str, Any]) -> tuple[Generation, FanOut]:
         async with self._lock:
             generation = await self.manifest.record_purge(command)
-        return generation, await self.registry.fan_out("purge", "/push", generation.message(), self.push_wait_s)
+        return generation, await self.push(generation, kind="purge")
 
-    async def push(self, generation: Generation) -> FanOut:
-        return await self.registry.fan_out("push", "/push", generation.message(), self.push_wait_s)
+    async def push(self, generation: Generation, kind: str = "push") -> FanOut:
+        message = {**generation.message(), "config_version": await self.config.version()}
+        return await self.registry.fan_out(kind, "/push", message, self.push_wait_s)

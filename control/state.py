@@ -8,6 +8,7 @@ import aiosqlite
 from aiohttp import web
 
 from control.cluster.registry import EdgeRegistry
+from control.edge_config import EdgeConfigStore
 from control.manifest_store import ManifestStore
 from control.publish import Publisher
 from control.quota import DailyQuota
@@ -28,6 +29,7 @@ TOKENS = web.AppKey("tokens", TokenStore)
 ZONES = web.AppKey("zones", ZoneStore)
 REGISTRY = web.AppKey("registry", EdgeRegistry)
 PUBLISHER = web.AppKey("publisher", Publisher)
+EDGE_CONFIG = web.AppKey("edge_config", EdgeConfigStore)
 PURGE_QUOTA = web.AppKey("purge_quota", DailyQuota)
 
 

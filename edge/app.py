@@ -15,6 +15,7 @@ from edge.control_client import ControlClient
 from edge.node import EdgeNode
 from edge.proxy import forward_to_control
 from edge.routes import cluster, delivery, health
+from edge.rules import apply_header_rules
 from edge.state import NODE, PROXY_SESSION, SECRETS, SETTINGS
 from shared.cluster import PREFIX
 from shared.config import Settings
@@ -73,6 +74,10 @@ def create_cluster_app(node_app: web.Application) -> web.Application:
     return app
 
 
+async def _apply_header_rules(request: web.Request, response: web.StreamResponse) -> None:
+    apply_header_rules(request.app[NODE].config, request, response)
+
+
 def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> web.Application:
     app = web.Application(client_max_size=settings.get("control", "max_upload_bytes") + 1024 * 1024)
     install_envelopes(app)
@@ -80,6 +85,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     app.middlewares.append(metrics_middleware)
     app[SETTINGS], app[SECRETS] = settings, secrets
     _add_routes(app, PUBLIC_ROUTES)
+    app.on_response_prepare.append(_apply_header_rules)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         edge = settings.section("edge")
@@ -89,7 +95,8 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         await control.start()
         node = EdgeNode(settings, identity.member, control, cache, identity.cache_dir, app[METRICS])
         node.replica.state_file = identity.cache_dir / f"manifest-{identity.worker}.json"
-        node.replica.load_persisted()
+        node.config_file = identity.cache_dir / f"edge-config-{identity.worker}.json"
+        node.load_persisted()
         app[NODE] = node
         app[PROXY_SESSION] = aiohttp.ClientSession(auto_decompress=False,
                                                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))

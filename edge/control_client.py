@@ -71,6 +71,9 @@ class ControlClient:
     async def changes_since(self, generation: int) -> dict[str, Any]:
         return orjson.loads(await self._request("GET", f"/changes?since={generation}"))
 
+    async def config(self) -> dict[str, Any]:
+        return orjson.loads(await self._request("GET", "/config"))
+
     async def fetch_blob(self, blob_id: str) -> bytes:
         return await self._request("GET", f"/blobs/{blob_id}")
 

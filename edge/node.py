@@ -8,15 +8,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import orjson
+
 from edge.cache.coalesce import SingleFlight
 from edge.cache.store import EdgeCache
 from edge.control_client import ControlClient, run_sync_loop
 from edge.replica import ManifestReplica
+from edge.rules import EdgeConfig
 from shared.config import Settings
 from shared.manifest import ManifestChange, ManifestEntry
 from shared.metrics import Metrics
@@ -43,12 +47,31 @@ class EdgeNode:
         self.cache = cache
         self.metrics = metrics
         self.replica = ManifestReplica(state_dir / "manifest.json")
+        self.config = EdgeConfig()
+        self.config_file = state_dir / "edge-config.json"
         self.flight: SingleFlight[Any] = SingleFlight()
         self._sync_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self.synced = False  # caught up with control at least once since this process started
         edge = settings.section("edge")
         self.reachability_window_s = max(3 * float(edge["catchup_interval_s"]), 5.0)
+
+    def load_persisted(self) -> None:
+        """What this edge knew before a restart, so it can serve (STALE) while control is unreachable."""
+        self.replica.load_persisted()
+        try:
+            self.config = EdgeConfig.from_snapshot(orjson.loads(self.config_file.read_bytes()))
+        except (FileNotFoundError, orjson.JSONDecodeError, KeyError):
+            pass
+
+    async def _refresh_config(self, version: str | None) -> None:
+        if not version or version == self.config.version:
+            return
+        snapshot = await self.control.config()
+        self.config = EdgeConfig.from_snapshot(snapshot)
+        tmp = self.config_file.with_name(f"{self.config_file.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(orjson.dumps(snapshot))
+        os.replace(tmp, self.config_file)
 
     async def start(self, cluster_url: str) -> None:
         """Start the background work: register with control, heartbeat and catch up on a short timer."""
@@ -75,6 +98,7 @@ class EdgeNode:
         """Ask control for the changes since our generation and apply them. Returns the generation."""
         async with self._sync_lock:
             reply = await self.control.changes_since(self.replica.generation)
+            await self._refresh_config(reply.get("config_version"))
             generation, commit = int(reply["generation"]), reply.get("commit")
             if generation == self.replica.generation and not reply.get("full"):
                 self.replica.loaded = True  # confirmed current (an empty repository has generation 0)
@@ -98,6 +122,7 @@ class EdgeNode:
         generation = int(message["generation"])
         purged = 0
         async with self._sync_lock:
+            await self._refresh_config(message.get("config_version"))
             if generation == self.replica.generation + 1:
                 changes = [ManifestChange.from_json(c) for c in message.get("changes", [])]
                 await self._invalidate(self.replica.apply_changes(generation, message.get("commit"), changes))

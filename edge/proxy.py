@@ -6,6 +6,7 @@ from __future__ import annotations
 import aiohttp
 from aiohttp import web
 
+from edge.rules import FORWARDED
 from edge.state import NODE, PROXY_SESSION
 from shared.errors import ApiError
 from shared.middleware import REQUEST_ID
@@ -27,6 +28,7 @@ def _forward_headers(request: web.Request) -> dict[str, str]:
 
 
 async def forward_to_control(request: web.Request) -> web.StreamResponse:
+    request[FORWARDED] = True  # edge rules apply to delivery responses, not to management calls
     node = request.app[NODE]
     session = request.app[PROXY_SESSION]
     url = node.control.control_url + request.rel_url.path_qs

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from control.state import GIT, MANIFEST, REGISTRY, SECRETS, SETTINGS
+from control.state import EDGE_CONFIG, GIT, MANIFEST, REGISTRY, SECRETS, SETTINGS
 from shared.cluster import PREFIX, verify_request
 from shared.errors import ApiError, bad_request
 from shared.middleware import json_response
@@ -63,12 +63,19 @@ async def changes(request: web.Request) -> web.Response:
     except ValueError:
         raise bad_request("'since' must be an integer generation.", target="since") from None
     generation, commit = manifest.generation, manifest.commit_id
+    config_version = await request.app[EDGE_CONFIG].version()
     delta = await manifest.changes_since(since)
     if delta is None:
         return json_response({"generation": generation, "commit": commit, "full": True,
+                              "config_version": config_version,
                               "entries": [e.to_json() for e in manifest.snapshot()]})
     return json_response({"generation": generation, "commit": commit, "full": False,
+                          "config_version": config_version,
                           "changes": [c.to_json() for c in delta.changes], "purges": delta.purges})
+
+
+async def config(request: web.Request) -> web.Response:
+    return json_response(await request.app[EDGE_CONFIG].snapshot())
 
 
 async def blob(request: web.Request) -> web.Response:

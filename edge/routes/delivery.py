@@ -9,12 +9,30 @@ from edge.states.deliver import deliver
 from edge.states.fetch import OriginUnavailable, fetch_asset
 from edge.states.lookup import asset_key, lookup
 from edge.states.recv import receive
+from shared.edge_rules import Redirect
 from shared.errors import ApiError
+
+REDIRECTS: dict[int, type[web.HTTPRedirection]] = {
+    301: web.HTTPMovedPermanently, 302: web.HTTPFound, 303: web.HTTPSeeOther,
+    307: web.HTTPTemporaryRedirect, 308: web.HTTPPermanentRedirect,
+}
+
+
+def _redirect(redirect: Redirect) -> web.HTTPRedirection:
+    return REDIRECTS[redirect.status](redirect.location)
 
 
 async def serve_asset(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE]
-    wanted = receive(request)
+    config = node.config
+    # receive: _redirects are answered before any cache lookup; a 200 rule rewrites internally.
+    path = config.cdn_path(request.host, request.path)
+    redirect = config.rules.redirects.match(request.path_qs)
+    if redirect is not None:
+        if not redirect.is_rewrite:
+            raise _redirect(redirect)
+        path = config.cdn_path(request.host, redirect.location.split("?", 1)[0])
+    wanted = receive(request, path)
     entry = node.replica.get(wanted.path)
     if entry is None:
         if not node.replica.loaded:
