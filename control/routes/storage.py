@@ -20,6 +20,7 @@ from shared.manifest import content_type_of
 from shared.middleware import json_response
 from shared.paths import (
     CLIENT_ROOT,
+    STOCK_ROOT,
     InvalidPath,
     StoragePath,
     cdn_path_of,
@@ -28,6 +29,7 @@ from shared.paths import (
 )
 
 STORAGE_ZONE_NAME = "assetcdn"
+SCAFFOLD_FILE = ".gitkeep"  # keeps a zone's empty category directories in git; never listed or deleted
 SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
 GUID_NAMESPACE = uuid.UUID("5b8f8f8e-4c55-4b5e-9d0c-2a8f8a1c0d11")
 
@@ -155,7 +157,7 @@ async def _list_directory(request: web.Request, raw: str) -> web.Response:
     if children is None:
         raise not_found(f"Directory '{raw or '/'}' does not exist.", target="path", code="DirectoryNotFound")
     entries = [_entry_json(request, dir_path, name, is_dir, size)
-               for name, is_dir, _oid, size in children if name != ".gitkeep"]
+               for name, is_dir, _oid, size in children if name != SCAFFOLD_FILE]
     return json_response(entries)
 
 
@@ -194,18 +196,26 @@ async def delete_file(request: web.Request) -> web.Response:
     raw = request.match_info["path"]
     directory = raw.endswith("/")
     path = _parse(raw, directory=directory)
-    git = request.app[GIT]
-    if await git.run(git.is_dir, path.repo_path):
-        files = [f.path for f in await git.run(lambda: list(git.iter_files(path.repo_path)))]
-    elif directory:
-        files = []
-    else:
-        files = [path.repo_path] if await git.run(git.read_file, path.repo_path) is not None else []
-    if not files:
-        raise not_found(f"'{path.client_path}' does not exist.", target="path", code="FileNotFound")
+    # AccessKey cannot remove zones (spec): not a storage root, not a zone root, and a directory delete
+    # keeps the `.gitkeep` scaffolding, so `<zone>/v1/` empties the zone instead of deleting it.
+    if path.repo_path in ("", CLIENT_ROOT, STOCK_ROOT):
+        raise bad_request("A storage root cannot be deleted; delete files or directories inside it.",
+                          target="path", code="InvalidPath")
     if path.zone and path.repo_path == f"{CLIENT_ROOT}/{path.zone}":
         raise bad_request("Delete a whole zone with DELETE /api/core/zones/{id}.", target="path", code="InvalidPath")
-    what = path.client_path if len(files) == 1 else f"{path.client_path}/ ({len(files)} files)"
+    git = request.app[GIT]
+    if await git.run(git.is_dir, path.repo_path):
+        files = [f.path for f in await git.run(lambda: list(git.iter_files(path.repo_path)))
+                 if not f.path.endswith("/" + SCAFFOLD_FILE)]
+        what = f"{path.client_path}/ ({len(files)} files)"
+    elif directory or path.segments[-1] == SCAFFOLD_FILE:
+        files, what = [], path.client_path
+    else:
+        files = [path.repo_path] if await git.run(git.read_file, path.repo_path) is not None else []
+        what = path.client_path
+    if not files:
+        raise not_found(f"'{path.client_path}' does not exist or holds no files.", target="path",
+                        code="FileNotFound")
     published = await request.app[PUBLISHER].commit({f: None for f in files}, f"Delete {what} via Storage API")
     return json_response({"HttpCode": 200, "Message": f"Deleted {what}.", "Path": path.client_path,
                           **_edge_fields(published, "purging")})

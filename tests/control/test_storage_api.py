@@ -270,6 +270,39 @@ class TestDelete:
         await expect_error(await control.delete(f"/api/storage/{LOGO_PATH}", headers=ACCESS), 404, "FileNotFound")
         assert head_commit(data_dir) == head
 
+    async def test_directory_delete_removes_its_files_in_one_commit_and_keeps_the_zone(
+            self, control: TestClient, zone: str, data_dir: Path) -> None:
+        await upload(control, LOGO_PATH, LOGO)
+        await upload(control, "akande/v1/icons/a.png", b"png")
+        before = commit_count(data_dir)
+        resp = await control.delete("/api/storage/akande/v1/", headers=ACCESS)
+        assert resp.status == 200
+        body = await resp.json()
+        assert (body["EdgeStatus"], body["Message"]) == ("purging", "Deleted akande/v1/ (2 files).")
+        assert commit_count(data_dir) == before + 1
+        assert control.server.app[MANIFEST].zone_entries("akande") == []
+        # The zone and its category directories survive: AccessKey cannot delete zones.
+        zones = await (await control.get("/api/core/zones", headers=ACCOUNT)).json()
+        assert [z["Id"] for z in zones] == ["akande"]
+        listing = await (await control.get("/api/storage/akande/v1/", headers=ACCESS)).json()
+        assert sorted(e["ObjectName"] for e in listing) == ["banners", "github", "icons", "logos", "titles"]
+
+    @pytest.mark.parametrize("path", ["clients/", "stocks/", "akande/", "akande"])
+    async def test_roots_and_zone_roots_are_refused(self, control: TestClient, zone: str, data_dir: Path,
+                                                    path: str) -> None:
+        await upload(control, LOGO_PATH, LOGO)
+        await upload(control, "stocks/images/sky.png", b"png")
+        head = head_commit(data_dir)
+        await expect_error(await control.delete(f"/api/storage/{path}", headers=ACCESS), 400, "InvalidPath")
+        assert head_commit(data_dir) == head
+
+    @pytest.mark.parametrize("path", ["akande/v1/titles/", "akande/v1/titles/.gitkeep"])
+    async def test_scaffolding_alone_is_nothing_to_delete(self, control: TestClient, zone: str, data_dir: Path,
+                                                          path: str) -> None:
+        head = head_commit(data_dir)
+        await expect_error(await control.delete(f"/api/storage/{path}", headers=ACCESS), 404, "FileNotFound")
+        assert head_commit(data_dir) == head
+
     async def test_delete_of_a_zone_root_is_refused(self, control: TestClient, zone: str, data_dir: Path) -> None:
         head = head_commit(data_dir)
         await expect_error(await control.delete("/api/storage/akande/", headers=ACCESS), 400, "InvalidPath")
