@@ -39,10 +39,12 @@ from control.state import (
     SECRETS,
     SETTINGS,
     TOKENS,
+    VIDEO_INGEST,
     ZONES,
 )
 from control.storage.git_store import GitStore
 from control.tokens import TokenStore
+from control.video.ingest import VideoIngester
 from control.zones_store import ZoneStore
 from shared.cluster import PREFIX
 from shared.config import Settings
@@ -119,10 +121,15 @@ def _resources(app: web.Application) -> AsyncIterator[None]:
         app[EDGE_CONFIG] = EdgeConfigStore(git, db, settings.get("domains", "base_domain"))
         app[PUBLISHER] = Publisher(git, manifest, registry, app[EDGE_CONFIG],
                                    settings.get("control", "push_wait_ms") / 1000)
+        ingester = VideoIngester(git, app[PUBLISHER], data_dir / "video-work")
+        app[PUBLISHER].listeners.append(ingester.on_commit)
+        app[VIDEO_INGEST] = ingester
         if app[DEMO] and manifest.commit_id is None:
             await install_demo(app[PUBLISHER], app[ZONES])
+            ingester.install_demo(data_dir / "video-cache")
         metrics.manifest_generation.labels("control").set(manifest.generation)
         yield
+        await ingester.close()
         await registry.close()
         await db.close()
         git.close()

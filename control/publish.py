@@ -7,7 +7,7 @@ EdgeNote report what really happened instead of promising a deployment window.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,7 @@ class Publisher:
         self.manifest = manifest
         self.registry = registry
         self.config = config
+        self.listeners: list[Callable[[CommitResult], None]] = []  # told of every commit (e.g. video ingest)
         self.push_wait_s = push_wait_s
         # Commit and manifest generation happen under one lock, so generations follow commit order.
         self._lock = asyncio.Lock()
@@ -59,6 +60,8 @@ class Publisher:
             generation = await self.manifest.apply_commit(result, {"tags": list(purge_tags)} if purge_tags else None)
             if any(c.path in RULE_FILES for c in result.changes):
                 self.config.invalidate()
+        for listener in self.listeners:
+            listener(result)
         fan_out = await self.push(generation)
         return Published(result, generation, fan_out)
 

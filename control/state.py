@@ -14,6 +14,7 @@ from control.publish import Publisher
 from control.quota import DailyQuota
 from control.storage.git_store import GitStore
 from control.tokens import TokenStore
+from control.video.ingest import VideoIngester
 from control.zones_store import ZoneStore
 from shared.config import Settings
 from shared.secrets import Secrets
@@ -27,6 +28,7 @@ DB = web.AppKey("db", aiosqlite.Connection)
 MANIFEST = web.AppKey("manifest", ManifestStore)
 TOKENS = web.AppKey("tokens", TokenStore)
 ZONES = web.AppKey("zones", ZoneStore)
+VIDEO_INGEST = web.AppKey("video_ingest", VideoIngester)
 REGISTRY = web.AppKey("registry", EdgeRegistry)
 PUBLISHER = web.AppKey("publisher", Publisher)
 EDGE_CONFIG = web.AppKey("edge_config", EdgeConfigStore)
