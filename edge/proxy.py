@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from edge.rules import FORWARDED
 from edge.state import NODE, PROXY_SESSION
@@ -31,7 +32,8 @@ async def forward_to_control(request: web.Request) -> web.StreamResponse:
     request[FORWARDED] = True  # edge rules apply to delivery responses, not to management calls
     node = request.app[NODE]
     session = request.app[PROXY_SESSION]
-    url = node.control.control_url + request.rel_url.path_qs
+    # The raw (still encoded) path: decoding here would resolve `%2e%2e` before control can refuse it.
+    url = URL(node.control.control_url + request.rel_url.raw_path_qs, encoded=True)
     body = request.content if request.body_exists else None
     try:
         upstream = await session.request(request.method, url, headers=_forward_headers(request), data=body,

@@ -203,8 +203,6 @@ async def test_error_envelopes_pass_through_the_edge(cdn: Cdn) -> None:
                               404, "ZoneNotFound")
 
 
-@pytest.mark.xfail(strict=True, reason="edge/proxy.py forwards the decoded path (rel_url.path_qs), so '%2e%2e' "
-                   "reaches control as '..' and is resolved away by yarl; see the report")
 async def test_encoded_traversal_through_the_edge_is_400(cdn: Cdn) -> None:
     async with aiohttp.ClientSession() as http:
         url = URL(api(cdn, f"/api/storage/{ZONE}/v1/%2e%2e/v1/logos/logo.svg"), encoded=True)
