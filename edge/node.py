@@ -19,6 +19,7 @@ import orjson
 from edge.cache.coalesce import SingleFlight
 from edge.cache.store import EdgeCache
 from edge.control_client import ControlClient, run_sync_loop
+from edge.delivery_log import DeliveryLog
 from edge.replica import ManifestReplica
 from edge.rules import EdgeConfig
 from shared.config import Settings
@@ -48,6 +49,7 @@ class EdgeNode:
         self.metrics = metrics
         self.replica = ManifestReplica(state_dir / "manifest.json")
         self.config = EdgeConfig()
+        self.deliveries = DeliveryLog(settings.get("analytics", "country_header"))
         self.config_file = state_dir / "edge-config.json"
         self.flight: SingleFlight[Any] = SingleFlight()
         self._sync_lock = asyncio.Lock()
@@ -80,8 +82,12 @@ class EdgeNode:
             self.control, name=self.name, url=cluster_url, get_generation=lambda: self.replica.generation,
             catch_up=self.catch_up, interval_s=float(edge["catchup_interval_s"]),
             heartbeat_s=float(edge["heartbeat_interval_s"]), on_registered=lambda: None)))
+        self._tasks.append(asyncio.create_task(self.deliveries.ship_forever(
+            self.control, float(self.settings.get("analytics", "flush_interval_s")))))
 
     async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.deliveries.ship(self.control)  # what was served before shutdown still counts
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -1,0 +1,62 @@
+"""Every delivery the edge answers is recorded (path, zone, status, bytes, cache status, country) and
+shipped to control in batches, so statistics and insights count what the edges really served."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import Any
+
+from aiohttp import web
+
+from edge.control_client import ControlClient, ControlUnavailable
+from edge.rules import FORWARDED, NOT_DELIVERY
+from shared.cluster import PREFIX
+
+log = logging.getLogger(__name__)
+DELIVERED_PATH = web.RequestKey("delivered_path", str)  # the CDN path a delivery handler resolved
+MAX_BUFFERED = 100_000
+BATCH = 5_000
+
+
+class DeliveryLog:
+    def __init__(self, country_header: str) -> None:
+        self.country_header = country_header
+        self.buffer: deque[dict[str, Any]] = deque(maxlen=MAX_BUFFERED)  # oldest dropped if control is away long
+
+    def record(self, request: web.Request, response: web.StreamResponse) -> None:
+        if request.get(FORWARDED) or request.path in NOT_DELIVERY or request.path.startswith(PREFIX):
+            return
+        path = request.get(DELIVERED_PATH) or request.path.lstrip("/")
+        zone = path.split("/", 1)[0] if not path.startswith("api/") else ""
+        country = (request.headers.get(self.country_header) or "XX").strip().upper()
+        if len(country) != 2 or not country.isalpha():
+            country = "XX"
+        sent = 0 if request.method == "HEAD" or response.status == 304 else (response.content_length or 0)
+        self.buffer.append({"timestamp": time.time(), "path": path, "zone": zone, "status": response.status,
+                            "bytes": sent, "cache": response.headers.get("X-Cache", "BYPASS"),
+                            "country": country})
+
+    def take(self) -> list[dict[str, Any]]:
+        batch = []
+        while self.buffer and len(batch) < BATCH:
+            batch.append(self.buffer.popleft())
+        return batch
+
+    async def ship_forever(self, control: ControlClient, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            await self.ship(control)
+
+    async def ship(self, control: ControlClient) -> int:
+        shipped = 0
+        while batch := self.take():
+            try:
+                await control.send("/analytics", {"hits": batch})
+            except ControlUnavailable:
+                self.buffer.extendleft(reversed(batch))  # keep them for the next attempt
+                return shipped
+            shipped += len(batch)
+        return shipped
