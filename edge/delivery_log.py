@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from edge.control_client import ControlClient, ControlUnavailable
+from edge.control_client import BlobNotFound, ControlClient, ControlUnavailable
 from edge.rules import FORWARDED, NOT_DELIVERY
 from shared.cluster import PREFIX
 
@@ -55,7 +55,7 @@ class DeliveryLog:
         while batch := self.take():
             try:
                 await control.send("/analytics", {"hits": batch})
-            except ControlUnavailable:
+            except (ControlUnavailable, BlobNotFound):  # control down, or not yet able to take analytics
                 self.buffer.extendleft(reversed(batch))  # keep them for the next attempt
                 return shipped
             shipped += len(batch)
