@@ -12,11 +12,13 @@ from aiohttp import web
 
 from edge.cache.store import EdgeCache
 from edge.control_client import ControlClient
+from edge.counters import counters_from_settings
+from edge.image_pool import ImagePool, configure_libvips
 from edge.node import EdgeNode
 from edge.proxy import forward_to_control
-from edge.routes import cluster, delivery, health
+from edge.routes import auto, cluster, delivery, health, placeholders, signed, transform
 from edge.rules import apply_header_rules
-from edge.state import NODE, PROXY_SESSION, SECRETS, SETTINGS
+from edge.state import IMAGE_POOL, NODE, PROXY_SESSION, SECRETS, SETTINGS, USAGE_COUNTERS
 from shared.cluster import PREFIX
 from shared.config import Settings
 from shared.metrics import METRICS, Metrics, metrics_handler, metrics_middleware
@@ -38,6 +40,16 @@ PUBLIC_ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/health", health.health),
     Route("HEAD", "/api/health", health.health),
     Route("GET", "/metrics", metrics_handler),
+    Route("GET", "/api/transform", transform.transform_image),
+    Route("HEAD", "/api/transform", transform.transform_image),
+    Route("GET", "/api/auto", auto.auto_query),
+    Route("HEAD", "/api/auto", auto.auto_query),
+    Route("GET", "/api/auto/{path:.+}", auto.auto_path),
+    Route("HEAD", "/api/auto/{path:.+}", auto.auto_path),
+    Route("GET", "/api/lqip", placeholders.lqip),
+    Route("GET", "/api/blurhash", placeholders.blurhash),
+    Route("GET", "/api/signed", signed.signed_asset),
+    Route("HEAD", "/api/signed", signed.signed_asset),
     Route("*", "/api/{tail:.*}", forward_to_control),
     Route("GET", "/{path:.+}", delivery.serve_asset),
     Route("HEAD", "/{path:.+}", delivery.serve_asset),
@@ -84,6 +96,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     app[METRICS] = Metrics("edge")
     app.middlewares.append(metrics_middleware)
     app[SETTINGS], app[SECRETS] = settings, secrets
+    app[USAGE_COUNTERS] = counters_from_settings(settings.section("transform"))
     _add_routes(app, PUBLIC_ROUTES)
     app.on_response_prepare.append(_apply_header_rules)
 
@@ -114,5 +127,12 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         await control.close()
         cache.close()
 
+    async def image_lifecycle(app: web.Application) -> AsyncIterator[None]:
+        configure_libvips()
+        app[IMAGE_POOL] = ImagePool.from_settings(settings)
+        yield
+        app[IMAGE_POOL].close()
+
     app.cleanup_ctx.append(lifecycle)
+    app.cleanup_ctx.append(image_lifecycle)
     return app

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from aiohttp import ClientSession, web
 
+from edge.counters import UsageCounters
+from edge.image_pool import ImagePool
 from edge.node import EdgeNode
 from shared.config import Settings
 from shared.secrets import Secrets
@@ -12,3 +14,5 @@ NODE = web.AppKey("node", EdgeNode)
 SETTINGS = web.AppKey("settings", Settings)
 SECRETS = web.AppKey("secrets", Secrets)
 PROXY_SESSION = web.AppKey("proxy_session", ClientSession)
+IMAGE_POOL = web.AppKey("image_pool", ImagePool)
+USAGE_COUNTERS = web.AppKey("usage_counters", UsageCounters)

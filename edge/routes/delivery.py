@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from edge.access import is_private
+from edge.delivery_log import DELIVERED_PATH
 from edge.state import NODE
 from edge.states.deliver import deliver
 from edge.states.fetch import OriginUnavailable, fetch_asset
@@ -33,11 +35,15 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
             raise _redirect(redirect)
         path = config.cdn_path(request.host, redirect.location.split("?", 1)[0])
     wanted = receive(request, path)
+    request[DELIVERED_PATH] = wanted.path
     entry = node.replica.get(wanted.path)
     if entry is None:
         if not node.replica.loaded:
             raise ApiError(503, "EdgeNotReady", "This edge has not loaded the manifest yet and control is unreachable.")
         raise ApiError(404, "AssetNotFound", f"No asset at '/{wanted.path}'.", target="path")
+    if is_private(entry):
+        raise ApiError(403, "Forbidden", f"'/{wanted.path}' is in the private category: it is served only "
+                       "through a signed URL (/api/signed).", target="path")
     key = asset_key(entry)
     obj = lookup(node, key)
     status = "HIT" if obj is not None else "MISS"

@@ -1,0 +1,86 @@
+"""GET/HEAD /api/transform: receive (parse options), look up the variant, on a miss take one unit of
+the monthly quota and transform in the image pool, deliver with a one-year immutable lifetime."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from edge.access import SourceRefused, public_source
+from edge.counters import month_key, seconds_until_next_month
+from edge.negotiate import (
+    NETWORK_AWARE_HEADER,
+    NETWORK_AWARE_SLOW,
+    VARY_QUERY_ROUTE,
+    is_slow_network,
+)
+from edge.state import IMAGE_POOL, NODE, USAGE_COUNTERS
+from edge.states.deliver import deliver
+from edge.states.fetch import OriginUnavailable
+from edge.states.variant import Variant, cached_variant
+from edge.transform.options import parse_transform_options, resolve_output_format
+from edge.transform.pipeline import run_transform
+from shared.errors import LegacyError
+from shared.manifest import ManifestEntry
+
+IMMUTABLE = "public, max-age=31536000, immutable"
+QUOTA_PREFIX = "transforms"
+
+
+def legacy_refusal(exc: SourceRefused) -> LegacyError:
+    return LegacyError(exc.status, exc.message)
+
+
+def origin_unreachable(entry: ManifestEntry) -> LegacyError:
+    return LegacyError(503, f"The source '/{entry.path}' is not cached on this edge and the control plane "
+                       "cannot be reached. Retry shortly.", headers={"Retry-After": "5"})
+
+
+def take_transform_quota(request: web.Request) -> None:
+    """Count one transform this calendar month (UTC); 429 `limit_reached` when the month's are used."""
+    limit = int(request.app[NODE].settings.get("transform", "monthly_limit"))
+    if request.app[USAGE_COUNTERS].take(month_key(QUOTA_PREFIX), limit):
+        return
+    message = (f"Monthly transform limit reached ({limit:,} per calendar month). Cached variants are still "
+               "served; new ones can be made from the first day of next month (UTC).")
+    raise LegacyError(429, "limit_reached", message, extra={"message": message}, headers={
+        "Retry-After": str(seconds_until_next_month()), "X-RateLimit-Limit": str(limit),
+        "X-RateLimit-Remaining": "0"})
+
+
+async def transform_image(request: web.Request) -> web.StreamResponse:
+    node, pool = request.app[NODE], request.app[IMAGE_POOL]
+    opts = parse_transform_options(request.query)
+    try:
+        entry = public_source(node, opts.url)
+    except SourceRefused as exc:
+        raise legacy_refusal(exc) from None
+    headers: dict[str, str] = {}
+    slow = False
+    if opts.format == "auto":
+        # The choice depends on Accept, and on Save-Data/ECT (slow networks skip AVIF), like /api/auto.
+        slow = is_slow_network(request.headers.get("Save-Data"),
+                               request.headers.get("Sec-CH-Effective-Connection-Type"))
+        headers["Vary"] = VARY_QUERY_ROUTE
+        if slow:
+            headers[NETWORK_AWARE_HEADER] = NETWORK_AWARE_SLOW
+    output_format = resolve_output_format(opts.format, entry.format, request.headers.get("Accept"), slow=slow)
+    key = opts.cache_key(entry.blob_id, output_format)
+
+    def make(source: bytes) -> Variant:
+        result = run_transform(source, entry.format, opts, output_format,
+                               max_pixels=pool.max_pixels, time_budget_s=pool.time_budget_s)
+        return Variant(result.body, result.content_type)
+
+    for _attempt in range(2):  # a second pass only when the variant was purged during delivery
+        try:
+            obj, status = await cached_variant(node, pool, entry, key, make, metric_format=output_format,
+                                               before_make=lambda: take_transform_quota(request))
+        except OriginUnavailable:
+            raise origin_unreachable(entry) from None
+        try:
+            return await deliver(request, obj, cache_status=status, cache_control=IMMUTABLE,
+                                 extra_headers=headers, tags=entry.tags)
+        except FileNotFoundError:
+            continue
+    raise LegacyError(503, "The variant was purged while it was being delivered. Retry.")
+

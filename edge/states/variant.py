@@ -1,0 +1,71 @@
+"""miss -> make a variant: a transform, a format conversion or a placeholder of one source.
+
+Variants are keyed by the source's content id (an overwrite changes the key) and stored
+with the source's cache tags plus its internal path tag, so purging the source by URL, by
+tag or by overwriting it removes every variant too. Concurrent misses for one key make the
+variant once (`node.flight`); the work runs in the bounded image pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from edge.cache.entry import CachedObject, strong_etag
+from edge.image_pool import ImagePool
+from edge.node import EdgeNode, path_tag
+from edge.states.fetch import source_bytes
+from edge.states.lookup import lookup
+from shared.manifest import ManifestEntry
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    body: bytes
+    content_type: str
+
+
+def variant_tags(entry: ManifestEntry) -> tuple[str, ...]:
+    return (*entry.tags, path_tag(entry.path))
+
+
+def _fresh(obj: CachedObject | None, max_age_s: float | None) -> CachedObject | None:
+    # The edge cache has no TTL of its own: entries with a lifetime (placeholders: 24 h) check it here.
+    if obj is None or max_age_s is None or time.time() - obj.stored_at < max_age_s:
+        return obj
+    return None
+
+
+async def cached_variant(node: EdgeNode, pool: ImagePool, entry: ManifestEntry, key: str,
+                         make: Callable[[bytes], Variant], *, metric_format: str,
+                         before_make: Callable[[], None] | None = None,
+                         max_age_s: float | None = None) -> tuple[CachedObject, str]:
+    """(entry, "HIT" or "MISS") of the variant under `key`, made from the source's bytes on a miss.
+
+    `before_make` runs once per miss that is really made (never on a hit, never per waiter of
+    a coalesced miss): the transform quota. It raises to refuse. `make` runs in the pool.
+    OriginUnavailable (source bytes unreachable) and the pipeline's LegacyErrors propagate.
+    """
+    obj = _fresh(lookup(node, key), max_age_s)
+    if obj is not None:
+        node.metrics.cache.labels("HIT").inc()
+        return obj, "HIT"
+
+    async def fill() -> CachedObject:
+        cached = _fresh(lookup(node, key), max_age_s)  # a waiter before us may have filled it
+        if cached is not None:
+            return cached
+        source = await source_bytes(node, entry)
+        if before_make is not None:
+            before_make()
+        variant = await pool.run(lambda: make(source))
+        node.metrics.transforms.labels(metric_format).inc()
+        etag = strong_etag(hashlib.sha256(variant.body).hexdigest())
+        return await asyncio.get_running_loop().run_in_executor(
+            None, lambda: node.cache.put(key, variant.body, variant.content_type, etag, variant_tags(entry)))
+
+    node.metrics.cache.labels("MISS").inc()
+    return await node.flight.run(key, fill), "MISS"

@@ -1,0 +1,164 @@
+"""A real control app and a real edge app in one event loop, talking HTTP, plus real images made with pyvips.
+
+`make_cdn(**env)` starts both with settings from `load_settings(environ=...)`, waits until the
+edge is healthy and registered with control, and returns a `Cdn` with upload helpers. Tests
+talk to the edge over HTTP like a browser and to control's storage and purge APIs like an
+operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pyvips
+from aiohttp.test_utils import TestClient
+
+import control.app
+import edge.app
+from edge.app import EdgeIdentity
+from edge.node import EdgeNode
+from edge.state import NODE
+from shared.config import load_settings
+from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+
+PURGE = {"x-api-key": SECRETS.purge_key}
+ZONE = "pics"
+WAIT_S = 20.0   # upper bound for start-up and propagation waits (never asserted as a duration)
+
+
+async def wait_until(predicate: Callable[[], Awaitable[bool]], what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_S
+    while not await predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"gave up waiting: {what}")
+        await asyncio.sleep(0.05)
+
+
+@dataclass
+class Cdn:
+    control: TestClient
+    edge: TestClient
+
+    @property
+    def node(self) -> EdgeNode:
+        return self.edge.app[NODE]
+
+    async def upload(self, cdn_path: str, data: bytes) -> dict[str, Any]:
+        """PUT through control's storage API; returns once this edge holds the new version."""
+        resp = await self.control.put(f"/api/storage/{cdn_path}", data=data, headers=ACCESS)
+        assert resp.status == 201, await resp.text()
+        body: dict[str, Any] = await resp.json()
+        digest = hashlib.sha256(data).hexdigest()
+
+        async def arrived() -> bool:
+            entry = self.node.replica.get(cdn_path)
+            return entry is not None and entry.sha256 == digest
+
+        await wait_until(arrived, f"{cdn_path} reaching the edge")
+        return body
+
+    async def purge_urls(self, *urls: str) -> dict[str, Any]:
+        resp = await self.control.post("/api/purge", json={"urls": list(urls)}, headers=PURGE)
+        assert resp.status == 200, await resp.text()
+        return await resp.json()
+
+
+CdnFactory = Callable[..., Awaitable[Cdn]]
+
+
+@pytest.fixture
+def make_cdn(aiohttp_server, aiohttp_client, tmp_path: Path) -> CdnFactory:  # type: ignore[no-untyped-def]
+    async def start(**env: str) -> Cdn:
+        settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
+                                          "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **env})
+        control_server = await aiohttp_server(control.app.create_app(settings, SECRETS, tmp_path / "data"))
+        control_client = await aiohttp_client(control_server)
+        identity = EdgeIdentity(name="edge-t", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
+                                cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
+        edge_client = await aiohttp_client(edge.app.create_app(settings, SECRETS, identity))
+
+        async def edge_healthy() -> bool:
+            return (await edge_client.get("/api/health")).status == 200
+
+        async def registered() -> bool:
+            resp = await control_client.get("/api/health")
+            return any(e.get("name", "").startswith("edge-t") for e in (await resp.json()).get("edges", []))
+
+        await wait_until(edge_healthy, "edge health 200")
+        await wait_until(registered, "edge registered with control")
+        resp = await control_client.post("/api/core/zones", json={"Name": ZONE}, headers=ACCOUNT)
+        assert resp.status == 201, await resp.text()
+        return Cdn(control_client, edge_client)
+
+    return start
+
+
+# --- real images -------------------------------------------------------------------------------
+
+FRAMES = 4
+
+
+def photo_jpeg(width: int = 640, height: int = 400) -> bytes:
+    """A photo-like JPEG: colour gradients plus noise."""
+    xyz = pyvips.Image.xyz(width, height)
+    red = xyz[0] * (255 / width)
+    green = xyz[1] * (255 / height)
+    blue = (xyz[0] + xyz[1]) * (255 / (width + height))
+    noise = pyvips.Image.gaussnoise(width, height, sigma=12, mean=0)
+    image = (red.bandjoin([green, blue]) + noise).cast("uchar").copy(interpretation="srgb")
+    return image.jpegsave_buffer(Q=90)
+
+
+def solid_png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
+    image = pyvips.Image.black(width, height).new_from_image(list(rgb)).cast("uchar")
+    return image.copy(interpretation="srgb").pngsave_buffer()
+
+
+def black_png(width: int, height: int) -> bytes:
+    return pyvips.Image.black(width, height).cast("uchar").pngsave_buffer(compression=9)
+
+
+def _animation(width: int = 120, height: int = 80) -> pyvips.Image:
+    frames = [pyvips.Image.black(width, height).new_from_image([i * 60, 255 - i * 60, 100])
+              .cast("uchar").copy(interpretation="srgb") for i in range(FRAMES)]
+    strip = pyvips.Image.arrayjoin(frames, across=1).copy()
+    strip.set_type(pyvips.GValue.gint_type, "page-height", height)
+    strip.set_type(pyvips.GValue.array_int_type, "delay", [100] * FRAMES)
+    strip.set_type(pyvips.GValue.gint_type, "loop", 0)
+    return strip
+
+
+def animated_gif() -> bytes:
+    return _animation().gifsave_buffer()
+
+
+def animated_webp() -> bytes:
+    return _animation().webpsave_buffer()
+
+
+LOGO_SVG = (b'<svg xmlns="http://www.w3.org/2000/svg" width="200" height="100" viewBox="0 0 200 100">'
+            b'<script>alert(1)</script><rect width="200" height="100" fill="#2050d0"/>'
+            b'<circle cx="100" cy="50" r="40" fill="#ffffff"/></svg>')
+
+
+def decode(body: bytes) -> pyvips.Image:
+    """Decode a response body with libvips, every frame (n=-1)."""
+    try:
+        return pyvips.Image.new_from_buffer(body, "", n=-1)
+    except pyvips.Error:
+        return pyvips.Image.new_from_buffer(body, "")
+
+
+def loader(image: pyvips.Image) -> str:
+    return str(image.get("vips-loader"))
+
+
+def frames(image: pyvips.Image) -> int:
+    return image.get_n_pages() if image.get_typeof("n-pages") else 1

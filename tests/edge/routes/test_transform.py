@@ -1,0 +1,222 @@
+"""/api/transform over HTTP on a real edge in front of a real control plane."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from edge.counters import month_key
+from edge.state import USAGE_COUNTERS
+from edge.transform.options import parse_transform_options
+from tests.edge.routes.conftest import (
+    FRAMES,
+    LOGO_SVG,
+    ZONE,
+    CdnFactory,
+    animated_gif,
+    animated_webp,
+    black_png,
+    decode,
+    frames,
+    loader,
+    photo_jpeg,
+    solid_png,
+)
+
+PHOTO = f"{ZONE}/v1/banners/photo.jpg"
+IMMUTABLE = "public, max-age=31536000, immutable"
+
+
+def transform_url(path: str, **params: object) -> str:
+    query = "&".join(f"{k}={v}" for k, v in {"url": "/" + path, **params}.items())
+    return f"/api/transform?{query}"
+
+
+async def test_resize_format_and_cache_headers(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(PHOTO, photo_jpeg(640, 400))
+    resp = await cdn.edge.get(transform_url(PHOTO, w=320, format="webp"))
+    assert resp.status == 200, await resp.text()
+    assert resp.headers["Content-Type"] == "image/webp"
+    assert resp.headers["Cache-Control"] == IMMUTABLE
+    assert resp.headers["X-Cache"] == "MISS"
+    assert resp.headers["Cache-Tag"] == f"project-{ZONE},type-banners,format-jpg,all-assets"
+    assert "Vary" not in resp.headers  # an explicit format does not depend on Accept
+    image = decode(await resp.read())
+    assert loader(image).startswith("webpload")
+    assert (image.width, image.height) == (320, 200)
+
+    again = await cdn.edge.get(transform_url(PHOTO, format="webp", w=320))  # same options, other order
+    assert again.headers["X-Cache"] == "HIT"
+    assert again.headers["ETag"] == resp.headers["ETag"]
+    assert (await cdn.edge.get(transform_url(PHOTO, w=320, format="webp"),
+                               headers={"If-None-Match": resp.headers["ETag"]})).status == 304
+    head = await cdn.edge.head(transform_url(PHOTO, w=320, format="webp"))
+    assert head.status == 200 and head.headers["Content-Length"] == resp.headers["Content-Length"]
+
+    # No format: the source's own (jpeg), no Vary.
+    resp = await cdn.edge.get(transform_url(PHOTO, h=100))
+    image = decode(await resp.read())
+    assert loader(image).startswith("jpegload") and (image.width, image.height) == (160, 100)
+    assert "Vary" not in resp.headers
+
+
+@pytest.mark.parametrize(("fit", "size"), [("cover", (200, 200)), ("contain", (200, 125)), ("fill", (200, 200))])
+async def test_fit_semantics(make_cdn: CdnFactory, fit: str, size: tuple[int, int]) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(PHOTO, photo_jpeg(640, 400))
+    resp = await cdn.edge.get(transform_url(PHOTO, w=200, h=200, fit=fit, format="png"))
+    assert resp.status == 200, await resp.text()
+    image = decode(await resp.read())
+    assert loader(image).startswith("pngload")
+    assert (image.width, image.height) == size
+
+
+async def test_every_output_format_decodes(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(PHOTO, photo_jpeg(640, 400))
+    for fmt, load in (("webp", "webpload"), ("avif", "heifload"), ("png", "pngload"), ("jpeg", "jpegload")):
+        resp = await cdn.edge.get(transform_url(PHOTO, w=64, format=fmt, q=50))
+        assert resp.status == 200, await resp.text()
+        image = decode(await resp.read())
+        assert loader(image).startswith(load), (fmt, loader(image))
+        assert image.width == 64
+
+
+async def test_format_auto_negotiates_from_accept(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(PHOTO, photo_jpeg(640, 400))
+    cases = [("image/avif,image/webp,*/*", {}, "heifload", None),
+             ("image/webp,*/*", {}, "webpload", None),
+             ("image/png", {}, "jpegload", None),   # jpeg source, no webp: jpeg
+             ("image/avif,image/webp", {"Save-Data": "on"}, "webpload", "slow"),
+             ("image/avif,image/webp", {"Sec-CH-Effective-Connection-Type": "3g"}, "webpload", "slow"),
+             ("image/avif,image/webp", {"Sec-CH-Effective-Connection-Type": "4g"}, "heifload", None)]
+    for accept, extra, load, network in cases:
+        resp = await cdn.edge.get(transform_url(PHOTO, w=100, format="auto"), headers={"Accept": accept, **extra})
+        assert resp.status == 200, await resp.text()
+        assert resp.headers["Vary"] == "Accept, Save-Data, Sec-CH-Effective-Connection-Type"
+        assert resp.headers.get("X-Network-Aware") == network
+        assert loader(decode(await resp.read())).startswith(load), (accept, extra)
+
+
+async def test_animation_is_kept_in_gif_and_webp(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(f"{ZONE}/v1/banners/anim.gif", animated_gif())
+    await cdn.upload(f"{ZONE}/v1/banners/anim.webp", animated_webp())
+    for source in ("anim.gif", "anim.webp"):
+        for fmt in ("gif", None, "webp"):
+            params: dict[str, object] = {"w": 60}
+            if fmt == "webp":
+                params["format"] = "webp"
+            resp = await cdn.edge.get(transform_url(f"{ZONE}/v1/banners/{source}", **params))
+            assert resp.status == 200, await resp.text()
+            image = decode(await resp.read())
+            assert frames(image) == FRAMES, (source, fmt)
+            assert image.width == 60 and image.get_page_height() == 40
+    # AVIF output keeps one frame (documented): still a valid image.
+    resp = await cdn.edge.get(transform_url(f"{ZONE}/v1/banners/anim.gif", w=60, format="avif"))
+    assert frames(decode(await resp.read())) == 1
+
+
+async def test_svg_source_is_rasterised_and_sanitised(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(f"{ZONE}/v1/logos/logo.svg", LOGO_SVG)
+    resp = await cdn.edge.get(transform_url(f"{ZONE}/v1/logos/logo.svg", w=400))
+    assert resp.status == 200, await resp.text()
+    assert resp.headers["Content-Type"] == "image/png"
+    image = decode(await resp.read())
+    assert loader(image).startswith("pngload") and (image.width, image.height) == (400, 200)
+
+
+BAD_PARAMETERS = [
+    ({"w": "0"}, "w"), ({"w": "8193"}, "w"), ({"h": "abc"}, "h"), ({"h": "0"}, "h"),
+    ({"fit": "stretch"}, "fit"), ({"format": "bmp"}, "format"), ({"q": "0"}, "q"), ({"q": "101"}, "q"),
+    ({"blur": "0"}, "blur"), ({"blur": "251"}, "blur"), ({"sharpen": "0"}, "sharpen"),
+    ({"sharpen": "11"}, "sharpen"), ({"gravity": "left"}, "gravity"),
+]
+
+
+async def test_every_bad_parameter_is_a_400_naming_it(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    for params, name in BAD_PARAMETERS:
+        resp = await cdn.edge.get(transform_url(PHOTO, **params))
+        assert resp.status == 400, (params, await resp.text())
+        body = await resp.json()
+        assert isinstance(body["error"], str) and f"'{name}'" in body["error"], body
+        assert body["HttpCode"] == 400 and body["Message"] == body["error"]
+        assert resp.headers["X-API-Version"] and resp.headers["X-Request-ID"] == body["requestId"]
+    resp = await cdn.edge.get("/api/transform?w=10")
+    assert resp.status == 400
+    assert (await resp.json())["error"] == "Missing required parameter: url"
+    for absolute in ("https://example.com/a.png", "//example.com/a.png"):
+        resp = await cdn.edge.get("/api/transform", params={"url": absolute})
+        assert resp.status == 400 and "absolute URL" in (await resp.json())["error"]
+    resp = await cdn.edge.get(transform_url(f"{ZONE}/v1/banners/missing.jpg", w=10))
+    assert resp.status == 404 and isinstance((await resp.json())["error"], str)
+
+
+async def test_a_decompression_bomb_is_refused(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_TRANSFORM_MAX_SOURCE_PIXELS="1000000")
+    await cdn.upload(f"{ZONE}/v1/banners/bomb.png", black_png(2000, 2000))
+    resp = await cdn.edge.get(transform_url(f"{ZONE}/v1/banners/bomb.png", w=100, format="webp"))
+    assert resp.status == 422
+    body = await resp.json()
+    assert "exceeds" in body["error"] and "4,000,000" in body["error"]
+    assert body["HttpCode"] == 422
+
+
+async def test_a_cache_hit_is_not_a_transform_and_the_month_runs_out(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_TRANSFORM_MONTHLY_LIMIT="3")
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    for width in (10, 20, 30):
+        first = await cdn.edge.get(transform_url(PHOTO, w=width))
+        assert (first.status, first.headers["X-Cache"]) == (200, "MISS")
+        second = await cdn.edge.get(transform_url(PHOTO, w=width))
+        assert (second.status, second.headers["X-Cache"]) == (200, "HIT")
+    resp = await cdn.edge.get(transform_url(PHOTO, w=40))
+    assert resp.status == 429
+    body = await resp.json()
+    assert body["error"] == "limit_reached" and "Monthly transform limit" in body["message"]
+    assert int(resp.headers["Retry-After"]) > 0 and resp.headers["X-RateLimit-Remaining"] == "0"
+    assert (await cdn.edge.get(transform_url(PHOTO, w=20))).headers["X-Cache"] == "HIT"  # hits still served
+
+
+async def test_concurrent_identical_misses_transform_once(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_TRANSFORM_MONTHLY_LIMIT="100")
+    await cdn.upload(PHOTO, photo_jpeg(1600, 1000))
+    url = transform_url(PHOTO, w=500, format="avif", sharpen=2)
+    responses = await asyncio.gather(*(cdn.edge.get(url) for _ in range(8)))
+    bodies = {await r.read() for r in responses}
+    assert [r.status for r in responses] == [200] * 8
+    assert len(bodies) == 1
+    registry = cdn.node.metrics.registry
+    assert registry.get_sample_value("assetcdn_transforms_total", {"format": "avif"}) == 1
+    assert cdn.edge.app[USAGE_COUNTERS].remaining(month_key("transforms"), 100) == 99
+
+
+async def test_overwrite_and_purge_of_the_source_remove_its_transforms(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    path = f"{ZONE}/v1/banners/swatch.png"
+    await cdn.upload(path, solid_png(80, 60, (250, 10, 10)))
+    url = transform_url(path, w=40, format="png")
+
+    async def pixel() -> tuple[str, list[float]]:
+        resp = await cdn.edge.get(url)
+        assert resp.status == 200, await resp.text()
+        return resp.headers["X-Cache"], [round(v) for v in decode(await resp.read())(20, 15)]
+
+    assert await pixel() == ("MISS", [250, 10, 10])
+    assert await pixel() == ("HIT", [250, 10, 10])
+    old_key = parse_transform_options({"url": path, "w": "40"}).cache_key(cdn.node.replica.get(path).blob_id, "png")
+    assert cdn.node.cache.get(old_key) is not None
+    await cdn.upload(path, solid_png(80, 60, (10, 10, 250)))   # overwrite: new content id, old variants purged
+    assert cdn.node.cache.get(old_key) is None
+    assert await pixel() == ("MISS", [10, 10, 250])
+    assert await pixel() == ("HIT", [10, 10, 250])
+    body = await cdn.purge_urls(f"/{path}")
+    assert body["success"] is True
+    assert await pixel() == ("MISS", [10, 10, 250])
+
