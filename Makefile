@@ -6,7 +6,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup run test lint bench clean
 
+# Browser-test prerequisites (Debian chromium, hls.js from npm) are best effort: without them the
+# browser test skips and says why.
 setup: $(STAMP)
+	-@sh tests/browser/setup.sh
 
 # Re-install only when the project's metadata changed (idempotent and fast otherwise).
 $(STAMP): pyproject.toml
@@ -23,10 +26,10 @@ test: setup
 
 lint: setup
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
 
 bench: setup
-	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -m benchmarks.serve_bench
+	$(BIN)/python -m benchmarks.transform_bench
 
 clean:
 	rm -rf $(VENV) var .pytest_cache
