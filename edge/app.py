@@ -16,7 +16,7 @@ from edge.counters import counters_from_settings
 from edge.image_pool import ImagePool, configure_libvips
 from edge.node import EdgeNode
 from edge.proxy import forward_to_control
-from edge.routes import auto, cluster, delivery, health, placeholders, signed, transform
+from edge.routes import auto, cluster, delivery, health, placeholders, signed, stream, transform
 from edge.rules import apply_header_rules
 from edge.state import IMAGE_POOL, NODE, PROXY_SESSION, SECRETS, SETTINGS, USAGE_COUNTERS
 from shared.cluster import PREFIX
@@ -50,6 +50,9 @@ PUBLIC_ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/blurhash", placeholders.blurhash),
     Route("GET", "/api/signed", signed.signed_asset),
     Route("HEAD", "/api/signed", signed.signed_asset),
+    Route("GET", "/api/stream", stream.stream),
+    Route("HEAD", "/api/stream", stream.stream),
+    Route("OPTIONS", "/api/stream", stream.preflight),
     Route("*", "/api/{tail:.*}", forward_to_control),
     Route("GET", "/{path:.+}", delivery.serve_asset),
     Route("HEAD", "/{path:.+}", delivery.serve_asset),
@@ -86,8 +89,10 @@ def create_cluster_app(node_app: web.Application) -> web.Application:
     return app
 
 
-async def _apply_header_rules(request: web.Request, response: web.StreamResponse) -> None:
-    apply_header_rules(request.app[NODE].config, request, response)
+async def _on_delivery_response(request: web.Request, response: web.StreamResponse) -> None:
+    node = request.app[NODE]
+    apply_header_rules(node.config, request, response)
+    node.deliveries.record(request, response)
 
 
 def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> web.Application:
@@ -98,7 +103,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     app[SETTINGS], app[SECRETS] = settings, secrets
     app[USAGE_COUNTERS] = counters_from_settings(settings.section("transform"))
     _add_routes(app, PUBLIC_ROUTES)
-    app.on_response_prepare.append(_apply_header_rules)
+    app.on_response_prepare.append(_on_delivery_response)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         edge = settings.section("edge")
