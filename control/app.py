@@ -25,7 +25,7 @@ from control.edge_config import EdgeConfigStore
 from control.manifest_store import ManifestStore
 from control.publish import Publisher
 from control.quota import DailyQuota
-from control.routes import assets, cluster, health, purge, storage, tokens, zones
+from control.routes import assets, cluster, domains, health, purge, rules, storage, tokens, zones
 from control.state import (
     DATA_DIR,
     DB,
@@ -82,6 +82,12 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/core/zones", zones.create_zone, ACCOUNT),
     Route("GET", "/api/core/zones/{id}", zones.get_zone, ACCOUNT),
     Route("DELETE", "/api/core/zones/{id}", zones.delete_zone, ACCOUNT),
+    Route("POST", "/api/core/zones/{id}/domains", domains.add_domain, ACCOUNT),
+    Route("GET", "/api/core/zones/{id}/domains", domains.list_domains, ACCOUNT),
+    Route("DELETE", "/api/core/zones/{id}/domains", domains.remove_domain, ACCOUNT),
+    Route("DELETE", "/api/core/zones/{id}/domains/{hostname}", domains.remove_domain, ACCOUNT),
+    Route("GET", "/api/core/rules", rules.get_rules, ACCOUNT),
+    Route("POST", "/api/core/rules", rules.update_rules, ACCOUNT),
     Route("POST", "/api/tokens", tokens.create_token, ACCOUNT),
     Route("GET", "/api/tokens", tokens.list_tokens, ACCOUNT),
     Route("DELETE", "/api/tokens", tokens.revoke_token, ACCOUNT),

@@ -7,7 +7,7 @@ from typing import Any
 from aiohttp import web
 
 from control.request_body import read_json
-from control.state import GIT, MANIFEST, PUBLISHER, ZONES, public_url
+from control.state import EDGE_CONFIG, GIT, MANIFEST, PUBLISHER, ZONES, public_url
 from control.zones_store import ZoneMeta
 from shared.errors import bad_request, conflict, not_found, utc_now_iso
 from shared.manifest import ManifestEntry, human_size
@@ -36,7 +36,7 @@ def _summary(request: web.Request, name: str, meta: ZoneMeta | None,
     }
 
 
-async def _require_zone(request: web.Request) -> str:
+async def require_zone(request: web.Request) -> str:
     zone = request.match_info["id"]
     if not ZONE_NAME.match(zone) or zone not in await _zone_names(request):
         raise not_found(f"Zone '{zone}' does not exist.", target="id", code="ZoneNotFound")
@@ -54,7 +54,7 @@ async def list_zones(request: web.Request) -> web.Response:
 
 
 async def get_zone(request: web.Request) -> web.Response:
-    zone = await _require_zone(request)
+    zone = await require_zone(request)
     entries = sorted(request.app[MANIFEST].zone_entries(zone), key=lambda e: e.path)
     detail = _summary(request, zone, await request.app[ZONES].get(zone), entries)
     detail["Formats"] = sorted({e.format for e in entries if e.format})
@@ -88,13 +88,17 @@ async def create_zone(request: web.Request) -> web.Response:
 
 
 async def delete_zone(request: web.Request) -> web.Response:
-    zone = await _require_zone(request)
+    zone = await require_zone(request)
     git = request.app[GIT]
     files = [f.path for f in await git.run(lambda: list(git.iter_files(f"{CLIENT_ROOT}/{zone}")))]
     asset_count = sum(1 for f in files if not f.endswith("/.gitkeep"))
     published = await request.app[PUBLISHER].commit(
         {f: None for f in files}, f"Delete zone {zone} and its {asset_count} files", purge_tags=[f"project-{zone}"])
     await request.app[ZONES].remove(zone)
+    # A deleted zone keeps no custom domains: they would map hostnames to nothing.
+    if await request.app[EDGE_CONFIG].domains(zone):
+        await request.app[EDGE_CONFIG].remove_zone_domains(zone)
+        await request.app[PUBLISHER].publish_config()
     return json_response({
         "HttpCode": 200, "Message": f"Zone '{zone}' deleted: {asset_count} files removed.",
         "Commit": published.commit.commit_id, "FilesRemoved": asset_count, "EdgeStatus": "purging",

@@ -1,0 +1,115 @@
+"""Core domains: POST/GET/DELETE /api/core/zones/{id}/domains (AccountKey), and the edge config they feed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from shared.cluster import PREFIX, sign_request
+from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.control.expect import expect_error, parse_time
+
+
+async def edge_domains(control: TestClient) -> dict[str, str]:
+    path = PREFIX + "/config"
+    resp = await control.get(path, headers=sign_request(SECRETS.cluster_secret, "GET", path))
+    assert resp.status == 200
+    return (await resp.json())["domains"]
+
+
+async def add(control: TestClient, zone: str, hostname: Any) -> Any:
+    return await control.post(f"/api/core/zones/{zone}/domains", json={"Hostname": hostname}, headers=ACCOUNT)
+
+
+async def test_add_is_201_with_dns_instructions_and_reaches_the_edge(control: TestClient, zone: str) -> None:
+    resp = await add(control, zone, "  CDN.Akande.COM ")
+    assert resp.status == 201, await resp.text()
+    body = await resp.json()
+    assert set(body) == {"HttpCode", "Message", "Zone", "Hostname", "SslStatus", "Note", "DateCreated"}
+    assert (body["HttpCode"], body["Zone"], body["Hostname"], body["SslStatus"]) == \
+        (201, "akande", "cdn.akande.com", "provisioning")
+    assert "CNAME" in body["Note"] and "edge.cdn.localhost" in body["Note"] and "cdn.akande.com" in body["Note"]
+    parse_time(body["DateCreated"])
+    assert await edge_domains(control) == {"cdn.akande.com": "akande"}
+
+
+async def test_list_and_remove(control: TestClient, zone: str) -> None:
+    for host in ("b.akande.com", "a.akande.com", "c.akande.com"):
+        assert (await add(control, zone, host)).status == 201
+    resp = await control.get(f"/api/core/zones/{zone}/domains", headers=ACCOUNT)
+    assert resp.status == 200
+    listed = await resp.json()
+    assert listed["Count"] == 3 and listed["Zone"] == "akande"
+    assert [d["Hostname"] for d in listed["Domains"]] == ["a.akande.com", "b.akande.com", "c.akande.com"]
+    assert all(d["SslStatus"] == "provisioning" and d["Zone"] == "akande" for d in listed["Domains"])
+
+    resp = await control.delete(f"/api/core/zones/{zone}/domains/a.akande.com", headers=ACCOUNT)
+    assert resp.status == 200
+    assert (await resp.json())["Hostname"] == "a.akande.com"
+    resp = await control.delete(f"/api/core/zones/{zone}/domains", params={"hostname": "B.akande.com"},
+                                headers=ACCOUNT)
+    assert resp.status == 200
+    assert await edge_domains(control) == {"c.akande.com": "akande"}
+    resp = await control.delete(f"/api/core/zones/{zone}/domains/a.akande.com", headers=ACCOUNT)
+    await expect_error(resp, 404, "DomainNotFound")
+    await expect_error(await control.delete(f"/api/core/zones/{zone}/domains", headers=ACCOUNT),
+                       400, "MissingHostname")
+
+
+async def test_a_used_hostname_is_409_in_any_zone(control: TestClient, zone: str) -> None:
+    assert (await control.post("/api/core/zones", json={"Name": "other"}, headers=ACCOUNT)).status == 201
+    assert (await add(control, zone, "cdn.akande.com")).status == 201
+    await expect_error(await add(control, zone, "cdn.akande.com"), 409, "DomainExists")
+    await expect_error(await add(control, "other", "CDN.akande.com"), 409, "DomainExists")
+    # Removing it through the wrong zone is refused.
+    resp = await control.delete("/api/core/zones/other/domains/cdn.akande.com", headers=ACCOUNT)
+    await expect_error(resp, 404, "DomainNotFound")
+
+
+@pytest.mark.parametrize("hostname", [
+    "localhost", "akande", "192.168.1.10", "::1", "[2001:db8::1]", "10.0.0.1",
+    "-bad.example.com", "bad-.example.com", "a..example.com", "under_score.example.com", "cdn.example.123",
+    "x" * 64 + ".example.com", ("a" * 60 + ".") * 5 + "com", "cdn.akande.local", "printer.internal",
+    "app.localhost", "cdn.localhost", "akande.cdn.localhost", "caf\u00e9.example.com", "cdn.example.com/x",
+    "http://cdn.example.com",
+])
+async def test_invalid_hostnames_are_400(control: TestClient, zone: str, hostname: str) -> None:
+    await expect_error(await add(control, zone, hostname), 400, "InvalidHostname")
+    assert await edge_domains(control) == {}
+
+
+@pytest.mark.parametrize("body", [{}, {"Hostname": ""}, {"Hostname": "  "}, {"Hostname": None}, {"Hostname": 7}])
+async def test_missing_hostname_is_400(control: TestClient, zone: str, body: dict[str, Any]) -> None:
+    resp = await control.post(f"/api/core/zones/{zone}/domains", json=body, headers=ACCOUNT)
+    await expect_error(resp, 400, "MissingHostname")
+
+
+async def test_non_object_body_is_400(control: TestClient, zone: str) -> None:
+    resp = await control.post(f"/api/core/zones/{zone}/domains", json=["cdn.akande.com"], headers=ACCOUNT)
+    await expect_error(resp, 400, "InvalidBody")
+
+
+async def test_unknown_zone_is_404(control: TestClient) -> None:
+    await expect_error(await add(control, "nobody", "cdn.nobody.com"), 404, "ZoneNotFound")
+    await expect_error(await control.get("/api/core/zones/nobody/domains", headers=ACCOUNT), 404, "ZoneNotFound")
+    resp = await control.delete("/api/core/zones/nobody/domains/cdn.nobody.com", headers=ACCOUNT)
+    await expect_error(resp, 404, "ZoneNotFound")
+
+
+async def test_zone_delete_removes_its_domains(control: TestClient, zone: str) -> None:
+    assert (await add(control, zone, "cdn.akande.com")).status == 201
+    assert (await control.delete(f"/api/core/zones/{zone}", headers=ACCOUNT)).status == 200
+    assert await edge_domains(control) == {}
+    assert (await control.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)).status == 201
+    resp = await control.get("/api/core/zones/akande/domains", headers=ACCOUNT)
+    assert (await resp.json())["Domains"] == []
+
+
+@pytest.mark.parametrize("headers", [{}, ACCESS])
+async def test_account_key_is_required(control: TestClient, zone: str, headers: dict[str, str]) -> None:
+    resp = await control.post(f"/api/core/zones/{zone}/domains", json={"Hostname": "cdn.akande.com"},
+                              headers=headers)
+    await expect_error(resp, 401, "Unauthorized")
+    await expect_error(await control.get(f"/api/core/zones/{zone}/domains", headers=headers), 401, "Unauthorized")
