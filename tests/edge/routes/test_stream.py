@@ -1,0 +1,132 @@
+"""/api/stream through a real edge: a video uploaded to the stock pool is transcoded by control, and the
+edge serves real HLS built from its index: every segment decodes on its own with PyAV."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import av
+import pytest
+
+from control.state import VIDEO_INGEST
+from control.video.demo import write_synthetic_video
+from shared.hls import VideoIndex
+from tests.edge.routes.conftest import Cdn, CdnFactory, wait_until
+
+VIDEO = "nature"
+
+
+@pytest.fixture(scope="module")
+def source_video(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    path = write_synthetic_video(tmp_path_factory.mktemp("video") / "nature.mp4", "nature", seconds=22,
+                                 width=852, height=480, fps=10, audio=True)
+    return path.read_bytes()
+
+
+@pytest.fixture
+async def cdn(make_cdn: CdnFactory, source_video: bytes) -> Cdn:
+    cdn = await make_cdn()
+    await cdn.upload(f"stocks/videos/{VIDEO}.mp4", source_video)
+    await cdn.control.app[VIDEO_INGEST].wait_idle()
+
+    async def index_arrived() -> bool:
+        return cdn.node.replica.get(f"stocks/videos/{VIDEO}/hls/index.json") is not None
+
+    await wait_until(index_arrived, "the HLS index reaching the edge")
+    return cdn
+
+
+async def text(cdn: Cdn, query: str) -> tuple[int, str, dict[str, str]]:
+    resp = await cdn.edge.get(f"/api/stream?{query}")
+    return resp.status, await resp.text(), dict(resp.headers)
+
+
+def decode(segment: bytes) -> tuple[int, float, bool]:
+    """(video frames, seconds covered, first frame is a keyframe) of one segment decoded on its own."""
+    with av.open(io.BytesIO(segment), format="mpegts") as container:
+        stream = container.streams.video[0]
+        frames = list(container.decode(stream))
+    rate = float(stream.average_rate or stream.guessed_rate)
+    return len(frames), len(frames) / rate, frames[0].key_frame
+
+
+async def test_playlists_and_every_segment_of_every_rendition_decode(cdn: Cdn) -> None:
+    status, master, headers = await text(cdn, f"video={VIDEO}")
+    assert status == 200
+    assert headers["Content-Type"].startswith("application/vnd.apple.mpegurl")
+    lines = master.splitlines()
+    assert lines[0] == "#EXTM3U"
+    stream_infs = [line for line in lines if line.startswith("#EXT-X-STREAM-INF:")]
+    uris = [lines[i + 1] for i, line in enumerate(lines) if line.startswith("#EXT-X-STREAM-INF:")]
+    assert len(stream_infs) == 3
+    for info in stream_infs:
+        assert "BANDWIDTH=" in info and "RESOLUTION=" in info and 'CODECS="avc1.' in info and "mp4a.40.2" in info
+    assert sorted(uris) == sorted(f"/api/stream?video={VIDEO}&quality={q}" for q in (1080, 720, 480))
+
+    index = VideoIndex.from_json(await (await cdn.edge.get(
+        f"/stocks/videos/{VIDEO}/hls/index.json")).read())
+    for quality in (1080, 720, 480):
+        status, playlist, _ = await text(cdn, f"video={VIDEO}&quality={quality}")
+        assert status == 200
+        lines = playlist.splitlines()
+        assert lines[:2] == ["#EXTM3U", "#EXT-X-VERSION:3"]
+        assert "#EXT-X-PLAYLIST-TYPE:VOD" in lines and lines[-1] == "#EXT-X-ENDLIST"
+        target = int(next(line for line in lines if line.startswith("#EXT-X-TARGETDURATION:")).split(":")[1])
+        extinfs = [float(line[len("#EXTINF:"):-1]) for line in lines if line.startswith("#EXTINF:")]
+        segment_uris = [lines[i + 1] for i, line in enumerate(lines) if line.startswith("#EXTINF:")]
+        assert extinfs == [round(s.duration, 3) for s in index.rendition(quality).segments]
+        assert all(d <= target for d in extinfs) and target == 10
+        assert sum(extinfs) == pytest.approx(22.0, abs=0.2)
+        decoded_seconds = 0.0
+        for uri in segment_uris:
+            resp = await cdn.edge.get(uri)
+            assert resp.status == 200
+            assert resp.headers["Content-Type"] == "video/mp2t"
+            frames, seconds, keyframe = decode(await resp.read())
+            assert frames > 0 and keyframe
+            decoded_seconds += seconds
+        assert decoded_seconds == pytest.approx(sum(extinfs), abs=0.25)
+
+
+async def test_segments_are_cached_for_a_year_and_support_ranges(cdn: Cdn) -> None:
+    first = await cdn.edge.get(f"/api/stream?video={VIDEO}&quality=720&segment=1")
+    body = await first.read()
+    assert first.status == 200
+    assert first.headers["Cache-Control"] == "public, max-age=31536000, immutable"
+    assert first.headers["X-Cache"] == "MISS"
+    again = await cdn.edge.get(f"/api/stream?video={VIDEO}&quality=720&segment=1")
+    assert again.headers["X-Cache"] == "HIT" and await again.read() == body
+    ranged = await cdn.edge.get(f"/api/stream?video={VIDEO}&quality=720&segment=1",
+                                headers={"Range": "bytes=188-375"})
+    assert ranged.status == 206 and await ranged.read() == body[188:376]
+    playlist = await cdn.edge.get(f"/api/stream?video={VIDEO}&quality=720")
+    assert playlist.headers["Cache-Control"] == "public, max-age=300"
+    assert playlist.headers["Access-Control-Allow-Origin"] == "*"
+    preflight = await cdn.edge.options("/api/stream")
+    assert preflight.status == 204 and "Range" in preflight.headers["Access-Control-Allow-Headers"]
+
+
+BAD_REQUESTS = [
+    ("", 400, "Invalid video. Available: black, mount_fuji, nature"),
+    ("video=unknown", 400, "Invalid video. Available: black, mount_fuji, nature"),
+    (f"video={VIDEO}&quality=999", 400, "Invalid quality. Available: 1080, 720, 480"),
+    (f"video={VIDEO}&quality=720&segment=-1", 400, "Invalid segment index"),
+    (f"video={VIDEO}&quality=720&segment=abc", 400, "Invalid segment index"),
+    (f"video={VIDEO}&quality=720&segment=3", 404, "Segment index out of range"),
+    ("video=black", 404, "Video not found"),
+]
+
+
+async def test_bad_stream_requests_get_the_legacy_envelope(cdn: Cdn) -> None:
+    for query, status, message in BAD_REQUESTS:
+        resp = await cdn.edge.get(f"/api/stream?{query}")
+        body = await resp.json()
+        assert resp.status == status, query
+        assert body["error"] == message and body["Message"] == message and body["HttpCode"] == status
+        assert body["requestId"] and resp.headers["X-API-Version"] == "2026-04-01"
+
+
+def test_source_fixture_is_real_video(source_video: bytes, tmp_path: Path) -> None:
+    with av.open(io.BytesIO(source_video)) as container:
+        assert container.streams.video[0].codec_context.name == "h264"
