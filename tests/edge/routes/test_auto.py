@@ -1,0 +1,165 @@
+"""/api/auto and /api/auto/{path}: chains, opt-in formats, Save-Data/ECT, files served as they are,
+missing best formats converted from the best source, Vary and Cache-Control."""
+
+from __future__ import annotations
+
+import pytest
+import pyvips
+
+from edge.transform.encode import ENCODERS
+from tests.edge.routes.conftest import (
+    FRAMES,
+    LOGO_SVG,
+    ZONE,
+    Cdn,
+    CdnFactory,
+    animated_gif,
+    decode,
+    frames,
+    loader,
+    solid_png,
+)
+
+BASE = f"{ZONE}/v1/banners/hero"
+QUERY_VARY = "Accept, Save-Data, Sec-CH-Effective-Connection-Type"
+IMMUTABLE = "public, max-age=31536000, immutable"
+
+
+def _image(rgb: tuple[int, int, int]) -> pyvips.Image:
+    return pyvips.Image.black(90, 60).new_from_image(list(rgb)).cast("uchar").copy(interpretation="srgb")
+
+
+FILES = {
+    "png": solid_png(90, 60, (200, 30, 30)),
+    "webp": _image((30, 200, 30)).webpsave_buffer(Q=90),
+    "avif": _image((30, 30, 200)).heifsave_buffer(compression="av1", Q=60, effort=0),
+    "svg": LOGO_SVG,
+}
+
+
+async def hero_cdn(make_cdn: CdnFactory) -> Cdn:
+    cdn = await make_cdn()
+    for ext, data in FILES.items():
+        await cdn.upload(f"{BASE}.{ext}", data)
+    return cdn
+
+
+QUERY_CASES = [
+    # (request headers, expected format, X-Network-Aware)
+    ({"Accept": "image/avif,image/webp,*/*"}, "avif", None),
+    ({"Accept": "image/webp,*/*"}, "webp", None),
+    ({"Accept": "*/*"}, "webp", None),
+    ({"Accept": "image/*"}, "webp", None),
+    ({"Accept": "image/png"}, "png", None),
+    ({"Accept": ""}, "png", None),   # the test client would send */* by default
+    ({"Accept": "image/avif,image/webp;q=0"}, "avif", None),
+    ({"Accept": "image/avif,image/webp", "Save-Data": "on"}, "webp", "slow"),
+    ({"Accept": "image/avif,image/webp", "Sec-CH-Effective-Connection-Type": "2g"}, "webp", "slow"),
+    ({"Accept": "image/avif,image/webp", "Sec-CH-Effective-Connection-Type": "slow-2g"}, "webp", "slow"),
+    ({"Accept": "image/avif,image/webp", "Sec-CH-Effective-Connection-Type": "3g"}, "webp", "slow"),
+    ({"Accept": "image/avif,image/webp", "Sec-CH-Effective-Connection-Type": "4g"}, "avif", None),
+    ({"Accept": "image/avif", "Save-Data": "on"}, "png", "slow"),
+]
+MIME = {"avif": "image/avif", "webp": "image/webp", "png": "image/png", "svg": "image/svg+xml"}
+
+
+async def test_query_route_serves_each_chains_first_existing_file_as_is(make_cdn: CdnFactory) -> None:
+    cdn = await hero_cdn(make_cdn)
+    for headers, fmt, network in QUERY_CASES:
+        resp = await cdn.edge.get("/api/auto", params={"path": "/" + BASE}, headers=headers)
+        assert resp.status == 200, (headers, await resp.text())
+        assert await resp.read() == FILES[fmt], (headers, fmt, resp.headers["Content-Type"])
+        assert resp.headers["Content-Type"] == MIME[fmt]
+        assert resp.headers["Vary"] == QUERY_VARY
+        assert resp.headers["Cache-Control"] == IMMUTABLE
+        assert resp.headers.get("X-Network-Aware") == network, headers
+    head = await cdn.edge.head(f"/api/auto?path=/{BASE}", headers={"Accept": "image/webp"})
+    assert head.status == 200 and int(head.headers["Content-Length"]) == len(FILES["webp"])
+
+
+async def test_path_route_uses_avif_webp_png_svg_and_varies_on_accept_only(make_cdn: CdnFactory) -> None:
+    cdn = await hero_cdn(make_cdn)
+    cases = [({"Accept": "image/avif,image/webp"}, "avif"), ({"Accept": "image/avif", "Save-Data": "on"}, "avif"),
+             ({"Accept": "image/webp"}, "webp"), ({"Accept": "text/html"}, "png")]
+    for headers, fmt in cases:
+        resp = await cdn.edge.get(f"/api/auto/{BASE}", headers=headers)
+        assert resp.status == 200, await resp.text()
+        assert await resp.read() == FILES[fmt]
+        assert resp.headers["Vary"] == "Accept"
+        assert resp.headers["Cache-Control"] == IMMUTABLE
+        assert "X-Network-Aware" not in resp.headers
+    svg_only = f"{ZONE}/v1/logos/mark"
+    await cdn.upload(f"{svg_only}.svg", LOGO_SVG)
+    resp = await cdn.edge.get(f"/api/auto/{svg_only}", headers={"Accept": "image/avif,image/webp"})
+    assert resp.headers["Content-Type"] == "image/svg+xml" and await resp.read() == LOGO_SVG  # never rasterised
+
+
+async def test_a_missing_best_format_is_converted_from_the_best_source(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    base = f"{ZONE}/v1/banners/only"
+    await cdn.upload(f"{base}.png", solid_png(90, 60, (200, 30, 30)))
+    for accept, load in (("image/avif,image/webp", "heifload"), ("image/webp", "webpload")):
+        first = await cdn.edge.get(f"/api/auto?path=/{base}", headers={"Accept": accept})
+        assert first.status == 200, await first.text()
+        assert first.headers["X-Cache"] == "MISS"
+        image = decode(await first.read())
+        assert loader(image).startswith(load) and (image.width, image.height) == (90, 60)
+        assert first.headers["Cache-Tag"] == f"project-{ZONE},type-banners,format-png,all-assets"
+        second = await cdn.edge.get(f"/api/auto?path=/{base}", headers={"Accept": accept})
+        assert second.headers["X-Cache"] == "HIT"
+    plain = await cdn.edge.get(f"/api/auto?path=/{base}", headers={"Accept": "image/png"})
+    assert await plain.read() == solid_png(90, 60, (200, 30, 30))   # the file itself
+    # The conversion shares its cache entry with the equivalent /api/transform request.
+    same = await cdn.edge.get(f"/api/transform?url=/{base}.png&format=webp")
+    assert same.headers["X-Cache"] == "HIT"
+    # An overwrite of the source drops the converted variant.
+    await cdn.upload(f"{base}.png", solid_png(90, 60, (10, 10, 250)))
+    again = await cdn.edge.get(f"/api/auto?path=/{base}", headers={"Accept": "image/webp"})
+    assert again.headers["X-Cache"] == "MISS"
+    assert [round(v) for v in decode(await again.read())(45, 30)][2] > 200
+
+
+@pytest.mark.skipif("jxl" not in ENCODERS, reason="imagecodecs with JPEG XL is not installed")
+async def test_jxl_is_opt_in_and_converted(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    base = f"{ZONE}/v1/banners/j"
+    await cdn.upload(f"{base}.png", solid_png(40, 30, (1, 2, 3)))
+    resp = await cdn.edge.get(f"/api/auto?path=/{base}", headers={"Accept": "image/jxl,image/avif"})
+    assert resp.headers["Content-Type"] == "image/jxl"
+    body = await resp.read()
+    assert body[:2] == b"\xff\x0a" or body[:12] == b"\x00\x00\x00\x0cJXL \r\n\x87\n"
+    resp = await cdn.edge.get(f"/api/auto?path=/{base}", headers={"Accept": "image/jxl", "Save-Data": "on"})
+    assert resp.headers["Content-Type"] == "image/png"   # slow networks drop jxl
+
+
+async def test_animated_chain(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    base = f"{ZONE}/v1/banners/spin"
+    gif = animated_gif()
+    await cdn.upload(f"{base}.gif", gif)
+    resp = await cdn.edge.get(f"/api/auto?path=/{base}&anim=1", headers={"Accept": "image/gif"})
+    assert resp.headers["Content-Type"] == "image/gif" and await resp.read() == gif
+    resp = await cdn.edge.get(f"/api/auto?path=/{base}&anim=1", headers={"Accept": "image/webp,image/*"})
+    assert resp.status == 200 and resp.headers["Content-Type"] == "image/webp"
+    image = decode(await resp.read())
+    assert loader(image).startswith("webpload") and frames(image) == FRAMES   # animation kept
+    assert resp.headers["Vary"] == QUERY_VARY
+    # Without anim=1 the still chain answers: png converted from the gif is a single frame.
+    resp = await cdn.edge.get(f"/api/auto?path=/{base}", headers={"Accept": "image/png"})
+    assert resp.headers["Content-Type"] == "image/png" and frames(decode(await resp.read())) == 1
+
+
+async def test_auto_errors(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    for url, status, message in [
+        ("/api/auto", 400, "Missing required parameter: path"),
+        ("/api/auto?path=", 400, "Missing required parameter: path"),
+        ("/api/auto?path=/pics/v1/../secret", 400, "Invalid path: contains disallowed sequences."),
+        ("/api/auto?path=/pics//v1/x", 400, "Invalid path: contains disallowed sequences."),
+        (f"/api/auto?path=/{ZONE}/v1/banners/nothing", 404, "No suitable format found for the given path"),
+        (f"/api/auto/{ZONE}/v1/banners/nothing", 404, "No suitable format found for the given path"),
+    ]:
+        resp = await cdn.edge.get(url)
+        assert resp.status == status, (url, await resp.text())
+        body = await resp.json()
+        assert body["error"] == message and body["HttpCode"] == status

@@ -1,0 +1,91 @@
+"""/api/lqip and /api/blurhash: JSON shapes, decodable tiny WebPs, 24 h caching, standard-envelope errors."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import time
+from types import SimpleNamespace
+
+import blurhash
+import pytest
+
+from tests.edge.routes.conftest import ZONE, CdnFactory, decode, loader, photo_jpeg
+
+PHOTO = f"{ZONE}/v1/banners/photo.jpg"
+DATA_URI = re.compile(r"^data:image/webp;base64,(.+)$")
+
+
+def _webp(uri: str) -> bytes:
+    match = DATA_URI.match(uri)
+    assert match, uri[:40]
+    return base64.b64decode(match.group(1))
+
+
+async def test_lqip(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(PHOTO, photo_jpeg(640, 400))
+    resp = await cdn.edge.get(f"/api/lqip?url=/{PHOTO}&size=16&blur=10")
+    assert resp.status == 200, await resp.text()
+    assert resp.headers["Cache-Control"] == "public, max-age=86400"
+    body = await resp.json()
+    assert set(body) == {"lqip", "bytes", "width", "dateGenerated"}
+    webp = _webp(body["lqip"])
+    image = decode(webp)
+    assert loader(image).startswith("webpload") and (image.width, image.height) == (16, 10)
+    assert body["bytes"] == len(webp) and body["width"] == 16
+    again = await cdn.edge.get(f"/api/lqip?url=/{PHOTO}&blur=10&size=16")
+    assert again.headers["X-Cache"] == "HIT" and await again.json() == body
+    default = await (await cdn.edge.get(f"/api/lqip?url=/{PHOTO}")).json()
+    assert default["width"] == 32
+
+
+async def test_blurhash_returns_the_content_hash_and_a_real_blurhash(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(PHOTO, photo_jpeg(640, 400))
+    resp = await cdn.edge.get(f"/api/blurhash?url=/{PHOTO}&size=24")
+    assert resp.status == 200, await resp.text()
+    assert resp.headers["Cache-Control"] == "public, max-age=86400"
+    body = await resp.json()
+    assert set(body) == {"url", "hash", "dataUri", "width", "bytes", "dateGenerated", "source", "blurhash"}
+    webp = _webp(body["dataUri"])
+    assert body["hash"] == hashlib.sha256(webp).hexdigest()[:40]
+    assert (body["url"], body["width"], body["bytes"], body["source"]) == (f"/{PHOTO}", 24, len(webp), "fresh")
+    assert decode(webp).width == 24
+    assert blurhash.components(body["blurhash"]) == (4, 3)   # landscape: 4x3 components
+    cached = await (await cdn.edge.get(f"/api/blurhash?url=/{PHOTO}&size=24")).json()
+    assert cached["source"] == "cached" and cached["hash"] == body["hash"]
+
+
+async def test_placeholders_expire_after_24_hours(make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    first = await (await cdn.edge.get(f"/api/blurhash?url=/{PHOTO}")).json()
+    assert (await (await cdn.edge.get(f"/api/blurhash?url=/{PHOTO}")).json())["source"] == "cached"
+    monkeypatch.setattr("edge.states.variant.time", SimpleNamespace(time=lambda: time.time() + 86400 + 1))
+    later = await (await cdn.edge.get(f"/api/blurhash?url=/{PHOTO}")).json()
+    assert later["source"] == "fresh" and later["hash"] == first["hash"]
+
+
+async def test_placeholder_errors_use_the_standard_envelope(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    await cdn.upload(f"{ZONE}/v1/banners/notes.txt", b"not an image")
+    cases = [
+        ("/api/lqip", 400, "MissingUrl"),
+        ("/api/lqip?url=https://example.com/a.png", 400, "AbsoluteUrlForbidden"),
+        ("/api/blurhash?url=//example.com/a.png", 400, "AbsoluteUrlForbidden"),
+        ("/api/lqip?url=/pics/v1/../x.png", 400, "InvalidUrl"),
+        (f"/api/lqip?url=/{PHOTO}&size=7", 400, "InvalidParameter"),
+        (f"/api/lqip?url=/{PHOTO}&size=65", 400, "InvalidParameter"),
+        (f"/api/lqip?url=/{PHOTO}&blur=0", 400, "InvalidParameter"),
+        (f"/api/blurhash?url=/{ZONE}/v1/banners/none.png", 404, "AssetNotFound"),
+        (f"/api/lqip?url=/{ZONE}/v1/banners/notes.txt", 422, "UndecodableImage"),
+    ]
+    for url, status, code in cases:
+        resp = await cdn.edge.get(url)
+        assert resp.status == status, (url, await resp.text())
+        body = await resp.json()
+        assert body["error"]["code"] == code, (url, body)
+        assert body["HttpCode"] == status and body["Message"] == body["error"]["message"]
