@@ -1,5 +1,5 @@
-"""Browser-test fixtures: the prerequisites (skip with the reason when absent), a stream to
-play, and the player page. To test a real edge, override ``stream_base_url``."""
+"""Browser-test fixtures: the prerequisites (skip with the reason when absent), a real control
+plane and edge serving the stream, and the player page."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from control.state import VIDEO_INGEST
 from control.video.demo import write_synthetic_video
-from control.video.transcode import transcode_hls
-from shared.hls import VideoIndex
 from tests.browser.headless_chromium import find_chromium
-from tests.browser.stand_in_stream import player_app, stand_in_stream_app
+from tests.browser.player_page import player_app
+from tests.edge.routes.conftest import CdnFactory, make_cdn, wait_until
+
+__all__ = ["make_cdn"]  # the real control + edge fixture, shared with the edge route tests
 
 HERE = Path(__file__).parent
 HLS_JS = HERE / ".npm" / "node_modules" / "hls.js" / "dist" / "hls.min.js"
@@ -39,21 +41,26 @@ def hls_js() -> Path:
 
 
 @pytest.fixture(scope="session")
-def stream_videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[VideoIndex, Path]]:
-    """A 22-second nature clip in three renditions: enough to cross 12 s and a segment edge."""
-    work = tmp_path_factory.mktemp("browser-hls")
-    source = write_synthetic_video(work / "nature.mp4", "nature", seconds=22, width=1280,
-                                   height=720, fps=10, audio=True)
-    index = transcode_hls(source, work / "nature", preset="ultrafast")
-    return {"nature": (index, work / "nature")}
+def nature_source(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """A 22-second nature clip: enough to cross 12 s and a segment edge."""
+    source = write_synthetic_video(tmp_path_factory.mktemp("browser-hls") / "nature.mp4", "nature",
+                                   seconds=22, width=1280, height=720, fps=10, audio=True)
+    return source.read_bytes()
 
 
 @pytest.fixture
-async def stream_base_url(aiohttp_server: ServerFactory,
-                          stream_videos: dict[str, tuple[VideoIndex, Path]]) -> str:
-    """Where ``/api/stream`` is served. Today a stand-in built from the HLS core."""
-    server = await aiohttp_server(stand_in_stream_app(stream_videos))
-    return str(server.make_url("/api/stream"))
+async def stream_base_url(make_cdn: CdnFactory, nature_source: bytes) -> str:
+    """The real thing: the clip is uploaded to the stock pool, control transcodes it, and the edge
+    serves /api/stream from the committed renditions."""
+    cdn = await make_cdn()
+    await cdn.upload("stocks/videos/nature.mp4", nature_source)
+    await cdn.control.app[VIDEO_INGEST].wait_idle()
+
+    async def index_arrived() -> bool:
+        return cdn.node.replica.get("stocks/videos/nature/hls/index.json") is not None
+
+    await wait_until(index_arrived, "the HLS index reaching the edge")
+    return str(cdn.edge.make_url("/api/stream"))
 
 
 @pytest.fixture
