@@ -3,6 +3,7 @@ missing best formats converted from the best source, Vary and Cache-Control."""
 
 from __future__ import annotations
 
+import pillow_heif
 import pytest
 import pyvips
 
@@ -163,3 +164,15 @@ async def test_auto_errors(make_cdn: CdnFactory) -> None:
         assert resp.status == status, (url, await resp.text())
         body = await resp.json()
         assert body["error"] == message and body["HttpCode"] == status
+
+
+async def test_heic_is_opt_in_and_converted_with_pillow_heif(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    base = f"{ZONE}/v1/banners/h"
+    await cdn.upload(f"{base}.png", solid_png(40, 30, (90, 120, 150)))
+    resp = await cdn.edge.get(f"/api/auto?path=/{base}", headers={"Accept": "image/heic,image/webp"})
+    assert resp.status == 200 and resp.headers["Content-Type"] == "image/heic"
+    heif = pillow_heif.open_heif(await resp.read())
+    assert heif.size == (40, 30)
+    resp = await cdn.edge.get(f"/api/auto?path=/{base}", headers={"Accept": "image/heif,image/webp"})
+    assert resp.headers["Content-Type"] == "image/webp"   # no heif encoder: the next format in the chain

@@ -220,3 +220,15 @@ async def test_overwrite_and_purge_of_the_source_remove_its_transforms(make_cdn:
     assert body["success"] is True
     assert await pixel() == ("MISS", [10, 10, 250])
 
+
+
+async def test_unsupported_sources_and_the_time_budget(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_TRANSFORM_TIME_BUDGET_S="0.000001")
+    await cdn.upload(f"{ZONE}/v1/banners/notes.txt", b"plain text, not an image")
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    resp = await cdn.edge.get(transform_url(f"{ZONE}/v1/banners/notes.txt", w=10))
+    assert resp.status == 415 and "Cannot transform a 'txt' source" in (await resp.json())["error"]
+    resp = await cdn.edge.get(transform_url(f"{ZONE}/v1/banners/notes.txt", w=10, format="png"))
+    assert resp.status == 422 and "could not be decoded" in (await resp.json())["error"]
+    resp = await cdn.edge.get(transform_url(PHOTO, w=10))
+    assert resp.status == 503 and "time budget" in (await resp.json())["error"]
