@@ -18,7 +18,7 @@ from pathlib import Path
 
 from shared.config import load_settings
 from shared.process import die_with_parent
-from shared.secrets import SECRETS_FILE, load_edge_secrets, load_or_create_secrets
+from shared.secrets import SECRETS_FILE, load_or_create_secrets, signed_url_secret
 from shared.signing import signed_url
 
 HEALTH_TIMEOUT_S = 60.0
@@ -138,8 +138,7 @@ def _supervise(processes: list[subprocess.Popen[bytes]], commands: list[list[str
 def cmd_sign(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
-    secret = load_edge_secrets(data_dir).signed_url_secret if (os.environ.get("ASSETCDN_SIGNED_URL_SECRET") or (
-        data_dir / SECRETS_FILE).exists()) else None
+    secret = signed_url_secret(data_dir)
     if not secret:
         _say("no signed-URL secret: set ASSETCDN_SIGNED_URL_SECRET or pass --data-dir", error=True)
         return 2

@@ -94,3 +94,11 @@ def load_edge_secrets(data_dir: Path | None = None, environ: dict[str, str] | No
     if missing:
         raise SystemExit(f"edge: missing secrets {', '.join(missing)} (set them in the environment)")
     return Secrets(**values)
+
+
+def signed_url_secret(data_dir: Path | None = None, environ: dict[str, str] | None = None) -> str | None:
+    """The signed-URL secret from the environment, else from DATA_DIR/secrets.env (for `assetcdn sign`)."""
+    environ = dict(os.environ if environ is None else environ)
+    name = Secrets.env_name("signed_url_secret")
+    stored = _read_env_file(Path(data_dir) / SECRETS_FILE) if data_dir else {}
+    return environ.get(name) or stored.get(name) or None
