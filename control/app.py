@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -9,6 +11,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from control.analytics.ingest import SeenBatches
+from control.analytics.store import AnalyticsStore
 from control.auth import (
     AUTHENTICATOR,
     ROUTE_ACCESS,
@@ -25,8 +29,23 @@ from control.edge_config import EdgeConfigStore
 from control.manifest_store import ManifestStore
 from control.publish import Publisher
 from control.quota import DailyQuota
-from control.routes import assets, cluster, domains, health, purge, rules, storage, tokens, zones
+from control.retention import prune_forever
+from control.routes import (
+    analytics,
+    assets,
+    cluster,
+    domains,
+    health,
+    insights,
+    purge,
+    rules,
+    storage,
+    tokens,
+    zones,
+)
 from control.state import (
+    ANALYTICS,
+    ANALYTICS_BATCHES,
     DATA_DIR,
     DB,
     DEMO,
@@ -69,6 +88,7 @@ STORAGE_HEAD = accepts(Key.ACCESS, scope="storage:read")
 STORAGE_WRITE = accepts(Key.ACCESS, scope="storage:write")
 ASSETS_READ = accepts(Key.ACCESS, scope="assets:read")
 ACCOUNT = accepts(Key.ACCOUNT)
+INSIGHTS_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="insights:read")
 
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/storage/batch", storage.batch_upload, STORAGE_WRITE),
@@ -88,6 +108,14 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", "/api/core/zones/{id}/domains/{hostname}", domains.remove_domain, ACCOUNT),
     Route("GET", "/api/core/rules", rules.get_rules, ACCOUNT),
     Route("POST", "/api/core/rules", rules.update_rules, ACCOUNT),
+    Route("GET", "/api/core/statistics", insights.statistics, ACCOUNT),
+    Route("GET", "/api/insights/summary", insights.summary, INSIGHTS_READ),
+    Route("GET", "/api/insights/top-assets", insights.top_assets, INSIGHTS_READ),
+    Route("GET", "/api/insights/geography", insights.geography, INSIGHTS_READ),
+    Route("GET", "/api/insights/errors", insights.errors, INSIGHTS_READ),
+    Route("GET", "/api/insights/asset", insights.asset, INSIGHTS_READ),
+    Route("GET", "/api/analytics", analytics.get_analytics, accepts(Key.ANALYTICS)),
+    Route("POST", "/api/analytics", analytics.track_hit),
     Route("POST", "/api/tokens", tokens.create_token, ACCOUNT),
     Route("GET", "/api/tokens", tokens.list_tokens, ACCOUNT),
     Route("DELETE", "/api/tokens", tokens.revoke_token, ACCOUNT),
@@ -99,6 +127,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", PREFIX + "/changes", cluster.changes),
     Route("GET", PREFIX + "/blobs/{blob_id}", cluster.blob),
     Route("GET", PREFIX + "/config", cluster.config),
+    Route("POST", PREFIX + "/analytics", analytics.ingest_batch),
 )
 
 
@@ -134,7 +163,15 @@ def _resources(app: web.Application) -> AsyncIterator[None]:
             await install_demo(app[PUBLISHER], app[ZONES])
             ingester.install_demo(data_dir / "video-cache")
         metrics.manifest_generation.labels("control").set(manifest.generation)
+        analytics_store = AnalyticsStore(data_dir / "control.sqlite3")
+        await analytics_store.open()
+        app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()
+        pruning = asyncio.create_task(prune_forever([("analytics", analytics_store.prune)]))
         yield
+        pruning.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pruning
+        await analytics_store.close()
         await ingester.close()
         await registry.close()
         await db.close()

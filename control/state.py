@@ -7,6 +7,8 @@ from pathlib import Path
 import aiosqlite
 from aiohttp import web
 
+from control.analytics.ingest import SeenBatches
+from control.analytics.store import AnalyticsStore
 from control.cluster.registry import EdgeRegistry
 from control.edge_config import EdgeConfigStore
 from control.manifest_store import ManifestStore
@@ -33,6 +35,8 @@ REGISTRY = web.AppKey("registry", EdgeRegistry)
 PUBLISHER = web.AppKey("publisher", Publisher)
 EDGE_CONFIG = web.AppKey("edge_config", EdgeConfigStore)
 PURGE_QUOTA = web.AppKey("purge_quota", DailyQuota)
+ANALYTICS = web.AppKey("analytics", AnalyticsStore)
+ANALYTICS_BATCHES = web.AppKey("analytics_batches", SeenBatches)
 
 
 def public_url(app: web.Application) -> str:

@@ -1,0 +1,80 @@
+"""Analytics: GET/POST /api/analytics (legacy envelope) and the edges' batches on POST /_cluster/analytics.
+
+Edges record every delivery and ship batches over the signed cluster protocol
+(``control.analytics.ingest``); those are what statistics and insights count. POST /api/analytics
+records one hit. It is public, as the spec says; an operator who wants the published service's
+behaviour (the analytics key required on POST too) sets ``[analytics] track_requires_key = true``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+from aiohttp import web
+
+from control.analytics.hits import hit_from_track_body
+from control.analytics.ingest import BATCH_VERSION, MAX_BATCH_HITS, hit_from_batch_item
+from control.analytics.params import ANALYTICS_DAYS_MAXIMUM, parse_days
+from control.auth import AUTHENTICATOR, Key, accepts
+from control.request_body import read_body
+from control.state import ANALYTICS, ANALYTICS_BATCHES, SETTINGS
+from shared.errors import ApiError, LegacyError, bad_request, utc_now_iso
+from shared.middleware import json_response
+
+from .cluster import CLUSTER_BODY
+
+TRACK_BODY_LIMIT = 64 * 1024
+ANALYTICS_KEY = accepts(Key.ANALYTICS)
+
+
+async def get_analytics(request: web.Request) -> web.Response:
+    days = parse_days(request.query.get("days"), maximum=ANALYTICS_DAYS_MAXIMUM)
+    report = await request.app[ANALYTICS].analytics_report(days)
+    return json_response({**report, "DateFetched": utc_now_iso()})
+
+
+async def track_hit(request: web.Request) -> web.Response:
+    if request.app[SETTINGS].section("analytics").get("track_requires_key", False):
+        if await request.app[AUTHENTICATOR].authenticate(request, ANALYTICS_KEY) is None:
+            raise LegacyError(401, "Unauthorized", "POST /api/analytics requires the analytics key in x-api-key.")
+    try:
+        raw = await read_body(request, TRACK_BODY_LIMIT)
+    except ApiError as exc:
+        raise LegacyError(exc.status, exc.message) from None
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise LegacyError(400, "Invalid JSON body") from None
+    await request.app[ANALYTICS].record_hits([hit_from_track_body(body, now=time.time())])
+    return json_response({"ok": True})
+
+
+async def ingest_batch(request: web.Request) -> web.Response:
+    try:
+        message = orjson.loads(request[CLUSTER_BODY] or b"{}")
+    except orjson.JSONDecodeError:
+        raise bad_request("Analytics batch is not JSON.", code="InvalidJson") from None
+    if not isinstance(message, dict) or not isinstance(message.get("hits"), list):
+        raise bad_request('An analytics batch is {"v": 1, "hits": [...]}.', code="InvalidBody")
+    if message.get("v", BATCH_VERSION) != BATCH_VERSION:
+        raise bad_request(f"Unsupported analytics batch version; this control plane speaks v{BATCH_VERSION}.",
+                          code="InvalidVersion")
+    items = message["hits"]
+    if len(items) > MAX_BATCH_HITS:
+        raise bad_request(f"At most {MAX_BATCH_HITS} hits per batch.", code="BatchTooLarge")
+    batch_id = message.get("batch")
+    seen = request.app[ANALYTICS_BATCHES]
+    if isinstance(batch_id, str) and batch_id in seen:
+        return json_response({"recorded": 0, "rejected": 0, "duplicate": True})
+    now = time.time()
+    hits = [hit for hit in (hit_from_batch_item(item, now) for item in items) if hit is not None]
+    if isinstance(batch_id, str):
+        seen.add(batch_id)  # before the await: a concurrent retry of the same batch is a duplicate
+    try:
+        await request.app[ANALYTICS].record_hits(hits)
+    except BaseException:
+        if isinstance(batch_id, str):
+            seen.discard(batch_id)
+        raise
+    return json_response({"recorded": len(hits), "rejected": len(items) - len(hits)})

@@ -1,0 +1,153 @@
+"""Statistics and insights report exactly the hits the edges shipped: GET /api/core/statistics
+(AccountKey) and GET /api/insights/* (AccountKey, AccessKey, or a Bearer token with insights:read)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from tests.control.conftest import ACCESS, ACCOUNT
+from tests.control.expect import expect_error, parse_time
+from tests.control.test_analytics_api import hit, send_batch
+
+LOGO = "akande/v1/logos/logo.svg"
+ICON = "akande/v1/icons/icon-192x192.png"
+OTHER = "bolt/v1/logos/bolt.svg"
+DAY_S = 86400
+
+
+def day(offset: int) -> str:
+    return (datetime.now(UTC).date() - timedelta(days=offset)).isoformat()
+
+
+@pytest.fixture
+async def traffic(control: TestClient) -> None:
+    """12 hits: 10 today, 2 three days ago; akande 9, bolt 3."""
+    now = time.time()
+    three_days_ago = now - 3 * DAY_S
+    hits = [
+        *[hit(LOGO, size=1000, cache="HIT", country="US") for _ in range(4)],
+        hit(LOGO, size=1000, cache="MISS", country="DE"),
+        hit(LOGO, size=1000, cache="STALE", country="US", timestamp=three_days_ago),
+        hit(ICON, size=500, cache="MISS", country="FR"),
+        hit(ICON, size=0, status=404, cache="BYPASS", country="XX"),
+        hit(ICON, size=0, status=404, cache="BYPASS", country="US", timestamp=three_days_ago),
+        hit(OTHER, size=200, cache="HIT", country="DE"),
+        hit(OTHER, size=0, status=500, cache="MISS", country="DE"),
+        hit("bolt/v1/logos/gone.svg", size=0, status=404, cache="MISS", country="JP"),
+    ]
+    resp = await send_batch(control, hits)
+    assert (await resp.json())["recorded"] == 12
+
+
+async def get(control: TestClient, endpoint: str, headers: dict[str, str] = ACCOUNT, **params: Any) -> dict[str, Any]:
+    resp = await control.get(endpoint, params={k: str(v) for k, v in params.items()}, headers=headers)
+    assert resp.status == 200, await resp.text()
+    body = await resp.json()
+    parse_time(body.pop("DateFetched"))
+    return body
+
+
+@pytest.mark.usefixtures("traffic")
+async def test_statistics_counts_exactly_what_was_served(control: TestClient) -> None:
+    body = await get(control, "/api/core/statistics")
+    assert body["Period"] == {"Days": 7, "Zone": "all"}
+    assert body["Summary"] == {"TotalRequests": 12, "TotalBandwidth": 6700, "TotalBandwidthHuman": "6.5 KB",
+                               "CacheHitRate": "50.0%", "UniqueCountries": 4}
+    daily = {d["Date"]: d for d in body["Daily"]}
+    assert len(body["Daily"]) == 7 and body["Daily"][-1]["Date"] == day(0)
+    assert daily[day(0)] | {"BandwidthHuman": None} == {"Date": day(0), "TotalRequests": 10, "Bandwidth": 5700,
+                                                        "BandwidthHuman": None, "CacheHit": 5, "CacheMiss": 5}
+    assert (daily[day(3)]["TotalRequests"], daily[day(3)]["CacheHit"], daily[day(3)]["CacheMiss"]) == (2, 1, 1)
+    assert sum(d["TotalRequests"] for d in body["Daily"]) == 12
+    assert body["TopAssets"][:3] == [{"Path": "/" + LOGO, "Requests": 6}, {"Path": "/" + ICON, "Requests": 3},
+                                     {"Path": "/" + OTHER, "Requests": 2}]
+    assert body["GeoDistribution"] == [{"CountryCode": "US", "Requests": 6}, {"CountryCode": "DE", "Requests": 3},
+                                       {"CountryCode": "FR", "Requests": 1}, {"CountryCode": "JP", "Requests": 1},
+                                       {"CountryCode": "XX", "Requests": 1}]
+
+
+@pytest.mark.usefixtures("traffic")
+async def test_days_and_zone_filters(control: TestClient) -> None:
+    one_day = await get(control, "/api/core/statistics", days=1)
+    assert one_day["Period"]["Days"] == 1 and one_day["Summary"]["TotalRequests"] == 10
+    bolt = await get(control, "/api/core/statistics", zone="bolt")
+    assert bolt["Period"] == {"Days": 7, "Zone": "bolt"}
+    assert bolt["Summary"]["TotalRequests"] == 3
+    summary = await get(control, "/api/insights/summary", zone="akande", days=2)
+    assert summary == {"Period": {"Days": 2, "Zone": "akande"}, "TotalRequests": 7, "TotalBandwidth": "5.4 KB",
+                       "TotalBandwidthBytes": 5500, "CacheHitRate": "57.1%", "UniqueCountries": 3}
+    clamped = await get(control, "/api/insights/summary", days=365)
+    assert clamped["Period"] == {"Days": 90, "Zone": "all"} and clamped["TotalRequests"] == 12
+    await expect_error(await control.get("/api/insights/summary", params={"zone": "../etc"}, headers=ACCOUNT),
+                       400, "InvalidParameter")
+
+
+@pytest.mark.usefixtures("traffic")
+async def test_top_assets_geography_and_errors(control: TestClient) -> None:
+    top = await get(control, "/api/insights/top-assets", limit=2)
+    assert top == {"Period": {"Days": 7}, "Assets": [{"Path": "/" + LOGO, "Requests": 6},
+                                                     {"Path": "/" + ICON, "Requests": 3}]}
+    assert len((await get(control, "/api/insights/top-assets", zone="bolt"))["Assets"]) == 2
+    geography = await get(control, "/api/insights/geography", zone="bolt")
+    assert geography == {"Period": {"Days": 7}, "Countries": [{"CountryCode": "DE", "Requests": 2},
+                                                              {"CountryCode": "JP", "Requests": 1}]}
+    errors = await get(control, "/api/insights/errors")
+    assert errors == {"Period": {"Days": 7}, "Errors": [
+        {"StatusCode": 404, "Count": 3, "TopPaths": [{"Path": "/" + ICON, "Count": 2},
+                                                     {"Path": "/bolt/v1/logos/gone.svg", "Count": 1}]},
+        {"StatusCode": 500, "Count": 1, "TopPaths": [{"Path": "/" + OTHER, "Count": 1}]},
+    ]}
+    quiet = await get(control, "/api/insights/errors", zone="nobody")
+    assert quiet["Errors"] == [] and quiet["Note"]
+
+
+@pytest.mark.usefixtures("traffic")
+async def test_asset_report_accepts_either_path_form(control: TestClient) -> None:
+    body = await get(control, "/api/insights/asset", path="/" + ICON)
+    assert body["Path"] == "/" + ICON and body["Period"] == {"Days": 7}
+    assert (body["TotalRequests"], body["Errors"]) == (3, {"404": 2})
+    daily = {d["Date"]: d for d in body["Daily"]}
+    assert daily[day(0)] == {"Date": day(0), "Requests": 2, "Errors": {"404": 1}}
+    assert daily[day(3)] == {"Date": day(3), "Requests": 1, "Errors": {"404": 1}}
+    assert await get(control, "/api/insights/asset", path=ICON) == body
+
+
+@pytest.mark.parametrize(("params", "code"), [
+    ({}, "MissingPath"), ({"path": ""}, "MissingPath"), ({"path": "/"}, "MissingPath"),
+    ({"path": "/a" * 1100}, "PathTooLong"), ({"path": "/akande/../x"}, "InvalidPath"),
+])
+async def test_asset_report_bad_paths_are_400(control: TestClient, params: dict[str, str], code: str) -> None:
+    await expect_error(await control.get("/api/insights/asset", params=params, headers=ACCOUNT), 400, code)
+
+
+async def test_no_traffic_reports_zeros(control: TestClient) -> None:
+    body = await get(control, "/api/core/statistics")
+    assert body["Summary"]["TotalRequests"] == 0 and body["Summary"]["CacheHitRate"] == "0.0%"
+    assert body["TopAssets"] == [] and body["GeoDistribution"] == []
+
+
+INSIGHTS = ["/api/insights/summary", "/api/insights/top-assets", "/api/insights/geography",
+            "/api/insights/errors", "/api/insights/asset?path=/a"]
+
+
+@pytest.mark.parametrize("path", INSIGHTS)
+async def test_insights_accept_account_access_and_scoped_tokens(control: TestClient, path: str) -> None:
+    for headers in (ACCOUNT, ACCESS):
+        assert (await control.get(path, headers=headers)).status == 200
+    await expect_error(await control.get(path), 401, "Unauthorized")
+    resp = await control.post("/api/tokens", json={"name": "dash", "scopes": ["insights:read"]}, headers=ACCOUNT)
+    token = (await resp.json())["token"]
+    assert (await control.get(path, headers={"Authorization": f"Bearer {token}"})).status == 200
+    resp = await control.post("/api/tokens", json={"name": "ci", "scopes": ["assets:read"]}, headers=ACCOUNT)
+    other = (await resp.json())["token"]
+    await expect_error(await control.get(path, headers={"Authorization": f"Bearer {other}"}), 401, "Unauthorized")
+
+
+async def test_statistics_is_account_key_only(control: TestClient) -> None:
+    await expect_error(await control.get("/api/core/statistics", headers=ACCESS), 401, "Unauthorized")
+    await expect_error(await control.get("/api/core/statistics"), 401, "Unauthorized")
