@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import deque
 from typing import Any
 
@@ -25,6 +26,8 @@ class DeliveryLog:
     def __init__(self, country_header: str) -> None:
         self.country_header = country_header
         self.buffer: deque[dict[str, Any]] = deque(maxlen=MAX_BUFFERED)  # oldest dropped if control is away long
+        # A batch keeps its id until control acknowledges it, so a retry after a lost reply is not counted twice.
+        self._unacknowledged: tuple[str, list[dict[str, Any]]] | None = None
 
     def record(self, request: web.Request, response: web.StreamResponse) -> None:
         if request.get(FORWARDED) or request.path in NOT_DELIVERY or request.path.startswith(PREFIX):
@@ -52,11 +55,16 @@ class DeliveryLog:
 
     async def ship(self, control: ControlClient) -> int:
         shipped = 0
-        while batch := self.take():
+        while True:
+            if self._unacknowledged is None:
+                batch = self.take()
+                if not batch:
+                    return shipped
+                self._unacknowledged = (uuid.uuid4().hex, batch)
+            batch_id, batch = self._unacknowledged
             try:
-                await control.send("/analytics", {"hits": batch})
+                await control.send("/analytics", {"batch": batch_id, "hits": batch})
             except (ControlUnavailable, BlobNotFound):  # control down, or not yet able to take analytics
-                self.buffer.extendleft(reversed(batch))  # keep them for the next attempt
-                return shipped
+                return shipped  # the same batch, same id, on the next attempt
+            self._unacknowledged = None
             shipped += len(batch)
-        return shipped
