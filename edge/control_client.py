@@ -20,8 +20,8 @@ class ControlUnavailable(Exception):
     """Control could not be reached or answered with a server error."""
 
 
-class BlobNotFound(Exception):
-    """Control does not hold the requested content id."""
+class NotFoundAtControl(Exception):
+    """Control answered 404: it does not hold the requested content id (or does not know the endpoint)."""
 
 
 class ControlClient:
@@ -53,7 +53,7 @@ class ControlClient:
                                             headers=headers) as resp:
                 data = await resp.read()
                 if resp.status == 404:
-                    raise BlobNotFound(path_qs)
+                    raise NotFoundAtControl(path_qs)
                 if resp.status != 200:
                     raise ControlUnavailable(f"control answered {resp.status} to {path_qs}")
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from edge.control_client import BlobNotFound, ControlClient, ControlUnavailable
+from edge.control_client import ControlClient, ControlUnavailable, NotFoundAtControl
 from edge.rules import FORWARDED, NOT_DELIVERY
 from shared.cluster import PREFIX
 
@@ -64,7 +64,7 @@ class DeliveryLog:
             batch_id, batch = self._unacknowledged
             try:
                 await control.send("/analytics", {"batch": batch_id, "hits": batch})
-            except (ControlUnavailable, BlobNotFound):  # control down, or not yet able to take analytics
+            except (ControlUnavailable, NotFoundAtControl):  # control down, or not yet able to take analytics
                 return shipped  # the same batch, same id, on the next attempt
             self._unacknowledged = None
             shipped += len(batch)

@@ -7,7 +7,7 @@ import hashlib
 import time
 
 from edge.cache.entry import CachedObject, strong_etag
-from edge.control_client import BlobNotFound, ControlUnavailable
+from edge.control_client import ControlUnavailable, NotFoundAtControl
 from edge.node import EdgeNode, path_tag
 from edge.states.lookup import asset_key, lookup
 from shared.manifest import ManifestEntry
@@ -22,7 +22,7 @@ async def fetch_source(node: EdgeNode, entry: ManifestEntry) -> bytes:
     started = time.perf_counter()
     try:
         data = await node.control.fetch_blob(entry.blob_id)
-    except (ControlUnavailable, BlobNotFound) as exc:
+    except (ControlUnavailable, NotFoundAtControl) as exc:
         raise OriginUnavailable(str(exc)) from exc
     finally:
         node.metrics.origin_fetch_seconds.labels("asset").observe(time.perf_counter() - started)
