@@ -28,6 +28,7 @@ from shared.metrics import Metrics
 from shared.paths import InvalidPath, parse_cdn_path
 
 log = logging.getLogger(__name__)
+FINAL_SHIP_TIMEOUT_S = 2.0
 
 
 def path_tag(cdn_path: str) -> str:
@@ -87,7 +88,8 @@ class EdgeNode:
 
     async def stop(self) -> None:
         with contextlib.suppress(Exception):
-            await self.deliveries.ship(self.control)  # what was served before shutdown still counts
+            # What was served before shutdown still counts, if control is there to take it soon.
+            await asyncio.wait_for(self.deliveries.ship(self.control), timeout=FINAL_SHIP_TIMEOUT_S)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -75,6 +75,25 @@ class RunningCdn:
                 found.append(int(entry.name))
         return found
 
+    def descendants(self) -> set[int]:
+        """Every live process below `assetcdn up` (control, edges and their spawned workers)."""
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                children.setdefault(ppid, []).append(int(entry.name))
+        found: set[int] = set()
+        stack = [self.process.pid]
+        while stack:
+            for child in children.get(stack.pop(), []):
+                if child not in found:
+                    found.add(child)
+                    stack.append(child)
+        return found
+
     def signal(self, needle: str, sig: signal.Signals) -> list[int]:
         pids = self.pids(needle)
         for pid in pids:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -208,8 +209,29 @@ async def test_every_edge_reports_health_and_metrics(cdn: RunningCdn) -> None:
                 assert "assetcdn_requests_total" in text
 
 
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def test_stopping_up_leaves_no_process(tmp_path: Path) -> None:
     running = start_cdn(tmp_path, edges=2, workers=2)
-    assert len(running.pids("-m edge")) >= 2
+    tree = running.descendants()
+    assert len(tree) >= 7  # control, and per edge its main process plus two workers
     assert running.stop() == 0
-    assert running.pids("-m edge") == [] and running.pids("-m control") == []
+    assert [pid for pid in tree if _alive(pid)] == []
+
+
+def test_killing_up_outright_takes_its_children_with_it(tmp_path: Path) -> None:
+    running = start_cdn(tmp_path, edges=1, workers=2)
+    tree = running.descendants()
+    assert len(tree) >= 4
+    running.process.kill()  # no chance to clean up: children rely on the parent-death signal
+    running.process.wait()
+    deadline = time.monotonic() + 20
+    while [pid for pid in tree if _alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [pid for pid in tree if _alive(pid)] == []
