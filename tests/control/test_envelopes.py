@@ -123,7 +123,7 @@ class TestSessionCookie:
         session_cookie_value("another-secret", nonce="n"),
         "9999999999.n.deadbeef",
         "garbage",
-    ])
+    ], ids=["expired", "other-secret", "bad-signature", "garbage"])  # values hold the time: ids must not
     async def test_expired_or_forged_session_is_401(self, control: TestClient, zone: str, cookie: str) -> None:
         resp = await control.get("/api/storage/akande/v1/", headers={"Cookie": f"{SESSION_COOKIE}={cookie}"})
         await expect_error(resp, 401, "Unauthorized")
