@@ -13,6 +13,7 @@ from aiohttp import web
 
 from control.analytics.ingest import SeenBatches
 from control.analytics.store import AnalyticsStore
+from control.audit import AuditLog
 from control.auth import (
     AUTHENTICATOR,
     ROUTE_ACCESS,
@@ -29,14 +30,18 @@ from control.edge_config import EdgeConfigStore
 from control.manifest_store import ManifestStore
 from control.publish import Publisher
 from control.quota import DailyQuota
+from control.recording import ROUTE_AUDIT, audit_middleware, request_log_middleware
+from control.request_log import RequestLog
 from control.retention import prune_forever
 from control.routes import (
     analytics,
     assets,
+    audit_logs,
     cluster,
     domains,
     health,
     insights,
+    logs,
     purge,
     rules,
     storage,
@@ -46,6 +51,7 @@ from control.routes import (
 from control.state import (
     ANALYTICS,
     ANALYTICS_BATCHES,
+    AUDIT,
     DATA_DIR,
     DB,
     DEMO,
@@ -55,6 +61,7 @@ from control.state import (
     PUBLISHER,
     PURGE_QUOTA,
     REGISTRY,
+    REQUEST_LOG,
     SECRETS,
     SETTINGS,
     TOKENS,
@@ -81,6 +88,7 @@ class Route:
     path: str
     handler: Handler
     access: Access | None = None  # None: public (or cluster-signed under /_cluster)
+    audit: str | None = None      # the audit action a successful call records (mutations)
 
 
 STORAGE_READ = accepts(Key.ACCESS, scope="storage:read", session=True)
@@ -91,23 +99,24 @@ ACCOUNT = accepts(Key.ACCOUNT)
 INSIGHTS_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="insights:read")
 
 ROUTES: tuple[Route, ...] = (
-    Route("POST", "/api/storage/batch", storage.batch_upload, STORAGE_WRITE),
-    Route("PUT", "/api/storage/{path:.*}", storage.put_file, STORAGE_WRITE),
+    Route("POST", "/api/storage/batch", storage.batch_upload, STORAGE_WRITE, "storage.batch"),
+    Route("PUT", "/api/storage/{path:.*}", storage.put_file, STORAGE_WRITE, "storage.upload"),
     Route("GET", "/api/storage/{path:.*}", storage.get_file, STORAGE_READ),
     Route("HEAD", "/api/storage/{path:.*}", storage.head_file, STORAGE_HEAD),
-    Route("DELETE", "/api/storage/{path:.*}", storage.delete_file, STORAGE_WRITE),
+    Route("DELETE", "/api/storage/{path:.*}", storage.delete_file, STORAGE_WRITE, "storage.delete"),
     Route("GET", "/api/assets", assets.list_assets, ASSETS_READ),
     Route("GET", "/api/assets/metadata", assets.asset_metadata, ASSETS_READ),
     Route("GET", "/api/core/zones", zones.list_zones, ACCOUNT),
-    Route("POST", "/api/core/zones", zones.create_zone, ACCOUNT),
+    Route("POST", "/api/core/zones", zones.create_zone, ACCOUNT, "zone.create"),
     Route("GET", "/api/core/zones/{id}", zones.get_zone, ACCOUNT),
-    Route("DELETE", "/api/core/zones/{id}", zones.delete_zone, ACCOUNT),
-    Route("POST", "/api/core/zones/{id}/domains", domains.add_domain, ACCOUNT),
+    Route("DELETE", "/api/core/zones/{id}", zones.delete_zone, ACCOUNT, "zone.delete"),
+    Route("POST", "/api/core/zones/{id}/domains", domains.add_domain, ACCOUNT, "domain.add"),
     Route("GET", "/api/core/zones/{id}/domains", domains.list_domains, ACCOUNT),
-    Route("DELETE", "/api/core/zones/{id}/domains", domains.remove_domain, ACCOUNT),
-    Route("DELETE", "/api/core/zones/{id}/domains/{hostname}", domains.remove_domain, ACCOUNT),
+    Route("DELETE", "/api/core/zones/{id}/domains", domains.remove_domain, ACCOUNT, "domain.remove"),
+    Route("DELETE", "/api/core/zones/{id}/domains/{hostname}", domains.remove_domain, ACCOUNT, "domain.remove"),
     Route("GET", "/api/core/rules", rules.get_rules, ACCOUNT),
-    Route("POST", "/api/core/rules", rules.update_rules, ACCOUNT),
+    Route("POST", "/api/core/rules", rules.update_rules, ACCOUNT, "rules.update"),
+    Route("GET", "/api/core/audit-logs", audit_logs.audit_logs, ACCOUNT),
     Route("GET", "/api/core/statistics", insights.statistics, ACCOUNT),
     Route("GET", "/api/insights/summary", insights.summary, INSIGHTS_READ),
     Route("GET", "/api/insights/top-assets", insights.top_assets, INSIGHTS_READ),
@@ -116,11 +125,12 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/insights/asset", insights.asset, INSIGHTS_READ),
     Route("GET", "/api/analytics", analytics.get_analytics, accepts(Key.ANALYTICS)),
     Route("POST", "/api/analytics", analytics.track_hit),
-    Route("POST", "/api/tokens", tokens.create_token, ACCOUNT),
+    Route("POST", "/api/tokens", tokens.create_token, ACCOUNT, "token.create"),
     Route("GET", "/api/tokens", tokens.list_tokens, ACCOUNT),
-    Route("DELETE", "/api/tokens", tokens.revoke_token, ACCOUNT),
-    Route("POST", "/api/purge", purge.purge, accepts(Key.PURGE, scope="purge:write")),
+    Route("DELETE", "/api/tokens", tokens.revoke_token, ACCOUNT, "token.revoke"),
+    Route("POST", "/api/purge", purge.purge, accepts(Key.PURGE, scope="purge:write"), "purge.execute"),
     Route("GET", "/api/health", health.health),
+    Route("GET", "/api/logs", logs.logs, ACCOUNT),
     Route("GET", "/metrics", metrics_handler),
     Route("POST", PREFIX + "/register", cluster.register),
     Route("POST", PREFIX + "/heartbeat", cluster.heartbeat),
@@ -166,7 +176,10 @@ def _resources(app: web.Application) -> AsyncIterator[None]:
         analytics_store = AnalyticsStore(data_dir / "control.sqlite3")
         await analytics_store.open()
         app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()
-        pruning = asyncio.create_task(prune_forever([("analytics", analytics_store.prune)]))
+        app[AUDIT] = AuditLog(db)
+        await app[AUDIT].open()
+        pruning = asyncio.create_task(prune_forever([("analytics", analytics_store.prune),
+                                                     ("audit", app[AUDIT].prune)]))
         yield
         pruning.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -179,23 +192,34 @@ def _resources(app: web.Application) -> AsyncIterator[None]:
     return lifecycle(app)
 
 
+async def _end_log_streams(app: web.Application) -> None:
+    app[REQUEST_LOG].close()
+
+
 def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bool = False) -> web.Application:
     max_upload = settings.get("control", "max_upload_bytes")
     app = web.Application(client_max_size=max_upload + 1024 * 1024)
+    app[REQUEST_LOG] = RequestLog()
+    app.middlewares.append(request_log_middleware)  # outermost: sees every final status
     install_envelopes(app)
     app[METRICS] = Metrics("control")
     app.middlewares.append(metrics_middleware)
     app.middlewares.append(cluster.cluster_auth_middleware)
     app.middlewares.append(auth_middleware)
+    app.middlewares.append(audit_middleware)
     app[SETTINGS], app[SECRETS], app[DATA_DIR] = settings, secrets, Path(data_dir)
     app[DEMO] = demo
     route_access: dict[web.AbstractRoute, Access] = {}
+    route_audit: dict[web.AbstractRoute, str] = {}
     for route in ROUTES:
         registered = app.router.add_route(route.method, route.path, route.handler)
         if route.access is not None:
             route_access[registered] = route.access
-    app[ROUTE_ACCESS] = route_access
+        if route.audit is not None:
+            route_audit[registered] = route.audit
+    app[ROUTE_ACCESS], app[ROUTE_AUDIT] = route_access, route_audit
     # Unknown /api/... paths: 404 in the standard envelope (the envelope middleware renders it).
     app.router.add_route("*", "/api/{tail:.*}", _not_found)
     app.cleanup_ctx.append(_resources)
+    app.on_shutdown.append(_end_log_streams)
     return app

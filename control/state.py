@@ -9,11 +9,13 @@ from aiohttp import web
 
 from control.analytics.ingest import SeenBatches
 from control.analytics.store import AnalyticsStore
+from control.audit import AuditLog
 from control.cluster.registry import EdgeRegistry
 from control.edge_config import EdgeConfigStore
 from control.manifest_store import ManifestStore
 from control.publish import Publisher
 from control.quota import DailyQuota
+from control.request_log import RequestLog
 from control.storage.git_store import GitStore
 from control.tokens import TokenStore
 from control.video.ingest import VideoIngester
@@ -37,6 +39,8 @@ EDGE_CONFIG = web.AppKey("edge_config", EdgeConfigStore)
 PURGE_QUOTA = web.AppKey("purge_quota", DailyQuota)
 ANALYTICS = web.AppKey("analytics", AnalyticsStore)
 ANALYTICS_BATCHES = web.AppKey("analytics_batches", SeenBatches)
+AUDIT = web.AppKey("audit", AuditLog)
+REQUEST_LOG = web.AppKey("request_log", RequestLog)
 
 
 def public_url(app: web.Application) -> str:

@@ -1,0 +1,137 @@
+"""Audit log: every successful mutation appends one entry; GET /api/core/audit-logs (AccountKey)
+filters by days, action and limit, newest first, and no entry carries a key or token value."""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from control.state import AUDIT
+from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.control.expect import expect_error, parse_time
+
+ENTRY_FIELDS = {"timestamp", "action", "ip", "userAgent", "requestId", "meta"}
+PURGE = {"x-api-key": SECRETS.purge_key}
+
+
+async def entries(control: TestClient, **params: Any) -> list[dict[str, Any]]:
+    resp = await control.get("/api/core/audit-logs", params={k: str(v) for k, v in params.items()}, headers=ACCOUNT)
+    assert resp.status == 200, await resp.text()
+    body = await resp.json()
+    assert set(body) == {"Period", "Entries", "Count", "DateFetched"}
+    assert body["Count"] == len(body["Entries"])
+    parse_time(body["DateFetched"])
+    return body["Entries"]
+
+
+async def test_every_mutation_appends_one_entry(control: TestClient) -> None:
+    steps: list[tuple[str, Any]] = [
+        ("zone.create", control.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)),
+        ("storage.upload", control.put("/api/storage/akande/v1/logos/a.svg", data=b"<svg/>", headers=ACCESS)),
+        ("storage.batch", control.post("/api/storage/batch", headers=ACCESS, json={"files": [
+            {"path": "akande/v1/logos/b.svg", "content": base64.b64encode(b"<svg/>").decode()},
+            {"path": "akande/v1/logos/c.svg", "content": "<svg></svg>", "encoding": "utf-8"}]})),
+        ("storage.delete", control.delete("/api/storage/akande/v1/logos/a.svg", headers=ACCESS)),
+        ("domain.add", control.post("/api/core/zones/akande/domains", json={"Hostname": "cdn.akande.com"},
+                                    headers=ACCOUNT)),
+        ("domain.remove", control.delete("/api/core/zones/akande/domains/cdn.akande.com", headers=ACCOUNT)),
+        ("rules.update", control.post("/api/core/rules", json={"File": "_redirects", "Content": "/a /b 301\n"},
+                                      headers=ACCOUNT)),
+        ("purge.execute", control.post("/api/purge", json={"tags": ["project-akande"]}, headers=PURGE)),
+        ("token.create", control.post("/api/tokens", json={"name": "ci", "scopes": ["assets:read"]},
+                                      headers=ACCOUNT)),
+    ]
+    for _action, call in steps:
+        resp = await call
+        assert resp.status in (200, 201), await resp.text()
+    secret = (await resp.json())["token"]
+    token_id = (await resp.json())["id"]
+    resp = await control.delete("/api/tokens", params={"id": token_id}, headers=ACCOUNT)
+    assert resp.status == 200
+    resp = await control.delete("/api/core/zones/akande", headers=ACCOUNT)
+    assert resp.status == 200
+    expected = [action for action, _ in steps] + ["token.revoke", "zone.delete"]
+
+    found = await entries(control)
+    assert [e["action"] for e in reversed(found)] == expected
+    for entry in found:
+        assert set(entry) == ENTRY_FIELDS
+        parse_time(entry["timestamp"])
+        assert entry["ip"] == "127.0.0.1" and entry["requestId"]
+    by_action = {e["action"]: e["meta"] for e in found}
+    assert by_action["storage.upload"]["path"] == "akande/v1/logos/a.svg"
+    assert by_action["storage.batch"]["files"] == 2 and by_action["storage.batch"]["commit"]
+    assert by_action["zone.create"]["name"] == "akande" and by_action["zone.create"]["actor"] == "key:AccountKey"
+    assert by_action["zone.delete"]["zone"] == "akande"
+    assert by_action["domain.add"]["hostname"] == "cdn.akande.com"
+    assert by_action["rules.update"]["file"] == "_redirects"
+    assert by_action["purge.execute"]["purged"] == ["project-akande"]
+    assert by_action["token.create"]["id"] == token_id == by_action["token.revoke"]["id"]
+    text = str(found)
+    for value in (secret, SECRETS.account_key, SECRETS.access_key, SECRETS.purge_key, "<svg"):
+        assert value not in text
+
+
+async def test_failed_and_read_only_calls_are_not_audited(control: TestClient, zone: str) -> None:
+    before = len(await entries(control))
+    await control.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)           # 409
+    await control.post("/api/core/rules", json={"File": "_headers", "Content": "nope"}, headers=ACCOUNT)  # 400
+    await control.post("/api/core/zones", json={"Name": "other"})                             # 401
+    await control.get("/api/core/zones", headers=ACCOUNT)
+    await control.post("/api/analytics", json={"path": "/x"})
+    assert len(await entries(control)) == before
+
+
+async def test_filters_by_action_family_and_limit(control: TestClient) -> None:
+    for name in ("one", "two", "three"):
+        assert (await control.post("/api/core/zones", json={"Name": name}, headers=ACCOUNT)).status == 201
+    await control.delete("/api/core/zones/two", headers=ACCOUNT)
+    assert [e["meta"]["name"] for e in await entries(control, action="zone.create")] == ["three", "two", "one"]
+    assert [e["action"] for e in await entries(control, action="zone")] == ["zone.delete"] + ["zone.create"] * 3
+    assert await entries(control, action="token.create") == []
+    assert len(await entries(control, limit=2)) == 2
+    resp = await control.get("/api/core/audit-logs", params={"limit": "99999", "days": "0"}, headers=ACCOUNT)
+    assert (await resp.json())["Period"] == {"Days": 1, "Action": None, "Limit": 5000}
+    resp = await control.get("/api/core/audit-logs", params={"action": "zone.create"}, headers=ACCOUNT)
+    assert (await resp.json())["Period"] == {"Days": 7, "Action": "zone.create", "Limit": 500}
+
+
+async def test_days_window_and_90_day_retention(control: TestClient) -> None:
+    audit = control.app[AUDIT]
+    now = time.time()
+    for days_ago, action in ((100, "zone.create"), (30, "zone.delete"), (2, "rules.update")):
+        await audit.append(action, ip="192.0.2.1", user_agent="t", request_id=None, meta={},
+                           now=now - days_ago * 86400)
+    assert [e["action"] for e in await entries(control)] == ["rules.update"]
+    assert [e["action"] for e in await entries(control, days=90)] == ["rules.update", "zone.delete"]
+    await audit.prune()  # (the start-up prune may have run already)
+    async with audit.db.execute("SELECT COUNT(*) FROM audit_log") as cursor:
+        assert (await cursor.fetchone())[0] == 2
+
+
+async def test_user_agent_is_cut_at_256(control: TestClient) -> None:
+    resp = await control.post("/api/core/zones", json={"Name": "akande"},
+                              headers={**ACCOUNT, "User-Agent": "u" * 1000})
+    assert resp.status == 201
+    assert (await entries(control))[0]["userAgent"] == "u" * 256
+
+
+@pytest.mark.parametrize(("peer_headers", "expected"), [
+    ({"X-Forwarded-For": "203.0.113.9"}, "203.0.113.9"),                  # loopback peer (an edge) is believed
+    ({"X-Forwarded-For": "198.51.100.1, 203.0.113.9"}, "203.0.113.9"),    # the hop the edge saw, not a forged one
+    ({"X-Forwarded-For": "not-an-ip"}, "127.0.0.1"),
+])
+async def test_client_ip_comes_from_a_trusted_forwarder(control: TestClient, peer_headers: dict[str, str],
+                                                        expected: str) -> None:
+    resp = await control.post("/api/core/zones", json={"Name": "akande"}, headers={**ACCOUNT, **peer_headers})
+    assert resp.status == 201
+    assert (await entries(control))[0]["ip"] == expected
+
+
+@pytest.mark.parametrize("headers", [{}, ACCESS])
+async def test_account_key_is_required(control: TestClient, headers: dict[str, str]) -> None:
+    await expect_error(await control.get("/api/core/audit-logs", headers=headers), 401, "Unauthorized")
