@@ -17,7 +17,12 @@ from shared.paths import CLIENT_ROOT, ZONE_CATEGORIES, ZONE_NAME, validate_zone_
 from .storage import STORAGE_ZONE_NAME
 
 
-async def _zone_names(request: web.Request) -> list[str]:
+def zone_scaffold(name: str) -> dict[str, bytes]:
+    """The files that make a zone: an empty ``v1/<category>/`` directory for each standard category."""
+    return {f"{CLIENT_ROOT}/{name}/v1/{category}/.gitkeep": b"" for category in ZONE_CATEGORIES}
+
+
+async def zone_names(request: web.Request) -> list[str]:
     git = request.app[GIT]
     children = await git.run(git.list_dir, CLIENT_ROOT) or []
     return sorted(name for name, is_dir, _oid, _size in children if is_dir)
@@ -38,7 +43,7 @@ def _summary(request: web.Request, name: str, meta: ZoneMeta | None,
 
 async def require_zone(request: web.Request) -> str:
     zone = request.match_info["id"]
-    if not ZONE_NAME.match(zone) or zone not in await _zone_names(request):
+    if not ZONE_NAME.match(zone) or zone not in await zone_names(request):
         raise not_found(f"Zone '{zone}' does not exist.", target="id", code="ZoneNotFound")
     return zone
 
@@ -49,7 +54,7 @@ async def list_zones(request: web.Request) -> web.Response:
     by_zone: dict[str, list[ManifestEntry]] = {}
     for entry in manifest.entries.values():
         by_zone.setdefault(entry.zone, []).append(entry)
-    zones = [_summary(request, name, metas.get(name), by_zone.get(name, [])) for name in await _zone_names(request)]
+    zones = [_summary(request, name, metas.get(name), by_zone.get(name, [])) for name in await zone_names(request)]
     return json_response(zones)
 
 
@@ -73,11 +78,10 @@ async def create_zone(request: web.Request) -> web.Response:
     problem = validate_zone_name(name)
     if problem:
         raise bad_request(problem, target="Name", code="InvalidName")
-    if name in await _zone_names(request):
+    if name in await zone_names(request):
         raise conflict(f"Zone '{name}' already exists. Choose another name or use the existing zone.",
                        target="Name", code="ZoneExists")
-    scaffold = {f"{CLIENT_ROOT}/{name}/v1/{category}/.gitkeep": b"" for category in ZONE_CATEGORIES}
-    published = await request.app[PUBLISHER].commit(scaffold, f"Create zone {name} with its v1 directories")
+    published = await request.app[PUBLISHER].commit(zone_scaffold(name), f"Create zone {name} with its v1 directories")
     meta = await request.app[ZONES].ensure(name, published.commit.committed_at)
     return json_response({
         "HttpCode": 201, "Message": f"Zone '{name}' created.", "Id": name, "Name": name,
