@@ -35,8 +35,12 @@ class Route:
     handler: Handler
 
 
-# Order matters: specific /api routes, then the forwarder for the rest of /api, then CDN paths.
+# CDN paths come first (the hot path: the router tries routes in order) and exclude what the other
+# routes serve; then specific /api routes, then the forwarder for the rest of /api.
+CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/).+}"
 PUBLIC_ROUTES: tuple[Route, ...] = (
+    Route("GET", CDN_PATH, delivery.serve_asset),
+    Route("HEAD", CDN_PATH, delivery.serve_asset),
     Route("GET", "/api/health", health.health),
     Route("HEAD", "/api/health", health.health),
     Route("GET", "/metrics", metrics_handler),
@@ -54,8 +58,6 @@ PUBLIC_ROUTES: tuple[Route, ...] = (
     Route("HEAD", "/api/stream", stream.stream),
     Route("OPTIONS", "/api/stream", stream.preflight),
     Route("*", "/api/{tail:.*}", forward_to_control),
-    Route("GET", "/{path:.+}", delivery.serve_asset),
-    Route("HEAD", "/{path:.+}", delivery.serve_asset),
 )
 CLUSTER_ROUTES: tuple[Route, ...] = (
     Route("POST", PREFIX + "/push", cluster.push),

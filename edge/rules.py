@@ -51,7 +51,7 @@ class EdgeConfig:
 
 
 def apply_header_rules(config: EdgeConfig, request: web.Request, response: web.StreamResponse) -> None:
-    if request.get(FORWARDED) or request.path in NOT_DELIVERY:
+    if not config.rules.headers or request.get(FORWARDED) or request.path in NOT_DELIVERY:
         return
     changes = config.rules.headers.for_path(request.path, request.host)
     if not changes:

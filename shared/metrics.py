@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import (
@@ -51,6 +52,26 @@ class Metrics:
         self.transforms = Counter("assetcdn_transforms_total", "Image transforms run (cache misses)",
                                   ["format"], registry=reg)
 
+        self.bytes_served_here = self.bytes_served.labels(kind)
+        self._children: dict[tuple[str, ...], tuple[Any, Any]] = {}
+        self._cache_children: dict[str, Any] = {}
+
+    def request_children(self, route: str, method: str, status: str) -> tuple[Any, Any]:
+        """(request counter, latency histogram) for one label set; label look-ups take a lock each."""
+        key = (route, method, status)
+        children = self._children.get(key)
+        if children is None:
+            children = (self.requests.labels(self.kind, route, method, status),
+                        self.request_seconds.labels(self.kind, route))
+            self._children[key] = children
+        return children
+
+    def cache_result(self, result: str) -> Any:
+        child = self._cache_children.get(result)
+        if child is None:
+            child = self._cache_children[result] = self.cache.labels(result)
+        return child
+
     def render(self) -> bytes:
         if multiprocess_dir():
             registry = CollectorRegistry()
@@ -83,9 +104,9 @@ async def metrics_middleware(request: web.Request,
         status = exc.status
         raise
     finally:
-        route = _route_name(request)
-        metrics.requests.labels(metrics.kind, route, request.method, str(status)).inc()
-        metrics.request_seconds.labels(metrics.kind, route).observe(time.perf_counter() - started)
+        counter, latency = metrics.request_children(_route_name(request), request.method, str(status))
+        counter.inc()
+        latency.observe(time.perf_counter() - started)
 
 
 async def metrics_handler(request: web.Request) -> web.Response:

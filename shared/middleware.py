@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import uuid
 from collections.abc import Awaitable, Callable
 
@@ -54,14 +55,24 @@ def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ApiErr
     return ApiError(status, code, message)
 
 
+def new_request_id() -> str:
+    # Request ids are correlation handles, not secrets: no system call per request for os.urandom.
+    return str(uuid.UUID(int=random.getrandbits(128), version=4))
+
+
+def _canonical_uuid(value: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return new_request_id()
+
+
 @web.middleware
 async def envelope_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Give every request an id, stamp version headers, and render errors in the right envelope."""
     # A caller's own id is kept when it is a uuid, in canonical form (the envelope's requestId is a uuid string).
-    try:
-        request_id = str(uuid.UUID(request.headers.get("X-Request-ID", "")))
-    except ValueError:
-        request_id = str(uuid.uuid4())
+    sent = request.headers.get("X-Request-ID")
+    request_id = _canonical_uuid(sent) if sent else new_request_id()
     request[REQUEST_ID] = request_id
     try:
         response = await handler(request)
@@ -84,7 +95,7 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
 
 async def _stamp_headers(request: web.Request, response: web.StreamResponse) -> None:
     # on_response_prepare also covers streamed responses (SSE, large bodies).
-    response.headers.setdefault("X-Request-ID", request.get(REQUEST_ID) or str(uuid.uuid4()))
+    response.headers.setdefault("X-Request-ID", request.get(REQUEST_ID) or new_request_id())
     response.headers.setdefault("X-API-Version", API_VERSION)
 
 
@@ -94,4 +105,4 @@ def install_envelopes(app: web.Application) -> None:
 
 
 def request_id_of(request: web.Request) -> str:
-    return request.get(REQUEST_ID) or str(uuid.uuid4())
+    return request.get(REQUEST_ID) or new_request_id()

@@ -54,9 +54,9 @@ def parse_base(raw: str | None) -> str:
 async def _file(node: EdgeNode, choice: AutoChoice) -> tuple[CachedObject, str]:
     obj = lookup(node, asset_key(choice.entry))
     if obj is not None:
-        node.metrics.cache.labels("HIT").inc()
+        node.metrics.cache_result("HIT").inc()
         return obj, "HIT"
-    node.metrics.cache.labels("MISS").inc()
+    node.metrics.cache_result("MISS").inc()
     return await fetch_asset(node, choice.entry), "MISS"
 
 

@@ -55,7 +55,7 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
         except OriginUnavailable:
             raise ApiError(503, "OriginUnreachable", f"'/{wanted.path}' is not cached on this edge and the "
                            "control plane cannot be reached. Retry shortly.") from None
-    node.metrics.cache.labels(status).inc()
+    node.metrics.cache_result(status).inc()
     max_age = node.settings.get("edge", "asset_max_age_s")
     try:
         response = await deliver(request, obj, cache_status=status, cache_control=f"public, max-age={max_age}",
@@ -65,5 +65,5 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
         response = await deliver(request, obj, cache_status="MISS", cache_control=f"public, max-age={max_age}",
                                  tags=(*entry.tags,))
     if response.status in (200, 206) and request.method == "GET":
-        node.metrics.bytes_served.labels("edge").inc(response.content_length or 0)
+        node.metrics.bytes_served_here.inc(response.content_length or 0)
     return response

@@ -64,7 +64,7 @@ async def signed_asset(request: web.Request) -> web.StreamResponse:
     for _attempt in range(2):  # a second pass only when the body was purged during delivery
         obj = lookup(node, asset_key(entry))
         status = "HIT" if obj is not None else "MISS"
-        node.metrics.cache.labels(status).inc()
+        node.metrics.cache_result(status).inc()
         if obj is None:
             try:
                 obj = await fetch_asset(node, entry)

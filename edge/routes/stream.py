@@ -88,7 +88,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         obj = cached or await _segment(node, entry, segment.index, segment.offset, segment.length)
     except OriginUnavailable:
         raise LegacyError(502, "Failed to fetch segment") from None
-    node.metrics.cache.labels(status).inc()
+    node.metrics.cache_result(status).inc()
     return await deliver(request, obj, cache_status=status, cache_control=SEGMENT_CACHE_CONTROL,
                          extra_headers=CORS, tags=entry.tags)
 

@@ -51,7 +51,7 @@ async def cached_variant(node: EdgeNode, pool: ImagePool, entry: ManifestEntry, 
     """
     obj = _fresh(lookup(node, key), max_age_s)
     if obj is not None:
-        node.metrics.cache.labels("HIT").inc()
+        node.metrics.cache_result("HIT").inc()
         return obj, "HIT"
 
     async def fill() -> CachedObject:
@@ -67,5 +67,5 @@ async def cached_variant(node: EdgeNode, pool: ImagePool, entry: ManifestEntry, 
         return await asyncio.get_running_loop().run_in_executor(
             None, lambda: node.cache.put(key, variant.body, variant.content_type, etag, variant_tags(entry)))
 
-    node.metrics.cache.labels("MISS").inc()
+    node.metrics.cache_result("MISS").inc()
     return await node.flight.run(key, fill), "MISS"
