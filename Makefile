@@ -27,7 +27,10 @@ test: setup
 lint: setup
 	$(BIN)/ruff check .
 
+# Benchmarks run on loopback only and stop by themselves; wrk (Debian) is used when installed.
 bench: setup
+	$(BIN)/python -m benchmarks.edge_bench
+	$(BIN)/python -m benchmarks.propagation_bench
 	$(BIN)/python -m benchmarks.serve_bench
 	$(BIN)/python -m benchmarks.transform_bench
 
