@@ -121,15 +121,18 @@ async def test_stream_sends_heartbeats_and_filters_by_level(control: TestClient,
 async def test_stream_backlog_since(control: TestClient) -> None:
     await control.get("/api/core/zones/early", headers=ACCOUNT)
     since = (await page(control))["records"][0]["timestamp"]
+    await asyncio.sleep(0.01)  # timestamps have millisecond resolution: 'later' must be strictly newer
     await control.get("/api/core/zones/later", headers=ACCOUNT)
     resp = await control.get("/api/logs", params={"stream": "1", "since": since}, headers=ACCOUNT)
     assert (await read_event(resp))[0] == "connected"
     paths = []
     assert resp.status == 200
-    while "/api/core/zones/later" not in paths:
-        event, data = await read_event(resp)
-        assert event == "log"
-        paths.append(orjson.loads(data)["path"])
+    async with asyncio.timeout(30):  # the backlog arrives at once; never wait on live traffic that won't come
+        while "/api/core/zones/later" not in paths:
+            event, data = await read_event(resp)
+            assert event == "log"
+            paths.append(orjson.loads(data)["path"])
+    assert "/api/core/zones/early" not in paths
     resp.close()
 
 
