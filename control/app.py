@@ -148,51 +148,50 @@ async def _not_found(request: web.Request) -> web.StreamResponse:
     raise web.HTTPNotFound()
 
 
-def _resources(app: web.Application) -> AsyncIterator[None]:
-    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        data_dir = app[DATA_DIR]
-        settings = app[SETTINGS]
-        git = GitStore(data_dir / "repo.git")
-        db = await open_database(data_dir / "control.sqlite3")
-        manifest = ManifestStore(git, db)
-        await manifest.load()
-        metrics = app[METRICS]
-        registry = EdgeRegistry(
-            app[SECRETS].cluster_secret, settings.get("control", "edge_timeout_s"),
-            observe=lambda kind, edge, seconds: metrics.propagation_seconds.labels(kind, edge).observe(seconds))
-        await registry.start()
-        app[GIT], app[DB], app[MANIFEST], app[REGISTRY] = git, db, manifest, registry
-        app[TOKENS] = TokenStore(db)
-        app[ZONES] = ZoneStore(db)
-        app[PURGE_QUOTA] = DailyQuota(db, "purge", settings.get("purge", "daily_limit"))
-        app[AUTHENTICATOR] = Authenticator(app[SECRETS], app[TOKENS].lookup)
-        app[EDGE_CONFIG] = EdgeConfigStore(git, db, settings.get("domains", "base_domain"))
-        app[PUBLISHER] = Publisher(git, manifest, registry, app[EDGE_CONFIG],
-                                   settings.get("control", "push_wait_ms") / 1000)
-        ingester = VideoIngester(git, app[PUBLISHER], data_dir / "video-work")
-        app[PUBLISHER].listeners.append(ingester.on_commit)
-        app[VIDEO_INGEST] = ingester
-        if app[DEMO] and manifest.commit_id is None:
-            await install_demo(app[PUBLISHER], app[ZONES])
-            ingester.install_demo(data_dir / "video-cache")
-        metrics.manifest_generation.labels("control").set(manifest.generation)
-        analytics_store = AnalyticsStore(data_dir / "control.sqlite3")
-        await analytics_store.open()
-        app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()
-        app[AUDIT] = AuditLog(db)
-        await app[AUDIT].open()
-        pruning = asyncio.create_task(prune_forever([("analytics", analytics_store.prune),
-                                                     ("audit", app[AUDIT].prune)]))
-        yield
-        pruning.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await pruning
-        await analytics_store.close()
-        await ingester.close()
-        await registry.close()
-        await db.close()
-        git.close()
-    return lifecycle(app)
+async def _resources(app: web.Application) -> AsyncIterator[None]:
+    """Open what the control plane holds (git, SQLite, stores, edge registry) and close it on shutdown."""
+    data_dir = app[DATA_DIR]
+    settings = app[SETTINGS]
+    git = GitStore(data_dir / "repo.git")
+    db = await open_database(data_dir / "control.sqlite3")
+    manifest = ManifestStore(git, db)
+    await manifest.load()
+    metrics = app[METRICS]
+    registry = EdgeRegistry(
+        app[SECRETS].cluster_secret, settings.get("control", "edge_timeout_s"),
+        observe=lambda kind, edge, seconds: metrics.propagation_seconds.labels(kind, edge).observe(seconds))
+    await registry.start()
+    app[GIT], app[DB], app[MANIFEST], app[REGISTRY] = git, db, manifest, registry
+    app[TOKENS] = TokenStore(db)
+    app[ZONES] = ZoneStore(db)
+    app[PURGE_QUOTA] = DailyQuota(db, "purge", settings.get("purge", "daily_limit"))
+    app[AUTHENTICATOR] = Authenticator(app[SECRETS], app[TOKENS].lookup)
+    app[EDGE_CONFIG] = EdgeConfigStore(git, db, settings.get("domains", "base_domain"))
+    app[PUBLISHER] = Publisher(git, manifest, registry, app[EDGE_CONFIG],
+                               settings.get("control", "push_wait_ms") / 1000)
+    ingester = VideoIngester(git, app[PUBLISHER], data_dir / "video-work")
+    app[PUBLISHER].listeners.append(ingester.on_commit)
+    app[VIDEO_INGEST] = ingester
+    if app[DEMO] and manifest.commit_id is None:
+        await install_demo(app[PUBLISHER], app[ZONES])
+        ingester.install_demo(data_dir / "video-cache")
+    metrics.manifest_generation.labels("control").set(manifest.generation)
+    analytics_store = AnalyticsStore(data_dir / "control.sqlite3")
+    await analytics_store.open()
+    app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()
+    app[AUDIT] = AuditLog(db)
+    await app[AUDIT].open()
+    pruning = asyncio.create_task(prune_forever([("analytics", analytics_store.prune),
+                                                 ("audit", app[AUDIT].prune)]))
+    yield
+    pruning.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await pruning
+    await analytics_store.close()
+    await ingester.close()
+    await registry.close()
+    await db.close()
+    git.close()
 
 
 async def _end_log_streams(app: web.Application) -> None:
