@@ -7,7 +7,7 @@ EdgeNote report what really happened instead of promising a deployment window.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,9 +53,13 @@ class Publisher:
         # Commit and manifest generation happen under one lock, so generations follow commit order.
         self._lock = asyncio.Lock()
 
-    async def commit(self, changes: Mapping[str, bytes | None], message: str,
-                     purge_tags: Sequence[str] = ()) -> Published:
+    async def commit(self, changes: Mapping[str, bytes | None], message: str, purge_tags: Sequence[str] = (),
+                     precondition: Callable[[], Awaitable[None]] | None = None) -> Published:
+        """One commit, its generation, and the push. `precondition` runs under the same lock just before the
+        commit and raises to refuse it, so a check such as "this zone does not exist yet" cannot race."""
         async with self._lock:
+            if precondition is not None:
+                await precondition()
             result = await self.git.commit(changes, message)
             generation = await self.manifest.apply_commit(result, {"tags": list(purge_tags)} if purge_tags else None)
             if any(c.path in RULE_FILES for c in result.changes):

@@ -26,13 +26,17 @@ async def run_pipeline(request: web.Request) -> web.Response:
     pipeline_request = parse_pipeline_request(await read_json(request, MAX_BODY_BYTES))
     name = pipeline_request.name
     git = request.app[GIT]
-    if pipeline_request.mode == "client":
-        if name in await zone_names(request):
-            raise conflict(f"Zone '{name}' already exists. The pipeline creates new zones; upload to an "
-                           "existing zone with the Storage API.", target="name", code="ZoneExists")
-    elif await git.run(git.read_file, f"stocks/images/{name}.svg") is not None:
-        raise conflict(f"Stock asset '{name}' already exists. Choose another stockName.", target="stockName",
-                       code="StockExists")
+
+    async def refuse_existing() -> None:
+        if pipeline_request.mode == "client":
+            if name in await zone_names(request):
+                raise conflict(f"Zone '{name}' already exists. The pipeline creates new zones; upload to an "
+                               "existing zone with the Storage API.", target="name", code="ZoneExists")
+        elif await git.run(git.read_file, f"stocks/images/{name}.svg") is not None:
+            raise conflict(f"Stock asset '{name}' already exists. Choose another stockName.", target="stockName",
+                           code="StockExists")
+
+    await refuse_existing()  # before the rendering work; checked again under the commit lock
     generated = await generate(pipeline_request)
     if pipeline_request.mode == "client":
         files = {**zone_scaffold(name), **generated}
@@ -40,7 +44,7 @@ async def run_pipeline(request: web.Request) -> web.Response:
     else:
         files = generated
         message = f"Add stock asset {name} via the pipeline ({len(generated)} files)"
-    published = await request.app[PUBLISHER].commit(files, message)
+    published = await request.app[PUBLISHER].commit(files, message, precondition=refuse_existing)
     created_at = published.commit.committed_at
     if pipeline_request.mode == "client":
         created_at = (await request.app[ZONES].ensure(name, created_at)).created_at

@@ -78,10 +78,14 @@ async def create_zone(request: web.Request) -> web.Response:
     problem = validate_zone_name(name)
     if problem:
         raise bad_request(problem, target="Name", code="InvalidName")
-    if name in await zone_names(request):
-        raise conflict(f"Zone '{name}' already exists. Choose another name or use the existing zone.",
-                       target="Name", code="ZoneExists")
-    published = await request.app[PUBLISHER].commit(zone_scaffold(name), f"Create zone {name} with its v1 directories")
+
+    async def refuse_existing() -> None:
+        if name in await zone_names(request):
+            raise conflict(f"Zone '{name}' already exists. Choose another name or use the existing zone.",
+                           target="Name", code="ZoneExists")
+
+    published = await request.app[PUBLISHER].commit(zone_scaffold(name), f"Create zone {name} with its v1 directories",
+                                                    precondition=refuse_existing)
     meta = await request.app[ZONES].ensure(name, published.commit.committed_at)
     return json_response({
         "HttpCode": 201, "Message": f"Zone '{name}' created.", "Id": name, "Name": name,

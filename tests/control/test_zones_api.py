@@ -162,3 +162,14 @@ async def test_core_routes_refuse_the_access_key(control: TestClient, zone: str,
         resp = await control.request(method, path, json={"Name": "other"}, headers=headers)
         await expect_error(resp, 401, "Unauthorized")
     assert head_commit(data_dir) == head
+
+
+async def test_concurrent_creates_of_one_zone_give_one_201_and_409s(control: TestClient) -> None:
+    import asyncio
+
+    responses = await asyncio.gather(*(control.post("/api/core/zones", json={"Name": "racer"}, headers=ACCOUNT)
+                                       for _ in range(5)))
+    assert sorted(r.status for r in responses) == [201, 409, 409, 409, 409]
+    for resp in responses:
+        if resp.status == 409:
+            assert (await resp.json())["error"]["code"] == "ZoneExists"
