@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -30,10 +29,10 @@ import diskcache
 import orjson
 
 from edge.cache.entry import STREAM_CHUNK, CachedObject, clamp_range
+from edge.cache.sqlite_conn import SQLITE_TIMEOUT_S, ThreadLocalConnection
 
 # diskcache's default: bodies below it live inline in SQLite, larger ones as files.
 DEFAULT_MIN_FILE_SIZE = 32 * 1024
-SQLITE_TIMEOUT_S = 60.0
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS EdgeTag ("
@@ -110,7 +109,7 @@ class DiskTier:
             statistics=False,
             tag_index=False,
         )
-        self._local = threading.local()
+        self._connection = ThreadLocalConnection(self.database)
         self._sql().executescript(";\n".join(_SCHEMA) + ";")
 
     @property
@@ -231,21 +230,7 @@ class DiskTier:
 
     def close(self) -> None:
         self._cache.close()
-        con = getattr(self._local, "con", None)
-        if con is not None:
-            con.close()
-            self._local.con = None
+        self._connection.close()
 
     def _sql(self) -> sqlite3.Connection:
-        """This thread's own connection to ``cache.db`` for the tag index (diskcache keeps its
-        connections private)."""
-        con: sqlite3.Connection | None = getattr(self._local, "con", None)
-        if con is None:
-            con = sqlite3.connect(
-                self.database,
-                timeout=SQLITE_TIMEOUT_S,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            self._local.con = con
-        return con
+        return self._connection.get()

@@ -13,17 +13,17 @@ import fcntl
 import mmap
 import os
 import sqlite3
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from edge.cache.sqlite_conn import ThreadLocalConnection
+
 PurgeKind = Literal["keys", "tags", "all"]
 SEQUENCE_FILE = "edge-purge.seq"
 # Rows kept for workers that are behind; a worker further behind clears its memory tier.
 KEEP_ROWS = 10_000
-SQLITE_TIMEOUT_S = 60.0
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS EdgePurge ("
@@ -40,7 +40,7 @@ class Purge:
 class PurgeLog:
     def __init__(self, database: Path, directory: Path) -> None:
         self._database = database
-        self._local = threading.local()
+        self._connection = ThreadLocalConnection(self._database)
         self._sql().execute(_SCHEMA)
         fd = os.open(directory / SEQUENCE_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -104,19 +104,7 @@ class PurgeLog:
     def close(self) -> None:
         self._published.release()
         self._map.close()
-        con = getattr(self._local, "con", None)
-        if con is not None:
-            con.close()
-            self._local.con = None
+        self._connection.close()
 
     def _sql(self) -> sqlite3.Connection:
-        con: sqlite3.Connection | None = getattr(self._local, "con", None)
-        if con is None:
-            con = sqlite3.connect(
-                self._database,
-                timeout=SQLITE_TIMEOUT_S,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            self._local.con = con
-        return con
+        return self._connection.get()
