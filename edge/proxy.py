@@ -14,7 +14,10 @@ from shared.middleware import REQUEST_ID
 
 HOP_BY_HOP = frozenset(h.lower() for h in (
     "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer",
-    "Transfer-Encoding", "Upgrade", "Host", "Content-Length"))
+    "Transfer-Encoding", "Upgrade", "Host"))
+# A request's Content-Length goes on to control (it refuses oversize bodies before reading them);
+# a response's is set on the StreamResponse from the upstream one.
+RESPONSE_SKIPPED = HOP_BY_HOP | {"content-length"}
 
 
 def _forward_headers(request: web.Request) -> dict[str, str]:
@@ -42,7 +45,7 @@ async def forward_to_control(request: web.Request) -> web.StreamResponse:
         raise ApiError(503, "ControlUnreachable", "The control plane cannot be reached from this edge; "
                        "management endpoints are unavailable. Delivery of cached assets continues.") from None
     async with upstream:
-        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in RESPONSE_SKIPPED}
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
         if upstream.content_length is not None and "chunked" not in upstream.headers.get("Transfer-Encoding", ""):
             response.content_length = upstream.content_length
