@@ -203,9 +203,9 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app = web.Application(client_max_size=max_upload + 1024 * 1024)
     app[REQUEST_LOG] = RequestLog()
     app.middlewares.append(request_log_middleware)  # outermost: sees every final status
+    app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
     install_envelopes(app)
     app[METRICS] = Metrics("control")
-    app.middlewares.append(metrics_middleware)
     app.middlewares.append(cluster.cluster_auth_middleware)
     app.middlewares.append(auth_middleware)
     app.middlewares.append(audit_middleware)

@@ -99,9 +99,9 @@ async def _on_delivery_response(request: web.Request, response: web.StreamRespon
 
 def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> web.Application:
     app = web.Application(client_max_size=settings.get("control", "max_upload_bytes") + 1024 * 1024)
+    app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
     install_envelopes(app)
     app[METRICS] = Metrics("edge")
-    app.middlewares.append(metrics_middleware)
     app[SETTINGS], app[SECRETS] = settings, secrets
     app[USAGE_COUNTERS] = counters_from_settings(settings.section("transform"))
     _add_routes(app, PUBLIC_ROUTES)

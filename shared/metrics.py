@@ -84,9 +84,8 @@ METRICS = web.AppKey("metrics", Metrics)
 
 
 def _route_name(request: web.Request) -> str:
-    info = request.match_info
-    route = info.route if info else None
-    resource = route.resource if route else None
+    # match_info is a dict of path parameters: test the route, not the (often empty) mapping.
+    resource = request.match_info.route.resource
     return resource.canonical if resource is not None else "unmatched"
 
 

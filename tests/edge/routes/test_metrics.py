@@ -1,0 +1,28 @@
+"""/metrics counts requests by the route and the status clients actually received."""
+
+from __future__ import annotations
+
+from tests.edge.routes.conftest import ZONE, CdnFactory
+
+
+def _count(text: str, route: str, status: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("assetcdn_requests_total{") and f'route="{route}"' in line and f'status="{status}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def test_errors_are_counted_with_their_status_and_route(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    assert (await cdn.edge.get(f"/{ZONE}/v1/logos/missing.svg")).status == 404
+    assert (await cdn.edge.get("/api/transform?url=/x/v1/a/b.png&w=0")).status == 400
+    assert (await cdn.edge.get("/api/health")).status == 200
+    text = await (await cdn.edge.get("/metrics")).text()
+    cdn_route = next(line.split('route="', 1)[1].split('"', 1)[0] for line in text.splitlines()
+                     if line.startswith("assetcdn_requests_total{") and 'status="404"' in line)
+    assert "{path" in cdn_route
+    assert _count(text, cdn_route, "404") == 1
+    assert _count(text, "/api/transform", "400") == 1
+    assert _count(text, "/api/health", "200") >= 1
+    assert 'status="500"' not in text
