@@ -43,6 +43,11 @@ class ApiError(Exception):
         }
 
 
+def as_legacy(error: ApiError) -> LegacyError:
+    """The same error for a legacy-envelope path (a shared helper raised it there)."""
+    return LegacyError(error.status, error.message, extra=error.extra, headers=error.headers)
+
+
 @dataclass
 class LegacyError(Exception):
     """An error in the legacy envelope: ``error`` is a string (text, or a code such as ``limit_reached``)."""

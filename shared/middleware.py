@@ -11,7 +11,7 @@ import orjson
 from aiohttp import web
 
 from shared import API_VERSION
-from shared.errors import ApiError, LegacyError
+from shared.errors import ApiError, LegacyError, as_legacy
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,10 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
     request[REQUEST_ID] = request_id
     try:
         response = await handler(request)
-    except (ApiError, LegacyError) as exc:
+    except ApiError as exc:
+        # A shared piece (body limits, path checks) may raise the standard error on a legacy path.
+        return error_response(as_legacy(exc) if uses_legacy_envelope(request.path) else exc, request_id)
+    except LegacyError as exc:
         return error_response(exc, request_id)
     except web.HTTPException as exc:
         if exc.status < 400:

@@ -19,7 +19,7 @@ from control.analytics.params import ANALYTICS_DAYS_MAXIMUM, parse_days
 from control.auth import AUTHENTICATOR, Key, accepts
 from control.request_body import read_body
 from control.state import ANALYTICS, ANALYTICS_BATCHES, SETTINGS
-from shared.errors import ApiError, LegacyError, bad_request, utc_now_iso
+from shared.errors import LegacyError, bad_request, utc_now_iso
 from shared.middleware import json_response
 
 from .cluster import CLUSTER_BODY
@@ -38,10 +38,7 @@ async def track_hit(request: web.Request) -> web.Response:
     if request.app[SETTINGS].section("analytics").get("track_requires_key", False):
         if await request.app[AUTHENTICATOR].authenticate(request, ANALYTICS_KEY) is None:
             raise LegacyError(401, "Unauthorized", "POST /api/analytics requires the analytics key in x-api-key.")
-    try:
-        raw = await read_body(request, TRACK_BODY_LIMIT)
-    except ApiError as exc:
-        raise LegacyError(exc.status, exc.message) from None
+    raw = await read_body(request, TRACK_BODY_LIMIT)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:

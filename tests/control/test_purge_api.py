@@ -51,3 +51,10 @@ async def test_a_purge_write_token_may_purge_and_other_keys_may_not(control: Tes
         resp = await control.post("/api/purge", json={"tags": ["all-assets"]}, headers=headers)
         assert resp.status == 401
         assert isinstance((await resp.json())["error"], str)  # the legacy envelope
+
+
+async def test_an_oversize_purge_body_is_413_in_the_legacy_envelope(control: TestClient) -> None:
+    resp = await control.post("/api/purge", data=b'{"tags": [' + b'"a",' * 20000 + b'"a"]}', headers=PURGE)
+    body = await resp.json()
+    assert resp.status == 413
+    assert isinstance(body["error"], str) and body["HttpCode"] == 413 and body["Message"] == body["error"]
