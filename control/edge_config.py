@@ -34,9 +34,11 @@ class EdgeConfigStore:
         self.db = db
         self.base_domain = base_domain
         self._snapshot: dict[str, Any] | None = None
+        self._epoch = 0  # bumped by every change, so a snapshot built across a change is not kept
 
     def invalidate(self) -> None:
         self._snapshot = None
+        self._epoch += 1
 
     async def rules(self) -> dict[str, str | None]:
         found = {}
@@ -46,14 +48,18 @@ class EdgeConfigStore:
         return found
 
     async def snapshot(self) -> dict[str, Any]:
-        if self._snapshot is None:
-            rules = await self.rules()
-            domains = {d.hostname: d.zone for d in await self.domains()}
-            body = {"headers": rules["_headers"], "redirects": rules["_redirects"], "domains": domains,
-                    "base_domain": self.base_domain}
-            version = hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-            self._snapshot = {"version": version, **body}
-        return self._snapshot
+        if self._snapshot is not None:
+            return self._snapshot
+        epoch = self._epoch
+        rules = await self.rules()
+        domains = {d.hostname: d.zone for d in await self.domains()}
+        body = {"headers": rules["_headers"], "redirects": rules["_redirects"], "domains": domains,
+                "base_domain": self.base_domain}
+        version = hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+        snapshot = {"version": version, **body}
+        if epoch == self._epoch:  # nothing changed while we read: safe to keep
+            self._snapshot = snapshot
+        return snapshot
 
     async def version(self) -> str:
         return (await self.snapshot())["version"]

@@ -87,7 +87,11 @@ async def purge(request: web.Request) -> web.Response:
         raise LegacyError(429, f"Rate limit exceeded: max {quota.limit} purges per day",
                           headers={"Retry-After": str(seconds_until_tomorrow()),
                                    "X-RateLimit-Limit": str(quota.limit), "X-RateLimit-Remaining": "0"})
-    generation, fan_out = await request.app[PUBLISHER].purge(command)
+    try:
+        generation, fan_out = await request.app[PUBLISHER].purge(command)
+    except BaseException:
+        await quota.give_back()  # a purge that was not recorded does not use the day's quota
+        raise
     purged: Any = "everything" if command.get("everything") else command.get("urls") or command.get("tags")
     acked, pending = fan_out.nodes()
     return json_response({
