@@ -82,8 +82,7 @@ class ControlClient:
 
 
 async def run_sync_loop(client: ControlClient, *, name: str, url: str, get_generation: Callable[[], int],
-                        catch_up: Callable[[], Any], interval_s: float, heartbeat_s: float,
-                        on_registered: Callable[[], None]) -> None:
+                        catch_up: Callable[[], Any], interval_s: float, heartbeat_s: float) -> None:
     """Register, then heartbeat and catch up on a short timer until cancelled; survive control restarts."""
     registered = False
     last_heartbeat = 0.0
@@ -92,8 +91,6 @@ async def run_sync_loop(client: ControlClient, *, name: str, url: str, get_gener
             if not registered:
                 await client.register(name, url, get_generation())
                 registered = True
-                on_registered()
-                await catch_up()
             await catch_up()
             if time.monotonic() - last_heartbeat >= heartbeat_s:
                 reply = await client.heartbeat(name, get_generation())

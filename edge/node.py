@@ -36,6 +36,11 @@ def path_tag(cdn_path: str) -> str:
     return f"path:{cdn_path}"
 
 
+def source_tags(entry: ManifestEntry) -> tuple[str, ...]:
+    """Tags of everything cached from one source: its public cache tags plus its path tag."""
+    return (*entry.tags, path_tag(entry.path))
+
+
 def public_tags(tags: Iterable[str]) -> list[str]:
     return [t for t in tags if ":" not in t]
 
@@ -58,6 +63,7 @@ class EdgeNode:
         self.synced = False  # caught up with control at least once since this process started
         edge = settings.section("edge")
         self.reachability_window_s = max(3 * float(edge["catchup_interval_s"]), 5.0)
+        self.asset_cache_control = f"public, max-age={int(edge['asset_max_age_s'])}"
 
     def load_persisted(self) -> None:
         """What this edge knew before a restart, so it can serve (STALE) while control is unreachable."""
@@ -82,7 +88,7 @@ class EdgeNode:
         self._tasks.append(asyncio.create_task(run_sync_loop(
             self.control, name=self.name, url=cluster_url, get_generation=lambda: self.replica.generation,
             catch_up=self.catch_up, interval_s=float(edge["catchup_interval_s"]),
-            heartbeat_s=float(edge["heartbeat_interval_s"]), on_registered=lambda: None)))
+            heartbeat_s=float(edge["heartbeat_interval_s"]))))
         self._tasks.append(asyncio.create_task(self.deliveries.ship_forever(
             self.control, float(self.settings.get("analytics", "flush_interval_s")))))
 

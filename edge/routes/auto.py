@@ -27,8 +27,7 @@ from edge.node import EdgeNode
 from edge.routes.transform import IMMUTABLE, origin_unreachable
 from edge.state import IMAGE_POOL, NODE
 from edge.states.deliver import deliver
-from edge.states.fetch import OriginUnavailable, fetch_asset
-from edge.states.lookup import asset_key, lookup
+from edge.states.fetch import OriginUnavailable, cached_asset
 from edge.states.variant import Variant, cached_variant
 from edge.transform.pipeline import run_transform
 from shared.errors import LegacyError
@@ -52,12 +51,7 @@ def parse_base(raw: str | None) -> str:
 
 
 async def _file(node: EdgeNode, choice: AutoChoice) -> tuple[CachedObject, str]:
-    obj = lookup(node, asset_key(choice.entry))
-    if obj is not None:
-        node.metrics.cache_result("HIT").inc()
-        return obj, "HIT"
-    node.metrics.cache_result("MISS").inc()
-    return await fetch_asset(node, choice.entry), "MISS"
+    return await cached_asset(node, choice.entry)
 
 
 async def _converted(request: web.Request, choice: AutoChoice) -> tuple[CachedObject, str]:

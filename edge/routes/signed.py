@@ -15,8 +15,7 @@ from aiohttp import web
 
 from edge.state import NODE, SECRETS
 from edge.states.deliver import deliver
-from edge.states.fetch import OriginUnavailable, fetch_asset
-from edge.states.lookup import asset_key, lookup
+from edge.states.fetch import OriginUnavailable, cached_asset
 from shared.errors import LegacyError
 from shared.paths import InvalidPath, parse_cdn_path
 from shared.signing import signature_matches
@@ -62,15 +61,11 @@ async def signed_asset(request: web.Request) -> web.StreamResponse:
         raise LegacyError(404, "Asset not found (404)")
     extra = {"X-Signed-URL": "verified"}
     for _attempt in range(2):  # a second pass only when the body was purged during delivery
-        obj = lookup(node, asset_key(entry))
-        status = "HIT" if obj is not None else "MISS"
-        node.metrics.cache_result(status).inc()
-        if obj is None:
-            try:
-                obj = await fetch_asset(node, entry)
-            except OriginUnavailable:
-                raise LegacyError(502, f"'/{path}' could not be fetched from the control plane. "
-                                  "Retry shortly.") from None
+        try:
+            obj, status = await cached_asset(node, entry)
+        except OriginUnavailable:
+            raise LegacyError(502, f"'/{path}' could not be fetched from the control plane. "
+                              "Retry shortly.") from None
         try:
             return await deliver(request, obj, cache_status=status, cache_control=CACHE_CONTROL,
                                  extra_headers=extra, tags=entry.tags)

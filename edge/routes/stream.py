@@ -9,7 +9,7 @@ import asyncio
 from aiohttp import web
 
 from edge.cache.entry import CachedObject, strong_etag
-from edge.node import EdgeNode, path_tag
+from edge.node import EdgeNode, source_tags
 from edge.state import NODE
 from edge.states.deliver import deliver
 from edge.states.fetch import OriginUnavailable, fetch_asset, source_bytes
@@ -61,7 +61,7 @@ async def _segment(node: EdgeNode, entry: ManifestEntry, number: int, offset: in
         return await asyncio.get_running_loop().run_in_executor(
             None, lambda: node.cache.put(key, data, SEGMENT_CONTENT_TYPE,
                                          strong_etag(f"{entry.sha256[:40]}-{number}"),
-                                         (*entry.tags, path_tag(entry.path))))
+                                         source_tags(entry)))
 
     return await node.flight.run(key, fill)
 

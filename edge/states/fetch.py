@@ -8,9 +8,11 @@ import time
 
 from edge.cache.entry import CachedObject, strong_etag
 from edge.control_client import ControlUnavailable, NotFoundAtControl
-from edge.node import EdgeNode, path_tag
+from edge.node import EdgeNode, source_tags
 from edge.states.lookup import asset_key, lookup
 from shared.manifest import ManifestEntry
+
+HASH_INLINE_MAX = 256 * 1024  # below this an executor hop costs more than the hash
 
 
 class OriginUnavailable(Exception):
@@ -26,7 +28,11 @@ async def fetch_source(node: EdgeNode, entry: ManifestEntry) -> bytes:
         raise OriginUnavailable(str(exc)) from exc
     finally:
         node.metrics.origin_fetch_seconds.labels("asset").observe(time.perf_counter() - started)
-    if hashlib.sha256(data).hexdigest() != entry.sha256:
+    if len(data) <= HASH_INLINE_MAX:
+        digest = hashlib.sha256(data).hexdigest()
+    else:  # large blobs (videos) are hashed off the event loop; hashlib releases the GIL
+        digest = (await asyncio.get_running_loop().run_in_executor(None, hashlib.sha256, data)).hexdigest()
+    if digest != entry.sha256:
         raise OriginUnavailable(f"content of {entry.path} does not match its manifest hash")
     return data
 
@@ -39,9 +45,9 @@ async def fetch_asset(node: EdgeNode, entry: ManifestEntry) -> CachedObject:
         if cached is not None:
             return cached
         data = await fetch_source(node, entry)
-        tags = (*entry.tags, path_tag(entry.path))
         return await asyncio.get_running_loop().run_in_executor(
-            None, lambda: node.cache.put(key, data, entry.content_type, strong_etag(entry.sha256), tags))
+            None, lambda: node.cache.put(key, data, entry.content_type, strong_etag(entry.sha256),
+                                         source_tags(entry)))
 
     return await node.flight.run(key, fill)
 
@@ -52,3 +58,15 @@ async def source_bytes(node: EdgeNode, entry: ManifestEntry) -> bytes:
     if obj.body is not None:
         return obj.body
     return await asyncio.get_running_loop().run_in_executor(None, lambda: obj.read_range(0, obj.size))
+
+
+async def cached_asset(node: EdgeNode, entry: ManifestEntry) -> tuple[CachedObject, str]:
+    """The asset's cache entry and its X-Cache status: HIT, STALE (cached, but control unreachable so we
+    cannot confirm it is current) or MISS (fetched now). Counted in the cache metric."""
+    obj = lookup(node, asset_key(entry))
+    if obj is None:
+        obj, status = await fetch_asset(node, entry), "MISS"
+    else:
+        status = "HIT" if node.control_reachable() else "STALE"
+    node.metrics.cache_result(status).inc()
+    return obj, status

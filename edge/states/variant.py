@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from edge.cache.entry import CachedObject, strong_etag
 from edge.image_pool import ImagePool
-from edge.node import EdgeNode, path_tag
+from edge.node import EdgeNode, source_tags
 from edge.states.fetch import source_bytes
 from edge.states.lookup import lookup
 from shared.manifest import ManifestEntry
@@ -26,10 +26,6 @@ from shared.manifest import ManifestEntry
 class Variant:
     body: bytes
     content_type: str
-
-
-def variant_tags(entry: ManifestEntry) -> tuple[str, ...]:
-    return (*entry.tags, path_tag(entry.path))
 
 
 def _fresh(obj: CachedObject | None, max_age_s: float | None) -> CachedObject | None:
@@ -65,7 +61,7 @@ async def cached_variant(node: EdgeNode, pool: ImagePool, entry: ManifestEntry, 
         node.metrics.transforms.labels(metric_format).inc()
         etag = strong_etag(hashlib.sha256(variant.body).hexdigest())
         return await asyncio.get_running_loop().run_in_executor(
-            None, lambda: node.cache.put(key, variant.body, variant.content_type, etag, variant_tags(entry)))
+            None, lambda: node.cache.put(key, variant.body, variant.content_type, etag, source_tags(entry)))
 
     node.metrics.cache_result("MISS").inc()
     return await node.flight.run(key, fill), "MISS"
