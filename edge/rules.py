@@ -21,14 +21,13 @@ class EdgeConfig:
     rules: RuleSet = EMPTY_RULES
     domains: dict[str, str] = field(default_factory=dict)
     base_domain: str = ""
-    raw: dict[str, Any] = field(default_factory=dict)
 
     @staticmethod
     def from_snapshot(snapshot: dict[str, Any]) -> EdgeConfig:
         return EdgeConfig(version=snapshot["version"],
                           rules=RuleSet.from_texts(snapshot.get("headers"), snapshot.get("redirects")),
                           domains={h.lower(): z for h, z in (snapshot.get("domains") or {}).items()},
-                          base_domain=(snapshot.get("base_domain") or "").lower(), raw=snapshot)
+                          base_domain=(snapshot.get("base_domain") or "").lower())
 
     def zone_for_host(self, host: str) -> str | None:
         """The tenant zone a Host header names: a custom domain, or `<zone>.<base domain>`."""

@@ -15,7 +15,6 @@ PROTOCOL_VERSION = 1
 PREFIX = "/_cluster"
 TIMESTAMP_HEADER = "X-Cluster-Timestamp"
 SIGNATURE_HEADER = "X-Cluster-Signature"
-NODE_HEADER = "X-Cluster-Node"
 WINDOW_SECONDS = 60
 
 

@@ -28,8 +28,6 @@ class Settings:
         data.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
         return Settings(data)
 
-    def as_dict(self) -> dict[str, dict[str, Any]]:
-        return {s: dict(v) for s, v in self._data.items()}
 
 
 def _coerce(raw: str, like: Any) -> Any:

@@ -91,8 +91,3 @@ def conflict(message: str, target: str | None = None, code: str = "Conflict") ->
 
 def payload_too_large(message: str, max_size: int) -> ApiError:
     return ApiError(413, "PayloadTooLarge", message, extra={"MaxSize": max_size})
-
-
-def too_many_requests(message: str, retry_after: int, limit: int) -> ApiError:
-    return ApiError(429, "TooManyRequests", message, headers={
-        "Retry-After": str(retry_after), "X-RateLimit-Limit": str(limit), "X-RateLimit-Remaining": "0"})

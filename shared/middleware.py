@@ -105,7 +105,3 @@ async def _stamp_headers(request: web.Request, response: web.StreamResponse) -> 
 def install_envelopes(app: web.Application) -> None:
     app.middlewares.append(envelope_middleware)
     app.on_response_prepare.append(_stamp_headers)
-
-
-def request_id_of(request: web.Request) -> str:
-    return request.get(REQUEST_ID) or new_request_id()

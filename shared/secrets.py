@@ -69,15 +69,6 @@ def load_or_create_secrets(data_dir: Path, environ: dict[str, str] | None = None
     return Secrets(**values), generated
 
 
-def secrets_from_env(environ: dict[str, str] | None = None) -> Secrets:
-    """For a process started by `assetcdn up` or by an operator: every value must be in the environment."""
-    environ = dict(os.environ if environ is None else environ)
-    missing = [Secrets.env_name(f.name) for f in fields(Secrets) if not environ.get(Secrets.env_name(f.name))]
-    if missing:
-        raise SystemExit(f"missing secrets in the environment: {', '.join(missing)}")
-    return Secrets(**{f.name: environ[Secrets.env_name(f.name)] for f in fields(Secrets)})
-
-
 EDGE_SECRET_FIELDS = ("cluster_secret", "signed_url_secret")
 
 
