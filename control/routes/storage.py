@@ -169,19 +169,19 @@ async def _file_response(request: web.Request, with_body: bool) -> web.StreamRes
         return await _list_directory(request, raw)
     path = _parse(raw)
     git = request.app[GIT]
-    found = await git.run(git.read_file, path.repo_path)
+    # HEAD needs only the size, from the tree entry; GET reads the content.
+    found = await git.run(git.read_file if with_body else git.file_size, path.repo_path)
     if found is None:
         raise not_found(f"File '{path.client_path}' does not exist.", target="path", code="FileNotFound")
-    _blob_id, data = found
     entry = request.app[MANIFEST].entries.get(path.cdn_path)
     headers = {"Content-Type": entry.content_type if entry else content_type_of(path.repo_path)}
     if entry:
         headers["ETag"] = f'"{entry.sha256}"'
         headers["Checksum"] = entry.sha256.upper()
     if not with_body:
-        headers["Content-Length"] = str(len(data))
+        headers["Content-Length"] = str(found)
         return web.Response(status=200, headers=headers)
-    return web.Response(body=data, headers=headers)
+    return web.Response(body=found[1], headers=headers)
 
 
 async def get_file(request: web.Request) -> web.StreamResponse:

@@ -93,6 +93,17 @@ class GitStore:
             return None
         return str(obj.id), obj.data
 
+    def file_size(self, path: str) -> int | None:
+        """Size of the file at `path` from its tree entry, without reading the content."""
+        tree = self._head_tree()
+        if tree is None:
+            return None
+        try:
+            obj = tree[path]
+        except KeyError:
+            return None
+        return obj.size if obj.type == ObjectType.BLOB else None
+
     def read_blob(self, blob_id: str) -> bytes | None:
         try:
             obj = self._repo.get(blob_id)
