@@ -8,8 +8,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,13 +41,6 @@ def free_port_block(count: int) -> int:
             return base
     raise RuntimeError("no free port block")
 
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/api/health", timeout=2) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 @dataclass
@@ -100,12 +91,6 @@ class RunningCdn:
             os.kill(pid, sig)
         return pids
 
-    def wait_healthy(self, url: str, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not healthy(url):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{url} not healthy; log:\n{self.log_path.read_text()[-4000:]}")
-            time.sleep(0.2)
 
     def stop(self) -> int:
         for pid in self.stopped_pids:
@@ -127,6 +112,7 @@ def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False
     base = free_port_block(edges + 1)
     control_port, edge_port = base + edges, base
     env = {**os.environ, **KEYS, "ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.5", **(env_extra or {})}
+    env.pop("ASSETCDN_CONFIG", None)  # the embedded defaults, whatever the caller's shell has
     log_path = tmp / "up.log"
     command = [sys.executable, "-m", "shared.cli", "up", "--data-dir", str(data_dir), "--host", "127.0.0.1",
                "--edge-port", str(edge_port), "--control-port", str(control_port), "--edges", str(edges),
