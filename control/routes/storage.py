@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -90,11 +91,15 @@ async def put_file(request: web.Request) -> web.Response:
         raise bad_request("Cannot upload to a directory path: the path must end in a file name with an extension.",
                           target="path", code="InvalidPath")
     path = _parse(raw)
-    await _require_zone(request, path)
     git = request.app[GIT]
-    problem = await git.run(_tree_conflict, git, path.repo_path)
-    if problem:
-        raise conflict(f"Path conflict: {problem} Nothing was written.", target="path", code="PathConflict")
+
+    async def writable() -> None:
+        await _require_zone(request, path)
+        problem = await git.run(_tree_conflict, git, path.repo_path)
+        if problem:
+            raise conflict(f"Path conflict: {problem} Nothing was written.", target="path", code="PathConflict")
+
+    await writable()  # before reading the body; checked again under the commit lock (a zone may go meanwhile)
     limit = request.app[SETTINGS].get("control", "max_upload_bytes")
     data = await read_body(request, limit)
     supplied = request.headers.get("Checksum")
@@ -103,7 +108,7 @@ async def put_file(request: web.Request) -> web.Response:
         if not SHA256_HEX.match(supplied.strip()):
             raise bad_request("The Checksum header must be the SHA-256 of the body as 64 hex characters.",
                               target="Checksum", code="InvalidChecksum")
-        received = hashlib.sha256(data).hexdigest().upper()
+        received = (await asyncio.to_thread(hashlib.sha256, data)).hexdigest().upper()  # up to 25 MB: off the loop
         checksum = supplied.strip().upper()
         if checksum != received:
             raise bad_request("Checksum mismatch: the SHA-256 of the uploaded bytes differs from the Checksum "
@@ -112,7 +117,8 @@ async def put_file(request: web.Request) -> web.Response:
     existed = path.cdn_path in request.app[MANIFEST].entries
     try:
         published = await request.app[PUBLISHER].commit(
-            {path.repo_path: data}, f"Upload {path.cdn_path} ({len(data)} bytes) via Storage API")
+            {path.repo_path: data}, f"Upload {path.cdn_path} ({len(data)} bytes) via Storage API",
+            precondition=writable)
     except NothingToCommit:
         published = None
     body: dict[str, Any] = {
@@ -216,7 +222,10 @@ async def delete_file(request: web.Request) -> web.Response:
     if not files:
         raise not_found(f"'{path.client_path}' does not exist or holds no files.", target="path",
                         code="FileNotFound")
-    published = await request.app[PUBLISHER].commit({f: None for f in files}, f"Delete {what} via Storage API")
+    try:
+        published = await request.app[PUBLISHER].commit({f: None for f in files}, f"Delete {what} via Storage API")
+    except NothingToCommit:  # a concurrent delete got there first
+        raise not_found(f"'{path.client_path}' does not exist.", target="path", code="FileNotFound") from None
     return json_response({"HttpCode": 200, "Message": f"Deleted {what}.", "Path": path.client_path,
                           **_edge_fields(published, "purging")})
 

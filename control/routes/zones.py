@@ -8,6 +8,7 @@ from aiohttp import web
 
 from control.request_body import read_json
 from control.state import EDGE_CONFIG, GIT, MANIFEST, PUBLISHER, ZONES, public_url
+from control.storage.git_store import NothingToCommit
 from control.zones_store import ZoneMeta
 from shared.errors import bad_request, conflict, not_found, utc_now_iso
 from shared.manifest import ManifestEntry, human_size
@@ -100,8 +101,11 @@ async def delete_zone(request: web.Request) -> web.Response:
     git = request.app[GIT]
     files = [f.path for f in await git.run(lambda: list(git.iter_files(f"{CLIENT_ROOT}/{zone}")))]
     asset_count = sum(1 for f in files if not f.endswith("/.gitkeep"))
-    published = await request.app[PUBLISHER].commit(
-        {f: None for f in files}, f"Delete zone {zone} and its {asset_count} files", purge_tags=[f"project-{zone}"])
+    try:
+        published = await request.app[PUBLISHER].commit(
+            {f: None for f in files}, f"Delete zone {zone} and its {asset_count} files", purge_tags=[f"project-{zone}"])
+    except NothingToCommit:  # a concurrent delete of the same zone got there first
+        raise not_found(f"Zone '{zone}' does not exist.", target="id", code="ZoneNotFound") from None
     await request.app[ZONES].remove(zone)
     # A deleted zone keeps no custom domains: they would map hostnames to nothing.
     if await request.app[EDGE_CONFIG].domains(zone):

@@ -353,3 +353,12 @@ async def test_traversal_in_the_request_line_reaches_the_server_unchanged(contro
     resp = await control.session.get(url, headers=ACCESS)
     body = await expect_error(resp, 400, "InvalidPath")
     assert "'..'" in body["Message"]
+
+
+async def test_concurrent_deletes_of_one_file_give_one_200_and_404s(control: TestClient, zone: str) -> None:
+    import asyncio
+
+    assert (await control.put(f"/api/storage/{zone}/v1/logos/x.svg", data=b"<svg/>", headers=ACCESS)).status == 201
+    responses = await asyncio.gather(*(control.delete(f"/api/storage/{zone}/v1/logos/x.svg", headers=ACCESS)
+                                       for _ in range(4)))
+    assert sorted(r.status for r in responses) == [200, 404, 404, 404]

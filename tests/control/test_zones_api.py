@@ -173,3 +173,24 @@ async def test_concurrent_creates_of_one_zone_give_one_201_and_409s(control: Tes
     for resp in responses:
         if resp.status == 409:
             assert (await resp.json())["error"]["code"] == "ZoneExists"
+
+
+async def test_concurrent_deletes_of_one_zone_give_one_200_and_404s(control: TestClient, zone: str) -> None:
+    import asyncio
+
+    responses = await asyncio.gather(*(control.delete(f"/api/core/zones/{zone}", headers=ACCOUNT)
+                                       for _ in range(4)))
+    assert sorted(r.status for r in responses) == [200, 404, 404, 404]
+
+
+async def test_an_upload_racing_a_zone_delete_never_revives_the_zone(control: TestClient, zone: str) -> None:
+    import asyncio
+
+    delete = control.delete(f"/api/core/zones/{zone}", headers=ACCOUNT)
+    uploads = [control.put(f"/api/storage/{zone}/v1/logos/l{i}.svg", data=b"<svg/>", headers=ACCESS)
+               for i in range(4)]
+    results = await asyncio.gather(delete, *uploads)
+    assert results[0].status == 200
+    assert all(r.status in (201, 404) for r in results[1:])
+    listed = await control.get("/api/core/zones", headers=ACCOUNT)
+    assert zone not in [z["Name"] for z in await listed.json()]
