@@ -32,6 +32,15 @@ def rendition_files(video: str, index: VideoIndex, out_dir: Path) -> dict[str, b
     return files
 
 
+def _transcode_source(data: bytes, work: Path, video: str) -> tuple[VideoIndex, dict[str, bytes]]:
+    """Blocking: write the source, transcode it, read the renditions back (run in a thread)."""
+    work.mkdir(parents=True, exist_ok=True)
+    source = work / "source"
+    source.write_bytes(data)
+    index = transcode_hls(source, work / "hls", video=video)
+    return index, rendition_files(video, index, work / "hls")
+
+
 class VideoIngester:
     def __init__(self, git: GitStore, publisher: Publisher, work_dir: Path) -> None:
         self.git = git
@@ -66,13 +75,8 @@ class VideoIngester:
             if data is None:
                 return
             work = self.work_dir / f"{video}-{blob_id[:12]}"
-            source = work / "source"
-            out_dir = work / "hls"
             try:
-                work.mkdir(parents=True, exist_ok=True)
-                source.write_bytes(data)
-                index = await asyncio.to_thread(transcode_hls, source, out_dir, video=video)
-                files = await asyncio.to_thread(rendition_files, video, index, out_dir)
+                index, files = await asyncio.to_thread(_transcode_source, data, work, video)
                 await self.publisher.commit(files, f"Add HLS renditions of {video} "
                                                    f"({', '.join(r.name for r in index.renditions)})")
                 log.info("transcoded %s into %d renditions", video, len(index.renditions))
@@ -81,7 +85,7 @@ class VideoIngester:
             except NothingToCommit:
                 pass
             finally:
-                shutil.rmtree(work, ignore_errors=True)
+                await asyncio.to_thread(shutil.rmtree, work, True)
 
     def install_demo(self, cache_dir: Path) -> None:
         """Make the demo videos (cached in the data dir) and commit them in one commit, in the background."""
