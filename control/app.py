@@ -73,7 +73,7 @@ from control.storage.git_store import GitStore
 from control.tokens import TokenStore
 from control.video.ingest import VideoIngester
 from control.zones_store import ZoneStore
-from shared.cluster import PREFIX
+from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
 from shared.metrics import METRICS, Metrics, metrics_handler, metrics_middleware
 from shared.middleware import install_envelopes
@@ -207,6 +207,7 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     install_envelopes(app)
     app[METRICS] = Metrics("control")
     app.middlewares.append(cluster.cluster_auth_middleware)
+    app[cluster.REPLAY_GUARD] = ReplayGuard()
     app.middlewares.append(auth_middleware)
     app.middlewares.append(audit_middleware)
     app[SETTINGS], app[SECRETS], app[DATA_DIR] = settings, secrets, Path(data_dir)
