@@ -21,7 +21,7 @@ from edge.rules import apply_header_rules
 from edge.state import IMAGE_POOL, NODE, PROXY_SESSION, SECRETS, SETTINGS, USAGE_COUNTERS
 from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
-from shared.metrics import METRICS, Metrics, metrics_handler, metrics_middleware
+from shared.metrics import METRICS, METRICS_KEY, Metrics, metrics_handler, metrics_middleware
 from shared.middleware import install_envelopes
 from shared.secrets import Secrets
 
@@ -103,6 +103,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
     install_envelopes(app)
     app[METRICS] = Metrics("edge")
+    app[METRICS_KEY] = secrets.metrics_key
     app[SETTINGS], app[SECRETS] = settings, secrets
     app[USAGE_COUNTERS] = counters_from_settings(settings.section("transform"))
     _add_routes(app, PUBLIC_ROUTES)
