@@ -1,16 +1,21 @@
 """`assetcdn up` on a first start with no keys in its environment: the generated secrets stay in
 secrets.env (0600, in a 0700 data directory), never in the log; /metrics and deep health need the
-metrics key on control and on the edge; the public health names no internal address."""
+metrics key on control and on the edge; the public health names no internal address. And with two
+workers per edge, each worker accepts only the pushes signed for it, once."""
 
 from __future__ import annotations
 
+import asyncio
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
+import orjson
 import pytest
 
+from shared.cluster import PREFIX, sign_request
 from shared.secrets import SECRETS_FILE, Secrets
 from tests.integration.harness import KEYS, RunningCdn, start_cdn
 from tests.shared.health_shape import assert_health_shape, assert_no_internal_addresses
@@ -77,3 +82,45 @@ async def test_metrics_and_deep_health_need_the_metrics_key_on_both_processes(cd
                 text = await resp.text()
                 assert resp.status == 200, text
                 assert_no_internal_addresses(text, str(cdn.data_dir))
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCdn]:
+    running = start_cdn(tmp_path_factory.mktemp("workers"), edges=1, workers=2)
+    try:
+        yield running
+    finally:
+        assert running.stop() == 0
+
+
+async def test_each_worker_takes_only_its_own_push_and_only_once(two_workers: RunningCdn) -> None:
+    """Control pushes to every worker of a node on its private port; a push for one worker is refused by
+    the other and by itself the second time."""
+    metrics = {"Authorization": f"Bearer {KEYS['ASSETCDN_METRICS_KEY']}"}
+    async with aiohttp.ClientSession() as http:
+
+        async def members() -> dict[str, dict]:
+            async with http.get(f"{two_workers.control_url}/api/health?deep=1", headers=metrics) as resp:
+                return {e["name"]: e for e in (await resp.json())["edges"]}
+
+        deadline = time.monotonic() + 30  # `up` saw one worker healthy; the other may still be registering
+        while set(await members()) != {"edge-0/0", "edge-0/1"}:
+            assert time.monotonic() < deadline, await members()
+            await asyncio.sleep(0.1)
+        async with http.post(f"{two_workers.edge_urls[0]}/api/core/zones", json={"Name": "workers"},
+                             headers={"AccountKey": KEYS["ASSETCDN_ACCOUNT_KEY"]}) as resp:
+            assert resp.status == 201, await resp.text()
+            assert "Acknowledged by 1 of 1 edges" in (await resp.json())["EdgeNote"]
+        workers = await members()
+        assert all(m["lastPushMs"] is not None for m in workers.values())  # each worker acknowledged its push
+
+        generation = workers["edge-0/0"]["generation"]
+        body = orjson.dumps({"v": 1, "generation": generation})
+        push = {**sign_request(KEYS["ASSETCDN_CLUSTER_SECRET"], "POST", PREFIX + "/push", body, audience="edge-0/0"),
+                "Content-Type": "application/json"}
+        async with http.post(workers["edge-0/1"]["url"] + PREFIX + "/push", data=body, headers=push) as resp:
+            assert resp.status == 401  # signed for the other worker
+        async with http.post(workers["edge-0/0"]["url"] + PREFIX + "/push", data=body, headers=push) as resp:
+            assert resp.status == 200
+        async with http.post(workers["edge-0/0"]["url"] + PREFIX + "/push", data=body, headers=push) as resp:
+            assert resp.status == 401  # the same message again
