@@ -13,7 +13,7 @@ from aiohttp import web
 from control.app import create_app
 from shared.config import load_settings
 from shared.logs import configure_logging
-from shared.secrets import load_or_create_secrets
+from shared.secrets import load_or_create_secrets, private_umask
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     host = args.host or settings.get("server", "host")
     port = args.port or settings.get("server", "control_port")
     configure_logging("control")
+    private_umask()  # the repository, database and work files are the owner's only
     secrets, generated = load_or_create_secrets(data_dir)
     if generated:
         logging.getLogger("control").info("generated %d missing secrets into %s", len(generated),

@@ -73,9 +73,9 @@ from control.storage.git_store import GitStore
 from control.tokens import TokenStore
 from control.video.ingest import VideoIngester
 from control.zones_store import ZoneStore
-from shared.cluster import PREFIX
+from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
-from shared.metrics import METRICS, Metrics, metrics_handler, metrics_middleware
+from shared.metrics import METRICS, METRICS_KEY, Metrics, metrics_handler, metrics_middleware
 from shared.middleware import install_envelopes
 from shared.secrets import Secrets
 
@@ -206,7 +206,9 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
     install_envelopes(app)
     app[METRICS] = Metrics("control")
+    app[METRICS_KEY] = secrets.metrics_key
     app.middlewares.append(cluster.cluster_auth_middleware)
+    app[cluster.REPLAY_GUARD] = ReplayGuard()
     app.middlewares.append(auth_middleware)
     app.middlewares.append(audit_middleware)
     app[SETTINGS], app[SECRETS], app[DATA_DIR] = settings, secrets, Path(data_dir)

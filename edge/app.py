@@ -19,9 +19,9 @@ from edge.proxy import forward_to_control
 from edge.routes import auto, cluster, delivery, health, placeholders, signed, stream, transform
 from edge.rules import apply_header_rules
 from edge.state import IMAGE_POOL, NODE, PROXY_SESSION, SECRETS, SETTINGS, USAGE_COUNTERS
-from shared.cluster import PREFIX
+from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
-from shared.metrics import METRICS, Metrics, metrics_handler, metrics_middleware
+from shared.metrics import METRICS, METRICS_KEY, Metrics, metrics_handler, metrics_middleware
 from shared.middleware import install_envelopes
 from shared.secrets import Secrets
 
@@ -87,6 +87,7 @@ def create_cluster_app(node_app: web.Application) -> web.Application:
     install_envelopes(app)
     app[NODE] = node_app[NODE]
     app[SECRETS] = node_app[SECRETS]
+    app[cluster.REPLAY_GUARD] = ReplayGuard()
     _add_routes(app, CLUSTER_ROUTES)
     return app
 
@@ -102,6 +103,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
     install_envelopes(app)
     app[METRICS] = Metrics("edge")
+    app[METRICS_KEY] = secrets.metrics_key
     app[SETTINGS], app[SECRETS] = settings, secrets
     app[USAGE_COUNTERS] = counters_from_settings(settings.section("transform"))
     _add_routes(app, PUBLIC_ROUTES)

@@ -14,6 +14,7 @@ from pathlib import Path
 from shared.config import load_settings
 from shared.logs import configure_logging
 from shared.process import die_with_parent
+from shared.secrets import private_umask
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,6 +56,7 @@ def run_worker(argv: list[str], worker: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    private_umask()  # cached assets (signed ones too) and metrics files are the owner's only
     settings = load_settings(args.config)
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
     cache_dir = Path(args.cache_dir or settings.get("edge", "cache_dir") or data_dir / args.name).resolve()

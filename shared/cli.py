@@ -18,12 +18,15 @@ from pathlib import Path
 
 from shared.config import load_settings
 from shared.process import die_with_parent
-from shared.secrets import SECRETS_FILE, load_or_create_secrets, signed_url_secret
+from shared.secrets import SECRETS_FILE, load_or_create_secrets, private_umask, signed_url_secret
 from shared.signing import signed_url
 
 HEALTH_TIMEOUT_S = 60.0
 MAX_RESTARTS = 5
 CRASH_WINDOW_S = 60.0
+# The keys a user passes to the API (named in `up`'s output); the internal secrets are never mentioned.
+USER_KEYS = ("ASSETCDN_ACCESS_KEY", "ASSETCDN_ACCOUNT_KEY", "ASSETCDN_PURGE_KEY", "ASSETCDN_ANALYTICS_KEY",
+             "ASSETCDN_METRICS_KEY")
 
 
 def _say(text: str, *, error: bool = False) -> None:
@@ -71,12 +74,23 @@ def _stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
             process.wait()
 
 
+def _keys_notice(secrets_path: Path, generated: list[str]) -> str:
+    """Where the keys are, by name only: output of `up` ends up in logs, so no key value is ever printed."""
+    if not generated:
+        return f"Keys: from the environment or {secrets_path}"
+    user_keys = [name for name in generated if name in USER_KEYS]
+    named = f" ({', '.join(user_keys)})" if user_keys else ""
+    return (f"Generated keys{named} are in {secrets_path} (mode 0600); they are not printed. "
+            f"Load them with: set -a; . {secrets_path}; set +a")
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     host = args.host or settings.get("server", "host")
     edge_port = args.edge_port or settings.get("server", "edge_port")
     control_port = args.control_port or settings.get("server", "control_port")
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
+    private_umask()  # everything control and the edges create under the data dir is the owner's only
     first_start = not (data_dir / "repo.git").exists()
     secrets, generated = load_or_create_secrets(data_dir)
     env = {**os.environ, **secrets.as_env(), "ASSETCDN_SERVER_EDGE_PORT": str(edge_port),
@@ -105,12 +119,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         processes.extend(_spawn(command, env) for command in commands[1:])
         _wait_healthy(edge_urls, processes, HEALTH_TIMEOUT_S)
         _say(f"assetcdn is up: {edge_urls[0]}  (control {control_url}; edges {', '.join(edge_urls)})")
-        if generated:
-            _say(f"Generated keys (shown once) are stored in {data_dir / SECRETS_FILE} (mode 0600):")
-            for name in generated:
-                _say(f"  {name}={getattr(secrets, name.removeprefix('ASSETCDN_').lower())}")
-        else:
-            _say(f"Keys: environment or {data_dir / SECRETS_FILE}")
+        _say(_keys_notice(data_dir / SECRETS_FILE, generated))
         return _supervise(processes, commands, env)
     except KeyboardInterrupt:
         return 0

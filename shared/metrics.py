@@ -2,10 +2,15 @@
 
 Worker processes of one edge node share PROMETHEUS_MULTIPROC_DIR, so /metrics on any worker
 reports the node as a whole.
+
+/metrics (and deep health) need the metrics key as ``Authorization: Bearer <key>``, the form
+Prometheus sends with ``authorization: {credentials: ...}`` in a scrape config. A process without a
+metrics key answers 401 to everyone.
 """
 
 from __future__ import annotations
 
+import hmac
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -21,6 +26,8 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+
+from shared.errors import ApiError
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -81,6 +88,22 @@ class Metrics:
 
 
 METRICS = web.AppKey("metrics", Metrics)
+METRICS_KEY = web.AppKey("metrics_key", str)
+
+
+def metrics_key_presented(request: web.Request) -> bool:
+    """True when the request carries this process's metrics key as a Bearer credential."""
+    expected = request.app.get(METRICS_KEY, "")
+    scheme, _, supplied = request.headers.get("Authorization", "").partition(" ")
+    return bool(expected) and scheme.lower() == "bearer" and \
+        hmac.compare_digest(supplied.strip().encode(), expected.encode())
+
+
+def require_metrics_key(request: web.Request, what: str) -> None:
+    if not metrics_key_presented(request):
+        raise ApiError(401, "Unauthorized",
+                       f"{what} needs the metrics key: send 'Authorization: Bearer <ASSETCDN_METRICS_KEY>'.",
+                       headers={"WWW-Authenticate": 'Bearer realm="assetcdn"'})
 
 
 def _route_name(request: web.Request) -> str:
@@ -109,4 +132,5 @@ async def metrics_middleware(request: web.Request,
 
 
 async def metrics_handler(request: web.Request) -> web.Response:
+    require_metrics_key(request, "/metrics")
     return web.Response(body=request.app[METRICS].render(), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -106,7 +106,8 @@ class EdgeRegistry:
     async def _post(self, node: EdgeNode, path: str, message: dict[str, Any]) -> dict[str, Any]:
         assert self._session is not None
         body = orjson.dumps({"v": PROTOCOL_VERSION, **message})
-        headers = {"Content-Type": "application/json", **sign_request(self._secret, "POST", PREFIX + path, body)}
+        headers = {"Content-Type": "application/json",
+                   **sign_request(self._secret, "POST", PREFIX + path, body, audience=node.name)}
         async with self._session.post(node.url + PREFIX + path, data=body, headers=headers) as resp:
             if resp.status != 200:
                 raise RuntimeError(f"edge {node.name} answered {resp.status} to {path}")

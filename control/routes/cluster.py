@@ -1,4 +1,7 @@
-"""The control side of the cluster protocol (signed with the cluster secret; never public)."""
+"""The control side of the cluster protocol (signed with the cluster secret for control; never public).
+
+Every request is accepted once: its nonce is remembered for the time window and a replay gets 401.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +12,13 @@ import orjson
 from aiohttp import web
 
 from control.state import EDGE_CONFIG, GIT, MANIFEST, REGISTRY, SECRETS, SETTINGS
-from shared.cluster import PREFIX, verify_request
+from shared.cluster import PREFIX, ReplayGuard, verify_request
 from shared.errors import ApiError, bad_request
 from shared.middleware import json_response
 
 CLUSTER_BODY = web.RequestKey("cluster_body", bytes)
+# Nonces control has accepted (set by `control.app.create_app`; control is one process).
+REPLAY_GUARD = web.AppKey("cluster_replay_guard", ReplayGuard)
 
 
 @web.middleware
@@ -23,8 +28,9 @@ async def cluster_auth_middleware(request: web.Request,
         return await handler(request)
     body = await request.read()
     path_qs = request.rel_url.path_qs
-    if not verify_request(request.app[SECRETS].cluster_secret, request.method, path_qs, body, request.headers):
-        raise ApiError(401, "Unauthorized", "Cluster requests must be signed with the cluster secret.")
+    if not verify_request(request.app[SECRETS].cluster_secret, request.method, path_qs, body, request.headers,
+                          guard=request.app[REPLAY_GUARD]):
+        raise ApiError(401, "Unauthorized", "Cluster requests must be signed with the cluster secret, once.")
     request[CLUSTER_BODY] = body
     return await handler(request)
 

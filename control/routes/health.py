@@ -1,19 +1,31 @@
-"""GET /api/health on control: manifest store, SQLite and git. `deep=1` exercises each binding."""
+"""GET /api/health on control: the asset store (manifest and git) and SQLite.
+
+The shallow answer is public and names no internal address or path; `deep=1` (metrics key required)
+exercises each binding, reports error text and lists the registered edges.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from control.state import DB, GIT, MANIFEST, REGISTRY
-from shared import API_VERSION
-from shared.errors import utc_now_iso
+from shared.health import (
+    ASSET_READ,
+    HEALTH_HEADERS,
+    KV_READ,
+    SHAPE,
+    deep_requested,
+    health_body,
+    shallow_error,
+)
 from shared.middleware import json_response
 
 
-async def _probe(name: str, method: str, probe: Any) -> dict[str, Any]:
+async def _probe(name: str, method: str, probe: Callable[[], Awaitable[None]], *, deep: bool) -> dict[str, Any]:
     started = time.perf_counter()
     check: dict[str, Any] = {"name": name, "configured": True, "method": method}
     try:
@@ -21,14 +33,15 @@ async def _probe(name: str, method: str, probe: Any) -> dict[str, Any]:
         check["healthy"] = True
     except Exception as exc:  # a broken binding is reported, not raised
         check["healthy"] = False
-        check["error"] = f"{type(exc).__name__}: {exc}"
-    check["latencyMs"] = round((time.perf_counter() - started) * 1000)
+        check["error"] = f"{type(exc).__name__}: {exc}" if deep else shallow_error(exc)
+    if deep:
+        check["latencyMs"] = round((time.perf_counter() - started) * 1000)
     return check
 
 
 async def health(request: web.Request) -> web.Response:
     app = request.app
-    deep = request.query.get("deep") in ("1", "true")
+    deep = deep_requested(request)
     manifest, db, git = app[MANIFEST], app[DB], app[GIT]
 
     async def manifest_probe() -> None:
@@ -51,12 +64,11 @@ async def health(request: web.Request) -> web.Response:
             if files is not None and await git.run(git.read_blob, files.blob_id) is None:
                 raise RuntimeError("blob unreadable")
 
-    method = "deep" if deep else "shape"
-    checks = [await _probe("manifest", method, manifest_probe), await _probe("sqlite", method, sqlite_probe),
-              await _probe("git", method, git_probe)]
+    checks = [await _probe("manifest", ASSET_READ if deep else SHAPE, manifest_probe, deep=deep),
+              await _probe("sqlite", KV_READ if deep else SHAPE, sqlite_probe, deep=deep),
+              await _probe("git", ASSET_READ if deep else SHAPE, git_probe, deep=deep)]
     ok = all(c["healthy"] for c in checks)
-    body = {"status": "ok" if ok else "degraded", "timestamp": utc_now_iso(), "apiVersion": API_VERSION,
-            "role": "control", "manifestGeneration": manifest.generation,
-            "bindings": {"manifest": True, "sqlite": True, "git": True},
-            "checks": checks, "edges": app[REGISTRY].describe()}
-    return json_response(body, status=200 if ok else 503, headers={"Cache-Control": "no-cache, no-store"})
+    extra: dict[str, Any] = {"role": "control", "manifestGeneration": manifest.generation}
+    if deep:
+        extra["edges"] = app[REGISTRY].describe()
+    return json_response(health_body(ok, checks, **extra), status=200 if ok else 503, headers=HEALTH_HEADERS)

@@ -1,7 +1,8 @@
 """GET /api/health on an edge: its own bindings (cache, manifest generation, control reachability).
 
 200 ok only when all are healthy (the system is ready); 503 degraded with the reason otherwise.
-`deep=1` exercises each binding: a cache write/read/delete and a round trip to control.
+The shallow answer is public and names no internal address; `deep=1` (metrics key required) exercises
+each binding: a cache write/read/delete and a round trip to control, with their error text.
 """
 
 from __future__ import annotations
@@ -14,30 +15,28 @@ from aiohttp import web
 
 from edge.control_client import ControlUnavailable
 from edge.state import NODE
-from shared import API_VERSION
-from shared.errors import utc_now_iso
+from shared.health import ASSET_READ, HEALTH_HEADERS, KV_READ, SHAPE, deep_requested, health_body
 from shared.middleware import json_response
 
 
 async def health(request: web.Request) -> web.Response:
     node = request.app[NODE]
-    deep = request.query.get("deep") in ("1", "true")
-    method = "deep" if deep else "shape"
+    deep = deep_requested(request)
     checks: list[dict[str, Any]] = []
 
     if deep:
         result = await asyncio.get_running_loop().run_in_executor(None, node.cache.check)
-        checks.append({"name": "cache", "configured": True, "method": method, "healthy": result.ok,
+        checks.append({"name": "cache", "configured": True, "method": KV_READ, "healthy": result.ok,
                        "latencyMs": round(result.latency_ms), **({"error": result.error} if result.error else {})})
     else:
-        checks.append({"name": "cache", "configured": True, "method": method, "healthy": True})
+        checks.append({"name": "cache", "configured": True, "method": SHAPE, "healthy": True})
 
     manifest_ok = node.replica.loaded and node.synced
-    checks.append({"name": "manifest", "configured": True, "method": method, "healthy": manifest_ok,
+    checks.append({"name": "manifest", "configured": True, "method": SHAPE, "healthy": manifest_ok,
                    "generation": node.replica.generation,
                    **({} if manifest_ok else {"error": "not caught up with control since start"})})
 
-    control_check: dict[str, Any] = {"name": "control", "configured": True, "method": method}
+    control_check: dict[str, Any] = {"name": "control", "configured": True, "method": ASSET_READ if deep else SHAPE}
     if deep:
         started = time.perf_counter()
         try:
@@ -53,8 +52,6 @@ async def health(request: web.Request) -> web.Response:
     checks.append(control_check)
 
     ok = all(c["healthy"] for c in checks)
-    body = {"status": "ok" if ok else "degraded", "timestamp": utc_now_iso(), "apiVersion": API_VERSION,
-            "role": "edge", "node": node.name, "manifestGeneration": node.replica.generation,
-            "bindings": {"cache": True, "manifest": manifest_ok, "control": control_check["healthy"]},
-            "cache": node.cache.stats().to_json(), "checks": checks}
-    return json_response(body, status=200 if ok else 503, headers={"Cache-Control": "no-cache, no-store"})
+    body = health_body(ok, checks, role="edge", node=node.name, manifestGeneration=node.replica.generation,
+                       cache=node.cache.stats().to_json())
+    return json_response(body, status=200 if ok else 503, headers=HEALTH_HEADERS)

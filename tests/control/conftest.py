@@ -13,9 +13,11 @@ from shared.secrets import Secrets
 
 SECRETS = Secrets(access_key="test-access-key", account_key="test-account-key", purge_key="test-purge-key",
                   analytics_key="test-analytics-key", signed_url_secret="test-signed-secret",
-                  cluster_secret="test-cluster-secret", session_secret="test-session-secret")
+                  cluster_secret="test-cluster-secret", session_secret="test-session-secret",
+                  metrics_key="test-metrics-key")
 ACCESS = {"AccessKey": SECRETS.access_key}
 ACCOUNT = {"AccountKey": SECRETS.account_key}
+METRICS = {"Authorization": f"Bearer {SECRETS.metrics_key}"}  # /metrics and /api/health?deep=1
 
 
 @pytest.fixture

@@ -15,11 +15,12 @@ KEYS = {
     "ASSETCDN_ACCESS_KEY": "it-access-key", "ASSETCDN_ACCOUNT_KEY": "it-account-key",
     "ASSETCDN_PURGE_KEY": "it-purge-key", "ASSETCDN_ANALYTICS_KEY": "it-analytics-key",
     "ASSETCDN_SIGNED_URL_SECRET": "it-signed-secret", "ASSETCDN_CLUSTER_SECRET": "it-cluster-secret",
-    "ASSETCDN_SESSION_SECRET": "it-session-secret",
+    "ASSETCDN_SESSION_SECRET": "it-session-secret", "ASSETCDN_METRICS_KEY": "it-metrics-key",
 }
 ACCESS = {"AccessKey": KEYS["ASSETCDN_ACCESS_KEY"]}
 ACCOUNT = {"AccountKey": KEYS["ASSETCDN_ACCOUNT_KEY"]}
 PURGE = {"x-api-key": KEYS["ASSETCDN_PURGE_KEY"]}
+METRICS = {"Authorization": f"Bearer {KEYS['ASSETCDN_METRICS_KEY']}"}  # /metrics, /api/health?deep=1
 
 
 def _port_free(port: int) -> bool:

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict
 
-from tests.integration.harness import ACCESS, ACCOUNT, PURGE, RunningCdn, start_cdn
+from tests.integration.harness import ACCESS, ACCOUNT, METRICS, PURGE, RunningCdn, start_cdn
 
 pytestmark = pytest.mark.integration
 
@@ -186,11 +186,11 @@ async def test_hundred_concurrent_requests_for_a_cold_file_cause_one_origin_fetc
         path = "coalesce/v1/banners/cold.bin"
         payload = b"z" * 300_000
         await upload(session, cdn, path, payload)
-        async with session.get(f"{cdn.control_url}/metrics") as resp:
+        async with session.get(f"{cdn.control_url}/metrics", headers=METRICS) as resp:
             before = _blob_fetches(await resp.text())
         results = await asyncio.gather(*(fetch(session, f"{cdn.edge_urls[0]}/{path}") for _ in range(100)))
         assert all(status == 200 and data == payload for status, _, data in results)
-        async with session.get(f"{cdn.control_url}/metrics") as resp:
+        async with session.get(f"{cdn.control_url}/metrics", headers=METRICS) as resp:
             after = _blob_fetches(await resp.text())
         assert after - before == 1
 
@@ -198,12 +198,12 @@ async def test_hundred_concurrent_requests_for_a_cold_file_cause_one_origin_fetc
 async def test_every_edge_reports_health_and_metrics(cdn: RunningCdn) -> None:
     async with aiohttp.ClientSession() as session:
         for edge in cdn.edge_urls:
-            async with session.get(f"{edge}/api/health?deep=1") as resp:
+            async with session.get(f"{edge}/api/health?deep=1", headers=METRICS) as resp:
                 body = await resp.json()
                 assert resp.status == 200, body
                 assert body["status"] == "ok"
                 assert {c["name"] for c in body["checks"]} == {"cache", "manifest", "control"}
-            async with session.get(f"{edge}/metrics") as resp:
+            async with session.get(f"{edge}/metrics", headers=METRICS) as resp:
                 text = await resp.text()
                 assert "assetcdn_manifest_generation" in text
                 assert "assetcdn_requests_total" in text

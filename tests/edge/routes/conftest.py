@@ -25,7 +25,7 @@ from edge.app import EdgeIdentity
 from edge.node import EdgeNode
 from edge.state import NODE
 from shared.config import load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.control.conftest import ACCESS, ACCOUNT, METRICS, SECRETS
 
 PURGE = {"x-api-key": SECRETS.purge_key}
 ZONE = "pics"
@@ -88,7 +88,7 @@ def make_cdn(aiohttp_server, aiohttp_client, tmp_path: Path) -> CdnFactory:  # t
             return (await edge_client.get("/api/health")).status == 200
 
         async def registered() -> bool:
-            resp = await control_client.get("/api/health")
+            resp = await control_client.get("/api/health?deep=1", headers=METRICS)
             return any(e.get("name", "").startswith("edge-t") for e in (await resp.json()).get("edges", []))
 
         await wait_until(edge_healthy, "edge health 200")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.control.conftest import METRICS
 from tests.edge.routes.conftest import ZONE, CdnFactory
 
 
@@ -18,7 +19,7 @@ async def test_errors_are_counted_with_their_status_and_route(make_cdn: CdnFacto
     assert (await cdn.edge.get(f"/{ZONE}/v1/logos/missing.svg")).status == 404
     assert (await cdn.edge.get("/api/transform?url=/x/v1/a/b.png&w=0")).status == 400
     assert (await cdn.edge.get("/api/health")).status == 200
-    text = await (await cdn.edge.get("/metrics")).text()
+    text = await (await cdn.edge.get("/metrics", headers=METRICS)).text()
     cdn_route = next(line.split('route="', 1)[1].split('"', 1)[0] for line in text.splitlines()
                      if line.startswith("assetcdn_requests_total{") and 'status="404"' in line)
     assert "{path" in cdn_route

@@ -1,0 +1,55 @@
+"""An edge's /api/health and /metrics: the published health shape, a public answer without internal
+addresses, and the metrics key for /metrics and deep health."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from tests.control.conftest import ACCOUNT, METRICS, SECRETS
+from tests.control.expect import expect_error
+from tests.edge.routes.conftest import CdnFactory
+from tests.shared.health_shape import assert_health_shape, assert_no_internal_addresses
+
+
+async def test_shallow_health_has_the_published_shape_and_no_internal_address(make_cdn: CdnFactory,
+                                                                                tmp_path: Path) -> None:
+    cdn = await make_cdn()
+    resp = await cdn.edge.get("/api/health")
+    text = await resp.text()
+    assert resp.status == 200, text
+    assert resp.headers["Cache-Control"] == "no-cache, no-store"
+    body = orjson.loads(text)
+    assert_health_shape(body)
+    assert body["status"] == "ok"
+    assert {c["name"] for c in body["checks"]} == {"cache", "manifest", "control"}
+    assert {c["method"] for c in body["checks"]} == {"shape"}
+    assert_no_internal_addresses(text, str(tmp_path))
+
+
+async def test_deep_health_needs_the_metrics_key(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    for headers in ({}, ACCOUNT, {"Authorization": "Bearer wrong"}):
+        await expect_error(await cdn.edge.get("/api/health?deep=1", headers=headers), 401, "Unauthorized")
+    resp = await cdn.edge.get("/api/health?deep=1", headers=METRICS)
+    body = await resp.json()
+    assert resp.status == 200, body
+    assert_health_shape(body)
+    methods = {c["name"]: c["method"] for c in body["checks"]}
+    assert methods == {"cache": "kv-get", "manifest": "shape", "control": "manifest-fetch"}
+
+
+async def test_metrics_need_the_metrics_key(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    assert (await cdn.edge.get("/api/health")).status == 200
+    for headers in ({}, ACCOUNT, {"Authorization": "Bearer wrong"}, {"Authorization": SECRETS.metrics_key}):
+        resp = await cdn.edge.get("/metrics", headers=headers)
+        await expect_error(resp, 401, "Unauthorized")
+        assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+    resp = await cdn.edge.get("/metrics", headers=METRICS)
+    assert resp.status == 200
+    assert resp.content_type == "text/plain"
+    text = await resp.text()
+    assert "# TYPE assetcdn_requests_total counter" in text
+    assert 'route="/api/health"' in text
