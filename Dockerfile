@@ -9,7 +9,7 @@ COPY conf ./conf
 COPY shared ./shared
 COPY control ./control
 COPY edge ./edge
-RUN pip install -e . && useradd --system --home /app assetcdn && mkdir -p /app/var && chown assetcdn /app/var
+RUN pip install -e . && useradd --system --home /app assetcdn && mkdir -p -m 0700 /app/var && chown assetcdn /app/var
 USER assetcdn
 
 # Keys come from ASSETCDN_* environment variables, or are generated into /app/var/secrets.env.
