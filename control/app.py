@@ -98,13 +98,16 @@ STORAGE_WRITE = accepts(Key.ACCESS, scope="storage:write")
 ASSETS_READ = accepts(Key.ACCESS, scope="assets:read")
 ACCOUNT = accepts(Key.ACCOUNT)
 INSIGHTS_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="insights:read")
+# Any character, newlines included: '.*' would stop at a newline and answer 404 instead of the
+# handler's 400 for a path with control characters.
+STORAGE_PATH = r"/api/storage/{path:[\s\S]*}"
 
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/storage/batch", storage.batch_upload, STORAGE_WRITE, "storage.batch"),
-    Route("PUT", "/api/storage/{path:.*}", storage.put_file, STORAGE_WRITE, "storage.upload"),
-    Route("GET", "/api/storage/{path:.*}", storage.get_file, STORAGE_READ),
-    Route("HEAD", "/api/storage/{path:.*}", storage.head_file, STORAGE_HEAD),
-    Route("DELETE", "/api/storage/{path:.*}", storage.delete_file, STORAGE_WRITE, "storage.delete"),
+    Route("PUT", STORAGE_PATH, storage.put_file, STORAGE_WRITE, "storage.upload"),
+    Route("GET", STORAGE_PATH, storage.get_file, STORAGE_READ),
+    Route("HEAD", STORAGE_PATH, storage.head_file, STORAGE_HEAD),
+    Route("DELETE", STORAGE_PATH, storage.delete_file, STORAGE_WRITE, "storage.delete"),
     Route("GET", "/api/assets", assets.list_assets, ASSETS_READ),
     Route("GET", "/api/assets/metadata", assets.asset_metadata, ASSETS_READ),
     Route("GET", "/api/core/zones", zones.list_zones, ACCOUNT),
