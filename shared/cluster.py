@@ -32,7 +32,7 @@ def verify_request(secret: str, method: str, path: str, body: bytes, headers: Ma
                    *, now: float | None = None) -> bool:
     timestamp = headers.get(TIMESTAMP_HEADER, "")
     signature = headers.get(SIGNATURE_HEADER, "")
-    if not timestamp.isdigit() or not signature:
+    if not (timestamp.isascii() and timestamp.isdigit()) or not signature:  # "²".isdigit() is True
         return False
     if abs((now if now is not None else time.time()) - int(timestamp)) > WINDOW_SECONDS:
         return False
