@@ -102,8 +102,8 @@ async def test_write_scope_is_needed_to_upload_and_delete(control: TestClient, z
 
 async def test_no_token_opens_account_routes(control: TestClient) -> None:
     secret = (await mint(control, list(SCOPES)))["token"]
-    for method, path in (("GET", "/api/core/zones"), ("POST", "/api/core/zones"), ("GET", "/api/tokens"),
-                         ("POST", "/api/tokens")):
+    for method, path in (("GET", "/api/tokens"), ("POST", "/api/tokens"), ("DELETE", "/api/tokens?id=x"),
+                         ("GET", "/api/core/rules"), ("GET", "/api/core/audit-logs"), ("GET", "/api/logs")):
         resp = await control.request(method, path, json={"Name": "x1", "name": "x", "scopes": ["assets:read"]},
                                      headers=bearer(secret))
         await expect_error(resp, 401, "Unauthorized")
@@ -245,6 +245,53 @@ async def test_expiry_at_the_longest_lifetime_is_accepted(control: TestClient) -
     at = (datetime.now(UTC) + timedelta(days=365)).isoformat()
     body = await mint(control, ["assets:read"], expiresAt=at)
     assert abs(parse_time(body["expiresAt"]) - parse_time(at)) < timedelta(milliseconds=1)
+
+
+# -- zones:* scopes ---------------------------------------------------------------------------------
+
+async def test_zones_read_token_lists_and_reads_zones_but_cannot_change_them(control: TestClient, zone: str,
+                                                                           data_dir: Path) -> None:
+    reader = bearer((await mint(control, ["zones:read"]))["token"])
+    resp = await control.get("/api/core/zones", headers=reader)
+    assert resp.status == 200
+    assert [z["Name"] for z in await resp.json()] == [zone]
+    assert (await control.get(f"/api/core/zones/{zone}", headers=reader)).status == 200
+    assert (await control.get(f"/api/core/zones/{zone}/domains", headers=reader)).status == 200
+    head = head_commit(data_dir)
+    for method, path, body in (("POST", "/api/core/zones", {"Name": "other"}),
+                               ("DELETE", f"/api/core/zones/{zone}", None),
+                               ("POST", f"/api/core/zones/{zone}/domains", {"Hostname": "cdn.example.com"}),
+                               ("DELETE", f"/api/core/zones/{zone}/domains/cdn.example.com", None)):
+        await expect_error(await control.request(method, path, json=body, headers=reader), 401, "Unauthorized")
+    assert head_commit(data_dir) == head
+
+
+async def test_zones_write_token_creates_and_deletes_zones_and_domains(control: TestClient) -> None:
+    writer = bearer((await mint(control, ["zones:write"]))["token"])
+    resp = await control.post("/api/core/zones", json={"Name": "scoped"}, headers=writer)
+    assert resp.status == 201, await resp.text()
+    resp = await control.post("/api/core/zones/scoped/domains", json={"Hostname": "cdn.scoped.com"}, headers=writer)
+    assert resp.status == 201, await resp.text()
+    assert (await control.delete("/api/core/zones/scoped/domains/cdn.scoped.com", headers=writer)).status == 200
+    await expect_error(await control.get("/api/core/zones", headers=writer), 401, "Unauthorized")  # read is its own scope
+    assert (await control.delete("/api/core/zones/scoped", headers=writer)).status == 200
+    audit = await (await control.get("/api/core/audit-logs", headers=ACCOUNT)).json()
+    actions = [(e["action"], e["meta"]["actor"]) for e in reversed(audit["Entries"]) if e["action"] != "token.create"]
+    actor = f"token:{(await (await control.get('/api/tokens', headers=ACCOUNT)).json())['Tokens'][0]['id']}"
+    assert actions == [("zone.create", actor), ("domain.add", actor), ("domain.remove", actor), ("zone.delete", actor)]
+
+
+async def test_other_scopes_do_not_open_zone_routes(control: TestClient, zone: str) -> None:
+    others = (await mint(control, [s for s in SCOPES if not s.startswith("zones:")]))["token"]
+    await expect_error(await control.get("/api/core/zones", headers=bearer(others)), 401, "Unauthorized")
+    await expect_error(await control.post("/api/core/zones", json={"Name": "x1"}, headers=bearer(others)),
+                       401, "Unauthorized")
+
+
+@pytest.mark.parametrize("scope", ["webhooks:read", "webhooks:write", "ai:read"])
+async def test_scopes_of_endpoints_to_come_are_accepted_at_mint_time(control: TestClient, scope: str) -> None:
+    body = await mint(control, [scope])
+    assert body["scopes"] == [scope]
 
 
 async def test_old_tokens_list_with_the_short_prefix(control: TestClient) -> None:
