@@ -97,24 +97,29 @@ STORAGE_HEAD = accepts(Key.ACCESS, scope="storage:read")
 STORAGE_WRITE = accepts(Key.ACCESS, scope="storage:write")
 ASSETS_READ = accepts(Key.ACCESS, scope="assets:read")
 ACCOUNT = accepts(Key.ACCOUNT)
+ZONES_READ = accepts(Key.ACCOUNT, scope="zones:read")
+ZONES_WRITE = accepts(Key.ACCOUNT, scope="zones:write")
 INSIGHTS_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="insights:read")
+# Any character, newlines included: '.*' would stop at a newline and answer 404 instead of the
+# handler's 400 for a path with control characters.
+STORAGE_PATH = r"/api/storage/{path:[\s\S]*}"
 
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/storage/batch", storage.batch_upload, STORAGE_WRITE, "storage.batch"),
-    Route("PUT", "/api/storage/{path:.*}", storage.put_file, STORAGE_WRITE, "storage.upload"),
-    Route("GET", "/api/storage/{path:.*}", storage.get_file, STORAGE_READ),
-    Route("HEAD", "/api/storage/{path:.*}", storage.head_file, STORAGE_HEAD),
-    Route("DELETE", "/api/storage/{path:.*}", storage.delete_file, STORAGE_WRITE, "storage.delete"),
+    Route("PUT", STORAGE_PATH, storage.put_file, STORAGE_WRITE, "storage.upload"),
+    Route("GET", STORAGE_PATH, storage.get_file, STORAGE_READ),
+    Route("HEAD", STORAGE_PATH, storage.head_file, STORAGE_HEAD),
+    Route("DELETE", STORAGE_PATH, storage.delete_file, STORAGE_WRITE, "storage.delete"),
     Route("GET", "/api/assets", assets.list_assets, ASSETS_READ),
     Route("GET", "/api/assets/metadata", assets.asset_metadata, ASSETS_READ),
-    Route("GET", "/api/core/zones", zones.list_zones, ACCOUNT),
-    Route("POST", "/api/core/zones", zones.create_zone, ACCOUNT, "zone.create"),
-    Route("GET", "/api/core/zones/{id}", zones.get_zone, ACCOUNT),
-    Route("DELETE", "/api/core/zones/{id}", zones.delete_zone, ACCOUNT, "zone.delete"),
-    Route("POST", "/api/core/zones/{id}/domains", domains.add_domain, ACCOUNT, "domain.add"),
-    Route("GET", "/api/core/zones/{id}/domains", domains.list_domains, ACCOUNT),
-    Route("DELETE", "/api/core/zones/{id}/domains", domains.remove_domain, ACCOUNT, "domain.remove"),
-    Route("DELETE", "/api/core/zones/{id}/domains/{hostname}", domains.remove_domain, ACCOUNT, "domain.remove"),
+    Route("GET", "/api/core/zones", zones.list_zones, ZONES_READ),
+    Route("POST", "/api/core/zones", zones.create_zone, ZONES_WRITE, "zone.create"),
+    Route("GET", "/api/core/zones/{id}", zones.get_zone, ZONES_READ),
+    Route("DELETE", "/api/core/zones/{id}", zones.delete_zone, ZONES_WRITE, "zone.delete"),
+    Route("POST", "/api/core/zones/{id}/domains", domains.add_domain, ZONES_WRITE, "domain.add"),
+    Route("GET", "/api/core/zones/{id}/domains", domains.list_domains, ZONES_READ),
+    Route("DELETE", "/api/core/zones/{id}/domains", domains.remove_domain, ZONES_WRITE, "domain.remove"),
+    Route("DELETE", "/api/core/zones/{id}/domains/{hostname}", domains.remove_domain, ZONES_WRITE, "domain.remove"),
     Route("GET", "/api/core/rules", rules.get_rules, ACCOUNT),
     Route("POST", "/api/core/rules", rules.update_rules, ACCOUNT, "rules.update"),
     Route("GET", "/api/core/audit-logs", audit_logs.audit_logs, ACCOUNT),

@@ -88,7 +88,7 @@ def session_valid(secret: str, value: str | None, *, now: float | None = None) -
     if not hmac.compare_digest(expected, sig):
         return False
     expires = token.split(".", 1)[0]
-    return expires.isdigit() and int(expires) > (now or time.time())
+    return expires.isascii() and expires.isdigit() and int(expires) > (now or time.time())
 
 
 class Authenticator:

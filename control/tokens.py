@@ -19,6 +19,9 @@ TOKEN_PREFIX = "cdnsk_"
 SCOPES = ("storage:read", "storage:write", "assets:read", "insights:read", "zones:read", "zones:write",
           "purge:write", "pipeline:write", "webhooks:read", "webhooks:write", "ai:read")
 MAX_ACTIVE_TOKENS = 50
+MAX_LIFETIME_DAYS = 365
+CLOCK_SKEW = timedelta(minutes=5)  # a client's "365 days from now" may be computed on a clock ahead of ours
+PREFIX_LENGTH = 8  # the token's first characters, shown to identify it (`cdnsk_` and two hex digits)
 MAX_NAME_LENGTH = 100
 
 
@@ -41,6 +44,32 @@ class TokenRequest:
     expires_at: str | None
 
 
+def parse_expires_at(raw: Any, now: datetime) -> datetime:
+    """An RFC 3339 date-time with an offset, in the future and at most ``MAX_LIFETIME_DAYS`` ahead.
+
+    A value without an offset is refused rather than guessed (UTC or the server's zone). The range is
+    checked before converting to UTC, so values that leave years 1-9999 once their offset is applied
+    (``9999-12-31T23:59:59-05:00``) are a 400 like any other out-of-range value.
+    """
+    expected = ("'expiresAt' must be an RFC 3339 date-time with a time zone, e.g. 2030-01-31T12:00:00Z "
+                "or 2030-01-31T12:00:00+01:00.")
+    if not isinstance(raw, str) or not raw.isascii() or len(raw) > 64:
+        raise bad_request(expected, target="expiresAt")
+    try:
+        parsed = datetime.fromisoformat(raw.replace("z", "Z"))
+    except ValueError:
+        raise bad_request(expected, target="expiresAt") from None
+    if parsed.utcoffset() is None:
+        raise bad_request("'expiresAt' has no time zone: add 'Z' for UTC or an offset such as +01:00.",
+                          target="expiresAt")
+    if parsed <= now:  # aware datetimes compare without a conversion that could overflow
+        raise bad_request("'expiresAt' must be in the future.", target="expiresAt")
+    if parsed > now + timedelta(days=MAX_LIFETIME_DAYS) + CLOCK_SKEW:
+        raise bad_request(f"'expiresAt' must be at most {MAX_LIFETIME_DAYS} days ahead (the longest token "
+                          "lifetime, as for 'expiresInDays').", target="expiresAt")
+    return parsed.astimezone(UTC)
+
+
 def parse_token_request(body: Any, *, now: datetime | None = None) -> TokenRequest:
     now = now or datetime.now(UTC)
     if not isinstance(body, dict):
@@ -60,22 +89,15 @@ def parse_token_request(body: Any, *, now: datetime | None = None) -> TokenReque
                           target="scopes", code="InvalidScopes", invalid=unknown)
     expires_at: datetime | None
     if body.get("expiresAt") is not None:
-        raw = body["expiresAt"]
-        try:
-            expires_at = datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
-        except ValueError:
-            raise bad_request("'expiresAt' must be an ISO 8601 date-time.", target="expiresAt") from None
-        if expires_at.tzinfo is None:
-            expires_at = expires_at.replace(tzinfo=UTC)
-        if expires_at <= now:
-            raise bad_request("'expiresAt' must be in the future.", target="expiresAt")
+        expires_at = parse_expires_at(body["expiresAt"], now)
     elif body.get("expiresInDays") is not None:
         days = body["expiresInDays"]
-        if not isinstance(days, int) or isinstance(days, bool) or not 1 <= days <= 365:
-            raise bad_request("'expiresInDays' must be an integer from 1 to 365.", target="expiresInDays")
+        if not isinstance(days, int) or isinstance(days, bool) or not 1 <= days <= MAX_LIFETIME_DAYS:
+            raise bad_request(f"'expiresInDays' must be an integer from 1 to {MAX_LIFETIME_DAYS}.",
+                              target="expiresInDays")
         expires_at = now + timedelta(days=days)
     else:
-        expires_at = now + timedelta(days=365)
+        expires_at = now + timedelta(days=MAX_LIFETIME_DAYS)
     return TokenRequest(name.strip(), tuple(dict.fromkeys(scopes)), _iso(expires_at) if expires_at else None)
 
 
@@ -92,7 +114,7 @@ class TokenStore:
         if active >= MAX_ACTIVE_TOKENS:
             raise ApiError(400, "TooManyTokens", f"Maximum {MAX_ACTIVE_TOKENS} tokens allowed. Revoke one first.")
         secret = TOKEN_PREFIX + secrets.token_hex(20)
-        record = {"id": str(uuid.uuid4()), "name": request.name, "prefix": secret[:14],
+        record = {"id": str(uuid.uuid4()), "name": request.name, "prefix": secret[:PREFIX_LENGTH],
                   "scopes": list(request.scopes), "createdAt": utc_now_iso(),
                   "expiresAt": request.expires_at, "lastUsedAt": None}
         await self.db.execute(
@@ -107,8 +129,9 @@ class TokenStore:
                 "SELECT id, name, prefix, scopes, created_at, expires_at, last_used_at FROM tokens "
                 "WHERE revoked_at IS NULL ORDER BY created_at") as cur:
             rows = await cur.fetchall()
-        return [{"id": r[0], "name": r[1], "prefix": r[2], "scopes": orjson.loads(r[3]), "createdAt": r[4],
-                 "expiresAt": r[5], "lastUsedAt": r[6]} for r in rows]
+        # Tokens minted before the prefix was shortened stored 14 characters: show the same 8.
+        return [{"id": r[0], "name": r[1], "prefix": r[2][:PREFIX_LENGTH], "scopes": orjson.loads(r[3]),
+                 "createdAt": r[4], "expiresAt": r[5], "lastUsedAt": r[6]} for r in rows]
 
     async def revoke(self, token_id: str) -> bool:
         cur = await self.db.execute("UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",

@@ -57,7 +57,7 @@ PUBLIC_ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/stream", stream.stream),
     Route("HEAD", "/api/stream", stream.stream),
     Route("OPTIONS", "/api/stream", stream.preflight),
-    Route("*", "/api/{tail:.*}", forward_to_control),
+    Route("*", r"/api/{tail:[\s\S]*}", forward_to_control),  # newlines too: control answers 400 (or acts)
 )
 CLUSTER_ROUTES: tuple[Route, ...] = (
     Route("POST", PREFIX + "/push", cluster.push),

@@ -81,7 +81,7 @@ def verify_request(secret: str, method: str, path: str, body: bytes, headers: Ma
     timestamp = headers.get(TIMESTAMP_HEADER, "")
     nonce = headers.get(NONCE_HEADER, "")
     signature = headers.get(SIGNATURE_HEADER, "")
-    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12) or not signature:
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12) or not signature:  # "²".isdigit() is True
         return False
     if len(nonce) != NONCE_BYTES * 2 or not _NONCE_CHARS.issuperset(nonce):
         return False

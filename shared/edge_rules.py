@@ -37,9 +37,11 @@ MAX_REDIRECT_LINE = 1000
 RULE_FILES = ("_headers", "_redirects")
 
 _PLACEHOLDER = re.compile(r":([A-Za-z]\w*)")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# Validators are used with fullmatch ('$' would also accept a trailing newline).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-_HOST_PATTERN = re.compile(r"^[A-Za-z0-9.*:_-]+$")
+_HOST_PATTERN = re.compile(r"[A-Za-z0-9.*:_-]+")
+_STATUS = re.compile(r"[0-9]{3}")  # ASCII digits: str.isdigit() accepts '²', which int() refuses
 
 
 class RulesSyntaxError(ValueError):
@@ -218,7 +220,7 @@ def _parse_url_pattern(text: str, line: int) -> tuple[re.Pattern[str] | None, _P
     if text.startswith("https://"):
         rest = text[len("https://"):]
         host, slash, path = rest.partition("/")
-        if not host or not _HOST_PATTERN.match(host):
+        if not host or not _HOST_PATTERN.fullmatch(host):
             raise RulesSyntaxError(line, f"'{text}' does not name a host after 'https://'.")
         if re.search(r":\d", host):
             raise RulesSyntaxError(line, "Absolute URLs may not specify a port.")
@@ -272,7 +274,7 @@ def parse_headers(text: str | None) -> HeaderRules:
         names = current[3].names
         if stripped.startswith("!"):
             name = stripped[1:].strip()
-            if not _HEADER_NAME.match(name):
+            if not _HEADER_NAME.fullmatch(name):
                 raise RulesSyntaxError(number, f"'{name}' is not a valid header name to detach; write '! Header-Name'.")
             actions.append((name.lower(), name, None, False))
             continue
@@ -280,7 +282,7 @@ def parse_headers(text: str | None) -> HeaderRules:
         name, value = name.strip(), value.strip()
         if not colon:
             raise RulesSyntaxError(number, f"Expected 'Name: value' or '! Name', found '{stripped}'.")
-        if not _HEADER_NAME.match(name):
+        if not _HEADER_NAME.fullmatch(name):
             raise RulesSyntaxError(number, f"'{name}' is not a valid header name.")
         if not value:
             raise RulesSyntaxError(number, f"The header '{name}' has no value; use '! {name}' to remove a header.")
@@ -371,9 +373,11 @@ def parse_redirects(text: str | None) -> RedirectRules:
         if len(parts) not in (2, 3):
             raise RulesSyntaxError(number, "Expected '<from> <to> [status]'.")
         source, destination = parts[0], parts[1]
+        if _CONTROL.search(stripped):
+            raise RulesSyntaxError(number, "A redirect line may not contain control characters.")
         status = DEFAULT_REDIRECT_STATUS
         if len(parts) == 3:
-            if not parts[2].isdigit() or int(parts[2]) not in REDIRECT_STATUSES | {REWRITE_STATUS}:
+            if not _STATUS.fullmatch(parts[2]) or int(parts[2]) not in REDIRECT_STATUSES | {REWRITE_STATUS}:
                 raise RulesSyntaxError(number, f"Status '{parts[2]}' is not supported; use 301, 302, 303, 307, 308 or 200.")
             status = int(parts[2])
         if not source.startswith("/"):

@@ -10,13 +10,18 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-ZONE_NAME = re.compile(r"^[a-z0-9-]{2,64}$")
+# Validators end in \Z, not $: '$' also matches before a trailing newline ("zone\n" would pass).
+ZONE_NAME = re.compile(r"[a-z0-9-]{2,64}\Z")
 RESERVED_ZONE_NAMES = frozenset({
     "stocks", "shared", "website", "functions", "api", "dashboard", "dist", "content", "global", "clients",
     "node_modules", ".git", ".github",
 })
-FORBIDDEN_SEGMENTS = frozenset({".git", ".github", "node_modules", "..", "."})
-SEGMENT = re.compile(r"^[A-Za-z0-9._@+=,~() -]+$")
+# Compared case-insensitively and without trailing dots and spaces (".GIT", ".git." and ".git " are
+# the same name to git on Windows and macOS checkouts, and git refuses them); "git~1" is the
+# 8.3 short name of ".git". A segment of dots and spaces only is "." or ".." on some file system.
+FORBIDDEN_SEGMENTS = frozenset({".git", ".github", "node_modules", "git~1", ""})
+SEGMENT = re.compile(r"[A-Za-z0-9._@+=,~() -]+\Z")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 MAX_PATH_LENGTH = 1024
 ZONE_CATEGORIES = ("banners", "github", "icons", "logos", "titles")
 STOCK_ROOT = "stocks"
@@ -34,6 +39,8 @@ def _check_segments(path: str) -> list[str]:
         raise InvalidPath(f"The path is longer than {MAX_PATH_LENGTH} characters.")
     if "\x00" in path or "\\" in path:
         raise InvalidPath("The path contains a NUL byte or a backslash.")
+    if _CONTROL.search(path):
+        raise InvalidPath("The path contains control characters (a newline, tab or similar).")
     if "%" in path:
         # Reject anything that still decodes: encoded traversal (%2e%2e, %2f) after the router decoded once.
         if unquote(path) != path:
@@ -42,9 +49,9 @@ def _check_segments(path: str) -> list[str]:
     for segment in segments:
         if segment == "":
             raise InvalidPath("The path contains an empty segment ('//' or a leading or trailing '/').")
-        if segment in FORBIDDEN_SEGMENTS:
+        if segment.rstrip(". ").lower() in FORBIDDEN_SEGMENTS:
             raise InvalidPath(f"The path segment '{segment}' is not allowed.")
-        if not SEGMENT.match(segment):
+        if not SEGMENT.fullmatch(segment):
             raise InvalidPath(f"The path segment '{segment}' contains characters that are not allowed.")
     return segments
 
@@ -122,7 +129,7 @@ def has_extension(path: str) -> bool:
 
 def validate_zone_name(name: str) -> str | None:
     """Return an error message, or None when the name may be used for a new zone."""
-    if not isinstance(name, str) or not ZONE_NAME.match(name):
+    if not isinstance(name, str) or not ZONE_NAME.fullmatch(name):
         return "Zone name must match ^[a-z0-9-]{2,64}$ (lower-case letters, digits and hyphens, 2 to 64 characters)."
     if name in RESERVED_ZONE_NAMES:
         return f"Zone name '{name}' is reserved. Reserved names: {', '.join(sorted(RESERVED_ZONE_NAMES))}."

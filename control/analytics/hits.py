@@ -13,7 +13,7 @@ CacheStatus = Literal["HIT", "MISS", "STALE", "BYPASS"]
 CACHE_STATUSES: frozenset[str] = frozenset({"HIT", "MISS", "STALE", "BYPASS"})
 UNKNOWN_COUNTRY = "XX"
 MAX_PATH_LENGTH = 2048
-_COUNTRY = re.compile(r"^[A-Za-z]{2}$")
+_COUNTRY = re.compile(r"^[A-Za-z]{2}\Z")  # \Z: "$" passes "DE\n"
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,8 +25,8 @@ BATCH_VERSION = 1
 MAX_BATCH_HITS = 10_000
 REMEMBERED_BATCHES = 10_000
 FUTURE_SLACK_S = 300            # edge clocks may run a little ahead
-_COUNTRY = re.compile(r"^[A-Za-z]{2}$")
-_ZONE = re.compile(r"^[a-z0-9._-]{1,64}$")
+_COUNTRY = re.compile(r"^[A-Za-z]{2}\Z")  # \Z: "$" passes "DE\n"
+_ZONE = re.compile(r"^[a-z0-9._-]{1,64}\Z")
 
 
 def _int(value: Any) -> int | None:

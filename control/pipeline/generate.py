@@ -35,8 +35,8 @@ from shared.paths import RESERVED_ZONE_NAMES, ZONE_CATEGORIES
 from shared.svg_sanitize import sanitize_svg
 
 PipelineMode = Literal["client", "stock"]
-CLIENT_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}[a-z0-9]$")
-STOCK_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+CLIENT_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}[a-z0-9]\Z")  # \Z: "$" passes "name\n"
+STOCK_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}\Z")
 DEFAULT_STOCK_NAME = "asset"
 MAX_SVG_BYTES = 1024 * 1024
 ICON_SIZES = (16, 32, 48, 72, 96, 128, 144, 152, 180, 192, 384, 512)

@@ -24,16 +24,21 @@ from shared.middleware import json_response
 from .zones import require_zone
 
 MAX_HOSTNAME_LENGTH = 253
-_LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")  # used with fullmatch
 # Special-use names (RFC 6761, RFC 6762, ICANN's .internal) that can never point at this CDN.
 RESERVED_SUFFIXES = ("localhost", "local", "internal", "invalid", "onion", "arpa")
 
 
 def normalise_hostname(value: Any) -> str:
+    """Lower case, without surrounding spaces and the trailing dot of an absolute name.
+
+    Only spaces are trimmed: a newline, tab or other control character stays and ``hostname_problem``
+    refuses it. Only ASCII is lower-cased (``str.lower`` maps the Kelvin sign to 'k')."""
     if not isinstance(value, str) or not value.strip():
         raise bad_request("Missing required field: Hostname (a fully qualified domain name, e.g. cdn.example.com).",
                           target="Hostname", code="MissingHostname")
-    return value.strip().lower().rstrip(".")
+    hostname = value.strip(" ")
+    return (hostname.lower() if hostname.isascii() else hostname).removesuffix(".")
 
 
 def hostname_problem(hostname: str, base_domain: str) -> str | None:
@@ -49,7 +54,7 @@ def hostname_problem(hostname: str, base_domain: str) -> str | None:
     if len(labels) < 2:
         return f"'{hostname}' is not a fully qualified domain name (it needs at least two labels, e.g. cdn.example.com)."
     for label in labels:
-        if not _LABEL.match(label):
+        if not _LABEL.fullmatch(label):
             return (f"'{label}' is not a valid hostname label: 1-63 characters of a-z, 0-9 and '-', "
                     "not starting or ending with '-'.")
     if labels[-1].isdigit():

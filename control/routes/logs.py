@@ -65,7 +65,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
     cursor = request.query.get("cursor")
     before = None
     if cursor:
-        if not cursor.isdigit():
+        if not (cursor.isascii() and cursor.isdigit()):  # isdigit() alone accepts "²", which int() refuses
             raise bad_request("'cursor' must be the cursor of a previous page.", target="cursor")
         before = int(cursor)
     log = request.app[REQUEST_LOG]

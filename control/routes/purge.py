@@ -21,11 +21,13 @@ from shared.middleware import json_response
 from shared.paths import InvalidPath, parse_cdn_path
 
 MAX_ITEMS = 30
-TAG = re.compile(r"^[a-zA-Z0-9-]+$")
+TAG = re.compile(r"[a-zA-Z0-9-]+")  # used with fullmatch: '$' would let "tag\n" through
+# urlsplit drops tabs and newlines anywhere in a URL (WHATWG): refuse them rather than purge another URL.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _url_path(url: Any) -> str | None:
-    if not isinstance(url, str) or not url or len(url) > 2048:
+    if not isinstance(url, str) or not url or len(url) > 2048 or _CONTROL.search(url):
         return None
     if "://" in url:
         parts = urlsplit(url)
@@ -63,7 +65,7 @@ def parse_purge(body: Any) -> dict[str, Any]:
     if len(value) > MAX_ITEMS:
         raise LegacyError(400, f"Too many {'URLs' if mode == 'urls' else 'tags'}: max {MAX_ITEMS} per request")
     if mode == "tags":
-        invalid = [t for t in value if not isinstance(t, str) or not TAG.match(t)]
+        invalid = [t for t in value if not isinstance(t, str) or not TAG.fullmatch(t)]
         if invalid:
             raise LegacyError(400, "Tags must be alphanumeric with hyphens only", extra={"invalid": invalid})
         return {"tags": list(dict.fromkeys(value))}

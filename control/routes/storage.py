@@ -31,7 +31,7 @@ from shared.paths import (
 
 STORAGE_ZONE_NAME = "assetcdn"
 SCAFFOLD_FILE = ".gitkeep"  # keeps a zone's empty category directories in git; never listed or deleted
-SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
+SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}\Z")
 GUID_NAMESPACE = uuid.UUID("5b8f8f8e-4c55-4b5e-9d0c-2a8f8a1c0d11")
 
 

@@ -1,4 +1,8 @@
-"""Auth plane: POST/GET/DELETE /api/tokens (AccountKey)."""
+"""Auth plane: POST/GET/DELETE /api/tokens (AccountKey).
+
+Token records show an 8-character ``prefix`` and a revoke answers 204 with no body, both as the
+OpenAPI document describes them.
+"""
 
 from __future__ import annotations
 
@@ -36,4 +40,4 @@ async def revoke_token(request: web.Request) -> web.Response:
                           target="id", code="MissingId")
     if not await request.app[TOKENS].revoke(token_id):
         raise not_found(f"Token '{token_id}' does not exist or is already revoked.", target="id", code="TokenNotFound")
-    return json_response({"HttpCode": 200, "Message": "Token revoked."})
+    return web.Response(status=204)

@@ -13,7 +13,7 @@ from control.zones_store import ZoneMeta
 from shared.errors import bad_request, conflict, not_found, utc_now_iso
 from shared.manifest import ManifestEntry, human_size
 from shared.middleware import json_response
-from shared.paths import CLIENT_ROOT, ZONE_CATEGORIES, ZONE_NAME, validate_zone_name
+from shared.paths import CLIENT_ROOT, ZONE_CATEGORIES, validate_zone_name
 
 from .storage import STORAGE_ZONE_NAME
 
@@ -43,8 +43,10 @@ def _summary(request: web.Request, name: str, meta: ZoneMeta | None,
 
 
 async def require_zone(request: web.Request) -> str:
+    """The zone named by the path. Git is the truth (no name pattern here), so a zone created before
+    the name rules were tightened can still be read and deleted."""
     zone = request.match_info["id"]
-    if not ZONE_NAME.match(zone) or zone not in await zone_names(request):
+    if zone not in await zone_names(request):
         raise not_found(f"Zone '{zone}' does not exist.", target="id", code="ZoneNotFound")
     return zone
 

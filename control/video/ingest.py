@@ -17,7 +17,7 @@ from control.video.transcode import INDEX_FILE, TranscodeError, transcode_hls
 from shared.hls import VideoIndex
 
 log = logging.getLogger(__name__)
-VIDEO_SOURCE = re.compile(r"^stocks/videos/([a-z0-9_-]{1,64})\.(mp4|mov|m4v|webm|mkv)$")
+VIDEO_SOURCE = re.compile(r"^stocks/videos/([a-z0-9_-]{1,64})\.(mp4|mov|m4v|webm|mkv)\Z")
 
 
 def hls_dir(video: str) -> str:

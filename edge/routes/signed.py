@@ -22,8 +22,8 @@ from shared.signing import signature_matches
 
 CACHE_CONTROL = "private, max-age=3600"
 REQUIRED = ("path", "expires", "sig")
-_EXPIRES = re.compile(r"^[0-9]{1,12}$")
-_SIGNATURE = re.compile(r"^[0-9a-fA-F]{64}$")
+_EXPIRES = re.compile(r"^[0-9]{1,12}\Z")  # \Z: "$" passes "123\n"
+_SIGNATURE = re.compile(r"^[0-9a-fA-F]{64}\Z")
 
 
 def _refuse(message: str) -> LegacyError:

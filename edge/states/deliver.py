@@ -10,7 +10,7 @@ from aiohttp import web
 from edge.cache.entry import STREAM_CHUNK, CachedObject
 from edge.node import public_tags
 
-RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)\Z")
 
 
 def etag_matches(if_none_match: str, etag: str) -> bool:

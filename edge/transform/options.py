@@ -31,7 +31,7 @@ FORMATS: tuple[RequestedFormat, ...] = ("webp", "avif", "png", "jpeg", "auto")
 INT_RANGES = {"w": (1, 8192), "h": (1, 8192), "q": (1, 100), "blur": (1, 250), "sharpen": (1, 10)}
 MAX_URL_LENGTH = 2048
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-_INTEGER = re.compile(r"^\+?[0-9]{1,6}$")
+_INTEGER = re.compile(r"^\+?[0-9]{1,6}\Z")
 
 # Output formats the encoders always offer; a source kept "as is" maps into this set.
 SOURCE_TO_OUTPUT = {

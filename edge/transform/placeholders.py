@@ -54,7 +54,7 @@ def _parse_int(query: Mapping[str, str], name: str, bounds: tuple[int, int], def
         return default
     low, high = bounds
     text = raw.strip()
-    if not text.isdigit() or not low <= int(text) <= high:
+    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:  # "²".isdigit() is True
         raise ApiError(400, "InvalidParameter",
                        f"Parameter '{name}' must be an integer from {low} to {high} (default {default}); got '{raw}'.",
                        target=name)

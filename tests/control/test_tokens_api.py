@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from control.state import TOKENS
+from control.state import DB, TOKENS
 from control.tokens import MAX_ACTIVE_TOKENS, SCOPES, TokenRequest
 from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import expect_error, head_commit, parse_time
@@ -37,7 +37,7 @@ async def test_create_returns_the_secret_once(control: TestClient) -> None:
     assert TOKEN_RE.match(secret)
     token = body["Token"]
     assert token["secret"] == secret
-    assert token["prefix"] == secret[:14]
+    assert token["prefix"] == secret[:8]  # the OpenAPI document's "first 8 chars"
     assert (token["id"], token["name"], token["scopes"]) == (body["id"], "ci", ["storage:read", "assets:read"])
     expires = parse_time(token["expiresAt"]) - parse_time(token["createdAt"])
     assert timedelta(days=364) < expires <= timedelta(days=365)  # default lifetime: 365 days
@@ -55,7 +55,7 @@ async def test_list_is_redacted(control: TestClient) -> None:
     assert body["Count"] == 1
     (listed,) = body["Tokens"]
     assert set(listed) == LIST_FIELDS
-    assert listed["prefix"] == secret[:14]
+    assert listed["prefix"] == secret[:8]
     assert (listed["id"], listed["scopes"], listed["lastUsedAt"]) == (created["id"], ["assets:read"], None)
 
 
@@ -102,8 +102,8 @@ async def test_write_scope_is_needed_to_upload_and_delete(control: TestClient, z
 
 async def test_no_token_opens_account_routes(control: TestClient) -> None:
     secret = (await mint(control, list(SCOPES)))["token"]
-    for method, path in (("GET", "/api/core/zones"), ("POST", "/api/core/zones"), ("GET", "/api/tokens"),
-                         ("POST", "/api/tokens")):
+    for method, path in (("GET", "/api/tokens"), ("POST", "/api/tokens"), ("DELETE", "/api/tokens?id=x"),
+                         ("GET", "/api/core/rules"), ("GET", "/api/core/audit-logs"), ("GET", "/api/logs")):
         resp = await control.request(method, path, json={"Name": "x1", "name": "x", "scopes": ["assets:read"]},
                                      headers=bearer(secret))
         await expect_error(resp, 401, "Unauthorized")
@@ -114,8 +114,8 @@ async def test_revoked_token_is_401_on_next_use(control: TestClient) -> None:
     secret = created["token"]
     assert (await control.get("/api/assets", headers=bearer(secret))).status == 200
     resp = await control.delete("/api/tokens", params={"id": created["id"]}, headers=ACCOUNT)
-    assert resp.status == 200
-    assert await resp.json() == {"HttpCode": 200, "Message": "Token revoked."}
+    assert resp.status == 204  # the OpenAPI document's status, no body
+    assert await resp.read() == b""
     await expect_error(await control.get("/api/assets", headers=bearer(secret)), 401, "Unauthorized")
     assert (await (await control.get("/api/tokens", headers=ACCOUNT)).json())["Tokens"] == []
     # Revoking twice: the id is no longer known.
@@ -193,7 +193,7 @@ async def test_fifty_first_active_token_is_400(control: TestClient) -> None:
     body = await expect_error(resp, 400, "TooManyTokens")
     assert "50" in body["Message"]
     # Revoking one frees a place.
-    assert (await control.delete("/api/tokens", params={"id": ids[0]}, headers=ACCOUNT)).status == 200
+    assert (await control.delete("/api/tokens", params={"id": ids[0]}, headers=ACCOUNT)).status == 204
     await mint(control, ["assets:read"])
 
 
@@ -203,3 +203,101 @@ async def test_token_routes_need_the_account_key(control: TestClient) -> None:
             resp = await control.request(method, "/api/tokens?id=x", json={"name": "x", "scopes": ["assets:read"]},
                                          headers=headers)
             await expect_error(resp, 401, "Unauthorized")
+
+
+# -- expiresAt bounds -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("expires_at", [
+    "9999-12-31T23:59:59-05:00",        # year 10000 once the offset is applied
+    "9999-12-31T23:59:59+05:00",
+    "0001-01-01T00:00:00+14:00",        # year 0 once the offset is applied
+    "2001-01-01T00:00:00Z",             # in the past
+    "2999-01-01T00:00:00Z",             # beyond the longest lifetime (365 days, as expiresInDays)
+    "2030-01-01T00:00:00",              # no time zone: refused rather than guessed
+    "2030-01-01",
+    "2030-13-01T00:00:00Z",
+    "tomorrow",
+    "",
+    20300101,
+    True,
+    {"at": "2030-01-01T00:00:00Z"},
+])
+async def test_out_of_range_or_ambiguous_expiry_is_400(control: TestClient, expires_at: Any) -> None:
+    resp = await control.post("/api/tokens", json={"name": "ci", "scopes": ["assets:read"], "expiresAt": expires_at},
+                              headers=ACCOUNT)
+    body = await expect_error(resp, 400, "InvalidParameter")
+    assert body["error"]["target"] == "expiresAt"
+    assert (await (await control.get("/api/tokens", headers=ACCOUNT)).json())["Count"] == 0
+
+
+@pytest.mark.parametrize("offset", ["Z", "z", "+00:00", "-05:00", "+14:00"])
+async def test_expiry_with_an_offset_is_kept_as_utc(control: TestClient, offset: str) -> None:
+    local = datetime.now(UTC) + timedelta(days=30)
+    hours = {"Z": 0, "z": 0, "+00:00": 0, "-05:00": -5, "+14:00": 14}[offset]
+    wall = (local + timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%S")
+    body = await mint(control, ["assets:read"], expiresAt=wall + offset)
+    assert body["expiresAt"].endswith("Z")
+    assert abs(parse_time(body["expiresAt"]) - local) < timedelta(seconds=2)
+    assert (await control.get("/api/assets", headers=bearer(body["token"]))).status == 200
+
+
+async def test_expiry_at_the_longest_lifetime_is_accepted(control: TestClient) -> None:
+    at = (datetime.now(UTC) + timedelta(days=365)).isoformat()
+    body = await mint(control, ["assets:read"], expiresAt=at)
+    assert abs(parse_time(body["expiresAt"]) - parse_time(at)) < timedelta(milliseconds=1)
+
+
+# -- zones:* scopes ---------------------------------------------------------------------------------
+
+async def test_zones_read_token_lists_and_reads_zones_but_cannot_change_them(control: TestClient, zone: str,
+                                                                           data_dir: Path) -> None:
+    reader = bearer((await mint(control, ["zones:read"]))["token"])
+    resp = await control.get("/api/core/zones", headers=reader)
+    assert resp.status == 200
+    assert [z["Name"] for z in await resp.json()] == [zone]
+    assert (await control.get(f"/api/core/zones/{zone}", headers=reader)).status == 200
+    assert (await control.get(f"/api/core/zones/{zone}/domains", headers=reader)).status == 200
+    head = head_commit(data_dir)
+    for method, path, body in (("POST", "/api/core/zones", {"Name": "other"}),
+                               ("DELETE", f"/api/core/zones/{zone}", None),
+                               ("POST", f"/api/core/zones/{zone}/domains", {"Hostname": "cdn.example.com"}),
+                               ("DELETE", f"/api/core/zones/{zone}/domains/cdn.example.com", None)):
+        await expect_error(await control.request(method, path, json=body, headers=reader), 401, "Unauthorized")
+    assert head_commit(data_dir) == head
+
+
+async def test_zones_write_token_creates_and_deletes_zones_and_domains(control: TestClient) -> None:
+    writer = bearer((await mint(control, ["zones:write"]))["token"])
+    resp = await control.post("/api/core/zones", json={"Name": "scoped"}, headers=writer)
+    assert resp.status == 201, await resp.text()
+    resp = await control.post("/api/core/zones/scoped/domains", json={"Hostname": "cdn.scoped.com"}, headers=writer)
+    assert resp.status == 201, await resp.text()
+    assert (await control.delete("/api/core/zones/scoped/domains/cdn.scoped.com", headers=writer)).status == 200
+    await expect_error(await control.get("/api/core/zones", headers=writer), 401, "Unauthorized")  # read is its own scope
+    assert (await control.delete("/api/core/zones/scoped", headers=writer)).status == 200
+    audit = await (await control.get("/api/core/audit-logs", headers=ACCOUNT)).json()
+    actions = [(e["action"], e["meta"]["actor"]) for e in reversed(audit["Entries"]) if e["action"] != "token.create"]
+    actor = f"token:{(await (await control.get('/api/tokens', headers=ACCOUNT)).json())['Tokens'][0]['id']}"
+    assert actions == [("zone.create", actor), ("domain.add", actor), ("domain.remove", actor), ("zone.delete", actor)]
+
+
+async def test_other_scopes_do_not_open_zone_routes(control: TestClient, zone: str) -> None:
+    others = (await mint(control, [s for s in SCOPES if not s.startswith("zones:")]))["token"]
+    await expect_error(await control.get("/api/core/zones", headers=bearer(others)), 401, "Unauthorized")
+    await expect_error(await control.post("/api/core/zones", json={"Name": "x1"}, headers=bearer(others)),
+                       401, "Unauthorized")
+
+
+@pytest.mark.parametrize("scope", ["webhooks:read", "webhooks:write", "ai:read"])
+async def test_scopes_of_endpoints_to_come_are_accepted_at_mint_time(control: TestClient, scope: str) -> None:
+    body = await mint(control, [scope])
+    assert body["scopes"] == [scope]
+
+
+async def test_old_tokens_list_with_the_short_prefix(control: TestClient) -> None:
+    secret = (await mint(control, ["assets:read"]))["token"]
+    db = control.server.app[DB]
+    await db.execute("UPDATE tokens SET prefix = ?", (secret[:14],))  # a row minted before the prefix was shortened
+    await db.commit()
+    (listed,) = (await (await control.get("/api/tokens", headers=ACCOUNT)).json())["Tokens"]
+    assert listed["prefix"] == secret[:8]

@@ -45,13 +45,20 @@ def test_directory_paths(raw: str, repo_path: str) -> None:
     "akande/v1/x\x00.svg", "akande\\v1\\x.svg", "akande//v1/x.svg", "akande/v1/x.svg/", "//akande/x.svg",
     "akande/.git/config", ".git/HEAD", "akande/.github/workflows/x.yml", "akande/node_modules/x.js",
     "akande/v1/<x>.svg", "akande/v1/x;rm.svg", "akande/v1/é.svg", "a" * 1025, "", "clients",
+    # Spellings git takes for .git (case, trailing dots and spaces, the 8.3 short name) and the other
+    # forbidden names in any case; segments of dots and spaces only.
+    "akande/.GIT/x.svg", "akande/.Git/x.svg", "akande/.git./x.svg", "akande/.git /x.svg", "akande/GIT~1/x.svg",
+    "akande/git~1 ./x.svg", "akande/.GitHub/x.yml", "akande/NODE_MODULES/x.js", "akande/.../x.svg",
+    "akande/.. /x.svg",
+    # Control characters: '$' let a trailing newline through.
+    "akande/v1/x.svg\n", "akande\n/v1/x.svg", "akande/v1/x\r.svg", "akande/v1/x\x7f.svg", "akande/v1/x\x85.svg",
 ])
 def test_refused_storage_paths(raw: str) -> None:
     with pytest.raises(InvalidPath):
         parse_storage_path(raw)
 
 
-@pytest.mark.parametrize("raw", ["akande//", "akande/v1//", "akande/../", "%2e%2e/", ".git/"])
+@pytest.mark.parametrize("raw", ["akande//", "akande/v1//", "akande/../", "%2e%2e/", ".git/", ".GIT/", "akande\n/"])
 def test_refused_directory_paths(raw: str) -> None:
     with pytest.raises(InvalidPath):
         parse_storage_path(raw, directory=True)
@@ -95,3 +102,14 @@ def test_zone_names_outside_the_pattern_are_refused(name: str) -> None:
 @pytest.mark.parametrize("name", ["ab", "akande", "brand-2", "9" * 64, "--"])
 def test_zone_names_in_the_pattern_are_accepted(name: str) -> None:
     assert validate_zone_name(name) is None
+
+
+@pytest.mark.parametrize("name", ["nlzone\n", "akande\n", "ak\nande", "Akande", "a"])
+def test_zone_names_are_matched_whole(name: str) -> None:
+    assert validate_zone_name(name) is not None
+
+
+@pytest.mark.parametrize("raw", ["akande/v1/.gitkeep", "akande/v1/git~2/x.svg", "akande/v1/.git.svg",
+                                 "akande/v1/x.git/y.svg", "stocks/images/a.b.c.png"])
+def test_names_git_accepts_stay_allowed(raw: str) -> None:
+    assert parse_storage_path(raw).repo_path.endswith(raw.split("/", 1)[1])

@@ -1,0 +1,36 @@
+"""Validation edges seen through an edge: paths with a newline reach control (and its 400, or the
+delete of a zone named that way); numbers in query strings are ASCII digits and nothing more."""
+
+from __future__ import annotations
+
+from control.routes.zones import zone_scaffold
+from control.state import PUBLISHER
+from tests.control.conftest import ACCESS, ACCOUNT
+from tests.control.expect import expect_error
+from tests.edge.routes.conftest import ZONE, CdnFactory, solid_png
+
+IMAGE = f"{ZONE}/v1/banners/red.png"
+
+
+async def test_api_paths_with_a_newline_reach_control(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    resp = await cdn.edge.put(f"/api/storage/{ZONE}/v1/logos/x.svg%0A", data=b"<svg/>", headers=ACCESS)
+    await expect_error(resp, 400, "InvalidPath")
+    resp = await cdn.edge.put(f"/api/storage/{ZONE}/v1/logos/.GIT/x.svg", data=b"<svg/>", headers=ACCESS)
+    await expect_error(resp, 400, "InvalidPath")
+    # A zone that the old name pattern let in ("nlzone\n") can be deleted through the edge.
+    await cdn.control.server.app[PUBLISHER].commit(zone_scaffold("nlzone\n"), "a zone the old pattern let through")
+    resp = await cdn.edge.delete("/api/core/zones/nlzone%0A", headers=ACCOUNT)
+    assert resp.status == 200, await resp.text()
+    listed = await (await cdn.edge.get("/api/core/zones", headers=ACCOUNT)).json()
+    assert [z["Name"] for z in listed] == [ZONE]
+
+
+async def test_placeholder_numbers_are_ascii_digits_only(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(IMAGE, solid_png(64, 32, (200, 20, 20)))
+    assert (await cdn.edge.get(f"/api/lqip?url=/{IMAGE}&size=16")).status == 200
+    # str.isdigit() accepts superscripts, which int() refuses: these answered 500.
+    for query in ("size=%C2%B2", "blur=%C2%B9", "size=1%C2%B2"):
+        resp = await cdn.edge.get(f"/api/lqip?url=/{IMAGE}&{query}")
+        await expect_error(resp, 400, "InvalidParameter")
