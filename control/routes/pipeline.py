@@ -14,8 +14,9 @@ from aiohttp import web
 from control.pipeline.generate import generate, parse_pipeline_request
 from control.request_body import MB, read_json
 from control.state import GIT, PUBLISHER, ZONES
-from shared.errors import conflict, utc_now_iso
+from shared.errors import conflict
 from shared.middleware import json_response
+from shared.timestamps import as_iso_utc
 
 from .zones import zone_names, zone_scaffold
 
@@ -56,7 +57,7 @@ async def run_pipeline(request: web.Request) -> web.Response:
         "Message": (f"Zone '{name}' created with {len(paths)} files in one commit." if zone else
                     f"Stock asset '{name}' added with {len(paths)} files in one commit."),
         "Commit": commit_id, "Mode": pipeline_request.mode, "Name": name, "Files": paths,
-        "EdgeStatus": "pending", "EdgeNote": published.edge_note, "DateCreated": created_at or utc_now_iso(),
+        "EdgeStatus": "pending", "EdgeNote": published.edge_note, "DateCreated": as_iso_utc(created_at),
         # OA's shape of the same answer
         "commit": commit_id, "files": paths, "zone": zone,
     }, status=201)

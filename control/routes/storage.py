@@ -28,6 +28,7 @@ from shared.paths import (
     has_extension,
     parse_storage_path,
 )
+from shared.timestamps import as_iso_utc
 
 STORAGE_ZONE_NAME = "assetcdn"
 SCAFFOLD_FILE = ".gitkeep"  # keeps a zone's empty category directories in git; never listed or deleted
@@ -135,7 +136,7 @@ async def put_file(request: web.Request) -> web.Response:
 def _entry_json(request: web.Request, dir_path: str, name: str, is_dir: bool, size: int) -> dict[str, Any]:
     repo_path = f"{dir_path}/{name}" if dir_path else name
     entry = request.app[MANIFEST].entries.get(cdn_path_of(repo_path))
-    changed = entry.modified if entry else utc_now_iso()
+    changed = as_iso_utc(entry.modified) if entry else utc_now_iso()
     return {
         "Guid": str(uuid.uuid5(GUID_NAMESPACE, repo_path)),
         "StorageZoneName": STORAGE_ZONE_NAME,

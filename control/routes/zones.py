@@ -14,6 +14,7 @@ from shared.errors import bad_request, conflict, not_found, utc_now_iso
 from shared.manifest import ManifestEntry, human_size
 from shared.middleware import json_response
 from shared.paths import CLIENT_ROOT, ZONE_CATEGORIES, ZONE_NAME, validate_zone_name
+from shared.timestamps import as_iso_utc
 
 from .storage import STORAGE_ZONE_NAME
 
@@ -37,7 +38,7 @@ def _summary(request: web.Request, name: str, meta: ZoneMeta | None,
         "OriginUrl": f"{public_url(request.app)}/{name}/",
         "FileCount": len(entries), "StorageUsed": used, "StorageUsedHuman": human_size(used),
         "Categories": sorted({e.category for e in entries if e.category}),
-        "DateCreated": meta.created_at if meta else utc_now_iso(),
+        "DateCreated": as_iso_utc(meta.created_at) if meta else utc_now_iso(),
         "Enabled": meta.enabled if meta else True, "Suspended": meta.suspended if meta else False,
     }
 
@@ -92,7 +93,7 @@ async def create_zone(request: web.Request) -> web.Response:
         "HttpCode": 201, "Message": f"Zone '{name}' created.", "Id": name, "Name": name,
         "OriginUrl": f"{public_url(request.app)}/{name}/", "Commit": published.commit.commit_id,
         "Directories": [f"v1/{c}" for c in ZONE_CATEGORIES], "EdgeStatus": "pending",
-        "EdgeNote": published.edge_note, "DateCreated": meta.created_at,
+        "EdgeNote": published.edge_note, "DateCreated": as_iso_utc(meta.created_at),
     }, status=201)
 
 
