@@ -92,7 +92,7 @@ async def create_zone(request: web.Request) -> web.Response:
     return json_response({
         "HttpCode": 201, "Message": f"Zone '{name}' created.", "Id": name, "Name": name,
         "OriginUrl": f"{public_url(request.app)}/{name}/", "Commit": published.commit.commit_id,
-        "Directories": [f"v1/{c}" for c in ZONE_CATEGORIES], "EdgeStatus": "pending",
+        "Directories": list(ZONE_CATEGORIES), "EdgeStatus": "pending",  # the v1/ sub-directories
         "EdgeNote": published.edge_note, "DateCreated": as_iso_utc(meta.created_at),
     }, status=201)
 
