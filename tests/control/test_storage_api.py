@@ -122,6 +122,17 @@ class TestUpload:
         assert [(b["HttpCode"], b["EdgeStatus"]) for b in bodies] == [(201, "pending"), (201, "purging")]
         assert bodies[1]["Message"] == "File overwritten successfully"
 
+    async def test_upload_racing_a_zone_delete_is_404_and_writes_nothing(self, control: TestClient, zone: str,
+                                                                         data_dir: Path) -> None:
+        async with held_commit_lock(control) as gate:
+            delete = asyncio.create_task(control.delete(f"/api/core/zones/{zone}", headers=ACCOUNT))
+            await gate.until_queued(1)
+            put = asyncio.create_task(control.put(f"/api/storage/{LOGO_PATH}", data=LOGO, headers=ACCESS))
+            await gate.until_queued(2)
+        assert (await delete).status == 200
+        await expect_error(await put, 404, "ZoneNotFound")
+        assert repo_files(data_dir, "clients/akande/") == {}
+
     async def test_manifest_entry_describes_the_file(self, control: TestClient, zone: str, data_dir: Path) -> None:
         await upload(control, LOGO_PATH, LOGO)
         entry = control.server.app[MANIFEST].entries[LOGO_PATH]
