@@ -48,6 +48,14 @@ class Published:
         return note
 
 
+@dataclass(frozen=True)
+class Mutation:
+    """What one commit writes: {path: bytes (write) | None (delete)}, its message, tags to purge."""
+    files: Mapping[str, bytes | None]
+    message: str
+    purge_tags: Sequence[str] = ()
+
+
 def edge_note(commit_id: str, generation: int, fan_out: FanOut) -> str:
     return f"Committed {commit_id[:12]} as manifest generation {generation}." + acknowledgements(fan_out)
 
@@ -80,11 +88,22 @@ class Publisher:
         """One commit, its generation, and the push. `precondition` runs under the same lock just before the
         commit and raises to refuse it, so a check such as "this zone does not exist yet" cannot race.
         A change that leaves the tree as it is raises NothingToCommit."""
-        async with self._lock:
+        async def plan() -> Mutation:
             if precondition is not None:
                 await precondition()
-            result = await self.git.commit(changes, message)
-            generation = await self._apply(result, {"tags": list(purge_tags)} if purge_tags else None)
+            return Mutation(changes, message, purge_tags)
+
+        return await self.commit_planned(plan)
+
+    async def commit_planned(self, plan: Callable[[], Awaitable[Mutation]]) -> Published:
+        """A commit whose files are decided under the commit lock, by `plan` (which may raise to refuse it):
+        for a change that depends on the tree, such as deleting everything under a prefix, which a commit
+        queued ahead of it could otherwise extend."""
+        async with self._lock:
+            mutation = await plan()
+            result = await self.git.commit(mutation.files, mutation.message)
+            purge = {"tags": list(mutation.purge_tags)} if mutation.purge_tags else None
+            generation = await self._apply(result, purge)
         return await self._publish(result, generation)
 
     async def upload(self, files: Mapping[str, bytes], message: str,

@@ -6,9 +6,9 @@ from typing import Any
 
 from aiohttp import web
 
+from control.publish import Mutation
 from control.request_body import read_json
 from control.state import EDGE_CONFIG, GIT, MANIFEST, PUBLISHER, ZONES, public_url
-from control.storage.git_store import NothingToCommit
 from control.zones_store import ZoneMeta
 from shared.errors import bad_request, conflict, not_found, utc_now_iso
 from shared.manifest import ManifestEntry, human_size
@@ -100,13 +100,17 @@ async def create_zone(request: web.Request) -> web.Response:
 async def delete_zone(request: web.Request) -> web.Response:
     zone = await require_zone(request)
     git = request.app[GIT]
-    files = [f.path for f in await git.run(lambda: list(git.iter_files(f"{CLIENT_ROOT}/{zone}")))]
-    asset_count = sum(1 for f in files if not f.endswith("/.gitkeep"))
-    try:
-        published = await request.app[PUBLISHER].commit(
-            {f: None for f in files}, f"Delete zone {zone} and its {asset_count} files", purge_tags=[f"project-{zone}"])
-    except NothingToCommit:  # a concurrent delete of the same zone got there first
-        raise not_found(f"Zone '{zone}' does not exist.", target="id", code="ZoneNotFound") from None
+
+    async def every_file() -> Mutation:
+        # Listed under the commit lock: a file an upload committed while this request waited goes too.
+        files = [f.path for f in await git.run(lambda: list(git.iter_files(f"{CLIENT_ROOT}/{zone}")))]
+        if not files:  # a concurrent delete of the same zone got there first
+            raise not_found(f"Zone '{zone}' does not exist.", target="id", code="ZoneNotFound")
+        assets = sum(1 for f in files if not f.endswith("/.gitkeep"))
+        return Mutation({f: None for f in files}, f"Delete zone {zone} and its {assets} files", [f"project-{zone}"])
+
+    published = await request.app[PUBLISHER].commit_planned(every_file)
+    asset_count = sum(1 for c in published.commit.changes if not c.path.endswith("/.gitkeep"))
     await request.app[ZONES].remove(zone)
     # A deleted zone keeps no custom domains: they would map hostnames to nothing.
     if await request.app[EDGE_CONFIG].domains(zone):

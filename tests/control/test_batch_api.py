@@ -209,6 +209,24 @@ async def test_a_batch_racing_a_zone_delete_never_writes_into_the_deleted_zone(c
     assert (await control.get("/api/storage/akande/v1/icons/a.svg", headers=ACCESS)).status == 404
 
 
+async def test_a_zone_delete_queued_behind_a_batch_deletes_the_batch_files_too(control: TestClient, zone: str,
+                                                                              data_dir: Path) -> None:
+    # The batch commits first; the delete, which saw the zone before that commit, must remove its files.
+    async with held_commit_lock(control) as gate:
+        batch = asyncio.create_task(control.post("/api/storage/batch", json={"files": [item("a.svg")]},
+                                                 headers=ACCESS))
+        await gate.until_queued(1)
+        delete = asyncio.create_task(control.delete(f"/api/core/zones/{zone}", headers=ACCOUNT))
+        await gate.until_queued(2)
+    assert (await batch).status == 201
+    deleted = await delete
+    assert deleted.status == 200
+    assert (await deleted.json())["FilesRemoved"] == 1
+    assert repo_files(data_dir, "clients/akande/") == {}
+    listed = await control.get("/api/core/zones", headers=ACCOUNT)
+    assert zone not in [z["Name"] for z in await listed.json()]
+
+
 async def test_a_batch_whose_path_is_taken_while_it_waits_commits_nothing(control: TestClient, zone: str,
                                                                          data_dir: Path) -> None:
     # A single upload makes a.svg a file after the batch checked the tree; the batch's a.svg/inner.png
