@@ -13,31 +13,61 @@ from typing import Any
 
 from control.cluster.registry import EdgeRegistry, FanOut
 from control.edge_config import EdgeConfigStore
-from control.manifest_store import Generation, ManifestStore
-from control.storage.git_store import CommitResult, GitStore
+from control.manifest_store import Generation, ManifestStore, is_asset_path
+from control.storage.git_store import CommitResult, GitStore, NothingToCommit
 from shared.edge_rules import RULE_FILES
+from shared.paths import cdn_path_of
 
 
 @dataclass(frozen=True)
 class Published:
-    commit: CommitResult
+    commit: CommitResult   # without changes when an upload changed nothing: then the HEAD that holds it
     generation: Generation
     fan_out: FanOut
+    unchanged: tuple[str, ...] = ()  # uploaded paths whose stored bytes were identical (purged by URL)
+
+    @property
+    def committed(self) -> bool:
+        return bool(self.commit.changes)
+
+    @property
+    def replaced(self) -> frozenset[str]:
+        """Paths that held a file before this mutation: overwritten (EdgeStatus `purging`) or unchanged."""
+        return frozenset([c.path for c in self.commit.changes if c.old_blob is not None] + list(self.unchanged))
 
     @property
     def edge_note(self) -> str:
-        return edge_note(self.commit.commit_id, self.generation.generation, self.fan_out)
+        if not self.committed:
+            head = (f"Identical to the stored content: no commit was needed (HEAD {self.commit.commit_id[:12]}); "
+                    f"the cached copies are purged as manifest generation {self.generation.generation}.")
+            return head + acknowledgements(self.fan_out)
+        note = edge_note(self.commit.commit_id, self.generation.generation, self.fan_out)
+        if self.unchanged:
+            note += (f" {len(self.unchanged)} of the files were identical to the stored ones; their cached copies "
+                     "are purged.")
+        return note
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """What one commit writes: {path: bytes (write) | None (delete)}, its message, tags to purge."""
+    files: Mapping[str, bytes | None]
+    message: str
+    purge_tags: Sequence[str] = ()
 
 
 def edge_note(commit_id: str, generation: int, fan_out: FanOut) -> str:
-    head = f"Committed {commit_id[:12]} as manifest generation {generation}."
+    return f"Committed {commit_id[:12]} as manifest generation {generation}." + acknowledgements(fan_out)
+
+
+def acknowledgements(fan_out: FanOut) -> str:
     acked, pending = fan_out.nodes()
     total = len(acked) + len(pending)
     if total == 0:
-        return head + " No edge is registered yet; edges load the new generation when they start."
+        return " No edge is registered yet; edges load the new generation when they start."
     if not pending:
-        return head + f" Acknowledged by {total} of {total} edges in {fan_out.elapsed_ms:.0f} ms."
-    return (head + f" Acknowledged by {len(acked)} of {total} edges within "
+        return f" Acknowledged by {total} of {total} edges in {fan_out.elapsed_ms:.0f} ms."
+    return (f" Acknowledged by {len(acked)} of {total} edges within "
             f"{fan_out.elapsed_ms:.0f} ms; not yet: {', '.join(pending)} (they catch up on their own).")
 
 
@@ -56,18 +86,63 @@ class Publisher:
     async def commit(self, changes: Mapping[str, bytes | None], message: str, purge_tags: Sequence[str] = (),
                      precondition: Callable[[], Awaitable[None]] | None = None) -> Published:
         """One commit, its generation, and the push. `precondition` runs under the same lock just before the
-        commit and raises to refuse it, so a check such as "this zone does not exist yet" cannot race."""
+        commit and raises to refuse it, so a check such as "this zone does not exist yet" cannot race.
+        A change that leaves the tree as it is raises NothingToCommit."""
+        async def plan() -> Mutation:
+            if precondition is not None:
+                await precondition()
+            return Mutation(changes, message, purge_tags)
+
+        return await self.commit_planned(plan)
+
+    async def commit_planned(self, plan: Callable[[], Awaitable[Mutation]]) -> Published:
+        """A commit whose files are decided under the commit lock, by `plan` (which may raise to refuse it):
+        for a change that depends on the tree, such as deleting everything under a prefix, which a commit
+        queued ahead of it could otherwise extend."""
+        async with self._lock:
+            mutation = await plan()
+            result = await self.git.commit(mutation.files, mutation.message)
+            purge = {"tags": list(mutation.purge_tags)} if mutation.purge_tags else None
+            generation = await self._apply(result, purge)
+        return await self._publish(result, generation)
+
+    async def upload(self, files: Mapping[str, bytes], message: str,
+                     precondition: Callable[[], Awaitable[None]] | None = None) -> Published:
+        """Write files (a storage upload). A file whose bytes are already stored is an overwrite all the same
+        (the spec's `purging`): it makes no commit, as git history records only changes, but its URL is
+        purged on every edge, in the commit's generation or, when nothing changed, a generation of its own."""
         async with self._lock:
             if precondition is not None:
                 await precondition()
-            result = await self.git.commit(changes, message)
-            generation = await self.manifest.apply_commit(result, {"tags": list(purge_tags)} if purge_tags else None)
-            if any(c.path in RULE_FILES for c in result.changes):
-                self.config.invalidate()
-        for listener in self.listeners:
-            listener(result)
-        fan_out = await self.push(generation)
-        return Published(result, generation, fan_out)
+            try:
+                result = await self.git.commit(files, message)
+            except NothingToCommit:
+                head = await self.git.run(self.git.head_commit_id) or ""  # identical bytes: a HEAD exists
+                result = CommitResult(head, await self.git.run(self.git.commit_time, head), ())
+            changed = {c.path for c in result.changes}
+            unchanged = tuple(p for p in files if p not in changed)
+            urls = [f"/{cdn_path_of(p)}" for p in unchanged if is_asset_path(p)]
+            purge = {"urls": urls} if urls else None
+            if result.changes:
+                generation = await self._apply(result, purge)
+            else:
+                generation = await self.manifest.record_purge(purge)
+        return await self._publish(result, generation, unchanged)
+
+    async def _apply(self, result: CommitResult, purge: dict[str, Any] | None) -> Generation:
+        """The manifest generation of a commit (under the lock, so generations follow commit order)."""
+        generation = await self.manifest.apply_commit(result, purge)
+        if any(c.path in RULE_FILES for c in result.changes):
+            self.config.invalidate()
+        return generation
+
+    async def _publish(self, result: CommitResult, generation: Generation,
+                       unchanged: tuple[str, ...] = ()) -> Published:
+        if result.changes:
+            for listener in self.listeners:
+                listener(result)
+        fan_out = await self.push(generation, kind="push" if result.changes else "purge")
+        return Published(result, generation, fan_out, unchanged)
 
     async def publish_config(self) -> FanOut:
         """After a change outside git (domains): a generation without file changes carries the new config."""

@@ -8,14 +8,13 @@ Handlers raise these; the error middleware renders them with the request's id.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from shared import API_VERSION
+from shared import API_VERSION, timestamps
 
 
 def utc_now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return timestamps.utc_now_iso()  # one response form for every date-time (shared/timestamps.py)
 
 
 @dataclass

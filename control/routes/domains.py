@@ -20,6 +20,7 @@ from control.request_body import read_json
 from control.state import EDGE_CONFIG, PUBLISHER, SETTINGS
 from shared.errors import bad_request, conflict, not_found, utc_now_iso
 from shared.middleware import json_response
+from shared.timestamps import as_iso_utc
 
 from .zones import require_zone
 
@@ -69,7 +70,7 @@ def hostname_problem(hostname: str, base_domain: str) -> str | None:
 
 
 def _domain_json(zone: str, hostname: str, ssl_status: str, created_at: str) -> dict[str, Any]:
-    return {"Zone": zone, "Hostname": hostname, "SslStatus": ssl_status, "DateCreated": created_at}
+    return {"Zone": zone, "Hostname": hostname, "SslStatus": ssl_status, "DateCreated": as_iso_utc(created_at)}
 
 
 async def add_domain(request: web.Request) -> web.Response:
@@ -99,7 +100,7 @@ async def add_domain(request: web.Request) -> web.Response:
         "Zone": zone, "Hostname": hostname, "SslStatus": domain.ssl_status,
         "Note": (f"Create a CNAME record {hostname} -> {target}. SSL certificate will be provisioned "
                  "automatically once the record resolves."),
-        "DateCreated": domain.created_at,
+        "DateCreated": as_iso_utc(domain.created_at),
     }, status=201)
 
 

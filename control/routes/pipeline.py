@@ -14,8 +14,10 @@ from aiohttp import web
 from control.pipeline.generate import generate, parse_pipeline_request
 from control.request_body import MB, read_json
 from control.state import GIT, PUBLISHER, ZONES
-from shared.errors import conflict, utc_now_iso
+from shared.errors import conflict
 from shared.middleware import json_response
+from shared.paths import STOCK_ROOT
+from shared.timestamps import as_iso_utc
 
 from .zones import zone_names, zone_scaffold
 
@@ -50,13 +52,13 @@ async def run_pipeline(request: web.Request) -> web.Response:
         created_at = (await request.app[ZONES].ensure(name, created_at)).created_at
     paths = sorted(files)
     commit_id = published.commit.commit_id
-    zone = pipeline_request.zone
+    zone = pipeline_request.zone or STOCK_ROOT  # the stock pool is served as the zone `stocks`
     return json_response({
         "HttpCode": 201,
-        "Message": (f"Zone '{name}' created with {len(paths)} files in one commit." if zone else
+        "Message": (f"Zone '{name}' created with {len(paths)} files in one commit." if pipeline_request.zone else
                     f"Stock asset '{name}' added with {len(paths)} files in one commit."),
         "Commit": commit_id, "Mode": pipeline_request.mode, "Name": name, "Files": paths,
-        "EdgeStatus": "pending", "EdgeNote": published.edge_note, "DateCreated": created_at or utc_now_iso(),
+        "EdgeStatus": "pending", "EdgeNote": published.edge_note, "DateCreated": as_iso_utc(created_at),
         # OA's shape of the same answer
         "commit": commit_id, "files": paths, "zone": zone,
     }, status=201)

@@ -21,6 +21,7 @@ from control.storage.git_store import NothingToCommit
 from shared.edge_rules import RULE_FILES, RulesSyntaxError, parse_rule_file
 from shared.errors import ApiError, bad_request, utc_now_iso
 from shared.middleware import json_response
+from shared.timestamps import as_iso_utc
 
 MAX_CONTENT_LENGTH = 100_000  # spec: edge rule content, max length 100000
 # JSON escapes can grow a 100,000-character string to six bytes per character.
@@ -78,5 +79,5 @@ async def update_rules(request: web.Request) -> web.Response:
     return json_response({
         "HttpCode": 200, "Message": f"{file_name} {action} successfully", "File": file_name,
         "Commit": published.commit.commit_id, "EdgeStatus": "pending", "EdgeNote": published.edge_note,
-        "DateModified": published.commit.committed_at,
+        "DateModified": as_iso_utc(published.commit.committed_at),
     })

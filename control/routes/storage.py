@@ -8,6 +8,7 @@ import binascii
 import hashlib
 import re
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -28,6 +29,7 @@ from shared.paths import (
     has_extension,
     parse_storage_path,
 )
+from shared.timestamps import as_iso_utc
 
 STORAGE_ZONE_NAME = "assetcdn"
 SCAFFOLD_FILE = ".gitkeep"  # keeps a zone's empty category directories in git; never listed or deleted
@@ -50,14 +52,18 @@ def _parse(raw: str, *, directory: bool = False) -> StoragePath:
         raise bad_request(f"Invalid path: {exc}", target="path", code="InvalidPath") from None
 
 
-async def _require_zone(request: web.Request, path: StoragePath) -> None:
-    zone = path.zone
-    if zone is None:
-        return
-    git = request.app[GIT]
-    if not await git.run(git.is_dir, f"{CLIENT_ROOT}/{zone}"):
-        raise not_found(f"Zone '{zone}' does not exist. Create it first with POST /api/core/zones.",
-                        target="path", code="ZoneNotFound")
+def write_problem(git: GitStore, path: StoragePath) -> ApiError | None:
+    """Why a file cannot be written at `path` now: its zone does not exist (404 ZoneNotFound), or the tree
+    holds a directory there or a file above it (409 PathConflict). The one check of every upload, single
+    or batch; it reads the tree, so run it on the git thread (`git.run`) and again under the commit lock,
+    as a zone may be deleted or a path taken while the body is read."""
+    if path.zone is not None and not git.is_dir(f"{CLIENT_ROOT}/{path.zone}"):
+        return not_found(f"Zone '{path.zone}' does not exist. Create it first with POST /api/core/zones.",
+                         target="path", code="ZoneNotFound")
+    clash = _tree_conflict(git, path.repo_path)
+    if clash:
+        return conflict(f"Path conflict: {clash}", target="path", code="PathConflict")
+    return None
 
 
 def _tree_conflict(git: GitStore, repo_path: str) -> str | None:
@@ -94,12 +100,11 @@ async def put_file(request: web.Request) -> web.Response:
     git = request.app[GIT]
 
     async def writable() -> None:
-        await _require_zone(request, path)
-        problem = await git.run(_tree_conflict, git, path.repo_path)
+        problem = await git.run(write_problem, git, path)
         if problem:
-            raise conflict(f"Path conflict: {problem} Nothing was written.", target="path", code="PathConflict")
+            raise problem
 
-    await writable()  # before reading the body; checked again under the commit lock (a zone may go meanwhile)
+    await writable()  # before reading the body; checked again under the commit lock
     limit = request.app[SETTINGS].get("control", "max_upload_bytes")
     data = await read_body(request, limit)
     supplied = request.headers.get("Checksum")
@@ -109,33 +114,26 @@ async def put_file(request: web.Request) -> web.Response:
             raise bad_request("The Checksum header must be the SHA-256 of the body as 64 hex characters.",
                               target="Checksum", code="InvalidChecksum")
         received = (await asyncio.to_thread(hashlib.sha256, data)).hexdigest().upper()  # up to 25 MB: off the loop
-        checksum = supplied.strip().upper()
+        checksum = supplied.strip().upper()  # upper-case hex, as in the Checksum mismatch error and listings
         if checksum != received:
             raise bad_request("Checksum mismatch: the SHA-256 of the uploaded bytes differs from the Checksum "
                               "header. Nothing was written.", target="Checksum", code="ChecksumMismatch",
                               Expected=checksum, Received=received)
-    existed = path.cdn_path in request.app[MANIFEST].entries
-    try:
-        published = await request.app[PUBLISHER].commit(
-            {path.repo_path: data}, f"Upload {path.cdn_path} ({len(data)} bytes) via Storage API",
-            precondition=writable)
-    except NothingToCommit:
-        published = None
-    body: dict[str, Any] = {
-        "HttpCode": 201, "Message": "File uploaded successfully" if not existed else "File overwritten successfully",
+    published = await request.app[PUBLISHER].upload(
+        {path.repo_path: data}, f"Upload {path.cdn_path} ({len(data)} bytes) via Storage API", precondition=writable)
+    # Whether the path held a file is decided under the commit lock: identical bytes are an overwrite too.
+    overwrite = path.repo_path in published.replaced
+    return json_response({
+        "HttpCode": 201, "Message": "File overwritten successfully" if overwrite else "File uploaded successfully",
         "Path": path.client_path, "Length": len(data), "Checksum": checksum, "DateCreated": utc_now_iso(),
-    }
-    if published is None:
-        body |= {"EdgeStatus": "pending", "EdgeNote": "The content is identical to the stored file; no commit was needed."}
-    else:
-        body |= _edge_fields(published, "purging" if existed else "pending")
-    return json_response(body, status=201)
+        **_edge_fields(published, "purging" if overwrite else "pending"),
+    }, status=201)
 
 
 def _entry_json(request: web.Request, dir_path: str, name: str, is_dir: bool, size: int) -> dict[str, Any]:
     repo_path = f"{dir_path}/{name}" if dir_path else name
     entry = request.app[MANIFEST].entries.get(cdn_path_of(repo_path))
-    changed = entry.modified if entry else utc_now_iso()
+    changed = as_iso_utc(entry.modified) if entry else utc_now_iso()
     return {
         "Guid": str(uuid.uuid5(GUID_NAMESPACE, repo_path)),
         "StorageZoneName": STORAGE_ZONE_NAME,
@@ -230,6 +228,74 @@ async def delete_file(request: web.Request) -> web.Response:
                           **_edge_fields(published, "purging")})
 
 
+@dataclass(frozen=True)
+class _BatchFile:
+    index: int
+    raw_path: str
+    path: StoragePath
+    data: bytes
+
+
+@dataclass(frozen=True)
+class _Oversize:
+    problem: dict[str, Any]
+
+
+def _problem(index: int, path: Any, message: str) -> dict[str, Any]:
+    return {"index": index, "path": path, "message": message}
+
+
+def _parse_batch_file(index: int, item: Any, max_file: int) -> _BatchFile | _Oversize | dict[str, Any]:
+    """One entry of `files`, decoded; or the problem that refuses it (checks that need no repository)."""
+    if not isinstance(item, dict):
+        return _problem(index, None, "Each file must be an object with 'path' and 'content'.")
+    raw_path, content, encoding = item.get("path"), item.get("content"), item.get("encoding", "base64")
+    if not isinstance(raw_path, str) or not raw_path:
+        return _problem(index, None, "'path' is required.")
+    if _is_directory_request(raw_path):
+        return _problem(index, raw_path, "'path' must end in a file name with an extension.")
+    try:
+        path = parse_storage_path(raw_path)
+    except InvalidPath as exc:
+        return _problem(index, raw_path, f"Invalid path: {exc}")
+    if not isinstance(content, str):
+        return _problem(index, raw_path, "'content' is required and must be a string.")
+    if encoding == "base64":
+        try:
+            data = base64.b64decode(content, validate=True)
+        except (binascii.Error, ValueError):
+            return _problem(index, raw_path, "'content' is not valid base64.")
+    elif encoding == "utf-8":
+        data = content.encode("utf-8")
+    else:
+        return _problem(index, raw_path, "'encoding' must be 'base64' or 'utf-8'.")
+    if len(data) > max_file:
+        return _Oversize(_problem(index, raw_path,
+                                  f"File is {size_text(len(data))}; the limit is {size_text(max_file)} per file."))
+    return _BatchFile(index, raw_path, path, data)
+
+
+def _batch_write_problems(git: GitStore, files: list[_BatchFile]) -> list[dict[str, Any]]:
+    """`write_problem` for each file of a batch, in one pass on the git thread."""
+    problems = []
+    for f in files:
+        error = write_problem(git, f.path)
+        if error:
+            problems.append(_problem(f.index, f.raw_path, error.message))
+    return problems
+
+
+def _batch_error(problems: list[dict[str, Any]], total: int, oversize: int, max_file: int) -> ApiError:
+    problems = sorted(problems, key=lambda p: p["index"])
+    message = f"{len(problems)} of {total} files are invalid; nothing was committed."
+    if oversize == len(problems):
+        # Only size problems: 413 as for a single upload (the spec's per-file limit).
+        error = payload_too_large(message + " " + problems[0]["message"], max_file)
+        error.details = problems
+        return error
+    return ApiError(400, "InvalidBatch", message, target="files", details=problems)
+
+
 async def batch_upload(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     max_file = settings.get("control", "max_upload_bytes")
@@ -238,81 +304,59 @@ async def batch_upload(request: web.Request) -> web.Response:
     body = await read_json(request, limit=max(int(max_file * 4 / 3) + MB, 100 * MB))
     if not isinstance(body, dict) or not isinstance(body.get("files"), list):
         raise bad_request("The body must be a JSON object with a 'files' array.", target="files", code="InvalidBody")
-    files = body["files"]
-    if not files:
+    items = body["files"]
+    if not items:
         raise bad_request("'files' must contain at least one file.", target="files", code="InvalidBody")
-    if len(files) > max_files:
-        raise bad_request(f"Too many files: {len(files)} in one batch, the maximum is {max_files}.",
+    if len(items) > max_files:
+        raise bad_request(f"Too many files: {len(items)} in one batch, the maximum is {max_files}.",
                           target="files", code="TooManyFiles")
     problems: list[dict[str, Any]] = []
+    files: list[_BatchFile] = []
     changes: dict[str, bytes] = {}
-    client_paths: list[str] = []
     oversize = 0
-    for index, item in enumerate(files):
-        def problem(message: str, item_path: Any = None, index: int = index) -> None:
-            problems.append({"index": index, "path": item_path, "message": message})
-        if not isinstance(item, dict):
-            problem("Each file must be an object with 'path' and 'content'.")
-            continue
-        raw_path, content, encoding = item.get("path"), item.get("content"), item.get("encoding", "base64")
-        if not isinstance(raw_path, str) or not raw_path:
-            problem("'path' is required.")
-            continue
-        if _is_directory_request(raw_path):
-            problem("'path' must end in a file name with an extension.", raw_path)
-            continue
-        try:
-            path = parse_storage_path(raw_path)
-        except InvalidPath as exc:
-            problem(f"Invalid path: {exc}", raw_path)
-            continue
-        if not isinstance(content, str):
-            problem("'content' is required and must be a string.", raw_path)
-            continue
-        if encoding == "base64":
-            try:
-                data = base64.b64decode(content, validate=True)
-            except (binascii.Error, ValueError):
-                problem("'content' is not valid base64.", raw_path)
-                continue
-        elif encoding == "utf-8":
-            data = content.encode("utf-8")
-        else:
-            problem("'encoding' must be 'base64' or 'utf-8'.", raw_path)
-            continue
-        if len(data) > max_file:
+    for index, item in enumerate(items):
+        parsed = _parse_batch_file(index, item, max_file)
+        if isinstance(parsed, _Oversize):
+            problems.append(parsed.problem)
             oversize += 1
-            problem(f"File is {size_text(len(data))}; the limit is {size_text(max_file)} per file.", raw_path)
             continue
-        if path.repo_path in changes:
-            problem("The same path appears more than once in the batch.", raw_path)
+        if isinstance(parsed, dict):
+            problems.append(parsed)
             continue
-        git = request.app[GIT]
-        if path.zone and not await git.run(git.is_dir, f"{CLIENT_ROOT}/{path.zone}"):
-            problem(f"Zone '{path.zone}' does not exist.", raw_path)
+        repo_path = parsed.path.repo_path
+        if repo_path in changes:
+            problems.append(_problem(index, parsed.raw_path, "The same path appears more than once in the batch."))
             continue
-        clash = _batch_conflict(path.repo_path, changes) or await git.run(_tree_conflict, git, path.repo_path)
+        clash = _batch_conflict(repo_path, changes)
         if clash:
-            problem(f"Path conflict: {clash}", raw_path)
+            problems.append(_problem(index, parsed.raw_path, f"Path conflict: {clash}"))
             continue
-        changes[path.repo_path] = data
-        client_paths.append(path.client_path)
-    if problems:
-        message = f"{len(problems)} of {len(files)} files are invalid; nothing was committed."
-        if oversize == len(problems):
-            # Only size problems: 413 as for a single upload (the spec's per-file limit).
-            error = payload_too_large(message + " " + problems[0]["message"], max_file)
-            error.details = problems
-            raise error
-        raise ApiError(400, "InvalidBatch", message, target="files", details=problems)
-    try:
-        published = await request.app[PUBLISHER].commit(changes, f"Batch upload of {len(changes)} files via Storage API")
-    except NothingToCommit:
-        raise bad_request("Every file in the batch is identical to the stored one; nothing to commit.",
-                          code="NothingToCommit") from None
+        files.append(parsed)
+        changes[repo_path] = parsed.data
+    git = request.app[GIT]
+    if problems:  # refused already; list the repository's objections too, so one answer names every bad file
+        problems += await git.run(_batch_write_problems, git, files)
+        raise _batch_error(problems, len(items), oversize, max_file)
+
+    async def writable() -> None:  # under the commit lock: a zone deleted meanwhile refuses the whole batch
+        found = await git.run(_batch_write_problems, git, files)
+        if found:
+            raise _batch_error(found, len(items), 0, max_file)
+
+    published = await request.app[PUBLISHER].upload(
+        changes, f"Batch upload of {len(changes)} files via Storage API", precondition=writable)
+    unchanged = len(published.unchanged)
+    if not published.committed:
+        message = f"All {len(changes)} files are identical to the stored ones; no commit was needed."
+    elif unchanged:
+        message = (f"Committed {len(changes) - unchanged} of {len(changes)} files in one commit; "
+                   f"{unchanged} were identical to the stored ones.")
+    else:
+        message = f"Committed {len(changes)} files in one commit."
     return json_response({
-        "HttpCode": 201, "Message": f"Committed {len(changes)} files in one commit.",
-        "Commit": published.commit.commit_id, "Files": client_paths,
-        "EdgeStatus": "purging" if any(c.previous_tags for c in published.generation.changes) else "pending",
+        "HttpCode": 201, "Message": message, "Commit": published.commit.commit_id,
+        # Physical paths (with `clients/`), as the pipeline's Files.
+        "Files": [f.path.repo_path for f in files],
+        "EdgeStatus": "purging" if published.replaced else "pending",
         "EdgeNote": published.edge_note, "DateCreated": utc_now_iso(),
     }, status=201)

@@ -6,14 +6,15 @@ from typing import Any
 
 from aiohttp import web
 
+from control.publish import Mutation
 from control.request_body import read_json
 from control.state import EDGE_CONFIG, GIT, MANIFEST, PUBLISHER, ZONES, public_url
-from control.storage.git_store import NothingToCommit
 from control.zones_store import ZoneMeta
 from shared.errors import bad_request, conflict, not_found, utc_now_iso
 from shared.manifest import ManifestEntry, human_size
 from shared.middleware import json_response
 from shared.paths import CLIENT_ROOT, ZONE_CATEGORIES, validate_zone_name
+from shared.timestamps import as_iso_utc
 
 from .storage import STORAGE_ZONE_NAME
 
@@ -37,7 +38,7 @@ def _summary(request: web.Request, name: str, meta: ZoneMeta | None,
         "OriginUrl": f"{public_url(request.app)}/{name}/",
         "FileCount": len(entries), "StorageUsed": used, "StorageUsedHuman": human_size(used),
         "Categories": sorted({e.category for e in entries if e.category}),
-        "DateCreated": meta.created_at if meta else utc_now_iso(),
+        "DateCreated": as_iso_utc(meta.created_at) if meta else utc_now_iso(),
         "Enabled": meta.enabled if meta else True, "Suspended": meta.suspended if meta else False,
     }
 
@@ -93,21 +94,25 @@ async def create_zone(request: web.Request) -> web.Response:
     return json_response({
         "HttpCode": 201, "Message": f"Zone '{name}' created.", "Id": name, "Name": name,
         "OriginUrl": f"{public_url(request.app)}/{name}/", "Commit": published.commit.commit_id,
-        "Directories": [f"v1/{c}" for c in ZONE_CATEGORIES], "EdgeStatus": "pending",
-        "EdgeNote": published.edge_note, "DateCreated": meta.created_at,
+        "Directories": list(ZONE_CATEGORIES), "EdgeStatus": "pending",  # the v1/ sub-directories
+        "EdgeNote": published.edge_note, "DateCreated": as_iso_utc(meta.created_at),
     }, status=201)
 
 
 async def delete_zone(request: web.Request) -> web.Response:
     zone = await require_zone(request)
     git = request.app[GIT]
-    files = [f.path for f in await git.run(lambda: list(git.iter_files(f"{CLIENT_ROOT}/{zone}")))]
-    asset_count = sum(1 for f in files if not f.endswith("/.gitkeep"))
-    try:
-        published = await request.app[PUBLISHER].commit(
-            {f: None for f in files}, f"Delete zone {zone} and its {asset_count} files", purge_tags=[f"project-{zone}"])
-    except NothingToCommit:  # a concurrent delete of the same zone got there first
-        raise not_found(f"Zone '{zone}' does not exist.", target="id", code="ZoneNotFound") from None
+
+    async def every_file() -> Mutation:
+        # Listed under the commit lock: a file an upload committed while this request waited goes too.
+        files = [f.path for f in await git.run(lambda: list(git.iter_files(f"{CLIENT_ROOT}/{zone}")))]
+        if not files:  # a concurrent delete of the same zone got there first
+            raise not_found(f"Zone '{zone}' does not exist.", target="id", code="ZoneNotFound")
+        assets = sum(1 for f in files if not f.endswith("/.gitkeep"))
+        return Mutation({f: None for f in files}, f"Delete zone {zone} and its {assets} files", [f"project-{zone}"])
+
+    published = await request.app[PUBLISHER].commit_planned(every_file)
+    asset_count = sum(1 for c in published.commit.changes if not c.path.endswith("/.gitkeep"))
     await request.app[ZONES].remove(zone)
     # A deleted zone keeps no custom domains: they would map hostnames to nothing.
     if await request.app[EDGE_CONFIG].domains(zone):

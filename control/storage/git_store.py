@@ -11,12 +11,13 @@ import asyncio
 import concurrent.futures
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
 import pygit2
 from pygit2.enums import FileMode, ObjectType, Option
+
+from shared.timestamps import from_unix
 
 T = TypeVar("T")
 BRANCH = "refs/heads/main"
@@ -167,7 +168,7 @@ class GitStore:
 
     def commit_time(self, commit_id: str) -> str:
         commit = self._repo.get(commit_id)
-        return datetime.fromtimestamp(commit.commit_time, UTC).isoformat().replace("+00:00", "Z")
+        return from_unix(commit.commit_time)
 
     def diff_files(self, old_commit: str | None, new_commit: str | None) -> list[FileChange]:
         """Changed files between two commits (for a manifest rebuilt after the repository moved)."""

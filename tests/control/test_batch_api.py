@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from aiohttp.test_utils import TestClient
 from control.app import create_app
 from control.state import MANIFEST
 from shared.config import load_settings
+from tests.control.commit_gate import held_commit_lock
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
 
@@ -46,7 +48,8 @@ async def test_batch_commits_every_file_in_one_commit(control: TestClient, zone:
     assert set(body) == {"HttpCode", "Message", "Commit", "Files", "EdgeStatus", "EdgeNote", "DateCreated"}
     assert body["HttpCode"] == 201
     assert "3" in body["Message"]
-    assert body["Files"] == ["akande/v1/icons/a.svg", "akande/v1/icons/b.txt", "akande/v1/logos/c.svg"]
+    assert body["Files"] == ["clients/akande/v1/icons/a.svg", "clients/akande/v1/icons/b.txt",
+                             "clients/akande/v1/logos/c.svg"]
     assert body["Commit"] == head_commit(data_dir)
     assert body["EdgeStatus"] == "pending"
     parse_time(body["DateCreated"])
@@ -144,13 +147,106 @@ async def test_bad_json_is_400_invalid_json(control: TestClient, zone: str, data
     assert head_commit(data_dir) == head
 
 
-async def test_identical_batch_is_400_nothing_to_commit(control: TestClient, zone: str, data_dir: Path) -> None:
+async def test_files_are_the_physical_paths_with_their_storage_root(control: TestClient, zone: str) -> None:
+    files = [{"path": "akande/v1/logos/x.svg", "content": b64(b"<svg>x</svg>")},
+             {"path": "clients/akande/v1/logos/y.svg", "content": b64(b"<svg>y</svg>")},
+             {"path": "stocks/images/z.svg", "content": b64(b"<svg>z</svg>")}]
+    resp = await control.post("/api/storage/batch", json={"files": files}, headers=ACCESS)
+    assert resp.status == 201, await resp.text()
+    assert (await resp.json())["Files"] == [
+        "clients/akande/v1/logos/x.svg", "clients/akande/v1/logos/y.svg", "stocks/images/z.svg"]
+
+
+async def test_identical_batch_is_an_overwrite_that_commits_nothing(control: TestClient, zone: str,
+                                                                   data_dir: Path) -> None:
     resp = await control.post("/api/storage/batch", json={"files": [item("a.svg")]}, headers=ACCESS)
     assert resp.status == 201
-    head = head_commit(data_dir)
+    head, count = head_commit(data_dir), commit_count(data_dir)
+    generation = control.server.app[MANIFEST].generation
     resp = await control.post("/api/storage/batch", json={"files": [item("a.svg")]}, headers=ACCESS)
-    await expect_error(resp, 400, "NothingToCommit")
+    body = await resp.json()
+    assert resp.status == 201, body
+    assert (body["EdgeStatus"], body["Commit"], body["Files"]) == ("purging", head, ["clients/akande/v1/icons/a.svg"])
+    assert "identical" in body["Message"] and "no commit" in body["EdgeNote"]
+    assert (head_commit(data_dir), commit_count(data_dir)) == (head, count)
+    delta = await control.server.app[MANIFEST].changes_since(generation)
+    assert delta is not None and delta.purges == [{"urls": ["/akande/v1/icons/a.svg"]}]
+
+
+async def test_batch_of_new_and_identical_files_purges_the_identical_ones(control: TestClient, zone: str,
+                                                                         data_dir: Path) -> None:
+    assert (await control.post("/api/storage/batch", json={"files": [item("a.svg")]}, headers=ACCESS)).status == 201
+    count = commit_count(data_dir)
+    generation = control.server.app[MANIFEST].generation
+    resp = await control.post("/api/storage/batch", json={"files": [item("a.svg"), item("new.svg")]},
+                              headers=ACCESS)
+    body = await resp.json()
+    assert (resp.status, body["EdgeStatus"], body["Commit"]) == (201, "purging", head_commit(data_dir))
+    assert commit_count(data_dir) == count + 1
+    delta = await control.server.app[MANIFEST].changes_since(generation)
+    assert delta is not None and delta.purges == [{"urls": ["/akande/v1/icons/a.svg"]}]
+    assert [c.path for c in delta.changes] == ["akande/v1/icons/new.svg"]
+
+
+async def test_a_batch_racing_a_zone_delete_never_writes_into_the_deleted_zone(control: TestClient, zone: str,
+                                                                              data_dir: Path) -> None:
+    # The delete queues for the commit lock first; the batch validates while the zone still exists, then
+    # queues behind it. The batch must look again once the delete has committed.
+    async with held_commit_lock(control) as gate:
+        delete = asyncio.create_task(control.delete(f"/api/core/zones/{zone}", headers=ACCOUNT))
+        await gate.until_queued(1)
+        batch = asyncio.create_task(control.post("/api/storage/batch",
+                                                 json={"files": [item("a.svg"), item("b.svg")]}, headers=ACCESS))
+        await gate.until_queued(2)
+    assert (await delete).status == 200
+    body = await expect_error(await batch, 400, "InvalidBatch")
+    assert [(d["index"], d["path"]) for d in body["error"]["details"]] == [
+        (0, "akande/v1/icons/a.svg"), (1, "akande/v1/icons/b.svg")]
+    assert all("Zone 'akande' does not exist" in d["message"] for d in body["error"]["details"])
+    assert repo_files(data_dir, "clients/akande/") == {}
+    listed = await control.get("/api/core/zones", headers=ACCOUNT)
+    assert zone not in [z["Name"] for z in await listed.json()]
+    assert (await control.get("/api/storage/akande/v1/icons/a.svg", headers=ACCESS)).status == 404
+
+
+async def test_a_zone_delete_queued_behind_a_batch_deletes_the_batch_files_too(control: TestClient, zone: str,
+                                                                              data_dir: Path) -> None:
+    # The batch commits first; the delete, which saw the zone before that commit, must remove its files.
+    async with held_commit_lock(control) as gate:
+        batch = asyncio.create_task(control.post("/api/storage/batch", json={"files": [item("a.svg")]},
+                                                 headers=ACCESS))
+        await gate.until_queued(1)
+        delete = asyncio.create_task(control.delete(f"/api/core/zones/{zone}", headers=ACCOUNT))
+        await gate.until_queued(2)
+    assert (await batch).status == 201
+    deleted = await delete
+    assert deleted.status == 200
+    assert (await deleted.json())["FilesRemoved"] == 1
+    assert repo_files(data_dir, "clients/akande/") == {}
+    listed = await control.get("/api/core/zones", headers=ACCOUNT)
+    assert zone not in [z["Name"] for z in await listed.json()]
+
+
+async def test_a_batch_whose_path_is_taken_while_it_waits_commits_nothing(control: TestClient, zone: str,
+                                                                         data_dir: Path) -> None:
+    # A single upload makes a.svg a file after the batch checked the tree; the batch's a.svg/inner.png
+    # would silently turn that file into a directory.
+    async with held_commit_lock(control) as gate:
+        put = asyncio.create_task(control.put("/api/storage/akande/v1/icons/a.svg", data=b"<svg/>", headers=ACCESS))
+        await gate.until_queued(1)
+        batch = asyncio.create_task(control.post(
+            "/api/storage/batch", json={"files": [item("b.svg"), item("a.svg/inner.png")]}, headers=ACCESS))
+        await gate.until_queued(2)
+    assert (await put).status == 201
+    head = head_commit(data_dir)
+    body = await expect_error(await batch, 400, "InvalidBatch")
+    assert [(d["index"], d["path"]) for d in body["error"]["details"]] == [(1, "akande/v1/icons/a.svg/inner.png")]
+    assert "Path conflict" in body["error"]["details"][0]["message"]
     assert head_commit(data_dir) == head
+    assert set(repo_files(data_dir, "clients/akande/v1/icons/")) == {
+        "clients/akande/v1/icons/.gitkeep", "clients/akande/v1/icons/a.svg"}
+    got = await control.get("/api/storage/akande/v1/icons/a.svg", headers=ACCESS)
+    assert (got.status, await got.read()) == (200, b"<svg/>")
 
 
 class TestOversizeFile:

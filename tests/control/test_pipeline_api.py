@@ -95,7 +95,7 @@ async def test_stock_mode_adds_variants_to_the_pool(control: TestClient, data_di
                                                       "generateFavicon": False}, headers=ACCOUNT)
     assert resp.status == 201, await resp.text()
     body = await resp.json()
-    assert (body["Mode"], body["Name"], body["zone"]) == ("stock", "wave", None)
+    assert (body["Mode"], body["Name"], body["zone"]) == ("stock", "wave", "stocks")  # the pool it was added to
     assert commit_count(data_dir) == before + 1
     assert sorted(repo_files(data_dir, "stocks/")) == body["Files"]
     assert {"stocks/images/wave.svg", "stocks/images/wave.png", "stocks/images/wave.webp",

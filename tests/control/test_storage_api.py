@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import uuid
 from collections.abc import AsyncIterator
@@ -14,6 +15,7 @@ from yarl import URL
 from control.app import create_app
 from control.state import MANIFEST
 from shared.config import load_settings
+from tests.control.commit_gate import held_commit_lock
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
 
@@ -91,6 +93,45 @@ class TestUpload:
         assert commit_count(data_dir) == before + 1
         got = await control.get(f"/api/storage/{LOGO_PATH}", headers=ACCESS)
         assert await got.read() == LOGO + b"\n"
+
+    async def test_identical_reupload_is_an_overwrite_that_purges_without_a_commit(
+            self, control: TestClient, zone: str, data_dir: Path) -> None:
+        digest = hashlib.sha256(LOGO).hexdigest()
+        first = await upload(control, LOGO_PATH, LOGO, Checksum=digest)
+        assert (first["Message"], first["EdgeStatus"]) == ("File uploaded successfully", "pending")
+        head, count = head_commit(data_dir), commit_count(data_dir)
+        generation = control.server.app[MANIFEST].generation
+        body = await upload(control, LOGO_PATH, LOGO, Checksum=digest)  # lower-case hex in the request
+        assert (body["Message"], body["EdgeStatus"]) == ("File overwritten successfully", "purging")
+        assert (body["Path"], body["Length"], body["Checksum"]) == (LOGO_PATH, len(LOGO), digest.upper())
+        assert head[:12] in body["EdgeNote"] and "no commit" in body["EdgeNote"]  # type: ignore[index]
+        # No commit (history records changes only); the URL is purged on the edges in a generation of its own.
+        assert (head_commit(data_dir), commit_count(data_dir)) == (head, count)
+        delta = await control.server.app[MANIFEST].changes_since(generation)
+        assert delta is not None and (delta.changes, delta.purges) == ([], [{"urls": [f"/{LOGO_PATH}"]}])
+
+    async def test_upload_racing_another_upload_of_the_same_path_is_an_overwrite(
+            self, control: TestClient, zone: str) -> None:
+        # Both check the path while it is free; the second to commit overwrites the first.
+        async with held_commit_lock(control) as gate:
+            first = asyncio.create_task(control.put(f"/api/storage/{LOGO_PATH}", data=LOGO, headers=ACCESS))
+            await gate.until_queued(1)
+            second = asyncio.create_task(control.put(f"/api/storage/{LOGO_PATH}", data=LOGO + b" ", headers=ACCESS))
+            await gate.until_queued(2)
+        bodies = [await (await first).json(), await (await second).json()]
+        assert [(b["HttpCode"], b["EdgeStatus"]) for b in bodies] == [(201, "pending"), (201, "purging")]
+        assert bodies[1]["Message"] == "File overwritten successfully"
+
+    async def test_upload_racing_a_zone_delete_is_404_and_writes_nothing(self, control: TestClient, zone: str,
+                                                                         data_dir: Path) -> None:
+        async with held_commit_lock(control) as gate:
+            delete = asyncio.create_task(control.delete(f"/api/core/zones/{zone}", headers=ACCOUNT))
+            await gate.until_queued(1)
+            put = asyncio.create_task(control.put(f"/api/storage/{LOGO_PATH}", data=LOGO, headers=ACCESS))
+            await gate.until_queued(2)
+        assert (await delete).status == 200
+        await expect_error(await put, 404, "ZoneNotFound")
+        assert repo_files(data_dir, "clients/akande/") == {}
 
     async def test_manifest_entry_describes_the_file(self, control: TestClient, zone: str, data_dir: Path) -> None:
         await upload(control, LOGO_PATH, LOGO)

@@ -127,6 +127,22 @@ async def test_url_tag_and_everything_purges_empty_every_edge(cdn: RunningCdn) -
         assert await _cache_states(session, cdn, b) == ["MISS"] * 3
 
 
+async def test_identical_reupload_purges_the_path_on_every_edge(cdn: RunningCdn) -> None:
+    async with aiohttp.ClientSession() as session:
+        await make_zone(session, cdn, "reupload")
+        same, other = "reupload/v1/logos/same.txt", "reupload/v1/logos/other.txt"
+        await upload(session, cdn, same, b"unchanged bytes")
+        await upload(session, cdn, other, b"other bytes")
+        await _warm(session, cdn, [same, other])
+        body = await upload(session, cdn, same, b"unchanged bytes")
+        assert (body["Message"], body["EdgeStatus"]) == ("File overwritten successfully", "purging")
+        assert "Acknowledged by 3 of 3 edges" in body["EdgeNote"]
+        assert await _cache_states(session, cdn, same) == ["MISS"] * 3
+        assert await _cache_states(session, cdn, other) == ["HIT"] * 3
+        for edge in cdn.edge_urls:
+            assert (await fetch(session, f"{edge}/{same}"))[2] == b"unchanged bytes"
+
+
 async def test_purge_rejects_bad_requests_in_the_legacy_envelope(cdn: RunningCdn) -> None:
     async with aiohttp.ClientSession() as session:
         status, body = await purge(session, cdn, {"tags": ["ok-tag", "bad tag!", "x_y"]})

@@ -35,7 +35,7 @@ def cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCdn]:
     try:
         zone = _call("POST", f"{running.edge_urls[0]}/api/core/zones", json.dumps({"Name": ZONE}).encode(),
                      {**ACCOUNT, "Content-Type": "application/json"})
-        assert zone["Directories"] == ["v1/banners", "v1/github", "v1/icons", "v1/logos", "v1/titles"]
+        assert zone["Directories"] == ["banners", "github", "icons", "logos", "titles"]
         upload = _call("PUT", f"{running.edge_urls[0]}/api/storage/{ZONE}/v1/logos/logo.svg", LOGO,
                        {**ACCESS, "Content-Type": "image/svg+xml"})
         assert upload["EdgeStatus"] == "pending"
