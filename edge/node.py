@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,6 +17,9 @@ import orjson
 
 from edge.cache.coalesce import SingleFlight
 from edge.cache.store import EdgeCache
+from edge.cache.tags import path_tag
+from edge.cache.tags import public_tags as public_tags  # re-exported: routes import it from here
+from edge.cache.tags import source_tags as source_tags  # re-exported
 from edge.control_client import ControlClient, run_sync_loop
 from edge.delivery_log import DeliveryLog
 from edge.replica import ManifestReplica
@@ -29,20 +31,6 @@ from shared.paths import InvalidPath, parse_cdn_path
 
 log = logging.getLogger(__name__)
 FINAL_SHIP_TIMEOUT_S = 2.0
-
-
-def path_tag(cdn_path: str) -> str:
-    """Internal tag on everything cached from one source path (the asset and all its variants)."""
-    return f"path:{cdn_path}"
-
-
-def source_tags(entry: ManifestEntry) -> tuple[str, ...]:
-    """Tags of everything cached from one source: its public cache tags plus its path tag."""
-    return (*entry.tags, path_tag(entry.path))
-
-
-def public_tags(tags: Iterable[str]) -> list[str]:
-    return [t for t in tags if ":" not in t]
 
 
 class EdgeNode:

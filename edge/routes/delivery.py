@@ -41,13 +41,13 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
         raise ApiError(exc.status, exc.code, exc.message, target="path") from None
     for attempt in range(2):  # a second pass only when the body was purged during delivery
         try:
-            obj, status = await cached_asset(node, entry)
+            obj, status, head = await cached_asset(node, entry)
         except OriginUnavailable:
             raise ApiError(503, "OriginUnreachable", f"'/{wanted.path}' is not cached on this edge and the "
                            "control plane cannot be reached. Retry shortly.") from None
         try:
             response = await deliver(request, obj, cache_status=status, cache_control=node.asset_cache_control,
-                                     tags=entry.tags)
+                                     head=head)
             break
         except FileNotFoundError:
             if attempt:
