@@ -23,7 +23,7 @@ from edge.cache.tags import source_tags as source_tags  # re-exported
 from edge.control_client import ControlClient, run_sync_loop
 from edge.delivery_log import DeliveryLog
 from edge.replica import ManifestReplica
-from edge.rules import EdgeConfig
+from edge.rules import EdgeConfig, tenant_path
 from shared.config import Settings
 from shared.manifest import ManifestChange, ManifestEntry
 from shared.metrics import Metrics
@@ -160,15 +160,21 @@ class EdgeNode:
             return await loop.run_in_executor(None, self.cache.purge_all)
         tags: list[str] = list(message.get("tags") or [])
         for url in message.get("urls") or []:
-            path = cdn_path_from_url(url)
+            path = cdn_path_from_url(url, self.config)
             if path:
                 tags.append(path_tag(path))
         return await self._purge_tags(tags)
 
 
-def cdn_path_from_url(url: str) -> str | None:
-    """The CDN path of a purge URL: an absolute URL on any host or a path; None if it names none."""
-    path = urlsplit(url).path if "://" in url else url.split("?", 1)[0]
+def cdn_path_from_url(url: str, config: EdgeConfig | None = None) -> str | None:
+    """The CDN path of a purge URL: an absolute URL on any host or a path; None if it names none.
+    On a tenant host (`config`) `https://<zone host>/v1/...` names that zone's file, as it does
+    when requested."""
+    if "://" in url:
+        parts = urlsplit(url)
+        path = parts.path if config is None else tenant_path(config.zone_for_host(parts.hostname or ""), parts.path)
+    else:
+        path = url.split("?", 1)[0]
     try:
         return parse_cdn_path(path)
     except InvalidPath:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from edge.access import is_private_path
+from edge.access import is_private_path, serves_on_host
 from edge.auto_format import AutoChoice, choices, conversion_options
 from edge.cache.entry import CachedObject
 from edge.negotiate import (
@@ -75,6 +75,8 @@ async def _converted(request: web.Request, choice: AutoChoice) -> tuple[CachedOb
 async def answer(request: web.Request, base: str, chain: list[str], headers: dict[str, str], *,
                  animated: bool) -> web.StreamResponse:
     node = request.app[NODE]
+    if not serves_on_host(base, node.config.zone_for_host(request.host)):
+        raise LegacyError(404, NOT_FOUND)  # a tenant host serves its zone and the stock pool only
     if not node.replica.loaded:
         raise LegacyError(503, "This edge has not loaded the manifest yet. Retry shortly.")
     options = choices(chain, base, node.replica.get, animated=animated)

@@ -13,6 +13,7 @@ import time
 
 from aiohttp import web
 
+from edge.access import serves_on_host
 from edge.state import NODE, SECRETS
 from edge.states.deliver import deliver
 from edge.states.fetch import OriginUnavailable, cached_asset
@@ -55,6 +56,9 @@ def verify_signed_query(query: dict[str, str], secret: str, now: float) -> str:
 async def signed_asset(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE]
     path = verify_signed_query(dict(request.query), request.app[SECRETS].signed_url_secret, time.time())
+    # A tenant host serves its own zone and the stock pool only (edge/access.py), whatever is signed.
+    if not serves_on_host(path, node.config.zone_for_host(request.host)):
+        raise LegacyError(404, NOT_FOUND)
     entry = node.replica.get(path)
     if entry is None:
         if not node.replica.loaded:
