@@ -77,6 +77,7 @@ from shared.cluster import PREFIX
 from shared.config import Settings
 from shared.metrics import METRICS, Metrics, metrics_handler, metrics_middleware
 from shared.middleware import install_envelopes
+from shared.request_body import body_deadline_middleware
 from shared.secrets import Secrets
 
 log = logging.getLogger(__name__)
@@ -205,6 +206,7 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app.middlewares.append(request_log_middleware)  # outermost: sees every final status
     app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
     install_envelopes(app)
+    app.middlewares.append(body_deadline_middleware(settings))
     app[METRICS] = Metrics("control")
     app.middlewares.append(cluster.cluster_auth_middleware)
     app.middlewares.append(auth_middleware)
