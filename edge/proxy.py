@@ -92,8 +92,9 @@ async def _exchange(request: web.Request, body: ProxiedBody | None, timeout_s: f
     url = URL(request.app[NODE].control.control_url + request.rel_url.raw_path_qs, encoded=True)
     session = request.app[PROXY_SESSION]
     response: web.StreamResponse | None = None
+    deadline = asyncio.timeout(timeout_s)
     try:
-        async with asyncio.timeout(timeout_s) as deadline:
+        async with deadline:
             async with session.request(request.method, url, headers=_forward_headers(request, body),
                                        data=body.payload() if body is not None else None,
                                        allow_redirects=False) as upstream:
@@ -114,7 +115,7 @@ async def _exchange(request: web.Request, body: ProxiedBody | None, timeout_s: f
                 return response
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         if response is None or not response.prepared:
-            if isinstance(exc, TimeoutError):
+            if deadline.expired():  # not aiohttp's own connect timeout: that one means unreachable
                 raise ApiError(504, "ControlTimeout", f"The control plane did not answer within {timeout_s:g} s; "
                                "retry later.") from None
             raise ApiError(503, "ControlUnreachable", "The control plane cannot be reached from this edge; "

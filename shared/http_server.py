@@ -22,7 +22,7 @@ def name_the_server() -> None:
     already has one, including those it answers before any application code runs (a malformed
     request line, oversize headers); its default comes from this module attribute.
     """
-    web_response.SERVER_SOFTWARE = SERVER_NAME  # type: ignore[attr-defined]
+    web_response.SERVER_SOFTWARE = SERVER_NAME
 
 
 def header_timeout_s(settings: Settings) -> float:
