@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from aiohttp import web
@@ -62,6 +63,22 @@ async def test_tricklers_beyond_the_pool_do_not_starve_uploads(make_cdn: CdnFact
         dripping.cancel()
         for _, writer in streams:
             writer.close()
+
+
+async def test_a_slow_but_steady_body_outlives_the_body_timeout(make_cdn: CdnFactory) -> None:
+    """The deadline grows with what arrives: 1 s plus 1 s per 50 bytes, for a body sent at ~500 bytes/s."""
+    cdn = await make_cdn(ASSETCDN_SERVER_BODY_TIMEOUT_S="1", ASSETCDN_SERVER_BODY_MIN_BYTES_PER_S="50")
+
+    async def steady() -> AsyncIterator[bytes]:
+        for _ in range(25):
+            yield b"s" * 50
+            await asyncio.sleep(0.1)
+
+    for name, client in both(cdn):
+        resp = await client.put(f"/api/storage/{ZONE}/v1/steady/{name}.txt", data=steady(), headers=ACCESS)
+        body = await resp.json()
+        assert resp.status == 201, (name, body)
+        assert body["Length"] == 25 * 50
 
 
 async def test_a_gzip_body_is_stored_decoded_through_the_edge_and_at_control(make_cdn: CdnFactory) -> None:
