@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import hashlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -79,6 +81,18 @@ async def test_a_slow_but_steady_body_outlives_the_body_timeout(make_cdn: CdnFac
         body = await resp.json()
         assert resp.status == 201, (name, body)
         assert body["Length"] == 25 * 50
+
+
+async def test_a_body_larger_than_the_memory_buffer_arrives_intact(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_EDGE_PROXY_BODY_MEMORY_KB="64")  # this one waits in a temporary file
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    checksum = hashlib.sha256(data).hexdigest().upper()
+    resp = await cdn.edge.put(f"/api/storage/{ZONE}/v1/large.bin", data=data, headers={**ACCESS, "Checksum": checksum})
+    body = await resp.json()
+    assert resp.status == 201, body
+    assert (body["Length"], body["Checksum"]) == (len(data), checksum)
+    resp = await cdn.edge.get(f"/api/storage/{ZONE}/v1/large.bin", headers=ACCESS)
+    assert await resp.read() == data
 
 
 async def test_a_gzip_body_is_stored_decoded_through_the_edge_and_at_control(make_cdn: CdnFactory) -> None:
