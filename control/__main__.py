@@ -8,10 +8,10 @@ import logging
 from pathlib import Path
 
 import uvloop
-from aiohttp import web
 
 from control.app import create_app
 from shared.config import load_settings
+from shared.http_server import serve
 from shared.logs import configure_logging
 from shared.secrets import load_or_create_secrets, private_umask
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
                                            data_dir / "secrets.env")
     app = create_app(settings, secrets, data_dir, demo=args.demo)
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    web.run_app(app, host=host, port=port, access_log=None, print=None, handle_signals=True)
+    serve(app, settings, host=host, port=port, handle_signals=True)
 
 
 if __name__ == "__main__":

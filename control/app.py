@@ -77,6 +77,7 @@ from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
 from shared.metrics import METRICS, METRICS_KEY, Metrics, metrics_handler, metrics_middleware
 from shared.middleware import install_envelopes
+from shared.request_body import body_deadline_middleware
 from shared.secrets import Secrets
 
 log = logging.getLogger(__name__)
@@ -210,6 +211,7 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app.middlewares.append(request_log_middleware)  # outermost: sees every final status
     app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
     install_envelopes(app)
+    app.middlewares.append(body_deadline_middleware(settings))
     app[METRICS] = Metrics("control")
     app[METRICS_KEY] = secrets.metrics_key
     app.middlewares.append(cluster.cluster_auth_middleware)

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
 from aiohttp import web
 
 from edge.cache.store import EdgeCache
@@ -15,14 +14,16 @@ from edge.control_client import ControlClient
 from edge.counters import counters_from_settings
 from edge.image_pool import ImagePool, configure_libvips
 from edge.node import EdgeNode
-from edge.proxy import forward_to_control
+from edge.proxy import forward_to_control, open_proxy_session
 from edge.routes import auto, cluster, delivery, health, placeholders, signed, stream, transform
 from edge.rules import apply_header_rules
 from edge.state import IMAGE_POOL, NODE, PROXY_SESSION, SECRETS, SETTINGS, USAGE_COUNTERS
 from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
+from shared.http_server import client_keepalive_s
 from shared.metrics import METRICS, METRICS_KEY, Metrics, metrics_handler, metrics_middleware
 from shared.middleware import install_envelopes
+from shared.request_body import body_deadline_middleware
 from shared.secrets import Secrets
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -85,6 +86,7 @@ def _add_routes(app: web.Application, routes: tuple[Route, ...]) -> None:
 def create_cluster_app(node_app: web.Application) -> web.Application:
     app = web.Application(client_max_size=16 * 1024 * 1024)
     install_envelopes(app)
+    app.middlewares.append(body_deadline_middleware(node_app[SETTINGS]))
     app[NODE] = node_app[NODE]
     app[SECRETS] = node_app[SECRETS]
     app[cluster.REPLAY_GUARD] = ReplayGuard()
@@ -113,15 +115,15 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         edge = settings.section("edge")
         identity.cache_dir.mkdir(parents=True, exist_ok=True)
         cache = EdgeCache.from_settings(edge, identity.cache_dir / "cache")
-        control = ControlClient(identity.control_url, secrets.cluster_secret, float(edge["origin_timeout_s"]))
+        control = ControlClient(identity.control_url, secrets.cluster_secret, float(edge["origin_timeout_s"]),
+                                client_keepalive_s(settings))
         await control.start()
         node = EdgeNode(settings, identity.member, control, cache, identity.cache_dir, app[METRICS])
         node.replica.state_file = identity.cache_dir / f"manifest-{identity.worker}.json"
         node.config_file = identity.cache_dir / f"edge-config-{identity.worker}.json"
         node.load_persisted()
         app[NODE] = node
-        app[PROXY_SESSION] = aiohttp.ClientSession(auto_decompress=False,
-                                                   timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
+        app[PROXY_SESSION] = open_proxy_session(settings)
         # The private cluster site: control pushes to each worker directly.
         cluster_runner = web.AppRunner(create_cluster_app(app), access_log=None)
         await cluster_runner.setup()

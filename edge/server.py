@@ -35,9 +35,9 @@ def run_worker(argv: list[str], worker: int) -> None:
     die_with_parent()
     # Imported here: PROMETHEUS_MULTIPROC_DIR must be set before prometheus_client is imported.
     import uvloop
-    from aiohttp import web
 
     from edge.app import EdgeIdentity, create_app
+    from shared.http_server import serve
     from shared.secrets import load_edge_secrets
 
     args = _parser().parse_args(argv)
@@ -50,7 +50,7 @@ def run_worker(argv: list[str], worker: int) -> None:
     identity = EdgeIdentity(args.name, worker, args.control_url, cache_dir, args.advertise_host or host)
     app = create_app(settings, load_edge_secrets(data_dir), identity)
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    web.run_app(app, host=host, port=port, reuse_port=True, access_log=None, print=None)
+    serve(app, settings, host=host, port=port, reuse_port=True)
 
 
 def main(argv: list[str] | None = None) -> None:
