@@ -24,6 +24,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 HANDLER_GRACE_S = 3.0        # in-flight requests (uploads, SSE streams, proxied calls) at shutdown
 EXIT_DEADLINE_S = 10.0       # from the first stop signal to the process being gone, whatever hangs
+THREAD_SETTLE_S = 1.0        # for worker threads that were told to end before they are reported
 EXIT_CANNOT_LISTEN = 3       # the address is in use or not ours: restarting cannot help
 EXIT_DEADLINE_EXCEEDED = 4   # the orderly stop overran EXIT_DEADLINE_S
 RUN_ID_ENV = "ASSETCDN_RUN_ID"
@@ -157,7 +159,9 @@ async def _serve(app: web.Application, host: str, port: int, reuse_port: bool, d
         return 0
     finally:
         deadline.arm()  # whatever ends the run (signal, bind failure, startup error), exit is bounded
+        began = time.monotonic()
         await runner.cleanup()
+        log.info("stopped in %.1fs", time.monotonic() - began)
 
 
 def serve(app: web.Application, *, host: str, port: int, reuse_port: bool = False,
@@ -171,7 +175,12 @@ def serve(app: web.Application, *, host: str, port: int, reuse_port: bool = Fals
     deadline = _ExitDeadline(exit_deadline_s)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         status = runner.run(_serve(app, host, port, reuse_port, deadline, runner_options))
-    leftover = [t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
-    if leftover:
-        log.error("threads still running at exit (a resource was not closed): %s", ", ".join(leftover))
+    # The interpreter waits for non-daemon threads before it exits: name any that is not ending (a
+    # connection left open, a job still running); the exit deadline ends the wait if it has to.
+    settle = time.monotonic() + THREAD_SETTLE_S
+    leftover = [t for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
+    for thread in leftover:
+        thread.join(timeout=max(settle - time.monotonic(), 0))
+    if still := [t.name for t in leftover if t.is_alive()]:
+        log.warning("threads still running at exit: %s", ", ".join(still))
     return status

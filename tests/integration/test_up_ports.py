@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from tests.integration.harness import (
     start_cdn,
     up_command,
     up_env,
+    wait_gone,
 )
 
 pytestmark = pytest.mark.integration
@@ -105,3 +107,30 @@ async def test_a_second_up_on_the_same_data_directory_is_refused(first: RunningC
     assert status != 0
     assert f"already running on {first.data_dir}" in output
     await assert_first_serves_alone(first, before)
+
+
+def test_a_child_that_cannot_listen_any_more_stops_up_at_once(tmp_path: Path) -> None:
+    cdn = start_cdn(tmp_path, edges=1)
+    edge_port = port(cdn.edge_urls[0])
+    with socket.socket() as squatter:
+        try:
+            # While `up` is suspended its edge dies and another program takes the edge's port.
+            cdn.process.send_signal(signal.SIGSTOP)
+            edge = cdn.signal("--name edge-0", signal.SIGKILL)
+            assert edge and wait_gone(set(edge)) == set()
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            squatter.bind(("127.0.0.1", edge_port))
+            squatter.listen()
+            before = cdn.descendants()
+            cdn.process.send_signal(signal.SIGCONT)
+            status = cdn.process.wait(timeout=60)
+        finally:
+            cdn.process.send_signal(signal.SIGCONT)
+            if cdn.process.poll() is None:
+                cdn.stop()
+    log = cdn.log_path.read_text()
+    assert status != 0
+    assert "edge-0 cannot listen on its port" in log, log
+    assert f"cannot listen on 127.0.0.1:{edge_port}" in log
+    assert log.count("restarting") <= 1  # one attempt, not a crash loop
+    assert running(before) == set()
