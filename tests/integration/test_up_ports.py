@@ -114,13 +114,14 @@ def test_a_child_that_cannot_listen_any_more_stops_up_at_once(tmp_path: Path) ->
     edge_port = port(cdn.edge_urls[0])
     with socket.socket() as squatter:
         try:
-            # While `up` is suspended its edge dies and another program takes the edge's port.
+            # While `up` is suspended another program joins the edge's listeners on its port (as a
+            # second install's edge would, with SO_REUSEPORT), then the edge dies.
             cdn.process.send_signal(signal.SIGSTOP)
-            edge = cdn.signal("--name edge-0", signal.SIGKILL)
-            assert edge and wait_gone(set(edge)) == set()
-            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             squatter.bind(("127.0.0.1", edge_port))
             squatter.listen()
+            edge = cdn.signal("--name edge-0", signal.SIGKILL)
+            assert edge and wait_gone(set(edge)) == set()
             before = cdn.descendants()
             cdn.process.send_signal(signal.SIGCONT)
             status = cdn.process.wait(timeout=60)
