@@ -189,18 +189,18 @@ def cmd_up(args: argparse.Namespace) -> int:
     control_port = args.control_port or settings.get("server", "control_port")
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
     first_start = not (data_dir / "repo.git").exists()
-    secrets, generated = load_or_create_secrets(data_dir)
     try:
-        _lock_data_dir(data_dir)
+        _lock_data_dir(data_dir)  # before anything is read or written there
     except StartupFailed as exc:
         _say(f"assetcdn up: {exc}", error=True)
         return 1
+    secrets, generated = load_or_create_secrets(data_dir)
     ports = [("control", control_port), *((f"edge-{i}", edge_port + i) for i in range(args.edges))]
     if conflicts := port_conflicts(host, ports):
         for conflict in conflicts:
             _say(f"assetcdn up: {conflict}", error=True)
-        _say("assetcdn up: another install or program uses it: stop that one, or choose free ports with "
-             "--edge-port and --control-port", error=True)
+        _say(f"assetcdn up: another install or program is using {'it' if len(conflicts) == 1 else 'them'}: "
+             "stop that one, or choose free ports with --edge-port and --control-port", error=True)
         return 1
     become_subreaper()
     run_id = os.urandom(8).hex()  # the children echo it from /api/health: how `up` knows they are its own
