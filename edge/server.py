@@ -84,4 +84,5 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, stop)
     for process in workers:
         process.join()
-    sys.exit(1 if any((p.exitcode or 0) > 0 for p in workers) else 0)
+    codes = [p.exitcode or 0 for p in workers]
+    sys.exit(EXIT_CANNOT_LISTEN if EXIT_CANNOT_LISTEN in codes else 1 if any(c > 0 for c in codes) else 0)
