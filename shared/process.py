@@ -37,6 +37,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 HANDLER_GRACE_S = 3.0        # in-flight requests (uploads, SSE streams, proxied calls) at shutdown
 EXIT_DEADLINE_S = 10.0       # from the first stop signal to the process being gone, whatever hangs
+KEEPALIVE_TIMEOUT_S = 75.0   # idle keep-alive connections (aiohttp's run_app default)
 THREAD_SETTLE_S = 1.0        # for worker threads that were told to end before they are reported
 EXIT_CANNOT_LISTEN = 3       # the address is in use or not ours: restarting cannot help
 EXIT_DEADLINE_EXCEEDED = 4   # the orderly stop overran EXIT_DEADLINE_S
@@ -145,7 +146,8 @@ async def _serve(app: web.Application, host: str, port: int, reuse_port: bool, d
     run_id = os.environ.get(RUN_ID_ENV)
     if run_id:
         app.on_response_prepare.append(_answer_run_id(run_id))
-    options: dict[str, object] = {"access_log": None, "shutdown_timeout": HANDLER_GRACE_S, **runner_options}
+    options: dict[str, object] = {"access_log": None, "shutdown_timeout": HANDLER_GRACE_S,
+                                  "keepalive_timeout": KEEPALIVE_TIMEOUT_S, **runner_options}
     runner = web.AppRunner(app, handle_signals=False, **options)  # type: ignore[arg-type]
     try:
         await runner.setup()
