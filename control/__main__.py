@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
+import sys
 from pathlib import Path
-
-import uvloop
 
 from control.app import create_app
 from shared.config import load_settings
@@ -35,8 +33,7 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger("control").info("generated %d missing secrets into %s", len(generated),
                                            data_dir / "secrets.env")
     app = create_app(settings, secrets, data_dir, demo=args.demo)
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    serve(app, settings, host=host, port=port, handle_signals=True)
+    sys.exit(serve(app, settings, host=host, port=port))
 
 
 if __name__ == "__main__":

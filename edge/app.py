@@ -3,6 +3,7 @@ path is forwarded to control. A second, private site carries control's signed pu
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from shared.request_body import body_deadline_middleware
 from shared.secrets import Secrets
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+CLUSTER_SHUTDOWN_GRACE_S = 2.0  # for a push being applied when the worker stops
 
 
 @dataclass(frozen=True)
@@ -111,13 +113,17 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     _add_routes(app, PUBLIC_ROUTES)
     app.on_response_prepare.append(_on_delivery_response)
 
-    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+    async def open_node(app: web.Application, opened: contextlib.AsyncExitStack) -> None:
+        """Open the cache, the control client, the proxy session and the private cluster site and start
+        the node's background work, registering each one's closing on `opened` as soon as it is open."""
         edge = settings.section("edge")
         identity.cache_dir.mkdir(parents=True, exist_ok=True)
         cache = EdgeCache.from_settings(edge, identity.cache_dir / "cache")
+        opened.callback(cache.close)
         control = ControlClient(identity.control_url, secrets.cluster_secret, float(edge["origin_timeout_s"]),
                                 client_keepalive_s(settings))
         await control.start()
+        opened.push_async_callback(control.close)
         node = EdgeNode(settings, identity.member, control, cache, identity.cache_dir, app[METRICS])
         node.replica.state_file = identity.cache_dir / f"manifest-{identity.worker}.json"
         node.config_file = identity.cache_dir / f"edge-config-{identity.worker}.json"
@@ -125,18 +131,22 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         app[NODE] = node
         app[PROXY_SESSION] = open_proxy_session(settings)
         # The private cluster site: control pushes to each worker directly.
-        cluster_runner = web.AppRunner(create_cluster_app(app), access_log=None)
+        cluster_runner = web.AppRunner(create_cluster_app(app), access_log=None,
+                                       shutdown_timeout=CLUSTER_SHUTDOWN_GRACE_S)
         await cluster_runner.setup()
+        opened.push_async_callback(app[PROXY_SESSION].close)
+        opened.push_async_callback(cluster_runner.cleanup)
         site = web.TCPSite(cluster_runner, identity.advertise_host, 0)
         await site.start()
         port = cluster_runner.addresses[0][1]
+        opened.push_async_callback(node.stop)
         await node.start(f"http://{identity.advertise_host}:{port}")
-        yield
-        await node.stop()
-        await cluster_runner.cleanup()
-        await app[PROXY_SESSION].close()
-        await control.close()
-        cache.close()
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        # Closed in reverse order on shutdown; a failing start or close still closes the rest.
+        async with contextlib.AsyncExitStack() as opened:
+            await open_node(app, opened)
+            yield
 
     async def image_lifecycle(app: web.Application) -> AsyncIterator[None]:
         configure_libvips()

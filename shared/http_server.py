@@ -10,6 +10,7 @@ from typing import Any
 
 from aiohttp import web, web_response
 
+from shared import process
 from shared.config import Settings
 
 SERVER_NAME = "assetcdn"
@@ -42,6 +43,7 @@ def client_keepalive_s(settings: Settings) -> float:
     return min(15.0, header_timeout_s(settings) / 2)
 
 
-def serve(app: web.Application, settings: Settings, *, host: str, port: int, **options: Any) -> None:
+def serve(app: web.Application, settings: Settings, *, host: str, port: int, **options: Any) -> int:
+    """Run `app` until SIGTERM/SIGINT (shared/process.py: bounded, signal-safe stop); its exit status."""
     name_the_server()
-    web.run_app(app, host=host, port=port, access_log=None, print=None, **server_options(settings), **options)
+    return process.serve(app, host=host, port=port, **server_options(settings), **options)
