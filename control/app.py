@@ -30,6 +30,7 @@ from control.edge_config import EdgeConfigStore
 from control.manifest_store import ManifestStore
 from control.publish import Publisher
 from control.quota import DailyQuota
+from control.rate_limit import rate_limiter_from_settings
 from control.recording import ROUTE_AUDIT, audit_middleware, request_log_middleware
 from control.request_log import RequestLog
 from control.retention import prune_forever
@@ -66,6 +67,7 @@ from control.state import (
     SECRETS,
     SETTINGS,
     TOKENS,
+    TRACK_LIMITER,
     VIDEO_INGEST,
     ZONES,
 )
@@ -211,6 +213,7 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app.middlewares.append(audit_middleware)
     app[SETTINGS], app[SECRETS], app[DATA_DIR] = settings, secrets, Path(data_dir)
     app[DEMO] = demo
+    app[TRACK_LIMITER] = rate_limiter_from_settings(settings.section("analytics"), "track")
     route_access: dict[web.AbstractRoute, Access] = {}
     route_audit: dict[web.AbstractRoute, str] = {}
     for route in ROUTES:

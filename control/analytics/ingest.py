@@ -14,6 +14,7 @@ from typing import Any
 
 from control.analytics.hits import (
     CACHE_STATUSES,
+    MAX_HIT_BYTES,
     MAX_PATH_LENGTH,
     UNKNOWN_COUNTRY,
     Hit,
@@ -47,7 +48,7 @@ def hit_from_batch_item(item: Any, now: float) -> Hit | None:
         return None
     if not isinstance(path, str) or len(path) > MAX_PATH_LENGTH or "\x00" in path:
         return None
-    if status is None or not 100 <= status <= 599 or size is None or size < 0:
+    if status is None or not 100 <= status <= 599 or size is None or not 0 <= size <= MAX_HIT_BYTES:
         return None
     if not isinstance(cache, str) or cache.upper() not in CACHE_STATUSES:
         return None

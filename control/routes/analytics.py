@@ -4,6 +4,9 @@ Edges record every delivery and ship batches over the signed cluster protocol
 (``control.analytics.ingest``); those are what statistics and insights count. POST /api/analytics
 records one hit. It is public, as the spec says; an operator who wants the published service's
 behaviour (the analytics key required on POST too) sets ``[analytics] track_requires_key = true``.
+Being public, it is rate-limited per client address (``[analytics] track_rate_limit`` per
+``track_rate_window_s``; 429 in the legacy envelope) before its body is read, and every field is
+checked for type and range (``control.analytics.hits``).
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from control.analytics.hits import hit_from_track_body
 from control.analytics.ingest import BATCH_VERSION, MAX_BATCH_HITS, hit_from_batch_item
 from control.analytics.params import ANALYTICS_DAYS_MAXIMUM, parse_days
 from control.auth import AUTHENTICATOR, Key, accepts
+from control.rate_limit import RateDecision, client_key
+from control.recording import request_ip
 from control.request_body import read_body
-from control.state import ANALYTICS, ANALYTICS_BATCHES, SETTINGS
+from control.state import ANALYTICS, ANALYTICS_BATCHES, SETTINGS, TRACK_LIMITER
 from shared.errors import LegacyError, bad_request, utc_now_iso
 from shared.middleware import json_response
 
@@ -34,7 +39,19 @@ async def get_analytics(request: web.Request) -> web.Response:
     return json_response({**report, "DateFetched": utc_now_iso()})
 
 
+def _rate_headers(decision: RateDecision) -> dict[str, str]:
+    if not decision.limit:
+        return {}
+    return {"X-RateLimit-Limit": str(decision.limit), "X-RateLimit-Remaining": str(decision.remaining)}
+
+
 async def track_hit(request: web.Request) -> web.Response:
+    decision = await request.app[TRACK_LIMITER].take("analytics:" + client_key(request_ip(request)))
+    if not decision.allowed:
+        raise LegacyError(429, "Rate limit exceeded",
+                          f"At most {decision.limit} analytics hits per client in this window; "
+                          f"retry in {decision.retry_after_s} s.",
+                          headers={"Retry-After": str(decision.retry_after_s), **_rate_headers(decision)})
     if request.app[SETTINGS].section("analytics").get("track_requires_key", False):
         if await request.app[AUTHENTICATOR].authenticate(request, ANALYTICS_KEY) is None:
             raise LegacyError(401, "Unauthorized", "POST /api/analytics requires the analytics key in x-api-key.")
@@ -44,7 +61,7 @@ async def track_hit(request: web.Request) -> web.Response:
     except orjson.JSONDecodeError:
         raise LegacyError(400, "Invalid JSON body") from None
     await request.app[ANALYTICS].record_hits([hit_from_track_body(body, now=time.time())])
-    return json_response({"ok": True})
+    return json_response({"ok": True}, headers=_rate_headers(decision))
 
 
 async def ingest_batch(request: web.Request) -> web.Response:
