@@ -183,12 +183,16 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()
     app[AUDIT] = AuditLog(db)
     await app[AUDIT].open()
+    request_log = app[REQUEST_LOG]
+    await request_log.open(data_dir / "control.sqlite3")
     pruning = asyncio.create_task(prune_forever([("analytics", analytics_store.prune),
-                                                 ("audit", app[AUDIT].prune)]))
+                                                 ("audit", app[AUDIT].prune),
+                                                 ("request log", request_log.prune)]))
     yield
     pruning.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await pruning
+    await request_log.close()
     await analytics_store.close()
     await ingester.close()
     await registry.close()
@@ -197,13 +201,14 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _end_log_streams(app: web.Application) -> None:
-    app[REQUEST_LOG].close()
+    app[REQUEST_LOG].end_streams()
 
 
 def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bool = False) -> web.Application:
     max_upload = settings.get("control", "max_upload_bytes")
     app = web.Application(client_max_size=max_upload + 1024 * 1024)
-    app[REQUEST_LOG] = RequestLog()
+    app[REQUEST_LOG] = RequestLog(max_records=settings.get("logs", "max_records"),
+                                  retention_days=settings.get("logs", "retention_days"))
     app.middlewares.append(request_log_middleware)  # outermost: sees every final status
     app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
     install_envelopes(app)

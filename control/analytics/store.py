@@ -43,6 +43,7 @@ from control.analytics.hits import (
     is_asset_delivery,
 )
 from control.analytics.params import ANALYTICS_DAYS_MAXIMUM, DAYS_MAXIMUM
+from control.database import open_connection
 from shared.manifest import human_size
 
 RETENTION_DAYS = 90
@@ -50,6 +51,7 @@ ANALYTICS_RETENTION_DAYS = 35
 STATISTICS_TOP_ASSETS = 10
 ERROR_TOP_PATHS = 10
 ANALYTICS_TOP_ASSETS = 100   # per day, as the published service's `analytics:top:<date>` kept
+BATCH_MEMORY_S = 86400       # an edge's batch id is remembered this long (edges retry within seconds)
 MAX_PATH_LENGTH = 2048
 
 SCHEMA = """
@@ -90,6 +92,10 @@ CREATE TABLE IF NOT EXISTS analytics_daily_error (
     PRIMARY KEY (date, zone, status, path)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS analytics_daily_error_by_path ON analytics_daily_error (path, date);
+CREATE TABLE IF NOT EXISTS analytics_batches (
+    batch TEXT PRIMARY KEY,
+    received_at REAL NOT NULL
+) WITHOUT ROWID;
 """
 
 TABLES = ("analytics_daily_zone", "analytics_daily_path", "analytics_daily_country", "analytics_daily_error")
@@ -194,13 +200,9 @@ class AnalyticsStore:
         self._write_lock = asyncio.Lock()
 
     async def open(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
         # Autocommit mode: each batch opens its own explicit transaction.
-        db = await aiosqlite.connect(str(self._path), isolation_level=None)
+        db = await open_connection(self._path)
         try:
-            await db.execute("PRAGMA journal_mode=WAL")
-            await db.execute("PRAGMA synchronous=NORMAL")
-            await db.execute("PRAGMA busy_timeout=5000")
             await db.executescript(SCHEMA)
             await self._migrate(db)
         except BaseException:
@@ -236,10 +238,11 @@ class AnalyticsStore:
 
     # -- writes -----------------------------------------------------------------------------------
 
-    async def record_hits(self, hits: Sequence[Hit]) -> None:
-        """Fold a batch of hits into the daily counters, in one transaction."""
-        if not hits:
-            return
+    async def record_hits(self, hits: Sequence[Hit], batch_id: str | None = None) -> bool:
+        """Fold a batch of hits into the daily counters, in one transaction. With a ``batch_id`` the
+        batch is counted once: False (nothing counted) when that id was counted before."""
+        if not hits and batch_id is None:
+            return True
         zones: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
         paths: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
         countries: dict[tuple[str, str, str], int] = defaultdict(int)
@@ -264,6 +267,12 @@ class AnalyticsStore:
             db = self.db
             await db.execute("BEGIN IMMEDIATE")
             try:
+                if batch_id is not None:
+                    cursor = await db.execute("INSERT OR IGNORE INTO analytics_batches (batch, received_at) "
+                                              "VALUES (?, ?)", (batch_id, time.time()))
+                    if cursor.rowcount == 0:
+                        await db.execute("ROLLBACK")
+                        return False
                 await db.executemany(_UPSERT_ZONE, [(*key, *map(_saturated, values)) for key, values in zones.items()])
                 await db.executemany(_UPSERT_PATH, [(*key, *map(_saturated, values)) for key, values in paths.items()])
                 await db.executemany(_UPSERT_COUNTRY, [(*key, count) for key, count in countries.items()])
@@ -273,6 +282,7 @@ class AnalyticsStore:
                 await db.execute("ROLLBACK")
                 raise
             await db.execute("COMMIT")
+        return True
 
     async def prune(self, now: float | None = None) -> int:
         """Delete counters older than the 90-day retention; returns the number of rows removed."""
@@ -286,6 +296,8 @@ class AnalyticsStore:
                 for table in TABLES:
                     cursor = await db.execute(f"DELETE FROM {table} WHERE date < ?", (oldest_kept,))
                     removed += cursor.rowcount
+                await db.execute("DELETE FROM analytics_batches WHERE received_at < ?",
+                                 ((time.time() if now is None else now) - BATCH_MEMORY_S,))
             except BaseException:
                 await db.execute("ROLLBACK")
                 raise
