@@ -20,7 +20,8 @@ MAX_HIT_BYTES = 2**40
 # JavaScript reads exactly, and far from SQLite's 64-bit limit.
 COUNTER_MAX = 2**53 - 1
 API_PREFIX = "api/"
-_COUNTRY = re.compile(r"^[A-Za-z]{2}$")
+COUNTRY = re.compile(r"[A-Za-z]{2}")          # used with fullmatch: no trailing newline slips through
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,11 @@ def is_asset_delivery(hit: Hit) -> bool:
     """A hit that delivered a stored file: top-asset lists count only these (not API calls such as
     ``/api/transform`` or ``/api/stream``, nor 404 probes and other errors, nor redirects)."""
     return (200 <= hit.status < 300 or hit.status == 304) and bool(hit.path) and not hit.path.startswith(API_PREFIX)
+
+
+def is_valid_path(value: object) -> bool:
+    """A path a hit may name: a string of at most MAX_PATH_LENGTH characters, no control characters."""
+    return isinstance(value, str) and len(value) <= MAX_PATH_LENGTH and not _CONTROL_CHARACTER.search(value)
 
 
 def zone_of_path(path: str) -> str:
@@ -58,11 +64,12 @@ def hit_from_track_body(body: Any, *, now: float) -> Hit:
     country = body.get("country", UNKNOWN_COUNTRY)
     cache = body.get("cache", "MISS")
     status = body.get("status", 200)
-    if not isinstance(path, str) or len(path) > MAX_PATH_LENGTH or "\x00" in path:
-        raise LegacyError(400, f"'path' must be a string of at most {MAX_PATH_LENGTH} characters.")
+    if not is_valid_path(path):
+        raise LegacyError(400, f"'path' must be a string of at most {MAX_PATH_LENGTH} characters, without "
+                          "control characters.")
     if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_HIT_BYTES:
         raise LegacyError(400, f"'bytes' must be an integer from 0 to {MAX_HIT_BYTES}.")
-    if not isinstance(country, str) or not _COUNTRY.match(country):
+    if not isinstance(country, str) or not COUNTRY.fullmatch(country):
         raise LegacyError(400, "'country' must be a two-letter ISO 3166-1 code (XX when unknown).")
     if not isinstance(cache, str) or cache.upper() not in CACHE_STATUSES:
         raise LegacyError(400, "'cache' must be HIT or MISS (STALE and BYPASS are also accepted).")

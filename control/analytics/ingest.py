@@ -18,10 +18,11 @@ from typing import Any
 
 from control.analytics.hits import (
     CACHE_STATUSES,
+    COUNTRY,
     MAX_HIT_BYTES,
-    MAX_PATH_LENGTH,
     UNKNOWN_COUNTRY,
     Hit,
+    is_valid_path,
     zone_of_path,
 )
 from control.analytics.store import RETENTION_DAYS
@@ -31,8 +32,7 @@ BATCH_VERSION = 1
 MAX_BATCH_HITS = 10_000
 REMEMBERED_BATCHES = 10_000
 FUTURE_SLACK_S = 300            # edge clocks may run a little ahead
-_COUNTRY = re.compile(r"^[A-Za-z]{2}$")
-_ZONE = re.compile(r"^[a-z0-9._-]{1,64}$")
+_ZONE = re.compile(r"[a-z0-9._-]{1,64}")  # patterns here are used with fullmatch
 _BATCH_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _NODE = re.compile(r"[A-Za-z0-9._:/-]{1,64}")
 _METHOD = re.compile(r"[A-Z]{1,16}")
@@ -56,16 +56,16 @@ def hit_from_batch_item(item: Any, now: float) -> Hit | None:
         return None
     if not now - RETENTION_DAYS * 86400 <= timestamp <= now + FUTURE_SLACK_S:
         return None
-    if not isinstance(path, str) or len(path) > MAX_PATH_LENGTH or "\x00" in path:
+    if not is_valid_path(path):
         return None
     if status is None or not 100 <= status <= 599 or size is None or not 0 <= size <= MAX_HIT_BYTES:
         return None
     if not isinstance(cache, str) or cache.upper() not in CACHE_STATUSES:
         return None
-    if not isinstance(country, str) or not _COUNTRY.match(country):
+    if not isinstance(country, str) or not COUNTRY.fullmatch(country):
         country = UNKNOWN_COUNTRY
     path = path.lstrip("/")
-    if not isinstance(zone, str) or not _ZONE.match(zone):
+    if not isinstance(zone, str) or not _ZONE.fullmatch(zone):
         zone = zone_of_path(path)
     return Hit(timestamp=float(timestamp), path=path, zone=zone, status=status, bytes=size,
                cache=cache.upper(), country=country.upper())  # type: ignore[arg-type]

@@ -172,7 +172,8 @@ HOSTILE_TRACK_BODIES: list[bytes] = [
         {"bytes": 2**64 - 1}, {"bytes": 2**40 + 1}, {"bytes": -1}, {"bytes": 1.5}, {"bytes": 1e300},
         {"bytes": "12"}, {"bytes": True}, {"bytes": None}, {"bytes": {"$gt": 0}}, {"bytes": [1]},
         {"status": 2**63 - 1}, {"status": 200.0}, {"status": "200"}, {"path": {"a": "b"}}, {"path": ["/x"]},
-        {"path": "/x" * 2000}, {"path": "/a\x00b"}, {"country": {"US": 1}}, {"country": 12},
+        {"path": "/x" * 2000}, {"path": "/a\x00b"}, {"path": "/akande/v1/a\nb.svg"}, {"country": "US\n"},
+        {"country": {"US": 1}}, {"country": 12},
         {"cache": ["HIT"]}, {"cache": None}, [{"bytes": 1}], "hit", 42,
     )
 ] + [b'{"bytes": 18446744073709551616}', b'{"bytes": NaN}', b'{"bytes": Infinity}', b"[" * 5000 + b"]" * 5000]
@@ -203,7 +204,7 @@ async def test_hostile_hits_are_refused_and_every_report_keeps_its_totals(contro
     hostile_items = [{**good, "bytes": 2**63 - 1}, {**good, "bytes": 2**64 - 1}, {**good, "bytes": 2**40 + 1},
                      {**good, "bytes": 1.5}, {**good, "bytes": "1"}, {**good, "bytes": {"a": 1}},
                      {**good, "status": 2**63 - 1}, {**good, "timestamp": 1e308}, {**good, "path": {"a": 1}},
-                     {**good, "cache": ["HIT"]}, [good], None]
+                     {**good, "cache": ["HIT"]}, {**good, "path": "akande/v1/a\r\nb.svg"}, [good], None]
     for items in (hostile_items, hostile_items[:2]):  # with and without company, each batch is answered
         resp = await send_batch(control, items)
         assert resp.status == 200, await resp.text()
@@ -243,3 +244,12 @@ async def test_track_is_rate_limited_per_client(aiohttp_client, data_dir: Path) 
     await expect_legacy(await client.post("/api/analytics", json={}, headers=neighbour), 429)
     resp = await client.get("/api/analytics", headers=ANALYTICS_KEY)
     assert (await resp.json())["data"][0]["hits"] == 6
+
+
+async def test_a_batch_hit_with_a_malformed_country_or_zone_is_counted_as_unknown(control: TestClient) -> None:
+    odd = {**hit("akande/v1/logos/logo.svg"), "country": "DE\n", "zone": "other\n"}
+    assert await (await send_batch(control, [odd])).json() == {"recorded": 1, "rejected": 0}
+    day = (await report(control))["data"][0]
+    assert day["geo"] == {"XX": 1}
+    resp = await control.get("/api/insights/summary", params={"zone": "akande"}, headers=ACCOUNT)
+    assert (await resp.json())["TotalRequests"] == 1  # the zone comes from the path, not the malformed field

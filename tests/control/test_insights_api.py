@@ -86,6 +86,8 @@ async def test_days_and_zone_filters(control: TestClient) -> None:
     assert clamped["Period"] == {"Days": 90, "Zone": "all"} and clamped["TotalRequests"] == 12
     await expect_error(await control.get("/api/insights/summary", params={"zone": "../etc"}, headers=ACCOUNT),
                        400, "InvalidParameter")
+    await expect_error(await control.get("/api/insights/summary", params={"zone": "bolt\n"}, headers=ACCOUNT),
+                       400, "InvalidParameter")
 
 
 @pytest.mark.usefixtures("traffic")
