@@ -6,8 +6,8 @@ also an entry of the request log (GET /api/logs). POST /api/analytics
 records one hit. It is public, as the spec says; an operator who wants the published service's
 behaviour (the analytics key required on POST too) sets ``[analytics] track_requires_key = true``.
 Being public, it is rate-limited per client address (``[analytics] track_rate_limit`` per
-``track_rate_window_s``; 429 in the legacy envelope) before its body is read, and every field is
-checked for type and range (``control.analytics.hits``).
+``track_rate_window_s``; 429 in the legacy envelope) before its body is read, unless the caller sends
+the analytics key; every field is checked for type and range (``control.analytics.hits``).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from shared.middleware import json_response
 from .cluster import CLUSTER_BODY
 
 TRACK_BODY_LIMIT = 64 * 1024
+UNLIMITED = RateDecision(allowed=True, limit=0, remaining=0, retry_after_s=1)
 ANALYTICS_KEY = accepts(Key.ANALYTICS)
 
 
@@ -54,15 +55,20 @@ def _rate_headers(decision: RateDecision) -> dict[str, str]:
 
 
 async def track_hit(request: web.Request) -> web.Response:
-    decision = await request.app[TRACK_LIMITER].take("analytics:" + client_key(request_ip(request)))
+    # A caller with the analytics key (an operator's own middleware) is not limited; everyone else,
+    # a wrong key included, is counted before anything else is done for them.
+    keyed = "x-api-key" in request.headers and \
+        await request.app[AUTHENTICATOR].authenticate(request, ANALYTICS_KEY) is not None
+    decision = UNLIMITED
+    if not keyed:
+        decision = await request.app[TRACK_LIMITER].take("analytics:" + client_key(request_ip(request)))
     if not decision.allowed:
         raise LegacyError(429, "Rate limit exceeded",
                           f"At most {decision.limit} analytics hits per client in this window; "
                           f"retry in {decision.retry_after_s} s.",
                           headers={"Retry-After": str(decision.retry_after_s), **_rate_headers(decision)})
-    if request.app[SETTINGS].section("analytics").get("track_requires_key", False):
-        if await request.app[AUTHENTICATOR].authenticate(request, ANALYTICS_KEY) is None:
-            raise LegacyError(401, "Unauthorized", "POST /api/analytics requires the analytics key in x-api-key.")
+    if not keyed and request.app[SETTINGS].section("analytics").get("track_requires_key", False):
+        raise LegacyError(401, "Unauthorized", "POST /api/analytics requires the analytics key in x-api-key.")
     raw = await read_body(request, TRACK_BODY_LIMIT)
     try:
         body = orjson.loads(raw)

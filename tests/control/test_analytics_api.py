@@ -242,8 +242,13 @@ async def test_track_is_rate_limited_per_client(aiohttp_client, data_dir: Path) 
         assert (await client.post("/api/analytics", json={}, headers=bob)).status == 200
     neighbour = {"X-Forwarded-For": "2001:db8:1:2:ffff::9"}
     await expect_legacy(await client.post("/api/analytics", json={}, headers=neighbour), 429)
+    # A wrong key is just another anonymous caller; the analytics key itself is not limited.
+    await expect_legacy(await client.post("/api/analytics", json={}, headers={**alice, "x-api-key": "guess"}), 429)
+    for _ in range(5):
+        resp = await client.post("/api/analytics", json={}, headers={**alice, **ANALYTICS_KEY})
+        assert resp.status == 200 and "X-RateLimit-Limit" not in resp.headers
     resp = await client.get("/api/analytics", headers=ANALYTICS_KEY)
-    assert (await resp.json())["data"][0]["hits"] == 6
+    assert (await resp.json())["data"][0]["hits"] == 11
 
 
 async def test_a_batch_hit_with_a_malformed_country_or_zone_is_counted_as_unknown(control: TestClient) -> None:
