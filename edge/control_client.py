@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from edge.circuit_breaker import CircuitBreaker
+from edge.circuit_breaker import CLOSED, CircuitBreaker
 from shared.cluster import PREFIX, PROTOCOL_VERSION, sign_request
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,7 @@ class ControlClient:
         self.last_success = 0.0
         self.last_error = ""
         self.generation_seen = 0  # the newest generation control reported (heartbeat, catch-up)
+        self._probing = 0  # background calls under way
 
     async def start(self) -> None:
         self.session = aiohttp.ClientSession(timeout=self._timeout, auto_decompress=False,
@@ -109,7 +110,10 @@ class ControlClient:
                        probe: bool = False) -> bytes:
         """`probe`: a background sync call (always made, short timeout); otherwise a call for a client,
         refused at once while the breaker is open."""
-        if not probe and not self.breaker.allow():
+        # While control counts as down a client's call is refused at once, and also when the background
+        # sync is trying control right now: it is the probe then, and a client need not wait on a second.
+        if not probe and (not self.breaker.available() or (self._probing and self.breaker.state != CLOSED)
+                          or not self.breaker.allow()):
             raise ControlUnavailable(f"control is unreachable (for {self.seconds_since_contact():.1f} s; "
                                      f"last error: {self.last_error or 'none'}); not asking")
         body = orjson.dumps({"v": PROTOCOL_VERSION, **message}) if message is not None else b""
@@ -118,7 +122,11 @@ class ControlClient:
             headers["Content-Type"] = "application/json"
         try:
             if probe:
-                data = await self._exchange(method, path_qs, body, headers, self._probe_timeout)
+                self._probing += 1
+                try:
+                    data = await self._exchange(method, path_qs, body, headers, self._probe_timeout)
+                finally:
+                    self._probing -= 1
             else:
                 data = await self._until_tripped(
                     asyncio.ensure_future(self._exchange(method, path_qs, body, headers, None)))
