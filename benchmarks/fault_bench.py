@@ -31,8 +31,13 @@ from tests.integration.harness import ACCESS, ACCOUNT, free_port_block, start_cd
 from tests.integration.kill_control import check_after_restart, stored, upload_and_kill
 
 
+def fresh_dir(parent: str, name: str) -> Path:
+    path = Path(parent) / name
+    path.mkdir(parents=True)
+    return path
+
+
 async def kill_round(tmp: Path) -> dict[str, float]:
-    tmp.mkdir(parents=True)
     cdn = start_cdn(tmp, edges=2)
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200)) as session:
@@ -76,7 +81,6 @@ async def kill_round(tmp: Path) -> dict[str, float]:
 
 
 async def hung(tmp: Path, requests: int) -> dict[str, float]:
-    tmp.mkdir(parents=True)
     cdn = start_cdn(tmp, edges=1, env_extra={"ASSETCDN_EDGE_ORIGIN_TIMEOUT_S": "10"})
     edge = cdn.edge_urls[0]
     latencies: list[float] = []
@@ -104,7 +108,6 @@ async def hung(tmp: Path, requests: int) -> dict[str, float]:
 
 
 async def partition(tmp: Path, cut_s: float) -> float:
-    tmp.mkdir(parents=True)
     cdn = start_cdn(tmp, edges=1)
     to_control = BlockingProxy(int(cdn.control_url.rsplit(":", 1)[1]))
     cluster_port = free_port_block(1)
@@ -154,13 +157,13 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fault-bench-") as tmp:
         print(f"kill -9 of control during 200 concurrent uploads ({rounds} rounds):")
         for i in range(rounds):
-            result = await kill_round(Path(tmp) / f"kill-{i}")
+            result = await kill_round(fresh_dir(tmp, f"kill-{i}"))
             print("  " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                                   for k, v in result.items()))
-        result = await hung(Path(tmp) / "hung", 5 if args.short else 20)
+        result = await hung(fresh_dir(tmp, "hung"), 5 if args.short else 20)
         print("control hung (SIGSTOP), uncached requests at the edge: "
               + ", ".join(f"{k} {v:.3f}" for k, v in result.items()))
-        times = [await partition(Path(tmp) / f"partition-{i}", 3.0) for i in range(rounds)]
+        times = [await partition(fresh_dir(tmp, f"partition-{i}"), 3.0) for i in range(rounds)]
         print("partition healed -> edge at control's generation (s): "
               + ", ".join(f"{t:.3f}" for t in times))
 

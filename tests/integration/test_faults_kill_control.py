@@ -133,3 +133,28 @@ async def test_a_kill_while_the_ref_is_locked_leaves_writes_working_after_restar
     log.warning("the ref lock was left behind after %d of %d kills", left_behind, rounds)
     assert left_behind, f"no kill in {rounds} left refs/heads/main.lock behind"
     assert "removed refs/heads/main.lock" in (tmp_path / "control.log").read_text()
+
+
+async def test_a_second_control_plane_on_the_same_data_dir_refuses_to_start_and_harms_nothing(
+        tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    first = ControlProcess(data_dir, tmp_path / "first.log")
+    second = ControlProcess(data_dir, tmp_path / "second.log")
+    first.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            await first.wait_ready(session)
+            async with session.post(f"{first.url}/api/core/zones", json={"Name": "solo"}, headers=ACCOUNT) as resp:
+                assert resp.status == 201
+            second.start()  # started by hand beside the first, without `assetcdn up` and its data dir lock
+            assert second.process is not None
+            wait_exit(second.process)
+            assert second.process.returncode == 5
+            assert "another control plane" in (tmp_path / "second.log").read_text()
+            async with session.put(f"{first.url}/api/storage/solo/v1/docs/a.txt", data=b"still mine",
+                                   headers=ACCESS) as resp:
+                assert resp.status == 201, await resp.text()
+            assert await stored(session, first.url, "/solo/v1/docs/a.txt") == (200, b"still mine")
+    finally:
+        second.stop()
+        first.stop()
