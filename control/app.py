@@ -80,6 +80,7 @@ from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
 from shared.metrics import METRICS, METRICS_KEY, Metrics, metrics_handler, metrics_middleware
 from shared.middleware import install_envelopes
+from shared.openapi import api_docs, openapi_document
 from shared.request_body import body_deadline_middleware
 from shared.secrets import Secrets
 
@@ -144,6 +145,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/health", health.health),
     Route("GET", "/api/logs", logs.logs, ACCOUNT),
     Route("GET", "/metrics", metrics_handler),
+    Route("GET", "/api/openapi.json", openapi_document),
+    Route("GET", "/api/docs", api_docs),
     Route("POST", PREFIX + "/register", cluster.register),
     Route("POST", PREFIX + "/heartbeat", cluster.heartbeat),
     Route("GET", PREFIX + "/changes", cluster.changes),

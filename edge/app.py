@@ -25,6 +25,7 @@ from shared.config import Settings
 from shared.http_server import client_keepalive_s
 from shared.metrics import METRICS, METRICS_KEY, Metrics, metrics_handler, metrics_middleware
 from shared.middleware import install_envelopes
+from shared.openapi import api_docs, openapi_document
 from shared.request_body import body_deadline_middleware
 from shared.secrets import Secrets
 
@@ -61,6 +62,8 @@ PUBLIC_ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/stream", stream.stream),
     Route("HEAD", "/api/stream", stream.stream),
     Route("OPTIONS", "/api/stream", stream.preflight),
+    Route("GET", "/api/openapi.json", openapi_document),  # served here too: available while control is down
+    Route("GET", "/api/docs", api_docs),
     Route("*", r"/api/{tail:[\s\S]*}", forward_to_control),  # newlines too: control answers 400 (or acts)
 )
 CLUSTER_ROUTES: tuple[Route, ...] = (
