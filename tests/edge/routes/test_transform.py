@@ -74,6 +74,22 @@ async def test_fit_semantics(make_cdn: CdnFactory, fit: str, size: tuple[int, in
     assert (image.width, image.height) == size
 
 
+async def test_published_fits_and_compass_gravities_are_accepted(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(PHOTO, photo_jpeg(640, 400))
+    for params, size in [({"fit": "inside"}, (200, 125)), ({"fit": "outside"}, (320, 200)),
+                         ({"gravity": "north"}, (200, 200)), ({"gravity": "southwest"}, (200, 200)),
+                         ({"gravity": "auto"}, (200, 200)), ({"gravity": "face"}, (200, 200))]:
+        resp = await cdn.edge.get(transform_url(PHOTO, w=200, h=200, format="png", **params))
+        assert resp.status == 200, (params, await resp.text())
+        image = decode(await resp.read())
+        assert (image.width, image.height) == size, params
+    # The photo's red grows left to right: west keeps the left edge, east the right one.
+    west = decode(await (await cdn.edge.get(transform_url(PHOTO, w=100, h=400, gravity="west", format="png"))).read())
+    east = decode(await (await cdn.edge.get(transform_url(PHOTO, w=100, h=400, gravity="east", format="png"))).read())
+    assert west[0].avg() < 60 < 190 < east[0].avg()
+
+
 async def test_every_output_format_decodes(make_cdn: CdnFactory) -> None:
     cdn = await make_cdn()
     await cdn.upload(PHOTO, photo_jpeg(640, 400))

@@ -63,6 +63,42 @@ def test_contain_fits_within_and_keeps_aspect(photo_jpeg: bytes, w: int, h: int,
     assert abs(decoded.width / decoded.height - PHOTO_SIZE[0] / PHOTO_SIZE[1]) < 0.02
 
 
+@pytest.mark.parametrize(("w", "h", "expected"), [(400, 400, (400, 267)), (300, 500, (300, 200)), (4000, 4000, (4000, 2666))])
+def test_inside_is_contain(photo_jpeg: bytes, w: int, h: int, expected: tuple[int, int]) -> None:
+    inside = transform(photo_jpeg, "jpeg", "png", w=str(w), h=str(h), fit="inside")
+    assert (inside.width, inside.height) == expected
+    assert inside.body == transform(photo_jpeg, "jpeg", "png", w=str(w), h=str(h), fit="contain").body
+
+
+@pytest.mark.parametrize(("w", "h", "expected"), [(400, 400, (600, 400)), (300, 500, (750, 500)), (800, 100, (800, 533))])
+def test_outside_covers_without_cropping(photo_jpeg: bytes, w: int, h: int, expected: tuple[int, int]) -> None:
+    decoded = load(transform(photo_jpeg, "jpeg", "png", w=str(w), h=str(h), fit="outside", gravity="east").body)
+    assert (decoded.width, decoded.height) == expected
+    assert decoded.width >= w and decoded.height >= h
+    assert abs(decoded.width / decoded.height - PHOTO_SIZE[0] / PHOTO_SIZE[1]) < 0.02
+
+
+# Where each compass gravity keeps the crop: 0 = left/top, 1 = middle, 2 = right/bottom.
+COMPASS = {"northwest": (0, 0), "north": (1, 0), "northeast": (2, 0), "west": (0, 1), "center": (1, 1),
+           "east": (2, 1), "southwest": (0, 2), "south": (1, 2), "southeast": (2, 2)}
+
+
+def _third(value: float) -> int:
+    return 0 if value < 85 else 1 if value < 170 else 2
+
+
+@pytest.mark.parametrize("gravity", COMPASS)
+def test_compass_gravity_keeps_that_edge_or_corner(photo_jpeg: bytes, gravity: str) -> None:
+    along_x, along_y = COMPASS[gravity]
+    # The photo's red grows left to right and its green top to bottom (0 to 255 across it).
+    narrow = load(transform(photo_jpeg, "jpeg", "png", w="300", h="600", gravity=gravity).body)
+    assert (narrow.width, narrow.height) == (300, 600)
+    assert _third(narrow[0].avg()) == along_x
+    flat = load(transform(photo_jpeg, "jpeg", "png", w="600", h="100", gravity=gravity).body)
+    assert (flat.width, flat.height) == (600, 100)
+    assert _third(flat[1].avg()) == along_y
+
+
 def test_fill_is_exactly_w_by_h_and_distorts(photo_jpeg: bytes) -> None:
     decoded = load(transform(photo_jpeg, "jpeg", "png", w="300", h="600", fit="fill").body)
     assert (decoded.width, decoded.height) == (300, 600)
