@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import pytest
+from aiohttp import ClientResponse
 
 from edge.counters import month_key
 from edge.state import USAGE_COUNTERS
@@ -199,6 +201,31 @@ async def test_a_cache_hit_is_not_a_transform_and_the_month_runs_out(make_cdn: C
     assert body["error"] == "limit_reached" and "Monthly transform limit" in body["message"]
     assert int(resp.headers["Retry-After"]) > 0 and resp.headers["X-RateLimit-Remaining"] == "0"
     assert (await cdn.edge.get(transform_url(PHOTO, w=20))).headers["X-Cache"] == "HIT"  # hits still served
+
+
+async def test_every_transform_response_reports_the_monthly_quota(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_TRANSFORM_MONTHLY_LIMIT="2")
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    now = datetime.now(UTC)
+    next_month = datetime(now.year + (now.month == 12), now.month % 12 + 1, 1, tzinfo=UTC)
+
+    def quota(resp: ClientResponse) -> tuple[str, str]:
+        assert resp.headers["X-RateLimit-Limit"] == "2"
+        assert int(resp.headers["X-RateLimit-Reset"]) == int(next_month.timestamp())
+        return resp.status, resp.headers["X-RateLimit-Remaining"]
+
+    miss = await cdn.edge.get(transform_url(PHOTO, w=10))
+    assert (miss.headers["X-Cache"], quota(miss)) == ("MISS", (200, "1"))
+    hit = await cdn.edge.get(transform_url(PHOTO, w=10))
+    assert (hit.headers["X-Cache"], quota(hit)) == ("HIT", (200, "1"))
+    assert quota(await cdn.edge.get(transform_url(PHOTO, w=10), headers={"If-None-Match": hit.headers["ETag"]})) \
+        == (304, "1")
+    assert quota(await cdn.edge.head(transform_url(PHOTO, w=10))) == (200, "1")
+    assert quota(await cdn.edge.get(transform_url(PHOTO, w=0))) == (400, "1")
+    assert quota(await cdn.edge.get(transform_url(f"{ZONE}/v1/banners/missing.jpg", w=10))) == (404, "1")
+    assert quota(await cdn.edge.get(transform_url(PHOTO, w=20))) == (200, "0")
+    assert quota(await cdn.edge.get(transform_url(PHOTO, w=30))) == (429, "0")
+    assert quota(await cdn.edge.get(transform_url(PHOTO, w=20))) == (200, "0")     # a hit still answers
 
 
 async def test_concurrent_identical_misses_transform_once(make_cdn: CdnFactory) -> None:
