@@ -21,12 +21,13 @@ from collections.abc import Callable
 import pyvips
 
 from edge.transform import encode as encoders
+from edge.transform.limits import TransformLimits
 from edge.transform.options import parse_transform_options
 from edge.transform.pipeline import run_transform
 from edge.transform.placeholders import make_blurhash_placeholder, make_lqip
 
 WIDTH, HEIGHT = 2000, 1333
-MAX_PIXELS = 50_000_000
+LIMITS = TransformLimits(max_pixels=50_000_000, time_budget_s=30)
 
 
 def photo_jpeg() -> bytes:
@@ -94,7 +95,7 @@ def main() -> None:
     opts = parse_transform_options({"url": "bench/v1/banners/photo.jpg", "w": "400"})
     for fmt, save in RAW_SAVERS.items():
         service, raw, size = measure_pair(
-            lambda fmt=fmt: run_transform(source, "jpeg", opts, fmt, max_pixels=MAX_PIXELS, time_budget_s=30).body,
+            lambda fmt=fmt: run_transform(source, "jpeg", opts, fmt, LIMITS).body,
             lambda save=save: save(pyvips.Image.thumbnail_buffer(source, 400)), args.iterations)
         print(f"| {fmt} | {service * 1000:.1f} | {1 / service:.1f} | {raw * 1000:.1f} | {1 / raw:.1f} | "
               f"{(service / raw - 1) * 100:+.0f}% | {size:,} |")
@@ -113,12 +114,11 @@ def main() -> None:
     for gravity in ("center", "auto", "face"):
         cover = parse_transform_options({"url": "bench/v1/banners/photo.jpg", "w": "400", "h": "400", "gravity": gravity})
         cases.append((f"cover 400x400 gravity={gravity} -> webp",
-                      lambda cover=cover: run_transform(source, "jpeg", cover, "webp", max_pixels=MAX_PIXELS,
-                                                        time_budget_s=30).body))
+                      lambda cover=cover: run_transform(source, "jpeg", cover, "webp", LIMITS).body))
     for fmt in ("jxl", "heic"):
         if fmt in encoders.ENCODERS:
             cases.append((f"400 px -> {fmt}", lambda fmt=fmt: run_transform(
-                source, "jpeg", opts, fmt, max_pixels=MAX_PIXELS, time_budget_s=30).body))
+                source, "jpeg", opts, fmt, LIMITS).body))
     cases.append(("lqip 32 px blur 30", lambda: make_lqip(source, "jpeg", 32, 30)[0]))
     cases.append(("blurhash 32 px (WebP + BlurHash)", lambda: make_blurhash_placeholder(source, "jpeg", 32)[0]))
     for name, work in cases:

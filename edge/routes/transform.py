@@ -6,6 +6,8 @@ and -Reset (Unix time of the next month's start, UTC)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from aiohttp import web
 
 from edge.access import SourceRefused, public_source
@@ -19,9 +21,9 @@ from edge.negotiate import (
 from edge.state import IMAGE_POOL, NODE, USAGE_COUNTERS
 from edge.states.deliver import deliver
 from edge.states.fetch import OriginUnavailable
-from edge.states.variant import Variant, cached_variant
+from edge.states.variant import cached_variant
+from edge.transform.jobs import transform_variant
 from edge.transform.options import parse_transform_options, resolve_output_format
-from edge.transform.pipeline import run_transform
 from shared.errors import LegacyError
 from shared.manifest import ManifestEntry
 
@@ -52,6 +54,11 @@ def take_transform_quota(request: web.Request) -> None:
     raise LegacyError(429, "limit_reached", message, extra={"message": message}, headers={
         "Retry-After": str(seconds_until_next_month()), "X-RateLimit-Limit": str(limit),
         "X-RateLimit-Remaining": "0"})
+
+
+def refund_transform_quota(request: web.Request) -> None:
+    """A failed transform does not count against the month."""
+    request.app[USAGE_COUNTERS].refund(month_key(QUOTA_PREFIX))
 
 
 def rate_limit_headers(request: web.Request) -> dict[str, str]:
@@ -88,16 +95,12 @@ async def _transform(request: web.Request) -> web.StreamResponse:
             headers[NETWORK_AWARE_HEADER] = NETWORK_AWARE_SLOW
     output_format = resolve_output_format(opts.format, entry.format, request.headers.get("Accept"), slow=slow)
     key = opts.cache_key(entry.blob_id, output_format)
-
-    def make(source: bytes) -> Variant:
-        result = run_transform(source, entry.format, opts, output_format,
-                               max_pixels=pool.max_pixels, time_budget_s=pool.time_budget_s)
-        return Variant(result.body, result.content_type)
-
+    make = partial(transform_variant, entry.format, opts, output_format, pool.limits)
     for _attempt in range(2):  # a second pass only when the variant was purged during delivery
         try:
             obj, status = await cached_variant(node, pool, entry, key, make, metric_format=output_format,
-                                               before_make=lambda: take_transform_quota(request))
+                                               before_make=lambda: take_transform_quota(request),
+                                               refund=lambda: refund_transform_quota(request))
         except OriginUnavailable:
             raise origin_unreachable(entry) from None
         try:

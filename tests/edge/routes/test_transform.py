@@ -9,7 +9,7 @@ import pytest
 from aiohttp import ClientResponse
 
 from edge.counters import month_key
-from edge.state import USAGE_COUNTERS
+from edge.state import IMAGE_POOL, USAGE_COUNTERS
 from edge.states.head import variant_key
 from edge.transform.options import parse_transform_options
 from tests.edge.routes.conftest import (
@@ -277,3 +277,68 @@ async def test_unsupported_sources_and_the_time_budget(make_cdn: CdnFactory) -> 
     assert resp.status == 422 and "could not be decoded" in (await resp.json())["error"]
     resp = await cdn.edge.get(transform_url(PHOTO, w=10))
     assert resp.status == 503 and "time budget" in (await resp.json())["error"]
+
+
+def _slow_svg(primitives: int = 20, size: int = 2000) -> bytes:
+    """An SVG that librsvg needs seconds to draw (filter primitives over a large canvas)."""
+    blurs = '<feGaussianBlur stdDeviation="3"/>' * primitives
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{size}" height="{size}"><filter id="f">{blurs}'
+            f'</filter><rect width="{size}" height="{size}" fill="red" filter="url(#f)"/></svg>').encode()
+
+
+async def test_an_overrunning_transform_is_stopped_answers_503_and_is_remembered(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_TRANSFORM_TIME_BUDGET_S="0.3", ASSETCDN_TRANSFORM_MONTHLY_LIMIT="10",
+                         ASSETCDN_TRANSFORM_MAX_SVG_FILTER_PIXELS="1000000000")
+    slow = f"{ZONE}/v1/logos/slow.svg"
+    await cdn.upload(slow, _slow_svg())
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    pool = cdn.edge.app[IMAGE_POOL]
+    assert (await cdn.edge.get(transform_url(PHOTO, w=10))).status == 200
+    workers = pool.worker_pids
+
+    first = await cdn.edge.get(transform_url(slow, w=2000))
+    assert first.status == 503, await first.text()
+    assert "time budget of 0.3 s" in (await first.json())["error"]
+    assert first.headers["X-Cache"] == "MISS" and first.headers["Retry-After"] == "1"
+    assert first.headers["X-RateLimit-Remaining"] == "9"           # the failure cost no quota
+    assert pool.worker_pids != workers                              # its worker was killed and replaced
+
+    workers = pool.worker_pids
+    again = await cdn.edge.get(transform_url(slow, w=2000))
+    assert (again.status, again.headers["X-Cache"]) == (503, "HIT")  # answered from memory, not run again
+    assert (await again.json())["error"] == (await first.json())["error"]
+    assert again.headers["X-RateLimit-Remaining"] == "9" and pool.worker_pids == workers
+
+    after = await cdn.edge.get(transform_url(PHOTO, w=20))        # the pool still works
+    assert (after.status, after.headers["X-RateLimit-Remaining"]) == (200, "8")
+
+
+async def test_a_transform_over_the_memory_budget_answers_503(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_TRANSFORM_WORKER_MEMORY_MB="150")
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    # Upscaled to 8192x5120 and held in memory for the attention analysis: about 225 MB at its peak.
+    resp = await cdn.edge.get(transform_url(PHOTO, w=8192, h=5000, gravity="auto", format="png"))
+    assert resp.status == 503, await resp.text()
+    assert "memory budget of 150 MB" in (await resp.json())["error"]
+    assert (await cdn.edge.get(transform_url(PHOTO, w=30))).status == 200
+
+
+async def test_animations_over_the_frame_bound_are_refused(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_TRANSFORM_MAX_ANIMATION_FRAMES="3", ASSETCDN_TRANSFORM_MONTHLY_LIMIT="10")
+    path = f"{ZONE}/v1/banners/anim.gif"
+    await cdn.upload(path, animated_gif())
+    resp = await cdn.edge.get(transform_url(path, w=60))
+    assert resp.status == 422
+    assert f"{FRAMES} frames" in (await resp.json())["error"] and resp.headers["X-RateLimit-Remaining"] == "10"
+    still = await cdn.edge.get(transform_url(path, w=60, format="png"))   # its first frame is fine
+    assert still.status == 200 and frames(decode(await still.read())) == 1
+
+
+async def test_a_cached_transform_does_not_touch_the_pool(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    assert (await cdn.edge.get(transform_url(PHOTO, w=10))).headers["X-Cache"] == "MISS"
+    await cdn.edge.app[IMAGE_POOL].close()
+    hit = await cdn.edge.get(transform_url(PHOTO, w=10))
+    assert (hit.status, hit.headers["X-Cache"]) == (200, "HIT")
+    assert (await cdn.edge.get(transform_url(PHOTO, w=11))).status == 503    # a miss needs the pool

@@ -11,6 +11,7 @@ import pyvips
 
 from edge.transform import pipeline
 from edge.transform.encode import ENCODERS
+from edge.transform.limits import TransformLimits
 from edge.transform.options import parse_transform_options
 from edge.transform.pipeline import TransformResult, run_transform
 from edge.transform.source import read_source
@@ -23,9 +24,10 @@ LOADERS = {"webp": "webpload_buffer", "jpeg": "jpegload_buffer", "png": "pngload
 
 
 def transform(source: bytes, source_format: str, output: str, *, budget: float = 30.0,
-              max_pixels: int = MAX_PIXELS, **query: str) -> TransformResult:
+              max_pixels: int = MAX_PIXELS, limits: dict[str, int] | None = None, **query: str) -> TransformResult:
     opts = parse_transform_options({"url": "akande/v1/banners/x." + source_format, **query})
-    return run_transform(source, source_format, opts, output, max_pixels=max_pixels, time_budget_s=budget)
+    return run_transform(source, source_format, opts, output,
+                         TransformLimits(max_pixels=max_pixels, time_budget_s=budget, **(limits or {})))
 
 
 @pytest.mark.parametrize("output", ["webp", "jpeg", "png", "avif", "gif"])
@@ -251,6 +253,35 @@ def test_animation_frames_count_towards_the_pixel_budget(animated_gif: bytes) ->
     with pytest.raises(LegacyError) as caught:
         transform(animated_gif, "gif", "webp", max_pixels=300 * 200)       # four do not
     assert caught.value.status == 422 and "4 frames" in caught.value.error
+
+
+def test_animations_over_the_frame_or_pixel_bound_are_refused_before_decoding(
+        animated_gif: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    transform(animated_gif, "gif", "gif", w="30", limits={"max_animation_frames": FRAMES})
+    monkeypatch.setattr(pipeline, "STEPS", ())           # nothing may be decoded past the header
+    for limits in ({"max_animation_frames": FRAMES - 1}, {"max_animation_pixels": 300 * 200 * FRAMES - 1}):
+        with pytest.raises(LegacyError) as caught:
+            transform(animated_gif, "gif", "webp", w="30", limits=limits)
+        assert caught.value.status == 422 and f"{FRAMES} frames of 300x200" in caught.value.error
+        assert "format=png" in caught.value.error
+
+
+def test_an_animation_over_the_bounds_still_gives_its_first_frame(animated_gif: bytes) -> None:
+    result = transform(animated_gif, "gif", "png", w="30", limits={"max_animation_frames": 1})
+    assert result.pages == 1 and load(result.body).width == 30
+
+
+def test_svg_filter_work_is_bounded_by_the_rasterised_size() -> None:
+    svg = (b'<svg xmlns="http://www.w3.org/2000/svg" width="3000" height="3000"><filter id="f">'
+           b'<feGaussianBlur stdDeviation="400"/></filter><rect width="3000" height="3000" fill="red" '
+           b'filter="url(#f)"/></svg>')
+    with pytest.raises(LegacyError) as caught:
+        transform(svg, "svg", "png", limits={"max_svg_filter_pixels": 8_000_000})   # 9 MP x 1 primitive
+    assert caught.value.status == 422 and "filter effects (1 primitives) over 3000x3000" in caught.value.error
+    small = load(transform(svg, "svg", "png", w="200", limits={"max_svg_filter_pixels": 8_000_000}).body)
+    assert (small.width, small.height) == (200, 200)
+    with pytest.raises(LegacyError):
+        transform(svg, "svg", "png", w="200", limits={"max_svg_filter_pixels": 200 * 200 - 1})
 
 
 def test_requested_output_over_the_budget_is_refused(photo_jpeg: bytes) -> None:
