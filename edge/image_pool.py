@@ -44,7 +44,6 @@ from typing import Any, TypeVar
 import pyvips
 
 from edge.failed_variants import FailedVariants
-from edge.transform.context import over_budget
 from edge.transform.limits import TransformLimits
 from shared.config import Settings
 from shared.errors import LegacyError
@@ -60,6 +59,7 @@ START_TIMEOUT_S = 60.0        # a new worker must be ready (Python and libvips l
 STOP_TIMEOUT_S = 2.0          # close(): SIGTERM, then SIGKILL after this
 RECYCLE_FRACTION = 0.5
 MAX_JOBS_PER_WORKER = 1000
+TRIM_ABOVE_BYTES = 64 * 1024 * 1024   # a worker this far above its size at start gives memory back
 # Modules a worker imports before it reports ready, so no job pays for them.
 PRELOAD = ("edge.transform.jobs",)
 # libvips' operation cache keeps recent operations and their pixels for reuse. Every edge request
@@ -73,9 +73,6 @@ _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 class JobFailed(LegacyError):
     """A job's own failure: its input fails the same way next time (negative-cacheable)."""
 
-    @classmethod
-    def of(cls, error: LegacyError) -> JobFailed:
-        return cls(error.status, error.error, error.message, error.extra, error.headers)
 
 
 def configure_libvips(*, worker: bool = False) -> None:
@@ -85,8 +82,8 @@ def configure_libvips(*, worker: bool = False) -> None:
 
 
 def _release_memory() -> None:
-    """Free what the job left (libvips images sit in reference cycles with their signal handlers)
-    and hand the freed heap back to the system (glibc keeps it otherwise)."""
+    """Free what a job left in reference cycles and hand the freed heap back to the system (glibc
+    keeps it otherwise). About 20 + 60 ms: only worth it after a job that grew the process."""
     gc.collect()
     if sys.platform.startswith("linux"):
         try:
@@ -104,6 +101,7 @@ def _worker_main(conn: Connection, parent_pid: int) -> None:
     configure_libvips(worker=True)
     for module in PRELOAD:
         importlib.import_module(module)
+    trim_above = _rss_bytes(os.getpid()) + TRIM_ABOVE_BYTES
     conn.send(_READY)
     while True:
         try:
@@ -123,7 +121,8 @@ def _worker_main(conn: Connection, parent_pid: int) -> None:
         except Exception:
             reply = ("failed", traceback.format_exc())
         del message, work, args
-        _release_memory()   # before answering: the pool reads this process's RSS when the answer arrives
+        if _rss_bytes(os.getpid()) > trim_above:
+            _release_memory()   # before answering: the pool reads this process's RSS when the answer arrives
         conn.send(reply)
         del reply
 
@@ -260,15 +259,14 @@ class ImagePool:
         if not worker.ready and not self._wait_ready(worker):
             return _Outcome(error=LegacyError(503, "The image worker could not be started; retry shortly.",
                                               headers={"Retry-After": "1"}), replace=True)
-        budget = self.limits.time_budget_s
         try:
             worker.conn.send((work, args))
-            deadline = time.monotonic() + budget + KILL_GRACE_S
+            deadline = time.monotonic() + self.limits.time_budget_s + KILL_GRACE_S
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     worker.kill()
-                    return _Outcome(error=JobFailed.of(over_budget(budget, "worker")), replace=True)
+                    return _Outcome(error=self._over_time(), replace=True)
                 if worker.conn.poll(min(WATCH_INTERVAL_S, left)):
                     break
                 if _rss_bytes(worker.pid) > self.memory_limit_bytes:
@@ -301,6 +299,11 @@ class ImagePool:
         log.error("image worker %d did not start (exit code %s)", worker.pid, worker.process.exitcode)
         worker.kill()
         return False
+
+    def _over_time(self) -> JobFailed:
+        return JobFailed(503, f"The transform exceeded its time budget of {self.limits.time_budget_s:g} s and was "
+                         "stopped. Ask for a smaller size or a faster format, or retry later.",
+                         headers={"Retry-After": "1"})
 
     def _over_memory(self) -> JobFailed:
         limit_mb = self.memory_limit_bytes // (1024 * 1024)

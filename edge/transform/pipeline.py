@@ -103,7 +103,9 @@ def run_transform(source: bytes, source_format: str, opts: TransformOptions, out
             raise LegacyError(422, f"The source image ({image_source.format}) could not be "
                               f"processed at step '{name}': {str(exc).splitlines()[0]}") from exc
     image = ctx.require_image()
-    frame_height = image.get_page_height()
+    # The deadline's signal handler holds ctx, and ctx the image: drop the image so its pixels go
+    # when this returns, not when the garbage collector next finds the cycle.
+    ctx.image = None
     return TransformResult(body=ctx.body, content_type=CONTENT_TYPES[output_format], width=image.width,
-                           height=frame_height, format=output_format,
+                           height=image.get_page_height(), format=output_format,
                            pages=ctx.pages if output_format in ANIMATED_OUTPUTS else 1)
