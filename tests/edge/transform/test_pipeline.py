@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pillow_heif
@@ -301,6 +302,19 @@ def test_time_budget_stops_a_long_encode(photo_jpeg: bytes) -> None:
     with pytest.raises(LegacyError) as caught:
         transform(photo_jpeg, "jpeg", "png", blur="250", budget=0.1)
     assert caught.value.status == 503
+
+
+def test_a_libvips_error_once_the_deadline_has_passed_is_the_budgets_503(
+        photo_jpeg: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a loaded machine does to a kill: libvips reports it as a plain failure of some step.
+    def overrun_then_fail(_ctx: object) -> None:
+        time.sleep(0.2)
+        raise pyvips.Error("unable to call pngsave_buffer")
+
+    monkeypatch.setattr(pipeline, "STEPS", (("decode", pipeline.decode), ("blur", overrun_then_fail)))
+    with pytest.raises(LegacyError) as caught:
+        transform(photo_jpeg, "jpeg", "png", w="100", budget=0.1)
+    assert caught.value.status == 503 and "time budget of 0.1 s (during 'blur')" in caught.value.error
 
 
 @pytest.mark.parametrize("data", [b"\xff\xd8\xff\xe0 truncated jpeg", b"GIF89a nonsense", b"a,b\n1,2\n", b""])
