@@ -74,7 +74,6 @@ class JobFailed(LegacyError):
     """A job's own failure: its input fails the same way next time (negative-cacheable)."""
 
 
-
 def configure_libvips(*, worker: bool = False) -> None:
     """Shrink libvips' process-wide operation cache; a worker keeps none (no state between jobs)."""
     pyvips.cache_set_max(0 if worker else LIBVIPS_CACHE_MAX_OPERATIONS)
