@@ -97,8 +97,8 @@ class TransformOptions:
     def cache_key(self, source_id: str, output_format: str) -> str:
         """Stable key: source content id + the options that change the bytes + output format.
 
-        The url is left out on purpose: the content id already names the bytes, so two paths
-        holding the same file share their variants. Options that cannot change the output
+        The url is not part of it: edge/states/variant.py scopes the key to the source's path, so
+        each path keeps (and purges) its own variants. Options that cannot change the output
         (fit and gravity without both sides, gravity unless cropping, q for png/gif) are
         normalised away.
         """
