@@ -1,10 +1,12 @@
-"""Forward every /api/... path the edge does not serve itself to control: method, headers, body and
-status pass through, responses (SSE included) are streamed, and X-Forwarded-For is added."""
+"""Forward every /api/... path the edge does not serve itself, and /dashboard, to control: method,
+headers (repeated ones included), body and status pass through, responses (SSE included) are
+streamed, and X-Forwarded-For is added."""
 
 from __future__ import annotations
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 from yarl import URL
 
 from edge.rules import FORWARDED
@@ -20,10 +22,11 @@ HOP_BY_HOP = frozenset(h.lower() for h in (
 RESPONSE_SKIPPED = HOP_BY_HOP | {"content-length"}
 
 
-def _forward_headers(request: web.Request) -> dict[str, str]:
-    headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+def _forward_headers(request: web.Request) -> CIMultiDict[str]:
+    # A multidict: repeated headers (Cookie, Set-Cookie on the way back) must all pass, not the last one.
+    headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP)
     peer = request.remote or ""
-    prior = request.headers.get("X-Forwarded-For")
+    prior = ", ".join(request.headers.getall("X-Forwarded-For", []))
     headers["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
     headers["X-Forwarded-Host"] = request.host
     headers["X-Forwarded-Proto"] = request.scheme
@@ -45,7 +48,7 @@ async def forward_to_control(request: web.Request) -> web.StreamResponse:
         raise ApiError(503, "ControlUnreachable", "The control plane cannot be reached from this edge; "
                        "management endpoints are unavailable. Delivery of cached assets continues.") from None
     async with upstream:
-        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in RESPONSE_SKIPPED}
+        headers = CIMultiDict((k, v) for k, v in upstream.headers.items() if k.lower() not in RESPONSE_SKIPPED)
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
         if upstream.content_length is not None and "chunked" not in upstream.headers.get("Transfer-Encoding", ""):
             response.content_length = upstream.content_length

@@ -26,7 +26,7 @@ MAX_RESTARTS = 5
 CRASH_WINDOW_S = 60.0
 # The keys a user passes to the API (named in `up`'s output); the internal secrets are never mentioned.
 USER_KEYS = ("ASSETCDN_ACCESS_KEY", "ASSETCDN_ACCOUNT_KEY", "ASSETCDN_PURGE_KEY", "ASSETCDN_ANALYTICS_KEY",
-             "ASSETCDN_METRICS_KEY")
+             "ASSETCDN_METRICS_KEY", "ASSETCDN_DASHBOARD_SECRET")
 
 
 def _say(text: str, *, error: bool = False) -> None:
