@@ -86,10 +86,15 @@ CREATE TABLE IF NOT EXISTS webauthn_challenges (
 async def open_database(path: Path) -> aiosqlite.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
     db = await aiosqlite.connect(str(path))
-    db.row_factory = aiosqlite.Row
-    await db.execute("PRAGMA journal_mode=WAL")
-    await db.execute("PRAGMA synchronous=NORMAL")
-    await db.execute("PRAGMA busy_timeout=5000")
-    await db.executescript(SCHEMA)
-    await db.commit()
+    try:
+        db.row_factory = aiosqlite.Row
+        await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute("PRAGMA synchronous=NORMAL")
+        await db.execute("PRAGMA busy_timeout=5000")
+        await db.executescript(SCHEMA)
+        await db.commit()
+    except BaseException:
+        # Its worker thread is not a daemon: an unclosed connection would keep the process alive.
+        await db.close()
+        raise
     return db

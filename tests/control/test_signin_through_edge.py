@@ -3,7 +3,6 @@ intact, sign-out, and passkeys, with the client's own address counted for the fa
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,14 @@ from tests.control.signin_client import (
     PASSWORD,
     SIGNIN_SECRETS,
     cookies_set,
-    password_login,
     passkey_login,
+    password_login,
     register,
     session_from,
     with_session,
 )
 from tests.control.soft_authenticator import SoftAuthenticator
-
-WAIT_S = 20.0
+from tests.edge.routes.conftest import wait_until
 
 
 @pytest.fixture
@@ -38,9 +36,11 @@ async def cdn(aiohttp_server, aiohttp_client, tmp_path: Path) -> tuple[TestClien
     identity = EdgeIdentity(name="edge-s", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
                             cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
     edge_client = await aiohttp_client(edge.app.create_app(settings, SIGNIN_SECRETS, identity))
-    async with asyncio.timeout(WAIT_S):
-        while (await edge_client.get("/api/health")).status != 200:
-            await asyncio.sleep(0.05)
+
+    async def edge_healthy() -> bool:
+        return (await edge_client.get("/api/health")).status == 200
+
+    await wait_until(edge_healthy, "edge health 200")
     return await aiohttp_client(control_server), edge_client
 
 
