@@ -109,7 +109,7 @@ class Authenticator:
         self._keys = {Key.ACCESS: secrets.access_key, Key.ACCOUNT: secrets.account_key,
                       Key.PURGE: secrets.purge_key, Key.ANALYTICS: secrets.analytics_key}
         self._lookup_token = lookup_token
-        self.sessions = sessions
+        self._sessions = sessions
         self._dashboard = dashboard
 
     async def authenticate(self, request: web.Request, access: Access) -> Principal | None:
@@ -130,7 +130,7 @@ class Authenticator:
                 grant = await self._lookup_token(auth[7:].strip())
                 if grant is not None and access.scope in grant.scopes:
                     return Principal("token", grant.id)
-        if access.session and await self.sessions.verify(request.cookies.get(SESSION_COOKIE)) is not None:
+        if access.session and await self._sessions.verify(request.cookies.get(SESSION_COOKIE)) is not None:
             if request.method not in SAFE_METHODS:
                 refusal = cross_origin_refusal(request, self._dashboard)
                 if refusal is not None:
