@@ -17,6 +17,7 @@ from control.manifest_store import ManifestStore
 from control.passkeys.ceremony import PasskeyCeremonies
 from control.publish import Publisher
 from control.quota import DailyQuota
+from control.rate_limit import RateLimiter
 from control.request_log import RequestLog
 from control.session import SessionBook
 from control.signin import SignIn
@@ -43,6 +44,7 @@ EDGE_CONFIG = web.AppKey("edge_config", EdgeConfigStore)
 PURGE_QUOTA = web.AppKey("purge_quota", DailyQuota)
 ANALYTICS = web.AppKey("analytics", AnalyticsStore)
 ANALYTICS_BATCHES = web.AppKey("analytics_batches", SeenBatches)
+TRACK_LIMITER = web.AppKey("track_limiter", RateLimiter)  # POST /api/analytics, per client
 AUDIT = web.AppKey("audit", AuditLog)
 REQUEST_LOG = web.AppKey("request_log", RequestLog)
 DASHBOARD = web.AppKey("dashboard", DashboardConfig)
