@@ -35,6 +35,7 @@ bench: setup
 	$(BIN)/python -m benchmarks.propagation_bench
 	$(BIN)/python -m benchmarks.serve_bench
 	$(BIN)/python -m benchmarks.transform_bench
+	$(BIN)/python -m benchmarks.transform_budget_bench
 	$(BIN)/python -m benchmarks.fault_bench
 
 # The long schemathesis run against a live instance on loopback: every operation of the served OpenAPI

@@ -41,8 +41,9 @@ class Route:
 
 
 # CDN paths come first (the hot path: the router tries routes in order) and exclude what the other
-# routes serve; then specific /api routes, then the forwarder for the rest of /api.
-CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/).+}"
+# routes serve; then specific /api routes, then the forwarder for the rest of /api and for the
+# dashboard (served by control; `dashboard` is a reserved zone name, so no CDN path is lost).
+CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/|dashboard(?:/|$)).+}"
 PUBLIC_ROUTES: tuple[Route, ...] = (
     Route("GET", CDN_PATH, delivery.serve_asset),
     Route("HEAD", CDN_PATH, delivery.serve_asset),
@@ -65,6 +66,8 @@ PUBLIC_ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/openapi.json", openapi_document),  # served here too: available while control is down
     Route("GET", "/api/docs", api_docs),
     Route("*", r"/api/{tail:[\s\S]*}", forward_to_control),  # newlines too: control answers 400 (or acts)
+    Route("*", "/dashboard", forward_to_control),
+    Route("*", r"/dashboard/{tail:[\s\S]*}", forward_to_control),
 )
 CLUSTER_ROUTES: tuple[Route, ...] = (
     Route("POST", PREFIX + "/push", cluster.push),
@@ -159,8 +162,9 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     async def image_lifecycle(app: web.Application) -> AsyncIterator[None]:
         configure_libvips()
         app[IMAGE_POOL] = ImagePool.from_settings(settings)
+        app[IMAGE_POOL].start()   # worker processes load while the edge starts
         yield
-        app[IMAGE_POOL].close()
+        await app[IMAGE_POOL].close()
 
     app.cleanup_ctx.append(lifecycle)
     app.cleanup_ctx.append(image_lifecycle)
