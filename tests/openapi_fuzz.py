@@ -26,9 +26,10 @@ from typing import Any
 
 import aiohttp
 
-from control.auth import session_cookie_value
+from control.session import SESSION_COOKIE
 from control.tokens import SCOPES
 from shared.openapi import document
+from shared.secrets import SECRETS_FILE
 from tests.integration.harness import ACCOUNT, KEYS, RunningCdn, start_cdn
 
 PUBLIC = "public"
@@ -37,7 +38,7 @@ SCHEMES = ("AccessKey", "AccountKey", "PurgeKey", "AnalyticsKey", "BearerToken",
 CHECKS = ("not_a_server_error", "status_code_conformance", "content_type_conformance",
           "response_headers_conformance", "response_schema_conformance")
 AUTH_CHECKS = ("ignored_auth",)
-SHORT = {"max_examples": 4, "phases": "examples,fuzzing"}
+SHORT = {"max_examples": 2, "phases": "examples,fuzzing"}
 LONG = {"max_examples": 100, "phases": "examples,coverage,fuzzing,stateful"}
 
 
@@ -72,17 +73,29 @@ def config_text(scheme: str, credentials: dict[str, str]) -> str:
     return f'[auth.openapi.{scheme}]\n{field} = "{credentials[scheme]}"\n'
 
 
+def _dashboard_password(cdn: RunningCdn) -> str:
+    for line in (cdn.data_dir / SECRETS_FILE).read_text().splitlines():
+        if line.startswith("ASSETCDN_DASHBOARD_SECRET="):
+            return line.split("=", 1)[1]
+    raise AssertionError("no dashboard secret in secrets.env")
+
+
 async def credentials(cdn: RunningCdn) -> dict[str, str]:
-    """A value for each scheme: the instance's keys, a Bearer token with every scope, a session cookie."""
+    """A value for each scheme: the instance's keys, a Bearer token with every scope, and the session of a
+    password sign-in."""
+    base = cdn.edge_urls[0]
     async with aiohttp.ClientSession() as session:
-        async with session.post(f"{cdn.edge_urls[0]}/api/tokens", headers=ACCOUNT,
+        async with session.post(f"{base}/api/tokens", headers=ACCOUNT,
                                 json={"name": "fuzz", "scopes": list(SCOPES)}) as resp:
             assert resp.status == 201, await resp.text()
             token = (await resp.json())["Token"]["secret"]
+        async with session.post(f"{base}/dashboard/login", data={"password": _dashboard_password(cdn)},
+                                allow_redirects=False) as resp:
+            assert resp.status == 302, await resp.text()
+            cookie = resp.cookies[SESSION_COOKIE].value
     return {"AccessKey": KEYS["ASSETCDN_ACCESS_KEY"], "AccountKey": KEYS["ASSETCDN_ACCOUNT_KEY"],
             "PurgeKey": KEYS["ASSETCDN_PURGE_KEY"], "AnalyticsKey": KEYS["ASSETCDN_ANALYTICS_KEY"],
-            "MetricsKey": KEYS["ASSETCDN_METRICS_KEY"], "BearerToken": token,
-            "SessionCookie": session_cookie_value(KEYS["ASSETCDN_SESSION_SECRET"], nonce="fuzz")}
+            "MetricsKey": KEYS["ASSETCDN_METRICS_KEY"], "BearerToken": token, "SessionCookie": cookie}
 
 
 def run_scheme(base_url: str, scheme: str, values: dict[str, str], work: Path, *, max_examples: int,
@@ -95,7 +108,9 @@ def run_scheme(base_url: str, scheme: str, values: dict[str, str], work: Path, *
     config.write_text(config_text(scheme, values))
     checks = CHECKS + (AUTH_CHECKS if scheme != PUBLIC else ())
     schemathesis = shutil.which("schemathesis", path=str(Path(sys.executable).parent)) or "schemathesis"
-    command = [schemathesis, "--config-file", str(config), "run", str(schema), "--url", base_url,
+    # A session changes state only for requests from the dashboard's own origin (the CSRF check).
+    origin = ["--header", f"Origin: {base_url}"] if scheme == "SessionCookie" else []
+    command = [schemathesis, "--config-file", str(config), "run", str(schema), "--url", base_url, *origin,
                "--checks", ",".join(checks), "--max-examples", str(max_examples), "--phases", phases,
                "--seed", str(seed), "--workers", str(workers), "--no-color",
                "--report", "junit", "--report-dir", str(work / f"report-{scheme}")]
