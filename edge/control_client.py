@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from edge.circuit_breaker import CLOSED, CircuitBreaker
+from edge.circuit_breaker import CircuitBreaker
 from shared.cluster import PREFIX, PROTOCOL_VERSION, sign_request
 
 log = logging.getLogger(__name__)
@@ -32,9 +32,10 @@ class ControlUnavailable(Exception):
     """Control could not be reached or answered with a server error. `answered`: it did answer (a 5xx
     other than 502-504), so it is up, only failing this call."""
 
-    def __init__(self, message: str, *, answered: bool = False) -> None:
+    def __init__(self, message: str, *, answered: bool = False, slow: bool = False) -> None:
         super().__init__(message)
         self.answered = answered
+        self.slow = slow  # it took a timeout to find out (hung or cut off, not refusing)
 
 
 class NotFoundAtControl(Exception):
@@ -87,7 +88,7 @@ class ControlClient:
                     raise ControlUnavailable(f"control answered {resp.status} to {path_qs}",
                                              answered=resp.status not in GATEWAY_FAILURES)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise ControlUnavailable(f"{type(exc).__name__}: {exc}") from exc
+            raise ControlUnavailable(f"{type(exc).__name__}: {exc}", slow=isinstance(exc, TimeoutError)) from exc
         return data
 
     async def _until_tripped(self, call: asyncio.Future[bytes]) -> bytes:
@@ -103,7 +104,7 @@ class ControlClient:
                 with contextlib.suppress(asyncio.CancelledError, ControlUnavailable, NotFoundAtControl):
                     await call
         if call.cancelled():
-            raise ControlUnavailable("control became unreachable while waiting for it")
+            raise ControlUnavailable("control became unreachable while waiting for it", slow=True)
         return call.result()
 
     async def _request(self, method: str, path_qs: str, message: dict[str, Any] | None = None, *,
@@ -112,7 +113,7 @@ class ControlClient:
         refused at once while the breaker is open."""
         # While control counts as down a client's call is refused at once, and also when the background
         # sync is trying control right now: it is the probe then, and a client need not wait on a second.
-        if not probe and (not self.breaker.available() or (self._probing and self.breaker.state != CLOSED)
+        if not probe and (not self.breaker.available() or (self._probing and self.breaker.fails_fast)
                           or not self.breaker.allow()):
             raise ControlUnavailable(f"control is unreachable (for {self.seconds_since_contact():.1f} s; "
                                      f"last error: {self.last_error or 'none'}); not asking")
@@ -135,7 +136,7 @@ class ControlClient:
                 self._answered()
             else:
                 self.last_error = str(exc)
-                self.breaker.failed()
+                self.breaker.failed(slow=exc.slow)
             raise
         except NotFoundAtControl:
             self._answered()

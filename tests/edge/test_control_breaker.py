@@ -125,3 +125,39 @@ def test_cached_files_are_served_stale_only_within_the_bound(tmp_path: Path, rea
                                                              bound: float, expected: str | None) -> None:
     node = _node(tmp_path, stale_if_error_s=bound, since_contact_s=since, reachable=reachable)
     assert node.hit_status() == expected
+
+
+def test_fast_failures_open_the_breaker_without_refusing_calls() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(failure_threshold=1, open_s=30.0, clock=clock)
+    breaker.failed(slow=False)  # connection refused: control is not there, and says so at once
+    assert breaker.state == OPEN and not breaker.fails_fast
+    assert breaker.available() and breaker.allow()  # trying costs nothing, and succeeds once it is back
+    breaker.failed(slow=True)  # a timeout: now waiting is what a call would cost
+    assert breaker.fails_fast and not breaker.available() and not breaker.allow()
+
+
+async def test_a_restarted_control_plane_is_used_at_once_without_waiting_for_a_probe() -> None:
+    async def blob(request: web.Request) -> web.Response:
+        return web.Response(body=b"bytes")
+
+    app = web.Application()
+    app.router.add_get(PREFIX + "/blobs/{blob_id}", blob)
+    server = TestServer(app)
+    await server.start_server()
+    port = server.port
+    await server.close()  # control is down: its port refuses connections
+    client = ControlClient(f"http://127.0.0.1:{port}", "secret", timeout_s=60.0,
+                           breaker=CircuitBreaker(failure_threshold=1, open_s=30.0))
+    await client.start()
+    try:
+        with pytest.raises(ControlUnavailable):
+            await client.heartbeat("edge-0/0", 0)
+        assert client.breaker.state == OPEN
+        server = TestServer(app, port=port)  # control is back on the same port
+        await server.start_server()
+        assert await client.fetch_blob("a" * 40) == b"bytes"  # no 503 window after a restart
+        assert client.breaker.state == CLOSED
+    finally:
+        await client.close()
+        await server.close()
