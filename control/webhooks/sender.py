@@ -1,7 +1,8 @@
 """One POST of an event to a receiver, through a client that reaches only allowed addresses.
 
-Names are resolved by ``GuardedResolver`` for each new connection (no DNS cache), so the address
-connected to is the one checked; IP literals are checked here. Redirects are not followed (a 3xx is
+Every delivery opens its own connection (no keep-alive, no DNS cache) and ``GuardedResolver`` resolves
+its name once and checks the addresses, so the address connected to is the one checked at that
+delivery; IP literals are checked here. Redirects are not followed (a 3xx is
 a failed attempt), proxies from the environment are not used, cookies are not kept, and at most a
 few KiB of a reply are read. Plain-http targets (development only) use a client whose resolver
 accepts loopback addresses alone.
@@ -63,7 +64,8 @@ class Sender:
         if session is None:
             resolver = GuardedResolver(self._resolver, allow_loopback=self._allow_loopback,
                                        loopback_only=scheme == "http")
-            connector = aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False, limit=0)
+            # A new connection per delivery (no keep-alive, no DNS cache): every delivery resolves and checks.
+            connector = aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False, limit=0, force_close=True)
             session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=self._timeout_s),
                                             cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
                                             trust_env=False)

@@ -45,6 +45,7 @@ class Receiver:
         self.redirects: dict[str, str] = {}
         self.gates: dict[str, asyncio.Event] = {}                 # hold a hook's requests until set
         self.arrivals: dict[str, int] = defaultdict(int)          # requests that arrived (held or not)
+        self.arrival_ids: dict[str, list[str]] = defaultdict(list)  # their X-Webhook-Id, in arrival order
         self.received: dict[str, list[Received]] = defaultdict(list)
         self.bad_signatures: list[str] = []
         self._changed = asyncio.Condition()
@@ -76,6 +77,7 @@ class Receiver:
         arrived = time.time()
         body = await request.read()
         self.arrivals[name] += 1
+        self.arrival_ids[name].append(request.headers.get("X-Webhook-Id", ""))
         await self._notify()
         gate = self.gates.get(name)
         if gate is not None:
