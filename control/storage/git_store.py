@@ -226,7 +226,7 @@ class GitStore:
                 continue
             changes.append(FileChange(path, old, new))
             if new is not None:
-                sizes[path] = self._repo.get(new).size
+                sizes[path] = self._repo.odb.read_header(new)[1]  # the size without reading the content
         return LoggedCommit(str(commit.id), commit.message, from_unix(commit.commit_time), tuple(changes), sizes)
 
     # --- writes ---
