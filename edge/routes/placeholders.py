@@ -52,7 +52,7 @@ async def _placeholder(request: web.Request, kind: str, params: PlaceholderParam
                        build: Build) -> tuple[dict[str, Any], str]:
     node, pool = request.app[NODE], request.app[IMAGE_POOL]
     try:
-        entry: ManifestEntry = public_source(node, params.url)
+        entry: ManifestEntry = public_source(node, params.url, node.config.zone_for_host(request.host))
     except SourceRefused as exc:
         raise ApiError(exc.status, exc.code, exc.message, target="url") from None
     spec = f"s{params.size}" + (f"-b{params.blur}" if params.blur is not None else "")

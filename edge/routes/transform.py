@@ -51,7 +51,7 @@ async def transform_image(request: web.Request) -> web.StreamResponse:
     node, pool = request.app[NODE], request.app[IMAGE_POOL]
     opts = parse_transform_options(request.query)
     try:
-        entry = public_source(node, opts.url)
+        entry = public_source(node, opts.url, node.config.zone_for_host(request.host))
     except SourceRefused as exc:
         raise legacy_refusal(exc) from None
     headers: dict[str, str] = {}

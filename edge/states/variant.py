@@ -1,8 +1,9 @@
 """miss -> make a variant: a transform, a format conversion or a placeholder of one source.
 
-Variants are keyed by the source's content id (an overwrite changes the key) and stored
-with the source's cache tags plus its internal path tag, so purging the source by URL, by
-tag or by overwriting it removes every variant too. Concurrent misses for one key make the
+Variants are keyed by the source's content id (an overwrite changes the key) and its path,
+and stored with the path's cache tags plus its internal path tag, so purging the source by
+URL, by tag or by overwriting it removes every variant too, and only that path's (another
+path with the same bytes keeps its own, edge/states/head.py). Concurrent misses for one key make the
 variant once (`node.flight`); the work runs in the bounded image pool.
 """
 
@@ -16,8 +17,9 @@ from dataclasses import dataclass
 
 from edge.cache.entry import CachedObject, strong_etag
 from edge.image_pool import ImagePool
-from edge.node import EdgeNode, source_tags
+from edge.node import EdgeNode
 from edge.states.fetch import source_bytes
+from edge.states.head import variant_key
 from edge.states.lookup import lookup
 from shared.manifest import ManifestEntry
 
@@ -44,7 +46,10 @@ async def cached_variant(node: EdgeNode, pool: ImagePool, entry: ManifestEntry, 
     `before_make` runs once per miss that is really made (never on a hit, never per waiter of
     a coalesced miss): the transform quota. It raises to refuse. `make` runs in the pool.
     OriginUnavailable (source bytes unreachable) and the pipeline's LegacyErrors propagate.
+    `key` names the variant of the source's content; it is scoped to the source's path here.
     """
+    key = variant_key(entry, key)
+    tags = node.replica.head(entry).tags
     obj = _fresh(lookup(node, key), max_age_s)
     if obj is not None:
         node.metrics.cache_result("HIT").inc()
@@ -61,7 +66,7 @@ async def cached_variant(node: EdgeNode, pool: ImagePool, entry: ManifestEntry, 
         node.metrics.transforms.labels(metric_format).inc()
         etag = strong_etag(hashlib.sha256(variant.body).hexdigest())
         return await asyncio.get_running_loop().run_in_executor(
-            None, lambda: node.cache.put(key, variant.body, variant.content_type, etag, source_tags(entry)))
+            None, lambda: node.cache.put(key, variant.body, variant.content_type, etag, tags))
 
     node.metrics.cache_result("MISS").inc()
     return await node.flight.run(key, fill), "MISS"

@@ -8,6 +8,7 @@ import pytest
 
 from edge.counters import month_key
 from edge.state import USAGE_COUNTERS
+from edge.states.head import variant_key
 from edge.transform.options import parse_transform_options
 from tests.edge.routes.conftest import (
     FRAMES,
@@ -210,7 +211,8 @@ async def test_overwrite_and_purge_of_the_source_remove_its_transforms(make_cdn:
 
     assert await pixel() == ("MISS", [250, 10, 10])
     assert await pixel() == ("HIT", [250, 10, 10])
-    old_key = parse_transform_options({"url": path, "w": "40"}).cache_key(cdn.node.replica.get(path).blob_id, "png")
+    source = cdn.node.replica.get(path)
+    old_key = variant_key(source, parse_transform_options({"url": path, "w": "40"}).cache_key(source.blob_id, "png"))
     assert cdn.node.cache.get(old_key) is not None
     await cdn.upload(path, solid_png(80, 60, (10, 10, 250)))   # overwrite: new content id, old variants purged
     assert cdn.node.cache.get(old_key) is None
