@@ -43,5 +43,7 @@ async def webhooks_context(app: web.Application) -> AsyncIterator[None]:
     publisher.outbox.on_ready(worker.notify)
     await publisher.catch_up_outbox()
     worker.start()
-    yield
-    await worker.stop()
+    try:
+        yield
+    finally:
+        await worker.stop()
