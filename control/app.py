@@ -11,6 +11,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from control.ai.analysis import AiVisionSettings, ImageAnalysis
 from control.analytics.ingest import SeenBatches
 from control.analytics.store import AnalyticsStore
 from control.audit import AuditLog
@@ -34,6 +35,7 @@ from control.recording import ROUTE_AUDIT, audit_middleware, request_log_middlew
 from control.request_log import RequestLog
 from control.retention import prune_forever
 from control.routes import (
+    ai,
     analytics,
     assets,
     audit_logs,
@@ -100,6 +102,7 @@ ACCOUNT = accepts(Key.ACCOUNT)
 ZONES_READ = accepts(Key.ACCOUNT, scope="zones:read")
 ZONES_WRITE = accepts(Key.ACCOUNT, scope="zones:write")
 INSIGHTS_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="insights:read")
+AI_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="ai:read")
 # Any character, newlines included: '.*' would stop at a newline and answer 404 instead of the
 # handler's 400 for a path with control characters.
 STORAGE_PATH = r"/api/storage/{path:[\s\S]*}"
@@ -137,6 +140,14 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/purge", purge.purge, accepts(Key.PURGE, scope="purge:write"), "purge.execute"),
     Route("POST", "/api/pipeline", pipeline.run_pipeline, accepts(Key.ACCOUNT, scope="pipeline:write"),
           "pipeline.run"),
+    Route("GET", "/api/ai/alt-text", ai.alt_text, AI_READ),
+    Route("POST", "/api/ai/alt-text", ai.alt_text, AI_READ),
+    Route("GET", "/api/ai/moderate", ai.moderate, AI_READ),
+    Route("POST", "/api/ai/moderate", ai.moderate, AI_READ),
+    Route("GET", "/api/ai/smart-crop", ai.smart_crop, AI_READ),
+    Route("POST", "/api/ai/smart-crop", ai.smart_crop, AI_READ),
+    Route("GET", "/api/ai/background-remove", ai.background_remove, AI_READ),
+    Route("POST", "/api/ai/background-remove", ai.background_remove, AI_READ),
     Route("GET", "/api/health", health.health),
     Route("GET", "/api/logs", logs.logs, ACCOUNT),
     Route("GET", "/metrics", metrics_handler),
@@ -186,6 +197,10 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()
     app[AUDIT] = AuditLog(db)
     await app[AUDIT].open()
+    image_analysis = ImageAnalysis(git, lambda: manifest.entries, db,
+                                   AiVisionSettings.from_section(settings.section("ai_vision")))
+    await image_analysis.open()
+    app[ai.IMAGE_ANALYSIS] = image_analysis
     pruning = asyncio.create_task(prune_forever([("analytics", analytics_store.prune),
                                                  ("audit", app[AUDIT].prune)]))
     yield
@@ -193,6 +208,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     with contextlib.suppress(asyncio.CancelledError):
         await pruning
     await analytics_store.close()
+    await image_analysis.close()
     await ingester.close()
     await registry.close()
     await db.close()
