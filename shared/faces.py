@@ -25,7 +25,7 @@ import pyvips
 
 log = logging.getLogger(__name__)
 
-DETECT_SIZE = 512
+DETECT_SIZE = 640
 # libfacedetection's scores are 0-100; below 0.6 (as 0-1) the benchmark set shows false faces
 # (a cat, the moon) and above it only real ones.
 MIN_SCORE = 0.6

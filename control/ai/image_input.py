@@ -25,6 +25,9 @@ LOADERS = {
 HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1"})
 AVIF_BRANDS = frozenset({b"avif", b"avis"})
 MAX_SVG_TEXT = 300
+# Leading bytes of the raster formats above: a file that starts like one but does not load is broken
+# (422); one that starts like none of them is not an image (415).
+SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"II*\x00", b"MM\x00*")
 
 
 class ImageInputError(Exception):
@@ -97,6 +100,10 @@ def svg_text(data: bytes) -> SvgText:
                    text)
 
 
+def _looks_like_image(data: bytes) -> bool:
+    return data.startswith(SIGNATURES) or (data[:4] == b"RIFF" and data[8:12] == b"WEBP") or data[4:8] == b"ftyp"
+
+
 def _is_heif_not_avif(data: bytes) -> bool:
     if data[4:8] != b"ftyp":
         return False
@@ -153,7 +160,7 @@ def load_for_analysis(data: bytes, *, max_pixels: int, size: int) -> AnalysisIma
             pages = max(header.get_n_pages(), 1) if fmt in ("gif", "webp") else 1
             has_alpha = header.hasalpha()
     except (pyvips.Error, ValueError, RuntimeError, OSError) as exc:
-        if fmt is None and svg is None:
+        if fmt is None and svg is None and not _looks_like_image(data):
             raise ImageInputError(415, "UnsupportedMediaType", "The asset is not an image this service can "
                                   "analyse.") from None
         raise ImageInputError(422, "UndecodableImage", f"The image could not be decoded: "
