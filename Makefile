@@ -7,9 +7,10 @@ STAMP := $(VENV)/.installed
 .PHONY: setup run test lint bench clean
 
 # Browser-test prerequisites (Debian chromium, hls.js from npm) are best effort: without them the
-# browser test skips and says why.
+# browser test skips and says why. Tesseract OCR (Debian) serves alt text; without it OCR is skipped.
 setup: $(STAMP)
 	-@sh tests/browser/setup.sh
+	-@sh tests/control/ai/setup.sh
 
 # Re-install only when the project's metadata changed (idempotent and fast otherwise).
 $(STAMP): pyproject.toml
