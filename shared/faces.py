@@ -94,20 +94,27 @@ def rgb_pixels(image: pyvips.Image) -> np.ndarray:
     return np.ascontiguousarray(image.extract_band(0, n=3).numpy())
 
 
-def detect_faces_rgb(pixels: np.ndarray) -> list[Face]:
-    """Faces in an RGB array already at most DETECT_SIZE on its long side, best first."""
+def detect_faces_haar(pixels: np.ndarray) -> list[Face]:
+    """The fallback: OpenCV's frontal-face cascade on locally equalised grey (scores are all 1)."""
     height, width = pixels.shape[:2]
-    if _cnn is not None:
-        bgr = np.ascontiguousarray(pixels[..., ::-1])
-        found = [Face(int(x), int(y), int(w), int(h), score / 100.0)
-                 for x, y, w, h, score in _cnn.detectRGB(width, height, bgr.tobytes())]
-        faces = [f for f in found if f.score >= MIN_SCORE and f.width > 0 and f.height > 0]
-    else:
-        classifier, clahe = _haar()
-        grey = clahe.apply(cv2.cvtColor(pixels, cv2.COLOR_RGB2GRAY))
-        min_side = max(20, int(min(height, width) * 0.08))
-        boxes = classifier.detectMultiScale(grey, scaleFactor=1.1, minNeighbors=5, minSize=(min_side, min_side))
-        faces = [Face(int(x), int(y), int(w), int(h), 1.0) for x, y, w, h in boxes]
+    classifier, clahe = _haar()
+    grey = clahe.apply(cv2.cvtColor(pixels, cv2.COLOR_RGB2GRAY))
+    min_side = max(20, int(min(height, width) * 0.08))
+    boxes = classifier.detectMultiScale(grey, scaleFactor=1.1, minNeighbors=5, minSize=(min_side, min_side))
+    return [Face(int(x), int(y), int(w), int(h), 1.0) for x, y, w, h in boxes]
+
+
+def detect_faces_rgb(pixels: np.ndarray) -> list[Face]:
+    """Faces in an RGB uint8 array already at most DETECT_SIZE on its long side, best first."""
+    if _cnn is None:
+        return detect_faces_haar(pixels)
+    height, width = pixels.shape[:2]
+    if height < 2 or width < 2:
+        return []
+    bgr = np.ascontiguousarray(pixels[..., ::-1])
+    found = [Face(int(x), int(y), int(w), int(h), score / 100.0)
+             for x, y, w, h, score in _cnn.detectRGB(width, height, bgr.tobytes())]
+    faces = [f for f in found if f.score >= MIN_SCORE and f.width > 0 and f.height > 0]
     return sorted(faces, key=lambda f: f.score, reverse=True)
 
 

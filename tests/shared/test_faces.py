@@ -8,7 +8,7 @@ import pytest
 import pyvips
 import skimage.data
 
-from shared.faces import DETECT_SIZE, detect_faces, detect_faces_rgb, face_boxes
+from shared.faces import DETECT_SIZE, detect_faces, detect_faces_haar, detect_faces_rgb, face_boxes
 
 
 def centre_inside(box: tuple[int, int, int, int], area: tuple[int, int, int, int]) -> bool:
@@ -51,3 +51,12 @@ def test_boxes_are_in_the_frames_own_coordinates_and_alpha_is_handled() -> None:
 def test_tiny_and_grey_images_do_not_break_it() -> None:
     assert face_boxes(pyvips.Image.black(3, 2)) == []
     assert face_boxes(pyvips.Image.black(40, 30, bands=2)) == []
+
+
+@pytest.mark.parametrize("background", [255, 128, 20])
+def test_the_fallback_cascade_also_finds_a_face_on_a_plain_background(background: int) -> None:
+    head = np.ascontiguousarray(skimage.data.astronaut()[40:200, 150:300])
+    canvas = np.full((600, 900, 3), background, np.uint8)
+    canvas[40:200, 650:800] = head
+    faces = detect_faces_haar(canvas)
+    assert len(faces) == 1 and centre_inside(faces[0].box, (650, 40, 150, 160))
