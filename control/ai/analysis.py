@@ -120,8 +120,13 @@ class ImageAnalysis:
         if task is None:  # one computation per asset version at a time; others wait for its answer
             task = asyncio.ensure_future(self._compute_and_keep(kind, entry, key))
             self._inflight[key] = task
-            task.add_done_callback(lambda _: self._inflight.pop(key, None))
+            task.add_done_callback(lambda done: self._finished(key, done))
         return await asyncio.shield(task), False
+
+    def _finished(self, key: tuple[str, str, str], task: asyncio.Task[dict[str, Any]]) -> None:
+        self._inflight.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: every waiter may have gone (clients disconnected)
 
     async def _compute_and_keep(self, kind: str, entry: ManifestEntry, key: tuple[str, str, str]) -> dict[str, Any]:
         if self.settings.daily_budget <= 0 or await self.budget.take() is None:
