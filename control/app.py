@@ -31,6 +31,7 @@ from control.edge_config import EdgeConfigStore
 from control.manifest_store import ManifestStore
 from control.publish import Publisher
 from control.quota import DailyQuota
+from control.rate_limit import rate_limiter_from_settings
 from control.recording import ROUTE_AUDIT, audit_middleware, request_log_middleware
 from control.request_log import RequestLog
 from control.retention import prune_forever
@@ -68,6 +69,7 @@ from control.state import (
     SECRETS,
     SETTINGS,
     TOKENS,
+    TRACK_LIMITER,
     VIDEO_INGEST,
     ZONES,
 )
@@ -79,6 +81,7 @@ from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
 from shared.metrics import METRICS, METRICS_KEY, Metrics, metrics_handler, metrics_middleware
 from shared.middleware import install_envelopes
+from shared.request_body import body_deadline_middleware
 from shared.secrets import Secrets
 
 log = logging.getLogger(__name__)
@@ -164,12 +167,15 @@ async def _not_found(request: web.Request) -> web.StreamResponse:
     raise web.HTTPNotFound()
 
 
-async def _resources(app: web.Application) -> AsyncIterator[None]:
-    """Open what the control plane holds (git, SQLite, stores, edge registry) and close it on shutdown."""
+async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStack) -> None:
+    """Open what the control plane holds (git, SQLite, stores, edge registry, background tasks),
+    registering each one's closing on `opened` as soon as it is open."""
     data_dir = app[DATA_DIR]
     settings = app[SETTINGS]
     git = GitStore(data_dir / "repo.git")
+    opened.callback(git.close)
     db = await open_database(data_dir / "control.sqlite3")
+    opened.push_async_callback(db.close)
     manifest = ManifestStore(git, db)
     await manifest.load()
     metrics = app[METRICS]
@@ -177,6 +183,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         app[SECRETS].cluster_secret, settings.get("control", "edge_timeout_s"),
         observe=lambda kind, edge, seconds: metrics.propagation_seconds.labels(kind, edge).observe(seconds))
     await registry.start()
+    opened.push_async_callback(registry.close)
     app[GIT], app[DB], app[MANIFEST], app[REGISTRY] = git, db, manifest, registry
     app[TOKENS] = TokenStore(db)
     app[ZONES] = ZoneStore(db)
@@ -186,6 +193,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     app[PUBLISHER] = Publisher(git, manifest, registry, app[EDGE_CONFIG],
                                settings.get("control", "push_wait_ms") / 1000)
     ingester = VideoIngester(git, app[PUBLISHER], data_dir / "video-work")
+    opened.push_async_callback(ingester.close)
     app[PUBLISHER].listeners.append(ingester.on_commit)
     app[VIDEO_INGEST] = ingester
     if app[DEMO] and manifest.commit_id is None:
@@ -194,38 +202,52 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     metrics.manifest_generation.labels("control").set(manifest.generation)
     analytics_store = AnalyticsStore(data_dir / "control.sqlite3")
     await analytics_store.open()
+    opened.push_async_callback(analytics_store.close)
     app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()
     app[AUDIT] = AuditLog(db)
     await app[AUDIT].open()
     image_analysis = ImageAnalysis(git, lambda: manifest.entries, db,
                                    AiVisionSettings.from_section(settings.section("ai_vision")))
     await image_analysis.open()
+    opened.push_async_callback(image_analysis.close)
     app[ai.IMAGE_ANALYSIS] = image_analysis
+    request_log = app[REQUEST_LOG]
+    await request_log.open(data_dir / "control.sqlite3")
+    opened.push_async_callback(request_log.close)
     pruning = asyncio.create_task(prune_forever([("analytics", analytics_store.prune),
-                                                 ("audit", app[AUDIT].prune)]))
-    yield
-    pruning.cancel()
+                                                 ("audit", app[AUDIT].prune),
+                                                 ("request log", request_log.prune)]))
+    opened.push_async_callback(_cancel, pruning)
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
-        await pruning
-    await analytics_store.close()
-    await image_analysis.close()
-    await ingester.close()
-    await registry.close()
-    await db.close()
-    git.close()
+        await task
+
+
+async def _resources(app: web.Application) -> AsyncIterator[None]:
+    """Everything `_open_resources` opened is closed on shutdown, in reverse order, and a failing start
+    or close still closes the rest: an aiosqlite connection left open keeps a non-daemon thread that
+    would hold the process alive after it was told to stop."""
+    async with contextlib.AsyncExitStack() as opened:
+        await _open_resources(app, opened)
+        yield
 
 
 async def _end_log_streams(app: web.Application) -> None:
-    app[REQUEST_LOG].close()
+    app[REQUEST_LOG].end_streams()
 
 
 def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bool = False) -> web.Application:
     max_upload = settings.get("control", "max_upload_bytes")
     app = web.Application(client_max_size=max_upload + 1024 * 1024)
-    app[REQUEST_LOG] = RequestLog()
+    app[REQUEST_LOG] = RequestLog(max_records=settings.get("logs", "max_records"),
+                                  retention_days=settings.get("logs", "retention_days"))
     app.middlewares.append(request_log_middleware)  # outermost: sees every final status
     app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
     install_envelopes(app)
+    app.middlewares.append(body_deadline_middleware(settings))
     app[METRICS] = Metrics("control")
     app[METRICS_KEY] = secrets.metrics_key
     app.middlewares.append(cluster.cluster_auth_middleware)
@@ -234,6 +256,7 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app.middlewares.append(audit_middleware)
     app[SETTINGS], app[SECRETS], app[DATA_DIR] = settings, secrets, Path(data_dir)
     app[DEMO] = demo
+    app[TRACK_LIMITER] = rate_limiter_from_settings(settings.section("analytics"), "track")
     route_access: dict[web.AbstractRoute, Access] = {}
     route_audit: dict[web.AbstractRoute, str] = {}
     for route in ROUTES:
