@@ -28,7 +28,14 @@ from control.ai.moderation import (
     moderate_locally,
 )
 from control.ai.ocr import OCR_SIZE, read_text, tesseract
-from control.ai.pool import AnalysisPool, AnalysisTimedOut, check_deadline, timed_out
+from control.ai.pool import (
+    AnalysisBusy,
+    AnalysisPool,
+    AnalysisTimedOut,
+    busy,
+    check_deadline,
+    timed_out,
+)
 from control.ai.results_cache import ResultsCache
 from control.ai.smart_crop import MODEL as SMART_CROP_MODEL
 from control.ai.smart_crop import smart_crop
@@ -51,6 +58,7 @@ KINDS = ("alt-text", "moderate", "smart-crop")
 ANALYSIS_SIZE = DETECT_SIZE        # the faces are found on the same copy every analysis reads
 ENDPOINT_IMAGE_SIZE = 768
 PRIVATE_CATEGORY = "private"
+TRANSIENT = "_transient"           # internal flag on fields that must not be cached
 
 
 @dataclass(frozen=True)
@@ -139,17 +147,23 @@ class ImageAnalysis:
         deadline = time.monotonic() + budget_s
         try:
             data = await self.git.run(self.git.read_blob, entry.blob_id)
-            if data is None:
+            if data is None:  # the asset was deleted since the manifest was read
+                await self.budget.give_back()
                 raise not_found(f"No asset at '/{entry.path}'.", target="url", code="AssetNotFound")
             compute = {"alt-text": self._alt_text, "moderate": self._moderate, "smart-crop": self._smart_crop}[kind]
             fields = await compute(entry, data, deadline)
         except ImageInputError as exc:
             await self.budget.give_back()  # nothing was analysed
             raise ApiError(exc.status, exc.code, exc.message, target="url") from None
+        except AnalysisBusy:
+            await self.budget.give_back()
+            raise busy(self.pool.held) from None
         except AnalysisTimedOut:
             raise timed_out(budget_s) from None
         fields["dateGenerated"] = utc_now_iso()
-        await self.cache.put(*key, fields)
+        # A local answer standing in for a failed endpoint is not kept: the endpoint may be back soon.
+        if not fields.pop(TRANSIENT, False):
+            await self.cache.put(*key, fields)
         return fields
 
     def _load(self, data: bytes) -> AnalysisImage:
@@ -182,7 +196,7 @@ class ImageAnalysis:
         result, jpeg = await self._run(work, deadline)
         if self.endpoint is not None and jpeg is not None:
             await self._moderate_with_endpoint(self.endpoint, result, jpeg, deadline)
-        return result.fields()
+        return {**result.fields(), TRANSIENT: result.endpoint_failed}
 
     async def _moderate_with_endpoint(self, endpoint: VisionEndpoint, result: Moderation, jpeg: bytes,
                                       deadline: float) -> None:
@@ -191,6 +205,7 @@ class ImageAnalysis:
                                        timeout_s=deadline - time.monotonic())
         except EndpointFailed as exc:
             result.reasoning += f" The vision endpoint did not answer: {exc}."
+            result.endpoint_failed = True
             return
         parsed = moderation_scores(reply)
         result.model = f"{result.model}+{endpoint.name}"
@@ -242,6 +257,7 @@ class ImageAnalysis:
         fields = {**found, "model": "local:" + "+".join(engines), "engine": "local", "degraded": bool(note)}
         if note:
             fields["note"] = f"The configured vision endpoint did not answer ({note}); the local engine did."
+            fields[TRANSIENT] = True
         return fields
 
 

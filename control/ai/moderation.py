@@ -138,6 +138,7 @@ class Moderation:
     model: str
     engine: str = "local"
     unparseable: bool = False           # the endpoint answered something that was not a verdict
+    endpoint_failed: bool = False       # the configured endpoint did not answer at all
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -159,7 +160,8 @@ class Moderation:
             reasoning += f" Not evaluated (no offline model): {', '.join(missing)}."
         return {"safe": verdict == "safe", "verdict": verdict, "categories": dict(self.categories),
                 "reasoning": reasoning[:240], "model": self.model, "engine": self.engine,
-                "evaluated": self.evaluated, "degraded": bool(missing) or self.unparseable}
+                "evaluated": self.evaluated,
+                "degraded": bool(missing) or self.unparseable or self.endpoint_failed}
 
 
 def _readable(label: str) -> str:

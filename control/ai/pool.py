@@ -23,9 +23,18 @@ class AnalysisTimedOut(Exception):
     """A job passed its deadline (raised between steps inside the job, or by the waiting side)."""
 
 
+class AnalysisBusy(Exception):
+    """The pool holds MAX_QUEUED jobs already; the job was not started."""
+
+
 def check_deadline(deadline: float) -> None:
     if time.monotonic() > deadline:
         raise AnalysisTimedOut()
+
+
+def busy(held: int) -> ApiError:
+    return ApiError(503, "AiBusy", f"Image analysis is busy with {held} jobs; retry shortly.",
+                    headers={"Retry-After": "2"})
 
 
 def timed_out(budget_s: float) -> ApiError:
@@ -52,8 +61,7 @@ class AnalysisPool:
     async def run(self, work: Callable[[], T], deadline: float) -> T:
         """`work()` in the pool; AnalysisTimedOut when `deadline` (time.monotonic()) passes first."""
         if self._held >= self.max_queued:
-            raise ApiError(503, "AiBusy", f"Image analysis is busy with {self._held} jobs; retry shortly.",
-                           headers={"Retry-After": "2"})
+            raise AnalysisBusy()
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise AnalysisTimedOut()

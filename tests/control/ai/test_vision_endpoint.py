@@ -118,3 +118,18 @@ def test_replies_are_cleaned_and_checked() -> None:
     assert moderation_scores('{"nudity": 2, "violence": 0, "drugs": 0, "hateSymbols": 0, "gore": 0}') is None
     assert moderation_scores('{"nudity": 0.1}') is None
     assert moderation_scores("no json") is None
+
+
+async def test_a_fallback_answer_is_not_kept_once_the_endpoint_is_back(make_control: MakeControl, fake_model) -> None:  # type: ignore[no-untyped-def]
+    answers = ["", "A smiling astronaut."]
+
+    async def flaky(body: dict[str, Any]) -> web.StreamResponse:
+        return await completion(answers.pop(0))(body)
+    _, url = await fake_model(flaky)
+    client = await control_using(make_control, url)
+    first = await (await client.get("/api/ai/alt-text", params={"url": ASTRONAUT}, headers=ACCESS)).json()
+    assert first["engine"] == "local" and first["degraded"] is True and "sent no text" in first["note"]
+    second = await (await client.get("/api/ai/alt-text", params={"url": ASTRONAUT}, headers=ACCESS)).json()
+    assert (second["alt"], second["engine"], second["source"]) == ("A smiling astronaut.", "endpoint", "ai")
+    third = await (await client.get("/api/ai/alt-text", params={"url": ASTRONAUT}, headers=ACCESS)).json()
+    assert (third["alt"], third["source"]) == ("A smiling astronaut.", "cached")
