@@ -93,3 +93,29 @@ def test_a_flat_image_is_center_with_low_confidence() -> None:
 def test_compass_cells_are_thirds() -> None:
     assert compass(0.1, 0.1) == "northwest" and compass(0.5, 0.1) == "north" and compass(0.9, 0.5) == "east"
     assert compass(0.5, 0.5) == "center" and compass(0.2, 0.9) == "southwest" and compass(0.66, 0.66) == "center"
+
+
+def _heic(pixels: np.ndarray) -> bytes:
+    import io
+
+    import pillow_heif
+    heif = pillow_heif.from_bytes(mode="RGB", size=(pixels.shape[1], pixels.shape[0]), data=pixels.tobytes())
+    out = io.BytesIO()
+    heif.save(out, quality=80)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("encode", [
+    lambda img: img.webpsave_buffer(Q=80),
+    lambda img: img.heifsave_buffer(compression="av1", effort=0),
+    lambda img: img.gifsave_buffer(),
+    lambda img: img.tiffsave_buffer(),
+    lambda img: img.bandjoin(255).pngsave_buffer(),                       # with alpha
+    lambda img: img.colourspace("grey16").pngsave_buffer(),               # 16-bit greyscale
+    lambda img: _heic(np.ascontiguousarray(img.numpy())),
+], ids=["webp", "avif", "gif", "tiff", "png-alpha", "png-grey16", "heic"])
+def test_every_supported_format_is_analysed(encode) -> None:  # type: ignore[no-untyped-def]
+    image = pyvips.Image.new_from_array(skimage.data.astronaut()).copy(interpretation="srgb")
+    found = analyse(encode(image))
+    assert (found.gravity, found.faces) == ("face", 1)
+    assert inside(found.focus, (170, 55, 110, 135))
