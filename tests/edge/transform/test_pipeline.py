@@ -361,3 +361,19 @@ def test_unusual_colour_sources_come_out_as_8_bit(photo_jpeg: bytes, kind: str, 
         data, fmt = base.icc_export(output_profile="cmyk").jpegsave_buffer(), "jpeg"
     decoded = load(transform(data, fmt, output, w="100", sharpen="2").body)
     assert decoded.width == 100 and decoded.format == "uchar"
+
+
+def test_face_gravity_finds_a_real_face_on_a_plain_background() -> None:
+    # The astronaut's head near the right edge of a wide, mostly white picture: the old
+    # histogram-equalising cascade missed such faces and cropped by saliency instead.
+    import numpy as np
+    import skimage.data
+
+    head = pyvips.Image.new_from_array(np.ascontiguousarray(skimage.data.astronaut()[40:200, 150:300]))
+    canvas = pyvips.Image.black(900, 300, bands=3).invert().cast("uchar")
+    picture = canvas.insert(head.cast("uchar"), 700, 70).jpegsave_buffer(Q=90)
+    cropped = load(transform(picture, "jpeg", "png", w="300", h="300", gravity="face").body)
+    # The crop keeps the head's columns (700..850 of 900 -> the rightmost 300), not white page.
+    assert cropped.extract_area(100, 70, 150, 160).deviate() > 20
+    centre = load(transform(picture, "jpeg", "png", w="300", h="300", gravity="center").body)
+    assert centre.extract_area(0, 70, 300, 160).deviate() < 1
