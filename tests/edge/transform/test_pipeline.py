@@ -364,16 +364,20 @@ def test_unusual_colour_sources_come_out_as_8_bit(photo_jpeg: bytes, kind: str, 
 
 
 def test_face_gravity_finds_a_real_face_on_a_plain_background() -> None:
-    # The astronaut's head near the right edge of a wide, mostly white picture: the old
-    # histogram-equalising cascade missed such faces and cropped by saliency instead.
+    # The astronaut's head near the right edge of a mostly plain picture, with a saturated block on
+    # the left that saliency prefers: the old histogram-equalising cascade missed such faces and
+    # fell back to saliency, so the crop showed the block instead of the face.
     import numpy as np
     import skimage.data
 
     head = pyvips.Image.new_from_array(np.ascontiguousarray(skimage.data.astronaut()[40:200, 150:300]))
-    canvas = pyvips.Image.black(900, 300, bands=3).invert().cast("uchar")
-    picture = canvas.insert(head.cast("uchar"), 700, 70).jpegsave_buffer(Q=90)
-    cropped = load(transform(picture, "jpeg", "png", w="300", h="300", gravity="face").body)
-    # The crop keeps the head's columns (700..850 of 900 -> the rightmost 300), not white page.
-    assert cropped.extract_area(100, 70, 150, 160).deviate() > 20
-    centre = load(transform(picture, "jpeg", "png", w="300", h="300", gravity="center").body)
-    assert centre.extract_area(0, 70, 300, 160).deviate() < 1
+    canvas = pyvips.Image.black(900, 600, bands=3).new_from_image([235] * 3).copy(interpretation="srgb")
+    block = (pyvips.Image.black(200, 200, bands=3) + [255, 0, 0]).cast("uchar").copy(interpretation="srgb")
+    frame = canvas.insert(block, 40, 300).insert(head.copy(interpretation="srgb"), 650, 40)
+    picture = frame.cast("uchar").jpegsave_buffer(Q=90)
+    auto = load(transform(picture, "jpeg", "png", w="300", h="600", gravity="auto").body)
+    assert auto(140, 400)[1] < 60                      # saliency keeps the red block
+    cropped = load(transform(picture, "jpeg", "png", w="300", h="600", gravity="face").body)
+    # The rightmost 300 columns (600..900): the head at x 50..200 of the crop, no red block.
+    assert cropped.extract_area(50, 40, 150, 160).deviate() > 20
+    assert cropped(140, 400)[1] > 200
