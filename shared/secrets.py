@@ -34,6 +34,7 @@ class Secrets:
     # Derives the key that encrypts webhook signing secrets at rest; empty = webhooks cannot be registered.
     webhook_secret_key: str = ""
     metrics_key: str = ""  # Bearer credential for /metrics and deep health (Prometheus `authorization`)
+    dashboard_secret: str = ""  # the password of POST /dashboard/login; empty = password sign-in refused
 
     @staticmethod
     def env_name(field_name: str) -> str:
