@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.harness import RunningCdn, start_cdn
-from tests.openapi_fuzz import SCHEMES, SHORT, credentials, run_scheme, scheme_document
+from tests.openapi_fuzz import NOT_FUZZED, SCHEMES, SHORT, credentials, run_scheme, scheme_document
 from tests.test_openapi_routes import documented
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ def test_every_scheme_covers_operations_and_every_operation_is_covered() -> None
     covered = {(path, method) for scheme in SCHEMES for path, ops in scheme_document(scheme)["paths"].items()
                for method in ops}
     assert all(scheme_document(scheme)["paths"] for scheme in SCHEMES)
-    assert covered == {(path, method) for method, path in documented()}
+    assert covered == {(path, method) for method, path in documented() if (method, path) not in NOT_FUZZED}
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
