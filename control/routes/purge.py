@@ -100,7 +100,8 @@ async def purge(request: web.Request) -> web.Response:
         "success": True, "purged": purged, "remaining_today": remaining, "generation": generation.generation,
         "edges": {"total": len(acked) + len(pending), "acknowledged": acked, "pending": pending,
                   "elapsedMs": fan_out.elapsed_ms,
-                  "entriesRemoved": {name: reply.get("purged", 0) for name, reply in fan_out.results.items()}},
+                  "entriesRemoved": {name: reply.get("purged", 0) for name, reply in fan_out.results.items()},
+                  "latencyMs": fan_out.latencies_ms},
         "note": ("Purged on every edge." if not pending else
                  f"Not yet acknowledged by {', '.join(pending)}; they apply it when they catch up."),
         "dateCreated": utc_now_iso(),
