@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import json
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-from PIL import Image
+import pyvips
 
 from tests.browser.headless_chromium import DevToolsError, HeadlessChromium
 
@@ -112,5 +111,4 @@ class DashboardBrowser(HeadlessChromium):
 def save_png(raw: bytes, path: Path) -> None:
     """The screenshot reduced to a 256-colour palette, so that the committed PNGs stay small."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    image = Image.open(io.BytesIO(raw)).convert("RGB")
-    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(path, optimize=True)
+    pyvips.Image.new_from_buffer(raw, "").pngsave(str(path), palette=True, compression=9, dither=0)
