@@ -97,16 +97,20 @@ class DashboardBrowser(HeadlessChromium):
         return str(await self.evaluate(f"document.querySelector({json.dumps(selector)})?.textContent ?? ''"))
 
     async def screenshot(self, path: Path, *, full_page: bool = False) -> None:
-        """A PNG of the viewport (or of the page, up to 2400 px high)."""
-        params: dict[str, Any] = {"format": "png"}
+        """A PNG of the viewport, or of the whole page (up to 2400 px high) by growing the viewport.
+        Notifications are dismissed first: they belong to the step before, not to the view."""
+        await self.evaluate("document.getElementById('toasts')?.replaceChildren()")
         if full_page:
-            metrics = await self.command("Page.getLayoutMetrics")
-            height = min(int(metrics["cssContentSize"]["height"]), 2400)
-            params["clip"] = {"x": 0, "y": 0, "width": VIEWPORT["width"], "height": height, "scale": 1}
-            params["captureBeyondViewport"] = True
-        shot = await self.command("Page.captureScreenshot", **params)
+            height = min(int(await self.evaluate("document.documentElement.scrollHeight")), 2400)
+            await self.command("Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=False,
+                               width=VIEWPORT["width"], height=max(height, VIEWPORT["height"]))
+            await self.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        try:
+            shot = await self.command("Page.captureScreenshot", format="png")
+        finally:
+            if full_page:
+                await self.command("Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=False, **VIEWPORT)
         save_png(base64.b64decode(shot["data"]), path)
-
 
 def save_png(raw: bytes, path: Path) -> None:
     """The screenshot reduced to a 256-colour palette, so that the committed PNGs stay small."""

@@ -13,14 +13,28 @@ function niceMax(value) {
   return 10 * exponent;
 }
 
-function frame(height, max, format) {
+/** The largest binary unit (1, KB, MB, ...) below a byte count. */
+function byteUnit(value) {
+  let unit = 1;
+  while (value >= unit * 1024 && unit < 1024 ** 4) unit *= 1024;
+  return unit;
+}
+
+/** Grid lines at round values: 4 of them for a maximum of 2, 4 or 8 (x 10^n), else 5. */
+function divisionsFor(max, unit = 1) {
+  const scaled = max / unit;
+  const mantissa = scaled / 10 ** Math.floor(Math.log10(scaled));
+  return [2, 4, 8].includes(Math.round(mantissa * 100) / 100) ? 4 : 5;
+}
+
+function frame(height, max, format, divisions = 4) {
   const inner = height - PAD.top - PAD.bottom;
   const grid = s("g", { class: "grid" });
   const axis = s("g", { class: "axis" });
-  for (let i = 0; i <= 4; i += 1) {
-    const y = PAD.top + inner - (inner * i) / 4;
+  for (let i = 0; i <= divisions; i += 1) {
+    const y = PAD.top + inner - (inner * i) / divisions;
     grid.append(s("line", { x1: PAD.left, x2: W - PAD.right, y1: y, y2: y }));
-    axis.append(s("text", { x: PAD.left - 8, y: y + 4, "text-anchor": "end" }, format((max * i) / 4)));
+    axis.append(s("text", { x: PAD.left - 8, y: y + 4, "text-anchor": "end" }, format((max * i) / divisions)));
   }
   return { inner, grid, axis };
 }
@@ -31,11 +45,14 @@ function labelEvery(count) {
 
 /**
  * Vertical bars, one per point: points = [{label, value, title}], oldest first.
- * Options: format (axis and tooltip numbers), height, alt (second colour).
+ * Options: format (axis and tooltip numbers), height, alt (second colour), integer (counts), bytes (round units).
  */
-export function barChart(points, { format = String, height = 220, alt = false, name = "chart" } = {}) {
-  const max = niceMax(Math.max(0, ...points.map((p) => p.value)));
-  const { inner, grid, axis } = frame(height, max, format);
+export function barChart(points, { format = String, height = 220, alt = false, name = "chart", integer = false, bytes = false } = {}) {
+  const top = Math.max(0, ...points.map((p) => p.value));
+  const unit = bytes ? byteUnit(top) : 1; // a round number of that unit: 2.5 MB, not 2.62 MB
+  let max = niceMax(top / unit) * unit;
+  if (integer) max = Math.max(max, 4); // whole numbers on every grid line
+  const { inner, grid, axis } = frame(height, max, format, divisionsFor(max, unit));
   const svg = s("svg", { viewBox: `0 0 ${W} ${height}`, role: "img", "aria-label": name });
   svg.append(grid, axis);
   const slot = (W - PAD.left - PAD.right) / Math.max(points.length, 1);

@@ -123,7 +123,7 @@ export function dialog({ title, body, actions }) {
     node.addEventListener("cancel", (event) => { event.preventDefault(); close(null); });
     document.body.append(node);
     node.showModal();
-    const first = node.querySelector("input, textarea") || buttons[buttons.length - 1];
+    const first = node.querySelector("input:not([readonly]), textarea") || buttons[buttons.length - 1];
     if (first) first.focus();
   });
 }

@@ -57,9 +57,9 @@ export async function render(container, { params }) {
         kpi("Errors (4xx/5xx)", formatNumber(errorCount), "errors")),
       h("div.grid-2", null,
         card("Requests per day", null, barChart(daily.map((d) => ({ label: dayLabel(d.Date), value: d.TotalRequests })),
-          { format: (v) => formatNumber(Math.round(v)), name: "requests" })),
+          { format: formatNumber, integer: true, name: "requests" })),
         card("Bandwidth per day", null, barChart(daily.map((d) => ({ label: dayLabel(d.Date), value: d.Bandwidth })),
-          { format: formatBytes, alt: true, name: "bandwidth" }))),
+          { format: formatBytes, alt: true, bytes: true, name: "bandwidth" }))),
       h("div.grid-2", null,
         card("Cache hit ratio", null, ratioChart(daily.map((d) => ({
           label: dayLabel(d.Date), value: d.CacheHit + d.CacheMiss ? d.CacheHit / (d.CacheHit + d.CacheMiss) : null,

@@ -139,8 +139,7 @@ export async function render(container, { rest, params }) {
       h("td.muted", null, entry.ContentType || extension(entry.ObjectName)),
       h("td.nowrap", null, formatDate(entry.LastChanged)),
       h("td.actions", null,
-        h("a.button.small", { href: storageUrl(repoPath), download: entry.ObjectName, title: "Download" }, "Download"),
-        h("button.small", { type: "button", onclick: () => copyText(base + cdnHref(cdnPath(repoPath))) }, "Copy URL"),
+        isPrivate(repoPath) ? null : h("button.small", { type: "button", title: "Copy the CDN URL", onclick: () => copyText(base + cdnHref(cdnPath(repoPath))) }, "Copy URL"),
         h("button.small.danger", { type: "button", onclick: () => removeFile(entry) }, "Delete")));
     return tr;
   }

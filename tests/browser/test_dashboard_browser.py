@@ -1,0 +1,286 @@
+"""The dashboard in headless Chromium, through a real edge in front of a real control plane.
+
+An operator's day: sign in with the password, register a passkey on Chromium's virtual
+authenticator (CDP WebAuthn), sign out, sign in with the passkey, create a zone, drop an image
+into it, see it previewed, purge it and see each edge's acknowledgement, see the request in the
+live tail; on the way, every other view is opened and checked, and a screenshot of each is taken
+(into ASSETCDN_SCREENSHOTS_DIR when set, e.g. docs/screenshots, else into the test's directory).
+A second test plays a stock video's HLS preview with the vendored hls.js.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import socket
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pyvips
+from aiohttp import ClientSession
+from aiohttp.test_utils import TestServer
+
+import control.app
+import edge.app
+from control.analytics.hits import Hit
+from control.state import ANALYTICS, REGISTRY, VIDEO_INGEST
+from control.video.demo import write_synthetic_video
+from edge.app import EdgeIdentity
+from edge.state import NODE
+from shared.config import load_settings
+from tests.browser.dashboard_driver import DashboardBrowser
+from tests.control.conftest import ACCESS
+from tests.control.signin_client import PASSWORD, SIGNIN_SECRETS
+from tests.edge.routes.conftest import wait_until
+
+pytestmark = pytest.mark.browser
+
+ZONE = "gallery"
+IMAGE = "sunset.png"
+
+
+@dataclass
+class Site:
+    base: str          # http://localhost:<edge port>: the dashboard's origin (passkeys need a domain name)
+    control: TestServer
+    edge: TestServer
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    configured = os.environ.get("ASSETCDN_SCREENSHOTS_DIR")
+    return Path(configured) if configured else tmp_path / "screenshots"
+
+
+@pytest.fixture
+async def site(tmp_path: Path) -> AsyncIterator[Site]:
+    """Control plus one edge; the edge's port is chosen before control starts, so the dashboard's
+    origins (127.0.0.1 and localhost on that port) are in control's configuration."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    settings = load_settings(environ={"ASSETCDN_SERVER_PUBLIC_URL": f"http://127.0.0.1:{port}",
+                                      "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5",
+                                      "ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2"})
+    control_server = TestServer(control.app.create_app(settings, SIGNIN_SECRETS, tmp_path / "data"))
+    await control_server.start_server()
+    identity = EdgeIdentity(name="edge-0", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
+                            cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
+    edge_server = TestServer(edge.app.create_app(settings, SIGNIN_SECRETS, identity), socket_factory=lambda *_: listener)
+    await edge_server.start_server()
+
+    async def registered() -> bool:
+        return bool(control_server.app[REGISTRY].live_edges())
+
+    try:
+        await wait_until(registered, "the edge registering with control")
+        yield Site(f"http://localhost:{port}", control_server, edge_server)
+    finally:
+        await edge_server.close()
+        await control_server.close()
+
+
+@pytest.fixture
+async def browser(chromium: str, tmp_path: Path) -> AsyncIterator[DashboardBrowser]:
+    instance = DashboardBrowser(chromium, tmp_path / "profile")
+    await instance.open("about:blank")
+    try:
+        yield instance
+    finally:
+        await instance.close()
+
+
+def png(width: int = 640, height: int = 400) -> bytes:
+    """A sunset-like gradient with a disc: an image whose preview is plainly visible."""
+    x, y = pyvips.Image.xyz(width, height).bandsplit()
+    sky = (y / height * 180).cast("uchar")
+    red = (255 - sky * 0.2).cast("uchar")
+    green = (90 + sky * 0.6).cast("uchar")
+    blue = (60 + sky).cast("uchar")
+    image = red.bandjoin([green, blue])
+    disc = ((x - width * 0.5) ** 2 + (y - height * 0.62) ** 2) < (height * 0.2) ** 2
+    image = disc.ifthenelse([255, 214, 102], image)
+    return bytes(image.pngsave_buffer(compression=6))
+
+
+async def seed_past_traffic(site: Site) -> None:
+    """Four weeks of earlier deliveries (before today), so that the charts have a history to show.
+    Today's numbers are the real requests this test makes."""
+    rng = random.Random(11)
+    paths = [(f"{ZONE}/v1/logos/{IMAGE}", 6590), (f"{ZONE}/v1/banners/hero.webp", 48200),
+             (f"{ZONE}/v1/icons/icon-192.png", 3100), ("stocks/images/mountains.avif", 91000)]
+    countries = ["DE", "US", "FR", "JP", "BR", "GB", "XX"]
+    today = time.time() // 86400 * 86400
+    hits = []
+    for day in range(1, 29):
+        for _ in range(rng.randint(40, 90) + (28 - day) * 3):
+            path, size = rng.choices(paths, weights=[8, 4, 2, 1])[0]
+            status = rng.choices([200, 304, 404], weights=[90, 6, 4])[0]
+            hits.append(Hit(timestamp=today - day * 86400 + rng.randint(0, 86399),
+                            path=path if status != 404 else f"{ZONE}/v1/logos/missing.png", zone=path.split("/")[0],
+                            status=status, bytes=size if status == 200 else 0,
+                            cache=rng.choices(["HIT", "MISS"], weights=[min(60 + 40 * (28 - day) // 28, 95), 25])[0],
+                            country=rng.choices(countries, weights=[9, 7, 4, 3, 2, 2, 1])[0]))
+    await site.control.app[ANALYTICS].record_hits(hits)
+
+
+async def sign_in_with_password(page: DashboardBrowser, base: str) -> None:
+    await page.goto(f"{base}/dashboard/login")
+    await page.fill("#password", PASSWORD)
+    await page.js("document.querySelector('#password-form button[type=submit]').click()")
+    await page.wait_for("location.pathname !== '/dashboard/login' && document.readyState === 'complete'")
+
+
+async def open_view(page: DashboardBrowser, base: str, route: str, ready: str) -> None:
+    await page.goto(f"{base}/dashboard/#/{route}")
+    await page.wait_for(ready)
+
+
+async def test_an_operators_day(site: Site, browser: DashboardBrowser, shots: Path) -> None:
+    page, base = browser, site.base
+    await seed_past_traffic(site)
+
+    # Not signed in: the dashboard sends to the sign-in page.
+    await page.command("Page.navigate", url=f"{base}/dashboard/")
+    await page.wait_for("location.pathname === '/dashboard/login' && !!document.getElementById('password')")
+
+    # 1. Password, then a passkey from the Passkeys view on the virtual authenticator.
+    await sign_in_with_password(page, base)
+    await page.command("WebAuthn.enable")
+    await page.command("WebAuthn.addVirtualAuthenticator", options={
+        "protocol": "ctap2", "transport": "internal", "hasResidentKey": True, "hasUserVerification": True,
+        "isUserVerified": True, "automaticPresenceSimulation": True})
+    await open_view(page, base, "passkeys", "!!document.querySelector('#new-passkey-add:not([disabled])')"
+                                            " && !!document.querySelector('#passkey-table .empty')")
+    await page.fill("#new-passkey-name", "Virtual key")
+    await page.click("#new-passkey-add")
+    await page.wait_for("!!document.querySelector('#passkey-table tr[data-name=\"Virtual key\"]')")
+
+    # 2. Sign out: back to the sign-in page, and the API no longer answers the browser.
+    await page.click("#sign-out")
+    await page.wait_for("location.pathname === '/dashboard/login' && document.readyState === 'complete'")
+    assert await page.js("fetch('/api/dashboard/status').then(r => r.status)") == 401
+
+    # 3. Sign in with the passkey: the dashboard opens.
+    await page.wait_for("!!window.assetcdnPasskeys && !document.getElementById('passkey-signin').disabled")
+    await page.click("#passkey-signin")
+    await page.wait_for("location.pathname === '/dashboard/' && !!document.querySelector('#nav a.active')")
+
+    # 4. Create a zone.
+    await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
+    await page.fill("#zone-name", ZONE)
+    await page.click("#zone-create button[type=submit]")
+    await page.wait_for(f"!!document.querySelector('#zone-list tr[data-zone=\"{ZONE}\"]')")
+    await page.screenshot(shots / "zones.png")
+
+    # 5. Drop an image into v1/logos: the upload shows progress and the file appears.
+    await open_view(page, base, f"files/{ZONE}/v1/logos", "!!document.querySelector('#file-list .empty')")
+    image = png()
+    await page.js(f"""(() => {{
+        const bytes = Uint8Array.from(atob({json.dumps(base64.b64encode(image).decode())}), c => c.charCodeAt(0));
+        const transfer = new DataTransfer();
+        transfer.items.add(new File([bytes], {json.dumps(IMAGE)}, {{type: 'image/png'}}));
+        const zone = document.getElementById('dropzone');
+        for (const type of ['dragenter', 'dragover', 'drop']) {{
+            zone.dispatchEvent(new DragEvent(type, {{dataTransfer: transfer, bubbles: true, cancelable: true}}));
+        }}
+    }})()""")
+    await page.wait_for(f"document.querySelector('#uploads [data-name=\"{IMAGE}\"]')?.dataset.state === 'done'")
+    assert await page.js(f"document.querySelector('#uploads [data-name=\"{IMAGE}\"] progress').value") == 1
+    await page.wait_for(f"!!document.querySelector('#file-list tr[data-name=\"{IMAGE}\"]')")
+
+    # 6. Preview: the image is loaded from its CDN URL through the edge.
+    await page.click(f"#file-list tr[data-name=\"{IMAGE}\"] button.link")
+    await page.wait_for("(() => { const img = document.getElementById('preview-image');"
+                        " return !!img && img.complete && img.naturalWidth === 640; })()")
+    cdn_path = f"/{ZONE}/v1/logos/{IMAGE}"
+    assert await page.js("new URL(document.getElementById('preview-image').src).pathname") == cdn_path
+    assert await page.text("#preview-url") == f"{base.replace('localhost', '127.0.0.1')}{cdn_path}"
+    await page.screenshot(shots / "files.png")
+
+    # 7. Purge it from the preview: the edge acknowledged, with its latency.
+    await page.click("#preview-purge")
+    await page.wait_for(f"document.getElementById('purge-urls')?.value === {json.dumps(cdn_path)}")
+    await page.click("#purge-submit")
+    await page.wait_for("!!document.querySelector('#purge-edges tr[data-edge=\"edge-0\"]')")
+    cells = await page.js("[...document.querySelectorAll('#purge-edges tr[data-edge=\"edge-0\"] td')]"
+                          ".map(td => td.textContent)")
+    assert cells[0] == "edge-0" and cells[1] == "acknowledged"
+    assert cells[3].endswith(" ms") and float(cells[3].split()[0]) >= 0
+    await page.screenshot(shots / "purge.png")
+
+    # 8. The live tail shows the next request for it (a cache miss after the purge) as it happens.
+    await open_view(page, base, "logs", "document.getElementById('tail-state')?.textContent === 'live'")
+    await page.js(f"fetch({json.dumps(cdn_path)}).then(r => r.status)")
+    await page.wait_for(f"!!document.querySelector('#tail-rows tr[data-code=\"delivery\"][data-path=\"{cdn_path}\"]')")
+    row = await page.js(f"[...document.querySelector('#tail-rows tr[data-code=\"delivery\"][data-path=\"{cdn_path}\"]')"
+                        ".children].map(td => td.textContent)")
+    assert row[2] == "edge-0/0" and row[4] == "200" and row[6] == "MISS"
+    await page.screenshot(shots / "logs.png")
+
+    # The other views, each checked for its content.
+    await open_view(page, base, "rules?file=_redirects", "!!document.getElementById('rules-text')")
+    await page.fill("#rules-text", "/old-logo.png /gallery/v1/logos/sunset.png 301\n/broken\n/docs/* /gallery/v1/:splat 302\n")
+    await page.click("#rules-save")
+    await page.wait_for("!!document.querySelector('#rule-errors li[data-line=\"2\"]')")
+    assert await page.js("document.querySelector('.editor .gutter div.error')?.textContent") == "2"
+    await page.screenshot(shots / "rules.png")
+
+    await open_view(page, base, "analytics?days=30", "!!document.querySelector('[data-kpi=requests] .value')"
+                                                    " && !!document.querySelector('[data-chart=requests] rect.bar')")
+    assert int((await page.text("[data-kpi=requests] .value")).replace(",", "")) > 1000
+    assert await page.js(f"[...document.querySelectorAll('[data-chart=top-assets] .text')].some(e => e.textContent === {json.dumps(cdn_path)})")
+    await page.screenshot(shots / "analytics.png", full_page=True)
+
+    await open_view(page, base, "tokens", "!!document.querySelector('#token-list .empty')")
+    await page.fill("#token-name", "ci-uploads")
+    await page.js("for (const s of ['storage:read', 'storage:write', 'purge:write'])"
+                  " document.querySelector(`#token-scopes input[value='${s}']`).checked = true")
+    await page.click("#token-form button[type=submit]")
+    await page.wait_for("/^cdnsk_[0-9a-f]{40}$/.test(document.getElementById('token-secret')?.value || '')")
+    await page.screenshot(shots / "tokens.png")
+    await page.js("document.querySelector('dialog button[data-action=true]').click()")
+    await page.wait_for("!!document.querySelector('#token-list tr[data-id]') && !document.querySelector('dialog')")
+
+    await open_view(page, base, "health", "!!document.querySelector('#edge-nodes [data-edge=\"edge-0\"]')")
+    assert await page.text("[data-kpi=edges] .value") == "1 / 1"
+    await page.screenshot(shots / "health.png")
+
+    await open_view(page, base, "webhooks", "!!document.querySelector('#webhook-form, .notice.error')")
+    await page.screenshot(shots / "webhooks.png")
+
+    # The passkey that signed in: used just now.
+    await open_view(page, base, "passkeys", "!!document.querySelector('#passkey-table tr[data-name=\"Virtual key\"]')")
+    assert (await page.text("#passkey-table tr[data-name=\"Virtual key\"] td:nth-child(4)")).endswith(" ago")
+    await page.screenshot(shots / "passkeys.png")
+
+    assert page.problems == []
+
+
+async def test_a_stock_video_previews_as_hls(site: Site, browser: DashboardBrowser, tmp_path: Path) -> None:
+    """The preview of stocks/videos/<name>.mp4 plays the edge's HLS stream with the vendored hls.js."""
+    clip = write_synthetic_video(tmp_path / "nature.mp4", "nature", seconds=4, width=320, height=180, fps=10, audio=True)
+    async with ClientSession() as client:
+        resp = await client.put(site.control.make_url("/api/storage/stocks/videos/nature.mp4"),
+                                data=clip.read_bytes(), headers=ACCESS)
+        assert resp.status == 201, await resp.text()
+    await site.control.app[VIDEO_INGEST].wait_idle()
+
+    async def index_arrived() -> bool:
+        return site.edge.app[NODE].replica.get("stocks/videos/nature/hls/index.json") is not None
+
+    await wait_until(index_arrived, "the HLS index reaching the edge")
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "files/stocks/videos?file=nature.mp4", "!!document.getElementById('preview-video')")
+    await page.wait_for("document.getElementById('preview-video').dataset.source === 'hls'")
+    await page.js("document.getElementById('preview-video').play()")
+    await page.wait_for("document.getElementById('preview-video').currentTime > 1")
+    assert await page.js("document.getElementById('preview-video').videoHeight") == 180
+    assert page.problems == []
