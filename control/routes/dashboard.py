@@ -32,10 +32,9 @@ LOGIN_PATH = "/dashboard/login"
 HOME_PATH = "/dashboard/"
 CONTENT_TYPES = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml",
                  ".txt": "text/plain", ".png": "image/png", ".ico": "image/x-icon"}
-# media-src blob: and worker-src blob: are what hls.js needs (MediaSource URLs, its transmuxing worker).
+# media-src blob: is what hls.js needs (its MediaSource URLs; it runs without a worker here).
 PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data: blob:; "
-            "media-src 'self' blob:; worker-src 'self' blob:; form-action 'self'; frame-ancestors 'none'; "
-            "base-uri 'none'")
+            "media-src 'self' blob:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 PAGE_HEADERS = {"Content-Security-Policy": PAGE_CSP, "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin",
                 "Cache-Control": "no-store"}
 
