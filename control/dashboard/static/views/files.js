@@ -7,7 +7,8 @@ import { badge, card, clear, confirmDanger, copyText, dialog, empty, formatBytes
 export const title = "Files";
 
 const STOCKS = "stocks";
-const VIDEO_SOURCE = /^stocks\/videos\/([^/]+)\.(mp4|mov|m4v|webm|mkv)$/i;
+// A stock video's source, or its HLS renditions and index: previewed as the edges' HLS stream.
+const VIDEO_SOURCE = /^stocks\/videos\/([^/]+)(?:\.(?:mp4|mov|m4v|webm|mkv)|\/hls\/[^/]+\.(?:json|ts))$/i;
 const TEXT_PREVIEW_MAX = 200 * 1024;
 
 function extension(name) {
@@ -186,8 +187,9 @@ export async function render(container, { rest, params }) {
         // A stock video is transcoded to HLS (1080/720/480) and streamed by the edges.
         const stream = `/api/stream?video=${encodeURIComponent(videoSource[1])}`;
         const ready = await fetch(stream, { method: "HEAD" }).then((r) => r.ok).catch(() => false);
-        if (ready) playHls(video, stream, storageUrl(repoPath));
-        else video.src = storageUrl(repoPath);
+        const source = type.startsWith("video/") && !repoPath.endsWith(".ts") ? storageUrl(repoPath) : null;
+        if (ready) playHls(video, stream, source);
+        else if (source) video.src = source;
         video.dataset.source = ready ? "hls" : "file";
       } else if (extension(entry.ObjectName) === "m3u8") {
         playHls(video, cdn, null);
@@ -215,6 +217,8 @@ export async function render(container, { rest, params }) {
     const path = cdnPath(repoPath);
     const url = base + cdnHref(path);
     const media = h("div.preview-media", null, await mediaFor(entry, repoPath));
+    const videoSource = repoPath.match(VIDEO_SOURCE);
+    const stream = videoSource ? `/api/stream?video=${encodeURIComponent(videoSource[1])}` : null;
     clear(preview,
       h("div.card-head", null, h("h2", { title: entry.ObjectName }, entry.ObjectName),
         isPrivate(repoPath) ? badge("private", "warn") : badge("public", "ok")),
@@ -224,6 +228,7 @@ export async function render(container, { rest, params }) {
         h("dt", null, "Type"), h("dd", null, entry.ContentType || "–"),
         h("dt", null, "Modified"), h("dd", null, formatDate(entry.LastChanged)),
         h("dt", null, "SHA-256"), h("dd.mono.small", null, (entry.Checksum || "").toLowerCase() || "–"),
+        stream ? [h("dt", null, "HLS stream"), h("dd", null, h("a", { href: stream, target: "_blank", rel: "noopener" }, base + stream))] : null,
         h("dt", null, "CDN URL"), h("dd", null, isPrivate(repoPath)
           ? h("span.muted", null, "Private: served only through signed URLs (assetcdn sign).")
           : h("a#preview-url", { href: cdnHref(path), target: "_blank", rel: "noopener" }, url))),
