@@ -55,6 +55,7 @@ from control.routes import (
     rules,
     storage,
     tokens,
+    webhooks,
     zones,
 )
 from control.session import SessionBook
@@ -88,6 +89,7 @@ from control.state import (
 from control.storage.git_store import GitStore
 from control.tokens import TokenStore
 from control.video.ingest import VideoIngester
+from control.webhooks.service import webhooks_context
 from control.zones_store import ZoneStore
 from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
@@ -110,7 +112,7 @@ class Route:
 
 
 # The dashboard's session (`session=True`) is accepted on the routes the dashboard uses: storage, zones,
-# domains, rules, statistics and insights, tokens, purge, logs and its status. A state-changing call
+# domains, rules, statistics and insights, tokens, purge, webhooks, logs and its status. A state-changing call
 # with it must come from the dashboard's origin (control.auth), so other sites cannot forge one.
 STORAGE_READ = accepts(Key.ACCESS, scope="storage:read", session=True)
 STORAGE_HEAD = accepts(Key.ACCESS, scope="storage:read", session=True)
@@ -121,6 +123,8 @@ ZONES_READ = accepts(Key.ACCOUNT, scope="zones:read", session=True)
 ZONES_WRITE = accepts(Key.ACCOUNT, scope="zones:write", session=True)
 INSIGHTS_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="insights:read", session=True)
 PURGE = accepts(Key.PURGE, scope="purge:write", session=True)
+WEBHOOKS_READ = accepts(Key.ACCOUNT, scope="webhooks:read", session=True)
+WEBHOOKS_WRITE = accepts(Key.ACCOUNT, scope="webhooks:write", session=True)
 SESSION = accepts(session=True)
 PASSKEYS_MANAGE = accepts(Key.ACCOUNT, session=True)  # the admin key too: list or remove without a browser
 # Any character, newlines included: '.*' would stop at a newline and answer 404 instead of the
@@ -157,6 +161,12 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/tokens", tokens.create_token, ACCOUNT, "token.create"),
     Route("GET", "/api/tokens", tokens.list_tokens, ACCOUNT),
     Route("DELETE", "/api/tokens", tokens.revoke_token, ACCOUNT, "token.revoke"),
+    Route("GET", "/api/webhooks", webhooks.list_webhooks, WEBHOOKS_READ),
+    Route("POST", "/api/webhooks", webhooks.register_webhook, WEBHOOKS_WRITE, "webhook.create"),
+    Route("DELETE", "/api/webhooks", webhooks.delete_webhook, WEBHOOKS_WRITE, "webhook.delete"),
+    Route("GET", "/api/webhooks/deliveries", webhooks.list_deliveries, WEBHOOKS_READ),
+    Route("GET", "/api/webhooks/dead-letters", webhooks.list_dead_letters, WEBHOOKS_READ),
+    Route("POST", "/api/webhooks/replay", webhooks.replay_delivery, WEBHOOKS_WRITE, "webhook.replay"),
     Route("POST", "/api/purge", purge.purge, PURGE, "purge.execute"),
     Route("POST", "/api/pipeline", pipeline.run_pipeline, accepts(Key.ACCOUNT, scope="pipeline:write"),
           "pipeline.run"),
@@ -298,5 +308,6 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     # Unknown /api/... paths: 404 in the standard envelope (the envelope middleware renders it).
     app.router.add_route("*", "/api/{tail:.*}", _not_found)
     app.cleanup_ctx.append(_resources)
+    app.cleanup_ctx.append(webhooks_context)  # after _resources: it needs the database and the publisher
     app.on_shutdown.append(_end_log_streams)
     return app
