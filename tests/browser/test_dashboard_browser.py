@@ -11,6 +11,7 @@ A second test plays a stock video's HLS preview with the vendored hls.js.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import random
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import pyvips
-from aiohttp import ClientSession
+from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestServer
 
 import control.app
@@ -42,6 +43,7 @@ pytestmark = pytest.mark.browser
 
 ZONE = "gallery"
 IMAGE = "sunset.png"
+SECRETS = dataclasses.replace(SIGNIN_SECRETS, webhook_secret_key="test-webhook-secret-key")
 
 
 @dataclass
@@ -49,6 +51,8 @@ class Site:
     base: str          # http://localhost:<edge port>: the dashboard's origin (passkeys need a domain name)
     control: TestServer
     edge: TestServer
+    receiver: str      # http://127.0.0.1:<port>: /ok answers 204, /down 503 (webhook targets)
+    received: dict[str, int]  # deliveries each of them received
 
 
 @pytest.fixture
@@ -67,12 +71,27 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
     port = listener.getsockname()[1]
     settings = load_settings(environ={"ASSETCDN_SERVER_PUBLIC_URL": f"http://127.0.0.1:{port}",
                                       "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5",
-                                      "ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2"})
-    control_server = TestServer(control.app.create_app(settings, SIGNIN_SECRETS, tmp_path / "data"))
+                                      "ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
+                                      # webhook targets on loopback, and dead letters after two quick retries
+                                      "ASSETCDN_WEBHOOKS_ALLOW_LOOPBACK": "true",
+                                      "ASSETCDN_WEBHOOKS_RETRY_DELAYS_S": "0.1,0.1"})
+    received = {"ok": 0, "down": 0}
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        name = request.match_info["name"]
+        received[name] += 1
+        return web.Response(status=204 if name == "ok" else 503)
+
+    receiver = web.Application()
+    receiver.router.add_post("/{name:ok|down}", answer)
+    receiver_server = TestServer(receiver)
+    await receiver_server.start_server()
+    control_server = TestServer(control.app.create_app(settings, SECRETS, tmp_path / "data"))
     await control_server.start_server()
     identity = EdgeIdentity(name="edge-0", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
                             cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
-    edge_server = TestServer(edge.app.create_app(settings, SIGNIN_SECRETS, identity), socket_factory=lambda *_: listener)
+    edge_server = TestServer(edge.app.create_app(settings, SECRETS, identity), socket_factory=lambda *_: listener)
     await edge_server.start_server()
 
     async def registered() -> bool:
@@ -80,10 +99,13 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
 
     try:
         await wait_until(registered, "the edge registering with control")
-        yield Site(f"http://localhost:{port}", control_server, edge_server)
+        yield Site(f"http://localhost:{port}", control_server, edge_server,
+                   str(receiver_server.make_url("")).rstrip("/"), received)
     finally:
         await edge_server.close()
         await control_server.close()
+        await receiver_server.close()
+
 
 
 @pytest.fixture
@@ -252,8 +274,40 @@ async def test_an_operators_day(site: Site, browser: DashboardBrowser, shots: Pa
     assert await page.text("[data-kpi=edges] .value") == "1 / 1"
     await page.screenshot(shots / "health.png")
 
-    await open_view(page, base, "webhooks", "!!document.querySelector('#webhook-form, .notice.error')")
-    await page.screenshot(shots / "webhooks.png")
+    # Webhooks: register a working and a failing receiver; a purge's event reaches the first and
+    # becomes a dead letter of the second, which is replayed.
+    await open_view(page, base, "webhooks", "!!document.querySelector('#webhook-list .empty')")
+    for target in ("ok", "down"):
+        await page.fill("#webhook-url", f"{site.receiver}/{target}")
+        await page.click("#webhook-form button[type=submit]")
+        await page.wait_for("/^whsec_/.test(document.getElementById('webhook-secret')?.value || '')")
+        if target == "ok":
+            await page.screenshot(shots / "webhook-secret.png")
+        await page.js("document.querySelector('dialog button[data-action=true]').click()")
+        await page.wait_for(f"[...document.querySelectorAll('#webhook-list tr[data-id] td:first-child')]"
+                            f".some(td => td.textContent === {json.dumps(f'{site.receiver}/{target}')})"
+                            " && !document.querySelector('dialog')")
+    status = await page.js("fetch('/api/purge', {method: 'POST', headers: {'Content-Type': 'application/json'},"
+                           f" body: JSON.stringify({{tags: ['project-{ZONE}']}})}}).then(r => r.status)")
+    assert status == 200
+    await page.wait_for("!!document.querySelector('#webhook-detail tr[data-state=dead] button')")  # 'down' is shown
+    attempts = site.received["down"]
+    assert attempts == 3  # the first attempt and two retries
+    await page.click("#webhook-detail tr[data-state=dead] button")
+    await page.wait_for("[...document.querySelectorAll('.toast')].some(t => t.textContent === 'purge.completed queued again')")
+
+    async def replayed() -> bool:
+        return site.received["down"] == 2 * attempts
+
+    await wait_until(replayed, "the replayed dead letter being delivered (and failing) again")
+    await page.wait_for("!!document.querySelector('#webhook-detail tr[data-state=dead] button')")  # dead again
+    await page.screenshot(shots / "webhooks.png", full_page=True)
+    await page.js(f"[...document.querySelectorAll('#webhook-list tr[data-id]')].find(tr => tr.firstChild.textContent"
+                  f" === {json.dumps(f'{site.receiver}/ok')}).querySelector('td.actions button').click()")
+    await page.wait_for("!!document.querySelector('#webhook-detail tr[data-state=delivered]')")
+    assert site.received["ok"] == 1
+    assert await page.js("document.querySelector('#webhook-detail tr[data-state=delivered] code').textContent") \
+        == "purge.completed"
 
     # The passkey that signed in: used just now.
     await open_view(page, base, "passkeys", "!!document.querySelector('#passkey-table tr[data-name=\"Virtual key\"]')")

@@ -13,7 +13,7 @@ const SCOPES = [
 
 export async function render(container) {
   const name = h("input#token-name", { type: "text", placeholder: "e.g. ci-uploads", maxLength: 100, autocomplete: "off" });
-  const expiry = h("select#token-expiry", null, [7, 30, 90, 365].map((d) => h("option", { value: d, selected: d === 90 }, `${d} days`)));
+  const expiry = h("select#token-expiry", null, [7, 30, 90, 365].map((d) => h("option", { value: d, defaultSelected: d === 90 }, `${d} days`)));
   const scopes = h("div.checks#token-scopes", null, SCOPES.map(([scope, label]) =>
     h("label", { title: label }, h("input", { type: "checkbox", value: scope, name: "scope" }), h("code", null, scope))));
   const formError = h("div.field-error#token-error");
@@ -51,7 +51,7 @@ export async function render(container) {
       await dialog({
         title: `Token ${created.name} created`,
         body: h("div", null,
-          h("p.notice", null, "Copy the secret now: it is not stored and cannot be shown again."),
+          h("p.notice", null, "Copy the secret now: only its hash is kept, so it cannot be shown again."),
           h("div.secret", null, secret, h("button", { type: "button", onclick: () => copyText(created.token) }, "Copy")),
           h("p.muted.small", null, `Scopes: ${created.scopes.join(", ")} · expires ${formatDate(created.expiresAt)}`)),
         actions: [{ label: "Done", value: true, class: "primary" }],

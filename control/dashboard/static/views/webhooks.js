@@ -24,13 +24,13 @@ export async function render(container, { rest }) {
   let selected = rest[0] || (hooks[0] && hooks[0].id) || null;
   const url = h("input#webhook-url", { type: "url", placeholder: "https://hooks.example.com/assetcdn", autocomplete: "off", "aria-label": "URL" });
   const events = h("div.checks#webhook-events", null, EVENTS.map((e) =>
-    h("label", null, h("input", { type: "checkbox", value: e, checked: true }), h("code", null, e))));
+    h("label", null, h("input", { type: "checkbox", value: e, defaultChecked: true }), h("code", null, e))));
   const formError = h("div.field-error#webhook-error");
   const form = h("form#webhook-form", { onsubmit: register },
     h("label.field", null, "Receiver URL (https)", url), h("div", { style: "margin: 12px 0 6px" }, h("h3", null, "Events"), events),
     formError, h("button.primary", { type: "submit" }, "Register webhook"));
   const list = h("div.table-wrap#webhook-list");
-  const detail = h("div#webhook-detail");
+  const detail = h("div#webhook-detail", { style: "display: flex; flex-direction: column; gap: 18px" });
   container.append(card("New webhook", null, h("p.muted.small", null,
     "Each event is POSTed as {event, timestamp, data} with X-Webhook-Signature: sha256=<HMAC of the body>. Failed deliveries are retried after 1, 5, 25 and 125 s, then kept as dead letters."), form),
   card("Registered webhooks", null, list), detail);
@@ -42,9 +42,10 @@ export async function render(container, { rest }) {
       h("thead", null, h("tr", null, h("th", null, "URL"), h("th", null, "Events"), h("th", null, "Secret"), h("th", null, "Created"), h("th"))),
       h("tbody", null, hooks.map((w) => h(`tr${w.id === selected ? ".selected" : ""}`, { dataset: { id: w.id } },
         h("td.mono", null, w.url),
-        h("td", null, h("div.chips", null, w.events.map((e) => badge(e, "info")))),
+        h("td", null, h("div.chips", null, w.events.length === EVENTS.length ? badge(`all ${EVENTS.length} events`, "info")
+          : w.events.map((e) => badge(e, "info")))),
         h("td.mono", null, w.secretLastFour ? `…${w.secretLastFour}` : "set"),
-        h("td", null, formatDate(w.createdAt)),
+        h("td.nowrap", null, formatDate(w.createdAt)),
         h("td.actions", null,
           h("button.small", { type: "button", onclick: () => { selected = w.id; load(); } }, "Deliveries"),
           h("button.small.danger", { type: "button", onclick: () => remove(w) }, "Delete")))))) : empty("No webhook registered."));
@@ -56,17 +57,19 @@ export async function render(container, { rest }) {
     const hook = hooks.find((w) => w.id === selected);
     const [{ deliveries }, { deadLetters }] = await Promise.all([
       get("/api/webhooks/deliveries", { id: selected, limit: 50 }), get("/api/webhooks/dead-letters", { id: selected, limit: 50 })]);
-    const table = (rows, withReplay) => rows.length ? h("table", null,
+    const table = (rows, dead) => rows.length ? h("div.table-wrap", null, h("table", null,
       h("thead", null, h("tr", null, h("th", null, "Event"), h("th", null, "State"), h("th.num", null, "Attempts"), h("th", null, "Last answer"),
-        h("th", null, withReplay ? "Failed" : "Updated"), h("th", null, "Next attempt"), h("th"))),
+        h("th", null, "Created"), h("th", null, dead ? "Failed" : "Updated"), dead ? null : h("th", null, "Next attempt"), h("th"))),
       h("tbody", null, rows.map((d) => h("tr", { dataset: { id: d.id, state: d.state } },
         h("td", null, h("code", null, d.event)), h("td", null, stateBadge(d.state)), h("td.num", null, String(d.attempts)),
-        h("td", { title: d.lastError || "" }, d.lastStatus ? String(d.lastStatus) : (d.lastError || "–")),
-        h("td", null, ago(d.updatedAt)), h("td", null, d.nextAttemptAt ? formatDate(d.nextAttemptAt) : "–"),
-        h("td.actions", null, withReplay ? h("button.small", { type: "button", onclick: () => replay(d) }, "Replay") : null))))) : empty(withReplay ? "No dead letter." : "No delivery yet.");
-    clear(detail, h("div.grid-2", null,
-      card(`Deliveries to ${hook ? new URL(hook.url).host : selected}`, null, table(deliveries, false)),
-      card("Dead letters", [deadLetters.length ? badge(`${deadLetters.length}`, "bad") : null], table(deadLetters, true))));
+        h("td", { title: d.lastError || "" }, d.lastStatus ? `HTTP ${d.lastStatus}` : (d.lastError || "–")),
+        h("td.nowrap", null, formatDate(d.createdAt)), h("td.nowrap", null, ago(d.updatedAt)),
+        dead ? null : h("td.nowrap", null, d.nextAttemptAt ? formatDate(d.nextAttemptAt) : "–"),
+        h("td.actions", null, dead ? h("button.small", { type: "button", onclick: () => replay(d) }, "Replay") : null)))))) : empty(dead ? "No dead letter." : "No delivery yet.");
+    clear(detail,
+      card(`Deliveries to ${hook ? hook.url : selected}`, null, table(deliveries, false)),
+      card("Dead letters", [deadLetters.length ? badge(`${deadLetters.length}`, "bad") : null],
+        h("p.muted.small", null, "Deliveries whose every retry failed. Replay sends one again, with its retries anew."), table(deadLetters, true)));
   }
 
   async function register(event) {
