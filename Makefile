@@ -35,6 +35,7 @@ bench: setup
 	$(BIN)/python -m benchmarks.propagation_bench
 	$(BIN)/python -m benchmarks.serve_bench
 	$(BIN)/python -m benchmarks.transform_bench
+	$(BIN)/python -m benchmarks.transform_budget_bench
 
 # Build output only: the virtualenv and caches. Never the data directory.
 clean:
