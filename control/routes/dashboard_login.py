@@ -40,7 +40,6 @@ PAGE_HEADERS = {
     "X-Frame-Options": "DENY",
     # Not no-referrer: with it, browsers send `Origin: null` on form posts and the origin check fails.
     "Referrer-Policy": "same-origin",
-    "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
 }
 
