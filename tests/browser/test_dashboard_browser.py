@@ -194,12 +194,15 @@ async def test_an_operators_day(site: Site, browser: DashboardBrowser, shots: Pa
     await page.click("#passkey-signin")
     await page.wait_for("location.pathname === '/dashboard/' && !!document.querySelector('#nav a.active')")
 
-    # 4. Create a zone.
+    # 4. Create a zone (and a second one); a name the API refuses is explained next to the form.
     await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
-    await page.fill("#zone-name", ZONE)
-    await page.click("#zone-create button[type=submit]")
-    await page.wait_for(f"!!document.querySelector('#zone-list tr[data-zone=\"{ZONE}\"]')")
-    await page.screenshot(shots / "zones.png")
+    for name in (ZONE, "brand", "old-site", "dashboard"):
+        await page.fill("#zone-name", name)
+        await page.click("#zone-create button[type=submit]")
+        if name == "dashboard":
+            await page.wait_for("document.getElementById('zone-error').textContent.includes('reserved')")
+        else:
+            await page.wait_for(f"!!document.querySelector('#zone-list tr[data-zone=\"{name}\"]')")
 
     # 5. Drop an image into v1/logos: the upload shows progress and the file appears.
     await open_view(page, base, f"files/{ZONE}/v1/logos", "!!document.querySelector('#file-list .empty')")
@@ -281,8 +284,6 @@ async def test_an_operators_day(site: Site, browser: DashboardBrowser, shots: Pa
         await page.fill("#webhook-url", f"{site.receiver}/{target}")
         await page.click("#webhook-form button[type=submit]")
         await page.wait_for("/^whsec_/.test(document.getElementById('webhook-secret')?.value || '')")
-        if target == "ok":
-            await page.screenshot(shots / "webhook-secret.png")
         await page.js("document.querySelector('dialog button[data-action=true]').click()")
         await page.wait_for(f"[...document.querySelectorAll('#webhook-list tr[data-id] td:first-child')]"
                             f".some(td => td.textContent === {json.dumps(f'{site.receiver}/{target}')})"
@@ -309,10 +310,35 @@ async def test_an_operators_day(site: Site, browser: DashboardBrowser, shots: Pa
     assert await page.js("document.querySelector('#webhook-detail tr[data-state=delivered] code').textContent") \
         == "purge.completed"
 
+    # Zones again: deleting one asks for its name to be typed; the file is counted; a custom domain
+    # is added in the zone's domain panel.
+    await open_view(page, base, "zones", f"!!document.querySelector('#zone-list tr[data-zone=\"{ZONE}\"]')")
+    await page.click("#zone-list tr[data-zone=\"old-site\"] button[data-action=delete]")
+    await page.wait_for("!!document.querySelector('dialog[open] input')")
+    await page.click("dialog button[data-action=true]")  # not typed yet: nothing happens
+    assert await page.js("!!document.querySelector('dialog[open]')")
+    await page.fill("dialog input", "old-site")
+    await page.click("dialog button[data-action=true]")
+    await page.wait_for("!document.querySelector('#zone-list tr[data-zone=\"old-site\"]') && !document.querySelector('dialog')")
+    assert await page.text(f"#zone-list tr[data-zone=\"{ZONE}\"] td:nth-child(2)") == "1"
+    await page.click(f"#zone-list tr[data-zone=\"{ZONE}\"] td.actions button")
+    await page.fill("#domain-hostname", "assets.gallery.test")
+    await page.click("#domain-add button[type=submit]")
+    await page.wait_for("[...document.querySelectorAll('#zone-domains td b')].some(b => b.textContent === 'assets.gallery.test')")
+    await page.screenshot(shots / "zones.png")
+
     # The passkey that signed in: used just now.
     await open_view(page, base, "passkeys", "!!document.querySelector('#passkey-table tr[data-name=\"Virtual key\"]')")
     assert (await page.text("#passkey-table tr[data-name=\"Virtual key\"] td:nth-child(4)")).endswith(" ago")
+    await page.click("#passkey-table tr[data-name=\"Virtual key\"] td.actions button")  # Rename
+    await page.fill("dialog input", "Laptop (virtual)")
+    await page.click("dialog button[data-action=rename]")
+    await page.wait_for("!!document.querySelector('#passkey-table tr[data-name=\"Laptop (virtual)\"]')")
     await page.screenshot(shots / "passkeys.png")
+    await page.click("#passkey-table tr[data-name=\"Laptop (virtual)\"] td.actions button.danger")  # Remove
+    await page.click("dialog button[data-action=true]")
+    await page.wait_for("!!document.querySelector('#passkey-table .empty')")
+    assert (await page.js("fetch('/api/passkeys').then(r => r.json())"))["passkeys"] == []
 
     assert page.problems == []
 

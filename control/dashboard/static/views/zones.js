@@ -81,11 +81,11 @@ export async function render(container, { rest }) {
   }
 
   async function showDomains(zone) {
-    const hostInput = h("input", { type: "text", placeholder: "assets.example.com", autocomplete: "off", "aria-label": "Hostname" });
+    const hostInput = h("input#domain-hostname", { type: "text", placeholder: "assets.example.com", autocomplete: "off", "aria-label": "Hostname" });
     const addError = h("div.field-error");
     const table = h("div.table-wrap");
     const note = h("p.muted.small");
-    const addForm = h("form.row", {
+    const addForm = h("form.row#domain-add", {
       onsubmit: async (event) => {
         event.preventDefault();
         addError.textContent = "";
