@@ -31,7 +31,7 @@ export async function render(container, { params }) {
 
   function showPeriods() {
     clear(periods, PERIODS.map((n) => h(`button${n === days ? ".active" : ""}`, { type: "button", dataset: { days: n }, onclick: () => { days = n; sync(); } },
-      n === 1 ? "24 hours" : `${n} days`)));
+      n === 1 ? "1 day" : `${n} days`)));
   }
 
   async function load() {
