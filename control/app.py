@@ -11,6 +11,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from control.ai.analysis import AiVisionSettings, ImageAnalysis
 from control.analytics.ingest import SeenBatches
 from control.analytics.store import AnalyticsStore
 from control.audit import AuditLog
@@ -39,6 +40,7 @@ from control.recording import ROUTE_AUDIT, audit_middleware, request_log_middlew
 from control.request_log import RequestLog
 from control.retention import prune_forever
 from control.routes import (
+    ai,
     analytics,
     assets,
     audit_logs,
@@ -127,6 +129,7 @@ WEBHOOKS_READ = accepts(Key.ACCOUNT, scope="webhooks:read", session=True)
 WEBHOOKS_WRITE = accepts(Key.ACCOUNT, scope="webhooks:write", session=True)
 SESSION = accepts(session=True)
 PASSKEYS_MANAGE = accepts(Key.ACCOUNT, session=True)  # the admin key too: list or remove without a browser
+AI_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="ai:read")
 # Any character, newlines included: '.*' would stop at a newline and answer 404 instead of the
 # handler's 400 for a path with control characters.
 STORAGE_PATH = r"/api/storage/{path:[\s\S]*}"
@@ -187,6 +190,14 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/dashboard/", dashboard.page),
     Route("GET", r"/dashboard/static/{path:[A-Za-z0-9._/-]+}", dashboard.static),
     Route("GET", "/api/dashboard/status", dashboard.status, ACCOUNT),
+    Route("GET", "/api/ai/alt-text", ai.alt_text, AI_READ),
+    Route("POST", "/api/ai/alt-text", ai.alt_text, AI_READ),
+    Route("GET", "/api/ai/moderate", ai.moderate, AI_READ),
+    Route("POST", "/api/ai/moderate", ai.moderate, AI_READ),
+    Route("GET", "/api/ai/smart-crop", ai.smart_crop, AI_READ),
+    Route("POST", "/api/ai/smart-crop", ai.smart_crop, AI_READ),
+    Route("GET", "/api/ai/background-remove", ai.background_remove, AI_READ),
+    Route("POST", "/api/ai/background-remove", ai.background_remove, AI_READ),
     Route("GET", "/api/health", health.health),
     Route("GET", "/api/logs", logs.logs, ACCOUNT),
     Route("GET", "/metrics", metrics_handler),
@@ -244,6 +255,11 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()
     app[AUDIT] = AuditLog(db)
     await app[AUDIT].open()
+    image_analysis = ImageAnalysis(git, lambda: manifest.entries, db,
+                                   AiVisionSettings.from_section(settings.section("ai_vision")))
+    await image_analysis.open()
+    opened.push_async_callback(image_analysis.close)
+    app[ai.IMAGE_ANALYSIS] = image_analysis
     request_log = app[REQUEST_LOG]
     await request_log.open(data_dir / "control.sqlite3")
     opened.push_async_callback(request_log.close)
