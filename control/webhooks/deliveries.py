@@ -3,6 +3,10 @@
 States: ``pending`` (due at ``next_attempt_at``), ``delivered``, ``dead`` (every retry failed: the
 dead-letter list, from which a delivery can be replayed). A row stays pending while its attempt is
 in flight, so a process killed mid-attempt sends it again after restart (at-least-once).
+
+The log has its own connection (autocommit, ``control.database.open_connection``): the worker's
+frequent reads and writes then never share a transaction with a mutation's bookkeeping, and never
+leave a read snapshot open on the shared connection while a mutation wants to write.
 """
 
 from __future__ import annotations
@@ -59,46 +63,48 @@ class DeliveryLog:
         now = time.time() if now is None else now
         taken = 0
         while True:
-            async with self.db.execute(
-                    "SELECT seq, event FROM webhook_events WHERE dispatched = 0 AND state = 'ready' ORDER BY seq "
-                    "LIMIT ?", (DISPATCH_BATCH,)) as cur:
-                rows = await cur.fetchall()
+            rows = await self.db.execute_fetchall(
+                "SELECT seq, event FROM webhook_events WHERE dispatched = 0 AND state = 'ready' ORDER BY seq "
+                "LIMIT ?", (DISPATCH_BATCH,))
             if not rows:
                 return taken
             deliveries = [(str(uuid.uuid4()), hook.id, seq, now, now, now)
                           for seq, event in rows for hook in hooks if hook.wants(event, seq)]
-            # OR IGNORE: dispatching again after a half-committed dispatch makes no second delivery.
-            await self.db.executemany(
-                "INSERT OR IGNORE INTO webhook_deliveries (id, webhook_id, event_seq, state, next_attempt_at, "
-                "created_at, updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?)", deliveries)
-            await self.db.executemany("UPDATE webhook_events SET dispatched = 1 WHERE seq = ?",
-                                      [(seq,) for seq, _ in rows])
-            await self.db.commit()
+            await self.db.execute("BEGIN IMMEDIATE")
+            try:
+                # OR IGNORE: an event is never given two deliveries to one webhook.
+                await self.db.executemany(
+                    "INSERT OR IGNORE INTO webhook_deliveries (id, webhook_id, event_seq, state, next_attempt_at, "
+                    "created_at, updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?)", deliveries)
+                await self.db.executemany("UPDATE webhook_events SET dispatched = 1 WHERE seq = ?",
+                                          [(seq,) for seq, _ in rows])
+            except BaseException:
+                await self.db.execute("ROLLBACK")
+                raise
+            await self.db.execute("COMMIT")
             taken += len(rows)
             if len(rows) < DISPATCH_BATCH:
                 return taken
 
     async def due(self, webhook_id: str, now: float, limit: int) -> list[DueDelivery]:
-        async with self.db.execute(
-                "SELECT d.id, d.attempts, e.id, e.event, e.body FROM webhook_deliveries d "
-                "JOIN webhook_events e ON e.seq = d.event_seq "
-                "WHERE d.webhook_id = ? AND d.state = 'pending' AND d.next_attempt_at <= ? "
-                "ORDER BY d.next_attempt_at, d.event_seq LIMIT ?", (webhook_id, now, limit)) as cur:
-            rows = await cur.fetchall()
+        rows = await self.db.execute_fetchall(
+            "SELECT d.id, d.attempts, e.id, e.event, e.body FROM webhook_deliveries d "
+            "JOIN webhook_events e ON e.seq = d.event_seq "
+            "WHERE d.webhook_id = ? AND d.state = 'pending' AND d.next_attempt_at <= ? "
+            "ORDER BY d.next_attempt_at, d.event_seq LIMIT ?", (webhook_id, now, limit))
         return [DueDelivery(r[0], webhook_id, r[1], r[2], r[3], bytes(r[4])) for r in rows]
 
     async def next_due_after(self, now: float) -> float | None:
-        async with self.db.execute("SELECT MIN(next_attempt_at) FROM webhook_deliveries WHERE state = 'pending' "
-                                   "AND next_attempt_at > ?", (now,)) as cur:
-            row = await cur.fetchone()
-        return row[0] if row else None
+        rows = list(await self.db.execute_fetchall(
+            "SELECT MIN(next_attempt_at) FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at > ?",
+            (now,)))
+        return rows[0][0] if rows else None
 
     async def delivered(self, delivery_id: str, attempts: int, status: int, now: float) -> None:
         await self.db.execute(
             "UPDATE webhook_deliveries SET state = 'delivered', attempts = ?, delivered_at = ?, updated_at = ?, "
             "last_status = ?, last_error = NULL WHERE id = ? AND state = 'pending'",
             (attempts, now, now, status, delivery_id))
-        await self.db.commit()
 
     async def failed(self, delivery_id: str, attempts: int, status: int | None, error: str,
                      retry_at: float | None, now: float) -> None:
@@ -109,20 +115,16 @@ class DeliveryLog:
             "last_status = ?, last_error = ? WHERE id = ? AND state = 'pending'",
             (state, attempts, retry_at if retry_at is not None else now, now, status, error[:ERROR_MAX],
              delivery_id))
-        await self.db.commit()
 
     async def drop(self, delivery_id: str) -> None:
         await self.db.execute("DELETE FROM webhook_deliveries WHERE id = ?", (delivery_id,))
-        await self.db.commit()
 
     async def drop_orphans(self, live: Sequence[str]) -> int:
         """Deliveries of webhooks deleted while a dispatch was writing them."""
         marks = ",".join("?" * len(live))
         query = "DELETE FROM webhook_deliveries" + (f" WHERE webhook_id NOT IN ({marks})" if live else "")
         async with self.db.execute(query, list(live)) as cur:
-            removed = cur.rowcount
-        await self.db.commit()
-        return removed
+            return cur.rowcount
 
     async def list(self, *, webhook_id: str | None, state: str | None, limit: int) -> list[dict[str, Any]]:
         """Newest first."""
@@ -136,14 +138,11 @@ class DeliveryLog:
             args.append(state)
         query += " ORDER BY d.updated_at DESC, d.event_seq DESC LIMIT ?"
         args.append(limit)
-        async with self.db.execute(query, args) as cur:
-            rows = await cur.fetchall()
-        return [self._record(r) for r in rows]
+        return [self._record(r) for r in await self.db.execute_fetchall(query, args)]
 
     async def get(self, delivery_id: str) -> dict[str, Any] | None:
-        async with self.db.execute(SELECT_DELIVERY + " WHERE d.id = ?", (delivery_id,)) as cur:
-            row = await cur.fetchone()
-        return self._record(row) if row else None
+        rows = list(await self.db.execute_fetchall(SELECT_DELIVERY + " WHERE d.id = ?", (delivery_id,)))
+        return self._record(rows[0]) if rows else None
 
     @staticmethod
     def _record(r: Any) -> dict[str, Any]:
@@ -159,7 +158,6 @@ class DeliveryLog:
                 "UPDATE webhook_deliveries SET state = 'pending', attempts = 0, next_attempt_at = ?, updated_at = ? "
                 "WHERE id = ? AND state = 'dead'", (now, now, delivery_id)) as cur:
             replayed = cur.rowcount
-        await self.db.commit()
         record = await self.get(delivery_id)
         if record is not None and not replayed:
             raise ReplayRefused(record["state"])
@@ -175,5 +173,4 @@ class DeliveryLog:
                 "DELETE FROM webhook_events WHERE dispatched = 1 AND created_at < ? AND NOT EXISTS "
                 "(SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = webhook_events.seq)", (cutoff,)) as cur:
             removed += cur.rowcount
-        await self.db.commit()
         return removed

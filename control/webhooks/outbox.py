@@ -67,8 +67,12 @@ class Outbox:
 
     async def stage_commits(self, git: GitStore) -> None:
         """Stage the events of every commit after the cursor (under the commit lock), then move the cursor."""
-        async with self.db.execute("SELECT commit_id FROM webhook_outbox_cursor WHERE name = ?", (CURSOR,)) as cur:
-            row = await cur.fetchone()
+        # execute_fetchall: the statement is done within the call, so no read snapshot stays open on the
+        # shared connection across an await (a write from another coroutine would then fail at once
+        # with "database is locked" while another connection writes).
+        rows = list(await self.db.execute_fetchall("SELECT commit_id FROM webhook_outbox_cursor WHERE name = ?",
+                                                   (CURSOR,)))
+        row = rows[0] if rows else None
         if row is None:
             # The first start with webhooks: history before it has no subscribers to tell.
             await self._move_cursor(await git.run(git.head_commit_id))

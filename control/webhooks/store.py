@@ -52,10 +52,9 @@ class WebhookStore:
         self._hooks: dict[str, Webhook] = {}
 
     async def load(self) -> None:
-        async with self.db.execute(
-                "SELECT id, url, events, created_at, secret_nonce, secret_ciphertext, secret_last_four, after_seq "
-                "FROM webhooks ORDER BY created_at, id") as cur:
-            rows = await cur.fetchall()
+        rows = await self.db.execute_fetchall(
+            "SELECT id, url, events, created_at, secret_nonce, secret_ciphertext, secret_last_four, after_seq "
+            "FROM webhooks ORDER BY created_at, id")
         self._hooks = {r[0]: Webhook(r[0], r[1], tuple(orjson.loads(r[2])), r[3], bytes(r[4]), bytes(r[5]), r[6], r[7])
                        for r in rows}
 
@@ -81,8 +80,7 @@ class WebhookStore:
         secret = secret or new_secret()
         webhook_id = str(uuid.uuid4())
         nonce, ciphertext = self._box.seal(secret, webhook_id)
-        async with self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM webhook_events") as cur:
-            (after_seq,) = await cur.fetchone()  # type: ignore[misc]
+        ((after_seq,),) = await self.db.execute_fetchall("SELECT COALESCE(MAX(seq), 0) FROM webhook_events")
         hook = Webhook(webhook_id, url, events, utc_now_iso(), nonce, ciphertext, secret[-4:], after_seq)
         await self.db.execute(
             "INSERT INTO webhooks (id, url, events, created_at, secret_nonce, secret_ciphertext, secret_last_four, "
