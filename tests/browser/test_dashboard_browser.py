@@ -349,7 +349,7 @@ async def test_an_operators_day(site: Site, browser: DashboardBrowser, shots: Pa
 
 async def test_a_stock_video_previews_as_hls(site: Site, browser: DashboardBrowser, tmp_path: Path) -> None:
     """The preview of stocks/videos/<name>.mp4 plays the edge's HLS stream with the vendored hls.js."""
-    clip = write_synthetic_video(tmp_path / "nature.mp4", "nature", seconds=4, width=320, height=180, fps=10, audio=True)
+    clip = write_synthetic_video(tmp_path / "nature.mp4", "nature", seconds=3, width=192, height=108, fps=10, audio=True)
     async with ClientSession() as client:
         resp = await client.put(site.control.make_url("/api/storage/stocks/videos/nature.mp4"),
                                 data=clip.read_bytes(), headers=ACCESS)
@@ -363,8 +363,8 @@ async def test_a_stock_video_previews_as_hls(site: Site, browser: DashboardBrows
     page, base = browser, site.base
     await sign_in_with_password(page, base)
     await open_view(page, base, "files/stocks/videos?file=nature.mp4", "!!document.getElementById('preview-video')")
-    await page.wait_for("document.getElementById('preview-video').dataset.source === 'hls'")
+    await page.wait_for("document.getElementById('preview-video').dataset.ready === 'hls'")
     await page.js("document.getElementById('preview-video').play()")
     await page.wait_for("document.getElementById('preview-video').currentTime > 1")
-    assert await page.js("document.getElementById('preview-video').videoHeight") == 180
+    assert await page.js("document.getElementById('preview-video').videoHeight") == 108
     assert page.problems == []

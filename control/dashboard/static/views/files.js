@@ -155,17 +155,22 @@ export async function render(container, { rest, params }) {
     if (player) { player.destroy(); player = null; }
   }
 
+  /** Plays an HLS playlist in `video`; `video.dataset.ready` becomes "hls" once it can be played. */
   async function playHls(video, source, fallback) {
     const { default: Hls } = await import("../vendor/hls.light.min.mjs");
     if (Hls.isSupported()) {
-      player = new Hls({ enableWorker: false });
-      player.on(Hls.Events.ERROR, (_, data) => {
+      const hls = new Hls({ enableWorker: false });
+      player = hls;
+      hls.on(Hls.Events.ERROR, (_, data) => {
         if (data.fatal) { stopPlayer(); if (fallback) video.src = fallback; }
       });
-      player.loadSource(source);
-      player.attachMedia(video);
+      // The order hls.js documents: attach the media element, then load; playable once parsed.
+      hls.on(Hls.Events.MEDIA_ATTACHED, () => hls.loadSource(source));
+      hls.on(Hls.Events.MANIFEST_PARSED, () => { video.dataset.ready = "hls"; });
+      hls.attachMedia(video);
     } else if (video.canPlayType("application/vnd.apple.mpegurl")) {
       video.src = source;
+      video.dataset.ready = "hls";
     } else if (fallback) {
       video.src = fallback;
     }
