@@ -111,8 +111,8 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
 @pytest.fixture
 async def browser(chromium: str, tmp_path: Path) -> AsyncIterator[DashboardBrowser]:
     instance = DashboardBrowser(chromium, tmp_path / "profile")
-    await instance.open("about:blank")
-    try:
+    try:  # a failed start still stops the Chromium it launched
+        await instance.open("about:blank")
         yield instance
     finally:
         await instance.close()
