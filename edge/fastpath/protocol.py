@@ -175,8 +175,7 @@ class HitProtocol(asyncio.Protocol):
     # --- connection -----------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's are not asyncio.Transport subclasses
         set_keepalive(transport)
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if isinstance(peer, tuple) else None
