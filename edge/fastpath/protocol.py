@@ -21,7 +21,7 @@ Everything else goes to the aiohttp application of the same process, unchanged:
 Limits kept here: a request head must be complete within ``header_timeout_s`` of the connection
 opening or of the previous answer (the same deadline aiohttp applies; the connection is closed
 without an answer), and a head larger than ``MAX_HEAD`` goes to aiohttp, which refuses it with its
-own limits. Responses to pipelined requests are written together, in order; while the client does
+own limits (so a head may carry no more than aiohttp would accept). Responses to pipelined requests are written together, in order; while the client does
 not read them (the transport's write buffer is full) no further request is read.
 """
 
@@ -42,7 +42,9 @@ from edge.fastpath.sendfile import Drain, send_file, set_keepalive
 if TYPE_CHECKING:
     from edge.fastpath.server import HitServer
 
-MAX_HEAD = 16 * 1024            # a longer head goes to aiohttp (max_line_size/max_field_size 8190 each)
+# A longer head goes to aiohttp, whose limits then apply as before (max_line_size and max_field_size
+# 8190 each, 128 headers): a head within this size is within all of them.
+MAX_HEAD = 8190
 MAX_PIPELINED = 256 * 1024      # bytes read ahead while a request is being answered elsewhere
 WANTED = {b"host": 0, b"if-none-match": 1, b"range": 2, b"x-request-id": 3, b"expect": 4}
 COUNTRY = 5                     # slot of the analytics country header (its name is configured)
@@ -136,7 +138,7 @@ class HandoffTransport(asyncio.Transport):
 class HitProtocol(asyncio.Protocol):
     __slots__ = ("server", "transport", "buffer", "parser", "url", "headers", "complete", "repeated",
                  "busy", "handler", "handoff", "deadline", "drain", "peer", "paused_by", "closing",
-                 "pending_file")
+                 "pending_file", "keep_alive")
 
     def __init__(self, server: HitServer) -> None:
         self.server = server
@@ -146,6 +148,7 @@ class HitProtocol(asyncio.Protocol):
         self.url = b""
         self.headers: list[bytes | None] = [None] * 6
         self.complete = False
+        self.keep_alive = True
         self.repeated = False
         self.busy = False           # a request is being answered elsewhere (aiohttp, or a file)
         self.handler: Any = None    # the aiohttp request handler of a handed-over request
@@ -169,6 +172,10 @@ class HitProtocol(asyncio.Protocol):
                 self.repeated = True
             self.headers[slot] = value
 
+    def on_headers_complete(self) -> None:
+        # Read here: llhttp resets its connection flags once the message is complete.
+        self.keep_alive = self.parser.should_keep_alive()
+
     def on_message_complete(self) -> None:
         self.complete = True
 
@@ -188,7 +195,7 @@ class HitProtocol(asyncio.Protocol):
         self.drain.connection_lost()
         handler = self.handler
         if handler is not None:
-            self.handler = None
+            self.handler = self.handoff = None  # nothing comes back: its close below is the end
             handler.connection_lost(exc)
         self.transport = None
         self.buffer = b""
@@ -266,6 +273,10 @@ class HitProtocol(asyncio.Protocol):
             if end < 0:
                 break
             head_end = end + 4
+            if head_end - pos > MAX_HEAD:
+                self._flush(out)
+                self._give_away(buf[pos:])
+                return
             headers = self.headers
             headers[0] = headers[1] = headers[2] = headers[3] = headers[4] = headers[5] = None
             self.complete = self.repeated = False
@@ -368,9 +379,9 @@ class HitProtocol(asyncio.Protocol):
         handler.close()  # answer this one request, then close the (handoff) transport
 
     def handoff_ended(self, handoff: HandoffTransport) -> None:
-        if handoff is not self.handoff:
-            return
         handler = self.handler
+        if handoff is not self.handoff or handler is None:
+            return
         # The handler keeps the connection open only if its answer did (not `Connection: close`, no error).
         keep = bool(getattr(handler, "_keepalive", False)) and not getattr(handler, "_force_close", True)
         asyncio.get_running_loop().call_soon(self._handed_back, handler, handoff, keep)

@@ -75,6 +75,7 @@ class HitServer:
         self.started = 0.0
         self.date = date_line(time.time())
         self.cache_hit = self.metrics.cache_result("HIT")
+        self.served = 0  # requests answered here (the rest went to the application)
         self.full_record = len(HIT_FIELDS) >= 10  # the delivery log's fields (method, id, address: see HIT_FIELDS)
         self._tick: asyncio.TimerHandle | None = None
 
@@ -207,7 +208,7 @@ class HitServer:
                     head = STATUS_206 + hit.block + b"Content-Range: bytes %d-%d/%d\r\nContent-Length: %d\r\n" % (
                         start, end - 1, size, end - start)
         request_id = self.ids.of(headers[3])
-        if conn.parser.should_keep_alive():
+        if conn.keep_alive:
             out.append(head + self.date + b"X-Request-ID: " + request_id + b"\r\n\r\n")
         else:
             conn.closing = True
@@ -233,6 +234,7 @@ class HitServer:
 
     def _count(self, conn: HitProtocol, hit: Prepared, status: int, sent: int, head_only: bool,
                request_id: bytes) -> None:
+        self.served += 1
         method = "HEAD" if head_only else "GET"
         metrics = self.metrics
         metrics.count_request(DELIVERY_ROUTE, method, str(status), time.perf_counter() - self.started)

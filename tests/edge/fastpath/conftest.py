@@ -27,6 +27,7 @@ from edge.fastpath.server import HitSite
 from edge.node import EdgeNode
 from edge.state import NODE
 from shared.config import load_settings
+from shared.http_server import name_the_server
 from tests.control.conftest import ACCESS, ACCOUNT, METRICS, SECRETS
 from tests.edge.routes.conftest import PURGE, ZONE, wait_until
 
@@ -156,6 +157,7 @@ async def make_hit_cdn(aiohttp_server, aiohttp_client, tmp_path: Path) -> AsyncI
     runners: list[web.AppRunner] = []
 
     async def start(**env: str) -> HitCdn:
+        name_the_server()  # as the edge process does (`Server: assetcdn` on the application's answers too)
         settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
                                           "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **env})
         control_server = await aiohttp_server(control.app.create_app(settings, SECRETS, tmp_path / "data"))
