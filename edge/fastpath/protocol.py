@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import httptools
 
 from edge.fastpath.prepared import Prepared
-from edge.fastpath.sendfile import Drain, send_file, set_keepalive
+from edge.fastpath.sendfile import Drain, send_file, send_file_nowait, set_keepalive
 
 if TYPE_CHECKING:
     from edge.fastpath.server import HitServer
@@ -48,7 +48,7 @@ MAX_HEAD = 8190
 MAX_PIPELINED = 256 * 1024      # bytes read ahead while a request is being answered elsewhere
 WANTED = {b"host": 0, b"if-none-match": 1, b"range": 2, b"x-request-id": 3, b"expect": 4}
 COUNTRY = 5                     # slot of the analytics country header (its name is configured)
-ANSWERED, HAND_OVER, GIVE_AWAY, BUSY = 0, 1, 2, 3
+ANSWERED, HAND_OVER, GIVE_AWAY, BUSY = 0, 1, 2, 3  # BUSY: the head is in `out`, `pending_file` follows
 
 
 class RequestIds:
@@ -301,13 +301,19 @@ class HitProtocol(asyncio.Protocol):
             if outcome == GIVE_AWAY:
                 self._give_away(buf[pos:])
                 return
-            self.buffer = buf[head_end:]
-            if outcome == HAND_OVER:
-                self._hand_over(buf[pos:head_end])
-            elif self.pending_file is not None:  # BUSY: its head is out; the file follows, then process()
+            if outcome == BUSY and self.pending_file is not None:  # its head is out; the file follows
                 fileno, offset, count = self.pending_file
                 self.pending_file = None
-                self.send_file_later(fileno, offset, count)
+                if self._send_file_now(fileno, offset, count):
+                    answered += 1
+                    pos = head_end
+                    if self.closing:
+                        break
+                    continue
+                self.buffer = buf[head_end:]  # the rest waits for the file (process() runs again)
+                return
+            self.buffer = buf[head_end:]
+            self._hand_over(buf[pos:head_end])
             return
         rest = buf[pos:] if pos else buf
         if self.closing:
@@ -332,10 +338,26 @@ class HitProtocol(asyncio.Protocol):
             self.transport.writelines(out)
             out.clear()
 
-    def send_file_later(self, fileno: int, offset: int, count: int) -> None:
+    def _send_file_now(self, fileno: int, offset: int, count: int) -> bool:
+        """Send the file right away when the socket takes it all (the usual case on a client that
+        reads); True when done. Otherwise the rest goes on in a task and the connection is busy."""
+        transport = self.transport
+        if transport is not None and not transport.get_write_buffer_size():
+            try:
+                sent = send_file_nowait(transport, fileno, offset, count)
+            except OSError:
+                os.close(fileno)
+                transport.abort()
+                self.closing = True
+                return True
+            offset, count = offset + sent, count - sent
+            if not count:
+                os.close(fileno)
+                return True
         self.busy = True
         self.deadline = float("inf")
         asyncio.get_running_loop().create_task(self._send_file(fileno, offset, count))
+        return False
 
     async def _send_file(self, fileno: int, offset: int, count: int) -> None:
         try:

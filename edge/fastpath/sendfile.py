@@ -78,6 +78,24 @@ async def _writable(fd: int) -> None:
         loop.remove_writer(fd)
 
 
+def send_file_nowait(transport: asyncio.WriteTransport, fileno: int, offset: int, count: int) -> int:
+    """As much of the range as the socket takes now, without waiting; the transport must hold no
+    unsent bytes. Returns the bytes sent; raises OSError (not BlockingIOError) on a broken socket."""
+    fd = _socket_fd(transport)
+    sent_total = 0
+    while count > 0:
+        try:
+            sent = os.sendfile(fd, fileno, offset, min(count, SENDFILE_CHUNK))
+        except (BlockingIOError, InterruptedError):
+            break
+        if sent == 0:
+            raise ConnectionResetError("file shorter than expected")
+        offset += sent
+        count -= sent
+        sent_total += sent
+    return sent_total
+
+
 async def send_file(transport: asyncio.WriteTransport, drain: Drain, fileno: int, offset: int,
                     count: int) -> None:
     """Send ``count`` bytes of the open file ``fileno`` from ``offset`` after everything already

@@ -191,3 +191,4 @@ async def make_hit_cdn(aiohttp_server, aiohttp_client, tmp_path: Path) -> AsyncI
     yield start
     for runner in runners:
         await runner.cleanup()
+
