@@ -186,7 +186,7 @@ class HitProtocol(asyncio.Protocol):
         set_keepalive(transport)
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if isinstance(peer, tuple) else None
-        self.deadline = asyncio.get_running_loop().time() + self.server.header_timeout_s
+        self.deadline = self.server.loop.time() + self.server.header_timeout_s
         self.server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -329,7 +329,7 @@ class HitProtocol(asyncio.Protocol):
         self.buffer = rest
         self._flush(out)
         if answered:
-            self.deadline = asyncio.get_running_loop().time() + server.header_timeout_s
+            self.deadline = server.loop.time() + server.header_timeout_s
             if self.drain.paused and rest:
                 self.pause_reading_for(self.drain)  # the client is not reading its answers
 
@@ -376,7 +376,7 @@ class HitProtocol(asyncio.Protocol):
 
     def _continue(self) -> None:
         """After a request answered elsewhere: the next pipelined one, or the close it asked for."""
-        self.deadline = asyncio.get_running_loop().time() + self.server.header_timeout_s
+        self.deadline = self.server.loop.time() + self.server.header_timeout_s
         self.resume_reading_for(self.buffer)
         if self.closing:
             if self.transport is not None:

@@ -66,6 +66,10 @@ class HitServer:
         self.wanted = dict(WANTED)
         self.wanted.setdefault(str(settings.get("analytics", "country_header")).lower().encode(), COUNTRY)
         self.memory = self.node.cache.memory
+        self._sync_purges = self.node.cache.sync_purges
+        self._control = self.node.control
+        self._reachability_window_s = self.node.reachability_window_s
+        self.loop = asyncio.get_running_loop()
         self.ids = RequestIds()
         self.connections: set[HitProtocol] = set()
         self.hosts: dict[bytes, HostView] = {}
@@ -90,7 +94,7 @@ class HitServer:
     def _on_tick(self) -> None:
         now = time.time()
         self.date = date_line(now)
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         clock = loop.time()
         for connection in [c for c in self.connections if c.deadline <= clock]:
             connection.timed_out()
@@ -110,9 +114,10 @@ class HitServer:
         if node.config is not self.config:
             self.config = node.config
             self.hosts = {}
-        node.cache.sync_purges()
+        self._sync_purges()
         self.entries = node.replica.entries
-        self.reachable = node.control_reachable()
+        # EdgeNode.control_reachable, inline: a hit would be STALE when control has not answered lately.
+        self.reachable = time.monotonic() - self._control.last_success <= self._reachability_window_s
         self.started = time.perf_counter()
 
     def answer(self, conn: HitProtocol, buf: bytes, pos: int, head_end: int, out: list[Any]) -> int:
