@@ -74,9 +74,10 @@ class Prepared:
 class HostView:
     """What one Host header value maps to under one configuration: its tenant zone and its hits."""
 
-    __slots__ = ("name", "zone", "hits")
+    __slots__ = ("key", "name", "zone", "hits")
 
-    def __init__(self, name: str, zone: str | None) -> None:
+    def __init__(self, key: bytes, name: str, zone: str | None) -> None:
+        self.key = key        # the Host header as received
         self.name = name
         self.zone = zone
         self.hits: dict[bytes, Prepared] = {}

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 # 8190 each, 128 headers): a head within this size is within all of them.
 MAX_HEAD = 8190
 MAX_PIPELINED = 256 * 1024      # bytes read ahead while a request is being answered elsewhere
+READ_AHEAD = "read-ahead"       # why reading is paused: MAX_PIPELINED bytes wait
 WANTED = {b"host": 0, b"if-none-match": 1, b"range": 2, b"x-request-id": 3, b"expect": 4}
 COUNTRY = 5                     # slot of the analytics country header (its name is configured)
 ANSWERED, HAND_OVER, GIVE_AWAY, BUSY = 0, 1, 2, 3  # BUSY: the head is in `out`, `pending_file` follows
@@ -224,7 +225,7 @@ class HitProtocol(asyncio.Protocol):
         if self.busy or self.closing:
             self.buffer += data
             if len(self.buffer) > MAX_PIPELINED:
-                self.pause_reading_for(self.buffer)
+                self.pause_reading_for(READ_AHEAD)
             return
         self.buffer = self.buffer + data if self.buffer else data
         self.process()
@@ -377,7 +378,7 @@ class HitProtocol(asyncio.Protocol):
     def _continue(self) -> None:
         """After a request answered elsewhere: the next pipelined one, or the close it asked for."""
         self.deadline = self.server.loop.time() + self.server.header_timeout_s
-        self.resume_reading_for(self.buffer)
+        self.resume_reading_for(READ_AHEAD)
         if self.closing:
             if self.transport is not None:
                 self.transport.close()

@@ -73,6 +73,7 @@ class HitServer:
         self.ids = RequestIds()
         self.connections: set[HitProtocol] = set()
         self.hosts: dict[bytes, HostView] = {}
+        self.prepared = 0  # prepared hits held, over every Host
         self.config: Any = None
         self.entries: dict[str, Any] = {}
         self.reachable = False
@@ -113,7 +114,7 @@ class HitServer:
         node = self.node
         if node.config is not self.config:
             self.config = node.config
-            self.hosts = {}
+            self._forget_hosts()
         self._sync_purges()
         self.entries = node.replica.entries
         # EdgeNode.control_reachable, inline: a hit would be STALE when control has not answered lately.
@@ -255,8 +256,8 @@ class HitServer:
         except UnicodeDecodeError:
             return None
         if len(self.hosts) >= MAX_HOSTS:
-            self.hosts = {}
-        view = self.hosts[host] = HostView(name, self.config.zone_for_host(name))
+            self._forget_hosts()
+        view = self.hosts[host] = HostView(host, name, self.config.zone_for_host(name))
         return view
 
     def _prepare(self, view: HostView, path: bytes) -> tuple[Prepared, Any] | None:
@@ -271,11 +272,25 @@ class HitServer:
             return None
         hit, obj = made
         # Kept only when the next request can find the body again the same way (memory tier or file).
+        # At most max_hits across every Host: past that a Host's oldest goes, or, for a Host with none
+        # yet (many Host values), all of them (hits are made again on use).
         if hit.file is not None or hit.key in self.memory:
-            if len(hits) >= self.max_hits and path not in hits:
-                del hits[next(iter(hits))]
+            if path not in hits:
+                if self.prepared >= self.max_hits:
+                    if hits:
+                        del hits[next(iter(hits))]
+                        self.prepared -= 1
+                    else:
+                        self._forget_hosts()
+                        hits = view.hits = {}
+                        self.hosts[view.key] = view
+                self.prepared += 1
             hits[path] = hit
         return made
+
+    def _forget_hosts(self) -> None:
+        self.hosts = {}
+        self.prepared = 0
 
 
 class HitSite(web.TCPSite):

@@ -168,3 +168,22 @@ async def test_tenant_hosts_serve_only_their_zone_on_the_hit_path(make_hit_cdn: 
     assert (answer.status, answer.header("X-Cache")) == (200, "HIT")
     assert (await conn.request(f"/{SVG}", host="other.cdn.localhost")).status == 404
     assert (await conn.request("/v1/logos/logo.svg", host="edge.test")).status == 404
+
+
+async def test_a_deep_pipeline_behind_a_handed_over_request_is_read_in_bounded_steps(
+        make_hit_cdn: HitCdnFactory) -> None:
+    cdn = await warmed(make_hit_cdn)
+    conn = await cdn.connect()
+    count = 6000  # about 400 KB of request heads: more than the hit path reads ahead
+    # A transform made on this request (a miss): slow enough for the pipeline to pile up behind it.
+    data = request_bytes(f"/api/transform?url=/{PNG}&w=9&format=webp") + request_bytes(f"/{SVG}") * count
+
+    async def send() -> None:
+        await conn.send(data)
+
+    sending = asyncio.create_task(send())
+    first = await conn.response()
+    statuses = [(await conn.response()).status for _ in range(count)]
+    await sending
+    assert first.status == 200 and statuses == [200] * count
+    assert (await conn.request(f"/{PNG}")).status == 200

@@ -208,3 +208,20 @@ async def test_svg_hits_keep_nosniff_and_the_sandbox(make_hit_cdn: HitCdnFactory
         assert answer.header("X-Cache") == expected
         assert answer.header("X-Content-Type-Options") == "nosniff"
         assert "sandbox" in (answer.header("Content-Security-Policy") or "")
+
+
+async def test_prepared_hits_stay_within_their_bound_across_hosts(make_hit_cdn: HitCdnFactory) -> None:
+    cdn = await make_hit_cdn(ASSETCDN_EDGE_HOT_HEADS_MAX="2")
+    files = {f"{ZONE}/v1/banners/{i}.bin": f"body {i}".encode() for i in range(3)}
+    for path, body in files.items():
+        await cdn.upload(path, body)
+    conn = await cdn.connect()
+    hits = cdn.site.hits
+    assert hits is not None
+    for _ in range(3):
+        for host in ("a.test", "b.test", "c.test"):
+            for path, body in files.items():
+                answer = await conn.request(f"/{path}", host=host)
+                assert (answer.status, answer.body) == (200, body)
+                assert hits.prepared <= 2
+    assert hits.served >= 20  # still answered on the hit path, prepared again as needed
