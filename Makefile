@@ -35,6 +35,7 @@ bench: setup
 	$(BIN)/python -m benchmarks.propagation_bench
 	$(BIN)/python -m benchmarks.serve_bench
 	$(BIN)/python -m benchmarks.transform_bench
+	$(BIN)/python -m benchmarks.transform_budget_bench
 
 # Cache hits per core beside Varnish and nginx (Debian packages, installed when missing); a few minutes.
 bench-hits: setup

@@ -30,6 +30,7 @@ from control.edge_config import EdgeConfigStore
 from control.manifest_store import ManifestStore
 from control.publish import Publisher
 from control.quota import DailyQuota
+from control.rate_limit import rate_limiter_from_settings
 from control.recording import ROUTE_AUDIT, audit_middleware, request_log_middleware
 from control.request_log import RequestLog
 from control.retention import prune_forever
@@ -66,6 +67,7 @@ from control.state import (
     SECRETS,
     SETTINGS,
     TOKENS,
+    TRACK_LIMITER,
     VIDEO_INGEST,
     ZONES,
 )
@@ -193,8 +195,12 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()
     app[AUDIT] = AuditLog(db)
     await app[AUDIT].open()
+    request_log = app[REQUEST_LOG]
+    await request_log.open(data_dir / "control.sqlite3")
+    opened.push_async_callback(request_log.close)
     pruning = asyncio.create_task(prune_forever([("analytics", analytics_store.prune),
-                                                 ("audit", app[AUDIT].prune)]))
+                                                 ("audit", app[AUDIT].prune),
+                                                 ("request log", request_log.prune)]))
     opened.push_async_callback(_cancel, pruning)
 
 
@@ -214,13 +220,14 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _end_log_streams(app: web.Application) -> None:
-    app[REQUEST_LOG].close()
+    app[REQUEST_LOG].end_streams()
 
 
 def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bool = False) -> web.Application:
     max_upload = settings.get("control", "max_upload_bytes")
     app = web.Application(client_max_size=max_upload + 1024 * 1024)
-    app[REQUEST_LOG] = RequestLog()
+    app[REQUEST_LOG] = RequestLog(max_records=settings.get("logs", "max_records"),
+                                  retention_days=settings.get("logs", "retention_days"))
     app.middlewares.append(request_log_middleware)  # outermost: sees every final status
     app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
     install_envelopes(app)
@@ -233,6 +240,7 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app.middlewares.append(audit_middleware)
     app[SETTINGS], app[SECRETS], app[DATA_DIR] = settings, secrets, Path(data_dir)
     app[DEMO] = demo
+    app[TRACK_LIMITER] = rate_limiter_from_settings(settings.section("analytics"), "track")
     route_access: dict[web.AbstractRoute, Access] = {}
     route_audit: dict[web.AbstractRoute, str] = {}
     for route in ROUTES:

@@ -1,6 +1,6 @@
 """The control plane's SQLite database (aiosqlite, WAL): zones' metadata, tokens, manifest history.
 
-Other modules (analytics, audit) open their own tables in the same file.
+Other modules (analytics, audit, the request log) open their own tables in the same file.
 """
 
 from __future__ import annotations
@@ -65,6 +65,21 @@ async def open_database(path: Path) -> aiosqlite.Connection:
         await db.commit()
     except BaseException:
         # Its worker thread is not a daemon: an unclosed connection would keep the process alive.
+        await db.close()
+        raise
+    return db
+
+
+async def open_connection(path: Path) -> aiosqlite.Connection:
+    """A second connection to the same file for a module that writes on its own (analytics, the
+    request log): autocommit mode, so each write opens its own explicit transaction."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = await aiosqlite.connect(str(path), isolation_level=None)
+    try:
+        await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute("PRAGMA synchronous=NORMAL")
+        await db.execute("PRAGMA busy_timeout=5000")
+    except BaseException:
         await db.close()
         raise
     return db

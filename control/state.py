@@ -15,6 +15,7 @@ from control.edge_config import EdgeConfigStore
 from control.manifest_store import ManifestStore
 from control.publish import Publisher
 from control.quota import DailyQuota
+from control.rate_limit import RateLimiter
 from control.request_log import RequestLog
 from control.storage.git_store import GitStore
 from control.tokens import TokenStore
@@ -39,6 +40,7 @@ EDGE_CONFIG = web.AppKey("edge_config", EdgeConfigStore)
 PURGE_QUOTA = web.AppKey("purge_quota", DailyQuota)
 ANALYTICS = web.AppKey("analytics", AnalyticsStore)
 ANALYTICS_BATCHES = web.AppKey("analytics_batches", SeenBatches)
+TRACK_LIMITER = web.AppKey("track_limiter", RateLimiter)  # POST /api/analytics, per client
 AUDIT = web.AppKey("audit", AuditLog)
 REQUEST_LOG = web.AppKey("request_log", RequestLog)
 

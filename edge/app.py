@@ -154,8 +154,9 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     async def image_lifecycle(app: web.Application) -> AsyncIterator[None]:
         configure_libvips()
         app[IMAGE_POOL] = ImagePool.from_settings(settings)
+        app[IMAGE_POOL].start()   # worker processes load while the edge starts
         yield
-        app[IMAGE_POOL].close()
+        await app[IMAGE_POOL].close()
 
     app.cleanup_ctx.append(lifecycle)
     app.cleanup_ctx.append(image_lifecycle)

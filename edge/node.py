@@ -43,7 +43,7 @@ class EdgeNode:
         self.metrics = metrics
         self.replica = ManifestReplica(state_dir / "manifest.json")
         self.config = EdgeConfig()
-        self.deliveries = DeliveryLog(settings.get("analytics", "country_header"))
+        self.deliveries = DeliveryLog(settings.get("analytics", "country_header"), node=name)
         self.config_file = state_dir / "edge-config.json"
         self.flight: SingleFlight[Any] = SingleFlight()
         self._sync_lock = asyncio.Lock()

@@ -7,6 +7,8 @@ file or the converted variant, fetch or convert on a miss, and deliver with the 
 
 from __future__ import annotations
 
+from functools import partial
+
 from aiohttp import web
 
 from edge.access import is_private_path, serves_on_host
@@ -29,8 +31,8 @@ from edge.state import IMAGE_POOL, NODE
 from edge.states.deliver import deliver
 from edge.states.fetch import OriginUnavailable, cached_asset
 from edge.states.head import EntryHead
-from edge.states.variant import Variant, cached_variant
-from edge.transform.pipeline import run_transform
+from edge.states.variant import cached_variant
+from edge.transform.jobs import transform_variant
 from shared.errors import LegacyError
 from shared.paths import InvalidPath, parse_cdn_path
 
@@ -59,12 +61,7 @@ async def _converted(request: web.Request, choice: AutoChoice) -> tuple[CachedOb
     node, pool = request.app[NODE], request.app[IMAGE_POOL]
     source, fmt = choice.entry, choice.format
     opts = conversion_options(source)
-
-    def make(data: bytes) -> Variant:
-        result = run_transform(data, source.format, opts, fmt,
-                               max_pixels=pool.max_pixels, time_budget_s=pool.time_budget_s)
-        return Variant(result.body, result.content_type)
-
+    make = partial(transform_variant, source.format, opts, fmt, pool.limits)
     # Not counted against the monthly /api/transform quota: at most one conversion per source
     # and format, cached for a year (README, "Image delivery").
     obj, status = await cached_variant(node, pool, source, opts.cache_key(source.blob_id, fmt), make,
