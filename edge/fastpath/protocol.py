@@ -444,7 +444,8 @@ class HitProtocol(asyncio.Protocol):
 
 def hit_record(hit: Prepared, status: int, sent: int, country: bytes | None, method: str,
                request_id: bytes, peer: str | None) -> tuple[Any, ...]:
-    """A delivery-log entry (edge/delivery_log.py, HIT_FIELDS), as the application records a hit."""
+    """A delivery-log entry (edge/delivery_log.py: HIT_FIELDS, in that order), as DeliveryLog.record
+    makes one for the application's answers."""
     code = "XX"
     if country is not None:
         text = country.decode("utf-8", "surrogateescape").strip().upper()

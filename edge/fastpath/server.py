@@ -23,7 +23,6 @@ from typing import Any
 
 from aiohttp import web
 
-from edge.delivery_log import HIT_FIELDS
 from edge.fastpath.prepared import STATUS_206, HostView, Prepared, not_modified_head, prepare
 from edge.fastpath.protocol import (
     ANSWERED,
@@ -81,7 +80,6 @@ class HitServer:
         self.date = date_line(time.time())
         self.cache_hit = self.metrics.cache_result("HIT")
         self.served = 0  # requests answered here (the rest went to the application)
-        self.full_record = len(HIT_FIELDS) >= 10  # the delivery log's fields (method, id, address: see HIT_FIELDS)
         self._tick: asyncio.TimerHandle | None = None
 
     def protocol(self) -> HitProtocol:
@@ -247,8 +245,8 @@ class HitServer:
         self.cache_hit.inc()
         if sent:
             metrics.bytes_served_here.inc(sent)
-        record = hit_record(hit, status, sent, conn.headers[COUNTRY], method, request_id, conn.peer)
-        self.node.deliveries.buffer.append(record if self.full_record else record[:7])
+        self.node.deliveries.buffer.append(hit_record(hit, status, sent, conn.headers[COUNTRY], method,
+                                                      request_id, conn.peer))
 
     def _host_view(self, host: bytes) -> HostView | None:
         try:

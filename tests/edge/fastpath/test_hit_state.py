@@ -10,6 +10,7 @@ import contextlib
 import os
 
 from edge.cache.tags import path_tag
+from edge.delivery_log import HIT_FIELDS
 from tests.edge.fastpath.conftest import (
     ACCOUNT,
     METRICS,
@@ -196,6 +197,9 @@ async def test_hits_are_counted_exactly_in_metrics_and_the_delivery_log(make_hit
         (FILE, 200, 0, "HIT"), (FILE, 304, 0, "HIT")]
     assert records[-1][6] == "DE" and records[0][6] == "XX"
     assert all(r[2] == ZONE for r in records)
+    assert [r[7] for r in records] == ["GET"] * 5 + ["HEAD", "GET"]
+    assert len({r[8] for r in records}) == 7 and all(r[9] == "127.0.0.1" for r in records)
+    assert len(records[0]) == len(HIT_FIELDS)
 
 
 async def test_svg_hits_keep_nosniff_and_the_sandbox(make_hit_cdn: HitCdnFactory) -> None:
