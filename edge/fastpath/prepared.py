@@ -55,7 +55,7 @@ PER_REQUEST_HEADERS = frozenset({
 class Prepared:
     """One (Host, path)'s hit, valid while ``entry`` is the replica's entry for ``cdn_path``."""
 
-    __slots__ = ("entry", "cdn_path", "zone", "key", "file", "size", "etag", "head", "block", "head_304")
+    __slots__ = ("entry", "cdn_path", "zone", "key", "file", "size", "etag", "head", "head_304")
 
     def __init__(self, entry: ManifestEntry, cdn_path: str, key: str, file: str | None, size: int, etag: str,
                  block: bytes) -> None:
@@ -66,9 +66,15 @@ class Prepared:
         self.file = file                # the disk tier's file of a large body
         self.size = size
         self.etag = etag
-        self.block = block              # header lines of a 200/206, without Content-Length
+        # Status line, the header lines (``block``) and Content-Length, which comes last.
         self.head = STATUS_200 + block + b"Content-Length: %d\r\n" % size
         self.head_304: bytes | None = None  # made on the first conditional hit
+
+    def partial_head(self, start: int, end: int) -> bytes:
+        """The head of a 206 for bytes ``[start, end)``: the 200's header lines (not kept twice)."""
+        block = self.head[len(STATUS_200):self.head.rindex(b"Content-Length: ")]
+        return STATUS_206 + block + b"Content-Range: bytes %d-%d/%d\r\nContent-Length: %d\r\n" % (
+            start, end - 1, self.size, end - start)
 
 
 class HostView:

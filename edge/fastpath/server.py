@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from edge.fastpath.prepared import STATUS_206, HostView, Prepared, not_modified_head, prepare
+from edge.fastpath.prepared import HostView, Prepared, not_modified_head, prepare
 from edge.fastpath.protocol import (
     ANSWERED,
     BUSY,
@@ -209,8 +209,7 @@ class HitServer:
                 if parsed is not None:
                     status = 206
                     start, end = parsed
-                    head = STATUS_206 + hit.block + b"Content-Range: bytes %d-%d/%d\r\nContent-Length: %d\r\n" % (
-                        start, end - 1, size, end - start)
+                    head = hit.partial_head(start, end)
         request_id = self.ids.of(headers[3])
         if conn.keep_alive:
             out.append(head + self.date + b"X-Request-ID: " + request_id + b"\r\n\r\n")
