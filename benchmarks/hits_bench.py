@@ -424,13 +424,13 @@ def scaling(workdir: Path, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=6.0, help="seconds per wrk run (default 6)")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run (default 5)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--server-core", default="0")
     parser.add_argument("--load-core", default="1")
-    parser.add_argument("--objects", type=int, default=10_000,
+    parser.add_argument("--objects", type=int, default=5_000,
                         help="small objects for the memory rows (0: skip; the issue's figure is 100000)")
     parser.add_argument("--no-scaling", dest="scaling", action="store_false")
     args = parser.parse_args(argv)
