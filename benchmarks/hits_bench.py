@@ -402,6 +402,8 @@ async def _upload_small(cdn: RunningCdn, paths: list[str]) -> None:
 
 
 def scaling(workdir: Path, args: argparse.Namespace) -> None:
+    """1 and 2 edge workers at 5 KB, wrk unpinned. Besides req/s, the workers' CPU and req/s per core:
+    workers scale when a second one serves as much per core as the first."""
     rows = []
     for workers in (1, 2):
         (workdir / f"scale-{workers}").mkdir()
@@ -409,17 +411,21 @@ def scaling(workdir: Path, args: argparse.Namespace) -> None:
         try:
             paths, bodies = asyncio.run(prepare_files(cdn))
             path = paths["5 KB"]
-            edge = Server("edge", cdn.edge_urls[0], cdn.pids("--name edge-0"))
+            node = cdn.pids("--name edge-0")
+            edge = Server("edge", cdn.edge_urls[0], [p for n in node for p in (n, *children_of(n))])
             for _ in range(4 * workers):  # every worker holds it (SO_REUSEPORT spreads connections)
                 asyncio.run(warm(edge.base, [path], bodies))
-            samples = [run_one(edge, f"{edge.base}/{path}", args, ())[0].rps for _ in range(args.rounds)]
-            rows.append((workers, statistics.median(samples)))
+            samples = [run_one(edge, f"{edge.base}/{path}", args, ()) for _ in range(args.rounds)]
+            rps = statistics.median(result.rps for result, _ in samples)
+            cores = statistics.median(cpu for _, cpu in samples)
+            rows.append((workers, rps, cores))
         finally:
             cdn.stop()
-    print("\n# scaling, 5 KB hits, wrk unpinned (it shares the 2 cores with the workers)\n")
-    print("| edge workers | req/s | vs 1 worker |\n|---:|---:|---:|")
-    for workers, rps in rows:
-        print(f"| {workers} | {rps:,.0f} | {rps / rows[0][1]:.2f}x |")
+    print(f"\n# scaling, 5 KB hits, wrk unpinned (it shares the 2 cores with the workers); "
+          f"load average {load_average()}\n")
+    print("| edge workers | req/s | vs 1 worker | workers' CPU (cores) | req/s per core |\n|---:|---:|---:|---:|---:|")
+    for workers, rps, cores in rows:
+        print(f"| {workers} | {rps:,.0f} | {rps / rows[0][1]:.2f}x | {cores:.2f} | {rps / cores if cores else 0:,.0f} |")
 
 
 def main(argv: list[str] | None = None) -> int:
