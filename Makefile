@@ -9,9 +9,10 @@ DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 .PHONY: setup run test lint bench bench-hits clean wipe-data
 
 # Browser-test prerequisites (Debian chromium, hls.js from npm) are best effort: without them the
-# browser test skips and says why.
+# browser test skips and says why. Tesseract OCR (Debian) serves alt text; without it OCR is skipped.
 setup: $(STAMP)
 	-@sh tests/browser/setup.sh
+	-@sh tests/control/ai/setup.sh
 
 # Re-install only when the project's metadata changed (idempotent and fast otherwise).
 $(STAMP): pyproject.toml
@@ -36,6 +37,7 @@ bench: setup
 	$(BIN)/python -m benchmarks.serve_bench
 	$(BIN)/python -m benchmarks.transform_bench
 	$(BIN)/python -m benchmarks.transform_budget_bench
+	$(BIN)/python -m benchmarks.vision_bench
 
 # Cache hits per core beside Varnish and nginx (Debian packages, installed when missing); a few minutes.
 bench-hits: setup

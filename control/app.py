@@ -11,6 +11,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from control.ai.analysis import AiVisionSettings, ImageAnalysis
 from control.analytics.ingest import SeenBatches
 from control.analytics.store import AnalyticsStore
 from control.audit import AuditLog
@@ -24,10 +25,14 @@ from control.auth import (
     auth_middleware,
 )
 from control.cluster.registry import EdgeRegistry
+from control.dashboard_config import DashboardConfig
 from control.database import open_database
 from control.demo import install_demo
 from control.edge_config import EdgeConfigStore
+from control.login_attempts import SqliteAttemptLimiter
 from control.manifest_store import ManifestStore
+from control.passkeys.ceremony import PasskeyCeremonies, user_handle
+from control.passkeys.store import ChallengeStore, PasskeyStore
 from control.publish import Publisher
 from control.quota import DailyQuota
 from control.rate_limit import rate_limiter_from_settings
@@ -35,14 +40,17 @@ from control.recording import ROUTE_AUDIT, audit_middleware, request_log_middlew
 from control.request_log import RequestLog
 from control.retention import prune_forever
 from control.routes import (
+    ai,
     analytics,
     assets,
     audit_logs,
     cluster,
+    dashboard_login,
     domains,
     health,
     insights,
     logs,
+    passkeys,
     pipeline,
     purge,
     rules,
@@ -50,26 +58,33 @@ from control.routes import (
     tokens,
     zones,
 )
+from control.session import SessionBook
+from control.signin import SignIn
 from control.state import (
     ANALYTICS,
     ANALYTICS_BATCHES,
     AUDIT,
+    DASHBOARD,
     DATA_DIR,
     DB,
     DEMO,
     EDGE_CONFIG,
     GIT,
     MANIFEST,
+    PASSKEYS,
     PUBLISHER,
     PURGE_QUOTA,
     REGISTRY,
     REQUEST_LOG,
     SECRETS,
+    SESSIONS,
     SETTINGS,
+    SIGN_IN,
     TOKENS,
     TRACK_LIMITER,
     VIDEO_INGEST,
     ZONES,
+    public_url_of,
 )
 from control.storage.git_store import GitStore
 from control.tokens import TokenStore
@@ -103,6 +118,9 @@ ACCOUNT = accepts(Key.ACCOUNT)
 ZONES_READ = accepts(Key.ACCOUNT, scope="zones:read")
 ZONES_WRITE = accepts(Key.ACCOUNT, scope="zones:write")
 INSIGHTS_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="insights:read")
+SESSION = accepts(session=True)
+PASSKEYS_MANAGE = accepts(Key.ACCOUNT, session=True)  # the admin key too: list or remove without a browser
+AI_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="ai:read")
 # Any character, newlines included: '.*' would stop at a newline and answer 404 instead of the
 # handler's 400 for a path with control characters.
 STORAGE_PATH = r"/api/storage/{path:[\s\S]*}"
@@ -140,6 +158,29 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/purge", purge.purge, accepts(Key.PURGE, scope="purge:write"), "purge.execute"),
     Route("POST", "/api/pipeline", pipeline.run_pipeline, accepts(Key.ACCOUNT, scope="pipeline:write"),
           "pipeline.run"),
+    Route("GET", "/api/passkeys", passkeys.list_passkeys, PASSKEYS_MANAGE),
+    Route("PATCH", "/api/passkeys", passkeys.rename_passkey, PASSKEYS_MANAGE, "passkey.rename"),
+    Route("DELETE", "/api/passkeys", passkeys.delete_passkey, PASSKEYS_MANAGE, "passkey.delete"),
+    Route("POST", "/api/passkeys/register/begin", passkeys.register_begin, SESSION),
+    Route("POST", "/api/passkeys/register/complete", passkeys.register_complete, SESSION, "passkey.register"),
+    Route("POST", "/api/passkeys/auth/begin", passkeys.auth_begin),
+    Route("POST", "/api/passkeys/auth/complete", passkeys.auth_complete),
+    Route("GET", "/dashboard/login", dashboard_login.login_page),
+    Route("POST", "/dashboard/login", dashboard_login.login),
+    Route("GET", "/dashboard/logout", dashboard_login.logout),
+    Route("POST", "/dashboard/logout", dashboard_login.logout),
+    Route("GET", "/dashboard/setup-passkey", dashboard_login.passkeys_page),
+    Route("GET", r"/dashboard/{name:login\.(?:js|css)}", dashboard_login.asset),
+    Route("GET", "/dashboard", dashboard_login.home),  # placeholders until the dashboard UI
+    Route("GET", "/dashboard/", dashboard_login.home),
+    Route("GET", "/api/ai/alt-text", ai.alt_text, AI_READ),
+    Route("POST", "/api/ai/alt-text", ai.alt_text, AI_READ),
+    Route("GET", "/api/ai/moderate", ai.moderate, AI_READ),
+    Route("POST", "/api/ai/moderate", ai.moderate, AI_READ),
+    Route("GET", "/api/ai/smart-crop", ai.smart_crop, AI_READ),
+    Route("POST", "/api/ai/smart-crop", ai.smart_crop, AI_READ),
+    Route("GET", "/api/ai/background-remove", ai.background_remove, AI_READ),
+    Route("POST", "/api/ai/background-remove", ai.background_remove, AI_READ),
     Route("GET", "/api/health", health.health),
     Route("GET", "/api/logs", logs.logs, ACCOUNT),
     Route("GET", "/metrics", metrics_handler),
@@ -177,7 +218,9 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     app[TOKENS] = TokenStore(db)
     app[ZONES] = ZoneStore(db)
     app[PURGE_QUOTA] = DailyQuota(db, "purge", settings.get("purge", "daily_limit"))
-    app[AUTHENTICATOR] = Authenticator(app[SECRETS], app[TOKENS].lookup)
+    dashboard = app[DASHBOARD]
+    app[SESSIONS] = SessionBook(db, app[SECRETS].session_secret, dashboard.session_ttl_s)
+    app[AUTHENTICATOR] = Authenticator(app[SECRETS], app[TOKENS].lookup, app[SESSIONS], dashboard)
     app[EDGE_CONFIG] = EdgeConfigStore(git, db, settings.get("domains", "base_domain"))
     app[PUBLISHER] = Publisher(git, manifest, registry, app[EDGE_CONFIG],
                                settings.get("control", "push_wait_ms") / 1000)
@@ -195,9 +238,19 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()
     app[AUDIT] = AuditLog(db)
     await app[AUDIT].open()
+    image_analysis = ImageAnalysis(git, lambda: manifest.entries, db,
+                                   AiVisionSettings.from_section(settings.section("ai_vision")))
+    await image_analysis.open()
+    opened.push_async_callback(image_analysis.close)
+    app[ai.IMAGE_ANALYSIS] = image_analysis
     request_log = app[REQUEST_LOG]
     await request_log.open(data_dir / "control.sqlite3")
     opened.push_async_callback(request_log.close)
+    app[PASSKEYS] = PasskeyCeremonies(dashboard, PasskeyStore(db), ChallengeStore(db),
+                                      user_handle(app[SECRETS].session_secret))
+    app[SIGN_IN] = SignIn(app[SECRETS].dashboard_secret,
+                          SqliteAttemptLimiter(db, dashboard.login_max_failures, dashboard.login_window_s),
+                          app[SESSIONS], app[PASSKEYS], app[AUDIT])
     pruning = asyncio.create_task(prune_forever([("analytics", analytics_store.prune),
                                                  ("audit", app[AUDIT].prune),
                                                  ("request log", request_log.prune)]))
@@ -241,6 +294,7 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app[SETTINGS], app[SECRETS], app[DATA_DIR] = settings, secrets, Path(data_dir)
     app[DEMO] = demo
     app[TRACK_LIMITER] = rate_limiter_from_settings(settings.section("analytics"), "track")
+    app[DASHBOARD] = DashboardConfig.from_settings(settings, public_url_of(settings))  # a bad value stops start-up
     route_access: dict[web.AbstractRoute, Access] = {}
     route_audit: dict[web.AbstractRoute, str] = {}
     for route in ROUTES:

@@ -1,4 +1,5 @@
-"""The control plane's SQLite database (aiosqlite, WAL): zones' metadata, tokens, manifest history.
+"""The control plane's SQLite database (aiosqlite, WAL): zones' metadata, tokens, manifest history,
+sign-in state (failed attempts, signed-out sessions, passkeys and their pending challenges).
 
 Other modules (analytics, audit, the request log) open their own tables in the same file.
 """
@@ -49,6 +50,35 @@ CREATE TABLE IF NOT EXISTS domains (
 CREATE TABLE IF NOT EXISTS blob_hashes (
     blob_id TEXT PRIMARY KEY,
     sha256 TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS login_attempts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a late release cannot remove another attempt
+    key TEXT NOT NULL,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS login_attempts_by_key ON login_attempts (key, at);
+CREATE TABLE IF NOT EXISTS ended_sessions (
+    nonce TEXT PRIMARY KEY,
+    expires INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS passkeys (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    public_key BLOB NOT NULL,
+    algorithm INTEGER NOT NULL,
+    sign_count INTEGER NOT NULL,
+    transports TEXT NOT NULL,
+    device_type TEXT,
+    backed_up INTEGER NOT NULL DEFAULT 0,
+    aaguid TEXT,
+    created_at TEXT NOT NULL,
+    last_used_at TEXT
+);
+CREATE TABLE IF NOT EXISTS webauthn_challenges (
+    challenge TEXT PRIMARY KEY,
+    purpose TEXT NOT NULL,
+    ip TEXT NOT NULL,
+    expires REAL NOT NULL
 );
 """
 

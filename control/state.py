@@ -11,12 +11,16 @@ from control.analytics.ingest import SeenBatches
 from control.analytics.store import AnalyticsStore
 from control.audit import AuditLog
 from control.cluster.registry import EdgeRegistry
+from control.dashboard_config import DashboardConfig
 from control.edge_config import EdgeConfigStore
 from control.manifest_store import ManifestStore
+from control.passkeys.ceremony import PasskeyCeremonies
 from control.publish import Publisher
 from control.quota import DailyQuota
 from control.rate_limit import RateLimiter
 from control.request_log import RequestLog
+from control.session import SessionBook
+from control.signin import SignIn
 from control.storage.git_store import GitStore
 from control.tokens import TokenStore
 from control.video.ingest import VideoIngester
@@ -43,10 +47,18 @@ ANALYTICS_BATCHES = web.AppKey("analytics_batches", SeenBatches)
 TRACK_LIMITER = web.AppKey("track_limiter", RateLimiter)  # POST /api/analytics, per client
 AUDIT = web.AppKey("audit", AuditLog)
 REQUEST_LOG = web.AppKey("request_log", RequestLog)
+DASHBOARD = web.AppKey("dashboard", DashboardConfig)
+SESSIONS = web.AppKey("sessions", SessionBook)
+SIGN_IN = web.AppKey("sign_in", SignIn)
+PASSKEYS = web.AppKey("passkeys", PasskeyCeremonies)
 
 
 def public_url(app: web.Application) -> str:
-    settings = app[SETTINGS]
+    return public_url_of(app[SETTINGS])
+
+
+def public_url_of(settings: Settings) -> str:
+    """server.public_url, else http://<host>:<edge_port> (where `assetcdn up` serves)."""
     configured = settings.get("server", "public_url")
     if configured:
         return configured.rstrip("/")

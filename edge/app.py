@@ -40,8 +40,9 @@ class Route:
 
 
 # CDN paths come first (the hot path: the router tries routes in order) and exclude what the other
-# routes serve; then specific /api routes, then the forwarder for the rest of /api.
-CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/).+}"
+# routes serve; then specific /api routes, then the forwarder for the rest of /api and for the
+# dashboard (served by control; `dashboard` is a reserved zone name, so no CDN path is lost).
+CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/|dashboard(?:/|$)).+}"
 PUBLIC_ROUTES: tuple[Route, ...] = (
     Route("GET", CDN_PATH, delivery.serve_asset),
     Route("HEAD", CDN_PATH, delivery.serve_asset),
@@ -62,6 +63,8 @@ PUBLIC_ROUTES: tuple[Route, ...] = (
     Route("HEAD", "/api/stream", stream.stream),
     Route("OPTIONS", "/api/stream", stream.preflight),
     Route("*", r"/api/{tail:[\s\S]*}", forward_to_control),  # newlines too: control answers 400 (or acts)
+    Route("*", "/dashboard", forward_to_control),
+    Route("*", r"/dashboard/{tail:[\s\S]*}", forward_to_control),
 )
 CLUSTER_ROUTES: tuple[Route, ...] = (
     Route("POST", PREFIX + "/push", cluster.push),

@@ -1,5 +1,6 @@
-"""Forward every /api/... path the edge does not serve itself to control: method, headers and status
-pass through, responses (SSE included) are streamed, and X-Forwarded-For is added.
+"""Forward every /api/... path the edge does not serve itself, and /dashboard, to control: method,
+headers (repeated ones too: Cookie in, Set-Cookie out) and status pass through, responses (SSE
+included) are streamed, and X-Forwarded-For is added.
 
 A request body is received whole (decoded, bounded in size and time) before control is asked
 (edge/proxied_body.py), so the pool of connections to control (``proxy_pool_size``) only ever holds
@@ -15,6 +16,7 @@ import logging
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 from yarl import URL
 
 from edge.proxied_body import ProxiedBody, receive_body
@@ -55,10 +57,10 @@ def _body_limit(request: web.Request) -> int:
     return max(upload * 4 // 3 + MB, 100 * MB)
 
 
-def _forward_headers(request: web.Request, body: ProxiedBody | None) -> dict[str, str]:
-    headers = {k: v for k, v in request.headers.items() if k.lower() not in REQUEST_SKIPPED}
+def _forward_headers(request: web.Request, body: ProxiedBody | None) -> CIMultiDict[str]:
+    headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in REQUEST_SKIPPED)
     peer = request.remote or ""
-    prior = request.headers.get("X-Forwarded-For")
+    prior = ", ".join(request.headers.getall("X-Forwarded-For", []))
     headers["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
     headers["X-Forwarded-Host"] = request.host
     headers["X-Forwarded-Proto"] = request.scheme
@@ -98,7 +100,8 @@ async def _exchange(request: web.Request, body: ProxiedBody | None, timeout_s: f
             async with session.request(request.method, url, headers=_forward_headers(request, body),
                                        data=body.payload() if body is not None else None,
                                        allow_redirects=False) as upstream:
-                headers = {k: v for k, v in upstream.headers.items() if k.lower() not in RESPONSE_SKIPPED}
+                headers = CIMultiDict((k, v) for k, v in upstream.headers.items()
+                                      if k.lower() not in RESPONSE_SKIPPED)
                 response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
                 streaming = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
                 if streaming:

@@ -35,7 +35,7 @@ MAX_RESTARTS = 5
 CRASH_WINDOW_S = 60.0
 # The keys a user passes to the API (named in `up`'s output); the internal secrets are never mentioned.
 USER_KEYS = ("ASSETCDN_ACCESS_KEY", "ASSETCDN_ACCOUNT_KEY", "ASSETCDN_PURGE_KEY", "ASSETCDN_ANALYTICS_KEY",
-             "ASSETCDN_METRICS_KEY")
+             "ASSETCDN_METRICS_KEY", "ASSETCDN_DASHBOARD_SECRET")
 STOP_GRACE_S = EXIT_DEADLINE_S + 2.0  # a child stops by itself within this, or it is killed
 KILL_WAIT_S = 5.0                     # for SIGKILLed processes to disappear
 LOCK_FILE = "up.lock"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -32,13 +33,22 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _ephemeral_start() -> int:
+    """The first port the kernel hands out for bind(0) (Linux: ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port_block(count: int) -> int:
-    """A base port such that base..base+count-1 are free on 127.0.0.1."""
+    """A base port such that base..base+count-1 are free on 127.0.0.1, chosen below the ephemeral
+    range: test servers running beside (bind to port 0) take ephemeral ports, often the very next
+    ones, and would otherwise grab a port of the block before `up` binds it."""
+    top = min(_ephemeral_start(), 65000) - count
     for _ in range(200):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            base = sock.getsockname()[1]
-        if base + count < 65000 and all(_port_free(base + i) for i in range(count)):
+        base = random.randrange(10000, top)
+        if all(_port_free(base + i) for i in range(count)):
             return base
     raise RuntimeError("no free port block")
 
