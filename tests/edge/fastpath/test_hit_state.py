@@ -157,6 +157,12 @@ async def test_a_body_larger_than_the_memory_tier_is_sent_from_its_file(make_hit
     assert answers[1].body == body[1000:2100000]
     assert answers[2].header("Content-Length") == str(len(body)) and answers[2].body == b""
     assert {a.header("X-Cache") for a in answers} == {"HIT"}
+    # The application's own delivery of the same file (a STALE hit, a variant's source) streams it
+    # from the file through the executor: whole, and any range of it.
+    plain = await cdn.plain()
+    await plain.send(request_bytes(f"/{FILE}") + request_bytes(f"/{FILE}", Range="bytes=3000000-"))
+    whole, tail = await plain.response(), await plain.response()
+    assert (whole.status, whole.body == body, tail.status, tail.body) == (200, True, 206, body[3000000:])
     # Purged while cached: the file is gone, the next request fetches it again.
     await cdn.purge({"urls": [f"/{FILE}"]})
     answer = await conn.request(f"/{FILE}")
