@@ -37,6 +37,7 @@ bench: setup
 	$(BIN)/python -m benchmarks.serve_bench
 	$(BIN)/python -m benchmarks.transform_bench
 	$(BIN)/python -m benchmarks.transform_budget_bench
+	$(BIN)/python -m benchmarks.webhook_bench
 	$(BIN)/python -m benchmarks.vision_bench
 
 # Cache hits per core beside Varnish and nginx (Debian packages, installed when missing); a few minutes.

@@ -56,6 +56,7 @@ from control.routes import (
     rules,
     storage,
     tokens,
+    webhooks,
     zones,
 )
 from control.session import SessionBook
@@ -89,6 +90,7 @@ from control.state import (
 from control.storage.git_store import GitStore
 from control.tokens import TokenStore
 from control.video.ingest import VideoIngester
+from control.webhooks.service import webhooks_context
 from control.zones_store import ZoneStore
 from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
@@ -118,6 +120,8 @@ ACCOUNT = accepts(Key.ACCOUNT)
 ZONES_READ = accepts(Key.ACCOUNT, scope="zones:read")
 ZONES_WRITE = accepts(Key.ACCOUNT, scope="zones:write")
 INSIGHTS_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="insights:read")
+WEBHOOKS_READ = accepts(Key.ACCOUNT, scope="webhooks:read")
+WEBHOOKS_WRITE = accepts(Key.ACCOUNT, scope="webhooks:write")
 SESSION = accepts(session=True)
 PASSKEYS_MANAGE = accepts(Key.ACCOUNT, session=True)  # the admin key too: list or remove without a browser
 AI_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="ai:read")
@@ -155,6 +159,12 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/tokens", tokens.create_token, ACCOUNT, "token.create"),
     Route("GET", "/api/tokens", tokens.list_tokens, ACCOUNT),
     Route("DELETE", "/api/tokens", tokens.revoke_token, ACCOUNT, "token.revoke"),
+    Route("GET", "/api/webhooks", webhooks.list_webhooks, WEBHOOKS_READ),
+    Route("POST", "/api/webhooks", webhooks.register_webhook, WEBHOOKS_WRITE, "webhook.create"),
+    Route("DELETE", "/api/webhooks", webhooks.delete_webhook, WEBHOOKS_WRITE, "webhook.delete"),
+    Route("GET", "/api/webhooks/deliveries", webhooks.list_deliveries, WEBHOOKS_READ),
+    Route("GET", "/api/webhooks/dead-letters", webhooks.list_dead_letters, WEBHOOKS_READ),
+    Route("POST", "/api/webhooks/replay", webhooks.replay_delivery, WEBHOOKS_WRITE, "webhook.replay"),
     Route("POST", "/api/purge", purge.purge, accepts(Key.PURGE, scope="purge:write"), "purge.execute"),
     Route("POST", "/api/pipeline", pipeline.run_pipeline, accepts(Key.ACCOUNT, scope="pipeline:write"),
           "pipeline.run"),
@@ -307,5 +317,6 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     # Unknown /api/... paths: 404 in the standard envelope (the envelope middleware renders it).
     app.router.add_route("*", "/api/{tail:.*}", _not_found)
     app.cleanup_ctx.append(_resources)
+    app.cleanup_ctx.append(webhooks_context)  # after _resources: it needs the database and the publisher
     app.on_shutdown.append(_end_log_streams)
     return app

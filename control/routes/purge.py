@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import orjson
 from aiohttp import web
 
+from control.publish import purge_acknowledgements
 from control.quota import seconds_until_tomorrow
 from control.request_body import read_body
 from control.state import PUBLISHER, PURGE_QUOTA
@@ -95,12 +96,10 @@ async def purge(request: web.Request) -> web.Response:
         await quota.give_back()  # a purge that was not recorded does not use the day's quota
         raise
     purged: Any = "everything" if command.get("everything") else command.get("urls") or command.get("tags")
-    acked, pending = fan_out.nodes()
+    _, pending = fan_out.nodes()
     return json_response({
         "success": True, "purged": purged, "remaining_today": remaining, "generation": generation.generation,
-        "edges": {"total": len(acked) + len(pending), "acknowledged": acked, "pending": pending,
-                  "elapsedMs": fan_out.elapsed_ms,
-                  "entriesRemoved": {name: reply.get("purged", 0) for name, reply in fan_out.results.items()}},
+        "edges": purge_acknowledgements(fan_out),  # the same facts purge.completed carries to webhooks
         "note": ("Purged on every edge." if not pending else
                  f"Not yet acknowledged by {', '.join(pending)}; they apply it when they catch up."),
         "dateCreated": utc_now_iso(),
