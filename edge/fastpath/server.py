@@ -176,7 +176,7 @@ class HitServer:
                     break
                 except FileNotFoundError:  # purged or evicted: the application fetches it again
                     pass
-            view.hits.pop(path, None)
+            self._drop(view, path)
             hit = obj = None
         else:
             return HAND_OVER
@@ -265,7 +265,7 @@ class HitServer:
         made = prepare(self.node, self.config, view, text)
         hits = view.hits
         if made is None:
-            hits.pop(path, None)
+            self._drop(view, path)
             return None
         hit, obj = made
         # Kept only when the next request can find the body again the same way (memory tier or file).
@@ -284,6 +284,10 @@ class HitServer:
                 self.prepared += 1
             hits[path] = hit
         return made
+
+    def _drop(self, view: HostView, path: bytes) -> None:
+        if view.hits.pop(path, None) is not None:
+            self.prepared -= 1
 
     def _forget_hosts(self) -> None:
         self.hosts = {}
