@@ -45,6 +45,7 @@ from control.routes import (
     assets,
     audit_logs,
     cluster,
+    dashboard,
     dashboard_login,
     domains,
     health,
@@ -112,16 +113,20 @@ class Route:
     audit: str | None = None      # the audit action a successful call records (mutations)
 
 
+# The dashboard's session (`session=True`) is accepted on the routes the dashboard uses: storage, zones,
+# domains, rules, statistics and insights, tokens, purge, webhooks, logs and its status. A state-changing call
+# with it must come from the dashboard's origin (control.auth), so other sites cannot forge one.
 STORAGE_READ = accepts(Key.ACCESS, scope="storage:read", session=True)
-STORAGE_HEAD = accepts(Key.ACCESS, scope="storage:read")
-STORAGE_WRITE = accepts(Key.ACCESS, scope="storage:write")
-ASSETS_READ = accepts(Key.ACCESS, scope="assets:read")
-ACCOUNT = accepts(Key.ACCOUNT)
-ZONES_READ = accepts(Key.ACCOUNT, scope="zones:read")
-ZONES_WRITE = accepts(Key.ACCOUNT, scope="zones:write")
-INSIGHTS_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="insights:read")
-WEBHOOKS_READ = accepts(Key.ACCOUNT, scope="webhooks:read")
-WEBHOOKS_WRITE = accepts(Key.ACCOUNT, scope="webhooks:write")
+STORAGE_HEAD = accepts(Key.ACCESS, scope="storage:read", session=True)
+STORAGE_WRITE = accepts(Key.ACCESS, scope="storage:write", session=True)
+ASSETS_READ = accepts(Key.ACCESS, scope="assets:read", session=True)
+ACCOUNT = accepts(Key.ACCOUNT, session=True)
+ZONES_READ = accepts(Key.ACCOUNT, scope="zones:read", session=True)
+ZONES_WRITE = accepts(Key.ACCOUNT, scope="zones:write", session=True)
+INSIGHTS_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="insights:read", session=True)
+PURGE = accepts(Key.PURGE, scope="purge:write", session=True)
+WEBHOOKS_READ = accepts(Key.ACCOUNT, scope="webhooks:read", session=True)
+WEBHOOKS_WRITE = accepts(Key.ACCOUNT, scope="webhooks:write", session=True)
 SESSION = accepts(session=True)
 PASSKEYS_MANAGE = accepts(Key.ACCOUNT, session=True)  # the admin key too: list or remove without a browser
 AI_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="ai:read")
@@ -165,7 +170,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/webhooks/deliveries", webhooks.list_deliveries, WEBHOOKS_READ),
     Route("GET", "/api/webhooks/dead-letters", webhooks.list_dead_letters, WEBHOOKS_READ),
     Route("POST", "/api/webhooks/replay", webhooks.replay_delivery, WEBHOOKS_WRITE, "webhook.replay"),
-    Route("POST", "/api/purge", purge.purge, accepts(Key.PURGE, scope="purge:write"), "purge.execute"),
+    Route("POST", "/api/purge", purge.purge, PURGE, "purge.execute"),
     Route("POST", "/api/pipeline", pipeline.run_pipeline, accepts(Key.ACCOUNT, scope="pipeline:write"),
           "pipeline.run"),
     Route("GET", "/api/passkeys", passkeys.list_passkeys, PASSKEYS_MANAGE),
@@ -181,8 +186,10 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/dashboard/logout", dashboard_login.logout),
     Route("GET", "/dashboard/setup-passkey", dashboard_login.passkeys_page),
     Route("GET", r"/dashboard/{name:login\.(?:js|css)}", dashboard_login.asset),
-    Route("GET", "/dashboard", dashboard_login.home),  # placeholders until the dashboard UI
-    Route("GET", "/dashboard/", dashboard_login.home),
+    Route("GET", "/dashboard", dashboard.to_home),
+    Route("GET", "/dashboard/", dashboard.page),
+    Route("GET", r"/dashboard/static/{path:[A-Za-z0-9._/-]+}", dashboard.static),
+    Route("GET", "/api/dashboard/status", dashboard.status, ACCOUNT),
     Route("GET", "/api/ai/alt-text", ai.alt_text, AI_READ),
     Route("POST", "/api/ai/alt-text", ai.alt_text, AI_READ),
     Route("GET", "/api/ai/moderate", ai.moderate, AI_READ),

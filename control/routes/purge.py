@@ -1,7 +1,8 @@
 """POST /api/purge: exactly one of `urls` (max 30), `tags` (max 30) or `purge_everything: true`.
 
 A purge becomes a manifest generation, pushed to every edge; the response says which edges
-acknowledged it and how many entries they dropped. Errors use the legacy envelope.
+acknowledged it, how many entries they dropped and how long each edge worker took to acknowledge
+(`edges.latencyMs`). Errors use the legacy envelope.
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ async def purge(request: web.Request) -> web.Response:
     _, pending = fan_out.nodes()
     return json_response({
         "success": True, "purged": purged, "remaining_today": remaining, "generation": generation.generation,
-        "edges": purge_acknowledgements(fan_out),  # the same facts purge.completed carries to webhooks
+        # The facts purge.completed carries to webhooks, and how long each edge worker took to acknowledge.
+        "edges": {**purge_acknowledgements(fan_out), "latencyMs": fan_out.latencies_ms},
         "note": ("Purged on every edge." if not pending else
                  f"Not yet acknowledged by {', '.join(pending)}; they apply it when they catch up."),
         "dateCreated": utc_now_iso(),

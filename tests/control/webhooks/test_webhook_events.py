@@ -81,7 +81,11 @@ async def test_deliveries_are_signed_and_shaped(control: TestClient, receiver: R
     assert got.headers["Content-Type"] == "application/json"
     assert got.headers["User-Agent"].startswith("assetcdn-webhook/")
     assert got.headers["X-Webhook-Event"] == "zone.created"
-    assert got.headers["X-Webhook-Id"] and got.headers["X-Webhook-Attempt"] == "1"
+    # Usually attempt 1; on a starved machine the first try can overrun the 5 s delivery timeout
+    # before the receiver has read it, and the retry (same id) is the one delivered.
+    assert got.headers["X-Webhook-Id"]
+    assert int(got.headers["X-Webhook-Attempt"]) >= 1
+    assert set(receiver.arrival_ids["all"]) == {got.headers["X-Webhook-Id"]}
 
 
 async def test_refused_mutations_emit_nothing(control: TestClient, receiver: Receiver) -> None:
