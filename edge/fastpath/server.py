@@ -66,8 +66,6 @@ class HitServer:
         self.wanted.setdefault(str(settings.get("analytics", "country_header")).lower().encode(), COUNTRY)
         self.memory = self.node.cache.memory
         self._sync_purges = self.node.cache.sync_purges
-        self._control = self.node.control
-        self._reachability_window_s = self.node.reachability_window_s
         self.loop = asyncio.get_running_loop()
         self.ids = RequestIds()
         self.connections: set[HitProtocol] = set()
@@ -115,8 +113,9 @@ class HitServer:
             self._forget_hosts()
         self._sync_purges()
         self.entries = node.replica.entries
-        # EdgeNode.control_reachable, inline: a hit would be STALE when control has not answered lately.
-        self.reachable = time.monotonic() - self._control.last_success <= self._reachability_window_s
+        # EdgeNode.control_reachable: a hit is STALE when control has not answered lately or the
+        # circuit breaker has it down; the application answers those.
+        self.reachable = self.node.control_reachable()
         self.started = time.perf_counter()
 
     def answer(self, conn: HitProtocol, buf: bytes, pos: int, head_end: int, out: list[Any]) -> int:
