@@ -133,13 +133,6 @@ async def passkeys_page(request: web.Request) -> web.Response:
     return _page(request, "passkeys.html")
 
 
-async def home(request: web.Request) -> web.Response:
-    """Placeholder for the dashboard UI: says who is signed in and links to passkeys and sign-out."""
-    if not await _signed_in(request):
-        return _redirect(LOGIN_PATH, [])
-    return _page(request, "home.html")
-
-
 async def asset(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     content_type = ASSETS.get(name)
