@@ -83,15 +83,20 @@ def _haar() -> tuple[cv2.CascadeClassifier, cv2.CLAHE]:
     return found
 
 
-def rgb_pixels(image: pyvips.Image) -> np.ndarray:
-    """An H x W x 3 uint8 sRGB array of `image` (alpha flattened onto white, any colour space)."""
+def srgb_uchar(image: pyvips.Image) -> pyvips.Image:
+    """`image` as 3-band uint8 sRGB (alpha flattened onto white, any colour space)."""
     if image.hasalpha():
         image = image.flatten(background=[255, 255, 255])
     if image.interpretation != "srgb" or image.format != "uchar":
         image = image.colourspace("srgb").cast("uchar")
     if image.bands == 1:
         image = image.bandjoin([image, image])
-    return np.ascontiguousarray(image.extract_band(0, n=3).numpy())
+    return image.extract_band(0, n=3)
+
+
+def rgb_pixels(image: pyvips.Image) -> np.ndarray:
+    """An H x W x 3 uint8 sRGB array of `image` (alpha flattened onto white, any colour space)."""
+    return np.ascontiguousarray(srgb_uchar(image).numpy())
 
 
 def detect_faces_haar(pixels: np.ndarray) -> list[Face]:

@@ -15,7 +15,7 @@ import numpy as np
 import pillow_heif
 import pyvips
 
-from shared.faces import rgb_pixels
+from shared.faces import rgb_pixels, srgb_uchar
 from shared.svg_sanitize import sanitize_svg
 
 LOADERS = {
@@ -112,13 +112,7 @@ def _is_heif_not_avif(data: bytes) -> bool:
 
 
 def _flat(image: pyvips.Image) -> pyvips.Image:
-    if image.hasalpha():
-        image = image.flatten(background=[255, 255, 255])
-    if image.interpretation != "srgb" or image.format != "uchar":
-        image = image.colourspace("srgb").cast("uchar")
-    if image.bands == 1:
-        image = image.bandjoin([image, image])
-    return image.extract_band(0, n=3).copy_memory()
+    return srgb_uchar(image).copy_memory()
 
 
 def _thumbnail(data: bytes, fmt: str, size: int) -> pyvips.Image:
