@@ -23,6 +23,7 @@ from control.auth import (
     accepts,
     auth_middleware,
 )
+from control.chat.setup import open_chat
 from control.cluster.registry import EdgeRegistry
 from control.database import open_database
 from control.demo import install_demo
@@ -30,6 +31,7 @@ from control.edge_config import EdgeConfigStore
 from control.manifest_store import ManifestStore
 from control.publish import Publisher
 from control.quota import DailyQuota
+from control.rate_limit import MemoryWindowCounter
 from control.recording import ROUTE_AUDIT, audit_middleware, request_log_middleware
 from control.request_log import RequestLog
 from control.retention import prune_forever
@@ -37,6 +39,7 @@ from control.routes import (
     analytics,
     assets,
     audit_logs,
+    chat,
     cluster,
     domains,
     health,
@@ -45,14 +48,18 @@ from control.routes import (
     pipeline,
     purge,
     rules,
+    search,
     storage,
     tokens,
     zones,
 )
+from control.search.setup import open_search
 from control.state import (
     ANALYTICS,
     ANALYTICS_BATCHES,
     AUDIT,
+    CHAT,
+    CHAT_QUOTA,
     DATA_DIR,
     DB,
     DEMO,
@@ -61,8 +68,11 @@ from control.state import (
     MANIFEST,
     PUBLISHER,
     PURGE_QUOTA,
+    RATE_COUNTER,
     REGISTRY,
     REQUEST_LOG,
+    SEARCH,
+    SEARCH_INDEX,
     SECRETS,
     SETTINGS,
     TOKENS,
@@ -137,6 +147,8 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/purge", purge.purge, accepts(Key.PURGE, scope="purge:write"), "purge.execute"),
     Route("POST", "/api/pipeline", pipeline.run_pipeline, accepts(Key.ACCOUNT, scope="pipeline:write"),
           "pipeline.run"),
+    Route("GET", "/api/search", search.search),
+    Route("POST", "/api/chat", chat.chat),
     Route("GET", "/api/health", health.health),
     Route("GET", "/api/logs", logs.logs, ACCOUNT),
     Route("GET", "/metrics", metrics_handler),
@@ -188,7 +200,13 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     await app[AUDIT].open()
     pruning = asyncio.create_task(prune_forever([("analytics", analytics_store.prune),
                                                  ("audit", app[AUDIT].prune)]))
+    app[RATE_COUNTER] = MemoryWindowCounter()
+    app[SEARCH_INDEX], app[SEARCH] = await open_search(settings, data_dir, manifest, app[PUBLISHER])
+    app[CHAT_QUOTA], app[CHAT], chat_session = open_chat(settings, db, app[SEARCH])
     yield
+    await chat_session.close()
+    app[SEARCH].close()
+    await app[SEARCH_INDEX].close()
     pruning.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await pruning

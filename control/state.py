@@ -10,12 +10,17 @@ from aiohttp import web
 from control.analytics.ingest import SeenBatches
 from control.analytics.store import AnalyticsStore
 from control.audit import AuditLog
+from control.chat.concierge import Concierge
+from control.chat.quota import ChatQuota
 from control.cluster.registry import EdgeRegistry
 from control.edge_config import EdgeConfigStore
 from control.manifest_store import ManifestStore
 from control.publish import Publisher
 from control.quota import DailyQuota
+from control.rate_limit import WindowCounter
 from control.request_log import RequestLog
+from control.search.engine import SearchEngine
+from control.search.index import SearchIndex
 from control.storage.git_store import GitStore
 from control.tokens import TokenStore
 from control.video.ingest import VideoIngester
@@ -41,6 +46,11 @@ ANALYTICS = web.AppKey("analytics", AnalyticsStore)
 ANALYTICS_BATCHES = web.AppKey("analytics_batches", SeenBatches)
 AUDIT = web.AppKey("audit", AuditLog)
 REQUEST_LOG = web.AppKey("request_log", RequestLog)
+RATE_COUNTER = web.AppKey("rate_counter", WindowCounter)
+SEARCH_INDEX = web.AppKey("search_index", SearchIndex)
+SEARCH = web.AppKey("search", SearchEngine)
+CHAT = web.AppKey("chat", Concierge)
+CHAT_QUOTA = web.AppKey("chat_quota", ChatQuota)
 
 
 def public_url(app: web.Application) -> str:

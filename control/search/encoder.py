@@ -13,6 +13,7 @@ import importlib.metadata
 import json
 import logging
 import math
+import threading
 import time
 import zipfile
 from collections.abc import Sequence
@@ -127,7 +128,8 @@ class SentenceEncoder:
         """Unit vectors, one row per text (float32). Texts are batched by length to pad little."""
         if not texts:
             return np.zeros((0, DIMENSIONS), dtype=np.float32)
-        encodings = self.tokenizer.encode_batch(list(texts))
+        # One at a time: encode_batch would start the tokenizers library's own thread pool.
+        encodings = [self.tokenizer.encode(text) for text in texts]
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
         for start in range(0, len(order), BATCH):
@@ -176,10 +178,18 @@ class LoadedModel:
     load_seconds: float
 
 
-@functools.cache
+_LOAD_LOCK = threading.Lock()
+
+
 def load_packaged_model() -> LoadedModel:
     """Load the packaged model once per process: its weights are immutable, and every control app in
     the process (tests start many) shares them. Raises ModelUnavailable when the package is absent."""
+    with _LOAD_LOCK:
+        return _load_packaged_model()
+
+
+@functools.cache
+def _load_packaged_model() -> LoadedModel:
     started = time.perf_counter()
     path = packaged_model_zip()
     try:
