@@ -92,7 +92,7 @@ def split_passages(markdown: str, source: str = "readme") -> list[Passage]:
             if chunk and len(chunk) + len(block) + 1 > MAX_PASSAGE:
                 passages.append(_passage(source, title, chunk, seen))
                 chunk = ""
-            chunk = f"{chunk} {block}".strip()
+            chunk = f"{chunk}\n{block}".strip()  # one block (paragraph, list item) per line
             while len(chunk) > MAX_PASSAGE:  # one very long block: cut at a sentence end if there is one
                 cut = chunk.rfind(". ", 0, MAX_PASSAGE)
                 cut = cut + 1 if cut > MAX_PASSAGE // 2 else MAX_PASSAGE

@@ -160,7 +160,12 @@ SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\"'])")
 
 
 def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in SENTENCE.split(text) if len(s.strip()) > 2]
+    """A passage's sentences: its lines (paragraphs, list items without their bullet) split at sentence ends."""
+    found = []
+    for line in text.splitlines():
+        line = re.sub(r"^(?:[-*]|\d+\.)\s+", "", line.strip())
+        found += [s.strip() for s in SENTENCE.split(line) if len(s.strip()) > 2 and not set(s.strip()) <= set("|-: ")]
+    return found
 
 
 def extractive_answer(question: str, retrieved: Retrieved, encoder: SentenceEncoder | None,
@@ -173,15 +178,18 @@ def extractive_answer(question: str, retrieved: Retrieved, encoder: SentenceEnco
         candidates = [(i, s) for i, p in enumerate(relevant[:3]) for s in _sentences(p.passage.text)]
         if encoder is not None and len(candidates) > max_sentences:
             scores = encoder.encode([s for _, s in candidates]) @ encoder.encode_one(question)
+            # The best passage's lead sentence always: it names the thing (an endpoint, a setting) that
+            # its other sentences qualify, and those tend to score higher on a question's wording.
+            scores[0] = np.inf
             chosen = sorted(np.argsort(-scores)[:max_sentences])
         else:
             chosen = list(range(min(len(candidates), max_sentences)))
-        by_passage: dict[int, list[str]] = {}
+        by_section: dict[str, list[str]] = {}   # passages of one README section read as one
         for k in chosen:
             i, sentence = candidates[int(k)]
-            by_passage.setdefault(i, []).append(sentence)
-        for i, sentences in sorted(by_passage.items()):
-            parts.append(f"From \"{relevant[i].passage.title}\": {' '.join(sentences)}")
+            by_section.setdefault(relevant[i].passage.title, []).append(sentence)
+        for title, sentences in by_section.items():
+            parts.append(f"From \"{title}\": {' '.join(sentences)}")
     assets = [h for h in retrieved.assets if h.score > 0.5][:5]
     if assets:
         listed = "; ".join(f"{h.entry.path} ({h.entry.format}, {h.entry.size} bytes)" for h in assets)

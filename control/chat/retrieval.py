@@ -1,19 +1,21 @@
 """What the chat answers from: the closest documentation passages and catalog assets to a question.
 
 Passages are embedded on the first question (about 60 of them; a second or two of one core, on a
-worker thread) and kept; assets come from the search engine, so they are the same matches
+worker thread) and kept for the process; assets come from the search engine, so they are the same matches
 GET /api/search gives, on the same calibrated scale.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from control.chat.documentation import Passage
 from control.search.calibration import calibrate
+from control.search.encoder import SentenceEncoder
 from control.search.engine import SearchEngine, SearchHit
 from control.search.fuzzy import query_tokens
 
@@ -46,6 +48,15 @@ class Retrieved:
         return "high" if average > 0.75 else "medium" if average > 0.6 else "low"
 
 
+@functools.lru_cache(maxsize=4)
+def embed_passages(encoder: SentenceEncoder, texts: tuple[str, ...]) -> np.ndarray:
+    """Passage vectors, once per process for the same model and README (every control app of a test
+    process shares them, as it shares the model)."""
+    vectors = encoder.encode(list(texts))
+    vectors.setflags(write=False)
+    return vectors
+
+
 class ChatRetriever:
     def __init__(self, passages: list[Passage], search: SearchEngine) -> None:
         self.passages = passages
@@ -59,9 +70,9 @@ class ChatRetriever:
             return None
         async with self._lock:
             if self._vectors is None:
-                texts = [p.embedding_text() for p in self.passages]
+                texts = tuple(p.embedding_text() for p in self.passages)
                 self._vectors = await asyncio.get_running_loop().run_in_executor(
-                    self.search.executor, encoder.encode, texts)
+                    self.search.executor, embed_passages, encoder, texts)
         return self._vectors
 
     async def retrieve(self, question: str) -> Retrieved:
