@@ -22,7 +22,7 @@ from control.chat.retrieval import Retrieved
 from control.search.encoder import SentenceEncoder
 
 FOLLOW_UPS = "FOLLOW_UPS:"
-MAX_LINE = 1024 * 1024   # one SSE line from the model; longer is a broken stream
+MAX_ANSWER_CHARS = 32_000   # an answer longer than this (whatever max_tokens said) is a runaway model
 
 
 class GenerationFailed(Exception):
@@ -129,13 +129,12 @@ class ChatModel:
     @staticmethod
     async def tokens(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
         """The streamed text pieces of an opened completion. Raises GenerationFailed when the stream breaks."""
+        produced = 0
         try:
             while True:
-                line = await response.content.readline()
+                line = await response.content.readline()  # a line beyond aiohttp's limit raises ValueError
                 if not line:
                     raise GenerationFailed("the chat model closed the stream before it finished")
-                if len(line) > MAX_LINE:
-                    raise GenerationFailed("the chat model sent an oversized frame")
                 text = line.strip()
                 if not text.startswith(b"data:"):
                     continue
@@ -149,6 +148,9 @@ class ChatModel:
                 except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
                     raise GenerationFailed("the chat model sent a frame that is not a chat completion chunk") from None
                 if piece:
+                    produced += len(piece)
+                    if produced > MAX_ANSWER_CHARS:
+                        raise GenerationFailed("the chat model's answer ran past the length limit")
                     yield piece
                 if choice.get("finish_reason"):
                     return

@@ -1,6 +1,7 @@
 """POST /api/chat: the concierge's answer as Server-Sent Events (public).
 
 400 ``Invalid JSON body`` / ``Message is required`` and 429 ``limit_reached`` use the legacy envelope.
+Besides the month's questions, one client IP may ask ``[ai] chat_rate_limit_per_minute`` a minute.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from aiohttp import web
 
 from control.chat.conversation import parse_question
 from control.chat.sse import HEADERS, frame
+from control.recording import request_ip
 from control.request_body import read_body
-from control.state import CHAT, CHAT_QUOTA
+from control.state import CHAT, CHAT_QUOTA, RATE_COUNTER, SETTINGS
 from shared.errors import ApiError, LegacyError, as_legacy
 
 log = logging.getLogger(__name__)
@@ -24,6 +26,12 @@ MONTHLY_LIMIT_MESSAGE = "Monthly query limit reached. The Concierge will be back
 
 
 async def chat(request: web.Request) -> web.StreamResponse:
+    per_minute = request.app[SETTINGS].get("ai", "chat_rate_limit_per_minute")
+    decision = await request.app[RATE_COUNTER].hit(f"chat:{request_ip(request)}", per_minute, 60)
+    if not decision.allowed:
+        raise LegacyError(429, "rate_limit_exceeded",
+                          f"Rate limit exceeded: at most {decision.limit} chat questions a minute per client. "
+                          f"Retry in {decision.retry_after_s} s.", headers=decision.headers())
     try:
         raw = await read_body(request, BODY_LIMIT)
     except ApiError as exc:  # 413 from the shared body reader, in this route's envelope

@@ -18,6 +18,15 @@ CATEGORY_PHRASES = {"banners": "banner image", "logos": "logo", "icons": "app ic
                     "titles": "title card", "photos": "photo"}
 
 
+PRIVATE_CATEGORY = "private"
+
+
+def searchable(entry: ManifestEntry) -> bool:
+    """Public search and chat never show the `private` category: those assets are served only through
+    signed URLs (edge/access.py), and even their names stay out of public answers."""
+    return entry.category != PRIVATE_CATEGORY
+
+
 def words(text: str) -> str:
     return " ".join(WORDS.findall(text.lower()))
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from control.manifest_store import ManifestStore
+from control.search.asset_text import searchable
 from control.search.calibration import calibrate
 from control.search.encoder import SentenceEncoder
 from control.search.fuzzy import FuzzyDocument, fuzzy_scores
@@ -96,10 +97,12 @@ class FuzzyCatalog:
         self._by_path: dict[str, FuzzyDocument] = {}
 
     def sync(self, manifest: ManifestStore) -> None:
-        if manifest.generation == self.generation and len(self._by_path) == len(manifest.entries):
+        if manifest.generation == self.generation:
             return
         by_path = {}
         for path, entry in manifest.entries.items():
+            if not searchable(entry):
+                continue
             doc = self._by_path.get(path)
             by_path[path] = doc if doc is not None and doc.entry is entry else FuzzyDocument.of(entry)
         self._by_path = by_path

@@ -19,6 +19,7 @@ from shared.manifest import ManifestEntry
 TOKEN = re.compile(r"[a-z0-9]{2,}")
 WORD = re.compile(r"[a-z0-9]+")
 MAX_TOKENS = 32          # a query's tokens beyond this are ignored (bounded work per request)
+MAX_TYPO_TOKENS = 8      # typo matching (an edit distance per vocabulary word) for the first 8 only
 TYPO_CREDIT = {1: 0.8, 2: 0.6}
 
 
@@ -92,7 +93,7 @@ def fuzzy_scores(query: str, documents: list[FuzzyDocument], vocabulary: Iterabl
     if not tokens:
         return [0.0] * len(documents)
     vocabulary = tuple(vocabulary)
-    credits = [typo_credits(token, vocabulary) for token in tokens]
+    credits = [typo_credits(token, vocabulary) if i < MAX_TYPO_TOKENS else {} for i, token in enumerate(tokens)]
     scores = []
     for doc in documents:
         matched = 0.0

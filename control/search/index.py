@@ -22,7 +22,7 @@ import aiosqlite
 import numpy as np
 
 from control.manifest_store import ManifestStore, is_asset_path
-from control.search.asset_text import describe, text_key
+from control.search.asset_text import describe, searchable, text_key
 from control.search.encoder import (
     DIMENSIONS,
     ModelUnavailable,
@@ -185,9 +185,10 @@ class SearchIndex:
         assert self.encoder is not None and self._db is not None
         model_id = self.encoder.model_id
         stale: list[tuple[str, str, str]] = []
-        removed = [p for p in paths if p not in self.manifest.entries and p in self._stored]
+        entries = {p: e for p in paths if (e := self.manifest.entries.get(p)) is not None and searchable(e)}
+        removed = [p for p in paths if p not in entries and p in self._stored]
         for path in sorted(paths):
-            entry = self.manifest.entries.get(path)
+            entry = entries.get(path)
             if entry is None:
                 continue
             text = describe(entry, self.alt_text(path))

@@ -241,3 +241,20 @@ async def test_a_client_that_leaves_stops_the_generation_upstream(make_control: 
     resp.close()                                  # the client goes away mid-answer
     # The model notices (its writes fail) long before its 10,000 words are out.
     await asyncio.wait_for(model.went_away.wait(), timeout=20)
+
+
+async def test_one_client_is_limited_per_minute(make_control: MakeControl) -> None:
+    client = await make_control(ai_chat_rate_limit_per_minute="2")
+    for _ in range(2):
+        resp, _ = await ask(client, {"message": "What is a zone?"})
+        assert resp.status == 200
+    resp = await client.post("/api/chat", json={"message": "What is a zone?"})
+    assert resp.status == 429
+    body = await resp.json()
+    assert body["error"] == "rate_limit_exceeded" and "2 chat questions a minute" in body["Message"]
+    assert resp.headers["X-RateLimit-Remaining"] == "0" and int(resp.headers["Retry-After"]) >= 1
+    other = await client.post("/api/chat", json={"message": "What is a zone?"},
+                              headers={"X-Forwarded-For": "198.51.100.4"})
+    assert other.status == 200
+    frames = parse_sse(await other.text())
+    assert frames[0][1]["remaining"] == 997       # the refused question was not counted in the month

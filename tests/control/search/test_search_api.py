@@ -137,3 +137,9 @@ async def test_without_the_model_search_is_fuzzy_and_still_typo_tolerant(make_co
 def test_limit_values_are_clamped_not_refused() -> None:
     assert [parse_limit(v) for v in (None, "", "0", "-3", "1", "20", "50", "51", "500", "x", "2.5")] == \
         [20, 20, 1, 1, 1, 20, 50, 50, 50, 20, 20]
+
+
+async def test_private_assets_stay_out_of_public_search(control: TestClient) -> None:
+    await upload(control, "autoworld/v1/private/red-sports-car-contract.pdf")
+    for q in ("red sports car contract", "contract", "private"):
+        assert all(r["category"] != "private" for r in (await search(control, q))["results"])
