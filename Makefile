@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Where `assetcdn up` keeps its data (conf/default.toml [server] data_dir, or its environment override).
+DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test lint bench clean wipe-data
 
 # Browser-test prerequisites (Debian chromium, hls.js from npm) are best effort: without them the
 # browser test skips and says why.
@@ -35,7 +37,21 @@ bench: setup
 	$(BIN)/python -m benchmarks.propagation_bench
 	$(BIN)/python -m benchmarks.serve_bench
 	$(BIN)/python -m benchmarks.transform_bench
+	$(BIN)/python -m benchmarks.transform_budget_bench
 	$(BIN)/python -m benchmarks.search_bench
 
+# Build output only: the virtualenv and caches. Never the data directory.
 clean:
-	rm -rf $(VENV) var .pytest_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	find . -path './$(DATA_DIR)' -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# Deletes the data directory: the git repository with every stored file, the database and the
+# secrets. Nothing can be recovered afterwards, so it runs only as `make wipe-data CONFIRM=yes`.
+wipe-data:
+ifeq ($(CONFIRM),yes)
+	rm -rf -- '$(DATA_DIR)'
+else
+	@echo "wipe-data deletes $(DATA_DIR)/: every stored file, the database and the secrets, for good." >&2
+	@echo "To do that, run: make wipe-data CONFIRM=yes" >&2
+	@exit 1
+endif

@@ -7,26 +7,34 @@ WebP, JPEG and AVIF, sequentially, with no cache. The "raw pyvips" column is
 `thumbnail_buffer` + save with the same encoder settings, so the difference is the service's
 own overhead (header read and checks, options, step loop, deadline callback). libvips'
 operation cache is switched off for both, or repeated loads of one buffer would be free.
-Also printed: AVIF encode time and size by effort, and cover crops by gravity.
+Also printed: AVIF encode time and size by effort, and cover crops by gravity, and (first)
+the throughput of 400 px WebP transforms through the edge's image pool of worker processes
+beside the same jobs in a pool of threads in this process (how the edge ran them before),
+`--pool-jobs` jobs per round, rounds alternated.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import pyvips
 
+from edge.image_pool import ImagePool
 from edge.transform import encode as encoders
-from edge.transform.options import parse_transform_options
+from edge.transform.jobs import transform_variant
+from edge.transform.limits import TransformLimits
+from edge.transform.options import TransformOptions, parse_transform_options
 from edge.transform.pipeline import run_transform
 from edge.transform.placeholders import make_blurhash_placeholder, make_lqip
 
 WIDTH, HEIGHT = 2000, 1333
-MAX_PIXELS = 50_000_000
+LIMITS = TransformLimits(max_pixels=50_000_000, time_budget_s=30)
 
 
 def photo_jpeg() -> bytes:
@@ -67,6 +75,45 @@ def measure_pair(first: Callable[[], bytes], second: Callable[[], bytes],
     return statistics.median(times[0]), statistics.median(times[1]), size
 
 
+def threads_rate(source: bytes, opts: TransformOptions, concurrency: int, jobs: int) -> float:
+    """Transforms/s of `jobs` WebP transforms in `concurrency` threads of this process."""
+    with ThreadPoolExecutor(concurrency) as threads:
+        start = time.perf_counter()
+        list(threads.map(lambda _: run_transform(source, "jpeg", opts, "webp", LIMITS).body, range(jobs)))
+        return jobs / (time.perf_counter() - start)
+
+
+async def processes_rate(pool: ImagePool, source: bytes, opts: TransformOptions, jobs: int) -> float:
+    """Transforms/s of `jobs` WebP transforms through the image pool's worker processes."""
+    waiting = asyncio.Semaphore(pool.max_queued)   # what the edge accepts at once
+
+    async def one() -> None:
+        async with waiting:
+            await pool.run(transform_variant, "jpeg", opts, "webp", LIMITS, source)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(jobs)))
+    return jobs / (time.perf_counter() - start)
+
+
+async def pool_table(source: bytes, jobs: int, rounds: int) -> None:
+    print("\n| 400 px WebP, in parallel | threads in the edge (before) | worker processes (now) | change |")
+    print("|---|---|---|---|")
+    opts = parse_transform_options({"url": "bench/v1/banners/photo.jpg", "w": "400"})
+    for concurrency in (1, 2):
+        pool = ImagePool(concurrency, LIMITS)
+        pool.start()
+        await asyncio.gather(*(pool.run(transform_variant, "jpeg", opts, "webp", LIMITS, source)
+                               for _ in range(concurrency)))   # workers loaded
+        threads, processes = [], []
+        for _ in range(rounds):
+            threads.append(await asyncio.to_thread(threads_rate, source, opts, concurrency, jobs))
+            processes.append(await processes_rate(pool, source, opts, jobs))
+        await pool.close()
+        before, now = statistics.median(threads), statistics.median(processes)
+        print(f"| concurrency {concurrency} | {before:.1f}/s | {now:.1f}/s | {(now / before - 1) * 100:+.0f}% |")
+
+
 RAW_SAVERS: dict[str, Callable[[pyvips.Image], bytes]] = {
     "webp": lambda image: image.webpsave_buffer(Q=encoders.DEFAULT_QUALITY["webp"], effort=encoders.WEBP_EFFORT, keep="none"),
     "jpeg": lambda image: image.jpegsave_buffer(Q=encoders.DEFAULT_QUALITY["jpeg"], optimize_coding=True, keep="none"),
@@ -80,6 +127,8 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=0,
                         help="libvips worker threads (0: libvips default, one per core)")
+    parser.add_argument("--pool-jobs", type=int, default=40, help="jobs per round of the pool table")
+    parser.add_argument("--pool-rounds", type=int, default=5)
     args = parser.parse_args()
     if args.concurrency:
         pyvips.concurrency_set(args.concurrency)
@@ -88,13 +137,14 @@ def main() -> None:
     print(f"source: {WIDTH}x{HEIGHT} JPEG, {len(source):,} bytes; libvips {pyvips.version(0)}.{pyvips.version(1)}."
           f"{pyvips.version(2)}, {os.cpu_count()} cores, vips concurrency {pyvips.concurrency_get()}, "
           f"{args.iterations} iterations (median)")
+    asyncio.run(pool_table(source, args.pool_jobs, args.pool_rounds))
 
     print("\n| 2000x1333 JPEG -> 400 px | run_transform ms | transforms/s | raw pyvips ms | raw ops/s | overhead | bytes |")
     print("|---|---|---|---|---|---|---|")
     opts = parse_transform_options({"url": "bench/v1/banners/photo.jpg", "w": "400"})
     for fmt, save in RAW_SAVERS.items():
         service, raw, size = measure_pair(
-            lambda fmt=fmt: run_transform(source, "jpeg", opts, fmt, max_pixels=MAX_PIXELS, time_budget_s=30).body,
+            lambda fmt=fmt: run_transform(source, "jpeg", opts, fmt, LIMITS).body,
             lambda save=save: save(pyvips.Image.thumbnail_buffer(source, 400)), args.iterations)
         print(f"| {fmt} | {service * 1000:.1f} | {1 / service:.1f} | {raw * 1000:.1f} | {1 / raw:.1f} | "
               f"{(service / raw - 1) * 100:+.0f}% | {size:,} |")
@@ -113,12 +163,11 @@ def main() -> None:
     for gravity in ("center", "auto", "face"):
         cover = parse_transform_options({"url": "bench/v1/banners/photo.jpg", "w": "400", "h": "400", "gravity": gravity})
         cases.append((f"cover 400x400 gravity={gravity} -> webp",
-                      lambda cover=cover: run_transform(source, "jpeg", cover, "webp", max_pixels=MAX_PIXELS,
-                                                        time_budget_s=30).body))
+                      lambda cover=cover: run_transform(source, "jpeg", cover, "webp", LIMITS).body))
     for fmt in ("jxl", "heic"):
         if fmt in encoders.ENCODERS:
             cases.append((f"400 px -> {fmt}", lambda fmt=fmt: run_transform(
-                source, "jpeg", opts, fmt, max_pixels=MAX_PIXELS, time_budget_s=30).body))
+                source, "jpeg", opts, fmt, LIMITS).body))
     cases.append(("lqip 32 px blur 30", lambda: make_lqip(source, "jpeg", 32, 30)[0]))
     cases.append(("blurhash 32 px (WebP + BlurHash)", lambda: make_blurhash_placeholder(source, "jpeg", 32)[0]))
     for name, work in cases:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
+import sys
 from pathlib import Path
-
-import uvloop
-from aiohttp import web
 
 from control.app import create_app
 from shared.config import load_settings
+from shared.http_server import serve
 from shared.logs import configure_logging
 from shared.secrets import load_or_create_secrets, private_umask
 
@@ -35,8 +33,7 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger("control").info("generated %d missing secrets into %s", len(generated),
                                            data_dir / "secrets.env")
     app = create_app(settings, secrets, data_dir, demo=args.demo)
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    web.run_app(app, host=host, port=port, access_log=None, print=None, handle_signals=True)
+    sys.exit(serve(app, settings, host=host, port=port))
 
 
 if __name__ == "__main__":

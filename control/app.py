@@ -25,13 +25,17 @@ from control.auth import (
 )
 from control.chat.setup import open_chat
 from control.cluster.registry import EdgeRegistry
+from control.dashboard_config import DashboardConfig
 from control.database import open_database
 from control.demo import install_demo
 from control.edge_config import EdgeConfigStore
+from control.login_attempts import SqliteAttemptLimiter
 from control.manifest_store import ManifestStore
+from control.passkeys.ceremony import PasskeyCeremonies, user_handle
+from control.passkeys.store import ChallengeStore, PasskeyStore
 from control.publish import Publisher
 from control.quota import DailyQuota
-from control.rate_limit import MemoryWindowCounter
+from control.rate_limit import InProcessRateLimiter, rate_limiter_from_settings
 from control.recording import ROUTE_AUDIT, audit_middleware, request_log_middleware
 from control.request_log import RequestLog
 from control.retention import prune_forever
@@ -41,10 +45,12 @@ from control.routes import (
     audit_logs,
     chat,
     cluster,
+    dashboard_login,
     domains,
     health,
     insights,
     logs,
+    passkeys,
     pipeline,
     purge,
     rules,
@@ -54,30 +60,39 @@ from control.routes import (
     zones,
 )
 from control.search.setup import open_search
+from control.session import SessionBook
+from control.signin import SignIn
 from control.state import (
     ANALYTICS,
     ANALYTICS_BATCHES,
     AUDIT,
     CHAT,
+    CHAT_LIMITER,
     CHAT_QUOTA,
+    DASHBOARD,
     DATA_DIR,
     DB,
     DEMO,
     EDGE_CONFIG,
     GIT,
     MANIFEST,
+    PASSKEYS,
     PUBLISHER,
     PURGE_QUOTA,
-    RATE_COUNTER,
     REGISTRY,
     REQUEST_LOG,
     SEARCH,
     SEARCH_INDEX,
+    SEARCH_LIMITER,
     SECRETS,
+    SESSIONS,
     SETTINGS,
+    SIGN_IN,
     TOKENS,
+    TRACK_LIMITER,
     VIDEO_INGEST,
     ZONES,
+    public_url_of,
 )
 from control.storage.git_store import GitStore
 from control.tokens import TokenStore
@@ -87,6 +102,7 @@ from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
 from shared.metrics import METRICS, METRICS_KEY, Metrics, metrics_handler, metrics_middleware
 from shared.middleware import install_envelopes
+from shared.request_body import body_deadline_middleware
 from shared.secrets import Secrets
 
 log = logging.getLogger(__name__)
@@ -110,6 +126,8 @@ ACCOUNT = accepts(Key.ACCOUNT)
 ZONES_READ = accepts(Key.ACCOUNT, scope="zones:read")
 ZONES_WRITE = accepts(Key.ACCOUNT, scope="zones:write")
 INSIGHTS_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="insights:read")
+SESSION = accepts(session=True)
+PASSKEYS_MANAGE = accepts(Key.ACCOUNT, session=True)  # the admin key too: list or remove without a browser
 # Any character, newlines included: '.*' would stop at a newline and answer 404 instead of the
 # handler's 400 for a path with control characters.
 STORAGE_PATH = r"/api/storage/{path:[\s\S]*}"
@@ -147,6 +165,21 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/purge", purge.purge, accepts(Key.PURGE, scope="purge:write"), "purge.execute"),
     Route("POST", "/api/pipeline", pipeline.run_pipeline, accepts(Key.ACCOUNT, scope="pipeline:write"),
           "pipeline.run"),
+    Route("GET", "/api/passkeys", passkeys.list_passkeys, PASSKEYS_MANAGE),
+    Route("PATCH", "/api/passkeys", passkeys.rename_passkey, PASSKEYS_MANAGE, "passkey.rename"),
+    Route("DELETE", "/api/passkeys", passkeys.delete_passkey, PASSKEYS_MANAGE, "passkey.delete"),
+    Route("POST", "/api/passkeys/register/begin", passkeys.register_begin, SESSION),
+    Route("POST", "/api/passkeys/register/complete", passkeys.register_complete, SESSION, "passkey.register"),
+    Route("POST", "/api/passkeys/auth/begin", passkeys.auth_begin),
+    Route("POST", "/api/passkeys/auth/complete", passkeys.auth_complete),
+    Route("GET", "/dashboard/login", dashboard_login.login_page),
+    Route("POST", "/dashboard/login", dashboard_login.login),
+    Route("GET", "/dashboard/logout", dashboard_login.logout),
+    Route("POST", "/dashboard/logout", dashboard_login.logout),
+    Route("GET", "/dashboard/setup-passkey", dashboard_login.passkeys_page),
+    Route("GET", r"/dashboard/{name:login\.(?:js|css)}", dashboard_login.asset),
+    Route("GET", "/dashboard", dashboard_login.home),  # placeholders until the dashboard UI
+    Route("GET", "/dashboard/", dashboard_login.home),
     Route("GET", "/api/search", search.search),
     Route("POST", "/api/chat", chat.chat),
     Route("GET", "/api/health", health.health),
@@ -165,12 +198,15 @@ async def _not_found(request: web.Request) -> web.StreamResponse:
     raise web.HTTPNotFound()
 
 
-async def _resources(app: web.Application) -> AsyncIterator[None]:
-    """Open what the control plane holds (git, SQLite, stores, edge registry) and close it on shutdown."""
+async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStack) -> None:
+    """Open what the control plane holds (git, SQLite, stores, edge registry, background tasks),
+    registering each one's closing on `opened` as soon as it is open."""
     data_dir = app[DATA_DIR]
     settings = app[SETTINGS]
     git = GitStore(data_dir / "repo.git")
+    opened.callback(git.close)
     db = await open_database(data_dir / "control.sqlite3")
+    opened.push_async_callback(db.close)
     manifest = ManifestStore(git, db)
     await manifest.load()
     metrics = app[METRICS]
@@ -178,15 +214,19 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         app[SECRETS].cluster_secret, settings.get("control", "edge_timeout_s"),
         observe=lambda kind, edge, seconds: metrics.propagation_seconds.labels(kind, edge).observe(seconds))
     await registry.start()
+    opened.push_async_callback(registry.close)
     app[GIT], app[DB], app[MANIFEST], app[REGISTRY] = git, db, manifest, registry
     app[TOKENS] = TokenStore(db)
     app[ZONES] = ZoneStore(db)
     app[PURGE_QUOTA] = DailyQuota(db, "purge", settings.get("purge", "daily_limit"))
-    app[AUTHENTICATOR] = Authenticator(app[SECRETS], app[TOKENS].lookup)
+    dashboard = app[DASHBOARD]
+    app[SESSIONS] = SessionBook(db, app[SECRETS].session_secret, dashboard.session_ttl_s)
+    app[AUTHENTICATOR] = Authenticator(app[SECRETS], app[TOKENS].lookup, app[SESSIONS], dashboard)
     app[EDGE_CONFIG] = EdgeConfigStore(git, db, settings.get("domains", "base_domain"))
     app[PUBLISHER] = Publisher(git, manifest, registry, app[EDGE_CONFIG],
                                settings.get("control", "push_wait_ms") / 1000)
     ingester = VideoIngester(git, app[PUBLISHER], data_dir / "video-work")
+    opened.push_async_callback(ingester.close)
     app[PUBLISHER].listeners.append(ingester.on_commit)
     app[VIDEO_INGEST] = ingester
     if app[DEMO] and manifest.commit_id is None:
@@ -195,39 +235,57 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     metrics.manifest_generation.labels("control").set(manifest.generation)
     analytics_store = AnalyticsStore(data_dir / "control.sqlite3")
     await analytics_store.open()
+    opened.push_async_callback(analytics_store.close)
     app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()
     app[AUDIT] = AuditLog(db)
     await app[AUDIT].open()
+    request_log = app[REQUEST_LOG]
+    await request_log.open(data_dir / "control.sqlite3")
+    opened.push_async_callback(request_log.close)
+    app[PASSKEYS] = PasskeyCeremonies(dashboard, PasskeyStore(db), ChallengeStore(db),
+                                      user_handle(app[SECRETS].session_secret))
+    app[SIGN_IN] = SignIn(app[SECRETS].dashboard_secret,
+                          SqliteAttemptLimiter(db, dashboard.login_max_failures, dashboard.login_window_s),
+                          app[SESSIONS], app[PASSKEYS], app[AUDIT])
     pruning = asyncio.create_task(prune_forever([("analytics", analytics_store.prune),
-                                                 ("audit", app[AUDIT].prune)]))
-    app[RATE_COUNTER] = MemoryWindowCounter()
+                                                 ("audit", app[AUDIT].prune),
+                                                 ("request log", request_log.prune)]))
+    opened.push_async_callback(_cancel, pruning)
     app[SEARCH_INDEX], app[SEARCH] = await open_search(settings, data_dir, manifest, app[PUBLISHER])
+    opened.push_async_callback(app[SEARCH_INDEX].close)
+    opened.callback(app[SEARCH].close)
     app[CHAT_QUOTA], app[CHAT], chat_session = open_chat(settings, db, app[SEARCH])
-    yield
-    await chat_session.close()
-    app[SEARCH].close()
-    await app[SEARCH_INDEX].close()
-    pruning.cancel()
+    opened.push_async_callback(chat_session.close)
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
-        await pruning
-    await analytics_store.close()
-    await ingester.close()
-    await registry.close()
-    await db.close()
-    git.close()
+        await task
+
+
+async def _resources(app: web.Application) -> AsyncIterator[None]:
+    """Everything `_open_resources` opened is closed on shutdown, in reverse order, and a failing start
+    or close still closes the rest: an aiosqlite connection left open keeps a non-daemon thread that
+    would hold the process alive after it was told to stop."""
+    async with contextlib.AsyncExitStack() as opened:
+        await _open_resources(app, opened)
+        yield
 
 
 async def _end_log_streams(app: web.Application) -> None:
-    app[REQUEST_LOG].close()
+    app[REQUEST_LOG].end_streams()
 
 
 def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bool = False) -> web.Application:
     max_upload = settings.get("control", "max_upload_bytes")
     app = web.Application(client_max_size=max_upload + 1024 * 1024)
-    app[REQUEST_LOG] = RequestLog()
+    app[REQUEST_LOG] = RequestLog(max_records=settings.get("logs", "max_records"),
+                                  retention_days=settings.get("logs", "retention_days"))
     app.middlewares.append(request_log_middleware)  # outermost: sees every final status
     app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
     install_envelopes(app)
+    app.middlewares.append(body_deadline_middleware(settings))
     app[METRICS] = Metrics("control")
     app[METRICS_KEY] = secrets.metrics_key
     app.middlewares.append(cluster.cluster_auth_middleware)
@@ -236,6 +294,10 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app.middlewares.append(audit_middleware)
     app[SETTINGS], app[SECRETS], app[DATA_DIR] = settings, secrets, Path(data_dir)
     app[DEMO] = demo
+    app[TRACK_LIMITER] = rate_limiter_from_settings(settings.section("analytics"), "track")
+    app[SEARCH_LIMITER] = InProcessRateLimiter(settings.get("search", "rate_limit_per_minute"), 60)
+    app[CHAT_LIMITER] = InProcessRateLimiter(settings.get("ai", "chat_rate_limit_per_minute"), 60)
+    app[DASHBOARD] = DashboardConfig.from_settings(settings, public_url_of(settings))  # a bad value stops start-up
     route_access: dict[web.AbstractRoute, Access] = {}
     route_audit: dict[web.AbstractRoute, str] = {}
     for route in ROUTES:

@@ -1,27 +1,38 @@
 """One auth module for every scheme of the spec; each route declares what it accepts.
 
 Schemes: AccessKey header, AccountKey header, `x-api-key` (purge key or analytics key, by route),
-`Authorization: Bearer cdnsk_...` tokens (scoped, stored as SHA-256), and the `cdn_session` cookie.
-All secret comparisons are constant-time.
+`Authorization: Bearer cdnsk_...` tokens (scoped, stored as SHA-256), and the `cdn_session` cookie
+(`control.session`: signed, expiring, ended at sign-out). All secret comparisons are constant-time.
+
+The session is the one scheme a browser sends by itself, so a route that accepts it is protected
+against cross-site request forgery twice: the cookie is SameSite=Strict, and a state-changing method
+(anything but GET, HEAD, OPTIONS) authenticated by the session must come from one of the dashboard's
+configured origins (`Origin` header, and `Sec-Fetch-Site: same-origin` when the browser sends it),
+else 403. Opening a management route to the dashboard is then a matter of adding `session=True` to
+its entry in the route table.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 
 from aiohttp import web
 
+from control.dashboard_config import DashboardConfig
+from control.session import SESSION_COOKIE, SessionBook
+
+# Re-exported for callers of this module; control.session is their one implementation.
+from control.session import SESSION_TTL_S as SESSION_TTL_S
+from control.session import session_cookie_value as session_cookie_value
+from control.session import session_valid as session_valid
 from shared.errors import ApiError, LegacyError, unauthorized
 from shared.middleware import uses_legacy_envelope
 from shared.secrets import Secrets
 
-SESSION_COOKIE = "cdn_session"
-SESSION_TTL_S = 7 * 24 * 3600
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 class Key(Enum):
@@ -74,31 +85,35 @@ def _equal(supplied: str | None, expected: str) -> bool:
     return hmac.compare_digest(supplied.encode(), expected.encode())
 
 
-def session_cookie_value(secret: str, *, ttl: int = SESSION_TTL_S, nonce: str, now: float | None = None) -> str:
-    token = f"{int((now or time.time()) + ttl)}.{nonce}"
-    return f"{token}.{hmac.new(secret.encode(), token.encode(), hashlib.sha256).hexdigest()}"
+def cross_origin_refusal(request: web.Request, config: DashboardConfig) -> ApiError | None:
+    """The 403 for a browser request that does not come from the dashboard's own origins, else None.
 
-
-def session_valid(secret: str, value: str | None, *, now: float | None = None) -> bool:
-    """`<expiresUnix>.<nonce>.<hmacHex>`: split at the last dot; valid if the HMAC matches and not expired."""
-    if not value or value.count(".") < 2:
-        return False
-    token, _, sig = value.rpartition(".")
-    expected = hmac.new(secret.encode(), token.encode(), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, sig):
-        return False
-    expires = token.split(".", 1)[0]
-    return expires.isascii() and expires.isdigit() and int(expires) > (now or time.time())
+    `Origin` is required and must be one of `[dashboard] origins`; `Sec-Fetch-Site`, when sent, must
+    be `same-origin` (a page on a sibling host of the same site is refused even with the cookie)."""
+    origin = request.headers.get("Origin")
+    fetch_site = request.headers.get("Sec-Fetch-Site")
+    if config.allows_origin(origin) and fetch_site in (None, "same-origin"):
+        return None
+    allowed = ", ".join(config.origins)
+    seen = f"Origin {origin!r}" if origin else "no Origin header"
+    return ApiError(403, "Forbidden", f"Cross-origin request refused ({seen}"
+                    + (f", Sec-Fetch-Site {fetch_site!r}" if fetch_site else "")
+                    + f"). From a browser, {request.method} {request.path} is accepted only on the dashboard's "
+                    f"origins ({allowed}); set [dashboard] origins if the dashboard is served elsewhere. API "
+                    "clients send a key or a Bearer token instead of the cookie.")
 
 
 class Authenticator:
-    def __init__(self, secrets: Secrets, lookup_token: TokenLookup) -> None:
+    def __init__(self, secrets: Secrets, lookup_token: TokenLookup, sessions: SessionBook,
+                 dashboard: DashboardConfig) -> None:
         self._keys = {Key.ACCESS: secrets.access_key, Key.ACCOUNT: secrets.account_key,
                       Key.PURGE: secrets.purge_key, Key.ANALYTICS: secrets.analytics_key}
-        self._session_secret = secrets.session_secret
         self._lookup_token = lookup_token
+        self._sessions = sessions
+        self._dashboard = dashboard
 
     async def authenticate(self, request: web.Request, access: Access) -> Principal | None:
+        """The caller, None when no accepted credential is present; ApiError 403 for a forged session use."""
         headers = request.headers
         for key in access.keys:
             if key is Key.ACCESS:
@@ -115,7 +130,11 @@ class Authenticator:
                 grant = await self._lookup_token(auth[7:].strip())
                 if grant is not None and access.scope in grant.scopes:
                     return Principal("token", grant.id)
-        if access.session and session_valid(self._session_secret, request.cookies.get(SESSION_COOKIE)):
+        if access.session and await self._sessions.verify(request.cookies.get(SESSION_COOKIE)) is not None:
+            if request.method not in SAFE_METHODS:
+                refusal = cross_origin_refusal(request, self._dashboard)
+                if refusal is not None:
+                    raise refusal
             return Principal("session", "session")
         return None
 

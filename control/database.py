@@ -1,6 +1,7 @@
-"""The control plane's SQLite database (aiosqlite, WAL): zones' metadata, tokens, manifest history.
+"""The control plane's SQLite database (aiosqlite, WAL): zones' metadata, tokens, manifest history,
+sign-in state (failed attempts, signed-out sessions, passkeys and their pending challenges).
 
-Other modules (analytics, audit) open their own tables in the same file.
+Other modules (analytics, audit, the request log) open their own tables in the same file.
 """
 
 from __future__ import annotations
@@ -50,16 +51,65 @@ CREATE TABLE IF NOT EXISTS blob_hashes (
     blob_id TEXT PRIMARY KEY,
     sha256 TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS login_attempts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a late release cannot remove another attempt
+    key TEXT NOT NULL,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS login_attempts_by_key ON login_attempts (key, at);
+CREATE TABLE IF NOT EXISTS ended_sessions (
+    nonce TEXT PRIMARY KEY,
+    expires INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS passkeys (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    public_key BLOB NOT NULL,
+    algorithm INTEGER NOT NULL,
+    sign_count INTEGER NOT NULL,
+    transports TEXT NOT NULL,
+    device_type TEXT,
+    backed_up INTEGER NOT NULL DEFAULT 0,
+    aaguid TEXT,
+    created_at TEXT NOT NULL,
+    last_used_at TEXT
+);
+CREATE TABLE IF NOT EXISTS webauthn_challenges (
+    challenge TEXT PRIMARY KEY,
+    purpose TEXT NOT NULL,
+    ip TEXT NOT NULL,
+    expires REAL NOT NULL
+);
 """
 
 
 async def open_database(path: Path) -> aiosqlite.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
     db = await aiosqlite.connect(str(path))
-    db.row_factory = aiosqlite.Row
-    await db.execute("PRAGMA journal_mode=WAL")
-    await db.execute("PRAGMA synchronous=NORMAL")
-    await db.execute("PRAGMA busy_timeout=5000")
-    await db.executescript(SCHEMA)
-    await db.commit()
+    try:
+        db.row_factory = aiosqlite.Row
+        await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute("PRAGMA synchronous=NORMAL")
+        await db.execute("PRAGMA busy_timeout=5000")
+        await db.executescript(SCHEMA)
+        await db.commit()
+    except BaseException:
+        # Its worker thread is not a daemon: an unclosed connection would keep the process alive.
+        await db.close()
+        raise
+    return db
+
+
+async def open_connection(path: Path) -> aiosqlite.Connection:
+    """A second connection to the same file for a module that writes on its own (analytics, the
+    request log): autocommit mode, so each write opens its own explicit transaction."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = await aiosqlite.connect(str(path), isolation_level=None)
+    try:
+        await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute("PRAGMA synchronous=NORMAL")
+        await db.execute("PRAGMA busy_timeout=5000")
+    except BaseException:
+        await db.close()
+        raise
     return db

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from control.auth import PRINCIPAL
 from control.client_ip import client_ip, edge_addresses
-from control.request_log import iso_now, level_of
+from control.request_log import control_entry
 from control.state import AUDIT, REGISTRY, REQUEST_LOG
 from shared.cluster import PREFIX
 from shared.middleware import REQUEST_ID
@@ -91,13 +91,10 @@ async def audit_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 def _log_request(request: web.Request, status: int, started: float) -> None:
-    path = request.path
-    request.app[REQUEST_LOG].append({
-        "timestamp": iso_now(), "level": level_of(status), "code": "request",
-        "message": f"{request.method} {path} {status}", "method": request.method, "path": path,
-        "status": status, "durationMs": round((time.perf_counter() - started) * 1000, 1),
-        "requestId": request.get(REQUEST_ID), "ip": request_ip(request),
-    })
+    request.app[REQUEST_LOG].append(control_entry(
+        method=request.method, path=request.path, status=status,
+        duration_ms=round((time.perf_counter() - started) * 1000, 1), request_id=request.get(REQUEST_ID),
+        ip=request_ip(request)))
 
 
 @web.middleware

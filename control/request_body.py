@@ -1,4 +1,5 @@
-"""Bounded request bodies: sizes are checked before buffering when Content-Length says so."""
+"""Bounded request bodies for control's handlers: the shared reader (size, coding and deadline
+checks in shared/request_body.py) plus JSON parsing."""
 
 from __future__ import annotations
 
@@ -7,32 +8,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from shared.errors import bad_request, payload_too_large
+from shared.errors import bad_request
+from shared.request_body import MB, read_body, size_text
 
-MB = 1024 * 1024
-
-
-def size_text(size: int) -> str:
-    """Sizes in messages: MB for the usual limits, bytes when a small limit would round to '0 MB'."""
-    return f"{size / MB:.1f} MB" if size >= MB else f"{size} bytes"
-
-
-def _too_large(limit: int, size: int | None = None) -> Exception:
-    shown = size_text(size) if size is not None else "The body"
-    return payload_too_large(f"Payload too large: {shown} exceeds the {size_text(limit)} limit.", limit)
-
-
-async def read_body(request: web.Request, limit: int) -> bytes:
-    if request.content_length is not None and request.content_length > limit:
-        raise _too_large(limit, request.content_length)
-    chunks: list[bytes] = []
-    total = 0
-    async for chunk in request.content.iter_chunked(256 * 1024):
-        total += len(chunk)
-        if total > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
+__all__ = ["MB", "read_body", "read_json", "size_text"]
 
 
 async def read_json(request: web.Request, limit: int = MB) -> Any:

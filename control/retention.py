@@ -1,7 +1,8 @@
 """Retention: stores that keep dated rows are pruned at start and then periodically.
 
 Statistics and insights keep 90 days (GET /api/analytics reads at most 35 of them); the audit log
-keeps 90 days. Each store's ``prune`` knows its own window.
+keeps 90 days; the request log ``[logs] retention_days`` (its count bound is kept on every write).
+Each store's ``prune`` knows its own window.
 """
 
 from __future__ import annotations

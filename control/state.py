@@ -13,14 +13,18 @@ from control.audit import AuditLog
 from control.chat.concierge import Concierge
 from control.chat.quota import ChatQuota
 from control.cluster.registry import EdgeRegistry
+from control.dashboard_config import DashboardConfig
 from control.edge_config import EdgeConfigStore
 from control.manifest_store import ManifestStore
+from control.passkeys.ceremony import PasskeyCeremonies
 from control.publish import Publisher
 from control.quota import DailyQuota
-from control.rate_limit import WindowCounter
+from control.rate_limit import RateLimiter
 from control.request_log import RequestLog
 from control.search.engine import SearchEngine
 from control.search.index import SearchIndex
+from control.session import SessionBook
+from control.signin import SignIn
 from control.storage.git_store import GitStore
 from control.tokens import TokenStore
 from control.video.ingest import VideoIngester
@@ -44,9 +48,15 @@ EDGE_CONFIG = web.AppKey("edge_config", EdgeConfigStore)
 PURGE_QUOTA = web.AppKey("purge_quota", DailyQuota)
 ANALYTICS = web.AppKey("analytics", AnalyticsStore)
 ANALYTICS_BATCHES = web.AppKey("analytics_batches", SeenBatches)
+TRACK_LIMITER = web.AppKey("track_limiter", RateLimiter)  # POST /api/analytics, per client
 AUDIT = web.AppKey("audit", AuditLog)
 REQUEST_LOG = web.AppKey("request_log", RequestLog)
-RATE_COUNTER = web.AppKey("rate_counter", WindowCounter)
+DASHBOARD = web.AppKey("dashboard", DashboardConfig)
+SESSIONS = web.AppKey("sessions", SessionBook)
+SIGN_IN = web.AppKey("sign_in", SignIn)
+PASSKEYS = web.AppKey("passkeys", PasskeyCeremonies)
+SEARCH_LIMITER = web.AppKey("search_limiter", RateLimiter)  # GET /api/search, per client
+CHAT_LIMITER = web.AppKey("chat_limiter", RateLimiter)      # POST /api/chat, per client
 SEARCH_INDEX = web.AppKey("search_index", SearchIndex)
 SEARCH = web.AppKey("search", SearchEngine)
 CHAT = web.AppKey("chat", Concierge)
@@ -54,7 +64,11 @@ CHAT_QUOTA = web.AppKey("chat_quota", ChatQuota)
 
 
 def public_url(app: web.Application) -> str:
-    settings = app[SETTINGS]
+    return public_url_of(app[SETTINGS])
+
+
+def public_url_of(settings: Settings) -> str:
+    """server.public_url, else http://<host>:<edge_port> (where `assetcdn up` serves)."""
     configured = settings.get("server", "public_url")
     if configured:
         return configured.rstrip("/")

@@ -4,12 +4,18 @@ Product decision: an asset whose category is `private` (CDN path `<zone>/v1/priv
 `stocks/private/...`) is never served on its public CDN path nor used as a source of a
 transform, auto-format answer or placeholder; only `/api/signed` with a valid signature
 delivers it. Every other asset may also be fetched through a signed URL.
+
+Tenant hosts (a zone's custom domain, or `<zone>.<base domain>`) serve that zone's files and
+the shared stock pool (`stocks/...`, which every zone may use) and nothing else: another
+zone's path answers exactly as a path that does not exist (404), on every delivery route.
+The default host (any other Host) serves every zone, as before.
 """
 
 from __future__ import annotations
 
 from edge.node import EdgeNode
 from shared.manifest import ManifestEntry, classify
+from shared.paths import STOCK_ROOT
 
 PRIVATE_CATEGORY = "private"
 
@@ -32,14 +38,29 @@ class SourceRefused(Exception):
         self.message = message
 
 
-def public_source(node: EdgeNode, cdn_path: str) -> ManifestEntry:
-    """The manifest entry of a public asset; SourceRefused 404 (unknown), 403 (private) or 503 (no manifest)."""
+def serves_on_host(cdn_path: str, host_zone: str | None) -> bool:
+    """Whether a request on the tenant host of `host_zone` (None: the default host) may read `cdn_path`."""
+    if host_zone is None:
+        return True
+    first = cdn_path.split("/", 1)[0]
+    return first == host_zone or first == STOCK_ROOT
+
+
+def not_found(cdn_path: str) -> SourceRefused:
+    return SourceRefused(404, "AssetNotFound", f"No asset at '/{cdn_path}'.")
+
+
+def public_source(node: EdgeNode, cdn_path: str, host_zone: str | None = None) -> ManifestEntry:
+    """The manifest entry of a public asset; SourceRefused 404 (unknown, or another zone's on a tenant
+    host: `host_zone`, edge/rules.py), 403 (private) or 503 (no manifest)."""
+    if not serves_on_host(cdn_path, host_zone):
+        raise not_found(cdn_path)
     entry = node.replica.get(cdn_path)
     if entry is None:
         if not node.replica.loaded:
             raise SourceRefused(503, "EdgeNotReady", "This edge has not loaded the manifest yet and control "
                                 "is unreachable. Retry shortly.")
-        raise SourceRefused(404, "AssetNotFound", f"No asset at '/{cdn_path}'.")
+        raise not_found(cdn_path)
     if is_private(entry):
         raise SourceRefused(403, "Forbidden", f"'/{cdn_path}' is in the private category: it is served only "
                             "through a signed URL (/api/signed).")

@@ -3,11 +3,11 @@ path is forwarded to control. A second, private site carries control's signed pu
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
 from aiohttp import web
 
 from edge.cache.store import EdgeCache
@@ -15,17 +15,20 @@ from edge.control_client import ControlClient
 from edge.counters import counters_from_settings
 from edge.image_pool import ImagePool, configure_libvips
 from edge.node import EdgeNode
-from edge.proxy import forward_to_control
+from edge.proxy import forward_to_control, open_proxy_session
 from edge.routes import auto, cluster, delivery, health, placeholders, signed, stream, transform
 from edge.rules import apply_header_rules
 from edge.state import IMAGE_POOL, NODE, PROXY_SESSION, SECRETS, SETTINGS, USAGE_COUNTERS
 from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
+from shared.http_server import client_keepalive_s
 from shared.metrics import METRICS, METRICS_KEY, Metrics, metrics_handler, metrics_middleware
 from shared.middleware import install_envelopes
+from shared.request_body import body_deadline_middleware
 from shared.secrets import Secrets
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+CLUSTER_SHUTDOWN_GRACE_S = 2.0  # for a push being applied when the worker stops
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,9 @@ class Route:
 
 
 # CDN paths come first (the hot path: the router tries routes in order) and exclude what the other
-# routes serve; then specific /api routes, then the forwarder for the rest of /api.
-CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/).+}"
+# routes serve; then specific /api routes, then the forwarder for the rest of /api and for the
+# dashboard (served by control; `dashboard` is a reserved zone name, so no CDN path is lost).
+CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/|dashboard(?:/|$)).+}"
 PUBLIC_ROUTES: tuple[Route, ...] = (
     Route("GET", CDN_PATH, delivery.serve_asset),
     Route("HEAD", CDN_PATH, delivery.serve_asset),
@@ -58,6 +62,8 @@ PUBLIC_ROUTES: tuple[Route, ...] = (
     Route("HEAD", "/api/stream", stream.stream),
     Route("OPTIONS", "/api/stream", stream.preflight),
     Route("*", r"/api/{tail:[\s\S]*}", forward_to_control),  # newlines too: control answers 400 (or acts)
+    Route("*", "/dashboard", forward_to_control),
+    Route("*", r"/dashboard/{tail:[\s\S]*}", forward_to_control),
 )
 CLUSTER_ROUTES: tuple[Route, ...] = (
     Route("POST", PREFIX + "/push", cluster.push),
@@ -85,6 +91,7 @@ def _add_routes(app: web.Application, routes: tuple[Route, ...]) -> None:
 def create_cluster_app(node_app: web.Application) -> web.Application:
     app = web.Application(client_max_size=16 * 1024 * 1024)
     install_envelopes(app)
+    app.middlewares.append(body_deadline_middleware(node_app[SETTINGS]))
     app[NODE] = node_app[NODE]
     app[SECRETS] = node_app[SECRETS]
     app[cluster.REPLAY_GUARD] = ReplayGuard()
@@ -109,38 +116,47 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     _add_routes(app, PUBLIC_ROUTES)
     app.on_response_prepare.append(_on_delivery_response)
 
-    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+    async def open_node(app: web.Application, opened: contextlib.AsyncExitStack) -> None:
+        """Open the cache, the control client, the proxy session and the private cluster site and start
+        the node's background work, registering each one's closing on `opened` as soon as it is open."""
         edge = settings.section("edge")
         identity.cache_dir.mkdir(parents=True, exist_ok=True)
         cache = EdgeCache.from_settings(edge, identity.cache_dir / "cache")
-        control = ControlClient(identity.control_url, secrets.cluster_secret, float(edge["origin_timeout_s"]))
+        opened.callback(cache.close)
+        control = ControlClient(identity.control_url, secrets.cluster_secret, float(edge["origin_timeout_s"]),
+                                client_keepalive_s(settings))
         await control.start()
+        opened.push_async_callback(control.close)
         node = EdgeNode(settings, identity.member, control, cache, identity.cache_dir, app[METRICS])
         node.replica.state_file = identity.cache_dir / f"manifest-{identity.worker}.json"
         node.config_file = identity.cache_dir / f"edge-config-{identity.worker}.json"
         node.load_persisted()
         app[NODE] = node
-        app[PROXY_SESSION] = aiohttp.ClientSession(auto_decompress=False,
-                                                   timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
+        app[PROXY_SESSION] = open_proxy_session(settings)
         # The private cluster site: control pushes to each worker directly.
-        cluster_runner = web.AppRunner(create_cluster_app(app), access_log=None)
+        cluster_runner = web.AppRunner(create_cluster_app(app), access_log=None,
+                                       shutdown_timeout=CLUSTER_SHUTDOWN_GRACE_S)
         await cluster_runner.setup()
+        opened.push_async_callback(app[PROXY_SESSION].close)
+        opened.push_async_callback(cluster_runner.cleanup)
         site = web.TCPSite(cluster_runner, identity.advertise_host, 0)
         await site.start()
         port = cluster_runner.addresses[0][1]
+        opened.push_async_callback(node.stop)
         await node.start(f"http://{identity.advertise_host}:{port}")
-        yield
-        await node.stop()
-        await cluster_runner.cleanup()
-        await app[PROXY_SESSION].close()
-        await control.close()
-        cache.close()
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        # Closed in reverse order on shutdown; a failing start or close still closes the rest.
+        async with contextlib.AsyncExitStack() as opened:
+            await open_node(app, opened)
+            yield
 
     async def image_lifecycle(app: web.Application) -> AsyncIterator[None]:
         configure_libvips()
         app[IMAGE_POOL] = ImagePool.from_settings(settings)
+        app[IMAGE_POOL].start()   # worker processes load while the edge starts
         yield
-        app[IMAGE_POOL].close()
+        await app[IMAGE_POOL].close()
 
     app.cleanup_ctx.append(lifecycle)
     app.cleanup_ctx.append(image_lifecycle)

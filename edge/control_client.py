@@ -25,15 +25,17 @@ class NotFoundAtControl(Exception):
 
 
 class ControlClient:
-    def __init__(self, control_url: str, cluster_secret: str, timeout_s: float) -> None:
+    def __init__(self, control_url: str, cluster_secret: str, timeout_s: float, keepalive_s: float = 15.0) -> None:
         self.control_url = control_url.rstrip("/")
         self._secret = cluster_secret
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=min(timeout_s, 2.0))
+        self._keepalive_s = keepalive_s  # shorter than control's idle limit (shared/http_server.py)
         self.session: aiohttp.ClientSession | None = None
         self.last_success = 0.0
 
     async def start(self) -> None:
-        self.session = aiohttp.ClientSession(timeout=self._timeout, auto_decompress=False)
+        self.session = aiohttp.ClientSession(timeout=self._timeout, auto_decompress=False,
+                                             connector=aiohttp.TCPConnector(keepalive_timeout=self._keepalive_s))
 
     async def close(self) -> None:
         if self.session:

@@ -24,6 +24,10 @@ class UsageCounters(Protocol):
         """Uses left under `key` before `limit` is reached."""
         ...
 
+    def refund(self, key: str) -> None:
+        """Give back one use taken under `key` (the work it paid for did not happen)."""
+        ...
+
 
 class InProcessCounters:
     """Counts in this process's memory (thread-safe). One key per month: twelve small ints a year."""
@@ -44,6 +48,12 @@ class InProcessCounters:
         with self._lock:
             return max(limit - self._counts.get(key, 0), 0)
 
+    def refund(self, key: str) -> None:
+        with self._lock:
+            used = self._counts.get(key, 0)
+            if used > 0:
+                self._counts[key] = used - 1
+
 
 def counters_from_settings(transform: Mapping[str, Any]) -> UsageCounters:
     """The configured backend; only the in-process one exists so far (Redis later)."""
@@ -59,9 +69,14 @@ def month_key(prefix: str, now: datetime | None = None) -> str:
     return f"{prefix}:{moment:%Y-%m}"
 
 
+def next_month_start(now: datetime | None = None) -> datetime:
+    """00:00 UTC on the first day of next month: when a monthly count starts again."""
+    moment = now or datetime.now(UTC)
+    year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
+    return datetime(year, month, 1, tzinfo=UTC)
+
+
 def seconds_until_next_month(now: datetime | None = None) -> int:
     """Seconds until 00:00 UTC on the first day of next month (a Retry-After value, at least 1)."""
     moment = now or datetime.now(UTC)
-    year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
-    start = datetime(year, month, 1, tzinfo=UTC)
-    return max(int((start - moment).total_seconds()) + 1, 1)
+    return max(int((next_month_start(moment) - moment).total_seconds()) + 1, 1)

@@ -1,5 +1,7 @@
-"""Every delivery the edge answers is recorded (path, zone, status, bytes, cache status, country) and
-shipped to control in batches, so statistics and insights count what the edges really served."""
+"""Every delivery the edge answers is recorded (path, zone, status, bytes, cache status, country, and
+for the request log method, request id and client address) and shipped to control in batches, so
+statistics and insights count what the edges really served and GET /api/logs lists it. A batch names
+the worker that served it (``node``)."""
 
 from __future__ import annotations
 
@@ -15,17 +17,19 @@ from aiohttp import web
 from edge.control_client import ControlClient, ControlUnavailable, NotFoundAtControl
 from edge.rules import FORWARDED, NOT_DELIVERY
 from shared.cluster import PREFIX
+from shared.middleware import REQUEST_ID
 
 log = logging.getLogger(__name__)
 DELIVERED_PATH = web.RequestKey("delivered_path", str)  # the CDN path a delivery handler resolved
 MAX_BUFFERED = 100_000
 BATCH = 5_000
-HIT_FIELDS = ("timestamp", "path", "zone", "status", "bytes", "cache", "country")
+HIT_FIELDS = ("timestamp", "path", "zone", "status", "bytes", "cache", "country", "method", "requestId", "ip")
 
 
 class DeliveryLog:
-    def __init__(self, country_header: str) -> None:
+    def __init__(self, country_header: str, node: str = "") -> None:
         self.country_header = country_header
+        self.node = node
         self.buffer: deque[tuple[Any, ...]] = deque(maxlen=MAX_BUFFERED)  # oldest dropped if control is away long
         # A batch keeps its id until control acknowledges it, so a retry after a lost reply is not counted twice.
         self._unacknowledged: tuple[str, list[dict[str, Any]]] | None = None
@@ -41,7 +45,8 @@ class DeliveryLog:
         sent = 0 if request.method == "HEAD" or response.status == 304 else (response.content_length or 0)
         # A tuple per hit on the hot path; the JSON shape is built when a batch is shipped.
         self.buffer.append((time.time(), path, zone, response.status, sent,
-                            response.headers.get("X-Cache", "BYPASS"), country))
+                            response.headers.get("X-Cache", "BYPASS"), country, request.method,
+                            request.get(REQUEST_ID), request.remote))
 
     def take(self) -> list[dict[str, Any]]:
         batch = []
@@ -64,7 +69,7 @@ class DeliveryLog:
                 self._unacknowledged = (uuid.uuid4().hex, batch)
             batch_id, batch = self._unacknowledged
             try:
-                await control.send("/analytics", {"batch": batch_id, "hits": batch})
+                await control.send("/analytics", {"batch": batch_id, "node": self.node, "hits": batch})
             except (ControlUnavailable, NotFoundAtControl):  # control down, or not yet able to take analytics
                 return shipped  # the same batch, same id, on the next attempt
             self._unacknowledged = None

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,10 +17,13 @@ import orjson
 
 from edge.cache.coalesce import SingleFlight
 from edge.cache.store import EdgeCache
+from edge.cache.tags import path_tag
+from edge.cache.tags import public_tags as public_tags  # re-exported: routes import it from here
+from edge.cache.tags import source_tags as source_tags  # re-exported
 from edge.control_client import ControlClient, run_sync_loop
 from edge.delivery_log import DeliveryLog
 from edge.replica import ManifestReplica
-from edge.rules import EdgeConfig
+from edge.rules import EdgeConfig, tenant_path
 from shared.config import Settings
 from shared.manifest import ManifestChange, ManifestEntry
 from shared.metrics import Metrics
@@ -29,20 +31,6 @@ from shared.paths import InvalidPath, parse_cdn_path
 
 log = logging.getLogger(__name__)
 FINAL_SHIP_TIMEOUT_S = 2.0
-
-
-def path_tag(cdn_path: str) -> str:
-    """Internal tag on everything cached from one source path (the asset and all its variants)."""
-    return f"path:{cdn_path}"
-
-
-def source_tags(entry: ManifestEntry) -> tuple[str, ...]:
-    """Tags of everything cached from one source: its public cache tags plus its path tag."""
-    return (*entry.tags, path_tag(entry.path))
-
-
-def public_tags(tags: Iterable[str]) -> list[str]:
-    return [t for t in tags if ":" not in t]
 
 
 class EdgeNode:
@@ -55,7 +43,7 @@ class EdgeNode:
         self.metrics = metrics
         self.replica = ManifestReplica(state_dir / "manifest.json")
         self.config = EdgeConfig()
-        self.deliveries = DeliveryLog(settings.get("analytics", "country_header"))
+        self.deliveries = DeliveryLog(settings.get("analytics", "country_header"), node=name)
         self.config_file = state_dir / "edge-config.json"
         self.flight: SingleFlight[Any] = SingleFlight()
         self._sync_lock = asyncio.Lock()
@@ -172,15 +160,21 @@ class EdgeNode:
             return await loop.run_in_executor(None, self.cache.purge_all)
         tags: list[str] = list(message.get("tags") or [])
         for url in message.get("urls") or []:
-            path = cdn_path_from_url(url)
+            path = cdn_path_from_url(url, self.config)
             if path:
                 tags.append(path_tag(path))
         return await self._purge_tags(tags)
 
 
-def cdn_path_from_url(url: str) -> str | None:
-    """The CDN path of a purge URL: an absolute URL on any host or a path; None if it names none."""
-    path = urlsplit(url).path if "://" in url else url.split("?", 1)[0]
+def cdn_path_from_url(url: str, config: EdgeConfig | None = None) -> str | None:
+    """The CDN path of a purge URL: an absolute URL on any host or a path; None if it names none.
+    On a tenant host (`config`) `https://<zone host>/v1/...` names that zone's file, as it does
+    when requested."""
+    if "://" in url:
+        parts = urlsplit(url)
+        path = parts.path if config is None else tenant_path(config.zone_for_host(parts.hostname or ""), parts.path)
+    else:
+        path = url.split("?", 1)[0]
     try:
         return parse_cdn_path(path)
     except InvalidPath:

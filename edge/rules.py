@@ -8,11 +8,13 @@ from typing import Any
 
 from aiohttp import web
 
+from shared.content_security import CSP_HEADER, NOSNIFF_HEADER, keep_sandbox
 from shared.edge_rules import EMPTY_RULES, RuleSet
 from shared.paths import ZONE_NAME
 
 FORWARDED = web.RequestKey("forwarded_to_control", bool)
 NOT_DELIVERY = ("/api/health", "/metrics")
+PROTECTED = frozenset({CSP_HEADER.lower(), NOSNIFF_HEADER.lower()})
 
 
 @dataclass(frozen=True)
@@ -43,20 +45,37 @@ class EdgeConfig:
 
     def cdn_path(self, host: str, path: str) -> str:
         """The CDN path a delivery request names: on a tenant host `/v1/...` means `/<zone>/v1/...`."""
-        zone = self.zone_for_host(host)
-        if zone and path.startswith("/v1/"):
-            return f"/{zone}{path}"
-        return path
+        return tenant_path(self.zone_for_host(host), path)
+
+
+def tenant_path(host_zone: str | None, path: str) -> str:
+    """The CDN path of a request path on the tenant host of `host_zone` (None: the default host).
+    Which paths such a host may serve at all is edge/access.py's `serves_on_host`."""
+    if host_zone and path.startswith("/v1/"):
+        return f"/{host_zone}{path}"
+    return path
 
 
 def apply_header_rules(config: EdgeConfig, request: web.Request, response: web.StreamResponse) -> None:
+    """Apply the `_headers` rules to a delivery response. The protective headers stay: a rule may
+    add a Content-Security-Policy (browsers enforce every policy, so it can only tighten), never
+    remove or replace ours or nosniff; and if a rule changes the Content-Type, the response gets
+    the headers of its new type (shared/content_security.py)."""
     if not config.rules.headers or request.get(FORWARDED) or request.path in NOT_DELIVERY:
         return
     changes = config.rules.headers.for_path(request.path, request.host)
     if not changes:
         return
-    for name in list(response.headers):
-        if name.lower() in changes.remove:
-            del response.headers[name]
+    headers = response.headers
+    for name in list(headers):
+        if name.lower() in changes.remove and name.lower() not in PROTECTED:
+            del headers[name]
     for name, value in changes.set.items():
-        response.headers[name] = value
+        lower = name.lower()
+        if lower == NOSNIFF_HEADER.lower():
+            continue
+        if lower == CSP_HEADER.lower() and CSP_HEADER in headers:
+            headers.add(name, value)
+        else:
+            headers[name] = value
+    keep_sandbox(headers)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
+import logging
 import multiprocessing
 import os
 import shutil
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from shared.config import load_settings
 from shared.logs import configure_logging
-from shared.process import die_with_parent
+from shared.process import EXIT_CANNOT_LISTEN, die_with_parent, port_in_use
 from shared.secrets import private_umask
 
 
@@ -34,10 +34,8 @@ def _parser() -> argparse.ArgumentParser:
 def run_worker(argv: list[str], worker: int) -> None:
     die_with_parent()
     # Imported here: PROMETHEUS_MULTIPROC_DIR must be set before prometheus_client is imported.
-    import uvloop
-    from aiohttp import web
-
     from edge.app import EdgeIdentity, create_app
+    from shared.http_server import serve
     from shared.secrets import load_edge_secrets
 
     args = _parser().parse_args(argv)
@@ -49,8 +47,7 @@ def run_worker(argv: list[str], worker: int) -> None:
     configure_logging(f"{args.name}/{worker}")
     identity = EdgeIdentity(args.name, worker, args.control_url, cache_dir, args.advertise_host or host)
     app = create_app(settings, load_edge_secrets(data_dir), identity)
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    web.run_app(app, host=host, port=port, reuse_port=True, access_log=None, print=None)
+    sys.exit(serve(app, settings, host=host, port=port, reuse_port=True))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -64,6 +61,14 @@ def main(argv: list[str] | None = None) -> None:
     shutil.rmtree(metrics_dir, ignore_errors=True)  # counters restart with the node
     metrics_dir.mkdir(parents=True, exist_ok=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    # The workers share the port through SO_REUSEPORT, which would also let them join another
+    # install's listeners on it: refuse a port someone else holds before starting any.
+    host = args.host or settings.get("server", "host")
+    port = args.port or settings.get("server", "edge_port")
+    if port_in_use(host, port):
+        configure_logging(args.name)
+        logging.getLogger("edge").error("cannot listen on %s:%s: the port is already in use", host, port)
+        sys.exit(EXIT_CANNOT_LISTEN)
     if args.workers <= 1:
         run_worker(argv, 0)
         return
@@ -82,4 +87,5 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, stop)
     for process in workers:
         process.join()
-    sys.exit(1 if any((p.exitcode or 0) > 0 for p in workers) else 0)
+    codes = [p.exitcode or 0 for p in workers]
+    sys.exit(EXIT_CANNOT_LISTEN if EXIT_CANNOT_LISTEN in codes else 1 if any(c > 0 for c in codes) else 0)

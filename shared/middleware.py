@@ -1,4 +1,5 @@
-"""aiohttp middlewares both processes install: request ids, version headers, error envelopes."""
+"""aiohttp middlewares both processes install: request ids, version headers, error envelopes, and the
+headers that keep stored files from running as the service (shared/content_security.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import orjson
 from aiohttp import web
 
 from shared import API_VERSION
+from shared.content_security import protect
 from shared.errors import ApiError, LegacyError, as_legacy
 
 log = logging.getLogger(__name__)
@@ -100,6 +102,9 @@ async def _stamp_headers(request: web.Request, response: web.StreamResponse) -> 
     # on_response_prepare also covers streamed responses (SSE, large bodies).
     response.headers.setdefault("X-Request-ID", request.get(REQUEST_ID) or new_request_id())
     response.headers.setdefault("X-API-Version", API_VERSION)
+    # nosniff on everything (errors, redirects, proxied and streamed responses included); the
+    # sandbox CSP on any active type that does not bring a policy of its own.
+    protect(response.headers)
 
 
 def install_envelopes(app: web.Application) -> None:

@@ -32,6 +32,7 @@ class Secrets:
     cluster_secret: str
     session_secret: str
     metrics_key: str = ""  # Bearer credential for /metrics and deep health (Prometheus `authorization`)
+    dashboard_secret: str = ""  # the password of POST /dashboard/login; empty = password sign-in refused
 
     @staticmethod
     def env_name(field_name: str) -> str:

@@ -13,7 +13,15 @@ CacheStatus = Literal["HIT", "MISS", "STALE", "BYPASS"]
 CACHE_STATUSES: frozenset[str] = frozenset({"HIT", "MISS", "STALE", "BYPASS"})
 UNKNOWN_COUNTRY = "XX"
 MAX_PATH_LENGTH = 2048
-_COUNTRY = re.compile(r"^[A-Za-z]{2}\Z")  # \Z: "$" passes "DE\n"
+# One response of at most 1 TiB: far above any file this service stores, far below what could make a
+# day's counters overflow (they saturate at COUNTER_MAX in any case).
+MAX_HIT_BYTES = 2**40
+# Every counter and every reported total saturates here: the largest integer a JSON client written in
+# JavaScript reads exactly, and far from SQLite's 64-bit limit.
+COUNTER_MAX = 2**53 - 1
+API_PREFIX = "api/"
+COUNTRY = re.compile(r"[A-Za-z]{2}")          # used with fullmatch: no trailing newline slips through
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +33,17 @@ class Hit:
     bytes: int
     cache: CacheStatus
     country: str            # ISO 3166-1 alpha-2, "XX" when unknown
+
+
+def is_asset_delivery(hit: Hit) -> bool:
+    """A hit that delivered a stored file: top-asset lists count only these (not API calls such as
+    ``/api/transform`` or ``/api/stream``, nor 404 probes and other errors, nor redirects)."""
+    return (200 <= hit.status < 300 or hit.status == 304) and bool(hit.path) and not hit.path.startswith(API_PREFIX)
+
+
+def is_valid_path(value: object) -> bool:
+    """A path a hit may name: a string of at most MAX_PATH_LENGTH characters, no control characters."""
+    return isinstance(value, str) and len(value) <= MAX_PATH_LENGTH and not _CONTROL_CHARACTER.search(value)
 
 
 def zone_of_path(path: str) -> str:
@@ -45,11 +64,12 @@ def hit_from_track_body(body: Any, *, now: float) -> Hit:
     country = body.get("country", UNKNOWN_COUNTRY)
     cache = body.get("cache", "MISS")
     status = body.get("status", 200)
-    if not isinstance(path, str) or len(path) > MAX_PATH_LENGTH or "\x00" in path:
-        raise LegacyError(400, f"'path' must be a string of at most {MAX_PATH_LENGTH} characters.")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise LegacyError(400, "'bytes' must be a non-negative integer.")
-    if not isinstance(country, str) or not _COUNTRY.match(country):
+    if not is_valid_path(path):
+        raise LegacyError(400, f"'path' must be a string of at most {MAX_PATH_LENGTH} characters, without "
+                          "control characters.")
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_HIT_BYTES:
+        raise LegacyError(400, f"'bytes' must be an integer from 0 to {MAX_HIT_BYTES}.")
+    if not isinstance(country, str) or not COUNTRY.fullmatch(country):
         raise LegacyError(400, "'country' must be a two-letter ISO 3166-1 code (XX when unknown).")
     if not isinstance(cache, str) or cache.upper() not in CACHE_STATUSES:
         raise LegacyError(400, "'cache' must be HIT or MISS (STALE and BYPASS are also accepted).")

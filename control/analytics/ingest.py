@@ -1,32 +1,43 @@
 """The edges' analytics batches (POST /_cluster/analytics): validation of each hit, and de-duplication.
 
-Batch: ``{"v": 1, "batch": "<id, optional>", "hits": [{timestamp, path, zone, status, bytes, cache,
-country}, ...]}``. Delivery is at-least-once, so a batch id acknowledged recently is not counted
-again. A hit that does not validate is skipped (and reported as rejected) rather than losing the
-whole batch.
+Batch: ``{"v": 1, "batch": "<id, optional>", "node": "<edge worker, optional>", "hits": [{timestamp,
+path, zone, status, bytes, cache, country[, method, requestId, ip]}, ...]}``. The optional fields
+feed the request log (``control.request_log``). Delivery is at-least-once, so a batch id is counted
+(and logged) once: both stores remember the ids they took in SQLite, in the same transaction, so a
+retry is recognised even across a control restart. A hit that does not validate is skipped (and reported as rejected)
+rather than losing the whole batch; nothing in a batch can make it fail as a whole (an edge would
+retry it forever).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections import OrderedDict
 from typing import Any
 
 from control.analytics.hits import (
     CACHE_STATUSES,
-    MAX_PATH_LENGTH,
+    COUNTRY,
+    MAX_HIT_BYTES,
     UNKNOWN_COUNTRY,
     Hit,
+    is_valid_path,
     zone_of_path,
 )
 from control.analytics.store import RETENTION_DAYS
+from control.request_log import Entry, delivery_entry
 
 BATCH_VERSION = 1
 MAX_BATCH_HITS = 10_000
 REMEMBERED_BATCHES = 10_000
 FUTURE_SLACK_S = 300            # edge clocks may run a little ahead
-_COUNTRY = re.compile(r"^[A-Za-z]{2}\Z")  # \Z: "$" passes "DE\n"
-_ZONE = re.compile(r"^[a-z0-9._-]{1,64}\Z")
+_ZONE = re.compile(r"[a-z0-9._-]{1,64}")  # patterns here are used with fullmatch
+_BATCH_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_NODE = re.compile(r"[A-Za-z0-9._:/-]{1,64}")
+_METHOD = re.compile(r"[A-Z]{1,16}")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
+UNKNOWN_NODE = "edge"
 
 
 def _int(value: Any) -> int | None:
@@ -45,26 +56,53 @@ def hit_from_batch_item(item: Any, now: float) -> Hit | None:
         return None
     if not now - RETENTION_DAYS * 86400 <= timestamp <= now + FUTURE_SLACK_S:
         return None
-    if not isinstance(path, str) or len(path) > MAX_PATH_LENGTH or "\x00" in path:
+    if not is_valid_path(path):
         return None
-    if status is None or not 100 <= status <= 599 or size is None or size < 0:
+    if status is None or not 100 <= status <= 599 or size is None or not 0 <= size <= MAX_HIT_BYTES:
         return None
     if not isinstance(cache, str) or cache.upper() not in CACHE_STATUSES:
         return None
-    if not isinstance(country, str) or not _COUNTRY.match(country):
+    if not isinstance(country, str) or not COUNTRY.fullmatch(country):
         country = UNKNOWN_COUNTRY
     path = path.lstrip("/")
-    if not isinstance(zone, str) or not _ZONE.match(zone):
+    if not isinstance(zone, str) or not _ZONE.fullmatch(zone):
         zone = zone_of_path(path)
     return Hit(timestamp=float(timestamp), path=path, zone=zone, status=status, bytes=size,
                cache=cache.upper(), country=country.upper())  # type: ignore[arg-type]
 
 
-class SeenBatches:
-    """Batch ids acknowledged recently (in memory, bounded): a retried batch is not counted twice.
+def batch_id_of(message: dict[str, Any]) -> str | None:
+    """The batch's id, or None when it has none usable (then it cannot be de-duplicated)."""
+    batch_id = message.get("batch")
+    return batch_id if isinstance(batch_id, str) and _BATCH_ID.fullmatch(batch_id) else None
 
-    Held in memory only: a retry that straddles a control restart can count twice.
-    """
+
+def node_of(message: dict[str, Any]) -> str:
+    """The edge worker that sent the batch, as the request log names it."""
+    node = message.get("node")
+    return node if isinstance(node, str) and _NODE.fullmatch(node) else UNKNOWN_NODE
+
+
+def delivery_log_entry(hit: Hit, item: dict[str, Any], node: str) -> Entry:
+    """The request-log entry of a validated hit. Method, request id and client address are checked;
+    what is missing or malformed becomes GET, null and ``unknown``."""
+    method, request_id, ip = item.get("method"), item.get("requestId"), item.get("ip")
+    if not isinstance(method, str) or not _METHOD.fullmatch(method):
+        method = "GET"
+    if not isinstance(request_id, str) or not _REQUEST_ID.fullmatch(request_id):
+        request_id = None
+    try:
+        address = str(ipaddress.ip_address(ip)) if isinstance(ip, str) and len(ip) <= 64 else "unknown"
+    except ValueError:
+        address = "unknown"
+    return delivery_entry(timestamp=hit.timestamp, method=method, path=hit.path, status=hit.status,
+                          cache=hit.cache, request_id=request_id, ip=address, node=node)
+
+
+class SeenBatches:
+    """Batch ids taken recently (in memory, bounded): a retry that arrives while the first attempt
+    is still being written is a duplicate at once. The stores' own records of ids are the durable
+    check."""
 
     def __init__(self, capacity: int = REMEMBERED_BATCHES) -> None:
         self._ids: OrderedDict[str, None] = OrderedDict()

@@ -10,6 +10,13 @@ Conventions of every report:
   A hit rate is CacheHit / requests as text with one decimal (``"87.5%"``; ``"0.0%"`` with no traffic).
 - ``XX`` (unknown country) is listed in geography but not counted in UniqueCountries.
 - Ties are broken by path, country or status code so answers are stable.
+- Every per-day list (statistics ``Daily``, the asset report's ``Daily``, /api/analytics ``data``) is
+  newest first.
+- Top-asset lists count asset deliveries only (``hits.is_asset_delivery``); the asset report counts
+  every request for its path, errors included.
+- Counters never overflow: each stored counter saturates at ``COUNTER_MAX`` (adds are checked in
+  SQL), sums are read with ``TOTAL`` (a float sum that cannot overflow) and every reported number is
+  clamped to ``COUNTER_MAX``, so even rows written by an older version at SQLite's limit read back.
 
 Retention: ``prune`` keeps 90 days (statistics and insights). GET /api/analytics shares the tables
 and never reads more than 35 days back (``ANALYTICS_RETENTION_DAYS``), which is its retention.
@@ -18,6 +25,7 @@ and never reads more than 35 days back (``ANALYTICS_RETENTION_DAYS``), which is 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -27,8 +35,15 @@ from typing import Any
 
 import aiosqlite
 
-from control.analytics.hits import UNKNOWN_COUNTRY, Hit
+from control.analytics.hits import (
+    COUNTER_MAX,
+    MAX_HIT_BYTES,
+    UNKNOWN_COUNTRY,
+    Hit,
+    is_asset_delivery,
+)
 from control.analytics.params import ANALYTICS_DAYS_MAXIMUM, DAYS_MAXIMUM
+from control.database import open_connection
 from shared.manifest import human_size
 
 RETENTION_DAYS = 90
@@ -36,6 +51,7 @@ ANALYTICS_RETENTION_DAYS = 35
 STATISTICS_TOP_ASSETS = 10
 ERROR_TOP_PATHS = 10
 ANALYTICS_TOP_ASSETS = 100   # per day, as the published service's `analytics:top:<date>` kept
+BATCH_MEMORY_S = 86400       # an edge's batch id is remembered this long (edges retry within seconds)
 MAX_PATH_LENGTH = 2048
 
 SCHEMA = """
@@ -56,6 +72,7 @@ CREATE TABLE IF NOT EXISTS analytics_daily_path (
     path TEXT NOT NULL,
     requests INTEGER NOT NULL DEFAULT 0,
     bytes INTEGER NOT NULL DEFAULT 0,
+    deliveries INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (date, zone, path)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS analytics_daily_path_by_path ON analytics_daily_path (path, date);
@@ -75,37 +92,71 @@ CREATE TABLE IF NOT EXISTS analytics_daily_error (
     PRIMARY KEY (date, zone, status, path)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS analytics_daily_error_by_path ON analytics_daily_error (path, date);
+CREATE TABLE IF NOT EXISTS analytics_batches (
+    batch TEXT PRIMARY KEY,
+    received_at REAL NOT NULL
+) WITHOUT ROWID;
 """
 
 TABLES = ("analytics_daily_zone", "analytics_daily_path", "analytics_daily_country", "analytics_daily_error")
 
-_UPSERT_ZONE = """
+
+
+def _add(column: str) -> str:
+    """``column + excluded.column``, saturating at COUNTER_MAX. The excluded value is at most
+    COUNTER_MAX, so the subtraction cannot overflow; a stored value past the cap (an older version's
+    row) is brought back to it."""
+    return (f"{column} = CASE WHEN {column} > {COUNTER_MAX} - excluded.{column} THEN {COUNTER_MAX} "
+            f"ELSE {column} + excluded.{column} END")
+
+
+_UPSERT_ZONE = f"""
 INSERT INTO analytics_daily_zone (date, zone, hits, bytes, cache_hit, cache_miss, cache_stale, cache_bypass)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (date, zone) DO UPDATE SET
-    hits = hits + excluded.hits, bytes = bytes + excluded.bytes,
-    cache_hit = cache_hit + excluded.cache_hit, cache_miss = cache_miss + excluded.cache_miss,
-    cache_stale = cache_stale + excluded.cache_stale, cache_bypass = cache_bypass + excluded.cache_bypass
+    {_add("hits")}, {_add("bytes")}, {_add("cache_hit")}, {_add("cache_miss")}, {_add("cache_stale")},
+    {_add("cache_bypass")}
 """
-_UPSERT_PATH = """
-INSERT INTO analytics_daily_path (date, zone, path, requests, bytes) VALUES (?, ?, ?, ?, ?)
-ON CONFLICT (date, zone, path) DO UPDATE SET
-    requests = requests + excluded.requests, bytes = bytes + excluded.bytes
+_UPSERT_PATH = f"""
+INSERT INTO analytics_daily_path (date, zone, path, requests, bytes, deliveries) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (date, zone, path) DO UPDATE SET {_add("requests")}, {_add("bytes")}, {_add("deliveries")}
 """
-_UPSERT_COUNTRY = """
+_UPSERT_COUNTRY = f"""
 INSERT INTO analytics_daily_country (date, zone, country, requests) VALUES (?, ?, ?, ?)
-ON CONFLICT (date, zone, country) DO UPDATE SET requests = requests + excluded.requests
+ON CONFLICT (date, zone, country) DO UPDATE SET {_add("requests")}
 """
-_UPSERT_ERROR = """
+_UPSERT_ERROR = f"""
 INSERT INTO analytics_daily_error (date, zone, status, path, count) VALUES (?, ?, ?, ?, ?)
-ON CONFLICT (date, zone, status, path) DO UPDATE SET count = count + excluded.count
+ON CONFLICT (date, zone, status, path) DO UPDATE SET {_add("count")}
 """
+# Tables written before top assets counted deliveries only: add the column and estimate it as the
+# path's requests minus its recorded errors (API paths deliver no asset).
+_ADD_DELIVERIES = [
+    "ALTER TABLE analytics_daily_path ADD COLUMN deliveries INTEGER NOT NULL DEFAULT 0",
+    "UPDATE analytics_daily_path AS p SET deliveries = MAX(p.requests - COALESCE((SELECT TOTAL(e.count) "
+    "FROM analytics_daily_error AS e WHERE e.date = p.date AND e.zone = p.zone AND e.path = p.path), 0), 0) "
+    "WHERE p.path NOT LIKE 'api/%'",
+]
 
 _CACHE_COLUMN = {"HIT": 0, "MISS": 1, "STALE": 2, "BYPASS": 3}
 
 
 def utc_day(timestamp: float) -> date:
     return datetime.fromtimestamp(timestamp, UTC).date()
+
+
+def counter(value: float | int | None) -> int:
+    """A stored or summed counter as reported: an int in 0..COUNTER_MAX (``TOTAL`` returns a float,
+    exact below 2**53)."""
+    if value is None:
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return COUNTER_MAX if value > 0 else 0
+    return max(0, min(int(value), COUNTER_MAX))
+
+
+def _saturated(value: int) -> int:
+    return min(value, COUNTER_MAX)
 
 
 def hit_rate(hits: int, total: int) -> str:
@@ -149,18 +200,30 @@ class AnalyticsStore:
         self._write_lock = asyncio.Lock()
 
     async def open(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
         # Autocommit mode: each batch opens its own explicit transaction.
-        db = await aiosqlite.connect(str(self._path), isolation_level=None)
+        db = await open_connection(self._path)
         try:
-            await db.execute("PRAGMA journal_mode=WAL")
-            await db.execute("PRAGMA synchronous=NORMAL")
-            await db.execute("PRAGMA busy_timeout=5000")
             await db.executescript(SCHEMA)
+            await self._migrate(db)
         except BaseException:
             await db.close()
             raise
         self._db = db
+
+    @staticmethod
+    async def _migrate(db: aiosqlite.Connection) -> None:
+        async with db.execute("PRAGMA table_info(analytics_daily_path)") as cursor:
+            columns = {row[1] for row in await cursor.fetchall()}
+        if "deliveries" in columns:
+            return
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _ADD_DELIVERIES:
+                await db.execute(statement)
+        except BaseException:
+            await db.execute("ROLLBACK")
+            raise
+        await db.execute("COMMIT")
 
     async def close(self) -> None:
         if self._db is not None:
@@ -175,17 +238,18 @@ class AnalyticsStore:
 
     # -- writes -----------------------------------------------------------------------------------
 
-    async def record_hits(self, hits: Sequence[Hit]) -> None:
-        """Fold a batch of hits into the daily counters, in one transaction."""
-        if not hits:
-            return
+    async def record_hits(self, hits: Sequence[Hit], batch_id: str | None = None) -> bool:
+        """Fold a batch of hits into the daily counters, in one transaction. With a ``batch_id`` the
+        batch is counted once: False (nothing counted) when that id was counted before."""
+        if not hits and batch_id is None:
+            return True
         zones: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
-        paths: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+        paths: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
         countries: dict[tuple[str, str, str], int] = defaultdict(int)
         errors: dict[tuple[str, str, int, str], int] = defaultdict(int)
         for hit in hits:
             day = utc_day(hit.timestamp).isoformat()
-            size = max(int(hit.bytes), 0)
+            size = max(0, min(int(hit.bytes), MAX_HIT_BYTES))  # callers validate; the store clamps anyway
             path = _stored_path(hit.path)
             counters = zones[(day, hit.zone)]
             counters[0] += 1
@@ -194,6 +258,7 @@ class AnalyticsStore:
             path_counters = paths[(day, hit.zone, path)]
             path_counters[0] += 1
             path_counters[1] += size
+            path_counters[2] += is_asset_delivery(hit)
             country = hit.country.upper() if len(hit.country) == 2 and hit.country.isalpha() else UNKNOWN_COUNTRY
             countries[(day, hit.zone, country)] += 1
             if hit.status >= 400:
@@ -202,8 +267,14 @@ class AnalyticsStore:
             db = self.db
             await db.execute("BEGIN IMMEDIATE")
             try:
-                await db.executemany(_UPSERT_ZONE, [(*key, *values) for key, values in zones.items()])
-                await db.executemany(_UPSERT_PATH, [(*key, *values) for key, values in paths.items()])
+                if batch_id is not None:
+                    cursor = await db.execute("INSERT OR IGNORE INTO analytics_batches (batch, received_at) "
+                                              "VALUES (?, ?)", (batch_id, time.time()))
+                    if cursor.rowcount == 0:
+                        await db.execute("ROLLBACK")
+                        return False
+                await db.executemany(_UPSERT_ZONE, [(*key, *map(_saturated, values)) for key, values in zones.items()])
+                await db.executemany(_UPSERT_PATH, [(*key, *map(_saturated, values)) for key, values in paths.items()])
                 await db.executemany(_UPSERT_COUNTRY, [(*key, count) for key, count in countries.items()])
                 if errors:
                     await db.executemany(_UPSERT_ERROR, [(*key, count) for key, count in errors.items()])
@@ -211,6 +282,7 @@ class AnalyticsStore:
                 await db.execute("ROLLBACK")
                 raise
             await db.execute("COMMIT")
+        return True
 
     async def prune(self, now: float | None = None) -> int:
         """Delete counters older than the 90-day retention; returns the number of rows removed."""
@@ -224,6 +296,8 @@ class AnalyticsStore:
                 for table in TABLES:
                     cursor = await db.execute(f"DELETE FROM {table} WHERE date < ?", (oldest_kept,))
                     removed += cursor.rowcount
+                await db.execute("DELETE FROM analytics_batches WHERE received_at < ?",
+                                 ((time.time() if now is None else now) - BATCH_MEMORY_S,))
             except BaseException:
                 await db.execute("ROLLBACK")
                 raise
@@ -238,37 +312,43 @@ class AnalyticsStore:
 
     async def _totals(self, period: _Period) -> tuple[int, int, int]:
         (requests, size, cached), = await self._rows(
-            "SELECT COALESCE(SUM(hits), 0), COALESCE(SUM(bytes), 0), COALESCE(SUM(cache_hit + cache_stale), 0) "
+            "SELECT TOTAL(hits), TOTAL(bytes), TOTAL(cache_hit) + TOTAL(cache_stale) "
             f"FROM analytics_daily_zone WHERE {period.where}", period.params)
-        return requests, size, cached
+        return counter(requests), counter(size), counter(cached)
+
+    async def _daily_totals(self, period: _Period) -> dict[str, tuple[int, int, int, int]]:
+        """Per date: requests, bytes, served from cache (HIT, STALE), not (MISS, BYPASS)."""
+        rows = await self._rows(
+            "SELECT date, TOTAL(hits), TOTAL(bytes), TOTAL(cache_hit) + TOTAL(cache_stale), "
+            f"TOTAL(cache_miss) + TOTAL(cache_bypass) FROM analytics_daily_zone WHERE {period.where} "
+            "GROUP BY date", period.params)
+        return {row[0]: (counter(row[1]), counter(row[2]), counter(row[3]), counter(row[4])) for row in rows}
 
     async def _countries(self, period: _Period) -> list[dict[str, Any]]:
         rows = await self._rows(
-            f"SELECT country, SUM(requests) AS n FROM analytics_daily_country WHERE {period.where} "
+            f"SELECT country, TOTAL(requests) AS n FROM analytics_daily_country WHERE {period.where} "
             "GROUP BY country ORDER BY n DESC, country", period.params)
-        return [{"CountryCode": country, "Requests": count} for country, count in rows]
+        return [{"CountryCode": country, "Requests": counter(count)} for country, count in rows]
 
     async def _top_paths(self, period: _Period, limit: int) -> list[dict[str, Any]]:
         rows = await self._rows(
-            f"SELECT path, SUM(requests) AS n FROM analytics_daily_path WHERE {period.where} "
-            "GROUP BY path ORDER BY n DESC, path LIMIT ?", (*period.params, limit))
-        return [{"Path": _report_path(path), "Requests": count} for path, count in rows]
+            f"SELECT path, TOTAL(deliveries) AS n FROM analytics_daily_path WHERE {period.where} "
+            "AND deliveries > 0 GROUP BY path ORDER BY n DESC, path LIMIT ?", (*period.params, limit))
+        return [{"Path": _report_path(path), "Requests": counter(count)} for path, count in rows]
 
     @staticmethod
     def _unique_countries(countries: list[dict[str, Any]]) -> int:
         return sum(1 for entry in countries if entry["CountryCode"] != UNKNOWN_COUNTRY)
 
     async def statistics(self, days: int, zone: str | None = None, *, now: float | None = None) -> dict[str, Any]:
-        """StatisticsResponse without DateFetched. Daily lists every day of the period, oldest first."""
+        """StatisticsResponse without DateFetched. Daily lists every day of the period, newest first."""
         days = max(1, min(days, DAYS_MAXIMUM))
         period = _Period(days, now, _zone_filter(zone))
         requests, size, cached = await self._totals(period)
         countries = await self._countries(period)
-        by_date = {row[0]: row[1:] for row in await self._rows(
-            "SELECT date, SUM(hits), SUM(bytes), SUM(cache_hit + cache_stale), SUM(cache_miss + cache_bypass) "
-            f"FROM analytics_daily_zone WHERE {period.where} GROUP BY date", period.params)}
+        by_date = await self._daily_totals(period)
         daily = []
-        for day in period.dates:
+        for day in reversed(period.dates):
             hits, day_bytes, day_cached, day_missed = by_date.get(day, (0, 0, 0, 0))
             daily.append({"Date": day, "TotalRequests": hits, "Bandwidth": day_bytes,
                           "BandwidthHuman": human_size(day_bytes), "CacheHit": day_cached, "CacheMiss": day_missed})
@@ -303,7 +383,7 @@ class AnalyticsStore:
 
     async def top_assets(self, days: int, limit: int, zone: str | None = None, *,
                          now: float | None = None) -> dict[str, Any]:
-        """TopAssetsResponse without DateFetched."""
+        """TopAssetsResponse without DateFetched: asset deliveries per path, most first."""
         days = max(1, min(days, DAYS_MAXIMUM))
         period = _Period(days, now, _zone_filter(zone))
         return {"Period": {"Days": days}, "Assets": await self._top_paths(period, max(1, limit))}
@@ -319,12 +399,13 @@ class AnalyticsStore:
         days = max(1, min(days, DAYS_MAXIMUM))
         period = _Period(days, now, _zone_filter(zone))
         rows = await self._rows(
-            f"SELECT status, path, SUM(count) AS n FROM analytics_daily_error WHERE {period.where} "
+            f"SELECT status, path, TOTAL(count) AS n FROM analytics_daily_error WHERE {period.where} "
             "GROUP BY status, path ORDER BY status, n DESC, path", period.params)
         groups: dict[int, dict[str, Any]] = {}
-        for status, path, count in rows:
+        for status, path, total in rows:
+            count = counter(total)
             group = groups.setdefault(status, {"StatusCode": status, "Count": 0, "TopPaths": []})
-            group["Count"] += count
+            group["Count"] = _saturated(group["Count"] + count)
             if len(group["TopPaths"]) < ERROR_TOP_PATHS:
                 group["TopPaths"].append({"Path": _report_path(path), "Count": count})
         report: dict[str, Any] = {
@@ -336,50 +417,50 @@ class AnalyticsStore:
         return report
 
     async def asset_report(self, path: str, days: int, *, now: float | None = None) -> dict[str, Any]:
-        """AssetInsightsResponse without DateFetched; ``/p`` and ``p`` name the same asset."""
+        """AssetInsightsResponse without DateFetched; ``/p`` and ``p`` name the same asset. Daily is
+        newest first."""
         days = max(1, min(days, DAYS_MAXIMUM))
         period = _Period(days, now)
         stored = _stored_path(path)
         params = (*period.params, stored)
-        requests = dict(await self._rows(
-            f"SELECT date, SUM(requests) FROM analytics_daily_path WHERE {period.where} AND path = ? GROUP BY date",
-            params))
+        requests = {day: counter(total) for day, total in await self._rows(
+            f"SELECT date, TOTAL(requests) FROM analytics_daily_path WHERE {period.where} AND path = ? "
+            "GROUP BY date", params)}
         daily_errors: dict[str, dict[str, int]] = defaultdict(dict)
         totals: dict[str, int] = {}
-        for day, status, count in await self._rows(
-                f"SELECT date, status, SUM(count) FROM analytics_daily_error WHERE {period.where} AND path = ? "
+        for day, status, total in await self._rows(
+                f"SELECT date, status, TOTAL(count) FROM analytics_daily_error WHERE {period.where} AND path = ? "
                 "GROUP BY date, status ORDER BY date, status", params):
+            count = counter(total)
             daily_errors[day][str(status)] = count
-            totals[str(status)] = totals.get(str(status), 0) + count
+            totals[str(status)] = _saturated(totals.get(str(status), 0) + count)
         return {
             "Path": _report_path(stored),
             "Period": {"Days": days},
-            "TotalRequests": sum(requests.values()),
+            "TotalRequests": _saturated(sum(requests.values())),
             "Errors": dict(sorted(totals.items())),
             "Daily": [{"Date": day, "Requests": requests.get(day, 0), "Errors": daily_errors.get(day, {})}
-                      for day in period.dates],
+                      for day in reversed(period.dates)],
         }
 
     async def analytics_report(self, days: int, *, now: float | None = None) -> dict[str, Any]:
         """AnalyticsReportResponse for GET /api/analytics: every day, newest first (as the published
-        service walks back from today), at most 35 days back; top 100 paths per day."""
+        service walks back from today), at most 35 days back; top 100 asset paths per day."""
         days = max(1, min(days, ANALYTICS_DAYS_MAXIMUM, ANALYTICS_RETENTION_DAYS))
         period = _Period(days, now)
-        totals = {row[0]: row[1:] for row in await self._rows(
-            "SELECT date, SUM(hits), SUM(bytes), SUM(cache_hit + cache_stale), SUM(cache_miss + cache_bypass) "
-            f"FROM analytics_daily_zone WHERE {period.where} GROUP BY date", period.params)}
+        totals = await self._daily_totals(period)
         top: dict[str, dict[str, int]] = defaultdict(dict)
         for day, path, count in await self._rows(
-                "SELECT date, path, n FROM (SELECT date, path, SUM(requests) AS n, ROW_NUMBER() OVER "
-                "(PARTITION BY date ORDER BY SUM(requests) DESC, path) AS rank "
-                f"FROM analytics_daily_path WHERE {period.where} GROUP BY date, path) "
+                "SELECT date, path, n FROM (SELECT date, path, TOTAL(deliveries) AS n, ROW_NUMBER() OVER "
+                "(PARTITION BY date ORDER BY TOTAL(deliveries) DESC, path) AS rank "
+                f"FROM analytics_daily_path WHERE {period.where} AND deliveries > 0 GROUP BY date, path) "
                 "WHERE rank <= ? ORDER BY date, rank", (*period.params, ANALYTICS_TOP_ASSETS)):
-            top[day][_report_path(path)] = count
+            top[day][_report_path(path)] = counter(count)
         geo: dict[str, dict[str, int]] = defaultdict(dict)
         for day, country, count in await self._rows(
-                f"SELECT date, country, SUM(requests) AS n FROM analytics_daily_country WHERE {period.where} "
+                f"SELECT date, country, TOTAL(requests) AS n FROM analytics_daily_country WHERE {period.where} "
                 "GROUP BY date, country ORDER BY date, n DESC, country", period.params):
-            geo[day][country] = count
+            geo[day][country] = counter(count)
         data = []
         for day in reversed(period.dates):
             hits, size, cached, missed = totals.get(day, (0, 0, 0, 0))
@@ -389,6 +470,6 @@ class AnalyticsStore:
                 "bandwidth": {"bytes": size, "human": human_size(size)},
                 "top_assets": top.get(day, {}),
                 "geo": geo.get(day, {}),
-                "cache": {"hit": cached, "miss": missed, "ratio": hit_rate(cached, cached + missed)},
+                "cache": {"hit": cached, "miss": missed, "ratio": hit_rate(cached, _saturated(cached + missed))},
             })
         return {"days": days, "data": data}

@@ -73,8 +73,11 @@ class EdgeRegistry:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PUSH_TIMEOUT_S))
 
     async def close(self) -> None:
-        for task in list(self._background):
+        """Cancel the sends still under way (to edges that may be unreachable) and wait for them to end."""
+        pending = list(self._background)
+        for task in pending:
             task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
         if self._session:
             await self._session.close()
 

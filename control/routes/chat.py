@@ -14,9 +14,11 @@ from aiohttp import web
 
 from control.chat.conversation import parse_question
 from control.chat.sse import HEADERS, frame
+from control.rate_limit import client_key
 from control.recording import request_ip
 from control.request_body import read_body
-from control.state import CHAT, CHAT_QUOTA, RATE_COUNTER, SETTINGS
+from control.routes.search import rate_headers
+from control.state import CHAT, CHAT_LIMITER, CHAT_QUOTA
 from shared.errors import ApiError, LegacyError, as_legacy
 
 log = logging.getLogger(__name__)
@@ -26,12 +28,11 @@ MONTHLY_LIMIT_MESSAGE = "Monthly query limit reached. The Concierge will be back
 
 
 async def chat(request: web.Request) -> web.StreamResponse:
-    per_minute = request.app[SETTINGS].get("ai", "chat_rate_limit_per_minute")
-    decision = await request.app[RATE_COUNTER].hit(f"chat:{request_ip(request)}", per_minute, 60)
+    decision = await request.app[CHAT_LIMITER].take(f"chat:{client_key(request_ip(request))}")
     if not decision.allowed:
         raise LegacyError(429, "rate_limit_exceeded",
                           f"Rate limit exceeded: at most {decision.limit} chat questions a minute per client. "
-                          f"Retry in {decision.retry_after_s} s.", headers=decision.headers())
+                          f"Retry in {decision.retry_after_s} s.", headers=rate_headers(decision))
     try:
         raw = await read_body(request, BODY_LIMIT)
     except ApiError as exc:  # 413 from the shared body reader, in this route's envelope

@@ -24,7 +24,7 @@ def _zone(request: web.Request) -> str | None:
     zone = request.query.get("zone")
     if zone in (None, "", "all"):
         return None
-    if not ZONE_NAME.match(zone):
+    if not ZONE_NAME.fullmatch(zone):  # fullmatch: "$" would let a trailing newline through
         raise bad_request("'zone' must be a zone name (^[a-z0-9-]{2,64}$) or 'all'.", target="zone")
     return zone
 

@@ -1,12 +1,14 @@
-"""Operations: GET /api/logs (AccountKey), the control plane's recent request log.
+"""Operations: GET /api/logs (AccountKey), the request log buffered in storage: the control plane's
+requests and the deliveries every edge served (``control.request_log``; ``node`` and ``cache`` tell
+them apart).
 
 JSON page (OA shape): ``{records[], count, cursor}``, newest first. Query: ``limit`` (1-500, default
 100, clamped), ``since`` (ISO date-time: only newer entries), ``level`` (info|warn|error), ``cursor``
 (the ``cursor`` of the previous page: older entries). ``cursor`` is null on the last page.
 
 ``stream=1`` (or the published service's ``tail=true``): Server-Sent Events. ``event: connected`` once,
-then ``event: log`` with ``data: <entry>`` for each new entry as it happens (after the backlog newer
-than ``since``, when given), and a ``: heartbeat <iso>`` comment every 15 s. The stream stays open
+then ``event: log`` with ``data: <entry>`` for each new entry as it arrives (after the backlog newer
+than ``since``, when given: at most its newest 1000 entries), and a ``: heartbeat <iso>`` comment every 15 s. The stream stays open
 until the client goes away or control shuts down.
 """
 
@@ -69,7 +71,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
             raise bad_request("'cursor' must be the cursor of a previous page.", target="cursor")
         before = int(cursor)
     log = request.app[REQUEST_LOG]
-    records = log.page(limit=limit + 1, before=before, since=since, level=level)
+    records = await log.page(limit=limit + 1, before=before, since=since, level=level)
     more = len(records) > limit
     records = records[:limit]
     return json_response({"records": records, "count": len(records),
@@ -94,7 +96,7 @@ async def _stream(request: web.Request, since: str | None, level: str | None) ->
         await response.prepare(request)
         await response.write(_frame("connected", {"timestamp": iso_now(), "heartbeatSeconds": HEARTBEAT_S,
                                                   "level": level}))
-        backlog = [e for e in log.after(since) if level is None or e["level"] == level] if since else []
+        backlog = await log.after(since, level) if since else []
         for entry in backlog:
             await response.write(_frame("log", entry))
         last_sent = backlog[-1]["id"] if backlog else 0

@@ -10,15 +10,15 @@ import logging
 
 from aiohttp import web
 
+from control.rate_limit import RateDecision, client_key
 from control.recording import request_ip
-from control.state import RATE_COUNTER, SEARCH, SETTINGS
+from control.state import SEARCH, SEARCH_LIMITER, SETTINGS
 from shared.errors import LegacyError
 from shared.middleware import json_response
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LIMIT, MAX_LIMIT = 20, 50
-WINDOW_S = 60
 
 
 def parse_limit(raw: str | None) -> int:
@@ -29,13 +29,21 @@ def parse_limit(raw: str | None) -> int:
         return DEFAULT_LIMIT
 
 
+def rate_headers(decision: RateDecision) -> dict[str, str]:
+    if decision.limit == 0:  # the limit is switched off
+        return {}
+    headers = {"X-RateLimit-Limit": str(decision.limit), "X-RateLimit-Remaining": str(decision.remaining)}
+    if not decision.allowed:
+        headers["Retry-After"] = str(decision.retry_after_s)
+    return headers
+
+
 async def search(request: web.Request) -> web.Response:
-    limit_per_minute = request.app[SETTINGS].get("search", "rate_limit_per_minute")
-    decision = await request.app[RATE_COUNTER].hit(f"search:{request_ip(request)}", limit_per_minute, WINDOW_S)
+    decision = await request.app[SEARCH_LIMITER].take(f"search:{client_key(request_ip(request))}")
     if not decision.allowed:
         raise LegacyError(429, "rate_limit_exceeded",
                           f"Rate limit exceeded: at most {decision.limit} searches a minute per client. "
-                          f"Retry in {decision.retry_after_s} s.", headers=decision.headers())
+                          f"Retry in {decision.retry_after_s} s.", headers=rate_headers(decision))
     query = request.query.get("q", "")
     if not query.strip():
         raise LegacyError(400, 'Query parameter "q" is required')
@@ -47,4 +55,4 @@ async def search(request: web.Request) -> web.Response:
     results = [hit.to_json() for hit in answer.hits]
     max_age = int(request.app[SETTINGS].get("search", "cache_ttl_s"))
     return json_response({"results": results, "query": query, "count": len(results), "mode": answer.mode},
-                         headers={"Cache-Control": f"public, max-age={max_age}", **decision.headers()})
+                         headers={"Cache-Control": f"public, max-age={max_age}", **rate_headers(decision)})

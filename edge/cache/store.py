@@ -1,8 +1,9 @@
 """The edge cache: the memory tier in front of the disk tier, with key and tag purges.
 
-Keys are the caller's (``asset:<blob_id>``, ``transform:<hash>``): what a response depends on.
-A URL purge is the caller's mapping of the URL to keys through the manifest, then
-``purge_keys``; this module only knows keys and tags.
+Keys are the caller's (``asset:<blob_id>:<path>``, a variant's key scoped to its source path, see
+edge/states/head.py): what a response depends on. A URL purge is a purge of the path's internal
+tag (edge/cache/tags.py), which every entry made from that path carries; this module only knows
+keys and tags.
 
 Blocking and the event loop. ``get`` is meant to be called inline on the event loop:
 

@@ -7,9 +7,11 @@ file or the converted variant, fetch or convert on a miss, and deliver with the 
 
 from __future__ import annotations
 
+from functools import partial
+
 from aiohttp import web
 
-from edge.access import is_private_path
+from edge.access import is_private_path, serves_on_host
 from edge.auto_format import AutoChoice, choices, conversion_options
 from edge.cache.entry import CachedObject
 from edge.negotiate import (
@@ -28,8 +30,9 @@ from edge.routes.transform import IMMUTABLE, origin_unreachable
 from edge.state import IMAGE_POOL, NODE
 from edge.states.deliver import deliver
 from edge.states.fetch import OriginUnavailable, cached_asset
-from edge.states.variant import Variant, cached_variant
-from edge.transform.pipeline import run_transform
+from edge.states.head import EntryHead
+from edge.states.variant import cached_variant
+from edge.transform.jobs import transform_variant
 from shared.errors import LegacyError
 from shared.paths import InvalidPath, parse_cdn_path
 
@@ -50,29 +53,27 @@ def parse_base(raw: str | None) -> str:
     return base
 
 
-async def _file(node: EdgeNode, choice: AutoChoice) -> tuple[CachedObject, str]:
+async def _file(node: EdgeNode, choice: AutoChoice) -> tuple[CachedObject, str, EntryHead | None]:
     return await cached_asset(node, choice.entry)
 
 
-async def _converted(request: web.Request, choice: AutoChoice) -> tuple[CachedObject, str]:
+async def _converted(request: web.Request, choice: AutoChoice) -> tuple[CachedObject, str, EntryHead | None]:
     node, pool = request.app[NODE], request.app[IMAGE_POOL]
     source, fmt = choice.entry, choice.format
     opts = conversion_options(source)
-
-    def make(data: bytes) -> Variant:
-        result = run_transform(data, source.format, opts, fmt,
-                               max_pixels=pool.max_pixels, time_budget_s=pool.time_budget_s)
-        return Variant(result.body, result.content_type)
-
+    make = partial(transform_variant, source.format, opts, fmt, pool.limits)
     # Not counted against the monthly /api/transform quota: at most one conversion per source
     # and format, cached for a year (README, "Image delivery").
-    return await cached_variant(node, pool, source, opts.cache_key(source.blob_id, fmt), make,
-                                metric_format=fmt)
+    obj, status = await cached_variant(node, pool, source, opts.cache_key(source.blob_id, fmt), make,
+                                       metric_format=fmt)
+    return obj, status, None
 
 
 async def answer(request: web.Request, base: str, chain: list[str], headers: dict[str, str], *,
                  animated: bool) -> web.StreamResponse:
     node = request.app[NODE]
+    if not serves_on_host(base, node.config.zone_for_host(request.host)):
+        raise LegacyError(404, NOT_FOUND)  # a tenant host serves its zone and the stock pool only
     if not node.replica.loaded:
         raise LegacyError(503, "This edge has not loaded the manifest yet. Retry shortly.")
     options = choices(chain, base, node.replica.get, animated=animated)
@@ -81,7 +82,7 @@ async def answer(request: web.Request, base: str, chain: list[str], headers: dic
         if choice.convert and conversion_failed:
             continue  # the source did not decode; only files as they are remain
         try:
-            obj, status = await (_converted(request, choice) if choice.convert else _file(node, choice))
+            obj, status, head = await (_converted(request, choice) if choice.convert else _file(node, choice))
         except OriginUnavailable:
             raise origin_unreachable(choice.entry) from None
         except LegacyError as exc:
@@ -92,7 +93,7 @@ async def answer(request: web.Request, base: str, chain: list[str], headers: dic
         extra = {**headers, "Content-Type": FORMAT_MIME[choice.format]}
         try:
             return await deliver(request, obj, cache_status=status, cache_control=IMMUTABLE,
-                                 extra_headers=extra, tags=choice.entry.tags)
+                                 extra_headers=extra, tags=choice.entry.tags, head=head)
         except FileNotFoundError:
             raise LegacyError(503, "The variant was purged while it was being delivered. Retry.") from None
     raise LegacyError(404, NOT_FOUND)

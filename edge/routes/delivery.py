@@ -1,4 +1,8 @@
-"""GET/HEAD of CDN paths (`/<zone>/v1/<category>/<file>`, `/stocks/...`): receive, look up, fetch, deliver."""
+"""GET/HEAD of CDN paths (`/<zone>/v1/<category>/<file>`, `/stocks/...`): receive, look up, fetch, deliver.
+
+On a tenant host (edge/rules.py) `/v1/...` names the host's zone, and only that zone's files and
+the stock pool are served (edge/access.py).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from aiohttp import web
 
 from edge.access import SourceRefused, public_source
 from edge.delivery_log import DELIVERED_PATH
+from edge.rules import tenant_path
 from edge.state import NODE
 from edge.states.deliver import deliver
 from edge.states.fetch import OriginUnavailable, cached_asset
@@ -27,27 +32,28 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE]
     config = node.config
     # receive: _redirects are answered before any cache lookup; a 200 rule rewrites internally.
-    path = config.cdn_path(request.host, request.path)
+    host_zone = config.zone_for_host(request.host)
+    path = tenant_path(host_zone, request.path)
     redirect = config.rules.redirects.match(request.path_qs)
     if redirect is not None:
         if not redirect.is_rewrite:
             raise _redirect(redirect)
-        path = config.cdn_path(request.host, redirect.location.split("?", 1)[0])
+        path = tenant_path(host_zone, redirect.location.split("?", 1)[0])
     wanted = receive(request, path)
     request[DELIVERED_PATH] = wanted.path
     try:
-        entry = public_source(node, wanted.path)
+        entry = public_source(node, wanted.path, host_zone)
     except SourceRefused as exc:
         raise ApiError(exc.status, exc.code, exc.message, target="path") from None
     for attempt in range(2):  # a second pass only when the body was purged during delivery
         try:
-            obj, status = await cached_asset(node, entry)
+            obj, status, head = await cached_asset(node, entry)
         except OriginUnavailable:
             raise ApiError(503, "OriginUnreachable", f"'/{wanted.path}' is not cached on this edge and the "
                            "control plane cannot be reached. Retry shortly.") from None
         try:
             response = await deliver(request, obj, cache_status=status, cache_control=node.asset_cache_control,
-                                     tags=entry.tags)
+                                     head=head)
             break
         except FileNotFoundError:
             if attempt:

@@ -13,6 +13,7 @@ import time
 
 from aiohttp import web
 
+from edge.access import serves_on_host
 from edge.state import NODE, SECRETS
 from edge.states.deliver import deliver
 from edge.states.fetch import OriginUnavailable, cached_asset
@@ -21,6 +22,7 @@ from shared.paths import InvalidPath, parse_cdn_path
 from shared.signing import signature_matches
 
 CACHE_CONTROL = "private, max-age=3600"
+NOT_FOUND = "Asset not found (404)"
 REQUIRED = ("path", "expires", "sig")
 _EXPIRES = re.compile(r"^[0-9]{1,12}\Z")  # \Z: "$" passes "123\n"
 _SIGNATURE = re.compile(r"^[0-9a-fA-F]{64}\Z")
@@ -54,21 +56,24 @@ def verify_signed_query(query: dict[str, str], secret: str, now: float) -> str:
 async def signed_asset(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE]
     path = verify_signed_query(dict(request.query), request.app[SECRETS].signed_url_secret, time.time())
+    # A tenant host serves its own zone and the stock pool only (edge/access.py), whatever is signed.
+    if not serves_on_host(path, node.config.zone_for_host(request.host)):
+        raise LegacyError(404, NOT_FOUND)
     entry = node.replica.get(path)
     if entry is None:
         if not node.replica.loaded:
             raise LegacyError(503, "This edge has not loaded the manifest yet. Retry shortly.")
-        raise LegacyError(404, "Asset not found (404)")
+        raise LegacyError(404, NOT_FOUND)
     extra = {"X-Signed-URL": "verified"}
     for _attempt in range(2):  # a second pass only when the body was purged during delivery
         try:
-            obj, status = await cached_asset(node, entry)
+            obj, status, head = await cached_asset(node, entry)
         except OriginUnavailable:
             raise LegacyError(502, f"'/{path}' could not be fetched from the control plane. "
                               "Retry shortly.") from None
         try:
             return await deliver(request, obj, cache_status=status, cache_control=CACHE_CONTROL,
-                                 extra_headers=extra, tags=entry.tags)
+                                 extra_headers=extra, head=head)
         except FileNotFoundError:
             continue
     raise LegacyError(503, "The asset was purged while it was being delivered. Retry.")

@@ -1,12 +1,17 @@
 """GET/HEAD /api/transform: receive (parse options), look up the variant, on a miss take one unit of
-the monthly quota and transform in the image pool, deliver with a one-year immutable lifetime."""
+the monthly quota and transform in the image pool, deliver with a one-year immutable lifetime.
+
+Every answer, hit, miss or error, carries the monthly quota as X-RateLimit-Limit, -Remaining
+and -Reset (Unix time of the next month's start, UTC)."""
 
 from __future__ import annotations
+
+from functools import partial
 
 from aiohttp import web
 
 from edge.access import SourceRefused, public_source
-from edge.counters import month_key, seconds_until_next_month
+from edge.counters import month_key, next_month_start, seconds_until_next_month
 from edge.negotiate import (
     NETWORK_AWARE_HEADER,
     NETWORK_AWARE_SLOW,
@@ -16,9 +21,9 @@ from edge.negotiate import (
 from edge.state import IMAGE_POOL, NODE, USAGE_COUNTERS
 from edge.states.deliver import deliver
 from edge.states.fetch import OriginUnavailable
-from edge.states.variant import Variant, cached_variant
+from edge.states.variant import cached_variant
+from edge.transform.jobs import transform_variant
 from edge.transform.options import parse_transform_options, resolve_output_format
-from edge.transform.pipeline import run_transform
 from shared.errors import LegacyError
 from shared.manifest import ManifestEntry
 
@@ -35,9 +40,13 @@ def origin_unreachable(entry: ManifestEntry) -> LegacyError:
                        "cannot be reached. Retry shortly.", headers={"Retry-After": "5"})
 
 
+def _monthly_limit(request: web.Request) -> int:
+    return int(request.app[NODE].settings.get("transform", "monthly_limit"))
+
+
 def take_transform_quota(request: web.Request) -> None:
     """Count one transform this calendar month (UTC); 429 `limit_reached` when the month's are used."""
-    limit = int(request.app[NODE].settings.get("transform", "monthly_limit"))
+    limit = _monthly_limit(request)
     if request.app[USAGE_COUNTERS].take(month_key(QUOTA_PREFIX), limit):
         return
     message = (f"Monthly transform limit reached ({limit:,} per calendar month). Cached variants are still "
@@ -47,11 +56,32 @@ def take_transform_quota(request: web.Request) -> None:
         "X-RateLimit-Remaining": "0"})
 
 
+def refund_transform_quota(request: web.Request) -> None:
+    """A failed transform does not count against the month."""
+    request.app[USAGE_COUNTERS].refund(month_key(QUOTA_PREFIX))
+
+
+def rate_limit_headers(request: web.Request) -> dict[str, str]:
+    """The monthly transform quota as it stands after this request."""
+    limit = _monthly_limit(request)
+    remaining = request.app[USAGE_COUNTERS].remaining(month_key(QUOTA_PREFIX), limit)
+    return {"X-RateLimit-Limit": str(limit), "X-RateLimit-Remaining": str(remaining),
+            "X-RateLimit-Reset": str(int(next_month_start().timestamp()))}
+
+
 async def transform_image(request: web.Request) -> web.StreamResponse:
+    try:
+        return await _transform(request)
+    except LegacyError as exc:
+        exc.headers = {**rate_limit_headers(request), **exc.headers}
+        raise
+
+
+async def _transform(request: web.Request) -> web.StreamResponse:
     node, pool = request.app[NODE], request.app[IMAGE_POOL]
     opts = parse_transform_options(request.query)
     try:
-        entry = public_source(node, opts.url)
+        entry = public_source(node, opts.url, node.config.zone_for_host(request.host))
     except SourceRefused as exc:
         raise legacy_refusal(exc) from None
     headers: dict[str, str] = {}
@@ -65,21 +95,17 @@ async def transform_image(request: web.Request) -> web.StreamResponse:
             headers[NETWORK_AWARE_HEADER] = NETWORK_AWARE_SLOW
     output_format = resolve_output_format(opts.format, entry.format, request.headers.get("Accept"), slow=slow)
     key = opts.cache_key(entry.blob_id, output_format)
-
-    def make(source: bytes) -> Variant:
-        result = run_transform(source, entry.format, opts, output_format,
-                               max_pixels=pool.max_pixels, time_budget_s=pool.time_budget_s)
-        return Variant(result.body, result.content_type)
-
+    make = partial(transform_variant, entry.format, opts, output_format, pool.limits)
     for _attempt in range(2):  # a second pass only when the variant was purged during delivery
         try:
             obj, status = await cached_variant(node, pool, entry, key, make, metric_format=output_format,
-                                               before_make=lambda: take_transform_quota(request))
+                                               before_make=lambda: take_transform_quota(request),
+                                               refund=lambda: refund_transform_quota(request))
         except OriginUnavailable:
             raise origin_unreachable(entry) from None
         try:
             return await deliver(request, obj, cache_status=status, cache_control=IMMUTABLE,
-                                 extra_headers=headers, tags=entry.tags)
+                                 extra_headers={**headers, **rate_limit_headers(request)}, tags=entry.tags)
         except FileNotFoundError:
             continue
     raise LegacyError(503, "The variant was purged while it was being delivered. Retry.")

@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from edge.cache.entry import STREAM_CHUNK, CachedObject
-from edge.node import public_tags
+from edge.cache.tags import public_tags
+from edge.states.head import EntryHead
+from shared.content_security import CSP_HEADER, security_headers
 
 RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)\Z")
 
@@ -48,19 +50,32 @@ def parse_range(header: str, size: int) -> tuple[int, int] | None | bool:
 
 async def deliver(request: web.Request, obj: CachedObject, *, cache_status: str, cache_control: str,
                   extra_headers: Mapping[str, str] | None = None, tags: tuple[str, ...] | None = None,
-                  etag: str | None = None) -> web.StreamResponse:
-    headers = {
-        "Content-Type": obj.content_type, "ETag": etag or obj.etag, "Cache-Control": cache_control,
-        "X-Cache": cache_status, "Accept-Ranges": "bytes",
-    }
-    shown_tags = public_tags(obj.tags if tags is None else tags)
-    if shown_tags:
-        headers["Cache-Tag"] = ",".join(shown_tags)
+                  etag: str | None = None, head: EntryHead | None = None) -> web.StreamResponse:
+    """Answer with ``obj``. The per-path headers come from ``head`` (the path's delivery head) when
+    the body is the path's own file; variants pass their source's ``tags`` and keep their stored
+    Content-Type. Whatever the final Content-Type, the response carries its security headers."""
+    if head is not None:
+        headers = dict(head.headers)
+    else:
+        headers = {"Content-Type": obj.content_type, "ETag": obj.etag}
+        shown_tags = public_tags(obj.tags if tags is None else tags)
+        if shown_tags:
+            headers["Cache-Tag"] = ",".join(shown_tags)
+    if etag is not None:
+        headers["ETag"] = etag
+    headers["Cache-Control"] = cache_control
+    headers["X-Cache"] = cache_status
+    headers["Accept-Ranges"] = "bytes"
     if cache_status == "STALE":
         headers["Warning"] = '110 - "Response is stale: control plane unreachable"'
-    headers.update(obj.headers)
+    if obj.headers:
+        headers.update(obj.headers)
     if extra_headers:
         headers.update(extra_headers)
+    content_type = headers.get("Content-Type")
+    if head is None or content_type != head.content_type:
+        headers.pop(CSP_HEADER, None)
+        headers.update(security_headers(content_type))
     if_none_match = request.headers.get("If-None-Match")
     if if_none_match and etag_matches(if_none_match, headers["ETag"]):
         headers.pop("Content-Type", None)

@@ -1,4 +1,8 @@
-"""miss -> fetch: bytes come from control by content id, once per key however many requests wait."""
+"""miss -> fetch: bytes come from control by content id, once per key however many requests wait.
+
+The cache entry is the path's (key and tags from its delivery head, edge/states/head.py): two
+paths with the same bytes each fetch and keep their own, so a purge of one leaves the other.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,11 @@ import asyncio
 import hashlib
 import time
 
-from edge.cache.entry import CachedObject, strong_etag
+from edge.cache.entry import CachedObject
 from edge.control_client import ControlUnavailable, NotFoundAtControl
-from edge.node import EdgeNode, source_tags
-from edge.states.lookup import asset_key, lookup
+from edge.node import EdgeNode
+from edge.states.head import EntryHead
+from edge.states.lookup import lookup
 from shared.manifest import ManifestEntry
 
 HASH_INLINE_MAX = 256 * 1024  # below this an executor hop costs more than the hash
@@ -38,7 +43,8 @@ async def fetch_source(node: EdgeNode, entry: ManifestEntry) -> bytes:
 
 
 async def fetch_asset(node: EdgeNode, entry: ManifestEntry) -> CachedObject:
-    key = asset_key(entry)
+    head = node.replica.head(entry)
+    key = head.key
 
     async def fill() -> CachedObject:
         cached = lookup(node, key)  # another waiter may have filled it meanwhile
@@ -46,27 +52,28 @@ async def fetch_asset(node: EdgeNode, entry: ManifestEntry) -> CachedObject:
             return cached
         data = await fetch_source(node, entry)
         return await asyncio.get_running_loop().run_in_executor(
-            None, lambda: node.cache.put(key, data, entry.content_type, strong_etag(entry.sha256),
-                                         source_tags(entry)))
+            None, lambda: node.cache.put(key, data, head.content_type, head.etag, head.tags))
 
     return await node.flight.run(key, fill)
 
 
 async def source_bytes(node: EdgeNode, entry: ManifestEntry) -> bytes:
     """The whole body of a source asset (for transforms), from the cache or control."""
-    obj = lookup(node, asset_key(entry)) or await fetch_asset(node, entry)
+    obj = lookup(node, node.replica.head(entry).key) or await fetch_asset(node, entry)
     if obj.body is not None:
         return obj.body
     return await asyncio.get_running_loop().run_in_executor(None, lambda: obj.read_range(0, obj.size))
 
 
-async def cached_asset(node: EdgeNode, entry: ManifestEntry) -> tuple[CachedObject, str]:
-    """The asset's cache entry and its X-Cache status: HIT, STALE (cached, but control unreachable so we
-    cannot confirm it is current) or MISS (fetched now). Counted in the cache metric."""
-    obj = lookup(node, asset_key(entry))
+async def cached_asset(node: EdgeNode, entry: ManifestEntry) -> tuple[CachedObject, str, EntryHead]:
+    """The asset's cache entry, its X-Cache status (HIT, STALE: cached, but control unreachable so we
+    cannot confirm it is current; MISS: fetched now) and the path's delivery head. Counted in the
+    cache metric."""
+    head = node.replica.head(entry)
+    obj = lookup(node, head.key)
     if obj is None:
         obj, status = await fetch_asset(node, entry), "MISS"
     else:
         status = "HIT" if node.control_reachable() else "STALE"
     node.metrics.cache_result(status).inc()
-    return obj, status
+    return obj, status, head

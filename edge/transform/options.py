@@ -7,6 +7,9 @@ share one entry.
 Defaults: `fit=cover` (with both w and h the answer is exactly w x h, what a caller asking for
 a 400x300 thumbnail expects; `contain` must be asked for), `gravity=center`. `fit` and
 `gravity` only matter when both w and h are given; the cache key drops them otherwise.
+`inside` is `contain` by another name (within w x h, aspect kept, no padding); `outside` is
+`cover` without the crop. Gravity takes the nine compass points (`north` keeps the top edge,
+`southeast` the bottom-right corner...), `face` and `auto`.
 """
 
 from __future__ import annotations
@@ -20,12 +23,17 @@ from edge.negotiate import best_transform_format
 from shared.errors import LegacyError
 from shared.paths import InvalidPath, parse_cdn_path
 
-Fit = Literal["cover", "contain", "fill"]
-Gravity = Literal["center", "face", "auto"]
+Fit = Literal["cover", "contain", "fill", "inside", "outside"]
+Gravity = Literal["center", "north", "south", "east", "west", "northeast", "northwest", "southeast",
+                  "southwest", "face", "auto"]
 RequestedFormat = Literal["webp", "avif", "png", "jpeg", "auto"]
 
-FITS: tuple[Fit, ...] = ("cover", "contain", "fill")
-GRAVITIES: tuple[Gravity, ...] = ("center", "face", "auto")
+FITS: tuple[Fit, ...] = ("cover", "contain", "fill", "inside", "outside")
+# In the order the published API documents them.
+GRAVITIES: tuple[Gravity, ...] = ("center", "north", "south", "east", "west", "northeast", "northwest",
+                                  "southeast", "southwest", "face", "auto")
+# Fits that give the same pixels share one cache entry.
+_SAME_OUTPUT_FIT = {"inside": "contain"}
 FORMATS: tuple[RequestedFormat, ...] = ("webp", "avif", "png", "jpeg", "auto")
 # Spec "Limits": w, h 1-8192; q 1-100; blur 1-250; sharpen 1-10.
 INT_RANGES = {"w": (1, 8192), "h": (1, 8192), "q": (1, 100), "blur": (1, 250), "sharpen": (1, 10)}
@@ -89,14 +97,14 @@ class TransformOptions:
     def cache_key(self, source_id: str, output_format: str) -> str:
         """Stable key: source content id + the options that change the bytes + output format.
 
-        The url is left out on purpose: the content id already names the bytes, so two paths
-        holding the same file share their variants. Options that cannot change the output
+        The url is not part of it: edge/states/variant.py scopes the key to the source's path, so
+        each path keeps (and purges) its own variants. Options that cannot change the output
         (fit and gravity without both sides, gravity unless cropping, q for png/gif) are
         normalised away.
         """
         parts = [f"w{self.width}" if self.width else "", f"h{self.height}" if self.height else ""]
         if self.width is not None and self.height is not None:
-            parts.append(self.fit)
+            parts.append(_SAME_OUTPUT_FIT.get(self.fit, self.fit))
             if self.crops:
                 parts.append(f"g-{self.gravity}")
         if self.quality is not None and output_format in LOSSY_OUTPUTS:

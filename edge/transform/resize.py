@@ -1,10 +1,11 @@
 """Fit semantics, as geometry: what size the decoded image must have.
 
 - only w or only h: scale keeping the aspect ratio (fit and gravity do not matter).
-- contain: the largest size within w x h keeping the aspect ratio.
+- contain (and inside, its other name): the largest size within w x h keeping the aspect ratio.
 - fill: exactly w x h, the aspect ratio is not kept.
 - cover: the smallest size covering w x h keeping the aspect ratio; the gravity step then
   crops it to exactly w x h.
+- outside: the same covering size as cover, without the crop.
 Sizes may go up as well as down (as Cloudflare's contain/cover do); the pixel budget bounds them.
 
 The decode step shrinks on load straight to the planned size; `resize` below only acts when
@@ -38,12 +39,13 @@ def plan_resize(source_width: int, source_height: int, opts: TransformOptions) -
         return ResizePlan(max(1, round(source_width * scale)), max(1, round(source_height * scale)), None)
     if opts.fit == "fill":
         return ResizePlan(w, h, None)
-    if opts.fit == "contain":
+    if opts.fit in ("contain", "inside"):
         scale = min(w / source_width, h / source_height)
         return ResizePlan(min(w, max(1, round(source_width * scale))),
                           min(h, max(1, round(source_height * scale))), None)
     scale = max(w / source_width, h / source_height)
-    return ResizePlan(max(w, round(source_width * scale)), max(h, round(source_height * scale)), (w, h))
+    covering = (max(w, round(source_width * scale)), max(h, round(source_height * scale)))
+    return ResizePlan(*covering, None if opts.fit == "outside" else (w, h))
 
 
 def resize(ctx: TransformContext) -> None:

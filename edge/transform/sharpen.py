@@ -28,4 +28,5 @@ def sharpen(ctx: TransformContext) -> None:
     if ctx.opts.sharpen is None:
         return
     amount = ctx.opts.sharpen
-    ctx.image = map_frames(ctx.require_image(), lambda frame: unsharp(frame, amount))
+    ctx.image = map_frames(ctx.require_image(), lambda frame: unsharp(frame, amount),
+                           between_frames=lambda: ctx.check_deadline("sharpen"))

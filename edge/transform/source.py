@@ -15,7 +15,7 @@ import pillow_heif
 import pyvips
 
 from shared.errors import LegacyError
-from shared.svg_sanitize import sanitize_svg
+from shared.svg_sanitize import filter_primitives, sanitize_svg
 
 # libvips loader -> format name used across the transform.
 VIPS_LOADERS = {
@@ -40,6 +40,7 @@ class SourceImage:
     height: int           # one page (frame) high
     pages: int
     has_alpha: bool
+    filter_primitives: int = 0     # SVG only: filter operations librsvg runs per pixel
 
     @property
     def animated(self) -> bool:
@@ -66,11 +67,13 @@ def read_source(data: bytes, source_format: str) -> SourceImage:
     """Identify the bytes and read their header only; LegacyError 415/422 when they cannot be used."""
     if not data:
         raise undecodable(source_format, "it is empty.")
+    primitives = 0
     if _looks_like_svg(data):
         try:
             data = sanitize_svg(data)
         except ValueError as exc:
             raise undecodable(source_format, str(exc)) from exc
+        primitives = filter_primitives(data)
     elif _is_heif_not_avif(data):
         return _read_heif(data, source_format)
     try:
@@ -84,7 +87,8 @@ def read_source(data: bytes, source_format: str) -> SourceImage:
                           f"supported image format ({', '.join(sorted(set(VIPS_LOADERS.values())))}, heic).")
     pages = header.get_n_pages() if fmt in ANIMATED_FORMATS else 1
     return SourceImage(data=data, format=fmt, width=header.width, height=header.get_page_height(),
-                       pages=max(pages, 1), has_alpha=header.hasalpha())
+                       pages=max(pages, 1), has_alpha=header.hasalpha(),
+                       filter_primitives=primitives if fmt == "svg" else 0)
 
 
 def _read_heif(data: bytes, source_format: str) -> SourceImage:
@@ -104,6 +108,23 @@ def check_pixels(what: str, width: int, height: int, pages: int, max_pixels: int
         frames = f" x {pages} frames" if pages > 1 else ""
         raise LegacyError(422, f"The {what} is too large: {width}x{height}{frames} = {pixels:,} pixels "
                           f"exceeds this edge's limit of {max_pixels:,} pixels.")
+
+
+def check_animation(source: SourceImage, max_frames: int, max_pixels: int) -> None:
+    """Refuse an animated output whose source has too many frames or pixels in all (header values only)."""
+    pixels = source.width * source.height * source.pages
+    if source.pages > max_frames or pixels > max_pixels:
+        raise LegacyError(422, f"The animation is too large: {source.pages} frames of {source.width}x{source.height} "
+                          f"= {pixels:,} pixels; this edge makes animations of at most {max_frames:,} frames and "
+                          f"{max_pixels:,} pixels. Ask for format=png, jpeg or avif to get its first frame.")
+
+
+def check_svg_filters(source: SourceImage, width: int, height: int, max_work: int) -> None:
+    """Refuse to rasterise an SVG whose filter effects over `width` x `height` would cost too much."""
+    work = width * height * source.filter_primitives
+    if work > max_work:
+        raise LegacyError(422, f"The SVG's filter effects ({source.filter_primitives} primitives) over {width}x{height} "
+                          f"pixels exceed this edge's limit of {max_work:,} pixel operations. Ask for a smaller w or h.")
 
 
 def decode_heif(data: bytes) -> pyvips.Image:

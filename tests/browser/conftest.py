@@ -3,6 +3,7 @@ plane and edge serving the stream, and the player page."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -27,9 +28,13 @@ ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 
 @pytest.fixture(scope="session")
 def chromium() -> str:
+    """The Chromium binary; skips without one, except under CI=true, where a missing browser fails."""
     binary = find_chromium()
     if binary is None:
-        pytest.skip(f"chromium is not installed (run {SETUP} as root, or apt-get install chromium)")
+        reason = f"chromium is not installed (run {SETUP} as root, or apt-get install chromium)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true and {reason}: the browser tests must run in CI")
+        pytest.skip(reason)
     return binary
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,27 @@ class HeadlessChromium:
                 if await self.evaluate(expression):
                     return
                 await asyncio.sleep(0.05)
+
+    async def navigate(self, url: str, within: float = 30) -> None:
+        """Top-level navigation to ``url``; returns once its document has loaded."""
+        result = await self.command("Page.navigate", url=url)
+        if result.get("errorText"):
+            raise DevToolsError(f"navigation to {url} failed: {result['errorText']}")
+        loaded = f"location.href === {json.dumps(url)} && document.readyState === 'complete'"
+        async with asyncio.timeout(within):
+            while True:
+                try:
+                    if await self.evaluate(loaded):
+                        return
+                except DevToolsError:
+                    pass  # the old document went away mid-evaluation; ask the new one
+                await asyncio.sleep(0.05)
+
+    async def set_cookie(self, url: str, name: str, value: str) -> None:
+        """A cookie on ``url``'s origin, as a site's own Set-Cookie would leave it."""
+        result = await self.command("Network.setCookie", url=url, name=name, value=value)
+        if not result.get("success", True):
+            raise DevToolsError(f"Network.setCookie refused {name} for {url}")
 
     async def close(self) -> None:
         if self.socket is not None:

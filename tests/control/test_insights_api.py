@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.control.conftest import ACCESS, ACCOUNT
+from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error, parse_time
 from tests.control.test_analytics_api import hit, send_batch
 
@@ -59,13 +59,14 @@ async def test_statistics_counts_exactly_what_was_served(control: TestClient) ->
     assert body["Summary"] == {"TotalRequests": 12, "TotalBandwidth": 6700, "TotalBandwidthHuman": "6.5 KB",
                                "CacheHitRate": "50.0%", "UniqueCountries": 4}
     daily = {d["Date"]: d for d in body["Daily"]}
-    assert len(body["Daily"]) == 7 and body["Daily"][-1]["Date"] == day(0)
+    assert len(body["Daily"]) == 7 and body["Daily"][0]["Date"] == day(0)  # newest first
     assert daily[day(0)] | {"BandwidthHuman": None} == {"Date": day(0), "TotalRequests": 10, "Bandwidth": 5700,
                                                         "BandwidthHuman": None, "CacheHit": 5, "CacheMiss": 5}
     assert (daily[day(3)]["TotalRequests"], daily[day(3)]["CacheHit"], daily[day(3)]["CacheMiss"]) == (2, 1, 1)
     assert sum(d["TotalRequests"] for d in body["Daily"]) == 12
-    assert body["TopAssets"][:3] == [{"Path": "/" + LOGO, "Requests": 6}, {"Path": "/" + ICON, "Requests": 3},
-                                     {"Path": "/" + OTHER, "Requests": 2}]
+    # Deliveries only: ICON's two 404s, OTHER's 500 and gone.svg's 404 are not asset deliveries.
+    assert body["TopAssets"] == [{"Path": "/" + LOGO, "Requests": 6}, {"Path": "/" + ICON, "Requests": 1},
+                                 {"Path": "/" + OTHER, "Requests": 1}]
     assert body["GeoDistribution"] == [{"CountryCode": "US", "Requests": 6}, {"CountryCode": "DE", "Requests": 3},
                                        {"CountryCode": "FR", "Requests": 1}, {"CountryCode": "JP", "Requests": 1},
                                        {"CountryCode": "XX", "Requests": 1}]
@@ -85,14 +86,17 @@ async def test_days_and_zone_filters(control: TestClient) -> None:
     assert clamped["Period"] == {"Days": 90, "Zone": "all"} and clamped["TotalRequests"] == 12
     await expect_error(await control.get("/api/insights/summary", params={"zone": "../etc"}, headers=ACCOUNT),
                        400, "InvalidParameter")
+    await expect_error(await control.get("/api/insights/summary", params={"zone": "bolt\n"}, headers=ACCOUNT),
+                       400, "InvalidParameter")
 
 
 @pytest.mark.usefixtures("traffic")
 async def test_top_assets_geography_and_errors(control: TestClient) -> None:
     top = await get(control, "/api/insights/top-assets", limit=2)
     assert top == {"Period": {"Days": 7}, "Assets": [{"Path": "/" + LOGO, "Requests": 6},
-                                                     {"Path": "/" + ICON, "Requests": 3}]}
-    assert len((await get(control, "/api/insights/top-assets", zone="bolt"))["Assets"]) == 2
+                                                     {"Path": "/" + ICON, "Requests": 1}]}
+    assert (await get(control, "/api/insights/top-assets", zone="bolt"))["Assets"] == [
+        {"Path": "/" + OTHER, "Requests": 1}]
     geography = await get(control, "/api/insights/geography", zone="bolt")
     assert geography == {"Period": {"Days": 7}, "Countries": [{"CountryCode": "DE", "Requests": 2},
                                                               {"CountryCode": "JP", "Requests": 1}]}
@@ -151,3 +155,25 @@ async def test_insights_accept_account_access_and_scoped_tokens(control: TestCli
 async def test_statistics_is_account_key_only(control: TestClient) -> None:
     await expect_error(await control.get("/api/core/statistics", headers=ACCESS), 401, "Unauthorized")
     await expect_error(await control.get("/api/core/statistics"), 401, "Unauthorized")
+
+
+async def test_top_assets_count_asset_deliveries_only(control: TestClient) -> None:
+    hits = [hit("api/transform", zone=""), hit("api/stream", zone=""), hit("api/transform", zone=""),
+            hit("akande/v1/logos/probe.php", status=404), hit("akande/v1/logos/probe.php", status=404),
+            hit(LOGO, status=304), hit(LOGO, status=301)]
+    assert (await (await send_batch(control, hits)).json())["recorded"] == len(hits)
+    expected = [{"Path": "/" + LOGO, "Requests": 1}]
+    assert (await get(control, "/api/insights/top-assets"))["Assets"] == expected
+    statistics = await get(control, "/api/core/statistics")
+    assert statistics["TopAssets"] == expected and statistics["Summary"]["TotalRequests"] == len(hits)
+    resp = await control.get("/api/analytics", headers={"x-api-key": SECRETS.analytics_key})
+    assert (await resp.json())["data"][0]["top_assets"] == {"/" + LOGO: 1}
+
+
+async def test_daily_lists_are_newest_first_everywhere(control: TestClient) -> None:
+    await send_batch(control, [hit(LOGO, timestamp=time.time() - 2 * DAY_S), hit(LOGO)])
+    newest_first = [day(n) for n in range(7)]
+    assert [d["Date"] for d in (await get(control, "/api/core/statistics"))["Daily"]] == newest_first
+    assert [d["Date"] for d in (await get(control, "/api/insights/asset", path=LOGO))["Daily"]] == newest_first
+    resp = await control.get("/api/analytics", headers={"x-api-key": SECRETS.analytics_key})
+    assert [d["date"] for d in (await resp.json())["data"]] == newest_first

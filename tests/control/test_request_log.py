@@ -1,23 +1,34 @@
 """Request log: GET /api/logs (AccountKey) as a JSON page, and with stream=1 (or tail=true) as
-Server-Sent Events that deliver each new request as it happens."""
+Server-Sent Events that deliver each new entry as it happens. It lists control's own requests and
+the deliveries edges ship in their signed analytics batches, and is kept in SQLite (it survives a
+restart) within a count and an age."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from aiohttp import ClientResponse
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 
+from control.app import create_app
+from control.request_log import RequestLog, delivery_entry
 from control.routes import logs as logs_route
 from control.state import REQUEST_LOG
-from tests.control.conftest import ACCESS, ACCOUNT
+from shared.config import Settings, load_settings
+from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error, parse_time
+from tests.control.test_analytics_api import ANALYTICS_KEY, hit, send_batch
 
 RECORD_FIELDS = {"id", "timestamp", "level", "code", "message", "method", "path", "status", "durationMs",
-                 "requestId", "ip"}
+                 "requestId", "ip", "node", "cache"}
 
 
 async def page(control: TestClient, **params: Any) -> dict[str, Any]:
@@ -42,6 +53,7 @@ async def test_page_lists_requests_newest_first_without_query_strings(control: T
         assert set(record) == RECORD_FIELDS
         parse_time(record["timestamp"])
         assert record["ip"] == "127.0.0.1" and record["requestId"] and record["durationMs"] >= 0
+        assert (record["code"], record["node"], record["cache"]) == ("request", "control", None)
     assert "s3cr3t" not in str(records)
     assert body["cursor"] is None
 
@@ -157,7 +169,7 @@ async def test_a_closed_stream_unsubscribes(control: TestClient, monkeypatch: py
 async def test_shutdown_ends_open_streams(control: TestClient) -> None:
     resp = await control.get("/api/logs", params={"stream": "1"}, headers=ACCOUNT)
     assert (await read_event(resp))[0] == "connected"
-    control.app[REQUEST_LOG].close()
+    control.app[REQUEST_LOG].end_streams()
     assert await resp.content.read() == b""  # the server ended the stream
     assert control.app[REQUEST_LOG].subscribers == 0
 
@@ -166,3 +178,122 @@ async def test_shutdown_ends_open_streams(control: TestClient) -> None:
 async def test_account_key_is_required(control: TestClient, headers: dict[str, str]) -> None:
     await expect_error(await control.get("/api/logs", headers=headers), 401, "Unauthorized")
     await expect_error(await control.get("/api/logs", params={"stream": "1"}, headers=headers), 401, "Unauthorized")
+
+
+# -- deliveries the edges served, and storage --------------------------------------------------------
+
+def delivery(path: str, *, status: int = 200, cache: str = "HIT", method: str = "GET",
+             ip: str = "198.51.100.4", request_id: str | None = None) -> dict[str, Any]:
+    return {**hit(path, status=status, cache=cache), "method": method, "ip": ip,
+            "requestId": request_id or str(uuid.uuid4())}
+
+
+@asynccontextmanager
+async def control_plane(data_dir: Path, settings: Settings | None = None) -> AsyncIterator[TestClient]:
+    """A control plane over ``data_dir`` that can be stopped and started again on the same files."""
+    app = create_app(settings or load_settings(environ={}), SECRETS, data_dir)
+    async with TestClient(TestServer(app)) as client:
+        yield client
+
+
+def deliveries_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r["code"] == "delivery"]
+
+
+async def test_edge_deliveries_are_listed_with_the_node_and_cache_status(control: TestClient) -> None:
+    sent = [delivery("akande/v1/logos/logo.svg", cache="MISS"), delivery("akande/v1/logos/logo.svg"),
+            delivery("akande/v1/logos/gone.svg", status=404, cache="BYPASS", method="HEAD"),
+            delivery("api/transform", cache="MISS", ip="2001:db8::7")]
+    resp = await send_batch(control, sent, batch="b-1", node="edge-3/1")
+    assert await resp.json() == {"recorded": 4, "rejected": 0}
+    records = deliveries_of((await page(control))["records"])
+    assert [(r["path"], r["status"], r["cache"], r["level"], r["method"]) for r in records] == [
+        ("/api/transform", 200, "MISS", "info", "GET"), ("/akande/v1/logos/gone.svg", 404, "BYPASS", "warn", "HEAD"),
+        ("/akande/v1/logos/logo.svg", 200, "HIT", "info", "GET"),
+        ("/akande/v1/logos/logo.svg", 200, "MISS", "info", "GET")]
+    for record, item in zip(records, reversed(sent), strict=True):
+        assert set(record) == RECORD_FIELDS
+        assert (record["node"], record["ip"], record["requestId"]) == ("edge-3/1", item["ip"], item["requestId"])
+        assert record["durationMs"] is None and record["message"].startswith(f"{item['method']} {record['path']} ")
+        assert abs(parse_time(record["timestamp"]).timestamp() - item["timestamp"]) < 0.002  # when it was served
+    warnings = (await page(control, level="warn"))["records"]
+    assert [r["path"] for r in deliveries_of(warnings)] == ["/akande/v1/logos/gone.svg"]
+
+
+async def test_malformed_log_fields_are_replaced_not_trusted(control: TestClient) -> None:
+    odd = {**delivery("akande/v1/a.svg"), "method": "get; rm -rf", "ip": "not an address",
+           "requestId": "x" * 500}
+    legacy = hit("akande/v1/b.svg")  # an edge from before the request log: no method, ip or request id
+    resp = await send_batch(control, [odd, legacy], batch="b-odd", node="<script>")
+    assert (await resp.json())["recorded"] == 2
+    records = deliveries_of((await page(control))["records"])
+    assert [(r["method"], r["ip"], r["requestId"], r["node"]) for r in records] == [
+        ("GET", "unknown", None, "edge"), ("GET", "unknown", None, "edge")]
+
+
+async def test_a_stream_delivers_edge_deliveries_as_they_arrive(control: TestClient) -> None:
+    resp = await control.get("/api/logs", params={"stream": "1"}, headers=ACCOUNT)
+    assert (await read_event(resp))[0] == "connected"
+    sent = delivery("akande/v1/logos/logo.svg")
+    await send_batch(control, [sent], batch="b-stream", node="edge-0/0")
+    async with asyncio.timeout(30):  # the batch's own request comes first; the delivery follows at once
+        while True:
+            event, data = await read_event(resp)
+            record = orjson.loads(data)
+            if record["code"] == "delivery":
+                break
+    assert (record["requestId"], record["node"], record["cache"]) == (sent["requestId"], "edge-0/0", "HIT")
+    resp.close()
+
+
+async def test_the_log_survives_a_restart_and_a_retried_batch_counts_once(data_dir: Path) -> None:
+    sent = [delivery("akande/v1/logos/logo.svg"), delivery("akande/v1/logos/logo.svg", cache="MISS")]
+    async with control_plane(data_dir) as control:
+        await control.get("/api/core/zones/before-restart", headers=ACCOUNT)
+        assert (await (await send_batch(control, sent, batch="b-restart", node="edge-0/0")).json())["recorded"] == 2
+        before = (await page(control))["records"]
+    async with control_plane(data_dir) as control:
+        # The edge never saw the reply and sends the batch again to the restarted control plane.
+        resp = await send_batch(control, sent, batch="b-restart", node="edge-0/0")
+        assert (await resp.json())["duplicate"] is True
+        await control.get("/api/core/zones/after-restart", headers=ACCOUNT)
+        after = (await page(control))["records"]
+        assert after[-len(before):] == before  # everything listed before the restart, in order
+        assert len(deliveries_of(after)) == 2
+        assert any(r["path"] == "/api/core/zones/before-restart" for r in after)
+        assert after[0]["path"] == "/api/core/zones/after-restart"
+        assert after[0]["id"] > max(r["id"] for r in before)  # ids go on, so cursors stay meaningful
+        resp = await control.get("/api/analytics", headers=ANALYTICS_KEY)
+        assert (await resp.json())["data"][0]["hits"] == 2
+
+
+async def test_retention_keeps_the_newest_records_and_prunes_by_age(data_dir: Path) -> None:
+    settings = load_settings(environ={}).with_overrides("logs", max_records=5, retention_days=1)
+    async with control_plane(data_dir, settings) as control:
+        for n in range(8):
+            await control.get(f"/api/core/zones/z{n}", headers=ACCOUNT)
+        records = (await page(control, limit=500))["records"]
+        assert [r["path"] for r in records] == [f"/api/core/zones/z{n}" for n in range(7, 2, -1)]
+        old = delivery("akande/v1/logos/old.svg")
+        old["timestamp"] = time.time() - 2 * 86400
+        resp = await send_batch(control, [old, delivery("akande/v1/logos/new.svg")], batch="b-old", node="edge-0/0")
+        assert (await resp.json())["recorded"] == 2
+        await control.app[REQUEST_LOG].prune()  # what the hourly pruning does
+        records = (await page(control, limit=500))["records"]
+        assert [r["path"] for r in deliveries_of(records)] == ["/akande/v1/logos/new.svg"]
+        assert len(records) == 4  # the five newest, less the one past the retention
+
+
+async def test_prune_removes_what_is_older_than_the_retention(tmp_path: Path) -> None:
+    request_log = RequestLog(retention_days=1)
+    await request_log.open(tmp_path / "control.sqlite3")
+    try:
+        now = time.time()
+        for age_days in (3, 2, 0.5, 0):
+            request_log.append({**delivery_entry(timestamp=now - age_days * 86400, method="GET", path="a/v1/x.svg",
+                                                 status=200, cache="HIT", request_id=None, ip="::1", node="e")})
+        assert await request_log.prune(now) == 2
+        assert len(await request_log.page(limit=10)) == 2
+        assert await request_log.prune(now) == 0
+    finally:
+        await request_log.close()

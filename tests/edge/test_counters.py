@@ -11,6 +11,7 @@ from edge.counters import (
     InProcessCounters,
     counters_from_settings,
     month_key,
+    next_month_start,
     seconds_until_next_month,
 )
 
@@ -41,3 +42,18 @@ def test_factory_offers_only_the_in_process_backend() -> None:
     assert isinstance(counters_from_settings({}), InProcessCounters)
     with pytest.raises(ValueError, match="redis"):
         counters_from_settings({"counters": "redis"})
+
+
+def test_refund_gives_back_one_use_and_never_goes_below_zero() -> None:
+    counters = InProcessCounters()
+    assert [counters.take("k", 2) for _ in range(3)] == [True, True, False]
+    counters.refund("k")
+    assert counters.remaining("k", 2) == 1
+    assert counters.take("k", 2) is True
+    counters.refund("other")
+    assert counters.remaining("other", 2) == 2
+
+
+def test_next_month_start_is_the_reset_moment() -> None:
+    assert next_month_start(datetime(2026, 12, 31, 23, 59, tzinfo=UTC)) == datetime(2027, 1, 1, tzinfo=UTC)
+    assert next_month_start(datetime(2026, 4, 1, tzinfo=UTC)) == datetime(2026, 5, 1, tzinfo=UTC)

@@ -1,37 +1,123 @@
-"""The image pool: work runs off the event loop, at most `concurrency` at once, and a full queue is a 503."""
+"""The image pool: jobs run in worker processes that are killed and replaced when they overrun
+their time or memory budget, a full queue is a 503, and close() leaves no process behind."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
+import os
+from pathlib import Path
 
 import pytest
 
-from edge.image_pool import QUEUE_FACTOR, ImagePool
+from edge.image_pool import QUEUE_FACTOR, ImagePool, JobFailed
+from edge.transform.limits import TransformLimits
 from shared.errors import LegacyError
+from tests.edge import pool_jobs
 
 
-async def test_a_full_queue_is_refused_and_work_runs_in_pool_threads() -> None:
-    pool = ImagePool(1, max_pixels=100, time_budget_s=1.0)
-    release = threading.Event()
-    running: list[str] = []
-
-    def job() -> str:
-        running.append(threading.current_thread().name)
-        release.wait()
-        return "done"
-
+def _alive(pid: int) -> bool:
     try:
-        jobs = [asyncio.ensure_future(pool.run(job)) for _ in range(QUEUE_FACTOR)]
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _pool(concurrency: int = 1, *, budget: float = 30.0, memory_mb: int = 1024) -> ImagePool:
+    return ImagePool(concurrency, TransformLimits(time_budget_s=budget), memory_limit_mb=memory_mb)
+
+
+async def test_jobs_run_in_worker_processes_and_a_full_queue_is_refused(tmp_path: Path) -> None:
+    pool = _pool(1)
+    release = tmp_path / "release"
+    try:
+        pool.start()
+        jobs = [asyncio.ensure_future(pool.run(pool_jobs.wait_then_pid, str(release))) for _ in range(QUEUE_FACTOR)]
         await asyncio.sleep(0)
         assert pool.queued == QUEUE_FACTOR
         with pytest.raises(LegacyError) as refused:
-            await pool.run(job)
+            await pool.run(pool_jobs.worker_pid)
         assert refused.value.status == 503 and refused.value.headers["Retry-After"] == "1"
-        release.set()
-        assert await asyncio.gather(*jobs) == ["done"] * QUEUE_FACTOR
+        assert not isinstance(refused.value, JobFailed)   # the pool's refusal, not the input's fault
+        release.touch()
+        pids = set(await asyncio.gather(*jobs))
         assert pool.queued == 0
-        assert {name.rsplit("_", 1)[0] for name in running} == {"image"}   # one thread, never the loop's
+        assert pids == set(pool.worker_pids) and os.getpid() not in pids   # one worker, never this process
     finally:
-        release.set()
-        pool.close()
+        release.touch()
+        await pool.close()
+
+
+async def test_a_job_over_the_time_budget_is_killed_and_its_worker_replaced() -> None:
+    pool = _pool(1, budget=2.0)
+    try:
+        first = await pool.run(pool_jobs.worker_pid)
+        with pytest.raises(JobFailed) as overrun:
+            await pool.run(pool_jobs.never_ends)
+        assert overrun.value.status == 503 and "time budget of 2 s" in overrun.value.error
+        assert not _alive(first)
+        second = await pool.run(pool_jobs.worker_pid)
+        assert second != first and pool.worker_pids == [second]
+    finally:
+        await pool.close()
+
+
+async def test_a_job_over_the_memory_limit_is_killed_and_its_worker_replaced() -> None:
+    pool = _pool(1, memory_mb=300)
+    try:
+        first = await pool.run(pool_jobs.worker_pid)
+        with pytest.raises(JobFailed) as overrun:
+            await pool.run(pool_jobs.hold_memory, 600)
+        assert overrun.value.status == 503 and "memory budget of 300 MB" in overrun.value.error
+        assert not _alive(first)
+        assert await pool.run(pool_jobs.worker_pid) != first
+    finally:
+        await pool.close()
+
+
+async def test_a_jobs_own_error_comes_back_and_the_worker_stays() -> None:
+    pool = _pool(1)
+    try:
+        first = await pool.run(pool_jobs.worker_pid)
+        with pytest.raises(JobFailed) as refused:
+            await pool.run(pool_jobs.refuse, 422, "cannot decode")
+        assert (refused.value.status, refused.value.error, refused.value.headers) == (422, "cannot decode",
+                                                                                      {"Retry-After": "7"})
+        with pytest.raises(JobFailed) as broken:
+            await pool.run(pool_jobs.break_down)
+        assert broken.value.status == 500 and broken.value.error == "Transform failed: internal error"
+        assert await pool.run(pool_jobs.worker_pid) == first
+    finally:
+        await pool.close()
+
+
+async def test_a_crashed_worker_answers_503_and_is_replaced() -> None:
+    pool = _pool(1)
+    try:
+        first = await pool.run(pool_jobs.worker_pid)
+        with pytest.raises(JobFailed) as crashed:
+            await pool.run(pool_jobs.crash)
+        assert crashed.value.status == 503
+        assert await pool.run(pool_jobs.worker_pid) != first
+    finally:
+        await pool.close()
+
+
+async def test_close_stops_every_worker_and_later_jobs_are_refused() -> None:
+    pool = _pool(2, budget=60.0)
+    pool.start()
+    workers = pool.worker_pids
+    assert len(workers) == 2 and await pool.run(pool_jobs.worker_pid) in workers
+    running = [asyncio.ensure_future(pool.run(pool_jobs.never_ends)) for _ in range(2)]
+    waiting = asyncio.ensure_future(pool.run(pool_jobs.never_ends))
+    await asyncio.sleep(0)
+    assert pool.queued == 3
+    await pool.close()
+    assert [pid for pid in workers if _alive(pid)] == []
+    for job in (*running, waiting):
+        with pytest.raises(LegacyError) as stopped:
+            await job
+        assert stopped.value.status == 503
+    with pytest.raises(LegacyError) as refused:
+        await pool.run(pool_jobs.worker_pid)
+    assert refused.value.status == 503

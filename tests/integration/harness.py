@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -32,15 +33,62 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _ephemeral_start() -> int:
+    """The first port the kernel hands out for bind(0) (Linux: ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port_block(count: int) -> int:
-    """A base port such that base..base+count-1 are free on 127.0.0.1."""
+    """A base port such that base..base+count-1 are free on 127.0.0.1, chosen below the ephemeral
+    range: test servers running beside (bind to port 0) take ephemeral ports, often the very next
+    ones, and would otherwise grab a port of the block before `up` binds it."""
+    top = min(_ephemeral_start(), 65000) - count
     for _ in range(200):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            base = sock.getsockname()[1]
-        if base + count < 65000 and all(_port_free(base + i) for i in range(count)):
+        base = random.randrange(10000, top)
+        if all(_port_free(base + i) for i in range(count)):
             return base
     raise RuntimeError("no free port block")
+
+
+def running(pids: set[int] | list[int]) -> set[int]:
+    """Those of `pids` that are still processes (a zombie, already dead and only waiting to be reaped,
+    does not count)."""
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            alive.add(pid)
+    return alive
+
+
+def wait_gone(pids: set[int], timeout_s: float = 60) -> set[int]:
+    """Wait (bounded) for every one of `pids` to end; returns those still running at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while (left := running(pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def up_command(data_dir: Path, *, edge_port: int, control_port: int, edges: int = 1, workers: int = 1,
+               demo: bool = False) -> list[str]:
+    command = [sys.executable, "-m", "shared.cli", "up", "--data-dir", str(data_dir), "--host", "127.0.0.1",
+               "--edge-port", str(edge_port), "--control-port", str(control_port), "--edges", str(edges),
+               "--workers", str(workers)]
+    if not demo:
+        command.append("--no-demo")
+    return command
+
+
+def up_env(env_extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, **KEYS, "ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.5", **(env_extra or {})}
+    env.pop("ASSETCDN_CONFIG", None)  # the embedded defaults, whatever the caller's shell has
+    return env
 
 
 
@@ -101,7 +149,7 @@ class RunningCdn:
                 pass
         self.process.send_signal(signal.SIGTERM)
         try:
-            return self.process.wait(timeout=20)
+            return self.process.wait(timeout=40)
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait()
@@ -112,14 +160,10 @@ def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False
     data_dir = tmp / "data"
     base = free_port_block(edges + 1)
     control_port, edge_port = base + edges, base
-    env = {**os.environ, **KEYS, "ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.5", **(env_extra or {})}
-    env.pop("ASSETCDN_CONFIG", None)  # the embedded defaults, whatever the caller's shell has
+    env = up_env(env_extra)
     log_path = tmp / "up.log"
-    command = [sys.executable, "-m", "shared.cli", "up", "--data-dir", str(data_dir), "--host", "127.0.0.1",
-               "--edge-port", str(edge_port), "--control-port", str(control_port), "--edges", str(edges),
-               "--workers", str(workers)]
-    if not demo:
-        command.append("--no-demo")
+    command = up_command(data_dir, edge_port=edge_port, control_port=control_port, edges=edges,
+                         workers=workers, demo=demo)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     cdn = RunningCdn(process, data_dir, f"http://127.0.0.1:{control_port}",

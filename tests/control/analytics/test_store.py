@@ -10,7 +10,14 @@ from pathlib import Path
 import aiosqlite
 import pytest
 
-from control.analytics.hits import Hit, hit_from_track_body, zone_of_path
+from control.analytics.hits import (
+    COUNTER_MAX,
+    MAX_HIT_BYTES,
+    Hit,
+    hit_from_track_body,
+    is_asset_delivery,
+    zone_of_path,
+)
 from control.analytics.params import parse_days, parse_limit
 from control.analytics.store import AnalyticsStore
 from shared.errors import LegacyError
@@ -80,17 +87,17 @@ async def test_statistics_all_zones(filled: AnalyticsStore) -> None:
         "UniqueCountries": 3,
     }
     daily = report["Daily"]
-    assert [d["Date"] for d in daily] == [f"2026-04-{n:02d}" for n in range(4, 11)]
-    assert daily[-1] == {"Date": "2026-04-10", "TotalRequests": 5, "Bandwidth": 5500,
-                         "BandwidthHuman": "5.4 KB", "CacheHit": 3, "CacheMiss": 2}
-    assert daily[-3] == {"Date": "2026-04-08", "TotalRequests": 4, "Bandwidth": 1120,
-                         "BandwidthHuman": "1.1 KB", "CacheHit": 1, "CacheMiss": 3}
-    assert daily[0] == {"Date": "2026-04-04", "TotalRequests": 0, "Bandwidth": 0,
-                        "BandwidthHuman": "0 B", "CacheHit": 0, "CacheMiss": 0}
+    assert [d["Date"] for d in daily] == [f"2026-04-{n:02d}" for n in range(10, 3, -1)]  # newest first
+    assert daily[0] == {"Date": "2026-04-10", "TotalRequests": 5, "Bandwidth": 5500,
+                        "BandwidthHuman": "5.4 KB", "CacheHit": 3, "CacheMiss": 2}
+    assert daily[2] == {"Date": "2026-04-08", "TotalRequests": 4, "Bandwidth": 1120,
+                        "BandwidthHuman": "1.1 KB", "CacheHit": 1, "CacheMiss": 3}
+    assert daily[-1] == {"Date": "2026-04-04", "TotalRequests": 0, "Bandwidth": 0,
+                         "BandwidthHuman": "0 B", "CacheHit": 0, "CacheMiss": 0}
+    # Top assets count deliveries only: BANNER only ever answered errors, OTHER once 404.
     assert report["TopAssets"] == [
         {"Path": "/" + LOGO, "Requests": 4},
-        {"Path": "/" + BANNER, "Requests": 3},
-        {"Path": "/" + OTHER, "Requests": 2},
+        {"Path": "/" + OTHER, "Requests": 1},
     ]
     assert report["GeoDistribution"] == [
         {"CountryCode": "US", "Requests": 4},
@@ -105,7 +112,7 @@ async def test_statistics_zone_filter_and_wider_window(filled: AnalyticsStore) -
     assert report["Period"] == {"Days": 30, "Zone": "brand"}
     assert report["Summary"]["TotalRequests"] == 2
     assert report["Summary"]["CacheHitRate"] == "50.0%"
-    assert report["TopAssets"] == [{"Path": "/" + OTHER, "Requests": 2}]
+    assert report["TopAssets"] == [{"Path": "/" + OTHER, "Requests": 1}]
     assert report["GeoDistribution"] == [{"CountryCode": "FR", "Requests": 2}]
     assert len(report["Daily"]) == 30
     wide = await filled.statistics(11, "akande", now=NOW)
@@ -137,9 +144,9 @@ async def test_insights_summary(filled: AnalyticsStore) -> None:
 async def test_top_assets_limit_and_zone(filled: AnalyticsStore) -> None:
     assert await filled.top_assets(7, 2, now=NOW) == {
         "Period": {"Days": 7},
-        "Assets": [{"Path": "/" + LOGO, "Requests": 4}, {"Path": "/" + BANNER, "Requests": 3}],
+        "Assets": [{"Path": "/" + LOGO, "Requests": 4}, {"Path": "/" + OTHER, "Requests": 1}],
     }
-    assert (await filled.top_assets(7, 20, "brand", now=NOW))["Assets"] == [{"Path": "/" + OTHER, "Requests": 2}]
+    assert (await filled.top_assets(7, 20, "brand", now=NOW))["Assets"] == [{"Path": "/" + OTHER, "Requests": 1}]
 
 
 async def test_geography(filled: AnalyticsStore) -> None:
@@ -178,10 +185,10 @@ async def test_asset_report_with_and_without_slash(filled: AnalyticsStore) -> No
         "Period": {"Days": 3},
         "TotalRequests": 3,
         "Errors": {"404": 2, "500": 1},
-        "Daily": [
-            {"Date": "2026-04-08", "Requests": 2, "Errors": {"404": 1, "500": 1}},
-            {"Date": "2026-04-09", "Requests": 0, "Errors": {}},
+        "Daily": [  # newest first, like statistics and /api/analytics
             {"Date": "2026-04-10", "Requests": 1, "Errors": {"404": 1}},
+            {"Date": "2026-04-09", "Requests": 0, "Errors": {}},
+            {"Date": "2026-04-08", "Requests": 2, "Errors": {"404": 1, "500": 1}},
         ],
     }
     assert await filled.asset_report(BANNER, 3, now=NOW) == report
@@ -196,7 +203,7 @@ async def test_analytics_report_shape(filled: AnalyticsStore) -> None:
         "date": "2026-04-10",
         "hits": 5,
         "bandwidth": {"bytes": 5500, "human": "5.4 KB"},
-        "top_assets": {"/" + LOGO: 3, "/" + BANNER: 1, "/" + OTHER: 1},
+        "top_assets": {"/" + LOGO: 3, "/" + OTHER: 1},  # BANNER's 404 delivered nothing
         "geo": {"US": 2, "DE": 1, "FR": 1, "XX": 1},
         "cache": {"hit": 3, "miss": 2, "ratio": "60.0%"},
     }
@@ -230,7 +237,7 @@ async def test_utc_day_boundary(store: AnalyticsStore) -> None:
         Hit(midnight, LOGO, "akande", 200, 1, "HIT", "US"),
     ])
     daily = (await store.statistics(2, now=NOW))["Daily"]
-    assert [(d["Date"], d["TotalRequests"]) for d in daily] == [("2026-04-09", 1), ("2026-04-10", 1)]
+    assert [(d["Date"], d["TotalRequests"]) for d in daily] == [("2026-04-10", 1), ("2026-04-09", 1)]
 
 
 async def test_prune_keeps_ninety_days(store: AnalyticsStore) -> None:
@@ -308,3 +315,84 @@ async def test_two_stores_share_one_file(tmp_path: Path) -> None:
     finally:
         await first.close()
         await second.close()
+
+
+async def test_rows_an_older_version_let_overflow_still_read_and_saturate(tmp_path: Path) -> None:
+    path = tmp_path / "control.sqlite"
+    store = AnalyticsStore(path)
+    await store.open()
+    # What the previous version could leave behind: counters at SQLite's limit, whose SUM overflowed,
+    # and a REAL where its unchecked add overflowed.
+    async with aiosqlite.connect(path) as db:
+        await db.executemany(
+            "INSERT INTO analytics_daily_zone (date, zone, hits, bytes, cache_hit) VALUES (?, ?, ?, ?, ?)",
+            [("2026-04-10", "a", 2**63 - 1, 2**63 - 1, 2**63 - 1), ("2026-04-10", "b", 1, 2**63 - 1, 1),
+             ("2026-04-09", "a", 1, 1.8e19, 1)])
+        await db.executemany(
+            "INSERT INTO analytics_daily_path (date, zone, path, requests, bytes, deliveries) VALUES (?, ?, ?, ?, ?, ?)",
+            [("2026-04-10", "a", "a/v1/x.svg", 2**63 - 1, 2**63 - 1, 2**63 - 1),
+             ("2026-04-10", "b", "a/v1/x.svg", 2**63 - 1, 1, 2**63 - 1)])
+        await db.executemany("INSERT INTO analytics_daily_country (date, zone, country, requests) VALUES (?, ?, ?, ?)",
+                             [("2026-04-10", "a", "US", 2**63 - 1), ("2026-04-10", "b", "US", 2**63 - 1)])
+        await db.executemany("INSERT INTO analytics_daily_error (date, zone, status, path, count) VALUES (?, ?, ?, ?, ?)",
+                             [("2026-04-10", "a", 404, "a/v1/x.svg", 2**63 - 1),
+                              ("2026-04-10", "b", 404, "a/v1/x.svg", 2**63 - 1)])
+        await db.commit()
+    try:
+        await store.record_hits([Hit(NOW, "a/v1/x.svg", "a", 404, MAX_HIT_BYTES, "HIT", "US")] * 3)
+        stats = await store.statistics(7, now=NOW)
+        assert stats["Summary"]["TotalBandwidth"] == stats["Summary"]["TotalRequests"] == COUNTER_MAX
+        assert stats["Daily"][0]["Bandwidth"] == stats["Daily"][1]["Bandwidth"] == COUNTER_MAX
+        assert stats["TopAssets"] == [{"Path": "/a/v1/x.svg", "Requests": COUNTER_MAX}]
+        assert stats["GeoDistribution"] == [{"CountryCode": "US", "Requests": COUNTER_MAX}]
+        assert (await store.insights_summary(7, now=NOW))["TotalBandwidthBytes"] == COUNTER_MAX
+        assert (await store.errors(7, now=NOW))["Errors"][0]["Count"] == COUNTER_MAX
+        assert (await store.asset_report("a/v1/x.svg", 7, now=NOW))["Errors"] == {"404": COUNTER_MAX}
+        assert (await store.analytics_report(7, now=NOW))["data"][0]["bandwidth"]["bytes"] == COUNTER_MAX
+        async with aiosqlite.connect(path) as db:  # the rows the new hits touched were brought back to the cap
+            rows = await db.execute_fetchall("SELECT bytes, hits FROM analytics_daily_zone WHERE zone = 'a' "
+                                             "AND date = '2026-04-10'")
+        assert rows == [(COUNTER_MAX, COUNTER_MAX)]
+    finally:
+        await store.close()
+
+
+async def test_a_store_from_before_top_assets_counted_deliveries_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "control.sqlite"
+    async with aiosqlite.connect(path) as db:
+        await db.executescript(
+            "CREATE TABLE analytics_daily_path (date TEXT NOT NULL, zone TEXT NOT NULL, path TEXT NOT NULL, "
+            "requests INTEGER NOT NULL DEFAULT 0, bytes INTEGER NOT NULL DEFAULT 0, "
+            "PRIMARY KEY (date, zone, path)) WITHOUT ROWID;"
+            "CREATE TABLE analytics_daily_error (date TEXT NOT NULL, zone TEXT NOT NULL, status INTEGER NOT NULL, "
+            "path TEXT NOT NULL, count INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (date, zone, status, path)) "
+            "WITHOUT ROWID;")
+        await db.executemany("INSERT INTO analytics_daily_path VALUES (?, ?, ?, ?, ?)",
+                             [("2026-04-10", "akande", LOGO, 5, 500), ("2026-04-10", "", "api/transform", 9, 9),
+                              ("2026-04-10", "akande", BANNER, 2, 0)])
+        await db.executemany("INSERT INTO analytics_daily_error VALUES (?, ?, ?, ?, ?)",
+                             [("2026-04-10", "akande", 404, LOGO, 2), ("2026-04-10", "akande", 404, BANNER, 2)])
+        await db.commit()
+    store = AnalyticsStore(path)
+    await store.open()
+    try:
+        assert (await store.top_assets(7, 10, now=NOW))["Assets"] == [{"Path": "/" + LOGO, "Requests": 3}]
+        assert (await store.asset_report(LOGO, 1, now=NOW))["TotalRequests"] == 5
+        await store.record_hits([hit(BANNER)])
+        assert (await store.top_assets(7, 10, now=NOW))["Assets"][1] == {"Path": "/" + BANNER, "Requests": 1}
+    finally:
+        await store.close()
+    reopened = AnalyticsStore(path)  # the migration runs once
+    await reopened.open()
+    try:
+        assert (await reopened.top_assets(7, 10, now=NOW))["Assets"][0] == {"Path": "/" + LOGO, "Requests": 3}
+    finally:
+        await reopened.close()
+
+
+@pytest.mark.parametrize(("status", "path", "counted"), [
+    (200, LOGO, True), (206, LOGO, True), (304, LOGO, True), (301, LOGO, False), (404, LOGO, False),
+    (500, LOGO, False), (200, "api/transform", False), (200, "api/stream", False), (200, "", False),
+])
+def test_what_counts_as_an_asset_delivery(status: int, path: str, counted: bool) -> None:
+    assert is_asset_delivery(hit(path, status=status)) is counted

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import pytest
+from aiohttp import ClientResponse
 
 from edge.counters import month_key
-from edge.state import USAGE_COUNTERS
+from edge.state import IMAGE_POOL, USAGE_COUNTERS
+from edge.states.head import variant_key
 from edge.transform.options import parse_transform_options
 from tests.edge.routes.conftest import (
     FRAMES,
@@ -71,6 +74,22 @@ async def test_fit_semantics(make_cdn: CdnFactory, fit: str, size: tuple[int, in
     image = decode(await resp.read())
     assert loader(image).startswith("pngload")
     assert (image.width, image.height) == size
+
+
+async def test_published_fits_and_compass_gravities_are_accepted(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(PHOTO, photo_jpeg(640, 400))
+    for params, size in [({"fit": "inside"}, (200, 125)), ({"fit": "outside"}, (320, 200)),
+                         ({"gravity": "north"}, (200, 200)), ({"gravity": "southwest"}, (200, 200)),
+                         ({"gravity": "auto"}, (200, 200)), ({"gravity": "face"}, (200, 200))]:
+        resp = await cdn.edge.get(transform_url(PHOTO, w=200, h=200, format="png", **params))
+        assert resp.status == 200, (params, await resp.text())
+        image = decode(await resp.read())
+        assert (image.width, image.height) == size, params
+    # The photo's red grows left to right: west keeps the left edge, east the right one.
+    west = decode(await (await cdn.edge.get(transform_url(PHOTO, w=100, h=400, gravity="west", format="png"))).read())
+    east = decode(await (await cdn.edge.get(transform_url(PHOTO, w=100, h=400, gravity="east", format="png"))).read())
+    assert west[0].avg() < 60 < 190 < east[0].avg()
 
 
 async def test_every_output_format_decodes(make_cdn: CdnFactory) -> None:
@@ -184,6 +203,31 @@ async def test_a_cache_hit_is_not_a_transform_and_the_month_runs_out(make_cdn: C
     assert (await cdn.edge.get(transform_url(PHOTO, w=20))).headers["X-Cache"] == "HIT"  # hits still served
 
 
+async def test_every_transform_response_reports_the_monthly_quota(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_TRANSFORM_MONTHLY_LIMIT="2")
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    now = datetime.now(UTC)
+    next_month = datetime(now.year + (now.month == 12), now.month % 12 + 1, 1, tzinfo=UTC)
+
+    def quota(resp: ClientResponse) -> tuple[str, str]:
+        assert resp.headers["X-RateLimit-Limit"] == "2"
+        assert int(resp.headers["X-RateLimit-Reset"]) == int(next_month.timestamp())
+        return resp.status, resp.headers["X-RateLimit-Remaining"]
+
+    miss = await cdn.edge.get(transform_url(PHOTO, w=10))
+    assert (miss.headers["X-Cache"], quota(miss)) == ("MISS", (200, "1"))
+    hit = await cdn.edge.get(transform_url(PHOTO, w=10))
+    assert (hit.headers["X-Cache"], quota(hit)) == ("HIT", (200, "1"))
+    assert quota(await cdn.edge.get(transform_url(PHOTO, w=10), headers={"If-None-Match": hit.headers["ETag"]})) \
+        == (304, "1")
+    assert quota(await cdn.edge.head(transform_url(PHOTO, w=10))) == (200, "1")
+    assert quota(await cdn.edge.get(transform_url(PHOTO, w=0))) == (400, "1")
+    assert quota(await cdn.edge.get(transform_url(f"{ZONE}/v1/banners/missing.jpg", w=10))) == (404, "1")
+    assert quota(await cdn.edge.get(transform_url(PHOTO, w=20))) == (200, "0")
+    assert quota(await cdn.edge.get(transform_url(PHOTO, w=30))) == (429, "0")
+    assert quota(await cdn.edge.get(transform_url(PHOTO, w=20))) == (200, "0")     # a hit still answers
+
+
 async def test_concurrent_identical_misses_transform_once(make_cdn: CdnFactory) -> None:
     cdn = await make_cdn(ASSETCDN_TRANSFORM_MONTHLY_LIMIT="100")
     await cdn.upload(PHOTO, photo_jpeg(1600, 1000))
@@ -210,7 +254,8 @@ async def test_overwrite_and_purge_of_the_source_remove_its_transforms(make_cdn:
 
     assert await pixel() == ("MISS", [250, 10, 10])
     assert await pixel() == ("HIT", [250, 10, 10])
-    old_key = parse_transform_options({"url": path, "w": "40"}).cache_key(cdn.node.replica.get(path).blob_id, "png")
+    source = cdn.node.replica.get(path)
+    old_key = variant_key(source, parse_transform_options({"url": path, "w": "40"}).cache_key(source.blob_id, "png"))
     assert cdn.node.cache.get(old_key) is not None
     await cdn.upload(path, solid_png(80, 60, (10, 10, 250)))   # overwrite: new content id, old variants purged
     assert cdn.node.cache.get(old_key) is None
@@ -232,3 +277,69 @@ async def test_unsupported_sources_and_the_time_budget(make_cdn: CdnFactory) -> 
     assert resp.status == 422 and "could not be decoded" in (await resp.json())["error"]
     resp = await cdn.edge.get(transform_url(PHOTO, w=10))
     assert resp.status == 503 and "time budget" in (await resp.json())["error"]
+
+
+def _slow_svg(primitives: int = 60, size: int = 2000) -> bytes:
+    """An SVG that librsvg needs about half a minute to draw (filter primitives over a large canvas)."""
+    blurs = '<feGaussianBlur stdDeviation="3"/>' * primitives
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{size}" height="{size}"><filter id="f">{blurs}'
+            f'</filter><rect width="{size}" height="{size}" fill="red" filter="url(#f)"/></svg>').encode()
+
+
+async def test_an_overrunning_transform_is_stopped_answers_503_and_is_remembered(make_cdn: CdnFactory) -> None:
+    # The budget is far above what the small transforms need and far below the SVG's drawing time.
+    cdn = await make_cdn(ASSETCDN_TRANSFORM_TIME_BUDGET_S="2", ASSETCDN_TRANSFORM_MONTHLY_LIMIT="10",
+                         ASSETCDN_TRANSFORM_MAX_SVG_FILTER_PIXELS="1000000000")
+    slow = f"{ZONE}/v1/logos/slow.svg"
+    await cdn.upload(slow, _slow_svg())
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    pool = cdn.edge.app[IMAGE_POOL]
+    assert (await cdn.edge.get(transform_url(PHOTO, w=10))).status == 200
+    workers = pool.worker_pids
+
+    first = await cdn.edge.get(transform_url(slow, w=2000))
+    assert first.status == 503, await first.text()
+    assert "time budget of 2 s and was stopped" in (await first.json())["error"]
+    assert first.headers["X-Cache"] == "MISS" and first.headers["Retry-After"] == "1"
+    assert first.headers["X-RateLimit-Remaining"] == "9"           # the failure cost no quota
+    assert pool.worker_pids != workers                              # its worker was killed and replaced
+
+    workers = pool.worker_pids
+    again = await cdn.edge.get(transform_url(slow, w=2000))
+    assert (again.status, again.headers["X-Cache"]) == (503, "HIT")  # answered from memory, not run again
+    assert (await again.json())["error"] == (await first.json())["error"]
+    assert again.headers["X-RateLimit-Remaining"] == "9" and pool.worker_pids == workers
+
+    after = await cdn.edge.get(transform_url(PHOTO, w=20))        # the pool still works
+    assert (after.status, after.headers["X-RateLimit-Remaining"]) == (200, "8")
+
+
+async def test_a_transform_over_the_memory_budget_answers_503(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_TRANSFORM_WORKER_MEMORY_MB="150")
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    # Upscaled to 8192x5120 and held in memory for the attention analysis: about 225 MB at its peak.
+    resp = await cdn.edge.get(transform_url(PHOTO, w=8192, h=5000, gravity="auto", format="png"))
+    assert resp.status == 503, await resp.text()
+    assert "memory budget of 150 MB" in (await resp.json())["error"]
+    assert (await cdn.edge.get(transform_url(PHOTO, w=30))).status == 200
+
+
+async def test_animations_over_the_frame_bound_are_refused(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_TRANSFORM_MAX_ANIMATION_FRAMES="3", ASSETCDN_TRANSFORM_MONTHLY_LIMIT="10")
+    path = f"{ZONE}/v1/banners/anim.gif"
+    await cdn.upload(path, animated_gif())
+    resp = await cdn.edge.get(transform_url(path, w=60))
+    assert resp.status == 422
+    assert f"{FRAMES} frames" in (await resp.json())["error"] and resp.headers["X-RateLimit-Remaining"] == "10"
+    still = await cdn.edge.get(transform_url(path, w=60, format="png"))   # its first frame is fine
+    assert still.status == 200 and frames(decode(await still.read())) == 1
+
+
+async def test_a_cached_transform_does_not_touch_the_pool(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    assert (await cdn.edge.get(transform_url(PHOTO, w=10))).headers["X-Cache"] == "MISS"
+    await cdn.edge.app[IMAGE_POOL].close()
+    hit = await cdn.edge.get(transform_url(PHOTO, w=10))
+    assert (hit.status, hit.headers["X-Cache"]) == (200, "HIT")
+    assert (await cdn.edge.get(transform_url(PHOTO, w=11))).status == 503    # a miss needs the pool

@@ -13,6 +13,7 @@ from edge.transform.options import (
 from shared.errors import LegacyError
 
 URL = "/akande/v1/logos/logo.svg"
+GRAVITY_NAMES = "center, north, south, east, west, northeast, northwest, southeast, southwest, face, auto"
 
 
 def _error(query: dict[str, str]) -> LegacyError:
@@ -33,6 +34,26 @@ def test_every_parameter_is_parsed() -> None:
                                     "format": "AVIF", "q": "75", "blur": "12", "sharpen": "3", "gravity": "face"})
     assert opts == TransformOptions(url="stocks/images/a.jpg", width=400, height=300, fit="contain",
                                     format="avif", quality=75, blur=12, sharpen=3, gravity="face")
+
+
+@pytest.mark.parametrize("fit", ["cover", "contain", "fill", "inside", "outside", "INSIDE"])
+def test_every_fit_of_the_published_api_is_accepted(fit: str) -> None:
+    assert parse_transform_options({"url": URL, "fit": fit}).fit == fit.lower()
+
+
+@pytest.mark.parametrize("gravity", GRAVITY_NAMES.split(", ") + ["NorthEast"])
+def test_every_gravity_of_the_published_api_is_accepted(gravity: str) -> None:
+    assert parse_transform_options({"url": URL, "gravity": gravity}).gravity == gravity.lower()
+
+
+def test_inside_shares_contains_cache_entry_and_outside_does_not() -> None:
+    base = {"url": URL, "w": "400", "h": "300"}
+    inside = parse_transform_options({**base, "fit": "inside", "gravity": "north"}).cache_key("b", "png")
+    assert inside == parse_transform_options({**base, "fit": "contain"}).cache_key("b", "png") == "tf1/b/w400-h300-contain.png"
+    outside = parse_transform_options({**base, "fit": "outside", "gravity": "north"}).cache_key("b", "png")
+    assert outside == "tf1/b/w400-h300-outside.png"
+    north = parse_transform_options({**base, "gravity": "north"}).cache_key("b", "png")
+    assert north == "tf1/b/w400-h300-cover-g-north.png"
 
 
 def test_format_jpg_is_an_alias_of_jpeg() -> None:
@@ -59,11 +80,12 @@ def test_integer_parameters_at_the_edges_are_accepted(name: str, value: str) -> 
 
 
 @pytest.mark.parametrize(("name", "value", "allowed"), [
-    ("fit", "inside", "cover, contain, fill"),
-    ("fit", "", "cover, contain, fill"),
+    ("fit", "stretch", "cover, contain, fill, inside, outside"),
+    ("fit", "", "cover, contain, fill, inside, outside"),
     ("format", "gif", "webp, avif, png, jpeg, auto"),
     ("format", "jxl", "webp, avif, png, jpeg, auto"),
-    ("gravity", "north", "center, face, auto"),
+    ("gravity", "top", GRAVITY_NAMES),
+    ("gravity", "north-east", GRAVITY_NAMES),
 ])
 def test_enum_parameters(name: str, value: str, allowed: str) -> None:
     error = _error({"url": URL, name: value})

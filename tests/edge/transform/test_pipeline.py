@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pillow_heif
@@ -11,6 +12,7 @@ import pyvips
 
 from edge.transform import pipeline
 from edge.transform.encode import ENCODERS
+from edge.transform.limits import TransformLimits
 from edge.transform.options import parse_transform_options
 from edge.transform.pipeline import TransformResult, run_transform
 from edge.transform.source import read_source
@@ -23,9 +25,10 @@ LOADERS = {"webp": "webpload_buffer", "jpeg": "jpegload_buffer", "png": "pngload
 
 
 def transform(source: bytes, source_format: str, output: str, *, budget: float = 30.0,
-              max_pixels: int = MAX_PIXELS, **query: str) -> TransformResult:
+              max_pixels: int = MAX_PIXELS, limits: dict[str, int] | None = None, **query: str) -> TransformResult:
     opts = parse_transform_options({"url": "akande/v1/banners/x." + source_format, **query})
-    return run_transform(source, source_format, opts, output, max_pixels=max_pixels, time_budget_s=budget)
+    return run_transform(source, source_format, opts, output,
+                         TransformLimits(max_pixels=max_pixels, time_budget_s=budget, **(limits or {})))
 
 
 @pytest.mark.parametrize("output", ["webp", "jpeg", "png", "avif", "gif"])
@@ -61,6 +64,42 @@ def test_contain_fits_within_and_keeps_aspect(photo_jpeg: bytes, w: int, h: int,
     assert (decoded.width, decoded.height) == expected
     assert decoded.width <= w and decoded.height <= h
     assert abs(decoded.width / decoded.height - PHOTO_SIZE[0] / PHOTO_SIZE[1]) < 0.02
+
+
+@pytest.mark.parametrize(("w", "h", "expected"), [(400, 400, (400, 267)), (300, 500, (300, 200)), (4000, 4000, (4000, 2666))])
+def test_inside_is_contain(photo_jpeg: bytes, w: int, h: int, expected: tuple[int, int]) -> None:
+    inside = transform(photo_jpeg, "jpeg", "png", w=str(w), h=str(h), fit="inside")
+    assert (inside.width, inside.height) == expected
+    assert inside.body == transform(photo_jpeg, "jpeg", "png", w=str(w), h=str(h), fit="contain").body
+
+
+@pytest.mark.parametrize(("w", "h", "expected"), [(400, 400, (600, 400)), (300, 500, (750, 500)), (800, 100, (800, 533))])
+def test_outside_covers_without_cropping(photo_jpeg: bytes, w: int, h: int, expected: tuple[int, int]) -> None:
+    decoded = load(transform(photo_jpeg, "jpeg", "png", w=str(w), h=str(h), fit="outside", gravity="east").body)
+    assert (decoded.width, decoded.height) == expected
+    assert decoded.width >= w and decoded.height >= h
+    assert abs(decoded.width / decoded.height - PHOTO_SIZE[0] / PHOTO_SIZE[1]) < 0.02
+
+
+# Where each compass gravity keeps the crop: 0 = left/top, 1 = middle, 2 = right/bottom.
+COMPASS = {"northwest": (0, 0), "north": (1, 0), "northeast": (2, 0), "west": (0, 1), "center": (1, 1),
+           "east": (2, 1), "southwest": (0, 2), "south": (1, 2), "southeast": (2, 2)}
+
+
+def _third(value: float) -> int:
+    return 0 if value < 85 else 1 if value < 170 else 2
+
+
+@pytest.mark.parametrize("gravity", COMPASS)
+def test_compass_gravity_keeps_that_edge_or_corner(photo_jpeg: bytes, gravity: str) -> None:
+    along_x, along_y = COMPASS[gravity]
+    # The photo's red grows left to right and its green top to bottom (0 to 255 across it).
+    narrow = load(transform(photo_jpeg, "jpeg", "png", w="300", h="600", gravity=gravity).body)
+    assert (narrow.width, narrow.height) == (300, 600)
+    assert _third(narrow[0].avg()) == along_x
+    flat = load(transform(photo_jpeg, "jpeg", "png", w="600", h="100", gravity=gravity).body)
+    assert (flat.width, flat.height) == (600, 100)
+    assert _third(flat[1].avg()) == along_y
 
 
 def test_fill_is_exactly_w_by_h_and_distorts(photo_jpeg: bytes) -> None:
@@ -217,6 +256,35 @@ def test_animation_frames_count_towards_the_pixel_budget(animated_gif: bytes) ->
     assert caught.value.status == 422 and "4 frames" in caught.value.error
 
 
+def test_animations_over_the_frame_or_pixel_bound_are_refused_before_decoding(
+        animated_gif: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    transform(animated_gif, "gif", "gif", w="30", limits={"max_animation_frames": FRAMES})
+    monkeypatch.setattr(pipeline, "STEPS", ())           # nothing may be decoded past the header
+    for limits in ({"max_animation_frames": FRAMES - 1}, {"max_animation_pixels": 300 * 200 * FRAMES - 1}):
+        with pytest.raises(LegacyError) as caught:
+            transform(animated_gif, "gif", "webp", w="30", limits=limits)
+        assert caught.value.status == 422 and f"{FRAMES} frames of 300x200" in caught.value.error
+        assert "format=png" in caught.value.error
+
+
+def test_an_animation_over_the_bounds_still_gives_its_first_frame(animated_gif: bytes) -> None:
+    result = transform(animated_gif, "gif", "png", w="30", limits={"max_animation_frames": 1})
+    assert result.pages == 1 and load(result.body).width == 30
+
+
+def test_svg_filter_work_is_bounded_by_the_rasterised_size() -> None:
+    svg = (b'<svg xmlns="http://www.w3.org/2000/svg" width="3000" height="3000"><filter id="f">'
+           b'<feGaussianBlur stdDeviation="400"/></filter><rect width="3000" height="3000" fill="red" '
+           b'filter="url(#f)"/></svg>')
+    with pytest.raises(LegacyError) as caught:
+        transform(svg, "svg", "png", limits={"max_svg_filter_pixels": 8_000_000})   # 9 MP x 1 primitive
+    assert caught.value.status == 422 and "filter effects (1 primitives) over 3000x3000" in caught.value.error
+    small = load(transform(svg, "svg", "png", w="200", limits={"max_svg_filter_pixels": 8_000_000}).body)
+    assert (small.width, small.height) == (200, 200)
+    with pytest.raises(LegacyError):
+        transform(svg, "svg", "png", w="200", limits={"max_svg_filter_pixels": 200 * 200 - 1})
+
+
 def test_requested_output_over_the_budget_is_refused(photo_jpeg: bytes) -> None:
     with pytest.raises(LegacyError) as caught:
         transform(photo_jpeg, "jpeg", "webp", w="8192", h="8192")
@@ -234,6 +302,19 @@ def test_time_budget_stops_a_long_encode(photo_jpeg: bytes) -> None:
     with pytest.raises(LegacyError) as caught:
         transform(photo_jpeg, "jpeg", "png", blur="250", budget=0.1)
     assert caught.value.status == 503
+
+
+def test_a_libvips_error_once_the_deadline_has_passed_is_the_budgets_503(
+        photo_jpeg: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a loaded machine does to a kill: libvips reports it as a plain failure of some step.
+    def overrun_then_fail(_ctx: object) -> None:
+        time.sleep(0.2)
+        raise pyvips.Error("unable to call pngsave_buffer")
+
+    monkeypatch.setattr(pipeline, "STEPS", (("decode", pipeline.decode), ("blur", overrun_then_fail)))
+    with pytest.raises(LegacyError) as caught:
+        transform(photo_jpeg, "jpeg", "png", w="100", budget=0.1)
+    assert caught.value.status == 503 and "time budget of 0.1 s (during 'blur')" in caught.value.error
 
 
 @pytest.mark.parametrize("data", [b"\xff\xd8\xff\xe0 truncated jpeg", b"GIF89a nonsense", b"a,b\n1,2\n", b""])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import pyvips
 
-from shared.svg_sanitize import sanitize_svg
+from shared.svg_sanitize import MAX_FILTER_PRIMITIVES, filter_primitives, sanitize_svg
 
 HOSTILE = b"""<?xml version="1.0"?>
 <svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink"
@@ -93,3 +93,24 @@ def test_default_namespace_is_kept_without_prefixes() -> None:
     clean = sanitize_svg(b'<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"><rect width="4" height="4"/></svg>')
     assert clean.decode().split("?>", 1)[1].lstrip().startswith("<svg ")
     assert "ns0:" not in clean.decode()
+
+
+BLUR = '<feGaussianBlur stdDeviation="1"/>'
+
+
+def _filtered(primitives: int, style: str = "") -> bytes:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><filter id="f">{BLUR * primitives}'
+            f'</filter><rect width="10" height="10" filter="url(#f)" style="{style}"/></svg>').encode()
+
+
+def test_filter_primitives_are_counted_for_the_rasteriser() -> None:
+    assert filter_primitives(sanitize_svg(_filtered(3))) == 3
+    assert filter_primitives(sanitize_svg(_filtered(1, "filter: blur(4px)"))) == 2   # CSS filter functions too
+    plain = b'<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"><rect width="4" height="4"/></svg>'
+    assert filter_primitives(sanitize_svg(plain)) == 0
+
+
+def test_a_document_with_too_many_filter_primitives_is_refused() -> None:
+    sanitize_svg(_filtered(MAX_FILTER_PRIMITIVES))
+    with pytest.raises(ValueError, match="filter primitives"):
+        sanitize_svg(_filtered(MAX_FILTER_PRIMITIVES + 1))

@@ -1,0 +1,153 @@
+"""Signing in to the dashboard in headless Chromium, through a real edge in front of a real control:
+the password on http://127.0.0.1 (the Secure session cookie is kept and sent over plain HTTP there),
+then on http://localhost a passkey registered with Chromium's virtual authenticator (CDP WebAuthn),
+sign-out, and sign-in with the passkey."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+import control.app
+import edge.app
+from edge.app import EdgeIdentity
+from shared.config import load_settings
+from tests.browser.headless_chromium import DevToolsError, HeadlessChromium, find_chromium
+from tests.control.signin_client import PASSWORD, SIGNIN_SECRETS
+
+pytestmark = pytest.mark.browser
+
+WAIT_S = 30.0  # upper bound for a page to reach a state (never asserted as a duration)
+
+
+@pytest.fixture
+def chromium_binary() -> str:
+    binary = find_chromium()
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is required under CI=true: run tests/browser/setup.sh (make setup)")
+        pytest.skip("chromium is not installed (run tests/browser/setup.sh as root, or apt-get install chromium)")
+    return binary
+
+
+@pytest.fixture
+async def edge_port(tmp_path: Path) -> AsyncIterator[int]:
+    """Control plus one edge; the edge listens on a port chosen before control starts, so the
+    dashboard's origins (127.0.0.1 and localhost on that port) are in control's configuration."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    settings = load_settings(environ={"ASSETCDN_SERVER_PUBLIC_URL": f"http://127.0.0.1:{port}"})
+    control_server = TestServer(control.app.create_app(settings, SIGNIN_SECRETS, tmp_path / "data"))
+    await control_server.start_server()
+    identity = EdgeIdentity(name="edge-b", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
+                            cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
+    edge_server = TestServer(edge.app.create_app(settings, SIGNIN_SECRETS, identity),
+                             socket_factory=lambda *_: listener)
+    await edge_server.start_server()
+    try:
+        yield port
+    finally:
+        await edge_server.close()
+        await control_server.close()
+
+
+class Page:
+    """The browser's page, with waits that survive the navigations a form submission causes."""
+
+    def __init__(self, browser: HeadlessChromium) -> None:
+        self.browser = browser
+
+    async def js(self, expression: str) -> Any:
+        return await self.browser.evaluate(expression)
+
+    async def wait_for(self, expression: str) -> None:
+        async with asyncio.timeout(WAIT_S):
+            while True:
+                try:
+                    if await self.browser.evaluate(expression):
+                        return
+                except DevToolsError:
+                    pass  # the page is being replaced by the next one
+                await asyncio.sleep(0.05)
+
+    async def goto(self, url: str) -> None:
+        await self.browser.command("Page.navigate", url=url)
+        await self.wait_for(f"location.href === {json.dumps(url)} && document.readyState === 'complete'")
+
+    async def status_of(self, path: str) -> int:
+        return int(await self.js(f"fetch({json.dumps(path)}, {{credentials: 'same-origin'}}).then(r => r.status)"))
+
+    async def sign_in_with_password(self, base: str) -> None:
+        await self.goto(f"{base}/dashboard/login")
+        await self.js(f"document.getElementById('password').value = {json.dumps(PASSWORD)};"
+                      "document.querySelector('#password-form button[type=submit]').click()")
+        await self.wait_for("location.pathname === '/dashboard/setup-passkey' && document.readyState === 'complete'")
+
+    async def cookies(self, url: str) -> dict[str, dict[str, Any]]:
+        found = await self.browser.command("Network.getCookies", urls=[url])
+        return {c["name"]: c for c in found["cookies"]}
+
+
+async def test_password_then_passkey_sign_in(chromium_binary: str, edge_port: int, tmp_path: Path) -> None:
+    by_ip, by_name = f"http://127.0.0.1:{edge_port}", f"http://localhost:{edge_port}"
+    browser = HeadlessChromium(chromium_binary, tmp_path / "profile")
+    try:
+        await browser.open(f"{by_ip}/dashboard/login")
+        page = Page(browser)
+
+        # 1. Password on the IP address: the Secure, HttpOnly, SameSite=Strict cookie is kept and sent.
+        await page.sign_in_with_password(by_ip)
+        session = (await page.cookies(by_ip))["cdn_session"]
+        assert (session["secure"], session["httpOnly"], session["sameSite"], session["path"]) == \
+            (True, True, "Strict", "/")
+        assert await page.js("document.cookie") == "cdn_logged_in=1"  # the session itself is HttpOnly
+        assert await page.status_of("/api/passkeys") == 200
+        # An IP address cannot be a relying party: why passkeys default to localhost.
+        refused = await page.js(
+            "navigator.credentials.create({publicKey: {rp: {id: '127.0.0.1', name: 'x'},"
+            " user: {id: new Uint8Array(16), name: 'u', displayName: 'u'}, challenge: new Uint8Array(32),"
+            " pubKeyCredParams: [{type: 'public-key', alg: -7}], timeout: 5000}})"
+            ".then(() => 'created', e => e.name)")
+        assert refused == "SecurityError"
+
+        # 2. On localhost: sign in with the password, then add a passkey on the virtual authenticator.
+        await browser.command("WebAuthn.enable")
+        await browser.command("WebAuthn.addVirtualAuthenticator", options={
+            "protocol": "ctap2", "transport": "internal", "hasResidentKey": True, "hasUserVerification": True,
+            "isUserVerified": True, "automaticPresenceSimulation": True})
+        await page.sign_in_with_password(by_name)
+        await page.wait_for("!!window.assetcdnPasskeys && !document.querySelector('#passkey-add button').disabled")
+        await page.js("document.getElementById('passkey-name').value = 'Virtual key';"
+                      "document.querySelector('#passkey-add button[type=submit]').click()")
+        await page.wait_for("[...document.querySelectorAll('#passkey-list li .name')]"
+                            ".some(e => e.textContent === 'Virtual key')")
+        listed = await page.js("fetch('/api/passkeys').then(r => r.json())")
+        [passkey] = listed["passkeys"]
+        assert (passkey["name"], passkey["lastUsedAt"]) == ("Virtual key", None)
+
+        # 3. Sign out: the cookies are gone and the session no longer opens anything.
+        await browser.command("Page.navigate", url=f"{by_name}/dashboard/logout")
+        await page.wait_for("location.pathname === '/dashboard/login' && document.readyState === 'complete'")
+        assert "cdn_session" not in await page.cookies(by_name)
+        assert await page.status_of("/api/passkeys") == 401
+
+        # 4. Sign in with the passkey.
+        await page.wait_for("!!window.assetcdnPasskeys && !document.getElementById('passkey-signin').disabled")
+        await page.js("document.getElementById('passkey-signin').click()")
+        await page.wait_for("location.pathname === '/dashboard/' && !!document.getElementById('signed-in')")
+        assert await page.status_of("/api/passkeys") == 200
+        listed = await page.js("fetch('/api/passkeys').then(r => r.json())")
+        assert listed["passkeys"][0]["lastUsedAt"] is not None
+        assert (await page.cookies(by_name))["cdn_session"]["httpOnly"] is True
+    finally:
+        await browser.close()

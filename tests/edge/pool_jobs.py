@@ -1,0 +1,43 @@
+"""Jobs for the image pool tests: module-level functions, so a worker process can import them."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from shared.errors import LegacyError
+
+
+def worker_pid(*_args: object) -> int:
+    return os.getpid()
+
+
+def wait_then_pid(path: str) -> int:
+    """Wait (bounded) until the test creates `path`: a job held running as long as the test needs."""
+    deadline = time.monotonic() + 30
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return os.getpid()
+
+
+def never_ends() -> None:
+    while True:
+        time.sleep(1)
+
+
+def hold_memory(megabytes: int) -> int:
+    block = b"x" * (megabytes * 1024 * 1024)   # written, so resident
+    time.sleep(30)
+    return len(block)
+
+
+def refuse(status: int, message: str) -> None:
+    raise LegacyError(status, message, headers={"Retry-After": "7"})
+
+
+def crash() -> None:
+    os._exit(3)
+
+
+def break_down() -> None:
+    raise ZeroDivisionError("a bug in a job")

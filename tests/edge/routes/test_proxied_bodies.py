@@ -1,0 +1,174 @@
+"""Request bodies forwarded by the edge (edge/proxy.py, edge/proxied_body.py) and read by control
+(shared/request_body.py): slow senders never hold the edge's connections to control, content codings
+are decoded within the size limit or refused, and a control plane that does not answer is given up on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import hashlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+import edge.app
+from edge.app import EdgeIdentity
+from shared.config import load_settings
+from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.edge.routes.conftest import WAIT_S, ZONE, Cdn, CdnFactory, wait_until
+
+TRICKLERS = 120  # more than the default pool of connections to control (100), and far more than 4
+
+
+def both(cdn: Cdn) -> list[tuple[str, TestClient]]:
+    return [("edge", cdn.edge), ("control", cdn.control)]
+
+
+async def test_tricklers_beyond_the_pool_do_not_starve_uploads(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_EDGE_PROXY_POOL_SIZE="4", ASSETCDN_SERVER_BODY_TIMEOUT_S="600")
+    server = cdn.edge.server
+    handled_before = server.handler.requests_count
+    streams: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    for i in range(TRICKLERS):
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        writer.write(f"PUT /api/storage/{ZONE}/v1/slow/{i}.txt HTTP/1.1\r\nHost: edge\r\n"
+                     f"AccessKey: {ACCESS['AccessKey']}\r\nContent-Length: 1000\r\n\r\nx".encode())
+        streams.append((reader, writer))
+
+    async def every_trickler_is_being_handled() -> bool:
+        return server.handler.requests_count - handled_before >= TRICKLERS
+
+    async def drip() -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            for _, writer in streams:
+                writer.write(b"x")
+
+    dripping = asyncio.create_task(drip())
+    try:
+        await wait_until(every_trickler_is_being_handled, "the edge handling every trickler")
+        await asyncio.sleep(0.2)  # let each handler get as far as it will with its body
+        upload = cdn.edge.put(f"/api/storage/{ZONE}/v1/fast.txt", data=b"uploaded while others trickle",
+                              headers=ACCESS)
+        resp = await asyncio.wait_for(upload, WAIT_S)
+        assert resp.status == 201, await resp.text()
+        zone = cdn.edge.post("/api/core/zones", json={"Name": "beside"}, headers=ACCOUNT)
+        resp = await asyncio.wait_for(zone, WAIT_S)
+        assert resp.status == 201, await resp.text()
+        for reader, _ in streams:
+            assert not reader.at_eof()  # every trickler is still being waited for
+    finally:
+        dripping.cancel()
+        for _, writer in streams:
+            writer.close()
+
+
+async def test_a_slow_but_steady_body_outlives_the_body_timeout(make_cdn: CdnFactory) -> None:
+    """The deadline grows with what arrives: 1 s plus 1 s per 50 bytes, for a body sent at ~500 bytes/s."""
+    cdn = await make_cdn(ASSETCDN_SERVER_BODY_TIMEOUT_S="1", ASSETCDN_SERVER_BODY_MIN_BYTES_PER_S="50")
+
+    async def steady() -> AsyncIterator[bytes]:
+        for _ in range(25):
+            yield b"s" * 50
+            await asyncio.sleep(0.1)
+
+    for name, client in both(cdn):
+        resp = await client.put(f"/api/storage/{ZONE}/v1/steady/{name}.txt", data=steady(), headers=ACCESS)
+        body = await resp.json()
+        assert resp.status == 201, (name, body)
+        assert body["Length"] == 25 * 50
+
+
+async def test_a_body_larger_than_the_memory_buffer_arrives_intact(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_EDGE_PROXY_BODY_MEMORY_KB="64")  # this one waits in a temporary file
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    checksum = hashlib.sha256(data).hexdigest().upper()
+    resp = await cdn.edge.put(f"/api/storage/{ZONE}/v1/large.bin", data=data, headers={**ACCESS, "Checksum": checksum})
+    body = await resp.json()
+    assert resp.status == 201, body
+    assert (body["Length"], body["Checksum"]) == (len(data), checksum)
+    resp = await cdn.edge.get(f"/api/storage/{ZONE}/v1/large.bin", headers=ACCESS)
+    assert await resp.read() == data
+
+
+async def test_a_gzip_body_is_stored_decoded_through_the_edge_and_at_control(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    original = b"<svg xmlns='http://www.w3.org/2000/svg'/>\n" * 50
+    for name, client in both(cdn):
+        resp = await client.put(f"/api/storage/{ZONE}/v1/gz/{name}.txt", data=gzip.compress(original),
+                                headers={**ACCESS, "Content-Encoding": "gzip"})
+        body = await resp.json()
+        assert resp.status == 201, body
+        assert body["Length"] == len(original)
+        resp = await cdn.control.get(f"/api/storage/{ZONE}/v1/gz/{name}.txt", headers=ACCESS)
+        assert await resp.read() == original
+
+
+async def test_a_gzip_bomb_stops_at_the_upload_limit(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_CONTROL_MAX_UPLOAD_BYTES="100000")
+    bomb = gzip.compress(b"\0" * (64 * 1024 * 1024))  # 64 KB on the wire, 64 MB decoded
+    assert len(bomb) < 100000
+    for name, client in both(cdn):
+        resp = await client.put(f"/api/storage/{ZONE}/v1/bomb/{name}.bin", data=bomb,
+                                headers={**ACCESS, "Content-Encoding": "gzip"})
+        body = await resp.json()
+        assert resp.status == 413, body
+        assert (body["error"]["code"], body["MaxSize"]) == ("PayloadTooLarge", 100000)
+    resp = await cdn.control.get("/api/assets", headers=ACCESS)
+    assert "bomb" not in await resp.text()  # nothing was stored
+
+
+async def test_an_unsupported_content_coding_is_refused_with_415(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    for name, client in both(cdn):
+        for coding in ("compress", "gzip, gzip", "x-custom"):
+            resp = await client.put(f"/api/storage/{ZONE}/v1/coded/{name}.bin", data=b"\x1f\x9d raw bytes",
+                                    headers={**ACCESS, "Content-Encoding": coding})
+            body = await resp.json()
+            assert resp.status == 415, (name, coding, body)
+            assert body["error"]["code"] == "UnsupportedContentEncoding"
+            assert resp.headers["Accept-Encoding"] == "gzip, deflate"
+
+
+async def test_a_body_that_does_not_decode_answers_400(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    for name, client in both(cdn):
+        resp = await client.put(f"/api/storage/{ZONE}/v1/broken/{name}.txt", data=b"this is not gzip at all",
+                                headers={**ACCESS, "Content-Encoding": "gzip"})
+        body = await resp.json()
+        assert resp.status == 400, (name, body)
+        assert body["error"]["code"] == "InvalidBody"
+    resp = await cdn.edge.get("/api/health")  # the edge still serves
+    assert resp.status == 200
+
+
+async def test_a_control_plane_that_does_not_answer_is_given_up_on_with_504(
+        aiohttp_server, aiohttp_client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    release = asyncio.Event()
+
+    async def never_answers(request: web.Request) -> web.Response:
+        await release.wait()
+        return web.Response(status=503)
+
+    stalled = web.Application()
+    stalled.router.add_route("*", "/{tail:.*}", never_answers)
+    control = await aiohttp_server(stalled)
+    settings = load_settings(environ={"ASSETCDN_EDGE_PROXY_TIMEOUT_S": "1"})
+    identity = EdgeIdentity(name="edge-t", worker=0, control_url=str(control.make_url("")).rstrip("/"),
+                            cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
+    client = await aiohttp_client(edge.app.create_app(settings, SECRETS, identity))
+    try:
+        for method, data in (("GET", None), ("POST", b'{"Name": "late"}')):
+            resp = await asyncio.wait_for(client.request(method, "/api/core/zones", data=data, headers=ACCOUNT),
+                                          WAIT_S)
+            body = await resp.json()
+            assert resp.status == 504, body
+            assert body["error"]["code"] == "ControlTimeout"
+    finally:
+        release.set()
+        with contextlib.suppress(Exception):
+            await client.close()

@@ -1,0 +1,111 @@
+"""A zone's tenant host (`<zone>.<base domain>`) and custom domain serve that zone's files and the
+shared stock pool, nothing of another zone, on every delivery route; the default host serves all."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from shared.signing import signed_url
+from tests.control.conftest import ACCOUNT, SECRETS
+from tests.edge.routes.conftest import PURGE, ZONE, Cdn, CdnFactory, solid_png, wait_until
+
+OTHER = "rival"
+OWN_FILE = f"{ZONE}/v1/logos/own.png"
+OTHER_FILE = f"{OTHER}/v1/logos/theirs.png"
+STOCK_FILE = "stocks/icons/shared.png"
+TENANT_HOST = f"{ZONE}.cdn.localhost"      # the default base domain is cdn.localhost
+CUSTOM_DOMAIN = "img.pics-brand.example"
+
+
+async def two_zones(make_cdn: CdnFactory) -> Cdn:
+    cdn = await make_cdn()
+    resp = await cdn.control.post("/api/core/zones", json={"Name": OTHER}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    for path, colour in ((OWN_FILE, (10, 200, 10)), (OTHER_FILE, (200, 10, 10)), (STOCK_FILE, (10, 10, 200))):
+        await cdn.upload(path, solid_png(16, 12, colour))
+    resp = await cdn.control.post(f"/api/core/zones/{ZONE}/domains", json={"Hostname": CUSTOM_DOMAIN},
+                                  headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+
+    async def domain_arrived() -> bool:
+        return cdn.node.config.zone_for_host(CUSTOM_DOMAIN) == ZONE
+
+    await wait_until(domain_arrived, "the custom domain reaching the edge")
+    return cdn
+
+
+def _signed(path: str) -> str:
+    parts = urlsplit(signed_url("http://x", SECRETS.signed_url_secret, f"/{path}", 600))
+    return f"{parts.path}?{parts.query}"
+
+
+def urls_for(path: str) -> list[str]:
+    """Every public delivery route that reads the file at `path`."""
+    stem = path.rsplit(".", 1)[0]
+    return [f"/{path}", f"/api/transform?url=/{path}&w=8", f"/api/auto/{stem}", f"/api/auto?path=/{stem}",
+            _signed(path), f"/api/lqip?url=/{path}", f"/api/blurhash?url=/{path}"]
+
+
+async def statuses(cdn: Cdn, host: str, path: str) -> dict[str, int]:
+    found = {}
+    for url in urls_for(path):
+        for method in ("GET", "HEAD") if not url.startswith(("/api/lqip", "/api/blurhash")) else ("GET",):
+            resp = await cdn.edge.request(method, url, headers={"Host": host})
+            found[f"{method} {url}"] = resp.status
+    return found
+
+
+def all_are(found: dict[str, int], status: int) -> bool:
+    return set(found.values()) == {status}
+
+
+async def test_tenant_hosts_serve_their_zone_and_the_stock_pool_only(make_cdn: CdnFactory) -> None:
+    cdn = await two_zones(make_cdn)
+    for host in (TENANT_HOST, CUSTOM_DOMAIN, f"{CUSTOM_DOMAIN.upper()}:8788"):
+        own = await statuses(cdn, host, OWN_FILE)
+        assert all_are(own, 200), (host, own)
+        stock = await statuses(cdn, host, STOCK_FILE)
+        assert all_are(stock, 200), (host, stock)
+        other = await statuses(cdn, host, OTHER_FILE)
+        assert all_are(other, 404), (host, other)
+        # `/v1/...` on a tenant host is the host's zone.
+        resp = await cdn.edge.get("/v1/logos/own.png", headers={"Host": host})
+        assert resp.status == 200
+        resp = await cdn.edge.get("/v1/logos/theirs.png", headers={"Host": host})
+        assert resp.status == 404
+    # Another zone's path answers exactly like a path that does not exist: nothing leaks.
+    missing = await cdn.edge.get(f"/{OTHER}/v1/logos/nothing.png", headers={"Host": TENANT_HOST})
+    hidden = await cdn.edge.get(f"/{OTHER_FILE}", headers={"Host": TENANT_HOST})
+    assert (missing.status, hidden.status) == (404, 404)
+    assert (await missing.json())["error"]["code"] == (await hidden.json())["error"]["code"] == "AssetNotFound"
+    # The rival zone's own tenant host serves the rival's file and not ours.
+    assert all_are(await statuses(cdn, f"{OTHER}.cdn.localhost", OTHER_FILE), 200)
+    assert all_are(await statuses(cdn, f"{OTHER}.cdn.localhost", OWN_FILE), 404)
+
+
+async def test_the_default_host_serves_every_zone(make_cdn: CdnFactory) -> None:
+    cdn = await two_zones(make_cdn)
+    for host in ("127.0.0.1", "localhost:8788", "cdn.localhost"):
+        for path in (OWN_FILE, OTHER_FILE, STOCK_FILE):
+            found = await statuses(cdn, host, path)
+            assert all_are(found, 200), (host, path, found)
+
+
+async def test_a_purge_of_a_tenant_host_url_purges_that_zones_file(make_cdn: CdnFactory) -> None:
+    cdn = await two_zones(make_cdn)
+
+    async def cache_state() -> str:
+        return (await cdn.edge.get(f"/{OWN_FILE}")).headers["X-Cache"]
+
+    await cache_state()
+    assert await cache_state() == "HIT"
+    resp = await cdn.control.post("/api/purge", json={"urls": [f"https://{CUSTOM_DOMAIN}/v1/logos/own.png"]},
+                                  headers=PURGE)
+    assert resp.status == 200, await resp.text()
+    generation = (await resp.json())["generation"]
+
+    async def applied() -> bool:
+        return cdn.node.replica.generation >= generation and not cdn.node._sync_lock.locked()
+
+    await wait_until(applied, "the purge reaching the edge")
+    assert await cache_state() == "MISS"
