@@ -258,3 +258,11 @@ async def test_one_client_is_limited_per_minute(make_control: MakeControl) -> No
     assert other.status == 200
     frames = parse_sse(await other.text())
     assert frames[0][1]["remaining"] == 997       # the refused question was not counted in the month
+
+
+async def test_every_chat_error_uses_the_legacy_envelope(make_control: MakeControl) -> None:
+    client = await make_control()
+    resp = await client.get("/api/chat")
+    assert resp.status in (404, 405)                # the method is not served here
+    body = await resp.json()
+    assert isinstance(body["error"], str) and body["HttpCode"] == resp.status

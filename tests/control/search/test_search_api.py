@@ -143,3 +143,10 @@ async def test_private_assets_stay_out_of_public_search(control: TestClient) -> 
     await upload(control, "autoworld/v1/private/red-sports-car-contract.pdf")
     for q in ("red sports car contract", "contract", "private"):
         assert all(r["category"] != "private" for r in (await search(control, q))["results"])
+
+
+async def test_every_search_error_uses_the_legacy_envelope(control: TestClient) -> None:
+    resp = await control.post("/api/search", params={"q": "logo"})
+    assert resp.status in (404, 405)                # the method is not served here
+    body = await resp.json()
+    assert isinstance(body["error"], str) and body["HttpCode"] == resp.status
