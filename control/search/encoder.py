@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import load as load_safetensors
+from threadpoolctl import threadpool_limits
 from tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -190,6 +191,10 @@ def load_packaged_model() -> LoadedModel:
 
 @functools.cache
 def _load_packaged_model() -> LoadedModel:
+    # One BLAS thread per call: the encoder already runs on our own worker threads, its matrices are
+    # small, and OpenBLAS's shared thread pool can hang a call in flight when the process forks
+    # (its fork handler stops the pool) or when several threads call into it at once.
+    threadpool_limits(limits=1, user_api="blas")
     started = time.perf_counter()
     path = packaged_model_zip()
     try:

@@ -75,8 +75,11 @@ def model() -> Iterator[GatedModel]:
 @pytest.fixture(scope="module")
 def cdn(tmp_path_factory: pytest.TempPathFactory, model: GatedModel) -> Iterator[RunningCdn]:
     url = model.start()
+    # Without the sentence model (fuzzy search, word-overlap retrieval): what is tested here is the
+    # path through the edges, and the cluster starts without a model load on a loaded machine.
     running = start_cdn(tmp_path_factory.mktemp("ai"), edges=2,
-                        env_extra={"ASSETCDN_AI_CHAT_URL": url, "ASSETCDN_SEARCH_RATE_LIMIT_PER_MINUTE": "4"})
+                        env_extra={"ASSETCDN_AI_CHAT_URL": url, "ASSETCDN_SEARCH_RATE_LIMIT_PER_MINUTE": "4",
+                                   "ASSETCDN_SEARCH_SEMANTIC": "false"})
     yield running
     running.stop()
 
