@@ -3,6 +3,8 @@
 FROM python:3.11-slim-bookworm
 
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+# Tesseract OCR reads text in images for /api/ai/alt-text (optional; without it alt text skips OCR).
+RUN apt-get update && apt-get install -y --no-install-recommends tesseract-ocr && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY pyproject.toml README.md requirements-models.txt ./
 COPY conf ./conf

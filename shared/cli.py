@@ -185,6 +185,11 @@ def _lock_data_dir(data_dir: Path) -> int:
     return fd
 
 
+def _dashboard_url(edge_url: str) -> str:
+    """Where to open the dashboard: on localhost rather than 127.0.0.1, where browsers allow passkeys."""
+    return edge_url.replace("://127.0.0.1:", "://localhost:", 1)
+
+
 def _keys_notice(secrets_path: Path, generated: list[str]) -> str:
     """Where the keys are, by name only: output of `up` ends up in logs, so no key value is ever printed."""
     if not generated:
@@ -246,6 +251,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             return 0
         _say(f"assetcdn is up: {edge_urls[0]}  (control {control_url}; edges {', '.join(edge_urls)})")
         _say(_keys_notice(data_dir / SECRETS_FILE, generated))
+        _say(f"Dashboard: {_dashboard_url(edge_urls[0])}/dashboard/ (sign in with ASSETCDN_DASHBOARD_SECRET)")
         return _supervise(processes, commands, labels, env, stop)
     except StartupFailed as exc:
         _say(f"assetcdn up: {exc}", error=True)

@@ -31,6 +31,8 @@ class Secrets:
     signed_url_secret: str
     cluster_secret: str
     session_secret: str
+    # Derives the key that encrypts webhook signing secrets at rest; empty = webhooks cannot be registered.
+    webhook_secret_key: str = ""
     metrics_key: str = ""  # Bearer credential for /metrics and deep health (Prometheus `authorization`)
     dashboard_secret: str = ""  # the password of POST /dashboard/login; empty = password sign-in refused
 

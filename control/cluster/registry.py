@@ -31,12 +31,14 @@ class EdgeNode:
     last_seen: float
     generation: int = 0
     last_push_ms: float | None = None
+    last_ack_at: str | None = None  # when the edge last acknowledged a push or purge (UTC ISO)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     def public(self, now: float, timeout_s: float) -> dict[str, Any]:
         return {"name": self.name, "url": self.url, "registeredAt": self.registered_at,
                 "lastSeenSecondsAgo": round(now - self.last_seen, 1), "generation": self.generation,
-                "alive": now - self.last_seen <= timeout_s, "lastPushMs": self.last_push_ms}
+                "alive": now - self.last_seen <= timeout_s, "lastPushMs": self.last_push_ms,
+                "lastAckAt": self.last_ack_at}
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class FanOut:
     pending: tuple[str, ...]
     elapsed_ms: float
     results: dict[str, Any] = field(default_factory=dict)
+    latencies_ms: dict[str, float] = field(default_factory=dict)  # per member: from the start to its ack
 
     def nodes(self) -> tuple[list[str], list[str]]:
         """(acknowledged, pending) edge nodes: members are `<node>/<worker>`; a node counts once all of its
@@ -123,6 +126,7 @@ class EdgeRegistry:
             seconds = time.perf_counter() - started
             node.last_push_ms = round(seconds * 1000, 2)
             node.last_seen = time.time()
+            node.last_ack_at = utc_now_iso()
             if "generation" in reply:
                 node.generation = max(node.generation, int(reply["generation"]))
             self._observe(kind, node.name, seconds)
@@ -134,7 +138,14 @@ class EdgeRegistry:
         edges = self.live_edges()
         if not edges:
             return FanOut((), (), 0.0)
-        tasks = {asyncio.create_task(self._send(kind, e, path, message)): e.name for e in edges}
+        acked_at: dict[str, float] = {}
+
+        async def timed_send(node: EdgeNode) -> dict[str, Any]:
+            reply = await self._send(kind, node, path, message)
+            acked_at[node.name] = time.perf_counter()
+            return reply
+
+        tasks = {asyncio.create_task(timed_send(e)): e.name for e in edges}
         for task in tasks:
             self._background.add(task)
             task.add_done_callback(self._finished)
@@ -146,8 +157,9 @@ class EdgeRegistry:
                 results[name] = task.result()
             else:
                 pending.append(name)
+        latencies = {name: round((acked_at[name] - started) * 1000, 2) for name in acked if name in acked_at}
         return FanOut(tuple(sorted(acked)), tuple(sorted(pending)),
-                      round((time.perf_counter() - started) * 1000, 2), results)
+                      round((time.perf_counter() - started) * 1000, 2), results, latencies)
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
         self._background.discard(task)

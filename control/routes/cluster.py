@@ -68,16 +68,17 @@ async def changes(request: web.Request) -> web.Response:
         since = int(request.query.get("since", "0"))
     except ValueError:
         raise bad_request("'since' must be an integer generation.", target="since") from None
-    generation, commit = manifest.generation, manifest.commit_id
+    # The answer describes exactly `generation`: a generation recorded while it is made is left to the next
+    # push or catch-up, so the edge never holds a purge twice or a generation number behind what it applied.
+    generation, commit, entries = manifest.generation, manifest.commit_id, manifest.snapshot()
     config_version = await request.app[EDGE_CONFIG].version()
-    delta = await manifest.changes_since(since)
+    delta = await manifest.changes_since(since, until=generation)
     if delta is None:
         return json_response({"generation": generation, "commit": commit, "full": True,
-                              "config_version": config_version,
-                              "entries": [e.to_json() for e in manifest.snapshot()]})
+                              "config_version": config_version, "entries": [e.to_json() for e in entries]})
     return json_response({"generation": generation, "commit": commit, "full": False,
                           "config_version": config_version,
-                          "changes": [c.to_json() for c in delta.changes], "purges": delta.purges})
+                          "changes": delta.changes_json(), "purges": delta.purges_json()})
 
 
 async def config(request: web.Request) -> web.Response:

@@ -39,9 +39,8 @@ async def _probe(name: str, method: str, probe: Callable[[], Awaitable[None]], *
     return check
 
 
-async def health(request: web.Request) -> web.Response:
-    app = request.app
-    deep = deep_requested(request)
+async def control_checks(app: web.Application, *, deep: bool) -> list[dict[str, Any]]:
+    """The manifest, SQLite and git checks (also run by the dashboard's status, always deep there)."""
     manifest, db, git = app[MANIFEST], app[DB], app[GIT]
 
     async def manifest_probe() -> None:
@@ -64,9 +63,16 @@ async def health(request: web.Request) -> web.Response:
             if files is not None and await git.run(git.read_blob, files.blob_id) is None:
                 raise RuntimeError("blob unreadable")
 
-    checks = [await _probe("manifest", ASSET_READ if deep else SHAPE, manifest_probe, deep=deep),
-              await _probe("sqlite", KV_READ if deep else SHAPE, sqlite_probe, deep=deep),
-              await _probe("git", ASSET_READ if deep else SHAPE, git_probe, deep=deep)]
+    return [await _probe("manifest", ASSET_READ if deep else SHAPE, manifest_probe, deep=deep),
+            await _probe("sqlite", KV_READ if deep else SHAPE, sqlite_probe, deep=deep),
+            await _probe("git", ASSET_READ if deep else SHAPE, git_probe, deep=deep)]
+
+
+async def health(request: web.Request) -> web.Response:
+    app = request.app
+    deep = deep_requested(request)
+    manifest = app[MANIFEST]
+    checks = await control_checks(app, deep=deep)
     ok = all(c["healthy"] for c in checks)
     extra: dict[str, Any] = {"role": "control", "manifestGeneration": manifest.generation}
     if deep:

@@ -14,6 +14,7 @@ from aiohttp import web
 from control.pipeline.generate import generate, parse_pipeline_request
 from control.request_body import MB, read_json
 from control.state import GIT, PUBLISHER, ZONES
+from control.webhooks.events import pipeline_run
 from shared.errors import conflict
 from shared.middleware import json_response
 from shared.paths import STOCK_ROOT
@@ -46,7 +47,8 @@ async def run_pipeline(request: web.Request) -> web.Response:
     else:
         files = generated
         message = f"Add stock asset {name} via the pipeline ({len(generated)} files)"
-    published = await request.app[PUBLISHER].commit(files, message, precondition=refuse_existing)
+    published = await request.app[PUBLISHER].commit(files, message, precondition=refuse_existing,
+                                                    change=pipeline_run(pipeline_request.mode, name))
     created_at = published.commit.committed_at
     if pipeline_request.mode == "client":
         created_at = (await request.app[ZONES].ensure(name, created_at)).created_at

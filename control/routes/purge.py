@@ -1,7 +1,8 @@
 """POST /api/purge: exactly one of `urls` (max 30), `tags` (max 30) or `purge_everything: true`.
 
 A purge becomes a manifest generation, pushed to every edge; the response says which edges
-acknowledged it and how many entries they dropped. Errors use the legacy envelope.
+acknowledged it, how many entries they dropped and how long each edge worker took to acknowledge
+(`edges.latencyMs`). Errors use the legacy envelope.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 import orjson
 from aiohttp import web
 
+from control.publish import purge_acknowledgements
 from control.quota import seconds_until_tomorrow
 from control.request_body import read_body
 from control.state import PUBLISHER, PURGE_QUOTA
@@ -95,12 +97,11 @@ async def purge(request: web.Request) -> web.Response:
         await quota.give_back()  # a purge that was not recorded does not use the day's quota
         raise
     purged: Any = "everything" if command.get("everything") else command.get("urls") or command.get("tags")
-    acked, pending = fan_out.nodes()
+    _, pending = fan_out.nodes()
     return json_response({
         "success": True, "purged": purged, "remaining_today": remaining, "generation": generation.generation,
-        "edges": {"total": len(acked) + len(pending), "acknowledged": acked, "pending": pending,
-                  "elapsedMs": fan_out.elapsed_ms,
-                  "entriesRemoved": {name: reply.get("purged", 0) for name, reply in fan_out.results.items()}},
+        # The facts purge.completed carries to webhooks, and how long each edge worker took to acknowledge.
+        "edges": {**purge_acknowledgements(fan_out), "latencyMs": fan_out.latencies_ms},
         "note": ("Purged on every edge." if not pending else
                  f"Not yet acknowledged by {', '.join(pending)}; they apply it when they catch up."),
         "dateCreated": utc_now_iso(),

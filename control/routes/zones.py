@@ -9,6 +9,7 @@ from aiohttp import web
 from control.publish import Mutation
 from control.request_body import read_json
 from control.state import EDGE_CONFIG, GIT, MANIFEST, PUBLISHER, ZONES, public_url
+from control.webhooks.events import zone_created, zone_deleted
 from control.zones_store import ZoneMeta
 from shared.errors import bad_request, conflict, not_found, utc_now_iso
 from shared.manifest import ManifestEntry, human_size
@@ -89,7 +90,7 @@ async def create_zone(request: web.Request) -> web.Response:
                            target="Name", code="ZoneExists")
 
     published = await request.app[PUBLISHER].commit(zone_scaffold(name), f"Create zone {name} with its v1 directories",
-                                                    precondition=refuse_existing)
+                                                    precondition=refuse_existing, change=zone_created(name))
     meta = await request.app[ZONES].ensure(name, published.commit.committed_at)
     return json_response({
         "HttpCode": 201, "Message": f"Zone '{name}' created.", "Id": name, "Name": name,
@@ -109,7 +110,8 @@ async def delete_zone(request: web.Request) -> web.Response:
         if not files:  # a concurrent delete of the same zone got there first
             raise not_found(f"Zone '{zone}' does not exist.", target="id", code="ZoneNotFound")
         assets = sum(1 for f in files if not f.endswith("/.gitkeep"))
-        return Mutation({f: None for f in files}, f"Delete zone {zone} and its {assets} files", [f"project-{zone}"])
+        return Mutation({f: None for f in files}, f"Delete zone {zone} and its {assets} files", [f"project-{zone}"],
+                        change=zone_deleted(zone))
 
     published = await request.app[PUBLISHER].commit_planned(every_file)
     asset_count = sum(1 for c in published.commit.changes if not c.path.endswith("/.gitkeep"))

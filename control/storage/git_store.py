@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pygit2
-from pygit2.enums import FileMode, ObjectType, Option
+from pygit2.enums import DeltaStatus, FileMode, ObjectType, Option
 
 from shared.timestamps import from_unix
 
@@ -37,6 +37,16 @@ class CommitResult:
     commit_id: str
     committed_at: str
     changes: tuple[FileChange, ...]
+
+
+@dataclass(frozen=True)
+class LoggedCommit:
+    """A commit as history records it: what a process that died before finishing its bookkeeping left."""
+    commit_id: str
+    message: str
+    committed_at: str
+    changes: tuple[FileChange, ...]
+    sizes: dict[str, int]   # size in bytes of each written file, by path
 
 
 @dataclass(frozen=True)
@@ -180,6 +190,44 @@ class GitStore:
         old, new = files(old_commit), files(new_commit)
         return [FileChange(p, old.get(p), new.get(p)) for p in sorted(old.keys() | new.keys())
                 if old.get(p) != new.get(p)]
+
+    def commits_since(self, since: str | None, limit: int) -> list[LoggedCommit] | None:
+        """The commits after `since` (None: since the start) up to HEAD along first parents, oldest first,
+        each with its changes. None when `since` is not among the last `limit` commits (history rewritten)."""
+        head = self.head_commit_id()
+        if head is None or head == since:
+            return []
+        chain: list[pygit2.Commit] = []
+        commit = self._repo.get(head)
+        while str(commit.id) != since:
+            if len(chain) >= limit:
+                return None
+            chain.append(commit)
+            if not commit.parent_ids:
+                if since is None:
+                    break
+                return None
+            commit = self._repo.get(commit.parent_ids[0])
+        return [self._logged(c) for c in reversed(chain)]
+
+    def _logged(self, commit: pygit2.Commit) -> LoggedCommit:
+        tree = commit.peel(pygit2.Tree)
+        if commit.parent_ids:
+            diff = self._repo.get(commit.parent_ids[0]).peel(pygit2.Tree).diff_to_tree(tree)
+        else:
+            diff = tree.diff_to_tree(swap=True)  # the first commit: everything is added
+        changes: list[FileChange] = []
+        sizes: dict[str, int] = {}
+        for delta in diff.deltas:
+            old = None if delta.status == DeltaStatus.ADDED else str(delta.old_file.id)
+            new = None if delta.status == DeltaStatus.DELETED else str(delta.new_file.id)
+            path = delta.new_file.path if new is not None else delta.old_file.path
+            if old == new:
+                continue
+            changes.append(FileChange(path, old, new))
+            if new is not None:
+                sizes[path] = self._repo.odb.read_header(new)[1]  # the size without reading the content
+        return LoggedCommit(str(commit.id), commit.message, from_unix(commit.commit_time), tuple(changes), sizes)
 
     # --- writes ---
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from edge.cache.applied import AppliedGeneration, GenerationPurge
 from edge.cache.disk import DEFAULT_MIN_FILE_SIZE, DiskTier
 from edge.cache.entry import CachedObject
 from edge.cache.memory import MemoryTier
@@ -83,6 +84,7 @@ class EdgeCache:
             self.directory, size_limit=disk_size_limit, min_file_size=disk_min_file_size
         )
         self._purges = PurgeLog(self.disk.database, self.directory)
+        self._applied = AppliedGeneration(self.directory)
 
     @classmethod
     def from_settings(cls, edge: Mapping[str, Any], directory: str | os.PathLike[str]) -> EdgeCache:
@@ -183,6 +185,34 @@ class EdgeCache:
         disk_count = self.disk.clear()
         self._purges.record("all", ())
         return max(disk_count, memory_count)
+
+    def purge_generations(self, purges: Iterable[GenerationPurge], *, upto: int, restart: bool = False) -> int:
+        """Apply manifest generations' purges, each once per node; returns how many entries went.
+
+        The caller (one worker) now holds every generation up to ``upto``; ``purges`` are those it
+        learnt with them. A purge of a generation this node's cache has already taken (another
+        worker applied it when it was made, edge/cache/applied.py) leaves the disk tier alone:
+        applying it again would also remove what was cached after it. It still empties this
+        worker's memory tier of what it names, which costs at most a read from disk.
+        ``restart``: control's generations started again below what this worker held (its history
+        was lost), so the numbers say nothing: empty the cache and count from ``upto``.
+        Blocking: see module docstring.
+        """
+        purges = list(purges)
+        with self._applied.hold() as applied:
+            if restart:
+                applied.generation = upto
+                return self.purge_all()
+            taken = [p for p in purges if p.generation <= applied.generation]
+            due = [p for p in purges if p.generation > applied.generation]
+            applied.generation = max([applied.generation, upto, *(p.generation for p in due)])
+            if any(p.everything for p in taken):
+                self.memory.clear()
+            else:
+                self.memory.purge_tags([tag for p in taken for tag in p.tags])
+            if any(p.everything for p in due):
+                return self.purge_all()
+            return self.purge_tags(tag for p in due for tag in p.tags)
 
     def stats(self) -> CacheStats:
         """Sizes for /metrics and health; hit and miss counters are the caller's business."""

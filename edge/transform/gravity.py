@@ -4,7 +4,7 @@
 - the eight other compass points: the named edge or corner is kept (north: top edge, centred
   across; southeast: bottom-right corner).
 - auto: libvips' attention strategy (edges, skin tones and saturation), as smartcrop does.
-- face: the box around the faces OpenCV's Haar cascade finds; attention when it finds none.
+- face: the box around the faces shared/faces.py finds; attention when it finds none.
 Animated images are cut per frame at one place, chosen on the first frame, so the
 animation does not jitter.
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 import pyvips
 
 from edge.transform.context import TransformContext
-from edge.transform.faces import detect_faces
 from edge.transform.frames import first_frame, map_frames
+from shared.faces import face_boxes
 
 # Where the crop sits along each axis: 0 = left/top edge, 0.5 = middle, 1 = right/bottom edge.
 COMPASS: dict[str, tuple[float, float]] = {
@@ -40,7 +40,7 @@ def attention_offset(frame: pyvips.Image, width: int, height: int) -> tuple[int,
 
 
 def face_offset(frame: pyvips.Image, width: int, height: int) -> tuple[int, int] | None:
-    faces = detect_faces(frame)
+    faces = face_boxes(frame)
     if not faces:
         return None
     left = min(x for x, _, _, _ in faces)

@@ -111,12 +111,15 @@ class TestSessionCookie:
         resp = await control.get("/api/storage/akande/v1/", headers={"Cookie": f"{SESSION_COOKIE}={cookie}"})
         assert resp.status == 200
 
-    async def test_session_does_not_write_or_head(self, control: TestClient, zone: str) -> None:
+    async def test_session_writes_only_from_the_dashboard_origin(self, control: TestClient, zone: str) -> None:
         cookie = {"Cookie": f"{SESSION_COOKIE}={session_cookie_value(SECRETS.session_secret, nonce='n')}"}
         resp = await control.put("/api/storage/akande/v1/logos/logo.svg", data=b"<svg/>", headers=cookie)
-        await expect_error(resp, 401, "Unauthorized")
-        assert (await control.head("/api/storage/akande/v1/logos/logo.svg", headers=cookie)).status == 401
-        await expect_error(await control.get("/api/assets", headers=cookie), 401, "Unauthorized")
+        await expect_error(resp, 403, "Forbidden")  # no Origin: not the dashboard (control.auth)
+        resp = await control.put("/api/storage/akande/v1/logos/logo.svg", data=b"<svg/>",
+                                 headers={**cookie, "Origin": "http://localhost:8788"})
+        assert resp.status == 201
+        assert (await control.head("/api/storage/akande/v1/logos/logo.svg", headers=cookie)).status == 200
+        assert (await control.get("/api/assets", headers=cookie)).status == 200
 
     @pytest.mark.parametrize("cookie", [
         session_cookie_value(SECRETS.session_secret, nonce="n", ttl=-10),

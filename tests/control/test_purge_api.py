@@ -28,7 +28,8 @@ async def test_the_daily_quota_counts_accepted_purges_only(control_two_purges: T
     assert first.status == 200
     body = await first.json()
     assert (body["success"], body["purged"], body["remaining_today"]) == (True, ["project-a"], 1)
-    assert body["edges"] == {"total": 0, "acknowledged": [], "pending": [], "elapsedMs": 0.0, "entriesRemoved": {}}
+    assert body["edges"] == {"total": 0, "acknowledged": [], "pending": [], "elapsedMs": 0.0, "entriesRemoved": {},
+                            "latencyMs": {}}
     assert first.headers["X-RateLimit-Remaining"] == "1"
     second = await control.post("/api/purge", json={"purge_everything": True}, headers=PURGE)
     assert second.status == 200 and (await second.json())["remaining_today"] == 0

@@ -155,13 +155,30 @@ class RunningCdn:
             return self.process.wait()
 
 
+# What `assetcdn up` says when a port it was given is taken (by its pre-start check, or by a child
+# that could not listen): another test run on this machine chose the same ports in the meantime.
+PORT_TAKEN = (b"another install or program is using", b"cannot listen on its port")
+START_ATTEMPTS = 5
+
+
 def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False,
               env_extra: dict[str, str] | None = None) -> RunningCdn:
-    data_dir = tmp / "data"
+    """A running `assetcdn up` on a free block of ports. Free ports are checked before `up` binds
+    them, so a test run beside this one can take one in between: `up` refuses such ports at once,
+    and the start is tried again on another block (a fresh data directory each time)."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        cdn = _start_once(tmp / ("data" if attempt == 1 else f"data-{attempt}"), tmp / "up.log", edges=edges,
+                          workers=workers, demo=demo, env_extra=env_extra)
+        if cdn is not None:
+            return cdn
+    raise AssertionError(f"assetcdn up found its ports taken {START_ATTEMPTS} times in a row")
+
+
+def _start_once(data_dir: Path, log_path: Path, *, edges: int, workers: int, demo: bool,
+                env_extra: dict[str, str] | None) -> RunningCdn | None:
     base = free_port_block(edges + 1)
     control_port, edge_port = base + edges, base
     env = up_env(env_extra)
-    log_path = tmp / "up.log"
     command = up_command(data_dir, edge_port=edge_port, control_port=control_port, edges=edges,
                          workers=workers, demo=demo)
     with open(log_path, "wb") as log:
@@ -172,6 +189,9 @@ def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False
     while b"assetcdn is up" not in log_path.read_bytes():
         if process.poll() is not None or time.monotonic() > deadline:
             cdn.stop()
-            raise AssertionError(f"assetcdn up did not start:\n{log_path.read_text()[-4000:]}")
+            output = log_path.read_bytes()
+            if any(sign in output for sign in PORT_TAKEN):
+                return None
+            raise AssertionError(f"assetcdn up did not start:\n{output.decode(errors='replace')[-4000:]}")
         time.sleep(0.2)
     return cdn

@@ -361,3 +361,23 @@ def test_unusual_colour_sources_come_out_as_8_bit(photo_jpeg: bytes, kind: str, 
         data, fmt = base.icc_export(output_profile="cmyk").jpegsave_buffer(), "jpeg"
     decoded = load(transform(data, fmt, output, w="100", sharpen="2").body)
     assert decoded.width == 100 and decoded.format == "uchar"
+
+
+def test_face_gravity_finds_a_real_face_on_a_plain_background() -> None:
+    # The astronaut's head near the right edge of a mostly plain picture, with a saturated block on
+    # the left that saliency prefers: the old histogram-equalising cascade missed such faces and
+    # fell back to saliency, so the crop showed the block instead of the face.
+    import numpy as np
+    import skimage.data
+
+    head = pyvips.Image.new_from_array(np.ascontiguousarray(skimage.data.astronaut()[40:200, 150:300]))
+    canvas = pyvips.Image.black(900, 600, bands=3).new_from_image([235] * 3).copy(interpretation="srgb")
+    block = (pyvips.Image.black(200, 200, bands=3) + [255, 0, 0]).cast("uchar").copy(interpretation="srgb")
+    frame = canvas.insert(block, 40, 300).insert(head.copy(interpretation="srgb"), 650, 40)
+    picture = frame.cast("uchar").jpegsave_buffer(Q=90)
+    auto = load(transform(picture, "jpeg", "png", w="300", h="600", gravity="auto").body)
+    assert auto(140, 400)[1] < 60                      # saliency keeps the red block
+    cropped = load(transform(picture, "jpeg", "png", w="300", h="600", gravity="face").body)
+    # The rightmost 300 columns (600..900): the head at x 50..200 of the crop, no red block.
+    assert cropped.extract_area(50, 40, 150, 160).deviate() > 20
+    assert cropped(140, 400)[1] > 200

@@ -1,0 +1,172 @@
+// Small DOM helpers shared by the views. Text always goes in through textContent, never innerHTML:
+// names, paths and log lines come from users and must not become markup.
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+/** h("button.primary#save", {onclick, type: "button"}, "Save") -> element. */
+export function h(tag, props, ...children) {
+  const [name, ...rest] = tag.split(/(?=[.#])/);
+  const el = document.createElement(name || "div");
+  for (const part of rest) {
+    if (part.startsWith(".")) el.classList.add(part.slice(1));
+    else el.id = part.slice(1);
+  }
+  applyProps(el, props);
+  append(el, children);
+  return el;
+}
+
+/** The same for SVG elements (charts, icons). */
+export function s(tag, attrs, ...children) {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value !== undefined && value !== null && value !== false) el.setAttribute(key, String(value));
+  }
+  append(el, children);
+  return el;
+}
+
+function applyProps(el, props) {
+  if (!props) return;
+  for (const [key, value] of Object.entries(props)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith("on") && typeof value === "function") el.addEventListener(key.slice(2), value);
+    else if (key === "dataset") Object.assign(el.dataset, value);
+    else if (key === "class") el.className = value;
+    else if (key in el && key !== "list" && key !== "form") el[key] = value;
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+}
+
+function append(el, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+}
+
+export function clear(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+  return el;
+}
+
+// --- formatting -----------------------------------------------------------------------------
+export function formatBytes(bytes) {
+  if (bytes === null || bytes === undefined || Number.isNaN(bytes)) return "–";
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let value = Number(bytes);
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1; }
+  return `${unit === 0 ? value : value.toFixed(value < 10 ? 1 : 0)} ${units[unit]}`;
+}
+
+export function formatNumber(n) {
+  return n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US");
+}
+
+export function formatDate(iso) {
+  if (!iso) return "–";
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return iso;
+  return date.toLocaleString("en-GB", { year: "numeric", month: "short", day: "2-digit", hour: "2-digit", minute: "2-digit" });
+}
+
+export function formatTime(iso) {
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return iso || "";
+  return date.toLocaleTimeString("en-GB", { hour12: false }) + "." + String(date.getMilliseconds()).padStart(3, "0");
+}
+
+export function ago(iso) {
+  if (!iso) return "never";
+  const seconds = Math.max(0, (Date.now() - new Date(iso).getTime()) / 1000);
+  if (seconds < 60) return `${Math.round(seconds)} s ago`;
+  if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
+  if (seconds < 86400) return `${Math.round(seconds / 3600)} h ago`;
+  return `${Math.round(seconds / 86400)} d ago`;
+}
+
+export function duration(seconds) {
+  const s = Math.round(seconds);
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+}
+
+// --- feedback -------------------------------------------------------------------------------
+export function toast(message, kind = "info") {
+  const box = document.getElementById("toasts");
+  const item = h(`div.toast${kind === "error" ? ".error" : ""}`, null, message);
+  box.append(item);
+  setTimeout(() => item.remove(), kind === "error" ? 7000 : 3500);
+}
+
+/** A modal dialog; resolves with the value of the button pressed (or null when dismissed). */
+export function dialog({ title, body, actions }) {
+  return new Promise((resolve) => {
+    const buttons = actions.map((a) => h(`button${a.class ? "." + a.class.split(" ").join(".") : ""}`,
+      { type: "button", onclick: () => { if (!a.check || a.check()) close(a.value); }, dataset: { action: String(a.value) } },
+      a.label));
+    const node = h("dialog", null,
+      h("div.dialog-body", null, title ? h("h2", null, title) : null, body),
+      h("div.dialog-actions", null, buttons));
+    let done = false;
+    function close(value) {
+      if (done) return;
+      done = true;
+      node.close();
+      node.remove();
+      resolve(value);
+    }
+    node.addEventListener("cancel", (event) => { event.preventDefault(); close(null); });
+    document.body.append(node);
+    node.showModal();
+    const first = node.querySelector("input:not([readonly]), textarea") || buttons[buttons.length - 1];
+    if (first) first.focus();
+  });
+}
+
+/** Asks before something irreversible. With `typeToConfirm`, the user must type that text first. */
+export async function confirmDanger({ title, message, confirmLabel = "Delete", typeToConfirm }) {
+  const input = typeToConfirm ? h("input", { type: "text", autocomplete: "off", placeholder: typeToConfirm, "aria-label": "Confirmation" }) : null;
+  const body = h("div", null, h("p", { style: "margin:0" }, message),
+    typeToConfirm ? h("label.field", null, `Type ${typeToConfirm} to confirm`, input) : null);
+  const value = await dialog({
+    title, body,
+    actions: [{ label: "Cancel", value: false },
+              { label: confirmLabel, value: true, class: "danger solid", check: () => !input || input.value === typeToConfirm }],
+  });
+  return value === true;
+}
+
+export async function copyText(text) {
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch {
+    const area = h("textarea", { value: text, style: "position:fixed;opacity:0" });
+    document.body.append(area);
+    area.select();
+    document.execCommand("copy");
+    area.remove();
+  }
+  toast("Copied to the clipboard");
+}
+
+/** A card with a heading row: card("Zones", [buttons...], ...content). */
+export function card(title, tools, ...content) {
+  return h("div.card", null, h("div.card-head", null, h("h2", null, title), h("div.row", null, tools || [])), content);
+}
+
+export function empty(text) {
+  return h("div.empty", null, text);
+}
+
+export function badge(text, kind) {
+  return h(`span.badge${kind ? "." + kind : ""}`, null, text);
+}
+
+export function icon(paths) {
+  return s("svg", { viewBox: "0 0 24 24", "aria-hidden": "true" }, paths.map((d) => s("path", { d })));
+}

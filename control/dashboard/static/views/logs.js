@@ -1,0 +1,100 @@
+// Live logs: the request log (control's requests and every edge's deliveries) as it happens, over
+// Server-Sent Events (GET /api/logs?stream=1), after the latest page of GET /api/logs.
+import { get } from "../api.js";
+import { card, clear, formatTime, h } from "../ui.js";
+
+export const title = "Live logs";
+
+const KEEP = 500;
+
+export async function render(container) {
+  const state = h("span.pill#tail-state", null, "connecting…");
+  const pause = h("button#tail-pause", { type: "button", onclick: togglePause }, "Pause");
+  const level = h("select#tail-level", { "aria-label": "Level", onchange: repaint },
+    h("option", { value: "" }, "All levels"), ["info", "warn", "error"].map((l) => h("option", { value: l }, l)));
+  const source = h("select#tail-source", { "aria-label": "Source", onchange: repaint },
+    h("option", { value: "" }, "Control and edges"), h("option", { value: "delivery" }, "Edge deliveries"), h("option", { value: "request" }, "Control requests"));
+  const filter = h("input#tail-filter", { type: "search", placeholder: "Filter by path, status, node…", oninput: repaint, "aria-label": "Filter" });
+  const rows = h("tbody#tail-rows");
+  const counter = h("span.muted.small");
+  container.append(card("Request log", [filter, level, source, pause, h("button", { type: "button", onclick: () => { entries = []; repaint(); } }, "Clear"), state],
+    h("div.log-scroll", null, h("table.log-table", null,
+      h("thead", null, h("tr", null, ["Time", "Level", "Node", "Method", "Status", "Path", "Cache", "ms"].map((t) => h("th", null, t)))),
+      rows)), counter));
+
+  let entries = [];
+  let paused = false;
+  let queued = [];
+  const seen = new Set();
+
+  function matches(entry) {
+    if (level.value && entry.level !== level.value) return false;
+    if (source.value && entry.code !== source.value) return false;
+    const text = filter.value.trim().toLowerCase();
+    return !text || `${entry.path} ${entry.status} ${entry.node} ${entry.method} ${entry.cache || ""}`.toLowerCase().includes(text);
+  }
+
+  function rowFor(entry, fresh) {
+    return h(`tr${fresh ? ".fresh" : ""}`, { dataset: { id: entry.id, path: entry.path, code: entry.code } },
+      h("td.mono", null, formatTime(entry.timestamp)),
+      h("td", null, h(`span.badge.${entry.level === "error" ? "bad" : entry.level === "warn" ? "warn" : "info"}`, null, entry.level)),
+      h("td", null, entry.node),
+      h("td", null, entry.method || ""),
+      h(`td.status-${String(entry.status)[0]}`, null, String(entry.status)),
+      h("td.path", { title: entry.path }, entry.path),
+      h("td", null, entry.cache || ""),
+      h("td.num", null, entry.durationMs === null || entry.durationMs === undefined ? "" : String(entry.durationMs)));
+  }
+
+  function repaint() {
+    clear(rows, entries.filter(matches).map((e) => rowFor(e, false)));
+    counter.textContent = `${entries.length} entries kept (newest ${KEEP}).`;
+  }
+
+  function add(entry) {
+    if (seen.has(entry.id)) return;
+    seen.add(entry.id);
+    entries.unshift(entry);
+    if (entries.length > KEEP) {
+      for (const old of entries.splice(KEEP)) seen.delete(old.id);
+      rows.lastElementChild?.remove();
+    }
+    if (matches(entry)) rows.prepend(rowFor(entry, true));
+    counter.textContent = `${entries.length} entries kept (newest ${KEEP}).`;
+  }
+
+  function togglePause() {
+    paused = !paused;
+    pause.textContent = paused ? `Resume${queued.length ? ` (${queued.length})` : ""}` : "Pause";
+    if (!paused) {
+      const waiting = queued;
+      queued = [];
+      waiting.forEach(add);
+    }
+  }
+
+  // The stream first, then the page: nothing falls between the two, and ids remove the overlap.
+  const events = new EventSource("/api/logs?stream=1");
+  events.addEventListener("open", () => { state.className = "pill ok"; state.textContent = "live"; });
+  events.addEventListener("error", () => { state.className = "pill warn"; state.textContent = "reconnecting…"; });
+  events.addEventListener("log", (event) => {
+    const entry = JSON.parse(event.data);
+    if (paused) {
+      queued.push(entry);
+      pause.textContent = `Resume (${queued.length})`;
+    } else {
+      add(entry);
+    }
+  });
+  try {
+    const page = await get("/api/logs", { limit: 100 });
+    for (const entry of page.records.reverse()) {
+      if (!seen.has(entry.id)) { seen.add(entry.id); entries.push(entry); }
+    }
+    entries.sort((a, b) => b.id - a.id);
+    repaint();
+  } catch (error) {
+    clear(rows, h("tr", null, h("td", { colSpan: 8 }, error.message)));
+  }
+  return () => events.close();
+}

@@ -1,0 +1,119 @@
+// Purge: by URL, by cache tag, or everything. The answer says, per edge node, whether it
+// acknowledged within the wait, how many cache entries it dropped and how long its ack took.
+import { ApiError, get, post, publicUrl } from "../api.js";
+import { badge, card, clear, confirmDanger, formatDate, formatNumber, h } from "../ui.js";
+
+export const title = "Purge";
+
+const purges = []; // this page's purges, newest first (kept while the dashboard is open)
+
+export async function render(container, { params }) {
+  let mode = params.get("tag") ? "tags" : params.get("everything") ? "everything" : "urls";
+  const base = await publicUrl();
+  const tabs = h("div.segmented#purge-mode");
+  const urls = h("textarea#purge-urls", { rows: 5, placeholder: `${base}/acme/v1/logos/logo.png\n/acme/v1/banners/hero.webp`, "aria-label": "URLs" });
+  if (params.get("url")) urls.value = params.get("url");
+  const tags = h("input#purge-tags", { type: "text", placeholder: "project-acme, type-logos", "aria-label": "Tags" });
+  if (params.get("tag")) tags.value = params.get("tag");
+  const suggestions = h("div.chips");
+  const everything = h("p", null, "Every edge empties its whole cache; the next requests for every asset go to control. Use it after changing many files at once.");
+  const body = h("div");
+  const error = h("div.field-error#purge-error");
+  const submit = h("button.primary#purge-submit", { type: "button", onclick: run }, "Purge");
+  const result = h("div#purge-result");
+  const past = h("div#purge-history");
+
+  function showMode() {
+    clear(tabs, [["urls", "By URL"], ["tags", "By tag"], ["everything", "Everything"]].map(([key, label]) =>
+      h(`button${key === mode ? ".active" : ""}`, { type: "button", dataset: { mode: key }, onclick: () => { mode = key; showMode(); } }, label)));
+    clear(body,
+      mode === "urls" ? h("label.field", null, "URLs or paths, one per line (at most 30)", urls)
+        : mode === "tags" ? [h("label.field", null, "Cache tags, separated by commas or spaces (at most 30)", tags), suggestions]
+          : everything);
+    submit.textContent = mode === "everything" ? "Purge everything…" : "Purge";
+    submit.classList.toggle("danger", mode === "everything");
+    error.textContent = "";
+  }
+
+  get("/api/core/zones").then((zones) => {
+    const known = ["all-assets", ...zones.map((z) => `project-${z.Name}`), "type-logos", "type-banners", "type-icons", "format-png", "format-webp", "format-svg"];
+    clear(suggestions, h("span.muted.small", null, "Tags: "), known.map((tag) => h("button.small", {
+      type: "button", onclick: () => { tags.value = [...new Set([...tags.value.split(/[\s,]+/).filter(Boolean), tag])].join(", "); },
+    }, tag)));
+  }).catch(() => {});
+
+  async function run() {
+    error.textContent = "";
+    let command;
+    if (mode === "urls") {
+      const list = urls.value.split("\n").map((u) => u.trim()).filter(Boolean);
+      if (!list.length) { error.textContent = "Enter at least one URL or path."; return; }
+      command = { urls: list };
+    } else if (mode === "tags") {
+      const list = tags.value.split(/[\s,]+/).filter(Boolean);
+      if (!list.length) { error.textContent = "Enter at least one tag."; return; }
+      command = { tags: list };
+    } else {
+      if (!(await confirmDanger({ title: "Purge everything?", message: "Every cached asset on every edge is dropped.", confirmLabel: "Purge everything" }))) return;
+      command = { purge_everything: true };
+    }
+    submit.disabled = true;
+    try {
+      const answer = await post("/api/purge", command);
+      purges.unshift({ at: answer.dateCreated, answer });
+      showResult(answer);
+      showHistory();
+    } catch (failure) {
+      const invalid = failure instanceof ApiError ? failure.invalid : [];
+      error.textContent = failure.message + (invalid.length ? `: ${invalid.join(", ")}` : "");
+    } finally {
+      submit.disabled = false;
+    }
+  }
+
+  function showResult(answer) {
+    const edges = answer.edges || {};
+    const latency = edges.latencyMs || {};
+    const removed = edges.entriesRemoved || {};
+    const nodes = [...(edges.acknowledged || []).map((n) => [n, true]), ...(edges.pending || []).map((n) => [n, false])];
+    const perNode = (table, node, pick) => {
+      const values = Object.entries(table).filter(([member]) => member.split("/")[0] === node).map(([, v]) => v);
+      return values.length ? pick(values) : null;
+    };
+    const what = answer.purged === "everything" ? "everything" : answer.purged.join(", ");
+    clear(result, card("Result", [badge(edges.pending && edges.pending.length ? "partly acknowledged" : "acknowledged by every edge",
+      edges.pending && edges.pending.length ? "warn" : "ok")],
+    h("p", null, h("b", null, "Purged: "), what),
+    h("p.muted.small", null, `Generation ${answer.generation} · ${formatDate(answer.dateCreated)} · ${answer.remaining_today} purges left today · `,
+      `all acknowledgements within ${Math.round(edges.elapsedMs || 0)} ms. ${answer.note || ""}`),
+    nodes.length ? h("table#purge-edges", null,
+      h("thead", null, h("tr", null, h("th", null, "Edge"), h("th", null, "Acknowledged"), h("th.num", null, "Entries removed"), h("th.num", null, "Ack latency"))),
+      h("tbody", null, nodes.map(([node, acked]) => {
+        const ms = perNode(latency, node, (v) => Math.max(...v));
+        const dropped = perNode(removed, node, (v) => v.reduce((a, b) => a + b, 0));
+        return h("tr", { dataset: { edge: node } },
+          h("td", null, h("b", null, node)),
+          h("td", null, acked ? badge("acknowledged", "ok") : badge("pending: applies it on catch-up", "warn")),
+          h("td.num", null, dropped === null ? "–" : formatNumber(dropped)),
+          h("td.num", null, ms === null ? "–" : `${ms.toFixed(1)} ms`));
+      }))) : h("p.notice", null, "No edge is registered: nothing to acknowledge.")));
+  }
+
+  function showHistory() {
+    if (!purges.length) { clear(past); return; }
+    clear(past, card("Earlier purges in this session", null, h("table", null,
+      h("thead", null, h("tr", null, h("th", null, "When"), h("th", null, "What"), h("th.num", null, "Edges"), h("th.num", null, "Slowest ack"))),
+      h("tbody", null, purges.map(({ answer }) => {
+        const values = Object.values((answer.edges || {}).latencyMs || {});
+        return h("tr", null, h("td", null, formatDate(answer.dateCreated)),
+          h("td.mono", null, answer.purged === "everything" ? "everything" : answer.purged.join(", ")),
+          h("td.num", null, `${(answer.edges.acknowledged || []).length}/${answer.edges.total}`),
+          h("td.num", null, values.length ? `${Math.max(...values).toFixed(1)} ms` : "–"));
+      })))));
+  }
+
+  container.append(card("Purge the edge caches", [tabs], body, error, h("div.row", null, submit,
+    h("span.muted.small", null, "URL purges also drop every transform and placeholder derived from the file."))), result, past);
+  showMode();
+  showHistory();
+}

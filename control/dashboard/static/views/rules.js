@@ -1,0 +1,84 @@
+// Edge rules: the `_headers` and `_redirects` files (Cloudflare Pages syntax) every edge applies.
+// Control parses the whole file before writing it; a syntax error comes back as 400 with
+// error.details = [{line, message}], shown next to the line in the editor.
+import { get, post } from "../api.js";
+import { card, clear, formatDate, h, toast } from "../ui.js";
+
+export const title = "Edge rules";
+
+const FILES = {
+  _headers: { key: "Headers", example: "/*\n  X-Frame-Options: DENY\n\n/acme/v1/*\n  Cache-Control: public, max-age=86400\n" },
+  _redirects: { key: "Redirects", example: "/old-logo.png /acme/v1/logos/logo.png 301\n/docs/* https://docs.example.com/:splat 302\n" },
+};
+
+export async function render(container, { params }) {
+  let current = params.get("file") in FILES ? params.get("file") : "_headers";
+  let rules = await get("/api/core/rules");
+  const tabs = h("div.segmented", { role: "tablist" });
+  const gutter = h("div.gutter", { "aria-hidden": "true" });
+  const textarea = h("textarea#rules-text", { spellcheck: false, wrap: "off", "aria-label": "Rules" });
+  const errors = h("ul.rule-errors#rule-errors");
+  const info = h("p.muted.small");
+  const save = h("button.primary#rules-save", { type: "button", onclick: submit }, "Save and publish");
+  let errorLines = new Set();
+
+  function paintGutter() {
+    const count = Math.max(textarea.value.split("\n").length, 1);
+    clear(gutter, Array.from({ length: count }, (_, i) => h(errorLines.has(i + 1) ? "div.error" : "div", null, String(i + 1))));
+    gutter.scrollTop = textarea.scrollTop;
+  }
+
+  function showTabs() {
+    clear(tabs, Object.keys(FILES).map((name) => h(`button${name === current ? ".active" : ""}`, {
+      type: "button", role: "tab", onclick: () => { current = name; open(); },
+    }, name)));
+  }
+
+  function open() {
+    const content = rules[FILES[current].key];
+    textarea.value = content ?? "";
+    textarea.placeholder = `# ${current} is empty. For example:\n${FILES[current].example}`;
+    errorLines = new Set();
+    clear(errors);
+    info.textContent = content === null ? `${current} has never been written; saving creates it.`
+      : `Saving replaces ${current} in one commit; every edge applies it at once. An empty file removes all rules.`;
+    showTabs();
+    paintGutter();
+  }
+
+  function jumpTo(line) {
+    const lines = textarea.value.split("\n");
+    const start = lines.slice(0, line - 1).reduce((n, l) => n + l.length + 1, 0);
+    textarea.focus();
+    textarea.setSelectionRange(start, start + (lines[line - 1] || "").length);
+    textarea.scrollTop = Math.max(0, (line - 4) * 20);
+  }
+
+  async function submit() {
+    save.disabled = true;
+    clear(errors);
+    errorLines = new Set();
+    try {
+      const answer = await post("/api/core/rules", { File: current, Content: textarea.value });
+      toast(answer.Message || `${current} saved`);
+      rules = await get("/api/core/rules");
+      info.textContent = `Saved ${formatDate(answer.DateModified)}: commit ${String(answer.Commit || "").slice(0, 10)}. ${answer.EdgeNote || ""}`;
+    } catch (error) {
+      const details = error.details.filter((d) => Number.isInteger(d.line));
+      errorLines = new Set(details.map((d) => d.line));
+      clear(errors, details.length ? details.map((d) => h("li", { dataset: { line: d.line }, onclick: () => jumpTo(d.line) },
+        h("b", null, `Line ${d.line}`), `: ${d.message}`)) : h("li", null, error.message));
+      if (details.length) jumpTo(details[0].line);
+    } finally {
+      save.disabled = false;
+      paintGutter();
+    }
+  }
+
+  textarea.addEventListener("input", () => { if (errorLines.size) { errorLines = new Set(); clear(errors); } paintGutter(); });
+  textarea.addEventListener("scroll", () => { gutter.scrollTop = textarea.scrollTop; });
+  container.append(card("Rules for every zone", [tabs, save], info, h("div.editor", null, gutter, textarea), errors,
+    h("p.muted.small", null, "_headers: a path pattern line, then indented 'Name: value' lines. ",
+      "_redirects: '<from> <to> [status]' per line. Rules can add headers but never remove the sandbox or nosniff of stored files.")));
+  open();
+}

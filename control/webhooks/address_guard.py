@@ -1,0 +1,175 @@
+"""Which addresses a webhook may be delivered to (no request to a private network on a caller's behalf).
+
+An address is refused unless it is globally routable: private, loopback, link-local (cloud metadata
+at 169.254.169.254 among them), multicast, reserved, unspecified and shared (CGNAT) ranges are all
+refused, also when wrapped in an IPv6 form (IPv4-mapped, NAT64, 6to4, Teredo). Loopback is allowed
+only under the development setting ``webhooks.allow_loopback``.
+
+Names are checked by what they resolve to, at registration and again for every connection: the
+resolver handed to the HTTP client (``GuardedResolver``) resolves once, checks every address and
+returns only those, so the connection goes to an address that was checked (no DNS rebinding between
+check and connect); TLS and the Host header keep the name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Iterable
+from typing import Protocol
+
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
+    "169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200"))
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# Names that only ever mean a private network (checked before any lookup).
+PRIVATE_SUFFIXES = (".local", ".internal", ".localdomain", ".home.arpa", ".intranet", ".lan")
+PRIVATE_NAMES = frozenset({"metadata", "instance-data", "metadata.google.internal"})
+LOOKUP_TIMEOUT_S = 5.0
+
+
+class RefusedTarget(OSError):
+    """A target the guard refuses; an OSError so the HTTP client reports it as a failed connection."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _forms(ip: IPAddress) -> Iterable[IPAddress]:
+    """The address and every IPv4 address it carries (a check of the outer form alone can be bypassed)."""
+    yield ip
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            yield ip.ipv4_mapped
+        if ip.sixtofour is not None:
+            yield ip.sixtofour
+        if ip.teredo is not None:
+            yield from ip.teredo
+        if ip in NAT64:
+            yield ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+
+
+def address_problem(address: str, *, allow_loopback: bool) -> str | None:
+    """Why `address` may not receive deliveries, or None when it may."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone id is no part of the address
+    except ValueError:
+        return f"'{address}' is not an IP address"
+    for form in _forms(ip):
+        if form in METADATA_ADDRESSES:
+            return f"{address} is a cloud metadata address"
+        if form.is_loopback:
+            if allow_loopback:
+                continue
+            return f"{address} is a loopback address (allowed only with webhooks.allow_loopback)"
+        if form.is_unspecified:
+            return f"{address} is the unspecified address"
+        if form.is_link_local:
+            return f"{address} is a link-local address"
+        if form.is_multicast:
+            return f"{address} is a multicast address"
+        if form.is_private:
+            return f"{address} is a private address"
+        if form.is_reserved or not form.is_global:
+            return f"{address} is not a public address"
+    return None
+
+
+def is_loopback(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    forms = list(_forms(ip))
+    return any(form.is_loopback for form in forms)
+
+
+def name_problem(host: str, *, allow_loopback: bool) -> str | None:
+    """Why the host name itself is refused, before any lookup (names that only mean a private network)."""
+    name = host.rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return None if allow_loopback else f"'{host}' is a loopback name (allowed only with webhooks.allow_loopback)"
+    if name in PRIVATE_NAMES or name.endswith(PRIVATE_SUFFIXES) or "." not in name:
+        return f"'{host}' is a name of a private network"
+    return None
+
+
+def literal_address(host: str) -> str | None:
+    """The address when `host` is an IP literal (URL form, IPv6 in brackets or not), else None."""
+    candidate = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.ip_address(candidate.split("%", 1)[0])
+    except ValueError:
+        return None
+    return candidate
+
+
+class HostResolver(Protocol):
+    """Where names are looked up: the system's resolver, or one a test controls."""
+
+    async def addresses(self, host: str) -> list[str]: ...
+
+
+class SystemResolver:
+    async def addresses(self, host: str) -> list[str]:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+async def checked_addresses(resolver: HostResolver, host: str, *, allow_loopback: bool,
+                            loopback_only: bool = False) -> list[str]:
+    """Resolve `host` once and return its addresses when every one of them is allowed; else RefusedTarget.
+
+    `loopback_only`: plain-http targets (development only) must resolve to loopback addresses alone."""
+    problem = name_problem(host, allow_loopback=allow_loopback)
+    if problem:
+        raise RefusedTarget(problem)
+    try:
+        async with asyncio.timeout(LOOKUP_TIMEOUT_S):
+            addresses = await resolver.addresses(host)
+    except TimeoutError:
+        raise RefusedTarget(f"'{host}' could not be resolved within {LOOKUP_TIMEOUT_S:.0f} s") from None
+    except OSError as exc:
+        raise RefusedTarget(f"'{host}' could not be resolved ({exc.strerror or exc})") from None
+    if not addresses:
+        raise RefusedTarget(f"'{host}' has no address")
+    for address in addresses:
+        refused = check_address(address, allow_loopback=allow_loopback, loopback_only=loopback_only)
+        if refused:
+            raise RefusedTarget(f"'{host}' resolves to {refused}")
+    return addresses
+
+
+def check_address(address: str, *, allow_loopback: bool, loopback_only: bool = False) -> str | None:
+    if loopback_only and not is_loopback(address):
+        return f"{address}, not a loopback address (plain http is allowed only to loopback)"
+    return address_problem(address, allow_loopback=allow_loopback)
+
+
+class GuardedResolver(AbstractResolver):
+    """The HTTP client's resolver: resolves once, refuses if any address is not allowed, and hands the
+    checked addresses to the connection (pinning it to them)."""
+
+    def __init__(self, resolver: HostResolver, *, allow_loopback: bool, loopback_only: bool = False) -> None:
+        self._resolver = resolver
+        self._allow_loopback = allow_loopback
+        self._loopback_only = loopback_only
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        addresses = await checked_addresses(self._resolver, host, allow_loopback=self._allow_loopback,
+                                            loopback_only=self._loopback_only)
+        flags = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
+        return [{"hostname": host, "host": address, "port": port,
+                 "family": socket.AF_INET6 if ":" in address else socket.AF_INET, "proto": 0, "flags": flags}
+                for address in addresses]
+
+    async def close(self) -> None:
+        return None

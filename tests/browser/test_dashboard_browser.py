@@ -1,0 +1,370 @@
+"""The dashboard in headless Chromium, through a real edge in front of a real control plane.
+
+An operator's day: sign in with the password, register a passkey on Chromium's virtual
+authenticator (CDP WebAuthn), sign out, sign in with the passkey, create a zone, drop an image
+into it, see it previewed, purge it and see each edge's acknowledgement, see the request in the
+live tail; on the way, every other view is opened and checked, and a screenshot of each is taken
+(into ASSETCDN_SCREENSHOTS_DIR when set, e.g. docs/screenshots, else into the test's directory).
+A second test plays a stock video's HLS preview with the vendored hls.js.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import random
+import socket
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pyvips
+from aiohttp import ClientSession, web
+from aiohttp.test_utils import TestServer
+
+import control.app
+import edge.app
+from control.analytics.hits import Hit
+from control.state import ANALYTICS, REGISTRY, VIDEO_INGEST
+from control.video.demo import write_synthetic_video
+from edge.app import EdgeIdentity
+from edge.state import NODE
+from shared.config import load_settings
+from tests.browser.dashboard_driver import DashboardBrowser
+from tests.control.conftest import ACCESS
+from tests.control.signin_client import PASSWORD, SIGNIN_SECRETS
+from tests.edge.routes.conftest import wait_until
+
+pytestmark = pytest.mark.browser
+
+ZONE = "gallery"
+IMAGE = "sunset.png"
+SECRETS = dataclasses.replace(SIGNIN_SECRETS, webhook_secret_key="test-webhook-secret-key")
+
+
+@dataclass
+class Site:
+    base: str          # http://localhost:<edge port>: the dashboard's origin (passkeys need a domain name)
+    control: TestServer
+    edge: TestServer
+    receiver: str      # http://127.0.0.1:<port>: /ok answers 204, /down 503 (webhook targets)
+    received: dict[str, int]  # deliveries each of them received
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    configured = os.environ.get("ASSETCDN_SCREENSHOTS_DIR")
+    return Path(configured) if configured else tmp_path / "screenshots"
+
+
+@pytest.fixture
+async def site(tmp_path: Path) -> AsyncIterator[Site]:
+    """Control plus one edge; the edge's port is chosen before control starts, so the dashboard's
+    origins (127.0.0.1 and localhost on that port) are in control's configuration."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    settings = load_settings(environ={"ASSETCDN_SERVER_PUBLIC_URL": f"http://127.0.0.1:{port}",
+                                      "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5",
+                                      "ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
+                                      # webhook targets on loopback, and dead letters after two quick retries
+                                      "ASSETCDN_WEBHOOKS_ALLOW_LOOPBACK": "true",
+                                      "ASSETCDN_WEBHOOKS_RETRY_DELAYS_S": "0.1,0.1"})
+    received = {"ok": 0, "down": 0}
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        name = request.match_info["name"]
+        received[name] += 1
+        return web.Response(status=204 if name == "ok" else 503)
+
+    receiver = web.Application()
+    receiver.router.add_post("/{name:ok|down}", answer)
+    receiver_server = TestServer(receiver)
+    await receiver_server.start_server()
+    control_server = TestServer(control.app.create_app(settings, SECRETS, tmp_path / "data"))
+    await control_server.start_server()
+    identity = EdgeIdentity(name="edge-0", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
+                            cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
+    edge_server = TestServer(edge.app.create_app(settings, SECRETS, identity), socket_factory=lambda *_: listener)
+    await edge_server.start_server()
+
+    async def registered() -> bool:
+        return bool(control_server.app[REGISTRY].live_edges())
+
+    try:
+        await wait_until(registered, "the edge registering with control")
+        yield Site(f"http://localhost:{port}", control_server, edge_server,
+                   str(receiver_server.make_url("")).rstrip("/"), received)
+    finally:
+        await edge_server.close()
+        await control_server.close()
+        await receiver_server.close()
+
+
+
+@pytest.fixture
+async def browser(chromium: str, tmp_path: Path) -> AsyncIterator[DashboardBrowser]:
+    instance = DashboardBrowser(chromium, tmp_path / "profile")
+    try:  # a failed start still stops the Chromium it launched
+        await instance.open("about:blank")
+        yield instance
+    finally:
+        await instance.close()
+
+
+def png(width: int = 640, height: int = 400) -> bytes:
+    """A sunset-like gradient with a disc: an image whose preview is plainly visible."""
+    x, y = pyvips.Image.xyz(width, height).bandsplit()
+    sky = (y / height * 180).cast("uchar")
+    red = (255 - sky * 0.2).cast("uchar")
+    green = (90 + sky * 0.6).cast("uchar")
+    blue = (60 + sky).cast("uchar")
+    image = red.bandjoin([green, blue])
+    disc = ((x - width * 0.5) ** 2 + (y - height * 0.62) ** 2) < (height * 0.2) ** 2
+    image = disc.ifthenelse([255, 214, 102], image)
+    return bytes(image.pngsave_buffer(compression=6))
+
+
+async def seed_past_traffic(site: Site) -> None:
+    """Four weeks of earlier deliveries (before today), so that the charts have a history to show.
+    Today's numbers are the real requests this test makes."""
+    rng = random.Random(11)
+    paths = [(f"{ZONE}/v1/logos/{IMAGE}", 6590), (f"{ZONE}/v1/banners/hero.webp", 48200),
+             (f"{ZONE}/v1/icons/icon-192.png", 3100), ("stocks/images/mountains.avif", 91000)]
+    countries = ["DE", "US", "FR", "JP", "BR", "GB", "XX"]
+    today = time.time() // 86400 * 86400
+    hits = []
+    for day in range(1, 29):
+        for _ in range(rng.randint(40, 90) + (28 - day) * 3):
+            path, size = rng.choices(paths, weights=[8, 4, 2, 1])[0]
+            status = rng.choices([200, 304, 404], weights=[90, 6, 4])[0]
+            hits.append(Hit(timestamp=today - day * 86400 + rng.randint(0, 86399),
+                            path=path if status != 404 else f"{ZONE}/v1/logos/missing.png", zone=path.split("/")[0],
+                            status=status, bytes=size if status == 200 else 0,
+                            cache=rng.choices(["HIT", "MISS"], weights=[min(60 + 40 * (28 - day) // 28, 95), 25])[0],
+                            country=rng.choices(countries, weights=[9, 7, 4, 3, 2, 2, 1])[0]))
+    await site.control.app[ANALYTICS].record_hits(hits)
+
+
+async def sign_in_with_password(page: DashboardBrowser, base: str) -> None:
+    await page.goto(f"{base}/dashboard/login")
+    await page.fill("#password", PASSWORD)
+    await page.js("document.querySelector('#password-form button[type=submit]').click()")
+    await page.wait_for("location.pathname !== '/dashboard/login' && document.readyState === 'complete'")
+
+
+async def open_view(page: DashboardBrowser, base: str, route: str, ready: str) -> None:
+    await page.goto(f"{base}/dashboard/#/{route}")
+    await page.wait_for(ready)
+
+
+async def test_an_operators_day(site: Site, browser: DashboardBrowser, shots: Path) -> None:
+    page, base = browser, site.base
+    await seed_past_traffic(site)
+
+    # Not signed in: the dashboard sends to the sign-in page.
+    await page.command("Page.navigate", url=f"{base}/dashboard/")
+    await page.wait_for("location.pathname === '/dashboard/login' && !!document.getElementById('password')")
+
+    # 1. Password, then a passkey from the Passkeys view on the virtual authenticator.
+    await sign_in_with_password(page, base)
+    await page.command("WebAuthn.enable")
+    await page.command("WebAuthn.addVirtualAuthenticator", options={
+        "protocol": "ctap2", "transport": "internal", "hasResidentKey": True, "hasUserVerification": True,
+        "isUserVerified": True, "automaticPresenceSimulation": True})
+    await open_view(page, base, "passkeys", "!!document.querySelector('#new-passkey-add:not([disabled])')"
+                                            " && !!document.querySelector('#passkey-table .empty')")
+    await page.fill("#new-passkey-name", "Virtual key")
+    await page.click("#new-passkey-add")
+    await page.wait_for("!!document.querySelector('#passkey-table tr[data-name=\"Virtual key\"]')")
+
+    # 2. Sign out: back to the sign-in page, and the API no longer answers the browser.
+    await page.click("#sign-out")
+    await page.wait_for("location.pathname === '/dashboard/login' && document.readyState === 'complete'")
+    assert await page.js("fetch('/api/dashboard/status').then(r => r.status)") == 401
+
+    # 3. Sign in with the passkey: the dashboard opens.
+    await page.wait_for("!!window.assetcdnPasskeys && !document.getElementById('passkey-signin').disabled")
+    await page.click("#passkey-signin")
+    await page.wait_for("location.pathname === '/dashboard/' && !!document.querySelector('#nav a.active')")
+
+    # 4. Create a zone (and a second one); a name the API refuses is explained next to the form.
+    await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
+    for name in (ZONE, "brand", "old-site", "dashboard"):
+        await page.fill("#zone-name", name)
+        await page.click("#zone-create button[type=submit]")
+        if name == "dashboard":
+            await page.wait_for("document.getElementById('zone-error').textContent.includes('reserved')")
+        else:
+            await page.wait_for(f"!!document.querySelector('#zone-list tr[data-zone=\"{name}\"]')")
+
+    # 5. Drop an image into v1/logos: the upload shows progress and the file appears.
+    await open_view(page, base, f"files/{ZONE}/v1/logos", "!!document.querySelector('#file-list .empty')")
+    image = png()
+    await page.js(f"""(() => {{
+        const bytes = Uint8Array.from(atob({json.dumps(base64.b64encode(image).decode())}), c => c.charCodeAt(0));
+        const transfer = new DataTransfer();
+        transfer.items.add(new File([bytes], {json.dumps(IMAGE)}, {{type: 'image/png'}}));
+        const zone = document.getElementById('dropzone');
+        for (const type of ['dragenter', 'dragover', 'drop']) {{
+            zone.dispatchEvent(new DragEvent(type, {{dataTransfer: transfer, bubbles: true, cancelable: true}}));
+        }}
+    }})()""")
+    await page.wait_for(f"document.querySelector('#uploads [data-name=\"{IMAGE}\"]')?.dataset.state === 'done'")
+    assert await page.js(f"document.querySelector('#uploads [data-name=\"{IMAGE}\"] progress').value") == 1
+    await page.wait_for(f"!!document.querySelector('#file-list tr[data-name=\"{IMAGE}\"]')")
+
+    # 6. Preview: the image is loaded from its CDN URL through the edge.
+    await page.click(f"#file-list tr[data-name=\"{IMAGE}\"] button.link")
+    await page.wait_for("(() => { const img = document.getElementById('preview-image');"
+                        " return !!img && img.complete && img.naturalWidth === 640; })()")
+    cdn_path = f"/{ZONE}/v1/logos/{IMAGE}"
+    assert await page.js("new URL(document.getElementById('preview-image').src).pathname") == cdn_path
+    assert await page.text("#preview-url") == f"{base.replace('localhost', '127.0.0.1')}{cdn_path}"
+    await page.screenshot(shots / "files.png")
+
+    # 7. Purge it from the preview: the edge acknowledged, with its latency.
+    await page.click("#preview-purge")
+    await page.wait_for(f"document.getElementById('purge-urls')?.value === {json.dumps(cdn_path)}")
+    await page.click("#purge-submit")
+    await page.wait_for("!!document.querySelector('#purge-edges tr[data-edge=\"edge-0\"]')")
+    cells = await page.js("[...document.querySelectorAll('#purge-edges tr[data-edge=\"edge-0\"] td')]"
+                          ".map(td => td.textContent)")
+    assert cells[0] == "edge-0" and cells[1] == "acknowledged"
+    assert int(cells[2]) >= 1  # the cached copy the preview put on the edge was dropped
+    assert cells[3].endswith(" ms") and float(cells[3].split()[0]) >= 0
+    await page.screenshot(shots / "purge.png")
+
+    # 8. The live tail shows the next request for it (a cache miss after the purge) as it happens:
+    # a new row, pushed by the event stream (rows of the page loaded first are not 'fresh').
+    await open_view(page, base, "logs", "document.getElementById('tail-state')?.textContent === 'live'")
+    rows = f"#tail-rows tr[data-code=\"delivery\"][data-path=\"{cdn_path}\"]"
+    before = await page.js(f"document.querySelectorAll({json.dumps(rows)}).length")
+    assert await page.js(f"fetch({json.dumps(cdn_path)}, {{cache: 'no-store'}}).then(r => r.status)") == 200
+    await page.wait_for(f"document.querySelectorAll({json.dumps(rows)}).length === {before + 1}")
+    row = await page.js(f"(() => {{ const tr = document.querySelector({json.dumps(rows)});"
+                        " return [tr.className, ...[...tr.children].map(td => td.textContent)]; })()")
+    assert row[0] == "fresh" and row[3] == "edge-0/0" and row[5] == "200" and row[7] == "MISS"
+    await page.screenshot(shots / "logs.png")
+
+    # The other views, each checked for its content.
+    await open_view(page, base, "rules?file=_redirects", "!!document.getElementById('rules-text')")
+    await page.fill("#rules-text", "/old-logo.png /gallery/v1/logos/sunset.png 301\n/broken\n/docs/* /gallery/v1/:splat 302\n")
+    await page.click("#rules-save")
+    await page.wait_for("!!document.querySelector('#rule-errors li[data-line=\"2\"]')")
+    assert await page.js("document.querySelector('.editor .gutter div.error')?.textContent") == "2"
+    await page.screenshot(shots / "rules.png")
+
+    await open_view(page, base, "analytics?days=30", "!!document.querySelector('[data-kpi=requests] .value')"
+                                                    " && !!document.querySelector('[data-chart=requests] rect.bar')")
+    assert int((await page.text("[data-kpi=requests] .value")).replace(",", "")) > 1000
+    assert await page.js(f"[...document.querySelectorAll('[data-chart=top-assets] .text')].some(e => e.textContent === {json.dumps(cdn_path)})")
+    await page.screenshot(shots / "analytics.png", full_page=True)
+
+    await open_view(page, base, "tokens", "!!document.querySelector('#token-list .empty')")
+    await page.fill("#token-name", "ci-uploads")
+    await page.js("for (const s of ['storage:read', 'storage:write', 'purge:write'])"
+                  " document.querySelector(`#token-scopes input[value='${s}']`).checked = true")
+    await page.click("#token-form button[type=submit]")
+    await page.wait_for("/^cdnsk_[0-9a-f]{40}$/.test(document.getElementById('token-secret')?.value || '')")
+    await page.screenshot(shots / "tokens.png")
+    await page.js("document.querySelector('dialog button[data-action=true]').click()")
+    await page.wait_for("!!document.querySelector('#token-list tr[data-id]') && !document.querySelector('dialog')")
+
+    await open_view(page, base, "health", "!!document.querySelector('#edge-nodes [data-edge=\"edge-0\"]')")
+    assert await page.text("[data-kpi=edges] .value") == "1 / 1"
+    await page.screenshot(shots / "health.png")
+
+    # Webhooks: register a working and a failing receiver; a purge's event reaches the first and
+    # becomes a dead letter of the second, which is replayed.
+    await open_view(page, base, "webhooks", "!!document.querySelector('#webhook-list .empty')")
+    for target in ("ok", "down"):
+        await page.fill("#webhook-url", f"{site.receiver}/{target}")
+        await page.click("#webhook-form button[type=submit]")
+        await page.wait_for("/^whsec_/.test(document.getElementById('webhook-secret')?.value || '')")
+        await page.js("document.querySelector('dialog button[data-action=true]').click()")
+        await page.wait_for(f"[...document.querySelectorAll('#webhook-list tr[data-id] td:first-child')]"
+                            f".some(td => td.textContent === {json.dumps(f'{site.receiver}/{target}')})"
+                            " && !document.querySelector('dialog')")
+    status = await page.js("fetch('/api/purge', {method: 'POST', headers: {'Content-Type': 'application/json'},"
+                           f" body: JSON.stringify({{tags: ['project-{ZONE}']}})}}).then(r => r.status)")
+    assert status == 200
+    await page.wait_for("!!document.querySelector('#webhook-detail tr[data-state=dead] button')")  # 'down' is shown
+    attempts = site.received["down"]
+    assert attempts == 3  # the first attempt and two retries
+    await page.click("#webhook-detail tr[data-state=dead] button")
+    await page.wait_for("[...document.querySelectorAll('.toast')].some(t => t.textContent === 'purge.completed queued again')")
+
+    async def replayed() -> bool:
+        return site.received["down"] == 2 * attempts
+
+    await wait_until(replayed, "the replayed dead letter being delivered (and failing) again")
+    await page.wait_for("!!document.querySelector('#webhook-detail tr[data-state=dead] button')")  # dead again
+    await page.screenshot(shots / "webhooks.png", full_page=True)
+    await page.js(f"[...document.querySelectorAll('#webhook-list tr[data-id]')].find(tr => tr.firstChild.textContent"
+                  f" === {json.dumps(f'{site.receiver}/ok')}).querySelector('td.actions button').click()")
+    await page.wait_for("!!document.querySelector('#webhook-detail tr[data-state=delivered]')")
+    assert site.received["ok"] == 1
+    assert await page.js("document.querySelector('#webhook-detail tr[data-state=delivered] code').textContent") \
+        == "purge.completed"
+
+    # Zones again: deleting one asks for its name to be typed; the file is counted; a custom domain
+    # is added in the zone's domain panel.
+    await open_view(page, base, "zones", f"!!document.querySelector('#zone-list tr[data-zone=\"{ZONE}\"]')")
+    await page.click("#zone-list tr[data-zone=\"old-site\"] button[data-action=delete]")
+    await page.wait_for("!!document.querySelector('dialog[open] input')")
+    await page.click("dialog button[data-action=true]")  # not typed yet: nothing happens
+    assert await page.js("!!document.querySelector('dialog[open]')")
+    await page.fill("dialog input", "old-site")
+    await page.click("dialog button[data-action=true]")
+    await page.wait_for("!document.querySelector('#zone-list tr[data-zone=\"old-site\"]') && !document.querySelector('dialog')")
+    assert await page.text(f"#zone-list tr[data-zone=\"{ZONE}\"] td:nth-child(2)") == "1"
+    await page.click(f"#zone-list tr[data-zone=\"{ZONE}\"] td.actions button")
+    await page.fill("#domain-hostname", "assets.gallery.test")
+    await page.click("#domain-add button[type=submit]")
+    await page.wait_for("[...document.querySelectorAll('#zone-domains td b')].some(b => b.textContent === 'assets.gallery.test')")
+    await page.screenshot(shots / "zones.png")
+
+    # The passkey that signed in: used just now.
+    await open_view(page, base, "passkeys", "!!document.querySelector('#passkey-table tr[data-name=\"Virtual key\"]')")
+    assert (await page.text("#passkey-table tr[data-name=\"Virtual key\"] td:nth-child(4)")).endswith(" ago")
+    await page.click("#passkey-table tr[data-name=\"Virtual key\"] td.actions button")  # Rename
+    await page.fill("dialog input", "Laptop (virtual)")
+    await page.click("dialog button[data-action=rename]")
+    await page.wait_for("!!document.querySelector('#passkey-table tr[data-name=\"Laptop (virtual)\"]')")
+    await page.screenshot(shots / "passkeys.png")
+    await page.click("#passkey-table tr[data-name=\"Laptop (virtual)\"] td.actions button.danger")  # Remove
+    await page.click("dialog button[data-action=true]")
+    await page.wait_for("!!document.querySelector('#passkey-table .empty')")
+    assert (await page.js("fetch('/api/passkeys').then(r => r.json())"))["passkeys"] == []
+
+    assert page.problems == []
+
+
+async def test_a_stock_video_previews_as_hls(site: Site, browser: DashboardBrowser, tmp_path: Path) -> None:
+    """The preview of stocks/videos/<name>.mp4 plays the edge's HLS stream with the vendored hls.js."""
+    clip = write_synthetic_video(tmp_path / "nature.mp4", "nature", seconds=3, width=192, height=108, fps=10, audio=True)
+    async with ClientSession() as client:
+        resp = await client.put(site.control.make_url("/api/storage/stocks/videos/nature.mp4"),
+                                data=clip.read_bytes(), headers=ACCESS)
+        assert resp.status == 201, await resp.text()
+    await site.control.app[VIDEO_INGEST].wait_idle()
+
+    async def index_arrived() -> bool:
+        return site.edge.app[NODE].replica.get("stocks/videos/nature/hls/index.json") is not None
+
+    await wait_until(index_arrived, "the HLS index reaching the edge")
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "files/stocks/videos?file=nature.mp4", "!!document.getElementById('preview-video')")
+    await page.wait_for("document.getElementById('preview-video').dataset.ready === 'hls'")
+    await page.js("document.getElementById('preview-video').play()")
+    await page.wait_for("document.getElementById('preview-video').currentTime > 1")
+    assert await page.js("document.getElementById('preview-video').videoHeight") == 108
+    assert page.problems == []

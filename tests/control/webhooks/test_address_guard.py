@@ -1,0 +1,155 @@
+"""SSRF guard: private, loopback, link-local, metadata, multicast and reserved targets are refused at
+registration and again at delivery time (a name that later resolves elsewhere is refused), and the
+connection goes to the address that was checked. Names are answered by a resolver the test controls;
+no traffic leaves loopback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from control.webhooks.address_guard import (
+    GuardedResolver,
+    RefusedTarget,
+    address_problem,
+    name_problem,
+)
+from control.webhooks.sender import Sender
+from tests.control.conftest import ACCESS, ACCOUNT
+from tests.control.expect import expect_error
+from tests.control.webhooks.conftest import eventually, make_app, register
+from tests.control.webhooks.receiver import FakeResolver, Receiver
+
+REFUSED = ["10.0.0.5", "172.16.3.4", "192.168.1.1", "127.0.0.1", "127.8.9.10", "::1", "169.254.169.254",
+           "169.254.170.2", "fd00:ec2::254", "100.100.100.200", "fe80::1", "fe80::1%eth0", "224.0.0.1",
+           "ff02::1", "0.0.0.0", "::", "100.64.0.1", "240.0.0.1", "255.255.255.255", "198.18.0.1",
+           "::ffff:10.0.0.1", "::ffff:127.0.0.1", "::ffff:169.254.169.254", "2002:a00:1::1", "64:ff9b::a00:1",
+           "fc00::1", "2001:db8::1", "not-an-address"]
+ALLOWED = ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111"]
+
+
+@pytest.mark.parametrize("address", REFUSED)
+def test_non_public_addresses_are_refused(address: str) -> None:
+    assert address_problem(address, allow_loopback=False)
+
+
+@pytest.mark.parametrize("address", ALLOWED)
+def test_public_addresses_are_allowed(address: str) -> None:
+    assert address_problem(address, allow_loopback=False) is None
+
+
+def test_the_development_setting_allows_loopback_only() -> None:
+    assert address_problem("127.0.0.1", allow_loopback=True) is None
+    assert address_problem("::1", allow_loopback=True) is None
+    for address in ("10.0.0.5", "169.254.169.254", "192.168.1.1", "0.0.0.0"):
+        assert address_problem(address, allow_loopback=True)
+
+
+def test_names_of_private_networks_are_refused_before_any_lookup() -> None:
+    for name in ("localhost", "api.localhost", "metadata.google.internal", "db.internal", "printer.local",
+                 "metadata", "intranet"):
+        assert name_problem(name, allow_loopback=False), name
+    assert name_problem("localhost", allow_loopback=True) is None
+    assert name_problem("hooks.example.com", allow_loopback=False) is None
+
+
+@pytest.fixture
+async def strict(aiohttp_client, data_dir: Path, resolver: FakeResolver) -> TestClient:  # type: ignore[no-untyped-def]
+    """The production setting: no loopback, https only."""
+    return await aiohttp_client(make_app(data_dir, resolver, allow_loopback=False))
+
+
+async def test_registration_refuses_targets_that_resolve_to_private_addresses(strict: TestClient,
+                                                                              resolver: FakeResolver) -> None:
+    resolver.names.update({"private.example.com": ["10.0.0.5"], "metadata.example.com": ["169.254.169.254"],
+                           "mixed.example.com": ["93.184.216.34", "192.168.0.7"],
+                           "loop.example.com": ["127.0.0.1"], "public.example.com": ["93.184.216.34"]})
+    for url in ("https://private.example.com/hook", "https://metadata.example.com/latest/meta-data",
+                "https://mixed.example.com/", "https://loop.example.com/", "https://127.0.0.1/",
+                "https://[::1]/", "https://169.254.169.254/", "https://[::ffff:10.0.0.1]/",
+                "https://localhost/", "https://metadata.google.internal/", "https://unknown.example.com/"):
+        resp = await strict.post("/api/webhooks", json={"url": url, "events": ["asset.created"]}, headers=ACCOUNT)
+        await expect_error(resp, 400, "TargetRefused")
+    resp = await strict.post("/api/webhooks", json={"url": "http://public.example.com/", "events": ["asset.created"]},
+                             headers=ACCOUNT)
+    await expect_error(resp, 400, "InvalidUrl")  # https only, without the development setting
+    resp = await strict.get("/api/webhooks", headers=ACCOUNT)
+    assert (await resp.json())["webhooks"] == []
+    # A public target is accepted (nothing is sent to it: no event happens in this test).
+    resp = await strict.post("/api/webhooks", json={"url": "https://public.example.com/hook",
+                                                    "events": ["asset.created"]}, headers=ACCOUNT)
+    assert resp.status == 201
+
+
+async def test_plain_http_is_refused_for_non_loopback_even_in_development(control: TestClient,
+                                                                          resolver: FakeResolver) -> None:
+    resolver.names["public.example.com"] = ["93.184.216.34"]
+    resp = await control.post("/api/webhooks", json={"url": "http://public.example.com/",
+                                                     "events": ["asset.created"]}, headers=ACCOUNT)
+    await expect_error(resp, 400, "TargetRefused")
+
+
+async def test_a_name_that_resolves_elsewhere_at_delivery_time_is_refused(control: TestClient, zone: str,
+                                                                          receiver: Receiver,
+                                                                          resolver: FakeResolver) -> None:
+    hook = await register(control, receiver, "a", ["asset.created"])  # receiver.test -> 127.0.0.1
+    resp = await control.put("/api/storage/akande/v1/logos/one.txt", data=b"1", headers=ACCESS)
+    assert resp.status == 201
+    await receiver.wait(lambda: len(receiver.delivered("a")) == 1)
+
+    for address in ("10.0.0.5", "169.254.169.254"):  # DNS now answers with a private or metadata address
+        resolver.names["receiver.test"] = [address]
+        resp = await control.put(f"/api/storage/akande/v1/logos/{address}.txt", data=b"2", headers=ACCESS)
+        assert resp.status == 201
+
+        async def refused(address: str = address) -> dict | None:
+            resp = await control.get("/api/webhooks/deliveries", params={"id": hook["id"]}, headers=ACCOUNT)
+            found = [d for d in (await resp.json())["deliveries"]
+                     if d["payload"]["data"]["path"].endswith(f"/{address}.txt") and d["attempts"] >= 1]
+            return found[0] if found else None
+
+        delivery = await eventually(refused)
+        assert delivery["state"] != "delivered" and delivery["lastStatus"] is None
+        assert delivery["lastError"].startswith("refused: ") and address in delivery["lastError"]
+    assert receiver.arrivals["a"] == 1
+
+
+async def test_the_connection_goes_to_the_address_that_was_checked(receiver: Receiver) -> None:
+    """A second lookup answering another address (rebinding) is never used: one lookup per connection."""
+    resolver = FakeResolver()
+    # 127.0.0.2 is loopback (allowed) but nothing listens there: a second lookup would make the post fail.
+    resolver.queued["receiver.test"] = [["127.0.0.1"], ["127.0.0.2"], ["127.0.0.2"]]
+    receiver.secrets["a"] = "s"
+    sender = Sender(resolver, allow_loopback=True, timeout_s=5)
+    try:
+        outcome = await sender.post(receiver.url("a"), b"{}", {"X-Webhook-Signature": "sha256=x"})
+    finally:
+        await sender.close()
+    assert resolver.lookups == ["receiver.test"]
+    assert receiver.arrivals["a"] == 1 and outcome.status == 401  # reached (the signature was wrong)
+
+
+async def test_the_guarded_resolver_refuses_before_any_connection() -> None:
+    resolver = FakeResolver()
+    resolver.names["rebind.example.com"] = ["93.184.216.34", "10.1.2.3"]
+    guarded = GuardedResolver(resolver, allow_loopback=True)
+    with pytest.raises(RefusedTarget, match="10.1.2.3"):
+        await guarded.resolve("rebind.example.com", 443)
+    resolver.names["rebind.example.com"] = ["93.184.216.34"]
+    assert [r["host"] for r in await guarded.resolve("rebind.example.com", 443)] == ["93.184.216.34"]
+    http_only_loopback = GuardedResolver(resolver, allow_loopback=True, loopback_only=True)
+    with pytest.raises(RefusedTarget, match="loopback"):
+        await http_only_loopback.resolve("rebind.example.com", 80)
+
+
+async def test_plain_http_is_refused_at_delivery_time_once_the_development_setting_is_off(
+        receiver: Receiver) -> None:
+    sender = Sender(FakeResolver(), allow_loopback=False, timeout_s=5)
+    try:
+        outcome = await sender.post(receiver.url("a", host="127.0.0.1"), b"{}", {})
+    finally:
+        await sender.close()
+    assert not outcome.ok and outcome.error and outcome.error.startswith("refused: ")
+    assert receiver.arrivals["a"] == 0
