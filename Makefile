@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Where `assetcdn up` keeps its data (conf/default.toml [server] data_dir, or its environment override).
 DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
-.PHONY: setup run test lint bench clean wipe-data
+.PHONY: setup run test lint bench fuzz clean wipe-data
 
 # Browser-test prerequisites (Debian chromium, hls.js from npm) are best effort: without them the
 # browser test skips and says why. Tesseract OCR (Debian) serves alt text; without it OCR is skipped.
@@ -41,7 +41,13 @@ bench: setup
 	$(BIN)/python -m benchmarks.transform_budget_bench
 	$(BIN)/python -m benchmarks.webhook_bench
 	$(BIN)/python -m benchmarks.vision_bench
+	$(BIN)/python -m benchmarks.fault_bench
 	$(BIN)/python -m benchmarks.search_bench
+
+# The long schemathesis run against a live instance on loopback: every operation of the served OpenAPI
+# document with every credential scheme, all phases (the short run is part of `make test`).
+fuzz: setup
+	$(BIN)/python -m tests.openapi_fuzz
 
 # Build output only: the virtualenv and caches. Never the data directory.
 clean:

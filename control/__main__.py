@@ -8,10 +8,13 @@ import sys
 from pathlib import Path
 
 from control.app import create_app
+from control.storage.git_store import RepositoryInUse
 from shared.config import load_settings
 from shared.http_server import serve
 from shared.logs import configure_logging
 from shared.secrets import load_or_create_secrets, private_umask
+
+EXIT_REPOSITORY_IN_USE = 5  # another control plane writes this repository: restarting cannot help
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -33,7 +36,12 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger("control").info("generated %d missing secrets into %s", len(generated),
                                            data_dir / "secrets.env")
     app = create_app(settings, secrets, data_dir, demo=args.demo)
-    sys.exit(serve(app, settings, host=host, port=port))
+    try:
+        status = serve(app, settings, host=host, port=port)
+    except RepositoryInUse as exc:
+        logging.getLogger("control").error("cannot start: %s", exc)
+        status = EXIT_REPOSITORY_IN_USE
+    sys.exit(status)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiosqlite
 from aiohttp import web
 
 from control.ai.analysis import AiVisionSettings, ImageAnalysis
@@ -107,6 +108,7 @@ from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
 from shared.metrics import METRICS, METRICS_KEY, Metrics, metrics_handler, metrics_middleware
 from shared.middleware import install_envelopes
+from shared.openapi import api_docs, openapi_document
 from shared.request_body import body_deadline_middleware
 from shared.secrets import Secrets
 
@@ -213,6 +215,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/health", health.health),
     Route("GET", "/api/logs", logs.logs, ACCOUNT),
     Route("GET", "/metrics", metrics_handler),
+    Route("GET", "/api/openapi.json", openapi_document),
+    Route("GET", "/api/docs", api_docs),
     Route("POST", PREFIX + "/register", cluster.register),
     Route("POST", PREFIX + "/heartbeat", cluster.heartbeat),
     Route("GET", PREFIX + "/changes", cluster.changes),
@@ -235,6 +239,7 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     opened.callback(git.close)
     db = await open_database(data_dir / "control.sqlite3")
     opened.push_async_callback(db.close)
+    await _restore_damaged_branch(git, db)
     manifest = ManifestStore(git, db)
     await manifest.load()
     metrics = app[METRICS]
@@ -289,6 +294,17 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     opened.callback(app[SEARCH].close)
     app[CHAT_QUOTA], app[CHAT], chat_session = open_chat(settings, db, app[SEARCH])
     opened.push_async_callback(chat_session.close)
+
+
+async def _restore_damaged_branch(git: GitStore, db: aiosqlite.Connection) -> None:
+    """A `main` that names no readable commit goes back to the newest commit a manifest generation
+    recorded: every acknowledged write has one (control/publish.py records it before answering)."""
+    if not await git.run(git.branch_damaged):
+        return
+    async with db.execute("SELECT commit_id FROM manifest_generations WHERE commit_id != '' "
+                          "ORDER BY generation DESC") as cur:
+        known = list(dict.fromkeys(row[0] for row in await cur.fetchall()))
+    await git.run(git.restore_branch, known)
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

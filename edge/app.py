@@ -11,6 +11,7 @@ from pathlib import Path
 from aiohttp import web
 
 from edge.cache.store import EdgeCache
+from edge.circuit_breaker import CircuitBreaker
 from edge.control_client import ControlClient
 from edge.counters import counters_from_settings
 from edge.image_pool import ImagePool, configure_libvips
@@ -24,6 +25,7 @@ from shared.config import Settings
 from shared.http_server import client_keepalive_s
 from shared.metrics import METRICS, METRICS_KEY, Metrics, metrics_handler, metrics_middleware
 from shared.middleware import install_envelopes
+from shared.openapi import api_docs, openapi_document
 from shared.request_body import body_deadline_middleware
 from shared.secrets import Secrets
 
@@ -61,6 +63,8 @@ PUBLIC_ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/stream", stream.stream),
     Route("HEAD", "/api/stream", stream.stream),
     Route("OPTIONS", "/api/stream", stream.preflight),
+    Route("GET", "/api/openapi.json", openapi_document),  # served here too: available while control is down
+    Route("GET", "/api/docs", api_docs),
     Route("*", r"/api/{tail:[\s\S]*}", forward_to_control),  # newlines too: control answers 400 (or acts)
     Route("*", "/dashboard", forward_to_control),
     Route("*", r"/dashboard/{tail:[\s\S]*}", forward_to_control),
@@ -124,7 +128,9 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         cache = EdgeCache.from_settings(edge, identity.cache_dir / "cache")
         opened.callback(cache.close)
         control = ControlClient(identity.control_url, secrets.cluster_secret, float(edge["origin_timeout_s"]),
-                                client_keepalive_s(settings))
+                                client_keepalive_s(settings),
+                                probe_timeout_s=float(edge["control_probe_timeout_s"]),
+                                breaker=CircuitBreaker(int(edge["breaker_failures"]), float(edge["breaker_open_s"])))
         await control.start()
         opened.push_async_callback(control.close)
         node = EdgeNode(settings, identity.member, control, cache, identity.cache_dir, app[METRICS])
@@ -139,9 +145,11 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         await cluster_runner.setup()
         opened.push_async_callback(app[PROXY_SESSION].close)
         opened.push_async_callback(cluster_runner.cleanup)
-        site = web.TCPSite(cluster_runner, identity.advertise_host, 0)
+        cluster_port, advertised = int(edge["cluster_port"]), int(edge["cluster_advertise_port"])
+        site = web.TCPSite(cluster_runner, identity.advertise_host,
+                           cluster_port + identity.worker if cluster_port else 0)
         await site.start()
-        port = cluster_runner.addresses[0][1]
+        port = advertised + identity.worker if advertised else cluster_runner.addresses[0][1]
         opened.push_async_callback(node.stop)
         await node.start(f"http://{identity.advertise_host}:{port}")
 

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -52,11 +53,17 @@ class EdgeNode:
         self.synced = False  # caught up with control at least once since this process started
         edge = settings.section("edge")
         self.reachability_window_s = max(3 * float(edge["catchup_interval_s"]), 5.0)
+        self.stale_if_error_s = float(edge["stale_if_error_s"])
         self.asset_cache_control = f"public, max-age={int(edge['asset_max_age_s'])}"
+        self.confirmed_at = 0.0  # monotonic time this edge last confirmed it holds control's generation
+        # The generation whose changes and purges are all applied (the replica's moves first, before the
+        # purges run): what health reports, so "at generation N" means N's purges are done here.
+        self.applied_generation = 0
 
     def load_persisted(self) -> None:
         """What this edge knew before a restart, so it can serve (STALE) while control is unreachable."""
         self.replica.load_persisted()
+        self.applied_generation = self.replica.generation
         try:
             self.config = EdgeConfig.from_snapshot(orjson.loads(self.config_file.read_bytes()))
         except (FileNotFoundError, orjson.JSONDecodeError, KeyError):
@@ -77,7 +84,7 @@ class EdgeNode:
         self._tasks.append(asyncio.create_task(run_sync_loop(
             self.control, name=self.name, url=cluster_url, get_generation=lambda: self.replica.generation,
             catch_up=self.catch_up, interval_s=float(edge["catchup_interval_s"]),
-            heartbeat_s=float(edge["heartbeat_interval_s"]))))
+            heartbeat_s=float(edge["heartbeat_interval_s"]), retry_s=float(edge["control_retry_s"]))))
         self._tasks.append(asyncio.create_task(self.deliveries.ship_forever(
             self.control, float(self.settings.get("analytics", "flush_interval_s")))))
 
@@ -95,6 +102,28 @@ class EdgeNode:
     def control_reachable(self) -> bool:
         return self.control.reachable(self.reachability_window_s)
 
+    def hit_status(self) -> str | None:
+        """How a cached file may be served now: "HIT" while control is reachable, "STALE" while it is not
+        (stale-if-error: the file cannot be confirmed current) for up to `stale_if_error_s` after the
+        last contact with control (or this process's start), then None: not served from cache at all."""
+        if self.control_reachable():
+            return "HIT"
+        if self.stale_if_error_s <= 0 or self.control.seconds_since_contact() <= self.stale_if_error_s:
+            return "STALE"
+        return None
+
+    def sync_status(self) -> dict[str, Any]:
+        """What health reports of this edge's view of control: the breaker, the time since control last
+        answered, and how far behind this edge may be (the generation control last reported, and for how
+        long this edge has not been able to confirm it is current)."""
+        now = time.monotonic()
+        behind = max(self.control.generation_seen - self.replica.generation, 0)
+        return {"circuit": self.control.breaker.state,
+                "lastContactSecondsAgo": round(self.control.seconds_since_contact(), 1),
+                "controlGeneration": self.control.generation_seen,
+                "generationsBehind": behind,
+                "lagSeconds": round(now - self.confirmed_at, 1) if self.confirmed_at else None}
+
     # --- manifest ---
 
     async def catch_up(self) -> int:
@@ -106,6 +135,7 @@ class EdgeNode:
             if generation == self.replica.generation and not reply.get("full"):
                 self.replica.loaded = True  # confirmed current (an empty repository has generation 0)
                 self.synced = True
+                self.confirmed_at = time.monotonic()
                 return generation
             restart = generation < self.replica.generation  # control's history is gone: numbers start again
             if reply.get("full"):
@@ -124,6 +154,7 @@ class EdgeNode:
             await self._apply_purges(purges, generation, restart=restart)
             self._persist()
             self.synced = True
+            self.confirmed_at = time.monotonic()
             return generation
 
     async def apply_push(self, message: dict[str, Any]) -> tuple[int, int]:
@@ -139,6 +170,7 @@ class EdgeNode:
                 purges += [self._purge_of(command, generation) for command in message.get("purges", [])]
                 purged = await self._apply_purges(purges, generation)
                 self._persist()
+                self.confirmed_at = time.monotonic()
                 applied = True
             else:
                 applied = generation <= self.replica.generation
@@ -148,6 +180,7 @@ class EdgeNode:
 
     def _persist(self) -> None:
         self.replica.persist()
+        self.applied_generation = self.replica.generation
         self.metrics.manifest_generation.labels("edge").set(self.replica.generation)
 
     # --- purges: manifest invalidations and purge commands from control ---

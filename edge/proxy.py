@@ -78,6 +78,11 @@ def _client_gone(request: web.Request) -> bool:
 async def forward_to_control(request: web.Request) -> web.StreamResponse:
     request[FORWARDED] = True  # edge rules apply to delivery responses, not to management calls
     edge = request.app[SETTINGS].section("edge")
+    control = request.app[NODE].control
+    if not control.breaker.available():  # known down (edge/circuit_breaker.py): say so now, not after a timeout
+        raise ApiError(503, "ControlUnreachable", "The control plane cannot be reached from this edge; "
+                       "management endpoints are unavailable. Delivery of cached assets continues.",
+                       headers={"Retry-After": str(max(1, round(control.breaker.open_s)))})
     body = None
     if request.body_exists:
         with body_deadline(request, request.app[SETTINGS]):

@@ -76,5 +76,7 @@ async def health(request: web.Request) -> web.Response:
     ok = all(c["healthy"] for c in checks)
     extra: dict[str, Any] = {"role": "control", "manifestGeneration": manifest.generation}
     if deep:
-        extra["edges"] = app[REGISTRY].describe()
+        # An edge cut off from control stops acknowledging: its lag shows here as generations behind.
+        extra["edges"] = [{**edge, "generationsBehind": max(manifest.generation - edge["generation"], 0)}
+                          for edge in app[REGISTRY].describe()]
     return json_response(health_body(ok, checks, **extra), status=200 if ok else 503, headers=HEALTH_HEADERS)

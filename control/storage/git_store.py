@@ -3,13 +3,26 @@
 Every mutation is exactly one commit. All repository access runs on one dedicated thread, which
 serialises writers and keeps libgit2 objects off the event loop; fsync of objects and refs is on,
 so a commit is durable when `commit` returns.
+
+The control plane is the repository's only writer, and it proves it: opening a `GitStore` takes an
+exclusive lock (`flock` on `WRITER_LOCK` inside the repository) for the life of the process, and a
+second control plane on the same repository fails to start instead of writing beside the first.
+Holding that lock, whatever a dead writer left behind is its own debris and is cleared
+(`recover_dead_writer`): libgit2 writes every ref through `<ref>.lock` and every loose object through
+`objects/tmp_object_git2_*`, renaming each into place only once complete, so a kill -9 can leave
+those behind (a stale `refs/heads/main.lock` fails every later commit) but never a half-written
+object or ref under its real name. A ref damaged some other way (an empty file after a power loss)
+is set back to the newest commit the caller knows was complete (`restore_branch`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Iterator, Mapping
+import fcntl
+import logging
+import os
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -21,6 +34,14 @@ from shared.timestamps import from_unix
 
 T = TypeVar("T")
 BRANCH = "refs/heads/main"
+WRITER_LOCK = "assetcdn-writer"  # flock()ed by the process that writes; holds its pid
+# What libgit2 (and git) leave when a writer dies mid-update: lock files beside the refs and files
+# it rewrites, and temporary object files not yet renamed to their object id.
+LOCKED_FILES = ("packed-refs.lock", "HEAD.lock", "config.lock", "index.lock", "shallow.lock")
+TEMP_OBJECT_PREFIXES = ("tmp_object_git2_", "tmp_obj_")
+TEMP_PACK_PREFIXES = ("pack_git2_", "tmp_pack_", "tmp_idx_")
+
+log = logging.getLogger(__name__)
 
 pygit2.option(Option.ENABLE_FSYNC_GITDIR, True)
 
@@ -60,14 +81,66 @@ class NothingToCommit(Exception):
     """The requested change leaves the tree as it is."""
 
 
+class RepositoryInUse(Exception):
+    """Another live process holds the repository's writer lock."""
+
+
+def take_writer_lock(path: Path) -> int:
+    """Hold the repository's writer lock for as long as the returned descriptor stays open (the kernel
+    drops it when the process ends, however it ends). Raises RepositoryInUse if a live process holds it."""
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path / WRITER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise RepositoryInUse(f"the repository {path} is being written by another control plane "
+                              f"(pid {holder}); only one may run on a data directory") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def recover_dead_writer(path: Path) -> list[str]:
+    """Remove the lock and temporary files a dead writer left in the repository at `path`; returns them
+    (relative paths). Only call it holding the writer lock: a live writer's files look the same."""
+    removed: list[Path] = []
+    refs = path / "refs"
+    if refs.is_dir():
+        removed += [p for p in refs.rglob("*.lock") if p.is_file()]
+    removed += [path / name for name in LOCKED_FILES if (path / name).is_file()]
+    objects = path / "objects"
+    if objects.is_dir():
+        removed += [p for p in objects.iterdir() if p.is_file() and p.name.startswith(TEMP_OBJECT_PREFIXES)]
+        for fan_out in objects.iterdir():
+            if fan_out.is_dir() and len(fan_out.name) == 2:
+                removed += [p for p in fan_out.iterdir() if p.is_file() and p.name.startswith(TEMP_OBJECT_PREFIXES)]
+        pack = objects / "pack"
+        if pack.is_dir():
+            removed += [p for p in pack.iterdir() if p.is_file() and p.name.startswith(TEMP_PACK_PREFIXES)]
+    names = []
+    for leftover in removed:
+        leftover.unlink(missing_ok=True)
+        names.append(str(leftover.relative_to(path)))
+    if names:
+        log.warning("recovered the repository after a writer died: removed %s", ", ".join(names))
+    return names
+
+
 class GitStore:
     def __init__(self, path: Path, author: str = "assetcdn", email: str = "assetcdn@localhost") -> None:
         self.path = Path(path)
-        if (self.path / "HEAD").exists():
-            self._repo = pygit2.Repository(str(self.path))
-        else:
-            self.path.mkdir(parents=True, exist_ok=True)
-            self._repo = pygit2.init_repository(str(self.path), bare=True, initial_head="main")
+        self._writer_fd = take_writer_lock(self.path)
+        try:
+            self.recovered = recover_dead_writer(self.path)
+            if (self.path / "HEAD").exists():
+                self._repo = pygit2.Repository(str(self.path))
+            else:
+                self._repo = pygit2.init_repository(str(self.path), bare=True, initial_head="main")
+        except BaseException:
+            os.close(self._writer_fd)
+            raise
         self._author = (author, email)
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="git")
         self._write_lock = asyncio.Lock()
@@ -77,6 +150,40 @@ class GitStore:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+        if self._writer_fd >= 0:
+            os.close(self._writer_fd)
+            self._writer_fd = -1
+
+    def branch_damaged(self) -> bool:
+        """True when `main` exists as a file but names no readable commit (an empty or garbled ref)."""
+        ref_file = self.path / BRANCH
+        if not ref_file.exists():
+            return False
+        try:
+            commit = self._repo.revparse_single(BRANCH).peel(pygit2.Commit)
+            commit.peel(pygit2.Tree)
+        except (KeyError, ValueError, pygit2.GitError):
+            return True
+        return False
+
+    def restore_branch(self, known_commits: Iterable[str]) -> str | None:
+        """Point a damaged `main` back at the first of `known_commits` (newest first) that is a readable
+        commit; returns it, or None when the branch is sound or none of them can be read."""
+        if not self.branch_damaged():
+            return None
+        for commit_id in known_commits:
+            try:
+                commit = self._repo.get(commit_id)
+            except ValueError:
+                continue
+            if commit is None or commit.type != ObjectType.COMMIT:
+                continue
+            (self.path / BRANCH).unlink(missing_ok=True)
+            self._repo.references.create(BRANCH, commit.id, force=True)
+            log.warning("the branch main was damaged; restored it to %s, the newest complete commit", commit_id)
+            return commit_id
+        log.error("the branch main is damaged and no known commit can be read; writes will fail")
+        return None
 
     # --- reads (call through `run` from async code) ---
 

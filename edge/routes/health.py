@@ -1,5 +1,9 @@
 """GET /api/health on an edge: its own bindings (cache, manifest generation, control reachability).
 
+The control check also says how far behind this edge may be: the circuit breaker's state, seconds
+since control last answered, the newest generation control reported and seconds since this edge
+last confirmed it was current (`lagSeconds`: it grows while the edge is cut off).
+
 200 ok only when all are healthy (the system is ready); 503 degraded with the reason otherwise.
 The shallow answer is public and names no internal address; `deep=1` (metrics key required) exercises
 each binding: a cache write/read/delete and a round trip to control, with their error text.
@@ -33,7 +37,7 @@ async def health(request: web.Request) -> web.Response:
 
     manifest_ok = node.replica.loaded and node.synced
     checks.append({"name": "manifest", "configured": True, "method": SHAPE, "healthy": manifest_ok,
-                   "generation": node.replica.generation,
+                   "generation": node.applied_generation,
                    **({} if manifest_ok else {"error": "not caught up with control since start"})})
 
     control_check: dict[str, Any] = {"name": "control", "configured": True, "method": ASSET_READ if deep else SHAPE}
@@ -49,9 +53,10 @@ async def health(request: web.Request) -> web.Response:
         control_check["healthy"] = node.control_reachable()
         if not control_check["healthy"]:
             control_check["error"] = "no successful contact with control recently"
+    control_check.update(node.sync_status())  # breaker state and this edge's lag behind control
     checks.append(control_check)
 
     ok = all(c["healthy"] for c in checks)
-    body = health_body(ok, checks, role="edge", node=node.name, manifestGeneration=node.replica.generation,
+    body = health_body(ok, checks, role="edge", node=node.name, manifestGeneration=node.applied_generation,
                        cache=node.cache.stats().to_json())
     return json_response(body, status=200 if ok else 503, headers=HEALTH_HEADERS)

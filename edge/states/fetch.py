@@ -67,13 +67,16 @@ async def source_bytes(node: EdgeNode, entry: ManifestEntry) -> bytes:
 
 async def cached_asset(node: EdgeNode, entry: ManifestEntry) -> tuple[CachedObject, str, EntryHead]:
     """The asset's cache entry, its X-Cache status (HIT, STALE: cached, but control unreachable so we
-    cannot confirm it is current; MISS: fetched now) and the path's delivery head. Counted in the
-    cache metric."""
+    cannot confirm it is current, within the stale-if-error bound of `EdgeNode.hit_status`; MISS:
+    fetched now) and the path's delivery head. Counted in the cache metric."""
     head = node.replica.head(entry)
     obj = lookup(node, head.key)
     if obj is None:
         obj, status = await fetch_asset(node, entry), "MISS"
     else:
-        status = "HIT" if node.control_reachable() else "STALE"
+        hit = node.hit_status()
+        if hit is None:  # control unreachable for longer than the stale-if-error bound
+            raise OriginUnavailable(f"{entry.path}: cached, but control has been unreachable too long")
+        status = hit
     node.metrics.cache_result(status).inc()
     return obj, status, head

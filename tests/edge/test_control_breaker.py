@@ -1,0 +1,163 @@
+"""The edge's view of control: a circuit breaker that makes requests fail fast once control is known to be
+unreachable (a hung control plane no longer costs every miss the whole origin timeout), and the
+stale-if-error bound on serving cached files while it is."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from edge.circuit_breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
+from edge.control_client import ControlClient, ControlUnavailable
+from edge.node import EdgeNode
+from shared.cluster import PREFIX
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_breaker_opens_on_failure_probes_once_when_due_and_closes_on_success() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(failure_threshold=2, open_s=1.0, clock=clock)
+    breaker.failed()
+    assert breaker.state == CLOSED and breaker.allow()
+    breaker.succeeded()  # a success resets the count
+    breaker.failed()
+    assert breaker.state == CLOSED
+    breaker.failed()
+    assert breaker.state == OPEN and not breaker.allow() and not breaker.available()
+    clock.now += 1.0
+    assert breaker.available()
+    assert breaker.allow() and breaker.state == HALF_OPEN  # this caller is the probe
+    assert not breaker.allow()  # the others still fail fast
+    breaker.failed()
+    assert breaker.state == OPEN and not breaker.allow()
+    clock.now += 1.0
+    assert breaker.allow()
+    breaker.succeeded()
+    assert breaker.state == CLOSED and breaker.allow()
+
+
+def _hung_control() -> web.Application:
+    """A control plane that accepts connections and never answers (as one stopped with SIGSTOP)."""
+    async def hang(request: web.Request) -> web.Response:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    app = web.Application()
+    app.router.add_route("*", PREFIX + "/{tail:.*}", hang)
+    return app
+
+
+async def test_once_control_is_known_hung_waiting_and_new_fetches_fail_at_once() -> None:
+    server = TestServer(_hung_control())
+    await server.start_server()
+    client = ControlClient(str(server.make_url("")), "secret", timeout_s=60.0, probe_timeout_s=0.2,
+                           breaker=CircuitBreaker(failure_threshold=1, open_s=30.0))
+    await client.start()
+    try:
+        waiting = asyncio.ensure_future(client.fetch_blob("a" * 40))  # a client's miss, before anyone knows
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        with pytest.raises(ControlUnavailable):
+            await client.heartbeat("edge-0/0", 0)  # the background sync's probe times out
+        assert client.breaker.state == OPEN
+        # The miss that was waiting gives up now instead of after the 60 s origin timeout ...
+        with pytest.raises(ControlUnavailable, match="became unreachable"):
+            await asyncio.wait_for(waiting, timeout=10)
+        # ... and new ones do not even ask.
+        with pytest.raises(ControlUnavailable, match="not asking"):
+            await asyncio.wait_for(client.fetch_blob("b" * 40), timeout=1)
+        assert not client.reachable(within_s=3600)
+    finally:
+        await client.close()
+        await server.close()
+
+
+async def test_an_answer_from_control_closes_the_breaker() -> None:
+    async def heartbeat(request: web.Request) -> web.Response:
+        return web.json_response({"known": True, "generation": 7})
+
+    app = web.Application()
+    app.router.add_post(PREFIX + "/heartbeat", heartbeat)
+    server = TestServer(app)
+    await server.start_server()
+    breaker = CircuitBreaker(failure_threshold=1, open_s=30.0)
+    breaker.failed()
+    client = ControlClient(str(server.make_url("")), "secret", timeout_s=5.0, breaker=breaker)
+    await client.start()
+    try:
+        assert breaker.state == OPEN
+        await client.heartbeat("edge-0/0", 3)  # background calls are made even while open
+        assert breaker.state == CLOSED
+        assert client.generation_seen == 7
+    finally:
+        await client.close()
+        await server.close()
+
+
+def _node(tmp_path: Path, *, stale_if_error_s: float, since_contact_s: float, reachable: bool) -> EdgeNode:
+    node = EdgeNode.__new__(EdgeNode)
+    node.reachability_window_s = 5.0
+    node.stale_if_error_s = stale_if_error_s
+    node.control = SimpleNamespace(reachable=lambda within_s: reachable,  # type: ignore[assignment]
+                                   seconds_since_contact=lambda: since_contact_s)
+    return node
+
+
+@pytest.mark.parametrize(("reachable", "since", "bound", "expected"), [
+    (True, 1.0, 60.0, "HIT"),
+    (False, 30.0, 60.0, "STALE"),     # control down, within the bound: served, marked STALE
+    (False, 61.0, 60.0, None),        # past the bound: no longer served from cache
+    (False, 10 ** 7, 0.0, "STALE"),   # 0: no bound
+])
+def test_cached_files_are_served_stale_only_within_the_bound(tmp_path: Path, reachable: bool, since: float,
+                                                             bound: float, expected: str | None) -> None:
+    node = _node(tmp_path, stale_if_error_s=bound, since_contact_s=since, reachable=reachable)
+    assert node.hit_status() == expected
+
+
+def test_fast_failures_open_the_breaker_without_refusing_calls() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(failure_threshold=1, open_s=30.0, clock=clock)
+    breaker.failed(slow=False)  # connection refused: control is not there, and says so at once
+    assert breaker.state == OPEN and not breaker.fails_fast
+    assert breaker.available() and breaker.allow()  # trying costs nothing, and succeeds once it is back
+    breaker.failed(slow=True)  # a timeout: now waiting is what a call would cost
+    assert breaker.fails_fast and not breaker.available() and not breaker.allow()
+
+
+async def test_a_restarted_control_plane_is_used_at_once_without_waiting_for_a_probe() -> None:
+    async def blob(request: web.Request) -> web.Response:
+        return web.Response(body=b"bytes")
+
+    app = web.Application()
+    app.router.add_get(PREFIX + "/blobs/{blob_id}", blob)
+    server = TestServer(app)
+    await server.start_server()
+    port = server.port
+    await server.close()  # control is down: its port refuses connections
+    client = ControlClient(f"http://127.0.0.1:{port}", "secret", timeout_s=60.0,
+                           breaker=CircuitBreaker(failure_threshold=1, open_s=30.0))
+    await client.start()
+    try:
+        with pytest.raises(ControlUnavailable):
+            await client.heartbeat("edge-0/0", 0)
+        assert client.breaker.state == OPEN
+        server = TestServer(app, port=port)  # control is back on the same port
+        await server.start_server()
+        assert await client.fetch_blob("a" * 40) == b"bytes"  # no 503 window after a restart
+        assert client.breaker.state == CLOSED
+    finally:
+        await client.close()
+        await server.close()

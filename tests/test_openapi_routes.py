@@ -1,0 +1,129 @@
+"""The served OpenAPI document (shared/openapi.json) against the route tables: every route of control and of
+the edge is an operation there and every operation a route, with the credentials the route accepts."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from control.app import ROUTES as CONTROL_ROUTES
+from control.app import create_app
+from control.auth import Access, Key
+from edge.app import CLUSTER_ROUTES, PUBLIC_ROUTES
+from edge.proxy import forward_to_control
+from shared.cluster import PREFIX
+from shared.config import load_settings
+from shared.openapi import document
+from tests.control.conftest import SECRETS
+
+METHODS = ("get", "head", "post", "put", "delete", "options", "patch")
+SCHEME_OF_KEY = {Key.ACCESS: "AccessKey", Key.ACCOUNT: "AccountKey", Key.PURGE: "PurgeKey",
+                 Key.ANALYTICS: "AnalyticsKey"}
+# Public routes that check a credential themselves (the metrics key), not through the route table.
+SELF_CHECKED = {("get", "/metrics"): [{"MetricsKey": []}]}
+
+
+def template(path: str) -> str:
+    """An aiohttp route path as an OpenAPI path template: `{path:[\\s\\S]*}` -> `{path}`."""
+    return re.sub(r"\{(\w+):[^}]*\}", r"{\1}", path)
+
+
+def routed() -> dict[tuple[str, str], Access | None]:
+    """(method, path template) -> what the route accepts (None: public), for every public route of either
+    process; the edge's forwarder (any other /api path goes to control) and the internal cluster protocol
+    are no operations of their own."""
+    found: dict[tuple[str, str], Access | None] = {}
+    for route in CONTROL_ROUTES:
+        if not route.path.startswith(PREFIX + "/"):
+            found[(route.method.lower(), template(route.path))] = route.access
+    for edge_route in PUBLIC_ROUTES:
+        if edge_route.handler is not forward_to_control:
+            found.setdefault((edge_route.method.lower(), template(edge_route.path)), None)
+    return found
+
+
+def documented() -> dict[tuple[str, str], dict[str, Any]]:
+    return {(method, path): operation for path, operations in document()["paths"].items()
+            for method, operation in operations.items() if method in METHODS}
+
+
+def expected_security(access: Access) -> list[dict[str, list[str]]]:
+    requirements: list[dict[str, list[str]]] = [{SCHEME_OF_KEY[key]: []} for key in access.keys]
+    if access.scope:
+        requirements.append({"BearerToken": [access.scope]})
+    if access.session:
+        requirements.append({"SessionCookie": []})
+    return requirements
+
+
+def _canonical(requirements: list[dict[str, list[str]]]) -> list[str]:
+    return sorted(repr(sorted(r.items())) for r in requirements)
+
+
+def test_every_route_is_documented_and_every_operation_is_routed() -> None:
+    routes, operations = routed(), documented()
+    undocumented = sorted(set(routes) - set(operations))
+    unrouted = sorted(set(operations) - set(routes))
+    assert not undocumented, f"routes without an operation in shared/openapi.json: {undocumented}"
+    assert not unrouted, f"operations in shared/openapi.json that no route serves: {unrouted}"
+
+
+def test_cluster_routes_stay_out_of_the_public_document() -> None:
+    internal = {template(r.path) for r in CONTROL_ROUTES if r.path.startswith(PREFIX + "/")}
+    internal |= {template(r.path) for r in CLUSTER_ROUTES}
+    assert internal and not internal & set(document()["paths"])
+
+
+@pytest.mark.parametrize(("method", "path"), sorted(routed()))
+def test_each_operation_names_the_credentials_its_route_accepts(method: str, path: str) -> None:
+    access = routed()[(method, path)]
+    operation = documented()[(method, path)]
+    security = operation.get("security", document().get("security", []))
+    if access is not None:
+        assert _canonical(security) == _canonical(expected_security(access)), (method, path, security)
+    elif (method, path) in SELF_CHECKED:
+        assert security == SELF_CHECKED[(method, path)]
+    else:  # public: no credential required (an optional one, such as the metrics key for deep health, may be listed)
+        assert security == [] or {} in security, (method, path, security)
+
+
+def test_the_document_is_openapi_3_1_with_unique_operation_ids_and_resolvable_references() -> None:
+    doc = document()
+    assert doc["openapi"].startswith("3.1")
+    ids = [op["operationId"] for op in documented().values()]
+    assert len(ids) == len(set(ids)), "operationId must be unique"
+    text = repr(doc)
+    for name in set(re.findall(r"#/components/(\w+)/(\w+)", text)):
+        assert name[1] in doc["components"][name[0]], f"unresolved reference #/components/{name[0]}/{name[1]}"
+    for (method, path), operation in documented().items():
+        declared = set(re.findall(r"\{(\w+)\}", path))
+        params = {p["name"] for p in operation.get("parameters", []) if p["in"] == "path"}
+        assert declared == params, (method, path, "path parameters must match the template")
+        assert "default" in operation["responses"], (method, path, "errors are documented by `default`")
+
+
+async def test_control_serves_the_document_and_the_reference_page(aiohttp_client, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    control: TestClient = await aiohttp_client(create_app(load_settings(environ={}), SECRETS, tmp_path / "data"))
+    resp = await control.get("/api/openapi.json")
+    assert resp.status == 200 and resp.content_type == "application/json"
+    assert (await resp.json())["paths"].keys() == document()["paths"].keys()
+    resp = await control.get("/api/docs")
+    page = await resp.text()
+    assert resp.status == 200 and resp.content_type == "text/html"
+    assert "<script" not in page and "http://" not in page and "https://" not in page  # self-contained
+    assert "sandbox" in resp.headers["Content-Security-Policy"]
+    for operation in documented().values():
+        assert f'id="{operation["operationId"]}"' in page
+
+
+@pytest.mark.parametrize(("method", "path"), [("get", "/api/storage/{path}"), ("get", "/{path}"),
+                                               ("get", "/api/signed")])
+def test_stored_bytes_are_never_promised_to_parse(method: str, path: str) -> None:
+    """A stored `.json` file is served as `application/json` with whatever bytes were uploaded (found by the
+    fuzzer: a PNG stored as index.json), so an answer carrying stored bytes promises no schema."""
+    for status, response in documented()[(method, path)]["responses"].items():
+        if status.startswith("2"):
+            assert response["content"] == {"*/*": {"schema": {}}}, (method, path, status)
