@@ -90,9 +90,14 @@ async def fake_model(aiohttp_server) -> tuple[FakeModel, str]:  # type: ignore[n
 
 @pytest.fixture
 def make_control(aiohttp_client, tmp_path: Path) -> MakeControl:  # type: ignore[no-untyped-def]
+    made: list[TestClient] = []
+
     async def make(**environ: str) -> TestClient:
         settings = load_settings(environ={f"ASSETCDN_{k.upper()}": v for k, v in environ.items()})
-        return await aiohttp_client(create_app(settings, SECRETS, tmp_path / "data"))
+        # A data directory each: one control plane per data directory.
+        client = await aiohttp_client(create_app(settings, SECRETS, tmp_path / f"data-{len(made)}"))
+        made.append(client)
+        return client
     return make
 
 

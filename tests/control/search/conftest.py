@@ -18,9 +18,14 @@ MakeControl = Callable[..., Awaitable[TestClient]]
 
 @pytest.fixture
 def make_control(aiohttp_client, tmp_path: Path) -> MakeControl:  # type: ignore[no-untyped-def]
+    made: list[TestClient] = []
+
     async def make(data_dir: Path | None = None, **environ: str) -> TestClient:
+        """A control app; on `data_dir` when given (close the previous one on it first), else on a new one."""
         settings = load_settings(environ={f"ASSETCDN_{k.upper()}": v for k, v in environ.items()})
-        return await aiohttp_client(create_app(settings, SECRETS, data_dir or tmp_path / "data"))
+        client = await aiohttp_client(create_app(settings, SECRETS, data_dir or tmp_path / f"data-{len(made)}"))
+        made.append(client)
+        return client
     return make
 
 
