@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Where `assetcdn up` keeps its data (conf/default.toml [server] data_dir, or its environment override).
 DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
-.PHONY: setup run test lint bench fuzz clean wipe-data
+.PHONY: setup run test lint bench bench-hits fuzz clean wipe-data
 
 # Browser-test prerequisites (Debian chromium, hls.js from npm) are best effort: without them the
 # browser test skips and says why. Tesseract OCR (Debian) serves alt text; without it OCR is skipped.
@@ -48,6 +48,11 @@ bench: setup
 # document with every credential scheme, all phases (the short run is part of `make test`).
 fuzz: setup
 	$(BIN)/python -m tests.openapi_fuzz
+
+# Cache hits per core beside Varnish and nginx (Debian packages, installed when missing); a few minutes.
+bench-hits: setup
+	sh benchmarks/setup_hits.sh
+	$(BIN)/python -m benchmarks.hits_bench
 
 # Build output only: the virtualenv and caches. Never the data directory.
 clean:

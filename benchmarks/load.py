@@ -79,12 +79,15 @@ def wrk_available() -> bool:
     return shutil.which("wrk") is not None
 
 
-def run_wrk(url: str, duration: float, concurrency: int, threads: int) -> LoadResult:
+def run_wrk(url: str, duration: float, concurrency: int, threads: int,
+            prefix: tuple[str, ...] = ()) -> LoadResult:
+    """One wrk run; ``prefix`` goes before the command (e.g. ``taskset -c 1`` to pin it)."""
     threads = max(1, min(threads, concurrency))
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(WRK_SCRIPT)
     try:
         command = [
+            *prefix,
             "wrk",
             f"-t{threads}",
             f"-c{concurrency}",

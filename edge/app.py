@@ -3,6 +3,7 @@ path is forwarded to control. A second, private site carries control's signed pu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -152,6 +153,8 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         port = advertised + identity.worker if advertised else cluster_runner.addresses[0][1]
         opened.push_async_callback(node.stop)
         await node.start(f"http://{identity.advertise_host}:{port}")
+        flushing = asyncio.create_task(app[METRICS].flush_forever())  # counts reach sibling workers' /metrics
+        opened.callback(flushing.cancel)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         # Closed in reverse order on shutdown; a failing start or close still closes the rest.

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from shared.content_security import CSP_HEADER, NOSNIFF_HEADER, keep_sandbox
-from shared.edge_rules import EMPTY_RULES, RuleSet
+from shared.edge_rules import EMPTY_RULES, HeaderChanges, RuleSet
 from shared.paths import ZONE_NAME
 
 FORWARDED = web.RequestKey("forwarded_to_control", bool)
@@ -63,10 +64,14 @@ def apply_header_rules(config: EdgeConfig, request: web.Request, response: web.S
     the headers of its new type (shared/content_security.py)."""
     if not config.rules.headers or request.get(FORWARDED) or request.path in NOT_DELIVERY:
         return
-    changes = config.rules.headers.for_path(request.path, request.host)
+    apply_rule_changes(config.rules.headers.for_path(request.path, request.host), response.headers)
+
+
+def apply_rule_changes(changes: HeaderChanges, headers: CIMultiDict[str]) -> None:
+    """The `_headers` changes of one request path and host applied to a delivery response's headers
+    (also used by the hit path, edge/fastpath/prepared.py, to build its header block once)."""
     if not changes:
         return
-    headers = response.headers
     for name in list(headers):
         if name.lower() in changes.remove and name.lower() not in PROTECTED:
             del headers[name]

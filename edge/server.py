@@ -35,6 +35,7 @@ def run_worker(argv: list[str], worker: int) -> None:
     die_with_parent()
     # Imported here: PROMETHEUS_MULTIPROC_DIR must be set before prometheus_client is imported.
     from edge.app import EdgeIdentity, create_app
+    from edge.fastpath.server import HitSite
     from shared.http_server import serve
     from shared.secrets import load_edge_secrets
 
@@ -47,7 +48,9 @@ def run_worker(argv: list[str], worker: int) -> None:
     configure_logging(f"{args.name}/{worker}")
     identity = EdgeIdentity(args.name, worker, args.control_url, cache_dir, args.advertise_host or host)
     app = create_app(settings, load_edge_secrets(data_dir), identity)
-    sys.exit(serve(app, settings, host=host, port=port, reuse_port=True))
+    # Hits are answered below aiohttp (edge/fastpath/), unless the operator turned that off.
+    site = HitSite if settings.get("edge", "fast_hits") else None
+    sys.exit(serve(app, settings, host=host, port=port, reuse_port=True, site_factory=site))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -43,6 +43,7 @@ EXIT_CANNOT_LISTEN = 3       # the address is in use or not ours: restarting can
 EXIT_DEADLINE_EXCEEDED = 4   # the orderly stop overran EXIT_DEADLINE_S
 RUN_ID_ENV = "ASSETCDN_RUN_ID"
 RUN_ID_HEADER = "X-Assetcdn-Run"
+SiteFactory = Callable[..., "web.BaseSite"]  # (runner, host, port, reuse_port=...) like web.TCPSite
 
 
 def _prctl(option: int, value: int) -> None:
@@ -127,7 +128,7 @@ def _answer_run_id(run_id: str) -> Callable[[web.Request, web.StreamResponse], A
 
 
 async def _serve(app: web.Application, host: str, port: int, reuse_port: bool, deadline: _ExitDeadline,
-                 runner_options: dict[str, object]) -> int:
+                 runner_options: dict[str, object], site_factory: SiteFactory | None = None) -> int:
     from aiohttp import web
 
     loop = asyncio.get_running_loop()
@@ -151,7 +152,7 @@ async def _serve(app: web.Application, host: str, port: int, reuse_port: bool, d
     runner = web.AppRunner(app, handle_signals=False, **options)  # type: ignore[arg-type]
     try:
         await runner.setup()
-        site = web.TCPSite(runner, host, port, reuse_port=reuse_port)
+        site = (site_factory or web.TCPSite)(runner, host, port, reuse_port=reuse_port)
         try:
             await site.start()
         except OSError as exc:
@@ -167,16 +168,18 @@ async def _serve(app: web.Application, host: str, port: int, reuse_port: bool, d
 
 
 def serve(app: web.Application, *, host: str, port: int, reuse_port: bool = False,
-          exit_deadline_s: float = EXIT_DEADLINE_S, **runner_options: object) -> int:
+          exit_deadline_s: float = EXIT_DEADLINE_S, site_factory: SiteFactory | None = None,
+          **runner_options: object) -> int:
     """Run `app` on host:port until SIGTERM or SIGINT; returns the process's exit status.
 
-    `runner_options` go to `aiohttp.web.AppRunner` (e.g. `shutdown_timeout`, request-handler limits).
+    `runner_options` go to `aiohttp.web.AppRunner` (e.g. `shutdown_timeout`, request-handler limits);
+    `site_factory` replaces `aiohttp.web.TCPSite` (same arguments), e.g. the edge's hit site.
     """
     import uvloop  # the servers' loop; imported here so `assetcdn up` itself does not need it
 
     deadline = _ExitDeadline(exit_deadline_s)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        status = runner.run(_serve(app, host, port, reuse_port, deadline, runner_options))
+        status = runner.run(_serve(app, host, port, reuse_port, deadline, runner_options, site_factory))
     # The interpreter waits for non-daemon threads before it exits: name any that is not ending (a
     # connection left open, a job still running); the exit deadline ends the wait if it has to.
     settle = time.monotonic() + THREAD_SETTLE_S

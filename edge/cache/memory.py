@@ -41,6 +41,19 @@ class MemoryTier:
         """Whether an object of ``size`` bytes may live in memory at all."""
         return 0 < self.max_bytes and size <= self.max_object_size
 
+    def hit(self, key: str) -> CachedObject | None:
+        """``get`` for the event loop's hit path, without the lock: one dict lookup and an O(1)
+        reorder. Safe against puts and purges in executor threads: each dict operation is atomic
+        under the GIL, a key removed between the two steps is simply not reordered, and neither
+        step changes the byte count or the tag index the lock protects."""
+        obj = self._entries.get(key)
+        if obj is not None:
+            try:
+                self._entries.move_to_end(key)
+            except KeyError:
+                pass
+        return obj
+
     def get(self, key: str) -> CachedObject | None:
         with self._lock:
             obj = self._entries.get(key)

@@ -110,6 +110,13 @@ class EdgeCache:
             self.memory.put(obj)
         return obj
 
+    def sync_purges(self) -> None:
+        """Replay on this worker's memory tier the purges other workers published (cheap when none:
+        one shared-memory integer read). ``get`` does it too; the hit path, which reads the memory
+        tier directly (edge/fastpath/), calls this once per batch of requests."""
+        if self._purges.pending():
+            self._apply_remote_purges()
+
     def read_range(self, key: str, start: int, end: int) -> bytes | None:
         """Bytes ``[start, end)`` (end exclusive) of the body under ``key``; None on a miss."""
         obj = self.memory.get(key)

@@ -166,11 +166,17 @@ async def test_conditional_and_range_requests(cdn: RunningCdn) -> None:
     async with aiohttp.ClientSession() as session:
         await make_zone(session, cdn, "ranges")
         path = "ranges/v1/banners/data.bin"
-        payload = bytes(range(256)) * 4096  # 1 MiB: large enough to stream from the disk tier
+        # Larger than the memory tier's object limit (memory_object_max_kb, 1 MiB): hits are sent from
+        # the disk tier's file (sendfile), never held in memory.
+        payload = bytes(range(256)) * 4096 * 3 + b"tail"
         await upload(session, cdn, path, payload)
         edge = cdn.edge_urls[1]
         status, headers, data = await fetch(session, f"{edge}/{path}")
-        assert status == 200 and data == payload
+        assert status == 200 and data == payload and headers["X-Cache"] == "MISS"
+        for _ in range(3):  # hits, from the file, whole and in order on one connection
+            status, headers, data = await fetch(session, f"{edge}/{path}")
+            assert (status, headers["X-Cache"], len(data)) == (200, "HIT", len(payload))
+            assert data == payload
         etag = headers["ETag"]
         status, headers, data = await fetch(session, f"{edge}/{path}", **{"If-None-Match": etag})
         assert (status, data) == (304, b"")
@@ -180,6 +186,8 @@ async def test_conditional_and_range_requests(cdn: RunningCdn) -> None:
         assert headers["Content-Range"] == f"bytes 1000-1999/{len(payload)}"
         status, headers, data = await fetch(session, f"{edge}/{path}", Range="bytes=-10")
         assert status == 206 and data == payload[-10:]
+        status, headers, data = await fetch(session, f"{edge}/{path}", Range="bytes=1048000-2100000")
+        assert status == 206 and data == payload[1048000:2100001]
         status, headers, _ = await fetch(session, f"{edge}/{path}", Range=f"bytes={len(payload)}-")
         assert status == 416 and headers["Content-Range"] == f"bytes */{len(payload)}"
         async with session.head(f"{edge}/{path}") as resp:

@@ -26,6 +26,7 @@ from edge.node import EdgeNode
 from edge.state import NODE
 from shared.config import load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, METRICS, SECRETS
+from tests.edge.hit_server import HitTestServer
 
 PURGE = {"x-api-key": SECRETS.purge_key}
 ZONE = "pics"
@@ -82,7 +83,8 @@ def make_cdn(aiohttp_server, aiohttp_client, tmp_path: Path) -> CdnFactory:  # t
         control_client = await aiohttp_client(control_server)
         identity = EdgeIdentity(name="edge-t", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
                                 cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
-        edge_client = await aiohttp_client(edge.app.create_app(settings, SECRETS, identity))
+        # Served as the edge process serves it: hits answered by edge/fastpath/, the rest handed to the app.
+        edge_client = await aiohttp_client(HitTestServer(edge.app.create_app(settings, SECRETS, identity)))
 
         async def edge_healthy() -> bool:
             return (await edge_client.get("/api/health")).status == 200

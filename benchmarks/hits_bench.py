@@ -1,0 +1,450 @@
+"""Cache hits per core, side by side in one run: Varnish, nginx proxy_cache and the edge.
+
+    make bench-hits      (installs varnish, nginx and wrk from Debian when absent, then runs this)
+    .venv/bin/python -m benchmarks.hits_bench [--duration 6] [--rounds 3] [--connections 64]
+
+One control plane (``assetcdn up``, one edge with one worker) holds the files, uploaded through the
+storage API: 5 KB, 100 KB and 1 MB (held in the edge's memory tier) and 4 MB (larger than the memory
+tier's object limit: the edge sends it from its disk cache file with sendfile). Varnish (malloc
+storage) and nginx (proxy_cache, one worker) are started as peers of the edge in front of the same
+control plane: they fetch ``/api/storage/<path>`` with the access key and cache it for an hour. Each
+server is pinned to core 0 with taskset; wrk (``-t2 -c64``) runs pinned to core 1, and so does
+control (idle during hits but for the edge's analytics batches). Every URL is warmed until it is a
+hit on every server. Then ``--rounds`` rounds, each running every size on every server in turn
+(the order rotates per round), so machine noise hits all three alike; the table shows medians of
+the rounds: req/s, MiB/s, p99 latency and the server's CPU (cores used, from /proc), plus the ratio
+of the edge's req/s to Varnish's in the same rounds.
+
+Then memory: each server's resident memory (RSS, all its processes) before and after
+``--objects`` distinct small files (1 KB) are fetched twice through it, and the difference per
+object. Then scaling: the edge with 2 workers on both cores against 1 worker, wrk unpinned (it
+shares the cores), at 5 KB.
+
+Loopback only; every load run is bounded; everything started is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from benchmarks.load import LoadResult, run_wrk
+from tests.integration.harness import ACCESS, ACCOUNT, KEYS, RunningCdn, free_port_block, start_cdn
+
+KB = 1024
+MB = 1024 * KB
+SIZES = {"5 KB": 5 * KB, "100 KB": 100 * KB, "1 MB": MB, "4 MB (file)": 4 * MB}
+ZONE = "bench"
+SERVERS = ("varnish", "nginx", "edge")
+SMALL = 1 * KB
+BATCH = 1000  # files per storage batch upload (this cluster's [control] max_batch_files)
+
+VCL = """vcl 4.1;
+backend control {{ .host = "127.0.0.1"; .port = "{port}"; }}
+sub vcl_recv {{
+    if (req.method != "GET" && req.method != "HEAD") {{ return (pass); }}
+    set req.http.AccessKey = "{key}";
+    set req.url = "/api/storage" + req.url;
+    unset req.http.Cookie;
+    return (hash);
+}}
+sub vcl_backend_response {{
+    set beresp.ttl = 1h;
+    unset beresp.http.Set-Cookie;
+}}
+sub vcl_deliver {{
+    if (obj.hits > 0) {{ set resp.http.X-Cache = "HIT"; }} else {{ set resp.http.X-Cache = "MISS"; }}
+}}
+"""
+
+NGINX = """daemon off;
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 1000000;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    proxy_cache_path {dir}/cache levels=1:2 keys_zone=hits:64m max_size=4g inactive=2h use_temp_path=off;
+    server {{
+        listen 127.0.0.1:{listen};
+        location / {{
+            proxy_pass http://127.0.0.1:{port}/api/storage/;
+            proxy_set_header AccessKey "{key}";
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_cache hits;
+            proxy_cache_valid 200 1h;
+            proxy_ignore_headers Cache-Control Expires Set-Cookie;
+            add_header X-Cache $upstream_cache_status;
+        }}
+    }}
+}}
+"""
+
+
+@dataclass
+class Server:
+    name: str
+    base: str
+    pids: list[int]
+    process: subprocess.Popen[bytes] | None = None
+
+    def cpu_seconds(self) -> float:
+        total = 0.0
+        for pid in self.pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
+    def rss_bytes(self) -> int:
+        total = 0
+        for pid in self.pids:
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+            except OSError:
+                continue
+        return total
+
+
+@dataclass
+class Sample:
+    rps: float
+    mib_s: float
+    p99_ms: float
+    cpu: float
+    errors: int
+
+    @property
+    def per_core(self) -> float:
+        return self.rps / self.cpu if self.cpu > 0 else 0.0
+
+
+@dataclass
+class Results:
+    samples: dict[tuple[str, str], list[Sample]] = field(default_factory=dict)
+
+    def add(self, server: str, size: str, sample: Sample) -> None:
+        self.samples.setdefault((server, size), []).append(sample)
+
+    def median(self, server: str, size: str, attr: str) -> float:
+        return statistics.median(getattr(s, attr) for s in self.samples[(server, size)])
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def machine() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), "unknown CPU")
+    return f"{os.cpu_count()} vCPU, {model}"
+
+
+def children_of(pid: int) -> list[int]:
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def pin(pids: list[int], core: str) -> None:
+    for pid in pids:
+        subprocess.run(["taskset", "-a", "-p", "-c", core, str(pid)], capture_output=True, check=False)
+
+
+def require_tools() -> None:
+    missing = [tool for tool in ("wrk", "varnishd", "nginx", "taskset") if shutil.which(tool) is None
+               and not Path(f"/usr/sbin/{tool}").exists()]
+    if missing:
+        raise SystemExit(f"missing {', '.join(missing)}: run `make bench-hits` (installs them from Debian)")
+
+
+def start_varnish(workdir: Path, port: int, control_port: int, core: str) -> Server:
+    vcl = workdir / "bench.vcl"
+    vcl.write_text(VCL.format(port=control_port, key=KEYS["ASSETCDN_ACCESS_KEY"]))
+    name = workdir / "varnish"
+    varnishd = shutil.which("varnishd") or "/usr/sbin/varnishd"
+    process = subprocess.Popen(["taskset", "-c", core, varnishd, "-F", "-a", f"127.0.0.1:{port}",
+                                "-f", str(vcl), "-s", "malloc,1g", "-n", str(name), "-p", "thread_pools=1"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return Server("varnish", f"http://127.0.0.1:{port}", [], process)
+
+
+def start_nginx(workdir: Path, port: int, control_port: int, core: str) -> Server:
+    directory = workdir / "nginx"
+    directory.mkdir()
+    os.chmod(directory, 0o777)
+    conf = directory / "nginx.conf"
+    conf.write_text(NGINX.format(dir=directory, listen=port, port=control_port, key=KEYS["ASSETCDN_ACCESS_KEY"]))
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    process = subprocess.Popen(["taskset", "-c", core, nginx, "-c", str(conf), "-p", str(directory)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return Server("nginx", f"http://127.0.0.1:{port}", [], process)
+
+
+def stop(server: Server) -> None:
+    if server.process is not None and server.process.poll() is None:
+        server.process.send_signal(signal.SIGTERM)
+        try:
+            server.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()
+
+
+async def wait_up(url: str) -> None:
+    deadline = time.monotonic() + 30
+    async with aiohttp.ClientSession() as session:
+        while True:
+            try:
+                async with session.get(url) as resp:
+                    await resp.read()
+                    return
+            except aiohttp.ClientError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{url} did not come up") from None
+                await asyncio.sleep(0.2)
+
+
+async def upload(session: aiohttp.ClientSession, cdn: RunningCdn, path: str, data: bytes) -> None:
+    async with session.put(f"{cdn.control_url}/api/storage/{path}", data=data, headers=ACCESS) as resp:
+        if resp.status != 201:
+            raise RuntimeError(f"upload {path}: {resp.status} {await resp.text()}")
+
+
+async def upload_many(session: aiohttp.ClientSession, cdn: RunningCdn, paths: list[str]) -> None:
+    """Small files through the storage batch API, BATCH at a time."""
+    for start in range(0, len(paths), BATCH):
+        files = [{"path": path, "content": base64.b64encode(os.urandom(SMALL)).decode()}
+                 for path in paths[start:start + BATCH]]
+        async with session.post(f"{cdn.control_url}/api/storage/batch", json={"files": files},
+                                headers=ACCESS) as resp:
+            if resp.status not in (200, 201):
+                raise RuntimeError(f"batch upload: {resp.status} {await resp.text()}")
+
+
+async def warm(base: str, paths: list[str], expect: dict[str, bytes] | None = None) -> None:
+    """GET each path until it is a hit (X-Cache: HIT); checks bodies when ``expect`` is given."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=16)) as session:
+
+        async def one(path: str) -> None:
+            for _ in range(20):
+                async with session.get(f"{base}/{path}") as resp:
+                    body = await resp.read()
+                    if resp.status != 200:
+                        raise RuntimeError(f"{base}/{path}: {resp.status} {body[:200]!r}")
+                    if expect is not None and body != expect[path]:
+                        raise RuntimeError(f"{base}/{path}: wrong body")
+                    if resp.headers.get("X-Cache", "").startswith("HIT"):
+                        return
+                await asyncio.sleep(0.05)
+            raise RuntimeError(f"{base}/{path} never became a hit")
+
+        for start in range(0, len(paths), 200):
+            await asyncio.gather(*(one(p) for p in paths[start:start + 200]))
+
+
+def run_one(server: Server, url: str, args: argparse.Namespace, prefix: tuple[str, ...]) -> tuple[LoadResult, float]:
+    before = server.cpu_seconds()
+    began = time.monotonic()
+    result = run_wrk(url, args.duration, args.connections, args.threads, prefix=prefix)
+    cores = (server.cpu_seconds() - before) / (time.monotonic() - began)
+    return result, cores
+
+
+def table(results: Results, sizes: list[str]) -> str:
+    """Medians per server and size. "per core" is req/s divided by the server's CPU use (cores): what
+    one fully used core would serve, the figure that stays comparable when the machine is shared."""
+    lines = ["| object | server | req/s | MiB/s | p99 ms | server CPU (cores) | req/s per core | "
+             "req/s vs Varnish | per core vs Varnish |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for size in sizes:
+        varnish = results.median("varnish", size, "rps")
+        varnish_core = results.median("varnish", size, "per_core")
+        for name in SERVERS:
+            rps = results.median(name, size, "rps")
+            per_core = results.median(name, size, "per_core")
+            lines.append(f"| {size} | {name} | {rps:,.0f} | {results.median(name, size, 'mib_s'):,.0f} | "
+                         f"{results.median(name, size, 'p99_ms'):.2f} | {results.median(name, size, 'cpu'):.2f} | "
+                         f"{per_core:,.0f} | {rps / varnish:.2f}x | {per_core / varnish_core:.2f}x |")
+    return "\n".join(lines)
+
+
+async def prepare_files(cdn: RunningCdn) -> tuple[dict[str, str], dict[str, bytes]]:
+    paths: dict[str, str] = {}
+    bodies: dict[str, bytes] = {}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{cdn.control_url}/api/core/zones", json={"Name": ZONE}, headers=ACCOUNT) as resp:
+            if resp.status != 201:
+                raise RuntimeError(f"zone: {resp.status} {await resp.text()}")
+        for label, size in SIZES.items():
+            path = f"{ZONE}/v1/bench/{label.split(' ')[0]}{label.split(' ')[1].lower()}.bin"
+            data = os.urandom(size)
+            await upload(session, cdn, path, data)
+            paths[label], bodies[path] = path, data
+    return paths, bodies
+
+
+def edge_server(cdn: RunningCdn) -> Server:
+    """The edge node's processes (with one worker, the node process is the worker)."""
+    return Server("edge", cdn.edge_urls[0], cdn.pids("--name edge-0"))
+
+
+def measure(args: argparse.Namespace) -> None:
+    require_tools()
+    print(f"# hits_bench: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
+    server_core, load_core = args.server_core, args.load_core
+    wrk_prefix = ("taskset", "-c", load_core)
+    with tempfile.TemporaryDirectory(prefix="hits-bench-") as tmp:
+        workdir = Path(tmp)
+        os.chmod(workdir, 0o755)  # varnish and nginx workers run as their own users
+        env = {"ASSETCDN_EDGE_MEMORY_CACHE_MB": "512", "ASSETCDN_CONTROL_MAX_BATCH_FILES": str(BATCH)}
+        (workdir / "cdn").mkdir()
+        cdn = start_cdn(workdir / "cdn", workers=1, env_extra=env)
+        servers: list[Server] = []
+        try:
+            control_port = int(cdn.control_url.rsplit(":", 1)[1])
+            pin(cdn.pids("control"), load_core)
+            edge = edge_server(cdn)
+            pin(edge.pids, server_core)
+            base = free_port_block(2)
+            varnish = start_varnish(workdir, base, control_port, server_core)
+            nginx = start_nginx(workdir, base + 1, control_port, server_core)
+            servers = [varnish, nginx]
+            paths, bodies = asyncio.run(prepare_files(cdn))
+            for server in (varnish, nginx):
+                asyncio.run(wait_up(server.base + "/"))
+                assert server.process is not None
+                server.pids = [server.process.pid, *children_of(server.process.pid)]
+                pin(server.pids, server_core)
+            every = {"varnish": varnish, "nginx": nginx, "edge": edge}
+            for server in every.values():
+                asyncio.run(warm(server.base, list(paths.values()), bodies))
+            print(f"# warmed; pinned servers to core {server_core}, wrk and control to core {load_core}; "
+                  f"load average {load_average()}")
+            results = Results()
+            order = list(SERVERS)
+            for round_ in range(args.rounds):
+                for label, path in paths.items():
+                    for name in order:
+                        result, cores = run_one(every[name], f"{every[name].base}/{path}", args, wrk_prefix)
+                        sample = Sample(result.rps, result.bytes_read / result.duration_s / MB, result.p99_ms,
+                                        cores, result.errors)
+                        results.add(name, label, sample)
+                        print(f"round {round_ + 1} {label:>11} {name:>8}: {result.rps:10,.0f} req/s "
+                              f"{sample.mib_s:8,.0f} MiB/s p99 {result.p99_ms:7.2f} ms cpu {cores:.2f} "
+                              f"errors {result.errors}", flush=True)
+                order = order[1:] + order[:1]
+            print(f"\n# medians of {args.rounds} rounds, wrk -t{args.threads} -c{args.connections} "
+                  f"-d{args.duration:g}s; load average after: {load_average()}\n")
+            print(table(results, list(paths)))
+            if args.objects:
+                memory_rows(cdn, every, args.objects)
+        finally:
+            for server in servers:
+                stop(server)
+            cdn.stop()
+        if args.scaling:
+            scaling(workdir, args)
+
+
+def memory_rows(cdn: RunningCdn, every: dict[str, Server], count: int) -> None:
+    paths = [f"{ZONE}/v1/small/{i // 1000:03d}/{i:06d}.bin" for i in range(count)]
+    began = time.monotonic()
+    asyncio.run(_upload_small(cdn, paths))
+    print(f"\n# {count:,} files of {SMALL} bytes uploaded in {time.monotonic() - began:.0f} s")
+    lines = ["| server | RSS before | RSS with the files cached | per cached object |", "|---|---:|---:|---:|"]
+    for name, server in every.items():
+        before = server.rss_bytes()
+        asyncio.run(warm(server.base, paths))
+        after = server.rss_bytes()
+        lines.append(f"| {name} | {before / MB:,.0f} MiB | {after / MB:,.0f} MiB | "
+                     f"{(after - before) / count:,.0f} bytes |")
+    print(f"\n# resident memory, {count:,} small ({SMALL} B) objects cached\n")
+    print("\n".join(lines))
+
+
+async def _upload_small(cdn: RunningCdn, paths: list[str]) -> None:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+        await upload_many(session, cdn, paths)
+
+
+def scaling(workdir: Path, args: argparse.Namespace) -> None:
+    """1 and 2 edge workers at 5 KB, wrk unpinned. Besides req/s, the workers' CPU and req/s per core:
+    workers scale when a second one serves as much per core as the first."""
+    rows = []
+    for workers in (1, 2):
+        (workdir / f"scale-{workers}").mkdir()
+        cdn = start_cdn(workdir / f"scale-{workers}", workers=workers)
+        try:
+            paths, bodies = asyncio.run(prepare_files(cdn))
+            path = paths["5 KB"]
+            node = cdn.pids("--name edge-0")
+            edge = Server("edge", cdn.edge_urls[0], [p for n in node for p in (n, *children_of(n))])
+            for _ in range(4 * workers):  # every worker holds it (SO_REUSEPORT spreads connections)
+                asyncio.run(warm(edge.base, [path], bodies))
+            samples = [run_one(edge, f"{edge.base}/{path}", args, ()) for _ in range(args.rounds)]
+            rps = statistics.median(result.rps for result, _ in samples)
+            cores = statistics.median(cpu for _, cpu in samples)
+            rows.append((workers, rps, cores))
+        finally:
+            cdn.stop()
+    print(f"\n# scaling, 5 KB hits, wrk unpinned (it shares the 2 cores with the workers); "
+          f"load average {load_average()}\n")
+    print("| edge workers | req/s | vs 1 worker | workers' CPU (cores) | req/s per core |\n|---:|---:|---:|---:|---:|")
+    for workers, rps, cores in rows:
+        print(f"| {workers} | {rps:,.0f} | {rps / rows[0][1]:.2f}x | {cores:.2f} | {rps / cores if cores else 0:,.0f} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run (default 5)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--server-core", default="0")
+    parser.add_argument("--load-core", default="1")
+    parser.add_argument("--objects", type=int, default=5_000,
+                        help="small objects for the memory rows (0: skip; the issue's figure is 100000)")
+    parser.add_argument("--no-scaling", dest="scaling", action="store_false")
+    args = parser.parse_args(argv)
+    if not 0 < args.duration <= 60 or not 0 < args.rounds <= 20:
+        parser.error("--duration within (0, 60], --rounds within (0, 20]")
+    measure(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Zero-copy bodies: a cache file sent to a client socket with ``sendfile(2)``, never read into Python.
+
+uvloop has no ``loop.sendfile`` (it raises NotImplementedError), so the body goes straight to the
+socket's descriptor: first everything the transport still buffers is flushed (responses written
+before this one go out first), then ``os.sendfile`` runs until the range is sent, waiting for
+writability on a duplicate of the descriptor when the socket buffer is full (an event loop refuses
+a watcher on a descriptor its transport owns; a duplicate names the same socket). Works on uvloop
+and on asyncio's own loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+
+SENDFILE_CHUNK = 4 * 1024 * 1024  # per system call: keeps one call from holding the loop for long
+
+
+class Drain:
+    """Waits until a transport's write buffer is empty, through the protocol's pause/resume calls."""
+
+    __slots__ = ("paused", "_waiter")
+
+    def __init__(self) -> None:
+        self.paused = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def connection_lost(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(ConnectionResetError("connection lost"))
+
+    async def wait_empty(self, transport: asyncio.WriteTransport) -> None:
+        """Return once the transport holds no unsent bytes (a low-water mark of zero)."""
+        if not transport.get_write_buffer_size():
+            return
+        limits = transport.get_write_buffer_limits()
+        transport.set_write_buffer_limits(high=0, low=0)
+        try:
+            while transport.get_write_buffer_size():
+                if transport.is_closing():
+                    raise ConnectionResetError("connection closing")
+                # The transport pauses us while it holds more than the mark (zero) and resumes us once
+                # it has sent everything.
+                self._waiter = asyncio.get_running_loop().create_future()
+                await self._waiter
+        finally:
+            transport.set_write_buffer_limits(high=limits[1], low=limits[0])
+
+
+def _socket_fd(transport: asyncio.BaseTransport) -> int:
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        raise ConnectionResetError("transport has no socket")
+    fd = sock.fileno() if not isinstance(sock, int) else sock
+    if fd < 0:
+        raise ConnectionResetError("socket closed")
+    return int(fd)
+
+
+async def _writable(fd: int) -> None:
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+    loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
+    try:
+        await ready
+    finally:
+        loop.remove_writer(fd)
+
+
+def send_file_nowait(transport: asyncio.WriteTransport, fileno: int, offset: int, count: int) -> int:
+    """As much of the range as the socket takes now, without waiting; the transport must hold no
+    unsent bytes. Returns the bytes sent; raises OSError (not BlockingIOError) on a broken socket."""
+    fd = _socket_fd(transport)
+    sent_total = 0
+    while count > 0:
+        try:
+            sent = os.sendfile(fd, fileno, offset, min(count, SENDFILE_CHUNK))
+        except (BlockingIOError, InterruptedError):
+            break
+        if sent == 0:
+            raise ConnectionResetError("file shorter than expected")
+        offset += sent
+        count -= sent
+        sent_total += sent
+    return sent_total
+
+
+async def send_file(transport: asyncio.WriteTransport, drain: Drain, fileno: int, offset: int,
+                    count: int) -> None:
+    """Send ``count`` bytes of the open file ``fileno`` from ``offset`` after everything already
+    written to ``transport``. Raises ConnectionError if the client goes away."""
+    await drain.wait_empty(transport)
+    fd = os.dup(_socket_fd(transport))
+    try:
+        while count > 0:
+            if transport.is_closing():
+                raise ConnectionResetError("connection closing")
+            try:
+                sent = os.sendfile(fd, fileno, offset, min(count, SENDFILE_CHUNK))
+            except BlockingIOError:
+                await _writable(fd)
+                continue
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                raise ConnectionResetError(str(exc)) from exc
+            if sent == 0:
+                raise ConnectionResetError("file shorter than expected")  # truncated cache file
+            offset += sent
+            count -= sent
+    finally:
+        os.close(fd)
+
+
+def set_keepalive(transport: asyncio.BaseTransport) -> None:
+    """TCP keep-alive probes, as aiohttp sets them on its connections."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and hasattr(sock, "setsockopt"):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        except OSError:
+            pass

@@ -1,0 +1,189 @@
+"""The hit path's HTTP/1.1 over raw sockets against a real edge: the same answers the application gives,
+pipelining, heads split across packets, malformed and oversize requests, conditional requests, HEAD,
+Range, Connection: close, and hand-over of everything that is not a hit."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.edge.fastpath.conftest import (
+    ZONE,
+    HitCdn,
+    HitCdnFactory,
+    Response,
+    request_bytes,
+)
+from tests.edge.routes.conftest import LOGO_SVG, solid_png
+
+SVG = f"{ZONE}/v1/logos/logo.svg"
+PNG = f"{ZONE}/v1/banners/photo.png"
+PER_REQUEST = {"date", "x-request-id"}
+
+
+async def warmed(make_hit_cdn: HitCdnFactory) -> HitCdn:
+    cdn = await make_hit_cdn()
+    await cdn.upload(SVG, LOGO_SVG)
+    await cdn.upload(PNG, solid_png(32, 16, (200, 10, 10)))
+    conn = await cdn.connect()
+    for path in (SVG, PNG):
+        assert (await conn.request(f"/{path}")).header("X-Cache") == "MISS"
+    conn.close()
+    return cdn
+
+
+def comparable(response: Response) -> tuple[int, list[tuple[str, str]], bytes]:
+    headers = sorted((k.lower(), v) for k, v in response.headers.items() if k.lower() not in PER_REQUEST)
+    return response.status, headers, response.body
+
+
+async def test_a_hit_is_answered_exactly_as_the_application_answers_it(make_hit_cdn: HitCdnFactory) -> None:
+    cdn = await warmed(make_hit_cdn)
+    hits, plain = await cdn.connect(), await cdn.plain()
+    etag = (await hits.request(f"/{SVG}")).header("ETag")
+    assert etag
+    cases: list[tuple[str, str, dict[str, str]]] = [
+        (SVG, "GET", {}), (PNG, "GET", {}), (SVG, "HEAD", {}), (PNG, "HEAD", {}),
+        (SVG, "GET", {"If-None-Match": etag}), (SVG, "GET", {"If-None-Match": f'W/{etag}, "other"'}),
+        (SVG, "GET", {"If-None-Match": "*"}), (SVG, "GET", {"If-None-Match": '"nope"'}),
+        (SVG, "GET", {"Range": "bytes=0-9"}), (SVG, "GET", {"Range": "bytes=-7"}),
+        (SVG, "GET", {"Range": "bytes=20-"}), (SVG, "HEAD", {"Range": "bytes=5-6"}),
+        (SVG, "GET", {"Range": "bytes=0-1,4-5"}),  # several ranges: the whole body
+    ]
+    served = cdn.site.hits.served if cdn.site.hits else 0
+    for path, method, headers in cases:
+        fast = await hits.request(f"/{path}", method, **headers)
+        slow = await plain.request(f"/{path}", method, **headers)
+        assert comparable(fast) == comparable(slow), (path, method, headers)
+        assert fast.header("X-Cache") == "HIT" and fast.header("Server") == "assetcdn"
+        assert fast.header("X-Request-ID") and fast.header("Date")
+    assert cdn.site.hits is not None and cdn.site.hits.served == served + len(cases)  # all on the hit path
+    statuses = [(await hits.request(f"/{SVG}", **h)).status for h in ({"If-None-Match": etag}, {"Range": "bytes=0-0"})]
+    assert statuses == [304, 206]
+
+
+async def test_pipelined_requests_come_back_in_order_across_hand_overs(make_hit_cdn: HitCdnFactory) -> None:
+    cdn = await warmed(make_hit_cdn)
+    conn = await cdn.connect()
+    missing = f"/{ZONE}/v1/logos/missing.svg"
+    await conn.send(b"".join([
+        request_bytes(f"/{SVG}"), request_bytes(missing), request_bytes(f"/{PNG}", "HEAD"),
+        request_bytes("/api/health"), request_bytes(f"/{SVG}", If_None_Match="*"),
+        request_bytes(f"/{PNG}"), request_bytes(f"/{SVG}?v=2", X_Request_ID="0b7f5f9e-8a59-4c9c-9d43-3f1f8a1b2c3d"),
+    ]))
+    answers = [await conn.response() for _ in range(7)]
+    assert [a.status for a in answers] == [200, 404, 200, 200, 304, 200, 200]
+    assert answers[0].body == LOGO_SVG and answers[6].body == LOGO_SVG
+    assert answers[1].header("Content-Type") == "application/json"
+    assert answers[2].body == b"" and int(answers[2].header("Content-Length") or 0) == len(answers[5].body)
+    assert answers[6].header("X-Request-ID") == "0b7f5f9e-8a59-4c9c-9d43-3f1f8a1b2c3d"
+    assert len({a.header("X-Request-ID") for a in answers}) == 7
+    assert (await conn.request(f"/{SVG}")).body == LOGO_SVG  # the connection is still good
+
+
+async def test_a_head_split_across_packets_is_reassembled(make_hit_cdn: HitCdnFactory) -> None:
+    cdn = await warmed(make_hit_cdn)
+    conn = await cdn.connect()
+    data = request_bytes(f"/{SVG}") + request_bytes(f"/{PNG}", "HEAD") + request_bytes(f"/{SVG}")
+    for cut in range(0, len(data), 7):
+        await conn.send(data[cut:cut + 7])
+        await asyncio.sleep(0.002)
+    answers = [await conn.response() for _ in range(3)]
+    assert [(a.status, a.body == LOGO_SVG) for a in answers] == [(200, True), (200, False), (200, True)]
+    # A second request's first bytes arriving with the end of the first.
+    first, second = request_bytes(f"/{SVG}"), request_bytes(f"/{PNG}")
+    await conn.send(first[:-3])
+    await asyncio.sleep(0.01)
+    await conn.send(first[-3:] + second[:5])
+    await asyncio.sleep(0.01)
+    await conn.send(second[5:])
+    assert [(await conn.response()).status for _ in range(2)] == [200, 200]
+
+
+async def test_malformed_requests_get_400_and_the_server_carries_on(make_hit_cdn: HitCdnFactory) -> None:
+    cdn = await warmed(make_hit_cdn)
+    for garbage in (b"GET /\x00 HTTP/1.1\r\nHost: x\r\n\r\n", b"GET / HTTP/9.9\r\nHost: x\r\n\r\n",
+                    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", b"GET /x HTTP/1.1\r\nBad Header\r\n\r\n"):
+        conn = await cdn.connect()
+        await conn.send(garbage)
+        answer = await conn.response()
+        assert answer.status == 400, garbage
+        assert answer.header("Server") == "assetcdn"
+        conn.close()
+    conn = await cdn.connect()
+    await conn.send(request_bytes(f"/{SVG}") + b"GET /\x00 HTTP/1.1\r\nHost: x\r\n\r\n")  # a hit, then garbage
+    assert (await conn.response()).body == LOGO_SVG
+    assert (await conn.response()).status == 400
+    assert await conn.closed_by_server()
+    assert (await (await cdn.connect()).request(f"/{SVG}")).status == 200
+
+
+async def test_oversize_heads_are_refused_by_the_application_limits(make_hit_cdn: HitCdnFactory) -> None:
+    cdn = await warmed(make_hit_cdn)
+    conn = await cdn.connect()
+    await conn.send(f"GET /{SVG} HTTP/1.1\r\nHost: x\r\nX-Big: {'a' * 9000}\r\n\r\n".encode())
+    answer = await conn.response()
+    assert answer.status in (400, 431)
+    conn = await cdn.connect()
+    await conn.send(f"GET /{SVG}?{'q' * 20000} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    answer = await conn.response()
+    assert answer.status in (400, 414)
+
+
+async def test_connection_close_and_http_1_0(make_hit_cdn: HitCdnFactory) -> None:
+    cdn = await warmed(make_hit_cdn)
+    conn = await cdn.connect()
+    answer = await conn.request(f"/{SVG}", Connection="close")
+    assert (answer.status, answer.body, answer.header("Connection")) == (200, LOGO_SVG, "close")
+    assert await conn.closed_by_server()
+    conn = await cdn.connect()  # pipelined requests after a `Connection: close` are not answered
+    await conn.send(request_bytes(f"/{SVG}", Connection="close") + request_bytes(f"/{PNG}"))
+    assert (await conn.response()).status == 200
+    assert await conn.closed_by_server()
+    conn = await cdn.connect()
+    await conn.send(f"GET /{SVG} HTTP/1.0\r\nHost: x\r\n\r\n".encode())
+    answer = await conn.response()
+    assert (answer.status, answer.body) == (200, LOGO_SVG)
+    assert await conn.closed_by_server()
+
+
+async def test_requests_with_bodies_and_api_calls_go_to_the_application(make_hit_cdn: HitCdnFactory) -> None:
+    cdn = await warmed(make_hit_cdn)
+    conn = await cdn.connect()
+    answer = await conn.request(f"/api/transform?url=/{PNG}&w=8&format=png")
+    assert answer.status == 200 and answer.header("Content-Type") == "image/png"
+    await conn.send(b"POST /api/analytics HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 2\r\n\r\n{}")
+    assert (await conn.response()).status in (200, 202, 400, 401)  # the application decided
+    answer = await conn.request(f"/{SVG}")  # the connection now belongs to the application: still served
+    assert (answer.status, answer.body) == (200, LOGO_SVG)
+
+
+async def test_tenant_hosts_serve_only_their_zone_on_the_hit_path(make_hit_cdn: HitCdnFactory) -> None:
+    cdn = await warmed(make_hit_cdn)
+    conn = await cdn.connect()
+    tenant = f"{ZONE}.cdn.localhost"
+    answer = await conn.request("/v1/logos/logo.svg", host=tenant)
+    assert (answer.status, answer.body) == (200, LOGO_SVG)
+    answer = await conn.request("/v1/logos/logo.svg", host=f"{tenant}:443")
+    assert (answer.status, answer.header("X-Cache")) == (200, "HIT")
+    assert (await conn.request(f"/{SVG}", host="other.cdn.localhost")).status == 404
+    assert (await conn.request("/v1/logos/logo.svg", host="edge.test")).status == 404
+
+
+async def test_a_deep_pipeline_behind_a_handed_over_request_is_read_in_bounded_steps(
+        make_hit_cdn: HitCdnFactory) -> None:
+    cdn = await warmed(make_hit_cdn)
+    conn = await cdn.connect()
+    count = 6000  # about 400 KB of request heads: more than the hit path reads ahead
+    # A transform made on this request (a miss): slow enough for the pipeline to pile up behind it.
+    data = request_bytes(f"/api/transform?url=/{PNG}&w=9&format=webp") + request_bytes(f"/{SVG}") * count
+
+    async def send() -> None:
+        await conn.send(data)
+
+    sending = asyncio.create_task(send())
+    first = await conn.response()
+    statuses = [(await conn.response()).status for _ in range(count)]
+    await sending
+    assert first.status == 200 and statuses == [200] * count
+    assert (await conn.request(f"/{PNG}")).status == 200
