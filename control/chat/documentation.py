@@ -1,4 +1,5 @@
-"""The product's own documentation as passages the chat can retrieve: the README, split by section.
+"""The product's own documentation as passages the chat can retrieve: the README, split by section,
+and one passage per operation of the API reference the service serves (shared/openapi.json).
 
 The README ships with the product twice over: beside the package in a source checkout (what
 `make setup` installs, editable) and as the long description in the installed distribution's
@@ -12,6 +13,8 @@ import importlib.metadata
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from shared import openapi
 
 DISTRIBUTION = "assetcdn"
 SOURCE_README = Path(__file__).resolve().parents[2] / "README.md"
@@ -110,5 +113,20 @@ def _passage(source: str, title: str, text: str, seen: dict[str, int]) -> Passag
     return Passage(f"{source}#{slug}{suffix}", title, text)
 
 
+def api_reference_passages() -> list[Passage]:
+    """One passage per operation of the served API reference: method, path, summary and description."""
+    passages: list[Passage] = []
+    seen: dict[str, int] = {}
+    for path, item in openapi.document().get("paths", {}).items():
+        for method, operation in item.items():
+            if method not in openapi.METHOD_ORDER or not isinstance(operation, dict):
+                continue
+            summary = str(operation.get("summary") or "").strip()
+            description = " ".join(str(operation.get("description") or "").split())
+            text = f"{method.upper()} {path}: {summary}. {description}".strip()
+            passages.append(_passage("api", f"{method.upper()} {path}", text[:MAX_PASSAGE], seen))
+    return passages
+
+
 def documentation_passages() -> list[Passage]:
-    return split_passages(readme_text())
+    return split_passages(readme_text()) + api_reference_passages()

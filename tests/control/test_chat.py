@@ -123,15 +123,32 @@ async def test_without_a_model_the_answer_is_extracted_from_the_documentation(ma
     # Extracted, not written: each part is "From "<README section>": <sentences of that section>".
     # (What the README says changes with the product, so the check is on the form and the topic.)
     text = answer_text(frames)
-    readme = " ".join(readme_text().split())
-    headings = {p.title for p in documentation_passages()}
+    passages = documentation_passages()
+    corpus = " ".join(readme_text().split()) + " ".join(p.text for p in passages if p.id.startswith("api#"))
+    headings = {p.title for p in passages}
     for part in text.split("\n\n"):
         match = re.fullmatch(r'From "([^"]+)": (.+)', part, flags=re.S)
         assert match and match.group(1) in headings, part
-        assert all(sentence.strip("- ") in readme for sentence in match.group(2).split(". ")), part
+        assert all(sentence.strip("- ") in corpus for sentence in match.group(2).split(". ")), part
     assert "purge" in text.lower()
     follow_ups = frames[-1][1]["followUps"]
     assert isinstance(follow_ups, list) and 1 <= len(follow_ups) <= 3
+
+
+def test_the_served_api_reference_is_part_of_the_documentation() -> None:
+    # One passage per operation of GET /api/openapi.json, titled "METHOD /path".
+    api = {p.title: p.text for p in documentation_passages() if p.id.startswith("api#")}
+    assert "GET /api/ai/background-remove" in api and "POST /api/chat" in api
+    assert "501" in api["GET /api/ai/background-remove"]
+
+
+async def test_a_question_about_an_endpoint_is_answered_from_the_api_reference(make_control: MakeControl) -> None:
+    client = await make_control()
+    resp, frames = await ask(client, {"message": "Can the API remove the background of an image?"})
+    assert resp.status == 200
+    assert any(s == "api#get-api-ai-background-remove" or s == "api#post-api-ai-background-remove"
+               for s in frames[0][1]["sources"]), frames[0][1]["sources"]
+    assert "501" in answer_text(frames) or "not available" in answer_text(frames).lower()
 
 
 async def test_the_catalog_is_part_of_what_chat_answers_from(make_control: MakeControl) -> None:
