@@ -60,14 +60,15 @@ def normalise_query(query: str) -> str:
 
 
 class AnswerCache:
-    """Answers by (normalised query, limit), valid for `ttl_s` and only for the generation they were made at."""
+    """Answers by (normalised query, limit), valid for `ttl_s` and only for the version they were made at
+    (the manifest generation and the index's snapshot: an upload or a new alt text makes new answers)."""
 
     def __init__(self, ttl_s: float, entries: int = CACHE_ENTRIES) -> None:
         self.ttl_s = ttl_s
         self.entries = entries
-        self._answers: OrderedDict[tuple[str, int], tuple[float, int, SearchAnswer]] = OrderedDict()
+        self._answers: OrderedDict[tuple[str, int], tuple[float, tuple[int, int], SearchAnswer]] = OrderedDict()
 
-    def get(self, key: tuple[str, int], generation: int) -> SearchAnswer | None:
+    def get(self, key: tuple[str, int], generation: tuple[int, int]) -> SearchAnswer | None:
         found = self._answers.get(key)
         if found is None:
             return None
@@ -78,7 +79,7 @@ class AnswerCache:
         self._answers.move_to_end(key)
         return answer
 
-    def put(self, key: tuple[str, int], generation: int, answer: SearchAnswer) -> None:
+    def put(self, key: tuple[str, int], generation: tuple[int, int], answer: SearchAnswer) -> None:
         if self.ttl_s <= 0:
             return
         self._answers[key] = (time.monotonic() + self.ttl_s, generation, answer)
@@ -153,11 +154,11 @@ class SearchEngine:
 
     async def search(self, query: str, limit: int) -> SearchAnswer:
         key = (normalise_query(query), limit)
-        cached = self.cache.get(key, self.manifest.generation)
+        await self.index.settled(SETTLE_BACKLOG)  # at once unless a change is being indexed
+        generation = (self.manifest.generation, self.index.version)
+        cached = self.cache.get(key, generation)
         if cached is not None:
             return SearchAnswer(cached.hits, "cached", cached.origin)
-        await self.index.settled(SETTLE_BACKLOG)
-        generation = self.manifest.generation
         self.catalog.sync(self.manifest)
         encoder = await self.index.model()
         documents, snapshot = self.catalog.documents, self.index.snapshot

@@ -77,6 +77,7 @@ class SearchIndex:
         # `refresh([path])` when it changes so the vector is remade.
         self.alt_text: AltTextSource = _no_alt_text
         self.snapshot = VectorSnapshot.empty()
+        self.version = 0                         # counts published snapshots (answers cached per version)
         self.backlog = 0                         # texts still to embed in the current pass
         self.embedded = 0                        # texts embedded since start (a restart should add few)
         self.embed_executor = ThreadPoolExecutor(1, thread_name_prefix="search-index")
@@ -221,6 +222,7 @@ class SearchIndex:
         self.backlog = 0
 
     def _publish_snapshot(self) -> None:
+        self.version += 1
         paths = tuple(sorted(self._stored))
         if not paths:
             self.snapshot = VectorSnapshot.empty()

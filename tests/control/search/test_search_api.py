@@ -150,3 +150,28 @@ async def test_every_search_error_uses_the_legacy_envelope(control: TestClient) 
     assert resp.status in (404, 405)                # the method is not served here
     body = await resp.json()
     assert isinstance(body["error"], str) and body["HttpCode"] == resp.status
+
+
+async def test_alt_text_once_known_becomes_searchable(make_control: MakeControl) -> None:
+    # Files named by number: only an alt text (here from the SVG's title) says what one shows.
+    client = await make_control()
+    await add_zone(client, "acme")
+    svg = (b'<svg xmlns="http://www.w3.org/2000/svg" width="64" height="64"><title>A lighthouse on a rocky '
+           b'coast at dusk</title><rect width="64" height="64" fill="#234"/></svg>')
+    resp = await client.put("/api/storage/clients/acme/v1/images/img-0042.svg", data=svg,
+                            headers={**ACCESS, "Content-Type": "image/svg+xml"})
+    assert resp.status == 201, await resp.text()
+    await upload(client, "acme/v1/images/img-0043.svg", "acme/v1/images/img-0044.svg")
+
+    def score(answer: dict, name: str) -> float:
+        return next((r["score"] for r in answer["results"] if r["name"] == name), 0.0)
+
+    before = await search(client, "lighthouse by the sea")
+    assert score(before, "img-0042.svg") <= max(score(before, "img-0043.svg"), score(before, "img-0044.svg")), before
+
+    resp = await client.get("/api/ai/alt-text", params={"url": "/acme/v1/images/img-0042.svg"}, headers=ACCESS)
+    assert resp.status == 200, await resp.text()
+    assert "lighthouse" in (await resp.json())["alt"].lower()
+    after = await search(client, "lighthouse by the sea")
+    assert after["mode"] == "vector" and names(after)[0] == "img-0042.svg", after
+    assert score(after, "img-0042.svg") > max(score(after, "img-0043.svg"), score(after, "img-0044.svg")) + 0.1, after
