@@ -13,6 +13,7 @@ DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 setup: $(STAMP)
 	-@sh tests/browser/setup.sh
 	-@sh tests/control/ai/setup.sh
+	-@sh tests/counters/setup.sh
 
 # Re-install only when the project's metadata changed (idempotent and fast otherwise).
 $(STAMP): pyproject.toml
