@@ -10,6 +10,7 @@ DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
 # Browser-test prerequisites (Debian chromium, hls.js from npm) are best effort: without them the
 # browser test skips and says why. Tesseract OCR (Debian) serves alt text; without it OCR is skipped.
+# redis-server (Debian) is for the Redis counter tests (they start their own); without it they skip.
 setup: $(STAMP)
 	-@sh tests/browser/setup.sh
 	-@sh tests/control/ai/setup.sh

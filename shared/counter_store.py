@@ -46,6 +46,7 @@ Period = Literal["day", "month"]
 MAX_LOCAL_KEYS = 100_000  # windows the in-process store keeps; past this the oldest is forgotten early
 IPV6_CLIENT_PREFIX = 64   # one IPv6 client usually holds a whole /64
 PRUNE_EVERY_S = 60.0      # how often a process deletes ended windows from the embedded store
+REDIS_CONNECTIONS = 8     # per process
 RECHECK_AFTER_S = 5.0     # health asks the store itself when nothing reached it for this long
 
 
@@ -311,7 +312,7 @@ class RedisCounterStore:
 
     backend = "redis"
 
-    def __init__(self, url: str, *, key_prefix: str = "", timeout_s: float = 0.5) -> None:
+    def __init__(self, url: str, *, key_prefix: str = "", timeout_s: float = 1.0) -> None:
         import redis.asyncio as aioredis
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
@@ -320,16 +321,20 @@ class RedisCounterStore:
         self._errors: tuple[type[BaseException], ...] = (RedisError, OSError, TimeoutError)
         self._prefix = key_prefix
         self._timeout_s = timeout_s
-        # One retry: a pooled connection broken by a Redis restart fails once, then reconnects.
-        self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                                              retry=Retry(NoBackoff(), 1))
+        # A few connections, reused: a burst of requests queues for one (each script takes microseconds)
+        # instead of opening one connection per request. One retry: a pooled connection broken by a
+        # Redis restart fails once, then reconnects.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=REDIS_CONNECTIONS, timeout=timeout_s, socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 1))
+        self._redis = aioredis.Redis(connection_pool=pool)
         self._hit = self._redis.register_script(_HIT)
         self._peek = self._redis.register_script(_PEEK)
         self._refund = self._redis.register_script(_REFUND)
 
     async def _call(self, work: Awaitable[T]) -> T:
         try:
-            async with asyncio.timeout(self._timeout_s * 2 + 0.1):  # connect, then the command
+            async with asyncio.timeout(self._timeout_s * 3):  # a free connection, connecting, the command
                 return await work
         except self._errors as exc:
             raise CounterStoreUnavailable(f"redis: {type(exc).__name__}: {exc}") from exc
@@ -531,7 +536,7 @@ def counter_store_from_settings(section: Mapping[str, Any], data_dir: Path) -> C
     """The `[counters]` backend: "embedded" (SQLite at `path`, default <data_dir>/counters.sqlite3),
     "redis" (`redis_url`), or "memory" (this process only; tests)."""
     backend = str(section.get("backend", "embedded"))
-    timeout_s = float(section.get("timeout_s", 0.5))
+    timeout_s = float(section.get("timeout_s", 1.0))
     if backend == "embedded":
         path = str(section.get("path", "") or "")
         return SqliteCounterStore(Path(path) if path else Path(data_dir) / "counters.sqlite3",
