@@ -321,42 +321,44 @@ class RedisCounterStore:
         self._errors: tuple[type[BaseException], ...] = (RedisError, OSError, TimeoutError)
         self._prefix = key_prefix
         self._timeout_s = timeout_s
-        # A few connections, reused: a burst of requests queues for one (each script takes microseconds)
-        # instead of opening one connection per request. One retry: a pooled connection broken by a
-        # Redis restart fails once, then reconnects.
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=REDIS_CONNECTIONS, timeout=timeout_s, socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 1))
+        # A few connections, reused: a burst of requests queues for one, first come first served (each
+        # script takes microseconds), instead of opening one connection per request. One retry: a pooled
+        # connection broken by a Redis restart fails once, then reconnects.
+        pool = aioredis.ConnectionPool.from_url(
+            url, max_connections=REDIS_CONNECTIONS, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 1))
         self._redis = aioredis.Redis(connection_pool=pool)
+        self._turns = asyncio.Semaphore(REDIS_CONNECTIONS)
         self._hit = self._redis.register_script(_HIT)
         self._peek = self._redis.register_script(_PEEK)
         self._refund = self._redis.register_script(_REFUND)
 
-    async def _call(self, work: Awaitable[T]) -> T:
+    async def _call(self, work: Callable[[], Awaitable[T]]) -> T:
         try:
-            async with asyncio.timeout(self._timeout_s * 3):  # a free connection, connecting, the command
-                return await work
+            async with asyncio.timeout(self._timeout_s * 3):  # a turn, connecting, the command
+                async with self._turns:
+                    return await work()
         except self._errors as exc:
             raise CounterStoreUnavailable(f"redis: {type(exc).__name__}: {exc}") from exc
 
     async def hit(self, key: str, limit: int, window_s: float) -> Decision:
         window_ms = max(int(window_s * 1000), 1)
-        allowed, used, ttl = await self._call(self._hit(keys=[self._prefix + key], args=[limit, window_ms]))
+        allowed, used, ttl = await self._call(lambda: self._hit(keys=[self._prefix + key], args=[limit, window_ms]))
         now = time.time()
         return _decision(bool(allowed), limit, int(used), now + int(ttl) / 1000, now)
 
     async def peek(self, key: str, limit: int, window_s: float) -> Decision:
-        used, ttl = await self._call(self._peek(keys=[self._prefix + key]))
+        used, ttl = await self._call(lambda: self._peek(keys=[self._prefix + key]))
         now = time.time()
         if int(ttl) < 0:
             return _decision(limit > 0, limit, 0, now + window_s, now)
         return _decision(int(used) < limit, limit, int(used), now + int(ttl) / 1000, now)
 
     async def refund(self, key: str) -> None:
-        await self._call(self._refund(keys=[self._prefix + key]))
+        await self._call(lambda: self._refund(keys=[self._prefix + key]))
 
     async def ping(self) -> None:
-        await self._call(self._redis.ping())
+        await self._call(self._redis.ping)
 
     async def close(self) -> None:
         with contextlib.suppress(*self._errors):
