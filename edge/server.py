@@ -46,7 +46,7 @@ def run_worker(argv: list[str], worker: int) -> None:
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
     cache_dir = Path(args.cache_dir or settings.get("edge", "cache_dir") or data_dir / args.name).resolve()
     configure_logging(f"{args.name}/{worker}")
-    identity = EdgeIdentity(args.name, worker, args.control_url, cache_dir, args.advertise_host or host)
+    identity = EdgeIdentity(args.name, worker, args.control_url, cache_dir, args.advertise_host or host, data_dir)
     app = create_app(settings, load_edge_secrets(data_dir), identity)
     # Hits are answered below aiohttp (edge/fastpath/), unless the operator turned that off.
     site = HitSite if settings.get("edge", "fast_hits") else None

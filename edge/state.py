@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from aiohttp import ClientSession, web
 
-from edge.counters import UsageCounters
 from edge.image_pool import ImagePool
 from edge.node import EdgeNode
 from shared.config import Settings
+from shared.counter_store import Counters
 from shared.secrets import Secrets
 
 NODE = web.AppKey("node", EdgeNode)
@@ -15,4 +15,4 @@ SETTINGS = web.AppKey("settings", Settings)
 SECRETS = web.AppKey("secrets", Secrets)
 PROXY_SESSION = web.AppKey("proxy_session", ClientSession)
 IMAGE_POOL = web.AppKey("image_pool", ImagePool)
-USAGE_COUNTERS = web.AppKey("usage_counters", UsageCounters)
+COUNTERS = web.AppKey("counters", Counters)  # every limit the edge enforces (shared/counter_store.py)

@@ -10,16 +10,18 @@ The shallow answer is public and carries no internal addresses, ports, paths or 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from aiohttp import web
 
 from shared import API_VERSION
+from shared.counter_store import Counters
 from shared.errors import utc_now_iso
 from shared.metrics import require_metrics_key
 
 # assets: the git repository and its manifest; kv: SQLite (control) and the edge cache; rateLimiter:
-# the transform and purge quotas; metrics: Prometheus and the analytics store; auditLogKv: the audit
+# every limit, counted in the shared counter store (shared/counter_store.py); metrics: Prometheus and the analytics store; auditLogKv: the audit
 # log. There is no AI, vector index or webhook queue.
 SERVICE_BINDINGS: dict[str, bool] = {
     "assets": True, "kv": True, "ai": False, "vectorize": False, "rateLimiter": True, "metrics": True,
@@ -47,3 +49,17 @@ def shallow_error(exc: BaseException) -> str:
 def health_body(status_ok: bool, checks: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     return {"status": "ok" if status_ok else "degraded", "timestamp": utc_now_iso(), "apiVersion": API_VERSION,
             "bindings": dict(SERVICE_BINDINGS), "checks": checks, **extra}
+
+
+async def counters_check(counters: Counters, *, deep: bool) -> dict[str, Any]:
+    """The shared counter store: healthy while limits are counted there; while it cannot be reached,
+    unhealthy with `fallback: per-process` (each process counts alone; the instance is degraded)."""
+    started = time.perf_counter()
+    healthy = await counters.healthy(probe=deep)
+    check: dict[str, Any] = {"name": "counters", "configured": True, "method": KV_READ if deep else SHAPE,
+                             "healthy": healthy, **counters.check()}
+    if deep:
+        check["latencyMs"] = round((time.perf_counter() - started) * 1000)
+        if not healthy:
+            check["error"] = counters.error_detail() or check["error"]
+    return check

@@ -12,6 +12,7 @@ Each answer carries `model` and `engine`; `degraded` is true when something expe
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,10 +49,11 @@ from control.ai.vision_endpoint import (
     clean_alt,
     moderation_scores,
 )
-from control.quota import DailyQuota, seconds_until_tomorrow
 from control.storage.git_store import GitStore
+from shared.counter_store import Counters
 from shared.errors import ApiError, not_found, utc_now_iso
 from shared.faces import DETECT_SIZE, DETECTOR, detect_faces_rgb
+from shared.limits import ai_vision_per_day
 from shared.manifest import ManifestEntry
 
 KINDS = ("alt-text", "moderate", "smart-crop")
@@ -90,12 +92,13 @@ class AiVisionSettings:
 
 class ImageAnalysis:
     def __init__(self, git: GitStore, entries: Callable[[], dict[str, ManifestEntry]],
-                 db: aiosqlite.Connection, settings: AiVisionSettings) -> None:
+                 db: aiosqlite.Connection, settings: AiVisionSettings, counters: Counters) -> None:
         self.git = git
         self._entries = entries
         self.settings = settings
         self.cache = ResultsCache(db, settings.cache_ttl_s)
-        self.budget = DailyQuota(db, "ai-vision", settings.daily_budget)
+        self.counters = counters  # the daily budget is counted in the shared counter store
+        self.budget = ai_vision_per_day(settings.daily_budget)
         self.pool = AnalysisPool(settings.concurrency)
         self.nudity = NudityDetector.shared()
         self.endpoint = VisionEndpoint(settings.endpoint) if settings.endpoint else None
@@ -148,10 +151,14 @@ class ImageAnalysis:
             task.exception()  # retrieved: every waiter may have gone (clients disconnected)
 
     async def _compute_and_keep(self, kind: str, entry: ManifestEntry, key: tuple[str, str, str]) -> dict[str, Any]:
-        if self.settings.daily_budget <= 0 or await self.budget.take() is None:
+        spent, retry_after = True, max(math.ceil(self.budget.window_at()), 1)  # a budget of 0: off
+        if self.settings.daily_budget > 0:
+            decision = await self.counters.hit(self.budget)
+            spent, retry_after = not decision.allowed, decision.retry_after_s()
+        if spent:
             raise ApiError(503, "AiUnavailable", f"The daily AI compute budget ({self.settings.daily_budget} "
                            "analyses) is spent; it resets at 00:00 UTC. Answers already computed are still "
-                           "served from the cache.", headers={"Retry-After": str(seconds_until_tomorrow())})
+                           "served from the cache.", headers={"Retry-After": str(retry_after)})
         budget_s = self.settings.time_budget_s
         if self._engine(kind) == "endpoint" and self.settings.endpoint is not None:
             budget_s += self.settings.endpoint.timeout_s
@@ -159,15 +166,15 @@ class ImageAnalysis:
         try:
             data = await self.git.run(self.git.read_blob, entry.blob_id)
             if data is None:  # the asset was deleted since the manifest was read
-                await self.budget.give_back()
+                await self.counters.refund(self.budget)
                 raise not_found(f"No asset at '/{entry.path}'.", target="url", code="AssetNotFound")
             compute = {"alt-text": self._alt_text, "moderate": self._moderate, "smart-crop": self._smart_crop}[kind]
             fields = await compute(entry, data, deadline)
         except ImageInputError as exc:
-            await self.budget.give_back()  # nothing was analysed
+            await self.counters.refund(self.budget)  # nothing was analysed
             raise ApiError(exc.status, exc.code, exc.message, target="url") from None
         except AnalysisBusy:
-            await self.budget.give_back()
+            await self.counters.refund(self.budget)
             raise busy(self.pool.held) from None
         except AnalysisTimedOut:
             raise timed_out(budget_s) from None

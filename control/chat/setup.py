@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import aiohttp
-import aiosqlite
 
 from control.chat.concierge import Concierge
 from control.chat.documentation import documentation_passages
@@ -12,9 +11,10 @@ from control.chat.quota import ChatQuota
 from control.chat.retrieval import ChatRetriever
 from control.search.engine import SearchEngine
 from shared.config import Settings
+from shared.counter_store import Counters
 
 
-def open_chat(settings: Settings, db: aiosqlite.Connection,
+def open_chat(settings: Settings, counters: Counters,
               search: SearchEngine) -> tuple[ChatQuota, Concierge, aiohttp.ClientSession]:
     ai = settings.section("ai")
     session = aiohttp.ClientSession(auto_decompress=True)
@@ -22,5 +22,5 @@ def open_chat(settings: Settings, db: aiosqlite.Connection,
     if ai["chat_url"]:
         model = ChatModel(ChatModelConfig(ai["chat_url"], ai["chat_model"], ai["chat_api_key"],
                                           float(ai["chat_timeout_s"]), int(ai["chat_max_tokens"])), session)
-    quota = ChatQuota(db, int(ai["chat_monthly_limit"]), int(ai["chat_daily_soft_limit"]))
+    quota = ChatQuota(counters, int(ai["chat_monthly_limit"]), int(ai["chat_daily_soft_limit"]))
     return quota, Concierge(ChatRetriever(documentation_passages(), search), model), session

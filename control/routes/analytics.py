@@ -48,12 +48,6 @@ async def get_analytics(request: web.Request) -> web.Response:
     return json_response({**report, "DateFetched": utc_now_iso()})
 
 
-def _rate_headers(decision: RateDecision) -> dict[str, str]:
-    if not decision.limit:
-        return {}
-    return {"X-RateLimit-Limit": str(decision.limit), "X-RateLimit-Remaining": str(decision.remaining)}
-
-
 async def track_hit(request: web.Request) -> web.Response:
     # A caller with the analytics key (an operator's own middleware) is not limited; everyone else,
     # a wrong key included, is counted before anything else is done for them.
@@ -66,7 +60,7 @@ async def track_hit(request: web.Request) -> web.Response:
         raise LegacyError(429, "Rate limit exceeded",
                           f"At most {decision.limit} analytics hits per client in this window; "
                           f"retry in {decision.retry_after_s} s.",
-                          headers={"Retry-After": str(decision.retry_after_s), **_rate_headers(decision)})
+                          headers=decision.headers())
     if not keyed and request.app[SETTINGS].section("analytics").get("track_requires_key", False):
         raise LegacyError(401, "Unauthorized", "POST /api/analytics requires the analytics key in x-api-key.")
     raw = await read_body(request, TRACK_BODY_LIMIT)
@@ -75,7 +69,7 @@ async def track_hit(request: web.Request) -> web.Response:
     except orjson.JSONDecodeError:
         raise LegacyError(400, "Invalid JSON body") from None
     await request.app[ANALYTICS].record_hits([hit_from_track_body(body, now=time.time())])
-    return json_response({"ok": True}, headers=_rate_headers(decision))
+    return json_response({"ok": True}, headers=decision.headers())
 
 
 async def ingest_batch(request: web.Request) -> web.Response:

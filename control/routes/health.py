@@ -1,4 +1,4 @@
-"""GET /api/health on control: the asset store (manifest and git) and SQLite.
+"""GET /api/health on control: the asset store (manifest and git), SQLite and the counter store.
 
 The shallow answer is public and names no internal address or path; `deep=1` (metrics key required)
 exercises each binding, reports error text and lists the registered edges.
@@ -12,12 +12,13 @@ from typing import Any
 
 from aiohttp import web
 
-from control.state import DB, GIT, MANIFEST, REGISTRY
+from control.state import COUNTERS, DB, GIT, MANIFEST, REGISTRY
 from shared.health import (
     ASSET_READ,
     HEALTH_HEADERS,
     KV_READ,
     SHAPE,
+    counters_check,
     deep_requested,
     health_body,
     shallow_error,
@@ -40,7 +41,8 @@ async def _probe(name: str, method: str, probe: Callable[[], Awaitable[None]], *
 
 
 async def control_checks(app: web.Application, *, deep: bool) -> list[dict[str, Any]]:
-    """The manifest, SQLite and git checks (also run by the dashboard's status, always deep there)."""
+    """The manifest, SQLite, git and counter store checks (also run by the dashboard's status, always deep
+    there)."""
     manifest, db, git = app[MANIFEST], app[DB], app[GIT]
 
     async def manifest_probe() -> None:
@@ -65,7 +67,8 @@ async def control_checks(app: web.Application, *, deep: bool) -> list[dict[str, 
 
     return [await _probe("manifest", ASSET_READ if deep else SHAPE, manifest_probe, deep=deep),
             await _probe("sqlite", KV_READ if deep else SHAPE, sqlite_probe, deep=deep),
-            await _probe("git", ASSET_READ if deep else SHAPE, git_probe, deep=deep)]
+            await _probe("git", ASSET_READ if deep else SHAPE, git_probe, deep=deep),
+            await counters_check(app[COUNTERS], deep=deep)]
 
 
 async def health(request: web.Request) -> web.Response:

@@ -2,7 +2,8 @@
 
 A purge becomes a manifest generation, pushed to every edge; the response says which edges
 acknowledged it, how many entries they dropped and how long each edge worker took to acknowledge
-(`edges.latencyMs`). Errors use the legacy envelope.
+(`edges.latencyMs`). Errors use the legacy envelope. Purges per UTC day are limited (`[purge] daily_limit`,
+counted in the shared counter store; 429 with Retry-After past it); the list sizes are validation.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import orjson
 from aiohttp import web
 
 from control.publish import purge_acknowledgements
-from control.quota import seconds_until_tomorrow
 from control.request_body import read_body
-from control.state import PUBLISHER, PURGE_QUOTA
+from control.state import COUNTERS, PUBLISHER, SETTINGS
 from shared.errors import LegacyError, utc_now_iso
+from shared.limits import purges_per_day
 from shared.middleware import json_response
 from shared.paths import InvalidPath, parse_cdn_path
 
@@ -85,24 +86,23 @@ async def purge(request: web.Request) -> web.Response:
     except orjson.JSONDecodeError:
         raise LegacyError(400, "Invalid JSON body") from None
     command = parse_purge(body)
-    quota = request.app[PURGE_QUOTA]
-    remaining = await quota.take()
-    if remaining is None:
-        raise LegacyError(429, f"Rate limit exceeded: max {quota.limit} purges per day",
-                          headers={"Retry-After": str(seconds_until_tomorrow()),
-                                   "X-RateLimit-Limit": str(quota.limit), "X-RateLimit-Remaining": "0"})
+    counters, limit = request.app[COUNTERS], purges_per_day(request.app[SETTINGS])
+    quota = await counters.hit(limit)
+    if not quota.allowed:
+        raise LegacyError(429, f"Rate limit exceeded: max {limit.limit} purges per day",
+                          headers=quota.refusal_headers())
     try:
         generation, fan_out = await request.app[PUBLISHER].purge(command)
     except BaseException:
-        await quota.give_back()  # a purge that was not recorded does not use the day's quota
+        await counters.refund(limit)  # a purge that was not recorded does not use the day's quota
         raise
     purged: Any = "everything" if command.get("everything") else command.get("urls") or command.get("tags")
     _, pending = fan_out.nodes()
     return json_response({
-        "success": True, "purged": purged, "remaining_today": remaining, "generation": generation.generation,
+        "success": True, "purged": purged, "remaining_today": quota.remaining, "generation": generation.generation,
         # The facts purge.completed carries to webhooks, and how long each edge worker took to acknowledge.
         "edges": {**purge_acknowledgements(fan_out), "latencyMs": fan_out.latencies_ms},
         "note": ("Purged on every edge." if not pending else
                  f"Not yet acknowledged by {', '.join(pending)}; they apply it when they catch up."),
         "dateCreated": utc_now_iso(),
-    }, headers={"X-RateLimit-Limit": str(quota.limit), "X-RateLimit-Remaining": str(remaining)})
+    }, headers=quota.headers())

@@ -30,12 +30,8 @@ def parse_limit(raw: str | None) -> int:
 
 
 def rate_headers(decision: RateDecision) -> dict[str, str]:
-    if decision.limit == 0:  # the limit is switched off
-        return {}
-    headers = {"X-RateLimit-Limit": str(decision.limit), "X-RateLimit-Remaining": str(decision.remaining)}
-    if not decision.allowed:
-        headers["Retry-After"] = str(decision.retry_after_s)
-    return headers
+    """X-RateLimit-Limit/-Remaining/-Reset, and Retry-After on a refusal (none for a limit switched off)."""
+    return decision.headers()
 
 
 async def search(request: web.Request) -> web.Response:

@@ -2,7 +2,8 @@
 
 The control check also says how far behind this edge may be: the circuit breaker's state, seconds
 since control last answered, the newest generation control reported and seconds since this edge
-last confirmed it was current (`lagSeconds`: it grows while the edge is cut off).
+last confirmed it was current (`lagSeconds`: it grows while the edge is cut off). The counters check
+says whether limits are counted in the shared counter store or, while it is unreachable, per process.
 
 200 ok only when all are healthy (the system is ready); 503 degraded with the reason otherwise.
 The shallow answer is public and names no internal address; `deep=1` (metrics key required) exercises
@@ -18,8 +19,16 @@ from typing import Any
 from aiohttp import web
 
 from edge.control_client import ControlUnavailable
-from edge.state import NODE
-from shared.health import ASSET_READ, HEALTH_HEADERS, KV_READ, SHAPE, deep_requested, health_body
+from edge.state import COUNTERS, NODE
+from shared.health import (
+    ASSET_READ,
+    HEALTH_HEADERS,
+    KV_READ,
+    SHAPE,
+    counters_check,
+    deep_requested,
+    health_body,
+)
 from shared.middleware import json_response
 
 
@@ -55,6 +64,7 @@ async def health(request: web.Request) -> web.Response:
             control_check["error"] = "no successful contact with control recently"
     control_check.update(node.sync_status())  # breaker state and this edge's lag behind control
     checks.append(control_check)
+    checks.append(await counters_check(request.app[COUNTERS], deep=deep))
 
     ok = all(c["healthy"] for c in checks)
     body = health_body(ok, checks, role="edge", node=node.name, manifestGeneration=node.applied_generation,

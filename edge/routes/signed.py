@@ -1,8 +1,8 @@
 """GET/HEAD /api/signed?path=/<cdn path>&expires=<unix s>&sig=<hex HMAC-SHA256 of "{path}:{expires}">.
 
-The signature is the credential (spec "Signed URL rules"). Checks run in the published order
-(contract-notes §9), every refusal a 403 in the legacy envelope; the comparison is constant
-time. A valid URL delivers the asset through the normal look-up and fetch, privately cached
+The signature is the credential (spec "Signed URL rules"). Checks run in the published order: the
+per-client rate limit first (429 with Retry-After), then the query, every refusal a 403 in the legacy
+envelope; the comparison is constant time. A valid URL delivers the asset through the normal look-up and fetch, privately cached
 for an hour. It is the only way to an asset of the `private` category (edge/access.py).
 """
 
@@ -14,10 +14,12 @@ import time
 from aiohttp import web
 
 from edge.access import serves_on_host
-from edge.state import NODE, SECRETS
+from edge.state import COUNTERS, NODE, SECRETS, SETTINGS
 from edge.states.deliver import deliver
 from edge.states.fetch import OriginUnavailable, cached_asset
+from shared.counter_store import client_key
 from shared.errors import LegacyError
+from shared.limits import signed_per_client
 from shared.paths import InvalidPath, parse_cdn_path
 from shared.signing import signature_matches
 
@@ -54,6 +56,22 @@ def verify_signed_query(query: dict[str, str], secret: str, now: float) -> str:
 
 
 async def signed_asset(request: web.Request) -> web.StreamResponse:
+    # First, as published: each client address (IPv6: its /64) has signed_rate_limit requests per window,
+    # counted by the shared counter store across every edge and worker. Every answer carries the count.
+    limit = signed_per_client(request.app[SETTINGS])
+    decision = await request.app[COUNTERS].hit(limit, client_key(request.remote or ""))
+    if not decision.allowed:
+        raise LegacyError(429, "Rate limit exceeded", f"At most {limit.limit} signed URL requests per client "
+                          f"in {limit.window_s:g} s; retry in {decision.retry_after_s()} s.",
+                          headers=decision.refusal_headers())
+    try:
+        return await _signed_asset(request, decision.headers())
+    except LegacyError as exc:
+        exc.headers = {**decision.headers(), **exc.headers}
+        raise
+
+
+async def _signed_asset(request: web.Request, rate_headers: dict[str, str]) -> web.StreamResponse:
     node = request.app[NODE]
     path = verify_signed_query(dict(request.query), request.app[SECRETS].signed_url_secret, time.time())
     # A tenant host serves its own zone and the stock pool only (edge/access.py), whatever is signed.
@@ -64,7 +82,7 @@ async def signed_asset(request: web.Request) -> web.StreamResponse:
         if not node.replica.loaded:
             raise LegacyError(503, "This edge has not loaded the manifest yet. Retry shortly.")
         raise LegacyError(404, NOT_FOUND)
-    extra = {"X-Signed-URL": "verified"}
+    extra = {"X-Signed-URL": "verified", **rate_headers}
     for _attempt in range(2):  # a second pass only when the body was purged during delivery
         try:
             obj, status, head = await cached_asset(node, entry)

@@ -6,29 +6,30 @@ and -Reset (Unix time of the next month's start, UTC)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 from aiohttp import web
 
 from edge.access import SourceRefused, public_source
-from edge.counters import month_key, next_month_start, seconds_until_next_month
 from edge.negotiate import (
     NETWORK_AWARE_HEADER,
     NETWORK_AWARE_SLOW,
     VARY_QUERY_ROUTE,
     is_slow_network,
 )
-from edge.state import IMAGE_POOL, NODE, USAGE_COUNTERS
+from edge.state import COUNTERS, IMAGE_POOL, NODE
 from edge.states.deliver import deliver
 from edge.states.fetch import OriginUnavailable
 from edge.states.variant import cached_variant
 from edge.transform.jobs import transform_variant
 from edge.transform.options import parse_transform_options, resolve_output_format
+from shared.counter_store import Decision
 from shared.errors import LegacyError
+from shared.limits import transforms_per_month
 from shared.manifest import ManifestEntry
 
 IMMUTABLE = "public, max-age=31536000, immutable"
-QUOTA_PREFIX = "transforms"
 
 
 def legacy_refusal(exc: SourceRefused) -> LegacyError:
@@ -40,40 +41,42 @@ def origin_unreachable(entry: ManifestEntry) -> LegacyError:
                        "cannot be reached. Retry shortly.", headers={"Retry-After": "5"})
 
 
-def _monthly_limit(request: web.Request) -> int:
-    return int(request.app[NODE].settings.get("transform", "monthly_limit"))
+QUOTA = web.RequestKey("transform_quota", Decision)  # this request's own count, when it made a variant
 
 
-def take_transform_quota(request: web.Request) -> None:
+async def take_transform_quota(request: web.Request) -> None:
     """Count one transform this calendar month (UTC); 429 `limit_reached` when the month's are used."""
-    limit = _monthly_limit(request)
-    if request.app[USAGE_COUNTERS].take(month_key(QUOTA_PREFIX), limit):
+    limit = transforms_per_month(request.app[NODE].settings)
+    decision = await request.app[COUNTERS].hit(limit)
+    request[QUOTA] = decision
+    if decision.allowed:
         return
-    message = (f"Monthly transform limit reached ({limit:,} per calendar month). Cached variants are still "
-               "served; new ones can be made from the first day of next month (UTC).")
-    raise LegacyError(429, "limit_reached", message, extra={"message": message}, headers={
-        "Retry-After": str(seconds_until_next_month()), "X-RateLimit-Limit": str(limit),
-        "X-RateLimit-Remaining": "0"})
+    message = (f"Monthly transform limit reached ({limit.limit:,} per calendar month). Cached variants are "
+               "still served; new ones can be made from the first day of next month (UTC).")
+    raise LegacyError(429, "limit_reached", message, extra={"message": message}, headers=decision.refusal_headers())
 
 
-def refund_transform_quota(request: web.Request) -> None:
+async def refund_transform_quota(request: web.Request) -> None:
     """A failed transform does not count against the month."""
-    request.app[USAGE_COUNTERS].refund(month_key(QUOTA_PREFIX))
+    await request.app[COUNTERS].refund(transforms_per_month(request.app[NODE].settings))
+    if QUOTA in request:
+        taken = request[QUOTA]
+        request[QUOTA] = replace(taken, remaining=min(taken.remaining + 1, taken.limit))
 
 
-def rate_limit_headers(request: web.Request) -> dict[str, str]:
-    """The monthly transform quota as it stands after this request."""
-    limit = _monthly_limit(request)
-    remaining = request.app[USAGE_COUNTERS].remaining(month_key(QUOTA_PREFIX), limit)
-    return {"X-RateLimit-Limit": str(limit), "X-RateLimit-Remaining": str(remaining),
-            "X-RateLimit-Reset": str(int(next_month_start().timestamp()))}
+async def rate_limit_headers(request: web.Request) -> dict[str, str]:
+    """The monthly transform quota as it stands after this request (X-RateLimit-*)."""
+    decision = request.get(QUOTA)
+    if decision is None:
+        decision = await request.app[COUNTERS].peek(transforms_per_month(request.app[NODE].settings))
+    return decision.headers()
 
 
 async def transform_image(request: web.Request) -> web.StreamResponse:
     try:
         return await _transform(request)
     except LegacyError as exc:
-        exc.headers = {**rate_limit_headers(request), **exc.headers}
+        exc.headers = {**(await rate_limit_headers(request)), **exc.headers}
         raise
 
 
@@ -99,13 +102,13 @@ async def _transform(request: web.Request) -> web.StreamResponse:
     for _attempt in range(2):  # a second pass only when the variant was purged during delivery
         try:
             obj, status = await cached_variant(node, pool, entry, key, make, metric_format=output_format,
-                                               before_make=lambda: take_transform_quota(request),
-                                               refund=lambda: refund_transform_quota(request))
+                                               before_make=partial(take_transform_quota, request),
+                                               refund=partial(refund_transform_quota, request))
         except OriginUnavailable:
             raise origin_unreachable(entry) from None
         try:
             return await deliver(request, obj, cache_status=status, cache_control=IMMUTABLE,
-                                 extra_headers={**headers, **rate_limit_headers(request)}, tags=entry.tags)
+                                 extra_headers={**headers, **(await rate_limit_headers(request))}, tags=entry.tags)
         except FileNotFoundError:
             continue
     raise LegacyError(503, "The variant was purged while it was being delivered. Retry.")

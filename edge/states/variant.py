@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from edge.cache.entry import CachedObject, strong_etag
@@ -41,8 +41,8 @@ def _fresh(obj: CachedObject | None, max_age_s: float | None) -> CachedObject | 
 
 async def cached_variant(node: EdgeNode, pool: ImagePool, entry: ManifestEntry, key: str,
                          make: Callable[[bytes], Variant], *, metric_format: str,
-                         before_make: Callable[[], None] | None = None,
-                         refund: Callable[[], None] | None = None,
+                         before_make: Callable[[], Awaitable[None]] | None = None,
+                         refund: Callable[[], Awaitable[None]] | None = None,
                          max_age_s: float | None = None) -> tuple[CachedObject, str]:
     """(entry, "HIT" or "MISS") of the variant under `key`, made from the source's bytes on a miss.
 
@@ -70,12 +70,12 @@ async def cached_variant(node: EdgeNode, pool: ImagePool, entry: ManifestEntry, 
             return cached
         source = await source_bytes(node, entry)
         if before_make is not None:
-            before_make()
+            await before_make()
         try:
             variant = await pool.run(make, source)
         except Exception as exc:
             if refund is not None:
-                refund()
+                await refund()
             if isinstance(exc, JobFailed):
                 pool.failed.remember(key, exc)
             if isinstance(exc, LegacyError):

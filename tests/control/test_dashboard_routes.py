@@ -109,7 +109,7 @@ class TestStatus:
         assert resp.status == 200
         report = await resp.json()
         assert report["status"] == "ok"
-        assert {c["name"] for c in report["control"]["checks"]} == {"manifest", "sqlite", "git"}
+        assert {c["name"] for c in report["control"]["checks"]} == {"manifest", "sqlite", "git", "counters"}
         assert all(c["method"] != "shape" and c["healthy"] for c in report["control"]["checks"])
         assert report["edges"] == {"total": 0, "alive": 0, "maxLag": 0, "nodes": []}
         assert report["dashboard"]["publicUrl"] == "http://127.0.0.1:8788"

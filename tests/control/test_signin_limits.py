@@ -1,15 +1,13 @@
-"""The sign-in failure counter (SQLite backend of `AttemptLimiter`) on a real database file, with a
-clock the test moves: the sliding window, Retry-After, and concurrent attempts."""
+"""The sign-in failure counter (`CounterAttemptLimiter` over the shared counter store) on a real
+counter file, with a clock the test moves: the fixed window, Retry-After, and concurrent attempts."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
-import pytest
-
-from control.database import open_database
-from control.login_attempts import Attempt, Refused, SqliteAttemptLimiter
+from control.login_attempts import Attempt, CounterAttemptLimiter, Refused
+from shared.counter_store import Counters, Limit, SqliteCounterStore
 
 
 class Clock:
@@ -20,50 +18,55 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-async def db(tmp_path: Path):  # type: ignore[no-untyped-def]
-    connection = await open_database(tmp_path / "control.sqlite3")
-    yield connection
-    await connection.close()
+def limiter(path: Path, limit: int, window_s: int, clock: Clock | None = None) -> CounterAttemptLimiter:
+    store = SqliteCounterStore(path, clock=clock) if clock else SqliteCounterStore(path)
+    return CounterAttemptLimiter(Counters(store), Limit("login", limit, window_s))
 
 
-async def test_the_window_slides_and_retry_after_says_when(db) -> None:  # type: ignore[no-untyped-def]
+async def test_the_window_ends_and_retry_after_says_when(tmp_path: Path) -> None:
     clock = Clock()
-    limiter = SqliteAttemptLimiter(db, limit=3, window_s=900, clock=clock)
-    for step in range(3):
-        assert isinstance(await limiter.acquire("login:a"), Attempt)
-        clock.now += 100 if step < 2 else 0
-    refused = await limiter.acquire("login:a")
-    assert refused == Refused(retry_after=700)  # the first failure leaves the window 700 s from now
-    assert isinstance(await limiter.acquire("login:b"), Attempt)  # keys are separate
-    clock.now += 700
-    assert isinstance(await limiter.acquire("login:a"), Attempt)
-    assert isinstance(await limiter.acquire("login:a"), Refused)
-
-
-async def test_a_released_attempt_does_not_count(db) -> None:  # type: ignore[no-untyped-def]
-    limiter = SqliteAttemptLimiter(db, limit=2, window_s=60, clock=Clock())
-    first = await limiter.acquire("k")
-    assert isinstance(first, Attempt)
-    await limiter.release(first)
-    assert isinstance(await limiter.acquire("k"), Attempt)
-    assert isinstance(await limiter.acquire("k"), Attempt)
-    assert isinstance(await limiter.acquire("k"), Refused)
-
-
-async def test_concurrent_attempts_cannot_pass_the_limit_together(db) -> None:  # type: ignore[no-untyped-def]
-    limiter = SqliteAttemptLimiter(db, limit=5, window_s=900)
-    outcomes = await asyncio.gather(*(limiter.acquire("login:x") for _ in range(40)))
-    assert sum(isinstance(o, Attempt) for o in outcomes) == 5
-
-
-async def test_two_limiters_on_one_database_share_the_count(db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    other = await open_database(tmp_path / "control.sqlite3")
+    attempts = limiter(tmp_path / "counters.sqlite3", 3, 900, clock)
     try:
-        a, b = SqliteAttemptLimiter(db, 4, 900), SqliteAttemptLimiter(other, 4, 900)
-        for limiter in (a, b, a, b):
-            assert isinstance(await limiter.acquire("login:shared"), Attempt)
-        assert isinstance(await a.acquire("login:shared"), Refused)
-        assert isinstance(await b.acquire("login:shared"), Refused)
+        for _ in range(3):
+            assert isinstance(await attempts.acquire("203.0.113.7"), Attempt)
+            clock.now += 100
+        assert await attempts.acquire("203.0.113.7") == Refused(retry_after=600)  # the window opened 300 s ago
+        assert isinstance(await attempts.acquire("203.0.113.8"), Attempt)  # addresses are separate
+        clock.now += 600
+        assert isinstance(await attempts.acquire("203.0.113.7"), Attempt)
     finally:
-        await other.close()
+        await attempts.counters.close()
+
+
+async def test_a_released_attempt_does_not_count(tmp_path: Path) -> None:
+    attempts = limiter(tmp_path / "counters.sqlite3", 2, 60)
+    try:
+        first = await attempts.acquire("k")
+        assert isinstance(first, Attempt)
+        await attempts.release(first)
+        assert isinstance(await attempts.acquire("k"), Attempt)
+        assert isinstance(await attempts.acquire("k"), Attempt)
+        assert isinstance(await attempts.acquire("k"), Refused)
+    finally:
+        await attempts.counters.close()
+
+
+async def test_concurrent_attempts_cannot_pass_the_limit_together(tmp_path: Path) -> None:
+    attempts = limiter(tmp_path / "counters.sqlite3", 5, 900)
+    try:
+        outcomes = await asyncio.gather(*(attempts.acquire("x") for _ in range(40)))
+        assert sum(isinstance(o, Attempt) for o in outcomes) == 5
+    finally:
+        await attempts.counters.close()
+
+
+async def test_two_limiters_on_one_counter_file_share_the_count(tmp_path: Path) -> None:
+    a, b = limiter(tmp_path / "counters.sqlite3", 4, 900), limiter(tmp_path / "counters.sqlite3", 4, 900)
+    try:
+        for attempts in (a, b, a, b):
+            assert isinstance(await attempts.acquire("shared"), Attempt)
+        assert isinstance(await a.acquire("shared"), Refused)
+        assert isinstance(await b.acquire("shared"), Refused)
+    finally:
+        await a.counters.close()
+        await b.counters.close()

@@ -226,7 +226,7 @@ async def test_every_edge_reports_health_and_metrics(cdn: RunningCdn) -> None:
                 body = await resp.json()
                 assert resp.status == 200, body
                 assert body["status"] == "ok"
-                assert {c["name"] for c in body["checks"]} == {"cache", "manifest", "control"}
+                assert {c["name"] for c in body["checks"]} == {"cache", "manifest", "control", "counters"}
             async with session.get(f"{edge}/metrics", headers=METRICS) as resp:
                 text = await resp.text()
                 assert "assetcdn_manifest_generation" in text

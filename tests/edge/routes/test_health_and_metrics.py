@@ -23,7 +23,7 @@ async def test_shallow_health_has_the_published_shape_and_no_internal_address(ma
     body = orjson.loads(text)
     assert_health_shape(body)
     assert body["status"] == "ok"
-    assert {c["name"] for c in body["checks"]} == {"cache", "manifest", "control"}
+    assert {c["name"] for c in body["checks"]} == {"cache", "manifest", "control", "counters"}
     assert {c["method"] for c in body["checks"]} == {"shape"}
     assert_no_internal_addresses(text, str(tmp_path))
 
@@ -37,7 +37,7 @@ async def test_deep_health_needs_the_metrics_key(make_cdn: CdnFactory) -> None:
     assert resp.status == 200, body
     assert_health_shape(body)
     methods = {c["name"]: c["method"] for c in body["checks"]}
-    assert methods == {"cache": "kv-get", "manifest": "shape", "control": "manifest-fetch"}
+    assert methods == {"cache": "kv-get", "manifest": "shape", "control": "manifest-fetch", "counters": "kv-get"}
 
 
 async def test_metrics_need_the_metrics_key(make_cdn: CdnFactory) -> None:

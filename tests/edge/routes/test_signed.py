@@ -104,3 +104,21 @@ def test_assetcdn_sign_prints_a_url_the_edge_accepts(tmp_path: Path) -> None:
     query = dict(p.split("=", 1) for p in parts.query.split("&"))
     assert before + 3600 <= int(query["expires"]) <= math.ceil(time.time()) + 3600
     assert query["sig"] == url_signature(SECRET, PRIVATE, query["expires"])
+
+
+async def test_each_client_has_a_limited_number_of_signed_requests_per_window(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_COUNTERS_SIGNED_RATE_LIMIT="3", ASSETCDN_COUNTERS_SIGNED_RATE_WINDOW_S="60")
+    await cdn.upload(PRIVATE[1:], solid_png(30, 20, (5, 5, 5)))
+    good = _local(signed_url("http://edge", SECRET, PRIVATE, 600))
+    answers = [await cdn.edge.get(url) for url in ("/api/signed", good, _query(PRIVATE, "soon", "00"))]
+    # Checked first, as published: refusals count too, and every answer carries the count.
+    assert [r.status for r in answers] == [403, 200, 403]
+    assert [r.headers["X-RateLimit-Remaining"] for r in answers] == ["2", "1", "0"]
+    assert all(r.headers["X-RateLimit-Limit"] == "3" for r in answers)
+    assert 0 < int(answers[0].headers["X-RateLimit-Reset"]) - time.time() <= 61
+
+    refused = await cdn.edge.get(good)
+    body = await refused.json()
+    assert refused.status == 429 and body["error"] == "Rate limit exceeded" and body["HttpCode"] == 429
+    assert 1 <= int(refused.headers["Retry-After"]) <= 60 and refused.headers["X-RateLimit-Remaining"] == "0"
+    assert (await cdn.edge.head(good)).status == 429

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 import pytest
 from aiohttp import ClientResponse
 
-from edge.counters import month_key
-from edge.state import IMAGE_POOL, USAGE_COUNTERS
+from edge.state import COUNTERS, IMAGE_POOL
 from edge.states.head import variant_key
 from edge.transform.options import parse_transform_options
+from shared.counter_store import Limit
 from tests.edge.routes.conftest import (
     FRAMES,
     LOGO_SVG,
@@ -238,7 +238,7 @@ async def test_concurrent_identical_misses_transform_once(make_cdn: CdnFactory) 
     assert len(bodies) == 1
     registry = cdn.node.metrics.registry
     assert registry.get_sample_value("assetcdn_transforms_total", {"format": "avif"}) == 1
-    assert cdn.edge.app[USAGE_COUNTERS].remaining(month_key("transforms"), 100) == 99
+    assert (await cdn.edge.app[COUNTERS].peek(Limit("transforms", 100, period="month"))).remaining == 99
 
 
 async def test_overwrite_and_purge_of_the_source_remove_its_transforms(make_cdn: CdnFactory) -> None:
