@@ -17,9 +17,9 @@ import blurhash
 import numpy as np
 import pyvips
 
-from edge.transform.blur import gaussian_blur
 from edge.transform.encode import encode_image
 from edge.transform.options import AssetUrlError, parse_asset_url
+from edge.transform.options.blur import gaussian_blur
 from edge.transform.source import (
     DEFAULT_MAX_PIXELS,
     SourceImage,
