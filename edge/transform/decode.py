@@ -28,7 +28,7 @@ def decode(ctx: TransformContext) -> None:
             if ctx.decode_size is not None:
                 width, height = ctx.decode_size
                 image = pyvips.Image.thumbnail_buffer(source.data, width, height=height, size="force",
-                                                      option_string=options)
+                                                      no_rotate=True, option_string=options)
             else:
                 image = pyvips.Image.new_from_buffer(source.data, options, access="sequential")
         except pyvips.Error as exc:

@@ -22,7 +22,9 @@ from edge.transform.options.blur import BLUR
 from edge.transform.options.format import FORMAT, RequestedFormat
 from edge.transform.options.quality import QUALITY
 from edge.transform.options.resize import RESIZE
+from edge.transform.options.rotate import ROTATE
 from edge.transform.options.sharpen import SHARPEN
+from edge.transform.options.trim import TRIM
 from shared.errors import LegacyError
 from shared.paths import InvalidPath, parse_cdn_path
 
@@ -30,6 +32,8 @@ from shared.paths import InvalidPath, parse_cdn_path
 # and their steps run (between the pipeline's decode and encode). An option whose steps
 # change the image's shape before the resize comes before RESIZE.
 OPTIONS: tuple[TransformOption[Any], ...] = (
+    ROTATE,
+    TRIM,
     RESIZE,
     FORMAT,
     QUALITY,

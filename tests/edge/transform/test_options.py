@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -224,3 +226,10 @@ PINNED_CACHE_KEYS = [
 @pytest.mark.parametrize(("query", "output_format", "key"), PINNED_CACHE_KEYS)
 def test_cache_keys_of_existing_options_never_change(query: dict[str, str], output_format: str, key: str) -> None:
     assert parse_transform_options({"url": URL, **query}).cache_key("b1", output_format) == key
+
+
+def test_the_served_api_document_lists_every_option_parameter() -> None:
+    document = json.loads((Path(__file__).parents[3] / "shared" / "openapi.json").read_text())
+    expected = sorted(["url", *(param for option in OPTIONS for param in option.params)])
+    for method, operation in document["paths"]["/api/transform"].items():
+        assert sorted(p["name"] for p in operation["parameters"] if p["in"] == "query") == expected, method
