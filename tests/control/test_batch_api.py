@@ -278,4 +278,8 @@ class TestOversizeFile:
     async def test_file_at_the_limit_is_accepted(self, small_control: TestClient) -> None:
         resp = await small_control.post("/api/storage/batch", json={"files": [item("f.txt", b"x" * SMALL_LIMIT)]},
                                         headers=ACCESS)
-        assert resp.status == 201
+        assert resp.status == 201, await resp.text()
+        body = await resp.json()
+        assert (body["HttpCode"], body["Files"]) == (201, ["clients/akande/v1/icons/f.txt"])
+        got = await small_control.get("/api/storage/akande/v1/icons/f.txt", headers=ACCESS)
+        assert (got.status, await got.read()) == (200, b"x" * SMALL_LIMIT)
