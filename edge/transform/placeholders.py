@@ -105,7 +105,8 @@ def blurhash_of(image: pyvips.Image) -> str:
         small = small.colourspace("srgb")
     pixels = np.asarray(small.cast("uchar").numpy(), dtype=np.float64)
     x_components, y_components = (4, 3) if image.width >= image.height else (3, 4)
-    return blurhash.encode(pixels.tolist(), components_x=x_components, components_y=y_components)
+    encoded: str = blurhash.encode(pixels.tolist(), components_x=x_components, components_y=y_components)
+    return encoded
 
 
 def make_blurhash_placeholder(source: bytes, source_format: str, size: int, *,
