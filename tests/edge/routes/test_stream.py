@@ -88,10 +88,12 @@ async def text(cdn: Cdn, query: str) -> tuple[int, str, dict[str, str]]:
 def decode(segment: bytes) -> tuple[int, float, bool]:
     """(video frames, seconds covered, first frame is a keyframe) of one segment decoded on its own."""
     with av.open(io.BytesIO(segment), format="mpegts") as container:
+        assert isinstance(container, av.container.InputContainer)
         stream = container.streams.video[0]
         frames = list(container.decode(stream))
-    rate = float(stream.average_rate or stream.guessed_rate)
-    return len(frames), len(frames) / rate, frames[0].key_frame
+    rate = stream.average_rate or stream.guessed_rate
+    assert rate is not None
+    return len(frames), len(frames) / float(rate), frames[0].key_frame
 
 
 @IN_MODULE_LOOP
