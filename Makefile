@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Where `assetcdn up` keeps its data (conf/default.toml [server] data_dir, or its environment override).
 DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
-.PHONY: setup run test lint bench bench-hits fuzz clean wipe-data
+.PHONY: setup run test lint typecheck bench bench-hits fuzz clean wipe-data
 
 # Browser-test prerequisites (Debian chromium, hls.js from npm) are best effort: without them the
 # browser test skips and says why. Tesseract OCR (Debian) serves alt text; without it OCR is skipped.
@@ -33,6 +33,10 @@ test: setup
 
 lint: setup
 	$(BIN)/ruff check .
+
+# mypy, configured in pyproject.toml: strict on edge/ and shared/.
+typecheck: setup
+	$(BIN)/mypy
 
 # Benchmarks run on loopback only and stop by themselves; wrk (Debian) is used when installed.
 bench: setup

@@ -167,13 +167,15 @@ class ControlClient:
                                                                      probe=True)))
 
     async def config(self) -> dict[str, Any]:
-        return orjson.loads(await self._request("GET", "/config", probe=True))
+        snapshot: dict[str, Any] = orjson.loads(await self._request("GET", "/config", probe=True))
+        return snapshot
 
     async def fetch_blob(self, blob_id: str) -> bytes:
         return await self._request("GET", f"/blobs/{blob_id}")
 
     async def send(self, path: str, message: dict[str, Any]) -> dict[str, Any]:
-        return orjson.loads(await self._request("POST", path, message))
+        reply: dict[str, Any] = orjson.loads(await self._request("POST", path, message))
+        return reply
 
 
 async def run_sync_loop(client: ControlClient, *, name: str, url: str, get_generation: Callable[[], int],

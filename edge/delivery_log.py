@@ -49,7 +49,7 @@ class DeliveryLog:
                             request.get(REQUEST_ID), request.remote))
 
     def take(self) -> list[dict[str, Any]]:
-        batch = []
+        batch: list[dict[str, Any]] = []
         while self.buffer and len(batch) < BATCH:
             batch.append(dict(zip(HIT_FIELDS, self.buffer.popleft(), strict=True)))
         return batch

@@ -52,7 +52,7 @@ class EdgeNode:
         self._tasks: list[asyncio.Task[None]] = []
         self.synced = False  # caught up with control at least once since this process started
         edge = settings.section("edge")
-        self.reachability_window_s = max(3 * float(edge["catchup_interval_s"]), 5.0)
+        self.reachability_window_s = max(3 * float(edge["catchup_interval_s"]), float(edge["reachable_for_s"]))
         self.stale_if_error_s = float(edge["stale_if_error_s"])
         self.asset_cache_control = f"public, max-age={int(edge['asset_max_age_s'])}"
         self.confirmed_at = 0.0  # monotonic time this edge last confirmed it holds control's generation

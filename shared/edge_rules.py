@@ -157,6 +157,7 @@ class HeaderRule:
     def match(self, path: str, host: str | None) -> dict[str, str] | None:
         if not path.startswith(self.prefix):
             return None
+        host_match: re.Match[str] | None = None
         if self.host is not None:
             if host is None:
                 return None
@@ -167,7 +168,7 @@ class HeaderRule:
         if path_match is None:
             return None
         groups = path_match.groupdict()
-        if self.host is not None:
+        if host_match is not None:
             groups.update({k: v for k, v in host_match.groupdict().items() if v is not None})
         return groups
 

@@ -75,7 +75,7 @@ _per_thread = threading.local()
 def _haar() -> tuple[cv2.CascadeClassifier, cv2.CLAHE]:
     found = getattr(_per_thread, "haar", None)
     if found is None:
-        classifier = cv2.CascadeClassifier(cv2.data.haarcascades + HAAR_CASCADE)
+        classifier = cv2.CascadeClassifier(cv2.data.haarcascades + HAAR_CASCADE)  # type: ignore[attr-defined]
         if classifier.empty():
             raise RuntimeError(f"OpenCV cascade {HAAR_CASCADE} could not be loaded")
         found = (classifier, cv2.createCLAHE(clipLimit=2.0, tileGridSize=(8, 8)))

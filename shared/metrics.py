@@ -116,7 +116,7 @@ class Metrics:
         self.flush()
         if multiprocess_dir():
             registry = CollectorRegistry()
-            multiprocess.MultiProcessCollector(registry)
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # untyped in prometheus_client
             return generate_latest(registry)
         return generate_latest(self.registry)
 

@@ -51,7 +51,8 @@ def _schema_text(schema: dict[str, Any] | None) -> str:
     if not schema:
         return "any"
     if "$ref" in schema:
-        return schema["$ref"].rsplit("/", 1)[-1]
+        ref: str = schema["$ref"]
+        return ref.rsplit("/", 1)[-1]
     kind = schema.get("type", "any")
     kind = " or ".join(kind) if isinstance(kind, list) else str(kind)
     if kind == "array":
@@ -93,14 +94,14 @@ def _operation_html(path: str, method: str, operation: dict[str, Any], default_s
         kinds = ", ".join(f"{_text(kind)} ({_text(_schema_text(media.get('schema')))})"
                           for kind, media in body.get("content", {}).items())
         parts.append(f"<p><b>Body:</b> {kinds}</p>")
-    rows = []
+    response_rows = []
     for status, response in operation.get("responses", {}).items():
         name = response["$ref"].rsplit("/", 1)[-1] if "$ref" in response else ""
         description = response.get("description", f"{name} envelope")
         kinds = ", ".join(f"{_text(kind)} ({_text(_schema_text(media.get('schema')))})"
                           for kind, media in response.get("content", {}).items())
-        rows.append(f"<tr><td>{_text(status)}</td><td>{_text(description)}</td><td>{kinds}</td></tr>")
-    parts.append("<table><tr><th>Status</th><th>Meaning</th><th>Body</th></tr>" + "".join(rows) + "</table>")
+        response_rows.append(f"<tr><td>{_text(status)}</td><td>{_text(description)}</td><td>{kinds}</td></tr>")
+    parts.append("<table><tr><th>Status</th><th>Meaning</th><th>Body</th></tr>" + "".join(response_rows) + "</table>")
     return "".join(parts) + "</section>"
 
 

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # `assetcdn up` imports this module and needs no web server
     from aiohttp import web
@@ -64,12 +64,12 @@ def become_subreaper() -> None:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
-def _listen_addresses(host: str, port: int) -> list[tuple[int, tuple[str | int, ...]]]:
+def _listen_addresses(host: str, port: int) -> list[tuple[int, tuple[Any, ...]]]:
     try:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror:
         return []
-    seen: list[tuple[int, tuple[str | int, ...]]] = []
+    seen: list[tuple[int, tuple[Any, ...]]] = []
     for family, _type, _proto, _name, address in infos:
         if (family, address) not in seen and family in (socket.AF_INET, socket.AF_INET6):
             seen.append((family, address))

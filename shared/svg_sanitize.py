@@ -124,7 +124,8 @@ def sanitize_svg(data: bytes) -> bytes:
         raise ValueError(f"The SVG has {primitives} filter primitives; at most {MAX_FILTER_PRIMITIVES} are allowed "
                          "(each one is run over every pixel it covers).")
     _clean_element(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    cleaned: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return cleaned
 
 
 def filter_primitives(clean: bytes) -> int:

@@ -59,7 +59,7 @@ def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in FULL_ERRNOS
 
 
-class _CleanDisk(diskcache.Disk):
+class _CleanDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type information
     """diskcache's Disk, but a body file whose write fails (ENOSPC) is removed instead of left behind,
     and the file a store wrote is remembered (per thread) so it can be removed if the row then fails."""
 
@@ -188,7 +188,8 @@ class DiskTier:
 
     @property
     def database(self) -> Path:
-        return self.directory / diskcache.core.DBNAME
+        name: str = diskcache.core.DBNAME
+        return self.directory / name
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -335,7 +336,8 @@ class DiskTier:
         with value:
             start, end = clamp_range(start, end, os.fstat(value.fileno()).st_size)
             value.seek(start)
-            return value.read(end - start)
+            data: bytes = value.read(end - start)
+            return data
 
     def delete(self, key: str) -> bool:
         return bool(self._cache.delete(key, retry=True))

@@ -71,7 +71,7 @@ def _socket_fd(transport: asyncio.BaseTransport) -> int:
 async def _writable(fd: int) -> None:
     loop = asyncio.get_running_loop()
     ready: asyncio.Future[None] = loop.create_future()
-    loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
+    loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))  # type: ignore[func-returns-value]
     try:
         await ready
     finally:

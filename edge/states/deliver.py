@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Mapping
+from typing import Literal
 
 from aiohttp import web
 
@@ -29,7 +30,7 @@ def etag_matches(if_none_match: str, etag: str) -> bool:
     return False
 
 
-def parse_range(header: str, size: int) -> tuple[int, int] | None | bool:
+def parse_range(header: str, size: int) -> tuple[int, int] | None | Literal[False]:
     """(start, end_exclusive) for one satisfiable range; None to ignore the header; False if unsatisfiable."""
     match = RANGE.match(header.strip())
     if not match:

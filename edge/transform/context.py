@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyvips
 
-from edge.transform.options import TransformOptions
-from edge.transform.resize import ResizePlan
+from edge.transform.plan import ResizePlan
 from edge.transform.source import SourceImage
 from shared.errors import LegacyError
+
+if TYPE_CHECKING:
+    from edge.transform.options import TransformOptions
 
 
 @dataclass
@@ -22,13 +25,15 @@ class TransformContext:
     opts: TransformOptions
     output_format: str
     keep_animation: bool
-    plan: ResizePlan | None           # None: keep the source's size
+    plan: ResizePlan | None           # None: keep the size the steps before the resize leave
+    decode_size: tuple[int, int] | None   # shrink-on-load target; None: decode the whole source
     max_pixels: int
     deadline: float                   # time.monotonic() value
     time_budget_s: float
     image: pyvips.Image | None = None
     body: bytes = b""
     killed: bool = False              # the deadline watch stopped libvips
+    plan_after_steps: bool = False    # the size before the resize is known only from pixels (trim)
 
     @property
     def pages(self) -> int:

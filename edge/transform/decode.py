@@ -2,7 +2,8 @@
 
 `thumbnail_buffer` lets JPEG decode at 1/2, 1/4 or 1/8 scale, WebP and SVG render at the
 target size, and never materialises the full-size image when a smaller one will do. Only
-with no target size is the source loaded as it is. Animated sources keep all frames
+with no target size is the source loaded as it is. The image stays as it is stored: the
+rotate option (edge/transform/options/rotate.py) applies its EXIF orientation. Animated sources keep all frames
 (`n=-1`) when the output format can carry them, and load only the first frame otherwise.
 """
 
@@ -24,9 +25,10 @@ def decode(ctx: TransformContext) -> None:
     else:
         options = "n=-1" if ctx.keep_animation else ""
         try:
-            if ctx.plan is not None:
-                image = pyvips.Image.thumbnail_buffer(source.data, ctx.plan.width, height=ctx.plan.height,
-                                                      size="force", option_string=options)
+            if ctx.decode_size is not None:
+                width, height = ctx.decode_size
+                image = pyvips.Image.thumbnail_buffer(source.data, width, height=height, size="force",
+                                                      no_rotate=True, option_string=options)
             else:
                 image = pyvips.Image.new_from_buffer(source.data, options, access="sequential")
         except pyvips.Error as exc:

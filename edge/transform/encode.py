@@ -26,7 +26,7 @@ from edge.transform.frames import first_frame
 try:  # JPEG XL needs imagecodecs (libjxl); without it the jxl encoder is simply not offered.
     import imagecodecs
 except ImportError:  # pragma: no cover - depends on the installation
-    imagecodecs = None
+    imagecodecs = None  # type: ignore[assignment]  # the module, or None when it is not installed
 
 AVIF_EFFORT = 3
 WEBP_EFFORT = 4
@@ -46,28 +46,33 @@ def _jpeg(image: pyvips.Image, quality: int) -> bytes:
     image = first_frame(image)
     if image.hasalpha():
         image = image.flatten(background=FLATTEN_BACKGROUND[: image.bands - 1])
-    return image.jpegsave_buffer(Q=quality, optimize_coding=True, keep="none")
+    encoded: bytes = image.jpegsave_buffer(Q=quality, optimize_coding=True, keep="none")
+    return encoded
 
 
 def _png(image: pyvips.Image, quality: int) -> bytes:
-    return first_frame(image).pngsave_buffer(compression=PNG_COMPRESSION, keep="none")
+    encoded: bytes = first_frame(image).pngsave_buffer(compression=PNG_COMPRESSION, keep="none")
+    return encoded
 
 
 def _webp(image: pyvips.Image, quality: int) -> bytes:
-    return image.webpsave_buffer(Q=quality, effort=WEBP_EFFORT, keep="none")
+    encoded: bytes = image.webpsave_buffer(Q=quality, effort=WEBP_EFFORT, keep="none")
+    return encoded
 
 
 def _avif(image: pyvips.Image, quality: int) -> bytes:
-    return first_frame(image).heifsave_buffer(compression="av1", Q=quality, effort=AVIF_EFFORT, keep="none")
+    encoded: bytes = first_frame(image).heifsave_buffer(compression="av1", Q=quality, effort=AVIF_EFFORT, keep="none")
+    return encoded
 
 
 def _gif(image: pyvips.Image, quality: int) -> bytes:
-    return image.gifsave_buffer(keep="none")
+    encoded: bytes = image.gifsave_buffer(keep="none")
+    return encoded
 
 
 def _pixels(image: pyvips.Image) -> np.ndarray:
     """H x W x bands uint8 array of the first frame (evaluates the pipeline)."""
-    array = first_frame(image).numpy()
+    array: np.ndarray = first_frame(image).numpy()
     return array if array.ndim == 3 else array[:, :, np.newaxis]
 
 

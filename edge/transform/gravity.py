@@ -1,20 +1,16 @@
-"""Gravity step: cut the covering image down to exactly w x h (fit=cover only).
+"""Where a fit=cover crop sits (edge/transform/options/resize.py cuts it).
 
 - center: the middle.
 - the eight other compass points: the named edge or corner is kept (north: top edge, centred
   across; southeast: bottom-right corner).
 - auto: libvips' attention strategy (edges, skin tones and saturation), as smartcrop does.
 - face: the box around the faces shared/faces.py finds; attention when it finds none.
-Animated images are cut per frame at one place, chosen on the first frame, so the
-animation does not jitter.
 """
 
 from __future__ import annotations
 
 import pyvips
 
-from edge.transform.context import TransformContext
-from edge.transform.frames import first_frame, map_frames
 from shared.faces import face_boxes
 
 # Where the crop sits along each axis: 0 = left/top edge, 0.5 = middle, 1 = right/bottom edge.
@@ -54,29 +50,3 @@ def compass_offset(gravity_name: str, frame_width: int, frame_height: int,
                    width: int, height: int) -> tuple[int, int]:
     along_x, along_y = COMPASS[gravity_name]
     return int((frame_width - width) * along_x), int((frame_height - height) * along_y)
-
-
-def gravity(ctx: TransformContext) -> None:
-    plan = ctx.plan
-    if plan is None or plan.crop_to is None:
-        return
-    image = ctx.require_image()
-    width, height = plan.crop_to
-    frame_height = image.get_page_height()
-    if (image.width, frame_height) == (width, height):
-        return
-    if ctx.opts.gravity in ("face", "auto"):
-        # Analysis reads the pixels, and the crop reads them again: keep the (covering-size)
-        # decode in memory rather than decoding a sequential-access source twice.
-        image = image.copy_memory()
-        ctx.check_deadline("gravity")
-        first = first_frame(image)
-        offset = face_offset(first, width, height) if ctx.opts.gravity == "face" else None
-        ctx.check_deadline("gravity")
-        if offset is None:
-            offset = attention_offset(first, width, height)
-    else:
-        offset = compass_offset(ctx.opts.gravity, image.width, frame_height, width, height)
-    left, top = offset
-    ctx.image = map_frames(image, lambda frame: frame.crop(left, top, width, height),
-                           between_frames=lambda: ctx.check_deadline("gravity"))

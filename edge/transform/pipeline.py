@@ -1,7 +1,8 @@
 """run_transform: read the source header, check budgets, then run the steps in order.
 
 Like imgproxy's processing pipeline: a list of small steps sharing one context, the time
-budget checked between steps. Adding an operation is one file and one line in STEPS.
+budget checked between steps: decode, then each option's steps in the order of OPTIONS
+(edge/transform/options/__init__.py), then encode. Adding an operation is adding an option.
 libvips is lazy, so most pixel work happens inside `encode`; a libvips 'eval' callback
 checks the deadline there too and kills the computation when it is passed. A libvips error
 once the deadline has passed is always the budget's 503, whatever libvips reports.
@@ -12,21 +13,25 @@ work it cannot interrupt (librsvg drawing an SVG) overruns the budget.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyvips
 
-from edge.transform.blur import blur
 from edge.transform.context import TransformContext, over_budget
 from edge.transform.decode import decode
 from edge.transform.encode import ANIMATED_OUTPUTS, CONTENT_TYPES, ENCODERS, encode_image
-from edge.transform.gravity import gravity
 from edge.transform.limits import TransformLimits
-from edge.transform.options import TransformOptions
-from edge.transform.resize import plan_resize, resize
-from edge.transform.sharpen import sharpen
-from edge.transform.source import check_animation, check_pixels, check_svg_filters, read_source
+from edge.transform.options import OPTIONS, TransformOptions
+from edge.transform.options.base import Size, Step
+from edge.transform.options.resize import RESIZE, plan_resize
+from edge.transform.plan import ResizePlan
+from edge.transform.source import (
+    SourceImage,
+    check_animation,
+    check_pixels,
+    check_svg_filters,
+    read_source,
+)
 from shared.errors import LegacyError
 
 
@@ -57,15 +62,32 @@ def encode(ctx: TransformContext) -> None:
     ctx.body = encode_image(image, ctx.output_format, ctx.opts.quality)
 
 
-Step = Callable[[TransformContext], None]
 STEPS: tuple[tuple[str, Step], ...] = (
     ("decode", decode),
-    ("resize", resize),
-    ("gravity", gravity),
-    ("blur", blur),
-    ("sharpen", sharpen),
+    *(step for option in OPTIONS for step in option.steps),
     ("encode", encode),
 )
+
+
+def size_before_resize(source: SourceImage, opts: TransformOptions) -> Size | None:
+    """The image's size when it reaches the resize, from header values; None when only pixels tell."""
+    size: Size | None = (source.width, source.height)
+    for option in OPTIONS:
+        if option is RESIZE or size is None:
+            break
+        size = option.reshape(opts.get(option), source, size)
+    return size
+
+
+def decode_size_for(plan: ResizePlan, source: SourceImage, opts: TransformOptions) -> Size | None:
+    """The size to decode at so that the steps before the resize leave the planned size."""
+    size: Size | None = (plan.width, plan.height)
+    before = OPTIONS[:OPTIONS.index(RESIZE)]
+    for option in reversed(before):
+        if size is None:
+            break
+        size = option.unshape(opts.get(option), source, size)
+    return size
 
 
 def run_transform(source: bytes, source_format: str, opts: TransformOptions, output_format: str,
@@ -78,21 +100,24 @@ def run_transform(source: bytes, source_format: str, opts: TransformOptions, out
     image_source = read_source(source, source_format)
     keep_animation = image_source.animated and output_format in ANIMATED_OUTPUTS
     pages = image_source.pages if keep_animation else 1
-    plan = plan_resize(image_source.width, image_source.height, opts)
+    shaped = size_before_resize(image_source, opts)
+    plan = plan_resize(*shaped, opts.get(RESIZE)) if shaped is not None else None
+    decode_size = decode_size_for(plan, image_source, opts) if plan is not None else None
     # Every check runs on header values only: nothing has been decoded yet. An SVG with a
     # target size is rendered straight at that size, so only the output counts for it.
     if keep_animation:
         check_animation(image_source, limits.max_animation_frames, limits.max_animation_pixels)
-    if image_source.format != "svg" or plan is None:
+    if image_source.format != "svg" or decode_size is None:
         check_pixels("source image", image_source.width, image_source.height, pages, limits.max_pixels)
     if plan is not None:
         check_pixels("requested output", plan.width, plan.height, pages, limits.max_pixels)
     if image_source.filter_primitives:
-        rendered = (plan.width, plan.height) if plan is not None else (image_source.width, image_source.height)
+        rendered = decode_size if decode_size is not None else (image_source.width, image_source.height)
         check_svg_filters(image_source, *rendered, limits.max_svg_filter_pixels)
     ctx = TransformContext(source=image_source, opts=opts, output_format=output_format,
-                           keep_animation=keep_animation, plan=plan, max_pixels=limits.max_pixels,
-                           deadline=deadline, time_budget_s=limits.time_budget_s)
+                           keep_animation=keep_animation, plan=plan, decode_size=decode_size,
+                           max_pixels=limits.max_pixels, deadline=deadline, time_budget_s=limits.time_budget_s,
+                           plan_after_steps=shaped is None)
     for name, step in STEPS:
         ctx.check_deadline(name)
         try:

@@ -17,9 +17,9 @@ import blurhash
 import numpy as np
 import pyvips
 
-from edge.transform.blur import gaussian_blur
 from edge.transform.encode import encode_image
 from edge.transform.options import AssetUrlError, parse_asset_url
+from edge.transform.options.blur import gaussian_blur
 from edge.transform.source import (
     DEFAULT_MAX_PIXELS,
     SourceImage,
@@ -105,7 +105,8 @@ def blurhash_of(image: pyvips.Image) -> str:
         small = small.colourspace("srgb")
     pixels = np.asarray(small.cast("uchar").numpy(), dtype=np.float64)
     x_components, y_components = (4, 3) if image.width >= image.height else (3, 4)
-    return blurhash.encode(pixels.tolist(), components_x=x_components, components_y=y_components)
+    encoded: str = blurhash.encode(pixels.tolist(), components_x=x_components, components_y=y_components)
+    return encoded
 
 
 def make_blurhash_placeholder(source: bytes, source_format: str, size: int, *,

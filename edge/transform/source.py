@@ -41,6 +41,7 @@ class SourceImage:
     pages: int
     has_alpha: bool
     filter_primitives: int = 0     # SVG only: filter operations librsvg runs per pixel
+    orientation: int = 1           # EXIF orientation (1-8) of the stored pixels; 1 = upright
 
     @property
     def animated(self) -> bool:
@@ -86,9 +87,11 @@ def read_source(data: bytes, source_format: str) -> SourceImage:
         raise LegacyError(415, f"Cannot transform this source: its content ({loader}) is not a "
                           f"supported image format ({', '.join(sorted(set(VIPS_LOADERS.values())))}, heic).")
     pages = header.get_n_pages() if fmt in ANIMATED_FORMATS else 1
+    orientation = header.get("orientation") if header.get_typeof("orientation") else 1
     return SourceImage(data=data, format=fmt, width=header.width, height=header.get_page_height(),
                        pages=max(pages, 1), has_alpha=header.hasalpha(),
-                       filter_primitives=primitives if fmt == "svg" else 0)
+                       filter_primitives=primitives if fmt == "svg" else 0,
+                       orientation=orientation if orientation in range(1, 9) else 1)
 
 
 def _read_heif(data: bytes, source_format: str) -> SourceImage:

@@ -42,7 +42,7 @@ class CommitGate(asyncio.Lock):
 @asynccontextmanager
 async def held_commit_lock(client: TestClient) -> AsyncIterator[CommitGate]:
     """Replace the app's commit lock with a held gate; leaving the block releases it."""
-    publisher = client.server.app[PUBLISHER]
+    publisher = client.app[PUBLISHER]
     gate = CommitGate()
     publisher._lock = gate  # the one lock that orders commits (control/publish.py)
     await gate.acquire()

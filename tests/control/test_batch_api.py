@@ -58,7 +58,7 @@ async def test_batch_commits_every_file_in_one_commit(control: TestClient, zone:
     assert await got.read() == b"plain text"
     got = await control.get("/api/storage/akande/v1/logos/c.svg", headers=ACCESS)
     assert await got.read() == b"<svg>c</svg>"
-    assert {"akande/v1/icons/a.svg", "akande/v1/logos/c.svg"} <= set(control.server.app[MANIFEST].entries)
+    assert {"akande/v1/icons/a.svg", "akande/v1/logos/c.svg"} <= set(control.app[MANIFEST].entries)
 
 
 async def test_batch_overwriting_a_file_reports_purging(control: TestClient, zone: str) -> None:
@@ -117,7 +117,7 @@ async def test_one_invalid_file_among_valid_ones_commits_nothing(control: TestCl
         assert details[0]["path"] == bad["path"]
     assert "nothing was committed" in body["Message"]
     assert head_commit(data_dir) == head
-    assert "akande/v1/icons/ok0.svg" not in control.server.app[MANIFEST].entries
+    assert "akande/v1/icons/ok0.svg" not in control.app[MANIFEST].entries
 
 
 async def test_file_clashing_with_a_stored_file_commits_nothing(control: TestClient, zone: str,
@@ -129,7 +129,7 @@ async def test_file_clashing_with_a_stored_file_commits_nothing(control: TestCli
                               400, "InvalidBatch")
     assert [(d["index"], d["path"]) for d in body["error"]["details"]] == [(1, "akande/v1/icons/a.svg/inner.png")]
     assert head_commit(data_dir) == head
-    assert "akande/v1/icons/a.svg" in control.server.app[MANIFEST].entries
+    assert "akande/v1/icons/a.svg" in control.app[MANIFEST].entries
 
 
 @pytest.mark.parametrize("body", [{}, {"files": "x"}, {"files": []}, [1, 2]])
@@ -162,14 +162,14 @@ async def test_identical_batch_is_an_overwrite_that_commits_nothing(control: Tes
     resp = await control.post("/api/storage/batch", json={"files": [item("a.svg")]}, headers=ACCESS)
     assert resp.status == 201
     head, count = head_commit(data_dir), commit_count(data_dir)
-    generation = control.server.app[MANIFEST].generation
+    generation = control.app[MANIFEST].generation
     resp = await control.post("/api/storage/batch", json={"files": [item("a.svg")]}, headers=ACCESS)
     body = await resp.json()
     assert resp.status == 201, body
     assert (body["EdgeStatus"], body["Commit"], body["Files"]) == ("purging", head, ["clients/akande/v1/icons/a.svg"])
     assert "identical" in body["Message"] and "no commit" in body["EdgeNote"]
     assert (head_commit(data_dir), commit_count(data_dir)) == (head, count)
-    delta = await control.server.app[MANIFEST].changes_since(generation)
+    delta = await control.app[MANIFEST].changes_since(generation)
     assert delta is not None and delta.purges == [{"urls": ["/akande/v1/icons/a.svg"]}]
 
 
@@ -177,13 +177,13 @@ async def test_batch_of_new_and_identical_files_purges_the_identical_ones(contro
                                                                          data_dir: Path) -> None:
     assert (await control.post("/api/storage/batch", json={"files": [item("a.svg")]}, headers=ACCESS)).status == 201
     count = commit_count(data_dir)
-    generation = control.server.app[MANIFEST].generation
+    generation = control.app[MANIFEST].generation
     resp = await control.post("/api/storage/batch", json={"files": [item("a.svg"), item("new.svg")]},
                               headers=ACCESS)
     body = await resp.json()
     assert (resp.status, body["EdgeStatus"], body["Commit"]) == (201, "purging", head_commit(data_dir))
     assert commit_count(data_dir) == count + 1
-    delta = await control.server.app[MANIFEST].changes_since(generation)
+    delta = await control.app[MANIFEST].changes_since(generation)
     assert delta is not None and delta.purges == [{"urls": ["/akande/v1/icons/a.svg"]}]
     assert [c.path for c in delta.changes] == ["akande/v1/icons/new.svg"]
 
@@ -278,4 +278,8 @@ class TestOversizeFile:
     async def test_file_at_the_limit_is_accepted(self, small_control: TestClient) -> None:
         resp = await small_control.post("/api/storage/batch", json={"files": [item("f.txt", b"x" * SMALL_LIMIT)]},
                                         headers=ACCESS)
-        assert resp.status == 201
+        assert resp.status == 201, await resp.text()
+        body = await resp.json()
+        assert (body["HttpCode"], body["Files"]) == (201, ["clients/akande/v1/icons/f.txt"])
+        got = await small_control.get("/api/storage/akande/v1/icons/f.txt", headers=ACCESS)
+        assert (got.status, await got.read()) == (200, b"x" * SMALL_LIMIT)

@@ -27,7 +27,7 @@ async def changes_since(control: TestClient, since: int) -> dict:
 
 
 async def test_each_change_and_purge_carries_its_generation(control: TestClient, zone: str) -> None:
-    since = control.server.app[MANIFEST].generation
+    since = control.app[MANIFEST].generation
     path = f"{zone}/v1/logos/a.svg"
     assert (await control.put(f"/api/storage/{path}", data=b"<svg/>", headers=ACCESS)).status == 201
     resp = await control.post("/api/purge", json={"tags": ["format-svg"]}, headers=PURGE)
@@ -42,7 +42,7 @@ async def test_each_change_and_purge_carries_its_generation(control: TestClient,
 
 async def test_a_generation_recorded_while_the_answer_is_made_is_left_to_the_next_one(
         control: TestClient, zone: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    manifest, edge_config = control.server.app[MANIFEST], control.server.app[EDGE_CONFIG]
+    manifest, edge_config = control.app[MANIFEST], control.app[EDGE_CONFIG]
     since = manifest.generation
     resp = await control.post("/api/purge", json={"tags": ["project-akande"]}, headers=PURGE)
     assert resp.status == 200

@@ -108,8 +108,14 @@ async def test_unknown_api_paths_are_404_in_the_standard_envelope(control: TestC
 class TestSessionCookie:
     async def test_valid_session_reads_storage(self, control: TestClient, zone: str) -> None:
         cookie = session_cookie_value(SECRETS.session_secret, nonce=uuid.uuid4().hex)
-        resp = await control.get("/api/storage/akande/v1/", headers={"Cookie": f"{SESSION_COOKIE}={cookie}"})
+        await control.put("/api/storage/akande/v1/logos/logo.svg", data=b"<svg/>", headers=ACCESS)
+        resp = await control.get("/api/storage/akande/v1/logos/", headers={"Cookie": f"{SESSION_COOKIE}={cookie}"})
         assert resp.status == 200
+        names = [entry["ObjectName"] for entry in await resp.json()]
+        # The same listing the AccessKey gets, with the file just stored in it.
+        with_key = await (await control.get("/api/storage/akande/v1/logos/", headers=ACCESS)).json()
+        assert names == [entry["ObjectName"] for entry in with_key]
+        assert "logo.svg" in names
 
     async def test_session_writes_only_from_the_dashboard_origin(self, control: TestClient, zone: str) -> None:
         cookie = {"Cookie": f"{SESSION_COOKIE}={session_cookie_value(SECRETS.session_secret, nonce='n')}"}

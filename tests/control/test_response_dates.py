@@ -66,7 +66,7 @@ async def test_every_date_time_has_milliseconds_and_z(control: TestClient) -> No
 
 async def test_a_created_date_stored_in_whole_seconds_is_answered_with_milliseconds(control: TestClient,
                                                                                    zone: str) -> None:
-    db = control.server.app[DB]
+    db = control.app[DB]
     await db.execute("UPDATE zones SET created_at = ? WHERE name = ?", ("2026-04-04T12:00:00Z", zone))
     await db.commit()
     for url in ("/api/core/zones", f"/api/core/zones/{zone}"):

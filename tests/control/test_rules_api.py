@@ -113,6 +113,10 @@ async def test_content_at_the_limit_is_accepted(control: TestClient) -> None:
     assert len(content) == 100_000
     resp = await control.post("/api/core/rules", json={"File": "_headers", "Content": content}, headers=ACCOUNT)
     assert resp.status == 200, await resp.text()
+    body = await resp.json()
+    assert (body["HttpCode"], body["File"], body["EdgeStatus"]) == (200, "_headers", "pending")
+    got = await (await control.get("/api/core/rules", headers=ACCOUNT)).json()
+    assert got["Headers"] == content      # stored whole, not cut at the limit
 
 
 async def test_invalid_json_is_400(control: TestClient) -> None:

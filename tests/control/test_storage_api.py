@@ -100,14 +100,14 @@ class TestUpload:
         first = await upload(control, LOGO_PATH, LOGO, Checksum=digest)
         assert (first["Message"], first["EdgeStatus"]) == ("File uploaded successfully", "pending")
         head, count = head_commit(data_dir), commit_count(data_dir)
-        generation = control.server.app[MANIFEST].generation
+        generation = control.app[MANIFEST].generation
         body = await upload(control, LOGO_PATH, LOGO, Checksum=digest)  # lower-case hex in the request
         assert (body["Message"], body["EdgeStatus"]) == ("File overwritten successfully", "purging")
         assert (body["Path"], body["Length"], body["Checksum"]) == (LOGO_PATH, len(LOGO), digest.upper())
         assert head[:12] in body["EdgeNote"] and "no commit" in body["EdgeNote"]  # type: ignore[index]
         # No commit (history records changes only); the URL is purged on the edges in a generation of its own.
         assert (head_commit(data_dir), commit_count(data_dir)) == (head, count)
-        delta = await control.server.app[MANIFEST].changes_since(generation)
+        delta = await control.app[MANIFEST].changes_since(generation)
         assert delta is not None and (delta.changes, delta.purges) == ([], [{"urls": [f"/{LOGO_PATH}"]}])
 
     async def test_upload_racing_another_upload_of_the_same_path_is_an_overwrite(
@@ -135,7 +135,7 @@ class TestUpload:
 
     async def test_manifest_entry_describes_the_file(self, control: TestClient, zone: str, data_dir: Path) -> None:
         await upload(control, LOGO_PATH, LOGO)
-        entry = control.server.app[MANIFEST].entries[LOGO_PATH]
+        entry = control.app[MANIFEST].entries[LOGO_PATH]
         assert entry.size == len(LOGO)
         assert entry.sha256 == hashlib.sha256(LOGO).hexdigest()
         assert entry.blob_id == repo_files(data_dir)[f"clients/{LOGO_PATH}"]
@@ -195,7 +195,7 @@ class TestUpload:
         assert head_commit(data_dir) == head
         got = await control.get(f"/api/storage/{existing}", headers=ACCESS)
         assert await got.read() == LOGO
-        assert clashing not in control.server.app[MANIFEST].entries
+        assert clashing not in control.app[MANIFEST].entries
 
     async def test_upload_to_a_directory_path_is_400(self, control: TestClient, zone: str) -> None:
         for path in ("akande/v1/logos/", "akande/v1/logos/noext"):
@@ -303,7 +303,7 @@ class TestDelete:
         assert set(body) == {"HttpCode", "Message", "Path", "EdgeStatus", "EdgeNote"}
         assert (body["HttpCode"], body["Path"], body["EdgeStatus"]) == (200, LOGO_PATH, "purging")
         assert commit_count(data_dir) == before + 1
-        assert LOGO_PATH not in control.server.app[MANIFEST].entries
+        assert LOGO_PATH not in control.app[MANIFEST].entries
         await expect_error(await control.get(f"/api/storage/{LOGO_PATH}", headers=ACCESS), 404, "FileNotFound")
 
     async def test_delete_of_a_missing_file_is_404(self, control: TestClient, zone: str, data_dir: Path) -> None:
@@ -321,7 +321,7 @@ class TestDelete:
         body = await resp.json()
         assert (body["EdgeStatus"], body["Message"]) == ("purging", "Deleted akande/v1/ (2 files).")
         assert commit_count(data_dir) == before + 1
-        assert control.server.app[MANIFEST].zone_entries("akande") == []
+        assert control.app[MANIFEST].zone_entries("akande") == []
         # The zone and its category directories survive: AccessKey cannot delete zones.
         zones = await (await control.get("/api/core/zones", headers=ACCOUNT)).json()
         assert [z["Id"] for z in zones] == ["akande"]

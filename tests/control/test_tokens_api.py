@@ -125,7 +125,7 @@ async def test_revoked_token_is_401_on_next_use(control: TestClient) -> None:
 
 async def test_expired_token_is_401(control: TestClient) -> None:
     past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    secret, _record = await control.server.app[TOKENS].create(TokenRequest("old", ("assets:read",), past))
+    secret, _record = await control.app[TOKENS].create(TokenRequest("old", ("assets:read",), past))
     await expect_error(await control.get("/api/assets", headers=bearer(secret)), 401, "Unauthorized")
 
 
@@ -296,7 +296,7 @@ async def test_scopes_of_endpoints_to_come_are_accepted_at_mint_time(control: Te
 
 async def test_old_tokens_list_with_the_short_prefix(control: TestClient) -> None:
     secret = (await mint(control, ["assets:read"]))["token"]
-    db = control.server.app[DB]
+    db = control.app[DB]
     await db.execute("UPDATE tokens SET prefix = ?", (secret[:14],))  # a row minted before the prefix was shortened
     await db.commit()
     (listed,) = (await (await control.get("/api/tokens", headers=ACCOUNT)).json())["Tokens"]

@@ -42,7 +42,7 @@ async def test_zone_name_with_a_trailing_newline_or_space_is_400(control: TestCl
 
 
 async def test_a_zone_created_under_the_old_rules_can_still_be_deleted(control: TestClient, data_dir: Path) -> None:
-    await control.server.app[PUBLISHER].commit(zone_scaffold("nlzone\n"), "a zone the old pattern let through")
+    await control.app[PUBLISHER].commit(zone_scaffold("nlzone\n"), "a zone the old pattern let through")
     listed = await (await control.get("/api/core/zones", headers=ACCOUNT)).json()
     assert [z["Name"] for z in listed] == ["nlzone\n"]
     assert (await control.get("/api/core/zones/nlzone%0A", headers=ACCOUNT)).status == 200

@@ -82,7 +82,7 @@ async def test_delete_removes_every_file_in_one_commit(control: TestClient, zone
     assert body["Commit"] == head_commit(data_dir)
     assert commit_count(data_dir) == before + 1
     assert repo_files(data_dir, "clients/akande/") == {}
-    assert control.server.app[MANIFEST].zone_entries("akande") == []
+    assert control.app[MANIFEST].zone_entries("akande") == []
     assert await (await control.get("/api/core/zones", headers=ACCOUNT)).json() == []
     await expect_error(await control.get("/api/core/zones/akande", headers=ACCOUNT), 404, "ZoneNotFound")
     # The name is free again.

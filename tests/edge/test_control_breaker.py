@@ -5,6 +5,7 @@ stale-if-error bound on serving cached files while it is."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +17,7 @@ from edge.circuit_breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
 from edge.control_client import ControlClient, ControlUnavailable
 from edge.node import EdgeNode
 from shared.cluster import PREFIX
+from shared.config import load_settings
 
 
 class Clock:
@@ -161,3 +163,19 @@ async def test_a_restarted_control_plane_is_used_at_once_without_waiting_for_a_p
     finally:
         await client.close()
         await server.close()
+
+
+@pytest.mark.parametrize(("reachable_for", "silent_s", "expected"), [
+    (None, 1.0, "HIT"),        # the default window (5 s): a second of silence is nothing
+    ("0.5", 1.0, "STALE"),     # a short window: the same silence makes hits STALE
+])
+async def test_how_long_control_counts_as_reachable_is_configurable(
+        tmp_path: Path, reachable_for: str | None, silent_s: float, expected: str) -> None:
+    environ = {"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.1"}
+    if reachable_for is not None:
+        environ["ASSETCDN_EDGE_REACHABLE_FOR_S"] = reachable_for
+    client = ControlClient("http://127.0.0.1:9", "secret", timeout_s=1.0)
+    node = EdgeNode(load_settings(environ=environ), "edge-0", client, SimpleNamespace(),  # type: ignore[arg-type]
+                    tmp_path, SimpleNamespace())  # type: ignore[arg-type]
+    client.last_success = time.monotonic() - silent_s     # control last answered `silent_s` ago
+    assert node.hit_status() == expected

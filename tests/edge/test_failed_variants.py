@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from edge import failed_variants
 from edge.failed_variants import FailedVariants
 from shared.errors import LegacyError
 
@@ -20,7 +19,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(failed_variants.time, "monotonic", fake)
+    monkeypatch.setattr("edge.failed_variants.time.monotonic", fake)
     return fake
 
 

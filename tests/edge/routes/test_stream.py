@@ -1,20 +1,39 @@
 """/api/stream through a real edge: a video uploaded to the stock pool is transcoded by control, and the
-edge serves real HLS built from its index: every segment decodes on its own with PyAV."""
+edge serves real HLS built from its index: every segment decodes on its own with PyAV.
+
+Transcoding is the slow part, so control (with the video transcoded) is shared by the module, in the
+module's event loop; each test gets its own edge, with an empty cache, in front of it.
+"""
 
 from __future__ import annotations
 
 import io
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import av
 import pytest
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
 
+import control.app
+import edge.app
 from control.state import VIDEO_INGEST
 from control.video.demo import write_synthetic_video
+from edge.app import EdgeIdentity
+from shared.config import Settings, load_settings
 from shared.hls import VideoIndex
-from tests.edge.routes.conftest import Cdn, CdnFactory, wait_until
+from tests.control.conftest import ACCESS, METRICS, SECRETS
+from tests.edge.hit_server import HitTestServer
+from tests.edge.routes.conftest import Cdn, wait_until
 
+# The tests run in the module's event loop, where the shared control plane lives.
+IN_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 VIDEO = "nature"
+
+
+def stream_settings() -> Settings:
+    return load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2", "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5"})
 
 
 @pytest.fixture(scope="module")
@@ -24,17 +43,41 @@ def source_video(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     return path.read_bytes()
 
 
-@pytest.fixture
-async def cdn(make_cdn: CdnFactory, source_video: bytes) -> Cdn:
-    cdn = await make_cdn()
-    await cdn.upload(f"stocks/videos/{VIDEO}.mp4", source_video)
-    await cdn.control.app[VIDEO_INGEST].wait_idle()
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def control_client(tmp_path_factory: pytest.TempPathFactory, source_video: bytes) -> AsyncIterator[TestClient]:
+    """Control with the video uploaded and transcoded, once for the module."""
+    data_dir = tmp_path_factory.mktemp("stream-control") / "data"
+    client = TestClient(TestServer(control.app.create_app(stream_settings(), SECRETS, data_dir)))
+    await client.start_server()
+    try:
+        resp = await client.put(f"/api/storage/stocks/videos/{VIDEO}.mp4", data=source_video, headers=ACCESS)
+        assert resp.status == 201, await resp.text()
+        await client.app[VIDEO_INGEST].wait_idle()
+        yield client
+    finally:
+        await client.close()
 
-    async def index_arrived() -> bool:
-        return cdn.node.replica.get(f"stocks/videos/{VIDEO}/hls/index.json") is not None
 
-    await wait_until(index_arrived, "the HLS index reaching the edge")
-    return cdn
+@pytest_asyncio.fixture(loop_scope="module")
+async def cdn(control_client: TestClient, tmp_path: Path) -> AsyncIterator[Cdn]:
+    """A fresh edge (empty cache) in front of the module's control, once it holds the HLS index."""
+    identity = EdgeIdentity(name="edge-t", worker=0, control_url=str(control_client.make_url("")).rstrip("/"),
+                            cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
+    edge_client = TestClient(HitTestServer(edge.app.create_app(stream_settings(), SECRETS, identity)))
+    await edge_client.start_server()
+    cdn = Cdn(control_client, edge_client)
+    try:
+        async def ready() -> bool:
+            if (await edge_client.get("/api/health")).status != 200:
+                return False
+            resp = await control_client.get("/api/health?deep=1", headers=METRICS)
+            registered = any(e.get("name", "").startswith("edge-t") for e in (await resp.json()).get("edges", []))
+            return registered and cdn.node.replica.get(f"stocks/videos/{VIDEO}/hls/index.json") is not None
+
+        await wait_until(ready, "the edge registered and holding the HLS index")
+        yield cdn
+    finally:
+        await edge_client.close()
 
 
 async def text(cdn: Cdn, query: str) -> tuple[int, str, dict[str, str]]:
@@ -45,12 +88,15 @@ async def text(cdn: Cdn, query: str) -> tuple[int, str, dict[str, str]]:
 def decode(segment: bytes) -> tuple[int, float, bool]:
     """(video frames, seconds covered, first frame is a keyframe) of one segment decoded on its own."""
     with av.open(io.BytesIO(segment), format="mpegts") as container:
+        assert isinstance(container, av.container.InputContainer)
         stream = container.streams.video[0]
         frames = list(container.decode(stream))
-    rate = float(stream.average_rate or stream.guessed_rate)
-    return len(frames), len(frames) / rate, frames[0].key_frame
+    rate = stream.average_rate or stream.guessed_rate
+    assert rate is not None
+    return len(frames), len(frames) / float(rate), frames[0].key_frame
 
 
+@IN_MODULE_LOOP
 async def test_playlists_and_every_segment_of_every_rendition_decode(cdn: Cdn) -> None:
     status, master, headers = await text(cdn, f"video={VIDEO}")
     assert status == 200
@@ -89,6 +135,7 @@ async def test_playlists_and_every_segment_of_every_rendition_decode(cdn: Cdn) -
         assert decoded_seconds == pytest.approx(sum(extinfs), abs=0.25)
 
 
+@IN_MODULE_LOOP
 async def test_segments_are_cached_for_a_year_and_support_ranges(cdn: Cdn) -> None:
     first = await cdn.edge.get(f"/api/stream?video={VIDEO}&quality=720&segment=1")
     body = await first.read()
@@ -118,6 +165,7 @@ BAD_REQUESTS = [
 ]
 
 
+@IN_MODULE_LOOP
 async def test_bad_stream_requests_get_the_legacy_envelope(cdn: Cdn) -> None:
     for query, status, message in BAD_REQUESTS:
         resp = await cdn.edge.get(f"/api/stream?{query}")

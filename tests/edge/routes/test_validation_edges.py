@@ -19,7 +19,7 @@ async def test_api_paths_with_a_newline_reach_control(make_cdn: CdnFactory) -> N
     resp = await cdn.edge.put(f"/api/storage/{ZONE}/v1/logos/.GIT/x.svg", data=b"<svg/>", headers=ACCESS)
     await expect_error(resp, 400, "InvalidPath")
     # A zone that the old name pattern let in ("nlzone\n") can be deleted through the edge.
-    await cdn.control.server.app[PUBLISHER].commit(zone_scaffold("nlzone\n"), "a zone the old pattern let through")
+    await cdn.control.app[PUBLISHER].commit(zone_scaffold("nlzone\n"), "a zone the old pattern let through")
     resp = await cdn.edge.delete("/api/core/zones/nlzone%0A", headers=ACCOUNT)
     assert resp.status == 200, await resp.text()
     listed = await (await cdn.edge.get("/api/core/zones", headers=ACCOUNT)).json()

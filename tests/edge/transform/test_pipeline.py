@@ -11,6 +11,7 @@ import pytest
 import pyvips
 
 from edge.transform import pipeline
+from edge.transform.decode import decode
 from edge.transform.encode import ENCODERS
 from edge.transform.limits import TransformLimits
 from edge.transform.options import parse_transform_options
@@ -138,7 +139,7 @@ def test_animation_is_kept_where_the_format_can(request: pytest.FixtureRequest, 
 @pytest.mark.parametrize("query", [{"w": "100", "h": "100"}, {"w": "100", "h": "100", "gravity": "auto"},
                                    {"w": "100", "h": "100", "blur": "4", "sharpen": "2"}])
 def test_animated_cover_crops_every_frame(animated_gif: bytes, query: dict[str, str]) -> None:
-    decoded = load(transform(animated_gif, "gif", "webp", **query).body)
+    decoded = load(transform(animated_gif, "gif", "webp", **query).body)  # type: ignore[arg-type]  # all str
     assert decoded.get_n_pages() == FRAMES
     assert (decoded.width, decoded.get_page_height()) == (100, 100)
     # Each frame keeps its own colour: frames are cropped one by one, not as one strip.
@@ -311,7 +312,7 @@ def test_a_libvips_error_once_the_deadline_has_passed_is_the_budgets_503(
         time.sleep(0.2)
         raise pyvips.Error("unable to call pngsave_buffer")
 
-    monkeypatch.setattr(pipeline, "STEPS", (("decode", pipeline.decode), ("blur", overrun_then_fail)))
+    monkeypatch.setattr(pipeline, "STEPS", (("decode", decode), ("blur", overrun_then_fail)))
     with pytest.raises(LegacyError) as caught:
         transform(photo_jpeg, "jpeg", "png", w="100", budget=0.1)
     assert caught.value.status == 503 and "time budget of 0.1 s (during 'blur')" in caught.value.error

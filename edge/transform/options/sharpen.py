@@ -1,17 +1,22 @@
-"""Sharpen step: libvips unsharp masking, in Lab, with strength from the spec's 1-10 amount.
+"""sharpen: libvips unsharp masking, in Lab, with strength from the spec's 1-10 amount.
 
 amount maps to sigma = 0.5 + amount / 10 (the size of detail lifted) and m2 = amount (the
 slope in busy areas); flat areas are left alone (m1 = 0) so noise is not amplified.
-`sharpen` refuses 'multiband' images, so the interpretation is set to sRGB first (FACTS.md),
+libvips' `sharpen` refuses 'multiband' images, so the interpretation is set to sRGB first,
 and alpha is carried around it untouched.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyvips
 
-from edge.transform.context import TransformContext
 from edge.transform.frames import map_frames
+from edge.transform.options.base import Query, TransformOption, int_param
+
+if TYPE_CHECKING:
+    from edge.transform.context import TransformContext
 
 
 def unsharp(image: pyvips.Image, amount: int) -> pyvips.Image:
@@ -25,8 +30,20 @@ def unsharp(image: pyvips.Image, amount: int) -> pyvips.Image:
 
 
 def sharpen(ctx: TransformContext) -> None:
-    if ctx.opts.sharpen is None:
+    amount = ctx.opts.get(SHARPEN)
+    if amount is None:
         return
-    amount = ctx.opts.sharpen
     ctx.image = map_frames(ctx.require_image(), lambda frame: unsharp(frame, amount),
                            between_frames=lambda: ctx.check_deadline("sharpen"))
+
+
+def parse(query: Query) -> int | None:
+    return int_param(query, "sharpen", 1, 10)
+
+
+def key(amount: int | None, _output_format: str) -> str:
+    return "" if amount is None else f"sharpen{amount}"
+
+
+SHARPEN: TransformOption[int | None] = TransformOption(name="sharpen", params=("sharpen",), default=None, parse=parse, key=key,
+                                      steps=(("sharpen", sharpen),))
