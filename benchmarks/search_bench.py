@@ -96,7 +96,7 @@ def quality() -> None:
     def run(edge: float = EDGE_OF_UNRELATED) -> dict[str, list[list[str]]]:
         out: dict[str, list[list[str]]] = {"vector": [], "fuzzy": [], "fuzzy+typos": [], "combined": []}
         saved = search_engine.calibrate
-        search_engine.calibrate = lambda c: calibrate(c, edge)  # type: ignore[assignment]
+        search_engine.calibrate = lambda c: calibrate(c, edge)  # type: ignore[assignment,misc]
         try:
             for qi, q in enumerate(queries):
                 vec = calibrate(cosines[qi], edge)
@@ -134,7 +134,8 @@ def quality() -> None:
         print(f"| {name} | " + " | ".join(cells) + " |")
 
     # The calibration point: raw MiniLM cosines of matches and non-matches (tuning queries only).
-    related, unrelated = [], []
+    related: list[float] = []
+    unrelated: list[float] = []
     for qi in tuned:
         relevant = set(queries[qi].relevant)
         for j, path in enumerate(doc_paths):

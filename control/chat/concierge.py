@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from control.chat.conversation import Question
 from control.chat.generation import (
@@ -35,7 +35,7 @@ class Concierge:
         self.retriever = retriever
         self.model = model
 
-    async def answer(self, question: Question, allowance: ChatAllowance) -> AsyncIterator[bytes]:
+    async def answer(self, question: Question, allowance: ChatAllowance) -> AsyncGenerator[bytes, None]:
         retrieved = await self.retriever.retrieve(question.message)
         upstream = None
         degraded = False

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import load as load_safetensors
-from threadpoolctl import threadpool_limits
+from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 from tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)

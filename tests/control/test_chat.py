@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
+from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient, TestServer
 
 from control.app import create_app
@@ -101,7 +101,7 @@ def make_control(aiohttp_client, tmp_path: Path) -> MakeControl:  # type: ignore
     return make
 
 
-async def ask(client: TestClient, body: Any) -> tuple[web.Response, list[tuple[str, dict[str, Any]]]]:
+async def ask(client: TestClient, body: Any) -> tuple[ClientResponse, list[tuple[str, dict[str, Any]]]]:
     resp = await client.post("/api/chat", json=body)
     return resp, parse_sse(await resp.text()) if resp.status == 200 else []
 

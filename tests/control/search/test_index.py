@@ -17,7 +17,9 @@ ASSETS = ("autoworld/v1/banners/ferrari-488.jpg", "autoworld/v1/banners/school-b
 
 
 def index_of(client: TestClient) -> SearchIndex:
-    return client.server.app[SEARCH_INDEX]
+    app = client.app
+    assert app is not None
+    return app[SEARCH_INDEX]
 
 
 async def settled(client: TestClient) -> SearchIndex:
