@@ -6,7 +6,7 @@ Starts the real product with ``tests/integration/harness.start_cdn`` (control pl
 with ``--workers`` processes, free loopback ports, test keys), creates a zone, uploads 5 KB,
 100 KB and 1 MB files through the storage API (PUT on the edge, as a customer would), warms
 each through the edge until it answers ``X-Cache: HIT``, then runs ``benchmarks.load``
-against each CDN URL and prints the numbers beside the FACTS.md reference figures.
+against each CDN URL and prints the numbers beside reference figures measured on a quiet machine of this kind.
 
 Then the cost of a miss: ``--miss-files`` distinct 100 KB files are uploaded and each is
 fetched once (the edge has never seen it: a MISS that fetches the blob from control) and
@@ -15,7 +15,7 @@ once more (a HIT), sequentially on one keep-alive connection, so the two latenci
 Finally, unless ``--no-baseline``: the same load against ``benchmarks.serve_bench``'s plain
 aiohttp + uvloop app answering the same sizes from a dict with the same number of worker
 processes, run right after the cluster is stopped, so the edge's overhead is measured against
-a floor taken under the same machine load (FACTS.md's figures were taken on a quiet machine).
+a floor taken under the same machine load (the reference figures were taken on a quiet machine).
 
 The cluster is always stopped at the end. Loopback only; every load run is bounded.
 """
@@ -45,7 +45,8 @@ SIZES = {"5 KB": 5 * KB, "100 KB": 100 * KB, "1 MB": 1 * MB}
 BASELINE_KEYS = {"5 KB": "5KB", "100 KB": "100KB", "1 MB": "1MB"}  # serve_bench's names
 ZONE = "bench"
 
-# FACTS.md, "HTTP serving" (wrk -t2 -c64 on loopback, wrk sharing the 2 cores), 5 KB bodies;
+# Reference figures measured on a quiet 2-core machine of this kind (wrk -t2 -c64 on loopback, wrk
+# sharing the 2 cores), 5 KB bodies;
 # at 1 MB all of them reach about 3,700 req/s.
 REFERENCE_5KB = (
     ("aiohttp + uvloop, dict, 1 process", 17_000),
@@ -181,7 +182,7 @@ def run_baseline(
 
 def print_hits(results: dict[str, LoadResult], baseline: dict[str, LoadResult]) -> None:
     print("\nCache hits through the full edge (GET on a CDN URL, X-Cache: HIT)")
-    print("| Object | req/s | p50 | p99 | errors | same-run dict baseline | FACTS.md reference |")
+    print("| Object | req/s | p50 | p99 | errors | same-run dict baseline | quiet-machine reference |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for label, result in results.items():
         base = baseline.get(label)

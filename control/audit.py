@@ -1,6 +1,6 @@
 """The audit log: one entry per successful mutating control-plane call, kept 90 days in SQLite.
 
-Entry (contract notes 7): ``{timestamp, action, ip, userAgent (<= 256 chars), requestId, meta}``.
+Entry (README "Audit and request logs"): ``{timestamp, action, ip, userAgent (<= 256 chars), requestId, meta}``.
 Routes declare their action in the route table (``control.app``); ``control.recording`` appends
 the entries.
 """

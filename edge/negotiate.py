@@ -3,7 +3,7 @@
 Pure functions over header values; the HTTP layer passes them in and writes `Vary` and
 `X-Network-Aware` from the constants and `is_slow_network` here.
 
-Rules (spec "Auto-format rules", contract-notes "Auto-format"):
+Rules (README "Image delivery", `/api/auto`):
 - still chain, in order: jxl, avif, heic, heif, webp, png, svg. jxl, avif, heic and heif only
   when their MIME type is named in Accept; webp when `image/webp`, `image/*` or `*/*` is
   acceptable; png and svg always (universal fallbacks).
@@ -45,7 +45,7 @@ FORMAT_MIME = {
     "apng": "image/apng", "gif": "image/gif", "jpeg": "image/jpeg",
 }
 
-# Types served only when the client names them (spec rule 3: they opt in).
+# Types served only when the client names them (they opt in).
 EXPLICIT_ONLY = {"jxl": ("image/jxl",), "avif": ("image/avif",), "heic": ("image/heic",),
                  "heif": ("image/heif",), "avifs": ("image/avif-sequence", "image/avif"),
                  "apng": ("image/apng",)}

@@ -20,8 +20,8 @@ log = logging.getLogger(__name__)
 REQUEST_ID = web.RequestKey("request_id", str)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-# Paths whose errors use the legacy envelope (spec: auto, transform, purge, stream, analytics; signed, search
-# and chat too, as the published service answered them).
+# Paths whose errors use the legacy envelope (README "Auth and errors"); the other routes use the
+# standard envelope.
 LEGACY_PREFIXES = ("/api/auto", "/api/transform", "/api/purge", "/api/stream", "/api/analytics", "/api/signed",
                    "/api/search", "/api/chat")
 

@@ -1,6 +1,6 @@
 """POST /api/pipeline: validate the body, then turn one SVG into the files of a zone or a stock asset.
 
-Body (contract notes 1.6): ``mode`` (``client`` | ``stock``, required), ``name`` (zone, required for
+Body (API reference, POST /api/pipeline): ``mode`` (``client`` | ``stock``, required), ``name`` (zone, required for
 client), ``svg`` (base64, required), ``generateIcons`` / ``generateBanners`` / ``generateFavicon``
 (booleans, default true), ``stockName`` (stock file name, default ``asset``; ``name`` is used when
 ``stockName`` is absent, as OA calls ``name`` the "asset slug" in stock mode).
