@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Where `assetcdn up` keeps its data (conf/default.toml [server] data_dir, or its environment override).
+# Where `assetcdn up` keeps its data ([server] data_dir of `assetcdn defaults`, or its environment override).
 DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
 .PHONY: setup run test lint bench bench-hits fuzz clean wipe-data
