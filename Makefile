@@ -6,7 +6,12 @@ STAMP := $(VENV)/.installed
 # Where `assetcdn up` keeps its data ([server] data_dir of `assetcdn defaults`, or its environment override).
 DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
-.PHONY: setup run test lint bench bench-hits fuzz clean wipe-data
+.PHONY: setup lock run test lint bench bench-hits fuzz clean wipe-data
+# Every dependency pinned with its hashes: requirements.lock (what the service runs: the Docker image) and
+# requirements-test.lock (that plus the test tools: `make setup`). Both come from pyproject.toml via `make lock`.
+LOCK := requirements-test.lock
+UV_VERSION := 0.13.8
+LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --native-tls --quiet
 
 # Browser-test prerequisites (Debian chromium, hls.js from npm) are best effort: without them the
 # browser test skips and says why. Tesseract OCR (Debian) serves alt text; without it OCR is skipped.
@@ -15,11 +20,21 @@ setup: $(STAMP)
 	-@sh tests/control/ai/setup.sh
 
 # Re-install only when the project's metadata changed (idempotent and fast otherwise).
+# The locked versions, hash-checked, then the project itself with no dependency resolution of its own.
+$(STAMP): $(LOCK)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+# Re-resolve the lock files after a change to the dependencies in pyproject.toml (uv, in a venv of its own).
+lock:
+	test -x .venv-lock/bin/uv || ($(PYTHON) -m venv .venv-lock && .venv-lock/bin/pip install --quiet uv==$(UV_VERSION))
+	.venv-lock/bin/uv pip compile pyproject.toml requirements-build.in $(LOCK_FLAGS) -o requirements.lock
+	.venv-lock/bin/uv pip compile pyproject.toml requirements-build.in --extra test -c requirements.lock \
+		$(LOCK_FLAGS) -o requirements-test.lock
 
 run: setup
 	$(BIN)/assetcdn up
@@ -53,7 +68,7 @@ bench-hits: setup
 
 # Build output only: the virtualenv and caches. Never the data directory.
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .venv-lock .pytest_cache .ruff_cache *.egg-info
 	find . -path './$(DATA_DIR)' -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # Deletes the data directory: the git repository with every stored file, the database and the
