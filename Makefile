@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Where `assetcdn up` keeps its data ([server] data_dir of `assetcdn defaults`, or its environment override).
 DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
-.PHONY: setup lock run test lint bench bench-hits fuzz clean wipe-data
+.PHONY: setup lock run test lint bench bench-hits fuzz docker-test clean wipe-data
 # Every dependency pinned with its hashes: requirements.lock (what the service runs: the Docker image) and
 # requirements-test.lock (that plus the test tools: `make setup`). Both come from pyproject.toml via `make lock`.
 LOCK := requirements-test.lock
@@ -65,6 +65,13 @@ fuzz: setup
 bench-hits: setup
 	sh benchmarks/setup_hits.sh
 	$(BIN)/python -m benchmarks.hits_bench
+
+# The Docker image and deploy/compose.yaml end to end (not part of `make test`: it needs a Docker engine and some
+# minutes; tests/docker/stack.py says what it does). Debian's docker.io, docker-compose and debootstrap are
+# installed when missing; BASE_IMAGE=<a Debian bookworm image> skips making one with debootstrap.
+docker-test: setup
+	-@sh tests/docker/setup.sh
+	$(BIN)/python -m tests.docker.stack
 
 # Build output only: the virtualenv and caches. Never the data directory.
 clean:
