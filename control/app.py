@@ -25,6 +25,7 @@ from control.auth import (
     accepts,
     auth_middleware,
 )
+from control.chat.setup import open_chat
 from control.cluster.registry import EdgeRegistry
 from control.dashboard_config import DashboardConfig
 from control.database import open_database
@@ -36,7 +37,7 @@ from control.passkeys.ceremony import PasskeyCeremonies, user_handle
 from control.passkeys.store import ChallengeStore, PasskeyStore
 from control.publish import Publisher
 from control.quota import DailyQuota
-from control.rate_limit import rate_limiter_from_settings
+from control.rate_limit import InProcessRateLimiter, rate_limiter_from_settings
 from control.recording import ROUTE_AUDIT, audit_middleware, request_log_middleware
 from control.request_log import RequestLog
 from control.retention import prune_forever
@@ -45,6 +46,7 @@ from control.routes import (
     analytics,
     assets,
     audit_logs,
+    chat,
     cluster,
     dashboard,
     dashboard_login,
@@ -56,17 +58,22 @@ from control.routes import (
     pipeline,
     purge,
     rules,
+    search,
     storage,
     tokens,
     webhooks,
     zones,
 )
+from control.search.setup import open_search
 from control.session import SessionBook
 from control.signin import SignIn
 from control.state import (
     ANALYTICS,
     ANALYTICS_BATCHES,
     AUDIT,
+    CHAT,
+    CHAT_LIMITER,
+    CHAT_QUOTA,
     DASHBOARD,
     DATA_DIR,
     DB,
@@ -79,6 +86,9 @@ from control.state import (
     PURGE_QUOTA,
     REGISTRY,
     REQUEST_LOG,
+    SEARCH,
+    SEARCH_INDEX,
+    SEARCH_LIMITER,
     SECRETS,
     SESSIONS,
     SETTINGS,
@@ -200,6 +210,8 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/ai/smart-crop", ai.smart_crop, AI_READ),
     Route("GET", "/api/ai/background-remove", ai.background_remove, AI_READ),
     Route("POST", "/api/ai/background-remove", ai.background_remove, AI_READ),
+    Route("GET", "/api/search", search.search),
+    Route("POST", "/api/chat", chat.chat),
     Route("GET", "/api/health", health.health),
     Route("GET", "/api/logs", logs.logs, ACCOUNT),
     Route("GET", "/metrics", metrics_handler),
@@ -277,6 +289,13 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
                                                  ("audit", app[AUDIT].prune),
                                                  ("request log", request_log.prune)]))
     opened.push_async_callback(_cancel, pruning)
+    app[SEARCH_INDEX], app[SEARCH] = await open_search(settings, data_dir, manifest, app[PUBLISHER],
+                                                       alt_text=image_analysis.alt_text_for)
+    image_analysis.alt_text_listeners.append(lambda path: app[SEARCH_INDEX].refresh([path]))
+    opened.push_async_callback(app[SEARCH_INDEX].close)
+    opened.callback(app[SEARCH].close)
+    app[CHAT_QUOTA], app[CHAT], chat_session = open_chat(settings, db, app[SEARCH])
+    opened.push_async_callback(chat_session.close)
 
 
 async def _restore_damaged_branch(git: GitStore, db: aiosqlite.Connection) -> None:
@@ -327,6 +346,8 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app[SETTINGS], app[SECRETS], app[DATA_DIR] = settings, secrets, Path(data_dir)
     app[DEMO] = demo
     app[TRACK_LIMITER] = rate_limiter_from_settings(settings.section("analytics"), "track")
+    app[SEARCH_LIMITER] = InProcessRateLimiter(settings.get("search", "rate_limit_per_minute"), 60)
+    app[CHAT_LIMITER] = InProcessRateLimiter(settings.get("ai", "chat_rate_limit_per_minute"), 60)
     app[DASHBOARD] = DashboardConfig.from_settings(settings, public_url_of(settings))  # a bad value stops start-up
     route_access: dict[web.AbstractRoute, Access] = {}
     route_audit: dict[web.AbstractRoute, str] = {}

@@ -10,6 +10,8 @@ from aiohttp import web
 from control.analytics.ingest import SeenBatches
 from control.analytics.store import AnalyticsStore
 from control.audit import AuditLog
+from control.chat.concierge import Concierge
+from control.chat.quota import ChatQuota
 from control.cluster.registry import EdgeRegistry
 from control.dashboard_config import DashboardConfig
 from control.edge_config import EdgeConfigStore
@@ -19,6 +21,8 @@ from control.publish import Publisher
 from control.quota import DailyQuota
 from control.rate_limit import RateLimiter
 from control.request_log import RequestLog
+from control.search.engine import SearchEngine
+from control.search.index import SearchIndex
 from control.session import SessionBook
 from control.signin import SignIn
 from control.storage.git_store import GitStore
@@ -51,6 +55,12 @@ DASHBOARD = web.AppKey("dashboard", DashboardConfig)
 SESSIONS = web.AppKey("sessions", SessionBook)
 SIGN_IN = web.AppKey("sign_in", SignIn)
 PASSKEYS = web.AppKey("passkeys", PasskeyCeremonies)
+SEARCH_LIMITER = web.AppKey("search_limiter", RateLimiter)  # GET /api/search, per client
+CHAT_LIMITER = web.AppKey("chat_limiter", RateLimiter)      # POST /api/chat, per client
+SEARCH_INDEX = web.AppKey("search_index", SearchIndex)
+SEARCH = web.AppKey("search", SearchEngine)
+CHAT = web.AppKey("chat", Concierge)
+CHAT_QUOTA = web.AppKey("chat_quota", ChatQuota)
 
 
 def public_url(app: web.Application) -> str:

@@ -20,8 +20,10 @@ log = logging.getLogger(__name__)
 REQUEST_ID = web.RequestKey("request_id", str)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-# Paths whose errors use the legacy envelope (spec: auto, transform, purge, stream, analytics; signed too).
-LEGACY_PREFIXES = ("/api/auto", "/api/transform", "/api/purge", "/api/stream", "/api/analytics", "/api/signed")
+# Paths whose errors use the legacy envelope (spec: auto, transform, purge, stream, analytics; signed, search
+# and chat too, as the published service answered them).
+LEGACY_PREFIXES = ("/api/auto", "/api/transform", "/api/purge", "/api/stream", "/api/analytics", "/api/signed",
+                   "/api/search", "/api/chat")
 
 
 def uses_legacy_envelope(path: str) -> bool:

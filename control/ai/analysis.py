@@ -100,9 +100,20 @@ class ImageAnalysis:
         self.nudity = NudityDetector.shared()
         self.endpoint = VisionEndpoint(settings.endpoint) if settings.endpoint else None
         self._inflight: dict[tuple[str, str, str], asyncio.Task[dict[str, Any]]] = {}
+        # Alt text known per CDN path (with the blob it describes), so search can use its words;
+        # `alt_text_listeners` are told each path whose alt text became known.
+        self._alt_texts: dict[str, tuple[str, str]] = {}
+        self.alt_text_listeners: list[Callable[[str], None]] = []
 
     async def open(self) -> None:
         await self.cache.open()
+        self._alt_texts = await self.cache.alt_texts()
+
+    def alt_text_for(self, cdn_path: str) -> str | None:
+        """The alt text computed for the bytes the path holds now, if any is kept."""
+        known = self._alt_texts.get(cdn_path)
+        entry = self._entries().get(cdn_path)
+        return known[1] if known is not None and entry is not None and entry.blob_id == known[0] else None
 
     async def close(self) -> None:
         self.pool.close()
@@ -164,6 +175,10 @@ class ImageAnalysis:
         # A local answer standing in for a failed endpoint is not kept: the endpoint may be back soon.
         if not fields.pop(TRANSIENT, False):
             await self.cache.put(*key, fields)
+            if kind == "alt-text" and isinstance(fields.get("alt"), str):
+                self._alt_texts[entry.path] = (entry.blob_id, fields["alt"])
+                for listener in self.alt_text_listeners:
+                    listener(entry.path)
         return fields
 
     def _load(self, data: bytes) -> AnalysisImage:

@@ -40,6 +40,17 @@ class ResultsCache:
             row = await cur.fetchone()
         return orjson.loads(row[0]) if row else None
 
+    async def alt_texts(self) -> dict[str, tuple[str, str]]:
+        """Every kept alt text: CDN path -> (blob id, alt), whichever engine made it (newest wins)."""
+        found: dict[str, tuple[str, str]] = {}
+        async with self.db.execute("SELECT path, blob_id, body FROM ai_results WHERE kind LIKE 'alt-text:%' "
+                                   "AND created > ? ORDER BY created", (time.time() - self.ttl_s,)) as cur:
+            async for path, blob_id, body in cur:
+                alt = orjson.loads(body).get("alt")
+                if isinstance(alt, str):
+                    found[path] = (blob_id, alt)
+        return found
+
     async def put(self, kind: str, path: str, blob_id: str, body: dict[str, Any]) -> None:
         now = time.time()
         await self.db.execute("INSERT OR REPLACE INTO ai_results (kind, path, blob_id, created, body) "

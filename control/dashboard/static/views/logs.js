@@ -35,7 +35,7 @@ export async function render(container) {
   }
 
   function rowFor(entry, fresh) {
-    return h(`tr${fresh ? ".fresh" : ""}`, { dataset: { id: entry.id, path: entry.path, code: entry.code } },
+    return h(`tr${fresh ? ".fresh" : ""}`, { dataset: { id: entry.id, path: entry.path, code: entry.code, requestId: entry.requestId || "" } },
       h("td.mono", null, formatTime(entry.timestamp)),
       h("td", null, h(`span.badge.${entry.level === "error" ? "bad" : entry.level === "warn" ? "warn" : "info"}`, null, entry.level)),
       h("td", null, entry.node),
