@@ -1,7 +1,7 @@
 """The project as a wheel, not a checkout: built from a copy of the sources, installed into a fresh virtualenv
 outside the repository (its dependencies seen through the project's own site-packages, so nothing is
 downloaded), it finds its default configuration and every runtime file (dashboard, sign-in page, vendored
-hls.js, OpenAPI document) in the installed package, and `assetcdn up` serves the demo from there."""
+hls.js, OpenAPI document, the README the chat retrieves from) in the installed package, and `assetcdn up` serves the demo from there."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ PROBE = """
 import json, sys
 import control, edge, shared
 from importlib import resources
+from control.chat import documentation
 from control.routes import dashboard, dashboard_login
 from shared import config, openapi
 print(json.dumps({
@@ -39,6 +40,7 @@ print(json.dumps({
     "index": (dashboard.ROOT / "index.html").is_file(),
     "signin": sorted(p.name for p in dashboard_login.PAGES.iterdir()),
     "openapi": len(openapi.document_bytes()),
+    "readme": documentation.readme_text(),
     "sys_path": sys.path,
 }))
 """
@@ -107,6 +109,8 @@ def test_installed_wheel_carries_its_defaults_and_runtime_files(installed: Path,
     assert set(found["static"]) == expected_static
     assert found["signin"] == sorted(p.name for p in (ROOT / "control/signin_page").iterdir())
     assert found["openapi"] == (ROOT / "shared/openapi.json").stat().st_size
+    # The chat's documentation passages: the README, from the distribution's metadata when installed.
+    assert found["readme"].strip() == (ROOT / "README.md").read_text(encoding="utf-8").strip()
 
     # `assetcdn defaults` prints them for an operator who has no checkout to look at.
     printed = _run([str(installed / "bin" / "assetcdn"), "defaults"], cwd=tmp_path, env=_clean_env())
