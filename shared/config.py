@@ -1,14 +1,20 @@
-"""Configuration: conf/default.toml, then an optional --config file, then ASSETCDN_<SECTION>_<KEY>."""
+"""Configuration: the defaults shipped in the package (shared/default.toml, read with importlib.resources so a
+wheel install has them too), then an optional --config file, then ASSETCDN_<SECTION>_<KEY>."""
 
 from __future__ import annotations
 
 import os
 import tomllib
 from collections.abc import Mapping
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "default.toml"
+DEFAULT_CONFIG = "default.toml"  # package data beside this module
+
+
+def default_config_text() -> str:
+    """The embedded defaults as shipped (what `assetcdn defaults` prints for an operator to copy)."""
+    return resources.files(__package__).joinpath(DEFAULT_CONFIG).read_text(encoding="utf-8")
 
 
 class Settings:
@@ -43,8 +49,7 @@ def _coerce(raw: str, like: Any) -> Any:
 def load_settings(config_file: str | os.PathLike[str] | None = None,
                   environ: Mapping[str, str] | None = None) -> Settings:
     environ = os.environ if environ is None else environ
-    with open(DEFAULT_CONFIG, "rb") as fh:
-        data: dict[str, dict[str, Any]] = tomllib.load(fh)
+    data: dict[str, dict[str, Any]] = tomllib.loads(default_config_text())
     config_file = config_file or environ.get("ASSETCDN_CONFIG") or None
     if config_file:
         with open(config_file, "rb") as fh:
