@@ -1,4 +1,4 @@
-"""Every limit of the CDN, named once, with its value from the configuration (conf/default.toml).
+"""Every limit of the CDN, named once, with its value from the configuration (shared/default.toml).
 
 Each is counted by the shared counter store (shared/counter_store.py) under a key named after the
 published service's: `transforms:YYYY-MM`, `purge:count:YYYY-MM-DD`, `rl:signed:<ip>`, `login:<ip>`...
