@@ -11,16 +11,16 @@ from pathlib import Path
 
 from aiohttp import web
 
+from edge.app_keys import IMAGE_POOL, NODE, PROXY_SESSION, SECRETS, SETTINGS, USAGE_COUNTERS
 from edge.cache.store import EdgeCache
 from edge.circuit_breaker import CircuitBreaker
 from edge.control_client import ControlClient
 from edge.counters import counters_from_settings
+from edge.edge_config import apply_header_rules
 from edge.image_pool import ImagePool, configure_libvips
 from edge.node import EdgeNode
 from edge.proxy import forward_to_control, open_proxy_session
 from edge.routes import auto, cluster, delivery, health, placeholders, signed, stream, transform
-from edge.rules import apply_header_rules
-from edge.state import IMAGE_POOL, NODE, PROXY_SESSION, SECRETS, SETTINGS, USAGE_COUNTERS
 from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
 from shared.http_server import client_keepalive_s

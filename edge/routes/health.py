@@ -17,8 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
+from edge.app_keys import NODE
 from edge.control_client import ControlUnavailable
-from edge.state import NODE
 from shared.health import ASSET_READ, HEALTH_HEADERS, KV_READ, SHAPE, deep_requested, health_body
 from shared.middleware import json_response
 

@@ -2,8 +2,8 @@
 
 The signature is the credential (spec "Signed URL rules"). Checks run in the published order
 (contract-notes §9), every refusal a 403 in the legacy envelope; the comparison is constant
-time. A valid URL delivers the asset through the normal look-up and fetch, privately cached
-for an hour. It is the only way to an asset of the `private` category (edge/access.py).
+time. A valid URL delivers the asset through the serve sequence (edge/states/serve.py), privately
+cached for an hour. It is the only way to an asset of the `private` category (edge/access.py).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import time
 
 from aiohttp import web
 
-from edge.access import serves_on_host
-from edge.state import NODE, SECRETS
-from edge.states.deliver import deliver
-from edge.states.fetch import OriginUnavailable, cached_asset
+from edge.access import SourceRefused
+from edge.app_keys import NODE, SECRETS
+from edge.states.fetch import AS_IS
+from edge.states.serve import Refusals, ServePolicy, serve, source_for
 from shared.errors import LegacyError
 from shared.paths import InvalidPath, parse_cdn_path
 from shared.signing import signature_matches
@@ -53,27 +53,23 @@ def verify_signed_query(query: dict[str, str], secret: str, now: float) -> str:
         raise _refuse("Invalid path format") from None
 
 
+def _refused(exc: SourceRefused) -> LegacyError:
+    # Unknown, or another zone's on a tenant host (edge/access.py): the published 404 message.
+    return LegacyError(exc.status, NOT_FOUND if exc.status == 404 else exc.message)
+
+
+REFUSALS = Refusals(
+    source=_refused,
+    unreachable=lambda entry: LegacyError(502, f"'/{entry.path}' could not be fetched from the control plane. "
+                                          "Retry shortly."),
+    purged=lambda: LegacyError(503, "The asset was purged while it was being delivered. Retry."),
+)
+POLICY = ServePolicy(CACHE_CONTROL, REFUSALS, headers={"X-Signed-URL": "verified"})
+
+
 async def signed_asset(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE]
     path = verify_signed_query(dict(request.query), request.app[SECRETS].signed_url_secret, time.time())
     # A tenant host serves its own zone and the stock pool only (edge/access.py), whatever is signed.
-    if not serves_on_host(path, node.config.zone_for_host(request.host)):
-        raise LegacyError(404, NOT_FOUND)
-    entry = node.replica.get(path)
-    if entry is None:
-        if not node.replica.loaded:
-            raise LegacyError(503, "This edge has not loaded the manifest yet. Retry shortly.")
-        raise LegacyError(404, NOT_FOUND)
-    extra = {"X-Signed-URL": "verified"}
-    for _attempt in range(2):  # a second pass only when the body was purged during delivery
-        try:
-            obj, status, head = await cached_asset(node, entry)
-        except OriginUnavailable:
-            raise LegacyError(502, f"'/{path}' could not be fetched from the control plane. "
-                              "Retry shortly.") from None
-        try:
-            return await deliver(request, obj, cache_status=status, cache_control=CACHE_CONTROL,
-                                 extra_headers=extra, head=head)
-        except FileNotFoundError:
-            continue
-    raise LegacyError(503, "The asset was purged while it was being delivered. Retry.")
+    entry = source_for(node, path, node.config.zone_for_host(request.host), REFUSALS, private_ok=True)
+    return await serve(request, entry, AS_IS, POLICY)

@@ -22,8 +22,8 @@ from aiohttp.test_utils import TestClient
 import control.app
 import edge.app
 from edge.app import EdgeIdentity
+from edge.app_keys import NODE
 from edge.node import EdgeNode
-from edge.state import NODE
 from shared.config import load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, METRICS, SECRETS
 from tests.edge.hit_server import HitTestServer

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 from aiohttp import ClientResponse
 
+from edge.app_keys import IMAGE_POOL, USAGE_COUNTERS
 from edge.counters import month_key
-from edge.state import IMAGE_POOL, USAGE_COUNTERS
 from edge.states.head import variant_key
 from edge.transform.options import parse_transform_options
 from tests.edge.routes.conftest import (
