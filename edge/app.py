@@ -67,6 +67,12 @@ CLUSTER_ROUTES: tuple[web.RouteDef, ...] = (
 )
 
 
+def _add_routes(app: web.Application, routes: tuple[web.RouteDef, ...]) -> None:
+    # Each exactly as listed: `router.add_routes` would register a GET's HEAD on its own as well.
+    for route in routes:
+        app.router.add_route(route.method, route.path, route.handler)
+
+
 @dataclass(frozen=True)
 class EdgeIdentity:
     name: str                 # node name
@@ -87,7 +93,7 @@ def create_cluster_app(node_app: web.Application) -> web.Application:
     app[NODE] = node_app[NODE]
     app[SECRETS] = node_app[SECRETS]
     app[cluster.REPLAY_GUARD] = ReplayGuard()
-    app.router.add_routes(CLUSTER_ROUTES)
+    _add_routes(app, CLUSTER_ROUTES)
     return app
 
 
@@ -105,7 +111,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     app[METRICS_KEY] = secrets.metrics_key
     app[SETTINGS], app[SECRETS] = settings, secrets
     app[USAGE_COUNTERS] = counters_from_settings(settings.section("transform"))
-    app.router.add_routes(PUBLIC_ROUTES)
+    _add_routes(app, PUBLIC_ROUTES)
     app.on_response_prepare.append(_on_delivery_response)
 
     async def open_node(app: web.Application, opened: contextlib.AsyncExitStack) -> None:

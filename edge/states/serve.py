@@ -129,17 +129,18 @@ async def serve(request: web.Request, entry: ManifestEntry, rep: Representation,
     for _attempt in range(DELIVERY_ATTEMPTS):
         try:
             obj, status = await obtain(node, entry, rep)
+            extra: Mapping[str, str] = policy.headers
+            if policy.late_headers is not None:
+                extra = {**extra, **policy.late_headers()}
+            headers = delivery_headers(obj, cache_status=status, cache_control=policy.cache_control, head=head,
+                                       tags=entry.tags, extra_headers=extra)
+            response = await deliver(request, obj, headers)
         except OriginUnavailable:
             raise refusals.unreachable(entry) from None
-        extra: Mapping[str, str] = policy.headers
-        if policy.late_headers is not None:
-            extra = {**extra, **policy.late_headers()}
-        headers = delivery_headers(obj, cache_status=status, cache_control=policy.cache_control, head=head,
-                                   tags=entry.tags, extra_headers=extra)
-        try:
-            response = await deliver(request, obj, headers)
         except FileNotFoundError:
-            continue  # purged or evicted between the look-up and opening its file: look up again
+            # A cache file purged or evicted between its look-up and its opening (the body, or the source
+            # of a variant): look up again, which now misses and fetches.
+            continue
         if response.status in (200, 206) and request.method == "GET":
             node.metrics.bytes_served_here.inc(response.content_length or 0)
         return response
