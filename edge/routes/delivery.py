@@ -19,7 +19,7 @@ from shared.edge_rules import Redirect
 from shared.errors import ApiError
 from shared.manifest import ManifestEntry
 
-REDIRECTS: dict[int, type[web.HTTPRedirection]] = {
+REDIRECTS: dict[int, type[web.HTTPMove]] = {
     301: web.HTTPMovedPermanently, 302: web.HTTPFound, 303: web.HTTPSeeOther,
     307: web.HTTPTemporaryRedirect, 308: web.HTTPPermanentRedirect,
 }
@@ -37,7 +37,7 @@ REFUSALS = Refusals(
 )
 
 
-def _redirect(redirect: Redirect) -> web.HTTPRedirection:
+def _redirect(redirect: Redirect) -> web.HTTPMove:
     return REDIRECTS[redirect.status](redirect.location)
 
 

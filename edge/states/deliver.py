@@ -97,7 +97,7 @@ async def deliver(request: web.Request, obj: CachedObject, headers: dict[str, st
             headers["Content-Range"] = f"bytes */{obj.size}"
             headers.pop("Content-Type", None)
             return web.Response(status=416, headers=headers)
-        if parsed is not None:
+        if isinstance(parsed, tuple):
             start, end = parsed
             status = 206
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{obj.size}"

@@ -47,8 +47,9 @@ async def store_asset(node: EdgeNode, entry: ManifestEntry) -> CachedObject:
     callers run it inside ``node.flight``)."""
     head = node.replica.head(entry)
     data = await fetch_source(node, entry)
-    return await asyncio.get_running_loop().run_in_executor(
+    stored: CachedObject = await asyncio.get_running_loop().run_in_executor(
         None, lambda: node.cache.put(head.key, data, head.content_type, head.etag, head.tags))
+    return stored
 
 
 async def fetch_asset(node: EdgeNode, entry: ManifestEntry) -> CachedObject:
@@ -58,7 +59,8 @@ async def fetch_asset(node: EdgeNode, entry: ManifestEntry) -> CachedObject:
     async def fill() -> CachedObject:
         return lookup(node, key) or await store_asset(node, entry)  # another waiter may have filled it
 
-    return await node.flight.run(key, fill)
+    fetched: CachedObject = await node.flight.run(key, fill)
+    return fetched
 
 
 async def source_bytes(node: EdgeNode, entry: ManifestEntry) -> bytes:
