@@ -7,15 +7,16 @@
 
 A route receives (parses its request, edge/states/recv.py) and says only what differs:
 
-- the source: the manifest entry it reads (`find_source`);
+- the source: the manifest entry it reads (`source_for`; edge/access.py says which it may read);
 - the representation served from it: the file as is (`fetch.AS_IS`), a variant made in the image
   pool (`variant.Made`) or a byte range of it (`variant.ByteRange`);
 - its `ServePolicy`: Cache-Control, the headers it adds, and its `Refusals` (the words and the
   envelope of each way the sequence can say no).
 
 So hit / stale / miss accounting, stale-if-error, coalescing, the retry and the bytes-served count
-live here only. The hit path (edge/fastpath/) answers the commonest HIT before any of this runs,
-with the headers `deliver.delivery_headers` gives it; a hit it cannot answer comes here.
+live here only. The hit path (edge/fastpath/) answers the commonest HIT before any of this runs, with
+the headers `deliver.delivery_headers` gives it and the same counts; a hit it cannot answer (STALE,
+416, a file gone) comes here.
 """
 
 from __future__ import annotations
