@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiosqlite
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from control.ai.analysis import AiVisionSettings, ImageAnalysis
 from control.analytics.ingest import SeenBatches
@@ -119,7 +120,6 @@ from shared.request_body import body_deadline_middleware
 from shared.secrets import Secrets
 
 log = logging.getLogger(__name__)
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @dataclass(frozen=True)

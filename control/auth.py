@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from control.dashboard_config import DashboardConfig
 from control.session import SESSION_COOKIE, SessionBook
@@ -145,7 +146,7 @@ AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
 
 @web.middleware
 async def auth_middleware(request: web.Request,
-                          handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+                          handler: Handler) -> web.StreamResponse:
     route = request.match_info.route
     access: Access | None = request.app[ROUTE_ACCESS].get(route)
     if access is None:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from control.auth import PRINCIPAL
 from control.client_ip import client_ip, edge_addresses
@@ -37,7 +37,6 @@ LIST_FIELDS = {"Files": "files"}  # copied as a count
 
 ROUTE_AUDIT = web.AppKey("route_audit", dict)
 AUDIT_META = web.RequestKey("audit_meta", dict)
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def request_ip(request: web.Request) -> str:

@@ -50,18 +50,26 @@ def not_found(cdn_path: str) -> SourceRefused:
     return SourceRefused(404, "AssetNotFound", f"No asset at '/{cdn_path}'.")
 
 
-def public_source(node: EdgeNode, cdn_path: str, host_zone: str | None = None) -> ManifestEntry:
-    """The manifest entry of a public asset; SourceRefused 404 (unknown, or another zone's on a tenant
-    host: `host_zone`, edge/rules.py), 403 (private) or 503 (no manifest)."""
+def manifest_loaded(node: EdgeNode) -> None:
+    """SourceRefused 503 until this edge holds a manifest (from control, or persisted before a restart):
+    the one place every delivery route learns it cannot answer yet."""
+    if not node.replica.loaded:
+        raise SourceRefused(503, "EdgeNotReady", "This edge has not loaded the manifest yet and control "
+                            "is unreachable. Retry shortly.")
+
+
+def find_source(node: EdgeNode, cdn_path: str, host_zone: str | None = None, *,
+                private_ok: bool = False) -> ManifestEntry:
+    """The manifest entry a delivery route may read; SourceRefused 404 (unknown, or another zone's on a
+    tenant host: `host_zone`, edge/edge_config.py), 403 (private, unless `private_ok`: a signed URL) or
+    503 (no manifest yet)."""
     if not serves_on_host(cdn_path, host_zone):
         raise not_found(cdn_path)
     entry = node.replica.get(cdn_path)
     if entry is None:
-        if not node.replica.loaded:
-            raise SourceRefused(503, "EdgeNotReady", "This edge has not loaded the manifest yet and control "
-                                "is unreachable. Retry shortly.")
+        manifest_loaded(node)
         raise not_found(cdn_path)
-    if is_private(entry):
+    if not private_ok and is_private(entry):
         raise SourceRefused(403, "Forbidden", f"'/{cdn_path}' is in the private category: it is served only "
                             "through a signed URL (/api/signed).")
     return entry

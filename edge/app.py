@@ -5,21 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 
+from edge.app_keys import COUNTERS, IMAGE_POOL, NODE, PROXY_SESSION, SECRETS, SETTINGS
 from edge.cache.store import EdgeCache
 from edge.circuit_breaker import CircuitBreaker
 from edge.control_client import ControlClient
+from edge.edge_config import apply_header_rules
 from edge.image_pool import ImagePool, configure_libvips
 from edge.node import EdgeNode
 from edge.proxy import forward_to_control, open_proxy_session
 from edge.routes import auto, cluster, delivery, health, placeholders, signed, stream, transform
-from edge.rules import apply_header_rules
-from edge.state import COUNTERS, IMAGE_POOL, NODE, PROXY_SESSION, SECRETS, SETTINGS
 from shared.cluster import PREFIX, ReplayGuard
 from shared.config import Settings
 from shared.counter_store import counters_from_settings
@@ -30,49 +30,47 @@ from shared.openapi import api_docs, openapi_document
 from shared.request_body import body_deadline_middleware
 from shared.secrets import Secrets
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CLUSTER_SHUTDOWN_GRACE_S = 2.0  # for a push being applied when the worker stops
 
-
-@dataclass(frozen=True)
-class Route:
-    method: str
-    path: str
-    handler: Handler
-
-
+# aiohttp's own route definitions (method, path, handler); control's `Route` adds its access rules.
 # CDN paths come first (the hot path: the router tries routes in order) and exclude what the other
 # routes serve; then specific /api routes, then the forwarder for the rest of /api and for the
 # dashboard (served by control; `dashboard` is a reserved zone name, so no CDN path is lost).
 CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/|dashboard(?:/|$)).+}"
-PUBLIC_ROUTES: tuple[Route, ...] = (
-    Route("GET", CDN_PATH, delivery.serve_asset),
-    Route("HEAD", CDN_PATH, delivery.serve_asset),
-    Route("GET", "/api/health", health.health),
-    Route("HEAD", "/api/health", health.health),
-    Route("GET", "/metrics", metrics_handler),
-    Route("GET", "/api/transform", transform.transform_image),
-    Route("HEAD", "/api/transform", transform.transform_image),
-    Route("GET", "/api/auto", auto.auto_query),
-    Route("HEAD", "/api/auto", auto.auto_query),
-    Route("GET", "/api/auto/{path:.+}", auto.auto_path),
-    Route("HEAD", "/api/auto/{path:.+}", auto.auto_path),
-    Route("GET", "/api/lqip", placeholders.lqip),
-    Route("GET", "/api/blurhash", placeholders.blurhash),
-    Route("GET", "/api/signed", signed.signed_asset),
-    Route("HEAD", "/api/signed", signed.signed_asset),
-    Route("GET", "/api/stream", stream.stream),
-    Route("HEAD", "/api/stream", stream.stream),
-    Route("OPTIONS", "/api/stream", stream.preflight),
-    Route("GET", "/api/openapi.json", openapi_document),  # served here too: available while control is down
-    Route("GET", "/api/docs", api_docs),
-    Route("*", r"/api/{tail:[\s\S]*}", forward_to_control),  # newlines too: control answers 400 (or acts)
-    Route("*", "/dashboard", forward_to_control),
-    Route("*", r"/dashboard/{tail:[\s\S]*}", forward_to_control),
+PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
+    web.route("GET", CDN_PATH, delivery.serve_asset),
+    web.route("HEAD", CDN_PATH, delivery.serve_asset),
+    web.route("GET", "/api/health", health.health),
+    web.route("HEAD", "/api/health", health.health),
+    web.route("GET", "/metrics", metrics_handler),
+    web.route("GET", "/api/transform", transform.transform_image),
+    web.route("HEAD", "/api/transform", transform.transform_image),
+    web.route("GET", "/api/auto", auto.auto_query),
+    web.route("HEAD", "/api/auto", auto.auto_query),
+    web.route("GET", "/api/auto/{path:.+}", auto.auto_path),
+    web.route("HEAD", "/api/auto/{path:.+}", auto.auto_path),
+    web.route("GET", "/api/lqip", placeholders.lqip),
+    web.route("GET", "/api/blurhash", placeholders.blurhash),
+    web.route("GET", "/api/signed", signed.signed_asset),
+    web.route("HEAD", "/api/signed", signed.signed_asset),
+    web.route("GET", "/api/stream", stream.stream),
+    web.route("HEAD", "/api/stream", stream.stream),
+    web.route("OPTIONS", "/api/stream", stream.preflight),
+    web.route("GET", "/api/openapi.json", openapi_document),  # served here too: available while control is down
+    web.route("GET", "/api/docs", api_docs),
+    web.route("*", r"/api/{tail:[\s\S]*}", forward_to_control),  # newlines too: control answers 400 (or acts)
+    web.route("*", "/dashboard", forward_to_control),
+    web.route("*", r"/dashboard/{tail:[\s\S]*}", forward_to_control),
 )
-CLUSTER_ROUTES: tuple[Route, ...] = (
-    Route("POST", PREFIX + "/push", cluster.push),
+CLUSTER_ROUTES: tuple[web.RouteDef, ...] = (
+    web.route("POST", PREFIX + "/push", cluster.push),
 )
+
+
+def _add_routes(app: web.Application, routes: tuple[web.RouteDef, ...]) -> None:
+    # Each exactly as listed: `router.add_routes` would register a GET's HEAD on its own as well.
+    for route in routes:
+        app.router.add_route(route.method, route.path, route.handler)
 
 
 @dataclass(frozen=True)
@@ -87,11 +85,6 @@ class EdgeIdentity:
     @property
     def member(self) -> str:
         return f"{self.name}/{self.worker}"
-
-
-def _add_routes(app: web.Application, routes: tuple[Route, ...]) -> None:
-    for route in routes:
-        app.router.add_route(route.method, route.path, route.handler)
 
 
 def create_cluster_app(node_app: web.Application) -> web.Application:

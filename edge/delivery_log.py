@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from edge.control_client import ControlClient, ControlUnavailable, NotFoundAtControl
-from edge.rules import FORWARDED, NOT_DELIVERY
+from edge.edge_config import FORWARDED, NOT_DELIVERY
 from shared.cluster import PREFIX
 from shared.middleware import REQUEST_ID
 

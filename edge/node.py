@@ -24,8 +24,8 @@ from edge.cache.tags import public_tags as public_tags  # re-exported: routes im
 from edge.cache.tags import source_tags as source_tags  # re-exported
 from edge.control_client import ControlClient, run_sync_loop
 from edge.delivery_log import DeliveryLog
+from edge.edge_config import EdgeConfig, tenant_path
 from edge.replica import ManifestReplica
-from edge.rules import EdgeConfig, tenant_path
 from shared.config import Settings
 from shared.manifest import ManifestChange, ManifestEntry
 from shared.metrics import Metrics

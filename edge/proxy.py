@@ -19,9 +19,9 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from edge.app_keys import NODE, PROXY_SESSION, SETTINGS
+from edge.edge_config import FORWARDED
 from edge.proxied_body import ProxiedBody, receive_body
-from edge.rules import FORWARDED
-from edge.state import NODE, PROXY_SESSION, SETTINGS
 from shared.config import Settings
 from shared.errors import ApiError
 from shared.http_server import client_keepalive_s

@@ -21,10 +21,10 @@ import hmac
 import os
 import time
 from bisect import bisect_left
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -193,7 +193,7 @@ def _route_name(request: web.Request) -> str:
 
 @web.middleware
 async def metrics_middleware(request: web.Request,
-                             handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+                             handler: Handler) -> web.StreamResponse:
     metrics = request.app[METRICS]
     started = time.perf_counter()
     status = 500

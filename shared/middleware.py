@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 import random
 import uuid
-from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from shared import API_VERSION
 from shared.content_security import protect
@@ -18,7 +18,6 @@ from shared.errors import ApiError, LegacyError, as_legacy
 log = logging.getLogger(__name__)
 
 REQUEST_ID = web.RequestKey("request_id", str)
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Paths whose errors use the legacy envelope (README "Auth and errors"); the other routes use the
 # standard envelope.

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 from aiohttp import StreamReader, web
-from aiohttp.typedefs import Middleware
+from aiohttp.typedefs import Handler, Middleware
 
 from shared.config import Settings
 from shared.errors import ApiError, bad_request, payload_too_large
@@ -25,7 +25,6 @@ MB = 1024 * 1024
 READ_CHUNK = 256 * 1024
 # What aiohttp's parser decodes; identity is no coding at all.
 DECODED_CODINGS = ("gzip", "deflate")
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def size_text(size: int) -> str:

@@ -5,11 +5,11 @@ Every request is accepted once: its nonce is remembered for the time window and 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from control.state import EDGE_CONFIG, GIT, MANIFEST, REGISTRY, SECRETS, SETTINGS
 from shared.cluster import PREFIX, ReplayGuard, verify_request
@@ -22,8 +22,7 @@ REPLAY_GUARD = web.AppKey("cluster_replay_guard", ReplayGuard)
 
 
 @web.middleware
-async def cluster_auth_middleware(request: web.Request,
-                                  handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+async def cluster_auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     if not request.path.startswith(PREFIX + "/"):
         return await handler(request)
     body = await request.read()

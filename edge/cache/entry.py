@@ -11,7 +11,8 @@ STREAM_CHUNK = 256 * 1024
 
 
 def strong_etag(content_hash: str) -> str:
-    """A strong, quoted ETag from a content hash (a git blob id or a transform's hash)."""
+    """A strong, quoted ETag from a SHA-256 (an asset's manifest hash, a variant's own hash, a segment's
+    rendition hash and number), never the git blob id, which names the content in git only."""
     return f'"{content_hash}"'
 
 

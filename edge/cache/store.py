@@ -138,7 +138,9 @@ class EdgeCache:
         ``body`` is bytes, or a binary stream (e.g. a spooled temporary file of a fetch) that
         is copied to disk in chunks without being held whole; a streamed entry comes back
         as read from disk (``path`` set when larger than ``memory_max_object``). ``etag`` is
-        the strong quoted ETag (``strong_etag(blob_id)``). Blocking: see module docstring.
+        the strong quoted ETag made from a SHA-256 (``strong_etag``): a path's manifest hash
+        (edge/states/head.py), the hash of a variant's bytes (edge/states/variant.py), or an HLS
+        segment's rendition hash and number, never the git blob id. Blocking: see module docstring.
         """
         tag_tuple = tuple(dict.fromkeys(tags))
         header_pairs = tuple((headers or {}).items())

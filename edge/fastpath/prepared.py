@@ -3,7 +3,7 @@
 A prepared hit holds the status line and every header that does not change from one request to
 the next: the path's delivery head (Content-Type, ETag, Cache-Tag, nosniff, the sandbox CSP on
 active types: edge/states/head.py), Cache-Control, X-Cache, Accept-Ranges, X-API-Version, the
-`_headers` rules of that host and path (edge/rules.py), `Server` and Content-Length. A request adds
+`_headers` rules of that host and path (edge/edge_config.py), `Server` and Content-Length. A request adds
 `Date` (one string per second) and its `X-Request-ID`. The body is not kept here: a memory-tier
 body is looked up by its cache key on every request (so an eviction or purge of the memory tier
 takes effect at once and no evicted body stays alive here), a body of ``SENDFILE_MIN`` or more is
@@ -30,12 +30,13 @@ from multidict import CIMultiDict
 
 from edge.access import is_private, serves_on_host
 from edge.cache.entry import CachedObject
+from edge.edge_config import EdgeConfig, apply_rule_changes, tenant_path
 from edge.node import EdgeNode
-from edge.rules import EdgeConfig, apply_rule_changes, tenant_path
+from edge.states.deliver import delivery_headers
 from edge.states.head import EntryHead
 from edge.states.lookup import lookup
 from shared import API_VERSION
-from shared.content_security import CSP_HEADER, protect, security_headers
+from shared.content_security import protect
 from shared.http_server import SERVER_NAME
 from shared.manifest import ManifestEntry
 
@@ -91,19 +92,12 @@ class HostView:
 
 def response_headers(node: EdgeNode, config: EdgeConfig, head: EntryHead, obj: CachedObject, host: str, path: str,
                      *, not_modified: bool = False) -> CIMultiDict[str] | None:
-    """The headers the full application gives this hit (edge/states/deliver.py, then the response
-    hooks: shared/middleware.py stamps and protects, edge/rules.py applies the `_headers` rules),
+    """The headers the full application gives this hit (the serve sequence's `delivery_headers` with the
+    CDN path's policy, edge/routes/delivery.py; then the response hooks: shared/middleware.py stamps
+    and protects, edge/edge_config.py applies the `_headers` rules),
     without Date, Server, X-Request-ID and Content-Length. None if a rule touches one of those."""
-    headers: CIMultiDict[str] = CIMultiDict(head.headers)
-    headers["Cache-Control"] = node.asset_cache_control
-    headers["X-Cache"] = "HIT"
-    headers["Accept-Ranges"] = "bytes"
-    if obj.headers:
-        headers.update(obj.headers)
-    content_type = headers.get("Content-Type")
-    if content_type != head.content_type:
-        headers.popall(CSP_HEADER, None)
-        headers.update(security_headers(content_type))
+    headers: CIMultiDict[str] = CIMultiDict(delivery_headers(
+        obj, cache_status="HIT", cache_control=node.asset_cache_control, head=head))
     if not_modified:
         headers.popall("Content-Type", None)
     headers.setdefault("X-API-Version", API_VERSION)

@@ -23,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+from edge.app_keys import NODE, SETTINGS
 from edge.fastpath.prepared import HostView, Prepared, not_modified_head, prepare
 from edge.fastpath.protocol import (
     ANSWERED,
@@ -34,7 +35,6 @@ from edge.fastpath.protocol import (
     RequestIds,
     hit_record,
 )
-from edge.state import NODE, SETTINGS
 from edge.states.deliver import etag_matches, parse_range
 from shared.http_server import header_timeout_s
 from shared.metrics import METRICS

@@ -1,19 +1,21 @@
 """GET/HEAD /api/auto?path=<base>[&anim=1] and /api/auto/<base>: the best format the client accepts.
 
-receive (path, chain from the request headers), choose (edge/auto_format.py), then look up the
-file or the converted variant, fetch or convert on a miss, and deliver with the chain's MIME,
-`Vary` (query route: Accept, Save-Data, ECT; path route: Accept) and a one-year lifetime.
+receive (path, chain from the request headers), choose (edge/auto_format.py), then the serve sequence
+(edge/states/serve.py) with the file as it is or the converted variant, delivered with the chain's
+MIME, `Vary` (query route: Accept, Save-Data, ECT; path route: Accept) and a one-year lifetime; a
+conversion whose source does not decode falls back to the next file along the chain.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 from aiohttp import web
 
-from edge.access import is_private_path, serves_on_host
-from edge.auto_format import AutoChoice, choices, conversion_options
-from edge.cache.entry import CachedObject
+from edge.access import SourceRefused, is_private_path, manifest_loaded, not_found, serves_on_host
+from edge.app_keys import IMAGE_POOL, NODE
+from edge.auto_format import choices, conversion_options
 from edge.negotiate import (
     FORMAT_MIME,
     NETWORK_AWARE_HEADER,
@@ -25,18 +27,18 @@ from edge.negotiate import (
     path_route_chain,
     still_chain,
 )
-from edge.node import EdgeNode
-from edge.routes.transform import IMMUTABLE, origin_unreachable
-from edge.state import IMAGE_POOL, NODE
-from edge.states.deliver import deliver
-from edge.states.fetch import OriginUnavailable, cached_asset
-from edge.states.head import EntryHead
-from edge.states.variant import cached_variant
+from edge.routes.transform import IMMUTABLE, LEGACY_REFUSALS
+from edge.states.fetch import AS_IS
+from edge.states.serve import ServePolicy, serve
+from edge.states.variant import Made
 from edge.transform.jobs import transform_variant
 from shared.errors import LegacyError
+from shared.manifest import ManifestEntry
 from shared.paths import InvalidPath, parse_cdn_path
 
 NOT_FOUND = "No suitable format found for the given path"
+REFUSALS = replace(LEGACY_REFUSALS, source=lambda exc: LegacyError(
+    exc.status, NOT_FOUND if exc.status == 404 else exc.message))
 
 
 def parse_base(raw: str | None) -> str:
@@ -53,49 +55,36 @@ def parse_base(raw: str | None) -> str:
     return base
 
 
-async def _file(node: EdgeNode, choice: AutoChoice) -> tuple[CachedObject, str, EntryHead | None]:
-    return await cached_asset(node, choice.entry)
-
-
-async def _converted(request: web.Request, choice: AutoChoice) -> tuple[CachedObject, str, EntryHead | None]:
-    node, pool = request.app[NODE], request.app[IMAGE_POOL]
-    source, fmt = choice.entry, choice.format
+def _conversion(request: web.Request, source: ManifestEntry, fmt: str) -> Made:
+    pool = request.app[IMAGE_POOL]
     opts = conversion_options(source)
-    make = partial(transform_variant, source.format, opts, fmt, pool.limits)
     # Not counted against the monthly /api/transform quota: at most one conversion per source
     # and format, cached for a year (README, "Image delivery").
-    obj, status = await cached_variant(node, pool, source, opts.cache_key(source.blob_id, fmt), make,
-                                       metric_format=fmt)
-    return obj, status, None
+    return Made(pool, opts.cache_key(source.blob_id, fmt), partial(transform_variant, source.format, opts, fmt,
+                                                                   pool.limits), metric_format=fmt)
 
 
 async def answer(request: web.Request, base: str, chain: list[str], headers: dict[str, str], *,
                  animated: bool) -> web.StreamResponse:
     node = request.app[NODE]
-    if not serves_on_host(base, node.config.zone_for_host(request.host)):
-        raise LegacyError(404, NOT_FOUND)  # a tenant host serves its zone and the stock pool only
-    if not node.replica.loaded:
-        raise LegacyError(503, "This edge has not loaded the manifest yet. Retry shortly.")
-    options = choices(chain, base, node.replica.get, animated=animated)
+    try:
+        if not serves_on_host(base, node.config.zone_for_host(request.host)):
+            raise not_found(base)  # a tenant host serves its zone and the stock pool only
+        manifest_loaded(node)
+    except SourceRefused as exc:
+        raise REFUSALS.source(exc) from None
     conversion_failed = False
-    for choice in options:
+    for choice in choices(chain, base, node.replica.get, animated=animated):
         if choice.convert and conversion_failed:
             continue  # the source did not decode; only files as they are remain
+        variant = _conversion(request, choice.entry, choice.format) if choice.convert else AS_IS
+        policy = ServePolicy(IMMUTABLE, REFUSALS, headers={**headers, "Content-Type": FORMAT_MIME[choice.format]})
         try:
-            obj, status, head = await (_converted(request, choice) if choice.convert else _file(node, choice))
-        except OriginUnavailable:
-            raise origin_unreachable(choice.entry) from None
+            return await serve(request, choice.entry, variant, policy)
         except LegacyError as exc:
             if not choice.convert or exc.status not in (415, 422):
                 raise
             conversion_failed = True
-            continue
-        extra = {**headers, "Content-Type": FORMAT_MIME[choice.format]}
-        try:
-            return await deliver(request, obj, cache_status=status, cache_control=IMMUTABLE,
-                                 extra_headers=extra, tags=choice.entry.tags, head=head)
-        except FileNotFoundError:
-            raise LegacyError(503, "The variant was purged while it was being delivered. Retry.") from None
     raise LegacyError(404, NOT_FOUND)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from edge.state import NODE, SECRETS
+from edge.app_keys import NODE, SECRETS
 from shared.cluster import ReplayGuard, verify_request
 from shared.errors import ApiError
 from shared.middleware import json_response

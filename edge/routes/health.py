@@ -18,8 +18,8 @@ from typing import Any
 
 from aiohttp import web
 
+from edge.app_keys import COUNTERS, NODE
 from edge.control_client import ControlUnavailable
-from edge.state import COUNTERS, NODE
 from shared.health import (
     ASSET_READ,
     HEALTH_HEADERS,

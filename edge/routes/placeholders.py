@@ -2,7 +2,8 @@
 
 Only relative asset paths are accepted (no fetches on a caller's behalf). The JSON answer is
 kept in the edge cache for 24 h under the source's content id and tags (a purge or an
-overwrite of the source drops it). Standard error envelope (contract-notes §4).
+overwrite of the source drops it), looked up and made by the serve sequence's `obtain`
+(edge/states/serve.py); the answer is JSON, not the cached body. Standard error envelope (contract-notes §4).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from edge.access import SourceRefused, public_source
+from edge.access import SourceRefused, find_source
+from edge.app_keys import IMAGE_POOL, NODE
 from edge.cache.entry import CachedObject
-from edge.state import IMAGE_POOL, NODE
 from edge.states.fetch import OriginUnavailable
-from edge.states.variant import Variant, cached_variant
+from edge.states.serve import obtain
+from edge.states.variant import Made, Variant
 from edge.transform.jobs import blurhash_variant, lqip_variant
 from edge.transform.placeholders import PlaceholderParams, parse_placeholder_params
 from shared.errors import ApiError, LegacyError
@@ -42,14 +44,14 @@ async def _placeholder(request: web.Request, kind: str, params: PlaceholderParam
                        job: Callable[..., Variant], *job_args: Any) -> tuple[dict[str, Any], str]:
     node, pool = request.app[NODE], request.app[IMAGE_POOL]
     try:
-        entry: ManifestEntry = public_source(node, params.url, node.config.zone_for_host(request.host))
+        entry: ManifestEntry = find_source(node, params.url, node.config.zone_for_host(request.host))
     except SourceRefused as exc:
         raise ApiError(exc.status, exc.code, exc.message, target="url") from None
     spec = f"s{params.size}" + (f"-b{params.blur}" if params.blur is not None else "")
-    key = f"{kind}1/{entry.blob_id}/{spec}"
     make: Make = partial(job, entry.format, *job_args, pool.limits.max_pixels)
+    placeholder = Made(pool, f"{kind}1/{entry.blob_id}/{spec}", make, metric_format=kind, max_age_s=MAX_AGE_S)
     try:
-        obj, status = await cached_variant(node, pool, entry, key, make, metric_format=kind, max_age_s=MAX_AGE_S)
+        obj, status = await obtain(node, entry, placeholder)
     except OriginUnavailable:
         raise ApiError(502, "OriginUnreachable", f"The source '/{entry.path}' could not be fetched from the "
                        "control plane. Retry shortly.", target="url") from None
@@ -76,5 +78,5 @@ async def lqip(request: web.Request) -> web.Response:
 async def blurhash(request: web.Request) -> web.Response:
     params = parse_placeholder_params(request.query, with_blur=False)
     body, status = await _placeholder(request, "blurhash", params, blurhash_variant, params.size)
-    answer = {"url": "/" + params.url, **body, "source": "cached" if status == "HIT" else "fresh"}
+    answer = {"url": "/" + params.url, **body, "source": "fresh" if status == "MISS" else "cached"}
     return json_response(answer, headers=_headers(status))

@@ -1,9 +1,10 @@
 """GET/HEAD /api/signed?path=/<cdn path>&expires=<unix s>&sig=<hex HMAC-SHA256 of "{path}:{expires}">.
 
-The signature is the credential (spec "Signed URL rules"). Checks run in the published order: the
-per-client rate limit first (429 with Retry-After), then the query, every refusal a 403 in the legacy
-envelope; the comparison is constant time. A valid URL delivers the asset through the normal look-up and fetch, privately cached
-for an hour. It is the only way to an asset of the `private` category (edge/access.py).
+The signature is the credential (README "Image delivery", signed URLs). Checks run in the published
+order: the per-client rate limit first (429 with Retry-After), then the query, every refusal a 403 in
+the legacy envelope; the comparison is constant time. A valid URL delivers the asset through the
+serve sequence (edge/states/serve.py), privately cached for an hour. It is the only way to an asset
+of the `private` category (edge/access.py).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import time
 
 from aiohttp import web
 
-from edge.access import serves_on_host
-from edge.state import COUNTERS, NODE, SECRETS, SETTINGS
-from edge.states.deliver import deliver
-from edge.states.fetch import OriginUnavailable, cached_asset
+from edge.access import SourceRefused
+from edge.app_keys import COUNTERS, NODE, SECRETS, SETTINGS
+from edge.states.fetch import AS_IS
+from edge.states.serve import Refusals, ServePolicy, serve, source_for
 from shared.counter_store import client_key
 from shared.errors import LegacyError
 from shared.limits import signed_per_client
@@ -55,6 +56,20 @@ def verify_signed_query(query: dict[str, str], secret: str, now: float) -> str:
         raise _refuse("Invalid path format") from None
 
 
+def _refused(exc: SourceRefused) -> LegacyError:
+    # Unknown, or another zone's on a tenant host (edge/access.py): the published 404 message.
+    return LegacyError(exc.status, NOT_FOUND if exc.status == 404 else exc.message)
+
+
+REFUSALS = Refusals(
+    source=_refused,
+    unreachable=lambda entry: LegacyError(502, f"'/{entry.path}' could not be fetched from the control plane. "
+                                          "Retry shortly."),
+    purged=lambda: LegacyError(503, "The asset was purged while it was being delivered. Retry."),
+)
+POLICY = ServePolicy(CACHE_CONTROL, REFUSALS, headers={"X-Signed-URL": "verified"})
+
+
 async def signed_asset(request: web.Request) -> web.StreamResponse:
     # First, as published: each client address (IPv6: its /64) has signed_rate_limit requests per window,
     # counted by the shared counter store across every edge and worker. Every answer carries the count.
@@ -75,23 +90,6 @@ async def _signed_asset(request: web.Request, rate_headers: dict[str, str]) -> w
     node = request.app[NODE]
     path = verify_signed_query(dict(request.query), request.app[SECRETS].signed_url_secret, time.time())
     # A tenant host serves its own zone and the stock pool only (edge/access.py), whatever is signed.
-    if not serves_on_host(path, node.config.zone_for_host(request.host)):
-        raise LegacyError(404, NOT_FOUND)
-    entry = node.replica.get(path)
-    if entry is None:
-        if not node.replica.loaded:
-            raise LegacyError(503, "This edge has not loaded the manifest yet. Retry shortly.")
-        raise LegacyError(404, NOT_FOUND)
-    extra = {"X-Signed-URL": "verified", **rate_headers}
-    for _attempt in range(2):  # a second pass only when the body was purged during delivery
-        try:
-            obj, status, head = await cached_asset(node, entry)
-        except OriginUnavailable:
-            raise LegacyError(502, f"'/{path}' could not be fetched from the control plane. "
-                              "Retry shortly.") from None
-        try:
-            return await deliver(request, obj, cache_status=status, cache_control=CACHE_CONTROL,
-                                 extra_headers=extra, head=head)
-        except FileNotFoundError:
-            continue
-    raise LegacyError(503, "The asset was purged while it was being delivered. Retry.")
+    entry = source_for(node, path, node.config.zone_for_host(request.host), REFUSALS, private_ok=True)
+    policy = ServePolicy(CACHE_CONTROL, REFUSALS, headers={**POLICY.headers, **rate_headers})
+    return await serve(request, entry, AS_IS, policy)

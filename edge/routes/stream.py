@@ -1,19 +1,18 @@
 """GET/HEAD /api/stream: HLS for the stock videos. Playlists are built from the video's index (a manifest
-entry); a segment is its byte range of the rendition, which is fetched from control once and cached,
-and each served segment is cached on its own as well."""
+entry); a segment is its byte range of the rendition, served by the serve sequence
+(edge/states/serve.py): the rendition is fetched from control once and cached, and each served
+segment is cached on its own as well."""
 
 from __future__ import annotations
 
-import asyncio
-
 from aiohttp import web
 
-from edge.cache.entry import CachedObject, strong_etag
-from edge.node import EdgeNode, source_tags
-from edge.state import NODE
-from edge.states.deliver import deliver
-from edge.states.fetch import OriginUnavailable, fetch_asset, source_bytes
-from edge.states.lookup import lookup
+from edge.app_keys import NODE
+from edge.cache.entry import strong_etag
+from edge.node import EdgeNode
+from edge.states.fetch import OriginUnavailable, source_bytes
+from edge.states.serve import Refusals, ServePolicy, serve, source_for
+from edge.states.variant import ByteRange
 from shared.errors import LegacyError
 from shared.hls import (
     PLAYLIST_CACHE_CONTROL,
@@ -26,44 +25,22 @@ from shared.hls import (
     parse_stream_query,
     variant_playlist,
 )
-from shared.manifest import ManifestEntry
 
 CORS = {"Access-Control-Allow-Origin": "*", "Access-Control-Expose-Headers": "Content-Range, Content-Length"}
-
-
-def _entry(node: EdgeNode, path: str) -> ManifestEntry:
-    entry = node.replica.get(path)
-    if entry is None:
-        raise LegacyError(404, VIDEO_NOT_FOUND)
-    return entry
+REFUSALS = Refusals(
+    source=lambda exc: LegacyError(exc.status, VIDEO_NOT_FOUND if exc.status == 404 else exc.message),
+    unreachable=lambda entry: LegacyError(502, "Failed to fetch segment"),
+    purged=lambda: LegacyError(503, "The segment was purged while it was being delivered. Retry."),
+)
+SEGMENT_POLICY = ServePolicy(SEGMENT_CACHE_CONTROL, REFUSALS, headers=CORS)
 
 
 async def _index(node: EdgeNode, video: str) -> VideoIndex:
-    entry = _entry(node, f"stocks/videos/{video}/hls/index.json")
+    entry = source_for(node, f"stocks/videos/{video}/hls/index.json", None, REFUSALS)
     try:
         return VideoIndex.from_json(await source_bytes(node, entry))
     except OriginUnavailable:
         raise LegacyError(502, "Failed to fetch the video index") from None
-
-
-async def _segment(node: EdgeNode, entry: ManifestEntry, number: int, offset: int, length: int) -> CachedObject:
-    key = f"segment:{entry.blob_id}:{number}"
-
-    async def fill() -> CachedObject:
-        cached = lookup(node, key)
-        if cached is not None:
-            return cached
-        rendition = await fetch_asset(node, entry)
-        data = await asyncio.get_running_loop().run_in_executor(
-            None, rendition.read_range, offset, offset + length)
-        if len(data) != length:
-            raise LegacyError(502, "Failed to fetch segment")
-        return await asyncio.get_running_loop().run_in_executor(
-            None, lambda: node.cache.put(key, data, SEGMENT_CONTENT_TYPE,
-                                         strong_etag(f"{entry.sha256[:40]}-{number}"),
-                                         source_tags(entry)))
-
-    return await node.flight.run(key, fill)
 
 
 async def stream(request: web.Request) -> web.StreamResponse:
@@ -81,16 +58,10 @@ async def stream(request: web.Request) -> web.StreamResponse:
     assert wanted.segment is not None
     rendition = index.rendition(wanted.quality)
     segment = rendition.segment(wanted.segment)
-    entry = _entry(node, f"stocks/videos/{wanted.video}/hls/{rendition.file}")
-    cached = lookup(node, f"segment:{entry.blob_id}:{segment.index}")
-    status = "HIT" if cached is not None else "MISS"
-    try:
-        obj = cached or await _segment(node, entry, segment.index, segment.offset, segment.length)
-    except OriginUnavailable:
-        raise LegacyError(502, "Failed to fetch segment") from None
-    node.metrics.cache_result(status).inc()
-    return await deliver(request, obj, cache_status=status, cache_control=SEGMENT_CACHE_CONTROL,
-                         extra_headers=CORS, tags=entry.tags)
+    entry = source_for(node, f"stocks/videos/{wanted.video}/hls/{rendition.file}", None, REFUSALS)
+    part = ByteRange(f"segment:{entry.blob_id}:{segment.index}", segment.offset, segment.length,
+                     SEGMENT_CONTENT_TYPE, strong_etag(f"{entry.sha256[:40]}-{segment.index}"))
+    return await serve(request, entry, part, SEGMENT_POLICY)
 
 
 async def preflight(request: web.Request) -> web.Response:

@@ -1,5 +1,6 @@
-"""GET/HEAD /api/transform: receive (parse options), look up the variant, on a miss take one unit of
-the monthly quota and transform in the image pool, deliver with a one-year immutable lifetime.
+"""GET/HEAD /api/transform: receive (parse options), then the serve sequence (edge/states/serve.py) with
+the variant those options make: on a miss it takes one unit of the monthly quota and transforms in
+the image pool; delivered with a one-year immutable lifetime.
 
 Every answer, hit, miss or error, carries the monthly quota as X-RateLimit-Limit, -Remaining
 and -Reset (Unix time of the next month's start, UTC)."""
@@ -11,17 +12,15 @@ from functools import partial
 
 from aiohttp import web
 
-from edge.access import SourceRefused, public_source
+from edge.app_keys import COUNTERS, IMAGE_POOL, NODE
 from edge.negotiate import (
     NETWORK_AWARE_HEADER,
     NETWORK_AWARE_SLOW,
     VARY_QUERY_ROUTE,
     is_slow_network,
 )
-from edge.state import COUNTERS, IMAGE_POOL, NODE
-from edge.states.deliver import deliver
-from edge.states.fetch import OriginUnavailable
-from edge.states.variant import cached_variant
+from edge.states.serve import Refusals, ServePolicy, serve, source_for
+from edge.states.variant import Made
 from edge.transform.jobs import transform_variant
 from edge.transform.options import parse_transform_options, resolve_output_format
 from shared.counter_store import Decision
@@ -32,16 +31,20 @@ from shared.manifest import ManifestEntry
 IMMUTABLE = "public, max-age=31536000, immutable"
 
 
-def legacy_refusal(exc: SourceRefused) -> LegacyError:
-    return LegacyError(exc.status, exc.message)
-
-
 def origin_unreachable(entry: ManifestEntry) -> LegacyError:
     return LegacyError(503, f"The source '/{entry.path}' is not cached on this edge and the control plane "
                        "cannot be reached. Retry shortly.", headers={"Retry-After": "5"})
 
 
 QUOTA = web.RequestKey("transform_quota", Decision)  # this request's own count, when it made a variant
+
+
+# /api/transform and /api/auto answer in the legacy envelope with the same words.
+LEGACY_REFUSALS = Refusals(
+    source=lambda exc: LegacyError(exc.status, exc.message),
+    unreachable=origin_unreachable,
+    purged=lambda: LegacyError(503, "The variant was purged while it was being delivered. Retry."),
+)
 
 
 async def take_transform_quota(request: web.Request) -> None:
@@ -83,10 +86,7 @@ async def transform_image(request: web.Request) -> web.StreamResponse:
 async def _transform(request: web.Request) -> web.StreamResponse:
     node, pool = request.app[NODE], request.app[IMAGE_POOL]
     opts = parse_transform_options(request.query)
-    try:
-        entry = public_source(node, opts.url, node.config.zone_for_host(request.host))
-    except SourceRefused as exc:
-        raise legacy_refusal(exc) from None
+    entry = source_for(node, opts.url, node.config.zone_for_host(request.host), LEGACY_REFUSALS)
     headers: dict[str, str] = {}
     slow = False
     if opts.format == "auto":
@@ -97,19 +97,9 @@ async def _transform(request: web.Request) -> web.StreamResponse:
         if slow:
             headers[NETWORK_AWARE_HEADER] = NETWORK_AWARE_SLOW
     output_format = resolve_output_format(opts.format, entry.format, request.headers.get("Accept"), slow=slow)
-    key = opts.cache_key(entry.blob_id, output_format)
-    make = partial(transform_variant, entry.format, opts, output_format, pool.limits)
-    for _attempt in range(2):  # a second pass only when the variant was purged during delivery
-        try:
-            obj, status = await cached_variant(node, pool, entry, key, make, metric_format=output_format,
-                                               before_make=partial(take_transform_quota, request),
-                                               refund=partial(refund_transform_quota, request))
-        except OriginUnavailable:
-            raise origin_unreachable(entry) from None
-        try:
-            return await deliver(request, obj, cache_status=status, cache_control=IMMUTABLE,
-                                 extra_headers={**headers, **(await rate_limit_headers(request))}, tags=entry.tags)
-        except FileNotFoundError:
-            continue
-    raise LegacyError(503, "The variant was purged while it was being delivered. Retry.")
-
+    variant = Made(pool, opts.cache_key(entry.blob_id, output_format),
+                   partial(transform_variant, entry.format, opts, output_format, pool.limits),
+                   metric_format=output_format, before_make=lambda: take_transform_quota(request),
+                   refund=lambda: refund_transform_quota(request))
+    policy = ServePolicy(IMMUTABLE, LEGACY_REFUSALS, headers=headers, late_headers=lambda: rate_limit_headers(request))
+    return await serve(request, entry, variant, policy)

@@ -1,4 +1,5 @@
-"""deliver: the one place that writes delivery headers, answers 304 and Range, and streams bodies."""
+"""deliver: the one place that writes delivery headers, answers 304 and Range, and streams bodies
+(reached through the serve sequence, edge/states/serve.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from edge.cache.tags import public_tags
 from edge.states.head import EntryHead
 from shared.content_security import CSP_HEADER, security_headers
 
+STALE_WARNING = '110 - "Response is stale: control plane unreachable"'
 RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)\Z")
 
 
@@ -50,12 +52,14 @@ def parse_range(header: str, size: int) -> tuple[int, int] | None | Literal[Fals
     return start, end
 
 
-async def deliver(request: web.Request, obj: CachedObject, *, cache_status: str, cache_control: str,
-                  extra_headers: Mapping[str, str] | None = None, tags: tuple[str, ...] | None = None,
-                  etag: str | None = None, head: EntryHead | None = None) -> web.StreamResponse:
-    """Answer with ``obj``. The per-path headers come from ``head`` (the path's delivery head) when
-    the body is the path's own file; variants pass their source's ``tags`` and keep their stored
-    Content-Type. Whatever the final Content-Type, the response carries its security headers."""
+def delivery_headers(obj: CachedObject, *, cache_status: str, cache_control: str, head: EntryHead | None = None,
+                     tags: tuple[str, ...] | None = None,
+                     extra_headers: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every header a delivery of ``obj`` carries before the response hooks (shared/middleware.py,
+    the `_headers` rules): the hit path (edge/fastpath/prepared.py) builds its prepared heads with
+    this too. The per-path headers come from ``head`` (the path's delivery head) when the body is
+    the path's own file; variants pass their source's ``tags`` and keep their stored Content-Type.
+    Whatever the final Content-Type, the response carries its security headers."""
     if head is not None:
         headers = dict(head.headers)
     else:
@@ -63,13 +67,11 @@ async def deliver(request: web.Request, obj: CachedObject, *, cache_status: str,
         shown_tags = public_tags(obj.tags if tags is None else tags)
         if shown_tags:
             headers["Cache-Tag"] = ",".join(shown_tags)
-    if etag is not None:
-        headers["ETag"] = etag
     headers["Cache-Control"] = cache_control
     headers["X-Cache"] = cache_status
     headers["Accept-Ranges"] = "bytes"
     if cache_status == "STALE":
-        headers["Warning"] = '110 - "Response is stale: control plane unreachable"'
+        headers["Warning"] = STALE_WARNING
     if obj.headers:
         headers.update(obj.headers)
     if extra_headers:
@@ -78,6 +80,12 @@ async def deliver(request: web.Request, obj: CachedObject, *, cache_status: str,
     if head is None or content_type != head.content_type:
         headers.pop(CSP_HEADER, None)
         headers.update(security_headers(content_type))
+    return headers
+
+
+async def deliver(request: web.Request, obj: CachedObject, headers: dict[str, str]) -> web.StreamResponse:
+    """Answer with ``obj`` and its ``headers`` (``delivery_headers``): 304 on a matching
+    If-None-Match, 206 or 416 on a Range, the body from memory or streamed from its cache file."""
     if_none_match = request.headers.get("If-None-Match")
     if if_none_match and etag_matches(if_none_match, headers["ETag"]):
         headers.pop("Content-Type", None)
@@ -90,7 +98,7 @@ async def deliver(request: web.Request, obj: CachedObject, *, cache_status: str,
             headers["Content-Range"] = f"bytes */{obj.size}"
             headers.pop("Content-Type", None)
             return web.Response(status=416, headers=headers)
-        if parsed is not None:
+        if isinstance(parsed, tuple):
             start, end = parsed
             status = 206
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{obj.size}"

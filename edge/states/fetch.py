@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from typing import ClassVar
 
 from edge.cache.entry import CachedObject
 from edge.control_client import ControlUnavailable, NotFoundAtControl
 from edge.node import EdgeNode
-from edge.states.head import EntryHead
 from edge.states.lookup import lookup
 from shared.manifest import ManifestEntry
 
@@ -42,41 +42,52 @@ async def fetch_source(node: EdgeNode, entry: ManifestEntry) -> bytes:
     return data
 
 
-async def fetch_asset(node: EdgeNode, entry: ManifestEntry) -> CachedObject:
+async def store_asset(node: EdgeNode, entry: ManifestEntry) -> CachedObject:
+    """Fetch a path's bytes from control and keep them under its key, with its tags (not coalesced:
+    callers run it inside ``node.flight``)."""
     head = node.replica.head(entry)
-    key = head.key
+    data = await fetch_source(node, entry)
+    stored: CachedObject = await asyncio.get_running_loop().run_in_executor(
+        None, lambda: node.cache.put(head.key, data, head.content_type, head.etag, head.tags))
+    return stored
+
+
+async def fetch_asset(node: EdgeNode, entry: ManifestEntry) -> CachedObject:
+    """A path's cache entry, fetched once however many callers wait (the source of a variant)."""
+    key = node.replica.head(entry).key
 
     async def fill() -> CachedObject:
-        cached = lookup(node, key)  # another waiter may have filled it meanwhile
-        if cached is not None:
-            return cached
-        data = await fetch_source(node, entry)
-        return await asyncio.get_running_loop().run_in_executor(
-            None, lambda: node.cache.put(key, data, head.content_type, head.etag, head.tags))
+        return lookup(node, key) or await store_asset(node, entry)  # another waiter may have filled it
 
-    return await node.flight.run(key, fill)
+    fetched: CachedObject = await node.flight.run(key, fill)
+    return fetched
 
 
 async def source_bytes(node: EdgeNode, entry: ManifestEntry) -> bytes:
-    """The whole body of a source asset (for transforms), from the cache or control."""
+    """The whole body of a source asset (for transforms, an HLS index), from the cache or control."""
     obj = lookup(node, node.replica.head(entry).key) or await fetch_asset(node, entry)
     if obj.body is not None:
         return obj.body
     return await asyncio.get_running_loop().run_in_executor(None, lambda: obj.read_range(0, obj.size))
 
 
-async def cached_asset(node: EdgeNode, entry: ManifestEntry) -> tuple[CachedObject, str, EntryHead]:
-    """The asset's cache entry, its X-Cache status (HIT, STALE: cached, but control unreachable so we
-    cannot confirm it is current, within the stale-if-error bound of `EdgeNode.hit_status`; MISS:
-    fetched now) and the path's delivery head. Counted in the cache metric."""
-    head = node.replica.head(entry)
-    obj = lookup(node, head.key)
-    if obj is None:
-        obj, status = await fetch_asset(node, entry), "MISS"
-    else:
-        hit = node.hit_status()
-        if hit is None:  # control unreachable for longer than the stale-if-error bound
-            raise OriginUnavailable(f"{entry.path}: cached, but control has been unreachable too long")
-        status = hit
-    node.metrics.cache_result(status).inc()
-    return obj, status, head
+class AsIs:
+    """The path's own file, the representation of a plain delivery (edge/states/serve.py): delivered
+    with the path's head, fetched from control on a miss."""
+
+    own_file: ClassVar[bool] = True
+
+    def key(self, node: EdgeNode, entry: ManifestEntry) -> str:
+        return node.replica.head(entry).key
+
+    def usable(self, obj: CachedObject) -> bool:
+        return True
+
+    def failed(self, key: str) -> Exception | None:
+        return None
+
+    async def make(self, node: EdgeNode, entry: ManifestEntry, key: str) -> CachedObject:
+        return await store_asset(node, entry)
+
+
+AS_IS = AsIs()

@@ -1,5 +1,6 @@
-"""look up: the one place hit or miss is decided. Keys are what a response depends on: the path
-and its content id for assets and their variants (edge/states/head.py)."""
+"""look up: whether a key is cached; the serve sequence (edge/states/serve.py) makes that HIT, STALE
+or MISS. Keys are what a response depends on: the path and its content id for assets and their
+variants (edge/states/head.py)."""
 
 from __future__ import annotations
 

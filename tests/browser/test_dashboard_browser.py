@@ -32,7 +32,7 @@ from control.analytics.hits import Hit
 from control.state import ANALYTICS, REGISTRY, VIDEO_INGEST
 from control.video.demo import write_synthetic_video
 from edge.app import EdgeIdentity
-from edge.state import NODE
+from edge.app_keys import NODE
 from shared.config import load_settings
 from tests.browser.dashboard_driver import DashboardBrowser
 from tests.control.conftest import ACCESS

@@ -23,9 +23,9 @@ from multidict import CIMultiDict
 import control.app
 import edge.app
 from edge.app import EdgeIdentity
+from edge.app_keys import NODE
 from edge.fastpath.server import HitSite
 from edge.node import EdgeNode
-from edge.state import NODE
 from shared.config import load_settings
 from shared.http_server import name_the_server
 from tests.control.conftest import ACCESS, ACCOUNT, METRICS, SECRETS

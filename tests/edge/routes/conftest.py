@@ -22,8 +22,8 @@ from aiohttp.test_utils import TestClient
 import control.app
 import edge.app
 from edge.app import EdgeIdentity
+from edge.app_keys import NODE
 from edge.node import EdgeNode
-from edge.state import NODE
 from shared.config import load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, METRICS, SECRETS
 from tests.edge.hit_server import HitTestServer
@@ -76,15 +76,17 @@ CdnFactory = Callable[..., Awaitable[Cdn]]
 
 @pytest.fixture
 def make_cdn(aiohttp_server, aiohttp_client, tmp_path: Path) -> CdnFactory:  # type: ignore[no-untyped-def]
-    async def start(**env: str) -> Cdn:
+    async def start(*, hit_path: bool = True, **env: str) -> Cdn:
         settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
                                           "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **env})
         control_server = await aiohttp_server(control.app.create_app(settings, SECRETS, tmp_path / "data"))
         control_client = await aiohttp_client(control_server)
         identity = EdgeIdentity(name="edge-t", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
                                 cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
-        # Served as the edge process serves it: hits answered by edge/fastpath/, the rest handed to the app.
-        edge_client = await aiohttp_client(HitTestServer(edge.app.create_app(settings, SECRETS, identity)))
+        # Served as the edge process serves it: hits answered by edge/fastpath/, the rest handed to the app;
+        # without the hit path (`hit_path=False`) the application's serve sequence answers every request.
+        app = edge.app.create_app(settings, SECRETS, identity)
+        edge_client = await aiohttp_client(HitTestServer(app) if hit_path else app)
 
         async def edge_healthy() -> bool:
             return (await edge_client.get("/api/health")).status == 200

@@ -21,7 +21,7 @@ import control.app
 import control.manifest_store
 import edge.app
 from edge.app import EdgeIdentity
-from edge.state import NODE
+from edge.app_keys import NODE
 from shared.config import Settings, load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.edge.routes.conftest import PURGE, ZONE, wait_until

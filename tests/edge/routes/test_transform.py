@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from aiohttp import ClientResponse
 
-from edge.state import COUNTERS, IMAGE_POOL
+from edge.app_keys import COUNTERS, IMAGE_POOL
 from edge.states.head import variant_key
 from edge.transform.options import parse_transform_options
 from shared.counter_store import Limit

@@ -1,5 +1,7 @@
-"""Edge configuration from control (`_headers` / `_redirects` rules, custom domains) and how a request's
-host and path map to a CDN path. Applied by every delivery response, never by forwarded API calls."""
+"""The edge's copy of the configuration control publishes (control/edge_config.py builds it): the
+`_headers` / `_redirects` rules (parsed by shared/edge_rules.py) and the custom domains, and how a
+request's host and path map to a CDN path. Applied by every delivery response, never by forwarded
+API calls."""
 
 from __future__ import annotations
 
