@@ -131,7 +131,7 @@ class Publisher:
     async def upload(self, files: Mapping[str, bytes], message: str,
                      precondition: Callable[[], Awaitable[None]] | None = None) -> Published:
         """Write files (a storage upload). A file whose bytes are already stored is an overwrite all the same
-        (the spec's `purging`): it makes no commit, as git history records only changes, but its URL is
+        (the API's `purging`): it makes no commit, as git history records only changes, but its URL is
         purged on every edge, in the commit's generation or, when nothing changed, a generation of its own."""
         async with self._lock:
             await self.outbox.catch_up(self.git)

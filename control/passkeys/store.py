@@ -31,7 +31,7 @@ ALGORITHM_NAMES = {-7: "ES256", -8: "EdDSA", -35: "ES384", -36: "ES512", -257: "
 
 @dataclass(frozen=True)
 class Passkey:
-    id: str                    # the credential id, base64url (the spec exposes it)
+    id: str                    # the credential id, base64url (the WebAuthn API exposes it)
     name: str
     public_key: bytes          # COSE_Key: never shown
     algorithm: int             # COSE algorithm identifier

@@ -3,7 +3,7 @@
 Edges record every delivery and ship batches over the signed cluster protocol
 (``control.analytics.ingest``); those are what statistics and insights count, and each delivery is
 also an entry of the request log (GET /api/logs). POST /api/analytics
-records one hit. It is public, as the spec says; an operator who wants the published service's
+records one hit. It is public, as the API reference says; an operator who wants the published service's
 behaviour (the analytics key required on POST too) sets ``[analytics] track_requires_key = true``.
 Being public, it is rate-limited per client address (``[analytics] track_rate_limit`` per
 ``track_rate_window_s``; 429 in the legacy envelope) before its body is read, unless the caller sends

@@ -289,7 +289,7 @@ def _batch_error(problems: list[dict[str, Any]], total: int, oversize: int, max_
     problems = sorted(problems, key=lambda p: p["index"])
     message = f"{len(problems)} of {total} files are invalid; nothing was committed."
     if oversize == len(problems):
-        # Only size problems: 413 as for a single upload (the spec's per-file limit).
+        # Only size problems: 413 as for a single upload (the per-file limit).
         error = payload_too_large(message + " " + problems[0]["message"], max_file)
         error.details = problems
         return error

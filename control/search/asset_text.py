@@ -13,7 +13,7 @@ from shared.manifest import ManifestEntry
 # Bump when the recipe changes: every stored vector is then re-embedded on the next start.
 RECIPE_VERSION = 1
 WORDS = re.compile(r"[a-z0-9]+")
-# What the spec's standard sub-directories hold, in the words people search with.
+# What a zone's standard sub-directories hold, in the words people search with.
 CATEGORY_PHRASES = {"banners": "banner image", "logos": "logo", "icons": "app icon", "github": "social card",
                     "titles": "title card", "photos": "photo"}
 

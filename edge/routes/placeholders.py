@@ -3,7 +3,7 @@
 Only relative asset paths are accepted (no fetches on a caller's behalf). The JSON answer is
 kept in the edge cache for 24 h under the source's content id and tags (a purge or an
 overwrite of the source drops it), looked up and made by the serve sequence's `obtain`
-(edge/states/serve.py); the answer is JSON, not the cached body. Standard error envelope (contract-notes §4).
+(edge/states/serve.py); the answer is JSON, not the cached body. Standard error envelope (shared/errors.py).
 """
 
 from __future__ import annotations

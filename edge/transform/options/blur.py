@@ -1,6 +1,6 @@
 """blur: Gaussian blur of the given radius (1-250).
 
-The spec's `blur` is a radius; libvips takes a sigma, and a Gaussian's visible radius is
+The API's `blur` is a radius; libvips takes a sigma, and a Gaussian's visible radius is
 about two sigmas, so sigma = radius / 2. Transparent images are blurred premultiplied so
 transparent pixels do not bleed a dark fringe into the visible ones.
 """

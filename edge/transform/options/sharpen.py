@@ -1,4 +1,4 @@
-"""sharpen: libvips unsharp masking, in Lab, with strength from the spec's 1-10 amount.
+"""sharpen: libvips unsharp masking, in Lab, with strength from the API's 1-10 amount.
 
 amount maps to sigma = 0.5 + amount / 10 (the size of detail lifted) and m2 = amount (the
 slope in busy areas); flat areas are left alone (m1 = 0) so noise is not amplified.
