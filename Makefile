@@ -52,7 +52,7 @@ test: setup
 lint: setup
 	$(BIN)/ruff check .
 
-# mypy, configured in pyproject.toml: strict on edge/ and shared/.
+# mypy, configured in pyproject.toml: strict on assetcdn/edge/ and assetcdn/shared/.
 typecheck: setup
 	$(BIN)/mypy
 

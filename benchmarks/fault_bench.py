@@ -44,7 +44,7 @@ async def kill_round(tmp: Path) -> dict[str, float]:
             async with session.post(f"{cdn.control_url}/api/core/zones", json={"Name": "kill"},
                                     headers=ACCOUNT) as resp:
                 assert resp.status == 201
-            (pid,) = cdn.pids("-m control")
+            (pid,) = cdn.pids("-m assetcdn.control")
             killed_at = 0.0
 
             def kill() -> None:
@@ -55,7 +55,7 @@ async def kill_round(tmp: Path) -> dict[str, float]:
             report = await upload_and_kill(session, [cdn.control_url, *cdn.edge_urls], "kill", 200, kill, 60)
 
             async def restarted() -> int | None:
-                pids = cdn.pids("-m control")
+                pids = cdn.pids("-m assetcdn.control")
                 if not pids or pids == [pid]:
                     return None
                 status, body = await health(session, cdn.control_url)
@@ -92,7 +92,7 @@ async def hung(tmp: Path, requests: int) -> dict[str, float]:
                 async with session.put(f"{edge}/api/storage/hung/v1/docs/{i}.txt", data=b"x",
                                        headers=ACCESS) as resp:
                     assert resp.status == 201
-            paused = cdn.signal("-m control", signal.SIGSTOP)
+            paused = cdn.signal("-m assetcdn.control", signal.SIGSTOP)
             cdn.stopped_pids.extend(paused)
             for i in range(requests):
                 started = time.monotonic()

@@ -71,7 +71,7 @@ def serve(directory: Path, port: int, memory_mb: int, memory_max_kb: int) -> Non
     import uvloop
     from aiohttp import web
 
-    from edge.cache.store import EdgeCache
+    from assetcdn.edge.cache.store import EdgeCache
 
     cache_key = web.AppKey("cache", EdgeCache)
     plain_key = web.AppKey("plain", dict[str, bytes])
@@ -149,8 +149,8 @@ def free_port() -> int:
 
 
 def fill_cache(directory: Path) -> None:
-    from edge.cache.entry import strong_etag
-    from edge.cache.store import EdgeCache
+    from assetcdn.edge.cache.entry import strong_etag
+    from assetcdn.edge.cache.store import EdgeCache
 
     cache = EdgeCache(directory, disk_size_limit=1024 * MB, memory_bytes=0)
     for name, size in OBJECT_SIZES.items():

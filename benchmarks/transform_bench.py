@@ -25,13 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyvips
 
-from edge.image_pool import ImagePool
-from edge.transform import encode as encoders
-from edge.transform.jobs import transform_variant
-from edge.transform.limits import TransformLimits
-from edge.transform.options import TransformOptions, parse_transform_options
-from edge.transform.pipeline import run_transform
-from edge.transform.placeholders import make_blurhash_placeholder, make_lqip
+from assetcdn.edge.image_pool import ImagePool
+from assetcdn.edge.transform import encode as encoders
+from assetcdn.edge.transform.jobs import transform_variant
+from assetcdn.edge.transform.limits import TransformLimits
+from assetcdn.edge.transform.options import TransformOptions, parse_transform_options
+from assetcdn.edge.transform.pipeline import run_transform
+from assetcdn.edge.transform.placeholders import make_blurhash_placeholder, make_lqip
 
 WIDTH, HEIGHT = 2000, 1333
 LIMITS = TransformLimits(max_pixels=50_000_000, time_budget_s=30)

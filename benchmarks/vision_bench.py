@@ -10,9 +10,9 @@ histogram fails) and onto texture, at random sizes and places, so every picture 
 
 1. Face presence, per detector: precision and recall (a face counts as found when a detection's
    centre lies in the pasted face's box) and latency per picture (resize to the detector's size
-   included). "today's edge" is the cascade of edge/transform/faces.py before shared/faces.py:
+   included). "today's edge" is the cascade of edge/transform/faces.py before assetcdn/shared/faces.py:
    global histogram equalisation, then OpenCV's frontal-face Haar cascade.
-2. Smart crop (control/ai/smart_crop.py, end to end from JPEG bytes): on pictures with a face, how
+2. Smart crop (assetcdn/control/ai/smart_crop.py, end to end from JPEG bytes): on pictures with a face, how
    often the answer is `face` with the focus on it; on a subject pasted into a known cell of the
    thirds grid, how often the compass gravity names that cell (overall and per confidence).
 3. Moderation (NudeNet, 320n.onnx on onnxruntime, one thread): model load, inference on the
@@ -33,13 +33,13 @@ import numpy as np
 import pyvips
 import skimage.data
 
-from control.ai.alt_text import describe
-from control.ai.image_input import load_for_analysis
-from control.ai.moderation import NudityDetector, moderate_locally
-from control.ai.ocr import OCR_SIZE, read_text, tesseract
-from control.ai.smart_crop import compass, smart_crop
-from shared.faces import DETECT_SIZE, DETECTOR, detect_faces_haar, detect_faces_rgb
-from shared.manifest import make_entry
+from assetcdn.control.ai.alt_text import describe
+from assetcdn.control.ai.image_input import load_for_analysis
+from assetcdn.control.ai.moderation import NudityDetector, moderate_locally
+from assetcdn.control.ai.ocr import OCR_SIZE, read_text, tesseract
+from assetcdn.control.ai.smart_crop import compass, smart_crop
+from assetcdn.shared.faces import DETECT_SIZE, DETECTOR, detect_faces_haar, detect_faces_rgb
+from assetcdn.shared.manifest import make_entry
 
 NO_FACE_PHOTOS = ("coffee", "chelsea", "rocket", "hubble_deep_field", "immunohistochemistry", "coins", "horse",
                   "clock", "brick", "grass", "gravel", "moon", "page", "text", "logo", "colorwheel", "retina",
@@ -181,8 +181,8 @@ def percentile(values: list[float], q: float) -> float:
 
 def bench_faces(samples: list[Sample], repeat: int) -> None:
     detectors = {"today's edge: equalizeHist + Haar (640 px)": todays_edge,
-                 f"shared/faces.py fallback: CLAHE + Haar ({DETECT_SIZE} px)": shared_detector(detect_faces_haar),
-                 f"shared/faces.py: {DETECTOR} ({DETECT_SIZE} px)": shared_detector(detect_faces_rgb)}
+                 f"assetcdn/shared/faces.py fallback: CLAHE + Haar ({DETECT_SIZE} px)": shared_detector(detect_faces_haar),
+                 f"assetcdn/shared/faces.py: {DETECTOR} ({DETECT_SIZE} px)": shared_detector(detect_faces_rgb)}
     positives = sum(s.face is not None for s in samples)
     print(f"\n### Face presence: {len(samples)} pictures, {positives} with a face\n")
     print("| detector | precision | recall | false faces | missed | ms p50 | ms p95 |")

@@ -35,9 +35,9 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from control.database import open_database
-from control.webhooks.events import Event
-from control.webhooks.outbox import Outbox
+from assetcdn.control.database import open_database
+from assetcdn.control.webhooks.events import Event
+from assetcdn.control.webhooks.outbox import Outbox
 from tests.control.webhooks.receiver import Receiver
 from tests.integration.harness import ACCESS, ACCOUNT, start_cdn
 

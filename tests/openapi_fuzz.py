@@ -26,10 +26,10 @@ from typing import Any
 
 import aiohttp
 
-from control.session import SESSION_COOKIE
-from control.tokens import SCOPES
-from shared.openapi import document
-from shared.secrets import SECRETS_FILE
+from assetcdn.control.session import SESSION_COOKIE
+from assetcdn.control.tokens import SCOPES
+from assetcdn.shared.openapi import document
+from assetcdn.shared.secrets import SECRETS_FILE
 from tests.integration.harness import ACCOUNT, KEYS, RunningCdn, start_cdn
 
 PUBLIC = "public"

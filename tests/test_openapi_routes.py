@@ -1,4 +1,4 @@
-"""The served OpenAPI document (shared/openapi.json) against the route tables: every route of control and of
+"""The served OpenAPI document (assetcdn/shared/openapi.json) against the route tables: every route of control and of
 the edge is an operation there and every operation a route, with the credentials the route accepts."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from control.app import ROUTES as CONTROL_ROUTES
-from control.app import create_app
-from control.auth import Access, Key
-from edge.app import CLUSTER_ROUTES, PUBLIC_ROUTES
-from edge.proxy import forward_to_control
-from shared.cluster import PREFIX
-from shared.config import load_settings
-from shared.openapi import document
+from assetcdn.control.app import ROUTES as CONTROL_ROUTES
+from assetcdn.control.app import create_app
+from assetcdn.control.auth import Access, Key
+from assetcdn.edge.app import CLUSTER_ROUTES, PUBLIC_ROUTES
+from assetcdn.edge.proxy import forward_to_control
+from assetcdn.shared.cluster import PREFIX
+from assetcdn.shared.config import load_settings
+from assetcdn.shared.openapi import document
 from tests.control.conftest import SECRETS
 
 METHODS = ("get", "head", "post", "put", "delete", "options", "patch")
@@ -67,8 +67,8 @@ def test_every_route_is_documented_and_every_operation_is_routed() -> None:
     routes, operations = routed(), documented()
     undocumented = sorted(set(routes) - set(operations))
     unrouted = sorted(set(operations) - set(routes))
-    assert not undocumented, f"routes without an operation in shared/openapi.json: {undocumented}"
-    assert not unrouted, f"operations in shared/openapi.json that no route serves: {unrouted}"
+    assert not undocumented, f"routes without an operation in assetcdn/shared/openapi.json: {undocumented}"
+    assert not unrouted, f"operations in assetcdn/shared/openapi.json that no route serves: {unrouted}"
 
 
 def test_cluster_routes_stay_out_of_the_public_document() -> None:

@@ -26,14 +26,15 @@ import pyvips
 from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestServer
 
-import control.app
-import edge.app
-from control.analytics.hits import Hit
-from control.state import ANALYTICS, REGISTRY, VIDEO_INGEST
-from control.video.demo import write_synthetic_video
-from edge.app import EdgeIdentity
-from edge.app_keys import NODE
-from shared.config import load_settings
+import assetcdn.control.app  # noqa: F401
+import assetcdn.edge.app  # noqa: F401
+from assetcdn import control, edge
+from assetcdn.control.analytics.hits import Hit
+from assetcdn.control.state import ANALYTICS, REGISTRY, VIDEO_INGEST
+from assetcdn.control.video.demo import write_synthetic_video
+from assetcdn.edge.app import EdgeIdentity
+from assetcdn.edge.app_keys import NODE
+from assetcdn.shared.config import load_settings
 from tests.browser.dashboard_driver import DashboardBrowser
 from tests.control.conftest import ACCESS
 from tests.control.signin_client import PASSWORD, SIGNIN_SECRETS

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 
-import control.app
-import edge.app
-from edge.app import EdgeIdentity
-from shared.config import load_settings
+import assetcdn.control.app  # noqa: F401
+import assetcdn.edge.app  # noqa: F401
+from assetcdn import control, edge
+from assetcdn.edge.app import EdgeIdentity
+from assetcdn.shared.config import load_settings
 from tests.browser.headless_chromium import DevToolsError, HeadlessChromium, find_chromium
 from tests.control.signin_client import PASSWORD, SIGNIN_SECRETS
 

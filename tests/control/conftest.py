@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 
-from control.app import create_app
-from shared.config import load_settings
-from shared.secrets import Secrets
+from assetcdn.control.app import create_app
+from assetcdn.shared.config import load_settings
+from assetcdn.shared.secrets import Secrets
 
 SECRETS = Secrets(access_key="test-access-key", account_key="test-account-key", purge_key="test-purge-key",
                   analytics_key="test-analytics-key", signed_url_secret="test-signed-secret",

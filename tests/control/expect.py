@@ -10,7 +10,7 @@ from typing import Any
 import pygit2
 from aiohttp import ClientResponse
 
-from shared import API_VERSION
+from assetcdn.shared import API_VERSION
 
 ERROR_FIELDS = {"code", "message", "target", "details", "innererror"}
 ENVELOPE_FIELDS = {"error", "HttpCode", "Message", "requestId", "timestamp", "apiVersion"}

@@ -14,8 +14,8 @@ import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
-from control.app import create_app
-from shared.config import load_settings
+from assetcdn.control.app import create_app
+from assetcdn.shared.config import load_settings
 from tests.control.conftest import SECRETS
 from tests.control.soft_authenticator import SoftAuthenticator
 

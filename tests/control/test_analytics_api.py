@@ -14,12 +14,12 @@ import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
-from control.analytics.hits import COUNTER_MAX, MAX_HIT_BYTES
-from control.analytics.ingest import MAX_BATCH_HITS
-from control.app import create_app
-from shared import API_VERSION
-from shared.cluster import PREFIX, sign_request
-from shared.config import load_settings
+from assetcdn.control.analytics.hits import COUNTER_MAX, MAX_HIT_BYTES
+from assetcdn.control.analytics.ingest import MAX_BATCH_HITS
+from assetcdn.control.app import create_app
+from assetcdn.shared import API_VERSION
+from assetcdn.shared.cluster import PREFIX, sign_request
+from assetcdn.shared.config import load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error, parse_time
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from control.app import create_app
-from control.state import MANIFEST
-from shared.config import load_settings
+from assetcdn.control.app import create_app
+from assetcdn.control.state import MANIFEST
+from assetcdn.shared.config import load_settings
 from tests.control.commit_gate import held_commit_lock
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files

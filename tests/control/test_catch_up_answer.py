@@ -1,7 +1,7 @@
 """Control's catch-up answer (`/_cluster/changes`): each change and purge says its generation, and the answer
 holds exactly the generations up to the one it names, even when another is recorded while it is made.
 
-The workers of an edge node share one cache and apply each generation's purges to it once (edge/node.py),
+The workers of an edge node share one cache and apply each generation's purges to it once (assetcdn/edge/node.py),
 so they need to know which generation each purge belongs to, and an answer must never carry a purge of a
 generation beyond the one the edge will then say it holds (the push of that generation would apply it twice).
 """
@@ -12,8 +12,8 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
-from control.state import EDGE_CONFIG, MANIFEST
-from shared.cluster import PREFIX, sign_request
+from assetcdn.control.state import EDGE_CONFIG, MANIFEST
+from assetcdn.shared.cluster import PREFIX, sign_request
 from tests.control.conftest import ACCESS, SECRETS
 
 PURGE = {"x-api-key": SECRETS.purge_key}

@@ -16,9 +16,9 @@ import pytest
 from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient, TestServer
 
-from control.app import create_app
-from control.chat.documentation import documentation_passages, readme_text
-from shared.config import load_settings
+from assetcdn.control.app import create_app
+from assetcdn.control.chat.documentation import documentation_passages, readme_text
+from assetcdn.shared.config import load_settings
 from tests.control.conftest import SECRETS
 
 MakeControl = Callable[..., Awaitable[TestClient]]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 from aiohttp.test_utils import TestClient
 
-from shared.cluster import PREFIX, sign_request
+from assetcdn.shared.cluster import PREFIX, sign_request
 from tests.control.conftest import SECRETS
 from tests.control.expect import expect_error
 

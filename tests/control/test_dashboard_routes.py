@@ -8,7 +8,7 @@ import hashlib
 import pytest
 from aiohttp.test_utils import TestClient
 
-from control.routes.dashboard import static_files
+from assetcdn.control.routes.dashboard import static_files
 from tests.control.conftest import ACCOUNT
 from tests.control.signin_client import (  # noqa: F401 (make_control is a fixture)
     ORIGIN,

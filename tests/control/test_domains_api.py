@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from shared.cluster import PREFIX, sign_request
+from assetcdn.shared.cluster import PREFIX, sign_request
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error, parse_time
 

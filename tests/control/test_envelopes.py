@@ -8,7 +8,7 @@ import uuid
 import pytest
 from aiohttp.test_utils import TestClient
 
-from control.auth import SESSION_COOKIE, session_cookie_value
+from assetcdn.control.auth import SESSION_COOKIE, session_cookie_value
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error
 
@@ -120,7 +120,7 @@ class TestSessionCookie:
     async def test_session_writes_only_from_the_dashboard_origin(self, control: TestClient, zone: str) -> None:
         cookie = {"Cookie": f"{SESSION_COOKIE}={session_cookie_value(SECRETS.session_secret, nonce='n')}"}
         resp = await control.put("/api/storage/akande/v1/logos/logo.svg", data=b"<svg/>", headers=cookie)
-        await expect_error(resp, 403, "Forbidden")  # no Origin: not the dashboard (control.auth)
+        await expect_error(resp, 403, "Forbidden")  # no Origin: not the dashboard (assetcdn.control.auth)
         resp = await control.put("/api/storage/akande/v1/logos/logo.svg", data=b"<svg/>",
                                  headers={**cookie, "Origin": "http://localhost:8788"})
         assert resp.status == 201

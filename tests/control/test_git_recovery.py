@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 
-from control.app import create_app
-from control.storage.git_store import BRANCH, GitStore, RepositoryInUse
-from shared.config import load_settings
+from assetcdn.control.app import create_app
+from assetcdn.control.storage.git_store import BRANCH, GitStore, RepositoryInUse
+from assetcdn.shared.config import load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 
 
@@ -34,7 +34,7 @@ def _fsck(repo: Path) -> str:
 def _open_in_another_process(repo: Path) -> int:
     """Exit status of a process that opens the repository as a writer: 7 when refused as in use."""
     probe = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
-                            "from control.storage.git_store import GitStore, RepositoryInUse\n"
+                            "from assetcdn.control.storage.git_store import GitStore, RepositoryInUse\n"
                             "try:\n GitStore(Path(sys.argv[1]))\nexcept RepositoryInUse:\n sys.exit(7)",
                             str(repo)], capture_output=True, text=True, check=False)
     return probe.returncode
@@ -67,7 +67,7 @@ async def test_a_second_writer_cannot_open_the_repository_or_touch_a_live_writer
         in_progress.write_text("")
         with pytest.raises(RepositoryInUse, match="another control plane"):
             GitStore(repo)
-        # Another process (a second `python -m control`) is refused the same way.
+        # Another process (a second `python -m assetcdn.control`) is refused the same way.
         assert _open_in_another_process(repo) == 7
         assert in_progress.exists()
         in_progress.unlink()

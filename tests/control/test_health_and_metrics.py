@@ -9,8 +9,8 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
-from control.state import GIT
-from shared.cluster import PREFIX, sign_request
+from assetcdn.control.state import GIT
+from assetcdn.shared.cluster import PREFIX, sign_request
 from tests.control.conftest import ACCOUNT, METRICS, SECRETS
 from tests.control.expect import expect_error
 from tests.shared.health_shape import assert_health_shape, assert_no_internal_addresses

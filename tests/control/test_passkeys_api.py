@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from control.state import AUDIT, DB
+from assetcdn.control.state import AUDIT, DB
 from tests.control.expect import expect_error
 from tests.control.signin_client import (  # noqa: F401 (make_control is a fixture)
     auth_options,

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 
-from control.app import create_app
-from shared.config import load_settings
+from assetcdn.control.app import create_app
+from assetcdn.shared.config import load_settings
 from tests.control.conftest import ACCOUNT, SECRETS
 
 PURGE = {"x-api-key": SECRETS.purge_key}

@@ -18,11 +18,11 @@ import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 
-from control.app import create_app
-from control.request_log import RequestLog, delivery_entry
-from control.routes import logs as logs_route
-from control.state import REQUEST_LOG
-from shared.config import Settings, load_settings
+from assetcdn.control.app import create_app
+from assetcdn.control.request_log import RequestLog, delivery_entry
+from assetcdn.control.routes import logs as logs_route
+from assetcdn.control.state import REQUEST_LOG
+from assetcdn.shared.config import Settings, load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error, parse_time
 from tests.control.test_analytics_api import ANALYTICS_KEY, hit, send_batch

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 
-from control.dashboard_config import DashboardConfig
-from control.session import session_cookie_value
-from control.state import AUDIT
-from shared.config import load_settings
-from shared.secrets import SECRETS_FILE, load_or_create_secrets
+from assetcdn.control.dashboard_config import DashboardConfig
+from assetcdn.control.session import session_cookie_value
+from assetcdn.control.state import AUDIT
+from assetcdn.shared.config import load_settings
+from assetcdn.shared.secrets import SECRETS_FILE, load_or_create_secrets
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error
 from tests.control.signin_client import (  # noqa: F401 (make_control is a fixture)
@@ -91,7 +91,7 @@ class TestPasswordLogin:
         session = await signed_in(control)
         assert (await control.get("/api/storage/akande/v1/", headers=with_session(session, origin=None))).status == 200
         assert (await control.get("/api/passkeys", headers=with_session(session, origin=None))).status == 200
-        # The dashboard's routes accept it (control.app); the others do not, even from the dashboard's origin.
+        # The dashboard's routes accept it (assetcdn.control.app); the others do not, even from the dashboard's origin.
         for method, path in (("POST", "/api/pipeline"), ("GET", "/api/analytics"), ("GET", "/metrics"),
                              ("GET", "/api/health?deep=1")):
             resp = await control.request(method, path, headers=with_session(session), json={})

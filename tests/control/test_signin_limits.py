@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from control.login_attempts import Attempt, CounterAttemptLimiter, Refused
-from shared.counter_store import Counters, Limit, SqliteCounterStore
+from assetcdn.control.login_attempts import Attempt, CounterAttemptLimiter, Refused
+from assetcdn.shared.counter_store import Counters, Limit, SqliteCounterStore
 
 
 class Clock:

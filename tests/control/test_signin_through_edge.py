@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 
-import control.app
-import edge.app
-from control.state import AUDIT
-from edge.app import EdgeIdentity
-from shared.config import load_settings
+import assetcdn.control.app  # noqa: F401
+import assetcdn.edge.app  # noqa: F401
+from assetcdn import control, edge
+from assetcdn.control.state import AUDIT
+from assetcdn.edge.app import EdgeIdentity
+from assetcdn.shared.config import load_settings
 from tests.control.expect import expect_error
 from tests.control.signin_client import (
     PASSWORD,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.counter_store import (
+from assetcdn.shared.counter_store import (
     Counters,
     CounterStore,
     CounterStoreUnavailable,

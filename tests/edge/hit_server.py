@@ -1,4 +1,4 @@
-"""aiohttp's TestServer with the edge's hit site (edge/fastpath/) in place of its SockSite, so tests
+"""aiohttp's TestServer with the edge's hit site (assetcdn/edge/fastpath/) in place of its SockSite, so tests
 written against `aiohttp_client` reach the edge as clients of the edge process do: hits answered by
 the hit path, everything else handed to the application."""
 
@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from edge.fastpath.server import HitSite
+from assetcdn.edge.fastpath.server import HitSite
 
 
 class HitTestServer(TestServer):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from shared.errors import LegacyError
+from assetcdn.shared.errors import LegacyError
 
 
 def worker_pid(*_args: object) -> int:

@@ -13,11 +13,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from edge.circuit_breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
-from edge.control_client import ControlClient, ControlUnavailable
-from edge.node import EdgeNode
-from shared.cluster import PREFIX
-from shared.config import load_settings
+from assetcdn.edge.circuit_breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
+from assetcdn.edge.control_client import ControlClient, ControlUnavailable
+from assetcdn.edge.node import EdgeNode
+from assetcdn.shared.cluster import PREFIX
+from assetcdn.shared.config import load_settings
 
 
 class Clock:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from edge.failed_variants import FailedVariants
-from shared.errors import LegacyError
+from assetcdn.edge.failed_variants import FailedVariants
+from assetcdn.shared.errors import LegacyError
 
 
 class Clock:
@@ -19,7 +19,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr("edge.failed_variants.time.monotonic", fake)
+    monkeypatch.setattr("assetcdn.edge.failed_variants.time.monotonic", fake)
     return fake
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from edge.image_pool import QUEUE_FACTOR, ImagePool, JobFailed
-from edge.transform.limits import TransformLimits
-from shared.errors import LegacyError
+from assetcdn.edge.image_pool import QUEUE_FACTOR, ImagePool, JobFailed
+from assetcdn.edge.transform.limits import TransformLimits
+from assetcdn.shared.errors import LegacyError
 from tests.edge import pool_jobs
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edge.negotiate import (
+from assetcdn.edge.negotiate import (
     FORMAT_MIME,
     PATH_ROUTE_CHAIN,
     VARY_PATH_ROUTE,

@@ -115,7 +115,7 @@ def start_edge(data_dir: Path, log_dir: Path, *, name: str, control_url: str,
     """One edge node (one worker) outside `assetcdn up`, e.g. with its control URL pointing at a proxy."""
     port = free_port_block(1)
     log_path = log_dir / f"{name}.log"
-    command = [sys.executable, "-m", "edge", "--control-url", control_url, "--name", name, "--host", "127.0.0.1",
+    command = [sys.executable, "-m", "assetcdn.edge", "--control-url", control_url, "--name", name, "--host", "127.0.0.1",
                "--port", str(port), "--workers", "1", "--data-dir", str(data_dir)]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, env=up_env(env_extra), stdout=log, stderr=subprocess.STDOUT,

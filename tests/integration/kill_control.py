@@ -15,7 +15,7 @@ from pathlib import Path
 
 import aiohttp
 
-from shared.paths import cdn_path_of
+from assetcdn.shared.paths import cdn_path_of
 from tests.integration.faults import poll
 from tests.integration.harness import ACCESS, free_port_block, up_env
 
@@ -137,7 +137,7 @@ async def check_after_restart(session: aiohttp.ClientSession, control_url: str, 
 
 @dataclass
 class ControlProcess:
-    """One `python -m control` outside `assetcdn up`, restarted by the caller."""
+    """One `python -m assetcdn.control` outside `assetcdn up`, restarted by the caller."""
     data_dir: Path
     log_path: Path
     port: int = 0
@@ -151,7 +151,7 @@ class ControlProcess:
         self.port = free_port_block(1)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "control", "--data-dir", str(self.data_dir), "--host", "127.0.0.1",
+                [sys.executable, "-m", "assetcdn.control", "--data-dir", str(self.data_dir), "--host", "127.0.0.1",
                  "--port", str(self.port)], env=up_env(), stdout=log, stderr=subprocess.STDOUT)
 
     async def wait_ready(self, session: aiohttp.ClientSession) -> None:

@@ -88,7 +88,7 @@ async def test_with_control_stopped_cached_files_are_served_stale_and_only_unkno
         edge0 = cdn.edge_urls[0]
         assert (await get(session, f"{edge0}/stale/v1/logos/cached.txt"))[1] == "MISS"
 
-        paused = cdn.signal("-m control", signal.SIGSTOP)
+        paused = cdn.signal("-m assetcdn.control", signal.SIGSTOP)
         assert paused
         cdn.stopped_pids.extend(paused)
         try:

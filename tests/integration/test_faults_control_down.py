@@ -45,7 +45,7 @@ async def test_a_hung_control_plane_costs_clients_no_timeout_and_the_edge_recove
         assert (await _get(session, f"{edge}/hung/v1/logos/cached.txt"))[:3] == (200, "MISS", b"cached")
         edge_pids = cdn.pids("--name edge-0")
 
-        paused = cdn.signal("-m control", signal.SIGSTOP)
+        paused = cdn.signal("-m assetcdn.control", signal.SIGSTOP)
         assert paused
         cdn.stopped_pids.extend(paused)
         try:

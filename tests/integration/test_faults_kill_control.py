@@ -48,7 +48,7 @@ async def test_kill_9_during_200_uploads_loses_no_acknowledged_write(cdn: Runnin
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=UPLOADS)) as session:
         async with session.post(f"{cdn.control_url}/api/core/zones", json={"Name": "kill"}, headers=ACCOUNT) as resp:
             assert resp.status == 201
-        (control_pid,) = cdn.pids("-m control")
+        (control_pid,) = cdn.pids("-m assetcdn.control")
         killed_at = 0.0
 
         def kill() -> None:
@@ -63,7 +63,7 @@ async def test_kill_9_during_200_uploads_loses_no_acknowledged_write(cdn: Runnin
         assert report.unacknowledged, "the kill came after every upload had been answered"
 
         async def restarted() -> int | None:  # `assetcdn up` restarts it
-            pids = cdn.pids("-m control")
+            pids = cdn.pids("-m assetcdn.control")
             if not pids or pids == [control_pid]:
                 return None
             status, body = await health(session, cdn.control_url)

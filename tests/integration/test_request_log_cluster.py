@@ -58,7 +58,7 @@ async def get_with_id(session: aiohttp.ClientSession, url: str) -> tuple[str, in
 async def wait_control_restarted(session: aiohttp.ClientSession, cdn: RunningCdn, old_pids: list[int]) -> None:
     deadline = time.monotonic() + 60
     while True:
-        pids = cdn.pids("-m control")
+        pids = cdn.pids("-m assetcdn.control")
         if pids and not set(pids) & set(old_pids):
             try:
                 async with session.get(f"{cdn.control_url}/api/health") as resp:
@@ -98,7 +98,7 @@ async def test_every_edge_delivery_is_listed_and_survives_a_control_restart(cdn:
         before = await logs_page(session, base)
         assert any(r["node"] == "control" and r["path"] == "/api/core/zones" for r in before)
 
-        old_pids = cdn.signal("-m control", signal.SIGTERM)
+        old_pids = cdn.signal("-m assetcdn.control", signal.SIGTERM)
         assert old_pids
         await wait_control_restarted(session, cdn, old_pids)
         after = await logs_page(session, base)

@@ -15,8 +15,8 @@ import aiohttp
 import orjson
 import pytest
 
-from shared.cluster import PREFIX, sign_request
-from shared.secrets import SECRETS_FILE, Secrets
+from assetcdn.shared.cluster import PREFIX, sign_request
+from assetcdn.shared.secrets import SECRETS_FILE, Secrets
 from tests.integration.harness import KEYS, RunningCdn, start_cdn
 from tests.shared.health_shape import assert_health_shape, assert_no_internal_addresses
 

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 import pyvips
 
-from shared.signing import signed_url
+from assetcdn.shared.signing import signed_url
 from tests.counters.redis_server import RedisServer, start_redis
 from tests.integration.harness import ACCESS, ACCOUNT, KEYS, METRICS, RunningCdn, start_cdn
 

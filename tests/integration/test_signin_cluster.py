@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
-from shared.secrets import SECRETS_FILE
+from assetcdn.shared.secrets import SECRETS_FILE
 from tests.integration.harness import RunningCdn, start_cdn
 
 pytestmark = pytest.mark.integration

@@ -28,7 +28,7 @@ FILES = 5
 async def _control_restarted(session: aiohttp.ClientSession, cdn: RunningCdn, killed: list[int]) -> None:
     deadline = time.monotonic() + RESTART_BOUND_S
     while time.monotonic() < deadline:
-        fresh = [pid for pid in cdn.pids("-m control") if pid not in killed]
+        fresh = [pid for pid in cdn.pids("-m assetcdn.control") if pid not in killed]
         if fresh:
             try:
                 async with session.get(f"{cdn.control_url}/api/health") as resp:
@@ -68,7 +68,7 @@ async def test_events_of_acknowledged_mutations_survive_a_kill_9_of_control(tmp_
                     assert resp.status == 201, await resp.text()
                 expected.add(("asset.created", f"/{path}"))
 
-            killed = cdn.pids("-m control")
+            killed = cdn.pids("-m assetcdn.control")
             assert killed
             killed_at = time.time()
             for pid in killed:

@@ -23,15 +23,15 @@ from tests.integration.harness import ACCESS, PORT_TAKEN, free_port_block, up_en
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "edge", "control", "shared")
+SOURCES = ("pyproject.toml", "README.md", "assetcdn")
 # Run inside the installed copy: where each package came from, and what it reads at run time.
 PROBE = """
 import json, sys
-import control, edge, shared
+from assetcdn import control, edge, shared
 from importlib import resources
-from control.chat import documentation
-from control.routes import dashboard, dashboard_login
-from shared import config, openapi
+from assetcdn.control.chat import documentation
+from assetcdn.control.routes import dashboard, dashboard_login
+from assetcdn.shared import config, openapi
 print(json.dumps({
     "packages": [control.__file__, edge.__file__, shared.__file__],
     "defaults": config.default_config_text(),
@@ -98,17 +98,17 @@ def test_installed_wheel_carries_its_defaults_and_runtime_files(installed: Path,
     site = installed / "lib"
     assert all(Path(p).is_relative_to(site) for p in found["packages"]), found["packages"]
     assert str(ROOT) not in found["sys_path"] and "" not in found["sys_path"][1:]
-    shipped = (ROOT / "shared" / "default.toml").read_text(encoding="utf-8")
+    shipped = (ROOT / "assetcdn" / "shared" / "default.toml").read_text(encoding="utf-8")
     assert found["defaults"] == shipped
     assert found["settings"] == tomllib.loads(shipped)["server"]["edge_port"]
     assert found["index"] is True
     assert {"app.js", "dashboard.css", "vendor/hls.light.min.mjs", "views/files.js"} <= set(found["static"])
-    expected_static = {p.relative_to(ROOT / "control/dashboard/static").as_posix()
-                       for p in (ROOT / "control/dashboard/static").rglob("*")
+    expected_static = {p.relative_to(ROOT / "assetcdn/control/dashboard/static").as_posix()
+                       for p in (ROOT / "assetcdn/control/dashboard/static").rglob("*")
                        if p.is_file() and not p.name.startswith(".")}
     assert set(found["static"]) == expected_static
-    assert found["signin"] == sorted(p.name for p in (ROOT / "control/signin_page").iterdir())
-    assert found["openapi"] == (ROOT / "shared/openapi.json").stat().st_size
+    assert found["signin"] == sorted(p.name for p in (ROOT / "assetcdn/control/signin_page").iterdir())
+    assert found["openapi"] == (ROOT / "assetcdn/shared/openapi.json").stat().st_size
     # The chat's documentation passages: the README, from the distribution's metadata when installed.
     assert found["readme"].strip() == (ROOT / "README.md").read_text(encoding="utf-8").strip()
 
@@ -153,7 +153,7 @@ def test_installed_wheel_runs_assetcdn_up_with_the_demo(installed: Path, tmp_pat
             status, headers, body = _get(f"{edge}/dashboard/login")
             assert status == 200 and b"<form" in body
             status, _, body = _get(f"{edge}/api/openapi.json")
-            assert status == 200 and body == (ROOT / "shared/openapi.json").read_bytes()
+            assert status == 200 and body == (ROOT / "assetcdn/shared/openapi.json").read_bytes()
             status, _, body = _get(f"{edge}/api/storage/demo/v1/logos/wheel.txt", ACCESS, method="PUT",
                                    data=b"from a wheel")
             assert status == 201, body

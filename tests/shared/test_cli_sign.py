@@ -9,8 +9,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from shared.cli import main
-from shared.signing import signature_matches
+from assetcdn.shared.cli import main
+from assetcdn.shared.signing import signature_matches
 
 
 def test_sign_prints_a_verifiable_url_from_the_data_dir_secret(tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import time
 
-from shared.cluster import NONCE_HEADER, WINDOW_SECONDS, ReplayGuard, sign_request, verify_request
+from assetcdn.shared.cluster import (
+    NONCE_HEADER,
+    WINDOW_SECONDS,
+    ReplayGuard,
+    sign_request,
+    verify_request,
+)
 
 SECRET = "cluster-secret"
 PATH = "/_cluster/push"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.edge_rules import (
+from assetcdn.shared.edge_rules import (
     EMPTY_RULES,
     HeaderRules,
     RedirectRules,

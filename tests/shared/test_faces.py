@@ -8,7 +8,13 @@ import pytest
 import pyvips
 import skimage.data
 
-from shared.faces import DETECT_SIZE, detect_faces, detect_faces_haar, detect_faces_rgb, face_boxes
+from assetcdn.shared.faces import (
+    DETECT_SIZE,
+    detect_faces,
+    detect_faces_haar,
+    detect_faces_rgb,
+    face_boxes,
+)
 
 
 def centre_inside(box: tuple[int, int, int, int], area: tuple[int, int, int, int]) -> bool:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.errors import LegacyError
-from shared.hls import (
+from assetcdn.shared.errors import LegacyError
+from assetcdn.shared.hls import (
     Rendition,
     Segment,
     StreamRequest,

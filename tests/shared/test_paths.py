@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.paths import (
+from assetcdn.shared.paths import (
     RESERVED_ZONE_NAMES,
     InvalidPath,
     cdn_path_of,

@@ -1,4 +1,4 @@
-"""`shared.process.serve` as a real process: a port it cannot bind ends it at once with a clear message,
+"""`assetcdn.shared.process.serve` as a real process: a port it cannot bind ends it at once with a clear message,
 repeated stop signals never cut its cleanup short, and a cleanup that hangs cannot keep it alive."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from shared.process import EXIT_CANNOT_LISTEN, EXIT_DEADLINE_EXCEEDED, port_in_use
+from assetcdn.shared.process import EXIT_CANNOT_LISTEN, EXIT_DEADLINE_EXCEEDED, port_in_use
 from tests.integration.harness import free_port_block
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ SERVER = textwrap.dedent("""
     import logging, sys, threading, time
     from pathlib import Path
     from aiohttp import web
-    from shared.process import serve
+    from assetcdn.shared.process import serve
 
     logging.basicConfig(level=logging.INFO)
     port, mode, marker = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])

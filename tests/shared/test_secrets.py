@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.secrets import SECRETS_FILE, Secrets, load_or_create_secrets
+from assetcdn.shared.secrets import SECRETS_FILE, Secrets, load_or_create_secrets
 
 
 def _mode(path: Path) -> int:

@@ -1,4 +1,4 @@
-"""shared/timestamps.py: the one response form of a date-time."""
+"""assetcdn/shared/timestamps.py: the one response form of a date-time."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from shared.timestamps import as_iso_utc, from_unix, iso_utc, utc_now_iso
+from assetcdn.shared.timestamps import as_iso_utc, from_unix, iso_utc, utc_now_iso
 
 
 def test_iso_utc_has_milliseconds_and_z() -> None:

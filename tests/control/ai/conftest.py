@@ -13,8 +13,8 @@ import pyvips
 import skimage.data
 from aiohttp.test_utils import TestClient
 
-from control.app import create_app
-from shared.config import load_settings
+from assetcdn.control.app import create_app
+from assetcdn.shared.config import load_settings
 from tests.control.conftest import ACCESS, SECRETS
 
 MakeControl = Callable[..., Awaitable[TestClient]]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from control.ai.asset_ref import OwnHosts, parse_asset_url
-from shared.errors import ApiError
+from assetcdn.control.ai.asset_ref import OwnHosts, parse_asset_url
+from assetcdn.shared.errors import ApiError
 
 HOSTS = OwnHosts.build(["https://cdn.example.net", "http://127.0.0.1:18788", "http://10.1.2.3:8788"],
                        {"img.akande.example": "akande"}, "cdn.example.net")

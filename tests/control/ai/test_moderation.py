@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import skimage.data
 
-from control.ai.moderation import (
+from assetcdn.control.ai.moderation import (
     CATEGORIES,
     Detection,
     Moderation,

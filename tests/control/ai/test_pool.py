@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from control.ai.pool import QUEUE_FACTOR, AnalysisBusy, AnalysisPool, AnalysisTimedOut
+from assetcdn.control.ai.pool import QUEUE_FACTOR, AnalysisBusy, AnalysisPool, AnalysisTimedOut
 
 
 async def test_a_full_pool_refuses_new_jobs_and_takes_them_again_once_drained() -> None:

@@ -7,8 +7,8 @@ import pytest
 import pyvips
 import skimage.data
 
-from control.ai.image_input import load_for_analysis
-from control.ai.smart_crop import compass, smart_crop
+from assetcdn.control.ai.image_input import load_for_analysis
+from assetcdn.control.ai.smart_crop import compass, smart_crop
 from tests.control.conftest import ACCESS
 
 from .conftest import (

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from control.ai.vision_endpoint import clean_alt, moderation_scores
+from assetcdn.control.ai.vision_endpoint import clean_alt, moderation_scores
 from tests.control.conftest import ACCESS
 
 from .conftest import MakeControl, astronaut_jpeg, upload

@@ -10,7 +10,7 @@ from pathlib import Path
 import aiosqlite
 import pytest
 
-from control.analytics.hits import (
+from assetcdn.control.analytics.hits import (
     COUNTER_MAX,
     MAX_HIT_BYTES,
     Hit,
@@ -18,9 +18,9 @@ from control.analytics.hits import (
     is_asset_delivery,
     zone_of_path,
 )
-from control.analytics.params import parse_days, parse_limit
-from control.analytics.store import AnalyticsStore
-from shared.errors import LegacyError
+from assetcdn.control.analytics.params import parse_days, parse_limit
+from assetcdn.control.analytics.store import AnalyticsStore
+from assetcdn.shared.errors import LegacyError
 
 # "Today" of these tests: 2026-04-10 12:00 UTC.
 NOW = datetime(2026, 4, 10, 12, 0, tzinfo=UTC).timestamp()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import pyvips
 
-from control.pipeline.generate import (
+from assetcdn.control.pipeline.generate import (
     ICON_SIZES,
     MAX_SVG_BYTES,
     PipelineRequest,
@@ -16,8 +16,8 @@ from control.pipeline.generate import (
     generate_files,
     parse_pipeline_request,
 )
-from control.pipeline.render import background_for, dominant_colour
-from shared.errors import ApiError
+from assetcdn.control.pipeline.render import background_for, dominant_colour
+from assetcdn.shared.errors import ApiError
 
 # A wide logo: a blue field with a yellow disc, plus what the sanitiser must remove.
 LOGO_SVG = (

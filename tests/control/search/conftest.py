@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 
-from control.app import create_app
-from shared.config import load_settings
+from assetcdn.control.app import create_app
+from assetcdn.shared.config import load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 
 MakeControl = Callable[..., Awaitable[TestClient]]

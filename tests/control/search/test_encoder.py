@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from control.search.encoder import DIMENSIONS, SentenceEncoder, load_packaged_model
+from assetcdn.control.search.encoder import DIMENSIONS, SentenceEncoder, load_packaged_model
 
 # Published for sentence-transformers/all-MiniLM-L6-v2 (the sentence-transformers quick start):
 # model.similarity over these three sentences gives 0.6660, 0.1046 and 0.1411.

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from control.search.fuzzy import FuzzyDocument, edit_distance, fuzzy_scores, query_tokens
-from shared.manifest import make_entry
+from assetcdn.control.search.fuzzy import FuzzyDocument, edit_distance, fuzzy_scores, query_tokens
+from assetcdn.shared.manifest import make_entry
 
 
 def docs(*paths: str) -> list[FuzzyDocument]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from aiohttp.test_utils import TestClient
 
-from control.routes.search import parse_limit
+from assetcdn.control.routes.search import parse_limit
 from tests.control.conftest import ACCESS, ACCOUNT
 
 from .conftest import MakeControl, add_zone, search, upload

@@ -10,15 +10,19 @@ from pathlib import Path
 import av
 import pytest
 
-from control.video.demo import ensure_demo_videos, generate_demo_sources, write_synthetic_video
-from control.video.transcode import (
+from assetcdn.control.video.demo import (
+    ensure_demo_videos,
+    generate_demo_sources,
+    write_synthetic_video,
+)
+from assetcdn.control.video.transcode import (
     INDEX_FILE,
     TranscodeError,
     h264_codecs,
     plan_renditions,
     transcode_hls,
 )
-from shared.hls import QUALITIES, VIDEOS, Rendition, Segment, VideoIndex, variant_playlist
+from assetcdn.shared.hls import QUALITIES, VIDEOS, Rendition, Segment, VideoIndex, variant_playlist
 
 FPS = 8
 SECONDS = 22  # two full segments and a short last one

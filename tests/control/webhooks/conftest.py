@@ -14,10 +14,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from control.app import create_app
-from control.webhooks.service import WEBHOOK_RESOLVER
-from shared.config import load_settings
-from shared.secrets import Secrets
+from assetcdn.control.app import create_app
+from assetcdn.control.webhooks.service import WEBHOOK_RESOLVER
+from assetcdn.shared.config import load_settings
+from assetcdn.shared.secrets import Secrets
 from tests.control.conftest import ACCOUNT
 from tests.control.conftest import SECRETS as BASE_SECRETS
 from tests.control.webhooks.receiver import WAIT_S, FakeResolver, Receiver

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 
-from control.webhooks.address_guard import (
+from assetcdn.control.webhooks.address_guard import (
     GuardedResolver,
     RefusedTarget,
     address_problem,
     name_problem,
 )
-from control.webhooks.sender import Sender
+from assetcdn.control.webhooks.sender import Sender
 from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import expect_error
 from tests.control.webhooks.conftest import eventually, make_app, register

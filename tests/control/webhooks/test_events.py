@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from control.storage.git_store import FileChange, GitStore, LoggedCommit
-from control.webhooks.events import (
+from assetcdn.control.storage.git_store import FileChange, GitStore, LoggedCommit
+from assetcdn.control.webhooks.events import (
     change_of,
     commit_events,
     pipeline_run,
@@ -16,8 +16,8 @@ from control.webhooks.events import (
     zone_created,
     zone_deleted,
 )
-from control.webhooks.settings import WebhookSettings
-from shared.config import load_settings
+from assetcdn.control.webhooks.settings import WebhookSettings
+from assetcdn.shared.config import load_settings
 
 
 def logged(message: str, *changes: FileChange, sizes: dict[str, int] | None = None) -> LoggedCommit:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestClient
 
-from control.routes.zones import zone_scaffold
-from control.state import DB, PUBLISHER
-from control.storage.git_store import GitStore
-from control.webhooks.events import Event, with_trailer, zone_created
+from assetcdn.control.routes.zones import zone_scaffold
+from assetcdn.control.state import DB, PUBLISHER
+from assetcdn.control.storage.git_store import GitStore
+from assetcdn.control.webhooks.events import Event, with_trailer, zone_created
 from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.webhooks.conftest import make_app, register
 from tests.control.webhooks.receiver import FakeResolver, Receiver

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from control.webhooks.secret_box import SecretBox
+from assetcdn.control.webhooks.secret_box import SecretBox
 from tests.control.conftest import ACCOUNT
 from tests.control.expect import expect_error, parse_time
 from tests.control.webhooks.conftest import SECRETS, make_app, register

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from edge.cache.coalesce import SingleFlight
+from assetcdn.edge.cache.coalesce import SingleFlight
 
 
 class Fetch:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from edge.cache.disk import DiskTier
-from edge.cache.entry import STREAM_CHUNK, strong_etag
+from assetcdn.edge.cache.disk import DiskTier
+from assetcdn.edge.cache.entry import STREAM_CHUNK, strong_etag
 
 MB = 1024 * 1024
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edge.cache.store import MB, EdgeCache
+from assetcdn.edge.cache.store import MB, EdgeCache
 from tests.integration.small_fs import free_bytes, small_fs
 
 BODY = 100_000
@@ -20,7 +20,7 @@ def test_a_full_filesystem_evicts_logs_once_and_never_fails_a_put(tmp_path: Path
     with small_fs(tmp_path / "fs", 1024) as fs:
         cache = EdgeCache(fs / "cache", disk_size_limit=1024 * MB, memory_bytes=MB, memory_max_object=1024)
         try:
-            with caplog.at_level(logging.WARNING, logger="edge.cache.disk"):
+            with caplog.at_level(logging.WARNING, logger="assetcdn.edge.cache.disk"):
                 for i in range(40):  # 4 MB into 1 MB
                     body = os.urandom(BODY)
                     stored = cache.put(f"k{i}", body, "application/octet-stream", f'"{i}"', ("t",))

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from edge.cache.applied import AppliedGeneration, GenerationPurge
-from edge.cache.entry import strong_etag
-from edge.cache.store import EdgeCache
+from assetcdn.edge.cache.applied import AppliedGeneration, GenerationPurge
+from assetcdn.edge.cache.entry import strong_etag
+from assetcdn.edge.cache.store import EdgeCache
 
 MB = 1024 * 1024
 TEXT, VECTOR = "asset:b1:z/v1/titles/mark.txt", "asset:b1:z/v1/logos/mark.svg"

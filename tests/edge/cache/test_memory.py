@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from edge.cache.entry import CachedObject, strong_etag
-from edge.cache.memory import MemoryTier
+from assetcdn.edge.cache.entry import CachedObject, strong_etag
+from assetcdn.edge.cache.memory import MemoryTier
 
 
 def make(key: str, size: int, tags: tuple[str, ...] = ()) -> CachedObject:

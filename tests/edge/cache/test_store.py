@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from edge.cache.entry import strong_etag
-from edge.cache.store import EdgeCache
-from shared.config import load_settings
+from assetcdn.edge.cache.entry import strong_etag
+from assetcdn.edge.cache.store import EdgeCache
+from assetcdn.shared.config import load_settings
 
 KB = 1024
 MB = 1024 * KB

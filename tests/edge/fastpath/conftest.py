@@ -1,4 +1,4 @@
-"""A real control app and a real edge app, the edge listening through its hit site (edge/fastpath/) on
+"""A real control app and a real edge app, the edge listening through its hit site (assetcdn/edge/fastpath/) on
 one port and through aiohttp's own site on another, so a test can talk raw HTTP/1.1 to the hit path
 and compare it with what the application answers by itself.
 
@@ -20,14 +20,15 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from multidict import CIMultiDict
 
-import control.app
-import edge.app
-from edge.app import EdgeIdentity
-from edge.app_keys import NODE
-from edge.fastpath.server import HitSite
-from edge.node import EdgeNode
-from shared.config import load_settings
-from shared.http_server import name_the_server
+import assetcdn.control.app  # noqa: F401
+import assetcdn.edge.app  # noqa: F401
+from assetcdn import control, edge
+from assetcdn.edge.app import EdgeIdentity
+from assetcdn.edge.app_keys import NODE
+from assetcdn.edge.fastpath.server import HitSite
+from assetcdn.edge.node import EdgeNode
+from assetcdn.shared.config import load_settings
+from assetcdn.shared.http_server import name_the_server
 from tests.control.conftest import ACCESS, ACCOUNT, METRICS, SECRETS
 from tests.edge.routes.conftest import PURGE, ZONE, wait_until
 

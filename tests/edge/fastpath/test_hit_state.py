@@ -9,8 +9,8 @@ import asyncio
 import contextlib
 import os
 
-from edge.cache.tags import path_tag
-from edge.delivery_log import HIT_FIELDS
+from assetcdn.edge.cache.tags import path_tag
+from assetcdn.edge.delivery_log import HIT_FIELDS
 from tests.edge.fastpath.conftest import (
     ACCOUNT,
     METRICS,

@@ -19,12 +19,13 @@ import pytest
 import pyvips
 from aiohttp.test_utils import TestClient
 
-import control.app
-import edge.app
-from edge.app import EdgeIdentity
-from edge.app_keys import NODE
-from edge.node import EdgeNode
-from shared.config import load_settings
+import assetcdn.control.app  # noqa: F401
+import assetcdn.edge.app  # noqa: F401
+from assetcdn import control, edge
+from assetcdn.edge.app import EdgeIdentity
+from assetcdn.edge.app_keys import NODE
+from assetcdn.edge.node import EdgeNode
+from assetcdn.shared.config import load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, METRICS, SECRETS
 from tests.edge.hit_server import HitTestServer
 
@@ -83,7 +84,7 @@ def make_cdn(aiohttp_server, aiohttp_client, tmp_path: Path) -> CdnFactory:  # t
         control_client = await aiohttp_client(control_server)
         identity = EdgeIdentity(name="edge-t", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
                                 cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
-        # Served as the edge process serves it: hits answered by edge/fastpath/, the rest handed to the app;
+        # Served as the edge process serves it: hits answered by assetcdn/edge/fastpath/, the rest handed to the app;
         # without the hit path (`hit_path=False`) the application's serve sequence answers every request.
         app = edge.app.create_app(settings, SECRETS, identity)
         edge_client = await aiohttp_client(HitTestServer(app) if hit_path else app)

@@ -7,7 +7,7 @@ import pillow_heif
 import pytest
 import pyvips
 
-from edge.transform.encode import ENCODERS
+from assetcdn.edge.transform.encode import ENCODERS
 from tests.edge.routes.conftest import (
     FRAMES,
     LOGO_SVG,

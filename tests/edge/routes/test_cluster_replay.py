@@ -8,8 +8,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-import control.cluster.registry
-from control.state import REGISTRY
+import assetcdn.control.cluster.registry  # noqa: F401
+from assetcdn import control
+from assetcdn.control.state import REGISTRY
 from tests.control.expect import expect_error
 from tests.edge.routes.conftest import ZONE, CdnFactory
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from shared.content_security import SANDBOX_CSP
-from shared.signing import signed_url
+from assetcdn.shared.content_security import SANDBOX_CSP
+from assetcdn.shared.signing import signed_url
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.edge.routes.conftest import LOGO_SVG, ZONE, Cdn, CdnFactory, solid_png, wait_until
 

@@ -17,12 +17,13 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-import control.app
-import control.manifest_store
-import edge.app
-from edge.app import EdgeIdentity
-from edge.app_keys import NODE
-from shared.config import Settings, load_settings
+import assetcdn.control.app  # noqa: F401
+import assetcdn.control.manifest_store  # noqa: F401
+import assetcdn.edge.app  # noqa: F401
+from assetcdn import control, edge
+from assetcdn.edge.app import EdgeIdentity
+from assetcdn.edge.app_keys import NODE
+from assetcdn.shared.config import Settings, load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.edge.routes.conftest import PURGE, ZONE, wait_until
 

@@ -63,7 +63,7 @@ async def test_placeholders_expire_after_24_hours(make_cdn: CdnFactory, monkeypa
     await cdn.upload(PHOTO, photo_jpeg(64, 40))
     first = await (await cdn.edge.get(f"/api/blurhash?url=/{PHOTO}")).json()
     assert (await (await cdn.edge.get(f"/api/blurhash?url=/{PHOTO}")).json())["source"] == "cached"
-    monkeypatch.setattr("edge.states.variant.time", SimpleNamespace(time=lambda: time.time() + 86400 + 1))
+    monkeypatch.setattr("assetcdn.edge.states.variant.time", SimpleNamespace(time=lambda: time.time() + 86400 + 1))
     later = await (await cdn.edge.get(f"/api/blurhash?url=/{PHOTO}")).json()
     assert later["source"] == "fresh" and later["hash"] == first["hash"]
 

@@ -1,5 +1,5 @@
-"""Request bodies forwarded by the edge (edge/proxy.py, edge/proxied_body.py) and read by control
-(shared/request_body.py): slow senders never hold the edge's connections to control, content codings
+"""Request bodies forwarded by the edge (assetcdn/edge/proxy.py, assetcdn/edge/proxied_body.py) and read by control
+(assetcdn/shared/request_body.py): slow senders never hold the edge's connections to control, content codings
 are decoded within the size limit or refused, and a control plane that does not answer is given up on."""
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-import edge.app
-from edge.app import EdgeIdentity
-from shared.config import load_settings
+import assetcdn.edge.app  # noqa: F401
+from assetcdn import edge
+from assetcdn.edge.app import EdgeIdentity
+from assetcdn.shared.config import load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.edge.routes.conftest import WAIT_S, ZONE, Cdn, CdnFactory, wait_until
 

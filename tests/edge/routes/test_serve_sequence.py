@@ -1,4 +1,4 @@
-"""The serve sequence (edge/states/serve.py) through every delivery route, in process: a real control and a
+"""The serve sequence (assetcdn/edge/states/serve.py) through every delivery route, in process: a real control and a
 real edge application without the hit path in front, so the sequence answers every request.
 
 On each route one look-up decides MISS, HIT or STALE; with control down, what was never cached and,
@@ -22,18 +22,19 @@ import pyvips
 from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient
 
-import edge.app
-import edge.states.serve
-from control.video.demo import write_synthetic_video
-from control.video.ingest import rendition_files
-from control.video.transcode import transcode_hls
-from edge.app import EdgeIdentity
-from edge.app_keys import NODE
-from edge.cache.entry import CachedObject
-from edge.cache.tags import path_tag
-from edge.node import EdgeNode
-from shared.config import load_settings
-from shared.signing import signed_url
+import assetcdn.edge.app  # noqa: F401
+import assetcdn.edge.states.serve  # noqa: F401
+from assetcdn import edge
+from assetcdn.control.video.demo import write_synthetic_video
+from assetcdn.control.video.ingest import rendition_files
+from assetcdn.control.video.transcode import transcode_hls
+from assetcdn.edge.app import EdgeIdentity
+from assetcdn.edge.app_keys import NODE
+from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.cache.tags import path_tag
+from assetcdn.edge.node import EdgeNode
+from assetcdn.shared.config import load_settings
+from assetcdn.shared.signing import signed_url
 from tests.control.conftest import ACCESS, SECRETS
 from tests.edge.routes.conftest import ZONE, Cdn, CdnFactory, wait_until
 
@@ -41,7 +42,7 @@ VIDEO = "nature"
 HLS = f"stocks/videos/{VIDEO}/hls"
 STALE_WARNING = '110 - "Response is stale: control plane unreachable"'
 # Bodies above 16 KB stay out of the memory tier; from 32 KB the disk tier keeps them as files, which a
-# purge can unlink between the look-up and the open (edge/cache/disk.py).
+# purge can unlink between the look-up and the open (assetcdn/edge/cache/disk.py).
 LARGE_BODIES = {"ASSETCDN_EDGE_MEMORY_OBJECT_MAX_KB": "16"}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.content_security import SANDBOX_CSP
+from assetcdn.shared.content_security import SANDBOX_CSP
 from tests.edge.routes.conftest import PURGE, ZONE, Cdn, CdnFactory, solid_png, wait_until
 
 SAME = b"<html><body><p>one blob, two paths</p></body></html>"

@@ -16,13 +16,14 @@ import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
-import control.app
-import edge.app
-from control.state import VIDEO_INGEST
-from control.video.demo import write_synthetic_video
-from edge.app import EdgeIdentity
-from shared.config import Settings, load_settings
-from shared.hls import VideoIndex
+import assetcdn.control.app  # noqa: F401
+import assetcdn.edge.app  # noqa: F401
+from assetcdn import control, edge
+from assetcdn.control.state import VIDEO_INGEST
+from assetcdn.control.video.demo import write_synthetic_video
+from assetcdn.edge.app import EdgeIdentity
+from assetcdn.shared.config import Settings, load_settings
+from assetcdn.shared.hls import VideoIndex
 from tests.control.conftest import ACCESS, METRICS, SECRETS
 from tests.edge.hit_server import HitTestServer
 from tests.edge.routes.conftest import Cdn, wait_until

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from shared.signing import signed_url
+from assetcdn.shared.signing import signed_url
 from tests.control.conftest import ACCOUNT, SECRETS
 from tests.edge.routes.conftest import PURGE, ZONE, Cdn, CdnFactory, solid_png, wait_until
 

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 import pytest
 from aiohttp import ClientResponse
 
-from edge.app_keys import COUNTERS, IMAGE_POOL
-from edge.states.head import variant_key
-from edge.transform.options import parse_transform_options
-from shared.counter_store import Limit
+from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL
+from assetcdn.edge.states.head import variant_key
+from assetcdn.edge.transform.options import parse_transform_options
+from assetcdn.shared.counter_store import Limit
 from tests.edge.routes.conftest import (
     FRAMES,
     LOGO_SVG,

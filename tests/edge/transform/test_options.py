@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from edge.transform.options import (
+from assetcdn.edge.transform.options import (
     OPTIONS,
     TransformOptions,
     parse_asset_url,
     parse_transform_options,
     resolve_output_format,
 )
-from edge.transform.options.blur import BLUR
-from edge.transform.options.format import FORMAT
-from edge.transform.options.quality import QUALITY
-from edge.transform.options.resize import RESIZE, Geometry
-from edge.transform.options.sharpen import SHARPEN
-from shared.errors import LegacyError
+from assetcdn.edge.transform.options.blur import BLUR
+from assetcdn.edge.transform.options.format import FORMAT
+from assetcdn.edge.transform.options.quality import QUALITY
+from assetcdn.edge.transform.options.resize import RESIZE, Geometry
+from assetcdn.edge.transform.options.sharpen import SHARPEN
+from assetcdn.shared.errors import LegacyError
 
 URL = "/akande/v1/logos/logo.svg"
 GRAVITY_NAMES = "center, north, south, east, west, northeast, northwest, southeast, southwest, face, auto"
@@ -229,7 +229,7 @@ def test_cache_keys_of_existing_options_never_change(query: dict[str, str], outp
 
 
 def test_the_served_api_document_lists_every_option_parameter() -> None:
-    document = json.loads((Path(__file__).parents[3] / "shared" / "openapi.json").read_text())
+    document = json.loads((Path(__file__).parents[3] / "assetcdn" / "shared" / "openapi.json").read_text())
     expected = sorted(["url", *(param for option in OPTIONS for param in option.params)])
     for method, operation in document["paths"]["/api/transform"].items():
         assert sorted(p["name"] for p in operation["parameters"] if p["in"] == "query") == expected, method

@@ -10,14 +10,14 @@ import pillow_heif
 import pytest
 import pyvips
 
-from edge.transform import pipeline
-from edge.transform.decode import decode
-from edge.transform.encode import ENCODERS
-from edge.transform.limits import TransformLimits
-from edge.transform.options import parse_transform_options
-from edge.transform.pipeline import TransformResult, run_transform
-from edge.transform.source import read_source
-from shared.errors import LegacyError
+from assetcdn.edge.transform import pipeline
+from assetcdn.edge.transform.decode import decode
+from assetcdn.edge.transform.encode import ENCODERS
+from assetcdn.edge.transform.limits import TransformLimits
+from assetcdn.edge.transform.options import parse_transform_options
+from assetcdn.edge.transform.pipeline import TransformResult, run_transform
+from assetcdn.edge.transform.source import read_source
+from assetcdn.shared.errors import LegacyError
 from tests.edge.transform.conftest import FACE_CENTER, FRAMES, PHOTO_SIZE, load
 
 MAX_PIXELS = 50_000_000

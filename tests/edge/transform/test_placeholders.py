@@ -6,13 +6,13 @@ import blurhash
 import pytest
 import pyvips
 
-from edge.transform.placeholders import (
+from assetcdn.edge.transform.placeholders import (
     PlaceholderParams,
     make_blurhash_placeholder,
     make_lqip,
     parse_placeholder_params,
 )
-from shared.errors import ApiError, LegacyError
+from assetcdn.shared.errors import ApiError, LegacyError
 from tests.edge.transform.conftest import load
 
 URL = "/akande/v1/banners/hero.jpg"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import pyvips
 
-from shared.svg_sanitize import MAX_FILTER_PRIMITIVES, filter_primitives, sanitize_svg
+from assetcdn.shared.svg_sanitize import MAX_FILTER_PRIMITIVES, filter_primitives, sanitize_svg
 
 HOSTILE = b"""<?xml version="1.0"?>
 <svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink"

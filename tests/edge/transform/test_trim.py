@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import pyvips
 
-from edge.transform.limits import TransformLimits
-from edge.transform.options import parse_transform_options
-from edge.transform.pipeline import TransformResult, run_transform
-from shared.errors import LegacyError
+from assetcdn.edge.transform.limits import TransformLimits
+from assetcdn.edge.transform.options import parse_transform_options
+from assetcdn.edge.transform.pipeline import TransformResult, run_transform
+from assetcdn.shared.errors import LegacyError
 from tests.edge.transform.conftest import load
 
 DARK = [20, 60, 120]

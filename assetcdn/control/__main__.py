@@ -1,0 +1,48 @@
+"""`python -m assetcdn.control`: run the control plane (the process `assetcdn control` starts)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from assetcdn.control.app import create_app
+from assetcdn.control.storage.git_store import RepositoryInUse
+from assetcdn.shared.config import load_settings
+from assetcdn.shared.http_server import serve
+from assetcdn.shared.logs import configure_logging
+from assetcdn.shared.secrets import load_or_create_secrets, private_umask
+
+EXIT_REPOSITORY_IN_USE = 5  # another control plane writes this repository: restarting cannot help
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="assetcdn control", description="Run the control plane (origin).")
+    parser.add_argument("--config")
+    parser.add_argument("--data-dir")
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--demo", action="store_true", help="install demo content into an empty repository")
+    args = parser.parse_args(argv)
+    settings = load_settings(args.config)
+    data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
+    host = args.host or settings.get("server", "host")
+    port = args.port or settings.get("server", "control_port")
+    configure_logging("control")
+    private_umask()  # the repository, database and work files are the owner's only
+    secrets, generated = load_or_create_secrets(data_dir)
+    if generated:
+        logging.getLogger("control").info("generated %d missing secrets into %s", len(generated),
+                                           data_dir / "secrets.env")
+    app = create_app(settings, secrets, data_dir, demo=args.demo)
+    try:
+        status = serve(app, settings, host=host, port=port)
+    except RepositoryInUse as exc:
+        logging.getLogger("control").error("cannot start: %s", exc)
+        status = EXIT_REPOSITORY_IN_USE
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()

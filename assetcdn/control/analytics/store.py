@@ -1,0 +1,475 @@
+"""Daily analytics counters in SQLite, and the reports of statistics, insights and /api/analytics.
+
+Hits are folded into per-UTC-day counters (one transaction of UPSERTs per batch), so a report reads
+at most ``days`` rows per key. Tables are prefixed ``analytics_`` because the file may be shared.
+
+Conventions of every report:
+- "Today" is the UTC date of ``now`` (injectable); a period of N days is today and the N-1 before it.
+- Paths are reported with a leading slash (``/akande/v1/logos/logo.svg``); they are stored without.
+- STALE counts as a cache hit (served from cache), BYPASS as a miss; CacheHit + CacheMiss = requests.
+  A hit rate is CacheHit / requests as text with one decimal (``"87.5%"``; ``"0.0%"`` with no traffic).
+- ``XX`` (unknown country) is listed in geography but not counted in UniqueCountries.
+- Ties are broken by path, country or status code so answers are stable.
+- Every per-day list (statistics ``Daily``, the asset report's ``Daily``, /api/analytics ``data``) is
+  newest first.
+- Top-asset lists count asset deliveries only (``hits.is_asset_delivery``); the asset report counts
+  every request for its path, errors included.
+- Counters never overflow: each stored counter saturates at ``COUNTER_MAX`` (adds are checked in
+  SQL), sums are read with ``TOTAL`` (a float sum that cannot overflow) and every reported number is
+  clamped to ``COUNTER_MAX``, so even rows written by an older version at SQLite's limit read back.
+
+Retention: ``prune`` keeps 90 days (statistics and insights). GET /api/analytics shares the tables
+and never reads more than 35 days back (``ANALYTICS_RETENTION_DAYS``), which is its retention.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from assetcdn.control.analytics.hits import (
+    COUNTER_MAX,
+    MAX_HIT_BYTES,
+    UNKNOWN_COUNTRY,
+    Hit,
+    is_asset_delivery,
+)
+from assetcdn.control.analytics.params import ANALYTICS_DAYS_MAXIMUM, DAYS_MAXIMUM
+from assetcdn.control.database import open_connection
+from assetcdn.shared.manifest import human_size
+
+RETENTION_DAYS = 90
+ANALYTICS_RETENTION_DAYS = 35
+STATISTICS_TOP_ASSETS = 10
+ERROR_TOP_PATHS = 10
+ANALYTICS_TOP_ASSETS = 100   # per day, as the published service's `analytics:top:<date>` kept
+BATCH_MEMORY_S = 86400       # an edge's batch id is remembered this long (edges retry within seconds)
+MAX_PATH_LENGTH = 2048
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS analytics_daily_zone (
+    date TEXT NOT NULL,
+    zone TEXT NOT NULL,
+    hits INTEGER NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0,
+    cache_hit INTEGER NOT NULL DEFAULT 0,
+    cache_miss INTEGER NOT NULL DEFAULT 0,
+    cache_stale INTEGER NOT NULL DEFAULT 0,
+    cache_bypass INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (date, zone)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS analytics_daily_path (
+    date TEXT NOT NULL,
+    zone TEXT NOT NULL,
+    path TEXT NOT NULL,
+    requests INTEGER NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0,
+    deliveries INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (date, zone, path)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS analytics_daily_path_by_path ON analytics_daily_path (path, date);
+CREATE TABLE IF NOT EXISTS analytics_daily_country (
+    date TEXT NOT NULL,
+    zone TEXT NOT NULL,
+    country TEXT NOT NULL,
+    requests INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (date, zone, country)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS analytics_daily_error (
+    date TEXT NOT NULL,
+    zone TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    count INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (date, zone, status, path)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS analytics_daily_error_by_path ON analytics_daily_error (path, date);
+CREATE TABLE IF NOT EXISTS analytics_batches (
+    batch TEXT PRIMARY KEY,
+    received_at REAL NOT NULL
+) WITHOUT ROWID;
+"""
+
+TABLES = ("analytics_daily_zone", "analytics_daily_path", "analytics_daily_country", "analytics_daily_error")
+
+
+
+def _add(column: str) -> str:
+    """``column + excluded.column``, saturating at COUNTER_MAX. The excluded value is at most
+    COUNTER_MAX, so the subtraction cannot overflow; a stored value past the cap (an older version's
+    row) is brought back to it."""
+    return (f"{column} = CASE WHEN {column} > {COUNTER_MAX} - excluded.{column} THEN {COUNTER_MAX} "
+            f"ELSE {column} + excluded.{column} END")
+
+
+_UPSERT_ZONE = f"""
+INSERT INTO analytics_daily_zone (date, zone, hits, bytes, cache_hit, cache_miss, cache_stale, cache_bypass)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (date, zone) DO UPDATE SET
+    {_add("hits")}, {_add("bytes")}, {_add("cache_hit")}, {_add("cache_miss")}, {_add("cache_stale")},
+    {_add("cache_bypass")}
+"""
+_UPSERT_PATH = f"""
+INSERT INTO analytics_daily_path (date, zone, path, requests, bytes, deliveries) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (date, zone, path) DO UPDATE SET {_add("requests")}, {_add("bytes")}, {_add("deliveries")}
+"""
+_UPSERT_COUNTRY = f"""
+INSERT INTO analytics_daily_country (date, zone, country, requests) VALUES (?, ?, ?, ?)
+ON CONFLICT (date, zone, country) DO UPDATE SET {_add("requests")}
+"""
+_UPSERT_ERROR = f"""
+INSERT INTO analytics_daily_error (date, zone, status, path, count) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (date, zone, status, path) DO UPDATE SET {_add("count")}
+"""
+# Tables written before top assets counted deliveries only: add the column and estimate it as the
+# path's requests minus its recorded errors (API paths deliver no asset).
+_ADD_DELIVERIES = [
+    "ALTER TABLE analytics_daily_path ADD COLUMN deliveries INTEGER NOT NULL DEFAULT 0",
+    "UPDATE analytics_daily_path AS p SET deliveries = MAX(p.requests - COALESCE((SELECT TOTAL(e.count) "
+    "FROM analytics_daily_error AS e WHERE e.date = p.date AND e.zone = p.zone AND e.path = p.path), 0), 0) "
+    "WHERE p.path NOT LIKE 'api/%'",
+]
+
+_CACHE_COLUMN = {"HIT": 0, "MISS": 1, "STALE": 2, "BYPASS": 3}
+
+
+def utc_day(timestamp: float) -> date:
+    return datetime.fromtimestamp(timestamp, UTC).date()
+
+
+def counter(value: float | int | None) -> int:
+    """A stored or summed counter as reported: an int in 0..COUNTER_MAX (``TOTAL`` returns a float,
+    exact below 2**53)."""
+    if value is None:
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return COUNTER_MAX if value > 0 else 0
+    return max(0, min(int(value), COUNTER_MAX))
+
+
+def _saturated(value: int) -> int:
+    return min(value, COUNTER_MAX)
+
+
+def hit_rate(hits: int, total: int) -> str:
+    return f"{(100.0 * hits / total) if total else 0.0:.1f}%"
+
+
+def _report_path(path: str) -> str:
+    return "/" + path
+
+
+def _stored_path(path: str) -> str:
+    return path.lstrip("/")[:MAX_PATH_LENGTH]
+
+
+class _Period:
+    """The UTC days of a report, oldest first, and the SQL filter for them (and a zone)."""
+
+    def __init__(self, days: int, now: float | None, zone: str | None = None) -> None:
+        today = utc_day(time.time() if now is None else now)
+        self.days = days
+        self.dates = [(today - timedelta(days=offset)).isoformat() for offset in range(days - 1, -1, -1)]
+        self.zone = zone or None
+        where = "date BETWEEN ? AND ?"
+        params: list[Any] = [self.dates[0], self.dates[-1]]
+        if self.zone is not None:
+            where += " AND zone = ?"
+            params.append(self.zone)
+        self.where = where
+        self.params = tuple(params)
+
+
+def _zone_filter(zone: str | None) -> str | None:
+    """``None``, ``""`` and ``"all"`` mean every zone (``all`` is what Period.Zone reports for them)."""
+    return None if zone in (None, "", "all") else zone
+
+
+class AnalyticsStore:
+    def __init__(self, path: Path | str) -> None:
+        self._path = Path(path)
+        self._db: aiosqlite.Connection | None = None
+        self._write_lock = asyncio.Lock()
+
+    async def open(self) -> None:
+        # Autocommit mode: each batch opens its own explicit transaction.
+        db = await open_connection(self._path)
+        try:
+            await db.executescript(SCHEMA)
+            await self._migrate(db)
+        except BaseException:
+            await db.close()
+            raise
+        self._db = db
+
+    @staticmethod
+    async def _migrate(db: aiosqlite.Connection) -> None:
+        async with db.execute("PRAGMA table_info(analytics_daily_path)") as cursor:
+            columns = {row[1] for row in await cursor.fetchall()}
+        if "deliveries" in columns:
+            return
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _ADD_DELIVERIES:
+                await db.execute(statement)
+        except BaseException:
+            await db.execute("ROLLBACK")
+            raise
+        await db.execute("COMMIT")
+
+    async def close(self) -> None:
+        if self._db is not None:
+            db, self._db = self._db, None
+            await db.close()
+
+    @property
+    def db(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise RuntimeError("AnalyticsStore is not open; call 'await store.open()' first.")
+        return self._db
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    async def record_hits(self, hits: Sequence[Hit], batch_id: str | None = None) -> bool:
+        """Fold a batch of hits into the daily counters, in one transaction. With a ``batch_id`` the
+        batch is counted once: False (nothing counted) when that id was counted before."""
+        if not hits and batch_id is None:
+            return True
+        zones: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
+        paths: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+        countries: dict[tuple[str, str, str], int] = defaultdict(int)
+        errors: dict[tuple[str, str, int, str], int] = defaultdict(int)
+        for hit in hits:
+            day = utc_day(hit.timestamp).isoformat()
+            size = max(0, min(int(hit.bytes), MAX_HIT_BYTES))  # callers validate; the store clamps anyway
+            path = _stored_path(hit.path)
+            counters = zones[(day, hit.zone)]
+            counters[0] += 1
+            counters[1] += size
+            counters[2 + _CACHE_COLUMN.get(hit.cache.upper(), 1)] += 1
+            path_counters = paths[(day, hit.zone, path)]
+            path_counters[0] += 1
+            path_counters[1] += size
+            path_counters[2] += is_asset_delivery(hit)
+            country = hit.country.upper() if len(hit.country) == 2 and hit.country.isalpha() else UNKNOWN_COUNTRY
+            countries[(day, hit.zone, country)] += 1
+            if hit.status >= 400:
+                errors[(day, hit.zone, hit.status, path)] += 1
+        async with self._write_lock:
+            db = self.db
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                if batch_id is not None:
+                    cursor = await db.execute("INSERT OR IGNORE INTO analytics_batches (batch, received_at) "
+                                              "VALUES (?, ?)", (batch_id, time.time()))
+                    if cursor.rowcount == 0:
+                        await db.execute("ROLLBACK")
+                        return False
+                await db.executemany(_UPSERT_ZONE, [(*key, *map(_saturated, values)) for key, values in zones.items()])
+                await db.executemany(_UPSERT_PATH, [(*key, *map(_saturated, values)) for key, values in paths.items()])
+                await db.executemany(_UPSERT_COUNTRY, [(*key, count) for key, count in countries.items()])
+                if errors:
+                    await db.executemany(_UPSERT_ERROR, [(*key, count) for key, count in errors.items()])
+            except BaseException:
+                await db.execute("ROLLBACK")
+                raise
+            await db.execute("COMMIT")
+        return True
+
+    async def prune(self, now: float | None = None) -> int:
+        """Delete counters older than the 90-day retention; returns the number of rows removed."""
+        today = utc_day(time.time() if now is None else now)
+        oldest_kept = (today - timedelta(days=RETENTION_DAYS - 1)).isoformat()
+        removed = 0
+        async with self._write_lock:
+            db = self.db
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                for table in TABLES:
+                    cursor = await db.execute(f"DELETE FROM {table} WHERE date < ?", (oldest_kept,))
+                    removed += cursor.rowcount
+                await db.execute("DELETE FROM analytics_batches WHERE received_at < ?",
+                                 ((time.time() if now is None else now) - BATCH_MEMORY_S,))
+            except BaseException:
+                await db.execute("ROLLBACK")
+                raise
+            await db.execute("COMMIT")
+        return removed
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    async def _rows(self, sql: str, params: Iterable[Any]) -> list[tuple[Any, ...]]:
+        async with self.db.execute(sql, tuple(params)) as cursor:
+            return [tuple(row) for row in await cursor.fetchall()]
+
+    async def _totals(self, period: _Period) -> tuple[int, int, int]:
+        (requests, size, cached), = await self._rows(
+            "SELECT TOTAL(hits), TOTAL(bytes), TOTAL(cache_hit) + TOTAL(cache_stale) "
+            f"FROM analytics_daily_zone WHERE {period.where}", period.params)
+        return counter(requests), counter(size), counter(cached)
+
+    async def _daily_totals(self, period: _Period) -> dict[str, tuple[int, int, int, int]]:
+        """Per date: requests, bytes, served from cache (HIT, STALE), not (MISS, BYPASS)."""
+        rows = await self._rows(
+            "SELECT date, TOTAL(hits), TOTAL(bytes), TOTAL(cache_hit) + TOTAL(cache_stale), "
+            f"TOTAL(cache_miss) + TOTAL(cache_bypass) FROM analytics_daily_zone WHERE {period.where} "
+            "GROUP BY date", period.params)
+        return {row[0]: (counter(row[1]), counter(row[2]), counter(row[3]), counter(row[4])) for row in rows}
+
+    async def _countries(self, period: _Period) -> list[dict[str, Any]]:
+        rows = await self._rows(
+            f"SELECT country, TOTAL(requests) AS n FROM analytics_daily_country WHERE {period.where} "
+            "GROUP BY country ORDER BY n DESC, country", period.params)
+        return [{"CountryCode": country, "Requests": counter(count)} for country, count in rows]
+
+    async def _top_paths(self, period: _Period, limit: int) -> list[dict[str, Any]]:
+        rows = await self._rows(
+            f"SELECT path, TOTAL(deliveries) AS n FROM analytics_daily_path WHERE {period.where} "
+            "AND deliveries > 0 GROUP BY path ORDER BY n DESC, path LIMIT ?", (*period.params, limit))
+        return [{"Path": _report_path(path), "Requests": counter(count)} for path, count in rows]
+
+    @staticmethod
+    def _unique_countries(countries: list[dict[str, Any]]) -> int:
+        return sum(1 for entry in countries if entry["CountryCode"] != UNKNOWN_COUNTRY)
+
+    async def statistics(self, days: int, zone: str | None = None, *, now: float | None = None) -> dict[str, Any]:
+        """StatisticsResponse without DateFetched. Daily lists every day of the period, newest first."""
+        days = max(1, min(days, DAYS_MAXIMUM))
+        period = _Period(days, now, _zone_filter(zone))
+        requests, size, cached = await self._totals(period)
+        countries = await self._countries(period)
+        by_date = await self._daily_totals(period)
+        daily = []
+        for day in reversed(period.dates):
+            hits, day_bytes, day_cached, day_missed = by_date.get(day, (0, 0, 0, 0))
+            daily.append({"Date": day, "TotalRequests": hits, "Bandwidth": day_bytes,
+                          "BandwidthHuman": human_size(day_bytes), "CacheHit": day_cached, "CacheMiss": day_missed})
+        return {
+            "Period": {"Days": days, "Zone": period.zone or "all"},
+            "Summary": {
+                "TotalRequests": requests,
+                "TotalBandwidth": size,
+                "TotalBandwidthHuman": human_size(size),
+                "CacheHitRate": hit_rate(cached, requests),
+                "UniqueCountries": self._unique_countries(countries),
+            },
+            "Daily": daily,
+            "TopAssets": await self._top_paths(period, STATISTICS_TOP_ASSETS),
+            "GeoDistribution": countries,
+        }
+
+    async def insights_summary(self, days: int, zone: str | None = None, *, now: float | None = None) -> dict[str, Any]:
+        """InsightsSummaryResponse without DateFetched."""
+        days = max(1, min(days, DAYS_MAXIMUM))
+        period = _Period(days, now, _zone_filter(zone))
+        requests, size, cached = await self._totals(period)
+        countries = await self._countries(period)
+        return {
+            "Period": {"Days": days, "Zone": period.zone or "all"},
+            "TotalRequests": requests,
+            "TotalBandwidth": human_size(size),
+            "TotalBandwidthBytes": size,
+            "CacheHitRate": hit_rate(cached, requests),
+            "UniqueCountries": self._unique_countries(countries),
+        }
+
+    async def top_assets(self, days: int, limit: int, zone: str | None = None, *,
+                         now: float | None = None) -> dict[str, Any]:
+        """TopAssetsResponse without DateFetched: asset deliveries per path, most first."""
+        days = max(1, min(days, DAYS_MAXIMUM))
+        period = _Period(days, now, _zone_filter(zone))
+        return {"Period": {"Days": days}, "Assets": await self._top_paths(period, max(1, limit))}
+
+    async def geography(self, days: int, zone: str | None = None, *, now: float | None = None) -> dict[str, Any]:
+        """GeographyResponse without DateFetched: requests per country, descending."""
+        days = max(1, min(days, DAYS_MAXIMUM))
+        period = _Period(days, now, _zone_filter(zone))
+        return {"Period": {"Days": days}, "Countries": await self._countries(period)}
+
+    async def errors(self, days: int, zone: str | None = None, *, now: float | None = None) -> dict[str, Any]:
+        """ErrorsResponse without DateFetched: per status (most frequent first) the top 10 paths."""
+        days = max(1, min(days, DAYS_MAXIMUM))
+        period = _Period(days, now, _zone_filter(zone))
+        rows = await self._rows(
+            f"SELECT status, path, TOTAL(count) AS n FROM analytics_daily_error WHERE {period.where} "
+            "GROUP BY status, path ORDER BY status, n DESC, path", period.params)
+        groups: dict[int, dict[str, Any]] = {}
+        for status, path, total in rows:
+            count = counter(total)
+            group = groups.setdefault(status, {"StatusCode": status, "Count": 0, "TopPaths": []})
+            group["Count"] = _saturated(group["Count"] + count)
+            if len(group["TopPaths"]) < ERROR_TOP_PATHS:
+                group["TopPaths"].append({"Path": _report_path(path), "Count": count})
+        report: dict[str, Any] = {
+            "Period": {"Days": days},
+            "Errors": sorted(groups.values(), key=lambda g: (-g["Count"], g["StatusCode"])),
+        }
+        if not groups:
+            report["Note"] = "No 4xx or 5xx responses were recorded in this period."
+        return report
+
+    async def asset_report(self, path: str, days: int, *, now: float | None = None) -> dict[str, Any]:
+        """AssetInsightsResponse without DateFetched; ``/p`` and ``p`` name the same asset. Daily is
+        newest first."""
+        days = max(1, min(days, DAYS_MAXIMUM))
+        period = _Period(days, now)
+        stored = _stored_path(path)
+        params = (*period.params, stored)
+        requests = {day: counter(total) for day, total in await self._rows(
+            f"SELECT date, TOTAL(requests) FROM analytics_daily_path WHERE {period.where} AND path = ? "
+            "GROUP BY date", params)}
+        daily_errors: dict[str, dict[str, int]] = defaultdict(dict)
+        totals: dict[str, int] = {}
+        for day, status, total in await self._rows(
+                f"SELECT date, status, TOTAL(count) FROM analytics_daily_error WHERE {period.where} AND path = ? "
+                "GROUP BY date, status ORDER BY date, status", params):
+            count = counter(total)
+            daily_errors[day][str(status)] = count
+            totals[str(status)] = _saturated(totals.get(str(status), 0) + count)
+        return {
+            "Path": _report_path(stored),
+            "Period": {"Days": days},
+            "TotalRequests": _saturated(sum(requests.values())),
+            "Errors": dict(sorted(totals.items())),
+            "Daily": [{"Date": day, "Requests": requests.get(day, 0), "Errors": daily_errors.get(day, {})}
+                      for day in reversed(period.dates)],
+        }
+
+    async def analytics_report(self, days: int, *, now: float | None = None) -> dict[str, Any]:
+        """AnalyticsReportResponse for GET /api/analytics: every day, newest first (as the published
+        service walks back from today), at most 35 days back; top 100 asset paths per day."""
+        days = max(1, min(days, ANALYTICS_DAYS_MAXIMUM, ANALYTICS_RETENTION_DAYS))
+        period = _Period(days, now)
+        totals = await self._daily_totals(period)
+        top: dict[str, dict[str, int]] = defaultdict(dict)
+        for day, path, count in await self._rows(
+                "SELECT date, path, n FROM (SELECT date, path, TOTAL(deliveries) AS n, ROW_NUMBER() OVER "
+                "(PARTITION BY date ORDER BY TOTAL(deliveries) DESC, path) AS rank "
+                f"FROM analytics_daily_path WHERE {period.where} AND deliveries > 0 GROUP BY date, path) "
+                "WHERE rank <= ? ORDER BY date, rank", (*period.params, ANALYTICS_TOP_ASSETS)):
+            top[day][_report_path(path)] = counter(count)
+        geo: dict[str, dict[str, int]] = defaultdict(dict)
+        for day, country, count in await self._rows(
+                f"SELECT date, country, TOTAL(requests) AS n FROM analytics_daily_country WHERE {period.where} "
+                "GROUP BY date, country ORDER BY date, n DESC, country", period.params):
+            geo[day][country] = counter(count)
+        data = []
+        for day in reversed(period.dates):
+            hits, size, cached, missed = totals.get(day, (0, 0, 0, 0))
+            data.append({
+                "date": day,
+                "hits": hits,
+                "bandwidth": {"bytes": size, "human": human_size(size)},
+                "top_assets": top.get(day, {}),
+                "geo": geo.get(day, {}),
+                "cache": {"hit": cached, "miss": missed, "ratio": hit_rate(cached, _saturated(cached + missed))},
+            })
+        return {"days": days, "data": data}

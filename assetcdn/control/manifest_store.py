@@ -1,0 +1,179 @@
+"""The manifest: regenerated on every commit, one generation per commit.
+
+It holds each file's CDN path, zone, category, format, size, SHA-256, git blob id, content type and
+cache tags. Each generation's changes are kept in SQLite so that an edge that missed pushes can ask
+for the changes since its generation; an edge too far behind gets a full snapshot instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiosqlite
+import orjson
+
+from assetcdn.control.storage.git_store import CommitResult, FileChange, GitStore
+from assetcdn.shared.errors import utc_now_iso
+from assetcdn.shared.manifest import ManifestChange, ManifestEntry, make_entry
+from assetcdn.shared.paths import CLIENT_ROOT, STOCK_ROOT, cdn_path_of
+
+HISTORY_KEPT = 5000
+IGNORED_NAMES = (".gitkeep",)
+
+
+def is_asset_path(repo_path: str) -> bool:
+    root, _, rest = repo_path.partition("/")
+    if root not in (CLIENT_ROOT, STOCK_ROOT) or not rest:
+        return False
+    return repo_path.rsplit("/", 1)[-1] not in IGNORED_NAMES
+
+
+@dataclass(frozen=True)
+class Generation:
+    generation: int
+    commit_id: str | None
+    changes: tuple[ManifestChange, ...]
+    purge: dict[str, Any] | None = None  # {"tags": [...], "urls": [...], "everything": bool}
+
+    def message(self) -> dict[str, Any]:
+        """The push message edges apply (the same facts catch-up returns)."""
+        return {"generation": self.generation, "commit": self.commit_id,
+                "changes": [c.to_json() for c in self.changes], "purges": [self.purge] if self.purge else []}
+
+
+@dataclass(frozen=True)
+class Delta:
+    changes: list[ManifestChange]
+    purges: list[dict[str, Any]]
+    # The generation of each purge (same order) and of each path's latest change: an edge node whose
+    # workers share one cache applies each generation's purges to it once (assetcdn/edge/cache/applied.py).
+    purge_generations: list[int] = field(default_factory=list)
+    change_generations: dict[str, int] = field(default_factory=dict)
+
+    def changes_json(self) -> list[dict[str, Any]]:
+        return [{**c.to_json(), "generation": self.change_generations[c.path]} for c in self.changes]
+
+    def purges_json(self) -> list[dict[str, Any]]:
+        return [{**p, "generation": g} for p, g in zip(self.purges, self.purge_generations, strict=True)]
+
+
+class ManifestStore:
+    def __init__(self, git: GitStore, db: aiosqlite.Connection) -> None:
+        self.git = git
+        self.db = db
+        self.entries: dict[str, ManifestEntry] = {}
+        self.generation = 0
+        self.commit_id: str | None = None
+
+    async def load(self) -> None:
+        """Build the manifest from HEAD; record a generation if the repository moved since the last one."""
+        async with self.db.execute(
+                "SELECT generation, commit_id FROM manifest_generations ORDER BY generation DESC LIMIT 1") as cur:
+            row = await cur.fetchone()
+        last_generation, last_commit = (row[0], row[1]) if row else (0, None)
+        head = await self.git.run(self.git.head_commit_id)
+        files = await self.git.run(lambda: list(self.git.iter_files()))
+        modified = await self.git.run(self.git.commit_time, head) if head else utc_now_iso()
+        entries = {}
+        for f in files:
+            if is_asset_path(f.path):
+                entry = await self._entry_for(f.path, f.blob_id, f.size, modified)
+                entries[entry.path] = entry
+        self.entries = entries
+        self.generation = last_generation
+        self.commit_id = last_commit
+        if head != last_commit and head is not None:
+            diff = await self.git.run(self.git.diff_files, last_commit, head)
+            await self._record(head, diff, modified, old_entries={})
+
+    async def _sha256(self, blob_id: str) -> str:
+        async with self.db.execute("SELECT sha256 FROM blob_hashes WHERE blob_id = ?", (blob_id,)) as cur:
+            row = await cur.fetchone()
+        if row:
+            return row[0]
+        data = await self.git.run(self.git.read_blob, blob_id)
+        digest = hashlib.sha256(data or b"").hexdigest()
+        await self.db.execute("INSERT OR IGNORE INTO blob_hashes (blob_id, sha256) VALUES (?, ?)", (blob_id, digest))
+        return digest
+
+    async def _entry_for(self, repo_path: str, blob_id: str, size: int | None, modified: str) -> ManifestEntry:
+        if size is None:
+            size = await self.git.run(self.git.blob_size, blob_id)
+        return make_entry(cdn_path_of(repo_path), size, await self._sha256(blob_id), blob_id, modified)
+
+    async def apply_commit(self, result: CommitResult, purge: dict[str, Any] | None = None) -> Generation:
+        return await self._record(result.commit_id, result.changes, result.committed_at,
+                                  old_entries=dict(self.entries), purge=purge)
+
+    async def record_purge(self, purge: dict[str, Any] | None) -> Generation:
+        """A purge (or a config change, purge=None) is a generation without file changes, so edges that
+        miss it catch up on it too."""
+        return await self._record(self.commit_id or "", (), utc_now_iso(), old_entries={}, purge=purge)
+
+    async def _record(self, commit_id: str, file_changes: Iterable[FileChange], modified: str,
+                      old_entries: dict[str, ManifestEntry], purge: dict[str, Any] | None = None) -> Generation:
+        changes: list[ManifestChange] = []
+        for fc in file_changes:
+            if not is_asset_path(fc.path):
+                continue
+            cdn_path = cdn_path_of(fc.path)
+            previous = self.entries.get(cdn_path) or old_entries.get(cdn_path)
+            if fc.new_blob is None:
+                self.entries.pop(cdn_path, None)
+                changes.append(ManifestChange(cdn_path, None, previous.tags if previous else ()))
+            else:
+                entry = await self._entry_for(fc.path, fc.new_blob, None, modified)
+                self.entries[cdn_path] = entry
+                changes.append(ManifestChange(cdn_path, entry, previous.tags if previous else ()))
+        self.generation += 1
+        self.commit_id = commit_id
+        payload = orjson.dumps([c.to_json() for c in changes])
+        await self.db.execute(
+            "INSERT INTO manifest_generations (generation, commit_id, created_at, changes, purge) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (self.generation, commit_id, utc_now_iso(), payload, orjson.dumps(purge) if purge else None))
+        await self.db.execute("DELETE FROM manifest_generations WHERE generation <= ?",
+                              (self.generation - HISTORY_KEPT,))
+        await self.db.commit()
+        return Generation(self.generation, commit_id, tuple(changes), purge)
+
+    async def changes_since(self, since: int, until: int | None = None) -> Delta | None:
+        """Changes and purges after generation `since` up to `until` (default: the current one), or None when
+        they are no longer kept (send a snapshot)."""
+        until = self.generation if until is None else until
+        if since == until:
+            return Delta([], [])
+        if since > until or since < 0:
+            return None
+        async with self.db.execute("SELECT MIN(generation) FROM manifest_generations") as cur:
+            row = await cur.fetchone()
+        oldest = row[0] if row and row[0] is not None else self.generation + 1
+        if since + 1 < oldest:
+            return None
+        merged: dict[str, ManifestChange] = {}
+        purges: list[dict[str, Any]] = []
+        delta = Delta([], purges)
+        async with self.db.execute("SELECT generation, changes, purge FROM manifest_generations "
+                                   "WHERE generation > ? AND generation <= ? ORDER BY generation",
+                                   (since, until)) as cur:
+            async for (generation, payload, purge) in cur:
+                if purge:
+                    purges.append(orjson.loads(purge))
+                    delta.purge_generations.append(generation)
+                for item in orjson.loads(payload):
+                    change = ManifestChange.from_json(item)
+                    earlier = merged.get(change.path)
+                    tags = tuple(dict.fromkeys((earlier.previous_tags if earlier else ()) + change.previous_tags))
+                    merged[change.path] = ManifestChange(change.path, change.entry, tags)
+                    delta.change_generations[change.path] = generation
+        delta.changes.extend(merged.values())
+        return delta
+
+    def snapshot(self) -> list[ManifestEntry]:
+        return list(self.entries.values())
+
+    def zone_entries(self, zone: str) -> list[ManifestEntry]:
+        return [e for e in self.entries.values() if e.zone == zone]

@@ -1,0 +1,114 @@
+"""Analytics: GET/POST /api/analytics (legacy envelope) and the edges' batches on POST /_cluster/analytics.
+
+Edges record every delivery and ship batches over the signed cluster protocol
+(``control.analytics.ingest``); those are what statistics and insights count, and each delivery is
+also an entry of the request log (GET /api/logs). POST /api/analytics
+records one hit. It is public, as the API reference says; an operator who wants the published service's
+behaviour (the analytics key required on POST too) sets ``[analytics] track_requires_key = true``.
+Being public, it is rate-limited per client address (``[analytics] track_rate_limit`` per
+``track_rate_window_s``; 429 in the legacy envelope) before its body is read, unless the caller sends
+the analytics key; every field is checked for type and range (``control.analytics.hits``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+from aiohttp import web
+
+from assetcdn.control.analytics.hits import hit_from_track_body
+from assetcdn.control.analytics.ingest import (
+    BATCH_VERSION,
+    MAX_BATCH_HITS,
+    batch_id_of,
+    delivery_log_entry,
+    hit_from_batch_item,
+    node_of,
+)
+from assetcdn.control.analytics.params import ANALYTICS_DAYS_MAXIMUM, parse_days
+from assetcdn.control.auth import AUTHENTICATOR, Key, accepts
+from assetcdn.control.rate_limit import RateDecision, client_key
+from assetcdn.control.recording import request_ip
+from assetcdn.control.request_body import read_body
+from assetcdn.control.state import (
+    ANALYTICS,
+    ANALYTICS_BATCHES,
+    REQUEST_LOG,
+    SETTINGS,
+    TRACK_LIMITER,
+)
+from assetcdn.shared.errors import LegacyError, bad_request, utc_now_iso
+from assetcdn.shared.middleware import json_response
+
+from .cluster import CLUSTER_BODY
+
+TRACK_BODY_LIMIT = 64 * 1024
+UNLIMITED = RateDecision(allowed=True, limit=0, remaining=0, retry_after_s=1)
+ANALYTICS_KEY = accepts(Key.ANALYTICS)
+
+
+async def get_analytics(request: web.Request) -> web.Response:
+    days = parse_days(request.query.get("days"), maximum=ANALYTICS_DAYS_MAXIMUM)
+    report = await request.app[ANALYTICS].analytics_report(days)
+    return json_response({**report, "DateFetched": utc_now_iso()})
+
+
+async def track_hit(request: web.Request) -> web.Response:
+    # A caller with the analytics key (an operator's own middleware) is not limited; everyone else,
+    # a wrong key included, is counted before anything else is done for them.
+    keyed = "x-api-key" in request.headers and \
+        await request.app[AUTHENTICATOR].authenticate(request, ANALYTICS_KEY) is not None
+    decision = UNLIMITED
+    if not keyed:
+        decision = await request.app[TRACK_LIMITER].take("analytics:" + client_key(request_ip(request)))
+    if not decision.allowed:
+        raise LegacyError(429, "Rate limit exceeded",
+                          f"At most {decision.limit} analytics hits per client in this window; "
+                          f"retry in {decision.retry_after_s} s.",
+                          headers=decision.headers())
+    if not keyed and request.app[SETTINGS].section("analytics").get("track_requires_key", False):
+        raise LegacyError(401, "Unauthorized", "POST /api/analytics requires the analytics key in x-api-key.")
+    raw = await read_body(request, TRACK_BODY_LIMIT)
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise LegacyError(400, "Invalid JSON body") from None
+    await request.app[ANALYTICS].record_hits([hit_from_track_body(body, now=time.time())])
+    return json_response({"ok": True}, headers=decision.headers())
+
+
+async def ingest_batch(request: web.Request) -> web.Response:
+    try:
+        message = orjson.loads(request[CLUSTER_BODY] or b"{}")
+    except orjson.JSONDecodeError:
+        raise bad_request("Analytics batch is not JSON.", code="InvalidJson") from None
+    if not isinstance(message, dict) or not isinstance(message.get("hits"), list):
+        raise bad_request('An analytics batch is {"v": 1, "hits": [...]}.', code="InvalidBody")
+    if message.get("v", BATCH_VERSION) != BATCH_VERSION:
+        raise bad_request(f"Unsupported analytics batch version; this control plane speaks v{BATCH_VERSION}.",
+                          code="InvalidVersion")
+    items = message["hits"]
+    if len(items) > MAX_BATCH_HITS:
+        raise bad_request(f"At most {MAX_BATCH_HITS} hits per batch.", code="BatchTooLarge")
+    batch_id = batch_id_of(message)
+    seen = request.app[ANALYTICS_BATCHES]
+    if batch_id is not None and batch_id in seen:
+        return json_response({"recorded": 0, "rejected": 0, "duplicate": True})
+    now, node = time.time(), node_of(message)
+    accepted = [(hit, item) for item in items if (hit := hit_from_batch_item(item, now)) is not None]
+    entries = [delivery_log_entry(hit, item, node) for hit, item in accepted]
+    if batch_id is not None:
+        seen.add(batch_id)  # before the awaits: a concurrent retry of the same batch is a duplicate
+    try:
+        # Each store takes a batch id once and remembers it in SQLite: a retry after a failure of
+        # the second write, or after a control restart, adds only what is missing.
+        await request.app[REQUEST_LOG].ingest(batch_id, entries)
+        counted = await request.app[ANALYTICS].record_hits([hit for hit, _ in accepted], batch_id)
+    except BaseException:
+        if batch_id is not None:
+            seen.discard(batch_id)
+        raise
+    if not counted:
+        return json_response({"recorded": 0, "rejected": 0, "duplicate": True})
+    return json_response({"recorded": len(accepted), "rejected": len(items) - len(accepted)})

@@ -1,0 +1,94 @@
+"""Assets plane: the read-only catalog over the manifest. GET /api/assets, GET /api/assets/metadata."""
+
+from __future__ import annotations
+
+import math
+import posixpath
+
+import orjson
+from aiohttp import web
+
+from assetcdn.control.state import MANIFEST, public_url
+from assetcdn.shared.errors import bad_request, not_found, utc_now_iso
+from assetcdn.shared.manifest import ManifestEntry, human_size
+from assetcdn.shared.middleware import json_response
+from assetcdn.shared.paths import InvalidPath, parse_cdn_path
+
+SORT_KEYS = {
+    "name": lambda e: (e.name.lower(), e.path),
+    "size": lambda e: (e.size, e.path),
+    "project": lambda e: (e.zone, e.path),
+}
+CHUNK = 64
+
+
+def _int(value: str | None, default: int, lo: int, hi: int) -> int:
+    # The published service clamps paging values instead of refusing them.
+    try:
+        return min(max(int(value), lo), hi) if value not in (None, "") else default
+    except ValueError:
+        return default
+
+
+def _asset_json(entry: ManifestEntry) -> dict[str, object]:
+    return {"name": entry.name, "path": entry.path, "project": entry.zone, "category": entry.category,
+            "format": entry.format, "size": entry.size}
+
+
+async def list_assets(request: web.Request) -> web.StreamResponse:
+    q = request.query
+    project, category, fmt, text = (q.get("project") or None, q.get("category") or None,
+                                    (q.get("format") or "").lower() or None, q.get("q") or None)
+    sort = q.get("sort", "name") if q.get("sort") in SORT_KEYS else "name"
+    descending = q.get("order", "asc").lower() == "desc"
+    page = _int(q.get("page"), 1, 1, 10**9)
+    per_page = _int(q.get("per_page"), 50, 1, 200)
+    needle = text.lower() if text else None
+    matches = [e for e in request.app[MANIFEST].entries.values()
+               if (project is None or e.zone == project) and (category is None or e.category == category)
+               and (fmt is None or e.format == fmt)
+               and (needle is None or needle in e.name.lower() or needle in e.path.lower())]
+    matches.sort(key=SORT_KEYS[sort], reverse=descending)
+    total = len(matches)
+    window = matches[(page - 1) * per_page: page * per_page]
+    head = {"Pagination": {"Page": page, "PerPage": per_page, "TotalItems": total,
+                           "TotalPages": max(math.ceil(total / per_page), 1)},
+            "Filters": {"Project": project, "Category": category, "Format": fmt, "Query": text},
+            "DateFetched": utc_now_iso()}
+    response = web.StreamResponse(headers={"Content-Type": "application/json", "Cache-Control": "private, max-age=30"})
+    await response.prepare(request)
+    # Streamed in this key order: Pagination, Filters, DateFetched, Data.
+    await response.write(orjson.dumps(head)[:-1] + b',"Data":[')
+    for start in range(0, len(window), CHUNK):
+        items = b",".join(orjson.dumps(_asset_json(e)) for e in window[start:start + CHUNK])
+        await response.write((b"," if start else b"") + items)
+    await response.write(b"]}")
+    await response.write_eof()
+    return response
+
+
+async def asset_metadata(request: web.Request) -> web.Response:
+    raw = request.query.get("path")
+    if not raw:
+        raise bad_request("Missing required parameter: path (an asset path such as '<zone>/v1/logos/logo.svg').",
+                          target="path", code="MissingPath")
+    try:
+        path = parse_cdn_path(raw)
+    except InvalidPath as exc:
+        raise bad_request(f"Invalid path: {exc}", target="path", code="InvalidPath") from None
+    manifest = request.app[MANIFEST]
+    entry = manifest.entries.get(path)
+    if entry is None:
+        raise not_found(f"Asset '{path}' does not exist.", target="path", code="AssetNotFound")
+    directory = posixpath.dirname(entry.path)
+    base = posixpath.splitext(entry.name)[0]
+    formats = sorted({e.format for e in manifest.entries.values()
+                      if posixpath.dirname(e.path) == directory and posixpath.splitext(e.name)[0] == base and e.format})
+    base_url = public_url(request.app)
+    return json_response({
+        "Path": entry.path, "Name": entry.name, "Project": entry.zone, "Category": entry.category,
+        "Format": entry.format, "Size": entry.size, "SizeHuman": human_size(entry.size),
+        "ContentType": entry.content_type, "CdnUrl": f"{base_url}/{entry.path}",
+        "TransformUrl": f"{base_url}/api/transform?url=/{entry.path}", "AvailableFormats": formats,
+        "DateFetched": utc_now_iso(),
+    })

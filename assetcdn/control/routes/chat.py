@@ -1,0 +1,67 @@
+"""POST /api/chat: the concierge's answer as Server-Sent Events (public).
+
+400 ``Invalid JSON body`` / ``Message is required`` and 429 ``limit_reached`` use the legacy envelope.
+Besides the month's questions, one client IP may ask ``[ai] chat_rate_limit_per_minute`` a minute.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import orjson
+from aiohttp import web
+
+from assetcdn.control.chat.conversation import parse_question
+from assetcdn.control.chat.sse import HEADERS, frame
+from assetcdn.control.rate_limit import client_key
+from assetcdn.control.recording import request_ip
+from assetcdn.control.request_body import read_body
+from assetcdn.control.routes.search import rate_headers
+from assetcdn.control.state import CHAT, CHAT_LIMITER, CHAT_QUOTA
+from assetcdn.shared.errors import ApiError, LegacyError, as_legacy
+
+log = logging.getLogger(__name__)
+
+BODY_LIMIT = 64 * 1024
+MONTHLY_LIMIT_MESSAGE = "Monthly query limit reached. The Concierge will be back next month."
+
+
+async def chat(request: web.Request) -> web.StreamResponse:
+    decision = await request.app[CHAT_LIMITER].take(f"chat:{client_key(request_ip(request))}")
+    if not decision.allowed:
+        raise LegacyError(429, "rate_limit_exceeded",
+                          f"Rate limit exceeded: at most {decision.limit} chat questions a minute per client. "
+                          f"Retry in {decision.retry_after_s} s.", headers=rate_headers(decision))
+    try:
+        raw = await read_body(request, BODY_LIMIT)
+    except ApiError as exc:  # 413 from the shared body reader, in this route's envelope
+        raise as_legacy(exc) from None
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise LegacyError(400, "Invalid JSON body") from None
+    question = parse_question(body)
+    if question is None:
+        raise LegacyError(400, "Message is required")
+    allowance = await request.app[CHAT_QUOTA].take()
+    if allowance is None:
+        raise LegacyError(429, "limit_reached", MONTHLY_LIMIT_MESSAGE, extra={"message": MONTHLY_LIMIT_MESSAGE})
+    response = web.StreamResponse(headers=HEADERS)
+    await response.prepare(request)
+    async with contextlib.aclosing(request.app[CHAT].answer(question, allowance)) as frames:
+        try:
+            async for data in frames:
+                if request.transport is None or request.transport.is_closing():
+                    log.info("chat client went away; answer stopped")
+                    return response
+                await response.write(data)
+        except ConnectionResetError:
+            log.info("chat client went away; answer stopped")
+            return response
+        except Exception:  # the headers are sent: the failure can only be a frame now
+            log.exception("chat failed")
+            with contextlib.suppress(ConnectionResetError):
+                await response.write(frame("error", {"error": "Internal error. Please ask again."}))
+    await response.write_eof()
+    return response

@@ -1,0 +1,95 @@
+"""The control side of the cluster protocol (signed with the cluster secret for control; never public).
+
+Every request is accepted once: its nonce is remembered for the time window and a replay gets 401.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from assetcdn.control.state import EDGE_CONFIG, GIT, MANIFEST, REGISTRY, SECRETS, SETTINGS
+from assetcdn.shared.cluster import PREFIX, ReplayGuard, verify_request
+from assetcdn.shared.errors import ApiError, bad_request
+from assetcdn.shared.middleware import json_response
+
+CLUSTER_BODY = web.RequestKey("cluster_body", bytes)
+# Nonces control has accepted (set by `assetcdn.control.app.create_app`; control is one process).
+REPLAY_GUARD = web.AppKey("cluster_replay_guard", ReplayGuard)
+
+
+@web.middleware
+async def cluster_auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if not request.path.startswith(PREFIX + "/"):
+        return await handler(request)
+    body = await request.read()
+    path_qs = request.rel_url.path_qs
+    if not verify_request(request.app[SECRETS].cluster_secret, request.method, path_qs, body, request.headers,
+                          guard=request.app[REPLAY_GUARD]):
+        raise ApiError(401, "Unauthorized", "Cluster requests must be signed with the cluster secret, once.")
+    request[CLUSTER_BODY] = body
+    return await handler(request)
+
+
+def _message(request: web.Request) -> dict[str, Any]:
+    try:
+        message = orjson.loads(request[CLUSTER_BODY] or b"{}")
+    except orjson.JSONDecodeError:
+        raise bad_request("Cluster message is not JSON.", code="InvalidJson") from None
+    if not isinstance(message, dict):
+        raise bad_request("Cluster message must be an object.", code="InvalidBody")
+    return message
+
+
+async def register(request: web.Request) -> web.Response:
+    message = _message(request)
+    name, url = message.get("name"), message.get("url")
+    if not isinstance(name, str) or not isinstance(url, str):
+        raise bad_request("register needs 'name' and 'url'.", code="InvalidBody")
+    request.app[REGISTRY].register(name, url, int(message.get("generation", 0)))
+    settings = request.app[SETTINGS]
+    return json_response({"generation": request.app[MANIFEST].generation,
+                          "heartbeat_s": settings.get("edge", "heartbeat_interval_s")})
+
+
+async def heartbeat(request: web.Request) -> web.Response:
+    message = _message(request)
+    known = request.app[REGISTRY].heartbeat(str(message.get("name")), int(message.get("generation", 0)))
+    return json_response({"known": known, "generation": request.app[MANIFEST].generation})
+
+
+async def changes(request: web.Request) -> web.Response:
+    manifest = request.app[MANIFEST]
+    try:
+        since = int(request.query.get("since", "0"))
+    except ValueError:
+        raise bad_request("'since' must be an integer generation.", target="since") from None
+    # The answer describes exactly `generation`: a generation recorded while it is made is left to the next
+    # push or catch-up, so the edge never holds a purge twice or a generation number behind what it applied.
+    generation, commit, entries = manifest.generation, manifest.commit_id, manifest.snapshot()
+    config_version = await request.app[EDGE_CONFIG].version()
+    delta = await manifest.changes_since(since, until=generation)
+    if delta is None:
+        return json_response({"generation": generation, "commit": commit, "full": True,
+                              "config_version": config_version, "entries": [e.to_json() for e in entries]})
+    return json_response({"generation": generation, "commit": commit, "full": False,
+                          "config_version": config_version,
+                          "changes": delta.changes_json(), "purges": delta.purges_json()})
+
+
+async def config(request: web.Request) -> web.Response:
+    return json_response(await request.app[EDGE_CONFIG].snapshot())
+
+
+async def blob(request: web.Request) -> web.Response:
+    blob_id = request.match_info["blob_id"]
+    if len(blob_id) != 40 or any(c not in "0123456789abcdef" for c in blob_id):
+        raise bad_request("Blob ids are 40 lower-case hex characters.", target="blob_id")
+    git = request.app[GIT]
+    data = await git.run(git.read_blob, blob_id)
+    if data is None:
+        raise ApiError(404, "BlobNotFound", f"No blob {blob_id}.")
+    return web.Response(body=data, content_type="application/octet-stream")

@@ -1,0 +1,133 @@
+"""Core plane: custom domains of a zone (AccountKey).
+
+POST /api/core/zones/{id}/domains {Hostname} -> 201; GET lists them; DELETE removes one, named by
+``/domains/{hostname}`` or ``/domains?hostname=``. The domain map reaches every edge through the
+edge config (``publish_config``); an edge then serves the zone's files on that hostname. Every
+zone is also served on ``<zone>.<base domain>`` without a domain record, so names under the base
+domain are refused here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import sqlite3
+from typing import Any
+
+from aiohttp import web
+
+from assetcdn.control.request_body import read_json
+from assetcdn.control.state import EDGE_CONFIG, PUBLISHER, SETTINGS
+from assetcdn.shared.errors import bad_request, conflict, not_found, utc_now_iso
+from assetcdn.shared.middleware import json_response
+from assetcdn.shared.timestamps import as_iso_utc
+
+from .zones import require_zone
+
+MAX_HOSTNAME_LENGTH = 253
+_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")  # used with fullmatch
+# Special-use names (RFC 6761, RFC 6762, ICANN's .internal) that can never point at this CDN.
+RESERVED_SUFFIXES = ("localhost", "local", "internal", "invalid", "onion", "arpa")
+
+
+def normalise_hostname(value: Any) -> str:
+    """Lower case, without surrounding spaces and the trailing dot of an absolute name.
+
+    Only spaces are trimmed: a newline, tab or other control character stays and ``hostname_problem``
+    refuses it. Only ASCII is lower-cased (``str.lower`` maps the Kelvin sign to 'k')."""
+    if not isinstance(value, str) or not value.strip():
+        raise bad_request("Missing required field: Hostname (a fully qualified domain name, e.g. cdn.example.com).",
+                          target="Hostname", code="MissingHostname")
+    hostname = value.strip(" ")
+    return (hostname.lower() if hostname.isascii() else hostname).removesuffix(".")
+
+
+def hostname_problem(hostname: str, base_domain: str) -> str | None:
+    """Why ``hostname`` (normalised) cannot be a custom domain, or None."""
+    try:
+        ipaddress.ip_address(hostname.strip("[]"))
+        return f"'{hostname}' is an IP address; a custom domain must be a hostname with a CNAME record."
+    except ValueError:
+        pass
+    if len(hostname) > MAX_HOSTNAME_LENGTH:
+        return f"A hostname is at most {MAX_HOSTNAME_LENGTH} characters."
+    labels = hostname.split(".")
+    if len(labels) < 2:
+        return f"'{hostname}' is not a fully qualified domain name (it needs at least two labels, e.g. cdn.example.com)."
+    for label in labels:
+        if not _LABEL.fullmatch(label):
+            return (f"'{label}' is not a valid hostname label: 1-63 characters of a-z, 0-9 and '-', "
+                    "not starting or ending with '-'.")
+    if labels[-1].isdigit():
+        return f"The top-level domain of '{hostname}' cannot be all digits."
+    if any(hostname == s or hostname.endswith("." + s) for s in RESERVED_SUFFIXES):
+        return f"'{hostname}' is a reserved special-use name and cannot be served publicly."
+    base = base_domain.strip(".").lower()
+    if base and (hostname == base or hostname.endswith("." + base)):
+        return (f"'{hostname}' is under the CDN's base domain '{base}'; every zone is already served on "
+                f"<zone>.{base}.")
+    return None
+
+
+def _domain_json(zone: str, hostname: str, ssl_status: str, created_at: str) -> dict[str, Any]:
+    return {"Zone": zone, "Hostname": hostname, "SslStatus": ssl_status, "DateCreated": as_iso_utc(created_at)}
+
+
+async def add_domain(request: web.Request) -> web.Response:
+    zone = await require_zone(request)
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise bad_request('The body must be a JSON object: {"Hostname": "cdn.example.com"}.', code="InvalidBody")
+    hostname = normalise_hostname(body.get("Hostname", body.get("hostname")))
+    settings = request.app[SETTINGS]
+    problem = hostname_problem(hostname, settings.get("domains", "base_domain"))
+    if problem:
+        raise bad_request(problem, target="Hostname", code="InvalidHostname")
+    config = request.app[EDGE_CONFIG]
+    existing = await config.domain(hostname)
+    if existing is not None:
+        where = "this zone" if existing.zone == zone else "another zone"
+        raise conflict(f"'{hostname}' is already in use by {where}. Remove it there first.",
+                       target="Hostname", code="DomainExists")
+    try:
+        domain = await config.add_domain(hostname, zone)
+    except sqlite3.IntegrityError:  # a concurrent add of the same name won
+        raise conflict(f"'{hostname}' is already in use.", target="Hostname", code="DomainExists") from None
+    await request.app[PUBLISHER].publish_config()
+    target = settings.get("domains", "cname_target")
+    return json_response({
+        "HttpCode": 201, "Message": f"Custom domain '{hostname}' added successfully",
+        "Zone": zone, "Hostname": hostname, "SslStatus": domain.ssl_status,
+        "Note": (f"Create a CNAME record {hostname} -> {target}. SSL certificate will be provisioned "
+                 "automatically once the record resolves."),
+        "DateCreated": as_iso_utc(domain.created_at),
+    }, status=201)
+
+
+async def list_domains(request: web.Request) -> web.Response:
+    zone = await require_zone(request)
+    domains = await request.app[EDGE_CONFIG].domains(zone)
+    target = request.app[SETTINGS].get("domains", "cname_target")
+    return json_response({
+        "Zone": zone, "CnameTarget": target,
+        "Domains": [_domain_json(d.zone, d.hostname, d.ssl_status, d.created_at) for d in domains],
+        "Count": len(domains), "DateFetched": utc_now_iso(),
+    })
+
+
+async def remove_domain(request: web.Request) -> web.Response:
+    zone = await require_zone(request)
+    raw = request.match_info.get("hostname") or request.query.get("hostname")
+    if not raw or not raw.strip():
+        raise bad_request("Missing the hostname: DELETE /api/core/zones/{id}/domains/{hostname} "
+                          "(or ?hostname=).", target="hostname", code="MissingHostname")
+    hostname = normalise_hostname(raw)
+    config = request.app[EDGE_CONFIG]
+    domain = await config.domain(hostname)
+    if domain is None or domain.zone != zone:
+        raise not_found(f"'{hostname}' is not a custom domain of zone '{zone}'.", target="hostname",
+                        code="DomainNotFound")
+    await config.remove_domain(hostname)
+    await request.app[PUBLISHER].publish_config()
+    return json_response({"HttpCode": 200, "Message": f"Custom domain '{hostname}' removed.", "Zone": zone,
+                          "Hostname": hostname})

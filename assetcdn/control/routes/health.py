@@ -1,0 +1,85 @@
+"""GET /api/health on control: the asset store (manifest and git), SQLite and the counter store.
+
+The shallow answer is public and names no internal address or path; `deep=1` (metrics key required)
+exercises each binding, reports error text and lists the registered edges.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from assetcdn.control.state import COUNTERS, DB, GIT, MANIFEST, REGISTRY
+from assetcdn.shared.health import (
+    ASSET_READ,
+    HEALTH_HEADERS,
+    KV_READ,
+    SHAPE,
+    counters_check,
+    deep_requested,
+    health_body,
+    shallow_error,
+)
+from assetcdn.shared.middleware import json_response
+
+
+async def _probe(name: str, method: str, probe: Callable[[], Awaitable[None]], *, deep: bool) -> dict[str, Any]:
+    started = time.perf_counter()
+    check: dict[str, Any] = {"name": name, "configured": True, "method": method}
+    try:
+        await probe()
+        check["healthy"] = True
+    except Exception as exc:  # a broken binding is reported, not raised
+        check["healthy"] = False
+        check["error"] = f"{type(exc).__name__}: {exc}" if deep else shallow_error(exc)
+    if deep:
+        check["latencyMs"] = round((time.perf_counter() - started) * 1000)
+    return check
+
+
+async def control_checks(app: web.Application, *, deep: bool) -> list[dict[str, Any]]:
+    """The manifest, SQLite, git and counter store checks (also run by the dashboard's status, always deep
+    there)."""
+    manifest, db, git = app[MANIFEST], app[DB], app[GIT]
+
+    async def manifest_probe() -> None:
+        if deep:
+            head = await git.run(git.head_commit_id)
+            if head != manifest.commit_id:
+                raise RuntimeError(f"manifest at {manifest.commit_id} but HEAD is {head}")
+
+    async def sqlite_probe() -> None:
+        async with db.execute("SELECT 1") as cur:
+            await cur.fetchone()
+        if deep:
+            async with db.execute("SELECT COUNT(*) FROM manifest_generations") as cur:
+                await cur.fetchone()
+
+    async def git_probe() -> None:
+        head = await git.run(git.head_commit_id)
+        if deep and head is not None:
+            files = await git.run(lambda: next(iter(git.iter_files()), None))
+            if files is not None and await git.run(git.read_blob, files.blob_id) is None:
+                raise RuntimeError("blob unreadable")
+
+    return [await _probe("manifest", ASSET_READ if deep else SHAPE, manifest_probe, deep=deep),
+            await _probe("sqlite", KV_READ if deep else SHAPE, sqlite_probe, deep=deep),
+            await _probe("git", ASSET_READ if deep else SHAPE, git_probe, deep=deep),
+            await counters_check(app[COUNTERS], deep=deep)]
+
+
+async def health(request: web.Request) -> web.Response:
+    app = request.app
+    deep = deep_requested(request)
+    manifest = app[MANIFEST]
+    checks = await control_checks(app, deep=deep)
+    ok = all(c["healthy"] for c in checks)
+    extra: dict[str, Any] = {"role": "control", "manifestGeneration": manifest.generation}
+    if deep:
+        # An edge cut off from control stops acknowledging: its lag shows here as generations behind.
+        extra["edges"] = [{**edge, "generationsBehind": max(manifest.generation - edge["generation"], 0)}
+                          for edge in app[REGISTRY].describe()]
+    return json_response(health_body(ok, checks, **extra), status=200 if ok else 503, headers=HEALTH_HEADERS)

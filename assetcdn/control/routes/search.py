@@ -1,0 +1,54 @@
+"""GET /api/search?q=&limit=: semantic search over the catalog with a fuzzy fallback (public).
+
+Errors use the legacy envelope (``{"error": "<text>", ...}``), as the published service's search did;
+100 requests a minute per client IP by default (``[search] rate_limit_per_minute``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from assetcdn.control.rate_limit import RateDecision, client_key
+from assetcdn.control.recording import request_ip
+from assetcdn.control.state import SEARCH, SEARCH_LIMITER, SETTINGS
+from assetcdn.shared.errors import LegacyError
+from assetcdn.shared.middleware import json_response
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LIMIT, MAX_LIMIT = 20, 50
+
+
+def parse_limit(raw: str | None) -> int:
+    # Clamped, as the published service clamps paging values, rather than refused.
+    try:
+        return min(max(int(raw), 1), MAX_LIMIT) if raw not in (None, "") else DEFAULT_LIMIT
+    except ValueError:
+        return DEFAULT_LIMIT
+
+
+def rate_headers(decision: RateDecision) -> dict[str, str]:
+    """X-RateLimit-Limit/-Remaining/-Reset, and Retry-After on a refusal (none for a limit switched off)."""
+    return decision.headers()
+
+
+async def search(request: web.Request) -> web.Response:
+    decision = await request.app[SEARCH_LIMITER].take(f"search:{client_key(request_ip(request))}")
+    if not decision.allowed:
+        raise LegacyError(429, "rate_limit_exceeded",
+                          f"Rate limit exceeded: at most {decision.limit} searches a minute per client. "
+                          f"Retry in {decision.retry_after_s} s.", headers=rate_headers(decision))
+    query = request.query.get("q", "")
+    if not query.strip():
+        raise LegacyError(400, 'Query parameter "q" is required')
+    try:
+        answer = await request.app[SEARCH].search(query, parse_limit(request.query.get("limit")))
+    except Exception:
+        log.exception("search failed")
+        raise LegacyError(500, "Search failed. Please try again.") from None
+    results = [hit.to_json() for hit in answer.hits]
+    max_age = int(request.app[SETTINGS].get("search", "cache_ttl_s"))
+    return json_response({"results": results, "query": query, "count": len(results), "mode": answer.mode},
+                         headers={"Cache-Control": f"public, max-age={max_age}", **rate_headers(decision)})

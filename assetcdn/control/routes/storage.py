@@ -1,0 +1,369 @@
+"""Storage plane: PUT/GET/HEAD/DELETE /api/storage/{path} and POST /api/storage/batch."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from assetcdn.control.publish import Published
+from assetcdn.control.request_body import MB, read_body, read_json, size_text
+from assetcdn.control.state import GIT, MANIFEST, PUBLISHER, SETTINGS
+from assetcdn.control.storage.git_store import GitStore, NothingToCommit
+from assetcdn.shared.errors import (
+    ApiError,
+    bad_request,
+    conflict,
+    not_found,
+    payload_too_large,
+    utc_now_iso,
+)
+from assetcdn.shared.manifest import content_type_of
+from assetcdn.shared.middleware import json_response
+from assetcdn.shared.paths import (
+    CLIENT_ROOT,
+    STOCK_ROOT,
+    InvalidPath,
+    StoragePath,
+    cdn_path_of,
+    has_extension,
+    parse_storage_path,
+)
+from assetcdn.shared.timestamps import as_iso_utc
+
+STORAGE_ZONE_NAME = "assetcdn"
+SCAFFOLD_FILE = ".gitkeep"  # keeps a zone's empty category directories in git; never listed or deleted
+SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}\Z")
+GUID_NAMESPACE = uuid.UUID("5b8f8f8e-4c55-4b5e-9d0c-2a8f8a1c0d11")
+
+
+def _is_directory_request(raw: str) -> bool:
+    return raw == "" or raw.endswith("/") or not has_extension(raw)
+
+
+def _parse(raw: str, *, directory: bool = False) -> StoragePath:
+    # The route captures what follows '/api/storage/': a leading '/' here was a '//' in the URL.
+    if raw.startswith("/"):
+        raise bad_request("Invalid path: The path contains an empty segment ('//').", target="path",
+                          code="InvalidPath")
+    try:
+        return parse_storage_path(raw, directory=directory)
+    except InvalidPath as exc:
+        raise bad_request(f"Invalid path: {exc}", target="path", code="InvalidPath") from None
+
+
+def write_problem(git: GitStore, path: StoragePath) -> ApiError | None:
+    """Why a file cannot be written at `path` now: its zone does not exist (404 ZoneNotFound), or the tree
+    holds a directory there or a file above it (409 PathConflict). The one check of every upload, single
+    or batch; it reads the tree, so run it on the git thread (`git.run`) and again under the commit lock,
+    as a zone may be deleted or a path taken while the body is read."""
+    if path.zone is not None and not git.is_dir(f"{CLIENT_ROOT}/{path.zone}"):
+        return not_found(f"Zone '{path.zone}' does not exist. Create it first with POST /api/core/zones.",
+                         target="path", code="ZoneNotFound")
+    clash = _tree_conflict(git, path.repo_path)
+    if clash:
+        return conflict(f"Path conflict: {clash}", target="path", code="PathConflict")
+    return None
+
+
+def _tree_conflict(git: GitStore, repo_path: str) -> str | None:
+    """Why `repo_path` cannot hold a file: it is a directory, or a parent of it is a file.
+
+    Git would silently replace the one with the other (deleting files the manifest still lists)."""
+    if git.is_dir(repo_path):
+        return f"'{cdn_path_of(repo_path)}' is a directory; a file cannot replace it."
+    parts = repo_path.split("/")
+    for i in range(1, len(parts)):
+        parent = "/".join(parts[:i])
+        if git.read_file(parent) is not None:
+            return f"'{cdn_path_of(parent)}' is a file; it cannot contain '{'/'.join(parts[i:])}'."
+    return None
+
+
+def _batch_conflict(repo_path: str, others: dict[str, bytes]) -> str | None:
+    for other in others:
+        if other.startswith(repo_path + "/") or repo_path.startswith(other + "/"):
+            return f"'{cdn_path_of(repo_path)}' and '{cdn_path_of(other)}' cannot both be files."
+    return None
+
+
+def _edge_fields(published: Published, status: str) -> dict[str, str]:
+    return {"EdgeStatus": status, "EdgeNote": published.edge_note}
+
+
+async def put_file(request: web.Request) -> web.Response:
+    raw = request.match_info["path"]
+    if _is_directory_request(raw):
+        raise bad_request("Cannot upload to a directory path: the path must end in a file name with an extension.",
+                          target="path", code="InvalidPath")
+    path = _parse(raw)
+    git = request.app[GIT]
+
+    async def writable() -> None:
+        problem = await git.run(write_problem, git, path)
+        if problem:
+            raise problem
+
+    await writable()  # before reading the body; checked again under the commit lock
+    limit = request.app[SETTINGS].get("control", "max_upload_bytes")
+    data = await read_body(request, limit)
+    supplied = request.headers.get("Checksum")
+    checksum = None
+    if supplied is not None:
+        if not SHA256_HEX.match(supplied.strip()):
+            raise bad_request("The Checksum header must be the SHA-256 of the body as 64 hex characters.",
+                              target="Checksum", code="InvalidChecksum")
+        received = (await asyncio.to_thread(hashlib.sha256, data)).hexdigest().upper()  # up to 25 MB: off the loop
+        checksum = supplied.strip().upper()  # upper-case hex, as in the Checksum mismatch error and listings
+        if checksum != received:
+            raise bad_request("Checksum mismatch: the SHA-256 of the uploaded bytes differs from the Checksum "
+                              "header. Nothing was written.", target="Checksum", code="ChecksumMismatch",
+                              Expected=checksum, Received=received)
+    published = await request.app[PUBLISHER].upload(
+        {path.repo_path: data}, f"Upload {path.cdn_path} ({len(data)} bytes) via Storage API", precondition=writable)
+    # Whether the path held a file is decided under the commit lock: identical bytes are an overwrite too.
+    overwrite = path.repo_path in published.replaced
+    return json_response({
+        "HttpCode": 201, "Message": "File overwritten successfully" if overwrite else "File uploaded successfully",
+        "Path": path.client_path, "Length": len(data), "Checksum": checksum, "DateCreated": utc_now_iso(),
+        **_edge_fields(published, "purging" if overwrite else "pending"),
+    }, status=201)
+
+
+def _entry_json(request: web.Request, dir_path: str, name: str, is_dir: bool, size: int) -> dict[str, Any]:
+    repo_path = f"{dir_path}/{name}" if dir_path else name
+    entry = request.app[MANIFEST].entries.get(cdn_path_of(repo_path))
+    changed = as_iso_utc(entry.modified) if entry else utc_now_iso()
+    return {
+        "Guid": str(uuid.uuid5(GUID_NAMESPACE, repo_path)),
+        "StorageZoneName": STORAGE_ZONE_NAME,
+        "Path": f"/{dir_path}/" if dir_path else "/",
+        "ObjectName": name,
+        "Length": 0 if is_dir else size,
+        "LastChanged": changed,
+        "ServerId": 0,
+        "ArrayNumber": 0,
+        "IsDirectory": is_dir,
+        "UserId": STORAGE_ZONE_NAME,
+        "ContentType": "" if is_dir else (entry.content_type if entry else content_type_of(name)),
+        "DateCreated": changed,
+        "StorageZoneId": 0,
+        "Checksum": entry.sha256.upper() if entry and not is_dir else None,
+        "ReplicatedZones": "",
+    }
+
+
+async def _list_directory(request: web.Request, raw: str) -> web.Response:
+    path = _parse(raw, directory=True)
+    dir_path = path.repo_path or CLIENT_ROOT
+    git = request.app[GIT]
+    children = await git.run(git.list_dir, dir_path)
+    if children is None:
+        raise not_found(f"Directory '{raw or '/'}' does not exist.", target="path", code="DirectoryNotFound")
+    entries = [_entry_json(request, dir_path, name, is_dir, size)
+               for name, is_dir, _oid, size in children if name != SCAFFOLD_FILE]
+    return json_response(entries)
+
+
+async def _file_response(request: web.Request, with_body: bool) -> web.StreamResponse:
+    raw = request.match_info["path"]
+    if _is_directory_request(raw):
+        if not with_body:
+            raise bad_request("HEAD needs a file path.", target="path", code="InvalidPath")
+        return await _list_directory(request, raw)
+    path = _parse(raw)
+    git = request.app[GIT]
+    # HEAD needs only the size, from the tree entry; GET reads the content.
+    found = await git.run(git.read_file if with_body else git.file_size, path.repo_path)
+    if found is None:
+        raise not_found(f"File '{path.client_path}' does not exist.", target="path", code="FileNotFound")
+    entry = request.app[MANIFEST].entries.get(path.cdn_path)
+    headers = {"Content-Type": entry.content_type if entry else content_type_of(path.repo_path)}
+    if entry:
+        headers["ETag"] = f'"{entry.sha256}"'
+        headers["Checksum"] = entry.sha256.upper()
+    if not with_body:
+        headers["Content-Length"] = str(found)
+        return web.Response(status=200, headers=headers)
+    return web.Response(body=found[1], headers=headers)
+
+
+async def get_file(request: web.Request) -> web.StreamResponse:
+    return await _file_response(request, with_body=True)
+
+
+async def head_file(request: web.Request) -> web.StreamResponse:
+    return await _file_response(request, with_body=False)
+
+
+async def delete_file(request: web.Request) -> web.Response:
+    raw = request.match_info["path"]
+    directory = raw.endswith("/")
+    path = _parse(raw, directory=directory)
+    # AccessKey cannot remove zones (README "Auth and errors"): not a storage root, not a zone root, and a directory delete
+    # keeps the `.gitkeep` scaffolding, so `<zone>/v1/` empties the zone instead of deleting it.
+    if path.repo_path in ("", CLIENT_ROOT, STOCK_ROOT):
+        raise bad_request("A storage root cannot be deleted; delete files or directories inside it.",
+                          target="path", code="InvalidPath")
+    if path.zone and path.repo_path == f"{CLIENT_ROOT}/{path.zone}":
+        raise bad_request("Delete a whole zone with DELETE /api/core/zones/{id}.", target="path", code="InvalidPath")
+    git = request.app[GIT]
+    if await git.run(git.is_dir, path.repo_path):
+        files = [f.path for f in await git.run(lambda: list(git.iter_files(path.repo_path)))
+                 if not f.path.endswith("/" + SCAFFOLD_FILE)]
+        what = f"{path.client_path}/ ({len(files)} files)"
+    elif directory or path.segments[-1] == SCAFFOLD_FILE:
+        files, what = [], path.client_path
+    else:
+        files = [path.repo_path] if await git.run(git.read_file, path.repo_path) is not None else []
+        what = path.client_path
+    if not files:
+        raise not_found(f"'{path.client_path}' does not exist or holds no files.", target="path",
+                        code="FileNotFound")
+    try:
+        published = await request.app[PUBLISHER].commit({f: None for f in files}, f"Delete {what} via Storage API")
+    except NothingToCommit:  # a concurrent delete got there first
+        raise not_found(f"'{path.client_path}' does not exist.", target="path", code="FileNotFound") from None
+    return json_response({"HttpCode": 200, "Message": f"Deleted {what}.", "Path": path.client_path,
+                          **_edge_fields(published, "purging")})
+
+
+@dataclass(frozen=True)
+class _BatchFile:
+    index: int
+    raw_path: str
+    path: StoragePath
+    data: bytes
+
+
+@dataclass(frozen=True)
+class _Oversize:
+    problem: dict[str, Any]
+
+
+def _problem(index: int, path: Any, message: str) -> dict[str, Any]:
+    return {"index": index, "path": path, "message": message}
+
+
+def _parse_batch_file(index: int, item: Any, max_file: int) -> _BatchFile | _Oversize | dict[str, Any]:
+    """One entry of `files`, decoded; or the problem that refuses it (checks that need no repository)."""
+    if not isinstance(item, dict):
+        return _problem(index, None, "Each file must be an object with 'path' and 'content'.")
+    raw_path, content, encoding = item.get("path"), item.get("content"), item.get("encoding", "base64")
+    if not isinstance(raw_path, str) or not raw_path:
+        return _problem(index, None, "'path' is required.")
+    if _is_directory_request(raw_path):
+        return _problem(index, raw_path, "'path' must end in a file name with an extension.")
+    try:
+        path = parse_storage_path(raw_path)
+    except InvalidPath as exc:
+        return _problem(index, raw_path, f"Invalid path: {exc}")
+    if not isinstance(content, str):
+        return _problem(index, raw_path, "'content' is required and must be a string.")
+    if encoding == "base64":
+        try:
+            data = base64.b64decode(content, validate=True)
+        except (binascii.Error, ValueError):
+            return _problem(index, raw_path, "'content' is not valid base64.")
+    elif encoding == "utf-8":
+        data = content.encode("utf-8")
+    else:
+        return _problem(index, raw_path, "'encoding' must be 'base64' or 'utf-8'.")
+    if len(data) > max_file:
+        return _Oversize(_problem(index, raw_path,
+                                  f"File is {size_text(len(data))}; the limit is {size_text(max_file)} per file."))
+    return _BatchFile(index, raw_path, path, data)
+
+
+def _batch_write_problems(git: GitStore, files: list[_BatchFile]) -> list[dict[str, Any]]:
+    """`write_problem` for each file of a batch, in one pass on the git thread."""
+    problems = []
+    for f in files:
+        error = write_problem(git, f.path)
+        if error:
+            problems.append(_problem(f.index, f.raw_path, error.message))
+    return problems
+
+
+def _batch_error(problems: list[dict[str, Any]], total: int, oversize: int, max_file: int) -> ApiError:
+    problems = sorted(problems, key=lambda p: p["index"])
+    message = f"{len(problems)} of {total} files are invalid; nothing was committed."
+    if oversize == len(problems):
+        # Only size problems: 413 as for a single upload (the per-file limit).
+        error = payload_too_large(message + " " + problems[0]["message"], max_file)
+        error.details = problems
+        return error
+    return ApiError(400, "InvalidBatch", message, target="files", details=problems)
+
+
+async def batch_upload(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    max_file = settings.get("control", "max_upload_bytes")
+    max_files = settings.get("control", "max_batch_files")
+    # Whole-body cap: base64 inflates by 4/3; one batch may carry a few full-size files.
+    body = await read_json(request, limit=max(int(max_file * 4 / 3) + MB, 100 * MB))
+    if not isinstance(body, dict) or not isinstance(body.get("files"), list):
+        raise bad_request("The body must be a JSON object with a 'files' array.", target="files", code="InvalidBody")
+    items = body["files"]
+    if not items:
+        raise bad_request("'files' must contain at least one file.", target="files", code="InvalidBody")
+    if len(items) > max_files:
+        raise bad_request(f"Too many files: {len(items)} in one batch, the maximum is {max_files}.",
+                          target="files", code="TooManyFiles")
+    problems: list[dict[str, Any]] = []
+    files: list[_BatchFile] = []
+    changes: dict[str, bytes] = {}
+    oversize = 0
+    for index, item in enumerate(items):
+        parsed = _parse_batch_file(index, item, max_file)
+        if isinstance(parsed, _Oversize):
+            problems.append(parsed.problem)
+            oversize += 1
+            continue
+        if isinstance(parsed, dict):
+            problems.append(parsed)
+            continue
+        repo_path = parsed.path.repo_path
+        if repo_path in changes:
+            problems.append(_problem(index, parsed.raw_path, "The same path appears more than once in the batch."))
+            continue
+        clash = _batch_conflict(repo_path, changes)
+        if clash:
+            problems.append(_problem(index, parsed.raw_path, f"Path conflict: {clash}"))
+            continue
+        files.append(parsed)
+        changes[repo_path] = parsed.data
+    git = request.app[GIT]
+    if problems:  # refused already; list the repository's objections too, so one answer names every bad file
+        problems += await git.run(_batch_write_problems, git, files)
+        raise _batch_error(problems, len(items), oversize, max_file)
+
+    async def writable() -> None:  # under the commit lock: a zone deleted meanwhile refuses the whole batch
+        found = await git.run(_batch_write_problems, git, files)
+        if found:
+            raise _batch_error(found, len(items), 0, max_file)
+
+    published = await request.app[PUBLISHER].upload(
+        changes, f"Batch upload of {len(changes)} files via Storage API", precondition=writable)
+    unchanged = len(published.unchanged)
+    if not published.committed:
+        message = f"All {len(changes)} files are identical to the stored ones; no commit was needed."
+    elif unchanged:
+        message = (f"Committed {len(changes) - unchanged} of {len(changes)} files in one commit; "
+                   f"{unchanged} were identical to the stored ones.")
+    else:
+        message = f"Committed {len(changes)} files in one commit."
+    return json_response({
+        "HttpCode": 201, "Message": message, "Commit": published.commit.commit_id,
+        # Physical paths (with `clients/`), as the pipeline's Files.
+        "Files": [f.path.repo_path for f in files],
+        "EdgeStatus": "purging" if published.replaced else "pending",
+        "EdgeNote": published.edge_note, "DateCreated": utc_now_iso(),
+    }, status=201)

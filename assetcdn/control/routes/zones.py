@@ -1,0 +1,127 @@
+"""Core plane: zones. GET/POST /api/core/zones, GET/DELETE /api/core/zones/{id}."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from assetcdn.control.publish import Mutation
+from assetcdn.control.request_body import read_json
+from assetcdn.control.state import EDGE_CONFIG, GIT, MANIFEST, PUBLISHER, ZONES, public_url
+from assetcdn.control.webhooks.events import zone_created, zone_deleted
+from assetcdn.control.zones_store import ZoneMeta
+from assetcdn.shared.errors import bad_request, conflict, not_found, utc_now_iso
+from assetcdn.shared.manifest import ManifestEntry, human_size
+from assetcdn.shared.middleware import json_response
+from assetcdn.shared.paths import CLIENT_ROOT, ZONE_CATEGORIES, validate_zone_name
+from assetcdn.shared.timestamps import as_iso_utc
+
+from .storage import STORAGE_ZONE_NAME
+
+
+def zone_scaffold(name: str) -> dict[str, bytes]:
+    """The files that make a zone: an empty ``v1/<category>/`` directory for each standard category."""
+    return {f"{CLIENT_ROOT}/{name}/v1/{category}/.gitkeep": b"" for category in ZONE_CATEGORIES}
+
+
+async def zone_names(request: web.Request) -> list[str]:
+    git = request.app[GIT]
+    children = await git.run(git.list_dir, CLIENT_ROOT) or []
+    return sorted(name for name, is_dir, _oid, _size in children if is_dir)
+
+
+def _summary(request: web.Request, name: str, meta: ZoneMeta | None,
+             entries: list[ManifestEntry]) -> dict[str, Any]:
+    used = sum(e.size for e in entries)
+    return {
+        "Id": name, "Name": name, "StorageZoneName": STORAGE_ZONE_NAME,
+        "OriginUrl": f"{public_url(request.app)}/{name}/",
+        "FileCount": len(entries), "StorageUsed": used, "StorageUsedHuman": human_size(used),
+        "Categories": sorted({e.category for e in entries if e.category}),
+        "DateCreated": as_iso_utc(meta.created_at) if meta else utc_now_iso(),
+        "Enabled": meta.enabled if meta else True, "Suspended": meta.suspended if meta else False,
+    }
+
+
+async def require_zone(request: web.Request) -> str:
+    """The zone named by the path. Git is the truth (no name pattern here), so a zone created before
+    the name rules were tightened can still be read and deleted."""
+    zone = request.match_info["id"]
+    if zone not in await zone_names(request):
+        raise not_found(f"Zone '{zone}' does not exist.", target="id", code="ZoneNotFound")
+    return zone
+
+
+async def list_zones(request: web.Request) -> web.Response:
+    metas = await request.app[ZONES].all()
+    manifest = request.app[MANIFEST]
+    by_zone: dict[str, list[ManifestEntry]] = {}
+    for entry in manifest.entries.values():
+        by_zone.setdefault(entry.zone, []).append(entry)
+    zones = [_summary(request, name, metas.get(name), by_zone.get(name, [])) for name in await zone_names(request)]
+    return json_response(zones)
+
+
+async def get_zone(request: web.Request) -> web.Response:
+    zone = await require_zone(request)
+    entries = sorted(request.app[MANIFEST].zone_entries(zone), key=lambda e: e.path)
+    detail = _summary(request, zone, await request.app[ZONES].get(zone), entries)
+    detail["Formats"] = sorted({e.format for e in entries if e.format})
+    detail["Files"] = [{"Path": e.path, "Name": e.name, "Format": e.format, "Size": e.size, "Category": e.category}
+                       for e in entries]
+    return json_response(detail)
+
+
+async def create_zone(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise bad_request("The body must be a JSON object: {\"Name\": \"<zone>\"}.", code="InvalidBody")
+    name = body.get("Name", body.get("name"))
+    if not isinstance(name, str) or not name:
+        raise bad_request("'Name' is required.", target="Name", code="MissingName")
+    problem = validate_zone_name(name)
+    if problem:
+        raise bad_request(problem, target="Name", code="InvalidName")
+
+    async def refuse_existing() -> None:
+        if name in await zone_names(request):
+            raise conflict(f"Zone '{name}' already exists. Choose another name or use the existing zone.",
+                           target="Name", code="ZoneExists")
+
+    published = await request.app[PUBLISHER].commit(zone_scaffold(name), f"Create zone {name} with its v1 directories",
+                                                    precondition=refuse_existing, change=zone_created(name))
+    meta = await request.app[ZONES].ensure(name, published.commit.committed_at)
+    return json_response({
+        "HttpCode": 201, "Message": f"Zone '{name}' created.", "Id": name, "Name": name,
+        "OriginUrl": f"{public_url(request.app)}/{name}/", "Commit": published.commit.commit_id,
+        "Directories": list(ZONE_CATEGORIES), "EdgeStatus": "pending",  # the v1/ sub-directories
+        "EdgeNote": published.edge_note, "DateCreated": as_iso_utc(meta.created_at),
+    }, status=201)
+
+
+async def delete_zone(request: web.Request) -> web.Response:
+    zone = await require_zone(request)
+    git = request.app[GIT]
+
+    async def every_file() -> Mutation:
+        # Listed under the commit lock: a file an upload committed while this request waited goes too.
+        files = [f.path for f in await git.run(lambda: list(git.iter_files(f"{CLIENT_ROOT}/{zone}")))]
+        if not files:  # a concurrent delete of the same zone got there first
+            raise not_found(f"Zone '{zone}' does not exist.", target="id", code="ZoneNotFound")
+        assets = sum(1 for f in files if not f.endswith("/.gitkeep"))
+        return Mutation({f: None for f in files}, f"Delete zone {zone} and its {assets} files", [f"project-{zone}"],
+                        change=zone_deleted(zone))
+
+    published = await request.app[PUBLISHER].commit_planned(every_file)
+    asset_count = sum(1 for c in published.commit.changes if not c.path.endswith("/.gitkeep"))
+    await request.app[ZONES].remove(zone)
+    # A deleted zone keeps no custom domains: they would map hostnames to nothing.
+    if await request.app[EDGE_CONFIG].domains(zone):
+        await request.app[EDGE_CONFIG].remove_zone_domains(zone)
+        await request.app[PUBLISHER].publish_config()
+    return json_response({
+        "HttpCode": 200, "Message": f"Zone '{zone}' deleted: {asset_count} files removed.",
+        "Commit": published.commit.commit_id, "FilesRemoved": asset_count, "EdgeStatus": "purging",
+        "EdgeNote": published.edge_note,
+    })

@@ -1,0 +1,103 @@
+"""Video ingest: a source uploaded to the stock pool (`stocks/videos/<name>.mp4`) is transcoded once, off
+the event loop, into HLS renditions that are committed beside it (`stocks/videos/<name>/hls/`), so the
+renditions and their index are part of the manifest and reach edges like any file."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import shutil
+from pathlib import Path
+
+from assetcdn.control.publish import Publisher
+from assetcdn.control.storage.git_store import CommitResult, GitStore, NothingToCommit
+from assetcdn.control.video.demo import ensure_demo_videos
+from assetcdn.control.video.transcode import INDEX_FILE, TranscodeError, transcode_hls
+from assetcdn.shared.hls import VideoIndex
+
+log = logging.getLogger(__name__)
+VIDEO_SOURCE = re.compile(r"^stocks/videos/([a-z0-9_-]{1,64})\.(mp4|mov|m4v|webm|mkv)\Z")
+
+
+def hls_dir(video: str) -> str:
+    return f"stocks/videos/{video}/hls"
+
+
+def rendition_files(video: str, index: VideoIndex, out_dir: Path) -> dict[str, bytes]:
+    """The repository files of one transcoded video: its renditions and index."""
+    base = hls_dir(video)
+    files = {f"{base}/{r.file}": (out_dir / r.file).read_bytes() for r in index.renditions}
+    files[f"{base}/{INDEX_FILE}"] = index.to_json()
+    return files
+
+
+def _transcode_source(data: bytes, work: Path, video: str) -> tuple[VideoIndex, dict[str, bytes]]:
+    """Blocking: write the source, transcode it, read the renditions back (run in a thread)."""
+    work.mkdir(parents=True, exist_ok=True)
+    source = work / "source"
+    source.write_bytes(data)
+    index = transcode_hls(source, work / "hls", video=video)
+    return index, rendition_files(video, index, work / "hls")
+
+
+class VideoIngester:
+    def __init__(self, git: GitStore, publisher: Publisher, work_dir: Path) -> None:
+        self.git = git
+        self.publisher = publisher
+        self.work_dir = work_dir
+        self._lock = asyncio.Lock()  # transcodes are CPU-bound: one at a time
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def on_commit(self, result: CommitResult) -> None:
+        for change in result.changes:
+            match = VIDEO_SOURCE.match(change.path)
+            if match and change.new_blob:
+                self._spawn(self.transcode(match.group(1), change.new_blob))
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait_idle(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def transcode(self, video: str, blob_id: str) -> None:
+        async with self._lock:
+            data = await self.git.run(self.git.read_blob, blob_id)
+            if data is None:
+                return
+            work = self.work_dir / f"{video}-{blob_id[:12]}"
+            try:
+                index, files = await asyncio.to_thread(_transcode_source, data, work, video)
+                await self.publisher.commit(files, f"Add HLS renditions of {video} "
+                                                   f"({', '.join(r.name for r in index.renditions)})")
+                log.info("transcoded %s into %d renditions", video, len(index.renditions))
+            except TranscodeError as exc:
+                log.warning("video %s could not be transcoded: %s", video, exc)
+            except NothingToCommit:
+                pass
+            finally:
+                await asyncio.to_thread(shutil.rmtree, work, True)
+
+    def install_demo(self, cache_dir: Path) -> None:
+        """Make the demo videos (cached in the data dir) and commit them in one commit, in the background."""
+        self._spawn(self._install_demo(cache_dir))
+
+    async def _install_demo(self, cache_dir: Path) -> None:
+        async with self._lock:
+            indexes = await asyncio.to_thread(ensure_demo_videos, cache_dir)
+            files: dict[str, bytes] = {}
+            for video, index in indexes.items():
+                files |= await asyncio.to_thread(rendition_files, video, index, cache_dir / video)
+            try:
+                await self.publisher.commit(files, "Add demo videos black, mount_fuji and nature (HLS 1080/720/480)")
+            except NothingToCommit:
+                pass

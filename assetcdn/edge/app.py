@@ -1,0 +1,185 @@
+"""The edge worker application: a route table for what the edge serves itself; every other /api/...
+path is forwarded to control. A second, private site carries control's signed pushes to this worker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL, NODE, PROXY_SESSION, SECRETS, SETTINGS
+from assetcdn.edge.cache.store import EdgeCache
+from assetcdn.edge.circuit_breaker import CircuitBreaker
+from assetcdn.edge.control_client import ControlClient
+from assetcdn.edge.edge_config import apply_header_rules
+from assetcdn.edge.image_pool import ImagePool, configure_libvips
+from assetcdn.edge.node import EdgeNode
+from assetcdn.edge.proxy import forward_to_control, open_proxy_session
+from assetcdn.edge.routes import (
+    auto,
+    cluster,
+    delivery,
+    health,
+    placeholders,
+    signed,
+    stream,
+    transform,
+)
+from assetcdn.shared.cluster import PREFIX, ReplayGuard
+from assetcdn.shared.config import Settings
+from assetcdn.shared.counter_store import counters_from_settings
+from assetcdn.shared.http_server import client_keepalive_s
+from assetcdn.shared.metrics import (
+    METRICS,
+    METRICS_KEY,
+    Metrics,
+    metrics_handler,
+    metrics_middleware,
+)
+from assetcdn.shared.middleware import install_envelopes
+from assetcdn.shared.openapi import api_docs, openapi_document
+from assetcdn.shared.request_body import body_deadline_middleware
+from assetcdn.shared.secrets import Secrets
+
+CLUSTER_SHUTDOWN_GRACE_S = 2.0  # for a push being applied when the worker stops
+
+# aiohttp's own route definitions (method, path, handler); control's `Route` adds its access rules.
+# CDN paths come first (the hot path: the router tries routes in order) and exclude what the other
+# routes serve; then specific /api routes, then the forwarder for the rest of /api and for the
+# dashboard (served by control; `dashboard` is a reserved zone name, so no CDN path is lost).
+CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/|dashboard(?:/|$)).+}"
+PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
+    web.route("GET", CDN_PATH, delivery.serve_asset),
+    web.route("HEAD", CDN_PATH, delivery.serve_asset),
+    web.route("GET", "/api/health", health.health),
+    web.route("HEAD", "/api/health", health.health),
+    web.route("GET", "/metrics", metrics_handler),
+    web.route("GET", "/api/transform", transform.transform_image),
+    web.route("HEAD", "/api/transform", transform.transform_image),
+    web.route("GET", "/api/auto", auto.auto_query),
+    web.route("HEAD", "/api/auto", auto.auto_query),
+    web.route("GET", "/api/auto/{path:.+}", auto.auto_path),
+    web.route("HEAD", "/api/auto/{path:.+}", auto.auto_path),
+    web.route("GET", "/api/lqip", placeholders.lqip),
+    web.route("GET", "/api/blurhash", placeholders.blurhash),
+    web.route("GET", "/api/signed", signed.signed_asset),
+    web.route("HEAD", "/api/signed", signed.signed_asset),
+    web.route("GET", "/api/stream", stream.stream),
+    web.route("HEAD", "/api/stream", stream.stream),
+    web.route("OPTIONS", "/api/stream", stream.preflight),
+    web.route("GET", "/api/openapi.json", openapi_document),  # served here too: available while control is down
+    web.route("GET", "/api/docs", api_docs),
+    web.route("*", r"/api/{tail:[\s\S]*}", forward_to_control),  # newlines too: control answers 400 (or acts)
+    web.route("*", "/dashboard", forward_to_control),
+    web.route("*", r"/dashboard/{tail:[\s\S]*}", forward_to_control),
+)
+CLUSTER_ROUTES: tuple[web.RouteDef, ...] = (
+    web.route("POST", PREFIX + "/push", cluster.push),
+)
+
+
+def _add_routes(app: web.Application, routes: tuple[web.RouteDef, ...]) -> None:
+    # Each exactly as listed: `router.add_routes` would register a GET's HEAD on its own as well.
+    for route in routes:
+        app.router.add_route(route.method, route.path, route.handler)
+
+
+@dataclass(frozen=True)
+class EdgeIdentity:
+    name: str                 # node name
+    worker: int               # worker index within the node
+    control_url: str
+    cache_dir: Path
+    advertise_host: str       # where control reaches this worker's private cluster site
+    data_dir: Path | None = None  # where the embedded counter store is shared (None: the cache directory)
+
+    @property
+    def member(self) -> str:
+        return f"{self.name}/{self.worker}"
+
+
+def create_cluster_app(node_app: web.Application) -> web.Application:
+    app = web.Application(client_max_size=16 * 1024 * 1024)
+    install_envelopes(app)
+    app.middlewares.append(body_deadline_middleware(node_app[SETTINGS]))
+    app[NODE] = node_app[NODE]
+    app[SECRETS] = node_app[SECRETS]
+    app[cluster.REPLAY_GUARD] = ReplayGuard()
+    _add_routes(app, CLUSTER_ROUTES)
+    return app
+
+
+async def _on_delivery_response(request: web.Request, response: web.StreamResponse) -> None:
+    node = request.app[NODE]
+    apply_header_rules(node.config, request, response)
+    node.deliveries.record(request, response)
+
+
+def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> web.Application:
+    app = web.Application(client_max_size=settings.get("control", "max_upload_bytes") + 1024 * 1024)
+    app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
+    install_envelopes(app)
+    app[METRICS] = Metrics("edge")
+    app[METRICS_KEY] = secrets.metrics_key
+    app[SETTINGS], app[SECRETS] = settings, secrets
+    # Embedded: the machine's counters.sqlite3 in the data directory, shared with control and every edge.
+    app[COUNTERS] = counters_from_settings(settings.section("counters"), identity.data_dir or identity.cache_dir)
+    _add_routes(app, PUBLIC_ROUTES)
+    app.on_response_prepare.append(_on_delivery_response)
+
+    async def open_node(app: web.Application, opened: contextlib.AsyncExitStack) -> None:
+        """Open the cache, the control client, the proxy session and the private cluster site and start
+        the node's background work, registering each one's closing on `opened` as soon as it is open."""
+        edge = settings.section("edge")
+        opened.push_async_callback(app[COUNTERS].close)
+        identity.cache_dir.mkdir(parents=True, exist_ok=True)
+        cache = EdgeCache.from_settings(edge, identity.cache_dir / "cache")
+        opened.callback(cache.close)
+        control = ControlClient(identity.control_url, secrets.cluster_secret, float(edge["origin_timeout_s"]),
+                                client_keepalive_s(settings),
+                                probe_timeout_s=float(edge["control_probe_timeout_s"]),
+                                breaker=CircuitBreaker(int(edge["breaker_failures"]), float(edge["breaker_open_s"])))
+        await control.start()
+        opened.push_async_callback(control.close)
+        node = EdgeNode(settings, identity.member, control, cache, identity.cache_dir, app[METRICS])
+        node.replica.state_file = identity.cache_dir / f"manifest-{identity.worker}.json"
+        node.config_file = identity.cache_dir / f"edge-config-{identity.worker}.json"
+        node.load_persisted()
+        app[NODE] = node
+        app[PROXY_SESSION] = open_proxy_session(settings)
+        # The private cluster site: control pushes to each worker directly.
+        cluster_runner = web.AppRunner(create_cluster_app(app), access_log=None,
+                                       shutdown_timeout=CLUSTER_SHUTDOWN_GRACE_S)
+        await cluster_runner.setup()
+        opened.push_async_callback(app[PROXY_SESSION].close)
+        opened.push_async_callback(cluster_runner.cleanup)
+        cluster_port, advertised = int(edge["cluster_port"]), int(edge["cluster_advertise_port"])
+        site = web.TCPSite(cluster_runner, identity.advertise_host,
+                           cluster_port + identity.worker if cluster_port else 0)
+        await site.start()
+        port = advertised + identity.worker if advertised else cluster_runner.addresses[0][1]
+        opened.push_async_callback(node.stop)
+        await node.start(f"http://{identity.advertise_host}:{port}")
+        flushing = asyncio.create_task(app[METRICS].flush_forever())  # counts reach sibling workers' /metrics
+        opened.callback(flushing.cancel)
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        # Closed in reverse order on shutdown; a failing start or close still closes the rest.
+        async with contextlib.AsyncExitStack() as opened:
+            await open_node(app, opened)
+            yield
+
+    async def image_lifecycle(app: web.Application) -> AsyncIterator[None]:
+        configure_libvips()
+        app[IMAGE_POOL] = ImagePool.from_settings(settings)
+        app[IMAGE_POOL].start()   # worker processes load while the edge starts
+        yield
+        await app[IMAGE_POOL].close()
+
+    app.cleanup_ctx.append(lifecycle)
+    app.cleanup_ctx.append(image_lifecycle)
+    return app

@@ -1,0 +1,372 @@
+"""The disk tier: a bounded diskcache directory that survives restarts and keeps each entry's tags.
+
+Layout inside ``directory`` (all in diskcache's own ``cache.db``, so one file is the truth):
+
+- ``Cache`` (diskcache's table): the body as raw bytes (inline in SQLite below
+  ``min_file_size``, otherwise a file of exactly the body, which is what makes streaming and
+  sendfile possible) and, in diskcache's single ``tag`` column, the entry's metadata as JSON
+  (content type, ETag, cache tags, stored-at, extra headers). Body and metadata are written by
+  one ``Cache.set`` call, so they change together in one SQLite transaction.
+- ``EdgeTag`` (ours): a tag -> key index maintained by SQLite triggers on ``Cache``. Because
+  the triggers fire inside diskcache's own transactions, the index follows every insert,
+  overwrite, eviction (culling), delete and clear, from any process, with no extra write.
+
+Reads go through diskcache's transaction-free fast path (statistics off, and the default
+"least-recently-stored" eviction policy never writes on a read); see ``EdgeCache`` for why
+they run inline on the event loop.
+
+A full filesystem (the disk fills before ``size_limit``: a small volume, or one shared with
+other data) is not an error of the request being served: ``put`` removes what the failed write
+left (a partial body file), lowers this process's limit below the volume it reached, evicts
+down to it and tries once more; if the body still does not fit it is not stored, and the caller
+serves it all the same. The first time in a process it logs a warning; later ones are counted
+(``full_events``).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+import diskcache
+import orjson
+
+from assetcdn.edge.cache.entry import STREAM_CHUNK, CachedObject, clamp_range
+from assetcdn.edge.cache.sqlite_conn import SQLITE_TIMEOUT_S, ThreadLocalConnection
+
+# diskcache's default: bodies below it live inline in SQLite, larger ones as files.
+DEFAULT_MIN_FILE_SIZE = 32 * 1024
+# After a full filesystem the limit drops to this share of the volume the cache had reached.
+FULL_SHRINK = 0.8
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+log = logging.getLogger(__name__)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """A write failed for want of space: ENOSPC (or a quota, or a file size limit) from a body file, or
+    SQLite's "database or disk is full" (and the I/O error it reports when its journal cannot grow)."""
+    if isinstance(exc, sqlite3.OperationalError):
+        text = str(exc)
+        return "full" in text or "disk I/O error" in text
+    return isinstance(exc, OSError) and exc.errno in FULL_ERRNOS
+
+
+class _CleanDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type information
+    """diskcache's Disk, but a body file whose write fails (ENOSPC) is removed instead of left behind,
+    and the file a store wrote is remembered (per thread) so it can be removed if the row then fails."""
+
+    _stored = threading.local()
+
+    def store(self, value, read, key=diskcache.core.UNKNOWN):  # type: ignore[no-untyped-def]
+        self._stored.filename = None
+        size, mode, filename, db_value = super().store(value, read, key=key)
+        self._stored.filename = filename
+        return size, mode, filename, db_value
+
+    def take_stored(self) -> str | None:
+        filename: str | None = getattr(self._stored, "filename", None)
+        self._stored.filename = None
+        return filename
+
+    def _write(self, full_path, iterator, mode, encoding=None):  # type: ignore[no-untyped-def]
+        full_dir = os.path.dirname(full_path)
+        for count in range(1, 11):
+            try:
+                os.makedirs(full_dir, exist_ok=True)
+                writer = open(full_path, mode, encoding=encoding)  # noqa: SIM115 (closed below)
+            except OSError:
+                if count == 10:
+                    raise
+                continue
+            try:
+                with writer:
+                    size = 0
+                    for chunk in iterator:
+                        size += len(chunk)
+                        writer.write(chunk)
+                    return size
+            except BaseException:
+                try:
+                    os.remove(full_path)  # ours: just created with "x"
+                except OSError:
+                    pass
+                raise
+        raise OSError(errno.EIO, f"could not open {full_path}")
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS EdgeTag ("
+    " tag TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (tag, key)) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS EdgeTag_key ON EdgeTag (key)",
+    "CREATE TRIGGER IF NOT EXISTS EdgeTag_insert AFTER INSERT ON Cache"
+    " FOR EACH ROW WHEN json_valid(NEW.tag) BEGIN"
+    " INSERT OR IGNORE INTO EdgeTag (tag, key)"
+    " SELECT value, NEW.key FROM json_each(NEW.tag, '$.tags'); END",
+    "CREATE TRIGGER IF NOT EXISTS EdgeTag_update AFTER UPDATE OF tag ON Cache"
+    " FOR EACH ROW BEGIN"
+    " DELETE FROM EdgeTag WHERE key = OLD.key;"
+    " INSERT OR IGNORE INTO EdgeTag (tag, key)"
+    " SELECT value, NEW.key FROM json_each(CASE WHEN json_valid(NEW.tag) THEN NEW.tag"
+    " ELSE '{}' END, '$.tags'); END",
+    "CREATE TRIGGER IF NOT EXISTS EdgeTag_delete AFTER DELETE ON Cache"
+    " FOR EACH ROW BEGIN DELETE FROM EdgeTag WHERE key = OLD.key; END",
+)
+
+
+class _CountingReader:
+    """Wraps a binary stream so the size diskcache writes is known afterwards, and caps each
+    read (diskcache asks for 4 MiB at a time) so a streamed put holds little in memory."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self.size = 0
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._raw.read(STREAM_CHUNK if size < 0 else min(size, STREAM_CHUNK))
+        self.size += len(chunk)
+        return chunk
+
+
+def encode_meta(
+    content_type: str,
+    etag: str,
+    tags: Sequence[str],
+    stored_at: float,
+    headers: Sequence[tuple[str, str]],
+) -> str:
+    return orjson.dumps(
+        {
+            "ct": content_type,
+            "etag": etag,
+            "tags": list(tags),
+            "at": stored_at,
+            "h": [list(h) for h in headers],
+        }
+    ).decode()
+
+
+class DiskTier:
+    """Bounded, restart-surviving body store on ``diskcache.Cache``, with tag purges.
+
+    Process-safe (SQLite WAL): every worker of a node may open the same directory.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        size_limit: int,
+        min_file_size: int = DEFAULT_MIN_FILE_SIZE,
+        eviction_policy: str = "least-recently-stored",
+    ) -> None:
+        self.directory = Path(directory)
+        self._cache = diskcache.Cache(
+            str(self.directory),
+            disk=_CleanDisk,
+            timeout=SQLITE_TIMEOUT_S,
+            size_limit=size_limit,
+            disk_min_file_size=min_file_size,
+            eviction_policy=eviction_policy,
+            statistics=False,
+            tag_index=False,
+        )
+        self._connection = ThreadLocalConnection(self.database)
+        self._sql().executescript(";\n".join(_SCHEMA) + ";")
+        self.full_events = 0  # puts that found the filesystem full (logged the first time only)
+        self._full_lock = threading.Lock()
+
+    @property
+    def size_limit(self) -> int:
+        return int(self._cache.size_limit)
+
+    @property
+    def database(self) -> Path:
+        name: str = diskcache.core.DBNAME
+        return self.directory / name
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def volume(self) -> int:
+        """Bytes on disk: SQLite pages plus body files (what ``size_limit`` bounds)."""
+        return int(self._cache.volume())
+
+    def get(self, key: str, *, load_limit: int) -> CachedObject | None:
+        """The entry under ``key``; bodies up to ``load_limit`` bytes come back in ``body``,
+        larger ones as ``path`` (nothing read but the SQLite row and an ``fstat``)."""
+        try:
+            value, meta = self._cache.get(key, default=None, read=True, tag=True)
+        except OSError:  # the body file went away between the row and the open
+            return None
+        if value is None:
+            return None
+        body: bytes | None
+        path: str | None = None
+        if isinstance(value, bytes):
+            body, size = value, len(value)
+        else:
+            with value:
+                size = os.fstat(value.fileno()).st_size
+                if size <= load_limit:
+                    body = value.read()
+                else:
+                    body, path = None, value.name
+        if not isinstance(meta, str):
+            return None
+        data = orjson.loads(meta)
+        return CachedObject(
+            key=key,
+            content_type=data["ct"],
+            etag=data["etag"],
+            tags=tuple(data["tags"]),
+            size=size,
+            stored_at=data["at"],
+            body=body,
+            path=path,
+            headers=tuple((name, val) for name, val in data["h"]),
+        )
+
+    def put(
+        self,
+        key: str,
+        body: bytes | BinaryIO,
+        *,
+        content_type: str,
+        etag: str,
+        tags: Sequence[str],
+        headers: Sequence[tuple[str, str]] = (),
+        stored_at: float | None = None,
+    ) -> int:
+        """Store ``body`` (bytes, or a binary stream copied in ``STREAM_CHUNK`` pieces, never
+        held whole) and return its size. May evict older entries to respect ``size_limit``.
+        On a full filesystem it evicts and tries once more (bytes only: a stream cannot be read
+        twice); a body that still does not fit is not stored, and its size is returned all the same."""
+        meta = encode_meta(
+            content_type, etag, tags, time.time() if stored_at is None else stored_at, headers
+        )
+        if isinstance(body, bytes | bytearray | memoryview):
+            data = bytes(body)
+            for attempt in range(2):
+                try:
+                    self._cache.set(key, data, tag=meta, retry=True)
+                    return len(data)
+                except (OSError, sqlite3.OperationalError) as exc:
+                    if not is_disk_full(exc):
+                        raise
+                    self._disk_full(exc, key, len(data), retrying=attempt == 0)
+            return len(data)
+        reader = _CountingReader(body)
+        try:
+            self._cache.set(key, reader, read=True, tag=meta, retry=True)
+        except (OSError, sqlite3.OperationalError) as exc:
+            if not is_disk_full(exc):
+                raise
+            self._disk_full(exc, key, reader.size, retrying=False)
+        return reader.size
+
+    def _disk_full(self, exc: BaseException, key: str, size: int, *, retrying: bool) -> None:
+        """After a write that found no space: remove what it left, lower the limit, evict."""
+        leftover = self._cache._disk.take_stored()  # written, but its row failed: no entry owns it
+        if leftover is not None:
+            try:
+                os.remove(self.directory / leftover)
+            except OSError:
+                pass
+        with self._full_lock:
+            self.full_events += 1
+            first = self.full_events == 1
+            try:
+                volume = int(self._cache.volume())
+            except sqlite3.Error:
+                volume = self.size_limit
+            limit = min(self.size_limit, int(volume * FULL_SHRINK))
+            self._cache.reset("size_limit", limit, update=False)  # this process's limit; the file keeps its own
+        if first:
+            log.warning("edge cache %s: the filesystem is full (%s); caching within %d bytes from now on, "
+                        "evicting older entries; what does not fit is served without being cached. "
+                        "This is logged once.", self.directory, exc, limit)
+        self._evict_files(volume - limit)
+        try:
+            self._cache.cull(retry=True)  # now that there is room for SQLite's journal, drop their rows
+            # The write-ahead log keeps the size it grew to (up to ~4 MB between checkpoints): give it back.
+            self._sql().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except (OSError, sqlite3.Error) as cull_error:
+            log.debug("evicting after a full filesystem failed: %s", cull_error)
+        if not retrying:
+            log.debug("not cached (no space): %s, %d bytes", key, size)
+
+    def _evict_files(self, excess: int) -> None:
+        """Free `excess` bytes at once by deleting the body files of the oldest entries (the order the
+        eviction policy culls in). SQLite needs room of its own to delete rows when the disk is full; a
+        row left without its file reads as a miss (``get``), and the cull that follows removes it."""
+        if excess <= 0:
+            return
+        rows = self._sql().execute(
+            "SELECT filename, size FROM Cache WHERE filename IS NOT NULL ORDER BY store_time"
+        )
+        freed = 0
+        for filename, size in rows:
+            try:
+                os.remove(self.directory / filename)
+            except OSError:
+                continue
+            freed += size
+            if freed >= excess:
+                break
+
+    def read_range(self, key: str, start: int, end: int) -> bytes | None:
+        """Bytes ``[start, end)`` of the body under ``key`` (end exclusive, clamped to the size),
+        reading only that span from disk; None when the key is absent."""
+        try:
+            value = self._cache.get(key, default=None, read=True)
+        except OSError:
+            return None
+        if value is None:
+            return None
+        if isinstance(value, bytes):
+            start, end = clamp_range(start, end, len(value))
+            return value[start:end]
+        with value:
+            start, end = clamp_range(start, end, os.fstat(value.fileno()).st_size)
+            value.seek(start)
+            data: bytes = value.read(end - start)
+            return data
+
+    def delete(self, key: str) -> bool:
+        return bool(self._cache.delete(key, retry=True))
+
+    def delete_many(self, keys: Iterable[str]) -> list[str]:
+        return [key for key in keys if self.delete(key)]
+
+    def keys_for_tags(self, tags: Iterable[str]) -> list[str]:
+        tag_list = list(dict.fromkeys(tags))
+        if not tag_list:
+            return []
+        marks = ",".join("?" * len(tag_list))
+        rows = (
+            self._sql()
+            .execute(f"SELECT DISTINCT key FROM EdgeTag WHERE tag IN ({marks})", tag_list)
+            .fetchall()
+        )
+        return [row[0] for row in rows]
+
+    def purge_tags(self, tags: Iterable[str]) -> list[str]:
+        """Delete every entry carrying any of ``tags`` (works across restarts); returns keys."""
+        return self.delete_many(self.keys_for_tags(tags))
+
+    def clear(self) -> int:
+        return int(self._cache.clear(retry=True))
+
+    def close(self) -> None:
+        self._cache.close()
+        self._connection.close()
+
+    def _sql(self) -> sqlite3.Connection:
+        return self._connection.get()

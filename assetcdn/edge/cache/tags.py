@@ -1,0 +1,22 @@
+"""Cache tags of what the edge stores for a source path: its public tags (`Cache-Tag`, purge by
+tag) plus an internal path tag (purge by URL, overwrite and delete of that path)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from assetcdn.shared.manifest import ManifestEntry
+
+
+def path_tag(cdn_path: str) -> str:
+    """Internal tag on everything cached from one source path (the asset and all its variants)."""
+    return f"path:{cdn_path}"
+
+
+def source_tags(entry: ManifestEntry) -> tuple[str, ...]:
+    """Tags of everything cached from one source: its public cache tags plus its path tag."""
+    return (*entry.tags, path_tag(entry.path))
+
+
+def public_tags(tags: Iterable[str]) -> list[str]:
+    return [t for t in tags if ":" not in t]

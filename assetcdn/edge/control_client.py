@@ -1,0 +1,211 @@
+"""The edge side of the cluster protocol: register, heartbeat, catch up, fetch blobs by content id.
+
+Calls fall in two kinds. The background sync (register, heartbeat, catch-up, config) always asks
+control, with the short `probe_timeout_s`, and tells the circuit breaker (assetcdn/edge/circuit_breaker.py)
+how it went: a hung or dead control is noticed within one catch-up interval plus that timeout, with
+no client traffic. Calls made for a client (blob fetches on a miss, analytics) ask the breaker first:
+while it is open they fail at once, and one already waiting gives up the moment it opens, so no
+client waits out `origin_timeout_s` for a control plane known to be unreachable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import orjson
+
+from assetcdn.edge.circuit_breaker import CircuitBreaker
+from assetcdn.shared.cluster import PREFIX, PROTOCOL_VERSION, sign_request
+
+log = logging.getLogger(__name__)
+GATEWAY_FAILURES = frozenset({502, 503, 504})  # answers that mean control itself is not there
+
+
+class ControlUnavailable(Exception):
+    """Control could not be reached or answered with a server error. `answered`: it did answer (a 5xx
+    other than 502-504), so it is up, only failing this call."""
+
+    def __init__(self, message: str, *, answered: bool = False, slow: bool = False) -> None:
+        super().__init__(message)
+        self.answered = answered
+        self.slow = slow  # it took a timeout to find out (hung or cut off, not refusing)
+
+
+class NotFoundAtControl(Exception):
+    """Control answered 404: it does not hold the requested content id (or does not know the endpoint)."""
+
+
+class ControlClient:
+    def __init__(self, control_url: str, cluster_secret: str, timeout_s: float, keepalive_s: float = 15.0, *,
+                 probe_timeout_s: float = 2.0, breaker: CircuitBreaker | None = None) -> None:
+        self.control_url = control_url.rstrip("/")
+        self._secret = cluster_secret
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=min(timeout_s, 2.0))
+        self._probe_timeout = aiohttp.ClientTimeout(total=min(probe_timeout_s, timeout_s),
+                                                    connect=min(probe_timeout_s, timeout_s, 2.0))
+        self._keepalive_s = keepalive_s  # shorter than control's idle limit (assetcdn/shared/http_server.py)
+        self.breaker = breaker or CircuitBreaker()
+        self.session: aiohttp.ClientSession | None = None
+        self.started_at = time.monotonic()
+        self.last_success = 0.0
+        self.last_error = ""
+        self.generation_seen = 0  # the newest generation control reported (heartbeat, catch-up)
+        self._probing = 0  # background calls under way
+
+    async def start(self) -> None:
+        self.session = aiohttp.ClientSession(timeout=self._timeout, auto_decompress=False,
+                                             connector=aiohttp.TCPConnector(keepalive_timeout=self._keepalive_s))
+
+    async def close(self) -> None:
+        if self.session:
+            await self.session.close()
+
+    def reachable(self, within_s: float) -> bool:
+        """Control answered within the last `within_s` seconds and is not known to be down since."""
+        return self.breaker.state != "open" and time.monotonic() - self.last_success <= within_s
+
+    def seconds_since_contact(self) -> float:
+        """Since control last answered, or since this process started when it has not yet."""
+        return time.monotonic() - max(self.last_success, self.started_at)
+
+    async def _exchange(self, method: str, path_qs: str, body: bytes, headers: dict[str, str],
+                        limits: aiohttp.ClientTimeout | None) -> bytes:
+        assert self.session is not None
+        try:
+            async with self.session.request(method, self.control_url + PREFIX + path_qs, data=body or None,
+                                            headers=headers, timeout=limits or self._timeout) as resp:
+                data = await resp.read()
+                if resp.status == 404:
+                    raise NotFoundAtControl(path_qs)
+                if resp.status != 200:
+                    raise ControlUnavailable(f"control answered {resp.status} to {path_qs}",
+                                             answered=resp.status not in GATEWAY_FAILURES)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise ControlUnavailable(f"{type(exc).__name__}: {exc}", slow=isinstance(exc, TimeoutError)) from exc
+        return data
+
+    async def _until_tripped(self, call: asyncio.Future[bytes]) -> bytes:
+        """The call's result, unless the breaker opens first (another call found control down): then
+        give up at once rather than wait out this call's own timeout."""
+        tripped = asyncio.ensure_future(self.breaker.tripped())
+        try:
+            await asyncio.wait((call, tripped), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            tripped.cancel()
+            if not call.done():
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ControlUnavailable, NotFoundAtControl):
+                    await call
+        if call.cancelled():
+            raise ControlUnavailable("control became unreachable while waiting for it", slow=True)
+        return call.result()
+
+    async def _request(self, method: str, path_qs: str, message: dict[str, Any] | None = None, *,
+                       probe: bool = False) -> bytes:
+        """`probe`: a background sync call (always made, short timeout); otherwise a call for a client,
+        refused at once while the breaker is open."""
+        # While control counts as down a client's call is refused at once, and also when the background
+        # sync is trying control right now: it is the probe then, and a client need not wait on a second.
+        if not probe and (not self.breaker.available() or (self._probing and self.breaker.fails_fast)
+                          or not self.breaker.allow()):
+            raise ControlUnavailable(f"control is unreachable (for {self.seconds_since_contact():.1f} s; "
+                                     f"last error: {self.last_error or 'none'}); not asking")
+        body = orjson.dumps({"v": PROTOCOL_VERSION, **message}) if message is not None else b""
+        headers = sign_request(self._secret, method, PREFIX + path_qs, body)
+        if message is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            if probe:
+                self._probing += 1
+                try:
+                    data = await self._exchange(method, path_qs, body, headers, self._probe_timeout)
+                finally:
+                    self._probing -= 1
+            else:
+                data = await self._until_tripped(
+                    asyncio.ensure_future(self._exchange(method, path_qs, body, headers, None)))
+        except ControlUnavailable as exc:
+            if exc.answered:
+                self._answered()
+            else:
+                self.last_error = str(exc)
+                self.breaker.failed(slow=exc.slow)
+            raise
+        except NotFoundAtControl:
+            self._answered()
+            raise
+        self._answered()
+        return data
+
+    def _answered(self) -> None:
+        self.last_success = time.monotonic()
+        self.breaker.succeeded()
+
+    def _saw_generation(self, reply: dict[str, Any]) -> dict[str, Any]:
+        generation = reply.get("generation")
+        if isinstance(generation, int):
+            self.generation_seen = max(self.generation_seen, generation)
+        return reply
+
+    async def register(self, name: str, url: str, generation: int) -> dict[str, Any]:
+        return self._saw_generation(orjson.loads(await self._request(
+            "POST", "/register", {"name": name, "url": url, "generation": generation}, probe=True)))
+
+    async def heartbeat(self, name: str, generation: int) -> dict[str, Any]:
+        return self._saw_generation(orjson.loads(await self._request(
+            "POST", "/heartbeat", {"name": name, "generation": generation}, probe=True)))
+
+    async def changes_since(self, generation: int) -> dict[str, Any]:
+        return self._saw_generation(orjson.loads(await self._request("GET", f"/changes?since={generation}",
+                                                                     probe=True)))
+
+    async def config(self) -> dict[str, Any]:
+        snapshot: dict[str, Any] = orjson.loads(await self._request("GET", "/config", probe=True))
+        return snapshot
+
+    async def fetch_blob(self, blob_id: str) -> bytes:
+        return await self._request("GET", f"/blobs/{blob_id}")
+
+    async def send(self, path: str, message: dict[str, Any]) -> dict[str, Any]:
+        reply: dict[str, Any] = orjson.loads(await self._request("POST", path, message))
+        return reply
+
+
+async def run_sync_loop(client: ControlClient, *, name: str, url: str, get_generation: Callable[[], int],
+                        catch_up: Callable[[], Any], interval_s: float, heartbeat_s: float,
+                        retry_s: float | None = None) -> None:
+    """Register, then heartbeat and catch up on a short timer until cancelled; survive control restarts.
+    While control cannot be reached it is asked again every `retry_s` (jittered, so edges do not all
+    arrive together), which is how an edge catches up soon after a partition heals."""
+    registered = False
+    last_heartbeat = 0.0
+    retry_s = interval_s if retry_s is None else min(retry_s, interval_s)
+    while True:
+        delay = interval_s
+        try:
+            if not registered:
+                await client.register(name, url, get_generation())
+                registered = True
+            await catch_up()
+            if time.monotonic() - last_heartbeat >= heartbeat_s:
+                reply = await client.heartbeat(name, get_generation())
+                last_heartbeat = time.monotonic()
+                if not reply.get("known"):
+                    registered = False  # control restarted and forgot us
+                    continue
+        except ControlUnavailable as exc:
+            log.debug("control unreachable: %s", exc)
+            registered = False
+            delay = retry_s * random.uniform(0.5, 1.0)  # noqa: S311 (jitter, not a secret)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("sync with control failed")
+        await asyncio.sleep(delay)

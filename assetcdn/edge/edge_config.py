@@ -1,0 +1,88 @@
+"""The edge's copy of the configuration control publishes (assetcdn/control/edge_config.py builds it): the
+`_headers` / `_redirects` rules (parsed by assetcdn/shared/edge_rules.py) and the custom domains, and how a
+request's host and path map to a CDN path. Applied by every delivery response, never by forwarded
+API calls."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from assetcdn.shared.content_security import CSP_HEADER, NOSNIFF_HEADER, keep_sandbox
+from assetcdn.shared.edge_rules import EMPTY_RULES, HeaderChanges, RuleSet
+from assetcdn.shared.paths import ZONE_NAME
+
+FORWARDED = web.RequestKey("forwarded_to_control", bool)
+NOT_DELIVERY = ("/api/health", "/metrics")
+PROTECTED = frozenset({CSP_HEADER.lower(), NOSNIFF_HEADER.lower()})
+
+
+@dataclass(frozen=True)
+class EdgeConfig:
+    version: str | None = None
+    rules: RuleSet = EMPTY_RULES
+    domains: dict[str, str] = field(default_factory=dict)
+    base_domain: str = ""
+
+    @staticmethod
+    def from_snapshot(snapshot: dict[str, Any]) -> EdgeConfig:
+        return EdgeConfig(version=snapshot["version"],
+                          rules=RuleSet.from_texts(snapshot.get("headers"), snapshot.get("redirects")),
+                          domains={h.lower(): z for h, z in (snapshot.get("domains") or {}).items()},
+                          base_domain=(snapshot.get("base_domain") or "").lower())
+
+    def zone_for_host(self, host: str) -> str | None:
+        """The tenant zone a Host header names: a custom domain, or `<zone>.<base domain>`."""
+        name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
+        if name in self.domains:
+            return self.domains[name]
+        suffix = "." + self.base_domain
+        if self.base_domain and name.endswith(suffix):
+            zone = name[: -len(suffix)]
+            if ZONE_NAME.match(zone):
+                return zone
+        return None
+
+    def cdn_path(self, host: str, path: str) -> str:
+        """The CDN path a delivery request names: on a tenant host `/v1/...` means `/<zone>/v1/...`."""
+        return tenant_path(self.zone_for_host(host), path)
+
+
+def tenant_path(host_zone: str | None, path: str) -> str:
+    """The CDN path of a request path on the tenant host of `host_zone` (None: the default host).
+    Which paths such a host may serve at all is assetcdn/edge/access.py's `serves_on_host`."""
+    if host_zone and path.startswith("/v1/"):
+        return f"/{host_zone}{path}"
+    return path
+
+
+def apply_header_rules(config: EdgeConfig, request: web.Request, response: web.StreamResponse) -> None:
+    """Apply the `_headers` rules to a delivery response. The protective headers stay: a rule may
+    add a Content-Security-Policy (browsers enforce every policy, so it can only tighten), never
+    remove or replace ours or nosniff; and if a rule changes the Content-Type, the response gets
+    the headers of its new type (assetcdn/shared/content_security.py)."""
+    if not config.rules.headers or request.get(FORWARDED) or request.path in NOT_DELIVERY:
+        return
+    apply_rule_changes(config.rules.headers.for_path(request.path, request.host), response.headers)
+
+
+def apply_rule_changes(changes: HeaderChanges, headers: CIMultiDict[str]) -> None:
+    """The `_headers` changes of one request path and host applied to a delivery response's headers
+    (also used by the hit path, assetcdn/edge/fastpath/prepared.py, to build its header block once)."""
+    if not changes:
+        return
+    for name in list(headers):
+        if name.lower() in changes.remove and name.lower() not in PROTECTED:
+            del headers[name]
+    for name, value in changes.set.items():
+        lower = name.lower()
+        if lower == NOSNIFF_HEADER.lower():
+            continue
+        if lower == CSP_HEADER.lower() and CSP_HEADER in headers:
+            headers.add(name, value)
+        else:
+            headers[name] = value
+    keep_sandbox(headers)

@@ -1,0 +1,159 @@
+"""Prepared hits: the response head of one (Host, path) worked out once, kept while it is valid.
+
+A prepared hit holds the status line and every header that does not change from one request to
+the next: the path's delivery head (Content-Type, ETag, Cache-Tag, nosniff, the sandbox CSP on
+active types: assetcdn/edge/states/head.py), Cache-Control, X-Cache, Accept-Ranges, X-API-Version, the
+`_headers` rules of that host and path (assetcdn/edge/edge_config.py), `Server` and Content-Length. A request adds
+`Date` (one string per second) and its `X-Request-ID`. The body is not kept here: a memory-tier
+body is looked up by its cache key on every request (so an eviction or purge of the memory tier
+takes effect at once and no evicted body stays alive here), a body of ``SENDFILE_MIN`` or more is
+the disk tier's file, opened per request and sent with sendfile (a purge unlinks it: the open fails and the request goes
+to the full application, which fetches it again).
+
+What makes a prepared hit stale, and how each is seen on the next request:
+
+- a manifest change of the path (upload, overwrite, delete, new tags): the replica holds a new
+  entry object (or none), checked by identity;
+- new edge configuration (rules, domains): every prepared hit of the old configuration is dropped;
+- a purge: the memory tier no longer has the key, or the file is gone; purges another worker of
+  the node applied are replayed first (EdgeCache.sync_purges);
+- control unreachable: the hit would be STALE, which the full application answers.
+
+What is never prepared (the full application answers, assetcdn/edge/fastpath/protocol.py hands it over):
+anything not in the manifest or not cached yet (a miss), private paths, tenant-host requests for
+another zone, paths a `_redirects` rule matches, rules that would change framing headers.
+"""
+
+from __future__ import annotations
+
+from multidict import CIMultiDict
+
+from assetcdn.edge.access import is_private, serves_on_host
+from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.edge_config import EdgeConfig, apply_rule_changes, tenant_path
+from assetcdn.edge.node import EdgeNode
+from assetcdn.edge.states.deliver import delivery_headers
+from assetcdn.edge.states.head import EntryHead
+from assetcdn.edge.states.lookup import lookup
+from assetcdn.shared import API_VERSION
+from assetcdn.shared.content_security import protect
+from assetcdn.shared.http_server import SERVER_NAME
+from assetcdn.shared.manifest import ManifestEntry
+
+STATUS_200 = b"HTTP/1.1 200 OK\r\n"
+STATUS_206 = b"HTTP/1.1 206 Partial Content\r\n"
+STATUS_304 = b"HTTP/1.1 304 Not Modified\r\n"
+SERVER_LINE = f"Server: {SERVER_NAME}\r\n".encode()
+SENDFILE_MIN = 64 * 1024  # bodies from this size are sent from the disk tier's file when it has one
+# Headers a `_headers` rule may not touch on a prepared hit: they are per request or frame the
+# message. A path whose rules name one of them is always answered by the full application.
+PER_REQUEST_HEADERS = frozenset({
+    "x-request-id", "date", "server", "content-length", "transfer-encoding", "connection", "keep-alive",
+    "content-range", "trailer", "upgrade",
+})
+
+
+class Prepared:
+    """One (Host, path)'s hit, valid while ``entry`` is the replica's entry for ``cdn_path``."""
+
+    __slots__ = ("entry", "cdn_path", "zone", "key", "file", "size", "etag", "head", "head_304")
+
+    def __init__(self, entry: ManifestEntry, cdn_path: str, key: str, file: str | None, size: int, etag: str,
+                 block: bytes) -> None:
+        self.entry = entry
+        self.cdn_path = cdn_path
+        self.zone = cdn_path.split("/", 1)[0]
+        self.key = key                  # memory-tier key of the body (when ``file`` is None)
+        self.file = file                # the disk tier's file of a large body
+        self.size = size
+        self.etag = etag
+        # Status line, the header lines (``block``) and Content-Length, which comes last.
+        self.head = STATUS_200 + block + b"Content-Length: %d\r\n" % size
+        self.head_304: bytes | None = None  # made on the first conditional hit
+
+    def partial_head(self, start: int, end: int) -> bytes:
+        """The head of a 206 for bytes ``[start, end)``: the 200's header lines (not kept twice)."""
+        block = self.head[len(STATUS_200):self.head.rindex(b"Content-Length: ")]
+        return STATUS_206 + block + b"Content-Range: bytes %d-%d/%d\r\nContent-Length: %d\r\n" % (
+            start, end - 1, self.size, end - start)
+
+
+class HostView:
+    """What one Host header value maps to under one configuration: its tenant zone and its hits."""
+
+    __slots__ = ("key", "name", "zone", "hits")
+
+    def __init__(self, key: bytes, name: str, zone: str | None) -> None:
+        self.key = key        # the Host header as received
+        self.name = name
+        self.zone = zone
+        self.hits: dict[bytes, Prepared] = {}
+
+
+def response_headers(node: EdgeNode, config: EdgeConfig, head: EntryHead, obj: CachedObject, host: str, path: str,
+                     *, not_modified: bool = False) -> CIMultiDict[str] | None:
+    """The headers the full application gives this hit (the serve sequence's `delivery_headers` with the
+    CDN path's policy, assetcdn/edge/routes/delivery.py; then the response hooks: assetcdn/shared/middleware.py stamps
+    and protects, assetcdn/edge/edge_config.py applies the `_headers` rules),
+    without Date, Server, X-Request-ID and Content-Length. None if a rule touches one of those."""
+    headers: CIMultiDict[str] = CIMultiDict(delivery_headers(
+        obj, cache_status="HIT", cache_control=node.asset_cache_control, head=head))
+    if not_modified:
+        headers.popall("Content-Type", None)
+    headers.setdefault("X-API-Version", API_VERSION)
+    protect(headers)
+    if config.rules.headers:
+        changes = config.rules.headers.for_path(path, host)
+        if changes:
+            if any(name.lower() in PER_REQUEST_HEADERS for name in changes.set) or \
+                    changes.remove & PER_REQUEST_HEADERS:
+                return None
+            apply_rule_changes(changes, headers)
+    return headers
+
+
+def header_lines(headers: CIMultiDict[str]) -> bytes:
+    return "".join(f"{name}: {value}\r\n" for name, value in headers.items()).encode() + SERVER_LINE
+
+
+def prepare(node: EdgeNode, config: EdgeConfig, view: HostView, path: str) -> tuple[Prepared, CachedObject] | None:
+    """The prepared hit of ``path`` on ``view``'s host and the cache entry it serves now; None when
+    the full application must answer (see the module docstring). May read the disk tier inline
+    (one SQLite row, or a file of at most the memory tier's object size), as a hit there does."""
+    if config.rules.redirects and config.rules.redirects.match(path) is not None:
+        return None
+    cdn_path = tenant_path(view.zone, path)[1:]
+    if not serves_on_host(cdn_path, view.zone):
+        return None
+    entry = node.replica.get(cdn_path)
+    if entry is None or is_private(entry):
+        return None
+    head = node.replica.head(entry)
+    obj = lookup(node, head.key)
+    if obj is None:
+        return None
+    headers = response_headers(node, config, head, obj, view.name, path)
+    if headers is None:
+        return None
+    etag = headers.get("ETag", head.etag)
+    file = obj.path
+    if file is None and obj.size >= SENDFILE_MIN:
+        # Also kept in memory, but sending the disk tier's file costs the server a third of the CPU
+        # of writing the bytes from memory (no copy into the socket): hits_bench, benchmarks/README.md.
+        on_disk = node.cache.disk.get(head.key, load_limit=0)
+        file = on_disk.path if on_disk is not None else None
+    return Prepared(entry, cdn_path, head.key, file, obj.size, etag, header_lines(headers)), obj
+
+
+def not_modified_head(node: EdgeNode, config: EdgeConfig, hit: Prepared, obj: CachedObject | None, view: HostView,
+                      path: str) -> bytes | None:
+    """The 304 head of a prepared hit (Content-Type dropped before the rules apply, as the full
+    application does), made once; None if it cannot be prepared."""
+    if hit.head_304 is None:
+        head = node.replica.head(hit.entry)
+        stored = obj if obj is not None else CachedObject(hit.key, head.content_type, head.etag, head.tags, hit.size, 0.0)
+        headers = response_headers(node, config, head, stored, view.name, path, not_modified=True)
+        if headers is None:
+            return None
+        hit.head_304 = STATUS_304 + header_lines(headers)
+    return hit.head_304

@@ -1,0 +1,324 @@
+"""One worker's hit server: the state its public connections share, and the site that listens.
+
+``HitSite`` takes the place of aiohttp's ``TCPSite`` for the public port: same address, options
+and shutdown, but each connection is a ``HitProtocol`` (assetcdn/edge/fastpath/protocol.py), which answers
+hits itself and hands everything else to the aiohttp application's request handlers.
+
+``HitServer.answer`` is the hit itself. Per batch of pipelined requests (``begin_batch``) it picks
+up the node's state once: the configuration (a new one drops every prepared hit), purges other
+workers made (replayed on this worker's memory tier), the replica's entries and whether control is
+reachable (else a hit is STALE: the application answers it, with its Warning). Per request: the
+Host's view, the path's prepared hit, its body from the memory tier or its file, and the answer.
+Counting is what the application counts for the same answer: one request in the metrics (route
+``/{path}``, batched: assetcdn/shared/metrics.py), one cache HIT, bytes served, and a delivery-log entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from aiohttp import web
+
+from assetcdn.edge.app_keys import NODE, SETTINGS
+from assetcdn.edge.fastpath.prepared import HostView, Prepared, not_modified_head, prepare
+from assetcdn.edge.fastpath.protocol import (
+    ANSWERED,
+    BUSY,
+    COUNTRY,
+    HAND_OVER,
+    WANTED,
+    HitProtocol,
+    RequestIds,
+    hit_record,
+)
+from assetcdn.edge.states.deliver import etag_matches, parse_range
+from assetcdn.shared.http_server import header_timeout_s
+from assetcdn.shared.metrics import METRICS
+
+log = logging.getLogger(__name__)
+
+DELIVERY_ROUTE = "/{path}"          # the canonical name of the application's CDN-path route
+MAX_HOSTS = 1024                    # distinct Host values kept; more (a scan) start over
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def date_line(now: float) -> bytes:
+    t = time.gmtime(now)
+    return (f"Date: {_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} "
+            f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT\r\n").encode()
+
+
+class HitServer:
+    def __init__(self, app: web.Application, web_server: web.Server) -> None:
+        settings = app[SETTINGS]
+        self.app = app
+        self.web_server = web_server
+        self.node = app[NODE]
+        self.metrics = app[METRICS]
+        self.header_timeout_s = header_timeout_s(settings)
+        self.max_hits = max(1, int(settings.get("edge", "hot_heads_max")))
+        self.wanted = dict(WANTED)
+        self.wanted.setdefault(str(settings.get("analytics", "country_header")).lower().encode(), COUNTRY)
+        self.memory = self.node.cache.memory
+        self._sync_purges = self.node.cache.sync_purges
+        self.loop = asyncio.get_running_loop()
+        self.ids = RequestIds()
+        self.connections: set[HitProtocol] = set()
+        self.hosts: dict[bytes, HostView] = {}
+        self.prepared = 0  # prepared hits held, over every Host
+        self.config: Any = None
+        self.entries: dict[str, Any] = {}
+        self.reachable = False
+        self.started = 0.0
+        self.date = date_line(time.time())
+        self.cache_hit = self.metrics.cache_result("HIT")
+        self.served = 0  # requests answered here (the rest went to the application)
+        self._tick: asyncio.TimerHandle | None = None
+
+    def protocol(self) -> HitProtocol:
+        return HitProtocol(self)
+
+    # --- once a second: Date, head deadlines -------------------------------------------------------
+
+    def start(self) -> None:
+        self._on_tick()
+
+    def _on_tick(self) -> None:
+        now = time.time()
+        self.date = date_line(now)
+        loop = self.loop
+        clock = loop.time()
+        for connection in [c for c in self.connections if c.deadline <= clock]:
+            connection.timed_out()
+        self._tick = loop.call_later(1.0 - now % 1.0 + 0.001, self._on_tick)
+
+    def stop(self) -> None:
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
+        for connection in list(self.connections):
+            connection.close_when_idle()
+
+    # --- hits ------------------------------------------------------------------------------------------
+
+    def begin_batch(self) -> None:
+        node = self.node
+        if node.config is not self.config:
+            self.config = node.config
+            self._forget_hosts()
+        self._sync_purges()
+        self.entries = node.replica.entries
+        # EdgeNode.control_reachable: a hit is STALE when control has not answered lately or the
+        # circuit breaker has it down; the application answers those.
+        self.reachable = self.node.control_reachable()
+        self.started = time.perf_counter()
+
+    def answer(self, conn: HitProtocol, buf: bytes, pos: int, head_end: int, out: list[Any]) -> int:
+        """Answer the request whose head is ``buf[pos:head_end]`` (parsed into ``conn``) if it is a hit;
+        ANSWERED (response appended to ``out``), BUSY (head appended; its file follows) or HAND_OVER."""
+        try:
+            return self._answer(conn, buf, pos, head_end, out)
+        except Exception:  # never a broken connection for a hit: the application answers instead
+            log.exception("hit path failed; handing the request to the application")
+            return HAND_OVER
+
+    def _answer(self, conn: HitProtocol, buf: bytes, pos: int, head_end: int, out: list[Any]) -> int:
+        method = conn.parser.get_method()
+        if method == b"GET":
+            head_only = False
+        elif method == b"HEAD":
+            head_only = True
+        else:
+            return HAND_OVER
+        line_end = buf.find(b"\r\n", pos)
+        if buf[line_end - 9:line_end] != b" HTTP/1.1" or not self.reachable:
+            return HAND_OVER
+        headers = conn.headers
+        host = headers[0]
+        if host is None or conn.repeated or headers[4] is not None:  # Expect: the application decides
+            return HAND_OVER
+        url = conn.url
+        query = url.find(b"?")
+        path = url if query < 0 else url[:query]
+        if path[:1] != b"/" or b"%" in path:
+            return HAND_OVER
+        view = self.hosts.get(host)
+        if view is None:
+            view = self._host_view(host)
+            if view is None:
+                return HAND_OVER
+        hit = view.hits.get(path)
+        obj: Any = None
+        fileno = -1
+        for _attempt in range(2):
+            if hit is None or self.entries.get(hit.cdn_path) is not hit.entry:
+                made = self._prepare(view, path)
+                if made is None:
+                    return HAND_OVER
+                hit, obj = made
+            if hit.file is None:
+                if obj is None:
+                    obj = self.memory.hit(hit.key)
+                if obj is not None:
+                    break
+            else:
+                try:
+                    if head_only:
+                        os.stat(hit.file)
+                    else:
+                        fileno = os.open(hit.file, os.O_RDONLY | os.O_CLOEXEC)
+                    break
+                except FileNotFoundError:  # purged or evicted: the application fetches it again
+                    pass
+            self._drop(view, path)
+            hit = obj = None
+        else:
+            return HAND_OVER
+        assert hit is not None
+        try:
+            return self._respond(conn, view, path, hit, obj, fileno, head_only, out)
+        except BaseException:
+            if fileno >= 0:
+                os.close(fileno)
+            raise
+
+    def _respond(self, conn: HitProtocol, view: HostView, path: bytes, hit: Prepared, obj: Any, fileno: int,
+                 head_only: bool, out: list[Any]) -> int:
+        headers = conn.headers
+        if_none_match = headers[1]
+        size = hit.size
+        start, end = 0, size
+        if if_none_match is not None and etag_matches(if_none_match.decode("latin-1"), hit.etag):
+            status = 304
+            head = hit.head_304 or not_modified_head(self.node, self.config, hit, obj, view, path.decode())
+            if head is None:
+                return self._decline(fileno)
+        else:
+            status = 200
+            head = hit.head
+            if headers[2] is not None:
+                parsed = parse_range(headers[2].decode("latin-1"), size)
+                if parsed is False:  # 416: the application answers it
+                    return self._decline(fileno)
+                if parsed is not None:
+                    status = 206
+                    start, end = parsed
+                    head = hit.partial_head(start, end)
+        request_id = self.ids.of(headers[3])
+        if conn.keep_alive:
+            out.append(head + self.date + b"X-Request-ID: " + request_id + b"\r\n\r\n")
+        else:
+            conn.closing = True
+            out.append(head + self.date + b"Connection: close\r\nX-Request-ID: " + request_id + b"\r\n\r\n")
+        sent = 0 if head_only or status == 304 else end - start
+        if sent:
+            if fileno >= 0:
+                conn.pending_file = (fileno, start, sent)
+            elif status == 200:
+                out.append(obj.body)
+            else:
+                out.append(memoryview(obj.body)[start:end])
+        elif fileno >= 0:
+            os.close(fileno)
+            fileno = -1
+        self._count(conn, hit, status, sent, head_only, request_id)
+        return BUSY if fileno >= 0 else ANSWERED
+
+    def _decline(self, fileno: int) -> int:
+        if fileno >= 0:
+            os.close(fileno)
+        return HAND_OVER
+
+    def _count(self, conn: HitProtocol, hit: Prepared, status: int, sent: int, head_only: bool,
+               request_id: bytes) -> None:
+        self.served += 1
+        method = "HEAD" if head_only else "GET"
+        metrics = self.metrics
+        metrics.count_request(DELIVERY_ROUTE, method, str(status), time.perf_counter() - self.started)
+        self.cache_hit.inc()
+        if sent:
+            metrics.bytes_served_here.inc(sent)
+        self.node.deliveries.buffer.append(hit_record(hit, status, sent, conn.headers[COUNTRY], method,
+                                                      request_id, conn.peer))
+
+    def _host_view(self, host: bytes) -> HostView | None:
+        try:
+            name = host.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        if len(self.hosts) >= MAX_HOSTS:
+            self._forget_hosts()
+        view = self.hosts[host] = HostView(host, name, self.config.zone_for_host(name))
+        return view
+
+    def _prepare(self, view: HostView, path: bytes) -> tuple[Prepared, Any] | None:
+        try:
+            text = path.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        made = prepare(self.node, self.config, view, text)
+        hits = view.hits
+        if made is None:
+            self._drop(view, path)
+            return None
+        hit, obj = made
+        # Kept only when the next request can find the body again the same way (memory tier or file).
+        # At most max_hits across every Host: past that a Host's oldest goes, or, for a Host with none
+        # yet (many Host values), all of them (hits are made again on use).
+        if hit.file is not None or hit.key in self.memory:
+            if path not in hits:
+                if self.prepared >= self.max_hits:
+                    if hits:
+                        del hits[next(iter(hits))]
+                        self.prepared -= 1
+                    else:
+                        self._forget_hosts()
+                        hits = view.hits = {}
+                        self.hosts[view.key] = view
+                self.prepared += 1
+            hits[path] = hit
+        return made
+
+    def _drop(self, view: HostView, path: bytes) -> None:
+        if view.hits.pop(path, None) is not None:
+            self.prepared -= 1
+
+    def _forget_hosts(self) -> None:
+        self.hosts = {}
+        self.prepared = 0
+
+
+class HitSite(web.TCPSite):
+    """aiohttp's TCPSite with hit connections (assetcdn/edge/fastpath/protocol.py) in front of the application."""
+
+    def __init__(self, runner: web.BaseRunner, host: str | None = None, port: int | None = None, *,
+                 sock: Any = None, **options: Any) -> None:
+        super().__init__(runner, host, port, **options)
+        self.sock = sock
+        self.hits: HitServer | None = None
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        runner = self._runner
+        assert isinstance(runner, web.AppRunner) and runner.server is not None
+        hits = self.hits = HitServer(runner.app, runner.server)
+        loop = asyncio.get_running_loop()
+        if self.sock is not None:
+            self._server = await loop.create_server(hits.protocol, sock=self.sock, backlog=self._backlog)
+        else:
+            self._server = await loop.create_server(
+                hits.protocol, self._host, self._port, backlog=self._backlog,
+                reuse_address=self._reuse_address, reuse_port=self._reuse_port)
+        sockets = getattr(self._server, "sockets", None)
+        self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
+        hits.start()
+
+    async def stop(self) -> None:
+        if self.hits is not None:
+            self.hits.stop()
+        await super().stop()

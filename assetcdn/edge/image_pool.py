@@ -1,0 +1,345 @@
+"""The bounded pool image work runs in: worker PROCESSES, killed and replaced when they overrun.
+
+Transforms, format conversions and placeholders never run in the edge's own process:
+- time: a job that has not answered `time_budget_s` plus KILL_GRACE_S after it was handed
+  over is killed with its process and answers 503. The pipeline's own deadline usually answers
+  first; the kill is for work nothing can interrupt (librsvg drawing an SVG's filters).
+- memory: a worker whose RSS passes `memory_limit_mb` while it works is killed the same way
+  (503). One that ends a job above RECYCLE_FRACTION of the limit, or has run MAX_JOBS_PER_WORKER
+  jobs, is replaced: the allocator keeps what a large job took, and the edge's own memory never
+  holds decoded pixels.
+- queue: more than QUEUE_FACTOR waiting jobs per worker are refused with 503 rather than left
+  to grow (every queued job holds its source bytes).
+Workers are started with 'spawn' (forking the threaded edge is unsafe) when the pool starts,
+so the first request does not wait for Python and libvips to load; they die with the edge
+(PR_SET_PDEATHSIG) and close() stops them within a bounded time.
+
+A job is a module-level function (sent by reference) and its arguments: see
+assetcdn/edge/transform/jobs.py. Its own failure (a 4xx from the pipeline, an overrun, a crash) raises
+JobFailed, which callers may remember (assetcdn/edge/failed_variants.py): the same input fails the same
+way. A refusal by the pool itself (busy, closed, a worker that would not start) is a plain
+LegacyError 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import gc
+import importlib
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any, TypeVar
+
+import pyvips
+
+from assetcdn.edge.failed_variants import FailedVariants
+from assetcdn.edge.transform.limits import TransformLimits
+from assetcdn.shared.config import Settings
+from assetcdn.shared.errors import LegacyError
+from assetcdn.shared.process import die_with_parent
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+QUEUE_FACTOR = 32
+KILL_GRACE_S = 0.5            # past the time budget before the parent kills the worker
+WATCH_INTERVAL_S = 0.05       # how often a running job's RSS is read
+START_TIMEOUT_S = 60.0        # a new worker must be ready (Python and libvips loaded) within this
+STOP_TIMEOUT_S = 2.0          # close(): SIGTERM, then SIGKILL after this
+RECYCLE_FRACTION = 0.5
+MAX_JOBS_PER_WORKER = 1000
+TRIM_ABOVE_BYTES = 64 * 1024 * 1024   # a worker this far above its size at start gives memory back
+# Modules a worker imports before it reports ready, so no job pays for them.
+PRELOAD = ("assetcdn.edge.transform.jobs",)
+# libvips' operation cache keeps recent operations and their pixels for reuse. Every edge request
+# loads a new buffer, so it would rarely hit and only hold memory; the edge cache keeps results.
+LIBVIPS_CACHE_MAX_OPERATIONS = 16
+LIBVIPS_CACHE_MAX_MEMORY = 32 * 1024 * 1024
+_READY = "ready"
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+class JobFailed(LegacyError):
+    """A job's own failure: its input fails the same way next time (negative-cacheable)."""
+
+
+def configure_libvips(*, worker: bool = False) -> None:
+    """Shrink libvips' process-wide operation cache; a worker keeps none (no state between jobs)."""
+    pyvips.cache_set_max(0 if worker else LIBVIPS_CACHE_MAX_OPERATIONS)
+    pyvips.cache_set_max_mem(0 if worker else LIBVIPS_CACHE_MAX_MEMORY)
+
+
+def _release_memory() -> None:
+    """Free what a job left in reference cycles and hand the freed heap back to the system (glibc
+    keeps it otherwise). About 20 + 60 ms: only worth it after a job that grew the process."""
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
+
+
+def _worker_main(conn: Connection, parent_pid: int) -> None:
+    """A worker process: run jobs from `conn` one at a time until told to stop or the edge goes."""
+    die_with_parent()
+    if os.getppid() != parent_pid:   # the edge died before the death signal was armed
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is for the edge, which stops us
+    configure_libvips(worker=True)
+    for module in PRELOAD:
+        importlib.import_module(module)
+    trim_above = _rss_bytes(os.getpid()) + TRIM_ABOVE_BYTES
+    conn.send(_READY)
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        except Exception:   # a job that cannot be unpickled here
+            conn.send(("failed", traceback.format_exc()))
+            continue
+        if message is None:
+            return
+        work, args = message
+        try:
+            reply: tuple[str, Any] = ("ok", work(*args))
+        except LegacyError as exc:
+            reply = ("refused", (exc.status, exc.error, exc.message, exc.extra, exc.headers))
+        except Exception:
+            reply = ("failed", traceback.format_exc())
+        del message, work, args
+        if _rss_bytes(os.getpid()) > trim_above:
+            _release_memory()   # before answering: the pool reads this process's RSS when the answer arrives
+        conn.send(reply)
+        del reply
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE_SIZE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+@dataclass(eq=False)
+class _Worker:
+    process: BaseProcess
+    conn: Connection
+    ready: bool = False
+    jobs: int = 0
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid or 0
+
+    def kill(self) -> None:
+        """SIGKILL and reap (a killed process exits at once)."""
+        self.process.kill()
+        self.process.join(STOP_TIMEOUT_S)
+        self.conn.close()
+
+
+@dataclass
+class _Outcome:
+    result: Any = None
+    error: LegacyError | None = None
+    replace: bool = False          # the worker is gone (or must go): start another in its place
+
+
+class ImagePool:
+    def __init__(self, concurrency: int, limits: TransformLimits | None = None, *,
+                 memory_limit_mb: int = 1024, failure_ttl_s: float = 60.0) -> None:
+        self.concurrency = max(int(concurrency), 1)
+        self.limits = limits or TransformLimits()
+        self.memory_limit_bytes = int(memory_limit_mb) * 1024 * 1024
+        self.max_queued = self.concurrency * QUEUE_FACTOR
+        self.failed = FailedVariants(failure_ttl_s)
+        self._context = multiprocessing.get_context("spawn")
+        self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="image")
+        self._idle: asyncio.Queue[_Worker | None] | None = None   # None: the pool is closing
+        self._workers: set[_Worker] = set()
+        self._queued = 0   # touched on the event loop only
+        self._closed = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ImagePool:
+        transform = settings.section("transform")
+        return cls(transform["concurrency"], TransformLimits.from_settings(transform),
+                   memory_limit_mb=transform["worker_memory_mb"], failure_ttl_s=transform["failure_ttl_s"])
+
+    @property
+    def queued(self) -> int:
+        return self._queued
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return sorted(worker.pid for worker in self._workers)
+
+    def start(self) -> None:
+        """Start every worker now (on the event loop's thread): they load while the edge starts."""
+        if self._idle is None:
+            self._idle = asyncio.Queue()
+            for _ in range(self.concurrency):
+                self._idle.put_nowait(self._spawn())
+
+    def _spawn(self) -> _Worker:
+        # Started from the event loop's thread only: the death signal follows the thread that forked.
+        ours, theirs = self._context.Pipe()
+        process = self._context.Process(target=_worker_main, args=(theirs, os.getpid()), daemon=True,
+                                         name="assetcdn-image")
+        process.start()
+        theirs.close()
+        worker = _Worker(process, ours)
+        self._workers.add(worker)
+        return worker
+
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)` in a worker process; JobFailed for its failure, LegacyError(503) when refused."""
+        if self._closed:
+            raise LegacyError(503, "This edge is shutting down; retry shortly.", headers={"Retry-After": "1"})
+        if self._queued >= self.max_queued:
+            raise LegacyError(503, f"This edge is busy with {self._queued} image jobs; retry shortly.",
+                              headers={"Retry-After": "1"})
+        self.start()
+        assert self._idle is not None
+        self._queued += 1
+        try:
+            worker = await self._idle.get()
+            if worker is None:
+                self._idle.put_nowait(None)   # wake the next waiter too
+                raise LegacyError(503, "This edge is shutting down; retry shortly.", headers={"Retry-After": "1"})
+            loop = asyncio.get_running_loop()
+            job = self._executor.submit(self._serve, worker, work, args)
+            # The worker comes back (or is replaced) when the job ends, even if this waiter was cancelled.
+            job.add_done_callback(lambda done: self._call_on_loop(loop, self._job_done, worker, done))
+            outcome = await asyncio.wrap_future(job)
+        finally:
+            self._queued -= 1
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.result  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _call_on_loop(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:   # the loop is closed: the edge is gone, and its workers with it
+            pass
+
+    def _job_done(self, worker: _Worker, job: Future[_Outcome]) -> None:
+        replace = job.cancelled() or job.exception() is not None or job.result().replace
+        if replace:
+            self._workers.discard(worker)
+            if worker.process.is_alive():   # the job broke before it reached the worker
+                worker.process.kill()
+            worker.conn.close()
+        if self._closed or self._idle is None:
+            if not replace and worker in self._workers:
+                self._stop_later(worker)
+            return
+        self._idle.put_nowait(self._spawn() if replace else worker)
+
+    # --- in a pool thread: one job on one worker ------------------------------------------------
+
+    def _serve(self, worker: _Worker, work: Callable[..., Any], args: tuple[Any, ...]) -> _Outcome:
+        if not worker.ready and not self._wait_ready(worker):
+            return _Outcome(error=LegacyError(503, "The image worker could not be started; retry shortly.",
+                                              headers={"Retry-After": "1"}), replace=True)
+        try:
+            worker.conn.send((work, args))
+            deadline = time.monotonic() + self.limits.time_budget_s + KILL_GRACE_S
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    worker.kill()
+                    return _Outcome(error=self._over_time(), replace=True)
+                if worker.conn.poll(min(WATCH_INTERVAL_S, left)):
+                    break
+                if _rss_bytes(worker.pid) > self.memory_limit_bytes:
+                    worker.kill()
+                    return _Outcome(error=self._over_memory(), replace=True)
+            kind, payload = worker.conn.recv()
+        except (EOFError, OSError):   # the worker died (crashed, or close() stopped it)
+            worker.kill()
+            return _Outcome(error=self._stopped(), replace=True)
+        worker.jobs += 1
+        recycle = (worker.jobs >= MAX_JOBS_PER_WORKER
+                   or _rss_bytes(worker.pid) > self.memory_limit_bytes * RECYCLE_FRACTION)
+        if recycle:
+            worker.kill()
+        if kind == "ok":
+            return _Outcome(result=payload, replace=recycle)
+        if kind == "refused":
+            status, error, message, extra, headers = payload
+            return _Outcome(error=JobFailed(status, error, message, extra, headers), replace=recycle)
+        log.error("image job %s failed in worker %d:\n%s", getattr(work, "__name__", work), worker.pid, payload)
+        return _Outcome(error=JobFailed(500, "Transform failed: internal error"), replace=recycle)
+
+    def _wait_ready(self, worker: _Worker) -> bool:
+        try:
+            if worker.conn.poll(START_TIMEOUT_S) and worker.conn.recv() == _READY:
+                worker.ready = True
+                return True
+        except (EOFError, OSError):
+            pass
+        log.error("image worker %d did not start (exit code %s)", worker.pid, worker.process.exitcode)
+        worker.kill()
+        return False
+
+    def _over_time(self) -> JobFailed:
+        return JobFailed(503, f"The transform exceeded its time budget of {self.limits.time_budget_s:g} s and was "
+                         "stopped. Ask for a smaller size or a faster format, or retry later.",
+                         headers={"Retry-After": "1"})
+
+    def _over_memory(self) -> JobFailed:
+        limit_mb = self.memory_limit_bytes // (1024 * 1024)
+        return JobFailed(503, f"The transform exceeded its memory budget of {limit_mb} MB and was stopped. "
+                         "Ask for a smaller size, or retry later.", headers={"Retry-After": "1"})
+
+    @staticmethod
+    def _stopped() -> JobFailed:
+        return JobFailed(503, "The image worker stopped while transforming this image.",
+                         headers={"Retry-After": "1"})
+
+    # --- shutdown ---------------------------------------------------------------------------------
+
+    def _stop_later(self, worker: _Worker) -> None:
+        self._workers.discard(worker)
+        worker.process.kill()
+        worker.conn.close()
+
+    async def close(self) -> None:
+        """Stop every worker: SIGTERM, then SIGKILL after STOP_TIMEOUT_S. Running jobs answer 503."""
+        self._closed = True
+        if self._idle is not None:
+            self._idle.put_nowait(None)
+        workers = list(self._workers)
+        self._workers.clear()
+        await asyncio.to_thread(_stop_processes, [worker.process for worker in workers])
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _stop_processes(processes: list[BaseProcess]) -> None:
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for process in processes:
+        process.join(max(deadline - time.monotonic(), 0))
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join(STOP_TIMEOUT_S)

@@ -1,0 +1,221 @@
+"""One edge worker's state: manifest replica, cache, control client and request coalescing.
+
+It applies pushes and purges from control and catches up on its own when it missed some.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from assetcdn.edge.cache.applied import GenerationPurge
+from assetcdn.edge.cache.coalesce import SingleFlight
+from assetcdn.edge.cache.store import EdgeCache
+from assetcdn.edge.cache.tags import path_tag
+from assetcdn.edge.cache.tags import (
+    public_tags as public_tags,  # re-exported: routes import it from here
+)
+from assetcdn.edge.cache.tags import source_tags as source_tags  # re-exported
+from assetcdn.edge.control_client import ControlClient, run_sync_loop
+from assetcdn.edge.delivery_log import DeliveryLog
+from assetcdn.edge.edge_config import EdgeConfig, tenant_path
+from assetcdn.edge.replica import ManifestReplica
+from assetcdn.shared.config import Settings
+from assetcdn.shared.manifest import ManifestChange, ManifestEntry
+from assetcdn.shared.metrics import Metrics
+from assetcdn.shared.paths import InvalidPath, parse_cdn_path
+
+log = logging.getLogger(__name__)
+FINAL_SHIP_TIMEOUT_S = 2.0
+
+
+class EdgeNode:
+    def __init__(self, settings: Settings, name: str, control: ControlClient, cache: EdgeCache,
+                 state_dir: Path, metrics: Metrics) -> None:
+        self.settings = settings
+        self.name = name
+        self.control = control
+        self.cache = cache
+        self.metrics = metrics
+        self.replica = ManifestReplica(state_dir / "manifest.json")
+        self.config = EdgeConfig()
+        self.deliveries = DeliveryLog(settings.get("analytics", "country_header"), node=name)
+        self.config_file = state_dir / "edge-config.json"
+        self.flight: SingleFlight[Any] = SingleFlight()
+        self._sync_lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.synced = False  # caught up with control at least once since this process started
+        edge = settings.section("edge")
+        self.reachability_window_s = max(3 * float(edge["catchup_interval_s"]), float(edge["reachable_for_s"]))
+        self.stale_if_error_s = float(edge["stale_if_error_s"])
+        self.asset_cache_control = f"public, max-age={int(edge['asset_max_age_s'])}"
+        self.confirmed_at = 0.0  # monotonic time this edge last confirmed it holds control's generation
+        # The generation whose changes and purges are all applied (the replica's moves first, before the
+        # purges run): what health reports, so "at generation N" means N's purges are done here.
+        self.applied_generation = 0
+
+    def load_persisted(self) -> None:
+        """What this edge knew before a restart, so it can serve (STALE) while control is unreachable."""
+        self.replica.load_persisted()
+        self.applied_generation = self.replica.generation
+        try:
+            self.config = EdgeConfig.from_snapshot(orjson.loads(self.config_file.read_bytes()))
+        except (FileNotFoundError, orjson.JSONDecodeError, KeyError):
+            pass
+
+    async def _refresh_config(self, version: str | None) -> None:
+        if not version or version == self.config.version:
+            return
+        snapshot = await self.control.config()
+        self.config = EdgeConfig.from_snapshot(snapshot)
+        tmp = self.config_file.with_name(f"{self.config_file.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(orjson.dumps(snapshot))
+        os.replace(tmp, self.config_file)
+
+    async def start(self, cluster_url: str) -> None:
+        """Start the background work: register with control, heartbeat and catch up on a short timer."""
+        edge = self.settings.section("edge")
+        self._tasks.append(asyncio.create_task(run_sync_loop(
+            self.control, name=self.name, url=cluster_url, get_generation=lambda: self.replica.generation,
+            catch_up=self.catch_up, interval_s=float(edge["catchup_interval_s"]),
+            heartbeat_s=float(edge["heartbeat_interval_s"]), retry_s=float(edge["control_retry_s"]))))
+        self._tasks.append(asyncio.create_task(self.deliveries.ship_forever(
+            self.control, float(self.settings.get("analytics", "flush_interval_s")))))
+
+    async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            # What was served before shutdown still counts, if control is there to take it soon.
+            await asyncio.wait_for(self.deliveries.ship(self.control), timeout=FINAL_SHIP_TIMEOUT_S)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+
+    def control_reachable(self) -> bool:
+        return self.control.reachable(self.reachability_window_s)
+
+    def hit_status(self) -> str | None:
+        """How a cached file may be served now: "HIT" while control is reachable, "STALE" while it is not
+        (stale-if-error: the file cannot be confirmed current) for up to `stale_if_error_s` after the
+        last contact with control (or this process's start), then None: not served from cache at all."""
+        if self.control_reachable():
+            return "HIT"
+        if self.stale_if_error_s <= 0 or self.control.seconds_since_contact() <= self.stale_if_error_s:
+            return "STALE"
+        return None
+
+    def sync_status(self) -> dict[str, Any]:
+        """What health reports of this edge's view of control: the breaker, the time since control last
+        answered, and how far behind this edge may be (the generation control last reported, and for how
+        long this edge has not been able to confirm it is current)."""
+        now = time.monotonic()
+        behind = max(self.control.generation_seen - self.replica.generation, 0)
+        return {"circuit": self.control.breaker.state,
+                "lastContactSecondsAgo": round(self.control.seconds_since_contact(), 1),
+                "controlGeneration": self.control.generation_seen,
+                "generationsBehind": behind,
+                "lagSeconds": round(now - self.confirmed_at, 1) if self.confirmed_at else None}
+
+    # --- manifest ---
+
+    async def catch_up(self) -> int:
+        """Ask control for the changes since our generation and apply them. Returns the generation."""
+        async with self._sync_lock:
+            reply = await self.control.changes_since(self.replica.generation)
+            await self._refresh_config(reply.get("config_version"))
+            generation, commit = int(reply["generation"]), reply.get("commit")
+            if generation == self.replica.generation and not reply.get("full"):
+                self.replica.loaded = True  # confirmed current (an empty repository has generation 0)
+                self.synced = True
+                self.confirmed_at = time.monotonic()
+                return generation
+            restart = generation < self.replica.generation  # control's history is gone: numbers start again
+            if reply.get("full"):
+                # Too far behind to replay: whatever purges we missed are unknown, so empty the cache (once
+                # per node: not when another worker has brought it to this generation already).
+                self.replica.replace(generation, commit, (ManifestEntry.from_json(e) for e in reply["entries"]))
+                purges = [GenerationPurge(generation, everything=True)]
+            else:
+                # Each change and purge says its generation (an older control's do not: then the newest).
+                at = {c["path"]: int(c.get("generation", generation)) for c in reply["changes"]}
+                changes = [ManifestChange.from_json(c) for c in reply["changes"]]
+                invalidated = self.replica.apply_changes(generation, commit, changes)
+                purges = [GenerationPurge(at[c.path], (path_tag(c.path),)) for c in invalidated]
+                purges += [self._purge_of(command, int(command.get("generation", generation)))
+                           for command in reply.get("purges", [])]
+            await self._apply_purges(purges, generation, restart=restart)
+            self._persist()
+            self.synced = True
+            self.confirmed_at = time.monotonic()
+            return generation
+
+    async def apply_push(self, message: dict[str, Any]) -> tuple[int, int]:
+        """Apply one pushed generation; returns (generation now held, cache entries purged)."""
+        generation = int(message["generation"])
+        purged = 0
+        async with self._sync_lock:
+            await self._refresh_config(message.get("config_version"))
+            if generation == self.replica.generation + 1:
+                changes = [ManifestChange.from_json(c) for c in message.get("changes", [])]
+                invalidated = self.replica.apply_changes(generation, message.get("commit"), changes)
+                purges = [GenerationPurge(generation, tuple(path_tag(c.path) for c in invalidated))]
+                purges += [self._purge_of(command, generation) for command in message.get("purges", [])]
+                purged = await self._apply_purges(purges, generation)
+                self._persist()
+                self.confirmed_at = time.monotonic()
+                applied = True
+            else:
+                applied = generation <= self.replica.generation
+        if not applied:
+            await self.catch_up()  # we missed a generation: fetch everything since ours
+        return self.replica.generation, purged
+
+    def _persist(self) -> None:
+        self.replica.persist()
+        self.applied_generation = self.replica.generation
+        self.metrics.manifest_generation.labels("edge").set(self.replica.generation)
+
+    # --- purges: manifest invalidations and purge commands from control ---
+
+    def _purge_of(self, command: dict[str, Any], generation: int) -> GenerationPurge:
+        """A purge command of `generation` as cache tags: `tags`, the path tags of `urls`, or everything."""
+        if command.get("everything"):
+            return GenerationPurge(generation, everything=True)
+        tags: list[str] = list(command.get("tags") or [])
+        for url in command.get("urls") or []:
+            path = cdn_path_from_url(url, self.config)
+            if path:
+                tags.append(path_tag(path))
+        return GenerationPurge(generation, tuple(tags))
+
+    async def _apply_purges(self, purges: list[GenerationPurge], generation: int, *, restart: bool = False) -> int:
+        """Apply the purges of the generations up to `generation` that this node's cache has not taken yet:
+        the disk tier is shared by the node's workers, so each generation's purges run once per node
+        (assetcdn/edge/cache/applied.py), whichever worker learns of it first."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, lambda: self.cache.purge_generations(purges, upto=generation, restart=restart))
+
+
+def cdn_path_from_url(url: str, config: EdgeConfig | None = None) -> str | None:
+    """The CDN path of a purge URL: an absolute URL on any host or a path; None if it names none.
+    On a tenant host (`config`) `https://<zone host>/v1/...` names that zone's file, as it does
+    when requested."""
+    if "://" in url:
+        parts = urlsplit(url)
+        path = parts.path if config is None else tenant_path(config.zone_for_host(parts.hostname or ""), parts.path)
+    else:
+        path = url.split("?", 1)[0]
+    try:
+        return parse_cdn_path(path)
+    except InvalidPath:
+        return None

@@ -1,0 +1,161 @@
+"""Forward every /api/... path the edge does not serve itself, and /dashboard, to control: method,
+headers (repeated ones too: Cookie in, Set-Cookie out) and status pass through, responses (SSE
+included) are streamed, and X-Forwarded-For is added.
+
+A request body is received whole (decoded, bounded in size and time) before control is asked
+(assetcdn/edge/proxied_body.py), so the pool of connections to control (``proxy_pool_size``) only ever holds
+calls that are ready; each call must be answered and relayed within ``proxy_timeout_s``, except an
+SSE stream once it has begun.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+from yarl import URL
+
+from assetcdn.edge.app_keys import NODE, PROXY_SESSION, SETTINGS
+from assetcdn.edge.edge_config import FORWARDED
+from assetcdn.edge.proxied_body import ProxiedBody, receive_body
+from assetcdn.shared.config import Settings
+from assetcdn.shared.errors import ApiError
+from assetcdn.shared.http_server import client_keepalive_s
+from assetcdn.shared.middleware import REQUEST_ID
+from assetcdn.shared.request_body import MB, body_deadline
+
+log = logging.getLogger(__name__)
+
+HOP_BY_HOP = frozenset(h.lower() for h in (
+    "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer",
+    "Transfer-Encoding", "Upgrade", "Host"))
+# The body goes on decoded and whole, with its own length; the edge already answered any Expect.
+REQUEST_SKIPPED = HOP_BY_HOP | {"content-length", "content-encoding", "expect"}
+# A response's length is set on the StreamResponse from the upstream one; the edge names itself.
+RESPONSE_SKIPPED = HOP_BY_HOP | {"content-length", "server"}
+# How soon a stream notices its client has gone while control has nothing to send.
+STREAM_CLIENT_CHECK_S = 1.0
+
+
+def open_proxy_session(settings: Settings) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=int(settings.get("edge", "proxy_pool_size")),
+                                     keepalive_timeout=client_keepalive_s(settings))
+    return aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
+
+
+def _body_limit(request: web.Request) -> int:
+    upload: int = request.app[SETTINGS].get("control", "max_upload_bytes")
+    if request.method == "PUT" and request.path.startswith("/api/storage/"):
+        return upload
+    # Anything else: the largest body control accepts, a batch upload (its base64 content carries
+    # up to a full-size file; assetcdn/control/routes/storage.py). Control applies each endpoint's own limit.
+    return max(upload * 4 // 3 + MB, 100 * MB)
+
+
+def _forward_headers(request: web.Request, body: ProxiedBody | None) -> CIMultiDict[str]:
+    headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in REQUEST_SKIPPED)
+    peer = request.remote or ""
+    prior = ", ".join(request.headers.getall("X-Forwarded-For", []))
+    headers["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
+    headers["X-Forwarded-Host"] = request.host
+    headers["X-Forwarded-Proto"] = request.scheme
+    headers["X-Request-ID"] = request[REQUEST_ID]
+    if body is not None:
+        headers["Content-Length"] = str(body.size)
+    return headers
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+async def forward_to_control(request: web.Request) -> web.StreamResponse:
+    request[FORWARDED] = True  # edge rules apply to delivery responses, not to management calls
+    edge = request.app[SETTINGS].section("edge")
+    control = request.app[NODE].control
+    if not control.breaker.available():  # known down (assetcdn/edge/circuit_breaker.py): say so now, not after a timeout
+        raise ApiError(503, "ControlUnreachable", "The control plane cannot be reached from this edge; "
+                       "management endpoints are unavailable. Delivery of cached assets continues.",
+                       headers={"Retry-After": str(max(1, round(control.breaker.open_s)))})
+    body = None
+    if request.body_exists:
+        with body_deadline(request, request.app[SETTINGS]):
+            body = await receive_body(request, _body_limit(request), int(edge["proxy_body_memory_kb"]) * 1024)
+    try:
+        return await _exchange(request, body, float(edge["proxy_timeout_s"]))
+    finally:
+        if body is not None:
+            body.close()
+
+
+async def _exchange(request: web.Request, body: ProxiedBody | None, timeout_s: float) -> web.StreamResponse:
+    # The raw (still encoded) path: decoding here would resolve `%2e%2e` before control can refuse it.
+    url = URL(request.app[NODE].control.control_url + request.rel_url.raw_path_qs, encoded=True)
+    session = request.app[PROXY_SESSION]
+    response: web.StreamResponse | None = None
+    deadline = asyncio.timeout(timeout_s)
+    try:
+        async with deadline:
+            async with session.request(request.method, url, headers=_forward_headers(request, body),
+                                       data=body.payload() if body is not None else None,
+                                       allow_redirects=False) as upstream:
+                headers = CIMultiDict((k, v) for k, v in upstream.headers.items()
+                                      if k.lower() not in RESPONSE_SKIPPED)
+                response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+                streaming = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
+                if streaming:
+                    deadline.reschedule(None)  # a stream lasts as long as its client wants it
+                    response.enable_chunked_encoding()
+                elif upstream.content_length is not None and "chunked" not in upstream.headers.get(
+                        "Transfer-Encoding", ""):
+                    response.content_length = upstream.content_length
+                await response.prepare(request)
+                if request.method != "HEAD":
+                    await _relay(request, upstream, response, streaming)
+                else:
+                    await response.write_eof()
+                return response
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        if response is None or not response.prepared:
+            if deadline.expired():  # not aiohttp's own connect timeout: that one means unreachable
+                raise ApiError(504, "ControlTimeout", f"The control plane did not answer within {timeout_s:g} s; "
+                               "retry later.") from None
+            raise ApiError(503, "ControlUnreachable", "The control plane cannot be reached from this edge; "
+                           "management endpoints are unavailable. Delivery of cached assets continues.") from None
+        if not _client_gone(request):
+            # The answer has begun: cut it short so the client sees a broken response, not a wrong end.
+            log.warning("forwarded %s %s broke off mid-response (request %s): %s", request.method, request.path,
+                        request[REQUEST_ID], type(exc).__name__)
+            if request.transport is not None:
+                request.transport.close()
+        return response
+
+
+async def _relay(request: web.Request, upstream: aiohttp.ClientResponse, response: web.StreamResponse,
+                 streaming: bool) -> None:
+    """Copy control's body to the client; a client that goes away (how SSE clients stop) ends it quietly."""
+    reader = upstream.content
+    while True:
+        if streaming:
+            try:
+                chunk = await asyncio.wait_for(reader.readany(), STREAM_CLIENT_CHECK_S)
+            except TimeoutError:
+                if _client_gone(request):
+                    return
+                continue
+        else:
+            chunk = await reader.readany()
+        if not chunk:
+            break
+        try:
+            await response.write(chunk)
+        except ConnectionResetError:
+            return
+    with contextlib.suppress(ConnectionResetError):
+        await response.write_eof()

@@ -1,0 +1,113 @@
+"""GET/HEAD /api/auto?path=<base>[&anim=1] and /api/auto/<base>: the best format the client accepts.
+
+receive (path, chain from the request headers), choose (assetcdn/edge/auto_format.py), then the serve sequence
+(assetcdn/edge/states/serve.py) with the file as it is or the converted variant, delivered with the chain's
+MIME, `Vary` (query route: Accept, Save-Data, ECT; path route: Accept) and a one-year lifetime; a
+conversion whose source does not decode falls back to the next file along the chain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+
+from aiohttp import web
+
+from assetcdn.edge.access import (
+    SourceRefused,
+    is_private_path,
+    manifest_loaded,
+    not_found,
+    serves_on_host,
+)
+from assetcdn.edge.app_keys import IMAGE_POOL, NODE
+from assetcdn.edge.auto_format import choices, conversion_options
+from assetcdn.edge.negotiate import (
+    FORMAT_MIME,
+    NETWORK_AWARE_HEADER,
+    NETWORK_AWARE_SLOW,
+    VARY_PATH_ROUTE,
+    VARY_QUERY_ROUTE,
+    animated_chain,
+    is_slow_network,
+    path_route_chain,
+    still_chain,
+)
+from assetcdn.edge.routes.transform import IMMUTABLE, LEGACY_REFUSALS
+from assetcdn.edge.states.fetch import AS_IS
+from assetcdn.edge.states.serve import ServePolicy, serve
+from assetcdn.edge.states.variant import Made
+from assetcdn.edge.transform.jobs import transform_variant
+from assetcdn.shared.errors import LegacyError
+from assetcdn.shared.manifest import ManifestEntry
+from assetcdn.shared.paths import InvalidPath, parse_cdn_path
+
+NOT_FOUND = "No suitable format found for the given path"
+REFUSALS = replace(LEGACY_REFUSALS, source=lambda exc: LegacyError(
+    exc.status, NOT_FOUND if exc.status == 404 else exc.message))
+
+
+def parse_base(raw: str | None) -> str:
+    """The CDN base path (no extension): `/stocks/...` kept, anything else a zone path."""
+    if raw is None or raw.strip() == "":
+        raise LegacyError(400, "Missing required parameter: path")
+    try:
+        base = parse_cdn_path(raw.strip())
+    except InvalidPath:
+        raise LegacyError(400, "Invalid path: contains disallowed sequences.") from None
+    if is_private_path(base):
+        raise LegacyError(403, f"'/{base}' is in the private category: it is served only through a "
+                          "signed URL (/api/signed).")
+    return base
+
+
+def _conversion(request: web.Request, source: ManifestEntry, fmt: str) -> Made:
+    pool = request.app[IMAGE_POOL]
+    opts = conversion_options(source)
+    # Not counted against the monthly /api/transform quota: at most one conversion per source
+    # and format, cached for a year (README, "Image delivery").
+    return Made(pool, opts.cache_key(source.blob_id, fmt), partial(transform_variant, source.format, opts, fmt,
+                                                                   pool.limits), metric_format=fmt)
+
+
+async def answer(request: web.Request, base: str, chain: list[str], headers: dict[str, str], *,
+                 animated: bool) -> web.StreamResponse:
+    node = request.app[NODE]
+    try:
+        if not serves_on_host(base, node.config.zone_for_host(request.host)):
+            raise not_found(base)  # a tenant host serves its zone and the stock pool only
+        manifest_loaded(node)
+    except SourceRefused as exc:
+        raise REFUSALS.source(exc) from None
+    conversion_failed = False
+    for choice in choices(chain, base, node.replica.get, animated=animated):
+        if choice.convert and conversion_failed:
+            continue  # the source did not decode; only files as they are remain
+        variant = _conversion(request, choice.entry, choice.format) if choice.convert else AS_IS
+        policy = ServePolicy(IMMUTABLE, REFUSALS, headers={**headers, "Content-Type": FORMAT_MIME[choice.format]})
+        try:
+            return await serve(request, choice.entry, variant, policy)
+        except LegacyError as exc:
+            if not choice.convert or exc.status not in (415, 422):
+                raise
+            conversion_failed = True
+    raise LegacyError(404, NOT_FOUND)
+
+
+async def auto_query(request: web.Request) -> web.StreamResponse:
+    base = parse_base(request.query.get("path"))
+    accept = request.headers.get("Accept")
+    save_data = request.headers.get("Save-Data")
+    ect = request.headers.get("Sec-CH-Effective-Connection-Type")
+    animated = request.query.get("anim") == "1"
+    chain = animated_chain(accept, save_data, ect) if animated else still_chain(accept, save_data, ect)
+    headers = {"Vary": VARY_QUERY_ROUTE}
+    if is_slow_network(save_data, ect):
+        headers[NETWORK_AWARE_HEADER] = NETWORK_AWARE_SLOW
+    return await answer(request, base, chain, headers, animated=animated)
+
+
+async def auto_path(request: web.Request) -> web.StreamResponse:
+    base = parse_base(request.match_info.get("path"))
+    chain = path_route_chain(request.headers.get("Accept"))
+    return await answer(request, base, chain, {"Vary": VARY_PATH_ROUTE}, animated=False)

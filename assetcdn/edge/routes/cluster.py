@@ -1,0 +1,38 @@
+"""The edge side of control's pushes: /_cluster/push carries manifest changes and purges.
+
+Signed for this worker's member name, inside the time window, and accepted once (replays are refused).
+"""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+from assetcdn.edge.app_keys import NODE, SECRETS
+from assetcdn.shared.cluster import ReplayGuard, verify_request
+from assetcdn.shared.errors import ApiError
+from assetcdn.shared.middleware import json_response
+
+# Nonces this worker has accepted (set by `assetcdn.edge.app.create_cluster_app`; one per worker process).
+REPLAY_GUARD = web.AppKey("cluster_replay_guard", ReplayGuard)
+
+
+async def _signed_message(request: web.Request) -> dict:
+    body = await request.read()
+    if not verify_request(request.app[SECRETS].cluster_secret, request.method, request.rel_url.path_qs, body,
+                          request.headers, guard=request.app[REPLAY_GUARD], audience=request.app[NODE].name):
+        raise ApiError(401, "Unauthorized",
+                       "Cluster requests must be signed with the cluster secret for this worker, once.")
+    try:
+        message = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ApiError(400, "InvalidJson", "Cluster message is not JSON.") from None
+    if not isinstance(message, dict):
+        raise ApiError(400, "InvalidBody", "Cluster message must be an object.")
+    return message
+
+
+async def push(request: web.Request) -> web.Response:
+    message = await _signed_message(request)
+    generation, purged = await request.app[NODE].apply_push(message)
+    return json_response({"generation": generation, "purged": purged})

@@ -1,0 +1,105 @@
+"""GET/HEAD /api/transform: receive (parse options), then the serve sequence (assetcdn/edge/states/serve.py) with
+the variant those options make: on a miss it takes one unit of the monthly quota and transforms in
+the image pool; delivered with a one-year immutable lifetime.
+
+Every answer, hit, miss or error, carries the monthly quota as X-RateLimit-Limit, -Remaining
+and -Reset (Unix time of the next month's start, UTC)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+
+from aiohttp import web
+
+from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL, NODE
+from assetcdn.edge.negotiate import (
+    NETWORK_AWARE_HEADER,
+    NETWORK_AWARE_SLOW,
+    VARY_QUERY_ROUTE,
+    is_slow_network,
+)
+from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
+from assetcdn.edge.states.variant import Made
+from assetcdn.edge.transform.jobs import transform_variant
+from assetcdn.edge.transform.options import parse_transform_options, resolve_output_format
+from assetcdn.shared.counter_store import Decision
+from assetcdn.shared.errors import LegacyError
+from assetcdn.shared.limits import transforms_per_month
+from assetcdn.shared.manifest import ManifestEntry
+
+IMMUTABLE = "public, max-age=31536000, immutable"
+
+
+def origin_unreachable(entry: ManifestEntry) -> LegacyError:
+    return LegacyError(503, f"The source '/{entry.path}' is not cached on this edge and the control plane "
+                       "cannot be reached. Retry shortly.", headers={"Retry-After": "5"})
+
+
+QUOTA = web.RequestKey("transform_quota", Decision)  # this request's own count, when it made a variant
+
+
+# /api/transform and /api/auto answer in the legacy envelope with the same words.
+LEGACY_REFUSALS = Refusals(
+    source=lambda exc: LegacyError(exc.status, exc.message),
+    unreachable=origin_unreachable,
+    purged=lambda: LegacyError(503, "The variant was purged while it was being delivered. Retry."),
+)
+
+
+async def take_transform_quota(request: web.Request) -> None:
+    """Count one transform this calendar month (UTC); 429 `limit_reached` when the month's are used."""
+    limit = transforms_per_month(request.app[NODE].settings)
+    decision = await request.app[COUNTERS].hit(limit)
+    request[QUOTA] = decision
+    if decision.allowed:
+        return
+    message = (f"Monthly transform limit reached ({limit.limit:,} per calendar month). Cached variants are "
+               "still served; new ones can be made from the first day of next month (UTC).")
+    raise LegacyError(429, "limit_reached", message, extra={"message": message}, headers=decision.refusal_headers())
+
+
+async def refund_transform_quota(request: web.Request) -> None:
+    """A failed transform does not count against the month."""
+    await request.app[COUNTERS].refund(transforms_per_month(request.app[NODE].settings))
+    if QUOTA in request:
+        taken = request[QUOTA]
+        request[QUOTA] = replace(taken, remaining=min(taken.remaining + 1, taken.limit))
+
+
+async def rate_limit_headers(request: web.Request) -> dict[str, str]:
+    """The monthly transform quota as it stands after this request (X-RateLimit-*)."""
+    decision = request.get(QUOTA)
+    if decision is None:
+        decision = await request.app[COUNTERS].peek(transforms_per_month(request.app[NODE].settings))
+    return decision.headers()
+
+
+async def transform_image(request: web.Request) -> web.StreamResponse:
+    try:
+        return await _transform(request)
+    except LegacyError as exc:
+        exc.headers = {**(await rate_limit_headers(request)), **exc.headers}
+        raise
+
+
+async def _transform(request: web.Request) -> web.StreamResponse:
+    node, pool = request.app[NODE], request.app[IMAGE_POOL]
+    opts = parse_transform_options(request.query)
+    entry = source_for(node, opts.url, node.config.zone_for_host(request.host), LEGACY_REFUSALS)
+    headers: dict[str, str] = {}
+    slow = False
+    if opts.format == "auto":
+        # The choice depends on Accept, and on Save-Data/ECT (slow networks skip AVIF), like /api/auto.
+        slow = is_slow_network(request.headers.get("Save-Data"),
+                               request.headers.get("Sec-CH-Effective-Connection-Type"))
+        headers["Vary"] = VARY_QUERY_ROUTE
+        if slow:
+            headers[NETWORK_AWARE_HEADER] = NETWORK_AWARE_SLOW
+    output_format = resolve_output_format(opts.format, entry.format, request.headers.get("Accept"), slow=slow)
+    variant = Made(pool, opts.cache_key(entry.blob_id, output_format),
+                   partial(transform_variant, entry.format, opts, output_format, pool.limits),
+                   metric_format=output_format, before_make=lambda: take_transform_quota(request),
+                   refund=lambda: refund_transform_quota(request))
+    policy = ServePolicy(IMMUTABLE, LEGACY_REFUSALS, headers=headers, late_headers=lambda: rate_limit_headers(request))
+    return await serve(request, entry, variant, policy)

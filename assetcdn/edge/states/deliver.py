@@ -1,0 +1,133 @@
+"""deliver: the one place that writes delivery headers, answers 304 and Range, and streams bodies
+(reached through the serve sequence, assetcdn/edge/states/serve.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping
+from typing import Literal
+
+from aiohttp import web
+
+from assetcdn.edge.cache.entry import STREAM_CHUNK, CachedObject
+from assetcdn.edge.cache.tags import public_tags
+from assetcdn.edge.states.head import EntryHead
+from assetcdn.shared.content_security import CSP_HEADER, security_headers
+
+STALE_WARNING = '110 - "Response is stale: control plane unreachable"'
+RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)\Z")
+
+
+def etag_matches(if_none_match: str, etag: str) -> bool:
+    if if_none_match.strip() == "*":
+        return True
+    bare = etag.strip('"')
+    for candidate in if_none_match.split(","):
+        candidate = candidate.strip()
+        if candidate.startswith("W/"):
+            candidate = candidate[2:]
+        if candidate.strip('"') == bare:
+            return True
+    return False
+
+
+def parse_range(header: str, size: int) -> tuple[int, int] | None | Literal[False]:
+    """(start, end_exclusive) for one satisfiable range; None to ignore the header; False if unsatisfiable."""
+    match = RANGE.match(header.strip())
+    if not match:
+        return None  # multiple or malformed ranges: answer with the whole body
+    first, last = match.groups()
+    if first == "" and last == "":
+        return None
+    if first == "":
+        length = int(last)
+        if length == 0:
+            return False
+        return max(size - length, 0), size
+    start = int(first)
+    end = size if last == "" else min(int(last) + 1, size)
+    if start >= size or end <= start:
+        return False
+    return start, end
+
+
+def delivery_headers(obj: CachedObject, *, cache_status: str, cache_control: str, head: EntryHead | None = None,
+                     tags: tuple[str, ...] | None = None,
+                     extra_headers: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every header a delivery of ``obj`` carries before the response hooks (assetcdn/shared/middleware.py,
+    the `_headers` rules): the hit path (assetcdn/edge/fastpath/prepared.py) builds its prepared heads with
+    this too. The per-path headers come from ``head`` (the path's delivery head) when the body is
+    the path's own file; variants pass their source's ``tags`` and keep their stored Content-Type.
+    Whatever the final Content-Type, the response carries its security headers."""
+    if head is not None:
+        headers = dict(head.headers)
+    else:
+        headers = {"Content-Type": obj.content_type, "ETag": obj.etag}
+        shown_tags = public_tags(obj.tags if tags is None else tags)
+        if shown_tags:
+            headers["Cache-Tag"] = ",".join(shown_tags)
+    headers["Cache-Control"] = cache_control
+    headers["X-Cache"] = cache_status
+    headers["Accept-Ranges"] = "bytes"
+    if cache_status == "STALE":
+        headers["Warning"] = STALE_WARNING
+    if obj.headers:
+        headers.update(obj.headers)
+    if extra_headers:
+        headers.update(extra_headers)
+    content_type = headers.get("Content-Type")
+    if head is None or content_type != head.content_type:
+        headers.pop(CSP_HEADER, None)
+        headers.update(security_headers(content_type))
+    return headers
+
+
+async def deliver(request: web.Request, obj: CachedObject, headers: dict[str, str]) -> web.StreamResponse:
+    """Answer with ``obj`` and its ``headers`` (``delivery_headers``): 304 on a matching
+    If-None-Match, 206 or 416 on a Range, the body from memory or streamed from its cache file."""
+    if_none_match = request.headers.get("If-None-Match")
+    if if_none_match and etag_matches(if_none_match, headers["ETag"]):
+        headers.pop("Content-Type", None)
+        return web.Response(status=304, headers=headers)
+    status, start, end = 200, 0, obj.size
+    range_header = request.headers.get("Range")
+    if range_header and request.method in ("GET", "HEAD"):
+        parsed = parse_range(range_header, obj.size)
+        if parsed is False:
+            headers["Content-Range"] = f"bytes */{obj.size}"
+            headers.pop("Content-Type", None)
+            return web.Response(status=416, headers=headers)
+        if isinstance(parsed, tuple):
+            start, end = parsed
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{obj.size}"
+    if request.method == "HEAD":
+        headers["Content-Length"] = str(end - start)
+        return web.Response(status=status, headers=headers)
+    if obj.body is not None:
+        body = obj.body if (start, end) == (0, obj.size) else obj.body[start:end]
+        return web.Response(status=status, body=body, headers=headers)
+    # Large bodies stream from the cache file in chunks, never loaded whole, each read in the default
+    # executor (the event loop never waits for the disk). The file is opened before the headers go
+    # out, so a file purged meanwhile surfaces as FileNotFoundError (a miss); once open, it reads
+    # whole even if it is unlinked. The hit path (assetcdn/edge/fastpath/) sends such files with sendfile.
+    loop = asyncio.get_running_loop()
+    assert obj.path is not None
+    fh = await loop.run_in_executor(None, open, obj.path, "rb")
+    try:
+        response = web.StreamResponse(status=status, headers=headers)
+        response.content_length = end - start
+        await response.prepare(request)
+        remaining = end - start
+        fh.seek(start)
+        while remaining > 0:
+            chunk = await loop.run_in_executor(None, fh.read, min(STREAM_CHUNK, remaining))
+            if not chunk:
+                raise ConnectionResetError(f"cache file of {obj.key} is shorter than its entry")
+            remaining -= len(chunk)
+            await response.write(chunk)
+        await response.write_eof()
+    finally:
+        fh.close()
+    return response

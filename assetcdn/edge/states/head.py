@@ -1,0 +1,52 @@
+"""The per-path half of a delivery: everything a response takes from its path, computed once per
+manifest entry.
+
+Two paths may hold the same bytes (one blob id); they still differ in Content-Type, Cache-Tag,
+category and everything else derived from the path. So the cache keys an asset by path *and*
+content (an overwrite changes the key; a purge of one path leaves the other's entry alone) and
+stores it with that path's tags, and the response head comes from the manifest entry, never
+from whatever another path stored with the body. The replica keeps one ``EntryHead`` per entry
+(assetcdn/edge/replica.py), so a hit builds no headers of its own beyond the request-dependent ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from assetcdn.edge.cache.entry import strong_etag
+from assetcdn.edge.cache.tags import public_tags, source_tags
+from assetcdn.shared.content_security import security_headers
+from assetcdn.shared.manifest import ManifestEntry
+
+
+def asset_key(entry: ManifestEntry) -> str:
+    """Cache key of a path's bytes: per path (purges and tags stay per path) and per content id
+    (an overwrite changes it). Keys never hold ':' in the path part (not a path character)."""
+    return f"asset:{entry.blob_id}:{entry.path}"
+
+
+def variant_key(entry: ManifestEntry, key: str) -> str:
+    """Scopes a variant's key (transform, conversion, placeholder of the source's content) to the
+    source path, so a purge of that path's URL or tags drops exactly that path's variants."""
+    return f"{key}|{entry.path}"
+
+
+@dataclass(frozen=True, slots=True)
+class EntryHead:
+    entry: ManifestEntry
+    key: str                                # the asset's cache key
+    tags: tuple[str, ...]                   # stored with every cache entry made from this path
+    content_type: str
+    etag: str
+    headers: tuple[tuple[str, str], ...]    # Content-Type, ETag, Cache-Tag, nosniff, CSP if active
+
+
+def entry_head(entry: ManifestEntry) -> EntryHead:
+    etag = strong_etag(entry.sha256)
+    headers = [("Content-Type", entry.content_type), ("ETag", etag)]
+    shown = public_tags(entry.tags)
+    if shown:
+        headers.append(("Cache-Tag", ",".join(shown)))
+    headers.extend(security_headers(entry.content_type))
+    return EntryHead(entry=entry, key=asset_key(entry), tags=source_tags(entry),
+                     content_type=entry.content_type, etag=etag, headers=tuple(headers))

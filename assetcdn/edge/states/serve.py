@@ -1,0 +1,148 @@
+"""The serve sequence: the one walk every delivery route's request takes through the request states.
+
+    find the source (assetcdn/edge/access.py)
+    -> look up (lookup.py): HIT, STALE (cached, control unreachable) or MISS
+    -> on a MISS, fetch (fetch.py) or make (variant.py), once per key however many requests wait
+    -> deliver (deliver.py), again from the top once if the cached body vanished meanwhile
+
+A route receives (parses its request, assetcdn/edge/states/recv.py) and says only what differs:
+
+- the source: the manifest entry it reads (`source_for`; assetcdn/edge/access.py says which it may read);
+- the representation served from it: the file as is (`fetch.AS_IS`), a variant made in the image
+  pool (`variant.Made`) or a byte range of it (`variant.ByteRange`);
+- its `ServePolicy`: Cache-Control, the headers it adds, and its `Refusals` (the words and the
+  envelope of each way the sequence can say no).
+
+So hit / stale / miss accounting, stale-if-error, coalescing, the retry and the bytes-served count
+live here only. The hit path (assetcdn/edge/fastpath/) answers the commonest HIT before any of this runs, with
+the headers `deliver.delivery_headers` gives it and the same counts; a hit it cannot answer (STALE,
+416, a file gone) comes here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from aiohttp import web
+
+from assetcdn.edge.access import SourceRefused, find_source
+from assetcdn.edge.app_keys import NODE
+from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.node import EdgeNode
+from assetcdn.edge.states.deliver import deliver, delivery_headers
+from assetcdn.edge.states.fetch import OriginUnavailable
+from assetcdn.edge.states.lookup import lookup
+from assetcdn.shared.manifest import ManifestEntry
+
+DELIVERY_ATTEMPTS = 2  # a second pass only when the cached body was purged or evicted during delivery
+
+
+class Representation(Protocol):
+    """What is served from a source entry (fetch.AsIs, variant.Made, variant.ByteRange)."""
+
+    @property
+    def own_file(self) -> bool:
+        """The path's own bytes: delivered with the path's head (assetcdn/edge/states/head.py)."""
+        ...
+
+    def key(self, node: EdgeNode, entry: ManifestEntry) -> str:
+        """The cache key: what the response depends on (assetcdn/edge/states/head.py)."""
+        ...
+
+    def usable(self, obj: CachedObject) -> bool:
+        """Whether a cached entry may still answer (a placeholder keeps 24 h)."""
+        ...
+
+    def failed(self, key: str) -> Exception | None:
+        """A failure remembered for this key (answered without trying again), if any."""
+        ...
+
+    async def make(self, node: EdgeNode, entry: ManifestEntry, key: str) -> CachedObject:
+        """On a miss: fetch or make the body and store it under `key` (called once per coalesced miss)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Refusals:
+    """How a route says no, in its own envelope (assetcdn/shared/errors.py) and the words its contract uses."""
+
+    source: Callable[[SourceRefused], Exception]        # unknown, private, another zone's, no manifest yet
+    unreachable: Callable[[ManifestEntry], Exception]   # not cached (or stale too long) and control unreachable
+    purged: Callable[[], Exception]                     # the body vanished during every delivery attempt
+
+
+@dataclass(frozen=True, slots=True)
+class ServePolicy:
+    cache_control: str
+    refusals: Refusals
+    headers: Mapping[str, str] = field(default_factory=dict)   # added to every answer (Vary, CORS...)
+    # Headers known only once the look-up is done (the transform quota left after a miss took one).
+    late_headers: Callable[[], Awaitable[Mapping[str, str]]] | None = None
+
+
+def source_for(node: EdgeNode, cdn_path: str, host_zone: str | None, refusals: Refusals, *,
+               private_ok: bool = False) -> ManifestEntry:
+    """The entry a route serves from (assetcdn/edge/access.py), or its refusal in the route's envelope."""
+    try:
+        return find_source(node, cdn_path, host_zone, private_ok=private_ok)
+    except SourceRefused as exc:
+        raise refusals.source(exc) from None
+
+
+async def obtain(node: EdgeNode, entry: ManifestEntry, rep: Representation) -> tuple[CachedObject, str]:
+    """The cache entry of `rep` of `entry` and its X-Cache status, counted in the cache metric:
+
+    - HIT: cached, and control reachable (what is cached is current);
+    - STALE: cached, control unreachable: served within the stale-if-error bound
+      (`EdgeNode.hit_status`), past it OriginUnavailable, as for a miss;
+    - MISS: made now, once per key however many requests wait (`node.flight`).
+    """
+    key = rep.key(node, entry)
+    obj = lookup(node, key)
+    if obj is not None and rep.usable(obj):
+        status = node.hit_status()
+        if status is None:
+            raise OriginUnavailable(f"{entry.path}: cached, but control has been unreachable too long")
+        node.metrics.cache_result(status).inc()
+        return obj, status
+    failure = rep.failed(key)
+    if failure is not None:
+        raise failure
+
+    async def fill() -> CachedObject:
+        cached = lookup(node, key)  # a waiter before us may have filled it
+        if cached is not None and rep.usable(cached):
+            return cached
+        return await rep.make(node, entry, key)
+
+    node.metrics.cache_result("MISS").inc()
+    return await node.flight.run(key, fill), "MISS"
+
+
+async def serve(request: web.Request, entry: ManifestEntry, rep: Representation,
+                policy: ServePolicy) -> web.StreamResponse:
+    """Answer `request` with `rep` of `entry` under `policy`: look up, fetch or make on a miss, deliver."""
+    node = request.app[NODE]
+    refusals = policy.refusals
+    head = node.replica.head(entry) if rep.own_file else None
+    for _attempt in range(DELIVERY_ATTEMPTS):
+        try:
+            obj, status = await obtain(node, entry, rep)
+            extra: Mapping[str, str] = policy.headers
+            if policy.late_headers is not None:
+                extra = {**extra, **(await policy.late_headers())}
+            headers = delivery_headers(obj, cache_status=status, cache_control=policy.cache_control, head=head,
+                                       tags=entry.tags, extra_headers=extra)
+            response = await deliver(request, obj, headers)
+        except OriginUnavailable:
+            raise refusals.unreachable(entry) from None
+        except FileNotFoundError:
+            # A cache file purged or evicted between its look-up and its opening (the body, or the source
+            # of a variant): look up again, which now misses and fetches.
+            continue
+        if response.status in (200, 206) and request.method == "GET":
+            node.metrics.bytes_served_here.inc(response.content_length or 0)
+        return response
+    raise refusals.purged()

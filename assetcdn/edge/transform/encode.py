@@ -1,0 +1,108 @@
+"""Encoders: one small function per output format, all taking an 8-bit sRGB or grey image.
+
+Quality defaults and AVIF effort were measured (benchmarks/README.md, "Transforms"):
+AVIF effort 3 encodes a 400 px AVIF in about 80-110 ms where libvips' default (4) takes
+250-500 ms for about 10% fewer bytes, and effort 6 over half a second; the variant is
+cached for a year, but its first visitor waits for the encode. Metadata (EXIF, XMP, ICC) is stripped: pixels are sRGB already.
+
+Animation survives in webp and gif (libvips writes every 'page-height' frame). AVIF output
+of an animated source is its first frame: libvips' heifsave writes pages as separate still
+items, not an AV1 image sequence, so the pipeline loads one frame for it. JPEG XL goes
+through imagecodecs (libjxl) and HEIC through pillow-heif (x265), since this libvips has
+neither; both take the first frame.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+import numpy as np
+import pillow_heif
+import pyvips
+
+from assetcdn.edge.transform.frames import first_frame
+
+try:  # JPEG XL needs imagecodecs (libjxl); without it the jxl encoder is simply not offered.
+    import imagecodecs
+except ImportError:  # pragma: no cover - depends on the installation
+    imagecodecs = None  # type: ignore[assignment]  # the module, or None when it is not installed
+
+AVIF_EFFORT = 3
+WEBP_EFFORT = 4
+JXL_EFFORT = 3
+PNG_COMPRESSION = 6
+DEFAULT_QUALITY = {"jpeg": 80, "webp": 80, "avif": 55, "jxl": 80, "heic": 60}
+ANIMATED_OUTPUTS = frozenset({"webp", "gif"})
+CONTENT_TYPES = {
+    "jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp", "avif": "image/avif",
+    "gif": "image/gif", "jxl": "image/jxl", "heic": "image/heic",
+}
+# JPEG has no alpha: transparent areas become white, as a page background usually is.
+FLATTEN_BACKGROUND = [255, 255, 255]
+
+
+def _jpeg(image: pyvips.Image, quality: int) -> bytes:
+    image = first_frame(image)
+    if image.hasalpha():
+        image = image.flatten(background=FLATTEN_BACKGROUND[: image.bands - 1])
+    encoded: bytes = image.jpegsave_buffer(Q=quality, optimize_coding=True, keep="none")
+    return encoded
+
+
+def _png(image: pyvips.Image, quality: int) -> bytes:
+    encoded: bytes = first_frame(image).pngsave_buffer(compression=PNG_COMPRESSION, keep="none")
+    return encoded
+
+
+def _webp(image: pyvips.Image, quality: int) -> bytes:
+    encoded: bytes = image.webpsave_buffer(Q=quality, effort=WEBP_EFFORT, keep="none")
+    return encoded
+
+
+def _avif(image: pyvips.Image, quality: int) -> bytes:
+    encoded: bytes = first_frame(image).heifsave_buffer(compression="av1", Q=quality, effort=AVIF_EFFORT, keep="none")
+    return encoded
+
+
+def _gif(image: pyvips.Image, quality: int) -> bytes:
+    encoded: bytes = image.gifsave_buffer(keep="none")
+    return encoded
+
+
+def _pixels(image: pyvips.Image) -> np.ndarray:
+    """H x W x bands uint8 array of the first frame (evaluates the pipeline)."""
+    array: np.ndarray = first_frame(image).numpy()
+    return array if array.ndim == 3 else array[:, :, np.newaxis]
+
+
+def _jxl(image: pyvips.Image, quality: int) -> bytes:
+    pixels = _pixels(image)
+    if pixels.shape[2] == 1:
+        pixels = pixels[:, :, 0]
+    return bytes(imagecodecs.jpegxl_encode(pixels, level=quality, effort=JXL_EFFORT))
+
+
+def _heic(image: pyvips.Image, quality: int) -> bytes:
+    image = first_frame(image)
+    if image.bands < 3:
+        image = image.colourspace("srgb")
+    pixels = _pixels(image)
+    mode = "RGBA" if pixels.shape[2] == 4 else "RGB"
+    heif = pillow_heif.from_bytes(mode=mode, size=(pixels.shape[1], pixels.shape[0]), data=pixels.tobytes())
+    out = io.BytesIO()
+    heif.save(out, quality=quality)
+    return out.getvalue()
+
+
+ENCODERS: dict[str, Callable[[pyvips.Image, int], bytes]] = {
+    "jpeg": _jpeg, "png": _png, "webp": _webp, "avif": _avif, "gif": _gif, "heic": _heic,
+}
+if imagecodecs is not None and imagecodecs.JPEGXL.available:
+    ENCODERS["jxl"] = _jxl
+
+
+def encode_image(image: pyvips.Image, output_format: str, quality: int | None = None) -> bytes:
+    """Encode with the format's encoder; quality None means the format's default."""
+    encoder = ENCODERS[output_format]
+    return encoder(image, quality if quality is not None else DEFAULT_QUALITY.get(output_format, 80))

@@ -1,0 +1,49 @@
+"""The work the image pool runs in its worker processes, one function per kind of variant.
+
+A job is sent to a worker by reference (module and name, pickled) with plain arguments, the
+source's bytes last, and returns the Variant to cache. Nothing here may close over request
+state: it runs in another process.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+import orjson
+
+from assetcdn.edge.states.variant import Variant
+from assetcdn.edge.transform.limits import TransformLimits
+from assetcdn.edge.transform.options import TransformOptions
+from assetcdn.edge.transform.pipeline import run_transform
+from assetcdn.edge.transform.placeholders import make_blurhash_placeholder, make_lqip
+from assetcdn.shared.errors import utc_now_iso
+
+JSON = "application/json"
+
+
+def transform_variant(source_format: str, opts: TransformOptions, output_format: str,
+                      limits: TransformLimits, source: bytes) -> Variant:
+    """/api/transform and /api/auto conversions: the pipeline's output."""
+    result = run_transform(source, source_format, opts, output_format, limits)
+    return Variant(result.body, result.content_type)
+
+
+def _data_uri(webp: bytes) -> str:
+    return "data:image/webp;base64," + base64.b64encode(webp).decode("ascii")
+
+
+def lqip_variant(source_format: str, size: int, blur: int, max_pixels: int, source: bytes) -> Variant:
+    """/api/lqip's JSON: a `size`-px-wide WebP blurred by `blur`, as a data URI."""
+    webp, width = make_lqip(source, source_format, size, blur, max_pixels=max_pixels)
+    return Variant(orjson.dumps({"lqip": _data_uri(webp), "bytes": len(webp), "width": width,
+                                 "dateGenerated": utc_now_iso()}), JSON)
+
+
+def blurhash_variant(source_format: str, size: int, max_pixels: int, source: bytes) -> Variant:
+    """/api/blurhash's JSON (the route adds `url` and `source`)."""
+    webp, width, real_blurhash = make_blurhash_placeholder(source, source_format, size, max_pixels=max_pixels)
+    # `hash` is what the published service calls its blurhash: the SHA-256 prefix of the WebP.
+    return Variant(orjson.dumps({"hash": hashlib.sha256(webp).hexdigest()[:40], "dataUri": _data_uri(webp),
+                                 "width": width, "bytes": len(webp), "dateGenerated": utc_now_iso(),
+                                 "blurhash": real_blurhash}), JSON)

@@ -1,0 +1,94 @@
+"""What a transform option module declares, and the parsers the modules share.
+
+An option is one module in this package holding one `TransformOption`: the query parameters it
+reads and how they are validated (`parse`), the part it adds to the variant's cache key (`key`),
+the pipeline steps that apply it (`steps`) and, for an option that changes the image's shape
+before the resize, how (`reshape` / `unshape`). `OPTIONS` in `__init__.py` lists them; parsing,
+cache keys, the pipeline's steps and its size planning all iterate that list, in its order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from assetcdn.shared.errors import LegacyError
+
+if TYPE_CHECKING:
+    from assetcdn.edge.transform.context import TransformContext
+    from assetcdn.edge.transform.source import SourceImage
+
+T = TypeVar("T")
+Size = tuple[int, int]
+Step = Callable[["TransformContext"], None]
+Query = Mapping[str, str]
+
+_INTEGER = re.compile(r"^\+?[0-9]{1,6}\Z")
+
+
+def _no_key(_value: object, _output_format: str) -> str:
+    return ""
+
+
+def _same_size(_value: object, _source: SourceImage, size: Size) -> Size | None:
+    return size
+
+
+@dataclass(frozen=True, slots=True)
+class TransformOption(Generic[T]):
+    """One option of /api/transform, declared in one module.
+
+    - name: where its value is kept in TransformOptions (one value per option, even when it
+      reads several parameters).
+    - params: the query parameters it reads, in the order it validates them.
+    - parse: the value from the query (`default` when absent); LegacyError(400) naming the
+      parameter on a bad value.
+    - key: its part of the cache key ("" adds nothing) for a value and the output format; an
+      option whose default adds nothing keeps every existing key when it is added.
+    - steps: (name, step) pairs run by the pipeline, in OPTIONS order; a step does nothing when
+      its option is not asked for. The name is what a budget or decode error reports.
+    - reshape: the image's size after this option's steps from its size before, read from the
+      source's header only; None when only the pixels tell (the pipeline then decodes the whole
+      source and plans the resize once the steps before it ran). Options whose steps run after
+      the resize keep the default (size unchanged).
+    - unshape: the inverse, for decoding straight at the size the resize will want.
+    """
+
+    name: str
+    params: tuple[str, ...]
+    default: T
+    parse: Callable[[Query], T]
+    key: Callable[[T, str], str] = _no_key
+    steps: tuple[tuple[str, Step], ...] = ()
+    reshape: Callable[[T, SourceImage, Size], Size | None] = _same_size
+    unshape: Callable[[T, SourceImage, Size], Size | None] = _same_size
+
+
+def bad_parameter(message: str) -> LegacyError:
+    return LegacyError(400, message)
+
+
+def int_param(query: Query, name: str, low: int, high: int) -> int | None:
+    """An integer parameter within [low, high]; None when absent."""
+    raw = query.get(name)
+    if raw is None:
+        return None
+    text = raw.strip()
+    if not _INTEGER.match(text) or not low <= int(text) <= high:
+        raise bad_parameter(f"Invalid parameter '{name}': '{raw}'. Must be an integer from {low} to {high}.")
+    return int(text)
+
+
+def enum_param(query: Query, name: str, allowed: tuple[str, ...]) -> str | None:
+    """One of `allowed` (case-insensitive; `jpg` is `jpeg`); None when absent."""
+    raw = query.get(name)
+    if raw is None:
+        return None
+    value = raw.strip().lower()
+    if value == "jpg" and "jpeg" in allowed:
+        value = "jpeg"
+    if value not in allowed:
+        raise bad_parameter(f"Invalid parameter '{name}': '{raw}'. Allowed values: {', '.join(allowed)}.")
+    return value

@@ -1,0 +1,63 @@
+"""Configuration: the defaults shipped in the package (assetcdn/shared/default.toml, read with importlib.resources so a
+wheel install has them too), then an optional --config file, then ASSETCDN_<SECTION>_<KEY>."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+DEFAULT_CONFIG = "default.toml"  # package data beside this module
+
+
+def default_config_text() -> str:
+    """The embedded defaults as shipped (what `assetcdn defaults` prints for an operator to copy)."""
+    return resources.files(__package__).joinpath(DEFAULT_CONFIG).read_text(encoding="utf-8")
+
+
+class Settings:
+    """Read-only view over the merged configuration: ``settings.get("edge", "cache_size_mb")``."""
+
+    def __init__(self, data: Mapping[str, Mapping[str, Any]]) -> None:
+        self._data = {section: dict(values) for section, values in data.items()}
+
+    def get(self, section: str, key: str) -> Any:
+        return self._data[section][key]
+
+    def section(self, section: str) -> dict[str, Any]:
+        return dict(self._data[section])
+
+    def with_overrides(self, section: str, **values: Any) -> Settings:
+        data = {s: dict(v) for s, v in self._data.items()}
+        data.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+        return Settings(data)
+
+
+
+def _coerce(raw: str, like: Any) -> Any:
+    if isinstance(like, bool):
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(like, int):
+        return int(raw)
+    if isinstance(like, float):
+        return float(raw)
+    return raw
+
+
+def load_settings(config_file: str | os.PathLike[str] | None = None,
+                  environ: Mapping[str, str] | None = None) -> Settings:
+    environ = os.environ if environ is None else environ
+    data: dict[str, dict[str, Any]] = tomllib.loads(default_config_text())
+    config_file = config_file or environ.get("ASSETCDN_CONFIG") or None
+    if config_file:
+        with open(config_file, "rb") as fh:
+            for section, values in tomllib.load(fh).items():
+                data.setdefault(section, {}).update(values)
+    for section, values in data.items():
+        for key, value in values.items():
+            env_name = f"ASSETCDN_{section.upper()}_{key.upper()}"
+            if env_name in environ:
+                values[key] = _coerce(environ[env_name], value)
+    return Settings(data)

@@ -1,0 +1,49 @@
+"""How both processes serve HTTP: a deadline for request heads, and the product's name in `Server`.
+
+Body deadlines and limits are per request (assetcdn/shared/request_body.py); this is what the server itself
+is started with.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web, web_response
+
+from assetcdn.shared import process
+from assetcdn.shared.config import Settings
+
+SERVER_NAME = "assetcdn"
+
+
+def name_the_server() -> None:
+    """Every response says `Server: assetcdn`, without versions.
+
+    aiohttp sets `Server: Python/3.x aiohttp/x.y` on each response it prepares unless the response
+    already has one, including those it answers before any application code runs (a malformed
+    request line, oversize headers); its default comes from this module attribute.
+    """
+    web_response.SERVER_SOFTWARE = SERVER_NAME
+
+
+def header_timeout_s(settings: Settings) -> float:
+    return float(settings.get("server", "header_timeout_s"))
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    # aiohttp closes a connection that has not delivered a complete request head within
+    # keepalive_timeout of connecting, or of its previous response (web_protocol's keep-alive
+    # check), so this one setting is both the header deadline and the idle keep-alive limit.
+    return {"keepalive_timeout": header_timeout_s(settings)}
+
+
+def client_keepalive_s(settings: Settings) -> float:
+    """How long a client of the other process keeps an idle connection: well inside the server's
+    limit, so a request is never sent on a connection the server is closing at that moment."""
+    return min(15.0, header_timeout_s(settings) / 2)
+
+
+def serve(app: web.Application, settings: Settings, *, host: str, port: int, **options: Any) -> int:
+    """Run `app` until SIGTERM/SIGINT (assetcdn/shared/process.py: bounded, signal-safe stop); its exit status."""
+    name_the_server()
+    return process.serve(app, host=host, port=port, **server_options(settings), **options)

@@ -1,0 +1,213 @@
+"""Prometheus metrics for one process kind (control or edge), exposed at /metrics.
+
+Worker processes of one edge node share PROMETHEUS_MULTIPROC_DIR, so /metrics on any worker
+reports the node as a whole.
+
+Counting is batched: a request adds to plain integers in this process (``Tally``), and the sums
+reach the Prometheus metrics (a lock and, with several workers, an mmap write per value) once per
+label set when /metrics is rendered here and every ``FLUSH_INTERVAL_S`` (``Metrics.flush_forever``),
+never once per request. /metrics on a worker is therefore exact for its own requests and at most
+``FLUSH_INTERVAL_S`` behind for its sibling workers'.
+
+/metrics (and deep health) need the metrics key as ``Authorization: Bearer <key>``, the form
+Prometheus sends with ``authorization: {credentials: ...}`` in a scrape config. A process without a
+metrics key answers 401 to everyone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import os
+import time
+from bisect import bisect_left
+from typing import Any
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+from assetcdn.shared.errors import ApiError
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+FLUSH_INTERVAL_S = 1.0
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+class Metrics:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = None if multiprocess_dir() else self.registry
+        self.requests = Counter("assetcdn_requests_total", "HTTP requests by route and status",
+                                ["process", "route", "method", "status"], registry=reg)
+        self.request_seconds = Histogram("assetcdn_request_seconds", "HTTP request latency by route",
+                                         ["process", "route"], buckets=LATENCY_BUCKETS, registry=reg)
+        self.cache = Counter("assetcdn_edge_cache_total", "Edge cache lookups by result (HIT, MISS, STALE)",
+                             ["result"], registry=reg)
+        self.bytes_served = Counter("assetcdn_bytes_served_total", "Response body bytes served", ["process"],
+                                    registry=reg)
+        self.origin_fetch_seconds = Histogram("assetcdn_origin_fetch_seconds", "Edge fetches from control",
+                                              ["kind"], buckets=LATENCY_BUCKETS, registry=reg)
+        self.propagation_seconds = Histogram("assetcdn_propagation_seconds",
+                                             "Time from control sending a push or purge to the edge's ack",
+                                             ["kind", "edge"], buckets=LATENCY_BUCKETS, registry=reg)
+        self.manifest_generation = Gauge("assetcdn_manifest_generation", "Manifest generation held",
+                                         ["process"], registry=reg, multiprocess_mode="max")
+        self.transforms = Counter("assetcdn_transforms_total", "Image transforms run (cache misses)",
+                                  ["format"], registry=reg)
+
+        self.tally = Tally()
+        self.bytes_served_here = TallyCounter(self.tally.bytes_served, kind)
+        self._cache_counters: dict[str, TallyCounter] = {}
+
+    def count_request(self, route: str, method: str, status: str, seconds: float) -> None:
+        """One answered request: counted here, exported on the next flush."""
+        tally = self.tally
+        key = (route, method, status)
+        tally.requests[key] = tally.requests.get(key, 0) + 1
+        observations = tally.latency.get(route)
+        if observations is None:
+            observations = tally.latency[route] = [0] * (len(LATENCY_BUCKETS) + 2)
+        observations[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        observations[-1] += seconds
+
+    def cache_result(self, result: str) -> TallyCounter:
+        counter = self._cache_counters.get(result)
+        if counter is None:
+            counter = self._cache_counters[result] = TallyCounter(self.tally.cache, result)
+        return counter
+
+    def flush(self) -> None:
+        """Add what was counted since the last flush to the Prometheus metrics."""
+        tally = self.tally
+        if tally.requests:
+            requests, tally.requests = tally.requests, {}
+            for (route, method, status), count in requests.items():
+                self.requests.labels(self.kind, route, method, status).inc(count)
+        if tally.latency:
+            latency, tally.latency = tally.latency, {}
+            for route, observations in latency.items():
+                _add_observations(self.request_seconds.labels(self.kind, route), observations)
+        # These two dicts are shared with their TallyCounters: emptied in place, never replaced.
+        for result, count in _drain(tally.cache):
+            self.cache.labels(result).inc(count)
+        for process, count in _drain(tally.bytes_served):
+            self.bytes_served.labels(process).inc(count)
+
+    async def flush_forever(self, interval_s: float = FLUSH_INTERVAL_S) -> None:
+        """Flush on a timer, so sibling workers' /metrics see this worker's counts (until cancelled)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            self.flush()
+
+    def render(self) -> bytes:
+        self.flush()
+        if multiprocess_dir():
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # untyped in prometheus_client
+            return generate_latest(registry)
+        return generate_latest(self.registry)
+
+
+class Tally:
+    """What one process counted since its last flush, in plain ints (no lock, no mmap write)."""
+
+    __slots__ = ("requests", "latency", "cache", "bytes_served")
+
+    def __init__(self) -> None:
+        self.requests: dict[tuple[str, str, str], int] = {}
+        # route -> [count per bucket (LATENCY_BUCKETS, then +Inf)..., sum of seconds]
+        self.latency: dict[str, list[float]] = {}
+        self.cache: dict[str, int] = {}
+        self.bytes_served: dict[str, int] = {}
+
+
+class TallyCounter:
+    """A counter child that counts into a ``Tally`` dict (``inc`` like prometheus_client's)."""
+
+    __slots__ = ("_counts", "_label")
+
+    def __init__(self, counts: dict[str, int], label: str) -> None:
+        self._counts = counts
+        self._label = label
+
+    def inc(self, amount: int = 1) -> None:
+        self._counts[self._label] = self._counts.get(self._label, 0) + amount
+
+
+def _drain(counts: dict[str, int]) -> list[tuple[str, int]]:
+    items = [(label, count) for label, count in counts.items() if count]
+    counts.clear()
+    return items
+
+
+def _add_observations(child: Any, observations: list[float]) -> None:
+    """Add a batch of observations to a histogram child: bucket counts and the sum in one step each.
+    prometheus_client has no batch API; its child keeps one value per bucket and one for the sum."""
+    buckets = getattr(child, "_buckets", None)
+    total = getattr(child, "_sum", None)
+    if buckets is None or total is None or len(buckets) != len(observations) - 1:
+        raise RuntimeError("unsupported prometheus_client Histogram layout")
+    for value, count in zip(buckets, observations[:-1], strict=True):
+        if count:
+            value.inc(count)
+    total.inc(observations[-1])
+
+
+METRICS = web.AppKey("metrics", Metrics)
+METRICS_KEY = web.AppKey("metrics_key", str)
+
+
+def metrics_key_presented(request: web.Request) -> bool:
+    """True when the request carries this process's metrics key as a Bearer credential."""
+    expected = request.app.get(METRICS_KEY, "")
+    scheme, _, supplied = request.headers.get("Authorization", "").partition(" ")
+    return bool(expected) and scheme.lower() == "bearer" and \
+        hmac.compare_digest(supplied.strip().encode(), expected.encode())
+
+
+def require_metrics_key(request: web.Request, what: str) -> None:
+    if not metrics_key_presented(request):
+        raise ApiError(401, "Unauthorized",
+                       f"{what} needs the metrics key: send 'Authorization: Bearer <ASSETCDN_METRICS_KEY>'.",
+                       headers={"WWW-Authenticate": 'Bearer realm="assetcdn"'})
+
+
+def _route_name(request: web.Request) -> str:
+    # match_info is a dict of path parameters: test the route, not the (often empty) mapping.
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "unmatched"
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request,
+                             handler: Handler) -> web.StreamResponse:
+    metrics = request.app[METRICS]
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        metrics.count_request(_route_name(request), request.method, str(status), time.perf_counter() - started)
+
+
+async def metrics_handler(request: web.Request) -> web.Response:
+    require_metrics_key(request, "/metrics")
+    return web.Response(body=request.app[METRICS].render(), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -1,0 +1,113 @@
+"""aiohttp middlewares both processes install: request ids, version headers, error envelopes, and the
+headers that keep stored files from running as the service (assetcdn/shared/content_security.py)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import uuid
+
+import orjson
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from assetcdn.shared import API_VERSION
+from assetcdn.shared.content_security import protect
+from assetcdn.shared.errors import ApiError, LegacyError, as_legacy
+
+log = logging.getLogger(__name__)
+
+REQUEST_ID = web.RequestKey("request_id", str)
+
+# Paths whose errors use the legacy envelope (README "Auth and errors"); the other routes use the
+# standard envelope.
+LEGACY_PREFIXES = ("/api/auto", "/api/transform", "/api/purge", "/api/stream", "/api/analytics", "/api/signed",
+                   "/api/search", "/api/chat")
+
+
+def uses_legacy_envelope(path: str) -> bool:
+    return path.startswith(LEGACY_PREFIXES)
+
+
+def json_response(body: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json",
+                        headers=headers)
+
+
+def error_response(error: ApiError | LegacyError, request_id: str) -> web.Response:
+    headers = {"X-Request-ID": request_id, "X-API-Version": API_VERSION, **error.headers}
+    return json_response(error.body(request_id), status=error.status, headers=headers)
+
+
+def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ApiError | LegacyError:
+    status = exc.status
+    if status == 404:
+        message = f"No endpoint matches {request.method} {request.path}. See the interface specification for the available paths."
+        code = "NotFound"
+    elif status == 405:
+        message = f"Method {request.method} is not allowed on {request.path}."
+        code = "MethodNotAllowed"
+    elif status == 413:
+        message = "Request body too large."
+        code = "PayloadTooLarge"
+    else:
+        message = exc.reason or "Request failed."
+        code = exc.reason.replace(" ", "") if exc.reason else "Error"
+    if uses_legacy_envelope(request.path):
+        return LegacyError(status, message)
+    return ApiError(status, code, message)
+
+
+def new_request_id() -> str:
+    # Request ids are correlation handles, not secrets: no system call per request for os.urandom.
+    return str(uuid.UUID(int=random.getrandbits(128), version=4))
+
+
+def _canonical_uuid(value: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return new_request_id()
+
+
+@web.middleware
+async def envelope_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Give every request an id, stamp version headers, and render errors in the right envelope."""
+    # A caller's own id is kept when it is a uuid, in canonical form (the envelope's requestId is a uuid string).
+    sent = request.headers.get("X-Request-ID")
+    request_id = _canonical_uuid(sent) if sent else new_request_id()
+    request[REQUEST_ID] = request_id
+    try:
+        response = await handler(request)
+    except ApiError as exc:
+        # A shared piece (body limits, path checks) may raise the standard error on a legacy path.
+        return error_response(as_legacy(exc) if uses_legacy_envelope(request.path) else exc, request_id)
+    except LegacyError as exc:
+        return error_response(exc, request_id)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            exc.headers["X-Request-ID"] = request_id
+            exc.headers["X-API-Version"] = API_VERSION
+            raise
+        return error_response(_from_http_exception(request, exc), request_id)
+    except Exception:
+        log.exception("unhandled error on %s %s (request %s)", request.method, request.path, request_id)
+        error: ApiError | LegacyError
+        text = "Internal server error. Retry later; report the request id if it persists."
+        error = LegacyError(500, text) if uses_legacy_envelope(request.path) else ApiError(500, "InternalError", text)
+        return error_response(error, request_id)
+    return response
+
+
+async def _stamp_headers(request: web.Request, response: web.StreamResponse) -> None:
+    # on_response_prepare also covers streamed responses (SSE, large bodies).
+    response.headers.setdefault("X-Request-ID", request.get(REQUEST_ID) or new_request_id())
+    response.headers.setdefault("X-API-Version", API_VERSION)
+    # nosniff on everything (errors, redirects, proxied and streamed responses included); the
+    # sandbox CSP on any active type that does not bring a policy of its own.
+    protect(response.headers)
+
+
+def install_envelopes(app: web.Application) -> None:
+    app.middlewares.append(envelope_middleware)
+    app.on_response_prepare.append(_stamp_headers)

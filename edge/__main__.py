@@ -1,5 +1,0 @@
-"""`python -m edge`: run one edge node (the process `assetcdn edge` starts)."""
-
-from edge.server import main
-
-main()
