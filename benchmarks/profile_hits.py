@@ -5,8 +5,9 @@
 One ``assetcdn up`` (control and one edge with one worker), the 5 KB and 100 KB files of
 benchmarks/hits_bench.py uploaded and warmed. The edge worker is pinned to core 0, wrk (``-t2 -c64``)
 and control to core 1. Per size: wrk runs while ``py-spy record --native --nonblocking`` samples the
-worker (SVG flame graph ``hit-<size>.svg`` and a speedscope JSON); the worker's CPU time over the
-requests wrk counted gives the microseconds of CPU per hit. With ``--perf``, a second run per size
+worker (SVG flame graph ``hit-<size>.svg``; a speedscope JSON, read for the breakdown printed by
+category: ``CATEGORIES``); the worker's CPU time over the requests wrk counted gives the
+microseconds of CPU per hit. With ``--perf``, a second run per size
 under ``perf record`` gives the share per binary (kernel, libpython, httptools, uvloop, libc).
 
 py-spy and perf slow the process they sample, so the req/s printed here is not a benchmark figure
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.hits_bench import (
@@ -60,11 +62,12 @@ def cpu_per_hit(edge: Server, url: str, args: argparse.Namespace, prefix: tuple[
     return result.rps, used / result.requests * 1e6 if result.requests else 0.0
 
 
-def spy(edge_pid: int, url: str, out: Path, args: argparse.Namespace, prefix: tuple[str, ...]) -> None:
+def spy(edge_pid: int, url: str, svg: Path, speedscope: Path, args: argparse.Namespace,
+        prefix: tuple[str, ...]) -> None:
     seconds = max(1, int(args.duration) - 2)
-    for fmt, suffix in (("flamegraph", ".svg"), ("speedscope", ".speedscope.json")):
+    for fmt, out in (("flamegraph", svg), ("speedscope", speedscope)):
         command = [py_spy(), "record", "--native", "--rate", str(args.rate), "--duration",
-                   str(seconds), "--format", fmt, "-o", str(out.with_suffix(suffix)), "--pid", str(edge_pid)]
+                   str(seconds), "--format", fmt, "-o", str(out), "--pid", str(edge_pid)]
         recorder = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(0.5)
         run_wrk(url, args.duration, args.connections, 2, prefix=prefix)
@@ -93,26 +96,49 @@ def perf_shares(edge_pid: int, url: str, workdir: Path, args: argparse.Namespace
     return shares
 
 
-def top_frames(speedscope: Path, limit: int = 25) -> list[tuple[str, float, float]]:
-    """(function, self %, total %) from a py-spy speedscope file, by total share."""
+# What a sample is spent on, by the frames on its stack (first match wins). Idle executor threads
+# and the wait in epoll are left out: the shares are of the time the worker was busy.
+CATEGORIES: tuple[tuple[str, Callable[[set[str], str], bool]], ...] = (
+    ("idle", lambda names, leaf: "_worker" in names or "Thread._bootstrap" in names
+     or leaf in ("epoll_pwait", "epoll_wait")),
+    ("delivery log shipped to control (batch dicts, JSON, HMAC, POST)",
+     lambda names, leaf: bool(names & {"DeliveryLog.ship", "DeliveryLog.take", "ControlClient._request"})),
+    ("metrics flush (once a second)", lambda names, leaf: "Metrics.flush" in names),
+    ("socket write: writev / sendfile system call",
+     lambda names, leaf: bool(names & {"HitProtocol._flush", "send_file_nowait", "HitProtocol._send_file_now"})
+     and (leaf in ("writev", "write", "sendfile64", "sendfile") or "uv__try_write" in names)),
+    ("write and sendfile calls (uvloop, Python)",
+     lambda names, leaf: bool(names & {"HitProtocol._flush", "send_file_nowait", "HitProtocol._send_file_now"})),
+    ("httptools callbacks (Python: on_url, on_header, ...)",
+     lambda names, leaf: bool(names & {"HitProtocol.on_header", "HitProtocol.on_url",
+                                       "HitProtocol.on_headers_complete", "HitProtocol.on_message_complete"})),
+    ("counting (metrics in ints, delivery-log tuple)", lambda names, leaf: "HitServer._count" in names),
+    ("request id", lambda names, leaf: "RequestIds.of" in names),
+    ("per read: configuration, purges, control reachable", lambda names, leaf: "HitServer.begin_batch" in names),
+    ("open() of the disk tier's file", lambda names, leaf: "HitServer._answer" in names and leaf == "open64"),
+    ("lookup and answer (Host, path, prepared head, body, Date)", lambda names, leaf: "HitServer._answer" in names),
+    ("request loop (framing, httptools' C parser, buffer)",
+     lambda names, leaf: "HitProtocol.process" in names or "HitProtocol.data_received" in names),
+    ("socket read system call, uvloop", lambda names, leaf: leaf in ("read", "recv") or "uv__read" in names),
+    ("garbage collector", lambda names, leaf: "gc_collect_main" in names),
+    ("other (event loop, timers, sync with control)", lambda names, leaf: True),
+)
+
+
+def breakdown(speedscope: Path) -> list[tuple[str, float]]:
+    """(category, share of the busy samples) from a py-spy speedscope file."""
     data = json.loads(speedscope.read_text())
     frames = data["shared"]["frames"]
-    totals: collections.Counter[int] = collections.Counter()
-    selfs: collections.Counter[int] = collections.Counter()
-    weight_sum = 0.0
+    shares: collections.Counter[str] = collections.Counter()
     for profile in data["profiles"]:
         for sample, weight in zip(profile["samples"], profile["weights"], strict=True):
-            weight_sum += weight
-            for index in set(sample):
-                totals[index] += weight
-            if sample:
-                selfs[sample[-1]] += weight
-    rows = []
-    for index, total in totals.most_common(limit):
-        frame = frames[index]
-        name = f"{frame['name']} ({Path(frame.get('file') or '?').name}:{frame.get('line', '?')})"
-        rows.append((name, 100 * selfs[index] / weight_sum, 100 * total / weight_sum))
-    return rows
+            names = [frames[index]["name"] for index in sample]
+            found = set(names)
+            leaf = names[-1] if names else ""
+            shares[next(name for name, test in CATEGORIES if test(found, leaf))] += weight
+    shares.pop("idle", None)
+    busy = sum(shares.values())
+    return [(name, share / busy) for name, share in shares.most_common()] if busy else []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,10 +169,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{size}: {rps:,.0f} req/s, {us:.1f} us of worker CPU per hit (no profiler; "
                       f"load average {load_average()})", flush=True)
                 name = "hit-" + size.replace(" ", "").lower()
-                spy(edge.pids[0], url, args.out / name, args, prefix)
-                print(f"  flame graph: {args.out / (name + '.svg')}")
-                for function, self_share, total in top_frames(args.out / (name + ".speedscope.json")):
-                    print(f"  {total:5.1f}% total {self_share:5.1f}% self  {function}")
+                speedscope = workdir / f"{name}.speedscope.json"
+                spy(edge.pids[0], url, args.out / f"{name}.svg", speedscope, args, prefix)
+                print(f"  flame graph: {args.out / (name + '.svg')}; of the worker's busy samples, and as "
+                      f"microseconds of the {us:.1f} us per hit:")
+                for category, share in breakdown(speedscope):
+                    print(f"  | {category} | {100 * share:.1f}% | {us * share:.1f} |")
                 if args.perf:
                     for dso, share in perf_shares(edge.pids[0], url, workdir, args, prefix)[:10]:
                         print(f"  perf {share:5.1f}%  {dso}")
