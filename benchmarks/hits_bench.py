@@ -31,10 +31,12 @@ import base64
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -337,6 +339,49 @@ def edge_server(cdn: RunningCdn) -> Server:
     return Server("edge", cdn.edge_urls[0], cdn.pids("--name edge-0"))
 
 
+def loopback_ceiling(workdir: Path, server_core: str, load_core: str, seconds: float = 3.0,
+                     connections: int = 8) -> float:
+    """MiB/s that ``connections`` TCP connections over loopback carry from ``sendfile(2)`` of a cached
+    file (threads pinned to the server's core) to ``recv_into`` a reused buffer (threads on the load
+    generator's core): the most any server can send here, with no HTTP and no per-request work."""
+    source = workdir / "ceiling.bin"
+    source.write_bytes(os.urandom(16 * MB))
+    size = source.stat().st_size
+    listener = socket.create_server(("127.0.0.1", 0), backlog=connections)
+    port = listener.getsockname()[1]
+    received = [0] * connections
+    deadline = time.monotonic() + 1.0 + seconds  # the first second warms up (not counted)
+    counted_from = deadline - seconds
+
+    def receive(index: int) -> None:
+        os.sched_setaffinity(0, {int(load_core)})
+        buffer = bytearray(MB)
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            while got := client.recv_into(buffer):
+                if time.monotonic() >= counted_from:
+                    received[index] += got
+
+    def send(connection: socket.socket) -> None:
+        os.sched_setaffinity(0, {int(server_core)})
+        with connection, open(source, "rb") as fh:
+            while time.monotonic() < deadline:
+                offset = 0
+                while offset < size:
+                    offset += os.sendfile(connection.fileno(), fh.fileno(), offset, size - offset)
+            connection.shutdown(socket.SHUT_WR)
+
+    threads = [threading.Thread(target=receive, args=(i,)) for i in range(connections)]
+    for thread in threads:
+        thread.start()
+    with listener:
+        senders = [threading.Thread(target=send, args=(listener.accept()[0],)) for _ in range(connections)]
+    for thread in senders:
+        thread.start()
+    for thread in senders + threads:
+        thread.join(timeout=seconds + 30)
+    return sum(received) / seconds / MB
+
+
 def measure(args: argparse.Namespace) -> None:
     require_tools()
     print(f"# hits_bench: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
@@ -371,6 +416,8 @@ def measure(args: argparse.Namespace) -> None:
                 asyncio.run(warm(server.base, list(paths.values()), bodies))
             print(f"# warmed; pinned servers to core {server_core}, wrk and control to core {load_core}; "
                   f"load average {load_average()}")
+            print(f"# loopback ceiling (one TCP connection, sendfile -> recv_into, no HTTP): "
+                  f"{loopback_ceiling(workdir, server_core, load_core):,.0f} MiB/s", flush=True)
             results = Results()
             order = list(SERVERS)
             for round_ in range(args.rounds):
