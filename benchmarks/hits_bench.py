@@ -9,7 +9,10 @@ tier's object limit: the edge sends it from its disk cache file with sendfile). 
 storage) and nginx (proxy_cache, one worker) are started as peers of the edge in front of the same
 control plane: they fetch ``/api/storage/<path>`` with the access key and cache it for an hour. Each
 server is pinned to core 0 with taskset; wrk (``-t2 -c64``) runs pinned to core 1, and so does
-control (idle during hits but for the edge's analytics batches). Every URL is warmed until it is a
+control, at SCHED_IDLE (idle during hits but for ingesting the edge's analytics batches, which must
+not take wrk's core in the edge's runs only; its CPU is printed per run). A bare uvloop + httptools
+server (benchmarks/bare_server.py) serves the same files as a fourth "server": the floor of any
+Python server here. Before the rounds, the loopback ceiling (``loopback_ceiling``). Every URL is warmed until it is a
 hit on every server. Then ``--rounds`` rounds, each running every size on every server in turn
 (the order rotates per round), so machine noise hits all three alike; the table shows medians of
 the rounds: req/s, MiB/s, p99 latency and the server's CPU (cores used, from /proc), plus the ratio
@@ -184,6 +187,19 @@ def children_of(pid: int) -> list[int]:
 def pin(pids: list[int], core: str) -> None:
     for pid in pids:
         subprocess.run(["taskset", "-a", "-p", "-c", core, str(pid)], capture_output=True, check=False)
+
+
+def background(pids: list[int]) -> None:
+    """SCHED_IDLE for every thread of ``pids``: they run only when their core has nothing else to do.
+    Control shares wrk's core and ingests the edge's delivery-log batches (tens of thousands of rows a
+    second during edge runs, none during the others'); at normal priority that starves wrk in the
+    edge's runs only. The edge still does all of its own work (the batches are built and sent)."""
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                os.sched_setscheduler(int(task.name), os.SCHED_IDLE, os.sched_param(0))
+            except OSError:
+                continue
 
 
 def require_tools() -> None:
@@ -397,6 +413,8 @@ def measure(args: argparse.Namespace) -> None:
         try:
             control_port = int(cdn.control_url.rsplit(":", 1)[1])
             pin(cdn.pids("control"), load_core)
+            background(cdn.pids("control"))
+            control = Server("control", cdn.control_url, cdn.pids("control"))
             edge = edge_server(cdn)
             pin(edge.pids, server_core)
             base = free_port_block(3)
@@ -416,20 +434,23 @@ def measure(args: argparse.Namespace) -> None:
                 asyncio.run(warm(server.base, list(paths.values()), bodies))
             print(f"# warmed; pinned servers to core {server_core}, wrk and control to core {load_core}; "
                   f"load average {load_average()}")
-            print(f"# loopback ceiling (one TCP connection, sendfile -> recv_into, no HTTP): "
+            print(f"# loopback ceiling (8 TCP connections, sendfile -> recv_into, no HTTP): "
                   f"{loopback_ceiling(workdir, server_core, load_core):,.0f} MiB/s", flush=True)
             results = Results()
             order = list(SERVERS)
             for round_ in range(args.rounds):
                 for label, path in paths.items():
                     for name in order:
+                        control_before, began = control.cpu_seconds(), time.monotonic()
                         result, cores = run_one(every[name], f"{every[name].base}/{path}", args, wrk_prefix)
+                        control_cores = (control.cpu_seconds() - control_before) / (time.monotonic() - began)
                         sample = Sample(result.rps, result.bytes_read / result.duration_s / MB, result.p99_ms,
                                         cores, result.errors)
                         results.add(name, label, sample)
                         print(f"round {round_ + 1} {label:>11} {name:>8}: {result.rps:10,.0f} req/s "
                               f"{sample.mib_s:8,.0f} MiB/s p99 {result.p99_ms:7.2f} ms cpu {cores:.2f} "
-                              f"errors {result.errors}", flush=True)
+                              f"errors {result.errors} (control cpu {control_cores:.2f}; load {load_average()})",
+                              flush=True)
                 order = order[1:] + order[:1]
             print(f"\n# medians of {args.rounds} rounds, wrk -t{args.threads} -c{args.connections} "
                   f"-d{args.duration:g}s; load average after: {load_average()}\n")
