@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, checkout in (("before", args.before.resolve()), ("after", args.after.resolve())):
                 (workdir / name).mkdir()
                 cdn = cdns[name] = start_from(checkout, workdir / name)
-                pin(cdn.pids("control"), "1")
+                pin(cdn.pids("-m control "), "1")
                 servers[name] = edge_server(cdn)
                 pin(servers[name].pids, "0")
                 paths, bodies = asyncio.run(prepare_files(cdn, SIZES))

@@ -412,9 +412,9 @@ def measure(args: argparse.Namespace) -> None:
         servers: list[Server] = []
         try:
             control_port = int(cdn.control_url.rsplit(":", 1)[1])
-            pin(cdn.pids("control"), load_core)
-            background(cdn.pids("control"))
-            control = Server("control", cdn.control_url, cdn.pids("control"))
+            pin(cdn.pids("-m control "), load_core)
+            background(cdn.pids("-m control "))
+            control = Server("control", cdn.control_url, cdn.pids("-m control "))
             edge = edge_server(cdn)
             pin(edge.pids, server_core)
             base = free_port_block(3)

@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tmp)
         cdn = start_cdn(workdir, workers=1, env_extra={"ASSETCDN_EDGE_MEMORY_CACHE_MB": "512"})
         try:
-            pin(cdn.pids("control"), args.load_core)
+            pin(cdn.pids("-m control "), args.load_core)
             edge = edge_server(cdn)
             pin(edge.pids, args.server_core)
             paths, bodies = asyncio.run(prepare_files(cdn))
