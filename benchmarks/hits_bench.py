@@ -9,7 +9,10 @@ tier's object limit: the edge sends it from its disk cache file with sendfile). 
 storage) and nginx (proxy_cache, one worker) are started as peers of the edge in front of the same
 control plane: they fetch ``/api/storage/<path>`` with the access key and cache it for an hour. Each
 server is pinned to core 0 with taskset; wrk (``-t2 -c64``) runs pinned to core 1, and so does
-control (idle during hits but for the edge's analytics batches). Every URL is warmed until it is a
+control, at SCHED_IDLE (idle during hits but for ingesting the edge's analytics batches, which must
+not take wrk's core in the edge's runs only; its CPU is printed per run). A bare uvloop + httptools
+server (benchmarks/bare_server.py) serves the same files as a fourth "server": the floor of any
+Python server here. Before the rounds, the loopback ceiling (``loopback_ceiling``). Every URL is warmed until it is a
 hit on every server. Then ``--rounds`` rounds, each running every size on every server in turn
 (the order rotates per round), so machine noise hits all three alike; the table shows medians of
 the rounds: req/s, MiB/s, p99 latency and the server's CPU (cores used, from /proc), plus the ratio
@@ -31,10 +34,12 @@ import base64
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +53,7 @@ KB = 1024
 MB = 1024 * KB
 SIZES = {"5 KB": 5 * KB, "100 KB": 100 * KB, "1 MB": MB, "4 MB (file)": 4 * MB}
 ZONE = "bench"
-SERVERS = ("varnish", "nginx", "edge")
+SERVERS = ("varnish", "nginx", "edge", "bare")
 SMALL = 1 * KB
 BATCH = 1000  # files per storage batch upload (this cluster's [control] max_batch_files)
 
@@ -71,7 +76,7 @@ sub vcl_deliver {{
 """
 
 NGINX = """daemon off;
-worker_processes 1;
+worker_processes {workers};
 pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
 events {{ worker_connections 4096; }}
@@ -184,6 +189,19 @@ def pin(pids: list[int], core: str) -> None:
         subprocess.run(["taskset", "-a", "-p", "-c", core, str(pid)], capture_output=True, check=False)
 
 
+def background(pids: list[int]) -> None:
+    """SCHED_IDLE for every thread of ``pids``: they run only when their core has nothing else to do.
+    Control shares wrk's core and ingests the edge's delivery-log batches (tens of thousands of rows a
+    second during edge runs, none during the others'); at normal priority that starves wrk in the
+    edge's runs only. The edge still does all of its own work (the batches are built and sent)."""
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                os.sched_setscheduler(int(task.name), os.SCHED_IDLE, os.sched_param(0))
+            except OSError:
+                continue
+
+
 def require_tools() -> None:
     missing = [tool for tool in ("wrk", "varnishd", "nginx", "taskset") if shutil.which(tool) is None
                and not Path(f"/usr/sbin/{tool}").exists()]
@@ -202,16 +220,29 @@ def start_varnish(workdir: Path, port: int, control_port: int, core: str) -> Ser
     return Server("varnish", f"http://127.0.0.1:{port}", [], process)
 
 
-def start_nginx(workdir: Path, port: int, control_port: int, core: str) -> Server:
-    directory = workdir / "nginx"
+def start_nginx(workdir: Path, port: int, control_port: int, core: str, workers: int = 1) -> Server:
+    directory = workdir / f"nginx-{port}"
     directory.mkdir()
     os.chmod(directory, 0o777)
     conf = directory / "nginx.conf"
-    conf.write_text(NGINX.format(dir=directory, listen=port, port=control_port, key=KEYS["ASSETCDN_ACCESS_KEY"]))
+    conf.write_text(NGINX.format(dir=directory, listen=port, port=control_port, key=KEYS["ASSETCDN_ACCESS_KEY"],
+                                 workers=workers))
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     process = subprocess.Popen(["taskset", "-c", core, nginx, "-c", str(conf), "-p", str(directory)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return Server("nginx", f"http://127.0.0.1:{port}", [], process)
+
+
+def start_bare(workdir: Path, port: int, bodies: dict[str, bytes], core: str) -> Server:
+    """benchmarks/bare_server.py serving the same files: the floor of a Python server (see there)."""
+    directory = workdir / "bare"
+    for path, body in bodies.items():
+        (directory / path).parent.mkdir(parents=True, exist_ok=True)
+        (directory / path).write_bytes(body)
+    process = subprocess.Popen(["taskset", "-c", core, sys.executable, "-m", "benchmarks.bare_server",
+                                "--port", str(port), "--dir", str(directory)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return Server("bare", f"http://127.0.0.1:{port}", [process.pid], process)
 
 
 def stop(server: Server) -> None:
@@ -302,7 +333,7 @@ def table(results: Results, sizes: list[str]) -> str:
     return "\n".join(lines)
 
 
-async def prepare_files(cdn: RunningCdn) -> tuple[dict[str, str], dict[str, bytes]]:
+async def prepare_files(cdn: RunningCdn, sizes: list[str] | None = None) -> tuple[dict[str, str], dict[str, bytes]]:
     paths: dict[str, str] = {}
     bodies: dict[str, bytes] = {}
     async with aiohttp.ClientSession() as session:
@@ -310,6 +341,8 @@ async def prepare_files(cdn: RunningCdn) -> tuple[dict[str, str], dict[str, byte
             if resp.status != 201:
                 raise RuntimeError(f"zone: {resp.status} {await resp.text()}")
         for label, size in SIZES.items():
+            if sizes is not None and label not in sizes:
+                continue
             path = f"{ZONE}/v1/bench/{label.split(' ')[0]}{label.split(' ')[1].lower()}.bin"
             data = os.urandom(size)
             await upload(session, cdn, path, data)
@@ -320,6 +353,49 @@ async def prepare_files(cdn: RunningCdn) -> tuple[dict[str, str], dict[str, byte
 def edge_server(cdn: RunningCdn) -> Server:
     """The edge node's processes (with one worker, the node process is the worker)."""
     return Server("edge", cdn.edge_urls[0], cdn.pids("--name edge-0"))
+
+
+def loopback_ceiling(workdir: Path, server_core: str, load_core: str, seconds: float = 3.0,
+                     connections: int = 8) -> float:
+    """MiB/s that ``connections`` TCP connections over loopback carry from ``sendfile(2)`` of a cached
+    file (threads pinned to the server's core) to ``recv_into`` a reused buffer (threads on the load
+    generator's core): the most any server can send here, with no HTTP and no per-request work."""
+    source = workdir / "ceiling.bin"
+    source.write_bytes(os.urandom(16 * MB))
+    size = source.stat().st_size
+    listener = socket.create_server(("127.0.0.1", 0), backlog=connections)
+    port = listener.getsockname()[1]
+    received = [0] * connections
+    deadline = time.monotonic() + 1.0 + seconds  # the first second warms up (not counted)
+    counted_from = deadline - seconds
+
+    def receive(index: int) -> None:
+        os.sched_setaffinity(0, {int(load_core)})
+        buffer = bytearray(MB)
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            while got := client.recv_into(buffer):
+                if time.monotonic() >= counted_from:
+                    received[index] += got
+
+    def send(connection: socket.socket) -> None:
+        os.sched_setaffinity(0, {int(server_core)})
+        with connection, open(source, "rb") as fh:
+            while time.monotonic() < deadline:
+                offset = 0
+                while offset < size:
+                    offset += os.sendfile(connection.fileno(), fh.fileno(), offset, size - offset)
+            connection.shutdown(socket.SHUT_WR)
+
+    threads = [threading.Thread(target=receive, args=(i,)) for i in range(connections)]
+    for thread in threads:
+        thread.start()
+    with listener:
+        senders = [threading.Thread(target=send, args=(listener.accept()[0],)) for _ in range(connections)]
+    for thread in senders:
+        thread.start()
+    for thread in senders + threads:
+        thread.join(timeout=seconds + 30)
+    return sum(received) / seconds / MB
 
 
 def measure(args: argparse.Namespace) -> None:
@@ -336,42 +412,51 @@ def measure(args: argparse.Namespace) -> None:
         servers: list[Server] = []
         try:
             control_port = int(cdn.control_url.rsplit(":", 1)[1])
-            pin(cdn.pids("control"), load_core)
+            pin(cdn.pids("-m assetcdn.control "), load_core)
+            background(cdn.pids("-m assetcdn.control "))
+            control = Server("control", cdn.control_url, cdn.pids("-m assetcdn.control "))
             edge = edge_server(cdn)
             pin(edge.pids, server_core)
-            base = free_port_block(2)
+            base = free_port_block(3)
             varnish = start_varnish(workdir, base, control_port, server_core)
             nginx = start_nginx(workdir, base + 1, control_port, server_core)
-            servers = [varnish, nginx]
-            paths, bodies = asyncio.run(prepare_files(cdn))
-            for server in (varnish, nginx):
+            paths, bodies = asyncio.run(prepare_files(cdn, args.sizes))
+            bare = start_bare(workdir, base + 2, bodies, server_core)
+            servers = [varnish, nginx, bare]
+            for server in (varnish, nginx, bare):
                 asyncio.run(wait_up(server.base + "/"))
                 assert server.process is not None
-                server.pids = [server.process.pid, *children_of(server.process.pid)]
+                if server is not bare:
+                    server.pids = [server.process.pid, *children_of(server.process.pid)]
                 pin(server.pids, server_core)
-            every = {"varnish": varnish, "nginx": nginx, "edge": edge}
+            every = {"varnish": varnish, "nginx": nginx, "edge": edge, "bare": bare}
             for server in every.values():
                 asyncio.run(warm(server.base, list(paths.values()), bodies))
             print(f"# warmed; pinned servers to core {server_core}, wrk and control to core {load_core}; "
                   f"load average {load_average()}")
+            print(f"# loopback ceiling (8 TCP connections, sendfile -> recv_into, no HTTP): "
+                  f"{loopback_ceiling(workdir, server_core, load_core):,.0f} MiB/s", flush=True)
             results = Results()
             order = list(SERVERS)
             for round_ in range(args.rounds):
                 for label, path in paths.items():
                     for name in order:
+                        control_before, began = control.cpu_seconds(), time.monotonic()
                         result, cores = run_one(every[name], f"{every[name].base}/{path}", args, wrk_prefix)
+                        control_cores = (control.cpu_seconds() - control_before) / (time.monotonic() - began)
                         sample = Sample(result.rps, result.bytes_read / result.duration_s / MB, result.p99_ms,
                                         cores, result.errors)
                         results.add(name, label, sample)
                         print(f"round {round_ + 1} {label:>11} {name:>8}: {result.rps:10,.0f} req/s "
                               f"{sample.mib_s:8,.0f} MiB/s p99 {result.p99_ms:7.2f} ms cpu {cores:.2f} "
-                              f"errors {result.errors}", flush=True)
+                              f"errors {result.errors} (control cpu {control_cores:.2f}; load {load_average()})",
+                              flush=True)
                 order = order[1:] + order[:1]
             print(f"\n# medians of {args.rounds} rounds, wrk -t{args.threads} -c{args.connections} "
                   f"-d{args.duration:g}s; load average after: {load_average()}\n")
             print(table(results, list(paths)))
             if args.objects:
-                memory_rows(cdn, every, args.objects)
+                memory_rows(cdn, {name: every[name] for name in ("varnish", "nginx", "edge")}, args.objects)
         finally:
             for server in servers:
                 stop(server)
@@ -402,30 +487,52 @@ async def _upload_small(cdn: RunningCdn, paths: list[str]) -> None:
 
 
 def scaling(workdir: Path, args: argparse.Namespace) -> None:
-    """1 and 2 edge workers at 5 KB, wrk unpinned. Besides req/s, the workers' CPU and req/s per core:
-    workers scale when a second one serves as much per core as the first."""
+    """1 and 2 edge workers at 5 KB, wrk unpinned, against nginx with 1 and 2 workers in front of the
+    same control plane (the same machine's reference: how far a C server scales here). Besides
+    req/s, the servers' CPU and req/s per core: workers scale when the second serves as much per core
+    as the first; on 2 cores shared with wrk, req/s cannot reach 2x for any server."""
     rows = []
     for workers in (1, 2):
         (workdir / f"scale-{workers}").mkdir()
         cdn = start_cdn(workdir / f"scale-{workers}", workers=workers)
+        nginx: Server | None = None
         try:
-            paths, bodies = asyncio.run(prepare_files(cdn))
+            paths, bodies = asyncio.run(prepare_files(cdn, ["5 KB"]))
             path = paths["5 KB"]
             node = cdn.pids("--name edge-0")
             edge = Server("edge", cdn.edge_urls[0], [p for n in node for p in (n, *children_of(n))])
-            for _ in range(4 * workers):  # every worker holds it (SO_REUSEPORT spreads connections)
-                asyncio.run(warm(edge.base, [path], bodies))
-            samples = [run_one(edge, f"{edge.base}/{path}", args, ()) for _ in range(args.rounds)]
-            rps = statistics.median(result.rps for result, _ in samples)
-            cores = statistics.median(cpu for _, cpu in samples)
-            rows.append((workers, rps, cores))
+            control_port = int(cdn.control_url.rsplit(":", 1)[1])
+            nginx = start_nginx(workdir / f"scale-{workers}", free_port_block(1), control_port, "0-1", workers)
+            asyncio.run(wait_up(nginx.base + "/"))
+            assert nginx.process is not None
+            nginx.pids = [nginx.process.pid, *children_of(nginx.process.pid)]
+            for server in (edge, nginx):
+                for _ in range(4 * workers):  # every worker holds it (SO_REUSEPORT spreads connections)
+                    asyncio.run(warm(server.base, [path], bodies))
+            samples: dict[str, list[tuple[LoadResult, float]]] = {"edge": [], "nginx": []}
+            for round_ in range(args.rounds):
+                for server in (edge, nginx) if round_ % 2 == 0 else (nginx, edge):
+                    samples[server.name].append(run_one(server, f"{server.base}/{path}", args, ()))
+            for name, runs in samples.items():
+                rps = statistics.median(result.rps for result, _ in runs)
+                cores = statistics.median(cpu for _, cpu in runs)
+                p99 = statistics.median(result.p99_ms for result, _ in runs)
+                rows.append((name, workers, rps, cores, p99))
         finally:
+            if nginx is not None:
+                stop(nginx)
             cdn.stop()
-    print(f"\n# scaling, 5 KB hits, wrk unpinned (it shares the 2 cores with the workers); "
-          f"load average {load_average()}\n")
-    print("| edge workers | req/s | vs 1 worker | workers' CPU (cores) | req/s per core |\n|---:|---:|---:|---:|---:|")
-    for workers, rps, cores in rows:
-        print(f"| {workers} | {rps:,.0f} | {rps / rows[0][1]:.2f}x | {cores:.2f} | {rps / cores if cores else 0:,.0f} |")
+    print(f"\n# scaling, 5 KB hits, wrk -t{args.threads} -c{args.connections} unpinned (it shares the 2 cores "
+          f"with the workers), medians of {args.rounds} rounds; load average {load_average()}\n")
+    print("| server | workers | req/s | vs 1 worker | p99 ms | workers' CPU (cores) | req/s per core | "
+          "per core vs 1 worker |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name in ("edge", "nginx"):
+        mine = [row for row in rows if row[0] == name]
+        one_rps, one_core = mine[0][2], (mine[0][2] / mine[0][3] if mine[0][3] else 0.0)
+        for _, workers, rps, cores, p99 in mine:
+            per_core = rps / cores if cores else 0.0
+            print(f"| {name} | {workers} | {rps:,.0f} | {rps / one_rps:.2f}x | {p99:.2f} | {cores:.2f} | "
+                  f"{per_core:,.0f} | {per_core / one_core if one_core else 0:.2f}x |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -439,9 +546,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--objects", type=int, default=5_000,
                         help="small objects for the memory rows (0: skip; the issue's figure is 100000)")
     parser.add_argument("--no-scaling", dest="scaling", action="store_false")
+    parser.add_argument("--sizes", default=",".join(SIZES), help=f"comma-separated, of: {', '.join(SIZES)}")
+    parser.add_argument("--scaling-only", action="store_true", help="only the workers' scaling table")
     args = parser.parse_args(argv)
+    args.sizes = [size.strip() for size in args.sizes.split(",") if size.strip()]
+    if not args.sizes or any(size not in SIZES for size in args.sizes):
+        parser.error(f"--sizes: comma-separated, of: {', '.join(SIZES)}")
     if not 0 < args.duration <= 60 or not 0 < args.rounds <= 20:
         parser.error("--duration within (0, 60], --rounds within (0, 20]")
+    if args.scaling_only:
+        require_tools()
+        print(f"# hits_bench: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
+        with tempfile.TemporaryDirectory(prefix="hits-bench-") as tmp:
+            os.chmod(tmp, 0o755)
+            scaling(Path(tmp), args)
+        return 0
     measure(args)
     return 0
 

@@ -49,10 +49,14 @@ class DeliveryLog:
                             request.get(REQUEST_ID), request.remote))
 
     def take(self) -> list[dict[str, Any]]:
-        batch: list[dict[str, Any]] = []
-        while self.buffer and len(batch) < BATCH:
-            batch.append(dict(zip(HIT_FIELDS, self.buffer.popleft(), strict=True)))
-        return batch
+        buffer = self.buffer
+        popleft = buffer.popleft
+        # A dict display with HIT_FIELDS' names, in order: half the cost of dict(zip(...)) per entry,
+        # which counts at tens of thousands of hits a second (benchmarks/README.md).
+        return [{"timestamp": timestamp, "path": path, "zone": zone, "status": status, "bytes": sent,
+                 "cache": cache, "country": country, "method": method, "requestId": request_id, "ip": ip}
+                for timestamp, path, zone, status, sent, cache, country, method, request_id, ip
+                in (popleft() for _ in range(min(len(buffer), BATCH)))]
 
     async def ship_forever(self, control: ControlClient, interval_s: float) -> None:
         while True:

@@ -30,13 +30,11 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import httptools
 
-from assetcdn.edge.fastpath.prepared import Prepared
 from assetcdn.edge.fastpath.sendfile import Drain, send_file, send_file_nowait, set_keepalive
 
 if TYPE_CHECKING:
@@ -282,7 +280,8 @@ class HitProtocol(asyncio.Protocol):
             headers[0] = headers[1] = headers[2] = headers[3] = headers[4] = headers[5] = None
             self.complete = self.repeated = False
             try:
-                parser.feed_data(memoryview(buf)[pos:head_end])
+                # The usual read is one whole request head: fed as it is, no view to make.
+                parser.feed_data(buf if head_end == size and not pos else memoryview(buf)[pos:head_end])
             except httptools.HttpParserError:  # malformed, or an upgrade: aiohttp answers as it always did
                 self._flush(out)
                 self._give_away(buf[pos:])
@@ -442,14 +441,7 @@ class HitProtocol(asyncio.Protocol):
             handler.data_received(received)
 
 
-def hit_record(hit: Prepared, status: int, sent: int, country: bytes | None, method: str,
-               request_id: bytes, peer: str | None) -> tuple[Any, ...]:
-    """A delivery-log entry (assetcdn/edge/delivery_log.py: HIT_FIELDS, in that order), as DeliveryLog.record
-    makes one for the application's answers."""
-    code = "XX"
-    if country is not None:
-        text = country.decode("utf-8", "surrogateescape").strip().upper()
-        if len(text) == 2 and text.isalpha():
-            code = text
-    return (time.time(), hit.cdn_path, hit.zone, status, sent, "HIT", code, method, request_id.decode(), peer)
-
+def country_code(header: bytes) -> str:
+    """The analytics country of a request's country header (two letters), as DeliveryLog.record reads it."""
+    text = header.decode("utf-8", "surrogateescape").strip().upper()
+    return text if len(text) == 2 and text.isalpha() else "XX"

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import os
 import time
+from bisect import bisect_left
 from typing import Any
 
 from aiohttp import web
@@ -33,11 +34,11 @@ from assetcdn.edge.fastpath.protocol import (
     WANTED,
     HitProtocol,
     RequestIds,
-    hit_record,
+    country_code,
 )
 from assetcdn.edge.states.deliver import etag_matches, parse_range
 from assetcdn.shared.http_server import header_timeout_s
-from assetcdn.shared.metrics import METRICS
+from assetcdn.shared.metrics import LATENCY_BUCKETS, METRICS
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,12 @@ class HitServer:
         self.date = date_line(time.time())
         self.cache_hit = self.metrics.cache_result("HIT")
         self.served = 0  # requests answered here (the rest went to the application)
+        # Counted here in plain ints, moved into the metrics when they flush (collect_metrics):
+        # requests per (status << 1 | HEAD), their latencies (per LATENCY_BUCKETS, +Inf, sum), bytes.
+        self.counts: dict[int, int] = {}
+        self.latency: list[float] = [0] * (len(LATENCY_BUCKETS) + 2)
+        self.body_bytes = 0
+        self.now = time.time()
         self._tick: asyncio.TimerHandle | None = None
 
     def protocol(self) -> HitProtocol:
@@ -86,6 +93,7 @@ class HitServer:
     # --- once a second: Date, head deadlines -------------------------------------------------------
 
     def start(self) -> None:
+        self.metrics.add_source(self.collect_metrics)
         self._on_tick()
 
     def _on_tick(self) -> None:
@@ -98,6 +106,8 @@ class HitServer:
         self._tick = loop.call_later(1.0 - now % 1.0 + 0.001, self._on_tick)
 
     def stop(self) -> None:
+        self.collect_metrics()
+        self.metrics.remove_source(self.collect_metrics)
         if self._tick is not None:
             self._tick.cancel()
             self._tick = None
@@ -117,6 +127,24 @@ class HitServer:
         # circuit breaker has it down; the application answers those.
         self.reachable = self.node.control_reachable()
         self.started = time.perf_counter()
+        self.now = time.time()
+
+    def collect_metrics(self) -> None:
+        """What the application counts for each answer (assetcdn/shared/metrics.py middleware): the request
+        by route, method and status and its latency, a cache HIT, the body bytes served."""
+        counts, self.counts = self.counts, {}
+        metrics = self.metrics
+        hits = 0
+        for code, count in counts.items():
+            metrics.add_requests(DELIVERY_ROUTE, "HEAD" if code & 1 else "GET", str(code >> 1), count)
+            hits += count
+        if hits:
+            latency, self.latency = self.latency, [0] * (len(LATENCY_BUCKETS) + 2)
+            metrics.add_latencies(DELIVERY_ROUTE, latency)
+            self.cache_hit.inc(hits)
+        if self.body_bytes:
+            metrics.bytes_served_here.inc(self.body_bytes)
+            self.body_bytes = 0
 
     def answer(self, conn: HitProtocol, buf: bytes, pos: int, head_end: int, out: list[Any]) -> int:
         """Answer the request whose head is ``buf[pos:head_end]`` (parsed into ``conn``) if it is a hit;
@@ -136,7 +164,7 @@ class HitServer:
         else:
             return HAND_OVER
         line_end = buf.find(b"\r\n", pos)
-        if buf[line_end - 9:line_end] != b" HTTP/1.1" or not self.reachable:
+        if not buf.endswith(b" HTTP/1.1", pos, line_end) or not self.reachable:
             return HAND_OVER
         headers = conn.headers
         host = headers[0]
@@ -237,14 +265,20 @@ class HitServer:
     def _count(self, conn: HitProtocol, hit: Prepared, status: int, sent: int, head_only: bool,
                request_id: bytes) -> None:
         self.served += 1
-        method = "HEAD" if head_only else "GET"
-        metrics = self.metrics
-        metrics.count_request(DELIVERY_ROUTE, method, str(status), time.perf_counter() - self.started)
-        self.cache_hit.inc()
-        if sent:
-            metrics.bytes_served_here.inc(sent)
-        self.node.deliveries.buffer.append(hit_record(hit, status, sent, conn.headers[COUNTRY], method,
-                                                      request_id, conn.peer))
+        code = status << 1 | head_only
+        counts = self.counts
+        counts[code] = counts.get(code, 0) + 1
+        seconds = time.perf_counter() - self.started
+        latency = self.latency
+        latency[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        latency[-1] += seconds
+        self.body_bytes += sent
+        country = conn.headers[COUNTRY]
+        # A delivery-log entry (assetcdn/edge/delivery_log.py: HIT_FIELDS, in that order), as DeliveryLog.record
+        # makes one for the application's answers.
+        self.node.deliveries.buffer.append((
+            self.now, hit.cdn_path, hit.zone, status, sent, "HIT", "XX" if country is None else country_code(country),
+            "HEAD" if head_only else "GET", request_id.decode(), conn.peer))
 
     def _host_view(self, host: bytes) -> HostView | None:
         try:
