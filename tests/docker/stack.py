@@ -202,6 +202,17 @@ def check_stack(compose: list[str], env: dict[str, str], secrets: dict[str, str]
     say("Prometheus scrapes control, edge1 and edge2 (all up)")
 
 
+def show_state(compose: list[str], env: dict[str, str]) -> None:
+    """What a failed run needs to be understood: each container's state, its last health probes and logs."""
+    run([*compose, "ps"], env=env, check=False)
+    ids = run([*compose, "ps", "--quiet"], env=env, check=False, quiet=True).stdout.decode().split()
+    for container in ids:
+        inspected = run([DOCKER, "inspect", "--format", "{{.Name}} {{json .State.Health}}", container], env=env,
+                        check=False, quiet=True)
+        say("health " + inspected.stdout.decode(errors="replace").strip()[-3000:])
+    run([*compose, "logs", "--tail", "60"], env=env, check=False)
+
+
 def main() -> int:
     env = dict(os.environ)
     compose_tool = [DOCKER, "compose"] if run([DOCKER, "compose", "version"], env=env, check=False,
@@ -220,12 +231,12 @@ def main() -> int:
             ports = {"EDGE1_PORT": port_list[0], "EDGE2_PORT": port_list[1], "PROMETHEUS_PORT": port_list[2]}
             env.update({k: str(v) for k, v in ports.items()}, PUBLISH_ADDR="127.0.0.1", **IMAGES)
             compose = [*compose_tool, "--project-name", project, "--file", str(deploy / "compose.yaml")]
-            run([*compose, "up", "--detach", "--no-build"], env=env)
             try:
+                # `up` fails on its own when a container never turns healthy: show why in either case.
+                run([*compose, "up", "--detach", "--no-build"], env=env)
                 check_stack(compose, env, read_env(deploy / "secrets" / "control.env"), ports)
             except (AssertionError, SystemExit):
-                run([*compose, "ps"], env=env, check=False)
-                run([*compose, "logs", "--tail", "60"], env=env, check=False)
+                show_state(compose, env)
                 raise
             say("passed")
             return 0
