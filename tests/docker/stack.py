@@ -168,6 +168,12 @@ def check_stack(compose: list[str], env: dict[str, str], secrets: dict[str, str]
     wait_for("edge1 healthy", lambda: healthy(edge1), START_TIMEOUT_S)
     wait_for("edge2 healthy", lambda: healthy(edge2), START_TIMEOUT_S)
     say("both edges answer /api/health with 200")
+    for url in (edge1, edge2):
+        status, body = http("GET", f"{url}/api/health", timeout=5)
+        counters = [c for c in json.loads(body)["checks"] if c["name"] == "counters"]
+        assert status == 200 and counters and counters[0]["backend"] == "redis" and counters[0]["healthy"], \
+            (url, status, counters)
+    say("both edges count limits in Redis (health check `counters`: backend redis, healthy)")
 
     account = {"AccountKey": secrets["ASSETCDN_ACCOUNT_KEY"], "Content-Type": "application/json"}
     status, body = http("POST", f"{edge1}/api/core/zones", headers=account, body=b'{"Name": "dockertest"}')
