@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("control", "edge"):
         # One process each, for separate hosts: hand over to the process's own entry point.
-        os.execv(sys.executable, [sys.executable, "-m", argv[0], *argv[1:]])
+        os.execv(sys.executable, [sys.executable, "-m", f"assetcdn.{argv[0]}", *argv[1:]])
     parser = argparse.ArgumentParser(prog="assetcdn", description="Self-hostable asset CDN.")
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start control plus N edge nodes")

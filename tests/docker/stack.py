@@ -168,6 +168,12 @@ def check_stack(compose: list[str], env: dict[str, str], secrets: dict[str, str]
     wait_for("edge1 healthy", lambda: healthy(edge1), START_TIMEOUT_S)
     wait_for("edge2 healthy", lambda: healthy(edge2), START_TIMEOUT_S)
     say("both edges answer /api/health with 200")
+    for url in (edge1, edge2):
+        status, body = http("GET", f"{url}/api/health", timeout=5)
+        counters = [c for c in json.loads(body)["checks"] if c["name"] == "counters"]
+        assert status == 200 and counters and counters[0]["backend"] == "redis" and counters[0]["healthy"], \
+            (url, status, counters)
+    say("both edges count limits in Redis (health check `counters`: backend redis, healthy)")
 
     account = {"AccountKey": secrets["ASSETCDN_ACCOUNT_KEY"], "Content-Type": "application/json"}
     status, body = http("POST", f"{edge1}/api/core/zones", headers=account, body=b'{"Name": "dockertest"}')
@@ -202,6 +208,17 @@ def check_stack(compose: list[str], env: dict[str, str], secrets: dict[str, str]
     say("Prometheus scrapes control, edge1 and edge2 (all up)")
 
 
+def show_state(compose: list[str], env: dict[str, str]) -> None:
+    """What a failed run needs to be understood: each container's state, its last health probes and logs."""
+    run([*compose, "ps"], env=env, check=False)
+    ids = run([*compose, "ps", "--quiet"], env=env, check=False, quiet=True).stdout.decode().split()
+    for container in ids:
+        inspected = run([DOCKER, "inspect", "--format", "{{.Name}} {{json .State.Health}}", container], env=env,
+                        check=False, quiet=True)
+        say("health " + inspected.stdout.decode(errors="replace").strip()[-3000:])
+    run([*compose, "logs", "--tail", "60"], env=env, check=False)
+
+
 def main() -> int:
     env = dict(os.environ)
     compose_tool = [DOCKER, "compose"] if run([DOCKER, "compose", "version"], env=env, check=False,
@@ -220,12 +237,12 @@ def main() -> int:
             ports = {"EDGE1_PORT": port_list[0], "EDGE2_PORT": port_list[1], "PROMETHEUS_PORT": port_list[2]}
             env.update({k: str(v) for k, v in ports.items()}, PUBLISH_ADDR="127.0.0.1", **IMAGES)
             compose = [*compose_tool, "--project-name", project, "--file", str(deploy / "compose.yaml")]
-            run([*compose, "up", "--detach", "--no-build"], env=env)
             try:
+                # `up` fails on its own when a container never turns healthy: show why in either case.
+                run([*compose, "up", "--detach", "--no-build"], env=env)
                 check_stack(compose, env, read_env(deploy / "secrets" / "control.env"), ports)
             except (AssertionError, SystemExit):
-                run([*compose, "ps"], env=env, check=False)
-                run([*compose, "logs", "--tail", "60"], env=env, check=False)
+                show_state(compose, env)
                 raise
             say("passed")
             return 0
