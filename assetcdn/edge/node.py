@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,6 +36,7 @@ from assetcdn.shared.paths import InvalidPath, parse_cdn_path
 
 log = logging.getLogger(__name__)
 FINAL_SHIP_TIMEOUT_S = 2.0
+PURGED_REMEMBERED = 64  # generations whose purge counts a late push may still ask for
 
 
 class EdgeNode:
@@ -44,6 +46,7 @@ class EdgeNode:
         self.name = name
         self.control = control
         self.cache = cache
+        self._purged_at: OrderedDict[int, int] = OrderedDict()  # generation -> cache entries its purges removed
         self.metrics = metrics
         self.replica = ManifestReplica(state_dir / "manifest.json")
         self.config = EdgeConfig()
@@ -153,7 +156,9 @@ class EdgeNode:
                 purges = [GenerationPurge(at[c.path], (path_tag(c.path),)) for c in invalidated]
                 purges += [self._purge_of(command, int(command.get("generation", generation)))
                            for command in reply.get("purges", [])]
-            await self._apply_purges(purges, generation, restart=restart)
+            purged = await self._apply_purges(purges, generation, restart=restart)
+            if purges:
+                self._remember_purged(max(p.generation for p in purges), purged)
             self._persist()
             self.synced = True
             self.confirmed_at = time.monotonic()
@@ -171,14 +176,23 @@ class EdgeNode:
                 purges = [GenerationPurge(generation, tuple(path_tag(c.path) for c in invalidated))]
                 purges += [self._purge_of(command, generation) for command in message.get("purges", [])]
                 purged = await self._apply_purges(purges, generation)
+                self._remember_purged(generation, purged)
                 self._persist()
                 self.confirmed_at = time.monotonic()
                 applied = True
             else:
                 applied = generation <= self.replica.generation
+                # Taken already, by a catch-up that ran between control recording it and pushing it:
+                # answer with what that removed, so the purge's report still counts this edge's entries.
+                purged = self._purged_at.get(generation, 0)
         if not applied:
             await self.catch_up()  # we missed a generation: fetch everything since ours
         return self.replica.generation, purged
+
+    def _remember_purged(self, generation: int, purged: int) -> None:
+        self._purged_at[generation] = purged
+        while len(self._purged_at) > PURGED_REMEMBERED:
+            self._purged_at.popitem(last=False)
 
     def _persist(self) -> None:
         self.replica.persist()

@@ -21,11 +21,12 @@ import assetcdn.control.app  # noqa: F401
 import assetcdn.control.manifest_store  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
+from assetcdn.control.state import REGISTRY
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
 from assetcdn.shared.config import Settings, load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
-from tests.edge.routes.conftest import PURGE, ZONE, wait_until
+from tests.edge.routes.conftest import PURGE, ZONE, CdnFactory, wait_until
 
 SAME = b"<svg xmlns='http://www.w3.org/2000/svg'/>"
 VECTOR, TEXT = f"{ZONE}/v1/logos/mark.svg", f"{ZONE}/v1/titles/mark.txt"
@@ -125,3 +126,27 @@ async def test_a_late_worker_sent_a_snapshot_does_not_empty_a_cache_the_node_bro
     for path in (TEXT, VECTOR):
         assert await x_cache(first, path) == "HIT", path
         assert await x_cache(late, path) == "HIT", path
+
+
+async def test_a_purge_taken_by_a_catch_up_before_its_push_still_reports_what_it_removed(
+        make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The edge's periodic catch-up can fetch a purge's generation between control recording it and
+    # pushing it; the push then finds it applied, and its answer must still say what was removed.
+    cdn = await make_cdn()
+    for name in ("a", "b"):
+        await cdn.upload(f"{ZONE}/v1/logos/{name}.txt", name.encode())
+        for _ in range(2):
+            resp = await cdn.edge.get(f"/{ZONE}/v1/logos/{name}.txt")
+            assert resp.status == 200
+    registry = cdn.control.app[REGISTRY]
+    push = registry.fan_out
+
+    async def catch_up_first(*args: Any, **kwargs: Any) -> Any:
+        await cdn.node.catch_up()
+        return await push(*args, **kwargs)
+
+    monkeypatch.setattr(registry, "fan_out", catch_up_first)
+    resp = await cdn.control.post("/api/purge", json={"purge_everything": True}, headers=PURGE)
+    assert resp.status == 200, await resp.text()
+    removed = (await resp.json())["edges"]["entriesRemoved"]
+    assert list(removed) == ["edge-t/0"] and removed["edge-t/0"] >= 2, removed
