@@ -26,7 +26,7 @@ from assetcdn.shared.config import Settings
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.http_server import client_keepalive_s
 from assetcdn.shared.middleware import REQUEST_ID
-from assetcdn.shared.request_body import MB, body_deadline
+from assetcdn.shared.request_body import batch_body_limit, body_deadline
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +52,8 @@ def _body_limit(request: web.Request) -> int:
     upload: int = request.app[SETTINGS].get("control", "max_upload_bytes")
     if request.method == "PUT" and request.path.startswith("/api/storage/"):
         return upload
-    # Anything else: the largest body control accepts, a batch upload (its base64 content carries
-    # up to a full-size file; assetcdn/control/routes/storage.py). Control applies each endpoint's own limit.
-    return max(upload * 4 // 3 + MB, 100 * MB)
+    # Anything else: the largest body control accepts, a batch upload. Control applies each endpoint's own limit.
+    return batch_body_limit(upload)
 
 
 def _forward_headers(request: web.Request, body: ProxiedBody | None) -> CIMultiDict[str]:

@@ -22,6 +22,13 @@ from assetcdn.shared.config import Settings
 from assetcdn.shared.errors import ApiError, bad_request, payload_too_large
 
 MB = 1024 * 1024
+
+
+def batch_body_limit(max_upload_bytes: int) -> int:
+    """The largest body of POST /api/storage/batch: base64 inflates a file by 4/3, and one batch may
+    carry a full-size file, so at least that plus 1 MB of JSON, and never under 100 MB. The edge
+    uses it as the bound of any forwarded body; control applies each endpoint's own limit."""
+    return max(max_upload_bytes * 4 // 3 + MB, 100 * MB)
 READ_CHUNK = 256 * 1024
 # What aiohttp's parser decodes; identity is no coding at all.
 DECODED_CODINGS = ("gzip", "deflate")

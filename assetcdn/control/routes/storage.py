@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from assetcdn.control.publish import Published
-from assetcdn.control.request_body import MB, read_body, read_json, size_text
+from assetcdn.control.request_body import read_body, read_json, size_text
 from assetcdn.control.state import GIT, MANIFEST, PUBLISHER, SETTINGS
 from assetcdn.control.storage.git_store import GitStore, NothingToCommit
 from assetcdn.shared.errors import (
@@ -36,6 +36,7 @@ from assetcdn.shared.paths import (
     has_extension,
     parse_storage_path,
 )
+from assetcdn.shared.request_body import batch_body_limit
 from assetcdn.shared.timestamps import as_iso_utc
 
 STORAGE_ZONE_NAME = "assetcdn"
@@ -307,8 +308,7 @@ async def batch_upload(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     max_file = settings.get("control", "max_upload_bytes")
     max_files = settings.get("control", "max_batch_files")
-    # Whole-body cap: base64 inflates by 4/3; one batch may carry a few full-size files.
-    body = await read_json(request, limit=max(int(max_file * 4 / 3) + MB, 100 * MB))
+    body = await read_json(request, limit=batch_body_limit(max_file))
     if not isinstance(body, dict) or not isinstance(body.get("files"), list):
         raise bad_request("The body must be a JSON object with a 'files' array.", target="files", code="InvalidBody")
     items = body["files"]
