@@ -205,6 +205,17 @@ def _keys_notice(secrets_path: Path, generated: list[str]) -> str:
             f"Load them with: set -a; . {secrets_path}; set +a")
 
 
+def edge_origins(host: str, edge_port: int, edges: int) -> list[str]:
+    """The browser origins of the edges `up` starts (with `localhost` beside a loopback address)."""
+    origins = []
+    address = f"[{host}]" if ":" in host else host
+    for port in range(edge_port, edge_port + edges):
+        origins.append(f"http://{address}:{port}")
+        if host.startswith("127.") or host in ("0.0.0.0", "::1", "::"):
+            origins.append(f"http://localhost:{port}")
+    return origins
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     host = args.host or settings.get("server", "host")
@@ -232,6 +243,9 @@ def cmd_up(args: argparse.Namespace) -> int:
            "ASSETCDN_SERVER_HOST": host, RUN_ID_ENV: run_id}
     if args.config:
         env["ASSETCDN_CONFIG"] = str(Path(args.config).resolve())
+    if args.edges > 1 and not settings.get("server", "public_url") and not settings.get("dashboard", "origins"):
+        # The dashboard may be opened on any of the edges `up` starts: each one's origin may sign in.
+        env["ASSETCDN_DASHBOARD_ORIGINS"] = ",".join(edge_origins(host, edge_port, args.edges))
     control_url = f"http://{host}:{control_port}"
     demo = ["--demo"] if first_start and not args.no_demo else []
     commands = [["-m", "assetcdn.control", "--data-dir", str(data_dir), "--host", host, "--port", str(control_port), *demo]]
