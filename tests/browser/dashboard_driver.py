@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pyvips
 
 from tests.browser.headless_chromium import DevToolsError, HeadlessChromium
@@ -30,21 +29,6 @@ class DashboardBrowser(HeadlessChromium):
         await self.command("Runtime.enable")
         await self.command("Page.enable")
         await self.command("Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=False, **VIEWPORT)
-
-    async def command(self, method: str, **params: Any) -> dict[str, Any]:
-        assert self.socket is not None
-        message_id = next(self.ids)
-        await self.socket.send_json({"id": message_id, "method": method, "params": params})
-        async for message in self.socket:
-            if message.type != aiohttp.WSMsgType.TEXT:
-                raise DevToolsError(f"DevTools socket closed during {method}")
-            reply = message.json()
-            if reply.get("id") == message_id:
-                if "error" in reply:
-                    raise DevToolsError(f"{method}: {reply['error']}")
-                return reply["result"]
-            self._event(reply)
-        raise DevToolsError(f"DevTools socket closed during {method}")
 
     def _event(self, event: dict[str, Any]) -> None:
         method, params = event.get("method"), event.get("params", {})

@@ -85,7 +85,11 @@ class HeadlessChromium:
                 if "error" in reply:
                     raise DevToolsError(f"{method}: {reply['error']}")
                 return reply["result"]
+            self._event(reply)
         raise DevToolsError(f"DevTools socket closed during {method}")
+
+    def _event(self, event: dict[str, Any]) -> None:
+        """An event that arrived while a command waited for its reply (subclasses record what they need)."""
 
     async def evaluate(self, expression: str) -> Any:
         """Evaluate, awaiting a returned promise; returns its JSON value."""
