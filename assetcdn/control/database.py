@@ -36,12 +36,9 @@ CREATE TABLE IF NOT EXISTS manifest_generations (
     changes BLOB NOT NULL,
     purge BLOB
 );
-CREATE TABLE IF NOT EXISTS daily_counters (
-    name TEXT NOT NULL,
-    day TEXT NOT NULL,
-    count INTEGER NOT NULL,
-    PRIMARY KEY (name, day)
-);
+-- Limits are counted in the shared counter store (assetcdn/shared/counter_store.py) since it
+-- replaced these tables; an older database loses them here.
+DROP TABLE IF EXISTS daily_counters;
 CREATE TABLE IF NOT EXISTS domains (
     hostname TEXT PRIMARY KEY,
     zone TEXT NOT NULL,
@@ -92,12 +89,7 @@ CREATE TABLE IF NOT EXISTS blob_hashes (
     blob_id TEXT PRIMARY KEY,
     sha256 TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS login_attempts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a late release cannot remove another attempt
-    key TEXT NOT NULL,
-    at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS login_attempts_by_key ON login_attempts (key, at);
+DROP TABLE IF EXISTS login_attempts;
 CREATE TABLE IF NOT EXISTS ended_sessions (
     nonce TEXT PRIMARY KEY,
     expires INTEGER NOT NULL
