@@ -199,7 +199,8 @@ class GitStore:
         except KeyError:
             return None
 
-    def read_file(self, path: str) -> tuple[str, bytes] | None:
+    def _head_blob(self, path: str) -> pygit2.Object | None:
+        """The blob at `path` in HEAD's tree; None when there is none (or a directory is there)."""
         tree = self._head_tree()
         if tree is None:
             return None
@@ -207,20 +208,16 @@ class GitStore:
             obj = tree[path]
         except KeyError:
             return None
-        if obj.type != ObjectType.BLOB:
-            return None
-        return str(obj.id), obj.data
+        return obj if obj.type == ObjectType.BLOB else None
+
+    def read_file(self, path: str) -> tuple[str, bytes] | None:
+        obj = self._head_blob(path)
+        return None if obj is None else (str(obj.id), obj.data)
 
     def file_size(self, path: str) -> int | None:
         """Size of the file at `path` from its tree entry, without reading the content."""
-        tree = self._head_tree()
-        if tree is None:
-            return None
-        try:
-            obj = tree[path]
-        except KeyError:
-            return None
-        return obj.size if obj.type == ObjectType.BLOB else None
+        obj = self._head_blob(path)
+        return None if obj is None else obj.size
 
     def read_blob(self, blob_id: str) -> bytes | None:
         try:
