@@ -495,8 +495,9 @@ class Counters:
             return
         key = limit.key(subject)
         await self._use(lambda store: store.refund(key))
-        with contextlib.suppress(Exception):
-            await self.local.refund(key)
+        if self._error is None:  # the store answered: the local mirror a fallback would continue from follows
+            with contextlib.suppress(Exception):
+                await self.local.refund(key)
 
     async def healthy(self, *, probe: bool = False) -> bool:
         """Whether limits are shared right now. The store is asked when `probe` is set, when it was

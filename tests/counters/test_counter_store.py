@@ -288,3 +288,19 @@ def test_the_backend_is_chosen_by_configuration(tmp_path: Path) -> None:
         counter_store_from_settings({"backend": "redis", "redis_url": ""}, tmp_path)
     with pytest.raises(ValueError, match="unknown"):
         counter_store_from_settings({"backend": "etcd"}, tmp_path)
+
+
+async def test_a_refund_while_the_store_is_unreachable_gives_back_exactly_one_hit() -> None:
+    clock = Clock(1000.0)
+    store = Switchable()
+    counters = Counters(store, retry_s=5.0, clock=clock)
+    limit = Limit("purge:count", 5, period="day")
+    store.up = False
+    assert [(await counters.hit(limit)).remaining for _ in range(4)] == [4, 3, 2, 1]
+    await counters.refund(limit)
+    assert (await counters.peek(limit)).remaining == 2
+    store.up = True
+    clock.now += 5
+    assert (await counters.hit(limit)).remaining == 4  # the store's own count again (it saw none of them)
+    await counters.refund(limit)
+    assert (await counters.peek(limit)).remaining == 5
