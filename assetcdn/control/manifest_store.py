@@ -94,8 +94,9 @@ class ManifestStore:
             row = await cur.fetchone()
         if row:
             return row[0]
-        data = await self.git.run(self.git.read_blob, blob_id)
-        digest = hashlib.sha256(data or b"").hexdigest()
+        git = self.git
+        # Read and hashed together in git's thread: a blob can be tens of MB, never hashed on the event loop.
+        digest = await git.run(lambda: hashlib.sha256(git.read_blob(blob_id) or b"").hexdigest())
         await self.db.execute("INSERT OR IGNORE INTO blob_hashes (blob_id, sha256) VALUES (?, ?)", (blob_id, digest))
         return digest
 

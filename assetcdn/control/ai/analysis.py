@@ -177,7 +177,12 @@ class ImageAnalysis:
             await self.counters.refund(self.budget)
             raise busy(self.pool.held) from None
         except AnalysisTimedOut:
-            raise timed_out(budget_s) from None
+            raise timed_out(budget_s) from None  # the time was spent: the budget keeps it
+        except ApiError:
+            raise  # refunded above where nothing was analysed (a missing asset)
+        except BaseException:
+            await self.counters.refund(self.budget)  # an unexpected failure (500): nothing analysed, nothing kept
+            raise
         fields["dateGenerated"] = utc_now_iso()
         # A local answer standing in for a failed endpoint is not kept: the endpoint may be back soon.
         if not fields.pop(TRANSIENT, False):

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from assetcdn.control.routes.ai import IMAGE_ANALYSIS
 from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import expect_error
 
@@ -176,6 +177,22 @@ async def test_what_is_not_an_image_is_refused_and_costs_no_budget(make_control:
     await expect_error(await ask(client, "moderate", "akande/v1/banners/broken.jpg"), 422, "UndecodableImage")
     await upload(client, ASTRONAUT, astronaut_jpeg())
     assert (await ask(client, "moderate", ASTRONAUT)).status == 200   # the one analysis of the day
+
+
+async def test_an_unexpected_failure_costs_no_budget(make_control: MakeControl,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    client = await make_control(ASSETCDN_AI_VISION_DAILY_BUDGET="1")
+    await upload(client, ASTRONAUT, astronaut_jpeg())
+    analysis = client.app[IMAGE_ANALYSIS]
+    real = analysis._smart_crop
+
+    async def broken(*args: Any) -> dict[str, Any]:
+        raise RuntimeError("the detector fell over")
+
+    monkeypatch.setattr(analysis, "_smart_crop", broken)
+    assert (await ask(client, "smart-crop", ASTRONAUT)).status == 500
+    monkeypatch.setattr(analysis, "_smart_crop", real)
+    assert (await ask(client, "smart-crop", ASTRONAUT)).status == 200   # the day's one analysis is still there
 
 
 async def test_images_over_the_pixel_limit_are_422(make_control: MakeControl) -> None:
