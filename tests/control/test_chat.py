@@ -230,6 +230,10 @@ async def test_a_model_failing_mid_answer_ends_the_stream_with_an_error_event(
     assert frames[0][1]["source"] == "ai"
     assert answer_text(frames) == "The answer is "
     assert frames[-1][1]["error"]
+    # The interrupted question is not counted: the next one still has the whole month left.
+    model.behaviour = "complete"
+    _, frames = await ask(client, {"message": "What is a zone?"})
+    assert frames[0][1]["remaining"] == 999 and frames[-1][0] == "done"
 
 
 async def test_a_model_that_cannot_start_leaves_an_extractive_answer(make_control: MakeControl,

@@ -33,3 +33,9 @@ class ChatQuota:
             return None
         day = await self.counters.hit(self.day)  # refused once the soft limit is spent (not counted further)
         return ChatAllowance(month.remaining, not day.allowed)
+
+    async def refund(self, allowance: ChatAllowance) -> None:
+        """Give back a question that got no answer (failed, or the client left before the end)."""
+        await self.counters.refund(self.month)
+        if not allowance.over_daily_soft:  # counted against the day too (a refused day hit is not counted)
+            await self.counters.refund(self.day)

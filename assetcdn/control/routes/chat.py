@@ -47,21 +47,27 @@ async def chat(request: web.Request) -> web.StreamResponse:
     allowance = await request.app[CHAT_QUOTA].take()
     if allowance is None:
         raise LegacyError(429, "limit_reached", MONTHLY_LIMIT_MESSAGE, extra={"message": MONTHLY_LIMIT_MESSAGE})
-    response = web.StreamResponse(headers=HEADERS)
-    await response.prepare(request)
-    async with contextlib.aclosing(request.app[CHAT].answer(question, allowance)) as frames:
-        try:
-            async for data in frames:
-                if request.transport is None or request.transport.is_closing():
-                    log.info("chat client went away; answer stopped")
-                    return response
-                await response.write(data)
-        except ConnectionResetError:
-            log.info("chat client went away; answer stopped")
-            return response
-        except Exception:  # the headers are sent: the failure can only be a frame now
-            log.exception("chat failed")
-            with contextlib.suppress(ConnectionResetError):
-                await response.write(frame("error", {"error": "Internal error. Please ask again."}))
-    await response.write_eof()
-    return response
+    answered = False
+    try:
+        response = web.StreamResponse(headers=HEADERS)
+        await response.prepare(request)
+        async with contextlib.aclosing(request.app[CHAT].answer(question, allowance)) as frames:
+            try:
+                async for data in frames:
+                    if request.transport is None or request.transport.is_closing():
+                        log.info("chat client went away; answer stopped")
+                        return response
+                    await response.write(data)
+                    answered = answered or data.startswith(b"event: done\n")
+            except ConnectionResetError:
+                log.info("chat client went away; answer stopped")
+                return response
+            except Exception:  # the headers are sent: the failure can only be a frame now
+                log.exception("chat failed")
+                with contextlib.suppress(ConnectionResetError):
+                    await response.write(frame("error", {"error": "Internal error. Please ask again."}))
+        await response.write_eof()
+        return response
+    finally:
+        if not answered:  # an error frame, or a client gone before the end: the question is not counted
+            await request.app[CHAT_QUOTA].refund(allowance)
