@@ -216,9 +216,11 @@ class SqliteCounterStore:
             self._db = db
         return self._db
 
-    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    async def _run(self, work: Callable[[sqlite3.Connection], T], *, write: bool = True) -> T:
         def call() -> T:
             db = self._connect()
+            if not write:  # a read in autocommit mode: WAL readers never wait for the writer
+                return work(db)
             db.execute("BEGIN IMMEDIATE")
             try:
                 result = work(db)
@@ -258,7 +260,7 @@ class SqliteCounterStore:
             now = self._clock()
             used, reset_at = self._current(db, key, window_s, now)
             return _decision(used < limit, limit, used, reset_at, now)
-        return await self._run(work)
+        return await self._run(work, write=False)
 
     async def refund(self, key: str) -> None:
         def work(db: sqlite3.Connection) -> None:
@@ -267,7 +269,7 @@ class SqliteCounterStore:
         await self._run(work)
 
     async def ping(self) -> None:
-        await self._run(lambda db: db.execute("SELECT 1").fetchone())
+        await self._run(lambda db: db.execute("SELECT 1").fetchone(), write=False)
 
     async def close(self) -> None:
         def shut() -> None:
@@ -423,6 +425,8 @@ def _exact(limit: Limit, now: datetime, decision: Decision) -> Decision:
     return replace(decision, reset_at=period_end(limit.period, now).timestamp())
 
 
+RECENT_KEPT = 4096  # counts remembered for Counters.recent
+
 class Counters:
     """The limits of one process: `store` when it answers, this process's memory when it does not."""
 
@@ -434,6 +438,7 @@ class Counters:
         self._down_until = 0.0         # while the clock is before this, the store is not asked
         self._error: str | None = None  # why the store was last unreachable; None while it answers
         self._contact = -math.inf      # when the store last answered
+        self._recent: dict[str, tuple[float, Decision]] = {}  # key -> (when, the store's last answer)
 
     @property
     def backend(self) -> str:
@@ -478,6 +483,7 @@ class Counters:
         decision = _exact(limit, now, await self._use(lambda store: store.hit(key, limit.limit, window_s)))
         if self._error is None:  # answered by the store: a later fallback continues from its count
             self.local.seed(key, decision.limit - decision.remaining, decision.reset_at)
+        self._remember(key, decision)
         return decision
 
     async def peek(self, limit: Limit, subject: str = "") -> Decision:
@@ -487,7 +493,23 @@ class Counters:
             now_s = time.time()
             return Decision(True, 0, 0, now_s + window_s, now_s)
         key = limit.key(subject, now)
-        return _exact(limit, now, await self._use(lambda store: store.peek(key, limit.limit, window_s)))
+        decision = _exact(limit, now, await self._use(lambda store: store.peek(key, limit.limit, window_s)))
+        self._remember(key, decision)
+        return decision
+
+    def _remember(self, key: str, decision: Decision) -> None:
+        if len(self._recent) >= RECENT_KEPT:  # per-client keys come and go: never grow without bound
+            self._recent.clear()
+        self._recent[key] = (self._clock(), decision)
+
+    async def recent(self, limit: Limit, subject: str = "", max_age_s: float = 1.0) -> Decision:
+        """The count as this process last learnt it, if that is at most `max_age_s` old, else `peek`:
+        for headers that only report a count (X-RateLimit-* on every cached transform), so a hit
+        does not ask the store each time. At most `max_age_s` behind other processes' hits."""
+        known = self._recent.get(limit.key(subject)) if limit.limit > 0 else None
+        if known is not None and self._clock() - known[0] <= max_age_s:
+            return known[1]
+        return await self.peek(limit, subject)
 
     async def refund(self, limit: Limit, subject: str = "") -> None:
         """Give back a hit of `limit` for `subject` (the work it paid for did not happen)."""

@@ -304,3 +304,16 @@ async def test_a_refund_while_the_store_is_unreachable_gives_back_exactly_one_hi
     assert (await counters.hit(limit)).remaining == 4  # the store's own count again (it saw none of them)
     await counters.refund(limit)
     assert (await counters.peek(limit)).remaining == 5
+
+
+async def test_recent_answers_from_this_process_for_a_second_then_asks_the_store() -> None:
+    clock = Clock(1000.0)
+    shared = MemoryCounterStore()
+    here, there = Counters(shared, clock=clock), Counters(shared, clock=clock)
+    limit = Limit("transforms", 10, period="month")
+    assert (await here.hit(limit)).remaining == 9
+    assert (await there.hit(limit)).remaining == 8          # another process counts one more
+    assert (await here.recent(limit)).remaining == 9        # what this process learnt, under a second old
+    clock.now += 1.5
+    assert (await here.recent(limit)).remaining == 8        # older than that: the store is asked
+    assert (await Counters(shared, clock=clock).recent(Limit("transforms", 0, period="month"))).limit == 0

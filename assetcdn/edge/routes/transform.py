@@ -71,7 +71,8 @@ async def rate_limit_headers(request: web.Request) -> dict[str, str]:
     """The monthly transform quota as it stands after this request (X-RateLimit-*)."""
     decision = request.get(QUOTA)
     if decision is None:
-        decision = await request.app[COUNTERS].peek(transforms_per_month(request.app[NODE].settings))
+        # A cached variant only reports the count: this process's view of it, at most a second old.
+        decision = await request.app[COUNTERS].recent(transforms_per_month(request.app[NODE].settings))
     return decision.headers()
 
 
