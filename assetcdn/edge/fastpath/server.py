@@ -196,7 +196,7 @@ class HitServer:
                     break
             else:
                 try:
-                    if head_only:
+                    if head_only or self._revalidated(conn, hit):  # no body to send: see that it is there
                         os.stat(hit.file)
                     else:
                         fileno = os.open(hit.file, os.O_RDONLY | os.O_CLOEXEC)
@@ -215,13 +215,18 @@ class HitServer:
                 os.close(fileno)
             raise
 
+    @staticmethod
+    def _revalidated(conn: HitProtocol, hit: Prepared) -> bool:
+        """The request's If-None-Match names this hit's ETag: it is answered 304, without a body."""
+        if_none_match = conn.headers[1]
+        return if_none_match is not None and etag_matches(if_none_match.decode("latin-1"), hit.etag)
+
     def _respond(self, conn: HitProtocol, view: HostView, path: bytes, hit: Prepared, obj: Any, fileno: int,
                  head_only: bool, out: list[Any]) -> int:
         headers = conn.headers
-        if_none_match = headers[1]
         size = hit.size
         start, end = 0, size
-        if if_none_match is not None and etag_matches(if_none_match.decode("latin-1"), hit.etag):
+        if self._revalidated(conn, hit):
             status = 304
             head = hit.head_304 or not_modified_head(self.node, self.config, hit, obj, view, path.decode())
             if head is None:
