@@ -26,6 +26,12 @@ BATCH = 5_000
 HIT_FIELDS = ("timestamp", "path", "zone", "status", "bytes", "cache", "country", "method", "requestId", "ip")
 
 
+def country_code(header: str) -> str:
+    """The analytics country of a request's country header: two letters, upper case, else "XX"."""
+    text = header.strip().upper()
+    return text if len(text) == 2 and text.isalpha() else "XX"
+
+
 class DeliveryLog:
     def __init__(self, country_header: str, node: str = "") -> None:
         self.country_header = country_header
@@ -39,9 +45,7 @@ class DeliveryLog:
             return
         path = request.get(DELIVERED_PATH) or request.path.lstrip("/")
         zone = path.split("/", 1)[0] if not path.startswith("api/") else ""
-        country = (request.headers.get(self.country_header) or "XX").strip().upper()
-        if len(country) != 2 or not country.isalpha():
-            country = "XX"
+        country = country_code(request.headers.get(self.country_header) or "")
         sent = 0 if request.method == "HEAD" or response.status == 304 else (response.content_length or 0)
         # A tuple per hit on the hot path; the JSON shape is built when a batch is shipped.
         self.buffer.append((time.time(), path, zone, response.status, sent,

@@ -441,7 +441,3 @@ class HitProtocol(asyncio.Protocol):
             handler.data_received(received)
 
 
-def country_code(header: bytes) -> str:
-    """The analytics country of a request's country header (two letters), as DeliveryLog.record reads it."""
-    text = header.decode("utf-8", "surrogateescape").strip().upper()
-    return text if len(text) == 2 and text.isalpha() else "XX"

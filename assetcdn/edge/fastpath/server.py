@@ -25,6 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from assetcdn.edge.app_keys import NODE, SETTINGS
+from assetcdn.edge.delivery_log import country_code
 from assetcdn.edge.fastpath.prepared import HostView, Prepared, not_modified_head, prepare
 from assetcdn.edge.fastpath.protocol import (
     ANSWERED,
@@ -34,7 +35,6 @@ from assetcdn.edge.fastpath.protocol import (
     WANTED,
     HitProtocol,
     RequestIds,
-    country_code,
 )
 from assetcdn.edge.states.deliver import etag_matches, parse_range
 from assetcdn.shared.http_server import header_timeout_s
@@ -282,7 +282,7 @@ class HitServer:
         # A delivery-log entry (assetcdn/edge/delivery_log.py: HIT_FIELDS, in that order), as DeliveryLog.record
         # makes one for the application's answers.
         self.node.deliveries.buffer.append((
-            self.now, hit.cdn_path, hit.zone, status, sent, "HIT", "XX" if country is None else country_code(country),
+            self.now, hit.cdn_path, hit.zone, status, sent, "HIT", "XX" if country is None else country_code(country.decode("utf-8", "surrogateescape")),
             "HEAD" if head_only else "GET", request_id.decode(), conn.peer))
 
     def _host_view(self, host: bytes) -> HostView | None:
