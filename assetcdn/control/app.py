@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiosqlite
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
@@ -29,13 +28,13 @@ from assetcdn.control.auth import (
 from assetcdn.control.chat.setup import open_chat
 from assetcdn.control.cluster.registry import EdgeRegistry
 from assetcdn.control.dashboard_config import DashboardConfig
-from assetcdn.control.database import open_database
+from assetcdn.control.database import Database, open_database
 from assetcdn.control.demo import install_demo
 from assetcdn.control.edge_config import EdgeConfigStore
 from assetcdn.control.login_attempts import CounterAttemptLimiter
 from assetcdn.control.manifest_store import ManifestStore
 from assetcdn.control.passkeys.ceremony import PasskeyCeremonies, user_handle
-from assetcdn.control.passkeys.store import ChallengeStore, PasskeyStore
+from assetcdn.control.passkeys.store import PasskeyStore, PendingChallenges
 from assetcdn.control.publish import Publisher
 from assetcdn.control.rate_limit import SharedRateLimiter
 from assetcdn.control.recording import ROUTE_AUDIT, audit_middleware, request_log_middleware
@@ -278,7 +277,7 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
         await install_demo(app[PUBLISHER], app[ZONES])
         ingester.install_demo(data_dir / "video-cache")
     metrics.manifest_generation.labels("control").set(manifest.generation)
-    analytics_store = AnalyticsStore(data_dir / "control.sqlite3")
+    analytics_store = AnalyticsStore(db)
     await analytics_store.open()
     opened.push_async_callback(analytics_store.close)
     app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()
@@ -290,9 +289,9 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     opened.push_async_callback(image_analysis.close)
     app[ai.IMAGE_ANALYSIS] = image_analysis
     request_log = app[REQUEST_LOG]
-    await request_log.open(data_dir / "control.sqlite3")
+    await request_log.open(db)
     opened.push_async_callback(request_log.close)
-    app[PASSKEYS] = PasskeyCeremonies(dashboard, PasskeyStore(db), ChallengeStore(db),
+    app[PASSKEYS] = PasskeyCeremonies(dashboard, PasskeyStore(db), PendingChallenges(),
                                       user_handle(app[SECRETS].session_secret))
     app[SIGN_IN] = SignIn(app[SECRETS].dashboard_secret,
                           CounterAttemptLimiter(app[COUNTERS], login_failures_per_client(settings)),
@@ -310,14 +309,13 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     opened.push_async_callback(chat_session.close)
 
 
-async def _restore_damaged_branch(git: GitStore, db: aiosqlite.Connection) -> None:
+async def _restore_damaged_branch(git: GitStore, db: Database) -> None:
     """A `main` that names no readable commit goes back to the newest commit a manifest generation
     recorded: every acknowledged write has one (assetcdn/control/publish.py records it before answering)."""
     if not await git.run(git.branch_damaged):
         return
-    async with db.execute("SELECT commit_id FROM manifest_generations WHERE commit_id != '' "
-                          "ORDER BY generation DESC") as cur:
-        known = list(dict.fromkeys(row[0] for row in await cur.fetchall()))
+    rows = await db.fetch("SELECT commit_id FROM manifest_generations WHERE commit_id != '' ORDER BY generation DESC")
+    known = list(dict.fromkeys(row[0] for row in rows))
     await git.run(git.restore_branch, known)
 
 

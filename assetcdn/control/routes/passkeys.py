@@ -50,8 +50,6 @@ async def register_complete(request: web.Request) -> web.Response:
 
 async def auth_begin(request: web.Request) -> web.Response:
     options = await request.app[PASSKEYS].authentication_options(request_ip(request))
-    if options is None:
-        raise not_found("No passkey is registered yet: sign in with the password and add one.", code="NoPasskeys")
     return json_response(options, headers={"Cache-Control": "no-store"})
 
 
