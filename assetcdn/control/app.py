@@ -150,8 +150,7 @@ INSIGHTS_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="insights:read", session=
 PURGE = accepts(Key.PURGE, scope="purge:write", session=True)
 WEBHOOKS_READ = accepts(Key.ACCOUNT, scope="webhooks:read", session=True)
 WEBHOOKS_WRITE = accepts(Key.ACCOUNT, scope="webhooks:write", session=True)
-SESSION = accepts(session=True)
-PASSKEYS_MANAGE = accepts(Key.ACCOUNT, session=True)  # the admin key too: list or remove without a browser
+PASSKEYS_MANAGE = accepts(Key.ACCOUNT, session=True)  # the admin key too: register, list or remove without the dashboard
 AI_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="ai:read")
 # Any character, newlines included: '.*' would stop at a newline and answer 404 instead of the
 # handler's 400 for a path with control characters.
@@ -199,8 +198,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/passkeys", passkeys.list_passkeys, PASSKEYS_MANAGE),
     Route("PATCH", "/api/passkeys", passkeys.rename_passkey, PASSKEYS_MANAGE, "passkey.rename"),
     Route("DELETE", "/api/passkeys", passkeys.delete_passkey, PASSKEYS_MANAGE, "passkey.delete"),
-    Route("POST", "/api/passkeys/register/begin", passkeys.register_begin, SESSION),
-    Route("POST", "/api/passkeys/register/complete", passkeys.register_complete, SESSION, "passkey.register"),
+    Route("POST", "/api/passkeys/register/begin", passkeys.register_begin, PASSKEYS_MANAGE),
+    Route("POST", "/api/passkeys/register/complete", passkeys.register_complete, PASSKEYS_MANAGE, "passkey.register"),
     Route("POST", "/api/passkeys/auth/begin", passkeys.auth_begin),
     Route("POST", "/api/passkeys/auth/complete", passkeys.auth_complete),
     Route("GET", "/dashboard/login", dashboard_login.login_page),
@@ -249,7 +248,8 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     opened.push_async_callback(app[COUNTERS].close)
     git = GitStore(data_dir / "repo.git")
     opened.callback(git.close)
-    db = await open_database(data_dir / "control.sqlite3")
+    db = await open_database(data_dir / "control.sqlite3",
+                             busy_timeout_ms=settings.get("control", "sqlite_busy_timeout_ms"))
     opened.push_async_callback(db.close)
     await _restore_damaged_branch(git, db)
     manifest = ManifestStore(git, db)

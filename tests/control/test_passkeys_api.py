@@ -104,6 +104,20 @@ class TestRegistration:
         await expect_error(resp, 409, "PasskeyExists")
         assert [p["name"] for p in await listed(control, session)] == ["Test key"]
 
+    async def test_the_account_key_registers_without_a_browser_session(self, control: TestClient,
+                                                                      session: str) -> None:
+        account = {"AccountKey": "test-account-key"}
+        begin = await control.post("/api/passkeys/register/begin", headers=account)
+        assert begin.status == 200, await begin.text()
+        authenticator = SoftAuthenticator()
+        resp = await control.post("/api/passkeys/register/complete", headers=account,
+                                  json={"credential": authenticator.create(await begin.json()), "name": "CI key"})
+        assert resp.status == 201, await resp.text()
+        assert [p["name"] for p in await listed(control, session)] == ["CI key"]
+        assert (await passkey_login(control, authenticator)).status == 200
+        await expect_error(await control.post("/api/passkeys/register/begin", headers={"AccountKey": "wrong"}),
+                           401, "Unauthorized")
+
     async def test_registration_needs_a_session(self, control: TestClient, session: str) -> None:
         await expect_error(await control.post("/api/passkeys/register/begin"), 401, "Unauthorized")
         begin = await control.post("/api/passkeys/register/begin", headers=with_session(session))

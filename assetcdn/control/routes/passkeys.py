@@ -1,5 +1,5 @@
 """Auth plane, passkeys: /api/passkeys (list, rename, remove), /api/passkeys/register/begin|complete
-(session) and /api/passkeys/auth/begin|complete (public; a verified assertion sets `cdn_session`).
+(the account key or a session, as list and remove) and /api/passkeys/auth/begin|complete (public; a verified assertion sets `cdn_session`).
 
 Bodies are JSON of at most 64 KiB. Records show the credential id and metadata, never the public key.
 """
