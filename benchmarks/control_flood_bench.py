@@ -20,13 +20,14 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 from tests.integration.flood import PASSWORD, flood, prepare, served_by_edge, upload, uploads_beside
 from tests.integration.harness import start_cdn
 
-ROUTES = {
+ROUTES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "passkey-begin": ("POST", "/api/passkeys/auth/begin", {}),
     "login": ("POST", "/dashboard/login", {"data": {"password": "a guess"}}),
     "analytics": ("POST", "/api/analytics", {"json": {"path": "/flood/v1/docs/a.txt", "bytes": 10}}),

@@ -300,7 +300,7 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
                                                  ("audit", app[AUDIT].prune),
                                                  ("request log", request_log.prune)]))
     opened.push_async_callback(_cancel, pruning)
-    app[SEARCH_INDEX], app[SEARCH] = await open_search(settings, data_dir, manifest, app[PUBLISHER],
+    app[SEARCH_INDEX], app[SEARCH] = await open_search(settings, db, manifest, app[PUBLISHER],
                                                        alt_text=image_analysis.alt_text_for)
     image_analysis.alt_text_listeners.append(lambda path: app[SEARCH_INDEX].refresh([path]))
     opened.push_async_callback(app[SEARCH_INDEX].close)

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -82,9 +82,9 @@ async def test_an_upload_whose_bookkeeping_failed_is_published_with_the_next(con
 
 
 @pytest.fixture
-async def database(tmp_path: Path) -> Database:
+async def database(tmp_path: Path) -> AsyncIterator[Database]:
     db = await open_database(tmp_path / "control.sqlite3", busy_timeout_ms=BUSY_TIMEOUT_MS)
-    yield db  # type: ignore[misc]
+    yield db
     await db.close()
 
 

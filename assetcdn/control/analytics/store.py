@@ -24,6 +24,7 @@ and never reads more than 35 days back (``ANALYTICS_RETENTION_DAYS``), which is 
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import defaultdict
@@ -195,6 +196,9 @@ class AnalyticsStore:
         """On control's `Database` (its writes take turns with every other), or a file of its own."""
         self._source = source
         self._db: Database | None = None
+        self._gathered: list[Hit] = []                      # hits of record_hit waiting for the next write
+        self._gathering: asyncio.Future[None] | None = None  # resolved when they are stored
+        self._gather_turn = asyncio.Lock()
 
     async def open(self) -> None:
         if isinstance(self._source, Database):
@@ -232,6 +236,25 @@ class AnalyticsStore:
         return self._db
 
     # -- writes -----------------------------------------------------------------------------------
+
+    async def record_hit(self, hit: Hit) -> None:
+        """One hit of `POST /api/analytics`. The hits of concurrent callers share one transaction, so a
+        flood of them costs one write per turn, not one per hit; each caller returns once its hit is stored."""
+        self._gathered.append(hit)
+        if self._gathering is None:
+            self._gathering = asyncio.get_running_loop().create_future()
+        stored = self._gathering
+        async with self._gather_turn:
+            if not stored.done():
+                hits, self._gathered, self._gathering = self._gathered, [], None
+                try:
+                    await self.record_hits(hits)
+                except BaseException as error:
+                    stored.set_exception(error if isinstance(error, Exception) else RuntimeError("write cancelled"))
+                    stored.exception()  # retrieved: no warning when no other caller waits for it
+                    raise
+                stored.set_result(None)
+        await stored
 
     async def record_hits(self, hits: Sequence[Hit], batch_id: str | None = None) -> bool:
         """Fold a batch of hits into the daily counters, in one transaction. With a ``batch_id`` the

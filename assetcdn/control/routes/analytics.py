@@ -74,7 +74,7 @@ async def track_hit(request: web.Request) -> web.Response:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise LegacyError(400, "Invalid JSON body") from None
-    await request.app[ANALYTICS].record_hits([hit_from_track_body(body, now=time.time())])
+    await request.app[ANALYTICS].record_hit(hit_from_track_body(body, now=time.time()))
     return json_response({"ok": True}, headers=decision.headers())
 
 
