@@ -178,13 +178,6 @@ class Transaction:
         await cursor.close()
         return count
 
-    async def insert(self, sql: str, params: Params = ()) -> int | None:
-        """Run an INSERT; the new row's id (None when nothing was inserted)."""
-        cursor = await self._db.execute(sql, params)
-        row_id, count = cursor.lastrowid, cursor.rowcount
-        await cursor.close()
-        return row_id if count else None
-
     async def fetch(self, sql: str, params: Params = ()) -> list[sqlite3.Row]:
         """A read inside the transaction: it sees the transaction's own writes."""
         return list(await self._db.execute_fetchall(sql, params))
