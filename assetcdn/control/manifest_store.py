@@ -66,7 +66,7 @@ class Prepared:
     generation: Generation
     updates: dict[str, ManifestEntry | None]   # CDN path -> its new entry (None: removed)
     hashes: dict[str, str]                     # blob id -> SHA-256 learnt while preparing
-    files: frozenset[str] = frozenset()        # every repository path the generation covers (rules included)
+    files: tuple[FileChange, ...] = ()         # every file change the generation covers (rules included)
 
 
 class ManifestStore:
@@ -146,9 +146,9 @@ class ManifestStore:
         changes: list[ManifestChange] = []
         updates: dict[str, ManifestEntry | None] = {}
         hashes: dict[str, str] = {}
-        files = set()
+        files = []
         for fc in file_changes:
-            files.add(fc.path)
+            files.append(fc)
             if not is_asset_path(fc.path):
                 continue
             cdn_path = cdn_path_of(fc.path)
@@ -161,7 +161,7 @@ class ManifestStore:
                 updates[cdn_path] = entry
                 changes.append(ManifestChange(cdn_path, entry, previous.tags if previous else ()))
         return Prepared(Generation(self.generation + 1, commit_id, tuple(changes), purge), updates, hashes,
-                        frozenset(files))
+                        tuple(files))
 
     async def record(self, prepared: Prepared,
                      also: Callable[[Transaction], Awaitable[None]] | None = None) -> Generation:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from assetcdn.control.cluster.registry import EdgeRegistry, FanOut
 from assetcdn.control.database import Transaction
 from assetcdn.control.edge_config import EdgeConfigStore
 from assetcdn.control.manifest_store import Generation, ManifestStore, Prepared, is_asset_path
-from assetcdn.control.storage.git_store import CommitResult, GitStore, NothingToCommit
+from assetcdn.control.storage.git_store import CommitResult, FileChange, GitStore, NothingToCommit
 from assetcdn.control.webhooks.events import Change, Event, with_trailer
 from assetcdn.control.webhooks.outbox import Outbox
 from assetcdn.shared.edge_rules import RULE_FILES
@@ -124,9 +124,10 @@ class Publisher:
             mutation = await plan()
             result = await self.git.commit(mutation.files, with_trailer(mutation.message, mutation.change))
             purge = {"tags": list(mutation.purge_tags)} if mutation.purge_tags else None
-            generation = await self._record(await self.manifest.prepare_commit(result, purge))
+            prepared = await self.manifest.prepare_commit(result, purge)
+            generation = await self._record(prepared)
         self.outbox.notify()
-        return await self._publish(result, generation)
+        return await self._publish(result, generation, covered=prepared.files)
 
     async def upload(self, files: Mapping[str, bytes], message: str,
                      precondition: Callable[[], Awaitable[None]] | None = None) -> Published:
@@ -156,7 +157,7 @@ class Publisher:
                 prepared = self.manifest.prepare_purge(purge)
             generation = await self._record(prepared, updated)
         self.outbox.notify()
-        return await self._publish(result, generation, unchanged)
+        return await self._publish(result, generation, unchanged, covered=prepared.files)
 
     async def _record(self, prepared: Prepared, events: Sequence[Event] = (), *, held: bool = False) -> Generation:
         """Record a generation with the events of the commits it covers and `events`, in one transaction
@@ -168,15 +169,17 @@ class Publisher:
             await self.outbox.write(tx, staged, events, held=held)
 
         generation = await self.manifest.record(prepared, bookkeeping)
-        if any(path in RULE_FILES for path in prepared.files):
+        if any(change.path in RULE_FILES for change in prepared.files):
             self.config.invalidate()
         return generation
 
-    async def _publish(self, result: CommitResult, generation: Generation,
-                       unchanged: tuple[str, ...] = ()) -> Published:
-        if result.changes:
+    async def _publish(self, result: CommitResult, generation: Generation, unchanged: tuple[str, ...] = (),
+                       covered: tuple[FileChange, ...] = ()) -> Published:
+        # Listeners hear of every file the generation covers: a commit whose bookkeeping failed included.
+        told = replace(result, changes=covered) if covered else result
+        if told.changes:
             for listener in self.listeners:
-                listener(result)
+                listener(told)
         fan_out = await self.push(generation, kind="push" if result.changes else "purge")
         return Published(result, generation, fan_out, unchanged)
 
