@@ -49,7 +49,7 @@ async def measure(requests: int, route: str) -> None:
         try:
             await prepare(cdn)
             async with aiohttp.ClientSession() as http:
-                alone = [(await upload(http, cdn, f"alone-{n}"))[1] for n in range(20)]
+                alone = [(await upload(http, cdn, f"alone-{n}")).seconds for n in range(20)]
             print(f"load before: {os.getloadavg()[0]:.2f}")
             print(f"uploads alone: {latency(alone)}")
             started = time.monotonic()
@@ -62,9 +62,10 @@ async def measure(requests: int, route: str) -> None:
             print(f"uploads during the flood: statuses {dict(Counter(s for s, _ in made))}; "
                   f"{latency([seconds for _, seconds in made])}")
             async with aiohttp.ClientSession() as http:
-                status, seconds, body, stored = await upload(http, cdn, f"after-{uuid.uuid4().hex[:8]}")
-                served = status == 201 and await served_by_edge(http, cdn, stored, body)
-            print(f"upload after the flood: {status} in {seconds * 1000:.0f} ms; served by the edge: {served}")
+                after = await upload(http, cdn, f"after-{uuid.uuid4().hex[:8]}")
+                served = after.status == 201 and await served_by_edge(http, cdn, after)
+            print(f"upload after the flood: {after.status} in {after.seconds * 1000:.0f} ms; acknowledged by the "
+                  f"edge: {after.acknowledged}; served by the edge: {served}")
         finally:
             cdn.stop()
 

@@ -1,7 +1,8 @@
 """Anonymous floods against real processes (`assetcdn up`) never break control's writes: while 1,000
 `POST /api/passkeys/auth/begin` (10 at a time, from 50 addresses named by a trusted proxy) run beside
 uploads, no answer is a 5xx, every upload is stored, and afterwards an upload, a zone and a token are
-created and the edge serves the new file. The same holds for every other route a stranger may call."""
+created and the edge serves the new file (at once when its push was acknowledged before the upload
+answered). The same holds for every other route a stranger may call."""
 
 from __future__ import annotations
 
@@ -42,9 +43,9 @@ def cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCdn]:
 async def assert_writes_work(cdn: RunningCdn) -> None:
     """An upload answers 201 and the edge serves it; a zone and a token are created."""
     async with aiohttp.ClientSession() as http:
-        status, _, body, path = await upload(http, cdn, f"after-{uuid.uuid4().hex[:8]}")
-        assert status == 201
-        assert await served_by_edge(http, cdn, path, body), f"the edge did not serve {path}"
+        made = await upload(http, cdn, f"after-{uuid.uuid4().hex[:8]}")
+        assert made.status == 201
+        assert await served_by_edge(http, cdn, made), f"the edge did not serve {made.path}"
         async with http.post(f"{cdn.control_url}/api/core/zones", json={"Name": f"z{uuid.uuid4().hex[:10]}"},
                              headers=ACCOUNT) as resp:
             assert resp.status == 201, await resp.text()
