@@ -84,10 +84,11 @@ async def served_by_edge(http: aiohttp.ClientSession, cdn: RunningCdn, made: Upl
         await asyncio.sleep(0.05)
 
 
-async def flood(cdn: RunningCdn, method: str, path: str, count: int, **request: Any) -> Counter[int]:
-    """`count` anonymous requests, CONCURRENCY at a time, each from the next of ADDRESSES."""
+async def flood(cdn: RunningCdn, method: str, path: str, count: int, *, sources: list[str] = ADDRESSES,
+                **request: Any) -> Counter[int]:
+    """`count` anonymous requests, CONCURRENCY at a time, each from the next of `sources`."""
     statuses: Counter[int] = Counter()
-    addresses = itertools.cycle(ADDRESSES)
+    addresses = itertools.cycle(sources)
     remaining = iter(range(count))
 
     async def worker(http: aiohttp.ClientSession) -> None:

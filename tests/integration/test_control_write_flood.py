@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 
 from tests.integration.flood import (
+    ADDRESSES,
     PASSWORD,
     ZONE,
     flood,
@@ -55,8 +56,9 @@ async def assert_writes_work(cdn: RunningCdn) -> None:
             assert resp.status == 201, await resp.text()
 
 
-async def test_a_thousand_passkey_begins_beside_uploads_break_nothing(cdn: RunningCdn) -> None:
-    flooding = asyncio.create_task(flood(cdn, "POST", "/api/passkeys/auth/begin", 1000))
+@pytest.mark.parametrize("sources", [ADDRESSES, ["203.0.113.99"]], ids=["50-addresses", "one-address"])
+async def test_a_thousand_passkey_begins_beside_uploads_break_nothing(cdn: RunningCdn, sources: list[str]) -> None:
+    flooding = asyncio.create_task(flood(cdn, "POST", "/api/passkeys/auth/begin", 1000, sources=sources))
     made = await uploads_beside(cdn, flooding)
     statuses = await flooding
     assert statuses == Counter({200: 1000}), statuses
