@@ -15,9 +15,10 @@ from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import create_app
 from assetcdn.control.database import Database, open_database
-from assetcdn.control.state import DB, MANIFEST
+from assetcdn.control.state import DB, GIT, MANIFEST, PUBLISHER
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.errors import ApiError
+from assetcdn.shared.paths import cdn_path_of, repo_path_of
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error
 
@@ -79,6 +80,25 @@ async def test_an_upload_whose_bookkeeping_failed_is_published_with_the_next(con
     assert resp.status == 201, await resp.text()
     resp = await control.post("/api/core/zones", json={"Name": "second"}, headers=ACCOUNT)
     assert resp.status == 201, await resp.text()
+
+
+async def test_uploads_cancelled_at_any_point_leave_the_publish_sequence_going(control: TestClient) -> None:
+    publisher, manifest, git = control.app[PUBLISHER], control.app[MANIFEST], control.app[GIT]
+    for n in range(24):  # cancelled before, during or after the commit and its bookkeeping
+        task = asyncio.create_task(publisher.upload({repo_path_of(f"akande/v1/logos/cut-{n}.txt"): b"%d" % n},
+                                                    "an upload whose request went away"))
+        for _ in range(n):
+            await asyncio.sleep(0.001 if n % 3 == 0 else 0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert await put(control, "akande/v1/logos/last.txt", b"last") == 201
+    head = await git.run(git.head_commit_id)
+    stored = {cdn_path_of(f.path) for f in await git.run(lambda: list(git.iter_files("clients/akande/v1/logos")))
+              if f.path.endswith(".txt")}
+    assert "akande/v1/logos/last.txt" in stored
+    assert manifest.commit_id == head
+    assert len(stored) > 2 and stored <= set(manifest.entries)  # every commit that landed is published
 
 
 @pytest.fixture
