@@ -179,6 +179,11 @@ class SearchEngine:
         self._admitted = 0  # queries running or waiting for a thread
         self._alignment: tuple[object, object, np.ndarray] | None = None
 
+    @property
+    def admitted(self) -> int:
+        """Queries running or waiting for a thread now."""
+        return self._admitted
+
     async def search(self, query: str, limit: int, *, admit: bool = True) -> SearchAnswer:
         """The answer to `query`; with `admit`, SearchBusy at once when admitted_max queries are already in."""
         key = (normalise_query(query), limit)
