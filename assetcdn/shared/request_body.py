@@ -140,26 +140,30 @@ def invalid_body(request: web.Request) -> ApiError:
 
 
 class _Inflater:
-    """gzip or deflate (zlib-wrapped, or raw as some clients send it), decoded in bounded steps."""
+    """gzip (one member or several, RFC 1952) or deflate (zlib-wrapped, or raw as some clients send
+    it), decoded in bounded steps."""
 
     def __init__(self, coding: str) -> None:
         self._coding = coding
         self._decoder: Any = None  # chosen from the first byte for deflate
 
+    def _start(self, data: bytes) -> Any:
+        if self._coding == "gzip":
+            return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        return zlib.decompressobj(wbits=zlib.MAX_WBITS if data[0] & 0x0F == 8 else -zlib.MAX_WBITS)
+
     def steps(self, data: bytes) -> Iterator[bytes]:
         """The decoded bytes of `data`, at most INFLATE_STEP at a time; zlib.error when it does not decode."""
-        if self._decoder is None:
-            if self._coding == "gzip":
-                wbits = 16 + zlib.MAX_WBITS
-            else:
-                wbits = zlib.MAX_WBITS if data[0] & 0x0F == 8 else -zlib.MAX_WBITS
-            self._decoder = zlib.decompressobj(wbits=wbits)
-        decoder = self._decoder
         while data:
-            if decoder.eof:
-                raise zlib.error("data after the end of the compressed stream")
+            if self._decoder is None:
+                self._decoder = self._start(data)
+            decoder = self._decoder
+            if decoder.eof:  # what follows a gzip member is another member; deflate has one stream
+                if self._coding != "gzip":
+                    raise zlib.error("data after the end of the compressed stream")
+                self._decoder = decoder = self._start(data)
             out = decoder.decompress(data, INFLATE_STEP)
-            data = decoder.unconsumed_tail
+            data = decoder.unconsumed_tail or decoder.unused_data
             if out:
                 yield out
 
