@@ -6,8 +6,9 @@ One `assetcdn up` (control plus one edge with one worker) on loopback, unpinned 
 this client share the machine's cores: record `uptime` beside the numbers).
 
 - Gzip flood: `--bombs` concurrent senders of POST /api/chat bodies, each gzip of 256 MB of zeros
-  (~250 KB on the wire), each sending `--rounds` bombs and going on for at least `--seconds`, while
-  one client asks the edge for a cached 5 KB file in a loop.
+  (~250 KB on the wire), each sending `--rounds` bombs and going on for at least `--seconds` (at
+  most one bomb per `--interval` seconds each), while one client asks the edge for a cached 5 KB
+  file in a loop.
   Reported: the hit latency (median, p99, max) before and during the flood, and the largest number
   of bytes the edge's processes held in temporary files (sampled from /proc/<pid>/fd every 20 ms).
 - Search: `--searches` concurrent GET /api/search with an 8 KB query of 1,000 distinct words, then
@@ -74,7 +75,8 @@ def summary(times: list[float]) -> str:
             f"max {max(times) * 1000:.1f} ms")
 
 
-async def gzip_flood(cdn: RunningCdn, bombs: int, rounds: int, seconds: float, tmp_prefix: str) -> None:
+async def gzip_flood(cdn: RunningCdn, bombs: int, rounds: int, seconds: float, interval: float,
+                     tmp_prefix: str) -> None:
     edge = cdn.edge_urls[0]
     bomb = gzip.compress(b"\0" * (256 * 1024 * 1024), compresslevel=9)
     print(f"bomb: {len(bomb):,} bytes on the wire, 256 MB decoded")
@@ -107,8 +109,10 @@ async def gzip_flood(cdn: RunningCdn, bombs: int, rounds: int, seconds: float, t
         async def bomber(until: float) -> None:
             sent = 0
             while sent < rounds or time.perf_counter() < until:
+                began = time.perf_counter()
                 statuses.append(await one_bomb())
                 sent += 1
+                await asyncio.sleep(max(interval - (time.perf_counter() - began), 0))
 
         sampler = asyncio.create_task(sample())
         stop = asyncio.Event()
@@ -174,6 +178,7 @@ def main() -> None:
     parser.add_argument("--bombs", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3, help="bombs each sender sends at least")
     parser.add_argument("--seconds", type=float, default=6.0, help="senders go on sending for at least this long")
+    parser.add_argument("--interval", type=float, default=0.0, help="each sender sends at most one bomb this often")
     parser.add_argument("--searches", type=int, default=20)
     args = parser.parse_args()
     print("load before:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
@@ -185,7 +190,7 @@ def main() -> None:
                                               "ASSETCDN_AI_CHAT_RATE_LIMIT_PER_MINUTE": "0"})
         try:
             asyncio.run(prepare(cdn))
-            asyncio.run(gzip_flood(cdn, args.bombs, args.rounds, args.seconds, str(spool)))
+            asyncio.run(gzip_flood(cdn, args.bombs, args.rounds, args.seconds, args.interval, str(spool)))
             asyncio.run(search_flood(cdn, args.searches))
         finally:
             cdn.stop()
