@@ -134,9 +134,6 @@ class PendingChallenges:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def held_by(self, ip: str) -> int:
-        return len(self._by_client.get(client_key(ip), ()))
-
     def issue(self, purpose: str, ip: str) -> bytes:
         """A fresh challenge, remembered for `ttl_s`."""
         now = self.clock()
