@@ -64,7 +64,7 @@ async def test_events_written_but_not_marked_are_not_sent_twice(
     resp = await control.put("/api/storage/akande/v1/logos/a.txt", data=b"a", headers=ACCESS)
     assert resp.status == 201
     await receiver.wait(lambda: len(receiver.delivered("a")) == 2)
-    # A transaction committed half-way: the upload's events are stored, the cursor still before them.
+    # The upload's events stored, the cursor still before them (an earlier version could commit half-way).
     db = control.app[DB]
     await db.write("UPDATE webhook_outbox_cursor SET commit_id = ?", (before,))
     await control.close()
