@@ -11,13 +11,12 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from assetcdn.shared.content_security import CSP_HEADER, NOSNIFF_HEADER, keep_sandbox
-from assetcdn.shared.edge_rules import EMPTY_RULES, HeaderChanges, RuleSet
+from assetcdn.shared.content_security import keep_sandbox
+from assetcdn.shared.edge_rules import BROWSER_RUN_HEADERS, EMPTY_RULES, HeaderChanges, RuleSet
 from assetcdn.shared.paths import ZONE_NAME
 
 FORWARDED = web.RequestKey("forwarded_to_control", bool)
 NOT_DELIVERY = ("/api/health", "/metrics")
-PROTECTED = frozenset({CSP_HEADER.lower(), NOSNIFF_HEADER.lower()})
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class EdgeConfig:
     @staticmethod
     def from_snapshot(snapshot: dict[str, Any]) -> EdgeConfig:
         return EdgeConfig(version=snapshot["version"],
-                          rules=RuleSet.from_texts(snapshot.get("headers"), snapshot.get("redirects")),
+                          rules=RuleSet.from_texts(snapshot.get("headers"), snapshot.get("redirects"), strict=False),
                           domains={h.lower(): z for h, z in (snapshot.get("domains") or {}).items()},
                           base_domain=(snapshot.get("base_domain") or "").lower())
 
@@ -60,10 +59,9 @@ def tenant_path(host_zone: str | None, path: str) -> str:
 
 
 def apply_header_rules(config: EdgeConfig, request: web.Request, response: web.StreamResponse) -> None:
-    """Apply the `_headers` rules to a delivery response. The protective headers stay: a rule may
-    add a Content-Security-Policy (browsers enforce every policy, so it can only tighten), never
-    remove or replace ours or nosniff; and if a rule changes the Content-Type, the response gets
-    the headers of its new type (assetcdn/shared/content_security.py)."""
+    """Apply the `_headers` rules to a delivery response. The headers that decide how a browser runs
+    the body (type, policy, nosniff, disposition) are never the rules' to change: control refuses
+    such rules and the edge skips them (assetcdn/shared/edge_rules.py)."""
     if not config.rules.headers or request.get(FORWARDED) or request.path in NOT_DELIVERY:
         return
     apply_rule_changes(config.rules.headers.for_path(request.path, request.host), response.headers)
@@ -75,14 +73,9 @@ def apply_rule_changes(changes: HeaderChanges, headers: CIMultiDict[str]) -> Non
     if not changes:
         return
     for name in list(headers):
-        if name.lower() in changes.remove and name.lower() not in PROTECTED:
+        if name.lower() in changes.remove and name.lower() not in BROWSER_RUN_HEADERS:
             del headers[name]
     for name, value in changes.set.items():
-        lower = name.lower()
-        if lower == NOSNIFF_HEADER.lower():
-            continue
-        if lower == CSP_HEADER.lower() and CSP_HEADER in headers:
-            headers.add(name, value)
-        else:
+        if name.lower() not in BROWSER_RUN_HEADERS:
             headers[name] = value
     keep_sandbox(headers)
