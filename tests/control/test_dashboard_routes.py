@@ -8,10 +8,16 @@ import hashlib
 import pytest
 from aiohttp.test_utils import TestClient
 
+from assetcdn.control.dashboard_origin import DASHBOARD_PORTS
 from assetcdn.control.routes.dashboard import static_files
-from tests.control.conftest import ACCOUNT
+from assetcdn.control.state import SESSION_SCOPES
+from assetcdn.control.tokens import SCOPES
+from assetcdn.shared.content_security import SANDBOX_CSP
+from tests.control.conftest import ACCESS, ACCOUNT
+from tests.control.expect import expect_error
 from tests.control.signin_client import (  # noqa: F401 (make_control is a fixture)
     ORIGIN,
+    PASSWORD,
     make_control,
     signed_in,
     with_session,
@@ -43,10 +49,16 @@ class TestPage:
         assert resp.status == 200 and resp.content_type == "text/html"
         page = await resp.text()
         assert '<script type="module" src="/dashboard/static/app.js">' in page
-        assert 'data-rp-id="localhost"' in page and 'data-passkey-origin="http://localhost:8788"' in page
+        assert 'data-rp-id="localhost"' in page and 'data-passkey-origin="http://localhost:8787"' in page
         csp = resp.headers["Content-Security-Policy"]
         assert "script-src 'self';" in csp and "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
-        assert "unsafe-inline" not in csp and "http" not in csp  # nothing from another origin, no inline script
+        assert "unsafe-inline" not in csp  # no inline script
+        # Scripts and styles only from the dashboard's own origin; the edges' public origin (where the
+        # previews and streams come from) only for images, media and fetches.
+        for directive in csp.split(";"):
+            if "http" in directive:
+                assert directive.split()[0] in ("img-src", "media-src", "connect-src"), directive
+                assert "http://127.0.0.1:8788" in directive
         assert resp.headers["Cache-Control"] == "no-store" and resp.headers["X-Frame-Options"] == "DENY"
         home = await control.get("/dashboard", headers=with_session(session, origin=None), allow_redirects=False)
         assert (home.status, home.headers["Location"]) == (302, "/dashboard/")
@@ -135,6 +147,64 @@ class TestSessionOnManagementRoutes:
             assert (await control.get(path, headers=with_session(session, origin=None))).status == 200, path
         deleted = await control.delete("/api/storage/gallery/v1/logos/a.txt", headers=headers)
         assert deleted.status == 200
+
+    async def test_a_session_grants_only_the_scopes_it_may_use_itself(self, control: TestClient,
+                                                                      session: str) -> None:
+        grantable = control.app[SESSION_SCOPES]
+        assert grantable == set(SCOPES) - {"pipeline:write", "ai:read"}  # routes the session does not open
+        for scope in ("pipeline:write", "ai:read"):
+            resp = await control.post("/api/tokens", json={"name": "wider", "scopes": ["storage:read", scope]},
+                                      headers=with_session(session))
+            body = await expect_error(resp, 403, "ScopeNotGrantable")
+            assert body["invalid"] == [scope]
+        assert (await (await control.get("/api/tokens", headers=ACCOUNT)).json())["Count"] == 0
+        resp = await control.post("/api/tokens", json={"name": "ok", "scopes": sorted(grantable)},
+                                  headers=with_session(session))
+        assert resp.status == 201, await resp.text()
+        resp = await control.post("/api/tokens", json={"name": "key", "scopes": ["pipeline:write", "ai:read"]},
+                                  headers=ACCOUNT)
+        assert resp.status == 201  # the account key is the full authority
+
+    async def test_the_session_is_honoured_only_on_the_dashboard_listener(self, control: TestClient,
+                                                                          session: str) -> None:
+        """Cookies ignore ports: the browser sends cdn_session to the edges too, which forward it to
+        control's API listener. There it opens nothing, and /dashboard sends to the dashboard's origin."""
+        assert (await control.get("/api/tokens", headers=with_session(session, origin=None))).status == 200
+        assert control.server.port is not None
+        control.app[DASHBOARD_PORTS].discard(control.server.port)  # now this server is control's API listener
+        for path in ("/api/tokens", "/api/core/zones", "/api/dashboard/status", "/api/passkeys"):
+            resp = await control.get(path, headers=with_session(session, origin=None))
+            assert resp.status == 401, path
+        resp = await control.post("/api/tokens", json={"name": "x", "scopes": ["storage:read"]},
+                                  headers=with_session(session))
+        assert resp.status == 401
+        for path in ("/dashboard/", "/dashboard/login?next=1"):
+            resp = await control.get(path, headers=with_session(session, origin=None), allow_redirects=False)
+            assert (resp.status, resp.headers["Location"]) == (302, "http://localhost:8787" + path)
+        resp = await control.post("/dashboard/login", data={"password": PASSWORD}, headers={"Origin": ORIGIN},
+                                  allow_redirects=False)
+        assert resp.status == 404 and "Set-Cookie" not in resp.headers
+
+    async def test_stored_files_on_the_dashboard_listener_are_inert_downloads(self, control: TestClient,
+                                                                             session: str) -> None:
+        assert (await control.post("/api/core/zones", json={"Name": "gallery"}, headers=ACCOUNT)).status == 201
+        for name, body in (("evil.js", b"fetch('/api/tokens')"), ("evil.html", b"<script>alert(1)</script>"),
+                           ("logo.svg", b"<svg xmlns='http://www.w3.org/2000/svg'/>")):
+            path = f"/api/storage/gallery/v1/logos/{name}"
+            assert (await control.put(path, data=body, headers=ACCESS)).status == 201
+            for method in ("GET", "HEAD"):
+                resp = await control.request(method, path, headers=with_session(session, origin=None))
+                assert resp.status == 200
+                assert resp.headers["Content-Type"] == "application/octet-stream", name
+                assert resp.headers["Content-Disposition"] == "attachment"
+                assert resp.headers["X-Content-Type-Options"] == "nosniff"
+                assert resp.headers["Content-Security-Policy"] == SANDBOX_CSP
+            assert await (await control.get(path, headers=ACCESS)).read() == body
+        listing = await control.get("/api/storage/gallery/v1/logos/", headers=with_session(session, origin=None))
+        assert listing.headers["Content-Type"].startswith("application/json")
+        control.app[DASHBOARD_PORTS].clear()  # control's API listener (what edges call) keeps the types
+        resp = await control.get("/api/storage/gallery/v1/logos/evil.js", headers=ACCESS)
+        assert resp.headers["Content-Type"].startswith("text/javascript")
 
     @pytest.mark.parametrize(("method", "path", "body"), [
         ("POST", "/api/core/zones", {"Name": "forged"}),
