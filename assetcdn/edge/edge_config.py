@@ -16,6 +16,7 @@ from assetcdn.shared.edge_rules import BROWSER_RUN_HEADERS, EMPTY_RULES, HeaderC
 from assetcdn.shared.paths import ZONE_NAME
 
 FORWARDED = web.RequestKey("forwarded_to_control", bool)
+REQUEST_HOST = web.RequestKey("request_host", str)
 NOT_DELIVERY = ("/api/health", "/metrics")
 
 
@@ -34,8 +35,9 @@ class EdgeConfig:
                           base_domain=(snapshot.get("base_domain") or "").lower())
 
     def zone_for_host(self, host: str) -> str | None:
-        """The tenant zone a Host header names: a custom domain, or `<zone>.<base domain>`."""
-        name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
+        """The tenant zone a host names (a custom domain, or `<zone>.<base domain>`); `host` as
+        :func:`canonical_host` gives it (normalised again here, so no caller can get it wrong)."""
+        name = canonical_host(host)
         if name in self.domains:
             return self.domains[name]
         suffix = "." + self.base_domain
@@ -48,6 +50,30 @@ class EdgeConfig:
     def cdn_path(self, host: str, path: str) -> str:
         """The CDN path a delivery request names: on a tenant host `/v1/...` means `/<zone>/v1/...`."""
         return tenant_path(self.zone_for_host(host), path)
+
+
+def canonical_host(host: str) -> str:
+    """The one form of a request's host every decision uses (tenant zone, `_headers` host patterns,
+    prepared hits): lower case, without the port and without trailing dots. `zone1.cdn.example.` and
+    `ZONE1.cdn.example:443` are the DNS name `zone1.cdn.example`; left as sent they would match no
+    tenant and be served as the default host, which serves every zone."""
+    name = host.strip().lower()
+    if name.startswith("["):  # an IPv6 literal, perhaps with a port
+        end = name.find("]")
+        return name[: end + 1] if end > 0 else name
+    if name.count(":") == 1:
+        name = name.split(":", 1)[0]
+    return name.rstrip(".")
+
+
+def request_host(request: web.Request) -> str:
+    """`canonical_host` of the request's host, worked out once per request. aiohttp's `request.host` is
+    the absolute-form request-target's authority when there is one (it wins over Host, RFC 9112
+    section 3.2.2), else the Host header."""
+    found = request.get(REQUEST_HOST)
+    if found is None:
+        found = request[REQUEST_HOST] = canonical_host(request.host)
+    return found
 
 
 def tenant_path(host_zone: str | None, path: str) -> str:
@@ -64,7 +90,7 @@ def apply_header_rules(config: EdgeConfig, request: web.Request, response: web.S
     such rules and the edge skips them (assetcdn/shared/edge_rules.py)."""
     if not config.rules.headers or request.get(FORWARDED) or request.path in NOT_DELIVERY:
         return
-    apply_rule_changes(config.rules.headers.for_path(request.path, request.host), response.headers)
+    apply_rule_changes(config.rules.headers.for_path(request.path, request_host(request)), response.headers)
 
 
 def apply_rule_changes(changes: HeaderChanges, headers: CIMultiDict[str]) -> None:
