@@ -41,7 +41,8 @@ def _json_error_page(self: web_protocol.RequestHandler, request: web_request.Bas
     _AIOHTTP_ERROR_PAGE(self, request, status, exc, message)  # its logging and its already-sent check
     phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
     error = ApiError(status, phrase.replace(" ", "").replace("-", ""),
-                     f"{status} {phrase}: the request could not be read. Check the request line and headers.")
+                     f"{status} {phrase}: the request could not be read (its request line, headers or body "
+                     "encoding).")
     response = error_response(error, new_request_id())
     response.headers[NOSNIFF_HEADER] = NOSNIFF
     response.force_close()
