@@ -53,8 +53,8 @@ async def dashboard_origin_middleware(request: web.Request, handler: Handler) ->
 
 async def stored_bytes_inert(request: web.Request, response: web.StreamResponse) -> None:
     """On the dashboard listener, a storage download is data, never a document or a script."""
-    if (request.path.startswith(STORAGE_PREFIX) and not request.path.endswith("/")
-            and response.status < 300 and on_dashboard_listener(request)):
+    if (request.method in ("GET", "HEAD") and request.path.startswith(STORAGE_PREFIX)
+            and not request.path.endswith("/") and response.status < 300 and on_dashboard_listener(request)):
         response.headers["Content-Type"] = "application/octet-stream"
         response.headers["Content-Disposition"] = "attachment"
         response.headers[CSP_HEADER] = SANDBOX_CSP

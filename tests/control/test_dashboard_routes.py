@@ -191,7 +191,8 @@ class TestSessionOnManagementRoutes:
         for name, body in (("evil.js", b"fetch('/api/tokens')"), ("evil.html", b"<script>alert(1)</script>"),
                            ("logo.svg", b"<svg xmlns='http://www.w3.org/2000/svg'/>")):
             path = f"/api/storage/gallery/v1/logos/{name}"
-            assert (await control.put(path, data=body, headers=ACCESS)).status == 201
+            put = await control.put(path, data=body, headers=with_session(session))
+            assert (put.status, put.content_type) == (201, "application/json")  # answers stay JSON
             for method in ("GET", "HEAD"):
                 resp = await control.request(method, path, headers=with_session(session, origin=None))
                 assert resp.status == 200
