@@ -28,6 +28,12 @@ from assetcdn.control.auth import (
 from assetcdn.control.chat.setup import open_chat
 from assetcdn.control.cluster.registry import EdgeRegistry
 from assetcdn.control.dashboard_config import DashboardConfig
+from assetcdn.control.dashboard_origin import (
+    DASHBOARD_PORTS,
+    DASHBOARD_URL,
+    dashboard_origin_middleware,
+    stored_bytes_inert,
+)
 from assetcdn.control.database import Database, open_database
 from assetcdn.control.demo import install_demo
 from assetcdn.control.edge_config import EdgeConfigStore
@@ -89,6 +95,7 @@ from assetcdn.control.state import (
     SEARCH_INDEX,
     SEARCH_LIMITER,
     SECRETS,
+    SESSION_SCOPES,
     SESSIONS,
     SETTINGS,
     SIGN_IN,
@@ -96,7 +103,7 @@ from assetcdn.control.state import (
     TRACK_LIMITER,
     VIDEO_INGEST,
     ZONES,
-    public_url_of,
+    dashboard_url_of,
 )
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.control.tokens import TokenStore
@@ -236,6 +243,13 @@ ROUTES: tuple[Route, ...] = (
 )
 
 
+def session_scopes(routes: tuple[Route, ...]) -> frozenset[str]:
+    """Scopes a session may put on a token: those whose every route the session itself may call, so a
+    token minted in the dashboard never reaches further than the dashboard (pipeline, AI)."""
+    scoped = [route.access for route in routes if route.access is not None and route.access.scope]
+    return frozenset(a.scope for a in scoped if a.scope and all(o.session for o in scoped if o.scope == a.scope))
+
+
 async def _not_found(request: web.Request) -> web.StreamResponse:
     raise web.HTTPNotFound()
 
@@ -346,6 +360,8 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app.middlewares.append(request_log_middleware)  # outermost: sees every final status
     app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
     install_envelopes(app)
+    app.middlewares.append(dashboard_origin_middleware)  # /dashboard only on its own listener
+    app.on_response_prepare.append(stored_bytes_inert)
     app.middlewares.append(body_deadline_middleware(settings))
     app[METRICS] = Metrics("control")
     app[METRICS_KEY] = secrets.metrics_key
@@ -360,7 +376,9 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app[TRACK_LIMITER] = SharedRateLimiter(app[COUNTERS], analytics_track_per_client(settings))
     app[SEARCH_LIMITER] = SharedRateLimiter(app[COUNTERS], search_per_client(settings))
     app[CHAT_LIMITER] = SharedRateLimiter(app[COUNTERS], chat_per_client(settings))
-    app[DASHBOARD] = DashboardConfig.from_settings(settings, public_url_of(settings))  # a bad value stops start-up
+    app[DASHBOARD] = DashboardConfig.from_settings(settings, dashboard_url_of(settings))  # a bad value stops start-up
+    app[DASHBOARD_URL] = dashboard_url_of(settings)
+    app[DASHBOARD_PORTS] = {settings.get("server", "dashboard_port")}
     route_access: dict[web.AbstractRoute, Access] = {}
     route_audit: dict[web.AbstractRoute, str] = {}
     for route in ROUTES:
@@ -370,6 +388,7 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
         if route.audit is not None:
             route_audit[registered] = route.audit
     app[ROUTE_ACCESS], app[ROUTE_AUDIT] = route_access, route_audit
+    app[SESSION_SCOPES] = session_scopes(ROUTES)
     # Unknown /api/... paths: 404 in the standard envelope (the envelope middleware renders it).
     app.router.add_route("*", "/api/{tail:.*}", _not_found)
     app.cleanup_ctx.append(_resources)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 from aiohttp import web
@@ -53,6 +54,8 @@ AUDIT = web.AppKey("audit", AuditLog)
 REQUEST_LOG = web.AppKey("request_log", RequestLog)
 DASHBOARD = web.AppKey("dashboard", DashboardConfig)
 SESSIONS = web.AppKey("sessions", SessionBook)
+# The token scopes every one of whose routes accepts the session: what a dashboard session may grant.
+SESSION_SCOPES: web.AppKey[frozenset[str]] = web.AppKey("session_scopes")
 SIGN_IN = web.AppKey("sign_in", SignIn)
 PASSKEYS = web.AppKey("passkeys", PasskeyCeremonies)
 SEARCH_LIMITER = web.AppKey("search_limiter", RateLimiter)  # GET /api/search, per client
@@ -65,6 +68,21 @@ CHAT_QUOTA = web.AppKey("chat_quota", ChatQuota)
 
 def public_url(app: web.Application) -> str:
     return public_url_of(app[SETTINGS])
+
+
+def dashboard_url_of(settings: Settings) -> str:
+    """dashboard.public_url, else http://localhost:<dashboard_port> for a loopback or IP host (browsers
+    allow passkeys on `localhost`, never on an IP address), else http://<host>:<dashboard_port>."""
+    configured = settings.get("dashboard", "public_url")
+    if configured:
+        return configured.rstrip("/")
+    host = settings.get("server", "host")
+    try:
+        ipaddress.ip_address(host)
+        host = "localhost"
+    except ValueError:
+        pass
+    return f"http://{host}:{settings.get('server', 'dashboard_port')}"
 
 
 def public_url_of(settings: Settings) -> str:

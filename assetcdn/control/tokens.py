@@ -14,6 +14,7 @@ import orjson
 
 from assetcdn.control.auth import TokenGrant
 from assetcdn.control.database import Database
+from assetcdn.control.labels import checked_label
 from assetcdn.shared.errors import ApiError, bad_request, utc_now_iso
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,6 @@ MAX_ACTIVE_TOKENS = 50
 MAX_LIFETIME_DAYS = 365
 CLOCK_SKEW = timedelta(minutes=5)  # a client's "365 days from now" may be computed on a clock ahead of ours
 PREFIX_LENGTH = 8  # the token's first characters, shown to identify it (`cdnsk_` and two hex digits)
-MAX_NAME_LENGTH = 100
 
 
 def _minute_ago() -> str:
@@ -80,8 +80,7 @@ def parse_token_request(body: Any, *, now: datetime | None = None) -> TokenReque
     name = body.get("name")
     if not isinstance(name, str) or not name.strip():
         raise bad_request("'name' is required: a label for the token.", target="name", code="MissingName")
-    if len(name) > MAX_NAME_LENGTH:
-        raise bad_request(f"'name' must be at most {MAX_NAME_LENGTH} characters.", target="name")
+    name = checked_label(name)
     scopes = body.get("scopes")
     if not isinstance(scopes, list) or not scopes or not all(isinstance(s, str) for s in scopes):
         raise bad_request("scopes must be a non-empty array of allowed scope strings: " + ", ".join(SCOPES) + ".",
@@ -101,7 +100,7 @@ def parse_token_request(body: Any, *, now: datetime | None = None) -> TokenReque
         expires_at = now + timedelta(days=days)
     else:
         expires_at = now + timedelta(days=MAX_LIFETIME_DAYS)
-    return TokenRequest(name.strip(), tuple(dict.fromkeys(scopes)), _iso(expires_at) if expires_at else None)
+    return TokenRequest(name, tuple(dict.fromkeys(scopes)), _iso(expires_at) if expires_at else None)
 
 
 class TokenStore:

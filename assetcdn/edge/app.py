@@ -59,7 +59,7 @@ CLUSTER_SHUTDOWN_GRACE_S = 2.0  # for a push being applied when the worker stops
 # aiohttp's own route definitions (method, path, handler); control's `Route` adds its access rules.
 # CDN paths come first (the hot path: the router tries routes in order) and exclude what the other
 # routes serve; then specific /api routes, then the forwarder for the rest of /api and for the
-# dashboard (served by control; `dashboard` is a reserved zone name, so no CDN path is lost).
+# dashboard (control sends it to its own origin; `dashboard` is a reserved zone name, so no CDN path is lost).
 CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/|dashboard(?:/|$)).+}"
 PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", CDN_PATH, delivery.serve_asset),

@@ -245,7 +245,7 @@ class TestSignIn:
         options = {**await begin.json(), "rpId": "localhost"}
         await expect_error(await passkey_login(control, authenticator, options), 401, "Unauthorized")
 
-    @pytest.mark.parametrize("tamper", [{"origin": "https://evil.example"}, {"origin": "http://127.0.0.1:8788"},
+    @pytest.mark.parametrize("tamper", [{"origin": "https://evil.example"}, {"origin": "http://127.0.0.1:8787"},
                                         {"rp_id": "evil.example"}])
     async def test_wrong_origin_or_relying_party_is_refused(self, control: TestClient, session: str,
                                                             tamper: dict[str, str]) -> None:

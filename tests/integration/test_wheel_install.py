@@ -127,10 +127,11 @@ def _get(url: str, headers: dict[str, str] | None = None, *, method: str = "GET"
 def test_installed_wheel_runs_assetcdn_up_with_the_demo(installed: Path, tmp_path: Path) -> None:
     log_path = tmp_path / "up.log"
     for attempt in range(5):
-        base = free_port_block(2)
-        edge_port, control_port = base, base + 1
+        base = free_port_block(3)
+        edge_port, control_port, dashboard_port = base, base + 1, base + 2
         command = [str(installed / "bin" / "assetcdn"), "up", "--data-dir", str(tmp_path / f"data-{attempt}"),
-                   "--host", "127.0.0.1", "--edge-port", str(edge_port), "--control-port", str(control_port)]
+                   "--host", "127.0.0.1", "--edge-port", str(edge_port), "--control-port", str(control_port),
+                   "--dashboard-port", str(dashboard_port)]
         with open(log_path, "wb") as log:
             process = subprocess.Popen(command, cwd=tmp_path, env=_clean_env(), stdout=log,
                                        stderr=subprocess.STDOUT)
@@ -150,7 +151,7 @@ def test_installed_wheel_runs_assetcdn_up_with_the_demo(installed: Path, tmp_pat
             assert status == 200 and body.startswith(b"<svg") and headers["Content-Type"] == "image/svg+xml"
             status, headers, body = _get(f"{edge}/demo/v1/logos/logo.png?width=64")
             assert status == 200 and body.startswith(b"\x89PNG")
-            status, headers, body = _get(f"{edge}/dashboard/login")
+            status, headers, body = _get(f"http://127.0.0.1:{dashboard_port}/dashboard/login")
             assert status == 200 and b"<form" in body
             status, _, body = _get(f"{edge}/api/openapi.json")
             assert status == 200 and body == (ROOT / "assetcdn/shared/openapi.json").read_bytes()

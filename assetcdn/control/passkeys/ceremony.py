@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +37,7 @@ from webauthn.helpers.structs import (
 )
 
 from assetcdn.control.dashboard_config import DashboardConfig
+from assetcdn.control.labels import checked_label
 from assetcdn.control.passkeys.store import Passkey, PasskeyStore, PendingChallenges
 from assetcdn.shared.errors import bad_request, utc_now_iso
 
@@ -47,7 +47,6 @@ USER_NAME = "operator"
 USER_DISPLAY_NAME = "assetcdn operator"
 TIMEOUT_MS = 120_000            # how long the browser waits for the user (a hint); challenges live 5 minutes
 MAX_CREDENTIAL_ID_BYTES = 1023  # WebAuthn's upper bound for a credential id
-MAX_NAME_LENGTH = 100
 DEFAULT_NAME = "Passkey"
 REGISTER, AUTHENTICATE = "register", "auth"
 
@@ -71,15 +70,7 @@ def passkey_name(raw: Any) -> str:
     if not isinstance(raw, str):
         raise bad_request("'name' must be a string: a label for the passkey, e.g. \"MacBook Pro\".",
                           target="name", code="InvalidName")
-    name = raw.strip()
-    if not name:
-        return DEFAULT_NAME
-    if len(name) > MAX_NAME_LENGTH:
-        raise bad_request(f"'name' must be at most {MAX_NAME_LENGTH} characters.", target="name", code="InvalidName")
-    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in name):
-        raise bad_request("'name' must not contain control or formatting characters.", target="name",
-                          code="InvalidName")
-    return name
+    return checked_label(raw) or DEFAULT_NAME
 
 
 def _credential_of(body: Any) -> dict[str, Any]:

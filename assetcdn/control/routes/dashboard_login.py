@@ -1,4 +1,4 @@
-"""The dashboard's sign-in pages, served by control (edges forward /dashboard to it).
+"""The dashboard's sign-in pages, served by control on the dashboard's own listener (assetcdn/control/dashboard_origin.py).
 
 GET /dashboard/login (the page), POST /dashboard/login (form field `password`: 302 with the session
 cookies, 401 page when wrong, 429 page with Retry-After when the IP has too many failures),

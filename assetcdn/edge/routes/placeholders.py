@@ -20,6 +20,7 @@ from aiohttp import web
 from assetcdn.edge.access import SourceRefused, find_source
 from assetcdn.edge.app_keys import IMAGE_POOL, NODE
 from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.edge_config import request_host
 from assetcdn.edge.routes.transform import take_client_misses
 from assetcdn.edge.states.fetch import OriginUnavailable
 from assetcdn.edge.states.serve import obtain
@@ -49,7 +50,7 @@ async def _placeholder(request: web.Request, kind: str, params: PlaceholderParam
                        job: Callable[..., Variant], *job_args: Any) -> tuple[dict[str, Any], str]:
     node, pool = request.app[NODE], request.app[IMAGE_POOL]
     try:
-        entry: ManifestEntry = find_source(node, params.url, node.config.zone_for_host(request.host))
+        entry: ManifestEntry = find_source(node, params.url, node.config.zone_for_host(request_host(request)))
     except SourceRefused as exc:
         raise ApiError(exc.status, exc.code, exc.message, target="url") from None
     spec = f"s{params.size}" + (f"-b{params.blur}" if params.blur is not None else "")

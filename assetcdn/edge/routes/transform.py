@@ -15,6 +15,7 @@ from functools import partial
 from aiohttp import web
 
 from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL, NODE
+from assetcdn.edge.edge_config import request_host
 from assetcdn.edge.negotiate import (
     NETWORK_AWARE_HEADER,
     NETWORK_AWARE_SLOW,
@@ -117,7 +118,7 @@ async def transform_image(request: web.Request) -> web.StreamResponse:
 async def _transform(request: web.Request) -> web.StreamResponse:
     node, pool = request.app[NODE], request.app[IMAGE_POOL]
     opts = parse_transform_options(request.query)
-    entry = source_for(node, opts.url, node.config.zone_for_host(request.host), LEGACY_REFUSALS)
+    entry = source_for(node, opts.url, node.config.zone_for_host(request_host(request)), LEGACY_REFUSALS)
     headers: dict[str, str] = {}
     slow = False
     if opts.format == "auto":
