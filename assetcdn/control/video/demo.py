@@ -24,7 +24,7 @@ from assetcdn.shared.hls import VIDEOS, VideoIndex
 
 DEMO_WIDTH, DEMO_HEIGHT = 1920, 1080
 DEMO_FPS = 10  # x264 costs per frame: a low rate keeps the first start short
-DEMO_SECONDS = 30
+DEMO_SECONDS = 20  # two segments: enough to see a player move from one to the next
 DEMO_PRESET = "ultrafast"
 LOOP_SECONDS = 10  # the scenes repeat seamlessly; one segment long
 CANVAS_CHUNK = 512  # columns of a scene's canvas built at a time (even: chroma takes column pairs)
@@ -61,12 +61,14 @@ def ensure_demo_videos(cache_dir: Path, seconds: int = DEMO_SECONDS, *,
         out_dir = cache_dir / video
         index = _cached_index(out_dir)
         if index is None:
-            source = cache_dir / "sources" / f"{video}.mp4"
+            # Matroska with PCM sound: the source is only read by the transcoder, and AAC would be
+            # encoded here only to be decoded and encoded again there.
+            source = cache_dir / "sources" / f"{video}.mkv"
             source.parent.mkdir(parents=True, exist_ok=True)
             if not source.exists():
-                tmp = source.with_name(f".{video}.tmp.mp4")
+                tmp = source.with_name(f".{video}.tmp.mkv")
                 write_synthetic_video(tmp, video, seconds=seconds, width=width, height=height,
-                                      fps=fps, audio=video != "black", stop=stop)
+                                      fps=fps, audio=video != "black", audio_codec="pcm_s16le", stop=stop)
                 tmp.replace(source)
             index = transcode_hls(source, out_dir, video=video, preset=DEMO_PRESET, stop=stop)
         return index
@@ -95,8 +97,9 @@ def _cached_index(out_dir: Path) -> VideoIndex | None:
 
 def write_synthetic_video(path: Path, scene: str, *, seconds: float, width: int, height: int,
                           fps: int, audio: bool, loop_seconds: int = LOOP_SECONDS,
-                          stop: threading.Event | None = None) -> Path:
-    """Encode ``seconds`` of a named scene (``black``, ``mount_fuji``, ``nature``) to MP4.
+                          audio_codec: str = "aac", stop: threading.Event | None = None) -> Path:
+    """Encode ``seconds`` of a named scene (``black``, ``mount_fuji``, ``nature``) to MP4 (or
+    whatever container ``path`` names), H.264 with ``audio_codec`` sound.
 
     The scenes loop every ``loop_seconds``, so only one loop is encoded: later loops reuse
     its packets with shifted timestamps (each loop starts on an IDR frame). ``width`` and
@@ -116,7 +119,7 @@ def write_synthetic_video(path: Path, scene: str, *, seconds: float, width: int,
         video.options = {"preset": "ultrafast", "crf": "20", "x264-params": f"keyint={loop}"}
         sound = None
         if audio:
-            sound = container.add_stream("aac", rate=48000)
+            sound = container.add_stream(audio_codec, rate=48000)
             sound.layout = "stereo"
         encoded: list[tuple[bytes, int, bool]] = []
         for n in range(loop):
