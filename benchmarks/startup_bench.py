@@ -11,6 +11,8 @@ directory, free loopback ports) as `make run` does, and measures from the moment
 - demo videos: the time until /api/stream?video=<video> (the master playlist) answers 200 for all three demo
   videos through the edge, and the time control's /api/health reports `demoVideos: ready`
   (seconds since "up" for both; the startup itself is reported too);
+- demo stop: in this process, the demo videos' threads are told to stop 0.5, 3 and 6 s into making
+  them, and the seconds until they have ended are reported (what control's exit waits for);
 - Ctrl-C: in another fresh start, SIGINT right after "up" (the demo videos still being made), and
   the seconds until `assetcdn up` and its children have exited.
 
@@ -21,16 +23,20 @@ Record `uptime` beside the numbers: the machine is shared.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import statistics
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from assetcdn.control.video.demo import ensure_demo_videos
+from assetcdn.control.video.transcode import Stopped
 from tests.integration.harness import start_cdn
 
 QUESTION = "How do I purge a file from the cache?"
@@ -108,6 +114,24 @@ def early_stop(tmp: Path) -> float:
     return time.perf_counter() - started
 
 
+def demo_stop_latency(tmp: Path, after_s: float) -> float:
+    """Seconds from setting control's stop event to the demo video threads having ended, the stop set
+    `after_s` into making them (in this process: what control's exit waits for)."""
+    stop = threading.Event()
+    maker = threading.Thread(target=_make, args=(tmp, stop))
+    maker.start()
+    time.sleep(after_s)
+    stop.set()
+    started = time.perf_counter()
+    maker.join()
+    return time.perf_counter() - started
+
+
+def _make(tmp: Path, stop: threading.Event) -> None:
+    with contextlib.suppress(Stopped):
+        ensure_demo_videos(tmp, stop=stop)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
@@ -122,6 +146,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="startup-bench-") as tmp:
             rounds[i]["ctrl_c_to_exit_s"] = early_stop(Path(tmp))
         print(f"round {i + 1}: ctrl_c_to_exit_s {rounds[i]['ctrl_c_to_exit_s']:.2f}")  # noqa: T201
+    for i in range(args.rounds):
+        for after in (0.5, 3.0, 6.0):   # canvas building, source encoding, transcoding
+            with tempfile.TemporaryDirectory(prefix="startup-bench-") as tmp:
+                rounds[i][f"demo_stop_after_{after:g}s"] = demo_stop_latency(Path(tmp), after)
+        print(f"round {i + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in rounds[i].items()  # noqa: T201
+                                             if k.startswith("demo_stop")))
     for key in rounds[0]:
         print(f"median {key}: {statistics.median(r[key] for r in rounds):.2f}")  # noqa: T201
 

@@ -15,9 +15,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from pathlib import Path
+from typing import cast
 
 import av
 import numpy as np
+from av.audio.stream import AudioStream
 
 from assetcdn.control.video.transcode import INDEX_FILE, check_stop, transcode_hls
 from assetcdn.shared.hls import VIDEOS, VideoIndex
@@ -119,7 +121,7 @@ def write_synthetic_video(path: Path, scene: str, *, seconds: float, width: int,
         video.options = {"preset": "ultrafast", "crf": "20", "x264-params": f"keyint={loop}"}
         sound = None
         if audio:
-            sound = container.add_stream(audio_codec, rate=48000)
+            sound = cast(AudioStream, container.add_stream(audio_codec, rate=48000))
             sound.layout = "stereo"
         encoded: list[tuple[bytes, int, bool]] = []
         for n in range(loop):
