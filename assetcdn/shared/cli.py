@@ -126,8 +126,14 @@ def _chat_ready(control_url: str, run_id: str) -> bool:
     request = urllib.request.Request(control_url + "/api/health", headers={RUN_ID_HEADER: run_id})
     try:
         with urllib.request.urlopen(request, timeout=2) as resp:  # noqa: S310 (loopback/operator URL)
-            return bool(json.loads(resp.read()).get("chat", "ready") == "ready")
-    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+            body = resp.read()
+    except urllib.error.HTTPError as exc:
+        body = exc.read()   # degraded (503) still says whether the chat is ready
+    except (urllib.error.URLError, OSError):
+        return False
+    try:
+        return bool(json.loads(body).get("chat", "ready") == "ready")
+    except (ValueError, AttributeError):
         return False
 
 

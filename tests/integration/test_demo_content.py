@@ -1,6 +1,6 @@
-"""The demo content of a first `assetcdn up`, as `make run` makes it: Ctrl-C while the demo videos are
-still being made stops everything at once and quietly, the next start finishes the videos, and control's
-health says when they are streamable."""
+"""The demo content of a first `assetcdn up`, as `make run` makes it: `up` says it is up once the chat
+is ready, Ctrl-C while the demo videos are still being made stops everything at once and quietly, the
+next start finishes the videos, and control's health says when they are streamable."""
 
 from __future__ import annotations
 
@@ -31,13 +31,16 @@ def stream_status(cdn: RunningCdn, video: str) -> int:
             resp.read()
             return int(resp.status)
     except urllib.error.HTTPError as exc:
+        exc.close()
         return exc.code
 
 
 def test_ctrl_c_while_the_demo_videos_are_made_stops_at_once_and_the_next_start_finishes_them(tmp_path: Path) -> None:
     cdn = start_cdn(tmp_path, demo=True)
     try:
-        assert control_health(cdn)["demoVideos"] == "making"   # 30 s of 1080p video take longer than this
+        health = control_health(cdn)
+        assert health["chat"] == "ready"   # `up` says it is up once the first question is answered at once
+        assert health["demoVideos"] == "making"   # 20 s of 1080p video take longer than this
         assert stream_status(cdn, "nature") == 404
         logged = cdn.log_path.stat().st_size
         cdn.process.send_signal(signal.SIGINT)   # what Ctrl-C sends `make run`'s foreground process
