@@ -11,13 +11,22 @@ from pathlib import Path
 
 from aiohttp import web
 
-from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL, NODE, PROXY_SESSION, SECRETS, SETTINGS
+from assetcdn.edge.app_keys import (
+    COUNTERS,
+    FORWARD_SPOOL,
+    IMAGE_POOL,
+    NODE,
+    PROXY_SESSION,
+    SECRETS,
+    SETTINGS,
+)
 from assetcdn.edge.cache.store import EdgeCache
 from assetcdn.edge.circuit_breaker import CircuitBreaker
 from assetcdn.edge.control_client import ControlClient
 from assetcdn.edge.edge_config import apply_header_rules
 from assetcdn.edge.image_pool import ImagePool, configure_libvips
 from assetcdn.edge.node import EdgeNode
+from assetcdn.edge.proxied_body import ForwardSpool
 from assetcdn.edge.proxy import forward_to_control, open_proxy_session
 from assetcdn.edge.routes import (
     auto,
@@ -151,6 +160,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         node.load_persisted()
         app[NODE] = node
         app[PROXY_SESSION] = open_proxy_session(settings)
+        app[FORWARD_SPOOL] = ForwardSpool(int(edge["proxy_body_disk_mb"]) * 1024 * 1024)
         # The private cluster site: control pushes to each worker directly.
         cluster_runner = web.AppRunner(create_cluster_app(app), access_log=None,
                                        shutdown_timeout=CLUSTER_SHUTDOWN_GRACE_S)

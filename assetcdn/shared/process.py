@@ -147,8 +147,11 @@ async def _serve(app: web.Application, host: str, port: int, reuse_port: bool, d
     run_id = os.environ.get(RUN_ID_ENV)
     if run_id:
         app.on_response_prepare.append(_answer_run_id(run_id))
+    # Request bodies are decoded by the shared reader (assetcdn/shared/request_body.py), which stops at each
+    # route's limit; aiohttp's own decoding would go on inflating what is left of a refused body.
     options: dict[str, object] = {"access_log": None, "shutdown_timeout": HANDLER_GRACE_S,
-                                  "keepalive_timeout": KEEPALIVE_TIMEOUT_S, **runner_options}
+                                  "keepalive_timeout": KEEPALIVE_TIMEOUT_S, "auto_decompress": False,
+                                  **runner_options}
     runner = web.AppRunner(app, handle_signals=False, **options)  # type: ignore[arg-type]
     try:
         await runner.setup()

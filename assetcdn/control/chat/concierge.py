@@ -41,7 +41,7 @@ class Concierge:
         upstream = None
         degraded = False
         if self.model is not None:
-            if allowance.over_daily_soft:
+            if not allowance.use_model:
                 degraded = True
             else:
                 messages = [{"role": "system", "content": system_prompt(retrieved)}, *question.history,
@@ -51,6 +51,7 @@ class Concierge:
                 except ModelRefused as exc:
                     log.warning("chat answers without its model: %s", exc)
                     degraded = True
+                    allowance.use_model = False  # the extractive answer costs nothing: the caller gives the count back
         metadata = {"sources": retrieved.sources, "confidence": retrieved.confidence,
                     "remaining": allowance.remaining, "degraded": degraded,
                     "source": "ai" if upstream is not None else "curated",

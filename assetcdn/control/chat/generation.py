@@ -20,6 +20,7 @@ import orjson
 
 from assetcdn.control.chat.retrieval import Retrieved
 from assetcdn.control.search.encoder import SentenceEncoder
+from assetcdn.control.search.engine import QUERY_TOKENS
 
 FOLLOW_UPS = "FOLLOW_UPS:"
 MAX_ANSWER_CHARS = 32_000   # an answer longer than this (whatever max_tokens said) is a runaway model
@@ -195,7 +196,7 @@ def extractive_answer(question: str, retrieved: Retrieved, encoder: SentenceEnco
     relevant, candidates = _candidates(retrieved)
     if relevant:
         if encoder is not None and len(candidates) > max_sentences:
-            scores = encoder.encode([s for _, s in candidates]) @ encoder.encode_one(question)
+            scores = encoder.encode([s for _, s in candidates]) @ encoder.encode_query(question, QUERY_TOKENS)
             # The best passage's lead sentence always: it names the thing (an endpoint, a setting) that
             # its other sentences qualify, and those tend to score higher on a question's wording.
             scores[0] = np.inf

@@ -20,7 +20,7 @@ import numpy as np
 from assetcdn.control.chat.documentation import Passage
 from assetcdn.control.chat.passage_vectors import passage_matrix
 from assetcdn.control.search.calibration import calibrate
-from assetcdn.control.search.engine import SearchEngine, SearchHit
+from assetcdn.control.search.engine import QUERY_TOKENS, SearchEngine, SearchHit
 from assetcdn.control.search.fuzzy import query_tokens
 
 log = logging.getLogger(__name__)
@@ -82,8 +82,10 @@ class ChatRetriever:
             if encoder is not None and self.passages:
                 started = time.perf_counter()
                 texts = tuple(p.embedding_text() for p in self.passages)
+                # On the index's background thread: passages the shipped file lacks are embedded
+                # there, never on the threads searches are answered on.
                 self._vectors, embedded = await asyncio.get_running_loop().run_in_executor(
-                    self.search.executor, passage_matrix, encoder, texts)
+                    self.search.index.embed_executor, passage_matrix, encoder, texts)
                 log.info("chat ready: %d documentation passages (%d embedded now) in %.2f s",
                          len(texts), embedded, time.perf_counter() - started)
         except Exception:  # the chat still answers, from word overlap
@@ -101,13 +103,14 @@ class ChatRetriever:
         vectors = await self._passage_vectors()
         encoder = await self.search.index.model()
         if vectors is not None and encoder is not None:
-            query = await asyncio.get_running_loop().run_in_executor(self.search.executor, encoder.encode_one, question)
+            query = await asyncio.get_running_loop().run_in_executor(
+                self.search.executor, encoder.encode_query, question, QUERY_TOKENS)
             scores = calibrate(vectors @ query)
         else:
             scores = self._word_overlap(question)
         order = np.argsort(-scores, kind="stable")[:PASSAGES_KEPT]
         passages = tuple(ScoredPassage(self.passages[i], round(float(scores[i]), 3)) for i in order if scores[i] > 0)
-        answer = await self.search.search(question, ASSETS_KEPT)
+        answer = await self.search.search(question, ASSETS_KEPT, admit=False)  # the chat is limited on its own
         # Word matches alone are too loose for a conversation ("how do I..." matches paths): vector hits only.
         return Retrieved(passages, answer.hits if answer.origin == "vector" else ())
 

@@ -30,7 +30,6 @@ from assetcdn.shared.middleware import REQUEST_ID
 
 PAGES = Path(__file__).resolve().parent.parent / "signin_page"
 ASSETS = {"login.js": "text/javascript", "login.css": "text/css"}
-MAX_FORM_BYTES = 8 * 1024
 LOGIN_PATH = "/dashboard/login"
 HOME_PATH = "/dashboard/"
 PASSKEYS_PATH = "/dashboard/setup-passkey"
@@ -106,7 +105,7 @@ async def login(request: web.Request) -> web.Response:
         refusal = cross_origin_refusal(request, config)
         if refusal is not None:
             return _page(request, "login.html", status=403, notice=refusal.message)
-    password = _form_password(await read_body(request, MAX_FORM_BYTES))
+    password = _form_password(await read_body(request))
     outcome = await request.app[SIGN_IN].with_password(caller_of(request), password)
     if isinstance(outcome, Refused):
         minutes = max(round(outcome.retry_after / 60), 1)
