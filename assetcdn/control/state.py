@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import aiosqlite
 from aiohttp import web
 
 from assetcdn.control.analytics.ingest import SeenBatches
@@ -14,6 +13,7 @@ from assetcdn.control.chat.concierge import Concierge
 from assetcdn.control.chat.quota import ChatQuota
 from assetcdn.control.cluster.registry import EdgeRegistry
 from assetcdn.control.dashboard_config import DashboardConfig
+from assetcdn.control.database import Database
 from assetcdn.control.edge_config import EdgeConfigStore
 from assetcdn.control.manifest_store import ManifestStore
 from assetcdn.control.passkeys.ceremony import PasskeyCeremonies
@@ -37,7 +37,7 @@ SECRETS = web.AppKey("secrets", Secrets)
 DATA_DIR = web.AppKey("data_dir", Path)
 DEMO = web.AppKey("demo", bool)
 GIT = web.AppKey("git", GitStore)
-DB = web.AppKey("db", aiosqlite.Connection)
+DB = web.AppKey("db", Database)
 MANIFEST = web.AppKey("manifest", ManifestStore)
 TOKENS = web.AppKey("tokens", TokenStore)
 ZONES = web.AppKey("zones", ZoneStore)

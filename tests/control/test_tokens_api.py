@@ -297,7 +297,6 @@ async def test_scopes_of_endpoints_to_come_are_accepted_at_mint_time(control: Te
 async def test_old_tokens_list_with_the_short_prefix(control: TestClient) -> None:
     secret = (await mint(control, ["assets:read"]))["token"]
     db = control.app[DB]
-    await db.execute("UPDATE tokens SET prefix = ?", (secret[:14],))  # a row minted before the prefix was shortened
-    await db.commit()
+    await db.write("UPDATE tokens SET prefix = ?", (secret[:14],))  # a row minted before the prefix was shortened
     (listed,) = (await (await control.get("/api/tokens", headers=ACCOUNT)).json())["Tokens"]
     assert listed["prefix"] == secret[:8]

@@ -18,8 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import aiosqlite
-
 from assetcdn.control.ai.alt_text import MAX_ALT, describe
 from assetcdn.control.ai.image_input import AnalysisImage, ImageInputError, load_for_analysis
 from assetcdn.control.ai.moderation import (
@@ -49,6 +47,7 @@ from assetcdn.control.ai.vision_endpoint import (
     clean_alt,
     moderation_scores,
 )
+from assetcdn.control.database import Database
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.shared.counter_store import Counters
 from assetcdn.shared.errors import ApiError, not_found, utc_now_iso
@@ -92,7 +91,7 @@ class AiVisionSettings:
 
 class ImageAnalysis:
     def __init__(self, git: GitStore, entries: Callable[[], dict[str, ManifestEntry]],
-                 db: aiosqlite.Connection, settings: AiVisionSettings, counters: Counters) -> None:
+                 db: Database, settings: AiVisionSettings, counters: Counters) -> None:
         self.git = git
         self._entries = entries
         self.settings = settings

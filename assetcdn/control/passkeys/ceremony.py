@@ -38,8 +38,8 @@ from webauthn.helpers.structs import (
 )
 
 from assetcdn.control.dashboard_config import DashboardConfig
-from assetcdn.control.passkeys.store import ChallengeStore, Passkey, PasskeyStore
-from assetcdn.shared.errors import ApiError, bad_request, utc_now_iso
+from assetcdn.control.passkeys.store import Passkey, PasskeyStore, PendingChallenges
+from assetcdn.shared.errors import bad_request, utc_now_iso
 
 log = logging.getLogger(__name__)
 
@@ -116,41 +116,33 @@ def _descriptor(passkey: Passkey) -> PublicKeyCredentialDescriptor:
 class PasskeyCeremonies:
     config: DashboardConfig
     store: PasskeyStore
-    challenges: ChallengeStore
+    challenges: PendingChallenges
     user_id: bytes
-
-    async def _challenge(self, purpose: str, ip: str) -> bytes:
-        challenge = await self.challenges.issue(purpose, ip)
-        if challenge is None:
-            raise ApiError(429, "TooManyRequests", "Too many passkey ceremonies are pending; finish or wait "
-                           "for one to expire (5 minutes).", headers={"Retry-After": str(self.challenges.ttl_s)})
-        return challenge
 
     async def registration_options(self, ip: str) -> dict[str, Any]:
         existing = await self.store.list()
         options = generate_registration_options(
             rp_id=self.config.rp_id, rp_name=self.config.rp_name, user_id=self.user_id, user_name=USER_NAME,
-            user_display_name=USER_DISPLAY_NAME, challenge=await self._challenge(REGISTER, ip), timeout=TIMEOUT_MS,
+            user_display_name=USER_DISPLAY_NAME, challenge=self.challenges.issue(REGISTER, ip), timeout=TIMEOUT_MS,
             authenticator_selection=AuthenticatorSelectionCriteria(
                 resident_key=ResidentKeyRequirement.PREFERRED,
                 user_verification=UserVerificationRequirement.PREFERRED),
             exclude_credentials=[_descriptor(p) for p in existing])
         return options_to_json_dict(options)
 
-    async def authentication_options(self, ip: str) -> dict[str, Any] | None:
-        """Request options naming every registered passkey, or None when there is none."""
+    async def authentication_options(self, ip: str) -> dict[str, Any]:
+        """Request options naming every registered passkey (none registered: an empty `allowCredentials`,
+        and no assertion will verify)."""
         existing = await self.store.list()
-        if not existing:
-            return None
         options = generate_authentication_options(
-            rp_id=self.config.rp_id, challenge=await self._challenge(AUTHENTICATE, ip), timeout=TIMEOUT_MS,
+            rp_id=self.config.rp_id, challenge=self.challenges.issue(AUTHENTICATE, ip), timeout=TIMEOUT_MS,
             allow_credentials=[_descriptor(p) for p in existing],
             user_verification=UserVerificationRequirement.PREFERRED)
         return options_to_json_dict(options)
 
     async def _consume(self, credential: dict[str, Any], purpose: str) -> bytes:
         challenge = _client_challenge(credential)
-        if not await self.challenges.consume(challenge, purpose):
+        if not self.challenges.consume(challenge, purpose):
             raise PasskeyRejected("the challenge is unknown, already used or expired (it lives 5 minutes): "
                                   "start again with begin")
         return base64url_to_bytes(challenge)

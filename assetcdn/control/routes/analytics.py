@@ -74,7 +74,7 @@ async def track_hit(request: web.Request) -> web.Response:
                           f"At most {decision.limit} analytics hits per client in this window; "
                           f"retry in {decision.retry_after_s} s.",
                           headers=decision.headers())
-    await request.app[ANALYTICS].record_hits([hit])
+    await request.app[ANALYTICS].record_hit(hit)
     return json_response({"ok": True}, headers=decision.headers())
 
 

@@ -53,11 +53,9 @@ async def control_checks(app: web.Application, *, deep: bool) -> list[dict[str, 
                 raise RuntimeError(f"manifest at {manifest.commit_id} but HEAD is {head}")
 
     async def sqlite_probe() -> None:
-        async with db.execute("SELECT 1") as cur:
-            await cur.fetchone()
+        await db.fetch("SELECT 1")
         if deep:
-            async with db.execute("SELECT COUNT(*) FROM manifest_generations") as cur:
-                await cur.fetchone()
+            await db.fetch("SELECT COUNT(*) FROM manifest_generations")
 
     async def git_probe() -> None:
         head = await git.run(git.head_commit_id)

@@ -1,5 +1,5 @@
 """Auth plane, passkeys: /api/passkeys (list, rename, remove), /api/passkeys/register/begin|complete
-(session) and /api/passkeys/auth/begin|complete (public; a verified assertion sets `cdn_session`).
+(the account key or a session, as list and remove) and /api/passkeys/auth/begin|complete (public; a verified assertion sets `cdn_session`).
 
 Bodies are JSON of at most 64 KiB. Records show the credential id and metadata, never the public key.
 """
@@ -48,8 +48,6 @@ async def register_complete(request: web.Request) -> web.Response:
 
 async def auth_begin(request: web.Request) -> web.Response:
     options = await request.app[PASSKEYS].authentication_options(request_ip(request))
-    if options is None:
-        raise not_found("No passkey is registered yet: sign in with the password and add one.", code="NoPasskeys")
     return json_response(options, headers={"Cache-Control": "no-store"})
 
 
