@@ -113,6 +113,7 @@ from assetcdn.control.zones_store import ZoneStore
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
 from assetcdn.shared.config import Settings
 from assetcdn.shared.counter_store import counters_from_settings
+from assetcdn.shared.hls import VIDEOS
 from assetcdn.shared.limits import (
     analytics_track_per_client,
     chat_per_client,
@@ -287,9 +288,12 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     opened.push_async_callback(ingester.close)
     app[PUBLISHER].listeners.append(ingester.on_commit)
     app[VIDEO_INGEST] = ingester
+    demo_videos = data_dir / "video-cache"
     if app[DEMO] and manifest.commit_id is None:
         await install_demo(app[PUBLISHER], app[ZONES])
-        ingester.install_demo(data_dir / "video-cache")
+        ingester.install_demo(demo_videos)
+    elif demo_videos.is_dir() and not all(f"stocks/videos/{v}/hls/index.json" in manifest.entries for v in VIDEOS):
+        ingester.install_demo(demo_videos)  # a first start stopped before its demo videos were committed
     metrics.manifest_generation.labels("control").set(manifest.generation)
     analytics_store = AnalyticsStore(db)
     await analytics_store.open()
@@ -321,6 +325,8 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     opened.callback(app[SEARCH].close)
     app[CHAT_QUOTA], app[CHAT], chat_session = open_chat(settings, app[COUNTERS], app[SEARCH])
     opened.push_async_callback(chat_session.close)
+    app[CHAT].retriever.start()  # the documentation vectors, in the background (health says when ready)
+    opened.push_async_callback(app[CHAT].retriever.close)
 
 
 async def _restore_damaged_branch(git: GitStore, db: Database) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import ipaddress
+import json
 import os
 import signal
 import subprocess
@@ -118,6 +119,35 @@ def _wait_healthy(urls: list[str], processes: list[subprocess.Popen[bytes]], lab
         if pending:
             time.sleep(0.2)
     return not stop.requested
+
+
+def _chat_ready(control_url: str, run_id: str) -> bool:
+    """Whether this run's control says its chat answers without warming up (a control that does not say
+    counts as ready)."""
+    request = urllib.request.Request(control_url + "/api/health", headers={RUN_ID_HEADER: run_id})
+    try:
+        with urllib.request.urlopen(request, timeout=2) as resp:  # noqa: S310 (loopback/operator URL)
+            body = resp.read()
+    except urllib.error.HTTPError as exc:
+        body = exc.read()   # degraded (503) still says whether the chat is ready
+    except (urllib.error.URLError, OSError):
+        return False
+    try:
+        return bool(json.loads(body).get("chat", "ready") == "ready")
+    except (ValueError, AttributeError):
+        return False
+
+
+def _wait_chat_ready(control_url: str, run_id: str, stop: _StopRequest, timeout_s: float) -> None:
+    """`up` is announced once the first chat question is answered at once; a chat still loading after
+    `timeout_s` is said, not fatal (everything else works, and it answers when it is ready)."""
+    deadline = time.monotonic() + timeout_s
+    while not stop.requested and not _chat_ready(control_url, run_id):
+        if time.monotonic() > deadline:
+            _say("assetcdn up: the chat is still loading its documentation vectors; it answers once they are ready",
+                 error=True)
+            return
+        time.sleep(0.2)
 
 
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -269,6 +299,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         commands[0] = [a for a in commands[0] if a != "--demo"]  # a restarted control must not re-seed
         processes.extend(_spawn(command, env) for command in commands[1:])
         if not _wait_healthy(edge_urls, processes, labels, run_id, stop, HEALTH_TIMEOUT_S):
+            return 0
+        _wait_chat_ready(control_url, run_id, stop, HEALTH_TIMEOUT_S)
+        if stop.requested:
             return 0
         _say(f"assetcdn is up: {edge_urls[0]}  (control {control_url}; edges {', '.join(edge_urls)})")
         _say(_keys_notice(data_dir / SECRETS_FILE, generated))

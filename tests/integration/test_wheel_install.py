@@ -1,7 +1,7 @@
 """The project as a wheel, not a checkout: built from a copy of the sources, installed into a fresh virtualenv
 outside the repository (its dependencies seen through the project's own site-packages, so nothing is
 downloaded), it finds its default configuration and every runtime file (dashboard, sign-in page, vendored
-hls.js, OpenAPI document, the README the chat retrieves from) in the installed package, and `assetcdn up` serves the demo from there."""
+hls.js, OpenAPI document, the README the chat retrieves from and its vectors) in the installed package, and `assetcdn up` serves the demo from there."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ PROBE = """
 import json, sys
 from assetcdn import control, edge, shared
 from importlib import resources
-from assetcdn.control.chat import documentation
+from assetcdn.control.chat import documentation, passage_vectors
+from assetcdn.control.search.encoder import MODEL_ID
 from assetcdn.control.routes import dashboard, dashboard_login
 from assetcdn.shared import config, openapi
 print(json.dumps({
@@ -41,6 +42,9 @@ print(json.dumps({
     "signin": sorted(p.name for p in dashboard_login.PAGES.iterdir()),
     "openapi": len(openapi.document_bytes()),
     "readme": documentation.readme_text(),
+    "vectors_file": str(passage_vectors.VECTORS_FILE),
+    "vectors_missing": len({passage_vectors.passage_key(MODEL_ID, p.embedding_text())
+                            for p in documentation.documentation_passages()} - set(passage_vectors.read_prebuilt())),
     "sys_path": sys.path,
 }))
 """
@@ -111,6 +115,8 @@ def test_installed_wheel_carries_its_defaults_and_runtime_files(installed: Path,
     assert found["openapi"] == (ROOT / "assetcdn/shared/openapi.json").stat().st_size
     # The chat's documentation passages: the README, from the distribution's metadata when installed.
     assert found["readme"].strip() == (ROOT / "README.md").read_text(encoding="utf-8").strip()
+    # ... and their vectors, made ahead (package data), for every passage of the installed documentation.
+    assert Path(found["vectors_file"]).is_relative_to(site) and found["vectors_missing"] == 0
 
     # `assetcdn defaults` prints them for an operator who has no checkout to look at.
     printed = _run([str(installed / "bin" / "assetcdn"), "defaults"], cwd=tmp_path, env=_clean_env())
