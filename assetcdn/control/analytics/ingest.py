@@ -1,12 +1,23 @@
-"""The edges' analytics batches (POST /_cluster/analytics): validation of each hit, and de-duplication.
+"""The edges' analytics batches (POST /_cluster/analytics): validation of each row, and de-duplication.
 
-Batch: ``{"v": 1, "batch": "<id, optional>", "node": "<edge worker, optional>", "hits": [{timestamp,
-path, zone, status, bytes, cache, country[, method, requestId, ip]}, ...]}``. The optional fields
-feed the request log (``control.request_log``). Delivery is at-least-once, so a batch id is counted
-(and logged) once: both stores remember the ids they took in SQLite, in the same transaction, so a
-retry is recognised even across a control restart. A hit that does not validate is skipped (and reported as rejected)
-rather than losing the whole batch; nothing in a batch can make it fail as a whole (an edge would
-retry it forever).
+Version 2 (what edges send): the deliveries counted at the edge since its last batch, rolled up, and
+a sample of them for the request log (``assetcdn/edge/delivery_log.py``)::
+
+    {"v": 2, "batch": "<id>", "node": "<edge worker>",
+     "zones":     [[hour, zone, cache, requests, bytes], ...],
+     "paths":     [[hour, zone, path, status, requests, bytes], ...],
+     "countries": [[hour, zone, country, requests], ...],
+     "log":       [[timestamp, method, path, status, cache, requestId, ip, sampleRate], ...]}
+
+``hour`` is the unix time the hour starts; every list holds at most MAX_BATCH_ROWS rows.
+Version 1 (an edge of an earlier release): one item per delivery, ``{"v": 1, "batch", "node",
+"hits": [{timestamp, path, zone, status, bytes, cache, country[, method, requestId, ip]}, ...]}``,
+each also logged.
+
+Delivery is at-least-once, so a batch id is counted (and logged) once: both stores remember the ids
+they took in SQLite, in the same transaction, so a retry is recognised even across a control
+restart. A row that does not validate is skipped (and reported as rejected) rather than losing the
+whole batch; nothing in a batch can make it fail as a whole (an edge would retry it forever).
 """
 
 from __future__ import annotations
@@ -25,11 +36,13 @@ from assetcdn.control.analytics.hits import (
     is_valid_path,
     zone_of_path,
 )
-from assetcdn.control.analytics.store import RETENTION_DAYS
+from assetcdn.control.analytics.store import RETENTION_DAYS, DailyCounts, utc_day
 from assetcdn.control.request_log import Entry, delivery_entry
 
-BATCH_VERSION = 1
+BATCH_VERSIONS = (1, 2)
 MAX_BATCH_HITS = 10_000
+MAX_BATCH_ROWS = 10_000     # per list of a version 2 batch
+HOUR_S = 3600
 REMEMBERED_BATCHES = 10_000
 FUTURE_SLACK_S = 300            # edge clocks may run a little ahead
 _ZONE = re.compile(r"[a-z0-9._-]{1,64}")  # patterns here are used with fullmatch
@@ -71,6 +84,105 @@ def hit_from_batch_item(item: Any, now: float) -> Hit | None:
                cache=cache.upper(), country=country.upper())  # type: ignore[arg-type]
 
 
+def _count(value: Any) -> int | None:
+    count = _int(value)
+    return count if count is not None and 0 <= count <= MAX_HIT_BYTES else None
+
+
+def _address(ip: Any) -> str:
+    try:
+        return str(ipaddress.ip_address(ip)) if isinstance(ip, str) and len(ip) <= 64 else "unknown"
+    except ValueError:
+        return "unknown"
+
+
+class Rollups:
+    """A version 2 batch checked row by row and folded into daily counts (``counts``), with its
+    request-log entries (``entries``) and the number of rows skipped (``rejected``)."""
+
+    def __init__(self, message: dict[str, Any], node: str, now: float) -> None:
+        self.counts = DailyCounts()
+        self.entries: list[Entry] = []
+        self.rows = 0
+        self.rejected = 0
+        self._now = now
+        self._days: dict[int, str | None] = {}
+        for row in self._rows(message, "zones", 5):
+            day, zone, cache, requests, size = self._day(row[0]), row[1], row[2], _count(row[3]), _count(row[4])
+            if (day is None or not _zone_ok(zone) or not isinstance(cache, str) or cache not in CACHE_STATUSES
+                    or requests is None or size is None):
+                self.rejected += 1
+            else:
+                self.counts.add_zone(day, zone, cache, requests, size)
+        for row in self._rows(message, "paths", 6):
+            day, zone, path, status = self._day(row[0]), row[1], row[2], _int(row[3])
+            requests, size = _count(row[4]), _count(row[5])
+            if (day is None or not _zone_ok(zone) or not is_valid_path(path) or status is None
+                    or not 100 <= status <= 599 or requests is None or size is None):
+                self.rejected += 1
+            else:
+                self.counts.add_path(day, zone, path.lstrip("/"), status, requests, size)
+        for row in self._rows(message, "countries", 4):
+            day, zone, country, requests = self._day(row[0]), row[1], row[2], _count(row[3])
+            if day is None or not _zone_ok(zone) or requests is None:
+                self.rejected += 1
+            else:
+                self.counts.add_country(day, zone, country if isinstance(country, str) and COUNTRY.fullmatch(country)
+                                        else UNKNOWN_COUNTRY, requests)
+        for row in self._rows(message, "log", 8):
+            entry = self._entry(row, node)
+            if entry is None:
+                self.rejected += 1
+            else:
+                self.entries.append(entry)
+
+    def _rows(self, message: dict[str, Any], name: str, width: int) -> list[list[Any]]:
+        rows = message.get(name) or []
+        if not isinstance(rows, list):
+            return []
+        good = [row for row in rows if isinstance(row, list) and len(row) == width]
+        self.rows += len(rows)
+        self.rejected += len(rows) - len(good)
+        return good
+
+    def _day(self, hour: Any) -> str | None:
+        """The UTC date of an hour's start, or None when it is not one inside the retention."""
+        if hour in self._days:
+            return self._days[hour]
+        start = _int(hour)
+        day = None
+        if (start is not None and start % HOUR_S == 0
+                and self._now - RETENTION_DAYS * 86400 - HOUR_S <= start <= self._now + FUTURE_SLACK_S):
+            day = utc_day(start).isoformat()
+        if len(self._days) < 1024:
+            self._days[hour] = day
+        return day
+
+    def _entry(self, row: list[Any], node: str) -> Entry | None:
+        timestamp, method, path, status, cache, request_id, ip, rate = row
+        if (isinstance(timestamp, bool) or not isinstance(timestamp, int | float)
+                or not self._now - RETENTION_DAYS * 86400 <= timestamp <= self._now + FUTURE_SLACK_S):
+            return None
+        status = _int(status)
+        if not is_valid_path(path) or status is None or not 100 <= status <= 599:
+            return None
+        if not isinstance(cache, str) or cache not in CACHE_STATUSES:
+            return None
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1:
+            return None
+        if not isinstance(method, str) or not _METHOD.fullmatch(method):
+            method = "GET"
+        if not isinstance(request_id, str) or not _REQUEST_ID.fullmatch(request_id):
+            request_id = None
+        return delivery_entry(timestamp=float(timestamp), method=method, path=path.lstrip("/"), status=status,
+                              cache=cache, request_id=request_id, ip=_address(ip), node=node,
+                              sample_rate=float(rate))
+
+
+def _zone_ok(zone: Any) -> bool:
+    return isinstance(zone, str) and (zone == "" or _ZONE.fullmatch(zone) is not None)
+
+
 def batch_id_of(message: dict[str, Any]) -> str | None:
     """The batch's id, or None when it has none usable (then it cannot be de-duplicated)."""
     batch_id = message.get("batch")
@@ -91,12 +203,8 @@ def delivery_log_entry(hit: Hit, item: dict[str, Any], node: str) -> Entry:
         method = "GET"
     if not isinstance(request_id, str) or not _REQUEST_ID.fullmatch(request_id):
         request_id = None
-    try:
-        address = str(ipaddress.ip_address(ip)) if isinstance(ip, str) and len(ip) <= 64 else "unknown"
-    except ValueError:
-        address = "unknown"
     return delivery_entry(timestamp=hit.timestamp, method=method, path=hit.path, status=hit.status,
-                          cache=hit.cache, request_id=request_id, ip=address, node=node)
+                          cache=hit.cache, request_id=request_id, ip=_address(ip), node=node)
 
 
 class SeenBatches:

@@ -12,7 +12,7 @@ Conventions of every report:
 - Ties are broken by path, country or status code so answers are stable.
 - Every per-day list (statistics ``Daily``, the asset report's ``Daily``, /api/analytics ``data``) is
   newest first.
-- Top-asset lists count asset deliveries only (``hits.is_asset_delivery``); the asset report counts
+- Top-asset lists count asset deliveries only (``hits.is_delivery``); the asset report counts
   every request for its path, errors included.
 - Counters never overflow: each stored counter saturates at ``COUNTER_MAX`` (adds are checked in
   SQL), sums are read with ``TOTAL`` (a float sum that cannot overflow) and every reported number is
@@ -40,7 +40,7 @@ from assetcdn.control.analytics.hits import (
     MAX_HIT_BYTES,
     UNKNOWN_COUNTRY,
     Hit,
-    is_asset_delivery,
+    is_delivery,
 )
 from assetcdn.control.analytics.params import ANALYTICS_DAYS_MAXIMUM, DAYS_MAXIMUM
 from assetcdn.control.database import open_connection
@@ -188,6 +188,52 @@ class _Period:
         self.params = tuple(params)
 
 
+class DailyCounts:
+    """What one write adds to the daily counters, keyed as the tables are: built from single hits
+    (``add_hit``) or from an edge's rollups (``add_zone``, ``add_path``, ``add_country``), so a write's
+    work grows with its distinct keys, not with the hits they count."""
+
+    __slots__ = ("zones", "paths", "countries", "errors")
+
+    def __init__(self) -> None:
+        # (date, zone) -> hits, bytes, HIT, MISS, STALE, BYPASS
+        self.zones: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
+        # (date, zone, path) -> requests, bytes, asset deliveries
+        self.paths: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+        self.countries: dict[tuple[str, str, str], int] = defaultdict(int)
+        self.errors: dict[tuple[str, str, int, str], int] = defaultdict(int)
+
+    def __bool__(self) -> bool:
+        return bool(self.zones or self.paths or self.countries)
+
+    def add_zone(self, day: str, zone: str, cache: str, requests: int, size: int) -> None:
+        counters = self.zones[(day, zone)]
+        counters[0] += requests
+        counters[1] += size
+        counters[2 + _CACHE_COLUMN.get(cache, 1)] += requests
+
+    def add_path(self, day: str, zone: str, path: str, status: int, requests: int, size: int) -> None:
+        stored = _stored_path(path)
+        counters = self.paths[(day, zone, stored)]
+        counters[0] += requests
+        counters[1] += size
+        if is_delivery(status, stored):
+            counters[2] += requests
+        if status >= 400:
+            self.errors[(day, zone, status, stored)] += requests
+
+    def add_country(self, day: str, zone: str, country: str, requests: int) -> None:
+        country = country.upper() if len(country) == 2 and country.isalpha() else UNKNOWN_COUNTRY
+        self.countries[(day, zone, country)] += requests
+
+    def add_hit(self, hit: Hit) -> None:
+        day = utc_day(hit.timestamp).isoformat()
+        size = max(0, min(int(hit.bytes), MAX_HIT_BYTES))  # callers validate; the store clamps anyway
+        self.add_zone(day, hit.zone, hit.cache.upper(), 1, size)
+        self.add_path(day, hit.zone, hit.path, hit.status, 1, size)
+        self.add_country(day, hit.zone, hit.country, 1)
+
+
 def _zone_filter(zone: str | None) -> str | None:
     """``None``, ``""`` and ``"all"`` mean every zone (``all`` is what Period.Zone reports for them)."""
     return None if zone in (None, "", "all") else zone
@@ -241,28 +287,16 @@ class AnalyticsStore:
     async def record_hits(self, hits: Sequence[Hit], batch_id: str | None = None) -> bool:
         """Fold a batch of hits into the daily counters, in one transaction. With a ``batch_id`` the
         batch is counted once: False (nothing counted) when that id was counted before."""
-        if not hits and batch_id is None:
-            return True
-        zones: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
-        paths: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
-        countries: dict[tuple[str, str, str], int] = defaultdict(int)
-        errors: dict[tuple[str, str, int, str], int] = defaultdict(int)
+        counts = DailyCounts()
         for hit in hits:
-            day = utc_day(hit.timestamp).isoformat()
-            size = max(0, min(int(hit.bytes), MAX_HIT_BYTES))  # callers validate; the store clamps anyway
-            path = _stored_path(hit.path)
-            counters = zones[(day, hit.zone)]
-            counters[0] += 1
-            counters[1] += size
-            counters[2 + _CACHE_COLUMN.get(hit.cache.upper(), 1)] += 1
-            path_counters = paths[(day, hit.zone, path)]
-            path_counters[0] += 1
-            path_counters[1] += size
-            path_counters[2] += is_asset_delivery(hit)
-            country = hit.country.upper() if len(hit.country) == 2 and hit.country.isalpha() else UNKNOWN_COUNTRY
-            countries[(day, hit.zone, country)] += 1
-            if hit.status >= 400:
-                errors[(day, hit.zone, hit.status, path)] += 1
+            counts.add_hit(hit)
+        return await self.record(counts, batch_id)
+
+    async def record(self, counts: DailyCounts, batch_id: str | None = None) -> bool:
+        """Add ``counts`` to the daily counters in one transaction; with a ``batch_id``, once: False
+        (nothing counted) when that id was counted before."""
+        if not counts and batch_id is None:
+            return True
         async with self._write_lock:
             db = self.db
             await db.execute("BEGIN IMMEDIATE")
@@ -273,11 +307,18 @@ class AnalyticsStore:
                     if cursor.rowcount == 0:
                         await db.execute("ROLLBACK")
                         return False
-                await db.executemany(_UPSERT_ZONE, [(*key, *map(_saturated, values)) for key, values in zones.items()])
-                await db.executemany(_UPSERT_PATH, [(*key, *map(_saturated, values)) for key, values in paths.items()])
-                await db.executemany(_UPSERT_COUNTRY, [(*key, count) for key, count in countries.items()])
-                if errors:
-                    await db.executemany(_UPSERT_ERROR, [(*key, count) for key, count in errors.items()])
+                if counts.zones:
+                    await db.executemany(_UPSERT_ZONE, [(*key, *map(_saturated, values))
+                                                        for key, values in counts.zones.items()])
+                if counts.paths:
+                    await db.executemany(_UPSERT_PATH, [(*key, *map(_saturated, values))
+                                                        for key, values in counts.paths.items()])
+                if counts.countries:
+                    await db.executemany(_UPSERT_COUNTRY, [(*key, _saturated(count))
+                                                           for key, count in counts.countries.items()])
+                if counts.errors:
+                    await db.executemany(_UPSERT_ERROR, [(*key, _saturated(count))
+                                                         for key, count in counts.errors.items()])
             except BaseException:
                 await db.execute("ROLLBACK")
                 raise
