@@ -9,7 +9,9 @@ headers, the same path); its transport throws the answers away. Printed: microse
 CPU per request (best of ``--repeat`` runs: the least disturbed by the rest of the machine) and what
 the same loop costs with ``data_received`` doing nothing (the loop's own share). Nothing here is the
 kernel's or the event loop's part of a hit (benchmarks/profile_hits.py measures the whole).
-Delivery-log shipping is done by a timer on the event loop, which does not run during the loop.
+Delivery-log shipping is done by a timer on the event loop, which does not run during the loop; after
+each run its share is measured apart: the batch made of that run's hits (``DeliveryLog.take``, the
+rollups and the sample) and its JSON encoding, per hit of the run.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import uvloop
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -118,6 +121,8 @@ async def run(args: argparse.Namespace, tmp: Path) -> None:
             served = site.hits.served
             connection.data_received(request)
             assert site.hits.served == served + 1, f"not answered on the hit path: {request!r}"
+        node.deliveries.take()  # what the warm-up counted
+        shipping: list[float] = []
         for name, request in (("wrk (2 lines)", WRK), ("browser (9 headers)", BROWSER)):
             runs = []
             for _ in range(args.repeat):
@@ -125,9 +130,14 @@ async def run(args: argparse.Namespace, tmp: Path) -> None:
                 runs.append(per_request(connection.data_received, request, args.requests))
                 # Between runs the loop runs (heartbeats: control stays reachable, so these stay hits).
                 assert site.hits.served == served + args.requests, "some requests were not hits"
-                node.deliveries.buffer.clear()
+                began = time.process_time()
+                while (batch := node.deliveries.take(time.time() + 2)) is not None:  # the run's second is over
+                    orjson.dumps(batch)
+                shipping.append((time.process_time() - began) / args.requests * 1e6)
                 await asyncio.sleep(0.1)
             print(f"{name:>20}: {min(runs):.2f} us of CPU per hit (median of runs {sorted(runs)[len(runs) // 2]:.2f})")
+        print(f"{'batch per hit':>20}: {min(shipping):.3f} us (take and JSON encoding, median "
+              f"{sorted(shipping)[len(shipping) // 2]:.3f})")
         empty = min(per_request(lambda data: None, WRK, args.requests) for _ in range(args.repeat))
         print(f"{'loop alone':>20}: {empty:.2f} us")
     finally:
