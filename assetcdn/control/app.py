@@ -278,7 +278,8 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
         await install_demo(app[PUBLISHER], app[ZONES])
         ingester.install_demo(data_dir / "video-cache")
     metrics.manifest_generation.labels("control").set(manifest.generation)
-    analytics_store = AnalyticsStore(data_dir / "control.sqlite3")
+    analytics_store = AnalyticsStore(data_dir / "control.sqlite3",
+                                     write_interval_s=float(settings.get("analytics", "write_interval_s")))
     await analytics_store.open()
     opened.push_async_callback(analytics_store.close)
     app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()

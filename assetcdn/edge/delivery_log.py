@@ -2,8 +2,8 @@
 
 Every delivery the edge answers is counted here, per (hour, zone, path, country, status, cache
 result) with its bytes, one dictionary update per hit. Each flush ships the counts rolled up into
-what statistics and insights store (``rollups``: per zone and cache result, per path and status, per
-country), so control's work per flush grows with the distinct keys, not with the hits. The request
+what statistics and insights store (``rollups``: per zone and cache result, per path and status
+class, per country), so control's work per flush grows with the distinct keys, not with the hits. The request
 log gets a sample: per second, a uniform sample of at most ``log_deliveries_per_s`` deliveries, and
 every error (4xx/5xx) up to ``log_errors_per_s`` (past that, a flood, errors are sampled too); each
 entry carries the fraction of its second's deliveries it stands for (``sampleRate``), so counts can
@@ -43,6 +43,7 @@ MAX_LOG_HELD = 20_000       # sampled entries held while control is away (the ol
 MAX_LOG_BUDGET = 10_000     # a per-second budget from the configuration is clamped to this
 UNKNOWN_COUNTRY = "XX"
 CACHE_RESULTS = frozenset({"HIT", "MISS", "STALE", "BYPASS"})
+DELIVERED, NOT_DELIVERED = 200, 300  # the status classes of answers below 400 (status_class)
 
 Key = tuple[int, str, str, str, int, str]   # hour, zone, path, country, status, cache result
 LogEntry = tuple[float, str, str, int, str, "str | bytes | None", "str | None"]  # time, method, path, status, cache, id, ip
@@ -107,14 +108,23 @@ class Sample:
         return taken
 
 
+def status_class(status: int) -> int:
+    """What control keeps of a status: errors exactly (they are reported per status), the rest as
+    200 (a delivery of the file: 2xx, 304) or 300 (not one: 1xx, the other 3xx)."""
+    if status >= 400:
+        return status
+    return DELIVERED if 200 <= status < 300 or status == 304 else NOT_DELIVERED
+
+
 def rollups(counts: dict[Key, list[int]]) -> tuple[list[list[Any]], list[list[Any]], list[list[Any]]]:
     """The counts as control stores them: per (hour, zone, cache) requests and bytes; per (hour, zone,
-    path, status) requests and bytes; per (hour, zone, country) requests."""
+    path, status class) requests and bytes; per (hour, zone, country) requests."""
     zones: dict[tuple[int, str, str], list[Any]] = {}
     paths: dict[tuple[int, str, str, int], list[Any]] = {}
     countries: dict[tuple[int, str, str], list[Any]] = {}
-    for (hour, zone, path, country, status, cache), (requests, sent) in counts.items():
+    for (hour, zone, path, country, exact, cache), (requests, sent) in counts.items():
         start = hour * HOUR_S
+        status = status_class(exact)
         row = zones.get((hour, zone, cache))
         if row is None:
             zones[(hour, zone, cache)] = [start, zone, cache, requests, sent]

@@ -131,7 +131,8 @@ async def test_hostile_rows_are_skipped_and_the_rest_counted(control: TestClient
         "zones": [good_zone, [hour + 1, "akande", "HIT", 1, 1], [hour - 200 * 86400, "akande", "HIT", 1, 1],
                   [hour, "Akande!", "HIT", 1, 1], [hour, "akande", "hit", 1, 1], [hour, "akande", "HIT", -1, 1],
                   [hour, "akande", "HIT", True, 1], [hour, "akande", "HIT", 1], "row", None,
-                  [hour + 86400, "akande", "HIT", 1, 1], [hour, "akande", "HIT", 2**41, 1]],
+                  [hour + 86400, "akande", "HIT", 1, 1], [hour, "akande", "HIT", 2**41, 1], [[hour], "akande", "HIT", 1, 1],
+                  [hour, ["akande"], "HIT", 1, 1], [hour, "akande", ["HIT"], 1, 1]],
         "paths": [good_path, [hour, "akande", "a\x00b", 200, 1, 1], [hour, "akande", "x" * 3000, 200, 1, 1],
                   [hour, "akande", "akande/v1/a", 99, 1, 1], [hour, "akande", "akande/v1/a", 200, 1.5, 1]],
         "countries": [good_country, [hour, "akande", "DE", "3"]],
@@ -141,7 +142,7 @@ async def test_hostile_rows_are_skipped_and_the_rest_counted(control: TestClient
     }
     resp = await send_v2(control, batch)
     assert resp.status == 200, await resp.text()
-    assert await resp.json() == {"recorded": 4, "rejected": 18, "tail": False}
+    assert await resp.json() == {"recorded": 4, "rejected": 21, "tail": False}
     summary = await (await control.get("/api/core/statistics?days=1", headers=ACCOUNT)).json()
     assert summary["Summary"]["TotalRequests"] == 3 and summary["Summary"]["TotalBandwidth"] == 30
     assert summary["GeoDistribution"] == [{"CountryCode": "DE", "Requests": 3}]

@@ -9,7 +9,8 @@ a sample of them for the request log (``assetcdn/edge/delivery_log.py``)::
      "countries": [[hour, zone, country, requests], ...],
      "log":       [[timestamp, method, path, status, cache, requestId, ip, sampleRate], ...]}
 
-``hour`` is the unix time the hour starts; every list holds at most MAX_BATCH_ROWS rows.
+``hour`` is the unix time the hour starts; ``status`` is exact for errors (>= 400), else a class:
+200 for deliveries of a file (2xx, 304), 300 for the rest; every list holds at most MAX_BATCH_ROWS rows.
 Version 1 (an edge of an earlier release): one item per delivery, ``{"v": 1, "batch", "node",
 "hits": [{timestamp, path, zone, status, bytes, cache, country[, method, requestId, ip]}, ...]}``,
 each also logged.
@@ -84,11 +85,6 @@ def hit_from_batch_item(item: Any, now: float) -> Hit | None:
                cache=cache.upper(), country=country.upper())  # type: ignore[arg-type]
 
 
-def _count(value: Any) -> int | None:
-    count = _int(value)
-    return count if count is not None and 0 <= count <= MAX_HIT_BYTES else None
-
-
 def _address(ip: Any) -> str:
     try:
         return str(ipaddress.ip_address(ip)) if isinstance(ip, str) and len(ip) <= 64 else "unknown"
@@ -107,34 +103,63 @@ class Rollups:
         self.rejected = 0
         self._now = now
         self._days: dict[int, str | None] = {}
-        for row in self._rows(message, "zones", 5):
-            day, zone, cache, requests, size = self._day(row[0]), row[1], row[2], _count(row[3]), _count(row[4])
-            if (day is None or not _zone_ok(zone) or not isinstance(cache, str) or cache not in CACHE_STATUSES
-                    or requests is None or size is None):
-                self.rejected += 1
+        self._zones: dict[str, bool] = {}
+        self._addresses: dict[str, str] = {}
+        day_of, zone_ok, rejected = self._day, self._zone_ok, 0
+        # Per row: type() is int (not isinstance) also refuses booleans; one batch holds thousands of rows.
+        add_zone = self.counts.add_zone
+        for hour, zone, cache, requests, size in self._rows(message, "zones", 5):
+            day = day_of(hour)
+            if (day is not None and zone_ok(zone) and type(cache) is str and cache in CACHE_STATUSES
+                    and type(requests) is int and 0 <= requests <= MAX_HIT_BYTES
+                    and type(size) is int and 0 <= size <= MAX_HIT_BYTES):
+                add_zone(day, zone, cache, requests, size)
             else:
-                self.counts.add_zone(day, zone, cache, requests, size)
-        for row in self._rows(message, "paths", 6):
-            day, zone, path, status = self._day(row[0]), row[1], row[2], _int(row[3])
-            requests, size = _count(row[4]), _count(row[5])
-            if (day is None or not _zone_ok(zone) or not is_valid_path(path) or status is None
-                    or not 100 <= status <= 599 or requests is None or size is None):
-                self.rejected += 1
+                rejected += 1
+        add_path = self.counts.add_path
+        for hour, zone, path, status, requests, size in self._rows(message, "paths", 6):
+            day = day_of(hour)
+            if (day is not None and zone_ok(zone) and type(status) is int and 100 <= status <= 599
+                    and type(requests) is int and 0 <= requests <= MAX_HIT_BYTES
+                    and type(size) is int and 0 <= size <= MAX_HIT_BYTES and is_valid_path(path)):
+                add_path(day, zone, path.lstrip("/"), status, requests, size)
             else:
-                self.counts.add_path(day, zone, path.lstrip("/"), status, requests, size)
-        for row in self._rows(message, "countries", 4):
-            day, zone, country, requests = self._day(row[0]), row[1], row[2], _count(row[3])
-            if day is None or not _zone_ok(zone) or requests is None:
-                self.rejected += 1
+                rejected += 1
+        add_country = self.counts.add_country
+        for hour, zone, country, requests in self._rows(message, "countries", 4):
+            day = day_of(hour)
+            if day is not None and zone_ok(zone) and type(requests) is int and 0 <= requests <= MAX_HIT_BYTES:
+                add_country(day, zone, country if type(country) is str and COUNTRY.fullmatch(country)
+                            else UNKNOWN_COUNTRY, requests)
             else:
-                self.counts.add_country(day, zone, country if isinstance(country, str) and COUNTRY.fullmatch(country)
-                                        else UNKNOWN_COUNTRY, requests)
+                rejected += 1
         for row in self._rows(message, "log", 8):
             entry = self._entry(row, node)
             if entry is None:
-                self.rejected += 1
+                rejected += 1
             else:
                 self.entries.append(entry)
+        self.rejected += rejected
+
+    def _zone_ok(self, zone: Any) -> bool:
+        if type(zone) is not str:
+            return False
+        known = self._zones.get(zone)
+        if known is None:
+            known = zone == "" or _ZONE.fullmatch(zone) is not None
+            if len(self._zones) < 1024:
+                self._zones[zone] = known
+        return known
+
+    def _address(self, ip: Any) -> str:
+        if type(ip) is not str:
+            return "unknown"
+        address = self._addresses.get(ip)
+        if address is None:
+            address = _address(ip)
+            if len(self._addresses) < 1024:
+                self._addresses[ip] = address
+        return address
 
     def _rows(self, message: dict[str, Any], name: str, width: int) -> list[list[Any]]:
         rows = message.get(name) or []
@@ -147,11 +172,13 @@ class Rollups:
 
     def _day(self, hour: Any) -> str | None:
         """The UTC date of an hour's start, or None when it is not one inside the retention."""
+        if type(hour) is not int:
+            return None
         if hour in self._days:
             return self._days[hour]
-        start = _int(hour)
+        start = hour
         day = None
-        if (start is not None and start % HOUR_S == 0
+        if (start % HOUR_S == 0
                 and self._now - RETENTION_DAYS * 86400 - HOUR_S <= start <= self._now + FUTURE_SLACK_S):
             day = utc_day(start).isoformat()
         if len(self._days) < 1024:
@@ -175,12 +202,8 @@ class Rollups:
         if not isinstance(request_id, str) or not _REQUEST_ID.fullmatch(request_id):
             request_id = None
         return delivery_entry(timestamp=float(timestamp), method=method, path=path.lstrip("/"), status=status,
-                              cache=cache, request_id=request_id, ip=_address(ip), node=node,
+                              cache=cache, request_id=request_id, ip=self._address(ip), node=node,
                               sample_rate=float(rate))
-
-
-def _zone_ok(zone: Any) -> bool:
-    return isinstance(zone, str) and (zone == "" or _ZONE.fullmatch(zone) is not None)
 
 
 def batch_id_of(message: dict[str, Any]) -> str | None:

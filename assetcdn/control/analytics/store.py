@@ -25,6 +25,7 @@ and never reads more than 35 days back (``ANALYTICS_RETENTION_DAYS``), which is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections import defaultdict
@@ -226,6 +227,20 @@ class DailyCounts:
         country = country.upper() if len(country) == 2 and country.isalpha() else UNKNOWN_COUNTRY
         self.countries[(day, zone, country)] += requests
 
+    def merge(self, other: DailyCounts) -> None:
+        for zone_key, values in other.zones.items():
+            counters = self.zones[zone_key]
+            for index, value in enumerate(values):
+                counters[index] += value
+        for path_key, values in other.paths.items():
+            counters = self.paths[path_key]
+            for index, value in enumerate(values):
+                counters[index] += value
+        for country_key, count in other.countries.items():
+            self.countries[country_key] += count
+        for error_key, count in other.errors.items():
+            self.errors[error_key] += count
+
     def add_hit(self, hit: Hit) -> None:
         day = utc_day(hit.timestamp).isoformat()
         size = max(0, min(int(hit.bytes), MAX_HIT_BYTES))  # callers validate; the store clamps anyway
@@ -240,10 +255,19 @@ def _zone_filter(zone: str | None) -> str | None:
 
 
 class AnalyticsStore:
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, write_interval_s: float = 0.0) -> None:
         self._path = Path(path)
+        # Edge batches wait this long after the previous write began, so the batches of a whole
+        # fleet go into one write and a key several edges counted is written once.
+        self._write_interval_s = max(float(write_interval_s), 0.0)
+        self._last_write = -math.inf
+        self._urgent = asyncio.Event()  # a write that should not wait for the interval is queued
         self._db: aiosqlite.Connection | None = None
         self._write_lock = asyncio.Lock()
+        # Batches waiting for the next write (group commit): those that arrive while one is being
+        # written are written together, so keys that several edges counted are written once.
+        self._queue: list[tuple[DailyCounts, str | None, asyncio.Future[bool]]] = []
+        self._writer: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
         # Autocommit mode: each batch opens its own explicit transaction.
@@ -272,6 +296,8 @@ class AnalyticsStore:
         await db.execute("COMMIT")
 
     async def close(self) -> None:
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
         if self._db is not None:
             db, self._db = self._db, None
             await db.close()
@@ -292,38 +318,90 @@ class AnalyticsStore:
             counts.add_hit(hit)
         return await self.record(counts, batch_id)
 
-    async def record(self, counts: DailyCounts, batch_id: str | None = None) -> bool:
-        """Add ``counts`` to the daily counters in one transaction; with a ``batch_id``, once: False
-        (nothing counted) when that id was counted before."""
+    async def record(self, counts: DailyCounts, batch_id: str | None = None, *, grouped: bool = False) -> bool:
+        """Add ``counts`` to the daily counters, durably, before returning; with a ``batch_id``, once:
+        False (nothing counted) when that id was counted before. Batches queued while a write runs
+        (or, ``grouped``, within the write interval) go into the next write, in one transaction;
+        each counts or not as if written alone."""
         if not counts and batch_id is None:
             return True
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.append((counts, batch_id, done))
+        if not grouped:
+            self._urgent.set()
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_queued())
+        return await asyncio.shield(done)
+
+    async def _write_queued(self) -> None:
+        wait = self._last_write + self._write_interval_s - time.monotonic()
+        if wait > 0 and not self._urgent.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._urgent.wait(), wait)
+        self._urgent.clear()
         async with self._write_lock:
-            db = self.db
-            await db.execute("BEGIN IMMEDIATE")
-            try:
-                if batch_id is not None:
-                    cursor = await db.execute("INSERT OR IGNORE INTO analytics_batches (batch, received_at) "
-                                              "VALUES (?, ?)", (batch_id, time.time()))
-                    if cursor.rowcount == 0:
-                        await db.execute("ROLLBACK")
-                        return False
-                if counts.zones:
-                    await db.executemany(_UPSERT_ZONE, [(*key, *map(_saturated, values))
-                                                        for key, values in counts.zones.items()])
-                if counts.paths:
-                    await db.executemany(_UPSERT_PATH, [(*key, *map(_saturated, values))
-                                                        for key, values in counts.paths.items()])
-                if counts.countries:
-                    await db.executemany(_UPSERT_COUNTRY, [(*key, _saturated(count))
-                                                           for key, count in counts.countries.items()])
-                if counts.errors:
-                    await db.executemany(_UPSERT_ERROR, [(*key, _saturated(count))
-                                                         for key, count in counts.errors.items()])
-            except BaseException:
-                await db.execute("ROLLBACK")
-                raise
-            await db.execute("COMMIT")
-        return True
+            while self._queue:
+                self._last_write = time.monotonic()
+                queue, self._queue = self._queue, []
+                try:
+                    counted = await self._write(queue)
+                except BaseException as exc:
+                    for _, _, done in queue:
+                        if not done.done():
+                            done.set_exception(exc)
+                            done.exception()  # retrieved: a caller that went away leaves no warning
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
+                    continue
+                for (_, _, done), new in zip(queue, counted, strict=True):
+                    if not done.done():
+                        done.set_result(new)
+
+    async def _write(self, queue: list[tuple[DailyCounts, str | None, asyncio.Future[bool]]]) -> list[bool]:
+        """One transaction: the batch ids not counted before are remembered and their counts added."""
+        db = self.db
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            ids = [batch_id for _, batch_id, _ in queue if batch_id is not None]
+            known: set[str] = set()
+            if ids:
+                async with db.execute(f"SELECT batch FROM analytics_batches WHERE batch IN "
+                                      f"({', '.join('?' * len(ids))})", ids) as cursor:
+                    known = {row[0] for row in await cursor.fetchall()}
+            counted: list[bool] = []
+            fresh: list[DailyCounts] = []
+            new_ids: dict[str, float] = {}
+            for counts, batch_id, _ in queue:
+                new = batch_id is None or (batch_id not in known and batch_id not in new_ids)
+                counted.append(new)
+                if new:
+                    fresh.append(counts)
+                    if batch_id is not None:
+                        new_ids[batch_id] = time.time()
+            total = fresh[0] if len(fresh) == 1 else DailyCounts()
+            if len(fresh) > 1:
+                for counts in fresh:
+                    total.merge(counts)
+            if new_ids:
+                await db.executemany("INSERT INTO analytics_batches (batch, received_at) VALUES (?, ?)",
+                                     new_ids.items())
+            if total.zones:
+                await db.executemany(_UPSERT_ZONE, [(*key, *map(_saturated, values))
+                                                    for key, values in total.zones.items()])
+            if total.paths:
+                await db.executemany(_UPSERT_PATH, [(*key, *map(_saturated, values))
+                                                    for key, values in total.paths.items()])
+            if total.countries:
+                await db.executemany(_UPSERT_COUNTRY, [(*key, _saturated(count))
+                                                       for key, count in total.countries.items()])
+            if total.errors:
+                await db.executemany(_UPSERT_ERROR, [(*key, _saturated(count))
+                                                     for key, count in total.errors.items()])
+        except BaseException:
+            await db.execute("ROLLBACK")
+            raise
+        await db.execute("COMMIT")
+        return counted
 
     async def prune(self, now: float | None = None) -> int:
         """Delete counters older than the 90-day retention; returns the number of rows removed."""

@@ -126,7 +126,7 @@ async def ingest_batch(request: web.Request) -> web.Response:
         # Each store takes a batch id once and remembers it in SQLite: a retry after a failure of
         # the second write, or after a control restart, adds only what is missing.
         await request_log.ingest(batch_id, entries)
-        counted = await request.app[ANALYTICS].record(counts, batch_id)
+        counted = await request.app[ANALYTICS].record(counts, batch_id, grouped=True)
     except BaseException:
         if batch_id is not None:
             seen.discard(batch_id)
