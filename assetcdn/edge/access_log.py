@@ -25,7 +25,9 @@ import orjson
 
 log = logging.getLogger(__name__)
 OUTPUTS = ("off", "stdout", "file")
-MAX_BUFFERED = 64 * 1024 * 1024
+MAX_BUFFERED = 500_000   # deliveries waiting for the writer; past it they are dropped (and counted)
+# time, host, method, path, status, bytes, cache, duration, client address, country, request id
+Delivery = tuple[float, str, str, str, int, int, str, float, "str | None", str, "str | bytes | None"]
 PIPE_CHUNK = 4096       # a write to a pipe this small is atomic: workers sharing stdout never interleave lines
 
 
@@ -44,8 +46,7 @@ class AccessLog:
             self.path = directory / f"access-{edge.replace('/', '-')}.log"
         self.max_bytes = max(int(max_bytes), 1024)
         self.backups = max(int(backups), 0)
-        self._lines: list[bytes] = []
-        self._buffered = 0
+        self._lines: list[Delivery] = []
         self.dropped = 0
         self._second = -1
         self._stamp = ""
@@ -55,28 +56,17 @@ class AccessLog:
 
     def write(self, now: float, host: str, method: str, path: str, status: int, sent: int, cache: str,
               duration_s: float, ip: str | None, country: str, request_id: str | bytes | None) -> None:
-        second = int(now)
-        if second != self._second:  # the date part is formatted once a second
-            self._second = second
-            self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        if isinstance(request_id, bytes):
-            request_id = request_id.decode("ascii", "replace")
-        line = orjson.dumps({
-            "time": f"{self._stamp}.{int((now - second) * 1000):03d}Z", "edge": self.edge, "host": host,
-            "method": method, "path": "/" + path, "status": status, "bytes": sent, "cache": cache,
-            "duration_ms": round(duration_s * 1000, 3), "client_ip": ip, "country": country,
-            "request_id": request_id}, option=orjson.OPT_APPEND_NEWLINE)
-        if self._buffered + len(line) > MAX_BUFFERED:
+        # A tuple per hit; the writer thread makes the JSON lines, a batch at a time.
+        if len(self._lines) >= MAX_BUFFERED:
             self.dropped += 1
             return
-        self._lines.append(line)
-        self._buffered += len(line)
+        self._lines.append((now, host, method, path, status, sent, cache, duration_s, ip, country, request_id))
 
     async def flush(self) -> None:
         """Hand the buffered lines to the writer thread and wait for them to be written."""
         if not self._lines:
             return
-        lines, self._lines, self._buffered = self._lines, [], 0
+        lines, self._lines = self._lines, []
         dropped, self.dropped = self.dropped, 0
         if dropped:
             log.warning("access log: %d lines dropped (the writer could not keep up)", dropped)
@@ -92,8 +82,26 @@ class AccessLog:
 
     # -- the writer thread ------------------------------------------------------------------------
 
-    def _write(self, lines: list[bytes]) -> None:
+    def _format(self, deliveries: list[Delivery]) -> list[bytes]:
+        lines = []
+        dumps, edge = orjson.dumps, self.edge
+        for now, host, method, path, status, sent, cache, duration_s, ip, country, request_id in deliveries:
+            second = int(now)
+            if second != self._second:  # the date part is formatted once a second
+                self._second = second
+                self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            if isinstance(request_id, bytes):
+                request_id = request_id.decode("ascii", "replace")
+            lines.append(dumps({
+                "time": f"{self._stamp}.{int((now - second) * 1000):03d}Z", "edge": edge, "host": host,
+                "method": method, "path": "/" + path, "status": status, "bytes": sent, "cache": cache,
+                "duration_ms": int(duration_s * 1e6) / 1000, "client_ip": ip, "country": country,
+                "request_id": request_id}, option=orjson.OPT_APPEND_NEWLINE))
+        return lines
+
+    def _write(self, deliveries: list[Delivery]) -> None:
         try:
+            lines = self._format(deliveries)
             if self.path is None:
                 self._to_stdout(lines)
             else:

@@ -163,8 +163,10 @@ class DeliveryLog:
         self.deliveries = Sample(self.log_per_s)
         self.errors = Sample(min(max(int(errors_per_s), 0), MAX_LOG_BUDGET))
         self.access = access
-        # Batches made from the counts, waiting for control; the first keeps its id until acknowledged.
-        self._pending: list[dict[str, Any]] = []
+        self._made: list[dict[str, Any]] = []          # batches made from the counts, not yet sent
+        # The batch sent and not yet acknowledged: it keeps its id until control takes it.
+        self._unacknowledged: dict[str, Any] | None = None
+        self._shipping = asyncio.Lock()  # the timer's flush and the final one at shutdown take turns
 
     def delivered(self, now: float, host: str, method: str, path: str, zone: str, status: int, sent: int,
                   cache: str, country: str, request_id: str | bytes | None, ip: str | None,
@@ -216,9 +218,9 @@ class DeliveryLog:
         """The next batch (``v`` 2) without its id: counts rolled up, and released log entries; None
         when there is nothing to send."""
         now = time.time() if now is None else now
-        if not self._pending:
-            self._pending = self._batches(now)
-        return self._pending.pop(0) if self._pending else None
+        if not self._made:
+            self._made = self._batches(now)
+        return self._made.pop(0) if self._made else None
 
     def _batches(self, now: float) -> list[dict[str, Any]]:
         counts, self.counts = self.counts, {}
@@ -247,18 +249,17 @@ class DeliveryLog:
             self.errors.close()
             self.deliveries.close()
         shipped = 0
-        while True:
-            if not self._pending or "batch" not in self._pending[0]:
-                batch = self.take()
-                if batch is None:
-                    return shipped
-                batch["batch"] = uuid.uuid4().hex
-                self._pending.insert(0, batch)
-            batch = self._pending[0]
-            try:
-                reply = await control.send("/analytics", batch)
-            except (ControlUnavailable, NotFoundAtControl):  # control down, or not yet able to take analytics
-                return shipped  # the same batch, same id, on the next attempt
-            self._pending.pop(0)
-            self.watched(bool(reply.get("tail")))
-            shipped += 1
+        async with self._shipping:
+            while True:
+                if self._unacknowledged is None:
+                    batch = self.take()
+                    if batch is None:
+                        return shipped
+                    self._unacknowledged = {**batch, "batch": uuid.uuid4().hex}
+                try:
+                    reply = await control.send("/analytics", self._unacknowledged)
+                except (ControlUnavailable, NotFoundAtControl):  # control down, or not yet able to take analytics
+                    return shipped  # the same batch, same id, on the next attempt
+                self._unacknowledged = None
+                self.watched(bool(reply.get("tail")))
+                shipped += 1
