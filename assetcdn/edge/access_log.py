@@ -6,9 +6,9 @@ Off by default (``[access_log] output``). ``stdout``: lines go to the process's 
 processes rotate the same file), renamed to ``.1`` (``.2``, ...) past ``max_bytes``, ``backups``
 kept. One line: ``{"time", "edge", "host", "method", "path", "status", "bytes", "cache",
 "duration_ms", "client_ip", "country", "request_id"}``; the path has no query string (it may carry
-signatures). Lines are buffered in memory and written by a thread once a second (``flush``), so a
-slow disk or a full pipe never stalls the event loop; past ``MAX_BUFFERED`` bytes waiting, lines are
-dropped and the count is logged.
+signatures). A delivery is kept as a tuple; a thread makes the lines and writes them once a second
+(``flush``), so a slow disk or a full pipe never stalls the event loop; past ``MAX_BUFFERED``
+deliveries waiting, they are dropped and the count is logged.
 """
 
 from __future__ import annotations
