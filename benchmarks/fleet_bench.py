@@ -16,7 +16,7 @@ the hour and batch id of the moment. Batches are signed and sent over one keep-a
 edge, as edges do.
 
 Measured over ``--duration`` seconds after a warm-up: control's CPU (utime + stime of all its threads,
-from /proc) as a share of one core and per edge hit, and the statistics lag: four times a second
+from /proc) as a share of one core and per edge hit, and the statistics lag: ten times a second
 ``GET /api/insights/summary`` is read, and for each batch, the time from its send until the total
 counts it. A hit waits up to one flush interval at its edge before it is sent, so its lag is that
 plus the batch's; the report gives both in flush intervals. ``--v1``: the earlier protocol (one JSON
@@ -178,7 +178,7 @@ class Fleet:
                 async with session.get(f"{self.control_url}/api/insights/summary?days=1", headers=ACCOUNT) as resp:
                     total = (await resp.json())["TotalRequests"]
                 self.readings.append((time.monotonic(), total))
-                await asyncio.sleep(0.25)
+                await asyncio.sleep(0.1)
 
     async def run(self, warmup_s: float, duration_s: float, control: Server) -> tuple[float, float, float]:
         until = time.monotonic() + warmup_s + duration_s
