@@ -17,8 +17,8 @@ edge, as edges do.
 
 Measured over ``--duration`` seconds after a warm-up: control's CPU (utime + stime of all its threads,
 from /proc) as a share of one core and per edge hit, and the statistics lag: ten times a second
-``GET /api/insights/summary`` is read, and for each batch, the time from its send until the total
-counts it. A hit waits up to one flush interval at its edge before it is sent, so its lag is that
+``GET /api/insights/summary`` is read, and for each batch, the time from its sending until the
+total counts it (control answers a batch once it is written, ``analytics.write_interval_s``). A hit waits up to one flush interval at its edge before it is sent, so its lag is that
 plus the batch's; the report gives both in flush intervals. ``--v1``: the earlier protocol (one JSON
 item per delivery, each a request-log entry), for the before figure: run it at a rate control can
 take, it prints control's CPU per hit.
@@ -125,7 +125,7 @@ class Fleet:
         self.edges = edges
         self.interval_s = interval_s
         self.v1_rate = v1_rate
-        self.sent: list[tuple[float, int]] = []   # (time the reply came, cumulative hits)
+        self.sent: list[tuple[float, int]] = []   # (time a batch was sent, cumulative hits with it)
         self.sent_hits = 0
         self.errors: dict[str, int] = {}
         self.readings: list[tuple[float, int]] = []
@@ -153,11 +153,12 @@ class Fleet:
                     body_dict = {**template, "log": [[now - 0.5, *row[1:]] for row in template["log"]]}
                     hits = hits_of(template)
                 body = orjson.dumps({**body_dict, "batch": uuid.uuid4().hex})
+                sent_at = time.monotonic()
                 for attempt in range(100):  # as an edge does: the same batch again, until control takes it
                     if await self.send(session, body, 0.2 if attempt else 0.0):
                         break
                 self.sent_hits += hits
-                self.sent.append((time.monotonic(), self.sent_hits))
+                self.sent.append((sent_at, self.sent_hits))
                 next_at += self.interval_s
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
@@ -193,7 +194,8 @@ class Fleet:
         return cpu / elapsed, cpu / hits * 1e6 if hits else 0.0, hits / elapsed
 
     def lags(self) -> list[float]:
-        """Per batch sent after the warm-up: seconds from its acknowledgement until statistics count it."""
+        """Per batch: seconds from its sending until statistics count it (the reply comes once it is
+        written, so this includes control's wait for the group write)."""
         found = []
         for sent_at, cumulative in self.sent:
             seen = next((at for at, total in self.readings if at >= sent_at and total >= cumulative), None)

@@ -124,9 +124,10 @@ async def ingest_batch(request: web.Request) -> web.Response:
         seen.add(batch_id)  # before the awaits: a concurrent retry of the same batch is a duplicate
     try:
         # Each store takes a batch id once and remembers it in SQLite: a retry after a failure of
-        # the second write, or after a control restart, adds only what is missing.
-        await request_log.ingest(batch_id, entries)
+        # the second write, or after a control restart, adds only what is missing. The counts
+        # first: statistics do not wait for the request log's write.
         counted = await request.app[ANALYTICS].record(counts, batch_id, grouped=True)
+        await request_log.ingest(batch_id, entries)
     except BaseException:
         if batch_id is not None:
             seen.discard(batch_id)
