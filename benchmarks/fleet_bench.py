@@ -21,7 +21,8 @@ from /proc) as a share of one core and per edge hit, and the statistics lag: ten
 total counts it (control answers a batch once it is written, ``analytics.write_interval_s``). A hit waits up to one flush interval at its edge before it is sent, so its lag is that
 plus the batch's; the report gives both in flush intervals. ``--v1``: the earlier protocol (one JSON
 item per delivery, each a request-log entry), for the before figure: run it at a rate control can
-take, it prints control's CPU per hit.
+take, it prints control's CPU per hit. ``ASSETCDN_ANALYTICS_*`` variables (the budgets, the write
+interval) apply to the simulated edges and to control alike.
 
 Loopback only; bounded; control is stopped at the end.
 """
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.edges <= 100 or not 0 < args.rate <= 1_000_000 or not 0 < args.duration <= 120:
         parser.error("--edges within (0, 100], --rate within (0, 1e6], --duration within (0, 120]")
     os.sched_setaffinity(0, {int(args.load_core)})
-    settings = load_settings(environ={})
+    settings = load_settings()  # ASSETCDN_ANALYTICS_* apply to the simulated edges and to control
     analytics = settings.section("analytics")
     interval_s = float(analytics["flush_interval_s"])
     budgets = {"log": int(analytics["log_deliveries_per_s"]), "errors": int(analytics["log_errors_per_s"])}
