@@ -23,7 +23,7 @@ from tests.control.test_analytics_api import ANALYTICS_KEY, BATCH_PATH, send_bat
 from tests.control.test_request_log import page
 
 PATHS = ["akande/v1/logos/logo.svg", "akande/v1/img/a.png", "stocks/images/b.jpg", "akande/v1/gone.txt",
-         "api/transform", ""]
+         "api/transform", "", "Not-A-Zone!/x.png", "favicon.ico"]
 READS = ["/api/core/statistics?days=3", "/api/core/statistics?days=3&zone=akande", "/api/insights/summary?days=3",
          "/api/insights/top-assets?days=3&limit=100", "/api/insights/geography?days=3", "/api/insights/errors?days=3",
          "/api/insights/asset?path=/akande/v1/gone.txt&days=3", "/api/insights/asset?path=/akande/v1/logos/logo.svg"]
@@ -129,7 +129,7 @@ async def test_hostile_rows_are_skipped_and_the_rest_counted(control: TestClient
     batch = {
         "v": 2, "batch": "hostile",
         "zones": [good_zone, [hour + 1, "akande", "HIT", 1, 1], [hour - 200 * 86400, "akande", "HIT", 1, 1],
-                  [hour, "Akande!", "HIT", 1, 1], [hour, "akande", "hit", 1, 1], [hour, "akande", "HIT", -1, 1],
+                  [hour, "ak/ande", "HIT", 1, 1], [hour, "akande", "hit", 1, 1], [hour, "akande", "HIT", -1, 1],
                   [hour, "akande", "HIT", True, 1], [hour, "akande", "HIT", 1], "row", None,
                   [hour + 86400, "akande", "HIT", 1, 1], [hour, "akande", "HIT", 2**41, 1], [[hour], "akande", "HIT", 1, 1],
                   [hour, ["akande"], "HIT", 1, 1], [hour, "akande", ["HIT"], 1, 1]],

@@ -146,7 +146,8 @@ class Rollups:
             return False
         known = self._zones.get(zone)
         if known is None:
-            known = zone == "" or _ZONE.fullmatch(zone) is not None
+            # What a version 1 hit's zone could be: a zone name, or the first segment of its path.
+            known = _ZONE.fullmatch(zone) is not None or ("/" not in zone and is_valid_path(zone))
             if len(self._zones) < 1024:
                 self._zones[zone] = known
         return known
