@@ -9,7 +9,10 @@ headers, the same path); its transport throws the answers away. Printed: microse
 CPU per request (best of ``--repeat`` runs: the least disturbed by the rest of the machine) and what
 the same loop costs with ``data_received`` doing nothing (the loop's own share). Nothing here is the
 kernel's or the event loop's part of a hit (benchmarks/profile_hits.py measures the whole).
-Delivery-log shipping is done by a timer on the event loop, which does not run during the loop.
+Delivery-log shipping is done by a timer on the event loop, which does not run during the loop; after
+each run its share is measured apart: the batch made of that run's hits (``DeliveryLog.take``, the
+rollups and the sample) and its JSON encoding, per hit of the run. Last, the wrk head with the access
+log on (``[access_log] output = "file"``): the cost per hit, and the writer thread's per hit.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import uvloop
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -29,6 +33,7 @@ from aiohttp.test_utils import TestClient, TestServer
 import assetcdn.control.app  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
+from assetcdn.edge.access_log import AccessLog
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.fastpath.protocol import HitProtocol
@@ -118,6 +123,8 @@ async def run(args: argparse.Namespace, tmp: Path) -> None:
             served = site.hits.served
             connection.data_received(request)
             assert site.hits.served == served + 1, f"not answered on the hit path: {request!r}"
+        node.deliveries.take()  # what the warm-up counted
+        shipping: list[float] = []
         for name, request in (("wrk (2 lines)", WRK), ("browser (9 headers)", BROWSER)):
             runs = []
             for _ in range(args.repeat):
@@ -125,9 +132,28 @@ async def run(args: argparse.Namespace, tmp: Path) -> None:
                 runs.append(per_request(connection.data_received, request, args.requests))
                 # Between runs the loop runs (heartbeats: control stays reachable, so these stay hits).
                 assert site.hits.served == served + args.requests, "some requests were not hits"
-                node.deliveries.buffer.clear()
+                began = time.process_time()
+                while (batch := node.deliveries.take(time.time() + 2)) is not None:  # the run's second is over
+                    orjson.dumps(batch)
+                shipping.append((time.process_time() - began) / args.requests * 1e6)
                 await asyncio.sleep(0.1)
             print(f"{name:>20}: {min(runs):.2f} us of CPU per hit (median of runs {sorted(runs)[len(runs) // 2]:.2f})")
+        print(f"{'batch per hit':>20}: {min(shipping):.3f} us (take and JSON encoding, median "
+              f"{sorted(shipping)[len(shipping) // 2]:.3f})")
+        # The access log on (a file): its share of a hit, and its writer thread's per hit.
+        access = node.deliveries.access = AccessLog("file", "edge-m/0", directory=tmp / "access-logs")
+        runs, writes = [], []
+        for _ in range(args.repeat):
+            runs.append(per_request(connection.data_received, WRK, args.requests))
+            began = time.process_time()
+            await access.flush()
+            writes.append((time.process_time() - began) / args.requests * 1e6)
+            node.deliveries.take(time.time() + 2)
+            await asyncio.sleep(0.1)
+        node.deliveries.access = None
+        access.close()
+        print(f"{'wrk, access log on':>20}: {min(runs):.2f} us of CPU per hit (median {sorted(runs)[len(runs) // 2]:.2f}),"
+              f" and {min(writes):.3f} us per hit to write the lines")
         empty = min(per_request(lambda data: None, WRK, args.requests) for _ in range(args.repeat))
         print(f"{'loop alone':>20}: {empty:.2f} us")
     finally:

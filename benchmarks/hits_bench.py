@@ -8,9 +8,11 @@ storage API: 5 KB, 100 KB and 1 MB (held in the edge's memory tier) and 4 MB (la
 tier's object limit: the edge sends it from its disk cache file with sendfile). Varnish (malloc
 storage) and nginx (proxy_cache, one worker) are started as peers of the edge in front of the same
 control plane: they fetch ``/api/storage/<path>`` with the access key and cache it for an hour. Each
-server is pinned to core 0 with taskset; wrk (``-t2 -c64``) runs pinned to core 1, and so does
-control, at SCHED_IDLE (idle during hits but for ingesting the edge's analytics batches, which must
-not take wrk's core in the edge's runs only; its CPU is printed per run). A bare uvloop + httptools
+server is pinned to core 0 with taskset; wrk (``-t2 -c64``) runs pinned to core 1. Control is pinned
+to core 0 with the edge, at normal priority, and the edge's figures count the whole system: its CPU
+is the edge's plus control's, from the start of a run until ``SETTLE_S`` after it (control has taken
+the edge's last analytics flush by then); control's own share is printed per run, as microseconds of
+control CPU per hit. Varnish and nginx run on core 0 in their turns with control idle beside them. A bare uvloop + httptools
 server (benchmarks/bare_server.py) serves the same files as a fourth "server": the floor of any
 Python server here. Before the rounds, the loopback ceiling (``loopback_ceiling``). Every URL is warmed until it is a
 hit on every server. Then ``--rounds`` rounds, each running every size on every server in turn
@@ -55,6 +57,7 @@ SIZES = {"5 KB": 5 * KB, "100 KB": 100 * KB, "1 MB": MB, "4 MB (file)": 4 * MB}
 ZONE = "bench"
 SERVERS = ("varnish", "nginx", "edge", "bare")
 SMALL = 1 * KB
+SETTLE_S = 2.0  # past the edge's analytics flush interval (1 s): control has ingested the run's last flush
 BATCH = 1000  # files per storage batch upload (this cluster's [control] max_batch_files)
 
 VCL = """vcl 4.1;
@@ -189,19 +192,6 @@ def pin(pids: list[int], core: str) -> None:
         subprocess.run(["taskset", "-a", "-p", "-c", core, str(pid)], capture_output=True, check=False)
 
 
-def background(pids: list[int]) -> None:
-    """SCHED_IDLE for every thread of ``pids``: they run only when their core has nothing else to do.
-    Control shares wrk's core and ingests the edge's delivery-log batches (tens of thousands of rows a
-    second during edge runs, none during the others'); at normal priority that starves wrk in the
-    edge's runs only. The edge still does all of its own work (the batches are built and sent)."""
-    for pid in pids:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                os.sched_setscheduler(int(task.name), os.SCHED_IDLE, os.sched_param(0))
-            except OSError:
-                continue
-
-
 def require_tools() -> None:
     missing = [tool for tool in ("wrk", "varnishd", "nginx", "taskset") if shutil.which(tool) is None
                and not Path(f"/usr/sbin/{tool}").exists()]
@@ -307,15 +297,17 @@ async def warm(base: str, paths: list[str], expect: dict[str, bytes] | None = No
             await asyncio.gather(*(one(p) for p in paths[start:start + 200]))
 
 
-def run_one(server: Server, url: str, args: argparse.Namespace, prefix: tuple[str, ...]) -> tuple[LoadResult, float]:
+def run_one(server: Server, url: str, args: argparse.Namespace, prefix: tuple[str, ...],
+            settle_s: float = 0.0) -> tuple[LoadResult, float]:
+    """One wrk run; the server's CPU from its start until ``settle_s`` after it, per second of the run."""
     before = server.cpu_seconds()
-    began = time.monotonic()
     result = run_wrk(url, args.duration, args.connections, args.threads, prefix=prefix)
-    cores = (server.cpu_seconds() - before) / (time.monotonic() - began)
+    time.sleep(settle_s)
+    cores = (server.cpu_seconds() - before) / result.duration_s
     return result, cores
 
 
-def table(results: Results, sizes: list[str]) -> str:
+def table(results: Results, sizes: list[str], servers: list[str]) -> str:
     """Medians per server and size. "per core" is req/s divided by the server's CPU use (cores): what
     one fully used core would serve, the figure that stays comparable when the machine is shared."""
     lines = ["| object | server | req/s | MiB/s | p99 ms | server CPU (cores) | req/s per core | "
@@ -324,7 +316,7 @@ def table(results: Results, sizes: list[str]) -> str:
     for size in sizes:
         varnish = results.median("varnish", size, "rps")
         varnish_core = results.median("varnish", size, "per_core")
-        for name in SERVERS:
+        for name in servers:
             rps = results.median(name, size, "rps")
             per_core = results.median(name, size, "per_core")
             lines.append(f"| {size} | {name} | {rps:,.0f} | {results.median(name, size, 'mib_s'):,.0f} | "
@@ -353,6 +345,13 @@ async def prepare_files(cdn: RunningCdn, sizes: list[str] | None = None) -> tupl
 def edge_server(cdn: RunningCdn) -> Server:
     """The edge node's processes (with one worker, the node process is the worker)."""
     return Server("edge", cdn.edge_urls[0], cdn.pids("--name edge-0"))
+
+
+def whole_system(cdn: RunningCdn) -> tuple[Server, Server]:
+    """The edge plus control as one server (what a hit costs the system), and control alone."""
+    control = Server("control", cdn.control_url, cdn.pids("-m assetcdn.control "))
+    edge = edge_server(cdn)
+    return Server("edge", edge.base, edge.pids + control.pids), control
 
 
 def loopback_ceiling(workdir: Path, server_core: str, load_core: str, seconds: float = 3.0,
@@ -412,11 +411,8 @@ def measure(args: argparse.Namespace) -> None:
         servers: list[Server] = []
         try:
             control_port = int(cdn.control_url.rsplit(":", 1)[1])
-            pin(cdn.pids("-m assetcdn.control "), load_core)
-            background(cdn.pids("-m assetcdn.control "))
-            control = Server("control", cdn.control_url, cdn.pids("-m assetcdn.control "))
-            edge = edge_server(cdn)
-            pin(edge.pids, server_core)
+            edge, control = whole_system(cdn)
+            pin(edge.pids, server_core)  # the edge and control
             base = free_port_block(3)
             varnish = start_varnish(workdir, base, control_port, server_core)
             nginx = start_nginx(workdir, base + 1, control_port, server_core)
@@ -429,34 +425,38 @@ def measure(args: argparse.Namespace) -> None:
                 if server is not bare:
                     server.pids = [server.process.pid, *children_of(server.process.pid)]
                 pin(server.pids, server_core)
-            every = {"varnish": varnish, "nginx": nginx, "edge": edge, "bare": bare}
+            every = {name: server for name, server in
+                     {"varnish": varnish, "nginx": nginx, "edge": edge, "bare": bare}.items() if name in args.servers}
             for server in every.values():
                 asyncio.run(warm(server.base, list(paths.values()), bodies))
-            print(f"# warmed; pinned servers to core {server_core}, wrk and control to core {load_core}; "
-                  f"load average {load_average()}")
+            print(f"# warmed; pinned servers (the edge with control) to core {server_core}, wrk to core "
+                  f"{load_core}; load average {load_average()}")
             print(f"# loopback ceiling (8 TCP connections, sendfile -> recv_into, no HTTP): "
                   f"{loopback_ceiling(workdir, server_core, load_core):,.0f} MiB/s", flush=True)
             results = Results()
-            order = list(SERVERS)
+            order = list(every)
             for round_ in range(args.rounds):
                 for label, path in paths.items():
                     for name in order:
-                        control_before, began = control.cpu_seconds(), time.monotonic()
-                        result, cores = run_one(every[name], f"{every[name].base}/{path}", args, wrk_prefix)
-                        control_cores = (control.cpu_seconds() - control_before) / (time.monotonic() - began)
+                        control_before = control.cpu_seconds()
+                        result, cores = run_one(every[name], f"{every[name].base}/{path}", args, wrk_prefix,
+                                                SETTLE_S if name == "edge" else 0.0)
+                        control_us = (control.cpu_seconds() - control_before) / max(result.requests, 1) * 1e6
                         sample = Sample(result.rps, result.bytes_read / result.duration_s / MB, result.p99_ms,
                                         cores, result.errors)
                         results.add(name, label, sample)
                         print(f"round {round_ + 1} {label:>11} {name:>8}: {result.rps:10,.0f} req/s "
                               f"{sample.mib_s:8,.0f} MiB/s p99 {result.p99_ms:7.2f} ms cpu {cores:.2f} "
-                              f"errors {result.errors} (control cpu {control_cores:.2f}; load {load_average()})",
-                              flush=True)
+                              f"errors {result.errors} (control {control_us:.2f} us CPU per hit; "
+                              f"load {load_average()})", flush=True)
                 order = order[1:] + order[:1]
             print(f"\n# medians of {args.rounds} rounds, wrk -t{args.threads} -c{args.connections} "
                   f"-d{args.duration:g}s; load average after: {load_average()}\n")
-            print(table(results, list(paths)))
+            print(table(results, list(paths), list(every)))
             if args.objects:
-                memory_rows(cdn, {name: every[name] for name in ("varnish", "nginx", "edge")}, args.objects)
+                servers_alone = {**every, "edge": edge_server(cdn)}  # the edge's memory, without control's
+                memory_rows(cdn, {name: servers_alone[name] for name in ("varnish", "nginx", "edge") if name in every},
+                            args.objects)
         finally:
             for server in servers:
                 stop(server)
@@ -547,11 +547,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="small objects for the memory rows (0: skip; the issue's figure is 100000)")
     parser.add_argument("--no-scaling", dest="scaling", action="store_false")
     parser.add_argument("--sizes", default=",".join(SIZES), help=f"comma-separated, of: {', '.join(SIZES)}")
+    parser.add_argument("--servers", default=",".join(SERVERS),
+                        help=f"comma-separated, of: {', '.join(SERVERS)} (varnish is always one: the reference)")
     parser.add_argument("--scaling-only", action="store_true", help="only the workers' scaling table")
     args = parser.parse_args(argv)
     args.sizes = [size.strip() for size in args.sizes.split(",") if size.strip()]
     if not args.sizes or any(size not in SIZES for size in args.sizes):
         parser.error(f"--sizes: comma-separated, of: {', '.join(SIZES)}")
+    args.servers = [name for name in SERVERS if name == "varnish" or name in args.servers.split(",")]
     if not 0 < args.duration <= 60 or not 0 < args.rounds <= 20:
         parser.error("--duration within (0, 60], --rounds within (0, 20]")
     if args.scaling_only:

@@ -101,8 +101,10 @@ def perf_shares(edge_pid: int, url: str, workdir: Path, args: argparse.Namespace
 CATEGORIES: tuple[tuple[str, Callable[[set[str], str], bool]], ...] = (
     ("idle", lambda names, leaf: "_worker" in names or "Thread._bootstrap" in names
      or leaf in ("epoll_pwait", "epoll_wait")),
-    ("delivery log shipped to control (batch dicts, JSON, HMAC, POST)",
+    ("delivery log shipped to control (rollups, sample, JSON, HMAC, POST)",
      lambda names, leaf: bool(names & {"DeliveryLog.ship", "DeliveryLog.take", "ControlClient._request"})),
+    ("access log (JSON line per hit, writer thread)",
+     lambda names, leaf: bool(names & {"AccessLog.write", "AccessLog.flush", "AccessLog._write"})),
     ("metrics flush (once a second)", lambda names, leaf: "Metrics.flush" in names),
     ("socket write: writev / sendfile system call",
      lambda names, leaf: bool(names & {"HitProtocol._flush", "send_file_nowait", "HitProtocol._send_file_now"})
@@ -112,7 +114,7 @@ CATEGORIES: tuple[tuple[str, Callable[[set[str], str], bool]], ...] = (
     ("httptools callbacks (Python: on_url, on_header, ...)",
      lambda names, leaf: bool(names & {"HitProtocol.on_header", "HitProtocol.on_url",
                                        "HitProtocol.on_headers_complete", "HitProtocol.on_message_complete"})),
-    ("counting (metrics in ints, delivery-log tuple)", lambda names, leaf: "HitServer._count" in names),
+    ("counting (metrics in ints, delivery counts and sample)", lambda names, leaf: "HitServer._count" in names),
     ("request id", lambda names, leaf: "RequestIds.of" in names),
     ("per read: configuration, purges, control reachable", lambda names, leaf: "HitServer.begin_batch" in names),
     ("open() of the disk tier's file", lambda names, leaf: "HitServer._answer" in names and leaf == "open64"),

@@ -295,7 +295,7 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     elif demo_videos.is_dir() and not all(f"stocks/videos/{v}/hls/index.json" in manifest.entries for v in VIDEOS):
         ingester.install_demo(demo_videos)  # a first start stopped before its demo videos were committed
     metrics.manifest_generation.labels("control").set(manifest.generation)
-    analytics_store = AnalyticsStore(db)
+    analytics_store = AnalyticsStore(db, write_interval_s=float(settings.get("analytics", "write_interval_s")))
     await analytics_store.open()
     opened.push_async_callback(analytics_store.close)
     app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()

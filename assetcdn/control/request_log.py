@@ -2,12 +2,15 @@
 SQLite (bounded by count and by age) and handed to live readers as it arrives.
 
 Entry: ``{id, timestamp, level, code, message, method, path, status, durationMs, requestId, ip, node,
-cache}``.
+cache, sampleRate}``.
 - Control's own requests (``control.recording``; the signed ``/_cluster`` traffic aside, edge
-  heartbeats would drown the rest): ``code`` ``request``, ``node`` ``control``, ``cache`` null.
-- Deliveries the edges served, shipped in their analytics batches (``control.routes.analytics``):
-  ``code`` ``delivery``, ``node`` the edge worker that served it (``edge-0/0``), ``cache`` its
-  X-Cache (HIT, MISS, STALE, BYPASS), ``durationMs`` null (edges do not measure it).
+  heartbeats would drown the rest): ``code`` ``request``, ``node`` ``control``, ``cache`` null,
+  every one logged (``sampleRate`` 1).
+- Deliveries the edges served, a sample shipped in their analytics batches
+  (``control.routes.analytics``, ``assetcdn/edge/delivery_log.py``): ``code`` ``delivery``, ``node``
+  the edge worker that served it (``edge-0/0``), ``cache`` its X-Cache (HIT, MISS, STALE, BYPASS),
+  ``durationMs`` null, ``sampleRate`` the fraction of that worker's deliveries of that second the
+  entry stands for (1: every one was logged; an estimate of the deliveries is the sum of 1/sampleRate).
 The query string is never logged (it may carry ids or signatures). Level: ``error`` for 5xx,
 ``warn`` for 4xx, else ``info``. Ids grow with arrival, so a page newest first is by id; an edge's
 entry carries the time it was served, which can be a moment older than entries logged before it.
@@ -79,17 +82,18 @@ def control_entry(*, method: str, path: str, status: int, duration_ms: float, re
     """The log entry of one request the control plane answered."""
     return {"timestamp": iso_now(), "level": level_of(status), "code": "request",
             "message": f"{method} {path} {status}", "method": method, "path": path, "status": status,
-            "durationMs": duration_ms, "requestId": request_id, "ip": ip, "node": CONTROL_NODE, "cache": None}
+            "durationMs": duration_ms, "requestId": request_id, "ip": ip, "node": CONTROL_NODE, "cache": None,
+            "sampleRate": 1.0}
 
 
 def delivery_entry(*, timestamp: float, method: str, path: str, status: int, cache: str,
-                   request_id: str | None, ip: str, node: str) -> Entry:
+                   request_id: str | None, ip: str, node: str, sample_rate: float = 1.0) -> Entry:
     """The log entry of one delivery an edge served (``path`` as analytics stores it, no leading slash)."""
     shown = "/" + path
     return {"timestamp": iso_now(timestamp), "level": level_of(status), "code": "delivery",
             "message": f"{method} {shown} {status} {cache}", "method": method, "path": shown,
             "status": status, "durationMs": None, "requestId": request_id, "ip": ip, "node": node,
-            "cache": cache}
+            "cache": cache, "sampleRate": sample_rate}
 
 
 def _entry(row: tuple[Any, ...]) -> Entry:

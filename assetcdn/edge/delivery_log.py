@@ -1,7 +1,19 @@
-"""Every delivery the edge answers is recorded (path, zone, status, bytes, cache status, country, and
-for the request log method, request id and client address) and shipped to control in batches, so
-statistics and insights count what the edges really served and GET /api/logs lists it. A batch names
-the worker that served it (``node``)."""
+"""What the edge tells control about its deliveries: counts for analytics, a sample for the request log.
+
+Every delivery the edge answers is counted here, per (hour, zone, path, country, status, cache
+result) with its bytes, one dictionary update per hit. Each flush ships the counts rolled up into
+what statistics and insights store (``rollups``: per zone and cache result, per path and status
+class, per country), so control's work per flush grows with the distinct keys, not with the hits. The request
+log gets a sample: per second, a uniform sample of at most ``log_deliveries_per_s`` deliveries, and
+every error (4xx/5xx) up to ``log_errors_per_s`` (past that, a flood, errors are sampled too); each
+entry carries the fraction of its second's deliveries it stands for (``sampleRate``), so counts can
+be estimated from the log. While someone watches control's live tail, control says so in its reply
+and the budget becomes ``log_tail_per_s``. Every delivery, unsampled, can also go to an access log
+(``assetcdn.edge.access_log``).
+
+A batch keeps its id until control acknowledges it, so a retry after a lost reply (or a control
+restart) is counted once; what is served meanwhile is counted into the next batch.
+"""
 
 from __future__ import annotations
 
@@ -9,76 +21,245 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import deque
+from random import random
 from typing import Any
 
 from aiohttp import web
 
+from assetcdn.edge.access_log import AccessLog
 from assetcdn.edge.control_client import ControlClient, ControlUnavailable, NotFoundAtControl
 from assetcdn.edge.edge_config import FORWARDED, NOT_DELIVERY
 from assetcdn.shared.cluster import PREFIX
+from assetcdn.shared.metrics import REQUEST_STARTED
 from assetcdn.shared.middleware import REQUEST_ID
 
 log = logging.getLogger(__name__)
 DELIVERED_PATH = web.RequestKey("delivered_path", str)  # the CDN path a delivery handler resolved
-MAX_BUFFERED = 100_000
-BATCH = 5_000
-HIT_FIELDS = ("timestamp", "path", "zone", "status", "bytes", "cache", "country", "method", "requestId", "ip")
+BATCH_VERSION = 2
+HOUR_S = 3600
+MAX_KEYS = 100_000          # distinct counting keys held between flushes; past it, new paths are counted without path
+MAX_BATCH_ROWS = 10_000     # rows per rollup in one batch (control's limit); more go in the next batch
+MAX_LOG_HELD = 20_000       # sampled entries held while control is away (the oldest go first)
+MAX_LOG_BUDGET = 10_000     # a per-second budget from the configuration is clamped to this
+UNKNOWN_COUNTRY = "XX"
+CACHE_RESULTS = frozenset({"HIT", "MISS", "STALE", "BYPASS"})
+DELIVERED, NOT_DELIVERED = 200, 300  # the status classes of answers below 400 (status_class)
+
+Key = tuple[int, str, str, str, int, str]   # hour, zone, path, country, status, cache result
+LogEntry = tuple[float, str, str, int, str, "str | bytes | None", "str | None"]  # time, method, path, status, cache, id, ip
 
 
 def country_code(header: str) -> str:
     """The analytics country of a request's country header: two letters, upper case, else "XX"."""
     text = header.strip().upper()
-    return text if len(text) == 2 and text.isalpha() else "XX"
+    return text if len(text) == 2 and text.isalpha() else UNKNOWN_COUNTRY
+
+
+class Sample:
+    """A uniform sample (reservoir) of at most ``budget`` entries per second. A second's entries are
+    released when it is over, each with the fraction of that second's offers it stands for."""
+
+    __slots__ = ("budget", "second", "seen", "kept", "closed")
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.second = 0
+        self.seen = 0
+        self.kept: list[LogEntry] = []
+        self.closed: list[tuple[LogEntry, float]] = []
+
+    def slot(self, second: int) -> int:
+        """Where an entry offered now goes in this second's sample: an index (``len(kept)`` to add it),
+        or -1 when it is not kept. The caller builds the entry only when it is."""
+        if second != self.second:
+            self.close()
+            self.second = second
+        self.seen = seen = self.seen + 1
+        budget = self.budget
+        if seen <= budget:
+            return seen - 1
+        chosen = int(random() * seen)
+        return chosen if chosen < budget else -1
+
+    def keep(self, slot: int, entry: LogEntry) -> None:
+        kept = self.kept
+        if slot < len(kept):
+            kept[slot] = entry
+        else:
+            kept.append(entry)
+
+    def close(self) -> None:
+        """Release the current second's sample (at a new second, or before a final flush)."""
+        kept = self.kept
+        if kept:
+            rate = len(kept) / self.seen
+            closed = self.closed
+            closed.extend((entry, rate) for entry in kept)
+            if len(closed) > MAX_LOG_HELD:
+                del closed[: len(closed) - MAX_LOG_HELD]
+            self.kept = []
+        self.seen = 0
+
+    def take(self, now: float, limit: int) -> list[tuple[LogEntry, float]]:
+        """Released entries, oldest first, at most ``limit``; a second that is over is released first."""
+        if int(now) != self.second:
+            self.close()
+        taken, self.closed = self.closed[:limit], self.closed[limit:]
+        return taken
+
+
+def status_class(status: int) -> int:
+    """What control keeps of a status: errors exactly (they are reported per status), the rest as
+    200 (a delivery of the file: 2xx, 304) or 300 (not one: 1xx, the other 3xx)."""
+    if status >= 400:
+        return status
+    return DELIVERED if 200 <= status < 300 or status == 304 else NOT_DELIVERED
+
+
+def rollups(counts: dict[Key, list[int]]) -> tuple[list[list[Any]], list[list[Any]], list[list[Any]]]:
+    """The counts as control stores them: per (hour, zone, cache) requests and bytes; per (hour, zone,
+    path, status class) requests and bytes; per (hour, zone, country) requests."""
+    zones: dict[tuple[int, str, str], list[Any]] = {}
+    paths: dict[tuple[int, str, str, int], list[Any]] = {}
+    countries: dict[tuple[int, str, str], list[Any]] = {}
+    for (hour, zone, path, country, exact, cache), (requests, sent) in counts.items():
+        start = hour * HOUR_S
+        status = status_class(exact)
+        row = zones.get((hour, zone, cache))
+        if row is None:
+            zones[(hour, zone, cache)] = [start, zone, cache, requests, sent]
+        else:
+            row[3] += requests
+            row[4] += sent
+        row = paths.get((hour, zone, path, status))
+        if row is None:
+            paths[(hour, zone, path, status)] = [start, zone, path, status, requests, sent]
+        else:
+            row[4] += requests
+            row[5] += sent
+        row = countries.get((hour, zone, country))
+        if row is None:
+            countries[(hour, zone, country)] = [start, zone, country, requests]
+        else:
+            row[3] += requests
+    return list(zones.values()), list(paths.values()), list(countries.values())
+
+
+def log_item(entry: LogEntry, rate: float) -> list[Any]:
+    timestamp, method, path, status, cache, request_id, ip = entry
+    if isinstance(request_id, bytes):
+        request_id = request_id.decode("ascii", "replace")
+    return [round(timestamp, 3), method, path, status, cache, request_id, ip, rate]
 
 
 class DeliveryLog:
-    def __init__(self, country_header: str, node: str = "") -> None:
+    def __init__(self, country_header: str, node: str = "", *, log_per_s: int = 20, errors_per_s: int = 500,
+                 tail_per_s: int = 200, access: AccessLog | None = None) -> None:
         self.country_header = country_header
         self.node = node
-        self.buffer: deque[tuple[Any, ...]] = deque(maxlen=MAX_BUFFERED)  # oldest dropped if control is away long
-        # A batch keeps its id until control acknowledges it, so a retry after a lost reply is not counted twice.
-        self._unacknowledged: tuple[str, list[dict[str, Any]]] | None = None
+        self.counts: dict[Key, list[int]] = {}
+        self.log_per_s = min(max(int(log_per_s), 0), MAX_LOG_BUDGET)
+        self.tail_per_s = min(max(int(tail_per_s), self.log_per_s), MAX_LOG_BUDGET)
+        self.deliveries = Sample(self.log_per_s)
+        self.errors = Sample(min(max(int(errors_per_s), 0), MAX_LOG_BUDGET))
+        self.access = access
+        self._made: list[dict[str, Any]] = []          # batches made from the counts, not yet sent
+        # The batch sent and not yet acknowledged: it keeps its id until control takes it.
+        self._unacknowledged: dict[str, Any] | None = None
+        self._shipping = asyncio.Lock()  # the timer's flush and the final one at shutdown take turns
+
+    def delivered(self, now: float, host: str, method: str, path: str, zone: str, status: int, sent: int,
+                  cache: str, country: str, request_id: str | bytes | None, ip: str | None,
+                  duration_s: float) -> None:
+        """Count one delivery (and offer it to the request-log sample and the access log). ``path`` is
+        the CDN path without its leading slash, ``sent`` the body bytes sent."""
+        counts = self.counts
+        key = (int(now) // HOUR_S, zone, path, country, status, cache)
+        counted = counts.get(key)
+        if counted is not None:
+            counted[0] += 1
+            counted[1] += sent
+        elif len(counts) < MAX_KEYS:
+            counts[key] = [1, sent]
+        else:  # a scan of distinct paths: zone, country, status and bytes stay exact
+            key = (key[0], zone, "", country, status, cache)
+            counted = counts.get(key)
+            if counted is None:
+                counts[key] = [1, sent]
+            else:
+                counted[0] += 1
+                counted[1] += sent
+        sample = self.errors if status >= 400 else self.deliveries
+        slot = sample.slot(int(now))
+        if slot >= 0:
+            sample.keep(slot, (now, method, path, status, cache, request_id, ip))
+        if self.access is not None:
+            self.access.write(now, host, method, path, status, sent, cache, duration_s, ip, country, request_id)
 
     def record(self, request: web.Request, response: web.StreamResponse) -> None:
+        """A delivery the application answered (the fast path calls ``delivered`` itself)."""
         if request.get(FORWARDED) or request.path in NOT_DELIVERY or request.path.startswith(PREFIX):
             return
         path = request.get(DELIVERED_PATH) or request.path.lstrip("/")
-        zone = path.split("/", 1)[0] if not path.startswith("api/") else ""
-        country = country_code(request.headers.get(self.country_header) or "")
+        zone = path.split("/", 1)[0]  # as control's zone_of_path: "api" for /api/transform and the like
         sent = 0 if request.method == "HEAD" or response.status == 304 else (response.content_length or 0)
-        # A tuple per hit on the hot path; the JSON shape is built when a batch is shipped.
-        self.buffer.append((time.time(), path, zone, response.status, sent,
-                            response.headers.get("X-Cache", "BYPASS"), country, request.method,
-                            request.get(REQUEST_ID), request.remote))
+        started = request.get(REQUEST_STARTED)
+        cache = response.headers.get("X-Cache", "BYPASS")
+        self.delivered(time.time(), request.host, request.method, path, zone, response.status, sent,
+                       cache if cache in CACHE_RESULTS else "BYPASS",
+                       country_code(request.headers.get(self.country_header) or ""), request.get(REQUEST_ID),
+                       request.remote, time.perf_counter() - started if started is not None else 0.0)
 
-    def take(self) -> list[dict[str, Any]]:
-        buffer = self.buffer
-        popleft = buffer.popleft
-        # A dict display with HIT_FIELDS' names, in order: half the cost of dict(zip(...)) per entry,
-        # which counts at tens of thousands of hits a second (benchmarks/README.md).
-        return [{"timestamp": timestamp, "path": path, "zone": zone, "status": status, "bytes": sent,
-                 "cache": cache, "country": country, "method": method, "requestId": request_id, "ip": ip}
-                for timestamp, path, zone, status, sent, cache, country, method, request_id, ip
-                in (popleft() for _ in range(min(len(buffer), BATCH)))]
+    def watched(self, watching: bool) -> None:
+        """Control's live tail has a reader (or no longer has): the delivery sample's budget follows."""
+        self.deliveries.budget = self.tail_per_s if watching else self.log_per_s
+
+    def take(self, now: float | None = None) -> dict[str, Any] | None:
+        """The next batch (``v`` 2) without its id: counts rolled up, and released log entries; None
+        when there is nothing to send."""
+        now = time.time() if now is None else now
+        if not self._made:
+            self._made = self._batches(now)
+        return self._made.pop(0) if self._made else None
+
+    def _batches(self, now: float) -> list[dict[str, Any]]:
+        counts, self.counts = self.counts, {}
+        zones, paths, countries = rollups(counts)
+        entries = self.errors.take(now, MAX_BATCH_ROWS) + self.deliveries.take(now, MAX_BATCH_ROWS)
+        entries.sort(key=lambda pair: pair[0][0])
+        items = [log_item(entry, rate) for entry, rate in entries]
+        batches = []
+        for start in range(0, max(len(zones), len(paths), len(countries), len(items)), MAX_BATCH_ROWS):
+            end = start + MAX_BATCH_ROWS
+            batches.append({"v": BATCH_VERSION, "node": self.node, "zones": zones[start:end],
+                            "paths": paths[start:end], "countries": countries[start:end], "log": items[start:end]})
+        return batches
 
     async def ship_forever(self, control: ControlClient, interval_s: float) -> None:
         while True:
             await asyncio.sleep(interval_s)
             await self.ship(control)
+            if self.access is not None:
+                await self.access.flush()
 
-    async def ship(self, control: ControlClient) -> int:
+    async def ship(self, control: ControlClient, *, final: bool = False) -> int:
+        """Send what was counted, a batch at a time, until nothing is left or control is away.
+        Returns the number of batches control took. ``final``: the current second's sample too."""
+        if final:
+            self.errors.close()
+            self.deliveries.close()
         shipped = 0
-        while True:
-            if self._unacknowledged is None:
-                batch = self.take()
-                if not batch:
-                    return shipped
-                self._unacknowledged = (uuid.uuid4().hex, batch)
-            batch_id, batch = self._unacknowledged
-            try:
-                await control.send("/analytics", {"batch": batch_id, "node": self.node, "hits": batch})
-            except (ControlUnavailable, NotFoundAtControl):  # control down, or not yet able to take analytics
-                return shipped  # the same batch, same id, on the next attempt
-            self._unacknowledged = None
-            shipped += len(batch)
+        async with self._shipping:
+            while True:
+                if self._unacknowledged is None:
+                    batch = self.take()
+                    if batch is None:
+                        return shipped
+                    self._unacknowledged = {**batch, "batch": uuid.uuid4().hex}
+                try:
+                    reply = await control.send("/analytics", self._unacknowledged)
+                except (ControlUnavailable, NotFoundAtControl):  # control down, or not yet able to take analytics
+                    return shipped  # the same batch, same id, on the next attempt
+                self._unacknowledged = None
+                self.watched(bool(reply.get("tail")))
+                shipped += 1

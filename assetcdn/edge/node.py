@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from assetcdn.edge.access_log import access_log_from_settings
 from assetcdn.edge.cache.applied import GenerationPurge
 from assetcdn.edge.cache.coalesce import SingleFlight
 from assetcdn.edge.cache.store import EdgeCache
@@ -50,7 +51,11 @@ class EdgeNode:
         self.metrics = metrics
         self.replica = ManifestReplica(state_dir / "manifest.json")
         self.config = EdgeConfig()
-        self.deliveries = DeliveryLog(settings.get("analytics", "country_header"), node=name)
+        analytics = settings.section("analytics")
+        self.deliveries = DeliveryLog(
+            analytics["country_header"], node=name, log_per_s=int(analytics["log_deliveries_per_s"]),
+            errors_per_s=int(analytics["log_errors_per_s"]), tail_per_s=int(analytics["log_tail_per_s"]),
+            access=access_log_from_settings(settings.section("access_log"), name, state_dir / "access-logs"))
         self.config_file = state_dir / "edge-config.json"
         self.flight: SingleFlight[Any] = SingleFlight()
         self._sync_lock = asyncio.Lock()
@@ -96,7 +101,9 @@ class EdgeNode:
     async def stop(self) -> None:
         with contextlib.suppress(Exception):
             # What was served before shutdown still counts, if control is there to take it soon.
-            await asyncio.wait_for(self.deliveries.ship(self.control), timeout=FINAL_SHIP_TIMEOUT_S)
+            await asyncio.wait_for(self.deliveries.ship(self.control, final=True), timeout=FINAL_SHIP_TIMEOUT_S)
+        if self.deliveries.access is not None:
+            self.deliveries.access.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

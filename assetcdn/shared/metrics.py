@@ -196,6 +196,7 @@ def _add_observations(child: Any, observations: list[float]) -> None:
 
 METRICS = web.AppKey("metrics", Metrics)
 METRICS_KEY = web.AppKey("metrics_key", str)
+REQUEST_STARTED = web.RequestKey("request_started", float)  # perf_counter() when the request reached the app
 
 
 def metrics_key_presented(request: web.Request) -> bool:
@@ -223,7 +224,7 @@ def _route_name(request: web.Request) -> str:
 async def metrics_middleware(request: web.Request,
                              handler: Handler) -> web.StreamResponse:
     metrics = request.app[METRICS]
-    started = time.perf_counter()
+    started = request[REQUEST_STARTED] = time.perf_counter()
     status = 500
     try:
         response = await handler(request)

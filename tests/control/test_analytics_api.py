@@ -162,7 +162,7 @@ async def test_batches_must_be_signed(control: TestClient) -> None:
 
 @pytest.mark.parametrize(("body", "code"), [
     (b"{nope", "InvalidJson"), (b"[]", "InvalidBody"), (b'{"v": 1}', "InvalidBody"),
-    (b'{"v": 2, "hits": []}', "InvalidVersion"),
+    (b'{"v": 3, "hits": []}', "InvalidVersion"),
 ])
 async def test_malformed_batches_are_400(control: TestClient, body: bytes, code: str) -> None:
     headers = sign_request(SECRETS.cluster_secret, "POST", BATCH_PATH, body)

@@ -28,7 +28,7 @@ from tests.control.expect import expect_error, parse_time
 from tests.control.test_analytics_api import ANALYTICS_KEY, hit, send_batch
 
 RECORD_FIELDS = {"id", "timestamp", "level", "code", "message", "method", "path", "status", "durationMs",
-                 "requestId", "ip", "node", "cache"}
+                 "requestId", "ip", "node", "cache", "sampleRate"}
 
 
 async def page(control: TestClient, **params: Any) -> dict[str, Any]:

@@ -1,18 +1,85 @@
-"""Delivery-log batches: one dict per entry, HIT_FIELDS in order, at most BATCH per batch, oldest first."""
+"""The edge's delivery log on its own: counts rolled up into batches, the per-second sample of the
+request log (budget, errors, rate), the bounds."""
 
 from __future__ import annotations
 
-from assetcdn.edge.delivery_log import BATCH, HIT_FIELDS, DeliveryLog
+from typing import Any
+
+from assetcdn.edge import delivery_log
+from assetcdn.edge.delivery_log import BATCH_VERSION, HOUR_S, DeliveryLog
+
+T0 = 1_790_000_000 - 1_790_000_000 % HOUR_S  # an hour's start
+T1 = T0 + HOUR_S
 
 
-def test_take_makes_dicts_of_hit_fields_in_order_and_at_most_a_batch() -> None:
-    log = DeliveryLog("cf-ipcountry", node="edge-0")
-    entries = [(float(i), f"z/v1/{i}.txt", "z", 200, i, "HIT", "FR", "GET", f"id-{i}", "127.0.0.1")
-               for i in range(BATCH + 3)]
-    log.buffer.extend(entries)
-    first = log.take()
-    assert len(first) == BATCH
-    assert [list(item) for item in first[:2]] == [list(HIT_FIELDS)] * 2
-    assert [tuple(item.values()) for item in first] == entries[:BATCH]
-    assert [tuple(item.values()) for item in log.take()] == entries[BATCH:]
-    assert log.take() == []
+def deliver(log: DeliveryLog, now: float, path: str = "z/v1/a.txt", status: int = 200, sent: int = 10,
+            cache: str = "HIT", country: str = "FR", request_id: str = "id") -> None:
+    log.delivered(now, "cdn.test", "GET", path, path.split("/", 1)[0], status, sent, cache, country,
+                  request_id, "127.0.0.1", 0.001)
+
+
+def test_a_batch_holds_the_rollups_of_every_count_not_one_item_per_delivery() -> None:
+    log = DeliveryLog("cf-ipcountry", node="edge-0/0")
+    for i in range(1000):
+        deliver(log, T0 + i / 1000, country="FR" if i % 2 else "DE", cache="HIT" if i % 10 else "MISS")
+    deliver(log, T0 + 1, path="z/v1/missing.txt", status=404, sent=5)
+    deliver(log, T0 + HOUR_S, path="y/v1/b.txt", sent=7)  # the next hour
+    batch = log.take(now=T0 + HOUR_S + 5)
+    assert batch is not None and batch["v"] == BATCH_VERSION and batch["node"] == "edge-0/0"
+    assert sorted(batch["zones"]) == [[T0, "z", "HIT", 901, 9005], [T0, "z", "MISS", 100, 1000], [T1, "y", "HIT", 1, 7]]
+    assert sorted(batch["paths"]) == [[T0, "z", "z/v1/a.txt", 200, 1000, 10000],
+                                      [T0, "z", "z/v1/missing.txt", 404, 1, 5], [T1, "y", "y/v1/b.txt", 200, 1, 7]]
+    assert sorted(batch["countries"]) == [[T0, "z", "DE", 500], [T0, "z", "FR", 501], [T1, "y", "FR", 1]]
+    assert log.take(now=T0 + HOUR_S + 5) is None  # the counts went with the batch
+
+
+def test_the_sample_keeps_its_budget_per_second_every_error_and_a_rate_that_estimates_the_count() -> None:
+    log = DeliveryLog("cf-ipcountry", log_per_s=20, errors_per_s=500)
+    for i in range(1000):
+        deliver(log, T0 + i / 1000, request_id=f"r{i}")
+    for i in range(30):
+        deliver(log, T0 + 0.5, path="z/v1/gone.txt", status=404, request_id=f"e{i}")
+    assert log.take(now=T0 + 0.9) is not None
+    # The second is not over: its sample waits for the next batch.
+    later = log.take(now=T0 + 1.5)
+    assert later is not None
+    entries = later["log"]
+    errors = [entry for entry in entries if entry[3] == 404]
+    assert sorted(entry[5] for entry in errors) == sorted(f"e{i}" for i in range(30))
+    assert all(entry[7] == 1.0 for entry in errors)
+    sampled = [entry for entry in entries if entry[3] == 200]
+    assert len(sampled) == 20 and len({entry[5] for entry in sampled}) == 20
+    assert sum(1 / entry[7] for entry in sampled) == 1000  # the estimate is the count
+    assert [entry[0] for entry in entries] == sorted(entry[0] for entry in entries)
+
+
+def test_a_watched_tail_raises_the_budget_and_nothing_is_logged_with_a_budget_of_zero() -> None:
+    log = DeliveryLog("cf-ipcountry", log_per_s=0, tail_per_s=50)
+    for i in range(100):
+        deliver(log, T0 + i / 100)
+    log.watched(True)
+    for i in range(100):
+        deliver(log, T0 + 1 + i / 100)
+    log.watched(False)
+    for i in range(100):
+        deliver(log, T0 + 2 + i / 100)
+    batch = log.take(now=T0 + 4)
+    assert batch is not None
+    assert [int(entry[0]) for entry in batch["log"]] == [int(T0) + 1] * 50
+    assert {entry[7] for entry in batch["log"]} == {0.5}
+
+
+def test_distinct_keys_are_bounded_and_a_big_flush_is_split_into_batches(monkeypatch: Any) -> None:
+    monkeypatch.setattr(delivery_log, "MAX_KEYS", 50)
+    monkeypatch.setattr(delivery_log, "MAX_BATCH_ROWS", 20)
+    log = DeliveryLog("cf-ipcountry", log_per_s=0, errors_per_s=0)
+    for i in range(200):  # a scan: every path new
+        deliver(log, T0, path=f"z/v1/{i}.txt", status=404, sent=1)
+    assert len(log.counts) == 51  # 50 paths, then the rest counted without their path
+    batches = []
+    while (batch := log.take(now=T0 + 2)) is not None:
+        batches.append(batch)
+    assert len(batches) == 3 and all(len(batch["paths"]) <= 20 for batch in batches)
+    paths = [row for batch in batches for row in batch["paths"]]
+    assert sum(row[4] for row in paths) == 200 and [row for row in paths if row[2] == ""][0][4] == 150
+    assert sum(row[3] for batch in batches for row in batch["zones"]) == 200

@@ -35,10 +35,14 @@ class Hit:
     country: str            # ISO 3166-1 alpha-2, "XX" when unknown
 
 
-def is_asset_delivery(hit: Hit) -> bool:
-    """A hit that delivered a stored file: top-asset lists count only these (not API calls such as
+def is_delivery(status: int, path: str) -> bool:
+    """An answer that delivered a stored file: top-asset lists count only these (not API calls such as
     ``/api/transform`` or ``/api/stream``, nor 404 probes and other errors, nor redirects)."""
-    return (200 <= hit.status < 300 or hit.status == 304) and bool(hit.path) and not hit.path.startswith(API_PREFIX)
+    return (200 <= status < 300 or status == 304) and bool(path) and not path.startswith(API_PREFIX)
+
+
+def is_asset_delivery(hit: Hit) -> bool:
+    return is_delivery(hit.status, hit.path)
 
 
 def is_valid_path(value: object) -> bool:

@@ -1,12 +1,24 @@
-"""The edges' analytics batches (POST /_cluster/analytics): validation of each hit, and de-duplication.
+"""The edges' analytics batches (POST /_cluster/analytics): validation of each row, and de-duplication.
 
-Batch: ``{"v": 1, "batch": "<id, optional>", "node": "<edge worker, optional>", "hits": [{timestamp,
-path, zone, status, bytes, cache, country[, method, requestId, ip]}, ...]}``. The optional fields
-feed the request log (``control.request_log``). Delivery is at-least-once, so a batch id is counted
-(and logged) once: both stores remember the ids they took in SQLite, in the same transaction, so a
-retry is recognised even across a control restart. A hit that does not validate is skipped (and reported as rejected)
-rather than losing the whole batch; nothing in a batch can make it fail as a whole (an edge would
-retry it forever).
+Version 2 (what edges send): the deliveries counted at the edge since its last batch, rolled up, and
+a sample of them for the request log (``assetcdn/edge/delivery_log.py``)::
+
+    {"v": 2, "batch": "<id>", "node": "<edge worker>",
+     "zones":     [[hour, zone, cache, requests, bytes], ...],
+     "paths":     [[hour, zone, path, status, requests, bytes], ...],
+     "countries": [[hour, zone, country, requests], ...],
+     "log":       [[timestamp, method, path, status, cache, requestId, ip, sampleRate], ...]}
+
+``hour`` is the unix time the hour starts; ``status`` is exact for errors (>= 400), else a class:
+200 for deliveries of a file (2xx, 304), 300 for the rest; every list holds at most MAX_BATCH_ROWS rows.
+Version 1 (an edge of an earlier release): one item per delivery, ``{"v": 1, "batch", "node",
+"hits": [{timestamp, path, zone, status, bytes, cache, country[, method, requestId, ip]}, ...]}``,
+each also logged.
+
+Delivery is at-least-once, so a batch id is counted (and logged) once: both stores remember the ids
+they took in SQLite, in the same transaction, so a retry is recognised even across a control
+restart. A row that does not validate is skipped (and reported as rejected) rather than losing the
+whole batch; nothing in a batch can make it fail as a whole (an edge would retry it forever).
 """
 
 from __future__ import annotations
@@ -25,11 +37,13 @@ from assetcdn.control.analytics.hits import (
     is_valid_path,
     zone_of_path,
 )
-from assetcdn.control.analytics.store import RETENTION_DAYS
+from assetcdn.control.analytics.store import RETENTION_DAYS, DailyCounts, utc_day
 from assetcdn.control.request_log import Entry, delivery_entry
 
-BATCH_VERSION = 1
+BATCH_VERSIONS = (1, 2)
 MAX_BATCH_HITS = 10_000
+MAX_BATCH_ROWS = 10_000     # per list of a version 2 batch
+HOUR_S = 3600
 REMEMBERED_BATCHES = 10_000
 FUTURE_SLACK_S = 300            # edge clocks may run a little ahead
 _ZONE = re.compile(r"[a-z0-9._-]{1,64}")  # patterns here are used with fullmatch
@@ -71,6 +85,128 @@ def hit_from_batch_item(item: Any, now: float) -> Hit | None:
                cache=cache.upper(), country=country.upper())  # type: ignore[arg-type]
 
 
+def _address(ip: Any) -> str:
+    try:
+        return str(ipaddress.ip_address(ip)) if isinstance(ip, str) and len(ip) <= 64 else "unknown"
+    except ValueError:
+        return "unknown"
+
+
+class Rollups:
+    """A version 2 batch checked row by row and folded into daily counts (``counts``), with its
+    request-log entries (``entries``) and the number of rows skipped (``rejected``)."""
+
+    def __init__(self, message: dict[str, Any], node: str, now: float) -> None:
+        self.counts = DailyCounts()
+        self.entries: list[Entry] = []
+        self.rows = 0
+        self.rejected = 0
+        self._now = now
+        self._days: dict[int, str | None] = {}
+        self._zones: dict[str, bool] = {}
+        self._addresses: dict[str, str] = {}
+        day_of, zone_ok, rejected = self._day, self._zone_ok, 0
+        # Per row: type() is int (not isinstance) also refuses booleans; one batch holds thousands of rows.
+        add_zone = self.counts.add_zone
+        for hour, zone, cache, requests, size in self._rows(message, "zones", 5):
+            day = day_of(hour)
+            if (day is not None and zone_ok(zone) and type(cache) is str and cache in CACHE_STATUSES
+                    and type(requests) is int and 0 <= requests <= MAX_HIT_BYTES
+                    and type(size) is int and 0 <= size <= MAX_HIT_BYTES):
+                add_zone(day, zone, cache, requests, size)
+            else:
+                rejected += 1
+        add_path = self.counts.add_path
+        for hour, zone, path, status, requests, size in self._rows(message, "paths", 6):
+            day = day_of(hour)
+            if (day is not None and zone_ok(zone) and type(status) is int and 100 <= status <= 599
+                    and type(requests) is int and 0 <= requests <= MAX_HIT_BYTES
+                    and type(size) is int and 0 <= size <= MAX_HIT_BYTES and is_valid_path(path)):
+                add_path(day, zone, path.lstrip("/"), status, requests, size)
+            else:
+                rejected += 1
+        add_country = self.counts.add_country
+        for hour, zone, country, requests in self._rows(message, "countries", 4):
+            day = day_of(hour)
+            if day is not None and zone_ok(zone) and type(requests) is int and 0 <= requests <= MAX_HIT_BYTES:
+                add_country(day, zone, country if type(country) is str and COUNTRY.fullmatch(country)
+                            else UNKNOWN_COUNTRY, requests)
+            else:
+                rejected += 1
+        for row in self._rows(message, "log", 8):
+            entry = self._entry(row, node)
+            if entry is None:
+                rejected += 1
+            else:
+                self.entries.append(entry)
+        self.rejected += rejected
+
+    def _zone_ok(self, zone: Any) -> bool:
+        if type(zone) is not str:
+            return False
+        known = self._zones.get(zone)
+        if known is None:
+            # What a version 1 hit's zone could be: a zone name, or the first segment of its path.
+            known = _ZONE.fullmatch(zone) is not None or ("/" not in zone and is_valid_path(zone))
+            if len(self._zones) < 1024:
+                self._zones[zone] = known
+        return known
+
+    def _address(self, ip: Any) -> str:
+        if type(ip) is not str:
+            return "unknown"
+        address = self._addresses.get(ip)
+        if address is None:
+            address = _address(ip)
+            if len(self._addresses) < 1024:
+                self._addresses[ip] = address
+        return address
+
+    def _rows(self, message: dict[str, Any], name: str, width: int) -> list[list[Any]]:
+        rows = message.get(name) or []
+        if not isinstance(rows, list):
+            return []
+        good = [row for row in rows if isinstance(row, list) and len(row) == width]
+        self.rows += len(rows)
+        self.rejected += len(rows) - len(good)
+        return good
+
+    def _day(self, hour: Any) -> str | None:
+        """The UTC date of an hour's start, or None when it is not one inside the retention."""
+        if type(hour) is not int:
+            return None
+        if hour in self._days:
+            return self._days[hour]
+        start = hour
+        day = None
+        if (start % HOUR_S == 0
+                and self._now - RETENTION_DAYS * 86400 - HOUR_S <= start <= self._now + FUTURE_SLACK_S):
+            day = utc_day(start).isoformat()
+        if len(self._days) < 1024:
+            self._days[hour] = day
+        return day
+
+    def _entry(self, row: list[Any], node: str) -> Entry | None:
+        timestamp, method, path, status, cache, request_id, ip, rate = row
+        if (isinstance(timestamp, bool) or not isinstance(timestamp, int | float)
+                or not self._now - RETENTION_DAYS * 86400 <= timestamp <= self._now + FUTURE_SLACK_S):
+            return None
+        status = _int(status)
+        if not is_valid_path(path) or status is None or not 100 <= status <= 599:
+            return None
+        if not isinstance(cache, str) or cache not in CACHE_STATUSES:
+            return None
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1:
+            return None
+        if not isinstance(method, str) or not _METHOD.fullmatch(method):
+            method = "GET"
+        if not isinstance(request_id, str) or not _REQUEST_ID.fullmatch(request_id):
+            request_id = None
+        return delivery_entry(timestamp=float(timestamp), method=method, path=path.lstrip("/"), status=status,
+                              cache=cache, request_id=request_id, ip=self._address(ip), node=node,
+                              sample_rate=float(rate))
+
+
 def batch_id_of(message: dict[str, Any]) -> str | None:
     """The batch's id, or None when it has none usable (then it cannot be de-duplicated)."""
     batch_id = message.get("batch")
@@ -91,12 +227,8 @@ def delivery_log_entry(hit: Hit, item: dict[str, Any], node: str) -> Entry:
         method = "GET"
     if not isinstance(request_id, str) or not _REQUEST_ID.fullmatch(request_id):
         request_id = None
-    try:
-        address = str(ipaddress.ip_address(ip)) if isinstance(ip, str) and len(ip) <= 64 else "unknown"
-    except ValueError:
-        address = "unknown"
     return delivery_entry(timestamp=hit.timestamp, method=method, path=hit.path, status=hit.status,
-                          cache=hit.cache, request_id=request_id, ip=address, node=node)
+                          cache=hit.cache, request_id=request_id, ip=_address(ip), node=node)
 
 
 class SeenBatches:

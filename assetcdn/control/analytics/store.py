@@ -12,7 +12,7 @@ Conventions of every report:
 - Ties are broken by path, country or status code so answers are stable.
 - Every per-day list (statistics ``Daily``, the asset report's ``Daily``, /api/analytics ``data``) is
   newest first.
-- Top-asset lists count asset deliveries only (``hits.is_asset_delivery``); the asset report counts
+- Top-asset lists count asset deliveries only (``hits.is_delivery``); the asset report counts
   every request for its path, errors included.
 - Counters never overflow: each stored counter saturates at ``COUNTER_MAX`` (adds are checked in
   SQL), sums are read with ``TOTAL`` (a float sum that cannot overflow) and every reported number is
@@ -25,6 +25,7 @@ and never reads more than 35 days back (``ANALYTICS_RETENTION_DAYS``), which is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections import defaultdict
@@ -38,7 +39,7 @@ from assetcdn.control.analytics.hits import (
     MAX_HIT_BYTES,
     UNKNOWN_COUNTRY,
     Hit,
-    is_asset_delivery,
+    is_delivery,
 )
 from assetcdn.control.analytics.params import ANALYTICS_DAYS_MAXIMUM, DAYS_MAXIMUM
 from assetcdn.control.database import Database, open_database
@@ -186,19 +187,89 @@ class _Period:
         self.params = tuple(params)
 
 
+class DailyCounts:
+    """What one write adds to the daily counters, keyed as the tables are: built from single hits
+    (``add_hit``) or from an edge's rollups (``add_zone``, ``add_path``, ``add_country``), so a write's
+    work grows with its distinct keys, not with the hits they count."""
+
+    __slots__ = ("zones", "paths", "countries", "errors")
+
+    def __init__(self) -> None:
+        # (date, zone) -> hits, bytes, HIT, MISS, STALE, BYPASS
+        self.zones: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
+        # (date, zone, path) -> requests, bytes, asset deliveries
+        self.paths: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+        self.countries: dict[tuple[str, str, str], int] = defaultdict(int)
+        self.errors: dict[tuple[str, str, int, str], int] = defaultdict(int)
+
+    def __bool__(self) -> bool:
+        return bool(self.zones or self.paths or self.countries)
+
+    def add_zone(self, day: str, zone: str, cache: str, requests: int, size: int) -> None:
+        counters = self.zones[(day, zone)]
+        counters[0] += requests
+        counters[1] += size
+        counters[2 + _CACHE_COLUMN.get(cache, 1)] += requests
+
+    def add_path(self, day: str, zone: str, path: str, status: int, requests: int, size: int) -> None:
+        stored = _stored_path(path)
+        counters = self.paths[(day, zone, stored)]
+        counters[0] += requests
+        counters[1] += size
+        if is_delivery(status, stored):
+            counters[2] += requests
+        if status >= 400:
+            self.errors[(day, zone, status, stored)] += requests
+
+    def add_country(self, day: str, zone: str, country: str, requests: int) -> None:
+        country = country.upper() if len(country) == 2 and country.isalpha() else UNKNOWN_COUNTRY
+        self.countries[(day, zone, country)] += requests
+
+    def merge(self, other: DailyCounts) -> None:
+        for zone_key, values in other.zones.items():
+            counters = self.zones[zone_key]
+            for index, value in enumerate(values):
+                counters[index] += value
+        for path_key, values in other.paths.items():
+            counters = self.paths[path_key]
+            for index, value in enumerate(values):
+                counters[index] += value
+        for country_key, count in other.countries.items():
+            self.countries[country_key] += count
+        for error_key, count in other.errors.items():
+            self.errors[error_key] += count
+
+    def add_hit(self, hit: Hit) -> None:
+        day = utc_day(hit.timestamp).isoformat()
+        size = max(0, min(int(hit.bytes), MAX_HIT_BYTES))  # callers validate; the store clamps anyway
+        self.add_zone(day, hit.zone, hit.cache.upper(), 1, size)
+        self.add_path(day, hit.zone, hit.path, hit.status, 1, size)
+        self.add_country(day, hit.zone, hit.country, 1)
+
+
 def _zone_filter(zone: str | None) -> str | None:
     """``None``, ``""`` and ``"all"`` mean every zone (``all`` is what Period.Zone reports for them)."""
     return None if zone in (None, "", "all") else zone
 
 
 class AnalyticsStore:
-    def __init__(self, source: Database | Path | str) -> None:
+    def __init__(self, source: Database | Path | str, *, write_interval_s: float = 0.0) -> None:
         """On control's `Database` (its writes take turns with every other), or a file of its own."""
         self._source = source
         self._db: Database | None = None
         self._gathered: list[Hit] = []                      # hits of record_hit waiting for the next write
         self._gathering: asyncio.Future[None] | None = None  # resolved when they are stored
         self._gather_turn = asyncio.Lock()
+        # Edge batches wait this long after the previous write began, so the batches of a whole
+        # fleet go into one write and a key several edges counted is written once.
+        self._write_interval_s = max(float(write_interval_s), 0.0)
+        self._last_write = -math.inf
+        self._urgent = asyncio.Event()  # a write that should not wait for the interval is queued
+        self._write_turn = asyncio.Lock()
+        # Batches waiting for the next write (group commit): those that arrive while one is being
+        # written are written together, so keys that several edges counted are written once.
+        self._queue: list[tuple[DailyCounts, str | None, asyncio.Future[bool]]] = []
+        self._writer: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
         if isinstance(self._source, Database):
@@ -224,6 +295,8 @@ class AnalyticsStore:
                 await tx.execute(statement)
 
     async def close(self) -> None:
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
         if self._db is not None:
             db, self._db = self._db, None
             if db is not self._source:
@@ -259,40 +332,88 @@ class AnalyticsStore:
     async def record_hits(self, hits: Sequence[Hit], batch_id: str | None = None) -> bool:
         """Fold a batch of hits into the daily counters, in one transaction. With a ``batch_id`` the
         batch is counted once: False (nothing counted) when that id was counted before."""
-        if not hits and batch_id is None:
-            return True
-        zones: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
-        paths: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
-        countries: dict[tuple[str, str, str], int] = defaultdict(int)
-        errors: dict[tuple[str, str, int, str], int] = defaultdict(int)
+        counts = DailyCounts()
         for hit in hits:
-            day = utc_day(hit.timestamp).isoformat()
-            size = max(0, min(int(hit.bytes), MAX_HIT_BYTES))  # callers validate; the store clamps anyway
-            path = _stored_path(hit.path)
-            counters = zones[(day, hit.zone)]
-            counters[0] += 1
-            counters[1] += size
-            counters[2 + _CACHE_COLUMN.get(hit.cache.upper(), 1)] += 1
-            path_counters = paths[(day, hit.zone, path)]
-            path_counters[0] += 1
-            path_counters[1] += size
-            path_counters[2] += is_asset_delivery(hit)
-            country = hit.country.upper() if len(hit.country) == 2 and hit.country.isalpha() else UNKNOWN_COUNTRY
-            countries[(day, hit.zone, country)] += 1
-            if hit.status >= 400:
-                errors[(day, hit.zone, hit.status, path)] += 1
+            counts.add_hit(hit)
+        return await self.record(counts, batch_id)
+
+    async def record(self, counts: DailyCounts, batch_id: str | None = None, *, grouped: bool = False) -> bool:
+        """Add ``counts`` to the daily counters, durably, before returning; with a ``batch_id``, once:
+        False (nothing counted) when that id was counted before. Batches queued while a write runs
+        (or, ``grouped``, within the write interval) go into the next write, in one transaction;
+        each counts or not as if written alone."""
+        if not counts and batch_id is None:
+            return True
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.append((counts, batch_id, done))
+        if not grouped:
+            self._urgent.set()
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_queued())
+        return await asyncio.shield(done)
+
+    async def _write_queued(self) -> None:
+        wait = self._last_write + self._write_interval_s - time.monotonic()
+        if wait > 0 and not self._urgent.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._urgent.wait(), wait)
+        self._urgent.clear()
+        async with self._write_turn:
+            while self._queue:
+                self._last_write = time.monotonic()
+                queue, self._queue = self._queue, []
+                try:
+                    counted = await self._write(queue)
+                except BaseException as exc:
+                    for _, _, done in queue:
+                        if not done.done():
+                            done.set_exception(exc)
+                            done.exception()  # retrieved: a caller that went away leaves no warning
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
+                    continue
+                for (_, _, done), new in zip(queue, counted, strict=True):
+                    if not done.done():
+                        done.set_result(new)
+
+    async def _write(self, queue: list[tuple[DailyCounts, str | None, asyncio.Future[bool]]]) -> list[bool]:
+        """One transaction: the batch ids not counted before are remembered and their counts added."""
         async with self.db.transaction() as tx:
-            if batch_id is not None:
-                inserted = await tx.execute("INSERT OR IGNORE INTO analytics_batches (batch, received_at) "
-                                            "VALUES (?, ?)", (batch_id, time.time()))
-                if inserted == 0:
-                    return False  # nothing else written: the transaction commits nothing
-            await tx.executemany(_UPSERT_ZONE, [(*key, *map(_saturated, values)) for key, values in zones.items()])
-            await tx.executemany(_UPSERT_PATH, [(*key, *map(_saturated, values)) for key, values in paths.items()])
-            await tx.executemany(_UPSERT_COUNTRY, [(*key, count) for key, count in countries.items()])
-            if errors:
-                await tx.executemany(_UPSERT_ERROR, [(*key, count) for key, count in errors.items()])
-        return True
+            ids = [batch_id for _, batch_id, _ in queue if batch_id is not None]
+            known: set[str] = set()
+            if ids:
+                known = {row[0] for row in await tx.fetch(
+                    f"SELECT batch FROM analytics_batches WHERE batch IN ({', '.join('?' * len(ids))})", ids)}
+            counted: list[bool] = []
+            fresh: list[DailyCounts] = []
+            new_ids: dict[str, float] = {}
+            for counts, batch_id, _ in queue:
+                new = batch_id is None or (batch_id not in known and batch_id not in new_ids)
+                counted.append(new)
+                if new:
+                    fresh.append(counts)
+                    if batch_id is not None:
+                        new_ids[batch_id] = time.time()
+            total = fresh[0] if len(fresh) == 1 else DailyCounts()
+            if len(fresh) > 1:
+                for counts in fresh:
+                    total.merge(counts)
+            if new_ids:
+                await tx.executemany("INSERT INTO analytics_batches (batch, received_at) VALUES (?, ?)",
+                                     new_ids.items())
+            if total.zones:
+                await tx.executemany(_UPSERT_ZONE, [(*key, *map(_saturated, values))
+                                                    for key, values in total.zones.items()])
+            if total.paths:
+                await tx.executemany(_UPSERT_PATH, [(*key, *map(_saturated, values))
+                                                    for key, values in total.paths.items()])
+            if total.countries:
+                await tx.executemany(_UPSERT_COUNTRY, [(*key, _saturated(count))
+                                                       for key, count in total.countries.items()])
+            if total.errors:
+                await tx.executemany(_UPSERT_ERROR, [(*key, _saturated(count))
+                                                     for key, count in total.errors.items()])
+        return counted
 
     async def prune(self, now: float | None = None) -> int:
         """Delete counters older than the 90-day retention; returns the number of rows removed."""

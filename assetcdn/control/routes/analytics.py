@@ -1,8 +1,9 @@
 """Analytics: GET/POST /api/analytics (legacy envelope) and the edges' batches on POST /_cluster/analytics.
 
-Edges record every delivery and ship batches over the signed cluster protocol
-(``control.analytics.ingest``); those are what statistics and insights count, and each delivery is
-also an entry of the request log (GET /api/logs). POST /api/analytics
+Edges count every delivery and ship the counts, rolled up, over the signed cluster protocol
+(``control.analytics.ingest``); those are what statistics and insights count. A batch also carries
+the edge's sample of its deliveries for the request log (GET /api/logs); the reply tells the edge
+whether someone watches the live tail (``tail``), so it sends more. POST /api/analytics
 records one hit. It is public, as the API reference says; an operator who wants the published service's
 behaviour (the analytics key required on POST too) sets ``[analytics] track_requires_key = true``.
 Being public, it is rate-limited per client address (``[analytics] track_rate_limit`` per
@@ -19,14 +20,17 @@ from aiohttp import web
 
 from assetcdn.control.analytics.hits import hit_from_track_body
 from assetcdn.control.analytics.ingest import (
-    BATCH_VERSION,
+    BATCH_VERSIONS,
     MAX_BATCH_HITS,
+    MAX_BATCH_ROWS,
+    Rollups,
     batch_id_of,
     delivery_log_entry,
     hit_from_batch_item,
     node_of,
 )
 from assetcdn.control.analytics.params import ANALYTICS_DAYS_MAXIMUM, parse_days
+from assetcdn.control.analytics.store import DailyCounts
 from assetcdn.control.auth import AUTHENTICATOR, Key, accepts
 from assetcdn.control.rate_limit import RateDecision, client_key
 from assetcdn.control.recording import request_ip
@@ -83,32 +87,51 @@ async def ingest_batch(request: web.Request) -> web.Response:
         message = orjson.loads(request[CLUSTER_BODY] or b"{}")
     except orjson.JSONDecodeError:
         raise bad_request("Analytics batch is not JSON.", code="InvalidJson") from None
-    if not isinstance(message, dict) or not isinstance(message.get("hits"), list):
-        raise bad_request('An analytics batch is {"v": 1, "hits": [...]}.', code="InvalidBody")
-    if message.get("v", BATCH_VERSION) != BATCH_VERSION:
-        raise bad_request(f"Unsupported analytics batch version; this control plane speaks v{BATCH_VERSION}.",
-                          code="InvalidVersion")
-    items = message["hits"]
-    if len(items) > MAX_BATCH_HITS:
+    if not isinstance(message, dict):
+        raise bad_request('An analytics batch is {"v": 2, "zones": [...], "paths": [...], ...}.', code="InvalidBody")
+    version = message.get("v", 1)
+    if version not in BATCH_VERSIONS or isinstance(version, bool):
+        raise bad_request(f"Unsupported analytics batch version; this control plane speaks "
+                          f"v{' and v'.join(map(str, BATCH_VERSIONS))}.", code="InvalidVersion")
+    if version == 1 and not isinstance(message.get("hits"), list):
+        raise bad_request('A version 1 analytics batch is {"v": 1, "hits": [...]}.', code="InvalidBody")
+    if version == 1 and len(message["hits"]) > MAX_BATCH_HITS:
         raise bad_request(f"At most {MAX_BATCH_HITS} hits per batch.", code="BatchTooLarge")
+    if version == 2 and any(len(rows) > MAX_BATCH_ROWS for name in ("zones", "paths", "countries", "log")
+                            if isinstance(rows := message.get(name), list)):
+        raise bad_request(f"At most {MAX_BATCH_ROWS} rows per list of a batch.", code="BatchTooLarge")
     batch_id = batch_id_of(message)
     seen = request.app[ANALYTICS_BATCHES]
+    request_log = request.app[REQUEST_LOG]
+    # Version 2 replies say whether the live tail has a reader (the edge then samples more).
+    tail = {"tail": request_log.subscribers > 0} if version == 2 else {}
     if batch_id is not None and batch_id in seen:
-        return json_response({"recorded": 0, "rejected": 0, "duplicate": True})
+        return json_response({"recorded": 0, "rejected": 0, "duplicate": True, **tail})
     now, node = time.time(), node_of(message)
-    accepted = [(hit, item) for item in items if (hit := hit_from_batch_item(item, now)) is not None]
-    entries = [delivery_log_entry(hit, item, node) for hit, item in accepted]
+    if version == 1:
+        items = message["hits"]
+        accepted = [(hit, item) for item in items if (hit := hit_from_batch_item(item, now)) is not None]
+        entries = [delivery_log_entry(hit, item, node) for hit, item in accepted]
+        counts = DailyCounts()
+        for hit, _ in accepted:
+            counts.add_hit(hit)
+        recorded, rejected = len(accepted), len(items) - len(accepted)
+    else:
+        rollups = Rollups(message, node, now)
+        counts, entries = rollups.counts, rollups.entries
+        recorded, rejected = rollups.rows - rollups.rejected, rollups.rejected
     if batch_id is not None:
         seen.add(batch_id)  # before the awaits: a concurrent retry of the same batch is a duplicate
     try:
         # Each store takes a batch id once and remembers it in SQLite: a retry after a failure of
-        # the second write, or after a control restart, adds only what is missing.
-        await request.app[REQUEST_LOG].ingest(batch_id, entries)
-        counted = await request.app[ANALYTICS].record_hits([hit for hit, _ in accepted], batch_id)
+        # the second write, or after a control restart, adds only what is missing. The counts
+        # first: statistics do not wait for the request log's write.
+        counted = await request.app[ANALYTICS].record(counts, batch_id, grouped=True)
+        await request_log.ingest(batch_id, entries)
     except BaseException:
         if batch_id is not None:
             seen.discard(batch_id)
         raise
     if not counted:
-        return json_response({"recorded": 0, "rejected": 0, "duplicate": True})
-    return json_response({"recorded": len(accepted), "rejected": len(items) - len(accepted)})
+        return json_response({"recorded": 0, "rejected": 0, "duplicate": True, **tail})
+    return json_response({"recorded": recorded, "rejected": rejected, **tail})

@@ -10,7 +10,8 @@ workers made (replayed on this worker's memory tier), the replica's entries and 
 reachable (else a hit is STALE: the application answers it, with its Warning). Per request: the
 Host's view, the path's prepared hit, its body from the memory tier or its file, and the answer.
 Counting is what the application counts for the same answer: one request in the metrics (route
-``/{path}``, batched: assetcdn/shared/metrics.py), one cache HIT, bytes served, and a delivery-log entry.
+``/{path}``, batched: assetcdn/shared/metrics.py), one cache HIT, bytes served, and the delivery counted
+for analytics (assetcdn/edge/delivery_log.py: a dictionary update, a sample offer, the access log when on).
 """
 
 from __future__ import annotations
@@ -260,7 +261,7 @@ class HitServer:
         elif fileno >= 0:
             os.close(fileno)
             fileno = -1
-        self._count(conn, hit, status, sent, head_only, request_id)
+        self._count(conn, view, hit, status, sent, head_only, request_id)
         return BUSY if fileno >= 0 else ANSWERED
 
     def _decline(self, fileno: int) -> int:
@@ -268,7 +269,7 @@ class HitServer:
             os.close(fileno)
         return HAND_OVER
 
-    def _count(self, conn: HitProtocol, hit: Prepared, status: int, sent: int, head_only: bool,
+    def _count(self, conn: HitProtocol, view: HostView, hit: Prepared, status: int, sent: int, head_only: bool,
                request_id: bytes) -> None:
         self.served += 1
         code = status << 1 | head_only
@@ -280,11 +281,11 @@ class HitServer:
         latency[-1] += seconds
         self.body_bytes += sent
         country = conn.headers[COUNTRY]
-        # A delivery-log entry (assetcdn/edge/delivery_log.py: HIT_FIELDS, in that order), as DeliveryLog.record
-        # makes one for the application's answers.
-        self.node.deliveries.buffer.append((
-            self.now, hit.cdn_path, hit.zone, status, sent, "HIT", "XX" if country is None else country_code(country.decode("utf-8", "surrogateescape")),
-            "HEAD" if head_only else "GET", request_id.decode(), conn.peer))
+        # What DeliveryLog.record does for the application's answers.
+        self.node.deliveries.delivered(
+            self.now, view.name, "HEAD" if head_only else "GET", hit.cdn_path, hit.zone, status, sent, "HIT",
+            "XX" if country is None else country_code(country.decode("utf-8", "surrogateescape")), request_id,
+            conn.peer, seconds)
 
     def _host_view(self, host: bytes) -> HostView | None:
         try:

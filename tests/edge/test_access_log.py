@@ -1,0 +1,73 @@
+"""The access log on its own: one JSON line per delivery, files rotated by size, stdout in whole lines,
+and the configuration refused when it names no output this edge has."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from assetcdn.edge.access_log import AccessLog, access_log_from_settings
+
+NOW = 1_790_000_000.25
+
+
+def files(directory: Path) -> dict[str, int]:
+    return {path.name: path.stat().st_size for path in directory.iterdir()}
+
+
+def deliver(log: AccessLog, index: int) -> None:
+    log.write(NOW, "cdn.example.com", "GET", f"z/v1/{index}.txt", 200, 1000 + index, "HIT", 0.0012345, "::1", "DE",
+              b"req-" + str(index).encode())
+
+
+async def test_each_delivery_is_one_line_of_the_common_fields(tmp_path: Path) -> None:
+    log = AccessLog("file", "edge-0/1", directory=tmp_path)
+    deliver(log, 1)
+    log.write(NOW, "h", "HEAD", 'z/v1/"quoted"\\.txt', 404, 0, "MISS", 0.0, None, "XX", None)
+    await log.flush()
+    log.close()
+    lines = [orjson.loads(line) for line in (tmp_path / "access-edge-0-1.log").read_bytes().splitlines()]
+    assert lines == [
+        {"time": "2026-09-21T14:13:20.250Z", "edge": "edge-0/1", "host": "cdn.example.com", "method": "GET",
+         "path": "/z/v1/1.txt", "status": 200, "bytes": 1001, "cache": "HIT", "duration_ms": 1.234,
+         "client_ip": "::1", "country": "DE", "request_id": "req-1"},
+        {"time": "2026-09-21T14:13:20.250Z", "edge": "edge-0/1", "host": "h", "method": "HEAD",
+         "path": '/z/v1/"quoted"\\.txt', "status": 404, "bytes": 0, "cache": "MISS", "duration_ms": 0.0,
+         "client_ip": None, "country": "XX", "request_id": None}]
+
+
+async def test_a_file_is_rotated_past_its_size_and_only_the_backups_kept(tmp_path: Path) -> None:
+    log = AccessLog("file", "edge-0/0", directory=tmp_path, max_bytes=4096, backups=2)
+    for round_ in range(6):
+        for index in range(10):
+            deliver(log, round_ * 10 + index)
+        await log.flush()
+    log.close()
+    sizes = files(tmp_path)
+    assert sorted(sizes) == ["access-edge-0-0.log", "access-edge-0-0.log.1", "access-edge-0-0.log.2"]
+    assert all(size <= 4096 for size in sizes.values())
+    newest = [orjson.loads(line)["request_id"] for line in (tmp_path / "access-edge-0-0.log").read_bytes().splitlines()]
+    assert newest[-1] == "req-59"
+
+
+async def test_stdout_gets_whole_lines(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    log = AccessLog("stdout", "edge-0/0")
+    for index in range(200):  # more than one pipe-sized write
+        deliver(log, index)
+    await log.flush()
+    log.close()
+    lines = capfd.readouterr().out.splitlines()
+    assert [orjson.loads(line)["request_id"] for line in lines] == [f"req-{i}" for i in range(200)]
+
+
+def test_the_configuration_names_an_output(tmp_path: Path) -> None:
+    assert access_log_from_settings({"output": "off"}, "edge-0/0", tmp_path) is None
+    made = access_log_from_settings({"output": "file", "directory": str(tmp_path / "logs")}, "edge-0/0", tmp_path)
+    assert made is not None and made.path == tmp_path / "logs" / "access-edge-0-0.log"
+    made.close()
+    with pytest.raises(ValueError, match="output"):
+        access_log_from_settings({"output": "syslog"}, "edge-0/0", tmp_path)
+    assert os.listdir(tmp_path) == ["logs"]
