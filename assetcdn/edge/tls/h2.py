@@ -277,7 +277,9 @@ class H2Protocol(asyncio.Protocol):
     def __init__(self, hits: HitServer, limits: H2Limits) -> None:
         self.hits = hits
         self.limits = limits
-        config = h2.config.H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=True)
+        # Requests are validated (RFC 9113 8.2); answers are this process's own HTTP/1.1 heads, lowercased here.
+        config = h2.config.H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=True,
+                                           validate_outbound_headers=False, normalize_outbound_headers=False)
         self.h2 = h2.connection.H2Connection(config=config)
         self.h2.local_settings = h2.settings.Settings(client=False, initial_values={
             h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
@@ -293,6 +295,8 @@ class H2Protocol(asyncio.Protocol):
         self.closing = False
         self.deadline = float("inf")
         self.loop = asyncio.get_running_loop()
+        self.receiving = False      # inside data_received: frames go out together at its end
+        self.flush_scheduled = False
 
     # --- the connection -----------------------------------------------------------------------------
 
@@ -319,9 +323,17 @@ class H2Protocol(asyncio.Protocol):
             self.pump(stream)
 
     def flush(self) -> None:
+        self.flush_scheduled = False
         data = self.h2.data_to_send()
         if data and self.transport is not None:
             self.transport.write(data)
+
+    def schedule_flush(self) -> None:
+        """Frames made by a stream go out in one write (one TLS record where they fit): at the end of the
+        data_received that made them, or at the loop's next turn for answers made later."""
+        if not self.receiving and not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self.flush)
 
     def timed_out(self) -> None:
         """Idle past the deadline (HitServer's sweep): GOAWAY and close."""
@@ -352,6 +364,14 @@ class H2Protocol(asyncio.Protocol):
     # --- frames in ------------------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        self.receiving = True
+        try:
+            self._receive(data)
+        finally:
+            self.receiving = False
+        self.flush()
+
+    def _receive(self, data: bytes) -> None:
         try:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:  # h2 has queued GOAWAY with the error's code
@@ -385,7 +405,6 @@ class H2Protocol(asyncio.Protocol):
                 return
             if self.transport is None:
                 return
-        self.flush()
 
     def _request(self, event: h2.events.RequestReceived) -> None:
         stream_id = event.stream_id
@@ -428,7 +447,7 @@ class H2Protocol(asyncio.Protocol):
                 self.h2.acknowledge_received_data(count, stream.stream_id)
             except h2.exceptions.StreamClosedError:
                 pass
-            self.flush()
+            self.schedule_flush()
 
     def _reset_by_client(self, stream_id: int) -> None:
         stream = self.streams.pop(stream_id, None)
@@ -455,7 +474,7 @@ class H2Protocol(asyncio.Protocol):
         except h2.exceptions.StreamClosedError:
             stream.cancelled()
             return
-        self.flush()
+        self.schedule_flush()
         if end_stream:
             self._finished(stream)
 
@@ -485,7 +504,7 @@ class H2Protocol(asyncio.Protocol):
             self.streams.pop(stream.stream_id, None)
             return
         if sent:
-            self.flush()
+            self.schedule_flush()
         protocol = stream.protocol
         if len(pending) > STREAM_BUFFER_HIGH and not stream.producer_paused:
             stream.producer_paused = True
@@ -504,7 +523,7 @@ class H2Protocol(asyncio.Protocol):
                 self.h2.reset_stream(stream.stream_id, code)
             except h2.exceptions.StreamClosedError:
                 pass
-            self.flush()
+            self.schedule_flush()
         stream.ended = True
         stream.pending.clear()
         self._finished(stream)
@@ -523,6 +542,7 @@ class H2Protocol(asyncio.Protocol):
         if self.streams:
             return
         if self.closing and self.transport is not None:
+            self.flush()
             self.transport.close()
         self.deadline = self.loop.time() + self.limits.idle_timeout_s
 
