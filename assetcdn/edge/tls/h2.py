@@ -13,8 +13,8 @@ request).
 Limits: ``h2_max_concurrent_streams`` (SETTINGS; a client that opens more gets GOAWAY), the header
 list size (SETTINGS_MAX_HEADER_LIST_SIZE, enforced by HPACK decoding; h2 also caps CONTINUATION
 frames), ``h2_max_resets_per_10s`` streams reset by the client (CVE-2023-44487, "rapid reset": a reset
-stream stops its work at once, and a connection that resets too many is ended with
-ENHANCE_YOUR_CALM), an idle connection closed after ``header_timeout_s``, and the same per-request
+stream sends nothing more and its reader is told the connection is lost, as when an HTTP/1.1 client
+goes away; a connection that resets too many is ended with ENHANCE_YOUR_CALM), an idle connection closed after ``header_timeout_s``, and the same per-request
 limits as HTTP/1.1 (the request head goes through the same checks). Response bytes wait in a stream
 only while the client's flow-control window is shut; past ``STREAM_BUFFER_HIGH`` the stream's producer
 (the hit path's file, or the application) is paused, as a full socket pauses it on HTTP/1.1. On
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import re
 from dataclasses import dataclass
@@ -224,12 +225,14 @@ class StreamTransport(asyncio.Transport):
         self.connection.stream_done(self)
 
     def cancelled(self) -> None:
-        """The client reset the stream, or the connection is gone: the work for it stops."""
+        """The client reset the stream, or the connection is gone: nothing more is sent for it, and its
+        reader learns that its connection is lost (at the loop's next turn: an aiohttp handler given the
+        request in this same turn has not started yet, and must start before it can be told)."""
         self.ended = True
         self.pending.clear()
         if not self.closed:
             self.closed = True
-            self._lost(ConnectionResetError("stream reset"))
+            asyncio.get_running_loop().call_soon(self._lost, ConnectionResetError("stream reset"))
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "socket":  # nothing may write around TLS and the framing (sendfile)
@@ -296,6 +299,7 @@ class H2Protocol(asyncio.Protocol):
         self.deadline = float("inf")
         self.loop = asyncio.get_running_loop()
         self.receiving = False      # inside data_received: frames go out together at its end
+        self.ended = False          # GOAWAY sent for an error: the rest of what the client sent is ignored
         self.flush_scheduled = False
 
     # --- the connection -----------------------------------------------------------------------------
@@ -351,7 +355,7 @@ class H2Protocol(asyncio.Protocol):
             self.transport.close()
 
     def goaway(self, code: h2.errors.ErrorCodes) -> None:
-        self.closing = True
+        self.closing = self.ended = True
         if self.transport is None:
             return
         try:
@@ -403,13 +407,14 @@ class H2Protocol(asyncio.Protocol):
                     self.flush()
                     self.transport.close()
                 return
-            if self.transport is None:
+            if self.transport is None or self.ended:
                 return
 
     def _request(self, event: h2.events.RequestReceived) -> None:
         stream_id = event.stream_id
-        if self.closing:
-            self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+        if self.closing:  # after our GOAWAY: refused, the client may retry it elsewhere
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
             return
         has_body = event.stream_ended is None
         try:
@@ -445,7 +450,7 @@ class H2Protocol(asyncio.Protocol):
         if count and stream.stream_id in self.streams and not stream.ended:
             try:
                 self.h2.acknowledge_received_data(count, stream.stream_id)
-            except h2.exceptions.StreamClosedError:
+            except h2.exceptions.ProtocolError:
                 pass
             self.schedule_flush()
 
@@ -471,7 +476,7 @@ class H2Protocol(asyncio.Protocol):
             return
         try:
             self.h2.send_headers(stream.stream_id, headers, end_stream=end_stream)
-        except h2.exceptions.StreamClosedError:
+        except h2.exceptions.ProtocolError:
             stream.cancelled()
             return
         self.schedule_flush()
@@ -499,7 +504,7 @@ class H2Protocol(asyncio.Protocol):
                 self.h2.end_stream(stream.stream_id)
                 sent = True
                 stream.ended = True
-        except h2.exceptions.StreamClosedError:
+        except h2.exceptions.ProtocolError:
             stream.cancelled()
             self.streams.pop(stream.stream_id, None)
             return
@@ -521,7 +526,7 @@ class H2Protocol(asyncio.Protocol):
         if stream.stream_id in self.streams and self.transport is not None:
             try:
                 self.h2.reset_stream(stream.stream_id, code)
-            except h2.exceptions.StreamClosedError:
+            except h2.exceptions.ProtocolError:
                 pass
             self.schedule_flush()
         stream.ended = True
