@@ -105,6 +105,23 @@ class H2Client:
         self.send()
         return self.answer(stream_id)
 
+    def send_body(self, path: str, method: str, headers: list[tuple[str, str]], body: bytes) -> Answer:
+        """A request with a body, in DATA frames as the windows allow (no content-length unless in `headers`)."""
+        stream_id = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(stream_id, self.request_headers(path, method, headers))
+        view = memoryview(body)
+        while view:
+            window = min(self.conn.local_flow_control_window(stream_id), self.conn.max_outbound_frame_size)
+            if window <= 0:
+                self.send()
+                self.receive()  # WINDOW_UPDATE
+                continue
+            self.conn.send_data(stream_id, bytes(view[:window]))
+            view = view[window:]
+        self.conn.end_stream(stream_id)
+        self.send()
+        return self.answer(stream_id)
+
     def answer(self, stream_id: int) -> Answer:
         status, headers, body = 0, {}, bytearray()
         while True:

@@ -5,6 +5,7 @@ certificates read again when replaced, and certificates arriving and leaving wit
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
 import ssl
 import time
@@ -102,6 +103,17 @@ def test_http2_serves_hits_misses_and_api_calls(https_cdn: HttpsCdn) -> None:
         assert missing.status == 404 and orjson.loads(missing.body)["HttpCode"] == 404
         health = client.get("/api/health")
         assert health.status == 200 and orjson.loads(health.body)["status"] == "ok"
+        # An upload through the edge, larger than the default stream window (64 KB), with and without
+        # a content-length (the edge then forwards it chunked).
+        for name, length in (("sized", True), ("streamed", False)):
+            data = os.urandom(300 * 1024)
+            fields = [("accesskey", KEYS["ASSETCDN_ACCESS_KEY"]), ("checksum", hashlib.sha256(data).hexdigest())]
+            if length:
+                fields.append(("content-length", str(len(data))))
+            put = client.send_body(f"/api/storage/{ZONE}/v1/h2/{name}.bin", "PUT", fields, data)
+            assert put.status == 201, put.body
+            fetched = client.get(f"/{ZONE}/v1/h2/{name}.bin")
+            assert fetched.status == 200 and fetched.body == data
     finally:
         client.close()
 
