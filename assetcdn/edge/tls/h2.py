@@ -14,8 +14,10 @@ Limits: ``h2_max_concurrent_streams`` (SETTINGS; a client that opens more gets G
 list size (SETTINGS_MAX_HEADER_LIST_SIZE, enforced by HPACK decoding; h2 also caps CONTINUATION
 frames), ``h2_max_resets_per_10s`` streams reset by the client (CVE-2023-44487, "rapid reset": a reset
 stream sends nothing more and its reader is told the connection is lost, as when an HTTP/1.1 client
-goes away; a connection that resets too many is ended with ENHANCE_YOUR_CALM), an idle connection closed after ``header_timeout_s``, and the same per-request
-limits as HTTP/1.1 (the request head goes through the same checks). Response bytes wait in a stream
+goes away; a connection that resets too many is ended with ENHANCE_YOUR_CALM), nothing read from a
+client that does not read its answers (PING and SETTINGS floods), an idle connection closed after
+``header_timeout_s``, and the same per-request limits as HTTP/1.1 (the request head goes through
+the same checks). Response bytes wait in a stream
 only while the client's flow-control window is shut; past ``STREAM_BUFFER_HIGH`` the stream's producer
 (the hit path's file, or the application) is paused, as a full socket pauses it on HTTP/1.1. On
 shutdown every connection gets GOAWAY and closes when its open streams are done.
@@ -319,10 +321,16 @@ class H2Protocol(asyncio.Protocol):
         self.streams.clear()
 
     def pause_writing(self) -> None:
+        # The client is not reading: read nothing more from it either, so frames h2 answers by itself
+        # (PING and SETTINGS acknowledgements: a "ping flood") cannot pile up in memory.
         self.writing_paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self.writing_paused = False
+        if self.transport is not None:
+            self.transport.resume_reading()
         for stream in list(self.streams.values()):
             self.pump(stream)
 

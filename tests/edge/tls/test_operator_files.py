@@ -4,6 +4,7 @@ the file (before any worker starts), rather than serving without it."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from assetcdn.edge.server import EXIT_BAD_CONFIG
 from tests.edge.tls.certs import TestCa
-from tests.integration.harness import KEYS, free_port_block
+from tests.integration.harness import KEYS, free_port_block, up_command, up_env
 
 
 def start_edge(tmp_path: Path, certificates: list[list[str]]) -> subprocess.CompletedProcess[str]:
@@ -46,3 +47,15 @@ def test_a_malformed_certificates_setting_is_refused(tmp_path: Path) -> None:
     done = start_edge(tmp_path, [["only-one-file.pem"]])
     assert done.returncode == EXIT_BAD_CONFIG, done.stderr
     assert "[tls] certificates" in done.stderr
+
+
+def test_up_refuses_an_https_port_in_use_and_names_it(tmp_path: Path) -> None:
+    base = free_port_block(5)  # edges on base and base + 1, control on base + 2, https on base + 3 and base + 4
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", base + 4))
+        holder.listen()
+        command = [*up_command(tmp_path / "data", edge_port=base, control_port=base + 2, edges=2),
+                   "--https-port", str(base + 3)]
+        done = subprocess.run(command, env=up_env(), capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"edge-1 https port {base + 4} on 127.0.0.1 is already in use" in done.stdout + done.stderr
