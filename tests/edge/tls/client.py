@@ -55,12 +55,12 @@ class Answer:
 
 
 def https_get(port: int, path: str, *, server_name: str = "localhost", ca: Path | None = None,
-              method: str = "GET", headers: dict[str, str] | None = None) -> Answer:
+              method: str = "GET", headers: dict[str, str] | None = None, body: bytes | None = None) -> Answer:
     raw = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
     connection = http.client.HTTPConnection(server_name, port, timeout=TIMEOUT_S)  # Host: server_name:port
     connection.sock = client_context(ca).wrap_socket(raw, server_hostname=server_name)  # SNI: server_name
     try:
-        connection.request(method, path, headers=headers or {})
+        connection.request(method, path, body=body, headers=headers or {})
         response = connection.getresponse()
         return Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, response.read())
     finally:
