@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import os
+import socket
 import ssl
 import time
 import urllib.request
@@ -204,3 +205,18 @@ def test_the_dashboard_signs_in_over_https_from_the_https_origin(https_cdn: Http
                         headers={**form, "Origin": "https://evil.example"},
                         body=f"password={DASHBOARD_PASSWORD}".encode())
     assert refused.status == 403
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2])
+def test_a_returning_client_resumes_its_session(https_cdn: HttpsCdn, version: ssl.TLSVersion) -> None:
+    """One worker here: its ticket key (TLS 1.3) and session cache (TLS 1.2) serve every name."""
+    context = client_context(https_cdn.ca_file, version=version)
+    session = None
+    for attempt in range(2):
+        with socket.create_connection(("127.0.0.1", https_cdn.https_port), timeout=20) as raw, \
+                context.wrap_socket(raw, server_hostname="cdn.example.test", session=session) as tls:
+            tls.sendall(b"GET /api/health HTTP/1.1\r\nHost: cdn.example.test\r\nConnection: close\r\n\r\n")
+            while tls.recv(65536):  # TLS 1.3 tickets arrive after the handshake, with the answer
+                pass
+            assert tls.session_reused == (attempt == 1)
+            session = tls.session
