@@ -345,10 +345,10 @@ class HitServer:
 
 class HitSite(web.TCPSite):
     """aiohttp's TCPSite with hit connections (assetcdn/edge/fastpath/protocol.py) in front of the application.
-    With an ``ssl_context`` the connections are TLS (the https site, assetcdn/edge/tls/site.py)."""
+    The https site (assetcdn/edge/tls/site.py) is one with TLS connections."""
 
-    answer_hits = True          # the https site without [edge] fast_hits: every request to the application
-    handshake_timeout_s = 10.0  # TLS only
+    answer_hits = True  # the https site without [edge] fast_hits: every request to the application
+    secure = False      # the https site: its connections are TLS (started by its connection protocol)
 
     def __init__(self, runner: web.BaseRunner, host: str | None = None, port: int | None = None, *,
                  sock: Any = None, **options: Any) -> None:
@@ -364,18 +364,15 @@ class HitSite(web.TCPSite):
         await web.BaseSite.start(self)
         runner = self._runner
         assert isinstance(runner, web.AppRunner) and runner.server is not None
-        secure = self._ssl_context is not None
-        hits = self.hits = HitServer(runner.app, runner.server, secure=secure, answer_hits=self.answer_hits)
+        hits = self.hits = HitServer(runner.app, runner.server, secure=self.secure, answer_hits=self.answer_hits)
         loop = asyncio.get_running_loop()
-        options: dict[str, Any] = {"backlog": self._backlog}
-        if secure:
-            options.update(ssl=self._ssl_context, ssl_handshake_timeout=self.handshake_timeout_s)
         if self.sock is not None:
-            self._server = await loop.create_server(lambda: self.connections(hits), sock=self.sock, **options)
+            self._server = await loop.create_server(lambda: self.connections(hits), sock=self.sock,
+                                                    backlog=self._backlog)
         else:
             self._server = await loop.create_server(
-                lambda: self.connections(hits), self._host, self._port,
-                reuse_address=self._reuse_address, reuse_port=self._reuse_port, **options)
+                lambda: self.connections(hits), self._host, self._port, backlog=self._backlog,
+                reuse_address=self._reuse_address, reuse_port=self._reuse_port)
         sockets = getattr(self._server, "sockets", None)
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
         hits.start()

@@ -23,6 +23,7 @@ import logging
 import os
 import ssl
 import tempfile
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,8 +182,10 @@ class CertificateStore:
         self.default: ssl.SSLContext = new_context()
         # The context every connection starts with: its session tickets and session cache serve every
         # name (OpenSSL keeps them on the first context), and its SNI callback moves the handshake on.
-        self.front = new_context()
-        self.front.sni_callback = self._choose
+        # Replaced every session_ticket_rotation_s: a new context has a new random ticket key.
+        self.ticket_rotation_s = float(tls["session_ticket_rotation_s"])
+        self.front = self._new_front()
+        self._front_made = time.monotonic()
         self._watch: asyncio.Task[None] | None = None
         self.rebuild()
         tls_state.on_change.append(lambda _state: self.rebuild())
@@ -275,6 +278,20 @@ class CertificateStore:
 
     def _choose(self, connection: Any, server_name: str | None, _front: ssl.SSLContext) -> None:
         connection.context = self.context_for(server_name)
+
+    def _new_front(self) -> ssl.SSLContext:
+        front = new_context()
+        front.sni_callback = self._choose
+        return front
+
+    def front_context(self) -> ssl.SSLContext:
+        """The context a new connection starts with; a fresh one (so a fresh session ticket key) once
+        the current one is `ticket_rotation_s` old. Tickets made under the previous key no longer
+        resume: those clients make one full handshake."""
+        if self.ticket_rotation_s > 0 and time.monotonic() - self._front_made >= self.ticket_rotation_s:
+            self.front = self._new_front()
+            self._front_made = time.monotonic()
+        return self.front
 
     # --- operator files: read again when they change ----------------------------------------------
 

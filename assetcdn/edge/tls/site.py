@@ -1,7 +1,11 @@
 """The https listener: the hit path's site (assetcdn/edge/fastpath/server.py) with TLS in front.
 
 Each connection is TLS first (the certificate picked by SNI, assetcdn/edge/tls/certificates.py; a
-handshake that is not done within ``handshake_timeout_s`` closes the connection). Once it is done the
+handshake that is not done within ``handshake_timeout_s`` closes the connection). The TLS protocol is
+made per connection (uvloop's, the one its listener would make) rather than by the listener, so each
+new connection starts with the current front context: replacing that context rotates the session
+ticket key, which Python's ``ssl`` offers no other way to set. (``loop.start_tls`` from a plain
+protocol would do the same with public API, but loses a ClientHello that arrives before it takes over.) Once it is done the
 protocol ALPN chose takes over: ``h2`` goes to an HTTP/2 connection (assetcdn/edge/tls/h2.py), anything
 else (``http/1.1``, or no ALPN) to the same HitProtocol as the plain port, so hits are answered below
 aiohttp and the rest by the application, over TLS.
@@ -13,6 +17,7 @@ import asyncio
 from typing import Any
 
 from aiohttp import web
+from uvloop.loop import SSLProtocol  # type: ignore[attr-defined]  # not in uvloop's stubs
 
 from assetcdn.edge.fastpath.protocol import HitProtocol
 from assetcdn.edge.fastpath.server import HitServer, HitSite
@@ -45,14 +50,21 @@ class HttpsSite(HitSite):
     def __init__(self, runner: web.BaseRunner, host: str | None = None, port: int | None = None, *,
                  certificates: CertificateStore, handshake_timeout_s: float, limits: H2Limits,
                  hits: bool = True, **options: Any) -> None:
-        super().__init__(runner, host, port, ssl_context=certificates.front, **options)
+        super().__init__(runner, host, port, **options)
         self.certificates = certificates
         self.handshake_timeout_s = handshake_timeout_s
         self.limits = limits
         self.answer_hits = hits
 
+    secure = True  # TLS is made per connection (connections()), not by the listener
+
     def connections(self, hits: HitServer) -> asyncio.Protocol:
-        return AlpnChoice(hits, self.limits)
+        """uvloop's own TLS protocol (what its listener makes when given a context), made here for each
+        connection so that it starts with the current front context (a rotated ticket key)."""
+        protocol: asyncio.Protocol = SSLProtocol(asyncio.get_running_loop(), AlpnChoice(hits, self.limits),
+                                                 self.certificates.front_context(), None, server_side=True,
+                                                 ssl_handshake_timeout=self.handshake_timeout_s)
+        return protocol
 
     async def start(self) -> None:
         await super().start()
