@@ -444,8 +444,9 @@ class H2Protocol(asyncio.Protocol):
 
     def _data(self, event: h2.events.DataReceived) -> None:
         stream = self.streams.get(event.stream_id)
-        if stream is None:
-            self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        if stream is None:  # a stream already answered or reset: its bytes still count for the connection
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             return
         stream.unacknowledged += event.flow_controlled_length
         stream.body(event.data or b"")
