@@ -43,8 +43,9 @@ USER assetcdn
 WORKDIR /var/lib/assetcdn
 # Keys come from ASSETCDN_* environment variables, or are generated into /var/lib/assetcdn/secrets.env.
 VOLUME ["/var/lib/assetcdn"]
-# Only the edge is published by default; control (8790) answers inside the container or on an internal network.
-EXPOSE 8788
+# The edge and the dashboard's own port (control serves it there); control's API (8790) answers inside the
+# container or on an internal network.
+EXPOSE 8788 8787
 # The process answers its health endpoint (an edge by default; deploy/compose.yaml points control's at 8790).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \
     CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ['ASSETCDN_HEALTHCHECK_URL'], timeout=4)"]

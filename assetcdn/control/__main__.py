@@ -23,12 +23,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir")
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
+    parser.add_argument("--dashboard-port", type=int, help="the dashboard's own port (server.dashboard_port)")
     parser.add_argument("--demo", action="store_true", help="install demo content into an empty repository")
     args = parser.parse_args(argv)
     settings = load_settings(args.config)
+    if args.dashboard_port:
+        settings = settings.with_overrides("server", dashboard_port=args.dashboard_port)
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
     host = args.host or settings.get("server", "host")
     port = args.port or settings.get("server", "control_port")
+    dashboard_port = settings.get("server", "dashboard_port")
+    if dashboard_port == port:
+        parser.error(f"the dashboard port ({dashboard_port}) must differ from control's port")
     configure_logging("control")
     private_umask()  # the repository, database and work files are the owner's only
     secrets, generated = load_or_create_secrets(data_dir)
@@ -37,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
                                            data_dir / "secrets.env")
     app = create_app(settings, secrets, data_dir, demo=args.demo)
     try:
-        status = serve(app, settings, host=host, port=port)
+        status = serve(app, settings, host=host, port=port, more_ports=(dashboard_port,))
     except RepositoryInUse as exc:
         logging.getLogger("control").error("cannot start: %s", exc)
         status = EXIT_REPOSITORY_IN_USE

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiosqlite
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
@@ -29,13 +28,19 @@ from assetcdn.control.auth import (
 from assetcdn.control.chat.setup import open_chat
 from assetcdn.control.cluster.registry import EdgeRegistry
 from assetcdn.control.dashboard_config import DashboardConfig
-from assetcdn.control.database import open_database
+from assetcdn.control.dashboard_origin import (
+    DASHBOARD_PORTS,
+    DASHBOARD_URL,
+    dashboard_origin_middleware,
+    stored_bytes_inert,
+)
+from assetcdn.control.database import Database, open_database
 from assetcdn.control.demo import install_demo
 from assetcdn.control.edge_config import EdgeConfigStore
 from assetcdn.control.login_attempts import CounterAttemptLimiter
 from assetcdn.control.manifest_store import ManifestStore
 from assetcdn.control.passkeys.ceremony import PasskeyCeremonies, user_handle
-from assetcdn.control.passkeys.store import ChallengeStore, PasskeyStore
+from assetcdn.control.passkeys.store import PasskeyStore, PendingChallenges
 from assetcdn.control.publish import Publisher
 from assetcdn.control.rate_limit import SharedRateLimiter
 from assetcdn.control.recording import ROUTE_AUDIT, audit_middleware, request_log_middleware
@@ -90,6 +95,7 @@ from assetcdn.control.state import (
     SEARCH_INDEX,
     SEARCH_LIMITER,
     SECRETS,
+    SESSION_SCOPES,
     SESSIONS,
     SETTINGS,
     SIGN_IN,
@@ -97,7 +103,7 @@ from assetcdn.control.state import (
     TRACK_LIMITER,
     VIDEO_INGEST,
     ZONES,
-    public_url_of,
+    dashboard_url_of,
 )
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.control.tokens import TokenStore
@@ -107,6 +113,7 @@ from assetcdn.control.zones_store import ZoneStore
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
 from assetcdn.shared.config import Settings
 from assetcdn.shared.counter_store import counters_from_settings
+from assetcdn.shared.hls import VIDEOS
 from assetcdn.shared.limits import (
     analytics_track_per_client,
     chat_per_client,
@@ -151,8 +158,7 @@ INSIGHTS_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="insights:read", session=
 PURGE = accepts(Key.PURGE, scope="purge:write", session=True)
 WEBHOOKS_READ = accepts(Key.ACCOUNT, scope="webhooks:read", session=True)
 WEBHOOKS_WRITE = accepts(Key.ACCOUNT, scope="webhooks:write", session=True)
-SESSION = accepts(session=True)
-PASSKEYS_MANAGE = accepts(Key.ACCOUNT, session=True)  # the admin key too: list or remove without a browser
+PASSKEYS_MANAGE = accepts(Key.ACCOUNT, session=True)  # the admin key too: register, list or remove without the dashboard
 AI_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="ai:read")
 # Any character, newlines included: '.*' would stop at a newline and answer 404 instead of the
 # handler's 400 for a path with control characters.
@@ -200,8 +206,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/passkeys", passkeys.list_passkeys, PASSKEYS_MANAGE),
     Route("PATCH", "/api/passkeys", passkeys.rename_passkey, PASSKEYS_MANAGE, "passkey.rename"),
     Route("DELETE", "/api/passkeys", passkeys.delete_passkey, PASSKEYS_MANAGE, "passkey.delete"),
-    Route("POST", "/api/passkeys/register/begin", passkeys.register_begin, SESSION),
-    Route("POST", "/api/passkeys/register/complete", passkeys.register_complete, SESSION, "passkey.register"),
+    Route("POST", "/api/passkeys/register/begin", passkeys.register_begin, PASSKEYS_MANAGE),
+    Route("POST", "/api/passkeys/register/complete", passkeys.register_complete, PASSKEYS_MANAGE, "passkey.register"),
     Route("POST", "/api/passkeys/auth/begin", passkeys.auth_begin),
     Route("POST", "/api/passkeys/auth/complete", passkeys.auth_complete),
     Route("GET", "/dashboard/login", dashboard_login.login_page),
@@ -238,6 +244,13 @@ ROUTES: tuple[Route, ...] = (
 )
 
 
+def session_scopes(routes: tuple[Route, ...]) -> frozenset[str]:
+    """Scopes a session may put on a token: those whose every route the session itself may call, so a
+    token minted in the dashboard never reaches further than the dashboard (pipeline, AI)."""
+    scoped = [route.access for route in routes if route.access is not None and route.access.scope]
+    return frozenset(a.scope for a in scoped if a.scope and all(o.session for o in scoped if o.scope == a.scope))
+
+
 async def _not_found(request: web.Request) -> web.StreamResponse:
     raise web.HTTPNotFound()
 
@@ -250,7 +263,8 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     opened.push_async_callback(app[COUNTERS].close)
     git = GitStore(data_dir / "repo.git")
     opened.callback(git.close)
-    db = await open_database(data_dir / "control.sqlite3")
+    db = await open_database(data_dir / "control.sqlite3",
+                             busy_timeout_ms=settings.get("control", "sqlite_busy_timeout_ms"))
     opened.push_async_callback(db.close)
     await _restore_damaged_branch(git, db)
     manifest = ManifestStore(git, db)
@@ -274,11 +288,14 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     opened.push_async_callback(ingester.close)
     app[PUBLISHER].listeners.append(ingester.on_commit)
     app[VIDEO_INGEST] = ingester
+    demo_videos = data_dir / "video-cache"
     if app[DEMO] and manifest.commit_id is None:
         await install_demo(app[PUBLISHER], app[ZONES])
-        ingester.install_demo(data_dir / "video-cache")
+        ingester.install_demo(demo_videos)
+    elif demo_videos.is_dir() and not all(f"stocks/videos/{v}/hls/index.json" in manifest.entries for v in VIDEOS):
+        ingester.install_demo(demo_videos)  # a first start stopped before its demo videos were committed
     metrics.manifest_generation.labels("control").set(manifest.generation)
-    analytics_store = AnalyticsStore(data_dir / "control.sqlite3")
+    analytics_store = AnalyticsStore(db)
     await analytics_store.open()
     opened.push_async_callback(analytics_store.close)
     app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()
@@ -290,9 +307,9 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     opened.push_async_callback(image_analysis.close)
     app[ai.IMAGE_ANALYSIS] = image_analysis
     request_log = app[REQUEST_LOG]
-    await request_log.open(data_dir / "control.sqlite3")
+    await request_log.open(db)
     opened.push_async_callback(request_log.close)
-    app[PASSKEYS] = PasskeyCeremonies(dashboard, PasskeyStore(db), ChallengeStore(db),
+    app[PASSKEYS] = PasskeyCeremonies(dashboard, PasskeyStore(db), PendingChallenges(),
                                       user_handle(app[SECRETS].session_secret))
     app[SIGN_IN] = SignIn(app[SECRETS].dashboard_secret,
                           CounterAttemptLimiter(app[COUNTERS], login_failures_per_client(settings)),
@@ -301,23 +318,24 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
                                                  ("audit", app[AUDIT].prune),
                                                  ("request log", request_log.prune)]))
     opened.push_async_callback(_cancel, pruning)
-    app[SEARCH_INDEX], app[SEARCH] = await open_search(settings, data_dir, manifest, app[PUBLISHER],
+    app[SEARCH_INDEX], app[SEARCH] = await open_search(settings, db, manifest, app[PUBLISHER],
                                                        alt_text=image_analysis.alt_text_for)
     image_analysis.alt_text_listeners.append(lambda path: app[SEARCH_INDEX].refresh([path]))
     opened.push_async_callback(app[SEARCH_INDEX].close)
     opened.callback(app[SEARCH].close)
     app[CHAT_QUOTA], app[CHAT], chat_session = open_chat(settings, app[COUNTERS], app[SEARCH])
     opened.push_async_callback(chat_session.close)
+    app[CHAT].retriever.start()  # the documentation vectors, in the background (health says when ready)
+    opened.push_async_callback(app[CHAT].retriever.close)
 
 
-async def _restore_damaged_branch(git: GitStore, db: aiosqlite.Connection) -> None:
+async def _restore_damaged_branch(git: GitStore, db: Database) -> None:
     """A `main` that names no readable commit goes back to the newest commit a manifest generation
     recorded: every acknowledged write has one (assetcdn/control/publish.py records it before answering)."""
     if not await git.run(git.branch_damaged):
         return
-    async with db.execute("SELECT commit_id FROM manifest_generations WHERE commit_id != '' "
-                          "ORDER BY generation DESC") as cur:
-        known = list(dict.fromkeys(row[0] for row in await cur.fetchall()))
+    rows = await db.fetch("SELECT commit_id FROM manifest_generations WHERE commit_id != '' ORDER BY generation DESC")
+    known = list(dict.fromkeys(row[0] for row in rows))
     await git.run(git.restore_branch, known)
 
 
@@ -348,6 +366,8 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app.middlewares.append(request_log_middleware)  # outermost: sees every final status
     app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
     install_envelopes(app)
+    app.middlewares.append(dashboard_origin_middleware)  # /dashboard only on its own listener
+    app.on_response_prepare.append(stored_bytes_inert)
     app.middlewares.append(body_deadline_middleware(settings))
     app[METRICS] = Metrics("control")
     app[METRICS_KEY] = secrets.metrics_key
@@ -362,7 +382,9 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app[TRACK_LIMITER] = SharedRateLimiter(app[COUNTERS], analytics_track_per_client(settings))
     app[SEARCH_LIMITER] = SharedRateLimiter(app[COUNTERS], search_per_client(settings))
     app[CHAT_LIMITER] = SharedRateLimiter(app[COUNTERS], chat_per_client(settings))
-    app[DASHBOARD] = DashboardConfig.from_settings(settings, public_url_of(settings))  # a bad value stops start-up
+    app[DASHBOARD] = DashboardConfig.from_settings(settings, dashboard_url_of(settings))  # a bad value stops start-up
+    app[DASHBOARD_URL] = dashboard_url_of(settings)
+    app[DASHBOARD_PORTS] = {settings.get("server", "dashboard_port")}
     route_access: dict[web.AbstractRoute, Access] = {}
     route_audit: dict[web.AbstractRoute, str] = {}
     for route in ROUTES:
@@ -372,6 +394,7 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
         if route.audit is not None:
             route_audit[registered] = route.audit
     app[ROUTE_ACCESS], app[ROUTE_AUDIT] = route_access, route_audit
+    app[SESSION_SCOPES] = session_scopes(ROUTES)
     # Unknown /api/... paths: 404 in the standard envelope (the envelope middleware renders it).
     app.router.add_route("*", "/api/{tail:.*}", _not_found)
     app.cleanup_ctx.append(_resources)

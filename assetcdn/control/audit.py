@@ -11,8 +11,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import aiosqlite
 import orjson
+
+from assetcdn.control.database import Database
 
 RETENTION_DAYS = 90
 USER_AGENT_MAX = 256
@@ -39,22 +40,20 @@ def _iso(moment: datetime) -> str:
 
 
 class AuditLog:
-    def __init__(self, db: aiosqlite.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
 
     async def open(self) -> None:
-        await self.db.executescript(SCHEMA)
-        await self.db.commit()
+        await self.db.script(SCHEMA)
 
     async def append(self, action: str, *, ip: str, user_agent: str, request_id: str | None,
                      meta: dict[str, Any], now: float | None = None) -> dict[str, Any]:
         entry = {"timestamp": _iso(datetime.fromtimestamp(time.time() if now is None else now, UTC)),
                  "action": action, "ip": ip, "userAgent": user_agent[:USER_AGENT_MAX], "requestId": request_id,
                  "meta": meta}
-        await self.db.execute(
+        await self.db.write(
             "INSERT INTO audit_log (timestamp, action, ip, user_agent, request_id, meta) VALUES (?, ?, ?, ?, ?, ?)",
             (entry["timestamp"], action, ip, entry["userAgent"], request_id, orjson.dumps(meta).decode()))
-        await self.db.commit()
         return entry
 
     async def entries(self, *, days: int, action: str | None, limit: int,
@@ -72,14 +71,11 @@ class AuditLog:
                 args.append(action.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ".%")
         query += " ORDER BY id DESC LIMIT ?"
         args.append(limit)
-        async with self.db.execute(query, args) as cursor:
-            rows = await cursor.fetchall()
+        rows = await self.db.fetch(query, args)
         return [{"timestamp": r[0], "action": r[1], "ip": r[2], "userAgent": r[3], "requestId": r[4],
                  "meta": orjson.loads(r[5])} for r in rows]
 
     async def prune(self, now: float | None = None) -> int:
         cutoff = _iso(datetime.fromtimestamp(time.time() if now is None else now, UTC)
                       - timedelta(days=RETENTION_DAYS))
-        cursor = await self.db.execute("DELETE FROM audit_log WHERE timestamp < ?", (cutoff,))
-        await self.db.commit()
-        return cursor.rowcount
+        return await self.db.write("DELETE FROM audit_log WHERE timestamp < ?", (cutoff,))

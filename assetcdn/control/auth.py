@@ -8,7 +8,8 @@ The session is the one scheme a browser sends by itself, so a route that accepts
 against cross-site request forgery twice: the cookie is SameSite=Strict, and a state-changing method
 (anything but GET, HEAD, OPTIONS) authenticated by the session must come from one of the dashboard's
 configured origins (`Origin` header, and `Sec-Fetch-Site: same-origin` when the browser sends it),
-else 403. Opening a management route to the dashboard is then a matter of adding `session=True` to
+else 403. The cookie is honoured only on the dashboard's own listener (assetcdn/control/dashboard_origin.py):
+browsers send it to every port of the host, the edges' too. Opening a management route to the dashboard is then a matter of adding `session=True` to
 its entry in the route table.
 """
 
@@ -23,6 +24,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from assetcdn.control.dashboard_config import DashboardConfig
+from assetcdn.control.dashboard_origin import on_dashboard_listener
 from assetcdn.control.session import SESSION_COOKIE, SessionBook
 
 # Re-exported for callers of this module; assetcdn.control.session is their one implementation.
@@ -131,7 +133,8 @@ class Authenticator:
                 grant = await self._lookup_token(auth[7:].strip())
                 if grant is not None and access.scope in grant.scopes:
                     return Principal("token", grant.id)
-        if access.session and await self._sessions.verify(request.cookies.get(SESSION_COOKIE)) is not None:
+        if (access.session and on_dashboard_listener(request)
+                and await self._sessions.verify(request.cookies.get(SESSION_COOKIE)) is not None):
             if request.method not in SAFE_METHODS:
                 refusal = cross_origin_refusal(request, self._dashboard)
                 if refusal is not None:

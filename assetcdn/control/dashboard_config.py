@@ -1,9 +1,10 @@
 """The `[dashboard]` settings, read once: where the dashboard is used from, the passkey relying party,
 the session cookie's lifetime and flags, and the sign-in failure limit.
 
-Browsers refuse an IP address as a WebAuthn relying-party id, so when the public URL's host is an IP
-(the `make run` default, http://127.0.0.1:8788) passkeys use `localhost` and the origin
-http://localhost:<port> is allowed beside the public one.
+The dashboard has an origin of its own (control's `server.dashboard_port`, assetcdn/control/dashboard_origin.py),
+apart from the edges' that serve stored files. Browsers refuse an IP address as a WebAuthn
+relying-party id, so the default dashboard URL is http://localhost:<dashboard_port> (passkeys with rp id
+`localhost`), and http://<host>:<dashboard_port> is allowed beside it for password sign-in.
 """
 
 from __future__ import annotations
@@ -59,11 +60,12 @@ class DashboardConfig:
     login_window_s: int
 
     @classmethod
-    def from_settings(cls, settings: Settings, public_url: str) -> DashboardConfig:
+    def from_settings(cls, settings: Settings, dashboard_url: str) -> DashboardConfig:
+        """``dashboard_url``: where the dashboard is opened (assetcdn.control.state.dashboard_url_of)."""
         section = settings.section("dashboard")
-        public = canonical_origin(public_url)
+        public = canonical_origin(dashboard_url)
         if public is None:
-            raise ValueError(f"server.public_url {public_url!r} is not an http(s) URL")
+            raise ValueError(f"dashboard.public_url {dashboard_url!r} is not an http(s) URL")
         public_parts = urlsplit(public)
         public_host = public_parts.hostname or ""
         configured = [o for o in str(section["origins"]).split(",") if o.strip()]
@@ -77,9 +79,13 @@ class DashboardConfig:
                 origins.append(origin)
         else:
             origins = [public]
+            port = f":{public_parts.port}" if public_parts.port else ""
             if _is_ip(public_host):
-                port = f":{public_parts.port}" if public_parts.port else ""
                 origins.append(f"{public_parts.scheme}://localhost{port}")
+            server_host = str(settings.get("server", "host"))
+            if public_host == "localhost" and not section["public_url"] and _is_ip(server_host):
+                shown = f"[{server_host}]" if ":" in server_host else server_host
+                origins.append(f"{public_parts.scheme}://{shown}{port}")
         rp_id = str(section["passkey_rp_id"]).strip().lower() or (
             "localhost" if _is_ip(public_host) else public_host)
         if _is_ip(rp_id.strip("[]")):

@@ -8,9 +8,9 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-import aiosqlite
 import orjson
 
+from assetcdn.control.database import Database
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.shared.edge_rules import RULE_FILES
 from assetcdn.shared.errors import utc_now_iso
@@ -29,7 +29,7 @@ class Domain:
 
 
 class EdgeConfigStore:
-    def __init__(self, git: GitStore, db: aiosqlite.Connection, base_domain: str) -> None:
+    def __init__(self, git: GitStore, db: Database, base_domain: str) -> None:
         self.git = git
         self.db = db
         self.base_domain = base_domain
@@ -72,31 +72,26 @@ class EdgeConfigStore:
         if zone is not None:
             query += " WHERE zone = ?"
             args = (zone,)
-        async with self.db.execute(query + " ORDER BY hostname", args) as cur:
-            rows = await cur.fetchall()
+        rows = await self.db.fetch(query + " ORDER BY hostname", args)
         return [Domain(r[0], r[1], r[2], r[3]) for r in rows]
 
     async def domain(self, hostname: str) -> Domain | None:
-        async with self.db.execute("SELECT hostname, zone, created_at, ssl_status FROM domains WHERE hostname = ?",
-                                   (hostname,)) as cur:
-            row = await cur.fetchone()
+        row = await self.db.fetch_one("SELECT hostname, zone, created_at, ssl_status FROM domains WHERE hostname = ?",
+                                      (hostname,))
         return Domain(row[0], row[1], row[2], row[3]) if row else None
 
     async def add_domain(self, hostname: str, zone: str) -> Domain:
         domain = Domain(hostname, zone, utc_now_iso(), "provisioning")
-        await self.db.execute("INSERT INTO domains (hostname, zone, created_at, ssl_status) VALUES (?, ?, ?, ?)",
-                              (domain.hostname, domain.zone, domain.created_at, domain.ssl_status))
-        await self.db.commit()
+        await self.db.write("INSERT INTO domains (hostname, zone, created_at, ssl_status) VALUES (?, ?, ?, ?)",
+                            (domain.hostname, domain.zone, domain.created_at, domain.ssl_status))
         self.invalidate()
         return domain
 
     async def remove_domain(self, hostname: str) -> bool:
-        cur = await self.db.execute("DELETE FROM domains WHERE hostname = ?", (hostname,))
-        await self.db.commit()
+        removed = await self.db.write("DELETE FROM domains WHERE hostname = ?", (hostname,))
         self.invalidate()
-        return cur.rowcount > 0
+        return removed > 0
 
     async def remove_zone_domains(self, zone: str) -> None:
-        await self.db.execute("DELETE FROM domains WHERE zone = ?", (zone,))
-        await self.db.commit()
+        await self.db.write("DELETE FROM domains WHERE zone = ?", (zone,))
         self.invalidate()

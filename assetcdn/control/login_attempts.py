@@ -15,12 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from assetcdn.shared.counter_store import Counters, Limit
+from assetcdn.shared.counter_store import Counters, Decision, Limit
 
 
 @dataclass(frozen=True)
 class Attempt:
     key: str
+    taken: Decision | None = None  # the count it took, given back by release
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class CounterAttemptLimiter:
 
     async def acquire(self, key: str) -> Attempt | Refused:
         decision = await self.counters.hit(self._limit, key)
-        return Attempt(key) if decision.allowed else Refused(decision.retry_after_s())
+        return Attempt(key, decision) if decision.allowed else Refused(decision.retry_after_s())
 
     async def release(self, attempt: Attempt) -> None:
-        await self.counters.refund(self._limit, attempt.key)
+        await self.counters.refund(attempt.taken)

@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from assetcdn.control.cluster.registry import EdgeRegistry, FanOut
+from assetcdn.control.database import Transaction
 from assetcdn.control.edge_config import EdgeConfigStore
-from assetcdn.control.manifest_store import Generation, ManifestStore, is_asset_path
-from assetcdn.control.storage.git_store import CommitResult, GitStore, NothingToCommit
+from assetcdn.control.manifest_store import Generation, ManifestStore, Prepared, is_asset_path
+from assetcdn.control.storage.git_store import CommitResult, FileChange, GitStore, NothingToCommit
 from assetcdn.control.webhooks.events import Change, Event, with_trailer
 from assetcdn.control.webhooks.outbox import Outbox
 from assetcdn.shared.edge_rules import RULE_FILES
@@ -93,7 +94,7 @@ class Publisher:
                  push_wait_s: float, outbox: Outbox | None = None) -> None:
         self.git = git
         self.manifest = manifest
-        self.outbox = outbox or Outbox(manifest.db)  # on the manifest's connection: one transaction
+        self.outbox = outbox or Outbox(manifest.db)
         self.registry = registry
         self.config = config
         self.listeners: list[Callable[[CommitResult], None]] = []  # told of every commit (e.g. video ingest)
@@ -122,11 +123,11 @@ class Publisher:
             await self.outbox.catch_up(self.git)
             mutation = await plan()
             result = await self.git.commit(mutation.files, with_trailer(mutation.message, mutation.change))
-            await self.outbox.stage_commits(self.git)
             purge = {"tags": list(mutation.purge_tags)} if mutation.purge_tags else None
-            generation = await self._apply(result, purge)
+            prepared = await self.manifest.prepare_commit(result, purge)
+            generation = await self._record(prepared)
         self.outbox.notify()
-        return await self._publish(result, generation)
+        return await self._publish(result, generation, covered=prepared.files)
 
     async def upload(self, files: Mapping[str, bytes], message: str,
                      precondition: Callable[[], Awaitable[None]] | None = None) -> Published:
@@ -146,32 +147,39 @@ class Publisher:
             unchanged = tuple(p for p in files if p not in changed)
             urls = [f"/{cdn_path_of(p)}" for p in unchanged if is_asset_path(p)]
             purge = {"urls": urls} if urls else None
-            if result.changes:
-                await self.outbox.stage_commits(self.git)
             # An identical upload is an overwrite all the same (its response says so): asset.updated.
             now = utc_now_iso()
-            await self.outbox.stage([Event(str(uuid.uuid4()), "asset.updated", now,
-                                           {"path": f"/{cdn_path_of(p)}", "size": len(files[p])})
-                                     for p in unchanged if is_asset_path(p)])
-            if result.changes:
-                generation = await self._apply(result, purge)
+            updated = [Event(str(uuid.uuid4()), "asset.updated", now, {"path": f"/{cdn_path_of(p)}", "size": len(files[p])})
+                       for p in unchanged if is_asset_path(p)]
+            if result.changes or self.manifest.commit_id != result.commit_id:
+                prepared = await self.manifest.prepare_commit(result, purge)
             else:
-                generation = await self.manifest.record_purge(purge)
+                prepared = self.manifest.prepare_purge(purge)
+            generation = await self._record(prepared, updated)
         self.outbox.notify()
-        return await self._publish(result, generation, unchanged)
+        return await self._publish(result, generation, unchanged, covered=prepared.files)
 
-    async def _apply(self, result: CommitResult, purge: dict[str, Any] | None) -> Generation:
-        """The manifest generation of a commit (under the lock, so generations follow commit order)."""
-        generation = await self.manifest.apply_commit(result, purge)
-        if any(c.path in RULE_FILES for c in result.changes):
+    async def _record(self, prepared: Prepared, events: Sequence[Event] = (), *, held: bool = False) -> Generation:
+        """Record a generation with the events of the commits it covers and `events`, in one transaction
+        (under the lock, so generations follow commit order). When it fails nothing is recorded: the
+        next one covers the commit too (ManifestStore.prepare_commit, Outbox.pending)."""
+        staged = await self.outbox.pending(self.git)
+
+        async def bookkeeping(tx: Transaction) -> None:
+            await self.outbox.write(tx, staged, events, held=held)
+
+        generation = await self.manifest.record(prepared, bookkeeping)
+        if any(change.path in RULE_FILES for change in prepared.files):
             self.config.invalidate()
         return generation
 
-    async def _publish(self, result: CommitResult, generation: Generation,
-                       unchanged: tuple[str, ...] = ()) -> Published:
-        if result.changes:
+    async def _publish(self, result: CommitResult, generation: Generation, unchanged: tuple[str, ...] = (),
+                       covered: tuple[FileChange, ...] = ()) -> Published:
+        # Listeners hear of every file the generation covers: a commit whose bookkeeping failed included.
+        told = replace(result, changes=covered) if covered else result
+        if told.changes:
             for listener in self.listeners:
-                listener(result)
+                listener(told)
         fan_out = await self.push(generation, kind="push" if result.changes else "purge")
         return Published(result, generation, fan_out, unchanged)
 
@@ -179,7 +187,7 @@ class Publisher:
         """After a change outside git (domains): a generation without file changes carries the new config."""
         self.config.invalidate()
         async with self._lock:
-            generation = await self.manifest.record_purge(None)
+            generation = await self._record(self.manifest.prepare_purge(None))
         return await self.push(generation)
 
     async def purge(self, command: dict[str, Any]) -> tuple[Generation, FanOut]:
@@ -195,9 +203,9 @@ class Publisher:
 
         async with self._lock:
             await self.outbox.catch_up(self.git)
-            # held until the edges answered; record_purge makes generation + 1 and commits the two together
-            await self.outbox.stage([event(self.manifest.generation + 1, None)], held=True)
-            generation = await self.manifest.record_purge(command)
+            prepared = self.manifest.prepare_purge(command)
+            # held until the edges answered; recorded with its generation
+            generation = await self._record(prepared, [event(prepared.generation.generation, None)], held=True)
         try:
             fan_out = await self.push(generation, kind="purge")
         except BaseException:

@@ -31,10 +31,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
 import orjson
 
-from assetcdn.control.database import open_connection
+from assetcdn.control.database import Database, open_database
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +102,8 @@ class RequestLog:
         self.max_records = max(int(max_records), 1)
         self.retention_s = float(retention_days) * 86400
         self._flush_interval_s = flush_interval_s
-        self._db: aiosqlite.Connection | None = None
+        self._db: Database | None = None
+        self._owns_db = False
         self._next_id = 1
         self._queued: list[tuple[int, str, str, bytes]] = []   # (id, timestamp, level, entry JSON)
         self._queued_batches: dict[str, float] = {}
@@ -114,18 +114,18 @@ class RequestLog:
 
     # -- storage ----------------------------------------------------------------------------------
 
-    async def open(self, path: Path) -> None:
-        db = await open_connection(path)
+    async def open(self, source: Database | Path) -> None:
+        """On control's `Database` (its writes take turns with every other), or a file of its own."""
+        db = source if isinstance(source, Database) else await open_database(source, schema=SCHEMA)
         try:
-            await db.executescript(SCHEMA)
-            async with db.execute("SELECT MAX(id) FROM request_log") as cursor:
-                (highest,) = await cursor.fetchone() or (None,)
-            async with db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'request_log'") as cursor:
-                (sequence,) = await cursor.fetchone() or (None,)
+            await db.script(SCHEMA)
+            (highest,) = await db.fetch_one("SELECT MAX(id) FROM request_log") or (None,)
+            (sequence,) = await db.fetch_one("SELECT seq FROM sqlite_sequence WHERE name = 'request_log'") or (None,)
         except BaseException:
-            await db.close()
+            if db is not source:
+                await db.close()
             raise
-        self._db = db
+        self._db, self._owns_db = db, db is not source
         # Ids never go back, even after every entry was pruned: a reader's cursor stays meaningful.
         self._next_id = max(highest or 0, sequence or 0, self._next_id - 1) + 1
         for position, (_, timestamp, level, data) in enumerate(self._queued):  # logged before open
@@ -144,7 +144,8 @@ class RequestLog:
             with contextlib.suppress(Exception):
                 await self.flush()
             db, self._db = self._db, None
-            await db.close()
+            if self._owns_db:
+                await db.close()
 
     async def _write_forever(self) -> None:
         while True:
@@ -166,18 +167,13 @@ class RequestLog:
             entries, self._queued = self._queued, []
             batches, self._queued_batches = self._queued_batches, {}
             try:
-                await db.execute("BEGIN IMMEDIATE")
-                try:
-                    await db.executemany("INSERT INTO request_log (id, timestamp, level, entry) VALUES (?, ?, ?, ?)",
+                async with db.transaction() as tx:
+                    await tx.executemany("INSERT INTO request_log (id, timestamp, level, entry) VALUES (?, ?, ?, ?)",
                                          entries)
-                    await db.executemany("INSERT OR IGNORE INTO request_log_batches (batch, received_at) "
-                                         "VALUES (?, ?)", batches.items())
+                    await tx.executemany("INSERT OR IGNORE INTO request_log_batches (batch, received_at) "
+                                         "VALUES (?, ?)", list(batches.items()))
                     if entries:
-                        await db.execute("DELETE FROM request_log WHERE id <= ?", (entries[-1][0] - self.max_records,))
-                except BaseException:
-                    await db.execute("ROLLBACK")
-                    raise
-                await db.execute("COMMIT")
+                        await tx.execute("DELETE FROM request_log WHERE id <= ?", (entries[-1][0] - self.max_records,))
             except BaseException:
                 # Keep them for the next attempt (newest kept when the queue is full).
                 self._queued = (entries + self._queued)[-MAX_QUEUED:]
@@ -189,21 +185,14 @@ class RequestLog:
         moment = time.time() if now is None else now
         await self.flush()
         async with self._write_lock:
-            db = self.db
-            await db.execute("BEGIN IMMEDIATE")
-            try:
-                cursor = await db.execute("DELETE FROM request_log WHERE timestamp < ?",
-                                          (iso_now(moment - self.retention_s),))
-                removed = cursor.rowcount
-                await db.execute("DELETE FROM request_log_batches WHERE received_at < ?", (moment - self.retention_s,))
-            except BaseException:
-                await db.execute("ROLLBACK")
-                raise
-            await db.execute("COMMIT")
+            async with self.db.transaction() as tx:
+                removed = await tx.execute("DELETE FROM request_log WHERE timestamp < ?",
+                                           (iso_now(moment - self.retention_s),))
+                await tx.execute("DELETE FROM request_log_batches WHERE received_at < ?", (moment - self.retention_s,))
         return removed
 
     @property
-    def db(self) -> aiosqlite.Connection:
+    def db(self) -> Database:
         if self._db is None:
             raise RuntimeError("RequestLog is not open; call 'await log.open(path)' first.")
         return self._db
@@ -243,8 +232,7 @@ class RequestLog:
     async def _known_batch(self, batch_id: str) -> bool:
         if batch_id in self._queued_batches:
             return True
-        async with self.db.execute("SELECT 1 FROM request_log_batches WHERE batch = ?", (batch_id,)) as cursor:
-            return await cursor.fetchone() is not None
+        return await self.db.fetch_one("SELECT 1 FROM request_log_batches WHERE batch = ?", (batch_id,)) is not None
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -259,8 +247,7 @@ class RequestLog:
         sql = f"SELECT {_COLUMNS} FROM request_log"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        async with self.db.execute(sql + " ORDER BY id DESC LIMIT ?", (*params, limit)) as cursor:
-            return [_entry(tuple(row)) for row in await cursor.fetchall()]
+        return [_entry(tuple(row)) for row in await self.db.fetch(sql + " ORDER BY id DESC LIMIT ?", (*params, limit))]
 
     async def after(self, since: str, level: str | None = None) -> list[Entry]:
         """Entries newer than ``since`` (ISO), oldest first, at most the newest BACKLOG_LIMIT: the

@@ -20,7 +20,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-import aiosqlite
+from assetcdn.control.database import Database
 
 SESSION_COOKIE = "cdn_session"
 LOGGED_IN_COOKIE = "cdn_logged_in"
@@ -100,7 +100,7 @@ def clearing_cookies(*, secure: bool) -> list[str]:
 class SessionBook:
     """Issues and checks sessions; remembers the ones signed out (table `ended_sessions`)."""
 
-    def __init__(self, db: aiosqlite.Connection, secret: str, ttl: int = SESSION_TTL_S) -> None:
+    def __init__(self, db: Database, secret: str, ttl: int = SESSION_TTL_S) -> None:
         self.db, self._secret, self.ttl = db, secret, ttl
 
     def issue(self, now: float | None = None) -> str:
@@ -110,14 +110,13 @@ class SessionBook:
         session = parse_session(self._secret, value, now=now, max_ttl=self.ttl)
         if session is None:
             return None
-        async with self.db.execute("SELECT 1 FROM ended_sessions WHERE nonce = ?", (session.nonce,)) as cur:
-            if await cur.fetchone() is not None:
-                return None
+        if await self.db.fetch_one("SELECT 1 FROM ended_sessions WHERE nonce = ?", (session.nonce,)) is not None:
+            return None
         return session
 
     async def end(self, session: Session, now: float | None = None) -> None:
         moment = time.time() if now is None else now
-        await self.db.execute("DELETE FROM ended_sessions WHERE expires < ?", (int(moment),))
-        await self.db.execute("INSERT OR IGNORE INTO ended_sessions (nonce, expires) VALUES (?, ?)",
-                              (session.nonce, session.expires))
-        await self.db.commit()
+        async with self.db.transaction() as tx:
+            await tx.execute("DELETE FROM ended_sessions WHERE expires < ?", (int(moment),))
+            await tx.execute("INSERT OR IGNORE INTO ended_sessions (nonce, expires) VALUES (?, ?)",
+                             (session.nonce, session.expires))

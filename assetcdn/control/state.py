@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
-import aiosqlite
 from aiohttp import web
 
 from assetcdn.control.analytics.ingest import SeenBatches
@@ -14,6 +14,7 @@ from assetcdn.control.chat.concierge import Concierge
 from assetcdn.control.chat.quota import ChatQuota
 from assetcdn.control.cluster.registry import EdgeRegistry
 from assetcdn.control.dashboard_config import DashboardConfig
+from assetcdn.control.database import Database
 from assetcdn.control.edge_config import EdgeConfigStore
 from assetcdn.control.manifest_store import ManifestStore
 from assetcdn.control.passkeys.ceremony import PasskeyCeremonies
@@ -37,7 +38,7 @@ SECRETS = web.AppKey("secrets", Secrets)
 DATA_DIR = web.AppKey("data_dir", Path)
 DEMO = web.AppKey("demo", bool)
 GIT = web.AppKey("git", GitStore)
-DB = web.AppKey("db", aiosqlite.Connection)
+DB = web.AppKey("db", Database)
 MANIFEST = web.AppKey("manifest", ManifestStore)
 TOKENS = web.AppKey("tokens", TokenStore)
 ZONES = web.AppKey("zones", ZoneStore)
@@ -53,6 +54,8 @@ AUDIT = web.AppKey("audit", AuditLog)
 REQUEST_LOG = web.AppKey("request_log", RequestLog)
 DASHBOARD = web.AppKey("dashboard", DashboardConfig)
 SESSIONS = web.AppKey("sessions", SessionBook)
+# The token scopes every one of whose routes accepts the session: what a dashboard session may grant.
+SESSION_SCOPES: web.AppKey[frozenset[str]] = web.AppKey("session_scopes")
 SIGN_IN = web.AppKey("sign_in", SignIn)
 PASSKEYS = web.AppKey("passkeys", PasskeyCeremonies)
 SEARCH_LIMITER = web.AppKey("search_limiter", RateLimiter)  # GET /api/search, per client
@@ -65,6 +68,21 @@ CHAT_QUOTA = web.AppKey("chat_quota", ChatQuota)
 
 def public_url(app: web.Application) -> str:
     return public_url_of(app[SETTINGS])
+
+
+def dashboard_url_of(settings: Settings) -> str:
+    """dashboard.public_url, else http://localhost:<dashboard_port> for a loopback or IP host (browsers
+    allow passkeys on `localhost`, never on an IP address), else http://<host>:<dashboard_port>."""
+    configured = settings.get("dashboard", "public_url")
+    if configured:
+        return configured.rstrip("/")
+    host = settings.get("server", "host")
+    try:
+        ipaddress.ip_address(host)
+        host = "localhost"
+    except ValueError:
+        pass
+    return f"http://{host}:{settings.get('server', 'dashboard_port')}"
 
 
 def public_url_of(settings: Settings) -> str:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import aiosqlite
 import orjson
 
 from assetcdn.control.auth import TokenGrant
+from assetcdn.control.database import Database
+from assetcdn.control.labels import checked_label
 from assetcdn.shared.errors import ApiError, bad_request, utc_now_iso
+
+log = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "cdnsk_"
 SCOPES = ("storage:read", "storage:write", "assets:read", "insights:read", "zones:read", "zones:write",
@@ -22,7 +26,6 @@ MAX_ACTIVE_TOKENS = 50
 MAX_LIFETIME_DAYS = 365
 CLOCK_SKEW = timedelta(minutes=5)  # a client's "365 days from now" may be computed on a clock ahead of ours
 PREFIX_LENGTH = 8  # the token's first characters, shown to identify it (`cdnsk_` and two hex digits)
-MAX_NAME_LENGTH = 100
 
 
 def _minute_ago() -> str:
@@ -77,8 +80,7 @@ def parse_token_request(body: Any, *, now: datetime | None = None) -> TokenReque
     name = body.get("name")
     if not isinstance(name, str) or not name.strip():
         raise bad_request("'name' is required: a label for the token.", target="name", code="MissingName")
-    if len(name) > MAX_NAME_LENGTH:
-        raise bad_request(f"'name' must be at most {MAX_NAME_LENGTH} characters.", target="name")
+    name = checked_label(name)
     scopes = body.get("scopes")
     if not isinstance(scopes, list) or not scopes or not all(isinstance(s, str) for s in scopes):
         raise bad_request("scopes must be a non-empty array of allowed scope strings: " + ", ".join(SCOPES) + ".",
@@ -98,61 +100,59 @@ def parse_token_request(body: Any, *, now: datetime | None = None) -> TokenReque
         expires_at = now + timedelta(days=days)
     else:
         expires_at = now + timedelta(days=MAX_LIFETIME_DAYS)
-    return TokenRequest(name.strip(), tuple(dict.fromkeys(scopes)), _iso(expires_at) if expires_at else None)
+    return TokenRequest(name, tuple(dict.fromkeys(scopes)), _iso(expires_at) if expires_at else None)
 
 
 class TokenStore:
-    def __init__(self, db: aiosqlite.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
 
     async def create(self, request: TokenRequest) -> tuple[str, dict[str, Any]]:
         """Mint a token; returns (plaintext secret, public record). The secret is not kept."""
-        async with self.db.execute(
-                "SELECT COUNT(*) FROM tokens WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)",
-                (utc_now_iso(),)) as cur:
-            (active,) = await cur.fetchone()  # type: ignore[misc]
-        if active >= MAX_ACTIVE_TOKENS:
-            raise ApiError(400, "TooManyTokens", f"Maximum {MAX_ACTIVE_TOKENS} tokens allowed. Revoke one first.")
         secret = TOKEN_PREFIX + secrets.token_hex(20)
         record = {"id": str(uuid.uuid4()), "name": request.name, "prefix": secret[:PREFIX_LENGTH],
                   "scopes": list(request.scopes), "createdAt": utc_now_iso(),
                   "expiresAt": request.expires_at, "lastUsedAt": None}
-        await self.db.execute(
-            "INSERT INTO tokens (id, name, prefix, hash, scopes, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (record["id"], request.name, record["prefix"], token_hash(secret), orjson.dumps(record["scopes"]),
-             record["createdAt"], request.expires_at))
-        await self.db.commit()
+        async with self.db.transaction() as tx:  # counted and inserted in one turn: two creates cannot pass one cap
+            ((active,),) = await tx.fetch(
+                "SELECT COUNT(*) FROM tokens WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)",
+                (utc_now_iso(),))
+            if active >= MAX_ACTIVE_TOKENS:
+                raise ApiError(400, "TooManyTokens", f"Maximum {MAX_ACTIVE_TOKENS} tokens allowed. Revoke one first.")
+            await tx.execute(
+                "INSERT INTO tokens (id, name, prefix, hash, scopes, created_at, expires_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (record["id"], request.name, record["prefix"], token_hash(secret), orjson.dumps(record["scopes"]),
+                 record["createdAt"], request.expires_at))
         return secret, record
 
     async def list(self) -> list[dict[str, Any]]:
-        async with self.db.execute(
-                "SELECT id, name, prefix, scopes, created_at, expires_at, last_used_at FROM tokens "
-                "WHERE revoked_at IS NULL ORDER BY created_at") as cur:
-            rows = await cur.fetchall()
+        rows = await self.db.fetch(
+            "SELECT id, name, prefix, scopes, created_at, expires_at, last_used_at FROM tokens "
+            "WHERE revoked_at IS NULL ORDER BY created_at")
         # Tokens minted before the prefix was shortened stored 14 characters: show the same 8.
         return [{"id": r[0], "name": r[1], "prefix": r[2][:PREFIX_LENGTH], "scopes": orjson.loads(r[3]),
                  "createdAt": r[4], "expiresAt": r[5], "lastUsedAt": r[6]} for r in rows]
 
     async def revoke(self, token_id: str) -> bool:
-        cur = await self.db.execute("UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
-                                    (utc_now_iso(), token_id))
-        await self.db.commit()
-        return cur.rowcount > 0
+        return await self.db.write("UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+                                   (utc_now_iso(), token_id)) > 0
 
     async def lookup(self, secret: str) -> TokenGrant | None:
         """The grant of a live token, or None (unknown, revoked or expired: all treated as no credential)."""
         if not secret.startswith(TOKEN_PREFIX) or len(secret) != len(TOKEN_PREFIX) + 40:
             return None
         digest = token_hash(secret)
-        async with self.db.execute(
-                "SELECT id, hash, scopes, expires_at, revoked_at, last_used_at FROM tokens WHERE hash = ?", (digest,)) as cur:
-            row = await cur.fetchone()
+        row = await self.db.fetch_one(
+            "SELECT id, hash, scopes, expires_at, revoked_at, last_used_at FROM tokens WHERE hash = ?", (digest,))
         if row is None or row[4] is not None:  # looked up by its SHA-256: the secret itself is never compared
             return None
         now = utc_now_iso()
         if row[3] is not None and row[3] <= now:
             return None
         if row[5] is None or row[5] < _minute_ago():  # lastUsedAt to the minute: no write per request
-            await self.db.execute("UPDATE tokens SET last_used_at = ? WHERE id = ?", (now, row[0]))
-            await self.db.commit()
+            try:
+                await self.db.write("UPDATE tokens SET last_used_at = ? WHERE id = ?", (now, row[0]))
+            except Exception:  # bookkeeping: the request it authenticates goes on without it
+                log.warning("could not record the use of token %s", row[0], exc_info=True)
         return TokenGrant(row[0], frozenset(orjson.loads(row[2])))

@@ -11,13 +11,22 @@ from pathlib import Path
 
 from aiohttp import web
 
-from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL, NODE, PROXY_SESSION, SECRETS, SETTINGS
+from assetcdn.edge.app_keys import (
+    COUNTERS,
+    FORWARD_SPOOL,
+    IMAGE_POOL,
+    NODE,
+    PROXY_SESSION,
+    SECRETS,
+    SETTINGS,
+)
 from assetcdn.edge.cache.store import EdgeCache
 from assetcdn.edge.circuit_breaker import CircuitBreaker
 from assetcdn.edge.control_client import ControlClient
 from assetcdn.edge.edge_config import apply_header_rules
 from assetcdn.edge.image_pool import ImagePool, configure_libvips
 from assetcdn.edge.node import EdgeNode
+from assetcdn.edge.proxied_body import ForwardSpool
 from assetcdn.edge.proxy import forward_to_control, open_proxy_session
 from assetcdn.edge.routes import (
     auto,
@@ -52,7 +61,7 @@ CLUSTER_SHUTDOWN_GRACE_S = 2.0  # for a push being applied when the worker stops
 # aiohttp's own route definitions (method, path, handler); control's `Route` adds its access rules.
 # CDN paths come first (the hot path: the router tries routes in order) and exclude what the other
 # routes serve; then specific /api routes, then the forwarder for the rest of /api and for the
-# dashboard (served by control; `dashboard` is a reserved zone name, so no CDN path is lost).
+# dashboard (control sends it to its own origin; `dashboard` is a reserved zone name, so no CDN path is lost).
 CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/|dashboard(?:/|$)|\.well-known/acme-challenge/).+}"
 PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", CDN_PATH, delivery.serve_asset),
@@ -162,6 +171,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         node.load_persisted()
         app[NODE] = node
         app[PROXY_SESSION] = open_proxy_session(settings)
+        app[FORWARD_SPOOL] = ForwardSpool(int(edge["proxy_body_disk_mb"]) * 1024 * 1024)
         # The private cluster site: control pushes to each worker directly.
         cluster_runner = web.AppRunner(create_cluster_app(app), access_log=None,
                                        shutdown_timeout=CLUSTER_SHUTDOWN_GRACE_S)

@@ -11,13 +11,13 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from assetcdn.shared.content_security import CSP_HEADER, NOSNIFF_HEADER, keep_sandbox
-from assetcdn.shared.edge_rules import EMPTY_RULES, HeaderChanges, RuleSet
+from assetcdn.shared.content_security import keep_sandbox
+from assetcdn.shared.edge_rules import BROWSER_RUN_HEADERS, EMPTY_RULES, HeaderChanges, RuleSet
 from assetcdn.shared.paths import ZONE_NAME
 
 FORWARDED = web.RequestKey("forwarded_to_control", bool)
+REQUEST_HOST = web.RequestKey("request_host", str)
 NOT_DELIVERY = ("/api/health", "/metrics")
-PROTECTED = frozenset({CSP_HEADER.lower(), NOSNIFF_HEADER.lower()})
 
 
 @dataclass(frozen=True)
@@ -30,13 +30,14 @@ class EdgeConfig:
     @staticmethod
     def from_snapshot(snapshot: dict[str, Any]) -> EdgeConfig:
         return EdgeConfig(version=snapshot["version"],
-                          rules=RuleSet.from_texts(snapshot.get("headers"), snapshot.get("redirects")),
+                          rules=RuleSet.from_texts(snapshot.get("headers"), snapshot.get("redirects"), strict=False),
                           domains={h.lower(): z for h, z in (snapshot.get("domains") or {}).items()},
                           base_domain=(snapshot.get("base_domain") or "").lower())
 
     def zone_for_host(self, host: str) -> str | None:
-        """The tenant zone a Host header names: a custom domain, or `<zone>.<base domain>`."""
-        name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
+        """The tenant zone a host names (a custom domain, or `<zone>.<base domain>`); `host` as
+        :func:`canonical_host` gives it (normalised again here, so no caller can get it wrong)."""
+        name = canonical_host(host)
         if name in self.domains:
             return self.domains[name]
         suffix = "." + self.base_domain
@@ -51,6 +52,30 @@ class EdgeConfig:
         return tenant_path(self.zone_for_host(host), path)
 
 
+def canonical_host(host: str) -> str:
+    """The one form of a request's host every decision uses (tenant zone, `_headers` host patterns,
+    prepared hits): lower case, without the port and without trailing dots. `zone1.cdn.example.` and
+    `ZONE1.cdn.example:443` are the DNS name `zone1.cdn.example`; left as sent they would match no
+    tenant and be served as the default host, which serves every zone."""
+    name = host.strip().lower()
+    if name.startswith("["):  # an IPv6 literal, perhaps with a port
+        end = name.find("]")
+        return name[: end + 1] if end > 0 else name
+    if name.count(":") == 1:
+        name = name.split(":", 1)[0]
+    return name.rstrip(".")
+
+
+def request_host(request: web.Request) -> str:
+    """`canonical_host` of the request's host, worked out once per request. aiohttp's `request.host` is
+    the absolute-form request-target's authority when there is one (it wins over Host, RFC 9112
+    section 3.2.2), else the Host header."""
+    found = request.get(REQUEST_HOST)
+    if found is None:
+        found = request[REQUEST_HOST] = canonical_host(request.host)
+    return found
+
+
 def tenant_path(host_zone: str | None, path: str) -> str:
     """The CDN path of a request path on the tenant host of `host_zone` (None: the default host).
     Which paths such a host may serve at all is assetcdn/edge/access.py's `serves_on_host`."""
@@ -60,13 +85,12 @@ def tenant_path(host_zone: str | None, path: str) -> str:
 
 
 def apply_header_rules(config: EdgeConfig, request: web.Request, response: web.StreamResponse) -> None:
-    """Apply the `_headers` rules to a delivery response. The protective headers stay: a rule may
-    add a Content-Security-Policy (browsers enforce every policy, so it can only tighten), never
-    remove or replace ours or nosniff; and if a rule changes the Content-Type, the response gets
-    the headers of its new type (assetcdn/shared/content_security.py)."""
+    """Apply the `_headers` rules to a delivery response. The headers that decide how a browser runs
+    the body (type, policy, nosniff, disposition) are never the rules' to change: control refuses
+    such rules and the edge skips them (assetcdn/shared/edge_rules.py)."""
     if not config.rules.headers or request.get(FORWARDED) or request.path in NOT_DELIVERY:
         return
-    apply_rule_changes(config.rules.headers.for_path(request.path, request.host), response.headers)
+    apply_rule_changes(config.rules.headers.for_path(request.path, request_host(request)), response.headers)
 
 
 def apply_rule_changes(changes: HeaderChanges, headers: CIMultiDict[str]) -> None:
@@ -75,14 +99,9 @@ def apply_rule_changes(changes: HeaderChanges, headers: CIMultiDict[str]) -> Non
     if not changes:
         return
     for name in list(headers):
-        if name.lower() in changes.remove and name.lower() not in PROTECTED:
+        if name.lower() in changes.remove and name.lower() not in BROWSER_RUN_HEADERS:
             del headers[name]
     for name, value in changes.set.items():
-        lower = name.lower()
-        if lower == NOSNIFF_HEADER.lower():
-            continue
-        if lower == CSP_HEADER.lower() and CSP_HEADER in headers:
-            headers.add(name, value)
-        else:
+        if name.lower() not in BROWSER_RUN_HEADERS:
             headers[name] = value
     keep_sandbox(headers)

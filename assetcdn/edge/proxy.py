@@ -2,8 +2,8 @@
 headers (repeated ones too: Cookie in, Set-Cookie out) and status pass through, responses (SSE
 included) are streamed, and X-Forwarded-For is added.
 
-A request body is received whole (decoded, bounded in size and time) before control is asked
-(assetcdn/edge/proxied_body.py), so the pool of connections to control (``proxy_pool_size``) only ever holds
+A request body is received whole (decoded, bounded in size by its route's own limit, and in time)
+before control is asked (assetcdn/edge/proxied_body.py), so the pool of connections to control (``proxy_pool_size``) only ever holds
 calls that are ready; each call must be answered and relayed within ``proxy_timeout_s``, except an
 SSE stream once it has begun.
 """
@@ -19,14 +19,14 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from assetcdn.edge.app_keys import NODE, PROXY_SESSION, SETTINGS
+from assetcdn.edge.app_keys import FORWARD_SPOOL, NODE, PROXY_SESSION, SETTINGS
 from assetcdn.edge.edge_config import FORWARDED
 from assetcdn.edge.proxied_body import ProxiedBody, receive_body
 from assetcdn.shared.config import Settings
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.http_server import client_keepalive_s
 from assetcdn.shared.middleware import REQUEST_ID
-from assetcdn.shared.request_body import batch_body_limit, body_deadline
+from assetcdn.shared.request_body import RouteBody, body_deadline, in_route_envelope, route_body
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +48,9 @@ def open_proxy_session(settings: Settings) -> aiohttp.ClientSession:
                                  timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
 
 
-def _body_limit(request: web.Request) -> int:
-    upload: int = request.app[SETTINGS].get("control", "max_upload_bytes")
-    if request.method == "PUT" and request.path.startswith("/api/storage/"):
-        return upload
-    # Anything else: the largest body control accepts, a batch upload. Control applies each endpoint's own limit.
-    return batch_body_limit(upload)
+def _route_body(request: web.Request) -> RouteBody:
+    # The route's own limit, as control will read it: nothing past it is decoded or kept here.
+    return route_body(request.method, request.path, int(request.app[SETTINGS].get("control", "max_upload_bytes")))
 
 
 def _forward_headers(request: web.Request, body: ProxiedBody | None) -> CIMultiDict[str]:
@@ -84,8 +81,10 @@ async def forward_to_control(request: web.Request) -> web.StreamResponse:
                        headers={"Retry-After": str(max(1, round(control.breaker.open_s)))})
     body = None
     if request.body_exists:
-        with body_deadline(request, request.app[SETTINGS]):
-            body = await receive_body(request, _body_limit(request), int(edge["proxy_body_memory_kb"]) * 1024)
+        route = _route_body(request)
+        with body_deadline(request, request.app[SETTINGS]), in_route_envelope(route):
+            body = await receive_body(request, route.limit, int(edge["proxy_body_memory_kb"]) * 1024,
+                                      request.app[FORWARD_SPOOL])
     try:
         return await _exchange(request, body, float(edge["proxy_timeout_s"]))
     finally:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import ipaddress
+import json
 import os
 import signal
 import subprocess
@@ -17,7 +19,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from assetcdn.shared.config import default_config_text, load_settings
+from assetcdn.shared.config import Settings, default_config_text, load_settings
 from assetcdn.shared.process import (
     EXIT_CANNOT_LISTEN,
     EXIT_DEADLINE_S,
@@ -119,6 +121,35 @@ def _wait_healthy(urls: list[str], processes: list[subprocess.Popen[bytes]], lab
     return not stop.requested
 
 
+def _chat_ready(control_url: str, run_id: str) -> bool:
+    """Whether this run's control says its chat answers without warming up (a control that does not say
+    counts as ready)."""
+    request = urllib.request.Request(control_url + "/api/health", headers={RUN_ID_HEADER: run_id})
+    try:
+        with urllib.request.urlopen(request, timeout=2) as resp:  # noqa: S310 (loopback/operator URL)
+            body = resp.read()
+    except urllib.error.HTTPError as exc:
+        body = exc.read()   # degraded (503) still says whether the chat is ready
+    except (urllib.error.URLError, OSError):
+        return False
+    try:
+        return bool(json.loads(body).get("chat", "ready") == "ready")
+    except (ValueError, AttributeError):
+        return False
+
+
+def _wait_chat_ready(control_url: str, run_id: str, stop: _StopRequest, timeout_s: float) -> None:
+    """`up` is announced once the first chat question is answered at once; a chat still loading after
+    `timeout_s` is said, not fatal (everything else works, and it answers when it is ready)."""
+    deadline = time.monotonic() + timeout_s
+    while not stop.requested and not _chat_ready(control_url, run_id):
+        if time.monotonic() > deadline:
+            _say("assetcdn up: the chat is still loading its documentation vectors; it answers once they are ready",
+                 error=True)
+            return
+        time.sleep(0.2)
+
+
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     # Its own process group: when it stops, whatever it started (edge workers) can be killed with it.
     return subprocess.Popen([sys.executable, *args], env=env, process_group=0,  # noqa: PLW1509
@@ -190,9 +221,18 @@ def _lock_data_dir(data_dir: Path) -> int:
     return fd
 
 
-def _dashboard_url(edge_url: str) -> str:
-    """Where to open the dashboard: on localhost rather than 127.0.0.1, where browsers allow passkeys."""
-    return edge_url.replace("://127.0.0.1:", "://localhost:", 1)
+def dashboard_url(settings: Settings, host: str, dashboard_port: int) -> str:
+    """Where to open the dashboard (control's own port for it): `dashboard.public_url`, else on
+    localhost rather than an IP address, where browsers allow passkeys (as control reads it,
+    assetcdn/control/state.py)."""
+    if configured := settings.get("dashboard", "public_url"):
+        return str(configured).rstrip("/")
+    try:
+        ipaddress.ip_address(host)
+        host = "localhost"
+    except ValueError:
+        pass
+    return f"http://{host}:{dashboard_port}"
 
 
 def _keys_notice(secrets_path: Path, generated: list[str]) -> str:
@@ -205,25 +245,12 @@ def _keys_notice(secrets_path: Path, generated: list[str]) -> str:
             f"Load them with: set -a; . {secrets_path}; set +a")
 
 
-def edge_origins(host: str, edge_port: int, edges: int, https_port: int = 0) -> list[str]:
-    """The browser origins of the edges `up` starts (with `localhost` beside a loopback address), over
-    http and, with an https port, over https."""
-    origins = []
-    address = f"[{host}]" if ":" in host else host
-    schemes = [("http", edge_port), *([("https", https_port)] if https_port else [])]
-    for scheme, first in schemes:
-        for port in range(first, first + edges):
-            origins.append(f"{scheme}://{address}:{port}")
-            if host.startswith("127.") or host in ("0.0.0.0", "::1", "::"):
-                origins.append(f"{scheme}://localhost:{port}")
-    return origins
-
-
 def cmd_up(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     host = args.host or settings.get("server", "host")
     edge_port = args.edge_port or settings.get("server", "edge_port")
     control_port = args.control_port or settings.get("server", "control_port")
+    dashboard_port = args.dashboard_port or settings.get("server", "dashboard_port")
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
     private_umask()  # everything control and the edges create under the data dir is the owner's only
     first_start = not (data_dir / "repo.git").exists()
@@ -234,26 +261,27 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 1
     secrets, generated = load_or_create_secrets(data_dir)
     https_port = args.https_port if args.https_port is not None else int(settings.get("tls", "https_port"))
-    ports = [("control", control_port), *((f"edge-{i}", edge_port + i) for i in range(args.edges))]
-    labels = [label for label, _port in ports]
+    ports = [("control", control_port), ("dashboard", dashboard_port),
+             *((f"edge-{i}", edge_port + i) for i in range(args.edges))]
+    labels = [label for label, _port in ports if label != "dashboard"]  # control serves the dashboard
     if https_port:
         ports += [(f"edge-{i} https", https_port + i) for i in range(args.edges)]
+    if len({port for _label, port in ports}) < len(ports):
+        _say("assetcdn up: control, dashboard, edge and https ports must all differ: choose them with "
+             "--control-port, --dashboard-port, --edge-port and --https-port", error=True)
+        return 1
     if conflicts := port_conflicts(host, ports):
         for conflict in conflicts:
             _say(f"assetcdn up: {conflict}", error=True)
         _say(f"assetcdn up: another install or program is using {'it' if len(conflicts) == 1 else 'them'}: "
-             "stop that one, or choose free ports with --edge-port and --control-port", error=True)
+             "stop that one, or choose free ports with --edge-port, --control-port and --dashboard-port", error=True)
         return 1
     become_subreaper()
     run_id = os.urandom(8).hex()  # the children echo it from /api/health: how `up` knows they are its own
     env = {**os.environ, **secrets.as_env(), "ASSETCDN_SERVER_EDGE_PORT": str(edge_port),
-           "ASSETCDN_SERVER_HOST": host, RUN_ID_ENV: run_id}
+           "ASSETCDN_SERVER_DASHBOARD_PORT": str(dashboard_port), "ASSETCDN_SERVER_HOST": host, RUN_ID_ENV: run_id}
     if args.config:
         env["ASSETCDN_CONFIG"] = str(Path(args.config).resolve())
-    if (args.edges > 1 or https_port) and not settings.get("server", "public_url") \
-            and not settings.get("dashboard", "origins"):
-        # The dashboard may be opened on any of the edges `up` starts, over http or https: each origin may sign in.
-        env["ASSETCDN_DASHBOARD_ORIGINS"] = ",".join(edge_origins(host, edge_port, args.edges, https_port))
     control_url = f"http://{host}:{control_port}"
     demo = ["--demo"] if first_start and not args.no_demo else []
     commands = [["-m", "assetcdn.control", "--data-dir", str(data_dir), "--host", host, "--port", str(control_port), *demo]]
@@ -276,11 +304,15 @@ def cmd_up(args: argparse.Namespace) -> int:
         processes.extend(_spawn(command, env) for command in commands[1:])
         if not _wait_healthy(edge_urls, processes, labels, run_id, stop, HEALTH_TIMEOUT_S):
             return 0
+        _wait_chat_ready(control_url, run_id, stop, HEALTH_TIMEOUT_S)
+        if stop.requested:
+            return 0
         _say(f"assetcdn is up: {edge_urls[0]}  (control {control_url}; edges {', '.join(edge_urls)})")
         if https_port:
             _say(f"HTTPS: https://{host}:{https_port}" + (f" to :{https_port + args.edges - 1}" if args.edges > 1 else ""))
         _say(_keys_notice(data_dir / SECRETS_FILE, generated))
-        _say(f"Dashboard: {_dashboard_url(edge_urls[0])}/dashboard/ (sign in with ASSETCDN_DASHBOARD_SECRET)")
+        _say(f"Dashboard: {dashboard_url(settings, host, dashboard_port)}/dashboard/ (its own origin; "
+             "sign in with ASSETCDN_DASHBOARD_SECRET)")
         return _supervise(processes, commands, labels, env, stop)
     except StartupFailed as exc:
         _say(f"assetcdn up: {exc}", error=True)
@@ -344,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--host")
     up.add_argument("--edge-port", type=int)
     up.add_argument("--control-port", type=int)
+    up.add_argument("--dashboard-port", type=int, help="the dashboard's own port (default 8787)")
     up.add_argument("--https-port", type=int, help="https on edge i at this port + i (default: [tls] https_port)")
     up.add_argument("--edges", type=int, default=1)
     up.add_argument("--workers", type=int, default=1)

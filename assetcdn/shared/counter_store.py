@@ -4,7 +4,8 @@ A limit (`Limit`) allows `limit` hits per window: a number of seconds from a sub
 (per-IP limits such as signed URLs, 300 per minute) or a calendar period in UTC (transforms per
 month, purges per day). `hit` counts one and says whether it was allowed; a refused hit is not
 counted. `refund` gives one back (a purge that was not recorded, a transform that failed, a
-successful sign-in). Every backend does this atomically, so concurrent callers in any number of
+successful sign-in) to the window it was taken from: never to a later one (a refund after midnight,
+or after a client's window ended, credits nothing). Every backend does this atomically, so concurrent callers in any number of
 processes never pass a limit together:
 
 - `SqliteCounterStore` ("embedded", the default): one SQLite file every process on the machine
@@ -48,6 +49,9 @@ IPV6_CLIENT_PREFIX = 64   # one IPv6 client usually holds a whole /64
 PRUNE_EVERY_S = 60.0      # how often a process deletes ended windows from the embedded store
 REDIS_CONNECTIONS = 8     # per process
 RECHECK_AFTER_S = 5.0     # health asks the store itself when nothing reached it for this long
+# A refund goes to the window that ends at the taken decision's reset_at, give or take this: a store's
+# own end differs from the one reported (a period's is set to midnight exactly) by milliseconds.
+SAME_WINDOW_S = 1.0
 
 
 class CounterStoreUnavailable(Exception):
@@ -61,6 +65,7 @@ class Decision:
     remaining: int     # hits left in this window after this one
     reset_at: float    # Unix time the window ends
     decided_at: float  # Unix time of the decision (the store's clock)
+    key: str = ""      # the window's key in the store (set by Counters): where a refund goes
 
     def retry_after_s(self) -> int:
         """Whole seconds from the decision until the window ends (at least 1): a Retry-After value."""
@@ -90,8 +95,9 @@ class CounterStore(Protocol):
         """The window of `key` as it stands, counting nothing (`allowed`: would one more pass)."""
         ...
 
-    async def refund(self, key: str) -> None:
-        """Give back one hit counted under `key` in its current window (never below 0)."""
+    async def refund(self, key: str, window_end: float) -> None:
+        """Give back one hit counted under `key` in its current window (never below 0), if that window
+        is the one that ended at `window_end` (Unix time; later windows end later)."""
         ...
 
     async def ping(self) -> None:
@@ -151,9 +157,9 @@ class MemoryCounterStore:
         used, reset_at = (0, now + window_s) if window is None or window[1] <= now else (int(window[0]), window[1])
         return _decision(used < limit, limit, used, reset_at, now)
 
-    async def refund(self, key: str) -> None:
+    async def refund(self, key: str, window_end: float) -> None:
         window = self._windows.get(key)
-        if window is not None and window[1] > self._clock() and window[0] > 0:
+        if window is not None and self._clock() < window[1] <= window_end + SAME_WINDOW_S and window[0] > 0:
             window[0] -= 1
 
     def seed(self, key: str, used: int, reset_at: float) -> None:
@@ -262,10 +268,10 @@ class SqliteCounterStore:
             return _decision(used < limit, limit, used, reset_at, now)
         return await self._run(work, write=False)
 
-    async def refund(self, key: str) -> None:
+    async def refund(self, key: str, window_end: float) -> None:
         def work(db: sqlite3.Connection) -> None:
-            db.execute("UPDATE counters SET count = count - 1 WHERE key = ? AND count > 0 AND reset_at > ?",
-                       (key, self._clock()))
+            db.execute("UPDATE counters SET count = count - 1 WHERE key = ? AND count > 0 AND reset_at > ? "
+                       "AND reset_at <= ?", (key, self._clock(), window_end + SAME_WINDOW_S))
         await self._run(work)
 
     async def ping(self) -> None:
@@ -302,7 +308,10 @@ local ttl = redis.call('PTTL', KEYS[1])
 if ttl < 0 then return {0, -1} end
 return {tonumber(redis.call('GET', KEYS[1]) or '0'), ttl}
 """
+# ARGV[1]: the longest the taken window may still have to run, in ms (a later window runs longer).
 _REFUND = """
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 or ttl > tonumber(ARGV[1]) then return 0 end
 if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then redis.call('DECR', KEYS[1]) end
 return 0
 """
@@ -356,8 +365,9 @@ class RedisCounterStore:
             return _decision(limit > 0, limit, 0, now + window_s, now)
         return _decision(int(used) < limit, limit, int(used), now + int(ttl) / 1000, now)
 
-    async def refund(self, key: str) -> None:
-        await self._call(lambda: self._refund(keys=[self._prefix + key]))
+    async def refund(self, key: str, window_end: float) -> None:
+        left_ms = max(int((window_end + SAME_WINDOW_S - time.time()) * 1000), 0)
+        await self._call(lambda: self._refund(keys=[self._prefix + key], args=[left_ms]))
 
     async def ping(self) -> None:
         await self._call(self._redis.ping)
@@ -481,6 +491,7 @@ class Counters:
             return Decision(True, 0, 0, now_s + window_s, now_s)
         key = limit.key(subject, now)
         decision = _exact(limit, now, await self._use(lambda store: store.hit(key, limit.limit, window_s)))
+        decision = replace(decision, key=key)
         if self._error is None:  # answered by the store: a later fallback continues from its count
             self.local.seed(key, decision.limit - decision.remaining, decision.reset_at)
         self._remember(key, decision)
@@ -511,15 +522,17 @@ class Counters:
             return known[1]
         return await self.peek(limit, subject)
 
-    async def refund(self, limit: Limit, subject: str = "") -> None:
-        """Give back a hit of `limit` for `subject` (the work it paid for did not happen)."""
-        if limit.limit <= 0:
+    async def refund(self, taken: Decision | None) -> None:
+        """Give back the hit `taken` counted (the work it paid for did not happen), to the window it was
+        counted in: nothing once that window has ended. A refused hit, or one of a limit switched off,
+        counted nothing and gives nothing back."""
+        if taken is None or not taken.allowed or not taken.limit or not taken.key:
             return
-        key = limit.key(subject)
-        await self._use(lambda store: store.refund(key))
+        key, window_end = taken.key, taken.reset_at
+        await self._use(lambda store: store.refund(key, window_end))
         if self._error is None:  # the store answered: the local mirror a fallback would continue from follows
             with contextlib.suppress(Exception):
-                await self.local.refund(key)
+                await self.local.refund(key, window_end)
 
     async def healthy(self, *, probe: bool = False) -> bool:
         """Whether limits are shared right now. The store is asked when `probe` is set, when it was

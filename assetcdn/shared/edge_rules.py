@@ -16,6 +16,12 @@ default status is 302, as on Cloudflare Pages. The first matching line wins. ``f
 (``*`` splat, ``:name`` placeholders); the request's query string is ignored when matching and is
 appended to the location unless the destination carries its own query string.
 
+Headers that decide how a browser runs a file (:data:`BROWSER_RUN_HEADERS`: ``Content-Type``,
+``Content-Security-Policy``, ``X-Content-Type-Options``, ``Content-Disposition``) and ``Set-Cookie``
+(cookies ignore ports, so one set here would reach the dashboard's origin) may not be set or detached:
+the sandbox of stored files (assetcdn/shared/content_security.py) is decided on the type we serve, and a
+rule could otherwise make a browser run what that decision called passive.
+
 Limits are Cloudflare's: ``_headers`` 100 rules and 2,000 characters per line; ``_redirects`` 2,000
 static plus 100 dynamic rules and 1,000 characters per line. The caller checks the 100,000-character
 content limit of POST /api/core/rules.
@@ -42,6 +48,9 @@ _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _HOST_PATTERN = re.compile(r"[A-Za-z0-9.*:_-]+")
 _STATUS = re.compile(r"[0-9]{3}")  # ASCII digits: str.isdigit() accepts '²', which int() refuses
+# Lower-case names a `_headers` rule may not touch (see the module's docstring).
+BROWSER_RUN_HEADERS = frozenset({"content-type", "content-security-policy", "x-content-type-options",
+                                 "content-disposition", "set-cookie"})
 
 
 class RulesSyntaxError(ValueError):
@@ -240,19 +249,33 @@ def _parse_url_pattern(text: str, line: int) -> tuple[re.Pattern[str] | None, _P
                                 _literal_prefix(path))
 
 
-def parse_headers(text: str | None) -> HeaderRules:
-    """Parse a ``_headers`` file; raises ``RulesSyntaxError`` on the first bad line."""
+def _refused_name(name: str, line: int) -> RulesSyntaxError | None:
+    if name.lower() in BROWSER_RUN_HEADERS:
+        return RulesSyntaxError(line, f"'{name}' decides how browsers run a file (or sets a cookie); "
+                                      "_headers rules may not set or remove it.")
+    return None
+
+
+def parse_headers(text: str | None, *, strict: bool = True) -> HeaderRules:
+    """Parse a ``_headers`` file; raises ``RulesSyntaxError`` on the first bad line.
+
+    ``strict=False`` (the edge loading what control published) skips lines naming a header in
+    :data:`BROWSER_RUN_HEADERS` instead of refusing them, so a file published before they were
+    refused still applies its other lines and never those."""
     if not text:
         return HeaderRules()
     rules: list[HeaderRule] = []
     current: tuple[int, str, re.Pattern[str] | None, _Pattern] | None = None
     actions: list[tuple[str, str, str | None, bool]] = []
+    skipped = False
 
     def close_block() -> None:
         if current is None:
             return
         line, pattern, host, path = current
         if not actions:
+            if skipped:
+                return
             raise RulesSyntaxError(line, f"The URL pattern '{pattern}' has no indented header lines under it.")
         rules.append(HeaderRule(line, pattern, host, path.regex, path.prefix, path.names, tuple(actions)))
 
@@ -265,6 +288,7 @@ def parse_headers(text: str | None) -> HeaderRules:
         if not raw[0].isspace():
             close_block()
             actions = []
+            skipped = False
             if len(rules) >= MAX_HEADER_RULES:
                 raise RulesSyntaxError(number, f"A _headers file may hold at most {MAX_HEADER_RULES} rules.")
             host, path = _parse_url_pattern(stripped, number)
@@ -277,6 +301,11 @@ def parse_headers(text: str | None) -> HeaderRules:
             name = stripped[1:].strip()
             if not _HEADER_NAME.fullmatch(name):
                 raise RulesSyntaxError(number, f"'{name}' is not a valid header name to detach; write '! Header-Name'.")
+            if (refused := _refused_name(name, number)) is not None:
+                if strict:
+                    raise refused
+                skipped = True
+                continue
             actions.append((name.lower(), name, None, False))
             continue
         name, colon, value = stripped.partition(":")
@@ -289,6 +318,11 @@ def parse_headers(text: str | None) -> HeaderRules:
             raise RulesSyntaxError(number, f"The header '{name}' has no value; use '! {name}' to remove a header.")
         if _CONTROL.search(value):
             raise RulesSyntaxError(number, f"The value of '{name}' contains control characters.")
+        if (refused := _refused_name(name, number)) is not None:
+            if strict:
+                raise refused
+            skipped = True
+            continue
         actions.append((name.lower(), name, value, _uses_placeholders(value, names)))
     close_block()
     return HeaderRules(tuple(rules))
@@ -423,9 +457,10 @@ class RuleSet:
     redirects: RedirectRules = field(default_factory=RedirectRules)
 
     @classmethod
-    def from_texts(cls, headers: str | None, redirects: str | None) -> RuleSet:
-        """Build both; a syntax error carries the line and names nothing else (the caller knows the file)."""
-        return cls(parse_headers(headers), parse_redirects(redirects))
+    def from_texts(cls, headers: str | None, redirects: str | None, *, strict: bool = True) -> RuleSet:
+        """Build both; a syntax error carries the line and names nothing else (the caller knows the file).
+        ``strict=False``: see :func:`parse_headers`."""
+        return cls(parse_headers(headers, strict=strict), parse_redirects(redirects))
 
 
 EMPTY_RULES = RuleSet()

@@ -6,12 +6,16 @@ is started with.
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
-from aiohttp import web, web_response
+from aiohttp import web, web_protocol, web_request, web_response
 
 from assetcdn.shared import process
 from assetcdn.shared.config import Settings
+from assetcdn.shared.content_security import NOSNIFF, NOSNIFF_HEADER
+from assetcdn.shared.errors import ApiError
+from assetcdn.shared.middleware import error_response, new_request_id
 
 SERVER_NAME = "assetcdn"
 
@@ -24,6 +28,30 @@ def name_the_server() -> None:
     request line, oversize headers); its default comes from this module attribute.
     """
     web_response.SERVER_SOFTWARE = SERVER_NAME
+
+
+_AIOHTTP_ERROR_PAGE = web_protocol.RequestHandler.handle_error
+
+
+def _json_error_page(self: web_protocol.RequestHandler, request: web_request.BaseRequest, status: int = 500,
+                     exc: BaseException | None = None, message: str | None = None) -> web.StreamResponse:
+    """aiohttp's own answer to a request it could not read (bad request line, oversize head, a crash
+    before any handler), in the standard envelope with nosniff: its default is text, or HTML when the
+    client asks for it, and may quote the request back."""
+    _AIOHTTP_ERROR_PAGE(self, request, status, exc, message)  # its logging and its already-sent check
+    phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+    error = ApiError(status, phrase.replace(" ", "").replace("-", ""),
+                     f"{status} {phrase}: the request could not be read (its request line, headers or body "
+                     "encoding).")
+    response = error_response(error, new_request_id())
+    response.headers[NOSNIFF_HEADER] = NOSNIFF
+    response.force_close()
+    return response
+
+
+def answer_unreadable_requests_in_json() -> None:
+    """Every error both processes send is JSON (README "Security"), aiohttp's own included."""
+    web_protocol.RequestHandler.handle_error = _json_error_page  # type: ignore[method-assign]
 
 
 def header_timeout_s(settings: Settings) -> float:
@@ -46,4 +74,5 @@ def client_keepalive_s(settings: Settings) -> float:
 def serve(app: web.Application, settings: Settings, *, host: str, port: int, **options: Any) -> int:
     """Run `app` until SIGTERM/SIGINT (assetcdn/shared/process.py: bounded, signal-safe stop); its exit status."""
     name_the_server()
+    answer_unreadable_requests_in_json()
     return process.serve(app, host=host, port=port, **server_options(settings), **options)

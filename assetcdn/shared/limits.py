@@ -15,6 +15,24 @@ def transforms_per_month(settings: Settings) -> Limit:
     return Limit("transforms", int(settings.get("transform", "monthly_limit")), period="month")
 
 
+def transform_misses_per_client(settings: Settings) -> Limit:
+    """Variants one client address (IPv6: its /64) may have made a minute (`[transform]
+    client_misses_per_minute`): a burst of distinct URLs cannot keep the image pool for itself."""
+    return Limit("rl:transform", int(settings.get("transform", "client_misses_per_minute")), 60.0)
+
+
+def transform_misses_per_client_day(settings: Settings) -> Limit:
+    """Variants one client address may have made a UTC day (`[transform] client_misses_per_day`): one
+    stranger cannot spend the installation's monthly quota."""
+    return Limit("rl:transform-day", int(settings.get("transform", "client_misses_per_day")), period="day")
+
+
+def placeholders_per_client(settings: Settings) -> Limit:
+    """LQIP and BlurHash placeholders one client address may have made a minute (`[transform]
+    client_placeholders_per_minute`); cached ones are not counted."""
+    return Limit("rl:placeholder", int(settings.get("transform", "client_placeholders_per_minute")), 60.0)
+
+
 def purges_per_day(settings: Settings) -> Limit:
     return Limit("purge:count", int(settings.get("purge", "daily_limit")), period="day")
 

@@ -34,9 +34,17 @@ def json_response(body: object, status: int = 200, headers: dict[str, str] | Non
                         headers=headers)
 
 
+# '<', '>' and '&' only occur inside JSON strings, where these escapes mean the same characters: an error
+# that quotes a path or a value back never holds markup, whatever a browser takes the body for.
+_MARKUP_ESCAPES = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"))
+
+
 def error_response(error: ApiError | LegacyError, request_id: str) -> web.Response:
     headers = {"X-Request-ID": request_id, "X-API-Version": API_VERSION, **error.headers}
-    return json_response(error.body(request_id), status=error.status, headers=headers)
+    body = orjson.dumps(error.body(request_id))
+    for markup, escape in _MARKUP_ESCAPES:
+        body = body.replace(markup, escape)
+    return web.Response(body=body, status=error.status, content_type="application/json", headers=headers)
 
 
 def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ApiError | LegacyError:

@@ -129,6 +129,7 @@ def _answer_run_id(run_id: str) -> Callable[[web.Request, web.StreamResponse], A
 
 async def _serve(app: web.Application, host: str, port: int, reuse_port: bool, deadline: _ExitDeadline,
                  runner_options: dict[str, object], site_factory: SiteFactory | None = None,
+                 more_ports: tuple[int, ...] = (),
                  more_sites: Sequence[Callable[[web.AppRunner], web.BaseSite]] = ()) -> int:
     from aiohttp import web
 
@@ -148,18 +149,24 @@ async def _serve(app: web.Application, host: str, port: int, reuse_port: bool, d
     run_id = os.environ.get(RUN_ID_ENV)
     if run_id:
         app.on_response_prepare.append(_answer_run_id(run_id))
+    # Request bodies are decoded by the shared reader (assetcdn/shared/request_body.py), which stops at each
+    # route's limit; aiohttp's own decoding would go on inflating what is left of a refused body.
     options: dict[str, object] = {"access_log": None, "shutdown_timeout": HANDLER_GRACE_S,
-                                  "keepalive_timeout": KEEPALIVE_TIMEOUT_S, **runner_options}
+                                  "keepalive_timeout": KEEPALIVE_TIMEOUT_S, "auto_decompress": False,
+                                  **runner_options}
     runner = web.AppRunner(app, handle_signals=False, **options)  # type: ignore[arg-type]
     try:
         await runner.setup()
-        sites = [(site_factory or web.TCPSite)(runner, host, port, reuse_port=reuse_port),
-                 *(make(runner) for make in more_sites)]
-        for site in sites:
+        sites = [(f"{host}:{port}", (site_factory or web.TCPSite)(runner, host, port, reuse_port=reuse_port)),
+                 *((f"{host}:{more}", web.TCPSite(runner, host, more, reuse_port=reuse_port)) for more in more_ports)]
+        for make in more_sites:
+            site = make(runner)
+            sites.append((site.name.partition("://")[2] or site.name, site))
+        for address, site in sites:
             try:
                 await site.start()
             except OSError as exc:
-                log.error("cannot listen on %s: %s", site.name.partition("://")[2] or site.name, exc.strerror or exc)
+                log.error("cannot listen on %s: %s", address, exc.strerror or exc)
                 return EXIT_CANNOT_LISTEN
         await stopping.wait()
         return 0
@@ -172,8 +179,10 @@ async def _serve(app: web.Application, host: str, port: int, reuse_port: bool, d
 
 def serve(app: web.Application, *, host: str, port: int, reuse_port: bool = False,
           exit_deadline_s: float = EXIT_DEADLINE_S, site_factory: SiteFactory | None = None,
-          more_sites: Sequence[Callable[[web.AppRunner], web.BaseSite]] = (), **runner_options: object) -> int:
-    """Run `app` on host:port until SIGTERM or SIGINT; returns the process's exit status.
+          more_ports: tuple[int, ...] = (), more_sites: Sequence[Callable[[web.AppRunner], web.BaseSite]] = (),
+          **runner_options: object) -> int:
+    """Run `app` on host:port (and on each of `more_ports`, plain TCP sites) until SIGTERM or SIGINT;
+    returns the process's exit status.
 
     `runner_options` go to `aiohttp.web.AppRunner` (e.g. `shutdown_timeout`, request-handler limits);
     `site_factory` replaces `aiohttp.web.TCPSite` (same arguments), e.g. the edge's hit site; `more_sites`
@@ -183,7 +192,8 @@ def serve(app: web.Application, *, host: str, port: int, reuse_port: bool = Fals
 
     deadline = _ExitDeadline(exit_deadline_s)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        status = runner.run(_serve(app, host, port, reuse_port, deadline, runner_options, site_factory, more_sites))
+        status = runner.run(_serve(app, host, port, reuse_port, deadline, runner_options, site_factory,
+                                   more_ports, more_sites))
     # The interpreter waits for non-daemon threads before it exits: name any that is not ending (a
     # connection left open, a job still running); the exit deadline ends the wait if it has to.
     settle = time.monotonic() + THREAD_SETTLE_S

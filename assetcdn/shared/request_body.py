@@ -2,8 +2,11 @@
 
 Size: a body whose Content-Length exceeds the limit is refused (413) before any of it is read; every
 body is also counted as it is decoded, so a chunked body or a gzip bomb stops at the limit too.
-Content codings: gzip and deflate are decoded as the body arrives (aiohttp's parser does it, in
-bounded steps); any other coding is refused with 415 and an ``Accept-Encoding`` that names the two.
+Content codings: gzip and deflate are decoded here as the body is read, in steps of at most
+INFLATE_STEP bytes with the event loop free between them, and never past the limit: the servers run
+with aiohttp's own decoding off (assetcdn/shared/process.py), so what is left of a refused body is drained
+(or dropped) as it was sent, never inflated. Any other coding is refused with 415 and an
+``Accept-Encoding`` that names the two.
 Time: a body must have arrived within ``body_timeout_s`` plus one second for every
 ``body_min_bytes_per_s`` bytes received, so a slow but steady upload of a large file finishes while a
 client that trickles a byte now and then is cut off: 408, then the connection is closed.
@@ -13,23 +16,69 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
+import zlib
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import StreamReader, web
 from aiohttp.typedefs import Handler, Middleware
 
 from assetcdn.shared.config import Settings
-from assetcdn.shared.errors import ApiError, bad_request, payload_too_large
+from assetcdn.shared.errors import ApiError, as_legacy, bad_request, payload_too_large
 
+KB = 1024
 MB = 1024 * 1024
 
 
 def batch_body_limit(max_upload_bytes: int) -> int:
     """The largest body of POST /api/storage/batch: base64 inflates a file by 4/3, and one batch may
-    carry a full-size file, so at least that plus 1 MB of JSON, and never under 100 MB. The edge
-    uses it as the bound of any forwarded body; control applies each endpoint's own limit."""
+    carry a full-size file, so at least that plus 1 MB of JSON, and never under 100 MB."""
     return max(max_upload_bytes * 4 // 3 + MB, 100 * MB)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteBody:
+    """How large a route's decoded body may be, and the envelope its 413 is answered in."""
+
+    limit: int
+    legacy: bool = False  # the route answers in the legacy envelope ({"error": "<text>"})
+
+
+# Each route's body limit, named once: control reads its bodies with it and the edge receives the
+# bodies it forwards with it, so neither inflates or keeps more of a body than the route accepts.
+# Checked in order; a route not named here (most take a small JSON object, many none) gets DEFAULT_BODY.
+# None as the limit: the configured upload limit ([control] max_upload_bytes), or the batch's from it.
+DEFAULT_BODY = RouteBody(64 * KB)
+RULES_CONTENT_MAX = 100_000  # spec: an edge rules file is at most 100,000 characters
+_ROUTE_BODIES: tuple[tuple[str, re.Pattern[str], RouteBody | None], ...] = (
+    ("PUT", re.compile(r"/api/storage/"), None),
+    ("POST", re.compile(r"/api/storage/batch$"), None),
+    # JSON escapes may take 6 bytes per character of content.
+    ("POST", re.compile(r"/api/core/rules$"), RouteBody(6 * RULES_CONTENT_MAX + 4 * KB)),
+    ("POST", re.compile(r"/api/pipeline$"), RouteBody(2 * MB)),  # a 1 MB SVG, base64-encoded, and the flags
+    ("POST", re.compile(r"/api/chat$"), RouteBody(64 * KB, legacy=True)),
+    ("POST", re.compile(r"/api/analytics$"), RouteBody(64 * KB, legacy=True)),
+    ("POST", re.compile(r"/api/purge$"), RouteBody(64 * KB, legacy=True)),
+    ("POST", re.compile(r"/api/ai/[a-z-]+$"), RouteBody(16 * KB)),  # a 2048-character url and little else
+    ("POST", re.compile(r"/api/webhooks/replay$"), RouteBody(4 * KB)),
+    ("POST", re.compile(r"/dashboard/login$"), RouteBody(8 * KB)),
+)
+
+
+def route_body(method: str, path: str, max_upload_bytes: int) -> RouteBody:
+    """The body limit of `method path` (a request's path, as received)."""
+    for route_method, pattern, body in _ROUTE_BODIES:
+        if method == route_method and pattern.match(path):
+            if body is not None:
+                return body
+            if method == "PUT":
+                return RouteBody(max_upload_bytes)
+            return RouteBody(batch_body_limit(max_upload_bytes))
+    return DEFAULT_BODY
 READ_CHUNK = 256 * 1024
+INFLATE_STEP = 64 * 1024  # decoded bytes per inflation step
 # What aiohttp's parser decodes; identity is no coding at all.
 DECODED_CODINGS = ("gzip", "deflate")
 
@@ -84,31 +133,98 @@ def abandon_body(request: web.Request) -> None:
         request.content.set_exception(BodyAbandoned())
 
 
+def invalid_body(request: web.Request) -> ApiError:
+    abandon_body(request)
+    return bad_request("The request body could not be read: its content coding or chunked framing "
+                       "is invalid.", code="InvalidBody")
+
+
+class _Inflater:
+    """gzip (one member or several, RFC 1952) or deflate (zlib-wrapped, or raw as some clients send
+    it), decoded in bounded steps."""
+
+    def __init__(self, coding: str) -> None:
+        self._coding = coding
+        self._decoder: Any = None  # chosen from the first byte for deflate
+
+    def _start(self, data: bytes) -> Any:
+        if self._coding == "gzip":
+            return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        return zlib.decompressobj(wbits=zlib.MAX_WBITS if data[0] & 0x0F == 8 else -zlib.MAX_WBITS)
+
+    def steps(self, data: bytes) -> Iterator[bytes]:
+        """The decoded bytes of `data`, at most INFLATE_STEP at a time; zlib.error when it does not decode."""
+        while data:
+            if self._decoder is None:
+                self._decoder = self._start(data)
+            decoder = self._decoder
+            if decoder.eof:  # what follows a gzip member is another member; deflate has one stream
+                if self._coding != "gzip":
+                    raise zlib.error("data after the end of the compressed stream")
+                self._decoder = decoder = self._start(data)
+            out = decoder.decompress(data, INFLATE_STEP)
+            data = decoder.unconsumed_tail or decoder.unused_data
+            if out:
+                yield out
+
+    def check_complete(self) -> None:
+        if self._decoder is not None and not self._decoder.eof:
+            raise zlib.error("the compressed stream is truncated")
+
+
 async def body_chunks(request: web.Request, limit: int) -> AsyncIterator[bytes]:
-    """The decoded body in chunks, refused (413) as soon as it passes `limit` bytes."""
+    """The decoded body in chunks, refused (413) as soon as it passes `limit` bytes: nothing past the
+    limit is decoded."""
     check_body_headers(request, limit)
     content = request.content
+    coding = request.headers.get("Content-Encoding", "").strip().lower()
+    # aiohttp decodes itself where it was not switched off (a test server): then its stream says so.
+    inflater = _Inflater(coding) if coding in DECODED_CODINGS and content.total_compressed_bytes is None else None
     total = 0
     while True:
         try:
             chunk = await content.read(READ_CHUNK)
         except web.RequestPayloadError:  # a body that does not decode, or broken chunked framing
-            abandon_body(request)
-            raise bad_request("The request body could not be read: its content coding or chunked framing "
-                              "is invalid.", code="InvalidBody") from None
+            raise invalid_body(request) from None
         except ConnectionResetError:  # the client left mid-body; nobody will see the answer
             raise bad_request("The connection closed before the request body was complete.",
                               code="IncompleteBody") from None
         if not chunk:
+            if inflater is not None:
+                try:
+                    inflater.check_complete()
+                except zlib.error:
+                    raise invalid_body(request) from None
             return
-        total += len(chunk)
-        if total > limit:
-            raise too_large(limit)
-        yield chunk
+        pieces: Iterator[bytes] = iter((chunk,)) if inflater is None else inflater.steps(chunk)
+        while True:
+            try:
+                piece = next(pieces, None)
+            except zlib.error:
+                raise invalid_body(request) from None
+            if piece is None:
+                break
+            total += len(piece)
+            if total > limit:
+                raise too_large(limit)
+            yield piece
+            if inflater is not None:
+                await asyncio.sleep(0)  # between inflation steps, other requests run
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
     return b"".join([chunk async for chunk in body_chunks(request, limit)])
+
+
+@contextlib.contextmanager
+def in_route_envelope(body: RouteBody) -> Iterator[None]:
+    """Around a read of `body`'s route: its refusals (413, 415, 400) in the route's own envelope."""
+    try:
+        yield
+    except ApiError as exc:
+        if not body.legacy:
+            raise
+        raise as_legacy(exc) from None
 
 
 class _BodyDeadline:

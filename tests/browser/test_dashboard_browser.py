@@ -15,7 +15,6 @@ import dataclasses
 import json
 import os
 import random
-import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from assetcdn.control.video.demo import write_synthetic_video
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
 from assetcdn.shared.config import load_settings
+from tests.browser.conftest import loopback_listener, serve_dashboard
 from tests.browser.dashboard_driver import DashboardBrowser
 from tests.control.conftest import ACCESS
 from tests.control.signin_client import PASSWORD, SIGNIN_SECRETS
@@ -49,7 +49,8 @@ SECRETS = dataclasses.replace(SIGNIN_SECRETS, webhook_secret_key="test-webhook-s
 
 @dataclass
 class Site:
-    base: str          # http://localhost:<edge port>: the dashboard's origin (passkeys need a domain name)
+    base: str          # http://localhost:<dashboard port>: the dashboard's own origin (passkeys need a domain name)
+    edge_url: str      # http://127.0.0.1:<edge port>: the edge's public URL (where files are delivered)
     control: TestServer
     edge: TestServer
     receiver: str      # http://127.0.0.1:<port>: /ok answers 204, /down 503 (webhook targets)
@@ -64,13 +65,12 @@ def shots(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def site(tmp_path: Path) -> AsyncIterator[Site]:
-    """Control plus one edge; the edge's port is chosen before control starts, so the dashboard's
-    origins (127.0.0.1 and localhost on that port) are in control's configuration."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
+    """Control (with its dashboard listener) plus one edge; their ports are chosen before control starts,
+    so the edge's public URL and the dashboard's port are in control's configuration."""
+    listener, dashboard_listener = loopback_listener(), loopback_listener()
+    port, dashboard_port = listener.getsockname()[1], dashboard_listener.getsockname()[1]
     settings = load_settings(environ={"ASSETCDN_SERVER_PUBLIC_URL": f"http://127.0.0.1:{port}",
+                                      "ASSETCDN_SERVER_DASHBOARD_PORT": str(dashboard_port),
                                       "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5",
                                       "ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
                                       # webhook targets on loopback, and dead letters after two quick retries
@@ -90,6 +90,7 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
     await receiver_server.start_server()
     control_server = TestServer(control.app.create_app(settings, SECRETS, tmp_path / "data"))
     await control_server.start_server()
+    await serve_dashboard(control_server, dashboard_listener)
     identity = EdgeIdentity(name="edge-0", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
                             cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
     edge_server = TestServer(edge.app.create_app(settings, SECRETS, identity), socket_factory=lambda *_: listener)
@@ -100,7 +101,7 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
 
     try:
         await wait_until(registered, "the edge registering with control")
-        yield Site(f"http://localhost:{port}", control_server, edge_server,
+        yield Site(f"http://localhost:{dashboard_port}", f"http://127.0.0.1:{port}", control_server, edge_server,
                    str(receiver_server.make_url("")).rstrip("/"), received)
     finally:
         await edge_server.close()
@@ -227,7 +228,8 @@ async def test_an_operators_day(site: Site, browser: DashboardBrowser, shots: Pa
                         " return !!img && img.complete && img.naturalWidth === 640; })()")
     cdn_path = f"/{ZONE}/v1/logos/{IMAGE}"
     assert await page.js("new URL(document.getElementById('preview-image').src).pathname") == cdn_path
-    assert await page.text("#preview-url") == f"{base.replace('localhost', '127.0.0.1')}{cdn_path}"
+    assert await page.js("new URL(document.getElementById('preview-image').src).origin") == site.edge_url
+    assert await page.text("#preview-url") == f"{site.edge_url}{cdn_path}"
     await page.screenshot(shots / "files.png")
 
     # 7. Purge it from the preview: the edge acknowledged, with its latency.
@@ -247,8 +249,8 @@ async def test_an_operators_day(site: Site, browser: DashboardBrowser, shots: Pa
     await open_view(page, base, "logs", "document.getElementById('tail-state')?.textContent === 'live'")
     # The row is told apart by the request id the edge answered with (an earlier delivery of the
     # same path, e.g. the preview's, may reach the tail at any time within the shipping interval).
-    status, request_id = await page.js(f"fetch({json.dumps(cdn_path)}, {{cache: 'no-store'}})"
-                                       ".then(r => [r.status, r.headers.get('X-Request-ID')])")
+    async with ClientSession() as client, client.get(site.edge_url + cdn_path) as resp:
+        status, request_id = resp.status, resp.headers.get("X-Request-ID")
     assert status == 200 and request_id
     row_selector = f"#tail-rows tr[data-code=\"delivery\"][data-request-id={json.dumps(request_id)}]"
     await page.wait_for(f"document.querySelectorAll({json.dumps(row_selector)}).length === 1")

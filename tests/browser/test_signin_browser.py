@@ -1,14 +1,14 @@
-"""Signing in to the dashboard in headless Chromium, through a real edge in front of a real control:
-the password on http://127.0.0.1 (the Secure session cookie is kept and sent over plain HTTP there),
-then on http://localhost a passkey registered with Chromium's virtual authenticator (CDP WebAuthn),
-sign-out, and sign-in with the passkey."""
+"""Signing in to the dashboard in headless Chromium, on control's dashboard listener (its own origin) with a
+real edge beside it: the password on http://127.0.0.1 (the Secure session cookie is kept and sent over
+plain HTTP there), then on http://localhost a passkey registered with Chromium's virtual authenticator
+(CDP WebAuthn), sign-out, and sign-in with the passkey. The browser also sends the cookie to the edge
+(same host, other port), where it opens nothing."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.shared.config import load_settings
+from tests.browser.conftest import loopback_listener, serve_dashboard
 from tests.browser.headless_chromium import DevToolsError, HeadlessChromium, find_chromium
 from tests.control.signin_client import PASSWORD, SIGNIN_SECRETS
 
@@ -40,23 +41,24 @@ def chromium_binary() -> str:
 
 
 @pytest.fixture
-async def edge_port(tmp_path: Path) -> AsyncIterator[int]:
-    """Control plus one edge; the edge listens on a port chosen before control starts, so the
-    dashboard's origins (127.0.0.1 and localhost on that port) are in control's configuration."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    settings = load_settings(environ={"ASSETCDN_SERVER_PUBLIC_URL": f"http://127.0.0.1:{port}"})
+async def ports(tmp_path: Path) -> AsyncIterator[tuple[int, int]]:
+    """(dashboard port, edge port): control with its dashboard listener, plus one edge; both ports are
+    chosen before control starts, so the dashboard's origins (127.0.0.1 and localhost on its port) are
+    in control's configuration."""
+    listener, dashboard_listener = loopback_listener(), loopback_listener()
+    port, dashboard_port = listener.getsockname()[1], dashboard_listener.getsockname()[1]
+    settings = load_settings(environ={"ASSETCDN_SERVER_PUBLIC_URL": f"http://127.0.0.1:{port}",
+                                      "ASSETCDN_SERVER_DASHBOARD_PORT": str(dashboard_port)})
     control_server = TestServer(control.app.create_app(settings, SIGNIN_SECRETS, tmp_path / "data"))
     await control_server.start_server()
+    await serve_dashboard(control_server, dashboard_listener)
     identity = EdgeIdentity(name="edge-b", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
                             cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
     edge_server = TestServer(edge.app.create_app(settings, SIGNIN_SECRETS, identity),
                              socket_factory=lambda *_: listener)
     await edge_server.start_server()
     try:
-        yield port
+        yield dashboard_port, port
     finally:
         await edge_server.close()
         await control_server.close()
@@ -99,8 +101,9 @@ class Page:
         return {c["name"]: c for c in found["cookies"]}
 
 
-async def test_password_then_passkey_sign_in(chromium_binary: str, edge_port: int, tmp_path: Path) -> None:
-    by_ip, by_name = f"http://127.0.0.1:{edge_port}", f"http://localhost:{edge_port}"
+async def test_password_then_passkey_sign_in(chromium_binary: str, ports: tuple[int, int], tmp_path: Path) -> None:
+    dashboard_port, edge_port = ports
+    by_ip, by_name = f"http://127.0.0.1:{dashboard_port}", f"http://localhost:{dashboard_port}"
     browser = HeadlessChromium(chromium_binary, tmp_path / "profile")
     try:
         await browser.open(f"{by_ip}/dashboard/login")
@@ -150,5 +153,14 @@ async def test_password_then_passkey_sign_in(chromium_binary: str, edge_port: in
         listed = await page.js("fetch('/api/passkeys').then(r => r.json())")
         assert listed["passkeys"][0]["lastUsedAt"] is not None
         assert (await page.cookies(by_name))["cdn_session"]["httpOnly"] is True
+
+        # 5. The edge, where stored files are served: the browser sends it the cookie (cookies ignore
+        # ports), and it opens nothing there; its /dashboard sends to the dashboard's own origin.
+        edge_url = f"http://localhost:{edge_port}"
+        assert "cdn_session" in await page.cookies(edge_url)
+        await browser.navigate(f"{edge_url}/api/passkeys")
+        assert (await page.js("JSON.parse(document.body.innerText).error.code")) == "Unauthorized"
+        await browser.command("Page.navigate", url=f"{edge_url}/dashboard/")
+        await page.wait_for(f"location.href === {json.dumps(by_name + '/dashboard/')} && !!document.getElementById('signed-in')")
     finally:
         await browser.close()

@@ -15,25 +15,35 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import create_app
+from assetcdn.control.dashboard_origin import DASHBOARD_PORTS
 from assetcdn.shared.config import load_settings
 from tests.control.conftest import SECRETS
 from tests.control.soft_authenticator import SoftAuthenticator
 
 PASSWORD = "correct horse battery staple"
 SIGNIN_SECRETS = dataclasses.replace(SECRETS, dashboard_secret=PASSWORD)
-# The defaults for http://127.0.0.1:8788: passkeys on http://localhost:8788 with rp id "localhost".
-ORIGIN = "http://localhost:8788"
-IP_ORIGIN = "http://127.0.0.1:8788"
+# The defaults: the dashboard at http://localhost:8787 (its own port), passkeys with rp id "localhost".
+ORIGIN = "http://localhost:8787"
+IP_ORIGIN = "http://127.0.0.1:8787"
 
 ControlFactory = Callable[..., Awaitable[TestClient]]
 
 
 @pytest.fixture
 def make_control(aiohttp_client, data_dir: Path) -> ControlFactory:  # type: ignore[no-untyped-def]
-    """`await make_control(**env)`: a control app with the dashboard password and settings from `env`."""
+    """`await make_control(**env)`: a control app with the dashboard password and settings from `env`,
+    its test server being the dashboard's own listener (assetcdn/control/dashboard_origin.py)."""
     async def start(secrets: Any = SIGNIN_SECRETS, **env: str) -> TestClient:
-        return await aiohttp_client(create_app(load_settings(environ=env), secrets, data_dir))
+        return as_dashboard_listener(await aiohttp_client(create_app(load_settings(environ=env), secrets, data_dir)))
     return start
+
+
+def as_dashboard_listener(client: TestClient) -> TestClient:
+    """Let the test server's port stand for the dashboard listener: control tells its listeners apart by
+    the local port a request arrives on."""
+    assert client.server.port is not None
+    client.app[DASHBOARD_PORTS].add(client.server.port)
+    return client
 
 
 def cookies_set(resp: ClientResponse) -> list[str]:

@@ -32,7 +32,7 @@ class SoftAuthenticator:
     """One credential on one authenticator. `clone()` copies the key and the counter, as an attacker
     who extracted them would."""
 
-    def __init__(self, origin: str = "http://localhost:8788", rp_id: str = "localhost") -> None:
+    def __init__(self, origin: str = "http://localhost:8787", rp_id: str = "localhost") -> None:
         self.origin, self.rp_id = origin, rp_id
         self.key = ec.generate_private_key(ec.SECP256R1())
         self.credential_id = os.urandom(32)

@@ -17,9 +17,11 @@ from aiohttp.test_utils import TestClient
 from assetcdn.control.analytics.hits import COUNTER_MAX, MAX_HIT_BYTES
 from assetcdn.control.analytics.ingest import MAX_BATCH_HITS
 from assetcdn.control.app import create_app
+from assetcdn.control.state import COUNTERS
 from assetcdn.shared import API_VERSION
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.config import load_settings
+from assetcdn.shared.counter_store import Limit
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error, parse_time
 
@@ -102,6 +104,15 @@ async def test_track_can_require_the_analytics_key(aiohttp_client, data_dir: Pat
     await expect_legacy(await client.post("/api/analytics", json={"path": "/a"}), 401)
     await expect_legacy(await client.post("/api/analytics", json={"path": "/a"}, headers=ACCOUNT), 401)
     assert (await client.post("/api/analytics", json={"path": "/a"}, headers=ANALYTICS_KEY)).status == 200
+
+
+async def test_a_401_takes_no_slot_of_the_clients_window(aiohttp_client, data_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    settings = load_settings(environ={}).with_overrides("analytics", track_requires_key=True, track_rate_limit=2)
+    client = await aiohttp_client(create_app(settings, SECRETS, data_dir))
+    for _ in range(3):
+        await expect_legacy(await client.post("/api/analytics", json={"path": "/a"}), 401)
+    window = await client.app[COUNTERS].peek(Limit("rl", 2), "analytics:127.0.0.1")  # SharedRateLimiter's key
+    assert window.remaining == 2
 
 
 @pytest.mark.parametrize("headers", [{}, ACCESS, ACCOUNT, {"x-api-key": "wrong"}])
@@ -233,11 +244,12 @@ async def test_track_is_rate_limited_per_client(aiohttp_client, data_dir: Path) 
         resp = await client.post("/api/analytics", json={"path": "/akande/v1/a.svg"}, headers=alice)
         assert resp.status == 200
         assert (resp.headers["X-RateLimit-Limit"], resp.headers["X-RateLimit-Remaining"]) == ("3", str(remaining))
-    for body in ({"path": "/akande/v1/a.svg"}, {"bytes": -1}):  # refused before the body is even read
-        resp = await client.post("/api/analytics", json=body, headers=alice)
-        error = await expect_legacy(resp, 429)
-        assert error["error"] == "Rate limit exceeded"
-        assert 1 <= int(resp.headers["Retry-After"]) <= 3600 and resp.headers["X-RateLimit-Remaining"] == "0"
+        for _ in range(2):  # an invalid hit is refused before it is counted: it takes no slot
+            await expect_legacy(await client.post("/api/analytics", json={"bytes": -1}, headers=alice), 400)
+    resp = await client.post("/api/analytics", json={"path": "/akande/v1/a.svg"}, headers=alice)
+    error = await expect_legacy(resp, 429)
+    assert error["error"] == "Rate limit exceeded"
+    assert 1 <= int(resp.headers["Retry-After"]) <= 3600 and resp.headers["X-RateLimit-Remaining"] == "0"
     for _ in range(3):  # another client has its own window; an IPv6 client is counted by its /64
         assert (await client.post("/api/analytics", json={}, headers=bob)).status == 200
     neighbour = {"X-Forwarded-For": "2001:db8:1:2:ffff::9"}

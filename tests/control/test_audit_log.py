@@ -109,8 +109,7 @@ async def test_days_window_and_90_day_retention(control: TestClient) -> None:
     assert [e["action"] for e in await entries(control)] == ["rules.update"]
     assert [e["action"] for e in await entries(control, days=90)] == ["rules.update", "zone.delete"]
     await audit.prune()  # (the start-up prune may have run already)
-    async with audit.db.execute("SELECT COUNT(*) FROM audit_log") as cursor:
-        assert (await cursor.fetchone())[0] == 2
+    assert [tuple(row) for row in await audit.db.fetch("SELECT COUNT(*) FROM audit_log")] == [(2,)]
 
 
 async def test_user_agent_is_cut_at_256(control: TestClient) -> None:

@@ -117,7 +117,8 @@ async def test_without_a_model_the_answer_is_extracted_from_the_documentation(ma
     assert events[0] == "metadata" and events[-1] == "done" and set(events[1:-1]) == {"token"}
     metadata = frames[0][1]
     assert metadata["source"] == "curated" and metadata["engine"] == "extractive" and metadata["model"] is None
-    assert metadata["degraded"] is False and metadata["remaining"] == 999
+    # An extractive answer costs nothing: the month's model questions are all left.
+    assert metadata["degraded"] is False and metadata["remaining"] == 1000
     assert metadata["confidence"] in ("high", "medium", "low")
     assert any(s.startswith("readme#") for s in metadata["sources"])
     # Extracted, not written: each part is "From "<README section>": <sentences of that section>".
@@ -161,8 +162,10 @@ async def test_the_catalog_is_part_of_what_chat_answers_from(make_control: MakeC
     assert "autoworld/v1/banners/ferrari-488.jpg" in answer_text(frames)
 
 
-async def test_bad_bodies_are_400_in_the_legacy_envelope_and_count_nothing(make_control: MakeControl) -> None:
-    client = await make_control()
+async def test_bad_bodies_are_400_in_the_legacy_envelope_and_count_nothing(
+        make_control: MakeControl, fake_model: tuple[FakeModel, str]) -> None:
+    _, url = fake_model
+    client = await make_control(ai_chat_url=url, ai_chat_rate_limit_per_minute="2")
     resp = await client.post("/api/chat", data=b"{not json", headers={"Content-Type": "application/json"})
     assert resp.status == 400
     body = await resp.json()
@@ -173,12 +176,16 @@ async def test_bad_bodies_are_400_in_the_legacy_envelope_and_count_nothing(make_
         assert (await resp.json())["error"] == "Message is required"
     resp = await client.post("/api/chat", data=b" " * (65 * 1024), headers={"Content-Type": "application/json"})
     assert resp.status == 413 and isinstance((await resp.json())["error"], str)
-    _, frames = await ask(client, {"message": "What is a zone?"})
-    assert frames[0][1]["remaining"] == 999       # none of the refused requests was counted
+    # None of the refused requests was counted: not in the month, not in the client's minute.
+    for left in (999, 998):
+        resp, frames = await ask(client, {"message": "What is a zone?"})
+        assert resp.status == 200 and frames[0][1]["remaining"] == left
 
 
-async def test_the_monthly_limit_answers_429_limit_reached(make_control: MakeControl) -> None:
-    client = await make_control(ai_chat_monthly_limit="2")
+async def test_the_monthly_limit_answers_429_limit_reached(make_control: MakeControl,
+                                                          fake_model: tuple[FakeModel, str]) -> None:
+    _, url = fake_model
+    client = await make_control(ai_chat_url=url, ai_chat_monthly_limit="2")
     remaining = []
     for _ in range(2):
         _, frames = await ask(client, {"message": "What is a zone?"})
@@ -189,6 +196,14 @@ async def test_the_monthly_limit_answers_429_limit_reached(make_control: MakeCon
     body = await resp.json()
     assert body["error"] == "limit_reached"
     assert body["message"] == "Monthly query limit reached. The Concierge will be back next month."
+
+
+async def test_answers_without_a_model_spend_no_quota(make_control: MakeControl) -> None:
+    client = await make_control(ai_chat_monthly_limit="2", ai_chat_daily_soft_limit="1")
+    for _ in range(4):
+        resp, frames = await ask(client, {"message": "What is a zone?"})
+        assert resp.status == 200 and frames[0][1]["engine"] == "extractive"
+        assert frames[0][1]["remaining"] == 2
 
 
 async def test_the_configured_model_streams_the_answer(make_control: MakeControl,
@@ -248,8 +263,10 @@ async def test_a_model_that_cannot_start_leaves_an_extractive_answer(make_contro
         sock.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{sock.getsockname()[1]}/v1/chat/completions"
     client = await make_control(ai_chat_url=closed)
-    _, frames = await ask(client, {"message": "How do I purge a cached file?"})
-    assert frames[0][1]["source"] == "curated" and frames[0][1]["degraded"] is True and frames[-1][0] == "done"
+    for _ in range(2):  # the model did not answer: the question is given back to the month
+        _, frames = await ask(client, {"message": "How do I purge a cached file?"})
+        assert frames[0][1]["source"] == "curated" and frames[0][1]["degraded"] is True and frames[-1][0] == "done"
+        assert frames[0][1]["remaining"] == 999
 
 
 async def test_past_the_daily_soft_limit_the_model_is_not_called(make_control: MakeControl,
@@ -260,7 +277,10 @@ async def test_past_the_daily_soft_limit_the_model_is_not_called(make_control: M
     _, second = await ask(client, {"message": "What is a zone?"})
     assert first[0][1]["source"] == "ai" and first[0][1]["degraded"] is False
     assert second[0][1]["source"] == "curated" and second[0][1]["degraded"] is True
-    assert second[-1][0] == "done" and second[0][1]["remaining"] == 998
+    # Extractive answers past the soft limit cost nothing: the month keeps them.
+    assert second[-1][0] == "done" and second[0][1]["remaining"] == 999
+    _, third = await ask(client, {"message": "What is a zone?"})
+    assert third[0][1]["source"] == "curated" and third[0][1]["remaining"] == 999
     assert len(model.requests) == 1
 
 
@@ -293,7 +313,7 @@ async def test_one_client_is_limited_per_minute(make_control: MakeControl) -> No
                               headers={"X-Forwarded-For": "198.51.100.4"})
     assert other.status == 200
     frames = parse_sse(await other.text())
-    assert frames[0][1]["remaining"] == 997       # the refused question was not counted in the month
+    assert frames[0][1]["remaining"] == 1000      # extractive answers, and the refused one, cost the month nothing
 
 
 async def test_every_chat_error_uses_the_legacy_envelope(make_control: MakeControl) -> None:

@@ -9,9 +9,13 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.routes.dashboard import static_files
+from assetcdn.control.state import SESSION_SCOPES
+from assetcdn.control.tokens import SCOPES
 from tests.control.conftest import ACCOUNT
+from tests.control.expect import expect_error
 from tests.control.signin_client import (  # noqa: F401 (make_control is a fixture)
     ORIGIN,
+    PASSWORD,
     make_control,
     signed_in,
     with_session,
@@ -43,10 +47,16 @@ class TestPage:
         assert resp.status == 200 and resp.content_type == "text/html"
         page = await resp.text()
         assert '<script type="module" src="/dashboard/static/app.js">' in page
-        assert 'data-rp-id="localhost"' in page and 'data-passkey-origin="http://localhost:8788"' in page
+        assert 'data-rp-id="localhost"' in page and 'data-passkey-origin="http://localhost:8787"' in page
         csp = resp.headers["Content-Security-Policy"]
         assert "script-src 'self';" in csp and "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
-        assert "unsafe-inline" not in csp and "http" not in csp  # nothing from another origin, no inline script
+        assert "unsafe-inline" not in csp  # no inline script
+        # Scripts and styles only from the dashboard's own origin; the edges' public origin (where the
+        # previews and streams come from) only for images, media and fetches.
+        for directive in csp.split(";"):
+            if "http" in directive:
+                assert directive.split()[0] in ("img-src", "media-src", "connect-src"), directive
+                assert "http://127.0.0.1:8788" in directive
         assert resp.headers["Cache-Control"] == "no-store" and resp.headers["X-Frame-Options"] == "DENY"
         home = await control.get("/dashboard", headers=with_session(session, origin=None), allow_redirects=False)
         assert (home.status, home.headers["Location"]) == (302, "/dashboard/")
@@ -135,6 +145,23 @@ class TestSessionOnManagementRoutes:
             assert (await control.get(path, headers=with_session(session, origin=None))).status == 200, path
         deleted = await control.delete("/api/storage/gallery/v1/logos/a.txt", headers=headers)
         assert deleted.status == 200
+
+    async def test_a_session_grants_only_the_scopes_it_may_use_itself(self, control: TestClient,
+                                                                      session: str) -> None:
+        grantable = control.app[SESSION_SCOPES]
+        assert grantable == set(SCOPES) - {"pipeline:write", "ai:read"}  # routes the session does not open
+        for scope in ("pipeline:write", "ai:read"):
+            resp = await control.post("/api/tokens", json={"name": "wider", "scopes": ["storage:read", scope]},
+                                      headers=with_session(session))
+            body = await expect_error(resp, 403, "ScopeNotGrantable")
+            assert body["invalid"] == [scope]
+        assert (await (await control.get("/api/tokens", headers=ACCOUNT)).json())["Count"] == 0
+        resp = await control.post("/api/tokens", json={"name": "ok", "scopes": sorted(grantable)},
+                                  headers=with_session(session))
+        assert resp.status == 201, await resp.text()
+        resp = await control.post("/api/tokens", json={"name": "key", "scopes": ["pipeline:write", "ai:read"]},
+                                  headers=ACCOUNT)
+        assert resp.status == 201  # the account key is the full authority
 
     @pytest.mark.parametrize(("method", "path", "body"), [
         ("POST", "/api/core/zones", {"Name": "forged"}),

@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient
 from assetcdn.control.auth import SESSION_COOKIE, session_cookie_value
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error
+from tests.control.signin_client import as_dashboard_listener
 
 ACCESS_ROUTES = [
     ("PUT", "/api/storage/akande/v1/logos/logo.svg"),
@@ -106,6 +107,10 @@ async def test_unknown_api_paths_are_404_in_the_standard_envelope(control: TestC
 
 
 class TestSessionCookie:
+    @pytest.fixture(autouse=True)
+    def on_the_dashboard_listener(self, control: TestClient) -> None:
+        as_dashboard_listener(control)  # the session is honoured there only (assetcdn/control/dashboard_origin.py)
+
     async def test_valid_session_reads_storage(self, control: TestClient, zone: str) -> None:
         cookie = session_cookie_value(SECRETS.session_secret, nonce=uuid.uuid4().hex)
         await control.put("/api/storage/akande/v1/logos/logo.svg", data=b"<svg/>", headers=ACCESS)
@@ -122,7 +127,7 @@ class TestSessionCookie:
         resp = await control.put("/api/storage/akande/v1/logos/logo.svg", data=b"<svg/>", headers=cookie)
         await expect_error(resp, 403, "Forbidden")  # no Origin: not the dashboard (assetcdn.control.auth)
         resp = await control.put("/api/storage/akande/v1/logos/logo.svg", data=b"<svg/>",
-                                 headers={**cookie, "Origin": "http://localhost:8788"})
+                                 headers={**cookie, "Origin": "http://localhost:8787"})
         assert resp.status == 201
         assert (await control.head("/api/storage/akande/v1/logos/logo.svg", headers=cookie)).status == 200
         assert (await control.get("/api/assets", headers=cookie)).status == 200

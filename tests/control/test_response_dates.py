@@ -67,8 +67,7 @@ async def test_every_date_time_has_milliseconds_and_z(control: TestClient) -> No
 async def test_a_created_date_stored_in_whole_seconds_is_answered_with_milliseconds(control: TestClient,
                                                                                    zone: str) -> None:
     db = control.app[DB]
-    await db.execute("UPDATE zones SET created_at = ? WHERE name = ?", ("2026-04-04T12:00:00Z", zone))
-    await db.commit()
+    await db.write("UPDATE zones SET created_at = ? WHERE name = ?", ("2026-04-04T12:00:00Z", zone))
     for url in ("/api/core/zones", f"/api/core/zones/{zone}"):
         body = await answer(await control.get(url, headers=ACCOUNT))
         created = body[0]["DateCreated"] if isinstance(body, list) else body["DateCreated"]

@@ -1,5 +1,5 @@
-"""/dashboard reaches control through an edge: the login page, the login POST with its three cookies
-intact, sign-out, and passkeys, with the client's own address counted for the failure limit."""
+"""The dashboard through an edge: not served there (a redirect to its own origin, control's dashboard
+port), and its session cookie, which browsers send to every port of the host, opens nothing there."""
 
 from __future__ import annotations
 
@@ -11,21 +11,11 @@ from aiohttp.test_utils import TestClient
 import assetcdn.control.app  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
-from assetcdn.control.state import AUDIT
+from assetcdn.control.state import SESSIONS
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.shared.config import load_settings
 from tests.control.expect import expect_error
-from tests.control.signin_client import (
-    PASSWORD,
-    SIGNIN_SECRETS,
-    cookies_set,
-    passkey_login,
-    password_login,
-    register,
-    session_from,
-    with_session,
-)
-from tests.control.soft_authenticator import SoftAuthenticator
+from tests.control.signin_client import SIGNIN_SECRETS, cookies_set, password_login, with_session
 from tests.edge.routes.conftest import wait_until
 
 
@@ -45,48 +35,31 @@ async def cdn(aiohttp_server, aiohttp_client, tmp_path: Path) -> tuple[TestClien
     return await aiohttp_client(control_server), edge_client
 
 
-async def test_the_login_page_and_post_go_through_the_edge(cdn: tuple[TestClient, TestClient]) -> None:
-    control, edge = cdn
-    page = await edge.get("/dashboard/login")
-    assert page.status == 200 and page.content_type == "text/html"
-    assert "Content-Security-Policy" in page.headers
-    assert (await edge.get("/dashboard/login.js")).status == 200
-    resp = await password_login(edge)
-    assert resp.status == 302 and resp.headers["Location"] == "/dashboard/setup-passkey"
-    # All three Set-Cookie headers arrive, in control's order (a proxy folding them keeps one).
-    cookies = cookies_set(resp)
-    assert [c.split("=", 1)[0] for c in cookies] == ["cdn_session", "cdn_logged_in", "cdn_session"]
-    assert "Path=/dashboard" in cookies[2]
-    session = session_from(resp)
-    assert (await edge.get("/dashboard/", headers=with_session(session, origin=None))).status == 200
-    home = await edge.get("/dashboard", allow_redirects=False)
-    assert (home.status, home.headers["Location"]) == (302, "/dashboard/login")
-    out = await edge.get("/dashboard/logout", headers=with_session(session, origin=None), allow_redirects=False)
-    assert out.status == 302 and len(cookies_set(out)) == 3
-    await expect_error(await edge.get("/api/passkeys", headers=with_session(session, origin=None)),
-                       401, "Unauthorized")
-
-
-async def test_failures_are_counted_for_the_client_behind_the_edge(cdn: tuple[TestClient, TestClient]) -> None:
-    control, edge = cdn
-    client = {"X-Forwarded-For": "203.0.113.9"}  # as if the edge's peer were this address's proxy
-    for _ in range(5):
-        assert (await password_login(edge, "guess", **client)).status == 401
-    resp = await password_login(edge, PASSWORD, **client)
-    assert resp.status == 429 and int(resp.headers["Retry-After"]) > 0
-    assert (await password_login(edge)).status == 302  # the edge's own address is another client
-    failures = await control.app[AUDIT].entries(days=1, action="login.failure", limit=10)
-    assert {f["ip"] for f in failures} == {"203.0.113.9"}
-
-
-async def test_passkeys_through_the_edge(cdn: tuple[TestClient, TestClient]) -> None:
+async def test_the_edge_sends_to_the_dashboards_own_origin(cdn: tuple[TestClient, TestClient]) -> None:
+    """The edges serve stored files, so the dashboard is not theirs: its pages answer with a redirect to
+    the dashboard's own origin (control's dashboard port), and sign-in through them is refused."""
     _, edge = cdn
-    session = session_from(await password_login(edge))
-    authenticator = SoftAuthenticator()
-    assert (await register(edge, session, authenticator)).status == 201
-    resp = await passkey_login(edge, authenticator)
-    assert resp.status == 200
-    assert len(cookies_set(resp)) == 3
+    for path in ("/dashboard", "/dashboard/", "/dashboard/login", "/dashboard/login.js", "/dashboard/static/app.js"):
+        resp = await edge.get(path, allow_redirects=False)
+        assert (resp.status, resp.headers["Location"]) == (302, "http://localhost:8787" + path), path
+        assert "Set-Cookie" not in resp.headers
+    resp = await password_login(edge)
+    await expect_error(resp, 404, "NotFound")
+    assert cookies_set(resp) == []
+
+
+async def test_a_session_opens_nothing_through_the_edge(cdn: tuple[TestClient, TestClient]) -> None:
+    """Browsers send the cookie to every port of the host, the edges' included: there it is no credential."""
+    control, edge = cdn
+    session = control.app[SESSIONS].issue()
+    for path in ("/api/passkeys", "/api/tokens", "/api/core/zones", "/api/dashboard/status"):
+        await expect_error(await edge.get(path, headers=with_session(session, origin=None)), 401, "Unauthorized")
+    resp = await edge.post("/api/core/zones", json={"Name": "forged"}, headers=with_session(session))
+    await expect_error(resp, 401, "Unauthorized")
+    resp = await edge.post("/api/passkeys/register/begin", headers=with_session(session))
+    await expect_error(resp, 401, "Unauthorized")
+    resp = await edge.get("/dashboard/logout", headers=with_session(session, origin=None), allow_redirects=False)
+    assert resp.status == 302 and cookies_set(resp) == []  # a redirect to the dashboard, which signs out
 
 
 async def test_paths_that_only_begin_with_dashboard_stay_cdn_paths(cdn: tuple[TestClient, TestClient]) -> None:

@@ -166,6 +166,19 @@ async def test_invalid_create_bodies_are_400(control: TestClient, body: Any, tar
     assert (await (await control.get("/api/tokens", headers=ACCOUNT)).json())["Count"] == 0
 
 
+@pytest.mark.parametrize("name", ["x\u0000\u001b[31mred\u202e", "tab\there", "bidi\u202eoverride", "zero\u200bwidth",
+                                  "line\u2028separator", "a" * 101])
+async def test_names_with_hidden_characters_are_refused_as_passkey_names_are(control: TestClient, name: str) -> None:
+    resp = await control.post("/api/tokens", json={"name": name, "scopes": ["assets:read"]}, headers=ACCOUNT)
+    body = await expect_error(resp, 400, "InvalidName")
+    assert body["error"]["target"] == "name"
+    assert (await (await control.get("/api/tokens", headers=ACCOUNT)).json())["Count"] == 0
+
+
+async def test_a_printable_name_is_kept_trimmed(control: TestClient) -> None:
+    assert (await mint(control, ["assets:read"], name="  CI – déploiement 🚀 "))["name"] == "CI – déploiement 🚀"
+
+
 async def test_unknown_scope_lists_the_offenders(control: TestClient) -> None:
     resp = await control.post("/api/tokens", json={"name": "ci", "scopes": ["assets:read", "root"]}, headers=ACCOUNT)
     body = await expect_error(resp, 400, "InvalidScopes")
@@ -297,7 +310,6 @@ async def test_scopes_of_endpoints_to_come_are_accepted_at_mint_time(control: Te
 async def test_old_tokens_list_with_the_short_prefix(control: TestClient) -> None:
     secret = (await mint(control, ["assets:read"]))["token"]
     db = control.app[DB]
-    await db.execute("UPDATE tokens SET prefix = ?", (secret[:14],))  # a row minted before the prefix was shortened
-    await db.commit()
+    await db.write("UPDATE tokens SET prefix = ?", (secret[:14],))  # a row minted before the prefix was shortened
     (listed,) = (await (await control.get("/api/tokens", headers=ACCOUNT)).json())["Tokens"]
     assert listed["prefix"] == secret[:8]

@@ -67,12 +67,13 @@ async def test_a_limit_passes_exactly_n_hits_and_refusals_are_not_counted(store:
 
 
 async def test_refund_gives_back_one_hit_and_never_goes_below_zero(store: CounterStore) -> None:
-    assert [(await store.hit("k", 2, 60)).allowed for _ in range(3)] == [True, True, False]
-    await store.refund("k")
+    decisions = [await store.hit("k", 2, 60) for _ in range(3)]
+    assert [d.allowed for d in decisions] == [True, True, False]
+    await store.refund("k", decisions[0].reset_at)
     assert (await store.peek("k", 2, 60)).remaining == 1
     assert (await store.hit("k", 2, 60)).allowed
-    await store.refund("never-hit")
-    await store.refund("never-hit")
+    await store.refund("never-hit", decisions[0].reset_at)
+    await store.refund("never-hit", decisions[0].reset_at)
     assert (await store.peek("never-hit", 2, 60)).remaining == 2
     assert (await store.hit("never-hit", 2, 60)).remaining == 1
 
@@ -134,10 +135,15 @@ async def test_the_embedded_window_ends_and_a_new_one_starts(tmp_path: Path) -> 
         clock.now += 1
         fresh = await store.hit("k", 2, 60)
         assert fresh.allowed and fresh.remaining == 1 and fresh.reset_at == clock.now + 60
-        await store.refund("k")
+        await store.refund("k", fresh.reset_at)
         clock.now += 60
-        await store.refund("k")  # a refund after the window ended gives nothing to the next one
+        await store.refund("k", fresh.reset_at)  # a refund after the window ended gives nothing to the next one
         assert (await store.peek("k", 2, 60)).remaining == 2
+        taken = await store.hit("k", 2, 60)
+        clock.now += 60
+        assert (await store.hit("k", 2, 60)).remaining == 1  # a new window, opened by another hit
+        await store.refund("k", taken.reset_at)  # late: the window it was taken from has ended
+        assert (await store.peek("k", 2, 60)).remaining == 1
     finally:
         await store.close()
 
@@ -201,9 +207,9 @@ class Switchable:
         self._check()
         return await self.inner.peek(key, limit, window_s)
 
-    async def refund(self, key: str) -> None:
+    async def refund(self, key: str, window_end: float) -> None:
         self._check()
-        await self.inner.refund(key)
+        await self.inner.refund(key, window_end)
 
     async def ping(self) -> None:
         self._check()
@@ -296,14 +302,58 @@ async def test_a_refund_while_the_store_is_unreachable_gives_back_exactly_one_hi
     counters = Counters(store, retry_s=5.0, clock=clock)
     limit = Limit("purge:count", 5, period="day")
     store.up = False
-    assert [(await counters.hit(limit)).remaining for _ in range(4)] == [4, 3, 2, 1]
-    await counters.refund(limit)
+    taken = [await counters.hit(limit) for _ in range(4)]
+    assert [d.remaining for d in taken] == [4, 3, 2, 1]
+    await counters.refund(taken[-1])
     assert (await counters.peek(limit)).remaining == 2
     store.up = True
     clock.now += 5
-    assert (await counters.hit(limit)).remaining == 4  # the store's own count again (it saw none of them)
-    await counters.refund(limit)
+    again = await counters.hit(limit)
+    assert again.remaining == 4  # the store's own count again (it saw none of them)
+    await counters.refund(again)
     assert (await counters.peek(limit)).remaining == 5
+
+
+class FrozenDateTime(datetime):
+    """datetime whose now() is set by the test (the counters name calendar periods from it)."""
+
+    moment = datetime(2026, 11, 30, 23, 59, 59, tzinfo=UTC)
+
+    @classmethod
+    def now(cls, tz=None):  # type: ignore[no-untyped-def,override]
+        return cls.moment
+
+
+@pytest.mark.parametrize("backend", ["memory", "embedded"])
+async def test_a_refund_after_the_period_ended_credits_nothing_to_the_new_one(
+        backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("assetcdn.shared.counter_store.datetime", FrozenDateTime)
+    store: CounterStore = MemoryCounterStore() if backend == "memory" else SqliteCounterStore(tmp_path / "c.sqlite3")
+    counters = Counters(store)
+    try:
+        for limit in (Limit("transforms", 5, period="month"), Limit("purge:count", 5, period="day")):
+            FrozenDateTime.moment = datetime(2026, 11, 30, 23, 59, 59, tzinfo=UTC)
+            taken = await counters.hit(limit)  # the last second of November
+            FrozenDateTime.moment = datetime(2026, 12, 1, 0, 0, 1, tzinfo=UTC)
+            assert (await counters.hit(limit)).remaining == 4  # December's first
+            await counters.refund(taken)  # the work paid in November failed: November's count, not December's
+            assert (await counters.peek(limit)).remaining == 4
+    finally:
+        await counters.close()
+
+
+async def test_a_refused_hit_and_a_limit_switched_off_refund_nothing() -> None:
+    counters = Counters(MemoryCounterStore())
+    limit = Limit("rl:x", 1, 60.0)
+    taken = await counters.hit(limit, "a")
+    refused = await counters.hit(limit, "a")
+    assert not refused.allowed
+    await counters.refund(refused)
+    assert (await counters.peek(limit, "a")).remaining == 0
+    await counters.refund(await counters.hit(Limit("rl:x", 0, 60.0), "a"))
+    assert (await counters.peek(limit, "a")).remaining == 0
+    await counters.refund(taken)
+    assert (await counters.peek(limit, "a")).remaining == 1
 
 
 async def test_recent_answers_from_this_process_for_a_second_then_asks_the_store() -> None:

@@ -186,13 +186,17 @@ def check_stack(compose: list[str], env: dict[str, str], secrets: dict[str, str]
     assert status == 200 and body == payload, (status, body[:200])
     say("uploaded 4096 bytes through edge1 and read the same bytes back from edge2")
 
-    # Control has no published port; every assetcdn process runs as the image's non-root user.
+    # Control publishes only the dashboard's port, not its API; every assetcdn process runs as the image's
+    # non-root user.
     published = run([*compose, "port", "control", "8790"], env=env, check=False, quiet=True)
     assert not published.stdout.strip(), published.stdout
     for service in ("control", "edge1", "edge2"):
         uid = run([*compose, "exec", "-T", service, "id", "-u"], env=env, quiet=True).stdout.strip()
         assert uid not in (b"", b"0"), (service, uid)
     say("control is not published; control and edges run as a non-root user")
+    status, body = http("GET", f"http://127.0.0.1:{ports['DASHBOARD_PORT']}/dashboard/login")
+    assert status == 200 and b"<form" in body, (status, body[:200])
+    say("the dashboard answers on its own published port")
 
     prometheus = f"http://127.0.0.1:{ports['PROMETHEUS_PORT']}"
 
@@ -233,8 +237,9 @@ def main() -> int:
             deploy = work / "deploy"
             shutil.copytree(DEPLOY, deploy, ignore=shutil.ignore_patterns("secrets"))
             run(["sh", str(deploy / "make-secrets.sh")])
-            port_list = free_ports(3)
-            ports = {"EDGE1_PORT": port_list[0], "EDGE2_PORT": port_list[1], "PROMETHEUS_PORT": port_list[2]}
+            port_list = free_ports(4)
+            ports = {"EDGE1_PORT": port_list[0], "EDGE2_PORT": port_list[1], "PROMETHEUS_PORT": port_list[2],
+                     "DASHBOARD_PORT": port_list[3]}
             env.update({k: str(v) for k, v in ports.items()}, PUBLISH_ADDR="127.0.0.1", **IMAGES)
             compose = [*compose_tool, "--project-name", project, "--file", str(deploy / "compose.yaml")]
             try:

@@ -75,11 +75,11 @@ def wait_gone(pids: set[int], timeout_s: float = 60) -> set[int]:
     return left
 
 
-def up_command(data_dir: Path, *, edge_port: int, control_port: int, edges: int = 1, workers: int = 1,
-               demo: bool = False) -> list[str]:
+def up_command(data_dir: Path, *, edge_port: int, control_port: int, dashboard_port: int, edges: int = 1,
+               workers: int = 1, demo: bool = False) -> list[str]:
     command = [sys.executable, "-m", "assetcdn.shared.cli", "up", "--data-dir", str(data_dir), "--host", "127.0.0.1",
-               "--edge-port", str(edge_port), "--control-port", str(control_port), "--edges", str(edges),
-               "--workers", str(workers)]
+               "--edge-port", str(edge_port), "--control-port", str(control_port),
+               "--dashboard-port", str(dashboard_port), "--edges", str(edges), "--workers", str(workers)]
     if not demo:
         command.append("--no-demo")
     return command
@@ -99,6 +99,7 @@ class RunningCdn:
     control_url: str
     edge_urls: list[str]
     log_path: Path
+    dashboard_url: str  # control's own listener for the dashboard (its origin: http://localhost:<port>)
     stopped_pids: list[int] = field(default_factory=list)
 
     def pids(self, needle: str) -> list[int]:
@@ -176,15 +177,16 @@ def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False
 
 def _start_once(data_dir: Path, log_path: Path, *, edges: int, workers: int, demo: bool,
                 env_extra: dict[str, str] | None) -> RunningCdn | None:
-    base = free_port_block(edges + 1)
-    control_port, edge_port = base + edges, base
+    base = free_port_block(edges + 2)
+    control_port, dashboard_port, edge_port = base + edges, base + edges + 1, base
     env = up_env(env_extra)
-    command = up_command(data_dir, edge_port=edge_port, control_port=control_port, edges=edges,
-                         workers=workers, demo=demo)
+    command = up_command(data_dir, edge_port=edge_port, control_port=control_port, dashboard_port=dashboard_port,
+                         edges=edges, workers=workers, demo=demo)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     cdn = RunningCdn(process, data_dir, f"http://127.0.0.1:{control_port}",
-                     [f"http://127.0.0.1:{edge_port + i}" for i in range(edges)], log_path)
+                     [f"http://127.0.0.1:{edge_port + i}" for i in range(edges)], log_path,
+                     f"http://127.0.0.1:{dashboard_port}")
     deadline = time.monotonic() + 90
     while b"assetcdn is up" not in log_path.read_bytes():
         if process.poll() is not None or time.monotonic() > deadline:

@@ -1,5 +1,6 @@
-"""`assetcdn up --edges 2`: the dashboard can be signed in to on every edge it starts, not only the
-first (a sign-in POST must come from an allowed Origin, and each edge is its own origin)."""
+"""`assetcdn up --edges 2`: the dashboard has an origin of its own (control's dashboard port), where one
+can sign in and use the session; the edges, which serve stored files, neither serve the dashboard
+(they send to it) nor honour the session cookie the browser also sends them."""
 
 from __future__ import annotations
 
@@ -8,34 +9,54 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from assetcdn.shared.cli import edge_origins
+from tests.control.signin_client import session_from
 from tests.integration.harness import start_cdn
 
 pytestmark = pytest.mark.integration
 PASSWORD = "a dashboard password for this test"
 
 
-def test_edge_origins_name_every_edge_and_localhost_beside_loopback() -> None:
-    assert edge_origins("127.0.0.1", 8788, 2) == ["http://127.0.0.1:8788", "http://localhost:8788",
-                                                  "http://127.0.0.1:8789", "http://localhost:8789"]
-    assert edge_origins("cdn.internal", 80, 1) == ["http://cdn.internal:80"]
-    assert edge_origins("::1", 8788, 1) == ["http://[::1]:8788", "http://localhost:8788"]
-    assert edge_origins("cdn.internal", 80, 2, https_port=443) == [
-        "http://cdn.internal:80", "http://cdn.internal:81", "https://cdn.internal:443", "https://cdn.internal:444"]
-
-
-async def test_every_edge_of_up_accepts_a_sign_in_from_its_own_origin(tmp_path: Path) -> None:
+async def test_the_dashboard_and_its_session_live_on_their_own_port(tmp_path: Path) -> None:
     cdn = start_cdn(tmp_path, edges=2, env_extra={"ASSETCDN_DASHBOARD_SECRET": PASSWORD})
+    dashboard_port = cdn.dashboard_url.rsplit(":", 1)[1]
+    origin = f"http://localhost:{dashboard_port}"
     try:
+        assert f"Dashboard: {origin}/dashboard/" in cdn.log_path.read_text()
         async with aiohttp.ClientSession() as session:
+            async with session.post(f"{cdn.dashboard_url}/dashboard/login", data={"password": PASSWORD},
+                                    headers={"Origin": origin}, allow_redirects=False) as resp:
+                assert resp.status == 302, await resp.text()
+                cookie = session_from(resp)
+            sent = {"Cookie": f"cdn_session={cookie}"}
+            async with session.get(f"{cdn.dashboard_url}/api/tokens", headers=sent) as resp:
+                assert resp.status == 200
+            async with session.post(f"{cdn.dashboard_url}/api/core/zones", json={"Name": "gallery"},
+                                    headers={**sent, "Origin": origin}) as resp:
+                assert resp.status == 201, await resp.text()
             for edge in cdn.edge_urls:
+                # Same host, other port: the browser sends the cookie here too, and it opens nothing.
+                async with session.get(f"{edge}/api/tokens", headers=sent) as resp:
+                    assert resp.status == 401
+                async with session.post(f"{edge}/api/core/zones", json={"Name": "forged"},
+                                        headers={**sent, "Origin": edge}) as resp:
+                    assert resp.status == 401
+                async with session.get(f"{edge}/dashboard/", headers=sent, allow_redirects=False) as resp:
+                    assert (resp.status, resp.headers["Location"]) == (302, f"{origin}/dashboard/")
                 async with session.post(f"{edge}/dashboard/login", data={"password": PASSWORD},
                                         headers={"Origin": edge}, allow_redirects=False) as resp:
-                    assert resp.status == 302, (edge, resp.status, await resp.text())
-                    assert "cdn_session" in resp.cookies
-            # An origin that is none of them is still refused.
-            async with session.post(f"{cdn.edge_urls[1]}/dashboard/login", data={"password": PASSWORD},
-                                    headers={"Origin": "http://evil.example"}, allow_redirects=False) as resp:
+                    assert resp.status == 404 and "cdn_session" not in resp.cookies
+            # Another origin is still refused on the dashboard's own.
+            async with session.post(f"{cdn.dashboard_url}/dashboard/login", data={"password": PASSWORD},
+                                    headers={"Origin": cdn.edge_urls[0]}, allow_redirects=False) as resp:
                 assert resp.status == 403
+            # Stored files: delivered by the edges, never as themselves on the dashboard's origin.
+            async with session.put(f"{cdn.dashboard_url}/api/storage/gallery/v1/logos/app.js", data=b"alert(1)",
+                                   headers={**sent, "Origin": origin}) as resp:
+                assert resp.status == 201, await resp.text()
+            async with session.get(f"{cdn.dashboard_url}/gallery/v1/logos/app.js", headers=sent) as resp:
+                assert resp.status == 404
+            async with session.get(f"{cdn.dashboard_url}/api/storage/gallery/v1/logos/app.js", headers=sent) as resp:
+                assert resp.headers["Content-Type"] == "application/octet-stream"
+                assert resp.headers["Content-Disposition"] == "attachment"
     finally:
         cdn.stop()

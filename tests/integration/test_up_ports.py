@@ -55,9 +55,15 @@ def port(url: str) -> int:
     return int(urlsplit(url).port or 0)
 
 
-def run_second_up(data_dir: Path, *, edge_port: int, control_port: int, edges: int) -> tuple[int, str]:
+def run_second_up(data_dir: Path, *, edge_port: int, control_port: int, edges: int,
+                  dashboard_port: int | None = None) -> tuple[int, str]:
     """Run another `assetcdn up`; it must end by itself (bounded wait; if it does not, it is stopped)."""
-    process = subprocess.Popen(up_command(data_dir, edge_port=edge_port, control_port=control_port, edges=edges),
+    if dashboard_port is None:  # a free port none of the others is (they may be free too)
+        taken = {control_port, *range(edge_port, edge_port + edges)}
+        base = free_port_block(len(taken) + 1)
+        dashboard_port = next(p for p in range(base, base + len(taken) + 1) if p not in taken)
+    process = subprocess.Popen(up_command(data_dir, edge_port=edge_port, control_port=control_port,
+                                          dashboard_port=dashboard_port, edges=edges),
                                env=up_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         output, _ = process.communicate(timeout=60)
@@ -80,10 +86,12 @@ async def assert_first_serves_alone(first: RunningCdn, before: set[int]) -> None
 async def test_a_second_install_on_the_same_ports_exits_at_once(first: RunningCdn, tmp_path: Path) -> None:
     before = first.descendants()
     status, output = run_second_up(tmp_path / "second", edge_port=port(first.edge_urls[0]),
-                                   control_port=port(first.control_url), edges=2)
+                                   control_port=port(first.control_url), edges=2,
+                                   dashboard_port=port(first.dashboard_url))
     assert status != 0
     assert "assetcdn is up" not in output
     assert f"control port {port(first.control_url)} on 127.0.0.1 is already in use" in output
+    assert f"dashboard port {port(first.dashboard_url)} on 127.0.0.1 is already in use" in output
     for i, edge in enumerate(first.edge_urls):
         assert f"edge-{i} port {port(edge)} on 127.0.0.1 is already in use" in output
     await assert_first_serves_alone(first, before)

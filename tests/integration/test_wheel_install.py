@@ -1,7 +1,7 @@
 """The project as a wheel, not a checkout: built from a copy of the sources, installed into a fresh virtualenv
 outside the repository (its dependencies seen through the project's own site-packages, so nothing is
 downloaded), it finds its default configuration and every runtime file (dashboard, sign-in page, vendored
-hls.js, OpenAPI document, the README the chat retrieves from) in the installed package, and `assetcdn up` serves the demo from there."""
+hls.js, OpenAPI document, the README the chat retrieves from and its vectors) in the installed package, and `assetcdn up` serves the demo from there."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ PROBE = """
 import json, sys
 from assetcdn import control, edge, shared
 from importlib import resources
-from assetcdn.control.chat import documentation
+from assetcdn.control.chat import documentation, passage_vectors
+from assetcdn.control.search.encoder import MODEL_ID
 from assetcdn.control.routes import dashboard, dashboard_login
 from assetcdn.shared import config, openapi
 print(json.dumps({
@@ -41,6 +42,9 @@ print(json.dumps({
     "signin": sorted(p.name for p in dashboard_login.PAGES.iterdir()),
     "openapi": len(openapi.document_bytes()),
     "readme": documentation.readme_text(),
+    "vectors_file": str(passage_vectors.VECTORS_FILE),
+    "vectors_missing": len({passage_vectors.passage_key(MODEL_ID, p.embedding_text())
+                            for p in documentation.documentation_passages()} - set(passage_vectors.read_prebuilt())),
     "sys_path": sys.path,
 }))
 """
@@ -111,6 +115,8 @@ def test_installed_wheel_carries_its_defaults_and_runtime_files(installed: Path,
     assert found["openapi"] == (ROOT / "assetcdn/shared/openapi.json").stat().st_size
     # The chat's documentation passages: the README, from the distribution's metadata when installed.
     assert found["readme"].strip() == (ROOT / "README.md").read_text(encoding="utf-8").strip()
+    # ... and their vectors, made ahead (package data), for every passage of the installed documentation.
+    assert Path(found["vectors_file"]).is_relative_to(site) and found["vectors_missing"] == 0
 
     # `assetcdn defaults` prints them for an operator who has no checkout to look at.
     printed = _run([str(installed / "bin" / "assetcdn"), "defaults"], cwd=tmp_path, env=_clean_env())
@@ -127,10 +133,11 @@ def _get(url: str, headers: dict[str, str] | None = None, *, method: str = "GET"
 def test_installed_wheel_runs_assetcdn_up_with_the_demo(installed: Path, tmp_path: Path) -> None:
     log_path = tmp_path / "up.log"
     for attempt in range(5):
-        base = free_port_block(2)
-        edge_port, control_port = base, base + 1
+        base = free_port_block(3)
+        edge_port, control_port, dashboard_port = base, base + 1, base + 2
         command = [str(installed / "bin" / "assetcdn"), "up", "--data-dir", str(tmp_path / f"data-{attempt}"),
-                   "--host", "127.0.0.1", "--edge-port", str(edge_port), "--control-port", str(control_port)]
+                   "--host", "127.0.0.1", "--edge-port", str(edge_port), "--control-port", str(control_port),
+                   "--dashboard-port", str(dashboard_port)]
         with open(log_path, "wb") as log:
             process = subprocess.Popen(command, cwd=tmp_path, env=_clean_env(), stdout=log,
                                        stderr=subprocess.STDOUT)
@@ -150,7 +157,7 @@ def test_installed_wheel_runs_assetcdn_up_with_the_demo(installed: Path, tmp_pat
             assert status == 200 and body.startswith(b"<svg") and headers["Content-Type"] == "image/svg+xml"
             status, headers, body = _get(f"{edge}/demo/v1/logos/logo.png?width=64")
             assert status == 200 and body.startswith(b"\x89PNG")
-            status, headers, body = _get(f"{edge}/dashboard/login")
+            status, headers, body = _get(f"http://127.0.0.1:{dashboard_port}/dashboard/login")
             assert status == 200 and b"<form" in body
             status, _, body = _get(f"{edge}/api/openapi.json")
             assert status == 200 and body == (ROOT / "assetcdn/shared/openapi.json").read_bytes()

@@ -23,7 +23,7 @@ HEADERS = """\
 
 /*.webp
   Cache-Control: immutable
-  Content-Type: image/webp
+  X-Robots-Tag: noindex
 
 /:zone/v1/logos/*
   X-Zone: :zone
@@ -47,7 +47,7 @@ class TestHeaders:
         assert changes.set == {
             "X-Frame-Options": "DENY",
             "Cache-Control": "public, max-age=60, immutable",
-            "Content-Type": "image/webp",
+            "X-Robots-Tag": "noindex",
         }
         assert changes.remove == frozenset()
 
@@ -122,6 +122,22 @@ class TestHeaders:
         got_line, message = errors_of(parse_headers, text)
         assert got_line == line
         assert fragment in message
+
+    @pytest.mark.parametrize("line", ["Content-Type: text/plain, text/html", "content-type: text/html",
+                                      "Content-Security-Policy: default-src *", "! Content-Security-Policy",
+                                      "X-Content-Type-Options: sniff", "! x-content-type-options",
+                                      "Content-Disposition: inline", "Set-Cookie: cdn_session=x; Path=/"])
+    def test_headers_that_decide_how_a_browser_runs_a_file_are_refused(self, line: str) -> None:
+        number, message = errors_of(parse_headers, f"/*\n  X-Frame-Options: DENY\n  {line}\n")
+        assert number == 3 and "may not set or remove" in message
+
+    def test_the_edge_skips_such_lines_of_a_file_published_before(self) -> None:
+        text = ("/*\n  Content-Type: text/plain\n  Content-Type: text/html\n  X-Frame-Options: DENY\n"
+                "/only/*\n  ! Content-Security-Policy\n")
+        rules = parse_headers(text, strict=False)
+        assert rules.for_path("/a").set == {"X-Frame-Options": "DENY"}
+        assert not rules.for_path("/only/x").remove
+        assert RuleSet.from_texts(text, None, strict=False).headers.for_path("/a").set == {"X-Frame-Options": "DENY"}
 
     def test_rule_count_limit(self) -> None:
         text = "".join(f"/p{i}\n  X: 1\n" for i in range(101))

@@ -18,8 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import aiosqlite
-
 from assetcdn.control.ai.alt_text import MAX_ALT, describe
 from assetcdn.control.ai.image_input import AnalysisImage, ImageInputError, load_for_analysis
 from assetcdn.control.ai.moderation import (
@@ -49,6 +47,7 @@ from assetcdn.control.ai.vision_endpoint import (
     clean_alt,
     moderation_scores,
 )
+from assetcdn.control.database import Database
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.shared.counter_store import Counters
 from assetcdn.shared.errors import ApiError, not_found, utc_now_iso
@@ -92,7 +91,7 @@ class AiVisionSettings:
 
 class ImageAnalysis:
     def __init__(self, git: GitStore, entries: Callable[[], dict[str, ManifestEntry]],
-                 db: aiosqlite.Connection, settings: AiVisionSettings, counters: Counters) -> None:
+                 db: Database, settings: AiVisionSettings, counters: Counters) -> None:
         self.git = git
         self._entries = entries
         self.settings = settings
@@ -152,6 +151,7 @@ class ImageAnalysis:
 
     async def _compute_and_keep(self, kind: str, entry: ManifestEntry, key: tuple[str, str, str]) -> dict[str, Any]:
         spent, retry_after = True, max(math.ceil(self.budget.window_at()), 1)  # a budget of 0: off
+        decision = None
         if self.settings.daily_budget > 0:
             decision = await self.counters.hit(self.budget)
             spent, retry_after = not decision.allowed, decision.retry_after_s()
@@ -166,22 +166,22 @@ class ImageAnalysis:
         try:
             data = await self.git.run(self.git.read_blob, entry.blob_id)
             if data is None:  # the asset was deleted since the manifest was read
-                await self.counters.refund(self.budget)
+                await self.counters.refund(decision)
                 raise not_found(f"No asset at '/{entry.path}'.", target="url", code="AssetNotFound")
             compute = {"alt-text": self._alt_text, "moderate": self._moderate, "smart-crop": self._smart_crop}[kind]
             fields = await compute(entry, data, deadline)
         except ImageInputError as exc:
-            await self.counters.refund(self.budget)  # nothing was analysed
+            await self.counters.refund(decision)  # nothing was analysed
             raise ApiError(exc.status, exc.code, exc.message, target="url") from None
         except AnalysisBusy:
-            await self.counters.refund(self.budget)
+            await self.counters.refund(decision)
             raise busy(self.pool.held) from None
         except AnalysisTimedOut:
             raise timed_out(budget_s) from None  # the time was spent: the budget keeps it
         except ApiError:
             raise  # refunded above where nothing was analysed (a missing asset)
         except BaseException:
-            await self.counters.refund(self.budget)  # an unexpected failure (500): nothing analysed, nothing kept
+            await self.counters.refund(decision)  # an unexpected failure (500): nothing analysed, nothing kept
             raise
         fields["dateGenerated"] = utc_now_iso()
         # A local answer standing in for a failed endpoint is not kept: the endpoint may be back soon.

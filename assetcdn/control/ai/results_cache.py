@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import aiosqlite
 import orjson
+
+from assetcdn.control.database import Database
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS ai_results (
@@ -27,33 +28,31 @@ CREATE INDEX IF NOT EXISTS ai_results_created ON ai_results (created);
 
 
 class ResultsCache:
-    def __init__(self, db: aiosqlite.Connection, ttl_s: float) -> None:
+    def __init__(self, db: Database, ttl_s: float) -> None:
         self.db, self.ttl_s = db, ttl_s
 
     async def open(self) -> None:
-        await self.db.executescript(SCHEMA)
-        await self.db.commit()
+        await self.db.script(SCHEMA)
 
     async def get(self, kind: str, path: str, blob_id: str) -> dict[str, Any] | None:
-        async with self.db.execute("SELECT body FROM ai_results WHERE kind = ? AND path = ? AND blob_id = ? "
-                                   "AND created > ?", (kind, path, blob_id, time.time() - self.ttl_s)) as cur:
-            row = await cur.fetchone()
+        row = await self.db.fetch_one("SELECT body FROM ai_results WHERE kind = ? AND path = ? AND blob_id = ? "
+                                      "AND created > ?", (kind, path, blob_id, time.time() - self.ttl_s))
         return orjson.loads(row[0]) if row else None
 
     async def alt_texts(self) -> dict[str, tuple[str, str]]:
         """Every kept alt text: CDN path -> (blob id, alt), whichever engine made it (newest wins)."""
         found: dict[str, tuple[str, str]] = {}
-        async with self.db.execute("SELECT path, blob_id, body FROM ai_results WHERE kind LIKE 'alt-text:%' "
-                                   "AND created > ? ORDER BY created", (time.time() - self.ttl_s,)) as cur:
-            async for path, blob_id, body in cur:
-                alt = orjson.loads(body).get("alt")
-                if isinstance(alt, str):
-                    found[path] = (blob_id, alt)
+        for path, blob_id, body in await self.db.fetch(
+                "SELECT path, blob_id, body FROM ai_results WHERE kind LIKE 'alt-text:%' AND created > ? "
+                "ORDER BY created", (time.time() - self.ttl_s,)):
+            alt = orjson.loads(body).get("alt")
+            if isinstance(alt, str):
+                found[path] = (blob_id, alt)
         return found
 
     async def put(self, kind: str, path: str, blob_id: str, body: dict[str, Any]) -> None:
         now = time.time()
-        await self.db.execute("INSERT OR REPLACE INTO ai_results (kind, path, blob_id, created, body) "
-                              "VALUES (?, ?, ?, ?, ?)", (kind, path, blob_id, now, orjson.dumps(body)))
-        await self.db.execute("DELETE FROM ai_results WHERE created <= ?", (now - self.ttl_s,))
-        await self.db.commit()
+        async with self.db.transaction() as tx:
+            await tx.execute("INSERT OR REPLACE INTO ai_results (kind, path, blob_id, created, body) "
+                             "VALUES (?, ?, ?, ?, ?)", (kind, path, blob_id, now, orjson.dumps(body)))
+            await tx.execute("DELETE FROM ai_results WHERE created <= ?", (now - self.ttl_s,))

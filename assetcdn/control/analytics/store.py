@@ -33,8 +33,6 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
-
 from assetcdn.control.analytics.hits import (
     COUNTER_MAX,
     MAX_HIT_BYTES,
@@ -43,7 +41,7 @@ from assetcdn.control.analytics.hits import (
     is_asset_delivery,
 )
 from assetcdn.control.analytics.params import ANALYTICS_DAYS_MAXIMUM, DAYS_MAXIMUM
-from assetcdn.control.database import open_connection
+from assetcdn.control.database import Database, open_database
 from assetcdn.shared.manifest import human_size
 
 RETENTION_DAYS = 90
@@ -194,49 +192,69 @@ def _zone_filter(zone: str | None) -> str | None:
 
 
 class AnalyticsStore:
-    def __init__(self, path: Path | str) -> None:
-        self._path = Path(path)
-        self._db: aiosqlite.Connection | None = None
-        self._write_lock = asyncio.Lock()
+    def __init__(self, source: Database | Path | str) -> None:
+        """On control's `Database` (its writes take turns with every other), or a file of its own."""
+        self._source = source
+        self._db: Database | None = None
+        self._gathered: list[Hit] = []                      # hits of record_hit waiting for the next write
+        self._gathering: asyncio.Future[None] | None = None  # resolved when they are stored
+        self._gather_turn = asyncio.Lock()
 
     async def open(self) -> None:
-        # Autocommit mode: each batch opens its own explicit transaction.
-        db = await open_connection(self._path)
+        if isinstance(self._source, Database):
+            db = self._source
+        else:
+            db = await open_database(Path(self._source), schema=SCHEMA)
         try:
-            await db.executescript(SCHEMA)
+            await db.script(SCHEMA)
             await self._migrate(db)
         except BaseException:
-            await db.close()
+            if db is not self._source:
+                await db.close()
             raise
         self._db = db
 
     @staticmethod
-    async def _migrate(db: aiosqlite.Connection) -> None:
-        async with db.execute("PRAGMA table_info(analytics_daily_path)") as cursor:
-            columns = {row[1] for row in await cursor.fetchall()}
+    async def _migrate(db: Database) -> None:
+        columns = {row[1] for row in await db.fetch("PRAGMA table_info(analytics_daily_path)")}
         if "deliveries" in columns:
             return
-        await db.execute("BEGIN IMMEDIATE")
-        try:
+        async with db.transaction() as tx:
             for statement in _ADD_DELIVERIES:
-                await db.execute(statement)
-        except BaseException:
-            await db.execute("ROLLBACK")
-            raise
-        await db.execute("COMMIT")
+                await tx.execute(statement)
 
     async def close(self) -> None:
         if self._db is not None:
             db, self._db = self._db, None
-            await db.close()
+            if db is not self._source:
+                await db.close()
 
     @property
-    def db(self) -> aiosqlite.Connection:
+    def db(self) -> Database:
         if self._db is None:
             raise RuntimeError("AnalyticsStore is not open; call 'await store.open()' first.")
         return self._db
 
     # -- writes -----------------------------------------------------------------------------------
+
+    async def record_hit(self, hit: Hit) -> None:
+        """One hit of `POST /api/analytics`. The hits of concurrent callers share one transaction, so a
+        flood of them costs one write per turn, not one per hit; each caller returns once its hit is stored."""
+        self._gathered.append(hit)
+        if self._gathering is None:
+            self._gathering = asyncio.get_running_loop().create_future()
+        stored = self._gathering
+        async with self._gather_turn:
+            if not stored.done():
+                hits, self._gathered, self._gathering = self._gathered, [], None
+                try:
+                    await self.record_hits(hits)
+                except BaseException as error:
+                    stored.set_exception(error if isinstance(error, Exception) else RuntimeError("write cancelled"))
+                    stored.exception()  # retrieved: no warning when no other caller waits for it
+                    raise
+                stored.set_result(None)
+        await stored
 
     async def record_hits(self, hits: Sequence[Hit], batch_id: str | None = None) -> bool:
         """Fold a batch of hits into the daily counters, in one transaction. With a ``batch_id`` the
@@ -263,25 +281,17 @@ class AnalyticsStore:
             countries[(day, hit.zone, country)] += 1
             if hit.status >= 400:
                 errors[(day, hit.zone, hit.status, path)] += 1
-        async with self._write_lock:
-            db = self.db
-            await db.execute("BEGIN IMMEDIATE")
-            try:
-                if batch_id is not None:
-                    cursor = await db.execute("INSERT OR IGNORE INTO analytics_batches (batch, received_at) "
-                                              "VALUES (?, ?)", (batch_id, time.time()))
-                    if cursor.rowcount == 0:
-                        await db.execute("ROLLBACK")
-                        return False
-                await db.executemany(_UPSERT_ZONE, [(*key, *map(_saturated, values)) for key, values in zones.items()])
-                await db.executemany(_UPSERT_PATH, [(*key, *map(_saturated, values)) for key, values in paths.items()])
-                await db.executemany(_UPSERT_COUNTRY, [(*key, count) for key, count in countries.items()])
-                if errors:
-                    await db.executemany(_UPSERT_ERROR, [(*key, count) for key, count in errors.items()])
-            except BaseException:
-                await db.execute("ROLLBACK")
-                raise
-            await db.execute("COMMIT")
+        async with self.db.transaction() as tx:
+            if batch_id is not None:
+                inserted = await tx.execute("INSERT OR IGNORE INTO analytics_batches (batch, received_at) "
+                                            "VALUES (?, ?)", (batch_id, time.time()))
+                if inserted == 0:
+                    return False  # nothing else written: the transaction commits nothing
+            await tx.executemany(_UPSERT_ZONE, [(*key, *map(_saturated, values)) for key, values in zones.items()])
+            await tx.executemany(_UPSERT_PATH, [(*key, *map(_saturated, values)) for key, values in paths.items()])
+            await tx.executemany(_UPSERT_COUNTRY, [(*key, count) for key, count in countries.items()])
+            if errors:
+                await tx.executemany(_UPSERT_ERROR, [(*key, count) for key, count in errors.items()])
         return True
 
     async def prune(self, now: float | None = None) -> int:
@@ -289,26 +299,17 @@ class AnalyticsStore:
         today = utc_day(time.time() if now is None else now)
         oldest_kept = (today - timedelta(days=RETENTION_DAYS - 1)).isoformat()
         removed = 0
-        async with self._write_lock:
-            db = self.db
-            await db.execute("BEGIN IMMEDIATE")
-            try:
-                for table in TABLES:
-                    cursor = await db.execute(f"DELETE FROM {table} WHERE date < ?", (oldest_kept,))
-                    removed += cursor.rowcount
-                await db.execute("DELETE FROM analytics_batches WHERE received_at < ?",
-                                 ((time.time() if now is None else now) - BATCH_MEMORY_S,))
-            except BaseException:
-                await db.execute("ROLLBACK")
-                raise
-            await db.execute("COMMIT")
+        async with self.db.transaction() as tx:
+            for table in TABLES:
+                removed += await tx.execute(f"DELETE FROM {table} WHERE date < ?", (oldest_kept,))
+            await tx.execute("DELETE FROM analytics_batches WHERE received_at < ?",
+                             ((time.time() if now is None else now) - BATCH_MEMORY_S,))
         return removed
 
     # -- reads ------------------------------------------------------------------------------------
 
     async def _rows(self, sql: str, params: Iterable[Any]) -> list[tuple[Any, ...]]:
-        async with self.db.execute(sql, tuple(params)) as cursor:
-            return [tuple(row) for row in await cursor.fetchall()]
+        return [tuple(row) for row in await self.db.fetch(sql, tuple(params))]
 
     async def _totals(self, period: _Period) -> tuple[int, int, int]:
         (requests, size, cached), = await self._rows(

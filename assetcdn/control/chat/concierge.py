@@ -21,6 +21,7 @@ from assetcdn.control.chat.generation import (
     ModelRefused,
     chunks,
     extractive_answer,
+    extractive_lead,
     system_prompt,
 )
 from assetcdn.control.chat.quota import ChatAllowance
@@ -40,7 +41,7 @@ class Concierge:
         upstream = None
         degraded = False
         if self.model is not None:
-            if allowance.over_daily_soft:
+            if not allowance.use_model:
                 degraded = True
             else:
                 messages = [{"role": "system", "content": system_prompt(retrieved)}, *question.history,
@@ -50,6 +51,7 @@ class Concierge:
                 except ModelRefused as exc:
                     log.warning("chat answers without its model: %s", exc)
                     degraded = True
+                    allowance.use_model = False  # the extractive answer costs nothing: the caller gives the count back
         metadata = {"sources": retrieved.sources, "confidence": retrieved.confidence,
                     "remaining": allowance.remaining, "degraded": degraded,
                     "source": "ai" if upstream is not None else "curated",
@@ -57,10 +59,14 @@ class Concierge:
                     "model": self.model.name if upstream is not None and self.model else None}
         yield frame("metadata", metadata)
         if upstream is None:
+            # The lead sentence goes out at once; scoring the other sentences takes the encoder a second or so.
+            lead = extractive_lead(retrieved)
+            for piece in chunks(lead):
+                yield frame("token", {"text": piece})
             encoder = await self.retriever.search.index.model()
             text, follow_ups = await asyncio.get_running_loop().run_in_executor(
                 self.retriever.search.executor, extractive_answer, question.message, retrieved, encoder)
-            for piece in chunks(text):
+            for piece in chunks(text.removeprefix(lead)):
                 yield frame("token", {"text": piece})
             yield frame("done", {"followUps": follow_ups})
             return

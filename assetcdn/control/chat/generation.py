@@ -20,6 +20,7 @@ import orjson
 
 from assetcdn.control.chat.retrieval import Retrieved
 from assetcdn.control.search.encoder import SentenceEncoder
+from assetcdn.control.search.engine import QUERY_TOKENS
 
 FOLLOW_UPS = "FOLLOW_UPS:"
 MAX_ANSWER_CHARS = 32_000   # an answer longer than this (whatever max_tokens said) is a runaway model
@@ -170,16 +171,32 @@ def _sentences(text: str) -> list[str]:
     return found
 
 
+def _candidates(retrieved: Retrieved) -> tuple[list[Any], list[tuple[int, str]]]:
+    """The passages above the match line and their sentences, as (passage index, sentence)."""
+    relevant = [p for p in retrieved.passages if p.score > 0.5]
+    return relevant, [(i, s) for i, p in enumerate(relevant[:3]) for s in _sentences(p.passage.text)]
+
+
+def extractive_lead(retrieved: Retrieved) -> str:
+    """How the extractive answer begins, known before any sentence is scored: the best passage's lead
+    sentence always comes first (see extractive_answer), so it can be sent while the rest is chosen."""
+    relevant, candidates = _candidates(retrieved)
+    if not candidates:
+        return ""
+    i, sentence = candidates[0]
+    return f"From \"{relevant[i].passage.title}\": {sentence}"
+
+
 def extractive_answer(question: str, retrieved: Retrieved, encoder: SentenceEncoder | None,
                       max_sentences: int = 4) -> tuple[str, list[str]]:
     """An answer made of the documentation's own sentences closest to the question, plus matching assets.
-    Pure (runs on a worker thread). Returns (answer text, follow-up questions)."""
+    Pure (runs on a worker thread). Returns (answer text, follow-up questions); the text starts with
+    extractive_lead(retrieved)."""
     parts: list[str] = []
-    relevant = [p for p in retrieved.passages if p.score > 0.5]
+    relevant, candidates = _candidates(retrieved)
     if relevant:
-        candidates = [(i, s) for i, p in enumerate(relevant[:3]) for s in _sentences(p.passage.text)]
         if encoder is not None and len(candidates) > max_sentences:
-            scores = encoder.encode([s for _, s in candidates]) @ encoder.encode_one(question)
+            scores = encoder.encode([s for _, s in candidates]) @ encoder.encode_query(question, QUERY_TOKENS)
             # The best passage's lead sentence always: it names the thing (an endpoint, a setting) that
             # its other sentences qualify, and those tend to score higher on a question's wording.
             scores[0] = np.inf

@@ -1,23 +1,27 @@
 """The chat's query limits, counted in the shared counter store (assetcdn/shared/counter_store.py), so every
 control and edge process sees one count.
 
-A month (UTC) allows `monthly_limit` questions (1,000 by default): past it the chat answers 429
-``limit_reached``. A day allows `daily_soft_limit` (100): past it questions are still answered,
-but from the documentation and catalog alone, without calling the configured model (``degraded``).
+The limits guard what costs: the configured model. A month (UTC) allows `monthly_limit` questions
+answered by it (1,000 by default): past it the chat answers 429 ``limit_reached``. A day allows
+`daily_soft_limit` (100): past it questions are still answered, but from the documentation and
+catalog alone, without calling the model (``degraded``). An answer made without the model (no model
+configured, the soft limit spent, or the model unreachable) costs nothing and counts against neither.
 A limit of 0 is off, as for every other limit.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from assetcdn.shared.counter_store import Counters, Limit
+from assetcdn.shared.counter_store import Counters, Decision, Limit
 
 
-@dataclass(frozen=True)
+@dataclass
 class ChatAllowance:
-    remaining: int          # questions left this month after this one
-    over_daily_soft: bool   # today's soft limit is spent: answer without the model
+    remaining: int          # model-answered questions left this month (after this one, when it uses the model)
+    use_model: bool         # the model answers this question (counted against the month and the day);
+                            # cleared when the model cannot start an answer
+    taken: list[Decision] = field(default_factory=list)  # the counts to give back if the model does not answer
 
 
 class ChatQuota:
@@ -26,16 +30,23 @@ class ChatQuota:
         self.month = Limit("chat:month", monthly_limit, period="month")
         self.day = Limit("chat:day", daily_soft_limit, period="day")
 
-    async def take(self) -> ChatAllowance | None:
-        """Count one question; None (nothing counted) when the month's limit is reached."""
+    async def take(self, *, with_model: bool) -> ChatAllowance | None:
+        """What this question may use: None (nothing counted) when a model is configured and the
+        month's limit is reached; without a model, nothing is counted."""
+        if not with_model:
+            month = await self.counters.peek(self.month)
+            return ChatAllowance(month.remaining, use_model=False)
         month = await self.counters.hit(self.month)
         if not month.allowed:
             return None
-        day = await self.counters.hit(self.day)  # refused once the soft limit is spent (not counted further)
-        return ChatAllowance(month.remaining, not day.allowed)
+        day = await self.counters.hit(self.day)
+        if not day.allowed:  # today's soft limit is spent: answered without the model, at no cost
+            await self.counters.refund(month)
+            return ChatAllowance(min(month.remaining + 1, month.limit), use_model=False)
+        return ChatAllowance(month.remaining, use_model=True, taken=[month, day])
 
     async def refund(self, allowance: ChatAllowance) -> None:
-        """Give back a question that got no answer (failed, or the client left before the end)."""
-        await self.counters.refund(self.month)
-        if not allowance.over_daily_soft:  # counted against the day too (a refused day hit is not counted)
-            await self.counters.refund(self.day)
+        """Give back a question the model did not answer (it could not start, failed, or the client left)."""
+        for taken in allowance.taken:
+            await self.counters.refund(taken)
+        allowance.taken = []

@@ -1,23 +1,29 @@
 """What the chat answers from: the closest documentation passages and catalog assets to a question.
 
-Passages are embedded on the first question (about 60 of them; a second or two of one core, on a
-worker thread) and kept for the process; assets come from the search engine, so they are the same matches
-GET /api/search gives, on the same calibrated scale.
+Passage vectors are ready soon after start: `start()` takes them from the shipped file
+(assetcdn/control/chat/passage_vectors.py) once the model is loaded, embedding on a worker thread only
+the passages the file lacks; `ready` says when that is done, and a question asked before waits for it.
+Assets come from the search engine, so they are the same matches GET /api/search gives, on the same
+calibrated scale.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
+import logging
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from assetcdn.control.chat.documentation import Passage
+from assetcdn.control.chat.passage_vectors import passage_matrix
 from assetcdn.control.search.calibration import calibrate
-from assetcdn.control.search.encoder import SentenceEncoder
-from assetcdn.control.search.engine import SearchEngine, SearchHit
+from assetcdn.control.search.engine import QUERY_TOKENS, SearchEngine, SearchHit
 from assetcdn.control.search.fuzzy import query_tokens
+
+log = logging.getLogger(__name__)
 
 PASSAGES_KEPT = 3
 ASSETS_KEPT = 5
@@ -48,44 +54,63 @@ class Retrieved:
         return "high" if average > 0.75 else "medium" if average > 0.6 else "low"
 
 
-@functools.lru_cache(maxsize=4)
-def embed_passages(encoder: SentenceEncoder, texts: tuple[str, ...]) -> np.ndarray:
-    """Passage vectors, once per process for the same model and README (every control app of a test
-    process shares them, as it shares the model)."""
-    vectors = encoder.encode(list(texts))
-    vectors.setflags(write=False)
-    return vectors
-
-
 class ChatRetriever:
     def __init__(self, passages: list[Passage], search: SearchEngine) -> None:
         self.passages = passages
         self.search = search
         self._vectors: np.ndarray | None = None
-        self._lock = asyncio.Lock()
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def ready(self) -> bool:
+        """True once a question is answered without waiting for the passage vectors."""
+        return self._ready.is_set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._prepare())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _prepare(self) -> None:
+        try:
+            encoder = await self.search.index.model()
+            if encoder is not None and self.passages:
+                started = time.perf_counter()
+                texts = tuple(p.embedding_text() for p in self.passages)
+                # On the index's background thread: passages the shipped file lacks are embedded
+                # there, never on the threads searches are answered on.
+                self._vectors, embedded = await asyncio.get_running_loop().run_in_executor(
+                    self.search.index.embed_executor, passage_matrix, encoder, texts)
+                log.info("chat ready: %d documentation passages (%d embedded now) in %.2f s",
+                         len(texts), embedded, time.perf_counter() - started)
+        except Exception:  # the chat still answers, from word overlap
+            log.exception("documentation vectors could not be prepared")
+        finally:
+            self._ready.set()
 
     async def _passage_vectors(self) -> np.ndarray | None:
-        encoder = await self.search.index.model()
-        if encoder is None or not self.passages:
-            return None
-        async with self._lock:
-            if self._vectors is None:
-                texts = tuple(p.embedding_text() for p in self.passages)
-                self._vectors = await asyncio.get_running_loop().run_in_executor(
-                    self.search.executor, embed_passages, encoder, texts)
+        if self._task is None:
+            self.start()   # not started by the app (a retriever built on its own): prepare now
+        await self._ready.wait()
         return self._vectors
 
     async def retrieve(self, question: str) -> Retrieved:
         vectors = await self._passage_vectors()
         encoder = await self.search.index.model()
         if vectors is not None and encoder is not None:
-            query = await asyncio.get_running_loop().run_in_executor(self.search.executor, encoder.encode_one, question)
+            query = await asyncio.get_running_loop().run_in_executor(
+                self.search.executor, encoder.encode_query, question, QUERY_TOKENS)
             scores = calibrate(vectors @ query)
         else:
             scores = self._word_overlap(question)
         order = np.argsort(-scores, kind="stable")[:PASSAGES_KEPT]
         passages = tuple(ScoredPassage(self.passages[i], round(float(scores[i]), 3)) for i in order if scores[i] > 0)
-        answer = await self.search.search(question, ASSETS_KEPT)
+        answer = await self.search.search(question, ASSETS_KEPT, admit=False)  # the chat is limited on its own
         # Word matches alone are too loose for a conversation ("how do I..." matches paths): vector hits only.
         return Retrieved(passages, answer.hits if answer.origin == "vector" else ())
 

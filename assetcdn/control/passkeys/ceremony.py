@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +37,9 @@ from webauthn.helpers.structs import (
 )
 
 from assetcdn.control.dashboard_config import DashboardConfig
-from assetcdn.control.passkeys.store import ChallengeStore, Passkey, PasskeyStore
-from assetcdn.shared.errors import ApiError, bad_request, utc_now_iso
+from assetcdn.control.labels import checked_label
+from assetcdn.control.passkeys.store import Passkey, PasskeyStore, PendingChallenges
+from assetcdn.shared.errors import bad_request, utc_now_iso
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,6 @@ USER_NAME = "operator"
 USER_DISPLAY_NAME = "assetcdn operator"
 TIMEOUT_MS = 120_000            # how long the browser waits for the user (a hint); challenges live 5 minutes
 MAX_CREDENTIAL_ID_BYTES = 1023  # WebAuthn's upper bound for a credential id
-MAX_NAME_LENGTH = 100
 DEFAULT_NAME = "Passkey"
 REGISTER, AUTHENTICATE = "register", "auth"
 
@@ -71,15 +70,7 @@ def passkey_name(raw: Any) -> str:
     if not isinstance(raw, str):
         raise bad_request("'name' must be a string: a label for the passkey, e.g. \"MacBook Pro\".",
                           target="name", code="InvalidName")
-    name = raw.strip()
-    if not name:
-        return DEFAULT_NAME
-    if len(name) > MAX_NAME_LENGTH:
-        raise bad_request(f"'name' must be at most {MAX_NAME_LENGTH} characters.", target="name", code="InvalidName")
-    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in name):
-        raise bad_request("'name' must not contain control or formatting characters.", target="name",
-                          code="InvalidName")
-    return name
+    return checked_label(raw) or DEFAULT_NAME
 
 
 def _credential_of(body: Any) -> dict[str, Any]:
@@ -116,41 +107,33 @@ def _descriptor(passkey: Passkey) -> PublicKeyCredentialDescriptor:
 class PasskeyCeremonies:
     config: DashboardConfig
     store: PasskeyStore
-    challenges: ChallengeStore
+    challenges: PendingChallenges
     user_id: bytes
-
-    async def _challenge(self, purpose: str, ip: str) -> bytes:
-        challenge = await self.challenges.issue(purpose, ip)
-        if challenge is None:
-            raise ApiError(429, "TooManyRequests", "Too many passkey ceremonies are pending; finish or wait "
-                           "for one to expire (5 minutes).", headers={"Retry-After": str(self.challenges.ttl_s)})
-        return challenge
 
     async def registration_options(self, ip: str) -> dict[str, Any]:
         existing = await self.store.list()
         options = generate_registration_options(
             rp_id=self.config.rp_id, rp_name=self.config.rp_name, user_id=self.user_id, user_name=USER_NAME,
-            user_display_name=USER_DISPLAY_NAME, challenge=await self._challenge(REGISTER, ip), timeout=TIMEOUT_MS,
+            user_display_name=USER_DISPLAY_NAME, challenge=self.challenges.issue(REGISTER, ip), timeout=TIMEOUT_MS,
             authenticator_selection=AuthenticatorSelectionCriteria(
                 resident_key=ResidentKeyRequirement.PREFERRED,
                 user_verification=UserVerificationRequirement.PREFERRED),
             exclude_credentials=[_descriptor(p) for p in existing])
         return options_to_json_dict(options)
 
-    async def authentication_options(self, ip: str) -> dict[str, Any] | None:
-        """Request options naming every registered passkey, or None when there is none."""
+    async def authentication_options(self, ip: str) -> dict[str, Any]:
+        """Request options naming every registered passkey (none registered: an empty `allowCredentials`,
+        and no assertion will verify)."""
         existing = await self.store.list()
-        if not existing:
-            return None
         options = generate_authentication_options(
-            rp_id=self.config.rp_id, challenge=await self._challenge(AUTHENTICATE, ip), timeout=TIMEOUT_MS,
+            rp_id=self.config.rp_id, challenge=self.challenges.issue(AUTHENTICATE, ip), timeout=TIMEOUT_MS,
             allow_credentials=[_descriptor(p) for p in existing],
             user_verification=UserVerificationRequirement.PREFERRED)
         return options_to_json_dict(options)
 
     async def _consume(self, credential: dict[str, Any], purpose: str) -> bytes:
         challenge = _client_challenge(credential)
-        if not await self.challenges.consume(challenge, purpose):
+        if not self.challenges.consume(challenge, purpose):
             raise PasskeyRejected("the challenge is unknown, already used or expired (it lives 5 minutes): "
                                   "start again with begin")
         return base64url_to_bytes(challenge)

@@ -22,7 +22,6 @@ from assetcdn.shared.errors import ApiError, bad_request
 from assetcdn.shared.middleware import json_response
 
 IMAGE_ANALYSIS = web.AppKey("image_analysis", ImageAnalysis)
-MAX_BODY_BYTES = 16 * 1024   # a 2048-character url and little else
 
 
 async def _own_hosts(request: web.Request) -> OwnHosts:
@@ -36,7 +35,7 @@ async def _own_hosts(request: web.Request) -> OwnHosts:
 
 async def _asset_url(request: web.Request) -> Any:
     if request.method == "POST":
-        body = await read_json(request, MAX_BODY_BYTES)
+        body = await read_json(request)
         if not isinstance(body, dict):
             raise bad_request('The request body must be a JSON object such as {"url": "/<zone>/v1/logos/logo.png"}.',
                               code="InvalidJson")

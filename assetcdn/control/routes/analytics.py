@@ -6,8 +6,8 @@ also an entry of the request log (GET /api/logs). POST /api/analytics
 records one hit. It is public, as the API reference says; an operator who wants the published service's
 behaviour (the analytics key required on POST too) sets ``[analytics] track_requires_key = true``.
 Being public, it is rate-limited per client address (``[analytics] track_rate_limit`` per
-``track_rate_window_s``; 429 in the legacy envelope) before its body is read, unless the caller sends
-the analytics key; every field is checked for type and range (``control.analytics.hits``).
+``track_rate_window_s``; 429 in the legacy envelope) unless the caller sends the analytics key; every
+field is checked for type and range (``control.analytics.hits``) first, so only a valid hit is counted.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ from assetcdn.shared.middleware import json_response
 
 from .cluster import CLUSTER_BODY
 
-TRACK_BODY_LIMIT = 64 * 1024
 UNLIMITED = RateDecision(allowed=True, limit=0, remaining=0, retry_after_s=1)
 ANALYTICS_KEY = accepts(Key.ANALYTICS)
 
@@ -55,10 +54,18 @@ async def get_analytics(request: web.Request) -> web.Response:
 
 
 async def track_hit(request: web.Request) -> web.Response:
-    # A caller with the analytics key (an operator's own middleware) is not limited; everyone else,
-    # a wrong key included, is counted before anything else is done for them.
+    # A caller with the analytics key (an operator's own middleware) is not limited; everyone else, a
+    # wrong key included, is counted once the request is known to be valid: a refused one takes no slot.
     keyed = "x-api-key" in request.headers and \
         await request.app[AUTHENTICATOR].authenticate(request, ANALYTICS_KEY) is not None
+    if not keyed and request.app[SETTINGS].section("analytics").get("track_requires_key", False):
+        raise LegacyError(401, "Unauthorized", "POST /api/analytics requires the analytics key in x-api-key.")
+    raw = await read_body(request)
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise LegacyError(400, "Invalid JSON body") from None
+    hit = hit_from_track_body(body, now=time.time())
     decision = UNLIMITED
     if not keyed:
         decision = await request.app[TRACK_LIMITER].take("analytics:" + client_key(request_ip(request)))
@@ -67,14 +74,7 @@ async def track_hit(request: web.Request) -> web.Response:
                           f"At most {decision.limit} analytics hits per client in this window; "
                           f"retry in {decision.retry_after_s} s.",
                           headers=decision.headers())
-    if not keyed and request.app[SETTINGS].section("analytics").get("track_requires_key", False):
-        raise LegacyError(401, "Unauthorized", "POST /api/analytics requires the analytics key in x-api-key.")
-    raw = await read_body(request, TRACK_BODY_LIMIT)
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise LegacyError(400, "Invalid JSON body") from None
-    await request.app[ANALYTICS].record_hits([hit_from_track_body(body, now=time.time())])
+    await request.app[ANALYTICS].record_hit(hit)
     return json_response({"ok": True}, headers=decision.headers())
 
 

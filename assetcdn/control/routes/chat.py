@@ -1,7 +1,8 @@
 """POST /api/chat: the concierge's answer as Server-Sent Events (public).
 
-400 ``Invalid JSON body`` / ``Message is required`` and 429 ``limit_reached`` use the legacy envelope.
-Besides the month's questions, one client IP may ask ``[ai] chat_rate_limit_per_minute`` a minute.
+400 ``Invalid JSON body`` / ``Message is required``, 413 and 429 ``limit_reached`` use the legacy envelope.
+Besides the month's model-answered questions (assetcdn/control/chat/quota.py), one client IP may ask
+``[ai] chat_rate_limit_per_minute`` valid questions a minute.
 """
 
 from __future__ import annotations
@@ -19,24 +20,16 @@ from assetcdn.control.recording import request_ip
 from assetcdn.control.request_body import read_body
 from assetcdn.control.routes.search import rate_headers
 from assetcdn.control.state import CHAT, CHAT_LIMITER, CHAT_QUOTA
-from assetcdn.shared.errors import ApiError, LegacyError, as_legacy
+from assetcdn.shared.errors import LegacyError
 
 log = logging.getLogger(__name__)
 
-BODY_LIMIT = 64 * 1024
 MONTHLY_LIMIT_MESSAGE = "Monthly query limit reached. The Concierge will be back next month."
 
 
 async def chat(request: web.Request) -> web.StreamResponse:
-    decision = await request.app[CHAT_LIMITER].take(f"chat:{client_key(request_ip(request))}")
-    if not decision.allowed:
-        raise LegacyError(429, "rate_limit_exceeded",
-                          f"Rate limit exceeded: at most {decision.limit} chat questions a minute per client. "
-                          f"Retry in {decision.retry_after_s} s.", headers=rate_headers(decision))
-    try:
-        raw = await read_body(request, BODY_LIMIT)
-    except ApiError as exc:  # 413 from the shared body reader, in this route's envelope
-        raise as_legacy(exc) from None
+    # The question is read and checked first: a refused request takes no slot of the client's minute.
+    raw = await read_body(request)  # 413 in the legacy envelope (assetcdn/shared/request_body.py)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -44,7 +37,12 @@ async def chat(request: web.Request) -> web.StreamResponse:
     question = parse_question(body)
     if question is None:
         raise LegacyError(400, "Message is required")
-    allowance = await request.app[CHAT_QUOTA].take()
+    decision = await request.app[CHAT_LIMITER].take(f"chat:{client_key(request_ip(request))}")
+    if not decision.allowed:
+        raise LegacyError(429, "rate_limit_exceeded",
+                          f"Rate limit exceeded: at most {decision.limit} chat questions a minute per client. "
+                          f"Retry in {decision.retry_after_s} s.", headers=rate_headers(decision))
+    allowance = await request.app[CHAT_QUOTA].take(with_model=request.app[CHAT].model is not None)
     if allowance is None:
         raise LegacyError(429, "limit_reached", MONTHLY_LIMIT_MESSAGE, extra={"message": MONTHLY_LIMIT_MESSAGE})
     answered = False
@@ -69,5 +67,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
         await response.write_eof()
         return response
     finally:
-        if not answered:  # an error frame, or a client gone before the end: the question is not counted
+        # Not answered by the model (an error frame, a client gone before the end, or the extractive
+        # answer when the model could not start): the question is not counted.
+        if not answered or not allowance.use_model:
             await request.app[CHAT_QUOTA].refund(allowance)

@@ -22,8 +22,10 @@ from pathlib import Path
 from aiohttp import web
 
 from assetcdn.control.dashboard.status import status_report
+from assetcdn.control.dashboard_config import canonical_origin
+from assetcdn.control.dashboard_origin import on_dashboard_listener
 from assetcdn.control.session import SESSION_COOKIE
-from assetcdn.control.state import DASHBOARD, SESSIONS
+from assetcdn.control.state import DASHBOARD, SESSIONS, public_url
 from assetcdn.shared.middleware import json_response
 
 ROOT = Path(__file__).resolve().parent.parent / "dashboard"
@@ -32,11 +34,20 @@ LOGIN_PATH = "/dashboard/login"
 HOME_PATH = "/dashboard/"
 CONTENT_TYPES = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml",
                  ".txt": "text/plain", ".png": "image/png", ".ico": "image/x-icon"}
-# media-src blob: is what hls.js needs (its MediaSource URLs; it runs without a worker here).
-PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data: blob:; "
-            "media-src 'self' blob:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-PAGE_HEADERS = {"Content-Security-Policy": PAGE_CSP, "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin",
-                "Cache-Control": "no-store"}
+# media-src blob: is what hls.js needs (its MediaSource URLs; it runs without a worker here). Previews
+# of public files and HLS streams come from the edges' public origin (the dashboard's own serves no
+# stored file as itself, assetcdn/control/dashboard_origin.py): images, media and fetches only, never scripts.
+PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'{edges}; "
+            "img-src 'self' data: blob:{edges}; media-src 'self' blob:{edges}; form-action 'self'; "
+            "frame-ancestors 'none'; base-uri 'none'")
+PAGE_HEADERS = {"X-Frame-Options": "DENY", "Referrer-Policy": "same-origin", "Cache-Control": "no-store"}
+
+
+@functools.cache
+def page_csp(edge_url: str) -> str:
+    """The pages' policy, allowing the edges' public origin (`server.public_url`) for previews."""
+    origin = canonical_origin(edge_url)
+    return PAGE_CSP.format(edges=f" {origin}" if origin else "")
 
 
 @dataclass(frozen=True)
@@ -66,7 +77,7 @@ def _shell() -> string.Template:
 
 
 async def _signed_in(request: web.Request) -> bool:
-    return await request.app[SESSIONS].verify(request.cookies.get(SESSION_COOKIE)) is not None
+    return on_dashboard_listener(request) and await request.app[SESSIONS].verify(request.cookies.get(SESSION_COOKIE)) is not None
 
 
 def _redirect(location: str) -> web.Response:
@@ -83,14 +94,16 @@ async def page(request: web.Request) -> web.Response:
     config = request.app[DASHBOARD]
     text = _shell().substitute(rp_id=html.escape(config.rp_id),
                                passkey_origin=html.escape(config.passkey_origins[0] if config.passkey_origins else ""))
-    return web.Response(text=text, content_type="text/html", charset="utf-8", headers=PAGE_HEADERS)
+    return web.Response(text=text, content_type="text/html", charset="utf-8",
+                        headers={**PAGE_HEADERS, "Content-Security-Policy": page_csp(public_url(request.app))})
 
 
 async def static(request: web.Request) -> web.Response:
     found = static_files().get(request.match_info["path"])
     if found is None:
         raise web.HTTPNotFound()
-    headers = {"ETag": found.etag, "Cache-Control": "no-cache", "Content-Security-Policy": PAGE_CSP}
+    headers = {"ETag": found.etag, "Cache-Control": "no-cache",
+               "Content-Security-Policy": page_csp(public_url(request.app))}
     if found.etag in request.headers.get("If-None-Match", ""):
         return web.Response(status=304, headers=headers)
     charset = "utf-8" if found.content_type.startswith("text/") else None

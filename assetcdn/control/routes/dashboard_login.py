@@ -1,4 +1,4 @@
-"""The dashboard's sign-in pages, served by control (edges forward /dashboard to it).
+"""The dashboard's sign-in pages, served by control on the dashboard's own listener (assetcdn/control/dashboard_origin.py).
 
 GET /dashboard/login (the page), POST /dashboard/login (form field `password`: 302 with the session
 cookies, 401 page when wrong, 429 page with Retry-After when the IP has too many failures),
@@ -30,7 +30,6 @@ from assetcdn.shared.middleware import REQUEST_ID
 
 PAGES = Path(__file__).resolve().parent.parent / "signin_page"
 ASSETS = {"login.js": "text/javascript", "login.css": "text/css"}
-MAX_FORM_BYTES = 8 * 1024
 LOGIN_PATH = "/dashboard/login"
 HOME_PATH = "/dashboard/"
 PASSKEYS_PATH = "/dashboard/setup-passkey"
@@ -106,7 +105,7 @@ async def login(request: web.Request) -> web.Response:
         refusal = cross_origin_refusal(request, config)
         if refusal is not None:
             return _page(request, "login.html", status=403, notice=refusal.message)
-    password = _form_password(await read_body(request, MAX_FORM_BYTES))
+    password = _form_password(await read_body(request))
     outcome = await request.app[SIGN_IN].with_password(caller_of(request), password)
     if isinstance(outcome, Refused):
         minutes = max(round(outcome.retry_after / 60), 1)

@@ -1,4 +1,5 @@
-"""GET /api/health on control: the asset store (manifest and git), SQLite and the counter store.
+"""GET /api/health on control: the asset store (manifest and git), SQLite and the counter store, and
+what is still warming up (`chat`: loading/ready; `demoVideos`: making/ready/failed on a demo start).
 
 The shallow answer is public and names no internal address or path; `deep=1` (metrics key required)
 exercises each binding, reports error text and lists the registered edges.
@@ -12,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from assetcdn.control.state import COUNTERS, DB, GIT, MANIFEST, REGISTRY
+from assetcdn.control.state import CHAT, COUNTERS, DB, GIT, MANIFEST, REGISTRY, VIDEO_INGEST
 from assetcdn.shared.health import (
     ASSET_READ,
     HEALTH_HEADERS,
@@ -52,11 +53,9 @@ async def control_checks(app: web.Application, *, deep: bool) -> list[dict[str, 
                 raise RuntimeError(f"manifest at {manifest.commit_id} but HEAD is {head}")
 
     async def sqlite_probe() -> None:
-        async with db.execute("SELECT 1") as cur:
-            await cur.fetchone()
+        await db.fetch("SELECT 1")
         if deep:
-            async with db.execute("SELECT COUNT(*) FROM manifest_generations") as cur:
-                await cur.fetchone()
+            await db.fetch("SELECT COUNT(*) FROM manifest_generations")
 
     async def git_probe() -> None:
         head = await git.run(git.head_commit_id)
@@ -77,7 +76,12 @@ async def health(request: web.Request) -> web.Response:
     manifest = app[MANIFEST]
     checks = await control_checks(app, deep=deep)
     ok = all(c["healthy"] for c in checks)
-    extra: dict[str, Any] = {"role": "control", "manifestGeneration": manifest.generation}
+    extra: dict[str, Any] = {"role": "control", "manifestGeneration": manifest.generation,
+                             # What still warms up after start (neither makes the service degraded): the chat's
+                             # documentation vectors, and the demo videos of a first start (absent without a demo).
+                             "chat": "ready" if app[CHAT].retriever.ready else "loading"}
+    if app[VIDEO_INGEST].demo_state is not None:
+        extra["demoVideos"] = app[VIDEO_INGEST].demo_state
     if deep:
         # An edge cut off from control stops acknowledging: its lag shows here as generations behind.
         extra["edges"] = [{**edge, "generationsBehind": max(manifest.generation - edge["generation"], 0)}

@@ -1,5 +1,5 @@
 """Auth plane, passkeys: /api/passkeys (list, rename, remove), /api/passkeys/register/begin|complete
-(session) and /api/passkeys/auth/begin|complete (public; a verified assertion sets `cdn_session`).
+(the account key or a session, as list and remove) and /api/passkeys/auth/begin|complete (public; a verified assertion sets `cdn_session`).
 
 Bodies are JSON of at most 64 KiB. Records show the credential id and metadata, never the public key.
 """
@@ -27,8 +27,6 @@ from assetcdn.control.state import DASHBOARD, PASSKEYS, SIGN_IN
 from assetcdn.shared.errors import ApiError, bad_request, conflict, not_found
 from assetcdn.shared.middleware import json_response
 
-MAX_BODY_BYTES = 64 * 1024
-
 
 async def register_begin(request: web.Request) -> web.Response:
     options = await request.app[PASSKEYS].registration_options(request_ip(request))
@@ -36,7 +34,7 @@ async def register_begin(request: web.Request) -> web.Response:
 
 
 async def register_complete(request: web.Request) -> web.Response:
-    body = await read_json(request, MAX_BODY_BYTES)
+    body = await read_json(request)
     try:
         passkey = await request.app[PASSKEYS].register(body)
     except PasskeyRejected as rejected:
@@ -50,13 +48,11 @@ async def register_complete(request: web.Request) -> web.Response:
 
 async def auth_begin(request: web.Request) -> web.Response:
     options = await request.app[PASSKEYS].authentication_options(request_ip(request))
-    if options is None:
-        raise not_found("No passkey is registered yet: sign in with the password and add one.", code="NoPasskeys")
     return json_response(options, headers={"Cache-Control": "no-store"})
 
 
 async def auth_complete(request: web.Request) -> web.Response:
-    body = await read_json(request, MAX_BODY_BYTES)
+    body = await read_json(request)
     config = request.app[DASHBOARD]
     outcome = await request.app[SIGN_IN].with_passkey(caller_of(request), body)
     if isinstance(outcome, Refused):
@@ -95,7 +91,7 @@ async def delete_passkey(request: web.Request) -> web.Response:
 
 async def rename_passkey(request: web.Request) -> web.Response:
     passkey_id = _passkey_id(request)
-    body: Any = await read_json(request, MAX_BODY_BYTES)
+    body: Any = await read_json(request)
     if not isinstance(body, dict) or "name" not in body:
         raise bad_request("The body must be a JSON object with 'name'.", target="name", code="InvalidBody")
     if not isinstance(body["name"], str) or not body["name"].strip():

@@ -12,7 +12,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from assetcdn.control.pipeline.generate import generate, parse_pipeline_request
-from assetcdn.control.request_body import MB, read_json
+from assetcdn.control.request_body import read_json
 from assetcdn.control.state import GIT, PUBLISHER, ZONES
 from assetcdn.control.webhooks.events import pipeline_run
 from assetcdn.shared.errors import conflict
@@ -22,11 +22,9 @@ from assetcdn.shared.timestamps import as_iso_utc
 
 from .zones import zone_names, zone_scaffold
 
-MAX_BODY_BYTES = 2 * MB  # a 1 MB SVG, base64-encoded, and the flags
-
 
 async def run_pipeline(request: web.Request) -> web.Response:
-    pipeline_request = parse_pipeline_request(await read_json(request, MAX_BODY_BYTES))
+    pipeline_request = parse_pipeline_request(await read_json(request))
     name = pipeline_request.name
     git = request.app[GIT]
 

@@ -80,7 +80,7 @@ def parse_purge(body: Any) -> dict[str, Any]:
 
 
 async def purge(request: web.Request) -> web.Response:
-    raw = await read_body(request, 64 * 1024)
+    raw = await read_body(request)
     try:
         body = orjson.loads(raw) if raw.strip() else None
     except orjson.JSONDecodeError:
@@ -94,7 +94,7 @@ async def purge(request: web.Request) -> web.Response:
     try:
         generation, fan_out = await request.app[PUBLISHER].purge(command)
     except BaseException:
-        await counters.refund(limit)  # a purge that was not recorded does not use the day's quota
+        await counters.refund(quota)  # a purge that was not recorded does not use the day's quota
         raise
     purged: Any = "everything" if command.get("everything") else command.get("urls") or command.get("tags")
     _, pending = fan_out.nodes()

@@ -21,11 +21,10 @@ from assetcdn.control.storage.git_store import NothingToCommit
 from assetcdn.shared.edge_rules import RULE_FILES, RulesSyntaxError, parse_rule_file
 from assetcdn.shared.errors import ApiError, bad_request, utc_now_iso
 from assetcdn.shared.middleware import json_response
+from assetcdn.shared.request_body import RULES_CONTENT_MAX
 from assetcdn.shared.timestamps import as_iso_utc
 
-MAX_CONTENT_LENGTH = 100_000  # spec: edge rule content, max length 100000
-# JSON escapes can grow a 100,000-character string to six bytes per character.
-MAX_BODY_BYTES = 6 * MAX_CONTENT_LENGTH + 4096
+MAX_CONTENT_LENGTH = RULES_CONTENT_MAX  # spec: edge rule content, max length 100000
 
 
 async def get_rules(request: web.Request) -> web.Response:
@@ -63,7 +62,7 @@ def parse_rules_update(body: Any) -> tuple[str, str]:
 
 
 async def update_rules(request: web.Request) -> web.Response:
-    file_name, content = parse_rules_update(await read_json(request, MAX_BODY_BYTES))
+    file_name, content = parse_rules_update(await read_json(request))
     data = content.encode("utf-8") if content.strip() else None
     action = "updated" if data is not None else "removed"
     try:

@@ -1,7 +1,9 @@
 """GET /api/search?q=&limit=: semantic search over the catalog with a fuzzy fallback (public).
 
 Errors use the legacy envelope (``{"error": "<text>", ...}``), as the published service's search did;
-100 requests a minute per client IP by default (``[search] rate_limit_per_minute``).
+100 valid requests a minute per client IP by default (``[search] rate_limit_per_minute``). A query is
+at most 200 characters and 24 words (400 past them); when the search threads are busy and a few
+queries already wait, 503 with Retry-After at once (assetcdn/control/search/engine.py).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from aiohttp import web
 
 from assetcdn.control.rate_limit import RateDecision, client_key
 from assetcdn.control.recording import request_ip
+from assetcdn.control.search.engine import SearchBusy, query_problem
 from assetcdn.control.state import SEARCH, SEARCH_LIMITER, SETTINGS
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.middleware import json_response
@@ -19,6 +22,7 @@ from assetcdn.shared.middleware import json_response
 log = logging.getLogger(__name__)
 
 DEFAULT_LIMIT, MAX_LIMIT = 20, 50
+BUSY_RETRY_S = 1
 
 
 def parse_limit(raw: str | None) -> int:
@@ -35,16 +39,20 @@ def rate_headers(decision: RateDecision) -> dict[str, str]:
 
 
 async def search(request: web.Request) -> web.Response:
+    query = request.query.get("q", "")
+    problem = query_problem(query)
+    if problem is not None:  # refused before it is counted: a 400 takes no slot of the client's minute
+        raise LegacyError(400, problem)
     decision = await request.app[SEARCH_LIMITER].take(f"search:{client_key(request_ip(request))}")
     if not decision.allowed:
         raise LegacyError(429, "rate_limit_exceeded",
                           f"Rate limit exceeded: at most {decision.limit} searches a minute per client. "
                           f"Retry in {decision.retry_after_s} s.", headers=rate_headers(decision))
-    query = request.query.get("q", "")
-    if not query.strip():
-        raise LegacyError(400, 'Query parameter "q" is required')
     try:
         answer = await request.app[SEARCH].search(query, parse_limit(request.query.get("limit")))
+    except SearchBusy:
+        raise LegacyError(503, "Search is busy; retry in a second.",
+                          headers={"Retry-After": str(BUSY_RETRY_S), **rate_headers(decision)}) from None
     except Exception:
         log.exception("search failed")
         raise LegacyError(500, "Search failed. Please try again.") from None

@@ -36,7 +36,6 @@ from assetcdn.shared.paths import (
     has_extension,
     parse_storage_path,
 )
-from assetcdn.shared.request_body import batch_body_limit
 from assetcdn.shared.timestamps import as_iso_utc
 
 STORAGE_ZONE_NAME = "assetcdn"
@@ -113,8 +112,7 @@ async def put_file(request: web.Request) -> web.Response:
             raise problem
 
     await writable()  # before reading the body; checked again under the commit lock
-    limit = request.app[SETTINGS].get("control", "max_upload_bytes")
-    data = await read_body(request, limit)
+    data = await read_body(request)
     supplied = request.headers.get("Checksum")
     checksum = None
     if supplied is not None:
@@ -308,7 +306,7 @@ async def batch_upload(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     max_file = settings.get("control", "max_upload_bytes")
     max_files = settings.get("control", "max_batch_files")
-    body = await read_json(request, limit=batch_body_limit(max_file))
+    body = await read_json(request)
     if not isinstance(body, dict) or not isinstance(body.get("files"), list):
         raise bad_request("The body must be a JSON object with a 'files' array.", target="files", code="InvalidBody")
     items = body["files"]

@@ -8,15 +8,24 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from assetcdn.control.auth import PRINCIPAL
 from assetcdn.control.request_body import read_json
-from assetcdn.control.state import TOKENS
+from assetcdn.control.state import SESSION_SCOPES, TOKENS
 from assetcdn.control.tokens import parse_token_request
-from assetcdn.shared.errors import bad_request, not_found
+from assetcdn.shared.errors import ApiError, bad_request, not_found
 from assetcdn.shared.middleware import json_response
 
 
 async def create_token(request: web.Request) -> web.Response:
     token_request = parse_token_request(await read_json(request))
+    if request[PRINCIPAL].kind == "session":
+        grantable: frozenset[str] = request.app[SESSION_SCOPES]
+        beyond = [scope for scope in token_request.scopes if scope not in grantable]
+        if beyond:
+            raise ApiError(403, "ScopeNotGrantable",
+                           f"A dashboard session cannot grant {', '.join(beyond)}: it may only grant what it "
+                           f"may use itself ({', '.join(sorted(grantable))}). Mint such a token with the "
+                           "AccountKey.", target="scopes", extra={"invalid": beyond})
     secret, record = await request.app[TOKENS].create(token_request)
     # Both published shapes: OA's flat {id, token, name, scopes} and the code's {HttpCode, Message, Token{...}}.
     return json_response({

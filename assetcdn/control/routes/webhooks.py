@@ -30,7 +30,6 @@ from assetcdn.control.webhooks.service import (
 from assetcdn.shared.errors import bad_request, conflict, not_found
 from assetcdn.shared.middleware import json_response
 
-MAX_BODY_BYTES = 64 * 1024
 MAX_ID_LENGTH = 64
 
 
@@ -41,7 +40,7 @@ async def list_webhooks(request: web.Request) -> web.Response:
 
 async def register_webhook(request: web.Request) -> web.Response:
     settings = request.app[WEBHOOK_SETTINGS]
-    webhook_request, url = parse_webhook_request(await read_json(request, MAX_BODY_BYTES),
+    webhook_request, url = parse_webhook_request(await read_json(request),
                                                  allow_loopback=settings.allow_loopback)
     await check_target(url, request.app[WEBHOOK_RESOLVER], allow_loopback=settings.allow_loopback)
     secret, hook = await request.app[WEBHOOKS].create(webhook_request.url, webhook_request.events,
@@ -102,7 +101,7 @@ async def list_dead_letters(request: web.Request) -> web.Response:
 
 
 async def replay_delivery(request: web.Request) -> web.Response:
-    body = await read_json(request, 4096)
+    body = await read_json(request)
     delivery_id = body.get("id") if isinstance(body, dict) else None
     if not isinstance(delivery_id, str) or not delivery_id or len(delivery_id) > MAX_ID_LENGTH:
         raise bad_request('The body must be {"id": "<delivery id>"} (from GET /api/webhooks/dead-letters).',

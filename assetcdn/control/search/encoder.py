@@ -141,6 +141,14 @@ class SentenceEncoder:
     def encode_one(self, text: str) -> np.ndarray:
         return self.encode([text])[0]
 
+    def encode_query(self, text: str, max_tokens: int) -> np.ndarray:
+        """A query's unit vector from its first `max_tokens` word pieces (the closing [SEP] kept):
+        a query's cost is bounded whatever its length (the encoder's time grows with its input)."""
+        ids = self.tokenizer.encode(text).ids
+        if len(ids) > max_tokens:
+            ids = [*ids[:max_tokens - 1], ids[-1]]
+        return self._forward([ids])[0]
+
     def _forward(self, id_lists: list[list[int]]) -> np.ndarray:
         batch, length = len(id_lists), max(len(ids) for ids in id_lists)
         ids = np.zeros((batch, length), dtype=np.int64)

@@ -7,6 +7,12 @@ the vector results (mode ``vector``); when none is, the fuzzy scores alone answe
 which still finds misspelt names. Without the model everything is fuzzy. An answer is cached for
 60 s per normalised query and limit, and per manifest generation, so a catalog change is seen at
 once; a cached answer says mode ``cached``.
+
+Cost: a query is at most MAX_QUERY_CHARS characters and MAX_QUERY_TERMS words (the route answers 400
+past them), the encoder reads at most its first QUERY_TOKENS word pieces, and the fuzzy scorer its
+first 32 tokens. Queries run on `workers` threads with at most WAITING_QUERIES more waiting; past that
+`search` raises SearchBusy (503 with Retry-After) at once instead of queuing, and a cached answer
+never waits at all.
 """
 
 from __future__ import annotations
@@ -31,6 +37,25 @@ THRESHOLD = 0.5            # the published service's vector threshold, on the ca
 FUZZY_LIFT = 0.3           # how far the words can lift a vector score (see the module docstring)
 SETTLE_BACKLOG = 512       # a search waits for at most this many pending embeddings (see SearchIndex.settled)
 CACHE_ENTRIES = 1024
+MAX_QUERY_CHARS = 200      # a query longer than this is refused (400)
+MAX_QUERY_TERMS = 24       # ...and one of more words than this
+QUERY_TOKENS = 64          # the word pieces of a query the encoder reads (its time grows with them)
+WAITING_QUERIES = 8        # queries that may wait for a thread; more answer SearchBusy at once
+
+
+class SearchBusy(Exception):
+    """Every search thread is busy and WAITING_QUERIES queries already wait: ask again shortly."""
+
+
+def query_problem(query: str) -> str | None:
+    """Why `query` is refused (400), or None: empty, too long, or too many words."""
+    if not query.strip():
+        return 'Query parameter "q" is required'
+    if len(query) > MAX_QUERY_CHARS:
+        return f'Query parameter "q" is too long: at most {MAX_QUERY_CHARS} characters.'
+    if len(query.split()) > MAX_QUERY_TERMS:
+        return f'Query parameter "q" has too many words: at most {MAX_QUERY_TERMS}.'
+    return None
 
 
 @dataclass(frozen=True)
@@ -123,7 +148,7 @@ def rank(query: str, limit: int, documents: tuple[FuzzyDocument, ...], vocabular
     """Score and pick (pure; runs on a worker thread). `rows` is align(documents, snapshot)."""
     fuzzy = np.asarray(fuzzy_scores(query, list(documents), vocabulary), dtype=np.float64)
     if encoder is not None and len(snapshot.paths):
-        cosine = snapshot.matrix @ encoder.encode_one(query)
+        cosine = snapshot.matrix @ encoder.encode_query(query, QUERY_TOKENS)
         vector = np.where(rows >= 0, cosine[np.maximum(rows, 0)], 0.0)
         blended = 1.0 - (1.0 - calibrate(vector)) * (1.0 - FUZZY_LIFT * fuzzy)
         if (blended > THRESHOLD).any():
@@ -150,21 +175,35 @@ class SearchEngine:
         self.catalog = FuzzyCatalog()
         # Queries get their own threads, so one never waits behind an index batch.
         self.executor = ThreadPoolExecutor(workers, thread_name_prefix="search-query")
+        self.admitted_max = workers + WAITING_QUERIES
+        self._admitted = 0  # queries running or waiting for a thread
         self._alignment: tuple[object, object, np.ndarray] | None = None
 
-    async def search(self, query: str, limit: int) -> SearchAnswer:
+    @property
+    def admitted(self) -> int:
+        """Queries running or waiting for a thread now."""
+        return self._admitted
+
+    async def search(self, query: str, limit: int, *, admit: bool = True) -> SearchAnswer:
+        """The answer to `query`; with `admit`, SearchBusy at once when admitted_max queries are already in."""
         key = (normalise_query(query), limit)
         await self.index.settled(SETTLE_BACKLOG)  # at once unless a change is being indexed
         generation = (self.manifest.generation, self.index.version)
         cached = self.cache.get(key, generation)
         if cached is not None:
             return SearchAnswer(cached.hits, "cached", cached.origin)
-        self.catalog.sync(self.manifest)
-        encoder = await self.index.model()
-        documents, snapshot = self.catalog.documents, self.index.snapshot
-        answer = await asyncio.get_running_loop().run_in_executor(
-            self.executor, rank, query, limit, documents, self.catalog.vocabulary, encoder, snapshot,
-            self._rows(documents, snapshot))
+        if admit and self._admitted >= self.admitted_max:
+            raise SearchBusy()
+        self._admitted += 1
+        try:
+            self.catalog.sync(self.manifest)
+            encoder = await self.index.model()
+            documents, snapshot = self.catalog.documents, self.index.snapshot
+            answer = await asyncio.get_running_loop().run_in_executor(
+                self.executor, rank, query, limit, documents, self.catalog.vocabulary, encoder, snapshot,
+                self._rows(documents, snapshot))
+        finally:
+            self._admitted -= 1
         self.cache.put(key, generation, answer)
         return answer
 

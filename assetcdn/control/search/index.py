@@ -16,11 +16,10 @@ import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
-import aiosqlite
 import numpy as np
 
+from assetcdn.control.database import Database
 from assetcdn.control.manifest_store import ManifestStore, is_asset_path
 from assetcdn.control.search.asset_text import describe, searchable, text_key
 from assetcdn.control.search.encoder import (
@@ -66,9 +65,9 @@ def _no_alt_text(path: str) -> str | None:
 
 
 class SearchIndex:
-    def __init__(self, db_path: Path, manifest: ManifestStore, *,
+    def __init__(self, db: Database, manifest: ManifestStore, *,
                  load_model: Callable[[], SentenceEncoder] = lambda: load_packaged_model().encoder) -> None:
-        self.db_path = db_path
+        self._db = db
         self.manifest = manifest
         self._load_model = load_model
         self.encoder: SentenceEncoder | None = None
@@ -88,20 +87,15 @@ class SearchIndex:
         self._settled = asyncio.Event()
         self._model_loaded = asyncio.Event()
         self._changed = asyncio.Condition()     # notified when the backlog or the settled state changes
-        self._db: aiosqlite.Connection | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
         """Read the stored vectors and start keeping the index in step (model load included)."""
-        self._db = await aiosqlite.connect(str(self.db_path))
-        await self._db.execute("PRAGMA busy_timeout=5000")
-        await self._db.executescript(SCHEMA)
-        await self._db.commit()
-        async with self._db.execute("SELECT path, text_key, vector FROM search_vectors") as cur:
-            async for path, key, blob in cur:
-                vector = np.frombuffer(blob, dtype=np.float32)
-                if vector.shape == (DIMENSIONS,):
-                    self._stored[path] = (key, vector)
+        await self._db.script(SCHEMA)
+        for path, key, blob in await self._db.fetch("SELECT path, text_key, vector FROM search_vectors"):
+            vector = np.frombuffer(blob, dtype=np.float32)
+            if vector.shape == (DIMENSIONS,):
+                self._stored[path] = (key, vector)
         self._publish_snapshot()
         self._task = asyncio.create_task(self._maintain())
 
@@ -112,8 +106,6 @@ class SearchIndex:
                 await self._task
         # A batch already on the worker thread finishes on its own; nothing waits for it.
         self.embed_executor.shutdown(wait=False, cancel_futures=True)
-        if self._db is not None:
-            await self._db.close()
 
     # -- told of changes -------------------------------------------------------------------------
 
@@ -183,7 +175,7 @@ class SearchIndex:
                 await self._wake.wait()
 
     async def _sync(self, paths: set[str]) -> None:
-        assert self.encoder is not None and self._db is not None
+        assert self.encoder is not None
         model_id = self.encoder.model_id
         stale: list[tuple[str, str, str]] = []
         entries = {p: e for p in paths if (e := self.manifest.entries.get(p)) is not None and searchable(e)}
@@ -199,8 +191,8 @@ class SearchIndex:
         if removed:
             for path in removed:
                 self._stored.pop(path, None)
-            await self._db.executemany("DELETE FROM search_vectors WHERE path = ?", [(p,) for p in removed])
-            await self._db.commit()
+            async with self._db.transaction() as tx:
+                await tx.executemany("DELETE FROM search_vectors WHERE path = ?", [(p,) for p in removed])
             self._publish_snapshot()
         self.backlog = len(stale)
         await self._notify()
@@ -212,10 +204,10 @@ class SearchIndex:
             for (path, key, _), vector in zip(batch, vectors, strict=True):
                 self._stored[path] = (key, vector)
                 rows.append((path, key, vector.astype(np.float32).tobytes()))
-            await self._db.executemany(
-                "INSERT INTO search_vectors (path, text_key, vector) VALUES (?, ?, ?) "
-                "ON CONFLICT (path) DO UPDATE SET text_key = excluded.text_key, vector = excluded.vector", rows)
-            await self._db.commit()
+            async with self._db.transaction() as tx:
+                await tx.executemany(
+                    "INSERT INTO search_vectors (path, text_key, vector) VALUES (?, ?, ?) "
+                    "ON CONFLICT (path) DO UPDATE SET text_key = excluded.text_key, vector = excluded.vector", rows)
             self.embedded += len(batch)
             self.backlog = max(len(stale) - start - len(batch), 0)
             self._publish_snapshot()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
+from assetcdn.control.database import Database
 from assetcdn.control.manifest_store import ManifestStore
 from assetcdn.control.publish import Publisher
 from assetcdn.control.search.encoder import ModelUnavailable, SentenceEncoder, load_packaged_model
@@ -17,11 +17,11 @@ def _model_switched_off() -> SentenceEncoder:
     raise ModelUnavailable("semantic search is switched off ([search] semantic = false)")
 
 
-async def open_search(settings: Settings, data_dir: Path, manifest: ManifestStore, publisher: Publisher,
+async def open_search(settings: Settings, db: Database, manifest: ManifestStore, publisher: Publisher,
                       alt_text: Callable[[str], str | None] | None = None) -> tuple[SearchIndex, SearchEngine]:
     """The search index and engine; `alt_text` (path -> known alt text) adds image analysis' words."""
     semantic = settings.get("search", "semantic")
-    index = SearchIndex(data_dir / "control.sqlite3", manifest,
+    index = SearchIndex(db, manifest,
                         load_model=(lambda: load_packaged_model().encoder) if semantic else _model_switched_off)
     if alt_text is not None:
         index.alt_text = alt_text

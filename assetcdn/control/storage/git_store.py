@@ -58,6 +58,7 @@ class CommitResult:
     commit_id: str
     committed_at: str
     changes: tuple[FileChange, ...]
+    parent_id: str | None = None   # the HEAD it was made on (None: the first commit, or not known)
 
 
 @dataclass(frozen=True)
@@ -367,7 +368,7 @@ class GitStore:
         signature = pygit2.Signature(*self._author)
         parents = [] if (head := self.head_commit_id()) is None else [pygit2.Oid(hex=head)]
         commit_id = repo.create_commit(BRANCH, signature, signature, message, tree_id, parents)
-        return CommitResult(str(commit_id), self.commit_time(str(commit_id)), tuple(file_changes))
+        return CommitResult(str(commit_id), self.commit_time(str(commit_id)), tuple(file_changes), head)
 
     def _build_tree(self, tree: pygit2.Tree | None,
                     changes: dict[tuple[str, ...], pygit2.Oid | None]) -> pygit2.Oid | None:

@@ -5,15 +5,18 @@ renditions and their index are part of the manifest and reach edges like any fil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import shutil
+import threading
+import time
 from pathlib import Path
 
 from assetcdn.control.publish import Publisher
 from assetcdn.control.storage.git_store import CommitResult, GitStore, NothingToCommit
 from assetcdn.control.video.demo import ensure_demo_videos
-from assetcdn.control.video.transcode import INDEX_FILE, TranscodeError, transcode_hls
+from assetcdn.control.video.transcode import INDEX_FILE, Stopped, TranscodeError, transcode_hls
 from assetcdn.shared.hls import VideoIndex
 
 log = logging.getLogger(__name__)
@@ -32,12 +35,13 @@ def rendition_files(video: str, index: VideoIndex, out_dir: Path) -> dict[str, b
     return files
 
 
-def _transcode_source(data: bytes, work: Path, video: str) -> tuple[VideoIndex, dict[str, bytes]]:
+def _transcode_source(data: bytes, work: Path, video: str,
+                      stop: threading.Event) -> tuple[VideoIndex, dict[str, bytes]]:
     """Blocking: write the source, transcode it, read the renditions back (run in a thread)."""
     work.mkdir(parents=True, exist_ok=True)
     source = work / "source"
     source.write_bytes(data)
-    index = transcode_hls(source, work / "hls", video=video)
+    index = transcode_hls(source, work / "hls", video=video, stop=stop)
     return index, rendition_files(video, index, work / "hls")
 
 
@@ -48,6 +52,9 @@ class VideoIngester:
         self.work_dir = work_dir
         self._lock = asyncio.Lock()  # transcodes are CPU-bound: one at a time
         self._tasks: set[asyncio.Task[None]] = set()
+        # Set when control stops: work on a thread ends within a frame instead of holding up the exit.
+        self._stop = threading.Event()
+        self.demo_state: str | None = None   # making | ready | failed, for /api/health; None: no demo asked
 
     def on_commit(self, result: CommitResult) -> None:
         for change in result.changes:
@@ -65,6 +72,7 @@ class VideoIngester:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def close(self) -> None:
+        self._stop.set()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
@@ -76,28 +84,41 @@ class VideoIngester:
                 return
             work = self.work_dir / f"{video}-{blob_id[:12]}"
             try:
-                index, files = await asyncio.to_thread(_transcode_source, data, work, video)
+                index, files = await asyncio.to_thread(_transcode_source, data, work, video, self._stop)
                 await self.publisher.commit(files, f"Add HLS renditions of {video} "
                                                    f"({', '.join(r.name for r in index.renditions)})")
                 log.info("transcoded %s into %d renditions", video, len(index.renditions))
             except TranscodeError as exc:
                 log.warning("video %s could not be transcoded: %s", video, exc)
+            except Stopped:
+                log.info("transcode of %s abandoned: control is stopping (it is made again on upload)", video)
             except NothingToCommit:
                 pass
             finally:
                 await asyncio.to_thread(shutil.rmtree, work, True)
 
     def install_demo(self, cache_dir: Path) -> None:
-        """Make the demo videos (cached in the data dir) and commit them in one commit, in the background."""
+        """Make the demo videos (cached in the data dir) and commit them in one commit, in the background;
+        `demo_state` says how far that is."""
+        self.demo_state = "making"
         self._spawn(self._install_demo(cache_dir))
 
     async def _install_demo(self, cache_dir: Path) -> None:
-        async with self._lock:
-            indexes = await asyncio.to_thread(ensure_demo_videos, cache_dir)
-            files: dict[str, bytes] = {}
-            for video, index in indexes.items():
-                files |= await asyncio.to_thread(rendition_files, video, index, cache_dir / video)
-            try:
-                await self.publisher.commit(files, "Add demo videos black, mount_fuji and nature (HLS 1080/720/480)")
-            except NothingToCommit:
-                pass
+        started = time.perf_counter()
+        try:
+            async with self._lock:
+                indexes = await asyncio.to_thread(ensure_demo_videos, cache_dir, stop=self._stop)
+                files: dict[str, bytes] = {}
+                for video, index in indexes.items():
+                    files |= await asyncio.to_thread(rendition_files, video, index, cache_dir / video)
+                with contextlib.suppress(NothingToCommit):
+                    await self.publisher.commit(files, "Add demo videos black, mount_fuji and nature (HLS 1080/720/480)")
+        except Stopped:
+            log.info("demo videos abandoned: control is stopping (they are made at the next start)")
+            return
+        except (TranscodeError, OSError):
+            self.demo_state = "failed"
+            log.exception("the demo videos could not be made")
+            return
+        self.demo_state = "ready"
+        log.info("demo videos ready to stream in %.1f s", time.perf_counter() - started)

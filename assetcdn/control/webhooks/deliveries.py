@@ -4,9 +4,8 @@ States: ``pending`` (due at ``next_attempt_at``), ``delivered``, ``dead`` (every
 dead-letter list, from which a delivery can be replayed). A row stays pending while its attempt is
 in flight, so a process killed mid-attempt sends it again after restart (at-least-once).
 
-The log has its own connection (autocommit, ``control.database.open_connection``): the worker's
-frequent reads and writes then never share a transaction with a mutation's bookkeeping, and never
-leave a read snapshot open on the shared connection while a mutation wants to write.
+Its writes are transactions of control's one `Database` writer, taking turns with every other write;
+its reads are fetched whole on the read-only connection.
 """
 
 from __future__ import annotations
@@ -17,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import aiosqlite
 import orjson
 
+from assetcdn.control.database import Database
 from assetcdn.control.webhooks.store import Webhook
 from assetcdn.shared.timestamps import from_unix
 
@@ -55,7 +54,7 @@ def _iso(value: float | None) -> str | None:
 
 
 class DeliveryLog:
-    def __init__(self, db: aiosqlite.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
 
     async def dispatch(self, hooks: Sequence[Webhook], now: float | None = None) -> int:
@@ -63,31 +62,26 @@ class DeliveryLog:
         now = time.time() if now is None else now
         taken = 0
         while True:
-            rows = await self.db.execute_fetchall(
+            rows = await self.db.fetch(
                 "SELECT seq, event FROM webhook_events WHERE dispatched = 0 AND state = 'ready' ORDER BY seq "
                 "LIMIT ?", (DISPATCH_BATCH,))
             if not rows:
                 return taken
             deliveries = [(str(uuid.uuid4()), hook.id, seq, now, now, now)
                           for seq, event in rows for hook in hooks if hook.wants(event, seq)]
-            await self.db.execute("BEGIN IMMEDIATE")
-            try:
+            async with self.db.transaction() as tx:
                 # OR IGNORE: an event is never given two deliveries to one webhook.
-                await self.db.executemany(
+                await tx.executemany(
                     "INSERT OR IGNORE INTO webhook_deliveries (id, webhook_id, event_seq, state, next_attempt_at, "
                     "created_at, updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?)", deliveries)
-                await self.db.executemany("UPDATE webhook_events SET dispatched = 1 WHERE seq = ?",
-                                          [(seq,) for seq, _ in rows])
-            except BaseException:
-                await self.db.execute("ROLLBACK")
-                raise
-            await self.db.execute("COMMIT")
+                await tx.executemany("UPDATE webhook_events SET dispatched = 1 WHERE seq = ?",
+                                     [(seq,) for seq, _ in rows])
             taken += len(rows)
             if len(rows) < DISPATCH_BATCH:
                 return taken
 
     async def due(self, webhook_id: str, now: float, limit: int) -> list[DueDelivery]:
-        rows = await self.db.execute_fetchall(
+        rows = await self.db.fetch(
             "SELECT d.id, d.attempts, e.id, e.event, e.body FROM webhook_deliveries d "
             "JOIN webhook_events e ON e.seq = d.event_seq "
             "WHERE d.webhook_id = ? AND d.state = 'pending' AND d.next_attempt_at <= ? "
@@ -95,13 +89,13 @@ class DeliveryLog:
         return [DueDelivery(r[0], webhook_id, r[1], r[2], r[3], bytes(r[4])) for r in rows]
 
     async def next_due_after(self, now: float) -> float | None:
-        rows = list(await self.db.execute_fetchall(
+        rows = await self.db.fetch(
             "SELECT MIN(next_attempt_at) FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at > ?",
-            (now,)))
+            (now,))
         return rows[0][0] if rows else None
 
     async def delivered(self, delivery_id: str, attempts: int, status: int, now: float) -> None:
-        await self.db.execute(
+        await self.db.write(
             "UPDATE webhook_deliveries SET state = 'delivered', attempts = ?, delivered_at = ?, updated_at = ?, "
             "last_status = ?, last_error = NULL WHERE id = ? AND state = 'pending'",
             (attempts, now, now, status, delivery_id))
@@ -110,21 +104,20 @@ class DeliveryLog:
                      retry_at: float | None, now: float) -> None:
         """A failed attempt: pending again at `retry_at`, or dead when no retry is left."""
         state = "pending" if retry_at is not None else "dead"
-        await self.db.execute(
+        await self.db.write(
             "UPDATE webhook_deliveries SET state = ?, attempts = ?, next_attempt_at = ?, updated_at = ?, "
             "last_status = ?, last_error = ? WHERE id = ? AND state = 'pending'",
             (state, attempts, retry_at if retry_at is not None else now, now, status, error[:ERROR_MAX],
              delivery_id))
 
     async def drop(self, delivery_id: str) -> None:
-        await self.db.execute("DELETE FROM webhook_deliveries WHERE id = ?", (delivery_id,))
+        await self.db.write("DELETE FROM webhook_deliveries WHERE id = ?", (delivery_id,))
 
     async def drop_orphans(self, live: Sequence[str]) -> int:
         """Deliveries of webhooks deleted while a dispatch was writing them."""
         marks = ",".join("?" * len(live))
         query = "DELETE FROM webhook_deliveries" + (f" WHERE webhook_id NOT IN ({marks})" if live else "")
-        async with self.db.execute(query, list(live)) as cur:
-            return cur.rowcount
+        return await self.db.write(query, list(live))
 
     async def list(self, *, webhook_id: str | None, state: str | None, limit: int) -> list[dict[str, Any]]:
         """Newest first."""
@@ -138,10 +131,10 @@ class DeliveryLog:
             args.append(state)
         query += " ORDER BY d.updated_at DESC, d.event_seq DESC LIMIT ?"
         args.append(limit)
-        return [self._record(r) for r in await self.db.execute_fetchall(query, args)]
+        return [self._record(r) for r in await self.db.fetch(query, args)]
 
     async def get(self, delivery_id: str) -> dict[str, Any] | None:
-        rows = list(await self.db.execute_fetchall(SELECT_DELIVERY + " WHERE d.id = ?", (delivery_id,)))
+        rows = await self.db.fetch(SELECT_DELIVERY + " WHERE d.id = ?", (delivery_id,))
         return self._record(rows[0]) if rows else None
 
     @staticmethod
@@ -154,10 +147,9 @@ class DeliveryLog:
     async def replay(self, delivery_id: str, now: float | None = None) -> dict[str, Any] | None:
         """A dead letter is due again now, with its retries anew. None when there is no such delivery."""
         now = time.time() if now is None else now
-        async with self.db.execute(
-                "UPDATE webhook_deliveries SET state = 'pending', attempts = 0, next_attempt_at = ?, updated_at = ? "
-                "WHERE id = ? AND state = 'dead'", (now, now, delivery_id)) as cur:
-            replayed = cur.rowcount
+        replayed = await self.db.write(
+            "UPDATE webhook_deliveries SET state = 'pending', attempts = 0, next_attempt_at = ?, updated_at = ? "
+            "WHERE id = ? AND state = 'dead'", (now, now, delivery_id))
         record = await self.get(delivery_id)
         if record is not None and not replayed:
             raise ReplayRefused(record["state"])
@@ -166,11 +158,10 @@ class DeliveryLog:
     async def prune(self, retention_days: int, now: float | None = None) -> int:
         """Finished deliveries past the retention window, and the events nothing refers to any more."""
         cutoff = (time.time() if now is None else now) - retention_days * 86400
-        async with self.db.execute("DELETE FROM webhook_deliveries WHERE state IN ('delivered', 'dead') "
-                                   "AND updated_at < ?", (cutoff,)) as cur:
-            removed = cur.rowcount
-        async with self.db.execute(
+        async with self.db.transaction() as tx:
+            removed = await tx.execute("DELETE FROM webhook_deliveries WHERE state IN ('delivered', 'dead') "
+                                       "AND updated_at < ?", (cutoff,))
+            removed += await tx.execute(
                 "DELETE FROM webhook_events WHERE dispatched = 1 AND created_at < ? AND NOT EXISTS "
-                "(SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = webhook_events.seq)", (cutoff,)) as cur:
-            removed += cur.rowcount
+                "(SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = webhook_events.seq)", (cutoff,))
         return removed

@@ -2,7 +2,7 @@
 
 At start, under the commit lock, the outbox catches up with commits a killed process left without
 events; then the worker runs until shutdown, when it cancels its attempts in flight (they stay
-pending and are sent after the next start) and closes its HTTP sessions and its database connection.
+pending and are sent after the next start) and closes its HTTP sessions.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from assetcdn.control.database import open_connection
-from assetcdn.control.state import DATA_DIR, DB, PUBLISHER, SECRETS, SETTINGS
+from assetcdn.control.state import DB, PUBLISHER, SECRETS, SETTINGS
 from assetcdn.control.webhooks.address_guard import HostResolver, SystemResolver
 from assetcdn.control.webhooks.deliveries import DeliveryLog
 from assetcdn.control.webhooks.secret_box import SecretBox
@@ -35,20 +34,16 @@ async def webhooks_context(app: web.Application) -> AsyncIterator[None]:
     store = WebhookStore(app[DB], SecretBox(key) if key else None)
     await store.load()
     resolver = app.get(WEBHOOK_RESOLVER) or SystemResolver()
-    connection = await open_connection(app[DATA_DIR] / "control.sqlite3")  # the worker's own
+    deliveries = DeliveryLog(app[DB])
+    worker = DeliveryWorker(deliveries, store, Sender(resolver, allow_loopback=settings.allow_loopback,
+                                                      timeout_s=settings.timeout_s), settings)
+    app[WEBHOOKS], app[WEBHOOK_DELIVERIES], app[WEBHOOK_WORKER] = store, deliveries, worker
+    app[WEBHOOK_SETTINGS], app[WEBHOOK_RESOLVER] = settings, resolver
+    publisher = app[PUBLISHER]
+    publisher.outbox.on_ready(worker.notify)
+    await publisher.catch_up_outbox()
+    worker.start()
     try:
-        deliveries = DeliveryLog(connection)
-        worker = DeliveryWorker(deliveries, store, Sender(resolver, allow_loopback=settings.allow_loopback,
-                                                          timeout_s=settings.timeout_s), settings)
-        app[WEBHOOKS], app[WEBHOOK_DELIVERIES], app[WEBHOOK_WORKER] = store, deliveries, worker
-        app[WEBHOOK_SETTINGS], app[WEBHOOK_RESOLVER] = settings, resolver
-        publisher = app[PUBLISHER]
-        publisher.outbox.on_ready(worker.notify)
-        await publisher.catch_up_outbox()
-        worker.start()
-        try:
-            yield
-        finally:
-            await worker.stop()
+        yield
     finally:
-        await connection.close()
+        await worker.stop()

@@ -9,9 +9,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import aiosqlite
 import orjson
 
+from assetcdn.control.database import Database
 from assetcdn.control.webhooks.secret_box import SecretBox, SecretUnavailable
 from assetcdn.shared.errors import ApiError, utc_now_iso
 from assetcdn.shared.timestamps import as_iso_utc
@@ -46,13 +46,13 @@ def new_secret() -> str:
 
 
 class WebhookStore:
-    def __init__(self, db: aiosqlite.Connection, box: SecretBox | None) -> None:
+    def __init__(self, db: Database, box: SecretBox | None) -> None:
         self.db = db
         self._box = box
         self._hooks: dict[str, Webhook] = {}
 
     async def load(self) -> None:
-        rows = await self.db.execute_fetchall(
+        rows = await self.db.fetch(
             "SELECT id, url, events, created_at, secret_nonce, secret_ciphertext, secret_last_four, after_seq "
             "FROM webhooks ORDER BY created_at, id")
         self._hooks = {r[0]: Webhook(r[0], r[1], tuple(orjson.loads(r[2])), r[3], bytes(r[4]), bytes(r[5]), r[6], r[7])
@@ -80,14 +80,14 @@ class WebhookStore:
         secret = secret or new_secret()
         webhook_id = str(uuid.uuid4())
         nonce, ciphertext = self._box.seal(secret, webhook_id)
-        ((after_seq,),) = await self.db.execute_fetchall("SELECT COALESCE(MAX(seq), 0) FROM webhook_events")
-        hook = Webhook(webhook_id, url, events, utc_now_iso(), nonce, ciphertext, secret[-4:], after_seq)
-        await self.db.execute(
-            "INSERT INTO webhooks (id, url, events, created_at, secret_nonce, secret_ciphertext, secret_last_four, "
-            "after_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (hook.id, url, orjson.dumps(list(events)).decode(), hook.created_at, nonce, ciphertext,
-             hook.secret_last_four, after_seq))
-        await self.db.commit()
+        async with self.db.transaction() as tx:  # no event can be recorded between reading MAX(seq) and the insert
+            ((after_seq,),) = await tx.fetch("SELECT COALESCE(MAX(seq), 0) FROM webhook_events")
+            hook = Webhook(webhook_id, url, events, utc_now_iso(), nonce, ciphertext, secret[-4:], after_seq)
+            await tx.execute(
+                "INSERT INTO webhooks (id, url, events, created_at, secret_nonce, secret_ciphertext, "
+                "secret_last_four, after_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (hook.id, url, orjson.dumps(list(events)).decode(), hook.created_at, nonce, ciphertext,
+                 hook.secret_last_four, after_seq))
         self._hooks[hook.id] = hook
         return secret, hook
 
@@ -98,9 +98,9 @@ class WebhookStore:
         if hook is None:
             return False
         try:
-            await self.db.execute("DELETE FROM webhook_deliveries WHERE webhook_id = ?", (webhook_id,))
-            await self.db.execute("DELETE FROM webhooks WHERE id = ?", (webhook_id,))
-            await self.db.commit()
+            async with self.db.transaction() as tx:
+                await tx.execute("DELETE FROM webhook_deliveries WHERE webhook_id = ?", (webhook_id,))
+                await tx.execute("DELETE FROM webhooks WHERE id = ?", (webhook_id,))
         except BaseException:
             self._hooks[webhook_id] = hook
             raise

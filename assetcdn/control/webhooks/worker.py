@@ -17,7 +17,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from yarl import URL
 
@@ -142,11 +143,12 @@ class DeliveryWorker:
                 return  # deleted while in flight: its deliveries are gone with it
             now = self._clock()
             if outcome.ok:
-                await self._deliveries.delivered(due.id, attempt, outcome.status or 200, now)
+                await _to_completion(self._deliveries.delivered(due.id, attempt, outcome.status or 200, now))
                 return
             delays = self._settings.retry_delays_s
             retry_at = now + delays[attempt - 1] if attempt <= len(delays) else None
-            await self._deliveries.failed(due.id, attempt, outcome.status, outcome.error or "failed", retry_at, now)
+            await _to_completion(self._deliveries.failed(due.id, attempt, outcome.status, outcome.error or "failed",
+                                                         retry_at, now))
             if retry_at is None:
                 log.warning("webhook %s (host %s): delivery %s of %s is a dead letter after %d attempts: %s",
                             hook.id, URL(hook.url).host, due.id, due.event, attempt, outcome.error)
@@ -159,3 +161,14 @@ class DeliveryWorker:
                 if not running:
                     del self._inflight[due.webhook_id]
             self._wake.set()
+
+
+async def _to_completion(recording: Coroutine[Any, Any, None]) -> None:
+    """Record an attempt's outcome even when the attempt is cancelled meanwhile (a shutdown): the receiver
+    has answered, and a write cut short would be rolled back and the event sent again after a restart."""
+    task = asyncio.ensure_future(recording)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise

@@ -87,7 +87,7 @@ class HostView:
 
     def __init__(self, key: bytes, name: str, zone: str | None) -> None:
         self.key = key        # the Host header as received
-        self.name = name
+        self.name = name      # its canonical_host (assetcdn/edge/edge_config.py)
         self.zone = zone
         self.hits: dict[bytes, Prepared] = {}
 

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.delivery_log import country_code
+from assetcdn.edge.edge_config import canonical_host
 from assetcdn.edge.fastpath.prepared import HostView, Prepared, not_modified_head, prepare
 from assetcdn.edge.fastpath.protocol import (
     ANSWERED,
@@ -303,6 +304,7 @@ class HitServer:
             return None
         if len(self.hosts) >= MAX_HOSTS:
             self._forget_hosts()
+        name = canonical_host(name)  # the one form the application's path uses too
         view = self.hosts[host] = HostView(host, name, self.config.zone_for_host(name))
         return view
 

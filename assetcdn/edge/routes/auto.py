@@ -22,6 +22,7 @@ from assetcdn.edge.access import (
 )
 from assetcdn.edge.app_keys import IMAGE_POOL, NODE
 from assetcdn.edge.auto_format import choices, conversion_options
+from assetcdn.edge.edge_config import request_host
 from assetcdn.edge.negotiate import (
     FORMAT_MIME,
     NETWORK_AWARE_HEADER,
@@ -74,7 +75,7 @@ async def answer(request: web.Request, base: str, chain: list[str], headers: dic
                  animated: bool) -> web.StreamResponse:
     node = request.app[NODE]
     try:
-        if not serves_on_host(base, node.config.zone_for_host(request.host)):
+        if not serves_on_host(base, node.config.zone_for_host(request_host(request))):
             raise not_found(base)  # a tenant host serves its zone and the stock pool only
         manifest_loaded(node)
     except SourceRefused as exc:

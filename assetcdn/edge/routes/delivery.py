@@ -11,7 +11,7 @@ from aiohttp import web
 
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.delivery_log import DELIVERED_PATH
-from assetcdn.edge.edge_config import tenant_path
+from assetcdn.edge.edge_config import request_host, tenant_path
 from assetcdn.edge.states.fetch import AS_IS
 from assetcdn.edge.states.recv import receive
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
@@ -45,7 +45,7 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE]
     config = node.config
     # receive: _redirects are answered before any cache lookup; a 200 rule rewrites internally.
-    host_zone = config.zone_for_host(request.host)
+    host_zone = config.zone_for_host(request_host(request))
     path = tenant_path(host_zone, request.path)
     redirect = config.rules.redirects.match(request.path_qs)
     if redirect is not None:

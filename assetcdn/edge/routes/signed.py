@@ -16,6 +16,7 @@ from aiohttp import web
 
 from assetcdn.edge.access import SourceRefused
 from assetcdn.edge.app_keys import COUNTERS, NODE, SECRETS, SETTINGS
+from assetcdn.edge.edge_config import request_host
 from assetcdn.edge.states.fetch import AS_IS
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
 from assetcdn.shared.counter_store import client_key
@@ -90,6 +91,6 @@ async def _signed_asset(request: web.Request, rate_headers: dict[str, str]) -> w
     node = request.app[NODE]
     path = verify_signed_query(dict(request.query), request.app[SECRETS].signed_url_secret, time.time())
     # A tenant host serves its own zone and the stock pool only (assetcdn/edge/access.py), whatever is signed.
-    entry = source_for(node, path, node.config.zone_for_host(request.host), REFUSALS, private_ok=True)
+    entry = source_for(node, path, node.config.zone_for_host(request_host(request)), REFUSALS, private_ok=True)
     policy = ServePolicy(CACHE_CONTROL, REFUSALS, headers={**POLICY.headers, **rate_headers})
     return await serve(request, entry, AS_IS, policy)

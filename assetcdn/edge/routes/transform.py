@@ -1,9 +1,11 @@
 """GET/HEAD /api/transform: receive (parse options), then the serve sequence (assetcdn/edge/states/serve.py) with
-the variant those options make: on a miss it takes one unit of the monthly quota and transforms in
-the image pool; delivered with a one-year immutable lifetime.
+the variant those options make: on a miss it takes one of the client's own misses (a minute's and a
+day's, per address) and one unit of the monthly quota, and transforms in the image pool; delivered
+with a one-year immutable lifetime.
 
 Every answer, hit, miss or error, carries the monthly quota as X-RateLimit-Limit, -Remaining
-and -Reset (Unix time of the next month's start, UTC)."""
+and -Reset (Unix time of the next month's start, UTC); a miss refused by the client's own limit
+carries that limit's instead, with Retry-After."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from functools import partial
 from aiohttp import web
 
 from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL, NODE
+from assetcdn.edge.edge_config import request_host
 from assetcdn.edge.negotiate import (
     NETWORK_AWARE_HEADER,
     NETWORK_AWARE_SLOW,
@@ -23,9 +26,13 @@ from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
 from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import transform_variant
 from assetcdn.edge.transform.options import parse_transform_options, resolve_output_format
-from assetcdn.shared.counter_store import Decision
+from assetcdn.shared.counter_store import Decision, Limit, client_key
 from assetcdn.shared.errors import LegacyError
-from assetcdn.shared.limits import transforms_per_month
+from assetcdn.shared.limits import (
+    transform_misses_per_client,
+    transform_misses_per_client_day,
+    transforms_per_month,
+)
 from assetcdn.shared.manifest import ManifestEntry
 
 IMMUTABLE = "public, max-age=31536000, immutable"
@@ -47,23 +54,47 @@ LEGACY_REFUSALS = Refusals(
 )
 
 
+async def take_client_misses(request: web.Request, limits: tuple[Limit, ...], what: str) -> list[Decision]:
+    """Count one miss of this client address (IPv6: its /64) under each of `limits`; 429
+    ``rate_limit_exceeded`` with that limit's headers when one is spent (nothing stays counted)."""
+    counters, client = request.app[COUNTERS], client_key(request.remote or "")
+    taken: list[Decision] = []
+    for limit in limits:
+        decision = await counters.hit(limit, client)
+        if not decision.allowed:
+            for earlier in taken:
+                await counters.refund(earlier)
+            window = "day (UTC)" if limit.period == "day" else f"{limit.window_s:g} s"
+            raise LegacyError(429, "rate_limit_exceeded",
+                              f"At most {limit.limit:,} new {what} per client in a {window}; cached ones are still "
+                              f"served. Retry in {decision.retry_after_s()} s.", headers=decision.refusal_headers())
+        taken.append(decision)
+    return taken
+
+
 async def take_transform_quota(request: web.Request) -> None:
-    """Count one transform this calendar month (UTC); 429 `limit_reached` when the month's are used."""
-    limit = transforms_per_month(request.app[NODE].settings)
+    """Count one transform of this client (a minute's and a day's) and of this calendar month (UTC);
+    429 when the client's are used (``rate_limit_exceeded``) or the month's (``limit_reached``)."""
+    settings = request.app[NODE].settings
+    client = await take_client_misses(
+        request, (transform_misses_per_client(settings), transform_misses_per_client_day(settings)), "variants")
+    limit = transforms_per_month(settings)
     decision = await request.app[COUNTERS].hit(limit)
     request[QUOTA] = decision
     if decision.allowed:
         return
+    for taken in client:  # nothing is made: the client's misses are not spent either
+        await request.app[COUNTERS].refund(taken)
     message = (f"Monthly transform limit reached ({limit.limit:,} per calendar month). Cached variants are "
                "still served; new ones can be made from the first day of next month (UTC).")
     raise LegacyError(429, "limit_reached", message, extra={"message": message}, headers=decision.refusal_headers())
 
 
 async def refund_transform_quota(request: web.Request) -> None:
-    """A failed transform does not count against the month."""
-    await request.app[COUNTERS].refund(transforms_per_month(request.app[NODE].settings))
+    """A failed transform does not count against the month (the client's misses keep it: the pool worked)."""
     if QUOTA in request:
         taken = request[QUOTA]
+        await request.app[COUNTERS].refund(taken)
         request[QUOTA] = replace(taken, remaining=min(taken.remaining + 1, taken.limit))
 
 
@@ -87,7 +118,7 @@ async def transform_image(request: web.Request) -> web.StreamResponse:
 async def _transform(request: web.Request) -> web.StreamResponse:
     node, pool = request.app[NODE], request.app[IMAGE_POOL]
     opts = parse_transform_options(request.query)
-    entry = source_for(node, opts.url, node.config.zone_for_host(request.host), LEGACY_REFUSALS)
+    entry = source_for(node, opts.url, node.config.zone_for_host(request_host(request)), LEGACY_REFUSALS)
     headers: dict[str, str] = {}
     slow = False
     if opts.format == "auto":

@@ -304,6 +304,21 @@ async def test_concurrent_batches_do_not_interleave(store: AnalyticsStore) -> No
     assert (await store.statistics(1, now=NOW))["Summary"]["TotalRequests"] == 100
 
 
+async def test_single_hits_arriving_together_share_one_write(store: AnalyticsStore,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    writes = []
+    record_hits = store.record_hits
+
+    async def counted(hits: list[Hit], batch_id: str | None = None) -> bool:
+        writes.append(len(hits))
+        return await record_hits(hits, batch_id)
+
+    monkeypatch.setattr(store, "record_hits", counted)
+    await asyncio.gather(*(store.record_hit(hit(LOGO, size=1)) for _ in range(100)))
+    assert (await store.statistics(1, now=NOW))["Summary"]["TotalRequests"] == 100
+    assert sum(writes) == 100 and len(writes) <= 3  # POST /api/analytics under a flood: not one write per hit
+
+
 async def test_two_stores_share_one_file(tmp_path: Path) -> None:
     first, second = AnalyticsStore(tmp_path / "db.sqlite"), AnalyticsStore(tmp_path / "db.sqlite")
     await first.open()

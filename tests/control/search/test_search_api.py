@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import pytest
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.routes.search import parse_limit
+from assetcdn.control.search.engine import MAX_QUERY_CHARS, MAX_QUERY_TERMS, WAITING_QUERIES
+from assetcdn.control.state import SEARCH
 from tests.control.conftest import ACCESS, ACCOUNT
 
 from .conftest import MakeControl, add_zone, search, upload
@@ -95,6 +100,47 @@ async def test_a_missing_or_blank_query_is_400_in_the_legacy_envelope(control: T
         body = await resp.json()
         assert body["error"] == 'Query parameter "q" is required'
         assert body["HttpCode"] == 400 and body["Message"] == body["error"] and body["requestId"]
+
+
+async def test_a_query_too_long_or_too_wordy_is_400_and_takes_no_slot(make_control: MakeControl) -> None:
+    client = await make_control(search_rate_limit_per_minute="2")
+    refused = {"x" * (MAX_QUERY_CHARS + 1): "too long", " ".join(["car"] * (MAX_QUERY_TERMS + 1)): "too many words",
+               " ": "is required"}
+    for _ in range(2):
+        for query, words in refused.items():
+            resp = await client.get("/api/search", params={"q": query})
+            body = await resp.json()
+            assert resp.status == 400 and words in body["error"], body
+    assert (await client.get("/api/search", params={"q": "x" * MAX_QUERY_CHARS})).status == 200
+    resp = await client.get("/api/search", params={"q": " ".join(["car"] * MAX_QUERY_TERMS)})
+    assert resp.status == 200 and resp.headers["X-RateLimit-Remaining"] == "0"  # the 400s took no slot
+
+
+async def test_a_search_backlog_is_answered_503_at_once_and_cached_answers_never_wait(
+        control: TestClient) -> None:
+    engine = control.app[SEARCH]
+    await search(control, "red sports car")  # cached from now on
+    release = threading.Event()
+    # Every search thread held: the queries admitted (as many as run at once plus WAITING_QUERIES) wait.
+    blockers = [engine.executor.submit(release.wait) for _ in range(engine.admitted_max - WAITING_QUERIES)]
+    try:
+        waiting = [asyncio.create_task(control.get("/api/search", params={"q": f"pizza {i}"}))
+                   for i in range(engine.admitted_max)]
+        for _ in range(500):  # until every one of them is in
+            if engine.admitted == engine.admitted_max:
+                break
+            await asyncio.sleep(0.01)
+        assert engine.admitted == engine.admitted_max
+        resp = await control.get("/api/search", params={"q": "one too many"})
+        body = await resp.json()
+        assert resp.status == 503 and body["error"] == "Search is busy; retry in a second.", body
+        assert resp.headers["Retry-After"] == "1" and "X-RateLimit-Remaining" in resp.headers
+        assert (await search(control, "red sports car"))["mode"] == "cached"  # past the backlog
+    finally:
+        release.set()
+    for resp in await asyncio.gather(*waiting):
+        assert resp.status == 200
+    assert all(blocker.done() for blocker in blockers)
 
 
 async def test_limit_is_clamped_to_1_50(control: TestClient) -> None:

@@ -4,6 +4,7 @@ MPEG-TS byte range, starting on a keyframe, with the durations the index and pla
 from __future__ import annotations
 
 import io
+import threading
 from fractions import Fraction
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from assetcdn.control.video.demo import (
 )
 from assetcdn.control.video.transcode import (
     INDEX_FILE,
+    Stopped,
     TranscodeError,
     h264_codecs,
     plan_renditions,
@@ -193,3 +195,22 @@ def test_demo_videos_are_made_once_and_remade_when_damaged(tmp_path: Path) -> No
     again = ensure_demo_videos(tmp_path, seconds=3, width=320, height=180, fps=FPS)
     assert again["nature"].rendition(480).size == (tmp_path / "nature" / "480.ts").stat().st_size
     assert (tmp_path / "black" / "480.ts").stat().st_mtime_ns == made[tmp_path / "black" / "480.ts"]
+
+
+def test_a_stop_ends_the_work_between_two_frames_and_nothing_half_made_is_reused(tmp_path: Path) -> None:
+    stop = threading.Event()
+    source = write_synthetic_video(tmp_path / "nature.mp4", "nature", seconds=2, width=320, height=180, fps=FPS,
+                                   audio=True)
+    stop.set()
+    with pytest.raises(Stopped):
+        transcode_hls(source, tmp_path / "out", stop=stop)
+    assert not (tmp_path / "out" / INDEX_FILE).exists() and not (tmp_path / "out" / ".parts").exists()
+    with pytest.raises(Stopped):
+        write_synthetic_video(tmp_path / "again.mp4", "mount_fuji", seconds=2, width=320, height=180, fps=FPS,
+                              audio=True, stop=stop)
+    with pytest.raises(Stopped):
+        ensure_demo_videos(tmp_path / "cache", seconds=2, width=320, height=180, fps=FPS, stop=stop)
+    assert not list((tmp_path / "cache").rglob(INDEX_FILE))
+    # Not stopped, the same cache directory gives complete videos.
+    indexes = ensure_demo_videos(tmp_path / "cache", seconds=2, width=320, height=180, fps=FPS)
+    assert sorted(indexes) == sorted(VIDEOS)

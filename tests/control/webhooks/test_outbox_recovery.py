@@ -64,10 +64,9 @@ async def test_events_written_but_not_marked_are_not_sent_twice(
     resp = await control.put("/api/storage/akande/v1/logos/a.txt", data=b"a", headers=ACCESS)
     assert resp.status == 201
     await receiver.wait(lambda: len(receiver.delivered("a")) == 2)
-    # A transaction committed half-way: the upload's events are stored, the cursor still before them.
+    # The upload's events stored, the cursor still before them (an earlier version could commit half-way).
     db = control.app[DB]
-    await db.execute("UPDATE webhook_outbox_cursor SET commit_id = ?", (before,))
-    await db.commit()
+    await db.write("UPDATE webhook_outbox_cursor SET commit_id = ?", (before,))
     await control.close()
 
     control = await start(aiohttp_client, data_dir, resolver)
@@ -84,9 +83,9 @@ async def test_an_event_held_by_a_stopped_process_is_released_at_start(
     await register(control, receiver, "a", ["purge.completed"])
     # A purge whose process stopped before the edges answered: recorded, held, never released.
     outbox = control.app[PUBLISHER].outbox
-    await outbox.stage([Event(str(uuid.uuid4()), "purge.completed", "2026-01-01T00:00:00.000Z",
-                              {"purged": ["x"], "generation": 7, "edges": None})], held=True)
-    await control.app[DB].commit()
+    async with control.app[DB].transaction() as tx:
+        await outbox.stage(tx, [Event(str(uuid.uuid4()), "purge.completed", "2026-01-01T00:00:00.000Z",
+                                      {"purged": ["x"], "generation": 7, "edges": None})], held=True)
     await control.close()
     assert receiver.arrivals["a"] == 0
 

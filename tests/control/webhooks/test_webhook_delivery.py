@@ -116,9 +116,9 @@ async def test_a_failing_webhook_deleted_between_retries_is_not_retried(control:
     await receiver.wait(lambda: len(receiver.received["doomed"]) >= 1)
     resp = await control.delete("/api/webhooks", params={"id": doomed["id"]}, headers=ACCOUNT)
     assert resp.status == 204
-    async with control.app[DB].execute("SELECT COUNT(*) FROM webhook_deliveries WHERE webhook_id = ?",
-                                               (doomed["id"],)) as cur:
-        assert (await cur.fetchone())[0] == 0  # its retries are gone with it
+    ((remaining,),) = await control.app[DB].fetch("SELECT COUNT(*) FROM webhook_deliveries WHERE webhook_id = ?",
+                                                  (doomed["id"],))
+    assert remaining == 0  # its retries are gone with it
     arrived = receiver.arrivals["doomed"]
     for count, name in enumerate(("second.txt", "third.txt", "fourth.txt"), start=2):
         await put(control, name)

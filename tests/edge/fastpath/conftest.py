@@ -28,7 +28,7 @@ from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.fastpath.server import HitSite
 from assetcdn.edge.node import EdgeNode
 from assetcdn.shared.config import load_settings
-from assetcdn.shared.http_server import name_the_server
+from assetcdn.shared.http_server import answer_unreadable_requests_in_json, name_the_server
 from tests.control.conftest import ACCESS, ACCOUNT, METRICS, SECRETS
 from tests.edge.routes.conftest import PURGE, ZONE, wait_until
 
@@ -159,6 +159,7 @@ async def make_hit_cdn(aiohttp_server, aiohttp_client, tmp_path: Path) -> AsyncI
 
     async def start(**env: str) -> HitCdn:
         name_the_server()  # as the edge process does (`Server: assetcdn` on the application's answers too)
+        answer_unreadable_requests_in_json()  # and aiohttp's own error pages in JSON
         settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
                                           "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **env})
         control_server = await aiohttp_server(control.app.create_app(settings, SECRETS, tmp_path / "data"))

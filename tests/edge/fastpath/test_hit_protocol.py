@@ -117,6 +117,34 @@ async def test_malformed_requests_get_400_and_the_server_carries_on(make_hit_cdn
     assert (await (await cdn.connect()).request(f"/{SVG}")).status == 200
 
 
+async def test_no_error_answer_quotes_markup_or_can_be_taken_for_a_page(make_hit_cdn: HitCdnFactory) -> None:
+    """aiohttp's own answers to unreadable requests (its default is text or HTML quoting the request) and
+    the application's errors on a delivery path that names markup: JSON, nosniff, no '<' in the body."""
+    cdn = await warmed(make_hit_cdn)
+    markup = b"<img src=x onerror=alert(1)>"
+    for garbage in (markup + b" / HTTP/1.1\r\nHost: x\r\nAccept: text/html\r\n\r\n",
+                    b"GET / HTTP/1.1\r\n" + markup + b"\r\nAccept: text/html\r\n\r\n",
+                    b"GET /" + markup + b" HTTP/1.1\r\nHost: x\r\nAccept: text/html\r\n\r\n",
+                    b"GET /x HTTP/1.1\r\nHost: x\r\nAccept: text/html\r\nContent-Length: " + markup + b"\r\n\r\n"):
+        conn = await cdn.connect()
+        await conn.send(garbage)
+        answer = await conn.response()
+        assert answer.status == 400, garbage
+        assert (answer.header("Content-Type") or "").startswith("application/json"), garbage
+        assert answer.header("X-Content-Type-Options") == "nosniff", garbage
+        assert b"<" not in answer.body and answer.body.startswith(b"{"), answer.body
+        conn.close()
+    conn = await cdn.connect()
+    for path in ("/akande/v1/logos/%3Cimg%20src=x%20onerror=alert(1)%3E.png",
+                 "/akande/v1/logos/%3Cimg%20src=x%20onerror=alert(1)%3E/%2e%2e/%00.png",
+                 "/api/transform?url=%3Cimg%20src=x%3E&w=abc", "/%3Cscript%3E"):
+        answer = await conn.request(path, Accept="text/html")
+        assert answer.status >= 400, path
+        assert (answer.header("Content-Type") or "").startswith("application/json"), path
+        assert answer.header("X-Content-Type-Options") == "nosniff", path
+        assert b"<" not in answer.body, answer.body
+
+
 async def test_oversize_heads_are_refused_by_the_application_limits(make_hit_cdn: HitCdnFactory) -> None:
     cdn = await warmed(make_hit_cdn)
     conn = await cdn.connect()

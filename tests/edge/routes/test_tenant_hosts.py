@@ -3,7 +3,10 @@ shared stock pool, nothing of another zone, on every delivery route; the default
 
 from __future__ import annotations
 
+import asyncio
 from urllib.parse import urlsplit
+
+import pytest
 
 from assetcdn.shared.signing import signed_url
 from tests.control.conftest import ACCOUNT, SECRETS
@@ -17,8 +20,8 @@ TENANT_HOST = f"{ZONE}.cdn.localhost"      # the default base domain is cdn.loca
 CUSTOM_DOMAIN = "img.pics-brand.example"
 
 
-async def two_zones(make_cdn: CdnFactory) -> Cdn:
-    cdn = await make_cdn()
+async def two_zones(make_cdn: CdnFactory, *, hit_path: bool = True) -> Cdn:
+    cdn = await make_cdn(hit_path=hit_path)
     resp = await cdn.control.post("/api/core/zones", json={"Name": OTHER}, headers=ACCOUNT)
     assert resp.status == 201, await resp.text()
     for path, colour in ((OWN_FILE, (10, 200, 10)), (OTHER_FILE, (200, 10, 10)), (STOCK_FILE, (10, 10, 200))):
@@ -81,6 +84,58 @@ async def test_tenant_hosts_serve_their_zone_and_the_stock_pool_only(make_cdn: C
     # The rival zone's own tenant host serves the rival's file and not ours.
     assert all_are(await statuses(cdn, f"{OTHER}.cdn.localhost", OTHER_FILE), 200)
     assert all_are(await statuses(cdn, f"{OTHER}.cdn.localhost", OWN_FILE), 404)
+
+
+@pytest.mark.parametrize("hit_path", [True, False], ids=["hit-path", "application-only"])
+async def test_every_spelling_of_a_tenant_host_is_that_tenant(make_cdn: CdnFactory, hit_path: bool) -> None:
+    """A trailing dot, upper case and a port name the same host: each is served as the tenant (never
+    as the default host, which serves every zone) and gets the `_headers` rules written for that host,
+    whether the answer is a prepared hit or not."""
+    cdn = await two_zones(make_cdn, hit_path=hit_path)
+    resp = await cdn.control.post("/api/core/rules", headers=ACCOUNT, json={
+        "File": "_headers", "Content": f"https://{TENANT_HOST}/*\n  X-Frame-Options: DENY\n"})
+    assert resp.status == 200, await resp.text()
+
+    async def rules_arrived() -> bool:
+        return bool(cdn.node.config.rules.headers)
+
+    await wait_until(rules_arrived, "the rules reaching the edge")
+    for _ in range(2):  # the rival's file is cached, and a prepared hit on the default host
+        assert (await cdn.edge.get(f"/{OTHER_FILE}", headers={"Host": "127.0.0.1"})).status == 200
+    for host in (f"{TENANT_HOST}.", f"{TENANT_HOST}.:8788", f"{TENANT_HOST.upper()}.", f"{CUSTOM_DOMAIN}.",
+                 f"{CUSTOM_DOMAIN}..:443"):
+        for _ in range(2):  # the second GET of a file is a hit (answered below aiohttp with the hit path)
+            other = await statuses(cdn, host, OTHER_FILE)
+            assert all_are(other, 404), (host, other)
+            own = await statuses(cdn, host, OWN_FILE)
+            assert all_are(own, 200), (host, own)
+        resp = await cdn.edge.get("/v1/logos/own.png", headers={"Host": host})
+        assert resp.status == 200, host
+        hit = await cdn.edge.get(f"/{OWN_FILE}", headers={"Host": host})
+        assert hit.headers["X-Cache"] == "HIT"
+        assert hit.headers.get("X-Frame-Options") == ("DENY" if TENANT_HOST in host.lower() else None), host
+
+
+async def raw_status(cdn: Cdn, target: str, host: str) -> int:
+    """The status of `GET <target>` sent as is (an absolute-form target is not what clients send)."""
+    assert cdn.edge.server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", cdn.edge.server.port)
+    try:
+        writer.write(f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        head = await reader.readuntil(b"\r\n")
+        return int(head.split(b" ", 2)[1])
+    finally:
+        writer.close()
+
+
+async def test_the_authority_of_an_absolute_form_target_is_the_host(make_cdn: CdnFactory) -> None:
+    """RFC 9112 section 3.2.2: with an absolute-form request-target, its authority is the host and Host
+    is ignored, for the tenant decision as for everything else."""
+    cdn = await two_zones(make_cdn)
+    for tenant in (TENANT_HOST, f"{TENANT_HOST}.", f"{TENANT_HOST}.:8788"):
+        assert await raw_status(cdn, f"http://{tenant}/{OTHER_FILE}", "127.0.0.1") == 404, tenant
+        assert await raw_status(cdn, f"http://{tenant}/{OWN_FILE}", "127.0.0.1") == 200, tenant
+    assert await raw_status(cdn, f"http://127.0.0.1/{OTHER_FILE}", TENANT_HOST) == 200
 
 
 async def test_the_default_host_serves_every_zone(make_cdn: CdnFactory) -> None:

@@ -203,6 +203,22 @@ async def test_a_cache_hit_is_not_a_transform_and_the_month_runs_out(make_cdn: C
     assert (await cdn.edge.get(transform_url(PHOTO, w=20))).headers["X-Cache"] == "HIT"  # hits still served
 
 
+async def test_one_client_makes_at_most_its_day_of_variants_and_a_failure_keeps_the_month(
+        make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn(ASSETCDN_TRANSFORM_CLIENT_MISSES_PER_MINUTE="0", ASSETCDN_TRANSFORM_CLIENT_MISSES_PER_DAY="2",
+                         ASSETCDN_TRANSFORM_MONTHLY_LIMIT="10")
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    for width, left in ((10, "9"), (20, "8")):
+        resp = await cdn.edge.get(transform_url(PHOTO, w=width))
+        assert (resp.status, resp.headers["X-RateLimit-Remaining"]) == (200, left)
+    resp = await cdn.edge.get(transform_url(PHOTO, w=30))
+    body = await resp.json()
+    assert resp.status == 429 and body["error"] == "rate_limit_exceeded" and "day (UTC)" in body["Message"]
+    assert resp.headers["X-RateLimit-Limit"] == "2" and 1 <= int(resp.headers["Retry-After"]) <= 86400
+    # Refused by the client's limit: the month's quota was not spent on it.
+    assert (await cdn.edge.get(transform_url(PHOTO, w=10))).headers["X-RateLimit-Remaining"] == "8"
+
+
 async def test_every_transform_response_reports_the_monthly_quota(make_cdn: CdnFactory) -> None:
     cdn = await make_cdn(ASSETCDN_TRANSFORM_MONTHLY_LIMIT="2")
     await cdn.upload(PHOTO, photo_jpeg(64, 40))

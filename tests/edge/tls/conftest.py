@@ -28,7 +28,6 @@ ZONE = "secure"
 HANDSHAKE_TIMEOUT_S = 2
 HSTS_MAX_AGE_S = 600
 MAX_RESETS = 50
-DASHBOARD_PASSWORD = "an https dashboard password"
 
 
 @dataclass
@@ -80,7 +79,6 @@ def https_cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpsCdn]:
         "ASSETCDN_TLS_REDIRECT_HTTP": "true",
         "ASSETCDN_TLS_HSTS_MAX_AGE_S": str(HSTS_MAX_AGE_S),
         "ASSETCDN_TLS_H2_MAX_RESETS_PER_10S": str(MAX_RESETS),
-        "ASSETCDN_DASHBOARD_SECRET": DASHBOARD_PASSWORD,
     })
     try:
         async def zone() -> None:

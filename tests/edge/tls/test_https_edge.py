@@ -20,7 +20,7 @@ from cryptography import x509
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.tls_state import TLS_STATE_PATH, CertificateEntry, TlsState
 from tests.edge.tls.client import H2Client, client_context, handshake, https_get
-from tests.edge.tls.conftest import DASHBOARD_PASSWORD, HSTS_MAX_AGE_S, ZONE, HttpsCdn
+from tests.edge.tls.conftest import HSTS_MAX_AGE_S, ZONE, HttpsCdn
 from tests.integration.harness import KEYS
 
 pytestmark = pytest.mark.integration
@@ -192,19 +192,6 @@ def test_certificates_from_the_tls_state_are_offered_and_withdrawn(https_cdn: Ht
         assert client.get("/api/health").status == 200  # connections open meanwhile are not dropped
     finally:
         client.close()
-
-
-def test_the_dashboard_signs_in_over_https_from_the_https_origin(https_cdn: HttpsCdn) -> None:
-    origin = f"https://127.0.0.1:{https_cdn.https_port}"
-    form = {"Content-Type": "application/x-www-form-urlencoded"}
-    answer = https_get(https_cdn.https_port, "/dashboard/login", ca=https_cdn.ca_file, method="POST",
-                       headers={**form, "Origin": origin}, body=f"password={DASHBOARD_PASSWORD}".encode())
-    assert answer.status == 302, answer.body
-    assert "cdn_session=" in answer.headers.get("set-cookie", "")
-    refused = https_get(https_cdn.https_port, "/dashboard/login", ca=https_cdn.ca_file, method="POST",
-                        headers={**form, "Origin": "https://evil.example"},
-                        body=f"password={DASHBOARD_PASSWORD}".encode())
-    assert refused.status == 403
 
 
 @pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2])

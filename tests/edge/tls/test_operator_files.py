@@ -50,12 +50,22 @@ def test_a_malformed_certificates_setting_is_refused(tmp_path: Path) -> None:
 
 
 def test_up_refuses_an_https_port_in_use_and_names_it(tmp_path: Path) -> None:
-    base = free_port_block(5)  # edges on base and base + 1, control on base + 2, https on base + 3 and base + 4
+    # edges on base and base + 1, control on base + 2, the dashboard on base + 3, https on base + 4 and base + 5
+    base = free_port_block(6)
     with socket.socket() as holder:
-        holder.bind(("127.0.0.1", base + 4))
+        holder.bind(("127.0.0.1", base + 5))
         holder.listen()
-        command = [*up_command(tmp_path / "data", edge_port=base, control_port=base + 2, edges=2),
-                   "--https-port", str(base + 3)]
+        command = [*up_command(tmp_path / "data", edge_port=base, control_port=base + 2, dashboard_port=base + 3,
+                               edges=2), "--https-port", str(base + 4)]
         done = subprocess.run(command, env=up_env(), capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert f"edge-1 https port {base + 4} on 127.0.0.1 is already in use" in done.stdout + done.stderr
+    assert f"edge-1 https port {base + 5} on 127.0.0.1 is already in use" in done.stdout + done.stderr
+
+
+def test_up_refuses_an_https_port_that_is_another_of_its_ports(tmp_path: Path) -> None:
+    base = free_port_block(3)
+    command = [*up_command(tmp_path / "data", edge_port=base, control_port=base + 1, dashboard_port=base + 2),
+               "--https-port", str(base + 1)]
+    done = subprocess.run(command, env=up_env(), capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "ports must all differ" in done.stdout + done.stderr

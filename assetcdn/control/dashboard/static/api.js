@@ -138,7 +138,7 @@ export async function status(fresh = false) {
   return body;
 }
 
-/** The public base URL files are served on (server.public_url), for "copy the CDN URL". */
+/** The edges' public base URL (server.public_url): CDN URLs, previews and streams come from there. */
 export async function publicUrl() {
   try {
     return (await status()).dashboard.publicUrl.replace(/\/+$/, "");

@@ -1,6 +1,7 @@
 // Files: a zone (or the stock pool) as a file manager over /api/storage: browse, upload (drag and
 // drop, with progress), preview images and video (HLS through hls.js), download, copy the CDN URL,
-// purge, delete.
+// purge, delete. Public files are previewed from the edges (`base`): the dashboard's own origin
+// serves stored files only as downloads (README "Dashboard").
 import { ApiError, api, cdnHref, cdnPath, del, get, publicUrl, storageUrl, upload } from "../api.js";
 import { badge, card, clear, confirmDanger, copyText, dialog, empty, formatBytes, formatDate, h, icon, toast } from "../ui.js";
 
@@ -118,7 +119,7 @@ export async function render(container, { rest, params }) {
     if (entry.IsDirectory) return h("span.thumb.folder", null, icon(["M3 7a2 2 0 0 1 2-2h4l2 2h8a2 2 0 0 1 2 2v8a2 2 0 0 1-2 2H5a2 2 0 0 1-2-2z"]));
     const repoPath = repoPathOf(entry);
     if (isImage(entry)) {
-      const img = h("img.thumb", { alt: "", loading: "lazy", src: isPrivate(repoPath) ? storageUrl(repoPath) : cdnHref(cdnPath(repoPath)) });
+      const img = h("img.thumb", { alt: "", loading: "lazy", src: isPrivate(repoPath) ? storageUrl(repoPath) : base + cdnHref(cdnPath(repoPath)) });
       img.addEventListener("error", () => img.replaceWith(h("span.thumb", null, extension(entry.ObjectName) || "?")), { once: true });
       return img;
     }
@@ -177,7 +178,7 @@ export async function render(container, { rest, params }) {
   }
 
   async function mediaFor(entry, repoPath) {
-    const cdn = cdnHref(cdnPath(repoPath));
+    const cdn = base + cdnHref(cdnPath(repoPath));
     const direct = isPrivate(repoPath) ? storageUrl(repoPath) : cdn;
     const type = entry.ContentType || "";
     if (isImage(entry)) {
@@ -190,7 +191,7 @@ export async function render(container, { rest, params }) {
       const video = h("video#preview-video", { controls: true, muted: true, playsInline: true, preload: "metadata" });
       if (videoSource) {
         // A stock video is transcoded to HLS (1080/720/480) and streamed by the edges.
-        const stream = `/api/stream?video=${encodeURIComponent(videoSource[1])}`;
+        const stream = `${base}/api/stream?video=${encodeURIComponent(videoSource[1])}`;
         const ready = await fetch(stream, { method: "HEAD" }).then((r) => r.ok).catch(() => false);
         const source = type.startsWith("video/") && !repoPath.endsWith(".ts") ? storageUrl(repoPath) : null;
         if (ready) playHls(video, stream, source);
@@ -223,7 +224,7 @@ export async function render(container, { rest, params }) {
     const url = base + cdnHref(path);
     const media = h("div.preview-media", null, await mediaFor(entry, repoPath));
     const videoSource = repoPath.match(VIDEO_SOURCE);
-    const stream = videoSource ? `/api/stream?video=${encodeURIComponent(videoSource[1])}` : null;
+    const stream = videoSource ? `${base}/api/stream?video=${encodeURIComponent(videoSource[1])}` : null;
     clear(preview,
       h("div.card-head", null, h("h2", { title: entry.ObjectName }, entry.ObjectName),
         isPrivate(repoPath) ? badge("private", "warn") : badge("public", "ok")),
@@ -233,10 +234,10 @@ export async function render(container, { rest, params }) {
         h("dt", null, "Type"), h("dd", null, entry.ContentType || "–"),
         h("dt", null, "Modified"), h("dd", null, formatDate(entry.LastChanged)),
         h("dt", null, "SHA-256"), h("dd.mono.small", null, (entry.Checksum || "").toLowerCase() || "–"),
-        stream ? [h("dt", null, "HLS stream"), h("dd", null, h("a", { href: stream, target: "_blank", rel: "noopener" }, base + stream))] : null,
+        stream ? [h("dt", null, "HLS stream"), h("dd", null, h("a", { href: stream, target: "_blank", rel: "noopener" }, stream))] : null,
         h("dt", null, "CDN URL"), h("dd", null, isPrivate(repoPath)
           ? h("span.muted", null, "Private: served only through signed URLs (assetcdn sign).")
-          : h("a#preview-url", { href: cdnHref(path), target: "_blank", rel: "noopener" }, url))),
+          : h("a#preview-url", { href: url, target: "_blank", rel: "noopener" }, url))),
       h("div.row", null,
         h("a.button", { href: storageUrl(repoPath), download: entry.ObjectName }, "Download"),
         isPrivate(repoPath) ? null : h("button", { type: "button", onclick: () => copyText(url) }, "Copy URL"),
