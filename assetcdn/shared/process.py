@@ -25,7 +25,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # `assetcdn up` imports this module and needs no web server
@@ -129,7 +129,8 @@ def _answer_run_id(run_id: str) -> Callable[[web.Request, web.StreamResponse], A
 
 async def _serve(app: web.Application, host: str, port: int, reuse_port: bool, deadline: _ExitDeadline,
                  runner_options: dict[str, object], site_factory: SiteFactory | None = None,
-                 more_ports: tuple[int, ...] = ()) -> int:
+                 more_ports: tuple[int, ...] = (),
+                 more_sites: Sequence[Callable[[web.AppRunner], web.BaseSite]] = ()) -> int:
     from aiohttp import web
 
     loop = asyncio.get_running_loop()
@@ -156,13 +157,16 @@ async def _serve(app: web.Application, host: str, port: int, reuse_port: bool, d
     runner = web.AppRunner(app, handle_signals=False, **options)  # type: ignore[arg-type]
     try:
         await runner.setup()
-        sites = [(port, (site_factory or web.TCPSite)(runner, host, port, reuse_port=reuse_port)),
-                 *((more, web.TCPSite(runner, host, more, reuse_port=reuse_port)) for more in more_ports)]
-        for bound, site in sites:
+        sites = [(f"{host}:{port}", (site_factory or web.TCPSite)(runner, host, port, reuse_port=reuse_port)),
+                 *((f"{host}:{more}", web.TCPSite(runner, host, more, reuse_port=reuse_port)) for more in more_ports)]
+        for make in more_sites:
+            site = make(runner)
+            sites.append((site.name.partition("://")[2] or site.name, site))
+        for address, site in sites:
             try:
                 await site.start()
             except OSError as exc:
-                log.error("cannot listen on %s:%s: %s", host, bound, exc.strerror or exc)
+                log.error("cannot listen on %s: %s", address, exc.strerror or exc)
                 return EXIT_CANNOT_LISTEN
         await stopping.wait()
         return 0
@@ -175,19 +179,21 @@ async def _serve(app: web.Application, host: str, port: int, reuse_port: bool, d
 
 def serve(app: web.Application, *, host: str, port: int, reuse_port: bool = False,
           exit_deadline_s: float = EXIT_DEADLINE_S, site_factory: SiteFactory | None = None,
-          more_ports: tuple[int, ...] = (), **runner_options: object) -> int:
+          more_ports: tuple[int, ...] = (), more_sites: Sequence[Callable[[web.AppRunner], web.BaseSite]] = (),
+          **runner_options: object) -> int:
     """Run `app` on host:port (and on each of `more_ports`, plain TCP sites) until SIGTERM or SIGINT;
     returns the process's exit status.
 
     `runner_options` go to `aiohttp.web.AppRunner` (e.g. `shutdown_timeout`, request-handler limits);
-    `site_factory` replaces `aiohttp.web.TCPSite` (same arguments), e.g. the edge's hit site.
+    `site_factory` replaces `aiohttp.web.TCPSite` (same arguments), e.g. the edge's hit site; `more_sites`
+    make further listeners of the same application (the edge's https port).
     """
     import uvloop  # the servers' loop; imported here so `assetcdn up` itself does not need it
 
     deadline = _ExitDeadline(exit_deadline_s)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         status = runner.run(_serve(app, host, port, reuse_port, deadline, runner_options, site_factory,
-                                           more_ports))
+                                   more_ports, more_sites))
     # The interpreter waits for non-daemon threads before it exits: name any that is not ending (a
     # connection left open, a job still running); the exit deadline ends the wait if it has to.
     settle = time.monotonic() + THREAD_SETTLE_S
