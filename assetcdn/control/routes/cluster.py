@@ -11,7 +11,15 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from assetcdn.control.state import EDGE_CONFIG, GIT, MANIFEST, REGISTRY, SECRETS, SETTINGS
+from assetcdn.control.state import (
+    CERTIFICATES,
+    EDGE_CONFIG,
+    GIT,
+    MANIFEST,
+    REGISTRY,
+    SECRETS,
+    SETTINGS,
+)
 from assetcdn.shared.cluster import PREFIX, ReplayGuard, verify_request
 from assetcdn.shared.errors import ApiError, bad_request
 from assetcdn.shared.middleware import json_response
@@ -82,6 +90,11 @@ async def changes(request: web.Request) -> web.Response:
 
 async def config(request: web.Request) -> web.Response:
     return json_response(await request.app[EDGE_CONFIG].snapshot())
+
+
+async def tls_state(request: web.Request) -> web.Response:
+    """The TLS state (ACME answers, certificates with sealed keys) for an edge that starts or catches up."""
+    return json_response(request.app[CERTIFICATES].state().to_message())
 
 
 async def blob(request: web.Request) -> web.Response:
