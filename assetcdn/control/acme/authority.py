@@ -119,7 +119,7 @@ def trust_bundle(settings: AcmeSettings, acme_dir: Path) -> str | bool:
     return str(combined)
 
 
-def _retry_after_s(value: str | None) -> float | None:
+def retry_after_seconds(value: str | None) -> float | None:
     """A Retry-After header (seconds, or an HTTP date) as seconds from now."""
     if not value:
         return None
@@ -147,7 +147,7 @@ class _Network(ClientNetwork):
 
     def _send_request(self, method: str, url: str, *args: Any, **kwargs: Any) -> requests.Response:
         response = super()._send_request(method, url, *args, **kwargs)
-        self.retry_after_s = _retry_after_s(response.headers.get("Retry-After"))
+        self.retry_after_s = retry_after_seconds(response.headers.get("Retry-After"))
         return response
 
 
@@ -206,15 +206,14 @@ class CertificateAuthority:
         except errors.Error as exc:
             raise OrderFailed(f"the CA's answer was not understood ({type(exc).__name__}: {exc})") from None
 
-    def _client(self) -> tuple[ClientV2, _Network]:
-        """A client on a network of its own (each order keeps its own nonces), with the account set."""
-        net = _Network(self._key, self._verify, alg=jose.ES256, user_agent=USER_AGENT, timeout=NETWORK_TIMEOUT_S)
+    def _client(self, net: _Network) -> ClientV2:
+        """A client on `net` (each order has a network of its own, with its own nonces), with the account set."""
         client = ClientV2(ClientV2.get_directory(self._settings.directory_url, net), net)
         with self._account_lock:
             if self._account is None:
                 self._account = self._register(client)
             net.account = self._account
-        return client, net
+        return client
 
     def _register(self, client: ClientV2) -> messages.RegistrationResource:
         email_address = self._settings.contact_email
@@ -249,7 +248,8 @@ class CertificateAuthority:
     async def _issue(self, hostname: str, publish: ChallengePublisher) -> Issued:
         key_pem = new_private_key_pem()
         csr_pem = crypto_util.make_csr(key_pem, [hostname])
-        client, net = await self._run(None, self._client)
+        net = _Network(self._key, self._verify, alg=jose.ES256, user_agent=USER_AGENT, timeout=NETWORK_TIMEOUT_S)
+        client = await self._run(net, self._client, net)
         order = await self._run(net, client.new_order, csr_pem)
         answers: dict[str, str] = {}
         to_answer = []
