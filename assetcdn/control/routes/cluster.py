@@ -79,12 +79,14 @@ async def changes(request: web.Request) -> web.Response:
     # push or catch-up, so the edge never holds a purge twice or a generation number behind what it applied.
     generation, commit, entries = manifest.generation, manifest.commit_id, manifest.snapshot()
     config_version = await request.app[EDGE_CONFIG].version()
+    tls_serial = request.app[CERTIFICATES].state().serial  # an edge behind it pulls GET /_cluster/tls
     delta = await manifest.changes_since(since, until=generation)
     if delta is None:
         return json_response({"generation": generation, "commit": commit, "full": True,
-                              "config_version": config_version, "entries": [e.to_json() for e in entries]})
+                              "config_version": config_version, "tls_serial": tls_serial,
+                              "entries": [e.to_json() for e in entries]})
     return json_response({"generation": generation, "commit": commit, "full": False,
-                          "config_version": config_version,
+                          "config_version": config_version, "tls_serial": tls_serial,
                           "changes": delta.changes_json(), "purges": delta.purges_json()})
 
 
