@@ -29,6 +29,7 @@ from assetcdn.edge.routes import (
     stream,
     transform,
 )
+from assetcdn.edge.tls import policy
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
 from assetcdn.shared.config import Settings
 from assetcdn.shared.counter_store import counters_from_settings
@@ -44,6 +45,7 @@ from assetcdn.shared.middleware import install_envelopes
 from assetcdn.shared.openapi import api_docs, openapi_document
 from assetcdn.shared.request_body import body_deadline_middleware
 from assetcdn.shared.secrets import Secrets
+from assetcdn.shared.tls_state import TLS_STATE_PATH
 
 CLUSTER_SHUTDOWN_GRACE_S = 2.0  # for a push being applied when the worker stops
 
@@ -51,7 +53,7 @@ CLUSTER_SHUTDOWN_GRACE_S = 2.0  # for a push being applied when the worker stops
 # CDN paths come first (the hot path: the router tries routes in order) and exclude what the other
 # routes serve; then specific /api routes, then the forwarder for the rest of /api and for the
 # dashboard (served by control; `dashboard` is a reserved zone name, so no CDN path is lost).
-CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/|dashboard(?:/|$)).+}"
+CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/|dashboard(?:/|$)|\.well-known/acme-challenge/).+}"
 PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", CDN_PATH, delivery.serve_asset),
     web.route("HEAD", CDN_PATH, delivery.serve_asset),
@@ -71,6 +73,8 @@ PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", "/api/stream", stream.stream),
     web.route("HEAD", "/api/stream", stream.stream),
     web.route("OPTIONS", "/api/stream", stream.preflight),
+    web.route("GET", policy.CHALLENGE_ROUTE, policy.acme_challenge),  # ACME HTTP-01 (assetcdn/edge/tls/policy.py)
+    web.route("HEAD", policy.CHALLENGE_ROUTE, policy.acme_challenge),
     web.route("GET", "/api/openapi.json", openapi_document),  # served here too: available while control is down
     web.route("GET", "/api/docs", api_docs),
     web.route("*", r"/api/{tail:[\s\S]*}", forward_to_control),  # newlines too: control answers 400 (or acts)
@@ -79,6 +83,7 @@ PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
 )
 CLUSTER_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("POST", PREFIX + "/push", cluster.push),
+    web.route("POST", PREFIX + TLS_STATE_PATH, cluster.tls),
 )
 
 
@@ -122,6 +127,9 @@ async def _on_delivery_response(request: web.Request, response: web.StreamRespon
 def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> web.Application:
     app = web.Application(client_max_size=settings.get("control", "max_upload_bytes") + 1024 * 1024)
     app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
+    https_port = int(settings.get("tls", "https_port"))
+    if https_port and settings.get("tls", "redirect_http"):
+        app.middlewares.append(policy.redirect_middleware(int(settings.get("tls", "redirect_port")) or https_port))
     install_envelopes(app)
     app[METRICS] = Metrics("edge")
     app[METRICS_KEY] = secrets.metrics_key
@@ -130,6 +138,8 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     app[COUNTERS] = counters_from_settings(settings.section("counters"), identity.data_dir or identity.cache_dir)
     _add_routes(app, PUBLIC_ROUTES)
     app.on_response_prepare.append(_on_delivery_response)
+    if https_port and (hsts := policy.hsts_value(settings)):
+        app.on_response_prepare.append(policy.hsts_on_prepare(hsts))
 
     async def open_node(app: web.Application, opened: contextlib.AsyncExitStack) -> None:
         """Open the cache, the control client, the proxy session and the private cluster site and start
@@ -148,6 +158,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         node = EdgeNode(settings, identity.member, control, cache, identity.cache_dir, app[METRICS])
         node.replica.state_file = identity.cache_dir / f"manifest-{identity.worker}.json"
         node.config_file = identity.cache_dir / f"edge-config-{identity.worker}.json"
+        node.tls.state_file = identity.cache_dir / f"tls-state-{identity.worker}.json"
         node.load_persisted()
         app[NODE] = node
         app[PROXY_SESSION] = open_proxy_session(settings)

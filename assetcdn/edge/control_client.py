@@ -23,6 +23,7 @@ import orjson
 
 from assetcdn.edge.circuit_breaker import CircuitBreaker
 from assetcdn.shared.cluster import PREFIX, PROTOCOL_VERSION, sign_request
+from assetcdn.shared.tls_state import TLS_STATE_PATH
 
 log = logging.getLogger(__name__)
 GATEWAY_FAILURES = frozenset({502, 503, 504})  # answers that mean control itself is not there
@@ -66,6 +67,10 @@ class ControlClient:
     async def close(self) -> None:
         if self.session:
             await self.session.close()
+
+    @property
+    def cluster_secret(self) -> str:
+        return self._secret
 
     def reachable(self, within_s: float) -> bool:
         """Control answered within the last `within_s` seconds and is not known to be down since."""
@@ -169,6 +174,12 @@ class ControlClient:
     async def config(self) -> dict[str, Any]:
         snapshot: dict[str, Any] = orjson.loads(await self._request("GET", "/config", probe=True))
         return snapshot
+
+    async def tls_state(self) -> dict[str, Any]:
+        """Control's TLS state message (assetcdn/shared/tls_state.py); NotFoundAtControl from a control
+        that has none to give (one older than TLS state)."""
+        message: dict[str, Any] = orjson.loads(await self._request("GET", TLS_STATE_PATH, probe=True))
+        return message
 
     async def fetch_blob(self, blob_id: str) -> bytes:
         return await self._request("GET", f"/blobs/{blob_id}")

@@ -25,18 +25,23 @@ from assetcdn.edge.cache.tags import (
     public_tags as public_tags,  # re-exported: routes import it from here
 )
 from assetcdn.edge.cache.tags import source_tags as source_tags  # re-exported
-from assetcdn.edge.control_client import ControlClient, run_sync_loop
+from assetcdn.edge.control_client import ControlClient, NotFoundAtControl, run_sync_loop
 from assetcdn.edge.delivery_log import DeliveryLog
 from assetcdn.edge.edge_config import EdgeConfig, tenant_path
 from assetcdn.edge.replica import ManifestReplica
+from assetcdn.edge.tls.state import EdgeTlsState
 from assetcdn.shared.config import Settings
 from assetcdn.shared.manifest import ManifestChange, ManifestEntry
 from assetcdn.shared.metrics import Metrics
 from assetcdn.shared.paths import InvalidPath, parse_cdn_path
+from assetcdn.shared.tls_state import TlsStateError
 
 log = logging.getLogger(__name__)
 FINAL_SHIP_TIMEOUT_S = 2.0
 PURGED_REMEMBERED = 64  # generations whose purge counts a late push may still ask for
+# How often the TLS state is pulled when control's catch-up answer does not say its serial (a push
+# brings changes at once; this is for a missed push, or a control that predates TLS state).
+TLS_PULL_INTERVAL_S = 30.0
 
 
 class EdgeNode:
@@ -52,6 +57,9 @@ class EdgeNode:
         self.config = EdgeConfig()
         self.deliveries = DeliveryLog(settings.get("analytics", "country_header"), node=name)
         self.config_file = state_dir / "edge-config.json"
+        # Certificates and ACME answers from control (assetcdn/edge/tls/state.py); pulled on catch-up.
+        self.tls = EdgeTlsState(control.cluster_secret, state_dir / "tls-state.json")
+        self._tls_pull_at = 0.0
         self.flight: SingleFlight[Any] = SingleFlight()
         self._sync_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
@@ -69,6 +77,7 @@ class EdgeNode:
         """What this edge knew before a restart, so it can serve (STALE) while control is unreachable."""
         self.replica.load_persisted()
         self.applied_generation = self.replica.generation
+        self.tls.load_persisted()
         try:
             self.config = EdgeConfig.from_snapshot(orjson.loads(self.config_file.read_bytes()))
         except (FileNotFoundError, orjson.JSONDecodeError, KeyError):
@@ -132,37 +141,62 @@ class EdgeNode:
     # --- manifest ---
 
     async def catch_up(self) -> int:
-        """Ask control for the changes since our generation and apply them. Returns the generation."""
+        """Ask control for the changes since our generation and apply them (and a newer TLS state).
+        Returns the generation."""
         async with self._sync_lock:
             reply = await self.control.changes_since(self.replica.generation)
-            await self._refresh_config(reply.get("config_version"))
-            generation, commit = int(reply["generation"]), reply.get("commit")
-            if generation == self.replica.generation and not reply.get("full"):
-                self.replica.loaded = True  # confirmed current (an empty repository has generation 0)
-                self.synced = True
-                self.confirmed_at = time.monotonic()
-                return generation
-            restart = generation < self.replica.generation  # control's history is gone: numbers start again
-            if reply.get("full"):
-                # Too far behind to replay: whatever purges we missed are unknown, so empty the cache (once
-                # per node: not when another worker has brought it to this generation already).
-                self.replica.replace(generation, commit, (ManifestEntry.from_json(e) for e in reply["entries"]))
-                purges = [GenerationPurge(generation, everything=True)]
-            else:
-                # Each change and purge says its generation (an older control's do not: then the newest).
-                at = {c["path"]: int(c.get("generation", generation)) for c in reply["changes"]}
-                changes = [ManifestChange.from_json(c) for c in reply["changes"]]
-                invalidated = self.replica.apply_changes(generation, commit, changes)
-                purges = [GenerationPurge(at[c.path], (path_tag(c.path),)) for c in invalidated]
-                purges += [self._purge_of(command, int(command.get("generation", generation)))
-                           for command in reply.get("purges", [])]
-            purged = await self._apply_purges(purges, generation, restart=restart)
-            if purges:
-                self._remember_purged(max(p.generation for p in purges), purged)
-            self._persist()
+            generation = await self._catch_up(reply)
+        await self.refresh_tls(reply.get("tls_serial"))
+        return generation
+
+    async def refresh_tls(self, advertised: object = None) -> None:
+        """Pull control's TLS state when its catch-up answer names a newer serial, or, when it names
+        none, at most every TLS_PULL_INTERVAL_S. A control that answers 404 has no TLS state yet."""
+        if isinstance(advertised, int) and not isinstance(advertised, bool):
+            if advertised <= self.tls.serial:
+                return
+        elif time.monotonic() < self._tls_pull_at:
+            return
+        self._tls_pull_at = time.monotonic() + TLS_PULL_INTERVAL_S
+        try:
+            message = await self.control.tls_state()
+        except NotFoundAtControl:
+            return
+        try:
+            self.tls.apply(message)
+        except TlsStateError as exc:
+            log.warning("control's TLS state not applied: %s", exc)
+
+    async def _catch_up(self, reply: dict[str, Any]) -> int:
+        """Apply a catch-up answer (under the sync lock)."""
+        await self._refresh_config(reply.get("config_version"))
+        generation, commit = int(reply["generation"]), reply.get("commit")
+        if generation == self.replica.generation and not reply.get("full"):
+            self.replica.loaded = True  # confirmed current (an empty repository has generation 0)
             self.synced = True
             self.confirmed_at = time.monotonic()
             return generation
+        restart = generation < self.replica.generation  # control's history is gone: numbers start again
+        if reply.get("full"):
+            # Too far behind to replay: whatever purges we missed are unknown, so empty the cache (once
+            # per node: not when another worker has brought it to this generation already).
+            self.replica.replace(generation, commit, (ManifestEntry.from_json(e) for e in reply["entries"]))
+            purges = [GenerationPurge(generation, everything=True)]
+        else:
+            # Each change and purge says its generation (an older control's do not: then the newest).
+            at = {c["path"]: int(c.get("generation", generation)) for c in reply["changes"]}
+            changes = [ManifestChange.from_json(c) for c in reply["changes"]]
+            invalidated = self.replica.apply_changes(generation, commit, changes)
+            purges = [GenerationPurge(at[c.path], (path_tag(c.path),)) for c in invalidated]
+            purges += [self._purge_of(command, int(command.get("generation", generation)))
+                       for command in reply.get("purges", [])]
+        purged = await self._apply_purges(purges, generation, restart=restart)
+        if purges:
+            self._remember_purged(max(p.generation for p in purges), purged)
+        self._persist()
+        self.synced = True
+        self.confirmed_at = time.monotonic()
+        return generation
 
     async def apply_push(self, message: dict[str, Any]) -> tuple[int, int]:
         """Apply one pushed generation; returns (generation now held, cache entries purged)."""

@@ -10,11 +10,18 @@ import shutil
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
-from assetcdn.shared.config import load_settings
+from assetcdn.shared.config import Settings, load_settings
 from assetcdn.shared.logs import configure_logging
 from assetcdn.shared.process import EXIT_CANNOT_LISTEN, die_with_parent, port_in_use
 from assetcdn.shared.secrets import private_umask
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+EXIT_BAD_CONFIG = 2  # a setting or file the edge cannot start with (the log names it)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -23,6 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", default="edge-0")
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
+    parser.add_argument("--https-port", type=int, help="the https port (default: [tls] https_port; 0 = none)")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--cache-dir", help="default: <data_dir>/<name>")
     parser.add_argument("--data-dir", help="where secrets.env may be read from when not in the environment")
@@ -40,7 +48,7 @@ def run_worker(argv: list[str], worker: int) -> None:
     from assetcdn.shared.secrets import load_edge_secrets
 
     args = _parser().parse_args(argv)
-    settings = load_settings(args.config)
+    settings = _settings(args)
     host = args.host or settings.get("server", "host")
     port = args.port or settings.get("server", "edge_port")
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
@@ -49,15 +57,40 @@ def run_worker(argv: list[str], worker: int) -> None:
     identity = EdgeIdentity(args.name, worker, args.control_url, cache_dir, args.advertise_host or host, data_dir)
     app = create_app(settings, load_edge_secrets(data_dir), identity)
     # Hits are answered below aiohttp (assetcdn/edge/fastpath/), unless the operator turned that off.
-    site = HitSite if settings.get("edge", "fast_hits") else None
-    sys.exit(serve(app, settings, host=host, port=port, reuse_port=True, site_factory=site))
+    fast_hits = bool(settings.get("edge", "fast_hits"))
+    site = HitSite if fast_hits else None
+    https_port = int(settings.get("tls", "https_port"))
+
+    def https_site(runner: web.AppRunner) -> web.BaseSite:
+        # Made once the application has started: the node's TLS state (assetcdn/edge/tls/state.py) is open.
+        from assetcdn.edge.app_keys import NODE
+        from assetcdn.edge.tls.certificates import CertificateStore
+        from assetcdn.edge.tls.h2 import H2Limits
+        from assetcdn.edge.tls.site import HttpsSite
+
+        public_host = urlsplit(str(settings.get("server", "public_url"))).hostname
+        certificates = CertificateStore(settings, app[NODE].tls, default_names=("localhost", public_host or ""),
+                                        spill_dir=cache_dir)
+        return HttpsSite(runner, host, https_port, reuse_port=True, certificates=certificates,
+                         handshake_timeout_s=float(settings.get("tls", "handshake_timeout_s")),
+                         limits=H2Limits.from_settings(settings), hits=fast_hits)
+
+    sys.exit(serve(app, settings, host=host, port=port, reuse_port=True, site_factory=site,
+                   more_sites=[https_site] if https_port else []))
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = load_settings(args.config)
+    if args.https_port is not None:
+        settings = settings.with_overrides("tls", https_port=args.https_port)
+    return settings
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     private_umask()  # cached assets (signed ones too) and metrics files are the owner's only
-    settings = load_settings(args.config)
+    settings = _settings(args)
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
     cache_dir = Path(args.cache_dir or settings.get("edge", "cache_dir") or data_dir / args.name).resolve()
     metrics_dir = cache_dir / "metrics"
@@ -68,10 +101,22 @@ def main(argv: list[str] | None = None) -> None:
     # install's listeners on it: refuse a port someone else holds before starting any.
     host = args.host or settings.get("server", "host")
     port = args.port or settings.get("server", "edge_port")
-    if port_in_use(host, port):
+    https_port = int(settings.get("tls", "https_port"))
+    for taken in (p for p in (port, https_port) if p and port_in_use(host, p)):
         configure_logging(args.name)
-        logging.getLogger("edge").error("cannot listen on %s:%s: the port is already in use", host, port)
+        logging.getLogger("edge").error("cannot listen on %s:%s: the port is already in use", host, taken)
         sys.exit(EXIT_CANNOT_LISTEN)
+    if https_port:
+        # An operator certificate or key that cannot be used stops the edge before any worker starts.
+        from assetcdn.edge.tls.certificates import CertificateFileError, read_operator_pair
+        try:
+            for chain_file, key_file in settings.get("tls", "certificates"):
+                read_operator_pair(str(chain_file), str(key_file))
+        except (CertificateFileError, ValueError, TypeError) as exc:
+            configure_logging(args.name)
+            logging.getLogger("edge").error("%s", exc if isinstance(exc, CertificateFileError) else
+                                            f"[tls] certificates must be [certificate file, key file] pairs: {exc}")
+            sys.exit(EXIT_BAD_CONFIG)
     if args.workers <= 1:
         run_worker(argv, 0)
         return

@@ -230,7 +230,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         _say(f"assetcdn up: {exc}", error=True)
         return 1
     secrets, generated = load_or_create_secrets(data_dir)
+    https_port = args.https_port if args.https_port is not None else int(settings.get("tls", "https_port"))
     ports = [("control", control_port), *((f"edge-{i}", edge_port + i) for i in range(args.edges))]
+    labels = [label for label, _port in ports]
+    if https_port:
+        ports += [(f"edge-{i} https", https_port + i) for i in range(args.edges)]
     if conflicts := port_conflicts(host, ports):
         for conflict in conflicts:
             _say(f"assetcdn up: {conflict}", error=True)
@@ -253,9 +257,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     for i in range(args.edges):
         port = edge_port + i
         commands.append(["-m", "assetcdn.edge", "--control-url", control_url, "--name", f"edge-{i}", "--host", host,
-                         "--port", str(port), "--workers", str(args.workers), "--data-dir", str(data_dir)])
+                         "--port", str(port), "--workers", str(args.workers), "--data-dir", str(data_dir),
+                         *(["--https-port", str(https_port + i)] if https_port else [])])
         edge_urls.append(f"http://{host}:{port}")
-    labels = [label for label, _port in ports]
     processes: list[subprocess.Popen[bytes]] = []
     stop = _StopRequest()
     signal.signal(signal.SIGTERM, stop)
@@ -269,6 +273,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         if not _wait_healthy(edge_urls, processes, labels, run_id, stop, HEALTH_TIMEOUT_S):
             return 0
         _say(f"assetcdn is up: {edge_urls[0]}  (control {control_url}; edges {', '.join(edge_urls)})")
+        if https_port:
+            _say(f"HTTPS: https://{host}:{https_port}" + (f" to :{https_port + args.edges - 1}" if args.edges > 1 else ""))
         _say(_keys_notice(data_dir / SECRETS_FILE, generated))
         _say(f"Dashboard: {_dashboard_url(edge_urls[0])}/dashboard/ (sign in with ASSETCDN_DASHBOARD_SECRET)")
         return _supervise(processes, commands, labels, env, stop)
@@ -334,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--host")
     up.add_argument("--edge-port", type=int)
     up.add_argument("--control-port", type=int)
+    up.add_argument("--https-port", type=int, help="https on edge i at this port + i (default: [tls] https_port)")
     up.add_argument("--edges", type=int, default=1)
     up.add_argument("--workers", type=int, default=1)
     up.add_argument("--no-demo", action="store_true")

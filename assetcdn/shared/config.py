@@ -37,6 +37,11 @@ class Settings:
 
 
 def _coerce(raw: str, like: Any) -> Any:
+    if isinstance(like, list):  # the same TOML array a config file would hold
+        try:
+            return tomllib.loads(f"value = {raw}")["value"]
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"not a TOML array: {raw!r} ({exc})") from None
     if isinstance(like, bool):
         return raw.strip().lower() in ("1", "true", "yes", "on")
     if isinstance(like, int):

@@ -25,7 +25,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # `assetcdn up` imports this module and needs no web server
@@ -128,7 +128,8 @@ def _answer_run_id(run_id: str) -> Callable[[web.Request, web.StreamResponse], A
 
 
 async def _serve(app: web.Application, host: str, port: int, reuse_port: bool, deadline: _ExitDeadline,
-                 runner_options: dict[str, object], site_factory: SiteFactory | None = None) -> int:
+                 runner_options: dict[str, object], site_factory: SiteFactory | None = None,
+                 more_sites: Sequence[Callable[[web.AppRunner], web.BaseSite]] = ()) -> int:
     from aiohttp import web
 
     loop = asyncio.get_running_loop()
@@ -152,12 +153,14 @@ async def _serve(app: web.Application, host: str, port: int, reuse_port: bool, d
     runner = web.AppRunner(app, handle_signals=False, **options)  # type: ignore[arg-type]
     try:
         await runner.setup()
-        site = (site_factory or web.TCPSite)(runner, host, port, reuse_port=reuse_port)
-        try:
-            await site.start()
-        except OSError as exc:
-            log.error("cannot listen on %s:%s: %s", host, port, exc.strerror or exc)
-            return EXIT_CANNOT_LISTEN
+        sites = [(site_factory or web.TCPSite)(runner, host, port, reuse_port=reuse_port),
+                 *(make(runner) for make in more_sites)]
+        for site in sites:
+            try:
+                await site.start()
+            except OSError as exc:
+                log.error("cannot listen on %s: %s", site.name.partition("://")[2] or site.name, exc.strerror or exc)
+                return EXIT_CANNOT_LISTEN
         await stopping.wait()
         return 0
     finally:
@@ -169,17 +172,18 @@ async def _serve(app: web.Application, host: str, port: int, reuse_port: bool, d
 
 def serve(app: web.Application, *, host: str, port: int, reuse_port: bool = False,
           exit_deadline_s: float = EXIT_DEADLINE_S, site_factory: SiteFactory | None = None,
-          **runner_options: object) -> int:
+          more_sites: Sequence[Callable[[web.AppRunner], web.BaseSite]] = (), **runner_options: object) -> int:
     """Run `app` on host:port until SIGTERM or SIGINT; returns the process's exit status.
 
     `runner_options` go to `aiohttp.web.AppRunner` (e.g. `shutdown_timeout`, request-handler limits);
-    `site_factory` replaces `aiohttp.web.TCPSite` (same arguments), e.g. the edge's hit site.
+    `site_factory` replaces `aiohttp.web.TCPSite` (same arguments), e.g. the edge's hit site; `more_sites`
+    make further listeners of the same application (the edge's https port).
     """
     import uvloop  # the servers' loop; imported here so `assetcdn up` itself does not need it
 
     deadline = _ExitDeadline(exit_deadline_s)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        status = runner.run(_serve(app, host, port, reuse_port, deadline, runner_options, site_factory))
+        status = runner.run(_serve(app, host, port, reuse_port, deadline, runner_options, site_factory, more_sites))
     # The interpreter waits for non-daemon threads before it exits: name any that is not ending (a
     # connection left open, a job still running); the exit deadline ends the wait if it has to.
     settle = time.monotonic() + THREAD_SETTLE_S

@@ -35,7 +35,13 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
-from assetcdn.edge.fastpath.sendfile import Drain, send_file, send_file_nowait, set_keepalive
+from assetcdn.edge.fastpath.sendfile import (
+    Drain,
+    send_file,
+    send_file_nowait,
+    set_keepalive,
+    write_file,
+)
 
 if TYPE_CHECKING:
     from assetcdn.edge.fastpath.server import HitServer
@@ -137,7 +143,7 @@ class HandoffTransport(asyncio.Transport):
 class HitProtocol(asyncio.Protocol):
     __slots__ = ("server", "transport", "buffer", "parser", "url", "headers", "complete", "repeated",
                  "busy", "handler", "handoff", "deadline", "drain", "peer", "paused_by", "closing",
-                 "pending_file", "keep_alive")
+                 "pending_file", "keep_alive", "zero_copy")
 
     def __init__(self, server: HitServer) -> None:
         self.server = server
@@ -158,6 +164,7 @@ class HitProtocol(asyncio.Protocol):
         self.paused_by: set[object] = set()
         self.closing = False
         self.pending_file: tuple[int, int, int] | None = None  # (descriptor, offset, count) to send next
+        self.zero_copy = not server.secure  # sendfile(2) to the socket; TLS must see (encrypt) the bytes
 
     # --- httptools callbacks --------------------------------------------------------------------
 
@@ -342,7 +349,7 @@ class HitProtocol(asyncio.Protocol):
         """Send the file right away when the socket takes it all (the usual case on a client that
         reads); True when done. Otherwise the rest goes on in a task and the connection is busy."""
         transport = self.transport
-        if transport is not None and not transport.get_write_buffer_size():
+        if self.zero_copy and transport is not None and not transport.get_write_buffer_size():
             try:
                 sent = send_file_nowait(transport, fileno, offset, count)
             except OSError:
@@ -364,7 +371,7 @@ class HitProtocol(asyncio.Protocol):
             transport = self.transport
             if transport is None:
                 return
-            await send_file(transport, self.drain, fileno, offset, count)
+            await (send_file if self.zero_copy else write_file)(transport, self.drain, fileno, offset, count)
         except (ConnectionError, OSError):
             if self.transport is not None:
                 self.transport.abort()

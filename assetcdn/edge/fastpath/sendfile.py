@@ -35,6 +35,12 @@ class Drain:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def waiter(self) -> asyncio.Future[None]:
+        """Resolved by the next resume_writing (or failed by connection_lost)."""
+        if self._waiter is None or self._waiter.done():
+            self._waiter = asyncio.get_running_loop().create_future()
+        return self._waiter
+
     def connection_lost(self) -> None:
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
@@ -121,6 +127,26 @@ async def send_file(transport: asyncio.WriteTransport, drain: Drain, fileno: int
             count -= sent
     finally:
         os.close(fd)
+
+
+WRITE_CHUNK = 256 * 1024  # read from the file per write when the bytes must pass through TLS
+
+
+async def write_file(transport: asyncio.WriteTransport, drain: Drain, fileno: int, offset: int, count: int) -> None:
+    """``send_file`` for a transport that must see the bytes (TLS encrypts them): the file is read in
+    chunks and written, waiting while the client is not reading (the transport paused the protocol)."""
+    while count > 0:
+        if transport.is_closing():
+            raise ConnectionResetError("connection closing")
+        chunk = os.pread(fileno, min(count, WRITE_CHUNK), offset)
+        if not chunk:
+            raise ConnectionResetError("file shorter than expected")
+        transport.write(chunk)
+        offset += len(chunk)
+        count -= len(chunk)
+        if drain.paused:
+            waiter = drain.waiter()
+            await waiter
 
 
 def set_keepalive(transport: asyncio.BaseTransport) -> None:

@@ -37,6 +37,7 @@ from assetcdn.edge.fastpath.protocol import (
     RequestIds,
 )
 from assetcdn.edge.states.deliver import etag_matches, parse_range
+from assetcdn.edge.tls.policy import hsts_value
 from assetcdn.shared.http_server import header_timeout_s
 from assetcdn.shared.metrics import LATENCY_BUCKETS, METRICS
 
@@ -55,8 +56,18 @@ def date_line(now: float) -> bytes:
 
 
 class HitServer:
-    def __init__(self, app: web.Application, web_server: web.Server) -> None:
+    """`secure`: the connections are TLS (assetcdn/edge/tls/site.py): every answer carries HSTS when it is
+    configured, and bodies are written through TLS, never sendfile'd."""
+
+    def __init__(self, app: web.Application, web_server: web.Server, *, secure: bool = False,
+                 answer_hits: bool = True) -> None:
         settings = app[SETTINGS]
+        tls = settings.section("tls")
+        self.secure = secure
+        # Plain HTTP redirected to https: the application answers every request (with the redirect).
+        self.answers_hits = answer_hits and (secure or not (int(tls["https_port"]) and tls["redirect_http"]))
+        hsts = hsts_value(settings) if secure else None
+        self.extra_head = f"Strict-Transport-Security: {hsts}\r\n".encode() if hsts else b""
         self.app = app
         self.web_server = web_server
         self.node = app[NODE]
@@ -76,7 +87,7 @@ class HitServer:
         self.entries: dict[str, Any] = {}
         self.reachable = False
         self.started = 0.0
-        self.date = date_line(time.time())
+        self.date = date_line(time.time()) + self.extra_head  # the lines every answer has before its id
         self.cache_hit = self.metrics.cache_result("HIT")
         self.served = 0  # requests answered here (the rest went to the application)
         # Counted here in plain ints, moved into the metrics when they flush (collect_metrics):
@@ -98,7 +109,7 @@ class HitServer:
 
     def _on_tick(self) -> None:
         now = time.time()
-        self.date = date_line(now)
+        self.date = date_line(now) + self.extra_head
         loop = self.loop
         clock = loop.time()
         for connection in [c for c in self.connections if c.deadline <= clock]:
@@ -125,7 +136,7 @@ class HitServer:
         self.entries = node.replica.entries
         # EdgeNode.control_reachable: a hit is STALE when control has not answered lately or the
         # circuit breaker has it down; the application answers those.
-        self.reachable = self.node.control_reachable()
+        self.reachable = self.answers_hits and self.node.control_reachable()
         self.started = time.perf_counter()
         self.now = time.time()
 
@@ -333,7 +344,11 @@ class HitServer:
 
 
 class HitSite(web.TCPSite):
-    """aiohttp's TCPSite with hit connections (assetcdn/edge/fastpath/protocol.py) in front of the application."""
+    """aiohttp's TCPSite with hit connections (assetcdn/edge/fastpath/protocol.py) in front of the application.
+    With an ``ssl_context`` the connections are TLS (the https site, assetcdn/edge/tls/site.py)."""
+
+    answer_hits = True          # the https site without [edge] fast_hits: every request to the application
+    handshake_timeout_s = 10.0  # TLS only
 
     def __init__(self, runner: web.BaseRunner, host: str | None = None, port: int | None = None, *,
                  sock: Any = None, **options: Any) -> None:
@@ -341,18 +356,26 @@ class HitSite(web.TCPSite):
         self.sock = sock
         self.hits: HitServer | None = None
 
+    def connections(self, hits: HitServer) -> asyncio.Protocol:
+        """A new connection's protocol."""
+        return hits.protocol()
+
     async def start(self) -> None:
         await web.BaseSite.start(self)
         runner = self._runner
         assert isinstance(runner, web.AppRunner) and runner.server is not None
-        hits = self.hits = HitServer(runner.app, runner.server)
+        secure = self._ssl_context is not None
+        hits = self.hits = HitServer(runner.app, runner.server, secure=secure, answer_hits=self.answer_hits)
         loop = asyncio.get_running_loop()
+        options: dict[str, Any] = {"backlog": self._backlog}
+        if secure:
+            options.update(ssl=self._ssl_context, ssl_handshake_timeout=self.handshake_timeout_s)
         if self.sock is not None:
-            self._server = await loop.create_server(hits.protocol, sock=self.sock, backlog=self._backlog)
+            self._server = await loop.create_server(lambda: self.connections(hits), sock=self.sock, **options)
         else:
             self._server = await loop.create_server(
-                hits.protocol, self._host, self._port, backlog=self._backlog,
-                reuse_address=self._reuse_address, reuse_port=self._reuse_port)
+                lambda: self.connections(hits), self._host, self._port,
+                reuse_address=self._reuse_address, reuse_port=self._reuse_port, **options)
         sockets = getattr(self._server, "sockets", None)
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
         hits.start()

@@ -1,4 +1,5 @@
-"""The edge side of control's pushes: /_cluster/push carries manifest changes and purges.
+"""The edge side of control's pushes: /_cluster/push carries manifest changes and purges, /_cluster/tls
+the TLS state (certificates and ACME answers).
 
 Signed for this worker's member name, inside the time window, and accepted once (replays are refused).
 """
@@ -12,6 +13,7 @@ from assetcdn.edge.app_keys import NODE, SECRETS
 from assetcdn.shared.cluster import ReplayGuard, verify_request
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.middleware import json_response
+from assetcdn.shared.tls_state import TlsStateError
 
 # Nonces this worker has accepted (set by `assetcdn.edge.app.create_cluster_app`; one per worker process).
 REPLAY_GUARD = web.AppKey("cluster_replay_guard", ReplayGuard)
@@ -36,3 +38,15 @@ async def push(request: web.Request) -> web.Response:
     message = await _signed_message(request)
     generation, purged = await request.app[NODE].apply_push(message)
     return json_response({"generation": generation, "purged": purged})
+
+
+async def tls(request: web.Request) -> web.Response:
+    """A TLS state (assetcdn/shared/tls_state.py) applied whole; one not newer than the held one changes
+    nothing. Answers the serial this worker holds now."""
+    message = await _signed_message(request)
+    state = request.app[NODE].tls
+    try:
+        applied = state.apply(message)
+    except TlsStateError as exc:
+        raise ApiError(400, "InvalidTlsState", str(exc)) from None
+    return json_response({"serial": state.serial, "applied": applied})

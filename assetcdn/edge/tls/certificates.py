@@ -1,0 +1,308 @@
+"""Every certificate this worker offers, and the SNI callback that picks one per handshake.
+
+Sources, in order of preference for a name: the operator's files (``[tls] certificates``), then the
+TLS state control publishes (ACME certificates of custom domains; assetcdn/edge/tls/state.py). A name is
+matched exactly first, then by a wildcard one label deep (``*.t.example.com`` covers ``a.t.example.com``).
+When a name has both an ECDSA and an RSA certificate, both are loaded into its context and OpenSSL
+offers the one the client's signature algorithms allow (ECDSA first). A name nothing covers, and a
+ClientHello without SNI, get the default certificate: the first operator certificate, else a
+self-signed ECDSA one made when the worker starts (kept in memory only). The handshake then completes
+and the client's own name check decides: as nginx and Caddy do with a default server.
+
+Each set of certificates is one ``ssl.SSLContext``; a change (a file replaced on disk, a new TLS state)
+builds new contexts and swaps the table the callback reads, so new handshakes get the new certificate
+and open connections keep theirs. Keys reach OpenSSL through anonymous memory files (memfd), never a
+file on disk; an operator key file is read where the operator put it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import os
+import ssl
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import NameOID
+
+from assetcdn.edge.tls.state import EdgeTlsState
+from assetcdn.shared.config import Settings
+
+log = logging.getLogger(__name__)
+ALPN = ("h2", "http/1.1")
+# TLS 1.2: ECDHE key exchange with an AEAD cipher only (ECDSA or RSA certificates); TLS 1.3's suites are all AEAD.
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+SELF_SIGNED_DAYS = 365
+
+
+class CertificateFileError(Exception):
+    """An operator certificate or key file that cannot be read or used; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """One certificate chain and its key, ready to load. `source` says where it came from (a file or the TLS
+    state, never the key)."""
+
+    names: tuple[str, ...]
+    chain_pem: bytes
+    key_pem: bytes
+    ecdsa: bool
+    not_after: datetime.datetime
+    source: str
+
+    @property
+    def ident(self) -> tuple[bytes, bytes]:
+        return (self.chain_pem, self.key_pem)
+
+
+def new_context() -> ssl.SSLContext:
+    """A server context with the edge's policy: TLS 1.2 and 1.3, AEAD ciphers, ALPN h2 and http/1.1."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.maximum_version = ssl.TLSVersion.TLSv1_3
+    context.set_ciphers(TLS12_CIPHERS)
+    context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_RENEGOTIATION
+    context.set_alpn_protocols(list(ALPN))
+    return context
+
+
+def _load_into(context: ssl.SSLContext, certificate: Certificate, spill_dir: Path | None) -> None:
+    """``load_cert_chain`` takes file names only: the chain and key go through memory files (Linux
+    memfd), or, where there are none, through 0600 files in `spill_dir` removed at once."""
+    if hasattr(os, "memfd_create"):
+        fds = [os.memfd_create(name, os.MFD_CLOEXEC) for name in ("tls-chain", "tls-key")]
+        try:
+            for fd, data in zip(fds, (certificate.chain_pem, certificate.key_pem), strict=True):
+                os.write(fd, data)
+            context.load_cert_chain(f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}")
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return
+    paths: list[str] = []
+    try:
+        for data in (certificate.chain_pem, certificate.key_pem):
+            fd, path = tempfile.mkstemp(dir=spill_dir, prefix=".tls-")
+            paths.append(path)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+        context.load_cert_chain(paths[0], paths[1])
+    finally:
+        for path in paths:
+            os.unlink(path)
+
+
+def parse_certificate(chain_pem: bytes, key_pem: bytes, source: str, names: Iterable[str] = ()) -> Certificate:
+    """The chain's first certificate says the names (its DNS subject alternative names, else its common
+    name) unless `names` are given, and its expiry; the key says ECDSA or RSA. Raises ValueError."""
+    leaf = x509.load_pem_x509_certificate(chain_pem)
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise ValueError("the key is neither ECDSA nor RSA")
+    if key.public_key().public_numbers() != leaf.public_key().public_numbers():  # type: ignore[union-attr]
+        raise ValueError("the key does not belong to the certificate")
+    found = list(names)
+    if not found:
+        try:
+            found = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+                x509.DNSName)
+        except x509.ExtensionNotFound:
+            found = [str(a.value) for a in leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    return Certificate(tuple(n.lower().rstrip(".") for n in found), chain_pem, key_pem,
+                       isinstance(key, ec.EllipticCurvePrivateKey), leaf.not_valid_after_utc, source)
+
+
+def read_operator_pair(chain_file: str, key_file: str) -> Certificate:
+    data: list[bytes] = []
+    for path in (chain_file, key_file):
+        try:
+            data.append(Path(path).read_bytes())
+        except OSError as exc:
+            raise CertificateFileError(f"cannot read TLS {'key' if path == key_file else 'certificate'} "
+                                       f"file {path}: {exc.strerror or exc}") from None
+    try:
+        return parse_certificate(data[0], data[1], chain_file)
+    except ValueError as exc:
+        raise CertificateFileError(f"cannot use TLS certificate {chain_file} with key file {key_file}: {exc}") from None
+
+
+def self_signed(names: Iterable[str]) -> Certificate:
+    """An ECDSA P-256 certificate for `names`, signed by its own key: the default when the operator has
+    given none (clients that do not trust it see a certificate error, as with any unknown name)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    names = [n for n in dict.fromkeys(names) if n]
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=SELF_SIGNED_DAYS))
+                   .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
+                   .sign(key, hashes.SHA256()))
+    return Certificate(tuple(names), certificate.public_bytes(serialization.Encoding.PEM),
+                       key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                         serialization.NoEncryption()),
+                       True, certificate.not_valid_after_utc, "self-signed")
+
+
+def _file_signature(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class CertificateStore:
+    """The certificates of one worker and the SNI table built from them (see the module docstring)."""
+
+    def __init__(self, settings: Settings, tls_state: EdgeTlsState, *, default_names: Iterable[str] = ("localhost",),
+                 spill_dir: Path | None = None) -> None:
+        tls = settings.section("tls")
+        self.pairs = [(str(chain), str(key)) for chain, key in tls["certificates"]]
+        self.reload_interval_s = float(tls["reload_interval_s"])
+        self.tls_state = tls_state
+        self.spill_dir = spill_dir
+        self.operator = [read_operator_pair(chain, key) for chain, key in self.pairs]  # errors name the file
+        self._signatures = self._file_signatures()
+        self._self_signed = None if self.operator else self_signed(default_names)
+        self._contexts: dict[tuple[tuple[bytes, bytes], ...], ssl.SSLContext] = {}
+        self.exact: dict[str, ssl.SSLContext] = {}
+        self.wildcard: dict[str, ssl.SSLContext] = {}  # "t.example.com" for *.t.example.com
+        self.default: ssl.SSLContext = new_context()
+        # The context every connection starts with: its session tickets and session cache serve every
+        # name (OpenSSL keeps them on the first context), and its SNI callback moves the handshake on.
+        self.front = new_context()
+        self.front.sni_callback = self._choose
+        self._watch: asyncio.Task[None] | None = None
+        self.rebuild()
+        tls_state.on_change.append(lambda _state: self.rebuild())
+
+    def _file_signatures(self) -> list[tuple[int, int, int] | None]:
+        return [_file_signature(p) for pair in self.pairs for p in pair]
+
+    def certificates(self) -> list[Certificate]:
+        """Every certificate offered, in order of preference: the operator's, then the TLS state's."""
+        found = list(self.operator)
+        for entry in self.tls_state.certificates:
+            key_pem = self.tls_state.keys.get(entry.id)
+            if key_pem is None:
+                continue
+            try:
+                found.append(parse_certificate(entry.chain_pem.encode(), key_pem, f"TLS state {entry.id[:12]}",
+                                               entry.names))
+            except ValueError as exc:
+                log.warning("certificate %s from control not offered: %s", entry.id[:12], exc)
+        if self._self_signed is not None:
+            found.append(self._self_signed)
+        return found
+
+    def rebuild(self) -> None:
+        certificates = self.certificates()
+        by_name: dict[str, list[Certificate]] = {}
+        for certificate in certificates:
+            for name in certificate.names:
+                by_name.setdefault(name, []).append(certificate)
+        contexts: dict[tuple[tuple[bytes, bytes], ...], ssl.SSLContext] = {}
+        exact: dict[str, ssl.SSLContext] = {}
+        wildcard: dict[str, ssl.SSLContext] = {}
+        for name, offered in by_name.items():
+            chosen = self._per_key_type(offered)
+            context = self._context_for(chosen, contexts)
+            if context is None:
+                continue
+            if name.startswith("*."):
+                wildcard[name[2:]] = context
+            else:
+                exact[name] = context
+        first = self.operator[:1] or ([self._self_signed] if self._self_signed else [])
+        default = self._context_for(self._per_key_type(first), contexts)
+        self._contexts, self.exact, self.wildcard = contexts, exact, wildcard
+        if default is not None:
+            self.default = default
+        log.info("TLS: %d certificate(s) for %d name(s)", len(certificates), len(exact) + len(wildcard))
+
+    @staticmethod
+    def _per_key_type(offered: list[Certificate]) -> tuple[Certificate, ...]:
+        """The first ECDSA and the first RSA certificate among `offered` (preference order kept)."""
+        chosen: dict[bool, Certificate] = {}
+        for certificate in offered:
+            chosen.setdefault(certificate.ecdsa, certificate)
+        return tuple(chosen.values())
+
+    def _context_for(self, chosen: tuple[Certificate, ...],
+                     contexts: dict[tuple[tuple[bytes, bytes], ...], ssl.SSLContext]) -> ssl.SSLContext | None:
+        if not chosen:
+            return None
+        key = tuple(c.ident for c in chosen)
+        context = contexts.get(key) or self._contexts.get(key)
+        if context is None:
+            context = new_context()
+            try:
+                for certificate in chosen:
+                    _load_into(context, certificate, self.spill_dir)
+            except (ssl.SSLError, OSError) as exc:
+                log.warning("certificate from %s not offered: %s", ", ".join(c.source for c in chosen), exc)
+                return None
+        contexts[key] = context
+        return context
+
+    def context_for(self, server_name: str | None) -> ssl.SSLContext:
+        if server_name:
+            name = server_name.lower().rstrip(".")
+            context = self.exact.get(name)
+            if context is not None:
+                return context
+            parent = name.partition(".")[2]
+            if parent:
+                context = self.wildcard.get(parent)
+                if context is not None:
+                    return context
+        return self.default
+
+    def _choose(self, connection: Any, server_name: str | None, _front: ssl.SSLContext) -> None:
+        connection.context = self.context_for(server_name)
+
+    # --- operator files: read again when they change ----------------------------------------------
+
+    def reload_if_changed(self) -> bool:
+        signatures = self._file_signatures()
+        if signatures == self._signatures:
+            return False
+        try:
+            operator = [read_operator_pair(chain, key) for chain, key in self.pairs]
+        except CertificateFileError as exc:
+            # Often a renewal half-written (a new certificate beside the old key): kept as it was, tried again.
+            log.error("%s; still offering the previous certificates", exc)
+            return False
+        self._signatures = signatures
+        self.operator = operator
+        self.rebuild()
+        log.info("TLS: operator certificates read again")
+        return True
+
+    def start(self) -> None:
+        if self.pairs and self._watch is None:
+            self._watch = asyncio.get_running_loop().create_task(self._watch_files())
+
+    def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+
+    async def _watch_files(self) -> None:
+        while True:
+            await asyncio.sleep(self.reload_interval_s)
+            try:
+                self.reload_if_changed()
+            except Exception:
+                log.exception("reading the operator certificates again failed")

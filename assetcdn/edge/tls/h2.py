@@ -1,0 +1,531 @@
+"""HTTP/2 on the https port: frames, HPACK, streams and flow control by the ``h2`` library (python-hyper).
+
+Each stream is answered exactly as an HTTP/1.1 request on its own connection would be: its headers
+become an HTTP/1.1 request head (``Connection: close``; its body follows, chunked unless it has a
+length) fed to a HitProtocol (assetcdn/edge/fastpath/protocol.py) on a transport of the stream's own
+(``StreamTransport``). So a hit is answered by the hit path's HitServer, everything else by the
+aiohttp application, with no second copy of either; the HTTP/1.1 answer written to that transport is
+parsed (httptools) back into the stream's HEADERS and DATA frames, hop-by-hop fields left out. It
+stays in this process and in memory: no socket, no second server (the alternative, a local HTTP/1.1
+connection per stream, would add a connection, a copy through the kernel and a second parse of every
+request).
+
+Limits: ``h2_max_concurrent_streams`` (SETTINGS; a client that opens more gets GOAWAY), the header
+list size (SETTINGS_MAX_HEADER_LIST_SIZE, enforced by HPACK decoding; h2 also caps CONTINUATION
+frames), ``h2_max_resets_per_10s`` streams reset by the client (CVE-2023-44487, "rapid reset": a reset
+stream stops its work at once, and a connection that resets too many is ended with
+ENHANCE_YOUR_CALM), an idle connection closed after ``header_timeout_s``, and the same per-request
+limits as HTTP/1.1 (the request head goes through the same checks). Response bytes wait in a stream
+only while the client's flow-control window is shut; past ``STREAM_BUFFER_HIGH`` the stream's producer
+(the hit path's file, or the application) is paused, as a full socket pauses it on HTTP/1.1. On
+shutdown every connection gets GOAWAY and closes when its open streams are done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+import httptools
+
+from assetcdn.edge.fastpath.protocol import HitProtocol
+from assetcdn.shared.config import Settings
+
+if TYPE_CHECKING:
+    from assetcdn.edge.fastpath.server import HitServer
+
+log = logging.getLogger(__name__)
+STREAM_BUFFER_HIGH = 256 * 1024   # response bytes a stream holds before its producer is paused
+STREAM_BUFFER_LOW = 64 * 1024
+RESET_WINDOW_S = 10.0
+# Connection-specific fields (RFC 9113 8.2.2): never carried over in either direction.
+HOP_BY_HOP = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"te",
+                        b"host", b"expect", b"http2-settings"))
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_FIELD_VALUE_FORBIDDEN = re.compile(rb"[\x00\r\n]")
+
+
+@dataclass(frozen=True)
+class H2Limits:
+    max_concurrent_streams: int = 100
+    max_header_list_size: int = 16384
+    max_resets_per_10s: int = 200
+    idle_timeout_s: float = 20.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> H2Limits:
+        tls = settings.section("tls")
+        return cls(int(tls["h2_max_concurrent_streams"]), int(tls["h2_max_header_list_size"]),
+                   int(tls["h2_max_resets_per_10s"]), float(settings.get("server", "header_timeout_s")))
+
+
+class MalformedRequest(Exception):
+    """A stream's request that HTTP/1.1 could not carry (RFC 9113 8.1.1: answered with RST_STREAM)."""
+
+
+def request_head(headers: list[tuple[bytes, bytes]], has_body: bool) -> tuple[bytes, bytes]:
+    """(method, HTTP/1.1 request head) of a stream's headers. Raises MalformedRequest."""
+    method = path = authority = None
+    fields: list[bytes] = []
+    cookies: list[bytes] = []
+    length = False
+    host = None
+    for name, value in headers:
+        if _FIELD_VALUE_FORBIDDEN.search(value):
+            raise MalformedRequest("field value with CR, LF or NUL")
+        if name[:1] == b":":
+            if name == b":method":
+                method = value
+            elif name == b":path":
+                path = value
+            elif name == b":authority":
+                authority = value
+            continue
+        if not _TOKEN.fullmatch(name):
+            raise MalformedRequest("field name is not a token")
+        if name == b"cookie":  # split into several fields by HPACK; one field again for HTTP/1.1
+            cookies.append(value)
+        elif name == b"host":
+            host = value
+        elif name not in HOP_BY_HOP:
+            length = length or name == b"content-length"
+            fields.append(name + b": " + value)
+    if method is None or path is None or not _TOKEN.fullmatch(method) or not (path[:1] == b"/" or path == b"*"):
+        raise MalformedRequest("a request needs :method and a :path")
+    if b" " in path or b"\t" in path:
+        raise MalformedRequest("whitespace in :path")
+    host = authority or host
+    if host is None or b" " in host:
+        raise MalformedRequest("a request needs :authority or host")
+    lines = [method + b" " + path + b" HTTP/1.1", b"Host: " + host, b"Connection: close", *fields]
+    if cookies:
+        lines.append(b"Cookie: " + b"; ".join(cookies))
+    if has_body and not length:
+        lines.append(b"Transfer-Encoding: chunked")
+    return method, b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+class StreamTransport(asyncio.Transport):
+    """One stream seen as a one-request HTTP/1.1 connection: what is written is the HTTP/1.1 answer,
+    turned into this stream's frames; ``close`` is the end of that connection."""
+
+    def __init__(self, connection: H2Protocol, stream_id: int, method: bytes) -> None:
+        super().__init__()
+        self.connection = connection
+        self.stream_id = stream_id
+        self.head_only = method == b"HEAD"
+        self.protocol: Any = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.response_headers: list[tuple[bytes, bytes]] = []
+        self.headers_sent = False
+        self.ended = False       # END_STREAM sent (or reset): nothing more goes out
+        self.closed = False      # the HTTP/1.1 side closed its connection
+        self.pending = bytearray()
+        self.end_pending = False
+        self.producer_paused = False
+        self.reading_paused = False
+        self.unacknowledged = 0  # request body bytes held back from flow control while reading is paused
+        self.chunked_body = False
+
+    # --- httptools (the HTTP/1.1 answer) ----------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name not in HOP_BY_HOP:
+            self.response_headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if status < 200:  # an interim answer (100 Continue): not relayed
+            self.response_headers = []
+            return
+        headers = [(b":status", str(status).encode()), *self.response_headers]
+        self.response_headers = []
+        self.headers_sent = True
+        self.connection.send_headers(self, headers, end_stream=self.head_only)
+        if self.head_only:
+            self.ended = True
+
+    def on_body(self, body: bytes) -> None:
+        if not self.ended:
+            self.pending += body
+            self.connection.pump(self)
+
+    def on_message_complete(self) -> None:
+        if not self.ended and self.headers_sent:
+            self.end_pending = True
+            self.connection.pump(self)
+
+    # --- the transport the HitProtocol (or aiohttp's handler) writes to --------------------------
+
+    def write(self, data: Any) -> None:
+        if self.closed or self.ended and not self.end_pending:
+            return
+        try:
+            self.parser.feed_data(bytes(data))
+        except httptools.HttpParserUpgrade:
+            self.connection.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)
+        except httptools.HttpParserError:
+            log.exception("an answer could not be relayed over HTTP/2")
+            self.connection.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)
+
+    def writelines(self, chunks: Any) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
+    def buffered(self) -> int:
+        return len(self.pending)
+
+    def get_write_buffer_size(self) -> int:
+        return len(self.pending)
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return (STREAM_BUFFER_LOW, STREAM_BUFFER_HIGH)
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass  # the stream's own marks apply
+
+    def is_closing(self) -> bool:
+        return self.closed or self.ended and not self.end_pending
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if not self.ended and not self.end_pending:
+            if self.headers_sent:  # a body delimited by the close
+                self.end_pending = True
+                self.connection.pump(self)
+            else:
+                self.connection.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)
+        asyncio.get_running_loop().call_soon(self._lost, None)
+
+    def abort(self) -> None:
+        if not self.ended:
+            self.connection.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)
+        if not self.closed:
+            self.closed = True
+            asyncio.get_running_loop().call_soon(self._lost, None)
+
+    def _lost(self, exc: Exception | None) -> None:
+        protocol, self.protocol = self.protocol, None
+        if protocol is not None:
+            protocol.connection_lost(exc)
+        self.connection.stream_done(self)
+
+    def cancelled(self) -> None:
+        """The client reset the stream, or the connection is gone: the work for it stops."""
+        self.ended = True
+        self.pending.clear()
+        if not self.closed:
+            self.closed = True
+            self._lost(ConnectionResetError("stream reset"))
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "socket":  # nothing may write around TLS and the framing (sendfile)
+            return default
+        transport = self.connection.transport
+        return transport.get_extra_info(name, default) if transport is not None else default
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self.protocol = protocol
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self.protocol  # type: ignore[no-any-return]
+
+    def pause_reading(self) -> None:
+        self.reading_paused = True
+
+    def resume_reading(self) -> None:
+        if self.reading_paused:
+            self.reading_paused = False
+            self.connection.acknowledge(self)
+
+    def is_reading(self) -> bool:
+        return not self.reading_paused
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def write_eof(self) -> None:
+        raise NotImplementedError
+
+    # --- the request body --------------------------------------------------------------------------
+
+    def body(self, data: bytes) -> None:
+        if self.protocol is not None and not self.closed:
+            self.protocol.data_received(b"%x\r\n%s\r\n" % (len(data), data) if self.chunked_body else data)
+
+    def end_of_body(self) -> None:
+        if self.chunked_body and self.protocol is not None and not self.closed:
+            self.protocol.data_received(b"0\r\n\r\n")
+
+
+class H2Protocol(asyncio.Protocol):
+    """One HTTP/2 connection (after TLS and ALPN; assetcdn/edge/tls/site.py)."""
+
+    def __init__(self, hits: HitServer, limits: H2Limits) -> None:
+        self.hits = hits
+        self.limits = limits
+        config = h2.config.H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=True)
+        self.h2 = h2.connection.H2Connection(config=config)
+        self.h2.local_settings = h2.settings.Settings(client=False, initial_values={
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_list_size,
+            h2.settings.SettingCodes.ENABLE_PUSH: 0,
+        })
+        # Enforced from the first HEADERS, not only once the client acknowledged our SETTINGS.
+        self.h2.decoder.max_header_list_size = limits.max_header_list_size
+        self.transport: asyncio.Transport | None = None
+        self.streams: dict[int, StreamTransport] = {}
+        self.resets: collections.deque[float] = collections.deque()
+        self.writing_paused = False
+        self.closing = False
+        self.deadline = float("inf")
+        self.loop = asyncio.get_running_loop()
+
+    # --- the connection -----------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.hits.connections.add(self)  # type: ignore[arg-type]  # swept for deadlines, told at shutdown
+        self.deadline = self.loop.time() + self.limits.idle_timeout_s
+        self.h2.initiate_connection()
+        self.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.hits.connections.discard(self)
+        self.transport = None
+        for stream in list(self.streams.values()):
+            stream.cancelled()
+        self.streams.clear()
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        for stream in list(self.streams.values()):
+            self.pump(stream)
+
+    def flush(self) -> None:
+        data = self.h2.data_to_send()
+        if data and self.transport is not None:
+            self.transport.write(data)
+
+    def timed_out(self) -> None:
+        """Idle past the deadline (HitServer's sweep): GOAWAY and close."""
+        if not self.streams:
+            self.goaway(h2.errors.ErrorCodes.NO_ERROR)
+
+    def close_when_idle(self) -> None:
+        """The server is stopping: GOAWAY now (no new streams), close once the open ones are answered."""
+        self.closing = True
+        if self.transport is None:
+            return
+        self.h2.close_connection(h2.errors.ErrorCodes.NO_ERROR, last_stream_id=self.h2.highest_inbound_stream_id)
+        self.flush()
+        if not self.streams:
+            self.transport.close()
+
+    def goaway(self, code: h2.errors.ErrorCodes) -> None:
+        self.closing = True
+        if self.transport is None:
+            return
+        try:
+            self.h2.close_connection(code, last_stream_id=self.h2.highest_inbound_stream_id)
+            self.flush()
+        except h2.exceptions.ProtocolError:
+            pass
+        self.transport.close()
+
+    # --- frames in ------------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.h2.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:  # h2 has queued GOAWAY with the error's code
+            log.debug("HTTP/2 protocol error from %s: %s", self._peer(), exc)
+            self.flush()
+            self.closing = True
+            if self.transport is not None:
+                self.transport.close()
+            return
+        for event in events:
+            if isinstance(event, h2.events.RequestReceived):
+                self._request(event)
+            elif isinstance(event, h2.events.DataReceived):
+                self._data(event)
+            elif isinstance(event, h2.events.StreamEnded):
+                stream = self.streams.get(event.stream_id)
+                if stream is not None:
+                    stream.end_of_body()
+            elif isinstance(event, h2.events.StreamReset):
+                self._reset_by_client(event.stream_id)
+            elif isinstance(event, h2.events.WindowUpdated):
+                targets = list(self.streams.values()) if event.stream_id == 0 else \
+                    [s for s in (self.streams.get(event.stream_id),) if s is not None]
+                for stream in targets:
+                    self.pump(stream)
+            elif isinstance(event, h2.events.ConnectionTerminated):
+                self.closing = True
+                if self.transport is not None:
+                    self.flush()
+                    self.transport.close()
+                return
+            if self.transport is None:
+                return
+        self.flush()
+
+    def _request(self, event: h2.events.RequestReceived) -> None:
+        stream_id = event.stream_id
+        if self.closing:
+            self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+            return
+        has_body = event.stream_ended is None
+        try:
+            method, head = request_head(list(event.headers or ()), has_body)
+        except MalformedRequest as exc:
+            log.debug("malformed HTTP/2 request from %s: %s", self._peer(), exc)
+            self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            return
+        stream = StreamTransport(self, stream_id, method)
+        stream.chunked_body = has_body and b"\r\nTransfer-Encoding: chunked\r\n" in head
+        self.streams[stream_id] = stream
+        self.deadline = float("inf")
+        protocol = HitProtocol(self.hits)
+        stream.protocol = protocol
+        protocol.connection_made(stream)
+        protocol.data_received(head)
+        if not has_body:
+            stream.end_of_body()
+
+    def _data(self, event: h2.events.DataReceived) -> None:
+        stream = self.streams.get(event.stream_id)
+        if stream is None:
+            self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            return
+        stream.unacknowledged += event.flow_controlled_length
+        stream.body(event.data or b"")
+        if not stream.reading_paused:
+            self.acknowledge(stream)
+
+    def acknowledge(self, stream: StreamTransport) -> None:
+        """Give the client back the window of body bytes the stream's reader has taken."""
+        count, stream.unacknowledged = stream.unacknowledged, 0
+        if count and stream.stream_id in self.streams and not stream.ended:
+            try:
+                self.h2.acknowledge_received_data(count, stream.stream_id)
+            except h2.exceptions.StreamClosedError:
+                pass
+            self.flush()
+
+    def _reset_by_client(self, stream_id: int) -> None:
+        stream = self.streams.pop(stream_id, None)
+        if stream is not None:
+            stream.cancelled()
+        now = self.loop.time()
+        resets = self.resets
+        resets.append(now)
+        while resets and resets[0] < now - RESET_WINDOW_S:
+            resets.popleft()
+        if len(resets) > self.limits.max_resets_per_10s:
+            log.warning("HTTP/2 client %s reset %d streams in %.0f s: connection ended", self._peer(), len(resets),
+                        RESET_WINDOW_S)
+            self.goaway(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+        self._maybe_idle()
+
+    # --- frames out ----------------------------------------------------------------------------------
+
+    def send_headers(self, stream: StreamTransport, headers: list[tuple[bytes, bytes]], *, end_stream: bool) -> None:
+        if self.transport is None or stream.stream_id not in self.streams:
+            return
+        try:
+            self.h2.send_headers(stream.stream_id, headers, end_stream=end_stream)
+        except h2.exceptions.StreamClosedError:
+            stream.cancelled()
+            return
+        self.flush()
+        if end_stream:
+            self._finished(stream)
+
+    def pump(self, stream: StreamTransport) -> None:
+        """Send what the stream holds, as far as the windows and the socket allow; pause or resume the
+        stream's producer by what is left."""
+        if self.transport is None or stream.stream_id not in self.streams:
+            return
+        pending = stream.pending
+        sent = False
+        try:
+            while pending and not self.writing_paused:
+                window = self.h2.local_flow_control_window(stream.stream_id)
+                size = min(len(pending), window, self.h2.max_outbound_frame_size)
+                if size <= 0:
+                    break
+                self.h2.send_data(stream.stream_id, bytes(pending[:size]))
+                del pending[:size]
+                sent = True
+            if not pending and stream.end_pending:
+                stream.end_pending = False
+                self.h2.end_stream(stream.stream_id)
+                sent = True
+                stream.ended = True
+        except h2.exceptions.StreamClosedError:
+            stream.cancelled()
+            self.streams.pop(stream.stream_id, None)
+            return
+        if sent:
+            self.flush()
+        protocol = stream.protocol
+        if len(pending) > STREAM_BUFFER_HIGH and not stream.producer_paused:
+            stream.producer_paused = True
+            if protocol is not None:
+                protocol.pause_writing()
+        elif len(pending) <= STREAM_BUFFER_LOW and stream.producer_paused:
+            stream.producer_paused = False
+            if protocol is not None:
+                protocol.resume_writing()
+        if stream.ended:
+            self._finished(stream)
+
+    def reset(self, stream: StreamTransport, code: h2.errors.ErrorCodes) -> None:
+        if stream.stream_id in self.streams and self.transport is not None:
+            try:
+                self.h2.reset_stream(stream.stream_id, code)
+            except h2.exceptions.StreamClosedError:
+                pass
+            self.flush()
+        stream.ended = True
+        stream.pending.clear()
+        self._finished(stream)
+
+    def _finished(self, stream: StreamTransport) -> None:
+        """The stream's answer is out (or it was reset); it leaves the table once its HTTP/1.1 side closed."""
+        if stream.closed:
+            self.stream_done(stream)
+
+    def stream_done(self, stream: StreamTransport) -> None:
+        if stream.ended and self.streams.get(stream.stream_id) is stream:
+            del self.streams[stream.stream_id]
+            self._maybe_idle()
+
+    def _maybe_idle(self) -> None:
+        if self.streams:
+            return
+        if self.closing and self.transport is not None:
+            self.transport.close()
+        self.deadline = self.loop.time() + self.limits.idle_timeout_s
+
+    def _peer(self) -> str:
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        return str(peer[0]) if isinstance(peer, tuple) else "?"

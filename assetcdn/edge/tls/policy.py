@@ -1,0 +1,74 @@
+"""What HTTPS changes for every request: ACME HTTP-01 answers, the redirect of plain HTTP, HSTS.
+
+- ``GET /.well-known/acme-challenge/<token>`` answers the key authorization control published for the
+  token (text/plain), on the plain and the https port alike, and 404 for any other token: a CA's
+  validation request may reach any edge, and every edge holds the same TLS state.
+- ``[tls] redirect_http``: a request on the plain port is redirected to https (301 for GET and HEAD,
+  308 otherwise, so a method and body are kept), except ACME challenges, which a CA fetches over http.
+  The hit path hands every request to the application then (assetcdn/edge/fastpath/server.py), so a
+  cached file is redirected like the rest.
+- ``[tls] hsts_max_age_s`` above 0: every answer over https carries Strict-Transport-Security.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from assetcdn.edge.app_keys import NODE
+from assetcdn.shared.config import Settings
+from assetcdn.shared.errors import ApiError
+
+CHALLENGE_PREFIX = "/.well-known/acme-challenge/"
+CHALLENGE_ROUTE = CHALLENGE_PREFIX + "{token}"
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")  # RFC 8555 8.3: base64url, no padding
+_HOST = re.compile(r"[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+async def acme_challenge(request: web.Request) -> web.Response:
+    token = request.match_info["token"]
+    answer = request.app[NODE].tls.challenge(token) if _TOKEN.fullmatch(token) else None
+    if answer is None:
+        raise ApiError(404, "NotFound", "No ACME challenge is pending for this token.")
+    return web.Response(text=answer, content_type="text/plain", headers={"Cache-Control": "no-store"})
+
+
+def hsts_value(settings: Settings) -> str | None:
+    max_age = int(settings.get("tls", "hsts_max_age_s"))
+    if max_age <= 0:
+        return None
+    return f"max-age={max_age}" + ("; includeSubDomains" if settings.get("tls", "hsts_include_subdomains") else "")
+
+
+def https_location(request: web.Request, https_port: int) -> str | None:
+    """Where a plain request goes over https: the same host (without its port) on the https port
+    (left out when it is 443), the same path and query; None for a Host that is not a host name."""
+    host = request.host.rsplit(":", 1)[0] if not request.host.endswith("]") else request.host
+    if not _HOST.fullmatch(host):
+        return None
+    port = "" if https_port == 443 else f":{https_port}"
+    return f"https://{host}{port}{request.rel_url.raw_path_qs}"
+
+
+def redirect_middleware(https_port: int) -> Middleware:
+    @web.middleware
+    async def redirect_to_https(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.secure or request.path.startswith(CHALLENGE_PREFIX):
+            return await handler(request)
+        location = https_location(request, https_port)
+        if location is None:
+            return await handler(request)
+        status = 301 if request.method in ("GET", "HEAD") else 308
+        return web.Response(status=status, headers={"Location": location, "Cache-Control": "no-store"})
+    return redirect_to_https
+
+
+def hsts_on_prepare(value: str) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+    async def add_hsts(request: web.Request, response: web.StreamResponse) -> None:
+        if request.secure:
+            response.headers["Strict-Transport-Security"] = value
+    return add_hsts
