@@ -95,13 +95,20 @@ class Pebble:
     def _context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.listener_cert))
 
+    def prepare(self) -> None:
+        """Choose the ports and make the listener certificate, so a client can be configured before the CA
+        starts. A restart keeps both, as a CA back from an outage does."""
+        pebble_binaries()
+        if self.port:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.listener_cert, _ = _listener_certificate(self.directory)
+        self.port, self.management_port = free_port(), free_port()
+        self.dns_port, self.dns_management_port = free_port(), free_port()
+
     def start(self) -> None:
         pebble, challtestsrv = pebble_binaries()
-        self.directory.mkdir(parents=True, exist_ok=True)
-        if not self.port:  # a restart keeps its address and listener certificate, as a CA back from an outage
-            self.listener_cert, _ = _listener_certificate(self.directory)
-            self.port, self.management_port = free_port(), free_port()
-            self.dns_port, self.dns_management_port = free_port(), free_port()
+        self.prepare()
         listener_key = self.directory / "listener.key"
         config: dict[str, object] = {
             "listenAddress": f"127.0.0.1:{self.port}", "managementListenAddress": f"127.0.0.1:{self.management_port}",
