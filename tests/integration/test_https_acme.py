@@ -30,7 +30,7 @@ import pytest
 from cryptography import x509
 
 from tests.acme.pebble import Pebble, free_port
-from tests.integration.harness import ACCESS, ACCOUNT, KEYS, RunningCdn, start_cdn, up_env
+from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn, start_cdn, up_env
 
 pytestmark = pytest.mark.timeout(300)
 ADDRESSES = ("127.0.0.1", "127.0.0.2", "127.0.0.3")  # edge-a (from `up`), edge-b, edge-c
