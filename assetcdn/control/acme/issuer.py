@@ -56,8 +56,10 @@ def _wire_time(moment: float) -> str:
 
 class CertificateIssuer:
     def __init__(self, settings: AcmeSettings, store: CertificateStore, authority: CertificateAuthority | None,
-                 registry: EdgeRegistry, cluster_secret: str, wanted_names: WantedNames, push_wait_s: float) -> None:
+                 registry: EdgeRegistry, cluster_secret: str, wanted_names: WantedNames, push_wait_s: float,
+                 public_host: str | None = None) -> None:
         self.settings = settings
+        self.public_host = public_host  # server.public_url's host, when it is https:// and ACME is on
         self.store = store
         self.authority = authority
         self._registry = registry
@@ -307,16 +309,16 @@ async def open_issuer(settings: Settings, public_url: str, data_dir: Path, db: a
     state the edges pull, and forgets the certificates of names no longer served."""
     acme = AcmeSettings.from_settings(settings)
     authority = CertificateAuthority(acme, data_dir / ACME_DIR) if acme.enabled else None
-    own_host = public_host(public_url)
+    own_host = public_host(public_url) if acme.enabled else None
 
     async def wanted() -> set[str]:
         names = {domain.hostname for domain in await edge_config.domains()}
-        if own_host is not None and acme.enabled:
+        if own_host is not None:
             names.add(own_host)
         return names
 
     issuer = CertificateIssuer(acme, CertificateStore(db, data_dir), authority, registry, cluster_secret, wanted,
-                               settings.get("control", "push_wait_ms") / 1000)
+                               settings.get("control", "push_wait_ms") / 1000, own_host)
     try:
         await issuer.start()
     except BaseException:

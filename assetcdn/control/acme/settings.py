@@ -12,7 +12,7 @@ from assetcdn.shared.config import Settings
 
 def _delays(raw: Any) -> tuple[float, ...]:
     """A list from TOML, or the comma-separated text an environment variable carries."""
-    items = raw.split(",") if isinstance(raw, str) else list(raw)
+    items = raw.split(",") if isinstance(raw, str) else [raw] if isinstance(raw, int | float) else list(raw)
     delays = tuple(float(item) for item in items if str(item).strip())
     if not delays or any(delay <= 0 for delay in delays):
         raise ValueError("acme.retry_delays_s must list at least one delay, each above 0 seconds")

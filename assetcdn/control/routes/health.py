@@ -87,6 +87,11 @@ async def acme_check(app: web.Application, *, deep: bool) -> dict[str, Any]:
         for record in (await issuer.store.records()).values():
             counts[record.status] = counts.get(record.status, 0) + 1
         check["certificates"] = counts
+        if issuer.public_host is not None:  # the public URL's own certificate, which no domain answer shows
+            own = await issuer.record(issuer.public_host)
+            check["publicHost"] = {"hostname": issuer.public_host, "status": own.status if own else "provisioning",
+                                   "expiresAt": own.expires_iso if own else None,
+                                   "error": own.error if own else None}
         check["latencyMs"] = round((time.perf_counter() - started) * 1000)
     return check
 

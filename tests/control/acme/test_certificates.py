@@ -278,3 +278,21 @@ async def test_a_certificate_is_renewed_at_two_thirds_of_its_life_and_the_new_on
         assert body["SslStatus"] == "active" and body["SslExpiresAt"] > first["SslExpiresAt"]
     finally:
         pebble.stop()
+
+
+async def test_the_public_host_of_an_https_public_url_gets_a_certificate_too(
+        aiohttp_client: Any, data_dir: Path, pebble: Pebble, responder: ChallengeResponder) -> None:
+    environ = acme_environ(pebble, ASSETCDN_SERVER_PUBLIC_URL="https://cdn.shop.test")
+    control = await start_control(aiohttp_client, data_dir, environ)
+    await responder.join(control)
+    deadline = time.monotonic() + ACTIVE_WITHIN_S
+    while True:
+        resp = await control.get("/api/health?deep=1", headers=METRICS)
+        [acme] = [c for c in (await resp.json())["checks"] if c["name"] == "acme"]
+        if acme["publicHost"]["status"] == "active":
+            break
+        assert time.monotonic() < deadline, acme
+        await asyncio.sleep(0.2)
+    assert acme["publicHost"]["hostname"] == "cdn.shop.test" and acme["publicHost"]["expiresAt"]
+    assert [c.names for c in responder.state.certificates] == [("cdn.shop.test",)]
+    assert sum(responder.hits.values()) >= 1
