@@ -108,6 +108,9 @@ class CertificateIssuer:
                 continue
             self._entries[hostname] = self._seal(hostname, installed.key_pem, installed.chain_pem,
                                                  installed.not_after)
+            if self.authority is not None and record.directory_url != self.settings.directory_url:
+                # Another CA now (staging -> production): order from it at once; the old one serves meanwhile
+                await self.store.due_now(hostname, now)
 
     def _seal(self, hostname: str, key_pem: bytes, chain_pem: str, not_after: float) -> CertificateEntry:
         return CertificateEntry.seal(self._secret, (hostname,), chain_pem, key_pem, _wire_time(not_after))
@@ -256,7 +259,7 @@ class CertificateIssuer:
         if hostname not in await self._wanted_names():
             return  # removed while its order ran: reconcile() already forgot it
         await asyncio.to_thread(self.store.write, hostname, issued.key_pem, issued.chain_pem)
-        await self.store.installed(hostname, not_before, not_after, serial)
+        await self.store.installed(hostname, not_before, not_after, serial, self.settings.directory_url)
         self._entries[hostname] = self._seal(hostname, issued.key_pem, issued.chain_pem, not_after)
         log.info("certificate for %s installed (serial %s, valid until %s)", hostname, serial, _wire_time(not_after))
         await self.publish()  # the new certificate, and its answers withdrawn

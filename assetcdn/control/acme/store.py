@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS certificates (
     not_before REAL,                   -- the certificate in use (Unix seconds), NULL before the first
     not_after REAL,
     serial TEXT,                       -- its serial number (hex), what the edges are told changed
+    directory_url TEXT,                -- the ACME directory it came from: another one means order anew
     error TEXT,                        -- the CA's reason for the last failed attempt; NULL after a success
     attempts INTEGER NOT NULL DEFAULT 0,   -- failed attempts in a row
     next_attempt_at REAL NOT NULL,     -- when to order (first order, retry, or renewal at 2/3 of the lifetime)
@@ -60,6 +61,7 @@ class CertificateRecord:
     error: str | None
     attempts: int
     next_attempt_at: float
+    directory_url: str | None = None
 
     @property
     def expires_iso(self) -> str | None:
@@ -122,9 +124,9 @@ class CertificateStore:
 
     async def records(self) -> dict[str, CertificateRecord]:
         async with self.db.execute("SELECT hostname, status, not_before, not_after, serial, error, attempts, "
-                                   "next_attempt_at FROM certificates") as cur:
+                                   "next_attempt_at, directory_url FROM certificates") as cur:
             rows = await cur.fetchall()
-        return {r[0]: CertificateRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]) for r in rows}
+        return {r[0]: CertificateRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]) for r in rows}
 
     async def record(self, hostname: str) -> CertificateRecord | None:
         return (await self.records()).get(hostname)  # a handful of rows per installation
@@ -135,11 +137,13 @@ class CertificateStore:
                               "updated_at) VALUES (?, ?, 0, ?, ?)", (hostname, PROVISIONING, now, utc_now_iso()))
         await self.db.commit()
 
-    async def installed(self, hostname: str, not_before: float, not_after: float, serial: str) -> None:
+    async def installed(self, hostname: str, not_before: float, not_after: float, serial: str,
+                        directory_url: str) -> None:
         await self.db.execute(
-            "UPDATE certificates SET status = ?, not_before = ?, not_after = ?, serial = ?, error = NULL, "
-            "attempts = 0, next_attempt_at = ?, updated_at = ? WHERE hostname = ?",
-            (ACTIVE, not_before, not_after, serial, renew_at(not_before, not_after), utc_now_iso(), hostname))
+            "UPDATE certificates SET status = ?, not_before = ?, not_after = ?, serial = ?, directory_url = ?, "
+            "error = NULL, attempts = 0, next_attempt_at = ?, updated_at = ? WHERE hostname = ?",
+            (ACTIVE, not_before, not_after, serial, directory_url, renew_at(not_before, not_after), utc_now_iso(),
+             hostname))
         await self.db.commit()
 
     async def failed(self, hostname: str, status: str, error: str, attempts: int, next_attempt_at: float) -> None:

@@ -296,3 +296,37 @@ async def test_the_public_host_of_an_https_public_url_gets_a_certificate_too(
     assert acme["publicHost"]["hostname"] == "cdn.shop.test" and acme["publicHost"]["expiresAt"]
     assert [c.names for c in responder.state.certificates] == [("cdn.shop.test",)]
     assert sum(responder.hits.values()) >= 1
+
+
+async def test_another_ca_orders_every_certificate_again_and_the_old_one_serves_meanwhile(
+        aiohttp_client: Any, data_dir: Path, tmp_path: Path, pebble: Pebble, http_port: int,
+        responder: ChallengeResponder) -> None:
+    control = await start_control(aiohttp_client, data_dir, acme_environ(pebble))
+    await responder.join(control)
+    await make_zone(control)
+    resp = await control.post("/api/core/zones/shop/domains", json={"Hostname": "moved.shop.test"}, headers=ACCOUNT)
+    assert resp.status == 201
+    await wait_for(control, "moved.shop.test", "active")
+    first_root = pebble.root_pem()
+    await control.close()
+    pebble.stop()
+
+    production = Pebble(tmp_path / "production", http_port)  # as staging -> production: another directory
+    production.start()
+    try:
+        control = await start_control(aiohttp_client, data_dir, acme_environ(production))
+        # The certificate on disk is offered at once, before the new CA has issued anything
+        [kept] = (await pulled_state(control)).certificates
+        assert_issued_by(kept.chain_pem, first_root)
+        await responder.join(control)
+        deadline = time.monotonic() + ACTIVE_WITHIN_S
+        while True:
+            certificates = responder.state.certificates
+            if certificates and certificates[0].id != kept.id:
+                break
+            assert time.monotonic() < deadline, "the new CA was not asked for a certificate"
+            await asyncio.sleep(0.2)
+        assert_issued_by(certificates[0].chain_pem, production.root_pem())
+        assert (await domain(control, "moved.shop.test"))["SslStatus"] == "active"
+    finally:
+        production.stop()
