@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Where `assetcdn up` keeps its data ([server] data_dir of `assetcdn defaults`, or its environment override).
 DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
-.PHONY: setup lock run test lint typecheck bench bench-hits fuzz docker-test clean wipe-data
+.PHONY: setup lock run test lint typecheck bench bench-hits bench-https fuzz docker-test clean wipe-data
 # Every dependency pinned with its hashes: requirements-build.lock (the build tools, installed first),
 # requirements.lock (what the service runs: the Docker image) and requirements-test.lock (that plus the test
 # tools: `make setup`). All three come from pyproject.toml and requirements-build.in via `make lock`.
@@ -78,6 +78,10 @@ fuzz: setup
 bench-hits: setup
 	sh benchmarks/setup_hits.sh
 	$(BIN)/python -m benchmarks.hits_bench
+
+bench-https: setup
+	sh benchmarks/setup_https.sh
+	$(BIN)/python -m benchmarks.https_bench
 
 # The Docker image and deploy/compose.yaml end to end (not part of `make test`: it needs a Docker engine and some
 # minutes; tests/docker/stack.py says what it does). Debian's docker.io, docker-compose and debootstrap are

@@ -80,8 +80,9 @@ def wrk_available() -> bool:
 
 
 def run_wrk(url: str, duration: float, concurrency: int, threads: int,
-            prefix: tuple[str, ...] = ()) -> LoadResult:
-    """One wrk run; ``prefix`` goes before the command (e.g. ``taskset -c 1`` to pin it)."""
+            prefix: tuple[str, ...] = (), headers: tuple[str, ...] = ()) -> LoadResult:
+    """One wrk run; ``prefix`` goes before the command (e.g. ``taskset -c 1`` to pin it); ``headers``
+    are sent with every request (``Connection: close``: a new connection per request)."""
     threads = max(1, min(threads, concurrency))
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(WRK_SCRIPT)
@@ -96,6 +97,7 @@ def run_wrk(url: str, duration: float, concurrency: int, threads: int,
             "5s",
             "-s",
             script.name,
+            *(arg for header in headers for arg in ("-H", header)),
             url,
         ]
         completed = subprocess.run(

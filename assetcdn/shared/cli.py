@@ -205,14 +205,17 @@ def _keys_notice(secrets_path: Path, generated: list[str]) -> str:
             f"Load them with: set -a; . {secrets_path}; set +a")
 
 
-def edge_origins(host: str, edge_port: int, edges: int) -> list[str]:
-    """The browser origins of the edges `up` starts (with `localhost` beside a loopback address)."""
+def edge_origins(host: str, edge_port: int, edges: int, https_port: int = 0) -> list[str]:
+    """The browser origins of the edges `up` starts (with `localhost` beside a loopback address), over
+    http and, with an https port, over https."""
     origins = []
     address = f"[{host}]" if ":" in host else host
-    for port in range(edge_port, edge_port + edges):
-        origins.append(f"http://{address}:{port}")
-        if host.startswith("127.") or host in ("0.0.0.0", "::1", "::"):
-            origins.append(f"http://localhost:{port}")
+    schemes = [("http", edge_port), *([("https", https_port)] if https_port else [])]
+    for scheme, first in schemes:
+        for port in range(first, first + edges):
+            origins.append(f"{scheme}://{address}:{port}")
+            if host.startswith("127.") or host in ("0.0.0.0", "::1", "::"):
+                origins.append(f"{scheme}://localhost:{port}")
     return origins
 
 
@@ -247,9 +250,10 @@ def cmd_up(args: argparse.Namespace) -> int:
            "ASSETCDN_SERVER_HOST": host, RUN_ID_ENV: run_id}
     if args.config:
         env["ASSETCDN_CONFIG"] = str(Path(args.config).resolve())
-    if args.edges > 1 and not settings.get("server", "public_url") and not settings.get("dashboard", "origins"):
-        # The dashboard may be opened on any of the edges `up` starts: each one's origin may sign in.
-        env["ASSETCDN_DASHBOARD_ORIGINS"] = ",".join(edge_origins(host, edge_port, args.edges))
+    if (args.edges > 1 or https_port) and not settings.get("server", "public_url") \
+            and not settings.get("dashboard", "origins"):
+        # The dashboard may be opened on any of the edges `up` starts, over http or https: each origin may sign in.
+        env["ASSETCDN_DASHBOARD_ORIGINS"] = ",".join(edge_origins(host, edge_port, args.edges, https_port))
     control_url = f"http://{host}:{control_port}"
     demo = ["--demo"] if first_start and not args.no_demo else []
     commands = [["-m", "assetcdn.control", "--data-dir", str(data_dir), "--host", host, "--port", str(control_port), *demo]]

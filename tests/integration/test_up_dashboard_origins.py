@@ -20,6 +20,8 @@ def test_edge_origins_name_every_edge_and_localhost_beside_loopback() -> None:
                                                   "http://127.0.0.1:8789", "http://localhost:8789"]
     assert edge_origins("cdn.internal", 80, 1) == ["http://cdn.internal:80"]
     assert edge_origins("::1", 8788, 1) == ["http://[::1]:8788", "http://localhost:8788"]
+    assert edge_origins("cdn.internal", 80, 2, https_port=443) == [
+        "http://cdn.internal:80", "http://cdn.internal:81", "https://cdn.internal:443", "https://cdn.internal:444"]
 
 
 async def test_every_edge_of_up_accepts_a_sign_in_from_its_own_origin(tmp_path: Path) -> None:

@@ -191,17 +191,21 @@ class CertificateStore:
         return [_file_signature(p) for pair in self.pairs for p in pair]
 
     def certificates(self) -> list[Certificate]:
-        """Every certificate offered, in order of preference: the operator's, then the TLS state's."""
+        """Every certificate offered, in order of preference: the operator's, then the TLS state's (latest
+        expiry first)."""
         found = list(self.operator)
+        from_state: list[Certificate] = []
         for entry in self.tls_state.certificates:
             key_pem = self.tls_state.keys.get(entry.id)
             if key_pem is None:
                 continue
             try:
-                found.append(parse_certificate(entry.chain_pem.encode(), key_pem, f"TLS state {entry.id[:12]}",
-                                               entry.names))
+                from_state.append(parse_certificate(entry.chain_pem.encode(), key_pem, f"TLS state {entry.id[:12]}",
+                                                    entry.names))
             except ValueError as exc:
                 log.warning("certificate %s from control not offered: %s", entry.id[:12], exc)
+        # During a renewal both may be listed for a name: the one that lasts longer first.
+        found += sorted(from_state, key=lambda c: c.not_after, reverse=True)
         if self._self_signed is not None:
             found.append(self._self_signed)
         return found

@@ -13,9 +13,11 @@ request).
 Limits: ``h2_max_concurrent_streams`` (SETTINGS; a client that opens more gets GOAWAY), the header
 list size (SETTINGS_MAX_HEADER_LIST_SIZE, enforced by HPACK decoding; h2 also caps CONTINUATION
 frames), ``h2_max_resets_per_10s`` streams reset by the client (CVE-2023-44487, "rapid reset": a reset
-stream stops its work at once, and a connection that resets too many is ended with
-ENHANCE_YOUR_CALM), an idle connection closed after ``header_timeout_s``, and the same per-request
-limits as HTTP/1.1 (the request head goes through the same checks). Response bytes wait in a stream
+stream sends nothing more and its reader is told the connection is lost, as when an HTTP/1.1 client
+goes away; a connection that resets too many is ended with ENHANCE_YOUR_CALM), nothing read from a
+client that does not read its answers (PING and SETTINGS floods), an idle connection closed after
+``header_timeout_s``, and the same per-request limits as HTTP/1.1 (the request head goes through
+the same checks). Response bytes wait in a stream
 only while the client's flow-control window is shut; past ``STREAM_BUFFER_HIGH`` the stream's producer
 (the hit path's file, or the application) is paused, as a full socket pauses it on HTTP/1.1. On
 shutdown every connection gets GOAWAY and closes when its open streams are done.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import re
 from dataclasses import dataclass
@@ -224,12 +227,14 @@ class StreamTransport(asyncio.Transport):
         self.connection.stream_done(self)
 
     def cancelled(self) -> None:
-        """The client reset the stream, or the connection is gone: the work for it stops."""
+        """The client reset the stream, or the connection is gone: nothing more is sent for it, and its
+        reader learns that its connection is lost (at the loop's next turn: an aiohttp handler given the
+        request in this same turn has not started yet, and must start before it can be told)."""
         self.ended = True
         self.pending.clear()
         if not self.closed:
             self.closed = True
-            self._lost(ConnectionResetError("stream reset"))
+            asyncio.get_running_loop().call_soon(self._lost, ConnectionResetError("stream reset"))
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "socket":  # nothing may write around TLS and the framing (sendfile)
@@ -277,7 +282,9 @@ class H2Protocol(asyncio.Protocol):
     def __init__(self, hits: HitServer, limits: H2Limits) -> None:
         self.hits = hits
         self.limits = limits
-        config = h2.config.H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=True)
+        # Requests are validated (RFC 9113 8.2); answers are this process's own HTTP/1.1 heads, lowercased here.
+        config = h2.config.H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=True,
+                                           validate_outbound_headers=False, normalize_outbound_headers=False)
         self.h2 = h2.connection.H2Connection(config=config)
         self.h2.local_settings = h2.settings.Settings(client=False, initial_values={
             h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
@@ -293,6 +300,9 @@ class H2Protocol(asyncio.Protocol):
         self.closing = False
         self.deadline = float("inf")
         self.loop = asyncio.get_running_loop()
+        self.receiving = False      # inside data_received: frames go out together at its end
+        self.ended = False          # GOAWAY sent for an error: the rest of what the client sent is ignored
+        self.flush_scheduled = False
 
     # --- the connection -----------------------------------------------------------------------------
 
@@ -311,17 +321,31 @@ class H2Protocol(asyncio.Protocol):
         self.streams.clear()
 
     def pause_writing(self) -> None:
+        # The client is not reading: read nothing more from it either, so frames h2 answers by itself
+        # (PING and SETTINGS acknowledgements: a "ping flood") cannot pile up in memory.
         self.writing_paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self.writing_paused = False
+        if self.transport is not None:
+            self.transport.resume_reading()
         for stream in list(self.streams.values()):
             self.pump(stream)
 
     def flush(self) -> None:
+        self.flush_scheduled = False
         data = self.h2.data_to_send()
         if data and self.transport is not None:
             self.transport.write(data)
+
+    def schedule_flush(self) -> None:
+        """Frames made by a stream go out in one write (one TLS record where they fit): at the end of the
+        data_received that made them, or at the loop's next turn for answers made later."""
+        if not self.receiving and not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self.flush)
 
     def timed_out(self) -> None:
         """Idle past the deadline (HitServer's sweep): GOAWAY and close."""
@@ -339,7 +363,7 @@ class H2Protocol(asyncio.Protocol):
             self.transport.close()
 
     def goaway(self, code: h2.errors.ErrorCodes) -> None:
-        self.closing = True
+        self.closing = self.ended = True
         if self.transport is None:
             return
         try:
@@ -352,6 +376,14 @@ class H2Protocol(asyncio.Protocol):
     # --- frames in ------------------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        self.receiving = True
+        try:
+            self._receive(data)
+        finally:
+            self.receiving = False
+        self.flush()
+
+    def _receive(self, data: bytes) -> None:
         try:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:  # h2 has queued GOAWAY with the error's code
@@ -383,14 +415,14 @@ class H2Protocol(asyncio.Protocol):
                     self.flush()
                     self.transport.close()
                 return
-            if self.transport is None:
+            if self.transport is None or self.ended:
                 return
-        self.flush()
 
     def _request(self, event: h2.events.RequestReceived) -> None:
         stream_id = event.stream_id
-        if self.closing:
-            self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+        if self.closing:  # after our GOAWAY: refused, the client may retry it elsewhere
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
             return
         has_body = event.stream_ended is None
         try:
@@ -426,9 +458,9 @@ class H2Protocol(asyncio.Protocol):
         if count and stream.stream_id in self.streams and not stream.ended:
             try:
                 self.h2.acknowledge_received_data(count, stream.stream_id)
-            except h2.exceptions.StreamClosedError:
+            except h2.exceptions.ProtocolError:
                 pass
-            self.flush()
+            self.schedule_flush()
 
     def _reset_by_client(self, stream_id: int) -> None:
         stream = self.streams.pop(stream_id, None)
@@ -452,10 +484,10 @@ class H2Protocol(asyncio.Protocol):
             return
         try:
             self.h2.send_headers(stream.stream_id, headers, end_stream=end_stream)
-        except h2.exceptions.StreamClosedError:
+        except h2.exceptions.ProtocolError:
             stream.cancelled()
             return
-        self.flush()
+        self.schedule_flush()
         if end_stream:
             self._finished(stream)
 
@@ -480,12 +512,12 @@ class H2Protocol(asyncio.Protocol):
                 self.h2.end_stream(stream.stream_id)
                 sent = True
                 stream.ended = True
-        except h2.exceptions.StreamClosedError:
+        except h2.exceptions.ProtocolError:
             stream.cancelled()
             self.streams.pop(stream.stream_id, None)
             return
         if sent:
-            self.flush()
+            self.schedule_flush()
         protocol = stream.protocol
         if len(pending) > STREAM_BUFFER_HIGH and not stream.producer_paused:
             stream.producer_paused = True
@@ -502,9 +534,9 @@ class H2Protocol(asyncio.Protocol):
         if stream.stream_id in self.streams and self.transport is not None:
             try:
                 self.h2.reset_stream(stream.stream_id, code)
-            except h2.exceptions.StreamClosedError:
+            except h2.exceptions.ProtocolError:
                 pass
-            self.flush()
+            self.schedule_flush()
         stream.ended = True
         stream.pending.clear()
         self._finished(stream)
@@ -523,6 +555,7 @@ class H2Protocol(asyncio.Protocol):
         if self.streams:
             return
         if self.closing and self.transport is not None:
+            self.flush()
             self.transport.close()
         self.deadline = self.loop.time() + self.limits.idle_timeout_s
 

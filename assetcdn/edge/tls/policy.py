@@ -4,7 +4,8 @@
   token (text/plain), on the plain and the https port alike, and 404 for any other token: a CA's
   validation request may reach any edge, and every edge holds the same TLS state.
 - ``[tls] redirect_http``: a request on the plain port is redirected to https (301 for GET and HEAD,
-  308 otherwise, so a method and body are kept), except ACME challenges, which a CA fetches over http.
+  308 otherwise, so a method and body are kept), except ACME challenges, which a CA fetches over http,
+  and ``/api/health`` and ``/metrics``, which load balancers, ``assetcdn up`` and scrapers ask over http.
   The hit path hands every request to the application then (assetcdn/edge/fastpath/server.py), so a
   cached file is redirected like the rest.
 - ``[tls] hsts_max_age_s`` above 0: every answer over https carries Strict-Transport-Security.
@@ -24,6 +25,7 @@ from assetcdn.shared.errors import ApiError
 
 CHALLENGE_PREFIX = "/.well-known/acme-challenge/"
 CHALLENGE_ROUTE = CHALLENGE_PREFIX + "{token}"
+NOT_REDIRECTED = ("/api/health", "/metrics")
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")  # RFC 8555 8.3: base64url, no padding
 _HOST = re.compile(r"[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -57,7 +59,7 @@ def https_location(request: web.Request, https_port: int) -> str | None:
 def redirect_middleware(https_port: int) -> Middleware:
     @web.middleware
     async def redirect_to_https(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.secure or request.path.startswith(CHALLENGE_PREFIX):
+        if request.secure or request.path.startswith(CHALLENGE_PREFIX) or request.path in NOT_REDIRECTED:
             return await handler(request)
         location = https_location(request, https_port)
         if location is None:

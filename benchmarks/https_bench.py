@@ -1,0 +1,289 @@
+"""Cache hits over TLS per core: the edge's https port beside hitch + Varnish and nginx with TLS.
+
+    make bench-https     (installs hitch, Varnish, nginx, wrk and h2load from Debian when absent, then runs this)
+    .venv/bin/python -m benchmarks.https_bench [--duration 4] [--rounds 1]
+
+One control plane (``assetcdn up``, one edge with one worker and an https port) holds 5 KB and 100 KB
+files (benchmarks/hits_bench.py's, in the edge's memory tier). One ECDSA P-256 certificate for
+``localhost`` (a test CA made here) is served by all three: the edge (``[tls] certificates``), hitch
+(TLS, one worker, PROXY v2 with ALPN to Varnish) in front of Varnish (malloc storage, HTTP/2 on,
+the VCL of hits_bench fetching from control), and nginx (``ssl http2``, proxy_cache, one worker). Each
+server's whole process tree is pinned to core 0, hitch and Varnish together, so "server CPU" counts
+both; the load generator and control run on core 1 (control at SCHED_IDLE). Per server and size:
+
+- ``tls h1``: wrk over https with keep-alive (``-t2 -c64``): TLS records, no handshakes after the first;
+- ``h2``: h2load (``-c8 -m16``: 8 connections, 16 streams each) over https with ALPN h2;
+- ``new conn``: wrk with ``Connection: close``: every request a new TCP connection and a full TLS
+  handshake (TLS 1.3, ECDHE P-256 or X25519, ECDSA signature) plus one 5 KB hit.
+
+Printed: req/s, the server's CPU (cores, from /proc) and req/s per core, and the ratios to hitch +
+Varnish. Loopback only; every run is bounded; everything started is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from benchmarks.hits_bench import (
+    VCL,
+    Server,
+    background,
+    children_of,
+    edge_server,
+    load_average,
+    machine,
+    pin,
+    prepare_files,
+    stop,
+)
+from benchmarks.load import run_wrk
+from tests.edge.tls.certs import TestCa
+from tests.integration.harness import KEYS, free_port_block, start_cdn
+
+SIZES = ["5 KB", "100 KB"]
+MODES = ("tls h1", "h2", "new conn")
+SERVERS = ("hitch+varnish", "nginx", "edge")
+
+HITCH = """frontend = "[127.0.0.1]:{port}"
+backend = "[127.0.0.1]:{backend}"
+pem-file = "{pem}"
+workers = 1
+daemon = off
+user = "nobody"
+tls-protos = TLSv1.2 TLSv1.3
+ciphers = "ECDHE+AESGCM:ECDHE+CHACHA20"
+alpn-protos = "h2, http/1.1"
+write-proxy-v2 = on
+"""
+
+NGINX_TLS = """daemon off;
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    sendfile on;
+    keepalive_requests 1000000;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    proxy_cache_path {dir}/cache levels=1:2 keys_zone=hits:64m max_size=4g inactive=2h use_temp_path=off;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_ciphers ECDHE+AESGCM:ECDHE+CHACHA20;
+    ssl_session_cache shared:SSL:10m;
+    server {{
+        listen 127.0.0.1:{listen} ssl http2;
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        location / {{
+            proxy_pass http://127.0.0.1:{port}/api/storage/;
+            proxy_set_header AccessKey "{access}";
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_cache hits;
+            proxy_cache_valid 200 1h;
+            proxy_ignore_headers Cache-Control Expires Set-Cookie;
+            add_header X-Cache $upstream_cache_status;
+        }}
+    }}
+}}
+"""
+
+
+@dataclass
+class Sample:
+    rps: float
+    cpu: float
+    errors: int
+
+    @property
+    def per_core(self) -> float:
+        return self.rps / self.cpu if self.cpu > 0 else 0.0
+
+
+def require_tools() -> None:
+    missing = [tool for tool in ("wrk", "h2load", "hitch", "varnishd", "nginx", "taskset")
+               if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()]
+    if missing:
+        raise SystemExit(f"missing {', '.join(missing)}: run `make bench-https` (installs them from Debian)")
+
+
+def _tool(name: str) -> str:
+    return shutil.which(name) or f"/usr/sbin/{name}"
+
+
+def start_hitch_varnish(workdir: Path, port: int, varnish_port: int, control_port: int, pem: Path,
+                        core: str) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+    vcl = workdir / "bench.vcl"
+    vcl.write_text(VCL.format(port=control_port, key=KEYS["ASSETCDN_ACCESS_KEY"]))
+    varnish = subprocess.Popen(["taskset", "-c", core, _tool("varnishd"), "-F", "-a", f"127.0.0.1:{varnish_port},PROXY",
+                                "-f", str(vcl), "-s", "malloc,1g", "-n", str(workdir / "varnish"),
+                                "-p", "thread_pools=1", "-p", "feature=+http2"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    conf = workdir / "hitch.conf"
+    conf.write_text(HITCH.format(port=port, backend=varnish_port, pem=pem))
+    hitch = subprocess.Popen(["taskset", "-c", core, _tool("hitch"), f"--config={conf}"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return hitch, varnish
+
+
+def start_nginx_tls(workdir: Path, port: int, control_port: int, cert: Path, key: Path, core: str) -> subprocess.Popen[bytes]:
+    directory = workdir / "nginx"
+    directory.mkdir()
+    os.chmod(directory, 0o777)
+    conf = directory / "nginx.conf"
+    conf.write_text(NGINX_TLS.format(dir=directory, listen=port, port=control_port, cert=cert, key=key,
+                                     access=KEYS["ASSETCDN_ACCESS_KEY"]))
+    return subprocess.Popen(["taskset", "-c", core, _tool("nginx"), "-c", str(conf), "-p", str(directory)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def warm(base: str, paths: list[str], bodies: dict[str, bytes]) -> None:
+    """GET each path over https until it is a hit (the certificate is checked by the load runs' peers,
+    not here)."""
+    deadline = time.monotonic() + 60
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as session:
+        for path in paths:
+            while True:
+                try:
+                    async with session.get(f"{base}/{path}") as resp:
+                        body = await resp.read()
+                        if resp.status == 200 and body == bodies[path] and \
+                                resp.headers.get("X-Cache", "").startswith("HIT"):
+                            break
+                except aiohttp.ClientError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{base}/{path} never became a hit")
+                await asyncio.sleep(0.1)
+
+
+def run_h2load(url: str, duration: float, prefix: tuple[str, ...]) -> tuple[float, int]:
+    completed = subprocess.run([*prefix, "h2load", "-c8", "-m16", "-t1", f"-D{max(1, round(duration))}", url],
+                               capture_output=True, text=True, timeout=duration + 60, check=False)
+    finished = re.search(r"finished in [\d.]+m?s, ([\d.]+) req/s", completed.stdout)
+    counts = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed, (\d+) errored",
+                       completed.stdout)
+    if completed.returncode != 0 or finished is None or counts is None:
+        raise RuntimeError(f"h2load failed ({completed.returncode}): {completed.stdout[-500:]} {completed.stderr[-500:]}")
+    return float(finished.group(1)), int(counts.group(2)) + int(counts.group(3))
+
+
+def measure_one(server: Server, mode: str, url: str, args: argparse.Namespace, prefix: tuple[str, ...]) -> Sample:
+    before = server.cpu_seconds()
+    began = time.monotonic()
+    if mode == "h2":
+        rps, errors = run_h2load(url, args.duration, prefix)
+    else:
+        headers = ("Connection: close",) if mode == "new conn" else ()
+        result = run_wrk(url, args.duration, args.connections, 2, prefix=prefix, headers=headers)
+        rps, errors = result.rps, result.errors
+    cores = (server.cpu_seconds() - before) / (time.monotonic() - began)
+    return Sample(rps, cores, errors)
+
+
+def table(samples: dict[tuple[str, str, str], list[Sample]]) -> str:
+    lines = ["| mode | object | server | req/s | server CPU (cores) | req/s per core | per core vs hitch+Varnish | "
+             "errors |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    for mode in MODES:
+        for size in (SIZES[:1] if mode == "new conn" else SIZES):
+            anchor = statistics.median(s.per_core for s in samples[("hitch+varnish", mode, size)])
+            for name in SERVERS:
+                runs = samples[(name, mode, size)]
+                rps = statistics.median(s.rps for s in runs)
+                cpu = statistics.median(s.cpu for s in runs)
+                per_core = statistics.median(s.per_core for s in runs)
+                lines.append(f"| {mode} | {size} | {name} | {rps:,.0f} | {cpu:.2f} | {per_core:,.0f} | "
+                             f"{per_core / anchor:.2f}x | {sum(s.errors for s in runs)} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=4.0)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--server-core", default="0")
+    parser.add_argument("--load-core", default="1")
+    args = parser.parse_args(argv)
+    require_tools()
+    core, load_core = args.server_core, args.load_core
+    prefix = ("taskset", "-c", load_core)
+    print(f"# https_bench: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
+    with tempfile.TemporaryDirectory(prefix="https-bench-") as tmp:
+        workdir = Path(tmp)
+        os.chmod(workdir, 0o755)  # hitch, Varnish and nginx workers run as their own users
+        issued = TestCa().issue("localhost")
+        cert, key = issued.write(workdir, "localhost")
+        pem = workdir / "hitch.pem"
+        pem.write_bytes(issued.chain_pem + issued.key_pem)
+        for path in (cert, key, pem):
+            path.chmod(0o644)  # read by hitch's and nginx's unprivileged workers (a throwaway test key)
+        base = free_port_block(4)
+        edge_https = base
+        env = {"ASSETCDN_EDGE_MEMORY_CACHE_MB": "512", "ASSETCDN_TLS_HTTPS_PORT": str(edge_https),
+               "ASSETCDN_TLS_CERTIFICATES": json.dumps([[str(cert), str(key)]])}
+        (workdir / "cdn").mkdir()
+        cdn = start_cdn(workdir / "cdn", workers=1, env_extra=env)
+        processes: list[subprocess.Popen[bytes]] = []
+        try:
+            control_port = int(cdn.control_url.rsplit(":", 1)[1])
+            pin(cdn.pids("-m assetcdn.control "), load_core)
+            background(cdn.pids("-m assetcdn.control "))
+            edge = edge_server(cdn)
+            edge.base = f"https://localhost:{edge_https}"
+            pin(edge.pids, core)
+            hitch, varnish = start_hitch_varnish(workdir, base + 1, base + 2, control_port, pem, core)
+            nginx = start_nginx_tls(workdir, base + 3, control_port, cert, key, core)
+            processes = [hitch, varnish, nginx]
+            paths, bodies = asyncio.run(prepare_files(cdn, SIZES))
+            servers = {"edge": edge,
+                       "hitch+varnish": Server("hitch+varnish", f"https://localhost:{base + 1}", []),
+                       "nginx": Server("nginx", f"https://localhost:{base + 3}", [])}
+            roots = {"edge": [], "hitch+varnish": [hitch.pid, varnish.pid], "nginx": [nginx.pid]}
+            for server in servers.values():
+                asyncio.run(warm(server.base, list(paths.values()), bodies))
+                if roots[server.name]:  # the whole tree, once its workers are running
+                    server.pids = [p for root in roots[server.name] for p in (root, *children_of(root))]
+                pin(server.pids, core)
+            print(f"# warmed; servers pinned to core {core} (hitch and Varnish together), load generator and control "
+                  f"on core {load_core}; load average {load_average()}", flush=True)
+            samples: dict[tuple[str, str, str], list[Sample]] = {}
+            for round_index in range(args.rounds):
+                order = list(SERVERS[round_index % 3:] + SERVERS[:round_index % 3])
+                for mode in MODES:
+                    for size in (SIZES[:1] if mode == "new conn" else SIZES):
+                        for name in order:
+                            server = servers[name]
+                            url = f"{server.base}/{paths[size]}"
+                            sample = measure_one(server, mode, url, args, prefix)
+                            samples.setdefault((name, mode, size), []).append(sample)
+                            print(f"# round {round_index + 1} {mode} {size} {name}: {sample.rps:,.0f} req/s, "
+                                  f"{sample.cpu:.2f} cores, {sample.errors} errors; load {load_average()}", flush=True)
+            print(table(samples))
+            print(f"# done; load average {load_average()}")
+        finally:
+            for process in processes:
+                stop(Server("", "", [], process))
+            cdn.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,206 @@
+"""The edge's https port on a real `assetcdn up`: TLS versions, SNI and the default certificate, hits and
+misses over HTTP/1.1 and HTTP/2, the redirect of plain HTTP with its ACME exemption, HSTS, operator
+certificates read again when replaced, and certificates arriving and leaving with control's TLS state."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import ssl
+import time
+import urllib.request
+from collections.abc import Callable
+
+import orjson
+import pytest
+from cryptography import x509
+
+from assetcdn.shared.cluster import PREFIX, sign_request
+from assetcdn.shared.tls_state import TLS_STATE_PATH, CertificateEntry, TlsState
+from tests.edge.tls.client import H2Client, client_context, handshake, https_get
+from tests.edge.tls.conftest import DASHBOARD_PASSWORD, HSTS_MAX_AGE_S, ZONE, HttpsCdn
+from tests.integration.harness import KEYS
+
+pytestmark = pytest.mark.integration
+WAIT_S = 30.0  # for a change to reach the edge (never asserted as a duration)
+
+
+def serial_of(der: bytes) -> int:
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def eventually(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting: {what}")
+        time.sleep(0.1)
+
+
+def test_tls_1_3_and_1_2_are_served_with_aead_ciphers_and_1_1_is_refused(https_cdn: HttpsCdn) -> None:
+    ca = https_cdn.ca_file
+    shake = handshake(https_cdn.https_port, "cdn.example.test", client_context(ca))
+    assert shake.version == "TLSv1.3"
+    shake = handshake(https_cdn.https_port, "cdn.example.test", client_context(ca, version=ssl.TLSVersion.TLSv1_2))
+    assert shake.version == "TLSv1.2" and shake.cipher is not None
+    assert "GCM" in shake.cipher or "CHACHA20" in shake.cipher
+    for old in (ssl.TLSVersion.TLSv1_1, ssl.TLSVersion.TLSv1):
+        with pytest.raises((ssl.SSLError, ConnectionResetError)):
+            handshake(https_cdn.https_port, "cdn.example.test", client_context(None, version=old))
+
+
+def test_sni_picks_the_certificate_and_unknown_names_get_the_default(https_cdn: HttpsCdn) -> None:
+    ca = https_cdn.ca_file
+    exact = handshake(https_cdn.https_port, "cdn.example.test", client_context(ca))  # verified against the name
+    assert serial_of(exact.certificate) == https_cdn.main.serial
+    wildcard = handshake(https_cdn.https_port, "a.t.example.test", client_context(ca))
+    assert serial_of(wildcard.certificate) == https_cdn.wildcard.serial
+    # One label deep only, as a wildcard certificate covers; anything else gets the default (the first
+    # operator certificate), which a verifying client then refuses for that name.
+    for name in ("b.a.t.example.test", "unknown.example.test"):
+        shake = handshake(https_cdn.https_port, name, client_context(None))
+        assert serial_of(shake.certificate) == serial_of(
+            handshake(https_cdn.https_port, "cdn.example.test", client_context(None)).certificate)
+        with pytest.raises(ssl.SSLCertVerificationError):
+            handshake(https_cdn.https_port, name, client_context(ca))
+
+
+def test_hits_and_misses_over_tls_http_1_1_carry_hsts(https_cdn: HttpsCdn) -> None:
+    body = os.urandom(5 * 1024)
+    https_cdn.upload("v1/h1/file.bin", body)
+    path = f"/{ZONE}/v1/h1/file.bin"
+    seen = []
+    for _ in range(3):
+        answer = https_get(https_cdn.https_port, path, server_name="cdn.example.test", ca=https_cdn.ca_file)
+        assert answer.status == 200 and answer.body == body
+        assert answer.headers["strict-transport-security"] == f"max-age={HSTS_MAX_AGE_S}"
+        seen.append(answer.headers["x-cache"])
+    assert seen[0] == "MISS" and seen[-1] == "HIT"
+    # A body larger than the memory tier's objects is sent from its cache file, through TLS.
+    big = os.urandom(3 * 1024 * 1024)
+    https_cdn.upload("v1/h1/big.bin", big)
+    for _ in range(2):
+        answer = https_get(https_cdn.https_port, f"/{ZONE}/v1/h1/big.bin", ca=https_cdn.ca_file)
+        assert answer.status == 200 and answer.body == big
+    assert answer.headers["x-cache"] == "HIT"
+
+
+def test_http2_serves_hits_misses_and_api_calls(https_cdn: HttpsCdn) -> None:
+    body = os.urandom(100 * 1024)
+    https_cdn.upload("v1/h2/file.bin", body)
+    client = H2Client(https_cdn.https_port, "cdn.example.test", https_cdn.ca_file)
+    try:
+        first = client.get(f"/{ZONE}/v1/h2/file.bin")
+        assert first.status == 200 and first.body == body and first.headers["x-cache"] == "MISS"
+        second = client.get(f"/{ZONE}/v1/h2/file.bin")  # on the same connection
+        assert second.status == 200 and second.body == body and second.headers["x-cache"] == "HIT"
+        assert second.headers["strict-transport-security"] == f"max-age={HSTS_MAX_AGE_S}"
+        assert "connection" not in second.headers and "keep-alive" not in second.headers
+        head = client.get(f"/{ZONE}/v1/h2/file.bin", method="HEAD")
+        assert head.status == 200 and head.body == b"" and head.headers["content-length"] == str(len(body))
+        missing = client.get(f"/{ZONE}/v1/h2/none.bin")
+        assert missing.status == 404 and orjson.loads(missing.body)["HttpCode"] == 404
+        health = client.get("/api/health")
+        assert health.status == 200 and orjson.loads(health.body)["status"] == "ok"
+        # An upload through the edge, larger than the default stream window (64 KB), with and without
+        # a content-length (the edge then forwards it chunked).
+        for name, length in (("sized", True), ("streamed", False)):
+            data = os.urandom(300 * 1024)
+            fields = [("accesskey", KEYS["ASSETCDN_ACCESS_KEY"]), ("checksum", hashlib.sha256(data).hexdigest())]
+            if length:
+                fields.append(("content-length", str(len(data))))
+            put = client.send_body(f"/api/storage/{ZONE}/v1/h2/{name}.bin", "PUT", fields, data)
+            assert put.status == 201, put.body
+            fetched = client.get(f"/{ZONE}/v1/h2/{name}.bin")
+            assert fetched.status == 200 and fetched.body == data
+    finally:
+        client.close()
+
+
+def test_plain_http_is_redirected_except_acme_challenges(https_cdn: HttpsCdn) -> None:
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: object, **kwargs: object) -> None:
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    https_cdn.upload("v1/plain/file.bin", b"plain")
+    plain = f"http://127.0.0.1:{https_cdn.plain_port}"
+    for method, status in (("GET", 301), ("POST", 308)):
+        request = urllib.request.Request(f"{plain}/{ZONE}/v1/plain/file.bin?x=1", method=method, data=None)
+        with pytest.raises(urllib.error.HTTPError) as raised:
+            opener.open(request, timeout=20)
+        assert raised.value.code == status
+        assert raised.value.headers["Location"] == \
+            f"https://127.0.0.1:{https_cdn.https_port}/{ZONE}/v1/plain/file.bin?x=1"
+        assert "Strict-Transport-Security" not in raised.value.headers  # never over plain HTTP
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        opener.open(f"{plain}/.well-known/acme-challenge/no-such-token", timeout=20)
+    assert raised.value.code == 404  # answered over http, not redirected
+
+
+def test_an_operator_certificate_replaced_on_disk_is_served_to_new_handshakes(https_cdn: HttpsCdn) -> None:
+    renewed = https_cdn.ca.issue("cdn.example.test", "localhost")
+    old = handshake(https_cdn.https_port, "cdn.example.test", client_context(https_cdn.ca_file))
+    assert serial_of(old.certificate) != renewed.serial
+    open_before = H2Client(https_cdn.https_port, "cdn.example.test", https_cdn.ca_file)
+    try:
+        # As a renewal tool writes them: key first (a moment where they do not match), then the chain.
+        (https_cdn.certs_dir / "main.key").write_bytes(renewed.key_pem)
+        (https_cdn.certs_dir / "main.pem").write_bytes(renewed.chain_pem)
+        eventually(lambda: serial_of(handshake(https_cdn.https_port, "cdn.example.test",
+                                               client_context(https_cdn.ca_file)).certificate) == renewed.serial,
+                   "the renewed operator certificate")
+        assert open_before.get("/api/health").status == 200  # a connection opened before is not dropped
+    finally:
+        open_before.close()
+
+
+def _push(https_cdn: HttpsCdn, state: TlsState) -> dict[str, object]:
+    member, url = https_cdn.edge_member()
+    body = orjson.dumps(state.to_message())
+    headers = {"Content-Type": "application/json",
+               **sign_request(KEYS["ASSETCDN_CLUSTER_SECRET"], "POST", PREFIX + TLS_STATE_PATH, body, audience=member)}
+    request = urllib.request.Request(url + PREFIX + TLS_STATE_PATH, data=body, headers=headers, method="POST")
+    with urllib.request.urlopen(request, timeout=20) as resp:
+        reply: dict[str, object] = orjson.loads(resp.read())
+        return reply
+
+
+def test_certificates_from_the_tls_state_are_offered_and_withdrawn(https_cdn: HttpsCdn) -> None:
+    secret = KEYS["ASSETCDN_CLUSTER_SECRET"]
+    issued = https_cdn.ca.issue("shop.example.test")
+    not_after = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    entry = CertificateEntry.seal(secret, ("shop.example.test",), issued.chain_pem.decode(), issued.key_pem, not_after)
+    serial = int(time.time())
+    https_cdn.upload("v1/shop/file.bin", b"shop")
+    client = H2Client(https_cdn.https_port, "cdn.example.test", https_cdn.ca_file)
+    try:
+        assert _push(https_cdn, TlsState(serial, {"tok": "tok.thumb"}, (entry,)))["applied"] is True
+        shake = handshake(https_cdn.https_port, "shop.example.test", client_context(https_cdn.ca_file))
+        assert serial_of(shake.certificate) == issued.serial  # verified for the new name
+        answer = https_get(https_cdn.https_port, f"/{ZONE}/v1/shop/file.bin", server_name="shop.example.test",
+                           ca=https_cdn.ca_file)
+        assert answer.status == 200 and answer.body == b"shop"
+        challenge = https_get(https_cdn.https_port, "/.well-known/acme-challenge/tok", ca=https_cdn.ca_file)
+        assert challenge.status == 200 and challenge.body == b"tok.thumb"
+
+        assert _push(https_cdn, TlsState(serial + 1, {}, ()))["applied"] is True
+        with pytest.raises(ssl.SSLCertVerificationError):
+            handshake(https_cdn.https_port, "shop.example.test", client_context(https_cdn.ca_file))
+        assert client.get("/api/health").status == 200  # connections open meanwhile are not dropped
+    finally:
+        client.close()
+
+
+def test_the_dashboard_signs_in_over_https_from_the_https_origin(https_cdn: HttpsCdn) -> None:
+    origin = f"https://127.0.0.1:{https_cdn.https_port}"
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    answer = https_get(https_cdn.https_port, "/dashboard/login", ca=https_cdn.ca_file, method="POST",
+                       headers={**form, "Origin": origin}, body=f"password={DASHBOARD_PASSWORD}".encode())
+    assert answer.status == 302, answer.body
+    assert "cdn_session=" in answer.headers.get("set-cookie", "")
+    refused = https_get(https_cdn.https_port, "/dashboard/login", ca=https_cdn.ca_file, method="POST",
+                        headers={**form, "Origin": "https://evil.example"},
+                        body=f"password={DASHBOARD_PASSWORD}".encode())
+    assert refused.status == 403
