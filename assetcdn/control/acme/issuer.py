@@ -103,8 +103,9 @@ class CertificateIssuer:
         for hostname, record in (await self.store.records()).items():
             installed = await asyncio.to_thread(self.store.read, hostname)
             if installed is None:
-                if record.status == ACTIVE or record.serial is not None:
-                    await self.store.due_now(hostname, now)
+                if record.status == ACTIVE or record.serial is not None:  # it had one: say so, and order anew
+                    await self.store.failed(hostname, PROVISIONING, "the certificate files on control are missing or "
+                                            "unusable; a new certificate is being ordered", record.attempts, now)
                 continue
             self._entries[hostname] = self._seal(hostname, installed.key_pem, installed.chain_pem,
                                                  installed.not_after)
@@ -300,10 +301,6 @@ class CertificateIssuer:
 
     async def record(self, hostname: str) -> CertificateRecord | None:
         return await self.store.record(hostname)
-
-
-def status_of(record: CertificateRecord | None) -> str:
-    return record.status if record is not None else PROVISIONING
 
 
 async def open_issuer(settings: Settings, public_url: str, data_dir: Path, db: aiosqlite.Connection,
