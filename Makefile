@@ -22,6 +22,7 @@ setup: $(STAMP) $(DOC_VECTORS)
 	-@sh tests/browser/setup.sh
 	-@sh tests/control/ai/setup.sh
 	-@sh tests/counters/setup.sh
+	-@sh tests/acme/setup.sh
 
 # Re-install only when the project's metadata changed (idempotent and fast otherwise).
 # The locked versions, hash-checked, then the project itself with no dependency resolution of its own.

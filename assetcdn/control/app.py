@@ -12,6 +12,7 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from assetcdn.control.acme.issuer import open_issuer
 from assetcdn.control.ai.analysis import AiVisionSettings, ImageAnalysis
 from assetcdn.control.analytics.ingest import SeenBatches
 from assetcdn.control.analytics.store import AnalyticsStore
@@ -76,6 +77,7 @@ from assetcdn.control.state import (
     ANALYTICS,
     ANALYTICS_BATCHES,
     AUDIT,
+    CERTIFICATES,
     CHAT,
     CHAT_LIMITER,
     CHAT_QUOTA,
@@ -104,6 +106,7 @@ from assetcdn.control.state import (
     VIDEO_INGEST,
     ZONES,
     dashboard_url_of,
+    public_url_of,
 )
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.control.tokens import TokenStore
@@ -131,6 +134,7 @@ from assetcdn.shared.middleware import install_envelopes
 from assetcdn.shared.openapi import api_docs, openapi_document
 from assetcdn.shared.request_body import body_deadline_middleware
 from assetcdn.shared.secrets import Secrets
+from assetcdn.shared.tls_state import TLS_STATE_PATH
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +183,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/core/zones/{id}/domains", domains.add_domain, ZONES_WRITE, "domain.add"),
     Route("GET", "/api/core/zones/{id}/domains", domains.list_domains, ZONES_READ),
     Route("DELETE", "/api/core/zones/{id}/domains", domains.remove_domain, ZONES_WRITE, "domain.remove"),
+    Route("GET", "/api/core/zones/{id}/domains/{hostname}", domains.get_domain, ZONES_READ),
     Route("DELETE", "/api/core/zones/{id}/domains/{hostname}", domains.remove_domain, ZONES_WRITE, "domain.remove"),
     Route("GET", "/api/core/rules", rules.get_rules, ACCOUNT),
     Route("POST", "/api/core/rules", rules.update_rules, ACCOUNT, "rules.update"),
@@ -240,6 +245,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", PREFIX + "/changes", cluster.changes),
     Route("GET", PREFIX + "/blobs/{blob_id}", cluster.blob),
     Route("GET", PREFIX + "/config", cluster.config),
+    Route("GET", PREFIX + TLS_STATE_PATH, cluster.tls_state),
     Route("POST", PREFIX + "/analytics", analytics.ingest_batch),
 )
 
@@ -284,6 +290,9 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     app[EDGE_CONFIG] = EdgeConfigStore(git, db, settings.get("domains", "base_domain"))
     app[PUBLISHER] = Publisher(git, manifest, registry, app[EDGE_CONFIG],
                                settings.get("control", "push_wait_ms") / 1000)
+    app[CERTIFICATES] = await open_issuer(settings, public_url_of(settings), data_dir, db, registry,
+                                          app[EDGE_CONFIG], app[SECRETS].cluster_secret)
+    opened.push_async_callback(app[CERTIFICATES].close)
     ingester = VideoIngester(git, app[PUBLISHER], data_dir / "video-work")
     opened.push_async_callback(ingester.close)
     app[PUBLISHER].listeners.append(ingester.on_commit)

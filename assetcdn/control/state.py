@@ -7,6 +7,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from assetcdn.control.acme.issuer import CertificateIssuer
 from assetcdn.control.analytics.ingest import SeenBatches
 from assetcdn.control.analytics.store import AnalyticsStore
 from assetcdn.control.audit import AuditLog
@@ -64,6 +65,7 @@ SEARCH_INDEX = web.AppKey("search_index", SearchIndex)
 SEARCH = web.AppKey("search", SearchEngine)
 CHAT = web.AppKey("chat", Concierge)
 CHAT_QUOTA = web.AppKey("chat_quota", ChatQuota)
+CERTIFICATES = web.AppKey("certificates", CertificateIssuer)  # ACME orders and the TLS state edges get
 
 
 def public_url(app: web.Application) -> str:

@@ -41,6 +41,8 @@ def _coerce(raw: str, like: Any) -> Any:
         try:
             return tomllib.loads(f"value = {raw}")["value"]
         except tomllib.TOMLDecodeError as exc:
+            if raw.strip() and not raw.lstrip().startswith("["):
+                return raw  # the comma-separated form documented for lists of delays (their readers split it)
             raise ValueError(f"not a TOML array: {raw!r} ({exc})") from None
     if isinstance(like, bool):
         return raw.strip().lower() in ("1", "true", "yes", "on")

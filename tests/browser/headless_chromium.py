@@ -30,9 +30,12 @@ class DevToolsError(Exception):
 class HeadlessChromium:
     """One Chromium process showing one page; ``evaluate`` runs JavaScript in it."""
 
-    def __init__(self, binary: str, profile_dir: Path) -> None:
+    def __init__(self, binary: str, profile_dir: Path, *, extra_flags: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
         self.binary = binary
         self.profile_dir = profile_dir
+        self.extra_flags = extra_flags  # e.g. --host-resolver-rules for names that only the test resolves
+        self.env = env  # e.g. a HOME of its own, whose NSS database trusts a test CA for this browser only
         self.process: asyncio.subprocess.Process | None = None
         self.session: aiohttp.ClientSession | None = None
         self.socket: aiohttp.ClientWebSocketResponse | None = None
@@ -42,8 +45,8 @@ class HeadlessChromium:
         self.profile_dir.mkdir(parents=True, exist_ok=True)
         log = (self.profile_dir / "chromium.log").open("wb")
         self.process = await asyncio.create_subprocess_exec(
-            self.binary, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile_dir}", url,
-            stdout=log, stderr=log)
+            self.binary, *CHROMIUM_FLAGS, *self.extra_flags, f"--user-data-dir={self.profile_dir}", url,
+            stdout=log, stderr=log, env=self.env)
         log.close()
         port = await asyncio.wait_for(self._devtools_port(), start_timeout)
         self.session = aiohttp.ClientSession()

@@ -27,7 +27,11 @@ async def test_add_is_201_with_dns_instructions_and_reaches_the_edge(control: Te
     resp = await add(control, zone, "  CDN.Akande.COM ")
     assert resp.status == 201, await resp.text()
     body = await resp.json()
-    assert set(body) == {"HttpCode", "Message", "Zone", "Hostname", "SslStatus", "Note", "DateCreated"}
+    assert set(body) == {"HttpCode", "Message", "Zone", "Hostname", "SslStatus", "SslExpiresAt", "SslError",
+                         "SslRetryAt", "Note", "DateCreated"}
+    # [acme] is off by default: no certificate is ordered, and the note says so
+    assert (body["SslExpiresAt"], body["SslError"], body["SslRetryAt"]) == (None, None, None)
+    assert "directory_url is not set" in body["Note"]
     assert (body["HttpCode"], body["Zone"], body["Hostname"], body["SslStatus"]) == \
         (201, "akande", "cdn.akande.com", "provisioning")
     assert "CNAME" in body["Note"] and "edge.cdn.localhost" in body["Note"] and "cdn.akande.com" in body["Note"]

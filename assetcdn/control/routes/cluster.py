@@ -11,7 +11,15 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from assetcdn.control.state import EDGE_CONFIG, GIT, MANIFEST, REGISTRY, SECRETS, SETTINGS
+from assetcdn.control.state import (
+    CERTIFICATES,
+    EDGE_CONFIG,
+    GIT,
+    MANIFEST,
+    REGISTRY,
+    SECRETS,
+    SETTINGS,
+)
 from assetcdn.shared.cluster import PREFIX, ReplayGuard, verify_request
 from assetcdn.shared.errors import ApiError, bad_request
 from assetcdn.shared.middleware import json_response
@@ -71,17 +79,24 @@ async def changes(request: web.Request) -> web.Response:
     # push or catch-up, so the edge never holds a purge twice or a generation number behind what it applied.
     generation, commit, entries = manifest.generation, manifest.commit_id, manifest.snapshot()
     config_version = await request.app[EDGE_CONFIG].version()
+    tls_serial = request.app[CERTIFICATES].state().serial  # an edge behind it pulls GET /_cluster/tls
     delta = await manifest.changes_since(since, until=generation)
     if delta is None:
         return json_response({"generation": generation, "commit": commit, "full": True,
-                              "config_version": config_version, "entries": [e.to_json() for e in entries]})
+                              "config_version": config_version, "tls_serial": tls_serial,
+                              "entries": [e.to_json() for e in entries]})
     return json_response({"generation": generation, "commit": commit, "full": False,
-                          "config_version": config_version,
+                          "config_version": config_version, "tls_serial": tls_serial,
                           "changes": delta.changes_json(), "purges": delta.purges_json()})
 
 
 async def config(request: web.Request) -> web.Response:
     return json_response(await request.app[EDGE_CONFIG].snapshot())
+
+
+async def tls_state(request: web.Request) -> web.Response:
+    """The TLS state (ACME answers, certificates with sealed keys) for an edge that starts or catches up."""
+    return json_response(request.app[CERTIFICATES].state().to_message())
 
 
 async def blob(request: web.Request) -> web.Response:

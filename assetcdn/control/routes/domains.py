@@ -1,10 +1,14 @@
 """Core plane: custom domains of a zone (AccountKey).
 
-POST /api/core/zones/{id}/domains {Hostname} -> 201; GET lists them; DELETE removes one, named by
-``/domains/{hostname}`` or ``/domains?hostname=``. The domain map reaches every edge through the
-edge config (``publish_config``); an edge then serves the zone's files on that hostname. Every
+POST /api/core/zones/{id}/domains {Hostname} -> 201; GET lists them (or one, ``/domains/{hostname}``); DELETE
+removes one, named by ``/domains/{hostname}`` or ``/domains?hostname=``. The domain map reaches every edge
+through the edge config (``publish_config``); an edge then serves the zone's files on that hostname. Every
 zone is also served on ``<zone>.<base domain>`` without a domain record, so names under the base
 domain are refused here.
+
+A new name is ordered a certificate at once and a removed one loses it (assetcdn/control/acme/issuer.py);
+each answer shows the certificate's state: SslStatus (provisioning, active, failed), SslExpiresAt, and the
+CA's reason with the next attempt (SslError, SslRetryAt) after a failure.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from typing import Any
 
 from aiohttp import web
 
+from assetcdn.control.acme.store import CertificateRecord
+from assetcdn.control.edge_config import Domain
 from assetcdn.control.request_body import read_json
-from assetcdn.control.state import EDGE_CONFIG, PUBLISHER, SETTINGS
+from assetcdn.control.state import CERTIFICATES, EDGE_CONFIG, PUBLISHER, SETTINGS
 from assetcdn.shared.errors import bad_request, conflict, not_found, utc_now_iso
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.timestamps import as_iso_utc
@@ -69,8 +75,13 @@ def hostname_problem(hostname: str, base_domain: str) -> str | None:
     return None
 
 
-def _domain_json(zone: str, hostname: str, ssl_status: str, created_at: str) -> dict[str, Any]:
-    return {"Zone": zone, "Hostname": hostname, "SslStatus": ssl_status, "DateCreated": as_iso_utc(created_at)}
+def _domain_json(domain: Domain, record: CertificateRecord | None) -> dict[str, Any]:
+    return {"Zone": domain.zone, "Hostname": domain.hostname,
+            "SslStatus": record.status if record is not None else domain.ssl_status,
+            "SslExpiresAt": record.expires_iso if record is not None else None,
+            "SslError": record.error if record is not None else None,
+            "SslRetryAt": record.retry_iso if record is not None else None,
+            "DateCreated": as_iso_utc(domain.created_at)}
 
 
 async def add_domain(request: web.Request) -> web.Response:
@@ -94,40 +105,57 @@ async def add_domain(request: web.Request) -> web.Response:
     except sqlite3.IntegrityError:  # a concurrent add of the same name won
         raise conflict(f"'{hostname}' is already in use.", target="Hostname", code="DomainExists") from None
     await request.app[PUBLISHER].publish_config()
+    issuer = request.app[CERTIFICATES]
+    await issuer.reconcile()  # its certificate is ordered now
     target = settings.get("domains", "cname_target")
+    certificate = ("SSL certificate will be provisioned automatically once the record resolves."
+                   if issuer.authority is not None else
+                   "Certificates are not ordered here ([acme] directory_url is not set): serve it with your own.")
     return json_response({
         "HttpCode": 201, "Message": f"Custom domain '{hostname}' added successfully",
-        "Zone": zone, "Hostname": hostname, "SslStatus": domain.ssl_status,
-        "Note": (f"Create a CNAME record {hostname} -> {target}. SSL certificate will be provisioned "
-                 "automatically once the record resolves."),
-        "DateCreated": as_iso_utc(domain.created_at),
+        **_domain_json(domain, await issuer.record(hostname)),
+        "Note": f"Create a CNAME record {hostname} -> {target}. {certificate}",
     }, status=201)
 
 
 async def list_domains(request: web.Request) -> web.Response:
     zone = await require_zone(request)
     domains = await request.app[EDGE_CONFIG].domains(zone)
+    records = await request.app[CERTIFICATES].store.records()
     target = request.app[SETTINGS].get("domains", "cname_target")
     return json_response({
         "Zone": zone, "CnameTarget": target,
-        "Domains": [_domain_json(d.zone, d.hostname, d.ssl_status, d.created_at) for d in domains],
+        "Domains": [_domain_json(d, records.get(d.hostname)) for d in domains],
         "Count": len(domains), "DateFetched": utc_now_iso(),
     })
 
 
-async def remove_domain(request: web.Request) -> web.Response:
-    zone = await require_zone(request)
+async def _zone_domain(request: web.Request, zone: str) -> Domain:
     raw = request.match_info.get("hostname") or request.query.get("hostname")
     if not raw or not raw.strip():
-        raise bad_request("Missing the hostname: DELETE /api/core/zones/{id}/domains/{hostname} "
-                          "(or ?hostname=).", target="hostname", code="MissingHostname")
+        raise bad_request("Missing the hostname: /api/core/zones/{id}/domains/{hostname} (or ?hostname=).",
+                          target="hostname", code="MissingHostname")
     hostname = normalise_hostname(raw)
-    config = request.app[EDGE_CONFIG]
-    domain = await config.domain(hostname)
+    domain = await request.app[EDGE_CONFIG].domain(hostname)
     if domain is None or domain.zone != zone:
         raise not_found(f"'{hostname}' is not a custom domain of zone '{zone}'.", target="hostname",
                         code="DomainNotFound")
-    await config.remove_domain(hostname)
+    return domain
+
+
+async def get_domain(request: web.Request) -> web.Response:
+    zone = await require_zone(request)
+    domain = await _zone_domain(request, zone)
+    target = request.app[SETTINGS].get("domains", "cname_target")
+    return json_response({**_domain_json(domain, await request.app[CERTIFICATES].record(domain.hostname)),
+                          "CnameTarget": target, "DateFetched": utc_now_iso()})
+
+
+async def remove_domain(request: web.Request) -> web.Response:
+    zone = await require_zone(request)
+    domain = await _zone_domain(request, zone)
+    await request.app[EDGE_CONFIG].remove_domain(domain.hostname)
     await request.app[PUBLISHER].publish_config()
-    return json_response({"HttpCode": 200, "Message": f"Custom domain '{hostname}' removed.", "Zone": zone,
-                          "Hostname": hostname})
+    await request.app[CERTIFICATES].reconcile()  # its certificate stops being offered, its key is deleted
+    return json_response({"HttpCode": 200, "Message": f"Custom domain '{domain.hostname}' removed.", "Zone": zone,
+                          "Hostname": domain.hostname})

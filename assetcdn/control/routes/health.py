@@ -13,7 +13,16 @@ from typing import Any
 
 from aiohttp import web
 
-from assetcdn.control.state import CHAT, COUNTERS, DB, GIT, MANIFEST, REGISTRY, VIDEO_INGEST
+from assetcdn.control.state import (
+    CERTIFICATES,
+    CHAT,
+    COUNTERS,
+    DB,
+    GIT,
+    MANIFEST,
+    REGISTRY,
+    VIDEO_INGEST,
+)
 from assetcdn.shared.health import (
     ASSET_READ,
     HEALTH_HEADERS,
@@ -67,7 +76,38 @@ async def control_checks(app: web.Application, *, deep: bool) -> list[dict[str, 
     return [await _probe("manifest", ASSET_READ if deep else SHAPE, manifest_probe, deep=deep),
             await _probe("sqlite", KV_READ if deep else SHAPE, sqlite_probe, deep=deep),
             await _probe("git", ASSET_READ if deep else SHAPE, git_probe, deep=deep),
-            await counters_check(app[COUNTERS], deep=deep)]
+            await counters_check(app[COUNTERS], deep=deep),
+            await acme_check(app, deep=deep)]
+
+
+async def acme_check(app: web.Application, *, deep: bool) -> dict[str, Any]:
+    """The ACME CA: unhealthy while it cannot be reached (issued certificates keep being offered; orders wait).
+    Deep, it reads the certificate rows and counts the names by status."""
+    issuer = app[CERTIFICATES]
+    check = issuer.check()
+    problem = issuer.ca_problem()
+    if problem is not None:
+        check["error"] = problem if deep else "the certificate authority cannot be reached"
+    if deep:
+        started = time.perf_counter()
+        check["method"] = KV_READ
+        counts: dict[str, int] = {}
+        for record in (await issuer.store.records()).values():
+            counts[record.status] = counts.get(record.status, 0) + 1
+        check["certificates"] = counts
+        if issuer.public_host is not None:  # the public URL's own certificate, which no domain answer shows
+            own = await issuer.record(issuer.public_host)
+            check["publicHost"] = {"hostname": issuer.public_host, "status": own.status if own else "provisioning",
+                                   "expiresAt": own.expires_iso if own else None,
+                                   "error": own.error if own else None}
+        check["latencyMs"] = round((time.perf_counter() - started) * 1000)
+    return check
+
+
+def serving_ok(checks: list[dict[str, Any]]) -> bool:
+    """Whether control serves: every check but `acme`, whose outage delays new certificates only, so it makes
+    the status `degraded` without a 503 that would take control out of a load balancer or `assetcdn up`."""
+    return all(c["healthy"] for c in checks if c["name"] != "acme")
 
 
 async def health(request: web.Request) -> web.Response:
@@ -86,4 +126,5 @@ async def health(request: web.Request) -> web.Response:
         # An edge cut off from control stops acknowledging: its lag shows here as generations behind.
         extra["edges"] = [{**edge, "generationsBehind": max(manifest.generation - edge["generation"], 0)}
                           for edge in app[REGISTRY].describe()]
-    return json_response(health_body(ok, checks, **extra), status=200 if ok else 503, headers=HEALTH_HEADERS)
+    return json_response(health_body(ok, checks, **extra), status=200 if serving_ok(checks) else 503,
+                         headers=HEALTH_HEADERS)

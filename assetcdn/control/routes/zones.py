@@ -8,7 +8,15 @@ from aiohttp import web
 
 from assetcdn.control.publish import Mutation
 from assetcdn.control.request_body import read_json
-from assetcdn.control.state import EDGE_CONFIG, GIT, MANIFEST, PUBLISHER, ZONES, public_url
+from assetcdn.control.state import (
+    CERTIFICATES,
+    EDGE_CONFIG,
+    GIT,
+    MANIFEST,
+    PUBLISHER,
+    ZONES,
+    public_url,
+)
 from assetcdn.control.webhooks.events import zone_created, zone_deleted
 from assetcdn.control.zones_store import ZoneMeta
 from assetcdn.shared.errors import bad_request, conflict, not_found, utc_now_iso
@@ -120,6 +128,7 @@ async def delete_zone(request: web.Request) -> web.Response:
     if await request.app[EDGE_CONFIG].domains(zone):
         await request.app[EDGE_CONFIG].remove_zone_domains(zone)
         await request.app[PUBLISHER].publish_config()
+        await request.app[CERTIFICATES].reconcile()  # and no certificates or keys for them
     return json_response({
         "HttpCode": 200, "Message": f"Zone '{zone}' deleted: {asset_count} files removed.",
         "Commit": published.commit.commit_id, "FilesRemoved": asset_count, "EdgeStatus": "purging",

@@ -69,27 +69,28 @@ async def test_a_pushed_state_answers_its_challenges_and_only_a_newer_one_replac
 
 
 async def test_a_state_the_edge_cannot_trust_or_unseal_changes_nothing(make_cdn: CdnFactory) -> None:
+    # Serials above control's own (its real state starts at 1 and the edge may pull it at any catch-up)
     cdn = await make_cdn()
     ca = TestCa()
-    assert (await _push(cdn.control.app, _state(1, {TOKEN: KEY_AUTHORIZATION}, ca))).status == 200
+    assert (await _push(cdn.control.app, _state(101, {TOKEN: KEY_AUTHORIZATION}, ca))).status == 200
 
-    resp = await _push(cdn.control.app, _state(5, {}, ca), signed=False)
+    resp = await _push(cdn.control.app, _state(105, {}, ca), signed=False)
     assert resp.status == 401
     # Signed, but its key sealed under another cluster secret: refused whole.
-    resp = await _push(cdn.control.app, _state(5, {}, ca, secret="another-cluster-secret"))
+    resp = await _push(cdn.control.app, _state(105, {}, ca, secret="another-cluster-secret"))
     assert resp.status == 400 and (await resp.json())["error"]["code"] == "InvalidTlsState"
-    resp = await _push(cdn.control.app, {"v": 99, "serial": 6, "challenges": {}, "certificates": []})
+    resp = await _push(cdn.control.app, {"v": 99, "serial": 106, "challenges": {}, "certificates": []})
     assert resp.status == 400
-    resp = await _push(cdn.control.app, {"v": 1, "serial": "7", "challenges": {}, "certificates": []})
+    resp = await _push(cdn.control.app, {"v": 1, "serial": "107", "challenges": {}, "certificates": []})
     assert resp.status == 400
-    assert cdn.node.tls.serial == 1
+    assert cdn.node.tls.serial == 101
     assert await (await cdn.edge.get(f"/.well-known/acme-challenge/{TOKEN}")).text() == KEY_AUTHORIZATION
 
 
 async def test_the_state_is_kept_on_disk_with_its_keys_still_sealed(make_cdn: CdnFactory) -> None:
     cdn = await make_cdn()
     ca = TestCa()
-    state = _state(1, {TOKEN: KEY_AUTHORIZATION}, ca)
+    state = _state(101, {TOKEN: KEY_AUTHORIZATION}, ca)
     assert (await _push(cdn.control.app, state)).status == 200
     stored = cdn.node.tls.state_file
     assert stored is not None and stored.stat().st_mode & 0o777 == 0o600

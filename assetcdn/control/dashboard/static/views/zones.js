@@ -101,6 +101,15 @@ export async function render(container, { rest }) {
     }, hostInput, h("button.primary", { type: "submit" }, "Add domain"));
     clear(domains, card(`Domains of ${zone}`, [addForm, h("button.small", { type: "button", onclick: () => clear(domains) }, "Close")], addError, note, table));
 
+    // The certificate's state: until when it is valid, or the CA's reason and the next attempt.
+    function certificateCell(d) {
+      const kind = { active: "ok", failed: "bad" }[d.SslStatus] || "warn";
+      const detail = d.SslError
+        ? `${d.SslError}${d.SslRetryAt ? ` (next attempt ${formatDate(d.SslRetryAt)})` : ""}`
+        : d.SslExpiresAt ? `valid until ${formatDate(d.SslExpiresAt)}` : "";
+      return [badge(d.SslStatus, kind), detail ? h("div.muted", null, detail) : null];
+    }
+
     async function loadDomains() {
       try {
         const answer = await get(`/api/core/zones/${encodeURIComponent(zone)}/domains`);
@@ -108,7 +117,7 @@ export async function render(container, { rest }) {
         clear(table, answer.Domains.length ? h("table", null,
           h("thead", null, h("tr", null, h("th", null, "Hostname"), h("th", null, "TLS"), h("th", null, "Added"), h("th"))),
           h("tbody", null, answer.Domains.map((d) => h("tr", null,
-            h("td", null, h("b", null, d.Hostname)), h("td", null, badge(d.SslStatus, d.SslStatus === "active" ? "ok" : "warn")),
+            h("td", null, h("b", null, d.Hostname)), h("td", null, certificateCell(d)),
             h("td", null, formatDate(d.DateCreated)),
             h("td.actions", null, h("button.small.danger", {
               type: "button",
