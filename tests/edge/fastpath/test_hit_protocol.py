@@ -215,3 +215,22 @@ async def test_a_deep_pipeline_behind_a_handed_over_request_is_read_in_bounded_s
     await sending
     assert first.status == 200 and statuses == [200] * count
     assert (await conn.request(f"/{PNG}")).status == 200
+
+
+async def test_upgrade_and_connect_requests_are_answered_by_the_application(make_hit_cdn: HitCdnFactory) -> None:
+    """httptools raises HttpParserUpgrade (not an HttpParserError) for `Upgrade`/`CONNECT` heads; that
+    used to escape the protocol, so the connection was dropped unanswered with an ERROR traceback
+    logged per request (what `curl --http2` sends on plain http, and a cheap log flood)."""
+    cdn = await warmed(make_hit_cdn)
+    conn = await cdn.connect()
+    answer = await conn.request(f"/{SVG}", Upgrade="h2c", Connection="Upgrade, HTTP2-Settings",
+                                HTTP2_Settings="AAMAAABkAARAAAAAAAIAAAAA")
+    assert (answer.status, answer.body) == (200, LOGO_SVG)
+    for head in (request_bytes("/x", Upgrade="websocket", Connection="Upgrade"),
+                 b"CONNECT 127.0.0.1:22 HTTP/1.1\r\nHost: 127.0.0.1:22\r\n\r\n"):
+        conn = await cdn.connect()
+        await conn.send(head)
+        answer = await conn.response()
+        assert answer.status in (400, 404, 405), head
+        assert (answer.header("Content-Type") or "").startswith("application/json"), head
+        conn.close()
