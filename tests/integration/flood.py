@@ -28,22 +28,23 @@ CATCH_UP_WAIT_S = 30.0  # an edge that did not acknowledge a push in time catche
 
 
 async def prepare(cdn: RunningCdn) -> None:
-    """A zone to upload to, and one registered passkey (so auth/begin names a credential)."""
-    edge = cdn.edge_urls[0]
-    origin = edge.replace("127.0.0.1", "localhost")
+    """A zone to upload to, and one registered passkey (so auth/begin names a credential), signed in
+    where a browser signs in: the dashboard's own origin (the edges and control's API port refuse it)."""
+    dashboard = cdn.dashboard_url
+    origin = dashboard.replace("127.0.0.1", "localhost")
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{cdn.control_url}/api/core/zones", json={"Name": ZONE}, headers=ACCOUNT) as resp:
             assert resp.status == 201, await resp.text()
-        async with http.post(f"{edge}/dashboard/login", data={"password": PASSWORD}, headers={"Origin": origin},
+        async with http.post(f"{dashboard}/dashboard/login", data={"password": PASSWORD}, headers={"Origin": origin},
                              allow_redirects=False) as resp:
             assert resp.status == 302, await resp.text()
             session = session_from(resp)
         signed_in = {"Cookie": f"cdn_session={session}", "Origin": origin}
-        async with http.post(f"{edge}/api/passkeys/register/begin", headers=signed_in) as resp:
+        async with http.post(f"{dashboard}/api/passkeys/register/begin", headers=signed_in) as resp:
             assert resp.status == 200, await resp.text()
             options = await resp.json()
         credential = SoftAuthenticator(origin=origin).create(options)
-        async with http.post(f"{edge}/api/passkeys/register/complete", json={"credential": credential},
+        async with http.post(f"{dashboard}/api/passkeys/register/complete", json={"credential": credential},
                              headers=signed_in) as resp:
             assert resp.status == 201, await resp.text()
 
@@ -85,8 +86,10 @@ async def served_by_edge(http: aiohttp.ClientSession, cdn: RunningCdn, made: Upl
 
 
 async def flood(cdn: RunningCdn, method: str, path: str, count: int, *, sources: list[str] = ADDRESSES,
-                **request: Any) -> Counter[int]:
-    """`count` anonymous requests, CONCURRENCY at a time, each from the next of `sources`."""
+                base_url: str | None = None, **request: Any) -> Counter[int]:
+    """`count` anonymous requests to `base_url` (control's API port unless named), CONCURRENCY at a
+    time, each from the next of `sources`."""
+    base = base_url or cdn.control_url
     statuses: Counter[int] = Counter()
     addresses = itertools.cycle(sources)
     remaining = iter(range(count))
@@ -94,7 +97,7 @@ async def flood(cdn: RunningCdn, method: str, path: str, count: int, *, sources:
     async def worker(http: aiohttp.ClientSession) -> None:
         for _ in remaining:
             headers = {"X-Forwarded-For": next(addresses)}
-            async with http.request(method, f"{cdn.control_url}{path}", headers=headers, **request) as resp:
+            async with http.request(method, f"{base}{path}", headers=headers, **request) as resp:
                 await resp.read()
                 statuses[resp.status] += 1
 
