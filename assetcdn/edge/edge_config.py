@@ -12,7 +12,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from assetcdn.shared.content_security import keep_sandbox
-from assetcdn.shared.edge_rules import BROWSER_RUN_HEADERS, EMPTY_RULES, HeaderChanges, RuleSet
+from assetcdn.shared.edge_rules import EMPTY_RULES, RESERVED_HEADERS, HeaderChanges, RuleSet
 from assetcdn.shared.paths import ZONE_NAME
 
 FORWARDED = web.RequestKey("forwarded_to_control", bool)
@@ -86,8 +86,9 @@ def tenant_path(host_zone: str | None, path: str) -> str:
 
 def apply_header_rules(config: EdgeConfig, request: web.Request, response: web.StreamResponse) -> None:
     """Apply the `_headers` rules to a delivery response. The headers that decide how a browser runs
-    the body (type, policy, nosniff, disposition) are never the rules' to change: control refuses
-    such rules and the edge skips them (assetcdn/shared/edge_rules.py)."""
+    the body (type, policy, nosniff, disposition) or how the message is framed (length, transfer
+    coding) are never the rules' to change: control refuses such rules and the edge skips them
+    (assetcdn/shared/edge_rules.py)."""
     if not config.rules.headers or request.get(FORWARDED) or request.path in NOT_DELIVERY:
         return
     apply_rule_changes(config.rules.headers.for_path(request.path, request_host(request)), response.headers)
@@ -99,9 +100,9 @@ def apply_rule_changes(changes: HeaderChanges, headers: CIMultiDict[str]) -> Non
     if not changes:
         return
     for name in list(headers):
-        if name.lower() in changes.remove and name.lower() not in BROWSER_RUN_HEADERS:
+        if name.lower() in changes.remove and name.lower() not in RESERVED_HEADERS:
             del headers[name]
     for name, value in changes.set.items():
-        if name.lower() not in BROWSER_RUN_HEADERS:
+        if name.lower() not in RESERVED_HEADERS:
             headers[name] = value
     keep_sandbox(headers)

@@ -17,8 +17,10 @@ default status is 302, as on Cloudflare Pages. The first matching line wins. ``f
 appended to the location unless the destination carries its own query string.
 
 Headers that decide how a browser runs a file (:data:`BROWSER_RUN_HEADERS`: ``Content-Type``,
-``Content-Security-Policy``, ``X-Content-Type-Options``, ``Content-Disposition``) and ``Set-Cookie``
-(cookies ignore ports, so one set here would reach the dashboard's origin) may not be set or detached:
+``Content-Security-Policy``, ``X-Content-Type-Options``, ``Content-Disposition``), ``Set-Cookie``
+(cookies ignore ports, so one set here would reach the dashboard's origin) and the headers that frame
+or decode the message (:data:`FRAMING_HEADERS`: ``Content-Length``, ``Transfer-Encoding``,
+``Connection``, ``Content-Encoding``...) may not be set or detached:
 the sandbox of stored files (assetcdn/shared/content_security.py) is decided on the type we serve, and a
 rule could otherwise make a browser run what that decision called passive.
 
@@ -51,6 +53,11 @@ _STATUS = re.compile(r"[0-9]{3}")  # ASCII digits: str.isdigit() accepts '²', w
 # Lower-case names a `_headers` rule may not touch (see the module's docstring).
 BROWSER_RUN_HEADERS = frozenset({"content-type", "content-security-policy", "x-content-type-options",
                                  "content-disposition", "set-cookie"})
+# How the message is framed and decoded: a second Content-Length or a Transfer-Encoding beside the real
+# one makes a kept-alive client read a stored body's tail as the next response (one the sandbox never saw).
+FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive", "upgrade",
+                             "trailer", "te", "proxy-connection", "content-encoding", "content-range"})
+RESERVED_HEADERS = BROWSER_RUN_HEADERS | FRAMING_HEADERS
 
 
 class RulesSyntaxError(ValueError):
@@ -253,6 +260,9 @@ def _refused_name(name: str, line: int) -> RulesSyntaxError | None:
     if name.lower() in BROWSER_RUN_HEADERS:
         return RulesSyntaxError(line, f"'{name}' decides how browsers run a file (or sets a cookie); "
                                       "_headers rules may not set or remove it.")
+    if name.lower() in FRAMING_HEADERS:
+        return RulesSyntaxError(line, f"'{name}' decides how the response is framed or decoded; "
+                                      "_headers rules may not set or remove it.")
     return None
 
 
@@ -260,7 +270,7 @@ def parse_headers(text: str | None, *, strict: bool = True) -> HeaderRules:
     """Parse a ``_headers`` file; raises ``RulesSyntaxError`` on the first bad line.
 
     ``strict=False`` (the edge loading what control published) skips lines naming a header in
-    :data:`BROWSER_RUN_HEADERS` instead of refusing them, so a file published before they were
+    :data:`RESERVED_HEADERS` instead of refusing them, so a file published before they were
     refused still applies its other lines and never those."""
     if not text:
         return HeaderRules()

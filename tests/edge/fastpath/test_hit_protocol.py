@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+from assetcdn.edge.edge_config import EdgeConfig
 from tests.edge.fastpath.conftest import (
+    ACCOUNT,
     ZONE,
     HitCdn,
     HitCdnFactory,
@@ -233,4 +235,37 @@ async def test_upgrade_and_connect_requests_are_answered_by_the_application(make
         answer = await conn.response()
         assert answer.status in (400, 404, 405), head
         assert (answer.header("Content-Type") or "").startswith("application/json"), head
+        conn.close()
+
+
+FRAMING_RULES = ["Content-Length: 2", "Transfer-Encoding: chunked", "Connection: close", "Keep-Alive: timeout=1",
+                 "Upgrade: h2c", "Trailer: X-A", "TE: trailers", "Content-Encoding: gzip", "Content-Range: bytes 0-1/2"]
+
+
+async def test_header_rules_cannot_change_how_a_response_is_framed(make_hit_cdn: HitCdnFactory) -> None:
+    """A `_headers` rule naming Content-Length or Transfer-Encoding used to be sent beside the real one:
+    on a kept-alive connection the body's bytes past the declared length were read as the next
+    response (a stored file could answer the next request with a page of its own, outside the
+    sandbox). Control refuses such rules; an edge skips them in a file published before."""
+    cdn = await warmed(make_hit_cdn)
+    for line in FRAMING_RULES:
+        resp = await cdn.control.post("/api/core/rules", headers=ACCOUNT,
+                                      json={"File": "_headers", "Content": f"/*\n  X-Frame-Options: DENY\n  {line}\n"})
+        assert resp.status == 400, (line, await resp.text())
+        assert (await resp.json())["error"]["code"] == "InvalidRules"
+    published_before = "/*\n  X-Frame-Options: DENY\n" + "".join(f"  {line}\n" for line in FRAMING_RULES)
+    # Control's own version kept, so a heartbeat does not fetch control's (empty) rules over these.
+    cdn.node.config = EdgeConfig.from_snapshot({"version": cdn.node.config.version, "headers": published_before,
+                                                "redirects": None, "domains": {}, "base_domain": ""})
+    for conn in (await cdn.connect(), await cdn.plain()):
+        await conn.send(request_bytes(f"/{SVG}") + request_bytes(f"/{SVG}") + request_bytes(f"/{PNG}", "HEAD"))
+        answers = [await conn.response() for _ in range(3)]
+        assert [a.status for a in answers] == [200, 200, 200]
+        for answer in answers[:2]:
+            assert answer.body == LOGO_SVG
+            assert answer.header("X-Frame-Options") == "DENY"
+            assert answer.headers.getall("Content-Length") == [str(len(LOGO_SVG))]
+            for line in FRAMING_RULES[1:]:
+                name = line.split(":", 1)[0]
+                assert name not in answer.headers, (name, answer.raw_head)
         conn.close()
