@@ -48,6 +48,7 @@ _PLACEHOLDER = re.compile(r":([A-Za-z]\w*)")
 # Validators are used with fullmatch ('$' would also accept a trailing newline).
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_ANY_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _HOST_PATTERN = re.compile(r"[A-Za-z0-9.*:_-]+")
 _STATUS = re.compile(r"[0-9]{3}")  # ASCII digits: str.isdigit() accepts '²', which int() refuses
 # Lower-case names a `_headers` rule may not touch (see the module's docstring).
@@ -89,7 +90,7 @@ def _compile_part(text: str, segment: str, line: int, names: set[str], splats: l
             splats.append(pos)
             if len(splats) > 1:
                 raise RulesSyntaxError(line, "A URL pattern may hold only one '*' splat.")
-            out.append("(?P<splat>.*)")
+            out.append("(?P<splat>(?s:.*))")  # any character, a decoded newline too: '/*' means every path
             pos += 1
             continue
         if char == ":":
@@ -124,7 +125,13 @@ def _literal_prefix(path: str) -> str:
 
 
 def _substitute(template: str, groups: dict[str, str]) -> str:
-    return _PLACEHOLDER.sub(lambda m: groups.get(m.group(1), m.group(0)), template)
+    """``template`` with its placeholders filled from the (decoded) request path; control characters a
+    path may carry percent-encoded (``%0d%0a`` must never reach a header value or a Location)."""
+    return _PLACEHOLDER.sub(lambda m: _no_controls(groups.get(m.group(1), m.group(0))), template)
+
+
+def _no_controls(text: str) -> str:
+    return _ANY_CONTROL.sub(lambda m: f"%{ord(m.group()):02X}", text)
 
 
 def _uses_placeholders(template: str, names: frozenset[str]) -> bool:

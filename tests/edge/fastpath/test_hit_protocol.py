@@ -269,3 +269,29 @@ async def test_header_rules_cannot_change_how_a_response_is_framed(make_hit_cdn:
                 name = line.split(":", 1)[0]
                 assert name not in answer.headers, (name, answer.raw_head)
         conn.close()
+
+
+async def test_placeholders_never_put_control_characters_in_a_header(make_hit_cdn: HitCdnFactory) -> None:
+    """`:splat` and `:name` take the decoded request path: `%0d%0a` or `%00` in it used to reach a header
+    value (a `_headers` rule's, or a `_redirects` Location), which aiohttp refuses to write, so the
+    connection was dropped unanswered and an ERROR logged per request. They are percent-encoded."""
+    cdn = await warmed(make_hit_cdn)
+    for name, content in (("_headers", f"/{ZONE}/*\n  X-Splat: :splat\n/{ZONE}/v1/:kind/:file\n  X-File: :file\n"),
+                          ("_redirects", "/old/* /new/:splat 301\n")):
+        resp = await cdn.control.post("/api/core/rules", headers=ACCOUNT, json={"File": name, "Content": content})
+        assert resp.status == 200, await resp.text()
+    for conn in (await cdn.connect(), await cdn.plain()):
+        for target in (f"/{ZONE}/v1/logos/a%0d%0aSet-Cookie:%20cdn_session=x.svg", f"/{ZONE}/v1/logos/a%0a%00%7f.svg",
+                       f"/{ZONE}/v1/logos/a%09b.svg"):
+            answer = await conn.request(target)
+            assert 400 <= answer.status < 500, (target, answer.status)
+            assert "Set-Cookie" not in answer.headers
+            assert answer.header("X-Splat") is not None and answer.header("X-File") is not None, answer.raw_head
+            assert not any(c in value for value in answer.headers.values() for c in "\r\n\x00\x7f"), answer.raw_head
+        answer = await conn.request("/old/a%00b%7fc")
+        assert (answer.status, answer.header("Location")) == (301, "/new/a%00b%7Fc")
+        answer = await conn.request("/old/a%0d%0aSet-Cookie:%20cdn_session=x")  # no route takes a newline
+        assert answer.status in (301, 404) and "Set-Cookie" not in answer.headers
+        assert "\n" not in (answer.header("Location") or "")
+        assert (await conn.request(f"/{SVG}")).header("X-Splat") == "v1/logos/logo.svg"  # ordinary paths as before
+        conn.close()
