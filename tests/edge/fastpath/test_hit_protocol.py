@@ -5,6 +5,9 @@ Range, Connection: close, and hand-over of everything that is not a hit."""
 from __future__ import annotations
 
 import asyncio
+import logging
+
+import pytest
 
 from assetcdn.edge.edge_config import EdgeConfig
 from tests.edge.fastpath.conftest import (
@@ -295,3 +298,21 @@ async def test_placeholders_never_put_control_characters_in_a_header(make_hit_cd
         assert "\n" not in (answer.header("Location") or "")
         assert (await conn.request(f"/{SVG}")).header("X-Splat") == "v1/logos/logo.svg"  # ordinary paths as before
         conn.close()
+
+
+async def test_unreadable_requests_are_not_logged_as_errors(make_hit_cdn: HitCdnFactory,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """aiohttp logs each request it cannot read at ERROR with a traceback: any stranger could fill the
+    edge's and control's logs (and page whoever watches for errors) with a loop of bad request lines.
+    They are the client's fault: logged at DEBUG, and still answered 400 in JSON."""
+    cdn = await warmed(make_hit_cdn)
+    caplog.set_level(logging.DEBUG, logger="aiohttp")
+    for garbage in (b"GET /\x00 HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /x HTTP/1.1\r\nBad Header\r\n\r\n",
+                    f"GET /{SVG} HTTP/1.1\r\nHost: x\r\nX-Big: {'a' * 9000}\r\n\r\n".encode()):
+        conn = await cdn.connect()
+        await conn.send(garbage)
+        assert (await conn.response()).status == 400
+        conn.close()
+    errors = [r for r in caplog.records if r.name.startswith("aiohttp") and r.levelno >= logging.WARNING]
+    assert not errors, [r.getMessage() for r in errors]
+    assert any(r.name.startswith("aiohttp") and r.levelno == logging.DEBUG for r in caplog.records)
