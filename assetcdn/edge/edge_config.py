@@ -5,14 +5,17 @@ API calls."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
 
 from assetcdn.shared.content_security import keep_sandbox
 from assetcdn.shared.edge_rules import EMPTY_RULES, RESERVED_HEADERS, HeaderChanges, RuleSet
+from assetcdn.shared.errors import ApiError
 from assetcdn.shared.paths import ZONE_NAME
 
 FORWARDED = web.RequestKey("forwarded_to_control", bool)
@@ -64,6 +67,25 @@ def canonical_host(host: str) -> str:
     if name.count(":") == 1:
         name = name.split(":", 1)[0]
     return name.rstrip(".")
+
+
+# host [":" port] (RFC 9110 section 7.2): a bracketed IP literal or a name of letters, digits, "-", "_"
+# and dots (a trailing dot included), and an optional numeric port.
+_HOST = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]*)(?::[0-9]*)?")
+
+
+def is_valid_host(host: str) -> bool:
+    """Whether a Host value names a host at all. Anything else (userinfo, a list, an escape, two ports)
+    names no tenant and would be served as the default host, which serves every zone, so it is 400."""
+    return _HOST.fullmatch(host) is not None
+
+
+@web.middleware
+async def host_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if not is_valid_host(request.host):
+        raise ApiError(400, "InvalidHost", "The Host header must be a host name or an IP address, with an "
+                                           "optional port.", target="Host")
+    return await handler(request)
 
 
 def request_host(request: web.Request) -> str:
