@@ -275,9 +275,10 @@ async def test_header_rules_cannot_change_how_a_response_is_framed(make_hit_cdn:
 
 
 async def test_placeholders_never_put_control_characters_in_a_header(make_hit_cdn: HitCdnFactory) -> None:
-    """`:splat` and `:name` take the decoded request path: `%0d%0a` or `%00` in it used to reach a header
-    value (a `_headers` rule's, or a `_redirects` Location), which aiohttp refuses to write, so the
-    connection was dropped unanswered and an ERROR logged per request. They are percent-encoded."""
+    """`:splat` and `:name` of a `_headers` rule take the decoded request path: `%0d%0a` or `%00` in it
+    used to reach the header value, which aiohttp refuses to write, so the connection was dropped
+    unanswered and an ERROR logged per request. They are percent-encoded. (`_redirects` match the
+    encoded path; their Location is held to the same here.)"""
     cdn = await warmed(make_hit_cdn)
     for name, content in (("_headers", f"/{ZONE}/*\n  X-Splat: :splat\n/{ZONE}/v1/:kind/:file\n  X-File: :file\n"),
                           ("_redirects", "/old/* /new/:splat 301\n")):
