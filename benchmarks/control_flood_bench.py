@@ -53,7 +53,9 @@ async def measure(requests: int, route: str) -> None:
             print(f"load before: {os.getloadavg()[0]:.2f}")
             print(f"uploads alone: {latency(alone)}")
             started = time.monotonic()
-            flooding = asyncio.create_task(flood(cdn, method, path, requests, **request))
+            # Sign-in is served on the dashboard's own origin only; the rest on control's API port.
+            base_url = cdn.dashboard_url if path.startswith("/dashboard/") else cdn.control_url
+            flooding = asyncio.create_task(flood(cdn, method, path, requests, base_url=base_url, **request))
             made = await uploads_beside(cdn, flooding)
             statuses: Counter[int] = await flooding
             took = time.monotonic() - started

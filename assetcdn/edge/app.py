@@ -23,7 +23,7 @@ from assetcdn.edge.app_keys import (
 from assetcdn.edge.cache.store import EdgeCache
 from assetcdn.edge.circuit_breaker import CircuitBreaker
 from assetcdn.edge.control_client import ControlClient
-from assetcdn.edge.edge_config import apply_header_rules
+from assetcdn.edge.edge_config import apply_header_rules, host_middleware
 from assetcdn.edge.image_pool import ImagePool, configure_libvips
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.proxied_body import ForwardSpool
@@ -140,6 +140,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     if https_port and settings.get("tls", "redirect_http"):
         app.middlewares.append(policy.redirect_middleware(int(settings.get("tls", "redirect_port")) or https_port))
     install_envelopes(app)
+    app.middlewares.append(host_middleware)  # inside the envelopes: its 400 is in the route's envelope
     app[METRICS] = Metrics("edge")
     app[METRICS_KEY] = secrets.metrics_key
     app[SETTINGS], app[SECRETS] = settings, secrets

@@ -5,14 +5,17 @@ API calls."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
 
 from assetcdn.shared.content_security import keep_sandbox
-from assetcdn.shared.edge_rules import BROWSER_RUN_HEADERS, EMPTY_RULES, HeaderChanges, RuleSet
+from assetcdn.shared.edge_rules import EMPTY_RULES, RESERVED_HEADERS, HeaderChanges, RuleSet
+from assetcdn.shared.errors import ApiError
 from assetcdn.shared.paths import ZONE_NAME
 
 FORWARDED = web.RequestKey("forwarded_to_control", bool)
@@ -66,6 +69,25 @@ def canonical_host(host: str) -> str:
     return name.rstrip(".")
 
 
+# host [":" port] (RFC 9110 section 7.2): a bracketed IP literal or a name of letters, digits, "-", "_"
+# and dots (a trailing dot included), and an optional numeric port.
+_HOST = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]*)(?::[0-9]*)?")
+
+
+def is_valid_host(host: str) -> bool:
+    """Whether a Host value names a host at all. Anything else (userinfo, a list, an escape, two ports)
+    names no tenant and would be served as the default host, which serves every zone, so it is 400."""
+    return _HOST.fullmatch(host) is not None
+
+
+@web.middleware
+async def host_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if not is_valid_host(request.host):
+        raise ApiError(400, "InvalidHost", "The Host header must be a host name or an IP address, with an "
+                                           "optional port.", target="Host")
+    return await handler(request)
+
+
 def request_host(request: web.Request) -> str:
     """`canonical_host` of the request's host, worked out once per request. aiohttp's `request.host` is
     the absolute-form request-target's authority when there is one (it wins over Host, RFC 9112
@@ -86,8 +108,9 @@ def tenant_path(host_zone: str | None, path: str) -> str:
 
 def apply_header_rules(config: EdgeConfig, request: web.Request, response: web.StreamResponse) -> None:
     """Apply the `_headers` rules to a delivery response. The headers that decide how a browser runs
-    the body (type, policy, nosniff, disposition) are never the rules' to change: control refuses
-    such rules and the edge skips them (assetcdn/shared/edge_rules.py)."""
+    the body (type, policy, nosniff, disposition) or how the message is framed (length, transfer
+    coding) are never the rules' to change: control refuses such rules and the edge skips them
+    (assetcdn/shared/edge_rules.py)."""
     if not config.rules.headers or request.get(FORWARDED) or request.path in NOT_DELIVERY:
         return
     apply_rule_changes(config.rules.headers.for_path(request.path, request_host(request)), response.headers)
@@ -99,9 +122,9 @@ def apply_rule_changes(changes: HeaderChanges, headers: CIMultiDict[str]) -> Non
     if not changes:
         return
     for name in list(headers):
-        if name.lower() in changes.remove and name.lower() not in BROWSER_RUN_HEADERS:
+        if name.lower() in changes.remove and name.lower() not in RESERVED_HEADERS:
             del headers[name]
     for name, value in changes.set.items():
-        if name.lower() not in BROWSER_RUN_HEADERS:
+        if name.lower() not in RESERVED_HEADERS:
             headers[name] = value
     keep_sandbox(headers)

@@ -230,10 +230,17 @@ class SqliteCounterStore:
             db.execute("BEGIN IMMEDIATE")
             try:
                 result = work(db)
+                db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                # A failed COMMIT (disk full, I/O error) leaves the transaction open: end it, or every
+                # later BEGIN fails; a connection that cannot even roll back is opened afresh.
+                try:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    self._db = None
+                    db.close()
                 raise
-            db.execute("COMMIT")
             return result
         try:
             return await asyncio.get_running_loop().run_in_executor(self._thread, call)

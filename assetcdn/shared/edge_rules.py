@@ -17,8 +17,10 @@ default status is 302, as on Cloudflare Pages. The first matching line wins. ``f
 appended to the location unless the destination carries its own query string.
 
 Headers that decide how a browser runs a file (:data:`BROWSER_RUN_HEADERS`: ``Content-Type``,
-``Content-Security-Policy``, ``X-Content-Type-Options``, ``Content-Disposition``) and ``Set-Cookie``
-(cookies ignore ports, so one set here would reach the dashboard's origin) may not be set or detached:
+``Content-Security-Policy``, ``X-Content-Type-Options``, ``Content-Disposition``), ``Set-Cookie``
+(cookies ignore ports, so one set here would reach the dashboard's origin) and the headers that frame
+or decode the message (:data:`FRAMING_HEADERS`: ``Content-Length``, ``Transfer-Encoding``,
+``Connection``, ``Content-Encoding``...) may not be set or detached:
 the sandbox of stored files (assetcdn/shared/content_security.py) is decided on the type we serve, and a
 rule could otherwise make a browser run what that decision called passive.
 
@@ -46,11 +48,17 @@ _PLACEHOLDER = re.compile(r":([A-Za-z]\w*)")
 # Validators are used with fullmatch ('$' would also accept a trailing newline).
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_ANY_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _HOST_PATTERN = re.compile(r"[A-Za-z0-9.*:_-]+")
 _STATUS = re.compile(r"[0-9]{3}")  # ASCII digits: str.isdigit() accepts '²', which int() refuses
 # Lower-case names a `_headers` rule may not touch (see the module's docstring).
 BROWSER_RUN_HEADERS = frozenset({"content-type", "content-security-policy", "x-content-type-options",
                                  "content-disposition", "set-cookie"})
+# How the message is framed and decoded: a second Content-Length or a Transfer-Encoding beside the real
+# one makes a kept-alive client read a stored body's tail as the next response (one the sandbox never saw).
+FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive", "upgrade",
+                             "trailer", "te", "proxy-connection", "content-encoding", "content-range"})
+RESERVED_HEADERS = BROWSER_RUN_HEADERS | FRAMING_HEADERS
 
 
 class RulesSyntaxError(ValueError):
@@ -82,7 +90,7 @@ def _compile_part(text: str, segment: str, line: int, names: set[str], splats: l
             splats.append(pos)
             if len(splats) > 1:
                 raise RulesSyntaxError(line, "A URL pattern may hold only one '*' splat.")
-            out.append("(?P<splat>.*)")
+            out.append("(?P<splat>(?s:.*))")  # any character, a decoded newline too: '/*' means every path
             pos += 1
             continue
         if char == ":":
@@ -117,7 +125,13 @@ def _literal_prefix(path: str) -> str:
 
 
 def _substitute(template: str, groups: dict[str, str]) -> str:
-    return _PLACEHOLDER.sub(lambda m: groups.get(m.group(1), m.group(0)), template)
+    """``template`` with its placeholders filled from the (decoded) request path; control characters a
+    path may carry percent-encoded (``%0d%0a`` must never reach a header value or a Location)."""
+    return _PLACEHOLDER.sub(lambda m: _no_controls(groups.get(m.group(1), m.group(0))), template)
+
+
+def _no_controls(text: str) -> str:
+    return _ANY_CONTROL.sub(lambda m: f"%{ord(m.group()):02X}", text)
 
 
 def _uses_placeholders(template: str, names: frozenset[str]) -> bool:
@@ -253,6 +267,9 @@ def _refused_name(name: str, line: int) -> RulesSyntaxError | None:
     if name.lower() in BROWSER_RUN_HEADERS:
         return RulesSyntaxError(line, f"'{name}' decides how browsers run a file (or sets a cookie); "
                                       "_headers rules may not set or remove it.")
+    if name.lower() in FRAMING_HEADERS:
+        return RulesSyntaxError(line, f"'{name}' decides how the response is framed or decoded; "
+                                      "_headers rules may not set or remove it.")
     return None
 
 
@@ -260,7 +277,7 @@ def parse_headers(text: str | None, *, strict: bool = True) -> HeaderRules:
     """Parse a ``_headers`` file; raises ``RulesSyntaxError`` on the first bad line.
 
     ``strict=False`` (the edge loading what control published) skips lines naming a header in
-    :data:`BROWSER_RUN_HEADERS` instead of refusing them, so a file published before they were
+    :data:`RESERVED_HEADERS` instead of refusing them, so a file published before they were
     refused still applies its other lines and never those."""
     if not text:
         return HeaderRules()

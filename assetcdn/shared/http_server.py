@@ -37,8 +37,14 @@ def _json_error_page(self: web_protocol.RequestHandler, request: web_request.Bas
                      exc: BaseException | None = None, message: str | None = None) -> web.StreamResponse:
     """aiohttp's own answer to a request it could not read (bad request line, oversize head, a crash
     before any handler), in the standard envelope with nosniff: its default is text, or HTML when the
-    client asks for it, and may quote the request back."""
-    _AIOHTTP_ERROR_PAGE(self, request, status, exc, message)  # its logging and its already-sent check
+    client asks for it, and may quote the request back. A 4xx is the client's fault and is logged at
+    DEBUG: aiohttp's ERROR with a traceback per request let any stranger flood the logs."""
+    if status >= 500:
+        _AIOHTTP_ERROR_PAGE(self, request, status, exc, message)  # its logging and its already-sent check
+    else:
+        self.logger.debug("Unreadable request from %s: %s", request.remote, exc)
+        if request.writer.output_size > 0:  # as aiohttp: part of an answer is out, the connection is broken
+            raise ConnectionError("Response is sent already, cannot send another response with the error message")
     phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
     error = ApiError(status, phrase.replace(" ", "").replace("-", ""),
                      f"{status} {phrase}: the request could not be read (its request line, headers or body "

@@ -11,6 +11,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -367,3 +368,37 @@ async def test_recent_answers_from_this_process_for_a_second_then_asks_the_store
     clock.now += 1.5
     assert (await here.recent(limit)).remaining == 8        # older than that: the store is asked
     assert (await Counters(shared, clock=clock).recent(Limit("transforms", 0, period="month"))).limit == 0
+
+
+class _CommitFailsOnce:
+    """A connection whose next COMMIT fails as a full disk or an I/O error makes it fail: SQLite then
+    leaves the transaction open."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        self.failed = False
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql == "COMMIT" and not self.failed:
+            self.failed = True
+            raise sqlite3.OperationalError("database or disk is full")
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.db, name)
+
+
+async def test_a_failed_commit_leaves_the_embedded_store_usable(tmp_path: Path) -> None:
+    """A COMMIT that failed left its transaction open, so every later BEGIN IMMEDIATE failed ('cannot
+    start a transaction within a transaction') and every process's limits stayed on the in-memory
+    fallback until restart. The failed hit is rolled back and the next one is counted."""
+    store = SqliteCounterStore(tmp_path / "counters.sqlite3")
+    try:
+        assert (await store.hit("k", 5, 60)).allowed
+        store._db = _CommitFailsOnce(store._connect())  # type: ignore[assignment]
+        with pytest.raises(CounterStoreUnavailable):
+            await store.hit("k", 5, 60)
+        decision = await store.hit("k", 5, 60)
+        assert decision.allowed and decision.remaining == 3  # the failed hit was not counted
+    finally:
+        await store.close()

@@ -28,8 +28,9 @@ CATCH_UP_WAIT_S = 30.0  # an edge that did not acknowledge a push in time catche
 
 
 async def prepare(cdn: RunningCdn) -> None:
-    """A zone to upload to, and one registered passkey (so auth/begin names a credential)."""
-    dashboard = cdn.dashboard_url  # sign-in and the session live on the dashboard's own origin
+    """A zone to upload to, and one registered passkey (so auth/begin names a credential), signed in
+    where a browser signs in: the dashboard's own origin (the edges and control's API port refuse it)."""
+    dashboard = cdn.dashboard_url
     origin = dashboard.replace("127.0.0.1", "localhost")
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{cdn.control_url}/api/core/zones", json={"Name": ZONE}, headers=ACCOUNT) as resp:
@@ -85,12 +86,13 @@ async def served_by_edge(http: aiohttp.ClientSession, cdn: RunningCdn, made: Upl
 
 
 async def flood(cdn: RunningCdn, method: str, path: str, count: int, *, sources: list[str] = ADDRESSES,
-                **request: Any) -> Counter[int]:
-    """`count` anonymous requests, CONCURRENCY at a time, each from the next of `sources`."""
+                base_url: str | None = None, **request: Any) -> Counter[int]:
+    """`count` anonymous requests to `base_url` (control's API port unless named), CONCURRENCY at a
+    time, each from the next of `sources`."""
+    base = base_url or cdn.control_url
     statuses: Counter[int] = Counter()
     addresses = itertools.cycle(sources)
     remaining = iter(range(count))
-    base = cdn.dashboard_url if path.startswith("/dashboard") else cdn.control_url
 
     async def worker(http: aiohttp.ClientSession) -> None:
         for _ in remaining:

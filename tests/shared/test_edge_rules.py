@@ -131,6 +131,15 @@ class TestHeaders:
         number, message = errors_of(parse_headers, f"/*\n  X-Frame-Options: DENY\n  {line}\n")
         assert number == 3 and "may not set or remove" in message
 
+    @pytest.mark.parametrize("line", ["Content-Length: 2", "content-length: 0", "Transfer-Encoding: chunked",
+                                      "! Content-Length", "Connection: close", "Content-Encoding: gzip",
+                                      "Content-Range: bytes 0-1/2", "Trailer: X-A", "Upgrade: h2c"])
+    def test_headers_that_frame_the_response_are_refused(self, line: str) -> None:
+        number, message = errors_of(parse_headers, f"/*\n  X-Frame-Options: DENY\n  {line}\n")
+        assert number == 3 and "framed" in message
+        assert parse_headers(f"/*\n  X-Frame-Options: DENY\n  {line}\n", strict=False).for_path("/a").set == {
+            "X-Frame-Options": "DENY"}
+
     def test_the_edge_skips_such_lines_of_a_file_published_before(self) -> None:
         text = ("/*\n  Content-Type: text/plain\n  Content-Type: text/html\n  X-Frame-Options: DENY\n"
                 "/only/*\n  ! Content-Security-Policy\n")

@@ -289,7 +289,9 @@ class HitProtocol(asyncio.Protocol):
             try:
                 # The usual read is one whole request head: fed as it is, no view to make.
                 parser.feed_data(buf if head_end == size and not pos else memoryview(buf)[pos:head_end])
-            except httptools.HttpParserError:  # malformed, or an upgrade: aiohttp answers as it always did
+            except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+                # Malformed, or an upgrade/CONNECT (httptools raises a separate class for those):
+                # aiohttp answers as it always did.
                 self._flush(out)
                 self._give_away(buf[pos:])
                 return

@@ -27,7 +27,7 @@ from aiohttp import web
 
 from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.delivery_log import country_code
-from assetcdn.edge.edge_config import canonical_host
+from assetcdn.edge.edge_config import canonical_host, is_valid_host
 from assetcdn.edge.fastpath.prepared import HostView, Prepared, not_modified_head, prepare
 from assetcdn.edge.fastpath.protocol import (
     ANSWERED,
@@ -302,6 +302,8 @@ class HitServer:
         try:
             name = host.decode("ascii")
         except UnicodeDecodeError:
+            return None
+        if not is_valid_host(name):  # the application answers 400
             return None
         if len(self.hosts) >= MAX_HOSTS:
             self._forget_hosts()

@@ -5,8 +5,13 @@ Range, Connection: close, and hand-over of everything that is not a hit."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
+import pytest
+
+from assetcdn.edge.edge_config import EdgeConfig
 from tests.edge.fastpath.conftest import (
+    ACCOUNT,
     ZONE,
     HitCdn,
     HitCdnFactory,
@@ -215,3 +220,100 @@ async def test_a_deep_pipeline_behind_a_handed_over_request_is_read_in_bounded_s
     await sending
     assert first.status == 200 and statuses == [200] * count
     assert (await conn.request(f"/{PNG}")).status == 200
+
+
+async def test_upgrade_and_connect_requests_are_answered_by_the_application(make_hit_cdn: HitCdnFactory) -> None:
+    """httptools raises HttpParserUpgrade (not an HttpParserError) for `Upgrade`/`CONNECT` heads; that
+    used to escape the protocol, so the connection was dropped unanswered with an ERROR traceback
+    logged per request (what `curl --http2` sends on plain http, and a cheap log flood)."""
+    cdn = await warmed(make_hit_cdn)
+    conn = await cdn.connect()
+    answer = await conn.request(f"/{SVG}", Upgrade="h2c", Connection="Upgrade, HTTP2-Settings",
+                                HTTP2_Settings="AAMAAABkAARAAAAAAAIAAAAA")
+    assert (answer.status, answer.body) == (200, LOGO_SVG)
+    for head in (request_bytes("/x", Upgrade="websocket", Connection="Upgrade"),
+                 b"CONNECT 127.0.0.1:22 HTTP/1.1\r\nHost: 127.0.0.1:22\r\n\r\n"):
+        conn = await cdn.connect()
+        await conn.send(head)
+        answer = await conn.response()
+        assert answer.status in (400, 404, 405), head
+        assert (answer.header("Content-Type") or "").startswith("application/json"), head
+        conn.close()
+
+
+FRAMING_RULES = ["Content-Length: 2", "Transfer-Encoding: chunked", "Connection: close", "Keep-Alive: timeout=1",
+                 "Upgrade: h2c", "Trailer: X-A", "TE: trailers", "Content-Encoding: gzip", "Content-Range: bytes 0-1/2"]
+
+
+async def test_header_rules_cannot_change_how_a_response_is_framed(make_hit_cdn: HitCdnFactory) -> None:
+    """A `_headers` rule naming Content-Length or Transfer-Encoding used to be sent beside the real one:
+    on a kept-alive connection the body's bytes past the declared length were read as the next
+    response (a stored file could answer the next request with a page of its own, outside the
+    sandbox). Control refuses such rules; an edge skips them in a file published before."""
+    cdn = await warmed(make_hit_cdn)
+    for line in FRAMING_RULES:
+        resp = await cdn.control.post("/api/core/rules", headers=ACCOUNT,
+                                      json={"File": "_headers", "Content": f"/*\n  X-Frame-Options: DENY\n  {line}\n"})
+        assert resp.status == 400, (line, await resp.text())
+        assert (await resp.json())["error"]["code"] == "InvalidRules"
+    published_before = "/*\n  X-Frame-Options: DENY\n" + "".join(f"  {line}\n" for line in FRAMING_RULES)
+    # Control's own version kept, so a heartbeat does not fetch control's (empty) rules over these.
+    cdn.node.config = EdgeConfig.from_snapshot({"version": cdn.node.config.version, "headers": published_before,
+                                                "redirects": None, "domains": {}, "base_domain": ""})
+    for conn in (await cdn.connect(), await cdn.plain()):
+        await conn.send(request_bytes(f"/{SVG}") + request_bytes(f"/{SVG}") + request_bytes(f"/{PNG}", "HEAD"))
+        answers = [await conn.response() for _ in range(3)]
+        assert [a.status for a in answers] == [200, 200, 200]
+        for answer in answers[:2]:
+            assert answer.body == LOGO_SVG
+            assert answer.header("X-Frame-Options") == "DENY"
+            assert answer.headers.getall("Content-Length") == [str(len(LOGO_SVG))]
+            for line in FRAMING_RULES[1:]:
+                name = line.split(":", 1)[0]
+                assert name not in answer.headers, (name, answer.raw_head)
+        conn.close()
+
+
+async def test_placeholders_never_put_control_characters_in_a_header(make_hit_cdn: HitCdnFactory) -> None:
+    """`:splat` and `:name` of a `_headers` rule take the decoded request path: `%0d%0a` or `%00` in it
+    used to reach the header value, which aiohttp refuses to write, so the connection was dropped
+    unanswered and an ERROR logged per request. They are percent-encoded. (`_redirects` match the
+    encoded path; their Location is held to the same here.)"""
+    cdn = await warmed(make_hit_cdn)
+    for name, content in (("_headers", f"/{ZONE}/*\n  X-Splat: :splat\n/{ZONE}/v1/:kind/:file\n  X-File: :file\n"),
+                          ("_redirects", "/old/* /new/:splat 301\n")):
+        resp = await cdn.control.post("/api/core/rules", headers=ACCOUNT, json={"File": name, "Content": content})
+        assert resp.status == 200, await resp.text()
+    for conn in (await cdn.connect(), await cdn.plain()):
+        for target in (f"/{ZONE}/v1/logos/a%0d%0aSet-Cookie:%20cdn_session=x.svg", f"/{ZONE}/v1/logos/a%0a%00%7f.svg",
+                       f"/{ZONE}/v1/logos/a%09b.svg"):
+            answer = await conn.request(target)
+            assert 400 <= answer.status < 500, (target, answer.status)
+            assert "Set-Cookie" not in answer.headers
+            assert answer.header("X-Splat") is not None and answer.header("X-File") is not None, answer.raw_head
+            assert not any(c in value for value in answer.headers.values() for c in "\r\n\x00\x7f"), answer.raw_head
+        answer = await conn.request("/old/a%00b%7fc")
+        assert (answer.status, answer.header("Location")) == (301, "/new/a%00b%7Fc")
+        answer = await conn.request("/old/a%0d%0aSet-Cookie:%20cdn_session=x")  # no route takes a newline
+        assert answer.status in (301, 404) and "Set-Cookie" not in answer.headers
+        assert "\n" not in (answer.header("Location") or "")
+        assert (await conn.request(f"/{SVG}")).header("X-Splat") == "v1/logos/logo.svg"  # ordinary paths as before
+        conn.close()
+
+
+async def test_unreadable_requests_are_not_logged_as_errors(make_hit_cdn: HitCdnFactory,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """aiohttp logs each request it cannot read at ERROR with a traceback: any stranger could fill the
+    edge's and control's logs (and page whoever watches for errors) with a loop of bad request lines.
+    They are the client's fault: logged at DEBUG, and still answered 400 in JSON."""
+    cdn = await warmed(make_hit_cdn)
+    caplog.set_level(logging.DEBUG, logger="aiohttp")
+    for garbage in (b"GET /\x00 HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /x HTTP/1.1\r\nBad Header\r\n\r\n",
+                    f"GET /{SVG} HTTP/1.1\r\nHost: x\r\nX-Big: {'a' * 9000}\r\n\r\n".encode()):
+        conn = await cdn.connect()
+        await conn.send(garbage)
+        assert (await conn.response()).status == 400
+        conn.close()
+    errors = [r for r in caplog.records if r.name.startswith("aiohttp") and r.levelno >= logging.WARNING]
+    assert not errors, [r.getMessage() for r in errors]
+    assert any(r.name.startswith("aiohttp") and r.levelno == logging.DEBUG for r in caplog.records)

@@ -164,3 +164,21 @@ async def test_a_purge_of_a_tenant_host_url_purges_that_zones_file(make_cdn: Cdn
 
     await wait_until(applied, "the purge reaching the edge")
     assert await cache_state() == "MISS"
+
+
+@pytest.mark.parametrize("hit_path", [True, False], ids=["hit-path", "application-only"])
+async def test_a_host_that_names_no_host_is_refused(make_cdn: CdnFactory, hit_path: bool) -> None:
+    """RFC 9112 section 3.2: a Host that is not a host[:port] is answered 400. Such values (userinfo, a
+    list, an escape, two ports) named no tenant, so they were served as the default host, which serves
+    every zone, while a cache in front may read them as the tenant."""
+    cdn = await two_zones(make_cdn, hit_path=hit_path)
+    for host in (f"u@{TENANT_HOST}", f"{TENANT_HOST}, 127.0.0.1", f"{ZONE}%2Ecdn.localhost", f"{TENANT_HOST}:1:2",
+                 f"{TENANT_HOST}/x", f"{TENANT_HOST}:port", "::1"):
+        for _ in range(2):  # the second would be a prepared hit
+            assert await raw_status(cdn, f"/{OTHER_FILE}", host) == 400, host
+    for host in ("127.0.0.1", "[::1]", "[::1]:8788", "localhost:8788", "cdn.localhost."):
+        for _ in range(2):
+            assert await raw_status(cdn, f"/{OTHER_FILE}", host) == 200, host
+    for host in (f"{TENANT_HOST.upper()}.", f"{TENANT_HOST}.:8788", CUSTOM_DOMAIN):
+        assert await raw_status(cdn, f"/{OTHER_FILE}", host) == 404, host
+        assert await raw_status(cdn, f"/{OWN_FILE}", host) == 200, host
