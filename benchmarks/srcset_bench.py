@@ -19,9 +19,10 @@ load hits both alike. The CPU each request cost is read from /proc (user + syste
 process of the server's tree, before and after); "per core" is requests per CPU-second: what one
 fully used core would serve, the figure that stays comparable on a shared machine.
 
-Both servers get the same nominal quality (q) per format. Quality is SSIM (scikit-image) of the
-decoded output (first frame, alpha flattened over white) against a reference resize of the
-original to the output's exact size (lanczos3 in libvips from the full-size decode).
+Both servers get the same nominal quality (q) per format. Quality is SSIM (scikit-image, on luma)
+of the decoded output (first frame, alpha flattened over white) against a reference resize of the
+original to the output's exact size (lanczos3 in libvips from the full-size decode), computed
+once the load is over; the table without it is printed first.
 
 Then latency: a fresh round of srcset requests at 4 concurrent requests, alternating the two
 servers by blocks; p50 and p99. And memory: the image workers' RSS before and after the rounds
@@ -282,18 +283,21 @@ def _rgb_over_white(image: pyvips.Image) -> pyvips.Image:
     return image.cast("uchar")
 
 
+def _luma(image: pyvips.Image) -> np.ndarray:
+    grey: np.ndarray = np.asarray(image.colourspace("b-w").extract_band(0).numpy(), dtype=np.uint8)
+    return grey
+
+
 def ssim(original: bytes, output: bytes) -> float:
-    """SSIM of `output` against `original` resized (lanczos3) to exactly the output's size."""
+    """SSIM (luma) of `output` against `original` resized (lanczos3) to exactly the output's size."""
     from skimage.metrics import structural_similarity
 
     out = _rgb_over_white(pyvips.Image.new_from_buffer(output, ""))
     source = _rgb_over_white(pyvips.Image.new_from_buffer(original, ""))
     reference = source.resize(out.width / source.width, vscale=out.height / source.height, kernel="lanczos3")
-    reference = reference.crop(0, 0, min(reference.width, out.width), min(reference.height, out.height))
-    out = out.crop(0, 0, reference.width, reference.height)
-    ref_pixels = np.asarray(reference.numpy(), dtype=np.uint8)[:, :, :3]
-    out_pixels = np.asarray(out.numpy(), dtype=np.uint8)[:, :, :3]
-    return float(structural_similarity(ref_pixels, out_pixels, channel_axis=2, data_range=255))
+    width, height = min(reference.width, out.width), min(reference.height, out.height)
+    return float(structural_similarity(_luma(reference.crop(0, 0, width, height)), _luma(out.crop(0, 0, width, height)),
+                                       data_range=255))
 
 
 def _ssim_many(pairs: list[tuple[bytes, bytes]]) -> list[float]:
@@ -396,8 +400,11 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
     os.sched_setaffinity(0, {int(LOAD_CORE)})
     thumbor_bin = ensure_thumbor()
     every = srcset_sources()
-    photos = [p for p in every if p.kind == "photo"]
-    pictures = photos[:max(args.pictures - (len(every) - len(photos)), 1)] + [p for p in every if p.kind != "photo"]
+    if args.pictures >= len(every):
+        pictures = every
+    else:   # a shorter run keeps the mix: photos, one cut-out, the animated GIF
+        photos, cutouts = [p for p in every if p.kind == "photo"], [p for p in every if p.kind == "alpha"]
+        pictures = photos[:max(args.pictures - 2, 1)] + cutouts[:1] + [p for p in every if p.kind == "animated"]
     single = single_photo()
     root = workdir / "thumbor-files"
     root.mkdir()
@@ -450,11 +457,10 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
             latencies = await servers.concurrently(session, "latency", latency_jobs[:args.latency_requests], 4, 24)
             print(f"# latency at 4 concurrent: {args.latency_requests} requests per server, "
                   f"load average after: {load_average()}", flush=True)
-        print("# measuring quality (SSIM)...", flush=True)
-        rows = rows_of("srcset", srcset_answers, quality_of(srcset_answers, originals))
-        rows += rows_of("every width new", new_answers, quality_of(new_answers, {single.name: single_bytes[single.name]}))
+        unmeasured = rows_of("srcset", srcset_answers, [0.0] * len(srcset_answers))
+        unmeasured += rows_of("every width new", new_answers, [0.0] * len(new_answers))
         print()
-        print(table(rows))
+        print(table(unmeasured))
         print()
         print("| miss latency, 4 concurrent (srcset mix) | p50 ms | p99 ms | requests |")
         print("|---|---:|---:|---:|")
@@ -465,7 +471,12 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
         print()
         print(f"assetcdn image workers' RSS: {workers_before / 2**20:.0f} MB after warm-up, "
               f"{workers_after / 2**20:.0f} MB after the srcset rounds (decoded-source cache bound per worker: "
-              f"transform.decoded_cache_mb)")
+              f"transform.decoded_cache_mb)", flush=True)
+        print("\n# measuring quality (SSIM)...", flush=True)
+        rows = rows_of("srcset", srcset_answers, quality_of(srcset_answers, originals))
+        rows += rows_of("every width new", new_answers, quality_of(new_answers, {single.name: single_bytes[single.name]}))
+        print()
+        print(table(rows))
     finally:
         cdn.stop()
         thumbor.terminate()
@@ -482,7 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-widths", type=int, default=24, help="every-width-new requests per format")
     parser.add_argument("--latency-requests", type=int, default=72)
     parser.add_argument("--seed", type=int, default=22)
-    parser.add_argument("--pictures", type=int, default=20, help="use the first N photos and every other kind (a quick run)")
+    parser.add_argument("--pictures", type=int, default=20,
+                        help="fewer pictures for a shorter run (N-2 photos, one cut-out, the GIF)")
     parser.add_argument("--env", action="append", default=[], type=lambda text: tuple(text.split("=", 1)),
                         help="NAME=VALUE for assetcdn up (e.g. ASSETCDN_TRANSFORM_CONCURRENCY=1)")
     args = parser.parse_args(argv)

@@ -93,13 +93,15 @@ def _release_memory() -> None:
             pass
 
 
-def _worker_main(conn: Connection, parent_pid: int, decoded_cache_bytes: int = 0) -> None:
+def _worker_main(conn: Connection, parent_pid: int, decoded_cache_bytes: int = 0, vips_threads: int = 0) -> None:
     """A worker process: run jobs from `conn` one at a time until told to stop or the edge goes."""
     die_with_parent()
     if os.getppid() != parent_pid:   # the edge died before the death signal was armed
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is for the edge, which stops us
     configure_libvips(worker=True)
+    if vips_threads:
+        pyvips.concurrency_set(vips_threads)
     for module in PRELOAD:
         importlib.import_module(module)
     module, function = KEEP_DECODED
@@ -170,6 +172,9 @@ class ImagePool:
         self.limits = limits or TransformLimits()
         self.memory_limit_bytes = int(memory_limit_mb) * 1024 * 1024
         self.decoded_cache_bytes = int(decoded_cache_mb) * 1024 * 1024
+        # The workers share the cores the edge may use: libvips threads beyond a worker's share would
+        # only take turns with the other workers' (and cost switches), never finish a job sooner.
+        self.vips_threads = max(1, len(os.sched_getaffinity(0)) // self.concurrency)
         self.max_queued = self.concurrency * QUEUE_FACTOR
         self.failed = FailedVariants(failure_ttl_s)
         self._context = multiprocessing.get_context("spawn")
@@ -204,8 +209,8 @@ class ImagePool:
     def _spawn(self) -> _Worker:
         # Started from the event loop's thread only: the death signal follows the thread that forked.
         ours, theirs = self._context.Pipe()
-        process = self._context.Process(target=_worker_main, args=(theirs, os.getpid(), self.decoded_cache_bytes),
-                                         daemon=True,
+        process = self._context.Process(target=_worker_main, daemon=True,
+                                         args=(theirs, os.getpid(), self.decoded_cache_bytes, self.vips_threads),
                                          name="assetcdn-image")
         process.start()
         theirs.close()
