@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import os
 import random
+import signal
 import statistics
 import struct
 import subprocess
@@ -498,6 +499,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", action="append", default=[], type=lambda text: tuple(text.split("=", 1)),
                         help="NAME=VALUE for assetcdn up (e.g. ASSETCDN_TRANSFORM_CONCURRENCY=1)")
     args = parser.parse_args(argv)
+    # A timeout's SIGTERM unwinds like Ctrl-C, so both servers are stopped and the files removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="srcset-bench-") as tmp:
         asyncio.run(run(args, Path(tmp)))
     return 0
