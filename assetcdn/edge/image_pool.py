@@ -106,8 +106,8 @@ def _worker_main(conn: Connection, parent_pid: int, decoded_cache_bytes: int = 0
         importlib.import_module(module)
     module, function = KEEP_DECODED
     getattr(importlib.import_module(module), function)(decoded_cache_bytes)
-    # The kept decodes are memory the worker means to hold: trimming for them after every job took
-    # 60-80 ms each (a collection and malloc_trim), most of a cached JPEG variant's cost.
+    # The kept decodes are memory the worker means to hold: without counting them it would collect
+    # and trim (20 + 60 ms) after every job.
     trim_above = _rss_bytes(os.getpid()) + TRIM_ABOVE_BYTES + decoded_cache_bytes
     conn.send(_READY)
     while True:
