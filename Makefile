@@ -7,7 +7,7 @@ DOC_VECTORS := assetcdn/control/chat/documentation_vectors.npz
 # Where `assetcdn up` keeps its data ([server] data_dir of `assetcdn defaults`, or its environment override).
 DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
-.PHONY: setup lock run test lint typecheck bench bench-hits bench-fleet bench-https fuzz docker-test clean wipe-data
+.PHONY: setup lock run test lint typecheck bench bench-hits bench-fleet bench-https bench-transforms fuzz docker-test clean wipe-data
 # Every dependency pinned with its hashes: requirements-build.lock (the build tools, installed first),
 # requirements.lock (what the service runs: the Docker image) and requirements-test.lock (that plus the test
 # tools: `make setup`). All three come from pyproject.toml and requirements-build.in via `make lock`.
@@ -80,6 +80,11 @@ bench: setup
 # document with every credential scheme, all phases (the short run is part of `make test`).
 fuzz: setup
 	$(BIN)/python -m tests.openapi_fuzz
+
+# Transform misses per core beside thumbor (installed from PyPI into .venv-thumbor), srcset and every-width-new
+# workloads, each server pinned to one core; long on a busy machine (benchmarks/README.md, "Transforms beside thumbor").
+bench-transforms: setup
+	$(BIN)/python -m benchmarks.srcset_bench $(ARGS)
 
 # Cache hits per core beside Varnish and nginx (Debian packages, installed when missing); a few minutes.
 bench-hits: setup

@@ -62,6 +62,8 @@ MAX_JOBS_PER_WORKER = 1000
 TRIM_ABOVE_BYTES = 64 * 1024 * 1024   # a worker this far above its size at start gives memory back
 # Modules a worker imports before it reports ready, so no job pays for them.
 PRELOAD = ("assetcdn.edge.transform.jobs",)
+# Called with the decoded-source cache's bound in bytes as a worker starts (module, function).
+KEEP_DECODED = ("assetcdn.edge.transform.jobs", "keep_decoded_sources")
 # libvips' operation cache keeps recent operations and their pixels for reuse. Every edge request
 # loads a new buffer, so it would rarely hit and only hold memory; the edge cache keeps results.
 LIBVIPS_CACHE_MAX_OPERATIONS = 16
@@ -91,16 +93,22 @@ def _release_memory() -> None:
             pass
 
 
-def _worker_main(conn: Connection, parent_pid: int) -> None:
+def _worker_main(conn: Connection, parent_pid: int, decoded_cache_bytes: int = 0, vips_threads: int = 0) -> None:
     """A worker process: run jobs from `conn` one at a time until told to stop or the edge goes."""
     die_with_parent()
     if os.getppid() != parent_pid:   # the edge died before the death signal was armed
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is for the edge, which stops us
     configure_libvips(worker=True)
+    if vips_threads:
+        pyvips.concurrency_set(vips_threads)
     for module in PRELOAD:
         importlib.import_module(module)
-    trim_above = _rss_bytes(os.getpid()) + TRIM_ABOVE_BYTES
+    module, function = KEEP_DECODED
+    getattr(importlib.import_module(module), function)(decoded_cache_bytes)
+    # The kept decodes are memory the worker means to hold: without counting them it would collect
+    # and trim (20 + 60 ms) after every job.
+    trim_above = _rss_bytes(os.getpid()) + TRIM_ABOVE_BYTES + decoded_cache_bytes
     conn.send(_READY)
     while True:
         try:
@@ -161,10 +169,14 @@ class _Outcome:
 
 class ImagePool:
     def __init__(self, concurrency: int, limits: TransformLimits | None = None, *,
-                 memory_limit_mb: int = 1024, failure_ttl_s: float = 60.0) -> None:
+                 memory_limit_mb: int = 1024, failure_ttl_s: float = 60.0, decoded_cache_mb: int = 0) -> None:
         self.concurrency = max(int(concurrency), 1)
         self.limits = limits or TransformLimits()
         self.memory_limit_bytes = int(memory_limit_mb) * 1024 * 1024
+        self.decoded_cache_bytes = int(decoded_cache_mb) * 1024 * 1024
+        # The workers share the cores the edge may use: libvips threads beyond a worker's share would
+        # only take turns with the other workers' (and cost switches), never finish a job sooner.
+        self.vips_threads = max(1, len(os.sched_getaffinity(0)) // self.concurrency)
         self.max_queued = self.concurrency * QUEUE_FACTOR
         self.failed = FailedVariants(failure_ttl_s)
         self._context = multiprocessing.get_context("spawn")
@@ -178,7 +190,8 @@ class ImagePool:
     def from_settings(cls, settings: Settings) -> ImagePool:
         transform = settings.section("transform")
         return cls(transform["concurrency"], TransformLimits.from_settings(transform),
-                   memory_limit_mb=transform["worker_memory_mb"], failure_ttl_s=transform["failure_ttl_s"])
+                   memory_limit_mb=transform["worker_memory_mb"], failure_ttl_s=transform["failure_ttl_s"],
+                   decoded_cache_mb=transform["decoded_cache_mb"])
 
     @property
     def queued(self) -> int:
@@ -198,7 +211,8 @@ class ImagePool:
     def _spawn(self) -> _Worker:
         # Started from the event loop's thread only: the death signal follows the thread that forked.
         ours, theirs = self._context.Pipe()
-        process = self._context.Process(target=_worker_main, args=(theirs, os.getpid()), daemon=True,
+        process = self._context.Process(target=_worker_main, daemon=True,
+                                         args=(theirs, os.getpid(), self.decoded_cache_bytes, self.vips_threads),
                                          name="assetcdn-image")
         process.start()
         theirs.close()

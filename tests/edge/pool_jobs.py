@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import time
 
+import pyvips
+
+from assetcdn.edge.transform.jobs import DECODED_SOURCES
 from assetcdn.shared.errors import LegacyError
 
 
@@ -41,3 +44,12 @@ def crash() -> None:
 
 def break_down() -> None:
     raise ZeroDivisionError("a bug in a job")
+
+
+def kept_decodes() -> tuple[int, int, int, int]:
+    """What this worker's decoded-source cache holds: (bound, entries, hits, misses)."""
+    return (DECODED_SOURCES.max_bytes, len(DECODED_SOURCES), DECODED_SOURCES.hits, DECODED_SOURCES.misses)
+
+
+def vips_threads() -> int:
+    return int(pyvips.concurrency_get())

@@ -8,9 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
+import pyvips
 
 from assetcdn.edge.image_pool import QUEUE_FACTOR, ImagePool, JobFailed
+from assetcdn.edge.transform.jobs import transform_variant
 from assetcdn.edge.transform.limits import TransformLimits
+from assetcdn.edge.transform.options import parse_transform_options
 from assetcdn.shared.errors import LegacyError
 from tests.edge import pool_jobs
 
@@ -121,3 +124,31 @@ async def test_close_stops_every_worker_and_later_jobs_are_refused() -> None:
     with pytest.raises(LegacyError) as refused:
         await pool.run(pool_jobs.worker_pid)
     assert refused.value.status == 503
+
+
+async def test_a_worker_keeps_decoded_sources_between_jobs_within_its_bound() -> None:
+    photo = (pyvips.Image.gaussnoise(1600, 1200, seed=1).cast("uchar").bandjoin([64, 128])
+             .copy(interpretation="srgb").jpegsave_buffer(Q=85))
+    limits = TransformLimits(time_budget_s=30.0)
+    pool = ImagePool(1, limits, decoded_cache_mb=16)
+    try:
+        for width, fmt in (("800", "webp"), ("400", "jpeg"), ("640", "webp")):
+            opts = parse_transform_options({"url": "akande/v1/banners/x.jpg", "w": width})
+            variant = await pool.run(transform_variant, "jpeg", opts, fmt, limits, photo)
+            assert variant.content_type == f"image/{fmt}"
+        bound, entries, hits, misses = await pool.run(pool_jobs.kept_decodes)
+        # The full-size decode (1600x1200x3, 5.5 MB) served the two smaller variants.
+        assert (bound, entries, hits, misses) == (16 * 1024 * 1024, 1, 2, 1)
+        assert await pool.run(pool_jobs.vips_threads) == max(1, len(os.sched_getaffinity(0)))
+    finally:
+        await pool.close()
+
+
+async def test_workers_share_the_cores_between_their_libvips_threads() -> None:
+    pool = ImagePool(2, TransformLimits(time_budget_s=30.0))
+    try:
+        threads = await asyncio.gather(pool.run(pool_jobs.vips_threads), pool.run(pool_jobs.vips_threads))
+        assert set(threads) == {max(1, len(os.sched_getaffinity(0)) // 2)}
+        assert await pool.run(pool_jobs.kept_decodes) == (0, 0, 0, 0)   # the cache is off unless configured
+    finally:
+        await pool.close()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pyvips
 
+from assetcdn.edge.transform.decoded import DecodedSources
 from assetcdn.edge.transform.plan import ResizePlan
 from assetcdn.edge.transform.source import SourceImage
 from assetcdn.shared.errors import LegacyError
@@ -34,6 +35,7 @@ class TransformContext:
     body: bytes = b""
     killed: bool = False              # the deadline watch stopped libvips
     plan_after_steps: bool = False    # the size before the resize is known only from pixels (trim)
+    decoded: DecodedSources | None = None   # the worker's kept decodes (None: decode per variant)
 
     @property
     def pages(self) -> int:
@@ -43,6 +45,16 @@ class TransformContext:
         if self.image is None:
             raise RuntimeError("a transform step ran before the source was decoded")
         return self.image
+
+    def watch_deadline(self, image: pyvips.Image) -> None:
+        """Kill libvips' evaluation of `image` once the deadline passes (checked per chunk of tiles)."""
+        def on_eval(evaluated: pyvips.Image, _progress: object) -> None:
+            if time.monotonic() > self.deadline:
+                self.killed = True
+                evaluated.set_kill(True)
+
+        image.set_progress(True)
+        image.signal_connect("eval", on_eval)
 
     def check_deadline(self, step: str) -> None:
         if time.monotonic() > self.deadline:

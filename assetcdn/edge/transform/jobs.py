@@ -13,6 +13,7 @@ import hashlib
 import orjson
 
 from assetcdn.edge.states.variant import Variant
+from assetcdn.edge.transform.decoded import DecodedSources
 from assetcdn.edge.transform.limits import TransformLimits
 from assetcdn.edge.transform.options import TransformOptions
 from assetcdn.edge.transform.pipeline import run_transform
@@ -20,12 +21,20 @@ from assetcdn.edge.transform.placeholders import make_blurhash_placeholder, make
 from assetcdn.shared.errors import utc_now_iso
 
 JSON = "application/json"
+# The decodes this process keeps for a picture's other variants: bounded by the image pool when it
+# starts a worker ([transform] decoded_cache_mb), off (0 bytes) in any other process.
+DECODED_SOURCES = DecodedSources(0)
+
+
+def keep_decoded_sources(max_bytes: int) -> None:
+    """Run by each image worker as it starts (assetcdn/edge/image_pool.py)."""
+    DECODED_SOURCES.set_bound(max_bytes)
 
 
 def transform_variant(source_format: str, opts: TransformOptions, output_format: str,
                       limits: TransformLimits, source: bytes) -> Variant:
     """/api/transform and /api/auto conversions: the pipeline's output."""
-    result = run_transform(source, source_format, opts, output_format, limits)
+    result = run_transform(source, source_format, opts, output_format, limits, DECODED_SOURCES)
     return Variant(result.body, result.content_type)
 
 

@@ -19,6 +19,7 @@ import pyvips
 
 from assetcdn.edge.transform.context import TransformContext, over_budget
 from assetcdn.edge.transform.decode import decode
+from assetcdn.edge.transform.decoded import DecodedSources
 from assetcdn.edge.transform.encode import ANIMATED_OUTPUTS, CONTENT_TYPES, ENCODERS, encode_image
 from assetcdn.edge.transform.limits import TransformLimits
 from assetcdn.edge.transform.options import OPTIONS, TransformOptions
@@ -45,20 +46,9 @@ class TransformResult:
     pages: int
 
 
-def _watch_deadline(ctx: TransformContext, image: pyvips.Image) -> None:
-    """Kill libvips' evaluation of `image` once the deadline passes (checked per chunk of tiles)."""
-    def on_eval(evaluated: pyvips.Image, _progress: object) -> None:
-        if time.monotonic() > ctx.deadline:
-            ctx.killed = True
-            evaluated.set_kill(True)
-
-    image.set_progress(True)
-    image.signal_connect("eval", on_eval)
-
-
 def encode(ctx: TransformContext) -> None:
     image = ctx.require_image()
-    _watch_deadline(ctx, image)
+    ctx.watch_deadline(image)
     ctx.body = encode_image(image, ctx.output_format, ctx.opts.quality)
 
 
@@ -91,8 +81,10 @@ def decode_size_for(plan: ResizePlan, source: SourceImage, opts: TransformOption
 
 
 def run_transform(source: bytes, source_format: str, opts: TransformOptions, output_format: str,
-                  limits: TransformLimits) -> TransformResult:
-    """Transform `source` per `opts` into `output_format`; LegacyError (4xx, or 503 over time) on failure."""
+                  limits: TransformLimits, decoded: DecodedSources | None = None) -> TransformResult:
+    """Transform `source` per `opts` into `output_format`; LegacyError (4xx, or 503 over time) on failure.
+
+    `decoded`: the worker's kept decodes, so the source's other variants need not decode it again."""
     deadline = time.monotonic() + limits.time_budget_s
     if output_format not in ENCODERS:
         raise LegacyError(400, f"Output format '{output_format}' is not available on this edge. "
@@ -117,7 +109,7 @@ def run_transform(source: bytes, source_format: str, opts: TransformOptions, out
     ctx = TransformContext(source=image_source, opts=opts, output_format=output_format,
                            keep_animation=keep_animation, plan=plan, decode_size=decode_size,
                            max_pixels=limits.max_pixels, deadline=deadline, time_budget_s=limits.time_budget_s,
-                           plan_after_steps=shaped is None)
+                           plan_after_steps=shaped is None, decoded=decoded)
     for name, step in STEPS:
         ctx.check_deadline(name)
         try:

@@ -12,6 +12,7 @@ from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL
 from assetcdn.edge.states.head import variant_key
 from assetcdn.edge.transform.options import parse_transform_options
 from assetcdn.shared.counter_store import Limit
+from tests.control.conftest import METRICS
 from tests.edge.routes.conftest import (
     FRAMES,
     LOGO_SVG,
@@ -359,3 +360,29 @@ async def test_a_cached_transform_does_not_touch_the_pool(make_cdn: CdnFactory) 
     hit = await cdn.edge.get(transform_url(PHOTO, w=10))
     assert (hit.status, hit.headers["X-Cache"]) == (200, "HIT")
     assert (await cdn.edge.get(transform_url(PHOTO, w=11))).status == 503    # a miss needs the pool
+
+
+def _origin_fetches(metrics: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("assetcdn_origin_fetch_seconds_count{") and 'kind="asset"' in line)
+
+
+async def test_a_srcset_of_misses_reads_the_source_from_control_once(make_cdn: CdnFactory) -> None:
+    cdn = await make_cdn()
+    path = f"{ZONE}/v1/banners/srcset.jpg"
+    await cdn.upload(path, photo_jpeg(1600, 1000))
+
+    async def fetches() -> float:
+        return _origin_fetches(await (await cdn.edge.get("/metrics", headers=METRICS)).text())
+
+    before = await fetches()
+    # A page with responsive images: every width at once, all misses; the source is read once.
+    first = await asyncio.gather(*(cdn.edge.get(f"/api/transform?url=/{path}&w={w}&format=webp")
+                                   for w in (320, 480, 640, 960)))
+    assert [(r.status, r.headers["X-Cache"]) for r in first] == [(200, "MISS")] * 4
+    assert await fetches() == before + 1
+    # Later variants of a source the edge holds never wait for control.
+    later = await asyncio.gather(*(cdn.edge.get(f"/api/transform?url=/{path}&w={w}&format={fmt}")
+                                   for w in (320, 1280) for fmt in ("jpeg", "avif")))
+    assert [(r.status, r.headers["X-Cache"]) for r in later] == [(200, "MISS")] * 4
+    assert await fetches() == before + 1
