@@ -17,8 +17,8 @@ Rules (README "Image delivery", `/api/auto`):
 
 Accept is parsed as RFC 9110 media ranges: the most specific matching range decides, and
 `q=0` refuses a type even when a wildcard would allow it. An empty or absent Accept
-header names nothing, so only the universal fallbacks are served (the published service
-does the same: it tests the header text).
+header names nothing, so only the universal fallbacks are served (the original service
+did the same: it tests the header text).
 """
 
 from __future__ import annotations
