@@ -3,7 +3,7 @@
 Pure functions over header values; the HTTP layer passes them in and writes `Vary` and
 `X-Network-Aware` from the constants and `is_slow_network` here.
 
-Rules (README "Image delivery", `/api/auto`):
+Rules (docs/api-guide.md "Image delivery", `/api/auto`):
 - still chain, in order: jxl, avif, heic, heif, webp, png, svg. jxl, avif, heic and heif only
   when their MIME type is named in Accept; webp when `image/webp`, `image/*` or `*/*` is
   acceptable; png and svg always (universal fallbacks).

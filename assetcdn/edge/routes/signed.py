@@ -1,6 +1,6 @@
 """GET/HEAD /api/signed?path=/<cdn path>&expires=<unix s>&sig=<hex HMAC-SHA256 of "{path}:{expires}">.
 
-The signature is the credential (README "Image delivery", signed URLs). Checks run in the API reference's
+The signature is the credential (docs/api-guide.md "Image delivery", signed URLs). Checks run in the API reference's
 order: the per-client rate limit first (429 with Retry-After), then the query, every refusal a 403 in
 the legacy envelope; the comparison is constant time. A valid URL delivers the asset through the
 serve sequence (assetcdn/edge/states/serve.py), privately cached for an hour. It is the only way to an asset
