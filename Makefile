@@ -54,8 +54,9 @@ lock:
 run: setup
 	$(BIN)/assetcdn up
 
+# The 25 slowest tests are listed at the end of every run, so a slow one shows up where it was added.
 test: setup
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
 lint: setup
 	$(BIN)/ruff check .

@@ -198,7 +198,8 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     async def image_lifecycle(app: web.Application) -> AsyncIterator[None]:
         configure_libvips()
         app[IMAGE_POOL] = ImagePool.from_settings(settings)
-        app[IMAGE_POOL].start()   # worker processes load while the edge starts
+        if settings.get("transform", "prestart_workers"):
+            app[IMAGE_POOL].start()   # worker processes load while the edge starts
         yield
         await app[IMAGE_POOL].close()
 

@@ -163,10 +163,16 @@ START_ATTEMPTS = 5
 
 
 def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False,
-              env_extra: dict[str, str] | None = None) -> RunningCdn:
+              env_extra: dict[str, str] | None = None, image_workers_at_start: bool = False) -> RunningCdn:
     """A running `assetcdn up` on a free block of ports. Free ports are checked before `up` binds
     them, so a test run beside this one can take one in between: `up` refuses such ports at once,
-    and the start is tried again on another block (a fresh data directory each time)."""
+    and the start is tried again on another block (a fresh data directory each time).
+
+    Image workers start at an edge's first image job (most tests never transform; each worker loads
+    Python and libvips); `image_workers_at_start` starts them with the edge, for the tests that check
+    every process of the tree stops."""
+    prestart = {"ASSETCDN_TRANSFORM_PRESTART_WORKERS": "true" if image_workers_at_start else "false"}
+    env_extra = {**prestart, **(env_extra or {})}
     for attempt in range(1, START_ATTEMPTS + 1):
         cdn = _start_once(tmp / ("data" if attempt == 1 else f"data-{attempt}"), tmp / "up.log", edges=edges,
                           workers=workers, demo=demo, env_extra=env_extra)

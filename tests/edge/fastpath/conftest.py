@@ -30,7 +30,7 @@ from assetcdn.edge.node import EdgeNode
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.http_server import answer_unreadable_requests_in_json, name_the_server
 from tests.control.conftest import ACCESS, ACCOUNT, METRICS, SECRETS
-from tests.edge.routes.conftest import PURGE, ZONE, wait_until
+from tests.edge.routes.conftest import IN_PROCESS_POOL, PURGE, ZONE, wait_until
 
 READ_S = 10.0   # upper bound for one response to arrive (never asserted as a duration)
 
@@ -161,7 +161,7 @@ async def make_hit_cdn(aiohttp_server, aiohttp_client, tmp_path: Path) -> AsyncI
         name_the_server()  # as the edge process does (`Server: assetcdn` on the application's answers too)
         answer_unreadable_requests_in_json()  # and aiohttp's own error pages in JSON
         settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
-                                          "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **env})
+                                          "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **IN_PROCESS_POOL, **env})
         control_server = await aiohttp_server(control.app.create_app(settings, SECRETS, tmp_path / "data"))
         control_client = await aiohttp_client(control_server)
         identity = EdgeIdentity(name="edge-f", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),

@@ -31,6 +31,9 @@ from tests.edge.hit_server import HitTestServer
 
 PURGE = {"x-api-key": SECRETS.purge_key}
 ZONE = "pics"
+# One image worker, started at the first image job: most tests never transform, and spawning a worker
+# (Python plus libvips) per test was the largest cost of the edge suites. Tests may override either.
+IN_PROCESS_POOL = {"ASSETCDN_TRANSFORM_PRESTART_WORKERS": "false", "ASSETCDN_TRANSFORM_CONCURRENCY": "1"}
 WAIT_S = 20.0   # upper bound for start-up and propagation waits (never asserted as a duration)
 
 
@@ -79,7 +82,7 @@ CdnFactory = Callable[..., Awaitable[Cdn]]
 def make_cdn(aiohttp_server, aiohttp_client, tmp_path: Path) -> CdnFactory:  # type: ignore[no-untyped-def]
     async def start(*, hit_path: bool = True, **env: str) -> Cdn:
         settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
-                                          "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **env})
+                                          "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **IN_PROCESS_POOL, **env})
         control_server = await aiohttp_server(control.app.create_app(settings, SECRETS, tmp_path / "data"))
         control_client = await aiohttp_client(control_server)
         identity = EdgeIdentity(name="edge-t", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
