@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from assetcdn.shared.cli import main
+from assetcdn.cli import main
 from assetcdn.shared.signing import signature_matches
 
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
                                                 ("edge", "usage: assetcdn edge")])
 def test_subcommand_runs_its_own_entry_point(command: str, usage: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-m", "assetcdn.shared.cli", command, "--help"], cwd=ROOT, env=env,
+    result = subprocess.run([sys.executable, "-m", "assetcdn.cli", command, "--help"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(usage), result.stdout[:300]

@@ -15,9 +15,9 @@ from aiohttp import web
 
 from assetcdn.control.ai.analysis import ImageAnalysis
 from assetcdn.control.ai.asset_ref import OwnHosts, is_absolute, parse_asset_url
-from assetcdn.control.auth import PRINCIPAL
+from assetcdn.control.app_keys import EDGE_CONFIG, REGISTRY, SETTINGS, public_url
+from assetcdn.control.identity.auth import PRINCIPAL
 from assetcdn.control.request_body import read_json
-from assetcdn.control.state import EDGE_CONFIG, REGISTRY, SETTINGS, public_url
 from assetcdn.shared.errors import ApiError, bad_request
 from assetcdn.shared.middleware import json_response
 

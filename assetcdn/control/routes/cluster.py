@@ -11,7 +11,7 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from assetcdn.control.state import (
+from assetcdn.control.app_keys import (
     CERTIFICATES,
     EDGE_CONFIG,
     GIT,

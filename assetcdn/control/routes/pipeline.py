@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from assetcdn.control.app_keys import GIT, PUBLISHER, ZONES
 from assetcdn.control.pipeline.generate import generate, parse_pipeline_request
 from assetcdn.control.request_body import read_json
-from assetcdn.control.state import GIT, PUBLISHER, ZONES
 from assetcdn.control.webhooks.events import pipeline_run
 from assetcdn.shared.errors import conflict
 from assetcdn.shared.middleware import json_response

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from assetcdn.control.database import Database
+from assetcdn.control.storage.database import Database
 from assetcdn.control.webhooks.store import Webhook
 from assetcdn.shared.timestamps import from_unix
 

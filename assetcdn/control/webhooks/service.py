@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from assetcdn.control.state import DB, PUBLISHER, SECRETS, SETTINGS
+from assetcdn.control.app_keys import DB, PUBLISHER, SECRETS, SETTINGS
 from assetcdn.control.webhooks.address_guard import HostResolver, SystemResolver
 from assetcdn.control.webhooks.deliveries import DeliveryLog
 from assetcdn.control.webhooks.secret_box import SecretBox

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from assetcdn.control.database import Database, Transaction
+from assetcdn.control.storage.database import Database, Transaction
 from assetcdn.control.storage.git_store import CommitResult, FileChange, GitStore
 from assetcdn.shared.errors import utc_now_iso
 from assetcdn.shared.manifest import ManifestChange, ManifestEntry, make_entry

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from assetcdn.control.database import Database
+from assetcdn.control.storage.database import Database
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.shared.edge_rules import RULE_FILES
 from assetcdn.shared.errors import utc_now_iso

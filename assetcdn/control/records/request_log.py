@@ -3,7 +3,7 @@ SQLite (bounded by count and by age) and handed to live readers as it arrives.
 
 Entry: ``{id, timestamp, level, code, message, method, path, status, durationMs, requestId, ip, node,
 cache, sampleRate}``.
-- Control's own requests (``control.recording``; the signed ``/_cluster`` traffic aside, edge
+- Control's own requests (``control.records.recording``; the signed ``/_cluster`` traffic aside, edge
   heartbeats would drown the rest): ``code`` ``request``, ``node`` ``control``, ``cache`` null,
   every one logged (``sampleRate`` 1).
 - Deliveries the edges served, a sample shipped in their analytics batches
@@ -18,7 +18,7 @@ entry carries the time it was served, which can be a moment older than entries l
 Writes: control's entries are queued and written every ``FLUSH_INTERVAL_S`` (a page read writes the
 queue first); an edge batch is written before it is acknowledged, once per batch id, so a batch the
 edge retries (a lost reply, a control restart) is listed once. Every write drops entries beyond
-``max_records``; ``prune`` (hourly, ``control.retention``) drops those older than the retention.
+``max_records``; ``prune`` (hourly, ``control.records.retention``) drops those older than the retention.
 Subscribers get each new entry on their own bounded queue; a reader too slow to keep up loses its
 oldest undelivered entries, never blocks a request.
 """
@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from assetcdn.control.database import Database, open_database
+from assetcdn.control.storage.database import Database, open_database
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The `[dashboard]` settings, read once: where the dashboard is used from, the passkey relying party,
 the session cookie's lifetime and flags, and the sign-in failure limit.
 
-The dashboard has an origin of its own (control's `server.dashboard_port`, assetcdn/control/dashboard_origin.py),
+The dashboard has an origin of its own (control's `server.dashboard_port`, assetcdn/control/identity/dashboard_origin.py),
 apart from the edges' that serve stored files. Browsers refuse an IP address as a WebAuthn
 relying-party id, so the default dashboard URL is http://localhost:<dashboard_port> (passkeys with rp id
 `localhost`), and http://<host>:<dashboard_port> is allowed beside it for password sign-in.
@@ -61,7 +61,7 @@ class DashboardConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings, dashboard_url: str) -> DashboardConfig:
-        """``dashboard_url``: where the dashboard is opened (assetcdn.control.state.dashboard_url_of)."""
+        """``dashboard_url``: where the dashboard is opened (assetcdn.control.app_keys.dashboard_url_of)."""
         section = settings.section("dashboard")
         public = canonical_origin(dashboard_url)
         if public is None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pyvips
 
-from assetcdn.control.publish import Publisher
-from assetcdn.control.zones_store import ZoneStore
+from assetcdn.control.publishing.publisher import Publisher
+from assetcdn.control.storage.zones_store import ZoneStore
 from assetcdn.shared.paths import CLIENT_ROOT, ZONE_CATEGORIES
 
 DEMO_ZONE = "demo"

@@ -3,7 +3,7 @@ two listeners are told apart by the local port a request arrived on.
 
 - The dashboard (`/dashboard/...`) and its session live only on the dashboard listener. Cookies ignore
   ports, so the browser also sends `cdn_session` to the edges (and they forward it here); it is honoured
-  only on the dashboard listener (assetcdn/control/auth.py), so a script that ever ran on the edges'
+  only on the dashboard listener (assetcdn/control/identity/auth.py), so a script that ever ran on the edges'
   origin, where stored files are served, could not act with it. The API listener answers `/dashboard`
   with a redirect to the dashboard's URL.
 - The dashboard listener never serves stored bytes as something a browser runs: storage downloads

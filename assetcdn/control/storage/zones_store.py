@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from assetcdn.control.database import Database
+from assetcdn.control.storage.database import Database
 from assetcdn.shared.errors import utc_now_iso
 
 

@@ -15,11 +15,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from assetcdn.control.cluster.registry import EdgeRegistry, FanOut
-from assetcdn.control.database import Transaction
-from assetcdn.control.edge_config import EdgeConfigStore
-from assetcdn.control.manifest_store import Generation, ManifestStore, Prepared, is_asset_path
+from assetcdn.control.publishing.edge_registry import EdgeRegistry, FanOut
+from assetcdn.control.storage.database import Transaction
+from assetcdn.control.storage.edge_config_store import EdgeConfigStore
 from assetcdn.control.storage.git_store import CommitResult, FileChange, GitStore, NothingToCommit
+from assetcdn.control.storage.manifest_store import (
+    Generation,
+    ManifestStore,
+    Prepared,
+    is_asset_path,
+)
 from assetcdn.control.webhooks.events import Change, Event, with_trailer
 from assetcdn.control.webhooks.outbox import Outbox
 from assetcdn.shared.edge_rules import RULE_FILES

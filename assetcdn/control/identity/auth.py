@@ -2,13 +2,13 @@
 
 Schemes: AccessKey header, AccountKey header, `x-api-key` (purge key or analytics key, by route),
 `Authorization: Bearer cdnsk_...` tokens (scoped, stored as SHA-256), and the `cdn_session` cookie
-(`assetcdn.control.session`: signed, expiring, ended at sign-out). All secret comparisons are constant-time.
+(`assetcdn.control.identity.session`: signed, expiring, ended at sign-out). All secret comparisons are constant-time.
 
 The session is the one scheme a browser sends by itself, so a route that accepts it is protected
 against cross-site request forgery twice: the cookie is SameSite=Strict, and a state-changing method
 (anything but GET, HEAD, OPTIONS) authenticated by the session must come from one of the dashboard's
 configured origins (`Origin` header, and `Sec-Fetch-Site: same-origin` when the browser sends it),
-else 403. The cookie is honoured only on the dashboard's own listener (assetcdn/control/dashboard_origin.py):
+else 403. The cookie is honoured only on the dashboard's own listener (assetcdn/control/identity/dashboard_origin.py):
 browsers send it to every port of the host, the edges' too. Opening a management route to the dashboard is then a matter of adding `session=True` to
 its entry in the route table.
 """
@@ -23,14 +23,14 @@ from enum import Enum
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from assetcdn.control.dashboard_config import DashboardConfig
-from assetcdn.control.dashboard_origin import on_dashboard_listener
-from assetcdn.control.session import SESSION_COOKIE, SessionBook
+from assetcdn.control.identity.dashboard_config import DashboardConfig
+from assetcdn.control.identity.dashboard_origin import on_dashboard_listener
+from assetcdn.control.identity.session import SESSION_COOKIE, SessionBook
 
-# Re-exported for callers of this module; assetcdn.control.session is their one implementation.
-from assetcdn.control.session import SESSION_TTL_S as SESSION_TTL_S
-from assetcdn.control.session import session_cookie_value as session_cookie_value
-from assetcdn.control.session import session_valid as session_valid
+# Re-exported for callers of this module; assetcdn.control.identity.session is their one implementation.
+from assetcdn.control.identity.session import SESSION_TTL_S as SESSION_TTL_S
+from assetcdn.control.identity.session import session_cookie_value as session_cookie_value
+from assetcdn.control.identity.session import session_valid as session_valid
 from assetcdn.shared.errors import ApiError, LegacyError, unauthorized
 from assetcdn.shared.middleware import uses_legacy_envelope
 from assetcdn.shared.secrets import Secrets

@@ -15,11 +15,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from assetcdn.control.audit import AuditLog
-from assetcdn.control.login_attempts import Attempt, AttemptLimiter, Refused
-from assetcdn.control.passkeys.ceremony import PasskeyCeremonies, PasskeyRejected
-from assetcdn.control.passkeys.store import Passkey
-from assetcdn.control.session import SessionBook
+from assetcdn.control.identity.login_attempts import Attempt, AttemptLimiter, Refused
+from assetcdn.control.identity.passkeys.ceremony import PasskeyCeremonies, PasskeyRejected
+from assetcdn.control.identity.passkeys.store import Passkey
+from assetcdn.control.identity.session import SessionBook
+from assetcdn.control.records.audit import AuditLog
 from assetcdn.shared.counter_store import client_key
 
 log = logging.getLogger(__name__)

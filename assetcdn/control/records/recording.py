@@ -18,10 +18,10 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from assetcdn.control.auth import PRINCIPAL
-from assetcdn.control.client_ip import client_ip, edge_addresses
-from assetcdn.control.request_log import control_entry
-from assetcdn.control.state import AUDIT, REGISTRY, REQUEST_LOG
+from assetcdn.control.app_keys import AUDIT, REQUEST_LOG
+from assetcdn.control.identity.auth import PRINCIPAL
+from assetcdn.control.records.client_ip import request_ip
+from assetcdn.control.records.request_log import control_entry
 from assetcdn.shared.cluster import PREFIX
 from assetcdn.shared.middleware import REQUEST_ID
 
@@ -37,12 +37,6 @@ LIST_FIELDS = {"Files": "files"}  # copied as a count
 
 ROUTE_AUDIT = web.AppKey("route_audit", dict)
 AUDIT_META = web.RequestKey("audit_meta", dict)
-
-
-def request_ip(request: web.Request) -> str:
-    registry = request.app.get(REGISTRY)
-    trusted = edge_addresses(e.url for e in registry.edges.values()) if registry else frozenset()
-    return client_ip(request, trusted)
 
 
 def _meta(request: web.Request, response: web.StreamResponse) -> dict[str, Any]:

@@ -36,9 +36,9 @@ from webauthn.helpers.structs import (
     UserVerificationRequirement,
 )
 
-from assetcdn.control.dashboard_config import DashboardConfig
-from assetcdn.control.labels import checked_label
-from assetcdn.control.passkeys.store import Passkey, PasskeyStore, PendingChallenges
+from assetcdn.control.identity.dashboard_config import DashboardConfig
+from assetcdn.control.identity.labels import checked_label
+from assetcdn.control.identity.passkeys.store import Passkey, PasskeyStore, PendingChallenges
 from assetcdn.shared.errors import bad_request, utc_now_iso
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The audit log: one entry per successful mutating control-plane call, kept 90 days in SQLite.
 
 Entry (README "Audit and request logs"): ``{timestamp, action, ip, userAgent (<= 256 chars), requestId, meta}``.
-Routes declare their action in the route table (``control.app``); ``control.recording`` appends
+Routes declare their action in the route table (``control.app``); ``control.records.recording`` appends
 the entries.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from assetcdn.control.database import Database
+from assetcdn.control.storage.database import Database
 
 RETENTION_DAYS = 90
 USER_AGENT_MAX = 256

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 from webauthn.helpers import bytes_to_base64url
 
-from assetcdn.control.database import Database
+from assetcdn.control.storage.database import Database
 from assetcdn.shared.counter_store import client_key
 from assetcdn.shared.errors import utc_now_iso
 

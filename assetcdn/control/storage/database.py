@@ -126,7 +126,7 @@ CREATE TABLE IF NOT EXISTS passkeys (
     created_at TEXT NOT NULL,
     last_used_at TEXT
 );
--- Pending passkey challenges are kept in memory (assetcdn/control/passkeys/store.py).
+-- Pending passkey challenges are kept in memory (assetcdn/control/identity/passkeys/store.py).
 DROP TABLE IF EXISTS webauthn_challenges;
 """
 

@@ -224,7 +224,7 @@ def _lock_data_dir(data_dir: Path) -> int:
 def dashboard_url(settings: Settings, host: str, dashboard_port: int) -> str:
     """Where to open the dashboard (control's own port for it): `dashboard.public_url`, else on
     localhost rather than an IP address, where browsers allow passkeys (as control reads it,
-    assetcdn/control/state.py)."""
+    assetcdn/control/app_keys.py)."""
     if configured := settings.get("dashboard", "public_url"):
         return str(configured).rstrip("/")
     try:

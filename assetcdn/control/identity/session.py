@@ -20,7 +20,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from assetcdn.control.database import Database
+from assetcdn.control.storage.database import Database
 
 SESSION_COOKIE = "cdn_session"
 LOGGED_IN_COOKIE = "cdn_logged_in"

@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from assetcdn.control.app_keys import REGISTRY
+
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
@@ -57,3 +59,10 @@ def client_ip(request: web.Request, trusted: frozenset[Address] = frozenset()) -
         if not is_trusted(address):
             return str(address)
     return str(_address(hops[0]) if hops else peer)
+
+
+def request_ip(request: web.Request) -> str:
+    """The client address of ``request``, believing the forwarding chain of loopback and registered edges."""
+    registry = request.app.get(REGISTRY)
+    trusted = edge_addresses(e.url for e in registry.edges.values()) if registry else frozenset()
+    return client_ip(request, trusted)

@@ -12,9 +12,9 @@ from typing import Any
 
 import orjson
 
-from assetcdn.control.auth import TokenGrant
-from assetcdn.control.database import Database
-from assetcdn.control.labels import checked_label
+from assetcdn.control.identity.auth import TokenGrant
+from assetcdn.control.identity.labels import checked_label
+from assetcdn.control.storage.database import Database
 from assetcdn.shared.errors import ApiError, bad_request, utc_now_iso
 
 log = logging.getLogger(__name__)
