@@ -381,7 +381,7 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app[METRICS] = Metrics("control")
     app[METRICS_KEY] = secrets.metrics_key
     app.middlewares.append(cluster.cluster_auth_middleware)
-    app[cluster.REPLAY_GUARD] = ReplayGuard()
+    app[cluster.EDGE_REPLAY_GUARD] = ReplayGuard()
     app.middlewares.append(auth_middleware)
     app.middlewares.append(audit_middleware)
     app[SETTINGS], app[SECRETS], app[DATA_DIR] = settings, secrets, Path(data_dir)

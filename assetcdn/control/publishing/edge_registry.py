@@ -24,7 +24,7 @@ PUSH_TIMEOUT_S = 5.0
 
 
 @dataclass
-class EdgeNode:
+class RegisteredEdge:
     name: str
     url: str
     registered_at: str
@@ -68,7 +68,7 @@ class EdgeRegistry:
         self._secret = cluster_secret
         self._timeout_s = edge_timeout_s
         self._observe = observe or (lambda kind, edge, seconds: None)
-        self.edges: dict[str, EdgeNode] = {}
+        self.edges: dict[str, RegisteredEdge] = {}
         self._session: aiohttp.ClientSession | None = None
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -84,10 +84,10 @@ class EdgeRegistry:
         if self._session:
             await self._session.close()
 
-    def register(self, name: str, url: str, generation: int) -> EdgeNode:
+    def register(self, name: str, url: str, generation: int) -> RegisteredEdge:
         node = self.edges.get(name)
         if node is None or node.url != url:
-            node = EdgeNode(name, url.rstrip("/"), utc_now_iso(), time.time(), generation)
+            node = RegisteredEdge(name, url.rstrip("/"), utc_now_iso(), time.time(), generation)
             self.edges[name] = node
         node.last_seen = time.time()
         node.generation = generation
@@ -101,7 +101,7 @@ class EdgeRegistry:
         node.generation = max(node.generation, generation)
         return True
 
-    def live_edges(self) -> list[EdgeNode]:
+    def live_edges(self) -> list[RegisteredEdge]:
         now = time.time()
         return [e for e in self.edges.values() if now - e.last_seen <= self._timeout_s]
 
@@ -109,7 +109,7 @@ class EdgeRegistry:
         now = time.time()
         return [e.public(now, self._timeout_s) for e in self.edges.values()]
 
-    async def _post(self, node: EdgeNode, path: str, message: dict[str, Any]) -> dict[str, Any]:
+    async def _post(self, node: RegisteredEdge, path: str, message: dict[str, Any]) -> dict[str, Any]:
         assert self._session is not None
         body = orjson.dumps({"v": PROTOCOL_VERSION, **message})
         headers = {"Content-Type": "application/json",
@@ -119,7 +119,7 @@ class EdgeRegistry:
                 raise RuntimeError(f"edge {node.name} answered {resp.status} to {path}")
             return orjson.loads(await resp.read())
 
-    async def _send(self, kind: str, node: EdgeNode, path: str, message: dict[str, Any]) -> dict[str, Any]:
+    async def _send(self, kind: str, node: RegisteredEdge, path: str, message: dict[str, Any]) -> dict[str, Any]:
         async with node.lock:
             started = time.perf_counter()
             reply = await self._post(node, path, message)
@@ -140,7 +140,7 @@ class EdgeRegistry:
             return FanOut((), (), 0.0)
         acked_at: dict[str, float] = {}
 
-        async def timed_send(node: EdgeNode) -> dict[str, Any]:
+        async def timed_send(node: RegisteredEdge) -> dict[str, Any]:
             reply = await self._send(kind, node, path, message)
             acked_at[node.name] = time.perf_counter()
             return reply

@@ -53,7 +53,7 @@ def _iso(value: float | None) -> str | None:
     return None if value is None else from_unix(value)
 
 
-class DeliveryLog:
+class WebhookDeliveries:
     def __init__(self, db: Database) -> None:
         self.db = db
 

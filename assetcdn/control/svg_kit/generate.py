@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import pyvips
 
-from assetcdn.control.pipeline import render
+from assetcdn.control.svg_kit import render
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.paths import RESERVED_ZONE_NAMES, ZONE_CATEGORIES
 from assetcdn.shared.svg_sanitize import sanitize_svg
