@@ -38,6 +38,7 @@ from benchmarks.hits_bench import (
     warm,
 )
 from benchmarks.load import run_wrk
+from tests.integration import harness
 from tests.integration.harness import RunningCdn, start_cdn
 
 SIZES = ["5 KB", "100 KB"]
@@ -45,10 +46,13 @@ SIZES = ["5 KB", "100 KB"]
 
 def start_from(checkout: Path, workdir: Path) -> RunningCdn:
     here = os.getcwd()
-    os.chdir(checkout)  # `assetcdn up` runs ``python -m assetcdn.shared.cli``: the checkout's code
+    os.chdir(checkout)  # `assetcdn up` runs ``python -m assetcdn.cli``: the checkout's code
+    # Checkouts before the supervisor left assetcdn/shared/ name it assetcdn.shared.cli.
+    harness.UP_MODULE = "assetcdn.cli" if (checkout / "assetcdn/cli.py").exists() else "assetcdn.shared.cli"
     try:
         return start_cdn(workdir, workers=1, env_extra={"ASSETCDN_EDGE_MEMORY_CACHE_MB": "512"})
     finally:
+        harness.UP_MODULE = "assetcdn.cli"
         os.chdir(here)
 
 

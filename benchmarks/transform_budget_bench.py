@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.transform_budget_bench [--env KEY=VALUE ...] [--misses 40]
 
 Builds, with pyvips, a 9,000-frame 100x100 GIF (about 2.8 MB) and a 4000x4000 SVG whose one
-rectangle has a large feGaussianBlur, starts `python -m assetcdn.shared.cli up` (one edge, one worker)
+rectangle has a large feGaussianBlur, starts `python -m assetcdn.cli up` (one edge, one worker)
 from the current directory on free loopback ports, uploads both, and asks /api/transform for
 each REQUEST twice (the second answer shows the negative cache). It prints the status and
 seconds of each answer and the RSS of the edge process (and of its image workers, when it has
@@ -173,7 +173,7 @@ def main() -> None:
     env = {**os.environ, **KEYS, **dict(item.split("=", 1) for item in args.env)}
     env.pop("ASSETCDN_CONFIG", None)
     log_path = tmp / "up.log"
-    command = [sys.executable, "-m", "assetcdn.shared.cli", "up", "--data-dir", str(data_dir), "--host", "127.0.0.1",
+    command = [sys.executable, "-m", "assetcdn.cli", "up", "--data-dir", str(data_dir), "--host", "127.0.0.1",
                "--edge-port", str(base), "--control-port", str(base + 1), "--edges", "1", "--workers", "1",
                "--no-demo"]
     with open(log_path, "wb") as log:

@@ -35,7 +35,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from assetcdn.control.database import open_database
+from assetcdn.control.storage.database import open_database
 from assetcdn.control.webhooks.events import Event
 from assetcdn.control.webhooks.outbox import Outbox
 from tests.control.webhooks.receiver import Receiver

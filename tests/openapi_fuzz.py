@@ -26,7 +26,7 @@ from typing import Any
 
 import aiohttp
 
-from assetcdn.control.tokens import SCOPES
+from assetcdn.control.identity.tokens import SCOPES
 from assetcdn.shared.openapi import document
 from assetcdn.shared.secrets import SECRETS_FILE
 from tests.control.signin_client import session_from

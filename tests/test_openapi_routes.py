@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import ROUTES as CONTROL_ROUTES
 from assetcdn.control.app import create_app
-from assetcdn.control.auth import Access, Key
+from assetcdn.control.identity.auth import Access, Key
 from assetcdn.edge.app import CLUSTER_ROUTES, PUBLIC_ROUTES
 from assetcdn.edge.proxy import forward_to_control
 from assetcdn.shared.cluster import PREFIX

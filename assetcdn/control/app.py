@@ -16,64 +16,7 @@ from assetcdn.control.acme.issuer import open_issuer
 from assetcdn.control.ai.analysis import AiVisionSettings, ImageAnalysis
 from assetcdn.control.analytics.ingest import SeenBatches
 from assetcdn.control.analytics.store import AnalyticsStore
-from assetcdn.control.audit import AuditLog
-from assetcdn.control.auth import (
-    AUTHENTICATOR,
-    ROUTE_ACCESS,
-    Access,
-    Authenticator,
-    Key,
-    accepts,
-    auth_middleware,
-)
-from assetcdn.control.chat.setup import open_chat
-from assetcdn.control.cluster.registry import EdgeRegistry
-from assetcdn.control.dashboard_config import DashboardConfig
-from assetcdn.control.dashboard_origin import (
-    DASHBOARD_PORTS,
-    DASHBOARD_URL,
-    dashboard_origin_middleware,
-    stored_bytes_inert,
-)
-from assetcdn.control.database import Database, open_database
-from assetcdn.control.demo import install_demo
-from assetcdn.control.edge_config import EdgeConfigStore
-from assetcdn.control.login_attempts import CounterAttemptLimiter
-from assetcdn.control.manifest_store import ManifestStore
-from assetcdn.control.passkeys.ceremony import PasskeyCeremonies, user_handle
-from assetcdn.control.passkeys.store import PasskeyStore, PendingChallenges
-from assetcdn.control.publish import Publisher
-from assetcdn.control.rate_limit import SharedRateLimiter
-from assetcdn.control.recording import ROUTE_AUDIT, audit_middleware, request_log_middleware
-from assetcdn.control.request_log import RequestLog
-from assetcdn.control.retention import prune_forever
-from assetcdn.control.routes import (
-    ai,
-    analytics,
-    assets,
-    audit_logs,
-    chat,
-    cluster,
-    dashboard,
-    dashboard_login,
-    domains,
-    health,
-    insights,
-    logs,
-    passkeys,
-    pipeline,
-    purge,
-    rules,
-    search,
-    storage,
-    tokens,
-    webhooks,
-    zones,
-)
-from assetcdn.control.search.setup import open_search
-from assetcdn.control.session import SessionBook
-from assetcdn.control.signin import SignIn
-from assetcdn.control.state import (
+from assetcdn.control.app_keys import (
     ANALYTICS,
     ANALYTICS_BATCHES,
     AUDIT,
@@ -108,11 +51,68 @@ from assetcdn.control.state import (
     dashboard_url_of,
     public_url_of,
 )
+from assetcdn.control.chat.setup import open_chat
+from assetcdn.control.identity.auth import (
+    AUTHENTICATOR,
+    ROUTE_ACCESS,
+    Access,
+    Authenticator,
+    Key,
+    accepts,
+    auth_middleware,
+)
+from assetcdn.control.identity.dashboard_config import DashboardConfig
+from assetcdn.control.identity.dashboard_origin import (
+    DASHBOARD_PORTS,
+    DASHBOARD_URL,
+    dashboard_origin_middleware,
+    stored_bytes_inert,
+)
+from assetcdn.control.identity.login_attempts import CounterAttemptLimiter
+from assetcdn.control.identity.passkeys.ceremony import PasskeyCeremonies, user_handle
+from assetcdn.control.identity.passkeys.store import PasskeyStore, PendingChallenges
+from assetcdn.control.identity.rate_limit import SharedRateLimiter
+from assetcdn.control.identity.session import SessionBook
+from assetcdn.control.identity.signin import SignIn
+from assetcdn.control.identity.tokens import TokenStore
+from assetcdn.control.publishing.demo import install_demo
+from assetcdn.control.publishing.edge_registry import EdgeRegistry
+from assetcdn.control.publishing.publisher import Publisher
+from assetcdn.control.records.audit import AuditLog
+from assetcdn.control.records.recording import ROUTE_AUDIT, audit_middleware, request_log_middleware
+from assetcdn.control.records.request_log import RequestLog
+from assetcdn.control.records.retention import prune_forever
+from assetcdn.control.routes import (
+    ai,
+    analytics,
+    assets,
+    audit_logs,
+    chat,
+    cluster,
+    dashboard,
+    dashboard_login,
+    domains,
+    health,
+    insights,
+    logs,
+    passkeys,
+    pipeline,
+    purge,
+    rules,
+    search,
+    storage,
+    tokens,
+    webhooks,
+    zones,
+)
+from assetcdn.control.search.setup import open_search
+from assetcdn.control.storage.database import Database, open_database
+from assetcdn.control.storage.edge_config_store import EdgeConfigStore
 from assetcdn.control.storage.git_store import GitStore
-from assetcdn.control.tokens import TokenStore
+from assetcdn.control.storage.manifest_store import ManifestStore
+from assetcdn.control.storage.zones_store import ZoneStore
 from assetcdn.control.video.ingest import VideoIngester
 from assetcdn.control.webhooks.service import webhooks_context
-from assetcdn.control.zones_store import ZoneStore
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
 from assetcdn.shared.config import Settings
 from assetcdn.shared.counter_store import counters_from_settings
@@ -150,7 +150,7 @@ class Route:
 
 # The dashboard's session (`session=True`) is accepted on the routes the dashboard uses: storage, zones,
 # domains, rules, statistics and insights, tokens, purge, webhooks, logs and its status. A state-changing call
-# with it must come from the dashboard's origin (assetcdn.control.auth), so other sites cannot forge one.
+# with it must come from the dashboard's origin (assetcdn.control.identity.auth), so other sites cannot forge one.
 STORAGE_READ = accepts(Key.ACCESS, scope="storage:read", session=True)
 STORAGE_HEAD = accepts(Key.ACCESS, scope="storage:read", session=True)
 STORAGE_WRITE = accepts(Key.ACCESS, scope="storage:write", session=True)
@@ -340,7 +340,7 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
 
 async def _restore_damaged_branch(git: GitStore, db: Database) -> None:
     """A `main` that names no readable commit goes back to the newest commit a manifest generation
-    recorded: every acknowledged write has one (assetcdn/control/publish.py records it before answering)."""
+    recorded: every acknowledged write has one (assetcdn/control/publishing/publisher.py records it before answering)."""
     if not await git.run(git.branch_damaged):
         return
     rows = await db.fetch("SELECT commit_id FROM manifest_generations WHERE commit_id != '' ORDER BY generation DESC")
@@ -381,7 +381,7 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app[METRICS] = Metrics("control")
     app[METRICS_KEY] = secrets.metrics_key
     app.middlewares.append(cluster.cluster_auth_middleware)
-    app[cluster.REPLAY_GUARD] = ReplayGuard()
+    app[cluster.EDGE_REPLAY_GUARD] = ReplayGuard()
     app.middlewares.append(auth_middleware)
     app.middlewares.append(audit_middleware)
     app[SETTINGS], app[SECRETS], app[DATA_DIR] = settings, secrets, Path(data_dir)

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from assetcdn.control.state import SETTINGS
+from assetcdn.control.app_keys import SETTINGS
 from assetcdn.shared import request_body
 from assetcdn.shared.errors import bad_request
 from assetcdn.shared.request_body import MB, RouteBody, in_route_envelope, route_body, size_text

@@ -1,4 +1,4 @@
-"""The edge's copy of the configuration control publishes (assetcdn/control/edge_config.py builds it): the
+"""The edge's copy of the configuration control publishes (assetcdn/control/storage/edge_config_store.py builds it): the
 `_headers` / `_redirects` rules (parsed by assetcdn/shared/edge_rules.py) and the custom domains, and how a
 request's host and path map to a CDN path. Applied by every delivery response, never by forwarded
 API calls."""

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import BaseTestServer, TestServer
 
-from assetcdn.control.state import VIDEO_INGEST
+from assetcdn.control.app_keys import VIDEO_INGEST
 from assetcdn.control.video.demo import write_synthetic_video
 from tests.browser.headless_chromium import find_chromium
 from tests.browser.player_page import player_app

@@ -29,7 +29,7 @@ import assetcdn.control.app  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
 from assetcdn.control.analytics.hits import Hit
-from assetcdn.control.state import ANALYTICS, REGISTRY, VIDEO_INGEST
+from assetcdn.control.app_keys import ANALYTICS, REGISTRY, VIDEO_INGEST
 from assetcdn.control.video.demo import write_synthetic_video
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE

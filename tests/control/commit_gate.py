@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.state import PUBLISHER
+from assetcdn.control.app_keys import PUBLISHER
 
 QUEUE_WAIT_S = 60  # bound on how long a request may take to reach the lock on a loaded machine
 
@@ -44,7 +44,7 @@ async def held_commit_lock(client: TestClient) -> AsyncIterator[CommitGate]:
     """Replace the app's commit lock with a held gate; leaving the block releases it."""
     publisher = client.app[PUBLISHER]
     gate = CommitGate()
-    publisher._lock = gate  # the one lock that orders commits (assetcdn/control/publish.py)
+    publisher._lock = gate  # the one lock that orders commits (assetcdn/control/publishing/publisher.py)
     await gate.acquire()
     try:
         yield gate

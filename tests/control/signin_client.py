@@ -15,7 +15,7 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import create_app
-from assetcdn.control.dashboard_origin import DASHBOARD_PORTS
+from assetcdn.control.identity.dashboard_origin import DASHBOARD_PORTS
 from assetcdn.shared.config import load_settings
 from tests.control.conftest import SECRETS
 from tests.control.soft_authenticator import SoftAuthenticator
@@ -32,7 +32,7 @@ ControlFactory = Callable[..., Awaitable[TestClient]]
 @pytest.fixture
 def make_control(aiohttp_client, data_dir: Path) -> ControlFactory:  # type: ignore[no-untyped-def]
     """`await make_control(**env)`: a control app with the dashboard password and settings from `env`,
-    its test server being the dashboard's own listener (assetcdn/control/dashboard_origin.py)."""
+    its test server being the dashboard's own listener (assetcdn/control/identity/dashboard_origin.py)."""
     async def start(secrets: Any = SIGNIN_SECRETS, **env: str) -> TestClient:
         return as_dashboard_listener(await aiohttp_client(create_app(load_settings(environ=env), secrets, data_dir)))
     return start

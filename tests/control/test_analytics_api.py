@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient
 from assetcdn.control.analytics.hits import COUNTER_MAX, MAX_HIT_BYTES
 from assetcdn.control.analytics.ingest import MAX_BATCH_HITS
 from assetcdn.control.app import create_app
-from assetcdn.control.state import COUNTERS
+from assetcdn.control.app_keys import COUNTERS
 from assetcdn.shared import API_VERSION
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.config import load_settings

@@ -1,4 +1,4 @@
-"""The dashboard's own listener (assetcdn/control/dashboard_origin.py): the session is honoured there only,
+"""The dashboard's own listener (assetcdn/control/identity/dashboard_origin.py): the session is honoured there only,
 control's API listener sends /dashboard to it, and stored files there are inert downloads."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.dashboard_origin import DASHBOARD_PORTS
+from assetcdn.control.identity.dashboard_origin import DASHBOARD_PORTS
 from assetcdn.shared.content_security import SANDBOX_CSP
 from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.signin_client import (  # noqa: F401 (make_control is a fixture)

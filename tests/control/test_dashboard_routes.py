@@ -8,9 +8,9 @@ import hashlib
 import pytest
 from aiohttp.test_utils import TestClient
 
+from assetcdn.control.app_keys import SESSION_SCOPES
+from assetcdn.control.identity.tokens import SCOPES
 from assetcdn.control.routes.dashboard import static_files
-from assetcdn.control.state import SESSION_SCOPES
-from assetcdn.control.tokens import SCOPES
 from tests.control.conftest import ACCOUNT
 from tests.control.expect import expect_error
 from tests.control.signin_client import (  # noqa: F401 (make_control is a fixture)

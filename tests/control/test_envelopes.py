@@ -8,7 +8,7 @@ import uuid
 import pytest
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.auth import SESSION_COOKIE, session_cookie_value
+from assetcdn.control.identity.auth import SESSION_COOKIE, session_cookie_value
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error
 from tests.control.signin_client import as_dashboard_listener
@@ -109,7 +109,7 @@ async def test_unknown_api_paths_are_404_in_the_standard_envelope(control: TestC
 class TestSessionCookie:
     @pytest.fixture(autouse=True)
     def on_the_dashboard_listener(self, control: TestClient) -> None:
-        as_dashboard_listener(control)  # the session is honoured there only (assetcdn/control/dashboard_origin.py)
+        as_dashboard_listener(control)  # the session is honoured there only (assetcdn/control/identity/dashboard_origin.py)
 
     async def test_valid_session_reads_storage(self, control: TestClient, zone: str) -> None:
         cookie = session_cookie_value(SECRETS.session_secret, nonce=uuid.uuid4().hex)
@@ -125,7 +125,7 @@ class TestSessionCookie:
     async def test_session_writes_only_from_the_dashboard_origin(self, control: TestClient, zone: str) -> None:
         cookie = {"Cookie": f"{SESSION_COOKIE}={session_cookie_value(SECRETS.session_secret, nonce='n')}"}
         resp = await control.put("/api/storage/akande/v1/logos/logo.svg", data=b"<svg/>", headers=cookie)
-        await expect_error(resp, 403, "Forbidden")  # no Origin: not the dashboard (assetcdn.control.auth)
+        await expect_error(resp, 403, "Forbidden")  # no Origin: not the dashboard (assetcdn.control.identity.auth)
         resp = await control.put("/api/storage/akande/v1/logos/logo.svg", data=b"<svg/>",
                                  headers={**cookie, "Origin": "http://localhost:8787"})
         assert resp.status == 201

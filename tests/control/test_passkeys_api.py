@@ -8,8 +8,11 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.passkeys.store import MAX_LIVE_CHALLENGES, MAX_LIVE_CHALLENGES_PER_CLIENT
-from assetcdn.control.state import AUDIT, PASSKEYS
+from assetcdn.control.app_keys import AUDIT, PASSKEYS
+from assetcdn.control.identity.passkeys.store import (
+    MAX_LIVE_CHALLENGES,
+    MAX_LIVE_CHALLENGES_PER_CLIENT,
+)
 from tests.control.expect import expect_error
 from tests.control.signin_client import (  # noqa: F401 (make_control is a fixture)
     auth_options,

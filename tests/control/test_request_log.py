@@ -19,9 +19,9 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 
 from assetcdn.control.app import create_app
-from assetcdn.control.request_log import RequestLog, delivery_entry
+from assetcdn.control.app_keys import REQUEST_LOG
+from assetcdn.control.records.request_log import RequestLog, delivery_entry
 from assetcdn.control.routes import logs as logs_route
-from assetcdn.control.state import REQUEST_LOG
 from assetcdn.shared.config import Settings, load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error, parse_time

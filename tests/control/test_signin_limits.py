@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from assetcdn.control.login_attempts import Attempt, CounterAttemptLimiter, Refused
+from assetcdn.control.identity.login_attempts import Attempt, CounterAttemptLimiter, Refused
 from assetcdn.shared.counter_store import Counters, Limit, SqliteCounterStore
 
 

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient
 from yarl import URL
 
 from assetcdn.control.app import create_app
-from assetcdn.control.state import MANIFEST
+from assetcdn.control.app_keys import MANIFEST
 from assetcdn.shared.config import load_settings
 from tests.control.commit_gate import held_commit_lock
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS

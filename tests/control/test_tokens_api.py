@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.state import DB, TOKENS
-from assetcdn.control.tokens import MAX_ACTIVE_TOKENS, SCOPES, TokenRequest
+from assetcdn.control.app_keys import DB, TOKENS
+from assetcdn.control.identity.tokens import MAX_ACTIVE_TOKENS, SCOPES, TokenRequest
 from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import expect_error, head_commit, parse_time
 

@@ -13,8 +13,8 @@ from urllib.parse import quote
 import pytest
 from aiohttp.test_utils import TestClient
 
+from assetcdn.control.app_keys import PUBLISHER
 from assetcdn.control.routes.zones import zone_scaffold
-from assetcdn.control.state import PUBLISHER
 from assetcdn.shared.cluster import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import commit_count, expect_error, head_commit

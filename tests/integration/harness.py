@@ -75,9 +75,12 @@ def wait_gone(pids: set[int], timeout_s: float = 60) -> set[int]:
     return left
 
 
+UP_MODULE = "assetcdn.cli"  # the `up` supervisor; benchmarks/compare_hits.py names an older checkout's
+
+
 def up_command(data_dir: Path, *, edge_port: int, control_port: int, dashboard_port: int, edges: int = 1,
                workers: int = 1, demo: bool = False) -> list[str]:
-    command = [sys.executable, "-m", "assetcdn.shared.cli", "up", "--data-dir", str(data_dir), "--host", "127.0.0.1",
+    command = [sys.executable, "-m", UP_MODULE, "up", "--data-dir", str(data_dir), "--host", "127.0.0.1",
                "--edge-port", str(edge_port), "--control-port", str(control_port),
                "--dashboard-port", str(dashboard_port), "--edges", str(edges), "--workers", str(workers)]
     if not demo:

@@ -87,7 +87,7 @@ class Cluster:
 
 def _start_edge(name: str, address: str, plain_port: int, https_port: int, control_url: str,
                 cache_dir: Path, log: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "assetcdn.shared.cli", "edge", "--control-url", control_url, "--name", name,
+    command = [sys.executable, "-m", "assetcdn.cli", "edge", "--control-url", control_url, "--name", name,
                "--host", address, "--port", str(plain_port), "--https-port", str(https_port),
                "--cache-dir", str(cache_dir), "--advertise-host", address]
     with open(log, "wb") as out:

@@ -33,9 +33,9 @@ from assetcdn.control.acme.store import (
     CertificateStore,
     describe_chain,
 )
-from assetcdn.control.cluster.registry import EdgeRegistry
-from assetcdn.control.database import Database
-from assetcdn.control.edge_config import EdgeConfigStore
+from assetcdn.control.publishing.edge_registry import EdgeRegistry
+from assetcdn.control.storage.database import Database
+from assetcdn.control.storage.edge_config_store import EdgeConfigStore
 from assetcdn.shared.config import Settings
 from assetcdn.shared.tls_state import TLS_STATE_PATH, CertificateEntry, TlsState
 

@@ -19,7 +19,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from assetcdn.control.acme.authority import write_private
-from assetcdn.control.database import Database
+from assetcdn.control.storage.database import Database
 from assetcdn.shared.errors import utc_now_iso
 from assetcdn.shared.timestamps import as_iso_utc
 

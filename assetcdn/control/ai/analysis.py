@@ -47,7 +47,7 @@ from assetcdn.control.ai.vision_endpoint import (
     clean_alt,
     moderation_scores,
 )
-from assetcdn.control.database import Database
+from assetcdn.control.storage.database import Database
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.shared.counter_store import Counters
 from assetcdn.shared.errors import ApiError, not_found, utc_now_iso

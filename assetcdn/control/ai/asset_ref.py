@@ -76,7 +76,7 @@ def is_absolute(raw: str) -> bool:
     return raw.startswith("//") or bool(_SCHEME.match(raw))
 
 
-def parse_asset_url(raw: object, hosts: OwnHosts | None = None) -> str:
+def cdn_path_of_url(raw: object, hosts: OwnHosts | None = None) -> str:
     """The CDN path (no leading '/') the `url` value names; ApiError 400 (or 404 for another zone's path on
     a tenant host). `hosts` is needed only for absolute URLs."""
     if raw is None or (isinstance(raw, str) and raw.strip() == ""):

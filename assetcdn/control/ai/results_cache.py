@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from assetcdn.control.database import Database
+from assetcdn.control.storage.database import Database
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS ai_results (

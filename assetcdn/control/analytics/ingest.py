@@ -38,7 +38,7 @@ from assetcdn.control.analytics.hits import (
     zone_of_path,
 )
 from assetcdn.control.analytics.store import RETENTION_DAYS, DailyCounts, utc_day
-from assetcdn.control.request_log import Entry, delivery_entry
+from assetcdn.control.records.request_log import Entry, delivery_entry
 
 BATCH_VERSIONS = (1, 2)
 MAX_BATCH_HITS = 10_000

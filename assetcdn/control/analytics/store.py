@@ -42,7 +42,7 @@ from assetcdn.control.analytics.hits import (
     is_delivery,
 )
 from assetcdn.control.analytics.params import ANALYTICS_DAYS_MAXIMUM, DAYS_MAXIMUM
-from assetcdn.control.database import Database, open_database
+from assetcdn.control.storage.database import Database, open_database
 from assetcdn.shared.manifest import human_size
 
 RETENTION_DAYS = 90

@@ -14,8 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
+from assetcdn.control.app_keys import DASHBOARD, MANIFEST, REGISTRY, public_url
 from assetcdn.control.routes.health import control_checks
-from assetcdn.control.state import DASHBOARD, MANIFEST, REGISTRY, public_url
 from assetcdn.shared import API_VERSION
 from assetcdn.shared.errors import utc_now_iso
 from assetcdn.shared.timestamps import from_unix

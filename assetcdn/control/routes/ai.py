@@ -14,10 +14,10 @@ from typing import Any
 from aiohttp import web
 
 from assetcdn.control.ai.analysis import ImageAnalysis
-from assetcdn.control.ai.asset_ref import OwnHosts, is_absolute, parse_asset_url
-from assetcdn.control.auth import PRINCIPAL
+from assetcdn.control.ai.asset_ref import OwnHosts, cdn_path_of_url, is_absolute
+from assetcdn.control.app_keys import EDGE_CONFIG, REGISTRY, SETTINGS, public_url
+from assetcdn.control.identity.auth import PRINCIPAL
 from assetcdn.control.request_body import read_json
-from assetcdn.control.state import EDGE_CONFIG, REGISTRY, SETTINGS, public_url
 from assetcdn.shared.errors import ApiError, bad_request
 from assetcdn.shared.middleware import json_response
 
@@ -46,7 +46,7 @@ async def _asset_url(request: web.Request) -> Any:
 async def _answer(request: web.Request, kind: str) -> web.Response:
     raw = await _asset_url(request)
     hosts = await _own_hosts(request) if isinstance(raw, str) and is_absolute(raw) else None
-    cdn_path = parse_asset_url(raw, hosts)
+    cdn_path = cdn_path_of_url(raw, hosts)
     principal = request.get(PRINCIPAL)
     allow_private = principal is not None and principal.kind == "key"
     fields, cached = await request.app[IMAGE_ANALYSIS].analyse(kind, cdn_path, allow_private=allow_private)

@@ -31,23 +31,23 @@ from assetcdn.control.analytics.ingest import (
 )
 from assetcdn.control.analytics.params import ANALYTICS_DAYS_MAXIMUM, parse_days
 from assetcdn.control.analytics.store import DailyCounts
-from assetcdn.control.auth import AUTHENTICATOR, Key, accepts
-from assetcdn.control.rate_limit import RateDecision, client_key
-from assetcdn.control.recording import request_ip
-from assetcdn.control.request_body import read_body
-from assetcdn.control.state import (
+from assetcdn.control.app_keys import (
     ANALYTICS,
     ANALYTICS_BATCHES,
     REQUEST_LOG,
     SETTINGS,
     TRACK_LIMITER,
 )
+from assetcdn.control.identity.auth import AUTHENTICATOR, Key, accepts
+from assetcdn.control.identity.rate_limit import Decision, client_key, rate_headers
+from assetcdn.control.records.client_ip import request_ip
+from assetcdn.control.request_body import read_body
 from assetcdn.shared.errors import LegacyError, bad_request, utc_now_iso
 from assetcdn.shared.middleware import json_response
 
 from .cluster import CLUSTER_BODY
 
-UNLIMITED = RateDecision(allowed=True, limit=0, remaining=0, retry_after_s=1)
+UNLIMITED = Decision(allowed=True, limit=0, remaining=0, reset_at=0.0, decided_at=0.0)
 ANALYTICS_KEY = accepts(Key.ANALYTICS)
 
 
@@ -76,8 +76,8 @@ async def track_hit(request: web.Request) -> web.Response:
     if not decision.allowed:
         raise LegacyError(429, "Rate limit exceeded",
                           f"At most {decision.limit} analytics hits per client in this window; "
-                          f"retry in {decision.retry_after_s} s.",
-                          headers=decision.headers())
+                          f"retry in {decision.retry_after_s()} s.",
+                          headers=rate_headers(decision))
     await request.app[ANALYTICS].record_hit(hit)
     return json_response({"ok": True}, headers=decision.headers())
 

@@ -8,7 +8,7 @@ import posixpath
 import orjson
 from aiohttp import web
 
-from assetcdn.control.state import MANIFEST, public_url
+from assetcdn.control.app_keys import MANIFEST, public_url
 from assetcdn.shared.errors import bad_request, not_found, utc_now_iso
 from assetcdn.shared.manifest import ManifestEntry, human_size
 from assetcdn.shared.middleware import json_response

@@ -13,13 +13,12 @@ import logging
 import orjson
 from aiohttp import web
 
+from assetcdn.control.app_keys import CHAT, CHAT_LIMITER, CHAT_QUOTA
 from assetcdn.control.chat.conversation import parse_question
 from assetcdn.control.chat.sse import HEADERS, frame
-from assetcdn.control.rate_limit import client_key
-from assetcdn.control.recording import request_ip
+from assetcdn.control.identity.rate_limit import client_key, rate_headers
+from assetcdn.control.records.client_ip import request_ip
 from assetcdn.control.request_body import read_body
-from assetcdn.control.routes.search import rate_headers
-from assetcdn.control.state import CHAT, CHAT_LIMITER, CHAT_QUOTA
 from assetcdn.shared.errors import LegacyError
 
 log = logging.getLogger(__name__)
@@ -41,7 +40,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     if not decision.allowed:
         raise LegacyError(429, "rate_limit_exceeded",
                           f"Rate limit exceeded: at most {decision.limit} chat questions a minute per client. "
-                          f"Retry in {decision.retry_after_s} s.", headers=rate_headers(decision))
+                          f"Retry in {decision.retry_after_s()} s.", headers=rate_headers(decision))
     allowance = await request.app[CHAT_QUOTA].take(with_model=request.app[CHAT].model is not None)
     if allowance is None:
         raise LegacyError(429, "limit_reached", MONTHLY_LIMIT_MESSAGE, extra={"message": MONTHLY_LIMIT_MESSAGE})

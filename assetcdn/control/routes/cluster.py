@@ -11,7 +11,7 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from assetcdn.control.state import (
+from assetcdn.control.app_keys import (
     CERTIFICATES,
     EDGE_CONFIG,
     GIT,
@@ -26,7 +26,7 @@ from assetcdn.shared.middleware import json_response
 
 CLUSTER_BODY = web.RequestKey("cluster_body", bytes)
 # Nonces control has accepted (set by `assetcdn.control.app.create_app`; control is one process).
-REPLAY_GUARD = web.AppKey("cluster_replay_guard", ReplayGuard)
+EDGE_REPLAY_GUARD = web.AppKey("edge_replay_guard", ReplayGuard)
 
 
 @web.middleware
@@ -36,7 +36,7 @@ async def cluster_auth_middleware(request: web.Request, handler: Handler) -> web
     body = await request.read()
     path_qs = request.rel_url.path_qs
     if not verify_request(request.app[SECRETS].cluster_secret, request.method, path_qs, body, request.headers,
-                          guard=request.app[REPLAY_GUARD]):
+                          guard=request.app[EDGE_REPLAY_GUARD]):
         raise ApiError(401, "Unauthorized", "Cluster requests must be signed with the cluster secret, once.")
     request[CLUSTER_BODY] = body
     return await handler(request)

@@ -5,7 +5,7 @@ every edge).
 
 The page and its modules come from `assetcdn/control/dashboard/`; they call the management API with the
 session cookie, which the route table accepts on the routes the dashboard uses (CSRF: SameSite=Strict
-cookie and the Origin check of `assetcdn.control.auth`). The page's Content-Security-Policy allows only its
+cookie and the Origin check of `assetcdn.control.identity.auth`). The page's Content-Security-Policy allows only its
 own files: no inline script, nothing from another origin.
 """
 
@@ -21,11 +21,11 @@ from pathlib import Path
 
 from aiohttp import web
 
+from assetcdn.control.app_keys import DASHBOARD, SESSIONS, public_url
 from assetcdn.control.dashboard.status import status_report
-from assetcdn.control.dashboard_config import canonical_origin
-from assetcdn.control.dashboard_origin import on_dashboard_listener
-from assetcdn.control.session import SESSION_COOKIE
-from assetcdn.control.state import DASHBOARD, SESSIONS, public_url
+from assetcdn.control.identity.dashboard_config import canonical_origin
+from assetcdn.control.identity.dashboard_origin import on_dashboard_listener
+from assetcdn.control.identity.session import SESSION_COOKIE
 from assetcdn.shared.middleware import json_response
 
 ROOT = Path(__file__).resolve().parent.parent / "dashboard"
@@ -36,7 +36,7 @@ CONTENT_TYPES = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "t
                  ".txt": "text/plain", ".png": "image/png", ".ico": "image/x-icon"}
 # media-src blob: is what hls.js needs (its MediaSource URLs; it runs without a worker here). Previews
 # of public files and HLS streams come from the edges' public origin (the dashboard's own serves no
-# stored file as itself, assetcdn/control/dashboard_origin.py): images, media and fetches only, never scripts.
+# stored file as itself, assetcdn/control/identity/dashboard_origin.py): images, media and fetches only, never scripts.
 PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'{edges}; "
             "img-src 'self' data: blob:{edges}; media-src 'self' blob:{edges}; form-action 'self'; "
             "frame-ancestors 'none'; base-uri 'none'")

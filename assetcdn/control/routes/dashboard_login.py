@@ -1,4 +1,4 @@
-"""The dashboard's sign-in pages, served by control on the dashboard's own listener (assetcdn/control/dashboard_origin.py).
+"""The dashboard's sign-in pages, served by control on the dashboard's own listener (assetcdn/control/identity/dashboard_origin.py).
 
 GET /dashboard/login (the page), POST /dashboard/login (form field `password`: 302 with the session
 cookies, 401 page when wrong, 429 page with Retry-After when the IP has too many failures),
@@ -18,14 +18,14 @@ from urllib.parse import parse_qs
 from aiohttp import web
 from multidict import CIMultiDict
 
-from assetcdn.control.auth import cross_origin_refusal
-from assetcdn.control.dashboard_config import DashboardConfig
-from assetcdn.control.login_attempts import Refused
-from assetcdn.control.recording import request_ip
+from assetcdn.control.app_keys import DASHBOARD, PASSKEYS, SESSIONS, SIGN_IN
+from assetcdn.control.identity.auth import cross_origin_refusal
+from assetcdn.control.identity.dashboard_config import DashboardConfig
+from assetcdn.control.identity.login_attempts import Refused
+from assetcdn.control.identity.session import SESSION_COOKIE, clearing_cookies, issuing_cookies
+from assetcdn.control.identity.signin import Caller, Denied, Granted
+from assetcdn.control.records.client_ip import request_ip
 from assetcdn.control.request_body import read_body
-from assetcdn.control.session import SESSION_COOKIE, clearing_cookies, issuing_cookies
-from assetcdn.control.signin import Caller, Denied, Granted
-from assetcdn.control.state import DASHBOARD, PASSKEYS, SESSIONS, SIGN_IN
 from assetcdn.shared.middleware import REQUEST_ID
 
 PAGES = Path(__file__).resolve().parent.parent / "signin_page"

@@ -21,9 +21,9 @@ from typing import Any
 from aiohttp import web
 
 from assetcdn.control.acme.store import CertificateRecord
-from assetcdn.control.edge_config import Domain
+from assetcdn.control.app_keys import CERTIFICATES, EDGE_CONFIG, PUBLISHER, SETTINGS
 from assetcdn.control.request_body import read_json
-from assetcdn.control.state import CERTIFICATES, EDGE_CONFIG, PUBLISHER, SETTINGS
+from assetcdn.control.storage.edge_config_store import Domain
 from assetcdn.shared.errors import bad_request, conflict, not_found, utc_now_iso
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.timestamps import as_iso_utc

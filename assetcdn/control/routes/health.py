@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from assetcdn.control.state import (
+from assetcdn.control.app_keys import (
     CERTIFICATES,
     CHAT,
     COUNTERS,

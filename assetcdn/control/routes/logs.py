@@ -1,5 +1,5 @@
 """Operations: GET /api/logs (AccountKey), the request log buffered in storage: the control plane's
-requests and the deliveries every edge served (``control.request_log``; ``node`` and ``cache`` tell
+requests and the deliveries every edge served (``control.records.request_log``; ``node`` and ``cache`` tell
 them apart).
 
 JSON page (the API reference's shape): ``{records[], count, cursor}``, newest first. Query: ``limit`` (1-500, default
@@ -23,8 +23,8 @@ import orjson
 from aiohttp import web
 
 from assetcdn.control.analytics.params import parse_limit
-from assetcdn.control.request_log import LEVELS, iso_now
-from assetcdn.control.state import REQUEST_LOG
+from assetcdn.control.app_keys import REQUEST_LOG
+from assetcdn.control.records.request_log import LEVELS, iso_now
 from assetcdn.shared.errors import bad_request
 from assetcdn.shared.middleware import json_response
 

@@ -10,20 +10,20 @@ from typing import Any
 
 from aiohttp import web
 
-from assetcdn.control.login_attempts import Refused
-from assetcdn.control.passkeys.ceremony import PasskeyRejected, passkey_name
-from assetcdn.control.passkeys.store import (
+from assetcdn.control.app_keys import DASHBOARD, PASSKEYS, SIGN_IN
+from assetcdn.control.identity.login_attempts import Refused
+from assetcdn.control.identity.passkeys.ceremony import PasskeyRejected, passkey_name
+from assetcdn.control.identity.passkeys.store import (
     ALGORITHM_NAMES,
     MAX_PASSKEYS,
     DuplicatePasskey,
     TooManyPasskeys,
 )
-from assetcdn.control.recording import request_ip
+from assetcdn.control.identity.session import issuing_cookies
+from assetcdn.control.identity.signin import Denied, Granted
+from assetcdn.control.records.client_ip import request_ip
 from assetcdn.control.request_body import read_json
 from assetcdn.control.routes.dashboard_login import caller_of, too_many_attempts_headers
-from assetcdn.control.session import issuing_cookies
-from assetcdn.control.signin import Denied, Granted
-from assetcdn.control.state import DASHBOARD, PASSKEYS, SIGN_IN
 from assetcdn.shared.errors import ApiError, bad_request, conflict, not_found
 from assetcdn.shared.middleware import json_response
 

@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 import orjson
 from aiohttp import web
 
-from assetcdn.control.publish import purge_acknowledgements
+from assetcdn.control.app_keys import COUNTERS, PUBLISHER, SETTINGS
+from assetcdn.control.publishing.publisher import purge_acknowledgements
 from assetcdn.control.request_body import read_body
-from assetcdn.control.state import COUNTERS, PUBLISHER, SETTINGS
 from assetcdn.shared.errors import LegacyError, utc_now_iso
 from assetcdn.shared.limits import purges_per_day
 from assetcdn.shared.middleware import json_response

@@ -15,8 +15,8 @@ from typing import Any
 
 from aiohttp import web
 
+from assetcdn.control.app_keys import EDGE_CONFIG, GIT, PUBLISHER
 from assetcdn.control.request_body import read_json
-from assetcdn.control.state import EDGE_CONFIG, GIT, PUBLISHER
 from assetcdn.control.storage.git_store import NothingToCommit
 from assetcdn.shared.edge_rules import RULE_FILES, RulesSyntaxError, parse_rule_file
 from assetcdn.shared.errors import ApiError, bad_request, utc_now_iso

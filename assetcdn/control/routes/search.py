@@ -12,10 +12,10 @@ import logging
 
 from aiohttp import web
 
-from assetcdn.control.rate_limit import RateDecision, client_key
-from assetcdn.control.recording import request_ip
+from assetcdn.control.app_keys import SEARCH, SEARCH_LIMITER, SETTINGS
+from assetcdn.control.identity.rate_limit import client_key, rate_headers
+from assetcdn.control.records.client_ip import request_ip
 from assetcdn.control.search.engine import SearchBusy, query_problem
-from assetcdn.control.state import SEARCH, SEARCH_LIMITER, SETTINGS
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.middleware import json_response
 
@@ -33,11 +33,6 @@ def parse_limit(raw: str | None) -> int:
         return DEFAULT_LIMIT
 
 
-def rate_headers(decision: RateDecision) -> dict[str, str]:
-    """X-RateLimit-Limit/-Remaining/-Reset, and Retry-After on a refusal (none for a limit switched off)."""
-    return decision.headers()
-
-
 async def search(request: web.Request) -> web.Response:
     query = request.query.get("q", "")
     problem = query_problem(query)
@@ -47,7 +42,7 @@ async def search(request: web.Request) -> web.Response:
     if not decision.allowed:
         raise LegacyError(429, "rate_limit_exceeded",
                           f"Rate limit exceeded: at most {decision.limit} searches a minute per client. "
-                          f"Retry in {decision.retry_after_s} s.", headers=rate_headers(decision))
+                          f"Retry in {decision.retry_after_s()} s.", headers=rate_headers(decision))
     try:
         answer = await request.app[SEARCH].search(query, parse_limit(request.query.get("limit")))
     except SearchBusy:

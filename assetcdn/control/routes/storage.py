@@ -13,9 +13,9 @@ from typing import Any
 
 from aiohttp import web
 
-from assetcdn.control.publish import Published
+from assetcdn.control.app_keys import GIT, MANIFEST, PUBLISHER, SETTINGS
+from assetcdn.control.publishing.publisher import Published
 from assetcdn.control.request_body import read_body, read_json, size_text
-from assetcdn.control.state import GIT, MANIFEST, PUBLISHER, SETTINGS
 from assetcdn.control.storage.git_store import GitStore, NothingToCommit
 from assetcdn.shared.errors import (
     ApiError,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from assetcdn.control.auth import PRINCIPAL
+from assetcdn.control.app_keys import SESSION_SCOPES, TOKENS
+from assetcdn.control.identity.auth import PRINCIPAL
+from assetcdn.control.identity.tokens import parse_token_request
 from assetcdn.control.request_body import read_json
-from assetcdn.control.state import SESSION_SCOPES, TOKENS
-from assetcdn.control.tokens import parse_token_request
 from assetcdn.shared.errors import ApiError, bad_request, not_found
 from assetcdn.shared.middleware import json_response
 

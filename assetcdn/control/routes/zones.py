@@ -6,9 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
-from assetcdn.control.publish import Mutation
-from assetcdn.control.request_body import read_json
-from assetcdn.control.state import (
+from assetcdn.control.app_keys import (
     CERTIFICATES,
     EDGE_CONFIG,
     GIT,
@@ -17,8 +15,10 @@ from assetcdn.control.state import (
     ZONES,
     public_url,
 )
+from assetcdn.control.publishing.publisher import Mutation
+from assetcdn.control.request_body import read_json
+from assetcdn.control.storage.zones_store import ZoneMeta
 from assetcdn.control.webhooks.events import zone_created, zone_deleted
-from assetcdn.control.zones_store import ZoneMeta
 from assetcdn.shared.errors import bad_request, conflict, not_found, utc_now_iso
 from assetcdn.shared.manifest import ManifestEntry, human_size
 from assetcdn.shared.middleware import json_response

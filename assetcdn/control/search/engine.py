@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from assetcdn.control.manifest_store import ManifestStore
 from assetcdn.control.search.asset_text import searchable
 from assetcdn.control.search.calibration import calibrate
 from assetcdn.control.search.encoder import SentenceEncoder
 from assetcdn.control.search.fuzzy import FuzzyDocument, fuzzy_scores
 from assetcdn.control.search.index import SearchIndex, VectorSnapshot
+from assetcdn.control.storage.manifest_store import ManifestStore
 from assetcdn.shared.manifest import ManifestEntry
 
 THRESHOLD = 0.5            # the original service's vector threshold, on the calibrated scale

@@ -19,8 +19,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from assetcdn.control.database import Database
-from assetcdn.control.manifest_store import ManifestStore, is_asset_path
 from assetcdn.control.search.asset_text import describe, searchable, text_key
 from assetcdn.control.search.encoder import (
     DIMENSIONS,
@@ -28,7 +26,9 @@ from assetcdn.control.search.encoder import (
     SentenceEncoder,
     load_packaged_model,
 )
+from assetcdn.control.storage.database import Database
 from assetcdn.control.storage.git_store import CommitResult
+from assetcdn.control.storage.manifest_store import ManifestStore, is_asset_path
 from assetcdn.shared.paths import cdn_path_of
 
 log = logging.getLogger(__name__)

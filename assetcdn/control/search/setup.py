@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from assetcdn.control.database import Database
-from assetcdn.control.manifest_store import ManifestStore
-from assetcdn.control.publish import Publisher
+from assetcdn.control.publishing.publisher import Publisher
 from assetcdn.control.search.encoder import ModelUnavailable, SentenceEncoder, load_packaged_model
 from assetcdn.control.search.engine import SearchEngine
 from assetcdn.control.search.index import SearchIndex
+from assetcdn.control.storage.database import Database
+from assetcdn.control.storage.manifest_store import ManifestStore
 from assetcdn.shared.config import Settings
 
 

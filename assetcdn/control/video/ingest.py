@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from assetcdn.control.publish import Publisher
+from assetcdn.control.publishing.publisher import Publisher
 from assetcdn.control.storage.git_store import CommitResult, GitStore, NothingToCommit
 from assetcdn.control.video.demo import ensure_demo_videos
 from assetcdn.control.video.transcode import INDEX_FILE, Stopped, TranscodeError, transcode_hls

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from assetcdn.control.database import Database
+from assetcdn.control.storage.database import Database
 from assetcdn.control.webhooks.store import Webhook
 from assetcdn.shared.timestamps import from_unix
 
@@ -53,7 +53,7 @@ def _iso(value: float | None) -> str | None:
     return None if value is None else from_unix(value)
 
 
-class DeliveryLog:
+class WebhookDeliveries:
     def __init__(self, db: Database) -> None:
         self.db = db
 

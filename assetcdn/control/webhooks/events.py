@@ -13,7 +13,7 @@ Data of each event:
   ``zone.created`` comes first);
 - ``rules.updated``: ``{file, action: updated|removed, commit}``;
 - ``purge.completed``: ``{purged, generation, edges: {total, acknowledged, pending, elapsedMs,
-  entriesRemoved}}`` (built by ``control.publish`` once the edges answered).
+  entriesRemoved}}`` (built by ``control.publishing.publisher`` once the edges answered).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from assetcdn.control.manifest_store import is_asset_path
 from assetcdn.control.storage.git_store import LoggedCommit
+from assetcdn.control.storage.manifest_store import is_asset_path
 from assetcdn.shared.edge_rules import RULE_FILES
 from assetcdn.shared.paths import STOCK_ROOT, cdn_path_of
 

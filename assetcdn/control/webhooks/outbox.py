@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from assetcdn.control.database import Database, Transaction
+from assetcdn.control.storage.database import Database, Transaction
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.control.webhooks.events import Event, commit_events
 

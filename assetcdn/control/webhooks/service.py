@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from assetcdn.control.state import DB, PUBLISHER, SECRETS, SETTINGS
+from assetcdn.control.app_keys import DB, PUBLISHER, SECRETS, SETTINGS
 from assetcdn.control.webhooks.address_guard import HostResolver, SystemResolver
-from assetcdn.control.webhooks.deliveries import DeliveryLog
+from assetcdn.control.webhooks.deliveries import WebhookDeliveries
 from assetcdn.control.webhooks.secret_box import SecretBox
 from assetcdn.control.webhooks.sender import Sender
 from assetcdn.control.webhooks.settings import WebhookSettings
@@ -21,7 +21,7 @@ from assetcdn.control.webhooks.store import WebhookStore
 from assetcdn.control.webhooks.worker import DeliveryWorker
 
 WEBHOOKS = web.AppKey("webhooks", WebhookStore)
-WEBHOOK_DELIVERIES = web.AppKey("webhook_deliveries", DeliveryLog)
+WEBHOOK_DELIVERIES = web.AppKey("webhook_deliveries", WebhookDeliveries)
 WEBHOOK_WORKER = web.AppKey("webhook_worker", DeliveryWorker)
 WEBHOOK_SETTINGS = web.AppKey("webhook_settings", WebhookSettings)
 # Where target names are resolved; a test sets its own before the app starts (never real DNS in tests).
@@ -34,7 +34,7 @@ async def webhooks_context(app: web.Application) -> AsyncIterator[None]:
     store = WebhookStore(app[DB], SecretBox(key) if key else None)
     await store.load()
     resolver = app.get(WEBHOOK_RESOLVER) or SystemResolver()
-    deliveries = DeliveryLog(app[DB])
+    deliveries = WebhookDeliveries(app[DB])
     worker = DeliveryWorker(deliveries, store, Sender(resolver, allow_loopback=settings.allow_loopback,
                                                       timeout_s=settings.timeout_s), settings)
     app[WEBHOOKS], app[WEBHOOK_DELIVERIES], app[WEBHOOK_WORKER] = store, deliveries, worker

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from assetcdn.control.database import Database
+from assetcdn.control.storage.database import Database
 from assetcdn.control.webhooks.secret_box import SecretBox, SecretUnavailable
 from assetcdn.shared.errors import ApiError, utc_now_iso
 from assetcdn.shared.timestamps import as_iso_utc

@@ -1,6 +1,6 @@
 """The delivery worker: a background task of the control plane that empties the outbox.
 
-Each round it fans new events out into deliveries (``DeliveryLog.dispatch``), then starts the due
+Each round it fans new events out into deliveries (``WebhookDeliveries.dispatch``), then starts the due
 deliveries of every webhook, at most ``concurrency_per_target`` in flight per webhook and
 ``concurrency_total`` in all, each webhook's due rows fetched apart (a webhook with a long backlog
 or a slow receiver holds only its own slots). It sleeps until the next retry is due or it is woken
@@ -22,7 +22,7 @@ from typing import Any
 
 from yarl import URL
 
-from assetcdn.control.webhooks.deliveries import DeliveryLog, DueDelivery
+from assetcdn.control.webhooks.deliveries import DueDelivery, WebhookDeliveries
 from assetcdn.control.webhooks.secret_box import SecretUnavailable
 from assetcdn.control.webhooks.sender import USER_AGENT, Outcome, Sender, signature
 from assetcdn.control.webhooks.settings import WebhookSettings
@@ -36,7 +36,7 @@ PRUNE_INTERVAL_S = 3600.0
 
 
 class DeliveryWorker:
-    def __init__(self, deliveries: DeliveryLog, store: WebhookStore, sender: Sender, settings: WebhookSettings,
+    def __init__(self, deliveries: WebhookDeliveries, store: WebhookStore, sender: Sender, settings: WebhookSettings,
                  clock: Callable[[], float] = time.time) -> None:
         self._deliveries = deliveries
         self._store = store

@@ -19,8 +19,8 @@ from assetcdn.control.acme.authority import CertificateAuthority, retry_after_se
 from assetcdn.control.acme.issuer import CertificateIssuer
 from assetcdn.control.acme.settings import AcmeSettings
 from assetcdn.control.acme.store import CertificateStore
-from assetcdn.control.cluster.registry import EdgeRegistry
-from assetcdn.control.database import open_database
+from assetcdn.control.publishing.edge_registry import EdgeRegistry
+from assetcdn.control.storage.database import open_database
 
 RETRY_AFTER_S = 3600
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from assetcdn.control.ai.asset_ref import OwnHosts, parse_asset_url
+from assetcdn.control.ai.asset_ref import OwnHosts, cdn_path_of_url
 from assetcdn.shared.errors import ApiError
 
 HOSTS = OwnHosts.build(["https://cdn.example.net", "http://127.0.0.1:18788", "http://10.1.2.3:8788"],
@@ -26,7 +26,7 @@ HOSTS = OwnHosts.build(["https://cdn.example.net", "http://127.0.0.1:18788", "ht
     ("https://akande.cdn.example.net/v1/logos/logo.svg", "akande/v1/logos/logo.svg"),
 ])
 def test_asset_forms(raw: str, path: str) -> None:
-    assert parse_asset_url(raw, HOSTS) == path
+    assert cdn_path_of_url(raw, HOSTS) == path
 
 
 @pytest.mark.parametrize("raw, status, code", [
@@ -48,11 +48,11 @@ def test_asset_forms(raw: str, path: str) -> None:
 ])
 def test_refusals(raw: str, status: int, code: str) -> None:
     with pytest.raises(ApiError) as caught:
-        parse_asset_url(raw, HOSTS)
+        cdn_path_of_url(raw, HOSTS)
     assert (caught.value.status, caught.value.code, caught.value.target) == (status, code, "url")
 
 
 def test_absolute_urls_need_the_host_list() -> None:
     with pytest.raises(ApiError) as caught:
-        parse_asset_url("https://cdn.example.net/akande/v1/logos/logo.svg")
+        cdn_path_of_url("https://cdn.example.net/akande/v1/logos/logo.svg")
     assert caught.value.code == "AbsoluteUrlForbidden"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import pyvips
 
-from assetcdn.control.pipeline.generate import (
+from assetcdn.control.svg_kit.generate import (
     ICON_SIZES,
     MAX_SVG_BYTES,
     PipelineRequest,
@@ -16,7 +16,7 @@ from assetcdn.control.pipeline.generate import (
     generate_files,
     parse_pipeline_request,
 )
-from assetcdn.control.pipeline.render import background_for, dominant_colour
+from assetcdn.control.svg_kit.render import background_for, dominant_colour
 from assetcdn.shared.errors import ApiError
 
 # A wide logo: a blue field with a yellow disc, plus what the sanitiser must remove.

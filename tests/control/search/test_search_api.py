@@ -8,9 +8,9 @@ import threading
 import pytest
 from aiohttp.test_utils import TestClient
 
+from assetcdn.control.app_keys import SEARCH
 from assetcdn.control.routes.search import parse_limit
 from assetcdn.control.search.engine import MAX_QUERY_CHARS, MAX_QUERY_TERMS, WAITING_QUERIES
-from assetcdn.control.state import SEARCH
 from tests.control.conftest import ACCESS, ACCOUNT
 
 from .conftest import MakeControl, add_zone, search, upload

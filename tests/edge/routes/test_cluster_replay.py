@@ -8,9 +8,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-import assetcdn.control.cluster.registry  # noqa: F401
+import assetcdn.control.publishing.edge_registry  # noqa: F401
 from assetcdn import control
-from assetcdn.control.state import REGISTRY
+from assetcdn.control.app_keys import REGISTRY
 from tests.control.expect import expect_error
 from tests.edge.routes.conftest import ZONE, CdnFactory
 
@@ -25,14 +25,14 @@ async def test_a_captured_push_cannot_be_replayed(make_cdn: CdnFactory, monkeypa
     assert (await cdn.edge.get(f"/{path}")).headers["X-Cache"] == "HIT"
 
     captured: list[tuple[str, bytes, dict[str, str]]] = []
-    real_sign = control.cluster.registry.sign_request
+    real_sign = control.publishing.edge_registry.sign_request
 
     def recording_sign(secret: str, method: str, path_: str, body: bytes = b"", **kwargs: Any) -> dict[str, str]:
         headers = real_sign(secret, method, path_, body, **kwargs)
         captured.append((path_, body, headers))
         return headers
 
-    monkeypatch.setattr(control.cluster.registry, "sign_request", recording_sign)
+    monkeypatch.setattr(control.publishing.edge_registry, "sign_request", recording_sign)
     purge = await cdn.purge_urls(f"/{path}")
     assert purge["edges"]["acknowledged"] == ["edge-t"], purge
     assert len(captured) == 1

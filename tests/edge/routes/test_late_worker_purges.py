@@ -18,10 +18,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 import assetcdn.control.app  # noqa: F401
-import assetcdn.control.manifest_store  # noqa: F401
+import assetcdn.control.storage.manifest_store  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
-from assetcdn.control.state import REGISTRY
+from assetcdn.control.app_keys import REGISTRY
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
 from assetcdn.shared.config import Settings, load_settings
@@ -117,7 +117,7 @@ async def test_a_late_worker_replaying_old_purges_leaves_the_fresh_entries_in_th
 async def test_a_late_worker_sent_a_snapshot_does_not_empty_a_cache_the_node_brought_up_to_date(
         node: tuple[TestClient, Worker], monkeypatch: pytest.MonkeyPatch) -> None:
     # Control keeps two generations of history: a worker starting from 0 is sent the whole manifest instead.
-    monkeypatch.setattr(control.manifest_store, "HISTORY_KEPT", 2)
+    monkeypatch.setattr(control.storage.manifest_store, "HISTORY_KEPT", 2)
     control_client, worker = node
     first = await worker(0)
     await twins_purged_then_cached_again(control_client, first)

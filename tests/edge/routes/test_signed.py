@@ -95,7 +95,7 @@ def test_assetcdn_sign_prints_a_url_the_edge_accepts(tmp_path: Path) -> None:
     # `sign` loads the edge's secrets, which today also insist on the cluster secret (reported).
     env = {**os.environ, "ASSETCDN_SIGNED_URL_SECRET": SECRET, "ASSETCDN_CLUSTER_SECRET": "unused"}
     before = int(time.time())
-    done = subprocess.run([sys.executable, "-m", "assetcdn.shared.cli", "sign", PRIVATE, "--ttl", "3600", "--base-url",
+    done = subprocess.run([sys.executable, "-m", "assetcdn.cli", "sign", PRIVATE, "--ttl", "3600", "--base-url",
                            "https://cdn.example", "--data-dir", str(tmp_path)],
                           env=env, capture_output=True, text=True, check=True)
     url = done.stdout.strip()

@@ -3,8 +3,8 @@ delete of a zone named that way); numbers in query strings are ASCII digits and 
 
 from __future__ import annotations
 
+from assetcdn.control.app_keys import PUBLISHER
 from assetcdn.control.routes.zones import zone_scaffold
-from assetcdn.control.state import PUBLISHER
 from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import expect_error
 from tests.edge.routes.conftest import ZONE, CdnFactory, solid_png

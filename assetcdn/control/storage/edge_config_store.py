@@ -1,0 +1,97 @@
+"""What edges need besides the manifest: the `_headers` / `_redirects` rules (files at the root of the
+git repository) and the custom-domain map (SQLite). Its version is a hash of its content, so an edge
+compares one string on every push or catch-up and fetches the config only when it changed."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from assetcdn.control.storage.database import Database
+from assetcdn.control.storage.git_store import GitStore
+from assetcdn.shared.edge_rules import RULE_FILES
+from assetcdn.shared.errors import utc_now_iso
+
+
+@dataclass(frozen=True)
+class Domain:
+    hostname: str
+    zone: str
+    created_at: str
+    ssl_status: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"Hostname": self.hostname, "Zone": self.zone, "SslStatus": self.ssl_status,
+                "DateCreated": self.created_at}
+
+
+class EdgeConfigStore:
+    def __init__(self, git: GitStore, db: Database, base_domain: str) -> None:
+        self.git = git
+        self.db = db
+        self.base_domain = base_domain
+        self._snapshot: dict[str, Any] | None = None
+        self._epoch = 0  # bumped by every change, so a snapshot built across a change is not kept
+
+    def invalidate(self) -> None:
+        self._snapshot = None
+        self._epoch += 1
+
+    async def rules(self) -> dict[str, str | None]:
+        found = {}
+        for name in RULE_FILES:
+            item = await self.git.run(self.git.read_file, name)
+            found[name] = item[1].decode("utf-8") if item else None
+        return found
+
+    async def snapshot(self) -> dict[str, Any]:
+        if self._snapshot is not None:
+            return self._snapshot
+        epoch = self._epoch
+        rules = await self.rules()
+        domains = {d.hostname: d.zone for d in await self.domains()}
+        body = {"headers": rules["_headers"], "redirects": rules["_redirects"], "domains": domains,
+                "base_domain": self.base_domain}
+        version = hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+        snapshot = {"version": version, **body}
+        if epoch == self._epoch:  # nothing changed while we read: safe to keep
+            self._snapshot = snapshot
+        return snapshot
+
+    async def version(self) -> str:
+        return (await self.snapshot())["version"]
+
+    # --- domains ---
+
+    async def domains(self, zone: str | None = None) -> list[Domain]:
+        query = "SELECT hostname, zone, created_at, ssl_status FROM domains"
+        args: tuple[str, ...] = ()
+        if zone is not None:
+            query += " WHERE zone = ?"
+            args = (zone,)
+        rows = await self.db.fetch(query + " ORDER BY hostname", args)
+        return [Domain(r[0], r[1], r[2], r[3]) for r in rows]
+
+    async def domain(self, hostname: str) -> Domain | None:
+        row = await self.db.fetch_one("SELECT hostname, zone, created_at, ssl_status FROM domains WHERE hostname = ?",
+                                      (hostname,))
+        return Domain(row[0], row[1], row[2], row[3]) if row else None
+
+    async def add_domain(self, hostname: str, zone: str) -> Domain:
+        domain = Domain(hostname, zone, utc_now_iso(), "provisioning")
+        await self.db.write("INSERT INTO domains (hostname, zone, created_at, ssl_status) VALUES (?, ?, ?, ?)",
+                            (domain.hostname, domain.zone, domain.created_at, domain.ssl_status))
+        self.invalidate()
+        return domain
+
+    async def remove_domain(self, hostname: str) -> bool:
+        removed = await self.db.write("DELETE FROM domains WHERE hostname = ?", (hostname,))
+        self.invalidate()
+        return removed > 0
+
+    async def remove_zone_domains(self, zone: str) -> None:
+        await self.db.write("DELETE FROM domains WHERE zone = ?", (zone,))
+        self.invalidate()

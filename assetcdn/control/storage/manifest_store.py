@@ -1,0 +1,234 @@
+"""The manifest: regenerated on every commit, one generation per commit.
+
+It holds each file's CDN path, zone, category, format, size, SHA-256, git blob id, content type and
+cache tags. Each generation's changes are kept in SQLite so that an edge that missed pushes can ask
+for the changes since its generation; an edge too far behind gets a full snapshot instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
+
+from assetcdn.control.storage.database import Database, Transaction
+from assetcdn.control.storage.git_store import CommitResult, FileChange, GitStore
+from assetcdn.shared.errors import utc_now_iso
+from assetcdn.shared.manifest import ManifestChange, ManifestEntry, make_entry
+from assetcdn.shared.paths import CLIENT_ROOT, STOCK_ROOT, cdn_path_of
+
+HISTORY_KEPT = 5000
+IGNORED_NAMES = (".gitkeep",)
+
+
+def is_asset_path(repo_path: str) -> bool:
+    root, _, rest = repo_path.partition("/")
+    if root not in (CLIENT_ROOT, STOCK_ROOT) or not rest:
+        return False
+    return repo_path.rsplit("/", 1)[-1] not in IGNORED_NAMES
+
+
+@dataclass(frozen=True)
+class Generation:
+    generation: int
+    commit_id: str | None
+    changes: tuple[ManifestChange, ...]
+    purge: dict[str, Any] | None = None  # {"tags": [...], "urls": [...], "everything": bool}
+
+    def message(self) -> dict[str, Any]:
+        """The push message edges apply (the same facts catch-up returns)."""
+        return {"generation": self.generation, "commit": self.commit_id,
+                "changes": [c.to_json() for c in self.changes], "purges": [self.purge] if self.purge else []}
+
+
+@dataclass(frozen=True)
+class Delta:
+    changes: list[ManifestChange]
+    purges: list[dict[str, Any]]
+    # The generation of each purge (same order) and of each path's latest change: an edge node whose
+    # workers share one cache applies each generation's purges to it once (assetcdn/edge/cache/applied.py).
+    purge_generations: list[int] = field(default_factory=list)
+    change_generations: dict[str, int] = field(default_factory=dict)
+
+    def changes_json(self) -> list[dict[str, Any]]:
+        return [{**c.to_json(), "generation": self.change_generations[c.path]} for c in self.changes]
+
+    def purges_json(self) -> list[dict[str, Any]]:
+        return [{**p, "generation": g} for p, g in zip(self.purges, self.purge_generations, strict=True)]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A generation computed and not yet recorded: the manifest adopts it only once it is in SQLite."""
+    generation: Generation
+    updates: dict[str, ManifestEntry | None]   # CDN path -> its new entry (None: removed)
+    hashes: dict[str, str]                     # blob id -> SHA-256 learnt while preparing
+    files: tuple[FileChange, ...] = ()         # every file change the generation covers (rules included)
+
+
+class ManifestStore:
+    def __init__(self, git: GitStore, db: Database) -> None:
+        self.git = git
+        self.db = db
+        self.entries: dict[str, ManifestEntry] = {}
+        self.generation = 0
+        self.commit_id: str | None = None
+
+    async def load(self) -> None:
+        """Build the manifest from HEAD; record a generation if the repository moved since the last one."""
+        row = await self.db.fetch_one(
+            "SELECT generation, commit_id FROM manifest_generations ORDER BY generation DESC LIMIT 1")
+        last_generation, last_commit = (row[0], row[1]) if row else (0, None)
+        head = await self.git.run(self.git.head_commit_id)
+        files = await self.git.run(lambda: list(self.git.iter_files()))
+        modified = await self.git.run(self.git.commit_time, head) if head else utc_now_iso()
+        hashes: dict[str, str] = {}
+        entries = {}
+        for f in files:
+            if is_asset_path(f.path):
+                entry = await self._entry_for(f.path, f.blob_id, f.size, modified, hashes)
+                entries[entry.path] = entry
+        self.entries = entries
+        self.generation = last_generation
+        self.commit_id = last_commit
+        if head != last_commit and head is not None:
+            diff = await self.git.run(self.git.diff_files, last_commit, head)
+            prepared = await self._prepare(head, diff, modified, None)
+            await self.record(replace(prepared, hashes={**hashes, **prepared.hashes}))
+        elif hashes:
+            async with self.db.transaction() as tx:
+                await self._write_hashes(tx, hashes)
+
+    async def _sha256(self, blob_id: str, learnt: dict[str, str]) -> str:
+        if blob_id in learnt:
+            return learnt[blob_id]
+        row = await self.db.fetch_one("SELECT sha256 FROM blob_hashes WHERE blob_id = ?", (blob_id,))
+        if row:
+            return str(row[0])
+        git = self.git
+        # Read and hashed together in git's thread: a blob can be tens of MB, never hashed on the event loop.
+        digest = await git.run(lambda: hashlib.sha256(git.read_blob(blob_id) or b"").hexdigest())
+        learnt[blob_id] = digest
+        return digest
+
+    async def _entry_for(self, repo_path: str, blob_id: str, size: int | None, modified: str,
+                         learnt: dict[str, str]) -> ManifestEntry:
+        if size is None:
+            size = await self.git.run(self.git.blob_size, blob_id)
+        return make_entry(cdn_path_of(repo_path), size, await self._sha256(blob_id, learnt), blob_id, modified)
+
+    async def prepare_commit(self, result: CommitResult, purge: dict[str, Any] | None = None) -> Prepared:
+        """The generation of a commit. When the manifest is not at the commit's parent (an earlier commit
+        was made but its generation never recorded, its bookkeeping having failed), it carries every file
+        changed since the manifest's commit, so that commit is published too."""
+        changes: Iterable[FileChange] = result.changes
+        recorded = self.commit_id or None  # "" after a purge recorded before the first commit
+        if not result.changes or result.parent_id != recorded:
+            changes = await self.git.run(self.git.diff_files, recorded, result.commit_id)
+        return await self._prepare(result.commit_id, changes, result.committed_at, purge)
+
+    def prepare_purge(self, purge: dict[str, Any] | None) -> Prepared:
+        """A purge (or a config change, purge=None) is a generation without file changes, so edges that
+        miss it catch up on it too."""
+        return Prepared(Generation(self.generation + 1, self.commit_id or "", (), purge), {}, {})
+
+    async def apply_commit(self, result: CommitResult, purge: dict[str, Any] | None = None) -> Generation:
+        return await self.record(await self.prepare_commit(result, purge))
+
+    async def record_purge(self, purge: dict[str, Any] | None) -> Generation:
+        return await self.record(self.prepare_purge(purge))
+
+    async def _prepare(self, commit_id: str, file_changes: Iterable[FileChange], modified: str,
+                       purge: dict[str, Any] | None) -> Prepared:
+        changes: list[ManifestChange] = []
+        updates: dict[str, ManifestEntry | None] = {}
+        hashes: dict[str, str] = {}
+        files = []
+        for fc in file_changes:
+            files.append(fc)
+            if not is_asset_path(fc.path):
+                continue
+            cdn_path = cdn_path_of(fc.path)
+            previous = self.entries.get(cdn_path)
+            if fc.new_blob is None:
+                updates[cdn_path] = None
+                changes.append(ManifestChange(cdn_path, None, previous.tags if previous else ()))
+            else:
+                entry = await self._entry_for(fc.path, fc.new_blob, None, modified, hashes)
+                updates[cdn_path] = entry
+                changes.append(ManifestChange(cdn_path, entry, previous.tags if previous else ()))
+        return Prepared(Generation(self.generation + 1, commit_id, tuple(changes), purge), updates, hashes,
+                        tuple(files))
+
+    async def record(self, prepared: Prepared,
+                     also: Callable[[Transaction], Awaitable[None]] | None = None) -> Generation:
+        """Write a prepared generation (with `also`'s writes, in the same transaction), then adopt it. A
+        failed write changes nothing: memory and SQLite both stay at the previous generation."""
+        generation = prepared.generation
+        if generation.generation != self.generation + 1:
+            raise RuntimeError(f"generation {generation.generation} prepared at {self.generation}: not recorded")
+        async with self.db.transaction() as tx:
+            if also is not None:
+                await also(tx)
+            await self._write_hashes(tx, prepared.hashes)
+            await tx.execute(
+                "INSERT INTO manifest_generations (generation, commit_id, created_at, changes, purge) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (generation.generation, generation.commit_id, utc_now_iso(),
+                 orjson.dumps([c.to_json() for c in generation.changes]),
+                 orjson.dumps(generation.purge) if generation.purge else None))
+            await tx.execute("DELETE FROM manifest_generations WHERE generation <= ?",
+                             (generation.generation - HISTORY_KEPT,))
+        for path, entry in prepared.updates.items():
+            if entry is None:
+                self.entries.pop(path, None)
+            else:
+                self.entries[path] = entry
+        self.generation = generation.generation
+        self.commit_id = generation.commit_id
+        return generation
+
+    @staticmethod
+    async def _write_hashes(tx: Transaction, hashes: dict[str, str]) -> None:
+        if hashes:
+            await tx.executemany("INSERT OR IGNORE INTO blob_hashes (blob_id, sha256) VALUES (?, ?)",
+                                 list(hashes.items()))
+
+    async def changes_since(self, since: int, until: int | None = None) -> Delta | None:
+        """Changes and purges after generation `since` up to `until` (default: the current one), or None when
+        they are no longer kept (send a snapshot)."""
+        until = self.generation if until is None else until
+        if since == until:
+            return Delta([], [])
+        if since > until or since < 0:
+            return None
+        row = await self.db.fetch_one("SELECT MIN(generation) FROM manifest_generations")
+        oldest = row[0] if row and row[0] is not None else self.generation + 1
+        if since + 1 < oldest:
+            return None
+        merged: dict[str, ManifestChange] = {}
+        purges: list[dict[str, Any]] = []
+        delta = Delta([], purges)
+        rows = await self.db.fetch("SELECT generation, changes, purge FROM manifest_generations "
+                                   "WHERE generation > ? AND generation <= ? ORDER BY generation", (since, until))
+        for generation, payload, purge in rows:
+            if purge:
+                purges.append(orjson.loads(purge))
+                delta.purge_generations.append(generation)
+            for item in orjson.loads(payload):
+                change = ManifestChange.from_json(item)
+                earlier = merged.get(change.path)
+                tags = tuple(dict.fromkeys((earlier.previous_tags if earlier else ()) + change.previous_tags))
+                merged[change.path] = ManifestChange(change.path, change.entry, tags)
+                delta.change_generations[change.path] = generation
+        delta.changes.extend(merged.values())
+        return delta
+
+    def snapshot(self) -> list[ManifestEntry]:
+        return list(self.entries.values())
+
+    def zone_entries(self, zone: str) -> list[ManifestEntry]:
+        return [e for e in self.entries.values() if e.zone == zone]
