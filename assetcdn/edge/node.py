@@ -28,8 +28,8 @@ from assetcdn.edge.cache.tags import (
 from assetcdn.edge.cache.tags import source_tags as source_tags  # re-exported
 from assetcdn.edge.control_client import ControlClient, NotFoundAtControl, run_sync_loop
 from assetcdn.edge.delivery_log import DeliveryLog
-from assetcdn.edge.edge_config import EdgeConfig, tenant_path
 from assetcdn.edge.replica import ManifestReplica
+from assetcdn.edge.site_config import EdgeConfig, tenant_path
 from assetcdn.edge.tls.state import EdgeTlsState
 from assetcdn.shared.config import Settings
 from assetcdn.shared.manifest import ManifestChange, ManifestEntry

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from assetcdn.edge.edge_config import FORWARDED, EdgeConfig, apply_header_rules
+from assetcdn.edge.site_config import FORWARDED, EdgeConfig, apply_header_rules
 
 SNAPSHOT = {
     "version": "v1",

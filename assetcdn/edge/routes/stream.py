@@ -11,6 +11,7 @@ from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.entry import strong_etag
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.states.fetch import OriginUnavailable, source_bytes
+from assetcdn.edge.states.keys import segment_key
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
 from assetcdn.edge.states.variant import ByteRange
 from assetcdn.shared.errors import LegacyError
@@ -59,7 +60,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     rendition = index.rendition(wanted.quality)
     segment = rendition.segment(wanted.segment)
     entry = source_for(node, f"stocks/videos/{wanted.video}/hls/{rendition.file}", None, REFUSALS)
-    part = ByteRange(f"segment:{entry.blob_id}:{segment.index}", segment.offset, segment.length,
+    part = ByteRange(segment_key(entry.blob_id, segment.index), segment.offset, segment.length,
                      SEGMENT_CONTENT_TYPE, strong_etag(f"{entry.sha256[:40]}-{segment.index}"))
     return await serve(request, entry, part, SEGMENT_POLICY)
 

@@ -15,13 +15,13 @@ from functools import partial
 from aiohttp import web
 
 from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL, NODE
-from assetcdn.edge.edge_config import request_host
 from assetcdn.edge.negotiate import (
     NETWORK_AWARE_HEADER,
     NETWORK_AWARE_SLOW,
     VARY_QUERY_ROUTE,
     is_slow_network,
 )
+from assetcdn.edge.site_config import request_host
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
 from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import transform_variant

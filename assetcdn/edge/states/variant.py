@@ -4,7 +4,7 @@ byte range of it (an HLS segment).
 Variants are keyed by the source's content id (an overwrite changes the key) and its path,
 and stored with the path's cache tags plus its internal path tag, so purging the source by
 URL, by tag or by overwriting it removes every variant too, and only that path's (another
-path with the same bytes keeps its own, assetcdn/edge/states/head.py). Concurrent misses for one key
+path with the same bytes keeps its own, assetcdn/edge/states/keys.py). Concurrent misses for one key
 make the variant once (`node.flight`, assetcdn/edge/states/serve.py); image work runs in the image
 pool's worker processes. A variant that failed is answered from the pool's negative cache for
 a while, without running again.
@@ -23,7 +23,7 @@ from assetcdn.edge.cache.entry import CachedObject, strong_etag
 from assetcdn.edge.image_pool import ImagePool, JobFailed
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.states.fetch import OriginUnavailable, fetch_asset, source_bytes
-from assetcdn.edge.states.head import variant_key
+from assetcdn.edge.states.keys import variant_key
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.manifest import ManifestEntry
 

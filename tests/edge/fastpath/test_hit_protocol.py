@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from assetcdn.edge.edge_config import EdgeConfig
+from assetcdn.edge.site_config import EdgeConfig
 from tests.edge.fastpath.conftest import (
     ACCOUNT,
     ZONE,

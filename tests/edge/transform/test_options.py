@@ -11,7 +11,7 @@ import pytest
 from assetcdn.edge.transform.options import (
     OPTIONS,
     TransformOptions,
-    parse_asset_url,
+    parse_source_url,
     parse_transform_options,
     resolve_output_format,
 )
@@ -140,9 +140,9 @@ def test_invalid_paths_are_refused(url: str) -> None:
 
 
 def test_url_is_normalised_without_leading_slash() -> None:
-    assert parse_asset_url("/akande/v1/logos/logo.svg") == "akande/v1/logos/logo.svg"
-    assert parse_asset_url("akande/v1/logos/logo.svg") == "akande/v1/logos/logo.svg"
-    assert parse_asset_url("stocks/images/x.jpg") == "stocks/images/x.jpg"
+    assert parse_source_url("/akande/v1/logos/logo.svg") == "akande/v1/logos/logo.svg"
+    assert parse_source_url("akande/v1/logos/logo.svg") == "akande/v1/logos/logo.svg"
+    assert parse_source_url("stocks/images/x.jpg") == "stocks/images/x.jpg"
 
 
 def test_cache_key_ignores_query_order_and_unknown_parameters() -> None:

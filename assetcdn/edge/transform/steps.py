@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import pyvips
 
+from assetcdn.edge.transform.budgets import TransformLimits
 from assetcdn.edge.transform.context import TransformContext, over_budget
 from assetcdn.edge.transform.decode import decode
 from assetcdn.edge.transform.decoded import DecodedSources
 from assetcdn.edge.transform.encode import ANIMATED_OUTPUTS, CONTENT_TYPES, ENCODERS, encode_image
-from assetcdn.edge.transform.limits import TransformLimits
 from assetcdn.edge.transform.options import OPTIONS, TransformOptions
 from assetcdn.edge.transform.options.base import Size, Step
 from assetcdn.edge.transform.options.resize import RESIZE, plan_resize
