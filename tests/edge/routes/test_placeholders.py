@@ -102,6 +102,8 @@ async def test_placeholders_are_served_like_every_delivery_route(make_cdn: CdnFa
     # unreachable is a 503 (as on every route), not a 502.
     cdn = await make_cdn(ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="0.1")
     await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    never_read = f"{ZONE}/v1/banners/never-read.jpg"
+    await cdn.upload(never_read, photo_jpeg(48, 30))
     metrics = {"Authorization": f"Bearer {SECRETS.metrics_key}"}
     before = _bytes_served(await (await cdn.edge.get("/metrics", headers=metrics)).text())
     sent = 0
@@ -122,7 +124,7 @@ async def test_placeholders_are_served_like_every_delivery_route(make_cdn: CdnFa
         return not cdn.node.control_reachable()
 
     await wait_until(unreachable, "the edge noticing control is gone")
-    resp = await cdn.edge.get(f"/api/lqip?url=/{PHOTO}&size=20")
+    resp = await cdn.edge.get(f"/api/lqip?url=/{never_read}")
     body = await resp.json()
     assert (resp.status, body["error"]["code"]) == (503, "OriginUnreachable"), body
     cached = await cdn.edge.get(f"/api/lqip?url=/{PHOTO}")
