@@ -37,7 +37,7 @@ def test_minimal_query_gets_defaults() -> None:
     opts = parse_transform_options({"url": URL})
     assert opts == TransformOptions(url="akande/v1/logos/logo.svg")
     assert opts.get(RESIZE) == Geometry(width=None, height=None, fit="cover", gravity="center")
-    assert (opts.format, opts.quality, opts.get(BLUR), opts.get(SHARPEN)) == (None, None, None, None)
+    assert (opts.get(FORMAT), opts.get(QUALITY), opts.get(BLUR), opts.get(SHARPEN)) == (None, None, None, None)
 
 
 def test_every_parameter_is_parsed() -> None:
@@ -69,7 +69,7 @@ def test_inside_shares_contains_cache_entry_and_outside_does_not() -> None:
 
 
 def test_format_jpg_is_an_alias_of_jpeg() -> None:
-    assert parse_transform_options({"url": URL, "format": "jpg"}).format == "jpeg"
+    assert parse_transform_options({"url": URL, "format": "jpg"}).get(FORMAT) == "jpeg"
 
 
 @pytest.mark.parametrize(("name", "low", "high"), [

@@ -20,7 +20,7 @@ from assetcdn.edge.negotiate import best_transform_format
 from assetcdn.edge.states.keys import transform_key
 from assetcdn.edge.transform.options.base import TransformOption, bad_parameter
 from assetcdn.edge.transform.options.blur import BLUR
-from assetcdn.edge.transform.options.format import FORMAT, RequestedFormat
+from assetcdn.edge.transform.options.format import FORMAT
 from assetcdn.edge.transform.options.quality import QUALITY
 from assetcdn.edge.transform.options.resize import RESIZE
 from assetcdn.edge.transform.options.rotate import ROTATE
@@ -96,16 +96,6 @@ class TransformOptions:
             if name == option.name:
                 return cast(T, value)   # parse_transform_options stored it from this option's parse
         return option.default
-
-    @property
-    def format(self) -> RequestedFormat | None:
-        """The output format asked for (None: keep the source's; see resolve_output_format)."""
-        return self.get(FORMAT)
-
-    @property
-    def quality(self) -> int | None:
-        """The encoder quality asked for (None: the encoder's default for the output format)."""
-        return self.get(QUALITY)
 
     def cache_key(self, source_id: str, output_format: str) -> str:
         """Stable key: source content id + the options that change the bytes + output format.
