@@ -2,7 +2,7 @@
 
 A key names what a response depends on. The asset's own bytes are keyed per path *and* content
 (an overwrite changes the key; a purge of one path leaves another path with the same bytes alone);
-a variant (a transform, a conversion, a placeholder, an HLS segment) is keyed by the source's
+a variant (a transform, a conversion, a placeholder, an HLS segment or playlist) is keyed by the source's
 content id and then scoped to the source's path (`variant_key`), so purging that path's URL or tags
 drops exactly its variants. Keys never hold ':' in the path part (not a path character).
 
@@ -46,3 +46,8 @@ def placeholder_key(kind: str, source_id: str, size: int, blur: int | None) -> s
 def segment_key(source_id: str, index: int) -> str:
     """HLS segment `index` of a rendition file, cut from the rendition's cached bytes."""
     return f"segment:{source_id}:{index}"
+
+
+def playlist_key(index_id: str, quality: int | None) -> str:
+    """An HLS playlist built from a video's index: the master one (`quality` None) or one rendition's."""
+    return f"playlist:{index_id}:{quality if quality is not None else 'master'}"

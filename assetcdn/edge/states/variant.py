@@ -1,5 +1,5 @@
-"""miss -> make a variant: a transform, a format conversion or a placeholder of one source, or a
-byte range of it (an HLS segment).
+"""miss -> make a variant: a transform, a format conversion or a placeholder of one source, a
+byte range of it (an HLS segment) or a text built from it (an HLS playlist).
 
 Variants are keyed by the source's content id (an overwrite changes the key) and its path,
 and stored with the path's cache tags plus its internal path tag, so purging the source by
@@ -118,3 +118,31 @@ class ByteRange:
         tags = node.replica.head(entry).tags
         return await loop.run_in_executor(
             None, lambda: node.cache.put(key, data, self.content_type, self.etag, tags))
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """A small text made in process from the source's bytes and cached on its own: an HLS playlist built
+    from the video's index (assetcdn/edge/routes/stream.py). The source is fetched once and cached like
+    any asset; an index overwritten changes the source's content id, so the key, so the playlist."""
+
+    content_key: str
+    build: Callable[[bytes], bytes]     # raises the route's LegacyError when the source does not have it
+    content_type: str
+    own_file: ClassVar[bool] = False
+
+    def key(self, node: EdgeNode, entry: ManifestEntry) -> str:
+        return variant_key(entry, self.content_key)
+
+    def usable(self, obj: CachedObject) -> bool:
+        return True
+
+    def failed(self, key: str) -> Exception | None:
+        return None
+
+    async def make(self, node: EdgeNode, entry: ManifestEntry, key: str) -> CachedObject:
+        body = self.build(await source_bytes(node, entry))
+        etag = strong_etag(hashlib.sha256(body).hexdigest())
+        tags = node.replica.head(entry).tags
+        return await asyncio.get_running_loop().run_in_executor(
+            None, lambda: node.cache.put(key, body, self.content_type, etag, tags))

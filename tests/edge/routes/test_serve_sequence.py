@@ -272,3 +272,13 @@ async def test_cache_keys_of_every_route_never_change(make_cdn: CdnFactory, hls_
                 f"lqip1/{blob(photo)}/s16-b10|{photo}",
                 f"blurhash1/{blob(photo)}/s24|{photo}"):
         assert cdn.node.cache.get(key) is not None, key
+
+    # Playlists are cached since they go through the serve sequence: keyed by the index's content id.
+    index = f"{HLS}/index.json"
+    for query, part in ((f"video={VIDEO}", "master"), (f"video={VIDEO}&quality=720", "720")):
+        first = await cdn.edge.get(f"/api/stream?{query}")
+        again = await cdn.edge.get(f"/api/stream?{query}")
+        assert (first.headers["X-Cache"], again.headers["X-Cache"]) == ("MISS", "HIT"), query
+        assert await again.read() == await first.read() and b"#EXTM3U" in await first.read()
+        assert first.headers["Content-Type"] == "application/vnd.apple.mpegurl; charset=utf-8"
+        assert cdn.node.cache.get(f"playlist:{blob(index)}:{part}|{index}") is not None, part
