@@ -27,11 +27,11 @@ import pyvips
 
 from assetcdn.edge.image_pool import ImagePool
 from assetcdn.edge.transform import encode as encoders
+from assetcdn.edge.transform.budgets import TransformLimits
 from assetcdn.edge.transform.jobs import transform_variant
-from assetcdn.edge.transform.limits import TransformLimits
 from assetcdn.edge.transform.options import TransformOptions, parse_transform_options
-from assetcdn.edge.transform.pipeline import run_transform
-from assetcdn.edge.transform.placeholders import make_blurhash_placeholder, make_lqip
+from assetcdn.edge.transform.placeholder_images import make_blurhash_placeholder, make_lqip
+from assetcdn.edge.transform.steps import run_transform
 
 WIDTH, HEIGHT = 2000, 1333
 LIMITS = TransformLimits(max_pixels=50_000_000, time_budget_s=30)

@@ -61,7 +61,7 @@ def manifest_loaded(node: EdgeNode) -> None:
 def find_source(node: EdgeNode, cdn_path: str, host_zone: str | None = None, *,
                 private_ok: bool = False) -> ManifestEntry:
     """The manifest entry a delivery route may read; SourceRefused 404 (unknown, or another zone's on a
-    tenant host: `host_zone`, assetcdn/edge/edge_config.py), 403 (private, unless `private_ok`: a signed URL) or
+    tenant host: `host_zone`, assetcdn/edge/site_config.py), 403 (private, unless `private_ok`: a signed URL) or
     503 (no manifest yet)."""
     if not serves_on_host(cdn_path, host_zone):
         raise not_found(cdn_path)

@@ -23,7 +23,6 @@ from assetcdn.edge.app_keys import (
 from assetcdn.edge.cache.store import EdgeCache
 from assetcdn.edge.circuit_breaker import CircuitBreaker
 from assetcdn.edge.control_client import ControlClient
-from assetcdn.edge.edge_config import apply_header_rules, host_middleware
 from assetcdn.edge.image_pool import ImagePool, configure_libvips
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.proxied_body import ForwardSpool
@@ -38,6 +37,7 @@ from assetcdn.edge.routes import (
     stream,
     transform,
 )
+from assetcdn.edge.site_config import apply_header_rules, host_middleware
 from assetcdn.edge.tls import policy
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
 from assetcdn.shared.config import Settings
@@ -122,7 +122,7 @@ def create_cluster_app(node_app: web.Application) -> web.Application:
     app.middlewares.append(body_deadline_middleware(node_app[SETTINGS]))
     app[NODE] = node_app[NODE]
     app[SECRETS] = node_app[SECRETS]
-    app[cluster.REPLAY_GUARD] = ReplayGuard()
+    app[cluster.PUSH_REPLAY_GUARD] = ReplayGuard()
     _add_routes(app, CLUSTER_ROUTES)
     return app
 

@@ -23,6 +23,7 @@ import orjson
 
 from assetcdn.edge.circuit_breaker import CircuitBreaker
 from assetcdn.shared.cluster import PREFIX, PROTOCOL_VERSION, sign_request
+from assetcdn.shared.published_config import PublishedConfig
 from assetcdn.shared.tls_state import TLS_STATE_PATH
 
 log = logging.getLogger(__name__)
@@ -171,9 +172,9 @@ class ControlClient:
         return self._saw_generation(orjson.loads(await self._request("GET", f"/changes?since={generation}",
                                                                      probe=True)))
 
-    async def config(self) -> dict[str, Any]:
-        snapshot: dict[str, Any] = orjson.loads(await self._request("GET", "/config", probe=True))
-        return snapshot
+    async def config(self) -> PublishedConfig:
+        """Control's published config, parsed once here (ValueError on a malformed one)."""
+        return PublishedConfig.from_json(orjson.loads(await self._request("GET", "/config", probe=True)))
 
     async def tls_state(self) -> dict[str, Any]:
         """Control's TLS state message (assetcdn/shared/tls_state.py); NotFoundAtControl from a control

@@ -28,7 +28,7 @@ from aiohttp import web
 
 from assetcdn.edge.access_log import AccessLog
 from assetcdn.edge.control_client import ControlClient, ControlUnavailable, NotFoundAtControl
-from assetcdn.edge.edge_config import FORWARDED, NOT_DELIVERY
+from assetcdn.edge.site_config import FORWARDED, NOT_DELIVERY
 from assetcdn.shared.cluster import PREFIX
 from assetcdn.shared.metrics import REQUEST_STARTED
 from assetcdn.shared.middleware import REQUEST_ID

@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 import pyvips
 
 from assetcdn.edge.failed_variants import FailedVariants
-from assetcdn.edge.transform.limits import TransformLimits
+from assetcdn.edge.transform.budgets import TransformLimits
 from assetcdn.shared.config import Settings
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.process import die_with_parent

@@ -28,13 +28,14 @@ from assetcdn.edge.cache.tags import (
 from assetcdn.edge.cache.tags import source_tags as source_tags  # re-exported
 from assetcdn.edge.control_client import ControlClient, NotFoundAtControl, run_sync_loop
 from assetcdn.edge.delivery_log import DeliveryLog
-from assetcdn.edge.edge_config import EdgeConfig, tenant_path
 from assetcdn.edge.replica import ManifestReplica
+from assetcdn.edge.site_config import EdgeConfig, tenant_path
 from assetcdn.edge.tls.state import EdgeTlsState
 from assetcdn.shared.config import Settings
 from assetcdn.shared.manifest import ManifestChange, ManifestEntry
 from assetcdn.shared.metrics import Metrics
 from assetcdn.shared.paths import InvalidPath, parse_cdn_path
+from assetcdn.shared.published_config import PublishedConfig
 from assetcdn.shared.tls_state import TlsStateError
 
 log = logging.getLogger(__name__)
@@ -84,17 +85,17 @@ class EdgeNode:
         self.applied_generation = self.replica.generation
         self.tls.load_persisted()
         try:
-            self.config = EdgeConfig.from_snapshot(orjson.loads(self.config_file.read_bytes()))
-        except (FileNotFoundError, orjson.JSONDecodeError, KeyError):
+            self.config = EdgeConfig.from_published(PublishedConfig.from_json(orjson.loads(self.config_file.read_bytes())))
+        except (FileNotFoundError, ValueError):   # orjson.JSONDecodeError is a ValueError
             pass
 
     async def _refresh_config(self, version: str | None) -> None:
         if not version or version == self.config.version:
             return
-        snapshot = await self.control.config()
-        self.config = EdgeConfig.from_snapshot(snapshot)
+        published = await self.control.config()
+        self.config = EdgeConfig.from_published(published)
         tmp = self.config_file.with_name(f"{self.config_file.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(orjson.dumps(snapshot))
+        tmp.write_bytes(orjson.dumps(published.to_json()))
         os.replace(tmp, self.config_file)
 
     async def start(self, cluster_url: str) -> None:

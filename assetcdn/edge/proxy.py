@@ -20,8 +20,8 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from assetcdn.edge.app_keys import FORWARD_SPOOL, NODE, PROXY_SESSION, SETTINGS
-from assetcdn.edge.edge_config import FORWARDED
 from assetcdn.edge.proxied_body import ProxiedBody, receive_body
+from assetcdn.edge.site_config import FORWARDED
 from assetcdn.shared.config import Settings
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.http_server import client_keepalive_s

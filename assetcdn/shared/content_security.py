@@ -19,7 +19,7 @@ executing what tenants upload on the origin that also serves `/api`.
   viewer, which gets no access to the origin's cookies or DOM.
 
 The policy is applied by the edge's delivery head (assetcdn/edge/states/head.py), again after the
-operator's ``_headers`` rules (assetcdn/edge/edge_config.py: a rule may add a stricter policy, never remove
+operator's ``_headers`` rules (assetcdn/edge/site_config.py: a rule may add a stricter policy, never remove
 or replace ours), and as a safety net on every response of both processes that has an active
 type and sets no policy of its own (storage downloads through ``/api/storage``).
 """

@@ -5,7 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from assetcdn.edge.edge_config import FORWARDED, EdgeConfig, apply_header_rules
+from assetcdn.edge.site_config import FORWARDED, EdgeConfig, apply_header_rules
+from assetcdn.shared.published_config import PublishedConfig
 
 SNAPSHOT = {
     "version": "v1",
@@ -17,7 +18,7 @@ SNAPSHOT = {
 
 
 def test_tenant_hosts_map_to_their_zone() -> None:
-    config = EdgeConfig.from_snapshot(SNAPSHOT)
+    config = EdgeConfig.from_published(PublishedConfig.from_json(SNAPSHOT))
     assert config.zone_for_host("img.acme.example") == "acme"
     assert config.zone_for_host("img.acme.example:8788") == "acme"
     assert config.zone_for_host("beta.cdn.localhost") == "beta"
@@ -29,12 +30,12 @@ def test_tenant_hosts_map_to_their_zone() -> None:
 
 
 def test_redirect_rules_come_from_the_snapshot() -> None:
-    redirect = EdgeConfig.from_snapshot(SNAPSHOT).rules.redirects.match("/old/logo.svg")
+    redirect = EdgeConfig.from_published(PublishedConfig.from_json(SNAPSHOT)).rules.redirects.match("/old/logo.svg")
     assert redirect is not None and (redirect.status, redirect.location) == (301, "/acme/v1/logos/logo.svg")
 
 
 def test_header_rules_apply_to_deliveries_but_not_to_forwarded_api_calls() -> None:
-    config = EdgeConfig.from_snapshot(SNAPSHOT)
+    config = EdgeConfig.from_published(PublishedConfig.from_json(SNAPSHOT))
     request = make_mocked_request("GET", "/acme/v1/logos/logo.svg")
     response = web.Response(headers={"Cache-Control": "public, max-age=3600"})
     apply_header_rules(config, request, response)

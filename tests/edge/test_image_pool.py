@@ -11,8 +11,8 @@ import pytest
 import pyvips
 
 from assetcdn.edge.image_pool import QUEUE_FACTOR, ImagePool, JobFailed
+from assetcdn.edge.transform.budgets import TransformLimits
 from assetcdn.edge.transform.jobs import transform_variant
-from assetcdn.edge.transform.limits import TransformLimits
 from assetcdn.edge.transform.options import parse_transform_options
 from assetcdn.shared.errors import LegacyError
 from tests.edge import pool_jobs

@@ -4,16 +4,14 @@ compares one string on every push or catch-up and fetches the config only when i
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
-
-import orjson
 
 from assetcdn.control.storage.database import Database
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.shared.edge_rules import RULE_FILES
 from assetcdn.shared.errors import utc_now_iso
+from assetcdn.shared.published_config import PublishedConfig
 
 
 @dataclass(frozen=True)
@@ -53,10 +51,8 @@ class EdgeConfigStore:
         epoch = self._epoch
         rules = await self.rules()
         domains = {d.hostname: d.zone for d in await self.domains()}
-        body = {"headers": rules["_headers"], "redirects": rules["_redirects"], "domains": domains,
-                "base_domain": self.base_domain}
-        version = hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-        snapshot = {"version": version, **body}
+        snapshot = PublishedConfig.build(headers=rules["_headers"], redirects=rules["_redirects"], domains=domains,
+                                         base_domain=self.base_domain).to_json()
         if epoch == self._epoch:  # nothing changed while we read: safe to keep
             self._snapshot = snapshot
         return snapshot

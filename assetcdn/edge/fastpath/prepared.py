@@ -3,7 +3,7 @@
 A prepared hit holds the status line and every header that does not change from one request to
 the next: the path's delivery head (Content-Type, ETag, Cache-Tag, nosniff, the sandbox CSP on
 active types: assetcdn/edge/states/head.py), Cache-Control, X-Cache, Accept-Ranges, X-API-Version, the
-`_headers` rules of that host and path (assetcdn/edge/edge_config.py), `Server` and Content-Length. A request adds
+`_headers` rules of that host and path (assetcdn/edge/site_config.py), `Server` and Content-Length. A request adds
 `Date` (one string per second) and its `X-Request-ID`. The body is not kept here: a memory-tier
 body is looked up by its cache key on every request (so an eviction or purge of the memory tier
 takes effect at once and no evicted body stays alive here) and written from memory; a body kept on
@@ -32,8 +32,8 @@ from multidict import CIMultiDict
 
 from assetcdn.edge.access import is_private, serves_on_host
 from assetcdn.edge.cache.entry import CachedObject
-from assetcdn.edge.edge_config import EdgeConfig, apply_rule_changes, tenant_path
 from assetcdn.edge.node import EdgeNode
+from assetcdn.edge.site_config import EdgeConfig, apply_rule_changes, tenant_path
 from assetcdn.edge.states.deliver import delivery_headers
 from assetcdn.edge.states.head import EntryHead
 from assetcdn.edge.states.lookup import lookup
@@ -86,7 +86,7 @@ class HostView:
 
     def __init__(self, key: bytes, name: str, zone: str | None) -> None:
         self.key = key        # the Host header as received
-        self.name = name      # its canonical_host (assetcdn/edge/edge_config.py)
+        self.name = name      # its canonical_host (assetcdn/edge/site_config.py)
         self.zone = zone
         self.hits: dict[bytes, Prepared] = {}
 
@@ -95,7 +95,7 @@ def response_headers(node: EdgeNode, config: EdgeConfig, head: EntryHead, obj: C
                      *, not_modified: bool = False) -> CIMultiDict[str] | None:
     """The headers the full application gives this hit (the serve sequence's `delivery_headers` with the
     CDN path's policy, assetcdn/edge/routes/delivery.py; then the response hooks: assetcdn/shared/middleware.py stamps
-    and protects, assetcdn/edge/edge_config.py applies the `_headers` rules),
+    and protects, assetcdn/edge/site_config.py applies the `_headers` rules),
     without Date, Server, X-Request-ID and Content-Length. None if a rule touches one of those."""
     headers: CIMultiDict[str] = CIMultiDict(delivery_headers(
         obj, cache_status="HIT", cache_control=node.asset_cache_control, head=head))

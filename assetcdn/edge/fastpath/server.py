@@ -27,7 +27,6 @@ from aiohttp import web
 
 from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.delivery_log import country_code
-from assetcdn.edge.edge_config import canonical_host, is_valid_host
 from assetcdn.edge.fastpath.prepared import HostView, Prepared, not_modified_head, prepare
 from assetcdn.edge.fastpath.protocol import (
     ANSWERED,
@@ -38,6 +37,7 @@ from assetcdn.edge.fastpath.protocol import (
     HitProtocol,
     RequestIds,
 )
+from assetcdn.edge.site_config import canonical_host, is_valid_host
 from assetcdn.edge.states.deliver import etag_matches, parse_range
 from assetcdn.edge.tls.policy import hsts_value
 from assetcdn.shared.http_server import header_timeout_s

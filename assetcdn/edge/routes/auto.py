@@ -22,7 +22,6 @@ from assetcdn.edge.access import (
 )
 from assetcdn.edge.app_keys import IMAGE_POOL, NODE
 from assetcdn.edge.auto_format import choices, conversion_options
-from assetcdn.edge.edge_config import request_host
 from assetcdn.edge.negotiate import (
     FORMAT_MIME,
     NETWORK_AWARE_HEADER,
@@ -35,6 +34,7 @@ from assetcdn.edge.negotiate import (
     still_chain,
 )
 from assetcdn.edge.routes.transform import IMMUTABLE, LEGACY_REFUSALS
+from assetcdn.edge.site_config import request_host
 from assetcdn.edge.states.fetch import AS_IS
 from assetcdn.edge.states.serve import ServePolicy, serve
 from assetcdn.edge.states.variant import Made

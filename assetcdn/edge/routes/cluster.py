@@ -16,13 +16,13 @@ from assetcdn.shared.middleware import json_response
 from assetcdn.shared.tls_state import TlsStateError
 
 # Nonces this worker has accepted (set by `assetcdn.edge.app.create_cluster_app`; one per worker process).
-REPLAY_GUARD = web.AppKey("cluster_replay_guard", ReplayGuard)
+PUSH_REPLAY_GUARD = web.AppKey("cluster_replay_guard", ReplayGuard)
 
 
 async def _signed_message(request: web.Request) -> dict:
     body = await request.read()
     if not verify_request(request.app[SECRETS].cluster_secret, request.method, request.rel_url.path_qs, body,
-                          request.headers, guard=request.app[REPLAY_GUARD], audience=request.app[NODE].name):
+                          request.headers, guard=request.app[PUSH_REPLAY_GUARD], audience=request.app[NODE].name):
         raise ApiError(401, "Unauthorized",
                        "Cluster requests must be signed with the cluster secret for this worker, once.")
     try:

@@ -1,7 +1,7 @@
 """GET/HEAD of CDN paths (`/<zone>/v1/<category>/<file>`, `/stocks/...`): receive (redirects, tenant
 hosts), then the serve sequence (assetcdn/edge/states/serve.py) with the file as it is.
 
-On a tenant host (assetcdn/edge/edge_config.py) `/v1/...` names the host's zone, and only that zone's files and
+On a tenant host (assetcdn/edge/site_config.py) `/v1/...` names the host's zone, and only that zone's files and
 the stock pool are served (assetcdn/edge/access.py).
 """
 
@@ -11,7 +11,7 @@ from aiohttp import web
 
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.delivery_log import DELIVERED_PATH
-from assetcdn.edge.edge_config import request_host, tenant_path
+from assetcdn.edge.site_config import request_host, tenant_path
 from assetcdn.edge.states.fetch import AS_IS
 from assetcdn.edge.states.recv import receive
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for

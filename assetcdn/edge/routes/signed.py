@@ -16,7 +16,7 @@ from aiohttp import web
 
 from assetcdn.edge.access import SourceRefused
 from assetcdn.edge.app_keys import COUNTERS, NODE, SECRETS, SETTINGS
-from assetcdn.edge.edge_config import request_host
+from assetcdn.edge.site_config import request_host
 from assetcdn.edge.states.fetch import AS_IS
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
 from assetcdn.shared.counter_store import client_key

@@ -15,17 +15,18 @@ from functools import partial
 from aiohttp import web
 
 from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL, NODE
-from assetcdn.edge.edge_config import request_host
 from assetcdn.edge.negotiate import (
     NETWORK_AWARE_HEADER,
     NETWORK_AWARE_SLOW,
     VARY_QUERY_ROUTE,
     is_slow_network,
 )
+from assetcdn.edge.site_config import request_host
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
 from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import transform_variant
 from assetcdn.edge.transform.options import parse_transform_options, resolve_output_format
+from assetcdn.edge.transform.options.format import FORMAT
 from assetcdn.shared.counter_store import Decision, Limit, client_key
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.limits import (
@@ -121,14 +122,14 @@ async def _transform(request: web.Request) -> web.StreamResponse:
     entry = source_for(node, opts.url, node.config.zone_for_host(request_host(request)), LEGACY_REFUSALS)
     headers: dict[str, str] = {}
     slow = False
-    if opts.format == "auto":
+    if opts.get(FORMAT) == "auto":
         # The choice depends on Accept, and on Save-Data/ECT (slow networks skip AVIF), like /api/auto.
         slow = is_slow_network(request.headers.get("Save-Data"),
                                request.headers.get("Sec-CH-Effective-Connection-Type"))
         headers["Vary"] = VARY_QUERY_ROUTE
         if slow:
             headers[NETWORK_AWARE_HEADER] = NETWORK_AWARE_SLOW
-    output_format = resolve_output_format(opts.format, entry.format, request.headers.get("Accept"), slow=slow)
+    output_format = resolve_output_format(opts.get(FORMAT), entry.format, request.headers.get("Accept"), slow=slow)
     variant = Made(pool, opts.cache_key(entry.blob_id, output_format),
                    partial(transform_variant, entry.format, opts, output_format, pool.limits),
                    metric_format=output_format, before_make=lambda: take_transform_quota(request),

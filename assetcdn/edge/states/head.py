@@ -15,26 +15,15 @@ from dataclasses import dataclass
 
 from assetcdn.edge.cache.entry import strong_etag
 from assetcdn.edge.cache.tags import public_tags, source_tags
+from assetcdn.edge.states.keys import asset_key
 from assetcdn.shared.content_security import security_headers
 from assetcdn.shared.manifest import ManifestEntry
-
-
-def asset_key(entry: ManifestEntry) -> str:
-    """Cache key of a path's bytes: per path (purges and tags stay per path) and per content id
-    (an overwrite changes it). Keys never hold ':' in the path part (not a path character)."""
-    return f"asset:{entry.blob_id}:{entry.path}"
-
-
-def variant_key(entry: ManifestEntry, key: str) -> str:
-    """Scopes a variant's key (transform, conversion, placeholder of the source's content) to the
-    source path, so a purge of that path's URL or tags drops exactly that path's variants."""
-    return f"{key}|{entry.path}"
 
 
 @dataclass(frozen=True, slots=True)
 class EntryHead:
     entry: ManifestEntry
-    key: str                                # the asset's cache key
+    key: str                                # the asset's cache key (assetcdn/edge/states/keys.py)
     tags: tuple[str, ...]                   # stored with every cache entry made from this path
     content_type: str
     etag: str

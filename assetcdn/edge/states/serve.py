@@ -10,8 +10,9 @@ A route receives (parses its request, assetcdn/edge/states/recv.py) and says onl
 - the source: the manifest entry it reads (`source_for`; assetcdn/edge/access.py says which it may read);
 - the representation served from it: the file as is (`fetch.AS_IS`), a variant made in the image
   pool (`variant.Made`) or a byte range of it (`variant.ByteRange`);
-- its `ServePolicy`: Cache-Control, the headers it adds, and its `Refusals` (the words and the
-  envelope of each way the sequence can say no).
+- its `ServePolicy`: Cache-Control, the headers it adds, its `Refusals` (the words and the
+  envelope of each way the sequence can say no) and, for a route whose answer is built from the
+  cached body rather than being it (the placeholders' JSON), how (`answer`).
 
 So hit / stale / miss accounting, stale-if-error, coalescing, the retry and the bytes-served count
 live here only. The hit path (assetcdn/edge/fastpath/) answers the commonest HIT before any of this runs, with
@@ -80,6 +81,9 @@ class ServePolicy:
     headers: Mapping[str, str] = field(default_factory=dict)   # added to every answer (Vary, CORS...)
     # Headers known only once the look-up is done (the transform quota left after a miss took one).
     late_headers: Callable[[], Awaitable[Mapping[str, str]]] | None = None
+    # The answer built from the cached body and its X-Cache status, instead of the body itself (no ETag,
+    # no ranges: the placeholders' JSON, a few KB). None: deliver the cached body.
+    answer: Callable[[CachedObject, str], web.Response] | None = None
 
 
 def source_for(node: EdgeNode, cdn_path: str, host_zone: str | None, refusals: Refusals, *,
@@ -133,9 +137,16 @@ async def serve(request: web.Request, entry: ManifestEntry, rep: Representation,
             extra: Mapping[str, str] = policy.headers
             if policy.late_headers is not None:
                 extra = {**extra, **(await policy.late_headers())}
-            headers = delivery_headers(obj, cache_status=status, cache_control=policy.cache_control, head=head,
-                                       tags=entry.tags, extra_headers=extra)
-            response = await deliver(request, obj, headers)
+            response: web.StreamResponse
+            if policy.answer is not None:
+                answer = policy.answer(obj, status)
+                answer.headers.update({"Cache-Control": policy.cache_control, "X-Cache": status, **extra})
+                response, sent = answer, len(answer.body) if isinstance(answer.body, bytes) else 0
+            else:
+                headers = delivery_headers(obj, cache_status=status, cache_control=policy.cache_control, head=head,
+                                           tags=entry.tags, extra_headers=extra)
+                response = await deliver(request, obj, headers)
+                sent = response.content_length or 0
         except OriginUnavailable:
             raise refusals.unreachable(entry) from None
         except FileNotFoundError:
@@ -143,6 +154,6 @@ async def serve(request: web.Request, entry: ManifestEntry, rep: Representation,
             # of a variant): look up again, which now misses and fetches.
             continue
         if response.status in (200, 206) and request.method == "GET":
-            node.metrics.bytes_served_here.inc(response.content_length or 0)
+            node.metrics.bytes_served_here.inc(sent)
         return response
     raise refusals.purged()

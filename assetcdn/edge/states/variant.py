@@ -1,10 +1,10 @@
-"""miss -> make a variant: a transform, a format conversion or a placeholder of one source, or a
-byte range of it (an HLS segment).
+"""miss -> make a variant: a transform, a format conversion or a placeholder of one source, a
+byte range of it (an HLS segment) or a text built from it (an HLS playlist).
 
 Variants are keyed by the source's content id (an overwrite changes the key) and its path,
 and stored with the path's cache tags plus its internal path tag, so purging the source by
 URL, by tag or by overwriting it removes every variant too, and only that path's (another
-path with the same bytes keeps its own, assetcdn/edge/states/head.py). Concurrent misses for one key
+path with the same bytes keeps its own, assetcdn/edge/states/keys.py). Concurrent misses for one key
 make the variant once (`node.flight`, assetcdn/edge/states/serve.py); image work runs in the image
 pool's worker processes. A variant that failed is answered from the pool's negative cache for
 a while, without running again.
@@ -23,7 +23,7 @@ from assetcdn.edge.cache.entry import CachedObject, strong_etag
 from assetcdn.edge.image_pool import ImagePool, JobFailed
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.states.fetch import OriginUnavailable, fetch_asset, source_bytes
-from assetcdn.edge.states.head import variant_key
+from assetcdn.edge.states.keys import variant_key
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.manifest import ManifestEntry
 
@@ -118,3 +118,31 @@ class ByteRange:
         tags = node.replica.head(entry).tags
         return await loop.run_in_executor(
             None, lambda: node.cache.put(key, data, self.content_type, self.etag, tags))
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """A small text made in process from the source's bytes and cached on its own: an HLS playlist built
+    from the video's index (assetcdn/edge/routes/stream.py). The source is fetched once and cached like
+    any asset; an index overwritten changes the source's content id, so the key, so the playlist."""
+
+    content_key: str
+    build: Callable[[bytes], bytes]     # raises the route's LegacyError when the source does not have it
+    content_type: str
+    own_file: ClassVar[bool] = False
+
+    def key(self, node: EdgeNode, entry: ManifestEntry) -> str:
+        return variant_key(entry, self.content_key)
+
+    def usable(self, obj: CachedObject) -> bool:
+        return True
+
+    def failed(self, key: str) -> Exception | None:
+        return None
+
+    async def make(self, node: EdgeNode, entry: ManifestEntry, key: str) -> CachedObject:
+        body = self.build(await source_bytes(node, entry))
+        etag = strong_etag(hashlib.sha256(body).hexdigest())
+        tags = node.replica.head(entry).tags
+        return await asyncio.get_running_loop().run_in_executor(
+            None, lambda: node.cache.put(key, body, self.content_type, etag, tags))

@@ -13,11 +13,11 @@ import hashlib
 import orjson
 
 from assetcdn.edge.states.variant import Variant
+from assetcdn.edge.transform.budgets import TransformLimits
 from assetcdn.edge.transform.decoded import DecodedSources
-from assetcdn.edge.transform.limits import TransformLimits
 from assetcdn.edge.transform.options import TransformOptions
-from assetcdn.edge.transform.pipeline import run_transform
-from assetcdn.edge.transform.placeholders import make_blurhash_placeholder, make_lqip
+from assetcdn.edge.transform.placeholder_images import make_blurhash_placeholder, make_lqip
+from assetcdn.edge.transform.steps import run_transform
 from assetcdn.shared.errors import utc_now_iso
 
 JSON = "application/json"

@@ -9,7 +9,8 @@ import logging
 
 import pytest
 
-from assetcdn.edge.edge_config import EdgeConfig
+from assetcdn.edge.site_config import EdgeConfig
+from assetcdn.shared.published_config import PublishedConfig
 from tests.edge.fastpath.conftest import (
     ACCOUNT,
     ZONE,
@@ -258,8 +259,7 @@ async def test_header_rules_cannot_change_how_a_response_is_framed(make_hit_cdn:
         assert (await resp.json())["error"]["code"] == "InvalidRules"
     published_before = "/*\n  X-Frame-Options: DENY\n" + "".join(f"  {line}\n" for line in FRAMING_RULES)
     # Control's own version kept, so a heartbeat does not fetch control's (empty) rules over these.
-    cdn.node.config = EdgeConfig.from_snapshot({"version": cdn.node.config.version, "headers": published_before,
-                                                "redirects": None, "domains": {}, "base_domain": ""})
+    cdn.node.config = EdgeConfig.from_published(PublishedConfig(cdn.node.config.version or "", headers=published_before))
     for conn in (await cdn.connect(), await cdn.plain()):
         await conn.send(request_bytes(f"/{SVG}") + request_bytes(f"/{SVG}") + request_bytes(f"/{PNG}", "HEAD"))
         answers = [await conn.response() for _ in range(3)]

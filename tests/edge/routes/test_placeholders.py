@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import blurhash
 import pytest
 
-from tests.edge.routes.conftest import ZONE, CdnFactory, decode, loader, photo_jpeg
+from tests.control.conftest import SECRETS
+from tests.edge.routes.conftest import ZONE, CdnFactory, decode, loader, photo_jpeg, wait_until
 
 PHOTO = f"{ZONE}/v1/banners/photo.jpg"
 DATA_URI = re.compile(r"^data:image/webp;base64,(.+)$")
@@ -89,3 +90,42 @@ async def test_placeholder_errors_use_the_standard_envelope(make_cdn: CdnFactory
         body = await resp.json()
         assert body["error"]["code"] == code, (url, body)
         assert body["HttpCode"] == status and body["Message"] == body["error"]["message"]
+
+
+def _bytes_served(metrics: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("assetcdn_bytes_served_total{") and 'process="edge"' in line)
+
+
+async def test_placeholders_are_served_like_every_delivery_route(make_cdn: CdnFactory) -> None:
+    # The serve sequence answers them: their bytes are counted, and what was never made while control is
+    # unreachable is a 503 (as on every route), not a 502.
+    cdn = await make_cdn(ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="0.1")
+    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+    never_read = f"{ZONE}/v1/banners/never-read.jpg"
+    await cdn.upload(never_read, photo_jpeg(48, 30))
+    metrics = {"Authorization": f"Bearer {SECRETS.metrics_key}"}
+    before = _bytes_served(await (await cdn.edge.get("/metrics", headers=metrics)).text())
+    sent = 0
+    for url in (f"/api/lqip?url=/{PHOTO}", f"/api/blurhash?url=/{PHOTO}", f"/api/lqip?url=/{PHOTO}"):
+        resp = await cdn.edge.get(url)
+        assert resp.status == 200, await resp.text()
+        sent += len(await resp.read())
+
+    async def counted() -> bool:
+        return _bytes_served(await (await cdn.edge.get("/metrics", headers=metrics)).text()) - before >= sent
+
+    await wait_until(counted, "the placeholders' bytes in assetcdn_bytes_served_total")
+    assert _bytes_served(await (await cdn.edge.get("/metrics", headers=metrics)).text()) - before == sent
+
+    await cdn.control.close()
+
+    async def unreachable() -> bool:
+        return not cdn.node.control_reachable()
+
+    await wait_until(unreachable, "the edge noticing control is gone")
+    resp = await cdn.edge.get(f"/api/lqip?url=/{never_read}")
+    body = await resp.json()
+    assert (resp.status, body["error"]["code"]) == (503, "OriginUnreachable"), body
+    cached = await cdn.edge.get(f"/api/lqip?url=/{PHOTO}")
+    assert (cached.status, cached.headers["X-Cache"]) == (200, "STALE")

@@ -247,3 +247,38 @@ async def test_an_edge_without_a_manifest_answers_503_on_every_route(
             assert b'"EdgeNotReady"' in body
         else:
             assert b"not loaded the manifest" in body, (route.name, body)
+
+
+async def test_cache_keys_of_every_route_never_change(make_cdn: CdnFactory, hls_files: dict[str, bytes]) -> None:
+    # The keys as each route stored them before they were built in one module (assetcdn/edge/states/keys.py):
+    # a changed key would orphan every cached entry of that kind, so these must never change.
+    cdn = await start(make_cdn, hls_files, "keys")
+    by_name = {route.name: route for route in routes("keys")}
+    photo = by_name["transform"].cdn_path
+    for url in (by_name["delivery"].url, by_name["transform"].url, by_name["stream"].url,
+                f"/api/lqip?url=/{photo}&size=16&blur=10", f"/api/blurhash?url=/{photo}&size=24"):
+        resp = await cdn.edge.get(url)
+        assert resp.status == 200, (url, await resp.text())
+
+    def blob(path: str) -> str:
+        entry = cdn.node.replica.get(path)
+        assert entry is not None, path
+        return entry.blob_id
+
+    file, segment_source = by_name["delivery"].cdn_path, by_name["stream"].cdn_path
+    for key in (f"asset:{blob(file)}:{file}",
+                f"tf1/{blob(photo)}/w400.webp|{photo}",
+                f"segment:{blob(segment_source)}:0|{segment_source}",
+                f"lqip1/{blob(photo)}/s16-b10|{photo}",
+                f"blurhash1/{blob(photo)}/s24|{photo}"):
+        assert cdn.node.cache.get(key) is not None, key
+
+    # Playlists are cached since they go through the serve sequence: keyed by the index's content id.
+    index = f"{HLS}/index.json"
+    for query, part in ((f"video={VIDEO}", "master"), (f"video={VIDEO}&quality=720", "720")):
+        first = await cdn.edge.get(f"/api/stream?{query}")
+        again = await cdn.edge.get(f"/api/stream?{query}")
+        assert (first.headers["X-Cache"], again.headers["X-Cache"]) == ("MISS", "HIT"), query
+        assert await again.read() == await first.read() and b"#EXTM3U" in await first.read()
+        assert first.headers["Content-Type"] == "application/vnd.apple.mpegurl; charset=utf-8"
+        assert cdn.node.cache.get(f"playlist:{blob(index)}:{part}|{index}") is not None, part

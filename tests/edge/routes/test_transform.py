@@ -9,7 +9,7 @@ import pytest
 from aiohttp import ClientResponse
 
 from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL
-from assetcdn.edge.states.head import variant_key
+from assetcdn.edge.states.keys import variant_key
 from assetcdn.edge.transform.options import parse_transform_options
 from assetcdn.shared.counter_store import Limit
 from tests.control.conftest import METRICS

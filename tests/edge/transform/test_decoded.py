@@ -11,12 +11,12 @@ import pytest
 import pyvips
 from skimage.metrics import structural_similarity
 
-from assetcdn.edge.transform import decode, pipeline
+from assetcdn.edge.transform import decode, steps
+from assetcdn.edge.transform.budgets import TransformLimits
 from assetcdn.edge.transform.decode import profile_description
 from assetcdn.edge.transform.decoded import DecodedSources, image_bytes, level_for
-from assetcdn.edge.transform.limits import TransformLimits
 from assetcdn.edge.transform.options import parse_transform_options
-from assetcdn.edge.transform.pipeline import TransformResult, run_transform
+from assetcdn.edge.transform.steps import TransformResult, run_transform
 from assetcdn.shared.errors import LegacyError
 from tests.edge.transform.conftest import load
 
@@ -255,4 +255,4 @@ def test_the_pipeline_steps_see_the_kept_decode_as_a_fresh_image(photo: bytes,
         transform(photo, "jpeg", "png", decoded, blur="250", budget=0.05)
     again = transform(photo, "jpeg", "jpeg", decoded, w="2400")
     assert load(again.body).width == 2400
-    assert pipeline.STEPS[0][0] == "decode"
+    assert steps.STEPS[0][0] == "decode"

@@ -11,7 +11,7 @@ import pytest
 from assetcdn.edge.transform.options import (
     OPTIONS,
     TransformOptions,
-    parse_asset_url,
+    parse_source_url,
     parse_transform_options,
     resolve_output_format,
 )
@@ -37,7 +37,7 @@ def test_minimal_query_gets_defaults() -> None:
     opts = parse_transform_options({"url": URL})
     assert opts == TransformOptions(url="akande/v1/logos/logo.svg")
     assert opts.get(RESIZE) == Geometry(width=None, height=None, fit="cover", gravity="center")
-    assert (opts.format, opts.quality, opts.get(BLUR), opts.get(SHARPEN)) == (None, None, None, None)
+    assert (opts.get(FORMAT), opts.get(QUALITY), opts.get(BLUR), opts.get(SHARPEN)) == (None, None, None, None)
 
 
 def test_every_parameter_is_parsed() -> None:
@@ -69,7 +69,7 @@ def test_inside_shares_contains_cache_entry_and_outside_does_not() -> None:
 
 
 def test_format_jpg_is_an_alias_of_jpeg() -> None:
-    assert parse_transform_options({"url": URL, "format": "jpg"}).format == "jpeg"
+    assert parse_transform_options({"url": URL, "format": "jpg"}).get(FORMAT) == "jpeg"
 
 
 @pytest.mark.parametrize(("name", "low", "high"), [
@@ -140,9 +140,9 @@ def test_invalid_paths_are_refused(url: str) -> None:
 
 
 def test_url_is_normalised_without_leading_slash() -> None:
-    assert parse_asset_url("/akande/v1/logos/logo.svg") == "akande/v1/logos/logo.svg"
-    assert parse_asset_url("akande/v1/logos/logo.svg") == "akande/v1/logos/logo.svg"
-    assert parse_asset_url("stocks/images/x.jpg") == "stocks/images/x.jpg"
+    assert parse_source_url("/akande/v1/logos/logo.svg") == "akande/v1/logos/logo.svg"
+    assert parse_source_url("akande/v1/logos/logo.svg") == "akande/v1/logos/logo.svg"
+    assert parse_source_url("stocks/images/x.jpg") == "stocks/images/x.jpg"
 
 
 def test_cache_key_ignores_query_order_and_unknown_parameters() -> None:

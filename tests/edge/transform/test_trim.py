@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import pyvips
 
-from assetcdn.edge.transform.limits import TransformLimits
+from assetcdn.edge.transform.budgets import TransformLimits
 from assetcdn.edge.transform.options import parse_transform_options
-from assetcdn.edge.transform.pipeline import TransformResult, run_transform
+from assetcdn.edge.transform.steps import TransformResult, run_transform
 from assetcdn.shared.errors import LegacyError
 from tests.edge.transform.conftest import load
 

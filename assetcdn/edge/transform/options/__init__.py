@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from assetcdn.edge.negotiate import best_transform_format
+from assetcdn.edge.states.keys import transform_key
 from assetcdn.edge.transform.options.base import TransformOption, bad_parameter
 from assetcdn.edge.transform.options.blur import BLUR
-from assetcdn.edge.transform.options.format import FORMAT, RequestedFormat
+from assetcdn.edge.transform.options.format import FORMAT
 from assetcdn.edge.transform.options.quality import QUALITY
 from assetcdn.edge.transform.options.resize import RESIZE
 from assetcdn.edge.transform.options.rotate import ROTATE
@@ -64,7 +65,7 @@ class AssetUrlError(ValueError):
         self.message = message
 
 
-def parse_asset_url(raw: str | None) -> str:
+def parse_source_url(raw: str | None) -> str:
     """Validate the `url` parameter shared by transform, lqip and blurhash; return it without a leading '/'."""
     if raw is None or raw.strip() == "":
         raise AssetUrlError("missing", "Missing required parameter: url")
@@ -96,16 +97,6 @@ class TransformOptions:
                 return cast(T, value)   # parse_transform_options stored it from this option's parse
         return option.default
 
-    @property
-    def format(self) -> RequestedFormat | None:
-        """The output format asked for (None: keep the source's; see resolve_output_format)."""
-        return self.get(FORMAT)
-
-    @property
-    def quality(self) -> int | None:
-        """The encoder quality asked for (None: the encoder's default for the output format)."""
-        return self.get(QUALITY)
-
     def cache_key(self, source_id: str, output_format: str) -> str:
         """Stable key: source content id + the options that change the bytes + output format.
 
@@ -114,15 +105,14 @@ class TransformOptions:
         out what cannot change the output (fit and gravity without both sides, gravity unless
         cropping, q for png/gif).
         """
-        parts = [option.key(self.get(option), output_format) for option in OPTIONS]
-        spec = "-".join(p for p in parts if p) or "orig"
-        return f"tf1/{source_id}/{spec}.{output_format}"
+        return transform_key(source_id, (option.key(self.get(option), output_format) for option in OPTIONS),
+                             output_format)
 
 
 def parse_transform_options(query: Mapping[str, str]) -> TransformOptions:
     """Validate `/api/transform`'s query; LegacyError(400) naming the parameter on any bad value."""
     try:
-        url = parse_asset_url(query.get("url"))
+        url = parse_source_url(query.get("url"))
     except AssetUrlError as exc:
         raise bad_parameter(exc.message) from exc
     values = []

@@ -10,13 +10,13 @@ import pillow_heif
 import pytest
 import pyvips
 
-from assetcdn.edge.transform import pipeline
+from assetcdn.edge.transform import steps
+from assetcdn.edge.transform.budgets import TransformLimits
 from assetcdn.edge.transform.decode import decode
 from assetcdn.edge.transform.encode import ENCODERS
-from assetcdn.edge.transform.limits import TransformLimits
 from assetcdn.edge.transform.options import parse_transform_options
-from assetcdn.edge.transform.pipeline import TransformResult, run_transform
 from assetcdn.edge.transform.source import read_source
+from assetcdn.edge.transform.steps import TransformResult, run_transform
 from assetcdn.shared.errors import LegacyError
 from tests.edge.transform.conftest import FACE_CENTER, FRAMES, PHOTO_SIZE, load
 
@@ -242,7 +242,7 @@ def test_decompression_bomb_is_refused_from_the_header(bomb_png: bytes, monkeypa
     def no_decode(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("the pipeline decoded pixels of an image over the pixel budget")
 
-    monkeypatch.setattr(pipeline, "STEPS", (("decode", no_decode),))
+    monkeypatch.setattr(steps, "STEPS", (("decode", no_decode),))
     monkeypatch.setattr(pyvips.Image, "thumbnail_buffer", no_decode)
     with pytest.raises(LegacyError) as caught:
         transform(bomb_png, "png", "webp", w="100")
@@ -260,7 +260,7 @@ def test_animation_frames_count_towards_the_pixel_budget(animated_gif: bytes) ->
 def test_animations_over_the_frame_or_pixel_bound_are_refused_before_decoding(
         animated_gif: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     transform(animated_gif, "gif", "gif", w="30", limits={"max_animation_frames": FRAMES})
-    monkeypatch.setattr(pipeline, "STEPS", ())           # nothing may be decoded past the header
+    monkeypatch.setattr(steps, "STEPS", ())           # nothing may be decoded past the header
     for limits in ({"max_animation_frames": FRAMES - 1}, {"max_animation_pixels": 300 * 200 * FRAMES - 1}):
         with pytest.raises(LegacyError) as caught:
             transform(animated_gif, "gif", "webp", w="30", limits=limits)
@@ -312,7 +312,7 @@ def test_a_libvips_error_once_the_deadline_has_passed_is_the_budgets_503(
         time.sleep(0.2)
         raise pyvips.Error("unable to call pngsave_buffer")
 
-    monkeypatch.setattr(pipeline, "STEPS", (("decode", decode), ("blur", overrun_then_fail)))
+    monkeypatch.setattr(steps, "STEPS", (("decode", decode), ("blur", overrun_then_fail)))
     with pytest.raises(LegacyError) as caught:
         transform(photo_jpeg, "jpeg", "png", w="100", budget=0.1)
     assert caught.value.status == 503 and "time budget of 0.1 s (during 'blur')" in caught.value.error

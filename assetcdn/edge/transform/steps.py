@@ -17,13 +17,14 @@ from dataclasses import dataclass
 
 import pyvips
 
+from assetcdn.edge.transform.budgets import TransformLimits
 from assetcdn.edge.transform.context import TransformContext, over_budget
 from assetcdn.edge.transform.decode import decode
 from assetcdn.edge.transform.decoded import DecodedSources
 from assetcdn.edge.transform.encode import ANIMATED_OUTPUTS, CONTENT_TYPES, ENCODERS, encode_image
-from assetcdn.edge.transform.limits import TransformLimits
 from assetcdn.edge.transform.options import OPTIONS, TransformOptions
 from assetcdn.edge.transform.options.base import Size, Step
+from assetcdn.edge.transform.options.quality import QUALITY
 from assetcdn.edge.transform.options.resize import RESIZE, plan_resize
 from assetcdn.edge.transform.plan import ResizePlan
 from assetcdn.edge.transform.source import (
@@ -49,7 +50,7 @@ class TransformResult:
 def encode(ctx: TransformContext) -> None:
     image = ctx.require_image()
     ctx.watch_deadline(image)
-    ctx.body = encode_image(image, ctx.output_format, ctx.opts.quality)
+    ctx.body = encode_image(image, ctx.output_format, ctx.opts.get(QUALITY))
 
 
 STEPS: tuple[tuple[str, Step], ...] = (

@@ -1,4 +1,5 @@
-"""The edge's copy of the configuration control publishes (assetcdn/control/storage/edge_config_store.py builds it): the
+"""The edge's copy of the configuration control publishes (assetcdn/control/storage/edge_config_store.py
+builds it as the typed assetcdn/shared/published_config.py): the
 `_headers` / `_redirects` rules (parsed by assetcdn/shared/edge_rules.py) and the custom domains, and how a
 request's host and path map to a CDN path. Applied by every delivery response, never by forwarded
 API calls."""
@@ -7,7 +8,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -17,6 +17,7 @@ from assetcdn.shared.content_security import keep_sandbox
 from assetcdn.shared.edge_rules import EMPTY_RULES, RESERVED_HEADERS, HeaderChanges, RuleSet
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.paths import ZONE_NAME
+from assetcdn.shared.published_config import PublishedConfig
 
 FORWARDED = web.RequestKey("forwarded_to_control", bool)
 REQUEST_HOST = web.RequestKey("request_host", str)
@@ -31,11 +32,11 @@ class EdgeConfig:
     base_domain: str = ""
 
     @staticmethod
-    def from_snapshot(snapshot: dict[str, Any]) -> EdgeConfig:
-        return EdgeConfig(version=snapshot["version"],
-                          rules=RuleSet.from_texts(snapshot.get("headers"), snapshot.get("redirects"), strict=False),
-                          domains={h.lower(): z for h, z in (snapshot.get("domains") or {}).items()},
-                          base_domain=(snapshot.get("base_domain") or "").lower())
+    def from_published(published: PublishedConfig) -> EdgeConfig:
+        return EdgeConfig(version=published.version,
+                          rules=RuleSet.from_texts(published.headers, published.redirects, strict=False),
+                          domains={h.lower(): z for h, z in published.domains.items()},
+                          base_domain=published.base_domain.lower())
 
     def zone_for_host(self, host: str) -> str | None:
         """The tenant zone a host names (a custom domain, or `<zone>.<base domain>`); `host` as

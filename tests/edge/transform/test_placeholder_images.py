@@ -6,7 +6,7 @@ import blurhash
 import pytest
 import pyvips
 
-from assetcdn.edge.transform.placeholders import (
+from assetcdn.edge.transform.placeholder_images import (
     PlaceholderParams,
     make_blurhash_placeholder,
     make_lqip,

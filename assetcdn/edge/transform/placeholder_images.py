@@ -18,7 +18,7 @@ import numpy as np
 import pyvips
 
 from assetcdn.edge.transform.encode import encode_image
-from assetcdn.edge.transform.options import AssetUrlError, parse_asset_url
+from assetcdn.edge.transform.options import AssetUrlError, parse_source_url
 from assetcdn.edge.transform.options.blur import gaussian_blur
 from assetcdn.edge.transform.source import (
     DEFAULT_MAX_PIXELS,
@@ -64,7 +64,7 @@ def _parse_int(query: Mapping[str, str], name: str, bounds: tuple[int, int], def
 def parse_placeholder_params(query: Mapping[str, str], *, with_blur: bool) -> PlaceholderParams:
     """Validate lqip (`with_blur=True`) or blurhash query parameters; ApiError(400) on bad input."""
     try:
-        url = parse_asset_url(query.get("url"))
+        url = parse_source_url(query.get("url"))
     except AssetUrlError as exc:
         raise ApiError(400, _URL_ERROR_CODES[exc.kind], exc.message, target="url") from exc
     size = _parse_int(query, "size", SIZE_RANGE, DEFAULT_SIZE)

@@ -1,0 +1,53 @@
+"""Every cache key the edge stores under, built here only.
+
+A key names what a response depends on. The asset's own bytes are keyed per path *and* content
+(an overwrite changes the key; a purge of one path leaves another path with the same bytes alone);
+a variant (a transform, a conversion, a placeholder, an HLS segment or playlist) is keyed by the source's
+content id and then scoped to the source's path (`variant_key`), so purging that path's URL or tags
+drops exactly its variants. Keys never hold ':' in the path part (not a path character).
+
+These strings are stored on disk: changing one orphans every entry of its kind, so tests pin them
+(tests/edge/transform/test_options.py, tests/edge/routes/test_serve_sequence.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from assetcdn.shared.manifest import ManifestEntry
+
+TRANSFORM_VERSION = "tf1"
+PLACEHOLDER_VERSION = "1"
+
+
+def asset_key(entry: ManifestEntry) -> str:
+    """A path's own bytes: per path (purges and tags stay per path) and per content id."""
+    return f"asset:{entry.blob_id}:{entry.path}"
+
+
+def variant_key(entry: ManifestEntry, content_key: str) -> str:
+    """A variant's key (one of the keys below) scoped to the source's path."""
+    return f"{content_key}|{entry.path}"
+
+
+def transform_key(source_id: str, option_parts: Iterable[str], output_format: str) -> str:
+    """A transform or format conversion: the source's content id, each option's key part in OPTIONS
+    order (empty parts, options at their default, add nothing) and the output format."""
+    spec = "-".join(part for part in option_parts if part) or "orig"
+    return f"{TRANSFORM_VERSION}/{source_id}/{spec}.{output_format}"
+
+
+def placeholder_key(kind: str, source_id: str, size: int, blur: int | None) -> str:
+    """An lqip or blurhash placeholder (`kind`) of the source's content at `size` (and `blur`)."""
+    spec = f"s{size}" + (f"-b{blur}" if blur is not None else "")
+    return f"{kind}{PLACEHOLDER_VERSION}/{source_id}/{spec}"
+
+
+def segment_key(source_id: str, index: int) -> str:
+    """HLS segment `index` of a rendition file, cut from the rendition's cached bytes."""
+    return f"segment:{source_id}:{index}"
+
+
+def playlist_key(index_id: str, quality: int | None) -> str:
+    """An HLS playlist built from a video's index: the master one (`quality` None) or one rendition's."""
+    return f"playlist:{index_id}:{quality if quality is not None else 'master'}"
