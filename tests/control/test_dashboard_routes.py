@@ -119,8 +119,10 @@ class TestStatus:
         assert resp.status == 200
         report = await resp.json()
         assert report["status"] == "ok"
-        assert {c["name"] for c in report["control"]["checks"]} == {"manifest", "sqlite", "git", "counters"}
-        assert all(c["method"] != "shape" and c["healthy"] for c in report["control"]["checks"])
+        checks = {c["name"]: c for c in report["control"]["checks"]}
+        assert set(checks) == {"manifest", "sqlite", "git", "counters", "acme"}
+        assert all(c["method"] != "shape" and c["healthy"] for c in checks.values())
+        assert checks["acme"]["configured"] is False  # no ACME directory in the test settings
         assert report["edges"] == {"total": 0, "alive": 0, "maxLag": 0, "nodes": []}
         assert report["dashboard"]["publicUrl"] == "http://127.0.0.1:8788"
         assert report["dashboard"]["passkeyRpId"] == "localhost"
