@@ -76,7 +76,7 @@ class Metrics:
 
     def add_source(self, collect: Callable[[], None]) -> None:
         """``collect`` runs first on every flush: a hot path that keeps its own plain counters (the
-        edge's hit path, assetcdn/edge/fastpath/server.py) moves them into the tally there."""
+        edge's hit path, assetcdn/edge/fastpath/hit_server.py) moves them into the tally there."""
         self._sources.append(collect)
 
     def remove_source(self, collect: Callable[[], None]) -> None:

@@ -44,7 +44,7 @@ from assetcdn.edge.fastpath.sendfile import (
 )
 
 if TYPE_CHECKING:
-    from assetcdn.edge.fastpath.server import HitServer
+    from assetcdn.edge.fastpath.hit_server import HitServer
 
 # A longer head goes to aiohttp, whose limits then apply as before (max_line_size and max_field_size
 # 8190 each, 128 headers): a head within this size is within all of them.
