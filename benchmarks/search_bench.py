@@ -4,7 +4,7 @@
 
 Quality: for each labelled query, the ranked results of
   - vector:   calibrated MiniLM scores above 0.5 only (what a vector search alone returns),
-  - fuzzy:    the published token scorer, exactly (substring matches only),
+  - fuzzy:    the original service's token scorer, exactly (substring matches only),
   - fuzzy+typos: ours, with typo credit (what the fallback answers),
   - combined: the product's own decision (control.search.engine.rank: blend, mode, fallback),
 scored by recall@5 (share of the query's relevant assets in the top 5) and MRR (1/rank of the first

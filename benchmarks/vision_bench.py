@@ -10,7 +10,7 @@ histogram fails) and onto texture, at random sizes and places, so every picture 
 
 1. Face presence, per detector: precision and recall (a face counts as found when a detection's
    centre lies in the pasted face's box) and latency per picture (resize to the detector's size
-   included). "today's edge" is the cascade of edge/transform/faces.py before assetcdn/shared/faces.py:
+   included). "today's edge" is the cascade the edge ran before assetcdn/shared/faces.py:
    global histogram equalisation, then OpenCV's frontal-face Haar cascade.
 2. Smart crop (assetcdn/control/ai/smart_crop.py, end to end from JPEG bytes): on pictures with a face, how
    often the answer is `face` with the focus on it; on a subject pasted into a known cell of the
@@ -151,7 +151,7 @@ def shrink(pixels: np.ndarray, size: int) -> tuple[np.ndarray, float]:
 
 
 def todays_edge(pixels: np.ndarray) -> list[Box]:
-    """edge/transform/faces.py as it was: equalizeHist, then the default frontal-face cascade at 640 px."""
+    """The edge's face detection before assetcdn/shared/faces.py: equalizeHist, then the default frontal-face cascade at 640 px."""
     small, factor = shrink(pixels, 640)
     grey = cv2.equalizeHist(cv2.cvtColor(small, cv2.COLOR_RGB2GRAY))
     cascade = cv2.CascadeClassifier(cv2.data.haarcascades + "haarcascade_frontalface_default.xml")

@@ -1,6 +1,6 @@
 """The audit log: one entry per successful mutating control-plane call, kept 90 days in SQLite.
 
-Entry (README "Audit and request logs"): ``{timestamp, action, ip, userAgent (<= 256 chars), requestId, meta}``.
+Entry (docs/api-guide.md "Audit and request logs"): ``{timestamp, action, ip, userAgent (<= 256 chars), requestId, meta}``.
 Routes declare their action in the route table (``control.app``); ``control.recording`` appends
 the entries.
 """

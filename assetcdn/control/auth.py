@@ -1,4 +1,4 @@
-"""One auth module for every scheme of the API (README "Auth and errors"); each route declares what it accepts.
+"""One auth module for every scheme of the API (docs/api-guide.md "Auth and errors"); each route declares what it accepts.
 
 Schemes: AccessKey header, AccountKey header, `x-api-key` (purge key or analytics key, by route),
 `Authorization: Bearer cdnsk_...` tokens (scoped, stored as SHA-256), and the `cdn_session` cookie

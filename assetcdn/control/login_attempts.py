@@ -2,7 +2,7 @@
 
 Five failures per IP in a 15-minute window (configurable, `[dashboard] login_*`) and the next
 attempt is refused with a Retry-After until the window ends. The window is a fixed one, opened by
-the IP's first counted attempt, as the published service's `login:<ip>` key with a 900 s expiry.
+the IP's first counted attempt, as the original service's `login:<ip>` key with a 900 s expiry.
 The count lives in the shared counter store (assetcdn/shared/counter_store.py), so every edge and worker
 that forwards to control, and every control process, sees the same count.
 

@@ -1,4 +1,4 @@
-"""Per-client rate limits of control's routes (the published service's ``rl:<name>:<ip>`` keys: a fixed
+"""Per-client rate limits of control's routes (the original service's ``rl:<name>:<ip>`` keys: a fixed
 window per client address), counted in the shared counter store (assetcdn/shared/counter_store.py), so every
 control and edge process on the machine (embedded store) or in the install (Redis) sees one count.
 

@@ -3,7 +3,7 @@
 Pure functions over header values; the HTTP layer passes them in and writes `Vary` and
 `X-Network-Aware` from the constants and `is_slow_network` here.
 
-Rules (README "Image delivery", `/api/auto`):
+Rules (docs/api-guide.md "Image delivery", `/api/auto`):
 - still chain, in order: jxl, avif, heic, heif, webp, png, svg. jxl, avif, heic and heif only
   when their MIME type is named in Accept; webp when `image/webp`, `image/*` or `*/*` is
   acceptable; png and svg always (universal fallbacks).
@@ -17,8 +17,8 @@ Rules (README "Image delivery", `/api/auto`):
 
 Accept is parsed as RFC 9110 media ranges: the most specific matching range decides, and
 `q=0` refuses a type even when a wildcard would allow it. An empty or absent Accept
-header names nothing, so only the universal fallbacks are served (the published service
-does the same: it tests the header text).
+header names nothing, so only the universal fallbacks are served (the original service
+did the same: it tests the header text).
 """
 
 from __future__ import annotations

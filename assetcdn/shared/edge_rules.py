@@ -1,6 +1,6 @@
 """Edge rules: the ``_headers`` and ``_redirects`` files, parsed once and matched on the hot path.
 
-Syntax follows Cloudflare Pages (the platform the published service ran on):
+Syntax follows Cloudflare Pages (the platform the original service ran on):
 
 ``_headers``: a URL pattern at column 0 (``/path`` or ``https://host/path``; the port and scheme of a
 request are ignored), then indented ``Name: value`` lines (attach) and ``! Name`` lines (detach).

@@ -1,4 +1,4 @@
-"""The API's two error envelopes (README "Auth and errors"), built in one place.
+"""The API's two error envelopes (docs/api-guide.md "Auth and errors"), built in one place.
 
 Standard: ``{"error": {code, message, target, details, innererror}, HttpCode, Message, requestId, timestamp, apiVersion}``.
 Legacy (auto, transform, purge, stream, analytics, signed): ``{"error": "<text>", HttpCode, Message, requestId, ...}``.

@@ -7,7 +7,7 @@ with local contrast (CLAHE) answers instead, and `DETECTOR` says which one is in
 
 No global histogram equalisation: on a mostly plain background it spends the whole grey range on
 the background and flattens the face, and the cascade then finds nothing. Measured on the
-labelled set of benchmarks/vision_bench.py (README "Benchmarks").
+labelled set of benchmarks/vision_bench.py (benchmarks/README.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What both processes' GET /api/health have in common: the `bindings` object, check methods, deep mode.
 
-`bindings` has the published HealthResponse shape: one boolean per binding name, saying whether the
-service has that binding at all (its health is in `checks`). Check `method` is one of the published
+`bindings` has the API reference's HealthResponse shape: one boolean per binding name, saying whether the
+service has that binding at all (its health is in `checks`). Check `method` is one of the API reference's
 values: `shape` (no I/O), `manifest-fetch` (a read from the asset store), `kv-get` (a key-value read).
 
 The shallow answer is public and carries no internal addresses, ports, paths or exception text.

@@ -1,7 +1,7 @@
 """HLS for ``/api/stream``: the rendition index, the playlists built from it, and query parsing.
 
 Control writes a ``VideoIndex`` next to the MPEG-TS renditions when it transcodes a stock
-video; the edge reads it to answer the three stream requests (README "Video (HLS)"): no
+video; the edge reads it to answer the three stream requests (docs/api-guide.md "Video (HLS)"): no
 ``quality`` gives the master playlist, ``quality`` the variant playlist, ``quality`` and
 ``segment`` one segment, served as its byte range of the rendition file.
 """

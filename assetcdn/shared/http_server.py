@@ -56,7 +56,7 @@ def _json_error_page(self: web_protocol.RequestHandler, request: web_request.Bas
 
 
 def answer_unreadable_requests_in_json() -> None:
-    """Every error both processes send is JSON (README "Security"), aiohttp's own included."""
+    """Every error both processes send is JSON (docs/security.md), aiohttp's own included."""
     web_protocol.RequestHandler.handle_error = _json_error_page  # type: ignore[method-assign]
 
 

@@ -1,7 +1,7 @@
 """Every limit of the CDN, named once, with its value from the configuration (assetcdn/shared/default.toml).
 
 Each is counted by the shared counter store (assetcdn/shared/counter_store.py) under a key named after the
-published service's: `transforms:YYYY-MM`, `purge:count:YYYY-MM-DD`, `rl:signed:<ip>`, `login:<ip>`...
+original service's: `transforms:YYYY-MM`, `purge:count:YYYY-MM-DD`, `rl:signed:<ip>`, `login:<ip>`...
 Purge list sizes (30 URLs or tags) are request validation, not counters (assetcdn/control/routes/purge.py).
 """
 

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 REQUEST_ID = web.RequestKey("request_id", str)
 
-# Paths whose errors use the legacy envelope (README "Auth and errors"); the other routes use the
+# Paths whose errors use the legacy envelope (docs/api-guide.md "Auth and errors"); the other routes use the
 # standard envelope.
 LEGACY_PREFIXES = ("/api/auto", "/api/transform", "/api/purge", "/api/stream", "/api/analytics", "/api/signed",
                    "/api/search", "/api/chat")

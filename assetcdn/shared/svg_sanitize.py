@@ -9,8 +9,8 @@ imports or points at external url()s. DOCTYPE and ENTITY declarations are refuse
 (entity expansion and external entities are the classic XML attacks).
 
 Filter effects are what makes an SVG expensive to draw: librsvg runs every primitive
-(feGaussianBlur, feMorphology...) over every pixel of its region, one blur of a 4000x4000
-canvas takes about 25 s. A document with more than MAX_FILTER_PRIMITIVES of them is refused;
+(feGaussianBlur, feMorphology...) over every pixel of its region, so one blur of a large
+canvas takes many seconds (benchmarks/transform_budget_bench.py). A document with more than MAX_FILTER_PRIMITIVES of them is refused;
 `filter_primitives` counts them so a renderer can bound primitives x pixels before drawing.
 """
 

@@ -41,7 +41,7 @@ async def listing(client: TestClient, **query: Any) -> dict[str, Any]:
     assert resp.content_type == "application/json"
     raw = await resp.read()
     body = orjson.loads(raw)
-    # Streamed JSON in the published key order.
+    # Streamed JSON in the API reference's key order.
     assert list(body) == ["Pagination", "Filters", "DateFetched", "Data"]
     assert raw.startswith(b'{"Pagination":')
     return body

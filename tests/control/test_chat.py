@@ -17,7 +17,7 @@ from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient, TestServer
 
 from assetcdn.control.app import create_app
-from assetcdn.control.chat.documentation import documentation_passages, readme_text
+from assetcdn.control.chat.documentation import docs_pages, documentation_passages, readme_text
 from assetcdn.shared.config import load_settings
 from tests.control.conftest import SECRETS
 
@@ -120,12 +120,13 @@ async def test_without_a_model_the_answer_is_extracted_from_the_documentation(ma
     # An extractive answer costs nothing: the month's model questions are all left.
     assert metadata["degraded"] is False and metadata["remaining"] == 1000
     assert metadata["confidence"] in ("high", "medium", "low")
-    assert any(s.startswith("readme#") for s in metadata["sources"])
-    # Extracted, not written: each part is "From "<README section>": <sentences of that section>".
-    # (What the README says changes with the product, so the check is on the form and the topic.)
+    # Purges are documented in the API guide (docs/api-guide.md): its passages are among the sources.
+    assert any(s.startswith("api-guide#") for s in metadata["sources"]), metadata["sources"]
+    # Extracted, not written: each part is "From "<section>": <sentences of that section>".
+    # (What the documentation says changes with the product, so the check is on the form and the topic.)
     text = answer_text(frames)
     passages = documentation_passages()
-    corpus = " ".join(readme_text().split()) + " ".join(p.text for p in passages if p.id.startswith("api#"))
+    corpus = " ".join(" ".join(p.text.split()) for p in passages)
     headings = {p.title for p in passages}
     for part in text.split("\n\n"):
         match = re.fullmatch(r'From "([^"]+)": (.+)', part, flags=re.S)
@@ -134,6 +135,20 @@ async def test_without_a_model_the_answer_is_extracted_from_the_documentation(ma
     assert "purge" in text.lower()
     follow_ups = frames[-1][1]["followUps"]
     assert isinstance(follow_ups, list) and 1 <= len(follow_ups) <= 3
+
+
+def test_the_readme_and_every_page_of_docs_are_part_of_the_documentation() -> None:
+    # One source per page: "readme#..." for the README, "<page>#..." for docs/<page>.md (the index, a list
+    # of links, is left out); links keep only their text.
+    root = Path(__file__).resolve().parents[2]
+    pages = {p.stem for p in (root / "docs").glob("*.md")} - {"README"}
+    assert {name for name, _ in docs_pages()} == pages and {"api-guide", "security", "operations"} <= pages
+    passages = documentation_passages()
+    assert {p.id.split("#")[0] for p in passages} == {"readme", "api"} | pages
+    assert "Code map" in {p.title for p in passages if p.id.startswith("readme#")}
+    assert "Webhooks" in {p.title for p in passages if p.id.startswith("api-guide#")}
+    assert not any("](" in p.text for p in passages)
+    assert readme_text() == (root / "README.md").read_text(encoding="utf-8")
 
 
 def test_the_served_api_reference_is_part_of_the_documentation() -> None:

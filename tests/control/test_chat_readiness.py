@@ -1,5 +1,5 @@
 """The chat is ready soon after start: the documentation vectors ship with the package (made ahead by
-`make setup`), match the README and API reference as they are, and control's health says when the chat
+`make setup`), match the README, docs/ and the API reference as they are, and control's health says when the chat
 answers without warming up."""
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ async def test_list_and_detail_reflect_the_files(control: TestClient, zone: str)
     resp = await control.get("/api/core/zones", headers=ACCOUNT)
     assert resp.status == 200
     zones = await resp.json()
-    assert isinstance(zones, list)  # a bare array, as the published service returns
+    assert isinstance(zones, list)  # a bare array, as the API reference says
     (listed,) = zones
     assert set(listed) == ZONE_FIELDS
     assert (listed["Id"], listed["Name"], listed["FileCount"], listed["StorageUsed"]) == ("akande", "akande", 2, 2054)

@@ -1,4 +1,4 @@
-"""The kill -9 scenarios, shared by the fault tests and benchmarks/fault_kill_bench.py: uploads in flight
+"""The kill -9 scenarios, shared by the fault tests: uploads in flight
 while the control plane is killed, then what a client may rely on afterwards."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The project as a wheel, not a checkout: built from a copy of the sources, installed into a fresh virtualenv
 outside the repository (its dependencies seen through the project's own site-packages, so nothing is
 downloaded), it finds its default configuration and every runtime file (dashboard, sign-in page, vendored
-hls.js, OpenAPI document, the README the chat retrieves from and its vectors) in the installed package, and `assetcdn up` serves the demo from there."""
+hls.js, OpenAPI document, the README and docs pages the chat retrieves from and its vectors) in the installed package, and `assetcdn up` serves the demo from there."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from tests.integration.harness import ACCESS, PORT_TAKEN, free_port_block, up_en
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "assetcdn")
+SOURCES = ("pyproject.toml", "README.md", "docs", "assetcdn")
 # Run inside the installed copy: where each package came from, and what it reads at run time.
 PROBE = """
 import json, sys
@@ -42,6 +42,8 @@ print(json.dumps({
     "signin": sorted(p.name for p in dashboard_login.PAGES.iterdir()),
     "openapi": len(openapi.document_bytes()),
     "readme": documentation.readme_text(),
+    "docs": dict(documentation.docs_pages()),
+    "docs_dir": str(documentation.DOCS),
     "vectors_file": str(passage_vectors.VECTORS_FILE),
     "vectors_missing": len({passage_vectors.passage_key(MODEL_ID, p.embedding_text())
                             for p in documentation.documentation_passages()} - set(passage_vectors.read_prebuilt())),
@@ -115,6 +117,10 @@ def test_installed_wheel_carries_its_defaults_and_runtime_files(installed: Path,
     assert found["openapi"] == (ROOT / "assetcdn/shared/openapi.json").stat().st_size
     # The chat's documentation passages: the README, from the distribution's metadata when installed.
     assert found["readme"].strip() == (ROOT / "README.md").read_text(encoding="utf-8").strip()
+    # ... and the pages of docs/, package data (the source tree's link to docs/ becomes real files).
+    assert Path(found["docs_dir"]).is_relative_to(site)
+    assert found["docs"] == {p.stem: p.read_text(encoding="utf-8") for p in (ROOT / "docs").glob("*.md")
+                             if p.name != "README.md"}
     # ... and their vectors, made ahead (package data), for every passage of the installed documentation.
     assert Path(found["vectors_file"]).is_relative_to(site) and found["vectors_missing"] == 0
 

@@ -58,7 +58,7 @@ def zone_of_path(path: str) -> str:
 def hit_from_track_body(body: Any, *, now: float) -> Hit:
     """Build a hit from a POST /api/analytics body ``{path, bytes, country, cache[, status]}``.
 
-    Defaults as the published service: path ``/``, bytes 0, country ``XX``, cache ``MISS``; status
+    Defaults as the API reference: path ``/``, bytes 0, country ``XX``, cache ``MISS``; status
     (our addition, for error reports) 200. Raises a legacy-envelope 400 for a wrong type.
     """
     if not isinstance(body, dict):

@@ -1,6 +1,6 @@
 """Query parameters of the statistics, insights and analytics endpoints.
 
-The published service clamps rather than refuses, and so do we: a value out of range is
+The API reference clamps rather than refuses, and so do we: a value out of range is
 brought into range, and a value that is not a number (``days=abc``) falls back to the default, so
 these never raise. Like JavaScript's ``parseInt``, leading digits count (``"7d"`` is 7).
 """

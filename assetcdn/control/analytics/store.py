@@ -49,7 +49,7 @@ RETENTION_DAYS = 90
 ANALYTICS_RETENTION_DAYS = 35
 STATISTICS_TOP_ASSETS = 10
 ERROR_TOP_PATHS = 10
-ANALYTICS_TOP_ASSETS = 100   # per day, as the published service's `analytics:top:<date>` kept
+ANALYTICS_TOP_ASSETS = 100   # per day, as the original service's `analytics:top:<date>` kept
 BATCH_MEMORY_S = 86400       # an edge's batch id is remembered this long (edges retry within seconds)
 MAX_PATH_LENGTH = 2048
 
@@ -566,7 +566,7 @@ class AnalyticsStore:
         }
 
     async def analytics_report(self, days: int, *, now: float | None = None) -> dict[str, Any]:
-        """AnalyticsReportResponse for GET /api/analytics: every day, newest first (as the published
+        """AnalyticsReportResponse for GET /api/analytics: every day, newest first (as the original
         service walks back from today), at most 35 days back; top 100 asset paths per day."""
         days = max(1, min(days, ANALYTICS_DAYS_MAXIMUM, ANALYTICS_RETENTION_DAYS))
         period = _Period(days, now)

@@ -1,10 +1,13 @@
-"""The product's own documentation as passages the chat can retrieve: the README, split by section,
-and one passage per operation of the API reference the service serves (assetcdn/shared/openapi.json).
+"""The product's own documentation as passages the chat can retrieve: the README and the pages of
+docs/, split by section, and one passage per operation of the API reference the service serves
+(assetcdn/shared/openapi.json).
 
 The README ships with the product twice over: beside the package in a source checkout (what
 `make setup` installs, editable) and as the long description in the installed distribution's
-metadata (a wheel install). Code blocks are kept out of passages (they answer "how", not "what"),
-and a section longer than a passage is split at paragraph and list-item boundaries.
+metadata (a wheel install). The docs pages are read through `docs/` beside this module: a link to the
+checkout's docs/ in the source tree, package data (real files) in a wheel. Code blocks are kept out of
+passages (they answer "how", not "what"), links keep only their text, and a section longer than a
+passage is split at paragraph and list-item boundaries.
 """
 
 from __future__ import annotations
@@ -18,13 +21,16 @@ from assetcdn.shared import openapi
 
 DISTRIBUTION = "assetcdn"
 SOURCE_README = Path(__file__).resolve().parents[3] / "README.md"
+DOCS = Path(__file__).with_name("docs")   # -> ../../../docs in the source tree (a symlink)
+INDEX = "README.md"    # docs/README.md lists the pages; it holds nothing to answer from
 MAX_PASSAGE = 700      # characters; MiniLM reads 256 tokens, about 1,000 characters of English
 HEADING = re.compile(r"^(#{1,4})\s+(.*)$")
+LINK = re.compile(r"\[([^\]]*)\]\([^)\s]+\)")   # [text](target) -> text
 
 
 @dataclass(frozen=True)
 class Passage:
-    id: str         # e.g. "readme#storage-zones-catalog-2"
+    id: str         # e.g. "api-guide#storage-zones-catalog-2": the page, then the section
     title: str      # the section's heading
     text: str
 
@@ -42,6 +48,13 @@ def readme_text() -> str:
     return metadata.get_payload() or metadata.get("Description") or ""  # type: ignore[attr-defined]
 
 
+def docs_pages() -> list[tuple[str, str]]:
+    """(page name without .md, its text) for every page of docs/ but the index, by name."""
+    if not DOCS.is_dir():
+        return []
+    return [(page.stem, page.read_text(encoding="utf-8")) for page in sorted(DOCS.glob("*.md")) if page.name != INDEX]
+
+
 def _slug(title: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "section"
 
@@ -54,7 +67,7 @@ def _blocks(lines: list[str]) -> list[str]:
 
     def flush() -> None:
         if current:
-            blocks.append(" ".join(part.strip() for part in current))
+            blocks.append(LINK.sub(r"\1", " ".join(part.strip() for part in current)))
             current.clear()
 
     for line in lines:
@@ -129,4 +142,5 @@ def api_reference_passages() -> list[Passage]:
 
 
 def documentation_passages() -> list[Passage]:
-    return split_passages(readme_text()) + api_reference_passages()
+    pages = [passage for name, text in docs_pages() for passage in split_passages(text, name)]
+    return split_passages(readme_text()) + pages + api_reference_passages()

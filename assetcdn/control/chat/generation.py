@@ -203,7 +203,7 @@ def extractive_answer(question: str, retrieved: Retrieved, encoder: SentenceEnco
             chosen = sorted(np.argsort(-scores)[:max_sentences])
         else:
             chosen = list(range(min(len(candidates), max_sentences)))
-        by_section: dict[str, list[str]] = {}   # passages of one README section read as one
+        by_section: dict[str, list[str]] = {}   # passages of one documentation section read as one
         for k in chosen:
             i, sentence = candidates[int(k)]
             by_section.setdefault(relevant[i].passage.title, []).append(sentence)

@@ -3,7 +3,7 @@
 passages, which costs 20-30 s of one core and made the first chat question time out.
 
 Each vector is filed under a key of the model and the passage's text, so a file made before the
-README or the API reference changed still serves every passage that did not change; the ones it
+README, a page of docs/ or the API reference changed still serves every passage that did not change; the ones it
 lacks are embedded at start, in the background, before the chat reports ready. `make setup`
 brings the file up to date (`python -m assetcdn.control.chat.passage_vectors`, which embeds only
 the passages it lacks), and a test checks that it matches the documentation as it is.

@@ -3,7 +3,7 @@
 Body (API reference, POST /api/pipeline): ``mode`` (``client`` | ``stock``, required), ``name`` (zone, required for
 client), ``svg`` (base64, required), ``generateIcons`` / ``generateBanners`` / ``generateFavicon``
 (booleans, default true), ``stockName`` (stock file name, default ``asset``; ``name`` is used when
-``stockName`` is absent, as OA calls ``name`` the "asset slug" in stock mode).
+``stockName`` is absent, as the original service called ``name`` the "asset slug" in stock mode).
 
 Files of mode ``client`` (zone N, prefix ``clients/N/v1/``):
   logos/N.svg (sanitised), logos/N.png, logos/N.webp, logos/N.avif (longer side 512 px);

@@ -4,7 +4,7 @@ Edges count every delivery and ship the counts, rolled up, over the signed clust
 (``control.analytics.ingest``); those are what statistics and insights count. A batch also carries
 the edge's sample of its deliveries for the request log (GET /api/logs); the reply tells the edge
 whether someone watches the live tail (``tail``), so it sends more. POST /api/analytics
-records one hit. It is public, as the API reference says; an operator who wants the published service's
+records one hit. It is public, as the API reference says; an operator who wants the original service's
 behaviour (the analytics key required on POST too) sets ``[analytics] track_requires_key = true``.
 Being public, it is rate-limited per client address (``[analytics] track_rate_limit`` per
 ``track_rate_window_s``; 429 in the legacy envelope) unless the caller sends the analytics key; every

@@ -23,7 +23,7 @@ CHUNK = 64
 
 
 def _int(value: str | None, default: int, lo: int, hi: int) -> int:
-    # The published service clamps paging values instead of refusing them.
+    # The API reference clamps paging values instead of refusing them.
     try:
         return min(max(int(value), lo), hi) if value not in (None, "") else default
     except ValueError:

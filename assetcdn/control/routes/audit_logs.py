@@ -1,6 +1,6 @@
 """Core plane: GET /api/core/audit-logs (AccountKey). Query: ``days`` (1-90, default 7), ``action``
 (exact, e.g. ``zone.create``, or a family, e.g. ``zone``), ``limit`` (1-5000, default 500); values
-out of range are clamped, as the published service does."""
+out of range are clamped, as the API reference says."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Statistics and insights: GET /api/core/statistics and GET /api/insights/* (standard envelope).
 
 All read the daily counters the edges' analytics batches fill (``control.analytics.store``).
-``days`` (1-90, default 7) and ``limit`` (1-100, default 20) are clamped as the published service
+``days`` (1-90, default 7) and ``limit`` (1-100, default 20) are clamped as the API reference
 does; ``zone`` filters to one zone (``all`` or absent: every zone).
 """
 

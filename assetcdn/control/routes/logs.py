@@ -2,11 +2,11 @@
 requests and the deliveries every edge served (``control.request_log``; ``node`` and ``cache`` tell
 them apart).
 
-JSON page (OA shape): ``{records[], count, cursor}``, newest first. Query: ``limit`` (1-500, default
+JSON page (the API reference's shape): ``{records[], count, cursor}``, newest first. Query: ``limit`` (1-500, default
 100, clamped), ``since`` (ISO date-time: only newer entries), ``level`` (info|warn|error), ``cursor``
 (the ``cursor`` of the previous page: older entries). ``cursor`` is null on the last page.
 
-``stream=1`` (or the published service's ``tail=true``): Server-Sent Events. ``event: connected`` once,
+``stream=1`` (or the original service's ``tail=true``): Server-Sent Events. ``event: connected`` once,
 then ``event: log`` with ``data: <entry>`` for each new entry as it arrives (after the backlog newer
 than ``since``, when given: at most its newest 1000 entries), and a ``: heartbeat <iso>`` comment every 15 s. The stream stays open
 until the client goes away or control shuts down.

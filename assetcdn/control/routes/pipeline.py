@@ -59,6 +59,6 @@ async def run_pipeline(request: web.Request) -> web.Response:
                     f"Stock asset '{name}' added with {len(paths)} files in one commit."),
         "Commit": commit_id, "Mode": pipeline_request.mode, "Name": name, "Files": paths,
         "EdgeStatus": "pending", "EdgeNote": published.edge_note, "DateCreated": as_iso_utc(created_at),
-        # OA's shape of the same answer
+        # the API reference's flat shape of the same answer
         "commit": commit_id, "files": paths, "zone": zone,
     }, status=201)

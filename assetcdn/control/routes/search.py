@@ -1,6 +1,6 @@
 """GET /api/search?q=&limit=: semantic search over the catalog with a fuzzy fallback (public).
 
-Errors use the legacy envelope (``{"error": "<text>", ...}``), as the published service's search did;
+Errors use the legacy envelope (``{"error": "<text>", ...}``), as the API reference's search does;
 100 valid requests a minute per client IP by default (``[search] rate_limit_per_minute``). A query is
 at most 200 characters and 24 words (400 past them); when the search threads are busy and a few
 queries already wait, 503 with Retry-After at once (assetcdn/control/search/engine.py).
@@ -26,7 +26,7 @@ BUSY_RETRY_S = 1
 
 
 def parse_limit(raw: str | None) -> int:
-    # Clamped, as the published service clamps paging values, rather than refused.
+    # Clamped, as the API reference clamps paging values, rather than refused.
     try:
         return min(max(int(raw), 1), MAX_LIMIT) if raw not in (None, "") else DEFAULT_LIMIT
     except ValueError:

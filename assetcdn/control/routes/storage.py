@@ -206,7 +206,7 @@ async def delete_file(request: web.Request) -> web.Response:
     raw = request.match_info["path"]
     directory = raw.endswith("/")
     path = _parse(raw, directory=directory)
-    # AccessKey cannot remove zones (README "Auth and errors"): not a storage root, not a zone root, and a directory delete
+    # AccessKey cannot remove zones (docs/api-guide.md "Auth and errors"): not a storage root, not a zone root, and a directory delete
     # keeps the `.gitkeep` scaffolding, so `<zone>/v1/` empties the zone instead of deleting it.
     if path.repo_path in ("", CLIENT_ROOT, STOCK_ROOT):
         raise bad_request("A storage root cannot be deleted; delete files or directories inside it.",

@@ -27,7 +27,7 @@ async def create_token(request: web.Request) -> web.Response:
                            f"may use itself ({', '.join(sorted(grantable))}). Mint such a token with the "
                            "AccountKey.", target="scopes", extra={"invalid": beyond})
     secret, record = await request.app[TOKENS].create(token_request)
-    # Both published shapes: OA's flat {id, token, name, scopes} and the code's {HttpCode, Message, Token{...}}.
+    # Both shapes of the API reference: the flat {id, token, name, scopes} and the wrapped {HttpCode, Message, Token{...}}.
     return json_response({
         "HttpCode": 201, "Message": "Token created. Store the secret securely — it cannot be retrieved again.",
         "id": record["id"], "token": secret, "name": record["name"], "scopes": record["scopes"],

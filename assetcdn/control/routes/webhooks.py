@@ -1,7 +1,7 @@
 """Webhooks plane (AccountKey, or a Bearer token with webhooks:read / webhooks:write).
 
-- ``GET /api/webhooks``: the registered webhooks (``webhooks`` as OpenAPI names it, ``Webhooks`` and
-  ``Count`` as the published code did), never their secrets.
+- ``GET /api/webhooks``: the registered webhooks (``webhooks``, ``Webhooks`` and ``Count``, as the
+  API reference names them), never their secrets.
 - ``POST /api/webhooks`` ``{url, events, secret?}``: 201 with the signing secret, shown this once.
 - ``DELETE /api/webhooks?id=``: 204; deliveries to it stop at once, attempts in flight are cancelled.
 - ``GET /api/webhooks/deliveries?id=<webhook>&state=&limit=``: recent deliveries, newest first.
@@ -46,7 +46,7 @@ async def register_webhook(request: web.Request) -> web.Response:
     secret, hook = await request.app[WEBHOOKS].create(webhook_request.url, webhook_request.events,
                                                       webhook_request.secret, settings.max_webhooks)
     record = hook.to_json()
-    # Both published shapes: OA's flat {id, url, events, secret} and the code's {HttpCode, Message, Webhook{...}}.
+    # Both shapes of the API reference: the flat {id, url, events, secret} and the wrapped {HttpCode, Message, Webhook{...}}.
     return json_response({
         "HttpCode": 201, "Message": "Webhook registered. Store the secret securely — it cannot be retrieved again.",
         "id": hook.id, "url": hook.url, "events": list(hook.events), "secret": secret,

@@ -1,6 +1,6 @@
-"""MiniLM cosine -> the 0-1 score whose 0.5 means what the published service's 0.5 meant.
+"""MiniLM cosine -> the 0-1 score whose 0.5 means what the original service's 0.5 meant.
 
-The published service kept vector matches scoring above 0.5 with bge-base-en-v1.5, whose cosines
+The original service kept vector matches scoring above 0.5 with bge-base-en-v1.5, whose cosines
 sit high: unrelated short English texts commonly score 0.3-0.5 there, so 0.5 is the edge of the
 unrelated band ("more alike than unrelated text"), not "half similar". all-MiniLM-L6-v2 spreads
 lower. On the benchmark catalog (benchmarks/search_bench.py: 336 assets, 62 tuning queries),

@@ -33,7 +33,7 @@ from assetcdn.control.search.fuzzy import FuzzyDocument, fuzzy_scores
 from assetcdn.control.search.index import SearchIndex, VectorSnapshot
 from assetcdn.shared.manifest import ManifestEntry
 
-THRESHOLD = 0.5            # the published service's vector threshold, on the calibrated scale
+THRESHOLD = 0.5            # the original service's vector threshold, on the calibrated scale
 FUZZY_LIFT = 0.3           # how far the words can lift a vector score (see the module docstring)
 SETTLE_BACKLOG = 512       # a search waits for at most this many pending embeddings (see SearchIndex.settled)
 CACHE_ENTRIES = 1024

@@ -1,6 +1,6 @@
 """The token-scored fuzzy match of the search fallback, tolerant of typos.
 
-As the published service scores it: the query's tokens are its lowercase alphanumeric runs of two
+As the original service scored it: the query's tokens are its lowercase alphanumeric runs of two
 or more characters; an asset's haystack is ``name path project category format`` lowercased; the
 score is the share of tokens found in the haystack, rounded to 3 decimals. A token found as a
 substring counts 1. Ours adds typo tolerance: a token of 4+ characters that is not found but is

@@ -66,7 +66,7 @@ def _conversion(request: web.Request, source: ManifestEntry, fmt: str) -> Made:
     pool = request.app[IMAGE_POOL]
     opts = conversion_options(source)
     # Not counted against the monthly /api/transform quota: at most one conversion per source
-    # and format, cached for a year (README, "Image delivery").
+    # and format, cached for a year (docs/api-guide.md, "Image delivery").
     return Made(pool, opts.cache_key(source.blob_id, fmt), partial(transform_variant, source.format, opts, fmt,
                                                                    pool.limits), metric_format=fmt)
 

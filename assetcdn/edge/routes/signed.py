@@ -1,6 +1,6 @@
 """GET/HEAD /api/signed?path=/<cdn path>&expires=<unix s>&sig=<hex HMAC-SHA256 of "{path}:{expires}">.
 
-The signature is the credential (README "Image delivery", signed URLs). Checks run in the published
+The signature is the credential (docs/api-guide.md "Image delivery", signed URLs). Checks run in the API reference's
 order: the per-client rate limit first (429 with Retry-After), then the query, every refusal a 403 in
 the legacy envelope; the comparison is constant time. A valid URL delivers the asset through the
 serve sequence (assetcdn/edge/states/serve.py), privately cached for an hour. It is the only way to an asset
@@ -58,7 +58,7 @@ def verify_signed_query(query: dict[str, str], secret: str, now: float) -> str:
 
 
 def _refused(exc: SourceRefused) -> LegacyError:
-    # Unknown, or another zone's on a tenant host (assetcdn/edge/access.py): the published 404 message.
+    # Unknown, or another zone's on a tenant host (assetcdn/edge/access.py): the API reference's 404 message.
     return LegacyError(exc.status, NOT_FOUND if exc.status == 404 else exc.message)
 
 

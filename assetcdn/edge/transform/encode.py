@@ -2,12 +2,12 @@
 
 Settings were chosen by measurement against thumbor's (Pillow) output of the same pictures at
 the same quality: bytes, SSIM against a reference resize, and encoder CPU (benchmarks/README.md,
-"Transforms beside thumbor"). AVIF effort 1 (aom cpu-used 8) encodes in a third of effort 3's
-CPU for bytes within 1% and SSIM still above thumbor's (libavif speed 6); effort 4 and up
-take seconds at 1280 px. JPEG is progressive (4-5% smaller; thumbor's is progressive too) with Huffman tables optimised
-and mozjpeg's quantisation table 3; trellis quantisation saves another 10% of bytes but costs
-five times the encode, more than the decode it follows. WebP stays at
-libwebp's method 4: lower efforts grow the bytes 3-5%, smart_subsample by 5%.
+"Transforms beside thumbor", has each lever's figures). AVIF effort 1 (aom cpu-used 8): far less
+CPU than effort 3 for about the same bytes, SSIM still above thumbor's; higher efforts take seconds.
+JPEG is progressive (smaller; thumbor's is progressive too) with Huffman tables optimised and
+mozjpeg's quantisation table 3; trellis quantisation is left off: its bytes saved cost more encode
+than the decode it follows. WebP stays at libwebp's method 4: lower efforts, and smart_subsample,
+grow the bytes.
 Metadata (EXIF, XMP, ICC) is stripped: pixels are sRGB already.
 
 Animation survives in webp and gif (libvips writes every 'page-height' frame). AVIF output

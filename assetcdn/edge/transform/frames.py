@@ -35,8 +35,9 @@ def map_frames(image: pyvips.Image, operation: Callable[[pyvips.Image], pyvips.I
     """`operation` applied to each frame on its own; `between_frames` runs before each (a deadline check).
 
     Frames are rendered one at a time into memory. Left lazy, every frame would be its own
-    libvips pipeline with its own buffers, all alive at once when the strip is encoded: a
-    blurred 1,000-frame 100x100 GIF took 2 GB that way, about 140 MB like this.
+    libvips pipeline with its own buffers, all alive at once when the strip is encoded, which
+    took an order of magnitude more memory on a long GIF (benchmarks/README.md, "Figures behind
+    comments in the source").
     """
     count = page_count(image)
     if count == 1:

@@ -52,7 +52,7 @@ def lqip_variant(source_format: str, size: int, blur: int, max_pixels: int, sour
 def blurhash_variant(source_format: str, size: int, max_pixels: int, source: bytes) -> Variant:
     """/api/blurhash's JSON (the route adds `url` and `source`)."""
     webp, width, real_blurhash = make_blurhash_placeholder(source, source_format, size, max_pixels=max_pixels)
-    # `hash` is what the published service calls its blurhash: the SHA-256 prefix of the WebP.
+    # `hash` is what the original service called its blurhash: the SHA-256 prefix of the WebP.
     return Variant(orjson.dumps({"hash": hashlib.sha256(webp).hexdigest()[:40], "dataUri": _data_uri(webp),
                                  "width": width, "bytes": len(webp), "dateGenerated": utc_now_iso(),
                                  "blurhash": real_blurhash}), JSON)

@@ -2,7 +2,7 @@
 
 As the API reference (assetcdn/shared/openapi.json) describes them: lqip is `size` px wide, quality 30, blur `blur`; blurhash is `size` px wide,
 quality 35, blur 50, and its `hash` is the 40-hex SHA-256 prefix of the WebP bytes (the
-caller computes it). The published service called that hash "BlurHash"; we also return a
+caller computes it). The original service called that hash "BlurHash"; we also return a
 real BlurHash string (blurha.sh), computed from a small unblurred RGB copy.
 
 Both endpoints use the STANDARD error envelope, hence ApiError here.

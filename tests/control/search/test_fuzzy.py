@@ -1,4 +1,4 @@
-"""The fuzzy fallback scores as the published service did, and tolerates typos on top."""
+"""The fuzzy fallback scores as the original service did, and tolerates typos on top."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""An edge's /api/health and /metrics: the published health shape, a public answer without internal
+"""An edge's /api/health and /metrics: the API reference's health shape, a public answer without internal
 addresses, and the metrics key for /metrics and deep health."""
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ Fit = Literal["cover", "contain", "fill", "inside", "outside"]
 Gravity = Literal["center", "north", "south", "east", "west", "northeast", "northwest", "southeast",
                   "southwest", "face", "auto"]
 FITS: tuple[Fit, ...] = ("cover", "contain", "fill", "inside", "outside")
-# In the order the published API documents them.
+# In the order the API reference documents them.
 GRAVITIES: tuple[Gravity, ...] = ("center", "north", "south", "east", "west", "northeast", "northwest",
                                   "southeast", "southwest", "face", "auto")
 # Fits that give the same pixels share one cache entry.

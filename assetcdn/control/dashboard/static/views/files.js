@@ -1,7 +1,7 @@
 // Files: a zone (or the stock pool) as a file manager over /api/storage: browse, upload (drag and
 // drop, with progress), preview images and video (HLS through hls.js), download, copy the CDN URL,
 // purge, delete. Public files are previewed from the edges (`base`): the dashboard's own origin
-// serves stored files only as downloads (README "Dashboard").
+// serves stored files only as downloads (docs/dashboard.md).
 import { ApiError, api, cdnHref, cdnPath, del, get, publicUrl, storageUrl, upload } from "../api.js";
 import { badge, card, clear, confirmDanger, copyText, dialog, empty, formatBytes, formatDate, h, icon, toast } from "../ui.js";
 
