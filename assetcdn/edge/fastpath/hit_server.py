@@ -82,6 +82,7 @@ class HitServer:
         self.wanted.setdefault(str(settings.get("analytics", "country_header")).lower().encode(), COUNTRY)
         self.memory = self.node.cache.memory
         self._sync_purges = self.node.cache.sync_purges
+        self._hit_status = self.node.hit_status
         self.loop = asyncio.get_running_loop()
         self.ids = app[REQUEST_IDS]  # the application's own (assetcdn/shared/middleware.py)
         self.connections: set[HitProtocol] = set()
@@ -140,7 +141,7 @@ class HitServer:
         self.entries = node.replica.entries
         # The serve sequence's own decision (assetcdn/edge/states/serve.py): HIT, or STALE / not at all
         # while control is unreachable, which the application answers.
-        self.answering = self.answers_hits and self.node.hit_status() == HIT
+        self.answering = self.answers_hits and self._hit_status() == HIT
         self.started = time.perf_counter()
         self.now = time.time()
 
