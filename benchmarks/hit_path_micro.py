@@ -36,8 +36,8 @@ from assetcdn import control, edge
 from assetcdn.edge.access_log import AccessLog
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
+from assetcdn.edge.fastpath.hit_server import HitSite
 from assetcdn.edge.fastpath.protocol import HitProtocol
-from assetcdn.edge.fastpath.server import HitSite
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.http_server import name_the_server
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS

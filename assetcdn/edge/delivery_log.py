@@ -28,7 +28,7 @@ from aiohttp import web
 
 from assetcdn.edge.access_log import AccessLog
 from assetcdn.edge.control_client import ControlClient, ControlUnavailable, NotFoundAtControl
-from assetcdn.edge.site_config import FORWARDED, NOT_DELIVERY
+from assetcdn.edge.site_config import FORWARDED, NOT_DELIVERY, request_host
 from assetcdn.shared.cluster import PREFIX
 from assetcdn.shared.metrics import REQUEST_STARTED
 from assetcdn.shared.middleware import REQUEST_ID
@@ -53,6 +53,17 @@ def country_code(header: str) -> str:
     """The analytics country of a request's country header: two letters, upper case, else "XX"."""
     text = header.strip().upper()
     return text if len(text) == 2 and text.isalpha() else UNKNOWN_COUNTRY
+
+
+def zone_of(path: str) -> str:
+    """The zone a delivery of ``path`` (no leading slash) is counted under, as control's zone_of_path:
+    "api" for /api/transform and the like."""
+    return path.split("/", 1)[0]
+
+
+def body_sent(head_only: bool, status: int, length: int) -> int:
+    """The body bytes a delivery of ``length`` bytes sends: none for HEAD and 304."""
+    return 0 if head_only or status == 304 else length
 
 
 class Sample:
@@ -197,15 +208,15 @@ class DeliveryLog:
             self.access.write(now, host, method, path, status, sent, cache, duration_s, ip, country, request_id)
 
     def record(self, request: web.Request, response: web.StreamResponse) -> None:
-        """A delivery the application answered (the fast path calls ``delivered`` itself)."""
+        """A delivery the application answered (the hit path calls ``delivered`` with the same
+        derivations: `zone_of`, `body_sent`, `country_code`, assetcdn/edge/fastpath/hit_server.py)."""
         if request.get(FORWARDED) or request.path in NOT_DELIVERY or request.path.startswith(PREFIX):
             return
         path = request.get(DELIVERED_PATH) or request.path.lstrip("/")
-        zone = path.split("/", 1)[0]  # as control's zone_of_path: "api" for /api/transform and the like
-        sent = 0 if request.method == "HEAD" or response.status == 304 else (response.content_length or 0)
+        sent = body_sent(request.method == "HEAD", response.status, response.content_length or 0)
         started = request.get(REQUEST_STARTED)
         cache = response.headers.get("X-Cache", "BYPASS")
-        self.delivered(time.time(), request.host, request.method, path, zone, response.status, sent,
+        self.delivered(time.time(), request_host(request), request.method, path, zone_of(path), response.status, sent,
                        cache if cache in CACHE_RESULTS else "BYPASS",
                        country_code(request.headers.get(self.country_header) or ""), request.get(REQUEST_ID),
                        request.remote, time.perf_counter() - started if started is not None else 0.0)

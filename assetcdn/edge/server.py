@@ -43,7 +43,7 @@ def run_worker(argv: list[str], worker: int) -> None:
     die_with_parent()
     # Imported here: PROMETHEUS_MULTIPROC_DIR must be set before prometheus_client is imported.
     from assetcdn.edge.app import EdgeIdentity, create_app
-    from assetcdn.edge.fastpath.server import HitSite
+    from assetcdn.edge.fastpath.hit_server import HitSite
     from assetcdn.shared.http_server import serve
     from assetcdn.shared.secrets import load_edge_secrets
 

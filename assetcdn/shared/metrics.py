@@ -26,6 +26,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from aiohttp.web_urldispatcher import AbstractResource
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -76,7 +77,7 @@ class Metrics:
 
     def add_source(self, collect: Callable[[], None]) -> None:
         """``collect`` runs first on every flush: a hot path that keeps its own plain counters (the
-        edge's hit path, assetcdn/edge/fastpath/server.py) moves them into the tally there."""
+        edge's hit path, assetcdn/edge/fastpath/hit_server.py) moves them into the tally there."""
         self._sources.append(collect)
 
     def remove_source(self, collect: Callable[[], None]) -> None:
@@ -214,10 +215,14 @@ def require_metrics_key(request: web.Request, what: str) -> None:
                        headers={"WWW-Authenticate": 'Bearer realm="assetcdn"'})
 
 
+def route_name(resource: AbstractResource | None) -> str:
+    """The route label of requests a resource answered (the edge's hit path counts its hits under it too)."""
+    return resource.canonical if resource is not None else "unmatched"
+
+
 def _route_name(request: web.Request) -> str:
     # match_info is a dict of path parameters: test the route, not the (often empty) mapping.
-    resource = request.match_info.route.resource
-    return resource.canonical if resource is not None else "unmatched"
+    return route_name(request.match_info.route.resource)
 
 
 @web.middleware

@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from assetcdn.edge.fastpath.server import HitSite
+from assetcdn.edge.fastpath.hit_server import HitSite
 
 
 class HitTestServer(TestServer):

@@ -2,7 +2,7 @@
 
 - protocol.py: the public connections (httptools on a bare asyncio.Protocol), pipelining, deadlines,
   hand-over of single requests or whole connections to aiohttp's request handlers;
-- server.py: per-worker state of those connections and the hit itself (HitServer), the listening
+- hit_server.py: per-worker state of those connections and the hit itself (HitServer), the listening
   site (HitSite, in place of aiohttp's TCPSite);
 - prepared.py: response heads prepared once per (Host, path) and what makes them stale;
 - sendfile.py: bodies sent from the disk tier's file with sendfile(2).

@@ -30,18 +30,20 @@ from __future__ import annotations
 
 from multidict import CIMultiDict
 
-from assetcdn.edge.access import is_private, serves_on_host
+from assetcdn.edge.access import SourceRefused, find_source
+from assetcdn.edge.app import delivery_response_headers
 from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.delivery_log import zone_of
 from assetcdn.edge.node import EdgeNode
-from assetcdn.edge.site_config import EdgeConfig, apply_rule_changes, tenant_path
+from assetcdn.edge.site_config import EdgeConfig, tenant_path
 from assetcdn.edge.states.deliver import delivery_headers
 from assetcdn.edge.states.head import EntryHead
 from assetcdn.edge.states.lookup import lookup
-from assetcdn.shared import API_VERSION
-from assetcdn.shared.content_security import protect
 from assetcdn.shared.http_server import SERVER_NAME
 from assetcdn.shared.manifest import ManifestEntry
+from assetcdn.shared.paths import InvalidPath, parse_cdn_path
 
+HIT = "HIT"  # the only cache status answered here: `EdgeNode.hit_status` says it (assetcdn/edge/fastpath/hit_server.py)
 STATUS_200 = b"HTTP/1.1 200 OK\r\n"
 STATUS_206 = b"HTTP/1.1 206 Partial Content\r\n"
 STATUS_304 = b"HTTP/1.1 304 Not Modified\r\n"
@@ -63,7 +65,7 @@ class Prepared:
                  block: bytes) -> None:
         self.entry = entry
         self.cdn_path = cdn_path
-        self.zone = cdn_path.split("/", 1)[0]
+        self.zone = zone_of(cdn_path)
         self.key = key                  # memory-tier key of the body (when ``file`` is None)
         self.file = file                # the disk tier's file of a large body
         self.size = size
@@ -93,23 +95,19 @@ class HostView:
 
 def response_headers(node: EdgeNode, config: EdgeConfig, head: EntryHead, obj: CachedObject, host: str, path: str,
                      *, not_modified: bool = False) -> CIMultiDict[str] | None:
-    """The headers the full application gives this hit (the serve sequence's `delivery_headers` with the
-    CDN path's policy, assetcdn/edge/routes/delivery.py; then the response hooks: assetcdn/shared/middleware.py stamps
-    and protects, assetcdn/edge/site_config.py applies the `_headers` rules),
-    without Date, Server, X-Request-ID and Content-Length. None if a rule touches one of those."""
+    """The headers the full application gives this hit, by the functions it uses: `delivery_headers`
+    with the CDN path's policy (assetcdn/edge/routes/delivery.py), then the response hooks
+    (`delivery_response_headers`, assetcdn/edge/app.py); without Date, Server, X-Request-ID and
+    Content-Length. None if a rule touches one of those (the full application answers such paths)."""
     headers: CIMultiDict[str] = CIMultiDict(delivery_headers(
-        obj, cache_status="HIT", cache_control=node.asset_cache_control, head=head))
+        obj, cache_status=HIT, cache_control=node.asset_cache_control, head=head))
     if not_modified:
         headers.popall("Content-Type", None)
-    headers.setdefault("X-API-Version", API_VERSION)
-    protect(headers)
     if config.rules.headers:
         changes = config.rules.headers.for_path(path, host)
-        if changes:
-            if any(name.lower() in PER_REQUEST_HEADERS for name in changes.set) or \
-                    changes.remove & PER_REQUEST_HEADERS:
-                return None
-            apply_rule_changes(changes, headers)
+        if any(name.lower() in PER_REQUEST_HEADERS for name in changes.set) or changes.remove & PER_REQUEST_HEADERS:
+            return None
+    delivery_response_headers(config, headers, path, host)
     return headers
 
 
@@ -123,11 +121,10 @@ def prepare(node: EdgeNode, config: EdgeConfig, view: HostView, path: str) -> tu
     (one SQLite row, or a file of at most the memory tier's object size), as a hit there does."""
     if config.rules.redirects and config.rules.redirects.match(path) is not None:
         return None
-    cdn_path = tenant_path(view.zone, path)[1:]
-    if not serves_on_host(cdn_path, view.zone):
-        return None
-    entry = node.replica.get(cdn_path)
-    if entry is None or is_private(entry):
+    try:  # what the delivery route does before its look-up (assetcdn/edge/routes/delivery.py)
+        cdn_path = parse_cdn_path(tenant_path(view.zone, path))
+        entry = find_source(node, cdn_path, view.zone)
+    except (InvalidPath, SourceRefused):
         return None
     head = node.replica.head(entry)
     obj = lookup(node, head.key)

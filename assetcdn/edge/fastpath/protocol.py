@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
-import uuid
 from typing import TYPE_CHECKING, Any
 
 import httptools
@@ -44,7 +42,7 @@ from assetcdn.edge.fastpath.sendfile import (
 )
 
 if TYPE_CHECKING:
-    from assetcdn.edge.fastpath.server import HitServer
+    from assetcdn.edge.fastpath.hit_server import HitServer
 
 # A longer head goes to aiohttp, whose limits then apply as before (max_line_size and max_field_size
 # 8190 each, 128 headers): a head within this size is within all of them.
@@ -54,32 +52,6 @@ READ_AHEAD = "read-ahead"       # why reading is paused: MAX_PIPELINED bytes wai
 WANTED = {b"host": 0, b"if-none-match": 1, b"range": 2, b"x-request-id": 3, b"expect": 4}
 COUNTRY = 5                     # slot of the analytics country header (its name is configured)
 ANSWERED, HAND_OVER, GIVE_AWAY, BUSY = 0, 1, 2, 3  # BUSY: the head is in `out`, `pending_file` follows
-
-
-class RequestIds:
-    """X-Request-ID values: a caller's own (a uuid, canonical form) or a fresh uuid-shaped id made
-    from a random per-process prefix and a counter (unique, no system call, no uuid4 per request)."""
-
-    __slots__ = ("_prefix", "_counter")
-
-    def __init__(self) -> None:
-        bits = random.getrandbits(80)
-        # version 4 and the RFC 4122 variant, so the ids read as uuid4 like the application's own.
-        self._prefix = (f"{bits >> 48:08x}-{(bits >> 32) & 0xFFFF:04x}-4{(bits >> 20) & 0xFFF:03x}-"
-                        f"{0x8000 | ((bits >> 6) & 0x3FFF):04x}-").encode()
-        self._counter = random.getrandbits(40)
-
-    def new(self) -> bytes:
-        self._counter += 1
-        return self._prefix + b"%012x" % (self._counter & 0xFFFFFFFFFFFF)
-
-    def of(self, sent: bytes | None) -> bytes:
-        if sent is None:
-            return self.new()
-        try:
-            return str(uuid.UUID(sent.decode("ascii"))).encode()
-        except ValueError:
-            return self.new()
 
 
 class HandoffTransport(asyncio.Transport):

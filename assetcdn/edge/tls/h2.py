@@ -45,7 +45,7 @@ from assetcdn.edge.fastpath.protocol import HitProtocol
 from assetcdn.shared.config import Settings
 
 if TYPE_CHECKING:
-    from assetcdn.edge.fastpath.server import HitServer
+    from assetcdn.edge.fastpath.hit_server import HitServer
 
 log = logging.getLogger(__name__)
 STREAM_BUFFER_HIGH = 256 * 1024   # response bytes a stream holds before its producer is paused

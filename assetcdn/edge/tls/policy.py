@@ -6,7 +6,7 @@
 - ``[tls] redirect_http``: a request on the plain port is redirected to https (301 for GET and HEAD,
   308 otherwise, so a method and body are kept), except ACME challenges, which a CA fetches over http,
   and ``/api/health`` and ``/metrics``, which load balancers, ``assetcdn up`` and scrapers ask over http.
-  The hit path hands every request to the application then (assetcdn/edge/fastpath/server.py), so a
+  The hit path hands every request to the application then (assetcdn/edge/fastpath/hit_server.py), so a
   cached file is redirected like the rest.
 - ``[tls] hsts_max_age_s`` above 0: every answer over https carries Strict-Transport-Security.
 """

@@ -1,4 +1,4 @@
-"""The https listener: the hit path's site (assetcdn/edge/fastpath/server.py) with TLS in front.
+"""The https listener: the hit path's site (assetcdn/edge/fastpath/hit_server.py) with TLS in front.
 
 Each connection is TLS first (the certificate picked by SNI, assetcdn/edge/tls/certificates.py; a
 handshake that is not done within ``handshake_timeout_s`` closes the connection). The TLS protocol is
@@ -19,8 +19,8 @@ from typing import Any
 from aiohttp import web
 from uvloop.loop import SSLProtocol  # type: ignore[attr-defined]  # not in uvloop's stubs
 
+from assetcdn.edge.fastpath.hit_server import HitServer, HitSite
 from assetcdn.edge.fastpath.protocol import HitProtocol
-from assetcdn.edge.fastpath.server import HitServer, HitSite
 from assetcdn.edge.tls.certificates import CertificateStore
 from assetcdn.edge.tls.h2 import H2Limits, H2Protocol
 

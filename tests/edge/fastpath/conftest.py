@@ -25,7 +25,7 @@ import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
-from assetcdn.edge.fastpath.server import HitSite
+from assetcdn.edge.fastpath.hit_server import HitSite
 from assetcdn.edge.node import EdgeNode
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.http_server import answer_unreadable_requests_in_json, name_the_server

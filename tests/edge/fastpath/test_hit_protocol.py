@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 
+import orjson
 import pytest
 
 from assetcdn.edge.site_config import EdgeConfig
@@ -19,7 +21,7 @@ from tests.edge.fastpath.conftest import (
     Response,
     request_bytes,
 )
-from tests.edge.routes.conftest import LOGO_SVG, solid_png
+from tests.edge.routes.conftest import LOGO_SVG, solid_png, wait_until
 
 SVG = f"{ZONE}/v1/logos/logo.svg"
 PNG = f"{ZONE}/v1/banners/photo.png"
@@ -317,3 +319,113 @@ async def test_unreadable_requests_are_not_logged_as_errors(make_hit_cdn: HitCdn
     errors = [r for r in caplog.records if r.name.startswith("aiohttp") and r.levelno >= logging.WARNING]
     assert not errors, [r.getMessage() for r in errors]
     assert any(r.name.startswith("aiohttp") and r.levelno == logging.DEBUG for r in caplog.records)
+
+
+TENANT = f"{ZONE}.cdn.localhost"
+PRIVATE = f"{ZONE}/v1/private/secret.txt"
+SENT_ID = "0F8FAD5B-D9CB-469F-A165-70867728950E"  # a caller's id, not in canonical form
+DELIVERY_RULES = (f"/{ZONE}/v1/logos/*\n  X-Frame-Options: DENY\n  ! Cache-Tag\n"
+                  "/v1/banners/*\n  X-Banner: :splat\n"
+                  "https://:tenant.cdn.localhost/v1/*\n  X-Tenant: :tenant\n  Cache-Control: public, max-age=60\n")
+REDIRECT_RULES = f"/old.svg /{SVG} 301\n/v1/old.png /v1/banners/photo.png 302\n"
+
+
+def as_the_client_sees_it(response: Response) -> tuple[int, list[tuple[str, str]], bytes]:
+    """Every header but Date (the request id too: both ports are sent the same one), and the body, but
+    the time an error envelope gives."""
+    headers = sorted((k.lower(), v) for k, v in response.headers.items() if k.lower() != "date")
+    body = response.body
+    if body and response.header("Content-Type") == "application/json":
+        envelope = orjson.loads(body)
+        envelope.pop("timestamp")
+        body = orjson.dumps(envelope)
+    return response.status, headers, body
+
+
+async def test_every_kind_of_delivery_is_answered_as_the_application_answers_it(make_hit_cdn: HitCdnFactory) -> None:
+    """Tenant hosts (as sent, with a port, in capitals with a trailing dot) under `_headers` rules with host
+    patterns, GET, HEAD, 304 and ranges of each; redirects, a private path, another zone's path; then all
+    of it again while control is unreachable (STALE). The hit port answers each exactly as the
+    application's own port does, request id included; what is a hit is answered on the hit path."""
+    cdn = await warmed(make_hit_cdn)
+    await cdn.upload(PRIVATE, b"not on its public path")
+    for name, content in (("_headers", DELIVERY_RULES), ("_redirects", REDIRECT_RULES)):
+        resp = await cdn.control.post("/api/core/rules", headers=ACCOUNT, json={"File": name, "Content": content})
+        assert resp.status == 200, await resp.text()
+
+    async def applied() -> bool:
+        return bool(cdn.node.config.rules.headers) and bool(cdn.node.config.rules.redirects)
+
+    await wait_until(applied, "rules reaching the edge")
+    hits, plain = await cdn.connect(), await cdn.plain()
+    etags = {path: (await hits.request(f"/{path}")).header("ETag") for path in (SVG, PNG)}
+    hit_cases: list[tuple[str, str, str, dict[str, str]]] = []
+    for host, svg, png in ((
+            "edge.test", f"/{SVG}", f"/{PNG}"), (TENANT, "/v1/logos/logo.svg", "/v1/banners/photo.png"),
+            (f"{TENANT}:8443", "/v1/logos/logo.svg", "/v1/banners/photo.png"),
+            (f"{TENANT.upper()}.", "/v1/logos/logo.svg", "/v1/banners/photo.png")):
+        for path, etag in ((svg, etags[SVG]), (png, etags[PNG])):
+            hit_cases += [(host, path, "GET", {}), (host, path, "HEAD", {}),
+                          (host, path, "GET", {"If-None-Match": etag or ""}),
+                          (host, path, "HEAD", {"If-None-Match": etag or ""}),
+                          (host, path, "GET", {"Range": "bytes=2-5"})]
+    hit_cases.append((TENANT, f"/{SVG}", "GET", {}))  # the zone's full path is its own on its host too
+    other_cases: list[tuple[str, str, str, dict[str, str]]] = [
+        ("edge.test", "/old.svg", "GET", {}), (TENANT, "/v1/old.png?x=1", "GET", {}),
+        ("edge.test", f"/{PRIVATE}", "GET", {}), (TENANT, "/v1/private/secret.txt", "HEAD", {}),
+        ("other.cdn.localhost", f"/{SVG}", "GET", {}),
+        ("edge.test", f"/{ZONE}/v1/logos/none.svg", "GET", {}),
+    ]
+    assert cdn.site.hits is not None
+
+    async def compare(cases: list[tuple[str, str, str, dict[str, str]]]) -> list[Response]:
+        answers = []
+        for host, path, method, headers in cases:
+            fast = await hits.request(path, method, host, X_Request_ID=SENT_ID, **headers)
+            slow = await plain.request(path, method, host, X_Request_ID=SENT_ID, **headers)
+            assert as_the_client_sees_it(fast) == as_the_client_sees_it(slow), (host, path, method, headers)
+            assert fast.header("X-Request-ID") == SENT_ID.lower()
+            answers.append(fast)
+        return answers
+
+    served = cdn.site.hits.served
+    answers = await compare(hit_cases)
+    assert cdn.site.hits.served == served + len(hit_cases)  # every one on the hit path
+    assert {a.header("X-Cache") for a in answers} == {"HIT"} and {a.status for a in answers} == {200, 206, 304}
+    # Rules match the path as requested: the zone's path on the default host, `/v1/...` on its own.
+    default, tenant = answers[0], answers[5 * 2]  # the GETs of the logo on each
+    assert (default.header("X-Frame-Options"), default.header("X-Tenant")) == ("DENY", None)
+    assert "Cache-Tag" not in default.headers and tenant.header("Cache-Tag")
+    assert (tenant.header("X-Tenant"), tenant.header("Cache-Control")) == (ZONE, "public, max-age=60")
+    assert answers[5 * 3].header("X-Banner") == "photo.png"  # the tenant-host GET of the banner
+    served = cdn.site.hits.served
+    answers = await compare(other_cases)
+    assert cdn.site.hits.served == served  # none of these is a hit
+    assert [a.status for a in answers] == [301, 302, 403, 403, 404, 404]
+    assert answers[1].header("Location") == "/v1/banners/photo.png?x=1"
+
+    await cdn.control.close()
+
+    async def unreachable() -> bool:
+        return cdn.node.hit_status() == "STALE"
+
+    await wait_until(unreachable, "the edge noticing control is gone")
+    served = cdn.site.hits.served
+    answers = await compare(hit_cases + other_cases)
+    assert cdn.site.hits.served == served  # STALE is the application's to answer
+    assert {a.header("X-Cache") for a in answers[:len(hit_cases)]} == {"STALE"}
+    assert all(a.header("Warning") for a in answers[:len(hit_cases)])
+
+
+async def test_request_ids_are_made_and_kept_alike_on_both_paths(make_hit_cdn: HitCdnFactory) -> None:
+    cdn = await warmed(make_hit_cdn)
+    hits, plain = await cdn.connect(), await cdn.plain()
+    for sent in ({}, {"X_Request_ID": "not-a-uuid"}, {"X_Request_ID": ""},
+                 {"X_Request_ID": "{0f8fad5b-d9cb-469f-a165-70867728950e}"}):
+        ids = [(await conn.request(f"/{SVG}", **sent)).header("X-Request-ID") for conn in (hits, plain)]
+        for made in ids:
+            assert made is not None and str(uuid.UUID(made)) == made and uuid.UUID(made).version == 4, (sent, ids)
+        if sent.get("X_Request_ID", "").startswith("{"):
+            assert ids == ["0f8fad5b-d9cb-469f-a165-70867728950e"] * 2
+        else:
+            assert ids[0] != ids[1]

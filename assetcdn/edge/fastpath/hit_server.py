@@ -6,12 +6,13 @@ hits itself and hands everything else to the aiohttp application's request handl
 
 ``HitServer.answer`` is the hit itself. Per batch of pipelined requests (``begin_batch``) it picks
 up the node's state once: the configuration (a new one drops every prepared hit), purges other
-workers made (replayed on this worker's memory tier), the replica's entries and whether control is
-reachable (else a hit is STALE: the application answers it, with its Warning). Per request: the
-Host's view, the path's prepared hit, its body from the memory tier or its file, and the answer.
-Counting is what the application counts for the same answer: one request in the metrics (route
-``/{path}``, batched: assetcdn/shared/metrics.py), one cache HIT, bytes served, and the delivery counted
-for analytics (assetcdn/edge/delivery_log.py: a dictionary update, a sample offer, the access log when on).
+workers made (replayed on this worker's memory tier), the replica's entries and the cache status
+`EdgeNode.hit_status` gives (not HIT: STALE, or not served from cache, which the application answers).
+Per request: the Host's view, the path's prepared hit, its body from the memory tier or its file, and
+the answer. Counting is what the application counts for the same answer: one request in the metrics
+(under the delivery route's own label, batched: assetcdn/shared/metrics.py), one cache HIT, bytes
+served, and the delivery counted for analytics (assetcdn/edge/delivery_log.py: a dictionary update, a
+sample offer, the access log when on).
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from typing import Any
 
 from aiohttp import web
 
+from assetcdn.edge.app import delivery_route_name
 from assetcdn.edge.app_keys import NODE, SETTINGS
-from assetcdn.edge.delivery_log import country_code
-from assetcdn.edge.fastpath.prepared import HostView, Prepared, not_modified_head, prepare
+from assetcdn.edge.delivery_log import body_sent, country_code
+from assetcdn.edge.fastpath.prepared import HIT, HostView, Prepared, not_modified_head, prepare
 from assetcdn.edge.fastpath.protocol import (
     ANSWERED,
     BUSY,
@@ -35,17 +37,16 @@ from assetcdn.edge.fastpath.protocol import (
     HAND_OVER,
     WANTED,
     HitProtocol,
-    RequestIds,
 )
 from assetcdn.edge.site_config import canonical_host, is_valid_host
 from assetcdn.edge.states.deliver import etag_matches, parse_range
 from assetcdn.edge.tls.policy import hsts_value
 from assetcdn.shared.http_server import header_timeout_s
 from assetcdn.shared.metrics import LATENCY_BUCKETS, METRICS
+from assetcdn.shared.middleware import REQUEST_IDS
 
 log = logging.getLogger(__name__)
 
-DELIVERY_ROUTE = "/{path}"          # the canonical name of the application's CDN-path route
 MAX_HOSTS = 1024                    # distinct Host values kept; more (a scan) start over
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -74,20 +75,22 @@ class HitServer:
         self.web_server = web_server
         self.node = app[NODE]
         self.metrics = app[METRICS]
+        self.route = delivery_route_name(app)  # the metrics label the application counts deliveries under
         self.header_timeout_s = header_timeout_s(settings)
         self.max_hits = max(1, int(settings.get("edge", "hot_heads_max")))
         self.wanted = dict(WANTED)
         self.wanted.setdefault(str(settings.get("analytics", "country_header")).lower().encode(), COUNTRY)
         self.memory = self.node.cache.memory
         self._sync_purges = self.node.cache.sync_purges
+        self._hit_status = self.node.hit_status
         self.loop = asyncio.get_running_loop()
-        self.ids = RequestIds()
+        self.ids = app[REQUEST_IDS]  # the application's own (assetcdn/shared/middleware.py)
         self.connections: set[HitProtocol] = set()
         self.hosts: dict[bytes, HostView] = {}
         self.prepared = 0  # prepared hits held, over every Host
         self.config: Any = None
         self.entries: dict[str, Any] = {}
-        self.reachable = False
+        self.answering = False
         self.started = 0.0
         self.date = date_line(time.time()) + self.extra_head  # the lines every answer has before its id
         self.cache_hit = self.metrics.cache_result("HIT")
@@ -136,9 +139,9 @@ class HitServer:
             self._forget_hosts()
         self._sync_purges()
         self.entries = node.replica.entries
-        # EdgeNode.control_reachable: a hit is STALE when control has not answered lately or the
-        # circuit breaker has it down; the application answers those.
-        self.reachable = self.answers_hits and self.node.control_reachable()
+        # The serve sequence's own decision (assetcdn/edge/states/serve.py): HIT, or STALE / not at all
+        # while control is unreachable, which the application answers.
+        self.answering = self.answers_hits and self._hit_status() == HIT
         self.started = time.perf_counter()
         self.now = time.time()
 
@@ -149,11 +152,11 @@ class HitServer:
         metrics = self.metrics
         hits = 0
         for code, count in counts.items():
-            metrics.add_requests(DELIVERY_ROUTE, "HEAD" if code & 1 else "GET", str(code >> 1), count)
+            metrics.add_requests(self.route, "HEAD" if code & 1 else "GET", str(code >> 1), count)
             hits += count
         if hits:
             latency, self.latency = self.latency, [0] * (len(LATENCY_BUCKETS) + 2)
-            metrics.add_latencies(DELIVERY_ROUTE, latency)
+            metrics.add_latencies(self.route, latency)
             self.cache_hit.inc(hits)
         if self.body_bytes:
             metrics.bytes_served_here.inc(self.body_bytes)
@@ -177,7 +180,7 @@ class HitServer:
         else:
             return HAND_OVER
         line_end = buf.find(b"\r\n", pos)
-        if not buf.endswith(b" HTTP/1.1", pos, line_end) or not self.reachable:
+        if not buf.endswith(b" HTTP/1.1", pos, line_end) or not self.answering:
             return HAND_OVER
         headers = conn.headers
         host = headers[0]
@@ -261,7 +264,7 @@ class HitServer:
         else:
             conn.closing = True
             out.append(head + self.date + b"Connection: close\r\nX-Request-ID: " + request_id + b"\r\n\r\n")
-        sent = 0 if head_only or status == 304 else end - start
+        sent = body_sent(head_only, status, end - start)
         if sent:
             if fileno >= 0:
                 conn.pending_file = (fileno, start, sent)
@@ -292,7 +295,7 @@ class HitServer:
         latency[-1] += seconds
         self.body_bytes += sent
         country = conn.headers[COUNTRY]
-        # What DeliveryLog.record does for the application's answers.
+        # As DeliveryLog.record counts the application's answers.
         self.node.deliveries.delivered(
             self.now, view.name, "HEAD" if head_only else "GET", hit.cdn_path, hit.zone, status, sent, "HIT",
             "XX" if country is None else country_code(country.decode("utf-8", "surrogateescape")), request_id,
