@@ -107,16 +107,6 @@ def tenant_path(host_zone: str | None, path: str) -> str:
     return path
 
 
-def apply_header_rules(config: EdgeConfig, request: web.Request, response: web.StreamResponse) -> None:
-    """Apply the `_headers` rules to a delivery response. The headers that decide how a browser runs
-    the body (type, policy, nosniff, disposition) or how the message is framed (length, transfer
-    coding) are never the rules' to change: control refuses such rules and the edge skips them
-    (assetcdn/shared/edge_rules.py)."""
-    if not config.rules.headers or request.get(FORWARDED) or request.path in NOT_DELIVERY:
-        return
-    apply_rule_changes(config.rules.headers.for_path(request.path, request_host(request)), response.headers)
-
-
 def apply_rule_changes(changes: HeaderChanges, headers: CIMultiDict[str]) -> None:
     """The `_headers` changes of one request path and host applied to a delivery response's headers
     (also used by the hit path, assetcdn/edge/fastpath/prepared.py, to build its header block once)."""

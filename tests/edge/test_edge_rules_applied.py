@@ -5,7 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from assetcdn.edge.site_config import FORWARDED, EdgeConfig, apply_header_rules
+from assetcdn.edge.app import delivery_response_headers, is_delivery
+from assetcdn.edge.site_config import FORWARDED, EdgeConfig, request_host
 from assetcdn.shared.published_config import PublishedConfig
 
 SNAPSHOT = {
@@ -34,16 +35,22 @@ def test_redirect_rules_come_from_the_snapshot() -> None:
     assert redirect is not None and (redirect.status, redirect.location) == (301, "/acme/v1/logos/logo.svg")
 
 
+def on_response(config: EdgeConfig, request: web.Request, response: web.StreamResponse) -> None:
+    """What the application's response hook does to the headers (assetcdn/edge/app.py)."""
+    if is_delivery(request):
+        delivery_response_headers(config, response.headers, request.path, request_host(request))
+
+
 def test_header_rules_apply_to_deliveries_but_not_to_forwarded_api_calls() -> None:
     config = EdgeConfig.from_published(PublishedConfig.from_json(SNAPSHOT))
     request = make_mocked_request("GET", "/acme/v1/logos/logo.svg")
     response = web.Response(headers={"Cache-Control": "public, max-age=3600"})
-    apply_header_rules(config, request, response)
+    on_response(config, request, response)
     assert response.headers["X-Frame-Options"] == "DENY"
     assert "Cache-Control" not in response.headers
 
     forwarded = make_mocked_request("GET", "/acme/v1/logos/logo.svg")
     forwarded[FORWARDED] = True
     untouched = web.Response(headers={"Cache-Control": "no-store"})
-    apply_header_rules(config, forwarded, untouched)
+    on_response(config, forwarded, untouched)
     assert untouched.headers["Cache-Control"] == "no-store" and "X-Frame-Options" not in untouched.headers

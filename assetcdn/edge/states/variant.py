@@ -88,17 +88,12 @@ class Made:
             None, lambda: node.cache.put(key, variant.body, variant.content_type, etag, tags))
 
 
-@dataclass(frozen=True, slots=True)
-class ByteRange:
-    """Bytes ``[start, start + length)`` of the source file, cached on their own: an HLS segment of a
-    rendition (assetcdn/edge/routes/stream.py). The file is fetched once and cached like any asset."""
+class CutFromSource:
+    """What a representation cut or built in process from its source shares: its key names the source and
+    `content_key`, any cached copy is usable, and no failure is remembered (nothing costly to retry)."""
 
+    __slots__ = ()
     content_key: str
-    start: int
-    length: int
-    content_type: str
-    etag: str
-    own_file: ClassVar[bool] = False
 
     def key(self, node: EdgeNode, entry: ManifestEntry) -> str:
         return variant_key(entry, self.content_key)
@@ -108,6 +103,19 @@ class ByteRange:
 
     def failed(self, key: str) -> Exception | None:
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class ByteRange(CutFromSource):
+    """Bytes ``[start, start + length)`` of the source file, cached on their own: an HLS segment of a
+    rendition (assetcdn/edge/routes/stream.py). The file is fetched once and cached like any asset."""
+
+    content_key: str
+    start: int
+    length: int
+    content_type: str
+    etag: str
+    own_file: ClassVar[bool] = False
 
     async def make(self, node: EdgeNode, entry: ManifestEntry, key: str) -> CachedObject:
         whole = await fetch_asset(node, entry)
@@ -121,7 +129,7 @@ class ByteRange:
 
 
 @dataclass(frozen=True, slots=True)
-class Built:
+class Built(CutFromSource):
     """A small text made in process from the source's bytes and cached on its own: an HLS playlist built
     from the video's index (assetcdn/edge/routes/stream.py). The source is fetched once and cached like
     any asset; an index overwritten changes the source's content id, so the key, so the playlist."""
@@ -130,15 +138,6 @@ class Built:
     build: Callable[[bytes], bytes]     # raises the route's LegacyError when the source does not have it
     content_type: str
     own_file: ClassVar[bool] = False
-
-    def key(self, node: EdgeNode, entry: ManifestEntry) -> str:
-        return variant_key(entry, self.content_key)
-
-    def usable(self, obj: CachedObject) -> bool:
-        return True
-
-    def failed(self, key: str) -> Exception | None:
-        return None
 
     async def make(self, node: EdgeNode, entry: ManifestEntry, key: str) -> CachedObject:
         body = self.build(await source_bytes(node, entry))
