@@ -13,7 +13,6 @@ import datetime
 import ipaddress
 import json
 import os
-import shutil
 import socket
 import ssl
 import subprocess
@@ -22,23 +21,19 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tests.prerequisites import installed_program
+
 START_TIMEOUT_S = 30.0
 
 
 def pebble_binaries() -> tuple[str, str]:
-    pebble, challtestsrv = shutil.which("pebble"), shutil.which("pebble-challtestsrv")
-    if pebble is None or challtestsrv is None:
-        reason = "pebble is missing (make setup installs the Debian package: tests/acme/setup.sh)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and {reason}: the ACME tests must run in CI")
-        pytest.skip(reason)
-    return pebble, challtestsrv
+    return (installed_program("pebble", "tests/acme/setup.sh"),
+            installed_program("pebble-challtestsrv", "tests/acme/setup.sh"))
 
 
 def free_port() -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import ssl
 import subprocess
 import time
@@ -29,6 +28,7 @@ from tests.browser.headless_chromium import HeadlessChromium
 from tests.browser.player_page import player_app
 from tests.edge.tls.certs import TestCa
 from tests.integration.harness import ACCESS, ACCOUNT, METRICS, RunningCdn, start_cdn
+from tests.prerequisites import installed_program
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 PUBLIC_HOST = "cdn.shop.test"
@@ -38,13 +38,7 @@ PNG_1PX = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000
 
 
 def certutil() -> str:
-    path = shutil.which("certutil")
-    if path is None:
-        reason = "certutil is missing (make setup installs libnss3-tools: tests/acme/setup.sh)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and {reason}")
-        pytest.skip(reason)
-    return path
+    return installed_program("certutil", "tests/acme/setup.sh (libnss3-tools)")
 
 
 def browser_home(directory: Path, roots: dict[str, str]) -> dict[str, str]:

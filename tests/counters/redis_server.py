@@ -6,27 +6,19 @@ installed it (tests/counters/setup.sh) and a missing one fails the test.
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from tests.prerequisites import installed_program
 
 START_TIMEOUT_S = 20.0
 
 
 def redis_server_binary() -> str:
-    path = shutil.which("redis-server")
-    if path is None:
-        reason = "redis-server is missing (make setup installs it: tests/counters/setup.sh)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and {reason}: the Redis counter tests must run in CI")
-        pytest.skip(reason)
-    return path
+    return installed_program("redis-server", "tests/counters/setup.sh")
 
 
 def free_port() -> int:

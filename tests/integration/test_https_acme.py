@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import ssl
@@ -31,6 +30,7 @@ from cryptography import x509
 
 from tests.acme.pebble import Pebble, free_port
 from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn, start_cdn, up_env
+from tests.prerequisites import installed_program
 
 pytestmark = pytest.mark.timeout(300)
 ADDRESSES = ("127.0.0.1", "127.0.0.2", "127.0.0.3")  # edge-a (from `up`), edge-b, edge-c
@@ -39,13 +39,7 @@ ASSET = b"<svg xmlns='http://www.w3.org/2000/svg' width='4' height='4'/>"
 
 
 def curl() -> str:
-    path = shutil.which("curl")
-    if path is None:
-        reason = "curl is missing (make setup installs it: tests/acme/setup.sh)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and {reason}")
-        pytest.skip(reason)
-    return path
+    return installed_program("curl", "tests/acme/setup.sh")
 
 
 @dataclass
