@@ -3,7 +3,8 @@
 Calls fall in two kinds. The background sync (register, heartbeat, catch-up, config) always asks
 control, with the short `probe_timeout_s`, and tells the circuit breaker (assetcdn/edge/circuit_breaker.py)
 how it went: a hung or dead control is noticed within one catch-up interval plus that timeout, with
-no client traffic. Calls made for a client (blob fetches on a miss, analytics) ask the breaker first:
+no client traffic (two failures in a row by default, so one slow heartbeat on a busy machine does not
+turn misses into 503s). Calls made for a client (blob fetches on a miss, analytics) ask the breaker first:
 while it is open they fail at once, and one already waiting gives up the moment it opens, so no
 client waits out `origin_timeout_s` for a control plane known to be unreachable.
 """
@@ -125,6 +126,7 @@ class ControlClient:
                                      f"last error: {self.last_error or 'none'}); not asking")
         body = orjson.dumps({"v": PROTOCOL_VERSION, **message}) if message is not None else b""
         headers = sign_request(self._secret, method, PREFIX + path_qs, body)
+        asked_at = time.monotonic()
         if message is not None:
             headers["Content-Type"] = "application/json"
         try:
@@ -142,13 +144,20 @@ class ControlClient:
                 self._answered()
             else:
                 self.last_error = str(exc)
-                self.breaker.failed(slow=exc.slow)
+                # A call that failed while another one got an answer says control is slow, not down: only
+                # failures newer than the last answer count towards opening the breaker.
+                if self.last_success <= asked_at:
+                    self.breaker.failed(slow=exc.slow)
             raise
         except NotFoundAtControl:
             self._answered()
             raise
         self._answered()
         return data
+
+    def heard_from(self) -> None:
+        """Control reached this edge (a signed push): it is up, whatever our own calls last concluded."""
+        self._answered()
 
     def _answered(self) -> None:
         self.last_success = time.monotonic()

@@ -179,3 +179,73 @@ async def test_how_long_control_counts_as_reachable_is_configurable(
                     tmp_path, SimpleNamespace())  # type: ignore[arg-type]
     client.last_success = time.monotonic() - silent_s     # control last answered `silent_s` ago
     assert node.hit_status() == expected
+
+
+def _slow_heartbeats_control(first_slow: int) -> web.Application:
+    """A control plane whose first `first_slow` heartbeats take longer than any probe waits, and whose
+    blobs answer at once: busy, not down."""
+    calls = {"heartbeat": 0}
+
+    async def heartbeat(request: web.Request) -> web.Response:
+        calls["heartbeat"] += 1
+        if calls["heartbeat"] <= first_slow:
+            await asyncio.sleep(5)
+        return web.json_response({"known": True, "generation": 1})
+
+    async def blob(request: web.Request) -> web.Response:
+        return web.Response(body=b"bytes")
+
+    app = web.Application()
+    app.router.add_post(PREFIX + "/heartbeat", heartbeat)
+    app.router.add_get(PREFIX + "/blobs/{blob_id}", blob)
+    return app
+
+
+async def test_one_slow_heartbeat_does_not_refuse_a_clients_miss_with_the_default_settings() -> None:
+    server = TestServer(_slow_heartbeats_control(first_slow=3))
+    await server.start_server()
+    edge = load_settings(environ={}).section("edge")
+    client = ControlClient(str(server.make_url("")), "secret", timeout_s=60.0, probe_timeout_s=0.2,
+                           breaker=CircuitBreaker(int(edge["breaker_failures"]), float(edge["breaker_open_s"])))
+    await client.start()
+    try:
+        with pytest.raises(ControlUnavailable):
+            await client.heartbeat("edge-0/0", 0)  # one probe times out: control may only be busy
+        assert client.breaker.state == CLOSED
+        assert await client.fetch_blob("a" * 40) == b"bytes"
+        with pytest.raises(ControlUnavailable):
+            await client.heartbeat("edge-0/0", 0)
+        with pytest.raises(ControlUnavailable):
+            await client.heartbeat("edge-0/0", 0)  # two in a row with no answer between: now it is down
+        assert client.breaker.state == OPEN
+    finally:
+        await client.close()
+        await server.close()
+
+
+async def test_a_call_that_fails_after_another_got_an_answer_does_not_count() -> None:
+    server = TestServer(_slow_heartbeats_control(first_slow=1))
+    await server.start_server()
+    client = ControlClient(str(server.make_url("")), "secret", timeout_s=60.0, probe_timeout_s=0.5,
+                           breaker=CircuitBreaker(failure_threshold=1, open_s=30.0))
+    await client.start()
+    try:
+        slow = asyncio.ensure_future(client.heartbeat("edge-0/0", 0))
+        await asyncio.sleep(0.05)
+        assert await client.fetch_blob("a" * 40) == b"bytes"  # answered while the heartbeat waits
+        with pytest.raises(ControlUnavailable):
+            await slow
+        assert client.breaker.state == CLOSED
+        assert client.reachable(within_s=60)
+    finally:
+        await client.close()
+        await server.close()
+
+
+def test_a_signed_push_from_control_closes_the_breaker() -> None:
+    client = ControlClient("http://127.0.0.1:9", "secret", timeout_s=5.0,
+                           breaker=CircuitBreaker(failure_threshold=1, open_s=30.0))
+    client.breaker.failed(slow=True)
+    assert not client.breaker.available()
+    client.heard_from()  # what the edge's push route does once the message's signature checks out
+    assert client.breaker.state == CLOSED and client.reachable(within_s=5)

@@ -132,6 +132,7 @@ async def test_a_cut_off_edge_shows_its_lag_and_converges_after_healing(cluster:
         generation_s = await poll(converged, timeout_s=30, what="edge-cut reaches control's generation",
                                   interval_s=0.01)
         # The purge it missed was applied: the entry is gone (fetched again: MISS), and it holds the new bytes.
+        # Right after the pushes it missed arrived (before its own next call to control), as a client would.
         assert await _get(session, f"{cut_url}{base}/purged.txt") == (200, "MISS", b"purged")
         assert (await _get(session, f"{cut_url}{base}/changed.txt"))[::2] == (200, b"after")
         assert (await _get(session, f"{cut_url}{base}/added.txt"))[::2] == (200, b"added")

@@ -25,6 +25,9 @@ async def _signed_message(request: web.Request) -> dict:
                           request.headers, guard=request.app[PUSH_REPLAY_GUARD], audience=request.app[NODE].name):
         raise ApiError(401, "Unauthorized",
                        "Cluster requests must be signed with the cluster secret for this worker, once.")
+    # A signed message is control answering: after a partition heals the pushes it held back arrive first, and
+    # misses should not be refused while this worker's own next probe is still on its way.
+    request.app[NODE].control.heard_from()
     try:
         message = orjson.loads(body)
     except orjson.JSONDecodeError:
