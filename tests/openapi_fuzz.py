@@ -29,7 +29,7 @@ import aiohttp
 from assetcdn.control.identity.tokens import SCOPES
 from assetcdn.shared.openapi import document
 from assetcdn.shared.secrets import SECRETS_FILE
-from tests.control.signin_client import session_from
+from tests.control.identity.signin_client import session_from
 from tests.integration.harness import ACCOUNT, KEYS, RunningCdn, start_cdn
 
 PUBLIC = "public"

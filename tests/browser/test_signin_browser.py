@@ -23,7 +23,7 @@ from assetcdn.edge.app import EdgeIdentity
 from assetcdn.shared.config import load_settings
 from tests.browser.conftest import loopback_listener, serve_dashboard
 from tests.browser.headless_chromium import DevToolsError, HeadlessChromium, find_chromium
-from tests.control.signin_client import PASSWORD, SIGNIN_SECRETS
+from tests.control.identity.signin_client import PASSWORD, SIGNIN_SECRETS
 
 pytestmark = pytest.mark.browser
 

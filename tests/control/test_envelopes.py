@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 from assetcdn.control.identity.auth import SESSION_COOKIE, session_cookie_value
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error
-from tests.control.signin_client import as_dashboard_listener
+from tests.control.identity.signin_client import as_dashboard_listener
 
 ACCESS_ROUTES = [
     ("PUT", "/api/storage/akande/v1/logos/logo.svg"),

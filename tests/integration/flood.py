@@ -14,8 +14,8 @@ from typing import Any
 
 import aiohttp
 
-from tests.control.signin_client import session_from
-from tests.control.soft_authenticator import SoftAuthenticator
+from tests.control.identity.signin_client import session_from
+from tests.control.identity.soft_authenticator import SoftAuthenticator
 from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn
 
 PASSWORD = "a dashboard password for the flood test"

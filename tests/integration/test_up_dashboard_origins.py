@@ -9,7 +9,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.control.signin_client import session_from
+from tests.control.identity.signin_client import session_from
 from tests.integration.harness import start_cdn
 
 pytestmark = pytest.mark.integration

@@ -140,7 +140,7 @@ async def test_without_a_model_the_answer_is_extracted_from_the_documentation(ma
 def test_the_readme_and_every_page_of_docs_are_part_of_the_documentation() -> None:
     # One source per page: "readme#..." for the README, "<page>#..." for docs/<page>.md (the index, a list
     # of links, is left out); links keep only their text.
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     pages = {p.stem for p in (root / "docs").glob("*.md")} - {"README"}
     assert {name for name, _ in docs_pages()} == pages and {"api-guide", "security", "operations"} <= pages
     passages = documentation_passages()

@@ -13,7 +13,7 @@ from assetcdn.control.identity.tokens import SCOPES
 from assetcdn.control.routes.dashboard import static_files
 from tests.control.conftest import ACCOUNT
 from tests.control.expect import expect_error
-from tests.control.signin_client import (  # noqa: F401 (make_control is a fixture)
+from tests.control.identity.signin_client import (  # noqa: F401 (make_control is a fixture)
     ORIGIN,
     PASSWORD,
     make_control,

@@ -9,7 +9,7 @@ from aiohttp.test_utils import TestClient
 from assetcdn.control.identity.dashboard_origin import DASHBOARD_PORTS
 from assetcdn.shared.content_security import SANDBOX_CSP
 from tests.control.conftest import ACCESS, ACCOUNT
-from tests.control.signin_client import (  # noqa: F401 (make_control is a fixture)
+from tests.control.identity.signin_client import (  # noqa: F401 (make_control is a fixture)
     ORIGIN,
     PASSWORD,
     make_control,

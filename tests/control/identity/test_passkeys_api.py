@@ -14,7 +14,7 @@ from assetcdn.control.identity.passkeys.store import (
     MAX_LIVE_CHALLENGES_PER_CLIENT,
 )
 from tests.control.expect import expect_error
-from tests.control.signin_client import (  # noqa: F401 (make_control is a fixture)
+from tests.control.identity.signin_client import (  # noqa: F401 (make_control is a fixture)
     auth_options,
     make_control,
     passkey_login,
@@ -23,7 +23,7 @@ from tests.control.signin_client import (  # noqa: F401 (make_control is a fixtu
     signed_in,
     with_session,
 )
-from tests.control.soft_authenticator import SoftAuthenticator, b64url
+from tests.control.identity.soft_authenticator import SoftAuthenticator, b64url
 
 PUBLIC_FIELDS = {"id", "name", "createdAt", "lastUsedAt", "deviceType", "backedUp", "algorithm", "transports"}
 

@@ -18,9 +18,9 @@ from assetcdn.control.app import create_app
 from assetcdn.edge.delivery_log import HOUR_S, DeliveryLog
 from assetcdn.shared.cluster import sign_request
 from assetcdn.shared.config import load_settings
+from tests.control.analytics.test_analytics_api import ANALYTICS_KEY, BATCH_PATH, send_batch
 from tests.control.conftest import ACCOUNT, SECRETS
-from tests.control.test_analytics_api import ANALYTICS_KEY, BATCH_PATH, send_batch
-from tests.control.test_request_log import page
+from tests.control.records.test_request_log import page
 
 PATHS = ["akande/v1/logos/logo.svg", "akande/v1/img/a.png", "stocks/images/b.jpg", "akande/v1/gone.txt",
          "api/transform", "", "Not-A-Zone!/x.png", "favicon.ico"]

@@ -13,9 +13,9 @@ from aiohttp.test_utils import TestClient
 from assetcdn.control.app import create_app
 from assetcdn.control.app_keys import MANIFEST
 from assetcdn.shared.config import load_settings
-from tests.control.commit_gate import held_commit_lock
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
+from tests.control.storage.commit_gate import held_commit_lock
 
 SMALL_LIMIT = 1000
 

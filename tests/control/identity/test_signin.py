@@ -17,7 +17,7 @@ from assetcdn.shared.config import load_settings
 from assetcdn.shared.secrets import SECRETS_FILE, load_or_create_secrets
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error
-from tests.control.signin_client import (  # noqa: F401 (make_control is a fixture)
+from tests.control.identity.signin_client import (  # noqa: F401 (make_control is a fixture)
     IP_ORIGIN,
     ORIGIN,
     PASSWORD,

@@ -23,9 +23,9 @@ from assetcdn.control.app_keys import REQUEST_LOG
 from assetcdn.control.records.request_log import RequestLog, delivery_entry
 from assetcdn.control.routes import logs as logs_route
 from assetcdn.shared.config import Settings, load_settings
+from tests.control.analytics.test_analytics_api import ANALYTICS_KEY, hit, send_batch
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error, parse_time
-from tests.control.test_analytics_api import ANALYTICS_KEY, hit, send_batch
 
 RECORD_FIELDS = {"id", "timestamp", "level", "code", "message", "method", "path", "status", "durationMs",
                  "requestId", "ip", "node", "cache", "sampleRate"}

@@ -15,7 +15,12 @@ from assetcdn.control.app_keys import SESSIONS
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.shared.config import load_settings
 from tests.control.expect import expect_error
-from tests.control.signin_client import SIGNIN_SECRETS, cookies_set, password_login, with_session
+from tests.control.identity.signin_client import (
+    SIGNIN_SECRETS,
+    cookies_set,
+    password_login,
+    with_session,
+)
 from tests.edge.routes.conftest import IN_PROCESS_POOL, wait_until
 
 

@@ -15,9 +15,9 @@ from yarl import URL
 from assetcdn.control.app import create_app
 from assetcdn.control.app_keys import MANIFEST
 from assetcdn.shared.config import load_settings
-from tests.control.commit_gate import held_commit_lock
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
+from tests.control.storage.commit_gate import held_commit_lock
 
 LOGO = b'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><rect width="10" height="10"/></svg>'
 LOGO_PATH = "akande/v1/logos/logo.svg"
