@@ -171,7 +171,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     app = web.Application(client_max_size=settings.get("control", "max_upload_bytes") + 1024 * 1024)
     app.middlewares.append(metrics_middleware)  # outside the envelopes: counts the status clients get
     https_port = int(settings.get("tls", "https_port"))
-    if https_port and settings.get("tls", "redirect_http"):
+    if policy.redirects_plain_http(settings):
         app.middlewares.append(policy.redirect_middleware(int(settings.get("tls", "redirect_port")) or https_port))
     install_envelopes(app)
     app.middlewares.append(host_middleware)  # inside the envelopes: its 400 is in the route's envelope
@@ -182,8 +182,8 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     app[COUNTERS] = counters_from_settings(settings.section("counters"), identity.data_dir or identity.cache_dir)
     _add_routes(app, PUBLIC_ROUTES)
     app.on_response_prepare.append(_on_delivery_response)
-    if https_port and (hsts := policy.hsts_value(settings)):
-        app.on_response_prepare.append(policy.hsts_on_prepare(hsts))
+    if https_port and policy.hsts_value(settings, secure=True):
+        app.on_response_prepare.append(policy.hsts_on_prepare(settings))
 
     async def open_node(app: web.Application, opened: contextlib.AsyncExitStack) -> None:
         """Open the cache, the control client, the proxy session and the private cluster site and start

@@ -40,7 +40,7 @@ from assetcdn.edge.fastpath.protocol import (
 )
 from assetcdn.edge.site_config import canonical_host, is_valid_host
 from assetcdn.edge.states.deliver import etag_matches, parse_range
-from assetcdn.edge.tls.policy import hsts_value
+from assetcdn.edge.tls.policy import HSTS_HEADER, hsts_value, redirects_plain_http
 from assetcdn.shared.http_server import header_timeout_s
 from assetcdn.shared.metrics import LATENCY_BUCKETS, METRICS
 from assetcdn.shared.middleware import REQUEST_IDS
@@ -65,12 +65,11 @@ class HitServer:
     def __init__(self, app: web.Application, web_server: web.Server, *, secure: bool = False,
                  answer_hits: bool = True) -> None:
         settings = app[SETTINGS]
-        tls = settings.section("tls")
         self.secure = secure
         # Plain HTTP redirected to https: the application answers every request (with the redirect).
-        self.answers_hits = answer_hits and (secure or not (int(tls["https_port"]) and tls["redirect_http"]))
-        hsts = hsts_value(settings) if secure else None
-        self.extra_head = f"Strict-Transport-Security: {hsts}\r\n".encode() if hsts else b""
+        self.answers_hits = answer_hits and (secure or not redirects_plain_http(settings))
+        hsts = hsts_value(settings, secure=secure)
+        self.extra_head = f"{HSTS_HEADER}: {hsts}\r\n".encode() if hsts else b""
         self.app = app
         self.web_server = web_server
         self.node = app[NODE]

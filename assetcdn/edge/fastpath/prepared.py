@@ -36,7 +36,7 @@ from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.delivery_log import zone_of
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.site_config import EdgeConfig, tenant_path
-from assetcdn.edge.states.deliver import delivery_headers
+from assetcdn.edge.states.deliver import content_range, delivery_headers, not_modified_headers
 from assetcdn.edge.states.head import EntryHead
 from assetcdn.edge.states.lookup import lookup
 from assetcdn.shared.http_server import SERVER_NAME
@@ -77,8 +77,8 @@ class Prepared:
     def partial_head(self, start: int, end: int) -> bytes:
         """The head of a 206 for bytes ``[start, end)``: the 200's header lines (not kept twice)."""
         block = self.head[len(STATUS_200):self.head.rindex(b"Content-Length: ")]
-        return STATUS_206 + block + b"Content-Range: bytes %d-%d/%d\r\nContent-Length: %d\r\n" % (
-            start, end - 1, self.size, end - start)
+        return STATUS_206 + block + b"Content-Range: %s\r\nContent-Length: %d\r\n" % (
+            content_range(start, end, self.size).encode(), end - start)
 
 
 class HostView:
@@ -99,10 +99,8 @@ def response_headers(node: EdgeNode, config: EdgeConfig, head: EntryHead, obj: C
     with the CDN path's policy (assetcdn/edge/routes/delivery.py), then the response hooks
     (`delivery_response_headers`, assetcdn/edge/app.py); without Date, Server, X-Request-ID and
     Content-Length. None if a rule touches one of those (the full application answers such paths)."""
-    headers: CIMultiDict[str] = CIMultiDict(delivery_headers(
-        obj, cache_status=HIT, cache_control=node.asset_cache_control, head=head))
-    if not_modified:
-        headers.popall("Content-Type", None)
+    delivered = delivery_headers(obj, cache_status=HIT, cache_control=node.asset_cache_control, head=head)
+    headers: CIMultiDict[str] = CIMultiDict(not_modified_headers(delivered) if not_modified else delivered)
     if config.rules.headers:
         changes = config.rules.headers.for_path(path, host)
         if any(name.lower() in PER_REQUEST_HEADERS for name in changes.set) or changes.remove & PER_REQUEST_HEADERS:

@@ -52,6 +52,17 @@ def parse_range(header: str, size: int) -> tuple[int, int] | None | Literal[Fals
     return start, end
 
 
+def not_modified_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """What a 304 keeps of a delivery's headers: all of them but Content-Type (the hit path's prepared
+    304 heads are made with this too, assetcdn/edge/fastpath/prepared.py)."""
+    return {name: value for name, value in headers.items() if name.lower() != "content-type"}
+
+
+def content_range(start: int, end: int, size: int) -> str:
+    """The Content-Range of a 206 for bytes ``[start, end)`` of ``size``, on both paths."""
+    return f"bytes {start}-{end - 1}/{size}"
+
+
 def delivery_headers(obj: CachedObject, *, cache_status: str, cache_control: str, head: EntryHead | None = None,
                      tags: tuple[str, ...] | None = None,
                      extra_headers: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -88,8 +99,7 @@ async def deliver(request: web.Request, obj: CachedObject, headers: dict[str, st
     If-None-Match, 206 or 416 on a Range, the body from memory or streamed from its cache file."""
     if_none_match = request.headers.get("If-None-Match")
     if if_none_match and etag_matches(if_none_match, headers["ETag"]):
-        headers.pop("Content-Type", None)
-        return web.Response(status=304, headers=headers)
+        return web.Response(status=304, headers=not_modified_headers(headers))
     status, start, end = 200, 0, obj.size
     range_header = request.headers.get("Range")
     if range_header and request.method in ("GET", "HEAD"):
@@ -101,7 +111,7 @@ async def deliver(request: web.Request, obj: CachedObject, headers: dict[str, st
         if isinstance(parsed, tuple):
             start, end = parsed
             status = 206
-            headers["Content-Range"] = f"bytes {start}-{end - 1}/{obj.size}"
+            headers["Content-Range"] = content_range(start, end, obj.size)
     if request.method == "HEAD":
         headers["Content-Length"] = str(end - start)
         return web.Response(status=status, headers=headers)

@@ -39,11 +39,22 @@ async def acme_challenge(request: web.Request) -> web.Response:
     return web.Response(text=answer, content_type="text/plain", headers={"Cache-Control": "no-store"})
 
 
-def hsts_value(settings: Settings) -> str | None:
+HSTS_HEADER = "Strict-Transport-Security"
+
+
+def hsts_value(settings: Settings, *, secure: bool) -> str | None:
+    """The Strict-Transport-Security an answer carries: over https only, when configured. The hit path
+    (assetcdn/edge/fastpath/hit_server.py) and the application's hook both ask this."""
     max_age = int(settings.get("tls", "hsts_max_age_s"))
-    if max_age <= 0:
+    if not secure or max_age <= 0:
         return None
     return f"max-age={max_age}" + ("; includeSubDomains" if settings.get("tls", "hsts_include_subdomains") else "")
+
+
+def redirects_plain_http(settings: Settings) -> bool:
+    """Whether requests on the plain port are redirected to https (then the application answers every
+    one of them, hits included: the hit path asks this too)."""
+    return bool(int(settings.get("tls", "https_port")) and settings.get("tls", "redirect_http"))
 
 
 def https_location(request: web.Request, https_port: int) -> str | None:
@@ -69,8 +80,10 @@ def redirect_middleware(https_port: int) -> Middleware:
     return redirect_to_https
 
 
-def hsts_on_prepare(value: str) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+def hsts_on_prepare(settings: Settings) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+    over_https = hsts_value(settings, secure=True)
+
     async def add_hsts(request: web.Request, response: web.StreamResponse) -> None:
-        if request.secure:
-            response.headers["Strict-Transport-Security"] = value
+        if over_https is not None and request.secure:
+            response.headers[HSTS_HEADER] = over_https
     return add_hsts

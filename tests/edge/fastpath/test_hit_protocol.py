@@ -368,13 +368,16 @@ async def test_every_kind_of_delivery_is_answered_as_the_application_answers_it(
             hit_cases += [(host, path, "GET", {}), (host, path, "HEAD", {}),
                           (host, path, "GET", {"If-None-Match": etag or ""}),
                           (host, path, "HEAD", {"If-None-Match": etag or ""}),
-                          (host, path, "GET", {"Range": "bytes=2-5"})]
+                          (host, path, "GET", {"Range": "bytes=2-5"}),
+                          (host, path, "HEAD", {"Range": "bytes=-3"})]
     hit_cases.append((TENANT, f"/{SVG}", "GET", {}))  # the zone's full path is its own on its host too
     other_cases: list[tuple[str, str, str, dict[str, str]]] = [
         ("edge.test", "/old.svg", "GET", {}), (TENANT, "/v1/old.png?x=1", "GET", {}),
         ("edge.test", f"/{PRIVATE}", "GET", {}), (TENANT, "/v1/private/secret.txt", "HEAD", {}),
         ("other.cdn.localhost", f"/{SVG}", "GET", {}),
         ("edge.test", f"/{ZONE}/v1/logos/none.svg", "GET", {}),
+        ("edge.test", f"/{PNG}", "GET", {"Range": "bytes=999999-"}),   # 416: the application's to answer
+        (TENANT, "/v1/banners/photo.png", "HEAD", {"Range": "bytes=999999-"}),
     ]
     assert cdn.site.hits is not None
 
@@ -393,15 +396,16 @@ async def test_every_kind_of_delivery_is_answered_as_the_application_answers_it(
     assert cdn.site.hits.served == served + len(hit_cases)  # every one on the hit path
     assert {a.header("X-Cache") for a in answers} == {"HIT"} and {a.status for a in answers} == {200, 206, 304}
     # Rules match the path as requested: the zone's path on the default host, `/v1/...` on its own.
-    default, tenant = answers[0], answers[5 * 2]  # the GETs of the logo on each
+    default, tenant = answers[0], answers[6 * 2]  # the GETs of the logo on each
     assert (default.header("X-Frame-Options"), default.header("X-Tenant")) == ("DENY", None)
     assert "Cache-Tag" not in default.headers and tenant.header("Cache-Tag")
     assert (tenant.header("X-Tenant"), tenant.header("Cache-Control")) == (ZONE, "public, max-age=60")
-    assert answers[5 * 3].header("X-Banner") == "photo.png"  # the tenant-host GET of the banner
+    assert answers[6 * 3].header("X-Banner") == "photo.png"  # the tenant-host GET of the banner
     served = cdn.site.hits.served
     answers = await compare(other_cases)
     assert cdn.site.hits.served == served  # none of these is a hit
-    assert [a.status for a in answers] == [301, 302, 403, 403, 404, 404]
+    assert [a.status for a in answers] == [301, 302, 403, 403, 404, 404, 416, 416]
+    assert answers[-2].header("Content-Range") == f"bytes */{len(solid_png(32, 16, (200, 10, 10)))}"
     assert answers[1].header("Location") == "/v1/banners/photo.png?x=1"
 
     await cdn.control.close()
