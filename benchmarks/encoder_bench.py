@@ -5,7 +5,7 @@
 Each picture of the srcset workload (benchmarks/transform_sources.py: the first N photos and one
 cut-out flattened over white) is resized once per width (320 ... 1920) with libvips' lanczos3, and
 those same pixels are encoded by each candidate setting: libvips' savers as the edge calls them
-(assetcdn/edge/transform/encode.py) and Pillow with thumbor 7.8's options (JPEG optimize +
+(assetcdn/edge/transform/encode.py, and its own `encode_image`) and Pillow with thumbor 7.8's options (JPEG optimize +
 progressive, WebP and AVIF at Pillow's defaults: method 4, speed 6). So the figures compare the
 encoders alone, not the resizes. Per size class (small: <= 640 px wide, large: wider) and setting:
 encode CPU ms (process time, one libvips thread), total bytes and mean SSIM (luma, scikit-image)
@@ -27,6 +27,7 @@ import pyvips
 from PIL import Image
 from skimage.metrics import structural_similarity
 
+from assetcdn.edge.transform.encode import encode_image
 from benchmarks.transform_sources import srcset_sources
 
 WIDTHS = (320, 480, 640, 960, 1280, 1920)
@@ -43,6 +44,12 @@ def _pillow(fmt: str, **options: object) -> Encoder:
     return encode
 
 
+def _ours(fmt: str) -> Encoder:
+    def encode(image: pyvips.Image, _pixels: np.ndarray, quality: int) -> bytes:
+        return encode_image(image, fmt, quality)
+    return encode
+
+
 def _vips(saver: str, **options: object) -> Encoder:
     def encode(image: pyvips.Image, _pixels: np.ndarray, quality: int) -> bytes:
         encoded: bytes = getattr(image, saver)(Q=quality, keep="none", **options)
@@ -53,9 +60,11 @@ def _vips(saver: str, **options: object) -> Encoder:
 CANDIDATES: dict[str, dict[str, Encoder]] = {
     "jpeg": {
         "thumbor (Pillow optimize progressive)": _pillow("JPEG", optimize=True, progressive=True),
-        "vips progressive table 3 (current)": _vips("jpegsave_buffer", optimize_coding=True, interlace=True,
+        "assetcdn now (encode.py)": _ours("jpeg"),
+        "vips progressive table 3 (until 2026-11-26)": _vips("jpegsave_buffer", optimize_coding=True, interlace=True,
                                                     quant_table=3),
         "vips baseline table 3": _vips("jpegsave_buffer", optimize_coding=True, quant_table=3),
+        "vips baseline table 3, standard Huffman tables": _vips("jpegsave_buffer", quant_table=3),
         "vips baseline table 0": _vips("jpegsave_buffer", optimize_coding=True),
         "vips progressive table 0": _vips("jpegsave_buffer", optimize_coding=True, interlace=True),
         "vips progressive table 3 trellis": _vips("jpegsave_buffer", optimize_coding=True, interlace=True,
@@ -65,7 +74,8 @@ CANDIDATES: dict[str, dict[str, Encoder]] = {
     },
     "webp": {
         "thumbor (Pillow method 4)": _pillow("WEBP"),
-        "vips effort 4 (current)": _vips("webpsave_buffer", effort=4),
+        "assetcdn now (encode.py)": _ours("webp"),
+        "vips effort 4 (until 2026-11-26)": _vips("webpsave_buffer", effort=4),
         "vips effort 3": _vips("webpsave_buffer", effort=3),
         "vips effort 2": _vips("webpsave_buffer", effort=2),
         "vips effort 4 smart_subsample": _vips("webpsave_buffer", effort=4, smart_subsample=True),
@@ -75,7 +85,7 @@ CANDIDATES: dict[str, dict[str, Encoder]] = {
         "thumbor (Pillow speed 6)": _pillow("AVIF"),
         "Pillow speed 8": _pillow("AVIF", speed=8),
         "Pillow speed 7": _pillow("AVIF", speed=7),
-        "vips effort 1 (current)": _vips("heifsave_buffer", compression="av1", effort=1),
+        "assetcdn now (encode.py)": _ours("avif"),
         "vips effort 2": _vips("heifsave_buffer", compression="av1", effort=2),
         "vips effort 3": _vips("heifsave_buffer", compression="av1", effort=3),
         "vips effort 1 tune=ssim": _vips("heifsave_buffer", compression="av1", effort=1, tune="ssim"),
