@@ -2,12 +2,19 @@
 
 Settings were chosen by measurement against thumbor's (Pillow) output of the same pictures at
 the same quality: bytes, SSIM against a reference resize, and encoder CPU (benchmarks/README.md,
-"Transforms beside thumbor", has each lever's figures). AVIF effort 1 (aom cpu-used 8): far less
-CPU than effort 3 for about the same bytes, SSIM still above thumbor's; higher efforts take seconds.
-JPEG is progressive (smaller; thumbor's is progressive too) with Huffman tables optimised and
-mozjpeg's quantisation table 3; trellis quantisation is left off: its bytes saved cost more encode
-than the decode it follows. WebP stays at libwebp's method 4: lower efforts, and smart_subsample,
-grow the bytes.
+"Transforms beside thumbor", has each lever's figures; benchmarks/encoder_bench.py measures them).
+AVIF effort 1 (aom cpu-used 8): far less CPU than effort 3 for about the same bytes, SSIM still
+above thumbor's; effort 2 is no smaller than 1, and higher efforts take seconds. libvips and
+Pillow's libavif map the nominal quality onto the same quantiser and both use aom's `tune=iq`,
+so the same Q means the same thing on both sides.
+JPEG is baseline with the standard Huffman tables and mozjpeg's quantisation table 3: progressive
+scans cost nearly twice the encode and optimised Huffman tables two and a half times, each for a
+few percent of bytes (lossless, so no SSIM), and table 3 alone keeps the output smaller than
+thumbor's optimised progressive JPEG; trellis quantisation costs several times the encode for a lower SSIM.
+A still WebP goes through Pillow's libwebp: at the same settings it writes byte for byte what
+libvips' saver writes, with less CPU (measured on the srcset pictures); animated WebP
+stays with libvips, which writes the frames. libwebp's method 4: lower methods, and
+smart_subsample, grow the bytes.
 Metadata (EXIF, XMP, ICC) is stripped: pixels are sRGB already.
 
 Animation survives in webp and gif (libvips writes every 'page-height' frame). AVIF output
@@ -25,6 +32,7 @@ from collections.abc import Callable
 import numpy as np
 import pillow_heif
 import pyvips
+from PIL import Image as PillowImage
 
 from assetcdn.edge.transform.frames import first_frame
 
@@ -54,8 +62,7 @@ def _jpeg(image: pyvips.Image, quality: int) -> bytes:
     image = first_frame(image)
     if image.hasalpha():
         image = image.flatten(background=FLATTEN_BACKGROUND[: image.bands - 1])
-    encoded: bytes = image.jpegsave_buffer(Q=quality, optimize_coding=True, interlace=True, quant_table=JPEG_QUANT_TABLE,
-                                           keep="none")
+    encoded: bytes = image.jpegsave_buffer(Q=quality, quant_table=JPEG_QUANT_TABLE, keep="none")
     return encoded
 
 
@@ -65,8 +72,15 @@ def _png(image: pyvips.Image, quality: int) -> bytes:
 
 
 def _webp(image: pyvips.Image, quality: int) -> bytes:
-    encoded: bytes = image.webpsave_buffer(Q=quality, effort=WEBP_EFFORT, keep="none")
-    return encoded
+    if image.get_page_height() < image.height:  # animated: libvips writes every frame
+        encoded: bytes = image.webpsave_buffer(Q=quality, effort=WEBP_EFFORT, keep="none")
+        return encoded
+    if image.bands < 3:  # grey (with or without alpha) as RGB, as libvips' saver would write it
+        image = image.colourspace("srgb")
+    out = io.BytesIO()
+    # No ICC or EXIF is passed, so none is written: the pixels are sRGB already.
+    PillowImage.fromarray(_pixels(image)).save(out, format="WEBP", quality=quality, method=WEBP_EFFORT)
+    return out.getvalue()
 
 
 def _avif(image: pyvips.Image, quality: int) -> bytes:

@@ -125,6 +125,19 @@ def test_png_alpha_survives_webp_and_is_flattened_for_jpeg(alpha_png: bytes) -> 
     assert jpeg.crop(0, 0, 4, 4).min() > 240                 # transparent corner became white
 
 
+@pytest.mark.parametrize("alpha", [False, True])
+def test_grey_source_becomes_a_still_webp_in_rgb(alpha: bool) -> None:
+    grey = pyvips.Image.xyz(400, 300)[0].cast("uchar").copy(interpretation="b-w")   # a left-to-right ramp
+    if alpha:
+        grey = grey.bandjoin((pyvips.Image.xyz(400, 300)[1] > 150).ifthenelse(255, 0).cast("uchar"))
+    webp = load(transform(grey.pngsave_buffer(), "png", "webp", w="200").body)
+    assert (webp.width, webp.height, webp.bands, webp.hasalpha()) == (200, 150, 4 if alpha else 3, alpha)
+    left, right = webp.getpoint(10, 140), webp.getpoint(190, 140)
+    assert left[0] == left[1] == left[2] < 40 and right[0] > 150   # grey stays grey, the ramp survives
+    if alpha:
+        assert webp.getpoint(100, 10)[3] == 0 and left[3] == 255
+
+
 @pytest.mark.parametrize("fixture", ["animated_gif", "animated_webp"])
 @pytest.mark.parametrize("output", ["webp", "gif"])
 def test_animation_is_kept_where_the_format_can(request: pytest.FixtureRequest, fixture: str, output: str) -> None:
