@@ -153,7 +153,7 @@ async def _main() -> int:
     args = parser.parse_args()
     status = 0
     with tempfile.TemporaryDirectory(prefix="assetcdn-fuzz-") as tmp:
-        cdn = start_cdn(Path(tmp), edges=1, demo=True)
+        cdn = start_cdn(Path(tmp), edges=1, demo=True, semantic_search=True)
         try:
             values = await credentials(cdn)
             for scheme in SCHEMES:

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningCdn, dict[str, str], Path]]:
     tmp = tmp_path_factory.mktemp("fuzz")
-    cdn = start_cdn(tmp, edges=1, demo=True)
+    cdn = start_cdn(tmp, edges=1, demo=True, semantic_search=True)
     try:
         yield cdn, asyncio.run(credentials(cdn)), tmp / "work"
     finally:

@@ -18,10 +18,13 @@ import os
 import threading
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-import cv2
 import numpy as np
 import pyvips
+
+if TYPE_CHECKING:
+    import cv2
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +78,8 @@ _per_thread = threading.local()
 def _haar() -> tuple[cv2.CascadeClassifier, cv2.CLAHE]:
     found = getattr(_per_thread, "haar", None)
     if found is None:
+        import cv2  # noqa: PLC0415 (the fallback only: a process that never needs it starts without OpenCV)
+
         classifier = cv2.CascadeClassifier(cv2.data.haarcascades + HAAR_CASCADE)  # type: ignore[attr-defined]
         if classifier.empty():
             raise RuntimeError(f"OpenCV cascade {HAAR_CASCADE} could not be loaded")
@@ -103,6 +108,8 @@ def detect_faces_haar(pixels: np.ndarray) -> list[Face]:
     """The fallback: OpenCV's frontal-face cascade on locally equalised grey (scores are all 1)."""
     height, width = pixels.shape[:2]
     classifier, clahe = _haar()
+    import cv2  # noqa: PLC0415 (loaded with the cascade, by _haar)
+
     grey = clahe.apply(cv2.cvtColor(pixels, cv2.COLOR_RGB2GRAY))
     min_side = max(20, int(min(height, width) * 0.08))
     boxes = classifier.detectMultiScale(grey, scaleFactor=1.1, minNeighbors=5, minSize=(min_side, min_side))

@@ -166,7 +166,8 @@ START_ATTEMPTS = 5
 
 
 def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False,
-              env_extra: dict[str, str] | None = None, image_workers_at_start: bool = False) -> RunningCdn:
+              env_extra: dict[str, str] | None = None, image_workers_at_start: bool = False,
+              semantic_search: bool = False) -> RunningCdn:
     """A running `assetcdn up` on a free block of ports. Free ports are checked before `up` binds
     them, so a test run beside this one can take one in between: `up` refuses such ports at once,
     and the start is tried again on another block (a fresh data directory each time).
@@ -175,7 +176,10 @@ def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False
     Python and libvips); `image_workers_at_start` starts them with the edge, for the tests that check
     every process of the tree stops."""
     prestart = {"ASSETCDN_TRANSFORM_PRESTART_WORKERS": "true" if image_workers_at_start else "false"}
-    env_extra = {**prestart, **(env_extra or {})}
+    # Control loads its sentence model at start (search.semantic) and embeds every asset: only the tests
+    # that search, or that stop control while it loads, ask for it; the others search nothing.
+    semantic = {"ASSETCDN_SEARCH_SEMANTIC": "true" if semantic_search else "false"}
+    env_extra = {**prestart, **semantic, **(env_extra or {})}
     for attempt in range(1, START_ATTEMPTS + 1):
         cdn = _start_once(tmp / ("data" if attempt == 1 else f"data-{attempt}"), tmp / "up.log", edges=edges,
                           workers=workers, demo=demo, env_extra=env_extra)

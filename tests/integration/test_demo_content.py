@@ -36,7 +36,7 @@ def stream_status(cdn: RunningCdn, video: str) -> int:
 
 
 def test_ctrl_c_while_the_demo_videos_are_made_stops_at_once_and_the_next_start_finishes_them(tmp_path: Path) -> None:
-    cdn = start_cdn(tmp_path, demo=True)
+    cdn = start_cdn(tmp_path, demo=True, semantic_search=True)
     try:
         health = control_health(cdn)
         assert health["chat"] == "ready"   # `up` says it is up once the first question is answered at once
@@ -58,7 +58,7 @@ def test_ctrl_c_while_the_demo_videos_are_made_stops_at_once_and_the_next_start_
         assert sign not in output, output
 
     # Started again (no longer a first start, so no --demo): the videos are finished and published.
-    cdn = start_cdn(tmp_path, demo=True)
+    cdn = start_cdn(tmp_path, demo=True, semantic_search=True)
     try:
         state = control_health(cdn).get("demoVideos")
         assert state in ("making", "ready")

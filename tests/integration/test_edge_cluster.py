@@ -242,7 +242,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_stopping_up_leaves_no_process(tmp_path: Path) -> None:
-    running = start_cdn(tmp_path, edges=2, workers=2, image_workers_at_start=True)
+    running = start_cdn(tmp_path, edges=2, workers=2, image_workers_at_start=True, semantic_search=True)
     tree = running.descendants()
     assert len(tree) >= 7  # control, and per edge its main process plus two workers
     assert running.stop() == 0
@@ -250,7 +250,7 @@ def test_stopping_up_leaves_no_process(tmp_path: Path) -> None:
 
 
 def test_killing_up_outright_takes_its_children_with_it(tmp_path: Path) -> None:
-    running = start_cdn(tmp_path, edges=1, workers=2, image_workers_at_start=True)
+    running = start_cdn(tmp_path, edges=1, workers=2, image_workers_at_start=True, semantic_search=True)
     tree = running.descendants()
     assert len(tree) >= 4
     running.process.kill()  # no chance to clean up: children rely on the parent-death signal

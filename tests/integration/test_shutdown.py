@@ -78,7 +78,7 @@ def resume_and_stop(cdn: RunningCdn, suspended: list[int]) -> None:
 async def test_a_busy_system_stops_completely_and_keeps_what_it_served(tmp_path: Path) -> None:
     # Edges ship what they served only when they stop: the last shipment is the one under test.
     cdn = start_cdn(tmp_path, edges=2, env_extra={"ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S": "3600"},
-                    image_workers_at_start=True)
+                    image_workers_at_start=True, semantic_search=True)
     suspended: list[int] = []
     sockets: list[socket.socket] = []
     try:
@@ -125,7 +125,7 @@ async def test_a_busy_system_stops_completely_and_keeps_what_it_served(tmp_path:
 
 
 def test_two_quick_stop_signals_to_up_still_leave_no_process(tmp_path: Path) -> None:
-    cdn = start_cdn(tmp_path, edges=1, image_workers_at_start=True)
+    cdn = start_cdn(tmp_path, edges=1, image_workers_at_start=True, semantic_search=True)
     sockets: list[socket.socket] = []
     try:
         make_zone_now(cdn.control_url)
@@ -147,7 +147,7 @@ def test_two_quick_stop_signals_to_up_still_leave_no_process(tmp_path: Path) -> 
 def test_children_stop_by_themselves_when_up_is_killed_while_stopping(tmp_path: Path) -> None:
     # An impatient service manager: SIGTERM, then SIGKILL. Every child then gets its stop signal twice
     # (from `up`, then from the kernel as its parent dies) and must still finish stopping and exit.
-    cdn = start_cdn(tmp_path, edges=1, workers=2, image_workers_at_start=True)
+    cdn = start_cdn(tmp_path, edges=1, workers=2, image_workers_at_start=True, semantic_search=True)
     sockets: list[socket.socket] = []
     try:
         make_zone_now(cdn.control_url)

@@ -41,7 +41,7 @@ def _call(method: str, url: str, data: bytes, headers: dict[str, str]) -> None:
 
 @pytest.fixture(scope="module")
 def first(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCdn]:
-    cdn = start_cdn(tmp_path_factory.mktemp("first"), edges=2, image_workers_at_start=True)
+    cdn = start_cdn(tmp_path_factory.mktemp("first"), edges=2, image_workers_at_start=True, semantic_search=True)
     try:
         _call("POST", f"{cdn.control_url}/api/core/zones", json.dumps({"Name": "first"}).encode(),
               {**ACCOUNT, "Content-Type": "application/json"})
@@ -118,7 +118,7 @@ async def test_a_second_up_on_the_same_data_directory_is_refused(first: RunningC
 
 
 def test_a_child_that_cannot_listen_any_more_stops_up_at_once(tmp_path: Path) -> None:
-    cdn = start_cdn(tmp_path, edges=1, image_workers_at_start=True)
+    cdn = start_cdn(tmp_path, edges=1, image_workers_at_start=True, semantic_search=True)
     edge_port = port(cdn.edge_urls[0])
     with socket.socket() as squatter:
         try:

@@ -259,10 +259,12 @@ class CertificateIssuer:
         if hostname not in await self._wanted_names():
             return  # removed while its order ran: reconcile() already forgot it
         await asyncio.to_thread(self.store.write, hostname, issued.key_pem, issued.chain_pem)
-        await self.store.installed(hostname, not_before, not_after, serial, self.settings.directory_url)
         self._entries[hostname] = self._seal(hostname, issued.key_pem, issued.chain_pem, not_after)
-        log.info("certificate for %s installed (serial %s, valid until %s)", hostname, serial, _wire_time(not_after))
+        # Pushed before the record says "active": a client that reads the status then finds the certificate
+        # on every edge that answered the push (the others pull it on catch-up).
         await self.publish()  # the new certificate, and its answers withdrawn
+        await self.store.installed(hostname, not_before, not_after, serial, self.settings.directory_url)
+        log.info("certificate for %s installed (serial %s, valid until %s)", hostname, serial, _wire_time(not_after))
 
     async def _order_failed(self, record: CertificateRecord, failure: OrderFailed) -> None:
         hostname = record.hostname

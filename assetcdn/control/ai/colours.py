@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 
 SAMPLE_SIDE = 64
@@ -31,6 +30,8 @@ def _names(hsv: np.ndarray) -> np.ndarray:
 
 def dominant_colours(pixels: np.ndarray, limit: int = 2) -> list[str]:
     """Up to `limit` colour names, most common first, each covering at least MIN_SHARE of the image."""
+    import cv2  # noqa: PLC0415 (here, not at import: control starts without OpenCV)
+
     if pixels.size == 0:
         return []
     small = cv2.resize(pixels, (SAMPLE_SIDE, SAMPLE_SIDE), interpolation=cv2.INTER_AREA)
@@ -43,6 +44,8 @@ def dominant_colours(pixels: np.ndarray, limit: int = 2) -> list[str]:
 
 def colour_count(pixels: np.ndarray) -> int:
     """Distinct colours at 5 bits per channel on a small copy: photographs have hundreds, graphics few."""
+    import cv2  # noqa: PLC0415 (as in dominant_colours)
+
     small = cv2.resize(pixels, (SAMPLE_SIDE, SAMPLE_SIDE), interpolation=cv2.INTER_AREA) >> 3
     packed = (small[..., 0].astype(np.int32) << 10) | (small[..., 1].astype(np.int32) << 5) | small[..., 2]
     return int(np.unique(packed).size)

@@ -15,11 +15,12 @@ import importlib.util
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import cv2
 import numpy as np
-import onnxruntime
+
+if TYPE_CHECKING:
+    import onnxruntime
 
 CATEGORIES = ("nudity", "violence", "drugs", "hateSymbols", "gore")
 READABLE = {"nudity": "nudity", "violence": "violence", "drugs": "drugs", "hateSymbols": "hate symbols",
@@ -79,6 +80,9 @@ class NudityDetector:
     def _loaded(self) -> onnxruntime.InferenceSession:
         with self._lock:
             if self._session is None:
+                # Imported here: control starts (and most analyses run) without onnxruntime's load cost.
+                import onnxruntime  # noqa: PLC0415
+
                 options = onnxruntime.SessionOptions()
                 options.intra_op_num_threads = 1   # the analysis pool's threads are the parallelism
                 options.inter_op_num_threads = 1
@@ -88,6 +92,8 @@ class NudityDetector:
 
     def detect(self, pixels: np.ndarray) -> list[Detection]:
         """NudeNet's detections in an RGB uint8 array, in its pixel coordinates."""
+        import cv2  # noqa: PLC0415 (with the model: most of control never needs OpenCV)
+
         session = self._loaded()
         height, width = pixels.shape[:2]
         side = max(height, width)
