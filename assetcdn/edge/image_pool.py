@@ -15,6 +15,9 @@ Transforms, format conversions and placeholders never run in the edge's own proc
   a picture's srcset variants then cost one decode, not one per worker. A job waits for that worker
   while it is busy, unless another job already waits for it (then any worker takes it, so one
   picture can still keep two workers busy); a worker that died or was replaced is no one's home.
+  When such a job's last argument is the source's bytes, the worker keeps them (a bounded LRU, a
+  quarter of its decode cache): the next job for that source is sent without them, and a worker
+  that no longer has them asks for them before it starts.
 Workers are started with 'spawn' (forking the threaded edge is unsafe) when the pool starts,
 so the first request does not wait for Python and libvips to load; they die with the edge
 (PR_SET_PDEATHSIG) and close() stops them within a bounded time.
@@ -42,7 +45,7 @@ import traceback
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
@@ -76,6 +79,9 @@ LIBVIPS_CACHE_MAX_OPERATIONS = 16
 LIBVIPS_CACHE_MAX_MEMORY = 32 * 1024 * 1024
 # Sources whose last worker the pool remembers (a content id and a reference each).
 MAX_HOMES = 4096
+# A worker keeps the bytes of recent sources within this share of its decode cache's bound.
+KEPT_SOURCES_SHARE = 4
+_NEED_SOURCE = "need-source"
 _READY = "ready"
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
@@ -116,7 +122,8 @@ def _worker_main(conn: Connection, parent_pid: int, decoded_cache_bytes: int = 0
     getattr(importlib.import_module(module), function)(decoded_cache_bytes)
     # The kept decodes are memory the worker means to hold: without counting them it would collect
     # and trim (20 + 60 ms) after every job.
-    trim_above = _rss_bytes(os.getpid()) + TRIM_ABOVE_BYTES + decoded_cache_bytes
+    kept_sources = _KeptSources(decoded_cache_bytes // KEPT_SOURCES_SHARE)
+    trim_above = _rss_bytes(os.getpid()) + TRIM_ABOVE_BYTES + decoded_cache_bytes + kept_sources.max_bytes
     conn.send(_READY)
     while True:
         try:
@@ -128,8 +135,10 @@ def _worker_main(conn: Connection, parent_pid: int, decoded_cache_bytes: int = 0
             continue
         if message is None:
             return
-        work, args = message
+        work, args, source_id = message
         try:
+            if source_id is not None:
+                args = (*args[:-1], kept_sources.take(conn, source_id, args[-1]))
             reply: tuple[str, Any] = ("ok", work(*args))
         except LegacyError as exc:
             reply = ("refused", (exc.status, exc.error, exc.message, exc.extra, exc.headers))
@@ -140,6 +149,36 @@ def _worker_main(conn: Connection, parent_pid: int, decoded_cache_bytes: int = 0
             _release_memory()   # before answering: the pool reads this process's RSS when the answer arrives
         conn.send(reply)
         del reply
+
+
+class _KeptSources:
+    """The bytes of sources a worker ran jobs for, by content id, so the pool need not send them again."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._sources: OrderedDict[str, bytes] = OrderedDict()
+        self._bytes = 0
+
+    def take(self, conn: Connection, source_id: str, sent: bytes | None) -> bytes:
+        """The job's source: as sent, else kept, else asked of the pool (which always answers with it)."""
+        source = sent if sent is not None else self._sources.get(source_id)
+        if source is None:
+            conn.send((_NEED_SOURCE, None))
+            source = conn.recv()
+        self._keep(source_id, source)
+        return source
+
+    def _keep(self, source_id: str, source: bytes) -> None:
+        old = self._sources.pop(source_id, None)
+        if old is not None:
+            self._bytes -= len(old)
+        if len(source) > self.max_bytes:
+            return
+        while self._sources and self._bytes + len(source) > self.max_bytes:
+            _, evicted = self._sources.popitem(last=False)
+            self._bytes -= len(evicted)
+        self._sources[source_id] = source
+        self._bytes += len(source)
 
 
 def _rss_bytes(pid: int) -> int:
@@ -156,6 +195,8 @@ class _Worker:
     conn: Connection
     ready: bool = False
     jobs: int = 0
+    # Content ids whose bytes this worker was last sent (it may have dropped some since: it asks).
+    sources: OrderedDict[str, None] = field(default_factory=OrderedDict)
 
     @property
     def pid(self) -> int:
@@ -253,7 +294,9 @@ class ImagePool:
             if affinity is not None:
                 self._remember_home(affinity, worker)
             loop = asyncio.get_running_loop()
-            job = self._executor.submit(self._serve, worker, work, args)
+            # A job whose last argument is the source's bytes may find them already in the worker.
+            source_id = affinity if args and isinstance(args[-1], bytes) else None
+            job = self._executor.submit(self._serve, worker, work, args, source_id)
             # The worker comes back (or is replaced) when the job ends, even if this waiter was cancelled.
             job.add_done_callback(lambda done: self._call_on_loop(loop, self._job_done, worker, done))
             outcome = await asyncio.wrap_future(job)
@@ -341,12 +384,21 @@ class ImagePool:
 
     # --- in a pool thread: one job on one worker ------------------------------------------------
 
-    def _serve(self, worker: _Worker, work: Callable[..., Any], args: tuple[Any, ...]) -> _Outcome:
+    def _serve(self, worker: _Worker, work: Callable[..., Any], args: tuple[Any, ...],
+               source_id: str | None) -> _Outcome:
         if not worker.ready and not self._wait_ready(worker):
             return _Outcome(error=LegacyError(503, "The image worker could not be started; retry shortly.",
                                               headers={"Retry-After": "1"}), replace=True)
         try:
-            worker.conn.send((work, args))
+            if source_id is not None and source_id in worker.sources:
+                worker.conn.send((work, (*args[:-1], None), source_id))   # it holds the bytes: not again
+            else:
+                worker.conn.send((work, args, source_id))
+            if source_id is not None:
+                worker.sources[source_id] = None
+                worker.sources.move_to_end(source_id)
+                while len(worker.sources) > MAX_HOMES:
+                    worker.sources.popitem(last=False)
             deadline = time.monotonic() + self.limits.time_budget_s + KILL_GRACE_S
             while True:
                 left = deadline - time.monotonic()
@@ -354,11 +406,14 @@ class ImagePool:
                     worker.kill()
                     return _Outcome(error=self._over_time(), replace=True)
                 if worker.conn.poll(min(WATCH_INTERVAL_S, left)):
-                    break
+                    kind, payload = worker.conn.recv()
+                    if kind != _NEED_SOURCE:
+                        break
+                    worker.conn.send(args[-1])   # it had dropped them
+                    continue
                 if _rss_bytes(worker.pid) > self.memory_limit_bytes:
                     worker.kill()
                     return _Outcome(error=self._over_memory(), replace=True)
-            kind, payload = worker.conn.recv()
         except (EOFError, OSError):   # the worker died (crashed, or close() stopped it)
             worker.kill()
             return _Outcome(error=self._stopped(), replace=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -211,5 +212,30 @@ async def test_a_source_whose_worker_died_is_still_answered_by_another() -> None
         again = await pool.run(pool_jobs.worker_pid, affinity="photo")
         assert again != home and again in pool.worker_pids and home not in pool.worker_pids
         assert await pool.run(pool_jobs.worker_pid, affinity="photo") == again   # its new home
+    finally:
+        await pool.close()
+
+
+async def test_a_source_already_sent_is_not_sent_again_and_a_dropped_one_is_asked_for() -> None:
+    # A 1 MB decode cache keeps 256 KB of source bytes: one 200 KB source at a time.
+    pool = ImagePool(1, TransformLimits(time_budget_s=30.0), decoded_cache_mb=1)
+    first, second = b"a" * 200_000, b"b" * 200_000
+    try:
+        assert await pool.run(pool_jobs.source_length, first, affinity="first") == 200_000
+        (worker,) = pool._workers
+        sent: list[int] = []
+        send = worker.conn.send
+
+        def measured_send(message: object) -> None:
+            sent.append(len(pickle.dumps(message)))
+            send(message)
+
+        worker.conn.send = measured_send  # type: ignore[method-assign,assignment]
+        assert await pool.run(pool_jobs.source_length, first, affinity="first") == 200_000
+        assert sent[-1] < 10_000                       # held by the worker: sent without its bytes
+        assert await pool.run(pool_jobs.source_length, second, affinity="second") == 200_000
+        # `first` was dropped for `second` in the worker: it asks, and the job still gets its bytes.
+        assert await pool.run(pool_jobs.source_length, first, affinity="first") == 200_000
+        assert sent[-2] < 10_000 and sent[-1] > 200_000
     finally:
         await pool.close()
