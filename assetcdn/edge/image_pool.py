@@ -230,6 +230,7 @@ class ImagePool:
         self.limits = limits or TransformLimits()
         self.memory_limit_bytes = int(memory_limit_mb) * 1024 * 1024
         self.decoded_cache_bytes = int(decoded_cache_mb) * 1024 * 1024
+        self.kept_sources_bytes = self.decoded_cache_bytes // KEPT_SOURCES_SHARE
         # The workers share the cores the edge may use: libvips threads beyond a worker's share would
         # only take turns with the other workers' (and cost switches), never finish a job sooner.
         self.vips_threads = max(1, len(os.sched_getaffinity(0)) // self.concurrency)
@@ -294,8 +295,10 @@ class ImagePool:
             if affinity is not None:
                 self._remember_home(affinity, worker)
             loop = asyncio.get_running_loop()
-            # A job whose last argument is the source's bytes may find them already in the worker.
-            source_id = affinity if args and isinstance(args[-1], bytes) else None
+            # A job whose last argument is the source's bytes may find them already in the worker
+            # (only if it can keep them: else every job would cost a round trip to ask for them).
+            keeps = bool(args) and isinstance(args[-1], bytes) and len(args[-1]) <= self.kept_sources_bytes
+            source_id = affinity if keeps else None
             job = self._executor.submit(self._serve, worker, work, args, source_id)
             # The worker comes back (or is replaced) when the job ends, even if this waiter was cancelled.
             job.add_done_callback(lambda done: self._call_on_loop(loop, self._job_done, worker, done))

@@ -239,3 +239,22 @@ async def test_a_source_already_sent_is_not_sent_again_and_a_dropped_one_is_aske
         assert sent[-2] < 10_000 and sent[-1] > 200_000
     finally:
         await pool.close()
+
+
+async def test_a_worker_that_keeps_no_sources_is_always_sent_the_bytes() -> None:
+    pool = _pool(1)   # no decode cache: no kept sources either
+    try:
+        assert await pool.run(pool_jobs.source_length, b"a" * 1000, affinity="first") == 1000
+        (worker,) = pool._workers
+        sent: list[object] = []
+        send = worker.conn.send
+
+        def recorded_send(message: object) -> None:
+            sent.append(message)
+            send(message)
+
+        worker.conn.send = recorded_send  # type: ignore[method-assign,assignment]
+        assert await pool.run(pool_jobs.source_length, b"a" * 1000, affinity="first") == 1000
+        assert len(sent) == 1   # one message with the bytes, no round trip to ask for them
+    finally:
+        await pool.close()
