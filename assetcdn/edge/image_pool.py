@@ -10,6 +10,14 @@ Transforms, format conversions and placeholders never run in the edge's own proc
   holds decoded pixels.
 - queue: more than QUEUE_FACTOR waiting jobs per worker are refused with 503 rather than left
   to grow (every queued job holds its source bytes).
+- affinity: a job may name its source (`affinity`, the source's content id). Jobs for one source go
+  to the worker that last ran one, which keeps that source decoded (assetcdn/edge/transform/decoded.py):
+  a picture's srcset variants then cost one decode, not one per worker. A job waits for that worker
+  while it is busy, unless another job already waits for it (then any worker takes it, so one
+  picture can still keep two workers busy); a worker that died or was replaced is no one's home.
+  When such a job's last argument is the source's bytes, the worker keeps them (a bounded LRU, a
+  quarter of its decode cache): the next job for that source is sent without them, and a worker
+  that no longer has them asks for them before it starts.
 Workers are started with 'spawn' (forking the threaded edge is unsafe) when the pool starts,
 so the first request does not wait for Python and libvips to load; they die with the edge
 (PR_SET_PDEATHSIG) and close() stops them within a bounded time.
@@ -34,9 +42,10 @@ import signal
 import sys
 import time
 import traceback
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
@@ -68,6 +77,11 @@ KEEP_DECODED = ("assetcdn.edge.transform.jobs", "keep_decoded_sources")
 # loads a new buffer, so it would rarely hit and only hold memory; the edge cache keeps results.
 LIBVIPS_CACHE_MAX_OPERATIONS = 16
 LIBVIPS_CACHE_MAX_MEMORY = 32 * 1024 * 1024
+# Sources whose last worker the pool remembers (a content id and a reference each).
+MAX_HOMES = 4096
+# A worker keeps the bytes of recent sources within this share of its decode cache's bound.
+KEPT_SOURCES_SHARE = 4
+_NEED_SOURCE = "need-source"
 _READY = "ready"
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
@@ -108,7 +122,8 @@ def _worker_main(conn: Connection, parent_pid: int, decoded_cache_bytes: int = 0
     getattr(importlib.import_module(module), function)(decoded_cache_bytes)
     # The kept decodes are memory the worker means to hold: without counting them it would collect
     # and trim (20 + 60 ms) after every job.
-    trim_above = _rss_bytes(os.getpid()) + TRIM_ABOVE_BYTES + decoded_cache_bytes
+    kept_sources = _KeptSources(decoded_cache_bytes // KEPT_SOURCES_SHARE)
+    trim_above = _rss_bytes(os.getpid()) + TRIM_ABOVE_BYTES + decoded_cache_bytes + kept_sources.max_bytes
     conn.send(_READY)
     while True:
         try:
@@ -120,8 +135,10 @@ def _worker_main(conn: Connection, parent_pid: int, decoded_cache_bytes: int = 0
             continue
         if message is None:
             return
-        work, args = message
+        work, args, source_id = message
         try:
+            if source_id is not None:
+                args = (*args[:-1], kept_sources.take(conn, source_id, args[-1]))
             reply: tuple[str, Any] = ("ok", work(*args))
         except LegacyError as exc:
             reply = ("refused", (exc.status, exc.error, exc.message, exc.extra, exc.headers))
@@ -132,6 +149,36 @@ def _worker_main(conn: Connection, parent_pid: int, decoded_cache_bytes: int = 0
             _release_memory()   # before answering: the pool reads this process's RSS when the answer arrives
         conn.send(reply)
         del reply
+
+
+class _KeptSources:
+    """The bytes of sources a worker ran jobs for, by content id, so the pool need not send them again."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._sources: OrderedDict[str, bytes] = OrderedDict()
+        self._bytes = 0
+
+    def take(self, conn: Connection, source_id: str, sent: bytes | None) -> bytes:
+        """The job's source: as sent, else kept, else asked of the pool (which always answers with it)."""
+        source = sent if sent is not None else self._sources.get(source_id)
+        if source is None:
+            conn.send((_NEED_SOURCE, None))
+            source = conn.recv()
+        self._keep(source_id, source)
+        return source
+
+    def _keep(self, source_id: str, source: bytes) -> None:
+        old = self._sources.pop(source_id, None)
+        if old is not None:
+            self._bytes -= len(old)
+        if len(source) > self.max_bytes:
+            return
+        while self._sources and self._bytes + len(source) > self.max_bytes:
+            _, evicted = self._sources.popitem(last=False)
+            self._bytes -= len(evicted)
+        self._sources[source_id] = source
+        self._bytes += len(source)
 
 
 def _rss_bytes(pid: int) -> int:
@@ -148,6 +195,8 @@ class _Worker:
     conn: Connection
     ready: bool = False
     jobs: int = 0
+    # Content ids whose bytes this worker was last sent (it may have dropped some since: it asks).
+    sources: OrderedDict[str, None] = field(default_factory=OrderedDict)
 
     @property
     def pid(self) -> int:
@@ -158,6 +207,13 @@ class _Worker:
         self.process.kill()
         self.process.join(STOP_TIMEOUT_S)
         self.conn.close()
+
+
+@dataclass(eq=False)
+class _Waiter:
+    """A job waiting for a worker: for `home` only, or for any worker (None)."""
+    future: asyncio.Future[_Worker | None]
+    home: _Worker | None
 
 
 @dataclass
@@ -174,6 +230,7 @@ class ImagePool:
         self.limits = limits or TransformLimits()
         self.memory_limit_bytes = int(memory_limit_mb) * 1024 * 1024
         self.decoded_cache_bytes = int(decoded_cache_mb) * 1024 * 1024
+        self.kept_sources_bytes = self.decoded_cache_bytes // KEPT_SOURCES_SHARE
         # The workers share the cores the edge may use: libvips threads beyond a worker's share would
         # only take turns with the other workers' (and cost switches), never finish a job sooner.
         self.vips_threads = max(1, len(os.sched_getaffinity(0)) // self.concurrency)
@@ -181,7 +238,10 @@ class ImagePool:
         self.failed = FailedVariants(failure_ttl_s)
         self._context = multiprocessing.get_context("spawn")
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="image")
-        self._idle: asyncio.Queue[_Worker | None] | None = None   # None: the pool is closing
+        self._started = False
+        self._idle: list[_Worker] = []              # ready for a job; touched on the event loop only
+        self._waiting: deque[_Waiter] = deque()     # jobs waiting for a worker, oldest first
+        self._homes: OrderedDict[str, _Worker] = OrderedDict()   # source -> the worker that holds its decode
         self._workers: set[_Worker] = set()
         self._queued = 0   # touched on the event loop only
         self._closed = False
@@ -203,10 +263,9 @@ class ImagePool:
 
     def start(self) -> None:
         """Start every worker now (on the event loop's thread): they load while the edge starts."""
-        if self._idle is None:
-            self._idle = asyncio.Queue()
-            for _ in range(self.concurrency):
-                self._idle.put_nowait(self._spawn())
+        if not self._started:
+            self._started = True
+            self._idle.extend(self._spawn() for _ in range(self.concurrency))
 
     def _spawn(self) -> _Worker:
         # Started from the event loop's thread only: the death signal follows the thread that forked.
@@ -220,23 +279,27 @@ class ImagePool:
         self._workers.add(worker)
         return worker
 
-    async def run(self, work: Callable[..., T], *args: Any) -> T:
-        """`work(*args)` in a worker process; JobFailed for its failure, LegacyError(503) when refused."""
+    async def run(self, work: Callable[..., T], *args: Any, affinity: str | None = None) -> T:
+        """`work(*args)` in a worker process; JobFailed for its failure, LegacyError(503) when refused.
+
+        `affinity` names the source the job decodes: jobs naming the same one go to the same worker."""
         if self._closed:
-            raise LegacyError(503, "This edge is shutting down; retry shortly.", headers={"Retry-After": "1"})
+            raise self._closing()
         if self._queued >= self.max_queued:
             raise LegacyError(503, f"This edge is busy with {self._queued} image jobs; retry shortly.",
                               headers={"Retry-After": "1"})
         self.start()
-        assert self._idle is not None
         self._queued += 1
         try:
-            worker = await self._idle.get()
-            if worker is None:
-                self._idle.put_nowait(None)   # wake the next waiter too
-                raise LegacyError(503, "This edge is shutting down; retry shortly.", headers={"Retry-After": "1"})
+            worker = await self._acquire(affinity)
+            if affinity is not None:
+                self._remember_home(affinity, worker)
             loop = asyncio.get_running_loop()
-            job = self._executor.submit(self._serve, worker, work, args)
+            # A job whose last argument is the source's bytes may find them already in the worker
+            # (only if it can keep them: else every job would cost a round trip to ask for them).
+            keeps = bool(args) and isinstance(args[-1], bytes) and len(args[-1]) <= self.kept_sources_bytes
+            source_id = affinity if keeps else None
+            job = self._executor.submit(self._serve, worker, work, args, source_id)
             # The worker comes back (or is replaced) when the job ends, even if this waiter was cancelled.
             job.add_done_callback(lambda done: self._call_on_loop(loop, self._job_done, worker, done))
             outcome = await asyncio.wrap_future(job)
@@ -245,6 +308,59 @@ class ImagePool:
         if outcome.error is not None:
             raise outcome.error
         return outcome.result  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _closing() -> LegacyError:
+        return LegacyError(503, "This edge is shutting down; retry shortly.", headers={"Retry-After": "1"})
+
+    def _home_of(self, affinity: str | None) -> _Worker | None:
+        home = self._homes.get(affinity) if affinity is not None else None
+        return home if home in self._workers else None
+
+    def _remember_home(self, affinity: str, worker: _Worker) -> None:
+        # The first worker to run a source keeps it as home while alive: a fallback job elsewhere
+        # does not move it (the home still holds the decode).
+        if self._home_of(affinity) is None:
+            self._homes[affinity] = worker
+        self._homes.move_to_end(affinity)
+        while len(self._homes) > MAX_HOMES:
+            self._homes.popitem(last=False)
+
+    async def _acquire(self, affinity: str | None) -> _Worker:
+        home = self._home_of(affinity)
+        if home is not None and home in self._idle:
+            self._idle.remove(home)
+            return home
+        if home is not None and any(waiter.home is home for waiter in self._waiting):
+            home = None   # its worker is busy and already has a job waiting: take any
+        if home is None and self._idle:
+            return self._idle.pop(0)
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), home)
+        self._waiting.append(waiter)
+        try:
+            worker = await waiter.future
+        except asyncio.CancelledError:
+            if waiter in self._waiting:
+                self._waiting.remove(waiter)
+            elif waiter.future.done() and not waiter.future.cancelled():
+                handed = waiter.future.result()
+                if handed is not None:
+                    self._give(handed)   # handed a worker just as it was cancelled
+            raise
+        if worker is None:
+            raise self._closing()
+        return worker
+
+    def _give(self, worker: _Worker) -> None:
+        """A free worker to the oldest job waiting for it, else the oldest waiting for any, else idle."""
+        chosen = next((waiter for waiter in self._waiting if waiter.home is worker), None)
+        if chosen is None:
+            chosen = next((waiter for waiter in self._waiting if waiter.home is None), None)
+        if chosen is None:
+            self._idle.append(worker)
+            return
+        self._waiting.remove(chosen)
+        chosen.future.set_result(worker)
 
     @staticmethod
     def _call_on_loop(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
@@ -260,20 +376,32 @@ class ImagePool:
             if worker.process.is_alive():   # the job broke before it reached the worker
                 worker.process.kill()
             worker.conn.close()
-        if self._closed or self._idle is None:
+            for waiter in self._waiting:    # its decodes are gone with it: any worker will do
+                if waiter.home is worker:
+                    waiter.home = None
+        if self._closed:
             if not replace and worker in self._workers:
                 self._stop_later(worker)
             return
-        self._idle.put_nowait(self._spawn() if replace else worker)
+        self._give(self._spawn() if replace else worker)
 
     # --- in a pool thread: one job on one worker ------------------------------------------------
 
-    def _serve(self, worker: _Worker, work: Callable[..., Any], args: tuple[Any, ...]) -> _Outcome:
+    def _serve(self, worker: _Worker, work: Callable[..., Any], args: tuple[Any, ...],
+               source_id: str | None) -> _Outcome:
         if not worker.ready and not self._wait_ready(worker):
             return _Outcome(error=LegacyError(503, "The image worker could not be started; retry shortly.",
                                               headers={"Retry-After": "1"}), replace=True)
         try:
-            worker.conn.send((work, args))
+            if source_id is not None and source_id in worker.sources:
+                worker.conn.send((work, (*args[:-1], None), source_id))   # it holds the bytes: not again
+            else:
+                worker.conn.send((work, args, source_id))
+            if source_id is not None:
+                worker.sources[source_id] = None
+                worker.sources.move_to_end(source_id)
+                while len(worker.sources) > MAX_HOMES:
+                    worker.sources.popitem(last=False)
             deadline = time.monotonic() + self.limits.time_budget_s + KILL_GRACE_S
             while True:
                 left = deadline - time.monotonic()
@@ -281,11 +409,14 @@ class ImagePool:
                     worker.kill()
                     return _Outcome(error=self._over_time(), replace=True)
                 if worker.conn.poll(min(WATCH_INTERVAL_S, left)):
-                    break
+                    kind, payload = worker.conn.recv()
+                    if kind != _NEED_SOURCE:
+                        break
+                    worker.conn.send(args[-1])   # it had dropped them
+                    continue
                 if _rss_bytes(worker.pid) > self.memory_limit_bytes:
                     worker.kill()
                     return _Outcome(error=self._over_memory(), replace=True)
-            kind, payload = worker.conn.recv()
         except (EOFError, OSError):   # the worker died (crashed, or close() stopped it)
             worker.kill()
             return _Outcome(error=self._stopped(), replace=True)
@@ -338,8 +469,11 @@ class ImagePool:
     async def close(self) -> None:
         """Stop every worker: SIGTERM, then SIGKILL after STOP_TIMEOUT_S. Running jobs answer 503."""
         self._closed = True
-        if self._idle is not None:
-            self._idle.put_nowait(None)
+        self._idle.clear()
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.future.done():
+                waiter.future.set_result(None)
         workers = list(self._workers)
         self._workers.clear()
         await asyncio.to_thread(_stop_processes, [worker.process for worker in workers])

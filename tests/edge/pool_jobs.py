@@ -53,3 +53,8 @@ def kept_decodes() -> tuple[int, int, int, int]:
 
 def vips_threads() -> int:
     return int(pyvips.concurrency_get())
+
+
+def source_length(source: bytes) -> int:
+    """A job on a source: what reached the worker."""
+    return len(source)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -150,5 +151,110 @@ async def test_workers_share_the_cores_between_their_libvips_threads() -> None:
         threads = await asyncio.gather(pool.run(pool_jobs.vips_threads), pool.run(pool_jobs.vips_threads))
         assert set(threads) == {max(1, len(os.sched_getaffinity(0)) // 2)}
         assert await pool.run(pool_jobs.kept_decodes) == (0, 0, 0, 0)   # the cache is off unless configured
+    finally:
+        await pool.close()
+
+
+def _photo(seed: int) -> bytes:
+    return (pyvips.Image.gaussnoise(1600, 1200, seed=seed).cast("uchar").bandjoin([64, 128])
+            .copy(interpretation="srgb").jpegsave_buffer(Q=85))
+
+
+async def test_jobs_for_one_source_go_to_the_worker_that_holds_its_decode() -> None:
+    photos = {"first": _photo(1), "second": _photo(2)}
+    limits = TransformLimits(time_budget_s=30.0)
+    pool = ImagePool(2, limits, decoded_cache_mb=32)
+    try:
+        pids: dict[str, set[int]] = {name: set() for name in photos}
+        for width in ("1200", "300", "800", "500"):   # the two pictures' srcsets interleaved
+            for name, photo in photos.items():
+                opts = parse_transform_options({"url": f"akande/v1/banners/{name}.jpg", "w": width})
+                await pool.run(transform_variant, "jpeg", opts, "webp", limits, photo, affinity=name)
+                pids[name].add(await pool.run(pool_jobs.worker_pid, affinity=name))
+        assert all(len(workers) == 1 for workers in pids.values())   # one worker per picture
+        kept = {pid: await pool.run(pool_jobs.kept_decodes, affinity=name)
+                for name, (pid,) in ((name, tuple(workers)) for name, workers in pids.items())}
+        # Each picture was decoded once, by its own worker, for its four variants.
+        assert sum(misses for _, _, _, misses in kept.values()) == 2
+        assert sum(hits for _, _, hits, _ in kept.values()) == 6
+    finally:
+        await pool.close()
+
+
+async def test_a_busy_home_keeps_one_job_waiting_and_sends_the_next_to_another_worker(tmp_path: Path) -> None:
+    pool = _pool(2)
+    release = tmp_path / "release"
+    try:
+        held = asyncio.ensure_future(pool.run(pool_jobs.wait_then_pid, str(release), affinity="photo"))
+        await asyncio.sleep(0)
+        waiting = asyncio.ensure_future(pool.run(pool_jobs.worker_pid, affinity="photo"))
+        await asyncio.sleep(0)
+        assert pool.queued == 2
+        # Its home is busy and already has a job waiting: another worker answers at once.
+        other = await pool.run(pool_jobs.worker_pid, affinity="photo")
+        assert not held.done() and not waiting.done()   # the waiting job stays for its home
+        release.touch()
+        home = await held
+        assert await waiting == home and other != home
+        assert await pool.run(pool_jobs.worker_pid, affinity="photo") == home   # the home did not move
+    finally:
+        release.touch()
+        await pool.close()
+
+
+async def test_a_source_whose_worker_died_is_still_answered_by_another() -> None:
+    pool = _pool(2)
+    try:
+        home = await pool.run(pool_jobs.worker_pid, affinity="photo")
+        with pytest.raises(JobFailed) as crashed:
+            await pool.run(pool_jobs.crash, affinity="photo")
+        assert crashed.value.status == 503
+        again = await pool.run(pool_jobs.worker_pid, affinity="photo")
+        assert again != home and again in pool.worker_pids and home not in pool.worker_pids
+        assert await pool.run(pool_jobs.worker_pid, affinity="photo") == again   # its new home
+    finally:
+        await pool.close()
+
+
+async def test_a_source_already_sent_is_not_sent_again_and_a_dropped_one_is_asked_for() -> None:
+    # A 1 MB decode cache keeps 256 KB of source bytes: one 200 KB source at a time.
+    pool = ImagePool(1, TransformLimits(time_budget_s=30.0), decoded_cache_mb=1)
+    first, second = b"a" * 200_000, b"b" * 200_000
+    try:
+        assert await pool.run(pool_jobs.source_length, first, affinity="first") == 200_000
+        (worker,) = pool._workers
+        sent: list[int] = []
+        send = worker.conn.send
+
+        def measured_send(message: object) -> None:
+            sent.append(len(pickle.dumps(message)))
+            send(message)
+
+        worker.conn.send = measured_send  # type: ignore[method-assign,assignment]
+        assert await pool.run(pool_jobs.source_length, first, affinity="first") == 200_000
+        assert sent[-1] < 10_000                       # held by the worker: sent without its bytes
+        assert await pool.run(pool_jobs.source_length, second, affinity="second") == 200_000
+        # `first` was dropped for `second` in the worker: it asks, and the job still gets its bytes.
+        assert await pool.run(pool_jobs.source_length, first, affinity="first") == 200_000
+        assert sent[-2] < 10_000 and sent[-1] > 200_000
+    finally:
+        await pool.close()
+
+
+async def test_a_worker_that_keeps_no_sources_is_always_sent_the_bytes() -> None:
+    pool = _pool(1)   # no decode cache: no kept sources either
+    try:
+        assert await pool.run(pool_jobs.source_length, b"a" * 1000, affinity="first") == 1000
+        (worker,) = pool._workers
+        sent: list[object] = []
+        send = worker.conn.send
+
+        def recorded_send(message: object) -> None:
+            sent.append(message)
+            send(message)
+
+        worker.conn.send = recorded_send  # type: ignore[method-assign,assignment]
+        assert await pool.run(pool_jobs.source_length, b"a" * 1000, affinity="first") == 1000
+        assert len(sent) == 1   # one message with the bytes, no round trip to ask for them
     finally:
         await pool.close()

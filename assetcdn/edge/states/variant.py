@@ -72,7 +72,8 @@ class Made:
         if self.before_make is not None:
             await self.before_make()
         try:
-            variant = await self.pool.run(self.job, source)
+            # Affinity by content id: the worker that made this source's other variants holds its decode.
+            variant = await self.pool.run(self.job, source, affinity=entry.blob_id)
         except Exception as exc:
             if self.refund is not None:
                 await self.refund()

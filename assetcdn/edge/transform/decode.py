@@ -100,6 +100,12 @@ def _load_level(source: SourceImage, level: int) -> pyvips.Image:
     return pyvips.Image.new_from_buffer(source.data, "")
 
 
+def _fits(ctx: TransformContext, level: int) -> bool:
+    assert ctx.decoded is not None
+    bands = 4 if ctx.source.has_alpha else 3
+    return (ctx.source.width // level) * (ctx.source.height // level) * bands <= ctx.decoded.max_bytes
+
+
 def _cacheable(ctx: TransformContext, level: int) -> bool:
     source = ctx.source
     if ctx.decoded is None or not ctx.decoded.enabled or source.format == "svg" or ctx.keep_animation:
@@ -108,8 +114,7 @@ def _cacheable(ctx: TransformContext, level: int) -> bool:
         # libvips' operation cache would hand a later job the very image an earlier job's deadline
         # watch is connected to; image workers run without it (assetcdn/edge/image_pool.py).
         return False
-    bands = 4 if source.has_alpha else 3
-    return (source.width // level) * (source.height // level) * bands <= ctx.decoded.max_bytes
+    return _fits(ctx, level)
 
 
 def _decode_kept(ctx: TransformContext, level: int) -> pyvips.Image:
@@ -119,6 +124,9 @@ def _decode_kept(ctx: TransformContext, level: int) -> pyvips.Image:
     digest = hashlib.sha256(ctx.source.data).digest()
     found = decoded.get(digest, level)
     if found is None:
+        if level > 1 and decoded.holds_smaller(digest, level) and _fits(ctx, 1):
+            # A second, larger size of one picture: its srcset asks for more; decode it whole once.
+            level = 1
         # No deadline watch here: libvips hands an image's progress signal on to the images made from
         # it, so the kept one would call this job's handler after it is gone. The decode is bounded by
         # the cache's size; the image pool kills a worker whose job overruns regardless.

@@ -7,7 +7,10 @@ SHA-256 of the source's bytes and the shrink-on-load level they were decoded at:
 1/1, 1/2, 1/4 or 1/8 of its size and WebP at any scale, so a 320 px variant of a 4000 px photo
 decodes 1,000 px of it, and a later 960 px one decodes again at a larger level. A variant is
 made from the smallest kept level that still has the pixels it needs (a larger one serves a
-smaller variant: resizing from memory costs less than decoding again). Entries are counted by
+smaller variant: resizing from memory costs less than decoding again). A source asked for at a
+larger level than it is kept at is decoded a second time at the whole size (level 1) when that
+fits, replacing its smaller decodes: at most two decodes per picture whatever order its srcset
+arrives in, and a single small variant still decodes only what it needs. Entries are counted by
 their pixels' bytes; the cache never holds more than its bound (an entry larger than the
 bound is not kept at all).
 """
@@ -85,15 +88,22 @@ class DecodedSources:
         self.misses += 1
         return None
 
+    def holds_smaller(self, digest: bytes, level: int) -> bool:
+        """Whether `digest` is kept only at levels smaller than `level` needs (a miss for it, not the first)."""
+        return any(DecodedKey(digest, candidate) in self._entries for candidate in LEVELS if candidate > level)
+
     def put(self, digest: bytes, level: int, image: pyvips.Image) -> None:
-        """Keep `image` (already in memory), dropping the least recently used entries to stay in bounds."""
+        """Keep `image` (already in memory) in place of the source's smaller decodes, dropping the least
+        recently used entries to stay in bounds."""
         cost = image_bytes(image)
         if cost > self.max_bytes:
             return
+        for candidate in LEVELS:
+            if candidate >= level:   # the same level, or a smaller decode this one now serves
+                old = self._entries.pop(DecodedKey(digest, candidate), None)
+                if old is not None:
+                    self._bytes -= image_bytes(old)
         key = DecodedKey(digest, level)
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self._bytes -= image_bytes(old)
         while self._entries and self._bytes + cost > self.max_bytes:
             _, evicted = self._entries.popitem(last=False)
             self._bytes -= image_bytes(evicted)

@@ -88,13 +88,25 @@ def test_six_widths_and_three_formats_decode_the_source_once_per_level(photo: by
     assert (decoded.misses, decoded.hits, len(decoded)) == (1, 17, 1)
 
 
-def test_a_small_variant_first_decodes_a_shrunk_level_then_a_large_one_adds_the_full_size(photo: bytes) -> None:
+def test_a_small_variant_first_decodes_a_shrunk_level_then_a_large_one_replaces_it_with_the_full_size(
+        photo: bytes) -> None:
     decoded = DecodedSources(256 * MB)
     transform(photo, "jpeg", "webp", decoded, w="320")     # 2400 / 320 = 7.5: a 1/2-scale JPEG decode
     assert len(decoded) == 1 and decoded.held_bytes == 1200 * 800 * 3
     transform(photo, "jpeg", "webp", decoded, w="480")     # served by the kept 1200 px decode
-    transform(photo, "jpeg", "webp", decoded, w="1920")    # needs the full size
-    assert (decoded.misses, decoded.hits, decoded.held_bytes) == (2, 1, 1200 * 800 * 3 + 2400 * 1600 * 3)
+    transform(photo, "jpeg", "webp", decoded, w="1920")    # needs the full size, which serves every width
+    assert (decoded.misses, decoded.hits, len(decoded), decoded.held_bytes) == (2, 1, 1, 2400 * 1600 * 3)
+
+
+def test_a_second_larger_level_decodes_the_whole_picture_so_no_third_decode_follows(photo: bytes) -> None:
+    decoded = DecodedSources(256 * MB)
+    transform(photo, "jpeg", "jpeg", decoded, w="150")     # 2400 / 150 = 16: a 1/8-scale decode
+    assert decoded.held_bytes == 300 * 200 * 3
+    transform(photo, "jpeg", "jpeg", decoded, w="480")     # needs 1/2 scale: decoded whole instead
+    assert (len(decoded), decoded.held_bytes) == (1, 2400 * 1600 * 3)
+    for width in ("960", "1920", "640"):
+        transform(photo, "jpeg", "jpeg", decoded, w=width)
+    assert (decoded.misses, decoded.hits) == (2, 3)
 
 
 def test_the_cache_never_holds_more_than_its_bound() -> None:
