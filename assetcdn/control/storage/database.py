@@ -16,15 +16,16 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 
 from assetcdn.shared.errors import ApiError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000     # only ever reached when another process holds the file's write lock
 BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -294,6 +295,24 @@ class Database:
         self._writer = await _connect(self.path, self._busy_timeout_ms)
         with contextlib.suppress(Exception):
             await old.close()
+
+
+async def to_the_end(work: Awaitable[T]) -> T:
+    """`work`'s result, run to its end even when the caller is cancelled meanwhile (the cancellation is
+    raised once it has ended). For a write and what follows it in memory: a COMMIT that a cancelled
+    caller stopped waiting for still lands, and its in-memory side must land with it."""
+    running = asyncio.ensure_future(work)
+    cancelled = False
+    while not running.done():
+        try:
+            await asyncio.shield(running)
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception:
+            break
+    if cancelled:
+        raise asyncio.CancelledError()
+    return running.result()
 
 
 async def open_database(path: Path, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS, schema: str = SCHEMA) -> Database:

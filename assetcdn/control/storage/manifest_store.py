@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from assetcdn.control.storage.database import Database, Transaction
+from assetcdn.control.storage.database import Database, Transaction, to_the_end
 from assetcdn.control.storage.git_store import CommitResult, FileChange, GitStore
 from assetcdn.shared.errors import utc_now_iso
 from assetcdn.shared.manifest import ManifestChange, ManifestEntry, make_entry
@@ -170,6 +170,12 @@ class ManifestStore:
         generation = prepared.generation
         if generation.generation != self.generation + 1:
             raise RuntimeError(f"generation {generation.generation} prepared at {self.generation}: not recorded")
+        # Stored and adopted together even if the caller goes away: a caller cancelled while the COMMIT ran
+        # would otherwise leave SQLite one generation ahead of memory, and the next one would not be stored.
+        return await to_the_end(self._store(prepared, also))
+
+    async def _store(self, prepared: Prepared, also: Callable[[Transaction], Awaitable[None]] | None) -> Generation:
+        generation = prepared.generation
         async with self.db.transaction() as tx:
             if also is not None:
                 await also(tx)

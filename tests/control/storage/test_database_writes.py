@@ -101,6 +101,22 @@ async def test_uploads_cancelled_at_any_point_leave_the_publish_sequence_going(c
     assert len(stored) > 2 and stored <= set(manifest.entries)  # every commit that landed is published
 
 
+async def test_a_generation_whose_caller_went_away_is_stored_and_adopted_together(control: TestClient) -> None:
+    # Cancelled at every step of its write, the COMMIT included (it lands on the writer's thread whether or
+    # not anyone still waits): the generation SQLite holds and the one in memory never part.
+    manifest, db = control.app[MANIFEST], control.app[DB]
+    for n in range(40):
+        task = asyncio.create_task(manifest.record_purge(None))
+        for _ in range(n):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        stored = (await db.fetch("SELECT MAX(generation) FROM manifest_generations"))[0][0]
+        assert stored == manifest.generation, n
+    assert (await manifest.record_purge(None)).generation == manifest.generation
+
+
 @pytest.fixture
 async def database(tmp_path: Path) -> AsyncIterator[Database]:
     db = await open_database(tmp_path / "control.sqlite3", busy_timeout_ms=BUSY_TIMEOUT_MS)
