@@ -143,7 +143,7 @@ async def test_without_redis_edges_serve_hits_count_per_process_and_recover(
         async with aiohttp.ClientSession() as session:
             for edge in cdn.edge_urls:  # made on each edge while Redis counts
                 async with session.get(edge + transform) as resp:
-                    assert resp.status == 200
+                    assert resp.status == 200, (edge, await resp.text())
             redis.stop()
             for edge in cdn.edge_urls:  # cached files and variants are still served
                 for path in (f"/{PICTURE}", transform):
