@@ -10,14 +10,11 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app import create_app
 from assetcdn.control.app_keys import MANIFEST
-from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
 from tests.control.storage.commit_gate import held_commit_lock
-
-SMALL_LIMIT = 1000
+from tests.control.storage.conftest import SMALL_LIMIT
 
 
 def b64(data: bytes) -> str:
@@ -27,14 +24,6 @@ def b64(data: bytes) -> str:
 def item(name: str, data: bytes = b"<svg/>", **extra: Any) -> dict[str, Any]:
     return {"path": f"akande/v1/icons/{name}", "content": b64(data), **extra}
 
-
-@pytest.fixture
-async def small_control(aiohttp_client, data_dir: Path) -> TestClient:  # type: ignore[no-untyped-def]
-    settings = load_settings(environ={"ASSETCDN_CONTROL_MAX_UPLOAD_BYTES": str(SMALL_LIMIT)})
-    client = await aiohttp_client(create_app(settings, SECRETS, data_dir))
-    resp = await client.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)
-    assert resp.status == 201
-    return client
 
 
 async def test_batch_commits_every_file_in_one_commit(control: TestClient, zone: str, data_dir: Path) -> None:

@@ -12,16 +12,14 @@ import pytest
 from aiohttp.test_utils import TestClient
 from yarl import URL
 
-from assetcdn.control.app import create_app
 from assetcdn.control.app_keys import MANIFEST
-from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
 from tests.control.storage.commit_gate import held_commit_lock
+from tests.control.storage.conftest import SMALL_LIMIT
 
 LOGO = b'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><rect width="10" height="10"/></svg>'
 LOGO_PATH = "akande/v1/logos/logo.svg"
-SMALL_LIMIT = 1000
 STORAGE_ENTRY_FIELDS = {
     "Guid", "StorageZoneName", "Path", "ObjectName", "Length", "LastChanged", "ServerId", "ArrayNumber",
     "IsDirectory", "UserId", "ContentType", "DateCreated", "StorageZoneId", "Checksum", "ReplicatedZones",
@@ -38,15 +36,6 @@ async def upload(client: TestClient, path: str, data: bytes, **headers: str) -> 
     assert resp.status == 201, await resp.text()
     return await resp.json()
 
-
-@pytest.fixture
-async def small_control(aiohttp_client, data_dir: Path) -> TestClient:  # type: ignore[no-untyped-def]
-    """A control plane whose per-file limit is 1000 bytes, with zone 'akande'."""
-    settings = load_settings(environ={"ASSETCDN_CONTROL_MAX_UPLOAD_BYTES": str(SMALL_LIMIT)})
-    client = await aiohttp_client(create_app(settings, SECRETS, data_dir))
-    resp = await client.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)
-    assert resp.status == 201
-    return client
 
 
 class TestUpload:
