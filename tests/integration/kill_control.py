@@ -148,11 +148,13 @@ class ControlProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        self.port = free_port_block(1)
+        # Its dashboard port too: the default (8787) is one port for every suite on the machine.
+        self.port = free_port_block(2)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "assetcdn.control", "--data-dir", str(self.data_dir), "--host", "127.0.0.1",
-                 "--port", str(self.port)], env=up_env(), stdout=log, stderr=subprocess.STDOUT)
+                 "--port", str(self.port), "--dashboard-port", str(self.port + 1)],
+                env=up_env(), stdout=log, stderr=subprocess.STDOUT)
 
     async def wait_ready(self, session: aiohttp.ClientSession) -> None:
         async def ready() -> bool | None:
