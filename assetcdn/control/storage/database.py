@@ -267,21 +267,14 @@ class Database:
         """End whatever transaction the writer has open. The ROLLBACK is queued behind any statement still
         running on the writer's thread (a cancelled caller's included) and awaited to completion even when
         the caller is cancelled meanwhile, so the next turn starts on a connection with no transaction."""
-        ending = asyncio.ensure_future(self._rollback())
-        cancelled = False
-        while not ending.done():
-            try:
-                await asyncio.shield(ending)
-            except asyncio.CancelledError:
-                cancelled = True
-            except Exception:
-                break
-        failure = ending.exception()
-        if failure is not None:
-            log.error("the database writer could not roll back; reopening it", exc_info=failure)
+        await to_the_end(self._rollback_or_reopen())
+
+    async def _rollback_or_reopen(self) -> None:
+        try:
+            await self._rollback()
+        except Exception:
+            log.error("the database writer could not roll back; reopening it", exc_info=True)
             await self._reopen_writer()
-        if cancelled:
-            raise asyncio.CancelledError()
 
     async def _rollback(self) -> None:
         try:
