@@ -68,7 +68,8 @@ def _conversion(request: web.Request, source: ManifestEntry, fmt: str) -> Made:
     # Not counted against the monthly /api/transform quota: at most one conversion per source
     # and format, cached for a year (docs/api-guide.md, "Image delivery").
     return Made(pool, opts.cache_key(source.blob_id, fmt), partial(transform_variant, source.format, opts, fmt,
-                                                                   pool.limits), metric_format=fmt)
+                                                                   pool.limits, source_sha256=source.sha256),
+                metric_format=fmt)
 
 
 async def answer(request: web.Request, base: str, chain: list[str], headers: dict[str, str], *,

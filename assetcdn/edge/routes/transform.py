@@ -131,7 +131,8 @@ async def _transform(request: web.Request) -> web.StreamResponse:
             headers[NETWORK_AWARE_HEADER] = NETWORK_AWARE_SLOW
     output_format = resolve_output_format(opts.get(FORMAT), entry.format, request.headers.get("Accept"), slow=slow)
     variant = Made(pool, opts.cache_key(entry.blob_id, output_format),
-                   partial(transform_variant, entry.format, opts, output_format, pool.limits),
+                   partial(transform_variant, entry.format, opts, output_format, pool.limits,
+                           source_sha256=entry.sha256),
                    metric_format=output_format, before_make=lambda: take_transform_quota(request),
                    refund=lambda: refund_transform_quota(request))
     policy = ServePolicy(IMMUTABLE, LEGACY_REFUSALS, headers=headers, late_headers=lambda: rate_limit_headers(request))

@@ -36,6 +36,7 @@ class TransformContext:
     killed: bool = False              # the deadline watch stopped libvips
     plan_after_steps: bool = False    # the size before the resize is known only from pixels (trim)
     decoded: DecodedSources | None = None   # the worker's kept decodes (None: decode per variant)
+    source_digest: bytes | None = None      # SHA-256 of the source's bytes, when the caller knows it
 
     @property
     def pages(self) -> int:

@@ -121,7 +121,9 @@ def _decode_kept(ctx: TransformContext, level: int) -> pyvips.Image:
     """The source at `ctx.decode_size` made from a kept decode, decoding (and keeping) it first if needed."""
     decoded = ctx.decoded
     assert decoded is not None
-    digest = hashlib.sha256(ctx.source.data).digest()
+    # The edge verified the bytes against the manifest's SHA-256 when it fetched them and sends it along;
+    # the length joins the key so bytes that do not match it in size never share a decode.
+    digest = (ctx.source_digest or hashlib.sha256(ctx.source.data).digest()) + len(ctx.source.data).to_bytes(8, "big")
     found = decoded.get(digest, level)
     if found is None:
         if level > 1 and decoded.holds_smaller(digest, level) and _fits(ctx, 1):

@@ -3,7 +3,9 @@
 A page with responsive images asks for one picture at six widths in two or three formats; every
 one of those misses would otherwise decode the same source again. Each worker process keeps a
 bounded LRU of sources already decoded (8-bit sRGB, colour-managed, in memory), keyed by the
-SHA-256 of the source's bytes and the shrink-on-load level they were decoded at: JPEG decodes at
+SHA-256 of the source's bytes (the manifest's, which the edge verified the bytes against, sent
+with the job; hashed in the worker only when a caller has none), their length, and the
+shrink-on-load level they were decoded at: JPEG decodes at
 1/1, 1/2, 1/4 or 1/8 of its size and WebP at any scale, so a 320 px variant of a 4000 px photo
 decodes 1,000 px of it, and a later 960 px one decodes again at a larger level. A variant is
 made from the smallest kept level that still has the pixels it needs (a larger one serves a
@@ -45,7 +47,7 @@ def image_bytes(image: pyvips.Image) -> int:
 
 @dataclass(frozen=True, slots=True)
 class DecodedKey:
-    digest: bytes     # SHA-256 of the source's bytes
+    digest: bytes     # SHA-256 of the source's bytes, then their length
     level: int        # shrink-on-load level it was decoded at
 
 

@@ -1,7 +1,9 @@
 """The work the image pool runs in its worker processes, one function per kind of variant.
 
 A job is sent to a worker by reference (module and name, pickled) with plain arguments, the
-source's bytes last, and returns the Variant to cache. Nothing here may close over request
+source's bytes last, and returns the Variant to cache. A transform is also told the source's SHA-256
+as the manifest names it (the edge checked the bytes against it when it fetched them), so the
+worker keys its kept decodes without hashing the bytes again. Nothing here may close over request
 state: it runs in another process.
 """
 
@@ -32,9 +34,11 @@ def keep_decoded_sources(max_bytes: int) -> None:
 
 
 def transform_variant(source_format: str, opts: TransformOptions, output_format: str,
-                      limits: TransformLimits, source: bytes) -> Variant:
-    """/api/transform and /api/auto conversions: the pipeline's output."""
-    result = run_transform(source, source_format, opts, output_format, limits, DECODED_SOURCES)
+                      limits: TransformLimits, source: bytes, *, source_sha256: str | None = None) -> Variant:
+    """/api/transform and /api/auto conversions: the pipeline's output. `source_sha256`: the hex
+    SHA-256 the source's bytes were verified against (None: the worker hashes them)."""
+    digest = bytes.fromhex(source_sha256) if source_sha256 is not None else None
+    result = run_transform(source, source_format, opts, output_format, limits, DECODED_SOURCES, digest)
     return Variant(result.body, result.content_type)
 
 

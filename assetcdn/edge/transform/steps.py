@@ -82,10 +82,12 @@ def decode_size_for(plan: ResizePlan, source: SourceImage, opts: TransformOption
 
 
 def run_transform(source: bytes, source_format: str, opts: TransformOptions, output_format: str,
-                  limits: TransformLimits, decoded: DecodedSources | None = None) -> TransformResult:
+                  limits: TransformLimits, decoded: DecodedSources | None = None,
+                  source_digest: bytes | None = None) -> TransformResult:
     """Transform `source` per `opts` into `output_format`; LegacyError (4xx, or 503 over time) on failure.
 
-    `decoded`: the worker's kept decodes, so the source's other variants need not decode it again."""
+    `decoded`: the worker's kept decodes, so the source's other variants need not decode it again.
+    `source_digest`: the SHA-256 of `source` as the caller verified it (None: hashed here when needed)."""
     deadline = time.monotonic() + limits.time_budget_s
     if output_format not in ENCODERS:
         raise LegacyError(400, f"Output format '{output_format}' is not available on this edge. "
@@ -110,7 +112,7 @@ def run_transform(source: bytes, source_format: str, opts: TransformOptions, out
     ctx = TransformContext(source=image_source, opts=opts, output_format=output_format,
                            keep_animation=keep_animation, plan=plan, decode_size=decode_size,
                            max_pixels=limits.max_pixels, deadline=deadline, time_budget_s=limits.time_budget_s,
-                           plan_after_steps=shaped is None, decoded=decoded)
+                           plan_after_steps=shaped is None, decoded=decoded, source_digest=source_digest)
     for name, step in STEPS:
         ctx.check_deadline(name)
         try:

@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC, datetime
 
 import pytest
+import pyvips
 from aiohttp import ClientResponse
 
 from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL
@@ -282,6 +283,23 @@ async def test_overwrite_and_purge_of_the_source_remove_its_transforms(make_cdn:
     assert body["success"] is True
     assert await pixel() == ("MISS", [10, 10, 250])
 
+
+
+async def test_two_pictures_of_one_size_never_share_a_kept_decode(make_cdn: CdnFactory) -> None:
+    # The image worker keys its kept decodes by the SHA-256 the edge sends with each job: each
+    # picture's variants come from its own pixels whatever order its widths are asked in.
+    cdn = await make_cdn()
+    colours = {"red": (250, 10, 10), "blue": (10, 10, 250)}
+    for name, rgb in colours.items():
+        swatch = pyvips.Image.black(800, 600).new_from_image(list(rgb)).cast("uchar").copy(interpretation="srgb")
+        await cdn.upload(f"{ZONE}/v1/banners/{name}.jpg", swatch.jpegsave_buffer(Q=95))
+    for width in (320, 640, 160):
+        for name, rgb in colours.items():
+            resp = await cdn.edge.get(transform_url(f"{ZONE}/v1/banners/{name}.jpg", w=width, format="webp"))
+            assert (resp.status, resp.headers["X-Cache"]) == (200, "MISS"), await resp.text()
+            image = decode(await resp.read())
+            assert image.width == width
+            assert [abs(round(v) - c) <= 6 for v, c in zip(image(width // 2, image.height // 2), rgb, strict=True)] == [True] * 3
 
 
 async def test_unsupported_sources_and_the_time_budget(make_cdn: CdnFactory) -> None:

@@ -4,6 +4,7 @@ metadata), each through run_transform with a cache as an image worker runs it.""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 
 import numpy as np
@@ -107,6 +108,25 @@ def test_a_second_larger_level_decodes_the_whole_picture_so_no_third_decode_foll
     for width in ("960", "1920", "640"):
         transform(photo, "jpeg", "jpeg", decoded, w=width)
     assert (decoded.misses, decoded.hits) == (2, 3)
+
+
+def test_a_digest_sent_with_the_job_keys_the_decode_without_hashing_the_bytes_again(
+        photo: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    digest = hashlib.sha256(photo).digest()
+    limits = TransformLimits(max_pixels=50_000_000, time_budget_s=30)
+    decoded = DecodedSources(256 * MB)
+
+    def no_hashing(_data: bytes) -> object:
+        raise AssertionError("the worker hashed a source whose digest it was given")
+
+    monkeypatch.setattr("assetcdn.edge.transform.decode.hashlib.sha256", no_hashing)
+    opts = parse_transform_options({"url": "akande/v1/banners/x.jpg", "w": "640"})
+    first = run_transform(photo, "jpeg", opts, "webp", limits, decoded, digest)
+    again = run_transform(photo, "jpeg", opts, "webp", limits, decoded, digest)
+    assert (decoded.misses, decoded.hits) == (1, 1) and first.body == again.body
+    # Bytes of another length under that digest (a cut-short copy) never take its decode: the length is in the key.
+    run_transform(photo + b"\0", "jpeg", opts, "webp", limits, decoded, digest)
+    assert (decoded.misses, decoded.hits) == (2, 1)
 
 
 def test_the_cache_never_holds_more_than_its_bound() -> None:
