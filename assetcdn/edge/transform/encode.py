@@ -79,8 +79,19 @@ def _webp(image: pyvips.Image, quality: int) -> bytes:
         image = image.colourspace("srgb")
     out = io.BytesIO()
     # No ICC or EXIF is passed, so none is written: the pixels are sRGB already.
-    PillowImage.fromarray(_pixels(image)).save(out, format="WEBP", quality=quality, method=WEBP_EFFORT)
+    _pillow_picture(image).save(out, format="WEBP", quality=quality, method=WEBP_EFFORT)
     return out.getvalue()
+
+
+def _pillow_picture(image: pyvips.Image) -> PillowImage.Image:
+    """The first frame as a Pillow image. Pillow holds RGB as four bytes a pixel, so RGB goes over as
+    RGBX, which it uses in place (as RGBA) instead of copying every pixel once more."""
+    frame = first_frame(image)
+    if frame.bands == 3:
+        padded = frame.bandjoin_const([255])
+        return PillowImage.frombuffer("RGBX", (padded.width, padded.height), padded.write_to_memory(),
+                                      "raw", "RGBX", 0, 1)
+    return PillowImage.fromarray(_pixels(frame))
 
 
 def _avif(image: pyvips.Image, quality: int) -> bytes:
