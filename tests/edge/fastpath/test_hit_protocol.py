@@ -165,6 +165,20 @@ async def test_oversize_heads_are_refused_by_the_application_limits(make_hit_cdn
     assert answer.status in (400, 414)
 
 
+async def test_an_over_long_request_line_is_refused_in_the_envelope_of_the_route_asked_for(
+        make_hit_cdn: HitCdnFactory) -> None:
+    """The signed-URL, transform and stream routes answer every error in the legacy envelope (a string
+    `error`), including a request line too long to read; other routes in the standard one."""
+    cdn = await warmed(make_hit_cdn)
+    for path, legacy in (("/api/signed", True), ("/api/transform", True), ("/api/assets", False), (f"/{SVG}", False)):
+        conn = await cdn.connect()
+        await conn.send(f"GET {path}?path=x&expires={'9' * 9000} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        answer = await conn.response()
+        assert answer.status == 400, path
+        error = orjson.loads(answer.body)["error"]
+        assert isinstance(error, str) if legacy else error["code"] == "BadRequest", (path, answer.body)
+
+
 async def test_connection_close_and_http_1_0(make_hit_cdn: HitCdnFactory) -> None:
     cdn = await warmed(make_hit_cdn)
     conn = await cdn.connect()
