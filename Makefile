@@ -94,7 +94,7 @@ bench-transforms: setup
 
 # Cache hits per core beside Varnish and nginx (Debian packages, installed when missing); a few minutes.
 bench-hits: setup
-	sh benchmarks/setup_hits.sh
+	sh benchmarks/setup_debian.sh hits
 	$(BIN)/python -m benchmarks.hits_bench
 
 # Control plane CPU and statistics lag with a simulated fleet of 10 edges at 40,000 hits/s each; under a minute.
@@ -102,7 +102,7 @@ bench-fleet: setup
 	$(BIN)/python -m benchmarks.fleet_bench
 
 bench-https: setup
-	sh benchmarks/setup_https.sh
+	sh benchmarks/setup_debian.sh https
 	$(BIN)/python -m benchmarks.https_bench
 
 # The Docker image and deploy/compose.yaml end to end (not part of `make test`: it needs a Docker engine and some

@@ -48,7 +48,9 @@ from pathlib import Path
 
 import aiohttp
 
+from benchmarks import proc_stats
 from benchmarks.load import LoadResult, run_wrk
+from benchmarks.nginx_conf import nginx_conf
 from tests.integration.harness import ACCESS, ACCOUNT, KEYS, RunningCdn, free_port_block, start_cdn
 
 KB = 1024
@@ -78,38 +80,6 @@ sub vcl_deliver {{
 }}
 """
 
-NGINX = """daemon off;
-worker_processes {workers};
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_requests 1000000;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    proxy_cache_path {dir}/cache levels=1:2 keys_zone=hits:64m max_size=4g inactive=2h use_temp_path=off;
-    server {{
-        listen 127.0.0.1:{listen};
-        location / {{
-            proxy_pass http://127.0.0.1:{port}/api/storage/;
-            proxy_set_header AccessKey "{key}";
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_cache hits;
-            proxy_cache_valid 200 1h;
-            proxy_ignore_headers Cache-Control Expires Set-Cookie;
-            add_header X-Cache $upstream_cache_status;
-        }}
-    }}
-}}
-"""
-
 
 @dataclass
 class Server:
@@ -119,25 +89,10 @@ class Server:
     process: subprocess.Popen[bytes] | None = None
 
     def cpu_seconds(self) -> float:
-        total = 0.0
-        for pid in self.pids:
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        return total
+        return proc_stats.cpu_seconds(self.pids)
 
     def rss_bytes(self) -> int:
-        total = 0
-        for pid in self.pids:
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-            except OSError:
-                continue
-        return total
+        return proc_stats.rss_bytes(self.pids)
 
 
 @dataclass
@@ -178,11 +133,8 @@ def children_of(pid: int) -> list[int]:
     found: list[int] = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if ppid == pid:
+            fields = proc_stats.stat_fields(int(entry.name))
+            if fields is not None and int(fields[1]) == pid:
                 found.append(int(entry.name))
     return found
 
@@ -215,8 +167,7 @@ def start_nginx(workdir: Path, port: int, control_port: int, core: str, workers:
     directory.mkdir()
     os.chmod(directory, 0o777)
     conf = directory / "nginx.conf"
-    conf.write_text(NGINX.format(dir=directory, listen=port, port=control_port, key=KEYS["ASSETCDN_ACCESS_KEY"],
-                                 workers=workers))
+    conf.write_text(nginx_conf(directory, port, control_port, KEYS["ASSETCDN_ACCESS_KEY"], workers=workers))
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     process = subprocess.Popen(["taskset", "-c", core, nginx, "-c", str(conf), "-p", str(directory)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

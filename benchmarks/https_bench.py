@@ -49,6 +49,7 @@ from benchmarks.hits_bench import (
     whole_system,
 )
 from benchmarks.load import run_wrk
+from benchmarks.nginx_conf import TlsFiles, nginx_conf
 from tests.edge.tls.certs import TestCa
 from tests.integration.harness import KEYS, free_port_block, start_cdn
 
@@ -66,42 +67,6 @@ tls-protos = TLSv1.2 TLSv1.3
 ciphers = "ECDHE+AESGCM:ECDHE+CHACHA20"
 alpn-protos = "h2, http/1.1"
 write-proxy-v2 = on
-"""
-
-NGINX_TLS = """daemon off;
-worker_processes 1;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    sendfile on;
-    keepalive_requests 1000000;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    proxy_cache_path {dir}/cache levels=1:2 keys_zone=hits:64m max_size=4g inactive=2h use_temp_path=off;
-    ssl_protocols TLSv1.2 TLSv1.3;
-    ssl_ciphers ECDHE+AESGCM:ECDHE+CHACHA20;
-    ssl_session_cache shared:SSL:10m;
-    server {{
-        listen 127.0.0.1:{listen} ssl http2;
-        ssl_certificate {cert};
-        ssl_certificate_key {key};
-        location / {{
-            proxy_pass http://127.0.0.1:{port}/api/storage/;
-            proxy_set_header AccessKey "{access}";
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_cache hits;
-            proxy_cache_valid 200 1h;
-            proxy_ignore_headers Cache-Control Expires Set-Cookie;
-            add_header X-Cache $upstream_cache_status;
-        }}
-    }}
-}}
 """
 
 
@@ -147,8 +112,7 @@ def start_nginx_tls(workdir: Path, port: int, control_port: int, cert: Path, key
     directory.mkdir()
     os.chmod(directory, 0o777)
     conf = directory / "nginx.conf"
-    conf.write_text(NGINX_TLS.format(dir=directory, listen=port, port=control_port, cert=cert, key=key,
-                                     access=KEYS["ASSETCDN_ACCESS_KEY"]))
+    conf.write_text(nginx_conf(directory, port, control_port, KEYS["ASSETCDN_ACCESS_KEY"], tls=TlsFiles(cert, key)))
     return subprocess.Popen(["taskset", "-c", core, _tool("nginx"), "-c", str(conf), "-p", str(directory)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

@@ -52,6 +52,7 @@ import aiohttp
 import numpy as np
 import pyvips
 
+from benchmarks.proc_stats import cpu_seconds, rss_bytes, stat_fields
 from benchmarks.transform_sources import SourcePicture, single_photo, srcset_sources
 from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn, free_port_block, start_cdn
 
@@ -80,19 +81,12 @@ MAX_AGE = 0
 
 # --- processes -----------------------------------------------------------------------------------
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
 def descendants(root: int) -> list[int]:
     """`root` and every process under it."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            fields = _stat_fields(int(entry.name))
+            fields = stat_fields(int(entry.name))
             if fields is not None:
                 children.setdefault(int(fields[1]), []).append(int(entry.name))
     found, todo = [], [root]
@@ -115,29 +109,12 @@ class Tree:
         self.pids = descendants(self.root)
 
     def cpu_seconds(self) -> float:
-        total = 0
-        for pid in self.pids:
-            fields = _stat_fields(pid)
-            if fields is not None:   # utime, stime, cutime, cstime
-                total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
-        return total / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.pids, reaped_children=True)
 
     def pin(self, core: str) -> None:
         self.refresh()
         for pid in self.pids:
             subprocess.run(["taskset", "-a", "-p", "-c", core, str(pid)], capture_output=True, check=False)
-
-
-def rss_bytes(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-        except OSError:
-            continue
-    return total
 
 
 def image_workers(tree: Tree) -> list[int]:

@@ -3,6 +3,8 @@ wheel install has them too), then an optional --config file, then ASSETCDN_<SECT
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import tomllib
 from collections.abc import Mapping
@@ -15,6 +17,14 @@ DEFAULT_CONFIG = "default.toml"  # package data beside this module
 def default_config_text() -> str:
     """The embedded defaults as shipped (what `assetcdn defaults` prints for an operator to copy)."""
     return resources.files(__package__).joinpath(DEFAULT_CONFIG).read_text(encoding="utf-8")
+
+
+@functools.cache
+def _parsed_defaults() -> dict[str, dict[str, Any]]:
+    # Parsed once per process (each load takes a deep copy): a test run loads settings for every app it
+    # builds, and parsing the shipped file costs about 9 ms of CPU each time.
+    parsed: dict[str, dict[str, Any]] = tomllib.loads(default_config_text())
+    return parsed
 
 
 class Settings:
@@ -56,7 +66,7 @@ def _coerce(raw: str, like: Any) -> Any:
 def load_settings(config_file: str | os.PathLike[str] | None = None,
                   environ: Mapping[str, str] | None = None) -> Settings:
     environ = os.environ if environ is None else environ
-    data: dict[str, dict[str, Any]] = tomllib.loads(default_config_text())
+    data = copy.deepcopy(_parsed_defaults())
     config_file = config_file or environ.get("ASSETCDN_CONFIG") or None
     if config_file:
         with open(config_file, "rb") as fh:

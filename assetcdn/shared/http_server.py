@@ -10,12 +10,13 @@ from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web, web_protocol, web_request, web_response
+from aiohttp.http_exceptions import LineTooLong
 
 from assetcdn.shared import process
 from assetcdn.shared.config import Settings
 from assetcdn.shared.content_security import NOSNIFF, NOSNIFF_HEADER
-from assetcdn.shared.errors import ApiError
-from assetcdn.shared.middleware import error_response, new_request_id
+from assetcdn.shared.errors import ApiError, as_legacy
+from assetcdn.shared.middleware import error_response, new_request_id, uses_legacy_envelope
 
 SERVER_NAME = "assetcdn"
 
@@ -31,6 +32,15 @@ def name_the_server() -> None:
 
 
 _AIOHTTP_ERROR_PAGE = web_protocol.RequestHandler.handle_error
+
+
+def _unread_path(request: web_request.BaseRequest, exc: BaseException | None) -> str:
+    """The path the client asked for, as far as it was read. A request line over the limit never became a
+    request (aiohttp then passes a placeholder for `/`), but its error quotes the target's first 100 bytes."""
+    if isinstance(exc, LineTooLong) and isinstance(exc.args[0], (bytes, bytearray)) \
+            and exc.args[0].startswith(b"/"):
+        return bytes(exc.args[0]).decode("latin-1").partition("?")[0]
+    return request.path
 
 
 def _json_error_page(self: web_protocol.RequestHandler, request: web_request.BaseRequest, status: int = 500,
@@ -49,7 +59,9 @@ def _json_error_page(self: web_protocol.RequestHandler, request: web_request.Bas
     error = ApiError(status, phrase.replace(" ", "").replace("-", ""),
                      f"{status} {phrase}: the request could not be read (its request line, headers or body "
                      "encoding).")
-    response = error_response(error, new_request_id())
+    # The routes that answer in the legacy envelope do so for these errors too (an over-long signed URL).
+    response = error_response(as_legacy(error) if uses_legacy_envelope(_unread_path(request, exc)) else error,
+                              new_request_id())
     response.headers[NOSNIFF_HEADER] = NOSNIFF
     response.force_close()
     return response

@@ -38,7 +38,8 @@ def cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCdn]:
     (tmp / "data").mkdir()
     (tmp / "data").chmod(0o755)  # an operator-made data directory that others can read
     no_keys = {name: "" for name in KEYS}  # empty counts as unset: every secret is generated
-    running = start_cdn(tmp, edges=1, env_extra=no_keys)
+    # Two workers: the push test below needs them, and one `up` serves every test of the file.
+    running = start_cdn(tmp, edges=1, workers=2, env_extra=no_keys)
     try:
         yield running
     finally:
@@ -84,31 +85,23 @@ async def test_metrics_and_deep_health_need_the_metrics_key_on_both_processes(cd
                 assert_no_internal_addresses(text, str(cdn.data_dir))
 
 
-@pytest.fixture(scope="module")
-def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCdn]:
-    running = start_cdn(tmp_path_factory.mktemp("workers"), edges=1, workers=2)
-    try:
-        yield running
-    finally:
-        assert running.stop() == 0
-
-
-async def test_each_worker_takes_only_its_own_push_and_only_once(two_workers: RunningCdn) -> None:
+async def test_each_worker_takes_only_its_own_push_and_only_once(cdn: RunningCdn) -> None:
     """Control pushes to every worker of a node on its private port; a push for one worker is refused by
     the other and by itself the second time."""
-    metrics = {"Authorization": f"Bearer {KEYS['ASSETCDN_METRICS_KEY']}"}
+    keys = _stored_secrets(cdn.data_dir)
+    metrics = {"Authorization": f"Bearer {keys['ASSETCDN_METRICS_KEY']}"}
     async with aiohttp.ClientSession() as http:
 
         async def members() -> dict[str, dict]:
-            async with http.get(f"{two_workers.control_url}/api/health?deep=1", headers=metrics) as resp:
+            async with http.get(f"{cdn.control_url}/api/health?deep=1", headers=metrics) as resp:
                 return {e["name"]: e for e in (await resp.json())["edges"]}
 
         deadline = time.monotonic() + 30  # `up` saw one worker healthy; the other may still be registering
         while set(await members()) != {"edge-0/0", "edge-0/1"}:
             assert time.monotonic() < deadline, await members()
             await asyncio.sleep(0.1)
-        async with http.post(f"{two_workers.edge_urls[0]}/api/core/zones", json={"Name": "workers"},
-                             headers={"AccountKey": KEYS["ASSETCDN_ACCOUNT_KEY"]}) as resp:
+        async with http.post(f"{cdn.edge_urls[0]}/api/core/zones", json={"Name": "workers"},
+                             headers={"AccountKey": keys["ASSETCDN_ACCOUNT_KEY"]}) as resp:
             assert resp.status == 201, await resp.text()
             assert "Acknowledged by 1 of 1 edges" in (await resp.json())["EdgeNote"]
         workers = await members()
@@ -116,7 +109,7 @@ async def test_each_worker_takes_only_its_own_push_and_only_once(two_workers: Ru
 
         generation = workers["edge-0/0"]["generation"]
         body = orjson.dumps({"v": 1, "generation": generation})
-        push = {**sign_request(KEYS["ASSETCDN_CLUSTER_SECRET"], "POST", PREFIX + "/push", body, audience="edge-0/0"),
+        push = {**sign_request(keys["ASSETCDN_CLUSTER_SECRET"], "POST", PREFIX + "/push", body, audience="edge-0/0"),
                 "Content-Type": "application/json"}
         async with http.post(workers["edge-0/1"]["url"] + PREFIX + "/push", data=body, headers=push) as resp:
             assert resp.status == 401  # signed for the other worker

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 from multidict import CIMultiDict
 
 import assetcdn.control.app  # noqa: F401
@@ -153,44 +154,72 @@ class HitCdn:
 HitCdnFactory = Callable[..., Awaitable[HitCdn]]
 
 
+async def start_hit_cdn(root: Path, serve: Callable[[web.Application], Awaitable[TestClient]],
+                        runners: list[web.AppRunner], env: dict[str, str]) -> HitCdn:
+    """Control served by `serve` and the edge on its hit site and plain site under `root` (its runner added to
+    `runners` for the caller to clean up); returns once the edge is synced and registered and the zone exists."""
+    name_the_server()  # as the edge process does (`Server: assetcdn` on the application's answers too)
+    answer_unreadable_requests_in_json()  # and aiohttp's own error pages in JSON
+    settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
+                                      "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **IN_PROCESS_POOL, **env})
+    control_client = await serve(control.app.create_app(settings, SECRETS, root / "data"))
+    identity = EdgeIdentity(name="edge-f", worker=0, control_url=str(control_client.make_url("")).rstrip("/"),
+                            cache_dir=root / "edge", advertise_host="127.0.0.1")
+    app = edge.app.create_app(settings, SECRETS, identity)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=float(settings.get("server", "header_timeout_s")),
+                           shutdown_timeout=1.0)
+    await runner.setup()
+    runners.append(runner)
+    site = HitSite(runner, "127.0.0.1", 0)
+    await site.start()
+    plain = web.TCPSite(runner, "127.0.0.1", 0)
+    await plain.start()
+    cdn = HitCdn(control_client, app, site, site.port, plain.port)
+
+    async def registered() -> bool:
+        resp = await control_client.get("/api/health?deep=1", headers=METRICS)
+        return any(e.get("name", "").startswith("edge-f") for e in (await resp.json()).get("edges", []))
+
+    async def synced() -> bool:
+        return cdn.node.synced
+
+    await wait_until(synced, "edge caught up with control")
+    await wait_until(registered, "edge registered with control")
+    resp = await control_client.post("/api/core/zones", json={"Name": ZONE}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    return cdn
+
+
 @pytest.fixture
-async def make_hit_cdn(aiohttp_server, aiohttp_client, tmp_path: Path) -> AsyncIterator[HitCdnFactory]:  # type: ignore[no-untyped-def]
+async def make_hit_cdn(aiohttp_client, tmp_path: Path) -> AsyncIterator[HitCdnFactory]:  # type: ignore[no-untyped-def]
+    """A CDN of its own for each test that changes settings, rules or what is stored."""
     runners: list[web.AppRunner] = []
 
     async def start(**env: str) -> HitCdn:
-        name_the_server()  # as the edge process does (`Server: assetcdn` on the application's answers too)
-        answer_unreadable_requests_in_json()  # and aiohttp's own error pages in JSON
-        settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
-                                          "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **IN_PROCESS_POOL, **env})
-        control_server = await aiohttp_server(control.app.create_app(settings, SECRETS, tmp_path / "data"))
-        control_client = await aiohttp_client(control_server)
-        identity = EdgeIdentity(name="edge-f", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
-                                cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
-        app = edge.app.create_app(settings, SECRETS, identity)
-        runner = web.AppRunner(app, access_log=None, keepalive_timeout=float(settings.get("server", "header_timeout_s")),
-                               shutdown_timeout=1.0)
-        await runner.setup()
-        runners.append(runner)
-        site = HitSite(runner, "127.0.0.1", 0)
-        await site.start()
-        plain = web.TCPSite(runner, "127.0.0.1", 0)
-        await plain.start()
-        cdn = HitCdn(control_client, app, site, site.port, plain.port)
-
-        async def registered() -> bool:
-            resp = await control_client.get("/api/health?deep=1", headers=METRICS)
-            return any(e.get("name", "").startswith("edge-f") for e in (await resp.json()).get("edges", []))
-
-        async def synced() -> bool:
-            return cdn.node.synced
-
-        await wait_until(synced, "edge caught up with control")
-        await wait_until(registered, "edge registered with control")
-        resp = await control_client.post("/api/core/zones", json={"Name": ZONE}, headers=ACCOUNT)
-        assert resp.status == 201, await resp.text()
-        return cdn
+        return await start_hit_cdn(tmp_path, aiohttp_client, runners, env)
 
     yield start
     for runner in runners:
         await runner.cleanup()
 
+
+@asynccontextmanager
+async def shared_hit_cdn(root: Path) -> AsyncIterator[HitCdn]:
+    """One CDN for the tests of a module that only read what the module's fixture stored (module-scoped
+    fixtures cannot use pytest-aiohttp's per-test servers); stopped when the module's tests are done."""
+    runners: list[web.AppRunner] = []
+    clients: list[TestClient] = []
+
+    async def serve(app: web.Application) -> TestClient:
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        clients.append(client)
+        return client
+
+    try:
+        yield await start_hit_cdn(root, serve, runners, {})
+    finally:
+        for runner in runners:   # the edge first, so it stops before its control plane
+            await runner.cleanup()
+        for client in clients:
+            await client.close()

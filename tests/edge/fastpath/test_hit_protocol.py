@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import AsyncIterator
 
 import orjson
 import pytest
+import pytest_asyncio
 
 from assetcdn.edge.site_config import EdgeConfig
 from assetcdn.shared.published_config import PublishedConfig
@@ -20,6 +22,7 @@ from tests.edge.fastpath.conftest import (
     HitCdnFactory,
     Response,
     request_bytes,
+    shared_hit_cdn,
 )
 from tests.edge.routes.conftest import LOGO_SVG, solid_png, wait_until
 
@@ -28,8 +31,7 @@ PNG = f"{ZONE}/v1/banners/photo.png"
 PER_REQUEST = {"date", "x-request-id"}
 
 
-async def warmed(make_hit_cdn: HitCdnFactory) -> HitCdn:
-    cdn = await make_hit_cdn()
+async def warm(cdn: HitCdn) -> HitCdn:
     await cdn.upload(SVG, LOGO_SVG)
     await cdn.upload(PNG, solid_png(32, 16, (200, 10, 10)))
     conn = await cdn.connect()
@@ -39,13 +41,29 @@ async def warmed(make_hit_cdn: HitCdnFactory) -> HitCdn:
     return cdn
 
 
+async def warmed(make_hit_cdn: HitCdnFactory) -> HitCdn:
+    return await warm(await make_hit_cdn())
+
+
+# The tests that only read the two warmed files share one CDN; those that change rules, the edge's
+# configuration or what is stored start their own (`warmed`).
+SHARED = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def warm_cdn(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HitCdn]:
+    async with shared_hit_cdn(tmp_path_factory.mktemp("hit-protocol")) as cdn:
+        yield await warm(cdn)
+
+
 def comparable(response: Response) -> tuple[int, list[tuple[str, str]], bytes]:
     headers = sorted((k.lower(), v) for k, v in response.headers.items() if k.lower() not in PER_REQUEST)
     return response.status, headers, response.body
 
 
-async def test_a_hit_is_answered_exactly_as_the_application_answers_it(make_hit_cdn: HitCdnFactory) -> None:
-    cdn = await warmed(make_hit_cdn)
+@SHARED
+async def test_a_hit_is_answered_exactly_as_the_application_answers_it(warm_cdn: HitCdn) -> None:
+    cdn = warm_cdn
     hits, plain = await cdn.connect(), await cdn.plain()
     etag = (await hits.request(f"/{SVG}")).header("ETag")
     assert etag
@@ -69,8 +87,9 @@ async def test_a_hit_is_answered_exactly_as_the_application_answers_it(make_hit_
     assert statuses == [304, 206]
 
 
-async def test_pipelined_requests_come_back_in_order_across_hand_overs(make_hit_cdn: HitCdnFactory) -> None:
-    cdn = await warmed(make_hit_cdn)
+@SHARED
+async def test_pipelined_requests_come_back_in_order_across_hand_overs(warm_cdn: HitCdn) -> None:
+    cdn = warm_cdn
     conn = await cdn.connect()
     missing = f"/{ZONE}/v1/logos/missing.svg"
     await conn.send(b"".join([
@@ -88,8 +107,9 @@ async def test_pipelined_requests_come_back_in_order_across_hand_overs(make_hit_
     assert (await conn.request(f"/{SVG}")).body == LOGO_SVG  # the connection is still good
 
 
-async def test_a_head_split_across_packets_is_reassembled(make_hit_cdn: HitCdnFactory) -> None:
-    cdn = await warmed(make_hit_cdn)
+@SHARED
+async def test_a_head_split_across_packets_is_reassembled(warm_cdn: HitCdn) -> None:
+    cdn = warm_cdn
     conn = await cdn.connect()
     data = request_bytes(f"/{SVG}") + request_bytes(f"/{PNG}", "HEAD") + request_bytes(f"/{SVG}")
     for cut in range(0, len(data), 7):
@@ -107,8 +127,9 @@ async def test_a_head_split_across_packets_is_reassembled(make_hit_cdn: HitCdnFa
     assert [(await conn.response()).status for _ in range(2)] == [200, 200]
 
 
-async def test_malformed_requests_get_400_and_the_server_carries_on(make_hit_cdn: HitCdnFactory) -> None:
-    cdn = await warmed(make_hit_cdn)
+@SHARED
+async def test_malformed_requests_get_400_and_the_server_carries_on(warm_cdn: HitCdn) -> None:
+    cdn = warm_cdn
     for garbage in (b"GET /\x00 HTTP/1.1\r\nHost: x\r\n\r\n", b"GET / HTTP/9.9\r\nHost: x\r\n\r\n",
                     b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", b"GET /x HTTP/1.1\r\nBad Header\r\n\r\n"):
         conn = await cdn.connect()
@@ -125,10 +146,11 @@ async def test_malformed_requests_get_400_and_the_server_carries_on(make_hit_cdn
     assert (await (await cdn.connect()).request(f"/{SVG}")).status == 200
 
 
-async def test_no_error_answer_quotes_markup_or_can_be_taken_for_a_page(make_hit_cdn: HitCdnFactory) -> None:
+@SHARED
+async def test_no_error_answer_quotes_markup_or_can_be_taken_for_a_page(warm_cdn: HitCdn) -> None:
     """aiohttp's own answers to unreadable requests (its default is text or HTML quoting the request) and
     the application's errors on a delivery path that names markup: JSON, nosniff, no '<' in the body."""
-    cdn = await warmed(make_hit_cdn)
+    cdn = warm_cdn
     markup = b"<img src=x onerror=alert(1)>"
     for garbage in (markup + b" / HTTP/1.1\r\nHost: x\r\nAccept: text/html\r\n\r\n",
                     b"GET / HTTP/1.1\r\n" + markup + b"\r\nAccept: text/html\r\n\r\n",
@@ -153,8 +175,9 @@ async def test_no_error_answer_quotes_markup_or_can_be_taken_for_a_page(make_hit
         assert b"<" not in answer.body, answer.body
 
 
-async def test_oversize_heads_are_refused_by_the_application_limits(make_hit_cdn: HitCdnFactory) -> None:
-    cdn = await warmed(make_hit_cdn)
+@SHARED
+async def test_oversize_heads_are_refused_by_the_application_limits(warm_cdn: HitCdn) -> None:
+    cdn = warm_cdn
     conn = await cdn.connect()
     await conn.send(f"GET /{SVG} HTTP/1.1\r\nHost: x\r\nX-Big: {'a' * 9000}\r\n\r\n".encode())
     answer = await conn.response()
@@ -165,8 +188,23 @@ async def test_oversize_heads_are_refused_by_the_application_limits(make_hit_cdn
     assert answer.status in (400, 414)
 
 
-async def test_connection_close_and_http_1_0(make_hit_cdn: HitCdnFactory) -> None:
-    cdn = await warmed(make_hit_cdn)
+@SHARED
+async def test_an_over_long_request_line_is_refused_in_the_envelope_of_the_route_asked_for(warm_cdn: HitCdn) -> None:
+    """The signed-URL, transform and stream routes answer every error in the legacy envelope (a string
+    `error`), including a request line too long to read; other routes in the standard one."""
+    cdn = warm_cdn
+    for path, legacy in (("/api/signed", True), ("/api/transform", True), ("/api/assets", False), (f"/{SVG}", False)):
+        conn = await cdn.connect()
+        await conn.send(f"GET {path}?path=x&expires={'9' * 9000} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        answer = await conn.response()
+        assert answer.status == 400, path
+        error = orjson.loads(answer.body)["error"]
+        assert isinstance(error, str) if legacy else error["code"] == "BadRequest", (path, answer.body)
+
+
+@SHARED
+async def test_connection_close_and_http_1_0(warm_cdn: HitCdn) -> None:
+    cdn = warm_cdn
     conn = await cdn.connect()
     answer = await conn.request(f"/{SVG}", Connection="close")
     assert (answer.status, answer.body, answer.header("Connection")) == (200, LOGO_SVG, "close")
@@ -182,8 +220,9 @@ async def test_connection_close_and_http_1_0(make_hit_cdn: HitCdnFactory) -> Non
     assert await conn.closed_by_server()
 
 
-async def test_requests_with_bodies_and_api_calls_go_to_the_application(make_hit_cdn: HitCdnFactory) -> None:
-    cdn = await warmed(make_hit_cdn)
+@SHARED
+async def test_requests_with_bodies_and_api_calls_go_to_the_application(warm_cdn: HitCdn) -> None:
+    cdn = warm_cdn
     conn = await cdn.connect()
     answer = await conn.request(f"/api/transform?url=/{PNG}&w=8&format=png")
     assert answer.status == 200 and answer.header("Content-Type") == "image/png"
@@ -194,8 +233,9 @@ async def test_requests_with_bodies_and_api_calls_go_to_the_application(make_hit
     assert (answer.status, answer.body) == (200, LOGO_SVG)
 
 
-async def test_tenant_hosts_serve_only_their_zone_on_the_hit_path(make_hit_cdn: HitCdnFactory) -> None:
-    cdn = await warmed(make_hit_cdn)
+@SHARED
+async def test_tenant_hosts_serve_only_their_zone_on_the_hit_path(warm_cdn: HitCdn) -> None:
+    cdn = warm_cdn
     conn = await cdn.connect()
     tenant = f"{ZONE}.cdn.localhost"
     answer = await conn.request("/v1/logos/logo.svg", host=tenant)
@@ -206,9 +246,10 @@ async def test_tenant_hosts_serve_only_their_zone_on_the_hit_path(make_hit_cdn: 
     assert (await conn.request("/v1/logos/logo.svg", host="edge.test")).status == 404
 
 
+@SHARED
 async def test_a_deep_pipeline_behind_a_handed_over_request_is_read_in_bounded_steps(
-        make_hit_cdn: HitCdnFactory) -> None:
-    cdn = await warmed(make_hit_cdn)
+        warm_cdn: HitCdn) -> None:
+    cdn = warm_cdn
     conn = await cdn.connect()
     count = 6000  # about 400 KB of request heads: more than the hit path reads ahead
     # A transform made on this request (a miss): slow enough for the pipeline to pile up behind it.
@@ -225,11 +266,12 @@ async def test_a_deep_pipeline_behind_a_handed_over_request_is_read_in_bounded_s
     assert (await conn.request(f"/{PNG}")).status == 200
 
 
-async def test_upgrade_and_connect_requests_are_answered_by_the_application(make_hit_cdn: HitCdnFactory) -> None:
+@SHARED
+async def test_upgrade_and_connect_requests_are_answered_by_the_application(warm_cdn: HitCdn) -> None:
     """httptools raises HttpParserUpgrade (not an HttpParserError) for `Upgrade`/`CONNECT` heads; that
     used to escape the protocol, so the connection was dropped unanswered with an ERROR traceback
     logged per request (what `curl --http2` sends on plain http, and a cheap log flood)."""
-    cdn = await warmed(make_hit_cdn)
+    cdn = warm_cdn
     conn = await cdn.connect()
     answer = await conn.request(f"/{SVG}", Upgrade="h2c", Connection="Upgrade, HTTP2-Settings",
                                 HTTP2_Settings="AAMAAABkAARAAAAAAAIAAAAA")
@@ -303,12 +345,13 @@ async def test_placeholders_never_put_control_characters_in_a_header(make_hit_cd
         conn.close()
 
 
-async def test_unreadable_requests_are_not_logged_as_errors(make_hit_cdn: HitCdnFactory,
+@SHARED
+async def test_unreadable_requests_are_not_logged_as_errors(warm_cdn: HitCdn,
                                                             caplog: pytest.LogCaptureFixture) -> None:
     """aiohttp logs each request it cannot read at ERROR with a traceback: any stranger could fill the
     edge's and control's logs (and page whoever watches for errors) with a loop of bad request lines.
     They are the client's fault: logged at DEBUG, and still answered 400 in JSON."""
-    cdn = await warmed(make_hit_cdn)
+    cdn = warm_cdn
     caplog.set_level(logging.DEBUG, logger="aiohttp")
     for garbage in (b"GET /\x00 HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /x HTTP/1.1\r\nBad Header\r\n\r\n",
                     f"GET /{SVG} HTTP/1.1\r\nHost: x\r\nX-Big: {'a' * 9000}\r\n\r\n".encode()):

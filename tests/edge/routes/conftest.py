@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pyvips
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 
 import assetcdn.control.app  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
@@ -78,34 +79,60 @@ class Cdn:
 CdnFactory = Callable[..., Awaitable[Cdn]]
 
 
+async def start_cdn_apps(root: Path, serve: Callable[[Any], Awaitable[TestClient]], env: dict[str, str], *,
+                         hit_path: bool = True) -> Cdn:
+    """Control and edge apps under `root`, each served by `serve` (an aiohttp test server and client); returns
+    once the edge is healthy and registered and the zone exists."""
+    settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
+                                      "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **IN_PROCESS_POOL, **env})
+    control_client = await serve(control.app.create_app(settings, SECRETS, root / "data"))
+    identity = EdgeIdentity(name="edge-t", worker=0, control_url=str(control_client.make_url("")).rstrip("/"),
+                            cache_dir=root / "edge", advertise_host="127.0.0.1")
+    # Served as the edge process serves it: hits answered by assetcdn/edge/fastpath/, the rest handed to the app;
+    # without the hit path (`hit_path=False`) the application's serve sequence answers every request.
+    app = edge.app.create_app(settings, SECRETS, identity)
+    edge_client = await serve(HitTestServer(app) if hit_path else app)
+
+    async def edge_healthy() -> bool:
+        return (await edge_client.get("/api/health")).status == 200
+
+    async def registered() -> bool:
+        resp = await control_client.get("/api/health?deep=1", headers=METRICS)
+        return any(e.get("name", "").startswith("edge-t") for e in (await resp.json()).get("edges", []))
+
+    await wait_until(edge_healthy, "edge health 200")
+    await wait_until(registered, "edge registered with control")
+    resp = await control_client.post("/api/core/zones", json={"Name": ZONE}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    return Cdn(control_client, edge_client)
+
+
 @pytest.fixture
-def make_cdn(aiohttp_server, aiohttp_client, tmp_path: Path) -> CdnFactory:  # type: ignore[no-untyped-def]
+def make_cdn(aiohttp_client, tmp_path: Path) -> CdnFactory:  # type: ignore[no-untyped-def]
+    """A CDN of its own for each test that changes settings, limits or process state."""
     async def start(*, hit_path: bool = True, **env: str) -> Cdn:
-        settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
-                                          "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **IN_PROCESS_POOL, **env})
-        control_server = await aiohttp_server(control.app.create_app(settings, SECRETS, tmp_path / "data"))
-        control_client = await aiohttp_client(control_server)
-        identity = EdgeIdentity(name="edge-t", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
-                                cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
-        # Served as the edge process serves it: hits answered by assetcdn/edge/fastpath/, the rest handed to the app;
-        # without the hit path (`hit_path=False`) the application's serve sequence answers every request.
-        app = edge.app.create_app(settings, SECRETS, identity)
-        edge_client = await aiohttp_client(HitTestServer(app) if hit_path else app)
-
-        async def edge_healthy() -> bool:
-            return (await edge_client.get("/api/health")).status == 200
-
-        async def registered() -> bool:
-            resp = await control_client.get("/api/health?deep=1", headers=METRICS)
-            return any(e.get("name", "").startswith("edge-t") for e in (await resp.json()).get("edges", []))
-
-        await wait_until(edge_healthy, "edge health 200")
-        await wait_until(registered, "edge registered with control")
-        resp = await control_client.post("/api/core/zones", json={"Name": ZONE}, headers=ACCOUNT)
-        assert resp.status == 201, await resp.text()
-        return Cdn(control_client, edge_client)
+        return await start_cdn_apps(tmp_path, aiohttp_client, env, hit_path=hit_path)
 
     return start
+
+
+@asynccontextmanager
+async def shared_cdn_apps(root: Path, **env: str) -> AsyncIterator[Cdn]:
+    """One CDN for the tests of a module that only add and read their own assets (module-scoped fixtures
+    cannot use pytest-aiohttp's per-test servers); stopped when the module's tests are done."""
+    clients: list[TestClient] = []
+
+    async def serve(app: Any) -> TestClient:
+        client = TestClient(app if isinstance(app, TestServer) else TestServer(app))
+        await client.start_server()
+        clients.append(client)
+        return client
+
+    try:
+        yield await start_cdn_apps(root, serve, env)
+    finally:
+        for client in reversed(clients):   # the edge first, so it stops before its control plane
+            await client.close()
 
 
 # --- real images -------------------------------------------------------------------------------

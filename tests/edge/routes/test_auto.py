@@ -3,8 +3,11 @@ missing best formats converted from the best source, Vary and Cache-Control."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pillow_heif
 import pytest
+import pytest_asyncio
 import pyvips
 
 from assetcdn.edge.transform.encode import ENCODERS
@@ -13,11 +16,11 @@ from tests.edge.routes.conftest import (
     LOGO_SVG,
     ZONE,
     Cdn,
-    CdnFactory,
     animated_gif,
     decode,
     frames,
     loader,
+    shared_cdn_apps,
     solid_png,
 )
 
@@ -38,11 +41,20 @@ FILES = {
 }
 
 
-async def hero_cdn(make_cdn: CdnFactory) -> Cdn:
-    cdn = await make_cdn()
+# Every test adds and reads its own files (its own base name), so the module shares one CDN: one control
+# and edge app and one image worker instead of one each per test.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def cdn(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cdn]:
+    async with shared_cdn_apps(tmp_path_factory.mktemp("auto")) as shared:
+        yield shared
+
+
+async def upload_hero(cdn: Cdn, base: str) -> None:
     for ext, data in FILES.items():
-        await cdn.upload(f"{BASE}.{ext}", data)
-    return cdn
+        await cdn.upload(f"{base}.{ext}", data)
 
 
 QUERY_CASES = [
@@ -64,8 +76,8 @@ QUERY_CASES = [
 MIME = {"avif": "image/avif", "webp": "image/webp", "png": "image/png", "svg": "image/svg+xml"}
 
 
-async def test_query_route_serves_each_chains_first_existing_file_as_is(make_cdn: CdnFactory) -> None:
-    cdn = await hero_cdn(make_cdn)
+async def test_query_route_serves_each_chains_first_existing_file_as_is(cdn: Cdn) -> None:
+    await upload_hero(cdn, BASE)
     for headers, fmt, network in QUERY_CASES:
         resp = await cdn.edge.get("/api/auto", params={"path": "/" + BASE}, headers=headers)
         assert resp.status == 200, (headers, await resp.text())
@@ -78,12 +90,13 @@ async def test_query_route_serves_each_chains_first_existing_file_as_is(make_cdn
     assert head.status == 200 and int(head.headers["Content-Length"]) == len(FILES["webp"])
 
 
-async def test_path_route_uses_avif_webp_png_svg_and_varies_on_accept_only(make_cdn: CdnFactory) -> None:
-    cdn = await hero_cdn(make_cdn)
+async def test_path_route_uses_avif_webp_png_svg_and_varies_on_accept_only(cdn: Cdn) -> None:
+    base = f"{ZONE}/v1/banners/hero-path"
+    await upload_hero(cdn, base)
     cases = [({"Accept": "image/avif,image/webp"}, "avif"), ({"Accept": "image/avif", "Save-Data": "on"}, "avif"),
              ({"Accept": "image/webp"}, "webp"), ({"Accept": "text/html"}, "png")]
     for headers, fmt in cases:
-        resp = await cdn.edge.get(f"/api/auto/{BASE}", headers=headers)
+        resp = await cdn.edge.get(f"/api/auto/{base}", headers=headers)
         assert resp.status == 200, await resp.text()
         assert await resp.read() == FILES[fmt]
         assert resp.headers["Vary"] == "Accept"
@@ -95,8 +108,7 @@ async def test_path_route_uses_avif_webp_png_svg_and_varies_on_accept_only(make_
     assert resp.headers["Content-Type"] == "image/svg+xml" and await resp.read() == LOGO_SVG  # never rasterised
 
 
-async def test_a_missing_best_format_is_converted_from_the_best_source(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
+async def test_a_missing_best_format_is_converted_from_the_best_source(cdn: Cdn) -> None:
     base = f"{ZONE}/v1/banners/only"
     await cdn.upload(f"{base}.png", solid_png(90, 60, (200, 30, 30)))
     for accept, load in (("image/avif,image/webp", "heifload"), ("image/webp", "webpload")):
@@ -121,8 +133,7 @@ async def test_a_missing_best_format_is_converted_from_the_best_source(make_cdn:
 
 
 @pytest.mark.skipif("jxl" not in ENCODERS, reason="imagecodecs with JPEG XL is not installed")
-async def test_jxl_is_opt_in_and_converted(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
+async def test_jxl_is_opt_in_and_converted(cdn: Cdn) -> None:
     base = f"{ZONE}/v1/banners/j"
     await cdn.upload(f"{base}.png", solid_png(40, 30, (1, 2, 3)))
     resp = await cdn.edge.get(f"/api/auto?path=/{base}", headers={"Accept": "image/jxl,image/avif"})
@@ -133,8 +144,7 @@ async def test_jxl_is_opt_in_and_converted(make_cdn: CdnFactory) -> None:
     assert resp.headers["Content-Type"] == "image/png"   # slow networks drop jxl
 
 
-async def test_animated_chain(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
+async def test_animated_chain(cdn: Cdn) -> None:
     base = f"{ZONE}/v1/banners/spin"
     gif = animated_gif()
     await cdn.upload(f"{base}.gif", gif)
@@ -150,8 +160,7 @@ async def test_animated_chain(make_cdn: CdnFactory) -> None:
     assert resp.headers["Content-Type"] == "image/png" and frames(decode(await resp.read())) == 1
 
 
-async def test_auto_errors(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
+async def test_auto_errors(cdn: Cdn) -> None:
     for url, status, message in [
         ("/api/auto", 400, "Missing required parameter: path"),
         ("/api/auto?path=", 400, "Missing required parameter: path"),
@@ -166,8 +175,7 @@ async def test_auto_errors(make_cdn: CdnFactory) -> None:
         assert body["error"] == message and body["HttpCode"] == status
 
 
-async def test_heic_is_opt_in_and_converted_with_pillow_heif(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
+async def test_heic_is_opt_in_and_converted_with_pillow_heif(cdn: Cdn) -> None:
     base = f"{ZONE}/v1/banners/h"
     await cdn.upload(f"{base}.png", solid_png(40, 30, (90, 120, 150)))
     resp = await cdn.edge.get(f"/api/auto?path=/{base}", headers={"Accept": "image/heic,image/webp"})

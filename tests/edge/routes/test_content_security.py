@@ -8,15 +8,25 @@ tests/browser/test_stored_files_sandboxed.py.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from aiohttp.test_utils import TestClient
 
 from assetcdn.shared.content_security import SANDBOX_CSP
 from assetcdn.shared.signing import signed_url
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
-from tests.edge.routes.conftest import LOGO_SVG, ZONE, Cdn, CdnFactory, solid_png, wait_until
+from tests.edge.routes.conftest import (
+    LOGO_SVG,
+    ZONE,
+    Cdn,
+    CdnFactory,
+    shared_cdn_apps,
+    solid_png,
+    wait_until,
+)
 
 NOSNIFF = ("X-Content-Type-Options", "nosniff")
 HTML = b"<!doctype html><title>page</title><script>document.title = 'ran'</script>"
@@ -150,15 +160,24 @@ async def test_storage_downloads_of_active_files_are_sandboxed_too(make_cdn: Cdn
         assert_protected(resp.headers, True, "storage HEAD")
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def refused_rules_cdn(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cdn]:
+    """One CDN for every refused `_headers` line: a refusal commits nothing, so each case sees the same
+    state whatever ran before it (the accepted rules of other tests live on CDNs of their own)."""
+    async with shared_cdn_apps(tmp_path_factory.mktemp("refused-rules")) as cdn:
+        await cdn.upload(f"{ZONE}/v1/titles/notes.txt", HTML)
+        yield cdn
+
+
 @pytest.mark.parametrize("line", [
     "Content-Type: text/plain, text/html",            # one value a browser reads as text/html
     "Content-Type: text/plain\n  Content-Type: text/html",  # two lines, which the rules would join
     "Content-Security-Policy: default-src *", "! Content-Security-Policy",
     "X-Content-Type-Options: sniff", "Content-Disposition: inline",
 ])
-async def test_header_rules_cannot_decide_how_a_browser_runs_a_file(make_cdn: CdnFactory, line: str) -> None:
-    cdn = await make_cdn()
-    await cdn.upload(f"{ZONE}/v1/titles/notes.txt", HTML)
+@pytest.mark.asyncio(loop_scope="module")
+async def test_header_rules_cannot_decide_how_a_browser_runs_a_file(refused_rules_cdn: Cdn, line: str) -> None:
+    cdn = refused_rules_cdn
     rules = f"/{ZONE}/v1/*\n  X-Frame-Options: DENY\n  {line}\n"
     resp = await cdn.control.post("/api/core/rules", headers=ACCOUNT, json={"File": "_headers", "Content": rules})
     body = await resp.json()

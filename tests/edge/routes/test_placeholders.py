@@ -6,16 +6,37 @@ import base64
 import hashlib
 import re
 import time
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 
 import blurhash
 import pytest
+import pytest_asyncio
 
 from tests.control.conftest import SECRETS
-from tests.edge.routes.conftest import ZONE, CdnFactory, decode, loader, photo_jpeg, wait_until
+from tests.edge.routes.conftest import (
+    ZONE,
+    Cdn,
+    CdnFactory,
+    decode,
+    loader,
+    photo_jpeg,
+    shared_cdn_apps,
+    wait_until,
+)
 
 PHOTO = f"{ZONE}/v1/banners/photo.jpg"
 DATA_URI = re.compile(r"^data:image/webp;base64,(.+)$")
+
+
+# The tests that only add and read their own photo share one CDN; the one that stops control has its own.
+SHARED = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_cdn(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cdn]:
+    async with shared_cdn_apps(tmp_path_factory.mktemp("placeholders")) as cdn:
+        yield cdn
 
 
 def _webp(uri: str) -> bytes:
@@ -24,10 +45,11 @@ def _webp(uri: str) -> bytes:
     return base64.b64decode(match.group(1))
 
 
-async def test_lqip(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
-    await cdn.upload(PHOTO, photo_jpeg(640, 400))
-    resp = await cdn.edge.get(f"/api/lqip?url=/{PHOTO}&size=16&blur=10")
+@SHARED
+async def test_lqip(shared_cdn: Cdn) -> None:
+    cdn, photo = shared_cdn, f"{ZONE}/v1/banners/lqip.jpg"
+    await cdn.upload(photo, photo_jpeg(640, 400))
+    resp = await cdn.edge.get(f"/api/lqip?url=/{photo}&size=16&blur=10")
     assert resp.status == 200, await resp.text()
     assert resp.headers["Cache-Control"] == "public, max-age=86400"
     body = await resp.json()
@@ -36,51 +58,54 @@ async def test_lqip(make_cdn: CdnFactory) -> None:
     image = decode(webp)
     assert loader(image).startswith("webpload") and (image.width, image.height) == (16, 10)
     assert body["bytes"] == len(webp) and body["width"] == 16
-    again = await cdn.edge.get(f"/api/lqip?url=/{PHOTO}&blur=10&size=16")
+    again = await cdn.edge.get(f"/api/lqip?url=/{photo}&blur=10&size=16")
     assert again.headers["X-Cache"] == "HIT" and await again.json() == body
-    default = await (await cdn.edge.get(f"/api/lqip?url=/{PHOTO}")).json()
+    default = await (await cdn.edge.get(f"/api/lqip?url=/{photo}")).json()
     assert default["width"] == 32
 
 
-async def test_blurhash_returns_the_content_hash_and_a_real_blurhash(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
-    await cdn.upload(PHOTO, photo_jpeg(640, 400))
-    resp = await cdn.edge.get(f"/api/blurhash?url=/{PHOTO}&size=24")
+@SHARED
+async def test_blurhash_returns_the_content_hash_and_a_real_blurhash(shared_cdn: Cdn) -> None:
+    cdn, photo = shared_cdn, f"{ZONE}/v1/banners/blurhash.jpg"
+    await cdn.upload(photo, photo_jpeg(640, 400))
+    resp = await cdn.edge.get(f"/api/blurhash?url=/{photo}&size=24")
     assert resp.status == 200, await resp.text()
     assert resp.headers["Cache-Control"] == "public, max-age=86400"
     body = await resp.json()
     assert set(body) == {"url", "hash", "dataUri", "width", "bytes", "dateGenerated", "source", "blurhash"}
     webp = _webp(body["dataUri"])
     assert body["hash"] == hashlib.sha256(webp).hexdigest()[:40]
-    assert (body["url"], body["width"], body["bytes"], body["source"]) == (f"/{PHOTO}", 24, len(webp), "fresh")
+    assert (body["url"], body["width"], body["bytes"], body["source"]) == (f"/{photo}", 24, len(webp), "fresh")
     assert decode(webp).width == 24
     assert blurhash.components(body["blurhash"]) == (4, 3)   # landscape: 4x3 components
-    cached = await (await cdn.edge.get(f"/api/blurhash?url=/{PHOTO}&size=24")).json()
+    cached = await (await cdn.edge.get(f"/api/blurhash?url=/{photo}&size=24")).json()
     assert cached["source"] == "cached" and cached["hash"] == body["hash"]
 
 
-async def test_placeholders_expire_after_24_hours(make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    cdn = await make_cdn()
-    await cdn.upload(PHOTO, photo_jpeg(64, 40))
-    first = await (await cdn.edge.get(f"/api/blurhash?url=/{PHOTO}")).json()
-    assert (await (await cdn.edge.get(f"/api/blurhash?url=/{PHOTO}")).json())["source"] == "cached"
+@SHARED
+async def test_placeholders_expire_after_24_hours(shared_cdn: Cdn, monkeypatch: pytest.MonkeyPatch) -> None:
+    cdn, photo = shared_cdn, f"{ZONE}/v1/banners/expiring.jpg"
+    await cdn.upload(photo, photo_jpeg(64, 40))
+    first = await (await cdn.edge.get(f"/api/blurhash?url=/{photo}")).json()
+    assert (await (await cdn.edge.get(f"/api/blurhash?url=/{photo}")).json())["source"] == "cached"
     monkeypatch.setattr("assetcdn.edge.states.variant.time", SimpleNamespace(time=lambda: time.time() + 86400 + 1))
-    later = await (await cdn.edge.get(f"/api/blurhash?url=/{PHOTO}")).json()
+    later = await (await cdn.edge.get(f"/api/blurhash?url=/{photo}")).json()
     assert later["source"] == "fresh" and later["hash"] == first["hash"]
 
 
-async def test_placeholder_errors_use_the_standard_envelope(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
-    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+@SHARED
+async def test_placeholder_errors_use_the_standard_envelope(shared_cdn: Cdn) -> None:
+    cdn, photo = shared_cdn, f"{ZONE}/v1/banners/errors.jpg"
+    await cdn.upload(photo, photo_jpeg(64, 40))
     await cdn.upload(f"{ZONE}/v1/banners/notes.txt", b"not an image")
     cases = [
         ("/api/lqip", 400, "MissingUrl"),
         ("/api/lqip?url=https://example.com/a.png", 400, "AbsoluteUrlForbidden"),
         ("/api/blurhash?url=//example.com/a.png", 400, "AbsoluteUrlForbidden"),
         ("/api/lqip?url=/pics/v1/../x.png", 400, "InvalidUrl"),
-        (f"/api/lqip?url=/{PHOTO}&size=7", 400, "InvalidParameter"),
-        (f"/api/lqip?url=/{PHOTO}&size=65", 400, "InvalidParameter"),
-        (f"/api/lqip?url=/{PHOTO}&blur=0", 400, "InvalidParameter"),
+        (f"/api/lqip?url=/{photo}&size=7", 400, "InvalidParameter"),
+        (f"/api/lqip?url=/{photo}&size=65", 400, "InvalidParameter"),
+        (f"/api/lqip?url=/{photo}&blur=0", 400, "InvalidParameter"),
         (f"/api/blurhash?url=/{ZONE}/v1/banners/none.png", 404, "AssetNotFound"),
         (f"/api/lqip?url=/{ZONE}/v1/banners/notes.txt", 422, "UndecodableImage"),
     ]

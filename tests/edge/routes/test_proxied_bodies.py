@@ -12,6 +12,8 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
+import pytest_asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
@@ -20,9 +22,28 @@ from assetcdn import edge
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.shared.config import load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
-from tests.edge.routes.conftest import IN_PROCESS_POOL, WAIT_S, ZONE, Cdn, CdnFactory, wait_until
+from tests.edge.routes.conftest import (
+    IN_PROCESS_POOL,
+    WAIT_S,
+    ZONE,
+    Cdn,
+    CdnFactory,
+    shared_cdn_apps,
+    wait_until,
+)
 
 TRICKLERS = 120  # more than the default pool of connections to control (100), and far more than 4
+
+
+# The tests that store under paths of their own with default limits share one CDN; those that set
+# limits or pools, or stall control, start their own.
+SHARED = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_cdn(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cdn]:
+    async with shared_cdn_apps(tmp_path_factory.mktemp("proxied-bodies")) as cdn:
+        yield cdn
 
 
 def both(cdn: Cdn) -> list[tuple[str, TestClient]]:
@@ -96,8 +117,9 @@ async def test_a_body_larger_than_the_memory_buffer_arrives_intact(make_cdn: Cdn
     assert await resp.read() == data
 
 
-async def test_a_gzip_body_is_stored_decoded_through_the_edge_and_at_control(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
+@SHARED
+async def test_a_gzip_body_is_stored_decoded_through_the_edge_and_at_control(shared_cdn: Cdn) -> None:
+    cdn = shared_cdn
     original = b"<svg xmlns='http://www.w3.org/2000/svg'/>\n" * 50
     for name, client in both(cdn):
         resp = await client.put(f"/api/storage/{ZONE}/v1/gz/{name}.txt", data=gzip.compress(original),
@@ -123,8 +145,9 @@ async def test_a_gzip_bomb_stops_at_the_upload_limit(make_cdn: CdnFactory) -> No
     assert "bomb" not in await resp.text()  # nothing was stored
 
 
-async def test_an_unsupported_content_coding_is_refused_with_415(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
+@SHARED
+async def test_an_unsupported_content_coding_is_refused_with_415(shared_cdn: Cdn) -> None:
+    cdn = shared_cdn
     for name, client in both(cdn):
         for coding in ("compress", "gzip, gzip", "x-custom"):
             resp = await client.put(f"/api/storage/{ZONE}/v1/coded/{name}.bin", data=b"\x1f\x9d raw bytes",
@@ -135,8 +158,9 @@ async def test_an_unsupported_content_coding_is_refused_with_415(make_cdn: CdnFa
             assert resp.headers["Accept-Encoding"] == "gzip, deflate"
 
 
-async def test_a_body_that_does_not_decode_answers_400(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
+@SHARED
+async def test_a_body_that_does_not_decode_answers_400(shared_cdn: Cdn) -> None:
+    cdn = shared_cdn
     for name, client in both(cdn):
         resp = await client.put(f"/api/storage/{ZONE}/v1/broken/{name}.txt", data=b"this is not gzip at all",
                                 headers={**ACCESS, "Content-Encoding": "gzip"})

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
+import pytest_asyncio
 import pyvips
 from aiohttp import ClientResponse
 
@@ -18,6 +20,7 @@ from tests.edge.routes.conftest import (
     FRAMES,
     LOGO_SVG,
     ZONE,
+    Cdn,
     CdnFactory,
     animated_gif,
     animated_webp,
@@ -26,6 +29,7 @@ from tests.edge.routes.conftest import (
     frames,
     loader,
     photo_jpeg,
+    shared_cdn_apps,
     solid_png,
 )
 
@@ -33,15 +37,32 @@ PHOTO = f"{ZONE}/v1/banners/photo.jpg"
 IMMUTABLE = "public, max-age=31536000, immutable"
 
 
+def banner(name: str) -> str:
+    """A photo path of one test's own: the tests on the module's shared CDN never see each other's assets."""
+    return f"{ZONE}/v1/banners/{name}.jpg"
+
+
+# Tests that only upload and read their own assets share one CDN (one control and edge app and one image
+# worker for the module); a test that changes settings, limits or the pool starts its own with `make_cdn`.
+SHARED = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_cdn(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cdn]:
+    async with shared_cdn_apps(tmp_path_factory.mktemp("transform")) as cdn:
+        yield cdn
+
+
 def transform_url(path: str, **params: object) -> str:
     query = "&".join(f"{k}={v}" for k, v in {"url": "/" + path, **params}.items())
     return f"/api/transform?{query}"
 
 
-async def test_resize_format_and_cache_headers(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
-    await cdn.upload(PHOTO, photo_jpeg(640, 400))
-    resp = await cdn.edge.get(transform_url(PHOTO, w=320, format="webp"))
+@SHARED
+async def test_resize_format_and_cache_headers(shared_cdn: Cdn) -> None:
+    cdn, photo = shared_cdn, banner("resize")
+    await cdn.upload(photo, photo_jpeg(640, 400))
+    resp = await cdn.edge.get(transform_url(photo, w=320, format="webp"))
     assert resp.status == 200, await resp.text()
     assert resp.headers["Content-Type"] == "image/webp"
     assert resp.headers["Cache-Control"] == IMMUTABLE
@@ -52,62 +73,66 @@ async def test_resize_format_and_cache_headers(make_cdn: CdnFactory) -> None:
     assert loader(image).startswith("webpload")
     assert (image.width, image.height) == (320, 200)
 
-    again = await cdn.edge.get(transform_url(PHOTO, format="webp", w=320))  # same options, other order
+    again = await cdn.edge.get(transform_url(photo, format="webp", w=320))  # same options, other order
     assert again.headers["X-Cache"] == "HIT"
     assert again.headers["ETag"] == resp.headers["ETag"]
-    assert (await cdn.edge.get(transform_url(PHOTO, w=320, format="webp"),
+    assert (await cdn.edge.get(transform_url(photo, w=320, format="webp"),
                                headers={"If-None-Match": resp.headers["ETag"]})).status == 304
-    head = await cdn.edge.head(transform_url(PHOTO, w=320, format="webp"))
+    head = await cdn.edge.head(transform_url(photo, w=320, format="webp"))
     assert head.status == 200 and head.headers["Content-Length"] == resp.headers["Content-Length"]
 
     # No format: the source's own (jpeg), no Vary.
-    resp = await cdn.edge.get(transform_url(PHOTO, h=100))
+    resp = await cdn.edge.get(transform_url(photo, h=100))
     image = decode(await resp.read())
     assert loader(image).startswith("jpegload") and (image.width, image.height) == (160, 100)
     assert "Vary" not in resp.headers
 
 
 @pytest.mark.parametrize(("fit", "size"), [("cover", (200, 200)), ("contain", (200, 125)), ("fill", (200, 200))])
-async def test_fit_semantics(make_cdn: CdnFactory, fit: str, size: tuple[int, int]) -> None:
-    cdn = await make_cdn()
-    await cdn.upload(PHOTO, photo_jpeg(640, 400))
-    resp = await cdn.edge.get(transform_url(PHOTO, w=200, h=200, fit=fit, format="png"))
+@SHARED
+async def test_fit_semantics(shared_cdn: Cdn, fit: str, size: tuple[int, int]) -> None:
+    cdn, photo = shared_cdn, banner(f"fit-{fit}")
+    await cdn.upload(photo, photo_jpeg(640, 400))
+    resp = await cdn.edge.get(transform_url(photo, w=200, h=200, fit=fit, format="png"))
     assert resp.status == 200, await resp.text()
     image = decode(await resp.read())
     assert loader(image).startswith("pngload")
     assert (image.width, image.height) == size
 
 
-async def test_published_fits_and_compass_gravities_are_accepted(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
-    await cdn.upload(PHOTO, photo_jpeg(640, 400))
+@SHARED
+async def test_published_fits_and_compass_gravities_are_accepted(shared_cdn: Cdn) -> None:
+    cdn, photo = shared_cdn, banner("gravities")
+    await cdn.upload(photo, photo_jpeg(640, 400))
     for params, size in [({"fit": "inside"}, (200, 125)), ({"fit": "outside"}, (320, 200)),
                          ({"gravity": "north"}, (200, 200)), ({"gravity": "southwest"}, (200, 200)),
                          ({"gravity": "auto"}, (200, 200)), ({"gravity": "face"}, (200, 200))]:
-        resp = await cdn.edge.get(transform_url(PHOTO, w=200, h=200, format="png", **params))
+        resp = await cdn.edge.get(transform_url(photo, w=200, h=200, format="png", **params))
         assert resp.status == 200, (params, await resp.text())
         image = decode(await resp.read())
         assert (image.width, image.height) == size, params
     # The photo's red grows left to right: west keeps the left edge, east the right one.
-    west = decode(await (await cdn.edge.get(transform_url(PHOTO, w=100, h=400, gravity="west", format="png"))).read())
-    east = decode(await (await cdn.edge.get(transform_url(PHOTO, w=100, h=400, gravity="east", format="png"))).read())
+    west = decode(await (await cdn.edge.get(transform_url(photo, w=100, h=400, gravity="west", format="png"))).read())
+    east = decode(await (await cdn.edge.get(transform_url(photo, w=100, h=400, gravity="east", format="png"))).read())
     assert west[0].avg() < 60 < 190 < east[0].avg()
 
 
-async def test_every_output_format_decodes(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
-    await cdn.upload(PHOTO, photo_jpeg(640, 400))
+@SHARED
+async def test_every_output_format_decodes(shared_cdn: Cdn) -> None:
+    cdn, photo = shared_cdn, banner("formats")
+    await cdn.upload(photo, photo_jpeg(640, 400))
     for fmt, load in (("webp", "webpload"), ("avif", "heifload"), ("png", "pngload"), ("jpeg", "jpegload")):
-        resp = await cdn.edge.get(transform_url(PHOTO, w=64, format=fmt, q=50))
+        resp = await cdn.edge.get(transform_url(photo, w=64, format=fmt, q=50))
         assert resp.status == 200, await resp.text()
         image = decode(await resp.read())
         assert loader(image).startswith(load), (fmt, loader(image))
         assert image.width == 64
 
 
-async def test_format_auto_negotiates_from_accept(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
-    await cdn.upload(PHOTO, photo_jpeg(640, 400))
+@SHARED
+async def test_format_auto_negotiates_from_accept(shared_cdn: Cdn) -> None:
+    cdn, photo = shared_cdn, banner("auto")
+    await cdn.upload(photo, photo_jpeg(640, 400))
     cases = [("image/avif,image/webp,*/*", {}, "heifload", None),
              ("image/webp,*/*", {}, "webpload", None),
              ("image/png", {}, "jpegload", None),   # jpeg source, no webp: jpeg
@@ -115,15 +140,16 @@ async def test_format_auto_negotiates_from_accept(make_cdn: CdnFactory) -> None:
              ("image/avif,image/webp", {"Sec-CH-Effective-Connection-Type": "3g"}, "webpload", "slow"),
              ("image/avif,image/webp", {"Sec-CH-Effective-Connection-Type": "4g"}, "heifload", None)]
     for accept, extra, load, network in cases:
-        resp = await cdn.edge.get(transform_url(PHOTO, w=100, format="auto"), headers={"Accept": accept, **extra})
+        resp = await cdn.edge.get(transform_url(photo, w=100, format="auto"), headers={"Accept": accept, **extra})
         assert resp.status == 200, await resp.text()
         assert resp.headers["Vary"] == "Accept, Save-Data, Sec-CH-Effective-Connection-Type"
         assert resp.headers.get("X-Network-Aware") == network
         assert loader(decode(await resp.read())).startswith(load), (accept, extra)
 
 
-async def test_animation_is_kept_in_gif_and_webp(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
+@SHARED
+async def test_animation_is_kept_in_gif_and_webp(shared_cdn: Cdn) -> None:
+    cdn = shared_cdn
     await cdn.upload(f"{ZONE}/v1/banners/anim.gif", animated_gif())
     await cdn.upload(f"{ZONE}/v1/banners/anim.webp", animated_webp())
     for source in ("anim.gif", "anim.webp"):
@@ -141,8 +167,9 @@ async def test_animation_is_kept_in_gif_and_webp(make_cdn: CdnFactory) -> None:
     assert frames(decode(await resp.read())) == 1
 
 
-async def test_svg_source_is_rasterised_and_sanitised(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
+@SHARED
+async def test_svg_source_is_rasterised_and_sanitised(shared_cdn: Cdn) -> None:
+    cdn = shared_cdn
     await cdn.upload(f"{ZONE}/v1/logos/logo.svg", LOGO_SVG)
     resp = await cdn.edge.get(transform_url(f"{ZONE}/v1/logos/logo.svg", w=400))
     assert resp.status == 200, await resp.text()
@@ -159,11 +186,12 @@ BAD_PARAMETERS = [
 ]
 
 
-async def test_every_bad_parameter_is_a_400_naming_it(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
-    await cdn.upload(PHOTO, photo_jpeg(64, 40))
+@SHARED
+async def test_every_bad_parameter_is_a_400_naming_it(shared_cdn: Cdn) -> None:
+    cdn, photo = shared_cdn, banner("bad-parameters")
+    await cdn.upload(photo, photo_jpeg(64, 40))
     for params, name in BAD_PARAMETERS:
-        resp = await cdn.edge.get(transform_url(PHOTO, **params))
+        resp = await cdn.edge.get(transform_url(photo, **params))
         assert resp.status == 400, (params, await resp.text())
         body = await resp.json()
         assert isinstance(body["error"], str) and f"'{name}'" in body["error"], body
@@ -259,8 +287,9 @@ async def test_concurrent_identical_misses_transform_once(make_cdn: CdnFactory) 
     assert (await cdn.edge.app[COUNTERS].peek(Limit("transforms", 100, period="month"))).remaining == 99
 
 
-async def test_overwrite_and_purge_of_the_source_remove_its_transforms(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
+@SHARED
+async def test_overwrite_and_purge_of_the_source_remove_its_transforms(shared_cdn: Cdn) -> None:
+    cdn = shared_cdn
     path = f"{ZONE}/v1/banners/swatch.png"
     await cdn.upload(path, solid_png(80, 60, (250, 10, 10)))
     url = transform_url(path, w=40, format="png")
@@ -285,17 +314,18 @@ async def test_overwrite_and_purge_of_the_source_remove_its_transforms(make_cdn:
 
 
 
-async def test_two_pictures_of_one_size_never_share_a_kept_decode(make_cdn: CdnFactory) -> None:
+@SHARED
+async def test_two_pictures_of_one_size_never_share_a_kept_decode(shared_cdn: Cdn) -> None:
     # The image worker keys its kept decodes by the SHA-256 the edge sends with each job: each
     # picture's variants come from its own pixels whatever order its widths are asked in.
-    cdn = await make_cdn()
-    colours = {"red": (250, 10, 10), "blue": (10, 10, 250)}
+    cdn = shared_cdn
+    colours = {"kept-red": (250, 10, 10), "kept-blue": (10, 10, 250)}
     for name, rgb in colours.items():
         swatch = pyvips.Image.black(800, 600).new_from_image(list(rgb)).cast("uchar").copy(interpretation="srgb")
-        await cdn.upload(f"{ZONE}/v1/banners/{name}.jpg", swatch.jpegsave_buffer(Q=95))
+        await cdn.upload(banner(name), swatch.jpegsave_buffer(Q=95))
     for width in (320, 640, 160):
         for name, rgb in colours.items():
-            resp = await cdn.edge.get(transform_url(f"{ZONE}/v1/banners/{name}.jpg", w=width, format="webp"))
+            resp = await cdn.edge.get(transform_url(banner(name), w=width, format="webp"))
             assert (resp.status, resp.headers["X-Cache"]) == (200, "MISS"), await resp.text()
             image = decode(await resp.read())
             assert image.width == width
@@ -385,8 +415,9 @@ def _origin_fetches(metrics: str) -> float:
                if line.startswith("assetcdn_origin_fetch_seconds_count{") and 'kind="asset"' in line)
 
 
-async def test_a_srcset_of_misses_reads_the_source_from_control_once(make_cdn: CdnFactory) -> None:
-    cdn = await make_cdn()
+@SHARED
+async def test_a_srcset_of_misses_reads_the_source_from_control_once(shared_cdn: Cdn) -> None:
+    cdn = shared_cdn
     path = f"{ZONE}/v1/banners/srcset.jpg"
     await cdn.upload(path, photo_jpeg(1600, 1000))
 

@@ -1,0 +1,70 @@
+"""nginx as a caching peer of the edge in the comparison benchmarks (hits_bench, https_bench).
+
+One configuration: nginx's ``proxy_cache`` in front of control's storage API with the access key,
+every response kept for an hour and marked ``X-Cache``, pid, logs, temporary files and cache in the
+instance's own directory. With ``tls`` it listens with TLS and HTTP/2 instead of plain HTTP/1.1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+TEMPLATE = """daemon off;
+worker_processes {workers};
+pid {directory}/nginx.pid;
+error_log {directory}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    sendfile on;
+    {nopush}
+    keepalive_requests 1000000;
+    client_body_temp_path {directory}/body;
+    proxy_temp_path {directory}/proxy;
+    fastcgi_temp_path {directory}/fastcgi;
+    uwsgi_temp_path {directory}/uwsgi;
+    scgi_temp_path {directory}/scgi;
+    proxy_cache_path {directory}/cache levels=1:2 keys_zone=hits:64m max_size=4g inactive=2h use_temp_path=off;
+    {tls_http}
+    server {{
+        listen 127.0.0.1:{listen}{listen_tls};
+        {tls_server}
+        location / {{
+            proxy_pass http://127.0.0.1:{control_port}/api/storage/;
+            proxy_set_header AccessKey "{access_key}";
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_cache hits;
+            proxy_cache_valid 200 1h;
+            proxy_ignore_headers Cache-Control Expires Set-Cookie;
+            add_header X-Cache $upstream_cache_status;
+        }}
+    }}
+}}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """The certificate chain and private key nginx serves (PEM files)."""
+
+    cert: Path
+    key: Path
+
+
+def nginx_conf(directory: Path, listen: int, control_port: int, access_key: str, *, workers: int = 1,
+               tls: TlsFiles | None = None) -> str:
+    """The configuration of one nginx instance listening on 127.0.0.1:``listen``, its files under
+    ``directory``."""
+    text = TEMPLATE.format(
+        workers=workers, directory=directory, listen=listen, control_port=control_port, access_key=access_key,
+        # tcp_nopush only acts with sendfile, which nginx uses for plain HTTP, not under TLS.
+        nopush="tcp_nopush on;" if tls is None else "",
+        tls_http="" if tls is None else ("ssl_protocols TLSv1.2 TLSv1.3;\n"
+                                         "    ssl_ciphers ECDHE+AESGCM:ECDHE+CHACHA20;\n"
+                                         "    ssl_session_cache shared:SSL:10m;"),
+        listen_tls="" if tls is None else " ssl http2",
+        tls_server="" if tls is None else (f"ssl_certificate {tls.cert};\n"
+                                           f"        ssl_certificate_key {tls.key};"))
+    return "".join(line + "\n" for line in text.splitlines() if line.strip())  # without the unused slots
