@@ -13,7 +13,6 @@ import datetime
 import email.utils
 import functools
 import logging
-import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -30,13 +29,13 @@ from acme.client import ClientNetwork, ClientV2
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from assetcdn.control.acme.orders import OrderFailed, write_private
 from assetcdn.control.acme.settings import AcmeSettings
 
 log = logging.getLogger(__name__)
 
 ACCOUNT_KEY_FILE = "account.key"
 CA_BUNDLE_FILE = "ca-bundle.pem"  # the public roots plus acme.ca_bundle, made at start
-KEY_FILE_MODE = 0o600
 NETWORK_TIMEOUT_S = 15
 USER_AGENT = "assetcdn-acme (acme-python)"
 RATE_LIMITED = "rateLimited"
@@ -46,17 +45,6 @@ ACCOUNT_GONE = "accountDoesNotExist"
 T = TypeVar("T")
 # Publishes {token: key authorization} to the edges and returns once they can answer (or the wait ran out).
 ChallengePublisher = Callable[[dict[str, str]], Awaitable[None]]
-
-
-class OrderFailed(Exception):
-    """An order that did not end in a certificate: the CA's reason, whether the CA answered at all, and how
-    long it asked us to wait (Retry-After), if it did."""
-
-    def __init__(self, reason: str, *, ca_reached: bool = True, retry_after_s: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.ca_reached = ca_reached
-        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True)
@@ -69,22 +57,6 @@ def new_private_key_pem() -> bytes:
     key = ec.generate_private_key(ec.SECP256R1())
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Write `data` to `path` readable by its owner only, replacing it atomically (never a half-written key)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, KEY_FILE_MODE)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
 
 
 def load_account_key(acme_dir: Path) -> jose.JWKEC:

@@ -21,9 +21,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from assetcdn.control.acme.authority import CertificateAuthority, OrderFailed
+from assetcdn.control.acme.orders import OrderFailed
 from assetcdn.control.acme.settings import AcmeSettings, public_host
 from assetcdn.control.acme.store import (
     ACTIVE,
@@ -38,6 +38,9 @@ from assetcdn.control.storage.database import Database
 from assetcdn.control.storage.edge_config_store import EdgeConfigStore
 from assetcdn.shared.config import Settings
 from assetcdn.shared.tls_state import TLS_STATE_PATH, CertificateEntry, TlsState
+
+if TYPE_CHECKING:
+    from assetcdn.control.acme.authority import CertificateAuthority
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +312,11 @@ async def open_issuer(settings: Settings, public_url: str, data_dir: Path, db: D
     """The issuer of this control plane, started: with `[acme] directory_url` empty it only keeps the (empty)
     state the edges pull, and forgets the certificates of names no longer served."""
     acme = AcmeSettings.from_settings(settings)
-    authority = CertificateAuthority(acme, data_dir / ACME_DIR) if acme.enabled else None
+    authority: CertificateAuthority | None = None
+    if acme.enabled:
+        # The ACME client (acme, josepy, requests) loads only here: a control plane without ACME never pays it.
+        from assetcdn.control.acme.authority import CertificateAuthority
+        authority = CertificateAuthority(acme, data_dir / ACME_DIR)
     own_host = public_host(public_url) if acme.enabled else None
 
     async def wanted() -> set[str]:

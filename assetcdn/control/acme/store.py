@@ -18,7 +18,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from assetcdn.control.acme.authority import write_private
+from assetcdn.control.acme.orders import write_private
 from assetcdn.control.storage.database import Database
 from assetcdn.shared.errors import utc_now_iso
 from assetcdn.shared.timestamps import as_iso_utc

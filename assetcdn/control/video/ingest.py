@@ -15,8 +15,7 @@ from pathlib import Path
 
 from assetcdn.control.publishing.publisher import Publisher
 from assetcdn.control.storage.git_store import CommitResult, GitStore, NothingToCommit
-from assetcdn.control.video.demo import ensure_demo_videos
-from assetcdn.control.video.transcode import INDEX_FILE, Stopped, TranscodeError, transcode_hls
+from assetcdn.control.video.outcome import INDEX_FILE, Stopped, TranscodeError
 from assetcdn.shared.hls import VideoIndex
 
 log = logging.getLogger(__name__)
@@ -38,6 +37,9 @@ def rendition_files(video: str, index: VideoIndex, out_dir: Path) -> dict[str, b
 def _transcode_source(data: bytes, work: Path, video: str,
                       stop: threading.Event) -> tuple[VideoIndex, dict[str, bytes]]:
     """Blocking: write the source, transcode it, read the renditions back (run in a thread)."""
+    # PyAV (FFmpeg's libraries) loads at the first video, not at every control start.
+    from assetcdn.control.video.transcode import transcode_hls
+
     work.mkdir(parents=True, exist_ok=True)
     source = work / "source"
     source.write_bytes(data)
@@ -105,6 +107,9 @@ class VideoIngester:
 
     async def _install_demo(self, cache_dir: Path) -> None:
         started = time.perf_counter()
+        # PyAV loads only when demo content is installed.
+        from assetcdn.control.video.demo import ensure_demo_videos
+
         try:
             async with self._lock:
                 indexes = await asyncio.to_thread(ensure_demo_videos, cache_dir, stop=self._stop)

@@ -33,9 +33,12 @@ import numpy as np
 from av.audio.resampler import AudioResampler
 from av.video.frame import PictureType
 
+from assetcdn.control.video.outcome import INDEX_FILE as INDEX_FILE
+from assetcdn.control.video.outcome import Stopped as Stopped
+from assetcdn.control.video.outcome import TranscodeError as TranscodeError
+from assetcdn.control.video.outcome import check_stop as check_stop
 from assetcdn.shared.hls import QUALITIES, SEGMENT_SECONDS, Rendition, Segment, VideoIndex
 
-INDEX_FILE = "index.json"
 AUDIO_RATE = 48000
 AUDIO_LAYOUT = "stereo"
 AUDIO_CODECS = "mp4a.40.2"  # AAC-LC, what FFmpeg's native encoder writes
@@ -45,20 +48,6 @@ DEFAULT_FPS = Fraction(25)
 MAX_RATES = {1080: 6_000_000, 720: 3_500_000, 480: 1_500_000}
 DEFAULT_MAX_RATE = 2_000_000
 TS_PACKET = 188
-
-
-class TranscodeError(Exception):
-    """The source cannot be turned into HLS renditions."""
-
-
-class Stopped(Exception):
-    """The process is stopping: the work was abandoned between two frames, its output left incomplete
-    (a half-made index or rendition is never reused: it is made again next time)."""
-
-
-def check_stop(stop: threading.Event | None) -> None:
-    if stop is not None and stop.is_set():
-        raise Stopped()
 
 
 @dataclass(frozen=True, slots=True)
