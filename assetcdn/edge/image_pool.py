@@ -1,9 +1,12 @@
 """The bounded pool image work runs in: worker PROCESSES, killed and replaced when they overrun.
 
 Transforms, format conversions and placeholders never run in the edge's own process:
-- time: a job that has not answered `time_budget_s` plus KILL_GRACE_S after it was handed
-  over is killed with its process and answers 503. The pipeline's own deadline usually answers
-  first; the kill is for work nothing can interrupt (librsvg drawing an SVG's filters).
+- time: a job whose worker has spent `time_budget_s` plus KILL_GRACE_S seconds of CPU since it was
+  handed over is killed with its process and answers 503. The pipeline's own deadline (CPU time too,
+  assetcdn/edge/transform/budgets.py) usually answers first; the kill is for work nothing can interrupt
+  (librsvg drawing an SVG's filters). Time spent waiting for a core busy with other programs is not
+  the input's cost and does not count; a job still unanswered after WALL_BACKSTOP times that much wall
+  time (a worker stuck without computing) is killed all the same.
 - memory: a worker whose RSS passes `memory_limit_mb` while it works is killed the same way
   (503). One that ends a job above RECYCLE_FRACTION of the limit, or has run MAX_JOBS_PER_WORKER
   jobs, is replaced: the allocator keeps what a large job took, and the edge's own memory never
@@ -62,7 +65,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 QUEUE_FACTOR = 32
-KILL_GRACE_S = 0.5            # past the time budget before the parent kills the worker
+KILL_GRACE_S = 0.5            # CPU seconds past the time budget before the parent kills the worker
+WALL_BACKSTOP = 6             # x (budget + grace) of wall time: the bound for a job that does not compute
 WATCH_INTERVAL_S = 0.05       # how often a running job's RSS is read
 START_TIMEOUT_S = 60.0        # a new worker must be ready (Python and libvips loaded) within this
 STOP_TIMEOUT_S = 2.0          # close(): SIGTERM, then SIGKILL after this
@@ -84,6 +88,7 @@ KEPT_SOURCES_SHARE = 4
 _NEED_SOURCE = "need-source"
 _READY = "ready"
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class JobFailed(LegacyError):
@@ -187,6 +192,16 @@ def _rss_bytes(pid: int) -> int:
             return int(statm.read().split()[1]) * _PAGE_SIZE
     except (OSError, IndexError, ValueError):
         return 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process `pid`, every thread (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 @dataclass(eq=False)
@@ -402,13 +417,14 @@ class ImagePool:
                 worker.sources.move_to_end(source_id)
                 while len(worker.sources) > MAX_HOMES:
                     worker.sources.popitem(last=False)
-            deadline = time.monotonic() + self.limits.time_budget_s + KILL_GRACE_S
+            allowed = self.limits.time_budget_s + KILL_GRACE_S
+            cpu_deadline = _cpu_seconds(worker.pid) + allowed
+            wall_deadline = time.monotonic() + allowed * WALL_BACKSTOP
             while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                if _cpu_seconds(worker.pid) > cpu_deadline or time.monotonic() > wall_deadline:
                     worker.kill()
                     return _Outcome(error=self._over_time(), replace=True)
-                if worker.conn.poll(min(WATCH_INTERVAL_S, left)):
+                if worker.conn.poll(WATCH_INTERVAL_S):
                     kind, payload = worker.conn.recv()
                     if kind != _NEED_SOURCE:
                         break

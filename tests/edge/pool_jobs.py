@@ -24,8 +24,15 @@ def wait_then_pid(path: str) -> int:
 
 
 def never_ends() -> None:
+    """Computes forever: the CPU time the budget counts."""
     while True:
-        time.sleep(1)
+        pass
+
+
+def sleep_then_pid(seconds: float) -> int:
+    """Waits without computing, as a job does while other programs hold the cores."""
+    time.sleep(seconds)
+    return os.getpid()
 
 
 def hold_memory(megabytes: int) -> int:

@@ -66,6 +66,17 @@ async def test_a_job_over_the_time_budget_is_killed_and_its_worker_replaced() ->
         await pool.close()
 
 
+async def test_a_job_that_waits_past_the_budget_without_computing_is_answered() -> None:
+    # The budget is CPU time: a job held off the cores (here: asleep) for longer is not over it.
+    pool = _pool(1, budget=1.0)
+    try:
+        first = await pool.run(pool_jobs.worker_pid)
+        assert await pool.run(pool_jobs.sleep_then_pid, 2.5) == first
+        assert _alive(first) and pool.worker_pids == [first]
+    finally:
+        await pool.close()
+
+
 async def test_a_job_over_the_memory_limit_is_killed_and_its_worker_replaced() -> None:
     pool = _pool(1, memory_mb=300)
     try:

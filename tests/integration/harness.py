@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,10 +168,13 @@ START_ATTEMPTS = 5
 
 def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False,
               env_extra: dict[str, str] | None = None, image_workers_at_start: bool = False,
-              semantic_search: bool = False) -> RunningCdn:
+              semantic_search: bool = False, prepare: Callable[[Path], None] | None = None) -> RunningCdn:
     """A running `assetcdn up` on a free block of ports. Free ports are checked before `up` binds
     them, so a test run beside this one can take one in between: `up` refuses such ports at once,
     and the start is tried again on another block (a fresh data directory each time).
+    `prepare(data_dir)` runs before each attempt, on that attempt's data directory: a test that sets up
+    part of it (a small filesystem under an edge's cache) must not find its setting left behind in the
+    directory of a failed attempt (`RunningCdn.data_dir` is the one that started).
 
     Image workers start at an edge's first image job (most tests never transform; each worker loads
     Python and libvips); `image_workers_at_start` starts them with the edge, for the tests that check
@@ -181,8 +185,10 @@ def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False
     semantic = {"ASSETCDN_SEARCH_SEMANTIC": "true" if semantic_search else "false"}
     env_extra = {**prestart, **semantic, **(env_extra or {})}
     for attempt in range(1, START_ATTEMPTS + 1):
-        cdn = _start_once(tmp / ("data" if attempt == 1 else f"data-{attempt}"), tmp / "up.log", edges=edges,
-                          workers=workers, demo=demo, env_extra=env_extra)
+        data_dir = tmp / ("data" if attempt == 1 else f"data-{attempt}")
+        if prepare is not None:
+            prepare(data_dir)
+        cdn = _start_once(data_dir, tmp / "up.log", edges=edges, workers=workers, demo=demo, env_extra=env_extra)
         if cdn is not None:
             return cdn
     raise AssertionError(f"assetcdn up found its ports taken {START_ATTEMPTS} times in a row")

@@ -20,19 +20,31 @@ FILES = 16
 SIZE = 400_000  # 6.4 MB in all, into 3 MB
 
 
+def edge_cache(data_dir: Path) -> Path:
+    return data_dir / "edge-0" / "cache"  # the disk tier of edge-0 (its metrics stay elsewhere)
+
+
 @pytest.fixture(scope="module")
 def cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningCdn, Path]]:
     tmp = tmp_path_factory.mktemp("disk-full")
-    cache_dir = tmp / "data" / "edge-0" / "cache"  # the disk tier of edge-0 (its metrics stay elsewhere)
-    mount_small_fs(cache_dir, 3 * 1024)
+    mounted: list[Path] = []
+
+    def small_cache(data_dir: Path) -> None:
+        # On every start attempt: a retry after a port clash runs in a fresh data directory, and a
+        # cache left on the ordinary disk would hold all 16 files.
+        mount_small_fs(edge_cache(data_dir), 3 * 1024)
+        mounted.append(edge_cache(data_dir))
+
     try:
-        running = start_cdn(tmp, edges=1)
+        running = start_cdn(tmp, edges=1, prepare=small_cache)
         try:
-            yield running, cache_dir
+            assert os.path.ismount(edge_cache(running.data_dir))  # the edge that answers caches on it
+            yield running, edge_cache(running.data_dir)
         finally:
             running.stop()
     finally:
-        unmount(cache_dir)
+        for cache_dir in mounted:
+            unmount(cache_dir)
 
 
 async def test_a_full_cache_disk_costs_no_request_and_no_crash(cdn: tuple[RunningCdn, Path]) -> None:

@@ -3,15 +3,26 @@
 Every bound is checked on header values before any pixel is decoded, except time, which the
 pipeline checks between steps and libvips checks while it computes (and the image pool
 enforces from outside by killing the worker process).
+
+Time is CPU time of the worker process (every thread, libvips' included), not wall time: the budget
+bounds the work one input may cost. On a machine whose cores are busy with other programs a job waits
+for a core, and that waiting is not its input's fault: measured in wall time, it turned a 5 ms
+transform into a 503 (remembered for `failure_ttl_s`) whenever a neighbour hogged the cores.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from assetcdn.edge.transform.source import DEFAULT_MAX_PIXELS
+
+
+def budget_clock() -> float:
+    """Seconds of CPU this process has used: what a transform's deadline is measured on."""
+    return time.process_time()
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,12 +5,12 @@ One context per call: it is never shared between threads, so steps may mutate it
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyvips
 
+from assetcdn.edge.transform.budgets import budget_clock
 from assetcdn.edge.transform.decoded import DecodedSources
 from assetcdn.edge.transform.plan import ResizePlan
 from assetcdn.edge.transform.source import SourceImage
@@ -29,7 +29,7 @@ class TransformContext:
     plan: ResizePlan | None           # None: keep the size the steps before the resize leave
     decode_size: tuple[int, int] | None   # shrink-on-load target; None: decode the whole source
     max_pixels: int
-    deadline: float                   # time.monotonic() value
+    deadline: float                   # a budget_clock() value (CPU seconds of this process)
     time_budget_s: float
     image: pyvips.Image | None = None
     body: bytes = b""
@@ -50,7 +50,7 @@ class TransformContext:
     def watch_deadline(self, image: pyvips.Image) -> None:
         """Kill libvips' evaluation of `image` once the deadline passes (checked per chunk of tiles)."""
         def on_eval(evaluated: pyvips.Image, _progress: object) -> None:
-            if time.monotonic() > self.deadline:
+            if budget_clock() > self.deadline:
                 self.killed = True
                 evaluated.set_kill(True)
 
@@ -58,7 +58,7 @@ class TransformContext:
         image.signal_connect("eval", on_eval)
 
     def check_deadline(self, step: str) -> None:
-        if time.monotonic() > self.deadline:
+        if budget_clock() > self.deadline:
             raise over_budget(self.time_budget_s, step)
 
 

@@ -19,10 +19,10 @@ profile (libvips' CMYK profile when it has none).
 from __future__ import annotations
 
 import hashlib
-import time
 
 import pyvips
 
+from assetcdn.edge.transform.budgets import budget_clock
 from assetcdn.edge.transform.context import TransformContext
 from assetcdn.edge.transform.decoded import level_for
 from assetcdn.edge.transform.source import SourceImage, decode_heif, undecodable
@@ -154,7 +154,7 @@ def decode(ctx: TransformContext) -> None:
         else:
             image = standard(_decode_direct(ctx))
     except pyvips.Error as exc:
-        if ctx.killed or time.monotonic() > ctx.deadline:
+        if ctx.killed or budget_clock() > ctx.deadline:
             raise   # the pipeline answers the budget's 503
         raise undecodable(source.format, str(exc).splitlines()[0]) from exc
     ctx.image = image

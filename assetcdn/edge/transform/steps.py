@@ -12,12 +12,11 @@ work it cannot interrupt (librsvg drawing an SVG) overruns the budget.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import pyvips
 
-from assetcdn.edge.transform.budgets import TransformLimits
+from assetcdn.edge.transform.budgets import TransformLimits, budget_clock
 from assetcdn.edge.transform.context import TransformContext, over_budget
 from assetcdn.edge.transform.decode import decode
 from assetcdn.edge.transform.decoded import DecodedSources
@@ -88,7 +87,7 @@ def run_transform(source: bytes, source_format: str, opts: TransformOptions, out
 
     `decoded`: the worker's kept decodes, so the source's other variants need not decode it again.
     `source_digest`: the SHA-256 of `source` as the caller verified it (None: hashed here when needed)."""
-    deadline = time.monotonic() + limits.time_budget_s
+    deadline = budget_clock() + limits.time_budget_s
     if output_format not in ENCODERS:
         raise LegacyError(400, f"Output format '{output_format}' is not available on this edge. "
                           f"Available: {', '.join(sorted(ENCODERS))}.")
@@ -118,7 +117,7 @@ def run_transform(source: bytes, source_format: str, opts: TransformOptions, out
         try:
             step(ctx)
         except pyvips.Error as exc:
-            if ctx.killed or time.monotonic() > ctx.deadline:
+            if ctx.killed or budget_clock() > ctx.deadline:
                 raise over_budget(limits.time_budget_s, name) from exc
             raise LegacyError(422, f"The source image ({image_source.format}) could not be "
                               f"processed at step '{name}': {str(exc).splitlines()[0]}") from exc

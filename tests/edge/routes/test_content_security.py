@@ -103,15 +103,15 @@ async def test_transforms_and_conversions_say_nosniff(make_cdn: CdnFactory) -> N
     png = f"{ZONE}/v1/banners/photo.png"
     await cdn.upload(png, solid_png(40, 30, (1, 2, 3)))
     resp = await cdn.edge.get("/api/transform", params={"url": f"/{png}", "w": "20", "format": "webp"})
-    assert (resp.status, resp.headers["Content-Type"]) == (200, "image/webp")
+    assert (resp.status, resp.headers["Content-Type"]) == (200, "image/webp"), await resp.text()
     assert_protected(resp.headers, False, "transform")
     resp = await cdn.edge.get(f"/api/auto/{png[:-4]}", headers={"Accept": "image/webp"})
-    assert (resp.status, resp.headers["Content-Type"]) == (200, "image/webp")
+    assert (resp.status, resp.headers["Content-Type"]) == (200, "image/webp"), await resp.text()
     assert_protected(resp.headers, False, "auto conversion")
     # A raster made from an SVG is a passive image: no sandbox (it would stop nothing).
     await cdn.upload(SVG, LOGO_SVG)
     resp = await cdn.edge.get("/api/transform", params={"url": f"/{SVG}", "w": "20", "format": "png"})
-    assert (resp.status, resp.headers["Content-Type"]) == (200, "image/png")
+    assert (resp.status, resp.headers["Content-Type"]) == (200, "image/png"), await resp.text()
     assert_protected(resp.headers, False, "svg rasterised")
 
 
