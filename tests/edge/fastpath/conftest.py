@@ -23,15 +23,18 @@ from multidict import CIMultiDict
 
 import assetcdn.control.app  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
-from assetcdn import control, edge
-from assetcdn.edge.app import EdgeIdentity
-from assetcdn.edge.app_keys import NODE
+from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.fastpath.hit_server import HitSite
 from assetcdn.edge.node import EdgeNode
-from assetcdn.shared.config import load_settings
 from assetcdn.shared.http_server import answer_unreadable_requests_in_json, name_the_server
-from tests.control.conftest import ACCESS, ACCOUNT, METRICS, SECRETS
-from tests.edge.routes.conftest import IN_PROCESS_POOL, PURGE, ZONE, wait_until
+from tests.control.conftest import ACCESS, ACCOUNT, METRICS
+from tests.edge.routes.conftest import (
+    PURGE,
+    ZONE,
+    control_and_edge_app,
+    register_and_make_zone,
+    wait_until,
+)
 
 READ_S = 10.0   # upper bound for one response to arrive (never asserted as a duration)
 
@@ -160,14 +163,9 @@ async def start_hit_cdn(root: Path, serve: Callable[[web.Application], Awaitable
     `runners` for the caller to clean up); returns once the edge is synced and registered and the zone exists."""
     name_the_server()  # as the edge process does (`Server: assetcdn` on the application's answers too)
     answer_unreadable_requests_in_json()  # and aiohttp's own error pages in JSON
-    settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
-                                      "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **IN_PROCESS_POOL, **env})
-    control_client = await serve(control.app.create_app(settings, SECRETS, root / "data"))
-    identity = EdgeIdentity(name="edge-f", worker=0, control_url=str(control_client.make_url("")).rstrip("/"),
-                            cache_dir=root / "edge", advertise_host="127.0.0.1")
-    app = edge.app.create_app(settings, SECRETS, identity)
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=float(settings.get("server", "header_timeout_s")),
-                           shutdown_timeout=1.0)
+    control_client, app = await control_and_edge_app(root, serve, env, "edge-f")
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0,
+                           keepalive_timeout=float(app[SETTINGS].get("server", "header_timeout_s")))
     await runner.setup()
     runners.append(runner)
     site = HitSite(runner, "127.0.0.1", 0)
@@ -176,17 +174,11 @@ async def start_hit_cdn(root: Path, serve: Callable[[web.Application], Awaitable
     await plain.start()
     cdn = HitCdn(control_client, app, site, site.port, plain.port)
 
-    async def registered() -> bool:
-        resp = await control_client.get("/api/health?deep=1", headers=METRICS)
-        return any(e.get("name", "").startswith("edge-f") for e in (await resp.json()).get("edges", []))
-
     async def synced() -> bool:
         return cdn.node.synced
 
     await wait_until(synced, "edge caught up with control")
-    await wait_until(registered, "edge registered with control")
-    resp = await control_client.post("/api/core/zones", json={"Name": ZONE}, headers=ACCOUNT)
-    assert resp.status == 201, await resp.text()
+    await register_and_make_zone(control_client, "edge-f")
     return cdn
 
 

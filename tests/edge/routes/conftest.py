@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import pyvips
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 import assetcdn.control.app  # noqa: F401
@@ -79,31 +80,43 @@ class Cdn:
 CdnFactory = Callable[..., Awaitable[Cdn]]
 
 
+async def control_and_edge_app(root: Path, serve: Callable[[Any], Awaitable[TestClient]], env: dict[str, str],
+                               edge_name: str) -> tuple[TestClient, web.Application]:
+    """Control served by `serve` under `root`, and an edge app (not yet served) that names it, both with the
+    tests' quick catch-up and heartbeat and the image pool started on first use with one worker."""
+    settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
+                                      "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **IN_PROCESS_POOL, **env})
+    control_client = await serve(control.app.create_app(settings, SECRETS, root / "data"))
+    identity = EdgeIdentity(name=edge_name, worker=0, control_url=str(control_client.make_url("")).rstrip("/"),
+                            cache_dir=root / "edge", advertise_host="127.0.0.1")
+    return control_client, edge.app.create_app(settings, SECRETS, identity)
+
+
+async def register_and_make_zone(control_client: TestClient, edge_name: str) -> None:
+    """Returns once control lists the edge and the tests' zone exists."""
+    async def registered() -> bool:
+        resp = await control_client.get("/api/health?deep=1", headers=METRICS)
+        return any(e.get("name", "").startswith(edge_name) for e in (await resp.json()).get("edges", []))
+
+    await wait_until(registered, "edge registered with control")
+    resp = await control_client.post("/api/core/zones", json={"Name": ZONE}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+
+
 async def start_cdn_apps(root: Path, serve: Callable[[Any], Awaitable[TestClient]], env: dict[str, str], *,
                          hit_path: bool = True) -> Cdn:
     """Control and edge apps under `root`, each served by `serve` (an aiohttp test server and client); returns
     once the edge is healthy and registered and the zone exists."""
-    settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
-                                      "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **IN_PROCESS_POOL, **env})
-    control_client = await serve(control.app.create_app(settings, SECRETS, root / "data"))
-    identity = EdgeIdentity(name="edge-t", worker=0, control_url=str(control_client.make_url("")).rstrip("/"),
-                            cache_dir=root / "edge", advertise_host="127.0.0.1")
+    control_client, app = await control_and_edge_app(root, serve, env, "edge-t")
     # Served as the edge process serves it: hits answered by assetcdn/edge/fastpath/, the rest handed to the app;
     # without the hit path (`hit_path=False`) the application's serve sequence answers every request.
-    app = edge.app.create_app(settings, SECRETS, identity)
     edge_client = await serve(HitTestServer(app) if hit_path else app)
 
     async def edge_healthy() -> bool:
         return (await edge_client.get("/api/health")).status == 200
 
-    async def registered() -> bool:
-        resp = await control_client.get("/api/health?deep=1", headers=METRICS)
-        return any(e.get("name", "").startswith("edge-t") for e in (await resp.json()).get("edges", []))
-
     await wait_until(edge_healthy, "edge health 200")
-    await wait_until(registered, "edge registered with control")
-    resp = await control_client.post("/api/core/zones", json={"Name": ZONE}, headers=ACCOUNT)
-    assert resp.status == 201, await resp.text()
+    await register_and_make_zone(control_client, "edge-t")
     return Cdn(control_client, edge_client)
 
 
