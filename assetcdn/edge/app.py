@@ -182,8 +182,8 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     app[COUNTERS] = counters_from_settings(settings.section("counters"), identity.data_dir or identity.cache_dir)
     _add_routes(app, PUBLIC_ROUTES)
     app.on_response_prepare.append(_on_delivery_response)
-    if https_port and policy.hsts_value(settings, secure=True):
-        app.on_response_prepare.append(policy.hsts_on_prepare(settings))
+    if https_port and (hsts := policy.hsts_value(settings, secure=True)):
+        app.on_response_prepare.append(policy.hsts_on_prepare(hsts))
 
     async def open_node(app: web.Application, opened: contextlib.AsyncExitStack) -> None:
         """Open the cache, the control client, the proxy session and the private cluster site and start

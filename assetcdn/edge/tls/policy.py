@@ -80,10 +80,9 @@ def redirect_middleware(https_port: int) -> Middleware:
     return redirect_to_https
 
 
-def hsts_on_prepare(settings: Settings) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
-    over_https = hsts_value(settings, secure=True)
-
+def hsts_on_prepare(over_https: str) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+    """The response hook adding `over_https` (`hsts_value(settings, secure=True)`) to secure answers."""
     async def add_hsts(request: web.Request, response: web.StreamResponse) -> None:
-        if over_https is not None and request.secure:
+        if request.secure:
             response.headers[HSTS_HEADER] = over_https
     return add_hsts
