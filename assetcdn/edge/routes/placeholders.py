@@ -24,8 +24,8 @@ from assetcdn.edge.routes.transform import take_client_misses
 from assetcdn.edge.site_config import request_host
 from assetcdn.edge.states.keys import placeholder_key
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
-from assetcdn.edge.states.variant import Made, Variant
-from assetcdn.edge.transform.jobs import blurhash_variant, lqip_variant
+from assetcdn.edge.states.variant import Made
+from assetcdn.edge.transform.jobs import Variant, blurhash_variant, lqip_variant
 from assetcdn.edge.transform.placeholder_images import PlaceholderParams, parse_placeholder_params
 from assetcdn.shared.counter_store import Limit
 from assetcdn.shared.errors import ApiError, LegacyError

@@ -24,14 +24,9 @@ from assetcdn.edge.image_pool import ImagePool, JobFailed
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.states.fetch import OriginUnavailable, fetch_asset, source_bytes
 from assetcdn.edge.states.keys import variant_key
+from assetcdn.edge.transform.jobs import Variant
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.manifest import ManifestEntry
-
-
-@dataclass(frozen=True, slots=True)
-class Variant:
-    body: bytes
-    content_type: str
 
 
 @dataclass(frozen=True, slots=True)

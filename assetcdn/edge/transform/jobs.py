@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from dataclasses import dataclass
 
 import orjson
 
-from assetcdn.edge.states.variant import Variant
 from assetcdn.edge.transform.budgets import TransformLimits
 from assetcdn.edge.transform.decoded import DecodedSources
 from assetcdn.edge.transform.options import TransformOptions
@@ -26,6 +26,15 @@ JSON = "application/json"
 # The decodes this process keeps for a picture's other variants: bounded by the image pool when it
 # starts a worker ([transform] decoded_cache_mb), off (0 bytes) in any other process.
 DECODED_SOURCES = DecodedSources(0)
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """What a job returns: the bytes to cache and their type. Defined here, not beside the miss
+    that caches it (assetcdn/edge/states/variant.py), so a worker loads no more than the jobs."""
+
+    body: bytes
+    content_type: str
 
 
 def keep_decoded_sources(max_bytes: int) -> None:
