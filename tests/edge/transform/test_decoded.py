@@ -66,7 +66,9 @@ def ssim_against_reference(source: bytes, output: bytes) -> float:
     out = load(output)
     original = pyvips.Image.new_from_buffer(source, "")
     reference = original.resize(out.width / original.width, vscale=out.height / original.height, kernel="lanczos3")
-    pixels = [np.asarray(image.crop(0, 0, out.width, out.height).numpy())[:, :, :3] for image in (reference, out)]
+    # In float32: half the CPU of skimage's float64 default, the same SSIM to within 1e-5.
+    pixels = [np.asarray(image.crop(0, 0, out.width, out.height).numpy())[:, :, :3].astype(np.float32)
+              for image in (reference, out)]
     return float(structural_similarity(pixels[0], pixels[1], channel_axis=2, data_range=255))
 
 
@@ -77,9 +79,11 @@ def test_every_width_keeps_the_quality_of_a_reference_resize(photo: bytes, outpu
         kept = transform(photo, "jpeg", output, decoded, w=str(width))
         direct = transform(photo, "jpeg", output, None, w=str(width))
         assert (kept.width, kept.height) == (direct.width, direct.height) == (width, round(1600 * width / 2400))
-        kept_ssim, direct_ssim = ssim_against_reference(photo, kept.body), ssim_against_reference(photo, direct.body)
-        # Made from a kept (larger) decode, a variant is as close to the reference as one decoded for it.
-        assert kept_ssim > 0.85 and kept_ssim > direct_ssim - 0.01, (width, kept_ssim, direct_ssim)
+        # Widths asked smallest first: each is made from a kept decode at the level a decode for it alone
+        # would use, so a client gets the very bytes it would without the cache, as close to the reference.
+        assert kept.body == direct.body, width
+        kept_ssim = ssim_against_reference(photo, kept.body)
+        assert kept_ssim > 0.85, (width, kept_ssim)
 
 
 def test_six_widths_and_three_formats_decode_the_source_once_per_level(photo: bytes) -> None:
