@@ -30,7 +30,7 @@ from assetcdn.control.identity.tokens import SCOPES
 from assetcdn.shared.openapi import document
 from assetcdn.shared.secrets import SECRETS_FILE
 from tests.control.identity.signin_client import session_from
-from tests.integration.harness import ACCOUNT, KEYS, RunningCdn, start_cdn
+from tests.integration.harness import ACCOUNT, KEYS, RunningCdn, made_demo_videos, start_cdn
 
 PUBLIC = "public"
 SCHEMES = ("AccessKey", "AccountKey", "PurgeKey", "AnalyticsKey", "BearerToken", "SessionCookie", "MetricsKey",
@@ -153,7 +153,7 @@ async def _main() -> int:
     args = parser.parse_args()
     status = 0
     with tempfile.TemporaryDirectory(prefix="assetcdn-fuzz-") as tmp:
-        cdn = start_cdn(Path(tmp), edges=1, demo=True, semantic_search=True)
+        cdn = start_cdn(Path(tmp), edges=1, demo=True, semantic_search=True, prepare=made_demo_videos)
         try:
             values = await credentials(cdn)
             for scheme in SCHEMES:

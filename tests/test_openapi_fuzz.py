@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import RunningCdn, start_cdn
+from tests.integration.harness import RunningCdn, made_demo_videos, start_cdn
 from tests.openapi_fuzz import (
     NOT_FUZZED,
     SCHEMES,
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningCdn, dict[str, str], Path]]:
     tmp = tmp_path_factory.mktemp("fuzz")
-    cdn = start_cdn(tmp, edges=1, demo=True, semantic_search=True)
+    cdn = start_cdn(tmp, edges=1, demo=True, semantic_search=True, prepare=made_demo_videos)
     try:
         yield cdn, asyncio.run(credentials(cdn)), tmp / "work"
     finally:

@@ -111,7 +111,7 @@ from assetcdn.control.storage.edge_config_store import EdgeConfigStore
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.control.storage.manifest_store import ManifestStore
 from assetcdn.control.storage.zones_store import ZoneStore
-from assetcdn.control.video.ingest import VideoIngester
+from assetcdn.control.video.ingest import DEMO_VIDEO_CACHE, VideoIngester
 from assetcdn.control.webhooks.service import webhooks_context
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
 from assetcdn.shared.config import Settings
@@ -297,7 +297,7 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     opened.push_async_callback(ingester.close)
     app[PUBLISHER].listeners.append(ingester.on_commit)
     app[VIDEO_INGEST] = ingester
-    demo_videos = data_dir / "video-cache"
+    demo_videos = data_dir / DEMO_VIDEO_CACHE
     if app[DEMO] and manifest.commit_id is None:
         await install_demo(app[PUBLISHER], app[ZONES])
         ingester.install_demo(demo_videos)

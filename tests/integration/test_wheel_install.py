@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import ACCESS, PORT_TAKEN, free_port_block, up_env
+from tests.integration.harness import ACCESS, PORT_TAKEN, free_port_block, made_demo_videos, up_env
 
 pytestmark = pytest.mark.integration
 
@@ -141,7 +141,9 @@ def test_installed_wheel_runs_assetcdn_up_with_the_demo(installed: Path, tmp_pat
     for attempt in range(5):
         base = free_port_block(3)
         edge_port, control_port, dashboard_port = base, base + 1, base + 2
-        command = [str(installed / "bin" / "assetcdn"), "up", "--data-dir", str(tmp_path / f"data-{attempt}"),
+        data_dir = tmp_path / f"data-{attempt}"
+        made_demo_videos(data_dir)  # the demo's videos are not what this test is about
+        command = [str(installed / "bin" / "assetcdn"), "up", "--data-dir", str(data_dir),
                    "--host", "127.0.0.1", "--edge-port", str(edge_port), "--control-port", str(control_port),
                    "--dashboard-port", str(dashboard_port)]
         with open(log_path, "wb") as log:

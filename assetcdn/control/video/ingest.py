@@ -19,6 +19,8 @@ from assetcdn.control.video.outcome import INDEX_FILE, Stopped, TranscodeError
 from assetcdn.shared.hls import VideoIndex
 
 log = logging.getLogger(__name__)
+# Under the data directory: the demo videos, made at the first start and reused by later ones.
+DEMO_VIDEO_CACHE = "video-cache"
 VIDEO_SOURCE = re.compile(r"^stocks/videos/([a-z0-9_-]{1,64})\.(mp4|mov|m4v|webm|mkv)\Z")
 
 
