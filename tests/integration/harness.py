@@ -188,9 +188,11 @@ def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False
     directory of a failed attempt (`RunningCdn.data_dir` is the one that started).
 
     Image workers start at an edge's first image job (most tests never transform; each worker loads
-    Python and libvips); `image_workers_at_start` starts them with the edge, for the tests that check
-    every process of the tree stops."""
+    Python and libvips), one per edge process; `image_workers_at_start` starts them with the edge, as many
+    as configured, for the tests that check every process of the tree stops."""
     prestart = {"ASSETCDN_TRANSFORM_PRESTART_WORKERS": "true" if image_workers_at_start else "false"}
+    if not image_workers_at_start:
+        prestart["ASSETCDN_TRANSFORM_CONCURRENCY"] = "1"
     # Control loads its sentence model at start (search.semantic) and embeds every asset: only the tests
     # that search, or that stop control while it loads, ask for it; the others search nothing.
     semantic = {"ASSETCDN_SEARCH_SEMANTIC": "true" if semantic_search else "false"}
