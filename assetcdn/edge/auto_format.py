@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from assetcdn.edge.transform.encode import ENCODERS
 from assetcdn.edge.transform.options import TransformOptions
 from assetcdn.shared.manifest import ManifestEntry
 
@@ -32,6 +31,10 @@ class AutoChoice:
 
 
 def can_convert_to(fmt: str) -> bool:
+    # Imported at the first negotiation, not as the edge starts: the encoders load numpy, Pillow and the
+    # codecs, which otherwise only the image workers need.
+    from assetcdn.edge.transform.encode import ENCODERS
+
     return fmt in ENCODERS
 
 

@@ -74,7 +74,7 @@ RECYCLE_FRACTION = 0.5
 MAX_JOBS_PER_WORKER = 1000
 TRIM_ABOVE_BYTES = 64 * 1024 * 1024   # a worker this far above its size at start gives memory back
 # Modules a worker imports before it reports ready, so no job pays for them.
-PRELOAD = ("assetcdn.edge.transform.jobs",)
+PRELOAD = ("assetcdn.edge.transform.jobs", "assetcdn.edge.transform.steps", "assetcdn.edge.transform.placeholder_images")
 # Called with the decoded-source cache's bound in bytes as a worker starts (module, function).
 KEEP_DECODED = ("assetcdn.edge.transform.jobs", "keep_decoded_sources")
 # libvips' operation cache keeps recent operations and their pixels for reuse. Every edge request

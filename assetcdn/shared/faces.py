@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pyvips
 
 if TYPE_CHECKING:
     import cv2
+    import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,8 @@ def srgb_uchar(image: pyvips.Image) -> pyvips.Image:
 
 def rgb_pixels(image: pyvips.Image) -> np.ndarray:
     """An H x W x 3 uint8 sRGB array of `image` (alpha flattened onto white, any colour space)."""
+    import numpy as np  # noqa: PLC0415 (the edge process imports this module for gravity, never detects)
+
     return np.ascontiguousarray(srgb_uchar(image).numpy())
 
 
@@ -123,6 +125,8 @@ def detect_faces_rgb(pixels: np.ndarray) -> list[Face]:
     height, width = pixels.shape[:2]
     if height < 2 or width < 2:
         return []
+    import numpy as np  # noqa: PLC0415 (as in rgb_pixels)
+
     bgr = np.ascontiguousarray(pixels[..., ::-1])
     found = [Face(int(x), int(y), int(w), int(h), score / 100.0)
              for x, y, w, h, score in _cnn.detectRGB(width, height, bgr.tobytes())]

@@ -26,7 +26,7 @@ from assetcdn.edge.states.keys import placeholder_key
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
 from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import Variant, blurhash_variant, lqip_variant
-from assetcdn.edge.transform.placeholder_images import PlaceholderParams, parse_placeholder_params
+from assetcdn.edge.transform.placeholder_params import PlaceholderParams, parse_placeholder_params
 from assetcdn.shared.counter_store import Limit
 from assetcdn.shared.errors import ApiError, LegacyError
 from assetcdn.shared.limits import placeholders_per_client

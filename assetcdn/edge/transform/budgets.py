@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from assetcdn.edge.transform.source import DEFAULT_MAX_PIXELS
+# Default pixel budget for callers that do not pass one (imgproxy's default is 50 MP as well).
+DEFAULT_MAX_PIXELS = 50_000_000
 
 
 def budget_clock() -> float:

@@ -18,9 +18,11 @@ import orjson
 from assetcdn.edge.transform.budgets import TransformLimits
 from assetcdn.edge.transform.decoded import DecodedSources
 from assetcdn.edge.transform.options import TransformOptions
-from assetcdn.edge.transform.placeholder_images import make_blurhash_placeholder, make_lqip
-from assetcdn.edge.transform.steps import run_transform
 from assetcdn.shared.errors import utc_now_iso
+
+# The pixel work (assetcdn/edge/transform/steps.py, placeholder_images.py and the codecs they load) is
+# imported inside the jobs: an image worker loads it before it reports ready (PRELOAD in
+# assetcdn/edge/image_pool.py), and the edge process, which only names the jobs, never does.
 
 JSON = "application/json"
 # The decodes this process keeps for a picture's other variants: bounded by the image pool when it
@@ -46,6 +48,8 @@ def transform_variant(source_format: str, opts: TransformOptions, output_format:
                       limits: TransformLimits, source: bytes, *, source_sha256: str | None = None) -> Variant:
     """/api/transform and /api/auto conversions: the pipeline's output. `source_sha256`: the hex
     SHA-256 the source's bytes were verified against (None: the worker hashes them)."""
+    from assetcdn.edge.transform.steps import run_transform  # noqa: PLC0415 (see above)
+
     digest = bytes.fromhex(source_sha256) if source_sha256 is not None else None
     result = run_transform(source, source_format, opts, output_format, limits, DECODED_SOURCES, digest)
     return Variant(result.body, result.content_type)
@@ -57,6 +61,8 @@ def _data_uri(webp: bytes) -> str:
 
 def lqip_variant(source_format: str, size: int, blur: int, max_pixels: int, source: bytes) -> Variant:
     """/api/lqip's JSON: a `size`-px-wide WebP blurred by `blur`, as a data URI."""
+    from assetcdn.edge.transform.placeholder_images import make_lqip  # noqa: PLC0415 (see above)
+
     webp, width = make_lqip(source, source_format, size, blur, max_pixels=max_pixels)
     return Variant(orjson.dumps({"lqip": _data_uri(webp), "bytes": len(webp), "width": width,
                                  "dateGenerated": utc_now_iso()}), JSON)
@@ -64,6 +70,8 @@ def lqip_variant(source_format: str, size: int, blur: int, max_pixels: int, sour
 
 def blurhash_variant(source_format: str, size: int, max_pixels: int, source: bytes) -> Variant:
     """/api/blurhash's JSON (the route adds `url` and `source`)."""
+    from assetcdn.edge.transform.placeholder_images import make_blurhash_placeholder  # noqa: PLC0415
+
     webp, width, real_blurhash = make_blurhash_placeholder(source, source_format, size, max_pixels=max_pixels)
     # `hash` is what the original service called its blurhash: the SHA-256 prefix of the WebP.
     return Variant(orjson.dumps({"hash": hashlib.sha256(webp).hexdigest()[:40], "dataUri": _data_uri(webp),

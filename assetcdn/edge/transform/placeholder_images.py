@@ -5,71 +5,31 @@ quality 35, blur 50, and its `hash` is the 40-hex SHA-256 prefix of the WebP byt
 caller computes it). The original service called that hash "BlurHash"; we also return a
 real BlurHash string (blurha.sh), computed from a small unblurred RGB copy.
 
-Both endpoints use the STANDARD error envelope, hence ApiError here.
+Their query is read by assetcdn/edge/transform/placeholder_params.py.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from dataclasses import dataclass
 
 import blurhash
 import numpy as np
 import pyvips
 
+from assetcdn.edge.transform.budgets import DEFAULT_MAX_PIXELS
 from assetcdn.edge.transform.encode import encode_image
-from assetcdn.edge.transform.options import AssetUrlError, parse_source_url
 from assetcdn.edge.transform.options.blur import gaussian_blur
+from assetcdn.edge.transform.placeholder_params import BLUR_RANGE
 from assetcdn.edge.transform.source import (
-    DEFAULT_MAX_PIXELS,
     SourceImage,
     check_pixels,
     decode_heif,
     read_source,
 )
-from assetcdn.shared.errors import ApiError, LegacyError
+from assetcdn.shared.errors import LegacyError
 
-SIZE_RANGE = (8, 64)
-BLUR_RANGE = (1, 250)
-DEFAULT_SIZE = 32
-DEFAULT_BLUR = 30
 LQIP_QUALITY = 30
 BLURHASH_QUALITY = 35
 BLURHASH_BLUR = 50
 BLURHASH_SAMPLE = 32      # long side of the RGB array BlurHash is computed on
-_URL_ERROR_CODES = {"missing": "MissingUrl", "absolute": "AbsoluteUrlForbidden",
-                    "too_long": "UrlTooLong", "invalid": "InvalidUrl"}
-
-
-@dataclass(frozen=True, slots=True)
-class PlaceholderParams:
-    url: str              # CDN path, no leading slash
-    size: int
-    blur: int | None      # None for blurhash (its blur is fixed)
-
-
-def _parse_int(query: Mapping[str, str], name: str, bounds: tuple[int, int], default: int) -> int:
-    raw = query.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    low, high = bounds
-    text = raw.strip()
-    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:  # "²".isdigit() is True
-        raise ApiError(400, "InvalidParameter",
-                       f"Parameter '{name}' must be an integer from {low} to {high} (default {default}); got '{raw}'.",
-                       target=name)
-    return int(text)
-
-
-def parse_placeholder_params(query: Mapping[str, str], *, with_blur: bool) -> PlaceholderParams:
-    """Validate lqip (`with_blur=True`) or blurhash query parameters; ApiError(400) on bad input."""
-    try:
-        url = parse_source_url(query.get("url"))
-    except AssetUrlError as exc:
-        raise ApiError(400, _URL_ERROR_CODES[exc.kind], exc.message, target="url") from exc
-    size = _parse_int(query, "size", SIZE_RANGE, DEFAULT_SIZE)
-    blur = _parse_int(query, "blur", BLUR_RANGE, DEFAULT_BLUR) if with_blur else None
-    return PlaceholderParams(url=url, size=size, blur=blur)
 
 
 def _small_copy(source: bytes, source_format: str, width: int, max_pixels: int) -> pyvips.Image:

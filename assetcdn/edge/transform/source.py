@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-import pillow_heif
 import pyvips
 
 from assetcdn.shared.errors import LegacyError
@@ -26,8 +24,6 @@ VIPS_LOADERS = {
 ANIMATED_FORMATS = frozenset({"gif", "webp"})
 HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1"})
 AVIF_BRANDS = frozenset({b"avif", b"avis"})
-# Default pixel budget for callers that do not pass one (imgproxy's default is 50 MP as well).
-DEFAULT_MAX_PIXELS = 50_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +91,8 @@ def read_source(data: bytes, source_format: str) -> SourceImage:
 
 
 def _read_heif(data: bytes, source_format: str) -> SourceImage:
+    import pillow_heif  # noqa: PLC0415 (HEIF only: the edge process reads options from here, never pixels)
+
     try:
         heif = pillow_heif.open_heif(data, convert_hdr_to_8bit=True)
         width, height = heif.size
@@ -132,6 +130,9 @@ def check_svg_filters(source: SourceImage, width: int, height: int, max_work: in
 
 def decode_heif(data: bytes) -> pyvips.Image:
     """Full decode of a HEIC/HEIF (no shrink-on-load exists for it) into a libvips image."""
+    import numpy as np  # noqa: PLC0415 (as in _read_heif)
+    import pillow_heif  # noqa: PLC0415
+
     heif = pillow_heif.open_heif(data, convert_hdr_to_8bit=True)
     bands = 4 if heif.has_alpha else 3
     width, height = heif.size

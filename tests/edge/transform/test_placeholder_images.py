@@ -6,12 +6,8 @@ import blurhash
 import pytest
 import pyvips
 
-from assetcdn.edge.transform.placeholder_images import (
-    PlaceholderParams,
-    make_blurhash_placeholder,
-    make_lqip,
-    parse_placeholder_params,
-)
+from assetcdn.edge.transform.placeholder_images import make_blurhash_placeholder, make_lqip
+from assetcdn.edge.transform.placeholder_params import PlaceholderParams, parse_placeholder_params
 from assetcdn.shared.errors import ApiError, LegacyError
 from tests.edge.transform.conftest import load
 

@@ -1,0 +1,51 @@
+"""The query of /api/lqip and /api/blurhash: the source's path, `size` and (lqip only) `blur`.
+
+Both endpoints use the standard error envelope, hence ApiError here. Kept apart from the pixel work
+(assetcdn/edge/transform/placeholder_images.py), which only the image workers load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from assetcdn.edge.transform.options import AssetUrlError, parse_source_url
+from assetcdn.shared.errors import ApiError
+
+SIZE_RANGE = (8, 64)
+BLUR_RANGE = (1, 250)
+DEFAULT_SIZE = 32
+DEFAULT_BLUR = 30
+_URL_ERROR_CODES = {"missing": "MissingUrl", "absolute": "AbsoluteUrlForbidden",
+                    "too_long": "UrlTooLong", "invalid": "InvalidUrl"}
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceholderParams:
+    url: str              # CDN path, no leading slash
+    size: int
+    blur: int | None      # None for blurhash (its blur is fixed)
+
+
+def _parse_int(query: Mapping[str, str], name: str, bounds: tuple[int, int], default: int) -> int:
+    raw = query.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    low, high = bounds
+    text = raw.strip()
+    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:  # "²".isdigit() is True
+        raise ApiError(400, "InvalidParameter",
+                       f"Parameter '{name}' must be an integer from {low} to {high} (default {default}); got '{raw}'.",
+                       target=name)
+    return int(text)
+
+
+def parse_placeholder_params(query: Mapping[str, str], *, with_blur: bool) -> PlaceholderParams:
+    """Validate lqip (`with_blur=True`) or blurhash query parameters; ApiError(400) on bad input."""
+    try:
+        url = parse_source_url(query.get("url"))
+    except AssetUrlError as exc:
+        raise ApiError(400, _URL_ERROR_CODES[exc.kind], exc.message, target="url") from exc
+    size = _parse_int(query, "size", SIZE_RANGE, DEFAULT_SIZE)
+    blur = _parse_int(query, "blur", BLUR_RANGE, DEFAULT_BLUR) if with_blur else None
+    return PlaceholderParams(url=url, size=size, blur=blur)
