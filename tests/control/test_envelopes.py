@@ -4,11 +4,15 @@ headers, and which credential each plane accepts."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
-from aiohttp.test_utils import TestClient
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
 
+from assetcdn.control.app import create_app
 from assetcdn.control.identity.auth import SESSION_COOKIE, session_cookie_value
+from assetcdn.shared.config import load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error
 from tests.control.identity.signin_client import as_dashboard_listener
@@ -34,23 +38,41 @@ ACCOUNT_ROUTES = [
 WRONG = [{}, {"AccessKey": "wrong"}, {"AccountKey": "wrong"}, {"AccessKey": ""},
          {"AccessKey": SECRETS.access_key + "x"}, {"x-api-key": SECRETS.purge_key},
          {"Authorization": f"Bearer {SECRETS.access_key}"}]
+# The refusals below change nothing (a 401 or 404 answers before any handler runs), so their ~130 cases
+# share one control plane, with the zone `akande`, instead of starting one each.
+IN_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def refusing(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TestClient]:
+    client = TestClient(TestServer(create_app(load_settings(environ={}), SECRETS,
+                                              tmp_path_factory.mktemp("envelopes") / "data")))
+    await client.start_server()
+    try:
+        resp = await client.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)
+        assert resp.status == 201, await resp.text()
+        yield client
+    finally:
+        await client.close()
+
+
+@IN_MODULE_LOOP
 @pytest.mark.parametrize(("method", "path"), ACCESS_ROUTES)
 @pytest.mark.parametrize("headers", WRONG + [ACCOUNT])
-async def test_access_routes_without_the_access_key_are_401(control: TestClient, zone: str, method: str, path: str,
+async def test_access_routes_without_the_access_key_are_401(refusing: TestClient, method: str, path: str,
                                                             headers: dict[str, str]) -> None:
-    resp = await control.request(method, path, data=b"<svg/>", headers=headers)
+    resp = await refusing.request(method, path, data=b"<svg/>", headers=headers)
     body = await expect_error(resp, 401, "Unauthorized")
     assert "AccessKey" in body["Message"]
     assert body["error"]["target"] is None and body["error"]["details"] == []
 
 
+@IN_MODULE_LOOP
 @pytest.mark.parametrize(("method", "path"), ACCOUNT_ROUTES)
 @pytest.mark.parametrize("headers", WRONG + [ACCESS])
-async def test_account_routes_without_the_account_key_are_401(control: TestClient, zone: str, method: str,
+async def test_account_routes_without_the_account_key_are_401(refusing: TestClient, method: str,
                                                               path: str, headers: dict[str, str]) -> None:
-    resp = await control.request(method, path, json={"Name": "other"}, headers=headers)
+    resp = await refusing.request(method, path, json={"Name": "other"}, headers=headers)
     body = await expect_error(resp, 401, "Unauthorized")
     assert "AccountKey" in body["Message"]
 
@@ -94,15 +116,16 @@ async def test_successful_responses_carry_the_version_headers(control: TestClien
         uuid.UUID(resp.headers["X-Request-ID"])
 
 
+@IN_MODULE_LOOP
 @pytest.mark.parametrize(("method", "path"), [
     ("GET", "/api/nothing"), ("POST", "/api/nothing/here"), ("GET", "/api/"), ("GET", "/api/core/zones/akande/x"),
     ("PATCH", "/api/tokens"), ("GET", "/api/core"), ("GET", "/api/storagex/a.svg"),
 ])
-async def test_unknown_api_paths_are_404_in_the_standard_envelope(control: TestClient, method: str,
+async def test_unknown_api_paths_are_404_in_the_standard_envelope(refusing: TestClient, method: str,
                                                                   path: str) -> None:
     # Unknown paths are 404 whatever the credential: no route, no auth to declare.
     for headers in ({}, ACCESS, ACCOUNT):
-        body = await expect_error(await control.request(method, path, headers=headers), 404, "NotFound")
+        body = await expect_error(await refusing.request(method, path, headers=headers), 404, "NotFound")
         assert path in body["Message"]
 
 
