@@ -9,11 +9,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp.test_utils import TestClient
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
 from yarl import URL
 
+from assetcdn.control.app import create_app
 from assetcdn.control.app_keys import MANIFEST
-from tests.control.conftest import ACCESS, ACCOUNT
+from assetcdn.shared.config import load_settings
+from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
 from tests.control.storage.commit_gate import held_commit_lock
 from tests.control.storage.conftest import SMALL_LIMIT
@@ -359,11 +362,27 @@ TRAVERSALS = [
 ]
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def with_a_logo(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[TestClient, Path]]:
+    """A control plane with the zone and its logo, shared by the refusals below: each one checks that the
+    repository's head did not move, so one changing anything fails itself."""
+    data_dir = tmp_path_factory.mktemp("traversals") / "data"
+    client = TestClient(TestServer(create_app(load_settings(environ={}), SECRETS, data_dir)))
+    await client.start_server()
+    try:
+        assert (await client.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)).status == 201
+        await upload(client, LOGO_PATH, LOGO)
+        yield client, data_dir
+    finally:
+        await client.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.parametrize("method", ["GET", "HEAD", "PUT", "DELETE"])
 @pytest.mark.parametrize("path", TRAVERSALS)
-async def test_traversal_and_malformed_paths_are_400(control: TestClient, zone: str, data_dir: Path,
-                                                     method: str, path: str) -> None:
-    await upload(control, LOGO_PATH, LOGO)
+async def test_traversal_and_malformed_paths_are_400(with_a_logo: tuple[TestClient, Path], method: str,
+                                                     path: str) -> None:
+    control, data_dir = with_a_logo
     head = head_commit(data_dir)
     resp = await control.session.request(method, raw_url(control, "/api/storage/" + path), headers=ACCESS,
                                           data=LOGO if method == "PUT" else None)
