@@ -29,6 +29,7 @@ class ChallengeResponder:
         self.hits: Counter[str] = Counter()  # challenge requests per token
         self._runner: web.AppRunner | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self.apply_delay_s = 0.0  # how long a pushed state takes to be applied and acknowledged (a busy edge)
 
     @property
     def url(self) -> str:
@@ -73,6 +74,7 @@ class ChallengeResponder:
                               guard=self._guard, audience=self.name):
             return web.json_response({"error": "unsigned"}, status=401)
         state = TlsState.from_message(orjson.loads(body))
+        await asyncio.sleep(self.apply_delay_s)
         if state.serial > self.state.serial:  # a later message replaces an earlier one
             self.state = state
             self.states.append(state)

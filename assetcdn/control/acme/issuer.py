@@ -284,9 +284,12 @@ class CertificateIssuer:
             status = ACTIVE if hostname in self._entries else record.status  # the CA did not say no
         log.warning("certificate order for %s failed (attempt %d, next in %.0f s): %s", hostname, attempts, delay,
                     failure.reason)
+        # Any answers it published are withdrawn before the record says "failed", as a new certificate is
+        # pushed before it says "active": a client that reads the status finds no answer left on any edge
+        # that answered the push.
+        await self.publish()
         if await self.store.record(hostname) is not None:
             await self.store.failed(hostname, status, failure.reason, attempts, now + delay)
-        await self.publish()  # any answers it published are withdrawn
 
     # --- what health and the API show ---
 

@@ -167,6 +167,7 @@ async def test_a_domain_is_validated_through_the_edge_and_becomes_active(
 async def test_an_unanswerable_challenge_ends_failed_with_the_cas_reason_and_is_retried(
         aiohttp_client: Any, data_dir: Path, pebble: Pebble, responder: ChallengeResponder) -> None:
     control = await start_control(aiohttp_client, data_dir, acme_environ(pebble))
+    responder.apply_delay_s = 0.3  # a busy edge: "failed" must still not show before its answer is withdrawn
     await responder.join(control)
     await make_zone(control)
     pebble.point("lost.shop.test", "127.0.0.9")  # the CA looks for it where no edge listens
