@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from assetcdn.shared.config import load_settings
+
 KEYS = {
     "ASSETCDN_ACCESS_KEY": "it-access-key", "ASSETCDN_ACCOUNT_KEY": "it-account-key",
     "ASSETCDN_PURGE_KEY": "it-purge-key", "ASSETCDN_ANALYTICS_KEY": "it-analytics-key",
@@ -89,8 +91,13 @@ def up_command(data_dir: Path, *, edge_port: int, control_port: int, dashboard_p
     return command
 
 
+# Image workers start at an edge's first image job, one per edge process: most tests never transform, and
+# each worker loads Python and libvips (start_cdn's `image_workers_at_start` gives the edges their configured pool).
+LAZY_IMAGE_POOL = {"ASSETCDN_TRANSFORM_PRESTART_WORKERS": "false", "ASSETCDN_TRANSFORM_CONCURRENCY": "1"}
+
+
 def up_env(env_extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {**os.environ, **KEYS, "ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.5", **(env_extra or {})}
+    env = {**os.environ, **KEYS, "ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.5", **LAZY_IMAGE_POOL, **(env_extra or {})}
     env.pop("ASSETCDN_CONFIG", None)  # the embedded defaults, whatever the caller's shell has
     return env
 
@@ -187,12 +194,11 @@ def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False
     part of it (a small filesystem under an edge's cache) must not find its setting left behind in the
     directory of a failed attempt (`RunningCdn.data_dir` is the one that started).
 
-    Image workers start at an edge's first image job (most tests never transform; each worker loads
-    Python and libvips), one per edge process; `image_workers_at_start` starts them with the edge, as many
-    as configured, for the tests that check every process of the tree stops."""
-    prestart = {"ASSETCDN_TRANSFORM_PRESTART_WORKERS": "true" if image_workers_at_start else "false"}
-    if not image_workers_at_start:
-        prestart["ASSETCDN_TRANSFORM_CONCURRENCY"] = "1"
+    Image workers start lazily, one per edge process (LAZY_IMAGE_POOL); `image_workers_at_start` starts
+    them with the edge, as many as configured, for the tests that check every process of the tree stops."""
+    configured = load_settings(environ={}).get("transform", "concurrency")
+    prestart = ({"ASSETCDN_TRANSFORM_PRESTART_WORKERS": "true", "ASSETCDN_TRANSFORM_CONCURRENCY": str(configured)}
+                if image_workers_at_start else {})
     # Control loads its sentence model at start (search.semantic) and embeds every asset: only the tests
     # that search, or that stop control while it loads, ask for it; the others search nothing.
     semantic = {"ASSETCDN_SEARCH_SEMANTIC": "true" if semantic_search else "false"}
