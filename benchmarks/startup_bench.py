@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from assetcdn.control.video.demo import ensure_demo_videos
-from assetcdn.control.video.transcode import Stopped
+from assetcdn.control.video.outcome import Stopped
 from tests.integration.harness import start_cdn
 
 QUESTION = "How do I purge a file from the cache?"

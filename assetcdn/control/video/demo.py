@@ -21,7 +21,8 @@ import av
 import numpy as np
 from av.audio.stream import AudioStream
 
-from assetcdn.control.video.transcode import INDEX_FILE, check_stop, transcode_hls
+from assetcdn.control.video.outcome import INDEX_FILE, check_stop
+from assetcdn.control.video.transcode import transcode_hls
 from assetcdn.shared.hls import VIDEOS, VideoIndex
 
 DEMO_WIDTH, DEMO_HEIGHT = 1920, 1080

@@ -33,10 +33,7 @@ import numpy as np
 from av.audio.resampler import AudioResampler
 from av.video.frame import PictureType
 
-from assetcdn.control.video.outcome import INDEX_FILE as INDEX_FILE
-from assetcdn.control.video.outcome import Stopped as Stopped
-from assetcdn.control.video.outcome import TranscodeError as TranscodeError
-from assetcdn.control.video.outcome import check_stop as check_stop
+from assetcdn.control.video.outcome import INDEX_FILE, TranscodeError, check_stop
 from assetcdn.shared.hls import QUALITIES, SEGMENT_SECONDS, Rendition, Segment, VideoIndex
 
 AUDIO_RATE = 48000

@@ -16,14 +16,8 @@ from assetcdn.control.video.demo import (
     generate_demo_sources,
     write_synthetic_video,
 )
-from assetcdn.control.video.transcode import (
-    INDEX_FILE,
-    Stopped,
-    TranscodeError,
-    h264_codecs,
-    plan_renditions,
-    transcode_hls,
-)
+from assetcdn.control.video.outcome import INDEX_FILE, Stopped, TranscodeError
+from assetcdn.control.video.transcode import h264_codecs, plan_renditions, transcode_hls
 from assetcdn.shared.hls import QUALITIES, VIDEOS, Rendition, Segment, VideoIndex, variant_playlist
 
 FPS = 8
