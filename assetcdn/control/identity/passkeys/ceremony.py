@@ -13,20 +13,33 @@ import hashlib
 import hmac
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
+from webauthn import (
+    generate_authentication_options,
+    generate_registration_options,
+    verify_authentication_response,
+    verify_registration_response,
+)
+from webauthn.helpers import (
+    base64url_to_bytes,
+    bytes_to_base64url,
+    decode_credential_public_key,
+    options_to_json_dict,
+)
+from webauthn.helpers.structs import (
+    AuthenticatorSelectionCriteria,
+    AuthenticatorTransport,
+    PublicKeyCredentialDescriptor,
+    ResidentKeyRequirement,
+    UserVerificationRequirement,
+)
 
 from assetcdn.control.identity.dashboard_config import DashboardConfig
 from assetcdn.control.identity.labels import checked_label
 from assetcdn.control.identity.passkeys.store import Passkey, PasskeyStore, PendingChallenges
 from assetcdn.shared.errors import bad_request, utc_now_iso
-
-if TYPE_CHECKING:
-    from webauthn.helpers.structs import PublicKeyCredentialDescriptor
-
-# py_webauthn (with cbor2 and its attestation formats) is imported by the ceremonies that use it, not as
-# control starts: it costs more than a tenth of a CPU-second, and most control planes never see a passkey.
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +88,6 @@ def _client_challenge(credential: dict[str, Any]) -> str:
     client_data_text = response.get("clientDataJSON") if isinstance(response, dict) else None
     if not isinstance(client_data_text, str) or len(client_data_text) > 16_384:
         raise PasskeyRejected("credential.response.clientDataJSON is missing")
-    from webauthn.helpers import base64url_to_bytes  # noqa: PLC0415 (see the imports)
-
     try:
         client_data = orjson.loads(base64url_to_bytes(client_data_text))
     except (ValueError, orjson.JSONDecodeError):
@@ -88,9 +99,6 @@ def _client_challenge(credential: dict[str, Any]) -> str:
 
 
 def _descriptor(passkey: Passkey) -> PublicKeyCredentialDescriptor:
-    from webauthn.helpers import base64url_to_bytes  # noqa: PLC0415
-    from webauthn.helpers.structs import AuthenticatorTransport, PublicKeyCredentialDescriptor  # noqa: PLC0415
-
     transports = [AuthenticatorTransport(t) for t in passkey.transports]
     return PublicKeyCredentialDescriptor(id=base64url_to_bytes(passkey.id), transports=transports or None)
 
@@ -103,14 +111,6 @@ class PasskeyCeremonies:
     user_id: bytes
 
     async def registration_options(self, ip: str) -> dict[str, Any]:
-        from webauthn import generate_registration_options  # noqa: PLC0415
-        from webauthn.helpers import options_to_json_dict  # noqa: PLC0415
-        from webauthn.helpers.structs import (  # noqa: PLC0415
-            AuthenticatorSelectionCriteria,
-            ResidentKeyRequirement,
-            UserVerificationRequirement,
-        )
-
         existing = await self.store.list()
         options = generate_registration_options(
             rp_id=self.config.rp_id, rp_name=self.config.rp_name, user_id=self.user_id, user_name=USER_NAME,
@@ -124,10 +124,6 @@ class PasskeyCeremonies:
     async def authentication_options(self, ip: str) -> dict[str, Any]:
         """Request options naming every registered passkey (none registered: an empty `allowCredentials`,
         and no assertion will verify)."""
-        from webauthn import generate_authentication_options  # noqa: PLC0415
-        from webauthn.helpers import options_to_json_dict  # noqa: PLC0415
-        from webauthn.helpers.structs import UserVerificationRequirement  # noqa: PLC0415
-
         existing = await self.store.list()
         options = generate_authentication_options(
             rp_id=self.config.rp_id, challenge=self.challenges.issue(AUTHENTICATE, ip), timeout=TIMEOUT_MS,
@@ -136,8 +132,6 @@ class PasskeyCeremonies:
         return options_to_json_dict(options)
 
     async def _consume(self, credential: dict[str, Any], purpose: str) -> bytes:
-        from webauthn.helpers import base64url_to_bytes  # noqa: PLC0415
-
         challenge = _client_challenge(credential)
         if not self.challenges.consume(challenge, purpose):
             raise PasskeyRejected("the challenge is unknown, already used or expired (it lives 5 minutes): "
@@ -146,9 +140,6 @@ class PasskeyCeremonies:
 
     async def register(self, body: Any) -> Passkey:
         """Verify an attestation against its challenge and keep the new credential."""
-        from webauthn import verify_registration_response  # noqa: PLC0415
-        from webauthn.helpers import bytes_to_base64url, decode_credential_public_key  # noqa: PLC0415
-
         name = passkey_name(body.get("name") if isinstance(body, dict) else None)
         credential = _credential_of(body)
         challenge = await self._consume(credential, REGISTER)
@@ -172,8 +163,6 @@ class PasskeyCeremonies:
 
     async def authenticate(self, body: Any) -> Passkey:
         """Verify an assertion; the passkey it came from (its counter moved on), or PasskeyRejected."""
-        from webauthn import verify_authentication_response  # noqa: PLC0415
-
         credential = _credential_of(body)
         challenge = await self._consume(credential, AUTHENTICATE)
         credential_id = credential.get("id")
@@ -197,8 +186,6 @@ class PasskeyCeremonies:
 
 def _transports(credential: dict[str, Any]) -> tuple[str, ...]:
     """The transports the browser reported (hints for later `allowCredentials`), known values only."""
-    from webauthn.helpers.structs import AuthenticatorTransport  # noqa: PLC0415
-
     reported = credential["response"].get("transports")
     if not isinstance(reported, list):
         return ()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from webauthn.helpers import bytes_to_base64url
 
 from assetcdn.control.storage.database import Database
 from assetcdn.shared.counter_store import client_key
@@ -144,8 +145,6 @@ class PendingChallenges:
         if len(self._pending) >= self.capacity:
             heaviest = max(self._by_client.values(), key=len)
             self._drop(next(iter(heaviest)))
-        from webauthn.helpers import bytes_to_base64url  # noqa: PLC0415 (loaded at the first ceremony, ceremony.py)
-
         challenge = secrets.token_bytes(CHALLENGE_BYTES)
         key = bytes_to_base64url(challenge)
         self._pending[key] = _Pending(purpose, client, now + self.ttl_s)
