@@ -11,6 +11,7 @@ logo is better served as SVG, which every still chain ends with.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,12 +31,17 @@ class AutoChoice:
     convert: bool          # True: a variant converted from `entry` into `format`
 
 
-def can_convert_to(fmt: str) -> bool:
-    # Imported at the first negotiation, not as the edge starts: the encoders load numpy, Pillow and the
-    # codecs, which otherwise only the image workers need.
-    from assetcdn.edge.transform.encode import ENCODERS
+@functools.cache
+def _convertible() -> frozenset[str]:
+    # Read at the first negotiation, not as the edge starts: the encoders load numpy, Pillow and the codecs,
+    # which otherwise only the image workers need. Cached: negotiation asks for every answer.
+    from assetcdn.edge.transform.encode import ENCODERS  # noqa: PLC0415
 
-    return fmt in ENCODERS
+    return frozenset(ENCODERS)
+
+
+def can_convert_to(fmt: str) -> bool:
+    return fmt in _convertible()
 
 
 def choices(chain: list[str], base: str, get: Callable[[str], ManifestEntry | None], *,
