@@ -92,7 +92,8 @@ def up_command(data_dir: Path, *, edge_port: int, control_port: int, dashboard_p
 
 
 # Image workers start at an edge's first image job, one per edge process: most tests never transform, and
-# each worker loads Python and libvips (start_cdn's `image_workers_at_start` gives the edges their configured pool).
+# each worker loads Python and libvips (start_cdn's `image_workers_at_start` gives the edges their configured
+# pool). The in-process edges of tests/edge/routes use it too. Tests may override either setting.
 LAZY_IMAGE_POOL = {"ASSETCDN_TRANSFORM_PRESTART_WORKERS": "false", "ASSETCDN_TRANSFORM_CONCURRENCY": "1"}
 
 

@@ -21,13 +21,14 @@ from tests.control.identity.signin_client import (
     password_login,
     with_session,
 )
-from tests.edge.routes.conftest import IN_PROCESS_POOL, wait_until
+from tests.edge.routes.conftest import wait_until
+from tests.integration.harness import LAZY_IMAGE_POOL
 
 
 @pytest.fixture
 async def cdn(aiohttp_server, aiohttp_client, tmp_path: Path) -> tuple[TestClient, TestClient]:  # type: ignore[no-untyped-def]
     """(control, edge): real apps on loopback, the edge forwarding to control."""
-    settings = load_settings(environ={"ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **IN_PROCESS_POOL})
+    settings = load_settings(environ={"ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **LAZY_IMAGE_POOL})
     control_server = await aiohttp_server(control.app.create_app(settings, SIGNIN_SECRETS, tmp_path / "data"))
     identity = EdgeIdentity(name="edge-s", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
                             cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")

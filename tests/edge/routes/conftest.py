@@ -30,12 +30,10 @@ from assetcdn.edge.node import EdgeNode
 from assetcdn.shared.config import load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, METRICS, SECRETS
 from tests.edge.hit_server import HitTestServer
+from tests.integration.harness import LAZY_IMAGE_POOL
 
 PURGE = {"x-api-key": SECRETS.purge_key}
 ZONE = "pics"
-# One image worker, started at the first image job: most tests never transform, and spawning a worker
-# (Python plus libvips) per test was the largest cost of the edge suites. Tests may override either.
-IN_PROCESS_POOL = {"ASSETCDN_TRANSFORM_PRESTART_WORKERS": "false", "ASSETCDN_TRANSFORM_CONCURRENCY": "1"}
 WAIT_S = 20.0   # upper bound for start-up and propagation waits (never asserted as a duration)
 
 
@@ -85,7 +83,7 @@ async def control_and_edge_app(root: Path, serve: Callable[[Any], Awaitable[Test
     """Control served by `serve` under `root`, and an edge app (not yet served) that names it, both with the
     tests' quick catch-up and heartbeat and the image pool started on first use with one worker."""
     settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
-                                      "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **IN_PROCESS_POOL, **env})
+                                      "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **LAZY_IMAGE_POOL, **env})
     control_client = await serve(control.app.create_app(settings, SECRETS, root / "data"))
     identity = EdgeIdentity(name=edge_name, worker=0, control_url=str(control_client.make_url("")).rstrip("/"),
                             cache_dir=root / "edge", advertise_host="127.0.0.1")

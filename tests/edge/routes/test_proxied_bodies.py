@@ -23,7 +23,6 @@ from assetcdn.edge.app import EdgeIdentity
 from assetcdn.shared.config import load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.edge.routes.conftest import (
-    IN_PROCESS_POOL,
     WAIT_S,
     ZONE,
     Cdn,
@@ -31,6 +30,7 @@ from tests.edge.routes.conftest import (
     shared_cdn_apps,
     wait_until,
 )
+from tests.integration.harness import LAZY_IMAGE_POOL
 
 TRICKLERS = 120  # more than the default pool of connections to control (100), and far more than 4
 
@@ -182,7 +182,7 @@ async def test_a_control_plane_that_does_not_answer_is_given_up_on_with_504(
     stalled = web.Application()
     stalled.router.add_route("*", "/{tail:.*}", never_answers)
     control = await aiohttp_server(stalled)
-    settings = load_settings(environ={"ASSETCDN_EDGE_PROXY_TIMEOUT_S": "1", **IN_PROCESS_POOL})
+    settings = load_settings(environ={"ASSETCDN_EDGE_PROXY_TIMEOUT_S": "1", **LAZY_IMAGE_POOL})
     identity = EdgeIdentity(name="edge-t", worker=0, control_url=str(control.make_url("")).rstrip("/"),
                             cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
     client = await aiohttp_client(edge.app.create_app(settings, SECRETS, identity))

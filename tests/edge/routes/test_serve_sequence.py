@@ -36,7 +36,8 @@ from assetcdn.edge.node import EdgeNode
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.signing import signed_url
 from tests.control.conftest import ACCESS, SECRETS
-from tests.edge.routes.conftest import IN_PROCESS_POOL, ZONE, Cdn, CdnFactory, wait_until
+from tests.edge.routes.conftest import ZONE, Cdn, CdnFactory, wait_until
+from tests.integration.harness import LAZY_IMAGE_POOL
 
 VIDEO = "nature"
 HLS = f"stocks/videos/{VIDEO}/hls"
@@ -235,7 +236,7 @@ def closed_port() -> int:
 async def test_an_edge_without_a_manifest_answers_503_on_every_route(
         aiohttp_client: Callable[..., Awaitable[TestClient]], tmp_path: Path) -> None:
     # Started while control is down and with nothing persisted: it has no manifest to look anything up in.
-    settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2", **IN_PROCESS_POOL})
+    settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2", **LAZY_IMAGE_POOL})
     identity = EdgeIdentity(name="edge-n", worker=0, control_url=f"http://127.0.0.1:{closed_port()}",
                             cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
     client = await aiohttp_client(edge.app.create_app(settings, SECRETS, identity))

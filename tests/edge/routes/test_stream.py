@@ -26,7 +26,8 @@ from assetcdn.shared.config import Settings, load_settings
 from assetcdn.shared.hls import VideoIndex
 from tests.control.conftest import ACCESS, METRICS, SECRETS
 from tests.edge.hit_server import HitTestServer
-from tests.edge.routes.conftest import IN_PROCESS_POOL, Cdn, wait_until
+from tests.edge.routes.conftest import Cdn, wait_until
+from tests.integration.harness import LAZY_IMAGE_POOL
 
 # The tests run in the module's event loop, where the shared control plane lives.
 IN_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
@@ -35,7 +36,7 @@ VIDEO = "nature"
 
 def stream_settings() -> Settings:
     return load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2", "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5",
-                                  **IN_PROCESS_POOL})
+                                  **LAZY_IMAGE_POOL})
 
 
 @pytest.fixture(scope="module")
