@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 
 from assetcdn.control.app import create_app
 from assetcdn.shared.config import load_settings
@@ -37,3 +39,17 @@ async def zone(control: TestClient) -> str:
     resp = await control.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)
     assert resp.status == 201, await resp.text()
     return "akande"
+
+
+@contextlib.asynccontextmanager
+async def control_with_zone(data_dir: Path) -> AsyncIterator[TestClient]:
+    """A control plane with the zone `akande`, for a module-scoped fixture: the tests sharing it must change
+    nothing (refusals), and each checks that itself where it could (the head commit, the commit count)."""
+    client = TestClient(TestServer(create_app(load_settings(environ={}), SECRETS, data_dir)))
+    await client.start_server()
+    try:
+        resp = await client.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)
+        assert resp.status == 201, await resp.text()
+        yield client
+    finally:
+        await client.close()

@@ -8,12 +8,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app import create_app
 from assetcdn.control.identity.auth import SESSION_COOKIE, session_cookie_value
-from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.control.conftest import ACCESS, ACCOUNT, SECRETS, control_with_zone
 from tests.control.expect import expect_error
 from tests.control.identity.signin_client import as_dashboard_listener
 
@@ -45,15 +43,8 @@ IN_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def refusing(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TestClient]:
-    client = TestClient(TestServer(create_app(load_settings(environ={}), SECRETS,
-                                              tmp_path_factory.mktemp("envelopes") / "data")))
-    await client.start_server()
-    try:
-        resp = await client.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)
-        assert resp.status == 201, await resp.text()
+    async with control_with_zone(tmp_path_factory.mktemp("envelopes") / "data") as client:
         yield client
-    finally:
-        await client.close()
 
 
 @IN_MODULE_LOOP

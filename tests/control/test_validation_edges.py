@@ -13,14 +13,12 @@ from urllib.parse import quote
 
 import pytest
 import pytest_asyncio
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app import create_app
 from assetcdn.control.app_keys import PUBLISHER
 from assetcdn.control.routes.zones import zone_scaffold
 from assetcdn.shared.cluster import SIGNATURE_HEADER, TIMESTAMP_HEADER
-from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.control.conftest import ACCESS, ACCOUNT, SECRETS, control_with_zone
 from tests.control.expect import commit_count, expect_error, head_commit
 
 PURGE = {"x-api-key": SECRETS.purge_key}
@@ -88,16 +86,10 @@ def storage_url(tail: str) -> str:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def with_a_zone(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[TestClient, Path]]:
-    """A control plane with the zone `akande`, shared by the path refusals below: each one checks that no
-    commit was made, so one that changes anything fails itself."""
+    """Shared by the path refusals below: each checks that no commit was made."""
     data_dir = tmp_path_factory.mktemp("forbidden-paths") / "data"
-    client = TestClient(TestServer(create_app(load_settings(environ={}), SECRETS, data_dir)))
-    await client.start_server()
-    try:
-        assert (await client.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)).status == 201
+    async with control_with_zone(data_dir) as client:
         yield client, data_dir
-    finally:
-        await client.close()
 
 
 @pytest.mark.asyncio(loop_scope="module")

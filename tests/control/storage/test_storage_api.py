@@ -10,13 +10,11 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 from yarl import URL
 
-from assetcdn.control.app import create_app
 from assetcdn.control.app_keys import MANIFEST
-from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.control.conftest import ACCESS, ACCOUNT, control_with_zone
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
 from tests.control.storage.commit_gate import held_commit_lock
 from tests.control.storage.conftest import SMALL_LIMIT
@@ -364,17 +362,11 @@ TRAVERSALS = [
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def with_a_logo(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[TestClient, Path]]:
-    """A control plane with the zone and its logo, shared by the refusals below: each one checks that the
-    repository's head did not move, so one changing anything fails itself."""
+    """A control plane with the zone and its logo, shared by the refusals below."""
     data_dir = tmp_path_factory.mktemp("traversals") / "data"
-    client = TestClient(TestServer(create_app(load_settings(environ={}), SECRETS, data_dir)))
-    await client.start_server()
-    try:
-        assert (await client.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)).status == 201
+    async with control_with_zone(data_dir) as client:
         await upload(client, LOGO_PATH, LOGO)
         yield client, data_dir
-    finally:
-        await client.close()
 
 
 @pytest.mark.asyncio(loop_scope="module")
