@@ -275,21 +275,23 @@ class CertificateIssuer:
         attempts = record.attempts + 1
         delay = max(self.settings.retry_delay(attempts), failure.retry_after_s or 0.0)
         if failure.ca_reached:
-            self._ca_answered()
             status = ACTIVE if hostname in self._entries else FAILED
+        else:
+            status = ACTIVE if hostname in self._entries else record.status  # the CA did not say no
+        log.warning("certificate order for %s failed (attempt %d, next in %.0f s): %s", hostname, attempts, delay,
+                    failure.reason)
+        # What a client reads follows what is already true: answers are withdrawn from the edges before the
+        # record says "failed" (as a new certificate is pushed before it says "active"), and the record holds
+        # the error before health says whether the CA answers.
+        await self.publish()
+        if await self.store.record(hostname) is not None:
+            await self.store.failed(hostname, status, failure.reason, attempts, now + delay)
+        if failure.ca_reached:
+            self._ca_answered()
         else:
             self.ca_reachable, self.ca_error = False, failure.reason
             self._next_probe = now + self._probe_interval()
             self._waiting_for_ca.add(hostname)
-            status = ACTIVE if hostname in self._entries else record.status  # the CA did not say no
-        log.warning("certificate order for %s failed (attempt %d, next in %.0f s): %s", hostname, attempts, delay,
-                    failure.reason)
-        # Any answers it published are withdrawn before the record says "failed", as a new certificate is
-        # pushed before it says "active": a client that reads the status finds no answer left on any edge
-        # that answered the push.
-        await self.publish()
-        if await self.store.record(hostname) is not None:
-            await self.store.failed(hostname, status, failure.reason, attempts, now + delay)
 
     # --- what health and the API show ---
 

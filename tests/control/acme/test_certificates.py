@@ -217,7 +217,8 @@ async def test_a_removed_domain_stops_being_offered_and_its_key_is_deleted(
 
 async def test_the_ca_unreachable_degrades_health_keeps_certificates_and_orders_resume(
         aiohttp_client: Any, data_dir: Path, pebble: Pebble, responder: ChallengeResponder) -> None:
-    control = await start_control(aiohttp_client, data_dir, acme_environ(pebble))
+    control = await start_control(aiohttp_client, data_dir, acme_environ(pebble, ASSETCDN_CONTROL_PUSH_WAIT_MS="10000"))
+    responder.apply_delay_s = 0.3  # a busy edge: health must still not say "degraded" before the domain says why
     await responder.join(control)
     await make_zone(control)
     resp = await control.post("/api/core/zones/shop/domains", json={"Hostname": "kept.shop.test"}, headers=ACCOUNT)
