@@ -14,6 +14,8 @@ Decisions a reader cannot see from the code:
 - No upscaling: the shorter side is scaled to the quality, capped at the source's shorter
   side. A rendition above the source keeps its quality name (URLs stay valid) and the
   source's size; the index records the real size.
+- Renditions of the same size are encoded once (a 720p source's 1080 and 720 share one
+  encode, with the lower quality's peak-rate cap); each keeps its own file and index entry.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def _nal_starts(data: bytes) -> Iterator[int]:
 
 
 class _RenditionEncoder:
-    """One rendition: scale, encode H.264, mux with the shared AAC packets into TS segments."""
+    """One output size: scale, encode H.264, mux with the shared AAC packets into TS segments."""
 
     def __init__(self, plan: RenditionPlan, parts_dir: Path, fps: Fraction,
                  segment_seconds: int, preset: str) -> None:
@@ -240,7 +242,7 @@ def _transcode(source: Path, work: Path, out_dir: Path, qualities: Sequence[int]
         container = av.open(str(source))
     except (av.error.FFmpegError, OSError) as exc:
         raise TranscodeError(f"cannot open {source.name}: {exc}") from exc
-    encoders: list[_RenditionEncoder] = []
+    encoders: dict[tuple[int, int], _RenditionEncoder] = {}  # one per output size
     try:
         if not container.streams.video:
             raise TranscodeError(f"{source.name} has no video stream")
@@ -250,20 +252,23 @@ def _transcode(source: Path, work: Path, out_dir: Path, qualities: Sequence[int]
         fps = Fraction(in_video.average_rate or in_video.guessed_rate or DEFAULT_FPS)
         plans = plan_renditions(in_video.codec_context.width, in_video.codec_context.height,
                                 qualities)
-        for plan in plans:
-            encoders.append(_RenditionEncoder(plan, work / str(plan.quality), fps,
-                                              segment_seconds, preset))
-        starts, end = _encode_all(container, in_video, in_audio, encoders, _SharedAudio(),
-                                  segment_seconds, fps, stop)
-        parts = [encoder.close() for encoder in encoders]
+        # The lowest quality of a size encodes it: its peak-rate cap is within every other's.
+        for plan in sorted(plans, key=lambda p: p.quality):
+            if (plan.width, plan.height) not in encoders:
+                encoders[plan.width, plan.height] = _RenditionEncoder(
+                    plan, work / str(plan.quality), fps, segment_seconds, preset)
+        starts, end = _encode_all(container, in_video, in_audio, list(encoders.values()),
+                                  _SharedAudio(), segment_seconds, fps, stop)
+        parts = {size: encoder.close() for size, encoder in encoders.items()}
     except av.error.FFmpegError as exc:
         raise TranscodeError(f"cannot transcode {source.name}: {exc}") from exc
     finally:
         container.close()
-        for encoder in encoders:
+        for encoder in encoders.values():
             encoder.abandon()
-    return [_assemble(encoder, files, starts, end, out_dir, fps)
-            for encoder, files in zip(encoders, parts, strict=True)]
+    return [_assemble(plan, encoders[plan.width, plan.height], parts[plan.width, plan.height],
+                      starts, end, out_dir, fps)
+            for plan in plans]
 
 
 def _encode_all(container: av.container.InputContainer, in_video: av.video.stream.VideoStream,
@@ -316,13 +321,13 @@ def _encode_all(container: av.container.InputContainer, in_video: av.video.strea
     return starts, end
 
 
-def _assemble(encoder: _RenditionEncoder, parts: list[Path], starts: list[float], end: float,
-              out_dir: Path, fps: Fraction) -> Rendition:
-    """Concatenate the segment files into ``<quality>.ts`` and index their byte ranges."""
+def _assemble(plan: RenditionPlan, encoder: _RenditionEncoder, parts: list[Path], starts: list[float],
+              end: float, out_dir: Path, fps: Fraction) -> Rendition:
+    """Concatenate the segment files of ``plan``'s size into ``<quality>.ts`` and index their byte ranges."""
     if len(parts) != len(starts):
-        raise TranscodeError(f"{encoder.plan.quality}p: muxer cut {len(parts)} segments, "
+        raise TranscodeError(f"{plan.quality}p: muxer cut {len(parts)} segments, "
                              f"expected {len(starts)}")
-    name = f"{encoder.plan.quality}.ts"
+    name = f"{plan.quality}.ts"
     tmp = out_dir / (name + ".tmp")
     segments = []
     offset = 0
@@ -339,7 +344,7 @@ def _assemble(encoder: _RenditionEncoder, parts: list[Path], starts: list[float]
     duration = end - starts[0]
     peak = max(s.length * 8 / s.duration for s in segments)
     return Rendition(
-        quality=encoder.plan.quality, width=encoder.plan.width, height=encoder.plan.height,
+        quality=plan.quality, width=plan.width, height=plan.height,
         bandwidth=math.ceil(peak), average_bandwidth=math.ceil(offset * 8 / duration),
         frame_rate=round(float(fps), 3),
         codecs=f"{encoder.codecs},{AUDIO_CODECS}", file=name, size=offset,

@@ -58,6 +58,9 @@ def test_index_lists_every_quality_at_its_size(transcoded: tuple[VideoIndex, Pat
     # 1080 is not upscaled from a 720p source; 480 keeps 16:9 with even sides.
     assert [(r.width, r.height) for r in index.renditions] == [(1280, 720), (1280, 720),
                                                              (854, 480)]
+    # The two 720p-sized renditions come from one encode: same bytes, same segments.
+    assert (out / "1080.ts").read_bytes() == (out / "720.ts").read_bytes()
+    assert index.renditions[0].segments == index.renditions[1].segments
     assert VideoIndex.read(out / INDEX_FILE) == index
     for r in index.renditions:
         assert r.file == f"{r.quality}.ts"
