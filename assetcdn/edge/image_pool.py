@@ -21,9 +21,12 @@ Transforms, format conversions and placeholders never run in the edge's own proc
   When such a job's last argument is the source's bytes, the worker keeps them (a bounded LRU, a
   quarter of its decode cache): the next job for that source is sent without them, and a worker
   that no longer has them asks for them before it starts.
-Workers are started with 'spawn' (forking the threaded edge is unsafe) when the pool starts,
-so the first request does not wait for Python and libvips to load; they die with the edge
-(PR_SET_PDEATHSIG) and close() stops them within a bounded time.
+Workers are forked by multiprocessing's fork server, never by the threaded edge (forking it is
+unsafe): the fork server is a fresh, single-threaded process that loads Python, libvips and the
+pipeline (PRELOAD) once per edge, so a worker starts in milliseconds, and a worker killed for an
+overrun or recycled is replaced as fast. Processes are started from a launcher thread, never on
+the event loop (the first waits for the fork server to load). A worker dies with its fork server
+(PR_SET_PDEATHSIG), which exits when the edge does; close() stops workers within a bounded time.
 
 A job is a module-level function (sent by reference) and its arguments: see
 assetcdn/edge/transform/jobs.py. Its own failure (a 4xx from the pipeline, an overrun, a crash) raises
@@ -112,10 +115,10 @@ def _release_memory() -> None:
             pass
 
 
-def _worker_main(conn: Connection, parent_pid: int, decoded_cache_bytes: int = 0, vips_threads: int = 0) -> None:
+def _worker_main(conn: Connection, edge_pid: int, decoded_cache_bytes: int = 0, vips_threads: int = 0) -> None:
     """A worker process: run jobs from `conn` one at a time until told to stop or the edge goes."""
     die_with_parent()
-    if os.getppid() != parent_pid:   # the edge died before the death signal was armed
+    if not _started_for(edge_pid):   # the edge or its fork server died before the death signal was armed
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is for the edge, which stops us
     configure_libvips(worker=True)
@@ -186,6 +189,20 @@ class _KeptSources:
         self._bytes += len(source)
 
 
+def _started_for(edge_pid: int) -> bool:
+    """Whether this process's parent is the edge, or the edge's fork server (whose parent is the edge)."""
+    parent = os.getppid()
+    return parent == edge_pid or _parent_of(parent) == edge_pid
+
+
+def _parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return int(stat.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def _rss_bytes(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/statm", "rb") as statm:
@@ -208,6 +225,7 @@ def _cpu_seconds(pid: int) -> float:
 class _Worker:
     process: BaseProcess
     conn: Connection
+    launched: Future[None]   # process.start() in the launcher thread
     ready: bool = False
     jobs: int = 0
     # Content ids whose bytes this worker was last sent (it may have dropped some since: it asks).
@@ -219,8 +237,9 @@ class _Worker:
 
     def kill(self) -> None:
         """SIGKILL and reap (a killed process exits at once)."""
-        self.process.kill()
-        self.process.join(STOP_TIMEOUT_S)
+        if _was_launched(self):
+            self.process.kill()
+            self.process.join(STOP_TIMEOUT_S)
         self.conn.close()
 
 
@@ -251,7 +270,9 @@ class ImagePool:
         self.vips_threads = max(1, len(os.sched_getaffinity(0)) // self.concurrency)
         self.max_queued = self.concurrency * QUEUE_FACTOR
         self.failed = FailedVariants(failure_ttl_s)
-        self._context = multiprocessing.get_context("spawn")
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload(list(PRELOAD))
+        self._launcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-start")
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="image")
         self._started = False
         self._idle: list[_Worker] = []              # ready for a job; touched on the event loop only
@@ -274,23 +295,22 @@ class ImagePool:
 
     @property
     def worker_pids(self) -> list[int]:
-        return sorted(worker.pid for worker in self._workers)
+        """The workers' process ids (waiting for any still being started)."""
+        return sorted(worker.pid for worker in self._workers if _was_launched(worker, START_TIMEOUT_S))
 
     def start(self) -> None:
-        """Start every worker now (on the event loop's thread): they load while the edge starts."""
+        """Start every worker now (on the event loop's thread; the launcher thread forks them)."""
         if not self._started:
             self._started = True
             self._idle.extend(self._spawn() for _ in range(self.concurrency))
 
     def _spawn(self) -> _Worker:
-        # Started from the event loop's thread only: the death signal follows the thread that forked.
+        # On the event loop's thread; the fork server forks the process, asked by the launcher thread.
         ours, theirs = self._context.Pipe()
         process = self._context.Process(target=_worker_main, daemon=True,
                                          args=(theirs, os.getpid(), self.decoded_cache_bytes, self.vips_threads),
                                          name="assetcdn-image")
-        process.start()
-        theirs.close()
-        worker = _Worker(process, ours)
+        worker = _Worker(process, ours, self._launcher.submit(_launch, process, theirs))
         self._workers.add(worker)
         return worker
 
@@ -450,13 +470,16 @@ class ImagePool:
         return _Outcome(error=JobFailed(500, "Transform failed: internal error"), replace=recycle)
 
     def _wait_ready(self, worker: _Worker) -> bool:
+        deadline = time.monotonic() + START_TIMEOUT_S
         try:
-            if worker.conn.poll(START_TIMEOUT_S) and worker.conn.recv() == _READY:
+            worker.launched.result(START_TIMEOUT_S)
+            if worker.conn.poll(max(deadline - time.monotonic(), 0)) and worker.conn.recv() == _READY:
                 worker.ready = True
                 return True
-        except (EOFError, OSError):
-            pass
-        log.error("image worker %d did not start (exit code %s)", worker.pid, worker.process.exitcode)
+        except Exception:   # the launch failed or timed out, or the worker died while it loaded
+            log.exception("image worker %d did not start (exit code %s)", worker.pid, worker.process.exitcode)
+        else:
+            log.error("image worker %d did not start (exit code %s)", worker.pid, worker.process.exitcode)
         worker.kill()
         return False
 
@@ -479,8 +502,12 @@ class ImagePool:
 
     def _stop_later(self, worker: _Worker) -> None:
         self._workers.discard(worker)
-        worker.process.kill()
-        worker.conn.close()
+
+        def stop(_: Future[None]) -> None:   # no wait: its fork server reaps it
+            if worker.process.pid is not None:
+                worker.process.kill()
+            worker.conn.close()
+        worker.launched.add_done_callback(stop)
 
     async def close(self) -> None:
         """Stop every worker: SIGTERM, then SIGKILL after STOP_TIMEOUT_S. Running jobs answer 503."""
@@ -492,11 +519,29 @@ class ImagePool:
                 waiter.future.set_result(None)
         workers = list(self._workers)
         self._workers.clear()
-        await asyncio.to_thread(_stop_processes, [worker.process for worker in workers])
+        await asyncio.to_thread(_stop_processes, workers)
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._launcher.shutdown(wait=False)
 
 
-def _stop_processes(processes: list[BaseProcess]) -> None:
+def _launch(process: BaseProcess, theirs: Connection) -> None:
+    try:
+        process.start()
+    finally:
+        theirs.close()
+
+
+def _was_launched(worker: _Worker, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+    """Whether the worker's process was started (waiting up to `timeout_s` for a launch under way)."""
+    try:
+        worker.launched.result(timeout_s)
+    except Exception:
+        return False
+    return worker.process.pid is not None
+
+
+def _stop_processes(workers: list[_Worker]) -> None:
+    processes = [worker.process for worker in workers if _was_launched(worker)]
     for process in processes:
         if process.is_alive():
             process.terminate()

@@ -6,6 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +21,10 @@ from assetcdn.edge.transform.jobs import transform_variant
 from assetcdn.edge.transform.options import parse_transform_options
 from assetcdn.shared.errors import LegacyError
 from tests.edge import pool_jobs
+
+
+def _parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def _alive(pid: int) -> bool:
@@ -116,6 +124,45 @@ async def test_a_crashed_worker_answers_503_and_is_replaced() -> None:
         assert await pool.run(pool_jobs.worker_pid) != first
     finally:
         await pool.close()
+
+
+# An edge stand-in: a pool of two started workers; prints their pids and its fork server's, then waits.
+EDGE = """
+import asyncio, os, sys
+from assetcdn.edge.image_pool import ImagePool
+from tests.edge import pool_jobs
+
+async def main():
+    pool = ImagePool(2)
+    pool.start()
+    pids = [await pool.run(pool_jobs.worker_pid) for _ in range(2)]
+    print(*pool.worker_pids, flush=True)
+    await asyncio.sleep(60)
+
+asyncio.run(main())
+"""
+
+
+def test_workers_are_forked_by_a_fork_server_and_go_when_the_edge_is_killed() -> None:
+    edge = subprocess.Popen([sys.executable, "-c", EDGE], stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).parents[2])
+    try:
+        assert edge.stdout is not None
+        workers = [int(pid) for pid in edge.stdout.readline().split()]
+        assert len(workers) == 2, edge.poll()
+        servers = {_parent_of(pid) for pid in workers}
+        # Never forked by the (threaded) edge itself: by one fork server, which the edge started.
+        assert len(servers) == 1 and edge.pid not in servers and {_parent_of(s) for s in servers} == {edge.pid}
+        edge.send_signal(signal.SIGKILL)   # no chance to stop anything itself
+        edge.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in (*workers, *servers)):
+            assert time.monotonic() < deadline, "a worker or the fork server outlived a killed edge"
+            time.sleep(0.05)
+    finally:
+        if edge.poll() is None:
+            edge.kill()
+            edge.wait()
 
 
 async def test_close_stops_every_worker_and_later_jobs_are_refused() -> None:
