@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import gc
 import importlib
 import logging
@@ -519,9 +520,9 @@ class ImagePool:
                 waiter.future.set_result(None)
         workers = list(self._workers)
         self._workers.clear()
+        self._launcher.shutdown(wait=False, cancel_futures=True)   # a worker not yet launched never starts
         await asyncio.to_thread(_stop_processes, workers)
         self._executor.shutdown(wait=False, cancel_futures=True)
-        self._launcher.shutdown(wait=False)
 
 
 def _launch(process: BaseProcess, theirs: Connection) -> None:
@@ -529,6 +530,11 @@ def _launch(process: BaseProcess, theirs: Connection) -> None:
         process.start()
     finally:
         theirs.close()
+
+
+def _kill_if_started(process: BaseProcess, _launch: Future[None]) -> None:
+    if process.pid is not None:
+        process.kill()
 
 
 def _was_launched(worker: _Worker, timeout_s: float = STOP_TIMEOUT_S) -> bool:
@@ -541,7 +547,12 @@ def _was_launched(worker: _Worker, timeout_s: float = STOP_TIMEOUT_S) -> bool:
 
 
 def _stop_processes(workers: list[_Worker]) -> None:
-    processes = [worker.process for worker in workers if _was_launched(worker)]
+    processes = []
+    for worker in workers:
+        if _was_launched(worker):
+            processes.append(worker.process)
+        else:   # still being launched after STOP_TIMEOUT_S (a fork server slow to load): killed once it is
+            worker.launched.add_done_callback(functools.partial(_kill_if_started, worker.process))
     for process in processes:
         if process.is_alive():
             process.terminate()
