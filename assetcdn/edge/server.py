@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from aiohttp import web
 
 EXIT_BAD_CONFIG = 2  # a setting or file the edge cannot start with (the log names it)
+# What a worker imports, loaded once by the fork server the workers are forked from.
+WORKER_PRELOAD = ("assetcdn.edge.app", "assetcdn.edge.fastpath.hit_server", "assetcdn.shared.http_server")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -120,7 +122,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.workers <= 1:
         run_worker(argv, 0)
         return
-    context = multiprocessing.get_context("spawn")
+    # Forked by a fork server (a fresh process started now, after PROMETHEUS_MULTIPROC_DIR is set) that
+    # loads the edge's modules once: W workers cost one import, not W. Each builds its own app, node and
+    # image pool; it dies with the fork server, which exits when this process does.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(WORKER_PRELOAD))
     workers = [context.Process(target=run_worker, args=(argv, i), name=f"{args.name}/{i}")
                for i in range(args.workers)]
     for process in workers:
