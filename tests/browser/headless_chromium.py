@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +42,18 @@ class HeadlessChromium:
         self.session: aiohttp.ClientSession | None = None
         self.socket: aiohttp.ClientWebSocketResponse | None = None
         self.ids = itertools.count(1)
+        self.tmp: Path | None = None   # Chromium's TMPDIR (its singleton socket), removed on close
 
     async def open(self, url: str, start_timeout: float = 30) -> None:
         self.profile_dir.mkdir(parents=True, exist_ok=True)
+        # A short path of its own (a socket path has at most 108 bytes): Chromium would otherwise leave
+        # a directory in /tmp at every start.
+        self.tmp = Path(tempfile.mkdtemp(prefix="chromium-"))
+        env = {**(self.env if self.env is not None else os.environ), "TMPDIR": str(self.tmp)}
         log = (self.profile_dir / "chromium.log").open("wb")
         self.process = await asyncio.create_subprocess_exec(
             self.binary, *CHROMIUM_FLAGS, *self.extra_flags, f"--user-data-dir={self.profile_dir}", url,
-            stdout=log, stderr=log, env=self.env)
+            stdout=log, stderr=log, env=env)
         log.close()
         port = await asyncio.wait_for(self._devtools_port(), start_timeout)
         self.session = aiohttp.ClientSession()
@@ -143,3 +150,5 @@ class HeadlessChromium:
             except TimeoutError:
                 self.process.kill()
                 await self.process.wait()
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
