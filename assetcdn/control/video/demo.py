@@ -10,8 +10,9 @@ translation), so x264's ``ultrafast`` preset encodes 1080p at a few times real t
 from __future__ import annotations
 
 import math
+import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from pathlib import Path
@@ -22,7 +23,7 @@ import numpy as np
 from av.audio.stream import AudioStream
 
 from assetcdn.control.video.outcome import INDEX_FILE, check_stop
-from assetcdn.control.video.transcode import transcode_hls
+from assetcdn.control.video.transcode import transcode_frames
 from assetcdn.shared.hls import VIDEOS, VideoIndex
 
 DEMO_WIDTH, DEMO_HEIGHT = 1920, 1080
@@ -54,36 +55,56 @@ def ensure_demo_videos(cache_dir: Path, seconds: int = DEMO_SECONDS, *,
                        fps: int = DEMO_FPS, stop: threading.Event | None = None) -> dict[str, VideoIndex]:
     """HLS renditions of the demo videos under ``cache_dir/<video>/``, made only when missing.
 
-    Sources go to ``cache_dir/sources/``. A video whose index or rendition files are missing
-    or truncated is made again; complete ones are reused as they are (whatever size they
-    were made at: delete the directory to change it). The videos are made side by side, one
-    thread each (x264 and the scene drawing run without the GIL): about twice as fast on two
-    cores as one after the other. ``stop``, once set, ends the work within a frame (``Stopped``).
+    The scenes' pictures and sound go straight to the renditions' encoders: no source file is
+    encoded only to be decoded again. A video whose index or rendition files are missing or
+    truncated is made again; complete ones are reused as they are (whatever size they were made
+    at: delete the directory to change it). The videos are made side by side, one thread each
+    (x264 and the scene drawing run without the GIL): about twice as fast on two cores as one
+    after the other. ``stop``, once set, ends the work within a frame (``Stopped``).
     """
     def make(video: str) -> VideoIndex:
         out_dir = cache_dir / video
         index = _cached_index(out_dir)
         if index is None:
-            # Matroska with PCM sound: the source is only read by the transcoder, and AAC would be
-            # encoded here only to be decoded and encoded again there.
-            source = cache_dir / "sources" / f"{video}.mkv"
-            source.parent.mkdir(parents=True, exist_ok=True)
-            if not source.exists():
-                tmp = source.with_name(f".{video}.tmp.mkv")
-                write_synthetic_video(tmp, video, seconds=seconds, width=width, height=height,
-                                      fps=fps, audio=video != "black", audio_codec="pcm_s16le", stop=stop)
-                tmp.replace(source)
-            index = transcode_hls(source, out_dir, video=video, preset=DEMO_PRESET, stop=stop)
+            frames = scene_frames(video, seconds=seconds, width=width, height=height, fps=fps,
+                                  audio=video != "black", stop=stop)
+            index = transcode_frames(frames, out_dir, video=video, width=width, height=height,
+                                     fps=Fraction(fps), has_audio=video != "black", preset=DEMO_PRESET,
+                                     stop=stop)
         return index
 
     with ThreadPoolExecutor(len(VIDEOS), thread_name_prefix="demo-video") as pool:
         made = [pool.submit(make, video) for video in VIDEOS]
         try:
-            return {video: future.result() for video, future in zip(VIDEOS, made, strict=True)}
+            indexes = {video: future.result() for video, future in zip(VIDEOS, made, strict=True)}
         except BaseException:
             if stop is not None:
                 stop.set()  # one failed: the others stop too rather than finish for nothing
             raise
+    shutil.rmtree(cache_dir / "sources", ignore_errors=True)  # what earlier versions encoded first
+    return indexes
+
+
+def scene_frames(scene: str, *, seconds: float, width: int, height: int, fps: int, audio: bool,
+                 loop_seconds: int = LOOP_SECONDS, stop: threading.Event | None = None,
+                 ) -> Iterator[av.VideoFrame | av.AudioFrame]:
+    """``seconds`` of a named scene as frames in time order: each picture (yuv420p, its time set),
+    then, with ``audio``, that picture's share of the sound. ``width`` and ``height`` must be
+    multiples of 4."""
+    if width % 4 or height % 4:
+        raise ValueError("width and height must be multiples of 4")
+    frames = round(seconds * fps)
+    loop = min(frames, loop_seconds * fps)
+    check_stop(stop)
+    draw = _SCENES[scene](width, height, loop, stop)
+    tone = _tone(scene, 48000 // fps) if audio else None
+    for n in range(frames):
+        picture = av.VideoFrame.from_ndarray(draw(n % loop), format="yuv420p")
+        picture.pts = n
+        picture.time_base = Fraction(1, fps)
+        yield picture
+        if tone is not None:
+            yield tone(n)
 
 
 def _cached_index(out_dir: Path) -> VideoIndex | None:

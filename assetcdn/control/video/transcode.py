@@ -24,7 +24,7 @@ import contextlib
 import math
 import shutil
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -242,7 +242,6 @@ def _transcode(source: Path, work: Path, out_dir: Path, qualities: Sequence[int]
         container = av.open(str(source))
     except (av.error.FFmpegError, OSError) as exc:
         raise TranscodeError(f"cannot open {source.name}: {exc}") from exc
-    encoders: dict[tuple[int, int], _RenditionEncoder] = {}  # one per output size
     try:
         if not container.streams.video:
             raise TranscodeError(f"{source.name} has no video stream")
@@ -250,20 +249,54 @@ def _transcode(source: Path, work: Path, out_dir: Path, qualities: Sequence[int]
         in_video.thread_type = "AUTO"
         in_audio = container.streams.audio[0] if container.streams.audio else None
         fps = Fraction(in_video.average_rate or in_video.guessed_rate or DEFAULT_FPS)
-        plans = plan_renditions(in_video.codec_context.width, in_video.codec_context.height,
-                                qualities)
+        streams = [in_video] + ([in_audio] if in_audio is not None else [])
+        decoded = (frame for packet in container.demux(streams) for frame in packet.decode())
+        return _encode_renditions(decoded, in_audio is not None, in_video.codec_context.width,
+                                  in_video.codec_context.height, fps, work, out_dir, qualities,
+                                  segment_seconds, preset, stop)
+    except av.error.FFmpegError as exc:
+        raise TranscodeError(f"cannot transcode {source.name}: {exc}") from exc
+    finally:
+        container.close()
+
+
+def transcode_frames(frames: Iterable[av.VideoFrame | av.AudioFrame], out_dir: Path, *, video: str,
+                     width: int, height: int, fps: Fraction, has_audio: bool,
+                     qualities: Sequence[int] = QUALITIES, segment_seconds: int = SEGMENT_SECONDS,
+                     preset: str = "veryfast", stop: threading.Event | None = None) -> VideoIndex:
+    """`transcode_hls` for pictures and sound made in memory (the demo's scenes): video frames of
+    ``width`` x ``height`` and, when ``has_audio``, audio frames, each with its time set, interleaved
+    in time order. Nothing is encoded twice: no source file is written and decoded again."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work = out_dir / ".parts"
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        renditions = _encode_renditions(iter(frames), has_audio, width, height, fps, work, out_dir,
+                                        qualities, segment_seconds, preset, stop)
+    except av.error.FFmpegError as exc:
+        raise TranscodeError(f"cannot transcode {video}: {exc}") from exc
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    index = VideoIndex(video=video, renditions=tuple(renditions))
+    index.write(out_dir / INDEX_FILE)
+    return index
+
+
+def _encode_renditions(frames: Iterator[av.VideoFrame | av.AudioFrame], has_audio: bool, width: int,
+                       height: int, fps: Fraction, work: Path, out_dir: Path, qualities: Sequence[int],
+                       segment_seconds: int, preset: str, stop: threading.Event | None) -> list[Rendition]:
+    plans = plan_renditions(width, height, qualities)
+    encoders: dict[tuple[int, int], _RenditionEncoder] = {}  # one per output size
+    try:
         # The lowest quality of a size encodes it: its peak-rate cap is within every other's.
         for plan in sorted(plans, key=lambda p: p.quality):
             if (plan.width, plan.height) not in encoders:
                 encoders[plan.width, plan.height] = _RenditionEncoder(
                     plan, work / str(plan.quality), fps, segment_seconds, preset)
-        starts, end = _encode_all(container, in_video, in_audio, list(encoders.values()),
-                                  _SharedAudio(), segment_seconds, fps, stop)
+        starts, end = _encode_all(frames, has_audio, list(encoders.values()), _SharedAudio(),
+                                  segment_seconds, fps, stop)
         parts = {size: encoder.close() for size, encoder in encoders.items()}
-    except av.error.FFmpegError as exc:
-        raise TranscodeError(f"cannot transcode {source.name}: {exc}") from exc
     finally:
-        container.close()
         for encoder in encoders.values():
             encoder.abandon()
     return [_assemble(plan, encoders[plan.width, plan.height], parts[plan.width, plan.height],
@@ -271,12 +304,10 @@ def _transcode(source: Path, work: Path, out_dir: Path, qualities: Sequence[int]
             for plan in plans]
 
 
-def _encode_all(container: av.container.InputContainer, in_video: av.video.stream.VideoStream,
-                in_audio: av.audio.stream.AudioStream | None,
+def _encode_all(frames: Iterator[av.VideoFrame | av.AudioFrame], has_audio: bool,
                 encoders: list[_RenditionEncoder], audio: _SharedAudio, segment_seconds: int,
                 fps: Fraction, stop: threading.Event | None) -> tuple[list[float], float]:
-    """Decode once, feed every rendition. Returns segment start times and the video's end (s)."""
-    streams = [in_video] + ([in_audio] if in_audio is not None else [])
+    """Feed every rendition each picture once. Returns segment start times and the video's end (s)."""
     origin: float | None = None  # time of the first picture; the output clock starts there
     last_pts = -1
     decoded = 0
@@ -288,32 +319,31 @@ def _encode_all(container: av.container.InputContainer, in_video: av.video.strea
             for encoder in encoders:
                 encoder.mux_audio(packet)
 
-    for packet in container.demux(streams):
+    for frame in frames:
         check_stop(stop)
-        for frame in packet.decode():
-            if isinstance(frame, av.VideoFrame):
-                t = frame.time if frame.time is not None else float(decoded / fps)
-                decoded += 1
-                if origin is None:
-                    origin = t
-                pts = round((t - origin) * 90000)
-                if pts <= last_pts:
-                    continue  # duplicate or out-of-order timestamp: keep the clock monotonic
-                seconds = pts / 90000
-                # The segment muxer cuts at the first keyframe at or after each multiple of
-                # segment_seconds: force exactly those frames to be (the only) keyframes.
-                boundary = not starts or seconds >= (math.floor(starts[-1] / segment_seconds)
-                                                     + 1) * segment_seconds
-                if boundary:
-                    starts.append(seconds)
-                for encoder in encoders:
-                    encoder.encode_video(frame, pts, boundary)
-                last_pts = pts
-                end = seconds + float(1 / fps)  # the last picture lasts one nominal frame
-                if in_audio is None:
-                    deliver(audio.silence_until(end))
-            elif isinstance(frame, av.AudioFrame) and origin is not None and frame.time is not None:
-                deliver(audio.source_frame(frame, frame.time - origin))
+        if isinstance(frame, av.VideoFrame):
+            t = frame.time if frame.time is not None else float(decoded / fps)
+            decoded += 1
+            if origin is None:
+                origin = t
+            pts = round((t - origin) * 90000)
+            if pts <= last_pts:
+                continue  # duplicate or out-of-order timestamp: keep the clock monotonic
+            seconds = pts / 90000
+            # The segment muxer cuts at the first keyframe at or after each multiple of
+            # segment_seconds: force exactly those frames to be (the only) keyframes.
+            boundary = not starts or seconds >= (math.floor(starts[-1] / segment_seconds)
+                                                 + 1) * segment_seconds
+            if boundary:
+                starts.append(seconds)
+            for encoder in encoders:
+                encoder.encode_video(frame, pts, boundary)
+            last_pts = pts
+            end = seconds + float(1 / fps)  # the last picture lasts one nominal frame
+            if not has_audio:
+                deliver(audio.silence_until(end))
+        elif isinstance(frame, av.AudioFrame) and origin is not None and frame.time is not None:
+            deliver(audio.source_frame(frame, frame.time - origin))
     if not starts:
         raise TranscodeError("the source has no decodable video frames")
     deliver(audio.silence_until(end))
