@@ -36,20 +36,6 @@ CANVAS_CHUNK = 512  # columns of a scene's canvas built at a time (even: chroma 
 Scene = Callable[[int], np.ndarray]  # frame number -> yuv420p array of shape (h * 3 / 2, w)
 
 
-def generate_demo_sources(out_dir: Path, seconds: int = DEMO_SECONDS, *,
-                          width: int = DEMO_WIDTH, height: int = DEMO_HEIGHT,
-                          fps: int = DEMO_FPS) -> dict[str, Path]:
-    """Write ``black.mp4``, ``mount_fuji.mp4`` and ``nature.mp4`` (H.264; the scenes have AAC)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    sources = {}
-    for video in VIDEOS:
-        path = out_dir / f"{video}.mp4"
-        write_synthetic_video(path, video, seconds=seconds, width=width, height=height,
-                              fps=fps, audio=video != "black")
-        sources[video] = path
-    return sources
-
-
 def ensure_demo_videos(cache_dir: Path, seconds: int = DEMO_SECONDS, *,
                        width: int = DEMO_WIDTH, height: int = DEMO_HEIGHT,
                        fps: int = DEMO_FPS, stop: threading.Event | None = None) -> dict[str, VideoIndex]:
@@ -91,12 +77,7 @@ def scene_frames(scene: str, *, seconds: float, width: int, height: int, fps: in
     """``seconds`` of a named scene as frames in time order: each picture (yuv420p, its time set),
     then, with ``audio``, that picture's share of the sound. ``width`` and ``height`` must be
     multiples of 4."""
-    if width % 4 or height % 4:
-        raise ValueError("width and height must be multiples of 4")
-    frames = round(seconds * fps)
-    loop = min(frames, loop_seconds * fps)
-    check_stop(stop)
-    draw = _SCENES[scene](width, height, loop, stop)
+    frames, loop, draw = _prepare(scene, seconds, width, height, fps, loop_seconds, stop)
     tone = _tone(scene, 48000 // fps) if audio else None
     for n in range(frames):
         picture = av.VideoFrame.from_ndarray(draw(n % loop), format="yuv420p")
@@ -130,12 +111,7 @@ def write_synthetic_video(path: Path, scene: str, *, seconds: float, width: int,
     ``height`` must be multiples of 4 (4:2:0 planes packed as whole rows). ``stop``, once set,
     ends the work within a frame (``Stopped``), leaving ``path`` incomplete.
     """
-    if width % 4 or height % 4:
-        raise ValueError("width and height must be multiples of 4")
-    frames = round(seconds * fps)
-    loop = min(frames, loop_seconds * fps)
-    check_stop(stop)
-    draw = _SCENES[scene](width, height, loop, stop)
+    frames, loop, draw = _prepare(scene, seconds, width, height, fps, loop_seconds, stop)
     with av.open(str(path), "w") as container:
         video = container.add_stream("libx264", rate=fps)
         video.width, video.height, video.pix_fmt = width, height, "yuv420p"
@@ -168,6 +144,17 @@ def write_synthetic_video(path: Path, scene: str, *, seconds: float, width: int,
                 container.mux(sound.encode(tone(n)))
             container.mux(sound.encode(None))
     return path
+
+
+def _prepare(scene: str, seconds: float, width: int, height: int, fps: int, loop_seconds: int,
+             stop: threading.Event | None) -> tuple[int, int, Scene]:
+    """The frame count, the frames of one loop, and the scene's drawing function."""
+    if width % 4 or height % 4:
+        raise ValueError("width and height must be multiples of 4")
+    frames = round(seconds * fps)
+    loop = min(frames, loop_seconds * fps)
+    check_stop(stop)
+    return frames, loop, _SCENES[scene](width, height, loop, stop)
 
 
 def _keep(container: av.container.OutputContainer,

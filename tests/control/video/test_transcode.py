@@ -13,7 +13,6 @@ import pytest
 
 from assetcdn.control.video.demo import (
     ensure_demo_videos,
-    generate_demo_sources,
     write_synthetic_video,
 )
 from assetcdn.control.video.outcome import INDEX_FILE, Stopped, TranscodeError
@@ -169,10 +168,10 @@ def test_a_file_that_is_not_a_video_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "out" / INDEX_FILE).exists()
 
 
-def test_demo_sources_are_the_three_videos(tmp_path: Path) -> None:
-    sources = generate_demo_sources(tmp_path, seconds=3, width=320, height=180, fps=FPS)
-    assert list(sources) == list(VIDEOS)
-    for video, path in sources.items():
+def test_synthetic_videos_of_the_three_scenes(tmp_path: Path) -> None:
+    for video in VIDEOS:
+        path = write_synthetic_video(tmp_path / f"{video}.mp4", video, seconds=3, width=320, height=180, fps=FPS,
+                                     audio=video != "black")
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
             assert (stream.codec_context.width, stream.codec_context.height) == (320, 180)
@@ -183,6 +182,12 @@ def test_demo_sources_are_the_three_videos(tmp_path: Path) -> None:
 def test_demo_videos_are_made_once_and_remade_when_damaged(tmp_path: Path) -> None:
     first = ensure_demo_videos(tmp_path, seconds=3, width=320, height=180, fps=FPS)
     assert sorted(first) == sorted(VIDEOS)
+    for video, index in first.items():   # drawn frames made into renditions as a file's would be
+        for r in index.renditions:
+            (segment,) = r.segments
+            frames, audio_frames, _ = decode_segment(segment_bytes(tmp_path / video, r, segment))
+            assert frames[0].key_frame and len(frames) == 3 * FPS and segment.duration == 3.0
+            assert audio_frames >= 3 * 48000 / 1024 - 2   # the scenes' sound, or silence for black
     made = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.ts")}
     assert len(made) == 9
     assert ensure_demo_videos(tmp_path, seconds=3, width=320, height=180, fps=FPS) == first
