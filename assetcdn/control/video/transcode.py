@@ -224,20 +224,6 @@ def transcode_hls(source: Path, out_dir: Path, *, qualities: Sequence[int] = QUA
     uses ``ultrafast`` to start in seconds. ``stop``, once set, ends the work between two frames
     with ``Stopped``.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    work = out_dir / ".parts"  # one transcode per out_dir at a time
-    shutil.rmtree(work, ignore_errors=True)
-    try:
-        renditions = _transcode(source, work, out_dir, qualities, segment_seconds, preset, stop)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    index = VideoIndex(video=video or source.stem, renditions=tuple(renditions))
-    index.write(out_dir / INDEX_FILE)
-    return index
-
-
-def _transcode(source: Path, work: Path, out_dir: Path, qualities: Sequence[int],
-               segment_seconds: int, preset: str, stop: threading.Event | None) -> list[Rendition]:
     try:
         container = av.open(str(source))
     except (av.error.FFmpegError, OSError) as exc:
@@ -248,14 +234,14 @@ def _transcode(source: Path, work: Path, out_dir: Path, qualities: Sequence[int]
         in_video = container.streams.video[0]
         in_video.thread_type = "AUTO"
         in_audio = container.streams.audio[0] if container.streams.audio else None
-        fps = Fraction(in_video.average_rate or in_video.guessed_rate or DEFAULT_FPS)
         streams = [in_video] + ([in_audio] if in_audio is not None else [])
         decoded = (frame for packet in container.demux(streams) for frame in packet.decode())
-        return _encode_renditions(decoded, in_audio is not None, in_video.codec_context.width,
-                                  in_video.codec_context.height, fps, work, out_dir, qualities,
-                                  segment_seconds, preset, stop)
-    except av.error.FFmpegError as exc:
-        raise TranscodeError(f"cannot transcode {source.name}: {exc}") from exc
+        return transcode_frames(
+            decoded, out_dir, video=video or source.stem, width=in_video.codec_context.width,
+            height=in_video.codec_context.height,
+            fps=Fraction(in_video.average_rate or in_video.guessed_rate or DEFAULT_FPS),
+            has_audio=in_audio is not None, qualities=qualities, segment_seconds=segment_seconds,
+            preset=preset, stop=stop)
     finally:
         container.close()
 
@@ -264,11 +250,11 @@ def transcode_frames(frames: Iterable[av.VideoFrame | av.AudioFrame], out_dir: P
                      width: int, height: int, fps: Fraction, has_audio: bool,
                      qualities: Sequence[int] = QUALITIES, segment_seconds: int = SEGMENT_SECONDS,
                      preset: str = "veryfast", stop: threading.Event | None = None) -> VideoIndex:
-    """`transcode_hls` for pictures and sound made in memory (the demo's scenes): video frames of
-    ``width`` x ``height`` and, when ``has_audio``, audio frames, each with its time set, interleaved
-    in time order. Nothing is encoded twice: no source file is written and decoded again."""
+    """`transcode_hls` for decoded frames: a file's, or pictures and sound made in memory (the demo's
+    scenes, which are then never encoded only to be decoded again). Video frames of ``width`` x
+    ``height`` and, when ``has_audio``, audio frames, each with its time set, in time order."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    work = out_dir / ".parts"
+    work = out_dir / ".parts"  # one transcode per out_dir at a time
     shutil.rmtree(work, ignore_errors=True)
     try:
         renditions = _encode_renditions(iter(frames), has_audio, width, height, fps, work, out_dir,
