@@ -197,11 +197,18 @@ def _started_for(edge_pid: int) -> bool:
 
 
 def _parent_of(pid: int) -> int:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields else 0
+
+
+def _stat_fields(pid: int) -> list[bytes]:
+    """The fields of /proc/<pid>/stat after the command name (state first); empty once it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
-            return int(stat.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+    return fields if len(fields) > 12 else []
 
 
 def _rss_bytes(pid: int) -> int:
@@ -214,12 +221,8 @@ def _rss_bytes(pid: int) -> int:
 
 def _cpu_seconds(pid: int) -> float:
     """User plus system CPU time of process `pid`, every thread (0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-    except (OSError, IndexError, ValueError):
-        return 0.0
+    fields = _stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS if fields else 0.0
 
 
 @dataclass(eq=False)
@@ -503,12 +506,9 @@ class ImagePool:
 
     def _stop_later(self, worker: _Worker) -> None:
         self._workers.discard(worker)
-
-        def stop(_: Future[None]) -> None:   # no wait: its fork server reaps it
-            if worker.process.pid is not None:
-                worker.process.kill()
-            worker.conn.close()
-        worker.launched.add_done_callback(stop)
+        worker.conn.close()
+        # No wait: its fork server reaps it. One still being launched is killed once it is.
+        worker.launched.add_done_callback(functools.partial(_kill_if_started, worker.process))
 
     async def close(self) -> None:
         """Stop every worker: SIGTERM, then SIGKILL after STOP_TIMEOUT_S. Running jobs answer 503."""
