@@ -38,3 +38,18 @@ def rss_bytes(pids: list[int]) -> int:
         except OSError:
             continue
     return total
+
+
+def pss_bytes(pids: list[int]) -> int:
+    """Proportional memory of ``pids`` together (Pss: a page shared by n processes counts 1/n in each),
+    so processes forked from one parent are not charged its pages once per child."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+                    break
+        except OSError:
+            continue
+    return total

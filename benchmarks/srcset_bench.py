@@ -52,7 +52,7 @@ import aiohttp
 import numpy as np
 import pyvips
 
-from benchmarks.proc_stats import cpu_seconds, rss_bytes, stat_fields
+from benchmarks.proc_stats import cpu_seconds, pss_bytes, rss_bytes, stat_fields
 from benchmarks.transform_sources import SourcePicture, single_photo, srcset_sources
 from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn, free_port_block, start_cdn
 
@@ -118,6 +118,8 @@ class Tree:
 
 
 def image_workers(tree: Tree) -> list[int]:
+    """The image pool's processes: its fork server, the workers forked from it (which carry the fork
+    server's command line) and multiprocessing's resource tracker."""
     tree.refresh()
     found = []
     for pid in tree.pids:
@@ -406,7 +408,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
             await servers.one_by_one(session, "warm", [Job(single.name, 500 + i, fmt)
                                                        for i, fmt in enumerate(FORMATS * 2)])
             del warm
-            workers_before = rss_bytes(image_workers(trees["assetcdn"]))
+            pool = image_workers(trees["assetcdn"])
+            workers_before = (rss_bytes(pool), pss_bytes(pool))
             print(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, {os.cpu_count()} cores, load average before: "
                   f"{load_average()}", flush=True)
             rng = random.Random(args.seed)
@@ -421,7 +424,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
                 srcset_answers += await servers.one_by_one(session, round_name, jobs)
                 print(f"# srcset round {round_index + 1}: {len(jobs)} requests per server in "
                       f"{time.monotonic() - began:.0f} s, load average {load_average()}", flush=True)
-            workers_after = rss_bytes(image_workers(trees["assetcdn"]))
+            pool = image_workers(trees["assetcdn"])
+            workers_after = (rss_bytes(pool), pss_bytes(pool))
             single_bytes = await put_round(session, cdn, root, "single", [single])
             new_jobs = [Job(single.name, 300 + (index * 1699 // max(args.new_widths - 1, 1)), fmt)
                         for fmt in FORMATS for index in range(args.new_widths)]
@@ -447,9 +451,11 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
             print(f"| {server} | {percentile(values, 0.5) * 1000:.0f} | {percentile(values, 0.99) * 1000:.0f} | "
                   f"{len(values)} |")
         print()
-        print(f"assetcdn image workers' RSS: {workers_before / 2**20:.0f} MB after warm-up, "
-              f"{workers_after / 2**20:.0f} MB after the srcset rounds (decoded-source cache bound per worker: "
-              f"transform.decoded_cache_mb)", flush=True)
+        print(f"assetcdn image pool (fork server and workers), RSS / PSS: {workers_before[0] / 2**20:.0f} / "
+              f"{workers_before[1] / 2**20:.0f} MB after warm-up, {workers_after[0] / 2**20:.0f} / "
+              f"{workers_after[1] / 2**20:.0f} MB after the srcset rounds (RSS counts pages the workers share "
+              "with the fork server in each; decoded-source cache bound per worker: transform.decoded_cache_mb)",
+              flush=True)
         print("\n# measuring quality (SSIM)...", flush=True)
         rows = rows_of("srcset", srcset_answers, quality_of(srcset_answers, originals))
         rows += rows_of("every width new", new_answers, quality_of(new_answers, {single.name: single_bytes[single.name]}))
