@@ -29,25 +29,22 @@ def cpu_seconds(pids: list[int], *, reaped_children: bool = False) -> float:
 
 def rss_bytes(pids: list[int]) -> int:
     """Resident memory of ``pids`` together (VmRSS; shared pages count once per process)."""
-    total = 0
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-        except OSError:
-            continue
-    return total
+    return _kilobytes_of(pids, "status", "VmRSS:")
 
 
 def pss_bytes(pids: list[int]) -> int:
     """Proportional memory of ``pids`` together (Pss: a page shared by n processes counts 1/n in each),
     so processes forked from one parent are not charged its pages once per child."""
+    return _kilobytes_of(pids, "smaps_rollup", "Pss:")
+
+
+def _kilobytes_of(pids: list[int], name: str, field: str) -> int:
+    """The sum over ``pids`` of the "<field> N kB" line of /proc/<pid>/<name>, in bytes."""
     total = 0
     for pid in pids:
         try:
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
+            for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+                if line.startswith(field):
                     total += int(line.split()[1]) * 1024
                     break
         except OSError:
