@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import logging
+import zipfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from assetcdn.control.search.encoder import DIMENSIONS, SentenceEncoder, load_packaged_model
+from assetcdn.control.search.encoder import (
+    DIMENSIONS,
+    WEIGHTS,
+    SentenceEncoder,
+    load_packaged_model,
+    model_cache_dir,
+    packaged_model_zip,
+    read_weights,
+)
 
 # Published for sentence-transformers/all-MiniLM-L6-v2 (the sentence-transformers quick start):
 # model.similarity over these three sentences gives 0.6660, 0.1046 and 0.1411.
@@ -54,3 +66,61 @@ def test_batched_and_single_encodings_agree(encoder: SentenceEncoder) -> None:
 def test_long_text_is_truncated_not_refused(encoder: SentenceEncoder) -> None:
     vector = encoder.encode_one("word " * 2000)
     assert np.isfinite(vector).all() and abs(float(np.linalg.norm(vector)) - 1.0) < 1e-5
+
+
+class CountingZip(zipfile.ZipFile):
+    """The packaged zip, counting what is inflated from it."""
+
+    inflated: list[str]
+
+    def read(self, name: str | zipfile.ZipInfo, pwd: bytes | None = None) -> bytes:
+        self.inflated.append(name if isinstance(name, str) else name.filename)
+        return super().read(name, pwd)
+
+
+@pytest.fixture
+def packaged() -> CountingZip:
+    archive = CountingZip(packaged_model_zip())
+    archive.inflated = []
+    return archive
+
+
+def test_the_weights_are_inflated_once_then_read_back_from_the_cache(packaged: CountingZip, tmp_path: Path) -> None:
+    first = read_weights(packaged, tmp_path / "cache")
+    assert packaged.inflated == [WEIGHTS]
+    [kept] = (tmp_path / "cache").iterdir()  # no temporary file is left beside it
+    assert kept.suffix == ".safetensors" and kept.read_bytes() == first
+    assert read_weights(packaged, tmp_path / "cache") == first
+    assert packaged.inflated == [WEIGHTS]   # the second load inflated nothing
+
+
+@pytest.mark.parametrize("damage", ["truncated", "one byte changed"])
+def test_a_damaged_cached_copy_is_replaced_never_used(packaged: CountingZip, tmp_path: Path, damage: str,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    good = read_weights(packaged, tmp_path)
+    [kept] = tmp_path.iterdir()
+    kept.write_bytes(good[:1000] if damage == "truncated" else good[:-1] + bytes([good[-1] ^ 1]))
+    with caplog.at_level(logging.WARNING):
+        assert read_weights(packaged, tmp_path) == good
+    assert "does not match the packaged model" in caplog.text
+    assert packaged.inflated == [WEIGHTS, WEIGHTS] and kept.read_bytes() == good
+
+
+def test_a_cache_that_cannot_be_written_costs_only_the_speed(packaged: CountingZip, tmp_path: Path,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    with caplog.at_level(logging.WARNING):
+        weights = read_weights(packaged, blocked / "cache")
+    assert weights == zipfile.ZipFile(packaged_model_zip()).read(WEIGHTS)
+    assert "cannot keep the inflated model" in caplog.text and blocked.read_text() == "not a directory"
+
+
+def test_the_cache_is_the_setting_else_the_users_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/ops")
+    assert model_cache_dir("/srv/models") == Path("/srv/models")
+    assert model_cache_dir("~/models") == Path("/home/ops/models")
+    assert model_cache_dir(environ={"XDG_CACHE_HOME": "/var/cache/ops"}) == Path("/var/cache/ops/assetcdn")
+    # A relative XDG_CACHE_HOME is ignored, as the XDG spec asks.
+    assert model_cache_dir(environ={"XDG_CACHE_HOME": "cache"}) == Path("/home/ops/.cache/assetcdn")
+    assert model_cache_dir(environ={}) == Path("/home/ops/.cache/assetcdn")

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import zipfile
+from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app_keys import SEARCH
 from assetcdn.control.routes.search import parse_limit
+from assetcdn.control.search.encoder import WEIGHTS, packaged_model_zip
 from assetcdn.control.search.engine import MAX_QUERY_CHARS, MAX_QUERY_TERMS, WAITING_QUERIES
 from tests.control.conftest import ACCESS, ACCOUNT
 
@@ -169,6 +172,16 @@ async def test_requests_beyond_the_per_ip_limit_are_429(make_control: MakeContro
     # Counted per client: another address behind a trusted proxy (the loopback edge) has its own window.
     other = await client.get("/api/search", params={"q": "logo"}, headers={"X-Forwarded-For": "203.0.113.9"})
     assert other.status == 200
+
+
+async def test_the_model_is_kept_inflated_where_search_model_cache_dir_says(make_control: MakeControl,
+                                                                           tmp_path: Path) -> None:
+    client = await make_control(search_model_cache_dir=str(tmp_path / "models"))
+    await add_zone(client, "autoworld")
+    await upload(client, "autoworld/v1/banners/ferrari-488.jpg", "autoworld/v1/banners/school-bus.jpg")
+    assert (await search(client, "red sports car"))["mode"] == "vector"
+    [kept] = (tmp_path / "models").iterdir()
+    assert kept.read_bytes() == zipfile.ZipFile(packaged_model_zip()).read(WEIGHTS)
 
 
 async def test_without_the_model_search_is_fuzzy_and_still_typo_tolerant(make_control: MakeControl) -> None:
