@@ -5,17 +5,32 @@ from pathlib import Path
 import pytest
 
 # `make test` hands out whole files (--dist loadfile --no-loadscope-reorder) in the order below: the
-# longest files first (the slowest of a full run's per-file times: mostly waiting on real processes), then
-# every other file that starts real processes, then the rest. The long ones then overlap with the many short files
-# instead of being the last to run while the other workers sit idle.
+# longest files first (the slowest of a full run's per-file times), then every other file that starts real
+# processes, then the rest. The long ones then overlap with the many short files instead of being the last to
+# run while the other workers sit idle. Among the long ones, files that mostly wait on processes (shutdowns,
+# ACME, browsers: "waits") alternate with files that keep a core busy ("CPU"): four waiting files side by side
+# left the two cores 15-22 % idle for tens of seconds.
 LONGEST_FIRST = (
-    "integration/test_shutdown.py", "integration/test_https_acme.py", "control/acme/test_certificates.py",
-    "test_openapi_fuzz.py", "integration/test_shared_counters.py", "edge/routes/test_transform.py",
-    "edge/transform/test_decoded.py", "integration/test_faults_kill_control.py", "integration/test_demo_content.py",
-    "browser/test_hls_playback.py", "browser/test_dashboard_browser.py", "integration/test_hostile_clients.py",
-    "edge/transform/test_steps.py", "browser/test_https_acme_page.py", "integration/test_edge_cluster.py",
-    "edge/tls/test_https_shutdown.py", "edge/test_image_pool.py", "integration/test_wheel_install.py",
-    "control/video/test_transcode.py",
+    "integration/test_shutdown.py",                 # waits
+    "integration/test_https_acme.py",               # waits
+    "edge/transform/test_decoded.py",               # CPU
+    "test_openapi_fuzz.py",                         # CPU
+    "control/acme/test_certificates.py",            # waits
+    "integration/test_shared_counters.py",          # waits
+    "edge/routes/test_transform.py",                # CPU
+    "integration/test_faults_kill_control.py",      # waits
+    "integration/test_demo_content.py",             # CPU
+    "edge/transform/test_steps.py",                 # CPU
+    "browser/test_hls_playback.py",                 # both
+    "browser/test_dashboard_browser.py",            # waits
+    "control/video/test_transcode.py",              # CPU
+    "integration/test_hostile_clients.py",          # waits
+    "browser/test_https_acme_page.py",              # waits
+    "integration/test_wheel_install.py",            # CPU
+    "integration/test_edge_cluster.py",             # waits
+    "edge/tls/test_https_shutdown.py",              # waits
+    "edge/test_image_pool.py",                      # both
+    "edge/routes/test_proxied_bodies.py",           # waits (slow bodies): not the last file of the run
 )
 REAL_PROCESSES_FIRST = ("integration/", "browser/", "edge/tls/", "edge/transform/", "control/acme/")
 TESTS = Path(__file__).parent
