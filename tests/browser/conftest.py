@@ -64,9 +64,9 @@ def hls_js() -> Path:
 
 @pytest.fixture(scope="session")
 def nature_source(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """A 22-second nature clip: enough to cross 12 s and a segment edge."""
+    """A 14-second nature clip: enough to cross 12 s and the segment edge at 10 s."""
     source = write_synthetic_video(tmp_path_factory.mktemp("browser-hls") / "nature.mp4", "nature",
-                                   seconds=22, width=1280, height=720, fps=10, audio=True)
+                                   seconds=14, width=1280, height=720, fps=10, audio=True)
     return source.read_bytes()
 
 

@@ -31,7 +31,7 @@ async def test_master_playlist_plays_past_12_seconds(chromium: str, player_url: 
         pytest.skip(result["reason"])
     assert result["status"] == "played", result
     assert result["currentTime"] > TARGET_SECONDS
-    # The 22 s clip is 720p, so its 1080 rendition is 720p too (no upscaling); hls.js
+    # The 14 s clip is 720p, so its 1080 rendition is 720p too (no upscaling); hls.js
     # folds identical variants into one level.
     assert {level["height"] for level in result["levels"]} == {480, 720}, result
     assert {sn for _, sn in result["fragments"]} >= {0, 1}  # crossed into the second segment

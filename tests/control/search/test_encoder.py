@@ -15,7 +15,6 @@ from assetcdn.control.search.encoder import (
     SentenceEncoder,
     load_packaged_model,
     model_cache_dir,
-    packaged_model_zip,
     read_weights,
 )
 
@@ -69,7 +68,7 @@ def test_long_text_is_truncated_not_refused(encoder: SentenceEncoder) -> None:
 
 
 class CountingZip(zipfile.ZipFile):
-    """The packaged zip, counting what is inflated from it."""
+    """A zip laid out as the model's package (its weights deflated), counting what is inflated from it."""
 
     inflated: list[str]
 
@@ -78,32 +77,40 @@ class CountingZip(zipfile.ZipFile):
         return super().read(name, pwd)
 
 
+WEIGHT_BYTES = bytes(range(256)) * 4096   # 1 MB: the cache's logic without inflating the real 91 MB each time
+
+
 @pytest.fixture
-def packaged() -> CountingZip:
-    archive = CountingZip(packaged_model_zip())
+def packaged(tmp_path: Path) -> CountingZip:
+    path = tmp_path / "model.zip"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(WEIGHTS, WEIGHT_BYTES)
+        archive.writestr("config.json", "{}")
+    archive = CountingZip(path)
     archive.inflated = []
     return archive
 
 
 def test_the_weights_are_inflated_once_then_read_back_from_the_cache(packaged: CountingZip, tmp_path: Path) -> None:
-    first = read_weights(packaged, tmp_path / "cache")
+    assert read_weights(packaged, tmp_path / "cache") == WEIGHT_BYTES
     assert packaged.inflated == [WEIGHTS]
     [kept] = (tmp_path / "cache").iterdir()  # no temporary file is left beside it
-    assert kept.suffix == ".safetensors" and kept.read_bytes() == first
-    assert read_weights(packaged, tmp_path / "cache") == first
+    assert kept.suffix == ".safetensors" and kept.read_bytes() == WEIGHT_BYTES
+    assert read_weights(packaged, tmp_path / "cache") == WEIGHT_BYTES
     assert packaged.inflated == [WEIGHTS]   # the second load inflated nothing
 
 
 @pytest.mark.parametrize("damage", ["truncated", "one byte changed"])
 def test_a_damaged_cached_copy_is_replaced_never_used(packaged: CountingZip, tmp_path: Path, damage: str,
                                                       caplog: pytest.LogCaptureFixture) -> None:
-    good = read_weights(packaged, tmp_path)
-    [kept] = tmp_path.iterdir()
+    read_weights(packaged, tmp_path / "cache")
+    [kept] = (tmp_path / "cache").iterdir()
+    good = kept.read_bytes()
     kept.write_bytes(good[:1000] if damage == "truncated" else good[:-1] + bytes([good[-1] ^ 1]))
     with caplog.at_level(logging.WARNING):
-        assert read_weights(packaged, tmp_path) == good
+        assert read_weights(packaged, tmp_path / "cache") == WEIGHT_BYTES
     assert "does not match the packaged model" in caplog.text
-    assert packaged.inflated == [WEIGHTS, WEIGHTS] and kept.read_bytes() == good
+    assert packaged.inflated == [WEIGHTS, WEIGHTS] and kept.read_bytes() == WEIGHT_BYTES
 
 
 def test_a_cache_that_cannot_be_written_costs_only_the_speed(packaged: CountingZip, tmp_path: Path,
@@ -111,8 +118,7 @@ def test_a_cache_that_cannot_be_written_costs_only_the_speed(packaged: CountingZ
     blocked = tmp_path / "a-file"
     blocked.write_text("not a directory")
     with caplog.at_level(logging.WARNING):
-        weights = read_weights(packaged, blocked / "cache")
-    assert weights == zipfile.ZipFile(packaged_model_zip()).read(WEIGHTS)
+        assert read_weights(packaged, blocked / "cache") == WEIGHT_BYTES
     assert "cannot keep the inflated model" in caplog.text and blocked.read_text() == "not a directory"
 
 
