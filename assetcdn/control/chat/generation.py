@@ -4,7 +4,9 @@
 chat_url``), token by token; the connection is closed as soon as the caller stops reading, which
 is how a client's disconnect cancels the generation upstream. `extractive_answer` needs no model:
 it picks the question's closest sentences from the retrieved documentation and lists matching
-assets. Both end with up to three follow-up questions.
+assets. Both end with up to three follow-up questions. The documentation's sentences are encoded
+the first time an answer weighs them and kept for the process (`sentence_vectors`): they come from
+the shipped documentation only, so what is kept is bounded by it.
 """
 
 from __future__ import annotations
@@ -177,6 +179,22 @@ def _candidates(retrieved: Retrieved) -> tuple[list[Any], list[tuple[int, str]]]
     return relevant, [(i, s) for i, p in enumerate(relevant[:3]) for s in _sentences(p.passage.text)]
 
 
+# (model id, sentence) -> its unit vector. Only documentation sentences reach it (_candidates), so it
+# holds at most the documentation's few thousand sentences (384 floats each); a dict's get and set are
+# atomic, so answers on several worker threads share it without a lock (two may encode one sentence once each).
+_SENTENCE_VECTORS: dict[tuple[str, str], np.ndarray] = {}
+
+
+def sentence_vectors(encoder: SentenceEncoder, sentences: Sequence[str]) -> np.ndarray:
+    """One row per sentence: each encoded once per process (an answer weighs 20-40 sentences of its
+    three best passages, and encoding them was most of an extractive answer's CPU, ~0.3 s)."""
+    missing = [s for s in dict.fromkeys(sentences) if (encoder.model_id, s) not in _SENTENCE_VECTORS]
+    if missing:
+        for sentence, vector in zip(missing, encoder.encode(missing), strict=True):
+            _SENTENCE_VECTORS[(encoder.model_id, sentence)] = vector
+    return np.stack([_SENTENCE_VECTORS[(encoder.model_id, s)] for s in sentences])
+
+
 def extractive_lead(retrieved: Retrieved) -> str:
     """How the extractive answer begins, known before any sentence is scored: the best passage's lead
     sentence always comes first (see extractive_answer), so it can be sent while the rest is chosen."""
@@ -196,7 +214,7 @@ def extractive_answer(question: str, retrieved: Retrieved, encoder: SentenceEnco
     relevant, candidates = _candidates(retrieved)
     if relevant:
         if encoder is not None and len(candidates) > max_sentences:
-            scores = encoder.encode([s for _, s in candidates]) @ encoder.encode_query(question, QUERY_TOKENS)
+            scores = sentence_vectors(encoder, [s for _, s in candidates]) @ encoder.encode_query(question, QUERY_TOKENS)
             # The best passage's lead sentence always: it names the thing (an endpoint, a setting) that
             # its other sentences qualify, and those tend to score higher on a question's wording.
             scores[0] = np.inf

@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.chat.documentation import documentation_passages
-from assetcdn.control.chat.generation import extractive_answer, extractive_lead
+from assetcdn.control.chat.generation import extractive_answer, extractive_lead, sentence_vectors
 from assetcdn.control.chat.passage_vectors import (
     VECTORS_FILE,
     passage_key,
@@ -80,6 +80,25 @@ def test_the_extractive_answer_begins_with_the_lead_sent_before_it_is_scored(enc
         text, _ = extractive_answer(question, retrieved, encoder)
         lead = extractive_lead(retrieved)
         assert text.startswith(lead), (question, lead, text)
+
+
+def test_a_documentation_sentence_is_encoded_once_per_process(encoder: SentenceEncoder) -> None:
+    class Counting:
+        model_id = f"{encoder.model_id} (counted)"   # its own keys: nothing a previous test cached
+        encoded: list[str] = []
+
+        def encode(self, texts: list[str]) -> np.ndarray:
+            self.encoded += texts
+            return encoder.encode(texts)
+
+    counting = Counting()
+    sentences = ["A zone is a folder of assets.", "A purge drops cached copies.", "A zone is a folder of assets."]
+    first = sentence_vectors(counting, sentences)  # type: ignore[arg-type]
+    assert counting.encoded == sentences[:2]        # the repeated one once
+    assert np.allclose(first, encoder.encode(sentences), atol=1e-5)
+    again = sentence_vectors(counting, ["A purge drops cached copies.", "Video is streamed as HLS."])  # type: ignore[arg-type]
+    assert counting.encoded == [*sentences[:2], "Video is streamed as HLS."]
+    assert np.array_equal(again[0], first[1])
 
 
 async def test_health_says_when_the_chat_is_ready_and_a_question_then_answers(control: TestClient) -> None:
