@@ -19,7 +19,7 @@ from assetcdn.control.video.outcome import INDEX_FILE, Stopped, TranscodeError
 from assetcdn.control.video.transcode import h264_codecs, plan_renditions, transcode_hls
 from assetcdn.shared.hls import QUALITIES, VIDEOS, Rendition, Segment, VideoIndex, variant_playlist
 
-FPS = 8
+FPS = 4  # x264 costs per frame: a low rate keeps the file short, every check holds at any rate
 SECONDS = 22  # two full segments and a short last one
 H264_PROFILES = {"Baseline": 0x42, "Constrained Baseline": 0x42, "Main": 0x4D, "High": 0x64}
 
