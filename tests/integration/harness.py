@@ -171,7 +171,7 @@ class RunningCdn:
 def made_demo_videos(data_dir: Path) -> None:
     """Small demo videos (2 s at 320x180) already made in `data_dir`'s video cache, as an earlier first start
     leaves it: control reuses complete ones whatever their size and only commits them. For the tests that need the
-    demo but do not test making its videos: three 20 s 1080p videos cost about 18 CPU-s in the background, these
+    demo but do not test making its videos: three 12 s 1080p videos cost about 11 CPU-s in the background, these
     half a second (tests/integration/test_demo_content.py makes the real ones)."""
     from assetcdn.control.video.demo import ensure_demo_videos  # PyAV: only where videos are made
     from assetcdn.control.video.ingest import DEMO_VIDEO_CACHE

@@ -40,7 +40,7 @@ def test_ctrl_c_while_the_demo_videos_are_made_stops_at_once_and_the_next_start_
     try:
         health = control_health(cdn)
         assert health["chat"] == "ready"   # `up` says it is up once the first question is answered at once
-        assert health["demoVideos"] == "making"   # 20 s of 1080p video take longer than this
+        assert health["demoVideos"] == "making"   # 12 s of 1080p video take longer than this
         assert stream_status(cdn, "nature") == 404
         logged = cdn.log_path.stat().st_size
         cdn.process.send_signal(signal.SIGINT)   # what Ctrl-C sends `make run`'s foreground process

@@ -28,7 +28,7 @@ from assetcdn.shared.hls import VIDEOS, VideoIndex
 
 DEMO_WIDTH, DEMO_HEIGHT = 1920, 1080
 DEMO_FPS = 10  # x264 costs per frame: a low rate keeps the first start short
-DEMO_SECONDS = 20  # two segments: enough to see a player move from one to the next
+DEMO_SECONDS = 12  # a full segment and a short one: enough to see a player move from one to the next
 DEMO_PRESET = "ultrafast"
 LOOP_SECONDS = 10  # the scenes repeat seamlessly; one segment long
 CANVAS_CHUNK = 512  # columns of a scene's canvas built at a time (even: chroma takes column pairs)
