@@ -1,5 +1,6 @@
 """Suite-wide fixtures and the run order. Module-specific fixtures live beside their tests."""
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,9 @@ def _run_order(item: pytest.Item) -> int:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_run_order)  # stable: a file's tests stay together and in their order
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Everything imported and collected so far lives to the end of the run: moved out of the collector's
+    # reach, it is no longer traversed by every full collection a test's garbage triggers.
+    gc.freeze()
