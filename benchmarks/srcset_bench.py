@@ -116,6 +116,22 @@ class Tree:
         for pid in self.pids:
             subprocess.run(["taskset", "-a", "-p", "-c", core, str(pid)], capture_output=True, check=False)
 
+    def check_pinned(self, core: str) -> None:
+        """Pin again, then refuse to measure if any process of the tree runs off `core`: a process
+        forked between a pin's listing and its taskset (an image worker launched in the background
+        as the edge starts) would keep this load generator's core and work beside ours for free."""
+        self.pin(core)
+        self.refresh()
+        off = []
+        for pid in self.pids:
+            try:
+                if os.sched_getaffinity(pid) != {int(core)}:
+                    off.append(pid)
+            except OSError:
+                continue   # gone since the listing
+        if off:
+            raise RuntimeError(f"{self.name}: processes {off} are not pinned to core {core}")
+
 
 def image_workers(tree: Tree) -> list[int]:
     """The image pool's processes: its fork server, the workers forked from it (which carry the fork
@@ -408,6 +424,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
             await servers.one_by_one(session, "warm", [Job(single.name, 500 + i, fmt)
                                                        for i, fmt in enumerate(FORMATS * 2)])
             del warm
+            for tree in trees.values():   # every process of both trees exists by now: all on the server core
+                tree.check_pinned(SERVER_CORE)
             pool = image_workers(trees["assetcdn"])
             workers_before = (rss_bytes(pool), pss_bytes(pool))
             print(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, {os.cpu_count()} cores, load average before: "
