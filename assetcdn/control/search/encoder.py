@@ -226,7 +226,9 @@ def read_weights(archive: zipfile.ZipFile, cache_dir: Path) -> bytes:
     # A private temporary name, then a rename: a concurrent loader reads the old file or the whole new one.
     temporary = cache_dir / f".{cached.name}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
+        # The owner's only: the weights are trusted once their CRC-32 matches, which guards against damage,
+        # not against someone else writing them.
+        cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         temporary.write_bytes(data)
         os.replace(temporary, cached)
     except OSError as exc:
@@ -237,9 +239,10 @@ def read_weights(archive: zipfile.ZipFile, cache_dir: Path) -> bytes:
 
 
 def load_packaged_model(cache_dir: Path | None = None) -> LoadedModel:
-    """Load the packaged model once per process: its weights are immutable, and every control app in
-    the process (tests start many) shares them. Raises ModelUnavailable when the package is absent.
-    ``cache_dir`` (default: model_cache_dir()) keeps the inflated weights between processes."""
+    """Load the packaged model once per process and cache directory: its weights are immutable, and
+    every control app in the process (tests start many) shares them. Raises ModelUnavailable when the
+    package is absent. ``cache_dir`` (default: model_cache_dir()) keeps the inflated weights between
+    processes."""
     with _LOAD_LOCK:
         return _load_packaged_model(cache_dir or model_cache_dir())
 

@@ -94,6 +94,7 @@ def packaged(tmp_path: Path) -> CountingZip:
 def test_the_weights_are_inflated_once_then_read_back_from_the_cache(packaged: CountingZip, tmp_path: Path) -> None:
     assert read_weights(packaged, tmp_path / "cache") == WEIGHT_BYTES
     assert packaged.inflated == [WEIGHTS]
+    assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700   # the owner's only
     [kept] = (tmp_path / "cache").iterdir()  # no temporary file is left beside it
     assert kept.suffix == ".safetensors" and kept.read_bytes() == WEIGHT_BYTES
     assert read_weights(packaged, tmp_path / "cache") == WEIGHT_BYTES
