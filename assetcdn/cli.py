@@ -307,12 +307,16 @@ def cmd_up(args: argparse.Namespace) -> int:
         _wait_chat_ready(control_url, run_id, stop, HEALTH_TIMEOUT_S)
         if stop.requested:
             return 0
-        _say(f"assetcdn is up: {edge_urls[0]}  (control {control_url}; edges {', '.join(edge_urls)})")
+        # One write: whoever reads the output (a log shipper, a script waiting for "assetcdn is up") sees the
+        # whole banner at once, never the first line without the others.
+        banner = [f"assetcdn is up: {edge_urls[0]}  (control {control_url}; edges {', '.join(edge_urls)})"]
         if https_port:
-            _say(f"HTTPS: https://{host}:{https_port}" + (f" to :{https_port + args.edges - 1}" if args.edges > 1 else ""))
-        _say(_keys_notice(data_dir / SECRETS_FILE, generated))
-        _say(f"Dashboard: {dashboard_url(settings, host, dashboard_port)}/dashboard/ (its own origin; "
-             "sign in with ASSETCDN_DASHBOARD_SECRET)")
+            banner.append(f"HTTPS: https://{host}:{https_port}"
+                          + (f" to :{https_port + args.edges - 1}" if args.edges > 1 else ""))
+        banner.append(_keys_notice(data_dir / SECRETS_FILE, generated))
+        banner.append(f"Dashboard: {dashboard_url(settings, host, dashboard_port)}/dashboard/ (its own origin; "
+                      "sign in with ASSETCDN_DASHBOARD_SECRET)")
+        _say("\n".join(banner))
         return _supervise(processes, commands, labels, env, stop)
     except StartupFailed as exc:
         _say(f"assetcdn up: {exc}", error=True)
