@@ -33,7 +33,8 @@ LONGEST_FIRST = (
     "edge/test_image_pool.py",                      # both
     "edge/routes/test_proxied_bodies.py",           # waits (slow bodies): not the last file of the run
 )
-REAL_PROCESSES_FIRST = ("integration/", "browser/", "edge/tls/", "edge/transform/", "control/acme/")
+REAL_PROCESSES_FIRST = ("integration/", "browser/", "edge/tls/", "edge/transform/", "control/acme/", "counters/",
+                        "control/chat/test_chat_through_edges.py", "shared/test_process.py")
 TESTS = Path(__file__).parent
 
 
