@@ -53,6 +53,18 @@ def test_the_sample_keeps_its_budget_per_second_every_error_and_a_rate_that_esti
     assert [entry[0] for entry in entries] == sorted(entry[0] for entry in entries)
 
 
+def test_an_entry_at_the_very_end_of_a_second_is_listed_in_that_second() -> None:
+    log = DeliveryLog("cf-ipcountry", log_per_s=3)
+    for i in range(3):
+        deliver(log, T0 + 0.9996 + i / 100_000, request_id=f"late{i}")  # the last half millisecond of T0
+    deliver(log, T0 + 1.2, request_id="next")
+    batch = log.take(now=T0 + 2.5)
+    assert batch is not None
+    seconds = sorted(int(entry[0]) for entry in batch["log"])
+    assert seconds == [T0, T0, T0, T0 + 1]  # no second lists more than its budget of 3
+    assert all(entry[0] <= T0 + 0.9999 for entry in batch["log"] if entry[5].startswith("late"))
+
+
 def test_a_watched_tail_raises_the_budget_and_nothing_is_logged_with_a_budget_of_zero() -> None:
     log = DeliveryLog("cf-ipcountry", log_per_s=0, tail_per_s=50)
     for i in range(100):
