@@ -13,7 +13,6 @@ import datetime
 import ipaddress
 import json
 import os
-import socket
 import ssl
 import subprocess
 import time
@@ -26,6 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tests.integration.harness import free_port_block
 from tests.prerequisites import installed_program
 
 START_TIMEOUT_S = 30.0
@@ -37,18 +37,10 @@ def pebble_binaries() -> tuple[str, str]:
 
 
 def free_port() -> int:
-    """A port free for both TCP and UDP on 127.0.0.1 (the mock DNS listens on both)."""
-    for _ in range(50):
-        with socket.socket() as tcp:
-            tcp.bind(("127.0.0.1", 0))
-            port = int(tcp.getsockname()[1])
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-                try:
-                    udp.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-            return port
-    raise RuntimeError("no free port")
+    """A port free for both TCP and UDP on 127.0.0.1 (the mock DNS listens on both), below the ephemeral
+    range: an outgoing connection of a test beside this one can take a port bind(0) chose before Pebble
+    binds it."""
+    return free_port_block(1, udp=True)
 
 
 def _listener_certificate(directory: Path) -> tuple[Path, Path]:

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.integration.harness import free_port_block
 from tests.prerequisites import installed_program
 
 START_TIMEOUT_S = 20.0
@@ -22,9 +23,8 @@ def redis_server_binary() -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """Below the ephemeral range, which outgoing connections draw from (tests.integration.harness)."""
+    return free_port_block(1)
 
 
 def _answers_ping(port: int) -> bool:

@@ -27,12 +27,14 @@ PURGE = {"x-api-key": KEYS["ASSETCDN_PURGE_KEY"]}
 METRICS = {"Authorization": f"Bearer {KEYS['ASSETCDN_METRICS_KEY']}"}  # /metrics, /api/health?deep=1
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
+def _port_free(port: int, *, udp: bool = False) -> bool:
+    kinds = (socket.SOCK_STREAM, socket.SOCK_DGRAM) if udp else (socket.SOCK_STREAM,)
+    for kind in kinds:
+        with socket.socket(socket.AF_INET, kind) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                return False
     return True
 
 
@@ -44,14 +46,14 @@ def _ephemeral_start() -> int:
         return 32768
 
 
-def free_port_block(count: int) -> int:
-    """A base port such that base..base+count-1 are free on 127.0.0.1, chosen below the ephemeral
-    range: test servers running beside (bind to port 0) take ephemeral ports, often the very next
-    ones, and would otherwise grab a port of the block before `up` binds it."""
+def free_port_block(count: int, *, udp: bool = False) -> int:
+    """A base port such that base..base+count-1 are free on 127.0.0.1 (for UDP too with `udp`), chosen
+    below the ephemeral range: test servers running beside (bind to port 0) and every outgoing connection
+    take ephemeral ports, and would otherwise grab a port of the block before its server binds it."""
     top = min(_ephemeral_start(), 65000) - count
     for _ in range(200):
         base = random.randrange(10000, top)
-        if all(_port_free(base + i) for i in range(count)):
+        if all(_port_free(base + i, udp=udp) for i in range(count)):
             return base
     raise RuntimeError("no free port block")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from assetcdn.control.app import create_app
 from assetcdn.control.chat.documentation import docs_pages, documentation_passages, readme_text
 from assetcdn.shared.config import load_settings
 from tests.control.conftest import SECRETS
+from tests.integration.harness import free_port_block
 
 MakeControl = Callable[..., Awaitable[TestClient]]
 
@@ -274,9 +274,7 @@ async def test_a_model_that_cannot_start_leaves_an_extractive_answer(make_contro
     _, frames = await ask(client, {"message": "How do I purge a cached file?"})
     assert frames[0][1]["source"] == "curated" and frames[0][1]["degraded"] is True
     assert frames[-1][0] == "done" and "/api/purge" in answer_text(frames)
-    with socket.socket() as sock:               # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        closed = f"http://127.0.0.1:{sock.getsockname()[1]}/v1/chat/completions"
+    closed = f"http://127.0.0.1:{free_port_block(1)}/v1/chat/completions"  # a port nobody listens on
     client = await make_control(ai_chat_url=closed)
     for _ in range(2):  # the model did not answer: the question is given back to the month
         _, frames = await ask(client, {"message": "How do I purge a cached file?"})

@@ -10,7 +10,6 @@ answers 503 on every route.
 from __future__ import annotations
 
 import base64
-import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,7 @@ from assetcdn.shared.config import load_settings
 from assetcdn.shared.signing import signed_url
 from tests.control.conftest import ACCESS, SECRETS
 from tests.edge.routes.conftest import ZONE, Cdn, CdnFactory, wait_until
-from tests.integration.harness import LAZY_IMAGE_POOL
+from tests.integration.harness import LAZY_IMAGE_POOL, free_port_block
 
 VIDEO = "nature"
 HLS = f"stocks/videos/{VIDEO}/hls"
@@ -228,9 +227,7 @@ async def test_a_body_purged_while_being_delivered_is_looked_up_and_fetched_agai
 
 
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_port_block(1)  # below the ephemeral range: no server beside this test binds it by chance
 
 
 async def test_an_edge_without_a_manifest_answers_503_on_every_route(
