@@ -5,6 +5,7 @@ installation). Registration needs a session; authentication is public and, when 
 verifies, leads to a new session. Every check py_webauthn makes applies: challenge (single-use,
 5 minutes, issued for this purpose), origin (one of `[dashboard] origins` on the relying party's domain), relying-party id hash,
 user presence, signature, and the sign counter, which must grow when the authenticator keeps one.
+The calls into py_webauthn are in `verification`, loaded at the first ceremony.
 """
 
 from __future__ import annotations
@@ -16,36 +17,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from webauthn import (
-    generate_authentication_options,
-    generate_registration_options,
-    verify_authentication_response,
-    verify_registration_response,
-)
-from webauthn.helpers import (
-    base64url_to_bytes,
-    bytes_to_base64url,
-    decode_credential_public_key,
-    options_to_json_dict,
-)
-from webauthn.helpers.structs import (
-    AuthenticatorSelectionCriteria,
-    AuthenticatorTransport,
-    PublicKeyCredentialDescriptor,
-    ResidentKeyRequirement,
-    UserVerificationRequirement,
-)
 
 from assetcdn.control.identity.dashboard_config import DashboardConfig
 from assetcdn.control.identity.labels import checked_label
-from assetcdn.control.identity.passkeys.store import Passkey, PasskeyStore, PendingChallenges
-from assetcdn.shared.errors import bad_request, utc_now_iso
+from assetcdn.control.identity.passkeys.store import (
+    Passkey,
+    PasskeyStore,
+    PendingChallenges,
+    base64url_decode,
+)
+from assetcdn.shared.errors import bad_request
 
 log = logging.getLogger(__name__)
 
-USER_NAME = "operator"
-USER_DISPLAY_NAME = "assetcdn operator"
-TIMEOUT_MS = 120_000            # how long the browser waits for the user (a hint); challenges live 5 minutes
 MAX_CREDENTIAL_ID_BYTES = 1023  # WebAuthn's upper bound for a credential id
 DEFAULT_NAME = "Passkey"
 REGISTER, AUTHENTICATE = "register", "auth"
@@ -89,18 +73,13 @@ def _client_challenge(credential: dict[str, Any]) -> str:
     if not isinstance(client_data_text, str) or len(client_data_text) > 16_384:
         raise PasskeyRejected("credential.response.clientDataJSON is missing")
     try:
-        client_data = orjson.loads(base64url_to_bytes(client_data_text))
+        client_data = orjson.loads(base64url_decode(client_data_text))
     except (ValueError, orjson.JSONDecodeError):
         raise PasskeyRejected("credential.response.clientDataJSON is not base64url-encoded JSON") from None
     challenge = client_data.get("challenge") if isinstance(client_data, dict) else None
     if not isinstance(challenge, str) or not 0 < len(challenge) <= 128:
         raise PasskeyRejected("clientDataJSON carries no challenge")
     return challenge
-
-
-def _descriptor(passkey: Passkey) -> PublicKeyCredentialDescriptor:
-    transports = [AuthenticatorTransport(t) for t in passkey.transports]
-    return PublicKeyCredentialDescriptor(id=base64url_to_bytes(passkey.id), transports=transports or None)
 
 
 @dataclass(frozen=True)
@@ -111,58 +90,45 @@ class PasskeyCeremonies:
     user_id: bytes
 
     async def registration_options(self, ip: str) -> dict[str, Any]:
+        from assetcdn.control.identity.passkeys import verification  # noqa: PLC0415 (at the first ceremony)
+
         existing = await self.store.list()
-        options = generate_registration_options(
-            rp_id=self.config.rp_id, rp_name=self.config.rp_name, user_id=self.user_id, user_name=USER_NAME,
-            user_display_name=USER_DISPLAY_NAME, challenge=self.challenges.issue(REGISTER, ip), timeout=TIMEOUT_MS,
-            authenticator_selection=AuthenticatorSelectionCriteria(
-                resident_key=ResidentKeyRequirement.PREFERRED,
-                user_verification=UserVerificationRequirement.PREFERRED),
-            exclude_credentials=[_descriptor(p) for p in existing])
-        return options_to_json_dict(options)
+        return verification.registration_options(self.config, self.user_id, self.challenges.issue(REGISTER, ip),
+                                                 existing)
 
     async def authentication_options(self, ip: str) -> dict[str, Any]:
         """Request options naming every registered passkey (none registered: an empty `allowCredentials`,
         and no assertion will verify)."""
+        from assetcdn.control.identity.passkeys import verification  # noqa: PLC0415 (as above)
+
         existing = await self.store.list()
-        options = generate_authentication_options(
-            rp_id=self.config.rp_id, challenge=self.challenges.issue(AUTHENTICATE, ip), timeout=TIMEOUT_MS,
-            allow_credentials=[_descriptor(p) for p in existing],
-            user_verification=UserVerificationRequirement.PREFERRED)
-        return options_to_json_dict(options)
+        return verification.authentication_options(self.config, self.challenges.issue(AUTHENTICATE, ip), existing)
 
     async def _consume(self, credential: dict[str, Any], purpose: str) -> bytes:
         challenge = _client_challenge(credential)
         if not self.challenges.consume(challenge, purpose):
             raise PasskeyRejected("the challenge is unknown, already used or expired (it lives 5 minutes): "
                                   "start again with begin")
-        return base64url_to_bytes(challenge)
+        return base64url_decode(challenge)
 
     async def register(self, body: Any) -> Passkey:
         """Verify an attestation against its challenge and keep the new credential."""
+        from assetcdn.control.identity.passkeys import verification  # noqa: PLC0415 (as above)
+
         name = passkey_name(body.get("name") if isinstance(body, dict) else None)
         credential = _credential_of(body)
         challenge = await self._consume(credential, REGISTER)
-        try:
-            verified = verify_registration_response(
-                credential=credential, expected_challenge=challenge, expected_rp_id=self.config.rp_id,
-                expected_origin=list(self.config.passkey_origins), require_user_verification=False)
-        except Exception as exc:  # py_webauthn raises many kinds (CBOR, ASN.1, OpenSSL) on a client's bytes
-            log.info("passkey registration refused: %s", exc)
-            raise PasskeyRejected(f"the attestation does not verify ({_short(exc)})") from None
-        if len(verified.credential_id) > MAX_CREDENTIAL_ID_BYTES:
-            raise PasskeyRejected("the credential id is longer than WebAuthn allows")
-        algorithm = int(decode_credential_public_key(verified.credential_public_key).alg)
-        passkey = Passkey(
-            id=bytes_to_base64url(verified.credential_id), name=name, public_key=verified.credential_public_key,
-            algorithm=algorithm, sign_count=verified.sign_count, transports=_transports(credential),
-            device_type=verified.credential_device_type.value, backed_up=verified.credential_backed_up,
-            aaguid=verified.aaguid, created_at=utc_now_iso(), last_used_at=None)
+        passkey = verification.registered_passkey(self.config, credential, challenge, name, MAX_CREDENTIAL_ID_BYTES)
+        if isinstance(passkey, str):
+            log.info("passkey registration refused: %s", passkey)
+            raise PasskeyRejected(passkey)
         await self.store.add(passkey)
         return passkey
 
     async def authenticate(self, body: Any) -> Passkey:
         """Verify an assertion; the passkey it came from (its counter moved on), or PasskeyRejected."""
+        from assetcdn.control.identity.passkeys import verification  # noqa: PLC0415 (as above)
+
         credential = _credential_of(body)
         challenge = await self._consume(credential, AUTHENTICATE)
         credential_id = credential.get("id")
@@ -171,28 +137,10 @@ class PasskeyCeremonies:
         stored = await self.store.get(credential_id)
         if stored is None:
             raise PasskeyRejected("no passkey with this credential id is registered (it may have been removed)")
-        try:
-            verified = verify_authentication_response(
-                credential=credential, expected_challenge=challenge, expected_rp_id=self.config.rp_id,
-                expected_origin=list(self.config.passkey_origins), credential_public_key=stored.public_key,
-                credential_current_sign_count=stored.sign_count, require_user_verification=False)
-        except Exception as exc:  # as above: whatever the library raises on a client's bytes is a refusal
-            log.info("passkey sign-in refused for %s: %s", stored.id[:16], exc)
-            raise PasskeyRejected(f"the assertion does not verify ({_short(exc)})") from None
-        if not await self.store.record_use(stored, verified.new_sign_count):
+        sign_count = verification.asserted_sign_count(self.config, credential, challenge, stored)
+        if isinstance(sign_count, str):
+            log.info("passkey sign-in refused for %s: %s", stored.id[:16], sign_count)
+            raise PasskeyRejected(sign_count)
+        if not await self.store.record_use(stored, sign_count):
             raise PasskeyRejected("another sign-in used this passkey's counter value first (a replay or a clone)")
         return stored
-
-
-def _transports(credential: dict[str, Any]) -> tuple[str, ...]:
-    """The transports the browser reported (hints for later `allowCredentials`), known values only."""
-    reported = credential["response"].get("transports")
-    if not isinstance(reported, list):
-        return ()
-    known = AuthenticatorTransport._value2member_map_
-    return tuple(dict.fromkeys(t for t in reported if isinstance(t, str) and t in known))
-
-
-def _short(exc: Exception) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text[:200]

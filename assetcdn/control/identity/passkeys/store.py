@@ -14,6 +14,7 @@ so many addresses together cannot lock out one that has a single ceremony pendin
 
 from __future__ import annotations
 
+import base64
 import secrets
 import time
 from collections import OrderedDict
@@ -22,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from webauthn.helpers import bytes_to_base64url
 
 from assetcdn.control.storage.database import Database
 from assetcdn.shared.counter_store import client_key
@@ -35,6 +35,16 @@ MAX_LIVE_CHALLENGES_PER_CLIENT = 20
 MAX_LIVE_CHALLENGES = 1000
 ALGORITHM_NAMES = {-7: "ES256", -8: "EdDSA", -35: "ES384", -36: "ES512", -257: "RS256", -258: "RS384",
                    -259: "RS512", -37: "PS256", -38: "PS384", -39: "PS512"}
+
+
+def base64url_encode(data: bytes) -> str:
+    """Base64url without padding, as WebAuthn writes credential ids and challenges."""
+    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+
+
+def base64url_decode(text: str) -> bytes:
+    """The bytes of base64url text, padded or not (extra padding is ignored); ValueError when it is not."""
+    return base64.urlsafe_b64decode(f"{text}===")
 
 
 @dataclass(frozen=True)
@@ -146,7 +156,7 @@ class PendingChallenges:
             heaviest = max(self._by_client.values(), key=len)
             self._drop(next(iter(heaviest)))
         challenge = secrets.token_bytes(CHALLENGE_BYTES)
-        key = bytes_to_base64url(challenge)
+        key = base64url_encode(challenge)
         self._pending[key] = _Pending(purpose, client, now + self.ttl_s)
         self._by_client.setdefault(client, OrderedDict())[key] = None
         return challenge
