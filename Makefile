@@ -4,8 +4,8 @@
 # code faster than a default source build such as pyenv's), then python3 on PATH. `make PYTHON=...` picks
 # another; a .venv made with a different one is made again.
 ifeq ($(origin PYTHON),undefined)
-PYTHON := $(or $(firstword $(foreach p,/usr/bin/python3 python3,$(shell $(p) -c \
-	'import ensurepip, sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 && echo $(p)))),python3)
+PYTHON := $(or $(shell for p in /usr/bin/python3 python3; do "$$p" -c \
+	'import ensurepip, sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 && { echo "$$p"; break; }; done),python3)
 endif
 VENV := .venv
 BIN := $(VENV)/bin
