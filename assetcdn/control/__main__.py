@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 from pathlib import Path
 
-from assetcdn.control.app import create_app
-from assetcdn.control.storage.git_store import RepositoryInUse
 from assetcdn.shared.config import load_settings
-from assetcdn.shared.http_server import serve
 from assetcdn.shared.logs import configure_logging
 from assetcdn.shared.secrets import load_or_create_secrets, private_umask
 
@@ -26,6 +24,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dashboard-port", type=int, help="the dashboard's own port (server.dashboard_port)")
     parser.add_argument("--demo", action="store_true", help="install demo content into an empty repository")
     args = parser.parse_args(argv)
+    # No collections until serving starts (assetcdn/shared/process.py freezes what was made by then): the
+    # imports below make some 110,000 objects that live as long as the process, and the collections they
+    # set off would find next to nothing to free.
+    gc.disable()
+    from assetcdn.control.app import create_app
+    from assetcdn.control.storage.git_store import RepositoryInUse
+    from assetcdn.shared.http_server import serve
+
     settings = load_settings(args.config)
     if args.dashboard_port:
         settings = settings.with_overrides("server", dashboard_port=args.dashboard_port)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import multiprocessing
 import os
@@ -43,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def run_worker(argv: list[str], worker: int) -> None:
     die_with_parent()
+    gc.disable()  # until serving starts, as in control (assetcdn/control/__main__.py)
     # Imported here: PROMETHEUS_MULTIPROC_DIR must be set before prometheus_client is imported.
     from assetcdn.edge.app import EdgeIdentity, create_app
     from assetcdn.edge.fastpath.hit_server import HitSite

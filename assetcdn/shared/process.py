@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import faulthandler
+import gc
 import logging
 import os
 import signal
@@ -190,6 +191,11 @@ def serve(app: web.Application, *, host: str, port: int, reuse_port: bool = Fals
     """
     import uvloop  # the servers' loop; imported here so `assetcdn up` itself does not need it
 
+    # What the process made before serving (its modules, the application, its routes) lives as long as it
+    # does: frozen, it is never traversed by a collection again. The servers' entry points start with
+    # collections off (so the imports set off none); they run from here on.
+    gc.freeze()
+    gc.enable()
     deadline = _ExitDeadline(exit_deadline_s)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         status = runner.run(_serve(app, host, port, reuse_port, deadline, runner_options, site_factory,

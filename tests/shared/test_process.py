@@ -1,5 +1,6 @@
 """`assetcdn.shared.process.serve` as a real process: a port it cannot bind ends it at once with a clear message,
-repeated stop signals never cut its cleanup short, and a cleanup that hangs cannot keep it alive."""
+repeated stop signals never cut its cleanup short, a cleanup that hangs cannot keep it alive, and a server that
+started with garbage collection off (as control and the edge do while they import) collects once it serves."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.integration.harness import free_port_block
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = textwrap.dedent("""
-    import logging, sys, threading, time
+    import gc, logging, sys, threading, time
     from pathlib import Path
     from aiohttp import web
     from assetcdn.shared.process import serve
@@ -25,7 +26,12 @@ SERVER = textwrap.dedent("""
     logging.basicConfig(level=logging.INFO)
     port, mode, marker = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 
+    if mode == "collections-off":
+        gc.disable()
+
     async def resources(app):
+        if mode == "collections-off":
+            marker.write_text(f"{gc.isenabled()} {gc.get_freeze_count()}")
         yield
         if mode == "slow-cleanup":
             time.sleep(1.0)  # a close that takes a while (blocking on purpose: signals arrive meanwhile)
@@ -88,3 +94,17 @@ def test_a_cleanup_that_leaves_a_thread_running_cannot_keep_the_process_alive(tm
     assert process.returncode == EXIT_DEADLINE_EXCEEDED, text
     assert "threads still running at exit: never-ends" in text
     assert "exiting now" in text
+
+
+def test_a_server_started_with_collections_off_collects_once_it_serves_and_skips_what_it_made_before(
+        tmp_path: Path) -> None:
+    port = free_port_block(1)
+    marker = tmp_path / "marker"
+    process = _start(port, "collections-off", marker)
+    _wait_listening(process, port)
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output.decode()
+    enabled, frozen = marker.read_text().split()
+    assert enabled == "True"  # collections run again: no garbage cycle of a request is kept for good
+    assert int(frozen) > 10_000  # the modules and the application, out of every later collection's way
