@@ -189,6 +189,22 @@ CREATE INDEX IF NOT EXISTS counters_by_reset ON counters (reset_at);
 """
 
 
+def _switch_to_wal(db: sqlite3.Connection, timeout_s: float) -> None:
+    """Put the file in WAL mode (it stays so). Connections switching a new file at the same moment deadlock
+    on the lock upgrade, and SQLite then answers one of them "database is locked" at once, without waiting
+    out the busy timeout: that happens when `assetcdn up` starts control and the edges on a new data
+    directory. The other connection's switch takes milliseconds, so try again until the busy timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.005)
+
+
 class SqliteCounterStore:
     """The counters in one SQLite file, shared by every process that opens it (WAL mode).
 
@@ -213,7 +229,7 @@ class SqliteCounterStore:
                                  check_same_thread=False)
             try:
                 db.execute(f"PRAGMA busy_timeout={self._busy_ms}")
-                db.execute("PRAGMA journal_mode=WAL")
+                _switch_to_wal(db, self._busy_ms / 1000)
                 db.execute("PRAGMA synchronous=NORMAL")  # WAL: a power cut may lose the last hits, never the file
                 db.executescript(_SCHEMA)
             except BaseException:
