@@ -7,10 +7,11 @@ import pytest
 
 # `make test` hands out whole files (--dist loadfile --no-loadscope-reorder) in the order below: the
 # longest files first (the slowest of a full run's per-file times), then every other file that starts real
-# processes, each followed by one that does not (`_interleaved`), then the rest. The long ones then overlap
-# with the many short files instead of being the last to run while the other workers sit idle. Among the long ones, files that mostly wait on processes (shutdowns,
-# ACME, browsers: "waits") alternate with files that keep a core busy ("CPU"): four waiting files side by side
-# left the two cores 15-22 % idle for tens of seconds.
+# processes, each followed by one that does not (`pytest_collection_modifyitems`), then the rest. The long
+# ones then overlap with the many short files instead of being the last to run while the other workers sit
+# idle. Among the long ones, files that mostly wait on processes (shutdowns, ACME, browsers: "waits")
+# alternate with files that keep a core busy ("CPU"): four waiting files side by side left the two cores
+# 15-22 % idle for tens of seconds.
 LONGEST_FIRST = (
     "integration/test_shutdown.py",                 # waits
     "integration/test_https_acme.py",               # waits
@@ -46,27 +47,20 @@ def _run_order(item: pytest.Item) -> int:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=_run_order)  # stable: a file's tests stay together and in their order
-    items[:] = _interleaved(items)
-
-
-def _interleaved(items: list[pytest.Item]) -> list[pytest.Item]:
-    """After the longest files, each file that starts real processes is followed by one that does not: the
-    in-process files keep the cores busy while the others wait on their processes (four waiting files side
-    by side left a third of the cores idle for ten seconds at a time). The rest of the in-process files come
-    last, as before."""
+    """Whole files in the run order above. After the longest files, each file that starts real processes is
+    followed by one that does not: the in-process files keep the cores busy while the others wait on their
+    processes (four waiting files side by side left a third of the cores idle for ten seconds at a time).
+    The rest of the in-process files come last."""
     files: dict[Path, list[pytest.Item]] = {}
     for item in items:
-        files.setdefault(item.path, []).append(item)
-    longest: list[list[pytest.Item]] = []
-    real: list[list[pytest.Item]] = []
-    rest: list[list[pytest.Item]] = []
-    for tests in files.values():
-        rank = _run_order(tests[0])
-        (longest if rank < len(LONGEST_FIRST) else real if rank == len(LONGEST_FIRST) else rest).append(tests)
+        files.setdefault(item.path, []).append(item)  # a file's tests stay together and in their order
+    ranked = sorted(files.values(), key=lambda tests: _run_order(tests[0]))  # stable
+    longest = [tests for tests in ranked if _run_order(tests[0]) < len(LONGEST_FIRST)]
+    real = [tests for tests in ranked if _run_order(tests[0]) == len(LONGEST_FIRST)]
+    rest = [tests for tests in ranked if _run_order(tests[0]) > len(LONGEST_FIRST)]
     paired = [tests for pair in zip(real, rest, strict=False) for tests in pair]
     ordered = longest + paired + real[len(rest):] + rest[len(real):]
-    return [item for tests in ordered for item in tests]
+    items[:] = [item for tests in ordered for item in tests]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

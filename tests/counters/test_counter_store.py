@@ -185,7 +185,6 @@ async def test_a_writer_holding_the_embedded_file_delays_hits_but_never_fails_th
     assert not counters.degraded
 
 
-
 async def test_processes_opening_a_new_embedded_file_at_the_same_moment_all_count(tmp_path: Path) -> None:
     """As `up` starts control and the edges on a new data directory: every client switching the new file to
     WAL at once. SQLite answered one of two such switches 'database is locked' at once (a deadlock on the lock
@@ -201,6 +200,7 @@ async def test_processes_opening_a_new_embedded_file_at_the_same_moment_all_coun
         assert sorted(d.remaining for d in decisions) == [6, 7, 8, 9], round_
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
 
 # --- Counters: keys, limits switched off, the fallback -------------------------------------------------
 
