@@ -245,11 +245,14 @@ class Servers:
         for index, job in enumerate(jobs):
             order = SERVERS if index % 2 == 0 else SERVERS[::-1]
             for server in order:
+                # The tree is listed again before and after each request: a worker started while it ran
+                # (an image worker replaced after an overrun or recycled) is charged from its first tick.
+                # Listed every 20 requests, such a worker's CPU until the next listing was charged to no one.
                 tree = self.trees[server]
-                if index % 20 == 0:
-                    tree.refresh()
+                tree.refresh()
                 before = tree.cpu_seconds()
                 body, took = await self.fetch(session, server, round_name, job)
+                tree.refresh()
                 answers.append(Answer(server, job, body, took, tree.cpu_seconds() - before))
         return answers
 
