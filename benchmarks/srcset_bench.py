@@ -53,6 +53,7 @@ import aiohttp
 import numpy as np
 import pyvips
 
+from assetcdn.shared.config import load_settings
 from benchmarks.proc_stats import cpu_seconds, pss_bytes, rss_bytes, stat_fields
 from benchmarks.transform_sources import SourcePicture, single_photo, srcset_sources
 from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn, free_port_block, start_cdn
@@ -146,6 +147,18 @@ def image_workers(tree: Tree) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def check_worker_count(pool: list[int], env: dict[str, str]) -> None:
+    """Refuse to measure an image pool of another size than the one asked for (the configured
+    [transform] concurrency unless --env sets it): its kept decodes, and so ours, depend on it."""
+    expected = int(env.get("ASSETCDN_TRANSFORM_CONCURRENCY",
+                           load_settings(environ={}).get("transform", "concurrency")))
+    parents = {pid: fields[1] for pid in pool if (fields := stat_fields(pid)) is not None}
+    workers = [pid for pid, parent in parents.items() if int(parent) in parents]  # forked by the fork server
+    if len(workers) != expected:
+        raise RuntimeError(f"the image pool runs {len(workers)} workers, not {expected}")
+    print(f"# image workers: {len(workers)}", flush=True)
 
 
 def ensure_thumbor() -> Path:
@@ -416,7 +429,11 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
     thumbor, port = start_thumbor(thumbor_bin, workdir / "thumbor.conf")
     # The machine is shared: a 1920 px AVIF of a cut-out can take more than the default 10 s budget of
     # CPU-starved wall time, and thumbor has no budget at all.
-    cdn = start_cdn(workdir, env_extra={"ASSETCDN_TRANSFORM_TIME_BUDGET_S": "300", **dict(args.env)})
+    # The image pool as `assetcdn up` runs it by default ([transform] concurrency workers, started with the
+    # edge), not the test harness's economy of one worker started at the first job: with one worker, half
+    # the kept decodes and twice the decodes (JPEG 1.2x thumbor instead of 1.8x on 2026-11-27).
+    cdn = start_cdn(workdir, image_workers_at_start=True,
+                    env_extra={"ASSETCDN_TRANSFORM_TIME_BUDGET_S": "300", **dict(args.env)})
     try:
         trees = {"thumbor": Tree("thumbor", thumbor.pid), "assetcdn": Tree("assetcdn", cdn.process.pid)}
         for tree in trees.values():
@@ -435,6 +452,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
             for tree in trees.values():   # every process of both trees exists by now: all on the server core
                 tree.check_pinned(SERVER_CORE)
             pool = image_workers(trees["assetcdn"])
+            check_worker_count(pool, dict(args.env))
             workers_before = (rss_bytes(pool), pss_bytes(pool))
             print(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, {os.cpu_count()} cores, load average before: "
                   f"{load_average()}", flush=True)
