@@ -20,9 +20,10 @@ process of the server's tree, before and after); "per core" is requests per CPU-
 fully used core would serve, the figure that stays comparable on a shared machine.
 
 Both servers get the same nominal quality (q) per format. Quality is SSIM (scikit-image, on luma)
-of the decoded output (first frame, alpha flattened over white) against a reference resize of the
-original to the output's exact size (lanczos3 in libvips from the full-size decode), computed
-once the load is over; the table without it is printed first.
+of the decoded output against a reference resize of the original to the output's exact size
+(lanczos3 in libvips from the full-size decode), both as a colour-managed browser shows them
+(benchmarks/quality.py: first frame, sRGB by the embedded profile, alpha over white), computed
+once the load is over; the table without it is printed first. With --ssimulacra2, SSIMULACRA2 too.
 
 Then latency: a fresh round of srcset requests at 4 concurrent requests, alternating the two
 servers by blocks; p50 and p99. And memory: the image workers' RSS before and after the rounds
@@ -45,16 +46,14 @@ import sys
 import tempfile
 import time
 import zlib
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-import numpy as np
-import pyvips
 
 from assetcdn.shared.config import load_settings
 from benchmarks.proc_stats import cpu_seconds, pss_bytes, rss_bytes, stat_fields
+from benchmarks.quality import scores
 from benchmarks.transform_sources import SourcePicture, single_photo, srcset_sources
 from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn, free_port_block, start_cdn
 
@@ -287,53 +286,6 @@ class Servers:
         return latencies
 
 
-# --- quality -----------------------------------------------------------------------------------
-
-def _rgb_over_white(image: pyvips.Image) -> pyvips.Image:
-    page_height = image.get_page_height()
-    if page_height < image.height:
-        image = image.crop(0, 0, image.width, page_height)
-    if image.hasalpha():
-        image = image.flatten(background=[255] * (image.bands - 1))
-    if image.bands < 3:
-        image = image.colourspace("srgb")
-    return image.cast("uchar")
-
-
-def _luma(image: pyvips.Image) -> np.ndarray:
-    grey: np.ndarray = np.asarray(image.colourspace("b-w").extract_band(0).numpy(), dtype=np.uint8)
-    return grey
-
-
-def ssim(original: bytes, output: bytes) -> float:
-    """SSIM (luma) of `output` against `original` resized (lanczos3) to exactly the output's size."""
-    from skimage.metrics import structural_similarity
-
-    out = _rgb_over_white(pyvips.Image.new_from_buffer(output, ""))
-    source = _rgb_over_white(pyvips.Image.new_from_buffer(original, ""))
-    reference = source.resize(out.width / source.width, vscale=out.height / source.height, kernel="lanczos3")
-    width, height = min(reference.width, out.width), min(reference.height, out.height)
-    return float(structural_similarity(_luma(reference.crop(0, 0, width, height)), _luma(out.crop(0, 0, width, height)),
-                                       data_range=255))
-
-
-def _ssim_many(pairs: list[tuple[bytes, bytes]]) -> list[float]:
-    pyvips.cache_set_max(0)
-    return [ssim(original, output) for original, output in pairs]
-
-
-def quality_of(answers: list[Answer], originals: dict[str, bytes]) -> list[float]:
-    """SSIM per answer, computed on both cores once the load is over."""
-    pairs = [(originals[a.job.source], a.body) for a in answers]
-    halves = [pairs[0::2], pairs[1::2]]
-    with ProcessPoolExecutor(2) as pool:
-        first, second = pool.map(_ssim_many, halves)
-    merged: list[float] = []
-    for index in range(len(pairs)):
-        merged.append(first[index // 2] if index % 2 == 0 else second[index // 2])
-    return merged
-
-
 # --- the run ------------------------------------------------------------------------------------
 
 async def put_round(session: aiohttp.ClientSession, cdn: RunningCdn, root: Path, round_name: str,
@@ -371,13 +323,15 @@ class Row:
     wall_s: float
     bytes: int
     ssim: float
+    ssimulacra2: float | None = None
 
     @property
     def per_core(self) -> float:
         return self.requests / self.cpu_s if self.cpu_s else 0.0
 
 
-def rows_of(workload: str, answers: list[Answer], quality: list[float]) -> list[Row]:
+def rows_of(workload: str, answers: list[Answer], quality: list[float],
+            perceptual: list[float] | None = None) -> list[Row]:
     """One row per output format and server; the animated GIF's answers on rows of their own (thumbor
     keeps it a GIF, we make an animated WebP or the first frame)."""
     rows = []
@@ -385,26 +339,32 @@ def rows_of(workload: str, answers: list[Answer], quality: list[float]) -> list[
         for fmt in FORMATS:
             label = f"{fmt} from the animated GIF" if animated else fmt
             for server in SERVERS:
-                picked = [(a, q) for a, q in zip(answers, quality, strict=True)
+                picked = [(a, q, p) for a, q, p in zip(answers, quality, perceptual or [0.0] * len(answers), strict=True)
                           if a.server == server and a.job.fmt == fmt and a.job.source.endswith(".gif") == animated]
                 if picked:
-                    rows.append(Row(workload, label, server, len(picked), sum(a.cpu_s for a, _ in picked),
-                                    sum(a.latency_s for a, _ in picked), sum(len(a.body) for a, _ in picked),
-                                    statistics.fmean(q for _, q in picked)))
+                    rows.append(Row(workload, label, server, len(picked), sum(a.cpu_s for a, _, _ in picked),
+                                    sum(a.latency_s for a, _, _ in picked), sum(len(a.body) for a, _, _ in picked),
+                                    statistics.fmean(q for _, q, _ in picked),
+                                    statistics.fmean(p for _, _, p in picked) if perceptual is not None else None))
     return rows
 
 
 def table(rows: list[Row]) -> str:
+    perceptual = any(row.ssimulacra2 is not None for row in rows)
+    extra = " SSIMULACRA2 | SSIMULACRA2 vs thumbor |" if perceptual else ""
     lines = ["| workload | format | server | requests | req/s per core | CPU ms / request | wall ms / request | "
-             "bytes | SSIM | per core vs thumbor | bytes vs thumbor | SSIM vs thumbor |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "bytes | SSIM | per core vs thumbor | bytes vs thumbor | SSIM vs thumbor |" + extra,
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if perceptual else "")]
     anchors = {(r.workload, r.fmt): r for r in rows if r.server == "thumbor"}
     for row in rows:
         anchor = anchors[(row.workload, row.fmt)]
-        lines.append(f"| {row.workload} | {row.fmt} | {row.server} | {row.requests} | {row.per_core:.1f} | "
-                     f"{row.cpu_s / row.requests * 1000:.1f} | {row.wall_s / row.requests * 1000:.1f} | "
-                     f"{row.bytes:,} | {row.ssim:.4f} | {row.per_core / anchor.per_core:.2f}x | "
-                     f"{row.bytes / anchor.bytes:.3f} | {row.ssim - anchor.ssim:+.4f} |")
+        line = (f"| {row.workload} | {row.fmt} | {row.server} | {row.requests} | {row.per_core:.1f} | "
+                f"{row.cpu_s / row.requests * 1000:.1f} | {row.wall_s / row.requests * 1000:.1f} | "
+                f"{row.bytes:,} | {row.ssim:.4f} | {row.per_core / anchor.per_core:.2f}x | "
+                f"{row.bytes / anchor.bytes:.3f} | {row.ssim - anchor.ssim:+.4f} |")
+        if row.ssimulacra2 is not None and anchor.ssimulacra2 is not None:
+            line += f" {row.ssimulacra2:.2f} | {row.ssimulacra2 - anchor.ssimulacra2:+.2f} |"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -500,9 +460,11 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
               f"{workers_after[1] / 2**20:.0f} MB after the srcset rounds (RSS counts pages the workers share "
               "with the fork server in each; decoded-source cache bound per worker: transform.decoded_cache_mb)",
               flush=True)
-        print("\n# measuring quality (SSIM)...", flush=True)
-        rows = rows_of("srcset", srcset_answers, quality_of(srcset_answers, originals))
-        rows += rows_of("every width new", new_answers, quality_of(new_answers, {single.name: single_bytes[single.name]}))
+        print(f"\n# measuring quality (SSIM{', SSIMULACRA2' if args.ssimulacra2 else ''})...", flush=True)
+        rows = rows_of("srcset", srcset_answers,
+                       *scores([(originals[a.job.source], a.body) for a in srcset_answers], ssimulacra2=args.ssimulacra2))
+        rows += rows_of("every width new", new_answers,
+                        *scores([(single_bytes[single.name], a.body) for a in new_answers], ssimulacra2=args.ssimulacra2))
         print()
         print(table(rows))
     finally:
@@ -523,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=22)
     parser.add_argument("--pictures", type=int, default=20,
                         help="fewer pictures for a shorter run (N-2 photos, one cut-out, the GIF)")
+    parser.add_argument("--ssimulacra2", action="store_true",
+                        help="also score SSIMULACRA2 (installs it into .venv-metrics; about 10 more minutes)")
     parser.add_argument("--env", action="append", default=[], type=lambda text: tuple(text.split("=", 1)),
                         help="NAME=VALUE for assetcdn up (e.g. ASSETCDN_TRANSFORM_CONCURRENCY=1)")
     args = parser.parse_args(argv)

@@ -1,0 +1,117 @@
+"""Quality of a transform's output against a reference resize of its source, as the transform
+benchmarks score it (benchmarks/srcset_bench.py, benchmarks/webp_frontier.py).
+
+Both pictures are compared as a colour-managed browser shows them on a white page: the first frame,
+converted to sRGB by its embedded profile when that profile is not sRGB, alpha flattened over white.
+The reference is the source resized with lanczos3 from its full-size decode to exactly the output's
+size. Two measures:
+- SSIM (scikit-image) on luma, in this virtualenv;
+- SSIMULACRA2 (the `ssimulacra2` package from PyPI, which this module installs into a virtualenv of
+  its own, `.venv-metrics`, the first time it is asked for): a perceptual score from 0 to 100 over
+  colour and several scales, far slower than SSIM (about 1.5 s of CPU for a 1920 px pair).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pyvips
+
+from assetcdn.edge.transform.decode import ICC, profile_description
+
+METRICS_VENV = Path(".venv-metrics")
+SSIMULACRA2_VERSION = "0.3.0"
+SCORER = Path(__file__).with_name("ssimulacra2_score.py")
+
+
+def as_displayed(image: pyvips.Image) -> pyvips.Image:
+    """The first frame as a colour-managed browser shows it on a white page: 8-bit sRGB. A picture whose
+    embedded profile is not sRGB (three of the srcset sources carry Adobe RGB) is converted by it.
+    Compared raw, such a picture's numbers are not its colours: an output converted to sRGB (ours)
+    scored about 10 levels of red off, and one passing the profile through unconverted (thumbor's)
+    scored as exact."""
+    page_height = image.get_page_height()
+    if page_height < image.height:
+        image = image.crop(0, 0, image.width, page_height)
+    if image.get_typeof(ICC) and "srgb" not in profile_description(image.get(ICC)).lower().replace(" ", ""):
+        image = image.icc_transform("srgb", embedded=True, intent="relative")
+    if image.hasalpha():
+        image = image.flatten(background=[255] * (image.bands - 1))
+    if image.bands < 3:
+        image = image.colourspace("srgb")
+    return image.cast("uchar")
+
+
+def reference_pair(original: bytes, output: bytes) -> tuple[pyvips.Image, pyvips.Image]:
+    """(reference, output), both as displayed and of the same size."""
+    out = as_displayed(pyvips.Image.new_from_buffer(output, ""))
+    source = as_displayed(pyvips.Image.new_from_buffer(original, ""))
+    reference = source.resize(out.width / source.width, vscale=out.height / source.height, kernel="lanczos3")
+    width, height = min(reference.width, out.width), min(reference.height, out.height)
+    return reference.crop(0, 0, width, height).cast("uchar"), out.crop(0, 0, width, height)
+
+
+def _luma(image: pyvips.Image) -> np.ndarray:
+    grey: np.ndarray = np.asarray(image.colourspace("b-w").extract_band(0).numpy(), dtype=np.uint8)
+    return grey
+
+
+def ssim(original: bytes, output: bytes) -> float:
+    """SSIM (luma) of `output` against `original` resized to exactly the output's size."""
+    return _ssim(*reference_pair(original, output))
+
+
+def _ssim(reference: pyvips.Image, out: pyvips.Image) -> float:
+    from skimage.metrics import structural_similarity
+
+    return float(structural_similarity(_luma(reference), _luma(out), data_range=255))
+
+
+def _score_many(pairs: list[tuple[bytes, bytes]], png_dir: str | None, first: int, step: int) -> list[float]:
+    """SSIM of each pair; with `png_dir`, each pair also written there as ref-N.png / out-N.png (N its
+    index in the whole list) for SSIMULACRA2."""
+    pyvips.cache_set_max(0)
+    scores = []
+    for offset, (original, output) in enumerate(pairs):
+        reference, out = reference_pair(original, output)
+        scores.append(_ssim(reference, out))
+        if png_dir is not None:
+            index = first + offset * step
+            reference.pngsave(f"{png_dir}/ref-{index}.png", compression=1)
+            out.pngsave(f"{png_dir}/out-{index}.png", compression=1)
+    return scores
+
+
+def ensure_metrics_venv() -> Path:
+    """The `ssimulacra2` package in a virtualenv of its own (its numpy and Pillow are not ours)."""
+    python = METRICS_VENV / "bin" / "python"
+    check = [str(python), "-c", "import ssimulacra2, sys; "
+             f"sys.exit(ssimulacra2.__version__ != {SSIMULACRA2_VERSION!r})"]
+    if python.exists() and subprocess.run(check, capture_output=True, check=False).returncode == 0:
+        return python
+    shutil.rmtree(METRICS_VENV, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(METRICS_VENV)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", f"ssimulacra2=={SSIMULACRA2_VERSION}"], check=True)
+    return python
+
+
+def scores(pairs: list[tuple[bytes, bytes]], *, ssimulacra2: bool = False) -> tuple[list[float], list[float] | None]:
+    """(SSIM, SSIMULACRA2 or None) of each (original, output) pair, computed on both cores."""
+    python = ensure_metrics_venv() if ssimulacra2 else None
+    with tempfile.TemporaryDirectory(prefix="quality-") as tmp:
+        png_dir = tmp if ssimulacra2 else None
+        with ProcessPoolExecutor(2) as pool:
+            first, second = pool.map(_score_many, [pairs[0::2], pairs[1::2]], [png_dir] * 2, [0, 1], [2, 2])
+        ssims = [first[index // 2] if index % 2 == 0 else second[index // 2] for index in range(len(pairs))]
+        if python is None:
+            return ssims, None
+        done = subprocess.run([str(python), str(SCORER), tmp, str(len(pairs))], capture_output=True, check=True)
+        perceptual: list[float] = json.loads(done.stdout)
+        return ssims, perceptual
