@@ -14,6 +14,7 @@ size. Two measures:
 from __future__ import annotations
 
 import json
+import multiprocessing
 import shutil
 import subprocess
 import sys
@@ -107,7 +108,9 @@ def scores(pairs: list[tuple[bytes, bytes]], *, ssimulacra2: bool = False) -> tu
     python = ensure_metrics_venv() if ssimulacra2 else None
     with tempfile.TemporaryDirectory(prefix="quality-") as tmp:
         png_dir = tmp if ssimulacra2 else None
-        with ProcessPoolExecutor(2) as pool:
+        # Spawned, not forked: a caller that ran libvips already (benchmarks/webp_frontier.py) has its
+        # threads, and a forked child can wait forever on a lock one of them held.
+        with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
             first, second = pool.map(_score_many, [pairs[0::2], pairs[1::2]], [png_dir] * 2, [0, 1], [2, 2])
         ssims = [first[index // 2] if index % 2 == 0 else second[index // 2] for index in range(len(pairs))]
         if python is None:

@@ -461,6 +461,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
               "with the fork server in each; decoded-source cache bound per worker: transform.decoded_cache_mb)",
               flush=True)
         print(f"\n# measuring quality (SSIM{', SSIMULACRA2' if args.ssimulacra2 else ''})...", flush=True)
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))   # the load is over: score on both cores
         rows = rows_of("srcset", srcset_answers,
                        *scores([(originals[a.job.source], a.body) for a in srcset_answers], ssimulacra2=args.ssimulacra2))
         rows += rows_of("every width new", new_answers,
