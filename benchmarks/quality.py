@@ -1,5 +1,5 @@
 """Quality of a transform's output against a reference resize of its source, as the transform
-benchmarks score it (benchmarks/srcset_bench.py, benchmarks/webp_frontier.py).
+benchmarks score it (benchmarks/srcset_bench.py, benchmarks/encode_frontier.py).
 
 Both pictures are compared as a colour-managed browser shows them on a white page: the first frame,
 converted to sRGB by its embedded profile when that profile is not sRGB, alpha flattened over white.
@@ -7,8 +7,9 @@ The reference is the source resized with lanczos3 from its full-size decode to e
 size. Two measures:
 - SSIM (scikit-image) on luma, in this virtualenv;
 - SSIMULACRA2 (the `ssimulacra2` package from PyPI, which this module installs into a virtualenv of
-  its own, `.venv-metrics`, the first time it is asked for): a perceptual score from 0 to 100 over
-  colour and several scales, far slower than SSIM (about 1.5 s of CPU for a 1920 px pair).
+  its own, `.venv-metrics`, the first time it is asked for): a perceptual score over colour and
+  several scales, 100 for the same picture and below zero for a very different one, far slower than
+  SSIM (about 1.5 s of CPU for a 1920 px pair).
 """
 
 from __future__ import annotations
@@ -64,11 +65,6 @@ def _luma(image: pyvips.Image) -> np.ndarray:
     return grey
 
 
-def ssim(original: bytes, output: bytes) -> float:
-    """SSIM (luma) of `output` against `original` resized to exactly the output's size."""
-    return _ssim(*reference_pair(original, output))
-
-
 def _ssim(reference: pyvips.Image, out: pyvips.Image) -> float:
     from skimage.metrics import structural_similarity
 
@@ -108,7 +104,7 @@ def scores(pairs: list[tuple[bytes, bytes]], *, ssimulacra2: bool = False) -> tu
     python = ensure_metrics_venv() if ssimulacra2 else None
     with tempfile.TemporaryDirectory(prefix="quality-") as tmp:
         png_dir = tmp if ssimulacra2 else None
-        # Spawned, not forked: a caller that ran libvips already (benchmarks/webp_frontier.py) has its
+        # Spawned, not forked: a caller that ran libvips already (benchmarks/encode_frontier.py) has its
         # threads, and a forked child can wait forever on a lock one of them held.
         with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
             first, second = pool.map(_score_many, [pairs[0::2], pairs[1::2]], [png_dir] * 2, [0, 1], [2, 2])
