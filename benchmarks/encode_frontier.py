@@ -35,8 +35,18 @@ from pathlib import Path
 
 import pyvips
 
+from assetcdn.shared.config import load_settings
+from assetcdn.shared.manifest import format_of
 from benchmarks.quality import scores
-from benchmarks.srcset_bench import QUALITY, THUMBOR_CONF, WIDTHS, ensure_thumbor, start_thumbor
+from benchmarks.srcset_bench import (
+    QUALITY,
+    THUMBOR_CONF,
+    WIDTHS,
+    ensure_thumbor,
+    start_thumbor,
+    stop_thumbor,
+    thumbor_path,
+)
 from benchmarks.transform_sources import srcset_sources
 
 Key = tuple[str, int]   # picture name, width
@@ -56,27 +66,29 @@ def our_pixels(pictures: dict[str, bytes], fmt: str, seed: int) -> tuple[dict[Ke
     from assetcdn.edge.transform.budgets import TransformLimits  # noqa: PLC0415
     from assetcdn.edge.transform.options import parse_transform_options  # noqa: PLC0415
 
-    jobs.keep_decoded_sources(192 * 2**20)
+    jobs.keep_decoded_sources(int(load_settings(environ={}).get("transform", "decoded_cache_mb")) * 2**20)
     work = [(name, width) for name in pictures for width in WIDTHS]
     random.Random(seed).shuffle(work)
     kept: dict[Key, pyvips.Image] = {}
     answers: dict[Key, bytes] = {}
     real = encode.ENCODERS[fmt]
-    for name, width in work:
-        def keep(image: pyvips.Image, quality: int, key: Key = (name, width)) -> bytes:
-            kept[key] = image.copy_memory()
-            return real(kept[key], quality)
+    key: Key = work[0]
 
-        encode.ENCODERS[fmt] = keep
-        try:
+    def keep(image: pyvips.Image, quality: int) -> bytes:
+        kept[key] = image.copy_memory()
+        return real(kept[key], quality)
+
+    encode.ENCODERS[fmt] = keep
+    try:
+        for key in work:  # `keep` files the pixels under the request being run
+            name, width = key
             opts = parse_transform_options({"url": f"/z/v1/p/{name}", "w": str(width), "format": fmt,
                                             "q": str(QUALITY[fmt])})
-            source_format = "png" if name.endswith(".png") else "jpeg"
-            variant = jobs.transform_variant(source_format, opts, fmt, TransformLimits(time_budget_s=300),
+            variant = jobs.transform_variant(format_of(name), opts, fmt, TransformLimits(time_budget_s=300),
                                              pictures[name], source_sha256=hashlib.sha256(pictures[name]).hexdigest())
-        finally:
-            encode.ENCODERS[fmt] = real
-        answers[(name, width)] = variant.body
+            answers[key] = variant.body
+    finally:
+        encode.ENCODERS[fmt] = real
     return kept, answers
 
 
@@ -88,22 +100,11 @@ def thumbor_answers(pictures: dict[str, bytes], fmt: str, workdir: Path) -> dict
     (workdir / "thumbor.conf").write_text(THUMBOR_CONF.format(root=str(root)))
     thumbor, port = start_thumbor(ensure_thumbor(), workdir / "thumbor.conf")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthcheck", timeout=2).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        return {(name, width): urllib.request.urlopen(
-                    f"http://127.0.0.1:{port}/unsafe/{width}x0/filters:format({fmt}):quality({QUALITY[fmt]})/{name}",
-                    timeout=120).read()
+        return {(name, width): urllib.request.urlopen(f"http://127.0.0.1:{port}{thumbor_path(name, width, fmt)}",
+                                                      timeout=120).read()
                 for name in pictures for width in WIDTHS}
     finally:
-        thumbor.terminate()
-        thumbor.wait()
+        stop_thumbor(thumbor)
 
 
 @contextmanager

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import shutil
 import subprocess
-import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pyvips
 
 from assetcdn.edge.transform.decode import ICC, profile_description
+from benchmarks.venvs import ensure_venv
 
 METRICS_VENV = Path(".venv-metrics")
 SSIMULACRA2_VERSION = "0.3.0"
@@ -71,46 +71,34 @@ def _ssim(reference: pyvips.Image, out: pyvips.Image) -> float:
     return float(structural_similarity(_luma(reference), _luma(out), data_range=255))
 
 
-def _score_many(pairs: list[tuple[bytes, bytes]], png_dir: str | None, first: int, step: int) -> list[float]:
-    """SSIM of each pair; with `png_dir`, each pair also written there as ref-N.png / out-N.png (N its
-    index in the whole list) for SSIMULACRA2."""
+def _prepare_scorer() -> None:
     pyvips.cache_set_max(0)
-    scores = []
-    for offset, (original, output) in enumerate(pairs):
-        reference, out = reference_pair(original, output)
-        scores.append(_ssim(reference, out))
-        if png_dir is not None:
-            index = first + offset * step
-            reference.pngsave(f"{png_dir}/ref-{index}.png", compression=1)
-            out.pngsave(f"{png_dir}/out-{index}.png", compression=1)
-    return scores
 
 
-def ensure_metrics_venv() -> Path:
-    """The `ssimulacra2` package in a virtualenv of its own (its numpy and Pillow are not ours)."""
-    python = METRICS_VENV / "bin" / "python"
-    check = [str(python), "-c", "import ssimulacra2, sys; "
-             f"sys.exit(ssimulacra2.__version__ != {SSIMULACRA2_VERSION!r})"]
-    if python.exists() and subprocess.run(check, capture_output=True, check=False).returncode == 0:
-        return python
-    shutil.rmtree(METRICS_VENV, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(METRICS_VENV)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", f"ssimulacra2=={SSIMULACRA2_VERSION}"], check=True)
-    return python
+def _score(png_dir: str | None, index: int, original: bytes, output: bytes) -> float:
+    """SSIM of one pair; with `png_dir`, the pair also written there as ref-N.png / out-N.png (N: `index`)
+    for SSIMULACRA2."""
+    reference, out = reference_pair(original, output)
+    if png_dir is not None:
+        reference.pngsave(f"{png_dir}/ref-{index}.png", compression=1)
+        out.pngsave(f"{png_dir}/out-{index}.png", compression=1)
+    return _ssim(reference, out)
 
 
 def scores(pairs: list[tuple[bytes, bytes]], *, ssimulacra2: bool = False) -> tuple[list[float], list[float] | None]:
     """(SSIM, SSIMULACRA2 or None) of each (original, output) pair, computed on both cores."""
-    python = ensure_metrics_venv() if ssimulacra2 else None
+    bin_dir = ensure_venv(METRICS_VENV, "ssimulacra2", SSIMULACRA2_VERSION, "ssimulacra2") if ssimulacra2 else None
     with tempfile.TemporaryDirectory(prefix="quality-") as tmp:
         png_dir = tmp if ssimulacra2 else None
         # Spawned, not forked: a caller that ran libvips already (benchmarks/encode_frontier.py) has its
         # threads, and a forked child can wait forever on a lock one of them held.
-        with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-            first, second = pool.map(_score_many, [pairs[0::2], pairs[1::2]], [png_dir] * 2, [0, 1], [2, 2])
-        ssims = [first[index // 2] if index % 2 == 0 else second[index // 2] for index in range(len(pairs))]
-        if python is None:
+        with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_prepare_scorer) as pool:
+            ssims = list(pool.map(partial(_score, png_dir), range(len(pairs)), *zip(*pairs, strict=True),
+                                  chunksize=4))
+        if bin_dir is None:
             return ssims, None
-        done = subprocess.run([str(python), str(SCORER), tmp, str(len(pairs))], capture_output=True, check=True)
+        done = subprocess.run([str(bin_dir / "python"), str(SCORER), tmp, str(len(pairs))], capture_output=True,
+                              check=True)
         perceptual: list[float] = json.loads(done.stdout)
         return ssims, perceptual

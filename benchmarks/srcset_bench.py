@@ -37,7 +37,6 @@ import argparse
 import asyncio
 import os
 import random
-import shutil
 import signal
 import statistics
 import struct
@@ -45,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +55,7 @@ from assetcdn.shared.config import load_settings
 from benchmarks.proc_stats import cpu_seconds, pss_bytes, rss_bytes, stat_fields
 from benchmarks.quality import scores
 from benchmarks.transform_sources import SourcePicture, single_photo, srcset_sources
+from benchmarks.venvs import ensure_venv
 from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn, free_port_block, start_cdn
 
 SERVER_CORE, LOAD_CORE = "0", "1"
@@ -161,25 +162,39 @@ def check_worker_count(pool: list[int], env: dict[str, str]) -> None:
 
 
 def ensure_thumbor() -> Path:
-    """thumbor in a virtualenv of its own (its Pillow is not ours) on the interpreter ours runs on; made once,
-    then reused while both hold (one made with another Python is made again: the anchor must not run on a
-    slower or faster interpreter than we do)."""
-    python = THUMBOR_VENV / "bin" / "python"
-    check = [str(python), "-c", f"import thumbor, sys; sys.exit(thumbor.__version__ != {THUMBOR_VERSION!r} or "
-             f"(sys.base_prefix, sys.version) != {(sys.base_prefix, sys.version)!r})"]
-    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
-        return THUMBOR_VENV / "bin" / "thumbor"
-    shutil.rmtree(THUMBOR_VENV, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(THUMBOR_VENV)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", f"thumbor=={THUMBOR_VERSION}"], check=True)
-    return THUMBOR_VENV / "bin" / "thumbor"
+    """thumbor in `.venv-thumbor` (benchmarks/venvs.py)."""
+    return ensure_venv(THUMBOR_VENV, "thumbor", THUMBOR_VERSION, "thumbor") / "thumbor"
 
 
 def start_thumbor(thumbor_bin: Path, conf: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """thumbor on a free loopback port, pinned to the server core, once it answers its health check."""
     port = free_port_block(1)
     process = subprocess.Popen(["taskset", "-c", SERVER_CORE, str(thumbor_bin), "--ip", "127.0.0.1", "--port", str(port),
                                 "--conf", str(conf), "-l", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return process, port
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthcheck", timeout=2).read()
+            return process, port
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                stop_thumbor(process)
+                raise RuntimeError(f"thumbor did not start on port {port}") from None
+            time.sleep(0.2)
+
+
+def stop_thumbor(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def thumbor_path(name: str, width: int, fmt: str) -> str:
+    """thumbor's URL path for `name` at `width` in `fmt` at the benchmark's nominal quality."""
+    return f"/unsafe/{width}x0/filters:format({fmt}):quality({QUALITY[fmt]})/{name}"
 
 
 def load_average() -> str:
@@ -232,8 +247,7 @@ class Servers:
     def url(self, server: str, round_name: str, job: Job) -> str:
         name = f"{round_name}-{job.source}"
         if server == "thumbor":
-            return (f"{self.urls['thumbor']}/unsafe/{job.width}x0/filters:format({job.fmt}):"
-                    f"quality({QUALITY[job.fmt]})/{name}")
+            return self.urls["thumbor"] + thumbor_path(name, job.width, job.fmt)
         return (f"{self.urls['assetcdn']}/api/transform?url=/{ZONE}/v1/pictures/{name}&w={job.width}"
                 f"&format={job.fmt}&q={QUALITY[job.fmt]}")
 
@@ -470,12 +484,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
         print(table(rows))
     finally:
         cdn.stop()
-        thumbor.terminate()
-        try:
-            thumbor.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            thumbor.kill()
-            thumbor.wait()
+        stop_thumbor(thumbor)
 
 
 def main(argv: list[str] | None = None) -> int:
