@@ -1,0 +1,377 @@
+"""HTTP caching rules (RFC 9111, with RFC 9213's CDN-Cache-Control and RFC 5861's stale extensions) over a
+stored response's head: whether a response may be stored, how long it is fresh, how old it is, whether a
+request may be answered with it, and how a 304 updates it.
+
+Pure functions of header lists and clock readings (no I/O, no aiohttp), so the serve sequence and the hit
+path read one definition. Header names are lower-case; a field's several lines are kept as several
+entries, in order. The cache is a shared cache: `s-maxage`, `proxy-revalidate` and `private` apply.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+
+Headers = Sequence[tuple[str, str]]
+
+# RFC 9111 1.2.2: a delta-seconds too large to represent (or a sum that overflows) is taken as 2^31.
+MAX_DELTA = 2**31
+# RFC 9110 15.1: the statuses that may be stored with a heuristic lifetime (no explicit freshness).
+HEURISTIC_STATUSES = frozenset((200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501))
+# Final statuses whose meaning this cache knows (RFC 9110 15): the ones `must-understand` may store.
+UNDERSTOOD_STATUSES = frozenset((200, 203, 204, 300, 301, 302, 303, 307, 308, 404, 405, 410, 414, 501))
+HEURISTIC_FRACTION = 0.1         # of the time since Last-Modified (RFC 9111 4.2.2's suggestion)
+HEURISTIC_MAX = 24 * 3600.0      # a heuristic lifetime above a day would need a Warning (RFC 7234): capped
+# The cache's own reading of a response: from RFC 9213's targeted field when present, else Cache-Control.
+TARGETED_FIELDS = ("cdn-cache-control",)
+SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
+# Never stored, and never updated from a 304 (RFC 9111 3.1, 3.2; RFC 9110 7.6.1).
+UNSTORED_FIELDS = frozenset(("connection", "keep-alive", "proxy-connection", "te", "transfer-encoding", "upgrade",
+                             "proxy-authenticate", "proxy-authentication-info", "proxy-authorization"))
+NOT_UPDATED_BY_304 = frozenset(("content-length", "content-encoding", "content-range", "content-type", "etag"))
+
+
+def field_values(headers: Headers, name: str) -> list[str]:
+    return [value for field, value in headers if field == name]
+
+
+def first_value(headers: Headers, name: str) -> str | None:
+    for field, value in headers:
+        if field == name:
+            return value
+    return None
+
+
+def split_list(values: Iterable[str]) -> list[str]:
+    """The members of a comma-separated list field, across its lines; commas inside quotes do not split."""
+    members: list[str] = []
+    for value in values:
+        current: list[str] = []
+        quoted = escaped = False
+        for char in value:
+            if escaped:
+                escaped = False
+            elif char == "\\" and quoted:
+                escaped = True
+            elif char == '"':
+                quoted = not quoted
+            elif char == "," and not quoted:
+                members.append("".join(current).strip())
+                current = []
+                continue
+            current.append(char)
+        members.append("".join(current).strip())
+    return [member for member in members if member]
+
+
+def parse_directives(values: Iterable[str]) -> dict[str, str | None]:
+    """Cache-Control (or a targeted field) as {directive: argument or None}; names are case-insensitive,
+    quoted arguments are unquoted, and the first of a repeated directive wins (RFC 9111 4.2.1)."""
+    directives: dict[str, str | None] = {}
+    for member in split_list(values):
+        name, sep, argument = member.partition("=")
+        name = name.strip().lower()
+        if not name:
+            continue
+        value: str | None = None
+        if sep:
+            value = argument.strip()
+            if len(value) >= 2 and value[0] == value[-1] == '"':
+                value = value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+        directives.setdefault(name, value)
+    return directives
+
+
+def delta_seconds(value: str | None) -> int | None:
+    """A directive's delta-seconds (RFC 9111 1.2.2), or None when it has none or it is not digits."""
+    if value is None or not value.isdigit() or not value.isascii():
+        return None
+    return min(int(value), MAX_DELTA)
+
+
+def http_date(value: str | None) -> float | None:
+    """An HTTP-date (IMF-fixdate, and the obsolete RFC 850 and asctime forms) as a Unix time; None if invalid."""
+    if not value:
+        return None
+    try:
+        moment = parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if moment.tzinfo is None:  # "-0000": a time in UTC of unknown local zone
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def listed_fields(argument: str | None) -> frozenset[str]:
+    """The field names of a qualified `no-cache="a, b"` or `private="a"` (empty: the unqualified form)."""
+    if not argument:
+        return frozenset()
+    return frozenset(name.strip().lower() for name in argument.split(",") if name.strip())
+
+
+def response_directives(headers: Headers) -> tuple[dict[str, str | None], bool]:
+    """(directives, targeted): the response's caching directives for this cache. A non-empty targeted field
+    (CDN-Cache-Control) replaces Cache-Control and Expires (RFC 9213 2.1)."""
+    for name in TARGETED_FIELDS:
+        values = field_values(headers, name)
+        if values:
+            directives = parse_directives(values)
+            if directives:
+                return directives, True
+    return parse_directives(field_values(headers, "cache-control")), False
+
+
+def request_directives(headers: Headers) -> dict[str, str | None]:
+    """The request's Cache-Control; a `Pragma: no-cache` counts as `no-cache` when it has none (RFC 9111 5.4)."""
+    values = field_values(headers, "cache-control")
+    if values:
+        return parse_directives(values)
+    if any(member.lower() == "no-cache" for member in split_list(field_values(headers, "pragma"))):
+        return {"no-cache": None}
+    return {}
+
+
+class NotStored(enum.Enum):
+    """Why a response is not stored (for Cache-Status's `detail`, and tests)."""
+
+    METHOD = "method"
+    STATUS = "status"
+    NO_STORE = "no-store"
+    PRIVATE = "private"
+    AUTHORIZATION = "authorization"
+    SET_COOKIE = "set-cookie"
+    VARY_STAR = "vary-star"
+    NO_FRESHNESS = "no-freshness"
+
+
+def not_storable(method: str, status: int, request_headers: Headers, response_headers: Headers, *,
+                 store_set_cookie: bool = False) -> NotStored | None:
+    """None when this shared cache may store the response (RFC 9111 3), else why not."""
+    if method not in ("GET", "HEAD"):
+        return NotStored.METHOD
+    directives, targeted = response_directives(response_headers)
+    if "must-understand" in directives:
+        if status not in UNDERSTOOD_STATUSES:
+            return NotStored.STATUS
+    elif "no-store" in directives:
+        return NotStored.NO_STORE
+    if status < 200 or status in (206, 304) or status >= 600:
+        return NotStored.STATUS
+    if "no-store" in request_directives(request_headers):
+        return NotStored.NO_STORE
+    if "private" in directives and not listed_fields(directives["private"]):
+        return NotStored.PRIVATE
+    if first_value(request_headers, "authorization") is not None and not (
+            "must-revalidate" in directives or "public" in directives or "s-maxage" in directives):
+        return NotStored.AUTHORIZATION
+    if not store_set_cookie and first_value(response_headers, "set-cookie") is not None:
+        return NotStored.SET_COOKIE
+    if vary_fields(response_headers) is None:
+        return NotStored.VARY_STAR
+    explicit = ("public" in directives or "max-age" in directives or "s-maxage" in directives
+                or (not targeted and first_value(response_headers, "expires") is not None))
+    if not explicit and status not in HEURISTIC_STATUSES:
+        return NotStored.NO_FRESHNESS
+    return None
+
+
+def stored_headers(response_headers: Headers) -> tuple[tuple[str, str], ...]:
+    """The fields kept with a stored response: connection-specific ones and those named by a qualified
+    `private` or `no-cache` are left out (RFC 9111 3.1, 5.2.2.4, 5.2.2.7)."""
+    directives, _ = response_directives(response_headers)
+    dropped = set(UNSTORED_FIELDS)
+    dropped |= listed_fields(directives.get("private"))
+    dropped |= listed_fields(directives.get("no-cache"))
+    for value in field_values(response_headers, "connection"):
+        dropped |= {member.lower() for member in split_list([value])}
+    return tuple((name, value) for name, value in response_headers if name not in dropped)
+
+
+def vary_fields(headers: Headers) -> tuple[str, ...] | None:
+    """The request fields a response varies on, lower-case and sorted; None for `Vary: *` (never reused)."""
+    names = {member.lower() for member in split_list(field_values(headers, "vary"))}
+    if "*" in names:
+        return None
+    return tuple(sorted(names))
+
+
+def secondary_key(fields: Sequence[str], request_headers: Headers) -> str:
+    """The values a request has for `fields`, normalised as one line each (RFC 9111 4.1: lines combined,
+    whitespace around list commas dropped); an absent field differs from an empty one."""
+    parts = []
+    for name in fields:
+        values = field_values(request_headers, name)
+        if not values:
+            parts.append(name + "\x00")
+        else:
+            parts.append(name + ":" + ",".join(member for member in split_list(values)))
+    return "\n".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Freshness:
+    """What the cache needs of a stored response's head to serve it, computed once when it is stored (or
+    updated by a 304): RFC 9111 4.2's lifetime and initial age, and the directives that limit reuse."""
+
+    lifetime: float            # freshness lifetime, seconds (4.2.1)
+    initial_age: float         # corrected_initial_age (4.2.3)
+    response_time: float       # when the response was received (this cache's clock, Unix time)
+    no_cache: bool             # unqualified no-cache: validated before every reuse
+    must_revalidate: bool      # must-revalidate, proxy-revalidate or s-maxage: never served stale
+    stale_while_revalidate: float
+    stale_if_error: float
+
+    def age(self, now: float) -> float:
+        """current_age (4.2.3): what the Age header says."""
+        return self.initial_age + max(0.0, now - self.response_time)
+
+    def fresh_until(self) -> float:
+        """The moment the response becomes stale."""
+        return self.response_time + self.lifetime - self.initial_age
+
+    def staleness(self, now: float) -> float:
+        """Seconds past the freshness lifetime (negative while fresh)."""
+        return self.age(now) - self.lifetime
+
+
+def freshness_lifetime(status: int, headers: Headers, response_time: float, *,
+                       heuristic: bool = True) -> float:
+    """RFC 9111 4.2.1 for a shared cache: s-maxage, max-age, Expires minus Date, else a heuristic from
+    Last-Modified for the statuses that allow one. An invalid max-age or Expires means already stale."""
+    directives, targeted = response_directives(headers)
+    for name in ("s-maxage", "max-age"):
+        if name in directives:
+            seconds = delta_seconds(directives[name])
+            return 0.0 if seconds is None else float(seconds)
+    if not targeted:
+        expires_values = field_values(headers, "expires")
+        if expires_values:
+            expires = http_date(expires_values[0])
+            if expires is None:
+                return 0.0
+            date = http_date(first_value(headers, "date"))
+            return max(0.0, expires - (response_time if date is None else date))
+    if heuristic and status in HEURISTIC_STATUSES and "no-cache" not in directives:
+        last_modified = http_date(first_value(headers, "last-modified"))
+        if last_modified is not None:
+            date = http_date(first_value(headers, "date"))
+            since = (response_time if date is None else date) - last_modified
+            if since > 0:
+                return min(since * HEURISTIC_FRACTION, HEURISTIC_MAX)
+    return 0.0
+
+
+def corrected_initial_age(headers: Headers, request_time: float, response_time: float) -> float:
+    """RFC 9111 4.2.3: the age a response had when it arrived, from its Date and Age."""
+    date = http_date(first_value(headers, "date"))
+    apparent_age = max(0.0, response_time - date) if date is not None else 0.0
+    age_value = delta_seconds((first_value(headers, "age") or "").strip()) or 0
+    response_delay = max(0.0, response_time - request_time)
+    return float(min(max(apparent_age, age_value + response_delay), MAX_DELTA))
+
+
+def freshness(status: int, headers: Headers, request_time: float, response_time: float) -> Freshness:
+    directives, _ = response_directives(headers)
+    no_cache = "no-cache" in directives and not listed_fields(directives["no-cache"])
+    return Freshness(
+        lifetime=freshness_lifetime(status, headers, response_time),
+        initial_age=corrected_initial_age(headers, request_time, response_time),
+        response_time=response_time,
+        no_cache=no_cache,
+        must_revalidate=("must-revalidate" in directives or "proxy-revalidate" in directives
+                         or "s-maxage" in directives),
+        stale_while_revalidate=float(delta_seconds(directives.get("stale-while-revalidate")) or 0),
+        stale_if_error=float(delta_seconds(directives.get("stale-if-error")) or 0),
+    )
+
+
+class Reuse(enum.Enum):
+    """How a stored response may answer a request (RFC 9111 4)."""
+
+    FRESH = "fresh"                    # as it is
+    STALE_REVALIDATING = "swr"         # as it is, stale, while it is revalidated in the background (RFC 5861)
+    VALIDATE = "validate"              # only after the origin confirmed it (a conditional request)
+
+
+def reuse(stored: Freshness, request: Mapping[str, str | None], now: float, *,
+          stale_while_revalidate: bool = True) -> Reuse:
+    """Whether a stored response may answer a request with these Cache-Control directives (`request_directives`)."""
+    if stored.no_cache or "no-cache" in request:
+        return Reuse.VALIDATE
+    age = stored.age(now)
+    if "max-age" in request:
+        limit = delta_seconds(request["max-age"])
+        if limit is None or age > limit:
+            return Reuse.VALIDATE
+    remaining = stored.lifetime - age
+    if "min-fresh" in request:
+        wanted = delta_seconds(request["min-fresh"])
+        if wanted is None or remaining < wanted:
+            return Reuse.VALIDATE
+    if remaining > 0:
+        return Reuse.FRESH
+    if stored.must_revalidate:
+        return Reuse.VALIDATE
+    if "max-stale" in request:
+        allowed = request["max-stale"]
+        stale_for = delta_seconds(allowed)
+        if allowed is None or (stale_for is not None and -remaining <= stale_for):
+            return Reuse.FRESH
+    if stale_while_revalidate and -remaining <= stored.stale_while_revalidate:
+        return Reuse.STALE_REVALIDATING
+    return Reuse.VALIDATE
+
+
+def usable_on_error(stored: Freshness, request: Mapping[str, str | None], now: float) -> bool:
+    """Whether a stale response may answer when the origin cannot be reached or answers 5xx (RFC 5861 4;
+    RFC 9111 4.2.4: never for must-revalidate). The request's own stale-if-error may widen or narrow it."""
+    if stored.must_revalidate or stored.no_cache or "no-cache" in request:
+        return False
+    bound = stored.stale_if_error
+    if "stale-if-error" in request:
+        asked = delta_seconds(request["stale-if-error"])
+        if asked is not None:
+            bound = float(asked)
+    return stored.staleness(now) <= bound
+
+
+def validators(headers: Headers) -> list[tuple[str, str]]:
+    """The conditional request fields that revalidate a stored response (RFC 9111 4.3.1)."""
+    conditions = []
+    etag = first_value(headers, "etag")
+    if etag is not None:
+        conditions.append(("if-none-match", etag))
+    last_modified = first_value(headers, "last-modified")
+    if last_modified is not None:
+        conditions.append(("if-modified-since", last_modified))
+    return conditions
+
+
+def _opaque(tag: str) -> str:
+    tag = tag.strip()
+    return tag[2:] if tag.startswith("W/") else tag
+
+
+def validated_by(stored_headers_: Headers, not_modified_headers: Headers) -> bool:
+    """Whether a 304 is about this stored response (RFC 9111 4.3.4): its ETag, when it has one, matches."""
+    etag = first_value(not_modified_headers, "etag")
+    if etag is None:
+        return True
+    stored_etag = first_value(stored_headers_, "etag")
+    return stored_etag is not None and _opaque(stored_etag) == _opaque(etag)
+
+
+def updated_headers(stored: Headers, not_modified: Headers) -> tuple[tuple[str, str], ...]:
+    """The stored fields updated by a 304 (RFC 9111 3.2): each field it carries replaces the stored one,
+    except the ones that describe the stored content, which stays as it was."""
+    incoming = [(name, value) for name, value in stored_headers(not_modified) if name not in NOT_UPDATED_BY_304]
+    replaced = {name for name, _ in incoming}
+    return tuple([(name, value) for name, value in stored if name not in replaced] + incoming)
+
+
+def invalidates(method: str, status: int) -> bool:
+    """An unsafe request whose answer is not an error invalidates what it names (RFC 9111 4.4)."""
+    return method not in SAFE_METHODS and 200 <= status < 400

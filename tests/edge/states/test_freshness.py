@@ -1,0 +1,190 @@
+"""RFC 9111's rules over stored heads (assetcdn/edge/states/freshness.py): storing, lifetime, age, reuse,
+stale use on errors, validation and invalidation."""
+
+from __future__ import annotations
+
+from email.utils import formatdate
+
+import pytest
+
+from assetcdn.edge.states.freshness import (
+    HEURISTIC_MAX,
+    MAX_DELTA,
+    NotStored,
+    Reuse,
+    corrected_initial_age,
+    freshness,
+    freshness_lifetime,
+    http_date,
+    invalidates,
+    not_storable,
+    parse_directives,
+    request_directives,
+    reuse,
+    secondary_key,
+    stored_headers,
+    updated_headers,
+    usable_on_error,
+    validated_by,
+    validators,
+    vary_fields,
+)
+
+NOW = 1_800_000_000.0
+
+
+def date(offset: float = 0.0) -> str:
+    return formatdate(NOW + offset, usegmt=True)
+
+
+def test_directives_are_case_insensitive_unquoted_and_the_first_of_a_repeat_wins() -> None:
+    assert parse_directives(['Max-Age=60, no-cache="Set-Cookie, X-A"', "max-age=5, public"]) == {
+        "max-age": "60", "no-cache": "Set-Cookie, X-A", "public": None}
+    assert parse_directives(["  ,, private ,"]) == {"private": None}
+
+
+def test_pragma_no_cache_counts_only_without_cache_control() -> None:
+    assert request_directives([("pragma", "no-cache")]) == {"no-cache": None}
+    assert request_directives([("pragma", "no-cache"), ("cache-control", "max-age=5")]) == {"max-age": "5"}
+
+
+@pytest.mark.parametrize("value", ["Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT",
+                                   "Sun Nov  6 08:49:37 1994"])
+def test_the_three_http_date_forms(value: str) -> None:
+    assert http_date(value) == 784111777.0
+
+
+def test_an_invalid_date_is_none() -> None:
+    assert http_date("0") is None
+    assert http_date("yesterday") is None
+
+
+@pytest.mark.parametrize(("headers", "lifetime"), [
+    ([("cache-control", "max-age=60")], 60.0),
+    ([("cache-control", "max-age=60, s-maxage=10")], 10.0),  # a shared cache takes s-maxage
+    ([("expires", date(100)), ("date", date())], 100.0),
+    ([("expires", date(100)), ("date", date()), ("cache-control", "max-age=7")], 7.0),
+    ([("expires", "0"), ("date", date())], 0.0),               # invalid Expires: already stale
+    ([("cache-control", "max-age=abc")], 0.0),                 # invalid max-age: already stale
+    ([("cache-control", "max-age=99999999999")], float(MAX_DELTA)),
+    ([("cdn-cache-control", "max-age=30"), ("cache-control", "max-age=600")], 30.0),
+    ([("cdn-cache-control", "max-age=30"), ("expires", date(600)), ("date", date())], 30.0),
+    ([("cdn-cache-control", ""), ("cache-control", "max-age=600")], 600.0),  # empty: not targeted
+])
+def test_explicit_lifetimes(headers: list[tuple[str, str]], lifetime: float) -> None:
+    assert freshness_lifetime(200, headers, NOW) == lifetime
+
+
+def test_heuristic_lifetime_is_a_tenth_of_the_time_since_last_modified_for_allowed_statuses() -> None:
+    headers = [("date", date()), ("last-modified", date(-1000))]
+    assert freshness_lifetime(200, headers, NOW) == 100.0
+    assert freshness_lifetime(404, headers, NOW) == 100.0
+    assert freshness_lifetime(302, headers, NOW) == 0.0  # not heuristically cacheable
+    assert freshness_lifetime(200, [("last-modified", date(-10**8))], NOW) == HEURISTIC_MAX
+    assert freshness_lifetime(200, [("date", date())], NOW) == 0.0
+
+
+def test_age_adds_the_response_delay_and_the_time_resident() -> None:
+    headers = [("date", date(-10)), ("age", "30")]
+    # apparent age 10; Age 30 plus 2 s in transit: 32
+    assert corrected_initial_age(headers, NOW - 2, NOW) == 32.0
+    stored = freshness(200, [*headers, ("cache-control", "max-age=100")], NOW - 2, NOW)
+    assert stored.age(NOW + 8) == 40.0
+    assert stored.fresh_until() == NOW + 68
+    assert corrected_initial_age([("age", "junk")], NOW, NOW) == 0.0
+
+
+@pytest.mark.parametrize(("method", "status", "request_", "response", "why"), [
+    ("GET", 200, [], [("cache-control", "max-age=60")], None),
+    ("POST", 200, [], [("cache-control", "max-age=60")], NotStored.METHOD),
+    ("GET", 206, [], [("cache-control", "max-age=60")], NotStored.STATUS),
+    ("GET", 200, [], [("cache-control", "no-store, max-age=60")], NotStored.NO_STORE),
+    ("GET", 200, [("cache-control", "no-store")], [("cache-control", "max-age=60")], NotStored.NO_STORE),
+    ("GET", 200, [], [("cache-control", "private, max-age=60")], NotStored.PRIVATE),
+    ("GET", 200, [], [("cache-control", 'private="x-user", max-age=60')], None),
+    ("GET", 200, [("authorization", "Basic eA==")], [("cache-control", "max-age=60")], NotStored.AUTHORIZATION),
+    ("GET", 200, [("authorization", "Basic eA==")], [("cache-control", "s-maxage=60")], None),
+    ("GET", 200, [("authorization", "Basic eA==")], [("cache-control", "public")], None),
+    ("GET", 200, [], [("cache-control", "max-age=60"), ("set-cookie", "a=b")], NotStored.SET_COOKIE),
+    ("GET", 200, [], [("cache-control", "max-age=60"), ("vary", "Accept, *")], NotStored.VARY_STAR),
+    ("GET", 302, [], [], NotStored.NO_FRESHNESS),
+    ("GET", 200, [], [], None),  # heuristically cacheable (validated or given a heuristic lifetime)
+    ("GET", 299, [], [("cache-control", "max-age=60, must-understand, no-store")], NotStored.STATUS),
+    ("GET", 200, [], [("cache-control", "max-age=60, must-understand, no-store")], None),
+])
+def test_what_a_shared_cache_may_store(method: str, status: int, request_: list[tuple[str, str]],
+                                       response: list[tuple[str, str]], why: NotStored | None) -> None:
+    assert not_storable(method, status, request_, response) is why
+
+
+def test_set_cookie_responses_are_stored_only_when_the_zone_says_so() -> None:
+    headers = [("cache-control", "max-age=60"), ("set-cookie", "a=b")]
+    assert not_storable("GET", 200, [], headers, store_set_cookie=True) is None
+
+
+def test_stored_headers_leave_out_connection_fields_and_qualified_private_and_no_cache_fields() -> None:
+    headers = [("cache-control", 'private="x-user", no-cache="x-token"'), ("connection", "x-hop"),
+               ("x-hop", "1"), ("x-user", "u"), ("x-token", "t"), ("keep-alive", "5"), ("etag", '"a"')]
+    assert stored_headers(headers) == (("cache-control", 'private="x-user", no-cache="x-token"'), ("etag", '"a"'))
+
+
+def test_vary() -> None:
+    assert vary_fields([("vary", "Accept-Encoding, accept"), ("vary", "X-A")]) == ("accept", "accept-encoding", "x-a")
+    assert vary_fields([("vary", "*")]) is None
+    one = secondary_key(("accept",), [("accept", "image/webp,  image/png")])
+    two = secondary_key(("accept",), [("accept", "image/webp"), ("accept", "image/png")])
+    assert one == two
+    assert secondary_key(("accept",), []) != secondary_key(("accept",), [("accept", "")])
+
+
+def test_reuse_of_fresh_and_stale_responses() -> None:
+    fresh = freshness(200, [("cache-control", "max-age=100")], NOW, NOW)
+    assert reuse(fresh, {}, NOW + 50) is Reuse.FRESH
+    assert reuse(fresh, {}, NOW + 101) is Reuse.VALIDATE
+    assert reuse(fresh, {"no-cache": None}, NOW + 1) is Reuse.VALIDATE
+    assert reuse(fresh, {"max-age": "10"}, NOW + 50) is Reuse.VALIDATE
+    assert reuse(fresh, {"max-age": "60"}, NOW + 50) is Reuse.FRESH
+    assert reuse(fresh, {"min-fresh": "60"}, NOW + 50) is Reuse.VALIDATE
+    assert reuse(fresh, {"max-stale": None}, NOW + 10**6) is Reuse.FRESH
+    assert reuse(fresh, {"max-stale": "5"}, NOW + 104) is Reuse.FRESH
+    assert reuse(fresh, {"max-stale": "5"}, NOW + 106) is Reuse.VALIDATE
+
+
+def test_no_cache_and_must_revalidate_responses() -> None:
+    no_cache = freshness(200, [("cache-control", "no-cache, max-age=100")], NOW, NOW)
+    assert reuse(no_cache, {}, NOW) is Reuse.VALIDATE
+    qualified = freshness(200, [("cache-control", 'no-cache="x-a", max-age=100')], NOW, NOW)
+    assert reuse(qualified, {}, NOW) is Reuse.FRESH
+    strict = freshness(200, [("cache-control", "max-age=1, must-revalidate")], NOW, NOW)
+    assert reuse(strict, {"max-stale": None}, NOW + 5) is Reuse.VALIDATE
+    assert not usable_on_error(strict, {}, NOW + 5)
+
+
+def test_stale_while_revalidate_and_stale_if_error() -> None:
+    headers = [("cache-control", "max-age=10, stale-while-revalidate=20, stale-if-error=60")]
+    stored = freshness(200, headers, NOW, NOW)
+    assert reuse(stored, {}, NOW + 25) is Reuse.STALE_REVALIDATING
+    assert reuse(stored, {}, NOW + 31) is Reuse.VALIDATE
+    assert usable_on_error(stored, {}, NOW + 69)
+    assert not usable_on_error(stored, {}, NOW + 71)
+    assert not usable_on_error(stored, {"stale-if-error": "5"}, NOW + 20)
+
+
+def test_validators_and_304_updates() -> None:
+    headers = [("etag", '"v1"'), ("last-modified", date(-50)), ("content-type", "image/png"),
+               ("cache-control", "max-age=10"), ("x-a", "old")]
+    assert validators(headers) == [("if-none-match", '"v1"'), ("if-modified-since", date(-50))]
+    not_modified = [("cache-control", "max-age=60"), ("x-a", "new"), ("content-type", "text/html"),
+                    ("content-length", "0"), ("etag", 'W/"v1"')]
+    assert validated_by(headers, not_modified)
+    assert not validated_by(headers, [("etag", '"v2"')])
+    assert updated_headers(headers, not_modified) == (
+        ("etag", '"v1"'), ("last-modified", date(-50)), ("content-type", "image/png"),
+        ("cache-control", "max-age=60"), ("x-a", "new"))
+
+
+def test_unsafe_methods_invalidate_unless_they_failed() -> None:
+    assert invalidates("POST", 200)
+    assert invalidates("DELETE", 302)
+    assert not invalidates("POST", 500)
+    assert not invalidates("GET", 200)
