@@ -15,7 +15,7 @@ DOC_VECTORS := assetcdn/control/chat/documentation_vectors.npz
 # Where `assetcdn up` keeps its data ([server] data_dir of `assetcdn defaults`, or its environment override).
 DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
-.PHONY: setup lock run test lint typecheck bench bench-hits bench-fleet bench-https bench-transforms fuzz docker-test clean wipe-data
+.PHONY: setup lock run test lint typecheck bench bench-hits bench-fleet bench-https bench-transforms conformance fuzz docker-test clean wipe-data
 # Every dependency pinned with its hashes: requirements-build.lock (the build tools, installed first),
 # requirements.lock (what the service runs: the Docker image) and requirements-test.lock (that plus the test
 # tools: `make setup`). All three come from pyproject.toml and requirements-build.in via `make lock`.
@@ -125,6 +125,13 @@ bench-https: setup
 	sh benchmarks/setup_debian.sh https
 	$(BIN)/python -m benchmarks.https_bench
 
+# HTTP caching conformance: the field's cache test suite (npm package http-cache-tests, into .conformance/) run
+# unchanged through Varnish and nginx with the suite's own settings, scored with its own classification.
+# OUT=<dir> keeps each cache's raw results there. Varnish and nginx (Debian) are installed when missing.
+conformance: setup
+	sh benchmarks/setup_debian.sh conformance
+	$(BIN)/python -m benchmarks.cache_conformance $(if $(OUT),--out $(OUT))
+
 # The Docker image and deploy/compose.yaml end to end (not part of `make test`: it needs a Docker engine and some
 # minutes; tests/docker/stack.py says what it does). Debian's docker.io, docker-compose and debootstrap are
 # installed when missing; BASE_IMAGE=<a Debian bookworm image> skips making one with debootstrap.
@@ -134,7 +141,7 @@ docker-test: setup
 
 # Build output only: the virtualenv and caches. Never the data directory.
 clean:
-	rm -rf $(VENV) .venv-lock .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .venv-lock .conformance .pytest_cache .ruff_cache *.egg-info
 	find . -path './$(DATA_DIR)' -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # Deletes the data directory: the git repository with every stored file, the database and the

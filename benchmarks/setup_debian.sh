@@ -3,20 +3,25 @@
 #   setup_debian.sh hits    (make bench-hits):  varnish, nginx (light) and wrk
 #   setup_debian.sh https   (make bench-https): those of hits, plus hitch (TLS in front of Varnish)
 #                                               and nghttp2-client (h2load)
+#   setup_debian.sh conformance (make conformance): varnish, nginx (light), node and npm
 # Idempotent; the Debian services are left stopped (the benchmarks start their own instances).
 set -eu
 case "${1:-}" in
-    hits|https) ;;
-    *) echo "usage: setup_debian.sh hits|https" >&2; exit 2 ;;
+    hits|https|conformance) ;;
+    *) echo "usage: setup_debian.sh hits|https|conformance" >&2; exit 2 ;;
 esac
 missing=""
 # need PACKAGE COMMAND: PACKAGE is missing unless COMMAND is on the PATH or in /usr/sbin.
 need() {
     command -v "$2" >/dev/null 2>&1 || [ -x "/usr/sbin/$2" ] || missing="$missing $1"
 }
-need wrk wrk
+[ "$1" = conformance ] || need wrk wrk
 need varnish varnishd
 need nginx-light nginx
+if [ "$1" = conformance ]; then
+    need nodejs node
+    need npm npm
+fi
 if [ "$1" = https ]; then
     need hitch hitch
     need nghttp2-client h2load

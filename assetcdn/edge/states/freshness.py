@@ -31,7 +31,8 @@ SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
 # Never stored, and never updated from a 304 (RFC 9111 3.1, 3.2; RFC 9110 7.6.1).
 UNSTORED_FIELDS = frozenset(("connection", "keep-alive", "proxy-connection", "te", "transfer-encoding", "upgrade",
                              "proxy-authenticate", "proxy-authentication-info", "proxy-authorization"))
-NOT_UPDATED_BY_304 = frozenset(("content-length", "content-encoding", "content-range", "content-type", "etag"))
+# What describes the stored bytes themselves stays as stored when a 304 updates the head.
+NOT_UPDATED_BY_304 = frozenset(("content-length", "content-encoding", "content-md5", "content-range", "etag"))
 
 
 def field_values(headers: Headers, name: str) -> list[str]:

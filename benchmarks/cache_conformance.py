@@ -1,0 +1,228 @@
+"""HTTP caching conformance beside Varnish and nginx: the field's cache test suite, run unchanged.
+
+    make conformance [OUT=<dir>]
+
+The suite (npm package ``http-cache-tests``, pinned below) is installed into ``.conformance/``. Its origin
+server runs on a free loopback port; each cache is put in front of it with the suite's own settings for
+that cache and the suite's CLI runs every test through it:
+
+- Varnish: ``-p default_ttl=0 -p default_grace=0 -p default_keep=3600``, a VCL that names the origin and
+  nothing else (the suite's Docker image runs Debian's default VCL pointed at its origin);
+- nginx: ``proxy_cache`` with ``proxy_cache_revalidate on`` and HTTP/1.1 to the origin, as the suite's
+  nginx configuration;
+- assetcdn: an edge whose pull zone has the suite's origin as its origin (see ``--ours``).
+
+Each cache's raw results (the CLI's JSON) are scored with the suite's own classification (its
+``determineTestResult``: required pass or fail, optimal pass or fail, check yes or no, setup and
+dependency failures apart) by ``cache_conformance_score.mjs``, and printed as one table. ``--out DIR``
+keeps each cache's raw results there (``varnish.json``, ``nginx.json``, ``assetcdn.json``) so that anyone
+can score them again. Traffic stays on 127.0.0.1; every process started here is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.integration.harness import free_port_block
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITE_PACKAGE = "http-cache-tests"
+SUITE_VERSION = "0.4.5"
+INSTALL_DIR = ROOT / ".conformance"
+SCORER = Path(__file__).with_name("cache_conformance_score.mjs")
+VARNISH_PARAMETERS = ["-p", "default_ttl=0", "-p", "default_grace=0", "-p", "default_keep=3600"]
+VCL = 'vcl 4.1;\nbackend default {{ .host = "127.0.0.1"; .port = "{port}"; }}\n'
+NGINX_CONF = """daemon off;
+worker_processes 1;
+pid {directory}/nginx.pid;
+error_log {directory}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {directory}/body;
+    fastcgi_temp_path {directory}/fastcgi;
+    uwsgi_temp_path {directory}/uwsgi;
+    scgi_temp_path {directory}/scgi;
+    proxy_cache_path {directory}/cache levels=1:2 keys_zone=my-cache:8m max_size=1000m inactive=600m;
+    proxy_temp_path {directory}/tmp;
+    server {{
+        listen 127.0.0.1:{listen};
+        location / {{
+            proxy_pass http://127.0.0.1:{origin};
+            proxy_cache my-cache;
+            proxy_cache_revalidate on;
+            proxy_http_version 1.1;
+        }}
+    }}
+}}
+"""
+# The suite's classes, as its scorer names them (required, optimal and check tests; a test whose
+# dependency failed is counted apart, as cache-tests.fyi shows it).
+COLUMNS = (("required ✅", "required pass"), ("required ⛔️", "required fail"), ("optimal ✅", "optimal pass"),
+           ("optimal ⚠️", "optimal fail"), ("check Y", "check yes"), ("check N", "check no"))
+OTHER_SYMBOLS = ("🔹", "⁉️", "⚪️", "↻", "-")
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    counts: dict[str, int]
+    failed_required: list[str]
+
+    def count(self, key: str) -> int:
+        return self.counts.get(key, 0)
+
+    def apart(self) -> int:
+        """Setup, harness and dependency failures, retries and untested: in no column of their own."""
+        return sum(n for key, n in self.counts.items() if key.split(" ", 1)[1] in OTHER_SYMBOLS)
+
+
+def require_tools() -> None:
+    missing = [tool for tool in ("node", "npm", "varnishd", "nginx")
+               if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()]
+    if missing:
+        raise SystemExit(f"missing {', '.join(missing)}: run `make conformance` (installs them from Debian)")
+
+
+def install_suite() -> Path:
+    """The suite's package directory, installed from the npm registry once (pinned version)."""
+    suite = INSTALL_DIR / "node_modules" / SUITE_PACKAGE
+    installed = suite / "package.json"
+    if not installed.exists() or json.loads(installed.read_text()).get("version") != SUITE_VERSION:
+        INSTALL_DIR.mkdir(exist_ok=True)
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent", "--prefix", str(INSTALL_DIR),
+                        f"{SUITE_PACKAGE}@{SUITE_VERSION}"], check=True)
+    return suite
+
+
+def wait_listening(port: int, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args!r} exited with {process.returncode} before listening")
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout_s:.0f} s")
+
+
+@contextmanager
+def running(command: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """A server process listening on `port`, stopped (its whole process group) on the way out."""
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env=env)
+    try:
+        wait_listening(port, process)
+        yield process
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def suite_origin(suite: Path, port: int, workdir: Path) -> tuple[list[str], dict[str, str]]:
+    """The suite's origin server on `port` (it reads its settings as npm passes them)."""
+    return ["node", str(suite / "server" / "server.mjs")], {
+        **os.environ, "npm_config_port": str(port), "npm_config_protocol": "http",
+        "npm_config_pidfile": str(workdir / "origin.pid")}
+
+
+def run_suite(suite: Path, base: str) -> dict[str, object]:
+    """The suite's CLI through the cache at `base`: its raw results."""
+    completed = subprocess.run(["npm", "run", "--silent", "cli", f"--base={base}"], cwd=suite, check=True,
+                               capture_output=True, timeout=900)
+    results: dict[str, object] = json.loads(completed.stdout)
+    return results
+
+
+def score(suite: Path, results_file: Path) -> Score:
+    completed = subprocess.run(["node", str(SCORER), str(suite), str(results_file)], check=True,
+                               capture_output=True, timeout=60)
+    data = json.loads(completed.stdout)
+    return Score(data["counts"], data["failed"]["required"])
+
+
+def varnish(workdir: Path, port: int, origin: int) -> list[str]:
+    vcl = workdir / "suite.vcl"
+    vcl.write_text(VCL.format(port=origin))
+    varnishd = shutil.which("varnishd") or "/usr/sbin/varnishd"
+    return [varnishd, "-F", "-a", f"127.0.0.1:{port}", "-f", str(vcl), "-n", str(workdir / "varnish"),
+            *VARNISH_PARAMETERS, "-s", "malloc,64M"]
+
+
+def nginx(workdir: Path, port: int, origin: int) -> list[str]:
+    directory = workdir / "nginx"
+    directory.mkdir()
+    os.chmod(directory, 0o777)  # nginx's workers run as www-data
+    conf = directory / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(directory=directory, listen=port, origin=origin))
+    return [shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(conf)]
+
+
+Anchor = Callable[[Path, int, int], list[str]]
+ANCHORS: dict[str, Anchor] = {"varnish": varnish, "nginx": nginx}
+
+
+def table(scores: dict[str, Score]) -> str:
+    header = "| Cache | " + " | ".join(title for _, title in COLUMNS) + " | apart |"
+    lines = [header, "|---" + "|---:" * (len(COLUMNS) + 1) + "|"]
+    for name, result in scores.items():
+        cells = " | ".join(str(result.count(key)) for key, _ in COLUMNS)
+        lines.append(f"| {name} | {cells} | {result.apart()} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--out", type=Path, help="keep each cache's raw results (<cache>.json) here")
+    parser.add_argument("--only", choices=sorted(ANCHORS), action="append", help="run only these caches")
+    args = parser.parse_args(argv)
+    require_tools()
+    suite = install_suite()
+    names = args.only or list(ANCHORS)
+    scores: dict[str, Score] = {}
+    with tempfile.TemporaryDirectory(prefix="cache-conformance-") as tmp:
+        workdir = Path(tmp)
+        os.chmod(workdir, 0o755)
+        origin_port = free_port_block(2)
+        cache_port = origin_port + 1
+        command, env = suite_origin(suite, origin_port, workdir)
+        with running(command, origin_port, env):
+            for name in names:
+                cache_dir = workdir / name
+                cache_dir.mkdir()
+                os.chmod(cache_dir, 0o755)
+                with running(ANCHORS[name](cache_dir, cache_port, origin_port), cache_port):
+                    results = run_suite(suite, f"http://127.0.0.1:{cache_port}")
+                raw = (args.out or cache_dir) / f"{name}.json"
+                raw.parent.mkdir(parents=True, exist_ok=True)
+                raw.write_text(json.dumps(results, indent=2))
+                scores[name] = score(suite, raw)
+                print(f"{name}: done", file=sys.stderr)
+    print(f"http-cache-tests {SUITE_VERSION}, scored with its own classification\n")
+    print(table(scores))
+    for name, result in scores.items():
+        print(f"\n{name}: required failures: {', '.join(result.failed_required) or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
