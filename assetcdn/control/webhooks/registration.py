@@ -2,7 +2,7 @@
 
 The URL must be https (http only to loopback, under the development setting), at most 2048
 characters, without user name or password or fragment; its host must resolve to allowed addresses
-only (``address_guard``), which the sender checks again for every delivery. ``events`` is a non-empty
+only (assetcdn/shared/address_guard.py), which the sender checks again for every delivery. ``events`` is a non-empty
 list of known event types. ``secret``, when given, is 32 to 256 printable ASCII characters; else one
 is generated. The URL is parsed as the HTTP client will parse it (yarl), so the host checked is the
 host connected to.
@@ -15,14 +15,14 @@ from typing import Any
 
 from yarl import URL
 
-from assetcdn.control.webhooks.address_guard import (
+from assetcdn.control.webhooks.events import EVENT_TYPES
+from assetcdn.shared.address_guard import (
     HostResolver,
     RefusedTarget,
     check_address,
     checked_addresses,
     literal_address,
 )
-from assetcdn.control.webhooks.events import EVENT_TYPES
 from assetcdn.shared.errors import ApiError, bad_request
 
 MAX_URL_LENGTH = 2048

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import aiohttp
 from yarl import URL
 
-from assetcdn.control.webhooks.address_guard import (
+from assetcdn.shared.address_guard import (
     GuardedResolver,
     HostResolver,
     RefusedTarget,

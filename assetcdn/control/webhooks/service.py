@@ -12,13 +12,13 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from assetcdn.control.app_keys import DB, PUBLISHER, SECRETS, SETTINGS
-from assetcdn.control.webhooks.address_guard import HostResolver, SystemResolver
 from assetcdn.control.webhooks.deliveries import WebhookDeliveries
 from assetcdn.control.webhooks.secret_box import SecretBox
 from assetcdn.control.webhooks.sender import Sender
 from assetcdn.control.webhooks.settings import WebhookSettings
 from assetcdn.control.webhooks.store import WebhookStore
 from assetcdn.control.webhooks.worker import DeliveryWorker
+from assetcdn.shared.address_guard import HostResolver, SystemResolver
 
 WEBHOOKS = web.AppKey("webhooks", WebhookStore)
 WEBHOOK_DELIVERIES = web.AppKey("webhook_deliveries", WebhookDeliveries)

@@ -1,9 +1,10 @@
-"""Which addresses a webhook may be delivered to (no request to a private network on a caller's behalf).
+"""Which addresses the service may connect to on a caller's behalf (webhook targets, pull-zone origins): no
+request to a private network.
 
 An address is refused unless it is globally routable: private, loopback, link-local (cloud metadata
 at 169.254.169.254 among them), multicast, reserved, unspecified and shared (CGNAT) ranges are all
 refused, also when wrapped in an IPv6 form (IPv4-mapped, NAT64, 6to4, Teredo). Loopback is allowed
-only under the development setting ``webhooks.allow_loopback``.
+only where the caller's own setting says so (``webhooks.allow_loopback``, ``origin.allow_private``).
 
 Names are checked by what they resolve to, at registration and again for every connection: the
 resolver handed to the HTTP client (``GuardedResolver``) resolves once, checks every address and
@@ -57,7 +58,7 @@ def _forms(ip: IPAddress) -> Iterable[IPAddress]:
 
 
 def address_problem(address: str, *, allow_loopback: bool) -> str | None:
-    """Why `address` may not receive deliveries, or None when it may."""
+    """Why the service may not connect to `address`, or None when it may."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone id is no part of the address
     except ValueError:
@@ -68,7 +69,7 @@ def address_problem(address: str, *, allow_loopback: bool) -> str | None:
         if form.is_loopback:
             if allow_loopback:
                 continue
-            return f"{address} is a loopback address (allowed only with webhooks.allow_loopback)"
+            return f"{address} is a loopback address (allowed only where a development setting allows it)"
         if form.is_unspecified:
             return f"{address} is the unspecified address"
         if form.is_link_local:
@@ -95,7 +96,7 @@ def name_problem(host: str, *, allow_loopback: bool) -> str | None:
     """Why the host name itself is refused, before any lookup (names that only mean a private network)."""
     name = host.rstrip(".").lower()
     if name == "localhost" or name.endswith(".localhost"):
-        return None if allow_loopback else f"'{host}' is a loopback name (allowed only with webhooks.allow_loopback)"
+        return None if allow_loopback else f"'{host}' is a loopback name (allowed only where a development setting allows it)"
     if name in PRIVATE_NAMES or name.endswith(PRIVATE_SUFFIXES) or "." not in name:
         return f"'{host}' is a name of a private network"
     return None
