@@ -43,6 +43,18 @@ class RefusedTarget(OSError):
         return self.message
 
 
+def refusal_in(exc: BaseException) -> RefusedTarget | None:
+    """The guard's refusal behind an HTTP client's connection error, if that is what it was."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(seen, RefusedTarget):
+            return seen
+        seen = getattr(seen, "os_error", None) or seen.__cause__
+    return None
+
+
 def _forms(ip: IPAddress) -> Iterable[IPAddress]:
     """The address and every IPv4 address it carries (a check of the outer form alone can be bypassed)."""
     yield ip

@@ -20,9 +20,9 @@ from yarl import URL
 from assetcdn.shared.address_guard import (
     GuardedResolver,
     HostResolver,
-    RefusedTarget,
     check_address,
     literal_address,
+    refusal_in,
 )
 
 USER_AGENT = "assetcdn-webhook/1.0"
@@ -41,15 +41,6 @@ def signature(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def _refusal(exc: BaseException) -> RefusedTarget | None:
-    seen: BaseException | None = exc
-    for _ in range(5):
-        if seen is None:
-            return None
-        if isinstance(seen, RefusedTarget):
-            return seen
-        seen = getattr(seen, "os_error", None) or seen.__cause__
-    return None
 
 
 class Sender:
@@ -101,12 +92,12 @@ class Sender:
         except (TimeoutError, aiohttp.ServerTimeoutError):
             return Outcome(False, None, f"no answer within {self._timeout_s:g} s")
         except aiohttp.ClientConnectorError as exc:
-            refusal = _refusal(exc)
+            refusal = refusal_in(exc)
             if refusal is not None:
                 return Outcome(False, None, f"refused: {refusal.message}")
             return Outcome(False, None, f"connection failed: {exc.os_error.strerror or type(exc.os_error).__name__}")
         except (aiohttp.ClientError, OSError) as exc:
-            refusal = _refusal(exc)
+            refusal = refusal_in(exc)
             if refusal is not None:
                 return Outcome(False, None, f"refused: {refusal.message}")
             return Outcome(False, None, f"request failed: {type(exc).__name__}")

@@ -1,0 +1,244 @@
+"""The one piece of the edge that talks to pull zones' origins (the HTTP servers users already run).
+
+- **Where it may connect:** an origin's address is checked as webhook targets are
+  (assetcdn/shared/address_guard.py): private, loopback, link-local and metadata addresses are refused
+  unless ``[origin] allow_loopback`` lets loopback through (development, tests). A name is resolved by
+  the guard for every new connection, so the connection goes to the address that was checked.
+- **Connections:** one keep-alive pool, at most ``pool_per_origin`` connections to each origin host.
+- **Time:** ``connect_timeout_s`` to connect, ``first_byte_timeout_s`` from sending the request to the
+  response head, ``idle_timeout_s`` between two reads of the body.
+- **Size:** response heads are bounded (``max_header_kb`` a field line); a body longer than
+  ``max_object_mb`` stops with ``OriginTooLarge`` where it crosses the limit.
+- **Headers:** hop-by-hop fields are dropped both ways (those named in ``Connection`` too), and request
+  fields that would make the origin answer for another host, scheme or URL than the cache key says
+  (``UNKEYED_OVERRIDES``) are never forwarded.
+
+Bodies are streamed: ``OriginResponse.chunks`` yields them as they arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+from multidict import CIMultiDict
+from yarl import URL
+
+from assetcdn.shared.address_guard import (
+    GuardedResolver,
+    HostResolver,
+    SystemResolver,
+    check_address,
+    literal_address,
+    refusal_in,
+)
+from assetcdn.shared.config import Settings
+
+log = logging.getLogger(__name__)
+
+# RFC 9110 7.6.1 and the fields that only ever mean this connection.
+HOP_BY_HOP = frozenset(("connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
+                        "upgrade", "proxy-authenticate", "proxy-authorization", "http2-settings"))
+# Request fields many origins (and their frameworks) read as the request's host, scheme, URL or method: a
+# client could otherwise make the origin answer another URL than the cache key says, for everyone.
+UNKEYED_OVERRIDES = frozenset((
+    "host", "forwarded", "x-forwarded-host", "x-forwarded-server", "x-forwarded-proto", "x-forwarded-scheme",
+    "x-forwarded-port", "x-forwarded-prefix", "x-forwarded-for", "x-real-ip", "x-host", "x-original-url",
+    "x-rewrite-url", "x-original-host", "x-http-method-override", "x-http-method", "x-method-override",
+    "x-forwarded-ssl", "front-end-https", "x-url-scheme", "via"))
+VIA = "1.1 assetcdn"
+
+
+class OriginError(Exception):
+    """The origin could not give an answer: refused or failed connection, bad response, timeout."""
+
+    timeout = False
+
+
+class OriginTimeout(OriginError):
+    timeout = True
+
+
+class OriginTooLarge(OriginError):
+    """The body is longer than ``max_object_mb``."""
+
+
+class OriginRefused(OriginError):
+    """The origin's address is one the edge may not connect to."""
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """A pull zone's origin: where its paths are fetched from (``<url>/<path>``), the Host header to send
+    (default: the URL's host) and fields added to every request (a shared secret the origin checks)."""
+
+    url: URL
+    host_header: str | None = None
+    request_headers: tuple[tuple[str, str], ...] = ()
+
+    def target(self, path: str, query: str = "") -> URL:
+        """The origin URL of `path` (percent-encoded, starting with ``/``) below the origin's path prefix."""
+        prefix = self.url.raw_path.rstrip("/")
+        return self.url.with_path(prefix + path, encoded=True).with_query(query) if query else \
+            self.url.with_path(prefix + path, encoded=True)
+
+
+@dataclass(frozen=True, slots=True)
+class OriginLimits:
+    connect_timeout_s: float = 5.0
+    first_byte_timeout_s: float = 15.0
+    idle_timeout_s: float = 15.0
+    max_object_bytes: int = 1024 * 1024 * 1024
+    max_field_bytes: int = 16 * 1024
+    pool_per_origin: int = 32
+    allow_loopback: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> OriginLimits:
+        section = settings.section("origin")
+        return cls(connect_timeout_s=float(section["connect_timeout_s"]),
+                   first_byte_timeout_s=float(section["first_byte_timeout_s"]),
+                   idle_timeout_s=float(section["idle_timeout_s"]),
+                   max_object_bytes=int(float(section["max_object_mb"]) * 1024 * 1024),
+                   max_field_bytes=int(float(section["max_header_kb"]) * 1024),
+                   pool_per_origin=int(section["pool_per_origin"]),
+                   allow_loopback=bool(section["allow_loopback"]))
+
+
+def connection_fields(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
+    """Hop-by-hop fields, with those a message's own Connection field names."""
+    named = {token.strip().lower() for name, value in headers if name.lower() == "connection"
+             for token in value.split(",") if token.strip()}
+    return HOP_BY_HOP | named
+
+
+def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *, client_ip: str | None,
+                           scheme: str) -> CIMultiDict[str]:
+    """What the origin is sent: the client's end-to-end fields less the overriding ones, then the origin's
+    Host, the zone's own fields, Via and the client's address and scheme as this edge saw them."""
+    dropped = connection_fields(client) | UNKEYED_OVERRIDES
+    headers: CIMultiDict[str] = CIMultiDict()
+    for name, value in client:
+        if name.lower() not in dropped:
+            headers.add(name, value)
+    headers["Host"] = origin.host_header or origin.url.raw_authority
+    for name, value in origin.request_headers:
+        headers[name] = value
+    headers["Via"] = VIA
+    if client_ip:
+        headers["X-Forwarded-For"] = client_ip
+    headers["X-Forwarded-Proto"] = scheme
+    return headers
+
+
+@dataclass
+class OriginResponse:
+    status: int
+    headers: list[tuple[str, str]]      # lower-case names, in order, hop-by-hop fields left out
+    request_time: float                 # Unix time the request was sent
+    response_time: float                # Unix time the head arrived
+    _response: aiohttp.ClientResponse
+    _limits: OriginLimits
+    received: int = field(default=0)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives; OriginTimeout when the origin goes quiet, OriginTooLarge past the limit."""
+        limit = self._limits.max_object_bytes
+        try:
+            async for chunk in self._response.content.iter_any():
+                self.received += len(chunk)
+                if self.received > limit:
+                    raise OriginTooLarge(f"the origin's body is longer than {limit} bytes")
+                yield chunk
+        except (aiohttp.ServerTimeoutError, TimeoutError):
+            raise OriginTimeout(f"the origin sent nothing for {self._limits.idle_timeout_s:g} s") from None
+        except aiohttp.ClientPayloadError as exc:
+            raise OriginError(f"the origin's body was cut short ({exc})") from None
+        except aiohttp.ClientError as exc:
+            raise OriginError(f"reading the origin's body failed ({type(exc).__name__})") from None
+        finally:
+            self.release()
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self.chunks()])
+
+    def release(self) -> None:
+        """Give the connection back (or close it, when the body was not read to its end)."""
+        if not self._response.closed:
+            if self._response.content.at_eof():
+                self._response.release()
+            else:
+                self._response.close()
+
+
+class OriginClient:
+    def __init__(self, limits: OriginLimits, resolver: HostResolver | None = None) -> None:
+        self.limits = limits
+        self._resolver = resolver or SystemResolver()
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            limits = self.limits
+            resolver = GuardedResolver(self._resolver, allow_loopback=limits.allow_loopback)
+            connector = aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False, limit=0,
+                                             limit_per_host=limits.pool_per_origin,
+                                             keepalive_timeout=limits.idle_timeout_s)
+            self._session = aiohttp.ClientSession(
+                connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
+                max_field_size=limits.max_field_bytes, max_line_size=limits.max_field_bytes,
+                timeout=aiohttp.ClientTimeout(total=None, connect=limits.connect_timeout_s,
+                                              sock_connect=limits.connect_timeout_s,
+                                              sock_read=limits.idle_timeout_s))
+        return self._session
+
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    def refused(self, url: URL) -> str | None:
+        """Why the edge may not connect to `url` before any lookup (a name is checked as it resolves)."""
+        if url.scheme not in ("http", "https"):
+            return f"the scheme {url.scheme!r} is not allowed for an origin"
+        literal = literal_address(url.raw_host or "")
+        if literal is not None:
+            return check_address(literal, allow_loopback=self.limits.allow_loopback)
+        return None
+
+    async def request(self, origin: Origin, method: str, target: URL, headers: Mapping[str, str] | CIMultiDict[str],
+                      body: bytes | None = None) -> OriginResponse:
+        """Send one request; the answer's head once it arrived (its body is read with `chunks`)."""
+        refused = self.refused(target)
+        if refused:
+            raise OriginRefused(refused)
+        request_time = time.time()  # RFC 9111 4.2.3's request_time and response_time: Unix time
+        try:
+            async with asyncio.timeout(self.limits.first_byte_timeout_s):
+                response = await self.session().request(
+                    method, target, headers=headers, data=body, allow_redirects=False,
+                    skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"))
+        except TimeoutError:
+            raise OriginTimeout(f"no answer from the origin within {self.limits.first_byte_timeout_s:g} s") from None
+        except aiohttp.ServerTimeoutError:
+            raise OriginTimeout("the origin did not answer in time") from None
+        except aiohttp.ClientConnectorError as exc:
+            refusal = refusal_in(exc)
+            if refusal is not None:
+                raise OriginRefused(refusal.message) from None
+            raise OriginError(f"could not connect to the origin ({exc.os_error.strerror or exc})") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            refusal = refusal_in(exc)
+            if refusal is not None:
+                raise OriginRefused(refusal.message) from None
+            raise OriginError(f"the origin's answer could not be read ({type(exc).__name__})") from None
+        raw = [(name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in response.raw_headers]
+        dropped = connection_fields(raw)
+        headers_out = [(name, value) for name, value in raw if name not in dropped]
+        return OriginResponse(response.status, headers_out, request_time, time.time(), response, self.limits)
+
+

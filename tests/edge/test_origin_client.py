@@ -1,0 +1,241 @@
+"""The edge's origin client (assetcdn/edge/origin_client.py) against a real HTTP origin on loopback: what is
+forwarded and what is not, address checks, the pool, the timeouts and the size limit."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from yarl import URL
+
+from assetcdn.edge.origin_client import (
+    Origin,
+    OriginClient,
+    OriginError,
+    OriginLimits,
+    OriginRefused,
+    OriginTimeout,
+    OriginTooLarge,
+    origin_request_headers,
+)
+from assetcdn.shared.config import load_settings
+
+LOOPBACK = OriginLimits(allow_loopback=True, connect_timeout_s=2, first_byte_timeout_s=2, idle_timeout_s=2)
+
+
+class Names:
+    """A resolver the test controls: every name is what the test says."""
+
+    def __init__(self, addresses: dict[str, list[str]]) -> None:
+        self.table = addresses
+
+    async def addresses(self, host: str) -> list[str]:
+        return self.table[host]
+
+
+class OriginServer:
+    def __init__(self) -> None:
+        self.requests: list[web.Request] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.release = asyncio.Event()
+        self.release.set()
+        self.two_held = asyncio.Event()
+        self.peers: set[object] = set()
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/prefix/echo", self.echo)
+        app.router.add_get("/prefix/slow-head", self.slow_head)
+        app.router.add_get("/prefix/slow-body", self.slow_body)
+        app.router.add_get("/prefix/big", self.big)
+        app.router.add_get("/prefix/held", self.held)
+        return app
+
+    async def echo(self, request: web.Request) -> web.Response:
+        self.requests.append(request)
+        return web.Response(body=b"hello", headers={"Cache-Control": "max-age=60", "Connection": "x-secret",
+                                                    "X-Secret": "hop", "Keep-Alive": "timeout=5", "ETag": '"a"'})
+
+    async def slow_head(self, request: web.Request) -> web.Response:
+        await asyncio.sleep(30)
+        return web.Response(body=b"late")
+
+    async def slow_body(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Length": "10"})
+        await response.prepare(request)
+        await response.write(b"12345")
+        await asyncio.sleep(30)
+        return response
+
+    async def big(self, request: web.Request) -> web.Response:
+        return web.Response(body=b"x" * 5000)
+
+    async def held(self, request: web.Request) -> web.Response:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        self.peers.add(request.transport.get_extra_info("peername") if request.transport else None)
+        if self.in_flight >= 2:
+            self.two_held.set()
+        await self.release.wait()
+        self.in_flight -= 1
+        return web.Response(body=b"ok")
+
+
+@pytest.fixture
+async def origin() -> AsyncIterator[tuple[OriginServer, TestServer]]:
+    server = OriginServer()
+    test_server = TestServer(server.app(), host="127.0.0.1")
+    await test_server.start_server()
+    yield server, test_server
+    await test_server.close()
+
+
+def base(test_server: TestServer, host: str = "127.0.0.1") -> URL:
+    return URL(f"http://{host}:{test_server.port}/prefix")
+
+
+async def test_request_fields_are_forwarded_less_hop_by_hop_and_overriding_ones(
+        origin: tuple[OriginServer, TestServer]) -> None:
+    server, test_server = origin
+    zone_origin = Origin(base(test_server), host_header="www.example.test",
+                         request_headers=(("X-Origin-Secret", "s3cret"),))
+    client_fields = [("Accept", "image/webp"), ("Connection", "x-drop"), ("X-Drop", "1"), ("TE", "trailers"),
+                     ("X-Forwarded-Host", "evil.example"), ("X-Original-URL", "/admin"), ("Forwarded", "host=evil"),
+                     ("X-Forwarded-For", "6.6.6.6"), ("Host", "cdn.example"), ("X-Custom", "kept")]
+    headers = origin_request_headers(client_fields, zone_origin, client_ip="203.0.113.9", scheme="https")
+    client = OriginClient(LOOPBACK)
+    try:
+        response = await client.request(zone_origin, "GET", zone_origin.target("/echo"), headers)
+        assert await response.read() == b"hello"
+    finally:
+        await client.close()
+    seen = server.requests[0].headers
+    assert seen["Host"] == "www.example.test"
+    assert seen["X-Origin-Secret"] == "s3cret"
+    assert seen["Accept"] == "image/webp"
+    assert seen["X-Custom"] == "kept"
+    assert seen["Via"] == "1.1 assetcdn"
+    assert seen["X-Forwarded-For"] == "203.0.113.9"
+    assert seen["X-Forwarded-Proto"] == "https"
+    for name in ("X-Drop", "TE", "X-Forwarded-Host", "X-Original-URL", "Forwarded", "User-Agent"):
+        assert name not in seen, name
+    assert response.status == 200
+    names = [name for name, _ in response.headers]
+    assert "cache-control" in names and "etag" in names
+    assert not {"connection", "x-secret", "keep-alive"} & set(names)
+    assert response.request_time <= response.response_time
+
+
+async def test_loopback_origins_are_refused_without_the_development_setting(
+        origin: tuple[OriginServer, TestServer]) -> None:
+    _, test_server = origin
+    strict = OriginClient(OriginLimits())
+    try:
+        for url in (base(test_server), URL(f"http://[::ffff:127.0.0.1]:{test_server.port}/prefix"),
+                    URL("http://169.254.169.254/latest")):
+            zone_origin = Origin(url)
+            with pytest.raises(OriginRefused):
+                await strict.request(zone_origin, "GET", zone_origin.target("/echo"), {})
+        with pytest.raises(OriginRefused):
+            zone_origin = Origin(URL("file:///etc/passwd"))
+            await strict.request(zone_origin, "GET", zone_origin.target("/x"), {})
+    finally:
+        await strict.close()
+
+
+async def test_a_name_is_checked_by_what_it_resolves_to_at_connect_time(
+        origin: tuple[OriginServer, TestServer]) -> None:
+    server, test_server = origin
+    names = Names({"origin.example.test": ["127.0.0.1"]})
+    zone_origin = Origin(base(test_server, "origin.example.test"))
+    allowed = OriginClient(LOOPBACK, resolver=names)
+    strict = OriginClient(OriginLimits(), resolver=names)
+    try:
+        response = await allowed.request(zone_origin, "GET", zone_origin.target("/echo"), {})
+        assert await response.read() == b"hello"
+        with pytest.raises(OriginRefused, match="loopback"):
+            await strict.request(zone_origin, "GET", zone_origin.target("/echo"), {})
+        names.table["origin.example.test"] = ["10.1.2.3"]  # rebound to a private address
+        with pytest.raises(OriginRefused, match="private"):
+            await strict.request(zone_origin, "GET", zone_origin.target("/echo"), {})
+    finally:
+        await allowed.close()
+        await strict.close()
+
+
+async def test_timeouts_cut_off_a_slow_origin(origin: tuple[OriginServer, TestServer]) -> None:
+    _, test_server = origin
+    zone_origin = Origin(base(test_server))
+    client = OriginClient(OriginLimits(allow_loopback=True, first_byte_timeout_s=0.3, idle_timeout_s=0.3))
+    try:
+        with pytest.raises(OriginTimeout):
+            await client.request(zone_origin, "GET", zone_origin.target("/slow-head"), {})
+        response = await client.request(zone_origin, "GET", zone_origin.target("/slow-body"), {})
+        with pytest.raises(OriginTimeout):
+            await response.read()
+        assert response.received == 5
+    finally:
+        await client.close()
+
+
+async def test_a_body_past_the_size_limit_stops_there(origin: tuple[OriginServer, TestServer]) -> None:
+    _, test_server = origin
+    zone_origin = Origin(base(test_server))
+    client = OriginClient(OriginLimits(allow_loopback=True, max_object_bytes=1000))
+    try:
+        response = await client.request(zone_origin, "GET", zone_origin.target("/big"), {})
+        with pytest.raises(OriginTooLarge):
+            await response.read()
+    finally:
+        await client.close()
+
+
+async def test_the_pool_bounds_connections_to_one_origin(origin: tuple[OriginServer, TestServer]) -> None:
+    server, test_server = origin
+    zone_origin = Origin(base(test_server))
+    client = OriginClient(OriginLimits(allow_loopback=True, pool_per_origin=2))
+    server.release.clear()
+
+    async def one() -> bytes:
+        response = await client.request(zone_origin, "GET", zone_origin.target("/held"), {})
+        return await response.read()
+
+    try:
+        waiting = [asyncio.create_task(one()) for _ in range(6)]
+        await server.two_held.wait()
+        await asyncio.sleep(0.1)  # room for a third connection, were the pool unbounded
+        assert server.most_in_flight == 2
+        server.release.set()
+        assert await asyncio.gather(*waiting) == [b"ok"] * 6
+        assert len(server.peers) == 2  # the six went over the two pooled connections
+    finally:
+        await client.close()
+
+
+async def test_a_refused_connection_is_an_origin_error(origin: tuple[OriginServer, TestServer]) -> None:
+    _, test_server = origin
+    port = test_server.port
+    await test_server.close()
+    zone_origin = Origin(URL(f"http://127.0.0.1:{port}/prefix"))
+    client = OriginClient(LOOPBACK)
+    try:
+        with pytest.raises(OriginError):
+            await client.request(zone_origin, "GET", zone_origin.target("/echo"), {})
+    finally:
+        await client.close()
+
+
+def test_targets_stay_below_the_prefix_and_keep_their_encoding() -> None:
+    zone_origin = Origin(URL("https://origin.example.test/assets/"))
+    assert str(zone_origin.target("/a%20b.png", "w=1")) == "https://origin.example.test/assets/a%20b.png?w=1"
+    assert str(Origin(URL("https://o.example.test")).target("/x")) == "https://o.example.test/x"
+
+
+def test_limits_come_from_the_settings() -> None:
+    limits = OriginLimits.from_settings(load_settings(environ={}))
+    assert limits.allow_loopback is False
+    assert limits.max_object_bytes == 1024 * 1024 * 1024
