@@ -68,8 +68,16 @@ lock:
 	.venv-lock/bin/uv pip compile pyproject.toml requirements-build.in --extra test -c requirements.lock \
 		$(LOCK_FLAGS) -o requirements-test.lock
 
-run: setup
-	$(BIN)/assetcdn up
+# `make run ARGS='--dashboard-port 8797'` passes its flags to `assetcdn up` (so do ASSETCDN_SERVER_*_PORT variables:
+# README, "Choosing ports"). The ports are checked first, with $(PYTHON) and the sources alone (the check needs
+# none of the dependencies), so a taken one is named before a first setup's minutes of installing.
+run:
+	@if $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
+		PYTHONPATH=. $(PYTHON) -m assetcdn.cli up --check-ports $(ARGS) || { \
+		echo "make run: choose other ports with make run ARGS='--edge-port N --control-port N --dashboard-port N'" \
+			"or the ASSETCDN_SERVER_*_PORT variables named above (README, \"Choosing ports\")" >&2; exit 1; }; fi
+	@$(MAKE) --no-print-directory setup
+	$(BIN)/assetcdn up $(ARGS)
 
 # The 25 slowest tests are listed at the end of every run, so a slow one shows up where it was added.
 # Four workers on two cores: much of the suite waits on real processes, and those waits overlap. Whole files
