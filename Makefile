@@ -26,11 +26,13 @@ LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --native-tls -
 # Browser-test prerequisites (Debian chromium, hls.js from npm) are best effort: without them the
 # browser test skips and says why. Tesseract OCR (Debian) serves alt text; without it OCR is skipped.
 # redis-server (Debian) is for the Redis counter tests (they start their own); without it they skip.
+# curl (Debian) runs the README tour's commands in its test; without it that test skips.
 setup: $(STAMP) $(DOC_VECTORS)
 	-@sh tests/browser/setup.sh
 	-@sh tests/control/ai/setup.sh
 	-@sh tests/counters/setup.sh
 	-@sh tests/acme/setup.sh
+	-@sh tests/integration/setup.sh
 
 # Re-install only when the project's metadata changed (idempotent and fast otherwise).
 # The locked versions, hash-checked, then the project itself with no dependency resolution of its own.
