@@ -183,7 +183,7 @@ def made_demo_videos(data_dir: Path) -> None:
 
 # What `assetcdn up` says when a port it was given is taken (by its pre-start check, or by a child
 # that could not listen): another test run on this machine chose the same ports in the meantime.
-PORT_TAKEN = (b"another install or program is using", b"cannot listen on its port")
+PORT_TAKEN = (b"another install or program is using", b"cannot listen")
 START_ATTEMPTS = 5
 
 
