@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import hmac
 import logging
 import os
 import ssl
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -180,11 +181,11 @@ class SniTable:
     """What the SNI callback reads, replaced whole when a certificate changes. `contexts` and `parsed` are
     kept for the next build, which reuses what did not change."""
 
-    exact: dict[str, ssl.SSLContext] = field(default_factory=dict)
-    wildcard: dict[str, ssl.SSLContext] = field(default_factory=dict)  # "t.example.com" for *.t.example.com
-    default: ssl.SSLContext | None = None
-    contexts: dict[ContextKey, ssl.SSLContext] = field(default_factory=dict)
-    parsed: dict[tuple[str, tuple[str, ...]], Certificate] = field(default_factory=dict)  # TLS state's, by id and names
+    exact: dict[str, ssl.SSLContext]
+    wildcard: dict[str, ssl.SSLContext]  # "t.example.com" for *.t.example.com
+    default: ssl.SSLContext
+    contexts: dict[ContextKey, ssl.SSLContext]
+    parsed: dict[tuple[str, tuple[str, ...]], Certificate]  # the TLS state's, by id and names
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ class _Inputs:
     entries: Sequence[CertificateEntry]
     keys: Mapping[str, bytes]
     self_signed: Certificate | None
-    previous: SniTable
+    previous: SniTable | None
 
 
 class CertificateStore:
@@ -222,13 +223,13 @@ class CertificateStore:
         # Builds are numbered as they start; a build that ends after a later one started is dropped (the
         # later one read newer inputs), so the table never goes back.
         self._started = self._installed = 0
-        self.table = self._build(self._inputs(SniTable()))
+        self.table = self._build(self._inputs(None))
         tls_state.on_change.append(self._state_changed)
 
     def _file_signatures(self) -> list[tuple[int, int, int] | None]:
         return [_file_signature(p) for pair in self.pairs for p in pair]
 
-    def _inputs(self, previous: SniTable) -> _Inputs:
+    def _inputs(self, previous: SniTable | None) -> _Inputs:
         return _Inputs(tuple(self.operator), self.tls_state.certificates, dict(self.tls_state.keys),
                        self._self_signed, previous)
 
@@ -261,12 +262,13 @@ class CertificateStore:
         expiry first). The TLS state's are parsed into `parsed`, unless the previous table has them."""
         found = list(inputs.operator)
         from_state: list[Certificate] = []
+        known_before = inputs.previous.parsed if inputs.previous else {}
         for entry in inputs.entries:
             key_pem = inputs.keys.get(entry.id)
             if key_pem is None:
                 continue
-            known = inputs.previous.parsed.get((entry.id, entry.names))
-            if known is not None and known.key_pem == key_pem:
+            known = known_before.get((entry.id, entry.names))
+            if known is not None and hmac.compare_digest(known.key_pem, key_pem):
                 parsed[(entry.id, entry.names)] = known
                 from_state.append(known)
                 continue
@@ -285,7 +287,8 @@ class CertificateStore:
         return found
 
     def _build(self, inputs: _Inputs) -> SniTable:
-        """The table for `inputs` (run in a thread but at start: it touches nothing the loop reads)."""
+        """The table for `inputs`. Runs in a thread (but in __init__): it reads only `inputs` and writes
+        only what it returns."""
         parsed: dict[tuple[str, tuple[str, ...]], Certificate] = {}
         certificates = self._offered(inputs, parsed)
         by_name: dict[str, list[Certificate]] = {}
@@ -293,10 +296,11 @@ class CertificateStore:
             for name in certificate.names:
                 by_name.setdefault(name, []).append(certificate)
         contexts: dict[ContextKey, ssl.SSLContext] = {}
+        before = inputs.previous.contexts if inputs.previous else {}
         exact: dict[str, ssl.SSLContext] = {}
         wildcard: dict[str, ssl.SSLContext] = {}
         for name, offered in by_name.items():
-            context = self._context_for(self._per_key_type(offered), contexts, inputs.previous.contexts)
+            context = self._context_for(self._per_key_type(offered), contexts, before)
             if context is None:
                 continue
             if name.startswith("*."):
@@ -304,8 +308,8 @@ class CertificateStore:
             else:
                 exact[name] = context
         first = inputs.operator[:1] or ([inputs.self_signed] if inputs.self_signed else [])
-        default = (self._context_for(self._per_key_type(list(first)), contexts, inputs.previous.contexts)
-                   or inputs.previous.default or new_context())
+        default = (self._context_for(self._per_key_type(list(first)), contexts, before)
+                   or (inputs.previous.default if inputs.previous else new_context()))
         log.info("TLS: %d certificate(s) for %d name(s)", len(certificates), len(exact) + len(wildcard))
         return SniTable(exact, wildcard, default, contexts, parsed)
 
@@ -346,7 +350,6 @@ class CertificateStore:
                 context = table.wildcard.get(parent)
                 if context is not None:
                     return context
-        assert table.default is not None  # every built table has one
         return table.default
 
     def _choose(self, connection: Any, server_name: str | None, _front: ssl.SSLContext) -> None:
