@@ -171,7 +171,7 @@ class EdgeNode:
         except NotFoundAtControl:
             return
         try:
-            self.tls.apply(message)
+            await self.tls.apply(message)
         except TlsStateError as exc:
             log.warning("control's TLS state not applied: %s", exc)
 

@@ -117,7 +117,7 @@ def prepare(node: EdgeNode, config: EdgeConfig, view: HostView, path: str) -> tu
     """The prepared hit of ``path`` on ``view``'s host and the cache entry it serves now; None when
     the full application must answer (see the module docstring). May read the disk tier inline
     (one SQLite row, or a file of at most the memory tier's object size), as a hit there does."""
-    if config.rules.redirects and config.rules.redirects.match(path) is not None:
+    if config.rules.redirects and config.rules.redirects.matches(path):
         return None
     try:  # what the delivery route does before its look-up (assetcdn/edge/routes/delivery.py)
         cdn_path = parse_cdn_path(tenant_path(view.zone, path))

@@ -49,7 +49,7 @@ async def tls(request: web.Request) -> web.Response:
     message = await _signed_message(request)
     state = request.app[NODE].tls
     try:
-        applied = state.apply(message)
+        applied = await state.apply(message)
     except TlsStateError as exc:
         raise ApiError(400, "InvalidTlsState", str(exc)) from None
     return json_response({"serial": state.serial, "applied": applied})
