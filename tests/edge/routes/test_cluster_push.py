@@ -1,5 +1,6 @@
-"""A push control signed for this edge worker that is not a well-formed generation is refused whole: 400
-with what is wrong, and the edge's manifest and cache stay as they were."""
+"""Control's pushes to an edge worker (POST /_cluster/push): one that is not a well-formed generation is
+refused whole (400 with what is wrong; the manifest and cache stay as they were), and a signed one tells
+the worker that control is up."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import orjson
 import pytest
 
 from assetcdn.control.app_keys import REGISTRY
+from assetcdn.edge.circuit_breaker import CLOSED, OPEN
 from assetcdn.shared.cluster import PREFIX, sign_request
 from tests.control.conftest import SECRETS
 from tests.control.expect import expect_error
@@ -43,3 +45,14 @@ async def test_a_malformed_push_is_refused_and_changes_nothing(make_cdn: CdnFact
     assert says in error["error"]["message"]
     assert cdn.node.replica.generation == held
     assert (await cdn.edge.get(f"/{path}")).headers["X-Cache"] == "HIT"  # nothing was purged
+
+
+async def test_a_signed_push_from_control_closes_the_breaker(make_cdn: CdnFactory) -> None:
+    # No catch-up or heartbeat runs during the test: the push is the only word from control.
+    cdn = await make_cdn(ASSETCDN_EDGE_CATCHUP_INTERVAL_S="3600", ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S="3600")
+    control = cdn.node.control
+    while control.breaker.state != OPEN:
+        control.breaker.failed(slow=True)   # the edge's own calls timed out: control counts as down
+    assert not control.reachable(within_s=3600)
+    await cdn.upload(f"{ZONE}/v1/logos/pushed.svg", LOGO)   # returns once control's push is applied
+    assert control.breaker.state == CLOSED and control.reachable(within_s=5)
