@@ -28,9 +28,9 @@ from assetcdn.control.storage.manifest_store import (
 from assetcdn.control.webhooks.events import Change, Event, with_trailer
 from assetcdn.control.webhooks.outbox import Outbox
 from assetcdn.shared.edge_rules import RULE_FILES
-from assetcdn.shared.errors import utc_now_iso
 from assetcdn.shared.generation_push import GenerationPush
 from assetcdn.shared.paths import cdn_path_of
+from assetcdn.shared.timestamps import utc_now_iso
 
 
 @dataclass(frozen=True)

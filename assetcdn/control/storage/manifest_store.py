@@ -16,10 +16,10 @@ import orjson
 
 from assetcdn.control.storage.database import Database, Transaction, to_the_end
 from assetcdn.control.storage.git_store import CommitResult, FileChange, GitStore
-from assetcdn.shared.errors import utc_now_iso
 from assetcdn.shared.generation_push import PushedChange, PushedPurge
 from assetcdn.shared.manifest import ManifestChange, ManifestEntry, make_entry
 from assetcdn.shared.paths import CLIENT_ROOT, STOCK_ROOT, cdn_path_of
+from assetcdn.shared.timestamps import utc_now_iso
 
 HISTORY_KEPT = 5000
 IGNORED_NAMES = (".gitkeep",)
