@@ -16,7 +16,7 @@ import pillow_heif
 import pyvips
 
 from assetcdn.shared.faces import rgb_pixels, srgb_uchar
-from assetcdn.shared.heif_brands import is_heif_not_avif
+from assetcdn.shared.heif import decode_heif, is_heif_not_avif
 from assetcdn.shared.svg_sanitize import sanitize_svg
 
 LOADERS = {
@@ -109,13 +109,7 @@ def _flat(image: pyvips.Image) -> pyvips.Image:
 
 def _thumbnail(data: bytes, fmt: str, size: int) -> pyvips.Image:
     if fmt == "heic":
-        heif = pillow_heif.open_heif(data, convert_hdr_to_8bit=True)
-        bands = 4 if heif.has_alpha else 3
-        width, height = heif.size
-        rows = np.frombuffer(heif.data, dtype=np.uint8).reshape(height, heif.stride)
-        pixels = np.ascontiguousarray(rows[:, :width * bands]).reshape(height, width, bands)
-        image = pyvips.Image.new_from_array(pixels).copy(interpretation="srgb")
-        return image.thumbnail_image(size, height=size, size="down")
+        return decode_heif(data).thumbnail_image(size, height=size, size="down")
     return pyvips.Image.thumbnail_buffer(data, size, height=size, size="down")
 
 

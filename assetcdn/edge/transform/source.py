@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pyvips
 
 from assetcdn.shared.errors import LegacyError
-from assetcdn.shared.heif_brands import is_heif_not_avif
+from assetcdn.shared.heif import is_heif_not_avif
 from assetcdn.shared.svg_sanitize import filter_primitives, sanitize_svg
 
 # libvips loader -> format name used across the transform.
@@ -120,14 +120,3 @@ def check_svg_filters(source: SourceImage, width: int, height: int, max_work: in
                           f"pixels exceed this edge's limit of {max_work:,} pixel operations. Ask for a smaller w or h.")
 
 
-def decode_heif(data: bytes) -> pyvips.Image:
-    """Full decode of a HEIC/HEIF (no shrink-on-load exists for it) into a libvips image."""
-    import numpy as np  # noqa: PLC0415 (as in _read_heif)
-    import pillow_heif  # noqa: PLC0415
-
-    heif = pillow_heif.open_heif(data, convert_hdr_to_8bit=True)
-    bands = 4 if heif.has_alpha else 3
-    width, height = heif.size
-    rows = np.frombuffer(heif.data, dtype=np.uint8).reshape(height, heif.stride)
-    pixels = np.ascontiguousarray(rows[:, :width * bands]).reshape(height, width, bands)
-    return pyvips.Image.new_from_array(pixels).copy(interpretation="srgb")

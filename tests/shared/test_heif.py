@@ -1,4 +1,5 @@
-"""HEIC goes to pillow-heif and AVIF to libvips on the edge and on control alike: told apart by the `ftyp` brands."""
+"""HEIC goes to pillow-heif and AVIF to libvips on the edge and on control alike: told apart by the `ftyp`
+brands, and decoded once for both."""
 
 from __future__ import annotations
 
@@ -7,19 +8,26 @@ import io
 import pillow_heif
 import pyvips
 
-from assetcdn.shared.heif_brands import is_heif_not_avif
+from assetcdn.shared.heif import decode_heif, is_heif_not_avif
 
 
 def _image() -> pyvips.Image:
     return pyvips.Image.black(16, 16, bands=3) + 128
 
 
-def test_a_heic_file_is_heif() -> None:
+def _heic(image: pyvips.Image) -> bytes:
     out = io.BytesIO()
-    image = _image()
     pillow_heif.from_bytes(mode="RGB", size=(image.width, image.height), data=image.cast("uchar").write_to_memory()
                            ).save(out, quality=80)
-    assert is_heif_not_avif(out.getvalue())
+    return out.getvalue()
+
+
+def test_a_heic_file_is_heif_and_decodes_to_its_pixels() -> None:
+    data = _heic(_image())
+    assert is_heif_not_avif(data)
+    decoded = decode_heif(data)
+    assert (decoded.width, decoded.height, decoded.bands, decoded.interpretation) == (16, 16, 3, "srgb")
+    assert abs(decoded.avg() - 128) < 3
 
 
 def test_avif_and_other_formats_are_not() -> None:
