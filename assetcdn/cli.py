@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import ipaddress
 import json
 import os
 import signal
@@ -20,7 +19,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from assetcdn.shared.config import Settings, default_config_text, load_settings
+from assetcdn.shared.config import default_config_text, load_settings
+from assetcdn.shared.dashboard_url import dashboard_url
 from assetcdn.shared.process import (
     EXIT_CANNOT_LISTEN,
     EXIT_DEADLINE_S,
@@ -265,20 +265,6 @@ def _lock_data_dir(data_dir: Path) -> int:
     return fd
 
 
-def dashboard_url(settings: Settings, host: str, dashboard_port: int) -> str:
-    """Where to open the dashboard (control's own port for it): `dashboard.public_url`, else on
-    localhost rather than an IP address, where browsers allow passkeys (as control reads it,
-    assetcdn/control/app_keys.py)."""
-    if configured := settings.get("dashboard", "public_url"):
-        return str(configured).rstrip("/")
-    try:
-        ipaddress.ip_address(host)
-        host = "localhost"
-    except ValueError:
-        pass
-    return f"http://{host}:{dashboard_port}"
-
-
 def _keys_notice(secrets_path: Path, generated: list[str]) -> str:
     """Where the keys are, by name only: output of `up` ends up in logs, so no key value is ever printed."""
     if not generated:
@@ -365,7 +351,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             banner.append(f"HTTPS: https://{host}:{https_port}"
                           + (f" to :{https_port + args.edges - 1}" if args.edges > 1 else ""))
         banner.append(_keys_notice(data_dir / SECRETS_FILE, generated))
-        banner.append(f"Dashboard: {dashboard_url(settings, host, dashboard_port)}/dashboard/ (its own origin; "
+        dashboard = dashboard_url(settings.with_overrides("server", host=host, dashboard_port=dashboard_port))
+        banner.append(f"Dashboard: {dashboard}/dashboard/ (its own origin; "
                       "sign in with ASSETCDN_DASHBOARD_SECRET)")
         _say("\n".join(banner))
         return _supervise(processes, commands, labels, listeners, host, env, stop)

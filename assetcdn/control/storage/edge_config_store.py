@@ -10,8 +10,8 @@ from typing import Any
 from assetcdn.control.storage.database import Database
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.shared.edge_rules import RULE_FILES
-from assetcdn.shared.errors import utc_now_iso
 from assetcdn.shared.published_config import PublishedConfig
+from assetcdn.shared.timestamps import utc_now_iso
 
 
 @dataclass(frozen=True)
