@@ -120,7 +120,7 @@ class HandoffTransport(asyncio.Transport):
 class HitProtocol(asyncio.Protocol):
     __slots__ = ("server", "transport", "buffer", "parser", "url", "headers", "complete", "repeated",
                  "busy", "handler", "handoff", "deadline", "drain", "peer", "paused_by", "closing",
-                 "pending_file", "keep_alive", "zero_copy", "batch", "turn_answers")
+                 "pending_file", "keep_alive", "zero_copy", "batch", "turn_answers", "send_timeout_s")
 
     def __init__(self, server: HitServer) -> None:
         self.server = server
@@ -146,6 +146,9 @@ class HitProtocol(asyncio.Protocol):
         # at once, and answers are written in bounded pieces (_flush), TLS_TURN_ANSWERS per loop turn.
         self.batch = sys.maxsize if self.zero_copy else 1
         self.turn_answers = 0
+        # A TLS client that takes none of an answer for this long is cut off (None: an HTTP/2 stream,
+        # whose connection judges progress).
+        self.send_timeout_s: float | None = server.send_timeout_s
 
     # --- httptools callbacks --------------------------------------------------------------------
 
@@ -385,7 +388,7 @@ class HitProtocol(asyncio.Protocol):
         if transport is None:
             return
         try:
-            await write_views(transport, self.drain, views, self.server.send_timeout_s)
+            await write_views(transport, self.drain, views, self.send_timeout_s)
         except (ConnectionError, OSError):  # gone, or no byte taken for send_timeout_s
             if self.transport is not None:
                 self.transport.abort()
@@ -422,7 +425,7 @@ class HitProtocol(asyncio.Protocol):
             if self.zero_copy:
                 await send_file(transport, self.drain, fileno, offset, count)
             else:
-                await write_file(transport, self.drain, fileno, offset, count, self.server.send_timeout_s)
+                await write_file(transport, self.drain, fileno, offset, count, self.send_timeout_s)
         except (ConnectionError, OSError):
             if self.transport is not None:
                 self.transport.abort()

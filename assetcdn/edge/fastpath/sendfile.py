@@ -133,14 +133,15 @@ WRITE_CHUNK = 256 * 1024  # read from the file per write when the bytes must pas
 TLS_PIECE = 64 * 1024     # of a body already in memory, written to TLS at once
 
 
-async def _drained(drain: Drain, timeout_s: float) -> None:
-    """Wait while the transport holds too much; TimeoutError when the client took nothing for ``timeout_s``."""
+async def _drained(drain: Drain, timeout_s: float | None) -> None:
+    """Wait while the transport holds too much; TimeoutError when the client took nothing for ``timeout_s``
+    (None: no limit)."""
     while drain.paused:
         await asyncio.wait_for(drain.waiter(), timeout_s)
 
 
 async def write_file(transport: asyncio.WriteTransport, drain: Drain, fileno: int, offset: int, count: int,
-                     timeout_s: float) -> None:
+                     timeout_s: float | None) -> None:
     """``send_file`` for a transport that must see the bytes (TLS encrypts them): the file is read in
     chunks and written, each once the client has read enough of the previous ones (the transport
     paused the protocol meanwhile). Raises TimeoutError when the client reads nothing for ``timeout_s``."""
@@ -157,7 +158,7 @@ async def write_file(transport: asyncio.WriteTransport, drain: Drain, fileno: in
 
 
 async def write_views(transport: asyncio.WriteTransport, drain: Drain, views: list[memoryview],
-                      timeout_s: float) -> None:
+                      timeout_s: float | None) -> None:
     """``write_file`` for bytes already in memory (a hit's body): written TLS_PIECE at a time, as views."""
     for view in views:
         while view:

@@ -603,6 +603,7 @@ class H2Protocol(asyncio.Protocol):
             self.checked = self.sent
             self.deadline = self.loop.time() + self.limits.send_timeout_s
         protocol = HitProtocol(self.hits)
+        protocol.send_timeout_s = None  # progress is judged per connection (timed_out)
         stream.protocol = protocol
         protocol.connection_made(stream)
         if self.pending_total > CONNECTION_BUFFER_HIGH:  # the connection holds enough: produce later
