@@ -23,6 +23,11 @@ opening or of the previous answer (the same deadline aiohttp applies; the connec
 without an answer), and a head larger than ``MAX_HEAD`` goes to aiohttp, which refuses it with its
 own limits (so a head may carry no more than aiohttp would accept). Responses to pipelined requests are written together, in order; while the client does
 not read them (the transport's write buffer is full) no further request is read.
+
+Over TLS a read is the client's whole decrypted data, however much was pipelined: requests are answered
+one per pass, TLS_TURN_ANSWERS per loop turn (reading paused until the rest is answered), and answers
+larger than TLS_PIECE are handed to TLS a piece at a time as the client reads, so a client that reads
+nothing holds little memory, and is cut off after ``tls.send_timeout_s``.
 """
 
 from __future__ import annotations

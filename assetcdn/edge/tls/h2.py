@@ -14,12 +14,17 @@ Limits: ``h2_max_concurrent_streams`` (SETTINGS; a client that opens more gets G
 list size (SETTINGS_MAX_HEADER_LIST_SIZE, enforced by HPACK decoding; h2 also caps CONTINUATION
 frames), ``h2_max_resets_per_10s`` streams reset by the client (CVE-2023-44487, "rapid reset": a reset
 stream sends nothing more and its reader is told the connection is lost, as when an HTTP/1.1 client
-goes away; a connection that resets too many is ended with ENHANCE_YOUR_CALM), nothing read from a
-client that does not read its answers (PING and SETTINGS floods), an idle connection closed after
-``header_timeout_s``, and the same per-request limits as HTTP/1.1 (the request head goes through
-the same checks). Response bytes wait in a stream
-only while the client's flow-control window is shut; past ``STREAM_BUFFER_HIGH`` the stream's producer
-(the hit path's file, or the application) is paused, as a full socket pauses it on HTTP/1.1. On
+goes away; a connection that resets too many is ended with ENHANCE_YOUR_CALM), as is one sending more
+than ``h2_max_control_frames_per_s`` frames that carry no request; nothing read from a client that does
+not read its answers (PING and SETTINGS floods); what a connection received handled a bounded part per
+loop turn (TURN_BUDGET), so one connection cannot hold the worker; an idle connection closed after
+``header_timeout_s``; and the same per-request limits as HTTP/1.1 (the request head goes through the
+same checks). Response bytes wait in a stream only while the client's flow-control window is shut, as
+references to what was written (never copies of a hit's body); past ``STREAM_BUFFER_HIGH`` for the
+stream or ``CONNECTION_BUFFER_HIGH`` for the connection the producer (the hit path's file, or the
+application) is paused, as a full socket pauses it on HTTP/1.1. A stream that sends nothing for
+``send_timeout_s`` while it holds bytes is reset; a connection none of whose streams sent any is closed.
+The HPACK table the encoder keeps is capped (HPACK_TABLE_MAX) and per-response fields never indexed. On
 shutdown every connection gets GOAWAY and closes when its open streams are done.
 """
 
