@@ -4,9 +4,10 @@ probing test's (tests/edge/tls/test_tls_floods.py):
     python -m tests.edge.tls.flood KIND PORT HOST PATH
 
 KIND is ``ping``, ``settings`` or ``window_update`` (HTTP/2 frames built by hand, as fast as the socket takes
-them) or ``pipelined`` (HTTP/1.1 GETs of PATH over TLS). One connection at a time: when the edge closes it,
-the next one starts. What comes back is read and discarded. Prints ``flooding`` once the first connection has
-sent its first burst, then runs until killed.
+them) or ``pipelined`` (HTTP/1.1 HEADs of PATH over TLS: hits with the smallest answers, the most requests a
+read can carry). One connection at a time: when the edge closes it, the next one starts. What comes back is
+read and discarded. Prints ``flooding`` once the first connection has sent its first burst, then runs until
+killed.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def burst(kind: str, host: str, path: str) -> bytes:
     if kind == "window_update":
         return frame(0x8, struct.pack(">I", 1)) * BURST  # the connection's window, one byte at a time
     if kind == "pipelined":
-        return f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode() * BURST
+        return f"HEAD {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode() * BURST
     raise SystemExit(f"unknown flood {kind!r}")
 
 
