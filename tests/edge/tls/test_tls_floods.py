@@ -36,6 +36,7 @@ PROBES = 20
 PROBE_LIMIT_S = 0.1         # the median answer of a hit during a flood
 SMALL = "v1/floods/small.bin"
 LARGE = "v1/floods/large.bin"  # 1 MB: a memory-tier body
+LARGE_BODY = os.urandom(1024 * 1024)
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -48,7 +49,7 @@ def cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpsCdn]:
     })
     try:
         running.upload(SMALL, os.urandom(1024))
-        running.upload(LARGE, os.urandom(1024 * 1024))
+        running.upload(LARGE, LARGE_BODY)
         yield running
     finally:
         running.cdn.stop()
@@ -169,13 +170,23 @@ def http1_never_reading(cdn: HttpsCdn, requests: int) -> ssl.SSLSocket:
 
 
 def warm(cdn: HttpsCdn) -> None:
-    """The large file is a hit on both protocols before anything is measured."""
+    """The large file is a hit, whole, on both protocols before anything is measured."""
     client = H2Client(cdn.https_port)
     try:
         for _ in range(2):
-            assert client.get(f"/{ZONE}/{LARGE}").status == 200
+            answer = client.get(f"/{ZONE}/{LARGE}")
+            assert answer.status == 200 and answer.body == LARGE_BODY
     finally:
         client.close()
+    tls = tls_connection(cdn)
+    try:
+        for _ in range(2):
+            tls.request("GET", f"/{ZONE}/{LARGE}")
+            response = tls.getresponse()
+            assert response.status == 200 and response.read() == LARGE_BODY
+        assert response.getheader("X-Cache") == "HIT"
+    finally:
+        tls.close()
 
 
 @pytest.mark.parametrize(("protocol", "connections", "requests"), [("h2", 10, 100), ("http/1.1", 200, 5)])
