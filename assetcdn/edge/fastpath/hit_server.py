@@ -76,6 +76,7 @@ class HitServer:
         self.metrics = app[METRICS]
         self.route = delivery_route_name(app)  # the metrics label the application counts deliveries under
         self.header_timeout_s = header_timeout_s(settings)
+        self.send_timeout_s = float(settings.get("tls", "send_timeout_s"))  # a TLS client that reads nothing
         self.max_hits = max(1, int(settings.get("edge", "hot_heads_max")))
         self.wanted = dict(WANTED)
         self.wanted.setdefault(str(settings.get("analytics", "country_header")).lower().encode(), COUNTRY)

@@ -23,22 +23,30 @@ opening or of the previous answer (the same deadline aiohttp applies; the connec
 without an answer), and a head larger than ``MAX_HEAD`` goes to aiohttp, which refuses it with its
 own limits (so a head may carry no more than aiohttp would accept). Responses to pipelined requests are written together, in order; while the client does
 not read them (the transport's write buffer is full) no further request is read.
+
+Over TLS a read is the client's whole decrypted data, however much was pipelined: requests are answered
+one per pass, TLS_TURN_ANSWERS per loop turn (reading paused until the rest is answered), and answers
+larger than TLS_PIECE are handed to TLS a piece at a time as the client reads, so a client that reads
+nothing holds little memory, and is cut off after ``tls.send_timeout_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 import httptools
 
 from assetcdn.edge.fastpath.sendfile import (
+    TLS_PIECE,
     Drain,
     send_file,
     send_file_nowait,
     set_keepalive,
     write_file,
+    write_views,
 )
 
 if TYPE_CHECKING:
@@ -49,6 +57,8 @@ if TYPE_CHECKING:
 MAX_HEAD = 8190
 MAX_PIPELINED = 256 * 1024      # bytes read ahead while a request is being answered elsewhere
 READ_AHEAD = "read-ahead"       # why reading is paused: MAX_PIPELINED bytes wait
+TURN = "turn"                   # why reading is paused: pipelined requests wait for the loop's next turn
+TLS_TURN_ANSWERS = 16           # pipelined requests answered per loop turn over TLS
 WANTED = {b"host": 0, b"if-none-match": 1, b"range": 2, b"x-request-id": 3, b"expect": 4}
 COUNTRY = 5                     # slot of the analytics country header (its name is configured)
 ANSWERED, HAND_OVER, GIVE_AWAY, BUSY = 0, 1, 2, 3  # BUSY: the head is in `out`, `pending_file` follows
@@ -115,7 +125,7 @@ class HandoffTransport(asyncio.Transport):
 class HitProtocol(asyncio.Protocol):
     __slots__ = ("server", "transport", "buffer", "parser", "url", "headers", "complete", "repeated",
                  "busy", "handler", "handoff", "deadline", "drain", "peer", "paused_by", "closing",
-                 "pending_file", "keep_alive", "zero_copy")
+                 "pending_file", "keep_alive", "zero_copy", "batch", "turn_answers", "send_timeout_s")
 
     def __init__(self, server: HitServer) -> None:
         self.server = server
@@ -137,6 +147,13 @@ class HitProtocol(asyncio.Protocol):
         self.closing = False
         self.pending_file: tuple[int, int, int] | None = None  # (descriptor, offset, count) to send next
         self.zero_copy = not server.secure  # sendfile(2) to the socket; TLS must see (encrypt) the bytes
+        # Requests answered per pass of `process`. Over TLS one: the client's whole decrypted read arrives
+        # at once, and answers are written in bounded pieces (_flush), TLS_TURN_ANSWERS per loop turn.
+        self.batch = sys.maxsize if self.zero_copy else 1
+        self.turn_answers = 0
+        # A TLS client that takes none of an answer for this long is cut off (None: an HTTP/2 stream,
+        # whose connection judges progress).
+        self.send_timeout_s: float | None = server.send_timeout_s
 
     # --- httptools callbacks --------------------------------------------------------------------
 
@@ -166,6 +183,8 @@ class HitProtocol(asyncio.Protocol):
         self.peer = peer[0] if isinstance(peer, tuple) else None
         self.deadline = self.server.loop.time() + self.server.header_timeout_s
         self.server.connections.add(self)
+        if not self.zero_copy:  # what TLS may hold encrypted for a client that does not read
+            transport.set_write_buffer_limits(high=TLS_PIECE)  # type: ignore[attr-defined]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
@@ -275,7 +294,7 @@ class HitProtocol(asyncio.Protocol):
             if outcome == ANSWERED:
                 answered += 1
                 pos = head_end
-                if self.closing:
+                if self.closing or answered == self.batch:
                     break
                 continue
             self._flush(out)
@@ -302,6 +321,9 @@ class HitProtocol(asyncio.Protocol):
             if not self.busy and self.transport is not None:
                 self.transport.close()
             return
+        if answered == self.batch and rest:
+            self._next_pass(rest, out)
+            return
         if len(rest) > MAX_HEAD or b"\n\n" in rest or b"\n\r\n" in rest:
             # Too long for a head, or lines ending in a bare LF: aiohttp's parser decides.
             self._flush(out)
@@ -313,11 +335,71 @@ class HitProtocol(asyncio.Protocol):
             self.deadline = server.loop.time() + server.header_timeout_s
             if self.drain.paused and rest:
                 self.pause_reading_for(self.drain)  # the client is not reading its answers
+        if self.paused_by:
+            self.resume_reading_for(TURN)
+
+    def _next_pass(self, rest: bytes, out: list[Any]) -> None:
+        """TLS, more pipelined requests behind the one answered: the next now, or at the loop's next turn
+        (reading paused meanwhile) once this turn has answered TLS_TURN_ANSWERS."""
+        self.buffer = rest
+        self._flush(out)
+        if self.busy or self.transport is None:
+            return  # the rest of an answer is being written; then _continue goes on
+        self.deadline = self.server.loop.time() + self.server.header_timeout_s
+        self.turn_answers += 1
+        if self.turn_answers < TLS_TURN_ANSWERS and not self.drain.paused:
+            self.process()
+            return
+        self.turn_answers = 0
+        self.pause_reading_for(TURN)
+        if not self.drain.paused:  # else resume_writing goes on
+            asyncio.get_running_loop().call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        if not self.busy and not self.closing and self.transport is not None and not self.drain.paused:
+            self.process()
 
     def _flush(self, out: list[Any]) -> None:
         if out and self.transport is not None:
+            if not self.zero_copy and sum(map(len, out)) > TLS_PIECE:
+                self._write_bounded(out)
+                return
             self.transport.writelines(out)
             out.clear()
+
+    def _write_bounded(self, out: list[Any]) -> None:
+        """Answers too large to hand to TLS at once (they would be encrypted and held whole, whether the
+        client reads or not): written a piece at a time while the transport takes them; the rest as the
+        client reads, the connection busy meanwhile."""
+        transport = self.transport
+        assert transport is not None
+        views = [memoryview(item) for item in out]
+        out.clear()
+        drain = self.drain
+        while views and not drain.paused:
+            view = views[0]
+            transport.write(view[:TLS_PIECE])
+            if len(view) > TLS_PIECE:
+                views[0] = view[TLS_PIECE:]
+            else:
+                del views[0]
+        if views:
+            self.busy = True
+            self.deadline = float("inf")
+            asyncio.get_running_loop().create_task(self._write_views(views))
+
+    async def _write_views(self, views: list[memoryview]) -> None:
+        transport = self.transport
+        if transport is None:
+            return
+        try:
+            await write_views(transport, self.drain, views, self.send_timeout_s)
+        except (ConnectionError, OSError):  # gone, or no byte taken for send_timeout_s
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        self.busy = False
+        self._continue()
 
     def _send_file_now(self, fileno: int, offset: int, count: int) -> bool:
         """Send the file right away when the socket takes it all (the usual case on a client that
@@ -345,7 +427,10 @@ class HitProtocol(asyncio.Protocol):
             transport = self.transport
             if transport is None:
                 return
-            await (send_file if self.zero_copy else write_file)(transport, self.drain, fileno, offset, count)
+            if self.zero_copy:
+                await send_file(transport, self.drain, fileno, offset, count)
+            else:
+                await write_file(transport, self.drain, fileno, offset, count, self.send_timeout_s)
         except (ConnectionError, OSError):
             if self.transport is not None:
                 self.transport.abort()

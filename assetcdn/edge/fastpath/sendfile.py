@@ -130,12 +130,23 @@ async def send_file(transport: asyncio.WriteTransport, drain: Drain, fileno: int
 
 
 WRITE_CHUNK = 256 * 1024  # read from the file per write when the bytes must pass through TLS
+TLS_PIECE = 64 * 1024     # of a body already in memory, written to TLS at once
 
 
-async def write_file(transport: asyncio.WriteTransport, drain: Drain, fileno: int, offset: int, count: int) -> None:
+async def _drained(drain: Drain, timeout_s: float | None) -> None:
+    """Wait while the transport holds too much; TimeoutError when the client took nothing for ``timeout_s``
+    (None: no limit)."""
+    while drain.paused:
+        await asyncio.wait_for(drain.waiter(), timeout_s)
+
+
+async def write_file(transport: asyncio.WriteTransport, drain: Drain, fileno: int, offset: int, count: int,
+                     timeout_s: float | None) -> None:
     """``send_file`` for a transport that must see the bytes (TLS encrypts them): the file is read in
-    chunks and written, waiting while the client is not reading (the transport paused the protocol)."""
+    chunks and written, each once the client has read enough of the previous ones (the transport
+    paused the protocol meanwhile). Raises TimeoutError when the client reads nothing for ``timeout_s``."""
     while count > 0:
+        await _drained(drain, timeout_s)
         if transport.is_closing():
             raise ConnectionResetError("connection closing")
         chunk = os.pread(fileno, min(count, WRITE_CHUNK), offset)
@@ -144,9 +155,18 @@ async def write_file(transport: asyncio.WriteTransport, drain: Drain, fileno: in
         transport.write(chunk)
         offset += len(chunk)
         count -= len(chunk)
-        if drain.paused:
-            waiter = drain.waiter()
-            await waiter
+
+
+async def write_views(transport: asyncio.WriteTransport, drain: Drain, views: list[memoryview],
+                      timeout_s: float | None) -> None:
+    """``write_file`` for bytes already in memory (a hit's body): written TLS_PIECE at a time, as views."""
+    for view in views:
+        while view:
+            await _drained(drain, timeout_s)
+            if transport.is_closing():
+                raise ConnectionResetError("connection closing")
+            transport.write(view[:TLS_PIECE])
+            view = view[TLS_PIECE:]
 
 
 def set_keepalive(transport: asyncio.BaseTransport) -> None:

@@ -14,12 +14,17 @@ Limits: ``h2_max_concurrent_streams`` (SETTINGS; a client that opens more gets G
 list size (SETTINGS_MAX_HEADER_LIST_SIZE, enforced by HPACK decoding; h2 also caps CONTINUATION
 frames), ``h2_max_resets_per_10s`` streams reset by the client (CVE-2023-44487, "rapid reset": a reset
 stream sends nothing more and its reader is told the connection is lost, as when an HTTP/1.1 client
-goes away; a connection that resets too many is ended with ENHANCE_YOUR_CALM), nothing read from a
-client that does not read its answers (PING and SETTINGS floods), an idle connection closed after
-``header_timeout_s``, and the same per-request limits as HTTP/1.1 (the request head goes through
-the same checks). Response bytes wait in a stream
-only while the client's flow-control window is shut; past ``STREAM_BUFFER_HIGH`` the stream's producer
-(the hit path's file, or the application) is paused, as a full socket pauses it on HTTP/1.1. On
+goes away; a connection that resets too many is ended with ENHANCE_YOUR_CALM), as is one sending more
+than ``h2_max_control_frames_per_s`` frames that carry no request; nothing read from a client that does
+not read its answers (PING and SETTINGS floods); what a connection received handled a bounded part per
+loop turn (TURN_BUDGET), so one connection cannot hold the worker; an idle connection closed after
+``header_timeout_s``; and the same per-request limits as HTTP/1.1 (the request head goes through the
+same checks). Response bytes wait in a stream only while the client's flow-control window is shut, as
+references to what was written (never copies of a hit's body); past ``STREAM_BUFFER_HIGH`` for the
+stream or ``CONNECTION_BUFFER_HIGH`` for the connection the producer (the hit path's file, or the
+application) is paused, as a full socket pauses it on HTTP/1.1. A stream that sends nothing for
+``send_timeout_s`` while it holds bytes is reset; a connection none of whose streams sent any is closed.
+The HPACK table the encoder keeps is capped (HPACK_TABLE_MAX) and per-response fields never indexed. On
 shutdown every connection gets GOAWAY and closes when its open streams are done.
 """
 
@@ -40,6 +45,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 import httptools
+from hpack import NeverIndexedHeaderTuple
 
 from assetcdn.edge.fastpath.protocol import HitProtocol
 from assetcdn.shared.config import Settings
@@ -50,7 +56,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 STREAM_BUFFER_HIGH = 256 * 1024   # response bytes a stream holds before its producer is paused
 STREAM_BUFFER_LOW = 64 * 1024
+CONNECTION_BUFFER_HIGH = 1024 * 1024  # ... and all of a connection's streams together
+CONNECTION_BUFFER_LOW = 512 * 1024
 RESET_WINDOW_S = 10.0
+READ_SLICE = 16 * 1024   # received bytes given to h2 at once
+TURN_BUDGET = 64         # events handled per loop turn (a slice given to h2 costs SLICE_COST)
+SLICE_COST = 16
+HPACK_TABLE_MAX = 4096   # the encoder's table, whatever larger size the client allows
+# Answer fields that differ on every response: never put in the HPACK table (they would only evict the rest).
+NEVER_INDEXED = frozenset((b"x-request-id", b"date", b"age"))
+# Frames that carry no request: a client sending more of them per second than allowed is ended.
+CONTROL_EVENTS = (h2.events.PingReceived, h2.events.PingAckReceived, h2.events.RemoteSettingsChanged,
+                  h2.events.SettingsAcknowledged, h2.events.PriorityUpdated, h2.events.UnknownFrameReceived)
 # Connection-specific fields (RFC 9113 8.2.2): never carried over in either direction.
 HOP_BY_HOP = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"te",
                         b"host", b"expect", b"http2-settings"))
@@ -64,12 +81,18 @@ class H2Limits:
     max_header_list_size: int = 16384
     max_resets_per_10s: int = 200
     idle_timeout_s: float = 20.0
+    max_control_frames_per_s: int = 1000
+    send_timeout_s: float = 30.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> H2Limits:
         tls = settings.section("tls")
-        return cls(int(tls["h2_max_concurrent_streams"]), int(tls["h2_max_header_list_size"]),
-                   int(tls["h2_max_resets_per_10s"]), float(settings.get("server", "header_timeout_s")))
+        return cls(max_concurrent_streams=int(tls["h2_max_concurrent_streams"]),
+                   max_header_list_size=int(tls["h2_max_header_list_size"]),
+                   max_resets_per_10s=int(tls["h2_max_resets_per_10s"]),
+                   idle_timeout_s=float(settings.get("server", "header_timeout_s")),
+                   max_control_frames_per_s=int(tls["h2_max_control_frames_per_s"]),
+                   send_timeout_s=float(tls["send_timeout_s"]))
 
 
 class MalformedRequest(Exception):
@@ -133,8 +156,16 @@ class StreamTransport(asyncio.Transport):
         self.headers_sent = False
         self.ended = False       # END_STREAM sent (or reset): nothing more goes out
         self.closed = False      # the HTTP/1.1 side closed its connection
-        self.pending = bytearray()
+        # The body waiting for the client's windows: views of what was written, not copies (a hit's body
+        # is the memory tier's own immutable object).
+        self.pending: collections.deque[memoryview] = collections.deque()
+        self.pending_size = 0
+        self.body_left = -1      # bytes of a Content-Length body still to come; -1: httptools frames the body
+        self.chunked = False
         self.end_pending = False
+        self.sent = 0            # DATA bytes sent (progress, checked by the connection's send timeout)
+        self.checked = 0
+        self.data_sent = False   # DATA went out since the client's last WINDOW_UPDATE of this stream
         self.producer_paused = False
         self.reading_paused = False
         self.unacknowledged = 0  # request body bytes held back from flow control while reading is paused
@@ -144,25 +175,48 @@ class StreamTransport(asyncio.Transport):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
-        if name not in HOP_BY_HOP:
+        if name in NEVER_INDEXED:
+            self.response_headers.append(NeverIndexedHeaderTuple(name, value))
+        elif name not in HOP_BY_HOP:
             self.response_headers.append((name, value))
+        elif name == b"transfer-encoding":
+            self.chunked = True
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
         if status < 200:  # an interim answer (100 Continue): not relayed
             self.response_headers = []
+            self.chunked = False
             return
+        length = None
+        if not self.head_only and not self.chunked and status not in (204, 304):
+            length = next((value for name, value in self.response_headers if name == b"content-length"), None)
         headers = [(b":status", str(status).encode()), *self.response_headers]
         self.response_headers = []
         self.headers_sent = True
         self.connection.send_headers(self, headers, end_stream=self.head_only)
         if self.head_only:
             self.ended = True
+        elif length is not None and length.isdigit():
+            # Later writes are the body itself: held as written (write), not parsed and copied.
+            self.body_left = int(length)
 
     def on_body(self, body: bytes) -> None:
-        if not self.ended:
-            self.pending += body
+        if self.body_left > 0:
+            self.body_left -= len(body)
+        self.hold(memoryview(body))
+
+    def hold(self, view: memoryview) -> None:
+        if not self.ended and view:
+            self.pending.append(view)
+            self.pending_size += len(view)
+            self.connection.pending_total += len(view)
             self.connection.pump(self)
+
+    def drop_pending(self) -> None:
+        self.connection.pending_total -= self.pending_size
+        self.pending.clear()
+        self.pending_size = 0
 
     def on_message_complete(self) -> None:
         if not self.ended and self.headers_sent:
@@ -173,6 +227,17 @@ class StreamTransport(asyncio.Transport):
 
     def write(self, data: Any) -> None:
         if self.closed or self.ended and not self.end_pending:
+            return
+        if self.body_left > 0:
+            if type(data) is bytes or isinstance(data, memoryview) and type(data.obj) is bytes:
+                view = memoryview(data)  # immutable: a reference is enough
+            else:
+                view = memoryview(bytes(data))
+            view = view[:self.body_left]
+            self.body_left -= len(view)
+            self.hold(view)
+            if not self.body_left:
+                self.on_message_complete()
             return
         try:
             self.parser.feed_data(bytes(data))
@@ -187,10 +252,10 @@ class StreamTransport(asyncio.Transport):
             self.write(chunk)
 
     def buffered(self) -> int:
-        return len(self.pending)
+        return self.pending_size
 
     def get_write_buffer_size(self) -> int:
-        return len(self.pending)
+        return self.pending_size
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         return (STREAM_BUFFER_LOW, STREAM_BUFFER_HIGH)
@@ -231,7 +296,7 @@ class StreamTransport(asyncio.Transport):
         reader learns that its connection is lost (at the loop's next turn: an aiohttp handler given the
         request in this same turn has not started yet, and must start before it can be told)."""
         self.ended = True
-        self.pending.clear()
+        self.drop_pending()
         if not self.closed:
             self.closed = True
             asyncio.get_running_loop().call_soon(self._lost, ConnectionResetError("stream reset"))
@@ -300,9 +365,23 @@ class H2Protocol(asyncio.Protocol):
         self.closing = False
         self.deadline = float("inf")
         self.loop = asyncio.get_running_loop()
-        self.receiving = False      # inside data_received: frames go out together at its end
+        self.receiving = False      # handling what was received: frames go out together at its end
         self.ended = False          # GOAWAY sent for an error: the rest of what the client sent is ignored
         self.flush_scheduled = False
+        # What was received and not handled yet: a loop turn handles a bounded part (TURN_BUDGET), so one
+        # connection cannot hold the worker; reading stays paused until the rest is done.
+        self.backlog = b""
+        self.events: collections.deque[h2.events.Event] = collections.deque()
+        self.work_scheduled = False
+        self.reading_paused = False
+        self.control_frames = 0
+        self.control_since = 0.0
+        self.pending_total = 0      # body bytes all streams hold
+        self.paused_producers = 0
+        self.sent = 0               # DATA bytes sent, and their count at the last progress check
+        self.checked = 0
+        self.checking = False       # streams are open: `deadline` is the next progress check
+        self.data_sent = False      # DATA went out since the client's last WINDOW_UPDATE of the connection
 
     # --- the connection -----------------------------------------------------------------------------
 
@@ -321,18 +400,32 @@ class H2Protocol(asyncio.Protocol):
         self.streams.clear()
 
     def pause_writing(self) -> None:
-        # The client is not reading: read nothing more from it either, so frames h2 answers by itself
-        # (PING and SETTINGS acknowledgements: a "ping flood") cannot pile up in memory.
+        # The client is not reading: read (and handle) nothing more from it either, so frames h2 answers
+        # by itself (PING and SETTINGS acknowledgements: a "ping flood") cannot pile up in memory.
         self.writing_paused = True
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self._control_reading()
 
     def resume_writing(self) -> None:
         self.writing_paused = False
-        if self.transport is not None:
-            self.transport.resume_reading()
         for stream in list(self.streams.values()):
             self.pump(stream)
+        self._schedule_work()
+        self._control_reading()
+
+    def _control_reading(self) -> None:
+        """Read while nothing waits: no unsent answers, nothing received left to handle."""
+        pause = self.writing_paused or bool(self.backlog or self.events)
+        if pause != self.reading_paused and self.transport is not None:
+            self.reading_paused = pause
+            if pause:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    def _schedule_work(self) -> None:
+        if (self.backlog or self.events) and not self.work_scheduled and not self.writing_paused:
+            self.work_scheduled = True
+            self.loop.call_soon(self._work)
 
     def flush(self) -> None:
         self.flush_scheduled = False
@@ -348,9 +441,28 @@ class H2Protocol(asyncio.Protocol):
             self.loop.call_soon(self.flush)
 
     def timed_out(self) -> None:
-        """Idle past the deadline (HitServer's sweep): GOAWAY and close."""
+        """The deadline passed (HitServer's sweep). Idle: GOAWAY and close. With streams open, a progress
+        check every ``send_timeout_s``: a stream holding body bytes that sent none since the last check is
+        reset, and the connection is closed when none of its streams sent any."""
         if not self.streams:
             self.goaway(h2.errors.ErrorCodes.NO_ERROR)
+            return
+        waiting = [stream for stream in self.streams.values() if stream.pending_size]
+        if waiting and self.sent == self.checked and self.transport is not None:
+            log.info("HTTP/2 client %s read nothing for %.0f s: connection closed", self._peer(),
+                     self.limits.send_timeout_s)
+            self.closing = self.ended = True
+            self.transport.abort()
+            return
+        for stream in waiting:
+            if stream.sent == stream.checked:
+                self.reset(stream, h2.errors.ErrorCodes.CANCEL)
+                stream.cancelled()
+        for stream in self.streams.values():
+            stream.checked = stream.sent
+        self.checked = self.sent
+        self.deadline = self.loop.time() + self.limits.send_timeout_s
+        self.flush()
 
     def close_when_idle(self) -> None:
         """The server is stopping: GOAWAY now (no new streams), close once the open ones are answered."""
@@ -376,47 +488,104 @@ class H2Protocol(asyncio.Protocol):
     # --- frames in ------------------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        self.backlog = self.backlog + data if self.backlog else data
+        if not self.work_scheduled and not self.writing_paused:
+            self._work()
+
+    def _work(self) -> None:
+        """Handle what was received, TURN_BUDGET at most; the rest waits for the loop's next turn (with
+        reading paused), so other connections of the worker are served in between."""
+        self.work_scheduled = False
+        if self.transport is None or self.ended:
+            return
+        budget = TURN_BUDGET
         self.receiving = True
         try:
-            self._receive(data)
+            while budget > 0 and not self.writing_paused:
+                if self.events:
+                    budget -= 1
+                    if not self._event(self.events.popleft()):
+                        return
+                elif self.backlog:
+                    budget -= SLICE_COST
+                    data, self.backlog = self.backlog[:READ_SLICE], self.backlog[READ_SLICE:]
+                    if not self._receive(data):
+                        return
+                else:
+                    break
         finally:
             self.receiving = False
         self.flush()
+        self._schedule_work()
+        self._control_reading()
 
-    def _receive(self, data: bytes) -> None:
+    def _receive(self, data: bytes) -> bool:
         try:
-            events = self.h2.receive_data(data)
+            self.events.extend(self.h2.receive_data(data))
         except h2.exceptions.ProtocolError as exc:  # h2 has queued GOAWAY with the error's code
             log.debug("HTTP/2 protocol error from %s: %s", self._peer(), exc)
             self.flush()
-            self.closing = True
+            self.closing = self.ended = True
             if self.transport is not None:
                 self.transport.close()
+            return False
+        encoder = self.h2.encoder
+        if encoder.header_table_size > HPACK_TABLE_MAX:  # the client allows more: ours stays small
+            encoder.header_table_size = HPACK_TABLE_MAX
+        return True
+
+    def _event(self, event: h2.events.Event) -> bool:
+        """Handle one event; False once the connection is ending."""
+        if isinstance(event, h2.events.RequestReceived):
+            self._request(event)
+        elif isinstance(event, h2.events.DataReceived):
+            self._data(event)
+        elif isinstance(event, h2.events.StreamEnded):
+            stream = self.streams.get(event.stream_id)
+            if stream is not None:
+                stream.end_of_body()
+        elif isinstance(event, h2.events.StreamReset):
+            self._control_frame()
+            self._reset_by_client(event.stream_id)
+        elif isinstance(event, h2.events.WindowUpdated):
+            self._window_updated(event.stream_id)
+        elif isinstance(event, CONTROL_EVENTS):
+            self._control_frame()
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self.closing = self.ended = True
+            if self.transport is not None:
+                self.flush()
+                self.transport.close()
+        return self.transport is not None and not self.ended
+
+    def _window_updated(self, stream_id: int) -> None:
+        # A client that reads sends WINDOW_UPDATE as DATA arrives; one that sends them otherwise is
+        # counted as sending control frames.
+        if stream_id == 0:
+            if not self.data_sent:
+                self._control_frame()
+            self.data_sent = False
+            for each in list(self.streams.values()):
+                self.pump(each)
             return
-        for event in events:
-            if isinstance(event, h2.events.RequestReceived):
-                self._request(event)
-            elif isinstance(event, h2.events.DataReceived):
-                self._data(event)
-            elif isinstance(event, h2.events.StreamEnded):
-                stream = self.streams.get(event.stream_id)
-                if stream is not None:
-                    stream.end_of_body()
-            elif isinstance(event, h2.events.StreamReset):
-                self._reset_by_client(event.stream_id)
-            elif isinstance(event, h2.events.WindowUpdated):
-                targets = list(self.streams.values()) if event.stream_id == 0 else \
-                    [s for s in (self.streams.get(event.stream_id),) if s is not None]
-                for stream in targets:
-                    self.pump(stream)
-            elif isinstance(event, h2.events.ConnectionTerminated):
-                self.closing = True
-                if self.transport is not None:
-                    self.flush()
-                    self.transport.close()
-                return
-            if self.transport is None or self.ended:
-                return
+        stream = self.streams.get(stream_id)
+        if stream is None or not stream.data_sent:
+            self._control_frame()
+        if stream is not None:
+            stream.data_sent = False
+            self.pump(stream)
+
+    def _control_frame(self) -> None:
+        """Count a frame that carries no request (per second); past the limit, GOAWAY ENHANCE_YOUR_CALM."""
+        now = self.loop.time()
+        if now - self.control_since >= 1.0:
+            self.control_since = now
+            self.control_frames = 0
+        self.control_frames += 1
+        if self.control_frames > self.limits.max_control_frames_per_s and not self.ended:
+            log.warning("HTTP/2 client %s sent more than %d control frames in a second: connection ended",
+                        self._peer(), self.limits.max_control_frames_per_s)
+            self.goaway(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
 
     def _request(self, event: h2.events.RequestReceived) -> None:
         stream_id = event.stream_id
@@ -434,10 +603,18 @@ class H2Protocol(asyncio.Protocol):
         stream = StreamTransport(self, stream_id, method)
         stream.chunked_body = has_body and b"\r\nTransfer-Encoding: chunked\r\n" in head
         self.streams[stream_id] = stream
-        self.deadline = float("inf")
+        if not self.checking:
+            self.checking = True
+            self.checked = self.sent
+            self.deadline = self.loop.time() + self.limits.send_timeout_s
         protocol = HitProtocol(self.hits)
+        protocol.send_timeout_s = None  # progress is judged per connection (timed_out)
         stream.protocol = protocol
         protocol.connection_made(stream)
+        if self.pending_total > CONNECTION_BUFFER_HIGH:  # the connection holds enough: produce later
+            stream.producer_paused = True
+            self.paused_producers += 1
+            protocol.pause_writing()
         protocol.data_received(head)
         if not has_body:
             stream.end_of_body()
@@ -467,6 +644,8 @@ class H2Protocol(asyncio.Protocol):
         stream = self.streams.pop(stream_id, None)
         if stream is not None:
             stream.cancelled()
+            self._forget(stream)
+            self._relieve(stream)
         now = self.loop.time()
         resets = self.resets
         resets.append(now)
@@ -502,12 +681,15 @@ class H2Protocol(asyncio.Protocol):
         try:
             while pending and not self.writing_paused:
                 window = self.h2.local_flow_control_window(stream.stream_id)
-                size = min(len(pending), window, self.h2.max_outbound_frame_size)
+                size = min(stream.pending_size, window, self.h2.max_outbound_frame_size)
                 if size <= 0:
                     break
-                self.h2.send_data(stream.stream_id, bytes(pending[:size]))
-                del pending[:size]
-                sent = True
+                self.h2.send_data(stream.stream_id, self._take(stream, size))
+                stream.pending_size -= size
+                self.pending_total -= size
+                stream.sent += size
+                self.sent += size
+                stream.data_sent = self.data_sent = sent = True
             if not pending and stream.end_pending:
                 stream.end_pending = False
                 self.h2.end_stream(stream.stream_id)
@@ -516,20 +698,62 @@ class H2Protocol(asyncio.Protocol):
         except h2.exceptions.ProtocolError:
             stream.cancelled()
             self.streams.pop(stream.stream_id, None)
+            self._forget(stream)
+            self._relieve(stream)
             return
         if sent:
             self.schedule_flush()
-        protocol = stream.protocol
-        if len(pending) > STREAM_BUFFER_HIGH and not stream.producer_paused:
-            stream.producer_paused = True
-            if protocol is not None:
-                protocol.pause_writing()
-        elif len(pending) <= STREAM_BUFFER_LOW and stream.producer_paused:
-            stream.producer_paused = False
-            if protocol is not None:
-                protocol.resume_writing()
+        self._producer(stream)
+        self._relieve(stream)
         if stream.ended:
             self._finished(stream)
+
+    @staticmethod
+    def _take(stream: StreamTransport, size: int) -> memoryview | bytes:
+        """The first ``size`` bytes the stream holds (one DATA frame)."""
+        pending = stream.pending
+        first = pending[0]
+        if len(first) > size:
+            pending[0] = first[size:]
+            return first[:size]
+        pending.popleft()
+        if len(first) == size:
+            return first
+        parts = [first]
+        size -= len(first)
+        while size:
+            part = pending[0]
+            if len(part) > size:
+                pending[0] = part[size:]
+                part = part[:size]
+            else:
+                pending.popleft()
+            parts.append(part)
+            size -= len(part)
+        return b"".join(parts)
+
+    def _relieve(self, done: StreamTransport) -> None:
+        """The connection holds little again: the producers it paused for that go on."""
+        if self.paused_producers and self.pending_total <= CONNECTION_BUFFER_LOW:
+            for other in list(self.streams.values()):
+                if other.producer_paused and other is not done:
+                    self._producer(other)
+
+    def _producer(self, stream: StreamTransport) -> None:
+        """Pause the stream's producer (the hit path's file, or the application) while the stream or the
+        connection holds too much; resume it once both are low."""
+        protocol = stream.protocol
+        if not stream.producer_paused:
+            if stream.pending_size > STREAM_BUFFER_HIGH or self.pending_total > CONNECTION_BUFFER_HIGH:
+                stream.producer_paused = True
+                self.paused_producers += 1
+                if protocol is not None:
+                    protocol.pause_writing()
+        elif stream.pending_size <= STREAM_BUFFER_LOW and self.pending_total <= CONNECTION_BUFFER_LOW:
+            stream.producer_paused = False
+            self.paused_producers -= 1
+            if protocol is not None:
+                protocol.resume_writing()
 
     def reset(self, stream: StreamTransport, code: h2.errors.ErrorCodes) -> None:
         if stream.stream_id in self.streams and self.transport is not None:
@@ -539,7 +763,8 @@ class H2Protocol(asyncio.Protocol):
                 pass
             self.schedule_flush()
         stream.ended = True
-        stream.pending.clear()
+        stream.drop_pending()
+        self._relieve(stream)
         self._finished(stream)
 
     def _finished(self, stream: StreamTransport) -> None:
@@ -550,7 +775,13 @@ class H2Protocol(asyncio.Protocol):
     def stream_done(self, stream: StreamTransport) -> None:
         if stream.ended and self.streams.get(stream.stream_id) is stream:
             del self.streams[stream.stream_id]
+            self._forget(stream)
             self._maybe_idle()
+
+    def _forget(self, stream: StreamTransport) -> None:
+        if stream.producer_paused:
+            stream.producer_paused = False
+            self.paused_producers -= 1
 
     def _maybe_idle(self) -> None:
         if self.streams:
@@ -558,6 +789,7 @@ class H2Protocol(asyncio.Protocol):
         if self.closing and self.transport is not None:
             self.flush()
             self.transport.close()
+        self.checking = False
         self.deadline = self.loop.time() + self.limits.idle_timeout_s
 
     def _peer(self) -> str:

@@ -62,9 +62,9 @@ class HttpsCdn:
         return asyncio.run(health())
 
 
-@pytest.fixture(scope="package")
-def https_cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpsCdn]:
-    tmp = tmp_path_factory.mktemp("https")
+def start_https_cdn(tmp: Path, env_extra: dict[str, str] | None = None) -> HttpsCdn:
+    """A running `assetcdn up` with an https port, operator certificates of a test CA and the zone ZONE;
+    `env_extra` adds to (or overrides) the settings below."""
     certs = tmp / "certs"
     certs.mkdir()
     ca = TestCa()
@@ -79,6 +79,7 @@ def https_cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpsCdn]:
         "ASSETCDN_TLS_REDIRECT_HTTP": "true",
         "ASSETCDN_TLS_HSTS_MAX_AGE_S": str(HSTS_MAX_AGE_S),
         "ASSETCDN_TLS_H2_MAX_RESETS_PER_10S": str(MAX_RESETS),
+        **(env_extra or {}),
     })
     try:
         async def zone() -> None:
@@ -86,6 +87,16 @@ def https_cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpsCdn]:
                     f"{running.control_url}/api/core/zones", json={"Name": ZONE}, headers=ACCOUNT) as resp:
                 assert resp.status == 201, await resp.text()
         asyncio.run(zone())
-        yield HttpsCdn(running, https_port, ca, ca.write_root(tmp), certs, main, wildcard)
-    finally:
+        return HttpsCdn(running, https_port, ca, ca.write_root(tmp), certs, main, wildcard)
+    except BaseException:
         running.stop()
+        raise
+
+
+@pytest.fixture(scope="package")
+def https_cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpsCdn]:
+    cdn = start_https_cdn(tmp_path_factory.mktemp("https"))
+    try:
+        yield cdn
+    finally:
+        cdn.cdn.stop()
