@@ -12,6 +12,11 @@ Conventions of every report:
 - Ties are broken by path, country or status code so answers are stable.
 - Every per-day list (statistics ``Daily``, the asset report's ``Daily``, /api/analytics ``data``) is
   newest first.
+- Rows are bounded: counts for a zone that does not exist go to the ``UNKNOWN_ZONE`` bucket (in every
+  total, under no zone, with no path of its own), and a zone's day names at most ``paths_per_day``
+  paths (and as many status-and-path error rows); the counts of any path past that go to the zone's
+  "other" row (``OTHER_PATH``), reported as ``OTHER_REPORTED`` in the errors' top paths and never as a
+  top asset.
 - Top-asset lists count asset deliveries only (``hits.is_delivery``); the asset report counts
   every request for its path, errors included.
 - Counters never overflow: each stored counter saturates at ``COUNTER_MAX`` (adds are checked in
@@ -29,7 +34,7 @@ import contextlib
 import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,11 +43,12 @@ from assetcdn.control.analytics.hits import (
     COUNTER_MAX,
     MAX_HIT_BYTES,
     UNKNOWN_COUNTRY,
+    UNKNOWN_ZONE,
     Hit,
     is_delivery,
 )
 from assetcdn.control.analytics.params import ANALYTICS_DAYS_MAXIMUM, DAYS_MAXIMUM
-from assetcdn.control.storage.database import Database, open_database
+from assetcdn.control.storage.database import Database, Transaction, open_database
 from assetcdn.shared.manifest import human_size
 
 RETENTION_DAYS = 90
@@ -52,6 +58,12 @@ ERROR_TOP_PATHS = 10
 ANALYTICS_TOP_ASSETS = 100   # per day, as the original service's `analytics:top:<date>` kept
 BATCH_MEMORY_S = 86400       # an edge's batch id is remembered this long (edges retry within seconds)
 MAX_PATH_LENGTH = 2048
+PATHS_PER_DAY = 10_000       # paths named per zone and day ([analytics] paths_per_zone_day)
+# The row of a zone's day that counts every path past its cap. No stored path starts with "/"
+# (``_stored_path`` strips it), so no path's counts can land in it; reported as OTHER_REPORTED.
+OTHER_PATH = "/"
+OTHER_REPORTED = "(other)"
+_IN_CHUNK = 500              # parameters per "IN (...)" look-up
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS analytics_daily_zone (
@@ -163,7 +175,7 @@ def hit_rate(hits: int, total: int) -> str:
 
 
 def _report_path(path: str) -> str:
-    return "/" + path
+    return OTHER_REPORTED if path == OTHER_PATH else "/" + path
 
 
 def _stored_path(path: str) -> str:
@@ -211,15 +223,54 @@ class DailyCounts:
         counters[1] += size
         counters[2 + _CACHE_COLUMN.get(cache, 1)] += requests
 
-    def add_path(self, day: str, zone: str, path: str, status: int, requests: int, size: int) -> None:
-        stored = _stored_path(path)
+    def add_path(self, day: str, zone: str, path: str | None, status: int, requests: int, size: int) -> None:
+        """``path`` None: the zone's "other" row, paths not named (an edge's own cap)."""
+        stored = OTHER_PATH if path is None else _stored_path(path)
         counters = self.paths[(day, zone, stored)]
         counters[0] += requests
         counters[1] += size
-        if is_delivery(status, stored):
+        if path is not None and is_delivery(status, stored):
             counters[2] += requests
         if status >= 400:
             self.errors[(day, zone, status, stored)] += requests
+
+    def in_zones(self, zones: Collection[str]) -> DailyCounts:
+        """These counts with every zone not in ``zones`` as ``UNKNOWN_ZONE``, whose paths are all "other"."""
+        if all(zone in zones for _, zone in self.zones) and all(zone in zones for _, zone, _ in self.paths) \
+                and all(zone in zones for _, zone, _ in self.countries):
+            return self
+        counts = DailyCounts()
+        for (day, zone), values in self.zones.items():
+            counters = counts.zones[(day, zone if zone in zones else UNKNOWN_ZONE)]
+            for index, value in enumerate(values):
+                counters[index] += value
+        for (day, zone, path), values in self.paths.items():
+            known = zone in zones
+            counters = counts.paths[(day, zone, path) if known else (day, UNKNOWN_ZONE, OTHER_PATH)]
+            counters[0] += values[0]
+            counters[1] += values[1]
+            counters[2] += values[2] if known else 0
+        for (day, zone, country), count in self.countries.items():
+            counts.countries[(day, zone if zone in zones else UNKNOWN_ZONE, country)] += count
+        for (day, zone, status, path), count in self.errors.items():
+            key = (day, zone, status, path) if zone in zones else (day, UNKNOWN_ZONE, status, OTHER_PATH)
+            counts.errors[key] += count
+        return counts
+
+    def fold_paths(self, day: str, zone: str, paths: Collection[str]) -> None:
+        """Count ``paths`` of a zone's day (and their errors) in its "other" row."""
+        other = self.paths[(day, zone, OTHER_PATH)]
+        for path in paths:
+            values = self.paths.pop((day, zone, path))
+            other[0] += values[0]
+            other[1] += values[1]
+        for key in [key for key in self.errors if key[0] == day and key[1] == zone and key[3] in paths]:
+            self.errors[(day, zone, key[2], OTHER_PATH)] += self.errors.pop(key)
+
+    def fold_errors(self, day: str, zone: str, keys: Iterable[tuple[int, str]]) -> None:
+        """Count the (status, path) error rows ``keys`` of a zone's day in its "other" row of that status."""
+        for status, path in keys:
+            self.errors[(day, zone, status, OTHER_PATH)] += self.errors.pop((day, zone, status, path))
 
     def add_country(self, day: str, zone: str, country: str, requests: int) -> None:
         country = country.upper() if len(country) == 2 and country.isalpha() else UNKNOWN_COUNTRY
@@ -253,9 +304,15 @@ def _zone_filter(zone: str | None) -> str | None:
 
 
 class AnalyticsStore:
-    def __init__(self, source: Database | Path | str, *, write_interval_s: float = 0.0) -> None:
-        """On control's `Database` (its writes take turns with every other), or a file of its own."""
+    def __init__(self, source: Database | Path | str, *, write_interval_s: float = 0.0,
+                 zones: Callable[[], Awaitable[Collection[str]]] | None = None,
+                 paths_per_day: int = PATHS_PER_DAY) -> None:
+        """On control's `Database` (its writes take turns with every other), or a file of its own.
+        ``zones``: the zones that exist, asked at each write (None: every zone named is taken);
+        ``paths_per_day``: the paths named per zone and day."""
         self._source = source
+        self._zones = zones
+        self._paths_per_day = max(int(paths_per_day), 0)
         self._db: Database | None = None
         self._gathered: list[Hit] = []                      # hits of record_hit waiting for the next write
         self._gathering: asyncio.Future[None] | None = None  # resolved when they are stored
@@ -377,7 +434,9 @@ class AnalyticsStore:
                         done.set_result(new)
 
     async def _write(self, queue: list[tuple[DailyCounts, str | None, asyncio.Future[bool]]]) -> list[bool]:
-        """One transaction: the batch ids not counted before are remembered and their counts added."""
+        """One transaction: the batch ids not counted before are remembered and their counts added,
+        within the zones that exist and each zone's day's cap on paths."""
+        zones = None if self._zones is None else await self._zones()
         async with self.db.transaction() as tx:
             ids = [batch_id for _, batch_id, _ in queue if batch_id is not None]
             known: set[str] = set()
@@ -401,6 +460,9 @@ class AnalyticsStore:
             if new_ids:
                 await tx.executemany("INSERT INTO analytics_batches (batch, received_at) VALUES (?, ?)",
                                      new_ids.items())
+            if zones is not None:
+                total = total.in_zones(zones)
+            await self._bound(tx, total)
             if total.zones:
                 await tx.executemany(_UPSERT_ZONE, [(*key, *map(_saturated, values))
                                                     for key, values in total.zones.items()])
@@ -414,6 +476,49 @@ class AnalyticsStore:
                 await tx.executemany(_UPSERT_ERROR, [(*key, _saturated(count))
                                                      for key, count in total.errors.items()])
         return counted
+
+    async def _bound(self, tx: Transaction, total: DailyCounts) -> None:
+        """Fold into each zone's "other" row what would take a zone's day past ``paths_per_day`` paths
+        or error rows: those already stored keep counting, new ones get the room left heaviest first."""
+        paths: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+        for (day, zone, path), counters in total.paths.items():
+            if path != OTHER_PATH:
+                paths[(day, zone)][path] = counters[0]
+        for (day, zone), requests in paths.items():
+            past = await self._past_cap(tx, "analytics_daily_path", ("path",), day, zone, requests)
+            if past:
+                total.fold_paths(day, zone, set(past))
+        errors: dict[tuple[str, str], dict[tuple[int, str], int]] = defaultdict(dict)
+        for (day, zone, status, path), count in total.errors.items():
+            if path != OTHER_PATH:
+                errors[(day, zone)][(status, path)] = count
+        for (day, zone), counts in errors.items():
+            total.fold_errors(day, zone, await self._past_cap(
+                tx, "analytics_daily_error", ("status", "path"), day, zone, counts))
+
+    async def _past_cap(self, tx: Transaction, table: str, columns: tuple[str, ...], day: str, zone: str,
+                        weights: dict[Any, int]) -> list[Any]:
+        """The keys of ``weights`` (paths, or (status, path) pairs, of a zone's day) that find no room:
+        not stored yet, and past the cap once the stored ones and the heavier new ones are counted."""
+        (stored_rows,), = await tx.fetch(f"SELECT COUNT(*) FROM {table} WHERE date = ? AND zone = ? AND path <> ?",
+                                         (day, zone, OTHER_PATH))
+        room = self._paths_per_day - int(stored_rows)
+        if len(weights) <= room:
+            return []
+        keys = list(weights)
+        stored: set[Any] = set()
+        for start in range(0, len(keys), _IN_CHUNK):
+            chunk = keys[start:start + _IN_CHUNK]
+            if len(columns) == 1:
+                condition, params = f"path IN ({', '.join('?' * len(chunk))})", list(chunk)
+            else:
+                condition = f"(status, path) IN (VALUES {', '.join(['(?, ?)'] * len(chunk))})"
+                params = [value for key in chunk for value in key]
+            rows = await tx.fetch(f"SELECT {', '.join(columns)} FROM {table} WHERE date = ? AND zone = ? "
+                                  f"AND {condition}", (day, zone, *params))
+            stored.update(row[0] if len(columns) == 1 else (row[0], row[1]) for row in rows)
+        new = sorted((key for key in keys if key not in stored), key=lambda key: (-weights[key], key))
+        return new[max(room, 0):]
 
     async def prune(self, now: float | None = None) -> int:
         """Delete counters older than the 90-day retention; returns the number of rows removed."""
