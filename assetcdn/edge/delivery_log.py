@@ -49,7 +49,7 @@ MAX_LOG_BUDGET = 10_000     # a per-second budget from the configuration is clam
 UNKNOWN_COUNTRY = "XX"
 UNKNOWN_ZONE = ""           # the bucket of deliveries outside every zone: no zone is named ""
 API_ZONE = "api"            # /api/transform, /api/stream: what zone_of names them, known to every edge
-PATHS_PER_HOUR = 1000       # paths named per zone and hour at a time ([analytics] paths_per_zone_hour)
+PATHS_PER_HOUR = 500        # paths named per zone and hour at a time ([analytics] paths_per_zone_hour)
 CACHE_RESULTS = frozenset({"HIT", "MISS", "STALE", "BYPASS"})
 DELIVERED, NOT_DELIVERED = 200, 300  # the status classes of answers below 400 (status_class)
 

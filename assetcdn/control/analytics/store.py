@@ -58,7 +58,7 @@ ERROR_TOP_PATHS = 10
 ANALYTICS_TOP_ASSETS = 100   # per day, as the original service's `analytics:top:<date>` kept
 BATCH_MEMORY_S = 86400       # an edge's batch id is remembered this long (edges retry within seconds)
 MAX_PATH_LENGTH = 2048
-PATHS_PER_DAY = 10_000       # paths named per zone and day ([analytics] paths_per_zone_day)
+PATHS_PER_DAY = 2000         # paths named per zone and day ([analytics] paths_per_zone_day)
 # The row of a zone's day that counts every path past its cap. No stored path starts with "/"
 # (``_stored_path`` strips it), so no path's counts can land in it; reported as OTHER_REPORTED.
 OTHER_PATH = "/"
@@ -478,47 +478,97 @@ class AnalyticsStore:
         return counted
 
     async def _bound(self, tx: Transaction, total: DailyCounts) -> None:
-        """Fold into each zone's "other" row what would take a zone's day past ``paths_per_day`` paths
-        or error rows: those already stored keep counting, new ones get the room left heaviest first."""
+        """Keep each zone's day within ``paths_per_day`` paths and as many error rows, as a Space-Saving
+        summary does: a stored row keeps counting; a new one takes the room left, heaviest first, or
+        the place of the least-counted stored row when it has more in this write than that one in
+        its whole day (which then counts in the "other" row); the rest are counted in "other"."""
         paths: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
         for (day, zone, path), counters in total.paths.items():
             if path != OTHER_PATH:
                 paths[(day, zone)][path] = counters[0]
         for (day, zone), requests in paths.items():
-            past = await self._past_cap(tx, "analytics_daily_path", ("path",), day, zone, requests)
-            if past:
-                total.fold_paths(day, zone, set(past))
+            folded, evicted = await self._admit(tx, "analytics_daily_path", ("path",), ("requests", "bytes"),
+                                                day, zone, requests)
+            if folded:
+                total.fold_paths(day, zone, set(folded))
+            if evicted:
+                other = total.paths[(day, zone, OTHER_PATH)]
+                for _path, evicted_requests, evicted_bytes in evicted:
+                    other[0] += evicted_requests
+                    other[1] += evicted_bytes
+                names = [row[0] for row in evicted]
+                for status, count in await self._fetch_in(
+                        tx, "SELECT status, count FROM analytics_daily_error WHERE date = ? AND zone = ? AND path",
+                        (day, zone), names):
+                    total.errors[(day, zone, status, OTHER_PATH)] += count
+                await tx.executemany("DELETE FROM analytics_daily_path WHERE date = ? AND zone = ? AND path = ?",
+                                     [(day, zone, name) for name in names])
+                await tx.executemany("DELETE FROM analytics_daily_error WHERE date = ? AND zone = ? AND path = ?",
+                                     [(day, zone, name) for name in names])
         errors: dict[tuple[str, str], dict[tuple[int, str], int]] = defaultdict(dict)
         for (day, zone, status, path), count in total.errors.items():
             if path != OTHER_PATH:
                 errors[(day, zone)][(status, path)] = count
         for (day, zone), counts in errors.items():
-            total.fold_errors(day, zone, await self._past_cap(
-                tx, "analytics_daily_error", ("status", "path"), day, zone, counts))
+            folded, evicted = await self._admit(tx, "analytics_daily_error", ("status", "path"), ("count",),
+                                                day, zone, counts)
+            total.fold_errors(day, zone, folded)
+            for status, _path, count in evicted:
+                total.errors[(day, zone, status, OTHER_PATH)] += count
+            await tx.executemany("DELETE FROM analytics_daily_error WHERE date = ? AND zone = ? AND status = ? "
+                                 "AND path = ?", [(day, zone, status, path) for status, path, _ in evicted])
 
-    async def _past_cap(self, tx: Transaction, table: str, columns: tuple[str, ...], day: str, zone: str,
-                        weights: dict[Any, int]) -> list[Any]:
-        """The keys of ``weights`` (paths, or (status, path) pairs, of a zone's day) that find no room:
-        not stored yet, and past the cap once the stored ones and the heavier new ones are counted."""
+    async def _admit(self, tx: Transaction, table: str, columns: tuple[str, ...], values: tuple[str, ...],
+                     day: str, zone: str, weights: dict[Any, int]) -> tuple[list[Any], list[tuple[Any, ...]]]:
+        """For the keys of ``weights`` (paths, or (status, path) pairs, of a zone's day, with their
+        requests in this write): those that find no place, and the stored rows (``columns`` then
+        ``values``, the first of them the day's count) whose place a heavier one takes."""
         (stored_rows,), = await tx.fetch(f"SELECT COUNT(*) FROM {table} WHERE date = ? AND zone = ? AND path <> ?",
                                          (day, zone, OTHER_PATH))
         room = self._paths_per_day - int(stored_rows)
         if len(weights) <= room:
-            return []
+            return [], []
         keys = list(weights)
-        stored: set[Any] = set()
+        if len(columns) == 1:
+            stored = {row[0] for row in await self._fetch_in(
+                tx, f"SELECT path FROM {table} WHERE date = ? AND zone = ? AND path", (day, zone), keys)}
+        else:
+            stored = {(row[0], row[1]) for row in await self._fetch_in(
+                tx, f"SELECT status, path FROM {table} WHERE date = ? AND zone = ? AND (status, path)", (day, zone),
+                keys)}
+        new = sorted((key for key in keys if key not in stored), key=lambda key: (-weights[key], key))
+        rest = new[max(room, 0):]
+        if not rest:
+            return [], []
+        (least_count,), = await tx.fetch(f"SELECT MIN({values[0]}) FROM {table} WHERE date = ? AND zone = ? "
+                                         "AND path <> ?", (day, zone, OTHER_PATH))
+        if least_count is None or weights[rest[0]] <= least_count:
+            return rest, []  # the common case under a scan: no newcomer outweighs any stored row
+        # The least-counted stored rows, but for those this write counts (they are not idle).
+        selected = ", ".join((*columns, *values))
+        least = await tx.fetch(
+            f"SELECT {selected} FROM {table} WHERE date = ? AND zone = ? AND path <> ? "
+            f"ORDER BY {values[0]}, {', '.join(columns)} LIMIT ?", (day, zone, OTHER_PATH, len(rest) + len(stored)))
+        idle = [tuple(row) for row in least if (row[0] if len(columns) == 1 else (row[0], row[1])) not in weights]
+        evicted: list[tuple[Any, ...]] = []
+        for key in rest:
+            if len(evicted) == len(idle) or weights[key] <= idle[len(evicted)][len(columns)]:
+                break  # newcomers come heaviest first and the stored counts least first: none after wins
+            evicted.append(idle[len(evicted)])
+        return rest[len(evicted):], evicted
+
+    @staticmethod
+    async def _fetch_in(tx: Transaction, sql: str, params: tuple[Any, ...], keys: list[Any]) -> list[Any]:
+        """``sql`` ending in a column (or a row value) to be found among ``keys``, asked a chunk at a time."""
+        found: list[Any] = []
         for start in range(0, len(keys), _IN_CHUNK):
             chunk = keys[start:start + _IN_CHUNK]
-            if len(columns) == 1:
-                condition, params = f"path IN ({', '.join('?' * len(chunk))})", list(chunk)
+            if isinstance(chunk[0], tuple):
+                found += await tx.fetch(f"{sql} IN (VALUES {', '.join(['(?, ?)'] * len(chunk))})",
+                                        (*params, *(value for key in chunk for value in key)))
             else:
-                condition = f"(status, path) IN (VALUES {', '.join(['(?, ?)'] * len(chunk))})"
-                params = [value for key in chunk for value in key]
-            rows = await tx.fetch(f"SELECT {', '.join(columns)} FROM {table} WHERE date = ? AND zone = ? "
-                                  f"AND {condition}", (day, zone, *params))
-            stored.update(row[0] if len(columns) == 1 else (row[0], row[1]) for row in rows)
-        new = sorted((key for key in keys if key not in stored), key=lambda key: (-weights[key], key))
-        return new[max(room, 0):]
+                found += await tx.fetch(f"{sql} IN ({', '.join('?' * len(chunk))})", (*params, *chunk))
+        return found
 
     async def prune(self, now: float | None = None) -> int:
         """Delete counters older than the 90-day retention; returns the number of rows removed."""
@@ -625,16 +675,17 @@ class AnalyticsStore:
         """ErrorsResponse without DateFetched: per status (most frequent first) the top 10 paths."""
         days = max(1, min(days, DAYS_MAXIMUM))
         period = _Period(days, now, _zone_filter(zone))
-        rows = await self._rows(
-            f"SELECT status, path, TOTAL(count) AS n FROM analytics_daily_error WHERE {period.where} "
-            "GROUP BY status, path ORDER BY status, n DESC, path", period.params)
-        groups: dict[int, dict[str, Any]] = {}
-        for status, path, total in rows:
-            count = counter(total)
-            group = groups.setdefault(status, {"StatusCode": status, "Count": 0, "TopPaths": []})
-            group["Count"] = _saturated(group["Count"] + count)
-            if len(group["TopPaths"]) < ERROR_TOP_PATHS:
-                group["TopPaths"].append({"Path": _report_path(path), "Count": count})
+        groups = {status: {"StatusCode": status, "Count": counter(total), "TopPaths": []}
+                  for status, total in await self._rows(
+                      f"SELECT status, TOTAL(count) FROM analytics_daily_error WHERE {period.where} GROUP BY status",
+                      period.params)}
+        # Only the top paths of each status leave SQLite, however many paths the period holds.
+        for status, path, total in await self._rows(
+                "SELECT status, path, n FROM (SELECT status, path, TOTAL(count) AS n, ROW_NUMBER() OVER "
+                "(PARTITION BY status ORDER BY TOTAL(count) DESC, path) AS rank FROM analytics_daily_error "
+                f"WHERE {period.where} GROUP BY status, path) WHERE rank <= ? ORDER BY status, rank",
+                (*period.params, ERROR_TOP_PATHS)):
+            groups[status]["TopPaths"].append({"Path": _report_path(path), "Count": counter(total)})
         report: dict[str, Any] = {
             "Period": {"Days": days},
             "Errors": sorted(groups.values(), key=lambda g: (-g["Count"], g["StatusCode"])),

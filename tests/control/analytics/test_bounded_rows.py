@@ -108,6 +108,19 @@ async def test_control_caps_paths_per_zone_and_day_whatever_several_edges_send(
     assert statistics["Summary"]["TotalRequests"] == 1310
     assert statistics["TopAssets"] == [{"Path": "/akande/v1/logo.svg", "Requests": 10}]
 
+    # A new path with more requests in one write than the least-counted named one in its whole day
+    # takes its place; that one's count goes to "other". The rows stay within the cap.
+    edge = DeliveryLog("cf-ipcountry", node="edge-0/0", log_per_s=0, errors_per_s=0)
+    for _ in range(5):
+        deliver(edge, now, "akande/v1/new.svg", status=200, sent=10)
+    await ship(control, edge, now + 1, "heavier")
+    assert rows(tmp_path / "data") <= 2 * 100 + 10
+    assert (await get(control, "/api/insights/top-assets?days=1"))["Assets"] == [
+        {"Path": "/akande/v1/logo.svg", "Requests": 10}, {"Path": "/akande/v1/new.svg", "Requests": 5}]
+    assert (await get(control, "/api/insights/asset?path=/akande/v1/0-1.svg&days=1"))["TotalRequests"] == 0
+    errors = (await get(control, "/api/insights/errors?days=1"))["Errors"]
+    assert errors[0]["Count"] == 1300 and {"Path": "(other)", "Count": 600 - 98} in errors[0]["TopPaths"]
+
 
 async def test_a_zone_that_does_not_exist_names_no_row_but_is_in_every_total(control: TestClient) -> None:
     hour = int(time.time()) // HOUR_S * HOUR_S
