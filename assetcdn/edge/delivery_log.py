@@ -6,10 +6,10 @@ what statistics and insights store (``rollups``: per zone and cache result, per 
 class, per country), so control's work per flush grows with the distinct keys, not with the hits.
 Rows name only zones this edge's manifest holds (the rest go to one bucket, ``UNKNOWN_ZONE``) and, per
 zone and hour, at most ``paths_per_hour`` paths at a time (``PathBudget``); every other path's counts
-go in one "other" row per status (path ``None``), so a scan of distinct paths ships a bounded number of
-rows while every total stays exact. The request log gets a sample: per second, a uniform sample of at most ``log_deliveries_per_s`` deliveries, and
-every error (4xx/5xx) up to ``log_errors_per_s`` (past that, a flood, errors are sampled too); each
-entry carries the fraction of its second's deliveries it stands for (``sampleRate``), so counts can
+go in one "other" row per status (path ``None``), so a scan of distinct paths ships a bounded number
+of rows while every total stays exact. The request log gets a sample: per second, a uniform sample of
+at most ``log_deliveries_per_s`` deliveries, and every error (4xx/5xx) up to ``log_errors_per_s``
+(past that, a flood, errors are sampled too); each entry carries the fraction of its second's deliveries it stands for (``sampleRate``), so counts can
 be estimated from the log. While someone watches control's live tail, control says so in its reply
 and the budget becomes ``log_tail_per_s``. Every delivery, unsampled, can also go to an access log
 (``assetcdn.edge.access_log``).
@@ -172,7 +172,7 @@ class PathBudget:
                     least = [(count, held) for held, count in counts.items()]
                     heapify(least)
                 # Newcomers come heaviest first and the least count only grows: none after this one wins.
-                if requests <= least[0][0] or self.replacements <= 0:
+                if requests <= least[0][0]:
                     break
                 del counts[heapreplace(least, (requests, path))[1]]
                 self.replacements -= 1
@@ -224,18 +224,20 @@ def rollups(counts: dict[Key, list[int]], zones: Container[str] | None = None,
 
 def _fold_paths(rows: dict[tuple[int, str, str, int], list[Any]],
                 budget: Callable[[int, str], PathBudget] | None) -> list[list[Any]]:
-    """The path rows with those no budget names folded into one row per (hour, zone, status) whose
-    path is None: "other"."""
-    weights: dict[tuple[int, str], dict[str, int]] = {}
-    for (hour, zone, path, _), row in rows.items():
-        if zone != UNKNOWN_ZONE and budget is not None:
-            per_path = weights.setdefault((hour, zone), {})
-            per_path[path] = per_path.get(path, 0) + row[4]
-    named = {key: budget(*key).named(per_path) for key, per_path in weights.items()} if budget is not None else {}
+    """The path rows with those of ``UNKNOWN_ZONE``, and those a budget does not name, folded into one
+    row per (hour, zone, status) whose path is None: "other"."""
+    named: dict[tuple[int, str], set[str]] = {}
+    if budget is not None:
+        weights: dict[tuple[int, str], dict[str, int]] = {}
+        for (hour, zone, path, _), row in rows.items():
+            if zone != UNKNOWN_ZONE:
+                per_path = weights.setdefault((hour, zone), {})
+                per_path[path] = per_path.get(path, 0) + row[4]
+        named = {key: budget(*key).named(per_path) for key, per_path in weights.items()}
     shipped: list[list[Any]] = []
     other: dict[tuple[int, str, int], list[Any]] = {}
     for (hour, zone, path, status), row in rows.items():
-        if path in named.get((hour, zone), ()):
+        if zone != UNKNOWN_ZONE and (budget is None or path in named[(hour, zone)]):
             shipped.append(row)
             continue
         folded = other.get((hour, zone, status))
