@@ -16,6 +16,7 @@ from assetcdn.control.acme.issuer import open_issuer
 from assetcdn.control.ai.analysis import AiVisionSettings, ImageAnalysis
 from assetcdn.control.analytics.ingest import SeenBatches
 from assetcdn.control.analytics.store import AnalyticsStore
+from assetcdn.control.analytics.zones import known_zones
 from assetcdn.control.app_keys import (
     ANALYTICS,
     ANALYTICS_BATCHES,
@@ -304,7 +305,9 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     elif demo_videos.is_dir() and not all(f"stocks/videos/{v}/hls/index.json" in manifest.entries for v in VIDEOS):
         ingester.install_demo(demo_videos)  # a first start stopped before its demo videos were committed
     metrics.manifest_generation.labels("control").set(manifest.generation)
-    analytics_store = AnalyticsStore(db, write_interval_s=float(settings.get("analytics", "write_interval_s")))
+    analytics_store = AnalyticsStore(db, write_interval_s=float(settings.get("analytics", "write_interval_s")),
+                                     zones=known_zones(git, manifest),
+                                     paths_per_day=int(settings.get("analytics", "paths_per_zone_day")))
     await analytics_store.open()
     opened.push_async_callback(analytics_store.close)
     app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()

@@ -3,10 +3,13 @@
 Every delivery the edge answers is counted here, per (hour, zone, path, country, status, cache
 result) with its bytes, one dictionary update per hit. Each flush ships the counts rolled up into
 what statistics and insights store (``rollups``: per zone and cache result, per path and status
-class, per country), so control's work per flush grows with the distinct keys, not with the hits. The request
-log gets a sample: per second, a uniform sample of at most ``log_deliveries_per_s`` deliveries, and
-every error (4xx/5xx) up to ``log_errors_per_s`` (past that, a flood, errors are sampled too); each
-entry carries the fraction of its second's deliveries it stands for (``sampleRate``), so counts can
+class, per country), so control's work per flush grows with the distinct keys, not with the hits.
+Rows name only zones this edge's manifest holds (the rest go to one bucket, ``UNKNOWN_ZONE``) and, per
+zone and hour, at most ``paths_per_hour`` paths at a time (``PathBudget``); every other path's counts
+go in one "other" row per status (path ``None``), so a scan of distinct paths ships a bounded number
+of rows while every total stays exact. The request log gets a sample: per second, a uniform sample of
+at most ``log_deliveries_per_s`` deliveries, and every error (4xx/5xx) up to ``log_errors_per_s``
+(past that, a flood, errors are sampled too); each entry carries the fraction of its second's deliveries it stands for (``sampleRate``), so counts can
 be estimated from the log. While someone watches control's live tail, control says so in its reply
 and the budget becomes ``log_tail_per_s``. Every delivery, unsampled, can also go to an access log
 (``assetcdn.edge.access_log``).
@@ -21,6 +24,8 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable, Container
+from heapq import heapify, heapreplace, nlargest
 from random import random
 from typing import Any
 
@@ -42,6 +47,9 @@ MAX_KEYS = 100_000          # distinct counting keys held between flushes; past 
 MAX_BATCH_ROWS = 10_000     # rows per rollup in one batch (control's limit); more go in the next batch
 MAX_LOG_HELD = 20_000       # sampled entries held while control is away (the oldest go first)
 MAX_LOG_BUDGET = 10_000     # a per-second budget from the configuration is clamped to this
+UNKNOWN_ZONE = ""           # the bucket of deliveries outside every zone: no zone is named ""
+API_ZONE = "api"            # /api/transform, /api/stream: what zone_of names them, known to every edge
+PATHS_PER_HOUR = 500        # paths named per zone and hour at a time ([analytics] paths_per_zone_hour)
 CACHE_RESULTS = frozenset({"HIT", "MISS", "STALE", "BYPASS"})
 DELIVERED, NOT_DELIVERED = 200, 300  # the status classes of answers below 400 (status_class)
 
@@ -121,24 +129,80 @@ def status_class(status: int) -> int:
     return DELIVERED if 200 <= status < 300 or status == 304 else NOT_DELIVERED
 
 
-def rollups(counts: dict[Key, list[int]]) -> tuple[list[list[Any]], list[list[Any]], list[list[Any]]]:
+class PathBudget:
+    """Which paths of one zone and hour ship under their own name: the heaviest, at most ``capacity``
+    at a time, by their requests in the hour so far (a Space-Saving summary fed once per flush with
+    each path's requests in it). A path not held takes the place of the least-counted one only when it
+    has more requests in one flush than that one in the whole hour, at most ``capacity`` times an
+    hour; so an hour names at most twice ``capacity`` paths however many are requested."""
+
+    __slots__ = ("capacity", "counts", "replacements")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(int(capacity), 0)
+        self.counts: dict[str, int] = {}        # path -> requests in the hour since it was taken in
+        self.replacements = self.capacity
+
+    def named(self, weights: dict[str, int]) -> set[str]:
+        """The paths of ``weights`` (path -> requests in this flush) that ship under their name."""
+        counts = self.counts
+        named = set()
+        newcomers = []
+        for path, requests in weights.items():
+            if path in counts:
+                counts[path] += requests
+                named.add(path)
+            else:
+                newcomers.append((requests, path))
+        room = self.capacity - len(counts)
+        if not newcomers or room + self.replacements <= 0:
+            return named
+        least: list[tuple[int, str]] | None = None
+        for requests, path in nlargest(room + self.replacements, newcomers):
+            if room > 0:
+                room -= 1
+            else:
+                if least is None:
+                    least = [(count, held) for held, count in counts.items()]
+                    heapify(least)
+                # Newcomers come heaviest first and the least count only grows: none after this one wins.
+                if requests <= least[0][0]:
+                    break
+                del counts[heapreplace(least, (requests, path))[1]]
+                self.replacements -= 1
+            counts[path] = requests
+            named.add(path)
+        return named
+
+
+def rollups(counts: dict[Key, list[int]], zones: Container[str] | None = None,
+            budget: Callable[[int, str], PathBudget] | None = None,
+            ) -> tuple[list[list[Any]], list[list[Any]], list[list[Any]]]:
     """The counts as control stores them: per (hour, zone, cache) requests and bytes; per (hour, zone,
-    path, status class) requests and bytes; per (hour, zone, country) requests."""
-    zones: dict[tuple[int, str, str], list[Any]] = {}
-    paths: dict[tuple[int, str, str, int], list[Any]] = {}
+    path, status class) requests and bytes; per (hour, zone, country) requests. With ``zones``, a
+    zone not in it (nor ``API_ZONE``) is ``UNKNOWN_ZONE``, whose paths are all "other" (``None``); with
+    ``budget``, the paths of a zone and hour it does not name are "other" too."""
+    zone_rows: dict[tuple[int, str, str], list[Any]] = {}
+    path_rows: dict[tuple[int, str, str, int], list[Any]] = {}
     countries: dict[tuple[int, str, str], list[Any]] = {}
+    known: dict[str, str] = {}
     for (hour, zone, path, country, exact, cache), (requests, sent) in counts.items():
+        if zones is not None:
+            counted = known.get(zone)
+            if counted is None:
+                counted = known[zone] = zone if zone in zones or zone == API_ZONE else UNKNOWN_ZONE
+            zone = counted
         start = hour * HOUR_S
         status = status_class(exact)
-        row = zones.get((hour, zone, cache))
+        row = zone_rows.get((hour, zone, cache))
         if row is None:
-            zones[(hour, zone, cache)] = [start, zone, cache, requests, sent]
+            zone_rows[(hour, zone, cache)] = [start, zone, cache, requests, sent]
         else:
             row[3] += requests
             row[4] += sent
-        row = paths.get((hour, zone, path, status))
+        row = path_rows.get((hour, zone, path, status))
         if row is None:
-            paths[(hour, zone, path, status)] = [start, zone, path, status, requests, sent]
+            path_rows[(hour, zone, path, status)] = [start, zone, path, status, requests, sent]
         else:
             row[4] += requests
             row[5] += sent
@@ -147,7 +211,37 @@ def rollups(counts: dict[Key, list[int]]) -> tuple[list[list[Any]], list[list[An
             countries[(hour, zone, country)] = [start, zone, country, requests]
         else:
             row[3] += requests
-    return list(zones.values()), list(paths.values()), list(countries.values())
+    if zones is None and budget is None:
+        return list(zone_rows.values()), list(path_rows.values()), list(countries.values())
+    return list(zone_rows.values()), _fold_paths(path_rows, budget), list(countries.values())
+
+
+def _fold_paths(rows: dict[tuple[int, str, str, int], list[Any]],
+                budget: Callable[[int, str], PathBudget] | None) -> list[list[Any]]:
+    """The path rows with those of ``UNKNOWN_ZONE``, and those a budget does not name, folded into one
+    row per (hour, zone, status) whose path is None: "other"."""
+    named: dict[tuple[int, str], set[str]] = {}
+    if budget is not None:
+        weights: dict[tuple[int, str], dict[str, int]] = {}
+        for (hour, zone, path, _), row in rows.items():
+            if zone != UNKNOWN_ZONE:
+                per_path = weights.setdefault((hour, zone), {})
+                per_path[path] = per_path.get(path, 0) + row[4]
+        named = {key: budget(*key).named(per_path) for key, per_path in weights.items()}
+    shipped: list[list[Any]] = []
+    other: dict[tuple[int, str, int], list[Any]] = {}
+    for (hour, zone, path, status), row in rows.items():
+        if zone != UNKNOWN_ZONE and (budget is None or path in named[(hour, zone)]):
+            shipped.append(row)
+            continue
+        folded = other.get((hour, zone, status))
+        if folded is None:
+            other[(hour, zone, status)] = [row[0], zone, None, status, row[4], row[5]]
+        else:
+            folded[4] += row[4]
+            folded[5] += row[5]
+    shipped.extend(other.values())
+    return shipped
 
 
 def log_item(entry: LogEntry, rate: float) -> list[Any]:
@@ -161,10 +255,16 @@ def log_item(entry: LogEntry, rate: float) -> list[Any]:
 
 class DeliveryLog:
     def __init__(self, country_header: str, node: str = "", *, log_per_s: int = 20, errors_per_s: int = 500,
-                 tail_per_s: int = 200, access: AccessLog | None = None) -> None:
+                 tail_per_s: int = 200, access: AccessLog | None = None,
+                 zones: Callable[[], Container[str]] | None = None, paths_per_hour: int = PATHS_PER_HOUR) -> None:
+        """``zones``: the zones rows may name (the manifest's), asked at each flush; None names every
+        zone a path starts with."""
         self.country_header = country_header
         self.node = node
         self.counts: dict[Key, list[int]] = {}
+        self.zones = zones
+        self.paths_per_hour = paths_per_hour
+        self._budgets: dict[tuple[int, str], PathBudget] = {}  # per (hour, zone): the paths named
         self.log_per_s = min(max(int(log_per_s), 0), MAX_LOG_BUDGET)
         self.tail_per_s = min(max(int(tail_per_s), self.log_per_s), MAX_LOG_BUDGET)
         self.deliveries = Sample(self.log_per_s)
@@ -231,7 +331,11 @@ class DeliveryLog:
 
     def _batches(self, now: float) -> list[dict[str, Any]]:
         counts, self.counts = self.counts, {}
-        zones, paths, countries = rollups(counts)
+        hour = int(now) // HOUR_S
+        # The hour before stays: its last deliveries are counted into the first flush after it.
+        for key in [key for key in self._budgets if key[0] < hour - 1]:
+            del self._budgets[key]
+        zones, paths, countries = rollups(counts, None if self.zones is None else self.zones(), self._budget)
         entries = self.errors.take(now, MAX_BATCH_ROWS) + self.deliveries.take(now, MAX_BATCH_ROWS)
         entries.sort(key=lambda pair: pair[0][0])
         items = [log_item(entry, rate) for entry, rate in entries]
@@ -241,6 +345,12 @@ class DeliveryLog:
             batches.append({"v": BATCH_VERSION, "node": self.node, "zones": zones[start:end],
                             "paths": paths[start:end], "countries": countries[start:end], "log": items[start:end]})
         return batches
+
+    def _budget(self, hour: int, zone: str) -> PathBudget:
+        budget = self._budgets.get((hour, zone))
+        if budget is None:
+            budget = self._budgets[(hour, zone)] = PathBudget(self.paths_per_hour)
+        return budget
 
     async def ship_forever(self, control: ControlClient, interval_s: float) -> None:
         while True:

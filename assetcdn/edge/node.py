@@ -57,7 +57,8 @@ class EdgeNode:
         self.deliveries = DeliveryLog(
             analytics["country_header"], node=name, log_per_s=int(analytics["log_deliveries_per_s"]),
             errors_per_s=int(analytics["log_errors_per_s"]), tail_per_s=int(analytics["log_tail_per_s"]),
-            access=access_log_from_settings(settings.section("access_log"), name, state_dir / "access-logs"))
+            access=access_log_from_settings(settings.section("access_log"), name, state_dir / "access-logs"),
+            zones=self.replica.zones, paths_per_hour=int(analytics["paths_per_zone_hour"]))
         self.config_file = state_dir / "edge-config.json"
         # Certificates and ACME answers from control (assetcdn/edge/tls/state.py); pulled on catch-up.
         self.tls = EdgeTlsState(control.cluster_secret, state_dir / "tls-state.json")

@@ -22,6 +22,7 @@ class ManifestReplica:
         self.commit: str | None = None
         self.loaded = False
         self._heads: dict[str, EntryHead] = {}
+        self._zones: frozenset[str] | None = None  # the entries' zones, made on first use after a change
 
     def load_persisted(self) -> bool:
         try:
@@ -30,6 +31,7 @@ class ManifestReplica:
             return False
         self.entries = {e["path"]: ManifestEntry.from_json(e) for e in data["entries"]}
         self._heads.clear()
+        self._zones = None
         self.generation, self.commit = int(data["generation"]), data.get("commit")
         self.loaded = True
         return True
@@ -44,6 +46,7 @@ class ManifestReplica:
                       changes: Iterable[ManifestChange]) -> list[ManifestChange]:
         """Apply changes and return those whose old content must leave the cache."""
         invalidated = []
+        self._zones = None
         for change in changes:
             old = self.entries.get(change.path)
             self._heads.pop(change.path, None)
@@ -63,8 +66,15 @@ class ManifestReplica:
         stale = [p for p, old in self.entries.items() if p not in new or new[p].blob_id != old.blob_id]
         self.entries = new
         self._heads.clear()
+        self._zones = None
         self.generation, self.commit, self.loaded = generation, commit, True
         return stale
+
+    def zones(self) -> frozenset[str]:
+        """The zones that hold a file (the stock pool's is ``stocks``): what delivery counts may name."""
+        if self._zones is None:
+            self._zones = frozenset(entry.zone for entry in self.entries.values())
+        return self._zones
 
     def get(self, path: str) -> ManifestEntry | None:
         return self.entries.get(path)

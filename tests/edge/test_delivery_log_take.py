@@ -95,3 +95,62 @@ def test_distinct_keys_are_bounded_and_a_big_flush_is_split_into_batches(monkeyp
     paths = [row for batch in batches for row in batch["paths"]]
     assert sum(row[4] for row in paths) == 200 and [row for row in paths if row[2] == ""][0][4] == 150
     assert sum(row[3] for batch in batches for row in batch["zones"]) == 200
+
+
+def shipped(log: DeliveryLog, now: float) -> dict[str, list[list[Any]]]:
+    """Every row of every batch a flush at ``now`` makes."""
+    rows: dict[str, list[list[Any]]] = {"zones": [], "paths": [], "countries": []}
+    while (batch := log.take(now=now)) is not None:
+        for name, found in rows.items():
+            found.extend(batch[name])
+    return rows
+
+
+def test_a_scan_of_unique_404s_ships_a_bounded_number_of_rows_and_every_count() -> None:
+    log = DeliveryLog("cf-ipcountry", log_per_s=0, errors_per_s=0, zones=lambda: {"demo"}, paths_per_hour=50)
+    for _ in range(100):
+        deliver(log, T0 + 1, path="demo/v1/logos/logo.svg", sent=100)
+    for i in range(100_000):
+        deliver(log, T0 + 1 + i / 100_000, path=f"demo/v1/logos/{i}-xxxx.svg", status=404, sent=0)
+    rows = shipped(log, T0 + 3)
+    # 50 paths named (the logo first: it is the heaviest), and one "other" row for the rest of the 404s.
+    assert len(rows["paths"]) == 51
+    assert [T0, "demo", "demo/v1/logos/logo.svg", 200, 100, 10_000] in rows["paths"]
+    assert [row for row in rows["paths"] if row[2] is None] == [[T0, "demo", None, 404, 100_000 - 49, 0]]
+    assert sum(row[4] for row in rows["paths"]) == sum(row[3] for row in rows["zones"]) == 100_100
+
+
+def test_each_hour_names_at_most_twice_the_budget_and_a_path_that_grows_heavy_takes_a_place() -> None:
+    log = DeliveryLog("cf-ipcountry", log_per_s=0, errors_per_s=0, zones=lambda: {"demo"}, paths_per_hour=10)
+    named: set[str] = set()
+    for second in range(1, 301):  # a flush a second; every one a scan of new paths
+        now = T0 + second
+        deliver(log, now, path="demo/v1/popular.svg")
+        deliver(log, now, path="demo/v1/popular.svg")
+        for i in range(30):
+            deliver(log, now, path=f"demo/v1/scan-{second}-{i}.svg", status=404)
+        if second == 200:  # a new asset, requested a lot at once
+            for _ in range(50):
+                deliver(log, now, path="demo/v1/new.svg")
+        rows = shipped(log, now + 0.5)
+        named |= {row[2] for row in rows["paths"] if row[2] is not None}
+        assert sum(row[4] for row in rows["paths"]) == sum(row[3] for row in rows["zones"])
+    assert "demo/v1/popular.svg" in named and "demo/v1/new.svg" in named
+    assert len(named) <= 20
+    # The next hour starts afresh.
+    deliver(log, T1 + 1, path="demo/v1/next-hour.svg")
+    assert [row[2] for row in shipped(log, T1 + 2)["paths"]] == ["demo/v1/next-hour.svg"]
+
+
+def test_deliveries_outside_every_zone_are_counted_in_one_bucket_without_paths() -> None:
+    log = DeliveryLog("cf-ipcountry", log_per_s=0, errors_per_s=0, zones=lambda: {"demo"})
+    for first in ("evil.example", ".well-known", "go", "demo", "api"):
+        for i in range(3):
+            deliver(log, T0, path=f"{first}/thing-{i}", status=404 if first != "api" else 200)
+    rows = shipped(log, T0 + 2)
+    assert sorted(row[1] for row in rows["zones"]) == ["", "api", "demo"]
+    assert [row for row in rows["zones"] if row[1] == ""] == [[T0, "", "HIT", 9, 90]]
+    assert [row for row in rows["paths"] if row[1] == ""] == [[T0, "", None, 404, 9, 90]]
+    assert sorted(row[2] for row in rows["paths"] if row[1] != "") == sorted(
+        [f"demo/thing-{i}" for i in range(3)] + [f"api/thing-{i}" for i in range(3)])
+    assert [row for row in rows["countries"] if row[1] == ""] == [[T0, "", "FR", 9]]

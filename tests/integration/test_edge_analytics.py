@@ -1,7 +1,8 @@
 """Analytics counted at the edge, on a real cluster: statistics and insights count exactly the
 deliveries this test made (hits on the fast path, misses, HEADs, 404s), the request log lists every
 error and a sample of the rest whose rates add up to the count, and the access log has one JSON line
-per delivery."""
+per delivery. A scan of unique 404s is counted in full under a bounded number of paths, and a path
+outside every zone under no zone."""
 
 from __future__ import annotations
 
@@ -25,12 +26,14 @@ ZONE = "counted"
 FILE = f"{ZONE}/v1/logos/a.txt"
 BODY = b"counted at the edge"
 LOG_PER_S = 3
+PATHS_PER_HOUR = 5
 
 
 @pytest.fixture(scope="module")
 def cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCdn]:
     running = start_cdn(tmp_path_factory.mktemp("edge-analytics"), env_extra={
-        "ASSETCDN_ACCESS_LOG_OUTPUT": "file", "ASSETCDN_ANALYTICS_LOG_DELIVERIES_PER_S": str(LOG_PER_S)})
+        "ASSETCDN_ACCESS_LOG_OUTPUT": "file", "ASSETCDN_ANALYTICS_LOG_DELIVERIES_PER_S": str(LOG_PER_S),
+        "ASSETCDN_ANALYTICS_PATHS_PER_ZONE_HOUR": str(PATHS_PER_HOUR)})
     yield running
     running.stop()
 
@@ -79,7 +82,7 @@ async def test_statistics_count_every_delivery_and_the_logs_sample_them(cdn: Run
         assert statistics["Summary"]["TotalBandwidth"] == received
         assert statistics["GeoDistribution"] == [{"CountryCode": "DE", "Requests": total}]
         assert statistics["TopAssets"] == [{"Path": f"/{FILE}", "Requests": made[(FILE, 200)]}]
-        async with session.get(f"{base}/api/insights/errors?days=1", headers=ACCOUNT) as resp:
+        async with session.get(f"{base}/api/insights/errors?days=1&zone={ZONE}", headers=ACCOUNT) as resp:
             errors = (await resp.json())["Errors"]
         assert [(group["StatusCode"], group["Count"]) for group in errors if group["StatusCode"] == 404] == [(404, 50)]
 
@@ -115,3 +118,34 @@ async def test_statistics_count_every_delivery_and_the_logs_sample_them(cdn: Run
     # The host every delivery decision used (canonical: no port), alike on the hit path and the application's.
     assert first["host"] == base.removeprefix("http://").rsplit(":", 1)[0] and first["time"].endswith("Z")
     assert sum(1 for line in lines if line["cache"] == "HIT" and line["status"] == 200) > 250
+
+
+async def test_a_scan_of_unique_404s_is_counted_under_a_bounded_number_of_paths(cdn: RunningCdn) -> None:
+    base, zone, scan = cdn.edge_urls[0], "scanned", 40
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{base}/api/core/zones", json={"Name": zone}, headers=ACCOUNT) as resp:
+            assert resp.status == 201, await resp.text()
+        async with session.put(f"{base}/api/storage/{zone}/v1/logos/a.txt", data=BODY, headers=ACCESS) as resp:
+            assert resp.status == 201, await resp.text()
+        # First segments that name no zone; sent first, so they are counted once the scan is.
+        for path in ("evil.example/a", "go/b"):
+            async with session.get(f"{base}/{path}") as resp:
+                assert resp.status == 404
+        for i in range(scan):
+            async with session.get(f"{base}/{zone}/v1/logos/{i}-xxxxxxxx.svg") as resp:
+                assert resp.status == 404
+
+        async def report(query: str) -> dict[str, Any]:
+            async with session.get(f"{base}/api/insights/{query}", headers=ACCOUNT) as resp:
+                assert resp.status == 200, await resp.text()
+                return await resp.json()
+
+        async def counted() -> list[dict[str, Any]] | None:
+            errors = (await report(f"errors?days=1&zone={zone}"))["Errors"]
+            return errors if errors and errors[0]["Count"] == scan else None
+
+        errors = await until(counted, f"the {scan} 404s of the scan")
+        # One edge worker names at most PATHS_PER_HOUR paths an hour (twice that across an hour's end).
+        other = errors[0]["TopPaths"][0]
+        assert other["Path"] == "(other)" and scan - 2 * PATHS_PER_HOUR <= other["Count"] <= scan - PATHS_PER_HOUR
+        assert (await report("summary?days=1&zone=go"))["TotalRequests"] == 0

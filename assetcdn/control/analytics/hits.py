@@ -8,9 +8,15 @@ from typing import Any, Literal
 
 from assetcdn.shared.analytics_keys import UNKNOWN_COUNTRY, zone_of
 from assetcdn.shared.errors import LegacyError
+from assetcdn.shared.paths import STOCK_ROOT
 
 CacheStatus = Literal["HIT", "MISS", "STALE", "BYPASS"]
 CACHE_STATUSES: frozenset[str] = frozenset({"HIT", "MISS", "STALE", "BYPASS"})
+# Counts of deliveries outside every zone (a path's first segment that names none) go to this one
+# bucket: no zone is named "", and a report's zone filter cannot name it.
+UNKNOWN_ZONE = ""
+# Zones that are not in clients/: the stock pool, and "api" (/api/transform, /api/stream).
+BUILT_IN_ZONES = frozenset({STOCK_ROOT, "api"})
 MAX_PATH_LENGTH = 2048
 # One response of at most 1 TiB: far above any file this service stores, far below what could make a
 # day's counters overflow (they saturate at COUNTER_MAX in any case).

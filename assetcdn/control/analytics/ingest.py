@@ -5,12 +5,14 @@ a sample of them for the request log (``assetcdn/edge/delivery_log.py``)::
 
     {"v": 2, "batch": "<id>", "node": "<edge worker>",
      "zones":     [[hour, zone, cache, requests, bytes], ...],
-     "paths":     [[hour, zone, path, status, requests, bytes], ...],
+     "paths":     [[hour, zone, path, status, requests, bytes], ...],   # path null: "other" paths
      "countries": [[hour, zone, country, requests], ...],
      "log":       [[timestamp, method, path, status, cache, requestId, ip, sampleRate], ...]}
 
 ``hour`` is the unix time the hour starts; ``status`` is exact for errors (>= 400), else a class:
 200 for deliveries of a file (2xx, 304), 300 for the rest; every list holds at most MAX_BATCH_ROWS rows.
+A path row whose path is null counts the paths the edge did not name (its cap per zone and hour); zone
+"" counts what the edge found in no zone. Control checks zones itself (``assetcdn/control/analytics/zones.py``).
 Version 1 (an edge of an earlier release): one item per delivery, ``{"v": 1, "batch", "node",
 "hits": [{timestamp, path, zone, status, bytes, cache, country[, method, requestId, ip]}, ...]}``,
 each also logged.
@@ -120,8 +122,8 @@ class Rollups:
             day = day_of(hour)
             if (day is not None and zone_ok(zone) and type(status) is int and 100 <= status <= 599
                     and type(requests) is int and 0 <= requests <= MAX_HIT_BYTES
-                    and type(size) is int and 0 <= size <= MAX_HIT_BYTES and is_valid_path(path)):
-                add_path(day, zone, path.lstrip("/"), status, requests, size)
+                    and type(size) is int and 0 <= size <= MAX_HIT_BYTES and (path is None or is_valid_path(path))):
+                add_path(day, zone, None if path is None else path.lstrip("/"), status, requests, size)
             else:
                 rejected += 1
         add_country = self.counts.add_country

@@ -12,6 +12,11 @@ Conventions of every report:
 - Ties are broken by path, country or status code so answers are stable.
 - Every per-day list (statistics ``Daily``, the asset report's ``Daily``, /api/analytics ``data``) is
   newest first.
+- Rows are bounded: counts for a zone that does not exist go to the ``UNKNOWN_ZONE`` bucket (in every
+  total, under no zone, with no path of its own), and a zone's day names at most ``paths_per_day``
+  paths (and as many status-and-path error rows); the counts of any path past that go to the zone's
+  "other" row (``OTHER_PATH``), reported as ``OTHER_REPORTED`` in the errors' top paths and never as a
+  top asset.
 - Top-asset lists count asset deliveries only (``hits.is_delivery``); the asset report counts
   every request for its path, errors included.
 - Counters never overflow: each stored counter saturates at ``COUNTER_MAX`` (adds are checked in
@@ -29,7 +34,7 @@ import contextlib
 import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,11 +42,12 @@ from typing import Any
 from assetcdn.control.analytics.hits import (
     COUNTER_MAX,
     MAX_HIT_BYTES,
+    UNKNOWN_ZONE,
     Hit,
     is_delivery,
 )
 from assetcdn.control.analytics.params import ANALYTICS_DAYS_MAXIMUM, DAYS_MAXIMUM
-from assetcdn.control.storage.database import Database, open_database
+from assetcdn.control.storage.database import Database, Transaction, open_database
 from assetcdn.shared.analytics_keys import UNKNOWN_COUNTRY
 from assetcdn.shared.manifest import human_size
 
@@ -52,6 +58,12 @@ ERROR_TOP_PATHS = 10
 ANALYTICS_TOP_ASSETS = 100   # per day, as the original service's `analytics:top:<date>` kept
 BATCH_MEMORY_S = 86400       # an edge's batch id is remembered this long (edges retry within seconds)
 MAX_PATH_LENGTH = 2048
+PATHS_PER_DAY = 2000         # paths named per zone and day ([analytics] paths_per_zone_day)
+# The row of a zone's day that counts every path past its cap. No stored path starts with "/"
+# (``_stored_path`` strips it), so no path's counts can land in it; reported as OTHER_REPORTED.
+OTHER_PATH = "/"
+OTHER_REPORTED = "(other)"
+_IN_CHUNK = 500              # parameters per "IN (...)" look-up
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS analytics_daily_zone (
@@ -163,7 +175,7 @@ def hit_rate(hits: int, total: int) -> str:
 
 
 def _report_path(path: str) -> str:
-    return "/" + path
+    return OTHER_REPORTED if path == OTHER_PATH else "/" + path
 
 
 def _stored_path(path: str) -> str:
@@ -211,15 +223,54 @@ class DailyCounts:
         counters[1] += size
         counters[2 + _CACHE_COLUMN.get(cache, 1)] += requests
 
-    def add_path(self, day: str, zone: str, path: str, status: int, requests: int, size: int) -> None:
-        stored = _stored_path(path)
+    def add_path(self, day: str, zone: str, path: str | None, status: int, requests: int, size: int) -> None:
+        """``path`` None: the zone's "other" row, paths not named (an edge's own cap)."""
+        stored = OTHER_PATH if path is None else _stored_path(path)
         counters = self.paths[(day, zone, stored)]
         counters[0] += requests
         counters[1] += size
-        if is_delivery(status, stored):
+        if path is not None and is_delivery(status, stored):
             counters[2] += requests
         if status >= 400:
             self.errors[(day, zone, status, stored)] += requests
+
+    def in_zones(self, zones: Collection[str]) -> DailyCounts:
+        """These counts with every zone not in ``zones`` as ``UNKNOWN_ZONE``, whose paths are all "other"."""
+        if all(zone in zones for _, zone in self.zones) and all(zone in zones for _, zone, _ in self.paths) \
+                and all(zone in zones for _, zone, _ in self.countries):
+            return self
+        counts = DailyCounts()
+        for (day, zone), values in self.zones.items():
+            counters = counts.zones[(day, zone if zone in zones else UNKNOWN_ZONE)]
+            for index, value in enumerate(values):
+                counters[index] += value
+        for (day, zone, path), values in self.paths.items():
+            known = zone in zones
+            counters = counts.paths[(day, zone, path) if known else (day, UNKNOWN_ZONE, OTHER_PATH)]
+            counters[0] += values[0]
+            counters[1] += values[1]
+            counters[2] += values[2] if known else 0
+        for (day, zone, country), count in self.countries.items():
+            counts.countries[(day, zone if zone in zones else UNKNOWN_ZONE, country)] += count
+        for (day, zone, status, path), count in self.errors.items():
+            key = (day, zone, status, path) if zone in zones else (day, UNKNOWN_ZONE, status, OTHER_PATH)
+            counts.errors[key] += count
+        return counts
+
+    def fold_paths(self, day: str, zone: str, paths: Collection[str]) -> None:
+        """Count ``paths`` of a zone's day (and their errors) in its "other" row."""
+        other = self.paths[(day, zone, OTHER_PATH)]
+        for path in paths:
+            values = self.paths.pop((day, zone, path))
+            other[0] += values[0]
+            other[1] += values[1]
+        for key in [key for key in self.errors if key[0] == day and key[1] == zone and key[3] in paths]:
+            self.errors[(day, zone, key[2], OTHER_PATH)] += self.errors.pop(key)
+
+    def fold_errors(self, day: str, zone: str, keys: Iterable[tuple[int, str]]) -> None:
+        """Count the (status, path) error rows ``keys`` of a zone's day in its "other" row of that status."""
+        for status, path in keys:
+            self.errors[(day, zone, status, OTHER_PATH)] += self.errors.pop((day, zone, status, path))
 
     def add_country(self, day: str, zone: str, country: str, requests: int) -> None:
         country = country.upper() if len(country) == 2 and country.isalpha() else UNKNOWN_COUNTRY
@@ -253,9 +304,15 @@ def _zone_filter(zone: str | None) -> str | None:
 
 
 class AnalyticsStore:
-    def __init__(self, source: Database | Path | str, *, write_interval_s: float = 0.0) -> None:
-        """On control's `Database` (its writes take turns with every other), or a file of its own."""
+    def __init__(self, source: Database | Path | str, *, write_interval_s: float = 0.0,
+                 zones: Callable[[], Awaitable[Collection[str]]] | None = None,
+                 paths_per_day: int = PATHS_PER_DAY) -> None:
+        """On control's `Database` (its writes take turns with every other), or a file of its own.
+        ``zones``: the zones that exist, asked at each write (None: every zone named is taken);
+        ``paths_per_day``: the paths named per zone and day."""
         self._source = source
+        self._zones = zones
+        self._paths_per_day = max(int(paths_per_day), 0)
         self._db: Database | None = None
         self._gathered: list[Hit] = []                      # hits of record_hit waiting for the next write
         self._gathering: asyncio.Future[None] | None = None  # resolved when they are stored
@@ -377,7 +434,9 @@ class AnalyticsStore:
                         done.set_result(new)
 
     async def _write(self, queue: list[tuple[DailyCounts, str | None, asyncio.Future[bool]]]) -> list[bool]:
-        """One transaction: the batch ids not counted before are remembered and their counts added."""
+        """One transaction: the batch ids not counted before are remembered and their counts added,
+        within the zones that exist and each zone's day's cap on paths."""
+        zones = None if self._zones is None else await self._zones()
         async with self.db.transaction() as tx:
             ids = [batch_id for _, batch_id, _ in queue if batch_id is not None]
             known: set[str] = set()
@@ -401,6 +460,9 @@ class AnalyticsStore:
             if new_ids:
                 await tx.executemany("INSERT INTO analytics_batches (batch, received_at) VALUES (?, ?)",
                                      new_ids.items())
+            if zones is not None:
+                total = total.in_zones(zones)
+            await self._bound(tx, total)
             if total.zones:
                 await tx.executemany(_UPSERT_ZONE, [(*key, *map(_saturated, values))
                                                     for key, values in total.zones.items()])
@@ -414,6 +476,99 @@ class AnalyticsStore:
                 await tx.executemany(_UPSERT_ERROR, [(*key, _saturated(count))
                                                      for key, count in total.errors.items()])
         return counted
+
+    async def _bound(self, tx: Transaction, total: DailyCounts) -> None:
+        """Keep each zone's day within ``paths_per_day`` paths and as many error rows, as a Space-Saving
+        summary does: a stored row keeps counting; a new one takes the room left, heaviest first, or
+        the place of the least-counted stored row when it has more in this write than that one in
+        its whole day (which then counts in the "other" row); the rest are counted in "other"."""
+        paths: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+        for (day, zone, path), counters in total.paths.items():
+            if path != OTHER_PATH:
+                paths[(day, zone)][path] = counters[0]
+        for (day, zone), requests in paths.items():
+            folded, evicted = await self._admit(tx, "analytics_daily_path", ("path",), ("requests", "bytes"),
+                                                day, zone, requests)
+            if folded:
+                total.fold_paths(day, zone, set(folded))
+            if evicted:
+                other = total.paths[(day, zone, OTHER_PATH)]
+                for _path, evicted_requests, evicted_bytes in evicted:
+                    other[0] += evicted_requests
+                    other[1] += evicted_bytes
+                names = [row[0] for row in evicted]
+                for status, count in await self._fetch_in(
+                        tx, "SELECT status, count FROM analytics_daily_error WHERE date = ? AND zone = ? AND path",
+                        (day, zone), names):
+                    total.errors[(day, zone, status, OTHER_PATH)] += count
+                await tx.executemany("DELETE FROM analytics_daily_path WHERE date = ? AND zone = ? AND path = ?",
+                                     [(day, zone, name) for name in names])
+                await tx.executemany("DELETE FROM analytics_daily_error WHERE date = ? AND zone = ? AND path = ?",
+                                     [(day, zone, name) for name in names])
+        errors: dict[tuple[str, str], dict[tuple[int, str], int]] = defaultdict(dict)
+        for (day, zone, status, path), count in total.errors.items():
+            if path != OTHER_PATH:
+                errors[(day, zone)][(status, path)] = count
+        for (day, zone), counts in errors.items():
+            folded, evicted = await self._admit(tx, "analytics_daily_error", ("status", "path"), ("count",),
+                                                day, zone, counts)
+            total.fold_errors(day, zone, folded)
+            for status, _path, count in evicted:
+                total.errors[(day, zone, status, OTHER_PATH)] += count
+            await tx.executemany("DELETE FROM analytics_daily_error WHERE date = ? AND zone = ? AND status = ? "
+                                 "AND path = ?", [(day, zone, status, path) for status, path, _ in evicted])
+
+    async def _admit(self, tx: Transaction, table: str, columns: tuple[str, ...], values: tuple[str, ...],
+                     day: str, zone: str, weights: dict[Any, int]) -> tuple[list[Any], list[tuple[Any, ...]]]:
+        """For the keys of ``weights`` (paths, or (status, path) pairs, of a zone's day, with their
+        requests in this write): those that find no place, and the stored rows (``columns`` then
+        ``values``, the first of them the day's count) whose place a heavier one takes."""
+        (stored_rows,), = await tx.fetch(f"SELECT COUNT(*) FROM {table} WHERE date = ? AND zone = ? AND path <> ?",
+                                         (day, zone, OTHER_PATH))
+        room = self._paths_per_day - int(stored_rows)
+        if len(weights) <= room:
+            return [], []
+        keys = list(weights)
+        if len(columns) == 1:
+            stored = {row[0] for row in await self._fetch_in(
+                tx, f"SELECT path FROM {table} WHERE date = ? AND zone = ? AND path", (day, zone), keys)}
+        else:
+            stored = {(row[0], row[1]) for row in await self._fetch_in(
+                tx, f"SELECT status, path FROM {table} WHERE date = ? AND zone = ? AND (status, path)", (day, zone),
+                keys)}
+        new = sorted((key for key in keys if key not in stored), key=lambda key: (-weights[key], key))
+        rest = new[max(room, 0):]
+        if not rest:
+            return [], []
+        (least_count,), = await tx.fetch(f"SELECT MIN({values[0]}) FROM {table} WHERE date = ? AND zone = ? "
+                                         "AND path <> ?", (day, zone, OTHER_PATH))
+        if least_count is None or weights[rest[0]] <= least_count:
+            return rest, []  # the common case under a scan: no newcomer outweighs any stored row
+        # The least-counted stored rows, but for those this write counts (they are not idle).
+        selected = ", ".join((*columns, *values))
+        least = await tx.fetch(
+            f"SELECT {selected} FROM {table} WHERE date = ? AND zone = ? AND path <> ? "
+            f"ORDER BY {values[0]}, {', '.join(columns)} LIMIT ?", (day, zone, OTHER_PATH, len(rest) + len(stored)))
+        idle = [tuple(row) for row in least if (row[0] if len(columns) == 1 else (row[0], row[1])) not in weights]
+        evicted: list[tuple[Any, ...]] = []
+        for key in rest:
+            if len(evicted) == len(idle) or weights[key] <= idle[len(evicted)][len(columns)]:
+                break  # newcomers come heaviest first and the stored counts least first: none after wins
+            evicted.append(idle[len(evicted)])
+        return rest[len(evicted):], evicted
+
+    @staticmethod
+    async def _fetch_in(tx: Transaction, sql: str, params: tuple[Any, ...], keys: list[Any]) -> list[Any]:
+        """``sql`` ending in a column (or a row value) to be found among ``keys``, asked a chunk at a time."""
+        found: list[Any] = []
+        for start in range(0, len(keys), _IN_CHUNK):
+            chunk = keys[start:start + _IN_CHUNK]
+            if isinstance(chunk[0], tuple):
+                found += await tx.fetch(f"{sql} IN (VALUES {', '.join(['(?, ?)'] * len(chunk))})",
+                                        (*params, *(value for key in chunk for value in key)))
+            else:
+                found += await tx.fetch(f"{sql} IN ({', '.join('?' * len(chunk))})", (*params, *chunk))
+        return found
 
     async def prune(self, now: float | None = None) -> int:
         """Delete counters older than the 90-day retention; returns the number of rows removed."""
@@ -520,16 +675,17 @@ class AnalyticsStore:
         """ErrorsResponse without DateFetched: per status (most frequent first) the top 10 paths."""
         days = max(1, min(days, DAYS_MAXIMUM))
         period = _Period(days, now, _zone_filter(zone))
-        rows = await self._rows(
-            f"SELECT status, path, TOTAL(count) AS n FROM analytics_daily_error WHERE {period.where} "
-            "GROUP BY status, path ORDER BY status, n DESC, path", period.params)
-        groups: dict[int, dict[str, Any]] = {}
-        for status, path, total in rows:
-            count = counter(total)
-            group = groups.setdefault(status, {"StatusCode": status, "Count": 0, "TopPaths": []})
-            group["Count"] = _saturated(group["Count"] + count)
-            if len(group["TopPaths"]) < ERROR_TOP_PATHS:
-                group["TopPaths"].append({"Path": _report_path(path), "Count": count})
+        groups = {status: {"StatusCode": status, "Count": counter(total), "TopPaths": []}
+                  for status, total in await self._rows(
+                      f"SELECT status, TOTAL(count) FROM analytics_daily_error WHERE {period.where} GROUP BY status",
+                      period.params)}
+        # Only the top paths of each status leave SQLite, however many paths the period holds.
+        for status, path, total in await self._rows(
+                "SELECT status, path, n FROM (SELECT status, path, TOTAL(count) AS n, ROW_NUMBER() OVER "
+                "(PARTITION BY status ORDER BY TOTAL(count) DESC, path) AS rank FROM analytics_daily_error "
+                f"WHERE {period.where} GROUP BY status, path) WHERE rank <= ? ORDER BY status, rank",
+                (*period.params, ERROR_TOP_PATHS)):
+            groups[status]["TopPaths"].append({"Path": _report_path(path), "Count": counter(total)})
         report: dict[str, Any] = {
             "Period": {"Days": days},
             "Errors": sorted(groups.values(), key=lambda g: (-g["Count"], g["StatusCode"])),

@@ -18,6 +18,7 @@ from assetcdn.control.app import create_app
 from assetcdn.edge.delivery_log import HOUR_S, DeliveryLog
 from assetcdn.shared.cluster import sign_request
 from assetcdn.shared.config import load_settings
+from tests.control.analytics.conftest import with_zones
 from tests.control.analytics.test_analytics_api import ANALYTICS_KEY, BATCH_PATH, send_batch
 from tests.control.conftest import ACCOUNT, SECRETS
 from tests.control.records.test_request_log import page
@@ -62,7 +63,7 @@ async def answers(control: TestClient) -> list[Any]:
 
 async def test_rollups_answer_exactly_what_every_delivery_sent_alone_answers(
         control: TestClient, aiohttp_client: Any, tmp_path: Path) -> None:
-    one_by_one = await aiohttp_client(create_app(load_settings(environ={}), SECRETS, tmp_path / "v1"))
+    one_by_one = await with_zones(await aiohttp_client(create_app(load_settings(environ={}), SECRETS, tmp_path / "v1")))
     now = time.time()
     made = deliveries(3000, now)
     assert (await (await send_batch(one_by_one, made, batch="all")).json())["recorded"] == len(made)
