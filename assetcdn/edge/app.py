@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
-from multidict import CIMultiDict
 
 from assetcdn.edge.app_keys import (
     COUNTERS,
@@ -38,14 +37,8 @@ from assetcdn.edge.routes import (
     stream,
     transform,
 )
-from assetcdn.edge.site_config import (
-    FORWARDED,
-    NOT_DELIVERY,
-    EdgeConfig,
-    apply_rule_changes,
-    host_middleware,
-    request_host,
-)
+from assetcdn.edge.site_config import FORWARDED, NOT_DELIVERY, apply_rule_changes, host_middleware
+from assetcdn.edge.states.deliver import request_header_changes
 from assetcdn.edge.tls import policy
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
 from assetcdn.shared.config import Settings
@@ -57,9 +50,8 @@ from assetcdn.shared.metrics import (
     Metrics,
     metrics_handler,
     metrics_middleware,
-    route_name,
 )
-from assetcdn.shared.middleware import install_envelopes, stamp_headers
+from assetcdn.shared.middleware import install_envelopes
 from assetcdn.shared.openapi import api_docs, openapi_document
 from assetcdn.shared.request_body import body_deadline_middleware
 from assetcdn.shared.secrets import Secrets
@@ -105,15 +97,6 @@ CLUSTER_ROUTES: tuple[web.RouteDef, ...] = (
 )
 
 
-def delivery_route_name(app: web.Application) -> str:
-    """The metrics route label of CDN-path deliveries, as the metrics middleware names it (the hit path
-    counts its hits under it)."""
-    for route in app.router.routes():
-        if route.handler is delivery.serve_asset:
-            return route_name(route.resource)
-    raise LookupError("the application has no delivery route")
-
-
 def _add_routes(app: web.Application, routes: tuple[web.RouteDef, ...]) -> None:
     # Each exactly as listed: `router.add_routes` would register a GET's HEAD on its own as well.
     for route in routes:
@@ -145,16 +128,6 @@ def create_cluster_app(node_app: web.Application) -> web.Application:
     return app
 
 
-def delivery_response_headers(config: EdgeConfig, headers: CIMultiDict[str], path: str, host: str) -> None:
-    """What the response hooks do to the headers of a delivery of request ``path`` on ``host``
-    (`request_host`), in their order: the stamp every answer gets (assetcdn/shared/middleware.py, idempotent,
-    so running it again here costs nothing in effect), then the `_headers` rules. The hit path builds its
-    prepared heads with this same function (assetcdn/edge/fastpath/prepared.py)."""
-    stamp_headers(headers)
-    if config.rules.headers:
-        apply_rule_changes(config.rules.headers.for_path(path, host), headers)
-
-
 def is_delivery(request: web.Request) -> bool:
     """Answers the `_headers` rules apply to: not an API call forwarded to control, not health or metrics."""
     return not request.get(FORWARDED) and request.path not in NOT_DELIVERY
@@ -163,7 +136,9 @@ def is_delivery(request: web.Request) -> bool:
 async def _on_delivery_response(request: web.Request, response: web.StreamResponse) -> None:
     node = request.app[NODE]
     if is_delivery(request):
-        delivery_response_headers(node.config, response.headers, request.path, request_host(request))
+        # Every answer of a delivery route, errors and redirects too. A delivered body's headers had them
+        # already (`final_headers`): again here, after the stamp (idempotent), a detached X-API-Version stays so.
+        apply_rule_changes(request_header_changes(request), response.headers)
     node.deliveries.record(request, response)
 
 

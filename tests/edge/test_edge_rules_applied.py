@@ -5,8 +5,9 @@ from __future__ import annotations
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from assetcdn.edge.app import delivery_response_headers, is_delivery
-from assetcdn.edge.site_config import FORWARDED, EdgeConfig, request_host
+from assetcdn.edge.app import is_delivery
+from assetcdn.edge.site_config import FORWARDED, EdgeConfig, apply_rule_changes, request_host
+from assetcdn.edge.states.deliver import header_changes
 from assetcdn.shared.published_config import PublishedConfig
 
 SNAPSHOT = {
@@ -38,7 +39,7 @@ def test_redirect_rules_come_from_the_snapshot() -> None:
 def on_response(config: EdgeConfig, request: web.Request, response: web.StreamResponse) -> None:
     """What the application's response hook does to the headers (assetcdn/edge/app.py)."""
     if is_delivery(request):
-        delivery_response_headers(config, response.headers, request.path, request_host(request))
+        apply_rule_changes(header_changes(config, request.path, request_host(request)), response.headers)
 
 
 def test_header_rules_apply_to_deliveries_but_not_to_forwarded_api_calls() -> None:

@@ -26,10 +26,9 @@ from typing import Any
 
 from aiohttp import web
 
-from assetcdn.edge.app import delivery_route_name
 from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.delivery_log import body_sent, country_code
-from assetcdn.edge.fastpath.prepared import HIT, HostView, Prepared, not_modified_head, prepare
+from assetcdn.edge.fastpath.prepared import HIT, HostView, Prepared, prepare
 from assetcdn.edge.fastpath.protocol import (
     ANSWERED,
     BUSY,
@@ -38,6 +37,7 @@ from assetcdn.edge.fastpath.protocol import (
     WANTED,
     HitProtocol,
 )
+from assetcdn.edge.routes.delivery import delivery_route_name
 from assetcdn.edge.site_config import canonical_host, is_valid_host
 from assetcdn.edge.states.deliver import etag_matches, parse_range
 from assetcdn.edge.tls.policy import HSTS_HEADER, hsts_value, redirects_plain_http
@@ -225,7 +225,7 @@ class HitServer:
             return HAND_OVER
         assert hit is not None
         try:
-            return self._respond(conn, view, path, hit, obj, fileno, head_only, out)
+            return self._respond(conn, view, hit, obj, fileno, head_only, out)
         except BaseException:
             if fileno >= 0:
                 os.close(fileno)
@@ -237,16 +237,14 @@ class HitServer:
         if_none_match = conn.headers[1]
         return if_none_match is not None and etag_matches(if_none_match.decode("latin-1"), hit.etag)
 
-    def _respond(self, conn: HitProtocol, view: HostView, path: bytes, hit: Prepared, obj: Any, fileno: int,
+    def _respond(self, conn: HitProtocol, view: HostView, hit: Prepared, obj: Any, fileno: int,
                  head_only: bool, out: list[Any]) -> int:
         headers = conn.headers
         size = hit.size
         start, end = 0, size
         if self._revalidated(conn, hit):
             status = 304
-            head = hit.head_304 or not_modified_head(self.node, self.config, hit, obj, view, path.decode())
-            if head is None:
-                return self._decline(fileno)
+            head = hit.head_304 or hit.not_modified_head()
         else:
             status = 200
             head = hit.head

@@ -23,7 +23,12 @@ What makes a prepared hit stale, and how each is seen on the next request:
 
 What is never prepared (the full application answers, assetcdn/edge/fastpath/protocol.py hands it over):
 anything not in the manifest or not cached yet (a miss), private paths, tenant-host requests for
-another zone, paths a `_redirects` rule matches, rules that would change framing headers.
+another zone, paths a `_redirects` rule redirects (a rewrite is served as the path it names), rules on a
+header the hit path writes per request.
+
+Which path a request names and whether it may be read are the application's own decisions
+(`recv.resolve`, `access.find_source`), and so are the headers (`deliver.final_headers`, the rules looked
+up once per prepared hit).
 """
 
 from __future__ import annotations
@@ -31,47 +36,53 @@ from __future__ import annotations
 from multidict import CIMultiDict
 
 from assetcdn.edge.access import SourceRefused, find_source
-from assetcdn.edge.app import delivery_response_headers
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.node import EdgeNode
-from assetcdn.edge.site_config import EdgeConfig, tenant_path
-from assetcdn.edge.states.deliver import content_range, delivery_headers, not_modified_headers
-from assetcdn.edge.states.head import EntryHead
+from assetcdn.edge.site_config import EdgeConfig
+from assetcdn.edge.states.deliver import (
+    content_range,
+    final_headers,
+    header_changes,
+    not_modified_headers,
+)
 from assetcdn.edge.states.lookup import lookup
+from assetcdn.edge.states.recv import resolve
 from assetcdn.shared.analytics_keys import zone_of
+from assetcdn.shared.edge_rules import RESERVED_HEADERS
 from assetcdn.shared.http_server import SERVER_NAME
 from assetcdn.shared.manifest import ManifestEntry
-from assetcdn.shared.paths import InvalidPath, parse_cdn_path
+from assetcdn.shared.paths import InvalidPath
 
 HIT = "HIT"  # the only cache status answered here: `EdgeNode.hit_status` says it (assetcdn/edge/fastpath/hit_server.py)
 STATUS_200 = b"HTTP/1.1 200 OK\r\n"
 STATUS_206 = b"HTTP/1.1 206 Partial Content\r\n"
 STATUS_304 = b"HTTP/1.1 304 Not Modified\r\n"
 SERVER_LINE = f"Server: {SERVER_NAME}\r\n".encode()
-# Headers a `_headers` rule may not touch on a prepared hit: they are per request or frame the
-# message. A path whose rules name one of them is always answered by the full application.
-PER_REQUEST_HEADERS = frozenset({
-    "x-request-id", "date", "server", "content-length", "transfer-encoding", "connection", "keep-alive",
-    "content-range", "trailer", "upgrade",
-})
+# What an answer here writes per request (assetcdn/edge/fastpath/hit_server.py) or in every prepared head,
+# less what no `_headers` rule may touch anyway (RESERVED_HEADERS, skipped on both paths): a path whose
+# rules name one of these is answered by the full application.
+WRITTEN_HERE = frozenset({"date", "server", "x-request-id", "strict-transport-security", "connection",
+                          "content-length", "content-range"})
+PER_REQUEST_HEADERS = WRITTEN_HERE - RESERVED_HEADERS
 
 
 class Prepared:
     """One (Host, path)'s hit, valid while ``entry`` is the replica's entry for ``cdn_path``."""
 
-    __slots__ = ("entry", "cdn_path", "zone", "key", "file", "size", "etag", "head", "head_304")
+    __slots__ = ("entry", "cdn_path", "zone", "key", "file", "size", "etag", "head", "kept_304", "head_304")
 
-    def __init__(self, entry: ManifestEntry, cdn_path: str, key: str, file: str | None, size: int, etag: str,
-                 block: bytes) -> None:
+    def __init__(self, entry: ManifestEntry, cdn_path: str, key: str, file: str | None, size: int,
+                 etag: str | None, type_lines: bytes, kept_lines: bytes) -> None:
         self.entry = entry
         self.cdn_path = cdn_path
         self.zone = zone_of(cdn_path)
         self.key = key                  # memory-tier key of the body (when ``file`` is None)
         self.file = file                # the disk tier's file of a large body
         self.size = size
-        self.etag = etag
-        # Status line, the header lines (``block``) and Content-Length, which comes last.
-        self.head = STATUS_200 + block + b"Content-Length: %d\r\n" % size
+        self.etag = etag                # the ETag the answer gives (None: a rule detached it)
+        # Status line, the header lines (Content-Type's first, then what a 304 keeps) and Content-Length last.
+        self.head = STATUS_200 + type_lines + kept_lines + b"Content-Length: %d\r\n" % size
+        self.kept_304 = len(STATUS_200) + len(type_lines)   # where the lines a 304 keeps start
         self.head_304: bytes | None = None  # made on the first conditional hit
 
     def partial_head(self, start: int, end: int) -> bytes:
@@ -79,6 +90,12 @@ class Prepared:
         block = self.head[len(STATUS_200):self.head.rindex(b"Content-Length: ")]
         return STATUS_206 + block + b"Content-Range: %s\r\nContent-Length: %d\r\n" % (
             content_range(start, end, self.size).encode(), end - start)
+
+    def not_modified_head(self) -> bytes:
+        """The head of a 304: the 200's header lines `not_modified_headers` keeps, made once."""
+        if self.head_304 is None:
+            self.head_304 = STATUS_304 + self.head[self.kept_304:self.head.rindex(b"Content-Length: ")]
+        return self.head_304
 
 
 class HostView:
@@ -93,57 +110,30 @@ class HostView:
         self.hits: dict[bytes, Prepared] = {}
 
 
-def response_headers(node: EdgeNode, config: EdgeConfig, head: EntryHead, obj: CachedObject, host: str, path: str,
-                     *, not_modified: bool = False) -> CIMultiDict[str] | None:
-    """The headers the full application gives this hit, by the functions it uses: `delivery_headers`
-    with the CDN path's policy (assetcdn/edge/routes/delivery.py), then the response hooks
-    (`delivery_response_headers`, assetcdn/edge/app.py); without Date, Server, X-Request-ID and
-    Content-Length. None if a rule touches one of those (the full application answers such paths)."""
-    delivered = delivery_headers(obj, cache_status=HIT, cache_control=node.asset_cache_control, head=head)
-    headers: CIMultiDict[str] = CIMultiDict(not_modified_headers(delivered) if not_modified else delivered)
-    if config.rules.headers:
-        changes = config.rules.headers.for_path(path, host)
-        if any(name.lower() in PER_REQUEST_HEADERS for name in changes.set) or changes.remove & PER_REQUEST_HEADERS:
-            return None
-    delivery_response_headers(config, headers, path, host)
-    return headers
-
-
 def header_lines(headers: CIMultiDict[str]) -> bytes:
-    return "".join(f"{name}: {value}\r\n" for name, value in headers.items()).encode() + SERVER_LINE
+    return "".join(f"{name}: {value}\r\n" for name, value in headers.items()).encode()
 
 
 def prepare(node: EdgeNode, config: EdgeConfig, view: HostView, path: str) -> tuple[Prepared, CachedObject] | None:
     """The prepared hit of ``path`` on ``view``'s host and the cache entry it serves now; None when
     the full application must answer (see the module docstring). May read the disk tier inline
     (one SQLite row, or a file of at most the memory tier's object size), as a hit there does."""
-    if config.rules.redirects and config.rules.redirects.matches(path):
-        return None
     try:  # what the delivery route does before its look-up (assetcdn/edge/routes/delivery.py)
-        cdn_path = parse_cdn_path(tenant_path(view.zone, path))
+        cdn_path = resolve(config, view.zone, path, path)
+        if not isinstance(cdn_path, str):
+            return None  # a redirect
         entry = find_source(node, cdn_path, view.zone)
     except (InvalidPath, SourceRefused):
+        return None
+    changes = header_changes(config, path, view.name)
+    if changes.remove & PER_REQUEST_HEADERS or any(name.lower() in PER_REQUEST_HEADERS for name in changes.set):
         return None
     head = node.replica.head(entry)
     obj = lookup(node, head.key)
     if obj is None:
         return None
-    headers = response_headers(node, config, head, obj, view.name, path)
-    if headers is None:
-        return None
-    etag = headers.get("ETag", head.etag)
-    return Prepared(entry, cdn_path, head.key, obj.path, obj.size, etag, header_lines(headers)), obj
-
-
-def not_modified_head(node: EdgeNode, config: EdgeConfig, hit: Prepared, obj: CachedObject | None, view: HostView,
-                      path: str) -> bytes | None:
-    """The 304 head of a prepared hit (Content-Type dropped before the rules apply, as the full
-    application does), made once; None if it cannot be prepared."""
-    if hit.head_304 is None:
-        head = node.replica.head(hit.entry)
-        stored = obj if obj is not None else CachedObject(hit.key, head.content_type, head.etag, head.tags, hit.size, 0.0)
-        headers = response_headers(node, config, head, stored, view.name, path, not_modified=True)
-        if headers is None:
-            return None
-        hit.head_304 = STATUS_304 + header_lines(headers)
-    return hit.head_304
+    headers = final_headers(obj, changes, cache_status=HIT, cache_control=node.asset_cache_control, head=head)
+    kept = not_modified_headers(headers)
+    type_lines = header_lines(CIMultiDict((name, value) for name, value in headers.items() if name not in kept))
+    return Prepared(entry, cdn_path, head.key, obj.path, obj.size, headers.get("ETag"), type_lines,
+                    header_lines(kept) + SERVER_LINE), obj

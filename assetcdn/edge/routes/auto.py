@@ -8,18 +8,13 @@ conversion whose source does not decode falls back to the next file along the ch
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
 from aiohttp import web
 
-from assetcdn.edge.access import (
-    SourceRefused,
-    is_private_path,
-    manifest_loaded,
-    not_found,
-    serves_on_host,
-)
+from assetcdn.edge.access import SourceRefused, find_source
 from assetcdn.edge.app_keys import IMAGE_POOL, NODE
 from assetcdn.edge.auto_format import choices, conversion_options
 from assetcdn.edge.negotiate import (
@@ -33,6 +28,7 @@ from assetcdn.edge.negotiate import (
     path_route_chain,
     still_chain,
 )
+from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.routes.transform import IMMUTABLE, LEGACY_REFUSALS
 from assetcdn.edge.site_config import request_host
 from assetcdn.edge.states.fetch import AS_IS
@@ -53,13 +49,23 @@ def parse_base(raw: str | None) -> str:
     if raw is None or raw.strip() == "":
         raise LegacyError(400, "Missing required parameter: path")
     try:
-        base = parse_cdn_path(raw.strip())
+        return parse_cdn_path(raw.strip())
     except InvalidPath:
         raise LegacyError(400, "Invalid path: contains disallowed sequences.") from None
-    if is_private_path(base):
-        raise LegacyError(403, f"'/{base}' is in the private category: it is served only through a "
-                          "signed URL (/api/signed).")
-    return base
+
+
+def readable(node: EdgeNode, host_zone: str | None) -> Callable[[str], ManifestEntry | None]:
+    """The files of a base this request may read, as every delivery route decides (`find_source`): None
+    for a file there is none of (or another zone's, on a tenant host); a private one or no manifest yet
+    is the answer's refusal."""
+    def get(cdn_path: str) -> ManifestEntry | None:
+        try:
+            return find_source(node, cdn_path, host_zone)
+        except SourceRefused as exc:
+            if exc.status == 404:
+                return None
+            raise REFUSALS.source(exc) from None
+    return get
 
 
 def _conversion(request: web.Request, source: ManifestEntry, fmt: str) -> Made:
@@ -75,14 +81,9 @@ def _conversion(request: web.Request, source: ManifestEntry, fmt: str) -> Made:
 async def answer(request: web.Request, base: str, chain: list[str], headers: dict[str, str], *,
                  animated: bool) -> web.StreamResponse:
     node = request.app[NODE]
-    try:
-        if not serves_on_host(base, node.config.zone_for_host(request_host(request))):
-            raise not_found(base)  # a tenant host serves its zone and the stock pool only
-        manifest_loaded(node)
-    except SourceRefused as exc:
-        raise REFUSALS.source(exc) from None
+    get = readable(node, node.config.zone_for_host(request_host(request)))
     conversion_failed = False
-    for choice in choices(chain, base, node.replica.get, animated=animated):
+    for choice in choices(chain, base, get, animated=animated):
         if choice.convert and conversion_failed:
             continue  # the source did not decode; only files as they are remain
         variant = _conversion(request, choice.entry, choice.format) if choice.convert else AS_IS

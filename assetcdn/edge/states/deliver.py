@@ -1,5 +1,10 @@
 """deliver: the one place that writes delivery headers, answers 304 and Range, and streams bodies
-(reached through the serve sequence, assetcdn/edge/states/serve.py)."""
+(reached through the serve sequence, assetcdn/edge/states/serve.py).
+
+`final_headers` is every header a delivery of a cached body carries, on both paths (the hit path,
+assetcdn/edge/fastpath/prepared.py, builds its prepared heads with it): what the path and the body give,
+the stamp every answer gets, then the `_headers` rules. A 304 is decided on the ETag it gives, so a rule
+that sets or detaches the ETag is the one a client revalidates against, on either path."""
 
 from __future__ import annotations
 
@@ -9,19 +14,28 @@ from collections.abc import Mapping
 from typing import Literal
 
 from aiohttp import web
+from multidict import CIMultiDict
 
+from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.entry import STREAM_CHUNK, CachedObject
 from assetcdn.edge.cache.tags import public_tags
+from assetcdn.edge.site_config import EdgeConfig, apply_rule_changes, request_host
 from assetcdn.edge.states.head import EntryHead
 from assetcdn.shared.content_security import CSP_HEADER, security_headers
+from assetcdn.shared.edge_rules import HeaderChanges
+from assetcdn.shared.middleware import stamp_headers
 
 STALE_WARNING = '110 - "Response is stale: control plane unreachable"'
 RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)\Z")
+HEADER_CHANGES = web.RequestKey("header_changes", HeaderChanges)
 
 
-def etag_matches(if_none_match: str, etag: str) -> bool:
+def etag_matches(if_none_match: str, etag: str | None) -> bool:
+    """Whether If-None-Match names ``etag``, the one the answer carries (None: it carries none)."""
     if if_none_match.strip() == "*":
         return True
+    if etag is None:
+        return False
     bare = etag.strip('"')
     for candidate in if_none_match.split(","):
         candidate = candidate.strip()
@@ -52,10 +66,12 @@ def parse_range(header: str, size: int) -> tuple[int, int] | None | Literal[Fals
     return start, end
 
 
-def not_modified_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """What a 304 keeps of a delivery's headers: all of them but Content-Type (the hit path's prepared
-    304 heads are made with this too, assetcdn/edge/fastpath/prepared.py)."""
-    return {name: value for name, value in headers.items() if name.lower() != "content-type"}
+def not_modified_headers(headers: CIMultiDict[str]) -> CIMultiDict[str]:
+    """What a 304 keeps of a delivery's final headers: all of them but Content-Type (the hit path's
+    prepared 304 heads are made with this too, assetcdn/edge/fastpath/prepared.py)."""
+    kept = headers.copy()
+    kept.popall("Content-Type", None)
+    return kept
 
 
 def content_range(start: int, end: int, size: int) -> str:
@@ -63,18 +79,34 @@ def content_range(start: int, end: int, size: int) -> str:
     return f"bytes {start}-{end - 1}/{size}"
 
 
-def delivery_headers(obj: CachedObject, *, cache_status: str, cache_control: str, head: EntryHead | None = None,
-                     tags: tuple[str, ...] | None = None,
-                     extra_headers: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Every header a delivery of ``obj`` carries before the response hooks (assetcdn/shared/middleware.py,
-    the `_headers` rules): the hit path (assetcdn/edge/fastpath/prepared.py) builds its prepared heads with
-    this too. The per-path headers come from ``head`` (the path's delivery head) when the body is
-    the path's own file; variants pass their source's ``tags`` and keep their stored Content-Type.
-    Whatever the final Content-Type, the response carries its security headers."""
+def header_changes(config: EdgeConfig, path: str, host: str) -> HeaderChanges:
+    """What the `_headers` rules do to an answer to request ``path`` on ``host`` (`canonical_host`)."""
+    return config.rules.headers.for_path(path, host)
+
+
+def request_header_changes(request: web.Request) -> HeaderChanges:
+    """`header_changes` of an application request, looked up once: `final_headers` and the response
+    hook (assetcdn/edge/app.py) apply the same."""
+    found = request.get(HEADER_CHANGES)
+    if found is None:
+        found = request[HEADER_CHANGES] = header_changes(request.app[NODE].config, request.path, request_host(request))
+    return found
+
+
+def final_headers(obj: CachedObject, changes: HeaderChanges, *, cache_status: str, cache_control: str,
+                  head: EntryHead | None = None, tags: tuple[str, ...] | None = None,
+                  extra_headers: Mapping[str, str] | None = None) -> CIMultiDict[str]:
+    """Every header a delivery of ``obj`` carries but those of the request itself (Date, Server,
+    X-Request-ID, Content-Length, Content-Range, HSTS), in their order: the per-path headers from
+    ``head`` (the path's delivery head) when the body is the path's own file (variants pass their
+    source's ``tags`` and keep their stored Content-Type), the cache's, ``extra_headers``, the security
+    headers of the final Content-Type, the stamp every answer gets (assetcdn/shared/middleware.py), then
+    ``changes``, the `_headers` rules (`header_changes`)."""
+    headers: CIMultiDict[str]
     if head is not None:
-        headers = dict(head.headers)
+        headers = CIMultiDict(head.headers)
     else:
-        headers = {"Content-Type": obj.content_type, "ETag": obj.etag}
+        headers = CIMultiDict((("Content-Type", obj.content_type), ("ETag", obj.etag)))
         shown_tags = public_tags(obj.tags if tags is None else tags)
         if shown_tags:
             headers["Cache-Tag"] = ",".join(shown_tags)
@@ -89,16 +121,18 @@ def delivery_headers(obj: CachedObject, *, cache_status: str, cache_control: str
         headers.update(extra_headers)
     content_type = headers.get("Content-Type")
     if head is None or content_type != head.content_type:
-        headers.pop(CSP_HEADER, None)
+        headers.popall(CSP_HEADER, None)
         headers.update(security_headers(content_type))
+    stamp_headers(headers)
+    apply_rule_changes(changes, headers)
     return headers
 
 
-async def deliver(request: web.Request, obj: CachedObject, headers: dict[str, str]) -> web.StreamResponse:
-    """Answer with ``obj`` and its ``headers`` (``delivery_headers``): 304 on a matching
-    If-None-Match, 206 or 416 on a Range, the body from memory or streamed from its cache file."""
+async def deliver(request: web.Request, obj: CachedObject, headers: CIMultiDict[str]) -> web.StreamResponse:
+    """Answer with ``obj`` and its ``headers`` (``final_headers``): 304 on an If-None-Match naming the
+    ETag they give, 206 or 416 on a Range, the body from memory or streamed from its cache file."""
     if_none_match = request.headers.get("If-None-Match")
-    if if_none_match and etag_matches(if_none_match, headers["ETag"]):
+    if if_none_match and etag_matches(if_none_match, headers.get("ETag")):
         return web.Response(status=304, headers=not_modified_headers(headers))
     status, start, end = 200, 0, obj.size
     range_header = request.headers.get("Range")
@@ -106,7 +140,7 @@ async def deliver(request: web.Request, obj: CachedObject, headers: dict[str, st
         parsed = parse_range(range_header, obj.size)
         if parsed is False:
             headers["Content-Range"] = f"bytes */{obj.size}"
-            headers.pop("Content-Type", None)
+            headers.popall("Content-Type", None)
             return web.Response(status=416, headers=headers)
         if isinstance(parsed, tuple):
             start, end = parsed

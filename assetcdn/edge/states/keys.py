@@ -31,8 +31,9 @@ def variant_key(entry: ManifestEntry, content_key: str) -> str:
 
 
 def transform_key(source_id: str, option_parts: Iterable[str], output_format: str) -> str:
-    """A transform or format conversion: the source's content id, each option's key part in OPTIONS
-    order (empty parts, options at their default, add nothing) and the output format."""
+    """A transform or format conversion: the source's content id, each option's key part in KEY_ORDER
+    (assetcdn/edge/transform/options/__init__.py; empty parts, options at their default, add nothing) and
+    the output format."""
     spec = "-".join(part for part in option_parts if part) or "orig"
     return f"{TRANSFORM_VERSION}/{source_id}/{spec}.{output_format}"
 

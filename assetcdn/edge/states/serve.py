@@ -16,7 +16,7 @@ A route receives (parses its request, assetcdn/edge/states/recv.py) and says onl
 
 So hit / stale / miss accounting, stale-if-error, coalescing, the retry and the bytes-served count
 live here only. The hit path (assetcdn/edge/fastpath/) answers the commonest HIT before any of this runs, with
-the headers `deliver.delivery_headers` gives it and the same counts; a hit it cannot answer (STALE,
+the headers `deliver.final_headers` gives it and the same counts; a hit it cannot answer (STALE,
 416, a file gone) comes here.
 """
 
@@ -32,7 +32,7 @@ from assetcdn.edge.access import SourceRefused, find_source
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.node import EdgeNode
-from assetcdn.edge.states.deliver import deliver, delivery_headers
+from assetcdn.edge.states.deliver import deliver, final_headers, request_header_changes
 from assetcdn.edge.states.fetch import OriginUnavailable
 from assetcdn.edge.states.lookup import lookup
 from assetcdn.shared.manifest import ManifestEntry
@@ -143,8 +143,9 @@ async def serve(request: web.Request, entry: ManifestEntry, rep: Representation,
                 answer.headers.update({"Cache-Control": policy.cache_control, "X-Cache": status, **extra})
                 response, sent = answer, len(answer.body) if isinstance(answer.body, bytes) else 0
             else:
-                headers = delivery_headers(obj, cache_status=status, cache_control=policy.cache_control, head=head,
-                                           tags=entry.tags, extra_headers=extra)
+                headers = final_headers(obj, request_header_changes(request), cache_status=status,
+                                        cache_control=policy.cache_control, head=head, tags=entry.tags,
+                                        extra_headers=extra)
                 response = await deliver(request, obj, headers)
                 sent = response.content_length or 0
         except OriginUnavailable:

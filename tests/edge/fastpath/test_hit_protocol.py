@@ -370,7 +370,21 @@ SENT_ID = "0F8FAD5B-D9CB-469F-A165-70867728950E"  # a caller's id, not in canoni
 DELIVERY_RULES = (f"/{ZONE}/v1/logos/*\n  X-Frame-Options: DENY\n  ! Cache-Tag\n"
                   "/v1/banners/*\n  X-Banner: :splat\n"
                   "https://:tenant.cdn.localhost/v1/*\n  X-Tenant: :tenant\n  Cache-Control: public, max-age=60\n")
-REDIRECT_RULES = f"/old.svg /{SVG} 301\n/v1/old.png /v1/banners/photo.png 302\n"
+REDIRECT_RULES = (f"/old.svg /{SVG} 301\n/v1/old.png /v1/banners/photo.png 302\n/alias.svg /{SVG} 200\n"
+                  "/v1/alias.png /v1/banners/photo.png?x=1 200\n")
+# Rules on each header a delivery writes that a rule may touch: set (an ETag of the rule's own among them),
+# detached, and the ones written per request (which the hit path leaves to the application).
+RULED_SET, RULED_DETACHED = f"{ZONE}/v1/icons/set.txt", f"{ZONE}/v1/icons/detached.txt"
+PER_REQUEST_SET, PER_REQUEST_DETACHED = f"{ZONE}/v1/icons/dated.txt", f"{ZONE}/v1/icons/undated.txt"
+RULED_ETAG = '"ruled"'
+ADJACENT_RULES = (f"/{RULED_SET}\n  ETag: {RULED_ETAG}\n  Cache-Control: no-cache\n  X-Cache: ruled\n"
+                  "  Accept-Ranges: none\n  X-API-Version: 0\n  Cache-Tag: ruled\n  Warning: 199 - ruled\n"
+                  "  Vary: Accept\n"
+                  f"/{RULED_DETACHED}\n  ! ETag\n  ! Cache-Control\n  ! X-Cache\n  ! Accept-Ranges\n"
+                  "  ! X-API-Version\n  ! Cache-Tag\n"
+                  f"/{PER_REQUEST_SET}\n  Date: Thu, 01 Jan 1970 00:00:00 GMT\n  Server: ruled\n  X-Request-ID: ruled\n"
+                  "  Strict-Transport-Security: max-age=1\n"
+                  f"/{PER_REQUEST_DETACHED}\n  ! Date\n  ! Server\n  ! X-Request-ID\n  ! Strict-Transport-Security\n")
 
 
 def as_the_client_sees_it(response: Response) -> tuple[int, list[tuple[str, str]], bytes]:
@@ -387,12 +401,17 @@ def as_the_client_sees_it(response: Response) -> tuple[int, list[tuple[str, str]
 
 async def test_every_kind_of_delivery_is_answered_as_the_application_answers_it(make_hit_cdn: HitCdnFactory) -> None:
     """Tenant hosts (as sent, with a port, in capitals with a trailing dot) under `_headers` rules with host
-    patterns, GET, HEAD, 304 and ranges of each; redirects, a private path, another zone's path; then all
-    of it again while control is unreachable (STALE). The hit port answers each exactly as the
+    patterns, GET, HEAD, 304 and ranges of each; rewrites; rules setting or detaching each header a delivery
+    writes (a rule's ETag used to be the one the hit path revalidated against, the stored one the
+    application's); redirects, a private path, another zone's path; then all of it again while control is
+    unreachable (STALE). The hit port answers each exactly as the
     application's own port does, request id included; what is a hit is answered on the hit path."""
     cdn = await warmed(make_hit_cdn)
     await cdn.upload(PRIVATE, b"not on its public path")
-    for name, content in (("_headers", DELIVERY_RULES), ("_redirects", REDIRECT_RULES)):
+    for path in (RULED_SET, RULED_DETACHED, PER_REQUEST_SET, PER_REQUEST_DETACHED):
+        await cdn.upload(path, f"the file at {path}".encode())
+        assert (await (await cdn.connect()).request(f"/{path}")).header("X-Cache") == "MISS"
+    for name, content in (("_headers", DELIVERY_RULES + ADJACENT_RULES), ("_redirects", REDIRECT_RULES)):
         resp = await cdn.control.post("/api/core/rules", headers=ACCOUNT, json={"File": name, "Content": content})
         assert resp.status == 200, await resp.text()
 
@@ -414,6 +433,22 @@ async def test_every_kind_of_delivery_is_answered_as_the_application_answers_it(
                           (host, path, "GET", {"Range": "bytes=2-5"}),
                           (host, path, "HEAD", {"Range": "bytes=-3"})]
     hit_cases.append((TENANT, f"/{SVG}", "GET", {}))  # the zone's full path is its own on its host too
+    # A rewrite (a 200 rule) is served as the path it names, on the hit path too.
+    hit_cases += [("edge.test", "/alias.svg", "GET", {}), ("edge.test", "/alias.svg?y=2", "HEAD", {}),
+                  (TENANT, "/v1/alias.png", "GET", {"If-None-Match": etags[PNG] or ""}),
+                  (TENANT, "/v1/alias.png", "GET", {"Range": "bytes=0-0"})]
+    unruled = len(hit_cases)
+    # A rule's ETag is the one If-None-Match is compared with, on both paths; a detached one matches only `*`.
+    for path in (RULED_SET, RULED_DETACHED):
+        stored = cdn.node.replica.head(cdn.node.replica.get(path)).etag  # type: ignore[arg-type]
+        for method in ("GET", "HEAD"):
+            hit_cases += [("edge.test", f"/{path}", method, {}),
+                          ("edge.test", f"/{path}", method, {"If-None-Match": RULED_ETAG}),
+                          ("edge.test", f"/{path}", method, {"If-None-Match": stored}),
+                          ("edge.test", f"/{path}", method, {"If-None-Match": "*"}),
+                          ("edge.test", f"/{path}", method, {"Range": "bytes=1-3"})]
+    per_request_cases = [("edge.test", f"/{path}", method, headers) for path in (PER_REQUEST_SET, PER_REQUEST_DETACHED)
+                         for method in ("GET", "HEAD") for headers in ({}, {"If-None-Match": "*"})]
     other_cases: list[tuple[str, str, str, dict[str, str]]] = [
         ("edge.test", "/old.svg", "GET", {}), (TENANT, "/v1/old.png?x=1", "GET", {}),
         ("edge.test", f"/{PRIVATE}", "GET", {}), (TENANT, "/v1/private/secret.txt", "HEAD", {}),
@@ -430,26 +465,35 @@ async def test_every_kind_of_delivery_is_answered_as_the_application_answers_it(
             fast = await hits.request(path, method, host, X_Request_ID=SENT_ID, **headers)
             slow = await plain.request(path, method, host, X_Request_ID=SENT_ID, **headers)
             assert as_the_client_sees_it(fast) == as_the_client_sees_it(slow), (host, path, method, headers)
-            assert fast.header("X-Request-ID") == SENT_ID.lower()
+            if path[1:] not in (PER_REQUEST_SET, PER_REQUEST_DETACHED):
+                assert fast.header("X-Request-ID") == SENT_ID.lower()
             answers.append(fast)
         return answers
 
     served = cdn.site.hits.served
     answers = await compare(hit_cases)
     assert cdn.site.hits.served == served + len(hit_cases)  # every one on the hit path
-    assert {a.header("X-Cache") for a in answers} == {"HIT"} and {a.status for a in answers} == {200, 206, 304}
+    assert {a.header("X-Cache") for a in answers[:unruled]} == {"HIT"} and {a.status for a in answers} == {200, 206, 304}
     # Rules match the path as requested: the zone's path on the default host, `/v1/...` on its own.
     default, tenant = answers[0], answers[6 * 2]  # the GETs of the logo on each
     assert (default.header("X-Frame-Options"), default.header("X-Tenant")) == ("DENY", None)
     assert "Cache-Tag" not in default.headers and tenant.header("Cache-Tag")
     assert (tenant.header("X-Tenant"), tenant.header("Cache-Control")) == (ZONE, "public, max-age=60")
     assert answers[6 * 3].header("X-Banner") == "photo.png"  # the tenant-host GET of the banner
+    ruled = answers[unruled:]  # the set rules' GET and HEAD, then the detached rules'
+    assert [a.status for a in ruled] == [200, 304, 200, 304, 206] * 2 + [200, 200, 200, 304, 206] * 2
+    assert (ruled[1].header("ETag"), ruled[1].header("X-Cache")) == (RULED_ETAG, "ruled")
+    assert "ETag" not in ruled[10].headers and "X-API-Version" not in ruled[10].headers
     served = cdn.site.hits.served
     answers = await compare(other_cases)
     assert cdn.site.hits.served == served  # none of these is a hit
     assert [a.status for a in answers] == [301, 302, 403, 403, 404, 404, 416, 416]
     assert answers[-2].header("Content-Range") == f"bytes */{len(solid_png(32, 16, (200, 10, 10)))}"
     assert answers[1].header("Location") == "/v1/banners/photo.png?x=1"
+    answers = await compare(per_request_cases)
+    assert cdn.site.hits.served == served  # rules on what the hit path writes per request: the application's
+    assert [(a.header("Server"), a.header("X-Request-ID")) for a in answers] == [("ruled", "ruled")] * 4 + [
+        (None, None)] * 4
 
     await cdn.control.close()
 
@@ -458,9 +502,9 @@ async def test_every_kind_of_delivery_is_answered_as_the_application_answers_it(
 
     await wait_until(unreachable, "the edge noticing control is gone")
     served = cdn.site.hits.served
-    answers = await compare(hit_cases + other_cases)
+    answers = await compare(hit_cases + other_cases + per_request_cases)
     assert cdn.site.hits.served == served  # STALE is the application's to answer
-    assert {a.header("X-Cache") for a in answers[:len(hit_cases)]} == {"STALE"}
+    assert {a.header("X-Cache") for a in answers[:unruled]} == {"STALE"}
     assert all(a.header("Warning") for a in answers[:len(hit_cases)])
 
 

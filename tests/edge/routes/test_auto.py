@@ -175,6 +175,19 @@ async def test_auto_errors(cdn: Cdn) -> None:
         assert body["error"] == message and body["HttpCode"] == status
 
 
+async def test_a_private_base_is_refused_as_its_files_are_on_their_own_paths(cdn: Cdn) -> None:
+    """The sources /api/auto may read are the ones every delivery route may (`find_source`): a private file
+    is refused (403), a private base with no file is as missing as any other (404)."""
+    private = f"{ZONE}/v1/private/auto-secret"
+    await cdn.upload(f"{private}.png", solid_png(8, 8, (1, 2, 3)))
+    for base, status in ((private, 403), (f"{ZONE}/v1/private/none", 404)):
+        assert (await cdn.edge.get(f"/{base}.png")).status == status, base
+        for url in (f"/api/auto?path=/{base}", f"/api/auto/{base}"):
+            resp = await cdn.edge.get(url, headers={"Accept": "image/avif,image/webp"})
+            assert resp.status == status, (url, await resp.text())
+            assert (await resp.json())["HttpCode"] == status
+
+
 async def test_heic_is_opt_in_and_converted_with_pillow_heif(cdn: Cdn) -> None:
     base = f"{ZONE}/v1/banners/h"
     await cdn.upload(f"{base}.png", solid_png(40, 30, (90, 120, 150)))

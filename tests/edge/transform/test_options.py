@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from assetcdn.edge.transform import options
 from assetcdn.edge.transform.options import (
+    KEY_ORDER,
     OPTIONS,
     TransformOptions,
     parse_source_url,
@@ -220,12 +222,28 @@ PINNED_CACHE_KEYS = [
     ({"q": "1", "format": "auto"}, "png", "tf1/b1/orig.png"),
     ({"w": "1", "h": "1", "fit": "cover", "gravity": "face", "q": "50", "blur": "1", "sharpen": "1"}, "webp",
      "tf1/b1/w1-h1-cover-g-face-q50-blur1-sharpen1.webp"),
+    ({"rotate": "90"}, "png", "tf1/b1/rot90.png"),
+    ({"trim": "10"}, "webp", "tf1/b1/trim10.webp"),
+    ({"rotate": "0", "trim": "255"}, "gif", "tf1/b1/trim255.gif"),
+    ({"rotate": "180", "w": "64", "q": "90"}, "png", "tf1/b1/rot180-w64.png"),
+    ({"trim": "1", "h": "50", "sharpen": "7"}, "jpeg", "tf1/b1/trim1-h50-sharpen7.jpeg"),
+    ({"rotate": "270", "trim": "40", "w": "300", "h": "200", "fit": "cover", "gravity": "face", "q": "60", "blur": "3",
+      "sharpen": "2", "format": "avif"}, "avif", "tf1/b1/rot270-trim40-w300-h200-cover-g-face-q60-blur3-sharpen2.avif"),
 ]
 
 
 @pytest.mark.parametrize(("query", "output_format", "key"), PINNED_CACHE_KEYS)
 def test_cache_keys_of_existing_options_never_change(query: dict[str, str], output_format: str, key: str) -> None:
     assert parse_transform_options({"url": URL, **query}).cache_key("b1", output_format) == key
+
+
+def test_reordering_the_steps_keeps_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OPTIONS orders validation and the pipeline's steps; the key's parts have their own order, so moving
+    a step (an option that must run before another) orphans no cached variant."""
+    assert sorted(option.name for option in KEY_ORDER) == sorted(option.name for option in OPTIONS)
+    monkeypatch.setattr(options, "OPTIONS", tuple(reversed(OPTIONS)))
+    for query, output_format, key in PINNED_CACHE_KEYS:
+        assert parse_transform_options({"url": URL, **query}).cache_key("b1", output_format) == key, query
 
 
 def test_the_served_api_document_lists_every_option_parameter() -> None:

@@ -2,7 +2,7 @@
 
 Each option is one module of this package declaring its parameters, their validation, its
 part of the cache key and its pipeline steps (base.py says how); `OPTIONS` below is the one
-list of them. Adding an option is a new module and a line in `OPTIONS`.
+list of them. Adding an option is a new module, a line in `OPTIONS` and one at the end of `KEY_ORDER`.
 
 The cache key is built from this value (plus the source's content id and the resolved
 output format), never from the raw query string, so `?w=400&q=80` and `?q=80&w=400&x=1`
@@ -29,10 +29,21 @@ from assetcdn.edge.transform.options.trim import TRIM
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.paths import InvalidPath, parse_cdn_path
 
-# Every option, in the order their parameters are validated, their parts join the cache key
-# and their steps run (between the pipeline's decode and encode). An option whose steps
-# change the image's shape before the resize comes before RESIZE.
+# Every option, in the order their parameters are validated and their steps run (between the
+# pipeline's decode and encode). An option whose steps change the image's shape before the resize
+# comes before RESIZE.
 OPTIONS: tuple[TransformOption[Any], ...] = (
+    ROTATE,
+    TRIM,
+    RESIZE,
+    FORMAT,
+    QUALITY,
+    BLUR,
+    SHARPEN,
+)
+# The order their parts join the cache key, apart from OPTIONS so that reordering the steps keeps every
+# stored key (tests/edge/transform/test_options.py pins them). Never reordered; a new option goes last.
+KEY_ORDER: tuple[TransformOption[Any], ...] = (
     ROTATE,
     TRIM,
     RESIZE,
@@ -105,7 +116,7 @@ class TransformOptions:
         out what cannot change the output (fit and gravity without both sides, gravity unless
         cropping, q for png/gif).
         """
-        return transform_key(source_id, (option.key(self.get(option), output_format) for option in OPTIONS),
+        return transform_key(source_id, (option.key(self.get(option), output_format) for option in KEY_ORDER),
                              output_format)
 
 

@@ -4,7 +4,8 @@ An option is one module in this package holding one `TransformOption`: the query
 reads and how they are validated (`parse`), the part it adds to the variant's cache key (`key`),
 the pipeline steps that apply it (`steps`) and, for an option that changes the image's shape
 before the resize, how (`reshape` / `unshape`). `OPTIONS` in `__init__.py` lists them; parsing,
-cache keys, the pipeline's steps and its size planning all iterate that list, in its order.
+the pipeline's steps and its size planning iterate that list, in its order; the cache key's parts
+follow `KEY_ORDER` there, which never changes.
 """
 
 from __future__ import annotations
