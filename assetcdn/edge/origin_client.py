@@ -145,13 +145,15 @@ class OriginResponse:
     _limits: OriginLimits
     received: int = field(default=0)
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The body as it arrives; OriginTimeout when the origin goes quiet, OriginTooLarge past the limit."""
-        limit = self._limits.max_object_bytes
+    async def chunks(self, limit: int | None = -1) -> AsyncIterator[bytes]:
+        """The body as it arrives; OriginTimeout when the origin goes quiet, OriginTooLarge past `limit`
+        (default ``max_object_mb``; None: no limit, for a body only passed on)."""
+        if limit == -1:
+            limit = self._limits.max_object_bytes
         try:
             async for chunk in self._response.content.iter_any():
                 self.received += len(chunk)
-                if self.received > limit:
+                if limit is not None and self.received > limit:
                     raise OriginTooLarge(f"the origin's body is longer than {limit} bytes")
                 yield chunk
         except (aiohttp.ServerTimeoutError, TimeoutError):

@@ -146,6 +146,7 @@ class NotStored(enum.Enum):
     SET_COOKIE = "set-cookie"
     VARY_STAR = "vary-star"
     NO_FRESHNESS = "no-freshness"
+    TOO_LARGE = "too-large"
 
 
 def not_storable(method: str, status: int, request_headers: Headers, response_headers: Headers, *,
