@@ -26,11 +26,13 @@ LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --native-tls -
 # Browser-test prerequisites (Debian chromium, hls.js from npm) are best effort: without them the
 # browser test skips and says why. Tesseract OCR (Debian) serves alt text; without it OCR is skipped.
 # redis-server (Debian) is for the Redis counter tests (they start their own); without it they skip.
+# curl (Debian) runs the README tour's commands in its test; without it that test skips.
 setup: $(STAMP) $(DOC_VECTORS)
 	-@sh tests/browser/setup.sh
 	-@sh tests/control/ai/setup.sh
 	-@sh tests/counters/setup.sh
 	-@sh tests/acme/setup.sh
+	-@sh tests/integration/setup.sh
 
 # Re-install only when the project's metadata changed (idempotent and fast otherwise).
 # The locked versions, hash-checked, then the project itself with no dependency resolution of its own.
@@ -68,8 +70,16 @@ lock:
 	.venv-lock/bin/uv pip compile pyproject.toml requirements-build.in --extra test -c requirements.lock \
 		$(LOCK_FLAGS) -o requirements-test.lock
 
-run: setup
-	$(BIN)/assetcdn up
+# `make run ARGS='--dashboard-port 8797'` passes its flags to `assetcdn up` (so do ASSETCDN_SERVER_*_PORT variables:
+# README, "Choosing ports"). The ports are checked first, with $(PYTHON) and the sources alone (the check needs
+# none of the dependencies), so a taken one is named before a first setup's minutes of installing.
+run:
+	@if $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
+		PYTHONPATH=. $(PYTHON) -m assetcdn.cli up --check-ports $(ARGS) || { \
+		echo "make run: choose other ports with make run ARGS='--edge-port N --control-port N --dashboard-port N'" \
+			"or the ASSETCDN_SERVER_*_PORT variables named above (README, \"Choosing ports\")" >&2; exit 1; }; fi
+	@$(MAKE) --no-print-directory setup
+	$(BIN)/assetcdn up $(ARGS)
 
 # The 25 slowest tests are listed at the end of every run, so a slow one shows up where it was added.
 # Four workers on two cores: much of the suite waits on real processes, and those waits overlap. Whole files

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import ipaddress
 import json
 import os
 import signal
@@ -17,9 +16,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
-from assetcdn.shared.config import Settings, default_config_text, load_settings
+from assetcdn.shared.config import default_config_text, load_settings
+from assetcdn.shared.dashboard_url import dashboard_url
 from assetcdn.shared.process import (
     EXIT_CANNOT_LISTEN,
     EXIT_DEADLINE_S,
@@ -27,7 +28,7 @@ from assetcdn.shared.process import (
     RUN_ID_HEADER,
     become_subreaper,
     die_with_parent,
-    port_conflicts,
+    port_in_use,
 )
 from assetcdn.shared.secrets import (
     SECRETS_FILE,
@@ -76,6 +77,43 @@ class _StopRequest:
 
 OURS, OTHER, DOWN = "ours", "other", "down"
 
+# What moves each kind of port `up` listens on: its flag, and its setting (section, key), which the environment
+# variable ASSETCDN_<SECTION>_<KEY> also sets. Edge i listens on the edge (and https) port + i.
+PORT_CHOICES = {
+    "control": ("--control-port", "server", "control_port"),
+    "dashboard": ("--dashboard-port", "server", "dashboard_port"),
+    "edge": ("--edge-port", "server", "edge_port"),
+    "https": ("--https-port", "tls", "https_port"),
+}
+
+
+@dataclass(frozen=True)
+class Listener:
+    """A port one of `up`'s children listens on: `label` names it in messages, `kind` says what moves it."""
+
+    label: str
+    port: int
+    kind: str
+
+    def how_to_move(self) -> str:
+        flag, section, key = PORT_CHOICES[self.kind]
+        return f"{flag} or ASSETCDN_{section.upper()}_{key.upper()} ([{section}] {key})"
+
+    def taken(self, host: str) -> str:
+        return (f"{self.label} port {self.port} on {host} is already in use; "
+                f"choose another with {self.how_to_move()}")
+
+
+def _listeners(edge_port: int, control_port: int, dashboard_port: int, https_port: int,
+               edges: int) -> list[list[Listener]]:
+    """The ports of each child, in the order the children start: control (its API and the dashboard), then
+    edge i (its plain port and, with https, its https port)."""
+    children = [[Listener("control", control_port, "control"), Listener("dashboard", dashboard_port, "dashboard")]]
+    for i in range(edges):
+        children.append([Listener(f"edge-{i}", edge_port + i, "edge"),
+                         *([Listener(f"edge-{i} https", https_port + i, "https")] if https_port else [])])
+    return children
+
 
 def _probe(url: str, run_id: str) -> str:
     """OURS when this run's child answers healthy, DOWN when nothing (or our child, not ready yet)
@@ -90,21 +128,27 @@ def _probe(url: str, run_id: str) -> str:
         return DOWN
 
 
-def _exit_reason(label: str, status: int) -> str:
-    if status == EXIT_CANNOT_LISTEN:
-        return f"{label} cannot listen on its port (see its message above): another program holds it"
-    return f"{label} exited early with status {status}"
+def _exit_reason(label: str, status: int, host: str, ports: list[Listener]) -> str:
+    """Why a child ended; a child that could not listen is told apart by the port another program holds now
+    (control listens on two), named with what moves it."""
+    if status != EXIT_CANNOT_LISTEN:
+        return f"{label} exited early with status {status}"
+    if taken := [port for port in ports if port_in_use(host, port.port)]:
+        return f"{label} cannot listen: " + "; ".join(port.taken(host) for port in taken)
+    named = " or ".join(f"{port.label} port {port.port} ({port.how_to_move()})" for port in ports)
+    return f"{label} cannot listen on its {named} (see its message above): another program held it"
 
 
-def _wait_healthy(urls: list[str], processes: list[subprocess.Popen[bytes]], labels: list[str], run_id: str,
-                  stop: _StopRequest, timeout_s: float) -> bool:
+def _wait_healthy(urls: list[str], processes: list[subprocess.Popen[bytes]], labels: list[str],
+                  listeners: list[list[Listener]], host: str, run_id: str, stop: _StopRequest,
+                  timeout_s: float) -> bool:
     """Wait until every URL is answered healthy by this run's own child; False if a stop was requested."""
     deadline = time.monotonic() + timeout_s
     pending = list(urls)
     while pending and not stop.requested:
-        for process, label in zip(processes, labels, strict=False):
+        for process, label, ports in zip(processes, labels, listeners, strict=False):
             if process.poll() is not None:
-                raise StartupFailed(_exit_reason(label, process.returncode))
+                raise StartupFailed(_exit_reason(label, process.returncode, host, ports))
         waiting = []
         for url in pending:
             state = _probe(url, run_id)
@@ -221,20 +265,6 @@ def _lock_data_dir(data_dir: Path) -> int:
     return fd
 
 
-def dashboard_url(settings: Settings, host: str, dashboard_port: int) -> str:
-    """Where to open the dashboard (control's own port for it): `dashboard.public_url`, else on
-    localhost rather than an IP address, where browsers allow passkeys (as control reads it,
-    assetcdn/control/app_keys.py)."""
-    if configured := settings.get("dashboard", "public_url"):
-        return str(configured).rstrip("/")
-    try:
-        ipaddress.ip_address(host)
-        host = "localhost"
-    except ValueError:
-        pass
-    return f"http://{host}:{dashboard_port}"
-
-
 def _keys_notice(secrets_path: Path, generated: list[str]) -> str:
     """Where the keys are, by name only: output of `up` ends up in logs, so no key value is ever printed."""
     if not generated:
@@ -245,6 +275,17 @@ def _keys_notice(secrets_path: Path, generated: list[str]) -> str:
             f"Load them with: set -a; . {secrets_path}; set +a")
 
 
+def _ports_taken(host: str, listeners: list[list[Listener]]) -> bool:
+    """Say which ports another program holds, each with what moves it; True if any."""
+    taken = [port for ports in listeners for port in ports if port_in_use(host, port.port)]
+    for port in taken:
+        _say(f"assetcdn up: {port.taken(host)}", error=True)
+    if taken:
+        _say(f"assetcdn up: another install or program is using {'it' if len(taken) == 1 else 'them'}: "
+             "stop that one, or choose free ports as said", error=True)
+    return bool(taken)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     host = args.host or settings.get("server", "host")
@@ -252,6 +293,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     control_port = args.control_port or settings.get("server", "control_port")
     dashboard_port = args.dashboard_port or settings.get("server", "dashboard_port")
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
+    https_port = args.https_port if args.https_port is not None else int(settings.get("tls", "https_port"))
+    listeners = _listeners(edge_port, control_port, dashboard_port, https_port, args.edges)
+    every_port = [port.port for ports in listeners for port in ports]
+    if len(set(every_port)) < len(every_port):
+        _say("assetcdn up: control, dashboard, edge and https ports must all differ: choose them with "
+             "--control-port, --dashboard-port, --edge-port and --https-port", error=True)
+        return 1
+    if args.check_ports:  # before a long setup (`make run`): nothing is written, nothing started
+        return 1 if _ports_taken(host, listeners) else 0
     private_umask()  # everything control and the edges create under the data dir is the owner's only
     first_start = not (data_dir / "repo.git").exists()
     try:
@@ -259,23 +309,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     except StartupFailed as exc:
         _say(f"assetcdn up: {exc}", error=True)
         return 1
+    if _ports_taken(host, listeners):
+        return 1
     secrets, generated = load_or_create_secrets(data_dir)
-    https_port = args.https_port if args.https_port is not None else int(settings.get("tls", "https_port"))
-    ports = [("control", control_port), ("dashboard", dashboard_port),
-             *((f"edge-{i}", edge_port + i) for i in range(args.edges))]
-    labels = [label for label, _port in ports if label != "dashboard"]  # control serves the dashboard
-    if https_port:
-        ports += [(f"edge-{i} https", https_port + i) for i in range(args.edges)]
-    if len({port for _label, port in ports}) < len(ports):
-        _say("assetcdn up: control, dashboard, edge and https ports must all differ: choose them with "
-             "--control-port, --dashboard-port, --edge-port and --https-port", error=True)
-        return 1
-    if conflicts := port_conflicts(host, ports):
-        for conflict in conflicts:
-            _say(f"assetcdn up: {conflict}", error=True)
-        _say(f"assetcdn up: another install or program is using {'it' if len(conflicts) == 1 else 'them'}: "
-             "stop that one, or choose free ports with --edge-port, --control-port and --dashboard-port", error=True)
-        return 1
+    labels = ["control", *(f"edge-{i}" for i in range(args.edges))]
     become_subreaper()
     run_id = os.urandom(8).hex()  # the children echo it from /api/health: how `up` knows they are its own
     env = {**os.environ, **secrets.as_env(), "ASSETCDN_SERVER_EDGE_PORT": str(edge_port),
@@ -298,11 +335,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     try:
         processes.append(_spawn(commands[0], env))
-        if not _wait_healthy([control_url], processes, labels, run_id, stop, HEALTH_TIMEOUT_S):
+        if not _wait_healthy([control_url], processes, labels, listeners, host, run_id, stop, HEALTH_TIMEOUT_S):
             return 0
         commands[0] = [a for a in commands[0] if a != "--demo"]  # a restarted control must not re-seed
         processes.extend(_spawn(command, env) for command in commands[1:])
-        if not _wait_healthy(edge_urls, processes, labels, run_id, stop, HEALTH_TIMEOUT_S):
+        if not _wait_healthy(edge_urls, processes, labels, listeners, host, run_id, stop, HEALTH_TIMEOUT_S):
             return 0
         _wait_chat_ready(control_url, run_id, stop, HEALTH_TIMEOUT_S)
         if stop.requested:
@@ -314,10 +351,11 @@ def cmd_up(args: argparse.Namespace) -> int:
             banner.append(f"HTTPS: https://{host}:{https_port}"
                           + (f" to :{https_port + args.edges - 1}" if args.edges > 1 else ""))
         banner.append(_keys_notice(data_dir / SECRETS_FILE, generated))
-        banner.append(f"Dashboard: {dashboard_url(settings, host, dashboard_port)}/dashboard/ (its own origin; "
+        dashboard = dashboard_url(settings.with_overrides("server", host=host, dashboard_port=dashboard_port))
+        banner.append(f"Dashboard: {dashboard}/dashboard/ (its own origin; "
                       "sign in with ASSETCDN_DASHBOARD_SECRET)")
         _say("\n".join(banner))
-        return _supervise(processes, commands, labels, env, stop)
+        return _supervise(processes, commands, labels, listeners, host, env, stop)
     except StartupFailed as exc:
         _say(f"assetcdn up: {exc}", error=True)
         return 1
@@ -326,7 +364,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _supervise(processes: list[subprocess.Popen[bytes]], commands: list[list[str]], labels: list[str],
-               env: dict[str, str], stop: _StopRequest) -> int:
+               listeners: list[list[Listener]], host: str, env: dict[str, str], stop: _StopRequest) -> int:
     """Restart a child that dies (an edge that crashed catches up on what it missed) until a stop is
     requested; give up on a crash loop, or at once when a child can no longer listen on its port."""
     restarts: list[float] = []
@@ -336,7 +374,8 @@ def _supervise(processes: list[subprocess.Popen[bytes]], commands: list[list[str
                 continue
             _kill_group(process)  # whatever it left (edge workers) goes too, and frees its port
             if process.returncode == EXIT_CANNOT_LISTEN:
-                _say(f"assetcdn up: {_exit_reason(labels[index], process.returncode)}; stopping", error=True)
+                reason = _exit_reason(labels[index], process.returncode, host, listeners[index])
+                _say(f"assetcdn up: {reason}; stopping", error=True)
                 return 1
             now = time.monotonic()
             restarts = [t for t in restarts if now - t < CRASH_WINDOW_S] + [now]
@@ -386,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--workers", type=int, default=1)
     up.add_argument("--no-demo", action="store_true")
     up.add_argument("--config")
+    up.add_argument("--check-ports", action="store_true",
+                    help="only say whether every port is free (exit 1 if not); needs none of the dependencies")
     up.set_defaults(func=cmd_up)
     sub.add_parser("control", help="run the control plane (see `assetcdn control --help`)")
     sub.add_parser("edge", help="run one edge node (see `assetcdn edge --help`)")

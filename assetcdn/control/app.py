@@ -48,7 +48,6 @@ from assetcdn.control.app_keys import (
     TRACK_LIMITER,
     VIDEO_INGEST,
     ZONES,
-    dashboard_url_of,
     public_url_of,
 )
 from assetcdn.control.chat.setup import open_chat
@@ -116,6 +115,7 @@ from assetcdn.control.webhooks.service import webhooks_context
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
 from assetcdn.shared.config import Settings
 from assetcdn.shared.counter_store import counters_from_settings
+from assetcdn.shared.dashboard_url import dashboard_url
 from assetcdn.shared.hls import VIDEOS
 from assetcdn.shared.limits import (
     analytics_track_per_client,
@@ -394,8 +394,8 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app[TRACK_LIMITER] = SharedRateLimiter(app[COUNTERS], analytics_track_per_client(settings))
     app[SEARCH_LIMITER] = SharedRateLimiter(app[COUNTERS], search_per_client(settings))
     app[CHAT_LIMITER] = SharedRateLimiter(app[COUNTERS], chat_per_client(settings))
-    app[DASHBOARD] = DashboardConfig.from_settings(settings, dashboard_url_of(settings))  # a bad value stops start-up
-    app[DASHBOARD_URL] = dashboard_url_of(settings)
+    app[DASHBOARD] = DashboardConfig.from_settings(settings, dashboard_url(settings))  # a bad value stops start-up
+    app[DASHBOARD_URL] = dashboard_url(settings)
     app[DASHBOARD_PORTS] = {settings.get("server", "dashboard_port")}
     route_access: dict[web.AbstractRoute, Access] = {}
     route_audit: dict[web.AbstractRoute, str] = {}

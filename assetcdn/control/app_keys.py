@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 
 from aiohttp import web
@@ -70,21 +69,6 @@ CERTIFICATES = web.AppKey("certificates", CertificateIssuer)  # ACME orders and 
 
 def public_url(app: web.Application) -> str:
     return public_url_of(app[SETTINGS])
-
-
-def dashboard_url_of(settings: Settings) -> str:
-    """dashboard.public_url, else http://localhost:<dashboard_port> for a loopback or IP host (browsers
-    allow passkeys on `localhost`, never on an IP address), else http://<host>:<dashboard_port>."""
-    configured = settings.get("dashboard", "public_url")
-    if configured:
-        return configured.rstrip("/")
-    host = settings.get("server", "host")
-    try:
-        ipaddress.ip_address(host)
-        host = "localhost"
-    except ValueError:
-        pass
-    return f"http://{host}:{settings.get('server', 'dashboard_port')}"
 
 
 def public_url_of(settings: Settings) -> str:

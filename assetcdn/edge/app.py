@@ -207,6 +207,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         app[NODE] = node
         app[PROXY_SESSION] = open_proxy_session(settings)
         app[FORWARD_SPOOL] = ForwardSpool(int(edge["proxy_body_disk_mb"]) * 1024 * 1024)
+        app[FORWARD_SPOOL].report_to(app[METRICS])
         # The private cluster site: control pushes to each worker directly.
         cluster_runner = web.AppRunner(create_cluster_app(app), access_log=None,
                                        shutdown_timeout=CLUSTER_SHUTDOWN_GRACE_S)

@@ -24,6 +24,7 @@ import orjson
 
 from assetcdn.edge.circuit_breaker import CircuitBreaker
 from assetcdn.shared.cluster import PREFIX, PROTOCOL_VERSION, sign_request
+from assetcdn.shared.generation_push import GenerationPush
 from assetcdn.shared.published_config import PublishedConfig
 from assetcdn.shared.tls_state import TLS_STATE_PATH
 
@@ -177,9 +178,12 @@ class ControlClient:
         return self._saw_generation(orjson.loads(await self._request(
             "POST", "/heartbeat", {"name": name, "generation": generation}, probe=True)))
 
-    async def changes_since(self, generation: int) -> dict[str, Any]:
-        return self._saw_generation(orjson.loads(await self._request("GET", f"/changes?since={generation}",
-                                                                     probe=True)))
+    async def changes_since(self, generation: int) -> GenerationPush:
+        """Control's catch-up answer, decoded once here (GenerationPushError on a malformed one)."""
+        answer = GenerationPush.from_json(orjson.loads(await self._request("GET", f"/changes?since={generation}",
+                                                                           probe=True)))
+        self.generation_seen = max(self.generation_seen, answer.generation)
+        return answer
 
     async def config(self) -> PublishedConfig:
         """Control's published config, parsed once here (ValueError on a malformed one)."""

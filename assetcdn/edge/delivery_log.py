@@ -29,6 +29,7 @@ from aiohttp import web
 from assetcdn.edge.access_log import AccessLog
 from assetcdn.edge.control_client import ControlClient, ControlUnavailable, NotFoundAtControl
 from assetcdn.edge.site_config import FORWARDED, NOT_DELIVERY, request_host
+from assetcdn.shared.analytics_keys import UNKNOWN_COUNTRY, zone_of
 from assetcdn.shared.cluster import PREFIX
 from assetcdn.shared.metrics import REQUEST_STARTED
 from assetcdn.shared.middleware import REQUEST_ID
@@ -41,7 +42,6 @@ MAX_KEYS = 100_000          # distinct counting keys held between flushes; past 
 MAX_BATCH_ROWS = 10_000     # rows per rollup in one batch (control's limit); more go in the next batch
 MAX_LOG_HELD = 20_000       # sampled entries held while control is away (the oldest go first)
 MAX_LOG_BUDGET = 10_000     # a per-second budget from the configuration is clamped to this
-UNKNOWN_COUNTRY = "XX"
 CACHE_RESULTS = frozenset({"HIT", "MISS", "STALE", "BYPASS"})
 DELIVERED, NOT_DELIVERED = 200, 300  # the status classes of answers below 400 (status_class)
 
@@ -53,12 +53,6 @@ def country_code(header: str) -> str:
     """The analytics country of a request's country header: two letters, upper case, else "XX"."""
     text = header.strip().upper()
     return text if len(text) == 2 and text.isalpha() else UNKNOWN_COUNTRY
-
-
-def zone_of(path: str) -> str:
-    """The zone a delivery of ``path`` (no leading slash) is counted under, as control's zone_of_path:
-    "api" for /api/transform and the like."""
-    return path.split("/", 1)[0]
 
 
 def body_sent(head_only: bool, status: int, length: int) -> int:

@@ -22,10 +22,6 @@ from assetcdn.edge.cache.applied import GenerationPurge
 from assetcdn.edge.cache.coalesce import SingleFlight
 from assetcdn.edge.cache.store import EdgeCache
 from assetcdn.edge.cache.tags import path_tag
-from assetcdn.edge.cache.tags import (
-    public_tags as public_tags,  # re-exported: routes import it from here
-)
-from assetcdn.edge.cache.tags import source_tags as source_tags  # re-exported
 from assetcdn.edge.control_client import ControlClient, NotFoundAtControl, run_sync_loop
 from assetcdn.edge.delivery_log import DeliveryLog
 from assetcdn.edge.origin_client import OriginClient, OriginLimits
@@ -33,7 +29,7 @@ from assetcdn.edge.replica import ManifestReplica
 from assetcdn.edge.site_config import EdgeConfig, tenant_path
 from assetcdn.edge.tls.state import EdgeTlsState
 from assetcdn.shared.config import Settings
-from assetcdn.shared.manifest import ManifestChange, ManifestEntry
+from assetcdn.shared.generation_push import GenerationPush, PushedPurge
 from assetcdn.shared.metrics import Metrics
 from assetcdn.shared.paths import InvalidPath, parse_cdn_path
 from assetcdn.shared.published_config import PublishedConfig
@@ -157,15 +153,15 @@ class EdgeNode:
         """Ask control for the changes since our generation and apply them (and a newer TLS state).
         Returns the generation."""
         async with self._sync_lock:
-            reply = await self.control.changes_since(self.replica.generation)
-            generation = await self._catch_up(reply)
-        await self.refresh_tls(reply.get("tls_serial"))
+            answer = await self.control.changes_since(self.replica.generation)
+            generation = await self._catch_up(answer)
+        await self.refresh_tls(answer.tls_serial)
         return generation
 
-    async def refresh_tls(self, advertised: object = None) -> None:
+    async def refresh_tls(self, advertised: int | None = None) -> None:
         """Pull control's TLS state when its catch-up answer names a newer serial, or, when it names
         none, at most every TLS_PULL_INTERVAL_S. A control that answers 404 has no TLS state yet."""
-        if isinstance(advertised, int) and not isinstance(advertised, bool):
+        if advertised is not None:
             if advertised <= self.tls.serial:
                 return
         elif time.monotonic() < self._tls_pull_at:
@@ -176,56 +172,41 @@ class EdgeNode:
         except NotFoundAtControl:
             return
         try:
-            self.tls.apply(message)
+            await self.tls.apply(message)
         except TlsStateError as exc:
             log.warning("control's TLS state not applied: %s", exc)
 
-    async def _catch_up(self, reply: dict[str, Any]) -> int:
+    async def _catch_up(self, answer: GenerationPush) -> int:
         """Apply a catch-up answer (under the sync lock)."""
-        await self._refresh_config(reply.get("config_version"))
-        generation, commit = int(reply["generation"]), reply.get("commit")
-        if generation == self.replica.generation and not reply.get("full"):
+        await self._refresh_config(answer.config_version)
+        generation = answer.generation
+        if generation == self.replica.generation and answer.entries is None:
             self.replica.loaded = True  # confirmed current (an empty repository has generation 0)
             self.synced = True
             self.confirmed_at = time.monotonic()
             return generation
         restart = generation < self.replica.generation  # control's history is gone: numbers start again
-        if reply.get("full"):
+        if answer.entries is not None:
             # Too far behind to replay: whatever purges we missed are unknown, so empty the cache (once
             # per node: not when another worker has brought it to this generation already).
-            self.replica.replace(generation, commit, (ManifestEntry.from_json(e) for e in reply["entries"]))
-            purges = [GenerationPurge(generation, everything=True)]
+            self.replica.replace(generation, answer.commit, answer.entries)
+            purged = await self._apply_purges([GenerationPurge(generation, everything=True)], generation,
+                                              restart=restart)
+            self._remember_purged(generation, purged)
+            self._persist()
+            self.confirmed_at = time.monotonic()
         else:
-            # Each change and purge says its generation (an older control's do not: then the newest).
-            at = {c["path"]: int(c.get("generation", generation)) for c in reply["changes"]}
-            changes = [ManifestChange.from_json(c) for c in reply["changes"]]
-            invalidated = self.replica.apply_changes(generation, commit, changes)
-            purges = [GenerationPurge(at[c.path], (path_tag(c.path),)) for c in invalidated]
-            purges += [self._purge_of(command, int(command.get("generation", generation)))
-                       for command in reply.get("purges", [])]
-        purged = await self._apply_purges(purges, generation, restart=restart)
-        if purges:
-            self._remember_purged(max(p.generation for p in purges), purged)
-        self._persist()
+            await self._apply_generations(answer, restart=restart)
         self.synced = True
-        self.confirmed_at = time.monotonic()
         return generation
 
-    async def apply_push(self, message: dict[str, Any]) -> tuple[int, int]:
+    async def apply_push(self, push: GenerationPush) -> tuple[int, int]:
         """Apply one pushed generation; returns (generation now held, cache entries purged)."""
-        generation = int(message["generation"])
-        purged = 0
+        generation = push.generation
         async with self._sync_lock:
-            await self._refresh_config(message.get("config_version"))
-            if generation == self.replica.generation + 1:
-                changes = [ManifestChange.from_json(c) for c in message.get("changes", [])]
-                invalidated = self.replica.apply_changes(generation, message.get("commit"), changes)
-                purges = [GenerationPurge(generation, tuple(path_tag(c.path) for c in invalidated))]
-                purges += [self._purge_of(command, generation) for command in message.get("purges", [])]
-                purged = await self._apply_purges(purges, generation)
-                self._remember_purged(generation, purged)
-                self._persist()
-                self.confirmed_at = time.monotonic()
+            await self._refresh_config(push.config_version)
+            if generation == self.replica.generation + 1 and push.entries is None:
+                purged = await self._apply_generations(push)
                 applied = True
             else:
                 applied = generation <= self.replica.generation
@@ -235,6 +216,20 @@ class EdgeNode:
         if not applied:
             await self.catch_up()  # we missed a generation: fetch everything since ours
         return self.replica.generation, purged
+
+    async def _apply_generations(self, delta: GenerationPush, *, restart: bool = False) -> int:
+        """Apply the changes and purges of the generations `delta` brings this worker up to (under the sync
+        lock); returns the cache entries its purges removed. Each purge runs as part of its own generation."""
+        at = {c.change.path: c.generation for c in delta.changes}
+        invalidated = self.replica.apply_changes(delta.generation, delta.commit, [c.change for c in delta.changes])
+        purges = [GenerationPurge(at[c.path], (path_tag(c.path),)) for c in invalidated]
+        purges += [self._purge_of(command) for command in delta.purges]
+        purged = await self._apply_purges(purges, delta.generation, restart=restart)
+        if purges:
+            self._remember_purged(max(p.generation for p in purges), purged)
+        self._persist()
+        self.confirmed_at = time.monotonic()
+        return purged
 
     def _remember_purged(self, generation: int, purged: int) -> None:
         self._purged_at[generation] = purged
@@ -248,16 +243,16 @@ class EdgeNode:
 
     # --- purges: manifest invalidations and purge commands from control ---
 
-    def _purge_of(self, command: dict[str, Any], generation: int) -> GenerationPurge:
-        """A purge command of `generation` as cache tags: `tags`, the path tags of `urls`, or everything."""
-        if command.get("everything"):
-            return GenerationPurge(generation, everything=True)
-        tags: list[str] = list(command.get("tags") or [])
-        for url in command.get("urls") or []:
+    def _purge_of(self, command: PushedPurge) -> GenerationPurge:
+        """A purge command as cache tags: its `tags`, the path tags of its `urls`, or everything."""
+        if command.everything:
+            return GenerationPurge(command.generation, everything=True)
+        tags = list(command.tags)
+        for url in command.urls:
             path = cdn_path_from_url(url, self.config)
             if path:
                 tags.append(path_tag(path))
-        return GenerationPurge(generation, tuple(tags))
+        return GenerationPurge(command.generation, tuple(tags))
 
     async def _apply_purges(self, purges: list[GenerationPurge], generation: int, *, restart: bool = False) -> int:
         """Apply the purges of the generations up to `generation` that this node's cache has not taken yet:

@@ -18,24 +18,47 @@ from typing import BinaryIO
 from aiohttp import web
 
 from assetcdn.shared.errors import ApiError
+from assetcdn.shared.metrics import Metrics
 from assetcdn.shared.request_body import body_chunks, size_text
 
 SPOOL_FULL_RETRY_S = 5
 
 
 class ForwardSpool:
-    """The bytes this process's forwarded bodies hold in temporary files, against a budget."""
+    """The bytes this process's forwarded bodies hold in temporary files, against a budget; `report_to` puts
+    the bytes in use, the most held at once and the refusals on /metrics."""
 
     def __init__(self, budget_bytes: int) -> None:
         self.budget = budget_bytes
         self.used = 0
+        self.peak = 0
+        self.refused = 0  # bodies refused since the last report
 
     def take(self, size: int) -> None:
         if self.used + size > self.budget:
+            self.refused += 1
             raise ApiError(503, "ServiceUnavailable", "This edge is receiving too many large request bodies at once "
                            f"(their {size_text(self.budget)} of temporary space is in use); retry shortly.",
                            headers={"Retry-After": str(SPOOL_FULL_RETRY_S)})
         self.used += size
+        self.peak = max(self.peak, self.used)
+
+    def report_to(self, metrics: Metrics) -> None:
+        """Copy the counts into `metrics` on each of its flushes (every second, and as /metrics is answered)."""
+        in_use = metrics.body_spool_bytes.labels(metrics.kind)
+        peak = metrics.body_spool_peak_bytes.labels(metrics.kind)
+        refusals = metrics.body_spool_refusals.labels(metrics.kind)
+        metrics.body_spool_budget_bytes.labels(metrics.kind).set(self.budget)
+
+        def collect() -> None:
+            in_use.set(self.used)
+            peak.set(self.peak)
+            if self.refused:
+                refusals.inc(self.refused)
+                self.refused = 0
+
+        collect()
+        metrics.add_source(collect)
 
     def give_back(self, size: int) -> None:
         self.used = max(self.used - size, 0)

@@ -46,6 +46,19 @@ class Settings:
 
 
 
+def delays_setting(raw: Any, key: str, *, retries_required: bool) -> tuple[float, ...]:
+    """A list of delays in seconds (`key`, such as ``webhooks.retry_delays_s``): a TOML list or number, or
+    the comma-separated text an environment variable carries. None may be negative; `retries_required`:
+    at least one, each above 0 (a retry schedule that cannot be empty)."""
+    items = raw.split(",") if isinstance(raw, str) else [raw] if isinstance(raw, int | float) else list(raw)
+    delays = tuple(float(item) for item in items if str(item).strip())
+    if retries_required and (not delays or any(delay <= 0 for delay in delays)):
+        raise ValueError(f"{key} must list at least one delay, each above 0 seconds")
+    if any(delay < 0 for delay in delays):
+        raise ValueError(f"{key} must not be negative")
+    return delays
+
+
 def _coerce(raw: str, like: Any) -> Any:
     if isinstance(like, list):  # the same TOML array a config file would hold
         try:

@@ -14,7 +14,11 @@ blocks set and the response's own header.
 308, or 200 (an internal rewrite to a path on this CDN; proxying to another host is refused). The
 default status is 302, as on Cloudflare Pages. The first matching line wins. ``from`` is a path
 (``*`` splat, ``:name`` placeholders); the request's query string is ignored when matching and is
-appended to the location unless the destination carries its own query string.
+appended to the location unless the destination carries its own query string. What a placeholder
+takes from the request is percent-encoded where a URL may not hold it (``\\``, controls, ``#``...), and
+it may not move the location to another host: a path destination must stay a path on this host (a
+location starting ``//`` is scheme-relative), and a host named with placeholders must be a host name.
+A request the line cannot map so is 400 ``InvalidPath`` (:func:`RedirectRules.match`).
 
 Headers that decide how a browser runs a file (:data:`BROWSER_RUN_HEADERS`: ``Content-Type``,
 ``Content-Security-Policy``, ``X-Content-Type-Options``, ``Content-Disposition``), ``Set-Cookie``
@@ -33,6 +37,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from assetcdn.shared.errors import ApiError
 
 DEFAULT_REDIRECT_STATUS = 302
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -132,6 +138,40 @@ def _substitute(template: str, groups: dict[str, str]) -> str:
 
 def _no_controls(text: str) -> str:
     return _ANY_CONTROL.sub(lambda m: f"%{ord(m.group()):02X}", text)
+
+
+def _substitute_url(template: str, groups: dict[str, str]) -> str:
+    """``template`` with its placeholders filled, each value escaped so it stays inside the URL part it lands in."""
+    return _PLACEHOLDER.sub(lambda m: _url_escape(groups[m.group(1)]) if m.group(1) in groups else m.group(0),
+                            template)
+
+
+# What a placeholder's value may put into a Location as is: unreserved and sub-delimiters, ':', '@', '/'
+# and a complete percent-escape. '\' (a '/' to browsers), '?', '#', controls and the rest are escaped.
+_NOT_URL_SAFE = re.compile(r"[^A-Za-z0-9._~!$&'()*+,;=:@/%-]|%(?![0-9A-Fa-f]{2})")
+_NOT_URL_QUERY_SAFE = re.compile(r"[^A-Za-z0-9._~!$&'()*+,;=:@/?%-]|%(?![0-9A-Fa-f]{2})")
+
+
+def _url_escape(text: str, unsafe: re.Pattern[str] = _NOT_URL_SAFE) -> str:
+    return unsafe.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode("utf-8", "surrogatepass")), text)
+
+
+# host[:port] of a built location: a name (IDN letters allowed, as an operator may write them) or an IP literal.
+# No userinfo, '\', '%' or second ':', so a value filled into the host cannot name some other host.
+_LOCATION_AUTHORITY = re.compile(r"(?:[\w-]+(?:\.[\w-]+)*\.?|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+# Where a destination names a host: 'http(s)://' or a scheme-relative '//' (or '/\', which browsers read so).
+_HOST_PREFIX = re.compile(r"(?:https?:)?[/\\]{2}")
+_AUTHORITY_END = re.compile(r"[/\\?#]")
+
+
+def _split_destination(destination: str) -> tuple[str, str, str]:
+    """(scheme and '//', host[:port], the rest) of a destination naming a host; ('', '', destination) for a path."""
+    found = _HOST_PREFIX.match(destination)
+    if found is None:
+        return "", "", destination
+    end = _AUTHORITY_END.search(destination, found.end())
+    split = end.start() if end else len(destination)
+    return found.group(), destination[found.end():split], destination[split:]
 
 
 def _uses_placeholders(template: str, names: frozenset[str]) -> bool:
@@ -368,12 +408,27 @@ class RedirectRule:
     status: int
     pattern: _Pattern
     dynamic_destination: bool
+    # The destination split by _split_destination: scheme and '//', host[:port] (both '' for a path), the rest.
+    scheme: str = ""
+    authority: str = ""
+    rest: str = ""
+    dynamic_authority: bool = False
 
-    def location(self, groups: dict[str, str], query: str) -> str:
-        location = _substitute(self.destination, groups) if self.dynamic_destination else self.destination
+    def location(self, groups: dict[str, str], query: str) -> str | None:
+        """The location for a match; None when the values would move it off the destination's host."""
+        authority, rest = self.authority, self.rest
+        if self.dynamic_destination:
+            rest = _substitute_url(rest, groups)
+            if self.dynamic_authority:
+                authority = _substitute_url(authority, groups)
+                if not _LOCATION_AUTHORITY.fullmatch(authority):
+                    return None
+            elif not self.scheme and rest[1:2] in ("/", "\\"):  # a value made the path '//host': scheme-relative
+                return None
+        location = self.scheme + authority + rest
         if query and "?" not in location:
             location, hash_mark, fragment = location.partition("#")
-            location = f"{location}?{query}{hash_mark}{fragment}"
+            location = f"{location}?{_url_escape(query, _NOT_URL_QUERY_SAFE)}{hash_mark}{fragment}"
         return location
 
 
@@ -388,7 +443,26 @@ class RedirectRules:
         return len(self.rules)
 
     def match(self, path: str) -> Redirect | None:
-        """The first rule (in file order) matching ``path``; leading slash optional, query string kept for the location."""
+        """The first rule (in file order) matching ``path``; leading slash optional, query string kept for the location.
+
+        Raises ``ApiError`` 400 ``InvalidPath`` when the matching rule cannot build a location on its
+        destination's host from this path (see the module docstring), whoever answers the request."""
+        found = self._find(path)
+        if found is None:
+            return None
+        rule, groups, query = found
+        location = rule.location(groups, query)
+        if location is None:
+            where = f"'{rule.scheme}{rule.authority}'" if rule.scheme else "this host"
+            raise ApiError(400, "InvalidPath", f"Invalid asset path: the _redirects rule on line {rule.line} "
+                                               f"cannot map it to a URL on {where}.", target="path")
+        return Redirect(rule.status, location, rule.line)
+
+    def matches(self, path: str) -> bool:
+        """Whether a rule matches ``path`` (its location is not built)."""
+        return self._find(path) is not None
+
+    def _find(self, path: str) -> tuple[RedirectRule, dict[str, str], str] | None:
         if not self.rules:
             return None
         path, query = _normalise_path(path)
@@ -401,11 +475,10 @@ class RedirectRules:
                 continue
             found = rule.pattern.regex.match(path)
             if found is not None:
-                return Redirect(rule.status, rule.location(found.groupdict(), query), rule.line)
+                return rule, found.groupdict(), query
         if static_index is None:
             return None
-        rule = self.rules[static_index]
-        return Redirect(rule.status, rule.location({}, query), rule.line)
+        return self.rules[static_index], {}, query
 
 
 def parse_redirects(text: str | None) -> RedirectRules:
@@ -455,8 +528,11 @@ def parse_redirects(text: str | None) -> RedirectRules:
             if len(dynamic) >= MAX_DYNAMIC_REDIRECTS:
                 raise RulesSyntaxError(number, f"A _redirects file may hold at most {MAX_DYNAMIC_REDIRECTS} rules with '*' or placeholders.")
             dynamic.append(index)
+        scheme, authority, rest = _split_destination(destination)
         rules.append(RedirectRule(number, source, destination, status, pattern,
-                                  _uses_placeholders(destination, pattern.names)))
+                                  _uses_placeholders(destination, pattern.names), scheme, authority, rest,
+                                  # an empty host ('///:splat') is the rest's first segment to a browser
+                                  bool(scheme) and (not authority or _uses_placeholders(authority, pattern.names))))
     return RedirectRules(tuple(rules), static, tuple(dynamic))
 
 

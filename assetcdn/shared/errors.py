@@ -13,10 +13,6 @@ from typing import Any
 from assetcdn.shared import API_VERSION, timestamps
 
 
-def utc_now_iso() -> str:
-    return timestamps.utc_now_iso()  # one response form for every date-time (assetcdn/shared/timestamps.py)
-
-
 @dataclass
 class ApiError(Exception):
     """An error in the standard envelope."""
@@ -37,7 +33,7 @@ class ApiError(Exception):
             "Message": self.message,
             **self.extra,
             "requestId": request_id,
-            "timestamp": utc_now_iso(),
+            "timestamp": timestamps.utc_now_iso(),
             "apiVersion": API_VERSION,
         }
 
@@ -64,7 +60,7 @@ class LegacyError(Exception):
             "Message": self.message or self.error,
             **self.extra,
             "requestId": request_id,
-            "timestamp": utc_now_iso(),
+            "timestamp": timestamps.utc_now_iso(),
             "apiVersion": API_VERSION,
         }
 

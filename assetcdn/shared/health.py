@@ -17,8 +17,8 @@ from aiohttp import web
 
 from assetcdn.shared import API_VERSION
 from assetcdn.shared.counter_store import Counters
-from assetcdn.shared.errors import utc_now_iso
 from assetcdn.shared.metrics import require_metrics_key
+from assetcdn.shared.timestamps import utc_now_iso
 
 # assets: the git repository and its manifest; kv: SQLite (control) and the edge cache; rateLimiter:
 # every limit, counted in the shared counter store (assetcdn/shared/counter_store.py); metrics: Prometheus and the analytics store; auditLogKv: the audit

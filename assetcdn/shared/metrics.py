@@ -69,6 +69,22 @@ class Metrics:
                                          ["process"], registry=reg, multiprocess_mode="max")
         self.transforms = Counter("assetcdn_transforms_total", "Image transforms run (cache misses)",
                                   ["format"], registry=reg)
+        # The temporary space of the bodies an edge forwards to control (assetcdn/edge/proxied_body.py): in use now
+        # (summed over the node's workers), the most one worker held at once and its budget, and the refusals.
+        self.body_spool_bytes = Gauge("assetcdn_edge_body_spool_bytes",
+                                      "Temporary space the forwarded request bodies hold now (bytes)",
+                                      ["process"], registry=reg, multiprocess_mode="livesum")
+        self.body_spool_peak_bytes = Gauge("assetcdn_edge_body_spool_peak_bytes",
+                                           "The most temporary space one edge process's forwarded bodies held at "
+                                           "once since it started (bytes)",
+                                           ["process"], registry=reg, multiprocess_mode="max")
+        self.body_spool_budget_bytes = Gauge("assetcdn_edge_body_spool_budget_bytes",
+                                             "Temporary space one edge process's forwarded bodies may hold at once "
+                                             "(edge.proxy_body_disk_mb, bytes)",
+                                             ["process"], registry=reg, multiprocess_mode="max")
+        self.body_spool_refusals = Counter("assetcdn_edge_body_spool_refusals_total",
+                                           "Forwarded request bodies refused with 503 for want of temporary space",
+                                           ["process"], registry=reg)
 
         self.tally = Tally()
         self.bytes_served_here = TallyCounter(self.tally.bytes_served, kind)

@@ -6,8 +6,8 @@
   signals never interrupt that stop, and a process that still has not exited `EXIT_DEADLINE_S`
   after it began to stop dumps its threads' stacks and exits anyway. A port that cannot be bound
   ends the process at once with `EXIT_CANNOT_LISTEN` and a message that names the address.
-- `port_conflicts` tells, before anything starts, which of the ports a process is about to listen
-  on are already taken by another program (a listener that shares ports with SO_REUSEPORT included).
+- `port_in_use` tells, before anything starts, whether a port a process is about to listen on is
+  already taken by another program (a listener that shares ports with SO_REUSEPORT included).
 - A process started by `assetcdn up` answers `/api/health` with the run's id in `RUN_ID_HEADER` when
   asked with that same id, so `up` knows it is talking to its own children and not to another
   install that happens to answer on the same port.
@@ -26,7 +26,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # `assetcdn up` imports this module and needs no web server
@@ -91,12 +91,6 @@ def port_in_use(host: str, port: int) -> bool:
             except OSError:
                 return True
     return False
-
-
-def port_conflicts(host: str, ports: Iterable[tuple[str, int]]) -> list[str]:
-    """One line per (label, port) that is already in use on `host`."""
-    return [f"{label} port {port} on {host} is already in use" for label, port in ports
-            if port_in_use(host, port)]
 
 
 class _ExitDeadline:

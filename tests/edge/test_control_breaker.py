@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from assetcdn.edge.cache.store import EdgeCache
 from assetcdn.edge.circuit_breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
 from assetcdn.edge.control_client import ControlClient, ControlUnavailable
 from assetcdn.edge.node import EdgeNode
 from assetcdn.shared.cluster import PREFIX
 from assetcdn.shared.config import load_settings
+from assetcdn.shared.metrics import Metrics
 
 
 class Clock:
@@ -108,25 +111,29 @@ async def test_an_answer_from_control_closes_the_breaker() -> None:
         await server.close()
 
 
-def _node(tmp_path: Path, *, stale_if_error_s: float, since_contact_s: float, reachable: bool) -> EdgeNode:
-    node = EdgeNode.__new__(EdgeNode)
-    node.reachability_window_s = 5.0
-    node.stale_if_error_s = stale_if_error_s
-    node.control = SimpleNamespace(reachable=lambda within_s: reachable,  # type: ignore[assignment]
-                                   seconds_since_contact=lambda: since_contact_s)
-    return node
+@contextmanager
+def edge_node(tmp_path: Path, client: ControlClient, **environ: str) -> Iterator[EdgeNode]:
+    """A real edge worker's state around `client`, with the settings `environ` names."""
+    cache = EdgeCache(tmp_path / "cache")
+    try:
+        yield EdgeNode(load_settings(environ=environ), "edge-0/0", client, cache, tmp_path, Metrics("edge"))
+    finally:
+        cache.close()
 
 
 @pytest.mark.parametrize(("reachable", "since", "bound", "expected"), [
-    (True, 1.0, 60.0, "HIT"),
-    (False, 30.0, 60.0, "STALE"),     # control down, within the bound: served, marked STALE
-    (False, 61.0, 60.0, None),        # past the bound: no longer served from cache
-    (False, 10 ** 7, 0.0, "STALE"),   # 0: no bound
+    (True, 1.0, 60, "HIT"),
+    (False, 30.0, 60, "STALE"),     # control down, within the bound: served, marked STALE
+    (False, 61.0, 60, None),        # past the bound: no longer served from cache
+    (False, 10 ** 7, 0, "STALE"),   # 0: no bound
 ])
 def test_cached_files_are_served_stale_only_within_the_bound(tmp_path: Path, reachable: bool, since: float,
-                                                             bound: float, expected: str | None) -> None:
-    node = _node(tmp_path, stale_if_error_s=bound, since_contact_s=since, reachable=reachable)
-    assert node.hit_status() == expected
+                                                             bound: int, expected: str | None) -> None:
+    client = ControlClient("http://127.0.0.1:9", "secret", timeout_s=1.0)
+    client.started_at = client.last_success = time.monotonic() - since   # control last answered `since` ago
+    with edge_node(tmp_path, client, ASSETCDN_EDGE_STALE_IF_ERROR_S=str(bound)) as node:
+        assert node.control_reachable() == reachable
+        assert node.hit_status() == expected
 
 
 def test_fast_failures_open_the_breaker_without_refusing_calls() -> None:
@@ -175,10 +182,9 @@ async def test_how_long_control_counts_as_reachable_is_configurable(
     if reachable_for is not None:
         environ["ASSETCDN_EDGE_REACHABLE_FOR_S"] = reachable_for
     client = ControlClient("http://127.0.0.1:9", "secret", timeout_s=1.0)
-    node = EdgeNode(load_settings(environ=environ), "edge-0", client, SimpleNamespace(),  # type: ignore[arg-type]
-                    tmp_path, SimpleNamespace())  # type: ignore[arg-type]
     client.last_success = time.monotonic() - silent_s     # control last answered `silent_s` ago
-    assert node.hit_status() == expected
+    with edge_node(tmp_path, client, **environ) as node:
+        assert node.hit_status() == expected
 
 
 def _slow_heartbeats_control(first_slow: int) -> web.Application:
@@ -240,12 +246,3 @@ async def test_a_call_that_fails_after_another_got_an_answer_does_not_count() ->
     finally:
         await client.close()
         await server.close()
-
-
-def test_a_signed_push_from_control_closes_the_breaker() -> None:
-    client = ControlClient("http://127.0.0.1:9", "secret", timeout_s=5.0,
-                           breaker=CircuitBreaker(failure_threshold=1, open_s=30.0))
-    client.breaker.failed(slow=True)
-    assert not client.breaker.available()
-    client.heard_from()  # what the edge's push route does once the message's signature checks out
-    assert client.breaker.state == CLOSED and client.reachable(within_s=5)

@@ -59,16 +59,23 @@ def free_port_block(count: int, *, udp: bool = False) -> int:
 
 
 def running(pids: set[int] | list[int]) -> set[int]:
-    """Those of `pids` that are still processes (a zombie, already dead and only waiting to be reaped,
-    does not count)."""
+    """Those of `pids` that are still processes. A process is gone once every one of its threads is dead and
+    only waiting to be reaped: a killed process's main thread turns zombie before its other threads have
+    exited, and they still hold its open files (its listening sockets) until they have."""
     alive = set()
     for pid in pids:
         try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
+            threads = [task.name for task in Path(f"/proc/{pid}/task").iterdir()]
+        except OSError:
             continue
-        if state not in ("Z", "X"):
-            alive.add(pid)
+        for thread in threads:
+            try:
+                state = Path(f"/proc/{pid}/task/{thread}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state not in ("Z", "X"):
+                alive.add(pid)
+                break
     return alive
 
 
@@ -183,7 +190,7 @@ def made_demo_videos(data_dir: Path) -> None:
 
 # What `assetcdn up` says when a port it was given is taken (by its pre-start check, or by a child
 # that could not listen): another test run on this machine chose the same ports in the meantime.
-PORT_TAKEN = (b"another install or program is using", b"cannot listen on its port")
+PORT_TAKEN = (b"another install or program is using", b"cannot listen")
 START_ATTEMPTS = 5
 
 

@@ -14,9 +14,10 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.edge.routes.conftest import photo_jpeg
-from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn, start_cdn
+from tests.integration.harness import ACCESS, ACCOUNT, METRICS, RunningCdn, start_cdn
 
 pytestmark = pytest.mark.integration
 
@@ -146,9 +147,20 @@ async def test_gzip_bombs_stop_at_the_routes_own_limit_and_hits_go_on(
     assert watch.hit_statuses and set(watch.hit_statuses) == {200}
 
 
+async def spool_metrics(cdn: RunningCdn) -> dict[str, float]:
+    """The edge's report of its forwarded bodies' temporary space on /metrics (in use, peak, budget, refusals)."""
+    async with aiohttp.ClientSession() as session, session.get(f"{cdn.edge_urls[0]}/metrics", headers=METRICS) as resp:
+        assert resp.status == 200
+        text = await resp.text()
+    return {sample.name.removeprefix("assetcdn_edge_body_spool_"): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples
+            if sample.name.startswith("assetcdn_edge_body_spool_")}
+
+
 async def test_forwarded_bodies_share_a_budget_of_temporary_space(cdn: RunningCdn, spool: Path) -> None:
     # A batch upload may be 100 MB, so each of these is taken up to there: together they pass the budget.
     data = bomb(6)
+    before = await spool_metrics(cdn)
     async with Watch(cdn, spool) as watch:
         answers = await asyncio.gather(*(send(cdn.edge_urls[0] + "/api/storage/batch", data) for _ in range(4)))
     statuses = [status for status, _, _ in answers]
@@ -158,13 +170,19 @@ async def test_forwarded_bodies_share_a_budget_of_temporary_space(cdn: RunningCd
             assert body["error"]["code"] == "ServiceUnavailable" and int(headers["Retry-After"]) >= 1
         else:  # received whole and forwarded: control refuses it (no key)
             assert status == 401, body
-    assert 0 < watch.peak_temp <= SPOOL_MB * 1024 * 1024
+    # What the edge counted, not what a sampler happened to see: the bodies held temporary space, never more
+    # than the budget, and each 503 is a refusal for want of it.
+    after = await spool_metrics(cdn)
+    assert after["budget_bytes"] == SPOOL_MB * 1024 * 1024
+    assert 0 < after["peak_bytes"] <= after["budget_bytes"]
+    assert after["refusals_total"] - before.get("refusals_total", 0) == statuses.count(503)
     assert set(watch.hit_statuses) == {200}
     for _ in range(int(WAIT_S / 0.1)):  # every temporary file is gone once its request is answered
         if temp_bytes(watch.pids, spool) == 0:
             break
         await asyncio.sleep(0.1)
     assert temp_bytes(watch.pids, spool) == 0
+    assert (await spool_metrics(cdn))["bytes"] == 0
 
 
 async def get_from(address: str, url: str) -> aiohttp.ClientResponse:

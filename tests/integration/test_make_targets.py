@@ -1,14 +1,19 @@
 """`make clean` removes build output and never the data directory (repository, database, secrets);
-`make wipe-data` deletes the data only when told so explicitly. Run on a copy of the Makefile."""
+`make wipe-data` deletes the data only when told so explicitly; `make run` names a taken port, and what moves
+it, before its setup. Run on a copy of the Makefile."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from tests.integration.harness import free_port_block
 
 MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"
 DATA_FILES = ("repo.git/HEAD", "control.sqlite3", "secrets.env", "edge-0/cache/x/__pycache__/kept.pyc")
@@ -26,8 +31,8 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def make(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ASSETCDN_", "MAKE"))}
+def make(project: Path, *args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ASSETCDN_", "MAKE"))} | (env_extra or {})
     return subprocess.run(["make", "-C", str(project), *args], env=env, capture_output=True, text=True,
                           timeout=60, check=False)
 
@@ -49,3 +54,41 @@ def test_wipe_data_needs_an_explicit_confirmation(project: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert not (project / "var").exists()
     assert (project / ".venv/bin/python").exists()  # wiping data leaves the build alone
+
+
+@pytest.fixture
+def fresh_clone(tmp_path: Path) -> Path:
+    """The Makefile beside the sources and nothing built: what `make run` finds in a fresh clone (without
+    pyproject.toml and the lock files, so a setup that starts stops at once)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    shutil.copy(MAKEFILE, tmp_path / "Makefile")
+    (tmp_path / "assetcdn").symlink_to(MAKEFILE.parent / "assetcdn")
+    return tmp_path
+
+
+def test_run_names_a_taken_port_and_what_moves_it_before_setup(fresh_clone: Path) -> None:
+    base = free_port_block(3)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", base + 2))
+        squatter.listen()
+        # The dashboard's port from the environment, the others as flags, an interpreter with no site-packages:
+        # the check reads settings as `assetcdn up` does and needs none of the dependencies.
+        result = make(fresh_clone, "run", f"PYTHON={sys.executable} -S",
+                      f"ARGS=--edge-port {base} --control-port {base + 1}",
+                      env_extra={"ASSETCDN_SERVER_DASHBOARD_PORT": str(base + 2)})
+    assert result.returncode != 0
+    assert (f"dashboard port {base + 2} on 127.0.0.1 is already in use; choose another with --dashboard-port "
+            "or ASSETCDN_SERVER_DASHBOARD_PORT ([server] dashboard_port)") in result.stderr
+    assert "make run ARGS='--edge-port N --control-port N --dashboard-port N'" in result.stderr
+    assert "control port" not in result.stderr and "edge-0 port" not in result.stderr
+    assert not (fresh_clone / ".venv").exists()  # refused before setup began
+
+
+def test_run_goes_on_to_setup_when_its_ports_are_free(fresh_clone: Path) -> None:
+    base = free_port_block(3)
+    result = make(fresh_clone, "run", f"PYTHON={sys.executable} -S",
+                  f"ARGS=--edge-port {base} --control-port {base + 1} --dashboard-port {base + 2}")
+    assert result.returncode != 0
+    assert "already in use" not in result.stderr
+    assert "needed by '.venv/.installed'" in result.stderr  # setup began (and stopped: nothing to install here)

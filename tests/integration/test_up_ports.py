@@ -4,6 +4,7 @@ start, quickly and with a message that says why, and the running install keeps s
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -90,10 +91,14 @@ async def test_a_second_install_on_the_same_ports_exits_at_once(first: RunningCd
                                    dashboard_port=port(first.dashboard_url))
     assert status != 0
     assert "assetcdn is up" not in output
-    assert f"control port {port(first.control_url)} on 127.0.0.1 is already in use" in output
-    assert f"dashboard port {port(first.dashboard_url)} on 127.0.0.1 is already in use" in output
+    # Each taken port is named with the flag and the setting (its environment variable) that move it.
+    assert (f"control port {port(first.control_url)} on 127.0.0.1 is already in use; choose another with "
+            "--control-port or ASSETCDN_SERVER_CONTROL_PORT ([server] control_port)") in output
+    assert (f"dashboard port {port(first.dashboard_url)} on 127.0.0.1 is already in use; choose another with "
+            "--dashboard-port or ASSETCDN_SERVER_DASHBOARD_PORT ([server] dashboard_port)") in output
     for i, edge in enumerate(first.edge_urls):
-        assert f"edge-{i} port {port(edge)} on 127.0.0.1 is already in use" in output
+        assert (f"edge-{i} port {port(edge)} on 127.0.0.1 is already in use; choose another with "
+                "--edge-port or ASSETCDN_SERVER_EDGE_PORT ([server] edge_port)") in output
     await assert_first_serves_alone(first, before)
 
 
@@ -139,7 +144,36 @@ def test_a_child_that_cannot_listen_any_more_stops_up_at_once(tmp_path: Path) ->
                 cdn.stop()
     log = cdn.log_path.read_text()
     assert status != 0
-    assert "edge-0 cannot listen on its port" in log, log
+    assert f"edge-0 cannot listen: edge-0 port {edge_port} on 127.0.0.1 is already in use; choose another " \
+           "with --edge-port" in log, log
     assert f"cannot listen on 127.0.0.1:{edge_port}" in log
     assert log.count("restarting") <= 1  # one attempt, not a crash loop
     assert running(before) == set()
+
+
+def test_control_that_cannot_listen_names_the_dashboard_port_it_lost(tmp_path: Path) -> None:
+    # Control listens on two ports: when the one another program holds is the dashboard's, `up` says so.
+    cdn = start_cdn(tmp_path, edges=1)
+    dashboard_port = port(cdn.dashboard_url)
+    with socket.socket() as squatter:
+        try:
+            cdn.process.send_signal(signal.SIGSTOP)  # `up` restarts control only once the port is taken
+            # Control and what it started (which may hold its listening sockets) go at once: its process group.
+            [control] = cdn.pids("-m assetcdn.control")
+            group = {pid for pid in cdn.descendants() if os.getpgid(pid) == control}
+            os.killpg(control, signal.SIGKILL)
+            assert wait_gone(group) == set()
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past connections in TIME_WAIT
+            squatter.bind(("127.0.0.1", dashboard_port))
+            squatter.listen()
+            cdn.process.send_signal(signal.SIGCONT)
+            status = cdn.process.wait(timeout=60)
+        finally:
+            cdn.process.send_signal(signal.SIGCONT)
+            if cdn.process.poll() is None:
+                cdn.stop()
+    log = cdn.log_path.read_text()
+    assert status != 0
+    assert (f"control cannot listen: dashboard port {dashboard_port} on 127.0.0.1 is already in use; choose another "
+            "with --dashboard-port or ASSETCDN_SERVER_DASHBOARD_PORT ([server] dashboard_port); stopping") in log, log
+    assert "control port" not in log

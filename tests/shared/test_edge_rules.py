@@ -14,6 +14,7 @@ from assetcdn.shared.edge_rules import (
     parse_redirects,
     parse_rule_file,
 )
+from assetcdn.shared.errors import ApiError
 
 HEADERS = """\
 # Security for everything
@@ -209,6 +210,43 @@ class TestRedirects:
         assert parse_redirects("").match("/a") is None
         assert parse_redirects(None).match("/a") is None
         assert len(parse_redirects(REDIRECTS)) == 8
+
+    @pytest.mark.parametrize(("rules", "path"), [
+        ("/go/* /:splat", "/go//evil.example"),               # '//evil.example': scheme-relative
+        ("/go/* /:splat", "/go//\\evil.example"),              # '/\\' is '//' to browsers
+        ("/go/* /:splat", "/go//%09evil.example"),
+        ("/go/* /:splat 200", "/go//evil.example"),           # a rewrite is held to the same
+        ("/go/:a/* /:splat:a", "/go/x//y"),
+        ("/go/* https://other.example:splat", "/go/@evil.example"),   # userinfo: the host would be evil.example
+        ("/go/* https://other.example:splat", "/go/.evil.example%23"),
+        ("/go/* https://other.example:splat", "/go//evil.example"),
+        ("/go/:sub https://:sub.other.example/", "/go/evil.example%2F"),
+        ("/go/:sub https://:sub.other.example/", "/go/evil.example:1@x"),
+        ("/go/* //:splat.other.example", "/go/evil.example@x"),      # the host of a scheme-relative target
+        ("/go/* ///:splat", "/go/evil.example"),              # an empty host: browsers take the next segment
+    ])
+    def test_a_value_never_moves_the_location_to_another_host(self, rules: str, path: str) -> None:
+        redirects = parse_redirects(rules)
+        assert redirects.matches(path)
+        with pytest.raises(ApiError) as caught:
+            redirects.match(path)
+        assert (caught.value.status, caught.value.code, caught.value.target) == (400, "InvalidPath", "path")
+        assert "line 1" in caught.value.message
+
+    @pytest.mark.parametrize(("rules", "path", "location"), [
+        ("/go/* /:splat", "/go/\\evil.example", "/%5Cevil.example"),
+        ("/go/* /:splat", "/go/a\tb#c d\u00e9%zz?x=\\", "/a%09b%23c%20d%C3%A9%25zz?x=%5C"),
+        ("/go/* /:splat", "/go/%2F%2Fevil.example", "/%2F%2Fevil.example"),  # escaped: a path segment to browsers
+        ("/go/* /x/:splat", "/go//evil.example", "/x//evil.example"),
+        ("/go/* https://other.example/:splat", "/go/@evil.example", "https://other.example/@evil.example"),
+        ("/go/* https://other.example/:splat", "/go//evil.example", "https://other.example//evil.example"),
+        ("/go/* https://other.example:splat", "/go/.cdn", "https://other.example.cdn"),
+        ("/go/:sub https://:sub.other.example/", "/go/img", "https://img.other.example/"),
+        ("/go/* https://user:pass@other.example/:splat", "/go/x", "https://user:pass@other.example/x"),
+    ])
+    def test_values_are_escaped_and_stay_in_their_part(self, rules: str, path: str, location: str) -> None:
+        found = parse_redirects(rules).match(path)
+        assert found is not None and found.location == location
 
     @pytest.mark.parametrize(("text", "line", "fragment"), [
         ("/a\n", 1, "<from> <to>"),

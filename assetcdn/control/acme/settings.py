@@ -4,19 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
-from assetcdn.shared.config import Settings
-
-
-def _delays(raw: Any) -> tuple[float, ...]:
-    """A list from TOML, or the comma-separated text an environment variable carries."""
-    items = raw.split(",") if isinstance(raw, str) else [raw] if isinstance(raw, int | float) else list(raw)
-    delays = tuple(float(item) for item in items if str(item).strip())
-    if not delays or any(delay <= 0 for delay in delays):
-        raise ValueError("acme.retry_delays_s must list at least one delay, each above 0 seconds")
-    return delays
+from assetcdn.shared.config import Settings, delays_setting
 
 
 def public_host(public_url: str) -> str | None:
@@ -59,5 +49,5 @@ class AcmeSettings:
         if directory and urlsplit(directory).scheme != "https":
             raise ValueError(f"acme.directory_url must be an https:// URL, not {directory!r}")
         return cls(directory_url=directory, contact_email=str(section["contact_email"]).strip(),
-                   ca_bundle=str(section["ca_bundle"]).strip(), retry_delays_s=_delays(section["retry_delays_s"]),
+                   ca_bundle=str(section["ca_bundle"]).strip(), retry_delays_s=delays_setting(section["retry_delays_s"], "acme.retry_delays_s", retries_required=True),
                    order_timeout_s=float(section["order_timeout_s"]), concurrency=max(int(section["concurrency"]), 1))

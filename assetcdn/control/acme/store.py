@@ -20,8 +20,7 @@ from cryptography.hazmat.primitives import serialization
 
 from assetcdn.control.acme.orders import write_private
 from assetcdn.control.storage.database import Database
-from assetcdn.shared.errors import utc_now_iso
-from assetcdn.shared.timestamps import as_iso_utc
+from assetcdn.shared.timestamps import as_iso_utc, utc_now_iso
 
 log = logging.getLogger(__name__)
 

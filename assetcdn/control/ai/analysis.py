@@ -50,10 +50,11 @@ from assetcdn.control.ai.vision_endpoint import (
 from assetcdn.control.storage.database import Database
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.shared.counter_store import Counters
-from assetcdn.shared.errors import ApiError, not_found, utc_now_iso
+from assetcdn.shared.errors import ApiError, not_found
 from assetcdn.shared.faces import DETECT_SIZE, DETECTOR, detect_faces_rgb
 from assetcdn.shared.limits import ai_vision_per_day
 from assetcdn.shared.manifest import ManifestEntry
+from assetcdn.shared.timestamps import utc_now_iso
 
 KINDS = ("alt-text", "moderate", "smart-crop")
 ANALYSIS_SIZE = DETECT_SIZE        # the faces are found on the same copy every analysis reads

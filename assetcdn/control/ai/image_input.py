@@ -16,14 +16,13 @@ import pillow_heif
 import pyvips
 
 from assetcdn.shared.faces import rgb_pixels, srgb_uchar
+from assetcdn.shared.heif import decode_heif, is_heif_not_avif
 from assetcdn.shared.svg_sanitize import sanitize_svg
 
 LOADERS = {
     "jpegload_buffer": "jpeg", "pngload_buffer": "png", "webpload_buffer": "webp", "gifload_buffer": "gif",
     "heifload_buffer": "avif", "tiffload_buffer": "tiff", "svgload_buffer": "svg",
 }
-HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1"})
-AVIF_BRANDS = frozenset({b"avif", b"avis"})
 MAX_SVG_TEXT = 300
 # Leading bytes of the raster formats above: a file that starts like one but does not load is broken
 # (422); one that starts like none of them is not an image (415).
@@ -104,26 +103,13 @@ def _looks_like_image(data: bytes) -> bool:
     return data.startswith(SIGNATURES) or (data[:4] == b"RIFF" and data[8:12] == b"WEBP") or data[4:8] == b"ftyp"
 
 
-def _is_heif_not_avif(data: bytes) -> bool:
-    if data[4:8] != b"ftyp":
-        return False
-    brands = {data[8:12]} | {data[i:i + 4] for i in range(16, min(len(data), 64), 4)}
-    return data[8:12] not in AVIF_BRANDS and bool(brands & HEIF_BRANDS)
-
-
 def _flat(image: pyvips.Image) -> pyvips.Image:
     return srgb_uchar(image).copy_memory()
 
 
 def _thumbnail(data: bytes, fmt: str, size: int) -> pyvips.Image:
     if fmt == "heic":
-        heif = pillow_heif.open_heif(data, convert_hdr_to_8bit=True)
-        bands = 4 if heif.has_alpha else 3
-        width, height = heif.size
-        rows = np.frombuffer(heif.data, dtype=np.uint8).reshape(height, heif.stride)
-        pixels = np.ascontiguousarray(rows[:, :width * bands]).reshape(height, width, bands)
-        image = pyvips.Image.new_from_array(pixels).copy(interpretation="srgb")
-        return image.thumbnail_image(size, height=size, size="down")
+        return decode_heif(data).thumbnail_image(size, height=size, size="down")
     return pyvips.Image.thumbnail_buffer(data, size, height=size, size="down")
 
 
@@ -140,7 +126,7 @@ def load_for_analysis(data: bytes, *, max_pixels: int, size: int) -> AnalysisIma
         except (ValueError, ET.ParseError) as exc:
             raise ImageInputError(422, "UndecodableImage", f"The SVG could not be read: {exc}") from None
     try:
-        if _is_heif_not_avif(data):
+        if is_heif_not_avif(data):
             fmt = "heic"
             heif = pillow_heif.open_heif(data, convert_hdr_to_8bit=True)
             (width, height), pages, has_alpha = heif.size, 1, bool(heif.has_alpha)

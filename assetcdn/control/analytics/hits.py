@@ -6,12 +6,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from assetcdn.shared.analytics_keys import UNKNOWN_COUNTRY, zone_of
 from assetcdn.shared.errors import LegacyError
-from assetcdn.shared.manifest import classify
 
 CacheStatus = Literal["HIT", "MISS", "STALE", "BYPASS"]
 CACHE_STATUSES: frozenset[str] = frozenset({"HIT", "MISS", "STALE", "BYPASS"})
-UNKNOWN_COUNTRY = "XX"
 MAX_PATH_LENGTH = 2048
 # One response of at most 1 TiB: far above any file this service stores, far below what could make a
 # day's counters overflow (they saturate at COUNTER_MAX in any case).
@@ -50,11 +49,6 @@ def is_valid_path(value: object) -> bool:
     return isinstance(value, str) and len(value) <= MAX_PATH_LENGTH and not _CONTROL_CHARACTER.search(value)
 
 
-def zone_of_path(path: str) -> str:
-    """The zone a CDN path belongs to (``stocks`` for the stock pool)."""
-    return classify(path.lstrip("/"))[0]
-
-
 def hit_from_track_body(body: Any, *, now: float) -> Hit:
     """Build a hit from a POST /api/analytics body ``{path, bytes, country, cache[, status]}``.
 
@@ -80,5 +74,5 @@ def hit_from_track_body(body: Any, *, now: float) -> Hit:
     if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
         raise LegacyError(400, "'status' must be an HTTP status code (100-599).")
     cdn_path = path.lstrip("/")
-    return Hit(timestamp=now, path=cdn_path, zone=zone_of_path(cdn_path), status=status,
+    return Hit(timestamp=now, path=cdn_path, zone=zone_of(cdn_path), status=status,
                bytes=size, cache=cache.upper(), country=country.upper())  # type: ignore[arg-type]

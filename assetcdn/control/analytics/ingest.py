@@ -32,13 +32,12 @@ from assetcdn.control.analytics.hits import (
     CACHE_STATUSES,
     COUNTRY,
     MAX_HIT_BYTES,
-    UNKNOWN_COUNTRY,
     Hit,
     is_valid_path,
-    zone_of_path,
 )
 from assetcdn.control.analytics.store import RETENTION_DAYS, DailyCounts, utc_day
 from assetcdn.control.records.request_log import Entry, delivery_entry
+from assetcdn.shared.analytics_keys import UNKNOWN_COUNTRY, zone_of
 
 BATCH_VERSIONS = (1, 2)
 MAX_BATCH_HITS = 10_000
@@ -80,7 +79,7 @@ def hit_from_batch_item(item: Any, now: float) -> Hit | None:
         country = UNKNOWN_COUNTRY
     path = path.lstrip("/")
     if not isinstance(zone, str) or not _ZONE.fullmatch(zone):
-        zone = zone_of_path(path)
+        zone = zone_of(path)
     return Hit(timestamp=float(timestamp), path=path, zone=zone, status=status, bytes=size,
                cache=cache.upper(), country=country.upper())  # type: ignore[arg-type]
 

@@ -37,12 +37,12 @@ from typing import Any
 from assetcdn.control.analytics.hits import (
     COUNTER_MAX,
     MAX_HIT_BYTES,
-    UNKNOWN_COUNTRY,
     Hit,
     is_delivery,
 )
 from assetcdn.control.analytics.params import ANALYTICS_DAYS_MAXIMUM, DAYS_MAXIMUM
 from assetcdn.control.storage.database import Database, open_database
+from assetcdn.shared.analytics_keys import UNKNOWN_COUNTRY
 from assetcdn.shared.manifest import human_size
 
 RETENTION_DAYS = 90

@@ -17,8 +17,7 @@ from aiohttp import web
 from assetcdn.control.app_keys import DASHBOARD, MANIFEST, REGISTRY, public_url
 from assetcdn.control.routes.health import control_checks
 from assetcdn.shared import API_VERSION
-from assetcdn.shared.errors import utc_now_iso
-from assetcdn.shared.timestamps import from_unix
+from assetcdn.shared.timestamps import from_unix, utc_now_iso
 
 PROCESS_STARTED = time.time()  # this module is imported when control starts
 

@@ -61,7 +61,7 @@ class DashboardConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings, dashboard_url: str) -> DashboardConfig:
-        """``dashboard_url``: where the dashboard is opened (assetcdn.control.app_keys.dashboard_url_of)."""
+        """``dashboard_url``: where the dashboard is opened (assetcdn/shared/dashboard_url.py)."""
         section = settings.section("dashboard")
         public = canonical_origin(dashboard_url)
         if public is None:

@@ -15,7 +15,8 @@ import orjson
 from assetcdn.control.identity.auth import TokenGrant
 from assetcdn.control.identity.labels import checked_label
 from assetcdn.control.storage.database import Database
-from assetcdn.shared.errors import ApiError, bad_request, utc_now_iso
+from assetcdn.shared.errors import ApiError, bad_request
+from assetcdn.shared.timestamps import utc_now_iso
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 
 from assetcdn.shared.cluster import PREFIX, PROTOCOL_VERSION, sign_request
-from assetcdn.shared.errors import utc_now_iso
+from assetcdn.shared.timestamps import utc_now_iso
 
 log = logging.getLogger(__name__)
 PUSH_TIMEOUT_S = 5.0

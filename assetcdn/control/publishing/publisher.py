@@ -28,8 +28,9 @@ from assetcdn.control.storage.manifest_store import (
 from assetcdn.control.webhooks.events import Change, Event, with_trailer
 from assetcdn.control.webhooks.outbox import Outbox
 from assetcdn.shared.edge_rules import RULE_FILES
-from assetcdn.shared.errors import utc_now_iso
+from assetcdn.shared.generation_push import GenerationPush
 from assetcdn.shared.paths import cdn_path_of
+from assetcdn.shared.timestamps import utc_now_iso
 
 
 @dataclass(frozen=True)
@@ -225,5 +226,6 @@ class Publisher:
             await self.outbox.catch_up(self.git)
 
     async def push(self, generation: Generation, kind: str = "push") -> FanOut:
-        message = {**generation.message(), "config_version": await self.config.version()}
-        return await self.registry.fan_out(kind, "/push", message, self.push_wait_s)
+        push = GenerationPush.of_generation(generation.generation, generation.commit_id, await self.config.version(),
+                                            generation.changes, generation.purge)
+        return await self.registry.fan_out(kind, "/push", push.to_json(), self.push_wait_s)

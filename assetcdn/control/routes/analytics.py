@@ -42,8 +42,9 @@ from assetcdn.control.identity.auth import AUTHENTICATOR, Key, accepts
 from assetcdn.control.identity.rate_limit import Decision, client_key, rate_headers
 from assetcdn.control.records.client_ip import request_ip
 from assetcdn.control.request_body import read_body
-from assetcdn.shared.errors import LegacyError, bad_request, utc_now_iso
+from assetcdn.shared.errors import LegacyError, bad_request
 from assetcdn.shared.middleware import json_response
+from assetcdn.shared.timestamps import utc_now_iso
 
 from .cluster import CLUSTER_BODY
 

@@ -9,10 +9,11 @@ import orjson
 from aiohttp import web
 
 from assetcdn.control.app_keys import MANIFEST, public_url
-from assetcdn.shared.errors import bad_request, not_found, utc_now_iso
+from assetcdn.shared.errors import bad_request, not_found
 from assetcdn.shared.manifest import ManifestEntry, human_size
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.paths import InvalidPath, parse_cdn_path
+from assetcdn.shared.timestamps import utc_now_iso
 
 SORT_KEYS = {
     "name": lambda e: (e.name.lower(), e.path),

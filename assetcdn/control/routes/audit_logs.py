@@ -9,8 +9,9 @@ from aiohttp import web
 from assetcdn.control.analytics.params import parse_days, parse_limit
 from assetcdn.control.app_keys import AUDIT
 from assetcdn.control.records.audit import DAYS_DEFAULT, DAYS_MAXIMUM, LIMIT_DEFAULT, LIMIT_MAXIMUM
-from assetcdn.shared.errors import bad_request, utc_now_iso
+from assetcdn.shared.errors import bad_request
 from assetcdn.shared.middleware import json_response
+from assetcdn.shared.timestamps import utc_now_iso
 
 MAX_ACTION_LENGTH = 64
 

@@ -22,6 +22,7 @@ from assetcdn.control.app_keys import (
 )
 from assetcdn.shared.cluster import PREFIX, ReplayGuard, verify_request
 from assetcdn.shared.errors import ApiError, bad_request
+from assetcdn.shared.generation_push import GenerationPush
 from assetcdn.shared.middleware import json_response
 
 CLUSTER_BODY = web.RequestKey("cluster_body", bytes)
@@ -81,13 +82,12 @@ async def changes(request: web.Request) -> web.Response:
     config_version = await request.app[EDGE_CONFIG].version()
     tls_serial = request.app[CERTIFICATES].state().serial  # an edge behind it pulls GET /_cluster/tls
     delta = await manifest.changes_since(since, until=generation)
-    if delta is None:
-        return json_response({"generation": generation, "commit": commit, "full": True,
-                              "config_version": config_version, "tls_serial": tls_serial,
-                              "entries": [e.to_json() for e in entries]})
-    return json_response({"generation": generation, "commit": commit, "full": False,
-                          "config_version": config_version, "tls_serial": tls_serial,
-                          "changes": delta.changes_json(), "purges": delta.purges_json()})
+    if delta is None:  # the history the edge needs is gone: a full snapshot
+        answer = GenerationPush(generation, commit, config_version, entries=tuple(entries), tls_serial=tls_serial)
+    else:
+        answer = GenerationPush(generation, commit, config_version, delta.pushed_changes(), delta.pushed_purges(),
+                                tls_serial=tls_serial)
+    return json_response(answer.to_json())
 
 
 async def config(request: web.Request) -> web.Response:

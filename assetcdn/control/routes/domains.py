@@ -24,9 +24,9 @@ from assetcdn.control.acme.store import CertificateRecord
 from assetcdn.control.app_keys import CERTIFICATES, EDGE_CONFIG, PUBLISHER, SETTINGS
 from assetcdn.control.request_body import read_json
 from assetcdn.control.storage.edge_config_store import Domain
-from assetcdn.shared.errors import bad_request, conflict, not_found, utc_now_iso
+from assetcdn.shared.errors import bad_request, conflict, not_found
 from assetcdn.shared.middleware import json_response
-from assetcdn.shared.timestamps import as_iso_utc
+from assetcdn.shared.timestamps import as_iso_utc, utc_now_iso
 
 from .zones import require_zone
 

@@ -13,9 +13,10 @@ from aiohttp import web
 
 from assetcdn.control.analytics.params import parse_days, parse_limit
 from assetcdn.control.app_keys import ANALYTICS
-from assetcdn.shared.errors import ApiError, bad_request, utc_now_iso
+from assetcdn.shared.errors import ApiError, bad_request
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.paths import ZONE_NAME
+from assetcdn.shared.timestamps import utc_now_iso
 
 MAX_ASSET_PATH = 2048
 

@@ -18,10 +18,11 @@ from aiohttp import web
 from assetcdn.control.app_keys import COUNTERS, PUBLISHER, SETTINGS
 from assetcdn.control.publishing.publisher import purge_acknowledgements
 from assetcdn.control.request_body import read_body
-from assetcdn.shared.errors import LegacyError, utc_now_iso
+from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.limits import purges_per_day
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.paths import InvalidPath, parse_cdn_path
+from assetcdn.shared.timestamps import utc_now_iso
 
 MAX_ITEMS = 30
 TAG = re.compile(r"[a-zA-Z0-9-]+")  # used with fullmatch: '$' would let "tag\n" through

@@ -19,10 +19,10 @@ from assetcdn.control.app_keys import EDGE_CONFIG, GIT, PUBLISHER
 from assetcdn.control.request_body import read_json
 from assetcdn.control.storage.git_store import NothingToCommit
 from assetcdn.shared.edge_rules import RULE_FILES, RulesSyntaxError, parse_rule_file
-from assetcdn.shared.errors import ApiError, bad_request, utc_now_iso
+from assetcdn.shared.errors import ApiError, bad_request
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.request_body import RULES_CONTENT_MAX
-from assetcdn.shared.timestamps import as_iso_utc
+from assetcdn.shared.timestamps import as_iso_utc, utc_now_iso
 
 MAX_CONTENT_LENGTH = RULES_CONTENT_MAX  # spec: edge rule content, max length 100000
 

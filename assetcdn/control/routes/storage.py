@@ -23,7 +23,6 @@ from assetcdn.shared.errors import (
     conflict,
     not_found,
     payload_too_large,
-    utc_now_iso,
 )
 from assetcdn.shared.manifest import content_type_of
 from assetcdn.shared.middleware import json_response
@@ -36,7 +35,7 @@ from assetcdn.shared.paths import (
     has_extension,
     parse_storage_path,
 )
-from assetcdn.shared.timestamps import as_iso_utc
+from assetcdn.shared.timestamps import as_iso_utc, utc_now_iso
 
 STORAGE_ZONE_NAME = "assetcdn"
 SCAFFOLD_FILE = ".gitkeep"  # keeps a zone's empty category directories in git; never listed or deleted

@@ -27,12 +27,12 @@ from assetcdn.control.request_body import read_json
 from assetcdn.control.storage.zones_store import ZoneMeta
 from assetcdn.control.webhooks.events import zone_created, zone_deleted
 from assetcdn.shared.address_guard import check_address, literal_address, name_problem
-from assetcdn.shared.errors import bad_request, conflict, not_found, utc_now_iso
+from assetcdn.shared.errors import bad_request, conflict, not_found
 from assetcdn.shared.manifest import ManifestEntry, human_size
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.paths import CLIENT_ROOT, ZONE_CATEGORIES, validate_zone_name
 from assetcdn.shared.pull_origin import OriginProblem, PullOrigin, parse_origin
-from assetcdn.shared.timestamps import as_iso_utc
+from assetcdn.shared.timestamps import as_iso_utc, utc_now_iso
 
 from .storage import STORAGE_ZONE_NAME
 

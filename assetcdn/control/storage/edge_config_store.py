@@ -12,9 +12,9 @@ import orjson
 from assetcdn.control.storage.database import Database
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.shared.edge_rules import RULE_FILES
-from assetcdn.shared.errors import utc_now_iso
 from assetcdn.shared.published_config import PublishedConfig
 from assetcdn.shared.pull_origin import PullOrigin, parse_origin
+from assetcdn.shared.timestamps import utc_now_iso
 
 
 @dataclass(frozen=True)

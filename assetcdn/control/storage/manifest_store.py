@@ -16,9 +16,10 @@ import orjson
 
 from assetcdn.control.storage.database import Database, Transaction, to_the_end
 from assetcdn.control.storage.git_store import CommitResult, FileChange, GitStore
-from assetcdn.shared.errors import utc_now_iso
+from assetcdn.shared.generation_push import PushedChange, PushedPurge
 from assetcdn.shared.manifest import ManifestChange, ManifestEntry, make_entry
 from assetcdn.shared.paths import CLIENT_ROOT, STOCK_ROOT, cdn_path_of
+from assetcdn.shared.timestamps import utc_now_iso
 
 HISTORY_KEPT = 5000
 IGNORED_NAMES = (".gitkeep",)
@@ -38,11 +39,6 @@ class Generation:
     changes: tuple[ManifestChange, ...]
     purge: dict[str, Any] | None = None  # {"tags": [...], "urls": [...], "everything": bool}
 
-    def message(self) -> dict[str, Any]:
-        """The push message edges apply (the same facts catch-up returns)."""
-        return {"generation": self.generation, "commit": self.commit_id,
-                "changes": [c.to_json() for c in self.changes], "purges": [self.purge] if self.purge else []}
-
 
 @dataclass(frozen=True)
 class Delta:
@@ -53,11 +49,11 @@ class Delta:
     purge_generations: list[int] = field(default_factory=list)
     change_generations: dict[str, int] = field(default_factory=dict)
 
-    def changes_json(self) -> list[dict[str, Any]]:
-        return [{**c.to_json(), "generation": self.change_generations[c.path]} for c in self.changes]
+    def pushed_changes(self) -> tuple[PushedChange, ...]:
+        return tuple(PushedChange(self.change_generations[c.path], c) for c in self.changes)
 
-    def purges_json(self) -> list[dict[str, Any]]:
-        return [{**p, "generation": g} for p, g in zip(self.purges, self.purge_generations, strict=True)]
+    def pushed_purges(self) -> tuple[PushedPurge, ...]:
+        return tuple(PushedPurge.of_command(g, p) for p, g in zip(self.purges, self.purge_generations, strict=True))
 
 
 @dataclass(frozen=True)

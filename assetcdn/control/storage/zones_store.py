@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from assetcdn.control.storage.database import Database
-from assetcdn.shared.errors import utc_now_iso
+from assetcdn.shared.timestamps import utc_now_iso
 
 
 @dataclass(frozen=True)

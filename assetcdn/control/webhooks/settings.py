@@ -3,18 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from assetcdn.shared.config import Settings
-
-
-def _delays(raw: Any) -> tuple[float, ...]:
-    """A list from TOML, or the comma-separated text an environment variable carries."""
-    items = raw.split(",") if isinstance(raw, str) else list(raw)
-    delays = tuple(float(item) for item in items if str(item).strip())
-    if any(delay < 0 for delay in delays):
-        raise ValueError("webhooks.retry_delays_s must not be negative")
-    return delays
+from assetcdn.shared.config import Settings, delays_setting
 
 
 @dataclass(frozen=True)
@@ -34,7 +24,7 @@ class WebhookSettings:
         return cls(
             allow_loopback=bool(section["allow_loopback"]),
             timeout_s=float(section["timeout_s"]),
-            retry_delays_s=_delays(section["retry_delays_s"]),
+            retry_delays_s=delays_setting(section["retry_delays_s"], "webhooks.retry_delays_s", retries_required=False),
             concurrency_per_target=per_target,
             # Above the per-target bound, so a target that uses all of its slots leaves room for others.
             concurrency_total=max(int(section["concurrency_total"]), per_target + 1),

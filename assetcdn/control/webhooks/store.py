@@ -13,8 +13,8 @@ import orjson
 
 from assetcdn.control.storage.database import Database
 from assetcdn.control.webhooks.secret_box import SecretBox, SecretUnavailable
-from assetcdn.shared.errors import ApiError, utc_now_iso
-from assetcdn.shared.timestamps import as_iso_utc
+from assetcdn.shared.errors import ApiError
+from assetcdn.shared.timestamps import as_iso_utc, utc_now_iso
 
 SECRET_PREFIX = "whsec_"
 SECRET_VERSION = 1

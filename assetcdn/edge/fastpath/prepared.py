@@ -33,12 +33,12 @@ from multidict import CIMultiDict
 from assetcdn.edge.access import SourceRefused, find_source
 from assetcdn.edge.app import delivery_response_headers
 from assetcdn.edge.cache.entry import CachedObject
-from assetcdn.edge.delivery_log import zone_of
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.site_config import EdgeConfig, tenant_path
 from assetcdn.edge.states.deliver import content_range, delivery_headers, not_modified_headers
 from assetcdn.edge.states.head import EntryHead
 from assetcdn.edge.states.lookup import lookup
+from assetcdn.shared.analytics_keys import zone_of
 from assetcdn.shared.http_server import SERVER_NAME
 from assetcdn.shared.manifest import ManifestEntry
 from assetcdn.shared.paths import InvalidPath, parse_cdn_path
@@ -117,7 +117,7 @@ def prepare(node: EdgeNode, config: EdgeConfig, view: HostView, path: str) -> tu
     """The prepared hit of ``path`` on ``view``'s host and the cache entry it serves now; None when
     the full application must answer (see the module docstring). May read the disk tier inline
     (one SQLite row, or a file of at most the memory tier's object size), as a hit there does."""
-    if config.rules.redirects and config.rules.redirects.match(path) is not None:
+    if config.rules.redirects and config.rules.redirects.matches(path):
         return None
     try:  # what the delivery route does before its look-up (assetcdn/edge/routes/delivery.py)
         cdn_path = parse_cdn_path(tenant_path(view.zone, path))

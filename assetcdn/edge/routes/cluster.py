@@ -12,6 +12,7 @@ from aiohttp import web
 from assetcdn.edge.app_keys import NODE, SECRETS
 from assetcdn.shared.cluster import ReplayGuard, verify_request
 from assetcdn.shared.errors import ApiError
+from assetcdn.shared.generation_push import GenerationPush, GenerationPushError
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.tls_state import TlsStateError
 
@@ -38,8 +39,13 @@ async def _signed_message(request: web.Request) -> dict:
 
 
 async def push(request: web.Request) -> web.Response:
+    """A manifest generation (assetcdn/shared/generation_push.py); a malformed one changes nothing."""
     message = await _signed_message(request)
-    generation, purged = await request.app[NODE].apply_push(message)
+    try:
+        pushed = GenerationPush.from_json(message)
+    except GenerationPushError as exc:
+        raise ApiError(400, "InvalidPush", str(exc)) from None
+    generation, purged = await request.app[NODE].apply_push(pushed)
     return json_response({"generation": generation, "purged": purged})
 
 
@@ -49,7 +55,7 @@ async def tls(request: web.Request) -> web.Response:
     message = await _signed_message(request)
     state = request.app[NODE].tls
     try:
-        applied = state.apply(message)
+        applied = await state.apply(message)
     except TlsStateError as exc:
         raise ApiError(400, "InvalidTlsState", str(exc)) from None
     return json_response({"serial": state.serial, "applied": applied})

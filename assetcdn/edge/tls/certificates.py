@@ -10,21 +10,29 @@ self-signed ECDSA one made when the worker starts (kept in memory only). The han
 and the client's own name check decides: as nginx and Caddy do with a default server.
 
 Each set of certificates is one ``ssl.SSLContext``; a change (a file replaced on disk, a new TLS state)
-builds new contexts and swaps the table the callback reads, so new handshakes get the new certificate
-and open connections keep theirs. Keys reach OpenSSL through anonymous memory files (memfd), never a
-file on disk; an operator key file is read where the operator put it.
+builds a new table in a thread, off the event loop (thousands of certificates take a second to load),
+reusing the contexts and parsed certificates that did not change, and swaps it in with one assignment
+on the loop: new handshakes get the new certificate and open connections keep theirs. Keys reach
+OpenSSL through anonymous memory files (memfd), never a file on disk; an operator key file is read where
+the operator put it.
+
+CPython reads a ClientHello's server name as ASCII before the callback runs; one that is not fails the
+handshake and is reported through ``sys.unraisablehook`` (a traceback on stderr per handshake):
+:class:`UnreadableServerNames` makes those reports one log line per minute.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import hmac
 import logging
 import os
 import ssl
+import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,12 +44,14 @@ from cryptography.x509.oid import NameOID
 
 from assetcdn.edge.tls.state import EdgeTlsState
 from assetcdn.shared.config import Settings
+from assetcdn.shared.tls_state import CertificateEntry
 
 log = logging.getLogger(__name__)
 ALPN = ("h2", "http/1.1")
 # TLS 1.2: ECDHE key exchange with an AEAD cipher only (ECDSA or RSA certificates); TLS 1.3's suites are all AEAD.
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 SELF_SIGNED_DAYS = 365
+UNREADABLE_NAME_LOG_INTERVAL_S = 60.0
 
 
 class CertificateFileError(Exception):
@@ -163,6 +173,32 @@ def _file_signature(path: str) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+ContextKey = tuple[tuple[bytes, bytes], ...]  # the (chain, key) of each certificate loaded into a context
+
+
+@dataclass(frozen=True)
+class SniTable:
+    """What the SNI callback reads, replaced whole when a certificate changes. `contexts` and `parsed` are
+    kept for the next build, which reuses what did not change."""
+
+    exact: dict[str, ssl.SSLContext]
+    wildcard: dict[str, ssl.SSLContext]  # "t.example.com" for *.t.example.com
+    default: ssl.SSLContext
+    contexts: dict[ContextKey, ssl.SSLContext]
+    parsed: dict[tuple[str, tuple[str, ...]], Certificate]  # the TLS state's, by id and names
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What one build reads, taken on the event loop when it starts."""
+
+    operator: Sequence[Certificate]
+    entries: Sequence[CertificateEntry]
+    keys: Mapping[str, bytes]
+    self_signed: Certificate | None
+    previous: SniTable | None
+
+
 class CertificateStore:
     """The certificates of one worker and the SNI table built from them (see the module docstring)."""
 
@@ -176,10 +212,6 @@ class CertificateStore:
         self.operator = [read_operator_pair(chain, key) for chain, key in self.pairs]  # errors name the file
         self._signatures = self._file_signatures()
         self._self_signed = None if self.operator else self_signed(default_names)
-        self._contexts: dict[tuple[tuple[bytes, bytes], ...], ssl.SSLContext] = {}
-        self.exact: dict[str, ssl.SSLContext] = {}
-        self.wildcard: dict[str, ssl.SSLContext] = {}  # "t.example.com" for *.t.example.com
-        self.default: ssl.SSLContext = new_context()
         # The context every connection starts with: its session tickets and session cache serve every
         # name (OpenSSL keeps them on the first context), and its SNI callback moves the handshake on.
         # Replaced every session_ticket_rotation_s: a new context has a new random ticket key.
@@ -187,56 +219,99 @@ class CertificateStore:
         self.front = self._new_front()
         self._front_made = time.monotonic()
         self._watch: asyncio.Task[None] | None = None
-        self.rebuild()
-        tls_state.on_change.append(lambda _state: self.rebuild())
+        self.unreadable_names = UnreadableServerNames()
+        # Builds are numbered as they start; a build that ends after a later one started is dropped (the
+        # later one read newer inputs), so the table never goes back.
+        self._started = self._installed = 0
+        self.table = self._build(self._inputs(None))
+        tls_state.on_change.append(self._state_changed)
 
     def _file_signatures(self) -> list[tuple[int, int, int] | None]:
         return [_file_signature(p) for pair in self.pairs for p in pair]
 
-    def certificates(self) -> list[Certificate]:
+    def _inputs(self, previous: SniTable | None) -> _Inputs:
+        return _Inputs(tuple(self.operator), self.tls_state.certificates, dict(self.tls_state.keys),
+                       self._self_signed, previous)
+
+    async def _state_changed(self, _state: EdgeTlsState) -> None:
+        await self.rebuild()
+
+    async def rebuild(self) -> None:
+        """Build the table again in a thread and swap it in on the loop; returns once a table at least
+        this new is in place. Cancelling the caller does not stop the swap."""
+        self._started += 1
+        number = self._started
+        built = asyncio.get_running_loop().run_in_executor(None, self._build, self._inputs(self.table))
+        built.add_done_callback(lambda done: self._install(number, done))
+        await asyncio.wait({built})
+
+    def _install(self, number: int, built: asyncio.Future[SniTable]) -> None:
+        if built.cancelled():
+            return
+        if (error := built.exception()) is not None:
+            log.error("TLS: the certificates could not be loaded; still offering the previous ones",
+                      exc_info=error)
+            return
+        if number > self._installed:
+            self._installed = number
+            self.table = built.result()
+
+    @staticmethod
+    def _offered(inputs: _Inputs, parsed: dict[tuple[str, tuple[str, ...]], Certificate]) -> list[Certificate]:
         """Every certificate offered, in order of preference: the operator's, then the TLS state's (latest
-        expiry first)."""
-        found = list(self.operator)
+        expiry first). The TLS state's are parsed into `parsed`, unless the previous table has them."""
+        found = list(inputs.operator)
         from_state: list[Certificate] = []
-        for entry in self.tls_state.certificates:
-            key_pem = self.tls_state.keys.get(entry.id)
+        known_before = inputs.previous.parsed if inputs.previous else {}
+        for entry in inputs.entries:
+            key_pem = inputs.keys.get(entry.id)
             if key_pem is None:
                 continue
+            known = known_before.get((entry.id, entry.names))
+            if known is not None and hmac.compare_digest(known.key_pem, key_pem):
+                parsed[(entry.id, entry.names)] = known
+                from_state.append(known)
+                continue
             try:
-                from_state.append(parse_certificate(entry.chain_pem.encode(), key_pem, f"TLS state {entry.id[:12]}",
-                                                    entry.names))
+                certificate = parse_certificate(entry.chain_pem.encode(), key_pem, f"TLS state {entry.id[:12]}",
+                                                entry.names)
             except ValueError as exc:
                 log.warning("certificate %s from control not offered: %s", entry.id[:12], exc)
+                continue
+            parsed[(entry.id, entry.names)] = certificate
+            from_state.append(certificate)
         # During a renewal both may be listed for a name: the one that lasts longer first.
         found += sorted(from_state, key=lambda c: c.not_after, reverse=True)
-        if self._self_signed is not None:
-            found.append(self._self_signed)
+        if inputs.self_signed is not None:
+            found.append(inputs.self_signed)
         return found
 
-    def rebuild(self) -> None:
-        certificates = self.certificates()
+    def _build(self, inputs: _Inputs) -> SniTable:
+        """The table for `inputs`. Runs in a thread (but in __init__): it reads only `inputs` and writes
+        only what it returns."""
+        parsed: dict[tuple[str, tuple[str, ...]], Certificate] = {}
+        certificates = self._offered(inputs, parsed)
         by_name: dict[str, list[Certificate]] = {}
         for certificate in certificates:
             for name in certificate.names:
                 by_name.setdefault(name, []).append(certificate)
-        contexts: dict[tuple[tuple[bytes, bytes], ...], ssl.SSLContext] = {}
+        contexts: dict[ContextKey, ssl.SSLContext] = {}
+        before = inputs.previous.contexts if inputs.previous else {}
         exact: dict[str, ssl.SSLContext] = {}
         wildcard: dict[str, ssl.SSLContext] = {}
         for name, offered in by_name.items():
-            chosen = self._per_key_type(offered)
-            context = self._context_for(chosen, contexts)
+            context = self._context_for(self._per_key_type(offered), contexts, before)
             if context is None:
                 continue
             if name.startswith("*."):
                 wildcard[name[2:]] = context
             else:
                 exact[name] = context
-        first = self.operator[:1] or ([self._self_signed] if self._self_signed else [])
-        default = self._context_for(self._per_key_type(first), contexts)
-        self._contexts, self.exact, self.wildcard = contexts, exact, wildcard
-        if default is not None:
-            self.default = default
+        first = inputs.operator[:1] or ([inputs.self_signed] if inputs.self_signed else [])
+        default = (self._context_for(self._per_key_type(list(first)), contexts, before)
+                   or (inputs.previous.default if inputs.previous else new_context()))
         log.info("TLS: %d certificate(s) for %d name(s)", len(certificates), len(exact) + len(wildcard))
+        return SniTable(exact, wildcard, default, contexts, parsed)
 
     @staticmethod
     def _per_key_type(offered: list[Certificate]) -> tuple[Certificate, ...]:
@@ -246,12 +321,12 @@ class CertificateStore:
             chosen.setdefault(certificate.ecdsa, certificate)
         return tuple(chosen.values())
 
-    def _context_for(self, chosen: tuple[Certificate, ...],
-                     contexts: dict[tuple[tuple[bytes, bytes], ...], ssl.SSLContext]) -> ssl.SSLContext | None:
+    def _context_for(self, chosen: tuple[Certificate, ...], contexts: dict[ContextKey, ssl.SSLContext],
+                     previous: dict[ContextKey, ssl.SSLContext]) -> ssl.SSLContext | None:
         if not chosen:
             return None
         key = tuple(c.ident for c in chosen)
-        context = contexts.get(key) or self._contexts.get(key)
+        context = contexts.get(key) or previous.get(key)
         if context is None:
             context = new_context()
             try:
@@ -264,17 +339,18 @@ class CertificateStore:
         return context
 
     def context_for(self, server_name: str | None) -> ssl.SSLContext:
+        table = self.table
         if server_name:
             name = server_name.lower().rstrip(".")
-            context = self.exact.get(name)
+            context = table.exact.get(name)
             if context is not None:
                 return context
             parent = name.partition(".")[2]
             if parent:
-                context = self.wildcard.get(parent)
+                context = table.wildcard.get(parent)
                 if context is not None:
                     return context
-        return self.default
+        return table.default
 
     def _choose(self, connection: Any, server_name: str | None, _front: ssl.SSLContext) -> None:
         connection.context = self.context_for(server_name)
@@ -295,7 +371,7 @@ class CertificateStore:
 
     # --- operator files: read again when they change ----------------------------------------------
 
-    def reload_if_changed(self) -> bool:
+    async def reload_if_changed(self) -> bool:
         signatures = self._file_signatures()
         if signatures == self._signatures:
             return False
@@ -307,15 +383,17 @@ class CertificateStore:
             return False
         self._signatures = signatures
         self.operator = operator
-        self.rebuild()
+        await self.rebuild()
         log.info("TLS: operator certificates read again")
         return True
 
     def start(self) -> None:
+        self.unreadable_names.install()
         if self.pairs and self._watch is None:
             self._watch = asyncio.get_running_loop().create_task(self._watch_files())
 
     def stop(self) -> None:
+        self.unreadable_names.uninstall()
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
@@ -324,6 +402,50 @@ class CertificateStore:
         while True:
             await asyncio.sleep(self.reload_interval_s)
             try:
-                self.reload_if_changed()
+                await self.reload_if_changed()
             except Exception:
                 log.exception("reading the operator certificates again failed")
+
+
+def _is_unreadable_server_name(report: sys.UnraisableHookArgs) -> bool:
+    """CPython's report of a server name it could not decode: the UnicodeDecodeError of exactly the bytes
+    it names as the object."""
+    error = report.exc_value
+    return (isinstance(error, UnicodeDecodeError) and isinstance(report.object, bytes)
+            and error.object == report.object and report.err_msg is None)
+
+
+class UnreadableServerNames:
+    """A ``sys.unraisablehook`` for this process: a ClientHello whose server name is not ASCII fails its
+    handshake (OpenSSL writes a fatal internal_error alert) before any callback of ours, and CPython
+    reports it here. Those reports become one line per `interval_s`, which counts the ones left out; any
+    other report goes to the hook this one replaced."""
+
+    def __init__(self, interval_s: float = UNREADABLE_NAME_LOG_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self.left_out = 0  # reports since the last line
+        self._logged_at: float | None = None
+        self._previous: Callable[[sys.UnraisableHookArgs], object] | None = None
+
+    def install(self) -> None:
+        if self._previous is None:
+            self._previous = sys.unraisablehook
+            sys.unraisablehook = self
+
+    def uninstall(self) -> None:
+        if self._previous is not None and sys.unraisablehook is self:
+            sys.unraisablehook = self._previous
+        self._previous = None
+
+    def __call__(self, report: sys.UnraisableHookArgs) -> None:
+        if not _is_unreadable_server_name(report):
+            (self._previous or sys.__unraisablehook__)(report)
+            return
+        now = time.monotonic()
+        if self._logged_at is not None and now - self._logged_at < self.interval_s:
+            self.left_out += 1
+            return
+        assert isinstance(report.object, bytes)
+        log.warning("TLS: handshake refused, its server name (SNI) is not ASCII: %s; %d more since the last "
+                    "such line (one line per %.0f s)", ascii(report.object[:64]), self.left_out, self.interval_s)
+        self.left_out, self._logged_at = 0, now

@@ -25,7 +25,8 @@ import pyvips
 from assetcdn.edge.transform.budgets import budget_clock
 from assetcdn.edge.transform.context import TransformContext
 from assetcdn.edge.transform.decoded import level_for
-from assetcdn.edge.transform.source import SourceImage, decode_heif, undecodable
+from assetcdn.edge.transform.source import SourceImage, undecodable
+from assetcdn.shared.heif import decode_heif
 
 # Interpretations every later step and encoder accepts as they are.
 _READY = frozenset({"srgb", "b-w"})

@@ -18,7 +18,7 @@ import orjson
 from assetcdn.edge.transform.budgets import TransformLimits
 from assetcdn.edge.transform.decoded import DecodedSources
 from assetcdn.edge.transform.options import TransformOptions
-from assetcdn.shared.errors import utc_now_iso
+from assetcdn.shared.timestamps import utc_now_iso
 
 # The pixel work (assetcdn/edge/transform/steps.py, placeholder_images.py and the codecs they load) is
 # imported inside the jobs: an image worker loads it before it reports ready (PRELOAD in

@@ -21,10 +21,10 @@ from assetcdn.edge.transform.placeholder_params import BLUR_RANGE
 from assetcdn.edge.transform.source import (
     SourceImage,
     check_pixels,
-    decode_heif,
     read_source,
 )
 from assetcdn.shared.errors import LegacyError
+from assetcdn.shared.heif import decode_heif
 
 LQIP_QUALITY = 30
 BLURHASH_QUALITY = 35

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pyvips
 
 from assetcdn.shared.errors import LegacyError
+from assetcdn.shared.heif import is_heif_not_avif
 from assetcdn.shared.svg_sanitize import filter_primitives, sanitize_svg
 
 # libvips loader -> format name used across the transform.
@@ -22,8 +23,6 @@ VIPS_LOADERS = {
     "svgload_buffer": "svg",
 }
 ANIMATED_FORMATS = frozenset({"gif", "webp"})
-HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1"})
-AVIF_BRANDS = frozenset({b"avif", b"avis"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +48,6 @@ def _looks_like_svg(data: bytes) -> bool:
     return head.startswith(b"<")
 
 
-def _is_heif_not_avif(data: bytes) -> bool:
-    if data[4:8] != b"ftyp":
-        return False
-    brands = {data[8:12]} | {data[i:i + 4] for i in range(16, min(len(data), 64), 4)}
-    return data[8:12] not in AVIF_BRANDS and bool(brands & HEIF_BRANDS)
-
-
 def undecodable(source_format: str, reason: str) -> LegacyError:
     return LegacyError(422, f"The source image ({source_format}) could not be decoded: {reason}")
 
@@ -71,7 +63,7 @@ def read_source(data: bytes, source_format: str) -> SourceImage:
         except ValueError as exc:
             raise undecodable(source_format, str(exc)) from exc
         primitives = filter_primitives(data)
-    elif _is_heif_not_avif(data):
+    elif is_heif_not_avif(data):
         return _read_heif(data, source_format)
     try:
         header = pyvips.Image.new_from_buffer(data, "", access="sequential")
@@ -128,14 +120,3 @@ def check_svg_filters(source: SourceImage, width: int, height: int, max_work: in
                           f"pixels exceed this edge's limit of {max_work:,} pixel operations. Ask for a smaller w or h.")
 
 
-def decode_heif(data: bytes) -> pyvips.Image:
-    """Full decode of a HEIC/HEIF (no shrink-on-load exists for it) into a libvips image."""
-    import numpy as np  # noqa: PLC0415 (as in _read_heif)
-    import pillow_heif  # noqa: PLC0415
-
-    heif = pillow_heif.open_heif(data, convert_hdr_to_8bit=True)
-    bands = 4 if heif.has_alpha else 3
-    width, height = heif.size
-    rows = np.frombuffer(heif.data, dtype=np.uint8).reshape(height, heif.stride)
-    pixels = np.ascontiguousarray(rows[:, :width * bands]).reshape(height, width, bands)
-    return pyvips.Image.new_from_array(pixels).copy(interpretation="srgb")

@@ -16,10 +16,10 @@ from assetcdn.control.analytics.hits import (
     Hit,
     hit_from_track_body,
     is_asset_delivery,
-    zone_of_path,
 )
 from assetcdn.control.analytics.params import parse_days, parse_limit
 from assetcdn.control.analytics.store import AnalyticsStore
+from assetcdn.shared.analytics_keys import zone_of
 from assetcdn.shared.errors import LegacyError
 
 # "Today" of these tests: 2026-04-10 12:00 UTC.
@@ -29,7 +29,7 @@ DAY = 86400.0
 
 def hit(path: str, *, days_ago: int = 0, status: int = 200, size: int = 100, cache: str = "HIT",
         country: str = "US") -> Hit:
-    return Hit(timestamp=NOW - days_ago * DAY, path=path, zone=zone_of_path(path), status=status,
+    return Hit(timestamp=NOW - days_ago * DAY, path=path, zone=zone_of(path), status=status,
                bytes=size, cache=cache, country=country)  # type: ignore[arg-type]
 
 

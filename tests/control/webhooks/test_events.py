@@ -102,3 +102,8 @@ def test_the_defaults_are_the_documented_ones() -> None:
     assert settings.concurrency_total > settings.concurrency_per_target
     env = load_settings(environ={"ASSETCDN_WEBHOOKS_RETRY_DELAYS_S": "0.1,0.2"})
     assert WebhookSettings.from_settings(env).retry_delays_s == (0.1, 0.2)
+
+
+def test_one_retry_delay_from_the_environment_is_read_as_acmes_is() -> None:
+    env = load_settings(environ={"ASSETCDN_WEBHOOKS_RETRY_DELAYS_S": "5"})   # TOML reads it as a number
+    assert WebhookSettings.from_settings(env).retry_delays_s == (5.0,)

@@ -4,6 +4,7 @@ certificates control lists for one name during a renewal, and the self-signed de
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import socket
@@ -80,7 +81,7 @@ def test_of_two_certificates_from_control_for_one_name_the_later_expiry_is_offer
     store = store_with(tmp_path, [], state)
     default = peer_certificate(store, "shop.example.test", unverified())  # nothing for it yet: self-signed
     assert default.issuer == default.subject
-    state.apply(TlsState(1, {}, entries).to_message(), persist=False)
+    asyncio.run(state.apply(TlsState(1, {}, entries).to_message(), persist=False))
     assert peer_certificate(store, "shop.example.test", unverified()).serial_number == new.serial
-    state.apply(TlsState(2, {}, ()).to_message(), persist=False)
+    asyncio.run(state.apply(TlsState(2, {}, ()).to_message(), persist=False))
     assert peer_certificate(store, "shop.example.test", unverified()).serial_number == default.serial_number

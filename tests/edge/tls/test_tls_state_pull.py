@@ -5,15 +5,17 @@ without TLS state)."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from assetcdn.edge.cache.store import EdgeCache
 from assetcdn.edge.control_client import ControlClient
 from assetcdn.edge.node import EdgeNode
 from assetcdn.shared.cluster import PREFIX, ReplayGuard, verify_request
 from assetcdn.shared.config import load_settings
+from assetcdn.shared.generation_push import GenerationPush
+from assetcdn.shared.metrics import Metrics
 from assetcdn.shared.tls_state import TLS_STATE_PATH, TlsState
 
 SECRET = "pull-test-secret"
@@ -27,8 +29,8 @@ def fake_control(states: list[TlsState | None]) -> tuple[web.Application, list[s
 
     async def changes(request: web.Request) -> web.Response:
         state = states[-1]
-        return web.json_response({"generation": 0, "changes": [], "purges": [],
-                                  **({"tls_serial": state.serial} if state is not None else {})})
+        answer = GenerationPush(0, None, None, tls_serial=state.serial if state is not None else None)
+        return web.json_response(answer.to_json())
 
     async def tls(request: web.Request) -> web.Response:
         assert verify_request(SECRET, "GET", request.rel_url.path_qs, b"", request.headers, guard=guard)
@@ -51,9 +53,9 @@ async def test_catch_up_pulls_a_newer_state_and_tolerates_404(tmp_path: Path) ->
     await server.start_server()
     client = ControlClient(str(server.make_url("")), SECRET, timeout_s=5.0)
     await client.start()
+    cache = EdgeCache(tmp_path / "cache")
     try:
-        node = EdgeNode(load_settings(environ={}), "edge-0/0", client, SimpleNamespace(),  # type: ignore[arg-type]
-                        tmp_path, SimpleNamespace(manifest_generation=None))  # type: ignore[arg-type]
+        node = EdgeNode(load_settings(environ={}), "edge-0/0", client, cache, tmp_path, Metrics("edge"))
         node.tls.state_file = tmp_path / "tls-state-0.json"
         await node.catch_up()  # at start: asks, control has none (404): nothing held, no error
         assert asked == [PREFIX + TLS_STATE_PATH] and node.tls.serial == 0
@@ -67,5 +69,6 @@ async def test_catch_up_pulls_a_newer_state_and_tolerates_404(tmp_path: Path) ->
         assert len(asked) == 2
         assert (tmp_path / "tls-state-0.json").stat().st_mode & 0o777 == 0o600
     finally:
+        cache.close()
         await client.close()
         await server.close()

@@ -26,7 +26,7 @@ import orjson
 
 from assetcdn.control.storage.database import Database
 from assetcdn.shared.counter_store import client_key
-from assetcdn.shared.errors import utc_now_iso
+from assetcdn.shared.timestamps import utc_now_iso
 
 MAX_PASSKEYS = 20
 CHALLENGE_TTL_S = 300

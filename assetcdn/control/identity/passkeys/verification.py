@@ -25,7 +25,7 @@ from webauthn.helpers.structs import (
 
 from assetcdn.control.identity.dashboard_config import DashboardConfig
 from assetcdn.control.identity.passkeys.store import Passkey, base64url_decode, base64url_encode
-from assetcdn.shared.errors import utc_now_iso
+from assetcdn.shared.timestamps import utc_now_iso
 
 USER_NAME = "operator"
 USER_DISPLAY_NAME = "assetcdn operator"

@@ -1,0 +1,55 @@
+"""A ClientHello whose server name (SNI) is not ASCII, against a real `assetcdn up` https port: each
+handshake is refused, and the edge's log gets one line for all of them instead of a Python traceback
+per handshake."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+
+import pytest
+
+from tests.edge.tls.client import TIMEOUT_S, client_context, handshake
+from tests.edge.tls.conftest import HttpsCdn
+
+pytestmark = pytest.mark.integration
+
+PLACEHOLDER = b"aaaa.example.test"
+NOT_ASCII = "\u00e9\u00e9.example.test".encode()  # as many bytes as PLACEHOLDER: the ClientHello's lengths hold
+HANDSHAKES = 20
+LOG_LINE = "its server name (SNI) is not ASCII"
+
+
+def client_hello_naming(name: bytes) -> bytes:
+    """A real client's first flight with `name` as its server name, bytes as given (a client library
+    would encode the name as IDNA first)."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = client_context(None).wrap_bio(incoming, outgoing, server_hostname=PLACEHOLDER.decode())
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    hello = outgoing.read()
+    assert hello.count(PLACEHOLDER) == 1 and len(name) == len(PLACEHOLDER)
+    return hello.replace(PLACEHOLDER, name)
+
+
+def answer_to(port: int, hello: bytes) -> bytes:
+    """Everything the server sends back until it closes the connection."""
+    received = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as sock:
+        sock.sendall(hello)
+        while chunk := sock.recv(65536):
+            received += chunk
+    return received
+
+
+def test_a_server_name_that_is_not_ascii_is_refused_with_one_log_line(https_cdn: HttpsCdn) -> None:
+    hello = client_hello_naming(NOT_ASCII)
+    for _ in range(HANDSHAKES):
+        reply = answer_to(https_cdn.https_port, hello)
+        # No ServerHello: OpenSSL writes a fatal alert, which the TLS transport drops as it closes.
+        assert reply[:1] in (b"", b"\x15"), reply.hex()
+    assert handshake(https_cdn.https_port, "localhost", client_context(https_cdn.ca_file)).alpn == "http/1.1"
+    log = https_cdn.cdn.log_path.read_text(errors="replace")
+    assert "Traceback" not in log and "Exception ignored" not in log, log[-4000:]
+    lines = [line for line in log.splitlines() if LOG_LINE in line]
+    assert len(lines) == 1, lines  # one worker: one line a minute at most

@@ -1,0 +1,161 @@
+"""The README's tour, run as a new user runs it: its shell commands, verbatim but for the base URL, with bash
+against a real `assetcdn up` with demo content, each step's answer checked (status codes, the files it saves,
+a real WebP)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pyvips
+
+from tests.integration.harness import KEYS, RunningCdn, made_demo_videos, start_cdn
+from tests.prerequisites import installed_program
+
+pytestmark = pytest.mark.integration
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+TOUR_URL = "http://127.0.0.1:8788"  # the base URL the README's tour is written for (`make run`'s default)
+STATUS = "\n@status "
+# Every curl of a step also writes the answer's status code after its output (a function the step's bash
+# defines; the command itself is run as written).
+CURL_STATUS = "curl() { command curl --write-out '\\n@status %{http_code}\\n' \"$@\"; }\n"
+
+
+def tour_commands(readme: str) -> list[str]:
+    """The commands of the README's ```sh blocks that use the tour's base URL, a command per line (lines
+    ending in a backslash joined), comments and blank lines left out."""
+    commands = []
+    for block in re.findall(r"^```sh\n(.*?)^```", readme, flags=re.S | re.M):
+        if TOUR_URL not in block:
+            continue
+        for command in block.replace("\\\n", " ").splitlines():
+            if command.strip() and not command.lstrip().startswith("#"):
+                commands.append(command.strip())
+    return commands
+
+
+@dataclass
+class Step:
+    command: str
+    returncode: int
+    output: str
+    errors: str
+    directory: Path
+    cdn: RunningCdn
+
+    @property
+    def statuses(self) -> list[int]:
+        return [int(line) for line in re.findall(r"^@status (\d+)$", self.output, flags=re.M)]
+
+    @property
+    def body(self) -> str:
+        """What the step printed before the status code curl wrote."""
+        return self.output.rsplit(STATUS, 1)[0]
+
+    def json(self) -> dict:
+        return json.loads(self.body)
+
+
+def run_step(command: str, directory: Path, cdn: RunningCdn) -> Step:
+    # Files a step reads must be there: a tour that uploads a file the clone does not have fails here.
+    for name in re.findall(r"@(\S+)|sha256sum (\S+)", command):
+        assert (directory / "".join(name)).is_file(), f"the tour reads {''.join(name)}, which it never made: {command}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSETCDN_")} | KEYS
+    result = subprocess.run(["bash", "-c", CURL_STATUS + command.replace(TOUR_URL, cdn.edge_urls[0])],
+                            cwd=directory, env=env, capture_output=True, text=True, timeout=120, check=False)
+    return Step(command, result.returncode, result.stdout, result.stderr, directory, cdn)
+
+
+def demo_svg(step: Step) -> None:
+    assert step.statuses == [200] and "X-Cache: MISS" in step.output, step.output
+    again = run_step(step.command, step.directory, step.cdn)  # "(X-Cache: MISS, then HIT)"
+    assert again.statuses == [200] and "X-Cache: HIT" in again.output, again.output
+
+
+def zone_created(step: Step) -> None:
+    assert step.statuses == [201], step.output
+    assert step.json()["Name"] == "acme"
+
+
+def demo_png_saved(step: Step) -> None:
+    assert step.statuses == [200]
+    assert (step.directory / "logo.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def uploaded(step: Step) -> None:
+    data = (step.directory / "logo.png").read_bytes()
+    assert step.statuses == [201], step.output
+    answer = step.json()
+    assert answer["Message"] == "File uploaded successfully"
+    assert (answer["Length"], answer["Checksum"]) == (len(data), hashlib.sha256(data).hexdigest().upper())
+
+
+def read_back(step: Step) -> None:
+    assert step.statuses == [200], step.output
+    assert re.search(r"^Content-Type: image/png", step.output, flags=re.M | re.I), step.output
+
+
+def same_bytes(step: Step) -> None:
+    assert step.output.strip() == "the same bytes"
+
+
+def catalog(step: Step) -> None:
+    assert step.statuses == [200], step.output
+    size = (step.directory / "logo.png").stat().st_size
+    assert [(a["path"], a["size"]) for a in step.json()["Data"]] == [("acme/v1/logos/logo.png", size)]
+
+
+def small_webp(step: Step) -> None:
+    assert step.statuses == [200], step.output
+    data = (step.directory / "small.webp").read_bytes()
+    assert data[:4] == b"RIFF" and data[8:12] == b"WEBP"
+    assert pyvips.Image.new_from_buffer(data, "").width == 200
+
+
+def purged(step: Step) -> None:
+    assert step.statuses == [200], step.output
+    assert "project-acme" in step.body
+
+
+# What each step of the tour must answer, in the tour's order: a step the tour adds needs its check here.
+CHECKS: list[tuple[str, Callable[[Step], None]]] = [
+    (r"^curl -i \S+/demo/v1/logos/logo\.svg$", demo_svg),
+    (r"^curl -X POST .* \S+/api/core/zones$", zone_created),
+    (r"^curl -f -o logo\.png \S+/demo/v1/logos/logo\.png$", demo_png_saved),
+    (r"^curl -X PUT .*--data-binary @logo\.png \S+/api/storage/acme/v1/logos/logo\.png$", uploaded),
+    (r"^curl -D - -o copy\.png \S+/acme/v1/logos/logo\.png$", read_back),
+    (r"^cmp logo\.png copy\.png", same_bytes),
+    (r"^curl -H .*api/assets\?project=acme'$", catalog),
+    (r"^curl -f -o small\.webp '\S+/api/transform\?url=/acme/v1/logos/logo\.png&w=200&format=webp'$", small_webp),
+    (r"^curl -X POST .* \S+/api/purge$", purged),
+]
+
+
+@pytest.fixture(scope="module")
+def cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCdn]:
+    installed_program("curl", "tests/integration/setup.sh")
+    running = start_cdn(tmp_path_factory.mktemp("tour"), demo=True, prepare=made_demo_videos)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_the_readme_tour_works_step_by_step(cdn: RunningCdn, tmp_path: Path) -> None:
+    checked = []
+    for command in tour_commands(README.read_text()):
+        checks = [(pattern, check) for pattern, check in CHECKS if re.search(pattern, command)]
+        assert len(checks) == 1, f"a tour step this test does not check: {command!r}"
+        step = run_step(command, tmp_path, cdn)
+        assert step.returncode == 0, (command, step.output, step.errors)
+        checks[0][1](step)
+        checked.append(checks[0][0])
+    assert checked == [pattern for pattern, _ in CHECKS]  # every step, in its order
