@@ -28,6 +28,7 @@ import aiohttp
 from multidict import CIMultiDict
 from yarl import URL
 
+from assetcdn.edge.states.freshness import SURROGATE_CAPABILITY
 from assetcdn.shared.address_guard import (
     GuardedResolver,
     HostResolver,
@@ -49,7 +50,7 @@ UNKEYED_OVERRIDES = frozenset((
     "host", "forwarded", "x-forwarded-host", "x-forwarded-server", "x-forwarded-proto", "x-forwarded-scheme",
     "x-forwarded-port", "x-forwarded-prefix", "x-forwarded-for", "x-real-ip", "x-host", "x-original-url",
     "x-rewrite-url", "x-original-host", "x-http-method-override", "x-http-method", "x-method-override",
-    "x-forwarded-ssl", "front-end-https", "x-url-scheme", "via"))
+    "x-forwarded-ssl", "front-end-https", "x-url-scheme", "via", "surrogate-capability"))
 VIA = "1.1 assetcdn"
 
 
@@ -129,6 +130,7 @@ def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *,
     for name, value in origin.request_headers:
         headers[name] = value
     headers["Via"] = VIA
+    headers["Surrogate-Capability"] = SURROGATE_CAPABILITY  # Surrogate-Control may target this cache
     if client_ip:
         headers["X-Forwarded-For"] = client_ip
     headers["X-Forwarded-Proto"] = scheme

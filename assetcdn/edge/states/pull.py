@@ -231,10 +231,10 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
     declared = int(length) if length is not None and length.isdigit() else None
     if why is None and declared is not None and declared > limit:
         why = NotStored.TOO_LARGE
-    head = stored_headers(response.headers) if why is None else tuple(response.headers)
     detail = "stored" if why is None else f"detail={why.value}"
+    # This client gets the whole answer; what a qualified no-cache or private names is left out of what is kept.
     client = web.StreamResponse(status=response.status, headers=client_headers(
-        head, "MISS" if why is None else "PASS", f"{CACHE_STATUS}; fwd={fwd}; {detail}", age=None))
+        response.headers, "MISS" if why is None else "PASS", f"{CACHE_STATUS}; fwd={fwd}; {detail}", age=None))
     if declared is not None:
         client.content_length = declared
     await client.prepare(request)
@@ -265,7 +265,7 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
             request.transport.close()  # a body cut short must not look complete to the client
         return client
     if spool is not None:
-        await store(node, zone, path, url_key, fields, response, head, spool)
+        await store(node, zone, path, url_key, fields, response, stored_headers(response.headers), spool)
     if sending:
         await client.write_eof()
     else:
@@ -492,18 +492,22 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
 async def invalidate(node: EdgeNode, zone: PullZone, request: web.Request, path: str, prefix: str,
                      headers: Headers) -> None:
     """Drop what an unsafe request's success names: its URL, and the Location and Content-Location it
-    answered with when they are paths of the same zone on the same host (RFC 9111 4.4)."""
+    answered with when they name paths of the same zone (RFC 9111 4.4). The origin writes them in its own
+    URL space (its host, its path prefix) or, behind a Host header, in the zone's public one."""
     tags = [path_tag(f"{zone.name}{path}")]
+    origin_url = zone.origin.target(path)
+    origin_prefix = zone.origin.url.raw_path.rstrip("/")
     for name in ("location", "content-location"):
         value = first_value(headers, name)
         if value is None:
             continue
         try:
-            target = request.url.join(URL(value))
+            named = URL(value)
+            as_origin, as_public = origin_url.join(named), request.url.join(named)
         except ValueError:
             continue
-        if target.host != request.url.host or target.port != request.url.port:
-            continue
-        if target.raw_path.startswith(prefix + "/"):
-            tags.append(path_tag(f"{zone.name}{target.raw_path[len(prefix):]}"))
+        if as_origin.origin() == origin_url.origin() and as_origin.raw_path.startswith(origin_prefix + "/"):
+            tags.append(path_tag(f"{zone.name}{as_origin.raw_path[len(origin_prefix):]}"))
+        if as_public.origin() == request.url.origin() and as_public.raw_path.startswith(prefix + "/"):
+            tags.append(path_tag(f"{zone.name}{as_public.raw_path[len(prefix):]}"))
     await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_tags, tags)

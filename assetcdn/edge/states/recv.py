@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 from aiohttp import web
 
 from assetcdn.shared.errors import ApiError
@@ -15,3 +17,14 @@ def receive(request: web.Request, raw_path: str | None = None) -> str:
         return parse_cdn_path(raw)
     except InvalidPath as exc:
         raise ApiError(400, "InvalidPath", f"Invalid asset path: {exc}", target="path") from None
+
+
+def checked_origin_path(raw: str) -> str:
+    """A pull zone's path as its origin will be asked for it (percent-encoded, from `/`), refused when a dot
+    segment (`..`, also encoded) could take it outside the zone's path prefix at the origin."""
+    for segment in raw.split("/"):
+        decoded = unquote(segment)
+        if decoded in (".", "..") or any(char in decoded for char in "\x00\r\n"):
+            raise ApiError(400, "InvalidPath", "Invalid path: dot segments and control characters are not allowed.",
+                           target="path")
+    return raw
