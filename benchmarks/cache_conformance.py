@@ -10,7 +10,10 @@ that cache and the suite's CLI runs every test through it:
   nothing else (the suite's Docker image runs Debian's default VCL pointed at its origin);
 - nginx: ``proxy_cache`` with ``proxy_cache_revalidate on`` and HTTP/1.1 to the origin, as the suite's
   nginx configuration;
-- assetcdn: an edge whose pull zone has the suite's origin as its origin (see ``--ours``).
+- assetcdn: ``assetcdn up`` (one edge, as the test harness starts it), with a pull zone whose origin is the
+  suite's origin; the suite's base URL is that zone's path (``/<zone>``), so the edge forwards the suite's
+  ``/test/``, ``/config/`` and ``/state/`` requests to it. Loopback origins are allowed for this run only
+  (``[origin] allow_loopback``).
 
 Each cache's raw results (the CLI's JSON) are scored with the suite's own classification (its
 ``determineTestResult``: required pass or fail, optimal pass or fail, check yes or no, setup and
@@ -31,12 +34,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.integration.harness import free_port_block
+from tests.integration.harness import ACCOUNT, RunningCdn, free_port_block, start_cdn
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE_PACKAGE = "http-cache-tests"
@@ -179,6 +183,24 @@ def nginx(workdir: Path, port: int, origin: int) -> list[str]:
 
 Anchor = Callable[[Path, int, int], list[str]]
 ANCHORS: dict[str, Anchor] = {"varnish": varnish, "nginx": nginx}
+CACHES = ("assetcdn", *ANCHORS)
+PULL_ZONE = "conformance"
+
+
+@contextmanager
+def assetcdn(workdir: Path, origin: int) -> Iterator[str]:
+    """`assetcdn up` with a pull zone in front of the suite's origin; yields the suite's base URL."""
+    cdn: RunningCdn = start_cdn(workdir, env_extra={"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"})
+    try:
+        body = json.dumps({"Name": PULL_ZONE, "Origin": {"Url": f"http://127.0.0.1:{origin}"}}).encode()
+        request = urllib.request.Request(f"{cdn.edge_urls[0]}/api/core/zones", data=body, method="POST",
+                                         headers={**ACCOUNT, "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            if answer.status != 201:
+                raise RuntimeError(f"the pull zone was not created: {answer.status}")
+        yield f"{cdn.edge_urls[0]}/{PULL_ZONE}"
+    finally:
+        cdn.stop()
 
 
 def table(scores: dict[str, Score]) -> str:
@@ -193,11 +215,11 @@ def table(scores: dict[str, Score]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--out", type=Path, help="keep each cache's raw results (<cache>.json) here")
-    parser.add_argument("--only", choices=sorted(ANCHORS), action="append", help="run only these caches")
+    parser.add_argument("--only", choices=sorted(CACHES), action="append", help="run only these caches")
     args = parser.parse_args(argv)
     require_tools()
     suite = install_suite()
-    names = args.only or list(ANCHORS)
+    names = args.only or list(CACHES)
     scores: dict[str, Score] = {}
     with tempfile.TemporaryDirectory(prefix="cache-conformance-") as tmp:
         workdir = Path(tmp)
@@ -210,8 +232,12 @@ def main(argv: list[str] | None = None) -> int:
                 cache_dir = workdir / name
                 cache_dir.mkdir()
                 os.chmod(cache_dir, 0o755)
-                with running(ANCHORS[name](cache_dir, cache_port, origin_port), cache_port):
-                    results = run_suite(suite, f"http://127.0.0.1:{cache_port}")
+                if name == "assetcdn":
+                    with assetcdn(cache_dir, origin_port) as base:
+                        results = run_suite(suite, base)
+                else:
+                    with running(ANCHORS[name](cache_dir, cache_port, origin_port), cache_port):
+                        results = run_suite(suite, f"http://127.0.0.1:{cache_port}")
                 raw = (args.out or cache_dir) / f"{name}.json"
                 raw.parent.mkdir(parents=True, exist_ok=True)
                 raw.write_text(json.dumps(results, indent=2))

@@ -41,7 +41,11 @@ def routed() -> dict[tuple[str, str], Access | None]:
             found[(route.method.lower(), template(route.path))] = route.access
     for edge_route in PUBLIC_ROUTES:
         if edge_route.handler is not forward_to_control:
-            found.setdefault((edge_route.method.lower(), template(edge_route.path)), None)
+            # A route for any method (a pull zone's paths) is one operation per method OpenAPI can name.
+            methods = [m for m in METHODS if m not in ("get", "head")] if edge_route.method == "*" else \
+                [edge_route.method.lower()]
+            for method in methods:
+                found.setdefault((method, template(edge_route.path)), None)
     return found
 
 

@@ -38,6 +38,7 @@ from assetcdn.edge.routes import (
     transform,
 )
 from assetcdn.edge.site_config import FORWARDED, NOT_DELIVERY, apply_rule_changes, host_middleware
+from assetcdn.edge.states import pull
 from assetcdn.edge.states.deliver import request_header_changes
 from assetcdn.edge.tls import policy
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
@@ -67,6 +68,7 @@ CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/|dashboard(?:/|$)|\.well-known/acm
 PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", CDN_PATH, delivery.serve_asset),
     web.route("HEAD", CDN_PATH, delivery.serve_asset),
+    web.route("*", CDN_PATH, delivery.serve_asset),  # a pull zone's other methods go to its origin
     web.route("GET", "/api/health", health.health),
     web.route("HEAD", "/api/health", health.health),
     web.route("GET", "/metrics", metrics_handler),
@@ -153,6 +155,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     app[METRICS] = Metrics("edge")
     app[METRICS_KEY] = secrets.metrics_key
     app[SETTINGS], app[SECRETS] = settings, secrets
+    app[pull.FLIGHTS] = pull.Flights()
     # Embedded: the machine's counters.sqlite3 in the data directory, shared with control and every edge.
     app[COUNTERS] = counters_from_settings(settings.section("counters"), identity.data_dir or identity.cache_dir)
     _add_routes(app, PUBLIC_ROUTES)

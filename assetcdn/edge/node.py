@@ -24,6 +24,7 @@ from assetcdn.edge.cache.store import EdgeCache
 from assetcdn.edge.cache.tags import path_tag
 from assetcdn.edge.control_client import ControlClient, NotFoundAtControl, run_sync_loop
 from assetcdn.edge.delivery_log import DeliveryLog
+from assetcdn.edge.origin_client import OriginClient, OriginLimits
 from assetcdn.edge.replica import ManifestReplica
 from assetcdn.edge.site_config import EdgeConfig, tenant_path
 from assetcdn.edge.tls.state import EdgeTlsState
@@ -64,6 +65,9 @@ class EdgeNode:
         self.tls = EdgeTlsState(control.cluster_secret, state_dir / "tls-state.json")
         self._tls_pull_at = 0.0
         self.flight: SingleFlight[Any] = SingleFlight()
+        # Pull zones' origins (assetcdn/edge/origin_client.py), and the background revalidations they start.
+        self.origins = OriginClient(OriginLimits.from_settings(settings))
+        self.background: set[asyncio.Task[None]] = set()
         self._sync_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self.synced = False  # caught up with control at least once since this process started
@@ -111,12 +115,13 @@ class EdgeNode:
             await asyncio.wait_for(self.deliveries.ship(self.control, final=True), timeout=FINAL_SHIP_TIMEOUT_S)
         if self.deliveries.access is not None:
             self.deliveries.access.close()
-        for task in self._tasks:
+        for task in [*self._tasks, *self.background]:
             task.cancel()
-        for task in self._tasks:
+        for task in [*self._tasks, *self.background]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        await self.origins.close()
 
     def control_reachable(self) -> bool:
         return self.control.reachable(self.reachability_window_s)

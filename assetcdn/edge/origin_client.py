@@ -28,6 +28,7 @@ import aiohttp
 from multidict import CIMultiDict
 from yarl import URL
 
+from assetcdn.edge.states.freshness import SURROGATE_CAPABILITY
 from assetcdn.shared.address_guard import (
     GuardedResolver,
     HostResolver,
@@ -49,7 +50,7 @@ UNKEYED_OVERRIDES = frozenset((
     "host", "forwarded", "x-forwarded-host", "x-forwarded-server", "x-forwarded-proto", "x-forwarded-scheme",
     "x-forwarded-port", "x-forwarded-prefix", "x-forwarded-for", "x-real-ip", "x-host", "x-original-url",
     "x-rewrite-url", "x-original-host", "x-http-method-override", "x-http-method", "x-method-override",
-    "x-forwarded-ssl", "front-end-https", "x-url-scheme", "via"))
+    "x-forwarded-ssl", "front-end-https", "x-url-scheme", "via", "surrogate-capability"))
 VIA = "1.1 assetcdn"
 
 
@@ -129,6 +130,7 @@ def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *,
     for name, value in origin.request_headers:
         headers[name] = value
     headers["Via"] = VIA
+    headers["Surrogate-Capability"] = SURROGATE_CAPABILITY  # Surrogate-Control may target this cache
     if client_ip:
         headers["X-Forwarded-For"] = client_ip
     headers["X-Forwarded-Proto"] = scheme
@@ -145,13 +147,15 @@ class OriginResponse:
     _limits: OriginLimits
     received: int = field(default=0)
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The body as it arrives; OriginTimeout when the origin goes quiet, OriginTooLarge past the limit."""
-        limit = self._limits.max_object_bytes
+    async def chunks(self, limit: int | None = -1) -> AsyncIterator[bytes]:
+        """The body as it arrives; OriginTimeout when the origin goes quiet, OriginTooLarge past `limit`
+        (default ``max_object_mb``; None: no limit, for a body only passed on)."""
+        if limit == -1:
+            limit = self._limits.max_object_bytes
         try:
             async for chunk in self._response.content.iter_any():
                 self.received += len(chunk)
-                if self.received > limit:
+                if limit is not None and self.received > limit:
                     raise OriginTooLarge(f"the origin's body is longer than {limit} bytes")
                 yield chunk
         except (aiohttp.ServerTimeoutError, TimeoutError):

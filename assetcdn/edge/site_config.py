@@ -12,16 +12,28 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
+from yarl import URL
 
+from assetcdn.edge.origin_client import Origin
 from assetcdn.shared.content_security import keep_sandbox
 from assetcdn.shared.edge_rules import EMPTY_RULES, RESERVED_HEADERS, HeaderChanges, RuleSet
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.paths import ZONE_NAME
 from assetcdn.shared.published_config import PublishedConfig
+from assetcdn.shared.pull_origin import PullOrigin
 
 FORWARDED = web.RequestKey("forwarded_to_control", bool)
 REQUEST_HOST = web.RequestKey("request_host", str)
 NOT_DELIVERY = ("/api/health", "/metrics")
+
+
+@dataclass(frozen=True, slots=True)
+class PullZone:
+    """A zone whose paths come from an origin (assetcdn/edge/states/pull.py serves them)."""
+
+    name: str
+    origin: Origin
+    store_set_cookie: bool = False
 
 
 @dataclass(frozen=True)
@@ -30,13 +42,29 @@ class EdgeConfig:
     rules: RuleSet = EMPTY_RULES
     domains: dict[str, str] = field(default_factory=dict)
     base_domain: str = ""
+    pull_zones: dict[str, PullZone] = field(default_factory=dict)   # zone -> where its paths come from
 
     @staticmethod
     def from_published(published: PublishedConfig) -> EdgeConfig:
         return EdgeConfig(version=published.version,
                           rules=RuleSet.from_texts(published.headers, published.redirects, strict=False),
                           domains={h.lower(): z for h, z in published.domains.items()},
-                          base_domain=published.base_domain.lower())
+                          base_domain=published.base_domain.lower(),
+                          pull_zones={zone: pull_zone(zone, origin) for zone, origin in published.origins.items()})
+
+    def pull_target(self, host_zone: str | None, path: str) -> tuple[PullZone, str, str] | None:
+        """(zone, path at the origin, what comes before it) when a request path names a pull zone's path:
+        every path of a pull zone's own hosts, `/<zone>/...` on the others. None for stored zones."""
+        if not self.pull_zones:
+            return None
+        if host_zone is not None:
+            zone = self.pull_zones.get(host_zone)
+            return (zone, path, "") if zone is not None else None
+        name, slash, rest = path[1:].partition("/")
+        zone = self.pull_zones.get(name)
+        if zone is None:
+            return None
+        return zone, "/" + rest if slash else "/", "/" + name
 
     def zone_for_host(self, host: str) -> str | None:
         """The tenant zone a host names (a custom domain, or `<zone>.<base domain>`); `host` as
@@ -119,3 +147,8 @@ def apply_rule_changes(changes: HeaderChanges, headers: CIMultiDict[str]) -> Non
         if name.lower() not in RESERVED_HEADERS:
             headers[name] = value
     keep_sandbox(headers)
+
+
+def pull_zone(name: str, origin: PullOrigin) -> PullZone:
+    return PullZone(name, Origin(URL(origin.url), origin.host_header, tuple(origin.request_headers.items())),
+                    origin.store_set_cookie)

@@ -1,5 +1,5 @@
 """The configuration control publishes to every edge besides the manifest, as both sides see it:
-the `_headers` / `_redirects` rule files and the custom domains (built by assetcdn/control/storage/edge_config_store.py,
+the `_headers` / `_redirects` rule files, the custom domains and the pull zones' origins (assetcdn/shared/pull_origin.py) (built by assetcdn/control/storage/edge_config_store.py,
 applied by assetcdn/edge/site_config.py).
 
 It crosses the wire (GET /api/cluster/config) and sits on an edge's disk as `to_json`; an edge parses
@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from assetcdn.shared.pull_origin import PullOrigin, parse_origin
+
 
 @dataclass(frozen=True, slots=True)
 class PublishedConfig:
@@ -24,20 +26,24 @@ class PublishedConfig:
     redirects: str | None = None    # the `_redirects` file
     domains: Mapping[str, str] = field(default_factory=dict)   # custom hostname -> zone
     base_domain: str = ""           # `<zone>.<base domain>` names a zone's tenant host ("" when unset)
+    origins: Mapping[str, PullOrigin] = field(default_factory=dict)  # pull zone -> its origin
 
     @staticmethod
     def build(*, headers: str | None, redirects: str | None, domains: Mapping[str, str],
-              base_domain: str) -> PublishedConfig:
+              base_domain: str, origins: Mapping[str, PullOrigin] | None = None) -> PublishedConfig:
         """The config of this content, with its version: the first 16 hex of the SHA-256 of its
         fields as sorted-key JSON (edges compare it as an opaque string)."""
-        body = {"headers": headers, "redirects": redirects, "domains": dict(domains), "base_domain": base_domain}
+        origins = dict(origins or {})
+        body = {"headers": headers, "redirects": redirects, "domains": dict(domains), "base_domain": base_domain,
+                "origins": {zone: origin.to_json() for zone, origin in origins.items()}}
         version = hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
         return PublishedConfig(version=version, headers=headers, redirects=redirects, domains=dict(domains),
-                               base_domain=base_domain)
+                               base_domain=base_domain, origins=origins)
 
     def to_json(self) -> dict[str, Any]:
         return {"version": self.version, "headers": self.headers, "redirects": self.redirects,
-                "domains": dict(self.domains), "base_domain": self.base_domain}
+                "domains": dict(self.domains), "base_domain": self.base_domain,
+                "origins": {zone: origin.to_json() for zone, origin in self.origins.items()}}
 
     @staticmethod
     def from_json(data: object) -> PublishedConfig:
@@ -57,5 +63,9 @@ class PublishedConfig:
             raise ValueError("the published config's domains are not a map of hostname to zone")
         if not isinstance(base_domain, str):
             raise ValueError("the published config's base domain is not text")
+        origins = data.get("origins") or {}
+        if not isinstance(origins, dict) or not all(isinstance(zone, str) for zone in origins):
+            raise ValueError("the published config's origins are not a map of zone to origin")
         return PublishedConfig(version=version, headers=headers, redirects=redirects, domains=domains,
-                               base_domain=base_domain)
+                               base_domain=base_domain,
+                               origins={zone: parse_origin(origin) for zone, origin in origins.items()})

@@ -1,10 +1,16 @@
-"""Core plane: zones. GET/POST /api/core/zones, GET/DELETE /api/core/zones/{id}."""
+"""Core plane: zones. GET/POST /api/core/zones, GET/DELETE /api/core/zones/{id}, and a pull zone's origin:
+GET/PUT/DELETE /api/core/zones/{id}/origin (assetcdn/shared/pull_origin.py says what an origin is).
+
+A zone with an origin is a pull zone: the edges fetch its CDN paths from that origin and cache them by the
+origin's headers; without one its paths are the files stored in it. The origin reaches the edges in the
+published config, so setting, changing or removing it takes effect on every edge at the next config push."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from aiohttp import web
+from yarl import URL
 
 from assetcdn.control.app_keys import (
     CERTIFICATES,
@@ -12,6 +18,7 @@ from assetcdn.control.app_keys import (
     GIT,
     MANIFEST,
     PUBLISHER,
+    SETTINGS,
     ZONES,
     public_url,
 )
@@ -19,10 +26,12 @@ from assetcdn.control.publishing.publisher import Mutation
 from assetcdn.control.request_body import read_json
 from assetcdn.control.storage.zones_store import ZoneMeta
 from assetcdn.control.webhooks.events import zone_created, zone_deleted
+from assetcdn.shared.address_guard import check_address, literal_address, name_problem
 from assetcdn.shared.errors import bad_request, conflict, not_found
 from assetcdn.shared.manifest import ManifestEntry, human_size
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.paths import CLIENT_ROOT, ZONE_CATEGORIES, validate_zone_name
+from assetcdn.shared.pull_origin import OriginProblem, PullOrigin, parse_origin
 from assetcdn.shared.timestamps import as_iso_utc, utc_now_iso
 
 from .storage import STORAGE_ZONE_NAME
@@ -40,9 +49,10 @@ async def zone_names(request: web.Request) -> list[str]:
 
 
 def _summary(request: web.Request, name: str, meta: ZoneMeta | None,
-             entries: list[ManifestEntry]) -> dict[str, Any]:
+             entries: list[ManifestEntry], origin: PullOrigin | None) -> dict[str, Any]:
     used = sum(e.size for e in entries)
     return {
+        "Kind": "pull" if origin else "storage", "Origin": origin.public_json() if origin else None,
         "Id": name, "Name": name, "StorageZoneName": STORAGE_ZONE_NAME,
         "OriginUrl": f"{public_url(request.app)}/{name}/",
         "FileCount": len(entries), "StorageUsed": used, "StorageUsedHuman": human_size(used),
@@ -67,14 +77,17 @@ async def list_zones(request: web.Request) -> web.Response:
     by_zone: dict[str, list[ManifestEntry]] = {}
     for entry in manifest.entries.values():
         by_zone.setdefault(entry.zone, []).append(entry)
-    zones = [_summary(request, name, metas.get(name), by_zone.get(name, [])) for name in await zone_names(request)]
+    origins = await request.app[EDGE_CONFIG].origins()
+    zones = [_summary(request, name, metas.get(name), by_zone.get(name, []), origins.get(name))
+             for name in await zone_names(request)]
     return json_response(zones)
 
 
 async def get_zone(request: web.Request) -> web.Response:
     zone = await require_zone(request)
     entries = sorted(request.app[MANIFEST].zone_entries(zone), key=lambda e: e.path)
-    detail = _summary(request, zone, await request.app[ZONES].get(zone), entries)
+    detail = _summary(request, zone, await request.app[ZONES].get(zone), entries,
+                      await request.app[EDGE_CONFIG].origin(zone))
     detail["Formats"] = sorted({e.format for e in entries if e.format})
     detail["Files"] = [{"Path": e.path, "Name": e.name, "Format": e.format, "Size": e.size, "Category": e.category}
                        for e in entries]
@@ -91,6 +104,7 @@ async def create_zone(request: web.Request) -> web.Response:
     problem = validate_zone_name(name)
     if problem:
         raise bad_request(problem, target="Name", code="InvalidName")
+    origin = checked_origin(request, body["Origin"]) if body.get("Origin") is not None else None
 
     async def refuse_existing() -> None:
         if name in await zone_names(request):
@@ -100,8 +114,13 @@ async def create_zone(request: web.Request) -> web.Response:
     published = await request.app[PUBLISHER].commit(zone_scaffold(name), f"Create zone {name} with its v1 directories",
                                                     precondition=refuse_existing, change=zone_created(name))
     meta = await request.app[ZONES].ensure(name, published.commit.committed_at)
+    if origin is not None:
+        await request.app[EDGE_CONFIG].set_origin(name, origin)
+        await request.app[PUBLISHER].publish_config()
     return json_response({
-        "HttpCode": 201, "Message": f"Zone '{name}' created.", "Id": name, "Name": name,
+        "HttpCode": 201, "Message": f"Zone '{name}' created" + (f", pulling from {origin.url}." if origin else "."),
+        "Id": name, "Name": name, "Kind": "pull" if origin else "storage",
+        "Origin": origin.public_json() if origin else None,
         "OriginUrl": f"{public_url(request.app)}/{name}/", "Commit": published.commit.commit_id,
         "Directories": list(ZONE_CATEGORIES), "EdgeStatus": "pending",  # the v1/ sub-directories
         "EdgeNote": published.edge_note, "DateCreated": as_iso_utc(meta.created_at),
@@ -124,6 +143,8 @@ async def delete_zone(request: web.Request) -> web.Response:
     published = await request.app[PUBLISHER].commit_planned(every_file)
     asset_count = sum(1 for c in published.commit.changes if not c.path.endswith("/.gitkeep"))
     await request.app[ZONES].remove(zone)
+    if await request.app[EDGE_CONFIG].remove_origin(zone):
+        await request.app[PUBLISHER].publish_config()
     # A deleted zone keeps no custom domains: they would map hostnames to nothing.
     if await request.app[EDGE_CONFIG].domains(zone):
         await request.app[EDGE_CONFIG].remove_zone_domains(zone)
@@ -134,3 +155,51 @@ async def delete_zone(request: web.Request) -> web.Response:
         "Commit": published.commit.commit_id, "FilesRemoved": asset_count, "EdgeStatus": "purging",
         "EdgeNote": published.edge_note,
     })
+
+
+def checked_origin(request: web.Request, data: object) -> PullOrigin:
+    """The origin of a create or PUT body, or 400: its form (assetcdn/shared/pull_origin.py), and a host that is
+    not a private network's name or address (names are checked again, as resolved, by the edge that connects)."""
+    try:
+        origin = parse_origin(data)
+    except OriginProblem as exc:
+        raise bad_request(str(exc), target=exc.target, code="InvalidOrigin") from None
+    allow_loopback = bool(request.app[SETTINGS].get("origin", "allow_loopback"))
+    host = URL(origin.url).raw_host or ""
+    literal = literal_address(host)
+    problem = (check_address(literal, allow_loopback=allow_loopback) if literal is not None
+               else name_problem(host, allow_loopback=allow_loopback))
+    if problem:
+        raise bad_request(f"The origin cannot be reached on the edges' behalf: {problem}.", target="Origin.Url",
+                          code="InvalidOrigin")
+    return origin
+
+
+def origin_answer(zone: str, origin: PullOrigin | None, message: str) -> web.Response:
+    return json_response({"HttpCode": 200, "Message": message, "Zone": zone, "Kind": "pull" if origin else "storage",
+                          "Origin": origin.public_json() if origin else None})
+
+
+async def get_origin(request: web.Request) -> web.Response:
+    zone = await require_zone(request)
+    origin = await request.app[EDGE_CONFIG].origin(zone)
+    if origin is None:
+        raise not_found(f"Zone '{zone}' has no origin: its paths are the files stored in it.", target="id",
+                        code="NoOrigin")
+    return origin_answer(zone, origin, f"Zone '{zone}' pulls from {origin.url}.")
+
+
+async def put_origin(request: web.Request) -> web.Response:
+    zone = await require_zone(request)
+    origin = checked_origin(request, await read_json(request))
+    await request.app[EDGE_CONFIG].set_origin(zone, origin)
+    await request.app[PUBLISHER].publish_config()
+    return origin_answer(zone, origin, f"Zone '{zone}' now pulls from {origin.url}.")
+
+
+async def delete_origin(request: web.Request) -> web.Response:
+    zone = await require_zone(request)
+    if not await request.app[EDGE_CONFIG].remove_origin(zone):
+        raise not_found(f"Zone '{zone}' has no origin.", target="id", code="NoOrigin")
+    await request.app[PUBLISHER].publish_config()
+    return origin_answer(zone, None, f"Zone '{zone}' no longer pulls from an origin: its paths are its stored files.")

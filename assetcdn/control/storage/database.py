@@ -65,6 +65,12 @@ CREATE TABLE IF NOT EXISTS domains (
     created_at TEXT NOT NULL,
     ssl_status TEXT NOT NULL DEFAULT 'provisioning'
 );
+-- A pull zone's origin (assetcdn/shared/pull_origin.py, its client form as JSON); a zone without a row is stored.
+CREATE TABLE IF NOT EXISTS zone_origins (
+    zone TEXT PRIMARY KEY,
+    origin TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS webhooks (
     id TEXT PRIMARY KEY,
     url TEXT NOT NULL,

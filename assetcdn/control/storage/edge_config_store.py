@@ -1,5 +1,5 @@
 """What edges need besides the manifest: the `_headers` / `_redirects` rules (files at the root of the
-git repository) and the custom-domain map (SQLite). Its version is a hash of its content, so an edge
+git repository), the custom-domain map and the pull zones' origins (SQLite). Its version is a hash of its content, so an edge
 compares one string on every push or catch-up and fetches the config only when it changed."""
 
 from __future__ import annotations
@@ -7,10 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from assetcdn.control.storage.database import Database
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.shared.edge_rules import RULE_FILES
 from assetcdn.shared.published_config import PublishedConfig
+from assetcdn.shared.pull_origin import PullOrigin, parse_origin
 from assetcdn.shared.timestamps import utc_now_iso
 
 
@@ -52,7 +55,7 @@ class EdgeConfigStore:
         rules = await self.rules()
         domains = {d.hostname: d.zone for d in await self.domains()}
         snapshot = PublishedConfig.build(headers=rules["_headers"], redirects=rules["_redirects"], domains=domains,
-                                         base_domain=self.base_domain).to_json()
+                                         base_domain=self.base_domain, origins=await self.origins()).to_json()
         if epoch == self._epoch:  # nothing changed while we read: safe to keep
             self._snapshot = snapshot
         return snapshot
@@ -91,3 +94,24 @@ class EdgeConfigStore:
     async def remove_zone_domains(self, zone: str) -> None:
         await self.db.write("DELETE FROM domains WHERE zone = ?", (zone,))
         self.invalidate()
+
+    # --- pull zones' origins ---
+
+    async def origins(self) -> dict[str, PullOrigin]:
+        rows = await self.db.fetch("SELECT zone, origin FROM zone_origins ORDER BY zone")
+        return {zone: parse_origin(orjson.loads(origin)) for zone, origin in rows}
+
+    async def origin(self, zone: str) -> PullOrigin | None:
+        row = await self.db.fetch_one("SELECT origin FROM zone_origins WHERE zone = ?", (zone,))
+        return parse_origin(orjson.loads(row[0])) if row else None
+
+    async def set_origin(self, zone: str, origin: PullOrigin) -> None:
+        await self.db.write("INSERT INTO zone_origins (zone, origin, updated_at) VALUES (?, ?, ?) "
+                            "ON CONFLICT (zone) DO UPDATE SET origin = excluded.origin, updated_at = excluded.updated_at",
+                            (zone, orjson.dumps(origin.to_json()).decode(), utc_now_iso()))
+        self.invalidate()
+
+    async def remove_origin(self, zone: str) -> bool:
+        removed = await self.db.write("DELETE FROM zone_origins WHERE zone = ?", (zone,))
+        self.invalidate()
+        return removed > 0

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -130,7 +130,7 @@ class EdgeCache:
         content_type: str,
         etag: str,
         tags: Iterable[str] = (),
-        headers: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
     ) -> CachedObject:
         """Store a response body under ``key`` in both tiers and return the stored entry.
 
@@ -142,7 +142,8 @@ class EdgeCache:
         segment's rendition hash and number, never the git blob id. Blocking: see module docstring.
         """
         tag_tuple = tuple(dict.fromkeys(tags))
-        header_pairs = tuple((headers or {}).items())
+        # A mapping, or field lines in order (a pull zone's stored head, where a field may repeat).
+        header_pairs = tuple(headers.items()) if isinstance(headers, Mapping) else tuple(headers or ())
         stored_at = time.time()
         size = self.disk.put(
             key,

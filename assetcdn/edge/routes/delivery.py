@@ -1,8 +1,10 @@
-"""GET/HEAD of CDN paths (`/<zone>/v1/<category>/<file>`, `/stocks/...`): receive (redirects, tenant
-hosts: assetcdn/edge/states/recv.py), then the serve sequence (assetcdn/edge/states/serve.py) with the file as it is.
+"""CDN paths (`/<zone>/v1/<category>/<file>`, `/stocks/...`, any path of a pull zone): receive (redirects,
+tenant hosts, pull zones), then the serve sequence (assetcdn/edge/states/serve.py) with the file as it is, or,
+for a pull zone, its origin's (assetcdn/edge/states/pull.py).
 
 On a tenant host (assetcdn/edge/site_config.py) `/v1/...` names the host's zone, and only that zone's files and
-the stock pool are served (assetcdn/edge/access.py).
+the stock pool are served (assetcdn/edge/access.py); every path of a pull zone's own host is the zone's.
+Methods other than GET and HEAD go to a pull zone's origin; a stored zone's paths answer them 405.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.delivery_log import DELIVERED_PATH
 from assetcdn.edge.site_config import request_host
 from assetcdn.edge.states.fetch import AS_IS
-from assetcdn.edge.states.recv import receive
+from assetcdn.edge.states.pull import serve_pull
+from assetcdn.edge.states.recv import PullPath, receive
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.manifest import ManifestEntry
@@ -36,7 +39,11 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE]
     config = node.config
     host_zone = config.zone_for_host(request_host(request))
-    cdn_path = receive(request, config, host_zone)  # _redirects are answered before any cache lookup
+    named = receive(request, config, host_zone)  # _redirects are answered before any cache lookup
+    if isinstance(named, PullPath):
+        request[DELIVERED_PATH] = f"{named.zone.name}{named.path}"
+        return await serve_pull(request, named.zone, named.path, named.prefix)
+    cdn_path = named
     request[DELIVERED_PATH] = cdn_path
     entry = source_for(node, cdn_path, host_zone, REFUSALS)
     return await serve(request, entry, AS_IS, ServePolicy(node.asset_cache_control, REFUSALS))

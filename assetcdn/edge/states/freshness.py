@@ -25,8 +25,13 @@ HEURISTIC_STATUSES = frozenset((200, 203, 204, 206, 300, 301, 308, 404, 405, 410
 UNDERSTOOD_STATUSES = frozenset((200, 203, 204, 300, 301, 302, 303, 307, 308, 404, 405, 410, 414, 501))
 HEURISTIC_FRACTION = 0.1         # of the time since Last-Modified (RFC 9111 4.2.2's suggestion)
 HEURISTIC_MAX = 24 * 3600.0      # a heuristic lifetime above a day would need a Warning (RFC 7234): capped
-# The cache's own reading of a response: from RFC 9213's targeted field when present, else Cache-Control.
-TARGETED_FIELDS = ("cdn-cache-control",)
+# The cache's own reading of a response: a field targeted at it when one is present (RFC 9213's
+# CDN-Cache-Control, then the Edge Architecture note's Surrogate-Control), else Cache-Control.
+TARGETED_FIELDS = ("cdn-cache-control", "surrogate-control")
+# This cache's device token in Surrogate-Control (`max-age=60;assetcdn`), announced to origins in every
+# request's Surrogate-Capability field.
+SURROGATE_TOKEN = "assetcdn"
+SURROGATE_CAPABILITY = f'{SURROGATE_TOKEN}="Surrogate/1.0"'
 SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
 # Never stored, and never updated from a 304 (RFC 9111 3.1, 3.2; RFC 9110 7.6.1).
 UNSTORED_FIELDS = frozenset(("connection", "keep-alive", "proxy-connection", "te", "transfer-encoding", "upgrade",
@@ -119,10 +124,21 @@ def response_directives(headers: Headers) -> tuple[dict[str, str | None], bool]:
     for name in TARGETED_FIELDS:
         values = field_values(headers, name)
         if values:
-            directives = parse_directives(values)
+            directives = parse_directives(values) if name != "surrogate-control" else surrogate_directives(values)
             if directives:
                 return directives, True
     return parse_directives(field_values(headers, "cache-control")), False
+
+
+def surrogate_directives(values: Iterable[str]) -> dict[str, str | None]:
+    """Surrogate-Control's directives meant for this cache: those with no `;device` target, and those whose
+    target is this cache's token."""
+    kept = []
+    for member in split_list(values):
+        directive, _, target = member.partition(";")
+        if not target or target.strip().lower() == SURROGATE_TOKEN:
+            kept.append(directive)
+    return parse_directives(kept)
 
 
 def request_directives(headers: Headers) -> dict[str, str | None]:
@@ -146,6 +162,7 @@ class NotStored(enum.Enum):
     SET_COOKIE = "set-cookie"
     VARY_STAR = "vary-star"
     NO_FRESHNESS = "no-freshness"
+    TOO_LARGE = "too-large"
 
 
 def not_storable(method: str, status: int, request_headers: Headers, response_headers: Headers, *,
@@ -265,13 +282,24 @@ def freshness_lifetime(status: int, headers: Headers, response_time: float, *,
     return 0.0
 
 
+def age_value(headers: Headers) -> int:
+    """The Age a response arrived with: one field line holding one non-negative integer. Anything else
+    (a list, a parameter, a sign, a fraction, two lines) cannot be trusted, so the response counts as
+    having been cached for as long as an age can be (RFC 9111 5.1: the cache must not treat it as fresh)."""
+    values = field_values(headers, "age")
+    if not values:
+        return 0
+    seconds = delta_seconds(values[0].strip()) if len(values) == 1 else None
+    return MAX_DELTA if seconds is None else seconds
+
+
 def corrected_initial_age(headers: Headers, request_time: float, response_time: float) -> float:
     """RFC 9111 4.2.3: the age a response had when it arrived, from its Date and Age."""
     date = http_date(first_value(headers, "date"))
     apparent_age = max(0.0, response_time - date) if date is not None else 0.0
-    age_value = delta_seconds((first_value(headers, "age") or "").strip()) or 0
+    age_value_ = age_value(headers)
     response_delay = max(0.0, response_time - request_time)
-    return float(min(max(apparent_age, age_value + response_delay), MAX_DELTA))
+    return float(min(max(apparent_age, age_value_ + response_delay), MAX_DELTA))
 
 
 def freshness(status: int, headers: Headers, request_time: float, response_time: float) -> Freshness:

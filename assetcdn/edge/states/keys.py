@@ -12,6 +12,7 @@ These strings are stored on disk: changing one orphans every entry of its kind, 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 
 from assetcdn.shared.manifest import ManifestEntry
@@ -52,3 +53,16 @@ def segment_key(source_id: str, index: int) -> str:
 def playlist_key(index_id: str, quality: int | None) -> str:
     """An HLS playlist built from a video's index: the master one (`quality` None) or one rendition's."""
     return f"playlist:{index_id}:{quality if quality is not None else 'master'}"
+
+
+def pull_key(zone: str, path: str, query: str) -> str:
+    """A pull zone's URL (its percent-encoded path and query as requested): hashed, so that any URL makes a
+    key of one length with no ':' in it."""
+    url = f"{zone}{path}?{query}" if query else f"{zone}{path}"
+    return f"pull:{hashlib.sha256(url.encode('utf-8', 'surrogateescape')).hexdigest()[:40]}"
+
+
+def pull_variant_key(url_key: str, selector: str) -> str:
+    """One response of a pull zone's URL that varies (the request fields its Vary names select it), or
+    another thing kept per URL (`selector`)."""
+    return f"{url_key}|{hashlib.sha256(selector.encode('utf-8', 'surrogateescape')).hexdigest()[:24]}"

@@ -1,13 +1,17 @@
 """receive: what a delivery request names, worked out here only, for the application's delivery route
 (assetcdn/edge/routes/delivery.py) and the hit path (assetcdn/edge/fastpath/prepared.py) alike: a
-`_redirects` redirect to answer, or the CDN path, after a rewrite (a 200 rule) and the tenant host's zone
-(assetcdn/edge/site_config.py), validated (a clear error on bad input)."""
+`_redirects` redirect to answer, a pull zone's path (its origin's, assetcdn/edge/states/pull.py), or the CDN
+path, after a rewrite (a 200 rule) and the tenant host's zone (assetcdn/edge/site_config.py), validated (a
+clear error on bad input)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from urllib.parse import unquote
+
 from aiohttp import web
 
-from assetcdn.edge.site_config import EdgeConfig, tenant_path
+from assetcdn.edge.site_config import EdgeConfig, PullZone, tenant_path
 from assetcdn.shared.edge_rules import Redirect
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.paths import InvalidPath, parse_cdn_path
@@ -18,24 +22,56 @@ REDIRECTS: dict[int, type[web.HTTPMove]] = {
 }
 
 
-def resolve(config: EdgeConfig, host_zone: str | None, path: str, path_qs: str) -> Redirect | str:
-    """The redirect a request path answers with, or the CDN path (no leading slash) it names; InvalidPath
-    if that is no CDN path. `_redirects` match the request as sent (`path_qs`: its query string goes to
-    the location); `host_zone` is the tenant zone of the request's host (None: the default host)."""
-    redirect = config.rules.redirects.match(path_qs)
+@dataclass(frozen=True, slots=True)
+class PullPath:
+    """A pull zone's path: `path` is what its origin is asked for (percent-encoded, from `/`), `prefix` what
+    comes before it in the request path (`/<zone>` on the default host, nothing on the zone's own hosts)."""
+
+    zone: PullZone
+    path: str
+    prefix: str
+
+
+def resolve(config: EdgeConfig, host_zone: str | None, path: str, path_qs: str, raw_path: str | None = None,
+            *, redirects: bool = True) -> Redirect | PullPath | str:
+    """The redirect a request path answers with, the pull zone path it names, or the CDN path (no leading
+    slash) it names; InvalidPath if it is none of them. `_redirects` match the request as sent (`path_qs`: its
+    query string goes to the location; `redirects` False: not for this request); `host_zone` is the tenant
+    zone of the request's host (None: the default host); `raw_path` the path as sent, percent-encoded (the
+    form an origin is asked for; default `path`)."""
+    raw = path if raw_path is None else raw_path
+    redirect = config.rules.redirects.match(path_qs) if redirects else None
     if redirect is not None:
         if not redirect.is_rewrite:
             return redirect
-        path = redirect.location.split("?", 1)[0]
+        path = raw = redirect.location.split("?", 1)[0]
+    pull = config.pull_target(host_zone, raw)
+    if pull is not None:
+        zone, origin_path, prefix = pull
+        return PullPath(zone, origin_path_checked(origin_path), prefix)
     return parse_cdn_path(tenant_path(host_zone, path))
 
 
-def receive(request: web.Request, config: EdgeConfig, host_zone: str | None) -> str:
-    """`resolve` for the application: the CDN path, else its redirect raised, or 400 InvalidPath."""
+def origin_path_checked(raw: str) -> str:
+    """A pull zone's path, refused when a dot segment (`..`, also percent-encoded) could take it outside the
+    zone's path prefix at the origin, or a control character could split the origin request."""
+    for segment in raw.split("/"):
+        decoded = unquote(segment)
+        if decoded in (".", "..") or any(char in decoded for char in "\x00\r\n"):
+            raise InvalidPath("dot segments and control characters are not allowed.")
+    return raw
+
+
+def receive(request: web.Request, config: EdgeConfig, host_zone: str | None) -> PullPath | str:
+    """`resolve` for the application: the pull zone path or CDN path, else its redirect raised, or 400
+    InvalidPath. Only a pull zone's paths take other methods than GET and HEAD (405 otherwise)."""
+    safe = request.method in ("GET", "HEAD")
     try:
-        named = resolve(config, host_zone, request.path, request.path_qs)
+        named = resolve(config, host_zone, request.path, request.path_qs, request.rel_url.raw_path, redirects=safe)
     except InvalidPath as exc:
         raise ApiError(400, "InvalidPath", f"Invalid asset path: {exc}", target="path") from None
+    if not safe and not isinstance(named, PullPath):
+        raise web.HTTPMethodNotAllowed(request.method, ["GET", "HEAD"])
     if isinstance(named, Redirect):
         raise REDIRECTS[named.status](named.location)
     return named

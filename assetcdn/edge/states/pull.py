@@ -1,0 +1,513 @@
+"""Pull zones: the serve sequence for paths whose source is an HTTP origin the user runs.
+
+The same states as a stored zone's, with the origin's own headers deciding freshness (RFC 9111, the rules in
+assetcdn/edge/states/freshness.py):
+
+    receive (assetcdn/edge/routes/delivery.py: the zone and the origin path)
+    -> look up: the URL's entry, then, when the origin answered with Vary, the variant the request selects
+    -> fresh: HIT | stale within stale-while-revalidate: STALE, revalidated in the background
+       | otherwise: a conditional request (304: the stored head is updated, REVALIDATED) or a MISS
+    -> miss: one origin request per key however many clients wait (the first streams the body as it
+       arrives while it is written to the cache; the others are answered from the cache once it is there);
+       an answer that may not be stored goes to its own client only, and the others ask for their own
+    -> deliver: the stored head with Age, X-Cache and Cache-Status (RFC 9211); If-None-Match,
+       If-Modified-Since and a byte range answered from the stored response
+    -> origin down or 5xx: the stale copy where stale-if-error allows (RFC 5861), else 502 or 504
+
+Unsafe methods go to the origin as they are and invalidate what they name (RFC 9111 4.4). Nothing here is
+shared with control: a pull zone's bytes never pass through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import IO, BinaryIO, cast
+
+from aiohttp import web
+from multidict import CIMultiDict
+from yarl import URL
+
+from assetcdn.edge.app_keys import NODE
+from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.cache.tags import path_tag
+from assetcdn.edge.node import EdgeNode
+from assetcdn.edge.origin_client import OriginError, OriginResponse, origin_request_headers
+from assetcdn.edge.site_config import PullZone
+from assetcdn.edge.states.deliver import etag_matches, parse_range
+from assetcdn.edge.states.freshness import (
+    Freshness,
+    Headers,
+    NotStored,
+    Reuse,
+    first_value,
+    freshness,
+    http_date,
+    invalidates,
+    not_storable,
+    request_directives,
+    reuse,
+    secondary_key,
+    split_list,
+    stored_headers,
+    updated_headers,
+    usable_on_error,
+    validated_by,
+    validators,
+    vary_fields,
+)
+from assetcdn.edge.states.keys import pull_key, pull_variant_key
+from assetcdn.shared.errors import ApiError
+
+log = logging.getLogger(__name__)
+SPOOL_MEMORY = 1024 * 1024          # a body being stored is kept in memory up to this, then in a temporary file
+CACHE_STATUS = "assetcdn"           # this cache's name in Cache-Status (RFC 9211)
+# Pseudo-fields kept with a stored head (":" starts no real field name): the status and RFC 9111's clocks.
+STATUS, REQUEST_TIME, RESPONSE_TIME, VARY = ":status", ":request-time", ":response-time", ":vary"
+TAG_FIELDS = ("cache-tag", "surrogate-key")
+# A client's own conditions and ranges are answered from the stored response, never passed on a cache fill.
+CLIENT_CONDITIONS = ("If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range")
+# What is never copied to a client from a stored head: framing is the edge's own.
+NOT_DELIVERED = frozenset(("content-length", "transfer-encoding", "connection", "keep-alive", "date"))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    """A cached origin response: its cache entry and the head it was stored with."""
+
+    obj: CachedObject
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    freshness: Freshness
+
+    @staticmethod
+    def of(obj: CachedObject) -> StoredResponse | None:
+        fields = dict(item for item in obj.headers if item[0].startswith(":"))
+        try:
+            status = int(fields[STATUS])
+            request_time, response_time = float(fields[REQUEST_TIME]), float(fields[RESPONSE_TIME])
+        except (KeyError, ValueError):
+            return None
+        headers = tuple(item for item in obj.headers if not item[0].startswith(":"))
+        return StoredResponse(obj, status, headers, freshness(status, headers, request_time, response_time))
+
+
+class Flights:
+    """One origin request per key at a time: the first request for a key leads (asks the origin, streams the
+    answer to its client, stores it); requests arriving meanwhile wait for it to land, then look up again
+    (their own Vary variant, and whether it may answer them) and ask the origin themselves if it may not."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, asyncio.Future[None]] = {}
+
+    def join(self, key: str) -> asyncio.Future[None] | None:
+        """The flight to wait for, or None: the caller leads, and must `land` the key."""
+        future = self._waiting.get(key)
+        if future is None:
+            self._waiting[key] = asyncio.get_running_loop().create_future()
+        return future
+
+    def land(self, key: str) -> None:
+        future = self._waiting.pop(key, None)
+        if future is not None and not future.done():
+            future.set_result(None)
+
+
+FLIGHTS = web.AppKey("pull_flights", Flights)
+
+
+def request_fields(request: web.Request) -> list[tuple[str, str]]:
+    return [(name.lower(), value) for name, value in request.headers.items()]
+
+
+async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: str) -> web.StreamResponse:
+    """Answer a request for `path` (percent-encoded, from `/`) of a pull zone; `prefix` is what the request
+    path has before it (`/<zone>` on the default host, nothing on the zone's own hosts)."""
+    node = request.app[NODE]
+    if request.method not in ("GET", "HEAD"):
+        return await forward_unsafe(request, node, zone, path, prefix)
+    fields = request_fields(request)
+    directives = request_directives(fields)
+    url_key = pull_key(zone.name, path, request.rel_url.raw_query_string)
+    flight_key = pull_variant_key(url_key, "flight")
+    flights = request.app[FLIGHTS]
+    while True:
+        stored = lookup(node, url_key, fields)
+        now = time.time()
+        if stored is not None:
+            decision = reuse(stored.freshness, directives, now)
+            if decision is Reuse.FRESH:
+                node.metrics.cache_result("HIT").inc()
+                return await deliver(request, stored, "HIT", f"{CACHE_STATUS}; hit; ttl={ttl(stored, now)}")
+            if decision is Reuse.STALE_REVALIDATING:
+                node.metrics.cache_result("STALE").inc()
+                background_revalidate(request, node, zone, path, url_key, stored)
+                return await deliver(request, stored, "STALE", f"{CACHE_STATUS}; hit; fwd=stale")
+        if "only-if-cached" in directives:
+            raise ApiError(504, "NotCached", "The response is not in this edge's cache (only-if-cached).")
+        waiting = flights.join(flight_key)
+        if waiting is None:
+            break
+        await asyncio.shield(waiting)
+        if lookup(node, url_key, fields) is None:  # nothing stored for us: no second collapse, ask on our own
+            return await ask_origin(request, node, zone, path, url_key, fields, stored)
+    try:
+        return await ask_origin(request, node, zone, path, url_key, fields, stored)
+    finally:
+        flights.land(flight_key)
+
+
+def ttl(stored: StoredResponse, now: float) -> int:
+    return int(stored.freshness.lifetime - stored.freshness.age(now))
+
+
+def lookup(node: EdgeNode, url_key: str, fields: Headers) -> StoredResponse | None:
+    """The stored response a request selects: the URL's entry, or the variant its Vary fields pick."""
+    try:
+        obj = node.cache.get(url_key)
+        vary = first_value(obj.headers, VARY) if obj is not None else None
+        if vary is not None:  # the URL's entry says which request fields pick a variant
+            obj = node.cache.get(pull_variant_key(url_key, secondary_key(vary.split(",") if vary else (), fields)))
+    except FileNotFoundError:
+        return None
+    return StoredResponse.of(obj) if obj is not None else None
+
+
+def forwarded_headers(request: web.Request, zone: PullZone, stored: StoredResponse | None) -> CIMultiDict[str]:
+    """A cache fill's request: the whole response is asked for (the client's own conditions and ranges are
+    answered from it here), revalidating the stored one when there is one."""
+    headers = origin_request_headers(list(request.headers.items()), zone.origin, client_ip=request.remote,
+                                     scheme=request.scheme)
+    for name in CLIENT_CONDITIONS:
+        headers.popall(name, None)
+    if stored is not None:
+        for name, value in validators(stored.headers):
+            headers[name] = value
+    return headers
+
+
+async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
+                     fields: Headers, stored: StoredResponse | None) -> web.StreamResponse:
+    """A miss, or a stored response the origin must confirm (a 304 updates it) or replace."""
+    target = zone.origin.target(path, request.rel_url.raw_query_string)
+    try:
+        response = await node.origins.request(zone.origin, "GET", target, forwarded_headers(request, zone, stored))
+    except OriginError as exc:
+        if stored is not None and usable_on_error(stored.freshness, request_directives(fields), time.time()):
+            node.metrics.cache_result("STALE").inc()
+            return await deliver(request, stored, "STALE", f"{CACHE_STATUS}; hit; fwd=stale; detail=origin-unreachable")
+        log.info("pull zone %s: the origin failed for %s: %s", zone.name, path, exc)
+        if exc.timeout:
+            raise ApiError(504, "OriginTimeout", f"The origin did not answer in time: {exc}") from None
+        raise ApiError(502, "OriginUnreachable", f"The origin could not be reached: {exc}") from None
+    if stored is not None and response.status == 304:
+        response.release()
+        if validated_by(stored.headers, response.headers):
+            node.metrics.cache_result("HIT").inc()
+            refreshed = await refresh(node, stored, response)
+            return await deliver(request, refreshed, "REVALIDATED", f"{CACHE_STATUS}; fwd=stale; fwd-status=304")
+        return await ask_origin(request, node, zone, path, url_key, fields, None)  # a 304 about another response
+    if stored is not None and response.status >= 500 and usable_on_error(
+            stored.freshness, request_directives(fields), time.time()):
+        response.release()
+        node.metrics.cache_result("STALE").inc()
+        return await deliver(request, stored, "STALE",
+                             f"{CACHE_STATUS}; hit; fwd=stale; fwd-status={response.status}")
+    node.metrics.cache_result("MISS").inc()
+    return await stream_and_store(request, node, zone, path, url_key, fields, response,
+                                  "uri-miss" if stored is None else "stale")
+
+
+async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
+                           fields: Headers, response: OriginResponse, fwd: str) -> web.StreamResponse:
+    """Send the origin's answer to this client as it arrives and, when it may be stored, keep it."""
+    limit = node.origins.limits.max_object_bytes
+    why = not_storable("GET", response.status, fields, response.headers, store_set_cookie=zone.store_set_cookie)
+    length = first_value(response.headers, "content-length")
+    declared = int(length) if length is not None and length.isdigit() else None
+    if why is None and declared is not None and declared > limit:
+        why = NotStored.TOO_LARGE
+    detail = "stored" if why is None else f"detail={why.value}"
+    # This client gets the whole answer; what a qualified no-cache or private names is left out of what is kept.
+    client = web.StreamResponse(status=response.status, headers=client_headers(
+        response.headers, "MISS" if why is None else "PASS", f"{CACHE_STATUS}; fwd={fwd}; {detail}", age=None))
+    if declared is not None:
+        client.content_length = declared
+    await client.prepare(request)
+    spool: IO[bytes] | None = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY) if why is None else None
+    size = 0
+    sending = request.method != "HEAD"
+    try:
+        async for chunk in response.chunks(limit=None):
+            size += len(chunk)
+            if spool is not None:
+                if size > limit:  # past the object size limit: still sent, no longer kept
+                    spool.close()
+                    spool = None
+                else:
+                    spool.write(chunk)
+            if sending:
+                try:
+                    await client.write(chunk)
+                except ConnectionError:
+                    sending = False  # the client went away: the body is still read to its end for the cache
+            if spool is None and not sending:
+                break
+    except OriginError as exc:
+        if spool is not None:
+            spool.close()
+        log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, path, exc)
+        if request.transport is not None:
+            request.transport.close()  # a body cut short must not look complete to the client
+        return client
+    if spool is not None:
+        await store(node, zone, path, url_key, fields, response, stored_headers(response.headers), spool)
+    if sending:
+        await client.write_eof()
+    else:
+        response.release()
+    return client
+
+
+async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: Headers, response: OriginResponse,
+                head: Sequence[tuple[str, str]], spool: IO[bytes]) -> StoredResponse | None:
+    """Keep a complete origin response under its key (and its Vary variant's), tagged for purges."""
+    vary = vary_fields(response.headers) or ()
+    meta = (*head, (STATUS, str(response.status)), (REQUEST_TIME, repr(response.request_time)),
+            (RESPONSE_TIME, repr(response.response_time)))
+    tags = [*origin_tags(response.headers), path_tag(f"{zone.name}{path}")]
+    key = pull_variant_key(url_key, secondary_key(vary, fields)) if vary else url_key
+    content_type = first_value(head, "content-type") or ""
+    etag = first_value(head, "etag") or ""
+    cache = node.cache
+    spool.seek(0)
+
+    def put() -> CachedObject:
+        try:
+            if vary:
+                cache.put(url_key, b"", "", "", tags, headers=((VARY, ",".join(vary)),))
+            return cache.put(key, cast(BinaryIO, spool), content_type, etag, tags, headers=meta)
+        finally:
+            spool.close()
+
+    try:
+        obj = await asyncio.get_running_loop().run_in_executor(None, put)
+    except (OSError, ValueError) as exc:
+        log.warning("pull zone %s: a response could not be cached: %s", zone.name, exc)
+        return None
+    return StoredResponse.of(obj)
+
+
+async def refresh(node: EdgeNode, stored: StoredResponse, not_modified: OriginResponse) -> StoredResponse:
+    """A stored response confirmed by a 304: its head updated (RFC 9111 3.2, 4.3.4), its body kept."""
+    head = updated_headers(stored.headers, not_modified.headers)
+    meta = (*head, (STATUS, str(stored.status)), (REQUEST_TIME, repr(not_modified.request_time)),
+            (RESPONSE_TIME, repr(not_modified.response_time)))
+    obj = stored.obj
+    tags = [*origin_tags(head), *(tag for tag in obj.tags if ":" in tag)]  # the path tag stays
+
+    def put() -> CachedObject:
+        if obj.body is not None:
+            return node.cache.put(obj.key, obj.body, obj.content_type, obj.etag, tags, headers=meta)
+        with obj.open() as body:
+            return node.cache.put(obj.key, body, obj.content_type, obj.etag, tags, headers=meta)
+
+    try:
+        updated = StoredResponse.of(await asyncio.get_running_loop().run_in_executor(None, put))
+    except (OSError, ValueError) as exc:  # the body went meanwhile (purged, evicted): answer with what we have
+        log.info("a revalidated pull zone response could not be updated: %s", exc)
+        updated = None
+    return updated or StoredResponse(obj, stored.status, head, freshness(
+        stored.status, head, not_modified.request_time, not_modified.response_time))
+
+
+def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
+                          stored: StoredResponse) -> None:
+    """stale-while-revalidate: the stale copy answers now; one conditional request updates or replaces it."""
+    flights = request.app[FLIGHTS]
+    flight_key = pull_variant_key(url_key, "flight")
+    if flights.join(flight_key) is not None:
+        return  # already on its way
+    fields = request_fields(request)
+    headers = forwarded_headers(request, zone, stored)
+    target = zone.origin.target(path, request.rel_url.raw_query_string)
+
+    async def revalidate() -> None:
+        try:
+            response = await node.origins.request(zone.origin, "GET", target, headers)
+            if response.status == 304:
+                response.release()
+                if validated_by(stored.headers, response.headers):
+                    await refresh(node, stored, response)
+                return
+            if response.status >= 500 or not_storable("GET", response.status, fields, response.headers,
+                                                      store_set_cookie=zone.store_set_cookie) is not None:
+                response.release()
+                return
+            spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+            try:
+                async for chunk in response.chunks():
+                    spool.write(chunk)
+            except OriginError:
+                spool.close()
+                raise
+            await store(node, zone, path, url_key, fields, response, stored_headers(response.headers), spool)
+        except OriginError as exc:
+            log.info("pull zone %s: background revalidation of %s failed: %s", zone.name, path, exc)
+        finally:
+            flights.land(flight_key)
+
+    task = asyncio.get_running_loop().create_task(revalidate())
+    node.background.add(task)
+    task.add_done_callback(node.background.discard)
+
+
+def origin_tags(headers: Headers) -> list[str]:
+    """Purge tags an origin gave (Cache-Tag, Surrogate-Key: space- or comma-separated)."""
+    tags: list[str] = []
+    for name, value in headers:
+        if name in TAG_FIELDS:
+            tags.extend(tag for member in split_list([value]) for tag in member.split() if ":" not in tag)
+    return tags
+
+
+def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: str, age: int | None) -> CIMultiDict[str]:
+    headers: CIMultiDict[str] = CIMultiDict()
+    for name, value in head:
+        if name not in NOT_DELIVERED and not name.startswith(":"):
+            headers.add(name, value)
+    if "date" in (name for name, _ in head):
+        headers["Date"] = first_value(head, "date") or ""
+    if age is not None:
+        headers["Age"] = str(age)
+    headers["X-Cache"] = x_cache
+    headers.add("Cache-Status", cache_status)
+    return headers
+
+
+async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, cache_status: str) -> web.StreamResponse:
+    """The stored response to this request: 304 for a matching condition, 206 for one byte range, else whole."""
+    now = time.time()
+    age = int(stored.freshness.age(now))
+    headers = client_headers(stored.headers, x_cache, cache_status, age)
+    obj = stored.obj
+    if not_modified(request, stored):
+        for name in ("Content-Type", "Content-Encoding", "Content-Range"):
+            headers.popall(name, None)
+        return web.Response(status=304, headers=headers)
+    status, start, end = stored.status, 0, obj.size
+    range_header = request.headers.get("Range")
+    if range_header is not None and stored.status == 200 and if_range_holds(request, stored):
+        parsed = parse_range(range_header, obj.size)
+        if parsed is False:
+            headers["Content-Range"] = f"bytes */{obj.size}"
+            return web.Response(status=416, headers=headers)
+        if parsed is not None:
+            status, (start, end) = 206, parsed
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{obj.size}"
+    if stored.status == 200:
+        headers["Accept-Ranges"] = "bytes"
+    if obj.body is not None and request.method != "HEAD":
+        return web.Response(status=status, headers=headers, body=obj.body[start:end])
+    response = web.StreamResponse(status=status, headers=headers)
+    response.content_length = end - start
+    await response.prepare(request)
+    if request.method == "HEAD":
+        await response.write_eof()
+        return response
+    loop = asyncio.get_running_loop()
+    with obj.open() as body:
+        body.seek(start)
+        remaining = end - start
+        while remaining > 0:
+            chunk = await loop.run_in_executor(None, body.read, min(256 * 1024, remaining))
+            if not chunk:
+                break
+            remaining -= len(chunk)
+            await response.write(chunk)
+    await response.write_eof()
+    return response
+
+
+def not_modified(request: web.Request, stored: StoredResponse) -> bool:
+    """The request's own conditions hold against the stored response (RFC 9110 13.2.2: If-None-Match first)."""
+    if stored.status != 200:
+        return False
+    if_none_match = request.headers.get("If-None-Match")
+    etag = first_value(stored.headers, "etag")
+    if if_none_match is not None:
+        return etag is not None and etag_matches(if_none_match, etag.removeprefix("W/"))
+    since = http_date(request.headers.get("If-Modified-Since"))
+    last_modified = http_date(first_value(stored.headers, "last-modified"))
+    return since is not None and last_modified is not None and last_modified <= since
+
+
+def if_range_holds(request: web.Request, stored: StoredResponse) -> bool:
+    condition = request.headers.get("If-Range")
+    if condition is None:
+        return True
+    etag = first_value(stored.headers, "etag")
+    if condition.startswith(("\"", "W/")):
+        return etag is not None and not etag.startswith("W/") and condition == etag
+    return condition == first_value(stored.headers, "last-modified")
+
+
+async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, path: str,
+                         prefix: str) -> web.StreamResponse:
+    """Any other method: to the origin as it is; a success invalidates what it names (RFC 9111 4.4)."""
+    body = await request.read()
+    headers = origin_request_headers(list(request.headers.items()), zone.origin, client_ip=request.remote,
+                                     scheme=request.scheme)
+    target = zone.origin.target(path, request.rel_url.raw_query_string)
+    try:
+        response = await node.origins.request(zone.origin, request.method, target, headers, body=body or None)
+    except OriginError as exc:
+        if exc.timeout:
+            raise ApiError(504, "OriginTimeout", f"The origin did not answer in time: {exc}") from None
+        raise ApiError(502, "OriginUnreachable", f"The origin could not be reached: {exc}") from None
+    if invalidates(request.method, response.status):
+        await invalidate(node, zone, request, path, prefix, response.headers)
+    node.metrics.cache_result("PASS").inc()
+    answer = web.StreamResponse(status=response.status, headers=client_headers(
+        response.headers, "PASS", f"{CACHE_STATUS}; fwd=method", age=None))
+    length = first_value(response.headers, "content-length")
+    if length is not None and length.isdigit():
+        answer.content_length = int(length)
+    await answer.prepare(request)
+    try:
+        async for chunk in response.chunks(limit=None):
+            await answer.write(chunk)
+    except OriginError:
+        if request.transport is not None:
+            request.transport.close()
+        return answer
+    await answer.write_eof()
+    return answer
+
+
+async def invalidate(node: EdgeNode, zone: PullZone, request: web.Request, path: str, prefix: str,
+                     headers: Headers) -> None:
+    """Drop what an unsafe request's success names: its URL, and the Location and Content-Location it
+    answered with when they name paths of the same zone (RFC 9111 4.4). The origin writes them in its own
+    URL space (its host, its path prefix) or, behind a Host header, in the zone's public one."""
+    tags = [path_tag(f"{zone.name}{path}")]
+    origin_url = zone.origin.target(path)
+    origin_prefix = zone.origin.url.raw_path.rstrip("/")
+    for name in ("location", "content-location"):
+        value = first_value(headers, name)
+        if value is None:
+            continue
+        try:
+            named = URL(value)
+            as_origin, as_public = origin_url.join(named), request.url.join(named)
+        except ValueError:
+            continue
+        if as_origin.origin() == origin_url.origin() and as_origin.raw_path.startswith(origin_prefix + "/"):
+            tags.append(path_tag(f"{zone.name}{as_origin.raw_path[len(origin_prefix):]}"))
+        if as_public.origin() == request.url.origin() and as_public.raw_path.startswith(prefix + "/"):
+            tags.append(path_tag(f"{zone.name}{as_public.raw_path[len(prefix):]}"))
+    await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_tags, tags)

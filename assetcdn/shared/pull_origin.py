@@ -1,0 +1,110 @@
+"""A pull zone's origin, as control checks it and every edge reads it.
+
+A zone with an origin is a pull zone: its CDN paths (``/<zone>/<path>``, its tenant host and its custom
+domains) are fetched from ``<Url>/<path>`` by the edges and cached by the origin's own headers (RFC 9111),
+instead of being read from control's storage. The origin is set through the zone API in the client form
+below (PascalCase fields) and travels to the edges inside the published config (assetcdn/shared/published_config.py)
+in the same form.
+
+    {"Url": "https://origin.example.com/assets", "HostHeader": "www.example.com",
+     "RequestHeaders": {"X-Origin-Secret": "..."}, "StoreSetCookie": false}
+
+``parse_origin`` is the one check of that form (types, URL shape, header names and values, sizes); the
+address an origin's name resolves to is checked by the edge when it connects (assetcdn/shared/address_guard.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+MAX_URL_LENGTH = 2048
+MAX_REQUEST_HEADERS = 20
+MAX_HEADER_VALUE = 1024
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
+_FORBIDDEN_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                   r"(?::[0-9]{1,5})?")
+# Fields a zone may not set on its origin requests: the edge owns framing, the connection and the Host.
+RESERVED_REQUEST_HEADERS = frozenset((
+    "host", "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
+    "content-length", "expect", "via", "x-forwarded-for", "x-forwarded-proto", "forwarded", "range",
+    "if-none-match", "if-modified-since", "if-match", "if-unmodified-since", "if-range"))
+
+
+class OriginProblem(ValueError):
+    """What is wrong with an origin, with the field it concerns (for the API's error envelope)."""
+
+    def __init__(self, message: str, target: str) -> None:
+        super().__init__(message)
+        self.target = target
+
+
+@dataclass(frozen=True, slots=True)
+class PullOrigin:
+    url: str                                          # http(s)://host[:port][/path prefix], no query
+    host_header: str | None = None                    # the Host sent to the origin (default: the URL's)
+    request_headers: Mapping[str, str] = field(default_factory=dict)  # added to every origin request
+    store_set_cookie: bool = False                    # cache responses that set cookies (off: never stored)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"Url": self.url, "HostHeader": self.host_header, "RequestHeaders": dict(self.request_headers),
+                "StoreSetCookie": self.store_set_cookie}
+
+    def public_json(self) -> dict[str, Any]:
+        """What the API shows: header values may be secrets the origin checks, so only their names."""
+        return {"Url": self.url, "HostHeader": self.host_header,
+                "RequestHeaders": {name: "(set)" for name in self.request_headers},
+                "StoreSetCookie": self.store_set_cookie}
+
+
+def parse_origin(data: object) -> PullOrigin:
+    """The origin of a zone from its client form; OriginProblem when it is not one."""
+    if not isinstance(data, dict):
+        raise OriginProblem("'Origin' must be an object: {\"Url\": \"https://origin.example.com\"}.", "Origin")
+    unknown = set(data) - {"Url", "HostHeader", "RequestHeaders", "StoreSetCookie"}
+    if unknown:
+        raise OriginProblem(f"Unknown field(s) in 'Origin': {', '.join(sorted(unknown))}.", "Origin")
+    url = data.get("Url")
+    if not isinstance(url, str) or not url:
+        raise OriginProblem("'Origin.Url' is required: the http or https URL the zone's paths are fetched from.",
+                            "Origin.Url")
+    if len(url) > MAX_URL_LENGTH or _FORBIDDEN_VALUE.search(url) or " " in url:
+        raise OriginProblem("'Origin.Url' is not a valid URL.", "Origin.Url")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise OriginProblem("'Origin.Url' is not a valid URL.", "Origin.Url") from None
+    if parts.scheme not in ("http", "https"):
+        raise OriginProblem("'Origin.Url' must be an http or https URL.", "Origin.Url")
+    if not parts.hostname or parts.username is not None or parts.password is not None:
+        raise OriginProblem("'Origin.Url' needs a host, and may not carry a user name or password "
+                            "(send credentials with 'Origin.RequestHeaders').", "Origin.Url")
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise OriginProblem("'Origin.Url' may have a path prefix but no query or fragment.", "Origin.Url")
+    if port == 0:
+        raise OriginProblem("'Origin.Url' has no valid port.", "Origin.Url")
+    host_header = data.get("HostHeader")
+    if host_header is not None and (not isinstance(host_header, str) or not _HOST.fullmatch(host_header)):
+        raise OriginProblem("'Origin.HostHeader' must be a hostname, optionally with a port.", "Origin.HostHeader")
+    headers = data.get("RequestHeaders") or {}
+    if not isinstance(headers, dict) or len(headers) > MAX_REQUEST_HEADERS:
+        raise OriginProblem(f"'Origin.RequestHeaders' must be an object of at most {MAX_REQUEST_HEADERS} "
+                            "header names and values.", "Origin.RequestHeaders")
+    for name, value in headers.items():
+        if not _TOKEN.fullmatch(name) or name.lower() in RESERVED_REQUEST_HEADERS:
+            raise OriginProblem(f"'{name}' cannot be sent to an origin by a zone (not a header name, or one "
+                                "the edge sets itself).", "Origin.RequestHeaders")
+        if not isinstance(value, str) or len(value) > MAX_HEADER_VALUE or _FORBIDDEN_VALUE.search(value):
+            raise OriginProblem(f"The value of '{name}' must be text of at most {MAX_HEADER_VALUE} characters "
+                                "without control characters.", "Origin.RequestHeaders")
+    store_set_cookie = data.get("StoreSetCookie", False)
+    if not isinstance(store_set_cookie, bool):
+        raise OriginProblem("'Origin.StoreSetCookie' must be true or false.", "Origin.StoreSetCookie")
+    normalised = f"{parts.scheme}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
+    return PullOrigin(url=normalised, host_header=host_header, request_headers=dict(headers),
+                      store_set_cookie=store_set_cookie)
