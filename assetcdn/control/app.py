@@ -287,7 +287,8 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     dashboard = app[DASHBOARD]
     app[SESSIONS] = SessionBook(db, app[SECRETS].session_secret, dashboard.session_ttl_s)
     app[AUTHENTICATOR] = Authenticator(app[SECRETS], app[TOKENS].lookup, app[SESSIONS], dashboard)
-    app[EDGE_CONFIG] = EdgeConfigStore(git, db, settings.get("domains", "base_domain"))
+    app[EDGE_CONFIG] = EdgeConfigStore(git, db, settings.get("domains", "base_domain"),
+                                       frozenset(domains.own_hosts(settings, dashboard.origins)))
     app[PUBLISHER] = Publisher(git, manifest, registry, app[EDGE_CONFIG],
                                settings.get("control", "push_wait_ms") / 1000)
     app[CERTIFICATES] = await open_issuer(settings, public_url_of(settings), data_dir, db, registry,

@@ -27,10 +27,12 @@ class Domain:
 
 
 class EdgeConfigStore:
-    def __init__(self, git: GitStore, db: Database, base_domain: str) -> None:
+    def __init__(self, git: GitStore, db: Database, base_domain: str, own_hosts: frozenset[str] = frozenset()) -> None:
         self.git = git
         self.db = db
         self.base_domain = base_domain
+        # The CDN's own hosts are never published as a zone's, even from a row stored before they were refused.
+        self.own_hosts = own_hosts
         self._snapshot: dict[str, Any] | None = None
         self._epoch = 0  # bumped by every change, so a snapshot built across a change is not kept
 
@@ -50,7 +52,7 @@ class EdgeConfigStore:
             return self._snapshot
         epoch = self._epoch
         rules = await self.rules()
-        domains = {d.hostname: d.zone for d in await self.domains()}
+        domains = {d.hostname: d.zone for d in await self.domains() if d.hostname not in self.own_hosts}
         snapshot = PublishedConfig.build(headers=rules["_headers"], redirects=rules["_redirects"], domains=domains,
                                          base_domain=self.base_domain).to_json()
         if epoch == self._epoch:  # nothing changed while we read: safe to keep
