@@ -79,6 +79,7 @@ from assetcdn.control.publishing.demo import install_demo
 from assetcdn.control.publishing.edge_registry import EdgeRegistry
 from assetcdn.control.publishing.publisher import Publisher
 from assetcdn.control.records.audit import AuditLog
+from assetcdn.control.records.client_ip import TRUSTED_PROXIES, trusted_proxies
 from assetcdn.control.records.recording import ROUTE_AUDIT, audit_middleware, request_log_middleware
 from assetcdn.control.records.request_log import RequestLog
 from assetcdn.control.records.retention import prune_forever
@@ -394,6 +395,7 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app[CHAT_LIMITER] = SharedRateLimiter(app[COUNTERS], chat_per_client(settings))
     app[DASHBOARD] = DashboardConfig.from_settings(settings, dashboard_url_of(settings))  # a bad value stops start-up
     app[DASHBOARD_URL] = dashboard_url_of(settings)
+    app[TRUSTED_PROXIES] = trusted_proxies(settings.get("control", "trusted_proxies"))  # a bad entry stops start-up
     app[DASHBOARD_PORTS] = {settings.get("server", "dashboard_port")}
     route_access: dict[web.AbstractRoute, Access] = {}
     route_audit: dict[web.AbstractRoute, str] = {}

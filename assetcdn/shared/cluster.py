@@ -11,6 +11,9 @@ sent in ``X-Cluster-Timestamp`` / ``X-Cluster-Nonce`` / ``X-Cluster-Signature``.
 - The sender also names the body's SHA-256 in ``X-Cluster-Content-SHA256``, the hash the signature covers,
   so a receiver can check the signature before it reads any of the body (``verify_headers``) and then hold
   the body to that hash; a forged request is refused unread.
+- An edge that forwards a management call to control signs the ``X-Forwarded-For`` it passes on
+  (``sign_forwarded``, in ``X-Cluster-Forwarded``): control believes a forwarded client address only so
+  signed, or from a proxy its configuration names, never from a peer's address alone.
 - Each receiver remembers the nonce of every message it accepted until that message's timestamp
   leaves the window (``ReplayGuard``) and refuses the same nonce a second time, so a captured message
   cannot be replayed. Only messages with a valid signature are remembered, so the memory is bounded by
@@ -32,6 +35,7 @@ TIMESTAMP_HEADER = "X-Cluster-Timestamp"
 NONCE_HEADER = "X-Cluster-Nonce"
 SIGNATURE_HEADER = "X-Cluster-Signature"
 CONTENT_HEADER = "X-Cluster-Content-SHA256"
+FORWARDED_HEADER = "X-Cluster-Forwarded"
 WINDOW_SECONDS = 60
 CONTROL_AUDIENCE = "control"
 NONCE_BYTES = 16
@@ -123,3 +127,31 @@ def verify_request(secret: str, method: str, path: str, body: bytes, headers: Ma
                    guard: ReplayGuard, audience: str = CONTROL_AUDIENCE, now: float | None = None) -> bool:
     """True when the request is signed for `audience`, inside the window, and not seen before."""
     return _verify(secret, method, path, hashlib.sha256(body).hexdigest(), headers, guard, audience, now)
+
+
+def _forwarded_message(forwarded_for: str, timestamp: str) -> bytes:
+    # Four lines where a request's message has six: the one can never be taken for the other.
+    return f"FORWARDED\n{CONTROL_AUDIENCE}\n{forwarded_for}\n{timestamp}".encode()
+
+
+def sign_forwarded(secret: str, forwarded_for: str, *, now: float | None = None) -> str:
+    """The FORWARDED_HEADER value of a call an edge forwards to control with `forwarded_for` as its
+    X-Forwarded-For: ``<timestamp>:<hex HMAC>``. Not single-use: a replay within the window can only
+    repeat an address an edge already vouched for."""
+    timestamp = str(int(now if now is not None else time.time()))
+    signature = hmac.new(secret.encode(), _forwarded_message(forwarded_for, timestamp), hashlib.sha256).hexdigest()
+    return f"{timestamp}:{signature}"
+
+
+def forwarded_signed(secret: str, forwarded_for: str, value: str, *, now: float | None = None) -> bool:
+    """True when `value` (a FORWARDED_HEADER) signs `forwarded_for` with the cluster secret, inside the window."""
+    timestamp, _, signature = value.partition(":")
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):
+        return False
+    if not _is_hex(signature, SHA256_HEX_LENGTH):
+        return False
+    if abs((now if now is not None else time.time()) - int(timestamp)) > WINDOW_SECONDS:
+        return False
+    expected = hmac.new(secret.encode(), _forwarded_message(forwarded_for, timestamp), hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, signature)
+
