@@ -15,10 +15,9 @@ from typing import Any
 import aiohttp
 
 from assetcdn.shared.cluster import FORWARDED_HEADER, sign_forwarded
-from assetcdn.shared.secrets import load_edge_secrets
 from tests.control.identity.signin_client import session_from
 from tests.control.identity.soft_authenticator import SoftAuthenticator
-from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn
+from tests.integration.harness import ACCESS, ACCOUNT, KEYS, RunningCdn
 
 PASSWORD = "a dashboard password for the flood test"
 ZONE = "flood"
@@ -95,7 +94,7 @@ async def flood(cdn: RunningCdn, method: str, path: str, count: int, *, sources:
     statuses: Counter[int] = Counter()
     addresses = itertools.cycle(sources)
     remaining = iter(range(count))
-    cluster_secret = load_edge_secrets(cdn.data_dir, environ={}).cluster_secret
+    cluster_secret = KEYS["ASSETCDN_CLUSTER_SECRET"]
 
     async def worker(http: aiohttp.ClientSession) -> None:
         for _ in remaining:
