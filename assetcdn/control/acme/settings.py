@@ -43,6 +43,7 @@ class AcmeSettings:
     retry_delays_s: tuple[float, ...]
     order_timeout_s: float
     concurrency: int
+    max_orders_per_week: int = 0  # orders started in any 7 days, renewals and retries included; 0 = no budget
 
     @property
     def enabled(self) -> bool:
@@ -60,4 +61,5 @@ class AcmeSettings:
             raise ValueError(f"acme.directory_url must be an https:// URL, not {directory!r}")
         return cls(directory_url=directory, contact_email=str(section["contact_email"]).strip(),
                    ca_bundle=str(section["ca_bundle"]).strip(), retry_delays_s=_delays(section["retry_delays_s"]),
-                   order_timeout_s=float(section["order_timeout_s"]), concurrency=max(int(section["concurrency"]), 1))
+                   order_timeout_s=float(section["order_timeout_s"]), concurrency=max(int(section["concurrency"]), 1),
+                   max_orders_per_week=max(int(section["max_orders_per_week"]), 0))

@@ -35,9 +35,9 @@ from assetcdn.control.app_keys import (
     public_url_of,
 )
 from assetcdn.control.request_body import read_json
-from assetcdn.control.storage.edge_config_store import Domain
+from assetcdn.control.storage.edge_config_store import Domain, DomainLimitReached
 from assetcdn.shared.config import Settings
-from assetcdn.shared.errors import bad_request, conflict, not_found, utc_now_iso
+from assetcdn.shared.errors import ApiError, bad_request, conflict, not_found, utc_now_iso
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.timestamps import as_iso_utc
 
@@ -150,9 +150,15 @@ async def add_domain(request: web.Request) -> web.Response:
         raise conflict(f"'{hostname}' is already in use by {where}. Remove it there first.",
                        target="Hostname", code="DomainExists")
     try:
-        domain = await config.add_domain(hostname, zone)
+        domain = await config.add_domain(hostname, zone, max_per_zone=settings.get("domains", "max_per_zone"),
+                                          max_total=settings.get("domains", "max_total"))
     except sqlite3.IntegrityError:  # a concurrent add of the same name won
         raise conflict(f"'{hostname}' is already in use.", target="Hostname", code="DomainExists") from None
+    except DomainLimitReached as limit:
+        where = f"zone '{zone}'" if limit.scope == "zone" else "this installation"
+        setting = "domains.max_per_zone" if limit.scope == "zone" else "domains.max_total"
+        raise ApiError(400, "TooManyDomains", f"Maximum {limit.limit} custom domains in {where} ({setting}). "
+                       "Remove one first.", target="Hostname") from None
     await request.app[PUBLISHER].publish_config()
     issuer = request.app[CERTIFICATES]
     await issuer.reconcile()  # its certificate is ordered now

@@ -14,6 +14,14 @@ from assetcdn.shared.errors import utc_now_iso
 from assetcdn.shared.published_config import PublishedConfig
 
 
+class DomainLimitReached(Exception):
+    """Adding a domain would pass a cap: `scope` is "zone" or "installation"."""
+
+    def __init__(self, scope: str, limit: int) -> None:
+        super().__init__(scope, limit)
+        self.scope, self.limit = scope, limit
+
+
 @dataclass(frozen=True)
 class Domain:
     hostname: str
@@ -78,10 +86,21 @@ class EdgeConfigStore:
                                       (hostname,))
         return Domain(row[0], row[1], row[2], row[3]) if row else None
 
-    async def add_domain(self, hostname: str, zone: str) -> Domain:
+    async def add_domain(self, hostname: str, zone: str, *, max_per_zone: int = 0, max_total: int = 0) -> Domain:
+        """Insert a domain; DomainLimitReached when the zone or the installation already has its cap (0 = none),
+        counted in the insert's own transaction so concurrent adds cannot pass it together."""
         domain = Domain(hostname, zone, utc_now_iso(), "provisioning")
-        await self.db.write("INSERT INTO domains (hostname, zone, created_at, ssl_status) VALUES (?, ?, ?, ?)",
-                            (domain.hostname, domain.zone, domain.created_at, domain.ssl_status))
+        async with self.db.transaction() as tx:
+            if max_per_zone:
+                ((in_zone,),) = await tx.fetch("SELECT COUNT(*) FROM domains WHERE zone = ?", (zone,))
+                if in_zone >= max_per_zone:
+                    raise DomainLimitReached("zone", max_per_zone)
+            if max_total:
+                ((in_all,),) = await tx.fetch("SELECT COUNT(*) FROM domains")
+                if in_all >= max_total:
+                    raise DomainLimitReached("installation", max_total)
+            await tx.execute("INSERT INTO domains (hostname, zone, created_at, ssl_status) VALUES (?, ?, ?, ?)",
+                             (domain.hostname, domain.zone, domain.created_at, domain.ssl_status))
         self.invalidate()
         return domain
 

@@ -165,3 +165,21 @@ async def test_a_stored_record_of_the_public_host_is_not_published(own_hosts_con
     assert await edge_domains(control) == {"cdn.akande.com": "akande"}
     resp = await control.delete("/api/core/zones/akande/domains/cdn.example.test", headers=ACCOUNT)
     assert resp.status == 200  # and its zone can still remove it
+
+
+async def test_domains_are_capped_per_zone_and_per_installation(aiohttp_client: Any, data_dir: Path) -> None:
+    settings = load_settings(environ={"ASSETCDN_DOMAINS_MAX_PER_ZONE": "2", "ASSETCDN_DOMAINS_MAX_TOTAL": "3"})
+    control: TestClient = await aiohttp_client(create_app(settings, SECRETS, data_dir))
+    for name in ("akande", "other"):
+        assert (await control.post("/api/core/zones", json={"Name": name}, headers=ACCOUNT)).status == 201
+    for host in ("a.akande.com", "b.akande.com"):
+        assert (await add(control, "akande", host)).status == 201
+    body = await expect_error(await add(control, "akande", "c.akande.com"), 400, "TooManyDomains")
+    assert "domains.max_per_zone" in body["Message"] and body["error"]["target"] == "Hostname"
+    assert (await add(control, "other", "a.other.com")).status == 201
+    body = await expect_error(await add(control, "other", "b.other.com"), 400, "TooManyDomains")
+    assert "domains.max_total" in body["Message"]
+    assert await edge_domains(control) == {"a.akande.com": "akande", "b.akande.com": "akande",
+                                           "a.other.com": "other"}
+    assert (await control.delete("/api/core/zones/akande/domains/a.akande.com", headers=ACCOUNT)).status == 200
+    assert (await add(control, "other", "b.other.com")).status == 201
