@@ -79,6 +79,7 @@ from assetcdn.control.publishing.demo import install_demo
 from assetcdn.control.publishing.edge_registry import EdgeRegistry
 from assetcdn.control.publishing.publisher import Publisher
 from assetcdn.control.records.audit import AuditLog
+from assetcdn.control.records.client_ip import TRUSTED_PROXIES, trusted_proxies
 from assetcdn.control.records.recording import ROUTE_AUDIT, audit_middleware, request_log_middleware
 from assetcdn.control.records.request_log import RequestLog
 from assetcdn.control.records.retention import prune_forever
@@ -291,7 +292,8 @@ async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStac
     dashboard = app[DASHBOARD]
     app[SESSIONS] = SessionBook(db, app[SECRETS].session_secret, dashboard.session_ttl_s)
     app[AUTHENTICATOR] = Authenticator(app[SECRETS], app[TOKENS].lookup, app[SESSIONS], dashboard)
-    app[EDGE_CONFIG] = EdgeConfigStore(git, db, settings.get("domains", "base_domain"))
+    app[EDGE_CONFIG] = EdgeConfigStore(git, db, settings.get("domains", "base_domain"),
+                                       frozenset(domains.own_hosts(settings, dashboard.origins)))
     app[PUBLISHER] = Publisher(git, manifest, registry, app[EDGE_CONFIG],
                                settings.get("control", "push_wait_ms") / 1000)
     app[CERTIFICATES] = await open_issuer(settings, public_url_of(settings), data_dir, db, registry,
@@ -399,6 +401,7 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app[CHAT_LIMITER] = SharedRateLimiter(app[COUNTERS], chat_per_client(settings))
     app[DASHBOARD] = DashboardConfig.from_settings(settings, dashboard_url(settings))  # a bad value stops start-up
     app[DASHBOARD_URL] = dashboard_url(settings)
+    app[TRUSTED_PROXIES] = trusted_proxies(settings.get("control", "trusted_proxies"))  # a bad entry stops start-up
     app[DASHBOARD_PORTS] = {settings.get("server", "dashboard_port")}
     route_access: dict[web.AbstractRoute, Access] = {}
     route_audit: dict[web.AbstractRoute, str] = {}

@@ -1,6 +1,7 @@
 """Forward every /api/... path the edge does not serve itself, and /dashboard, to control: method,
 headers (repeated ones too: Cookie in, Set-Cookie out) and status pass through, responses (SSE
-included) are streamed, and X-Forwarded-For is added.
+included) are streamed, and X-Forwarded-For is added, signed with the cluster secret so control believes it
+(``X-Cluster-Forwarded``, assetcdn/shared/cluster.py).
 
 A request body is received whole (decoded, bounded in size by its route's own limit, and in time)
 before control is asked (assetcdn/edge/proxied_body.py), so the pool of connections to control (``proxy_pool_size``) only ever holds
@@ -19,9 +20,10 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from assetcdn.edge.app_keys import FORWARD_SPOOL, NODE, PROXY_SESSION, SETTINGS
+from assetcdn.edge.app_keys import FORWARD_SPOOL, NODE, PROXY_SESSION, SECRETS, SETTINGS
 from assetcdn.edge.proxied_body import ProxiedBody, receive_body
 from assetcdn.edge.site_config import FORWARDED
+from assetcdn.shared.cluster import FORWARDED_HEADER, sign_forwarded
 from assetcdn.shared.config import Settings
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.http_server import client_keepalive_s
@@ -57,7 +59,9 @@ def _forward_headers(request: web.Request, body: ProxiedBody | None) -> CIMultiD
     headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in REQUEST_SKIPPED)
     peer = request.remote or ""
     prior = ", ".join(request.headers.getall("X-Forwarded-For", []))
-    headers["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
+    forwarded_for = f"{prior}, {peer}" if prior else peer
+    headers["X-Forwarded-For"] = forwarded_for
+    headers[FORWARDED_HEADER] = sign_forwarded(request.app[SECRETS].cluster_secret, forwarded_for)
     headers["X-Forwarded-Host"] = request.host
     headers["X-Forwarded-Proto"] = request.scheme
     headers["X-Request-ID"] = request[REQUEST_ID]

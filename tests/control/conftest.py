@@ -10,6 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from assetcdn.control.app import create_app
+from assetcdn.shared.cluster import FORWARDED_HEADER, sign_forwarded
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.secrets import Secrets
 
@@ -20,6 +21,11 @@ SECRETS = Secrets(access_key="test-access-key", account_key="test-account-key", 
 ACCESS = {"AccessKey": SECRETS.access_key}
 ACCOUNT = {"AccountKey": SECRETS.account_key}
 METRICS = {"Authorization": f"Bearer {SECRETS.metrics_key}"}  # /metrics and /api/health?deep=1
+
+
+def forwarded_for(address: str) -> dict[str, str]:
+    """The headers of a call an edge forwards for the client at `address`: X-Forwarded-For, signed."""
+    return {"X-Forwarded-For": address, FORWARDED_HEADER: sign_forwarded(SECRETS.cluster_secret, address)}
 
 
 @pytest.fixture

@@ -14,15 +14,16 @@ from typing import Any
 
 import aiohttp
 
+from assetcdn.shared.cluster import FORWARDED_HEADER, sign_forwarded
 from tests.control.identity.signin_client import session_from
 from tests.control.identity.soft_authenticator import SoftAuthenticator
-from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn
+from tests.integration.harness import ACCESS, ACCOUNT, KEYS, RunningCdn
 
 PASSWORD = "a dashboard password for the flood test"
 ZONE = "flood"
 CONCURRENCY = 10
-# 50 client addresses, IPv4 and IPv6 in distinct /64s, named in X-Forwarded-For by a loopback peer
-# (control believes a trusted proxy).
+# 50 client addresses, IPv4 and IPv6 in distinct /64s, named in X-Forwarded-For and signed as an edge
+# signs what it forwards (control believes nothing else).
 ADDRESSES = [f"198.51.100.{i}" for i in range(1, 26)] + [f"2001:db8:{i:x}::1" for i in range(1, 26)]
 CATCH_UP_WAIT_S = 30.0  # an edge that did not acknowledge a push in time catches up on its own (0.5 s interval)
 
@@ -93,10 +94,12 @@ async def flood(cdn: RunningCdn, method: str, path: str, count: int, *, sources:
     statuses: Counter[int] = Counter()
     addresses = itertools.cycle(sources)
     remaining = iter(range(count))
+    cluster_secret = KEYS["ASSETCDN_CLUSTER_SECRET"]
 
     async def worker(http: aiohttp.ClientSession) -> None:
         for _ in remaining:
-            headers = {"X-Forwarded-For": next(addresses)}
+            address = next(addresses)
+            headers = {"X-Forwarded-For": address, FORWARDED_HEADER: sign_forwarded(cluster_secret, address)}
             async with http.request(method, f"{base}{path}", headers=headers, **request) as resp:
                 await resp.read()
                 statuses[resp.status] += 1

@@ -5,10 +5,14 @@ from __future__ import annotations
 import time
 
 from assetcdn.shared.cluster import (
+    CONTENT_HEADER,
     NONCE_HEADER,
     WINDOW_SECONDS,
     ReplayGuard,
+    forwarded_signed,
+    sign_forwarded,
     sign_request,
+    verify_headers,
     verify_request,
 )
 
@@ -63,3 +67,28 @@ def test_a_replay_outside_the_window_is_refused_by_the_clock() -> None:
     start = time.time()
     captured = sign_request(SECRET, "POST", PATH, BODY, audience="edge-0/0", now=start)
     assert not _verify(captured, ReplayGuard(), now=start + WINDOW_SECONDS + 1)
+
+
+def test_the_headers_alone_are_verified_against_the_declared_body_hash() -> None:
+    signed = sign_request(SECRET, "POST", PATH, BODY)
+    assert verify_headers(SECRET, "POST", PATH, signed, guard=ReplayGuard())
+    assert not verify_headers("another", "POST", PATH, signed, guard=ReplayGuard())
+    other = sign_request(SECRET, "POST", PATH, b"{}")[CONTENT_HEADER]
+    assert not verify_headers(SECRET, "POST", PATH, {**signed, CONTENT_HEADER: other}, guard=ReplayGuard())
+    assert not verify_headers(SECRET, "POST", PATH, {k: v for k, v in signed.items() if k != CONTENT_HEADER},
+                              guard=ReplayGuard())
+    guard = ReplayGuard()
+    assert verify_headers(SECRET, "POST", PATH, signed, guard=guard)
+    assert not verify_request(SECRET, "POST", PATH, BODY, signed, guard=guard)  # one nonce, whichever check
+
+
+def test_a_forwarded_address_is_signed_for_its_value_and_the_window() -> None:
+    value = sign_forwarded(SECRET, "203.0.113.9")
+    assert forwarded_signed(SECRET, "203.0.113.9", value)
+    assert not forwarded_signed(SECRET, "203.0.113.10", value)
+    assert not forwarded_signed("another", "203.0.113.9", value)
+    late = time.time() + WINDOW_SECONDS + 5
+    assert not forwarded_signed(SECRET, "203.0.113.9", value, now=late)
+    for broken in ("", ":", value.split(":")[1], "x:" + value.split(":")[1], value + "0", "\u00b2:" + "0" * 64):
+        assert not forwarded_signed(SECRET, "203.0.113.9", broken)
+

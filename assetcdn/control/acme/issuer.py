@@ -48,6 +48,7 @@ ACME_DIR = "acme"  # <data dir>/acme: the account key (0600) and the trusted CA 
 MAX_SLEEP_S = 60.0  # the loop looks again at least this often (expiry, clock changes)
 CHALLENGE_PUSH_WAIT_S = 5.0  # an order waits this long for the edges to hold its answers before the CA asks
 PROBE_INTERVAL_MAX_S = 30.0  # while the CA is unreachable its directory is asked at least this often
+WEEK_S = 7 * 86400  # the window of acme.max_orders_per_week
 
 WantedNames = Callable[[], Awaitable[set[str]]]
 
@@ -221,13 +222,30 @@ class CertificateIssuer:
                     await self.publish()
         if self.ca_reachable is False:
             return  # orders wait for the probe to find the CA again
-        for record in sorted(records.values(), key=lambda r: r.next_attempt_at):
+        budget = self.settings.max_orders_per_week
+        started = await self.store.orders_since(now - WEEK_S) if budget else []
+        due = [r for r in records.values() if r.next_attempt_at <= now and r.hostname not in self._orders]
+        # Renewals first: a certificate in use must not lapse while new names spend the budget.
+        for record in sorted(due, key=lambda r: (r.status != ACTIVE, r.next_attempt_at)):
             if len(self._orders) >= self.settings.concurrency:
                 break
-            if record.next_attempt_at <= now and record.hostname not in self._orders:
-                task = asyncio.create_task(self._order(record))
-                self._orders[record.hostname] = task
-                task.add_done_callback(functools.partial(self._order_done, record.hostname))
+            if budget and len(started) >= budget:
+                await self._over_budget(record, started[len(started) - budget] + WEEK_S)
+                continue
+            if budget:
+                await self.store.order_started(now, now - WEEK_S)
+                started.append(now)
+            task = asyncio.create_task(self._order(record))
+            self._orders[record.hostname] = task
+            task.add_done_callback(functools.partial(self._order_done, record.hostname))
+
+    async def _over_budget(self, record: CertificateRecord, until: float) -> None:
+        """The week's orders are spent: `record` waits, saying why, until the oldest counted order leaves the window."""
+        reason = (f"the budget of {self.settings.max_orders_per_week} certificate orders a week "
+                  "(acme.max_orders_per_week) is spent; this name is ordered when it has room again")
+        log.warning("certificate order for %s waits for the weekly order budget until %s", record.hostname,
+                    _wire_time(until))
+        await self.store.failed(record.hostname, record.status, reason, record.attempts, until)
 
     def _order_done(self, hostname: str, task: asyncio.Task[None]) -> None:
         if self._orders.get(hostname) is task:

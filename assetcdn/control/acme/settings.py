@@ -33,6 +33,7 @@ class AcmeSettings:
     retry_delays_s: tuple[float, ...]
     order_timeout_s: float
     concurrency: int
+    max_orders_per_week: int = 0  # orders started in any 7 days, renewals and retries included; 0 = no budget
 
     @property
     def enabled(self) -> bool:
@@ -50,4 +51,5 @@ class AcmeSettings:
             raise ValueError(f"acme.directory_url must be an https:// URL, not {directory!r}")
         return cls(directory_url=directory, contact_email=str(section["contact_email"]).strip(),
                    ca_bundle=str(section["ca_bundle"]).strip(), retry_delays_s=delays_setting(section["retry_delays_s"], "acme.retry_delays_s", retries_required=True),
-                   order_timeout_s=float(section["order_timeout_s"]), concurrency=max(int(section["concurrency"]), 1))
+                   order_timeout_s=float(section["order_timeout_s"]), concurrency=max(int(section["concurrency"]), 1),
+                   max_orders_per_week=max(int(section["max_orders_per_week"]), 0))

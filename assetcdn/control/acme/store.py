@@ -43,6 +43,9 @@ CREATE TABLE IF NOT EXISTS certificates (
     next_attempt_at REAL NOT NULL,     -- when to order (first order, retry, or renewal at 2/3 of the lifetime)
     updated_at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS acme_orders (
+    started_at REAL NOT NULL           -- each order started (Unix seconds), for acme.max_orders_per_week
+);
 CREATE TABLE IF NOT EXISTS tls_state_serial (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     serial INTEGER NOT NULL            -- the last TlsState serial sent to edges: only grows, across restarts
@@ -154,6 +157,18 @@ class CertificateStore:
         """The name is no longer served: its row, certificate and private key go."""
         await self.db.write("DELETE FROM certificates WHERE hostname = ?", (hostname,))
         shutil.rmtree(self._dir(hostname), ignore_errors=True)
+
+    async def orders_since(self, since: float) -> list[float]:
+        """When each order started at or after `since`, oldest first."""
+        rows = await self.db.fetch("SELECT started_at FROM acme_orders WHERE started_at >= ? ORDER BY started_at",
+                                   (since,))
+        return [float(row[0]) for row in rows]
+
+    async def order_started(self, at: float, keep_since: float) -> None:
+        """Count an order against the budget; those started before `keep_since` no longer count and go."""
+        async with self.db.transaction() as tx:
+            await tx.execute("DELETE FROM acme_orders WHERE started_at < ?", (keep_since,))
+            await tx.execute("INSERT INTO acme_orders (started_at) VALUES (?)", (at,))
 
     async def next_serial(self) -> int:
         async with self.db.transaction() as tx:

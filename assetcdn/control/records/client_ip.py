@@ -1,22 +1,45 @@
-"""The client address of a control-plane request, for the audit and request logs.
+"""The client address of a control-plane request, for the audit and request logs and the per-client limits.
 
-Edges forward management calls with ``X-Forwarded-For`` (appending the address they saw). That
-header is believed only from a trusted peer (loopback or a registered edge), and then read from
-the right: each trusted hop is skipped and the first untrusted address is the client. Reading from
-the left would let any caller write the address it likes into the audit log.
+Edges forward management calls with ``X-Forwarded-For`` (appending the address they saw) and sign that
+header with the cluster secret (``X-Cluster-Forwarded``, assetcdn/shared/cluster.py). The header is
+believed only from such a signed call or from a peer in ``control.trusted_proxies`` (a reverse proxy in
+front of control), and then read from the right: each configured proxy is skipped and the first other
+address is the client. A peer's address alone (loopback included: any local process) earns no trust, and
+reading from the left would let any caller write the address it likes.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from assetcdn.control.app_keys import REGISTRY
+from assetcdn.control.app_keys import SECRETS
+from assetcdn.shared.cluster import FORWARDED_HEADER, forwarded_signed
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Proxies = tuple[Network, ...]
+
+# control.trusted_proxies, parsed once (set by assetcdn.control.app.create_app).
+TRUSTED_PROXIES = web.AppKey("trusted_proxies", tuple)
+
+
+def trusted_proxies(raw: object) -> Proxies:
+    """control.trusted_proxies: addresses or networks (CIDR), a TOML list or comma-separated text. A bad
+    entry stops start-up (ValueError) rather than trusting less, or more, than the operator meant."""
+    items: Iterable[object] = raw.split(",") if isinstance(raw, str) else raw if isinstance(raw, list) else [raw]
+    networks = []
+    for item in items:
+        text = str(item).strip()
+        if not text:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(text, strict=False))
+        except ValueError:
+            raise ValueError(f"control.trusted_proxies: {text!r} is not an IP address or network") from None
+    return tuple(networks)
 
 
 def _address(text: str) -> Address | None:
@@ -29,40 +52,30 @@ def _address(text: str) -> Address | None:
         return None
 
 
-def edge_addresses(edge_urls: Iterable[str]) -> frozenset[Address]:
-    """The IP addresses registered edges announced in their URLs (host names are not resolved)."""
-    found = set()
-    for url in edge_urls:
-        host = urlsplit(url).hostname
-        address = _address(host) if host else None
-        if address is not None:
-            found.add(address)
-    return frozenset(found)
-
-
-def client_ip(request: web.Request, trusted: frozenset[Address] = frozenset()) -> str:
+def client_ip(request: web.Request, proxies: Proxies = (), cluster_secret: str | None = None) -> str:
     peer_text = request.remote or ""
     peer = _address(peer_text)
     if peer is None:
         return peer_text or "unknown"
 
-    def is_trusted(address: Address) -> bool:
-        return address.is_loopback or address in trusted
+    def is_proxy(address: Address) -> bool:
+        return any(address in network for network in proxies)
 
-    if not is_trusted(peer):
+    forwarded = ", ".join(request.headers.getall("X-Forwarded-For", []))
+    from_edge = cluster_secret is not None and FORWARDED_HEADER in request.headers and forwarded_signed(
+        cluster_secret, forwarded, request.headers[FORWARDED_HEADER])
+    if not from_edge and not is_proxy(peer):
         return str(peer)
-    hops = [h for h in request.headers.get("X-Forwarded-For", "").split(",") if h.strip()]
+    hops = [h for h in forwarded.split(",") if h.strip()]
     for hop in reversed(hops):
         address = _address(hop)
         if address is None:
             return str(peer)  # an unparseable hop: stop believing the chain
-        if not is_trusted(address):
+        if not is_proxy(address):
             return str(address)
     return str(_address(hops[0]) if hops else peer)
 
 
 def request_ip(request: web.Request) -> str:
-    """The client address of ``request``, believing the forwarding chain of loopback and registered edges."""
-    registry = request.app.get(REGISTRY)
-    trusted = edge_addresses(e.url for e in registry.edges.values()) if registry else frozenset()
-    return client_ip(request, trusted)
+    """The client address of ``request``: forwarded by a signed edge call or a configured proxy, else the peer."""
+    return client_ip(request, request.app.get(TRUSTED_PROXIES, ()), request.app[SECRETS].cluster_secret)

@@ -1,10 +1,15 @@
 """The control side of the cluster protocol (signed with the cluster secret for control; never public).
 
-Every request is accepted once: its nonce is remembered for the time window and a replay gets 401.
+Every request is accepted once: its nonce is remembered for the time window and a replay gets 401. The
+signature is checked before any of the body is read (over the body hash the sender declares), and each
+route reads at most its own body limit (``CLUSTER_BODIES``), so an unsigned or oversized request costs
+control no memory.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from typing import Any
 
 import orjson
@@ -20,25 +25,73 @@ from assetcdn.control.app_keys import (
     SECRETS,
     SETTINGS,
 )
-from assetcdn.shared.cluster import PREFIX, ReplayGuard, verify_request
+from assetcdn.shared.cluster import (
+    CONTENT_HEADER,
+    PREFIX,
+    ReplayGuard,
+    plausible,
+    verify_headers,
+    verify_request,
+)
 from assetcdn.shared.errors import ApiError, bad_request
 from assetcdn.shared.generation_push import GenerationPush
 from assetcdn.shared.middleware import json_response
+from assetcdn.shared.request_body import KB, abandon_body, body_chunks
 
 CLUSTER_BODY = web.RequestKey("cluster_body", bytes)
 # Nonces control has accepted (set by `assetcdn.control.app.create_app`; control is one process).
 EDGE_REPLAY_GUARD = web.AppKey("edge_replay_guard", ReplayGuard)
+
+# The largest body of each edge->control message; a route not named takes none (the GETs).
+SMALL_MESSAGE = 16 * KB  # register, heartbeat: a name, a URL, a generation
+CLUSTER_BODIES = {("POST", PREFIX + "/register"): SMALL_MESSAGE, ("POST", PREFIX + "/heartbeat"): SMALL_MESSAGE}
+# An analytics batch (up to 10,000 rows in each of four lists) may be as large as an upload.
+ANALYTICS_PATH = PREFIX + "/analytics"
+
+
+def cluster_body_limit(method: str, path: str, max_upload_bytes: int) -> int:
+    if method == "POST" and path == ANALYTICS_PATH:
+        return max_upload_bytes + 1024 * KB
+    return CLUSTER_BODIES.get((method, path), 0)
+
+
+def _unauthorized(request: web.Request) -> ApiError:
+    abandon_body(request)  # nothing of an unauthenticated body is read, nor drained
+    return ApiError(401, "Unauthorized", "Cluster requests must be signed with the cluster secret, once.")
+
+
+async def _read(request: web.Request, limit: int) -> tuple[bytes, str]:
+    """The body (at most `limit` bytes, else 413) and its SHA-256, hashed as it arrives."""
+    digest = hashlib.sha256()
+    chunks = []
+    async for chunk in body_chunks(request, limit):
+        digest.update(chunk)
+        chunks.append(chunk)
+    return b"".join(chunks), digest.hexdigest()
 
 
 @web.middleware
 async def cluster_auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     if not request.path.startswith(PREFIX + "/"):
         return await handler(request)
-    body = await request.read()
+    secret, guard = request.app[SECRETS].cluster_secret, request.app[EDGE_REPLAY_GUARD]
     path_qs = request.rel_url.path_qs
-    if not verify_request(request.app[SECRETS].cluster_secret, request.method, path_qs, body, request.headers,
-                          guard=request.app[EDGE_REPLAY_GUARD]):
-        raise ApiError(401, "Unauthorized", "Cluster requests must be signed with the cluster secret, once.")
+    limit = cluster_body_limit(request.method, request.path, int(request.app[SETTINGS].get("control",
+                                                                                           "max_upload_bytes")))
+    declared = request.headers.get(CONTENT_HEADER)
+    if declared is not None:
+        if not verify_headers(secret, request.method, path_qs, request.headers, guard=guard):
+            raise _unauthorized(request)
+        body, received = await _read(request, limit)
+        if not hmac.compare_digest(received, declared):
+            raise _unauthorized(request)
+    else:
+        # A sender that does not declare its body's hash: only a small body is read before the signature is known.
+        if not plausible(request.headers):
+            raise _unauthorized(request)
+        body, _ = await _read(request, min(limit, SMALL_MESSAGE))
+        if not verify_request(secret, request.method, path_qs, body, request.headers, guard=guard):
+            raise _unauthorized(request)
     request[CLUSTER_BODY] = body
     return await handler(request)
 

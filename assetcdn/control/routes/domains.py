@@ -4,7 +4,8 @@ POST /api/core/zones/{id}/domains {Hostname} -> 201; GET lists them (or one, ``/
 removes one, named by ``/domains/{hostname}`` or ``/domains?hostname=``. The domain map reaches every edge
 through the edge config (``publish_config``); an edge then serves the zone's files on that hostname. Every
 zone is also served on ``<zone>.<base domain>`` without a domain record, so names under the base
-domain are refused here.
+domain are refused here, as are the CDN's own hosts (``own_hosts``): a zone holding one of them would take
+over its certificate record and its files on every edge.
 
 A new name is ordered a certificate at once and a removed one loses it (assetcdn/control/acme/issuer.py);
 each answer shows the certificate's state: SslStatus (provisioning, active, failed), SslExpiresAt, and the
@@ -16,15 +17,27 @@ from __future__ import annotations
 import ipaddress
 import re
 import sqlite3
+from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from assetcdn.control.acme.store import CertificateRecord
-from assetcdn.control.app_keys import CERTIFICATES, EDGE_CONFIG, PUBLISHER, SETTINGS
+from assetcdn.control.app_keys import (
+    CERTIFICATES,
+    DASHBOARD,
+    EDGE_CONFIG,
+    PUBLISHER,
+    REGISTRY,
+    SETTINGS,
+    public_url_of,
+)
 from assetcdn.control.request_body import read_json
-from assetcdn.control.storage.edge_config_store import Domain
-from assetcdn.shared.errors import bad_request, conflict, not_found
+from assetcdn.control.storage.edge_config_store import Domain, DomainLimitReached
+from assetcdn.shared.config import Settings
+from assetcdn.shared.dashboard_url import dashboard_url
+from assetcdn.shared.errors import ApiError, bad_request, conflict, not_found
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.timestamps import as_iso_utc, utc_now_iso
 
@@ -75,6 +88,39 @@ def hostname_problem(hostname: str, base_domain: str) -> str | None:
     return None
 
 
+def canonical_host(host: str) -> str:
+    """A host as domain records are kept: lower case, without the trailing dot of an absolute name."""
+    return host.strip().lower().rstrip(".")
+
+
+def _url_host(url: str) -> str:
+    return canonical_host(urlsplit(url).hostname or "")
+
+
+def own_hosts(settings: Settings, origins: Iterable[str] = ()) -> dict[str, str]:
+    """The hosts this installation answers on by configuration, each with the setting that names it: the
+    public URL's, the dashboard's (its URL and origins), control's listening host and the CNAME target."""
+    named = {
+        _url_host(public_url_of(settings)): "server.public_url",
+        canonical_host(settings.get("server", "host")): "server.host",
+        _url_host(dashboard_url(settings)): "dashboard.public_url",
+        canonical_host(settings.get("domains", "cname_target")): "domains.cname_target",
+    }
+    for origin in origins:
+        named.setdefault(_url_host(origin), "dashboard.origins")
+    named.pop("", None)
+    return named
+
+
+def _reserved_hosts(request: web.Request) -> dict[str, str]:
+    """`own_hosts`, and the host of every edge registered now (the URL it announced)."""
+    hosts = own_hosts(request.app[SETTINGS], request.app[DASHBOARD].origins)
+    for edge in request.app[REGISTRY].edges.values():
+        hosts.setdefault(_url_host(edge.url), f"the edge {edge.name}")
+    hosts.pop("", None)
+    return hosts
+
+
 def _domain_json(domain: Domain, record: CertificateRecord | None) -> dict[str, Any]:
     return {"Zone": domain.zone, "Hostname": domain.hostname,
             "SslStatus": record.status if record is not None else domain.ssl_status,
@@ -94,6 +140,9 @@ async def add_domain(request: web.Request) -> web.Response:
     problem = hostname_problem(hostname, settings.get("domains", "base_domain"))
     if problem:
         raise bad_request(problem, target="Hostname", code="InvalidHostname")
+    if (owner := _reserved_hosts(request).get(hostname)) is not None:
+        raise bad_request(f"'{hostname}' is a host of this CDN itself ({owner}); a zone cannot take it over.",
+                          target="Hostname", code="InvalidHostname")
     config = request.app[EDGE_CONFIG]
     existing = await config.domain(hostname)
     if existing is not None:
@@ -101,9 +150,15 @@ async def add_domain(request: web.Request) -> web.Response:
         raise conflict(f"'{hostname}' is already in use by {where}. Remove it there first.",
                        target="Hostname", code="DomainExists")
     try:
-        domain = await config.add_domain(hostname, zone)
+        domain = await config.add_domain(hostname, zone, max_per_zone=settings.get("domains", "max_per_zone"),
+                                          max_total=settings.get("domains", "max_total"))
     except sqlite3.IntegrityError:  # a concurrent add of the same name won
         raise conflict(f"'{hostname}' is already in use.", target="Hostname", code="DomainExists") from None
+    except DomainLimitReached as limit:
+        where = f"zone '{zone}'" if limit.scope == "zone" else "this installation"
+        setting = "domains.max_per_zone" if limit.scope == "zone" else "domains.max_total"
+        raise ApiError(400, "TooManyDomains", f"Maximum {limit.limit} custom domains in {where} ({setting}). "
+                       "Remove one first.", target="Hostname") from None
     await request.app[PUBLISHER].publish_config()
     issuer = request.app[CERTIFICATES]
     await issuer.reconcile()  # its certificate is ordered now

@@ -40,6 +40,8 @@ from assetcdn.shared.timestamps import as_iso_utc, utc_now_iso
 STORAGE_ZONE_NAME = "assetcdn"
 SCAFFOLD_FILE = ".gitkeep"  # keeps a zone's empty category directories in git; never listed or deleted
 SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}\Z")
+# An empty body is stored only when the client says it means one: with this Checksum (docs/api-guide.md).
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 GUID_NAMESPACE = uuid.UUID("5b8f8f8e-4c55-4b5e-9d0c-2a8f8a1c0d11")
 
 
@@ -93,6 +95,25 @@ def _batch_conflict(repo_path: str, others: dict[str, bytes]) -> str | None:
     return None
 
 
+def _supplied_checksum(request: web.Request) -> str | None:
+    """The Checksum header in upper-case hex (as the mismatch error and listings show it), None when absent;
+    an empty, malformed or repeated one is refused."""
+    sent = request.headers.getall("Checksum", [])
+    if not sent:
+        return None
+    if len(sent) > 1:
+        raise bad_request("Send one Checksum header: the SHA-256 of the body as 64 hex characters.",
+                          target="Checksum", code="InvalidChecksum")
+    value = sent[0].strip()
+    if not value:
+        raise bad_request("The Checksum header is empty: send the SHA-256 of the body as 64 hex characters, or "
+                          "leave the header out.", target="Checksum", code="InvalidChecksum")
+    if not SHA256_HEX.match(value):
+        raise bad_request("The Checksum header must be the SHA-256 of the body as 64 hex characters.",
+                          target="Checksum", code="InvalidChecksum")
+    return value.upper()
+
+
 def _edge_fields(published: Published, status: str) -> dict[str, str]:
     return {"EdgeStatus": status, "EdgeNote": published.edge_note}
 
@@ -111,15 +132,15 @@ async def put_file(request: web.Request) -> web.Response:
             raise problem
 
     await writable()  # before reading the body; checked again under the commit lock
+    checksum = _supplied_checksum(request)  # before the body too: a malformed one is refused unread
     data = await read_body(request)
-    supplied = request.headers.get("Checksum")
-    checksum = None
-    if supplied is not None:
-        if not SHA256_HEX.match(supplied.strip()):
-            raise bad_request("The Checksum header must be the SHA-256 of the body as 64 hex characters.",
-                              target="Checksum", code="InvalidChecksum")
+    if not data and checksum is None:
+        raise bad_request(f"The request body is empty. To store an empty file, send the Checksum header with the "
+                          f"SHA-256 of no bytes ({EMPTY_SHA256}); otherwise send the file's bytes (curl "
+                          "--data-binary @file sends nothing, and no Checksum header, for a file it cannot read).",
+                          code="EmptyBody")
+    if checksum is not None:
         received = (await asyncio.to_thread(hashlib.sha256, data)).hexdigest().upper()  # up to 25 MB: off the loop
-        checksum = supplied.strip().upper()  # upper-case hex, as in the Checksum mismatch error and listings
         if checksum != received:
             raise bad_request("Checksum mismatch: the SHA-256 of the uploaded bytes differs from the Checksum "
                               "header. Nothing was written.", target="Checksum", code="ChecksumMismatch",

@@ -17,6 +17,14 @@ from assetcdn.shared.pull_origin import PullOrigin, parse_origin
 from assetcdn.shared.timestamps import utc_now_iso
 
 
+class DomainLimitReached(Exception):
+    """Adding a domain would pass a cap: `scope` is "zone" or "installation"."""
+
+    def __init__(self, scope: str, limit: int) -> None:
+        super().__init__(scope, limit)
+        self.scope, self.limit = scope, limit
+
+
 @dataclass(frozen=True)
 class Domain:
     hostname: str
@@ -30,10 +38,12 @@ class Domain:
 
 
 class EdgeConfigStore:
-    def __init__(self, git: GitStore, db: Database, base_domain: str) -> None:
+    def __init__(self, git: GitStore, db: Database, base_domain: str, own_hosts: frozenset[str] = frozenset()) -> None:
         self.git = git
         self.db = db
         self.base_domain = base_domain
+        # The CDN's own hosts are never published as a zone's, even from a row stored before they were refused.
+        self.own_hosts = own_hosts
         self._snapshot: dict[str, Any] | None = None
         self._epoch = 0  # bumped by every change, so a snapshot built across a change is not kept
 
@@ -53,7 +63,7 @@ class EdgeConfigStore:
             return self._snapshot
         epoch = self._epoch
         rules = await self.rules()
-        domains = {d.hostname: d.zone for d in await self.domains()}
+        domains = {d.hostname: d.zone for d in await self.domains() if d.hostname not in self.own_hosts}
         snapshot = PublishedConfig.build(headers=rules["_headers"], redirects=rules["_redirects"], domains=domains,
                                          base_domain=self.base_domain, origins=await self.origins()).to_json()
         if epoch == self._epoch:  # nothing changed while we read: safe to keep
@@ -79,10 +89,21 @@ class EdgeConfigStore:
                                       (hostname,))
         return Domain(row[0], row[1], row[2], row[3]) if row else None
 
-    async def add_domain(self, hostname: str, zone: str) -> Domain:
+    async def add_domain(self, hostname: str, zone: str, *, max_per_zone: int = 0, max_total: int = 0) -> Domain:
+        """Insert a domain; DomainLimitReached when the zone or the installation already has its cap (0 = none),
+        counted in the insert's own transaction so concurrent adds cannot pass it together."""
         domain = Domain(hostname, zone, utc_now_iso(), "provisioning")
-        await self.db.write("INSERT INTO domains (hostname, zone, created_at, ssl_status) VALUES (?, ?, ?, ?)",
-                            (domain.hostname, domain.zone, domain.created_at, domain.ssl_status))
+        async with self.db.transaction() as tx:
+            if max_per_zone:
+                ((in_zone,),) = await tx.fetch("SELECT COUNT(*) FROM domains WHERE zone = ?", (zone,))
+                if in_zone >= max_per_zone:
+                    raise DomainLimitReached("zone", max_per_zone)
+            if max_total:
+                ((in_all,),) = await tx.fetch("SELECT COUNT(*) FROM domains")
+                if in_all >= max_total:
+                    raise DomainLimitReached("installation", max_total)
+            await tx.execute("INSERT INTO domains (hostname, zone, created_at, ssl_status) VALUES (?, ?, ?, ?)",
+                             (domain.hostname, domain.zone, domain.created_at, domain.ssl_status))
         self.invalidate()
         return domain
 

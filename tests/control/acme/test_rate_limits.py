@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestServer
 from assetcdn.control.acme.authority import CertificateAuthority, retry_after_seconds
 from assetcdn.control.acme.issuer import CertificateIssuer
 from assetcdn.control.acme.settings import AcmeSettings
-from assetcdn.control.acme.store import CertificateStore
+from assetcdn.control.acme.store import CertificateRecord, CertificateStore
 from assetcdn.control.publishing.edge_registry import EdgeRegistry
 from assetcdn.control.storage.database import open_database
 
@@ -98,3 +98,56 @@ def test_retry_after_is_read_as_seconds_or_an_http_date() -> None:
     parsed = retry_after_seconds(when)
     assert parsed is not None and 590 <= parsed <= 601
     assert retry_after_seconds("not a date") is None and retry_after_seconds(None) is None
+
+
+async def _two_names() -> set[str]:
+    return {"first.example.com", "second.example.com"}
+
+
+async def test_orders_past_the_weekly_budget_wait_and_say_why(ca: TestServer, tmp_path: Path) -> None:
+    """One order a week: the first name is ordered (the CA refuses it), the second waits a week for room,
+    and a restart does not give the week's budget back."""
+    settings = AcmeSettings(directory_url=str(ca.make_url("/dir")), contact_email="", ca_bundle="",
+                            retry_delays_s=(1.0,), order_timeout_s=10.0, concurrency=2, max_orders_per_week=1)
+    db = await open_database(tmp_path / "control.sqlite3")
+    registry = EdgeRegistry("secret", 15)
+    await registry.start()
+
+    async def started_issuer() -> CertificateIssuer:
+        issuer = CertificateIssuer(settings, CertificateStore(db, tmp_path), CertificateAuthority(
+            settings, tmp_path / "acme"), registry, "secret", wanted_names=_two_names, push_wait_s=0.1)
+        await issuer.start()
+        return issuer
+
+    async def deferred(issuer: CertificateIssuer, name: str) -> CertificateRecord:
+        """`name`'s record once it waits for the budget (its next attempt days away)."""
+        deadline = time.monotonic() + 20
+        while (record := await issuer.record(name)) is None or record.next_attempt_at < time.time() + 86400:
+            assert time.monotonic() < deadline, record
+            await asyncio.sleep(0.1)
+        return record
+
+    issuer = await started_issuer()
+    try:
+        deadline = time.monotonic() + 20
+        while len(errors := {name: r.error for name, r in (await issuer.store.records()).items() if r.error}) < 2:
+            assert time.monotonic() < deadline, errors
+            await asyncio.sleep(0.1)
+        ordered = [name for name, error in errors.items() if error.startswith("rateLimited")]
+        waiting = [name for name, error in errors.items() if "acme.max_orders_per_week" in error]
+        assert len(ordered) == 1 and len(waiting) == 1, errors
+        record = await deferred(issuer, waiting[0])
+        assert record.attempts == 0 and record.status == "provisioning"
+        assert record.next_attempt_at - time.time() > 7 * 86400 - 60  # room again when the first order is a week old
+    finally:
+        await issuer.close()
+    # After a restart the waiting name is still waiting: due now, it is deferred again, not ordered.
+    await CertificateStore(db, tmp_path).due_now(waiting[0], time.time())
+    issuer = await started_issuer()
+    try:
+        record = await deferred(issuer, waiting[0])
+        assert record.attempts == 0 and "acme.max_orders_per_week" in str(record.error)
+    finally:
+        await issuer.close()
+        await registry.close()
+        await db.close()

@@ -22,7 +22,7 @@ from assetcdn.shared import API_VERSION
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.counter_store import Limit
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.control.conftest import ACCESS, ACCOUNT, SECRETS, forwarded_for
 from tests.control.expect import expect_error, parse_time
 
 ANALYTICS_KEY = {"x-api-key": SECRETS.analytics_key}
@@ -236,10 +236,21 @@ async def test_the_largest_accepted_hits_saturate_instead_of_overflowing(control
     assert reports["/api/analytics?days=30"]["data"][0]["bandwidth"]["bytes"] == COUNTER_MAX
 
 
+async def test_a_local_client_cannot_reset_its_track_limit_with_x_forwarded_for(  # type: ignore[no-untyped-def]
+        aiohttp_client, data_dir: Path) -> None:
+    settings = load_settings(environ={}).with_overrides("analytics", track_rate_limit=2, track_rate_window_s=3600.0)
+    client = await aiohttp_client(create_app(settings, SECRETS, data_dir))
+    for _ in range(2):
+        assert (await client.post("/api/analytics", json={"path": "/akande/v1/a.svg"})).status == 200
+    for spoofed in ("203.0.113.50", "198.51.100.1, 203.0.113.51"):  # unsigned: the peer (loopback) is the client
+        resp = await client.post("/api/analytics", json={}, headers={"X-Forwarded-For": spoofed})
+        await expect_legacy(resp, 429)
+
+
 async def test_track_is_rate_limited_per_client(aiohttp_client, data_dir: Path) -> None:  # type: ignore[no-untyped-def]
     settings = load_settings(environ={}).with_overrides("analytics", track_rate_limit=3, track_rate_window_s=3600.0)
     client = await aiohttp_client(create_app(settings, SECRETS, data_dir))
-    alice, bob = {"X-Forwarded-For": "203.0.113.7"}, {"X-Forwarded-For": "2001:db8:1:2::1"}
+    alice, bob = forwarded_for("203.0.113.7"), forwarded_for("2001:db8:1:2::1")
     for remaining in (2, 1, 0):
         resp = await client.post("/api/analytics", json={"path": "/akande/v1/a.svg"}, headers=alice)
         assert resp.status == 200
@@ -252,7 +263,7 @@ async def test_track_is_rate_limited_per_client(aiohttp_client, data_dir: Path) 
     assert 1 <= int(resp.headers["Retry-After"]) <= 3600 and resp.headers["X-RateLimit-Remaining"] == "0"
     for _ in range(3):  # another client has its own window; an IPv6 client is counted by its /64
         assert (await client.post("/api/analytics", json={}, headers=bob)).status == 200
-    neighbour = {"X-Forwarded-For": "2001:db8:1:2:ffff::9"}
+    neighbour = forwarded_for("2001:db8:1:2:ffff::9")
     await expect_legacy(await client.post("/api/analytics", json={}, headers=neighbour), 429)
     # A wrong key is just another anonymous caller; the analytics key itself is not limited.
     await expect_legacy(await client.post("/api/analytics", json={}, headers={**alice, "x-api-key": "guess"}), 429)

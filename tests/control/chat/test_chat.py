@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from assetcdn.control.app import create_app
 from assetcdn.control.chat.documentation import docs_pages, documentation_passages, readme_text
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import SECRETS
+from tests.control.conftest import SECRETS, forwarded_for
 from tests.integration.harness import free_port_block
 
 MakeControl = Callable[..., Awaitable[TestClient]]
@@ -323,7 +323,7 @@ async def test_one_client_is_limited_per_minute(make_control: MakeControl) -> No
     assert body["error"] == "rate_limit_exceeded" and "2 chat questions a minute" in body["Message"]
     assert resp.headers["X-RateLimit-Remaining"] == "0" and int(resp.headers["Retry-After"]) >= 1
     other = await client.post("/api/chat", json={"message": "What is a zone?"},
-                              headers={"X-Forwarded-For": "198.51.100.4"})
+                              headers=forwarded_for("198.51.100.4"))
     assert other.status == 200
     frames = parse_sse(await other.text())
     assert frames[0][1]["remaining"] == 1000      # extractive answers, and the refused one, cost the month nothing

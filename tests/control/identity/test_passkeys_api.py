@@ -13,6 +13,7 @@ from assetcdn.control.identity.passkeys.store import (
     MAX_LIVE_CHALLENGES,
     MAX_LIVE_CHALLENGES_PER_CLIENT,
 )
+from tests.control.conftest import forwarded_for
 from tests.control.expect import expect_error
 from tests.control.identity.signin_client import (  # noqa: F401 (make_control is a fixture)
     auth_options,
@@ -54,8 +55,8 @@ def minutes_pass(control: TestClient, minutes: float) -> None:
 
 
 async def begin_from(control: TestClient, address: str) -> dict[str, Any]:
-    """auth/begin as the client at `address` (control believes X-Forwarded-For from loopback)."""
-    resp = await control.post("/api/passkeys/auth/begin", headers={"X-Forwarded-For": address})
+    """auth/begin as the client at `address`, forwarded by an edge."""
+    resp = await control.post("/api/passkeys/auth/begin", headers=forwarded_for(address))
     assert resp.status == 200, await resp.text()
     options: dict[str, Any] = await resp.json()
     return options

@@ -15,7 +15,7 @@ from assetcdn.control.identity.dashboard_config import DashboardConfig
 from assetcdn.control.identity.session import session_cookie_value
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.secrets import SECRETS_FILE, load_or_create_secrets
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.control.conftest import ACCESS, ACCOUNT, SECRETS, forwarded_for
 from tests.control.expect import expect_error
 from tests.control.identity.signin_client import (  # noqa: F401 (make_control is a fixture)
     IP_ORIGIN,
@@ -159,11 +159,11 @@ class TestFailureLimit:
         assert len(await audit_entries(control, "login.failure")) == 5  # refusals are not audited
 
     async def test_the_count_is_per_client_ip(self, control: TestClient) -> None:
-        # Control believes X-Forwarded-For from loopback (an edge on this host).
+        # Control believes the X-Forwarded-For an edge signed.
         for _ in range(5):
-            await password_login(control, "guess", **{"X-Forwarded-For": "203.0.113.7"})
-        assert (await password_login(control, **{"X-Forwarded-For": "203.0.113.7"})).status == 429
-        assert (await password_login(control, **{"X-Forwarded-For": "198.51.100.9"})).status == 302
+            await password_login(control, "guess", **forwarded_for("203.0.113.7"))
+        assert (await password_login(control, **forwarded_for("203.0.113.7"))).status == 429
+        assert (await password_login(control, **forwarded_for("198.51.100.9"))).status == 302
         assert (await password_login(control)).status == 302
 
     async def test_only_failures_count(self, control: TestClient) -> None:

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import base64
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
 
+from assetcdn.control.app import create_app
 from assetcdn.control.app_keys import AUDIT
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from assetcdn.shared.cluster import FORWARDED_HEADER, sign_forwarded
+from assetcdn.shared.config import load_settings
+from tests.control.conftest import ACCESS, ACCOUNT, SECRETS, forwarded_for
 from tests.control.expect import expect_error, parse_time
 
 ENTRY_FIELDS = {"timestamp", "action", "ip", "userAgent", "requestId", "meta"}
@@ -120,15 +124,41 @@ async def test_user_agent_is_cut_at_256(control: TestClient) -> None:
 
 
 @pytest.mark.parametrize(("peer_headers", "expected"), [
-    ({"X-Forwarded-For": "203.0.113.9"}, "203.0.113.9"),                  # loopback peer (an edge) is believed
-    ({"X-Forwarded-For": "198.51.100.1, 203.0.113.9"}, "203.0.113.9"),    # the hop the edge saw, not a forged one
-    ({"X-Forwarded-For": "not-an-ip"}, "127.0.0.1"),
+    (forwarded_for("203.0.113.9"), "203.0.113.9"),                       # signed by an edge: believed
+    (forwarded_for("198.51.100.1, 203.0.113.9"), "203.0.113.9"),         # the hop the edge saw, not a forged one
+    (forwarded_for("not-an-ip"), "127.0.0.1"),
+    ({"X-Forwarded-For": "203.0.113.9"}, "127.0.0.1"),                   # unsigned, even from loopback: ignored
+    ({**forwarded_for("203.0.113.9"), "X-Forwarded-For": "198.51.100.7"}, "127.0.0.1"),  # signed for another
+    ({"X-Forwarded-For": "203.0.113.9",
+      FORWARDED_HEADER: sign_forwarded("another-secret", "203.0.113.9")}, "127.0.0.1"),
+    ({"X-Forwarded-For": "203.0.113.9",
+      FORWARDED_HEADER: sign_forwarded(SECRETS.cluster_secret, "203.0.113.9", now=time.time() - 3600)}, "127.0.0.1"),
 ])
-async def test_client_ip_comes_from_a_trusted_forwarder(control: TestClient, peer_headers: dict[str, str],
-                                                        expected: str) -> None:
+async def test_client_ip_comes_from_a_signed_edge_forward(control: TestClient, peer_headers: dict[str, str],
+                                                          expected: str) -> None:
     resp = await control.post("/api/core/zones", json={"Name": "akande"}, headers={**ACCOUNT, **peer_headers})
     assert resp.status == 201
     assert (await entries(control))[0]["ip"] == expected
+
+
+@pytest.mark.parametrize(("proxies", "peer_headers", "expected"), [
+    ("127.0.0.1", {"X-Forwarded-For": "203.0.113.9"}, "203.0.113.9"),
+    ("10.0.0.0/8, 127.0.0.0/8", {"X-Forwarded-For": "198.51.100.1, 203.0.113.9, 10.1.2.3"}, "203.0.113.9"),
+    ("192.0.2.1", {"X-Forwarded-For": "203.0.113.9"}, "127.0.0.1"),      # another proxy: the peer is the client
+])
+async def test_client_ip_from_a_configured_proxy(aiohttp_client: Any, data_dir: Path, proxies: str,
+                                                 peer_headers: dict[str, str], expected: str) -> None:
+    settings = load_settings(environ={"ASSETCDN_CONTROL_TRUSTED_PROXIES": proxies})
+    control = await aiohttp_client(create_app(settings, SECRETS, data_dir))
+    resp = await control.post("/api/core/zones", json={"Name": "akande"}, headers={**ACCOUNT, **peer_headers})
+    assert resp.status == 201
+    assert (await entries(control))[0]["ip"] == expected
+
+
+def test_a_bad_trusted_proxy_stops_start_up(data_dir: Path) -> None:
+    settings = load_settings(environ={"ASSETCDN_CONTROL_TRUSTED_PROXIES": "127.0.0.1, nginx.local"})
+    with pytest.raises(ValueError, match="nginx.local"):
+        create_app(settings, SECRETS, data_dir)
 
 
 @pytest.mark.parametrize("headers", [{}, ACCESS])

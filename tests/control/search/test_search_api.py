@@ -14,7 +14,7 @@ from assetcdn.control.app_keys import SEARCH
 from assetcdn.control.routes.search import parse_limit
 from assetcdn.control.search.encoder import WEIGHTS, packaged_model_zip
 from assetcdn.control.search.engine import MAX_QUERY_CHARS, MAX_QUERY_TERMS, WAITING_QUERIES
-from tests.control.conftest import ACCESS, ACCOUNT
+from tests.control.conftest import ACCESS, ACCOUNT, forwarded_for
 
 from .conftest import MakeControl, add_zone, search, upload
 
@@ -169,8 +169,8 @@ async def test_requests_beyond_the_per_ip_limit_are_429(make_control: MakeContro
     assert "3 searches a minute" in body["Message"]
     assert resp.headers["X-RateLimit-Limit"] == "3" and resp.headers["X-RateLimit-Remaining"] == "0"
     assert 1 <= int(resp.headers["Retry-After"]) <= 60
-    # Counted per client: another address behind a trusted proxy (the loopback edge) has its own window.
-    other = await client.get("/api/search", params={"q": "logo"}, headers={"X-Forwarded-For": "203.0.113.9"})
+    # Counted per client: another address, forwarded by an edge, has its own window.
+    other = await client.get("/api/search", params={"q": "logo"}, headers=forwarded_for("203.0.113.9"))
     assert other.status == 200
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
+from assetcdn.control.app import create_app
+from assetcdn.control.app_keys import EDGE_CONFIG
 from assetcdn.shared.cluster import PREFIX, sign_request
+from assetcdn.shared.config import load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error, parse_time
 
@@ -117,3 +122,64 @@ async def test_account_key_is_required(control: TestClient, zone: str, headers: 
                               headers=headers)
     await expect_error(resp, 401, "Unauthorized")
     await expect_error(await control.get(f"/api/core/zones/{zone}/domains", headers=headers), 401, "Unauthorized")
+
+
+OWN_HOSTS = {"ASSETCDN_SERVER_PUBLIC_URL": "https://CDN.example.test/", "ASSETCDN_SERVER_HOST": "control.example.test",
+             "ASSETCDN_DASHBOARD_PUBLIC_URL": "https://admin.example.test:8443",
+             "ASSETCDN_DASHBOARD_ORIGINS": "https://admin.example.test:8443,https://ops.example.test",
+             "ASSETCDN_DOMAINS_CNAME_TARGET": "edge.example.net"}
+
+
+@pytest.fixture
+async def own_hosts_control(aiohttp_client: Any, data_dir: Path) -> TestClient:
+    """A control plane whose public, dashboard, control and CNAME hosts are names a zone could ask for."""
+    client: TestClient = await aiohttp_client(create_app(load_settings(environ=OWN_HOSTS), SECRETS, data_dir))
+    assert (await client.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)).status == 201
+    return client
+
+
+@pytest.mark.parametrize("hostname", [
+    "CDN.example.test.", "cdn.example.test", "Admin.Example.Test", "ops.example.test", "control.example.test.",
+    "EDGE.example.net", "edge-7.example.test",
+])
+async def test_the_cdns_own_hosts_are_refused_in_any_case_and_with_a_trailing_dot(
+        own_hosts_control: TestClient, hostname: str) -> None:
+    control = own_hosts_control
+    body = orjson.dumps({"name": "edge-7", "url": "http://Edge-7.Example.Test:9000", "generation": 0})
+    path = PREFIX + "/register"
+    resp = await control.post(path, data=body, headers=sign_request(SECRETS.cluster_secret, "POST", path, body))
+    assert resp.status == 200, await resp.text()
+    body_json = await expect_error(await add(control, "akande", hostname), 400, "InvalidHostname")
+    assert body_json["error"]["target"] == "Hostname" and "host of this CDN" in body_json["Message"]
+    assert await edge_domains(control) == {}
+    listed = await (await control.get("/api/core/zones/akande/domains", headers=ACCOUNT)).json()
+    assert listed["Domains"] == []
+    assert (await add(control, "akande", "cdn.akande.com")).status == 201  # other names are still taken
+
+
+async def test_a_stored_record_of_the_public_host_is_not_published(own_hosts_control: TestClient) -> None:
+    control = own_hosts_control
+    # A row written before the CDN's own hosts were refused: the edges never get it.
+    await control.app[EDGE_CONFIG].add_domain("cdn.example.test", "akande")
+    assert (await add(control, "akande", "cdn.akande.com")).status == 201
+    assert await edge_domains(control) == {"cdn.akande.com": "akande"}
+    resp = await control.delete("/api/core/zones/akande/domains/cdn.example.test", headers=ACCOUNT)
+    assert resp.status == 200  # and its zone can still remove it
+
+
+async def test_domains_are_capped_per_zone_and_per_installation(aiohttp_client: Any, data_dir: Path) -> None:
+    settings = load_settings(environ={"ASSETCDN_DOMAINS_MAX_PER_ZONE": "2", "ASSETCDN_DOMAINS_MAX_TOTAL": "3"})
+    control: TestClient = await aiohttp_client(create_app(settings, SECRETS, data_dir))
+    for name in ("akande", "other"):
+        assert (await control.post("/api/core/zones", json={"Name": name}, headers=ACCOUNT)).status == 201
+    for host in ("a.akande.com", "b.akande.com"):
+        assert (await add(control, "akande", host)).status == 201
+    body = await expect_error(await add(control, "akande", "c.akande.com"), 400, "TooManyDomains")
+    assert "domains.max_per_zone" in body["Message"] and body["error"]["target"] == "Hostname"
+    assert (await add(control, "other", "a.other.com")).status == 201
+    body = await expect_error(await add(control, "other", "b.other.com"), 400, "TooManyDomains")
+    assert "domains.max_total" in body["Message"]
+    assert await edge_domains(control) == {"a.akande.com": "akande", "b.akande.com": "akande",
+                                           "a.other.com": "other"}
+    assert (await control.delete("/api/core/zones/akande/domains/a.akande.com", headers=ACCOUNT)).status == 200
+    assert (await add(control, "other", "b.other.com")).status == 201

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient
+from multidict import CIMultiDict
 from yarl import URL
 
 from assetcdn.control.app_keys import MANIFEST
@@ -162,6 +163,55 @@ class TestUpload:
         resp = await control.put(f"/api/storage/{LOGO_PATH}", data=LOGO, headers={**ACCESS, "Checksum": "abc"})
         await expect_error(resp, 400, "InvalidChecksum")
         assert head_commit(data_dir) == head
+
+    @pytest.mark.parametrize("checksum", [
+        "", "   ", "sha256:" + hashlib.sha256(LOGO).hexdigest(), hashlib.sha256(LOGO).hexdigest() + "0",
+        hashlib.sha256(LOGO).hexdigest()[:-1], "g" * 64, hashlib.sha256(LOGO).hexdigest() + ", x",
+    ])
+    async def test_an_empty_or_malformed_checksum_is_400_and_writes_nothing(self, control: TestClient, zone: str,
+                                                                          data_dir: Path, checksum: str) -> None:
+        head = head_commit(data_dir)
+        for data in (LOGO, b""):
+            resp = await control.put(f"/api/storage/{LOGO_PATH}", data=data, headers={**ACCESS, "Checksum": checksum})
+            body = await expect_error(resp, 400, "InvalidChecksum")
+            assert body["error"]["target"] == "Checksum"
+        assert head_commit(data_dir) == head
+
+    async def test_two_checksum_headers_are_400_even_when_one_is_right(self, control: TestClient, zone: str,
+                                                                       data_dir: Path) -> None:
+        head = head_commit(data_dir)
+        right, wrong = hashlib.sha256(LOGO).hexdigest(), hashlib.sha256(b"other").hexdigest()
+        for pair in ((right, wrong), (wrong, right)):
+            headers = CIMultiDict([*ACCESS.items(), ("Checksum", pair[0]), ("Checksum", pair[1])])
+            resp = await control.put(f"/api/storage/{LOGO_PATH}", data=LOGO, headers=headers)
+            await expect_error(resp, 400, "InvalidChecksum")
+        assert head_commit(data_dir) == head
+
+    async def test_a_malformed_checksum_is_refused_before_the_body_is_read(self, small_control: TestClient,
+                                                                           data_dir: Path) -> None:
+        resp = await small_control.put(f"/api/storage/{LOGO_PATH}", data=b"x" * (SMALL_LIMIT + 1),
+                                       headers={**ACCESS, "Checksum": "not-a-digest"})
+        await expect_error(resp, 400, "InvalidChecksum")
+
+    async def test_an_empty_body_without_a_checksum_is_400_and_writes_nothing(self, control: TestClient, zone: str,
+                                                                              data_dir: Path) -> None:
+        # What `curl -H "Checksum: $(sha256sum missing | ...)" --data-binary @missing` sends: no bytes, no header.
+        head = head_commit(data_dir)
+        body = await expect_error(await control.put(f"/api/storage/{LOGO_PATH}", data=b"", headers=ACCESS),
+                                  400, "EmptyBody")
+        assert hashlib.sha256(b"").hexdigest() in body["Message"]
+        await upload(control, LOGO_PATH, LOGO)
+        head = head_commit(data_dir)
+        await expect_error(await control.put(f"/api/storage/{LOGO_PATH}", data=b"", headers=ACCESS), 400, "EmptyBody")
+        assert head_commit(data_dir) == head
+        assert await (await control.get(f"/api/storage/{LOGO_PATH}", headers=ACCESS)).read() == LOGO
+
+    async def test_an_empty_file_with_its_checksum_is_stored(self, control: TestClient, zone: str) -> None:
+        empty = hashlib.sha256(b"").hexdigest()
+        body = await upload(control, "akande/v1/logos/empty.svg", b"", Checksum=empty)
+        assert (body["Length"], body["Checksum"]) == (0, empty.upper())
+        got = await control.get("/api/storage/akande/v1/logos/empty.svg", headers=ACCESS)
+        assert got.status == 200 and await got.read() == b""
 
     async def test_upload_into_a_missing_zone_is_404(self, control: TestClient, zone: str, data_dir: Path) -> None:
         head = head_commit(data_dir)
