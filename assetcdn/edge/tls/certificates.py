@@ -17,8 +17,10 @@ OpenSSL through anonymous memory files (memfd), never a file on disk; an operato
 the operator put it.
 
 CPython reads a ClientHello's server name as ASCII before the callback runs; one that is not fails the
-handshake and is reported through ``sys.unraisablehook`` (a traceback on stderr per handshake):
-:class:`UnreadableServerNames` makes those reports one log line per minute.
+handshake and is reported through ``sys.unraisablehook`` (a traceback on stderr per handshake). The https
+port refuses such a ClientHello before OpenSSL sees it (assetcdn/edge/tls/client_hello.py);
+:class:`UnreadableServerNames` counts those refusals and the reports of any it could not read (a name
+beyond the first record) as one log line per minute.
 """
 
 from __future__ import annotations
@@ -416,10 +418,10 @@ def _is_unreadable_server_name(report: sys.UnraisableHookArgs) -> bool:
 
 
 class UnreadableServerNames:
-    """A ``sys.unraisablehook`` for this process: a ClientHello whose server name is not ASCII fails its
-    handshake (OpenSSL writes a fatal internal_error alert) before any callback of ours, and CPython
-    reports it here. Those reports become one line per `interval_s`, which counts the ones left out; any
-    other report goes to the hook this one replaced."""
+    """The handshakes refused for a server name that is not ASCII, as one line per `interval_s` that
+    counts the ones left out: those refused by the first-record check (:meth:`refused`), and, as this
+    process's ``sys.unraisablehook``, those that reach OpenSSL (CPython fails them before any callback
+    of ours and reports them here). Any other report goes to the hook this one replaced."""
 
     def __init__(self, interval_s: float = UNREADABLE_NAME_LOG_INTERVAL_S) -> None:
         self.interval_s = interval_s
@@ -441,11 +443,14 @@ class UnreadableServerNames:
         if not _is_unreadable_server_name(report):
             (self._previous or sys.__unraisablehook__)(report)
             return
+        assert isinstance(report.object, bytes)
+        self.refused(report.object)
+
+    def refused(self, name: bytes) -> None:
         now = time.monotonic()
         if self._logged_at is not None and now - self._logged_at < self.interval_s:
             self.left_out += 1
             return
-        assert isinstance(report.object, bytes)
         log.warning("TLS: handshake refused, its server name (SNI) is not ASCII: %s; %d more since the last "
-                    "such line (one line per %.0f s)", ascii(report.object[:64]), self.left_out, self.interval_s)
+                    "such line (one line per %.0f s)", ascii(name[:64]), self.left_out, self.interval_s)
         self.left_out, self._logged_at = 0, now

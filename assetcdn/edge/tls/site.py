@@ -1,7 +1,9 @@
 """The https listener: the hit path's site (assetcdn/edge/fastpath/hit_server.py) with TLS in front.
 
 Each connection is TLS first (the certificate picked by SNI, assetcdn/edge/tls/certificates.py; a
-handshake that is not done within ``handshake_timeout_s`` closes the connection). The TLS protocol is
+handshake that is not done within ``handshake_timeout_s`` closes the connection; a ClientHello whose
+server name is not ASCII is refused with a TLS alert before OpenSSL sees it,
+assetcdn/edge/tls/client_hello.py). The TLS protocol is
 made per connection (uvloop's, the one its listener would make) rather than by the listener, so each
 new connection starts with the current front context: replacing that context rotates the session
 ticket key, which Python's ``ssl`` offers no other way to set. (``loop.start_tls`` from a plain
@@ -25,6 +27,7 @@ from uvloop.loop import SSLProtocol  # type: ignore[attr-defined]  # not in uvlo
 from assetcdn.edge.fastpath.hit_server import HitServer, HitSite
 from assetcdn.edge.fastpath.protocol import HitProtocol
 from assetcdn.edge.tls.certificates import CertificateStore
+from assetcdn.edge.tls.client_hello import ClientHelloCheck
 from assetcdn.edge.tls.h2 import H2Limits, H2Protocol
 
 TRIM_AFTER = 64  # TLS connections gone (from the most open at once) before the heap is trimmed
@@ -106,11 +109,11 @@ class HttpsSite(HitSite):
 
     def connections(self, hits: HitServer) -> asyncio.Protocol:
         """uvloop's own TLS protocol (what its listener makes when given a context), made here for each
-        connection so that it starts with the current front context (a rotated ticket key)."""
-        protocol: asyncio.Protocol = SSLProtocol(asyncio.get_running_loop(), AlpnChoice(hits, self.limits),
-                                                 self.certificates.front_context(), None, server_side=True,
-                                                 ssl_handshake_timeout=self.handshake_timeout_s)
-        return protocol
+        connection so that it starts with the current front context (a rotated ticket key), behind the
+        check of the first record (assetcdn/edge/tls/client_hello.py) until that record is whole."""
+        tls = SSLProtocol(asyncio.get_running_loop(), AlpnChoice(hits, self.limits), self.certificates.front_context(),
+                          None, server_side=True, ssl_handshake_timeout=self.handshake_timeout_s)
+        return ClientHelloCheck(tls, self.certificates.unreadable_names.refused)
 
     async def start(self) -> None:
         await super().start()
