@@ -190,6 +190,7 @@ PULL_ZONE = "conformance"
 @contextmanager
 def assetcdn(workdir: Path, origin: int) -> Iterator[str]:
     """`assetcdn up` with a pull zone in front of the suite's origin; yields the suite's base URL."""
+    workdir.mkdir(parents=True, exist_ok=True)
     cdn: RunningCdn = start_cdn(workdir, env_extra={"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"})
     try:
         body = json.dumps({"Name": PULL_ZONE, "Origin": {"Url": f"http://127.0.0.1:{origin}"}}).encode()

@@ -1,0 +1,48 @@
+"""The field's HTTP cache test suite (npm `http-cache-tests`), run unchanged through a pull zone of a real
+`assetcdn up`, as `make conformance` runs it (benchmarks/cache_conformance.py), scored with the suite's own
+classification. Its one required failure is the documented one (docs/known-gaps.md); any other is a
+regression. The suite comes from the npm registry: without npm, or when the registry cannot be reached,
+the test skips and says why."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from benchmarks.cache_conformance import (
+    assetcdn,
+    install_suite,
+    run_suite,
+    running,
+    score,
+    suite_origin,
+)
+from tests.integration.harness import free_port_block
+
+pytestmark = pytest.mark.integration
+
+# The suite's test that contradicts its neighbours (`Age: 0,7200` fresh, `0, 0` stale): see docs/known-gaps.md.
+DOCUMENTED_FAILURES = {"age-parse-prefix"}
+REQUIRED_PASSES_AT_LEAST = 150
+
+
+def test_the_cache_suite_passes_through_a_pull_zone(tmp_path: Path) -> None:
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are needed to run the cache test suite (Debian: nodejs, npm)")
+    try:
+        suite = install_suite()
+    except subprocess.CalledProcessError as exc:
+        pytest.skip(f"the cache test suite could not be installed from the npm registry ({exc})")
+    origin_port = free_port_block(1)
+    command, env = suite_origin(suite, origin_port, tmp_path)
+    with running(command, origin_port, env), assetcdn(tmp_path / "cdn", origin_port) as base:
+        results = run_suite(suite, base)
+    raw = tmp_path / "assetcdn.json"
+    raw.write_text(json.dumps(results))
+    scored = score(suite, raw)
+    assert set(scored.failed_required) <= DOCUMENTED_FAILURES, scored.failed_required
+    assert scored.count("required ✅") >= REQUIRED_PASSES_AT_LEAST, scored.counts
