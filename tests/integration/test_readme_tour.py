@@ -8,7 +8,9 @@ import hashlib
 import json
 import os
 import re
+import socket
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,13 +18,14 @@ from pathlib import Path
 import pytest
 import pyvips
 
-from tests.integration.harness import KEYS, RunningCdn, made_demo_videos, start_cdn
+from tests.integration.harness import KEYS, RunningCdn, free_port_block, made_demo_videos, start_cdn
 from tests.prerequisites import installed_program
 
 pytestmark = pytest.mark.integration
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TOUR_URL = "http://127.0.0.1:8788"  # the base URL the README's tour is written for (`make run`'s default)
+ORIGIN_PORT = "9000"  # the port of the tour's own origin (a pull zone's), run here on a free one
 STATUS = "\n@status "
 # Every curl of a step also writes the answer's status code after its output (a function the step's bash
 # defines; the command itself is run as written).
@@ -50,6 +53,7 @@ class Step:
     errors: str
     directory: Path
     cdn: RunningCdn
+    origin_port: int
 
     @property
     def statuses(self) -> list[int]:
@@ -64,19 +68,20 @@ class Step:
         return json.loads(self.body)
 
 
-def run_step(command: str, directory: Path, cdn: RunningCdn) -> Step:
+def run_step(command: str, directory: Path, cdn: RunningCdn, origin_port: int) -> Step:
     # Files a step reads must be there: a tour that uploads a file the clone does not have fails here.
     for name in re.findall(r"@(\S+)|sha256sum (\S+)", command):
         assert (directory / "".join(name)).is_file(), f"the tour reads {''.join(name)}, which it never made: {command}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASSETCDN_")} | KEYS
-    result = subprocess.run(["bash", "-c", CURL_STATUS + command.replace(TOUR_URL, cdn.edge_urls[0])],
+    mapped = command.replace(TOUR_URL, cdn.edge_urls[0]).replace(ORIGIN_PORT, str(origin_port))
+    result = subprocess.run(["bash", "-c", CURL_STATUS + mapped],
                             cwd=directory, env=env, capture_output=True, text=True, timeout=120, check=False)
-    return Step(command, result.returncode, result.stdout, result.stderr, directory, cdn)
+    return Step(command, result.returncode, result.stdout, result.stderr, directory, cdn, origin_port)
 
 
 def demo_svg(step: Step) -> None:
     assert step.statuses == [200] and "X-Cache: MISS" in step.output, step.output
-    again = run_step(step.command, step.directory, step.cdn)  # "(X-Cache: MISS, then HIT)"
+    again = run_step(step.command, step.directory, step.cdn, step.origin_port)  # "(X-Cache: MISS, then HIT)"
     assert again.statuses == [200] and "X-Cache: HIT" in again.output, again.output
 
 
@@ -125,10 +130,36 @@ def purged(step: Step) -> None:
     assert "project-acme" in step.body
 
 
+def site_made(step: Step) -> None:
+    assert (step.directory / "site" / "hello.txt").read_text() == "hello from my origin\n"
+
+
+def origin_started(step: Step) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", step.origin_port)) == 0:
+                return
+        assert time.monotonic() < deadline, "the tour's origin (python3 -m http.server) did not start"
+        time.sleep(0.1)
+
+
+def pull_zone_created(step: Step) -> None:
+    assert step.statuses == [201], step.output
+    assert (step.json()["Name"], step.json()["Kind"]) == ("mysite", "pull")
+
+
+def pulled(step: Step) -> None:
+    assert step.statuses == [200] and "X-Cache: MISS" in step.output, step.output
+    assert step.body.endswith("hello from my origin\n"), step.output
+    again = run_step(step.command, step.directory, step.cdn, step.origin_port)  # "MISS, then HIT with Age"
+    assert again.statuses == [200] and "X-Cache: HIT" in again.output and "Age: " in again.output, again.output
+
+
 # What each step of the tour must answer, in the tour's order: a step the tour adds needs its check here.
 CHECKS: list[tuple[str, Callable[[Step], None]]] = [
     (r"^curl -i \S+/demo/v1/logos/logo\.svg$", demo_svg),
-    (r"^curl -X POST .* \S+/api/core/zones$", zone_created),
+    (r"^curl -X POST (?!.*Origin).* \S+/api/core/zones$", zone_created),
     (r"^curl -f -o logo\.png \S+/demo/v1/logos/logo\.png$", demo_png_saved),
     (r"^curl -X PUT .*--data-binary @logo\.png \S+/api/storage/acme/v1/logos/logo\.png$", uploaded),
     (r"^curl -D - -o copy\.png \S+/acme/v1/logos/logo\.png$", read_back),
@@ -136,25 +167,39 @@ CHECKS: list[tuple[str, Callable[[Step], None]]] = [
     (r"^curl -H .*api/assets\?project=acme'$", catalog),
     (r"^curl -f -o small\.webp '\S+/api/transform\?url=/acme/v1/logos/logo\.png&w=200&format=webp'$", small_webp),
     (r"^curl -X POST .* \S+/api/purge$", purged),
+    (r"^mkdir -p site && echo .* > site/hello\.txt && touch -d '1 day ago' site/hello\.txt$", site_made),
+    (r"^python3 -m http\.server 9000 --bind 127\.0\.0\.1 --directory site .*&$", origin_started),
+    (r"^curl -X POST .*\"Origin\".* \S+/api/core/zones$", pull_zone_created),
+    (r"^curl -i \S+/mysite/hello\.txt$", pulled),
 ]
 
 
 @pytest.fixture(scope="module")
 def cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCdn]:
     installed_program("curl", "tests/integration/setup.sh")
-    running = start_cdn(tmp_path_factory.mktemp("tour"), demo=True, prepare=made_demo_videos)
+    # The tour's pull zone has its origin on this machine: loopback origins allowed, as the README says to.
+    running = start_cdn(tmp_path_factory.mktemp("tour"), demo=True, prepare=made_demo_videos,
+                        env_extra={"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"})
     try:
         yield running
     finally:
         running.stop()
 
 
-def test_the_readme_tour_works_step_by_step(cdn: RunningCdn, tmp_path: Path) -> None:
+@pytest.fixture
+def origin_port() -> Iterator[int]:
+    """A free port for the tour's origin, whose server the tour starts in the background: stopped here."""
+    port = free_port_block(1)
+    yield port
+    subprocess.run(["pkill", "-f", f"http.server {port} "], check=False)
+
+
+def test_the_readme_tour_works_step_by_step(cdn: RunningCdn, tmp_path: Path, origin_port: int) -> None:
     checked = []
     for command in tour_commands(README.read_text()):
         checks = [(pattern, check) for pattern, check in CHECKS if re.search(pattern, command)]
         assert len(checks) == 1, f"a tour step this test does not check: {command!r}"
-        step = run_step(command, tmp_path, cdn)
+        step = run_step(command, tmp_path, cdn, origin_port)
         assert step.returncode == 0, (command, step.output, step.errors)
         checks[0][1](step)
         checked.append(checks[0][0])
