@@ -21,10 +21,12 @@ def receive(request: web.Request, raw_path: str | None = None) -> str:
 
 def checked_origin_path(raw: str) -> str:
     """A pull zone's path as its origin will be asked for it (percent-encoded, from `/`), refused when a dot
-    segment (`..`, also encoded) could take it outside the zone's path prefix at the origin."""
+    segment (`..`, also encoded) could take it outside the zone's path prefix at the origin. Origins that decode
+    before they resolve dot segments read `..%2f` and `..%5c` as one too (`\\` separates on some servers)."""
     for segment in raw.split("/"):
         decoded = unquote(segment)
-        if decoded in (".", "..") or any(char in decoded for char in "\x00\r\n"):
+        if (any(part in (".", "..") for part in decoded.replace("\\", "/").split("/"))
+                or any(char in decoded for char in "\x00\r\n")):
             raise ApiError(400, "InvalidPath", "Invalid path: dot segments and control characters are not allowed.",
                            target="path")
     return raw

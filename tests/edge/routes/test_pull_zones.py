@@ -407,6 +407,21 @@ async def test_a_path_with_a_dot_segment_is_400_and_never_reaches_the_origin(pul
     assert sum(len(seen) for seen in pull.origin.seen.values()) == before
 
 
+@pytest.mark.parametrize("target", [f"/{ZONE}/a/..%2fsecret.txt", f"/{ZONE}/a%2f%2e%2e%2fsecret.txt",
+                                    f"/{ZONE}/a/..%5csecret.txt", f"/{ZONE}/a/%2E%2E%5Csecret.txt"])
+async def test_a_dot_segment_behind_an_encoded_separator_is_400_too(pull: Pull, target: str) -> None:
+    """Origins that decode the path before resolving dot segments would read these as `a/../secret.txt`."""
+    before = sum(len(seen) for seen in pull.origin.seen.values())
+    assert await raw_status(pull.cdn, target, "127.0.0.1") == 400
+    assert sum(len(seen) for seen in pull.origin.seen.values()) == before
+
+
+async def test_an_encoded_separator_without_dots_still_reaches_the_origin(pull: Pull) -> None:
+    pull.origin.answer("/dir%2Ffile.txt", b"encoded slash", headers=LONG)
+    resp = await pull.get("/dir%2Ffile.txt")
+    assert (resp.status, await resp.read()) == (200, b"encoded slash")
+
+
 async def test_the_tenant_host_serves_every_path_from_the_origin(pull: Pull) -> None:
     pull.origin.answer("/any/path.txt", b"tenant", headers=LONG)
     for x_cache in ("MISS", "HIT"):
