@@ -62,6 +62,7 @@ from assetcdn.edge.states.freshness import (
 )
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.shared.errors import ApiError
+from assetcdn.shared.http_server import cut_short
 
 log = logging.getLogger(__name__)
 SPOOL_MEMORY = 1024 * 1024          # a body being stored is kept in memory up to this, then in a temporary file
@@ -261,8 +262,7 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
         if spool is not None:
             spool.close()
         log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, path, exc)
-        if request.transport is not None:
-            request.transport.close()  # a body cut short must not look complete to the client
+        cut_short(request)  # a body cut short must not look complete to the client
         return client
     if spool is not None:
         await store(node, zone, path, url_key, fields, response, stored_headers(response.headers), spool)
@@ -482,8 +482,7 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
         async for chunk in response.chunks(limit=None):
             await answer.write(chunk)
     except OriginError:
-        if request.transport is not None:
-            request.transport.close()
+        cut_short(request)
         return answer
     await answer.write_eof()
     return answer

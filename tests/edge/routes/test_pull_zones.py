@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from aiohttp import ClientResponse, web
+from aiohttp import ClientPayloadError, ClientResponse, web
 from aiohttp.test_utils import TestServer
 from multidict import CIMultiDictProxy
 
@@ -458,3 +458,142 @@ async def test_a_large_body_streams_to_the_client_while_it_is_stored(pull: Pull)
     again = await pull.get("/large.bin")
     assert (again.headers["X-Cache"], await again.read()) == ("HIT", data)
     assert pull.origin.count("/large.bin") == 1
+
+
+# --- more of the serve sequence -----------------------------------------------------------------------------
+
+
+async def test_head_on_a_miss_fetches_and_stores_the_whole_response(pull: Pull) -> None:
+    pull.origin.answer("/head.txt", b"head then get", headers=LONG)
+    head = await pull.cdn.edge.head(f"/{ZONE}/head.txt")
+    assert (head.status, await head.read(), head.headers["X-Cache"]) == (200, b"", "MISS")
+    assert head.headers["Content-Length"] == str(len(b"head then get"))
+    get = await pull.get("/head.txt")
+    assert (get.status, await get.read(), get.headers["X-Cache"]) == (200, b"head then get", "HIT")
+    assert [seen.method for seen in pull.origin.requests("/head.txt")] == ["GET"]
+
+
+async def test_the_query_is_sent_to_the_origin_and_is_part_of_the_key(pull: Pull) -> None:
+    async def echo(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=request.query_string.encode(), headers=LONG)
+
+    pull.origin.route("/query.txt", echo)
+    for query, x_cache in (("a=1", "MISS"), ("a=2", "MISS"), ("a=1", "HIT"), ("a=2", "HIT")):
+        resp = await pull.get(f"/query.txt?{query}")
+        assert (await resp.read(), resp.headers["X-Cache"]) == (query.encode(), x_cache)
+    assert pull.origin.count("/query.txt") == 2
+
+
+async def test_a_clients_own_conditions_are_answered_from_the_stored_response(pull: Pull) -> None:
+    pull.origin.answer("/conditional.txt", b"etagged", headers={**LONG, "ETag": '"e1"'})
+    resp = await pull.get("/conditional.txt", headers={"If-None-Match": '"e1"'})
+    assert resp.status in (200, 304)  # the fill asks for the whole response
+    assert "If-None-Match" not in pull.origin.requests("/conditional.txt")[0].headers
+    matched = await pull.get("/conditional.txt", headers={"If-None-Match": '"e1"'})
+    assert (matched.status, await matched.read(), matched.headers["ETag"]) == (304, b"", '"e1"')
+    other = await pull.get("/conditional.txt", headers={"If-None-Match": '"e0"'})
+    assert (other.status, await other.read()) == (200, b"etagged")
+    assert pull.origin.count("/conditional.txt") == 1
+
+
+async def test_stale_while_revalidate_answers_stale_and_updates_in_the_background(pull: Pull) -> None:
+    versions = iter((b"first", b"second"))
+
+    async def changing(_request: web.Request) -> web.StreamResponse:
+        return web.Response(body=next(versions), headers={"Cache-Control": "max-age=1, stale-while-revalidate=600"})
+
+    pull.origin.route("/swr.txt", changing)
+    assert (await pull.get("/swr.txt")).headers["X-Cache"] == "MISS"
+    stale = await answer_changes(pull, "/swr.txt", "STALE")
+    assert await stale.read() == b"first"
+    assert stale.headers["Cache-Status"] == "assetcdn; hit; fwd=stale"
+
+    async def replaced() -> bool:
+        resp = await pull.get("/swr.txt")
+        return await resp.read() == b"second" and resp.headers["X-Cache"] == "HIT"
+
+    await wait_until(replaced, "the background revalidation storing the new response")
+    assert pull.origin.count("/swr.txt") == 2
+
+
+async def test_stale_if_error_serves_the_stale_copy_when_the_origin_answers_5xx(pull: Pull) -> None:
+    async def failing(_request: web.Request) -> web.StreamResponse:
+        if pull.origin.count("/5xx.txt") == 1:
+            return web.Response(body=b"good", headers={"Cache-Control": "max-age=1, stale-if-error=600"})
+        return web.Response(status=503, body=b"overloaded")
+
+    pull.origin.route("/5xx.txt", failing)
+    assert (await pull.get("/5xx.txt")).headers["X-Cache"] == "MISS"
+    stale = await answer_changes(pull, "/5xx.txt", "STALE")
+    assert (stale.status, await stale.read()) == (200, b"good")
+    assert stale.headers["Cache-Status"] == "assetcdn; hit; fwd=stale; fwd-status=503"
+
+
+async def test_an_origin_error_without_a_stored_copy_is_passed_on(pull: Pull) -> None:
+    pull.origin.answer("/broken.txt", b"origin error page", status=500)
+    for _ in range(2):
+        resp = await pull.get("/broken.txt")
+        assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (500, b"origin error page", "PASS")
+    assert pull.origin.count("/broken.txt") == 2
+
+
+async def test_hop_by_hop_fields_of_the_origin_never_reach_the_client(pull: Pull) -> None:
+    headers = {**LONG, "Connection": "X-Origin-Hop", "X-Origin-Hop": "internal", "Keep-Alive": "timeout=99",
+               "Proxy-Authenticate": "Basic", "X-Kept": "yes"}
+    pull.origin.answer("/hop.txt", b"hop", headers=headers)
+    for x_cache in ("MISS", "HIT"):
+        resp = await pull.get("/hop.txt")
+        assert (resp.headers["X-Cache"], resp.headers["X-Kept"]) == (x_cache, "yes")
+        for name in ("X-Origin-Hop", "Keep-Alive", "Proxy-Authenticate"):
+            assert name not in resp.headers, (x_cache, name)
+
+
+async def test_a_chunked_answer_is_stored_whole(pull: Pull) -> None:
+    parts = [os.urandom(64 * 1024) for _ in range(5)]
+
+    async def chunked(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=LONG)
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for part in parts:
+            await response.write(part)
+        await response.write_eof()
+        return response
+
+    pull.origin.route("/chunked.bin", chunked)
+    first = await pull.get("/chunked.bin")
+    assert (await first.read(), first.headers["X-Cache"]) == (b"".join(parts), "MISS")
+    second = await pull.get("/chunked.bin")
+    assert (await second.read(), second.headers["X-Cache"]) == (b"".join(parts), "HIT")
+    assert second.headers["Content-Length"] == str(len(b"".join(parts)))
+    assert pull.origin.count("/chunked.bin") == 1
+
+
+async def test_a_body_the_origin_cuts_short_ends_the_connection_and_is_not_stored(pull: Pull) -> None:
+    """The client must see a broken answer: the connection ends where the origin's body did, and a request
+    pipelined behind it is not answered on it (its bytes would read as the rest of the body)."""
+    async def cut(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=LONG)
+        response.content_length = 1000
+        await response.prepare(request)
+        await response.write(b"x" * 400)
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    pull.origin.route("/cut.bin", cut)
+    assert pull.cdn.edge.server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", pull.cdn.edge.server.port)
+    try:
+        writer.write(f"GET /{ZONE}/cut.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode() * 2)
+        received = await asyncio.wait_for(reader.read(), WAIT_S)
+    finally:
+        writer.close()
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"\r\nContent-Length: 1000\r\n" in head, head
+    assert body == b"x" * 400
+    resp = await pull.cdn.edge.get(f"/{ZONE}/cut.bin")
+    assert resp.headers["X-Cache"] == "MISS"
+    with pytest.raises(ClientPayloadError):
+        await resp.read()
+    assert pull.origin.count("/cut.bin") == 2
