@@ -22,7 +22,7 @@ from multidict import CIMultiDictProxy
 
 from tests.control.conftest import ACCOUNT
 from tests.control.expect import expect_error
-from tests.edge.routes.conftest import WAIT_S, Cdn, shared_cdn_apps, wait_until
+from tests.edge.routes.conftest import PURGE, WAIT_S, Cdn, shared_cdn_apps, wait_until
 from tests.edge.routes.test_tenant_hosts import raw_status
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -597,3 +597,52 @@ async def test_a_body_the_origin_cuts_short_ends_the_connection_and_is_not_store
     with pytest.raises(ClientPayloadError):
         await resp.read()
     assert pull.origin.count("/cut.bin") == 2
+
+
+async def test_a_purge_of_a_url_or_an_origin_tag_drops_what_it_names_only(pull: Pull) -> None:
+    pull.origin.answer("/purge/url.txt", b"url", headers=LONG)
+    pull.origin.answer("/purge/tagged.txt", b"tagged", headers={**LONG, "Cache-Tag": "news, sport"})
+    pull.origin.answer("/purge/kept.txt", b"kept", headers={**LONG, "Cache-Tag": "news"})
+    names = ("/purge/url.txt", "/purge/tagged.txt", "/purge/kept.txt")
+    for name in names:
+        assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+    for body in ({"urls": [f"/{ZONE}/purge/url.txt"]}, {"tags": ["sport"]}):
+        resp = await pull.cdn.control.post("/api/purge", json=body, headers=PURGE)
+        assert resp.status == 200, await resp.text()
+    assert [(await pull.get(name)).headers["X-Cache"] for name in names] == ["MISS", "MISS", "HIT"]
+    assert [pull.origin.count(name) for name in names] == [2, 2, 1]
+
+
+async def test_a_zone_created_again_under_a_deleted_pull_zones_name_gets_nothing_it_stored(pull: Pull) -> None:
+    """Whether the first owner's response was stored as it came or updated by a 304."""
+    first, second = ScriptedOrigin(), ScriptedOrigin()
+
+    async def revalidated(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"first"':
+            return web.Response(status=304, headers={**LONG, "ETag": '"first"'})
+        return web.Response(body=b"first owner", headers={"Cache-Control": "max-age=1", "ETag": '"first"'})
+
+    first.route("/page.txt", revalidated)
+    second.answer("/page.txt", b"second owner", headers=LONG)
+    first_server, second_server = await serve_origin(first), await serve_origin(second)
+    try:
+        await add_pull_zone(pull.cdn, "churn", {"Url": f"http://127.0.0.1:{first_server.port}{PREFIX}"})
+        assert (await pull.cdn.edge.get("/churn/page.txt")).headers["X-Cache"] == "MISS"
+
+        async def updated_by_a_304() -> bool:
+            return (await pull.cdn.edge.get("/churn/page.txt")).headers["X-Cache"] == "REVALIDATED"
+
+        await wait_until(updated_by_a_304, "the first owner's response revalidated")
+        assert (await pull.cdn.control.delete("/api/core/zones/churn", headers=ACCOUNT)).status == 200
+
+        async def gone() -> bool:
+            return "churn" not in pull.cdn.node.config.pull_zones
+
+        await wait_until(gone, "the deleted zone leaving the edge's config")
+        await add_pull_zone(pull.cdn, "churn", {"Url": f"http://127.0.0.1:{second_server.port}{PREFIX}"})
+        resp = await pull.cdn.edge.get("/churn/page.txt")
+        assert (await resp.read(), resp.headers["X-Cache"]) == (b"second owner", "MISS")
+        assert (first.count("/page.txt"), second.count("/page.txt")) == (2, 1)
+    finally:
+        await first_server.close()
+        await second_server.close()
