@@ -33,6 +33,7 @@ HOST_HEADER = "assets.origin.example"            # the zone's HostHeader
 SECRET = ("X-Origin-Secret", "s3cret-value")     # the zone's RequestHeaders
 TENANT_HOST = f"{ZONE}.cdn.localhost"            # the default base domain is cdn.localhost
 FIRST_BYTE_TIMEOUT_S = "1"
+MAX_OBJECT_MB = 6                                # above the large body's 5 MB
 LONG = {"Cache-Control": "max-age=600"}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -118,7 +119,8 @@ async def pull(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pull]:
         # The idle timeout is far above the tests' waits: only the first-byte timeout can end a silent origin.
         async with shared_cdn_apps(tmp_path_factory.mktemp("pull-zones"), ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true",
                                    ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S=FIRST_BYTE_TIMEOUT_S,
-                                   ASSETCDN_ORIGIN_IDLE_TIMEOUT_S="300") as cdn:
+                                   ASSETCDN_ORIGIN_IDLE_TIMEOUT_S="300",
+                                   ASSETCDN_ORIGIN_MAX_OBJECT_MB=str(MAX_OBJECT_MB)) as cdn:
             await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{server.port}{PREFIX}",
                                             "HostHeader": HOST_HEADER, "RequestHeaders": dict([SECRET])})
             yield Pull(cdn, origin)
@@ -422,11 +424,22 @@ async def test_an_encoded_separator_without_dots_still_reaches_the_origin(pull: 
     assert (resp.status, await resp.read()) == (200, b"encoded slash")
 
 
-async def test_the_tenant_host_serves_every_path_from_the_origin(pull: Pull) -> None:
+async def test_the_tenant_host_and_a_custom_domain_serve_every_path_from_the_origin(pull: Pull) -> None:
+    domain = "assets.pulled-brand.example"
+    resp = await pull.cdn.control.post(f"/api/core/zones/{ZONE}/domains", json={"Hostname": domain}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+
+    async def domain_arrived() -> bool:
+        return pull.cdn.node.config.zone_for_host(domain) == ZONE
+
+    await wait_until(domain_arrived, "the custom domain reaching the edge")
     pull.origin.answer("/any/path.txt", b"tenant", headers=LONG)
-    for x_cache in ("MISS", "HIT"):
-        resp = await pull.cdn.edge.get("/any/path.txt", headers={"Host": TENANT_HOST})
-        assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, b"tenant", x_cache)
+    pull.origin.answer("/v1/logos/x.png", b"not a stored file", headers=LONG)
+    for host, x_cache in ((TENANT_HOST, "MISS"), (TENANT_HOST, "HIT"), (domain, "HIT")):
+        resp = await pull.cdn.edge.get("/any/path.txt", headers={"Host": host})
+        assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, b"tenant", x_cache), host
+        resp = await pull.cdn.edge.get("/v1/logos/x.png", headers={"Host": host})
+        assert (resp.status, await resp.read()) == (200, b"not a stored file"), host
     # The same URL of the zone on the default host is the same cached response.
     assert (await pull.get("/any/path.txt")).headers["X-Cache"] == "HIT"
     assert pull.origin.count("/any/path.txt") == 1
@@ -646,3 +659,30 @@ async def test_a_zone_created_again_under_a_deleted_pull_zones_name_gets_nothing
     finally:
         await first_server.close()
         await second_server.close()
+
+
+async def test_a_body_above_the_object_limit_is_passed_on_whole_and_not_stored(pull: Pull) -> None:
+    data = os.urandom(MAX_OBJECT_MB * 1024 * 1024 + 1)
+
+    async def declared(_request: web.Request) -> web.StreamResponse:
+        return web.Response(body=data, headers=LONG)
+
+    async def chunked(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=LONG)
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for start in range(0, len(data), 1024 * 1024):
+            await response.write(data[start:start + 1024 * 1024])
+        await response.write_eof()
+        return response
+
+    pull.origin.route("/too-large.bin", declared)
+    pull.origin.route("/too-large-chunked.bin", chunked)
+    for _ in range(2):
+        resp = await pull.get("/too-large.bin")
+        assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, data, "PASS")
+        assert resp.headers["Cache-Status"] == "assetcdn; fwd=uri-miss; detail=too-large"
+        resp = await pull.get("/too-large-chunked.bin")   # found too large as it arrives, after its head went
+        assert (resp.status, await resp.read()) == (200, data)
+        assert resp.headers["X-Cache"] != "HIT"
+    assert (pull.origin.count("/too-large.bin"), pull.origin.count("/too-large-chunked.bin")) == (2, 2)
