@@ -32,7 +32,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from assetcdn.edge.app_keys import NODE
+from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.tags import path_tag
 from assetcdn.edge.node import EdgeNode
@@ -64,6 +64,7 @@ from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.http_server import cut_short
 from assetcdn.shared.manifest import zone_tag
+from assetcdn.shared.request_body import body_deadline
 
 log = logging.getLogger(__name__)
 SPOOL_MEMORY = 1024 * 1024          # a body being stored is kept in memory up to this, then in a temporary file
@@ -466,8 +467,10 @@ def if_range_holds(request: web.Request, stored: StoredResponse) -> bool:
 
 async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, path: str,
                          prefix: str) -> web.StreamResponse:
-    """Any other method: to the origin as it is; a success invalidates what it names (RFC 9111 4.4)."""
-    body = await request.read()
+    """Any other method: to the origin as it is; a success invalidates what it names (RFC 9111 4.4). The body
+    is received whole first, in the time the edge gives request bodies (a slow sender is answered 408)."""
+    with body_deadline(request, request.app[SETTINGS]):
+        body = await request.read()
     headers = origin_request_headers(list(request.headers.items()), zone.origin, client_ip=request.remote,
                                      scheme=request.scheme)
     target = zone.origin.target(path, request.rel_url.raw_query_string)

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import pytest
 import pytest_asyncio
 from aiohttp import ClientPayloadError, ClientResponse, web
@@ -34,6 +35,7 @@ SECRET = ("X-Origin-Secret", "s3cret-value")     # the zone's RequestHeaders
 TENANT_HOST = f"{ZONE}.cdn.localhost"            # the default base domain is cdn.localhost
 FIRST_BYTE_TIMEOUT_S = "1"
 MAX_OBJECT_MB = 6                                # above the large body's 5 MB
+BODY_TIMEOUT_S = "1"
 LONG = {"Cache-Control": "max-age=600"}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -120,7 +122,8 @@ async def pull(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pull]:
         async with shared_cdn_apps(tmp_path_factory.mktemp("pull-zones"), ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true",
                                    ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S=FIRST_BYTE_TIMEOUT_S,
                                    ASSETCDN_ORIGIN_IDLE_TIMEOUT_S="300",
-                                   ASSETCDN_ORIGIN_MAX_OBJECT_MB=str(MAX_OBJECT_MB)) as cdn:
+                                   ASSETCDN_ORIGIN_MAX_OBJECT_MB=str(MAX_OBJECT_MB),
+                                   ASSETCDN_SERVER_BODY_TIMEOUT_S=BODY_TIMEOUT_S) as cdn:
             await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{server.port}{PREFIX}",
                                             "HostHeader": HOST_HEADER, "RequestHeaders": dict([SECRET])})
             yield Pull(cdn, origin)
@@ -686,3 +689,19 @@ async def test_a_body_above_the_object_limit_is_passed_on_whole_and_not_stored(p
         assert (resp.status, await resp.read()) == (200, data)
         assert resp.headers["X-Cache"] != "HIT"
     assert (pull.origin.count("/too-large.bin"), pull.origin.count("/too-large-chunked.bin")) == (2, 2)
+
+
+async def test_an_unsafe_request_whose_body_does_not_arrive_in_time_is_408(pull: Pull) -> None:
+    pull.origin.answer("/slow-upload", b"created", status=201)
+    assert pull.cdn.edge.server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", pull.cdn.edge.server.port)
+    try:
+        writer.write(f"POST /{ZONE}/slow-upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n"
+                     "ten bytes.".encode())   # and nothing more
+        received = await asyncio.wait_for(reader.read(), WAIT_S)
+    finally:
+        writer.close()
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), head
+    assert orjson.loads(body)["error"]["code"] == "RequestTimeout"
+    assert pull.origin.requests("/slow-upload") == []
