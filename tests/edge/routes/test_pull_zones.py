@@ -691,6 +691,32 @@ async def test_a_body_above_the_object_limit_is_passed_on_whole_and_not_stored(p
     assert (pull.origin.count("/too-large.bin"), pull.origin.count("/too-large-chunked.bin")) == (2, 2)
 
 
+async def test_requests_waiting_on_a_response_that_may_not_be_stored_get_their_own(pull: Pull) -> None:
+    """The first request's answer is `private`: the others that waited for it ask the origin themselves, and
+    each client gets the answer made for it."""
+    clients = 5
+    go = asyncio.Event()
+
+    async def personal(request: web.Request) -> web.StreamResponse:
+        await go.wait()
+        return web.Response(body=request.headers["X-Client"].encode(), headers={"Cache-Control": "private"})
+
+    pull.origin.route("/personal.txt", personal)
+    server = pull.cdn.edge.server
+    handled_before = server.handler.requests_count
+    requests = [asyncio.ensure_future(pull.get("/personal.txt", headers={"X-Client": str(i)})) for i in range(clients)]
+
+    async def all_arrived() -> bool:
+        return server.handler.requests_count - handled_before >= clients and pull.origin.count("/personal.txt") >= 1
+
+    await wait_until(all_arrived, "every client's request reaching the edge")
+    go.set()
+    answers = await asyncio.gather(*requests)
+    assert [(resp.status, await resp.read()) for resp in answers] == [(200, str(i).encode()) for i in range(clients)]
+    assert {resp.headers["X-Cache"] for resp in answers} == {"PASS"}
+    assert pull.origin.count("/personal.txt") == clients
+
+
 async def test_an_unsafe_request_whose_body_does_not_arrive_in_time_is_408(pull: Pull) -> None:
     pull.origin.answer("/slow-upload", b"created", status=201)
     assert pull.cdn.edge.server.port is not None
