@@ -289,7 +289,8 @@ async def test_stale_if_error_serves_the_stale_copy_while_the_origin_is_down(pul
     down.answer("/kept.txt", b"kept", headers={"Cache-Control": "max-age=1, stale-if-error=600"})
     down.answer("/lost.txt", b"lost", headers={"Cache-Control": "max-age=1"})
     server = await serve_origin(down)
-    await add_pull_zone(pull.cdn, "flaky", {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"})
+    origin_host = f"127.0.0.1:{server.port}"
+    await add_pull_zone(pull.cdn, "flaky", {"Url": f"http://{origin_host}{PREFIX}"})
     for name in ("/kept.txt", "/lost.txt"):
         assert (await pull.cdn.edge.get(f"/flaky{name}")).headers["X-Cache"] == "MISS"
     await server.close()
@@ -309,6 +310,7 @@ async def test_stale_if_error_serves_the_stale_copy_while_the_origin_is_down(pul
     await wait_until(refused, "the response without stale-if-error given up")
     await expect_error(await pull.cdn.edge.get("/flaky/lost.txt"), 502, "OriginUnreachable")
     assert (down.count("/kept.txt"), down.count("/lost.txt")) == (1, 1)
+    assert down.requests("/kept.txt")[0].headers["Host"] == origin_host  # without a HostHeader: the URL's
 
 
 async def test_an_origin_that_sends_no_head_in_time_is_504(pull: Pull) -> None:
@@ -391,14 +393,18 @@ async def test_the_origin_gets_the_zones_fields_and_never_the_clients_overrides(
         "X-Client-Note": "end-to-end", "Connection": "keep-alive, X-Custom-Hop", "X-Custom-Hop": "hop",
         "Keep-Alive": "timeout=5", "TE": "trailers", "Proxy-Authorization": "Basic c2VjcmV0",
         "X-Forwarded-Host": "evil.example", "X-Original-URL": "/admin", "X-Rewrite-URL": "/admin",
-        "X-HTTP-Method-Override": "DELETE", SECRET[0]: "forged"})
+        "X-HTTP-Method-Override": "DELETE", SECRET[0]: "forged", "X-Forwarded-For": "203.0.113.9",
+        "X-Forwarded-Proto": "https", "Forwarded": "for=203.0.113.9;proto=https", "Via": "1.1 spoofed"})
     assert (resp.status, await resp.read()) == (200, b"ok")
     (seen,) = pull.origin.requests("/fields.txt")
     assert seen.headers["Host"] == HOST_HEADER
     assert seen.headers[SECRET[0]] == SECRET[1]            # the zone's value, not the client's
     assert seen.headers.getall(SECRET[0]) == [SECRET[1]]
     assert seen.headers["X-Client-Note"] == "end-to-end"
-    assert "assetcdn" in seen.headers["Via"]
+    assert seen.headers.getall("Via") == ["1.1 assetcdn"]
+    # The client's address and scheme as the edge saw them, not as the client claimed them.
+    assert (seen.headers["X-Forwarded-For"], seen.headers["X-Forwarded-Proto"]) == ("127.0.0.1", "http")
+    assert "Forwarded" not in seen.headers
     for name in ("X-Custom-Hop", "Keep-Alive", "TE", "Proxy-Authorization", "X-Forwarded-Host", "X-Original-URL",
                  "X-Rewrite-URL", "X-HTTP-Method-Override"):
         assert name not in seen.headers, name
