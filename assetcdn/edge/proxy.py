@@ -26,7 +26,7 @@ from assetcdn.edge.site_config import FORWARDED
 from assetcdn.shared.cluster import FORWARDED_HEADER, sign_forwarded
 from assetcdn.shared.config import Settings
 from assetcdn.shared.errors import ApiError
-from assetcdn.shared.http_server import client_keepalive_s
+from assetcdn.shared.http_server import client_keepalive_s, cut_short
 from assetcdn.shared.middleware import REQUEST_ID
 from assetcdn.shared.request_body import RouteBody, body_deadline, in_route_envelope, route_body
 
@@ -134,8 +134,7 @@ async def _exchange(request: web.Request, body: ProxiedBody | None, timeout_s: f
             # The answer has begun: cut it short so the client sees a broken response, not a wrong end.
             log.warning("forwarded %s %s broke off mid-response (request %s): %s", request.method, request.path,
                         request[REQUEST_ID], type(exc).__name__)
-            if request.transport is not None:
-                request.transport.close()
+            cut_short(request)
         return response
 
 

@@ -67,6 +67,15 @@ def _json_error_page(self: web_protocol.RequestHandler, request: web_request.Bas
     return response
 
 
+def cut_short(request: web.BaseRequest) -> None:
+    """End a response whose body has begun and cannot be completed: the connection is closed and never
+    reused, so the client sees a broken answer. Closing `request.transport` is not that on the edge: a
+    request the hit path handed to aiohttp (assetcdn/edge/fastpath/protocol.py) writes to a transport whose
+    close hands the connection back for its next request, whose answer would then read as the rest of
+    this body."""
+    request.protocol.force_close()
+
+
 def answer_unreadable_requests_in_json() -> None:
     """Every error both processes send is JSON (docs/security.md), aiohttp's own included."""
     web_protocol.RequestHandler.handle_error = _json_error_page  # type: ignore[method-assign]

@@ -44,8 +44,14 @@ def classify(cdn_path: str) -> tuple[str, str]:
     return parts[0], ""
 
 
+def zone_tag(zone: str) -> str:
+    """The cache tag on everything an edge keeps of a zone (its files, a pull zone's responses): deleting the
+    zone purges it."""
+    return f"project-{zone}"
+
+
 def cache_tags(zone: str, category: str, fmt: str) -> tuple[str, ...]:
-    tags = [f"project-{zone}"]
+    tags = [zone_tag(zone)]
     if category:
         tags.append(f"type-{category}")
     if fmt:

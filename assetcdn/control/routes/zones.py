@@ -28,7 +28,7 @@ from assetcdn.control.storage.zones_store import ZoneMeta
 from assetcdn.control.webhooks.events import zone_created, zone_deleted
 from assetcdn.shared.address_guard import check_address, literal_address, name_problem
 from assetcdn.shared.errors import bad_request, conflict, not_found
-from assetcdn.shared.manifest import ManifestEntry, human_size
+from assetcdn.shared.manifest import ManifestEntry, human_size, zone_tag
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.paths import CLIENT_ROOT, ZONE_CATEGORIES, validate_zone_name
 from assetcdn.shared.pull_origin import OriginProblem, PullOrigin, parse_origin
@@ -137,7 +137,7 @@ async def delete_zone(request: web.Request) -> web.Response:
         if not files:  # a concurrent delete of the same zone got there first
             raise not_found(f"Zone '{zone}' does not exist.", target="id", code="ZoneNotFound")
         assets = sum(1 for f in files if not f.endswith("/.gitkeep"))
-        return Mutation({f: None for f in files}, f"Delete zone {zone} and its {assets} files", [f"project-{zone}"],
+        return Mutation({f: None for f in files}, f"Delete zone {zone} and its {assets} files", [zone_tag(zone)],
                         change=zone_deleted(zone))
 
     published = await request.app[PUBLISHER].commit_planned(every_file)

@@ -32,7 +32,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from assetcdn.edge.app_keys import NODE
+from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.tags import path_tag
 from assetcdn.edge.node import EdgeNode
@@ -62,6 +62,9 @@ from assetcdn.edge.states.freshness import (
 )
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.shared.errors import ApiError
+from assetcdn.shared.http_server import cut_short
+from assetcdn.shared.manifest import zone_tag
+from assetcdn.shared.request_body import body_deadline
 
 log = logging.getLogger(__name__)
 SPOOL_MEMORY = 1024 * 1024          # a body being stored is kept in memory up to this, then in a temporary file
@@ -208,7 +211,7 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
         response.release()
         if validated_by(stored.headers, response.headers):
             node.metrics.cache_result("HIT").inc()
-            refreshed = await refresh(node, stored, response)
+            refreshed = await refresh(node, zone, path, stored, response)
             return await deliver(request, refreshed, "REVALIDATED", f"{CACHE_STATUS}; fwd=stale; fwd-status=304")
         return await ask_origin(request, node, zone, path, url_key, fields, None)  # a 304 about another response
     if stored is not None and response.status >= 500 and usable_on_error(
@@ -261,8 +264,7 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
         if spool is not None:
             spool.close()
         log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, path, exc)
-        if request.transport is not None:
-            request.transport.close()  # a body cut short must not look complete to the client
+        cut_short(request)  # a body cut short must not look complete to the client
         return client
     if spool is not None:
         await store(node, zone, path, url_key, fields, response, stored_headers(response.headers), spool)
@@ -279,7 +281,7 @@ async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields:
     vary = vary_fields(response.headers) or ()
     meta = (*head, (STATUS, str(response.status)), (REQUEST_TIME, repr(response.request_time)),
             (RESPONSE_TIME, repr(response.response_time)))
-    tags = [*origin_tags(response.headers), path_tag(f"{zone.name}{path}")]
+    tags = [*origin_tags(response.headers), *own_tags(zone, path)]
     key = pull_variant_key(url_key, secondary_key(vary, fields)) if vary else url_key
     content_type = first_value(head, "content-type") or ""
     etag = first_value(head, "etag") or ""
@@ -302,13 +304,14 @@ async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields:
     return StoredResponse.of(obj)
 
 
-async def refresh(node: EdgeNode, stored: StoredResponse, not_modified: OriginResponse) -> StoredResponse:
+async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredResponse,
+                  not_modified: OriginResponse) -> StoredResponse:
     """A stored response confirmed by a 304: its head updated (RFC 9111 3.2, 4.3.4), its body kept."""
     head = updated_headers(stored.headers, not_modified.headers)
     meta = (*head, (STATUS, str(stored.status)), (REQUEST_TIME, repr(not_modified.request_time)),
             (RESPONSE_TIME, repr(not_modified.response_time)))
     obj = stored.obj
-    tags = [*origin_tags(head), *(tag for tag in obj.tags if ":" in tag)]  # the path tag stays
+    tags = [*origin_tags(head), *own_tags(zone, path)]
 
     def put() -> CachedObject:
         if obj.body is not None:
@@ -342,7 +345,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
             if response.status == 304:
                 response.release()
                 if validated_by(stored.headers, response.headers):
-                    await refresh(node, stored, response)
+                    await refresh(node, zone, path, stored, response)
                 return
             if response.status >= 500 or not_storable("GET", response.status, fields, response.headers,
                                                       store_set_cookie=zone.store_set_cookie) is not None:
@@ -364,6 +367,12 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
     task = asyncio.get_running_loop().create_task(revalidate())
     node.background.add(task)
     task.add_done_callback(node.background.discard)
+
+
+def own_tags(zone: PullZone, path: str) -> list[str]:
+    """The tags the edge itself puts on a stored response: its URL's (purge by URL, unsafe methods) and its
+    zone's (deleting the zone: a zone created again under the name must not be answered with them)."""
+    return [path_tag(f"{zone.name}{path}"), zone_tag(zone.name)]
 
 
 def origin_tags(headers: Headers) -> list[str]:
@@ -458,8 +467,10 @@ def if_range_holds(request: web.Request, stored: StoredResponse) -> bool:
 
 async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, path: str,
                          prefix: str) -> web.StreamResponse:
-    """Any other method: to the origin as it is; a success invalidates what it names (RFC 9111 4.4)."""
-    body = await request.read()
+    """Any other method: to the origin as it is; a success invalidates what it names (RFC 9111 4.4). The body
+    is received whole first, in the time the edge gives request bodies (a slow sender is answered 408)."""
+    with body_deadline(request, request.app[SETTINGS]):
+        body = await request.read()
     headers = origin_request_headers(list(request.headers.items()), zone.origin, client_ip=request.remote,
                                      scheme=request.scheme)
     target = zone.origin.target(path, request.rel_url.raw_query_string)
@@ -482,8 +493,7 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
         async for chunk in response.chunks(limit=None):
             await answer.write(chunk)
     except OriginError:
-        if request.transport is not None:
-            request.transport.close()
+        cut_short(request)
         return answer
     await answer.write_eof()
     return answer

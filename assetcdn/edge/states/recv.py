@@ -54,10 +54,12 @@ def resolve(config: EdgeConfig, host_zone: str | None, path: str, path_qs: str, 
 
 def origin_path_checked(raw: str) -> str:
     """A pull zone's path, refused when a dot segment (`..`, also percent-encoded) could take it outside the
-    zone's path prefix at the origin, or a control character could split the origin request."""
+    zone's path prefix at the origin, or a control character could split the origin request. Origins that
+    decode before they resolve dot segments read `..%2f` and `..%5c` as one too (`\\` separates on some)."""
     for segment in raw.split("/"):
         decoded = unquote(segment)
-        if decoded in (".", "..") or any(char in decoded for char in "\x00\r\n"):
+        if (any(part in (".", "..") for part in decoded.replace("\\", "/").split("/"))
+                or any(char in decoded for char in "\x00\r\n")):
             raise InvalidPath("dot segments and control characters are not allowed.")
     return raw
 

@@ -13,8 +13,8 @@ from tests.control.expect import commit_count, expect_error, head_commit, parse_
 
 CATEGORIES = ["banners", "github", "icons", "logos", "titles"]
 RESERVED = ["stocks", "shared", "website", "functions", "api", "dashboard", "dist", "content", "global", "clients"]
-ZONE_FIELDS = {"Id", "Name", "StorageZoneName", "OriginUrl", "FileCount", "StorageUsed", "StorageUsedHuman",
-               "Categories", "DateCreated", "Enabled", "Suspended"}
+ZONE_FIELDS = {"Kind", "Origin", "Id", "Name", "StorageZoneName", "OriginUrl", "FileCount", "StorageUsed",
+               "StorageUsedHuman", "Categories", "DateCreated", "Enabled", "Suspended"}
 
 
 async def put(client: TestClient, path: str, data: bytes) -> None:
@@ -27,8 +27,9 @@ async def test_create_scaffolds_v1_directories_in_one_commit(control: TestClient
     resp = await control.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)
     assert resp.status == 201
     body = await resp.json()
-    assert set(body) == {"HttpCode", "Message", "Id", "Name", "OriginUrl", "Commit", "Directories", "EdgeStatus",
-                         "EdgeNote", "DateCreated"}
+    assert set(body) == {"HttpCode", "Message", "Kind", "Origin", "Id", "Name", "OriginUrl", "Commit", "Directories",
+                         "EdgeStatus", "EdgeNote", "DateCreated"}
+    assert (body["Kind"], body["Origin"]) == ("storage", None)
     assert (body["HttpCode"], body["Id"], body["Name"], body["EdgeStatus"]) == (201, "akande", "akande", "pending")
     assert body["Directories"] == CATEGORIES  # the bare names of the v1/ sub-directories, as the OpenAPI example
     assert body["OriginUrl"].startswith("http") and body["OriginUrl"].endswith("/akande/")

@@ -1,0 +1,280 @@
+"""Pull zones' origins: POST /api/core/zones with "Origin", GET/PUT/DELETE /api/core/zones/{id}/origin (AccountKey
+or a token with zones:read / zones:write), and the published config that carries origins to the edges.
+
+The tests share one control plane (each a control app of its own made the module slow and large), each with
+zones of its own names; the refusals check that they changed nothing."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
+
+from assetcdn.control.app import create_app
+from assetcdn.shared.cluster import PREFIX, sign_request
+from assetcdn.shared.config import load_settings
+from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.control.expect import commit_count, expect_error
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+ORIGIN_SECRET = "do-not-show-this-value"
+ORIGIN = {"Url": "https://Origin.Example.com/assets/", "HostHeader": "www.example.com",
+          "RequestHeaders": {"X-Origin-Secret": ORIGIN_SECRET}}
+SHOWN = {"Url": "https://origin.example.com/assets", "HostHeader": "www.example.com",
+         "RequestHeaders": {"X-Origin-Secret": "(set)"}, "StoreSetCookie": False}
+
+BAD_URLS = [
+    "origin.example.com/assets",                    # no scheme
+    "ftp://origin.example.com/assets",
+    "https://user:pass@origin.example.com/",
+    "https://user@origin.example.com/",
+    "https://origin.example.com/assets?key=1",
+    "https://origin.example.com/assets?",
+    "https://origin.example.com/assets#top",
+    "https://origin.example.com:0/",
+    "http:///assets",
+    "http://10.0.0.1/assets",
+    "http://169.254.169.254/latest/meta-data",
+    "http://[fd00::1]/",
+    "http://192.168.1.10:8080/",
+    "http://localhost:8080/",
+    "http://assets.localhost/",
+    "http://127.0.0.1:8080/",
+    "http://[::1]:8080/",
+    "http://intranet/",                             # a single label: a private network's name
+    "https://origin.example.com/a b",
+    "",
+    42,
+]
+BAD_HEADERS: list[Any] = [
+    {"Host": "evil.example"},
+    {"host": "evil.example"},
+    {"Connection": "close"},
+    {"Transfer-Encoding": "chunked"},
+    {"X-Forwarded-For": "1.2.3.4"},
+    {"If-None-Match": '"x"'},
+    {"X-Split": "value\r\nInjected: yes"},
+    {"X-Split": "value\nInjected: yes"},
+    {"X-Nul": "a\x00b"},
+    {"Bad Name": "x"},
+    {"X-Long": "x" * 1025},
+    {"X-Number": 1},
+    {f"X-H{i}": "v" for i in range(21)},
+    ["X-Origin-Secret", "v"],
+]
+
+
+async def published_origins(control: TestClient) -> dict[str, Any]:
+    """The origins in the config the edges fetch (GET /api/cluster/config)."""
+    path = PREFIX + "/config"
+    resp = await control.get(path, headers=sign_request(SECRETS.cluster_secret, "GET", path))
+    assert resp.status == 200
+    origins: dict[str, Any] = (await resp.json())["origins"]
+    return origins
+
+
+async def create(control: TestClient, name: str, origin: Any) -> Any:
+    return await control.post("/api/core/zones", json={"Name": name, "Origin": origin}, headers=ACCOUNT)
+
+
+async def zone_names(control: TestClient) -> list[str]:
+    resp = await control.get("/api/core/zones", headers=ACCOUNT)
+    return [zone["Name"] for zone in await resp.json()]
+
+
+@asynccontextmanager
+async def control_app(data_dir: Path, **env: str) -> AsyncIterator[TestClient]:
+    client = TestClient(TestServer(create_app(load_settings(environ=env), SECRETS, data_dir)))
+    await client.start_server()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[TestClient, Path]]:
+    data_dir = tmp_path_factory.mktemp("origins") / "data"
+    async with control_app(data_dir) as client:
+        yield client, data_dir
+
+
+@pytest.fixture
+def control(shared: tuple[TestClient, Path]) -> TestClient:
+    return shared[0]
+
+
+async def storage_zone(control: TestClient, name: str) -> str:
+    resp = await control.post("/api/core/zones", json={"Name": name}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    return name
+
+
+async def test_a_zone_created_with_an_origin_is_a_pull_zone_and_reaches_the_edges(control: TestClient) -> None:
+    resp = await create(control, "created", ORIGIN)
+    assert resp.status == 201, await resp.text()
+    body = await resp.json()
+    assert (body["Kind"], body["Origin"]) == ("pull", SHOWN)
+    assert "https://origin.example.com/assets" in body["Message"]
+    # The edges get the header's value: they send it to the origin.
+    assert (await published_origins(control))["created"] == {**SHOWN, "RequestHeaders": ORIGIN["RequestHeaders"]}
+    resp = await control.get("/api/core/zones/created/origin", headers=ACCOUNT)
+    assert resp.status == 200
+    got = await resp.json()
+    assert (got["HttpCode"], got["Zone"], got["Kind"], got["Origin"]) == (200, "created", "pull", SHOWN)
+
+
+async def test_zone_summaries_say_which_zones_pull_and_from_where(control: TestClient) -> None:
+    zone = await storage_zone(control, "summed")
+    assert (await create(control, "summedpull", ORIGIN)).status == 201
+    resp = await control.get("/api/core/zones", headers=ACCOUNT)
+    listed = {z["Name"]: (z["Kind"], z["Origin"]) for z in await resp.json() if z["Name"].startswith("summed")}
+    assert listed == {zone: ("storage", None), "summedpull": ("pull", SHOWN)}
+    for name, kind, origin in ((zone, "storage", None), ("summedpull", "pull", SHOWN)):
+        detail = await (await control.get(f"/api/core/zones/{name}", headers=ACCOUNT)).json()
+        assert (detail["Kind"], detail["Origin"]) == (kind, origin)
+
+
+async def test_header_values_are_never_shown_back(control: TestClient) -> None:
+    """Only the names of the zone's request fields: their values are secrets the origin checks."""
+    answers = [await create(control, "secretive", ORIGIN)]
+    changed = {**ORIGIN, "RequestHeaders": {"X-Origin-Secret": ORIGIN_SECRET, "Authorization": f"Bearer {ORIGIN_SECRET}"}}
+    answers.append(await control.put("/api/core/zones/secretive/origin", json=changed, headers=ACCOUNT))
+    for path in ("/api/core/zones/secretive/origin", "/api/core/zones/secretive", "/api/core/zones"):
+        answers.append(await control.get(path, headers=ACCOUNT))
+    for resp in answers:
+        assert resp.status in (200, 201)
+        text = await resp.text()
+        assert "X-Origin-Secret" in text and ORIGIN_SECRET not in text, text
+
+
+async def test_put_sets_or_replaces_the_origin_and_delete_removes_it(control: TestClient) -> None:
+    zone = await storage_zone(control, "switched")
+    await expect_error(await control.get(f"/api/core/zones/{zone}/origin", headers=ACCOUNT), 404, "NoOrigin")
+    resp = await control.put(f"/api/core/zones/{zone}/origin", json={"Url": "https://a.example.com"}, headers=ACCOUNT)
+    assert resp.status == 200, await resp.text()
+    body = await resp.json()
+    assert (body["Kind"], body["Origin"]["Url"], body["Origin"]["RequestHeaders"]) == \
+        ("pull", "https://a.example.com", {})
+    resp = await control.put(f"/api/core/zones/{zone}/origin", json={**ORIGIN, "StoreSetCookie": True},
+                             headers=ACCOUNT)
+    assert resp.status == 200
+    assert (await resp.json())["Origin"] == {**SHOWN, "StoreSetCookie": True}
+    assert (await published_origins(control))[zone]["StoreSetCookie"] is True
+    detail = await (await control.get(f"/api/core/zones/{zone}", headers=ACCOUNT)).json()
+    assert detail["Kind"] == "pull"
+
+    resp = await control.delete(f"/api/core/zones/{zone}/origin", headers=ACCOUNT)
+    assert resp.status == 200
+    assert ((await resp.json())["Kind"], (await resp.json())["Origin"]) == ("storage", None)
+    assert zone not in await published_origins(control)
+    await expect_error(await control.get(f"/api/core/zones/{zone}/origin", headers=ACCOUNT), 404, "NoOrigin")
+    await expect_error(await control.delete(f"/api/core/zones/{zone}/origin", headers=ACCOUNT), 404, "NoOrigin")
+    detail = await (await control.get(f"/api/core/zones/{zone}", headers=ACCOUNT)).json()
+    assert (detail["Kind"], detail["Origin"]) == ("storage", None)
+
+
+async def test_the_origin_routes_of_a_zone_that_does_not_exist_are_404(control: TestClient) -> None:
+    for method in ("GET", "PUT", "DELETE"):
+        resp = await control.request(method, "/api/core/zones/nobody/origin", json=ORIGIN, headers=ACCOUNT)
+        await expect_error(resp, 404, "ZoneNotFound")
+    assert "nobody" not in await published_origins(control)
+
+
+async def test_deleting_the_zone_removes_its_origin(control: TestClient) -> None:
+    assert (await create(control, "deleted", ORIGIN)).status == 201
+    assert (await control.delete("/api/core/zones/deleted", headers=ACCOUNT)).status == 200
+    assert "deleted" not in await published_origins(control)
+    # A zone created again under the name is a stored zone: nothing of the old origin is left.
+    await storage_zone(control, "deleted")
+    await expect_error(await control.get("/api/core/zones/deleted/origin", headers=ACCOUNT), 404, "NoOrigin")
+    assert "deleted" not in await published_origins(control)
+
+
+async def refused_both_ways(shared: tuple[TestClient, Path], origin: Any, target: str) -> None:
+    """400 InvalidOrigin naming `target`, for a new zone and for a zone's PUT, with nothing changed."""
+    control, data_dir = shared
+    if "refusing" not in await zone_names(control):
+        await storage_zone(control, "refusing")
+    commits, before = commit_count(data_dir), await published_origins(control)
+    body = await expect_error(await create(control, "refused", origin), 400, "InvalidOrigin")
+    assert body["error"]["target"] == target
+    resp = await control.put("/api/core/zones/refusing/origin", json=origin, headers=ACCOUNT)
+    body = await expect_error(resp, 400, "InvalidOrigin")
+    assert body["error"]["target"] == target
+    assert commit_count(data_dir) == commits   # no zone without its origin
+    assert "refused" not in await zone_names(control)
+    assert await published_origins(control) == before
+    assert "refusing" not in before
+
+
+@pytest.mark.parametrize("url", BAD_URLS)
+async def test_an_origin_url_that_is_not_a_public_http_url_is_400(shared: tuple[TestClient, Path], url: Any) -> None:
+    await refused_both_ways(shared, {"Url": url}, "Origin.Url")
+
+
+@pytest.mark.parametrize("headers", BAD_HEADERS)
+async def test_request_headers_a_zone_may_not_send_are_400(shared: tuple[TestClient, Path], headers: Any) -> None:
+    await refused_both_ways(shared, {"Url": "https://origin.example.com", "RequestHeaders": headers},
+                            "Origin.RequestHeaders")
+
+
+@pytest.mark.parametrize(("origin", "target"), [
+    ("https://origin.example.com", "Origin"),
+    ({"Url": "https://origin.example.com", "Extra": 1}, "Origin"),
+    ({"Url": "https://origin.example.com", "HostHeader": "a b"}, "Origin.HostHeader"),
+    ({"Url": "https://origin.example.com", "HostHeader": "evil.example\r\nX: y"}, "Origin.HostHeader"),
+    ({"Url": "https://origin.example.com", "StoreSetCookie": "yes"}, "Origin.StoreSetCookie"),
+])
+async def test_an_origin_of_another_shape_is_400(shared: tuple[TestClient, Path], origin: Any, target: str) -> None:
+    await refused_both_ways(shared, origin, target)
+
+
+async def test_loopback_origins_need_the_development_setting(tmp_path: Path) -> None:
+    async with control_app(tmp_path / "data", ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true") as control:
+        for i, url in enumerate(("http://localhost:8080", "http://127.0.0.1:9000/assets", "http://[::1]:8080")):
+            resp = await create(control, f"local{i}", {"Url": url})
+            assert resp.status == 201, await resp.text()
+        # Private networks and metadata addresses stay refused whatever the setting says.
+        for url in ("http://10.0.0.1/", "http://169.254.169.254/", "http://192.168.0.2/"):
+            await expect_error(await create(control, "private", {"Url": url}), 400, "InvalidOrigin")
+        assert sorted(await published_origins(control)) == ["local0", "local1", "local2"]
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+async def mint(control: TestClient, scope: str) -> dict[str, str]:
+    resp = await control.post("/api/tokens", json={"name": scope, "scopes": [scope]}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    return bearer((await resp.json())["token"])
+
+
+async def test_changing_an_origin_needs_zones_write(control: TestClient) -> None:
+    zone = await storage_zone(control, "guarded")
+    reader, writer = await mint(control, "zones:read"), await mint(control, "zones:write")
+    assert (await control.put(f"/api/core/zones/{zone}/origin", json=ORIGIN, headers=ACCOUNT)).status == 200
+    refused = [{}, ACCESS, {"AccountKey": "wrong"}, reader]
+    for headers in refused:
+        for method in ("PUT", "DELETE"):
+            resp = await control.request(method, f"/api/core/zones/{zone}/origin", json={"Url": "https://b.example.com"},
+                                         headers=headers)
+            await expect_error(resp, 401, "Unauthorized")
+        resp = await control.post("/api/core/zones", json={"Name": "intruder", "Origin": ORIGIN}, headers=headers)
+        await expect_error(resp, 401, "Unauthorized")
+    for headers in ({}, ACCESS, {"AccountKey": "wrong"}):
+        await expect_error(await control.get(f"/api/core/zones/{zone}/origin", headers=headers), 401, "Unauthorized")
+    assert (await published_origins(control))[zone]["Url"] == SHOWN["Url"]     # nothing changed
+    assert "intruder" not in await zone_names(control)
+    assert (await control.get(f"/api/core/zones/{zone}/origin", headers=reader)).status == 200
+    resp = await control.put(f"/api/core/zones/{zone}/origin", json={"Url": "https://b.example.com"}, headers=writer)
+    assert resp.status == 200
+    assert (await control.delete(f"/api/core/zones/{zone}/origin", headers=writer)).status == 200
+    assert zone not in await published_origins(control)

@@ -1,0 +1,739 @@
+"""Pull zones through a real control and edge app (tests/edge/routes/conftest.py) and an origin the tests script
+(`ScriptedOrigin`): what a client of the edge sees (status, body, X-Cache, Age, Cache-Status) and what the origin
+saw (how many requests, with which fields), for the serve sequence of assetcdn/edge/states/pull.py.
+
+One CDN and one origin serve the module; each test uses paths of its own. Freshness is max-age=1, and a test
+waits for the edge's answer to change rather than sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+import pytest_asyncio
+from aiohttp import ClientPayloadError, ClientResponse, web
+from aiohttp.test_utils import TestServer
+from multidict import CIMultiDictProxy
+
+from tests.control.conftest import ACCOUNT
+from tests.control.expect import expect_error
+from tests.edge.routes.conftest import PURGE, WAIT_S, Cdn, shared_cdn_apps, wait_until
+from tests.edge.routes.test_tenant_hosts import raw_status
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+ZONE = "pulled"
+PREFIX = "/up"                                   # the origin URL's path prefix
+HOST_HEADER = "assets.origin.example"            # the zone's HostHeader
+SECRET = ("X-Origin-Secret", "s3cret-value")     # the zone's RequestHeaders
+TENANT_HOST = f"{ZONE}.cdn.localhost"            # the default base domain is cdn.localhost
+FIRST_BYTE_TIMEOUT_S = "1"
+MAX_OBJECT_MB = 6                                # above the large body's 5 MB
+BODY_TIMEOUT_S = "1"
+LONG = {"Cache-Control": "max-age=600"}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Seen:
+    method: str
+    headers: CIMultiDictProxy[str]
+    body: bytes
+
+
+@dataclass
+class ScriptedOrigin:
+    """An origin whose answers each test scripts per path, recording every request it is sent."""
+
+    handlers: dict[str, Handler] = field(default_factory=dict)
+    seen: dict[str, list[Seen]] = field(default_factory=lambda: defaultdict(list))
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        return app
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.rel_url.raw_path
+        self.seen[path].append(Seen(request.method, request.headers, await request.read()))
+        handler = self.handlers.get(path)
+        if handler is None:
+            return web.Response(status=404, text="not scripted")
+        return await handler(request)
+
+    def route(self, name: str, handler: Handler) -> None:
+        self.handlers[PREFIX + name] = handler
+
+    def answer(self, name: str, body: bytes = b"", *, status: int = 200,
+               headers: Mapping[str, str] | None = None) -> None:
+        async def fixed(_request: web.Request) -> web.StreamResponse:
+            return web.Response(status=status, body=body, headers=dict(headers or {}))
+
+        self.route(name, fixed)
+
+    def requests(self, name: str) -> list[Seen]:
+        return self.seen[PREFIX + name]
+
+    def count(self, name: str, method: str = "GET") -> int:
+        return sum(1 for seen in self.requests(name) if seen.method == method)
+
+
+@dataclass
+class Pull:
+    cdn: Cdn
+    origin: ScriptedOrigin
+
+    async def get(self, name: str, **kwargs: Any) -> ClientResponse:
+        resp = await self.cdn.edge.get(f"/{ZONE}{name}", **kwargs)
+        await resp.read()
+        return resp
+
+
+async def serve_origin(origin: ScriptedOrigin) -> TestServer:
+    server = TestServer(origin.app(), host="127.0.0.1")
+    await server.start_server()
+    return server
+
+
+async def add_pull_zone(cdn: Cdn, name: str, origin: Mapping[str, Any]) -> None:
+    """A pull zone created through control's API, returned once the edge serves it."""
+    resp = await cdn.control.post("/api/core/zones", json={"Name": name, "Origin": dict(origin)}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+
+    async def arrived() -> bool:
+        return name in cdn.node.config.pull_zones
+
+    await wait_until(arrived, f"pull zone {name} reaching the edge")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pull(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pull]:
+    origin = ScriptedOrigin()
+    server = await serve_origin(origin)
+    try:
+        # The idle timeout is far above the tests' waits: only the first-byte timeout can end a silent origin.
+        async with shared_cdn_apps(tmp_path_factory.mktemp("pull-zones"), ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true",
+                                   ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S=FIRST_BYTE_TIMEOUT_S,
+                                   ASSETCDN_ORIGIN_IDLE_TIMEOUT_S="300",
+                                   ASSETCDN_ORIGIN_MAX_OBJECT_MB=str(MAX_OBJECT_MB),
+                                   ASSETCDN_SERVER_BODY_TIMEOUT_S=BODY_TIMEOUT_S) as cdn:
+            await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{server.port}{PREFIX}",
+                                            "HostHeader": HOST_HEADER, "RequestHeaders": dict([SECRET])})
+            yield Pull(cdn, origin)
+    finally:
+        await server.close()
+
+
+async def answer_changes(pull: Pull, name: str, x_cache: str, **kwargs: Any) -> ClientResponse:
+    """The edge's first answer for `name` whose X-Cache is `x_cache` (asked again until it is)."""
+    found: list[ClientResponse] = []
+
+    async def changed() -> bool:
+        resp = await pull.get(name, **kwargs)
+        found[:] = [resp]
+        return resp.headers["X-Cache"] == x_cache
+
+    await wait_until(changed, f"{name} answered {x_cache}")
+    return found[0]
+
+
+# --- the cache ----------------------------------------------------------------------------------------------
+
+
+async def test_a_miss_is_stored_and_the_next_request_is_a_hit_with_its_age(pull: Pull) -> None:
+    pull.origin.answer("/hit.txt", b"hello", headers={**LONG, "Age": "5", "Content-Type": "text/plain"})
+    first = await pull.get("/hit.txt")
+    assert (first.status, await first.read(), first.headers["X-Cache"]) == (200, b"hello", "MISS")
+    assert first.headers["Cache-Status"] == "assetcdn; fwd=uri-miss; stored"
+    second = await pull.get("/hit.txt")
+    assert (second.status, await second.read(), second.headers["X-Cache"]) == (200, b"hello", "HIT")
+    assert second.headers["Content-Type"] == "text/plain"
+    assert int(second.headers["Age"]) >= 5  # the origin's Age, plus the time spent here
+    assert second.headers["Cache-Status"].startswith("assetcdn; hit; ttl=")
+    assert int(second.headers["Cache-Status"].rsplit("=", 1)[1]) <= 595
+    assert pull.origin.count("/hit.txt") == 1
+
+
+async def test_a_stale_response_is_revalidated_and_the_304_updates_its_head(pull: Pull) -> None:
+    async def versioned(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"v1"':
+            return web.Response(status=304, headers={"ETag": '"v1"', "Cache-Control": "max-age=600",
+                                                     "X-Version": "2"})
+        return web.Response(body=b"same bytes", headers={"ETag": '"v1"', "Cache-Control": "max-age=1",
+                                                         "X-Version": "1"})
+
+    pull.origin.route("/revalidate.txt", versioned)
+    first = await pull.get("/revalidate.txt")
+    assert (first.headers["X-Cache"], first.headers["X-Version"]) == ("MISS", "1")
+    revalidated = await answer_changes(pull, "/revalidate.txt", "REVALIDATED")
+    assert (revalidated.status, await revalidated.read()) == (200, b"same bytes")
+    assert revalidated.headers["X-Version"] == "2"
+    assert revalidated.headers["Cache-Status"] == "assetcdn; fwd=stale; fwd-status=304"
+    seen = pull.origin.requests("/revalidate.txt")
+    assert [s.headers.get("If-None-Match") for s in seen] == [None, '"v1"']
+    # The updated head is what is stored now, with the 304's freshness.
+    after = await pull.get("/revalidate.txt")
+    assert (after.headers["X-Cache"], after.headers["X-Version"], await after.read()) == ("HIT", "2", b"same bytes")
+    assert pull.origin.count("/revalidate.txt") == 2
+
+
+@pytest.mark.parametrize(("name", "headers", "detail"), [
+    ("/no-store.txt", {"Cache-Control": "no-store, max-age=600"}, "no-store"),
+    ("/private.txt", {"Cache-Control": "private, max-age=600"}, "private"),
+    ("/cookie.txt", {**LONG, "Set-Cookie": "session=abc"}, "set-cookie"),
+    ("/vary-star.txt", {**LONG, "Vary": "*"}, "vary-star"),
+])
+async def test_what_may_not_be_stored_goes_to_the_origin_every_time(pull: Pull, name: str,
+                                                                   headers: dict[str, str], detail: str) -> None:
+    pull.origin.answer(name, b"personal", headers=headers)
+    for _ in range(3):
+        resp = await pull.get(name)
+        assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, b"personal", "PASS")
+        assert resp.headers["Cache-Status"] == f"assetcdn; fwd=uri-miss; detail={detail}"
+    assert pull.origin.count(name) == 3
+    if "Set-Cookie" in headers:
+        assert resp.headers["Set-Cookie"] == "session=abc"  # the client that asked still gets its cookie
+
+
+@pytest.mark.parametrize(("name", "cache_control", "stored"), [
+    ("/auth-plain.txt", "max-age=600", False),
+    ("/auth-s-maxage.txt", "s-maxage=600", True),
+    ("/auth-public.txt", "public, max-age=600", True),
+    ("/auth-must-revalidate.txt", "must-revalidate, max-age=600", True),
+])
+async def test_a_response_to_an_authorized_request_is_stored_only_when_it_says_so(
+        pull: Pull, name: str, cache_control: str, stored: bool) -> None:
+    pull.origin.answer(name, b"for the caller", headers={"Cache-Control": cache_control})
+    auth = {"Authorization": "Bearer caller-token"}
+    first = await pull.get(name, headers=auth)
+    second = await pull.get(name, headers=auth)
+    assert (first.status, second.status, await second.read()) == (200, 200, b"for the caller")
+    assert pull.origin.requests(name)[0].headers["Authorization"] == "Bearer caller-token"
+    if stored:
+        assert (first.headers["X-Cache"], second.headers["X-Cache"]) == ("MISS", "HIT")
+        assert pull.origin.count(name) == 1
+    else:
+        assert (first.headers["X-Cache"], second.headers["X-Cache"]) == ("PASS", "PASS")
+        assert first.headers["Cache-Status"].endswith("detail=authorization")
+        assert pull.origin.count(name) == 2
+
+
+async def test_vary_keeps_one_variant_per_value_of_the_fields_it_names(pull: Pull) -> None:
+    async def negotiated(request: web.Request) -> web.StreamResponse:
+        kind = "json" if "json" in request.headers.get("Accept", "") else "html"
+        return web.Response(body=kind.encode(), headers={**LONG, "Vary": "Accept"})
+
+    pull.origin.route("/vary.txt", negotiated)
+    json_accept, html_accept = {"Accept": "application/json"}, {"Accept": "text/html"}
+    for accept, x_cache in ((json_accept, "MISS"), (html_accept, "MISS"), (json_accept, "HIT"), (html_accept, "HIT")):
+        resp = await pull.get("/vary.txt", headers=accept)
+        kind = "json" if "json" in accept["Accept"] else "html"
+        assert (await resp.read(), resp.headers["X-Cache"]) == (kind.encode(), x_cache), accept
+    assert pull.origin.count("/vary.txt") == 2
+
+
+@pytest.mark.parametrize(("name", "headers", "stored"), [
+    ("/cdn-cc-stores.txt", {"Cache-Control": "no-store", "CDN-Cache-Control": "max-age=600"}, True),
+    ("/cdn-cc-refuses.txt", {"Cache-Control": "max-age=600", "CDN-Cache-Control": "no-store"}, False),
+])
+async def test_cdn_cache_control_overrides_cache_control(pull: Pull, name: str, headers: dict[str, str],
+                                                         stored: bool) -> None:
+    pull.origin.answer(name, b"targeted", headers=headers)
+    first, second = await pull.get(name), await pull.get(name)
+    assert (await first.read(), await second.read()) == (b"targeted", b"targeted")
+    if stored:
+        assert (first.headers["X-Cache"], second.headers["X-Cache"]) == ("MISS", "HIT")
+        assert second.headers["Cache-Control"] == "no-store"  # browsers still get the origin's own
+    else:
+        assert (first.headers["X-Cache"], second.headers["X-Cache"]) == ("PASS", "PASS")
+    assert pull.origin.count(name) == (1 if stored else 2)
+
+
+async def test_a_request_with_no_cache_has_the_stored_response_validated(pull: Pull) -> None:
+    async def tagged(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"tag"':
+            return web.Response(status=304, headers={"ETag": '"tag"', **LONG})
+        return web.Response(body=b"validated", headers={"ETag": '"tag"', **LONG})
+
+    pull.origin.route("/no-cache.txt", tagged)
+    assert (await pull.get("/no-cache.txt")).headers["X-Cache"] == "MISS"
+    assert (await pull.get("/no-cache.txt")).headers["X-Cache"] == "HIT"
+    forced = await pull.get("/no-cache.txt", headers={"Cache-Control": "no-cache"})
+    assert (forced.status, await forced.read(), forced.headers["X-Cache"]) == (200, b"validated", "REVALIDATED")
+    seen = pull.origin.requests("/no-cache.txt")
+    assert len(seen) == 2 and seen[1].headers["If-None-Match"] == '"tag"'
+
+
+async def test_only_if_cached_is_504_when_not_cached_and_never_asks_the_origin(pull: Pull) -> None:
+    pull.origin.answer("/only-if-cached.txt", b"cached", headers=LONG)
+    resp = await pull.cdn.edge.get(f"/{ZONE}/only-if-cached.txt", headers={"Cache-Control": "only-if-cached"})
+    await expect_error(resp, 504, "NotCached")
+    assert pull.origin.count("/only-if-cached.txt") == 0
+    assert (await pull.get("/only-if-cached.txt")).headers["X-Cache"] == "MISS"
+    cached = await pull.get("/only-if-cached.txt", headers={"Cache-Control": "only-if-cached"})
+    assert (cached.status, await cached.read(), cached.headers["X-Cache"]) == (200, b"cached", "HIT")
+    assert pull.origin.count("/only-if-cached.txt") == 1
+
+
+async def test_stale_if_error_serves_the_stale_copy_while_the_origin_is_down(pull: Pull) -> None:
+    """An origin of its own, stopped once both paths are cached: the one with stale-if-error is served
+    stale, the other is 502 in the error envelope."""
+    down = ScriptedOrigin()
+    down.answer("/kept.txt", b"kept", headers={"Cache-Control": "max-age=1, stale-if-error=600"})
+    down.answer("/lost.txt", b"lost", headers={"Cache-Control": "max-age=1"})
+    server = await serve_origin(down)
+    origin_host = f"127.0.0.1:{server.port}"
+    await add_pull_zone(pull.cdn, "flaky", {"Url": f"http://{origin_host}{PREFIX}"})
+    for name in ("/kept.txt", "/lost.txt"):
+        assert (await pull.cdn.edge.get(f"/flaky{name}")).headers["X-Cache"] == "MISS"
+    await server.close()
+
+    async def served_stale() -> bool:
+        resp = await pull.cdn.edge.get("/flaky/kept.txt")
+        assert (resp.status, await resp.read()) == (200, b"kept")
+        return resp.headers["X-Cache"] == "STALE"
+
+    await wait_until(served_stale, "the stale copy served while the origin is down")
+    resp = await pull.cdn.edge.get("/flaky/kept.txt")
+    assert resp.headers["Cache-Status"] == "assetcdn; hit; fwd=stale; detail=origin-unreachable"
+
+    async def refused() -> bool:
+        return (await pull.cdn.edge.get("/flaky/lost.txt")).status != 200
+
+    await wait_until(refused, "the response without stale-if-error given up")
+    await expect_error(await pull.cdn.edge.get("/flaky/lost.txt"), 502, "OriginUnreachable")
+    assert (down.count("/kept.txt"), down.count("/lost.txt")) == (1, 1)
+    assert down.requests("/kept.txt")[0].headers["Host"] == origin_host  # without a HostHeader: the URL's
+
+
+async def test_an_origin_that_sends_no_head_in_time_is_504(pull: Pull) -> None:
+    released = asyncio.Event()
+
+    async def silent(_request: web.Request) -> web.StreamResponse:
+        await released.wait()
+        return web.Response(body=b"too late")
+
+    pull.origin.route("/silent.txt", silent)
+    try:
+        resp = await asyncio.wait_for(pull.cdn.edge.get(f"/{ZONE}/silent.txt"), WAIT_S)
+    finally:
+        released.set()
+    body = await expect_error(resp, 504, "OriginTimeout")
+    assert f"{FIRST_BYTE_TIMEOUT_S} s" in body["error"]["message"]
+    assert pull.origin.count("/silent.txt") == 1
+
+
+async def test_a_range_is_answered_from_the_whole_stored_response(pull: Pull) -> None:
+    data = bytes(range(256)) * 4
+    pull.origin.answer("/range.bin", data, headers=LONG)
+    first = await pull.get("/range.bin", headers={"Range": "bytes=10-19"})
+    # The fill asks for the whole response; this client may get it whole or its range.
+    assert (first.status, await first.read()) in ((200, data), (206, data[10:20]))
+    second = await pull.get("/range.bin", headers={"Range": "bytes=10-19"})
+    assert (second.status, await second.read(), second.headers["X-Cache"]) == (206, data[10:20], "HIT")
+    assert second.headers["Content-Range"] == f"bytes 10-19/{len(data)}"
+    assert pull.origin.count("/range.bin") == 1
+    assert "Range" not in pull.origin.requests("/range.bin")[0].headers
+
+
+async def test_concurrent_requests_for_a_new_url_make_one_origin_request(pull: Pull) -> None:
+    clients = 20
+    body = os.urandom(300 * 1024)
+    go = asyncio.Event()
+
+    async def held(_request: web.Request) -> web.StreamResponse:
+        await go.wait()
+        return web.Response(body=body, headers=LONG)
+
+    pull.origin.route("/collapsed.bin", held)
+    server = pull.cdn.edge.server
+    handled_before = server.handler.requests_count
+    requests = [asyncio.ensure_future(pull.get("/collapsed.bin")) for _ in range(clients)]
+
+    async def all_arrived() -> bool:
+        return server.handler.requests_count - handled_before >= clients and pull.origin.count("/collapsed.bin") >= 1
+
+    await wait_until(all_arrived, "every client's request reaching the edge")
+    go.set()
+    answers = await asyncio.gather(*requests)
+    assert [resp.status for resp in answers] == [200] * clients
+    assert all([await resp.read() == body for resp in answers])
+    assert sorted(resp.headers["X-Cache"] for resp in answers) == ["HIT"] * (clients - 1) + ["MISS"]
+    assert pull.origin.count("/collapsed.bin") == 1
+
+
+async def test_an_unsafe_request_is_forwarded_with_its_body_and_invalidates_its_url(pull: Pull) -> None:
+    async def resource(request: web.Request) -> web.StreamResponse:
+        if request.method == "POST":
+            return web.Response(status=201, body=b"created")
+        return web.Response(body=b"listing", headers=LONG)
+
+    pull.origin.route("/items", resource)
+    assert (await pull.get("/items")).headers["X-Cache"] == "MISS"
+    assert (await pull.get("/items")).headers["X-Cache"] == "HIT"
+    posted = await pull.cdn.edge.post(f"/{ZONE}/items", data=b"name=new")
+    assert (posted.status, await posted.read(), posted.headers["X-Cache"]) == (201, b"created", "PASS")
+    (seen_post,) = [seen for seen in pull.origin.requests("/items") if seen.method == "POST"]
+    assert seen_post.body == b"name=new"
+    after = await pull.get("/items")
+    assert (after.headers["X-Cache"], await after.read()) == ("MISS", b"listing")
+    assert pull.origin.count("/items") == 2
+
+
+async def test_the_origin_gets_the_zones_fields_and_never_the_clients_overrides(pull: Pull) -> None:
+    pull.origin.answer("/fields.txt", b"ok", headers=LONG)
+    resp = await pull.get("/fields.txt", headers={
+        "X-Client-Note": "end-to-end", "Connection": "keep-alive, X-Custom-Hop", "X-Custom-Hop": "hop",
+        "Keep-Alive": "timeout=5", "TE": "trailers", "Proxy-Authorization": "Basic c2VjcmV0",
+        "X-Forwarded-Host": "evil.example", "X-Original-URL": "/admin", "X-Rewrite-URL": "/admin",
+        "X-HTTP-Method-Override": "DELETE", SECRET[0]: "forged", "X-Forwarded-For": "203.0.113.9",
+        "X-Forwarded-Proto": "https", "Forwarded": "for=203.0.113.9;proto=https", "Via": "1.1 spoofed"})
+    assert (resp.status, await resp.read()) == (200, b"ok")
+    (seen,) = pull.origin.requests("/fields.txt")
+    assert seen.headers["Host"] == HOST_HEADER
+    assert seen.headers[SECRET[0]] == SECRET[1]            # the zone's value, not the client's
+    assert seen.headers.getall(SECRET[0]) == [SECRET[1]]
+    assert seen.headers["X-Client-Note"] == "end-to-end"
+    assert seen.headers.getall("Via") == ["1.1 assetcdn"]
+    # The client's address and scheme as the edge saw them, not as the client claimed them.
+    assert (seen.headers["X-Forwarded-For"], seen.headers["X-Forwarded-Proto"]) == ("127.0.0.1", "http")
+    assert "Forwarded" not in seen.headers
+    for name in ("X-Custom-Hop", "Keep-Alive", "TE", "Proxy-Authorization", "X-Forwarded-Host", "X-Original-URL",
+                 "X-Rewrite-URL", "X-HTTP-Method-Override"):
+        assert name not in seen.headers, name
+
+
+@pytest.mark.parametrize("target", [f"/{ZONE}/a/../secret.txt", f"/{ZONE}/a/%2e%2e/secret.txt",
+                                    f"/{ZONE}/a/%2E%2e/secret.txt", f"/{ZONE}/..", f"/{ZONE}/a/./secret.txt"])
+async def test_a_path_with_a_dot_segment_is_400_and_never_reaches_the_origin(pull: Pull, target: str) -> None:
+    before = sum(len(seen) for seen in pull.origin.seen.values())
+    assert await raw_status(pull.cdn, target, "127.0.0.1") == 400
+    assert sum(len(seen) for seen in pull.origin.seen.values()) == before
+
+
+@pytest.mark.parametrize("target", [f"/{ZONE}/a/..%2fsecret.txt", f"/{ZONE}/a%2f%2e%2e%2fsecret.txt",
+                                    f"/{ZONE}/a/..%5csecret.txt", f"/{ZONE}/a/%2E%2E%5Csecret.txt"])
+async def test_a_dot_segment_behind_an_encoded_separator_is_400_too(pull: Pull, target: str) -> None:
+    """Origins that decode the path before resolving dot segments would read these as `a/../secret.txt`."""
+    before = sum(len(seen) for seen in pull.origin.seen.values())
+    assert await raw_status(pull.cdn, target, "127.0.0.1") == 400
+    assert sum(len(seen) for seen in pull.origin.seen.values()) == before
+
+
+async def test_an_encoded_separator_without_dots_still_reaches_the_origin(pull: Pull) -> None:
+    pull.origin.answer("/dir%2Ffile.txt", b"encoded slash", headers=LONG)
+    resp = await pull.get("/dir%2Ffile.txt")
+    assert (resp.status, await resp.read()) == (200, b"encoded slash")
+
+
+async def test_the_tenant_host_and_a_custom_domain_serve_every_path_from_the_origin(pull: Pull) -> None:
+    domain = "assets.pulled-brand.example"
+    resp = await pull.cdn.control.post(f"/api/core/zones/{ZONE}/domains", json={"Hostname": domain}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+
+    async def domain_arrived() -> bool:
+        return pull.cdn.node.config.zone_for_host(domain) == ZONE
+
+    await wait_until(domain_arrived, "the custom domain reaching the edge")
+    pull.origin.answer("/any/path.txt", b"tenant", headers=LONG)
+    pull.origin.answer("/v1/logos/x.png", b"not a stored file", headers=LONG)
+    for host, x_cache in ((TENANT_HOST, "MISS"), (TENANT_HOST, "HIT"), (domain, "HIT")):
+        resp = await pull.cdn.edge.get("/any/path.txt", headers={"Host": host})
+        assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, b"tenant", x_cache), host
+        resp = await pull.cdn.edge.get("/v1/logos/x.png", headers={"Host": host})
+        assert (resp.status, await resp.read()) == (200, b"not a stored file"), host
+    # The same URL of the zone on the default host is the same cached response.
+    assert (await pull.get("/any/path.txt")).headers["X-Cache"] == "HIT"
+    assert pull.origin.count("/any/path.txt") == 1
+
+
+async def test_a_large_body_streams_to_the_client_while_it_is_stored(pull: Pull) -> None:
+    """The origin sends the first half and waits for the client to have read some of it: an edge that held the
+    body back until it had all of it would never answer."""
+    data = os.urandom(5 * 1024 * 1024)
+    half = len(data) // 2
+    client_reading = asyncio.Event()
+
+    async def halves(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=LONG)
+        response.content_length = len(data)
+        await response.prepare(request)
+        await response.write(data[:half])
+        await client_reading.wait()
+        await response.write(data[half:])
+        await response.write_eof()
+        return response
+
+    pull.origin.route("/large.bin", halves)
+    resp = await pull.cdn.edge.get(f"/{ZONE}/large.bin")
+    assert (resp.status, resp.headers["X-Cache"], resp.content_length) == (200, "MISS", len(data))
+    start = await asyncio.wait_for(resp.content.readexactly(1024 * 1024), WAIT_S)
+    client_reading.set()
+    assert start + await resp.read() == data
+    again = await pull.get("/large.bin")
+    assert (again.headers["X-Cache"], await again.read()) == ("HIT", data)
+    assert pull.origin.count("/large.bin") == 1
+
+
+# --- more of the serve sequence -----------------------------------------------------------------------------
+
+
+async def test_head_on_a_miss_fetches_and_stores_the_whole_response(pull: Pull) -> None:
+    pull.origin.answer("/head.txt", b"head then get", headers=LONG)
+    head = await pull.cdn.edge.head(f"/{ZONE}/head.txt")
+    assert (head.status, await head.read(), head.headers["X-Cache"]) == (200, b"", "MISS")
+    assert head.headers["Content-Length"] == str(len(b"head then get"))
+    get = await pull.get("/head.txt")
+    assert (get.status, await get.read(), get.headers["X-Cache"]) == (200, b"head then get", "HIT")
+    assert [seen.method for seen in pull.origin.requests("/head.txt")] == ["GET"]
+
+
+async def test_the_query_is_sent_to_the_origin_and_is_part_of_the_key(pull: Pull) -> None:
+    async def echo(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=request.query_string.encode(), headers=LONG)
+
+    pull.origin.route("/query.txt", echo)
+    for query, x_cache in (("a=1", "MISS"), ("a=2", "MISS"), ("a=1", "HIT"), ("a=2", "HIT")):
+        resp = await pull.get(f"/query.txt?{query}")
+        assert (await resp.read(), resp.headers["X-Cache"]) == (query.encode(), x_cache)
+    assert pull.origin.count("/query.txt") == 2
+
+
+async def test_a_clients_own_conditions_are_answered_from_the_stored_response(pull: Pull) -> None:
+    pull.origin.answer("/conditional.txt", b"etagged", headers={**LONG, "ETag": '"e1"'})
+    resp = await pull.get("/conditional.txt", headers={"If-None-Match": '"e1"'})
+    assert resp.status in (200, 304)  # the fill asks for the whole response
+    assert "If-None-Match" not in pull.origin.requests("/conditional.txt")[0].headers
+    matched = await pull.get("/conditional.txt", headers={"If-None-Match": '"e1"'})
+    assert (matched.status, await matched.read(), matched.headers["ETag"]) == (304, b"", '"e1"')
+    other = await pull.get("/conditional.txt", headers={"If-None-Match": '"e0"'})
+    assert (other.status, await other.read()) == (200, b"etagged")
+    assert pull.origin.count("/conditional.txt") == 1
+
+
+async def test_stale_while_revalidate_answers_stale_and_updates_in_the_background(pull: Pull) -> None:
+    versions = iter((b"first", b"second"))
+
+    async def changing(_request: web.Request) -> web.StreamResponse:
+        return web.Response(body=next(versions), headers={"Cache-Control": "max-age=1, stale-while-revalidate=600"})
+
+    pull.origin.route("/swr.txt", changing)
+    assert (await pull.get("/swr.txt")).headers["X-Cache"] == "MISS"
+    stale = await answer_changes(pull, "/swr.txt", "STALE")
+    assert await stale.read() == b"first"
+    assert stale.headers["Cache-Status"] == "assetcdn; hit; fwd=stale"
+
+    async def replaced() -> bool:
+        resp = await pull.get("/swr.txt")
+        return await resp.read() == b"second" and resp.headers["X-Cache"] == "HIT"
+
+    await wait_until(replaced, "the background revalidation storing the new response")
+    assert pull.origin.count("/swr.txt") == 2
+
+
+async def test_stale_if_error_serves_the_stale_copy_when_the_origin_answers_5xx(pull: Pull) -> None:
+    async def failing(_request: web.Request) -> web.StreamResponse:
+        if pull.origin.count("/5xx.txt") == 1:
+            return web.Response(body=b"good", headers={"Cache-Control": "max-age=1, stale-if-error=600"})
+        return web.Response(status=503, body=b"overloaded")
+
+    pull.origin.route("/5xx.txt", failing)
+    assert (await pull.get("/5xx.txt")).headers["X-Cache"] == "MISS"
+    stale = await answer_changes(pull, "/5xx.txt", "STALE")
+    assert (stale.status, await stale.read()) == (200, b"good")
+    assert stale.headers["Cache-Status"] == "assetcdn; hit; fwd=stale; fwd-status=503"
+
+
+async def test_an_origin_error_without_a_stored_copy_is_passed_on(pull: Pull) -> None:
+    pull.origin.answer("/broken.txt", b"origin error page", status=500)
+    for _ in range(2):
+        resp = await pull.get("/broken.txt")
+        assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (500, b"origin error page", "PASS")
+    assert pull.origin.count("/broken.txt") == 2
+
+
+async def test_hop_by_hop_fields_of_the_origin_never_reach_the_client(pull: Pull) -> None:
+    headers = {**LONG, "Connection": "X-Origin-Hop", "X-Origin-Hop": "internal", "Keep-Alive": "timeout=99",
+               "Proxy-Authenticate": "Basic", "X-Kept": "yes"}
+    pull.origin.answer("/hop.txt", b"hop", headers=headers)
+    for x_cache in ("MISS", "HIT"):
+        resp = await pull.get("/hop.txt")
+        assert (resp.headers["X-Cache"], resp.headers["X-Kept"]) == (x_cache, "yes")
+        for name in ("X-Origin-Hop", "Keep-Alive", "Proxy-Authenticate"):
+            assert name not in resp.headers, (x_cache, name)
+
+
+async def test_a_chunked_answer_is_stored_whole(pull: Pull) -> None:
+    parts = [os.urandom(64 * 1024) for _ in range(5)]
+
+    async def chunked(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=LONG)
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for part in parts:
+            await response.write(part)
+        await response.write_eof()
+        return response
+
+    pull.origin.route("/chunked.bin", chunked)
+    first = await pull.get("/chunked.bin")
+    assert (await first.read(), first.headers["X-Cache"]) == (b"".join(parts), "MISS")
+    second = await pull.get("/chunked.bin")
+    assert (await second.read(), second.headers["X-Cache"]) == (b"".join(parts), "HIT")
+    assert second.headers["Content-Length"] == str(len(b"".join(parts)))
+    assert pull.origin.count("/chunked.bin") == 1
+
+
+async def test_a_body_the_origin_cuts_short_ends_the_connection_and_is_not_stored(pull: Pull) -> None:
+    """The client must see a broken answer: the connection ends where the origin's body did, and a request
+    pipelined behind it is not answered on it (its bytes would read as the rest of the body)."""
+    async def cut(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=LONG)
+        response.content_length = 1000
+        await response.prepare(request)
+        await response.write(b"x" * 400)
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    pull.origin.route("/cut.bin", cut)
+    assert pull.cdn.edge.server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", pull.cdn.edge.server.port)
+    try:
+        writer.write(f"GET /{ZONE}/cut.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode() * 2)
+        received = await asyncio.wait_for(reader.read(), WAIT_S)
+    finally:
+        writer.close()
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"\r\nContent-Length: 1000\r\n" in head, head
+    assert body == b"x" * 400
+    resp = await pull.cdn.edge.get(f"/{ZONE}/cut.bin")
+    assert resp.headers["X-Cache"] == "MISS"
+    with pytest.raises(ClientPayloadError):
+        await resp.read()
+    assert pull.origin.count("/cut.bin") == 2
+
+
+async def test_a_purge_of_a_url_or_an_origin_tag_drops_what_it_names_only(pull: Pull) -> None:
+    pull.origin.answer("/purge/url.txt", b"url", headers=LONG)
+    pull.origin.answer("/purge/tagged.txt", b"tagged", headers={**LONG, "Cache-Tag": "news, sport"})
+    pull.origin.answer("/purge/kept.txt", b"kept", headers={**LONG, "Cache-Tag": "news"})
+    names = ("/purge/url.txt", "/purge/tagged.txt", "/purge/kept.txt")
+    for name in names:
+        assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+    for body in ({"urls": [f"/{ZONE}/purge/url.txt"]}, {"tags": ["sport"]}):
+        resp = await pull.cdn.control.post("/api/purge", json=body, headers=PURGE)
+        assert resp.status == 200, await resp.text()
+    assert [(await pull.get(name)).headers["X-Cache"] for name in names] == ["MISS", "MISS", "HIT"]
+    assert [pull.origin.count(name) for name in names] == [2, 2, 1]
+
+
+async def test_a_zone_created_again_under_a_deleted_pull_zones_name_gets_nothing_it_stored(pull: Pull) -> None:
+    """Whether the first owner's response was stored as it came or updated by a 304."""
+    first, second = ScriptedOrigin(), ScriptedOrigin()
+
+    async def revalidated(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"first"':
+            return web.Response(status=304, headers={**LONG, "ETag": '"first"'})
+        return web.Response(body=b"first owner", headers={"Cache-Control": "max-age=1", "ETag": '"first"'})
+
+    first.route("/page.txt", revalidated)
+    second.answer("/page.txt", b"second owner", headers=LONG)
+    first_server, second_server = await serve_origin(first), await serve_origin(second)
+    try:
+        await add_pull_zone(pull.cdn, "churn", {"Url": f"http://127.0.0.1:{first_server.port}{PREFIX}"})
+        assert (await pull.cdn.edge.get("/churn/page.txt")).headers["X-Cache"] == "MISS"
+
+        async def updated_by_a_304() -> bool:
+            return (await pull.cdn.edge.get("/churn/page.txt")).headers["X-Cache"] == "REVALIDATED"
+
+        await wait_until(updated_by_a_304, "the first owner's response revalidated")
+        assert (await pull.cdn.control.delete("/api/core/zones/churn", headers=ACCOUNT)).status == 200
+
+        async def gone() -> bool:
+            return "churn" not in pull.cdn.node.config.pull_zones
+
+        await wait_until(gone, "the deleted zone leaving the edge's config")
+        await add_pull_zone(pull.cdn, "churn", {"Url": f"http://127.0.0.1:{second_server.port}{PREFIX}"})
+        resp = await pull.cdn.edge.get("/churn/page.txt")
+        assert (await resp.read(), resp.headers["X-Cache"]) == (b"second owner", "MISS")
+        assert (first.count("/page.txt"), second.count("/page.txt")) == (2, 1)
+    finally:
+        await first_server.close()
+        await second_server.close()
+
+
+async def test_a_body_above_the_object_limit_is_passed_on_whole_and_not_stored(pull: Pull) -> None:
+    data = os.urandom(MAX_OBJECT_MB * 1024 * 1024 + 1)
+
+    async def declared(_request: web.Request) -> web.StreamResponse:
+        return web.Response(body=data, headers=LONG)
+
+    async def chunked(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=LONG)
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for start in range(0, len(data), 1024 * 1024):
+            await response.write(data[start:start + 1024 * 1024])
+        await response.write_eof()
+        return response
+
+    pull.origin.route("/too-large.bin", declared)
+    pull.origin.route("/too-large-chunked.bin", chunked)
+    for _ in range(2):
+        resp = await pull.get("/too-large.bin")
+        assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, data, "PASS")
+        assert resp.headers["Cache-Status"] == "assetcdn; fwd=uri-miss; detail=too-large"
+        resp = await pull.get("/too-large-chunked.bin")   # found too large as it arrives, after its head went
+        assert (resp.status, await resp.read()) == (200, data)
+        assert resp.headers["X-Cache"] != "HIT"
+    assert (pull.origin.count("/too-large.bin"), pull.origin.count("/too-large-chunked.bin")) == (2, 2)
+
+
+async def test_requests_waiting_on_a_response_that_may_not_be_stored_get_their_own(pull: Pull) -> None:
+    """The first request's answer is `private`: the others that waited for it ask the origin themselves, and
+    each client gets the answer made for it."""
+    clients = 5
+    go = asyncio.Event()
+
+    async def personal(request: web.Request) -> web.StreamResponse:
+        await go.wait()
+        return web.Response(body=request.headers["X-Client"].encode(), headers={"Cache-Control": "private"})
+
+    pull.origin.route("/personal.txt", personal)
+    server = pull.cdn.edge.server
+    handled_before = server.handler.requests_count
+    requests = [asyncio.ensure_future(pull.get("/personal.txt", headers={"X-Client": str(i)})) for i in range(clients)]
+
+    async def all_arrived() -> bool:
+        return server.handler.requests_count - handled_before >= clients and pull.origin.count("/personal.txt") >= 1
+
+    await wait_until(all_arrived, "every client's request reaching the edge")
+    go.set()
+    answers = await asyncio.gather(*requests)
+    assert [(resp.status, await resp.read()) for resp in answers] == [(200, str(i).encode()) for i in range(clients)]
+    assert {resp.headers["X-Cache"] for resp in answers} == {"PASS"}
+    assert pull.origin.count("/personal.txt") == clients
+
+
+async def test_an_unsafe_request_whose_body_does_not_arrive_in_time_is_408(pull: Pull) -> None:
+    pull.origin.answer("/slow-upload", b"created", status=201)
+    assert pull.cdn.edge.server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", pull.cdn.edge.server.port)
+    try:
+        writer.write(f"POST /{ZONE}/slow-upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n"
+                     "ten bytes.".encode())   # and nothing more
+        received = await asyncio.wait_for(reader.read(), WAIT_S)
+    finally:
+        writer.close()
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), head
+    assert orjson.loads(body)["error"]["code"] == "RequestTimeout"
+    assert pull.origin.requests("/slow-upload") == []

@@ -1,0 +1,141 @@
+"""Pull zones through a real `assetcdn up` with two edge workers: the origin setting reaches them from the
+environment, both workers share what one of them stored, and an unsafe request answered by one worker
+invalidates the URL for the other too. The serve sequence itself is tested in-process
+(tests/edge/routes/test_pull_zones.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from tests.integration.harness import ACCOUNT, RunningCdn, start_cdn
+
+pytestmark = pytest.mark.integration
+
+WORKERS = 2
+CONNECTIONS = 8      # requests on connections of their own: the kernel spreads them over both workers
+WAIT_S = 30.0        # upper bound of waits for the config to arrive (never asserted as a duration)
+
+
+@pytest.fixture(scope="module")
+def cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCdn]:
+    running = start_cdn(tmp_path_factory.mktemp("pull-zones"), workers=WORKERS,
+                        env_extra={"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"})
+    yield running
+    running.stop()
+
+
+@asynccontextmanager
+async def origin_app(app: web.Application) -> AsyncIterator[str]:
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        await server.close()
+
+
+async def pull_zone(cdn: RunningCdn, name: str, url: str) -> None:
+    """A pull zone, returned once every worker of the edge has the config that names it."""
+    async with aiohttp.ClientSession() as session, session.post(
+            f"{cdn.control_url}/api/core/zones", json={"Name": name, "Origin": {"Url": url}}, headers=ACCOUNT) as resp:
+        assert resp.status == 201, await resp.text()
+
+    def workers_with_it() -> int:
+        count = 0
+        for config in cdn.data_dir.rglob("edge-config-*.json"):
+            try:
+                count += name in (orjson.loads(config.read_bytes()).get("origins") or {})
+            except (OSError, ValueError):
+                continue   # being replaced
+        return count
+
+    deadline = asyncio.get_running_loop().time() + WAIT_S
+    while workers_with_it() < WORKERS:
+        assert asyncio.get_running_loop().time() < deadline, "the pull zone never reached both workers"
+        await asyncio.sleep(0.1)
+
+
+async def each_on_its_own_connection(url: str, method: str = "GET", count: int = CONNECTIONS,
+                                     **kwargs: object) -> list[tuple[int, str, bytes]]:
+    """(status, X-Cache, body) of `count` requests, one after the other, each on a new connection."""
+    answers = []
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+        for _ in range(count):
+            async with session.request(method, url, **kwargs) as resp:  # type: ignore[arg-type]
+                answers.append((resp.status, resp.headers.get("X-Cache", ""), await resp.read()))
+    return answers
+
+
+async def stored(url: str) -> None:
+    """Returns once the edge holds `url`: a worker answers a client once it has the whole body, and keeps it
+    just after, so a request on another worker in between is a miss of its own. `only-if-cached` never asks
+    the origin."""
+    deadline = asyncio.get_running_loop().time() + WAIT_S
+    while (await each_on_its_own_connection(url, count=1, headers={"Cache-Control": "only-if-cached"}))[0][0] != 200:
+        assert asyncio.get_running_loop().time() < deadline, f"{url} never stored"
+        await asyncio.sleep(0.05)
+
+
+async def test_both_workers_serve_what_one_stored(cdn: RunningCdn) -> None:
+    body = os.urandom(5 * 1024 * 1024)
+    asked = Counter[str]()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        asked[request.path] += 1
+        return web.Response(body=body, headers={"Cache-Control": "max-age=600"})
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handler)
+    async with origin_app(app) as url:
+        await pull_zone(cdn, "bigpull", url)
+        target = f"{cdn.edge_urls[0]}/bigpull/big.bin"
+        (first,) = await each_on_its_own_connection(target, count=1)
+        assert first == (200, "MISS", body)
+        await stored(target)
+        answers = await each_on_its_own_connection(target)
+    assert [(status, x_cache) for status, x_cache, _ in answers] == [(200, "HIT")] * CONNECTIONS
+    assert all(received == body for _, _, received in answers)
+    assert asked == {"/big.bin": 1}
+
+
+async def test_an_unsafe_request_on_one_worker_invalidates_the_url_on_every_worker(cdn: RunningCdn) -> None:
+    version = 1
+    gets = 0
+
+    async def resource(request: web.Request) -> web.StreamResponse:
+        nonlocal version, gets
+        if request.method == "POST":
+            version += 1
+            return web.Response(status=204)
+        gets += 1
+        return web.Response(body=f"v{version}".encode(), headers={"Cache-Control": "max-age=600"})
+
+    app = web.Application()
+    app.router.add_route("*", "/items", resource)
+    async with origin_app(app) as url:
+        await pull_zone(cdn, "changing", url)
+        target = f"{cdn.edge_urls[0]}/changing/items"
+        assert await each_on_its_own_connection(target, count=1) == [(200, "MISS", b"v1")]
+        await stored(target)
+        # Both workers answer from the stored response (and keep it in their memory tier).
+        assert await each_on_its_own_connection(target) == [(200, "HIT", b"v1")] * CONNECTIONS
+        (posted,) = await each_on_its_own_connection(target, "POST", count=1, data=b"new")
+        assert posted[:2] == (204, "PASS")
+        # Whichever worker answers, the old response is gone.
+        gone = await each_on_its_own_connection(target, headers={"Cache-Control": "only-if-cached"})
+        assert [status for status, _, _ in gone] == [504] * CONNECTIONS
+        assert await each_on_its_own_connection(target, count=1) == [(200, "MISS", b"v2")]
+        await stored(target)
+        after = await each_on_its_own_connection(target)
+    assert after == [(200, "HIT", b"v2")] * CONNECTIONS
+    assert gets == 2
