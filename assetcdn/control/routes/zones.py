@@ -192,8 +192,11 @@ async def get_origin(request: web.Request) -> web.Response:
 async def put_origin(request: web.Request) -> web.Response:
     zone = await require_zone(request)
     origin = checked_origin(request, await read_json(request))
+    before = await request.app[EDGE_CONFIG].origin(zone)
     await request.app[EDGE_CONFIG].set_origin(zone, origin)
     await request.app[PUBLISHER].publish_config()
+    if before is not None and (before.url, before.host_header) != (origin.url, origin.host_header):
+        await retire_cached(request, zone)
     return origin_answer(zone, origin, f"Zone '{zone}' now pulls from {origin.url}.")
 
 
@@ -202,4 +205,11 @@ async def delete_origin(request: web.Request) -> web.Response:
     if not await request.app[EDGE_CONFIG].remove_origin(zone):
         raise not_found(f"Zone '{zone}' has no origin.", target="id", code="NoOrigin")
     await request.app[PUBLISHER].publish_config()
+    await retire_cached(request, zone)
     return origin_answer(zone, None, f"Zone '{zone}' no longer pulls from an origin: its paths are its stored files.")
+
+
+async def retire_cached(request: web.Request, zone: str) -> None:
+    """What the edges cached from a zone's former origin is purged once they have the new config, so no URL
+    keeps answering with another origin's response until it expires."""
+    await request.app[PUBLISHER].purge({"tags": [zone_tag(zone)]})

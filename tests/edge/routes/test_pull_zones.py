@@ -737,3 +737,22 @@ async def test_an_unsafe_request_whose_body_does_not_arrive_in_time_is_408(pull:
     assert head.startswith(b"HTTP/1.1 408 "), head
     assert orjson.loads(body)["error"]["code"] == "RequestTimeout"
     assert pull.origin.requests("/slow-upload") == []
+
+
+async def test_a_new_origin_retires_what_was_cached_from_the_old_one(pull: Pull) -> None:
+    first, second = ScriptedOrigin(), ScriptedOrigin()
+    first.answer("/moved.txt", b"old origin", headers=LONG)
+    second.answer("/moved.txt", b"new origin", headers=LONG)
+    first_server, second_server = await serve_origin(first), await serve_origin(second)
+    try:
+        await add_pull_zone(pull.cdn, "moving", {"Url": f"http://127.0.0.1:{first_server.port}{PREFIX}"})
+        assert await (await pull.cdn.edge.get("/moving/moved.txt")).read() == b"old origin"
+        resp = await pull.cdn.control.put("/api/core/zones/moving/origin", headers=ACCOUNT,
+                                          json={"Url": f"http://127.0.0.1:{second_server.port}{PREFIX}"})
+        assert resp.status == 200, await resp.text()
+        resp = await pull.cdn.edge.get("/moving/moved.txt")
+        assert (await resp.read(), resp.headers["X-Cache"]) == (b"new origin", "MISS")
+        assert (first.count("/moved.txt"), second.count("/moved.txt")) == (1, 1)
+    finally:
+        await first_server.close()
+        await second_server.close()
