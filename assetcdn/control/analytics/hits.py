@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from assetcdn.shared.analytics_keys import UNKNOWN_COUNTRY, zone_of
+from assetcdn.shared.cache_results import COUNTED
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.paths import STOCK_ROOT
 
-CacheStatus = Literal["HIT", "MISS", "STALE", "BYPASS"]
-CACHE_STATUSES: frozenset[str] = frozenset({"HIT", "MISS", "STALE", "BYPASS"})
+CacheStatus = Literal["HIT", "MISS", "STALE", "BYPASS"]  # the counters of assetcdn/shared/cache_results.py
+CACHE_STATUSES: frozenset[str] = frozenset(result.value for result in COUNTED)
 # Counts of deliveries outside every zone (a path's first segment that names none) go to this one
 # bucket: no zone is named "", and a report's zone filter cannot name it.
 UNKNOWN_ZONE = ""

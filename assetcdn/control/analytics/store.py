@@ -49,6 +49,7 @@ from assetcdn.control.analytics.hits import (
 from assetcdn.control.analytics.params import ANALYTICS_DAYS_MAXIMUM, DAYS_MAXIMUM
 from assetcdn.control.storage.database import Database, Transaction, open_database
 from assetcdn.shared.analytics_keys import UNKNOWN_COUNTRY
+from assetcdn.shared.cache_results import COUNTED
 from assetcdn.shared.manifest import human_size
 
 RETENTION_DAYS = 90
@@ -149,7 +150,7 @@ _ADD_DELIVERIES = [
     "WHERE p.path NOT LIKE 'api/%'",
 ]
 
-_CACHE_COLUMN = {"HIT": 0, "MISS": 1, "STALE": 2, "BYPASS": 3}
+_CACHE_COLUMN = {result.value: column for column, result in enumerate(COUNTED)}
 
 
 def utc_day(timestamp: float) -> date:

@@ -61,6 +61,7 @@ from assetcdn.edge.states.freshness import (
     vary_fields,
 )
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
+from assetcdn.shared.cache_results import CacheResult
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.http_server import cut_short
 from assetcdn.shared.manifest import zone_tag
@@ -144,12 +145,12 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
         if stored is not None:
             decision = reuse(stored.freshness, directives, now)
             if decision is Reuse.FRESH:
-                node.metrics.cache_result("HIT").inc()
-                return await deliver(request, stored, "HIT", f"{CACHE_STATUS}; hit; ttl={ttl(stored, now)}")
+                node.metrics.cache_result(CacheResult.HIT).inc()
+                return await deliver(request, stored, CacheResult.HIT, f"{CACHE_STATUS}; hit; ttl={ttl(stored, now)}")
             if decision is Reuse.STALE_REVALIDATING:
-                node.metrics.cache_result("STALE").inc()
+                node.metrics.cache_result(CacheResult.STALE).inc()
                 background_revalidate(request, node, zone, path, url_key, stored)
-                return await deliver(request, stored, "STALE", f"{CACHE_STATUS}; hit; fwd=stale")
+                return await deliver(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd=stale")
         if "only-if-cached" in directives:
             raise ApiError(504, "NotCached", "The response is not in this edge's cache (only-if-cached).")
         waiting = flights.join(flight_key)
@@ -201,8 +202,8 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
         response = await node.origins.request(zone.origin, "GET", target, forwarded_headers(request, zone, stored))
     except OriginError as exc:
         if stored is not None and usable_on_error(stored.freshness, request_directives(fields), time.time()):
-            node.metrics.cache_result("STALE").inc()
-            return await deliver(request, stored, "STALE", f"{CACHE_STATUS}; hit; fwd=stale; detail=origin-unreachable")
+            node.metrics.cache_result(CacheResult.STALE).inc()
+            return await deliver(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd=stale; detail=origin-unreachable")
         log.info("pull zone %s: the origin failed for %s: %s", zone.name, path, exc)
         if exc.timeout:
             raise ApiError(504, "OriginTimeout", f"The origin did not answer in time: {exc}") from None
@@ -210,17 +211,17 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
     if stored is not None and response.status == 304:
         response.release()
         if validated_by(stored.headers, response.headers):
-            node.metrics.cache_result("HIT").inc()
+            node.metrics.cache_result(CacheResult.HIT).inc()
             refreshed = await refresh(node, zone, path, stored, response)
-            return await deliver(request, refreshed, "REVALIDATED", f"{CACHE_STATUS}; fwd=stale; fwd-status=304")
+            return await deliver(request, refreshed, CacheResult.REVALIDATED, f"{CACHE_STATUS}; fwd=stale; fwd-status=304")
         return await ask_origin(request, node, zone, path, url_key, fields, None)  # a 304 about another response
     if stored is not None and response.status >= 500 and usable_on_error(
             stored.freshness, request_directives(fields), time.time()):
         response.release()
-        node.metrics.cache_result("STALE").inc()
-        return await deliver(request, stored, "STALE",
+        node.metrics.cache_result(CacheResult.STALE).inc()
+        return await deliver(request, stored, CacheResult.STALE,
                              f"{CACHE_STATUS}; hit; fwd=stale; fwd-status={response.status}")
-    node.metrics.cache_result("MISS").inc()
+    node.metrics.cache_result(CacheResult.MISS).inc()
     return await stream_and_store(request, node, zone, path, url_key, fields, response,
                                   "uri-miss" if stored is None else "stale")
 
@@ -237,7 +238,7 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
     detail = "stored" if why is None else f"detail={why.value}"
     # This client gets the whole answer; what a qualified no-cache or private names is left out of what is kept.
     client = web.StreamResponse(status=response.status, headers=client_headers(
-        response.headers, "MISS" if why is None else "PASS", f"{CACHE_STATUS}; fwd={fwd}; {detail}", age=None))
+        response.headers, CacheResult.MISS if why is None else CacheResult.PASS, f"{CACHE_STATUS}; fwd={fwd}; {detail}", age=None))
     if declared is not None:
         client.content_length = declared
     await client.prepare(request)
@@ -482,9 +483,9 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
         raise ApiError(502, "OriginUnreachable", f"The origin could not be reached: {exc}") from None
     if invalidates(request.method, response.status):
         await invalidate(node, zone, request, path, prefix, response.headers)
-    node.metrics.cache_result("PASS").inc()
+    node.metrics.cache_result(CacheResult.PASS).inc()
     answer = web.StreamResponse(status=response.status, headers=client_headers(
-        response.headers, "PASS", f"{CACHE_STATUS}; fwd=method", age=None))
+        response.headers, CacheResult.PASS, f"{CACHE_STATUS}; fwd=method", age=None))
     length = first_value(response.headers, "content-length")
     if length is not None and length.isdigit():
         answer.content_length = int(length)
