@@ -30,6 +30,7 @@ import collections
 import contextlib
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -139,6 +140,25 @@ class StreamTransport(asyncio.Transport):
         self.reading_paused = False
         self.unacknowledged = 0  # request body bytes held back from flow control while reading is paused
         self.chunked_body = False
+        self.data_sent = 0       # DATA bytes sent: the answer's body as far as it went out
+        self.aborted = False     # reset before its end
+        self._when_sent: Callable[[int, bool], None] | None = None
+
+    def when_sent(self, callback: Callable[[int, bool], None]) -> None:
+        """Call ``callback(DATA bytes sent, reset before its end)`` once the stream has ended or was
+        reset (at once if it has): what its delivery counts (assetcdn/edge/fastpath/protocol.py)."""
+        if self.ended and not self.end_pending:
+            callback(self.data_sent, self.aborted)
+        else:
+            self._when_sent = callback
+
+    def finished(self, aborted: bool) -> None:
+        """Nothing more goes out on this stream."""
+        self.ended = True
+        self.aborted = self.aborted or aborted
+        callback, self._when_sent = self._when_sent, None
+        if callback is not None:
+            callback(self.data_sent, self.aborted)
 
     # --- httptools (the HTTP/1.1 answer) ----------------------------------------------------------
 
@@ -157,7 +177,7 @@ class StreamTransport(asyncio.Transport):
         self.headers_sent = True
         self.connection.send_headers(self, headers, end_stream=self.head_only)
         if self.head_only:
-            self.ended = True
+            self.finished(False)
 
     def on_body(self, body: bytes) -> None:
         if not self.ended:
@@ -230,8 +250,8 @@ class StreamTransport(asyncio.Transport):
         """The client reset the stream, or the connection is gone: nothing more is sent for it, and its
         reader learns that its connection is lost (at the loop's next turn: an aiohttp handler given the
         request in this same turn has not started yet, and must start before it can be told)."""
-        self.ended = True
         self.pending.clear()
+        self.finished(not self.ended)
         if not self.closed:
             self.closed = True
             asyncio.get_running_loop().call_soon(self._lost, ConnectionResetError("stream reset"))
@@ -239,6 +259,8 @@ class StreamTransport(asyncio.Transport):
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "socket":  # nothing may write around TLS and the framing (sendfile)
             return default
+        if name == "when_sent":
+            return self.when_sent
         transport = self.connection.transport
         return transport.get_extra_info(name, default) if transport is not None else default
 
@@ -507,12 +529,13 @@ class H2Protocol(asyncio.Protocol):
                     break
                 self.h2.send_data(stream.stream_id, bytes(pending[:size]))
                 del pending[:size]
+                stream.data_sent += size
                 sent = True
             if not pending and stream.end_pending:
                 stream.end_pending = False
                 self.h2.end_stream(stream.stream_id)
                 sent = True
-                stream.ended = True
+                stream.finished(False)
         except h2.exceptions.ProtocolError:
             stream.cancelled()
             self.streams.pop(stream.stream_id, None)
@@ -538,8 +561,8 @@ class H2Protocol(asyncio.Protocol):
             except h2.exceptions.ProtocolError:
                 pass
             self.schedule_flush()
-        stream.ended = True
         stream.pending.clear()
+        stream.finished(not stream.ended)
         self._finished(stream)
 
     def _finished(self, stream: StreamTransport) -> None:
