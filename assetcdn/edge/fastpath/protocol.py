@@ -513,7 +513,8 @@ class HitProtocol(asyncio.Protocol):
                 sent = send_file_nowait(transport, fileno, offset, count, progress)
             except OSError:
                 os.close(fileno)
-                self._settle(pending, progress.sent, True, True)
+                if pending_here is not None:
+                    self._settle(pending_here, progress.sent, True, True)
                 self.cut = True
                 transport.abort()
                 self.closing = True
@@ -521,7 +522,8 @@ class HitProtocol(asyncio.Protocol):
             offset, count = offset + sent, count - sent
             if not count:
                 os.close(fileno)
-                self._settle(pending, progress.sent, False, True)
+                if pending_here is not None:
+                    self._settle(pending_here, progress.sent, False, True)
                 return True
         self.busy = True
         self.deadline = float("inf")
@@ -548,14 +550,15 @@ class HitProtocol(asyncio.Protocol):
             return
         finally:
             os.close(fileno)
+        transport = self.transport
         if pending is not None:
-            if self.zero_copy:
-                self._settle(pending, progress.sent, False, True)
-            elif self.transport is not None:
+            if self.zero_copy or transport is None:  # sendfile's count is exact; gone: what had left by then
+                self._settle(pending, progress.sent, transport is None, True)
+            else:
                 self.queued += count
-                self.handed = self.queued - self.transport.get_write_buffer_size()
+                self.handed = self.queued - transport.get_write_buffer_size()
                 self.waiting.append([pending, self.queued - count, self.queued, True])
-                self._check_waiting(not self.transport.is_closing())
+                self._check_waiting(not transport.is_closing())
         self.busy = False
         self._continue()
 
