@@ -1,11 +1,14 @@
-"""HTTP/2 streams reset as soon as they are asked (a real `assetcdn up` with an https port): statistics count
-the DATA bytes each stream sent, not the size of the file it asked for."""
+"""Deliveries over TLS cut short (a real `assetcdn up` with an https port): HTTP/2 streams reset as soon as
+they are asked count the DATA bytes each stream sent, and HTTP/1.1 connections reset after reading a
+little count no more than the kernel could take, not the size of the file asked for."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import os
+import socket
+import struct
 import time
 from typing import Any
 
@@ -13,7 +16,8 @@ import aiohttp
 import h2.errors
 import pytest
 
-from tests.edge.tls.client import H2Client
+from tests.edge.fastpath.test_counted_as_sent import REALLY_WRITTEN_MAX
+from tests.edge.tls.client import H2Client, client_context
 from tests.edge.tls.conftest import HttpsCdn
 from tests.integration.harness import ACCESS, ACCOUNT
 
@@ -21,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 ZONE = "h2counted"
 FILE = f"{ZONE}/v1/big.bin"
-BODY = os.urandom(2 * 1024 * 1024)  # past the memory tier's objects: sent from its cache file
+BODY = os.urandom(REALLY_WRITTEN_MAX + 2 * 1024 * 1024)  # past the memory tier and what a socket holds
 RESETS = 10
 WINDOW = 65535  # HTTP/2's initial connection window: all a client that never gives it back can be sent
 WAIT_S = 30.0   # bounds a wait for the edge's next analytics flush (every second) on a loaded machine
@@ -70,3 +74,17 @@ def test_streams_reset_at_once_add_what_they_sent(https_cdn: HttpsCdn) -> None:
         assert statistics(https_cdn, 2 + RESETS) - 2 * len(BODY) <= WINDOW
     finally:
         attacker.close()
+
+    # HTTP/1.1 over TLS: the file is written through the TLS transport, then the client resets.
+    before = statistics(https_cdn, 2 + RESETS)
+    for _ in range(3):
+        raw = socket.create_connection(("127.0.0.1", https_cdn.https_port))
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+        tls = client_context(https_cdn.ca_file).wrap_socket(raw, server_hostname="localhost")
+        tls.sendall(f"GET /{FILE} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+        received = 0
+        while received < 100_000:
+            received += len(tls.recv(65536))
+        tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        tls.close()
+    assert statistics(https_cdn, 2 + RESETS + 3) - before <= 3 * REALLY_WRITTEN_MAX
