@@ -35,6 +35,7 @@ import collections
 import contextlib
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -170,6 +171,24 @@ class StreamTransport(asyncio.Transport):
         self.reading_paused = False
         self.unacknowledged = 0  # request body bytes held back from flow control while reading is paused
         self.chunked_body = False
+        self.aborted = False     # reset before its end
+        self._when_sent: Callable[[int, bool], None] | None = None
+
+    def when_sent(self, callback: Callable[[int, bool], None]) -> None:
+        """Call ``callback(DATA bytes sent, reset before its end)`` once the stream has ended or was
+        reset (at once if it has): what its delivery counts (assetcdn/edge/fastpath/protocol.py)."""
+        if self.ended and not self.end_pending:
+            callback(self.sent, self.aborted)
+        else:
+            self._when_sent = callback
+
+    def finished(self, aborted: bool) -> None:
+        """Nothing more goes out on this stream."""
+        self.ended = True
+        self.aborted = self.aborted or aborted
+        callback, self._when_sent = self._when_sent, None
+        if callback is not None:
+            callback(self.sent, self.aborted)
 
     # --- httptools (the HTTP/1.1 answer) ----------------------------------------------------------
 
@@ -196,7 +215,7 @@ class StreamTransport(asyncio.Transport):
         self.headers_sent = True
         self.connection.send_headers(self, headers, end_stream=self.head_only)
         if self.head_only:
-            self.ended = True
+            self.finished(False)
         elif length is not None and length.isdigit():
             # Later writes are the body itself: held as written (write), not parsed and copied.
             self.body_left = int(length)
@@ -295,8 +314,8 @@ class StreamTransport(asyncio.Transport):
         """The client reset the stream, or the connection is gone: nothing more is sent for it, and its
         reader learns that its connection is lost (at the loop's next turn: an aiohttp handler given the
         request in this same turn has not started yet, and must start before it can be told)."""
-        self.ended = True
         self.drop_pending()
+        self.finished(not self.ended)
         if not self.closed:
             self.closed = True
             asyncio.get_running_loop().call_soon(self._lost, ConnectionResetError("stream reset"))
@@ -304,6 +323,8 @@ class StreamTransport(asyncio.Transport):
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "socket":  # nothing may write around TLS and the framing (sendfile)
             return default
+        if name == "when_sent":
+            return self.when_sent
         transport = self.connection.transport
         return transport.get_extra_info(name, default) if transport is not None else default
 
@@ -694,7 +715,7 @@ class H2Protocol(asyncio.Protocol):
                 stream.end_pending = False
                 self.h2.end_stream(stream.stream_id)
                 sent = True
-                stream.ended = True
+                stream.finished(False)
         except h2.exceptions.ProtocolError:
             stream.cancelled()
             self.streams.pop(stream.stream_id, None)
@@ -762,8 +783,8 @@ class H2Protocol(asyncio.Protocol):
             except h2.exceptions.ProtocolError:
                 pass
             self.schedule_flush()
-        stream.ended = True
         stream.drop_pending()
+        stream.finished(not stream.ended)
         self._relieve(stream)
         self._finished(stream)
 
