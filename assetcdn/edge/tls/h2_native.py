@@ -1,0 +1,809 @@
+"""HTTP/2 on the https port: frames, HPACK, streams and flow control by the ``h2`` library (python-hyper).
+
+Each stream is answered exactly as an HTTP/1.1 request on its own connection would be: its headers
+become an HTTP/1.1 request head (``Connection: close``; its body follows, chunked unless it has a
+length) fed to a HitProtocol (assetcdn/edge/fastpath/protocol.py) on a transport of the stream's own
+(``StreamTransport``). So a hit is answered by the hit path's HitServer, everything else by the
+aiohttp application, with no second copy of either; the HTTP/1.1 answer written to that transport is
+parsed (httptools) back into the stream's HEADERS and DATA frames, hop-by-hop fields left out. It
+stays in this process and in memory: no socket, no second server (the alternative, a local HTTP/1.1
+connection per stream, would add a connection, a copy through the kernel and a second parse of every
+request).
+
+Limits: ``h2_max_concurrent_streams`` (SETTINGS; a client that opens more gets GOAWAY), the header
+list size (SETTINGS_MAX_HEADER_LIST_SIZE, enforced by HPACK decoding; h2 also caps CONTINUATION
+frames), ``h2_max_resets_per_10s`` streams reset by the client (CVE-2023-44487, "rapid reset": a reset
+stream sends nothing more and its reader is told the connection is lost, as when an HTTP/1.1 client
+goes away; a connection that resets too many is ended with ENHANCE_YOUR_CALM), as is one sending more
+than ``h2_max_control_frames_per_s`` frames that carry no request; nothing read from a client that does
+not read its answers (PING and SETTINGS floods); what a connection received handled a bounded part per
+loop turn (TURN_BUDGET), so one connection cannot hold the worker; an idle connection closed after
+``header_timeout_s``; and the same per-request limits as HTTP/1.1 (the request head goes through the
+same checks). Response bytes wait in a stream only while the client's flow-control window is shut, as
+references to what was written (never copies of a hit's body); past ``STREAM_BUFFER_HIGH`` for the
+stream or ``CONNECTION_BUFFER_HIGH`` for the connection the producer (the hit path's file, or the
+application) is paused, as a full socket pauses it on HTTP/1.1. A stream that sends nothing for
+``send_timeout_s`` while it holds bytes is reset; a connection none of whose streams sent any is closed.
+The HPACK table the encoder keeps is capped (HPACK_TABLE_MAX) and per-response fields never indexed. On
+shutdown every connection gets GOAWAY and closes when its open streams are done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import re
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httptools
+import ngh2
+from ngh2 import ErrorCode, NeverIndexedHeader
+
+from assetcdn.edge.fastpath.protocol import HitProtocol
+from assetcdn.shared.config import Settings
+
+if TYPE_CHECKING:
+    from assetcdn.edge.fastpath.hit_server import HitServer
+
+log = logging.getLogger(__name__)
+STREAM_BUFFER_HIGH = 256 * 1024   # response bytes a stream holds before its producer is paused
+STREAM_BUFFER_LOW = 64 * 1024
+CONNECTION_BUFFER_HIGH = 1024 * 1024  # ... and all of a connection's streams together
+CONNECTION_BUFFER_LOW = 512 * 1024
+RESET_WINDOW_S = 10.0
+READ_SLICE = 16 * 1024   # received bytes given to h2 at once
+TURN_BUDGET = 64         # events handled per loop turn (a slice given to h2 costs SLICE_COST)
+SLICE_COST = 16
+HPACK_TABLE_MAX = 4096   # the encoder's table, whatever larger size the client allows
+# Answer fields that differ on every response: never put in the HPACK table (they would only evict the rest).
+NEVER_INDEXED = frozenset((b"x-request-id", b"date", b"age"))
+# Frames that carry no request: a client sending more of them per second than allowed is ended.
+CONTROL_EVENTS = (ngh2.PingReceived, ngh2.PingAcknowledged, ngh2.SettingsReceived, ngh2.SettingsAcknowledged,
+                  ngh2.PriorityUpdateReceived, ngh2.AltSvcReceived, ngh2.OriginReceived)
+# Connection-specific fields (RFC 9113 8.2.2): never carried over in either direction.
+HOP_BY_HOP = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"te",
+                        b"host", b"expect", b"http2-settings"))
+# length (24 bits: 16 + 8), type, flags, stream 0 (32), last stream id, error code
+GOAWAY = struct.Struct(">HBBBIII")
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_FIELD_VALUE_FORBIDDEN = re.compile(rb"[\x00\r\n]")
+
+
+@dataclass(frozen=True)
+class H2Limits:
+    max_concurrent_streams: int = 100
+    max_header_list_size: int = 16384
+    max_resets_per_10s: int = 200
+    idle_timeout_s: float = 20.0
+    max_control_frames_per_s: int = 1000
+    send_timeout_s: float = 30.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> H2Limits:
+        tls = settings.section("tls")
+        return cls(max_concurrent_streams=int(tls["h2_max_concurrent_streams"]),
+                   max_header_list_size=int(tls["h2_max_header_list_size"]),
+                   max_resets_per_10s=int(tls["h2_max_resets_per_10s"]),
+                   idle_timeout_s=float(settings.get("server", "header_timeout_s")),
+                   max_control_frames_per_s=int(tls["h2_max_control_frames_per_s"]),
+                   send_timeout_s=float(tls["send_timeout_s"]))
+
+
+class MalformedRequest(Exception):
+    """A stream's request that HTTP/1.1 could not carry (RFC 9113 8.1.1: answered with RST_STREAM)."""
+
+
+def request_head(headers: list[tuple[bytes, bytes]], has_body: bool) -> tuple[bytes, bytes]:
+    """(method, HTTP/1.1 request head) of a stream's headers. Raises MalformedRequest."""
+    method = path = authority = None
+    fields: list[bytes] = []
+    cookies: list[bytes] = []
+    length = False
+    host = None
+    for name, value in headers:
+        if _FIELD_VALUE_FORBIDDEN.search(value):
+            raise MalformedRequest("field value with CR, LF or NUL")
+        if name[:1] == b":":
+            if name == b":method":
+                method = value
+            elif name == b":path":
+                path = value
+            elif name == b":authority":
+                authority = value
+            continue
+        if not _TOKEN.fullmatch(name):
+            raise MalformedRequest("field name is not a token")
+        if name == b"cookie":  # split into several fields by HPACK; one field again for HTTP/1.1
+            cookies.append(value)
+        elif name == b"host":
+            host = value
+        elif name not in HOP_BY_HOP:
+            length = length or name == b"content-length"
+            fields.append(name + b": " + value)
+    if method is None or path is None or not _TOKEN.fullmatch(method) or not (path[:1] == b"/" or path == b"*"):
+        raise MalformedRequest("a request needs :method and a :path")
+    if b" " in path or b"\t" in path:
+        raise MalformedRequest("whitespace in :path")
+    host = authority or host
+    if host is None or b" " in host:
+        raise MalformedRequest("a request needs :authority or host")
+    lines = [method + b" " + path + b" HTTP/1.1", b"Host: " + host, b"Connection: close", *fields]
+    if cookies:
+        lines.append(b"Cookie: " + b"; ".join(cookies))
+    if has_body and not length:
+        lines.append(b"Transfer-Encoding: chunked")
+    return method, b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+class StreamTransport(asyncio.Transport):
+    """One stream seen as a one-request HTTP/1.1 connection: what is written is the HTTP/1.1 answer,
+    turned into this stream's frames; ``close`` is the end of that connection."""
+
+    def __init__(self, connection: H2Protocol, stream_id: int, method: bytes) -> None:
+        super().__init__()
+        self.connection = connection
+        self.stream_id = stream_id
+        self.head_only = method == b"HEAD"
+        self.protocol: Any = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.response_headers: list[tuple[bytes, bytes]] = []
+        self.headers_sent = False
+        self.ended = False       # END_STREAM sent (or reset): nothing more goes out
+        self.closed = False      # the HTTP/1.1 side closed its connection
+        # The body waiting for the client's windows: views of what was written, not copies (a hit's body
+        # is the memory tier's own immutable object).
+        self.pending: collections.deque[memoryview] = collections.deque()
+        self.pending_size = 0
+        self.body_left = -1      # bytes of a Content-Length body still to come; -1: httptools frames the body
+        self.chunked = False
+        self.end_pending = False
+        self.sent = 0            # DATA bytes sent (progress, checked by the connection's send timeout)
+        self.checked = 0
+        self.data_sent = False   # DATA went out since the client's last WINDOW_UPDATE of this stream
+        self.producer_paused = False
+        self.reading_paused = False
+        self.unacknowledged = 0  # request body bytes held back from flow control while reading is paused
+        self.chunked_body = False
+
+    # --- httptools (the HTTP/1.1 answer) ----------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name in NEVER_INDEXED:
+            self.response_headers.append(NeverIndexedHeader(name, value))
+        elif name not in HOP_BY_HOP:
+            self.response_headers.append((name, value))
+        elif name == b"transfer-encoding":
+            self.chunked = True
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if status < 200:  # an interim answer (100 Continue): not relayed
+            self.response_headers = []
+            self.chunked = False
+            return
+        length = None
+        if not self.head_only and not self.chunked and status not in (204, 304):
+            length = next((value for name, value in self.response_headers if name == b"content-length"), None)
+        headers = [(b":status", str(status).encode()), *self.response_headers]
+        self.response_headers = []
+        self.headers_sent = True
+        self.connection.send_headers(self, headers, end_stream=self.head_only)
+        if self.head_only:
+            self.ended = True
+        elif length is not None and length.isdigit():
+            # Later writes are the body itself: held as written (write), not parsed and copied.
+            self.body_left = int(length)
+
+    def on_body(self, body: bytes) -> None:
+        if self.body_left > 0:
+            self.body_left -= len(body)
+        self.hold(memoryview(body))
+
+    def hold(self, view: memoryview) -> None:
+        if not self.ended and view:
+            self.pending.append(view)
+            self.pending_size += len(view)
+            self.connection.pending_total += len(view)
+            self.connection.pump(self)
+
+    def drop_pending(self) -> None:
+        self.connection.pending_total -= self.pending_size
+        self.pending.clear()
+        self.pending_size = 0
+
+    def on_message_complete(self) -> None:
+        if not self.ended and self.headers_sent:
+            self.end_pending = True
+            self.connection.pump(self)
+
+    # --- the transport the HitProtocol (or aiohttp's handler) writes to --------------------------
+
+    def write(self, data: Any) -> None:
+        if self.closed or self.ended and not self.end_pending:
+            return
+        if self.body_left > 0:
+            if type(data) is bytes or isinstance(data, memoryview) and type(data.obj) is bytes:
+                view = memoryview(data)  # immutable: a reference is enough
+            else:
+                view = memoryview(bytes(data))
+            view = view[:self.body_left]
+            self.body_left -= len(view)
+            self.hold(view)
+            if not self.body_left:
+                self.on_message_complete()
+            return
+        try:
+            self.parser.feed_data(bytes(data))
+        except httptools.HttpParserUpgrade:
+            self.connection.reset(self, ErrorCode.INTERNAL_ERROR)
+        except httptools.HttpParserError:
+            log.exception("an answer could not be relayed over HTTP/2")
+            self.connection.reset(self, ErrorCode.INTERNAL_ERROR)
+
+    def writelines(self, chunks: Any) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
+    def buffered(self) -> int:
+        return self.pending_size
+
+    def get_write_buffer_size(self) -> int:
+        return self.pending_size
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return (STREAM_BUFFER_LOW, STREAM_BUFFER_HIGH)
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass  # the stream's own marks apply
+
+    def is_closing(self) -> bool:
+        return self.closed or self.ended and not self.end_pending
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if not self.ended and not self.end_pending:
+            if self.headers_sent:  # a body delimited by the close
+                self.end_pending = True
+                self.connection.pump(self)
+            else:
+                self.connection.reset(self, ErrorCode.INTERNAL_ERROR)
+        asyncio.get_running_loop().call_soon(self._lost, None)
+
+    def abort(self) -> None:
+        if not self.ended:
+            self.connection.reset(self, ErrorCode.INTERNAL_ERROR)
+        if not self.closed:
+            self.closed = True
+            asyncio.get_running_loop().call_soon(self._lost, None)
+
+    def _lost(self, exc: Exception | None) -> None:
+        protocol, self.protocol = self.protocol, None
+        if protocol is not None:
+            protocol.connection_lost(exc)
+        self.connection.stream_done(self)
+
+    def cancelled(self) -> None:
+        """The client reset the stream, or the connection is gone: nothing more is sent for it, and its
+        reader learns that its connection is lost (at the loop's next turn: an aiohttp handler given the
+        request in this same turn has not started yet, and must start before it can be told)."""
+        self.ended = True
+        self.drop_pending()
+        if not self.closed:
+            self.closed = True
+            asyncio.get_running_loop().call_soon(self._lost, ConnectionResetError("stream reset"))
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "socket":  # nothing may write around TLS and the framing (sendfile)
+            return default
+        transport = self.connection.transport
+        return transport.get_extra_info(name, default) if transport is not None else default
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self.protocol = protocol
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self.protocol  # type: ignore[no-any-return]
+
+    def pause_reading(self) -> None:
+        self.reading_paused = True
+
+    def resume_reading(self) -> None:
+        if self.reading_paused:
+            self.reading_paused = False
+            self.connection.acknowledge(self)
+
+    def is_reading(self) -> bool:
+        return not self.reading_paused
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def write_eof(self) -> None:
+        raise NotImplementedError
+
+    # --- the request body --------------------------------------------------------------------------
+
+    def body(self, data: bytes) -> None:
+        if self.protocol is not None and not self.closed:
+            self.protocol.data_received(b"%x\r\n%s\r\n" % (len(data), data) if self.chunked_body else data)
+
+    def end_of_body(self) -> None:
+        if self.chunked_body and self.protocol is not None and not self.closed:
+            self.protocol.data_received(b"0\r\n\r\n")
+
+
+class H2Protocol(asyncio.Protocol):
+    """One HTTP/2 connection (after TLS and ALPN; assetcdn/edge/tls/site.py)."""
+
+    def __init__(self, hits: HitServer, limits: H2Limits) -> None:
+        self.hits = hits
+        self.limits = limits
+        # Requests are validated by libnghttp2 (RFC 9113 8.2); the header list size is enforced from the first
+        # HEADERS, not only once the client acknowledged our SETTINGS; the window is given back as bodies are read.
+        self.h2 = ngh2.Connection(ngh2.Role.SERVER, ngh2.Configuration(
+            auto_window_update=False, max_deflate_dynamic_table_size=HPACK_TABLE_MAX,
+            max_inbound_header_list_size=limits.max_header_list_size,
+            # Streams refused past the limit (and other stream errors of the client's) are "glitches": a burst
+            # of more than the stream limit ends the connection with ENHANCE_YOUR_CALM.
+            glitch_rate_limit=(limits.max_concurrent_streams, max(1, limits.max_concurrent_streams // 10))))
+        self.transport: asyncio.Transport | None = None
+        self.streams: dict[int, StreamTransport] = {}
+        self.resets: collections.deque[float] = collections.deque()
+        self.writing_paused = False
+        self.closing = False
+        self.deadline = float("inf")
+        self.loop = asyncio.get_running_loop()
+        self.receiving = False      # handling what was received: frames go out together at its end
+        self.ended = False          # GOAWAY sent for an error: the rest of what the client sent is ignored
+        self.flush_scheduled = False
+        # What was received and not handled yet: a loop turn handles a bounded part (TURN_BUDGET), so one
+        # connection cannot hold the worker; reading stays paused until the rest is done.
+        self.backlog = b""
+        self.events: collections.deque[ngh2.Event] = collections.deque()
+        self.work_scheduled = False
+        self.reading_paused = False
+        self.control_frames = 0
+        self.control_since = 0.0
+        self.pending_total = 0      # body bytes all streams hold
+        self.paused_producers = 0
+        self.sent = 0               # DATA bytes sent, and their count at the last progress check
+        self.checked = 0
+        self.checking = False       # streams are open: `deadline` is the next progress check
+        self.data_sent = False      # DATA went out since the client's last WINDOW_UPDATE of the connection
+        self.last_stream_id = 0     # the client's last stream taken (our GOAWAY's, when the library cannot send)
+
+    # --- the connection -----------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.hits.connections.add(self)  # type: ignore[arg-type]  # swept for deadlines, told at shutdown
+        self.deadline = self.loop.time() + self.limits.idle_timeout_s
+        self.h2.initiate_connection({ngh2.Setting.MAX_CONCURRENT_STREAMS: self.limits.max_concurrent_streams,
+                                     ngh2.Setting.MAX_HEADER_LIST_SIZE: self.limits.max_header_list_size})
+        self.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.hits.connections.discard(self)
+        self.transport = None
+        for stream in list(self.streams.values()):
+            stream.cancelled()
+        self.streams.clear()
+
+    def pause_writing(self) -> None:
+        # The client is not reading: read (and handle) nothing more from it either, so frames h2 answers
+        # by itself (PING and SETTINGS acknowledgements: a "ping flood") cannot pile up in memory.
+        self.writing_paused = True
+        self._control_reading()
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        for stream in list(self.streams.values()):
+            self.pump(stream)
+        self._schedule_work()
+        self._control_reading()
+
+    def _control_reading(self) -> None:
+        """Read while nothing waits: no unsent answers, nothing received left to handle."""
+        pause = self.writing_paused or bool(self.backlog or self.events)
+        if pause != self.reading_paused and self.transport is not None:
+            self.reading_paused = pause
+            if pause:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    def _schedule_work(self) -> None:
+        if (self.backlog or self.events) and not self.work_scheduled and not self.writing_paused:
+            self.work_scheduled = True
+            self.loop.call_soon(self._work)
+
+    def flush(self) -> None:
+        self.flush_scheduled = False
+        try:
+            data = self.h2.data_to_send()
+        except ngh2.NGH2Error:  # the connection is over
+            return
+        if data and self.transport is not None:
+            self.transport.write(data)
+
+    def schedule_flush(self) -> None:
+        """Frames made by a stream go out in one write (one TLS record where they fit): at the end of the
+        data_received that made them, or at the loop's next turn for answers made later."""
+        if not self.receiving and not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def timed_out(self) -> None:
+        """The deadline passed (HitServer's sweep). Idle: GOAWAY and close. With streams open, a progress
+        check every ``send_timeout_s``: a stream holding body bytes that sent none since the last check is
+        reset, and the connection is closed when none of its streams sent any."""
+        if not self.streams:
+            self.goaway(ErrorCode.NO_ERROR)
+            return
+        waiting = [stream for stream in self.streams.values() if stream.pending_size]
+        if waiting and self.sent == self.checked and self.transport is not None:
+            log.info("HTTP/2 client %s read nothing for %.0f s: connection closed", self._peer(),
+                     self.limits.send_timeout_s)
+            self.closing = self.ended = True
+            self.transport.abort()
+            return
+        for stream in waiting:
+            if stream.sent == stream.checked:
+                self.reset(stream, ErrorCode.CANCEL)
+                stream.cancelled()
+        for stream in self.streams.values():
+            stream.checked = stream.sent
+        self.checked = self.sent
+        self.deadline = self.loop.time() + self.limits.send_timeout_s
+        self.flush()
+
+    def close_when_idle(self) -> None:
+        """The server is stopping: GOAWAY now (no new streams), close once the open ones are answered."""
+        self.closing = True
+        if self.transport is None:
+            return
+        with contextlib.suppress(ngh2.NGH2Error):
+            self.h2.send_goaway(ErrorCode.NO_ERROR)
+        self.flush()
+        if not self.streams:
+            self.transport.close()
+
+    def goaway(self, code: ErrorCode) -> None:
+        self.closing = self.ended = True
+        if self.transport is None:
+            return
+        try:
+            self.h2.terminate_connection(code)
+            self.flush()
+        except ngh2.NGH2Error:
+            pass
+        self.transport.close()
+
+    # --- frames in ------------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        self.backlog = self.backlog + data if self.backlog else data
+        if not self.work_scheduled and not self.writing_paused:
+            self._work()
+
+    def _work(self) -> None:
+        """Handle what was received, TURN_BUDGET at most; the rest waits for the loop's next turn (with
+        reading paused), so other connections of the worker are served in between."""
+        self.work_scheduled = False
+        if self.transport is None or self.ended:
+            return
+        budget = TURN_BUDGET
+        self.receiving = True
+        try:
+            while budget > 0 and not self.writing_paused:
+                if self.events:
+                    budget -= 1
+                    if not self._event(self.events.popleft()):
+                        return
+                elif self.backlog:
+                    budget -= SLICE_COST
+                    data, self.backlog = self.backlog[:READ_SLICE], self.backlog[READ_SLICE:]
+                    if not self._receive(data):
+                        return
+                else:
+                    break
+        finally:
+            self.receiving = False
+        self.flush()
+        self._schedule_work()
+        self._control_reading()
+
+    def _receive(self, data: bytes) -> bool:
+        connection = self.h2
+        try:
+            connection.receive_data(data)
+            self.events.extend(connection.events())
+        except ngh2.NGH2Error as exc:  # the library can send nothing more: our own GOAWAY
+            log.debug("HTTP/2 protocol error from %s: %s", self._peer(), exc)
+            self.closing = self.ended = True
+            if self.transport is not None:
+                code = ErrorCode.ENHANCE_YOUR_CALM if isinstance(exc, ngh2.DenialOfServiceError) else \
+                    ErrorCode.PROTOCOL_ERROR
+                self.transport.write(GOAWAY.pack(8 >> 8, 8 & 0xFF, 7, 0, 0, self.last_stream_id, code))
+                self.transport.close()
+            return False
+        if not connection.want_read:  # it ended the connection itself (a protocol error): its GOAWAY goes out
+            self.flush()
+            self.closing = self.ended = True
+            if self.transport is not None:
+                self.transport.close()
+            return False
+        return True
+
+    def _event(self, event: ngh2.Event) -> bool:
+        """Handle one event; False once the connection is ending."""
+        kind = type(event)
+        if kind is ngh2.RequestReceived:
+            self._request(event)  # type: ignore[arg-type]
+        elif kind is ngh2.DataReceived:
+            self._data(event)  # type: ignore[arg-type]
+        elif kind is ngh2.WindowUpdated:
+            self._window_updated(event.stream_id)  # type: ignore[attr-defined]
+        elif kind is ngh2.StreamReset:
+            self._control_frame()
+            self._reset_by_client(event.stream_id)  # type: ignore[attr-defined]
+        elif kind is ngh2.StreamClosed:
+            self._closed_by_library(event)  # type: ignore[arg-type]
+        elif isinstance(event, CONTROL_EVENTS):
+            self._control_frame()
+        elif kind is ngh2.ConnectionClosed or kind is ngh2.GoAwayReceived:
+            self.closing = self.ended = True
+            if self.transport is not None:
+                self.flush()
+                self.transport.close()
+        return self.transport is not None and not self.ended
+
+    def _window_updated(self, stream_id: int) -> None:
+        # A client that reads sends WINDOW_UPDATE as DATA arrives; one that sends them otherwise is
+        # counted as sending control frames.
+        if stream_id == 0:
+            if not self.data_sent:
+                self._control_frame()
+            self.data_sent = False
+            for each in list(self.streams.values()):
+                self.pump(each)
+            return
+        stream = self.streams.get(stream_id)
+        if stream is None or not stream.data_sent:
+            self._control_frame()
+        if stream is not None:
+            stream.data_sent = False
+            self.pump(stream)
+
+    def _control_frame(self) -> None:
+        """Count a frame that carries no request (per second); past the limit, GOAWAY ENHANCE_YOUR_CALM."""
+        now = self.loop.time()
+        if now - self.control_since >= 1.0:
+            self.control_since = now
+            self.control_frames = 0
+        self.control_frames += 1
+        if self.control_frames > self.limits.max_control_frames_per_s and not self.ended:
+            log.warning("HTTP/2 client %s sent more than %d control frames in a second: connection ended",
+                        self._peer(), self.limits.max_control_frames_per_s)
+            self.goaway(ErrorCode.ENHANCE_YOUR_CALM)
+
+    def _closed_by_library(self, event: ngh2.StreamClosed) -> None:
+        """libnghttp2 reset a stream itself (a stream error of the client's): its reader is told, as for a reset."""
+        stream = self.streams.get(event.stream_id)
+        if stream is not None and event.error_code != ErrorCode.NO_ERROR and not stream.ended:
+            del self.streams[event.stream_id]
+            stream.cancelled()
+            self._forget(stream)
+            self._relieve(stream)
+            self._maybe_idle()
+
+    def _request(self, event: ngh2.RequestReceived) -> None:
+        stream_id = event.stream_id
+        if self.closing:  # after our GOAWAY: refused, the client may retry it elsewhere
+            with contextlib.suppress(ngh2.NGH2Error):
+                self.h2.reset_stream(stream_id, ErrorCode.REFUSED_STREAM)
+            return
+        self.last_stream_id = stream_id
+        has_body = not event.end_stream
+        try:
+            method, head = request_head(event.headers, has_body)
+        except MalformedRequest as exc:
+            log.debug("malformed HTTP/2 request from %s: %s", self._peer(), exc)
+            self.h2.reset_stream(stream_id, ErrorCode.PROTOCOL_ERROR)
+            return
+        stream = StreamTransport(self, stream_id, method)
+        stream.chunked_body = has_body and b"\r\nTransfer-Encoding: chunked\r\n" in head
+        self.streams[stream_id] = stream
+        if not self.checking:
+            self.checking = True
+            self.checked = self.sent
+            self.deadline = self.loop.time() + self.limits.send_timeout_s
+        protocol = HitProtocol(self.hits)
+        protocol.send_timeout_s = None  # progress is judged per connection (timed_out)
+        stream.protocol = protocol
+        protocol.connection_made(stream)
+        if self.pending_total > CONNECTION_BUFFER_HIGH:  # the connection holds enough: produce later
+            stream.producer_paused = True
+            self.paused_producers += 1
+            protocol.pause_writing()
+        protocol.data_received(head)
+        if not has_body:
+            stream.end_of_body()
+
+    def _data(self, event: ngh2.DataReceived) -> None:
+        data = event.data
+        stream = self.streams.get(event.stream_id)
+        if stream is None:  # a stream already answered or reset: its bytes still count for the connection
+            with contextlib.suppress(ngh2.NGH2Error):
+                self.h2.acknowledge_received_data(len(data), event.stream_id)
+            return
+        stream.unacknowledged += len(data)
+        if data:
+            stream.body(data)
+        if not stream.reading_paused:
+            self.acknowledge(stream)
+        if event.end_stream and self.streams.get(event.stream_id) is stream:
+            stream.end_of_body()
+
+    def acknowledge(self, stream: StreamTransport) -> None:
+        """Give the client back the window of body bytes the stream's reader has taken."""
+        count, stream.unacknowledged = stream.unacknowledged, 0
+        if count and stream.stream_id in self.streams and not stream.ended:
+            try:
+                self.h2.acknowledge_received_data(count, stream.stream_id)
+            except ngh2.NGH2Error:
+                pass
+            self.schedule_flush()
+
+    def _reset_by_client(self, stream_id: int) -> None:
+        stream = self.streams.pop(stream_id, None)
+        if stream is not None:
+            stream.cancelled()
+            self._forget(stream)
+            self._relieve(stream)
+        now = self.loop.time()
+        resets = self.resets
+        resets.append(now)
+        while resets and resets[0] < now - RESET_WINDOW_S:
+            resets.popleft()
+        if len(resets) > self.limits.max_resets_per_10s:
+            log.warning("HTTP/2 client %s reset %d streams in %.0f s: connection ended", self._peer(), len(resets),
+                        RESET_WINDOW_S)
+            self.goaway(ErrorCode.ENHANCE_YOUR_CALM)
+        self._maybe_idle()
+
+    # --- frames out ----------------------------------------------------------------------------------
+
+    def send_headers(self, stream: StreamTransport, headers: list[tuple[bytes, bytes]], *, end_stream: bool) -> None:
+        if self.transport is None or stream.stream_id not in self.streams:
+            return
+        try:
+            self.h2.send_response(stream.stream_id, headers, end_stream=end_stream)
+        except ngh2.NGH2Error:
+            stream.cancelled()
+            return
+        self.schedule_flush()
+        if end_stream:
+            self._finished(stream)
+
+    def pump(self, stream: StreamTransport) -> None:
+        """Send what the stream holds, as far as the windows and the socket allow; pause or resume the
+        stream's producer by what is left."""
+        if self.transport is None or stream.stream_id not in self.streams:
+            return
+        pending = stream.pending
+        sent = False
+        connection = self.h2
+        stream_id = stream.stream_id
+        try:
+            if pending and not self.writing_paused:
+                # Only what the windows let out now: the rest stays here, counted against the buffer marks.
+                window = min(connection.stream_remote_window_size(stream_id) - connection.queued_body_size(stream_id),
+                             connection.remote_window_size - connection.queued_body_size())
+                while pending and window > 0:
+                    piece = pending[0]
+                    if len(piece) > window:
+                        pending[0] = piece[window:]
+                        piece = piece[:window]
+                    else:
+                        pending.popleft()
+                    size = len(piece)
+                    window -= size
+                    stream.pending_size -= size
+                    self.pending_total -= size
+                    stream.sent += size
+                    self.sent += size
+                    last = stream.end_pending and not pending
+                    connection.send_data(stream_id, piece, end_stream=last)
+                    stream.data_sent = self.data_sent = sent = True
+                    if last:
+                        stream.end_pending = False
+                        stream.ended = True
+            if not pending and stream.end_pending:
+                stream.end_pending = False
+                connection.end_stream(stream_id)
+                sent = True
+                stream.ended = True
+        except ngh2.NGH2Error:
+            stream.cancelled()
+            self.streams.pop(stream.stream_id, None)
+            self._forget(stream)
+            self._relieve(stream)
+            return
+        if sent:
+            self.schedule_flush()
+        self._producer(stream)
+        self._relieve(stream)
+        if stream.ended:
+            self._finished(stream)
+
+    def _relieve(self, done: StreamTransport) -> None:
+        """The connection holds little again: the producers it paused for that go on."""
+        if self.paused_producers and self.pending_total <= CONNECTION_BUFFER_LOW:
+            for other in list(self.streams.values()):
+                if other.producer_paused and other is not done:
+                    self._producer(other)
+
+    def _producer(self, stream: StreamTransport) -> None:
+        """Pause the stream's producer (the hit path's file, or the application) while the stream or the
+        connection holds too much; resume it once both are low."""
+        protocol = stream.protocol
+        if not stream.producer_paused:
+            if stream.pending_size > STREAM_BUFFER_HIGH or self.pending_total > CONNECTION_BUFFER_HIGH:
+                stream.producer_paused = True
+                self.paused_producers += 1
+                if protocol is not None:
+                    protocol.pause_writing()
+        elif stream.pending_size <= STREAM_BUFFER_LOW and self.pending_total <= CONNECTION_BUFFER_LOW:
+            stream.producer_paused = False
+            self.paused_producers -= 1
+            if protocol is not None:
+                protocol.resume_writing()
+
+    def reset(self, stream: StreamTransport, code: ErrorCode) -> None:
+        if stream.stream_id in self.streams and self.transport is not None:
+            try:
+                self.h2.reset_stream(stream.stream_id, code)
+            except ngh2.NGH2Error:
+                pass
+            self.schedule_flush()
+        stream.ended = True
+        stream.drop_pending()
+        self._relieve(stream)
+        self._finished(stream)
+
+    def _finished(self, stream: StreamTransport) -> None:
+        """The stream's answer is out (or it was reset); it leaves the table once its HTTP/1.1 side closed."""
+        if stream.closed:
+            self.stream_done(stream)
+
+    def stream_done(self, stream: StreamTransport) -> None:
+        if stream.ended and self.streams.get(stream.stream_id) is stream:
+            del self.streams[stream.stream_id]
+            self._forget(stream)
+            self._maybe_idle()
+
+    def _forget(self, stream: StreamTransport) -> None:
+        if stream.producer_paused:
+            stream.producer_paused = False
+            self.paused_producers -= 1
+
+    def _maybe_idle(self) -> None:
+        if self.streams:
+            return
+        if self.closing and self.transport is not None:
+            self.flush()
+            self.transport.close()
+        self.checking = False
+        self.deadline = self.loop.time() + self.limits.idle_timeout_s
+
+    def _peer(self) -> str:
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        return str(peer[0]) if isinstance(peer, tuple) else "?"
