@@ -149,7 +149,7 @@ INFLATE_FINAL = 1
 
 
 def run_cffi_hpack(start: bytes, frames: list[bytes], body: bytes) -> int:
-    import cffi
+    import cffi  # type: ignore[import-untyped]
     ffi = cffi.FFI()
     ffi.cdef(CDEF)
     lib = ffi.dlopen("libnghttp2.so.14")

@@ -27,6 +27,7 @@ import pytest
 
 from tests.edge.tls.client import TIMEOUT_S, H2Client, client_context
 from tests.edge.tls.conftest import ZONE, HttpsCdn, start_https_cdn
+from tests.edge.tls.flood import BURST, burst
 
 pytestmark = pytest.mark.integration
 
@@ -109,13 +110,14 @@ def test_a_flood_from_one_connection_leaves_other_clients_served(cdn: HttpsCdn, 
     assert statistics.median(tls_s) < PROBE_LIMIT_S, tls_s
 
 
-def test_a_ping_flood_is_ended_with_enhance_your_calm(cdn: HttpsCdn) -> None:
+@pytest.mark.parametrize("kind", ["ping", "settings", "window_update"])
+def test_a_control_frame_flood_is_ended_with_enhance_your_calm(cdn: HttpsCdn, kind: str) -> None:
     attacker = H2Client(cdn.https_port)
     try:
-        for i in range(MAX_CONTROL_FRAMES * 4):
-            attacker.conn.ping(i.to_bytes(8, "big"))
+        attacker.send()  # preface and SETTINGS
         try:
-            attacker.send()
+            for _ in range(MAX_CONTROL_FRAMES * 8 // BURST):  # eight times the limit, at once
+                attacker.sock.sendall(burst(kind, "localhost", f"/{ZONE}/{SMALL}"))
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
             pass  # already closed by the edge while we were still sending
         goaway = attacker.until_closed()
