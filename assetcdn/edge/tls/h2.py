@@ -63,8 +63,9 @@ SLICE_COST = 16
 HPACK_TABLE_MAX = 4096   # the encoder's table, whatever larger size the client allows
 # Answer fields that differ on every response: never put in the HPACK table (they would only evict the rest).
 NEVER_INDEXED = frozenset((b"x-request-id", b"date", b"age"))
-# Frames that carry no request: a client sending more of them per second than allowed is ended. (PRIORITY and
-# unknown frame types are consumed inside libnghttp2 without an event: they cost no Python work.)
+GLITCHES_PER_S = 330
+# Frames that carry no request: a client sending more of them per second than allowed is ended. (PRIORITY frames
+# and unknown frame types are consumed inside libnghttp2 without an event; PRIORITY counts among its glitches.)
 CONTROL_EVENTS = (ngh2.PingReceived, ngh2.PingAcknowledged, ngh2.SettingsReceived, ngh2.SettingsAcknowledged,
                   ngh2.PriorityUpdateReceived, ngh2.AltSvcReceived, ngh2.OriginReceived)
 # Connection-specific fields (RFC 9113 8.2.2): never carried over in either direction.
@@ -353,9 +354,10 @@ class H2Protocol(asyncio.Protocol):
         self.h2 = ngh2.Connection(ngh2.Role.SERVER, ngh2.Configuration(
             auto_window_update=False, max_deflate_dynamic_table_size=HPACK_TABLE_MAX,
             max_inbound_header_list_size=limits.max_header_list_size,
-            # Streams refused past the limit (and other stream errors of the client's) are "glitches": a burst
-            # of more than the stream limit ends the connection with ENHANCE_YOUR_CALM.
-            glitch_rate_limit=(limits.max_concurrent_streams, max(1, limits.max_concurrent_streams // 10))))
+            # Streams refused past the limit, PRIORITY frames and the client's stream errors are "glitches": a
+            # burst of more than the stream limit ends the connection with ENHANCE_YOUR_CALM (refilled at
+            # GLITCHES_PER_S, libnghttp2's own rate).
+            glitch_rate_limit=(limits.max_concurrent_streams, GLITCHES_PER_S)))
         self.transport: asyncio.Transport | None = None
         self.streams: dict[int, StreamTransport] = {}
         self.resets: collections.deque[float] = collections.deque()
@@ -429,12 +431,21 @@ class H2Protocol(asyncio.Protocol):
 
     def flush(self) -> None:
         self.flush_scheduled = False
+        connection = self.h2
         try:
-            data = self.h2.data_to_send()
+            data = connection.data_to_send()
         except ngh2.NGH2Error:  # the connection is over
             return
-        if data and self.transport is not None:
-            self.transport.write(data)
+        transport = self.transport
+        if transport is None:
+            return
+        if data:
+            transport.write(data)
+        if not connection.want_read and not connection.want_write:
+            # Done for the library: it ended the connection (a protocol error, a limit), or both sides said
+            # GOAWAY and no stream is open.
+            self.closing = self.ended = True
+            transport.close()
 
     def schedule_flush(self) -> None:
         """Frames made by a stream go out in one write (one TLS record where they fit): at the end of the
@@ -528,6 +539,12 @@ class H2Protocol(asyncio.Protocol):
         try:
             connection.receive_data(data)
             self.events.extend(connection.events())
+        except ngh2.ConnectionStateError:  # the library ended the connection itself: its GOAWAY goes out
+            self.closing = self.ended = True
+            self.flush()
+            if self.transport is not None:
+                self.transport.close()
+            return False
         except ngh2.NGH2Error as exc:  # the library can send nothing more: our own GOAWAY
             log.debug("HTTP/2 protocol error from %s: %s", self._peer(), exc)
             self.closing = self.ended = True
@@ -535,12 +552,6 @@ class H2Protocol(asyncio.Protocol):
                 code = ErrorCode.ENHANCE_YOUR_CALM if isinstance(exc, ngh2.DenialOfServiceError) else \
                     ErrorCode.PROTOCOL_ERROR
                 self.transport.write(GOAWAY.pack(8 >> 8, 8 & 0xFF, 7, 0, 0, self.last_stream_id, code))
-                self.transport.close()
-            return False
-        if not connection.want_read:  # it ended the connection itself (a protocol error): its GOAWAY goes out
-            self.flush()
-            self.closing = self.ended = True
-            if self.transport is not None:
                 self.transport.close()
             return False
         return True
