@@ -551,7 +551,7 @@ class H2Protocol(asyncio.Protocol):
             if self.transport is not None:
                 code = ErrorCode.ENHANCE_YOUR_CALM if isinstance(exc, ngh2.DenialOfServiceError) else \
                     ErrorCode.PROTOCOL_ERROR
-                self.transport.write(GOAWAY.pack(8 >> 8, 8 & 0xFF, 7, 0, 0, self.last_stream_id, code))
+                self.transport.write(GOAWAY.pack(0, 8, 7, 0, 0, self.last_stream_id, code))  # 8-byte payload
                 self.transport.close()
             return False
         return True
@@ -629,7 +629,8 @@ class H2Protocol(asyncio.Protocol):
             method, head = request_head(event.headers, has_body)
         except MalformedRequest as exc:
             log.debug("malformed HTTP/2 request from %s: %s", self._peer(), exc)
-            self.h2.reset_stream(stream_id, ErrorCode.PROTOCOL_ERROR)
+            with contextlib.suppress(ngh2.NGH2Error):
+                self.h2.reset_stream(stream_id, ErrorCode.PROTOCOL_ERROR)
             return
         stream = StreamTransport(self, stream_id, method)
         stream.chunked_body = has_body and b"\r\nTransfer-Encoding: chunked\r\n" in head
