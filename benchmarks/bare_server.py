@@ -22,7 +22,7 @@ from pathlib import Path
 import httptools
 import uvloop
 
-from assetcdn.edge.fastpath.sendfile import Drain, send_file, send_file_nowait
+from assetcdn.edge.fastpath.sendfile import Drain, Progress, send_file, send_file_nowait
 
 SENDFILE_MIN = 64 * 1024
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
@@ -88,7 +88,7 @@ class Bare(asyncio.Protocol):
             sent = 0
             if not transport.get_write_buffer_size():  # as the edge does: all of it now when the socket takes it
                 try:
-                    sent = send_file_nowait(transport, fileno, 0, entry.size)
+                    sent = send_file_nowait(transport, fileno, 0, entry.size, Progress())
                 except OSError:
                     os.close(fileno)
                     transport.abort()
@@ -110,7 +110,7 @@ class Bare(asyncio.Protocol):
         try:
             if transport is None:
                 return
-            await send_file(transport, self.drain, fileno, offset, count)
+            await send_file(transport, self.drain, fileno, offset, count, Progress())
         except (ConnectionError, OSError):
             if self.transport is not None:
                 self.transport.abort()

@@ -3,10 +3,11 @@ operators already run (Vector, Fluent Bit, Promtail/Alloy) to take to their log 
 
 Off by default (``[access_log] output``). ``stdout``: lines go to the process's standard output;
 ``file``: to ``access-<edge>-<worker>.log`` in ``directory`` (one file per worker, so no two
-processes rotate the same file), renamed to ``.1`` (``.2``, ...) past ``max_bytes``, ``backups``
-kept. One line: ``{"time", "edge", "host", "method", "path", "status", "bytes", "cache",
-"duration_ms", "client_ip", "country", "request_id"}``; the path has no query string (it may carry
-signatures). A delivery is kept as a tuple; a thread makes the lines and writes them once a second
+processes rotate the same file), renamed to ``.1`` (``.2``, ...) before a line would take it past
+``max_bytes``, ``backups`` kept. One line: ``{"time", "edge", "host", "method", "path", "status",
+"bytes", "cache", "duration_ms", "client_ip", "country", "request_id", "aborted"}``; the path has no
+query string (it may carry signatures); ``bytes`` are the body bytes sent, ``aborted`` is true when
+the client went away (or reset its stream) before the whole body was. A delivery is kept as a tuple; a thread makes the lines and writes them once a second
 (``flush``), so a slow disk or a full pipe never stalls the event loop; past ``MAX_BUFFERED``
 deliveries waiting, they are dropped and the count is logged.
 """
@@ -26,8 +27,8 @@ import orjson
 log = logging.getLogger(__name__)
 OUTPUTS = ("off", "stdout", "file")
 MAX_BUFFERED = 500_000   # deliveries waiting for the writer; past it they are dropped (and counted)
-# time, host, method, path, status, bytes, cache, duration, client address, country, request id
-Delivery = tuple[float, str, str, str, int, int, str, float, "str | None", str, "str | bytes | None"]
+# time, host, method, path, status, bytes, cache, duration, client address, country, request id, aborted
+Delivery = tuple[float, str, str, str, int, int, str, float, "str | None", str, "str | bytes | None", bool]
 PIPE_CHUNK = 4096       # a write to a pipe this small is atomic: workers sharing stdout never interleave lines
 
 
@@ -55,12 +56,14 @@ class AccessLog:
         self._size = 0
 
     def write(self, now: float, host: str, method: str, path: str, status: int, sent: int, cache: str,
-              duration_s: float, ip: str | None, country: str, request_id: str | bytes | None) -> None:
+              duration_s: float, ip: str | None, country: str, request_id: str | bytes | None,
+              aborted: bool = False) -> None:
         # A tuple per hit; the writer thread makes the JSON lines, a batch at a time.
         if len(self._lines) >= MAX_BUFFERED:
             self.dropped += 1
             return
-        self._lines.append((now, host, method, path, status, sent, cache, duration_s, ip, country, request_id))
+        self._lines.append((now, host, method, path, status, sent, cache, duration_s, ip, country, request_id,
+                            aborted))
 
     async def flush(self) -> None:
         """Hand the buffered lines to the writer thread and wait for them to be written."""
@@ -85,7 +88,7 @@ class AccessLog:
     def _format(self, deliveries: list[Delivery]) -> list[bytes]:
         lines = []
         dumps, edge = orjson.dumps, self.edge
-        for now, host, method, path, status, sent, cache, duration_s, ip, country, request_id in deliveries:
+        for now, host, method, path, status, sent, cache, duration_s, ip, country, request_id, aborted in deliveries:
             second = int(now)
             if second != self._second:  # the date part is formatted once a second
                 self._second = second
@@ -96,7 +99,7 @@ class AccessLog:
                 "time": f"{self._stamp}.{int((now - second) * 1000):03d}Z", "edge": edge, "host": host,
                 "method": method, "path": "/" + path, "status": status, "bytes": sent, "cache": cache,
                 "duration_ms": int(duration_s * 1e6) / 1000, "client_ip": ip, "country": country,
-                "request_id": request_id}, option=orjson.OPT_APPEND_NEWLINE))
+                "request_id": request_id, "aborted": aborted}, option=orjson.OPT_APPEND_NEWLINE))
         return lines
 
     def _write(self, deliveries: list[Delivery]) -> None:
@@ -123,14 +126,25 @@ class AccessLog:
             _write_all(1, b"".join(chunk))
 
     def _to_file(self, lines: list[bytes]) -> None:
+        """The lines in as few writes as the size allows: the file is rotated before the line that would
+        take it past ``max_bytes`` (a line longer than that gets a file of its own)."""
         assert self.path is not None
-        data = b"".join(lines)
         if self._fd < 0:
             self._open()
-        elif self._size + len(data) > self.max_bytes and self._size > 0:
-            self._rotate()
-        _write_all(self._fd, data)
-        self._size += len(data)
+        chunk: list[bytes] = []
+        size = self._size
+        for line in lines:
+            if size + len(line) > self.max_bytes and size > 0:
+                if chunk:
+                    _write_all(self._fd, b"".join(chunk))
+                    chunk = []
+                self._rotate()
+                size = self._size
+            chunk.append(line)
+            size += len(line)
+        if chunk:
+            _write_all(self._fd, b"".join(chunk))
+        self._size = size
 
     def _open(self) -> None:
         assert self.path is not None

@@ -1,7 +1,10 @@
 """What the edge tells control about its deliveries: counts for analytics, a sample for the request log.
 
 Every delivery the edge answers is counted here, per (hour, zone, path, country, status, cache
-result) with its bytes, one dictionary update per hit. Each flush ships the counts rolled up into
+result) with its bytes, one dictionary update per hit. The bytes are those sent: a delivery is
+recorded once its body was handed to the kernel, or with what was when the client went away first
+(``aborted``); the connection decides when (assetcdn/edge/fastpath/protocol.py), or, on a connection the
+application holds alone, the end of its answer (``record``). Each flush ships the counts rolled up into
 what statistics and insights store (``rollups``: per zone and cache result, per path and status
 class, per country), so control's work per flush grows with the distinct keys, not with the hits.
 Rows name only zones this edge's manifest holds (the rest go to one bucket, ``UNKNOWN_ZONE``) and, per
@@ -25,6 +28,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Container
+from functools import partial
 from heapq import heapify, heapreplace, nlargest
 from random import random
 from typing import Any
@@ -33,6 +37,7 @@ from aiohttp import web
 
 from assetcdn.edge.access_log import AccessLog
 from assetcdn.edge.control_client import ControlClient, ControlUnavailable, NotFoundAtControl
+from assetcdn.edge.fastpath.protocol import HandoffTransport
 from assetcdn.edge.site_config import FORWARDED, NOT_DELIVERY, request_host
 from assetcdn.shared.analytics_keys import UNKNOWN_COUNTRY, zone_of
 from assetcdn.shared.cluster import PREFIX
@@ -41,6 +46,7 @@ from assetcdn.shared.middleware import REQUEST_ID
 
 log = logging.getLogger(__name__)
 DELIVERED_PATH = web.RequestKey("delivered_path", str)  # the CDN path a delivery handler resolved
+RECORDED = web.RequestKey("delivery_recorded", bool)    # a request is one delivery, however many answers it starts
 BATCH_VERSION = 2
 HOUR_S = 3600
 MAX_KEYS = 100_000          # distinct counting keys held between flushes; past it, new paths are counted without path
@@ -55,6 +61,9 @@ DELIVERED, NOT_DELIVERED = 200, 300  # the status classes of answers below 400 (
 
 Key = tuple[int, str, str, str, int, str]   # hour, zone, path, country, status, cache result
 LogEntry = tuple[float, str, str, int, str, "str | bytes | None", "str | None"]  # time, method, path, status, cache, id, ip
+# `delivered`'s arguments for a delivery recorded once its bytes are out: time, host, method, path, zone,
+# status, body bytes it has to send (-1: not known before its end), cache, country, request id, ip, duration.
+Pending = tuple[float, str, str, str, str, int, int, str, str, "str | bytes | None", "str | None", float]
 
 
 def country_code(header: str) -> str:
@@ -66,6 +75,24 @@ def country_code(header: str) -> str:
 def body_sent(head_only: bool, status: int, length: int) -> int:
     """The body bytes a delivery of ``length`` bytes sends: none for HEAD and 304."""
     return 0 if head_only or status == 304 else length
+
+
+class BodyCounter:
+    """The body bytes an application answer wrote (its StreamWriter's ``on_body_write``) and, of them,
+    how many its transport no longer held after the last write: those reached the kernel."""
+
+    __slots__ = ("transport", "written", "handed")
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+        self.written = 0
+        self.handed = 0
+
+    def __call__(self, size: int, _output_size: int) -> None:
+        self.written += size
+        transport = self.transport
+        if transport is not None:
+            self.handed = max(self.handed, self.written - transport.get_write_buffer_size())
 
 
 class Sample:
@@ -277,9 +304,10 @@ class DeliveryLog:
 
     def delivered(self, now: float, host: str, method: str, path: str, zone: str, status: int, sent: int,
                   cache: str, country: str, request_id: str | bytes | None, ip: str | None,
-                  duration_s: float) -> None:
+                  duration_s: float, aborted: bool = False) -> None:
         """Count one delivery (and offer it to the request-log sample and the access log). ``path`` is
-        the CDN path without its leading slash, ``sent`` the body bytes sent."""
+        the CDN path without its leading slash, ``sent`` the body bytes sent, ``aborted`` when the client
+        went away before the whole body was."""
         counts = self.counts
         key = (int(now) // HOUR_S, zone, path, country, status, cache)
         counted = counts.get(key)
@@ -301,21 +329,56 @@ class DeliveryLog:
         if slot >= 0:
             sample.keep(slot, (now, method, path, status, cache, request_id, ip))
         if self.access is not None:
-            self.access.write(now, host, method, path, status, sent, cache, duration_s, ip, country, request_id)
+            self.access.write(now, host, method, path, status, sent, cache, duration_s, ip, country, request_id,
+                              aborted)
+
+    def settle(self, pending: Pending, sent: int, aborted: bool) -> None:
+        """Record a delivery once its bytes are known: ``sent`` body bytes reached the kernel; ``aborted``
+        when the connection (or stream) ended first. Never more than the delivery had to send."""
+        now, host, method, path, zone, status, size, cache, country, request_id, ip, duration_s = pending
+        if 0 <= size < sent:
+            sent = size
+        self.delivered(now, host, method, path, zone, status, sent, cache, country, request_id, ip, duration_s,
+                       aborted or sent < size)
 
     def record(self, request: web.Request, response: web.StreamResponse) -> None:
-        """A delivery the application answered (the hit path calls ``delivered`` with the same
-        derivations: `zone_of`, `body_sent`, `country_code`, assetcdn/edge/fastpath/hit_server.py)."""
-        if request.get(FORWARDED) or request.path in NOT_DELIVERY or request.path.startswith(PREFIX):
+        """A delivery the application is answering, as its head goes out (the hit path records its own
+        with the same derivations: `zone_of`, `body_sent`, `country_code`, assetcdn/edge/fastpath/hit_server.py).
+        Its body bytes are counted as they are written, and the delivery recorded once they are out:
+        by the hit path's connection when the request came through it (``HandoffTransport``), else when
+        the application has finished the answer."""
+        if request.get(FORWARDED) or request.path in NOT_DELIVERY or request.path.startswith(PREFIX) \
+                or request.get(RECORDED):  # an error page for an answer cut short: the client never gets it
             return
+        request[RECORDED] = True
         path = request.get(DELIVERED_PATH) or request.path.lstrip("/")
-        sent = body_sent(request.method == "HEAD", response.status, response.content_length or 0)
+        length = response.content_length
+        size = body_sent(request.method == "HEAD", response.status, length if length is not None else -1)
         started = request.get(REQUEST_STARTED)
         cache = response.headers.get("X-Cache", "BYPASS")
-        self.delivered(time.time(), request_host(request), request.method, path, zone_of(path), response.status, sent,
-                       cache if cache in CACHE_RESULTS else "BYPASS",
-                       country_code(request.headers.get(self.country_header) or ""), request.get(REQUEST_ID),
-                       request.remote, time.perf_counter() - started if started is not None else 0.0)
+        pending: Pending = (
+            time.time(), request_host(request), request.method, path, zone_of(path), response.status, size,
+            cache if cache in CACHE_RESULTS else "BYPASS", country_code(request.headers.get(self.country_header) or ""),
+            request.get(REQUEST_ID), request.remote, time.perf_counter() - started if started is not None else 0.0)
+        transport = request.transport
+        counter = BodyCounter(transport)
+        request.writer.on_body_write = counter
+        if isinstance(transport, HandoffTransport):
+            transport.deliver(pending, counter)
+            return
+        task = asyncio.current_task()
+        if task is None:
+            self.settle(pending, 0, True)
+        else:
+            task.add_done_callback(partial(self._answered, pending, counter))
+
+    def _answered(self, pending: Pending, counter: BodyCounter, _task: object) -> None:
+        """The application finished an answer on a connection it holds alone: a body written whole counts
+        whole (the transport holds at most its high-water mark of it); one cut short, what had left the
+        transport by its last write."""
+        size = pending[6]
+        whole = counter.written if size < 0 else size
+        self.settle(pending, counter.written if counter.written >= whole else counter.handed, False)
 
     def watched(self, watching: bool) -> None:
         """Control's live tail has a reader (or no longer has): the delivery sample's budget follows."""

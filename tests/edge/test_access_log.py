@@ -1,4 +1,5 @@
-"""The access log on its own: one JSON line per delivery, files rotated by size, stdout in whole lines,
+"""The access log on its own: one JSON line per delivery, files rotated by size as lines are written (never
+past it, however many lines a flush brings), stdout in whole lines,
 and the configuration refused when it names no output this edge has."""
 
 from __future__ import annotations
@@ -27,16 +28,20 @@ async def test_each_delivery_is_one_line_of_the_common_fields(tmp_path: Path) ->
     log = AccessLog("file", "edge-0/1", directory=tmp_path)
     deliver(log, 1)
     log.write(NOW, "h", "HEAD", 'z/v1/"quoted"\\.txt', 404, 0, "MISS", 0.0, None, "XX", None)
+    log.write(NOW, "h", "GET", "z/v1/big.bin", 200, 65536, "HIT", 0.5, "127.0.0.1", "XX", None, True)
     await log.flush()
     log.close()
     lines = [orjson.loads(line) for line in (tmp_path / "access-edge-0-1.log").read_bytes().splitlines()]
     assert lines == [
         {"time": "2026-09-21T14:13:20.250Z", "edge": "edge-0/1", "host": "cdn.example.com", "method": "GET",
          "path": "/z/v1/1.txt", "status": 200, "bytes": 1001, "cache": "HIT", "duration_ms": 1.234,
-         "client_ip": "::1", "country": "DE", "request_id": "req-1"},
+         "client_ip": "::1", "country": "DE", "request_id": "req-1", "aborted": False},
         {"time": "2026-09-21T14:13:20.250Z", "edge": "edge-0/1", "host": "h", "method": "HEAD",
          "path": '/z/v1/"quoted"\\.txt', "status": 404, "bytes": 0, "cache": "MISS", "duration_ms": 0.0,
-         "client_ip": None, "country": "XX", "request_id": None}]
+         "client_ip": None, "country": "XX", "request_id": None, "aborted": False},
+        {"time": "2026-09-21T14:13:20.250Z", "edge": "edge-0/1", "host": "h", "method": "GET",
+         "path": "/z/v1/big.bin", "status": 200, "bytes": 65536, "cache": "HIT", "duration_ms": 500.0,
+         "client_ip": "127.0.0.1", "country": "XX", "request_id": None, "aborted": True}]
 
 
 async def test_a_file_is_rotated_past_its_size_and_only_the_backups_kept(tmp_path: Path) -> None:
@@ -48,6 +53,20 @@ async def test_a_file_is_rotated_past_its_size_and_only_the_backups_kept(tmp_pat
     log.close()
     sizes = files(tmp_path)
     assert sorted(sizes) == ["access-edge-0-0.log", "access-edge-0-0.log.1", "access-edge-0-0.log.2"]
+    assert all(size <= 4096 for size in sizes.values())
+    newest = [orjson.loads(line)["request_id"] for line in (tmp_path / "access-edge-0-0.log").read_bytes().splitlines()]
+    assert newest[-1] == "req-59"
+
+
+async def test_a_second_of_traffic_is_rotated_line_by_line_never_past_the_size(tmp_path: Path) -> None:
+    log = AccessLog("file", "edge-0/0", directory=tmp_path, max_bytes=4096, backups=3)
+    for index in range(60):  # about 15 KB, written in one flush
+        deliver(log, index)
+    await log.flush()
+    log.close()
+    sizes = files(tmp_path)
+    assert sorted(sizes) == ["access-edge-0-0.log", "access-edge-0-0.log.1", "access-edge-0-0.log.2",
+                             "access-edge-0-0.log.3"]
     assert all(size <= 4096 for size in sizes.values())
     newest = [orjson.loads(line)["request_id"] for line in (tmp_path / "access-edge-0-0.log").read_bytes().splitlines()]
     assert newest[-1] == "req-59"

@@ -113,8 +113,10 @@ async def test_statistics_count_every_delivery_and_the_logs_sample_them(cdn: Run
     assert {line["request_id"] for line in lines} >= error_ids
     first = lines[0]
     assert set(first) == {"time", "edge", "host", "method", "path", "status", "bytes", "cache", "duration_ms",
-                          "client_ip", "country", "request_id"}
+                          "client_ip", "country", "request_id", "aborted"}
     assert first["edge"] == "edge-0/0" and first["client_ip"] == "127.0.0.1" and first["country"] == "DE"
+    # Every answer was read whole: each line has the bytes the client got, none is aborted.
+    assert sum(line["bytes"] for line in lines) == received and not any(line["aborted"] for line in lines)
     # The host every delivery decision used (canonical: no port), alike on the hit path and the application's.
     assert first["host"] == base.removeprefix("http://").rsplit(":", 1)[0] and first["time"].endswith("Z")
     assert sum(1 for line in lines if line["cache"] == "HIT" and line["status"] == 200) > 250

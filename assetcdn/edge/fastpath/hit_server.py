@@ -10,9 +10,10 @@ workers made (replayed on this worker's memory tier), the replica's entries and 
 `EdgeNode.hit_status` gives (not HIT: STALE, or not served from cache, which the application answers).
 Per request: the Host's view, the path's prepared hit, its body from the memory tier or its file, and
 the answer. Counting is what the application counts for the same answer: one request in the metrics
-(under the delivery route's own label, batched: assetcdn/shared/metrics.py), one cache HIT, bytes
-served, and the delivery counted for analytics (assetcdn/edge/delivery_log.py: a dictionary update, a
-sample offer, the access log when on).
+(under the delivery route's own label, batched: assetcdn/shared/metrics.py), one cache HIT, and, once
+the connection knows what of the body reached the kernel (assetcdn/edge/fastpath/protocol.py; at once
+for an answer the socket takes whole), bytes served and the delivery counted for analytics
+(assetcdn/edge/delivery_log.py: a dictionary update, a sample offer, the access log when on).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from assetcdn.edge.app_keys import NODE, SETTINGS
-from assetcdn.edge.delivery_log import body_sent, country_code
+from assetcdn.edge.delivery_log import Pending, body_sent, country_code
 from assetcdn.edge.fastpath.prepared import HIT, HostView, Prepared, prepare
 from assetcdn.edge.fastpath.protocol import (
     ANSWERED,
@@ -73,6 +74,7 @@ class HitServer:
         self.app = app
         self.web_server = web_server
         self.node = app[NODE]
+        self.deliveries = self.node.deliveries
         self.metrics = app[METRICS]
         self.route = delivery_route_name(app)  # the metrics label the application counts deliveries under
         self.header_timeout_s = header_timeout_s(settings)
@@ -264,17 +266,17 @@ class HitServer:
             out.append(head + self.date + b"Connection: close\r\nX-Request-ID: " + request_id + b"\r\n\r\n")
         sent = body_sent(head_only, status, end - start)
         if sent:
-            if fileno >= 0:
-                conn.pending_file = (fileno, start, sent)
-            elif status == 200:
-                out.append(obj.body)
-            else:
-                out.append(memoryview(obj.body)[start:end])
+            if fileno < 0:
+                out.append(obj.body if status == 200 else memoryview(obj.body)[start:end])
         elif fileno >= 0:
             os.close(fileno)
             fileno = -1
-        self._count(conn, view, hit, status, sent, head_only, request_id)
-        return BUSY if fileno >= 0 else ANSWERED
+        pending = self._count(conn, view, hit, status, sent, head_only, request_id)
+        if fileno >= 0:
+            conn.pending_file = (fileno, start, sent, pending)
+            return BUSY
+        conn.records.append(pending)  # recorded once `out` is written (HitProtocol._flush)
+        return ANSWERED
 
     def _decline(self, fileno: int) -> int:
         if fileno >= 0:
@@ -282,7 +284,8 @@ class HitServer:
         return HAND_OVER
 
     def _count(self, conn: HitProtocol, view: HostView, hit: Prepared, status: int, sent: int, head_only: bool,
-               request_id: bytes) -> None:
+               request_id: bytes) -> Pending:
+        """Count the request; return its delivery, which the connection records once its body is out."""
         self.served += 1
         code = status << 1 | head_only
         counts = self.counts
@@ -291,13 +294,11 @@ class HitServer:
         latency = self.latency
         latency[bisect_left(LATENCY_BUCKETS, seconds)] += 1
         latency[-1] += seconds
-        self.body_bytes += sent
         country = conn.headers[COUNTRY]
         # As DeliveryLog.record counts the application's answers.
-        self.node.deliveries.delivered(
-            self.now, view.name, "HEAD" if head_only else "GET", hit.cdn_path, hit.zone, status, sent, "HIT",
-            "XX" if country is None else country_code(country.decode("utf-8", "surrogateescape")), request_id,
-            conn.peer, seconds)
+        return (self.now, view.name, "HEAD" if head_only else "GET", hit.cdn_path, hit.zone, status, sent, "HIT",
+                "XX" if country is None else country_code(country.decode("utf-8", "surrogateescape")), request_id,
+                conn.peer, seconds)
 
     def _host_view(self, host: bytes) -> HostView | None:
         try:

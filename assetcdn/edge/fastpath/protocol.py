@@ -18,6 +18,13 @@ Everything else goes to the aiohttp application of the same process, unchanged:
   good, with everything received so far, and aiohttp answers as it always did (400 on malformed
   requests, its size limits and deadlines).
 
+Deliveries are recorded (assetcdn/edge/delivery_log.py) with the bytes that reached the kernel. An
+answer the socket takes whole at once, the usual hit, is recorded as it is written. One whose body the
+transport still holds waits: its place in what the connection queued is kept, the transport's water
+marks go to zero so the connection hears the moment it holds nothing, and it is recorded whole then,
+or, if the connection ends first, with what had left the transport by the last write (``aborted``).
+A file counts what sendfile sent; an answer on an HTTP/2 stream, the DATA bytes the stream sent.
+
 Limits kept here: a request head must be complete within ``header_timeout_s`` of the connection
 opening or of the previous answer (the same deadline aiohttp applies; the connection is closed
 without an answer), and a head larger than ``MAX_HEAD`` goes to aiohttp, which refuses it with its
@@ -34,7 +41,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import struct
 import sys
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import httptools
@@ -42,6 +53,7 @@ import httptools
 from assetcdn.edge.fastpath.sendfile import (
     TLS_PIECE,
     Drain,
+    Progress,
     send_file,
     send_file_nowait,
     set_keepalive,
@@ -50,6 +62,7 @@ from assetcdn.edge.fastpath.sendfile import (
 )
 
 if TYPE_CHECKING:
+    from assetcdn.edge.delivery_log import BodyCounter, Pending
     from assetcdn.edge.fastpath.hit_server import HitServer
 
 # A longer head goes to aiohttp, whose limits then apply as before (max_line_size and max_field_size
@@ -62,6 +75,28 @@ TLS_TURN_ANSWERS = 16           # pipelined requests answered per loop turn over
 WANTED = {b"host": 0, b"if-none-match": 1, b"range": 2, b"x-request-id": 3, b"expect": 4}
 COUNTRY = 5                     # slot of the analytics country header (its name is configured)
 ANSWERED, HAND_OVER, GIVE_AWAY, BUSY = 0, 1, 2, 3  # BUSY: the head is in `out`, `pending_file` follows
+SO_PEERNAME = 28                # Linux: the peer's address even once the connection was reset
+StreamSent = Callable[[Callable[[int, bool], None]], None]  # an HTTP/2 stream's `when_sent` (assetcdn/edge/tls/h2.py)
+
+
+def peer_address(transport: asyncio.BaseTransport) -> Any:
+    """The client's address: ``peername``, or, for a connection reset before it was accepted (the
+    kernel then refuses getpeername), the address accept saw, which Linux still gives as SO_PEERNAME."""
+    peer = transport.get_extra_info("peername")
+    if peer is not None:
+        return peer
+    sock = transport.get_extra_info("socket")
+    try:
+        family = sock.family
+        if family == socket.AF_INET:
+            raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERNAME, 16)
+            return socket.inet_ntop(family, raw[4:8]), struct.unpack("!H", raw[2:4])[0]
+        if family == socket.AF_INET6:
+            raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERNAME, 28)
+            return socket.inet_ntop(family, raw[8:24]), struct.unpack("!H", raw[2:4])[0], 0, 0
+    except (AttributeError, OSError, ValueError):
+        pass
+    return None
 
 
 class HandoffTransport(asyncio.Transport):
@@ -73,14 +108,27 @@ class HandoffTransport(asyncio.Transport):
         self._connection = connection
         self._transport = transport
         self.closed = False
+        self.lost = False  # the connection is gone (its close will not come back here)
+        self.delivery: tuple[Pending, BodyCounter] | None = None  # the answer's, recorded once it is out
 
     def write(self, data: Any) -> None:
         if not self.closed:
+            self._connection.queued += len(data)
             self._transport.write(data)
 
     def writelines(self, chunks: Any) -> None:
         if not self.closed:
+            chunks = list(chunks)
+            self._connection.queued += sum(len(chunk) for chunk in chunks)
             self._transport.writelines(chunks)
+
+    def deliver(self, pending: Pending, counter: BodyCounter) -> None:
+        """The application's answer is a delivery (DeliveryLog.record): the connection records it once
+        the answer is out, or at once when the connection is already gone."""
+        if self.lost:
+            self._connection.app_delivery_lost(pending, counter)
+        else:
+            self.delivery = (pending, counter)
 
     def is_closing(self) -> bool:
         return self.closed or self._transport.is_closing()
@@ -92,9 +140,12 @@ class HandoffTransport(asyncio.Transport):
 
     def abort(self) -> None:
         self.closed = True
+        self._connection.cut = True
         self._transport.abort()
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "peername":  # as the connection had it at its start
+            return self._connection.peername
         return self._transport.get_extra_info(name, default)
 
     def pause_reading(self) -> None:
@@ -124,8 +175,9 @@ class HandoffTransport(asyncio.Transport):
 
 class HitProtocol(asyncio.Protocol):
     __slots__ = ("server", "transport", "buffer", "parser", "url", "headers", "complete", "repeated",
-                 "busy", "handler", "handoff", "deadline", "drain", "peer", "paused_by", "closing",
-                 "pending_file", "keep_alive", "zero_copy", "batch", "turn_answers", "send_timeout_s")
+                 "busy", "handler", "handoff", "deadline", "drain", "peer", "peername", "paused_by", "closing",
+                 "pending_file", "keep_alive", "zero_copy", "batch", "turn_answers", "send_timeout_s", "records",
+                 "waiting", "queued", "handed", "cut", "when_sent")
 
     def __init__(self, server: HitServer) -> None:
         self.server = server
@@ -143,9 +195,11 @@ class HitProtocol(asyncio.Protocol):
         self.deadline = 0.0
         self.drain = Drain()
         self.peer: str | None = None
+        self.peername: Any = None
         self.paused_by: set[object] = set()
         self.closing = False
-        self.pending_file: tuple[int, int, int] | None = None  # (descriptor, offset, count) to send next
+        # (descriptor, offset, count, its delivery) to send next
+        self.pending_file: tuple[int, int, int, Pending] | None = None
         self.zero_copy = not server.secure  # sendfile(2) to the socket; TLS must see (encrypt) the bytes
         # Requests answered per pass of `process`. Over TLS one: the client's whole decrypted read arrives
         # at once, and answers are written in bounded pieces (_flush), TLS_TURN_ANSWERS per loop turn.
@@ -154,6 +208,14 @@ class HitProtocol(asyncio.Protocol):
         # A TLS client that takes none of an answer for this long is cut off (None: an HTTP/2 stream,
         # whose connection judges progress).
         self.send_timeout_s: float | None = server.send_timeout_s
+        self.records: list[Pending] = []  # deliveries answered in `out`, recorded once it is written
+        # Deliveries whose bodies the transport still held: [delivery, start, end, a hit?], positions in
+        # `queued`, the bytes this connection queued on its transport (counted while any wait).
+        self.waiting: list[list[Any]] = []
+        self.queued = 0
+        self.handed = 0    # of `queued`, what had left the transport when last seen
+        self.cut = False   # this side aborted the connection: its loss is no sign that the rest went out
+        self.when_sent: StreamSent | None = None  # on an HTTP/2 stream, which counts what it sends
 
     # --- httptools callbacks --------------------------------------------------------------------
 
@@ -179,8 +241,9 @@ class HitProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's are not asyncio.Transport subclasses
         set_keepalive(transport)
-        peer = transport.get_extra_info("peername")
+        peer = self.peername = peer_address(transport)
         self.peer = peer[0] if isinstance(peer, tuple) else None
+        self.when_sent = transport.get_extra_info("when_sent")
         self.deadline = self.server.loop.time() + self.server.header_timeout_s
         self.server.connections.add(self)
         if not self.zero_copy:  # what TLS may hold encrypted for a client that does not read
@@ -189,12 +252,21 @@ class HitProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
         self.closing = True
+        self.transport = None
+        if self.waiting:
+            if exc is None and not self.cut:  # closed once the transport had sent everything
+                self.handed = self.queued
+            self._check_waiting(False)
         self.drain.connection_lost()
-        handler = self.handler
+        handler, handoff = self.handler, self.handoff
         if handler is not None:
             self.handler = self.handoff = None  # nothing comes back: its close below is the end
+            if handoff is not None:
+                handoff.lost = True
+                delivery, handoff.delivery = handoff.delivery, None
+                if delivery is not None:
+                    self.app_delivery_lost(*delivery)
             handler.connection_lost(exc)
-        self.transport = None
         self.buffer = b""
 
     def pause_writing(self) -> None:
@@ -203,6 +275,10 @@ class HitProtocol(asyncio.Protocol):
             self.handler.pause_writing()
 
     def resume_writing(self) -> None:
+        transport = self.transport
+        if self.waiting and transport is not None and not transport.get_write_buffer_size():
+            self.handed = self.queued  # everything queued has left the transport
+            self._check_waiting(True)
         self.drain.resume_writing()
         if self.handler is not None:
             self.handler.resume_writing()
@@ -302,9 +378,9 @@ class HitProtocol(asyncio.Protocol):
                 self._give_away(buf[pos:])
                 return
             if outcome == BUSY and self.pending_file is not None:  # its head is out; the file follows
-                fileno, offset, count = self.pending_file
+                fileno, offset, count, pending = self.pending_file
                 self.pending_file = None
-                if self._send_file_now(fileno, offset, count):
+                if self._send_file_now(fileno, offset, count, pending):
                     answered += 1
                     pos = head_end
                     if self.closing:
@@ -360,25 +436,45 @@ class HitProtocol(asyncio.Protocol):
             self.process()
 
     def _flush(self, out: list[Any]) -> None:
-        if out and self.transport is not None:
+        if not out:
+            return
+        transport = self.transport
+        if transport is not None:
             if not self.zero_copy and sum(map(len, out)) > TLS_PIECE:
-                self._write_bounded(out)
+                self._write_bounded(transport, out)
                 return
-            self.transport.writelines(out)
-            out.clear()
+            transport.writelines(out)
+            # The usual answer: the socket took all of it, and its deliveries are recorded whole now.
+            if not transport.get_write_buffer_size() and self.when_sent is None and not transport.is_closing():
+                server = self.server
+                deliveries = server.deliveries
+                for pending in self.records:
+                    server.body_bytes += pending[6]
+                    deliveries.delivered(*pending)
+                self.records.clear()
+                if self.waiting:
+                    self.handed = self.queued
+                    self._check_waiting(True)
+                out.clear()
+                return
+        self._count_out(out)
+        out.clear()
 
-    def _write_bounded(self, out: list[Any]) -> None:
+    def _write_bounded(self, transport: asyncio.Transport, out: list[Any]) -> None:
         """Answers too large to hand to TLS at once (they would be encrypted and held whole, whether the
         client reads or not): written a piece at a time while the transport takes them; the rest as the
-        client reads, the connection busy meanwhile."""
-        transport = self.transport
-        assert transport is not None
+        client reads, the connection busy meanwhile. Their deliveries wait for the last piece."""
+        places = self._places(out)
+        size = sum(map(len, out))
         views = [memoryview(item) for item in out]
         out.clear()
+        progress = Progress()
         drain = self.drain
         while views and not drain.paused:
             view = views[0]
-            transport.write(view[:TLS_PIECE])
+            piece = view[:TLS_PIECE]
+            transport.write(piece)
+            progress.wrote(transport, len(piece))
             if len(view) > TLS_PIECE:
                 views[0] = view[TLS_PIECE:]
             else:
@@ -386,57 +482,193 @@ class HitProtocol(asyncio.Protocol):
         if views:
             self.busy = True
             self.deadline = float("inf")
-            asyncio.get_running_loop().create_task(self._write_views(views))
+            asyncio.get_running_loop().create_task(self._write_views(views, places, size, progress))
+        else:
+            self._queued(places, size)
 
-    async def _write_views(self, views: list[memoryview]) -> None:
-        transport = self.transport
-        if transport is None:
-            return
+    async def _write_views(self, views: list[memoryview], places: list[list[Any]], size: int,
+                           progress: Progress) -> None:
         try:
-            await write_views(transport, self.drain, views, self.send_timeout_s)
+            transport = self.transport
+            if transport is None:
+                raise ConnectionResetError("connection lost")
+            await write_views(transport, self.drain, views, progress, self.send_timeout_s)
         except (ConnectionError, OSError):  # gone, or no byte taken for send_timeout_s
+            # What had left the transport of these answers by their last write.
+            self.queued += progress.written
+            self.handed = max(self.handed, self.queued - progress.written + progress.sent)
+            self.waiting += places
+            self._check_waiting(False)
             if self.transport is not None:
+                self.cut = True
                 self.transport.abort()
             return
+        self._queued(places, size)
         self.busy = False
         self._continue()
 
-    def _send_file_now(self, fileno: int, offset: int, count: int) -> bool:
+    # --- deliveries recorded once their bytes are out -------------------------------------------
+
+    def _count_out(self, out: list[Any]) -> None:
+        """The deliveries answered in `out` when the transport did not take it all at once (or is gone):
+        each waits at its place in what the connection queued."""
+        self._queued(self._places(out), sum(len(item) for item in out))
+
+    def _places(self, out: list[Any]) -> list[list[Any]]:
+        """The deliveries answered in `out` (taken from `records`), each at its place in what the
+        connection will have queued once `out` is written; none on an HTTP/2 stream, which tells what
+        it sent."""
+        records, self.records = self.records, []
+        if self.when_sent is not None:
+            for pending in records:
+                self._stream_delivery(pending, True)
+            return []
+        position = self.queued
+        index = 0
+        places = []
+        for pending in records:  # each answer is its head, then its body unless it has none
+            position += len(out[index])
+            index += 1
+            size = pending[6]
+            places.append([pending, position, position + size, True])
+            if size:
+                position += size
+                index += 1
+        return places
+
+    def _queued(self, places: list[list[Any]], size: int) -> None:
+        """`size` more bytes written to the transport, with the deliveries `places` answered in them."""
+        if self.when_sent is not None:  # an HTTP/2 stream: its deliveries wait on the stream
+            return
+        self.queued += size
+        transport = self.transport
+        alive = transport is not None and not transport.is_closing()
+        if alive:
+            assert transport is not None
+            self.handed = self.queued - transport.get_write_buffer_size()
+        self.waiting += places
+        self._check_waiting(alive)
+
+    def _check_waiting(self, alive: bool) -> None:
+        """Record the waiting deliveries whose bodies have left the transport (`handed`); when the
+        connection is gone (not `alive`), all of them, each with what had left of it."""
+        handed = self.handed
+        keep = []
+        for entry in self.waiting:
+            pending, start, end, hit = entry
+            if end <= handed:
+                self._settle(pending, end - start, False, hit)
+            elif not alive:
+                self._settle(pending, max(0, handed - start), True, hit)
+            else:
+                keep.append(entry)
+        self.waiting = keep
+        transport = self.transport
+        if transport is not None:
+            if keep:
+                self.drain.lower_marks(transport)  # resume_writing: the moment the transport holds nothing
+            else:
+                self.drain.restore_marks(transport)
+
+    def _settle(self, pending: Pending, sent: int, aborted: bool, hit: bool) -> None:
+        server = self.server
+        if hit:
+            server.body_bytes += sent
+        server.deliveries.settle(pending, sent, aborted)
+
+    def _stream_delivery(self, pending: Pending, hit: bool) -> None:
+        assert self.when_sent is not None
+        self.when_sent(partial(self._stream_sent, pending, hit))
+
+    def _stream_sent(self, pending: Pending, hit: bool, sent: int, aborted: bool) -> None:
+        self._settle(pending, sent, aborted, hit)
+
+    def _app_delivered(self, pending: Pending, counter: BodyCounter) -> None:
+        """A handed-over request's answer is out of the application: its body, the last `counter.written`
+        bytes queued, waits like a hit's."""
+        if self.when_sent is not None:
+            self._stream_delivery(pending, False)
+            return
+        transport = self.transport
+        alive = transport is not None and not transport.is_closing()
+        if alive:
+            assert transport is not None
+            self.handed = self.queued - transport.get_write_buffer_size()
+        self.waiting.append([pending, self.queued - counter.written, self.queued, False])
+        self._check_waiting(alive)
+
+    def app_delivery_lost(self, pending: Pending, counter: BodyCounter) -> None:
+        """A handed-over request's answer whose connection ended first: what had left the transport."""
+        if self.when_sent is not None:
+            self._stream_delivery(pending, False)
+        else:
+            self._settle(pending, counter.handed, True, False)
+
+    # --- files ---------------------------------------------------------------------------------------
+
+    def _send_file_now(self, fileno: int, offset: int, count: int, pending: Pending) -> bool:
         """Send the file right away when the socket takes it all (the usual case on a client that
         reads); True when done. Otherwise the rest goes on in a task and the connection is busy."""
         transport = self.transport
+        progress = Progress()
+        if self.when_sent is not None:
+            self._stream_delivery(pending, True)
+            pending_here: Pending | None = None
+        else:
+            pending_here = pending
         if self.zero_copy and transport is not None and not transport.get_write_buffer_size():
             try:
-                sent = send_file_nowait(transport, fileno, offset, count)
+                sent = send_file_nowait(transport, fileno, offset, count, progress)
             except OSError:
                 os.close(fileno)
+                if pending_here is not None:
+                    self._settle(pending_here, progress.sent, True, True)
+                self.cut = True
                 transport.abort()
                 self.closing = True
                 return True
             offset, count = offset + sent, count - sent
             if not count:
                 os.close(fileno)
+                if pending_here is not None:
+                    self._settle(pending_here, progress.sent, False, True)
                 return True
         self.busy = True
         self.deadline = float("inf")
-        asyncio.get_running_loop().create_task(self._send_file(fileno, offset, count))
+        asyncio.get_running_loop().create_task(self._send_file(fileno, offset, count, pending_here, progress))
         return False
 
-    async def _send_file(self, fileno: int, offset: int, count: int) -> None:
+    async def _send_file(self, fileno: int, offset: int, count: int, pending: Pending | None,
+                         progress: Progress) -> None:
+        """The rest of a file; its delivery (`pending`, None when a stream records it) is recorded with
+        what sendfile sent, or, written through TLS, once the transport has sent it."""
         try:
             transport = self.transport
             if transport is None:
-                return
+                raise ConnectionResetError("connection lost")
             if self.zero_copy:
-                await send_file(transport, self.drain, fileno, offset, count)
+                await send_file(transport, self.drain, fileno, offset, count, progress)
             else:
-                await write_file(transport, self.drain, fileno, offset, count, self.send_timeout_s)
+                await write_file(transport, self.drain, fileno, offset, count, progress, self.send_timeout_s)
         except (ConnectionError, OSError):
+            if pending is not None:
+                self._settle(pending, progress.sent, True, True)
             if self.transport is not None:
+                self._check_waiting(False)
+                self.cut = True
                 self.transport.abort()
             return
         finally:
             os.close(fileno)
+        transport = self.transport
+        if pending is not None:
+            if self.zero_copy or transport is None:  # sendfile's count is exact; gone: what had left by then
+                self._settle(pending, progress.sent, transport is None, True)
+            else:
+                self.queued += count
+                self.handed = self.queued - transport.get_write_buffer_size()
+                self.waiting.append([pending, self.queued - count, self.queued, True])
+                self._check_waiting(not transport.is_closing())
         self.busy = False
         self._continue()
 
@@ -483,6 +715,9 @@ class HitProtocol(asyncio.Protocol):
         self.busy = False
         if self.transport is None:
             return
+        delivery, handoff.delivery = handoff.delivery, None
+        if delivery is not None:
+            self._app_delivered(*delivery)
         if not keep:
             self.closing = True
         self._continue()
@@ -493,6 +728,9 @@ class HitProtocol(asyncio.Protocol):
         self.server.connections.discard(self)
         if transport is None:
             return
+        if self.waiting:  # aiohttp writes on its own from here: what has left the transport so far
+            self.handed = self.queued - transport.get_write_buffer_size()
+            self._check_waiting(False)
         self.transport = None
         self.buffer = b""
         handler = self.server.web_server()

@@ -17,14 +17,33 @@ import socket
 SENDFILE_CHUNK = 4 * 1024 * 1024  # per system call: keeps one call from holding the loop for long
 
 
+class Progress:
+    """The bytes of a file range (or of answers in memory) handed to the kernel so far: exact for
+    sendfile; for bytes written through a transport, what was written less what the transport still
+    held after the last write."""
+
+    __slots__ = ("written", "sent")
+
+    def __init__(self) -> None:
+        self.written = 0
+        self.sent = 0
+
+    def wrote(self, transport: asyncio.WriteTransport, size: int) -> None:
+        """``size`` more bytes written to ``transport``."""
+        self.written += size
+        # What the transport still holds may include bytes written before these: never more than sent.
+        self.sent = max(self.sent, self.written - transport.get_write_buffer_size())
+
+
 class Drain:
     """Waits until a transport's write buffer is empty, through the protocol's pause/resume calls."""
 
-    __slots__ = ("paused", "_waiter")
+    __slots__ = ("paused", "_waiter", "_marks")
 
     def __init__(self) -> None:
         self.paused = False
         self._waiter: asyncio.Future[None] | None = None
+        self._marks: tuple[int, int] | None = None  # the transport's own (low, high) while lowered to zero
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -46,12 +65,25 @@ class Drain:
         if waiter is not None and not waiter.done():
             waiter.set_exception(ConnectionResetError("connection lost"))
 
+    def lower_marks(self, transport: asyncio.WriteTransport) -> bool:
+        """Water marks of zero until `restore_marks`: the transport pauses the protocol while it holds any
+        byte and resumes it the moment it holds none. False when they already were lowered."""
+        if self._marks is not None:
+            return False
+        self._marks = transport.get_write_buffer_limits()
+        transport.set_write_buffer_limits(high=0, low=0)
+        return True
+
+    def restore_marks(self, transport: asyncio.WriteTransport) -> None:
+        marks, self._marks = self._marks, None
+        if marks is not None:
+            transport.set_write_buffer_limits(high=marks[1], low=marks[0])
+
     async def wait_empty(self, transport: asyncio.WriteTransport) -> None:
         """Return once the transport holds no unsent bytes (a low-water mark of zero)."""
         if not transport.get_write_buffer_size():
             return
-        limits = transport.get_write_buffer_limits()
-        transport.set_write_buffer_limits(high=0, low=0)
+        lowered = self.lower_marks(transport)
         try:
             while transport.get_write_buffer_size():
                 if transport.is_closing():
@@ -61,7 +93,8 @@ class Drain:
                 self._waiter = asyncio.get_running_loop().create_future()
                 await self._waiter
         finally:
-            transport.set_write_buffer_limits(high=limits[1], low=limits[0])
+            if lowered:
+                self.restore_marks(transport)
 
 
 def _socket_fd(transport: asyncio.BaseTransport) -> int:
@@ -84,9 +117,11 @@ async def _writable(fd: int) -> None:
         loop.remove_writer(fd)
 
 
-def send_file_nowait(transport: asyncio.WriteTransport, fileno: int, offset: int, count: int) -> int:
+def send_file_nowait(transport: asyncio.WriteTransport, fileno: int, offset: int, count: int,
+                     progress: Progress) -> int:
     """As much of the range as the socket takes now, without waiting; the transport must hold no
-    unsent bytes. Returns the bytes sent; raises OSError (not BlockingIOError) on a broken socket."""
+    unsent bytes. Returns the bytes sent (also added to ``progress``); raises OSError (not
+    BlockingIOError) on a broken socket."""
     fd = _socket_fd(transport)
     sent_total = 0
     while count > 0:
@@ -99,13 +134,15 @@ def send_file_nowait(transport: asyncio.WriteTransport, fileno: int, offset: int
         offset += sent
         count -= sent
         sent_total += sent
+        progress.sent += sent
     return sent_total
 
 
 async def send_file(transport: asyncio.WriteTransport, drain: Drain, fileno: int, offset: int,
-                    count: int) -> None:
+                    count: int, progress: Progress) -> None:
     """Send ``count`` bytes of the open file ``fileno`` from ``offset`` after everything already
-    written to ``transport``. Raises ConnectionError if the client goes away."""
+    written to ``transport``, counting them in ``progress``. Raises ConnectionError if the client
+    goes away."""
     await drain.wait_empty(transport)
     fd = os.dup(_socket_fd(transport))
     try:
@@ -125,6 +162,7 @@ async def send_file(transport: asyncio.WriteTransport, drain: Drain, fileno: int
                 raise ConnectionResetError("file shorter than expected")  # truncated cache file
             offset += sent
             count -= sent
+            progress.sent += sent
     finally:
         os.close(fd)
 
@@ -141,10 +179,11 @@ async def _drained(drain: Drain, timeout_s: float | None) -> None:
 
 
 async def write_file(transport: asyncio.WriteTransport, drain: Drain, fileno: int, offset: int, count: int,
-                     timeout_s: float | None) -> None:
+                     progress: Progress, timeout_s: float | None) -> None:
     """``send_file`` for a transport that must see the bytes (TLS encrypts them): the file is read in
     chunks and written, each once the client has read enough of the previous ones (the transport
-    paused the protocol meanwhile). Raises TimeoutError when the client reads nothing for ``timeout_s``."""
+    paused the protocol meanwhile), counted in ``progress``. Raises TimeoutError when the client reads
+    nothing for ``timeout_s``."""
     while count > 0:
         await _drained(drain, timeout_s)
         if transport.is_closing():
@@ -155,17 +194,20 @@ async def write_file(transport: asyncio.WriteTransport, drain: Drain, fileno: in
         transport.write(chunk)
         offset += len(chunk)
         count -= len(chunk)
+        progress.wrote(transport, len(chunk))
 
 
 async def write_views(transport: asyncio.WriteTransport, drain: Drain, views: list[memoryview],
-                      timeout_s: float | None) -> None:
+                      progress: Progress, timeout_s: float | None) -> None:
     """``write_file`` for bytes already in memory (a hit's body): written TLS_PIECE at a time, as views."""
     for view in views:
         while view:
             await _drained(drain, timeout_s)
             if transport.is_closing():
                 raise ConnectionResetError("connection closing")
-            transport.write(view[:TLS_PIECE])
+            piece = view[:TLS_PIECE]
+            transport.write(piece)
+            progress.wrote(transport, len(piece))
             view = view[TLS_PIECE:]
 
 

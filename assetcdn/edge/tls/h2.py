@@ -1,4 +1,4 @@
-"""HTTP/2 on the https port: frames, HPACK, streams and flow control by the ``h2`` library (python-hyper).
+"""HTTP/2 on the https port: frames, HPACK, streams and flow control by libnghttp2 (through ``ngh2``).
 
 Each stream is answered exactly as an HTTP/1.1 request on its own connection would be: its headers
 become an HTTP/1.1 request head (``Connection: close``; its body follows, chunked unless it has a
@@ -10,9 +10,10 @@ stays in this process and in memory: no socket, no second server (the alternativ
 connection per stream, would add a connection, a copy through the kernel and a second parse of every
 request).
 
-Limits: ``h2_max_concurrent_streams`` (SETTINGS; a client that opens more gets GOAWAY), the header
-list size (SETTINGS_MAX_HEADER_LIST_SIZE, enforced by HPACK decoding; h2 also caps CONTINUATION
-frames), ``h2_max_resets_per_10s`` streams reset by the client (CVE-2023-44487, "rapid reset": a reset
+Limits: ``h2_max_concurrent_streams`` (SETTINGS; streams past it are refused, and a client that
+opens a burst of more is ended with GOAWAY), the header list size (SETTINGS_MAX_HEADER_LIST_SIZE,
+enforced by HPACK decoding; libnghttp2 also caps CONTINUATION frames), ``h2_max_resets_per_10s``
+streams reset by the client (CVE-2023-44487, "rapid reset": a reset
 stream sends nothing more and its reader is told the connection is lost, as when an HTTP/1.1 client
 goes away; a connection that resets too many is ended with ENHANCE_YOUR_CALM), as is one sending more
 than ``h2_max_control_frames_per_s`` frames that carry no request; nothing read from a client that does
@@ -35,17 +36,14 @@ import collections
 import contextlib
 import logging
 import re
+import struct
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import h2.config
-import h2.connection
-import h2.errors
-import h2.events
-import h2.exceptions
-import h2.settings
 import httptools
-from hpack import NeverIndexedHeaderTuple
+import ngh2
+from ngh2 import ErrorCode, NeverIndexedHeader
 
 from assetcdn.edge.fastpath.protocol import HitProtocol
 from assetcdn.shared.config import Settings
@@ -59,18 +57,22 @@ STREAM_BUFFER_LOW = 64 * 1024
 CONNECTION_BUFFER_HIGH = 1024 * 1024  # ... and all of a connection's streams together
 CONNECTION_BUFFER_LOW = 512 * 1024
 RESET_WINDOW_S = 10.0
-READ_SLICE = 16 * 1024   # received bytes given to h2 at once
-TURN_BUDGET = 64         # events handled per loop turn (a slice given to h2 costs SLICE_COST)
+READ_SLICE = 16 * 1024   # received bytes given to libnghttp2 at once
+TURN_BUDGET = 64         # events handled per loop turn (a slice given to libnghttp2 costs SLICE_COST)
 SLICE_COST = 16
 HPACK_TABLE_MAX = 4096   # the encoder's table, whatever larger size the client allows
 # Answer fields that differ on every response: never put in the HPACK table (they would only evict the rest).
 NEVER_INDEXED = frozenset((b"x-request-id", b"date", b"age"))
-# Frames that carry no request: a client sending more of them per second than allowed is ended.
-CONTROL_EVENTS = (h2.events.PingReceived, h2.events.PingAckReceived, h2.events.RemoteSettingsChanged,
-                  h2.events.SettingsAcknowledged, h2.events.PriorityUpdated, h2.events.UnknownFrameReceived)
+GLITCHES_PER_S = 330
+# Frames that carry no request: a client sending more of them per second than allowed is ended. (PRIORITY frames
+# and unknown frame types are consumed inside libnghttp2 without an event; PRIORITY counts among its glitches.)
+CONTROL_EVENTS = (ngh2.PingReceived, ngh2.PingAcknowledged, ngh2.SettingsReceived, ngh2.SettingsAcknowledged,
+                  ngh2.PriorityUpdateReceived, ngh2.AltSvcReceived, ngh2.OriginReceived)
 # Connection-specific fields (RFC 9113 8.2.2): never carried over in either direction.
 HOP_BY_HOP = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"te",
                         b"host", b"expect", b"http2-settings"))
+# length (24 bits: 16 + 8), type, flags, stream 0 (32), last stream id, error code
+GOAWAY = struct.Struct(">HBBBIII")
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _FIELD_VALUE_FORBIDDEN = re.compile(rb"[\x00\r\n]")
 
@@ -99,7 +101,7 @@ class MalformedRequest(Exception):
     """A stream's request that HTTP/1.1 could not carry (RFC 9113 8.1.1: answered with RST_STREAM)."""
 
 
-def request_head(headers: list[tuple[bytes, bytes]], has_body: bool) -> tuple[bytes, bytes]:
+def request_head(headers: Iterable[tuple[bytes, bytes]], has_body: bool) -> tuple[bytes, bytes]:
     """(method, HTTP/1.1 request head) of a stream's headers. Raises MalformedRequest."""
     method = path = authority = None
     fields: list[bytes] = []
@@ -170,13 +172,31 @@ class StreamTransport(asyncio.Transport):
         self.reading_paused = False
         self.unacknowledged = 0  # request body bytes held back from flow control while reading is paused
         self.chunked_body = False
+        self.aborted = False     # reset before its end
+        self._when_sent: Callable[[int, bool], None] | None = None
+
+    def when_sent(self, callback: Callable[[int, bool], None]) -> None:
+        """Call ``callback(DATA bytes sent, reset before its end)`` once the stream has ended or was
+        reset (at once if it has): what its delivery counts (assetcdn/edge/fastpath/protocol.py)."""
+        if self.ended and not self.end_pending:
+            callback(self.sent, self.aborted)
+        else:
+            self._when_sent = callback
+
+    def finished(self, aborted: bool) -> None:
+        """Nothing more goes out on this stream."""
+        self.ended = True
+        self.aborted = self.aborted or aborted
+        callback, self._when_sent = self._when_sent, None
+        if callback is not None:
+            callback(self.sent, self.aborted)
 
     # --- httptools (the HTTP/1.1 answer) ----------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
         if name in NEVER_INDEXED:
-            self.response_headers.append(NeverIndexedHeaderTuple(name, value))
+            self.response_headers.append(NeverIndexedHeader(name, value))
         elif name not in HOP_BY_HOP:
             self.response_headers.append((name, value))
         elif name == b"transfer-encoding":
@@ -196,7 +216,7 @@ class StreamTransport(asyncio.Transport):
         self.headers_sent = True
         self.connection.send_headers(self, headers, end_stream=self.head_only)
         if self.head_only:
-            self.ended = True
+            self.finished(False)
         elif length is not None and length.isdigit():
             # Later writes are the body itself: held as written (write), not parsed and copied.
             self.body_left = int(length)
@@ -242,10 +262,10 @@ class StreamTransport(asyncio.Transport):
         try:
             self.parser.feed_data(bytes(data))
         except httptools.HttpParserUpgrade:
-            self.connection.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)
+            self.connection.reset(self, ErrorCode.INTERNAL_ERROR)
         except httptools.HttpParserError:
             log.exception("an answer could not be relayed over HTTP/2")
-            self.connection.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)
+            self.connection.reset(self, ErrorCode.INTERNAL_ERROR)
 
     def writelines(self, chunks: Any) -> None:
         for chunk in chunks:
@@ -275,12 +295,12 @@ class StreamTransport(asyncio.Transport):
                 self.end_pending = True
                 self.connection.pump(self)
             else:
-                self.connection.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)
+                self.connection.reset(self, ErrorCode.INTERNAL_ERROR)
         asyncio.get_running_loop().call_soon(self._lost, None)
 
     def abort(self) -> None:
         if not self.ended:
-            self.connection.reset(self, h2.errors.ErrorCodes.INTERNAL_ERROR)
+            self.connection.reset(self, ErrorCode.INTERNAL_ERROR)
         if not self.closed:
             self.closed = True
             asyncio.get_running_loop().call_soon(self._lost, None)
@@ -295,8 +315,8 @@ class StreamTransport(asyncio.Transport):
         """The client reset the stream, or the connection is gone: nothing more is sent for it, and its
         reader learns that its connection is lost (at the loop's next turn: an aiohttp handler given the
         request in this same turn has not started yet, and must start before it can be told)."""
-        self.ended = True
         self.drop_pending()
+        self.finished(not self.ended)
         if not self.closed:
             self.closed = True
             asyncio.get_running_loop().call_soon(self._lost, ConnectionResetError("stream reset"))
@@ -304,6 +324,8 @@ class StreamTransport(asyncio.Transport):
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "socket":  # nothing may write around TLS and the framing (sendfile)
             return default
+        if name == "when_sent":
+            return self.when_sent
         transport = self.connection.transport
         return transport.get_extra_info(name, default) if transport is not None else default
 
@@ -347,17 +369,15 @@ class H2Protocol(asyncio.Protocol):
     def __init__(self, hits: HitServer, limits: H2Limits) -> None:
         self.hits = hits
         self.limits = limits
-        # Requests are validated (RFC 9113 8.2); answers are this process's own HTTP/1.1 heads, lowercased here.
-        config = h2.config.H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=True,
-                                           validate_outbound_headers=False, normalize_outbound_headers=False)
-        self.h2 = h2.connection.H2Connection(config=config)
-        self.h2.local_settings = h2.settings.Settings(client=False, initial_values={
-            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
-            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_list_size,
-            h2.settings.SettingCodes.ENABLE_PUSH: 0,
-        })
-        # Enforced from the first HEADERS, not only once the client acknowledged our SETTINGS.
-        self.h2.decoder.max_header_list_size = limits.max_header_list_size
+        # Requests are validated by libnghttp2 (RFC 9113 8.2); the header list size is enforced from the first
+        # HEADERS, not only once the client acknowledged our SETTINGS; the window is given back as bodies are read.
+        self.h2 = ngh2.Connection(ngh2.Role.SERVER, ngh2.Configuration(
+            auto_window_update=False, max_deflate_dynamic_table_size=HPACK_TABLE_MAX,
+            max_inbound_header_list_size=limits.max_header_list_size,
+            # Streams refused past the limit, PRIORITY frames and the client's stream errors are "glitches": a
+            # burst of more than the stream limit ends the connection with ENHANCE_YOUR_CALM (refilled at
+            # GLITCHES_PER_S, libnghttp2's own rate).
+            glitch_rate_limit=(limits.max_concurrent_streams, GLITCHES_PER_S)))
         self.transport: asyncio.Transport | None = None
         self.streams: dict[int, StreamTransport] = {}
         self.resets: collections.deque[float] = collections.deque()
@@ -371,7 +391,7 @@ class H2Protocol(asyncio.Protocol):
         # What was received and not handled yet: a loop turn handles a bounded part (TURN_BUDGET), so one
         # connection cannot hold the worker; reading stays paused until the rest is done.
         self.backlog = b""
-        self.events: collections.deque[h2.events.Event] = collections.deque()
+        self.events: collections.deque[ngh2.Event] = collections.deque()
         self.work_scheduled = False
         self.reading_paused = False
         self.control_frames = 0
@@ -382,6 +402,7 @@ class H2Protocol(asyncio.Protocol):
         self.checked = 0
         self.checking = False       # streams are open: `deadline` is the next progress check
         self.data_sent = False      # DATA went out since the client's last WINDOW_UPDATE of the connection
+        self.last_stream_id = 0     # the client's last stream taken (our GOAWAY's, when the library cannot send)
 
     # --- the connection -----------------------------------------------------------------------------
 
@@ -389,7 +410,8 @@ class H2Protocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self.hits.connections.add(self)  # type: ignore[arg-type]  # swept for deadlines, told at shutdown
         self.deadline = self.loop.time() + self.limits.idle_timeout_s
-        self.h2.initiate_connection()
+        self.h2.initiate_connection({ngh2.Setting.MAX_CONCURRENT_STREAMS: self.limits.max_concurrent_streams,
+                                     ngh2.Setting.MAX_HEADER_LIST_SIZE: self.limits.max_header_list_size})
         self.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -400,7 +422,7 @@ class H2Protocol(asyncio.Protocol):
         self.streams.clear()
 
     def pause_writing(self) -> None:
-        # The client is not reading: read (and handle) nothing more from it either, so frames h2 answers
+        # The client is not reading: read (and handle) nothing more from it either, so frames libnghttp2 answers
         # by itself (PING and SETTINGS acknowledgements: a "ping flood") cannot pile up in memory.
         self.writing_paused = True
         self._control_reading()
@@ -429,9 +451,21 @@ class H2Protocol(asyncio.Protocol):
 
     def flush(self) -> None:
         self.flush_scheduled = False
-        data = self.h2.data_to_send()
-        if data and self.transport is not None:
-            self.transport.write(data)
+        connection = self.h2
+        try:
+            data = connection.data_to_send()
+        except ngh2.NGH2Error:  # the connection is over
+            return
+        transport = self.transport
+        if transport is None:
+            return
+        if data:
+            transport.write(data)
+        if not connection.want_read and not connection.want_write:
+            # Done for the library: it ended the connection (a protocol error, a limit), or both sides said
+            # GOAWAY and no stream is open.
+            self.closing = self.ended = True
+            transport.close()
 
     def schedule_flush(self) -> None:
         """Frames made by a stream go out in one write (one TLS record where they fit): at the end of the
@@ -445,7 +479,7 @@ class H2Protocol(asyncio.Protocol):
         check every ``send_timeout_s``: a stream holding body bytes that sent none since the last check is
         reset, and the connection is closed when none of its streams sent any."""
         if not self.streams:
-            self.goaway(h2.errors.ErrorCodes.NO_ERROR)
+            self.goaway(ErrorCode.NO_ERROR)
             return
         waiting = [stream for stream in self.streams.values() if stream.pending_size]
         if waiting and self.sent == self.checked and self.transport is not None:
@@ -456,7 +490,7 @@ class H2Protocol(asyncio.Protocol):
             return
         for stream in waiting:
             if stream.sent == stream.checked:
-                self.reset(stream, h2.errors.ErrorCodes.CANCEL)
+                self.reset(stream, ErrorCode.CANCEL)
                 stream.cancelled()
         for stream in self.streams.values():
             stream.checked = stream.sent
@@ -469,19 +503,20 @@ class H2Protocol(asyncio.Protocol):
         self.closing = True
         if self.transport is None:
             return
-        self.h2.close_connection(h2.errors.ErrorCodes.NO_ERROR, last_stream_id=self.h2.highest_inbound_stream_id)
+        with contextlib.suppress(ngh2.NGH2Error):
+            self.h2.send_goaway(ErrorCode.NO_ERROR)
         self.flush()
         if not self.streams:
             self.transport.close()
 
-    def goaway(self, code: h2.errors.ErrorCodes) -> None:
+    def goaway(self, code: ErrorCode) -> None:
         self.closing = self.ended = True
         if self.transport is None:
             return
         try:
-            self.h2.close_connection(code, last_stream_id=self.h2.highest_inbound_stream_id)
+            self.h2.terminate_connection(code)
             self.flush()
-        except h2.exceptions.ProtocolError:
+        except ngh2.NGH2Error:
             pass
         self.transport.close()
 
@@ -520,38 +555,43 @@ class H2Protocol(asyncio.Protocol):
         self._control_reading()
 
     def _receive(self, data: bytes) -> bool:
+        connection = self.h2
         try:
-            self.events.extend(self.h2.receive_data(data))
-        except h2.exceptions.ProtocolError as exc:  # h2 has queued GOAWAY with the error's code
-            log.debug("HTTP/2 protocol error from %s: %s", self._peer(), exc)
-            self.flush()
+            connection.receive_data(data)
+            self.events.extend(connection.events())
+        except ngh2.ConnectionStateError:  # the library ended the connection itself: its GOAWAY goes out
             self.closing = self.ended = True
+            self.flush()
             if self.transport is not None:
                 self.transport.close()
             return False
-        encoder = self.h2.encoder
-        if encoder.header_table_size > HPACK_TABLE_MAX:  # the client allows more: ours stays small
-            encoder.header_table_size = HPACK_TABLE_MAX
+        except ngh2.NGH2Error as exc:  # the library can send nothing more: our own GOAWAY
+            log.debug("HTTP/2 protocol error from %s: %s", self._peer(), exc)
+            self.closing = self.ended = True
+            if self.transport is not None:
+                code = ErrorCode.ENHANCE_YOUR_CALM if isinstance(exc, ngh2.DenialOfServiceError) else \
+                    ErrorCode.PROTOCOL_ERROR
+                self.transport.write(GOAWAY.pack(0, 8, 7, 0, 0, self.last_stream_id, code))  # 8-byte payload
+                self.transport.close()
+            return False
         return True
 
-    def _event(self, event: h2.events.Event) -> bool:
+    def _event(self, event: ngh2.Event) -> bool:
         """Handle one event; False once the connection is ending."""
-        if isinstance(event, h2.events.RequestReceived):
+        if isinstance(event, ngh2.RequestReceived):
             self._request(event)
-        elif isinstance(event, h2.events.DataReceived):
+        elif isinstance(event, ngh2.DataReceived):
             self._data(event)
-        elif isinstance(event, h2.events.StreamEnded):
-            stream = self.streams.get(event.stream_id)
-            if stream is not None:
-                stream.end_of_body()
-        elif isinstance(event, h2.events.StreamReset):
+        elif isinstance(event, ngh2.WindowUpdated):
+            self._window_updated(event.stream_id)
+        elif isinstance(event, ngh2.StreamReset):
             self._control_frame()
             self._reset_by_client(event.stream_id)
-        elif isinstance(event, h2.events.WindowUpdated):
-            self._window_updated(event.stream_id)
+        elif isinstance(event, ngh2.StreamClosed):
+            self._closed_by_library(event)
         elif isinstance(event, CONTROL_EVENTS):
             self._control_frame()
-        elif isinstance(event, h2.events.ConnectionTerminated):
+        elif isinstance(event, (ngh2.ConnectionClosed, ngh2.GoAwayReceived)):
             self.closing = self.ended = True
             if self.transport is not None:
                 self.flush()
@@ -585,20 +625,32 @@ class H2Protocol(asyncio.Protocol):
         if self.control_frames > self.limits.max_control_frames_per_s and not self.ended:
             log.warning("HTTP/2 client %s sent more than %d control frames in a second: connection ended",
                         self._peer(), self.limits.max_control_frames_per_s)
-            self.goaway(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            self.goaway(ErrorCode.ENHANCE_YOUR_CALM)
 
-    def _request(self, event: h2.events.RequestReceived) -> None:
+    def _closed_by_library(self, event: ngh2.StreamClosed) -> None:
+        """libnghttp2 reset a stream itself (a stream error of the client's): its reader is told, as for a reset."""
+        stream = self.streams.get(event.stream_id)
+        if stream is not None and event.error_code != ErrorCode.NO_ERROR and not stream.ended:
+            del self.streams[event.stream_id]
+            stream.cancelled()
+            self._forget(stream)
+            self._relieve(stream)
+            self._maybe_idle()
+
+    def _request(self, event: ngh2.RequestReceived) -> None:
         stream_id = event.stream_id
         if self.closing:  # after our GOAWAY: refused, the client may retry it elsewhere
-            with contextlib.suppress(h2.exceptions.ProtocolError):
-                self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+            with contextlib.suppress(ngh2.NGH2Error):
+                self.h2.reset_stream(stream_id, ErrorCode.REFUSED_STREAM)
             return
-        has_body = event.stream_ended is None
+        self.last_stream_id = stream_id
+        has_body = not event.end_stream
         try:
-            method, head = request_head(list(event.headers or ()), has_body)
+            method, head = request_head(event.headers, has_body)
         except MalformedRequest as exc:
             log.debug("malformed HTTP/2 request from %s: %s", self._peer(), exc)
-            self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            with contextlib.suppress(ngh2.NGH2Error):
+                self.h2.reset_stream(stream_id, ErrorCode.PROTOCOL_ERROR)
             return
         stream = StreamTransport(self, stream_id, method)
         stream.chunked_body = has_body and b"\r\nTransfer-Encoding: chunked\r\n" in head
@@ -619,16 +671,20 @@ class H2Protocol(asyncio.Protocol):
         if not has_body:
             stream.end_of_body()
 
-    def _data(self, event: h2.events.DataReceived) -> None:
+    def _data(self, event: ngh2.DataReceived) -> None:
+        data = event.data
         stream = self.streams.get(event.stream_id)
         if stream is None:  # a stream already answered or reset: its bytes still count for the connection
-            with contextlib.suppress(h2.exceptions.ProtocolError):
-                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            with contextlib.suppress(ngh2.NGH2Error):
+                self.h2.acknowledge_received_data(len(data), event.stream_id)
             return
-        stream.unacknowledged += event.flow_controlled_length
-        stream.body(event.data or b"")
+        stream.unacknowledged += len(data)
+        if data:
+            stream.body(data)
         if not stream.reading_paused:
             self.acknowledge(stream)
+        if event.end_stream and self.streams.get(event.stream_id) is stream:
+            stream.end_of_body()
 
     def acknowledge(self, stream: StreamTransport) -> None:
         """Give the client back the window of body bytes the stream's reader has taken."""
@@ -636,7 +692,7 @@ class H2Protocol(asyncio.Protocol):
         if count and stream.stream_id in self.streams and not stream.ended:
             try:
                 self.h2.acknowledge_received_data(count, stream.stream_id)
-            except h2.exceptions.ProtocolError:
+            except ngh2.NGH2Error:
                 pass
             self.schedule_flush()
 
@@ -654,7 +710,7 @@ class H2Protocol(asyncio.Protocol):
         if len(resets) > self.limits.max_resets_per_10s:
             log.warning("HTTP/2 client %s reset %d streams in %.0f s: connection ended", self._peer(), len(resets),
                         RESET_WINDOW_S)
-            self.goaway(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            self.goaway(ErrorCode.ENHANCE_YOUR_CALM)
         self._maybe_idle()
 
     # --- frames out ----------------------------------------------------------------------------------
@@ -663,8 +719,8 @@ class H2Protocol(asyncio.Protocol):
         if self.transport is None or stream.stream_id not in self.streams:
             return
         try:
-            self.h2.send_headers(stream.stream_id, headers, end_stream=end_stream)
-        except h2.exceptions.ProtocolError:
+            self.h2.send_response(stream.stream_id, headers, end_stream=end_stream)
+        except ngh2.NGH2Error:
             stream.cancelled()
             return
         self.schedule_flush()
@@ -678,24 +734,38 @@ class H2Protocol(asyncio.Protocol):
             return
         pending = stream.pending
         sent = False
+        connection = self.h2
+        stream_id = stream.stream_id
         try:
-            while pending and not self.writing_paused:
-                window = self.h2.local_flow_control_window(stream.stream_id)
-                size = min(stream.pending_size, window, self.h2.max_outbound_frame_size)
-                if size <= 0:
-                    break
-                self.h2.send_data(stream.stream_id, self._take(stream, size))
-                stream.pending_size -= size
-                self.pending_total -= size
-                stream.sent += size
-                self.sent += size
-                stream.data_sent = self.data_sent = sent = True
+            if pending and not self.writing_paused:
+                # Only what the windows let out now: the rest stays here, counted against the buffer marks.
+                window = min(connection.stream_remote_window_size(stream_id) - connection.queued_body_size(stream_id),
+                             connection.remote_window_size - connection.queued_body_size())
+                while pending and window > 0:
+                    piece = pending[0]
+                    if len(piece) > window:
+                        pending[0] = piece[window:]
+                        piece = piece[:window]
+                    else:
+                        pending.popleft()
+                    size = len(piece)
+                    window -= size
+                    stream.pending_size -= size
+                    self.pending_total -= size
+                    last = stream.end_pending and not pending
+                    connection.send_data(stream_id, piece, end_stream=last)
+                    stream.sent += size  # handed to the library within the windows: what the delivery counts
+                    self.sent += size
+                    stream.data_sent = self.data_sent = sent = True
+                    if last:
+                        stream.end_pending = False
+                        stream.finished(False)
             if not pending and stream.end_pending:
                 stream.end_pending = False
-                self.h2.end_stream(stream.stream_id)
+                connection.end_stream(stream_id)
                 sent = True
-                stream.ended = True
-        except h2.exceptions.ProtocolError:
+                stream.finished(False)
+        except ngh2.NGH2Error:
             stream.cancelled()
             self.streams.pop(stream.stream_id, None)
             self._forget(stream)
@@ -707,30 +777,6 @@ class H2Protocol(asyncio.Protocol):
         self._relieve(stream)
         if stream.ended:
             self._finished(stream)
-
-    @staticmethod
-    def _take(stream: StreamTransport, size: int) -> memoryview | bytes:
-        """The first ``size`` bytes the stream holds (one DATA frame)."""
-        pending = stream.pending
-        first = pending[0]
-        if len(first) > size:
-            pending[0] = first[size:]
-            return first[:size]
-        pending.popleft()
-        if len(first) == size:
-            return first
-        parts = [first]
-        size -= len(first)
-        while size:
-            part = pending[0]
-            if len(part) > size:
-                pending[0] = part[size:]
-                part = part[:size]
-            else:
-                pending.popleft()
-            parts.append(part)
-            size -= len(part)
-        return b"".join(parts)
 
     def _relieve(self, done: StreamTransport) -> None:
         """The connection holds little again: the producers it paused for that go on."""
@@ -755,15 +801,15 @@ class H2Protocol(asyncio.Protocol):
             if protocol is not None:
                 protocol.resume_writing()
 
-    def reset(self, stream: StreamTransport, code: h2.errors.ErrorCodes) -> None:
+    def reset(self, stream: StreamTransport, code: ErrorCode) -> None:
         if stream.stream_id in self.streams and self.transport is not None:
             try:
                 self.h2.reset_stream(stream.stream_id, code)
-            except h2.exceptions.ProtocolError:
+            except ngh2.NGH2Error:
                 pass
             self.schedule_flush()
-        stream.ended = True
         stream.drop_pending()
+        stream.finished(not stream.ended)
         self._relieve(stream)
         self._finished(stream)
 

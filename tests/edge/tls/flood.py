@@ -3,7 +3,7 @@ probing test's (tests/edge/tls/test_tls_floods.py):
 
     python -m tests.edge.tls.flood KIND PORT HOST PATH
 
-KIND is ``ping``, ``settings`` or ``window_update`` (HTTP/2 frames built by hand, as fast as the socket takes
+KIND is ``ping``, ``settings``, ``window_update`` or ``priority`` (HTTP/2 frames built by hand, as fast as the socket takes
 them) or ``pipelined`` (HTTP/1.1 HEADs of PATH over TLS: hits with the smallest answers, the most requests a
 read can carry). One connection at a time: when the edge closes it, the next one starts. What comes back is
 read and discarded. Prints ``flooding`` once the first connection has sent its first burst, then runs until
@@ -34,6 +34,8 @@ def burst(kind: str, host: str, path: str) -> bytes:
         return frame(0x4, struct.pack(">HI", 0x2, 0)) * BURST  # ENABLE_PUSH = 0, again and again
     if kind == "window_update":
         return frame(0x8, struct.pack(">I", 1)) * BURST  # the connection's window, one byte at a time
+    if kind == "priority":  # RFC 7540 priorities of idle streams, depending on nothing
+        return b"".join(frame(0x2, struct.pack(">IB", 0, 16), stream_id=2 * i + 1) for i in range(BURST))
     if kind == "pipelined":
         return f"HEAD {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode() * BURST
     raise SystemExit(f"unknown flood {kind!r}")

@@ -1,6 +1,7 @@
 """Hostile input on the edge's https port (a real `assetcdn up`): garbage where a ClientHello belongs, a
-truncated handshake, a handshake that never finishes, HTTP/2 rapid reset (CVE-2023-44487) and HEADERS
-floods. Each is cut off, and the edge keeps serving other clients throughout."""
+truncated handshake, a handshake that never finishes, HTTP/2 rapid reset (CVE-2023-44487), HEADERS floods,
+endless CONTINUATION frames and an HPACK bomb. Each is cut off, and the edge keeps serving other clients
+throughout."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import ssl
 
 import h2.errors
 import h2.exceptions
+import hpack
 import pytest
 
 from tests.edge.tls.client import TIMEOUT_S, H2Client, client_context, handshake, https_get
 from tests.edge.tls.conftest import MAX_RESETS, HttpsCdn
+from tests.edge.tls.flood import frame
 
 pytestmark = pytest.mark.integration
 
@@ -118,6 +121,42 @@ def test_an_oversize_header_list_is_refused(https_cdn: HttpsCdn) -> None:
         attacker.send()
         with pytest.raises((ConnectionResetError, h2.exceptions.ProtocolError, ssl.SSLError)):
             attacker.answer(stream_id)  # reset or GOAWAY: never an answer
+    finally:
+        attacker.close()
+    still_serving(https_cdn)
+
+
+def test_endless_continuation_frames_end_the_connection(https_cdn: HttpsCdn) -> None:
+    """A HEADERS frame without END_HEADERS followed by empty CONTINUATION frames: they add nothing to the
+    header list, so only a cap on the frames themselves stops a client holding the worker with them."""
+    attacker = H2Client(https_cdn.https_port, "localhost", https_cdn.ca_file)
+    try:
+        attacker.send()  # preface and SETTINGS
+        start = frame(0x1, b"\x82\x87\x84", flags=0x1, stream_id=1)  # GET https /, END_STREAM, no END_HEADERS
+        try:
+            attacker.sock.sendall(start + frame(0x9, b"", stream_id=1) * 20000)
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            pass  # already closed by the edge while we were still sending
+        goaway = attacker.until_closed()
+        assert goaway is not None and goaway.error_code != h2.errors.ErrorCodes.NO_ERROR
+    finally:
+        attacker.close()
+    still_serving(https_cdn)
+
+
+def test_an_hpack_bomb_is_refused(https_cdn: HttpsCdn) -> None:
+    """One 4,000-byte field put in the HPACK table, then named again a byte at a time: a 4 KB header block
+    that decodes to 400 KB of fields, against a 16 KB limit. Decoding stops there and the connection is
+    ended (the HTTP/1.1 head's own limit, further on, would only refuse the one stream)."""
+    attacker = H2Client(https_cdn.https_port, "localhost", https_cdn.ca_file)
+    try:
+        attacker.send()
+        fields = [*attacker.request_headers("/api/health"), *[(b"x-bomb", b"b" * 4000)] * 100]
+        block = hpack.Encoder().encode(fields)
+        assert len(block) < 5000  # the field is sent once, then indexed
+        attacker.sock.sendall(frame(0x1, block, flags=0x5, stream_id=1))  # END_STREAM | END_HEADERS
+        goaway = attacker.until_closed()  # decoding stops at the limit: the connection is ended, not answered
+        assert goaway is not None and goaway.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
     finally:
         attacker.close()
     still_serving(https_cdn)
