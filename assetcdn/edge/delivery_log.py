@@ -40,6 +40,7 @@ from assetcdn.edge.control_client import ControlClient, ControlUnavailable, NotF
 from assetcdn.edge.fastpath.protocol import HandoffTransport
 from assetcdn.edge.site_config import FORWARDED, NOT_DELIVERY, request_host
 from assetcdn.shared.analytics_keys import UNKNOWN_COUNTRY, zone_of
+from assetcdn.shared.cache_results import COUNTED_AS, CacheResult
 from assetcdn.shared.cluster import PREFIX
 from assetcdn.shared.metrics import REQUEST_STARTED
 from assetcdn.shared.middleware import REQUEST_ID
@@ -56,7 +57,7 @@ MAX_LOG_BUDGET = 10_000     # a per-second budget from the configuration is clam
 UNKNOWN_ZONE = ""           # the bucket of deliveries outside every zone: no zone is named ""
 API_ZONE = "api"            # /api/transform, /api/stream: what zone_of names them, known to every edge
 PATHS_PER_HOUR = 500        # paths named per zone and hour at a time ([analytics] paths_per_zone_hour)
-CACHE_RESULTS = frozenset({"HIT", "MISS", "STALE", "BYPASS"})
+CACHE_RESULTS = frozenset(result.value for result in CacheResult)
 DELIVERED, NOT_DELIVERED = 200, 300  # the status classes of answers below 400 (status_class)
 
 Key = tuple[int, str, str, str, int, str]   # hour, zone, path, country, status, cache result
@@ -307,8 +308,10 @@ class DeliveryLog:
                   duration_s: float, aborted: bool = False) -> None:
         """Count one delivery (and offer it to the request-log sample and the access log). ``path`` is
         the CDN path without its leading slash, ``sent`` the body bytes sent, ``aborted`` when the client
-        went away before the whole body was."""
+        went away before the whole body was. ``cache`` is the answer's X-Cache: the access log keeps it, the
+        counts and the sample take the analytics counter it adds to (assetcdn/shared/cache_results.py)."""
         counts = self.counts
+        logged, cache = cache, COUNTED_AS.get(cache) or CacheResult.BYPASS
         key = (int(now) // HOUR_S, zone, path, country, status, cache)
         counted = counts.get(key)
         if counted is not None:
@@ -329,7 +332,7 @@ class DeliveryLog:
         if slot >= 0:
             sample.keep(slot, (now, method, path, status, cache, request_id, ip))
         if self.access is not None:
-            self.access.write(now, host, method, path, status, sent, cache, duration_s, ip, country, request_id,
+            self.access.write(now, host, method, path, status, sent, logged, duration_s, ip, country, request_id,
                               aborted)
 
     def settle(self, pending: Pending, sent: int, aborted: bool) -> None:

@@ -154,3 +154,13 @@ def test_deliveries_outside_every_zone_are_counted_in_one_bucket_without_paths()
     assert sorted(row[2] for row in rows["paths"] if row[1] != "") == sorted(
         [f"demo/thing-{i}" for i in range(3)] + [f"api/thing-{i}" for i in range(3)])
     assert [row for row in rows["countries"] if row[1] == ""] == [[T0, "", "FR", 9]]
+
+
+def test_a_pull_zones_revalidated_and_passed_answers_count_as_control_counts_them() -> None:
+    # Control's analytics keep HIT, MISS, STALE and BYPASS counters (assetcdn/shared/cache_results.py):
+    # a row of another value would be refused there, and its deliveries lost from statistics.
+    log = DeliveryLog("cf-ipcountry", node="edge-0/0")
+    deliver(log, T0, cache="REVALIDATED")
+    deliver(log, T0 + 1, cache="PASS")
+    deliver(log, T0 + 2, cache="not-a-result")
+    assert sorted(shipped(log, T0 + HOUR_S + 5)["zones"]) == [[T0, "z", "BYPASS", 2, 20], [T0, "z", "HIT", 1, 10]]
