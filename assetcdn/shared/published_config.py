@@ -34,16 +34,20 @@ class PublishedConfig:
         """The config of this content, with its version: the first 16 hex of the SHA-256 of its
         fields as sorted-key JSON (edges compare it as an opaque string)."""
         origins = dict(origins or {})
-        body = {"headers": headers, "redirects": redirects, "domains": dict(domains), "base_domain": base_domain,
-                "origins": {zone: origin.to_json() for zone, origin in origins.items()}}
+        body: dict[str, Any] = {"headers": headers, "redirects": redirects, "domains": dict(domains),
+                                "base_domain": base_domain}
+        if origins:  # a config without pull zones keeps the version it had before they existed
+            body["origins"] = {zone: origin.to_json() for zone, origin in origins.items()}
         version = hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
         return PublishedConfig(version=version, headers=headers, redirects=redirects, domains=dict(domains),
                                base_domain=base_domain, origins=origins)
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": self.version, "headers": self.headers, "redirects": self.redirects,
-                "domains": dict(self.domains), "base_domain": self.base_domain,
-                "origins": {zone: origin.to_json() for zone, origin in self.origins.items()}}
+        data: dict[str, Any] = {"version": self.version, "headers": self.headers, "redirects": self.redirects,
+                                "domains": dict(self.domains), "base_domain": self.base_domain}
+        if self.origins:  # without pull zones, the form edges of before them read and wrote
+            data["origins"] = {zone: origin.to_json() for zone, origin in self.origins.items()}
+        return data
 
     @staticmethod
     def from_json(data: object) -> PublishedConfig:

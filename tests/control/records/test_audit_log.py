@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,19 +125,22 @@ async def test_user_agent_is_cut_at_256(control: TestClient) -> None:
 
 
 @pytest.mark.parametrize(("peer_headers", "expected"), [
-    (forwarded_for("203.0.113.9"), "203.0.113.9"),                       # signed by an edge: believed
-    (forwarded_for("198.51.100.1, 203.0.113.9"), "203.0.113.9"),         # the hop the edge saw, not a forged one
-    (forwarded_for("not-an-ip"), "127.0.0.1"),
-    ({"X-Forwarded-For": "203.0.113.9"}, "127.0.0.1"),                   # unsigned, even from loopback: ignored
-    ({**forwarded_for("203.0.113.9"), "X-Forwarded-For": "198.51.100.7"}, "127.0.0.1"),  # signed for another
-    ({"X-Forwarded-For": "203.0.113.9",
-      FORWARDED_HEADER: sign_forwarded("another-secret", "203.0.113.9")}, "127.0.0.1"),
-    ({"X-Forwarded-For": "203.0.113.9",
-      FORWARDED_HEADER: sign_forwarded(SECRETS.cluster_secret, "203.0.113.9", now=time.time() - 3600)}, "127.0.0.1"),
+    # Signed as each test runs: a signature made when the tests are collected is stale minutes later.
+    (lambda: forwarded_for("203.0.113.9"), "203.0.113.9"),                       # signed by an edge: believed
+    (lambda: forwarded_for("198.51.100.1, 203.0.113.9"), "203.0.113.9"),         # the hop the edge saw
+    (lambda: forwarded_for("not-an-ip"), "127.0.0.1"),
+    (lambda: {"X-Forwarded-For": "203.0.113.9"}, "127.0.0.1"),                   # unsigned, even from loopback
+    (lambda: {**forwarded_for("203.0.113.9"), "X-Forwarded-For": "198.51.100.7"}, "127.0.0.1"),  # another's
+    (lambda: {"X-Forwarded-For": "203.0.113.9",
+              FORWARDED_HEADER: sign_forwarded("another-secret", "203.0.113.9")}, "127.0.0.1"),
+    (lambda: {"X-Forwarded-For": "203.0.113.9",
+              FORWARDED_HEADER: sign_forwarded(SECRETS.cluster_secret, "203.0.113.9", now=time.time() - 3600)},
+     "127.0.0.1"),
 ])
-async def test_client_ip_comes_from_a_signed_edge_forward(control: TestClient, peer_headers: dict[str, str],
+async def test_client_ip_comes_from_a_signed_edge_forward(control: TestClient,
+                                                          peer_headers: Callable[[], dict[str, str]],
                                                           expected: str) -> None:
-    resp = await control.post("/api/core/zones", json={"Name": "akande"}, headers={**ACCOUNT, **peer_headers})
+    resp = await control.post("/api/core/zones", json={"Name": "akande"}, headers={**ACCOUNT, **peer_headers()})
     assert resp.status == 201
     assert (await entries(control))[0]["ip"] == expected
 
