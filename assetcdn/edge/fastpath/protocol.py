@@ -303,9 +303,15 @@ class HitProtocol(asyncio.Protocol):
         self.process()
 
     def timed_out(self) -> None:
-        """The head deadline passed (HitServer's once-a-second sweep): close without an answer."""
-        if self.transport is not None and not self.busy:
-            self.transport.close()
+        """The head deadline passed (HitServer's once-a-second sweep): close without an answer; over TLS,
+        answers the client has not read for ``send_timeout_s`` are dropped (a close would wait for them)."""
+        transport = self.transport
+        if transport is not None and not self.busy:
+            if self.send_timeout_s is not None and not self.zero_copy and self.drain.full(transport):
+                self.cut = True
+                transport.abort()
+            else:
+                transport.close()
 
     def close_when_idle(self) -> None:
         """The server is stopping: close now if idle, else after the answer under way."""
@@ -423,16 +429,20 @@ class HitProtocol(asyncio.Protocol):
             return  # the rest of an answer is being written; then _continue goes on
         self.deadline = self.server.loop.time() + self.server.header_timeout_s
         self.turn_answers += 1
-        if self.turn_answers < TLS_TURN_ANSWERS and not self.drain.paused:
+        transport = self.transport
+        if self.turn_answers < TLS_TURN_ANSWERS and not self.drain.full(transport):
             self.process()
             return
         self.turn_answers = 0
         self.pause_reading_for(TURN)
-        if not self.drain.paused:  # else resume_writing goes on
+        if not self.drain.full(transport):
             asyncio.get_running_loop().call_soon(self._next_turn)
+        elif self.send_timeout_s is not None:  # resume_writing goes on, if the client reads in time
+            self.deadline = min(self.deadline, self.server.loop.time() + self.send_timeout_s)
 
     def _next_turn(self) -> None:
-        if not self.busy and not self.closing and self.transport is not None and not self.drain.paused:
+        transport = self.transport
+        if not self.busy and not self.closing and transport is not None and not self.drain.full(transport):
             self.process()
 
     def _flush(self, out: list[Any]) -> None:
@@ -470,7 +480,8 @@ class HitProtocol(asyncio.Protocol):
         out.clear()
         progress = Progress()
         drain = self.drain
-        while views and not drain.paused:
+        self.busy = True  # a write that empties the transport resumes it: no answer may start in between
+        while views and not drain.full(transport):
             view = views[0]
             piece = view[:TLS_PIECE]
             transport.write(piece)
@@ -479,8 +490,8 @@ class HitProtocol(asyncio.Protocol):
                 views[0] = view[TLS_PIECE:]
             else:
                 del views[0]
+        self.busy = bool(views)
         if views:
-            self.busy = True
             self.deadline = float("inf")
             asyncio.get_running_loop().create_task(self._write_views(views, places, size, progress))
         else:

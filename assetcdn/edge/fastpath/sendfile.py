@@ -71,13 +71,24 @@ class Drain:
         if self._marks is not None:
             return False
         self._marks = transport.get_write_buffer_limits()
-        transport.set_write_buffer_limits(high=0, low=0)
+        # A TLS transport pauses at a size >= its mark: with zero it would pause holding nothing, and
+        # stay paused, as nothing more it holds would resume it.
+        high = 1 if transport.get_extra_info("sslcontext") is not None else 0
+        transport.set_write_buffer_limits(high=high, low=0)
         return True
 
     def restore_marks(self, transport: asyncio.WriteTransport) -> None:
         marks, self._marks = self._marks, None
         if marks is not None:
             transport.set_write_buffer_limits(high=marks[1], low=marks[0])
+
+    def full(self, transport: asyncio.WriteTransport) -> bool:
+        """The client is behind: the transport paused the protocol, and holds more than its own high-water
+        mark (marks lowered to zero pause it at any byte held, which is no reason to stop writing)."""
+        if not self.paused:
+            return False
+        marks = self._marks
+        return marks is None or transport.get_write_buffer_size() > marks[1]
 
     async def wait_empty(self, transport: asyncio.WriteTransport) -> None:
         """Return once the transport holds no unsent bytes (a low-water mark of zero)."""
@@ -171,10 +182,10 @@ WRITE_CHUNK = 256 * 1024  # read from the file per write when the bytes must pas
 TLS_PIECE = 64 * 1024     # of a body already in memory, written to TLS at once
 
 
-async def _drained(drain: Drain, timeout_s: float | None) -> None:
+async def _drained(transport: asyncio.WriteTransport, drain: Drain, timeout_s: float | None) -> None:
     """Wait while the transport holds too much; TimeoutError when the client took nothing for ``timeout_s``
     (None: no limit)."""
-    while drain.paused:
+    while drain.full(transport):
         await asyncio.wait_for(drain.waiter(), timeout_s)
 
 
@@ -185,7 +196,7 @@ async def write_file(transport: asyncio.WriteTransport, drain: Drain, fileno: in
     paused the protocol meanwhile), counted in ``progress``. Raises TimeoutError when the client reads
     nothing for ``timeout_s``."""
     while count > 0:
-        await _drained(drain, timeout_s)
+        await _drained(transport, drain, timeout_s)
         if transport.is_closing():
             raise ConnectionResetError("connection closing")
         chunk = os.pread(fileno, min(count, WRITE_CHUNK), offset)
@@ -202,7 +213,7 @@ async def write_views(transport: asyncio.WriteTransport, drain: Drain, views: li
     """``write_file`` for bytes already in memory (a hit's body): written TLS_PIECE at a time, as views."""
     for view in views:
         while view:
-            await _drained(drain, timeout_s)
+            await _drained(transport, drain, timeout_s)
             if transport.is_closing():
                 raise ConnectionResetError("connection closing")
             piece = view[:TLS_PIECE]
