@@ -147,11 +147,10 @@ class OriginResponse:
     _limits: OriginLimits
     received: int = field(default=0)
 
-    async def chunks(self, limit: int | None = -1) -> AsyncIterator[bytes]:
-        """The body as it arrives; OriginTimeout when the origin goes quiet, OriginTooLarge past `limit`
-        (default ``max_object_mb``; None: no limit, for a body only passed on)."""
-        if limit == -1:
-            limit = self._limits.max_object_bytes
+    async def chunks(self, *, capped: bool = True) -> AsyncIterator[bytes]:
+        """The body as it arrives; OriginTimeout when the origin goes quiet, OriginTooLarge past ``max_object_mb``
+        unless not `capped` (a body only passed on to its client)."""
+        limit = self._limits.max_object_bytes if capped else None
         try:
             async for chunk in self._response.content.iter_any():
                 self.received += len(chunk)

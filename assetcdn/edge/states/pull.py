@@ -246,14 +246,14 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
     size = 0
     sending = request.method != "HEAD"
     try:
-        async for chunk in response.chunks(limit=None):
+        async for chunk in response.chunks(capped=False):
             size += len(chunk)
             if spool is not None:
                 if size > limit:  # past the object size limit: still sent, no longer kept
                     spool.close()
                     spool = None
                 else:
-                    spool.write(chunk)
+                    await spool_write(spool, chunk, size)
             if sending:
                 try:
                     await client.write(chunk)
@@ -274,6 +274,15 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
     else:
         response.release()
     return client
+
+
+async def spool_write(spool: IO[bytes], chunk: bytes, size: int) -> None:
+    """Add a chunk to a body being kept (`size`: the body's length with it): in memory up to SPOOL_MEMORY, then
+    in a temporary file, written from a thread so that a slow disk holds no other request of the worker."""
+    if size <= SPOOL_MEMORY:
+        spool.write(chunk)
+    else:
+        await asyncio.get_running_loop().run_in_executor(None, spool.write, chunk)
 
 
 async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: Headers, response: OriginResponse,
@@ -353,9 +362,11 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
                 response.release()
                 return
             spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+            size = 0
             try:
                 async for chunk in response.chunks():
-                    spool.write(chunk)
+                    size += len(chunk)
+                    await spool_write(spool, chunk, size)
             except OriginError:
                 spool.close()
                 raise
@@ -491,7 +502,7 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
         answer.content_length = int(length)
     await answer.prepare(request)
     try:
-        async for chunk in response.chunks(limit=None):
+        async for chunk in response.chunks(capped=False):
             await answer.write(chunk)
     except OriginError:
         cut_short(request)
