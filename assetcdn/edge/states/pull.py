@@ -139,6 +139,7 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
     url_key = pull_key(zone.name, path, request.rel_url.raw_query_string)
     flight_key = pull_variant_key(url_key, "flight")
     flights = request.app[FLIGHTS]
+    waited = False
     while True:
         stored = lookup(node, url_key, fields)
         now = time.time()
@@ -153,12 +154,13 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
                 return await deliver(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd=stale")
         if "only-if-cached" in directives:
             raise ApiError(504, "NotCached", "The response is not in this edge's cache (only-if-cached).")
+        if waited:  # the flight we waited for stored nothing this request may use: no second wait, ask ourselves
+            return await ask_origin(request, node, zone, path, url_key, fields, stored)
         waiting = flights.join(flight_key)
         if waiting is None:
             break
         await asyncio.shield(waiting)
-        if lookup(node, url_key, fields) is None:  # nothing stored for us: no second collapse, ask on our own
-            return await ask_origin(request, node, zone, path, url_key, fields, stored)
+        waited = True
     try:
         return await ask_origin(request, node, zone, path, url_key, fields, stored)
     finally:
