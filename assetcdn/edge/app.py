@@ -37,10 +37,11 @@ from assetcdn.edge.routes import (
     stream,
     transform,
 )
-from assetcdn.edge.site_config import FORWARDED, NOT_DELIVERY, apply_rule_changes, host_middleware
+from assetcdn.edge.site_config import FORWARDED, apply_rule_changes, host_middleware
 from assetcdn.edge.states import pull
 from assetcdn.edge.states.deliver import request_header_changes
 from assetcdn.edge.tls import policy
+from assetcdn.shared import deliveries
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
 from assetcdn.shared.config import Settings
 from assetcdn.shared.counter_store import counters_from_settings
@@ -131,8 +132,8 @@ def create_cluster_app(node_app: web.Application) -> web.Application:
 
 
 def is_delivery(request: web.Request) -> bool:
-    """Answers the `_headers` rules apply to: not an API call forwarded to control, not health or metrics."""
-    return not request.get(FORWARDED) and request.path not in NOT_DELIVERY
+    """Answers the `_headers` rules apply to (assetcdn/shared/deliveries.py)."""
+    return deliveries.is_delivery(request.path, forwarded=bool(request.get(FORWARDED)))
 
 
 async def _on_delivery_response(request: web.Request, response: web.StreamResponse) -> None:

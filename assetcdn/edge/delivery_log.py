@@ -38,10 +38,10 @@ from aiohttp import web
 from assetcdn.edge.access_log import AccessLog
 from assetcdn.edge.control_client import ControlClient, ControlUnavailable, NotFoundAtControl
 from assetcdn.edge.fastpath.protocol import HandoffTransport
-from assetcdn.edge.site_config import FORWARDED, NOT_DELIVERY, request_host
+from assetcdn.edge.site_config import FORWARDED, request_host
 from assetcdn.shared.analytics_keys import UNKNOWN_COUNTRY, zone_of
 from assetcdn.shared.cache_results import COUNTED_AS, CacheResult
-from assetcdn.shared.cluster import PREFIX
+from assetcdn.shared.deliveries import is_delivery
 from assetcdn.shared.metrics import REQUEST_STARTED
 from assetcdn.shared.middleware import REQUEST_ID
 
@@ -350,7 +350,7 @@ class DeliveryLog:
         Its body bytes are counted as they are written, and the delivery recorded once they are out:
         by the hit path's connection when the request came through it (``HandoffTransport``), else when
         the application has finished the answer."""
-        if request.get(FORWARDED) or request.path in NOT_DELIVERY or request.path.startswith(PREFIX) \
+        if not is_delivery(request.path, forwarded=bool(request.get(FORWARDED))) \
                 or request.get(RECORDED):  # an error page for an answer cut short: the client never gets it
             return
         request[RECORDED] = True

@@ -24,7 +24,6 @@ from assetcdn.shared.pull_origin import PullOrigin
 
 FORWARDED = web.RequestKey("forwarded_to_control", bool)
 REQUEST_HOST = web.RequestKey("request_host", str)
-NOT_DELIVERY = ("/api/health", "/metrics")
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from assetcdn.shared import deliveries
 from assetcdn.shared.analytics_keys import UNKNOWN_COUNTRY, zone_of
 from assetcdn.shared.cache_results import COUNTED
 from assetcdn.shared.errors import LegacyError
@@ -25,7 +26,6 @@ MAX_HIT_BYTES = 2**40
 # Every counter and every reported total saturates here: the largest integer a JSON client written in
 # JavaScript reads exactly, and far from SQLite's 64-bit limit.
 COUNTER_MAX = 2**53 - 1
-API_PREFIX = "api/"
 COUNTRY = re.compile(r"[A-Za-z]{2}")          # used with fullmatch: no trailing newline slips through
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -41,14 +41,9 @@ class Hit:
     country: str            # ISO 3166-1 alpha-2, "XX" when unknown
 
 
-def is_delivery(status: int, path: str) -> bool:
-    """An answer that delivered a stored file: top-asset lists count only these (not API calls such as
-    ``/api/transform`` or ``/api/stream``, nor 404 probes and other errors, nor redirects)."""
-    return (200 <= status < 300 or status == 304) and bool(path) and not path.startswith(API_PREFIX)
-
-
 def is_asset_delivery(hit: Hit) -> bool:
-    return is_delivery(hit.status, hit.path)
+    """A hit the top-asset lists count (assetcdn/shared/deliveries.py)."""
+    return deliveries.is_asset_delivery(hit.status, hit.path)
 
 
 def is_valid_path(value: object) -> bool:

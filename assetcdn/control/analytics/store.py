@@ -17,7 +17,7 @@ Conventions of every report:
   paths (and as many status-and-path error rows); the counts of any path past that go to the zone's
   "other" row (``OTHER_PATH``), reported as ``OTHER_REPORTED`` in the errors' top paths and never as a
   top asset.
-- Top-asset lists count asset deliveries only (``hits.is_delivery``); the asset report counts
+- Top-asset lists count asset deliveries only (``is_asset_delivery``, assetcdn/shared/deliveries.py); the asset report counts
   every request for its path, errors included.
 - Counters never overflow: each stored counter saturates at ``COUNTER_MAX`` (adds are checked in
   SQL), sums are read with ``TOTAL`` (a float sum that cannot overflow) and every reported number is
@@ -44,12 +44,12 @@ from assetcdn.control.analytics.hits import (
     MAX_HIT_BYTES,
     UNKNOWN_ZONE,
     Hit,
-    is_delivery,
 )
 from assetcdn.control.analytics.params import ANALYTICS_DAYS_MAXIMUM, DAYS_MAXIMUM
 from assetcdn.control.storage.database import Database, Transaction, open_database
 from assetcdn.shared.analytics_keys import UNKNOWN_COUNTRY
 from assetcdn.shared.cache_results import COUNTED
+from assetcdn.shared.deliveries import is_asset_delivery
 from assetcdn.shared.manifest import human_size
 
 RETENTION_DAYS = 90
@@ -230,7 +230,7 @@ class DailyCounts:
         counters = self.paths[(day, zone, stored)]
         counters[0] += requests
         counters[1] += size
-        if path is not None and is_delivery(status, stored):
+        if path is not None and is_asset_delivery(status, stored):
             counters[2] += requests
         if status >= 400:
             self.errors[(day, zone, status, stored)] += requests
