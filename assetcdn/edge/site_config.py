@@ -78,10 +78,6 @@ class EdgeConfig:
                 return zone
         return None
 
-    def cdn_path(self, host: str, path: str) -> str:
-        """The CDN path a delivery request names: on a tenant host `/v1/...` means `/<zone>/v1/...`."""
-        return tenant_path(self.zone_for_host(host), path)
-
 
 def canonical_host(host: str) -> str:
     """The one form of a request's host every decision uses (tenant zone, `_headers` host patterns,

@@ -6,7 +6,13 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from assetcdn.edge.app import is_delivery
-from assetcdn.edge.site_config import FORWARDED, EdgeConfig, apply_rule_changes, request_host
+from assetcdn.edge.site_config import (
+    FORWARDED,
+    EdgeConfig,
+    apply_rule_changes,
+    request_host,
+    tenant_path,
+)
 from assetcdn.edge.states.deliver import header_changes
 from assetcdn.shared.published_config import PublishedConfig
 
@@ -27,8 +33,9 @@ def test_tenant_hosts_map_to_their_zone() -> None:
     assert config.zone_for_host("x_y.cdn.localhost") is None  # not a zone name
     assert config.zone_for_host("cdn.localhost") is None
     assert config.zone_for_host("127.0.0.1:8788") is None
-    assert config.cdn_path("img.acme.example", "/v1/logos/logo.svg") == "/acme/v1/logos/logo.svg"
-    assert config.cdn_path("127.0.0.1:8788", "/acme/v1/logos/logo.svg") == "/acme/v1/logos/logo.svg"
+    assert tenant_path(config.zone_for_host("img.acme.example"), "/v1/logos/logo.svg") == "/acme/v1/logos/logo.svg"
+    assert tenant_path(config.zone_for_host("127.0.0.1:8788"), "/acme/v1/logos/logo.svg") \
+        == "/acme/v1/logos/logo.svg"
 
 
 def test_redirect_rules_come_from_the_snapshot() -> None:

@@ -1,7 +1,7 @@
 """The edge cache: the memory tier in front of the disk tier, with key and tag purges.
 
-Keys are the caller's (``asset:<blob_id>:<path>``, a variant's key scoped to its source path, see
-assetcdn/edge/states/head.py): what a response depends on. A URL purge is a purge of the path's internal
+Keys are the caller's (``asset:<blob_id>:<path>``, a variant's key scoped to its source path; every key
+is built in assetcdn/edge/states/keys.py): what a response depends on. A URL purge is a purge of the path's internal
 tag (assetcdn/edge/cache/tags.py), which every entry made from that path carries; this module only knows
 keys and tags.
 
@@ -138,7 +138,7 @@ class EdgeCache:
         is copied to disk in chunks without being held whole; a streamed entry comes back
         as read from disk (``path`` set when larger than ``memory_max_object``). ``etag`` is
         the strong quoted ETag made from a SHA-256 (``strong_etag``): a path's manifest hash
-        (assetcdn/edge/states/head.py), the hash of a variant's bytes (assetcdn/edge/states/variant.py), or an HLS
+        (the path's head, assetcdn/edge/states/head.py), the hash of a variant's bytes (assetcdn/edge/states/variant.py), or an HLS
         segment's rendition hash and number, never the git blob id. Blocking: see module docstring.
         """
         tag_tuple = tuple(dict.fromkeys(tags))

@@ -1,6 +1,6 @@
 """look up: whether a key is cached; the serve sequence (assetcdn/edge/states/serve.py) makes that HIT, STALE
 or MISS. Keys are what a response depends on: the path and its content id for assets and their
-variants (assetcdn/edge/states/head.py)."""
+variants (built in assetcdn/edge/states/keys.py)."""
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ class Representation(Protocol):
         ...
 
     def key(self, node: EdgeNode, entry: ManifestEntry) -> str:
-        """The cache key: what the response depends on (assetcdn/edge/states/head.py)."""
+        """The cache key: what the response depends on (built in assetcdn/edge/states/keys.py)."""
         ...
 
     def usable(self, obj: CachedObject) -> bool:
