@@ -8,7 +8,7 @@ delivers it. Every other asset may also be fetched through a signed URL.
 Tenant hosts (a zone's custom domain, or `<zone>.<base domain>`) serve that zone's files and
 the shared stock pool (`stocks/...`, which every zone may use) and nothing else: another
 zone's path answers exactly as a path that does not exist (404), on every delivery route.
-The default host (any other Host) serves every zone, as before.
+The default host (any other Host) serves every zone.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def passage_key(model_id: str, text: str) -> str:
 
 def read_prebuilt(path: Path = VECTORS_FILE) -> dict[str, np.ndarray]:
     """Key -> vector (float32) from the shipped file; empty when it is missing or unreadable (the
-    passages are then embedded at start, as before there was a file)."""
+    passages are then embedded at start)."""
     try:
         with np.load(path, allow_pickle=False) as data:
             keys, vectors = data["keys"], data["vectors"]

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from assetcdn.edge.delivery_log import BodyCounter, Pending
     from assetcdn.edge.fastpath.hit_server import HitServer
 
-# A longer head goes to aiohttp, whose limits then apply as before (max_line_size and max_field_size
+# A longer head goes to aiohttp, whose own limits then apply (max_line_size and max_field_size
 # 8190 each, 128 headers): a head within this size is within all of them.
 MAX_HEAD = 8190
 MAX_PIPELINED = 256 * 1024      # bytes read ahead while a request is being answered elsewhere
