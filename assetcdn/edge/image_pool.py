@@ -107,7 +107,7 @@ def configure_libvips(*, worker: bool = False) -> None:
 
 def _release_memory() -> None:
     """Free what a job left in reference cycles and hand the freed heap back to the system (glibc
-    keeps it otherwise). About 20 + 60 ms: only worth it after a job that grew the process."""
+    keeps it otherwise). Costly: only worth it after a job that grew the process."""
     gc.collect()
     if sys.platform.startswith("linux"):
         try:
@@ -130,7 +130,7 @@ def _worker_main(conn: Connection, edge_pid: int, decoded_cache_bytes: int = 0, 
     module, function = KEEP_DECODED
     getattr(importlib.import_module(module), function)(decoded_cache_bytes)
     # The kept decodes are memory the worker means to hold: without counting them it would collect
-    # and trim (20 + 60 ms) after every job.
+    # and trim after every job, which costs more than a small job itself.
     kept_sources = _KeptSources(decoded_cache_bytes // KEPT_SOURCES_SHARE)
     trim_above = _rss_bytes(os.getpid()) + TRIM_ABOVE_BYTES + decoded_cache_bytes + kept_sources.max_bytes
     conn.send(_READY)

@@ -148,7 +148,7 @@ def documentation_passages() -> list[Passage]:
 
 @functools.lru_cache(maxsize=2)
 def _passages_of(readme: str, pages: tuple[tuple[str, str], ...]) -> tuple[Passage, ...]:
-    # Split once per process for the same texts: each control app built from them (hundreds in a test
-    # run) would otherwise spend about 40 ms of CPU splitting the same pages again.
+    # Split once per process for the same texts: every control application built in the process reads
+    # the same pages, and splitting them is pure work on unchanged input.
     split = [passage for name, text in pages for passage in split_passages(text, name)]
     return (*split_passages(readme), *split, *api_reference_passages())

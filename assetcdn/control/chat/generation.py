@@ -187,7 +187,7 @@ _SENTENCE_VECTORS: dict[tuple[str, str], np.ndarray] = {}
 
 def sentence_vectors(encoder: SentenceEncoder, sentences: Sequence[str]) -> np.ndarray:
     """One row per sentence: each encoded once per process (an answer weighs 20-40 sentences of its
-    three best passages, and encoding them was most of an extractive answer's CPU, ~0.3 s)."""
+    three best passages, and encoding them is most of an extractive answer's CPU)."""
     missing = [s for s in dict.fromkeys(sentences) if (encoder.model_id, s) not in _SENTENCE_VECTORS]
     if missing:
         for sentence, vector in zip(missing, encoder.encode(missing), strict=True):

@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS search_vectors (
     vector BLOB NOT NULL
 );
 """
-EMBED_BATCH = 32          # texts per trip to the worker thread (~0.1-0.3 s of one core)
+EMBED_BATCH = 32          # texts per trip to the worker thread: short enough that a query between batches waits little
 AltTextSource = Callable[[str], str | None]
 
 

@@ -6,8 +6,8 @@ enforces from outside by killing the worker process).
 
 Time is CPU time of the worker process (every thread, libvips' included), not wall time: the budget
 bounds the work one input may cost. On a machine whose cores are busy with other programs a job waits
-for a core, and that waiting is not its input's fault: measured in wall time, it turned a 5 ms
-transform into a 503 (remembered for `failure_ttl_s`) whenever a neighbour hogged the cores.
+for a core, and that waiting is not its input's fault: measured in wall time, a quick transform would
+become a 503 (remembered for `failure_ttl_s`) whenever a neighbour hogged the cores.
 """
 
 from __future__ import annotations

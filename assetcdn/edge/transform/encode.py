@@ -8,9 +8,9 @@ above thumbor's; effort 2 is no smaller than 1, and higher efforts take seconds.
 Pillow's libavif map the nominal quality onto the same quantiser and both use aom's `tune=iq`,
 so the same Q means the same thing on both sides.
 JPEG is baseline with the standard Huffman tables and mozjpeg's quantisation table 3: progressive
-scans cost nearly twice the encode and optimised Huffman tables two and a half times, each for a
-few percent of bytes (lossless, so no SSIM), and table 3 alone keeps the output smaller than
-thumbor's optimised progressive JPEG; trellis quantisation costs several times the encode for a lower SSIM.
+scans and optimised Huffman tables each cost a multiple of the encode for a few percent of bytes
+(lossless, so no SSIM), and table 3 alone keeps the output smaller than thumbor's optimised
+progressive JPEG; trellis quantisation costs several times the encode for a lower SSIM.
 A still WebP goes through Pillow's libwebp: at the same settings it writes byte for byte what
 libvips' saver writes, with less CPU (measured on the srcset pictures); animated WebP
 stays with libvips, which writes the frames. libwebp's method 4: lower methods, and
