@@ -58,8 +58,8 @@ from assetcdn.control.identity.auth import (
     Access,
     Authenticator,
     Key,
-    accepts,
     auth_middleware,
+    credentials,
 )
 from assetcdn.control.identity.dashboard_config import DashboardConfig
 from assetcdn.control.identity.dashboard_origin import (
@@ -153,19 +153,19 @@ class Route:
 # The dashboard's session (`session=True`) is accepted on the routes the dashboard uses: storage, zones,
 # domains, rules, statistics and insights, tokens, purge, webhooks, logs and its status. A state-changing call
 # with it must come from the dashboard's origin (assetcdn.control.identity.auth), so other sites cannot forge one.
-STORAGE_READ = accepts(Key.ACCESS, scope="storage:read", session=True)
-STORAGE_HEAD = accepts(Key.ACCESS, scope="storage:read", session=True)
-STORAGE_WRITE = accepts(Key.ACCESS, scope="storage:write", session=True)
-ASSETS_READ = accepts(Key.ACCESS, scope="assets:read", session=True)
-ACCOUNT = accepts(Key.ACCOUNT, session=True)
-ZONES_READ = accepts(Key.ACCOUNT, scope="zones:read", session=True)
-ZONES_WRITE = accepts(Key.ACCOUNT, scope="zones:write", session=True)
-INSIGHTS_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="insights:read", session=True)
-PURGE = accepts(Key.PURGE, scope="purge:write", session=True)
-WEBHOOKS_READ = accepts(Key.ACCOUNT, scope="webhooks:read", session=True)
-WEBHOOKS_WRITE = accepts(Key.ACCOUNT, scope="webhooks:write", session=True)
-PASSKEYS_MANAGE = accepts(Key.ACCOUNT, session=True)  # the admin key too: register, list or remove without the dashboard
-AI_READ = accepts(Key.ACCOUNT, Key.ACCESS, scope="ai:read")
+STORAGE_READ = credentials(Key.ACCESS, scope="storage:read", session=True)
+STORAGE_HEAD = credentials(Key.ACCESS, scope="storage:read", session=True)
+STORAGE_WRITE = credentials(Key.ACCESS, scope="storage:write", session=True)
+ASSETS_READ = credentials(Key.ACCESS, scope="assets:read", session=True)
+ACCOUNT = credentials(Key.ACCOUNT, session=True)
+ZONES_READ = credentials(Key.ACCOUNT, scope="zones:read", session=True)
+ZONES_WRITE = credentials(Key.ACCOUNT, scope="zones:write", session=True)
+INSIGHTS_READ = credentials(Key.ACCOUNT, Key.ACCESS, scope="insights:read", session=True)
+PURGE = credentials(Key.PURGE, scope="purge:write", session=True)
+WEBHOOKS_READ = credentials(Key.ACCOUNT, scope="webhooks:read", session=True)
+WEBHOOKS_WRITE = credentials(Key.ACCOUNT, scope="webhooks:write", session=True)
+PASSKEYS_MANAGE = credentials(Key.ACCOUNT, session=True)  # the admin key too: register, list or remove without the dashboard
+AI_READ = credentials(Key.ACCOUNT, Key.ACCESS, scope="ai:read")
 # Any character, newlines included: '.*' would stop at a newline and answer 404 instead of the
 # handler's 400 for a path with control characters.
 STORAGE_PATH = r"/api/storage/{path:[\s\S]*}"
@@ -199,7 +199,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/insights/geography", insights.geography, INSIGHTS_READ),
     Route("GET", "/api/insights/errors", insights.errors, INSIGHTS_READ),
     Route("GET", "/api/insights/asset", insights.asset, INSIGHTS_READ),
-    Route("GET", "/api/analytics", analytics.get_analytics, accepts(Key.ANALYTICS)),
+    Route("GET", "/api/analytics", analytics.get_analytics, credentials(Key.ANALYTICS)),
     Route("POST", "/api/analytics", analytics.track_hit),
     Route("POST", "/api/tokens", tokens.create_token, ACCOUNT, "token.create"),
     Route("GET", "/api/tokens", tokens.list_tokens, ACCOUNT),
@@ -211,7 +211,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/webhooks/dead-letters", webhooks.list_dead_letters, WEBHOOKS_READ),
     Route("POST", "/api/webhooks/replay", webhooks.replay_delivery, WEBHOOKS_WRITE, "webhook.replay"),
     Route("POST", "/api/purge", purge.purge, PURGE, "purge.execute"),
-    Route("POST", "/api/pipeline", pipeline.run_pipeline, accepts(Key.ACCOUNT, scope="pipeline:write"),
+    Route("POST", "/api/pipeline", pipeline.run_pipeline, credentials(Key.ACCOUNT, scope="pipeline:write"),
           "pipeline.run"),
     Route("GET", "/api/passkeys", passkeys.list_passkeys, PASSKEYS_MANAGE),
     Route("PATCH", "/api/passkeys", passkeys.rename_passkey, PASSKEYS_MANAGE, "passkey.rename"),

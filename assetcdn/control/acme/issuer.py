@@ -29,8 +29,8 @@ from assetcdn.control.acme.store import (
     ACTIVE,
     FAILED,
     PROVISIONING,
+    AcmeCertificates,
     CertificateRecord,
-    CertificateStore,
     describe_chain,
 )
 from assetcdn.control.publishing.edge_registry import EdgeRegistry
@@ -58,7 +58,7 @@ def _wire_time(moment: float) -> str:
 
 
 class CertificateIssuer:
-    def __init__(self, settings: AcmeSettings, store: CertificateStore, authority: CertificateAuthority | None,
+    def __init__(self, settings: AcmeSettings, store: AcmeCertificates, authority: CertificateAuthority | None,
                  registry: EdgeRegistry, cluster_secret: str, wanted_names: WantedNames, push_wait_s: float,
                  public_host: str | None = None) -> None:
         self.settings = settings
@@ -348,7 +348,7 @@ async def open_issuer(settings: Settings, public_url: str, data_dir: Path, db: D
             names.add(own_host)
         return names
 
-    issuer = CertificateIssuer(acme, CertificateStore(db, data_dir), authority, registry, cluster_secret, wanted,
+    issuer = CertificateIssuer(acme, AcmeCertificates(db, data_dir), authority, registry, cluster_secret, wanted,
                                settings.get("control", "push_wait_ms") / 1000, own_host)
     try:
         await issuer.start()

@@ -107,7 +107,7 @@ def describe_chain(chain_pem: str, key_pem: bytes) -> tuple[float, float, str]:
             format(leaf.serial_number, "x"))
 
 
-class CertificateStore:
+class AcmeCertificates:
     def __init__(self, db: Database, data_dir: Path) -> None:
         self.db = db
         self.root = data_dir / CERTIFICATES_DIR

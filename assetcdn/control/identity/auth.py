@@ -62,7 +62,8 @@ class Access:
         return " or ".join(parts)
 
 
-def accepts(*keys: Key, scope: str | None = None, session: bool = False) -> Access:
+def credentials(*keys: Key, scope: str | None = None, session: bool = False) -> Access:
+    """What a route accepts: any of `keys`, a token with `scope`, and the dashboard session when `session`."""
     return Access(frozenset(keys), scope, session)
 
 

@@ -22,7 +22,7 @@ from assetcdn.control.storage.git_store import CommitResult, FileChange, GitStor
 from assetcdn.control.storage.manifest_store import (
     Generation,
     ManifestStore,
-    Prepared,
+    PendingGeneration,
     is_asset_path,
 )
 from assetcdn.control.webhooks.events import Change, Event, with_trailer
@@ -165,7 +165,7 @@ class Publisher:
         self.outbox.notify()
         return await self._publish(result, generation, unchanged, covered=prepared.files)
 
-    async def _record(self, prepared: Prepared, events: Sequence[Event] = (), *, held: bool = False) -> Generation:
+    async def _record(self, prepared: PendingGeneration, events: Sequence[Event] = (), *, held: bool = False) -> Generation:
         """Record a generation with the events of the commits it covers and `events`, in one transaction
         (under the lock, so generations follow commit order). When it fails nothing is recorded: the
         next one covers the commit too (ManifestStore.prepare_commit, Outbox.pending)."""

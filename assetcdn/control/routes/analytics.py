@@ -38,7 +38,7 @@ from assetcdn.control.app_keys import (
     SETTINGS,
     TRACK_LIMITER,
 )
-from assetcdn.control.identity.auth import AUTHENTICATOR, Key, accepts
+from assetcdn.control.identity.auth import AUTHENTICATOR, Key, credentials
 from assetcdn.control.identity.rate_limit import Decision, client_key, rate_headers
 from assetcdn.control.records.client_ip import request_ip
 from assetcdn.control.request_body import read_body
@@ -49,7 +49,7 @@ from assetcdn.shared.timestamps import utc_now_iso
 from .cluster import CLUSTER_BODY
 
 UNLIMITED = Decision(allowed=True, limit=0, remaining=0, reset_at=0.0, decided_at=0.0)
-ANALYTICS_KEY = accepts(Key.ANALYTICS)
+ANALYTICS_KEY = credentials(Key.ANALYTICS)
 
 
 async def get_analytics(request: web.Request) -> web.Response:

@@ -57,7 +57,7 @@ class Delta:
 
 
 @dataclass(frozen=True)
-class Prepared:
+class PendingGeneration:
     """A generation computed and not yet recorded: the manifest adopts it only once it is in SQLite."""
     generation: Generation
     updates: dict[str, ManifestEntry | None]   # CDN path -> its new entry (None: removed)
@@ -116,7 +116,7 @@ class ManifestStore:
             size = await self.git.run(self.git.blob_size, blob_id)
         return make_entry(cdn_path_of(repo_path), size, await self._sha256(blob_id, learnt), blob_id, modified)
 
-    async def prepare_commit(self, result: CommitResult, purge: dict[str, Any] | None = None) -> Prepared:
+    async def prepare_commit(self, result: CommitResult, purge: dict[str, Any] | None = None) -> PendingGeneration:
         """The generation of a commit. When the manifest is not at the commit's parent (an earlier commit
         was made but its generation never recorded, its bookkeeping having failed), it carries every file
         changed since the manifest's commit, so that commit is published too."""
@@ -126,10 +126,10 @@ class ManifestStore:
             changes = await self.git.run(self.git.diff_files, recorded, result.commit_id)
         return await self._prepare(result.commit_id, changes, result.committed_at, purge)
 
-    def prepare_purge(self, purge: dict[str, Any] | None) -> Prepared:
+    def prepare_purge(self, purge: dict[str, Any] | None) -> PendingGeneration:
         """A purge (or a config change, purge=None) is a generation without file changes, so edges that
         miss it catch up on it too."""
-        return Prepared(Generation(self.generation + 1, self.commit_id or "", (), purge), {}, {})
+        return PendingGeneration(Generation(self.generation + 1, self.commit_id or "", (), purge), {}, {})
 
     async def apply_commit(self, result: CommitResult, purge: dict[str, Any] | None = None) -> Generation:
         return await self.record(await self.prepare_commit(result, purge))
@@ -138,7 +138,7 @@ class ManifestStore:
         return await self.record(self.prepare_purge(purge))
 
     async def _prepare(self, commit_id: str, file_changes: Iterable[FileChange], modified: str,
-                       purge: dict[str, Any] | None) -> Prepared:
+                       purge: dict[str, Any] | None) -> PendingGeneration:
         changes: list[ManifestChange] = []
         updates: dict[str, ManifestEntry | None] = {}
         hashes: dict[str, str] = {}
@@ -156,10 +156,10 @@ class ManifestStore:
                 entry = await self._entry_for(fc.path, fc.new_blob, None, modified, hashes)
                 updates[cdn_path] = entry
                 changes.append(ManifestChange(cdn_path, entry, previous.tags if previous else ()))
-        return Prepared(Generation(self.generation + 1, commit_id, tuple(changes), purge), updates, hashes,
+        return PendingGeneration(Generation(self.generation + 1, commit_id, tuple(changes), purge), updates, hashes,
                         tuple(files))
 
-    async def record(self, prepared: Prepared,
+    async def record(self, prepared: PendingGeneration,
                      also: Callable[[Transaction], Awaitable[None]] | None = None) -> Generation:
         """Write a prepared generation (with `also`'s writes, in the same transaction), then adopt it. A
         failed write changes nothing: memory and SQLite both stay at the previous generation."""
@@ -170,7 +170,7 @@ class ManifestStore:
         # would otherwise leave SQLite one generation ahead of memory, and the next one would not be stored.
         return await to_the_end(self._store(prepared, also))
 
-    async def _store(self, prepared: Prepared, also: Callable[[Transaction], Awaitable[None]] | None) -> Generation:
+    async def _store(self, prepared: PendingGeneration, also: Callable[[Transaction], Awaitable[None]] | None) -> Generation:
         generation = prepared.generation
         async with self.db.transaction() as tx:
             if also is not None:

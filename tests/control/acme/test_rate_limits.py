@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestServer
 from assetcdn.control.acme.authority import CertificateAuthority, retry_after_seconds
 from assetcdn.control.acme.issuer import CertificateIssuer
 from assetcdn.control.acme.settings import AcmeSettings
-from assetcdn.control.acme.store import CertificateRecord, CertificateStore
+from assetcdn.control.acme.store import AcmeCertificates, CertificateRecord
 from assetcdn.control.publishing.edge_registry import EdgeRegistry
 from assetcdn.control.storage.database import open_database
 
@@ -69,7 +69,7 @@ async def test_a_rate_limited_order_waits_for_the_cas_retry_after(ca: TestServer
     registry = EdgeRegistry("secret", 15)
     await registry.start()
     authority = CertificateAuthority(settings, tmp_path / "acme")
-    issuer = CertificateIssuer(settings, CertificateStore(db, tmp_path), authority, registry, "secret",
+    issuer = CertificateIssuer(settings, AcmeCertificates(db, tmp_path), authority, registry, "secret",
                                wanted_names=_names, push_wait_s=0.1)
     try:
         await issuer.start()  # orders "busy.example.com" at once
@@ -114,7 +114,7 @@ async def test_orders_past_the_weekly_budget_wait_and_say_why(ca: TestServer, tm
     await registry.start()
 
     async def started_issuer() -> CertificateIssuer:
-        issuer = CertificateIssuer(settings, CertificateStore(db, tmp_path), CertificateAuthority(
+        issuer = CertificateIssuer(settings, AcmeCertificates(db, tmp_path), CertificateAuthority(
             settings, tmp_path / "acme"), registry, "secret", wanted_names=_two_names, push_wait_s=0.1)
         await issuer.start()
         return issuer
@@ -142,7 +142,7 @@ async def test_orders_past_the_weekly_budget_wait_and_say_why(ca: TestServer, tm
     finally:
         await issuer.close()
     # After a restart the waiting name is still waiting: due now, it is deferred again, not ordered.
-    await CertificateStore(db, tmp_path).due_now(waiting[0], time.time())
+    await AcmeCertificates(db, tmp_path).due_now(waiting[0], time.time())
     issuer = await started_issuer()
     try:
         record = await deferred(issuer, waiting[0])
