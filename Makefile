@@ -30,8 +30,8 @@ LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --native-tls -
 setup: $(STAMP) $(DOC_VECTORS)
 	-@sh tests/browser/setup.sh
 	-@sh tests/control/ai/setup.sh
-	-@sh tests/counters/setup.sh
-	-@sh tests/acme/setup.sh
+	-@sh tests/support/redis/setup.sh
+	-@sh tests/support/acme/setup.sh
 	-@sh tests/integration/setup.sh
 
 # Re-install only when the project's metadata changed (idempotent and fast otherwise).

@@ -22,13 +22,13 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from assetcdn.control.video.demo import write_synthetic_video
-from tests.acme.pebble import Pebble, free_port
 from tests.browser.conftest import HERE
 from tests.browser.headless_chromium import HeadlessChromium
 from tests.browser.player_page import player_app
 from tests.edge.tls.certs import TestCa
 from tests.integration.harness import ACCESS, ACCOUNT, METRICS, RunningCdn, start_cdn
 from tests.prerequisites import installed_program
+from tests.support.acme.pebble import Pebble, free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 PUBLIC_HOST = "cdn.shop.test"
@@ -38,7 +38,7 @@ PNG_1PX = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000
 
 
 def certutil() -> str:
-    return installed_program("certutil", "tests/acme/setup.sh (libnss3-tools)")
+    return installed_program("certutil", "tests/support/acme/setup.sh (libnss3-tools)")
 
 
 def browser_home(directory: Path, roots: dict[str, str]) -> dict[str, str]:

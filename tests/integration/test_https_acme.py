@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from tests.acme.pebble import Pebble, free_port
 from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn, start_cdn, up_env
 from tests.prerequisites import installed_program
+from tests.support.acme.pebble import Pebble, free_port
 
 pytestmark = pytest.mark.timeout(300)
 ADDRESSES = ("127.0.0.1", "127.0.0.2", "127.0.0.3")  # edge-a (from `up`), edge-b, edge-c
@@ -39,7 +39,7 @@ ASSET = b"<svg xmlns='http://www.w3.org/2000/svg' width='4' height='4'/>"
 
 
 def curl() -> str:
-    return installed_program("curl", "tests/acme/setup.sh")
+    return installed_program("curl", "tests/support/acme/setup.sh")
 
 
 @dataclass

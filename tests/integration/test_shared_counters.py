@@ -20,8 +20,8 @@ import pytest
 import pyvips
 
 from assetcdn.shared.signing import signed_url
-from tests.counters.redis_server import RedisServer, start_redis
 from tests.integration.harness import ACCESS, ACCOUNT, KEYS, METRICS, RunningCdn, start_cdn
+from tests.support.redis.server import RedisServer, start_redis
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,8 @@ import asyncio
 from pathlib import Path
 
 from assetcdn.control.identity.login_attempts import Attempt, CounterAttemptLimiter, Refused
-from assetcdn.shared.counter_store import Counters, Limit, SqliteCounterStore
+from assetcdn.shared.counter_backends.sqlite import SqliteCounterStore
+from assetcdn.shared.counter_store import Counters, Limit
 
 
 class Clock:

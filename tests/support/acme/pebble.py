@@ -4,7 +4,7 @@ Pebble validates HTTP-01 by fetching ``http://<name>:<http_port>/.well-known/acm
 the name resolves through challtestsrv, which answers every name with 127.0.0.1 (or what `point` set for a
 name). Both run on free loopback ports with state in a temporary directory, and are stopped by the test.
 Without the Debian package the test skips and says why, except under CI=true, where `make setup` must have
-installed it (tests/acme/setup.sh) and a missing one fails the test.
+installed it (tests/support/acme/setup.sh) and a missing one fails the test.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ START_TIMEOUT_S = 30.0
 
 
 def pebble_binaries() -> tuple[str, str]:
-    return (installed_program("pebble", "tests/acme/setup.sh"),
-            installed_program("pebble-challtestsrv", "tests/acme/setup.sh"))
+    return (installed_program("pebble", "tests/support/acme/setup.sh"),
+            installed_program("pebble-challtestsrv", "tests/support/acme/setup.sh"))
 
 
 def free_port() -> int:

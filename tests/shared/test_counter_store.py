@@ -15,17 +15,17 @@ from typing import Any
 
 import pytest
 
+from assetcdn.shared.counter_backends.memory import MemoryCounterStore
+from assetcdn.shared.counter_backends.redis import RedisCounterStore
+from assetcdn.shared.counter_backends.sqlite import SqliteCounterStore
 from assetcdn.shared.counter_store import (
     Counters,
     CounterStore,
     CounterStoreUnavailable,
     Limit,
-    MemoryCounterStore,
-    RedisCounterStore,
-    SqliteCounterStore,
     counter_store_from_settings,
 )
-from tests.counters.redis_server import RedisServer, free_port, start_redis
+from tests.support.redis.server import RedisServer, free_port, start_redis
 
 
 class Clock:

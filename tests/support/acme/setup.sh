@@ -3,7 +3,7 @@
 # server, and `pebble-challtestsrv`, its mock DNS), curl (the end-to-end test's https client) and certutil
 # (libnss3-tools: the browser test trusts Pebble's root in a throw-away NSS database of its own). Idempotent;
 # safe to run every time. Without them the ACME tests skip and say why (under CI=true they fail instead). The
-# tests start their own servers on free loopback ports (tests/acme/pebble.py); no packaged service is used.
+# tests start their own servers on free loopback ports (tests/support/acme/pebble.py); no packaged service is used.
 set -eu
 missing=""
 for tool in pebble pebble-challtestsrv curl certutil; do

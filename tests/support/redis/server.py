@@ -1,7 +1,7 @@
 """A throw-away redis-server for tests: on a free loopback port, nothing saved to disk, stopped after.
 
 Without the binary the test skips and says why, except under CI=true, where `make setup` must have
-installed it (tests/counters/setup.sh) and a missing one fails the test.
+installed it (tests/support/redis/setup.sh) and a missing one fails the test.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ START_TIMEOUT_S = 20.0
 
 
 def redis_server_binary() -> str:
-    return installed_program("redis-server", "tests/counters/setup.sh")
+    return installed_program("redis-server", "tests/support/redis/setup.sh")
 
 
 def free_port() -> int:

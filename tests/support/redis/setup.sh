@@ -1,5 +1,5 @@
 #!/bin/sh
-# Shared-counter test prerequisite: Debian's redis-server (the Redis backend of assetcdn/shared/counter_store.py),
+# Shared-counter test prerequisite: Debian's redis-server (the Redis backend, assetcdn/shared/counter_backends/redis.py),
 # when missing and we can install it. Idempotent; safe to run every time. Without it the Redis tests
 # skip and say why (under CI=true they fail instead). Only the binary is used: the tests start their
 # own server on a free loopback port, so the packaged service is not needed.
