@@ -57,10 +57,10 @@ EFFORT_SETTINGS = {"webp": "WEBP_EFFORT", "avif": "AVIF_EFFORT"}
 
 def our_pixels(pictures: dict[str, bytes], fmt: str, seed: int) -> tuple[dict[Key, pyvips.Image], dict[Key, bytes]]:
     """What our pipeline hands the format's encoder for each request, and what it answers now."""
-    from assetcdn.edge import image_pool  # noqa: PLC0415 (set up as a worker before the jobs load)
+    from assetcdn.edge import image_worker  # noqa: PLC0415 (set up as a worker before the jobs load)
 
-    image_pool.configure_libvips(worker=True)
-    for module in image_pool.PRELOAD:
+    image_worker.configure_libvips(worker=True)
+    for module in image_worker.PRELOAD:
         importlib.import_module(module)
     from assetcdn.edge.transform import encode, jobs  # noqa: PLC0415
     from assetcdn.edge.transform.budgets import TransformLimits  # noqa: PLC0415

@@ -23,7 +23,8 @@ from assetcdn.edge.app_keys import (
 from assetcdn.edge.cache.store import EdgeCache
 from assetcdn.edge.circuit_breaker import CircuitBreaker
 from assetcdn.edge.control_client import ControlClient
-from assetcdn.edge.image_pool import ImagePool, configure_libvips
+from assetcdn.edge.image_pool import ImagePool
+from assetcdn.edge.image_worker import configure_libvips
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.proxied_body import ForwardSpool
 from assetcdn.edge.proxy import forward_to_control, open_proxy_session

@@ -27,6 +27,8 @@ pipeline (PRELOAD) once per edge, so a worker starts in milliseconds, and a work
 overrun or recycled is replaced as fast. Processes are started from a launcher thread, never on
 the event loop (the first waits for the fork server to load). A worker dies with its fork server
 (PR_SET_PDEATHSIG), which exits when the edge does; close() stops workers within a bounded time.
+What a worker process runs is assetcdn/edge/image_worker.py; what /proc says of it (RSS, CPU time),
+assetcdn/edge/process_stats.py.
 
 A job is a module-level function (sent by reference) and its arguments: see
 assetcdn/edge/transform/jobs.py. Its own failure (a 4xx from the pipeline, an overrun, a crash) raises
@@ -38,17 +40,11 @@ LegacyError 503.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import functools
-import gc
-import importlib
 import logging
 import multiprocessing
 import os
-import signal
-import sys
 import time
-import traceback
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -57,13 +53,12 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
-import pyvips
-
 from assetcdn.edge.failed_variants import FailedVariants
+from assetcdn.edge.image_worker import KEPT_SOURCES_SHARE, NEED_SOURCE, PRELOAD, READY, worker_main
+from assetcdn.edge.process_stats import cpu_seconds, rss_bytes
 from assetcdn.edge.transform.budgets import TransformLimits
 from assetcdn.shared.config import Settings
 from assetcdn.shared.errors import LegacyError
-from assetcdn.shared.process import die_with_parent
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -76,153 +71,12 @@ START_TIMEOUT_S = 60.0        # a new worker must be ready (Python and libvips l
 STOP_TIMEOUT_S = 2.0          # close(): SIGTERM, then SIGKILL after this
 RECYCLE_FRACTION = 0.5
 MAX_JOBS_PER_WORKER = 1000
-TRIM_ABOVE_BYTES = 64 * 1024 * 1024   # a worker this far above its size at start gives memory back
-# Modules a worker imports before it reports ready, so no job pays for them.
-PRELOAD = ("assetcdn.edge.transform.jobs", "assetcdn.edge.transform.steps", "assetcdn.edge.transform.placeholder_images")
-# Called with the decoded-source cache's bound in bytes as a worker starts (module, function).
-KEEP_DECODED = ("assetcdn.edge.transform.jobs", "keep_decoded_sources")
-# libvips' operation cache keeps recent operations and their pixels for reuse. Every edge request
-# loads a new buffer, so it would rarely hit and only hold memory; the edge cache keeps results.
-LIBVIPS_CACHE_MAX_OPERATIONS = 16
-LIBVIPS_CACHE_MAX_MEMORY = 32 * 1024 * 1024
 # Sources whose last worker the pool remembers (a content id and a reference each).
 MAX_HOMES = 4096
-# A worker keeps the bytes of recent sources within this share of its decode cache's bound.
-KEPT_SOURCES_SHARE = 4
-_NEED_SOURCE = "need-source"
-_READY = "ready"
-_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class JobFailed(LegacyError):
     """A job's own failure: its input fails the same way next time (negative-cacheable)."""
-
-
-def configure_libvips(*, worker: bool = False) -> None:
-    """Shrink libvips' process-wide operation cache; a worker keeps none (no state between jobs)."""
-    pyvips.cache_set_max(0 if worker else LIBVIPS_CACHE_MAX_OPERATIONS)
-    pyvips.cache_set_max_mem(0 if worker else LIBVIPS_CACHE_MAX_MEMORY)
-
-
-def _release_memory() -> None:
-    """Free what a job left in reference cycles and hand the freed heap back to the system (glibc
-    keeps it otherwise). Costly: only worth it after a job that grew the process."""
-    gc.collect()
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):
-            pass
-
-
-def _worker_main(conn: Connection, edge_pid: int, decoded_cache_bytes: int = 0, vips_threads: int = 0) -> None:
-    """A worker process: run jobs from `conn` one at a time until told to stop or the edge goes."""
-    die_with_parent()
-    if not _started_for(edge_pid):   # the edge or its fork server died before the death signal was armed
-        return
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is for the edge, which stops us
-    configure_libvips(worker=True)
-    if vips_threads:
-        pyvips.concurrency_set(vips_threads)
-    for module in PRELOAD:
-        importlib.import_module(module)
-    module, function = KEEP_DECODED
-    getattr(importlib.import_module(module), function)(decoded_cache_bytes)
-    # The kept decodes are memory the worker means to hold: without counting them it would collect
-    # and trim after every job, which costs more than a small job itself.
-    kept_sources = _KeptSources(decoded_cache_bytes // KEPT_SOURCES_SHARE)
-    trim_above = _rss_bytes(os.getpid()) + TRIM_ABOVE_BYTES + decoded_cache_bytes + kept_sources.max_bytes
-    conn.send(_READY)
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:
-            return
-        except Exception:   # a job that cannot be unpickled here
-            conn.send(("failed", traceback.format_exc()))
-            continue
-        if message is None:
-            return
-        work, args, source_id = message
-        try:
-            if source_id is not None:
-                args = (*args[:-1], kept_sources.take(conn, source_id, args[-1]))
-            reply: tuple[str, Any] = ("ok", work(*args))
-        except LegacyError as exc:
-            reply = ("refused", (exc.status, exc.error, exc.message, exc.extra, exc.headers))
-        except Exception:
-            reply = ("failed", traceback.format_exc())
-        del message, work, args
-        if _rss_bytes(os.getpid()) > trim_above:
-            _release_memory()   # before answering: the pool reads this process's RSS when the answer arrives
-        conn.send(reply)
-        del reply
-
-
-class _KeptSources:
-    """The bytes of sources a worker ran jobs for, by content id, so the pool need not send them again."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._sources: OrderedDict[str, bytes] = OrderedDict()
-        self._bytes = 0
-
-    def take(self, conn: Connection, source_id: str, sent: bytes | None) -> bytes:
-        """The job's source: as sent, else kept, else asked of the pool (which always answers with it)."""
-        source = sent if sent is not None else self._sources.get(source_id)
-        if source is None:
-            conn.send((_NEED_SOURCE, None))
-            source = conn.recv()
-        self._keep(source_id, source)
-        return source
-
-    def _keep(self, source_id: str, source: bytes) -> None:
-        old = self._sources.pop(source_id, None)
-        if old is not None:
-            self._bytes -= len(old)
-        if len(source) > self.max_bytes:
-            return
-        while self._sources and self._bytes + len(source) > self.max_bytes:
-            _, evicted = self._sources.popitem(last=False)
-            self._bytes -= len(evicted)
-        self._sources[source_id] = source
-        self._bytes += len(source)
-
-
-def _started_for(edge_pid: int) -> bool:
-    """Whether this process's parent is the edge, or the edge's fork server (whose parent is the edge)."""
-    parent = os.getppid()
-    return parent == edge_pid or _parent_of(parent) == edge_pid
-
-
-def _parent_of(pid: int) -> int:
-    fields = _stat_fields(pid)
-    return int(fields[1]) if fields else 0
-
-
-def _stat_fields(pid: int) -> list[bytes]:
-    """The fields of /proc/<pid>/stat after the command name (state first); empty once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-    return fields if len(fields) > 12 else []
-
-
-def _rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as statm:
-            return int(statm.read().split()[1]) * _PAGE_SIZE
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of process `pid`, every thread (0 once it is gone)."""
-    fields = _stat_fields(pid)
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS if fields else 0.0
 
 
 @dataclass(eq=False)
@@ -311,7 +165,7 @@ class ImagePool:
     def _spawn(self) -> _Worker:
         # On the event loop's thread; the fork server forks the process, asked by the launcher thread.
         ours, theirs = self._context.Pipe()
-        process = self._context.Process(target=_worker_main, daemon=True,
+        process = self._context.Process(target=worker_main, daemon=True,
                                          args=(theirs, os.getpid(), self.decoded_cache_bytes, self.vips_threads),
                                          name="assetcdn-image")
         worker = _Worker(process, ours, self._launcher.submit(_launch, process, theirs))
@@ -442,19 +296,19 @@ class ImagePool:
                 while len(worker.sources) > MAX_HOMES:
                     worker.sources.popitem(last=False)
             allowed = self.limits.time_budget_s + KILL_GRACE_S
-            cpu_deadline = _cpu_seconds(worker.pid) + allowed
+            cpu_deadline = cpu_seconds(worker.pid) + allowed
             wall_deadline = time.monotonic() + allowed * WALL_BACKSTOP
             while True:
-                if _cpu_seconds(worker.pid) > cpu_deadline or time.monotonic() > wall_deadline:
+                if cpu_seconds(worker.pid) > cpu_deadline or time.monotonic() > wall_deadline:
                     worker.kill()
                     return _Outcome(error=self._over_time(), replace=True)
                 if worker.conn.poll(WATCH_INTERVAL_S):
                     kind, payload = worker.conn.recv()
-                    if kind != _NEED_SOURCE:
+                    if kind != NEED_SOURCE:
                         break
                     worker.conn.send(args[-1])   # it had dropped them
                     continue
-                if _rss_bytes(worker.pid) > self.memory_limit_bytes:
+                if rss_bytes(worker.pid) > self.memory_limit_bytes:
                     worker.kill()
                     return _Outcome(error=self._over_memory(), replace=True)
         except (EOFError, OSError):   # the worker died (crashed, or close() stopped it)
@@ -462,7 +316,7 @@ class ImagePool:
             return _Outcome(error=self._stopped(), replace=True)
         worker.jobs += 1
         recycle = (worker.jobs >= MAX_JOBS_PER_WORKER
-                   or _rss_bytes(worker.pid) > self.memory_limit_bytes * RECYCLE_FRACTION)
+                   or rss_bytes(worker.pid) > self.memory_limit_bytes * RECYCLE_FRACTION)
         if recycle:
             worker.kill()
         if kind == "ok":
@@ -477,7 +331,7 @@ class ImagePool:
         deadline = time.monotonic() + START_TIMEOUT_S
         try:
             worker.launched.result(START_TIMEOUT_S)
-            if worker.conn.poll(max(deadline - time.monotonic(), 0)) and worker.conn.recv() == _READY:
+            if worker.conn.poll(max(deadline - time.monotonic(), 0)) and worker.conn.recv() == READY:
                 worker.ready = True
                 return True
         except Exception:   # the launch failed or timed out, or the worker died while it loaded
