@@ -30,6 +30,7 @@ import re
 from collections import OrderedDict
 from typing import Any
 
+from assetcdn.control.analytics.daily_counts import DailyCounts
 from assetcdn.control.analytics.hits import (
     CACHE_STATUSES,
     COUNTRY,
@@ -37,7 +38,7 @@ from assetcdn.control.analytics.hits import (
     Hit,
     is_valid_path,
 )
-from assetcdn.control.analytics.store import RETENTION_DAYS, DailyCounts, utc_day
+from assetcdn.control.analytics.tables import RETENTION_DAYS, utc_day
 from assetcdn.control.records.request_log import Entry, delivery_entry
 from assetcdn.shared.analytics_keys import UNKNOWN_COUNTRY, zone_of
 

@@ -18,6 +18,7 @@ import time
 import orjson
 from aiohttp import web
 
+from assetcdn.control.analytics.daily_counts import DailyCounts
 from assetcdn.control.analytics.hits import hit_from_track_body
 from assetcdn.control.analytics.ingest import (
     BATCH_VERSIONS,
@@ -30,7 +31,6 @@ from assetcdn.control.analytics.ingest import (
     node_of,
 )
 from assetcdn.control.analytics.params import ANALYTICS_DAYS_MAXIMUM, parse_days
-from assetcdn.control.analytics.store import DailyCounts
 from assetcdn.control.app_keys import (
     ANALYTICS,
     ANALYTICS_BATCHES,
@@ -54,7 +54,7 @@ ANALYTICS_KEY = credentials(Key.ANALYTICS)
 
 async def get_analytics(request: web.Request) -> web.Response:
     days = parse_days(request.query.get("days"), maximum=ANALYTICS_DAYS_MAXIMUM)
-    report = await request.app[ANALYTICS].analytics_report(days)
+    report = await request.app[ANALYTICS].reports.analytics_report(days)
     return json_response({**report, "DateFetched": utc_now_iso()})
 
 

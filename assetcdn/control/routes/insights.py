@@ -1,6 +1,6 @@
 """Statistics and insights: GET /api/core/statistics and GET /api/insights/* (standard envelope).
 
-All read the daily counters the edges' analytics batches fill (``control.analytics.store``).
+All read the daily counters the edges' analytics batches fill (``control.analytics.reports``).
 ``days`` (1-90, default 7) and ``limit`` (1-100, default 20) are clamped as the API reference
 does; ``zone`` filters to one zone (``all`` or absent: every zone).
 """
@@ -39,24 +39,24 @@ def _fetched(report: dict[str, Any]) -> web.Response:
 
 
 async def statistics(request: web.Request) -> web.Response:
-    return _fetched(await request.app[ANALYTICS].statistics(_days(request), _zone(request)))
+    return _fetched(await request.app[ANALYTICS].reports.statistics(_days(request), _zone(request)))
 
 
 async def summary(request: web.Request) -> web.Response:
-    return _fetched(await request.app[ANALYTICS].insights_summary(_days(request), _zone(request)))
+    return _fetched(await request.app[ANALYTICS].reports.insights_summary(_days(request), _zone(request)))
 
 
 async def top_assets(request: web.Request) -> web.Response:
     limit = parse_limit(request.query.get("limit"))
-    return _fetched(await request.app[ANALYTICS].top_assets(_days(request), limit, _zone(request)))
+    return _fetched(await request.app[ANALYTICS].reports.top_assets(_days(request), limit, _zone(request)))
 
 
 async def geography(request: web.Request) -> web.Response:
-    return _fetched(await request.app[ANALYTICS].geography(_days(request), _zone(request)))
+    return _fetched(await request.app[ANALYTICS].reports.geography(_days(request), _zone(request)))
 
 
 async def errors(request: web.Request) -> web.Response:
-    return _fetched(await request.app[ANALYTICS].errors(_days(request), _zone(request)))
+    return _fetched(await request.app[ANALYTICS].reports.errors(_days(request), _zone(request)))
 
 
 async def asset(request: web.Request) -> web.Response:
@@ -68,4 +68,4 @@ async def asset(request: web.Request) -> web.Response:
         raise ApiError(400, "PathTooLong", f"'path' is longer than {MAX_ASSET_PATH} characters.", target="path")
     if "\x00" in path or ".." in path.split("/"):
         raise ApiError(400, "InvalidPath", "'path' may not contain NUL bytes or '..' segments.", target="path")
-    return _fetched(await request.app[ANALYTICS].asset_report(path.split("?", 1)[0], _days(request)))
+    return _fetched(await request.app[ANALYTICS].reports.asset_report(path.split("?", 1)[0], _days(request)))

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.analytics.store import TABLES
+from assetcdn.control.analytics.tables import TABLES
 from assetcdn.control.app import create_app
 from assetcdn.edge.delivery_log import HOUR_S, DeliveryLog
 from assetcdn.shared.config import load_settings

@@ -77,7 +77,7 @@ async def test_schema_uses_prefixed_tables_and_wal(store: AnalyticsStore, tmp_pa
 
 
 async def test_statistics_all_zones(filled: AnalyticsStore) -> None:
-    report = await filled.statistics(7, now=NOW)
+    report = await filled.reports.statistics(7, now=NOW)
     assert report["Period"] == {"Days": 7, "Zone": "all"}
     assert report["Summary"] == {
         "TotalRequests": 9,
@@ -108,21 +108,21 @@ async def test_statistics_all_zones(filled: AnalyticsStore) -> None:
 
 
 async def test_statistics_zone_filter_and_wider_window(filled: AnalyticsStore) -> None:
-    report = await filled.statistics(30, "brand", now=NOW)
+    report = await filled.reports.statistics(30, "brand", now=NOW)
     assert report["Period"] == {"Days": 30, "Zone": "brand"}
     assert report["Summary"]["TotalRequests"] == 2
     assert report["Summary"]["CacheHitRate"] == "50.0%"
     assert report["TopAssets"] == [{"Path": "/" + OTHER, "Requests": 1}]
     assert report["GeoDistribution"] == [{"CountryCode": "FR", "Requests": 2}]
     assert len(report["Daily"]) == 30
-    wide = await filled.statistics(11, "akande", now=NOW)
+    wide = await filled.reports.statistics(11, "akande", now=NOW)
     assert wide["Summary"]["TotalRequests"] == 8
     assert wide["Summary"]["TotalBandwidth"] == 3000 + 2000 + 1000 + 20 + 99999
-    assert (await filled.statistics(7, "all", now=NOW))["Period"]["Zone"] == "all"
+    assert (await filled.reports.statistics(7, "all", now=NOW))["Period"]["Zone"] == "all"
 
 
 async def test_statistics_empty_store(store: AnalyticsStore) -> None:
-    report = await store.statistics(1, now=NOW)
+    report = await store.reports.statistics(1, now=NOW)
     assert report["Summary"] == {"TotalRequests": 0, "TotalBandwidth": 0, "TotalBandwidthHuman": "0 B",
                                  "CacheHitRate": "0.0%", "UniqueCountries": 0}
     assert report["Daily"] == [{"Date": "2026-04-10", "TotalRequests": 0, "Bandwidth": 0,
@@ -131,7 +131,7 @@ async def test_statistics_empty_store(store: AnalyticsStore) -> None:
 
 
 async def test_insights_summary(filled: AnalyticsStore) -> None:
-    assert await filled.insights_summary(1, "akande", now=NOW) == {
+    assert await filled.reports.insights_summary(1, "akande", now=NOW) == {
         "Period": {"Days": 1, "Zone": "akande"},
         "TotalRequests": 4,
         "TotalBandwidth": "4.9 KB",
@@ -142,15 +142,15 @@ async def test_insights_summary(filled: AnalyticsStore) -> None:
 
 
 async def test_top_assets_limit_and_zone(filled: AnalyticsStore) -> None:
-    assert await filled.top_assets(7, 2, now=NOW) == {
+    assert await filled.reports.top_assets(7, 2, now=NOW) == {
         "Period": {"Days": 7},
         "Assets": [{"Path": "/" + LOGO, "Requests": 4}, {"Path": "/" + OTHER, "Requests": 1}],
     }
-    assert (await filled.top_assets(7, 20, "brand", now=NOW))["Assets"] == [{"Path": "/" + OTHER, "Requests": 1}]
+    assert (await filled.reports.top_assets(7, 20, "brand", now=NOW))["Assets"] == [{"Path": "/" + OTHER, "Requests": 1}]
 
 
 async def test_geography(filled: AnalyticsStore) -> None:
-    assert await filled.geography(1, "akande", now=NOW) == {
+    assert await filled.reports.geography(1, "akande", now=NOW) == {
         "Period": {"Days": 1},
         "Countries": [{"CountryCode": "US", "Requests": 2}, {"CountryCode": "DE", "Requests": 1},
                       {"CountryCode": "XX", "Requests": 1}],
@@ -158,7 +158,7 @@ async def test_geography(filled: AnalyticsStore) -> None:
 
 
 async def test_errors_grouped_by_status(filled: AnalyticsStore) -> None:
-    assert await filled.errors(7, now=NOW) == {
+    assert await filled.reports.errors(7, now=NOW) == {
         "Period": {"Days": 7},
         "Errors": [
             {"StatusCode": 404, "Count": 3, "TopPaths": [{"Path": "/" + BANNER, "Count": 2},
@@ -166,20 +166,20 @@ async def test_errors_grouped_by_status(filled: AnalyticsStore) -> None:
             {"StatusCode": 500, "Count": 1, "TopPaths": [{"Path": "/" + BANNER, "Count": 1}]},
         ],
     }
-    empty = await filled.errors(7, "nobody", now=NOW)
+    empty = await filled.reports.errors(7, "nobody", now=NOW)
     assert empty["Errors"] == [] and "Note" in empty
 
 
 async def test_errors_keep_ten_paths_per_status(store: AnalyticsStore) -> None:
     await store.record_hits([hit(f"z1/v1/logos/{i:02d}.svg", status=404) for i in range(12) for _ in range(i + 1)])
-    report = await store.errors(1, now=NOW)
+    report = await store.reports.errors(1, now=NOW)
     (group,) = report["Errors"]
     assert group["Count"] == sum(range(1, 13))
     assert [p["Path"] for p in group["TopPaths"]] == [f"/z1/v1/logos/{i:02d}.svg" for i in range(11, 1, -1)]
 
 
 async def test_asset_report_with_and_without_slash(filled: AnalyticsStore) -> None:
-    report = await filled.asset_report("/" + BANNER, 3, now=NOW)
+    report = await filled.reports.asset_report("/" + BANNER, 3, now=NOW)
     assert report == {
         "Path": "/" + BANNER,
         "Period": {"Days": 3},
@@ -191,12 +191,12 @@ async def test_asset_report_with_and_without_slash(filled: AnalyticsStore) -> No
             {"Date": "2026-04-08", "Requests": 2, "Errors": {"404": 1, "500": 1}},
         ],
     }
-    assert await filled.asset_report(BANNER, 3, now=NOW) == report
-    assert (await filled.asset_report("nothing/here.svg", 2, now=NOW))["TotalRequests"] == 0
+    assert await filled.reports.asset_report(BANNER, 3, now=NOW) == report
+    assert (await filled.reports.asset_report("nothing/here.svg", 2, now=NOW))["TotalRequests"] == 0
 
 
 async def test_analytics_report_shape(filled: AnalyticsStore) -> None:
-    report = await filled.analytics_report(3, now=NOW)
+    report = await filled.reports.analytics_report(3, now=NOW)
     assert report["days"] == 3
     assert [d["date"] for d in report["data"]] == ["2026-04-10", "2026-04-09", "2026-04-08"]
     assert report["data"][0] == {
@@ -213,21 +213,21 @@ async def test_analytics_report_shape(filled: AnalyticsStore) -> None:
 
 async def test_analytics_report_reads_at_most_35_days(store: AnalyticsStore) -> None:
     await store.record_hits([hit(LOGO, days_ago=31), hit(LOGO, days_ago=40)])
-    report = await store.analytics_report(90, now=NOW)
+    report = await store.reports.analytics_report(90, now=NOW)
     assert report["days"] == 30
     assert sum(d["hits"] for d in report["data"]) == 0
     # Statistics still see both (90-day retention).
-    assert (await store.statistics(90, now=NOW))["Summary"]["TotalRequests"] == 2
+    assert (await store.reports.statistics(90, now=NOW))["Summary"]["TotalRequests"] == 2
 
 
 async def test_batches_accumulate(store: AnalyticsStore) -> None:
     for _ in range(3):
         await store.record_hits([hit(LOGO, size=10), hit(LOGO, size=10, status=404)])
     await store.record_hits([])
-    report = await store.statistics(1, now=NOW)
+    report = await store.reports.statistics(1, now=NOW)
     assert report["Summary"]["TotalRequests"] == 6
     assert report["Summary"]["TotalBandwidth"] == 60
-    assert (await store.errors(1, now=NOW))["Errors"][0]["Count"] == 3
+    assert (await store.reports.errors(1, now=NOW))["Errors"][0]["Count"] == 3
 
 
 async def test_utc_day_boundary(store: AnalyticsStore) -> None:
@@ -236,7 +236,7 @@ async def test_utc_day_boundary(store: AnalyticsStore) -> None:
         Hit(midnight - 1, LOGO, "akande", 200, 1, "HIT", "US"),
         Hit(midnight, LOGO, "akande", 200, 1, "HIT", "US"),
     ])
-    daily = (await store.statistics(2, now=NOW))["Daily"]
+    daily = (await store.reports.statistics(2, now=NOW))["Daily"]
     assert [(d["Date"], d["TotalRequests"]) for d in daily] == [("2026-04-10", 1), ("2026-04-09", 1)]
 
 
@@ -247,20 +247,20 @@ async def test_prune_keeps_ninety_days(store: AnalyticsStore) -> None:
     removed = await store.prune(NOW)
     # Two old days, each with a zone, path and country row, plus one error row.
     assert removed == 2 * 3 + 1
-    report = await store.statistics(90, now=NOW)
+    report = await store.reports.statistics(90, now=NOW)
     assert report["Summary"]["TotalRequests"] == 1
-    assert (await store.errors(90, now=NOW))["Errors"][0]["Count"] == 1
+    assert (await store.reports.errors(90, now=NOW))["Errors"][0]["Count"] == 1
     assert await store.prune(NOW) == 0
 
 
 async def test_days_are_clamped_by_the_store(filled: AnalyticsStore) -> None:
-    assert (await filled.statistics(500, now=NOW))["Period"]["Days"] == 90
-    assert len((await filled.statistics(0, now=NOW))["Daily"]) == 1
+    assert (await filled.reports.statistics(500, now=NOW))["Period"]["Days"] == 90
+    assert len((await filled.reports.statistics(0, now=NOW))["Daily"]) == 1
 
 
 async def test_store_must_be_open(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
-        await AnalyticsStore(tmp_path / "x.sqlite").statistics(7)
+        await AnalyticsStore(tmp_path / "x.sqlite").reports.statistics(7)
 
 
 class TestParams:
@@ -301,7 +301,7 @@ class TestTrackBody:
 
 async def test_concurrent_batches_do_not_interleave(store: AnalyticsStore) -> None:
     await asyncio.gather(*(store.record_hits([hit(LOGO, size=1)] * 5) for _ in range(20)))
-    assert (await store.statistics(1, now=NOW))["Summary"]["TotalRequests"] == 100
+    assert (await store.reports.statistics(1, now=NOW))["Summary"]["TotalRequests"] == 100
 
 
 async def test_single_hits_arriving_together_share_one_write(store: AnalyticsStore,
@@ -315,7 +315,7 @@ async def test_single_hits_arriving_together_share_one_write(store: AnalyticsSto
 
     monkeypatch.setattr(store, "record_hits", counted)
     await asyncio.gather(*(store.record_hit(hit(LOGO, size=1)) for _ in range(100)))
-    assert (await store.statistics(1, now=NOW))["Summary"]["TotalRequests"] == 100
+    assert (await store.reports.statistics(1, now=NOW))["Summary"]["TotalRequests"] == 100
     assert sum(writes) == 100 and len(writes) <= 3  # POST /api/analytics under a flood: not one write per hit
 
 
@@ -326,7 +326,7 @@ async def test_two_stores_share_one_file(tmp_path: Path) -> None:
     try:
         await first.record_hits([hit(LOGO)])
         await second.record_hits([hit(LOGO)])
-        assert (await first.statistics(1, now=NOW))["Summary"]["TotalRequests"] == 2
+        assert (await first.reports.statistics(1, now=NOW))["Summary"]["TotalRequests"] == 2
     finally:
         await first.close()
         await second.close()
@@ -355,15 +355,15 @@ async def test_rows_an_older_version_let_overflow_still_read_and_saturate(tmp_pa
         await db.commit()
     try:
         await store.record_hits([Hit(NOW, "a/v1/x.svg", "a", 404, MAX_HIT_BYTES, "HIT", "US")] * 3)
-        stats = await store.statistics(7, now=NOW)
+        stats = await store.reports.statistics(7, now=NOW)
         assert stats["Summary"]["TotalBandwidth"] == stats["Summary"]["TotalRequests"] == COUNTER_MAX
         assert stats["Daily"][0]["Bandwidth"] == stats["Daily"][1]["Bandwidth"] == COUNTER_MAX
         assert stats["TopAssets"] == [{"Path": "/a/v1/x.svg", "Requests": COUNTER_MAX}]
         assert stats["GeoDistribution"] == [{"CountryCode": "US", "Requests": COUNTER_MAX}]
-        assert (await store.insights_summary(7, now=NOW))["TotalBandwidthBytes"] == COUNTER_MAX
-        assert (await store.errors(7, now=NOW))["Errors"][0]["Count"] == COUNTER_MAX
-        assert (await store.asset_report("a/v1/x.svg", 7, now=NOW))["Errors"] == {"404": COUNTER_MAX}
-        assert (await store.analytics_report(7, now=NOW))["data"][0]["bandwidth"]["bytes"] == COUNTER_MAX
+        assert (await store.reports.insights_summary(7, now=NOW))["TotalBandwidthBytes"] == COUNTER_MAX
+        assert (await store.reports.errors(7, now=NOW))["Errors"][0]["Count"] == COUNTER_MAX
+        assert (await store.reports.asset_report("a/v1/x.svg", 7, now=NOW))["Errors"] == {"404": COUNTER_MAX}
+        assert (await store.reports.analytics_report(7, now=NOW))["data"][0]["bandwidth"]["bytes"] == COUNTER_MAX
         async with aiosqlite.connect(path) as db:  # the rows the new hits touched were brought back to the cap
             rows = await db.execute_fetchall("SELECT bytes, hits FROM analytics_daily_zone WHERE zone = 'a' "
                                              "AND date = '2026-04-10'")
@@ -391,16 +391,16 @@ async def test_a_store_from_before_top_assets_counted_deliveries_is_migrated(tmp
     store = AnalyticsStore(path)
     await store.open()
     try:
-        assert (await store.top_assets(7, 10, now=NOW))["Assets"] == [{"Path": "/" + LOGO, "Requests": 3}]
-        assert (await store.asset_report(LOGO, 1, now=NOW))["TotalRequests"] == 5
+        assert (await store.reports.top_assets(7, 10, now=NOW))["Assets"] == [{"Path": "/" + LOGO, "Requests": 3}]
+        assert (await store.reports.asset_report(LOGO, 1, now=NOW))["TotalRequests"] == 5
         await store.record_hits([hit(BANNER)])
-        assert (await store.top_assets(7, 10, now=NOW))["Assets"][1] == {"Path": "/" + BANNER, "Requests": 1}
+        assert (await store.reports.top_assets(7, 10, now=NOW))["Assets"][1] == {"Path": "/" + BANNER, "Requests": 1}
     finally:
         await store.close()
     reopened = AnalyticsStore(path)  # the migration runs once
     await reopened.open()
     try:
-        assert (await reopened.top_assets(7, 10, now=NOW))["Assets"][0] == {"Path": "/" + LOGO, "Requests": 3}
+        assert (await reopened.reports.top_assets(7, 10, now=NOW))["Assets"][0] == {"Path": "/" + LOGO, "Requests": 3}
     finally:
         await reopened.close()
 
