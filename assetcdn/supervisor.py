@@ -1,0 +1,390 @@
+"""`assetcdn up`: control plus N edges as child processes, supervised until told to stop.
+
+Each process is started as a child (`python -m assetcdn.control`, `python -m assetcdn.edge`); this module
+never imports them, so the edge and control stay separable onto other hosts. It checks the ports first
+(naming each taken one with its flag and setting), locks the data directory, waits for every child's
+health (asked with this run's id, so another install answering on the same port is not mistaken for
+ours), restarts a child that crashes (giving up on a crash loop, or at once when a child cannot listen),
+and stops them all on a signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from assetcdn.shared.config import load_settings
+from assetcdn.shared.dashboard_url import dashboard_url
+from assetcdn.shared.process import (
+    EXIT_CANNOT_LISTEN,
+    EXIT_DEADLINE_S,
+    RUN_ID_ENV,
+    RUN_ID_HEADER,
+    become_subreaper,
+    die_with_parent,
+    port_in_use,
+)
+from assetcdn.shared.secrets import (
+    SECRETS_FILE,
+    load_or_create_secrets,
+    private_umask,
+)
+
+HEALTH_TIMEOUT_S = 60.0
+MAX_RESTARTS = 5
+CRASH_WINDOW_S = 60.0
+# The keys a user passes to the API (named in `up`'s output); the internal secrets are never mentioned.
+USER_KEYS = ("ASSETCDN_ACCESS_KEY", "ASSETCDN_ACCOUNT_KEY", "ASSETCDN_PURGE_KEY", "ASSETCDN_ANALYTICS_KEY",
+             "ASSETCDN_METRICS_KEY", "ASSETCDN_DASHBOARD_SECRET")
+STOP_GRACE_S = EXIT_DEADLINE_S + 2.0  # a child stops by itself within this, or it is killed
+KILL_WAIT_S = 5.0                     # for SIGKILLed processes to disappear
+LOCK_FILE = "up.lock"
+
+
+def say(text: str, *, error: bool = False) -> None:
+    stream = sys.stderr if error else sys.stdout
+    stream.write(text + "\n")
+    stream.flush()
+
+
+class StartupFailed(Exception):
+    """`assetcdn up` cannot bring the cluster up; the message says why and what to do."""
+
+
+class _StopRequest:
+    """The SIGTERM/SIGINT handler of `assetcdn up`: it only records the request, which the waiting loops
+    look at. It never raises, so a second signal can never interrupt stopping the children."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        if self.requested:
+            # os.write, not print: the main thread may be in the middle of writing to the same stream.
+            os.write(2, f"assetcdn: already stopping (children that have not stopped within "
+                        f"{STOP_GRACE_S:.0f}s are killed)\n".encode())
+            return
+        self.requested = True
+
+
+OURS, OTHER, DOWN = "ours", "other", "down"
+
+# What moves each kind of port `up` listens on: its flag, and its setting (section, key), which the environment
+# variable ASSETCDN_<SECTION>_<KEY> also sets. Edge i listens on the edge (and https) port + i.
+PORT_CHOICES = {
+    "control": ("--control-port", "server", "control_port"),
+    "dashboard": ("--dashboard-port", "server", "dashboard_port"),
+    "edge": ("--edge-port", "server", "edge_port"),
+    "https": ("--https-port", "tls", "https_port"),
+}
+
+
+@dataclass(frozen=True)
+class Listener:
+    """A port one of `up`'s children listens on: `label` names it in messages, `kind` says what moves it."""
+
+    label: str
+    port: int
+    kind: str
+
+    def how_to_move(self) -> str:
+        flag, section, key = PORT_CHOICES[self.kind]
+        return f"{flag} or ASSETCDN_{section.upper()}_{key.upper()} ([{section}] {key})"
+
+    def taken(self, host: str) -> str:
+        return (f"{self.label} port {self.port} on {host} is already in use; "
+                f"choose another with {self.how_to_move()}")
+
+
+def _listeners(edge_port: int, control_port: int, dashboard_port: int, https_port: int,
+               edges: int) -> list[list[Listener]]:
+    """The ports of each child, in the order the children start: control (its API and the dashboard), then
+    edge i (its plain port and, with https, its https port)."""
+    children = [[Listener("control", control_port, "control"), Listener("dashboard", dashboard_port, "dashboard")]]
+    for i in range(edges):
+        children.append([Listener(f"edge-{i}", edge_port + i, "edge"),
+                         *([Listener(f"edge-{i} https", https_port + i, "https")] if https_port else [])])
+    return children
+
+
+def _probe(url: str, run_id: str) -> str:
+    """OURS when this run's child answers healthy, DOWN when nothing (or our child, not ready yet)
+    answers, OTHER when a process this run did not start answers on that address."""
+    request = urllib.request.Request(url + "/api/health", headers={RUN_ID_HEADER: run_id})
+    try:
+        with urllib.request.urlopen(request, timeout=2) as resp:  # noqa: S310 (loopback/operator URL)
+            return OURS if resp.headers.get(RUN_ID_HEADER) == run_id else OTHER
+    except urllib.error.HTTPError as exc:
+        return DOWN if exc.headers.get(RUN_ID_HEADER) == run_id else OTHER
+    except (urllib.error.URLError, OSError):
+        return DOWN
+
+
+def _exit_reason(label: str, status: int, host: str, ports: list[Listener]) -> str:
+    """Why a child ended; a child that could not listen is told apart by the port another program holds now
+    (control listens on two), named with what moves it."""
+    if status != EXIT_CANNOT_LISTEN:
+        return f"{label} exited early with status {status}"
+    if taken := [port for port in ports if port_in_use(host, port.port)]:
+        return f"{label} cannot listen: " + "; ".join(port.taken(host) for port in taken)
+    named = " or ".join(f"{port.label} port {port.port} ({port.how_to_move()})" for port in ports)
+    return f"{label} cannot listen on its {named} (see its message above): another program held it"
+
+
+def _wait_healthy(urls: list[str], processes: list[subprocess.Popen[bytes]], labels: list[str],
+                  listeners: list[list[Listener]], host: str, run_id: str, stop: _StopRequest,
+                  timeout_s: float) -> bool:
+    """Wait until every URL is answered healthy by this run's own child; False if a stop was requested."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(urls)
+    while pending and not stop.requested:
+        for process, label, ports in zip(processes, labels, listeners, strict=False):
+            if process.poll() is not None:
+                raise StartupFailed(_exit_reason(label, process.returncode, host, ports))
+        waiting = []
+        for url in pending:
+            state = _probe(url, run_id)
+            if state == OTHER:
+                raise StartupFailed(f"{url} is answered by a process this `assetcdn up` did not start: "
+                                    "another install or program uses that port")
+            if state == DOWN:
+                waiting.append(url)
+        pending = waiting
+        if pending and time.monotonic() > deadline:
+            raise StartupFailed(f"not healthy after {timeout_s:.0f}s: {', '.join(pending)}")
+        if pending:
+            time.sleep(0.2)
+    return not stop.requested
+
+
+def _chat_ready(control_url: str, run_id: str) -> bool:
+    """Whether this run's control says its chat answers without warming up (a control that does not say
+    counts as ready)."""
+    request = urllib.request.Request(control_url + "/api/health", headers={RUN_ID_HEADER: run_id})
+    try:
+        with urllib.request.urlopen(request, timeout=2) as resp:  # noqa: S310 (loopback/operator URL)
+            body = resp.read()
+    except urllib.error.HTTPError as exc:
+        body = exc.read()   # degraded (503) still says whether the chat is ready
+    except (urllib.error.URLError, OSError):
+        return False
+    try:
+        return bool(json.loads(body).get("chat", "ready") == "ready")
+    except (ValueError, AttributeError):
+        return False
+
+
+def _wait_chat_ready(control_url: str, run_id: str, stop: _StopRequest, timeout_s: float) -> None:
+    """`up` is announced once the first chat question is answered at once; a chat still loading after
+    `timeout_s` is said, not fatal (everything else works, and it answers when it is ready)."""
+    deadline = time.monotonic() + timeout_s
+    while not stop.requested and not _chat_ready(control_url, run_id):
+        if time.monotonic() > deadline:
+            say("assetcdn up: the chat is still loading its documentation vectors; it answers once they are ready",
+                 error=True)
+            return
+        time.sleep(0.2)
+
+
+def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    # Its own process group: when it stops, whatever it started (edge workers) can be killed with it.
+    return subprocess.Popen([sys.executable, *args], env=env, process_group=0,  # noqa: PLW1509
+                            preexec_fn=die_with_parent)
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: signal.Signals) -> None:
+    try:
+        os.killpg(process.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL what is left of a child's process group (the child, its workers) and reap all of it."""
+    _signal_group(process, signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + KILL_WAIT_S
+    while True:
+        try:  # orphaned workers are re-parented to this process (a subreaper): reap them
+            while os.waitpid(-process.pid, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+        try:
+            os.killpg(process.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        if time.monotonic() > deadline:
+            say(f"processes of group {process.pid} are still there {KILL_WAIT_S:.0f}s after SIGKILL", error=True)
+            return
+        time.sleep(0.02)
+
+
+def _stop(processes: list[subprocess.Popen[bytes]], labels: list[str]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+            _signal_group(process, signal.SIGCONT)  # a suspended child handles its SIGTERM and stops cleanly
+    deadline = time.monotonic() + STOP_GRACE_S
+    for process, label in zip(processes, labels, strict=False):
+        try:
+            process.wait(timeout=max(deadline - time.monotonic(), 0))
+        except subprocess.TimeoutExpired:
+            say(f"{label} did not stop within {STOP_GRACE_S:.0f}s; killing it", error=True)
+        _kill_group(process)
+
+
+def _stop_all(processes: list[subprocess.Popen[bytes]], labels: list[str]) -> None:
+    """Edges first (they hand their last access records to control), then control. Each has
+    STOP_GRACE_S to stop by itself; then its whole process group is killed. Nothing is left behind."""
+    _stop(processes[1:], labels[1:])
+    _stop(processes[:1], labels[:1])
+
+
+def _lock_data_dir(data_dir: Path) -> int:
+    """Hold a lock on the data directory for as long as this `assetcdn up` runs: two installs must never
+    share one repository and database. Returns the lock's file descriptor (released at exit)."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise StartupFailed(f"assetcdn up is already running on {data_dir} (pid {holder})") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _keys_notice(secrets_path: Path, generated: list[str]) -> str:
+    """Where the keys are, by name only: output of `up` ends up in logs, so no key value is ever printed."""
+    if not generated:
+        return f"Keys: from the environment or {secrets_path}"
+    user_keys = [name for name in generated if name in USER_KEYS]
+    named = f" ({', '.join(user_keys)})" if user_keys else ""
+    return (f"Generated keys{named} are in {secrets_path} (mode 0600); they are not printed. "
+            f"Load them with: set -a; . {secrets_path}; set +a")
+
+
+def _ports_taken(host: str, listeners: list[list[Listener]]) -> bool:
+    """Say which ports another program holds, each with what moves it; True if any."""
+    taken = [port for ports in listeners for port in ports if port_in_use(host, port.port)]
+    for port in taken:
+        say(f"assetcdn up: {port.taken(host)}", error=True)
+    if taken:
+        say(f"assetcdn up: another install or program is using {'it' if len(taken) == 1 else 'them'}: "
+             "stop that one, or choose free ports as said", error=True)
+    return bool(taken)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    settings = load_settings(args.config)
+    host = args.host or settings.get("server", "host")
+    edge_port = args.edge_port or settings.get("server", "edge_port")
+    control_port = args.control_port or settings.get("server", "control_port")
+    dashboard_port = args.dashboard_port or settings.get("server", "dashboard_port")
+    data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
+    https_port = args.https_port if args.https_port is not None else int(settings.get("tls", "https_port"))
+    listeners = _listeners(edge_port, control_port, dashboard_port, https_port, args.edges)
+    every_port = [port.port for ports in listeners for port in ports]
+    if len(set(every_port)) < len(every_port):
+        say("assetcdn up: control, dashboard, edge and https ports must all differ: choose them with "
+             "--control-port, --dashboard-port, --edge-port and --https-port", error=True)
+        return 1
+    if args.check_ports:  # before a long setup (`make run`): nothing is written, nothing started
+        return 1 if _ports_taken(host, listeners) else 0
+    private_umask()  # everything control and the edges create under the data dir is the owner's only
+    first_start = not (data_dir / "repo.git").exists()
+    try:
+        _lock_data_dir(data_dir)  # before anything is read or written there
+    except StartupFailed as exc:
+        say(f"assetcdn up: {exc}", error=True)
+        return 1
+    if _ports_taken(host, listeners):
+        return 1
+    secrets, generated = load_or_create_secrets(data_dir)
+    labels = ["control", *(f"edge-{i}" for i in range(args.edges))]
+    become_subreaper()
+    run_id = os.urandom(8).hex()  # the children echo it from /api/health: how `up` knows they are its own
+    env = {**os.environ, **secrets.as_env(), "ASSETCDN_SERVER_EDGE_PORT": str(edge_port),
+           "ASSETCDN_SERVER_DASHBOARD_PORT": str(dashboard_port), "ASSETCDN_SERVER_HOST": host, RUN_ID_ENV: run_id}
+    if args.config:
+        env["ASSETCDN_CONFIG"] = str(Path(args.config).resolve())
+    control_url = f"http://{host}:{control_port}"
+    demo = ["--demo"] if first_start and not args.no_demo else []
+    commands = [["-m", "assetcdn.control", "--data-dir", str(data_dir), "--host", host, "--port", str(control_port), *demo]]
+    edge_urls = []
+    for i in range(args.edges):
+        port = edge_port + i
+        commands.append(["-m", "assetcdn.edge", "--control-url", control_url, "--name", f"edge-{i}", "--host", host,
+                         "--port", str(port), "--workers", str(args.workers), "--data-dir", str(data_dir),
+                         *(["--https-port", str(https_port + i)] if https_port else [])])
+        edge_urls.append(f"http://{host}:{port}")
+    processes: list[subprocess.Popen[bytes]] = []
+    stop = _StopRequest()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        processes.append(_spawn(commands[0], env))
+        if not _wait_healthy([control_url], processes, labels, listeners, host, run_id, stop, HEALTH_TIMEOUT_S):
+            return 0
+        commands[0] = [a for a in commands[0] if a != "--demo"]  # a restarted control must not re-seed
+        processes.extend(_spawn(command, env) for command in commands[1:])
+        if not _wait_healthy(edge_urls, processes, labels, listeners, host, run_id, stop, HEALTH_TIMEOUT_S):
+            return 0
+        _wait_chat_ready(control_url, run_id, stop, HEALTH_TIMEOUT_S)
+        if stop.requested:
+            return 0
+        # One write: whoever reads the output (a log shipper, a script waiting for "assetcdn is up") sees the
+        # whole banner at once, never the first line without the others.
+        banner = [f"assetcdn is up: {edge_urls[0]}  (control {control_url}; edges {', '.join(edge_urls)})"]
+        if https_port:
+            banner.append(f"HTTPS: https://{host}:{https_port}"
+                          + (f" to :{https_port + args.edges - 1}" if args.edges > 1 else ""))
+        banner.append(_keys_notice(data_dir / SECRETS_FILE, generated))
+        dashboard = dashboard_url(settings.with_overrides("server", host=host, dashboard_port=dashboard_port))
+        banner.append(f"Dashboard: {dashboard}/dashboard/ (its own origin; "
+                      "sign in with ASSETCDN_DASHBOARD_SECRET)")
+        say("\n".join(banner))
+        return _supervise(processes, commands, labels, listeners, host, env, stop)
+    except StartupFailed as exc:
+        say(f"assetcdn up: {exc}", error=True)
+        return 1
+    finally:
+        _stop_all(processes, labels)
+
+
+def _supervise(processes: list[subprocess.Popen[bytes]], commands: list[list[str]], labels: list[str],
+               listeners: list[list[Listener]], host: str, env: dict[str, str], stop: _StopRequest) -> int:
+    """Restart a child that dies (an edge that crashed catches up on what it missed) until a stop is
+    requested; give up on a crash loop, or at once when a child can no longer listen on its port."""
+    restarts: list[float] = []
+    while not stop.requested:
+        for index, process in enumerate(processes):
+            if stop.requested or process.poll() is None:
+                continue
+            _kill_group(process)  # whatever it left (edge workers) goes too, and frees its port
+            if process.returncode == EXIT_CANNOT_LISTEN:
+                reason = _exit_reason(labels[index], process.returncode, host, listeners[index])
+                say(f"assetcdn up: {reason}; stopping", error=True)
+                return 1
+            now = time.monotonic()
+            restarts = [t for t in restarts if now - t < CRASH_WINDOW_S] + [now]
+            if len(restarts) > MAX_RESTARTS:
+                say(f"children keep exiting ({len(restarts)} restarts in {CRASH_WINDOW_S:.0f}s); stopping", error=True)
+                return 1
+            say(f"{labels[index]} exited with status {process.returncode}; restarting", error=True)
+            processes[index] = _spawn(commands[index], env)
+        time.sleep(0.5)
+    return 0
