@@ -34,7 +34,6 @@ import numpy as np  # noqa: E402
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
 from assetcdn.control.app import create_app  # noqa: E402
-from assetcdn.control.app_keys import SEARCH_INDEX  # noqa: E402
 from assetcdn.control.search import engine as search_engine  # noqa: E402
 from assetcdn.control.search.asset_text import describe  # noqa: E402
 from assetcdn.control.search.calibration import EDGE_OF_UNRELATED, calibrate  # noqa: E402
@@ -42,6 +41,7 @@ from assetcdn.control.search.encoder import load_packaged_model  # noqa: E402
 from assetcdn.control.search.engine import FuzzyCatalog, SearchAnswer, align, rank  # noqa: E402
 from assetcdn.control.search.fuzzy import FuzzyDocument, fuzzy_scores  # noqa: E402
 from assetcdn.control.search.index import VectorSnapshot  # noqa: E402
+from assetcdn.control.search.service import SEARCH_INDEX  # noqa: E402
 from assetcdn.shared.config import load_settings  # noqa: E402
 from assetcdn.shared.manifest import make_entry  # noqa: E402
 from assetcdn.shared.secrets import Secrets  # noqa: E402

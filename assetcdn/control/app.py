@@ -2,61 +2,30 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from assetcdn.control.acme.issuer import open_issuer
-from assetcdn.control.ai.analysis import AiVisionSettings, ImageAnalysis
-from assetcdn.control.analytics.ingest import SeenBatches
-from assetcdn.control.analytics.store import AnalyticsStore
-from assetcdn.control.analytics.zones import known_zones
+from assetcdn.control.acme.service import acme_context
+from assetcdn.control.ai.service import ai_context
+from assetcdn.control.analytics.service import TRACK_LIMITER, analytics_context
 from assetcdn.control.app_keys import (
-    ANALYTICS,
-    ANALYTICS_BATCHES,
-    AUDIT,
-    CERTIFICATES,
-    CHAT,
-    CHAT_LIMITER,
-    CHAT_QUOTA,
     COUNTERS,
     DASHBOARD,
     DATA_DIR,
-    DB,
     DEMO,
-    EDGE_CONFIG,
-    GIT,
-    MANIFEST,
-    PASSKEYS,
-    PUBLISHER,
-    REGISTRY,
-    REQUEST_LOG,
-    SEARCH,
-    SEARCH_INDEX,
-    SEARCH_LIMITER,
     SECRETS,
-    SESSION_SCOPES,
-    SESSIONS,
     SETTINGS,
-    SIGN_IN,
-    TOKENS,
-    TRACK_LIMITER,
-    VIDEO_INGEST,
-    ZONES,
-    public_url_of,
 )
-from assetcdn.control.chat.setup import open_chat
+from assetcdn.control.chat.service import CHAT_LIMITER, chat_context
 from assetcdn.control.identity.auth import (
-    AUTHENTICATOR,
     ROUTE_ACCESS,
     Access,
-    Authenticator,
     Key,
     auth_middleware,
     credentials,
@@ -68,21 +37,13 @@ from assetcdn.control.identity.dashboard_origin import (
     dashboard_origin_middleware,
     stored_bytes_inert,
 )
-from assetcdn.control.identity.login_attempts import CounterAttemptLimiter
-from assetcdn.control.identity.passkeys.ceremony import PasskeyCeremonies, user_handle
-from assetcdn.control.identity.passkeys.store import PasskeyStore, PendingChallenges
 from assetcdn.control.identity.rate_limit import SharedRateLimiter
-from assetcdn.control.identity.session import SessionBook
-from assetcdn.control.identity.signin import SignIn
-from assetcdn.control.identity.tokens import TokenStore
-from assetcdn.control.publishing.demo import install_demo
-from assetcdn.control.publishing.edge_registry import EdgeRegistry
-from assetcdn.control.publishing.publisher import Publisher
-from assetcdn.control.records.audit import AuditLog
+from assetcdn.control.identity.service import SESSION_SCOPES, identity_context
+from assetcdn.control.publishing.service import publishing_context
 from assetcdn.control.records.client_ip import TRUSTED_PROXIES, trusted_proxies
 from assetcdn.control.records.recording import ROUTE_AUDIT, audit_middleware, request_log_middleware
 from assetcdn.control.records.request_log import RequestLog
-from assetcdn.control.records.retention import prune_forever
+from assetcdn.control.records.service import REQUEST_LOG, records_context
 from assetcdn.control.routes import (
     ai,
     analytics,
@@ -106,23 +67,17 @@ from assetcdn.control.routes import (
     webhooks,
     zones,
 )
-from assetcdn.control.search.setup import open_search
-from assetcdn.control.storage.database import Database, open_database
-from assetcdn.control.storage.edge_config_store import EdgeConfigStore
-from assetcdn.control.storage.git_store import GitStore
-from assetcdn.control.storage.manifest_store import ManifestStore
-from assetcdn.control.storage.zones_store import ZoneStore
-from assetcdn.control.video.ingest import DEMO_VIDEO_CACHE, VideoIngester
+from assetcdn.control.search.service import SEARCH_LIMITER, search_context
+from assetcdn.control.storage.service import storage_context
+from assetcdn.control.video.service import video_context
 from assetcdn.control.webhooks.service import webhooks_context
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
 from assetcdn.shared.config import Settings
 from assetcdn.shared.counter_store import counters_from_settings
 from assetcdn.shared.dashboard_url import dashboard_url
-from assetcdn.shared.hls import VIDEOS
 from assetcdn.shared.limits import (
     analytics_track_per_client,
     chat_per_client,
-    login_failures_per_client,
     search_per_client,
 )
 from assetcdn.shared.metrics import (
@@ -266,108 +221,19 @@ async def _not_found(request: web.Request) -> web.StreamResponse:
     raise web.HTTPNotFound()
 
 
-async def _open_resources(app: web.Application, opened: contextlib.AsyncExitStack) -> None:
-    """Open what the control plane holds (git, SQLite, stores, edge registry, background tasks),
-    registering each one's closing on `opened` as soon as it is open."""
-    data_dir = app[DATA_DIR]
-    settings = app[SETTINGS]
-    opened.push_async_callback(app[COUNTERS].close)
-    git = GitStore(data_dir / "repo.git")
-    opened.callback(git.close)
-    db = await open_database(data_dir / "control.sqlite3",
-                             busy_timeout_ms=settings.get("control", "sqlite_busy_timeout_ms"))
-    opened.push_async_callback(db.close)
-    await _restore_damaged_branch(git, db)
-    manifest = ManifestStore(git, db)
-    await manifest.load()
-    metrics = app[METRICS]
-    registry = EdgeRegistry(
-        app[SECRETS].cluster_secret, settings.get("control", "edge_timeout_s"),
-        observe=lambda kind, edge, seconds: metrics.propagation_seconds.labels(kind, edge).observe(seconds))
-    await registry.start()
-    opened.push_async_callback(registry.close)
-    app[GIT], app[DB], app[MANIFEST], app[REGISTRY] = git, db, manifest, registry
-    app[TOKENS] = TokenStore(db)
-    app[ZONES] = ZoneStore(db)
-    dashboard = app[DASHBOARD]
-    app[SESSIONS] = SessionBook(db, app[SECRETS].session_secret, dashboard.session_ttl_s)
-    app[AUTHENTICATOR] = Authenticator(app[SECRETS], app[TOKENS].lookup, app[SESSIONS], dashboard)
-    app[EDGE_CONFIG] = EdgeConfigStore(git, db, settings.get("domains", "base_domain"),
-                                       frozenset(domains.own_hosts(settings, dashboard.origins)))
-    app[PUBLISHER] = Publisher(git, manifest, registry, app[EDGE_CONFIG],
-                               settings.get("control", "push_wait_ms") / 1000)
-    app[CERTIFICATES] = await open_issuer(settings, public_url_of(settings), data_dir, db, registry,
-                                          app[EDGE_CONFIG], app[SECRETS].cluster_secret)
-    opened.push_async_callback(app[CERTIFICATES].close)
-    ingester = VideoIngester(git, app[PUBLISHER], data_dir / "video-work")
-    opened.push_async_callback(ingester.close)
-    app[PUBLISHER].listeners.append(ingester.on_commit)
-    app[VIDEO_INGEST] = ingester
-    demo_videos = data_dir / DEMO_VIDEO_CACHE
-    if app[DEMO] and manifest.commit_id is None:
-        await install_demo(app[PUBLISHER], app[ZONES])
-        ingester.install_demo(demo_videos)
-    elif demo_videos.is_dir() and not all(f"stocks/videos/{v}/hls/index.json" in manifest.entries for v in VIDEOS):
-        ingester.install_demo(demo_videos)  # a first start stopped before its demo videos were committed
-    metrics.manifest_generation.labels("control").set(manifest.generation)
-    analytics_store = AnalyticsStore(db, write_interval_s=float(settings.get("analytics", "write_interval_s")),
-                                     zones=known_zones(git, manifest),
-                                     paths_per_day=int(settings.get("analytics", "paths_per_zone_day")))
-    await analytics_store.open()
-    opened.push_async_callback(analytics_store.close)
-    app[ANALYTICS], app[ANALYTICS_BATCHES] = analytics_store, SeenBatches()
-    app[AUDIT] = AuditLog(db)
-    await app[AUDIT].open()
-    image_analysis = ImageAnalysis(git, lambda: manifest.entries, db,
-                                   AiVisionSettings.from_section(settings.section("ai_vision")), app[COUNTERS])
-    await image_analysis.open()
-    opened.push_async_callback(image_analysis.close)
-    app[ai.IMAGE_ANALYSIS] = image_analysis
-    request_log = app[REQUEST_LOG]
-    await request_log.open(db)
-    opened.push_async_callback(request_log.close)
-    app[PASSKEYS] = PasskeyCeremonies(dashboard, PasskeyStore(db), PendingChallenges(),
-                                      user_handle(app[SECRETS].session_secret))
-    app[SIGN_IN] = SignIn(app[SECRETS].dashboard_secret,
-                          CounterAttemptLimiter(app[COUNTERS], login_failures_per_client(settings)),
-                          app[SESSIONS], app[PASSKEYS], app[AUDIT])
-    pruning = asyncio.create_task(prune_forever([("analytics", analytics_store.prune),
-                                                 ("audit", app[AUDIT].prune),
-                                                 ("request log", request_log.prune)]))
-    opened.push_async_callback(_cancel, pruning)
-    app[SEARCH_INDEX], app[SEARCH] = await open_search(settings, db, manifest, app[PUBLISHER],
-                                                       alt_text=image_analysis.alt_text_for)
-    image_analysis.alt_text_listeners.append(lambda path: app[SEARCH_INDEX].refresh([path]))
-    opened.push_async_callback(app[SEARCH_INDEX].close)
-    opened.callback(app[SEARCH].close)
-    app[CHAT_QUOTA], app[CHAT], chat_session = open_chat(settings, app[COUNTERS], app[SEARCH])
-    opened.push_async_callback(chat_session.close)
-    app[CHAT].retriever.start()  # the documentation vectors, in the background (health says when ready)
-    opened.push_async_callback(app[CHAT].retriever.close)
-
-
-async def _restore_damaged_branch(git: GitStore, db: Database) -> None:
-    """A `main` that names no readable commit goes back to the newest commit a manifest generation
-    recorded: every acknowledged write has one (assetcdn/control/publishing/publisher.py records it before answering)."""
-    if not await git.run(git.branch_damaged):
-        return
-    rows = await db.fetch("SELECT commit_id FROM manifest_generations WHERE commit_id != '' ORDER BY generation DESC")
-    known = list(dict.fromkeys(row[0] for row in rows))
-    await git.run(git.restore_branch, known)
-
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+# Each package's context, in the order they open (each needs what those before it opened); they close
+# in reverse, and a failing start or close still closes the rest: an aiosqlite connection left open keeps
+# a non-daemon thread that would hold the process alive after it was told to stop.
+PACKAGES: tuple[Callable[[web.Application], contextlib.AbstractAsyncContextManager[None]], ...] = (
+    storage_context, publishing_context, records_context, identity_context, acme_context, video_context,
+    analytics_context, ai_context, search_context, chat_context, webhooks_context,
+)
 
 
 async def _resources(app: web.Application) -> AsyncIterator[None]:
-    """Everything `_open_resources` opened is closed on shutdown, in reverse order, and a failing start
-    or close still closes the rest: an aiosqlite connection left open keeps a non-daemon thread that
-    would hold the process alive after it was told to stop."""
     async with contextlib.AsyncExitStack() as opened:
-        await _open_resources(app, opened)
+        for package in PACKAGES:
+            await opened.enter_async_context(package(app))
         yield
 
 
@@ -416,6 +282,5 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     # Unknown /api/... paths: 404 in the standard envelope (the envelope middleware renders it).
     app.router.add_route("*", "/api/{tail:.*}", _not_found)
     app.cleanup_ctx.append(_resources)
-    app.cleanup_ctx.append(webhooks_context)  # after _resources: it needs the database and the publisher
     app.on_shutdown.append(_end_log_streams)
     return app

@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import BaseTestServer, TestServer
 
-from assetcdn.control.app_keys import VIDEO_INGEST
 from assetcdn.control.video.demo import write_synthetic_video
+from assetcdn.control.video.service import VIDEO_INGEST
 from tests.browser.headless_chromium import find_chromium
 from tests.browser.player_page import player_app
 from tests.edge.routes.conftest import CdnFactory, make_cdn, wait_until

@@ -29,8 +29,10 @@ import assetcdn.control.app  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
 from assetcdn.control.analytics.hits import Hit
-from assetcdn.control.app_keys import ANALYTICS, REGISTRY, VIDEO_INGEST
+from assetcdn.control.analytics.service import ANALYTICS
+from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.control.video.demo import write_synthetic_video
+from assetcdn.control.video.service import VIDEO_INGEST
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
 from assetcdn.shared.config import load_settings

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from assetcdn.control.app_keys import SESSIONS
+from assetcdn.control.identity.service import SESSIONS
 from tests.browser.conftest import loopback_listener, serve_dashboard
 from tests.browser.headless_chromium import HeadlessChromium
 from tests.control.conftest import ACCOUNT

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app_keys import GIT
+from assetcdn.control.storage.service import GIT
 from assetcdn.shared.cluster import PREFIX, sign_request
 from tests.control.conftest import ACCOUNT, METRICS, SECRETS
 from tests.control.expect import expect_error

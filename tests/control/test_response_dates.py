@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app_keys import DB
+from assetcdn.control.storage.service import DB
 from tests.control.conftest import ACCESS, ACCOUNT
 
 ONE_FORM = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")

@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app_keys import PUBLISHER
+from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.routes.zones import zone_scaffold
 from assetcdn.shared.cluster import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS, control_with_zone

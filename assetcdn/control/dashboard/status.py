@@ -14,8 +14,10 @@ from typing import Any
 
 from aiohttp import web
 
-from assetcdn.control.app_keys import DASHBOARD, MANIFEST, REGISTRY, public_url
+from assetcdn.control.app_keys import DASHBOARD, public_url
+from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.control.routes.health import control_checks
+from assetcdn.control.storage.service import MANIFEST
 from assetcdn.shared import API_VERSION
 from assetcdn.shared.timestamps import from_unix, utc_now_iso
 

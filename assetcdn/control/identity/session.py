@@ -22,6 +22,15 @@ from dataclasses import dataclass
 
 from assetcdn.control.storage.database import Database
 
+# Sessions signed out before they expire (created at start by assetcdn/control/identity/service.py).
+SCHEMA = """
+DROP TABLE IF EXISTS login_attempts;
+CREATE TABLE IF NOT EXISTS ended_sessions (
+    nonce TEXT PRIMARY KEY,
+    expires INTEGER NOT NULL
+);
+"""
+
 SESSION_COOKIE = "cdn_session"
 LOGGED_IN_COOKIE = "cdn_logged_in"
 SESSION_TTL_S = 7 * 24 * 3600

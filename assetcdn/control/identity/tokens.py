@@ -18,6 +18,21 @@ from assetcdn.control.storage.database import Database
 from assetcdn.shared.errors import ApiError, bad_request
 from assetcdn.shared.timestamps import utc_now_iso
 
+# The tokens' table (created at start by the identity package, assetcdn/control/identity/service.py).
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tokens (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    prefix TEXT NOT NULL,
+    hash TEXT NOT NULL UNIQUE,
+    scopes TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    expires_at TEXT,
+    last_used_at TEXT,
+    revoked_at TEXT
+);
+"""
+
 log = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "cdnsk_"

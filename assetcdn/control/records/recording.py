@@ -18,10 +18,10 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from assetcdn.control.app_keys import AUDIT, REQUEST_LOG
 from assetcdn.control.identity.auth import PRINCIPAL
 from assetcdn.control.records.client_ip import request_ip
 from assetcdn.control.records.request_log import control_entry
+from assetcdn.control.records.service import AUDIT, REQUEST_LOG
 from assetcdn.shared.cluster import PREFIX
 from assetcdn.shared.middleware import REQUEST_ID
 

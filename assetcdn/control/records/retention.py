@@ -8,8 +8,9 @@ Each store's ``prune`` knows its own window.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -29,3 +30,15 @@ async def prune_forever(prunes: Sequence[tuple[str, Prune]], interval_s: float =
                 if removed:
                     log.info("pruned %d expired %s rows", removed, name)
         await asyncio.sleep(interval_s)
+
+
+@contextlib.asynccontextmanager
+async def pruning(prunes: Sequence[tuple[str, Prune]]) -> AsyncIterator[None]:
+    """`prune_forever` in the background while the context is open (a package's cleanup context)."""
+    task = asyncio.create_task(prune_forever(prunes))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

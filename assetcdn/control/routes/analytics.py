@@ -31,16 +31,12 @@ from assetcdn.control.analytics.ingest import (
     node_of,
 )
 from assetcdn.control.analytics.params import ANALYTICS_DAYS_MAXIMUM, parse_days
-from assetcdn.control.app_keys import (
-    ANALYTICS,
-    ANALYTICS_BATCHES,
-    REQUEST_LOG,
-    SETTINGS,
-    TRACK_LIMITER,
-)
+from assetcdn.control.analytics.service import ANALYTICS, ANALYTICS_BATCHES, TRACK_LIMITER
+from assetcdn.control.app_keys import SETTINGS
 from assetcdn.control.identity.auth import AUTHENTICATOR, Key, credentials
 from assetcdn.control.identity.rate_limit import Decision, client_key, rate_headers
 from assetcdn.control.records.client_ip import request_ip
+from assetcdn.control.records.service import REQUEST_LOG
 from assetcdn.control.request_body import read_body
 from assetcdn.shared.errors import LegacyError, bad_request
 from assetcdn.shared.middleware import json_response

@@ -8,7 +8,8 @@ import posixpath
 import orjson
 from aiohttp import web
 
-from assetcdn.control.app_keys import MANIFEST, public_url
+from assetcdn.control.app_keys import public_url
+from assetcdn.control.storage.service import MANIFEST
 from assetcdn.shared.errors import bad_request, not_found
 from assetcdn.shared.manifest import ManifestEntry, human_size
 from assetcdn.shared.middleware import json_response

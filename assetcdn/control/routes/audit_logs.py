@@ -7,8 +7,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from assetcdn.control.analytics.params import parse_days, parse_limit
-from assetcdn.control.app_keys import AUDIT
 from assetcdn.control.records.audit import DAYS_DEFAULT, DAYS_MAXIMUM, LIMIT_DEFAULT, LIMIT_MAXIMUM
+from assetcdn.control.records.service import AUDIT
 from assetcdn.shared.errors import bad_request
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.timestamps import utc_now_iso

@@ -13,8 +13,8 @@ import logging
 import orjson
 from aiohttp import web
 
-from assetcdn.control.app_keys import CHAT, CHAT_LIMITER, CHAT_QUOTA
 from assetcdn.control.chat.conversation import parse_question
+from assetcdn.control.chat.service import CHAT, CHAT_LIMITER, CHAT_QUOTA
 from assetcdn.control.chat.sse import HEADERS, frame
 from assetcdn.control.identity.rate_limit import client_key, rate_headers
 from assetcdn.control.records.client_ip import request_ip

@@ -16,15 +16,10 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from assetcdn.control.app_keys import (
-    CERTIFICATES,
-    EDGE_CONFIG,
-    GIT,
-    MANIFEST,
-    REGISTRY,
-    SECRETS,
-    SETTINGS,
-)
+from assetcdn.control.acme.service import CERTIFICATES
+from assetcdn.control.app_keys import SECRETS, SETTINGS
+from assetcdn.control.publishing.service import REGISTRY
+from assetcdn.control.storage.service import EDGE_CONFIG, GIT, MANIFEST
 from assetcdn.shared.cluster import (
     CONTENT_HEADER,
     PREFIX,

@@ -21,10 +21,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from assetcdn.control.app_keys import DASHBOARD, SESSIONS, public_url
+from assetcdn.control.app_keys import DASHBOARD, public_url
 from assetcdn.control.dashboard.status import status_report
 from assetcdn.control.identity.dashboard_config import canonical_origin
 from assetcdn.control.identity.dashboard_origin import on_dashboard_listener
+from assetcdn.control.identity.service import SESSIONS
 from assetcdn.control.identity.session import SESSION_COOKIE
 from assetcdn.shared.middleware import json_response
 

@@ -18,10 +18,11 @@ from urllib.parse import parse_qs
 from aiohttp import web
 from multidict import CIMultiDict
 
-from assetcdn.control.app_keys import DASHBOARD, PASSKEYS, SESSIONS, SIGN_IN
+from assetcdn.control.app_keys import DASHBOARD
 from assetcdn.control.identity.auth import cross_origin_refusal
 from assetcdn.control.identity.dashboard_config import DashboardConfig
 from assetcdn.control.identity.login_attempts import Refused
+from assetcdn.control.identity.service import PASSKEYS, SESSIONS, SIGN_IN
 from assetcdn.control.identity.session import SESSION_COOKIE, clearing_cookies, issuing_cookies
 from assetcdn.control.identity.signin import Caller, Denied, Granted
 from assetcdn.control.records.client_ip import request_ip

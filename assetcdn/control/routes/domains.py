@@ -17,26 +17,22 @@ from __future__ import annotations
 import ipaddress
 import re
 import sqlite3
-from collections.abc import Iterable
 from typing import Any
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from assetcdn.control.acme.service import CERTIFICATES
 from assetcdn.control.acme.store import CertificateRecord
-from assetcdn.control.app_keys import (
-    CERTIFICATES,
-    DASHBOARD,
-    EDGE_CONFIG,
-    PUBLISHER,
-    REGISTRY,
-    SETTINGS,
-    public_url_of,
-)
+from assetcdn.control.app_keys import DASHBOARD, SETTINGS
+from assetcdn.control.publishing.service import PUBLISHER, REGISTRY
 from assetcdn.control.request_body import read_json
-from assetcdn.control.storage.edge_config_store import Domain, DomainLimitReached
-from assetcdn.shared.config import Settings
-from assetcdn.shared.dashboard_url import dashboard_url
+from assetcdn.control.storage.edge_config_store import (
+    Domain,
+    DomainLimitReached,
+    own_hosts,
+    url_host,
+)
+from assetcdn.control.storage.service import EDGE_CONFIG
 from assetcdn.shared.errors import ApiError, bad_request, conflict, not_found
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.timestamps import as_iso_utc, utc_now_iso
@@ -88,35 +84,11 @@ def hostname_problem(hostname: str, base_domain: str) -> str | None:
     return None
 
 
-def canonical_host(host: str) -> str:
-    """A host as domain records are kept: lower case, without the trailing dot of an absolute name."""
-    return host.strip().lower().rstrip(".")
-
-
-def _url_host(url: str) -> str:
-    return canonical_host(urlsplit(url).hostname or "")
-
-
-def own_hosts(settings: Settings, origins: Iterable[str] = ()) -> dict[str, str]:
-    """The hosts this installation answers on by configuration, each with the setting that names it: the
-    public URL's, the dashboard's (its URL and origins), control's listening host and the CNAME target."""
-    named = {
-        _url_host(public_url_of(settings)): "server.public_url",
-        canonical_host(settings.get("server", "host")): "server.host",
-        _url_host(dashboard_url(settings)): "dashboard.public_url",
-        canonical_host(settings.get("domains", "cname_target")): "domains.cname_target",
-    }
-    for origin in origins:
-        named.setdefault(_url_host(origin), "dashboard.origins")
-    named.pop("", None)
-    return named
-
-
 def _reserved_hosts(request: web.Request) -> dict[str, str]:
     """`own_hosts`, and the host of every edge registered now (the URL it announced)."""
     hosts = own_hosts(request.app[SETTINGS], request.app[DASHBOARD].origins)
     for edge in request.app[REGISTRY].edges.values():
-        hosts.setdefault(_url_host(edge.url), f"the edge {edge.name}")
+        hosts.setdefault(url_host(edge.url), f"the edge {edge.name}")
     hosts.pop("", None)
     return hosts
 

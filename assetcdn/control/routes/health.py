@@ -13,16 +13,12 @@ from typing import Any
 
 from aiohttp import web
 
-from assetcdn.control.app_keys import (
-    CERTIFICATES,
-    CHAT,
-    COUNTERS,
-    DB,
-    GIT,
-    MANIFEST,
-    REGISTRY,
-    VIDEO_INGEST,
-)
+from assetcdn.control.acme.service import CERTIFICATES
+from assetcdn.control.app_keys import COUNTERS
+from assetcdn.control.chat.service import CHAT
+from assetcdn.control.publishing.service import REGISTRY
+from assetcdn.control.storage.service import DB, GIT, MANIFEST
+from assetcdn.control.video.service import VIDEO_INGEST
 from assetcdn.shared.health import (
     ASSET_READ,
     HEALTH_HEADERS,

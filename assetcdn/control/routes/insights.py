@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from assetcdn.control.analytics.params import parse_days, parse_limit
-from assetcdn.control.app_keys import ANALYTICS
+from assetcdn.control.analytics.service import ANALYTICS
 from assetcdn.shared.errors import ApiError, bad_request
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.paths import ZONE_NAME

@@ -23,8 +23,8 @@ import orjson
 from aiohttp import web
 
 from assetcdn.control.analytics.params import parse_limit
-from assetcdn.control.app_keys import REQUEST_LOG
 from assetcdn.control.records.request_log import LEVELS, iso_now
+from assetcdn.control.records.service import REQUEST_LOG
 from assetcdn.shared.errors import bad_request
 from assetcdn.shared.middleware import json_response
 

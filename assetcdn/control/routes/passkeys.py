@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from assetcdn.control.app_keys import DASHBOARD, PASSKEYS, SIGN_IN
+from assetcdn.control.app_keys import DASHBOARD
 from assetcdn.control.identity.login_attempts import Refused
 from assetcdn.control.identity.passkeys.ceremony import PasskeyRejected, passkey_name
 from assetcdn.control.identity.passkeys.store import (
@@ -19,6 +19,7 @@ from assetcdn.control.identity.passkeys.store import (
     DuplicatePasskey,
     TooManyPasskeys,
 )
+from assetcdn.control.identity.service import PASSKEYS, SIGN_IN
 from assetcdn.control.identity.session import issuing_cookies
 from assetcdn.control.identity.signin import Denied, Granted
 from assetcdn.control.records.client_ip import request_ip

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from assetcdn.control.app_keys import GIT, PUBLISHER, ZONES
+from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.request_body import read_json
+from assetcdn.control.storage.service import GIT, ZONES
 from assetcdn.control.svg_kit.generate import generate, parse_pipeline_request
 from assetcdn.control.webhooks.events import pipeline_run
 from assetcdn.shared.errors import conflict

@@ -15,8 +15,9 @@ from urllib.parse import urlsplit
 import orjson
 from aiohttp import web
 
-from assetcdn.control.app_keys import COUNTERS, PUBLISHER, SETTINGS
+from assetcdn.control.app_keys import COUNTERS, SETTINGS
 from assetcdn.control.publishing.publisher import purge_acknowledgements
+from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.request_body import read_body
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.limits import purges_per_day

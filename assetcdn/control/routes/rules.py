@@ -15,9 +15,10 @@ from typing import Any
 
 from aiohttp import web
 
-from assetcdn.control.app_keys import EDGE_CONFIG, GIT, PUBLISHER
+from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.request_body import read_json
 from assetcdn.control.storage.git_store import NothingToCommit
+from assetcdn.control.storage.service import EDGE_CONFIG, GIT
 from assetcdn.shared.edge_rules import RULE_FILES, RulesSyntaxError, parse_rule_file
 from assetcdn.shared.errors import ApiError, bad_request
 from assetcdn.shared.middleware import json_response

@@ -12,10 +12,11 @@ import logging
 
 from aiohttp import web
 
-from assetcdn.control.app_keys import SEARCH, SEARCH_LIMITER, SETTINGS
+from assetcdn.control.app_keys import SETTINGS
 from assetcdn.control.identity.rate_limit import client_key, rate_headers
 from assetcdn.control.records.client_ip import request_ip
 from assetcdn.control.search.engine import SearchBusy, query_problem
+from assetcdn.control.search.service import SEARCH, SEARCH_LIMITER
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.middleware import json_response
 

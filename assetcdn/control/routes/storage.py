@@ -13,10 +13,12 @@ from typing import Any
 
 from aiohttp import web
 
-from assetcdn.control.app_keys import GIT, MANIFEST, PUBLISHER, SETTINGS
+from assetcdn.control.app_keys import SETTINGS
 from assetcdn.control.publishing.publisher import Published
+from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.request_body import read_body, read_json, size_text
 from assetcdn.control.storage.git_store import GitStore, NothingToCommit
+from assetcdn.control.storage.service import GIT, MANIFEST
 from assetcdn.shared.errors import (
     ApiError,
     bad_request,

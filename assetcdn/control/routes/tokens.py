@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from assetcdn.control.app_keys import SESSION_SCOPES, TOKENS
 from assetcdn.control.identity.auth import PRINCIPAL
+from assetcdn.control.identity.service import SESSION_SCOPES, TOKENS
 from assetcdn.control.identity.tokens import parse_token_request
 from assetcdn.control.request_body import read_json
 from assetcdn.shared.errors import ApiError, bad_request, not_found

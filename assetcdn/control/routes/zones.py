@@ -12,18 +12,12 @@ from typing import Any
 from aiohttp import web
 from yarl import URL
 
-from assetcdn.control.app_keys import (
-    CERTIFICATES,
-    EDGE_CONFIG,
-    GIT,
-    MANIFEST,
-    PUBLISHER,
-    SETTINGS,
-    ZONES,
-    public_url,
-)
+from assetcdn.control.acme.service import CERTIFICATES
+from assetcdn.control.app_keys import SETTINGS, public_url
 from assetcdn.control.publishing.publisher import Mutation
+from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.request_body import read_json
+from assetcdn.control.storage.service import EDGE_CONFIG, GIT, MANIFEST, ZONES
 from assetcdn.control.storage.zones_store import ZoneMeta
 from assetcdn.control.webhooks.events import zone_created, zone_deleted
 from assetcdn.shared.address_guard import check_address, literal_address, name_problem

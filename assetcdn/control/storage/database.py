@@ -31,23 +31,13 @@ BUSY_TIMEOUT_MS = 5000     # only ever reached when another process holds the fi
 BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 Params = Sequence[Any] | dict[str, Any]
 
+# The storage package's tables; every other package owns its own (assetcdn/control/schemas.py gathers them).
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS zones (
     name TEXT PRIMARY KEY,
     created_at TEXT NOT NULL,
     enabled INTEGER NOT NULL DEFAULT 1,
     suspended INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS tokens (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    prefix TEXT NOT NULL,
-    hash TEXT NOT NULL UNIQUE,
-    scopes TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    expires_at TEXT,
-    last_used_at TEXT,
-    revoked_at TEXT
 );
 CREATE TABLE IF NOT EXISTS manifest_generations (
     generation INTEGER PRIMARY KEY,
@@ -71,70 +61,10 @@ CREATE TABLE IF NOT EXISTS zone_origins (
     origin TEXT NOT NULL,
     updated_at TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS webhooks (
-    id TEXT PRIMARY KEY,
-    url TEXT NOT NULL,
-    events TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    secret_ciphertext BLOB NOT NULL,  -- AES-GCM under a key derived from ASSETCDN_WEBHOOK_SECRET_KEY
-    secret_nonce BLOB NOT NULL,
-    secret_last_four TEXT NOT NULL,
-    after_seq INTEGER NOT NULL        -- receives the events recorded after it was registered
-);
-CREATE TABLE IF NOT EXISTS webhook_events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,          -- a commit's events: '<commit>-<n>', so re-deriving them is idempotent
-    event TEXT NOT NULL,
-    body BLOB NOT NULL,               -- the exact bytes posted and signed, the same on every attempt
-    created_at REAL NOT NULL,
-    state TEXT NOT NULL,              -- 'ready', or 'held' while its data is completed (purge acks)
-    dispatched INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS webhook_events_undispatched ON webhook_events (dispatched, state, seq);
-CREATE TABLE IF NOT EXISTS webhook_outbox_cursor (
-    name TEXT PRIMARY KEY,
-    commit_id TEXT                    -- the last commit whose events are in webhook_events
-);
-CREATE TABLE IF NOT EXISTS webhook_deliveries (
-    id TEXT PRIMARY KEY,
-    webhook_id TEXT NOT NULL,
-    event_seq INTEGER NOT NULL,
-    state TEXT NOT NULL,              -- pending, delivered or dead
-    attempts INTEGER NOT NULL DEFAULT 0,
-    next_attempt_at REAL NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    delivered_at REAL,
-    last_status INTEGER,
-    last_error TEXT,
-    UNIQUE (webhook_id, event_seq)
-);
-CREATE INDEX IF NOT EXISTS webhook_deliveries_due ON webhook_deliveries (webhook_id, state, next_attempt_at);
-CREATE INDEX IF NOT EXISTS webhook_deliveries_by_state ON webhook_deliveries (state, updated_at);
 CREATE TABLE IF NOT EXISTS blob_hashes (
     blob_id TEXT PRIMARY KEY,
     sha256 TEXT NOT NULL
 );
-DROP TABLE IF EXISTS login_attempts;
-CREATE TABLE IF NOT EXISTS ended_sessions (
-    nonce TEXT PRIMARY KEY,
-    expires INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS passkeys (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    public_key BLOB NOT NULL,
-    algorithm INTEGER NOT NULL,
-    sign_count INTEGER NOT NULL,
-    transports TEXT NOT NULL,
-    device_type TEXT,
-    backed_up INTEGER NOT NULL DEFAULT 0,
-    aaguid TEXT,
-    created_at TEXT NOT NULL,
-    last_used_at TEXT
-);
--- Pending passkey challenges are kept in memory (assetcdn/control/identity/passkeys/store.py).
-DROP TABLE IF EXISTS webauthn_challenges;
 """
 
 

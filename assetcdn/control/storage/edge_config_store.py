@@ -4,13 +4,18 @@ compares one string on every push or catch-up and fetches the config only when i
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
+from assetcdn.control.app_keys import public_url_of
 from assetcdn.control.storage.database import Database
 from assetcdn.control.storage.git_store import GitStore
+from assetcdn.shared.config import Settings
+from assetcdn.shared.dashboard_url import dashboard_url
 from assetcdn.shared.edge_rules import RULE_FILES
 from assetcdn.shared.published_config import PublishedConfig
 from assetcdn.shared.pull_origin import PullOrigin, parse_origin
@@ -136,3 +141,27 @@ class EdgeConfigStore:
         removed = await self.db.write("DELETE FROM zone_origins WHERE zone = ?", (zone,))
         self.invalidate()
         return removed > 0
+
+
+def canonical_host(host: str) -> str:
+    """A host as domain records are kept: lower case, without the trailing dot of an absolute name."""
+    return host.strip().lower().rstrip(".")
+
+
+def url_host(url: str) -> str:
+    return canonical_host(urlsplit(url).hostname or "")
+
+
+def own_hosts(settings: Settings, origins: Iterable[str] = ()) -> dict[str, str]:
+    """The hosts this installation answers on by configuration, each with the setting that names it: the
+    public URL's, the dashboard's (its URL and origins), control's listening host and the CNAME target."""
+    named = {
+        url_host(public_url_of(settings)): "server.public_url",
+        canonical_host(settings.get("server", "host")): "server.host",
+        url_host(dashboard_url(settings)): "dashboard.public_url",
+        canonical_host(settings.get("domains", "cname_target")): "domains.cname_target",
+    }
+    for origin in origins:
+        named.setdefault(url_host(origin), "dashboard.origins")
+    named.pop("", None)
+    return named

@@ -22,6 +22,26 @@ from assetcdn.control.storage.database import Database
 from assetcdn.control.webhooks.store import Webhook
 from assetcdn.shared.timestamps import from_unix
 
+# One row per event and webhook (created at start by assetcdn/control/webhooks/service.py).
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS webhook_deliveries (
+    id TEXT PRIMARY KEY,
+    webhook_id TEXT NOT NULL,
+    event_seq INTEGER NOT NULL,
+    state TEXT NOT NULL,              -- pending, delivered or dead
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at REAL NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    delivered_at REAL,
+    last_status INTEGER,
+    last_error TEXT,
+    UNIQUE (webhook_id, event_seq)
+);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_due ON webhook_deliveries (webhook_id, state, next_attempt_at);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_by_state ON webhook_deliveries (state, updated_at);
+"""
+
 DISPATCH_BATCH = 500
 LIST_DEFAULT, LIST_MAXIMUM = 100, 1000
 STATES = ("pending", "delivered", "dead")

@@ -28,6 +28,24 @@ from assetcdn.control.storage.database import Database, Transaction
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.control.webhooks.events import Event, commit_events
 
+# The events of mutations and the last commit they were derived from (created by `Outbox.open`).
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS webhook_events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,          -- a commit's events: '<commit>-<n>', so re-deriving them is idempotent
+    event TEXT NOT NULL,
+    body BLOB NOT NULL,               -- the exact bytes posted and signed, the same on every attempt
+    created_at REAL NOT NULL,
+    state TEXT NOT NULL,              -- 'ready', or 'held' while its data is completed (purge acks)
+    dispatched INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS webhook_events_undispatched ON webhook_events (dispatched, state, seq);
+CREATE TABLE IF NOT EXISTS webhook_outbox_cursor (
+    name TEXT PRIMARY KEY,
+    commit_id TEXT                    -- the last commit whose events are in webhook_events
+);
+"""
+
 log = logging.getLogger(__name__)
 
 CURSOR = "commit"
@@ -47,6 +65,10 @@ class Outbox:
         self.db = db
         self._listeners: list[Callable[[], None]] = []
         self._caught_up = False
+
+    async def open(self) -> None:
+        """Create the outbox's tables (before the first mutation records events in them)."""
+        await self.db.script(SCHEMA)
 
     def on_ready(self, listener: Callable[[], None]) -> None:
         """`listener` is called when events may have become deliverable (the delivery worker's wake-up)."""

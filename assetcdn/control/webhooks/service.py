@@ -7,11 +7,16 @@ pending and are sent after the next start) and closes its HTTP sessions.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from assetcdn.control.app_keys import DB, PUBLISHER, SECRETS, SETTINGS
+from assetcdn.control.app_keys import SECRETS, SETTINGS
+from assetcdn.control.publishing.service import PUBLISHER
+from assetcdn.control.storage.service import DB
+from assetcdn.control.webhooks import deliveries as delivery_table
+from assetcdn.control.webhooks import store as webhook_table
 from assetcdn.control.webhooks.deliveries import WebhookDeliveries
 from assetcdn.control.webhooks.secret_box import SecretBox
 from assetcdn.control.webhooks.sender import Sender
@@ -28,9 +33,11 @@ WEBHOOK_SETTINGS = web.AppKey("webhook_settings", WebhookSettings)
 WEBHOOK_RESOLVER = web.AppKey("webhook_resolver", HostResolver)
 
 
+@contextlib.asynccontextmanager
 async def webhooks_context(app: web.Application) -> AsyncIterator[None]:
     settings = WebhookSettings.from_settings(app[SETTINGS])
     key = app[SECRETS].webhook_secret_key
+    await app[DB].script(webhook_table.SCHEMA + delivery_table.SCHEMA)
     store = WebhookStore(app[DB], SecretBox(key) if key else None)
     await store.load()
     resolver = app.get(WEBHOOK_RESOLVER) or SystemResolver()

@@ -16,6 +16,20 @@ from assetcdn.control.webhooks.secret_box import SecretBox, SecretUnavailable
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.timestamps import as_iso_utc, utc_now_iso
 
+# Registered webhooks (created at start by assetcdn/control/webhooks/service.py).
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS webhooks (
+    id TEXT PRIMARY KEY,
+    url TEXT NOT NULL,
+    events TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    secret_ciphertext BLOB NOT NULL,  -- AES-GCM under a key derived from ASSETCDN_WEBHOOK_SECRET_KEY
+    secret_nonce BLOB NOT NULL,
+    secret_last_four TEXT NOT NULL,
+    after_seq INTEGER NOT NULL        -- receives the events recorded after it was registered
+);
+"""
+
 SECRET_PREFIX = "whsec_"
 SECRET_VERSION = 1
 

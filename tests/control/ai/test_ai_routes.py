@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.routes.ai import IMAGE_ANALYSIS
+from assetcdn.control.ai.service import IMAGE_ANALYSIS
 from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import expect_error
 

@@ -8,7 +8,7 @@ import hashlib
 import pytest
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app_keys import SESSION_SCOPES
+from assetcdn.control.identity.service import SESSION_SCOPES
 from assetcdn.control.identity.tokens import SCOPES
 from assetcdn.control.routes.dashboard import static_files
 from tests.control.conftest import ACCOUNT

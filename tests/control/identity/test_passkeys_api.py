@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app_keys import AUDIT, PASSKEYS
 from assetcdn.control.identity.passkeys.store import (
     MAX_LIVE_CHALLENGES,
     MAX_LIVE_CHALLENGES_PER_CLIENT,
 )
+from assetcdn.control.identity.service import PASSKEYS
+from assetcdn.control.records.service import AUDIT
 from tests.control.conftest import forwarded_for
 from tests.control.expect import expect_error
 from tests.control.identity.signin_client import (  # noqa: F401 (make_control is a fixture)

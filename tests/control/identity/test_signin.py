@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app_keys import AUDIT
 from assetcdn.control.identity.dashboard_config import DashboardConfig
 from assetcdn.control.identity.session import session_cookie_value
+from assetcdn.control.records.service import AUDIT
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.secrets import SECRETS_FILE, load_or_create_secrets
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS, forwarded_for

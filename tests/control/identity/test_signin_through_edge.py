@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 import assetcdn.control.app  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
-from assetcdn.control.app_keys import SESSIONS
+from assetcdn.control.identity.service import SESSIONS
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.shared.config import load_settings
 from tests.control.expect import expect_error

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app_keys import DB, TOKENS
+from assetcdn.control.identity.service import TOKENS
 from assetcdn.control.identity.tokens import MAX_ACTIVE_TOKENS, SCOPES, TokenRequest
+from assetcdn.control.storage.service import DB
 from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import expect_error, head_commit, parse_time
 

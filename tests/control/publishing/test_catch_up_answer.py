@@ -12,7 +12,7 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app_keys import EDGE_CONFIG, MANIFEST
+from assetcdn.control.storage.service import EDGE_CONFIG, MANIFEST
 from assetcdn.shared.cluster import PREFIX, sign_request
 from tests.control.conftest import ACCESS, SECRETS
 

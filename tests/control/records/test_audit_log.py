@@ -13,7 +13,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import create_app
-from assetcdn.control.app_keys import AUDIT
+from assetcdn.control.records.service import AUDIT
 from assetcdn.shared.cluster import FORWARDED_HEADER, sign_forwarded
 from assetcdn.shared.config import load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS, forwarded_for

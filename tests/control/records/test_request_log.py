@@ -19,8 +19,8 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 
 from assetcdn.control.app import create_app
-from assetcdn.control.app_keys import REQUEST_LOG
 from assetcdn.control.records.request_log import RequestLog, delivery_entry
+from assetcdn.control.records.service import REQUEST_LOG
 from assetcdn.control.routes import logs as logs_route
 from assetcdn.shared.config import Settings, load_settings
 from tests.control.analytics.test_analytics_api import ANALYTICS_KEY, hit, send_batch

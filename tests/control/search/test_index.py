@@ -7,8 +7,8 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app_keys import SEARCH_INDEX
 from assetcdn.control.search.index import SearchIndex
+from assetcdn.control.search.service import SEARCH_INDEX
 
 from .conftest import MakeControl, add_zone, search, upload
 

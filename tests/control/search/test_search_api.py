@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app_keys import SEARCH
 from assetcdn.control.routes.search import parse_limit
 from assetcdn.control.search.encoder import WEIGHTS, packaged_model_zip
 from assetcdn.control.search.engine import MAX_QUERY_CHARS, MAX_QUERY_TERMS, WAITING_QUERIES
+from assetcdn.control.search.service import SEARCH
 from tests.control.conftest import ACCESS, ACCOUNT, forwarded_for
 
 from .conftest import MakeControl, add_zone, search, upload

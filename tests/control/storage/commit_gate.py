@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app_keys import PUBLISHER
+from assetcdn.control.publishing.service import PUBLISHER
 
 QUEUE_WAIT_S = 60  # bound on how long a request may take to reach the lock on a loaded machine
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app_keys import MANIFEST
+from assetcdn.control.storage.service import MANIFEST
 from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
 from tests.control.storage.commit_gate import held_commit_lock

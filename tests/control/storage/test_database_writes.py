@@ -14,8 +14,9 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import create_app
-from assetcdn.control.app_keys import DB, GIT, MANIFEST, PUBLISHER
+from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.storage.database import Database, open_database
+from assetcdn.control.storage.service import DB, GIT, MANIFEST
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.paths import cdn_path_of, repo_path_of

@@ -10,7 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import create_app
-from assetcdn.control.app_keys import EDGE_CONFIG
+from assetcdn.control.storage.service import EDGE_CONFIG
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.config import load_settings
 from tests.control.conftest import ACCESS, ACCOUNT, SECRETS

@@ -75,7 +75,7 @@ async def published_origins(control: TestClient) -> dict[str, Any]:
     path = PREFIX + "/config"
     resp = await control.get(path, headers=sign_request(SECRETS.cluster_secret, "GET", path))
     assert resp.status == 200
-    origins: dict[str, Any] = (await resp.json())["origins"]
+    origins: dict[str, Any] = (await resp.json()).get("origins", {})  # absent while no zone pulls
     return origins
 
 

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient
 from multidict import CIMultiDict
 from yarl import URL
 
-from assetcdn.control.app_keys import MANIFEST
+from assetcdn.control.storage.service import MANIFEST
 from tests.control.conftest import ACCESS, ACCOUNT, control_with_zone
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
 from tests.control.storage.commit_gate import held_commit_lock

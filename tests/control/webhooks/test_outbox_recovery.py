@@ -9,9 +9,10 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app_keys import DB, PUBLISHER
+from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.routes.zones import zone_scaffold
 from assetcdn.control.storage.git_store import GitStore
+from assetcdn.control.storage.service import DB
 from assetcdn.control.webhooks.events import Event, with_trailer, zone_created
 from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.webhooks.conftest import make_app, register

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.app_keys import DB
+from assetcdn.control.storage.service import DB
 from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import expect_error
 from tests.control.webhooks.conftest import deliveries, eventually, make_app, register

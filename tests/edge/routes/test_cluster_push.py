@@ -10,7 +10,7 @@ import aiohttp
 import orjson
 import pytest
 
-from assetcdn.control.app_keys import REGISTRY
+from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.edge.circuit_breaker import CLOSED, OPEN
 from assetcdn.shared.cluster import PREFIX, sign_request
 from tests.control.conftest import SECRETS

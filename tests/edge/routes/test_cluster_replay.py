@@ -10,7 +10,7 @@ import pytest
 
 import assetcdn.control.publishing.edge_registry  # noqa: F401
 from assetcdn import control
-from assetcdn.control.app_keys import REGISTRY
+from assetcdn.control.publishing.service import REGISTRY
 from tests.control.expect import expect_error
 from tests.edge.routes.conftest import ZONE, CdnFactory
 

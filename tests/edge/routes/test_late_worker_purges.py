@@ -21,7 +21,7 @@ import assetcdn.control.app  # noqa: F401
 import assetcdn.control.storage.manifest_store  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
-from assetcdn.control.app_keys import REGISTRY
+from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
 from assetcdn.shared.config import Settings, load_settings

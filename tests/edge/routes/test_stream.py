@@ -19,8 +19,8 @@ from aiohttp.test_utils import TestClient, TestServer
 import assetcdn.control.app  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
-from assetcdn.control.app_keys import VIDEO_INGEST
 from assetcdn.control.video.demo import write_synthetic_video
+from assetcdn.control.video.service import VIDEO_INGEST
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.shared.config import Settings, load_settings
 from assetcdn.shared.hls import VideoIndex

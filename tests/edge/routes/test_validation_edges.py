@@ -3,7 +3,7 @@ delete of a zone named that way); numbers in query strings are ASCII digits and 
 
 from __future__ import annotations
 
-from assetcdn.control.app_keys import PUBLISHER
+from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.routes.zones import zone_scaffold
 from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import expect_error

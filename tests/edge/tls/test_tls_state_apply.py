@@ -12,7 +12,7 @@ import aiohttp
 import orjson
 import pytest
 
-from assetcdn.control.app_keys import REGISTRY
+from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.edge.tls.certificates import CertificateStore
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.config import load_settings

@@ -8,7 +8,7 @@ import datetime
 import aiohttp
 import orjson
 
-from assetcdn.control.app_keys import REGISTRY
+from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.tls_state import TLS_STATE_PATH, CertificateEntry, TlsState
 from tests.control.conftest import SECRETS

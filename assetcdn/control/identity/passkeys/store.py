@@ -28,6 +28,25 @@ from assetcdn.control.storage.database import Database
 from assetcdn.shared.counter_store import client_key
 from assetcdn.shared.timestamps import utc_now_iso
 
+# Registered passkeys (created at start by assetcdn/control/identity/service.py).
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS passkeys (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    public_key BLOB NOT NULL,
+    algorithm INTEGER NOT NULL,
+    sign_count INTEGER NOT NULL,
+    transports TEXT NOT NULL,
+    device_type TEXT,
+    backed_up INTEGER NOT NULL DEFAULT 0,
+    aaguid TEXT,
+    created_at TEXT NOT NULL,
+    last_used_at TEXT
+);
+-- Pending passkey challenges are kept in memory (assetcdn/control/identity/passkeys/store.py).
+DROP TABLE IF EXISTS webauthn_challenges;
+"""
+
 MAX_PASSKEYS = 20
 CHALLENGE_TTL_S = 300
 CHALLENGE_BYTES = 32

@@ -1,10 +1,18 @@
-"""Building the search pieces of the control plane from its configuration (wired by assetcdn.control.app)."""
+"""Search on the control app: the index and engine built from the configuration, the per-client limit
+of GET /api/search; the context that opens and closes them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 
+from aiohttp import web
+
+from assetcdn.control.ai.service import IMAGE_ANALYSIS
+from assetcdn.control.app_keys import SETTINGS
+from assetcdn.control.identity.rate_limit import RateLimiter
 from assetcdn.control.publishing.publisher import Publisher
+from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.search.encoder import (
     ModelUnavailable,
     SentenceEncoder,
@@ -15,8 +23,26 @@ from assetcdn.control.search.engine import SearchEngine
 from assetcdn.control.search.index import SearchIndex
 from assetcdn.control.storage.database import Database
 from assetcdn.control.storage.manifest_store import ManifestStore
+from assetcdn.control.storage.service import DB, MANIFEST
 from assetcdn.shared.config import Settings
 
+SEARCH_INDEX = web.AppKey("search_index", SearchIndex)
+SEARCH = web.AppKey("search", SearchEngine)
+SEARCH_LIMITER = web.AppKey("search_limiter", RateLimiter)  # GET /api/search, per client
+
+
+@contextlib.asynccontextmanager
+async def search_context(app: web.Application) -> AsyncIterator[None]:
+    analysis = app[IMAGE_ANALYSIS]
+    index, engine = await open_search(app[SETTINGS], app[DB], app[MANIFEST], app[PUBLISHER],
+                                      alt_text=analysis.alt_text_for)
+    app[SEARCH_INDEX], app[SEARCH] = index, engine
+    analysis.alt_text_listeners.append(lambda path: index.refresh([path]))
+    try:
+        yield
+    finally:
+        engine.close()
+        await index.close()
 
 def _model_switched_off() -> SentenceEncoder:
     raise ModelUnavailable("semantic search is switched off ([search] semantic = false)")

@@ -1,0 +1,38 @@
+"""Video on the control app: the ingester that makes HLS renditions of committed videos, and the demo
+content a first start installs; the context that starts and stops it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from assetcdn.control.app_keys import DATA_DIR, DEMO
+from assetcdn.control.publishing.demo import install_demo
+from assetcdn.control.publishing.service import PUBLISHER
+from assetcdn.control.storage.service import GIT, MANIFEST, ZONES
+from assetcdn.control.video.ingest import DEMO_VIDEO_CACHE, VideoIngester
+from assetcdn.shared.hls import VIDEOS
+from assetcdn.shared.metrics import METRICS
+
+VIDEO_INGEST = web.AppKey("video_ingest", VideoIngester)
+
+
+@contextlib.asynccontextmanager
+async def video_context(app: web.Application) -> AsyncIterator[None]:
+    data_dir, manifest, publisher = app[DATA_DIR], app[MANIFEST], app[PUBLISHER]
+    ingester = VideoIngester(app[GIT], publisher, data_dir / "video-work")
+    try:
+        publisher.listeners.append(ingester.on_commit)
+        app[VIDEO_INGEST] = ingester
+        demo_videos = data_dir / DEMO_VIDEO_CACHE
+        if app[DEMO] and manifest.commit_id is None:
+            await install_demo(publisher, app[ZONES])
+            ingester.install_demo(demo_videos)
+        elif demo_videos.is_dir() and not all(f"stocks/videos/{v}/hls/index.json" in manifest.entries for v in VIDEOS):
+            ingester.install_demo(demo_videos)  # a first start stopped before its demo videos were committed
+        app[METRICS].manifest_generation.labels("control").set(manifest.generation)
+        yield
+    finally:
+        await ingester.close()
