@@ -73,7 +73,7 @@ class Principal:
     name: str                  # key name, token id, or "session"
 
 
-ROUTE_ACCESS = web.AppKey("route_access", dict)
+ROUTE_ACCESS: web.AppKey[dict[web.AbstractRoute, Access]] = web.AppKey("route_access")
 TokenLookup = Callable[[str], Awaitable["TokenGrant | None"]]
 
 

@@ -23,7 +23,7 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Proxies = tuple[Network, ...]
 
 # control.trusted_proxies, parsed once (set by assetcdn.control.app.create_app).
-TRUSTED_PROXIES = web.AppKey("trusted_proxies", tuple)
+TRUSTED_PROXIES: web.AppKey[Proxies] = web.AppKey("trusted_proxies")
 
 
 def trusted_proxies(raw: object) -> Proxies:

@@ -35,7 +35,7 @@ ANSWER_FIELDS = {"Commit": "commit", "Path": "path", "File": "file", "Zone": "zo
 LIST_VALUED = {"scopes", "purged"}  # lists copied as they are (scopes, purged URLs or tags)
 LIST_FIELDS = {"Files": "files"}  # copied as a count
 
-ROUTE_AUDIT = web.AppKey("route_audit", dict)
+ROUTE_AUDIT: web.AppKey[dict[web.AbstractRoute, str]] = web.AppKey("route_audit")
 AUDIT_META = web.RequestKey("audit_meta", dict)
 
 

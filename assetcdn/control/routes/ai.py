@@ -13,8 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
-from assetcdn.control.ai.analysis import ImageAnalysis
 from assetcdn.control.ai.asset_ref import OwnHosts, cdn_path_of_url, is_absolute
+from assetcdn.control.ai.service import IMAGE_ANALYSIS
 from assetcdn.control.app_keys import SETTINGS, public_url
 from assetcdn.control.identity.auth import PRINCIPAL
 from assetcdn.control.publishing.service import REGISTRY
@@ -22,8 +22,6 @@ from assetcdn.control.request_body import read_json
 from assetcdn.control.storage.service import EDGE_CONFIG
 from assetcdn.shared.errors import ApiError, bad_request
 from assetcdn.shared.middleware import json_response
-
-IMAGE_ANALYSIS = web.AppKey("image_analysis", ImageAnalysis)
 
 
 async def _own_hosts(request: web.Request) -> OwnHosts:
