@@ -35,15 +35,19 @@ def split_target(item: object) -> PurgeTarget | None:
     path from `/`, is too long, or holds a control character (as sent or percent-encoded)."""
     if not isinstance(item, str) or not item or len(item) > MAX_ITEM_LENGTH or _CONTROL.search(item):
         return None
-    if "://" in item:
-        parts = urlsplit(item)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        item.encode("utf-8")  # a lone surrogate names no URL
+        if "://" in item:
+            parts = urlsplit(item)
+            host: str | None = parts.hostname  # a malformed IPv6 literal or port raises here
+            if parts.scheme not in ("http", "https") or not host:
+                return None
+            path = parts.path or "/"
+        elif item.startswith("/") and not item.startswith("//"):
+            host, path = None, item.split("?", 1)[0].split("#", 1)[0]
+        else:
             return None
-        host: str | None = parts.hostname
-        path = parts.path or "/"
-    elif item.startswith("/") and not item.startswith("//"):
-        host, path = None, item.split("?", 1)[0].split("#", 1)[0]
-    else:
+    except ValueError:
         return None
     if unsafe_path(path):
         return None

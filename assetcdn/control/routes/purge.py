@@ -108,7 +108,8 @@ async def purge(request: web.Request) -> web.Response:
     request[AUDIT_META] = {"purgeMode": mode, "soft": soft}
     _, pending = fan_out.nodes()
     return json_response({
-        "success": True, "purged": purged, "mode": mode, "soft": soft, "remaining_today": quota.remaining, "generation": generation.generation,
+        "success": True, "purged": purged, "mode": mode, "soft": soft, "remaining_today": quota.remaining,
+        "generation": generation.generation,
         # The facts purge.completed carries to webhooks, and how long each edge worker took to acknowledge.
         "edges": {**purge_acknowledgements(fan_out), "latencyMs": fan_out.latencies_ms},
         "note": ("Purged on every edge." if not pending else

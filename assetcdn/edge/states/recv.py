@@ -85,8 +85,8 @@ def purge_prefix_named(config: EdgeConfig, target: PurgeTarget) -> tuple[str, st
         return host_zone, unquote(target.path), False
     if not zone_path_prefix(target.path):
         return None
-    zone, _, rest = target.path[1:].partition("/")
-    return zone, "/" + unquote(rest), False
+    name, _, rest = target.path[1:].partition("/")
+    return name, "/" + unquote(rest), False
 
 
 def receive(request: web.Request, config: EdgeConfig, host_zone: str | None) -> PullPath | str:

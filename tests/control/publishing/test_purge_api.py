@@ -101,7 +101,9 @@ async def test_a_malformed_purge_is_400_in_the_legacy_envelope(control: TestClie
 
 async def test_a_refused_purge_records_nothing(control: TestClient) -> None:
     first = await (await control.post("/api/purge", json={"tags": ["a"]}, headers=PURGE)).json()
-    for body in ({"prefixes": ["/akande/", "/"], "soft": True}, {"urls": ["/ok/x", "bad"]}, {"prefixes": []}):
+    refused: list[dict[str, Any]] = [{"prefixes": ["/akande/", "/"], "soft": True}, {"urls": ["/ok/x", "bad"]},
+                                     {"prefixes": []}]
+    for body in refused:
         assert (await control.post("/api/purge", json=body, headers=PURGE)).status == 400
     second = await (await control.post("/api/purge", json={"tags": ["b"]}, headers=PURGE)).json()
     # No generation, no day's quota and no audit entry went to the refused ones.
