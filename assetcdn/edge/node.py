@@ -13,7 +13,6 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 
@@ -21,18 +20,20 @@ from assetcdn.edge.access_log import access_log_from_settings
 from assetcdn.edge.cache.applied import GenerationPurge
 from assetcdn.edge.cache.coalesce import SingleFlight
 from assetcdn.edge.cache.store import EdgeCache
-from assetcdn.edge.cache.tags import path_tag
+from assetcdn.edge.cache.tags import path_tag, pull_path_tag
 from assetcdn.edge.control_client import ControlClient, NotFoundAtControl, run_sync_loop
 from assetcdn.edge.delivery_log import DeliveryLog
 from assetcdn.edge.origin_client import OriginClient, OriginLimits
 from assetcdn.edge.replica import ManifestReplica
-from assetcdn.edge.site_config import EdgeConfig, tenant_path
+from assetcdn.edge.site_config import EdgeConfig
+from assetcdn.edge.states.keys import PULL_KEY_PREFIX
+from assetcdn.edge.states.recv import PullPath, purge_named, purge_prefix_named
 from assetcdn.edge.tls.state import EdgeTlsState
 from assetcdn.shared.config import Settings
 from assetcdn.shared.generation_push import GenerationPush, PushedPurge
 from assetcdn.shared.metrics import Metrics
-from assetcdn.shared.paths import InvalidPath, parse_cdn_path
 from assetcdn.shared.published_config import PublishedConfig
+from assetcdn.shared.purge_targets import split_target
 from assetcdn.shared.tls_state import TlsStateError
 
 log = logging.getLogger(__name__)
@@ -245,34 +246,43 @@ class EdgeNode:
     # --- purges: manifest invalidations and purge commands from control ---
 
     def _purge_of(self, command: PushedPurge) -> GenerationPurge:
-        """A purge command as cache tags: its `tags`, the path tags of its `urls`, or everything."""
+        """A purge command as cache tags: its `tags`, the path tags of its `urls`, the path tag prefixes of
+        its `prefixes`, or everything; soft or not."""
         if command.everything:
-            return GenerationPurge(command.generation, everything=True)
+            return GenerationPurge(command.generation, everything=True, soft=command.soft)
         tags = list(command.tags)
         for url in command.urls:
-            path = cdn_path_from_url(url, self.config)
-            if path:
-                tags.append(path_tag(path))
-        return GenerationPurge(command.generation, tuple(tags))
+            tag = url_tag(url, self.config)
+            if tag is not None:
+                tags.append(tag)
+        prefixes = [tag for tag in (prefix_tag(prefix, self.config) for prefix in command.prefixes) if tag]
+        return GenerationPurge(command.generation, tuple(tags), tag_prefixes=tuple(prefixes), soft=command.soft)
 
     async def _apply_purges(self, purges: list[GenerationPurge], generation: int, *, restart: bool = False) -> int:
         """Apply the purges of the generations up to `generation` that this node's cache has not taken yet:
         the disk tier is shared by the node's workers, so each generation's purges run once per node
         (assetcdn/edge/cache/applied.py), whichever worker learns of it first."""
         return await asyncio.get_running_loop().run_in_executor(
-            None, lambda: self.cache.purge_generations(purges, upto=generation, restart=restart))
+            None, lambda: self.cache.purge_generations(purges, upto=generation, restart=restart,
+                                                       revalidated=PULL_KEY_PREFIX))
 
 
-def cdn_path_from_url(url: str, config: EdgeConfig | None = None) -> str | None:
-    """The CDN path of a purge URL: an absolute URL on any host or a path; None if it names none.
-    On a tenant host (`config`) `https://<zone host>/v1/...` names that zone's file, as it does
-    when requested."""
-    if "://" in url:
-        parts = urlsplit(url)
-        path = parts.path if config is None else tenant_path(config.zone_for_host(parts.hostname or ""), parts.path)
-    else:
-        path = url.split("?", 1)[0]
-    try:
-        return parse_cdn_path(path)
-    except InvalidPath:
+def url_tag(url: str, config: EdgeConfig) -> str | None:
+    """The path tag of what a purge URL names (assetcdn/edge/states/recv.py reads it as a request): an
+    absolute URL on a zone's tenant host or custom domain, on another host, or a path; percent-encoded or not.
+    None if it names nothing cached."""
+    target = split_target(url)
+    named = purge_named(config, target) if target is not None else None
+    if isinstance(named, PullPath):
+        return pull_path_tag(named.zone.name, named.path)
+    return path_tag(named) if named is not None else None
+
+
+def prefix_tag(prefix: str, config: EdgeConfig) -> str | None:
+    """The path tag prefix of a purge prefix: every path tag of its zone that starts with its path."""
+    target = split_target(prefix)
+    named = purge_prefix_named(config, target) if target is not None else None
+    if named is None:
         return None
+    zone, path, pulled = named
+    return pull_path_tag(zone, path) if pulled else path_tag(f"{zone}{path}")

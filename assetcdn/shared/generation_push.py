@@ -11,7 +11,8 @@ Wire form (cluster protocol version 1)::
 
     {"v": 1, "generation": 8, "commit": "<sha>", "config_version": "<hash>", "full": false,
      "changes": [{"path": ..., "entry": {...} | null, "previous_tags": [...], "generation": 7}],
-     "purges": [{"tags": [...]} | {"urls": [...]} | {"everything": true}, each with "generation": 8],
+     "purges": [{"tags": [...]} | {"urls": [...]} | {"prefixes": [...]} | {"everything": true},
+                each with "generation": 8 and, for a soft purge, "soft": true],
      "tls_serial": 3}
 
 A full snapshot has ``"full": true`` and ``"entries": [<manifest entry>...]`` instead of changes and
@@ -46,17 +47,20 @@ class PushedChange:
 
 @dataclass(frozen=True, slots=True)
 class PushedPurge:
-    """A purge command of one generation: cached copies carrying any of `tags`, those of `urls`, or all."""
+    """A purge command of one generation: cached copies carrying any of `tags`, those of `urls`, those under
+    `prefixes` (URLs or paths, assetcdn/shared/purge_targets.py), or all; `soft`: marked stale, not dropped."""
 
     generation: int
     tags: tuple[str, ...] = ()
     urls: tuple[str, ...] = ()
     everything: bool = False
+    prefixes: tuple[str, ...] = ()
+    soft: bool = False
 
     @staticmethod
     def of_command(generation: int, command: dict[str, Any]) -> PushedPurge:
-        """The purge control recorded (assetcdn/control/routes/purge.py: ``{"tags"|"urls": [...]}`` or
-        ``{"everything": true}``) as part of `generation`."""
+        """The purge control recorded (assetcdn/control/routes/purge.py: ``{"tags"|"urls"|"prefixes": [...]}``
+        or ``{"everything": true}``, with ``"soft": true`` for a soft purge) as part of `generation`."""
         return _purge(command, generation)
 
     def to_json(self) -> dict[str, Any]:
@@ -65,6 +69,10 @@ class PushedPurge:
             command["tags"] = list(self.tags)
         if self.urls:
             command["urls"] = list(self.urls)
+        if self.prefixes:
+            command["prefixes"] = list(self.prefixes)
+        if self.soft:
+            command["soft"] = True
         return {**command, "generation": self.generation}
 
 
@@ -181,8 +189,9 @@ def _change(item: object, generation: int) -> PushedChange:
 def _purge(item: object, generation: int) -> PushedPurge:
     if not isinstance(item, dict):
         raise GenerationPushError("a purge command is not an object")
-    everything = item.get("everything", False)
-    if not isinstance(everything, bool):
-        raise GenerationPushError("a purge command's everything is not true or false")
+    everything, soft = item.get("everything", False), item.get("soft", False)
+    if not isinstance(everything, bool) or not isinstance(soft, bool):
+        raise GenerationPushError("a purge command's everything or soft is not true or false")
     return PushedPurge(_item_generation(item, generation, "purge"), _texts(item.get("tags", []), "a purge's tags"),
-                       _texts(item.get("urls", []), "a purge's urls"), everything)
+                       _texts(item.get("urls", []), "a purge's urls"), everything,
+                       _texts(item.get("prefixes", []), "a purge's prefixes"), soft)

@@ -127,6 +127,31 @@ async def test_url_tag_and_everything_purges_empty_every_edge(cdn: RunningCdn) -
         assert await _cache_states(session, cdn, b) == ["MISS"] * 3
 
 
+async def test_a_prefix_purge_empties_the_prefix_on_every_edge_soft_or_not(cdn: RunningCdn) -> None:
+    async with aiohttp.ClientSession() as session:
+        await make_zone(session, cdn, "prefixes")
+        logos = ["prefixes/v1/logos/a.txt", "prefixes/v1/logos/b.txt"]
+        icon = "prefixes/v1/icons/c.txt"
+        for path in (*logos, icon):
+            await upload(session, cdn, path, path.encode())
+
+        await _warm(session, cdn, [*logos, icon])
+        status, body = await purge(session, cdn, {"prefixes": ["/prefixes/v1/logos/"]})
+        assert status == 200, body
+        assert (body["purged"], body["mode"], body["soft"]) == (["/prefixes/v1/logos/"], "prefixes", False)
+        assert body["edges"]["total"] == 3 and body["edges"]["pending"] == []
+        assert sum(body["edges"]["entriesRemoved"].values()) == 2 * 3  # each node's shared disk tier, once
+        for path in logos:
+            assert await _cache_states(session, cdn, path) == ["MISS"] * 3
+        assert await _cache_states(session, cdn, icon) == ["HIT"] * 3
+
+        status, body = await purge(session, cdn, {"prefixes": ["https://cdn.example.com/prefixes/v1/icons/"],
+                                                  "soft": True})
+        assert status == 200 and body["soft"] is True, body
+        assert await _cache_states(session, cdn, icon) == ["MISS"] * 3  # a stored file: soft is hard
+        assert await _cache_states(session, cdn, logos[0]) == ["HIT"] * 3
+
+
 async def test_identical_reupload_purges_the_path_on_every_edge(cdn: RunningCdn) -> None:
     async with aiohttp.ClientSession() as session:
         await make_zone(session, cdn, "reupload")

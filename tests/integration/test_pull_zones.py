@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from tests.integration.harness import ACCOUNT, RunningCdn, start_cdn
+from tests.integration.harness import ACCOUNT, PURGE, RunningCdn, start_cdn
 
 pytestmark = pytest.mark.integration
 
@@ -139,3 +139,33 @@ async def test_an_unsafe_request_on_one_worker_invalidates_the_url_on_every_work
         after = await each_on_its_own_connection(target)
     assert after == [(200, "HIT", b"v2")] * CONNECTIONS
     assert gets == 2
+
+
+async def test_a_soft_prefix_purge_is_revalidated_once_whichever_worker_answers(cdn: RunningCdn) -> None:
+    """Both workers hold the response in their memory tier; after the purge the first request (on either worker)
+    asks the origin to confirm it, the 304 keeps the body, and every request after it is a hit again."""
+    asked: list[str | None] = []
+
+    async def resource(request: web.Request) -> web.StreamResponse:
+        asked.append(request.headers.get("If-None-Match"))
+        headers = {"Cache-Control": "max-age=600", "ETag": '"e1"'}
+        if request.headers.get("If-None-Match") == '"e1"':
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=b"kept body", headers=headers)
+
+    app = web.Application()
+    app.router.add_get("/soft/{tail:.*}", resource)
+    async with origin_app(app) as url:
+        await pull_zone(cdn, "softly", url)
+        target = f"{cdn.edge_urls[0]}/softly/soft/a.txt"
+        assert await each_on_its_own_connection(target, count=1) == [(200, "MISS", b"kept body")]
+        await stored(target)
+        assert await each_on_its_own_connection(target) == [(200, "HIT", b"kept body")] * CONNECTIONS
+        async with aiohttp.ClientSession() as session, session.post(
+                f"{cdn.control_url}/api/purge", json={"prefixes": ["/softly/soft/"], "soft": True},
+                headers=PURGE) as resp:
+            body = await resp.json()
+            assert resp.status == 200 and body["edges"]["pending"] == [], body
+        answers = await each_on_its_own_connection(target)
+    assert answers == [(200, "REVALIDATED", b"kept body")] + [(200, "HIT", b"kept body")] * (CONNECTIONS - 1)
+    assert asked == [None, '"e1"']

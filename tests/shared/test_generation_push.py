@@ -38,6 +38,15 @@ def test_a_catch_up_answer_and_a_snapshot_round_trip() -> None:
     assert snapshot.full and not delta.full
 
 
+def test_a_prefix_purge_and_a_soft_purge_round_trip() -> None:
+    push = GenerationPush.of_generation(8, None, "v", [], {"prefixes": ["/shop/img/"], "soft": True})
+    assert push.purges == (PushedPurge(8, prefixes=("/shop/img/",), soft=True),)
+    assert push.to_json()["purges"] == [{"prefixes": ["/shop/img/"], "soft": True, "generation": 8}]
+    assert GenerationPush.from_json(push.to_json()) == push
+    with pytest.raises(GenerationPushError, match="everything or soft"):
+        GenerationPush.from_json({**push.to_json(), "purges": [{"tags": ["a"], "soft": "yes"}]})
+
+
 def test_the_wire_form_is_what_control_sent_before_the_type() -> None:
     answer = GenerationPush(9, "e" * 40, "v", (PushedChange(7, ADDED),), (PushedPurge(8, tags=("type-logos",)),),
                             tls_serial=3).to_json()

@@ -95,6 +95,12 @@ def purge_acknowledgements(fan_out: FanOut) -> dict[str, Any]:
             "entriesRemoved": {name: reply.get("purged", 0) for name, reply in fan_out.results.items()}}
 
 
+def purge_mode(command: Mapping[str, Any]) -> str:
+    """How a purge command (assetcdn/control/routes/purge.py) selects: urls, tags, prefixes or everything."""
+    return "everything" if command.get("everything") else next(m for m in ("urls", "tags", "prefixes")
+                                                                if m in command)
+
+
 class Publisher:
     def __init__(self, git: GitStore, manifest: ManifestStore, registry: EdgeRegistry, config: EdgeConfigStore,
                  push_wait_s: float, outbox: Outbox | None = None) -> None:
@@ -199,13 +205,15 @@ class Publisher:
     async def purge(self, command: dict[str, Any]) -> tuple[Generation, FanOut]:
         """A purge generation and its push. Its purge.completed event is recorded with the generation and
         held until the edges answered, then sent with their acknowledgements."""
-        purged: Any = "everything" if command.get("everything") else command.get("urls") or command.get("tags")
+        mode = purge_mode(command)
+        purged: Any = "everything" if mode == "everything" else command[mode]
         event_id, timestamp = str(uuid.uuid4()), utc_now_iso()
 
         def event(generation: int, edges: dict[str, Any] | None) -> Event:
             # edges None: the acknowledgements were not collected (the process stopped first)
             return Event(event_id, "purge.completed", timestamp,
-                         {"purged": purged, "generation": generation, "edges": edges})
+                         {"purged": purged, "mode": mode, "soft": bool(command.get("soft")),
+                          "generation": generation, "edges": edges})
 
         async with self._lock:
             await self.outbox.catch_up(self.git)

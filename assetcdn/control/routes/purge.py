@@ -1,4 +1,5 @@
-"""POST /api/purge: exactly one of `urls` (max 30), `tags` (max 30) or `purge_everything: true`.
+"""POST /api/purge: exactly one of `urls` (max 30), `tags` (max 30), `prefixes` (max 30) or
+`purge_everything: true`, and `soft: true` to mark what it names stale instead of dropping it.
 
 A purge becomes a manifest generation, pushed to every edge; the response says which edges
 acknowledged it, how many entries they dropped and how long each edge worker took to acknowledge
@@ -10,75 +11,79 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 from aiohttp import web
 
 from assetcdn.control.app_keys import COUNTERS, SETTINGS
-from assetcdn.control.publishing.publisher import purge_acknowledgements
+from assetcdn.control.publishing.publisher import purge_acknowledgements, purge_mode
 from assetcdn.control.publishing.service import PUBLISHER
+from assetcdn.control.records.recording import AUDIT_META
 from assetcdn.control.request_body import read_body
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.limits import purges_per_day
 from assetcdn.shared.middleware import json_response
-from assetcdn.shared.paths import InvalidPath, parse_cdn_path
+from assetcdn.shared.purge_targets import split_target, zone_path_prefix
 from assetcdn.shared.timestamps import utc_now_iso
 
 MAX_ITEMS = 30
+MODES = ("urls", "tags", "prefixes", "purge_everything")
 TAG = re.compile(r"[a-zA-Z0-9-]+")  # used with fullmatch: '$' would let "tag\n" through
-# urlsplit drops tabs and newlines anywhere in a URL (WHATWG): refuse them rather than purge another URL.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+NO_MODE = 'Request must include "urls" array, "tags" array, "prefixes" array, or "purge_everything": true'
+NOUNS = {"urls": "URLs", "tags": "tags", "prefixes": "prefixes"}
 
 
-def _url_path(url: Any) -> str | None:
-    if not isinstance(url, str) or not url or len(url) > 2048 or _CONTROL.search(url):
-        return None
-    if "://" in url:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            return None
-        path = parts.path
-    elif url.startswith("/"):
-        path = url.split("?", 1)[0]
-    else:
-        return None
-    try:
-        return parse_cdn_path(path)
-    except InvalidPath:
-        return None
+def _valid_url(url: Any) -> bool:
+    return split_target(url) is not None
+
+
+def _valid_prefix(prefix: Any) -> bool:
+    """A prefix names a zone: any path of a URL (its host may be the zone's own), `/<zone>/...` as a path."""
+    target = split_target(prefix)
+    return target is not None and (target.host is not None or zone_path_prefix(target.path))
 
 
 def parse_purge(body: Any) -> dict[str, Any]:
+    """The purge command a request body asks for (the form the manifest generation records and
+    assetcdn/shared/generation_push.py sends): one mode, and `soft` when asked; LegacyError 400 otherwise."""
     if not isinstance(body, dict):
-        raise LegacyError(400, 'Request must include "urls" array, "tags" array, or "purge_everything": true')
-    modes = [k for k in ("urls", "tags", "purge_everything") if k in body]
+        raise LegacyError(400, NO_MODE)
+    modes = [k for k in MODES if k in body]
     if len(modes) > 1:
-        raise LegacyError(400, "Only one of purge_everything, urls, or tags may be specified per request")
+        raise LegacyError(400, "Only one of purge_everything, urls, tags, or prefixes may be specified per request")
     if not modes:
-        raise LegacyError(400, 'Request must include "urls" array, "tags" array, or "purge_everything": true')
+        raise LegacyError(400, NO_MODE)
+    soft = body.get("soft", False)
+    if not isinstance(soft, bool):
+        raise LegacyError(400, '"soft" must be true or false')
+    extra: dict[str, Any] = {"soft": True} if soft else {}
     mode = modes[0]
     value = body[mode]
     if mode == "purge_everything":
         if value is not True:
             raise LegacyError(400, '"purge_everything" must be true')
-        return {"everything": True}
+        return {"everything": True, **extra}
     if not isinstance(value, list):
         raise LegacyError(400, f'"{mode}" must be an array')
     if not value:
         raise LegacyError(400, f"{mode} array is empty")
     if len(value) > MAX_ITEMS:
-        raise LegacyError(400, f"Too many {'URLs' if mode == 'urls' else 'tags'}: max {MAX_ITEMS} per request")
+        raise LegacyError(400, f"Too many {NOUNS[mode]}: max {MAX_ITEMS} per request")
     if mode == "tags":
         invalid = [t for t in value if not isinstance(t, str) or not TAG.fullmatch(t)]
         if invalid:
             raise LegacyError(400, "Tags must be alphanumeric with hyphens only", extra={"invalid": invalid})
-        return {"tags": list(dict.fromkeys(value))}
-    invalid = [u for u in value if _url_path(u) is None]
-    if invalid:
-        raise LegacyError(400, "URLs must be absolute http(s) URLs or paths of assets on this CDN "
-                          "(/<zone>/v1/<category>/<file> or /stocks/...)", extra={"invalid": invalid})
-    return {"urls": list(dict.fromkeys(value))}
+    elif mode == "urls":
+        invalid = [u for u in value if not _valid_url(u)]
+        if invalid:
+            raise LegacyError(400, "URLs must be absolute http(s) URLs or paths on this CDN (/<zone>/...), "
+                              "without dot segments or control characters", extra={"invalid": invalid})
+    else:
+        invalid = [p for p in value if not _valid_prefix(p)]
+        if invalid:
+            raise LegacyError(400, "Prefixes must be absolute http(s) URLs or paths naming a zone (/<zone>/...), "
+                              "without dot segments or control characters", extra={"invalid": invalid})
+    return {mode: list(dict.fromkeys(value)), **extra}
 
 
 async def purge(request: web.Request) -> web.Response:
@@ -98,10 +103,14 @@ async def purge(request: web.Request) -> web.Response:
     except BaseException:
         await counters.refund(quota)  # a purge that was not recorded does not use the day's quota
         raise
-    purged: Any = "everything" if command.get("everything") else command.get("urls") or command.get("tags")
+    mode = purge_mode(command)
+    purged: Any = "everything" if mode == "everything" else command[mode]
+    soft = bool(command.get("soft"))
+    request[AUDIT_META] = {"purgeMode": mode, "soft": soft}
     _, pending = fan_out.nodes()
     return json_response({
-        "success": True, "purged": purged, "remaining_today": quota.remaining, "generation": generation.generation,
+        "success": True, "purged": purged, "mode": mode, "soft": soft, "remaining_today": quota.remaining,
+        "generation": generation.generation,
         # The facts purge.completed carries to webhooks, and how long each edge worker took to acknowledge.
         "edges": {**purge_acknowledgements(fan_out), "latencyMs": fan_out.latencies_ms},
         "note": ("Purged on every edge." if not pending else

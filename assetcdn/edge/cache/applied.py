@@ -29,11 +29,15 @@ _FORMAT = struct.Struct("<q")
 
 @dataclass(frozen=True, slots=True)
 class GenerationPurge:
-    """What one manifest generation removes from the cache: entries carrying any of ``tags``, or all."""
+    """What one manifest generation removes from the cache: entries carrying any of ``tags`` or a tag that
+    starts with one of ``tag_prefixes``, or all. ``soft``: what can be revalidated is marked stale instead
+    (``EdgeCache.purge_generations``)."""
 
     generation: int
     tags: tuple[str, ...] = ()
     everything: bool = False
+    tag_prefixes: tuple[str, ...] = ()
+    soft: bool = False
 
 
 @dataclass(slots=True)

@@ -134,6 +134,11 @@ class _CountingReader:
         return chunk
 
 
+def prefix_end(prefix: str) -> str:
+    """The least string above every string that starts with ``prefix`` (non-empty)."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
 def encode_meta(
     content_type: str,
     etag: str,
@@ -360,6 +365,51 @@ class DiskTier:
     def purge_tags(self, tags: Iterable[str]) -> list[str]:
         """Delete every entry carrying any of ``tags`` (works across restarts); returns keys."""
         return self.delete_many(self.keys_for_tags(tags))
+
+    def keys_for_tag_prefixes(self, prefixes: Iterable[str]) -> list[str]:
+        """Keys of the entries carrying a tag that starts with any of ``prefixes``: a range of the tag
+        index's primary key per prefix, not a scan."""
+        keys: dict[str, None] = {}
+        for prefix in dict.fromkeys(prefixes):
+            if not prefix:
+                continue
+            rows = self._sql().execute(
+                "SELECT key FROM EdgeTag WHERE tag >= ? AND tag < ?", (prefix, prefix_end(prefix))
+            ).fetchall()
+            keys.update((row[0], None) for row in rows)
+        return list(keys)
+
+    def keys_between(self, start: str, end: str, *, inside: bool) -> list[str]:
+        """Keys in ``[start, end)`` (``inside``), or all the others: what a soft purge of everything marks,
+        and what it removes."""
+        where = "key >= ? AND key < ?" if inside else "NOT (key >= ? AND key < ?)"
+        rows = self._sql().execute(f"SELECT key FROM Cache WHERE {where}", (start, end)).fetchall()
+        return [row[0] for row in rows if isinstance(row[0], str)]
+
+    def mark_stale(self, keys: Iterable[str], mark: str, at: float) -> list[str]:
+        """Add the pseudo header field ``(mark, at)`` to the stored head of each of ``keys`` that lacks one
+        (body and tags unchanged); returns the keys that hold it now. One transaction per call."""
+        key_list = list(dict.fromkeys(keys))
+        if not key_list:
+            return []
+        con = self._sql()
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            marked: list[str] = []
+            for key in key_list:
+                cursor = con.execute(
+                    "UPDATE Cache SET tag = json_insert(tag, '$.h[#]', json_array(?, ?))"
+                    " WHERE key = ? AND json_valid(tag) AND NOT EXISTS ("
+                    "SELECT 1 FROM json_each(Cache.tag, '$.h') WHERE json_extract(value, '$[0]') = ?)",
+                    (mark, repr(at), key, mark),
+                )
+                if cursor.rowcount or con.execute("SELECT 1 FROM Cache WHERE key = ?", (key,)).fetchone():
+                    marked.append(key)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return marked
 
     def clear(self) -> int:
         return int(self._cache.clear(retry=True))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -12,8 +13,9 @@ from assetcdn.edge.cache.entry import CachedObject
 class MemoryTier:
     """LRU over ``CachedObject`` values that carry a ``body``, bounded by total body bytes.
 
-    ``get`` and ``put`` are O(1); ``purge_tags`` is O(entries carrying those tags) through a
-    tag -> keys index. Objects larger than ``max_object_size`` are never kept (they stream
+    ``get`` and ``put`` are O(1) (a put of a tag new to the tier also inserts it in a sorted list);
+    ``purge_tags`` is O(entries carrying those tags) through a tag -> keys index, and
+    ``purge_tag_prefixes`` finds the tags under a prefix by bisection of that sorted list. Objects larger than ``max_object_size`` are never kept (they stream
     from the disk tier instead). A ``threading.Lock`` guards every operation because puts
     may come from executor threads; uncontended, it costs tens of nanoseconds on a hit.
     The tier is per process: with several workers, each has its own (see ``PurgeLog``).
@@ -24,6 +26,7 @@ class MemoryTier:
         self.max_object_size = max(0, min(max_object_size, self.max_bytes))
         self._entries: OrderedDict[str, CachedObject] = OrderedDict()
         self._by_tag: dict[str, set[str]] = {}
+        self._sorted_tags: list[str] = []   # the keys of _by_tag, in order (prefix purges)
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -74,7 +77,11 @@ class MemoryTier:
             self._entries[obj.key] = obj
             self._bytes += obj.size
             for tag in obj.tags:
-                self._by_tag.setdefault(tag, set()).add(obj.key)
+                keys = self._by_tag.get(tag)
+                if keys is None:
+                    keys = self._by_tag[tag] = set()
+                    bisect.insort(self._sorted_tags, tag)
+                keys.add(obj.key)
             while self._bytes > self.max_bytes:
                 oldest = next(iter(self._entries))
                 self._remove(oldest)
@@ -96,11 +103,23 @@ class MemoryTier:
                 keys |= self._by_tag.get(tag, set())
             return [key for key in keys if self._remove(key)]
 
+    def purge_tag_prefixes(self, prefixes: Iterable[str]) -> list[str]:
+        """Remove every entry carrying a tag that starts with any of ``prefixes``; returns the keys removed."""
+        with self._lock:
+            keys: set[str] = set()
+            for prefix in prefixes:
+                at = bisect.bisect_left(self._sorted_tags, prefix)
+                while at < len(self._sorted_tags) and self._sorted_tags[at].startswith(prefix):
+                    keys |= self._by_tag[self._sorted_tags[at]]
+                    at += 1
+            return [key for key in keys if self._remove(key)]
+
     def clear(self) -> int:
         with self._lock:
             count = len(self._entries)
             self._entries.clear()
             self._by_tag.clear()
+            self._sorted_tags.clear()
             self._bytes = 0
             return count
 
@@ -115,4 +134,5 @@ class MemoryTier:
                 keys.discard(key)
                 if not keys:
                     del self._by_tag[tag]
+                    del self._sorted_tags[bisect.bisect_left(self._sorted_tags, tag)]
         return True

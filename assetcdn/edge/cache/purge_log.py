@@ -20,7 +20,7 @@ from typing import Literal
 
 from assetcdn.edge.cache.sqlite_conn import ThreadLocalConnection
 
-PurgeKind = Literal["keys", "tags", "all"]
+PurgeKind = Literal["keys", "tags", "prefix", "all"]
 SEQUENCE_FILE = "edge-purge.seq"
 # Rows kept for workers that are behind; a worker further behind clears its memory tier.
 KEEP_ROWS = 10_000
@@ -34,7 +34,7 @@ _SCHEMA = (
 @dataclass(frozen=True, slots=True)
 class Purge:
     kind: PurgeKind
-    value: str  # a key, a tag, or "" for "all"
+    value: str  # a key, a tag, a tag prefix, or "" for "all"
 
 
 class PurgeLog:

@@ -29,12 +29,15 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from assetcdn.edge.cache.applied import AppliedGeneration, GenerationPurge
-from assetcdn.edge.cache.disk import DEFAULT_MIN_FILE_SIZE, DiskTier
+from assetcdn.edge.cache.disk import DEFAULT_MIN_FILE_SIZE, DiskTier, prefix_end
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.memory import MemoryTier
 from assetcdn.edge.cache.purge_log import PurgeLog
 
 MB = 1024 * 1024
+# The pseudo header field (":" starts no real field name) a soft purge adds to a stored head, with the time it
+# ran: from then on the response is stale (assetcdn/edge/states/pull.py reads it).
+SOFT_PURGED = ":soft-purged"
 PROBE_BODY = b"assetcdn edge cache probe"
 
 
@@ -195,8 +198,45 @@ class EdgeCache:
         self._purges.record("all", ())
         return max(disk_count, memory_count)
 
-    def purge_generations(self, purges: Iterable[GenerationPurge], *, upto: int, restart: bool = False) -> int:
-        """Apply manifest generations' purges, each once per node; returns how many entries went.
+    def purge_tag_prefixes(self, prefixes: Iterable[str]) -> int:
+        """Remove every entry carrying a tag that starts with any of ``prefixes``; returns how many."""
+        prefix_list = [p for p in dict.fromkeys(prefixes) if p]
+        removed = set(self.memory.purge_tag_prefixes(prefix_list))
+        removed |= set(self.disk.delete_many(self.disk.keys_for_tag_prefixes(prefix_list)))
+        self._purges.record("prefix", prefix_list)
+        return len(removed)
+
+    def soft_purge(self, tags: Iterable[str] = (), prefixes: Iterable[str] = (), *, everything: bool = False,
+                   revalidated: str = "") -> int:
+        """Mark stale what a purge names, where it can be revalidated: entries whose key starts with
+        ``revalidated`` keep their body and get ``SOFT_PURGED`` in their head (the next request asks the
+        origin to confirm them); the others are removed. Memory tiers drop their copies (the disk tier's is
+        the marked one). Returns how many entries were marked or removed. Blocking: see module docstring."""
+        tag_list, prefix_list = list(dict.fromkeys(tags)), [p for p in dict.fromkeys(prefixes) if p]
+        if everything:
+            self.memory.clear()
+            self._purges.record("all", ())
+            if not revalidated:
+                return self.disk.clear()
+            end = prefix_end(revalidated)
+            kept, dropped = (self.disk.keys_between(revalidated, end, inside=True),
+                             self.disk.keys_between(revalidated, end, inside=False))
+            touched: set[str] = set()
+        else:
+            touched = set(self.memory.purge_tags(tag_list)) | set(self.memory.purge_tag_prefixes(prefix_list))
+            self._purges.record("tags", tag_list)
+            self._purges.record("prefix", prefix_list)
+            named = dict.fromkeys([*self.disk.keys_for_tags(tag_list), *self.disk.keys_for_tag_prefixes(prefix_list)])
+            kept = [key for key in named if revalidated and key.startswith(revalidated)]
+            dropped = [key for key in named if not (revalidated and key.startswith(revalidated))]
+        touched |= set(self.disk.mark_stale(kept, SOFT_PURGED, time.time()))
+        touched |= set(self.disk.delete_many(dropped))
+        return len(touched)
+
+    def purge_generations(self, purges: Iterable[GenerationPurge], *, upto: int, restart: bool = False,
+                          revalidated: str = "") -> int:
+        """Apply manifest generations' purges, each once per node; returns how many entries went (or, for
+        a soft purge, were marked stale: ``soft_purge`` with ``revalidated``).
 
         The caller (one worker) now holds every generation up to ``upto``; ``purges`` are those it
         learnt with them. A purge of a generation this node's cache has already taken (another
@@ -219,9 +259,20 @@ class EdgeCache:
                 self.memory.clear()
             else:
                 self.memory.purge_tags([tag for p in taken for tag in p.tags])
-            if any(p.everything for p in due):
+                self.memory.purge_tag_prefixes([prefix for p in taken for prefix in p.tag_prefixes])
+            hard, soft = [p for p in due if not p.soft], [p for p in due if p.soft]
+            if any(p.everything for p in hard):
                 return self.purge_all()
-            return self.purge_tags(tag for p in due for tag in p.tags)
+            count = 0
+            if any(p.tags for p in hard):
+                count += self.purge_tags(tag for p in hard for tag in p.tags)
+            if any(p.tag_prefixes for p in hard):
+                count += self.purge_tag_prefixes(prefix for p in hard for prefix in p.tag_prefixes)
+            if soft:
+                count += self.soft_purge([tag for p in soft for tag in p.tags],
+                                         [prefix for p in soft for prefix in p.tag_prefixes],
+                                         everything=any(p.everything for p in soft), revalidated=revalidated)
+            return count
 
     def stats(self) -> CacheStats:
         """Sizes for /metrics and health; hit and miss counters are the caller's business."""
@@ -269,5 +320,7 @@ class EdgeCache:
                 self.memory.clear()
             elif purge.kind == "tags":
                 self.memory.purge_tags((purge.value,))
+            elif purge.kind == "prefix":
+                self.memory.purge_tag_prefixes((purge.value,))
             else:
                 self.memory.discard(purge.value)

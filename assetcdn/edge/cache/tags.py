@@ -6,11 +6,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from assetcdn.shared.manifest import ManifestEntry
+from assetcdn.shared.purge_targets import normal_path
 
 
 def path_tag(cdn_path: str) -> str:
     """Internal tag on everything cached from one source path (the asset and all its variants)."""
     return f"path:{cdn_path}"
+
+
+def pull_path_tag(zone: str, path: str) -> str:
+    """A pull zone's path tag: its path (from `/`, percent-encoded) in one spelling of its escapes, so that a
+    purge names it however either spelt it (assetcdn/shared/purge_targets.py)."""
+    return path_tag(f"{zone}{normal_path(path)}")
 
 
 def source_tags(entry: ManifestEntry) -> tuple[str, ...]:

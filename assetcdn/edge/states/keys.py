@@ -55,11 +55,14 @@ def playlist_key(index_id: str, quality: int | None) -> str:
     return f"playlist:{index_id}:{quality if quality is not None else 'master'}"
 
 
+PULL_KEY_PREFIX = "pull:"  # every pull zone key starts with it: what a soft purge keeps and marks stale
+
+
 def pull_key(zone: str, path: str, query: str) -> str:
     """A pull zone's URL (its percent-encoded path and query as requested): hashed, so that any URL makes a
     key of one length with no ':' in it."""
     url = f"{zone}{path}?{query}" if query else f"{zone}{path}"
-    return f"pull:{hashlib.sha256(url.encode('utf-8', 'surrogateescape')).hexdigest()[:40]}"
+    return f"{PULL_KEY_PREFIX}{hashlib.sha256(url.encode('utf-8', 'surrogateescape')).hexdigest()[:40]}"
 
 
 def pull_variant_key(url_key: str, selector: str) -> str:

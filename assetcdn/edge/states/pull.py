@@ -25,7 +25,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, BinaryIO, cast
 
 from aiohttp import web
@@ -34,7 +34,8 @@ from yarl import URL
 
 from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.cache.entry import CachedObject
-from assetcdn.edge.cache.tags import path_tag
+from assetcdn.edge.cache.store import SOFT_PURGED
+from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.origin_client import OriginError, OriginResponse, origin_request_headers
 from assetcdn.edge.site_config import PullZone
@@ -97,7 +98,14 @@ class StoredResponse:
         except (KeyError, ValueError):
             return None
         headers = tuple(item for item in obj.headers if not item[0].startswith(":"))
-        return StoredResponse(obj, status, headers, freshness(status, headers, request_time, response_time))
+        fresh = freshness(status, headers, request_time, response_time)
+        soft_purged = fields.get(SOFT_PURGED)
+        if soft_purged is not None:  # stale from the purge on: revalidated, its stale-* windows counted from then
+            try:
+                fresh = replace(fresh, lifetime=min(fresh.lifetime, fresh.age(float(soft_purged))))
+            except ValueError:
+                fresh = replace(fresh, lifetime=0.0)
+        return StoredResponse(obj, status, headers, fresh)
 
 
 class Flights:
@@ -386,7 +394,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
 def own_tags(zone: PullZone, path: str) -> list[str]:
     """The tags the edge itself puts on a stored response: its URL's (purge by URL, unsafe methods) and its
     zone's (deleting the zone: a zone created again under the name must not be answered with them)."""
-    return [path_tag(f"{zone.name}{path}"), zone_tag(zone.name)]
+    return [pull_path_tag(zone.name, path), zone_tag(zone.name)]
 
 
 def origin_tags(headers: Headers) -> list[str]:
@@ -518,7 +526,7 @@ async def invalidate(node: EdgeNode, zone: PullZone, request: web.Request, path:
     """Drop what an unsafe request's success names: its URL, and the Location and Content-Location it
     answered with when they name paths of the same zone (RFC 9111 4.4). The origin writes them in its own
     URL space (its host, its path prefix) or, behind a Host header, in the zone's public one."""
-    tags = [path_tag(f"{zone.name}{path}")]
+    tags = [pull_path_tag(zone.name, path)]
     origin_url = zone.origin.target(path)
     origin_prefix = zone.origin.url.raw_path.rstrip("/")
     for name in ("location", "content-location"):
@@ -531,7 +539,7 @@ async def invalidate(node: EdgeNode, zone: PullZone, request: web.Request, path:
         except ValueError:
             continue
         if as_origin.origin() == origin_url.origin() and as_origin.raw_path.startswith(origin_prefix + "/"):
-            tags.append(path_tag(f"{zone.name}{as_origin.raw_path[len(origin_prefix):]}"))
+            tags.append(pull_path_tag(zone.name, as_origin.raw_path[len(origin_prefix):]))
         if as_public.origin() == request.url.origin() and as_public.raw_path.startswith(prefix + "/"):
-            tags.append(path_tag(f"{zone.name}{as_public.raw_path[len(prefix):]}"))
+            tags.append(pull_path_tag(zone.name, as_public.raw_path[len(prefix):]))
     await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_tags, tags)

@@ -15,6 +15,7 @@ from assetcdn.edge.site_config import EdgeConfig, PullZone, tenant_path
 from assetcdn.shared.edge_rules import Redirect
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.paths import InvalidPath, parse_cdn_path
+from assetcdn.shared.purge_targets import PurgeTarget, unsafe_path, zone_path_prefix
 
 REDIRECTS: dict[int, type[web.HTTPMove]] = {
     301: web.HTTPMovedPermanently, 302: web.HTTPFound, 303: web.HTTPSeeOther,
@@ -56,12 +57,36 @@ def origin_path_checked(raw: str) -> str:
     """A pull zone's path, refused when a dot segment (`..`, also percent-encoded) could take it outside the
     zone's path prefix at the origin, or a control character could split the origin request. Origins that
     decode before they resolve dot segments read `..%2f` and `..%5c` as one too (`\\` separates on some)."""
-    for segment in raw.split("/"):
-        decoded = unquote(segment)
-        if (any(part in (".", "..") for part in decoded.replace("\\", "/").split("/"))
-                or any(char in decoded for char in "\x00\r\n")):
-            raise InvalidPath("dot segments and control characters are not allowed.")
+    if unsafe_path(raw):
+        raise InvalidPath("dot segments and control characters are not allowed.")
     return raw
+
+
+def purge_named(config: EdgeConfig, target: PurgeTarget) -> PullPath | str | None:
+    """What a purge URL names, resolved as a request for it would be (its host's zone, a rewrite, a pull zone's
+    path as sent, a CDN path decoded): None when it names nothing that is cached (a redirect, a bad path)."""
+    host_zone = config.zone_for_host(target.host) if target.host is not None else None
+    try:
+        named = resolve(config, host_zone, unquote(target.path), unquote(target.path), target.path)
+    except InvalidPath:
+        return None
+    return None if isinstance(named, Redirect) else named
+
+
+def purge_prefix_named(config: EdgeConfig, target: PurgeTarget) -> tuple[str, str, bool] | None:
+    """(zone, path prefix from `/`, whether a pull zone's) of a purge prefix, its host read as `resolve` reads
+    a request's: a tenant host's or custom domain's zone, else `/<zone>/...`. None when it names no zone."""
+    host_zone = config.zone_for_host(target.host) if target.host is not None else None
+    pull = config.pull_target(host_zone, target.path)
+    if pull is not None:
+        zone, path, _ = pull
+        return zone.name, path, True
+    if host_zone is not None:
+        return host_zone, unquote(target.path), False
+    if not zone_path_prefix(target.path):
+        return None
+    name, _, rest = target.path[1:].partition("/")
+    return name, "/" + unquote(rest), False
 
 
 def receive(request: web.Request, config: EdgeConfig, host_zone: str | None) -> PullPath | str:

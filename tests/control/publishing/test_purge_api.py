@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
@@ -59,3 +60,69 @@ async def test_an_oversize_purge_body_is_413_in_the_legacy_envelope(control: Tes
     body = await resp.json()
     assert resp.status == 413
     assert isinstance(body["error"], str) and body["HttpCode"] == 413 and body["Message"] == body["error"]
+
+
+REFUSED = [
+    ({"prefixes": ["/"]}, ["/"]),                                   # names no zone
+    ({"prefixes": ["/akande", "/akande/v1/"]}, ["/akande"]),        # a zone name cut short is no zone
+    ({"prefixes": ["akande/v1/", "ftp://cdn.example.com/akande/"]}, ["akande/v1/", "ftp://cdn.example.com/akande/"]),
+    ({"prefixes": ["/akande/../other/", "/akande/%2e%2e/x"]}, ["/akande/../other/", "/akande/%2e%2e/x"]),
+    ({"prefixes": ["/akande/v1/\n"]}, ["/akande/v1/\n"]),
+    ({"urls": ["https://cdn.example.com/akande/%0d%0aX: y", "/akande/v1/logos/a.svg"]},
+     ["https://cdn.example.com/akande/%0d%0aX: y"]),
+]
+
+
+@pytest.mark.parametrize(("body", "invalid"), REFUSED)
+async def test_bad_prefixes_and_urls_are_400_naming_them(control: TestClient, body: dict[str, Any],
+                                                         invalid: list[str]) -> None:
+    resp = await control.post("/api/purge", json=body, headers=PURGE)
+    answer = await resp.json()
+    assert resp.status == 400, answer
+    assert answer["HttpCode"] == 400 and answer["Message"] == answer["error"] and answer["requestId"]
+    assert answer["invalid"] == invalid
+
+
+@pytest.mark.parametrize(("body", "error"), [
+    ({"prefixes": []}, "prefixes array is empty"),
+    ({"prefixes": "/akande/"}, '"prefixes" must be an array'),
+    ({"prefixes": [f"/akande/{i}/" for i in range(31)]}, "Too many prefixes: max 30 per request"),
+    ({"prefixes": ["/akande/"], "urls": ["/akande/v1/logos/a.svg"]},
+     "Only one of purge_everything, urls, tags, or prefixes may be specified per request"),
+    ({"tags": ["a"], "soft": "yes"}, '"soft" must be true or false'),
+    ({"soft": True}, 'Request must include "urls" array, "tags" array, "prefixes" array, or "purge_everything": true'),
+])
+async def test_a_malformed_purge_is_400_in_the_legacy_envelope(control: TestClient, body: dict[str, Any],
+                                                               error: str) -> None:
+    resp = await control.post("/api/purge", json=body, headers=PURGE)
+    answer = await resp.json()
+    assert (resp.status, answer["error"], answer["HttpCode"]) == (400, error, 400)
+
+
+async def test_a_refused_purge_records_nothing(control: TestClient) -> None:
+    first = await (await control.post("/api/purge", json={"tags": ["a"]}, headers=PURGE)).json()
+    refused: list[dict[str, Any]] = [{"prefixes": ["/akande/", "/"], "soft": True}, {"urls": ["/ok/x", "bad"]},
+                                     {"prefixes": []}]
+    for body in refused:
+        assert (await control.post("/api/purge", json=body, headers=PURGE)).status == 400
+    second = await (await control.post("/api/purge", json={"tags": ["b"]}, headers=PURGE)).json()
+    # No generation, no day's quota and no audit entry went to the refused ones.
+    assert second["generation"] == first["generation"] + 1
+    assert second["remaining_today"] == first["remaining_today"] - 1
+    resp = await control.get("/api/core/audit-logs", headers=ACCOUNT)
+    purges = [e["meta"] for e in (await resp.json())["Entries"] if e["action"] == "purge.execute"]
+    assert [meta["purged"] for meta in purges] == [["b"], ["a"]]
+
+
+async def test_a_soft_prefix_purge_reports_its_mode_in_the_answer_and_the_audit_log(control: TestClient) -> None:
+    prefixes = ["/akande/v1/logos/", "https://akande.cdn.localhost/img/", "/shop/caf%C3%A9/"]
+    resp = await control.post("/api/purge", json={"prefixes": prefixes, "soft": True}, headers=PURGE)
+    body = await resp.json()
+    assert resp.status == 200, body
+    assert (body["purged"], body["mode"], body["soft"]) == (prefixes, "prefixes", True)
+    hard = await (await control.post("/api/purge", json={"purge_everything": True}, headers=PURGE)).json()
+    assert (hard["purged"], hard["mode"], hard["soft"]) == ("everything", "everything", False)
+    resp = await control.get("/api/core/audit-logs", headers=ACCOUNT)
+    metas = [e["meta"] for e in (await resp.json())["Entries"] if e["action"] == "purge.execute"]
+    assert [(m["purged"], m["purgeMode"], m["soft"]) for m in metas] == [
+        ("everything", "everything", False), (prefixes, "prefixes", True)]

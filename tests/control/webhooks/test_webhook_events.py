@@ -122,3 +122,12 @@ async def test_a_webhook_gets_only_its_events_and_only_those_after_it_was_regist
     assert sorted(receiver.events("zones")) == ["zone.created", "zone.deleted"]
     assert [r.payload["data"] for r in receiver.delivered("zones") if r.event == "zone.created"] == [{"zone": "akande"}]
     assert receiver.events("assets") == ["asset.created"]
+
+
+async def test_purge_completed_says_how_the_purge_selected(control: TestClient, receiver: Receiver) -> None:
+    await register(control, receiver, "all", ["purge.completed"])
+    await ok(control.post("/api/purge", json={"prefixes": ["/akande/v1/"], "soft": True}, headers=PURGE), 200)
+    await ok(control.post("/api/purge", json={"urls": ["/akande/v1/logos/a.svg"]}, headers=PURGE), 200)
+    events = await settle(control, receiver, 2)
+    assert [(d["purged"], d["mode"], d["soft"]) for _, d in events] == [
+        (["/akande/v1/"], "prefixes", True), (["/akande/v1/logos/a.svg"], "urls", False)]

@@ -1,0 +1,147 @@
+"""Purges of a pull zone through a real control and edge app and an origin the tests script (the fixtures of
+tests/edge/routes/test_pull_zones.py): by prefix, soft (a conditional request answered 304 keeps the body), and
+by URL on the zone's tenant host, a custom domain or percent-encoded; what a client of the edge sees, what the
+origin saw, and what each cache tier holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from assetcdn.edge.states.keys import pull_key
+from tests.control.conftest import ACCOUNT
+from tests.edge.routes.conftest import PURGE, wait_until
+from tests.edge.routes.test_pull_zones import LONG, TENANT_HOST, ZONE, Pull, pull
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+__all__ = ["pull"]  # the module's CDN and origin (a fixture)
+
+
+async def purge(pull: Pull, body: dict[str, Any]) -> dict[str, Any]:
+    resp = await pull.cdn.control.post("/api/purge", json=body, headers=PURGE)
+    answer: dict[str, Any] = await resp.json()
+    assert resp.status == 200, answer
+    assert answer["edges"]["acknowledged"] == ["edge-t"], answer  # answered once the edge applied it
+    return answer
+
+
+async def cached(pull: Pull, name: str, host: str | None = None) -> None:
+    """`name` asked twice: a miss, then a hit (the first request's flight ends once its response is stored, so
+    the second waits for that: a client has the whole body before the edge finished storing it)."""
+    headers = {"Host": host} if host else {}
+    for x_cache in ("MISS", "HIT"):
+        resp = await pull.cdn.edge.get(f"/{ZONE}{name}" if host is None else name, headers=headers)
+        await resp.read()
+        assert resp.headers["X-Cache"] == x_cache, name
+
+
+def tiers(pull: Pull, path: str) -> tuple[bool, bool]:
+    """Whether the memory tier and the disk tier hold the response of the zone's `path`."""
+    cache, key = pull.cdn.node.cache, pull_key(ZONE, path, "")
+    return key in cache.memory, cache.disk.get(key, load_limit=0) is not None
+
+
+async def test_a_prefix_purge_drops_the_paths_under_it_from_every_tier_only(pull: Pull) -> None:
+    under = ("/pre/a/1.txt", "/pre/a/deep/2.txt")
+    beside = ("/pre/ab.txt", "/pre/b/3.txt")
+    for name in (*under, *beside):
+        pull.origin.answer(name, name.encode(), headers=LONG)
+        await cached(pull, name)
+        assert tiers(pull, name) == (True, True)
+    answer = await purge(pull, {"prefixes": [f"/{ZONE}/pre/a/"]})
+    assert (answer["purged"], answer["mode"], answer["soft"]) == ([f"/{ZONE}/pre/a/"], "prefixes", False)
+    assert answer["edges"]["entriesRemoved"] == {"edge-t/0": len(under)}
+    assert [tiers(pull, name) for name in (*under, *beside)] == [(False, False)] * 2 + [(True, True)] * 2
+    assert [(await pull.get(name)).headers["X-Cache"] for name in (*under, *beside)] == ["MISS", "MISS", "HIT", "HIT"]
+    assert [pull.origin.count(name) for name in (*under, *beside)] == [2, 2, 1, 1]
+
+
+async def test_a_prefix_on_the_tenant_host_names_the_zones_paths(pull: Pull) -> None:
+    pull.origin.answer("/hosted/x.txt", b"x", headers=LONG)
+    pull.origin.answer("/kept/x.txt", b"x", headers=LONG)
+    for name in ("/hosted/x.txt", "/kept/x.txt"):
+        await cached(pull, name)
+    await purge(pull, {"prefixes": [f"https://{TENANT_HOST}/hosted/"]})
+    assert [(await pull.get(name)).headers["X-Cache"] for name in ("/hosted/x.txt", "/kept/x.txt")] == ["MISS", "HIT"]
+
+
+async def test_a_soft_purge_revalidates_with_the_origin_and_keeps_the_body(pull: Pull) -> None:
+    bodies = {"/soft/etag.txt": b"tagged by etag", "/soft/dated.txt": b"tagged by date"}
+    validators = {"/soft/etag.txt": ("ETag", "If-None-Match", '"v1"'),
+                  "/soft/dated.txt": ("Last-Modified", "If-Modified-Since", "Tue, 01 Dec 2026 10:00:00 GMT")}
+
+    def conditional(name: str) -> Any:
+        field, condition, value = validators[name]
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            if request.headers.get(condition) == value:
+                return web.Response(status=304, headers={**LONG, field: value})
+            return web.Response(body=bodies[name], headers={**LONG, field: value})
+
+        return handle
+
+    for name in bodies:
+        pull.origin.route(name, conditional(name))
+        await cached(pull, name)
+    answer = await purge(pull, {"prefixes": [f"/{ZONE}/soft/"], "soft": True})
+    assert (answer["mode"], answer["soft"], answer["edges"]["entriesRemoved"]) == ("prefixes", True, {"edge-t/0": 2})
+    # Kept on disk (marked stale), out of the memory tier.
+    assert [tiers(pull, name) for name in bodies] == [(False, True)] * 2
+    for name, body in bodies.items():
+        resp = await pull.get(name)
+        assert (await resp.read(), resp.headers["X-Cache"]) == (body, "REVALIDATED"), name
+        assert "fwd-status=304" in resp.headers["Cache-Status"]
+        field, condition, value = validators[name]
+        assert [seen.headers.get(condition) for seen in pull.origin.requests(name)] == [None, value]
+        resp = await pull.get(name)  # the 304 made it fresh again
+        assert (await resp.read(), resp.headers["X-Cache"]) == (body, "HIT")
+        assert pull.origin.count(name) == 2
+
+
+async def test_a_soft_purge_of_a_tag_or_a_url_revalidates_too(pull: Pull) -> None:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"same"':
+            return web.Response(status=304, headers={**LONG, "ETag": '"same"', "Cache-Tag": "softly"})
+        return web.Response(body=b"same", headers={**LONG, "ETag": '"same"', "Cache-Tag": "softly"})
+
+    pull.origin.route("/soft/by-tag.txt", handle)
+    await cached(pull, "/soft/by-tag.txt")
+    for body in ({"tags": ["softly"], "soft": True}, {"urls": [f"/{ZONE}/soft/by-tag.txt"], "soft": True}):
+        await purge(pull, body)
+        resp = await pull.get("/soft/by-tag.txt")
+        assert (await resp.read(), resp.headers["X-Cache"]) == (b"same", "REVALIDATED"), body
+    assert [seen.headers.get("If-None-Match") for seen in pull.origin.requests("/soft/by-tag.txt")] == [
+        None, '"same"', '"same"']
+
+
+async def test_a_url_purge_names_a_path_on_the_tenant_host_or_a_custom_domain(pull: Pull) -> None:
+    domain = "purges.pulled-brand.example"
+    resp = await pull.cdn.control.post(f"/api/core/zones/{ZONE}/domains", json={"Hostname": domain}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+
+    async def domain_arrived() -> bool:
+        return pull.cdn.node.config.zone_for_host(domain) == ZONE
+
+    await wait_until(domain_arrived, "the custom domain reaching the edge")
+    names = ("/hosts/tenant.txt", "/hosts/domain.txt", "/hosts/kept.txt")
+    for name in names:
+        pull.origin.answer(name, b"hosted", headers=LONG)
+        await cached(pull, name, TENANT_HOST)
+    await purge(pull, {"urls": [f"https://{TENANT_HOST}/hosts/tenant.txt", f"http://{domain.upper()}:8080/hosts/domain.txt"]})
+    assert [(await pull.get(name)).headers["X-Cache"] for name in names] == ["MISS", "MISS", "HIT"]
+
+
+async def test_a_url_purge_names_a_path_however_its_escapes_are_spelt(pull: Pull) -> None:
+    # As requested (the client sends what yarl makes of it: upper-case escapes) and as purged.
+    spelt = {"/enc/caf%C3%A9.txt": f"/{ZONE}/enc/café.txt",
+             "/enc/a~b.txt": f"https://{TENANT_HOST}/enc/a%7eb.txt",
+             "/enc/sp%20ace.txt": f"/{ZONE}/enc/sp%20ace.txt",
+             "/enc/kept%C3%A9.txt": None}
+    for name in spelt:
+        pull.origin.answer(name, b"encoded", headers=LONG)
+        await cached(pull, name)
+    answer = await purge(pull, {"urls": [url for url in spelt.values() if url]})
+    assert answer["edges"]["entriesRemoved"] == {"edge-t/0": 3}
+    assert [(await pull.get(name)).headers["X-Cache"] for name in spelt] == ["MISS", "MISS", "MISS", "HIT"]
