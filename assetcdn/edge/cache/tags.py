@@ -13,6 +13,12 @@ def path_tag(cdn_path: str) -> str:
     return f"path:{cdn_path}"
 
 
+def pull_variants_tag(url_key: str) -> str:
+    """Internal tag on every variant of a pull zone's image (`url_key`: its URL's key), retired together
+    when the origin's image changes."""
+    return f"variants:{url_key}"
+
+
 def source_tags(entry: ManifestEntry) -> tuple[str, ...]:
     """Tags of everything cached from one source: its public cache tags plus its path tag."""
     return (*entry.tags, path_tag(entry.path))
