@@ -42,6 +42,7 @@ from assetcdn.edge.states.freshness import (
     http_date,
     not_storable,
     parse_directives,
+    response_directives,
     reuse,
     stored_headers,
     usable_on_error,
@@ -118,23 +119,25 @@ class PullSource:
 
     def client_max_age(self, now: float) -> int | None:
         """How long a client may keep a variant: what is left of the source's freshness here, and never more
-        than a browser's cache may keep the source itself (its Cache-Control max-age or Expires, less its
-        age); None when the source must be validated before every use (no-cache)."""
-        freshness = self.stored.freshness
-        if freshness.no_cache:
+        than a browser may keep the source itself (RFC 9111 4.2.1 for a private cache: its Cache-Control
+        max-age, else Expires less Date, else the heuristic; s-maxage and fields targeted at CDNs give it
+        nothing), less its age; None when the source must be validated before every use (no-cache)."""
+        headers, freshness = self.stored.headers, self.stored.freshness
+        browser = parse_directives(field_values(headers, "cache-control"))
+        if freshness.no_cache or "no-cache" in browser:
             return None
         age = freshness.age(now)
         remaining = freshness.lifetime - age
-        directives = parse_directives(field_values(self.stored.headers, "cache-control"))
-        if "no-cache" in directives:
-            return None
-        if "max-age" in directives:
-            remaining = min(remaining, (delta_seconds(directives["max-age"]) or 0) - age)
-        elif "s-maxage" not in directives:
-            expires = http_date(first_value(self.stored.headers, "expires"))
-            date = http_date(first_value(self.stored.headers, "date"))
-            if expires is not None and date is not None:
-                remaining = min(remaining, expires - date - age)
+        expires = http_date(first_value(headers, "expires"))
+        if "max-age" in browser:
+            remaining = min(remaining, (delta_seconds(browser["max-age"]) or 0) - age)
+        elif expires is not None:
+            date = http_date(first_value(headers, "date"))
+            remaining = min(remaining, expires - (freshness.response_time if date is None else date) - age)
+        else:
+            directives, targeted = response_directives(headers)
+            if targeted or "s-maxage" in directives:
+                remaining = 0   # an explicit lifetime for shared caches only: a browser would validate first
         return max(0, int(remaining))
 
     async def data(self) -> bytes:

@@ -84,7 +84,7 @@ def retire_older_variants(node: EdgeNode, source: PullSource) -> None:
     made_key = pull_variants_made_key(source.url_key)
     made_from = lookup(node, made_key)
     current = source.source_id.encode()
-    if made_from is not None and made_from.body == current:
+    if made_from is not None and made_from.read_range(0, made_from.size) == current:
         return
     if made_from is not None:
         node.cache.purge_tags([pull_variants_tag(source.url_key)])

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import io
 import os
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from email.utils import formatdate
 from typing import Any
 
 import pytest
@@ -163,6 +165,34 @@ async def test_a_placeholder_is_kept_by_clients_at_most_a_day(pics: Pics) -> Non
     pics.origin.answer("/week.jpg", image(RED, fmt="JPEG"), headers={"Cache-Control": "max-age=604800"})
     resp = await pics.get(f"/api/lqip?url=/{ZONE}/week.jpg")
     assert resp.status == 200 and max_age(resp) == 86400
+
+
+@pytest.mark.parametrize(("name", "headers", "low", "high"), [
+    ("/browser-shorter.png", {"Cache-Control": "max-age=60", "CDN-Cache-Control": "max-age=600"}, 50, 60),
+    ("/cdn-only.png", {"CDN-Cache-Control": "max-age=600"}, 0, 0),
+    ("/shared-only.png", {"Cache-Control": "s-maxage=600"}, 0, 0),
+])
+async def test_a_variant_is_kept_by_clients_no_longer_than_a_browser_may_keep_its_source(
+        pics: Pics, name: str, headers: dict[str, str], low: int, high: int) -> None:
+    pics.origin.answer(name, image(RED), headers=headers)
+    for _ in range(2):  # made, then from the cache
+        resp = await pics.transform(name)
+        assert resp.status == 200 and low <= max_age(resp) <= high, resp.headers["Cache-Control"]
+    assert pics.origin.count(name) == 1
+
+
+async def test_a_variant_of_a_source_with_expires_is_kept_until_then(pics: Pics) -> None:
+    now = time.time()
+    pics.origin.answer("/expires.png", image(RED), headers={"Date": formatdate(now, usegmt=True),
+                                                            "Expires": formatdate(now + 120, usegmt=True)})
+    resp = await pics.transform("/expires.png")
+    assert resp.status == 200 and 100 <= max_age(resp) <= 120, resp.headers["Cache-Control"]
+
+
+async def test_a_source_to_validate_before_each_use_makes_variants_to_validate_too(pics: Pics) -> None:
+    pics.origin.answer("/no-cache.png", image(RED), headers={"Cache-Control": "no-cache", "ETag": '"nc"'})
+    resp = await pics.transform("/no-cache.png")
+    assert (resp.status, resp.headers["Cache-Control"]) == (200, "public, no-cache")
 
 
 # --- the source changing, purged, failing ---------------------------------------------------------------------
