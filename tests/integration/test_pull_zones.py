@@ -1,11 +1,12 @@
 """Pull zones through a real `assetcdn up` with two edge workers: the origin setting reaches them from the
-environment, both workers share what one of them stored, and an unsafe request answered by one worker
-invalidates the URL for the other too. The serve sequence itself is tested in-process
+environment, both workers share what one of them stored (a transform of an origin's image too), and an unsafe
+request answered by one worker invalidates the URL for the other too. The serve sequence itself is tested in-process
 (tests/edge/routes/test_pull_zones.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -16,6 +17,7 @@ import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from PIL import Image
 
 from tests.integration.harness import ACCOUNT, PURGE, RunningCdn, start_cdn
 
@@ -169,3 +171,24 @@ async def test_a_soft_prefix_purge_is_revalidated_once_whichever_worker_answers(
         answers = await each_on_its_own_connection(target)
     assert answers == [(200, "REVALIDATED", b"kept body")] + [(200, "HIT", b"kept body")] * (CONNECTIONS - 1)
     assert asked == [None, '"e1"']
+async def test_a_transform_of_an_origins_image_made_by_one_worker_is_a_hit_on_every_worker(cdn: RunningCdn) -> None:
+    png = io.BytesIO()
+    Image.new("RGB", (240, 120), (200, 40, 40)).save(png, "PNG")
+    asked = Counter[str]()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        asked[request.path] += 1
+        return web.Response(body=png.getvalue(), content_type="image/png",
+                            headers={"Cache-Control": "max-age=600", "ETag": '"photo-1"'})
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handler)
+    async with origin_app(app) as url:
+        await pull_zone(cdn, "pullimages", url)
+        target = f"{cdn.edge_urls[0]}/api/transform?url=/pullimages/photo.png&w=60&format=webp"
+        (first,) = await each_on_its_own_connection(target, count=1)
+        assert first[:2] == (200, "MISS")
+        answers = await each_on_its_own_connection(target)
+    assert answers == [(200, "HIT", first[2])] * CONNECTIONS
+    assert Image.open(io.BytesIO(first[2])).size == (60, 30)
+    assert asked == {"/photo.png": 1}

@@ -18,6 +18,10 @@ def pull_path_tag(zone: str, path: str) -> str:
     """A pull zone's path tag: its path (from `/`, percent-encoded) in one spelling of its escapes, so that a
     purge names it however either spelt it (assetcdn/shared/purge_targets.py)."""
     return path_tag(f"{zone}{normal_path(path)}")
+def pull_variants_tag(url_key: str) -> str:
+    """Internal tag on every variant of a pull zone's image (`url_key`: its URL's key), retired together
+    when the origin's image changes."""
+    return f"variants:{url_key}"
 
 
 def source_tags(entry: ManifestEntry) -> tuple[str, ...]:

@@ -4,6 +4,11 @@ receive (path, chain from the request headers), choose (assetcdn/edge/auto_forma
 (assetcdn/edge/states/serve.py) with the file as it is or the converted variant, delivered with the chain's
 MIME, `Vary` (query route: Accept, Save-Data, ECT; path route: Accept) and a one-year lifetime; a
 conversion whose source does not decode falls back to the next file along the chain.
+
+A path of a pull zone names the origin's file itself (`/api/auto?path=/<pullzone>/photo.jpg`): the edge cannot
+list the origin's files, so that image is converted to the best format of the chain an encoder here writes,
+through the pull zone's variant sequence (assetcdn/edge/states/pull_variant.py), with a lifetime derived from
+the source's freshness.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from aiohttp import web
 
 from assetcdn.edge.access import SourceRefused, find_source
 from assetcdn.edge.app_keys import IMAGE_POOL, NODE
-from assetcdn.edge.auto_format import choices, conversion_options
+from assetcdn.edge.auto_format import can_convert_to, choices, conversion_options
 from assetcdn.edge.negotiate import (
     FORMAT_MIME,
     NETWORK_AWARE_HEADER,
@@ -32,9 +37,12 @@ from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.routes.transform import IMMUTABLE, LEGACY_REFUSALS
 from assetcdn.edge.site_config import request_host
 from assetcdn.edge.states.fetch import AS_IS
+from assetcdn.edge.states.pull_source import PullSource, pull_source_path, variant_cache_control
+from assetcdn.edge.states.pull_variant import serve_pull_variant
 from assetcdn.edge.states.serve import ServePolicy, serve
 from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import transform_variant
+from assetcdn.edge.transform.options import TransformOptions
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.manifest import ManifestEntry
 from assetcdn.shared.paths import InvalidPath, parse_cdn_path
@@ -78,10 +86,29 @@ def _conversion(request: web.Request, source: ManifestEntry, fmt: str) -> Made:
                 metric_format=fmt)
 
 
+def _pull_conversion(request: web.Request, chain: list[str], headers: dict[str, str],
+                     source: PullSource) -> tuple[Made, ServePolicy]:
+    """A pull zone's image converted to the best format of the chain an encoder here writes."""
+    fmt = next((fmt for fmt in chain if can_convert_to(fmt)), None)
+    if fmt is None:
+        raise LegacyError(404, NOT_FOUND)
+    pool = request.app[IMAGE_POOL]
+    opts = TransformOptions(url=source.at.cdn_path)  # a plain conversion: /api/transform's key for format=<fmt>
+    variant = Made(pool, opts.cache_key(source.source_id, fmt),
+                   partial(transform_variant, source.format, opts, fmt, pool.limits), metric_format=fmt)
+    return variant, ServePolicy(variant_cache_control(source), REFUSALS,
+                                headers={**headers, "Content-Type": FORMAT_MIME[fmt]})
+
+
 async def answer(request: web.Request, base: str, chain: list[str], headers: dict[str, str], *,
                  animated: bool) -> web.StreamResponse:
     node = request.app[NODE]
-    get = readable(node, node.config.zone_for_host(request_host(request)))
+    host_zone = node.config.zone_for_host(request_host(request))
+    pulled = pull_source_path(node.config, host_zone, base)
+    if pulled is not None:  # the path names the origin's file itself: its names at the origin are unknown here
+        return await serve_pull_variant(request, pulled, REFUSALS,
+                                        partial(_pull_conversion, request, chain, headers))
+    get = readable(node, host_zone)
     conversion_failed = False
     for choice in choices(chain, base, get, animated=animated):
         if choice.convert and conversion_failed:

@@ -6,12 +6,15 @@ Retry-After past it). The JSON answer is
 kept in the edge cache for 24 h under the source's content id and tags (a purge or an
 overwrite of the source drops it), looked up, made and answered by the serve sequence (assetcdn/edge/states/serve.py)
 like every delivery route (503 when control is needed and unreachable, the retry, the bytes-served count); the
-answer is JSON built from the cached body. Standard error envelope (assetcdn/shared/errors.py).
+answer is JSON built from the cached body. A url naming a pull zone's image takes the pull zone's variant
+sequence (assetcdn/edge/states/pull_variant.py): kept while its source is, answered with at most the source's
+remaining freshness (and at most 24 h). Standard error envelope (assetcdn/shared/errors.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -23,6 +26,8 @@ from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.routes.transform import take_client_misses
 from assetcdn.edge.site_config import request_host
 from assetcdn.edge.states.keys import placeholder_key
+from assetcdn.edge.states.pull_source import pull_source_path, variant_cache_control
+from assetcdn.edge.states.pull_variant import serve_pull_variant
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
 from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import Variant, blurhash_variant, lqip_variant
@@ -70,13 +75,22 @@ def _policy(answer: Answer) -> ServePolicy:
 async def _placeholder(request: web.Request, kind: str, params: PlaceholderParams, answer: Answer,
                        job: Callable[..., Variant], *job_args: Any) -> web.StreamResponse:
     node, pool = request.app[NODE], request.app[IMAGE_POOL]
-    entry = source_for(node, params.url, node.config.zone_for_host(request_host(request)), REFUSALS)
-    make: Make = partial(job, entry.format, *job_args, pool.limits.max_pixels)
+    host_zone = node.config.zone_for_host(request_host(request))
     limit = placeholders_per_client(node.settings)
-    placeholder = Made(pool, placeholder_key(kind, entry.blob_id, params.size, params.blur), make,
-                       metric_format=kind, max_age_s=MAX_AGE_S, before_make=lambda: _take_placeholder(request, limit))
+
+    def placeholder(source_format: str, source_id: str) -> Made:
+        make: Make = partial(job, source_format, *job_args, pool.limits.max_pixels)
+        return Made(pool, placeholder_key(kind, source_id, params.size, params.blur), make, metric_format=kind,
+                    max_age_s=MAX_AGE_S, before_make=lambda: _take_placeholder(request, limit))
+
     try:
-        return await serve(request, entry, placeholder, _policy(answer))
+        pulled = pull_source_path(node.config, host_zone, params.url)
+        if pulled is not None:
+            return await serve_pull_variant(request, pulled, REFUSALS, lambda source: (
+                placeholder(source.format, source.source_id),
+                replace(_policy(answer), cache_control=variant_cache_control(source, MAX_AGE_S))))
+        entry = source_for(node, params.url, host_zone, REFUSALS)
+        return await serve(request, entry, placeholder(entry.format, entry.blob_id), _policy(answer))
     except LegacyError as exc:
         raise _standard(exc) from None
 

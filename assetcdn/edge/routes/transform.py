@@ -1,7 +1,8 @@
 """GET/HEAD /api/transform: receive (parse options), then the serve sequence (assetcdn/edge/states/serve.py) with
 the variant those options make: on a miss it takes one of the client's own misses (a minute's and a
 day's, per address) and one unit of the monthly quota, and transforms in the image pool; delivered
-with a one-year immutable lifetime.
+with a one-year immutable lifetime. A url naming a pull zone's file takes the pull zone's variant sequence
+(assetcdn/edge/states/pull_variant.py) instead, with a lifetime derived from the source's freshness.
 
 Every answer, hit, miss or error, carries the monthly quota as X-RateLimit-Limit, -Remaining
 and -Reset (Unix time of the next month's start, UTC); a miss refused by the client's own limit
@@ -22,6 +23,8 @@ from assetcdn.edge.negotiate import (
     is_slow_network,
 )
 from assetcdn.edge.site_config import request_host
+from assetcdn.edge.states.pull_source import pull_source_path, variant_cache_control
+from assetcdn.edge.states.pull_variant import serve_pull_variant
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
 from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import transform_variant
@@ -119,7 +122,7 @@ async def transform_image(request: web.Request) -> web.StreamResponse:
 async def _transform(request: web.Request) -> web.StreamResponse:
     node, pool = request.app[NODE], request.app[IMAGE_POOL]
     opts = parse_transform_options(request.query)
-    entry = source_for(node, opts.url, node.config.zone_for_host(request_host(request)), LEGACY_REFUSALS)
+    host_zone = node.config.zone_for_host(request_host(request))
     headers: dict[str, str] = {}
     slow = False
     if opts.get(FORMAT) == "auto":
@@ -129,11 +132,23 @@ async def _transform(request: web.Request) -> web.StreamResponse:
         headers["Vary"] = VARY_QUERY_ROUTE
         if slow:
             headers[NETWORK_AWARE_HEADER] = NETWORK_AWARE_SLOW
-    output_format = resolve_output_format(opts.get(FORMAT), entry.format, request.headers.get("Accept"), slow=slow)
-    variant = Made(pool, opts.cache_key(entry.blob_id, output_format),
-                   partial(transform_variant, entry.format, opts, output_format, pool.limits,
-                           source_sha256=entry.sha256),
-                   metric_format=output_format, before_make=lambda: take_transform_quota(request),
-                   refund=lambda: refund_transform_quota(request))
-    policy = ServePolicy(IMMUTABLE, LEGACY_REFUSALS, headers=headers, late_headers=lambda: rate_limit_headers(request))
-    return await serve(request, entry, variant, policy)
+
+    def variant(source_format: str, source_id: str, source_sha256: str | None) -> Made:
+        output_format = resolve_output_format(opts.get(FORMAT), source_format, request.headers.get("Accept"),
+                                              slow=slow)
+        return Made(pool, opts.cache_key(source_id, output_format),
+                    partial(transform_variant, source_format, opts, output_format, pool.limits,
+                            source_sha256=source_sha256),
+                    metric_format=output_format, before_make=lambda: take_transform_quota(request),
+                    refund=lambda: refund_transform_quota(request))
+
+    def policy(cache_control: str) -> ServePolicy:
+        return ServePolicy(cache_control, LEGACY_REFUSALS, headers=headers,
+                           late_headers=lambda: rate_limit_headers(request))
+
+    pulled = pull_source_path(node.config, host_zone, opts.url)
+    if pulled is not None:
+        return await serve_pull_variant(request, pulled, LEGACY_REFUSALS, lambda source: (
+            variant(source.format, source.source_id, None), policy(variant_cache_control(source))))
+    entry = source_for(node, opts.url, host_zone, LEGACY_REFUSALS)
+    return await serve(request, entry, variant(entry.format, entry.blob_id, entry.sha256), policy(IMMUTABLE))

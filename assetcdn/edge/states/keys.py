@@ -5,6 +5,8 @@ A key names what a response depends on. The asset's own bytes are keyed per path
 a variant (a transform, a conversion, a placeholder, an HLS segment or playlist) is keyed by the source's
 content id and then scoped to the source's path (`variant_key`), so purging that path's URL or tags
 drops exactly its variants. Keys never hold ':' in the path part (not a path character).
+A pull zone's image has no content id: its variants are keyed by its validator (`pull_source_id`) and
+scoped to its URL's key (`pull_source_variant_key`).
 
 These strings are stored on disk: changing one orphans every entry of its kind, so tests pin them
 (tests/edge/transform/test_options.py, tests/edge/routes/test_serve_sequence.py).
@@ -69,3 +71,29 @@ def pull_variant_key(url_key: str, selector: str) -> str:
     """One response of a pull zone's URL that varies (the request fields its Vary names select it), or
     another thing kept per URL (`selector`)."""
     return f"{url_key}|{hashlib.sha256(selector.encode('utf-8', 'surrogateescape')).hexdigest()[:24]}"
+
+
+def pull_source_id(etag: str | None, last_modified: str | None, size: int, body_sha256: str | None = None) -> str:
+    """What names a pull zone image's content in its variants' keys, as imgproxy keys an HTTP source: its
+    strong ETag, else its Last-Modified and length, else the SHA-256 of its body (`body_sha256`, needed only
+    then). A new validator from the origin makes new keys."""
+    if etag is not None and not etag.startswith("W/"):
+        basis = f"etag\n{etag}"
+    elif last_modified is not None:
+        basis = f"modified\n{last_modified}\n{size}"
+    elif body_sha256 is not None:
+        basis = f"sha256\n{body_sha256}"
+    else:
+        raise ValueError("a source without ETag or Last-Modified is named by its body's SHA-256")
+    return "p" + hashlib.sha256(basis.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def pull_source_variant_key(url_key: str, content_key: str) -> str:
+    """A variant (`transform_key`, `placeholder_key` of a `pull_source_id`) of a pull zone's image, kept
+    under its URL's key (`pull_key`)."""
+    return pull_variant_key(url_key, f"variant\n{content_key}")
+
+
+def pull_variants_made_key(url_key: str) -> str:
+    """The `pull_source_id` a pull zone image's variants were last made from (to retire them when it changes)."""
+    return pull_variant_key(url_key, "variants-made-from")

@@ -34,6 +34,7 @@ from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.states.deliver import deliver, final_headers, request_header_changes
 from assetcdn.edge.states.fetch import OriginUnavailable
+from assetcdn.edge.states.head import EntryHead
 from assetcdn.edge.states.lookup import lookup
 from assetcdn.shared.manifest import ManifestEntry
 
@@ -134,27 +135,35 @@ async def serve(request: web.Request, entry: ManifestEntry, rep: Representation,
     for _attempt in range(DELIVERY_ATTEMPTS):
         try:
             obj, status = await obtain(node, entry, rep)
-            extra: Mapping[str, str] = policy.headers
-            if policy.late_headers is not None:
-                extra = {**extra, **(await policy.late_headers())}
-            response: web.StreamResponse
-            if policy.answer is not None:
-                answer = policy.answer(obj, status)
-                answer.headers.update({"Cache-Control": policy.cache_control, "X-Cache": status, **extra})
-                response, sent = answer, len(answer.body) if isinstance(answer.body, bytes) else 0
-            else:
-                headers = final_headers(obj, request_header_changes(request), cache_status=status,
-                                        cache_control=policy.cache_control, head=head, tags=entry.tags,
-                                        extra_headers=extra)
-                response = await deliver(request, obj, headers)
-                sent = response.content_length or 0
+            return await respond(request, obj, status, policy, head=head, tags=entry.tags)
         except OriginUnavailable:
             raise refusals.unreachable(entry) from None
         except FileNotFoundError:
             # A cache file purged or evicted between its look-up and its opening (the body, or the source
             # of a variant): look up again, which now misses and fetches.
             continue
-        if response.status in (200, 206) and request.method == "GET":
-            node.metrics.bytes_served_here.inc(sent)
-        return response
     raise refusals.purged()
+
+
+async def respond(request: web.Request, obj: CachedObject, status: str, policy: ServePolicy, *,
+                  head: EntryHead | None = None, tags: tuple[str, ...] | None = None) -> web.StreamResponse:
+    """Deliver a cache entry (or the policy's answer built from it) with X-Cache `status`, counting the bytes
+    served; `head` is the path's delivery head for its own file, `tags` a variant's source's tags.
+    FileNotFoundError when the body went meanwhile."""
+    node = request.app[NODE]
+    extra: Mapping[str, str] = policy.headers
+    if policy.late_headers is not None:
+        extra = {**extra, **(await policy.late_headers())}
+    response: web.StreamResponse
+    if policy.answer is not None:
+        answer = policy.answer(obj, status)
+        answer.headers.update({"Cache-Control": policy.cache_control, "X-Cache": status, **extra})
+        response, sent = answer, len(answer.body) if isinstance(answer.body, bytes) else 0
+    else:
+        headers = final_headers(obj, request_header_changes(request), cache_status=status,
+                                cache_control=policy.cache_control, head=head, tags=tags, extra_headers=extra)
+        response = await deliver(request, obj, headers)
+        sent = response.content_length or 0
+    if response.status in (200, 206) and request.method == "GET":
+        node.metrics.bytes_served_here.inc(sent)
+    return response

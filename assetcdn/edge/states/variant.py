@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -64,11 +64,17 @@ class Made:
 
     async def make(self, node: EdgeNode, entry: ManifestEntry, key: str) -> CachedObject:
         source = await source_bytes(node, entry)
+        return await self.make_from(node, key, source, entry.blob_id, node.replica.head(entry).tags)
+
+    async def make_from(self, node: EdgeNode, key: str, source: bytes, source_id: str,
+                        tags: Iterable[str]) -> CachedObject:
+        """Make the variant of `source` (named `source_id`) and keep it under `key` with `tags`: a stored
+        zone's file (`make`) or a pull zone's image (assetcdn/edge/states/pull_variant.py)."""
         if self.before_make is not None:
             await self.before_make()
         try:
             # Affinity by content id: the worker that made this source's other variants holds its decode.
-            variant = await self.pool.run(self.job, source, affinity=entry.blob_id)
+            variant = await self.pool.run(self.job, source, affinity=source_id)
         except Exception as exc:
             if self.refund is not None:
                 await self.refund()
@@ -79,7 +85,6 @@ class Made:
             raise
         node.metrics.transforms.labels(self.metric_format).inc()
         etag = strong_etag(hashlib.sha256(variant.body).hexdigest())
-        tags = node.replica.head(entry).tags
         return await asyncio.get_running_loop().run_in_executor(
             None, lambda: node.cache.put(key, variant.body, variant.content_type, etag, tags))
 

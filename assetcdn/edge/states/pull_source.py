@@ -1,0 +1,311 @@
+"""A pull zone's image as the source of a transform, an auto-format conversion or a placeholder.
+
+The source is obtained by the pull serve sequence's states (assetcdn/edge/states/pull.py), with the edge's
+own request (no client fields) in place of a client's:
+
+    look up the URL's stored response (the same entry a delivery of the URL uses)
+    -> fresh: used as it is | within stale-while-revalidate: used, revalidated in the background
+       | otherwise: a conditional request (304: the stored head is updated) or a new response, stored
+    -> one origin request per URL however many deliveries and variants wait (the pull zones' `Flights`)
+    -> origin down or 5xx: the stale copy where stale-if-error allows, else 502 or 504
+
+Its validator (assetcdn/edge/states/keys.py `pull_source_id`) names its content in its variants' keys, so a
+new ETag from the origin makes new variants (assetcdn/edge/states/pull_variant.py retires the old ones).
+Refusals are `SourceRefused`, which each route renders in its own envelope, as for a stored zone's file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import logging
+import time
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from aiohttp import web
+
+from assetcdn.edge.access import SourceRefused
+from assetcdn.edge.app_keys import NODE
+from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.cache.tags import pull_variants_tag
+from assetcdn.edge.node import EdgeNode
+from assetcdn.edge.origin_client import OriginError, origin_request_headers
+from assetcdn.edge.site_config import EdgeConfig, PullZone
+from assetcdn.edge.states.freshness import (
+    Headers,
+    Reuse,
+    delta_seconds,
+    field_values,
+    first_value,
+    http_date,
+    not_storable,
+    parse_directives,
+    response_directives,
+    reuse,
+    stored_headers,
+    usable_on_error,
+    validated_by,
+    validators,
+)
+from assetcdn.edge.states.keys import pull_key, pull_source_id, pull_variant_key
+from assetcdn.edge.states.pull import (
+    FLIGHTS,
+    Flights,
+    StoredResponse,
+    lookup,
+    origin_tags,
+    own_tags,
+    refresh,
+    store,
+)
+from assetcdn.shared.manifest import format_of
+
+log = logging.getLogger(__name__)
+SOURCE_FIELDS: Headers = ()          # the edge's own request for a source carries no client's fields
+NO_DIRECTIVES: dict[str, str | None] = {}
+# Path characters (assetcdn/shared/paths.py) sent as they are; a space is percent-encoded, as browsers send it.
+PATH_SAFE = "/@+=,~()"
+IMAGE_TYPES = {
+    "image/jpeg": "jpeg", "image/jpg": "jpeg", "image/png": "png", "image/webp": "webp", "image/gif": "gif",
+    "image/avif": "avif", "image/tiff": "tiff", "image/svg+xml": "svg", "image/heic": "heic", "image/heif": "heif",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PullSourcePath:
+    """Where a source path (`url` of a transform or placeholder, `path` of auto) names a pull zone's file."""
+
+    zone: PullZone
+    path: str             # at the origin, percent-encoded, from `/`
+
+    @property
+    def cdn_path(self) -> str:
+        return f"{self.zone.name}{self.path}"
+
+
+def pull_source_path(config: EdgeConfig, host_zone: str | None, cdn_path: str) -> PullSourcePath | None:
+    """The pull zone file a validated CDN path (no leading slash) names on this request's host, as a
+    delivery of `/<cdn_path>` would (a pull zone's own host: every path is the zone's); None for a stored
+    zone's path."""
+    named = config.pull_target(host_zone, "/" + quote(cdn_path, safe=PATH_SAFE))
+    return PullSourcePath(named[0], named[1]) if named is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class PullSource:
+    """A pull zone's image as obtained now: its stored response and the id its variants are keyed by."""
+
+    at: PullSourcePath
+    url_key: str
+    stored: StoredResponse
+    source_id: str
+    body: bytes | None        # read already (fetched now, or hashed for its id), else read from the cache
+
+    @property
+    def format(self) -> str:
+        """What the pipeline is told the source is (it sniffs the bytes itself): the origin's image type,
+        else the path's extension, as a stored file's comes from its name."""
+        content_type = (first_value(self.stored.headers, "content-type") or "").split(";", 1)[0].strip().lower()
+        return IMAGE_TYPES.get(content_type) or format_of(self.at.path.rsplit("/", 1)[-1]) or content_type
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """What its variants are stored with: the origin's tags and the URL's and zone's (purge by tag, by
+        URL, an unsafe request to it, the zone's deletion), and its variants' own (retired together)."""
+        return (*origin_tags(self.stored.headers), *own_tags(self.at.zone, self.at.path),
+                pull_variants_tag(self.url_key))
+
+    def client_max_age(self, now: float) -> int | None:
+        """How long a client may keep a variant: what is left of the source's freshness here, and never more
+        than a browser may keep the source itself (RFC 9111 4.2.1 for a private cache: its Cache-Control
+        max-age, else Expires less Date, else the heuristic; s-maxage and fields targeted at CDNs give it
+        nothing), less its age; None when the source must be validated before every use (no-cache)."""
+        headers, freshness = self.stored.headers, self.stored.freshness
+        browser = parse_directives(field_values(headers, "cache-control"))
+        if freshness.no_cache or "no-cache" in browser:
+            return None
+        age = freshness.age(now)
+        remaining = freshness.lifetime - age
+        expires = http_date(first_value(headers, "expires"))
+        if "max-age" in browser:
+            remaining = min(remaining, (delta_seconds(browser["max-age"]) or 0) - age)
+        elif expires is not None:
+            date = http_date(first_value(headers, "date"))
+            remaining = min(remaining, expires - (freshness.response_time if date is None else date) - age)
+        else:
+            directives, targeted = response_directives(headers)
+            if targeted or "s-maxage" in directives:
+                remaining = 0   # an explicit lifetime for shared caches only: a browser would validate first
+        return max(0, int(remaining))
+
+    async def data(self) -> bytes:
+        """The whole body (FileNotFoundError when the cache dropped it meanwhile: look it up again)."""
+        return self.body if self.body is not None else await stored_body(self.stored.obj)
+
+
+async def stored_body(obj: CachedObject) -> bytes:
+    if obj.body is not None:
+        return obj.body
+    return await asyncio.get_running_loop().run_in_executor(None, obj.read_range, 0, obj.size)
+
+
+def source_limit(node: EdgeNode) -> int:
+    """A pull zone's image may be as large as a stored zone's file can be (what control accepts)."""
+    return int(node.settings.get("control", "max_upload_bytes"))
+
+
+def too_large(at: PullSourcePath, size: int, limit: int) -> SourceRefused:
+    return SourceRefused(422, "SourceTooLarge", f"The source '/{at.cdn_path}' is too large: {size:,} bytes "
+                         f"exceeds this edge's limit of {limit:,} bytes for a source.")
+
+
+async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
+    """The source as the pull serve sequence gives it now (fresh, revalidated or fetched again), or
+    SourceRefused: 404 (the origin has none), 422 (too large), 502 or 504 (the origin failed)."""
+    node, flights = request.app[NODE], request.app[FLIGHTS]
+    url_key = pull_key(at.zone.name, at.path, "")
+    flight_key = pull_variant_key(url_key, "flight")
+    client = (request.remote, request.scheme)   # the edge asks for a client: X-Forwarded-For, -Proto
+    waited = False
+    while True:
+        stored = lookup(node, url_key, SOURCE_FIELDS)
+        if stored is not None:
+            decision = reuse(stored.freshness, NO_DIRECTIVES, time.time())
+            if decision is Reuse.FRESH:
+                return await described(node, at, url_key, stored)
+            if decision is Reuse.STALE_REVALIDATING:
+                revalidate_in_background(node, client, flights, at, url_key, stored)
+                return await described(node, at, url_key, stored)
+        if waited:  # what the flight stored is not usable: ask the origin ourselves, as a delivery does
+            return await from_origin(node, client, at, url_key, stored)
+        waiting = flights.join(flight_key)
+        if waiting is None:
+            break
+        await asyncio.shield(waiting)
+        waited = True
+    try:
+        return await from_origin(node, client, at, url_key, stored)
+    finally:
+        flights.land(flight_key)
+
+
+async def described(node: EdgeNode, at: PullSourcePath, url_key: str, stored: StoredResponse,
+                    body: bytes | None = None) -> PullSource:
+    """A stored response as a source: refused unless it is a whole image within the byte limit; its id
+    from its validator (hashing its body when it has none)."""
+    if stored.status in (404, 410):
+        raise SourceRefused(404, "AssetNotFound", f"No asset at '/{at.cdn_path}' (the origin answered "
+                            f"{stored.status}).")
+    if stored.status != 200:
+        raise SourceRefused(502, "OriginError", f"The origin answered {stored.status} for '/{at.cdn_path}'.")
+    limit = source_limit(node)
+    if stored.obj.size > limit:
+        raise too_large(at, stored.obj.size, limit)
+    etag, last_modified = first_value(stored.headers, "etag"), first_value(stored.headers, "last-modified")
+    digest = None
+    if (etag is None or etag.startswith("W/")) and last_modified is None:
+        data = body if body is not None else await stored_body(stored.obj)
+        digest = await asyncio.get_running_loop().run_in_executor(None, lambda: hashlib.sha256(data).hexdigest())
+        body = data
+    return PullSource(at, url_key, stored, pull_source_id(etag, last_modified, stored.obj.size, digest), body)
+
+
+def origin_failed(at: PullSourcePath, exc: OriginError) -> SourceRefused:
+    log.info("pull zone %s: the origin failed for the source %s: %s", at.zone.name, at.path, exc)
+    if exc.timeout:
+        return SourceRefused(504, "OriginTimeout", f"The origin did not answer in time: {exc}")
+    return SourceRefused(502, "OriginUnreachable", f"The origin could not be reached: {exc}")
+
+
+async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSourcePath, url_key: str,
+                      stored: StoredResponse | None) -> PullSource:
+    """A miss, or a stored source the origin must confirm (304: its head updated) or replace; the stale
+    copy when the origin fails and stale-if-error allows it."""
+    client_ip, scheme = client
+    headers = origin_request_headers([], at.zone.origin, client_ip=client_ip, scheme=scheme)
+    if stored is not None:
+        for name, value in validators(stored.headers):
+            headers[name] = value
+    try:
+        response = await node.origins.request(at.zone.origin, "GET", at.zone.origin.target(at.path), headers)
+    except OriginError as exc:
+        if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
+            return await described(node, at, url_key, stored)
+        raise origin_failed(at, exc) from None
+    if stored is not None and response.status == 304:
+        response.release()
+        if validated_by(stored.headers, response.headers):
+            return await described(node, at, url_key, await refresh(node, at.zone, at.path, stored, response))
+        return await from_origin(node, client, at, url_key, None)  # a 304 about another response
+    if response.status >= 500 and stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES,
+                                                                          time.time()):
+        response.release()
+        return await described(node, at, url_key, stored)
+    if response.status != 200:
+        response.release()
+        if response.status in (404, 410):
+            raise SourceRefused(404, "AssetNotFound", f"No asset at '/{at.cdn_path}' (the origin answered "
+                                f"{response.status}).")
+        raise SourceRefused(502, "OriginError", f"The origin answered {response.status} for '/{at.cdn_path}'.")
+    why = not_storable("GET", response.status, SOURCE_FIELDS, response.headers,
+                       store_set_cookie=at.zone.store_set_cookie)
+    if why is not None:
+        response.release()
+        raise SourceRefused(502, "SourceNotCacheable", f"The origin's answer for '/{at.cdn_path}' may not be "
+                            f"kept by a shared cache ({why.value}), so no variant is made from it.")
+    limit = min(source_limit(node), node.origins.limits.max_object_bytes)
+    length = first_value(response.headers, "content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        response.release()
+        raise too_large(at, int(length), limit)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in response.chunks(capped=False):
+            size += len(chunk)
+            if size > limit:
+                raise too_large(at, size, limit)
+            chunks.append(chunk)
+    except OriginError as exc:
+        raise origin_failed(at, exc) from None
+    finally:
+        response.release()
+    body = b"".join(chunks)
+    kept = await store(node, at.zone, at.path, url_key, SOURCE_FIELDS, response, stored_headers(response.headers),
+                       io.BytesIO(body))
+    if kept is None:
+        raise SourceRefused(503, "ServiceUnavailable", "The source could not be kept in this edge's cache. Retry.")
+    return await described(node, at, url_key, kept, body)
+
+
+def revalidate_in_background(node: EdgeNode, client: tuple[str | None, str], flights: Flights,
+                             at: PullSourcePath, url_key: str, stored: StoredResponse) -> None:
+    """stale-while-revalidate: the stale source is used now; one request to the origin updates or replaces it
+    (none when a delivery or another variant is already asking)."""
+    flight_key = pull_variant_key(url_key, "flight")
+    if flights.join(flight_key) is not None:
+        return
+
+    async def revalidate() -> None:
+        try:
+            await from_origin(node, client, at, url_key, stored)
+        except SourceRefused as exc:
+            log.info("pull zone %s: background revalidation of the source %s failed: %s", at.zone.name, at.path,
+                     exc.message)
+        finally:
+            flights.land(flight_key)
+
+    task = asyncio.get_running_loop().create_task(revalidate())
+    node.background.add(task)
+    task.add_done_callback(node.background.discard)
+
+
+def variant_cache_control(source: PullSource, longest: int | None = None) -> str:
+    """A variant's Cache-Control: what is left of its source's freshness for a client (`client_max_age`), at
+    most `longest` seconds; `no-cache` when the source must be validated first."""
+    max_age = source.client_max_age(time.time())
+    if max_age is None:
+        return "public, no-cache"
+    return f"public, max-age={max_age if longest is None else min(max_age, longest)}"

@@ -1,0 +1,91 @@
+"""The serve sequence of a variant (transform, auto-format conversion, placeholder) of a pull zone's image:
+
+    obtain the source by the pull sequence (assetcdn/edge/states/pull_source.py): fresh, revalidated or fetched
+    -> look up the variant under the source URL's key and the source's validator (assetcdn/edge/states/keys.py)
+    -> miss: made once per key however many requests wait (`node.flight`), in the image pool, from the
+       source's bytes; the variants made from an older validator are retired first
+    -> deliver (assetcdn/edge/states/serve.py `respond`), with the Cache-Control the route derives from the
+       source's freshness (`pull_source.variant_cache_control`)
+
+A variant is stored with its source's tags (the origin's, the URL's, the zone's) and its variants' own tag,
+so a purge of the source by URL or tag, an unsafe request to it and a retirement all drop it. Every check of
+freshness is the source's: a variant is used exactly while its source may be, by the validator it was made
+from. Control takes no part: a control outage changes nothing here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from aiohttp import web
+
+from assetcdn.edge.access import SourceRefused
+from assetcdn.edge.app_keys import NODE
+from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.cache.tags import pull_variants_tag
+from assetcdn.edge.node import EdgeNode
+from assetcdn.edge.states.keys import pull_source_variant_key, pull_variants_made_key
+from assetcdn.edge.states.lookup import lookup
+from assetcdn.edge.states.pull_source import PullSource, PullSourcePath, obtain
+from assetcdn.edge.states.serve import DELIVERY_ATTEMPTS, Refusals, ServePolicy, respond
+from assetcdn.edge.states.variant import Made
+
+# What a route makes of the source it got: the variant, and the policy it is answered with.
+Plan = Callable[[PullSource], tuple[Made, ServePolicy]]
+
+
+async def serve_pull_variant(request: web.Request, at: PullSourcePath, refusals: Refusals,
+                             plan: Plan) -> web.StreamResponse:
+    """Answer `request` with the variant `plan` names of the pull zone image at `at`; the source's refusals
+    (not found, too large, origin failed) in the route's envelope (`refusals.source`)."""
+    node = request.app[NODE]
+    for _attempt in range(DELIVERY_ATTEMPTS):
+        try:
+            source = await obtain(request, at)
+        except SourceRefused as exc:
+            raise refusals.source(exc) from None
+        variant, policy = plan(source)
+        try:
+            obj, status = await variant_of(node, source, variant)
+            return await respond(request, obj, status, policy, tags=source.tags)
+        except FileNotFoundError:
+            continue  # the source's body or the variant's went meanwhile (purged, evicted): from the top
+    raise refusals.purged()
+
+
+async def variant_of(node: EdgeNode, source: PullSource, variant: Made) -> tuple[CachedObject, str]:
+    """The cache entry of `variant` of `source` and its X-Cache status (HIT, or MISS: made now)."""
+    key = pull_source_variant_key(source.url_key, variant.content_key)
+    obj = lookup(node, key)
+    if obj is not None and variant.usable(obj):
+        node.metrics.cache_result("HIT").inc()
+        return obj, "HIT"
+    failure = variant.failed(key)
+    if failure is not None:
+        raise failure
+
+    async def fill() -> CachedObject:
+        cached = lookup(node, key)  # a waiter before us may have filled it
+        if cached is not None and variant.usable(cached):
+            return cached
+        data = await source.data()
+        await asyncio.get_running_loop().run_in_executor(None, retire_older_variants, node, source)
+        return await variant.make_from(node, key, data, source.source_id, source.tags)
+
+    node.metrics.cache_result("MISS").inc()
+    made: CachedObject = await node.flight.run(key, fill)
+    return made, "MISS"
+
+
+def retire_older_variants(node: EdgeNode, source: PullSource) -> None:
+    """Before a variant is made: when the URL's variants were made from another validator (the origin's
+    image changed since, whichever request saw it first), purge them all, then note this one. Blocking."""
+    made_key = pull_variants_made_key(source.url_key)
+    made_from = lookup(node, made_key)
+    current = source.source_id.encode()
+    if made_from is not None and made_from.read_range(0, made_from.size) == current:
+        return
+    if made_from is not None:
+        node.cache.purge_tags([pull_variants_tag(source.url_key)])
+    node.cache.put(made_key, current, "text/plain", "", source.tags)

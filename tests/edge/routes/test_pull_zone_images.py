@@ -1,0 +1,317 @@
+"""Transforms, auto-format and placeholders of pull zones' images (assetcdn/edge/states/pull_source.py and
+pull_variant.py), through a real control and edge app and an origin the tests script on 127.0.0.1
+(`ScriptedOrigin`, tests/edge/routes/test_pull_zones.py) serving images made with Pillow: what a client sees
+(status, image, X-Cache, Cache-Control, Vary, envelopes) and how often the origin was asked.
+
+One CDN and one origin serve the module; each test uses paths of its own. A source that must go stale has
+max-age=1, and a test waits for the edge's answer to change rather than sleeping."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from email.utils import formatdate
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp import ClientResponse, web
+from PIL import Image
+
+from assetcdn.edge.cache.tags import pull_variants_tag
+from assetcdn.edge.states.keys import pull_key, pull_variants_made_key
+from tests.control.expect import expect_error
+from tests.edge.routes.conftest import PURGE, Cdn, shared_cdn_apps, wait_until
+from tests.edge.routes.test_pull_zones import PREFIX, ScriptedOrigin, add_pull_zone, serve_origin
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+ZONE = "pullpics"
+MAX_SOURCE_BYTES = 300_000           # what control accepts of a stored file, so of a pull zone's image too
+MAX_SOURCE_PIXELS = 1_000_000
+LONG = {"Cache-Control": "max-age=600"}
+
+
+def image(colour: tuple[int, int, int], size: tuple[int, int] = (200, 100), fmt: str = "PNG") -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", size, colour).save(out, fmt)
+    return out.getvalue()
+
+
+def noise_png(side: int) -> bytes:
+    """A PNG that does not compress: about 3 bytes a pixel."""
+    out = io.BytesIO()
+    Image.frombytes("RGB", (side, side), os.urandom(side * side * 3)).save(out, "PNG")
+    return out.getvalue()
+
+
+def opened(body: bytes) -> Image.Image:
+    picture = Image.open(io.BytesIO(body))
+    picture.load()
+    return picture
+
+
+def centre(body: bytes) -> tuple[int, ...]:
+    picture = opened(body).convert("RGB")
+    pixel = picture.getpixel((picture.width // 2, picture.height // 2))
+    assert isinstance(pixel, tuple)
+    return pixel
+
+
+def close_to(actual: tuple[int, ...], expected: tuple[int, int, int]) -> bool:
+    return all(abs(a - e) <= 8 for a, e in zip(actual, expected, strict=True))
+
+
+RED, BLUE = (220, 30, 30), (30, 30, 220)
+
+
+@dataclass
+class Pics:
+    cdn: Cdn
+    origin: ScriptedOrigin
+
+    async def get(self, target: str, **kwargs: Any) -> ClientResponse:
+        resp = await self.cdn.edge.get(target, **kwargs)
+        await resp.read()
+        return resp
+
+    async def transform(self, name: str, query: str = "w=100&format=png", **kwargs: Any) -> ClientResponse:
+        return await self.get(f"/api/transform?url=/{ZONE}{name}&{query}", **kwargs)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pics(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pics]:
+    origin = ScriptedOrigin()
+    server = await serve_origin(origin)
+    try:
+        async with shared_cdn_apps(tmp_path_factory.mktemp("pull-images"), ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true",
+                                   ASSETCDN_CONTROL_MAX_UPLOAD_BYTES=str(MAX_SOURCE_BYTES),
+                                   ASSETCDN_TRANSFORM_MAX_SOURCE_PIXELS=str(MAX_SOURCE_PIXELS)) as cdn:
+            await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"})
+            yield Pics(cdn, origin)
+    finally:
+        await server.close()
+
+
+def max_age(resp: ClientResponse) -> int:
+    directives = dict(part.strip().partition("=")[::2] for part in resp.headers["Cache-Control"].split(","))
+    assert "immutable" not in directives and "public" in directives, resp.headers["Cache-Control"]
+    return int(directives["max-age"])
+
+
+# --- each kind of variant ------------------------------------------------------------------------------------
+
+
+async def test_a_transform_of_a_pull_image_is_made_once_then_a_hit_without_the_origin(pics: Pics) -> None:
+    pics.origin.answer("/photo.jpg", image(RED, fmt="JPEG"),
+                       headers={**LONG, "ETag": '"one"', "Content-Type": "image/jpeg", "Cache-Tag": "holiday"})
+    first = await pics.transform("/photo.jpg", "w=100&format=webp")
+    assert first.status == 200, await first.text()
+    assert (first.headers["X-Cache"], first.headers["Content-Type"]) == ("MISS", "image/webp")
+    assert opened(await first.read()).size == (100, 50)
+    assert close_to(centre(await first.read()), RED)
+    assert 590 <= max_age(first) <= 600          # what is left of the source's freshness, never a year
+    assert first.headers["Cache-Tag"] == "holiday,project-pullpics"   # the source's tags: a purge of one drops it
+    second = await pics.transform("/photo.jpg", "format=webp&w=100")
+    assert (second.status, second.headers["X-Cache"]) == (200, "HIT")
+    assert await second.read() == await first.read() and second.headers["ETag"] == first.headers["ETag"]
+    revalidated = await pics.transform("/photo.jpg", "format=webp&w=100",
+                                       headers={"If-None-Match": first.headers["ETag"]})
+    assert revalidated.status == 304
+    # The source the transform fetched is the URL's own cache entry: its delivery is a hit too.
+    delivered = await pics.get(f"/{ZONE}/photo.jpg")
+    assert (delivered.status, delivered.headers["X-Cache"]) == (200, "HIT")
+    assert pics.origin.count("/photo.jpg") == 1
+
+
+async def test_a_transform_of_an_image_already_delivered_asks_the_origin_nothing(pics: Pics) -> None:
+    pics.origin.answer("/delivered.png", image(BLUE), headers={**LONG, "Last-Modified": "Mon, 01 Jun 2026 10:00:00 GMT"})
+    assert (await pics.get(f"/{ZONE}/delivered.png")).headers["X-Cache"] == "MISS"
+    resp = await pics.transform("/delivered.png")
+    assert (resp.status, resp.headers["X-Cache"], resp.headers["Content-Type"]) == (200, "MISS", "image/png")
+    assert pics.origin.count("/delivered.png") == 1
+
+
+async def test_auto_converts_a_pull_image_to_the_best_accepted_format(pics: Pics) -> None:
+    pics.origin.answer("/auto.png", image(BLUE), headers={**LONG, "ETag": '"auto"'})
+    query = await pics.get(f"/api/auto?path=/{ZONE}/auto.png", headers={"Accept": "image/webp,*/*"})
+    assert query.status == 200, await query.text()
+    assert (query.headers["Content-Type"], query.headers["X-Cache"]) == ("image/webp", "MISS")
+    assert query.headers["Vary"] == "Accept, Save-Data, Sec-CH-Effective-Connection-Type"
+    assert opened(await query.read()).format == "WEBP" and 590 <= max_age(query) <= 600
+    path = await pics.get(f"/api/auto/{ZONE}/auto.png", headers={"Accept": "image/webp"})
+    assert (path.status, path.headers["Vary"], path.headers["X-Cache"]) == (200, "Accept", "HIT")
+    plain = await pics.get(f"/api/auto?path=/{ZONE}/auto.png", headers={"Accept": "image/png"})
+    assert (plain.headers["Content-Type"], opened(await plain.read()).format) == ("image/png", "PNG")
+    assert pics.origin.count("/auto.png") == 1
+
+
+@pytest.mark.parametrize("kind", ["lqip", "blurhash"])
+async def test_placeholders_of_a_pull_image(pics: Pics, kind: str) -> None:
+    name = f"/placeholder-{kind}.jpg"
+    pics.origin.answer(name, image(RED, (320, 160), "JPEG"), headers={**LONG, "ETag": '"p"'})
+    first = await pics.get(f"/api/{kind}?url=/{ZONE}{name}&size=16")
+    assert (first.status, first.headers["X-Cache"]) == (200, "MISS"), await first.text()
+    assert (await first.json())["width"] == 16 and 590 <= max_age(first) <= 600
+    second = await pics.get(f"/api/{kind}?url=/{ZONE}{name}&size=16")
+    assert (second.status, second.headers["X-Cache"]) == (200, "HIT")
+    assert pics.origin.count(name) == 1
+
+
+async def test_a_placeholder_is_kept_by_clients_at_most_a_day(pics: Pics) -> None:
+    pics.origin.answer("/week.jpg", image(RED, fmt="JPEG"), headers={"Cache-Control": "max-age=604800"})
+    resp = await pics.get(f"/api/lqip?url=/{ZONE}/week.jpg")
+    assert resp.status == 200 and max_age(resp) == 86400
+
+
+@pytest.mark.parametrize(("name", "headers", "low", "high"), [
+    ("/browser-shorter.png", {"Cache-Control": "max-age=60", "CDN-Cache-Control": "max-age=600"}, 50, 60),
+    ("/cdn-only.png", {"CDN-Cache-Control": "max-age=600"}, 0, 0),
+    ("/shared-only.png", {"Cache-Control": "s-maxage=600"}, 0, 0),
+])
+async def test_a_variant_is_kept_by_clients_no_longer_than_a_browser_may_keep_its_source(
+        pics: Pics, name: str, headers: dict[str, str], low: int, high: int) -> None:
+    pics.origin.answer(name, image(RED), headers=headers)
+    for _ in range(2):  # made, then from the cache
+        resp = await pics.transform(name)
+        assert resp.status == 200 and low <= max_age(resp) <= high, resp.headers["Cache-Control"]
+    assert pics.origin.count(name) == 1
+
+
+async def test_a_variant_of_a_source_with_expires_is_kept_until_then(pics: Pics) -> None:
+    now = time.time()
+    pics.origin.answer("/expires.png", image(RED), headers={"Date": formatdate(now, usegmt=True),
+                                                            "Expires": formatdate(now + 120, usegmt=True)})
+    resp = await pics.transform("/expires.png")
+    assert resp.status == 200 and 100 <= max_age(resp) <= 120, resp.headers["Cache-Control"]
+
+
+async def test_a_source_to_validate_before_each_use_makes_variants_to_validate_too(pics: Pics) -> None:
+    pics.origin.answer("/no-cache.png", image(RED), headers={"Cache-Control": "no-cache", "ETag": '"nc"'})
+    resp = await pics.transform("/no-cache.png")
+    assert (resp.status, resp.headers["Cache-Control"]) == (200, "public, no-cache")
+
+
+# --- the source changing, purged, failing ---------------------------------------------------------------------
+
+
+async def test_a_new_etag_on_revalidation_makes_new_variants_and_retires_the_old(pics: Pics) -> None:
+    version = {"etag": '"red"', "body": image(RED)}
+
+    async def changing(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == version["etag"]:
+            return web.Response(status=304, headers={"ETag": str(version["etag"]), "Cache-Control": "max-age=1"})
+        return web.Response(body=version["body"], headers={"ETag": str(version["etag"]), "Cache-Control": "max-age=1",
+                                                            "Content-Type": "image/png"})
+
+    pics.origin.route("/changing.png", changing)
+    first = await pics.transform("/changing.png")
+    assert close_to(centre(await first.read()), RED) and max_age(first) <= 1
+
+    async def confirmed() -> bool:  # stale, revalidated with a 304: the variant made from it still answers
+        resp = await pics.transform("/changing.png")
+        return pics.origin.count("/changing.png") > 1 and resp.headers["X-Cache"] == "HIT"
+
+    await wait_until(confirmed, "the source revalidated with a 304")
+    assert pics.origin.requests("/changing.png")[1].headers["If-None-Match"] == '"red"'
+    url_key = pull_key(ZONE, "/changing.png", "")
+    variants_before = tagged(pics, url_key)
+    assert variants_before
+    version.update(etag='"blue"', body=image(BLUE))
+    changed: list[ClientResponse] = []
+
+    async def blue() -> bool:
+        resp = await pics.transform("/changing.png")
+        changed[:] = [resp]
+        return close_to(centre(await resp.read()), BLUE)
+
+    await wait_until(blue, "the variant made again from the changed image")
+    assert changed[0].headers["X-Cache"] == "MISS" and changed[0].headers["ETag"] != first.headers["ETag"]
+    assert not variants_before & tagged(pics, url_key)   # the red variants are gone
+
+
+def tagged(pics: Pics, url_key: str) -> set[str]:
+    """The keys of the variants of `url_key` in this edge's cache: its variants' tag, less the note of the
+    validator they were made from."""
+    keys = pics.cdn.node.cache.disk.keys_for_tags([pull_variants_tag(url_key)])
+    return set(keys) - {pull_variants_made_key(url_key)}
+
+
+async def test_a_purge_of_the_source_url_drops_its_variants(pics: Pics) -> None:
+    pics.origin.answer("/purged.png", image(RED), headers={**LONG, "ETag": '"purged"'})
+    for query in ("w=100&format=png", "w=50&format=webp"):
+        assert (await pics.transform("/purged.png", query)).headers["X-Cache"] == "MISS"
+    placeholder = await pics.get(f"/api/lqip?url=/{ZONE}/purged.png")
+    assert placeholder.headers["X-Cache"] == "MISS"
+    resp = await pics.cdn.control.post("/api/purge", json={"urls": [f"/{ZONE}/purged.png"]}, headers=PURGE)
+    assert resp.status == 200, await resp.text()
+    for query in ("w=100&format=png", "w=50&format=webp"):
+        assert (await pics.transform("/purged.png", query)).headers["X-Cache"] == "MISS"
+    assert (await pics.get(f"/api/lqip?url=/{ZONE}/purged.png")).headers["X-Cache"] == "MISS"
+    assert pics.origin.count("/purged.png") == 2
+
+
+async def test_an_origin_down_serves_the_stale_source_or_the_error_envelope(pics: Pics) -> None:
+    down = ScriptedOrigin()
+    down.answer("/kept.png", image(RED), headers={"Cache-Control": "max-age=1, stale-if-error=600", "ETag": '"k"'})
+    down.answer("/lost.png", image(RED), headers={"Cache-Control": "max-age=1", "ETag": '"l"'})
+    server = await serve_origin(down)
+    await add_pull_zone(pics.cdn, "downpics", {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"})
+    try:
+        for name in ("/kept.png", "/lost.png"):
+            assert (await pics.get(f"/api/transform?url=/downpics{name}&w=100")).headers["X-Cache"] == "MISS"
+    finally:
+        await server.close()
+
+    async def refused() -> bool:
+        return (await pics.get("/api/transform?url=/downpics/lost.png&w=100")).status != 200
+
+    await wait_until(refused, "the source without stale-if-error given up")
+    lost = await pics.get("/api/transform?url=/downpics/lost.png&w=100")
+    body = await lost.json()
+    assert (lost.status, body["HttpCode"]) == (502, 502) and "origin could not be reached" in body["error"]
+    await expect_error(await pics.get("/api/lqip?url=/downpics/lost.png"), 502, "OriginUnreachable")
+    kept = await pics.get("/api/transform?url=/downpics/kept.png&w=100")
+    assert (kept.status, kept.headers["X-Cache"], max_age(kept)) == (200, "HIT", 0)   # stale: not kept by clients
+    assert (down.count("/kept.png"), down.count("/lost.png")) == (1, 1)
+
+
+# --- the limits a stored file has -----------------------------------------------------------------------------
+
+
+async def test_a_source_over_the_pixel_bound_is_422_before_it_is_decoded(pics: Pics) -> None:
+    pics.origin.answer("/huge.png", image(RED, (1200, 1000)), headers=LONG)
+    resp = await pics.transform("/huge.png")
+    body = await resp.json()
+    assert resp.status == 422 and "exceeds this edge's limit of 1,000,000 pixels" in body["error"]
+
+
+async def test_a_source_over_the_byte_limit_is_422_whether_declared_or_cached(pics: Pics) -> None:
+    data = noise_png(400)
+    assert len(data) > MAX_SOURCE_BYTES
+    pics.origin.answer("/heavy.png", data, headers=LONG)
+    for _ in range(2):
+        resp = await pics.transform("/heavy.png")
+        body = await resp.json()
+        assert resp.status == 422 and f"limit of {MAX_SOURCE_BYTES:,} bytes" in body["error"], body
+    await expect_error(await pics.get(f"/api/blurhash?url=/{ZONE}/heavy.png"), 422, "SourceTooLarge")
+    # Delivered as it is, it is stored (the object limit is far larger), and still refused as a source.
+    assert (await pics.get(f"/{ZONE}/heavy.png")).status == 200
+    resp = await pics.transform("/heavy.png")
+    assert resp.status == 422
+    assert pics.origin.count("/heavy.png") == 4   # the three refusals, the delivery; then the cached copy
+
+
+async def test_a_source_that_is_not_an_image_or_not_there_is_refused_as_a_stored_one_is(pics: Pics) -> None:
+    pics.origin.answer("/notes.txt", b"just text", headers={**LONG, "Content-Type": "text/plain"})
+    resp = await pics.transform("/notes.txt", "w=100")
+    assert resp.status == 415 and "Cannot transform a 'txt' source" in (await resp.json())["error"]
+    resp = await pics.transform("/notes.txt", "w=100&format=png")
+    assert resp.status in (415, 422)
+    missing = await pics.transform("/missing.png")
+    assert missing.status == 404
+    await expect_error(await pics.get(f"/api/lqip?url=/{ZONE}/missing.png"), 404, "AssetNotFound")
+    assert (await pics.get(f"/api/auto?path=/{ZONE}/missing.png")).status == 404
