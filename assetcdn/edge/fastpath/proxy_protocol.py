@@ -19,7 +19,7 @@ before HTTP, and on the https port before TLS (the header precedes the ClientHel
 The first byte from a trusted peer must come within ``header_timeout_s`` (as a request head must), and
 the whole header within ``proxy_protocol_timeout_s`` of it; a malformed, oversized or incomplete
 header closes the connection. Closed connections are counted by reason in
-``assetcdn_edge_proxy_header_refusals_total`` and logged at most one line per REFUSAL_LOG_INTERVAL_S.
+``assetcdn_edge_proxy_header_refusals_total`` and logged at most one line per REFUSAL_LOG_INTERVAL_S per process.
 With the setting off no reader is made: a connection starts as it always did.
 """
 
@@ -175,20 +175,19 @@ def trusted_networks(raw: object) -> tuple[Network, ...]:
     return tuple(networks)
 
 
-class Refusals:
-    """Connections closed at their header: counted by reason, and one log line per `interval_s` that
-    counts the ones it leaves out."""
+class RefusalLog:
+    """One log line per `interval_s` for the connections closed at their header, counting the ones it
+    left out; one per process (REFUSAL_LOG), whichever port refused them."""
 
-    def __init__(self, counter: Counter | None, interval_s: float = REFUSAL_LOG_INTERVAL_S) -> None:
-        self.counter = counter
+    def __init__(self, interval_s: float = REFUSAL_LOG_INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.interval_s = interval_s
+        self.clock = clock
         self.left_out = 0
         self._logged_at: float | None = None
 
     def refused(self, reason: str, peer: Any, detail: str) -> None:
-        if self.counter is not None:
-            self.counter.labels(reason).inc()
-        now = time.monotonic()
+        now = self.clock()
         if self._logged_at is not None and now - self._logged_at < self.interval_s:
             self.left_out += 1
             return
@@ -196,6 +195,9 @@ class Refusals:
                     "(one line per %.0f s)", peer[0] if isinstance(peer, tuple) else "?", reason, detail,
                     self.left_out, self.interval_s)
         self.left_out, self._logged_at = 0, now
+
+
+REFUSAL_LOG = RefusalLog()
 
 
 @dataclass
@@ -206,7 +208,13 @@ class ProxyPolicy:
     trusted: tuple[Network, ...]
     first_byte_timeout_s: float   # from the connection opening, for a trusted peer
     header_timeout_s: float       # from the header's first byte
-    refusals: Refusals = field(default_factory=lambda: Refusals(None))
+    counter: Counter | None = None  # assetcdn_edge_proxy_header_refusals_total
+    refusal_log: RefusalLog = field(default_factory=lambda: REFUSAL_LOG)
+
+    def refused(self, reason: str, peer: Any, detail: str) -> None:
+        if self.counter is not None:
+            self.counter.labels(reason).inc()
+        self.refusal_log.refused(reason, peer, detail)
 
     def trusts(self, peer: Any) -> bool:
         if not isinstance(peer, tuple):
@@ -236,7 +244,7 @@ def proxy_policy(settings: Settings, counter: Counter | None = None) -> ProxyPol
     if timeout_s <= 0:
         raise ValueError("edge.proxy_protocol_timeout_s must be above 0")
     return ProxyPolicy(mode == "required", trusted, float(settings.get("server", "header_timeout_s")), timeout_s,
-                       Refusals(counter))
+                       counter)
 
 
 class ClientTransport(asyncio.Transport):
@@ -401,7 +409,7 @@ class ProxyHeaderReader(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        self.policy.refusals.refused(reason, self.peer, detail)
+        self.policy.refused(reason, self.peer, detail)
         if self.transport is not None:
             self.transport.close()
 

@@ -127,14 +127,14 @@ def test_over_tls_the_header_names_the_client_of_http1_and_http2(cdn: HttpsCdn) 
         answer = https_get(cdn.https_port, header, f"/{ZONE}/{FILE}", ids[client])
         assert (answer.status, answer.body) == (200, BODY)
     h2_hit, h2_missing = str(uuid.uuid4()), str(uuid.uuid4())
-    client = ProxiedH2Client(cdn.https_port, header=v2("198.51.100.9"))
+    streams = ProxiedH2Client(cdn.https_port, header=v2("198.51.100.9"))
     try:
-        assert client.get_with_id(f"/{ZONE}/{FILE}", h2_hit).body == BODY
-        assert client.get_with_id(f"/{ZONE}/v1/none.txt", h2_missing).status == 404
+        assert streams.get_with_id(f"/{ZONE}/{FILE}", h2_hit).body == BODY
+        assert streams.get_with_id(f"/{ZONE}/v1/none.txt", h2_missing).status == 404
     finally:
-        client.close()
+        streams.close()
     assert logged_ips(cdn, *ids.values(), h2_hit, h2_missing) == {
-        **{request_id: client for client, request_id in ids.items()},
+        **{request_id: named for named, request_id in ids.items()},
         h2_hit: "198.51.100.9", h2_missing: "198.51.100.9"}
 
 
