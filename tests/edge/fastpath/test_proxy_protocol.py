@@ -10,6 +10,8 @@ import asyncio
 import ipaddress
 import logging
 import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,6 +33,7 @@ from assetcdn.edge.fastpath.proxy_protocol import (
     proxy_policy,
     trusted_networks,
 )
+from assetcdn.edge.server import EXIT_BAD_CONFIG
 from assetcdn.shared.config import load_settings
 from tests.edge.fastpath.conftest import (
     ACCOUNT,
@@ -43,6 +46,7 @@ from tests.edge.fastpath.conftest import (
     shared_hit_cdn,
 )
 from tests.edge.routes.conftest import LOGO_SVG, wait_until
+from tests.integration.harness import KEYS, free_port_block
 
 SVG = f"{ZONE}/v1/logos/proxied.svg"
 HEADER_TIMEOUT_S = 0.5
@@ -393,3 +397,16 @@ def test_settings_that_cannot_be_meant_stop_the_start() -> None:
     for mode, trusted in (("on", "10.0.0.0/8"), ("optional", "[]"), ("optional", "10.0.0.300/8")):
         with pytest.raises(ValueError):
             policy(mode, trusted)
+
+
+@pytest.mark.parametrize(("mode", "trusted", "named"), [
+    ("optional", "[]", "names no address"), ("required", "10.0.0.0/33", "'10.0.0.0/33'"), ("always", "[]", "always")])
+def test_the_edge_refuses_to_start_with_a_setting_that_cannot_be_meant(tmp_path: Path, mode: str, trusted: str,
+                                                                        named: str) -> None:
+    env = {**KEYS, "PATH": "/usr/bin:/bin", "ASSETCDN_EDGE_PROXY_PROTOCOL": mode,
+           "ASSETCDN_EDGE_PROXY_PROTOCOL_TRUSTED": trusted}
+    done = subprocess.run([sys.executable, "-m", "assetcdn.edge", "--control-url", "http://127.0.0.1:9",
+                           "--port", str(free_port_block(1)), "--data-dir", str(tmp_path / "data")],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == EXIT_BAD_CONFIG, done.stderr
+    assert "edge.proxy_protocol" in done.stderr and named in done.stderr
