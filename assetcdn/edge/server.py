@@ -10,6 +10,8 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -48,7 +50,9 @@ def run_worker(argv: list[str], worker: int) -> None:
     # Imported here: PROMETHEUS_MULTIPROC_DIR must be set before prometheus_client is imported.
     from assetcdn.edge.app import EdgeIdentity, create_app
     from assetcdn.edge.fastpath.hit_server import HitSite
+    from assetcdn.edge.fastpath.proxy_protocol import ProxiedTCPSite, proxy_policy
     from assetcdn.shared.http_server import serve
+    from assetcdn.shared.metrics import METRICS
     from assetcdn.shared.secrets import load_edge_secrets
 
     args = _parser().parse_args(argv)
@@ -62,7 +66,10 @@ def run_worker(argv: list[str], worker: int) -> None:
     app = create_app(settings, load_edge_secrets(data_dir), identity)
     # Hits are answered below aiohttp (assetcdn/edge/fastpath/), unless the operator turned that off.
     fast_hits = bool(settings.get("edge", "fast_hits"))
-    site = HitSite if fast_hits else None
+    site: Callable[..., web.BaseSite] | None = HitSite
+    if not fast_hits:  # aiohttp's own site, behind the PROXY header reader when that is on
+        proxying = proxy_policy(settings, app[METRICS].proxy_header_refusals)
+        site = None if proxying is None else partial(ProxiedTCPSite, policy=proxying)
     https_port = int(settings.get("tls", "https_port"))
 
     def https_site(runner: web.AppRunner) -> web.BaseSite:
@@ -110,6 +117,13 @@ def main(argv: list[str] | None = None) -> None:
         configure_logging(args.name)
         logging.getLogger("edge").error("cannot listen on %s:%s: the port is already in use", host, taken)
         sys.exit(EXIT_CANNOT_LISTEN)
+    from assetcdn.edge.fastpath.proxy_protocol import proxy_policy
+    try:
+        proxy_policy(settings)  # a bad [edge] proxy_protocol setting stops the edge before any worker starts
+    except (ValueError, TypeError) as exc:
+        configure_logging(args.name)
+        logging.getLogger("edge").error("%s", exc)
+        sys.exit(EXIT_BAD_CONFIG)
     if https_port:
         # An operator certificate or key that cannot be used stops the edge before any worker starts.
         from assetcdn.edge.tls.certificates import CertificateFileError, read_operator_pair

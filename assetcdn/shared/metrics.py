@@ -85,6 +85,10 @@ class Metrics:
         self.body_spool_refusals = Counter("assetcdn_edge_body_spool_refusals_total",
                                            "Forwarded request bodies refused with 503 for want of temporary space",
                                            ["process"], registry=reg)
+        # Edge connections closed at their PROXY protocol header (assetcdn/edge/fastpath/proxy_protocol.py).
+        self.proxy_header_refusals = Counter("assetcdn_edge_proxy_header_refusals_total",
+                                             "Connections closed at their PROXY protocol header, by reason "
+                                             "(untrusted, malformed, timeout, missing)", ["reason"], registry=reg)
 
         self.tally = Tally()
         self.bytes_served_here = TallyCounter(self.tally.bytes_served, kind)

@@ -5,5 +5,6 @@
 - hit_server.py: per-worker state of those connections and the hit itself (HitServer), the listening
   site (HitSite, in place of aiohttp's TCPSite);
 - prepared.py: response heads prepared once per (Host, path) and what makes them stale;
-- sendfile.py: bodies sent from the disk tier's file with sendfile(2).
+- sendfile.py: bodies sent from the disk tier's file with sendfile(2);
+- proxy_protocol.py: a load balancer's PROXY protocol header, read before HTTP (or TLS) when configured.
 """

@@ -23,6 +23,8 @@ import logging
 import os
 import time
 from bisect import bisect_left
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -38,6 +40,7 @@ from assetcdn.edge.fastpath.protocol import (
     WANTED,
     HitProtocol,
 )
+from assetcdn.edge.fastpath.proxy_protocol import ProxyHeaderReader, proxy_policy
 from assetcdn.edge.routes.delivery import delivery_route_name
 from assetcdn.edge.site_config import canonical_host, is_valid_host
 from assetcdn.edge.states.deliver import etag_matches, parse_range
@@ -373,12 +376,16 @@ class HitSite(web.TCPSite):
         assert isinstance(runner, web.AppRunner) and runner.server is not None
         hits = self.hits = HitServer(runner.app, runner.server, secure=self.secure, answer_hits=self.answer_hits)
         loop = asyncio.get_running_loop()
+        factory: Callable[[], asyncio.Protocol] = partial(self.connections, hits)
+        # With [edge] proxy_protocol on, each connection reads its PROXY header first (per connection, never per request).
+        proxying = proxy_policy(runner.app[SETTINGS], runner.app[METRICS].proxy_header_refusals)
+        if proxying is not None:
+            factory = partial(ProxyHeaderReader, proxying, factory)
         if self.sock is not None:
-            self._server = await loop.create_server(lambda: self.connections(hits), sock=self.sock,
-                                                    backlog=self._backlog)
+            self._server = await loop.create_server(factory, sock=self.sock, backlog=self._backlog)
         else:
             self._server = await loop.create_server(
-                lambda: self.connections(hits), self._host, self._port, backlog=self._backlog,
+                factory, self._host, self._port, backlog=self._backlog,
                 reuse_address=self._reuse_address, reuse_port=self._reuse_port)
         sockets = getattr(self._server, "sockets", None)
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
+from assetcdn.edge.fastpath.proxy_protocol import ClientTransport
 from assetcdn.edge.fastpath.sendfile import (
     TLS_PIECE,
     Drain,
@@ -248,6 +249,12 @@ class HitProtocol(asyncio.Protocol):
         self.server.connections.add(self)
         if not self.zero_copy:  # what TLS may hold encrypted for a client that does not read
             transport.set_write_buffer_limits(high=TLS_PIECE)  # type: ignore[attr-defined]
+
+    def client_address(self, peername: Any) -> None:
+        """The client's address as a trusted balancer's PROXY header named it (assetcdn/edge/fastpath/proxy_protocol.py),
+        in place of the peer's; told once, right after connection_made."""
+        self.peername = peername
+        self.peer = peername[0]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
@@ -746,7 +753,10 @@ class HitProtocol(asyncio.Protocol):
         self.buffer = b""
         handler = self.server.web_server()
         transport.set_protocol(handler)
-        handler.connection_made(transport)
+        # aiohttp asks its transport for the client's address: the one a PROXY header gave, when one did.
+        peername = self.peername
+        handler.connection_made(transport if peername == transport.get_extra_info("peername")
+                                else ClientTransport(transport, peername))
         if self.paused_by:
             self.paused_by.clear()
             transport.resume_reading()

@@ -62,16 +62,16 @@ class HttpsCdn:
         return asyncio.run(health())
 
 
-def start_https_cdn(tmp: Path, env_extra: dict[str, str] | None = None) -> HttpsCdn:
+def start_https_cdn(tmp: Path, env_extra: dict[str, str] | None = None, *, workers: int = 1) -> HttpsCdn:
     """A running `assetcdn up` with an https port, operator certificates of a test CA and the zone ZONE;
-    `env_extra` adds to (or overrides) the settings below."""
+    `env_extra` adds to (or overrides) the settings below; `workers` per edge."""
     certs = tmp / "certs"
     certs.mkdir()
     ca = TestCa()
     main, wildcard = ca.issue("cdn.example.test", "localhost"), ca.issue("*.t.example.test", rsa_key=True)
     main_files, wildcard_files = main.write(certs, "main"), wildcard.write(certs, "wildcard")
     https_port = free_port_block(1)
-    running = start_cdn(tmp, env_extra={
+    running = start_cdn(tmp, workers=workers, env_extra={
         "ASSETCDN_TLS_HTTPS_PORT": str(https_port),
         "ASSETCDN_TLS_CERTIFICATES": json.dumps([[str(p) for p in main_files], [str(p) for p in wildcard_files]]),
         "ASSETCDN_TLS_RELOAD_INTERVAL_S": "0.2",
