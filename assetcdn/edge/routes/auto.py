@@ -34,12 +34,11 @@ from assetcdn.edge.negotiate import (
     still_chain,
 )
 from assetcdn.edge.node import EdgeNode
-from assetcdn.edge.routes.transform import IMMUTABLE, LEGACY_REFUSALS
 from assetcdn.edge.site_config import request_host
 from assetcdn.edge.states.fetch import AS_IS
 from assetcdn.edge.states.pull_source import PullSource, pull_source_path, variant_cache_control
 from assetcdn.edge.states.pull_variant import serve_pull_variant
-from assetcdn.edge.states.serve import ServePolicy, serve
+from assetcdn.edge.states.serve import IMMUTABLE, LEGACY_REFUSALS, ServePolicy, serve
 from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import transform_variant
 from assetcdn.edge.transform.options import TransformOptions

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from assetcdn.edge.app_keys import IMAGE_POOL, NODE
 from assetcdn.edge.cache.entry import CachedObject
-from assetcdn.edge.routes.transform import take_client_misses
+from assetcdn.edge.client_limits import take_client_misses
 from assetcdn.edge.site_config import request_host
 from assetcdn.edge.states.keys import placeholder_key
 from assetcdn.edge.states.pull_source import pull_source_path, variant_cache_control

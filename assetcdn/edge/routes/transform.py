@@ -16,6 +16,7 @@ from functools import partial
 from aiohttp import web
 
 from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL, NODE
+from assetcdn.edge.client_limits import take_client_misses
 from assetcdn.edge.negotiate import (
     NETWORK_AWARE_HEADER,
     NETWORK_AWARE_SLOW,
@@ -25,55 +26,20 @@ from assetcdn.edge.negotiate import (
 from assetcdn.edge.site_config import request_host
 from assetcdn.edge.states.pull_source import pull_source_path, variant_cache_control
 from assetcdn.edge.states.pull_variant import serve_pull_variant
-from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
+from assetcdn.edge.states.serve import IMMUTABLE, LEGACY_REFUSALS, ServePolicy, serve, source_for
 from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import transform_variant
 from assetcdn.edge.transform.options import parse_transform_options, resolve_output_format
 from assetcdn.edge.transform.options.format import FORMAT
-from assetcdn.shared.counter_store import Decision, Limit, client_key
+from assetcdn.shared.counter_store import Decision
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.limits import (
     transform_misses_per_client,
     transform_misses_per_client_day,
     transforms_per_month,
 )
-from assetcdn.shared.manifest import ManifestEntry
-
-IMMUTABLE = "public, max-age=31536000, immutable"
-
-
-def origin_unreachable(entry: ManifestEntry) -> LegacyError:
-    return LegacyError(503, f"The source '/{entry.path}' is not cached on this edge and the control plane "
-                       "cannot be reached. Retry shortly.", headers={"Retry-After": "5"})
-
 
 QUOTA = web.RequestKey("transform_quota", Decision)  # this request's own count, when it made a variant
-
-
-# /api/transform and /api/auto answer in the legacy envelope with the same words.
-LEGACY_REFUSALS = Refusals(
-    source=lambda exc: LegacyError(exc.status, exc.message),
-    unreachable=origin_unreachable,
-    purged=lambda: LegacyError(503, "The variant was purged while it was being delivered. Retry."),
-)
-
-
-async def take_client_misses(request: web.Request, limits: tuple[Limit, ...], what: str) -> list[Decision]:
-    """Count one miss of this client address (IPv6: its /64) under each of `limits`; 429
-    ``rate_limit_exceeded`` with that limit's headers when one is spent (nothing stays counted)."""
-    counters, client = request.app[COUNTERS], client_key(request.remote or "")
-    taken: list[Decision] = []
-    for limit in limits:
-        decision = await counters.hit(limit, client)
-        if not decision.allowed:
-            for earlier in taken:
-                await counters.refund(earlier)
-            window = "day (UTC)" if limit.period == "day" else f"{limit.window_s:g} s"
-            raise LegacyError(429, "rate_limit_exceeded",
-                              f"At most {limit.limit:,} new {what} per client in a {window}; cached ones are still "
-                              f"served. Retry in {decision.retry_after_s()} s.", headers=decision.refusal_headers())
-        taken.append(decision)
-    return taken
 
 
 async def take_transform_quota(request: web.Request) -> None:

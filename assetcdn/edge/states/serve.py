@@ -36,6 +36,7 @@ from assetcdn.edge.states.deliver import deliver, final_headers, request_header_
 from assetcdn.edge.states.fetch import OriginUnavailable
 from assetcdn.edge.states.head import EntryHead
 from assetcdn.edge.states.lookup import lookup
+from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.manifest import ManifestEntry
 
 DELIVERY_ATTEMPTS = 2  # a second pass only when the cached body was purged or evicted during delivery
@@ -73,6 +74,23 @@ class Refusals:
     source: Callable[[SourceRefused], Exception]        # unknown, private, another zone's, no manifest yet
     unreachable: Callable[[ManifestEntry], Exception]   # not cached (or stale too long) and control unreachable
     purged: Callable[[], Exception]                     # the body vanished during every delivery attempt
+
+
+# The lifetime of an answer whose bytes never change under its URL (a variant keyed by its source's content).
+IMMUTABLE = "public, max-age=31536000, immutable"
+
+
+def origin_unreachable(entry: ManifestEntry) -> LegacyError:
+    return LegacyError(503, f"The source '/{entry.path}' is not cached on this edge and the control plane "
+                       "cannot be reached. Retry shortly.", headers={"Retry-After": "5"})
+
+
+# /api/transform and /api/auto answer in the legacy envelope with the same words.
+LEGACY_REFUSALS = Refusals(
+    source=lambda exc: LegacyError(exc.status, exc.message),
+    unreachable=origin_unreachable,
+    purged=lambda: LegacyError(503, "The variant was purged while it was being delivered. Retry."),
+)
 
 
 @dataclass(frozen=True, slots=True)
