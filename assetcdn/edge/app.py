@@ -33,6 +33,7 @@ from assetcdn.edge.routes import (
     delivery,
     health,
     placeholders,
+    shield,
     signed,
     stream,
     transform,
@@ -96,6 +97,7 @@ PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
 CLUSTER_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("POST", PREFIX + "/push", cluster.push),
     web.route("POST", PREFIX + TLS_STATE_PATH, cluster.tls),
+    web.route("GET", shield.ROUTE, shield.shield),  # another edge's cache fill (assetcdn/edge/shield.py)
 )
 
 
@@ -126,6 +128,9 @@ def create_cluster_app(node_app: web.Application) -> web.Application:
     app[NODE] = node_app[NODE]
     app[SECRETS] = node_app[SECRETS]
     app[cluster.PUSH_REPLAY_GUARD] = ReplayGuard()
+    # Shield requests are served by the pull sequence, collapsed with the worker's own clients' requests.
+    app[SETTINGS], app[pull.FLIGHTS] = node_app[SETTINGS], node_app[pull.FLIGHTS]
+    app.on_response_prepare.append(shield.name_shield)
     _add_routes(app, CLUSTER_ROUTES)
     return app
 

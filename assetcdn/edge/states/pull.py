@@ -199,9 +199,8 @@ def forwarded_headers(request: web.Request, zone: PullZone, stored: StoredRespon
 async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
                      fields: Headers, stored: StoredResponse | None) -> web.StreamResponse:
     """A miss, or a stored response the origin must confirm (a 304 updates it) or replace."""
-    target = zone.origin.target(path, request.rel_url.raw_query_string)
     try:
-        response = await node.origins.request(zone.origin, "GET", target, forwarded_headers(request, zone, stored))
+        response = await node.shields.fill(request, zone, path, url_key, forwarded_headers(request, zone, stored))
     except OriginError as exc:
         if stored is not None and usable_on_error(stored.freshness, request_directives(fields), time.time()):
             node.metrics.cache_result(CacheResult.STALE).inc()
@@ -349,11 +348,10 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
         return  # already on its way
     fields = request_fields(request)
     headers = forwarded_headers(request, zone, stored)
-    target = zone.origin.target(path, request.rel_url.raw_query_string)
 
     async def revalidate() -> None:
         try:
-            response = await node.origins.request(zone.origin, "GET", target, headers)
+            response = await node.shields.fill(request, zone, path, url_key, headers)
             if response.status == 304:
                 response.release()
                 if validated_by(stored.headers, response.headers):
