@@ -49,7 +49,8 @@ async def shield(request: web.Request) -> web.StreamResponse:
     scheme = headers.get("X-Forwarded-Proto", "")
     forwarded = request.clone(headers=headers, remote=headers.get("X-Forwarded-For") or request.remote or "",
                               scheme=scheme if scheme in ("http", "https") else request.scheme)
-    forwarded[FROM_EDGE] = True
+    # Both: an answer made whole in the handler is prepared with the request aiohttp has, not the clone.
+    request[FROM_EDGE] = forwarded[FROM_EDGE] = True
     return await serve_pull(forwarded, zone, path, "")
 
 
