@@ -129,7 +129,7 @@ def create_cluster_app(node_app: web.Application) -> web.Application:
     app[SECRETS] = node_app[SECRETS]
     app[cluster.PUSH_REPLAY_GUARD] = ReplayGuard()
     # Shield requests are served by the pull sequence, collapsed with the worker's own clients' requests.
-    app[SETTINGS], app[pull.FLIGHTS] = node_app[SETTINGS], node_app[pull.FLIGHTS]
+    app[pull.FLIGHTS] = node_app[pull.FLIGHTS]
     app.on_response_prepare.append(shield.name_shield)
     _add_routes(app, CLUSTER_ROUTES)
     return app

@@ -70,13 +70,30 @@ def relayed(headers: list[tuple[str, str]]) -> bool:
     return bool(members) and members[-1].split(";", 1)[0].strip() == SHIELD_CACHE
 
 
+def shield_setting(raw: object) -> str:
+    """``[origin] shield`` checked: "", "off", or an edge worker's cluster address (``http(s)://host:port``,
+    returned without a trailing slash); ValueError for anything else (the edge does not start)."""
+    value = str(raw).strip()
+    if value in ("", OFF):
+        return value
+    try:
+        url = URL(value)
+    except ValueError:
+        url = None
+    if url is None or url.scheme not in ("http", "https") or not url.host or url.raw_path.strip("/") \
+            or url.query_string or url.fragment or url.user is not None:
+        raise ValueError(f'[origin] shield must be "", "off" or an edge\'s cluster address such as '
+                         f'"http://10.0.0.21:9788", not {value!r}')
+    return value.rstrip("/")
+
+
 class Shields:
     def __init__(self, settings: Settings, member: str, secret: str, origins: OriginClient,
                  edges: Callable[[], tuple[tuple[str, str], ...]], generation: Callable[[], int]) -> None:
         section = settings.section("origin")
-        configured = str(section["shield"]).strip()
+        configured = shield_setting(section["shield"])
         self.mode = OFF if configured == OFF else "configured" if configured else "fleet"
-        self._configured = Peer(configured.rstrip("/"), configured.rstrip("/")) if self.mode == "configured" else None
+        self._configured = Peer(configured, configured) if self.mode == "configured" else None
         self._retry_s = float(section["shield_retry_s"])
         self._member = member
         self._secret = secret
@@ -142,6 +159,8 @@ class Shields:
         """The shield's answer, or None (the shield marked down when it failed)."""
         path_qs = f"{SHIELD_PATH}/{self._generation()}/{zone.name}{path}" + (f"?{query}" if query else "")
         sent = CIMultiDict(headers)
+        for name, _ in zone.origin.request_headers:  # the zone's secrets for its origin: the shield adds its own
+            sent.popall(name, None)
         sent.update(sign_request(self._secret, "GET", path_qs, audience=SHIELD_AUDIENCE))
         try:
             response = await self._origins.peer_request(URL(peer.url + path_qs, encoded=True), sent)

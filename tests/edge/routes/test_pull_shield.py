@@ -27,6 +27,7 @@ from tests.edge.routes.test_pull_zones import PREFIX, ScriptedOrigin, add_pull_z
 from tests.integration.harness import free_port_block
 
 ZONE = "shielded"
+SECRET = ("X-Origin-Secret", "for-the-origin-only")  # the zone's RequestHeaders
 OWN_ERROR = web.json_response({"error": {"code": "Busy"}}, status=503)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -82,7 +83,8 @@ async def shielded_cdn(make_cdn: CdnFactory, handler: Handler, *, shield_url: st
     try:
         cdn = await make_cdn(ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true", ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="1",
                              ASSETCDN_ORIGIN_SHIELD=shield_url or f"http://127.0.0.1:{shield_server.port}")
-        await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{origin_server.port}{PREFIX}"})
+        await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{origin_server.port}{PREFIX}",
+                                        "RequestHeaders": dict([SECRET])})
         yield Shielded(cdn, origin, shield)
     finally:
         await shield_server.close()
@@ -108,6 +110,7 @@ async def test_a_fill_asks_the_shield_signed_and_keeps_its_answer_with_its_age(m
         generation = run.cdn.node.applied_generation
         assert (path, signed) == (f"{SHIELD_PATH}/{generation}/{ZONE}/a.txt", True)
         assert headers["X-Forwarded-For"] == "127.0.0.1"
+        assert SECRET[0] not in headers   # the shield adds its own config's
         assert run.origin.count("/a.txt") == 0
 
 
@@ -179,7 +182,8 @@ async def test_a_shield_that_cannot_answer_sends_the_fill_to_the_origin(make_cdn
         run.origin.answer("/d.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
         status, x_cache, _, body, _ = await run.get("/d.txt")
         assert (status, x_cache, body) == (200, "MISS", b"from the origin")
-        assert run.origin.count("/d.txt") == 1
+        (asked,) = run.origin.requests("/d.txt")
+        assert asked.headers[SECRET[0]] == SECRET[1]
 
 
 async def test_a_shield_behind_the_asking_edge_declines(make_cdn: CdnFactory) -> None:
