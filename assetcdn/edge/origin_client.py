@@ -13,6 +13,10 @@
   fields that would make the origin answer for another host, scheme or URL than the cache key says
   (``UNKEYED_OVERRIDES``) are never forwarded.
 
+- **Shields:** ``peer_request`` asks another edge that shields a URL (assetcdn/edge/shield.py), through a pool
+  of its own with the same limits and errors. Its addresses come from control's edge list or the edge's own
+  settings, never from a request, so the address guard does not apply to them.
+
 Bodies are streamed: ``OriginResponse.chunks`` yields them as they arrive.
 """
 

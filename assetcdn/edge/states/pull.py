@@ -9,7 +9,8 @@ assetcdn/edge/states/freshness.py):
        | otherwise: a conditional request (304: the stored head is updated, REVALIDATED) or a MISS
     -> miss: one origin request per key however many clients wait (the first streams the body as it
        arrives while it is written to the cache; the others are answered from the cache once it is there);
-       an answer that may not be stored goes to its own client only, and the others ask for their own
+       an answer that may not be stored goes to its own client only, and the others ask for their own;
+       with several edges the request goes to the URL's shield edge first (assetcdn/edge/shield.py)
     -> deliver: the stored head with Age, X-Cache and Cache-Status (RFC 9211); If-None-Match,
        If-Modified-Since and a byte range answered from the stored response
     -> origin down or 5xx: the stale copy where stale-if-error allows (RFC 5861), else 502 or 504
