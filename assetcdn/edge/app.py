@@ -38,6 +38,7 @@ from assetcdn.edge.routes import (
     stream,
     transform,
 )
+from assetcdn.edge.shield import INVALIDATE_PATH
 from assetcdn.edge.site_config import FORWARDED, NOT_DELIVERY, apply_rule_changes, host_middleware
 from assetcdn.edge.states import pull
 from assetcdn.edge.states.deliver import request_header_changes
@@ -98,6 +99,7 @@ CLUSTER_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("POST", PREFIX + "/push", cluster.push),
     web.route("POST", PREFIX + TLS_STATE_PATH, cluster.tls),
     web.route("GET", shield.ROUTE, shield.shield),  # another edge's cache fill (assetcdn/edge/shield.py)
+    web.route("POST", INVALIDATE_PATH, shield.invalidate),  # and what its unsafe requests changed
 )
 
 

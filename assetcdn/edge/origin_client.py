@@ -238,9 +238,10 @@ class OriginClient:
             raise OriginRefused(refused)
         return await self._send(self.session(), method, target, headers, body)
 
-    async def peer_request(self, target: URL, headers: Mapping[str, str] | CIMultiDict[str]) -> OriginResponse:
-        """A GET to another edge acting as a shield: the same timeouts, limits and errors as an origin's."""
-        return await self._send(self.peer_session(), "GET", target, headers, None)
+    async def peer_request(self, target: URL, headers: Mapping[str, str] | CIMultiDict[str], method: str = "GET",
+                           body: bytes | None = None) -> OriginResponse:
+        """A request to another edge acting as a shield: the same timeouts, limits and errors as an origin's."""
+        return await self._send(self.peer_session(), method, target, headers, body)
 
     async def _send(self, session: aiohttp.ClientSession, method: str, target: URL,
                     headers: Mapping[str, str] | CIMultiDict[str], body: bytes | None) -> OriginResponse:

@@ -1,9 +1,10 @@
 """Origin shielding for pull zones: each URL is fetched from its origin by one edge worker, its shield, and the
 other edges ask that shield instead of the origin, so an object new to the fleet costs the origin one request.
 
-- **Which shield:** rendezvous (highest-random-weight) hashing of the pull cache key over the live edge workers
-  control lists in its register and heartbeat answers (member name and cluster address). Every edge that holds
-  the same list picks the same shield, and a worker joining or leaving moves only the keys it wins or held.
+- **Which shield:** rendezvous (highest-random-weight) hashing of the URL's path (its zone and path: every query
+  string of a path has the same shield) over the live edge workers control lists in its register and heartbeat
+  answers (member name and cluster address). Every edge that holds the same list picks the same shield, and a
+  worker joining or leaving moves only the paths it wins or held.
   ``[origin] shield`` overrides it: one edge's cluster address for every key, or ``"off"``.
 - **The shield's side:** ``GET /_cluster/shield/<generation>/<zone><path>`` on the shield worker's cluster site
   (assetcdn/edge/routes/shield.py), signed with the cluster secret. The shield serves it with the pull serve
@@ -13,6 +14,9 @@ other edges ask that shield instead of the origin, so an object new to the fleet
 - **Failures:** a shield that cannot be connected to, times out, or answers with an error of its own (not an
   answer it relays) is marked down for ``shield_retry_s``; meanwhile, and for the request that found it so,
   the edge asks the origin itself. A client never sees a shield's failure.
+- **Unsafe methods** go to the origin directly. The paths their success invalidates on this edge are
+  invalidated on their shields too (``POST /_cluster/shield-invalidate``, signed) before the client is answered,
+  so this edge's next fill of them is not the copy it dropped.
 
 The shield's answer is the fill's origin response: its Age counts, its validators are the origin's, and
 its Cache-Status member is named ``assetcdn-shield``.
@@ -20,16 +24,19 @@ its Cache-Status member is named ``assetcdn-shield``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from assetcdn.edge.cache.tags import path_tag
 from assetcdn.edge.origin_client import OriginClient, OriginError, OriginResponse
 from assetcdn.edge.site_config import PullZone
 from assetcdn.edge.states.freshness import split_list
@@ -38,6 +45,8 @@ from assetcdn.shared.config import Settings
 
 log = logging.getLogger(__name__)
 SHIELD_PATH = PREFIX + "/shield"
+INVALIDATE_PATH = PREFIX + "/shield-invalidate"   # POST {"tags": [path tags]}: drop what an unsafe request changed
+MAX_INVALIDATED = 16                # path tags one message carries (an unsafe request names at most three)
 SHIELD_AUDIENCE = "shield"         # what shield requests are signed for (any edge worker may be one)
 SHIELD_CACHE = "assetcdn-shield"   # the shield's name in Cache-Status (RFC 9211)
 OFF = "off"
@@ -111,13 +120,15 @@ class Shields:
             self._listed, self._peers = listed, tuple(Peer(name, url.rstrip("/")) for name, url in listed)
         return self._peers
 
-    def shield_for(self, url_key: str) -> Peer | None:
-        """The shield of a pull cache key; None when this worker is it, or shielding is off."""
+    def shield_for(self, tag: str) -> Peer | None:
+        """The shield of a pull zone path (its path tag: every query string of a path has the same shield, so
+        an invalidation of the path reaches the one edge worker that may hold it); None when this worker is
+        it, or shielding is off."""
         if self._configured is not None:
             return None if self._configured.url == self.own_url else self._configured
         if self.mode == OFF:
             return None
-        peer = rendezvous(url_key, self.peers())
+        peer = rendezvous(tag, self.peers())
         return None if peer is None or peer.name == self._member else peer
 
     def status(self) -> dict[str, object]:
@@ -141,13 +152,13 @@ class Shields:
                         self._retry_s, why)
         self._down[peer.url] = time.monotonic() + self._retry_s
 
-    async def fill(self, request: web.Request, zone: PullZone, path: str, url_key: str,
+    async def fill(self, request: web.Request, zone: PullZone, path: str,
                    headers: CIMultiDict[str]) -> OriginResponse:
-        """A cache fill's response for `path` of `zone` (GET, `headers` as for the origin): from the key's shield
-        when there is one up, else, or when it fails, from the origin."""
+        """A cache fill's response for `path` of `zone` (GET, `headers` as for the origin): from the path's
+        shield when there is one up, else, or when it fails, from the origin."""
         query = request.rel_url.raw_query_string
         if not request.get(FROM_EDGE):
-            peer = self.shield_for(url_key)
+            peer = self.shield_for(path_tag(f"{zone.name}{path}"))
             if peer is not None and not self._is_down(peer):
                 response = await self._ask(peer, zone, path, query, headers)
                 if response is not None:
@@ -173,3 +184,28 @@ class Shields:
         if response.status not in PASSING_REFUSALS:
             self._mark_down(peer, f"it answered {response.status} itself")
         return None
+
+    async def invalidated(self, tags: list[str]) -> None:
+        """Pull zone paths (their path tags) this edge invalidated after an unsafe request (RFC 9111 4.4): their
+        shields drop them too, before the request is answered, so what this edge fills next is not the copy it
+        dropped. A shield that cannot be told is marked down: meanwhile this edge asks the origin."""
+        by_shield: dict[Peer, list[str]] = {}
+        for tag in tags[:MAX_INVALIDATED]:
+            peer = self.shield_for(tag)
+            if peer is not None and not self._is_down(peer):
+                by_shield.setdefault(peer, []).append(tag)
+        await asyncio.gather(*(self._tell(peer, shield_tags) for peer, shield_tags in by_shield.items()))
+
+    async def _tell(self, peer: Peer, tags: list[str]) -> None:
+        body = orjson.dumps({"tags": tags})
+        headers = {"Content-Type": "application/json",
+                   **sign_request(self._secret, "POST", INVALIDATE_PATH, body, audience=SHIELD_AUDIENCE)}
+        try:
+            response = await self._origins.peer_request(URL(peer.url + INVALIDATE_PATH, encoded=True), headers,
+                                                        "POST", body)
+        except OriginError as exc:
+            self._mark_down(peer, str(exc))
+            return
+        response.release()
+        if response.status != 200:
+            self._mark_down(peer, f"it answered {response.status} to an invalidation")

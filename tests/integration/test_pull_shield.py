@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from assetcdn.edge.cache.tags import path_tag
 from assetcdn.edge.shield import SHIELD_AUDIENCE, SHIELD_PATH, Peer, rendezvous
-from assetcdn.edge.states.keys import pull_key
 from assetcdn.shared.cluster import sign_request
 from tests.integration.harness import ACCOUNT, KEYS, RunningCdn, start_cdn, wait_gone
 from tests.integration.test_pull_zones import origin_app
@@ -137,6 +137,33 @@ async def test_a_request_to_a_shield_needs_the_cluster_secret(cdn: RunningCdn) -
     assert origin.asked == Counter({"/secret.txt": 1})
 
 
+async def test_an_unsafe_request_through_one_edge_reaches_the_paths_shield(cdn: RunningCdn) -> None:
+    """A POST through edge-0 to a path edge-1 shields: edge-1 drops its copy as edge-0 does, so edge-0's next
+    fill (through edge-1) is the new version, and edge-1's own clients get it too."""
+    version = 1
+
+    async def resource(request: web.Request) -> web.StreamResponse:
+        nonlocal version
+        if request.method == "POST":
+            version += 1
+            return web.Response(status=204)
+        return web.Response(body=f"v{version}".encode(), headers={"Cache-Control": "max-age=600"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", resource)
+    members = tuple(Peer(f"edge-{i}/0", "") for i in range(EDGES))
+    path = next(f"/items/{i}" for i in range(100) if rendezvous(path_tag(f"changing/items/{i}"), members) == members[1])
+    edge0, edge1 = cdn.edge_urls[0], cdn.edge_urls[1]
+    async with origin_app(app) as url, aiohttp.ClientSession() as session:
+        await pull_zone_everywhere(session, cdn, "changing", url)
+        assert (await fetch(session, f"{edge0}/changing{path}"))[0::2] == (200, b"v1")
+        assert (await fetch(session, f"{edge1}/changing{path}"))[0::2] == (200, b"v1")   # the shield holds it
+        async with session.post(f"{edge0}/changing{path}", data=b"new") as resp:
+            assert resp.status == 204
+        assert (await fetch(session, f"{edge0}/changing{path}"))[0::2] == (200, b"v2")
+        assert (await fetch(session, f"{edge1}/changing{path}"))[0::2] == (200, b"v2")
+
+
 async def test_with_a_shield_dead_the_other_edges_ask_the_origin(cdn: RunningCdn) -> None:
     """Last in the module: edge-2 stays dead until the cluster stops."""
     origin = CountingOrigin()
@@ -152,6 +179,6 @@ async def test_with_a_shield_dead_the_other_edges_ask_the_origin(cdn: RunningCdn
         (200, f"body of {path}".encode()) for path in paths for _ in range(2)]
     # The paths edge-2 was the shield of were fetched by each of the other two, the rest once.
     members = tuple(Peer(f"edge-{i}/0", "") for i in range(EDGES))
-    orphans = {path for path in paths if rendezvous(pull_key("orphaned", path, ""), members) == members[2]}
+    orphans = {path for path in paths if rendezvous(path_tag(f"orphaned{path}"), members) == members[2]}
     assert orphans
     assert origin.asked == Counter({path: 2 if path in orphans else 1 for path in paths})

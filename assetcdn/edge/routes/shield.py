@@ -1,5 +1,6 @@
 """GET /_cluster/shield/<generation>/<zone><path>: another edge asks this worker, the URL's shield, for a pull
-zone's path (assetcdn/edge/shield.py), on this worker's cluster site.
+zone's path (assetcdn/edge/shield.py), on this worker's cluster site. POST /_cluster/shield-invalidate: another
+edge invalidated pull zone paths after an unsafe request; this worker drops its copies of them too.
 
 Signed with the cluster secret for the ``shield`` audience and accepted once. The path is served by the pull
 serve sequence as a client's request would be, with this edge's own config of the zone (the asking edge names
@@ -11,12 +12,22 @@ removed.
 
 from __future__ import annotations
 
+import asyncio
+
+import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
 from assetcdn.edge.app_keys import NODE, SECRETS
+from assetcdn.edge.cache.tags import path_tag
 from assetcdn.edge.routes.cluster import PUSH_REPLAY_GUARD
-from assetcdn.edge.shield import FROM_EDGE, SHIELD_AUDIENCE, SHIELD_CACHE, SHIELD_PATH
+from assetcdn.edge.shield import (
+    FROM_EDGE,
+    MAX_INVALIDATED,
+    SHIELD_AUDIENCE,
+    SHIELD_CACHE,
+    SHIELD_PATH,
+)
 from assetcdn.edge.states.pull import serve_pull
 from assetcdn.shared.cluster import (
     CONTENT_HEADER,
@@ -26,7 +37,10 @@ from assetcdn.shared.cluster import (
     verify_request,
 )
 from assetcdn.shared.errors import ApiError
+from assetcdn.shared.middleware import json_response
 
+MAX_INVALIDATION_BYTES = 64 * 1024
+PATH_TAG_PREFIX = path_tag("")
 ROUTE = SHIELD_PATH + "/{generation:[0-9]{1,12}}/{zone:[^/]+}/{path:.*}"
 # The signature's fields are for this hop only: never passed on to the origin.
 CLUSTER_FIELDS = frozenset(name.lower() for name in (TIMESTAMP_HEADER, NONCE_HEADER, SIGNATURE_HEADER, CONTENT_HEADER))
@@ -66,3 +80,25 @@ async def name_shield(request: web.BaseRequest, response: web.StreamResponse) ->
         response.headers.popall("Cache-Status")
         for value in (*values[:-1], f"{SHIELD_CACHE}{separator}{parameters}"):
             response.headers.add("Cache-Status", value)
+
+
+async def invalidate(request: web.Request) -> web.Response:
+    """Drop the copies of the path tags another edge names (``{"tags": ["path:<zone>/<path>", ...]}``)."""
+    if request.content_length is None or request.content_length > MAX_INVALIDATION_BYTES:
+        raise ApiError(413, "PayloadTooLarge", f"An invalidation is at most {MAX_INVALIDATION_BYTES} bytes, "
+                       "with its Content-Length.")
+    body = await request.read()
+    if not verify_request(
+            request.app[SECRETS].cluster_secret, "POST", request.raw_path, body, request.headers,
+            guard=request.app[PUSH_REPLAY_GUARD], audience=SHIELD_AUDIENCE):
+        raise ApiError(401, "Unauthorized", "Shield requests must be signed with the cluster secret, once.")
+    try:
+        tags = orjson.loads(body).get("tags")
+    except (orjson.JSONDecodeError, AttributeError):
+        tags = None
+    if not isinstance(tags, list) or len(tags) > MAX_INVALIDATED or not all(
+            isinstance(tag, str) and tag.startswith(PATH_TAG_PREFIX) for tag in tags):
+        raise ApiError(400, "InvalidBody", f"'tags' must be a list of at most {MAX_INVALIDATED} path tags.")
+    node = request.app[NODE]
+    purged = await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_tags, tags)
+    return json_response({"purged": purged})

@@ -201,7 +201,7 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
                      fields: Headers, stored: StoredResponse | None) -> web.StreamResponse:
     """A miss, or a stored response the origin must confirm (a 304 updates it) or replace."""
     try:
-        response = await node.shields.fill(request, zone, path, url_key, forwarded_headers(request, zone, stored))
+        response = await node.shields.fill(request, zone, path, forwarded_headers(request, zone, stored))
     except OriginError as exc:
         if stored is not None and usable_on_error(stored.freshness, request_directives(fields), time.time()):
             node.metrics.cache_result(CacheResult.STALE).inc()
@@ -352,7 +352,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
 
     async def revalidate() -> None:
         try:
-            response = await node.shields.fill(request, zone, path, url_key, headers)
+            response = await node.shields.fill(request, zone, path, headers)
             if response.status == 304:
                 response.release()
                 if validated_by(stored.headers, response.headers):
@@ -534,3 +534,4 @@ async def invalidate(node: EdgeNode, zone: PullZone, request: web.Request, path:
         if as_public.origin() == request.url.origin() and as_public.raw_path.startswith(prefix + "/"):
             tags.append(path_tag(f"{zone.name}{as_public.raw_path[len(prefix):]}"))
     await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_tags, tags)
+    await node.shields.invalidated(tags)

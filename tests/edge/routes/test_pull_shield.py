@@ -12,13 +12,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import aiohttp
+import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from multidict import CIMultiDictProxy
 
 from assetcdn.control.app_keys import REGISTRY
-from assetcdn.edge.shield import SHIELD_AUDIENCE, SHIELD_CACHE, SHIELD_PATH
+from assetcdn.edge.shield import INVALIDATE_PATH, SHIELD_AUDIENCE, SHIELD_CACHE, SHIELD_PATH
 from assetcdn.shared.cluster import ReplayGuard, sign_request, verify_request
 from tests.control.conftest import SECRETS
 from tests.control.expect import expect_error
@@ -42,10 +43,20 @@ class ScriptedShield:
     seen: list[tuple[str, CIMultiDictProxy[str], bool]] = field(default_factory=list)
     guard: ReplayGuard = field(default_factory=ReplayGuard)
 
+    invalidated: list[tuple[list[str], bool]] = field(default_factory=list)
+
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get(SHIELD_PATH + "/{tail:.*}", self._handle)
+        app.router.add_post(INVALIDATE_PATH, self._invalidate)
         return app
+
+    async def _invalidate(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        signed = verify_request(SECRETS.cluster_secret, "POST", request.raw_path, body, request.headers,
+                                guard=self.guard, audience=SHIELD_AUDIENCE)
+        self.invalidated.append((orjson.loads(body)["tags"], signed))
+        return web.json_response({"purged": 1})
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         signed = verify_request(SECRETS.cluster_secret, "GET", request.raw_path, b"", request.headers,
@@ -112,6 +123,21 @@ async def test_a_fill_asks_the_shield_signed_and_keeps_its_answer_with_its_age(m
         assert headers["X-Forwarded-For"] == "127.0.0.1"
         assert SECRET[0] not in headers   # the shield adds its own config's
         assert run.origin.count("/a.txt") == 0
+
+
+async def test_an_unsafe_request_invalidates_the_path_on_its_shield_before_it_is_answered(
+        make_cdn: CdnFactory) -> None:
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return relayed()
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        run.origin.answer("/items", status=204)
+        resp = await run.cdn.edge.post(f"/{ZONE}/items", data=b"new")
+        assert resp.status == 204
+        assert run.shield.invalidated == [([f"path:{ZONE}/items"], True)]
+        run.origin.answer("/other", status=500)
+        assert (await run.cdn.edge.post(f"/{ZONE}/other", data=b"new")).status == 500
+        assert len(run.shield.invalidated) == 1   # a failed request invalidates nothing
 
 
 async def test_a_stale_copy_is_revalidated_through_the_shield(make_cdn: CdnFactory) -> None:
@@ -199,3 +225,28 @@ async def test_a_shield_behind_the_asking_edge_declines(make_cdn: CdnFactory) ->
         async with aiohttp.ClientSession() as http, http.get(member.url + path_qs, headers=headers) as resp:
             await expect_error(resp, 409, "ShieldBehind")
         assert run.origin.count("/b.txt") == 0
+
+
+async def test_an_invalidation_from_another_edge_needs_the_cluster_secret(make_cdn: CdnFactory) -> None:
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return relayed()
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        assert (await run.get("/kept.txt"))[:2] == (200, "MISS")
+        assert (await run.get("/kept.txt"))[:2] == (200, "HIT")
+        (member,) = run.cdn.control.app[REGISTRY].edges.values()
+
+        async def invalidate(secret: str, tags: object) -> aiohttp.ClientResponse:
+            body = orjson.dumps({"tags": tags})
+            headers = sign_request(secret, "POST", INVALIDATE_PATH, body, audience=SHIELD_AUDIENCE)
+            async with aiohttp.ClientSession() as http, http.post(member.url + INVALIDATE_PATH, data=body,
+                                                                   headers=headers) as resp:
+                await resp.read()
+                return resp
+
+        assert (await invalidate("not-the-cluster-secret", [f"path:{ZONE}/kept.txt"])).status == 401
+        assert (await invalidate(SECRETS.cluster_secret, "path:everything")).status == 400
+        assert (await invalidate(SECRETS.cluster_secret, ["type-logos"])).status == 400   # path tags only
+        assert (await run.get("/kept.txt"))[:2] == (200, "HIT")
+        assert (await invalidate(SECRETS.cluster_secret, [f"path:{ZONE}/kept.txt"])).status == 200
+        assert (await run.get("/kept.txt"))[:2] == (200, "MISS")
