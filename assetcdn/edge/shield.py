@@ -5,7 +5,7 @@ other edges ask that shield instead of the origin, so an object new to the fleet
   string of a path has the same shield) over the live edge workers control lists in its register and heartbeat
   answers (member name and cluster address). Every edge that holds the same list picks the same shield, and a
   worker joining or leaving moves only the paths it wins or held.
-  ``[origin] shield`` overrides it: one edge's cluster address for every key, or ``"off"``.
+  ``[origin] shield`` overrides it: one edge's cluster address for every path, or ``"off"``.
 - **The shield's side:** ``GET /_cluster/shield/<generation>/<zone><path>`` on the shield worker's cluster site
   (assetcdn/edge/routes/shield.py), signed with the cluster secret. The shield serves it with the pull serve
   sequence (its cache, its collapsing, its own zone config and origin) and never asks another shield; a
