@@ -134,7 +134,16 @@ async def test_a_request_to_a_shield_needs_the_cluster_secret(cdn: RunningCdn) -
         signed = sign_request(KEYS["ASSETCDN_CLUSTER_SECRET"], "GET", path_qs, audience=SHIELD_AUDIENCE)
         async with session.get(f"{shield_url}{SHIELD_PATH}/0/guarded/other.txt", headers=signed) as resp:
             assert resp.status == 401
-    assert origin.asked == Counter({"/secret.txt": 1})
+        # On an edge's public port the signature's fields mean nothing: edge-0 still asks the path's shield.
+        members = tuple(Peer(f"edge-{i}/0", "") for i in range(EDGES))
+        path = next(f"/public/{i}.txt" for i in range(100)
+                    if rendezvous(path_tag(f"guarded/public/{i}.txt"), members) == members[1])
+        marker = sign_request(KEYS["ASSETCDN_CLUSTER_SECRET"], "GET", f"{SHIELD_PATH}/0/guarded{path}",
+                              audience=SHIELD_AUDIENCE)
+        async with session.get(f"{cdn.edge_urls[0]}/guarded{path}", headers=marker) as resp:
+            assert resp.status == 200
+            assert resp.headers.getall("Cache-Status")[0].startswith("assetcdn-shield;")
+    assert origin.asked == Counter({"/secret.txt": 1, path: 1})
 
 
 async def test_an_unsafe_request_through_one_edge_reaches_the_paths_shield(cdn: RunningCdn) -> None:
