@@ -7,7 +7,7 @@ The shield's own side (the signed route, collapsing, a dead edge) runs in tests/
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -65,11 +65,12 @@ class ScriptedShield:
         return await self.handler(request)
 
 
-def relayed(status: int = 200, body: bytes = b"from the shield", **headers: str) -> web.Response:
+def relayed(status: int = 200, body: bytes = b"from the shield", headers: Mapping[str, str] | None = None
+            ) -> web.Response:
     """An answer the shield relays: it names itself last in Cache-Status."""
     return web.Response(status=status, body=body, headers={"Cache-Control": "max-age=600",
                                                            "Cache-Status": f"{SHIELD_CACHE}; fwd=uri-miss; stored",
-                                                           **headers})
+                                                           **(headers or {})})
 
 
 @dataclass
@@ -104,7 +105,7 @@ async def shielded_cdn(make_cdn: CdnFactory, handler: Handler, *, shield_url: st
 
 async def test_a_fill_asks_the_shield_signed_and_keeps_its_answer_with_its_age(make_cdn: CdnFactory) -> None:
     async def answer(_request: web.Request) -> web.StreamResponse:
-        return relayed(Age="100", ETag='"v1"')
+        return relayed(headers={"Age": "100", "ETag": '"v1"'})
 
     async with shielded_cdn(make_cdn, answer) as run:
         run.origin.answer("/a.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
@@ -145,7 +146,7 @@ async def test_a_stale_copy_is_revalidated_through_the_shield(make_cdn: CdnFacto
         if request.headers.get("If-None-Match") == '"v1"':
             return web.Response(status=304, headers={"ETag": '"v1"', "Cache-Control": "max-age=600",
                                                      "Cache-Status": f"{SHIELD_CACHE}; hit"})
-        return relayed(ETag='"v1"', **{"Cache-Control": "max-age=0"})   # stale at once: the next use revalidates
+        return relayed(headers={"ETag": '"v1"', "Cache-Control": "max-age=0"})   # stale at once: the next use revalidates
 
     async with shielded_cdn(make_cdn, answer) as run:
         assert (await run.get("/r.txt"))[:2] == (200, "MISS")
@@ -158,7 +159,7 @@ async def test_a_stale_copy_is_revalidated_through_the_shield(make_cdn: CdnFacto
 
 async def test_an_error_the_shield_relays_is_the_origins_answer(make_cdn: CdnFactory) -> None:
     async def answer(_request: web.Request) -> web.StreamResponse:
-        return relayed(503, b"origin overloaded", **{"Cache-Control": "no-store"})
+        return relayed(503, b"origin overloaded", {"Cache-Control": "no-store"})
 
     async with shielded_cdn(make_cdn, answer) as run:
         run.origin.answer("/e1.txt", b"from the origin")
