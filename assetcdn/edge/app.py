@@ -34,10 +34,12 @@ from assetcdn.edge.routes import (
     delivery,
     health,
     placeholders,
+    shield,
     signed,
     stream,
     transform,
 )
+from assetcdn.edge.shield import INVALIDATE_PATH
 from assetcdn.edge.site_config import FORWARDED, apply_rule_changes, host_middleware
 from assetcdn.edge.states import pull
 from assetcdn.edge.states.deliver import request_header_changes
@@ -98,6 +100,8 @@ PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
 CLUSTER_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("POST", PREFIX + "/push", cluster.push),
     web.route("POST", PREFIX + TLS_STATE_PATH, cluster.tls),
+    web.route("GET", shield.ROUTE, shield.shield),  # another edge's cache fill (assetcdn/edge/shield.py)
+    web.route("POST", INVALIDATE_PATH, shield.invalidate),  # and what its unsafe requests changed
 )
 
 
@@ -128,6 +132,9 @@ def create_cluster_app(node_app: web.Application) -> web.Application:
     app[NODE] = node_app[NODE]
     app[SECRETS] = node_app[SECRETS]
     app[cluster.PUSH_REPLAY_GUARD] = ReplayGuard()
+    # Shield requests are served by the pull sequence, collapsed with the worker's own clients' requests.
+    app[pull.FLIGHTS] = node_app[pull.FLIGHTS]
+    app.on_response_prepare.append(shield.name_shield)
     _add_routes(app, CLUSTER_ROUTES)
     return app
 

@@ -30,6 +30,7 @@ from assetcdn.shared.tls_state import TLS_STATE_PATH
 
 log = logging.getLogger(__name__)
 GATEWAY_FAILURES = frozenset({502, 503, 504})  # answers that mean control itself is not there
+MAX_EDGES = 4096  # edge workers taken from control's list
 
 
 class ControlUnavailable(Exception):
@@ -61,6 +62,8 @@ class ControlClient:
         self.last_success = 0.0
         self.last_error = ""
         self.generation_seen = 0  # the newest generation control reported (heartbeat, catch-up)
+        # The live edge workers control last listed (register, heartbeat): (member name, cluster URL) pairs.
+        self.edges: tuple[tuple[str, str], ...] = ()
         self._probing = 0  # background calls under way
 
     async def start(self) -> None:
@@ -168,6 +171,12 @@ class ControlClient:
         generation = reply.get("generation")
         if isinstance(generation, int):
             self.generation_seen = max(self.generation_seen, generation)
+        edges = reply.get("edges")
+        if isinstance(edges, list):  # a control older than shielding lists none: the list is kept as it was
+            self.edges = tuple(sorted((edge["name"], edge["url"]) for edge in edges[:MAX_EDGES] if
+                                      isinstance(edge, dict) and isinstance(edge.get("name"), str)
+                                      and isinstance(edge.get("url"), str)
+                                      and edge["url"].startswith(("http://", "https://"))))
         return reply
 
     async def register(self, name: str, url: str, generation: int) -> dict[str, Any]:

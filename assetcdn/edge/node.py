@@ -25,6 +25,7 @@ from assetcdn.edge.control_client import ControlClient, NotFoundAtControl, run_s
 from assetcdn.edge.delivery_log import DeliveryLog
 from assetcdn.edge.origin_client import OriginClient, OriginLimits
 from assetcdn.edge.replica import ManifestReplica
+from assetcdn.edge.shield import Shields
 from assetcdn.edge.site_config import EdgeConfig
 from assetcdn.edge.states.keys import PULL_KEY_PREFIX
 from assetcdn.edge.states.recv import PullPath, purge_named, purge_prefix_named
@@ -68,6 +69,9 @@ class EdgeNode:
         self.flight: SingleFlight[Any] = SingleFlight()
         # Pull zones' origins (assetcdn/edge/origin_client.py), and the background revalidations they start.
         self.origins = OriginClient(OriginLimits.from_settings(settings))
+        # Which edge a pull zone URL's cache fill asks before its origin (assetcdn/edge/shield.py).
+        self.shields = Shields(settings, name, control.cluster_secret, self.origins, lambda: control.edges,
+                               lambda: self.applied_generation)
         self.background: set[asyncio.Task[None]] = set()
         self._sync_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
@@ -103,6 +107,7 @@ class EdgeNode:
     async def start(self, cluster_url: str) -> None:
         """Start the background work: register with control, heartbeat and catch up on a short timer."""
         edge = self.settings.section("edge")
+        self.shields.own_url = cluster_url.rstrip("/")
         self._tasks.append(asyncio.create_task(run_sync_loop(
             self.control, name=self.name, url=cluster_url, get_generation=lambda: self.replica.generation,
             catch_up=self.catch_up, interval_s=float(edge["catchup_interval_s"]),

@@ -13,6 +13,10 @@
   fields that would make the origin answer for another host, scheme or URL than the cache key says
   (``UNKEYED_OVERRIDES``) are never forwarded.
 
+- **Shields:** ``peer_request`` asks another edge that shields a URL (assetcdn/edge/shield.py), through a pool
+  of its own with the same limits and errors. Its addresses come from control's edge list or the edge's own
+  settings, never from a request, so the address guard does not apply to them.
+
 Bodies are streamed: ``OriginResponse.chunks`` yields them as they arrive.
 """
 
@@ -25,6 +29,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
+import aiohttp.abc
 from multidict import CIMultiDict
 from yarl import URL
 
@@ -183,26 +188,38 @@ class OriginClient:
         self.limits = limits
         self._resolver = resolver or SystemResolver()
         self._session: aiohttp.ClientSession | None = None
+        self._peer_session: aiohttp.ClientSession | None = None
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            limits = self.limits
-            resolver = GuardedResolver(self._resolver, allow_loopback=limits.allow_loopback)
-            connector = aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False, limit=0,
-                                             limit_per_host=limits.pool_per_origin,
-                                             keepalive_timeout=limits.idle_timeout_s)
-            self._session = aiohttp.ClientSession(
-                connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
-                max_field_size=limits.max_field_bytes, max_line_size=limits.max_field_bytes,
-                timeout=aiohttp.ClientTimeout(total=None, connect=limits.connect_timeout_s,
-                                              sock_connect=limits.connect_timeout_s,
-                                              sock_read=limits.idle_timeout_s))
+            self._session = self._new_session(
+                GuardedResolver(self._resolver, allow_loopback=self.limits.allow_loopback))
         return self._session
 
+    def peer_session(self) -> aiohttp.ClientSession:
+        """The pool for shield requests to other edges (assetcdn/edge/shield.py): their addresses come from
+        control's edge list or the edge's own settings, never from a request, so the guard does not apply."""
+        if self._peer_session is None:
+            self._peer_session = self._new_session(aiohttp.DefaultResolver())
+        return self._peer_session
+
+    def _new_session(self, resolver: aiohttp.abc.AbstractResolver) -> aiohttp.ClientSession:
+        limits = self.limits
+        connector = aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False, limit=0,
+                                         limit_per_host=limits.pool_per_origin,
+                                         keepalive_timeout=limits.idle_timeout_s)
+        return aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
+            max_field_size=limits.max_field_bytes, max_line_size=limits.max_field_bytes,
+            timeout=aiohttp.ClientTimeout(total=None, connect=limits.connect_timeout_s,
+                                          sock_connect=limits.connect_timeout_s,
+                                          sock_read=limits.idle_timeout_s))
+
     async def close(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        for session in (self._session, self._peer_session):
+            if session is not None:
+                await session.close()
+        self._session = self._peer_session = None
 
     def refused(self, url: URL) -> str | None:
         """Why the edge may not connect to `url` before any lookup (a name is checked as it resolves)."""
@@ -219,10 +236,19 @@ class OriginClient:
         refused = self.refused(target)
         if refused:
             raise OriginRefused(refused)
+        return await self._send(self.session(), method, target, headers, body)
+
+    async def peer_request(self, target: URL, headers: Mapping[str, str] | CIMultiDict[str], method: str = "GET",
+                           body: bytes | None = None) -> OriginResponse:
+        """A request to another edge acting as a shield: the same timeouts, limits and errors as an origin's."""
+        return await self._send(self.peer_session(), method, target, headers, body)
+
+    async def _send(self, session: aiohttp.ClientSession, method: str, target: URL,
+                    headers: Mapping[str, str] | CIMultiDict[str], body: bytes | None) -> OriginResponse:
         request_time = time.time()  # RFC 9111 4.2.3's request_time and response_time: Unix time
         try:
             async with asyncio.timeout(self.limits.first_byte_timeout_s):
-                response = await self.session().request(
+                response = await session.request(
                     method, target, headers=headers, data=body, allow_redirects=False,
                     skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"))
         except TimeoutError:

@@ -135,6 +135,13 @@ def main(argv: list[str] | None = None) -> None:
             logging.getLogger("edge").error("%s", exc if isinstance(exc, CertificateFileError) else
                                             f"[tls] certificates must be [certificate file, key file] pairs: {exc}")
             sys.exit(EXIT_BAD_CONFIG)
+    from assetcdn.edge.shield import shield_setting
+    try:
+        shield_setting(settings.get("origin", "shield"))
+    except ValueError as exc:
+        configure_logging(args.name)
+        logging.getLogger("edge").error("%s", exc)
+        sys.exit(EXIT_BAD_CONFIG)
     if args.workers <= 1:
         run_worker(argv, 0)
         return

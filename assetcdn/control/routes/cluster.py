@@ -109,13 +109,20 @@ async def register(request: web.Request) -> web.Response:
     request.app[REGISTRY].register(name, url, int(message.get("generation", 0)))
     settings = request.app[SETTINGS]
     return json_response({"generation": request.app[MANIFEST].generation,
-                          "heartbeat_s": settings.get("edge", "heartbeat_interval_s")})
+                          "heartbeat_s": settings.get("edge", "heartbeat_interval_s"),
+                          "edges": fleet(request)})
 
 
 async def heartbeat(request: web.Request) -> web.Response:
     message = _message(request)
     known = request.app[REGISTRY].heartbeat(str(message.get("name")), int(message.get("generation", 0)))
-    return json_response({"known": known, "generation": request.app[MANIFEST].generation})
+    return json_response({"known": known, "generation": request.app[MANIFEST].generation, "edges": fleet(request)})
+
+
+def fleet(request: web.Request) -> list[dict[str, str]]:
+    """The live edge workers and their cluster addresses: each edge picks a pull zone URL's shield among them
+    (assetcdn/edge/shield.py), so every edge that knows the same list picks the same one."""
+    return [{"name": edge.name, "url": edge.url} for edge in request.app[REGISTRY].live_edges()]
 
 
 async def changes(request: web.Request) -> web.Response:

@@ -68,5 +68,5 @@ async def health(request: web.Request) -> web.Response:
 
     ok = all(c["healthy"] for c in checks)
     body = health_body(ok, checks, role="edge", node=node.name, manifestGeneration=node.applied_generation,
-                       cache=node.cache.stats().to_json())
+                       cache=node.cache.stats().to_json(), shield=node.shields.status())
     return json_response(body, status=200 if ok else 503, headers=HEALTH_HEADERS)

@@ -9,7 +9,8 @@ assetcdn/edge/states/freshness.py):
        | otherwise: a conditional request (304: the stored head is updated, REVALIDATED) or a MISS
     -> miss: one origin request per key however many clients wait (the first streams the body as it
        arrives while it is written to the cache; the others are answered from the cache once it is there);
-       an answer that may not be stored goes to its own client only, and the others ask for their own
+       an answer that may not be stored goes to its own client only, and the others ask for their own;
+       with several edges the request goes to the URL's shield edge first (assetcdn/edge/shield.py)
     -> deliver: the stored head with Age, X-Cache and Cache-Status (RFC 9211); If-None-Match,
        If-Modified-Since and a byte range answered from the stored response
     -> origin down or 5xx: the stale copy where stale-if-error allows (RFC 5861), else 502 or 504
@@ -38,6 +39,7 @@ from assetcdn.edge.cache.store import SOFT_PURGED
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.origin_client import OriginError, OriginResponse, origin_request_headers
+from assetcdn.edge.shield import from_edge
 from assetcdn.edge.site_config import PullZone
 from assetcdn.edge.states.deliver import etag_matches, parse_range
 from assetcdn.edge.states.freshness import (
@@ -207,9 +209,9 @@ def forwarded_headers(request: web.Request, zone: PullZone, stored: StoredRespon
 async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
                      fields: Headers, stored: StoredResponse | None) -> web.StreamResponse:
     """A miss, or a stored response the origin must confirm (a 304 updates it) or replace."""
-    target = zone.origin.target(path, request.rel_url.raw_query_string)
     try:
-        response = await node.origins.request(zone.origin, "GET", target, forwarded_headers(request, zone, stored))
+        response = await node.shields.fill(zone, path, request.rel_url.raw_query_string,
+                                           forwarded_headers(request, zone, stored), from_edge=from_edge(request))
     except OriginError as exc:
         if stored is not None and usable_on_error(stored.freshness, request_directives(fields), time.time()):
             node.metrics.cache_result(CacheResult.STALE).inc()
@@ -357,11 +359,11 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
         return  # already on its way
     fields = request_fields(request)
     headers = forwarded_headers(request, zone, stored)
-    target = zone.origin.target(path, request.rel_url.raw_query_string)
 
     async def revalidate() -> None:
         try:
-            response = await node.origins.request(zone.origin, "GET", target, headers)
+            response = await node.shields.fill(zone, path, request.rel_url.raw_query_string, headers,
+                                               from_edge=from_edge(request))
             if response.status == 304:
                 response.release()
                 if validated_by(stored.headers, response.headers):
@@ -543,3 +545,4 @@ async def invalidate(node: EdgeNode, zone: PullZone, request: web.Request, path:
         if as_public.origin() == request.url.origin() and as_public.raw_path.startswith(prefix + "/"):
             tags.append(pull_path_tag(zone.name, as_public.raw_path[len(prefix):]))
     await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_tags, tags)
+    await node.shields.invalidated(tags)

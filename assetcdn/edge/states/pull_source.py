@@ -229,7 +229,7 @@ async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSo
         for name, value in validators(stored.headers):
             headers[name] = value
     try:
-        response = await node.origins.request(at.zone.origin, "GET", at.zone.origin.target(at.path), headers)
+        response = await node.shields.fill(at.zone, at.path, "", headers)
     except OriginError as exc:
         if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
             return await described(node, at, url_key, stored)

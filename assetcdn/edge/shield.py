@@ -1,0 +1,218 @@
+"""Origin shielding for pull zones: each URL is fetched from its origin by one edge worker, its shield, and the
+other edges ask that shield instead of the origin, so an object new to the fleet costs the origin one request.
+
+- **Which shield:** rendezvous (highest-random-weight) hashing of the URL's path (its zone and path: every query
+  string of a path has the same shield) over the live edge workers control lists in its register and heartbeat
+  answers (member name and cluster address). Every edge that holds the same list picks the same shield, and a
+  worker joining or leaving moves only the paths it wins or held.
+  ``[origin] shield`` overrides it: one edge's cluster address for every path, or ``"off"``.
+- **The shield's side:** ``GET /_cluster/shield/<generation>/<zone><path>`` on the shield worker's cluster site
+  (assetcdn/edge/routes/shield.py), signed with the cluster secret. The shield serves it with the pull serve
+  sequence (its cache, its collapsing, its own zone config and origin) and never asks another shield; a
+  request without a valid signature is refused, so a client cannot make a shield treat it as an edge's.
+  A shield behind the asking edge's generation (it may not have applied a purge yet) declines.
+- **Failures:** a shield that cannot be connected to, times out, or answers with an error of its own (not an
+  answer it relays) is marked down for ``shield_retry_s``; meanwhile, and for the request that found it so,
+  the edge asks the origin itself. A client never sees a shield's failure.
+- **Unsafe methods** go to the origin directly. The paths their success invalidates on this edge are
+  invalidated on their shields too (``POST /_cluster/shield-invalidate``, signed) before the client is answered,
+  so this edge's next fill of them is not the copy it dropped.
+
+The shield's answer is the fill's origin response: its Age counts, its validators are the origin's, and
+its Cache-Status member is named ``assetcdn-shield``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+from aiohttp import web
+from multidict import CIMultiDict
+from yarl import URL
+
+from assetcdn.edge.cache.tags import pull_path_tag
+from assetcdn.edge.origin_client import OriginClient, OriginError, OriginResponse
+from assetcdn.edge.site_config import PullZone
+from assetcdn.edge.states.freshness import split_list
+from assetcdn.shared.cluster import PREFIX, sign_request
+from assetcdn.shared.config import Settings
+
+log = logging.getLogger(__name__)
+SHIELD_PATH = PREFIX + "/shield"
+INVALIDATE_PATH = PREFIX + "/shield-invalidate"   # POST {"tags": [path tags]}: drop what an unsafe request changed
+MAX_INVALIDATED = 16                # path tags one message carries (an unsafe request names at most three)
+SHIELD_AUDIENCE = "shield"         # what shield requests are signed for (any edge worker may be one)
+SHIELD_CACHE = "assetcdn-shield"   # the shield's name in Cache-Status (RFC 9211)
+OFF = "off"
+# Set by the shield route once the request's signature holds: the fill goes to the origin, never to a shield.
+FROM_EDGE = web.RequestKey("from_edge", bool)
+
+
+def from_edge(request: web.Request) -> bool:
+    """Whether `request` is another edge's signed shield request (answered from the origin, never a shield)."""
+    return bool(request.get(FROM_EDGE))
+
+
+# A shield's own refusals that say nothing of its health: it does not know the zone yet, or is behind.
+PASSING_REFUSALS = frozenset((404, 409))
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    name: str   # the worker's member name (`edge-1/0`), or the configured address
+    url: str    # its cluster site, without a trailing slash
+
+
+def rendezvous(key: str, peers: tuple[Peer, ...]) -> Peer | None:
+    """The peer with the highest hash of (its name, `key`)."""
+    best, best_score = None, -1
+    for peer in peers:
+        score = int.from_bytes(hashlib.blake2b(f"{peer.name}\n{key}".encode(), digest_size=8).digest(), "big")
+        if score > best_score:
+            best, best_score = peer, score
+    return best
+
+
+def relayed(headers: list[tuple[str, str]]) -> bool:
+    """The answer is one the shield relays (from its cache or the origin), not an error of its own: the shield
+    names itself last in its Cache-Status."""
+    members = split_list([value for name, value in headers if name == "cache-status"])
+    return bool(members) and members[-1].split(";", 1)[0].strip() == SHIELD_CACHE
+
+
+def shield_setting(raw: object) -> str:
+    """``[origin] shield`` checked: "", "off", or an edge worker's cluster address (``http(s)://host:port``,
+    returned without a trailing slash); ValueError for anything else (the edge does not start)."""
+    value = str(raw).strip()
+    if value in ("", OFF):
+        return value
+    try:
+        url = URL(value)
+    except ValueError:
+        url = None
+    if url is None or url.scheme not in ("http", "https") or not url.host or url.raw_path.strip("/") \
+            or url.query_string or url.fragment or url.user is not None:
+        raise ValueError(f'[origin] shield must be "", "off" or an edge\'s cluster address such as '
+                         f'"http://10.0.0.21:9788", not {value!r}')
+    return value.rstrip("/")
+
+
+class Shields:
+    def __init__(self, settings: Settings, member: str, secret: str, origins: OriginClient,
+                 edges: Callable[[], tuple[tuple[str, str], ...]], generation: Callable[[], int]) -> None:
+        section = settings.section("origin")
+        configured = shield_setting(section["shield"])
+        self.mode = OFF if configured == OFF else "configured" if configured else "fleet"
+        self._configured = Peer(configured, configured) if self.mode == "configured" else None
+        self._retry_s = float(section["shield_retry_s"])
+        self._member = member
+        self._secret = secret
+        self._origins = origins
+        self._edges = edges
+        self._generation = generation
+        self.own_url = ""                       # this worker's cluster site (set when it starts)
+        self._down: dict[str, float] = {}       # shield url -> monotonic time it may be asked again
+        self._listed: tuple[tuple[str, str], ...] = ()
+        self._peers: tuple[Peer, ...] = ()
+
+    def peers(self) -> tuple[Peer, ...]:
+        listed = self._edges()
+        if listed is not self._listed:  # control's list changes rarely: made into peers once per change
+            self._listed, self._peers = listed, tuple(Peer(name, url.rstrip("/")) for name, url in listed)
+        return self._peers
+
+    def shield_for(self, tag: str) -> Peer | None:
+        """The shield of a pull zone path (its path tag: every query string of a path has the same shield, so
+        an invalidation of the path reaches the one edge worker that may hold it); None when this worker is
+        it, or shielding is off."""
+        if self._configured is not None:
+            return None if self._configured.url == self.own_url else self._configured
+        if self.mode == OFF:
+            return None
+        peer = rendezvous(tag, self.peers())
+        return None if peer is None or peer.name == self._member else peer
+
+    def status(self) -> dict[str, object]:
+        """What health shows: how shields are chosen, among how many workers, and how many are marked down."""
+        now = time.monotonic()
+        known = len(self.peers()) if self.mode == "fleet" else int(self.mode == "configured")
+        return {"mode": self.mode, "edges": known, "down": sum(until > now for until in self._down.values())}
+
+    def _is_down(self, peer: Peer) -> bool:
+        until = self._down.get(peer.url)
+        if until is None:
+            return False
+        if until > time.monotonic():
+            return True
+        del self._down[peer.url]
+        return False
+
+    def _mark_down(self, peer: Peer, why: str) -> None:
+        if not self._is_down(peer):
+            log.warning("shield %s marked down for %g s (the origin is asked directly): %s", peer.name,
+                        self._retry_s, why)
+        self._down[peer.url] = time.monotonic() + self._retry_s
+
+    async def fill(self, zone: PullZone, path: str, query: str, headers: CIMultiDict[str], *,
+                   from_edge: bool = False) -> OriginResponse:
+        """A cache fill's response for `path` (and its raw `query`) of `zone` (GET, `headers` as for the origin):
+        from the path's shield when there is one up, else, or when it fails, from the origin. `from_edge`: the
+        request is itself another edge's shield request (this worker is the shield: the origin it is)."""
+        if not from_edge:
+            peer = self.shield_for(pull_path_tag(zone.name, path))  # the tag an invalidation names
+            if peer is not None and not self._is_down(peer):
+                response = await self._ask(peer, zone, path, query, headers)
+                if response is not None:
+                    return response
+        return await self._origins.request(zone.origin, "GET", zone.origin.target(path, query), headers)
+
+    async def _ask(self, peer: Peer, zone: PullZone, path: str, query: str,
+                   headers: CIMultiDict[str]) -> OriginResponse | None:
+        """The shield's answer, or None (the shield marked down when it failed)."""
+        path_qs = f"{SHIELD_PATH}/{self._generation()}/{zone.name}{path}" + (f"?{query}" if query else "")
+        sent = CIMultiDict(headers)
+        for name, _ in zone.origin.request_headers:  # the zone's secrets for its origin: the shield adds its own
+            sent.popall(name, None)
+        sent.update(sign_request(self._secret, "GET", path_qs, audience=SHIELD_AUDIENCE))
+        try:
+            response = await self._origins.peer_request(URL(peer.url + path_qs, encoded=True), sent)
+        except OriginError as exc:
+            self._mark_down(peer, str(exc))
+            return None
+        if relayed(response.headers):
+            return response
+        response.release()
+        if response.status not in PASSING_REFUSALS:
+            self._mark_down(peer, f"it answered {response.status} itself")
+        return None
+
+    async def invalidated(self, tags: list[str]) -> None:
+        """Pull zone paths (their path tags) this edge invalidated after an unsafe request (RFC 9111 4.4): their
+        shields drop them too, before the request is answered, so what this edge fills next is not the copy it
+        dropped. A shield that cannot be told is marked down: meanwhile this edge asks the origin."""
+        by_shield: dict[Peer, list[str]] = {}
+        for tag in tags[:MAX_INVALIDATED]:
+            peer = self.shield_for(tag)
+            if peer is not None and not self._is_down(peer):
+                by_shield.setdefault(peer, []).append(tag)
+        await asyncio.gather(*(self._tell(peer, shield_tags) for peer, shield_tags in by_shield.items()))
+
+    async def _tell(self, peer: Peer, tags: list[str]) -> None:
+        body = orjson.dumps({"tags": tags})
+        headers = {"Content-Type": "application/json",
+                   **sign_request(self._secret, "POST", INVALIDATE_PATH, body, audience=SHIELD_AUDIENCE)}
+        try:
+            response = await self._origins.peer_request(URL(peer.url + INVALIDATE_PATH, encoded=True), headers,
+                                                        "POST", body)
+        except OriginError as exc:
+            self._mark_down(peer, str(exc))
+            return
+        response.release()
+        if response.status != 200:
+            self._mark_down(peer, f"it answered {response.status} to an invalidation")

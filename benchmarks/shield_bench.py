@@ -1,0 +1,117 @@
+"""Origin shielding (assetcdn/edge/shield.py): origin requests and fill latency with several edges.
+
+    .venv/bin/python -m benchmarks.shield_bench [--edges 3] [--objects 1000] [--at-once 16]
+
+For each mode (``[origin] shield`` = "" and "off"), one `assetcdn up` with ``--edges`` edges of one worker and
+a counting origin (an aiohttp server in this process; each path answers its own 1 KB body, cacheable for ten
+minutes). Each of ``--objects`` new paths is asked of every edge at once, ``--at-once`` paths at a time. Reported:
+the origin's requests (the goal: one per object with shielding), the wall time, and the client latencies
+(median, 95th percentile) of all the answers, each a miss at its edge.
+
+Loopback only; bounded; every process started is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from benchmarks.hits_bench import load_average
+from tests.integration.harness import ACCOUNT, start_cdn
+
+BODY = b"x" * 1024
+WAIT_S = 60.0
+
+
+async def run_mode(mode: str, edges: int, objects: int, at_once: int) -> dict[str, float]:
+    asked = Counter[str]()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        asked[request.path] += 1
+        return web.Response(body=BODY, headers={"Cache-Control": "max-age=600"})
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handler)
+    origin = TestServer(app, host="127.0.0.1")
+    await origin.start_server()
+    with tempfile.TemporaryDirectory(prefix="shield-bench-") as tmp:
+        cdn = await asyncio.to_thread(start_cdn, Path(tmp), edges=edges, env_extra={
+            "ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true", "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5",
+            "ASSETCDN_ORIGIN_SHIELD": mode})
+        try:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+                await ready(session, cdn.control_url, cdn.edge_urls, cdn.data_dir, f"http://127.0.0.1:{origin.port}",
+                            mode)
+                latencies: list[float] = []
+                gate = asyncio.Semaphore(at_once)
+
+                async def one(edge: str, path: str) -> None:
+                    started = time.perf_counter()
+                    async with session.get(f"{edge}/bench{path}") as resp:
+                        assert resp.status == 200 and await resp.read() == BODY, resp.status
+                    latencies.append(time.perf_counter() - started)
+
+                async def each_edge(path: str) -> None:
+                    async with gate:
+                        await asyncio.gather(*(one(edge, path) for edge in cdn.edge_urls))
+
+                started = time.perf_counter()
+                await asyncio.gather(*(each_edge(f"/objects/{i}.bin") for i in range(objects)))
+                wall = time.perf_counter() - started
+        finally:
+            await asyncio.to_thread(cdn.stop)
+            await origin.close()
+    latencies.sort()
+    return {"origin_requests": sum(asked.values()), "wall_s": wall,
+            "p50_ms": statistics.median(latencies) * 1000, "p95_ms": latencies[int(len(latencies) * 0.95)] * 1000}
+
+
+async def ready(session: aiohttp.ClientSession, control: str, edges: list[str], data_dir: Path, origin: str,
+                mode: str) -> None:
+    """The pull zone created; returns once every edge has it and knows every edge."""
+    async with session.post(f"{control}/api/core/zones", json={"Name": "bench", "Origin": {"Url": origin}},
+                            headers=ACCOUNT) as resp:
+        assert resp.status == 201, await resp.text()
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        known = []
+        for edge in edges:
+            async with session.get(f"{edge}/api/health") as resp:
+                known.append((await resp.json()).get("shield", {}).get("edges"))
+        if (mode == "off" or known == [len(edges)] * len(edges)) and configs_naming(data_dir, "bench") == len(edges):
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit("the edges never all had the pull zone and each other")
+        await asyncio.sleep(0.1)
+
+
+def configs_naming(data_dir: Path, zone: str) -> int:
+    """How many edge workers' stored configs name the zone."""
+    return sum(f'"{zone}"'.encode() in path.read_bytes() for path in data_dir.rglob("edge-config-*.json"))
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--edges", type=int, default=3)
+    parser.add_argument("--objects", type=int, default=1000)
+    parser.add_argument("--at-once", type=int, default=16)
+    args = parser.parse_args()
+    print(f"{args.edges} edges, {args.objects} new objects asked of every edge, {args.at_once} at a time; "
+          f"load average {load_average()}")
+    for mode in ("", "off"):
+        result = await run_mode(mode, args.edges, args.objects, args.at_once)
+        print(f"shield={mode or 'fleet':5}  origin requests {result['origin_requests']:6.0f}  "
+              f"wall {result['wall_s']:6.1f} s  p50 {result['p50_ms']:6.1f} ms  p95 {result['p95_ms']:6.1f} ms")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

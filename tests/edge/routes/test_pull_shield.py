@@ -1,0 +1,253 @@
+"""Shielding from the asking edge's side (assetcdn/edge/shield.py): a real control and edge app whose
+``[origin] shield`` names a shield the tests script, in front of a scripted origin. What the client sees (status,
+body, X-Cache, Age, Cache-Status) and who was asked (the shield, with what; the origin, how often).
+
+The shield's own side (the signed route, collapsing, a dead edge) runs in tests/integration/test_pull_shield.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from multidict import CIMultiDictProxy
+
+from assetcdn.control.publishing.service import REGISTRY
+from assetcdn.edge.shield import INVALIDATE_PATH, SHIELD_AUDIENCE, SHIELD_CACHE, SHIELD_PATH
+from assetcdn.shared.cluster import ReplayGuard, sign_request, verify_request
+from tests.control.conftest import SECRETS
+from tests.control.expect import expect_error
+from tests.edge.routes.conftest import Cdn, CdnFactory
+from tests.edge.routes.test_pull_zones import PREFIX, ScriptedOrigin, add_pull_zone, serve_origin
+from tests.integration.harness import free_port_block
+
+ZONE = "shielded"
+SECRET = ("X-Origin-Secret", "for-the-origin-only")  # the zone's RequestHeaders
+OWN_ERROR = web.json_response({"error": {"code": "Busy"}}, status=503)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class ScriptedShield:
+    """Another edge acting as the shield: answers as `handler` says, recording what it was asked and whether
+    the request was signed with the cluster secret."""
+
+    handler: Handler
+    seen: list[tuple[str, CIMultiDictProxy[str], bool]] = field(default_factory=list)
+    guard: ReplayGuard = field(default_factory=ReplayGuard)
+
+    invalidated: list[tuple[list[str], bool]] = field(default_factory=list)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get(SHIELD_PATH + "/{tail:.*}", self._handle)
+        app.router.add_post(INVALIDATE_PATH, self._invalidate)
+        return app
+
+    async def _invalidate(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        signed = verify_request(SECRETS.cluster_secret, "POST", request.raw_path, body, request.headers,
+                                guard=self.guard, audience=SHIELD_AUDIENCE)
+        self.invalidated.append((orjson.loads(body)["tags"], signed))
+        return web.json_response({"purged": 1})
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        signed = verify_request(SECRETS.cluster_secret, "GET", request.raw_path, b"", request.headers,
+                                guard=self.guard, audience=SHIELD_AUDIENCE)
+        self.seen.append((request.raw_path, request.headers, signed))
+        return await self.handler(request)
+
+
+def relayed(status: int = 200, body: bytes = b"from the shield", headers: Mapping[str, str] | None = None
+            ) -> web.Response:
+    """An answer the shield relays: it names itself last in Cache-Status."""
+    return web.Response(status=status, body=body, headers={"Cache-Control": "max-age=600",
+                                                           "Cache-Status": f"{SHIELD_CACHE}; fwd=uri-miss; stored",
+                                                           **(headers or {})})
+
+
+@dataclass
+class Shielded:
+    cdn: Cdn
+    origin: ScriptedOrigin
+    shield: ScriptedShield
+
+    async def get(self, name: str) -> tuple[int, str, list[str], bytes, aiohttp.ClientResponse]:
+        resp = await self.cdn.edge.get(f"/{ZONE}{name}")
+        return resp.status, resp.headers.get("X-Cache", ""), resp.headers.getall("Cache-Status", []), \
+            await resp.read(), resp
+
+
+@asynccontextmanager
+async def shielded_cdn(make_cdn: CdnFactory, handler: Handler, *, shield_url: str | None = None
+                       ) -> AsyncIterator[Shielded]:
+    origin, shield = ScriptedOrigin(), ScriptedShield(handler)
+    origin_server = await serve_origin(origin)
+    shield_server = TestServer(shield.app(), host="127.0.0.1")
+    await shield_server.start_server()
+    try:
+        cdn = await make_cdn(ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true", ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="1",
+                             ASSETCDN_ORIGIN_SHIELD=shield_url or f"http://127.0.0.1:{shield_server.port}")
+        await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{origin_server.port}{PREFIX}",
+                                        "RequestHeaders": dict([SECRET])})
+        yield Shielded(cdn, origin, shield)
+    finally:
+        await shield_server.close()
+        await origin_server.close()
+
+
+async def test_a_fill_asks_the_shield_signed_and_keeps_its_answer_with_its_age(make_cdn: CdnFactory) -> None:
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return relayed(headers={"Age": "100", "ETag": '"v1"'})
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        run.origin.answer("/a.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
+        status, x_cache, cache_status, body, _ = await run.get("/a.txt")
+        assert (status, x_cache, body) == (200, "MISS", b"from the shield")
+        assert cache_status == [f"{SHIELD_CACHE}; fwd=uri-miss; stored", "assetcdn; fwd=uri-miss; stored"]
+        status, x_cache, cache_status, body, resp = await run.get("/a.txt")
+        assert (status, x_cache, body) == (200, "HIT", b"from the shield")
+        assert int(resp.headers["Age"]) >= 100     # the shield's Age counts
+        assert cache_status[0] == f"{SHIELD_CACHE}; fwd=uri-miss; stored"
+        ttl = int(cache_status[1].rsplit("ttl=", 1)[1])
+        assert ttl <= 500
+        ((path, headers, signed),) = run.shield.seen
+        generation = run.cdn.node.applied_generation
+        assert (path, signed) == (f"{SHIELD_PATH}/{generation}/{ZONE}/a.txt", True)
+        assert headers["X-Forwarded-For"] == "127.0.0.1"
+        assert SECRET[0] not in headers   # the shield adds its own config's
+        assert run.origin.count("/a.txt") == 0
+
+
+async def test_an_unsafe_request_invalidates_the_path_on_its_shield_before_it_is_answered(
+        make_cdn: CdnFactory) -> None:
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return relayed()
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        run.origin.answer("/items", status=204)
+        resp = await run.cdn.edge.post(f"/{ZONE}/items", data=b"new")
+        assert resp.status == 204
+        assert run.shield.invalidated == [([f"path:{ZONE}/items"], True)]
+        run.origin.answer("/other", status=500)
+        assert (await run.cdn.edge.post(f"/{ZONE}/other", data=b"new")).status == 500
+        assert len(run.shield.invalidated) == 1   # a failed request invalidates nothing
+
+
+async def test_a_stale_copy_is_revalidated_through_the_shield(make_cdn: CdnFactory) -> None:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"v1"':
+            return web.Response(status=304, headers={"ETag": '"v1"', "Cache-Control": "max-age=600",
+                                                     "Cache-Status": f"{SHIELD_CACHE}; hit"})
+        return relayed(headers={"ETag": '"v1"', "Cache-Control": "max-age=0"})   # stale at once: the next use revalidates
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        assert (await run.get("/r.txt"))[:2] == (200, "MISS")
+        status, x_cache, _, body, _ = await run.get("/r.txt")
+        assert (status, x_cache, body) == (200, "REVALIDATED", b"from the shield")
+        assert [headers.get("If-None-Match") for _, headers, _ in run.shield.seen] == [None, '"v1"']
+        assert (await run.get("/r.txt"))[:2] == (200, "HIT")   # the 304's max-age=600 now holds
+        assert run.origin.count("/r.txt") == 0
+
+
+async def test_an_error_the_shield_relays_is_the_origins_answer(make_cdn: CdnFactory) -> None:
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return relayed(503, b"origin overloaded", {"Cache-Control": "no-store"})
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        run.origin.answer("/e1.txt", b"from the origin")
+        run.origin.answer("/e2.txt", b"from the origin")
+        assert (await run.get("/e1.txt"))[0::3] == (503, b"origin overloaded")
+        assert (await run.get("/e2.txt"))[0::3] == (503, b"origin overloaded")
+        assert len(run.shield.seen) == 2       # not marked down: the origin failed, not the shield
+        assert run.origin.count("/e1.txt") == run.origin.count("/e2.txt") == 0
+
+
+async def test_a_shield_failing_itself_is_passed_over_for_a_while(make_cdn: CdnFactory) -> None:
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return OWN_ERROR
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        for name in ("/f1.txt", "/f2.txt"):
+            run.origin.answer(name, b"from the origin", headers={"Cache-Control": "max-age=600"})
+        assert (await run.get("/f1.txt"))[0::3] == (200, b"from the origin")
+        assert (await run.get("/f2.txt"))[0::3] == (200, b"from the origin")
+        assert len(run.shield.seen) == 1       # marked down by its 503: the second fill went to the origin
+        status = await (await run.cdn.edge.get("/api/health")).json()
+        assert status["shield"] == {"mode": "configured", "edges": 1, "down": 1}
+
+
+async def test_a_shield_that_does_not_know_the_zone_yet_stays_up(make_cdn: CdnFactory) -> None:
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return web.json_response({"error": {"code": "NotPullZone"}}, status=404)
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        for name in ("/n1.txt", "/n2.txt"):
+            run.origin.answer(name, b"from the origin", headers={"Cache-Control": "max-age=600"})
+        assert (await run.get("/n1.txt"))[0::3] == (200, b"from the origin")
+        assert (await run.get("/n2.txt"))[0::3] == (200, b"from the origin")
+        assert len(run.shield.seen) == 2
+
+
+@pytest.mark.parametrize("failure", ["refused", "silent"])
+async def test_a_shield_that_cannot_answer_sends_the_fill_to_the_origin(make_cdn: CdnFactory, failure: str) -> None:
+    answered = asyncio.Event()   # never set: a silent shield keeps the request until the first-byte timeout
+
+    async def silent(_request: web.Request) -> web.StreamResponse:
+        await answered.wait()
+        return relayed()
+
+    nobody = f"http://127.0.0.1:{free_port_block(1)}" if failure == "refused" else None
+    async with shielded_cdn(make_cdn, silent, shield_url=nobody) as run:
+        run.origin.answer("/d.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
+        status, x_cache, _, body, _ = await run.get("/d.txt")
+        assert (status, x_cache, body) == (200, "MISS", b"from the origin")
+        (asked,) = run.origin.requests("/d.txt")
+        assert asked.headers[SECRET[0]] == SECRET[1]
+
+
+async def test_a_shield_behind_the_asking_edge_declines(make_cdn: CdnFactory) -> None:
+    """The edge's own cluster site as a shield, asked by an edge that has applied a later generation: it may not
+    have applied a purge that edge has, so it declines, and asks no origin."""
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return relayed()
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        (member,) = run.cdn.control.app[REGISTRY].edges.values()
+        path_qs = f"{SHIELD_PATH}/{run.cdn.node.applied_generation + 1}/{ZONE}/b.txt"
+        headers = sign_request(SECRETS.cluster_secret, "GET", path_qs, audience=SHIELD_AUDIENCE)
+        async with aiohttp.ClientSession() as http, http.get(member.url + path_qs, headers=headers) as resp:
+            await expect_error(resp, 409, "ShieldBehind")
+        assert run.origin.count("/b.txt") == 0
+
+
+async def test_an_invalidation_from_another_edge_needs_the_cluster_secret(make_cdn: CdnFactory) -> None:
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return relayed()
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        assert (await run.get("/kept.txt"))[:2] == (200, "MISS")
+        assert (await run.get("/kept.txt"))[:2] == (200, "HIT")
+        (member,) = run.cdn.control.app[REGISTRY].edges.values()
+
+        async def invalidate(secret: str, tags: object) -> aiohttp.ClientResponse:
+            body = orjson.dumps({"tags": tags})
+            headers = sign_request(secret, "POST", INVALIDATE_PATH, body, audience=SHIELD_AUDIENCE)
+            async with aiohttp.ClientSession() as http, http.post(member.url + INVALIDATE_PATH, data=body,
+                                                                   headers=headers) as resp:
+                await resp.read()
+                return resp
+
+        assert (await invalidate("not-the-cluster-secret", [f"path:{ZONE}/kept.txt"])).status == 401
+        assert (await invalidate(SECRETS.cluster_secret, "path:everything")).status == 400
+        assert (await invalidate(SECRETS.cluster_secret, ["type-logos"])).status == 400   # path tags only
+        assert (await run.get("/kept.txt"))[:2] == (200, "HIT")
+        assert (await invalidate(SECRETS.cluster_secret, [f"path:{ZONE}/kept.txt"])).status == 200
+        assert (await run.get("/kept.txt"))[:2] == (200, "MISS")

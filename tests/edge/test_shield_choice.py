@@ -1,0 +1,59 @@
+"""Which edge worker shields a pull zone URL (assetcdn/edge/shield.py): every edge picks the same one whatever
+order it learnt the workers in, a worker joining or leaving moves only the URLs it wins or held, and an
+``[origin] shield`` the edge could not use stops it at start."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from assetcdn.edge.server import EXIT_BAD_CONFIG
+from assetcdn.edge.shield import Peer, rendezvous, shield_setting
+from assetcdn.edge.states.keys import pull_key
+from tests.integration.harness import KEYS, free_port_block
+
+KEYS_OF_URLS = [pull_key("site", f"/img/{i}.jpg", "") for i in range(3000)]
+FLEET = tuple(Peer(f"edge-{node}/{worker}", f"http://10.0.0.{node}:{9788 + worker}")
+              for node in range(4) for worker in range(2))
+
+
+def shields(peers: tuple[Peer, ...]) -> dict[str, Peer | None]:
+    return {key: rendezvous(key, peers) for key in KEYS_OF_URLS}
+
+
+def test_every_edge_picks_the_same_shield_whatever_the_order_of_its_list() -> None:
+    assert shields(FLEET) == shields(tuple(reversed(FLEET)))
+    assert len(set(shields(FLEET).values())) == len(FLEET)  # every worker shields some URLs
+
+
+def test_a_worker_joining_takes_only_urls_and_one_leaving_gives_away_only_its_own() -> None:
+    before = shields(FLEET)
+    joined = Peer("edge-9/0", "http://10.0.0.9:9788")
+    after = shields((*FLEET, joined))
+    moved = {key for key in KEYS_OF_URLS if after[key] != before[key]}
+    assert moved and all(after[key] == joined for key in moved)
+    left = FLEET[3]
+    without = shields(tuple(peer for peer in FLEET if peer != left))
+    assert {key for key in KEYS_OF_URLS if without[key] != before[key]} == \
+        {key for key in KEYS_OF_URLS if before[key] == left}
+
+
+@pytest.mark.parametrize("value", ["ftp://10.0.0.21:9788", "10.0.0.21:9788", "http://10.0.0.21:9788/path",
+                                   "http://user@10.0.0.21:9788", "on"])
+def test_a_shield_setting_that_is_no_cluster_address_stops_the_edge(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ValueError, match=r"\[origin\] shield"):
+        shield_setting(value)
+    env = {**KEYS, "PATH": "/usr/bin:/bin", "ASSETCDN_ORIGIN_SHIELD": value}
+    done = subprocess.run([sys.executable, "-m", "assetcdn.edge", "--control-url", "http://127.0.0.1:9",
+                           "--port", str(free_port_block(1)), "--data-dir", str(tmp_path / "data")],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == EXIT_BAD_CONFIG, done.stderr
+    assert "[origin] shield" in done.stderr
+
+
+@pytest.mark.parametrize(("value", "kept"), [("", ""), ("off", "off"), ("http://10.0.0.21:9788/", "http://10.0.0.21:9788")])
+def test_the_shield_settings_an_edge_starts_with(value: str, kept: str) -> None:
+    assert shield_setting(value) == kept
