@@ -196,7 +196,7 @@ async def make_hit_cdn(aiohttp_client, tmp_path: Path) -> AsyncIterator[HitCdnFa
 
 
 @asynccontextmanager
-async def shared_hit_cdn(root: Path) -> AsyncIterator[HitCdn]:
+async def shared_hit_cdn(root: Path, **env: str) -> AsyncIterator[HitCdn]:
     """One CDN for the tests of a module that only read what the module's fixture stored (module-scoped
     fixtures cannot use pytest-aiohttp's per-test servers); stopped when the module's tests are done."""
     runners: list[web.AppRunner] = []
@@ -209,7 +209,7 @@ async def shared_hit_cdn(root: Path) -> AsyncIterator[HitCdn]:
         return client
 
     try:
-        yield await start_hit_cdn(root, serve, runners, {})
+        yield await start_hit_cdn(root, serve, runners, env)
     finally:
         for runner in runners:   # the edge first, so it stops before its control plane
             await runner.cleanup()
