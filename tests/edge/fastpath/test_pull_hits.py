@@ -18,7 +18,14 @@ import pytest_asyncio
 from assetcdn.edge.fastpath import hit_server
 from assetcdn.edge.states import pull as pull_states
 from assetcdn.edge.states.keys import pull_key
-from tests.edge.fastpath.conftest import ACCOUNT, PURGE, HitCdn, RawConnection, Response, shared_hit_cdn
+from tests.edge.fastpath.conftest import (
+    ACCOUNT,
+    PURGE,
+    HitCdn,
+    RawConnection,
+    Response,
+    shared_hit_cdn,
+)
 from tests.edge.routes.conftest import wait_until
 from tests.edge.routes.test_pull_zones import LONG, PREFIX, ScriptedOrigin, serve_origin
 
@@ -72,6 +79,11 @@ class PullCdn:
         self.origin.answer(name, BODY, headers={"Content-Type": "application/octet-stream", **headers})
         conn = await self.cdn.connect()
         assert (await conn.request(f"/{ZONE}{name}")).header("X-Cache") == "MISS"
+
+        async def kept() -> bool:  # a client has the whole body just before it is stored
+            return pull_states.lookup(self.cdn.node, pull_key(ZONE, name, ""), []) is not None
+
+        await wait_until(kept, f"{name} stored")
         return conn
 
 
