@@ -29,6 +29,13 @@ header the hit path writes per request.
 Which path a request names and whether it may be read are the application's own decisions
 (`recv.resolve`, `access.find_source`), and so are the headers (`deliver.final_headers`, the rules looked
 up once per prepared hit).
+
+A pull zone's URL (assetcdn/edge/states/pull.py) has a `PulledHit`, by request target (its query is part of
+the cache key): the stored response's head as `pull.deliver` and the response hooks give it, valid while the
+memory tier holds the same entry object (a 304's refresh, a new response, a purge or an eviction replaces or
+drops it). Per request the hit path asks freshness.py whether it is still fresh (`reuse`) and writes Age and
+Cache-Status from its clocks. Handed to the application: a request with Cache-Control, Pragma or a condition
+other than If-None-Match, a stale entry, a Vary'd URL, a status other than 200, a body on disk only.
 """
 
 from __future__ import annotations
