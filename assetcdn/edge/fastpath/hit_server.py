@@ -220,7 +220,7 @@ class HitServer:
                 if made is None:
                     return HAND_OVER
                 if isinstance(made, PullPath):
-                    return self._answer_pull(conn, view, url, None, head_only, out)
+                    return self._answer_pull(conn, view, url, None, head_only, out, made)
                 hit, obj = made
             if hit.file is None:
                 if obj is None:
@@ -296,14 +296,15 @@ class HitServer:
     # --- pull zones' hits (assetcdn/edge/states/pull.py) -------------------------------------------------
 
     def _answer_pull(self, conn: HitProtocol, view: HostView, url: bytes, pulled: PulledHit | None,
-                     head_only: bool, out: list[Any]) -> int:
+                     head_only: bool, out: list[Any], named: PullPath | None = None) -> int:
         """A pull zone's request: answered when the memory tier holds its prepared response and freshness.py
-        says it is fresh for a request without directives of its own; anything else is the application's."""
+        says it is fresh for a request without directives of its own; anything else is the application's.
+        `named`: what `recv.resolve` made of its path, when `prepare` resolved it already."""
         if conn.headers[CACHE_FIELDS] is not None or b"#" in url:
             return HAND_OVER
         for _attempt in range(2):
             if pulled is None:
-                pulled = self._prepare_pull(view, url)
+                pulled = self._prepare_pull(view, url, named)
                 if pulled is None:
                     return HAND_OVER
             if self.memory.hit(pulled.key) is pulled.obj:
@@ -346,12 +347,12 @@ class HitServer:
         conn.records.append(self._count(conn, view, pulled, status, sent, head_only, request_id))
         return ANSWERED
 
-    def _prepare_pull(self, view: HostView, url: bytes) -> PulledHit | None:
+    def _prepare_pull(self, view: HostView, url: bytes, named: PullPath | None) -> PulledHit | None:
         try:
             target = url.decode("ascii")
         except UnicodeDecodeError:
             return None
-        pulled = prepare_pull(self.node, self.config, view, target)
+        pulled = prepare_pull(self.node, self.config, view, target, named)
         if pulled is None:
             return None
         pulls = view.pulls

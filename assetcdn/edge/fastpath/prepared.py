@@ -58,7 +58,7 @@ from assetcdn.edge.states.lookup import lookup
 from assetcdn.edge.states.pull import VARY, StoredResponse, client_headers, hit_cache_status
 from assetcdn.edge.states.recv import PullPath, resolve
 from assetcdn.shared.analytics_keys import zone_of
-from assetcdn.shared.edge_rules import RESERVED_HEADERS, HeaderChanges
+from assetcdn.shared.edge_rules import RESERVED_HEADERS, HeaderChanges, Redirect
 from assetcdn.shared.http_server import SERVER_NAME
 from assetcdn.shared.manifest import ManifestEntry
 from assetcdn.shared.middleware import stamp_headers
@@ -214,16 +214,20 @@ def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modifie
     return header_lines(headers)
 
 
-def prepare_pull(node: EdgeNode, config: EdgeConfig, view: HostView, target: str) -> PulledHit | None:
+def prepare_pull(node: EdgeNode, config: EdgeConfig, view: HostView, target: str,
+                 named: PullPath | None = None) -> PulledHit | None:
     """The prepared hit of request target ``target`` (path and query) of a pull zone on ``view``'s host, from
     the memory tier only (a miss, or a body kept on disk only, is the application's); None when the
     application must answer: not cached here, a Vary'd URL, a status other than 200, rules on a header
-    written per request, an origin's own X-Request-ID."""
-    path, _, query = target.partition("?")
-    try:  # what the delivery route does before the serve sequence (assetcdn/edge/routes/delivery.py)
-        pulled = resolve(config, view.zone, path, target)
-    except InvalidPath:
-        return None
+    written per request, an origin's own X-Request-ID. `named`: `resolve` of the path alone (`prepare`), the
+    same answer when there is no query."""
+    path, mark, query = target.partition("?")
+    pulled: PullPath | Redirect | str | None = named if not mark else None
+    if pulled is None:
+        try:  # what the delivery route does before the serve sequence (assetcdn/edge/routes/delivery.py)
+            pulled = resolve(config, view.zone, path, target)
+        except InvalidPath:
+            return None
     if not isinstance(pulled, PullPath):
         return None
     key = pull_key(pulled.zone.name, pulled.path, query)
