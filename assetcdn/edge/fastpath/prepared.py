@@ -200,7 +200,7 @@ def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modifie
     headers = client_headers(stored.headers, HIT, "", age=0)
     # client_headers sets Age and appends this cache's Cache-Status last: both are written per request.
     items = list(headers.items())[:-1]
-    headers = CIMultiDict((name, value) for name, value in items if name != "Age")
+    headers = CIMultiDict((name, value) for name, value in items if name.lower() != "age")
     if not_modified:
         for name in ("Content-Type", "Content-Encoding", "Content-Range"):
             headers.popall(name, None)
