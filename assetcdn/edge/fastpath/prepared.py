@@ -177,9 +177,9 @@ class PulledHit:
         etag = first_value(stored.headers, "etag")
         self.etag = None if etag is None else etag.removeprefix("W/")  # what `pull.not_modified` compares
         self.dated = first_value(stored.headers, "date") is not None  # the stored Date is the answer's
-        self.head = STATUS_200 + _pulled_lines(stored, changes, not_modified=False, size=obj.size) \
+        self.head = STATUS_200 + _pulled_lines(stored, changes, not_modified=False) \
             + b"Content-Length: %d\r\n" % obj.size
-        self.head_304 = STATUS_304 + _pulled_lines(stored, changes, not_modified=True, size=0)
+        self.head_304 = STATUS_304 + _pulled_lines(stored, changes, not_modified=True)
 
     def partial_head(self, start: int, end: int) -> bytes:
         """The head of a 206 for bytes ``[start, end)``: the 200's header lines and the range's."""
@@ -194,7 +194,7 @@ class PulledHit:
             int(stored.freshness.age(now)), hit_cache_status(stored, now).encode())
 
 
-def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modified: bool, size: int) -> bytes:
+def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modified: bool) -> bytes:
     """The header lines the application gives a pull zone's hit (`pull.deliver`, then the response hooks:
     the stamp, the `_headers` rules, aiohttp's defaults), less Age and the edge's Cache-Status."""
     headers = client_headers(stored.headers, HIT, "", age=0)
@@ -208,8 +208,6 @@ def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modifie
         headers["Accept-Ranges"] = "bytes"
     stamp_headers(headers)
     apply_rule_changes(changes, headers)
-    if size:
-        headers.setdefault("Content-Type", "application/octet-stream")
     headers.setdefault("Server", SERVER_NAME)
     return header_lines(headers)
 
@@ -219,7 +217,8 @@ def prepare_pull(node: EdgeNode, config: EdgeConfig, view: HostView, target: str
     """The prepared hit of request target ``target`` (path and query) of a pull zone on ``view``'s host, from
     the memory tier only (a miss, or a body kept on disk only, is the application's); None when the
     application must answer: not cached here, a Vary'd URL, a status other than 200, rules on a header
-    written per request, an origin's own X-Request-ID. `named`: `resolve` of the path alone (`prepare`), the
+    written per request, an origin's own X-Request-ID, no Content-Type (aiohttp's default for it depends on
+    the method). `named`: `resolve` of the path alone (`prepare`), the
     same answer when there is no query."""
     path, mark, query = target.partition("?")
     pulled: PullPath | Redirect | str | None = named if not mark else None
@@ -235,7 +234,8 @@ def prepare_pull(node: EdgeNode, config: EdgeConfig, view: HostView, target: str
     if obj is None or obj.body is None or first_value(obj.headers, VARY) is not None:
         return None
     stored = StoredResponse.of(obj)
-    if stored is None or stored.status != 200 or first_value(stored.headers, "x-request-id") is not None:
+    if (stored is None or stored.status != 200 or first_value(stored.headers, "x-request-id") is not None
+            or first_value(stored.headers, "content-type") is None):
         return None
     changes = header_changes(config, path, view.name)
     if changes.remove & PULL_PER_REQUEST_HEADERS or any(
