@@ -15,7 +15,7 @@ DOC_VECTORS := assetcdn/control/chat/documentation_vectors.npz
 # Where `assetcdn up` keeps its data ([server] data_dir of `assetcdn defaults`, or its environment override).
 DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
-.PHONY: setup lock run test lint typecheck bench bench-hits bench-fleet bench-https bench-transforms conformance fuzz docker-test clean wipe-data
+.PHONY: setup lock run test lint typecheck bench bench-hits bench-pull bench-fleet bench-https bench-transforms conformance fuzz docker-test clean wipe-data
 # Every dependency pinned with its hashes: requirements-build.lock (the build tools, installed first),
 # requirements.lock (what the service runs: the Docker image) and requirements-test.lock (that plus the test
 # tools: `make setup`). All three come from pyproject.toml and requirements-build.in via `make lock`.
@@ -126,6 +126,12 @@ bench-transforms: setup
 bench-hits: setup
 	sh benchmarks/setup_debian.sh hits
 	$(BIN)/python -m benchmarks.hits_bench
+
+# Pull zones: the edge, Varnish and nginx proxy_cache in front of one nginx origin, hits and cache fills per
+# core, the contenders pinned to core 0 and the origin with wrk to core 1 (benchmarks/README.md, "make bench-pull").
+bench-pull: setup
+	sh benchmarks/setup_debian.sh hits
+	$(BIN)/python -m benchmarks.pull_bench $(ARGS)
 
 # Control plane CPU and statistics lag with a simulated fleet of 10 edges at 40,000 hits/s each; under a minute.
 bench-fleet: setup

@@ -80,12 +80,13 @@ def wrk_available() -> bool:
 
 
 def run_wrk(url: str, duration: float, concurrency: int, threads: int,
-            prefix: tuple[str, ...] = (), headers: tuple[str, ...] = ()) -> LoadResult:
+            prefix: tuple[str, ...] = (), headers: tuple[str, ...] = (), lua: str = "") -> LoadResult:
     """One wrk run; ``prefix`` goes before the command (e.g. ``taskset -c 1`` to pin it); ``headers``
-    are sent with every request (``Connection: close``: a new connection per request)."""
+    are sent with every request (``Connection: close``: a new connection per request); ``lua`` is more
+    of the wrk script (a ``request`` function: a new URL per request, benchmarks/pull_bench.py)."""
     threads = max(1, min(threads, concurrency))
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(WRK_SCRIPT)
+        script.write(lua + WRK_SCRIPT)
     try:
         command = [
             *prefix,

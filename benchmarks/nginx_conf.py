@@ -27,11 +27,12 @@ http {{
     scgi_temp_path {directory}/scgi;
     proxy_cache_path {directory}/cache levels=1:2 keys_zone=hits:64m max_size=4g inactive=2h use_temp_path=off;
     {tls_http}
+    {upstream}
     server {{
         listen 127.0.0.1:{listen}{listen_tls};
         {tls_server}
         location / {{
-            proxy_pass http://127.0.0.1:{control_port}/api/storage/;
+            proxy_pass http://{backend}{proxy_path};
             proxy_set_header AccessKey "{access_key}";
             proxy_http_version 1.1;
             proxy_set_header Connection "";
@@ -54,11 +55,14 @@ class TlsFiles:
 
 
 def nginx_conf(directory: Path, listen: int, control_port: int, access_key: str, *, workers: int = 1,
-               tls: TlsFiles | None = None) -> str:
+               tls: TlsFiles | None = None, proxy_path: str = "/api/storage/", keepalive: int = 0) -> str:
     """The configuration of one nginx instance listening on 127.0.0.1:``listen``, its files under
-    ``directory``."""
+    ``directory``. ``proxy_path``: what the request path is appended to upstream (pull_bench: an origin's
+    root); ``keepalive``: idle upstream connections kept per worker (0: a new connection per fetch)."""
+    upstream = f"upstream backend {{ server 127.0.0.1:{control_port}; keepalive {keepalive}; }}" if keepalive else ""
     text = TEMPLATE.format(
-        workers=workers, directory=directory, listen=listen, control_port=control_port, access_key=access_key,
+        workers=workers, directory=directory, listen=listen, access_key=access_key, upstream=upstream,
+        backend="backend" if keepalive else f"127.0.0.1:{control_port}", proxy_path=proxy_path,
         # tcp_nopush only acts with sendfile, which nginx uses for plain HTTP, not under TLS.
         nopush="tcp_nopush on;" if tls is None else "",
         tls_http="" if tls is None else ("ssl_protocols TLSv1.2 TLSv1.3;\n"

@@ -31,10 +31,18 @@ from aiohttp import web
 
 from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.delivery_log import Pending, body_sent, country_code
-from assetcdn.edge.fastpath.prepared import HIT, HostView, Prepared, prepare
+from assetcdn.edge.fastpath.prepared import (
+    HIT,
+    HostView,
+    Prepared,
+    PulledHit,
+    prepare,
+    prepare_pull,
+)
 from assetcdn.edge.fastpath.protocol import (
     ANSWERED,
     BUSY,
+    CACHE_FIELDS,
     COUNTRY,
     HAND_OVER,
     WANTED,
@@ -44,6 +52,8 @@ from assetcdn.edge.fastpath.proxy_protocol import ProxyHeaderReader, proxy_polic
 from assetcdn.edge.routes.delivery import delivery_route_name
 from assetcdn.edge.site_config import canonical_host, is_valid_host
 from assetcdn.edge.states.deliver import etag_matches, parse_range
+from assetcdn.edge.states.freshness import Reuse, reuse
+from assetcdn.edge.states.recv import PullPath
 from assetcdn.edge.tls.policy import HSTS_HEADER, hsts_value, redirects_plain_http
 from assetcdn.shared.http_server import header_timeout_s
 from assetcdn.shared.metrics import LATENCY_BUCKETS, METRICS
@@ -52,6 +62,7 @@ from assetcdn.shared.middleware import REQUEST_IDS
 log = logging.getLogger(__name__)
 
 MAX_HOSTS = 1024                    # distinct Host values kept; more (a scan) start over
+NO_DIRECTIVES: dict[str, str | None] = {}  # a request without Cache-Control or Pragma (request_directives)
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
@@ -202,6 +213,8 @@ class HitServer:
             if view is None:
                 return HAND_OVER
         hit = view.hits.get(path)
+        if hit is None and (pulled := view.pulls.get(url)) is not None:
+            return self._answer_pull(conn, view, url, pulled, head_only, out)
         obj: Any = None
         fileno = -1
         for _attempt in range(2):
@@ -209,6 +222,8 @@ class HitServer:
                 made = self._prepare(view, path)
                 if made is None:
                     return HAND_OVER
+                if isinstance(made, PullPath):
+                    return self._answer_pull(conn, view, url, None, head_only, out, made)
                 hit, obj = made
             if hit.file is None:
                 if obj is None:
@@ -281,12 +296,93 @@ class HitServer:
         conn.records.append(pending)  # recorded once `out` is written (HitProtocol._flush)
         return ANSWERED
 
+    # --- pull zones' hits (assetcdn/edge/states/pull.py) -------------------------------------------------
+
+    def _answer_pull(self, conn: HitProtocol, view: HostView, url: bytes, pulled: PulledHit | None,
+                     head_only: bool, out: list[Any], named: PullPath | None = None) -> int:
+        """A pull zone's request: answered when the memory tier holds its prepared response and freshness.py
+        says it is fresh for a request without directives of its own; anything else is the application's.
+        `named`: what `recv.resolve` made of its path, when `prepare` resolved it already."""
+        if conn.headers[CACHE_FIELDS] is not None or b"#" in url:
+            return HAND_OVER
+        for _attempt in range(2):
+            if pulled is None:
+                pulled = self._prepare_pull(view, url, named)
+                if pulled is None:
+                    return HAND_OVER
+            if self.memory.hit(pulled.key) is pulled.obj:
+                break
+            self._drop_pull(view, url)  # refreshed, replaced, purged or evicted
+            pulled = None
+        else:
+            return HAND_OVER
+        now = self.now
+        if reuse(pulled.stored.freshness, NO_DIRECTIVES, now) is not Reuse.FRESH:
+            return HAND_OVER  # stale: the application revalidates (or serves it stale, saying so)
+        headers = conn.headers
+        size = pulled.size
+        start, end = 0, size
+        if headers[1] is not None and etag_matches(headers[1].decode("latin-1"), pulled.etag):
+            status = 304
+            head = pulled.head_304
+        else:
+            status = 200
+            head = pulled.head
+            if headers[2] is not None:
+                parsed = parse_range(headers[2].decode("latin-1"), size)
+                if parsed is False:  # 416: the application answers it
+                    return HAND_OVER
+                if parsed is not None:
+                    status = 206
+                    start, end = parsed
+                    head = pulled.partial_head(start, end)
+        request_id = self.ids.of(headers[3])
+        lines = pulled.per_request_lines(now) + (self.date if not pulled.dated else self.extra_head)
+        if conn.keep_alive:
+            out.append(head + lines + b"X-Request-ID: " + request_id + b"\r\n\r\n")
+        else:
+            conn.closing = True
+            out.append(head + lines + b"Connection: close\r\nX-Request-ID: " + request_id + b"\r\n\r\n")
+        sent = body_sent(head_only, status, end - start)
+        if sent:
+            body = pulled.body
+            out.append(body if status == 200 else memoryview(body)[start:end])
+        conn.records.append(self._count(conn, view, pulled, status, sent, head_only, request_id))
+        return ANSWERED
+
+    def _prepare_pull(self, view: HostView, url: bytes, named: PullPath | None) -> PulledHit | None:
+        try:
+            target = url.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        pulled = prepare_pull(self.node, self.config, view, target, named)
+        if pulled is None:
+            return None
+        pulls = view.pulls
+        if url not in pulls:  # within the same bound as the stored zones' hits (_prepare)
+            if self.prepared >= self.max_hits:
+                if pulls:
+                    del pulls[next(iter(pulls))]
+                    self.prepared -= 1
+                else:
+                    self._forget_hosts()
+                    view.hits, pulls = {}, {}
+                    view.pulls = pulls
+                    self.hosts[view.key] = view
+            self.prepared += 1
+        pulls[url] = pulled
+        return pulled
+
+    def _drop_pull(self, view: HostView, url: bytes) -> None:
+        if view.pulls.pop(url, None) is not None:
+            self.prepared -= 1
+
     def _decline(self, fileno: int) -> int:
         if fileno >= 0:
             os.close(fileno)
         return HAND_OVER
 
-    def _count(self, conn: HitProtocol, view: HostView, hit: Prepared, status: int, sent: int, head_only: bool,
+    def _count(self, conn: HitProtocol, view: HostView, hit: Prepared | PulledHit, status: int, sent: int, head_only: bool,
                request_id: bytes) -> Pending:
         """Count the request; return its delivery, which the connection records once its body is out."""
         self.served += 1
@@ -316,16 +412,16 @@ class HitServer:
         view = self.hosts[host] = HostView(host, name, self.config.zone_for_host(name))
         return view
 
-    def _prepare(self, view: HostView, path: bytes) -> tuple[Prepared, Any] | None:
+    def _prepare(self, view: HostView, path: bytes) -> tuple[Prepared, Any] | PullPath | None:
         try:
             text = path.decode("ascii")
         except UnicodeDecodeError:
             return None
         made = prepare(self.node, self.config, view, text)
         hits = view.hits
-        if made is None:
+        if made is None or isinstance(made, PullPath):
             self._drop(view, path)
-            return None
+            return made
         hit, obj = made
         # Kept only when the next request can find the body again the same way (memory tier or file).
         # At most max_hits across every Host: past that a Host's oldest goes, or, for a Host with none

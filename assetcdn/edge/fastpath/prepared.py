@@ -29,6 +29,13 @@ header the hit path writes per request.
 Which path a request names and whether it may be read are the application's own decisions
 (`recv.resolve`, `access.find_source`), and so are the headers (`deliver.final_headers`, the rules looked
 up once per prepared hit).
+
+A pull zone's URL (assetcdn/edge/states/pull.py) has a `PulledHit`, by request target (its query is part of
+the cache key): the stored response's head as `pull.deliver` and the response hooks give it, valid while the
+memory tier holds the same entry object (a 304's refresh, a new response, a purge or an eviction replaces or
+drops it). Per request the hit path asks freshness.py whether it is still fresh (`reuse`) and writes Age and
+Cache-Status from its clocks. Handed to the application: a request with Cache-Control, Pragma or a condition
+other than If-None-Match, a stale entry, a Vary'd URL, a status other than 200, a body on disk only.
 """
 
 from __future__ import annotations
@@ -38,19 +45,23 @@ from multidict import CIMultiDict
 from assetcdn.edge.access import SourceRefused, find_source
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.node import EdgeNode
-from assetcdn.edge.site_config import EdgeConfig
+from assetcdn.edge.site_config import EdgeConfig, apply_rule_changes
 from assetcdn.edge.states.deliver import (
     content_range,
     final_headers,
     header_changes,
     not_modified_headers,
 )
+from assetcdn.edge.states.freshness import first_value
+from assetcdn.edge.states.keys import pull_key
 from assetcdn.edge.states.lookup import lookup
-from assetcdn.edge.states.recv import resolve
+from assetcdn.edge.states.pull import VARY, StoredResponse, client_headers, hit_cache_status
+from assetcdn.edge.states.recv import PullPath, resolve
 from assetcdn.shared.analytics_keys import zone_of
-from assetcdn.shared.edge_rules import RESERVED_HEADERS
+from assetcdn.shared.edge_rules import RESERVED_HEADERS, HeaderChanges, Redirect
 from assetcdn.shared.http_server import SERVER_NAME
 from assetcdn.shared.manifest import ManifestEntry
+from assetcdn.shared.middleware import stamp_headers
 from assetcdn.shared.paths import InvalidPath
 
 HIT = "HIT"  # the only cache status answered here: `EdgeNode.hit_status` says it (assetcdn/edge/fastpath/hit_server.py)
@@ -64,6 +75,8 @@ SERVER_LINE = f"Server: {SERVER_NAME}\r\n".encode()
 WRITTEN_HERE = frozenset({"date", "server", "x-request-id", "strict-transport-security", "connection",
                           "content-length", "content-range"})
 PER_REQUEST_HEADERS = WRITTEN_HERE - RESERVED_HEADERS
+# A pull zone's hit writes these per request too (its age ticks: assetcdn/edge/states/freshness.py).
+PULL_PER_REQUEST_HEADERS = PER_REQUEST_HEADERS | {"age", "cache-status"}
 
 
 class Prepared:
@@ -101,25 +114,30 @@ class Prepared:
 class HostView:
     """What one Host header value maps to under one configuration: its tenant zone and its hits."""
 
-    __slots__ = ("key", "name", "zone", "hits")
+    __slots__ = ("key", "name", "zone", "hits", "pulls")
 
     def __init__(self, key: bytes, name: str, zone: str | None) -> None:
         self.key = key        # the Host header as received
         self.name = name      # its canonical_host (assetcdn/edge/site_config.py)
         self.zone = zone
         self.hits: dict[bytes, Prepared] = {}
+        self.pulls: dict[bytes, PulledHit] = {}  # pull zones' hits, by request target (the query is in the key)
 
 
 def header_lines(headers: CIMultiDict[str]) -> bytes:
     return "".join(f"{name}: {value}\r\n" for name, value in headers.items()).encode()
 
 
-def prepare(node: EdgeNode, config: EdgeConfig, view: HostView, path: str) -> tuple[Prepared, CachedObject] | None:
-    """The prepared hit of ``path`` on ``view``'s host and the cache entry it serves now; None when
-    the full application must answer (see the module docstring). May read the disk tier inline
-    (one SQLite row, or a file of at most the memory tier's object size), as a hit there does."""
+def prepare(node: EdgeNode, config: EdgeConfig, view: HostView,
+            path: str) -> tuple[Prepared, CachedObject] | PullPath | None:
+    """The prepared hit of ``path`` on ``view``'s host and the cache entry it serves now; its PullPath when
+    a pull zone's (`prepare_pull`); None when the full application must answer (see the module docstring).
+    May read the disk tier inline (one SQLite row, or a file of at most the memory tier's object size), as
+    a hit there does."""
     try:  # what the delivery route does before its look-up (assetcdn/edge/routes/delivery.py)
         cdn_path = resolve(config, view.zone, path, path)
+        if isinstance(cdn_path, PullPath):
+            return cdn_path
         if not isinstance(cdn_path, str):
             return None  # a redirect
         entry = find_source(node, cdn_path, view.zone)
@@ -137,3 +155,90 @@ def prepare(node: EdgeNode, config: EdgeConfig, view: HostView, path: str) -> tu
     type_lines = header_lines(CIMultiDict((name, value) for name, value in headers.items() if name not in kept))
     return Prepared(entry, cdn_path, head.key, obj.path, obj.size, headers.get("ETag"), type_lines,
                     header_lines(kept) + SERVER_LINE), obj
+
+
+class PulledHit:
+    """One pull zone URL's fresh hit (assetcdn/edge/states/pull.py `deliver`, X-Cache HIT), valid while ``obj``
+    is the memory tier's entry under ``key`` (a refresh, a new response or a purge replaces or drops it). The
+    heads hold every header but Age and Cache-Status, which tick with time (`per_request_lines`), and Date
+    when the origin gave none."""
+
+    __slots__ = ("stored", "obj", "body", "key", "cdn_path", "zone", "size", "etag", "head", "head_304", "dated")
+
+    def __init__(self, stored: StoredResponse, body: bytes, key: str, cdn_path: str, changes: HeaderChanges) -> None:
+        obj = stored.obj
+        self.stored = stored
+        self.obj = obj
+        self.body = body
+        self.key = key
+        self.cdn_path = cdn_path
+        self.zone = zone_of(cdn_path)
+        self.size = obj.size
+        etag = first_value(stored.headers, "etag")
+        self.etag = None if etag is None else etag.removeprefix("W/")  # what `pull.not_modified` compares
+        self.dated = first_value(stored.headers, "date") is not None  # the stored Date is the answer's
+        self.head = STATUS_200 + _pulled_lines(stored, changes, not_modified=False) \
+            + b"Content-Length: %d\r\n" % obj.size
+        self.head_304 = STATUS_304 + _pulled_lines(stored, changes, not_modified=True)
+
+    def partial_head(self, start: int, end: int) -> bytes:
+        """The head of a 206 for bytes ``[start, end)``: the 200's header lines and the range's."""
+        block = self.head[len(STATUS_200):self.head.rindex(b"Content-Length: ")]
+        return STATUS_206 + block + b"Content-Range: %s\r\nContent-Length: %d\r\n" % (
+            content_range(start, end, self.size).encode(), end - start)
+
+    def per_request_lines(self, now: float) -> bytes:
+        """Age (RFC 9111 4.2.3's current_age) and Cache-Status at ``now``, as `pull.deliver` writes them."""
+        stored = self.stored
+        return b"Age: %d\r\nCache-Status: %s\r\n" % (
+            int(stored.freshness.age(now)), hit_cache_status(stored, now).encode())
+
+
+def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modified: bool) -> bytes:
+    """The header lines the application gives a pull zone's hit (`pull.deliver`, then the response hooks:
+    the stamp, the `_headers` rules, aiohttp's defaults), less Age and the edge's Cache-Status."""
+    headers = client_headers(stored.headers, HIT, "", age=0)
+    # client_headers sets Age and appends this cache's Cache-Status last: both are written per request.
+    items = list(headers.items())[:-1]
+    headers = CIMultiDict((name, value) for name, value in items if name.lower() != "age")
+    if not_modified:
+        for name in ("Content-Type", "Content-Encoding", "Content-Range"):
+            headers.popall(name, None)
+    else:
+        headers["Accept-Ranges"] = "bytes"
+    stamp_headers(headers)
+    apply_rule_changes(changes, headers)
+    headers.setdefault("Server", SERVER_NAME)
+    return header_lines(headers)
+
+
+def prepare_pull(node: EdgeNode, config: EdgeConfig, view: HostView, target: str,
+                 named: PullPath | None = None) -> PulledHit | None:
+    """The prepared hit of request target ``target`` (path and query) of a pull zone on ``view``'s host, from
+    the memory tier only (a miss, or a body kept on disk only, is the application's); None when the
+    application must answer: not cached here, a Vary'd URL, a status other than 200, rules on a header
+    written per request, an origin's own X-Request-ID, no Content-Type (aiohttp's default for it depends on
+    the method). `named`: `resolve` of the path alone (`prepare`), the
+    same answer when there is no query."""
+    path, mark, query = target.partition("?")
+    pulled: PullPath | Redirect | str | None = named if not mark else None
+    if pulled is None:
+        try:  # what the delivery route does before the serve sequence (assetcdn/edge/routes/delivery.py)
+            pulled = resolve(config, view.zone, path, target)
+        except InvalidPath:
+            return None
+    if not isinstance(pulled, PullPath):
+        return None
+    key = pull_key(pulled.zone.name, pulled.path, query)
+    obj = node.cache.memory.hit(key)
+    if obj is None or obj.body is None or first_value(obj.headers, VARY) is not None:
+        return None
+    stored = StoredResponse.of(obj)
+    if (stored is None or stored.status != 200 or first_value(stored.headers, "x-request-id") is not None
+            or first_value(stored.headers, "content-type") is None):
+        return None
+    changes = header_changes(config, path, view.name)
+    if changes.remove & PULL_PER_REQUEST_HEADERS or any(
+            name.lower() in PULL_PER_REQUEST_HEADERS for name in changes.set):
+        return None
+    return PulledHit(stored, obj.body, key, f"{pulled.zone.name}{pulled.path}", changes)

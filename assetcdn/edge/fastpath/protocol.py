@@ -73,8 +73,13 @@ MAX_PIPELINED = 256 * 1024      # bytes read ahead while a request is being answ
 READ_AHEAD = "read-ahead"       # why reading is paused: MAX_PIPELINED bytes wait
 TURN = "turn"                   # why reading is paused: pipelined requests wait for the loop's next turn
 TLS_TURN_ANSWERS = 16           # pipelined requests answered per loop turn over TLS
-WANTED = {b"host": 0, b"if-none-match": 1, b"range": 2, b"x-request-id": 3, b"expect": 4}
 COUNTRY = 5                     # slot of the analytics country header (its name is configured)
+# One slot for the request fields a pull zone's hit cannot answer here as the application would (its
+# directives, the conditions it does not compare): any of them, once or more, hands a pull request over.
+CACHE_FIELDS = 6
+WANTED = {b"host": 0, b"if-none-match": 1, b"range": 2, b"x-request-id": 3, b"expect": 4,
+          **dict.fromkeys((b"cache-control", b"pragma", b"if-modified-since", b"if-range", b"if-match",
+                           b"if-unmodified-since"), CACHE_FIELDS)}
 ANSWERED, HAND_OVER, GIVE_AWAY, BUSY = 0, 1, 2, 3  # BUSY: the head is in `out`, `pending_file` follows
 SO_PEERNAME = 28                # Linux: the peer's address even once the connection was reset
 StreamSent = Callable[[Callable[[int, bool], None]], None]  # an HTTP/2 stream's `when_sent` (assetcdn/edge/tls/h2.py)
@@ -186,7 +191,7 @@ class HitProtocol(asyncio.Protocol):
         self.buffer = b""
         self.parser = httptools.HttpRequestParser(self)
         self.url = b""
-        self.headers: list[bytes | None] = [None] * 6
+        self.headers: list[bytes | None] = [None] * 7
         self.complete = False
         self.keep_alive = True
         self.repeated = False
@@ -226,7 +231,7 @@ class HitProtocol(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         slot = self.server.wanted.get(name.lower())
         if slot is not None:
-            if self.headers[slot] is not None:
+            if self.headers[slot] is not None and slot != CACHE_FIELDS:
                 self.repeated = True
             self.headers[slot] = value
 
@@ -364,7 +369,7 @@ class HitProtocol(asyncio.Protocol):
                 self._give_away(buf[pos:])
                 return
             headers = self.headers
-            headers[0] = headers[1] = headers[2] = headers[3] = headers[4] = headers[5] = None
+            headers[0] = headers[1] = headers[2] = headers[3] = headers[4] = headers[5] = headers[6] = None
             self.complete = self.repeated = False
             try:
                 # The usual read is one whole request head: fed as it is, no view to make.

@@ -26,6 +26,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import IO, BinaryIO, cast
 
@@ -132,6 +133,9 @@ class Flights:
 
 
 FLIGHTS = web.AppKey("pull_flights", Flights)
+# Responses are written to the cache one at a time, from one thread: SQLite takes one writer at a time anyway,
+# and writers contending for its lock wait in its busy handler's sleeps (a fill's latency, not CPU).
+STORES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pull-store")
 
 
 def request_fields(request: web.Request) -> list[tuple[str, str]]:
@@ -157,7 +161,7 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
             decision = reuse(stored.freshness, directives, now)
             if decision is Reuse.FRESH:
                 node.metrics.cache_result(CacheResult.HIT).inc()
-                return await deliver(request, stored, CacheResult.HIT, f"{CACHE_STATUS}; hit; ttl={ttl(stored, now)}")
+                return await deliver(request, stored, CacheResult.HIT, hit_cache_status(stored, now))
             if decision is Reuse.STALE_REVALIDATING:
                 node.metrics.cache_result(CacheResult.STALE).inc()
                 background_revalidate(request, node, zone, path, url_key, stored)
@@ -179,6 +183,11 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
 
 def ttl(stored: StoredResponse, now: float) -> int:
     return int(stored.freshness.lifetime - stored.freshness.age(now))
+
+
+def hit_cache_status(stored: StoredResponse, now: float) -> str:
+    """The Cache-Status of a fresh hit at `now` (the hit path writes it too, assetcdn/edge/fastpath/prepared.py)."""
+    return f"{CACHE_STATUS}; hit; ttl={ttl(stored, now)}"
 
 
 def lookup(node: EdgeNode, url_key: str, fields: Headers) -> StoredResponse | None:
@@ -308,18 +317,26 @@ async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields:
     content_type = first_value(head, "content-type") or ""
     etag = first_value(head, "etag") or ""
     cache = node.cache
-    spool.seek(0)
+    # A body still in memory is stored as bytes: a small one then lives in the disk tier's SQLite row (no file
+    # to create, nothing read back), and the memory tier takes the same bytes.
+    body: bytes | BinaryIO = cast(BinaryIO, spool)
+    if spool.tell() <= SPOOL_MEMORY:
+        spool.seek(0)
+        body = spool.read()
+        spool.close()
+    else:
+        spool.seek(0)
 
     def put() -> CachedObject:
         try:
             if vary:
                 cache.put(url_key, b"", "", "", tags, headers=((VARY, ",".join(vary)),))
-            return cache.put(key, cast(BinaryIO, spool), content_type, etag, tags, headers=meta)
+            return cache.put(key, body, content_type, etag, tags, headers=meta)
         finally:
             spool.close()
 
     try:
-        obj = await asyncio.get_running_loop().run_in_executor(None, put)
+        obj = await asyncio.get_running_loop().run_in_executor(STORES, put)
     except (OSError, ValueError) as exc:
         log.warning("pull zone %s: a response could not be cached: %s", zone.name, exc)
         return None

@@ -1,0 +1,204 @@
+"""Pull zones' fresh hits on the hit path, over raw sockets against a real edge and an origin the tests script:
+the same answers the application gives (Age and Cache-Status included, conditional and Range requests), an Age
+that ticks with the clock, and stale entries, purges and new rules taken into account on the next request.
+
+The clock the hit path and the serve sequence read (`time.time` in both modules) is the tests' own: an answer's
+Age is then the same on both paths, and a test moves time forward instead of sleeping."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+from types import ModuleType
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from assetcdn.edge.fastpath import hit_server
+from assetcdn.edge.states import pull as pull_states
+from assetcdn.edge.states.keys import pull_key
+from tests.edge.fastpath.conftest import (
+    ACCOUNT,
+    PURGE,
+    HitCdn,
+    RawConnection,
+    Response,
+    shared_hit_cdn,
+)
+from tests.edge.routes.conftest import wait_until
+from tests.edge.routes.test_pull_zones import LONG, PREFIX, ScriptedOrigin, serve_origin
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+ZONE = "pullfast"
+BODY = bytes(range(256)) * 20
+PER_REQUEST = {"x-request-id"}
+
+
+class Clock:
+    """`time` for the two modules, with `time()` the tests' own reading; everything else is the real module's."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def time(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
+    fixed = Clock()
+    module: ModuleType
+    for module in (hit_server, pull_states):
+        monkeypatch.setattr(module, "time", fixed)
+    yield fixed
+
+
+class PullCdn:
+    def __init__(self, cdn: HitCdn, origin: ScriptedOrigin) -> None:
+        self.cdn = cdn
+        self.origin = origin
+
+    @property
+    def served(self) -> int:
+        """Requests the hit path answered itself."""
+        assert self.cdn.site.hits is not None
+        return self.cdn.site.hits.served
+
+    def stored(self, name: str) -> pull_states.StoredResponse:
+        found = pull_states.lookup(self.cdn.node, pull_key(ZONE, name, ""), [])
+        assert found is not None
+        return found
+
+    async def warm(self, name: str, **headers: str) -> RawConnection:
+        """`name` stored at the edge (its first request a MISS); a connection to the hit path."""
+        self.origin.answer(name, BODY, headers={"Content-Type": "application/octet-stream", **headers})
+        conn = await self.cdn.connect()
+        assert (await conn.request(f"/{ZONE}{name}")).header("X-Cache") == "MISS"
+
+        async def kept() -> bool:  # a client has the whole body just before it is stored
+            return pull_states.lookup(self.cdn.node, pull_key(ZONE, name, ""), []) is not None
+
+        await wait_until(kept, f"{name} stored")
+        return conn
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pulled(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[PullCdn]:
+    origin = ScriptedOrigin()
+    server = await serve_origin(origin)
+    try:
+        async with shared_hit_cdn(tmp_path_factory.mktemp("pull-hits"), ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true") as cdn:
+            resp = await cdn.control.post("/api/core/zones", headers=ACCOUNT, json={
+                "Name": ZONE, "Origin": {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"}})
+            assert resp.status == 201, await resp.text()
+
+            async def arrived() -> bool:
+                return ZONE in cdn.node.config.pull_zones
+
+            await wait_until(arrived, "the pull zone reaching the edge")
+            yield PullCdn(cdn, origin)
+    finally:
+        await server.close()
+
+
+def comparable(response: Response) -> tuple[int, list[tuple[str, str]], bytes]:
+    headers = sorted((k.lower(), v) for k, v in response.headers.items() if k.lower() not in PER_REQUEST)
+    return response.status, headers, response.body
+
+
+async def test_a_fresh_hit_is_answered_exactly_as_the_application_answers_it(pulled: PullCdn, clock: Clock) -> None:
+    etag = '"v1"'
+    conn = await pulled.warm("/same.bin", **LONG, ETag=etag, **{"Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT",
+                                                               "Age": "7", "Cache-Tag": "news"})
+    plain = await pulled.cdn.plain()
+    path = f"/{ZONE}/same.bin"
+    stored = pulled.stored("/same.bin")
+    clock.now = stored.freshness.response_time + 3.5
+    age = int(stored.freshness.age(clock.now))
+    assert age >= 10  # the origin's 7 and the 3.5 s since it arrived (RFC 9111 4.2.3)
+    fast_cases: list[tuple[str, dict[str, str]]] = [
+        ("GET", {}), ("HEAD", {}),
+        ("GET", {"If-None-Match": etag}), ("GET", {"If-None-Match": f'W/{etag}, "other"'}),
+        ("GET", {"If-None-Match": "*"}), ("GET", {"If-None-Match": '"nope"'}), ("HEAD", {"If-None-Match": etag}),
+        ("GET", {"Range": "bytes=0-9"}), ("GET", {"Range": "bytes=-7"}), ("GET", {"Range": "bytes=4000-"}),
+        ("HEAD", {"Range": "bytes=5-6"}), ("GET", {"Range": "bytes=0-1,4-5"}),
+    ]
+    # What the hit path hands to the application: the answers are the same all the same.
+    handed_cases: list[tuple[str, dict[str, str]]] = [
+        ("GET", {"If-Modified-Since": "Tue, 02 Jan 2024 00:00:00 GMT"}), ("GET", {"Range": "bytes=9999999-"}),
+        ("GET", {"Range": "bytes=0-9", "If-Range": etag}), ("GET", {"Cache-Control": "max-stale=10"}),
+    ]
+    served = pulled.served
+    for method, headers in fast_cases + handed_cases:
+        fast = await conn.request(path, method, **headers)
+        slow = await plain.request(path, method, **headers)
+        assert comparable(fast) == comparable(slow), (method, headers)
+        assert fast.header("Age") == str(age)
+        assert fast.header("X-Request-ID") and fast.header("Date")
+    assert pulled.served == served + len(fast_cases)
+    statuses = [(await conn.request(path, **h)).status for h in ({"If-None-Match": etag}, {"Range": "bytes=0-0"})]
+    assert statuses == [304, 206]
+    whole = await conn.request(path)
+    assert (whole.body, whole.header("X-Cache"), whole.header("Cache-Status")) == (BODY, "HIT", f"assetcdn; hit; ttl={int(600 - stored.freshness.age(clock.now))}")
+    # A query string is part of what the origin is asked: its own entry, on the hit path too.
+    pulled.origin.answer("/same.bin", b"other", headers=LONG)
+    assert (await conn.request(f"{path}?v=2")).header("X-Cache") == "MISS"
+    fast, slow = await conn.request(f"{path}?v=2"), await plain.request(f"{path}?v=2")
+    assert comparable(fast) == comparable(slow) and fast.body == b"other"
+    assert (await conn.request(path)).body == BODY
+    assert pulled.origin.count("/same.bin") == 2
+
+
+async def test_a_hit_path_answer_ages_with_the_clock(pulled: PullCdn, clock: Clock) -> None:
+    conn = await pulled.warm("/ages.bin", **LONG)
+    clock.now = pulled.stored("/ages.bin").freshness.response_time + 1
+    served = pulled.served
+    ages, ttls = [], []
+    for _ in range(3):
+        answer = await conn.request(f"/{ZONE}/ages.bin")
+        ages.append(int(answer.header("Age") or -1))
+        ttls.append(int((answer.header("Cache-Status") or "=").rsplit("=", 1)[1]))
+        clock.now += 2
+    assert [age - ages[0] for age in ages] == [0, 2, 4]
+    assert [ttls[0] - ttl for ttl in ttls] == [0, 2, 4]
+    assert pulled.served == served + 3
+
+
+async def test_a_stale_entry_is_not_answered_as_fresh_on_the_hit_path(pulled: PullCdn, clock: Clock) -> None:
+    conn = await pulled.warm("/stale.bin", **{"Cache-Control": "max-age=60"})
+    clock.now = pulled.stored("/stale.bin").freshness.response_time + 1
+    assert (await conn.request(f"/{ZONE}/stale.bin")).header("X-Cache") == "HIT"
+    clock.now += 60
+    served = pulled.served
+    answer = await conn.request(f"/{ZONE}/stale.bin")
+    assert answer.header("X-Cache") == "MISS"  # the application asked the origin again
+    assert pulled.served == served and pulled.origin.count("/stale.bin") == 2
+
+
+async def test_a_purge_and_new_rules_take_effect_on_the_next_hit(pulled: PullCdn, clock: Clock) -> None:
+    conn = await pulled.warm("/purged.bin", **LONG)
+    path = f"/{ZONE}/purged.bin"
+    assert (await conn.request(path)).header("X-Cache") == "HIT"
+    resp = await pulled.cdn.control.post("/api/purge", json={"urls": [path]}, headers=PURGE)
+    assert resp.status == 200, await resp.text()
+    assert (await conn.request(path)).header("X-Cache") == "MISS"
+    assert (await conn.request(path)).header("X-Cache") == "HIT"
+    resp = await pulled.cdn.control.post("/api/core/rules", headers=ACCOUNT, json={
+        "File": "_headers", "Content": f"/{ZONE}/*\n  X-Frame-Options: DENY\n"})
+    assert resp.status == 200, await resp.text()
+
+    async def applied() -> bool:
+        return bool(pulled.cdn.node.config.rules.headers)
+
+    await wait_until(applied, "rules reaching the edge")
+    served = pulled.served
+    answer = await conn.request(path)
+    assert (answer.header("X-Cache"), answer.header("X-Frame-Options")) == ("HIT", "DENY")
+    assert pulled.served == served + 1
+
+
