@@ -1,6 +1,6 @@
 """The edge's replica of the manifest: path -> entry at a generation, persisted so that a restarted
-edge still knows what its cache holds while control is unreachable. Each entry's delivery head
-(its per-path headers and cache key, assetcdn/edge/states/head.py) is made once and kept beside it."""
+edge still knows what its cache holds while control is unreachable. Each entry's path delivery
+(its per-path headers and cache key, assetcdn/edge/states/path_delivery.py) is made once and kept beside it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import orjson
 
-from assetcdn.edge.states.head import EntryHead, entry_head
+from assetcdn.edge.states.path_delivery import PathDelivery, path_delivery
 from assetcdn.shared.manifest import ManifestChange, ManifestEntry
 
 
@@ -21,7 +21,7 @@ class ManifestReplica:
         self.generation = 0
         self.commit: str | None = None
         self.loaded = False
-        self._heads: dict[str, EntryHead] = {}
+        self._deliveries: dict[str, PathDelivery] = {}
         self._zones: frozenset[str] | None = None  # the entries' zones, made on first use after a change
 
     def load_persisted(self) -> bool:
@@ -30,7 +30,7 @@ class ManifestReplica:
         except (FileNotFoundError, orjson.JSONDecodeError):
             return False
         self.entries = {e["path"]: ManifestEntry.from_json(e) for e in data["entries"]}
-        self._heads.clear()
+        self._deliveries.clear()
         self._zones = None
         self.generation, self.commit = int(data["generation"]), data.get("commit")
         self.loaded = True
@@ -49,7 +49,7 @@ class ManifestReplica:
         self._zones = None
         for change in changes:
             old = self.entries.get(change.path)
-            self._heads.pop(change.path, None)
+            self._deliveries.pop(change.path, None)
             if change.entry is None:
                 self.entries.pop(change.path, None)
             else:
@@ -65,7 +65,7 @@ class ManifestReplica:
         new = {e.path: e for e in entries}
         stale = [p for p, old in self.entries.items() if p not in new or new[p].blob_id != old.blob_id]
         self.entries = new
-        self._heads.clear()
+        self._deliveries.clear()
         self._zones = None
         self.generation, self.commit, self.loaded = generation, commit, True
         return stale
@@ -79,11 +79,11 @@ class ManifestReplica:
     def get(self, path: str) -> ManifestEntry | None:
         return self.entries.get(path)
 
-    def head(self, entry: ManifestEntry) -> EntryHead:
-        """The delivery head of ``entry``, made on first use and kept while the path holds it."""
-        head = self._heads.get(entry.path)
+    def head(self, entry: ManifestEntry) -> PathDelivery:
+        """The path delivery of ``entry``, made on first use and kept while the path holds it."""
+        head = self._deliveries.get(entry.path)
         if head is None or head.entry is not entry:
-            head = entry_head(entry)
+            head = path_delivery(entry)
             if self.entries.get(entry.path) is entry:  # never keep one for an entry we do not hold
-                self._heads[entry.path] = head
+                self._deliveries[entry.path] = head
         return head

@@ -18,7 +18,7 @@ executing what tenants upload on the origin that also serves `/api`.
   and with ``nosniff`` none of them is ever executed. PDF is rendered by the browser's own
   viewer, which gets no access to the origin's cookies or DOM.
 
-The policy is applied by the edge's delivery head (assetcdn/edge/states/head.py), again after the
+The policy is applied by the edge's path delivery (assetcdn/edge/states/path_delivery.py), again after the
 operator's ``_headers`` rules (assetcdn/edge/site_config.py: a rule may add a stricter policy, never remove
 or replace ours), and as a safety net on every response of both processes that has an active
 type and sets no policy of its own (storage downloads through ``/api/storage``).

@@ -141,7 +141,7 @@ class EdgeCache:
         is copied to disk in chunks without being held whole; a streamed entry comes back
         as read from disk (``path`` set when larger than ``memory_max_object``). ``etag`` is
         the strong quoted ETag made from a SHA-256 (``strong_etag``): a path's manifest hash
-        (the path's head, assetcdn/edge/states/head.py), the hash of a variant's bytes (assetcdn/edge/states/variant.py), or an HLS
+        (the path's delivery, assetcdn/edge/states/path_delivery.py), the hash of a variant's bytes (assetcdn/edge/states/variant.py), or an HLS
         segment's rendition hash and number, never the git blob id. Blocking: see module docstring.
         """
         tag_tuple = tuple(dict.fromkeys(tags))

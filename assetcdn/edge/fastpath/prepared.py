@@ -1,8 +1,8 @@
 """Prepared hits: the response head of one (Host, path) worked out once, kept while it is valid.
 
 A prepared hit holds the status line and every header that does not change from one request to
-the next: the path's delivery head (Content-Type, ETag, Cache-Tag, nosniff, the sandbox CSP on
-active types: assetcdn/edge/states/head.py), Cache-Control, X-Cache, Accept-Ranges, X-API-Version, the
+the next: the path's path delivery (Content-Type, ETag, Cache-Tag, nosniff, the sandbox CSP on
+active types: assetcdn/edge/states/path_delivery.py), Cache-Control, X-Cache, Accept-Ranges, X-API-Version, the
 `_headers` rules of that host and path (assetcdn/edge/site_config.py), `Server` and Content-Length. A request adds
 `Date` (one string per second) and its `X-Request-ID`. The body is not kept here: a memory-tier
 body is looked up by its cache key on every request (so an eviction or purge of the memory tier

@@ -1,4 +1,4 @@
-"""deliver: the one place that writes delivery headers, answers 304 and Range, and streams bodies
+"""deliver: the one place that writes path deliveryers, answers 304 and Range, and streams bodies
 (reached through the serve sequence, assetcdn/edge/states/serve.py).
 
 `final_headers` is every header a delivery of a cached body carries, on both paths (the hit path,
@@ -20,7 +20,7 @@ from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.entry import STREAM_CHUNK, CachedObject
 from assetcdn.edge.cache.tags import public_tags
 from assetcdn.edge.site_config import EdgeConfig, apply_rule_changes, request_host
-from assetcdn.edge.states.head import EntryHead
+from assetcdn.edge.states.path_delivery import PathDelivery
 from assetcdn.shared.content_security import CSP_HEADER, security_headers
 from assetcdn.shared.edge_rules import HeaderChanges
 from assetcdn.shared.middleware import stamp_headers
@@ -94,11 +94,11 @@ def request_header_changes(request: web.Request) -> HeaderChanges:
 
 
 def final_headers(obj: CachedObject, changes: HeaderChanges, *, cache_status: str, cache_control: str,
-                  head: EntryHead | None = None, tags: tuple[str, ...] | None = None,
+                  head: PathDelivery | None = None, tags: tuple[str, ...] | None = None,
                   extra_headers: Mapping[str, str] | None = None) -> CIMultiDict[str]:
     """Every header a delivery of ``obj`` carries but those of the request itself (Date, Server,
     X-Request-ID, Content-Length, Content-Range, HSTS), in their order: the per-path headers from
-    ``head`` (the path's delivery head) when the body is the path's own file (variants pass their
+    ``head`` (the path's path delivery) when the body is the path's own file (variants pass their
     source's ``tags`` and keep their stored Content-Type), the cache's, ``extra_headers``, the security
     headers of the final Content-Type, the stamp every answer gets (assetcdn/shared/middleware.py), then
     ``changes``, the `_headers` rules (`header_changes`)."""

@@ -1,6 +1,6 @@
 """miss -> fetch: bytes come from control by content id, once per key however many requests wait.
 
-The cache entry is the path's (key from assetcdn/edge/states/keys.py, tags from its delivery head, assetcdn/edge/states/head.py): two
+The cache entry is the path's (key from assetcdn/edge/states/keys.py, tags from its path delivery, assetcdn/edge/states/path_delivery.py): two
 paths with the same bytes each fetch and keep their own, so a purge of one leaves the other.
 """
 

@@ -34,8 +34,8 @@ from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.states.deliver import deliver, final_headers, request_header_changes
 from assetcdn.edge.states.fetch import OriginUnavailable
-from assetcdn.edge.states.head import EntryHead
 from assetcdn.edge.states.lookup import lookup
+from assetcdn.edge.states.path_delivery import PathDelivery
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.manifest import ManifestEntry
 
@@ -47,7 +47,7 @@ class Representation(Protocol):
 
     @property
     def own_file(self) -> bool:
-        """The path's own bytes: delivered with the path's head (assetcdn/edge/states/head.py)."""
+        """The path's own bytes: delivered with the path's delivery headers (assetcdn/edge/states/path_delivery.py)."""
         ...
 
     def key(self, node: EdgeNode, entry: ManifestEntry) -> str:
@@ -164,9 +164,9 @@ async def serve(request: web.Request, entry: ManifestEntry, rep: Representation,
 
 
 async def respond(request: web.Request, obj: CachedObject, status: str, policy: ServePolicy, *,
-                  head: EntryHead | None = None, tags: tuple[str, ...] | None = None) -> web.StreamResponse:
+                  head: PathDelivery | None = None, tags: tuple[str, ...] | None = None) -> web.StreamResponse:
     """Deliver a cache entry (or the policy's answer built from it) with X-Cache `status`, counting the bytes
-    served; `head` is the path's delivery head for its own file, `tags` a variant's source's tags.
+    served; `head` is the path's path delivery for its own file, `tags` a variant's source's tags.
     FileNotFoundError when the body went meanwhile."""
     node = request.app[NODE]
     extra: Mapping[str, str] = policy.headers

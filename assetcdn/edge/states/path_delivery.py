@@ -5,7 +5,7 @@ Two paths may hold the same bytes (one blob id); they still differ in Content-Ty
 category and everything else derived from the path. So the cache keys an asset by path *and*
 content (an overwrite changes the key; a purge of one path leaves the other's entry alone) and
 stores it with that path's tags, and the response head comes from the manifest entry, never
-from whatever another path stored with the body. The replica keeps one ``EntryHead`` per entry
+from whatever another path stored with the body. The replica keeps one ``PathDelivery`` per entry
 (assetcdn/edge/replica.py), so a hit builds no headers of its own beyond the request-dependent ones.
 """
 
@@ -21,7 +21,7 @@ from assetcdn.shared.manifest import ManifestEntry
 
 
 @dataclass(frozen=True, slots=True)
-class EntryHead:
+class PathDelivery:
     entry: ManifestEntry
     key: str                                # the asset's cache key (assetcdn/edge/states/keys.py)
     tags: tuple[str, ...]                   # stored with every cache entry made from this path
@@ -30,12 +30,12 @@ class EntryHead:
     headers: tuple[tuple[str, str], ...]    # Content-Type, ETag, Cache-Tag, nosniff, CSP if active
 
 
-def entry_head(entry: ManifestEntry) -> EntryHead:
+def path_delivery(entry: ManifestEntry) -> PathDelivery:
     etag = strong_etag(entry.sha256)
     headers = [("Content-Type", entry.content_type), ("ETag", etag)]
     shown = public_tags(entry.tags)
     if shown:
         headers.append(("Cache-Tag", ",".join(shown)))
     headers.extend(security_headers(entry.content_type))
-    return EntryHead(entry=entry, key=asset_key(entry), tags=source_tags(entry),
-                     content_type=entry.content_type, etag=etag, headers=tuple(headers))
+    return PathDelivery(entry=entry, key=asset_key(entry), tags=source_tags(entry),
+                        content_type=entry.content_type, etag=etag, headers=tuple(headers))
