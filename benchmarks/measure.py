@@ -45,7 +45,7 @@ def tool_path(name: str) -> str:
 
 def require_tools(tools: Iterable[str], make_target: str) -> None:
     """Stop with a message naming the make target that installs them when any of ``tools`` is missing."""
-    missing = [tool for tool in tools if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()]
+    missing = [tool for tool in tools if not Path(tool_path(tool)).exists()]
     if missing:
         raise SystemExit(f"missing {', '.join(missing)}: run `make {make_target}` (installs them from Debian)")
 
