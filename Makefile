@@ -118,7 +118,7 @@ fuzz: setup
 	$(BIN)/python -m tests.openapi_fuzz
 
 # Transform misses per core beside thumbor (installed from PyPI into .venv-thumbor), srcset and every-width-new
-# workloads, each server pinned to one core; long on a busy machine (benchmarks/README.md, "Transforms beside thumbor").
+# workloads, each server pinned to one core; long on a busy machine (benchmarks/README.md, "make bench-transforms").
 bench-transforms: setup
 	$(BIN)/python -m benchmarks.srcset_bench $(ARGS)
 

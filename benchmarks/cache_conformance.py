@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -40,6 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.measure import require_tools, tool_path
 from tests.integration.harness import ACCOUNT, RunningCdn, free_port_block, start_cdn
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,13 +91,6 @@ class Score:
     def apart(self) -> int:
         """Setup, harness and dependency failures, retries and untested: in no column of their own."""
         return sum(n for key, n in self.counts.items() if key.split(" ", 1)[1] in OTHER_SYMBOLS)
-
-
-def require_tools() -> None:
-    missing = [tool for tool in ("node", "npm", "varnishd", "nginx")
-               if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()]
-    if missing:
-        raise SystemExit(f"missing {', '.join(missing)}: run `make conformance` (installs them from Debian)")
 
 
 def install_suite() -> Path:
@@ -167,7 +160,7 @@ def score(suite: Path, results_file: Path) -> Score:
 def varnish(workdir: Path, port: int, origin: int) -> list[str]:
     vcl = workdir / "suite.vcl"
     vcl.write_text(VCL.format(port=origin))
-    varnishd = shutil.which("varnishd") or "/usr/sbin/varnishd"
+    varnishd = tool_path("varnishd")
     return [varnishd, "-F", "-a", f"127.0.0.1:{port}", "-f", str(vcl), "-n", str(workdir / "varnish"),
             *VARNISH_PARAMETERS, "-s", "malloc,64M"]
 
@@ -178,7 +171,7 @@ def nginx(workdir: Path, port: int, origin: int) -> list[str]:
     os.chmod(directory, 0o777)  # nginx's workers run as www-data
     conf = directory / "nginx.conf"
     conf.write_text(NGINX_CONF.format(directory=directory, listen=port, origin=origin))
-    return [shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(conf)]
+    return [tool_path("nginx"), "-c", str(conf)]
 
 
 Anchor = Callable[[Path, int, int], list[str]]
@@ -218,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="keep each cache's raw results (<cache>.json) here")
     parser.add_argument("--only", choices=sorted(CACHES), action="append", help="run only these caches")
     args = parser.parse_args(argv)
-    require_tools()
+    require_tools(("node", "npm", "varnishd", "nginx"), "conformance")
     suite = install_suite()
     names = args.only or list(CACHES)
     scores: dict[str, Score] = {}

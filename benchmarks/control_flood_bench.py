@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import tempfile
 import time
@@ -24,6 +23,7 @@ from typing import Any
 
 import aiohttp
 
+from benchmarks.measure import load_average, percentile
 from tests.integration.flood import PASSWORD, flood, prepare, served_by_edge, upload, uploads_beside
 from tests.integration.harness import start_cdn
 
@@ -35,10 +35,8 @@ ROUTES: dict[str, tuple[str, str, dict[str, Any]]] = {
 
 
 def latency(samples: list[float]) -> str:
-    ordered = sorted(samples)
-    p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
-    return (f"n={len(ordered)} median {statistics.median(ordered) * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms, "
-            f"max {ordered[-1] * 1000:.0f} ms")
+    return (f"n={len(samples)} median {statistics.median(samples) * 1000:.0f} ms, "
+            f"p95 {percentile(samples, 0.95) * 1000:.0f} ms, max {max(samples) * 1000:.0f} ms")
 
 
 async def measure(requests: int, route: str) -> None:
@@ -50,7 +48,7 @@ async def measure(requests: int, route: str) -> None:
             await prepare(cdn)
             async with aiohttp.ClientSession() as http:
                 alone = [(await upload(http, cdn, f"alone-{n}")).seconds for n in range(20)]
-            print(f"load before: {os.getloadavg()[0]:.2f}")
+            print(f"load average before: {load_average()}")
             print(f"uploads alone: {latency(alone)}")
             started = time.monotonic()
             # Sign-in is served on the dashboard's own origin only; the rest on control's API port.
@@ -59,7 +57,7 @@ async def measure(requests: int, route: str) -> None:
             made = await uploads_beside(cdn, flooding)
             statuses: Counter[int] = await flooding
             took = time.monotonic() - started
-            print(f"load after: {os.getloadavg()[0]:.2f}")
+            print(f"load average after: {load_average()}")
             print(f"flood: {requests} x {method} {path} in {took:.1f} s: {dict(sorted(statuses.items()))}")
             print(f"uploads during the flood: statuses {dict(Counter(s for s, _ in made))}; "
                   f"{latency([seconds for _, seconds in made])}")

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 import aiohttp
 
 from benchmarks.load import LoadResult, run_load
+from benchmarks.measure import load_average, percentile
 from benchmarks.serve_bench import OBJECT_SIZES, Servers, fill_cache, key_of
 from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn, start_cdn
 
@@ -66,24 +66,9 @@ class MissCost:
     statuses: dict[str, int]
 
 
-def uptime_line() -> str:
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "load average " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 def payload(name: str, size: int) -> bytes:
     """Incompressible bytes, distinct per name."""
     return (name.encode() + b":" + os.urandom(size))[:size]
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
-    return ordered[index]
 
 
 async def make_zone(session: aiohttp.ClientSession, edge: str, zone: str) -> None:
@@ -243,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.miss_files <= 2000:
         parser.error("--miss-files must be within [0, 2000]")
 
-    print(f"before: {uptime_line()}")
+    print(f"before: load average {load_average()}")
     with tempfile.TemporaryDirectory(prefix="edge-bench-") as tmp:
         cdn = start_cdn(Path(tmp), edges=1, workers=args.workers)
         try:
@@ -270,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     print_hits(results, baseline)
     if cost is not None:
         print_misses(cost)
-    print(f"\nafter: {uptime_line()}")
+    print(f"\nafter: load average {load_average()}")
     return 0 if all(result.errors == 0 for result in results.values()) else 1
 
 

@@ -37,6 +37,7 @@ import pyvips
 
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.manifest import format_of
+from benchmarks.measure import stop_process
 from benchmarks.quality import scores
 from benchmarks.srcset_bench import (
     QUALITY,
@@ -44,7 +45,6 @@ from benchmarks.srcset_bench import (
     WIDTHS,
     ensure_thumbor,
     start_thumbor,
-    stop_thumbor,
     thumbor_path,
 )
 from benchmarks.transform_sources import srcset_sources
@@ -104,7 +104,7 @@ def thumbor_answers(pictures: dict[str, bytes], fmt: str, workdir: Path) -> dict
                                                       timeout=120).read()
                 for name in pictures for width in WIDTHS}
     finally:
-        stop_thumbor(thumbor)
+        stop_process(thumbor, 10)
 
 
 @contextmanager

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyvips
 from PIL import Image
-from skimage.metrics import structural_similarity
 
 from assetcdn.edge.transform.encode import encode_image
+from benchmarks.quality import luma, ssim
 from benchmarks.transform_sources import srcset_sources
 
 WIDTHS = (320, 480, 640, 960, 1280, 1920)
@@ -110,17 +110,11 @@ class Tally:
         self.ssims.append(score)
 
 
-def _luma(image: pyvips.Image) -> np.ndarray:
-    return np.asarray(image.colourspace("b-w").extract_band(0).numpy(), dtype=np.uint8)
-
-
 def score(reference_luma: np.ndarray, encoded: bytes) -> float:
     out = pyvips.Image.new_from_buffer(encoded, "")
     if out.hasalpha():
         out = out.flatten(background=[255, 255, 255])
-    luma = _luma(out.cast("uchar"))
-    height, width = min(luma.shape[0], reference_luma.shape[0]), min(luma.shape[1], reference_luma.shape[1])
-    return float(structural_similarity(reference_luma[:height, :width], luma[:height, :width], data_range=255))
+    return ssim(reference_luma, luma(out.cast("uchar")))
 
 
 def measure(formats: list[str], photos: int, repeat: int, only: str | None) -> None:
@@ -137,7 +131,7 @@ def measure(formats: list[str], photos: int, repeat: int, only: str | None) -> N
         for width in WIDTHS:
             resized = full.resize(width / full.width, kernel="lanczos3").cast("uchar").copy_memory()
             pixels = resized.numpy()
-            reference = _luma(resized)
+            reference = luma(resized)
             size_class = "small" if width <= SMALL_MAX else "large"
             for fmt in formats:
                 for name, encoder in CANDIDATES[fmt].items():

@@ -49,7 +49,8 @@ import orjson
 from assetcdn.edge.delivery_log import HOUR_S, DeliveryLog
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.config import load_settings
-from benchmarks.hits_bench import Server, load_average, machine, pin
+from benchmarks.hits_bench import Server
+from benchmarks.measure import load_average, machine, percentile, pin, stop_process
 from tests.integration.harness import ACCOUNT, KEYS, free_port_block, up_env
 
 TEMPLATES = 4                       # distinct intervals per simulated edge, cycled
@@ -270,12 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             fleet = Fleet(url, edges, interval_s, args.rate * args.edges if args.v1 else 0)
             cores, us_per_hit, hits_per_s = asyncio.run(fleet.run(args.warmup, args.duration, control))
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process)
             control_log = (Path(tmp) / "control.log").read_text(errors="replace")
     lags = fleet.lags()
     print(f"# load average after: {load_average()}\n")
@@ -284,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---:|---:|---:|---:|---:|---:|---:|")
     if lags:
         median, worst = statistics.median(lags), max(lags)
-        p95 = sorted(lags)[int(0.95 * (len(lags) - 1))]
+        p95 = percentile(lags, 0.95)
         print(f"| {args.edges} | {hits_per_s:,.0f} | {100 * cores:.1f}% | {us_per_hit:.3f} us | "
               f"{median:.2f} s / {p95:.2f} s / {worst:.2f} s | {(p95 + interval_s) / interval_s:.2f} / "
               f"{(worst + interval_s) / interval_s:.2f} | {sum(fleet.errors.values())} |")

@@ -23,7 +23,6 @@ import asyncio
 import gzip
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 
 import aiohttp
 
+from benchmarks.measure import load_average, percentile
 from tests.integration.harness import ACCESS, ACCOUNT, RunningCdn, start_cdn
 
 ZONE = "flood"
@@ -69,8 +69,7 @@ async def hit_latencies(session: aiohttp.ClientSession, url: str, stop: asyncio.
 
 
 def summary(times: list[float]) -> str:
-    ordered = sorted(times)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    p99 = percentile(times, 0.99)
     return (f"n={len(times)} median {statistics.median(times) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
             f"max {max(times) * 1000:.1f} ms")
 
@@ -181,7 +180,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.0, help="each sender sends at most one bomb this often")
     parser.add_argument("--searches", type=int, default=20)
     args = parser.parse_args()
-    print("load before:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print(f"load average before: {load_average()}")
     with tempfile.TemporaryDirectory(prefix="flood-bench-") as tmp:
         spool = Path(tmp) / "spool"
         spool.mkdir()
@@ -194,7 +193,7 @@ def main() -> None:
             asyncio.run(search_flood(cdn, args.searches))
         finally:
             cdn.stop()
-    print("load after:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print(f"load average after: {load_average()}")
     sys.stdout.flush()
 
 

@@ -35,6 +35,8 @@ import h2.connection
 import h2.events
 import h2.settings
 
+from benchmarks.measure import load_average
+
 SIZES = {"5 KB": 5 * 1024, "100 KB": 100 * 1024}
 BIG_WINDOW = 2**30 - 1
 REQUEST = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"localhost:8443"),
@@ -47,10 +49,6 @@ RESPONSE_FIXED = [(b"content-type", b"application/octet-stream"), (b"etag", b'"5
                   (b"accept-ranges", b"bytes"), (b"x-api-version", b"1"), (b"server", b"assetcdn")]
 VARYING = (b"date", b"x-request-id")
 Run = Callable[[bytes, list[bytes], bytes], int]
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def client_frames(count: int) -> tuple[bytes, list[bytes]]:

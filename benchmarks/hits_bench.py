@@ -34,8 +34,6 @@ import argparse
 import asyncio
 import base64
 import os
-import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -48,8 +46,18 @@ from pathlib import Path
 
 import aiohttp
 
-from benchmarks import proc_stats
 from benchmarks.load import LoadResult, run_wrk
+from benchmarks.measure import (
+    cpu_seconds,
+    load_average,
+    machine,
+    pin,
+    process_tree,
+    require_tools,
+    rss_bytes,
+    stop_process,
+    tool_path,
+)
 from benchmarks.nginx_conf import nginx_conf
 from tests.integration.harness import ACCESS, ACCOUNT, KEYS, RunningCdn, free_port_block, start_cdn
 
@@ -61,6 +69,7 @@ SERVERS = ("varnish", "nginx", "edge", "bare")
 SMALL = 1 * KB
 SETTLE_S = 2.0  # past the edge's analytics flush interval (1 s): control has ingested the run's last flush
 BATCH = 1000  # files per storage batch upload (this cluster's [control] max_batch_files)
+TOOLS = ("wrk", "varnishd", "nginx", "taskset")
 
 VCL = """vcl 4.1;
 backend control {{ .host = "127.0.0.1"; .port = "{port}"; }}
@@ -89,10 +98,10 @@ class Server:
     process: subprocess.Popen[bytes] | None = None
 
     def cpu_seconds(self) -> float:
-        return proc_stats.cpu_seconds(self.pids)
+        return cpu_seconds(self.pids)
 
     def rss_bytes(self) -> int:
-        return proc_stats.rss_bytes(self.pids)
+        return rss_bytes(self.pids)
 
 
 @dataclass
@@ -119,43 +128,11 @@ class Results:
         return statistics.median(getattr(s, attr) for s in self.samples[(server, size)])
 
 
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def machine() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), "unknown CPU")
-    return f"{os.cpu_count()} vCPU, {model}"
-
-
-def children_of(pid: int) -> list[int]:
-    found: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            fields = proc_stats.stat_fields(int(entry.name))
-            if fields is not None and int(fields[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-def pin(pids: list[int], core: str) -> None:
-    for pid in pids:
-        subprocess.run(["taskset", "-a", "-p", "-c", core, str(pid)], capture_output=True, check=False)
-
-
-def require_tools() -> None:
-    missing = [tool for tool in ("wrk", "varnishd", "nginx", "taskset") if shutil.which(tool) is None
-               and not Path(f"/usr/sbin/{tool}").exists()]
-    if missing:
-        raise SystemExit(f"missing {', '.join(missing)}: run `make bench-hits` (installs them from Debian)")
-
-
 def start_varnish(workdir: Path, port: int, control_port: int, core: str) -> Server:
     vcl = workdir / "bench.vcl"
     vcl.write_text(VCL.format(port=control_port, key=KEYS["ASSETCDN_ACCESS_KEY"]))
     name = workdir / "varnish"
-    varnishd = shutil.which("varnishd") or "/usr/sbin/varnishd"
+    varnishd = tool_path("varnishd")
     process = subprocess.Popen(["taskset", "-c", core, varnishd, "-F", "-a", f"127.0.0.1:{port}",
                                 "-f", str(vcl), "-s", "malloc,1g", "-n", str(name), "-p", "thread_pools=1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -168,7 +145,7 @@ def start_nginx(workdir: Path, port: int, control_port: int, core: str, workers:
     os.chmod(directory, 0o777)
     conf = directory / "nginx.conf"
     conf.write_text(nginx_conf(directory, port, control_port, KEYS["ASSETCDN_ACCESS_KEY"], workers=workers))
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    nginx = tool_path("nginx")
     process = subprocess.Popen(["taskset", "-c", core, nginx, "-c", str(conf), "-p", str(directory)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return Server("nginx", f"http://127.0.0.1:{port}", [], process)
@@ -187,13 +164,8 @@ def start_bare(workdir: Path, port: int, bodies: dict[str, bytes], core: str) ->
 
 
 def stop(server: Server) -> None:
-    if server.process is not None and server.process.poll() is None:
-        server.process.send_signal(signal.SIGTERM)
-        try:
-            server.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait()
+    if server.process is not None:
+        stop_process(server.process)
 
 
 async def wait_up(url: str) -> None:
@@ -349,7 +321,7 @@ def loopback_ceiling(workdir: Path, server_core: str, load_core: str, seconds: f
 
 
 def measure(args: argparse.Namespace) -> None:
-    require_tools()
+    require_tools(TOOLS, "bench-hits")
     print(f"# hits_bench: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
     server_core, load_core = args.server_core, args.load_core
     wrk_prefix = ("taskset", "-c", load_core)
@@ -374,7 +346,7 @@ def measure(args: argparse.Namespace) -> None:
                 asyncio.run(wait_up(server.base + "/"))
                 assert server.process is not None
                 if server is not bare:
-                    server.pids = [server.process.pid, *children_of(server.process.pid)]
+                    server.pids = process_tree(server.process.pid)
                 pin(server.pids, server_core)
             every = {name: server for name, server in
                      {"varnish": varnish, "nginx": nginx, "edge": edge, "bare": bare}.items() if name in args.servers}
@@ -451,12 +423,12 @@ def scaling(workdir: Path, args: argparse.Namespace) -> None:
             paths, bodies = asyncio.run(prepare_files(cdn, ["5 KB"]))
             path = paths["5 KB"]
             node = cdn.pids("--name edge-0")
-            edge = Server("edge", cdn.edge_urls[0], [p for n in node for p in (n, *children_of(n))])
+            edge = Server("edge", cdn.edge_urls[0], process_tree(*node))
             control_port = int(cdn.control_url.rsplit(":", 1)[1])
             nginx = start_nginx(workdir / f"scale-{workers}", free_port_block(1), control_port, "0-1", workers)
             asyncio.run(wait_up(nginx.base + "/"))
             assert nginx.process is not None
-            nginx.pids = [nginx.process.pid, *children_of(nginx.process.pid)]
+            nginx.pids = process_tree(nginx.process.pid)
             for server in (edge, nginx):
                 for _ in range(4 * workers):  # every worker holds it (SO_REUSEPORT spreads connections)
                     asyncio.run(warm(server.base, [path], bodies))
@@ -509,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.duration <= 60 or not 0 < args.rounds <= 20:
         parser.error("--duration within (0, 60], --rounds within (0, 20]")
     if args.scaling_only:
-        require_tools()
+        require_tools(TOOLS, "bench-hits")
         print(f"# hits_bench: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
         with tempfile.TemporaryDirectory(prefix="hits-bench-") as tmp:
             os.chmod(tmp, 0o755)

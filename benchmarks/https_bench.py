@@ -27,7 +27,6 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import tempfile
@@ -37,18 +36,16 @@ from pathlib import Path
 
 import aiohttp
 
+from benchmarks import measure
 from benchmarks.hits_bench import (
     VCL,
     Server,
-    children_of,
-    load_average,
-    machine,
-    pin,
     prepare_files,
     stop,
     whole_system,
 )
 from benchmarks.load import run_wrk
+from benchmarks.measure import load_average, machine, pin, process_tree, tool_path
 from benchmarks.nginx_conf import TlsFiles, nginx_conf
 from tests.edge.tls.certs import TestCa
 from tests.integration.harness import KEYS, free_port_block, start_cdn
@@ -82,27 +79,20 @@ class Sample:
 
 
 def require_tools() -> None:
-    missing = [tool for tool in ("wrk", "h2load", "hitch", "varnishd", "nginx", "taskset")
-               if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()]
-    if missing:
-        raise SystemExit(f"missing {', '.join(missing)}: run `make bench-https` (installs them from Debian)")
-
-
-def _tool(name: str) -> str:
-    return shutil.which(name) or f"/usr/sbin/{name}"
+    measure.require_tools(("wrk", "h2load", "hitch", "varnishd", "nginx", "taskset"), "bench-https")
 
 
 def start_hitch_varnish(workdir: Path, port: int, varnish_port: int, control_port: int, pem: Path,
                         core: str) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
     vcl = workdir / "bench.vcl"
     vcl.write_text(VCL.format(port=control_port, key=KEYS["ASSETCDN_ACCESS_KEY"]))
-    varnish = subprocess.Popen(["taskset", "-c", core, _tool("varnishd"), "-F", "-a", f"127.0.0.1:{varnish_port},PROXY",
+    varnish = subprocess.Popen(["taskset", "-c", core, tool_path("varnishd"), "-F", "-a", f"127.0.0.1:{varnish_port},PROXY",
                                 "-f", str(vcl), "-s", "malloc,1g", "-n", str(workdir / "varnish"),
                                 "-p", "thread_pools=1", "-p", "feature=+http2"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     conf = workdir / "hitch.conf"
     conf.write_text(HITCH.format(port=port, backend=varnish_port, pem=pem))
-    hitch = subprocess.Popen(["taskset", "-c", core, _tool("hitch"), f"--config={conf}"],
+    hitch = subprocess.Popen(["taskset", "-c", core, tool_path("hitch"), f"--config={conf}"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return hitch, varnish
 
@@ -113,7 +103,7 @@ def start_nginx_tls(workdir: Path, port: int, control_port: int, cert: Path, key
     os.chmod(directory, 0o777)
     conf = directory / "nginx.conf"
     conf.write_text(nginx_conf(directory, port, control_port, KEYS["ASSETCDN_ACCESS_KEY"], tls=TlsFiles(cert, key)))
-    return subprocess.Popen(["taskset", "-c", core, _tool("nginx"), "-c", str(conf), "-p", str(directory)],
+    return subprocess.Popen(["taskset", "-c", core, tool_path("nginx"), "-c", str(conf), "-p", str(directory)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -223,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             for server in servers.values():
                 asyncio.run(warm(server.base, list(paths.values()), bodies))
                 if roots[server.name]:  # the whole tree, once its workers are running
-                    server.pids = [p for root in roots[server.name] for p in (root, *children_of(root))]
+                    server.pids = process_tree(*roots[server.name])
                 pin(server.pids, core)
             print(f"# warmed; servers pinned to core {core} (edge and control together, hitch and Varnish "
                   f"together), load generator on core {load_core}; load average {load_average()}", flush=True)

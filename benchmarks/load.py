@@ -25,6 +25,8 @@ import time
 from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit
 
+from benchmarks.measure import percentile
+
 WRK_SCRIPT = """
 done = function(summary, latency, requests)
   local e = summary.errors
@@ -177,13 +179,6 @@ def _client_process(url: str, duration: float, connections: int) -> _ClientPart:
     return uvloop.run(run())
 
 
-def _percentile(sorted_values: list[float], fraction: float) -> float:
-    if not sorted_values:
-        return 0.0
-    index = min(len(sorted_values) - 1, max(0, round(fraction * (len(sorted_values) - 1))))
-    return sorted_values[index]
-
-
 def run_python(url: str, duration: float, concurrency: int, processes: int) -> LoadResult:
     processes = max(1, min(processes, concurrency))
     shares = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
@@ -203,8 +198,8 @@ def run_python(url: str, duration: float, concurrency: int, processes: int) -> L
         requests=requests,
         bytes_read=sum(part.bytes_read for part in parts),
         rps=requests / elapsed if elapsed else 0.0,
-        p50_ms=_percentile(latencies, 0.50) * 1000,
-        p99_ms=_percentile(latencies, 0.99) * 1000,
+        p50_ms=percentile(latencies, 0.50) * 1000,
+        p99_ms=percentile(latencies, 0.99) * 1000,
         errors=status + exceptions,
         error_detail=f"non-2xx/3xx {status}, exceptions {exceptions}",
     )

@@ -29,16 +29,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.hits_bench import (
-    Server,
-    edge_server,
-    load_average,
-    machine,
-    pin,
-    prepare_files,
-    warm,
-)
+from benchmarks.hits_bench import Server, edge_server, prepare_files, warm
 from benchmarks.load import run_wrk
+from benchmarks.measure import load_average, machine, pin
 from tests.integration.harness import start_cdn
 
 SIZES = ("5 KB", "100 KB")

@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import hashlib
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 
 import aiohttp
 
+from benchmarks.measure import load_average, percentile
 from tests.integration.harness import ACCESS, ACCOUNT, PURGE, RunningCdn, start_cdn
 
 ZONE = "prop"
@@ -54,21 +54,6 @@ class Series:
     rounds_with_stale: int = 0
     rounds_not_acked: int = 0  # the API answer said some edge had not acknowledged
     timeouts: int = 0
-
-
-def uptime_line() -> str:
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "load average " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
-    return ordered[index]
 
 
 async def get(session: aiohttp.ClientSession, url: str, **headers: str) -> tuple[int, str, bytes]:
@@ -256,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.rounds <= 5000:
         parser.error("--rounds must be within [1, 5000]")
 
-    print(f"before: {uptime_line()}")
+    print(f"before: load average {load_average()}")
     with tempfile.TemporaryDirectory(prefix="propagation-bench-") as tmp:
         # The default purge quota (100 a day) would stop the purge rounds.
         cdn = start_cdn(Path(tmp), edges=args.edges, workers=args.workers,
@@ -268,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             code = cdn.stop()
             print(f"cluster stopped (exit {code})")
     report(overwrite, purge, args.edges, args.rounds)
-    print(f"\nafter: {uptime_line()}")
+    print(f"\nafter: load average {load_average()}")
     return 0 if overwrite.timeouts == purge.timeouts == 0 else 1
 
 

@@ -43,20 +43,15 @@ import aiohttp
 from benchmarks.hits_bench import (
     SETTLE_S,
     Server,
-    children_of,
-    free_port_block,
-    load_average,
-    machine,
-    pin,
-    require_tools,
     stop,
     wait_up,
     warm,
     whole_system,
 )
 from benchmarks.load import LoadResult, run_wrk
+from benchmarks.measure import load_average, machine, pin, process_tree, require_tools
 from benchmarks.nginx_conf import nginx_conf
-from tests.integration.harness import ACCOUNT, start_cdn
+from tests.integration.harness import ACCOUNT, free_port_block, start_cdn
 
 KB = 1024
 MB = 1024 * KB
@@ -230,7 +225,7 @@ def table(samples: dict[tuple[str, str, str], list[tuple[float, float, float]]],
 
 
 def measure(args: argparse.Namespace) -> None:
-    require_tools()
+    require_tools(("wrk", "varnishd", "nginx", "taskset"), "bench-pull")
     print(f"# pull_bench: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
     with tempfile.TemporaryDirectory(prefix="pull-bench-") as tmp:
         workdir = Path(tmp)
@@ -251,7 +246,7 @@ def measure(args: argparse.Namespace) -> None:
             for server in started:
                 asyncio.run(wait_up(server.base + "/"))
                 assert server.process is not None
-                server.pids = [server.process.pid, *children_of(server.process.pid)]
+                server.pids = process_tree(server.process.pid)
             pin(origin.pids, args.load_core)
             pin(varnish.pids + nginx.pids, args.server_core)
             asyncio.run(add_pull_zone(cdn.control_url, origin.base))

@@ -60,15 +60,20 @@ def reference_pair(original: bytes, output: bytes) -> tuple[pyvips.Image, pyvips
     return reference.crop(0, 0, width, height).cast("uchar"), out.crop(0, 0, width, height)
 
 
-def _luma(image: pyvips.Image) -> np.ndarray:
+def luma(image: pyvips.Image) -> np.ndarray:
+    """The picture's luma (libvips' "b-w" band), 8 bits, as the SSIM of these benchmarks reads it."""
     grey: np.ndarray = np.asarray(image.colourspace("b-w").extract_band(0).numpy(), dtype=np.uint8)
     return grey
 
 
-def _ssim(reference: pyvips.Image, out: pyvips.Image) -> float:
+def ssim(reference_luma: np.ndarray, output_luma: np.ndarray) -> float:
+    """SSIM (scikit-image, its defaults, range 255) of two lumas, over the size they share: the one SSIM
+    every benchmark reports."""
     from skimage.metrics import structural_similarity
 
-    return float(structural_similarity(_luma(reference), _luma(out), data_range=255))
+    height = min(reference_luma.shape[0], output_luma.shape[0])
+    width = min(reference_luma.shape[1], output_luma.shape[1])
+    return float(structural_similarity(reference_luma[:height, :width], output_luma[:height, :width], data_range=255))
 
 
 def _prepare_scorer() -> None:
@@ -82,7 +87,7 @@ def _score(png_dir: str | None, index: int, original: bytes, output: bytes) -> f
     if png_dir is not None:
         reference.pngsave(f"{png_dir}/ref-{index}.png", compression=1)
         out.pngsave(f"{png_dir}/out-{index}.png", compression=1)
-    return _ssim(reference, out)
+    return ssim(luma(reference), luma(out))
 
 
 def scores(pairs: list[tuple[bytes, bytes]], *, ssimulacra2: bool = False) -> tuple[list[float], list[float] | None]:

@@ -45,17 +45,10 @@ from assetcdn.control.search.service import SEARCH_INDEX  # noqa: E402
 from assetcdn.shared.config import load_settings  # noqa: E402
 from assetcdn.shared.manifest import make_entry  # noqa: E402
 from assetcdn.shared.secrets import Secrets  # noqa: E402
+from benchmarks.measure import load_average, percentile, rss_bytes  # noqa: E402
 from benchmarks.search_data import QUERIES, LabelledQuery, catalog  # noqa: E402
 
 KINDS = ("keyword", "synonym", "typo", "descriptive")
-
-
-def rss_mb() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def ranked(order: list[int], scores: np.ndarray, floor: float, limit: int = 20) -> list[int]:
@@ -144,7 +137,7 @@ def quality() -> None:
     print("| pairs | n | p10 | p50 | p90 | p95 | p99 |")
     print("|---|---|---|---|---|---|---|")
     for label, values in (("relevant", related), ("not relevant", unrelated)):
-        p = np.percentile(values, [10, 50, 90, 95, 99])
+        p = [percentile(values, fraction) for fraction in (0.1, 0.5, 0.9, 0.95, 0.99)]
         print(f"| {label} | {len(values)} | " + " | ".join(f"{x:.3f}" for x in p) + " |")
     combined_mode = [rank(q.text, 20, documents, vocabulary, encoder, snapshot, rows).mode for q in queries]
     print(f"\nCombined answered in mode vector for {combined_mode.count('vector')} of {len(queries)} queries, "
@@ -199,18 +192,15 @@ async def latency(count: int) -> None:
                     await resp.read()
                 walls.append((time.perf_counter() - t0) * 1000)
                 cpus.append((time.process_time() - c0) * 1000)
-        loadavg = os.getloadavg()[0]
-
-    def pct(values: list[float], p: float) -> float:
-        return float(np.percentile(values, p))
+        loadavg = load_average()
 
     print(f"\nLatency, GET /api/search over {len(paths)} assets, {count} queries, cache off, one BLAS thread "
-          f"(load average {loadavg:.1f} on 2 cores):\n")
+          f"(load average {loadavg} on 2 cores):\n")
     print("| measure | p50 ms | p99 ms | mean ms |")
     print("|---|---|---|---|")
-    print(f"| wall time per request (client + server in one process) | {pct(walls, 50):.1f} | {pct(walls, 99):.1f} | "
+    print(f"| wall time per request (client + server in one process) | {percentile(walls, 0.50):.1f} | {percentile(walls, 0.99):.1f} | "
           f"{statistics.fmean(walls):.1f} |")
-    print(f"| CPU time per request (both sides, all threads) | {pct(cpus, 50):.1f} | {pct(cpus, 99):.1f} | "
+    print(f"| CPU time per request (both sides, all threads) | {percentile(cpus, 0.50):.1f} | {percentile(cpus, 0.99):.1f} | "
           f"{statistics.fmean(cpus):.1f} |")
     print(f"Index build for {len(paths)} assets (7 batch uploads, embedding on the index thread): "
           f"{build_wall:.2f} s wall, {build_cpu:.2f} s CPU for the whole process.")
@@ -234,21 +224,21 @@ def encoder_latency(count: int) -> None:
         c0 = time.process_time()
         fuzzy_scores(texts[i % len(texts)], docs, vocabulary)
         fuzzy_cpu.append((time.process_time() - c0) * 1000)
-    print(f"\nQuery embedding alone ({count} queries, 3-9 tokens): wall p50 {np.percentile(walls, 50):.1f} ms, "
-          f"p99 {np.percentile(walls, 99):.1f} ms; CPU p50 {np.percentile(cpus, 50):.1f} ms, "
-          f"p99 {np.percentile(cpus, 99):.1f} ms.")
-    print(f"Fuzzy scoring of {len(docs)} assets alone: CPU p50 {np.percentile(fuzzy_cpu, 50):.1f} ms, "
-          f"p99 {np.percentile(fuzzy_cpu, 99):.1f} ms.")
+    print(f"\nQuery embedding alone ({count} queries, 3-9 tokens): wall p50 {percentile(walls, 0.50):.1f} ms, "
+          f"p99 {percentile(walls, 0.99):.1f} ms; CPU p50 {percentile(cpus, 0.50):.1f} ms, "
+          f"p99 {percentile(cpus, 0.99):.1f} ms.")
+    print(f"Fuzzy scoring of {len(docs)} assets alone: CPU p50 {percentile(fuzzy_cpu, 0.50):.1f} ms, "
+          f"p99 {percentile(fuzzy_cpu, 0.99):.1f} ms.")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--queries-per-run", type=int, default=300)
     args = parser.parse_args()
-    rss_before = rss_mb()
+    rss_before = rss_bytes([os.getpid()])
     model = load_packaged_model()
     print(f"Model: all-MiniLM-L6-v2 from the packaged zip, loaded in {model.load_seconds:.2f} s; "
-          f"RSS +{rss_mb() - rss_before:.0f} MB with the weights (peak "
+          f"RSS +{(rss_bytes([os.getpid()]) - rss_before) / 2**20:.0f} MB with the weights (peak "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB while reading the zip).")
     quality()
     encoder_latency(args.queries_per_run)

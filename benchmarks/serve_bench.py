@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.load import LoadResult, run_load
+from benchmarks.measure import load_average, stop_process
 
 KB = 1024
 MB = 1024 * KB
@@ -200,11 +201,7 @@ class Servers:
             if process.poll() is None:
                 process.terminate()
         for process in self.processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process, 10)
 
 
 def run_scenarios(
@@ -265,14 +262,14 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.duration <= 120:
         parser.error("--duration must be within (0, 120] seconds")
     started = time.monotonic()
-    load_before = os.getloadavg()[0]
+    load_before = load_average()
     results = run_scenarios(args.duration, args.concurrency, args.workers, args.generator)
     generators = sorted({result.generator for _, result in results})
     sys.stdout.write(
         f"\nCache hits (edge cache layer): {args.workers} aiohttp+uvloop workers, reuse_port,"
         f" {os.cpu_count()} cores shared with the client; generator: {', '.join(generators)};"
         f" {args.duration:.0f} s per row; total {time.monotonic() - started:.0f} s;"
-        f" 1-min load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
+        f" load average {load_before} before, {load_average()} after"
         " (other work on the machine skews the numbers)\n\n"
     )
     sys.stdout.write(table(results) + "\n")

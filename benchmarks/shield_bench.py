@@ -25,7 +25,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from benchmarks.hits_bench import load_average
+from benchmarks.measure import load_average
 from tests.integration.harness import ACCOUNT, start_cdn
 
 BODY = b"x" * 1024

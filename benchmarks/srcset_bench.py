@@ -52,7 +52,17 @@ from pathlib import Path
 import aiohttp
 
 from assetcdn.shared.config import load_settings
-from benchmarks.proc_stats import cpu_seconds, pss_bytes, rss_bytes, stat_fields
+from benchmarks.measure import (
+    cpu_seconds,
+    load_average,
+    percentile,
+    pin,
+    process_tree,
+    pss_bytes,
+    rss_bytes,
+    stat_fields,
+    stop_process,
+)
 from benchmarks.quality import scores
 from benchmarks.transform_sources import SourcePicture, single_photo, srcset_sources
 from benchmarks.venvs import ensure_venv
@@ -83,22 +93,6 @@ MAX_AGE = 0
 
 # --- processes -----------------------------------------------------------------------------------
 
-def descendants(root: int) -> list[int]:
-    """`root` and every process under it."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            fields = stat_fields(int(entry.name))
-            if fields is not None:
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
-    return found
-
-
 @dataclass
 class Tree:
     """A server's process tree: what it spends (CPU seconds, counting reaped children) and holds."""
@@ -108,15 +102,14 @@ class Tree:
     pids: list[int] = field(default_factory=list)
 
     def refresh(self) -> None:
-        self.pids = descendants(self.root)
+        self.pids = process_tree(self.root)
 
     def cpu_seconds(self) -> float:
         return cpu_seconds(self.pids, reaped_children=True)
 
     def pin(self, core: str) -> None:
         self.refresh()
-        for pid in self.pids:
-            subprocess.run(["taskset", "-a", "-p", "-c", core, str(pid)], capture_output=True, check=False)
+        pin(self.pids, core)
 
     def check_pinned(self, core: str) -> None:
         """Pin again, then refuse to measure if any process of the tree runs off `core`: a process
@@ -178,27 +171,14 @@ def start_thumbor(thumbor_bin: Path, conf: Path) -> tuple[subprocess.Popen[bytes
             return process, port
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
-                stop_thumbor(process)
+                stop_process(process, 10)
                 raise RuntimeError(f"thumbor did not start on port {port}") from None
             time.sleep(0.2)
-
-
-def stop_thumbor(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def thumbor_path(name: str, width: int, fmt: str) -> str:
     """thumbor's URL path for `name` at `width` in `fmt` at the benchmark's nominal quality."""
     return f"/unsafe/{width}x0/filters:format({fmt}):quality({QUALITY[fmt]})/{name}"
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 # --- pictures with a round's comment in their bytes ---------------------------------------------
@@ -382,11 +362,6 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
-
-
 async def run(args: argparse.Namespace, workdir: Path) -> None:
     os.sched_setaffinity(0, {int(LOAD_CORE)})
     thumbor_bin = ensure_thumbor()
@@ -484,7 +459,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
         print(table(rows))
     finally:
         cdn.stop()
-        stop_thumbor(thumbor)
+        stop_process(thumbor, 10)
 
 
 def main(argv: list[str] | None = None) -> int:

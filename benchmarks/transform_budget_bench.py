@@ -28,6 +28,8 @@ from pathlib import Path
 import aiohttp
 import pyvips
 
+from benchmarks.measure import process_tree, rss_bytes, stop_process
+
 KEYS = {
     "ASSETCDN_ACCESS_KEY": "bench-access", "ASSETCDN_ACCOUNT_KEY": "bench-account",
     "ASSETCDN_PURGE_KEY": "bench-purge", "ASSETCDN_ANALYTICS_KEY": "bench-analytics",
@@ -36,7 +38,6 @@ KEYS = {
 }
 ZONE = "bench"
 REQUESTS = [("anim.gif", "w=50"), ("anim.gif", "w=80&h=50"), ("blur.svg", "format=png"), ("blur.svg", "w=4000")]
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def animated_gif(width: int = 100, height: int = 100, frames: int = 9000) -> bytes:
@@ -80,30 +81,24 @@ def free_ports(count: int) -> int:
     raise RuntimeError("no free ports")
 
 
-def rss_mb(pid: int) -> float:
+def cmdline(pid: int) -> str:
     try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
-    except (OSError, IndexError, ValueError):
-        return 0.0
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 def processes(data_dir: Path) -> tuple[int, list[int]]:
-    """(pid of the edge process, pids of its children other than multiprocessing's tracker)."""
-    edge = 0
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if "-m assetcdn.edge" in cmdline and str(data_dir) in cmdline:
-            edge = int(entry.name)
-    children = [pid for pid, parent in parents.items() if parent == edge and
-                b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
-    return edge, children
+    """(pid of the edge process, pids of the processes under it other than multiprocessing's tracker)."""
+    edge = next((int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
+                 and "-m assetcdn.edge" in (line := cmdline(int(entry.name))) and str(data_dir) in line), 0)
+    if not edge:
+        return 0, []
+    return edge, [pid for pid in process_tree(edge)[1:] if "resource_tracker" not in cmdline(pid)]
+
+
+def rss_mb(pid: int) -> float:
+    return rss_bytes([pid]) / 2**20
 
 
 def memory(data_dir: Path) -> str:
@@ -187,12 +182,7 @@ def main() -> None:
         print(f"code: {Path.cwd()}; settings: {args.env or 'defaults'}")
         asyncio.run(run(args, data_dir, f"http://127.0.0.1:{base}", f"http://127.0.0.1:{base + 1}"))
     finally:
-        up.terminate()
-        try:
-            up.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            up.kill()
-            up.wait()
+        stop_process(up, 30)
 
 
 if __name__ == "__main__":

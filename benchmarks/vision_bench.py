@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from assetcdn.control.ai.ocr import OCR_SIZE, read_text, tesseract
 from assetcdn.control.ai.smart_crop import compass, smart_crop
 from assetcdn.shared.faces import DETECT_SIZE, DETECTOR, detect_faces_haar, detect_faces_rgb
 from assetcdn.shared.manifest import make_entry
+from benchmarks.measure import percentile
 
 NO_FACE_PHOTOS = ("coffee", "chelsea", "rocket", "hubble_deep_field", "immunohistochemistry", "coins", "horse",
                   "clock", "brick", "grass", "gravel", "moon", "page", "text", "logo", "colorwheel", "retina",
@@ -174,11 +174,6 @@ def centre_in(box: Box, area: Box) -> bool:
     return ax <= x + w / 2 <= ax + aw and ay <= y + h / 2 <= ay + ah
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(int(len(ordered) * q), len(ordered) - 1)]
-
-
 def bench_faces(samples: list[Sample], repeat: int) -> None:
     detectors = {"today's edge: equalizeHist + Haar (640 px)": todays_edge,
                  f"assetcdn/shared/faces.py fallback: CLAHE + Haar ({DETECT_SIZE} px)": shared_detector(detect_faces_haar),
@@ -203,7 +198,7 @@ def bench_faces(samples: list[Sample], repeat: int) -> None:
                 fn += 1
         precision = tp / max(tp + fp, 1)
         print(f"| {name} | {precision:.3f} | {tp / positives:.3f} | {fp} | {fn} | "
-              f"{statistics.median(times):.1f} | {percentile(times, 0.95):.1f} |")
+              f"{percentile(times, 0.5):.1f} | {percentile(times, 0.95):.1f} |")
 
 
 def jpeg(pixels: np.ndarray) -> bytes:
@@ -228,7 +223,7 @@ def bench_smart_crop(samples: list[Sample], subjects: list[tuple[Sample, str]]) 
     print("| set | pictures | right | accuracy | ms p50 (JPEG in) | ms p95 |")
     print("|---|---|---|---|---|---|")
     print(f"| a face: `face`, focus on it | {len(with_face)} | {right} | {right / len(with_face):.3f} | "
-          f"{statistics.median(times):.1f} | {percentile(times, 0.95):.1f} |")
+          f"{percentile(times, 0.5):.1f} | {percentile(times, 0.95):.1f} |")
     by_confidence: dict[str, list[bool]] = {}
     times = []
     for sample, expected in subjects:
@@ -239,7 +234,7 @@ def bench_smart_crop(samples: list[Sample], subjects: list[tuple[Sample, str]]) 
         by_confidence.setdefault(found.confidence, []).append(found.gravity == expected)
     hits = [h for v in by_confidence.values() for h in v]
     print(f"| a subject in a known cell: its compass gravity | {len(hits)} | {sum(hits)} | "
-          f"{sum(hits) / len(hits):.3f} | {statistics.median(times):.1f} | {percentile(times, 0.95):.1f} |")
+          f"{sum(hits) / len(hits):.3f} | {percentile(times, 0.5):.1f} | {percentile(times, 0.95):.1f} |")
     for confidence in ("high", "medium", "low"):
         found_hits = by_confidence.get(confidence, [])
         if found_hits:
@@ -271,9 +266,9 @@ def bench_moderation(samples: list[Sample], repeat: int) -> None:
     print("| step | ms p50 | ms p95 |")
     print("|---|---|---|")
     print(f"| model load + first inference (once per process) | {load_ms:.0f} | |")
-    print(f"| inference on the {DETECT_SIZE} px analysis copy | {statistics.median(infer):.1f} | "
+    print(f"| inference on the {DETECT_SIZE} px analysis copy | {percentile(infer, 0.5):.1f} | "
           f"{percentile(infer, 0.95):.1f} |")
-    print(f"| whole analysis from JPEG bytes (decode, copy, inference, verdict) | {statistics.median(whole):.1f} | "
+    print(f"| whole analysis from JPEG bytes (decode, copy, inference, verdict) | {percentile(whole, 0.5):.1f} | "
           f"{percentile(whole, 0.95):.1f} |")
 
 
@@ -291,7 +286,7 @@ def bench_alt_text(samples: list[Sample]) -> None:
         times.append((time.perf_counter() - start) * 1000)
         print(f"- `{sample.name}.jpg`: {found.alt}")
     engine = f"Tesseract {tesseract()[1]}" if tesseract() else "no Tesseract"  # type: ignore[index]
-    print(f"\nAlt text, local engine ({engine}): p50 {statistics.median(times):.0f} ms, "
+    print(f"\nAlt text, local engine ({engine}): p50 {percentile(times, 0.5):.0f} ms, "
           f"max {max(times):.0f} ms over {len(times)} pictures")
 
 

@@ -38,6 +38,7 @@ from aiohttp import web
 from assetcdn.control.storage.database import open_database
 from assetcdn.control.webhooks.events import Event
 from assetcdn.control.webhooks.outbox import Outbox
+from benchmarks.measure import percentile
 from tests.control.webhooks.receiver import Receiver
 from tests.integration.harness import ACCESS, ACCOUNT, start_cdn
 
@@ -55,11 +56,6 @@ async def wait_for(receiver: Receiver, condition: Callable[[], bool], bound_s: f
         except TimeoutError:
             if time.monotonic() > deadline:
                 raise
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
 async def register(session: aiohttp.ClientSession, control: str, receiver: Receiver, name: str) -> None:
@@ -157,7 +153,7 @@ async def main() -> None:
     alone = await outbox_alone(args.backlog * 2)
     assert not receiver.bad_signatures
     print(f"latency event -> receiver ({len(latency)} events, one webhook): p50 {statistics.median(latency):.1f} ms, "
-          f"p90 {percentile(latency, 90):.1f} ms, p99 {percentile(latency, 99):.1f} ms, max {max(latency):.1f} ms")
+          f"p90 {percentile(latency, 0.9):.1f} ms, p99 {percentile(latency, 0.99):.1f} ms, max {max(latency):.1f} ms")
     print(f"written through the API (batch uploads of {BATCH}): {written:.0f} events/s")
     print(f"delivered ({args.backlog} events x {args.hooks} webhooks, backlog drained): {delivered:.0f} deliveries/s")
     print(f"outbox alone: {alone[1]:.0f} events/s (1 per transaction), {alone[BATCH]:.0f} events/s "

@@ -87,7 +87,7 @@ def wait_gone(pids: set[int], timeout_s: float = 60) -> set[int]:
     return left
 
 
-UP_MODULE = "assetcdn.cli"  # the `up` supervisor; benchmarks/compare_hits.py names an older checkout's
+UP_MODULE = "assetcdn.cli"  # the `up` supervisor
 
 
 def up_command(data_dir: Path, *, edge_port: int, control_port: int, dashboard_port: int, edges: int = 1,

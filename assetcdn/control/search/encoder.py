@@ -84,7 +84,7 @@ def _layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) 
 
 def _linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
     """x (tokens, in) times a (out, in) weight, as stored. Computed as W @ x.T: OpenBLAS is faster in
-    that orientation for the few-token matrices of a search query (benchmarks/README.md)."""
+    that orientation for the few-token matrices of a search query (benchmarks/ARCHIVE.md)."""
     return (weight @ x.T).T + bias
 
 

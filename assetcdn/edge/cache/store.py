@@ -13,7 +13,7 @@ Blocking and the event loop. ``get`` is meant to be called inline on the event l
   ``memory_max_object`` bytes, one file read of that size; larger bodies are returned as a
   path without reading them.
 
-Measured (5 KB bodies; benchmarks/README.md): a diskcache read inline serves more hits than
+Measured (5 KB bodies; benchmarks/ARCHIVE.md): a diskcache read inline serves more hits than
 one through ``run_in_executor``: the executor hop costs more than the read. So small reads stay inline. ``put`` of large bodies or streams, ``purge_tags`` and
 ``purge_all`` write and may take milliseconds: call them through an executor from async
 code (all methods are thread-safe).

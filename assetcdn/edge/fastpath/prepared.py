@@ -10,7 +10,7 @@ takes effect at once and no evicted body stays alive here) and written from memo
 disk only (larger than ``edge.memory_object_max_kb``) is the disk tier's file, opened per request
 and sent with sendfile (a purge unlinks it: the open fails and the request goes to the full
 application, which fetches it again). Writing a memory-tier body beats sendfile of its file on
-throughput (hits_bench; the figures are in benchmarks/README.md), though sendfile costs less CPU per byte.
+throughput (hits_bench; the figures are in benchmarks/ARCHIVE.md), though sendfile costs less CPU per byte.
 
 What makes a prepared hit stale, and how each is seen on the next request:
 

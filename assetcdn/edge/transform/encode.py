@@ -1,7 +1,7 @@
 """Encoders: one small function per output format, all taking an 8-bit sRGB or grey image.
 
 Settings were chosen by measurement against thumbor's (Pillow) output of the same pictures at
-the same quality: bytes, SSIM against a reference resize, and encoder CPU (benchmarks/README.md,
+the same quality: bytes, SSIM against a reference resize, and encoder CPU (benchmarks/ARCHIVE.md,
 "Transforms beside thumbor", has each lever's figures; benchmarks/encoder_bench.py measures them).
 AVIF effort 1 (aom cpu-used 8): far less CPU than effort 3 for about the same bytes, SSIM still
 above thumbor's; effort 2 is no smaller than 1, and higher efforts take seconds. libvips and

@@ -36,7 +36,7 @@ def map_frames(image: pyvips.Image, operation: Callable[[pyvips.Image], pyvips.I
 
     Frames are rendered one at a time into memory. Left lazy, every frame would be its own
     libvips pipeline with its own buffers, all alive at once when the strip is encoded, which
-    took an order of magnitude more memory on a long GIF (benchmarks/README.md, "Figures behind
+    took an order of magnitude more memory on a long GIF (benchmarks/ARCHIVE.md, "Figures behind
     comments in the source").
     """
     count = page_count(image)

@@ -1,0 +1,130 @@
+"""What every benchmark measures with, one definition each: percentiles, the machine and its load, the
+tools a benchmark needs, and what a server's processes spend and hold (read from /proc, Linux).
+
+SSIM is benchmarks/quality.py's (it needs numpy, pyvips and scikit-image, which the hit benchmarks
+do not import).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+def percentile(values: Iterable[float], fraction: float) -> float:
+    """The ``fraction`` (0 to 1) percentile of ``values``: the value at index round(fraction * (n - 1)) of
+    the sorted values (numpy's method="nearest"), so a percentile is always a measured value; 0.0 when
+    there are none. p50 is ``percentile(values, 0.5)``, p99 ``percentile(values, 0.99)``."""
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
+
+
+def load_average() -> str:
+    """The machine's load average over 1, 5 and 15 minutes, e.g. "3.12 2.80 2.41"."""
+    return " ".join(f"{load:.2f}" for load in os.getloadavg())
+
+
+def machine() -> str:
+    """How many CPUs and which, e.g. "2 vCPU, Intel(R) Xeon(R) ..."."""
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), "unknown CPU")
+    return f"{os.cpu_count()} vCPU, {model}"
+
+
+def tool_path(name: str) -> str:
+    """The executable ``name`` on PATH, or in /usr/sbin (where Debian puts varnishd, nginx and hitch,
+    outside a user's PATH)."""
+    return shutil.which(name) or f"/usr/sbin/{name}"
+
+
+def require_tools(tools: Iterable[str], make_target: str) -> None:
+    """Stop with a message naming the make target that installs them when any of ``tools`` is missing."""
+    missing = [tool for tool in tools if not Path(tool_path(tool)).exists()]
+    if missing:
+        raise SystemExit(f"missing {', '.join(missing)}: run `make {make_target}` (installs them from Debian)")
+
+
+def stop_process(process: subprocess.Popen[Any], timeout_s: float = 20.0) -> None:
+    """SIGTERM, then SIGKILL if ``process`` has not exited within ``timeout_s``; reaped either way."""
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def process_tree(*roots: int) -> list[int]:
+    """Each of ``roots`` and every process under it, each pid once (a server's master and its workers,
+    an edge and its image workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := stat_fields(int(entry.name))) is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: dict[int, None] = {}  # insertion-ordered: roots first
+    todo = list(reversed(roots))
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found[pid] = None
+            todo.extend(children.get(pid, []))
+    return list(found)
+
+
+def pin(pids: Iterable[int], core: str) -> None:
+    """Every thread of ``pids`` onto ``core`` (a taskset CPU list: "0", "0-1"); a pid gone meanwhile is skipped."""
+    for pid in pids:
+        subprocess.run(["taskset", "-a", "-p", "-c", core, str(pid)], capture_output=True, check=False)
+
+
+def cpu_seconds(pids: Iterable[int], *, reaped_children: bool = False) -> float:
+    """User plus system CPU of ``pids``; with ``reaped_children``, also that of the children they
+    have waited for (a server that forks a process per job spends its CPU there)."""
+    ticks = 0
+    for pid in pids:
+        fields = stat_fields(pid)
+        if fields is not None:  # utime, stime, cutime, cstime
+            ticks += int(fields[11]) + int(fields[12])
+            if reaped_children:
+                ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def rss_bytes(pids: Iterable[int]) -> int:
+    """Resident memory of ``pids`` together (VmRSS; shared pages count once per process)."""
+    return _kilobytes_of(pids, "status", "VmRSS:")
+
+
+def pss_bytes(pids: Iterable[int]) -> int:
+    """Proportional memory of ``pids`` together (Pss: a page shared by n processes counts 1/n in each),
+    so processes forked from one parent are not charged its pages once per child."""
+    return _kilobytes_of(pids, "smaps_rollup", "Pss:")
+
+
+def _kilobytes_of(pids: Iterable[int], name: str, field: str) -> int:
+    """The sum over ``pids`` of the "<field> N kB" line of /proc/<pid>/<name>, in bytes."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+                if line.startswith(field):
+                    total += int(line.split()[1]) * 1024
+                    break
+        except OSError:
+            continue
+    return total
