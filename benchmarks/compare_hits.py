@@ -1,0 +1,124 @@
+"""The edge of two checkouts side by side: CPU per hit and hits per core, in interleaved rounds.
+
+    .venv/bin/python -m benchmarks.compare_hits --before /path/to/old/checkout [--after .] [--rounds 5]
+
+For a change to the hit path (the before/after pair `make bench-hits` is judged by), measured on a shared machine: one ``assetcdn up`` (one edge, one
+worker) is started from each checkout (its code is what that edge runs), both edges pinned to core 0,
+wrk (``-t2 -c64``) and both control planes to core 1. The 5 KB and 100 KB files of
+benchmarks/hits_bench.py are uploaded to each and warmed. Each round runs every size on both edges
+in turn (the order alternates per round), so the machine's load weighs on both alike. Printed per
+size: medians of req/s, worker CPU (cores) and microseconds of worker CPU per hit, and the ratio.
+Also Varnish (benchmarks/hits_bench.py's configuration, in front of the "after" control plane) when
+``--varnish`` is given, for the ratio to it in the same rounds. Loopback only; bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.hits_bench import (
+    Server,
+    edge_server,
+    prepare_files,
+    start_varnish,
+    stop,
+    wait_up,
+    warm,
+)
+from benchmarks.load import run_wrk
+from benchmarks.measure import load_average, machine, pin, process_tree
+from tests.integration.harness import RunningCdn, free_port_block, start_cdn
+
+SIZES = ["5 KB", "100 KB"]
+
+
+def start_from(checkout: Path, workdir: Path) -> RunningCdn:
+    here = os.getcwd()
+    os.chdir(checkout)  # `assetcdn up` runs ``python -m assetcdn.cli``: the checkout's code
+    try:
+        return start_cdn(workdir, workers=1, env_extra={"ASSETCDN_EDGE_MEMORY_CACHE_MB": "512"})
+    finally:
+        os.chdir(here)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", type=Path, required=True, help="checkout of the code to compare against")
+    parser.add_argument("--after", type=Path, default=Path("."))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--varnish", action="store_true")
+    args = parser.parse_args(argv)
+    prefix = ("taskset", "-c", "1")
+    print(f"# compare_hits: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
+    with tempfile.TemporaryDirectory(prefix="compare-hits-") as tmp:
+        workdir = Path(tmp)
+        os.chmod(workdir, 0o755)
+        cdns: dict[str, RunningCdn] = {}
+        servers: dict[str, Server] = {}
+        paths: dict[str, str] = {}
+        varnish: Server | None = None
+        try:
+            for name, checkout in (("before", args.before.resolve()), ("after", args.after.resolve())):
+                (workdir / name).mkdir()
+                cdn = cdns[name] = start_from(checkout, workdir / name)
+                pin(cdn.pids("-m assetcdn.control "), "1")
+                servers[name] = edge_server(cdn)
+                pin(servers[name].pids, "0")
+                paths, bodies = asyncio.run(prepare_files(cdn, SIZES))
+                asyncio.run(warm(servers[name].base, list(paths.values()), bodies))
+            if args.varnish:
+                control_port = int(cdns["after"].control_url.rsplit(":", 1)[1])
+                varnish = start_varnish(workdir, free_port_block(1), control_port, "0")
+                asyncio.run(wait_up(varnish.base + "/"))
+                assert varnish.process is not None
+                varnish.pids = process_tree(varnish.process.pid)
+                pin(varnish.pids, "0")
+                asyncio.run(warm(varnish.base, list(paths.values())))
+                servers["varnish"] = varnish
+            results: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+            order = list(servers)
+            for round_ in range(args.rounds):
+                for size in SIZES:
+                    for name in order:
+                        server = servers[name]
+                        before = server.cpu_seconds()
+                        began = time.monotonic()
+                        result = run_wrk(f"{server.base}/{paths[size]}", args.duration, args.connections, 2,
+                                         prefix=prefix)
+                        used = server.cpu_seconds() - before
+                        cores = used / (time.monotonic() - began)
+                        us = used / result.requests * 1e6 if result.requests else 0.0
+                        results.setdefault((name, size), []).append((result.rps, cores, us))
+                        print(f"round {round_ + 1} {size:>6} {name:>7}: {result.rps:9,.0f} req/s cpu {cores:.2f} "
+                              f"{us:6.1f} us/hit (load {load_average()})", flush=True)
+                order = order[1:] + order[:1]
+            print(f"\n# medians of {args.rounds} rounds; load average after: {load_average()}\n")
+            print("| object | server | req/s | CPU (cores) | us of CPU per hit | hits per core | "
+                  "per core vs before |\n|---|---|---:|---:|---:|---:|---:|")
+            for size in SIZES:
+                base_us = statistics.median(us for _, _, us in results[("before", size)])
+                for name in servers:
+                    rows = results[(name, size)]
+                    us = statistics.median(u for _, _, u in rows)
+                    print(f"| {size} | {name} | {statistics.median(r for r, _, _ in rows):,.0f} | "
+                          f"{statistics.median(c for _, c, _ in rows):.2f} | {us:.1f} | {1e6 / us:,.0f} | "
+                          f"{base_us / us:.2f}x |")
+        finally:
+            if varnish is not None:
+                stop(varnish)
+            for cdn in cdns.values():
+                cdn.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
