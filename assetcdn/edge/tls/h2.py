@@ -767,7 +767,8 @@ class H2Protocol(asyncio.Protocol):
     def _answer_directly(self, stream_id: int, headers: Iterable[Header]) -> bool:
         """A GET or HEAD without a body answered by the hit path from the stream's fields (HitServer.answer_stream),
         its body sent from memory as the windows allow; False: the stream's HTTP/1.1 request goes the usual
-        way (a miss, a body on disk, anything the fields make unusual, and what request_head refuses)."""
+        way (a miss, a body on disk, anything the fields make unusual). Fields malformed by RFC 9113 (CR, LF or NUL
+in a value, a name not a lowercase token) never get here: libnghttp2 resets their stream."""
         slots = self.request.headers
         slots[0] = slots[1] = slots[2] = slots[3] = slots[4] = slots[5] = None
         wanted = self.wanted
