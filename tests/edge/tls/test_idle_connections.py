@@ -5,15 +5,16 @@ and the idle timeout (`tls.h2_idle_timeout_s`). The memory check is a size, neve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import struct
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.edge.tls.client import TIMEOUT_S
 from tests.edge.tls.conftest import ZONE, HttpsCdn, start_https_cdn, worker_rss
+from tests.edge.tls.flood import frame
 from tests.edge.tls.idle import GOAWAY, IdleClients, open_idle, read_frame
 
 pytestmark = pytest.mark.integration
@@ -54,15 +55,14 @@ def test_idle_connections_that_fetched_a_large_hit_hold_little_memory(https_cdn:
     assert grown / CONNECTIONS < PER_CONNECTION_MAX, f"{grown / CONNECTIONS / 1024:.0f} KiB per idle connection"
 
 
-async def refused_until(port: int, accepted: bool) -> IdleClients:
-    """One more connection, tried until it is accepted (or refused), as the worker sees earlier ones go."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while True:
-        clients = await open_idle(port, 1)
-        if bool(clients.writers) == accepted or time.monotonic() > deadline:
-            return clients
-        clients.close()
-        await asyncio.sleep(0.05)
+async def closed_by_client(clients: IdleClients) -> None:
+    """One connection ended by its client (GOAWAY), read until the server has closed it too."""
+    writer, reader = clients.writers.pop(), clients.readers.pop()
+    writer.write(frame(GOAWAY, struct.pack(">II", 0, 0)))
+    with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+        while True:
+            await asyncio.wait_for(read_frame(reader), TIMEOUT_S)
+    writer.close()
 
 
 def test_past_the_connection_cap_a_new_connection_is_refused_with_goaway_until_one_closes(limited: HttpsCdn) -> None:
@@ -72,8 +72,8 @@ def test_past_the_connection_cap_a_new_connection_is_refused_with_goaway_until_o
         extra = await open_idle(limited.https_port, 1)
         try:
             assert extra.refused == 1 and extra.goaway_codes == [0]  # NO_ERROR, no stream taken: may try again
-            held.writers.pop().close()
-            again = await refused_until(limited.https_port, accepted=True)
+            await closed_by_client(held)
+            again = await open_idle(limited.https_port, 1)
             assert len(again.writers) == 1, "a closed connection still counted against the cap"
             again.close()
         finally:
