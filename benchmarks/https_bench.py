@@ -13,6 +13,7 @@ both; the load generator and control run on core 1 (control at SCHED_IDLE). Per 
 
 - ``tls h1``: wrk over https with keep-alive (``-t2 -c64``): TLS records, no handshakes after the first;
 - ``h2``: h2load (``-c8 -m16``: 8 connections, 16 streams each) over https with ALPN h2;
+- ``h2 m100``: the same with 100 streams per connection (``-c8 -m100``), every stream a server allows at once;
 - ``new conn``: wrk with ``Connection: close``: every request a new TCP connection and a full TLS
   handshake (TLS 1.3, ECDHE P-256 or X25519, ECDSA signature) plus one 5 KB hit.
 
@@ -51,7 +52,8 @@ from tests.edge.tls.certs import TestCa
 from tests.integration.harness import KEYS, free_port_block, start_cdn
 
 SIZES = ["5 KB", "100 KB"]
-MODES = ("tls h1", "h2", "new conn")
+MODES = ("tls h1", "h2", "h2 m100", "new conn")
+H2LOAD_STREAMS = {"h2": 16, "h2 m100": 100}  # streams per connection (h2load -m)
 SERVERS = ("hitch+varnish", "nginx", "edge")
 
 HITCH = """frontend = "[127.0.0.1]:{port}"
@@ -127,8 +129,8 @@ async def warm(base: str, paths: list[str], bodies: dict[str, bytes]) -> None:
                 await asyncio.sleep(0.1)
 
 
-def run_h2load(url: str, duration: float, prefix: tuple[str, ...]) -> tuple[float, int]:
-    completed = subprocess.run([*prefix, "h2load", "-c8", "-m16", "-t1", f"-D{max(1, round(duration))}", url],
+def run_h2load(url: str, duration: float, prefix: tuple[str, ...], streams: int = 16) -> tuple[float, int]:
+    completed = subprocess.run([*prefix, "h2load", "-c8", f"-m{streams}", "-t1", f"-D{max(1, round(duration))}", url],
                                capture_output=True, text=True, timeout=duration + 60, check=False)
     finished = re.search(r"finished in [\d.]+m?s, ([\d.]+) req/s", completed.stdout)
     counts = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed, (\d+) errored",
@@ -141,8 +143,8 @@ def run_h2load(url: str, duration: float, prefix: tuple[str, ...]) -> tuple[floa
 def measure_one(server: Server, mode: str, url: str, args: argparse.Namespace, prefix: tuple[str, ...]) -> Sample:
     before = server.cpu_seconds()
     began = time.monotonic()
-    if mode == "h2":
-        rps, errors = run_h2load(url, args.duration, prefix)
+    if mode in H2LOAD_STREAMS:
+        rps, errors = run_h2load(url, args.duration, prefix, H2LOAD_STREAMS[mode])
     else:
         headers = ("Connection: close",) if mode == "new conn" else ()
         result = run_wrk(url, args.duration, args.connections, 2, prefix=prefix, headers=headers)
@@ -154,7 +156,7 @@ def measure_one(server: Server, mode: str, url: str, args: argparse.Namespace, p
 def table(samples: dict[tuple[str, str, str], list[Sample]]) -> str:
     lines = ["| mode | object | server | req/s | server CPU (cores) | req/s per core | per core vs hitch+Varnish | "
              "errors |", "|---|---|---|---:|---:|---:|---:|---:|"]
-    for mode in MODES:
+    for mode in [mode for mode in MODES if any(key[1] == mode for key in samples)]:
         for size in (SIZES[:1] if mode == "new conn" else SIZES):
             anchor = statistics.median(s.per_core for s in samples[("hitch+varnish", mode, size)])
             for name in SERVERS:
@@ -174,7 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--server-core", default="0")
     parser.add_argument("--load-core", default="1")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"a comma-separated choice of {', '.join(MODES)}")
     args = parser.parse_args(argv)
+    modes = [mode.strip() for mode in args.modes.split(",")]
+    if not set(modes) <= set(MODES):
+        parser.error(f"--modes: choose among {', '.join(MODES)}")
     require_tools()
     core, load_core = args.server_core, args.load_core
     prefix = ("taskset", "-c", load_core)
@@ -220,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             samples: dict[tuple[str, str, str], list[Sample]] = {}
             for round_index in range(args.rounds):
                 order = list(SERVERS[round_index % 3:] + SERVERS[:round_index % 3])
-                for mode in MODES:
+                for mode in modes:
                     for size in (SIZES[:1] if mode == "new conn" else SIZES):
                         for name in order:
                             server = servers[name]

@@ -25,9 +25,10 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
+from ngh2 import NeverIndexedHeader
 
 from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.delivery_log import Pending, body_sent, country_code
@@ -54,6 +55,7 @@ from assetcdn.edge.site_config import canonical_host, is_valid_host
 from assetcdn.edge.states.deliver import etag_matches, parse_range
 from assetcdn.edge.states.freshness import Reuse, reuse
 from assetcdn.edge.states.recv import PullPath
+from assetcdn.edge.tls.h2 import Fields, response_fields
 from assetcdn.edge.tls.policy import HSTS_HEADER, hsts_value, redirects_plain_http
 from assetcdn.shared.http_server import header_timeout_s
 from assetcdn.shared.metrics import LATENCY_BUCKETS, METRICS
@@ -65,6 +67,19 @@ MAX_HOSTS = 1024                    # distinct Host values kept; more (a scan) s
 NO_DIRECTIVES: dict[str, str | None] = {}  # a request without Cache-Control or Pragma (request_directives)
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+class Request(Protocol):
+    """What the hit decisions read of a request besides its method, Host and path: the values of the header
+    fields in WANTED's slots (the HTTP/1.1 connection, or an HTTP/2 stream's, assetcdn/edge/tls/h2.py) and
+    the client's address."""
+
+    headers: list[bytes | None]
+    peer: str | None
+
+
+# An HTTP/2 stream's answer (answer_stream): its header fields, its body (None: none), its delivery.
+StreamAnswer = tuple[Fields, bytes | memoryview | None, Pending]
 
 
 def date_line(now: float) -> bytes:
@@ -102,6 +117,7 @@ class HitServer:
         self.loop = asyncio.get_running_loop()
         self.ids = app[REQUEST_IDS]  # the application's own (assetcdn/shared/middleware.py)
         self.connections: set[HitProtocol] = set()
+        self.h2_connections = 0  # HTTP/2 connections open (assetcdn/edge/tls/h2.py keeps the count and its cap)
         self.hosts: dict[bytes, HostView] = {}
         self.prepared = 0  # prepared hits held, over every Host
         self.config: Any = None
@@ -109,6 +125,8 @@ class HitServer:
         self.answering = False
         self.started = 0.0
         self.date = date_line(time.time()) + self.extra_head  # the lines every answer has before its id
+        self.stream_date = b""            # `date` as HTTP/2 fields (`stream_tail`), made once per second
+        self.stream_tail: Fields = ()
         self.cache_hit = self.metrics.cache_result("HIT")
         self.served = 0  # requests answered here (the rest went to the application)
         # Counted here in plain ints, moved into the metrics when they flush (collect_metrics):
@@ -212,38 +230,14 @@ class HitServer:
             view = self._host_view(host)
             if view is None:
                 return HAND_OVER
-        hit = view.hits.get(path)
-        if hit is None and (pulled := view.pulls.get(url)) is not None:
+        if path not in view.hits and (pulled := view.pulls.get(url)) is not None:
             return self._answer_pull(conn, view, url, pulled, head_only, out)
-        obj: Any = None
-        fileno = -1
-        for _attempt in range(2):
-            if hit is None or self.entries.get(hit.cdn_path) is not hit.entry:
-                made = self._prepare(view, path)
-                if made is None:
-                    return HAND_OVER
-                if isinstance(made, PullPath):
-                    return self._answer_pull(conn, view, url, None, head_only, out, made)
-                hit, obj = made
-            if hit.file is None:
-                if obj is None:
-                    obj = self.memory.hit(hit.key)
-                if obj is not None:
-                    break
-            else:
-                try:
-                    if head_only or self._revalidated(conn, hit):  # no body to send: see that it is there
-                        os.stat(hit.file)
-                    else:
-                        fileno = os.open(hit.file, os.O_RDONLY | os.O_CLOEXEC)
-                    break
-                except FileNotFoundError:  # purged or evicted: the application fetches it again
-                    pass
-            self._drop(view, path)
-            hit = obj = None
-        else:
+        found = self._find(conn, view, path, head_only, True)
+        if isinstance(found, PullPath):
+            return self._answer_pull(conn, view, url, None, head_only, out, found)
+        if found is None:
             return HAND_OVER
-        assert hit is not None
+        hit, obj, fileno = found
         try:
             return self._respond(conn, view, hit, obj, fileno, head_only, out)
         except BaseException:
@@ -251,8 +245,43 @@ class HitServer:
                 os.close(fileno)
             raise
 
+    def _find(self, conn: Request, view: HostView, path: bytes, head_only: bool,
+              files: bool) -> tuple[Prepared, Any, int] | PullPath | None:
+        """The hit of ``path`` on ``view``'s host, valid now: (prepared hit, its memory-tier object, or
+        the descriptor of its file opened for a body to send, else -1); a pull zone's path (its own hits are
+        ``_answer_pull``'s); None when the application answers (and, with ``files`` False, for a body on disk
+        only)."""
+        hit = view.hits.get(path)
+        obj: Any = None
+        fileno = -1
+        for _attempt in range(2):
+            if hit is None or self.entries.get(hit.cdn_path) is not hit.entry:
+                made = self._prepare(view, path)
+                if made is None or isinstance(made, PullPath):
+                    return made
+                hit, obj = made
+            if hit.file is None:
+                if obj is None:
+                    obj = self.memory.hit(hit.key)
+                if obj is not None:
+                    return hit, obj, fileno
+            elif not files:
+                return None
+            else:
+                try:
+                    if head_only or self._revalidated(conn, hit):  # no body to send: see that it is there
+                        os.stat(hit.file)
+                    else:
+                        fileno = os.open(hit.file, os.O_RDONLY | os.O_CLOEXEC)
+                    return hit, obj, fileno
+                except FileNotFoundError:  # purged or evicted: the application fetches it again
+                    pass
+            self._drop(view, path)
+            hit = obj = None
+        return None
+
     @staticmethod
-    def _revalidated(conn: HitProtocol, hit: Prepared) -> bool:
+    def _revalidated(conn: Request, hit: Prepared) -> bool:
         """The request's If-None-Match names this hit's ETag: it is answered 304, without a body."""
         if_none_match = conn.headers[1]
         return if_none_match is not None and etag_matches(if_none_match.decode("latin-1"), hit.etag)
@@ -382,7 +411,7 @@ class HitServer:
             os.close(fileno)
         return HAND_OVER
 
-    def _count(self, conn: HitProtocol, view: HostView, hit: Prepared | PulledHit, status: int, sent: int, head_only: bool,
+    def _count(self, conn: Request, view: HostView, hit: Prepared | PulledHit, status: int, sent: int, head_only: bool,
                request_id: bytes) -> Pending:
         """Count the request; return its delivery, which the connection records once its body is out."""
         self.served += 1
@@ -398,6 +427,73 @@ class HitServer:
         return (self.now, view.name, "HEAD" if head_only else "GET", hit.cdn_path, hit.zone, status, sent, "HIT",
                 "XX" if country is None else country_code(country.decode("utf-8", "surrogateescape")), request_id,
                 conn.peer, seconds)
+
+    # --- HTTP/2 streams (assetcdn/edge/tls/h2.py) -----------------------------------------------------
+
+    def answer_stream(self, request: Request, head_only: bool, host: bytes, path: bytes) -> StreamAnswer | None:
+        """An HTTP/2 stream's GET (or HEAD) without a body, its fields in ``request``, answered as ``_answer``
+        answers the same request over HTTP/1.1, by the same decisions (``_find``, ``_count``), with no HTTP/1.1
+        head made or parsed: the prepared hit's fields are split once and kept on it. None: the application
+        answers, as it does for a body kept on disk only (sent from its file on the stream's HTTP/1.1 side).
+        ``begin_batch`` has run in this loop turn."""
+        try:
+            return self._answer_stream(request, head_only, host, path)
+        except Exception:  # never a broken stream for a hit: the application answers instead
+            log.exception("hit path failed; handing the request to the application")
+            return None
+
+    def _answer_stream(self, request: Request, head_only: bool, host: bytes, path: bytes) -> StreamAnswer | None:
+        headers = request.headers
+        if not self.answering or headers[4] is not None:  # Expect: the application decides
+            return None
+        query = path.find(b"?")
+        if query >= 0:
+            path = path[:query]
+        if path[:1] != b"/" or b"%" in path:
+            return None
+        view = self.hosts.get(host)
+        if view is None:
+            view = self._host_view(host)
+            if view is None:
+                return None
+        found = self._find(request, view, path, head_only, False)
+        if found is None or isinstance(found, PullPath):  # a pull zone's hit takes the HTTP/1.1 route
+            return None
+        hit, obj, _ = found
+        size = hit.size
+        start, end = 0, size
+        if self._revalidated(request, hit):
+            status = 304
+            fields = hit.h2_head_304
+            if fields is None:
+                fields = hit.h2_head_304 = response_fields(hit.head_304 or hit.not_modified_head())
+        else:
+            status = 200
+            fields = hit.h2_head
+            if fields is None:
+                fields = hit.h2_head = response_fields(hit.head)
+            if headers[2] is not None:
+                parsed = parse_range(headers[2].decode("latin-1"), size)
+                if parsed is False:  # 416: the application answers it
+                    return None
+                if parsed is not None:
+                    status = 206
+                    start, end = parsed
+                    fields = response_fields(hit.partial_head(start, end))
+        date = self.date
+        if date is not self.stream_date:
+            self.stream_date = date
+            self.stream_tail = response_fields(date)
+        request_id = self.ids.of(headers[3])
+        fields = fields + self.stream_tail + (NeverIndexedHeader(b"x-request-id", request_id),)
+        sent = body_sent(head_only, status, end - start)
+        body = None if not sent else obj.body if status == 200 else memoryview(obj.body)[start:end]
+        return fields, body, self._count(request, view, hit, status, sent, head_only, request_id)
+
+    def stream_sent(self, pending: Pending, sent: int, aborted: bool) -> None:
+        """A stream's hit is out (or the stream ended first, ``aborted``): ``sent`` body bytes went in DATA."""
+        self.body_bytes += sent
+        self.deliveries.settle(pending, sent, aborted)
 
     def _host_view(self, host: bytes) -> HostView | None:
         try:

@@ -40,6 +40,8 @@ other than If-None-Match, a stale entry, a Vary'd URL, a status other than 200, 
 
 from __future__ import annotations
 
+from typing import Any
+
 from multidict import CIMultiDict
 
 from assetcdn.edge.access import SourceRefused, find_source
@@ -82,7 +84,8 @@ PULL_PER_REQUEST_HEADERS = PER_REQUEST_HEADERS | {"age", "cache-status"}
 class Prepared:
     """One (Host, path)'s hit, valid while ``entry`` is the replica's entry for ``cdn_path``."""
 
-    __slots__ = ("entry", "cdn_path", "zone", "key", "file", "size", "etag", "head", "kept_304", "head_304")
+    __slots__ = ("entry", "cdn_path", "zone", "key", "file", "size", "etag", "head", "kept_304", "head_304",
+                 "h2_head", "h2_head_304")
 
     def __init__(self, entry: ManifestEntry, cdn_path: str, key: str, file: str | None, size: int,
                  etag: str | None, type_lines: bytes, kept_lines: bytes) -> None:
@@ -97,6 +100,9 @@ class Prepared:
         self.head = STATUS_200 + type_lines + kept_lines + b"Content-Length: %d\r\n" % size
         self.kept_304 = len(STATUS_200) + len(type_lines)   # where the lines a 304 keeps start
         self.head_304: bytes | None = None  # made on the first conditional hit
+        # The same heads as HTTP/2 header fields (assetcdn/edge/tls/h2.py response_fields), made on first use.
+        self.h2_head: tuple[Any, ...] | None = None
+        self.h2_head_304: tuple[Any, ...] | None = None
 
     def partial_head(self, start: int, end: int) -> bytes:
         """The head of a 206 for bytes ``[start, end)``: the 200's header lines (not kept twice)."""

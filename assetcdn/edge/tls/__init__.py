@@ -5,6 +5,7 @@
 - certificates.py: every certificate this worker offers (operator files, the TLS state, a self-signed
   default), one ``ssl.SSLContext`` per name picked by SNI, swapped in place when they change;
 - site.py: the https listener (the hit path's site with TLS), ALPN choosing HTTP/1.1 or HTTP/2;
-- h2.py: HTTP/2 connections (the ``h2`` library), each stream answered as the HTTP/1.1 path answers it;
+- h2.py: HTTP/2 connections (libnghttp2 through ``ngh2``): hits answered from the stream's fields by the hit
+  path's decisions, every other stream as the HTTP/1.1 path answers it;
 - policy.py: redirect of plain HTTP to https, HSTS, and the ACME challenge answers.
 """

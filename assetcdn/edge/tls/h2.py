@@ -1,6 +1,10 @@
 """HTTP/2 on the https port: frames, HPACK, streams and flow control by libnghttp2 (through ``ngh2``).
 
-Each stream is answered exactly as an HTTP/1.1 request on its own connection would be: its headers
+A stream asking for a hit (GET or HEAD, no body) is answered from its fields: ``HitServer.answer_stream``
+(assetcdn/edge/fastpath/hit_server.py) makes the HTTP/1.1 path's decisions on its method, authority, path and
+the few fields the hit path reads, and gives back the prepared hit's header fields (split once, kept on the
+prepared hit) and the memory tier's body (``_answer_directly``). Every other stream (a miss, a body on disk,
+anything unusual) is answered exactly as an HTTP/1.1 request on its own connection would be: its headers
 become an HTTP/1.1 request head (``Connection: close``; its body follows, chunked unless it has a
 length) fed to a HitProtocol (assetcdn/edge/fastpath/protocol.py) on a transport of the stream's own
 (``StreamTransport``). So a hit is answered by the hit path's HitServer, everything else by the
@@ -18,15 +22,18 @@ stream sends nothing more and its reader is told the connection is lost, as when
 goes away; a connection that resets too many is ended with ENHANCE_YOUR_CALM), as is one sending more
 than ``h2_max_control_frames_per_s`` frames that carry no request; nothing read from a client that does
 not read its answers (PING and SETTINGS floods); what a connection received handled a bounded part per
-loop turn (TURN_BUDGET), so one connection cannot hold the worker; an idle connection closed after
-``header_timeout_s``; and the same per-request limits as HTTP/1.1 (the request head goes through the
-same checks). Response bytes wait in a stream only while the client's flow-control window is shut, as
+loop turn (TURN_BUDGET), so one connection cannot hold the worker; and the same per-request limits as
+HTTP/1.1 (the request head goes through the same checks; a hit answered from the fields is one whose head
+would be within MAX_HEAD). Response bytes wait in a stream only while the client's flow-control window is shut, as
 references to what was written (never copies of a hit's body); past ``STREAM_BUFFER_HIGH`` for the
 stream or ``CONNECTION_BUFFER_HIGH`` for the connection the producer (the hit path's file, or the
 application) is paused, as a full socket pauses it on HTTP/1.1. A stream that sends nothing for
 ``send_timeout_s`` while it holds bytes is reset; a connection none of whose streams sent any is closed.
 The HPACK table the encoder keeps is capped (HPACK_TABLE_MAX) and per-response fields never indexed. On
-shutdown every connection gets GOAWAY and closes when its open streams are done.
+shutdown every connection gets GOAWAY and closes when its open streams are done. Frames go to TLS a slice
+(SEND_SLICE) per write, and none while the socket is full: TLS encrypts each write whole into a buffer that
+keeps its largest size while the connection lives. A worker keeps at most ``h2_max_connections`` open (a new
+one past it is refused with GOAWAY); one without open streams is closed after ``h2_idle_timeout_s``.
 """
 
 from __future__ import annotations
@@ -44,11 +51,13 @@ from typing import TYPE_CHECKING, Any
 import httptools
 import ngh2
 from ngh2 import ErrorCode, NeverIndexedHeader
+from ngh2.types import Header
 
-from assetcdn.edge.fastpath.protocol import HitProtocol
+from assetcdn.edge.fastpath.protocol import MAX_HEAD, HitProtocol
 from assetcdn.shared.config import Settings
 
 if TYPE_CHECKING:
+    from assetcdn.edge.delivery_log import Pending
     from assetcdn.edge.fastpath.hit_server import HitServer
 
 log = logging.getLogger(__name__)
@@ -58,6 +67,7 @@ CONNECTION_BUFFER_HIGH = 1024 * 1024  # ... and all of a connection's streams to
 CONNECTION_BUFFER_LOW = 512 * 1024
 RESET_WINDOW_S = 10.0
 READ_SLICE = 16 * 1024   # received bytes given to libnghttp2 at once
+SEND_SLICE = 32 * 1024   # frames taken from libnghttp2 and written to TLS at once; TLS's write buffer mark
 TURN_BUDGET = 64         # events handled per loop turn (a slice given to libnghttp2 costs SLICE_COST)
 SLICE_COST = 16
 HPACK_TABLE_MAX = 4096   # the encoder's table, whatever larger size the client allows
@@ -74,6 +84,8 @@ HOP_BY_HOP = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"tra
 # length (24 bits: 16 + 8), type, flags, stream 0 (32), last stream id, error code
 GOAWAY = struct.Struct(">HBBBIII")
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+GET, HEAD = b"GET", b"HEAD"
+Fields = tuple[Header, ...]
 _FIELD_VALUE_FORBIDDEN = re.compile(rb"[\x00\r\n]")
 
 
@@ -85,6 +97,7 @@ class H2Limits:
     idle_timeout_s: float = 20.0
     max_control_frames_per_s: int = 1000
     send_timeout_s: float = 30.0
+    max_connections: int = 10000  # per worker; 0: no limit
 
     @classmethod
     def from_settings(cls, settings: Settings) -> H2Limits:
@@ -92,9 +105,10 @@ class H2Limits:
         return cls(max_concurrent_streams=int(tls["h2_max_concurrent_streams"]),
                    max_header_list_size=int(tls["h2_max_header_list_size"]),
                    max_resets_per_10s=int(tls["h2_max_resets_per_10s"]),
-                   idle_timeout_s=float(settings.get("server", "header_timeout_s")),
+                   idle_timeout_s=float(tls["h2_idle_timeout_s"]),
                    max_control_frames_per_s=int(tls["h2_max_control_frames_per_s"]),
-                   send_timeout_s=float(tls["send_timeout_s"]))
+                   send_timeout_s=float(tls["send_timeout_s"]),
+                   max_connections=int(tls["h2_max_connections"]))
 
 
 class MalformedRequest(Exception):
@@ -143,6 +157,37 @@ def request_head(headers: Iterable[tuple[bytes, bytes]], has_body: bool) -> tupl
     return method, b"\r\n".join(lines) + b"\r\n\r\n"
 
 
+def response_fields(head: bytes) -> Fields:
+    """The HTTP/2 header fields of HTTP/1.1 answer lines (a status line first, or header lines alone), as a
+    relayed answer's are made (StreamTransport.on_header): names in lower case, hop-by-hop fields left out,
+    per-response ones never indexed."""
+    fields: list[Header] = []
+    for line in head.split(b"\r\n"):
+        if line.startswith(b"HTTP/1.1 "):
+            fields.append((b":status", line[9:12]))
+            continue
+        name, colon, value = line.partition(b":")
+        if not colon:
+            continue
+        name = name.lower()
+        if name in NEVER_INDEXED:
+            fields.append(NeverIndexedHeader(name, value.strip()))
+        elif name not in HOP_BY_HOP:
+            fields.append((name, value.strip()))
+    return tuple(fields)
+
+
+class StreamRequest:
+    """What the hit decisions read of a stream's request (assetcdn/edge/fastpath/hit_server.py ``Request``):
+    one per connection, filled again for each stream answered directly."""
+
+    __slots__ = ("headers", "peer")
+
+    def __init__(self, peer: str | None) -> None:
+        self.headers: list[bytes | None] = [None] * 6
+        self.peer = peer
+
+
 class StreamTransport(asyncio.Transport):
     """One stream seen as a one-request HTTP/1.1 connection: what is written is the HTTP/1.1 answer,
     turned into this stream's frames; ``close`` is the end of that connection."""
@@ -153,7 +198,7 @@ class StreamTransport(asyncio.Transport):
         self.stream_id = stream_id
         self.head_only = method == b"HEAD"
         self.protocol: Any = None
-        self.parser = httptools.HttpResponseParser(self)
+        self.parser: Any = None  # the HTTP/1.1 answer's (httptools), made by its first write
         self.response_headers: list[tuple[bytes, bytes]] = []
         self.headers_sent = False
         self.ended = False       # END_STREAM sent (or reset): nothing more goes out
@@ -174,6 +219,7 @@ class StreamTransport(asyncio.Transport):
         self.chunked_body = False
         self.aborted = False     # reset before its end
         self._when_sent: Callable[[int, bool], None] | None = None
+        self.delivery: Pending | None = None  # a hit answered directly (H2Protocol._answer_directly)
 
     def when_sent(self, callback: Callable[[int, bool], None]) -> None:
         """Call ``callback(DATA bytes sent, reset before its end)`` once the stream has ended or was
@@ -190,6 +236,9 @@ class StreamTransport(asyncio.Transport):
         callback, self._when_sent = self._when_sent, None
         if callback is not None:
             callback(self.sent, self.aborted)
+        delivery, self.delivery = self.delivery, None
+        if delivery is not None:
+            self.connection.hits.stream_sent(delivery, self.sent, self.aborted)
 
     # --- httptools (the HTTP/1.1 answer) ----------------------------------------------------------
 
@@ -259,6 +308,8 @@ class StreamTransport(asyncio.Transport):
             if not self.body_left:
                 self.on_message_complete()
             return
+        if self.parser is None:
+            self.parser = httptools.HttpResponseParser(self)
         try:
             self.parser.feed_data(bytes(data))
         except httptools.HttpParserUpgrade:
@@ -403,18 +454,51 @@ class H2Protocol(asyncio.Protocol):
         self.checking = False       # streams are open: `deadline` is the next progress check
         self.data_sent = False      # DATA went out since the client's last WINDOW_UPDATE of the connection
         self.last_stream_id = 0     # the client's last stream taken (our GOAWAY's, when the library cannot send)
+        # Hits answered from the stream's fields (_answer_directly); `batch_begun`: HitServer.begin_batch ran
+        # in this loop turn.
+        self.direct = hits.answers_hits
+        self.wanted = hits.wanted
+        self.request = StreamRequest(None)
+        self.batch_begun = False
+        self.counted = False        # among the worker's open HTTP/2 connections (HitServer.h2_connections)
 
     # --- the connection -----------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.hits.connections.add(self)  # type: ignore[arg-type]  # swept for deadlines, told at shutdown
+        hits = self.hits
+        if self.limits.max_connections and hits.h2_connections >= self.limits.max_connections:
+            self._refuse()
+            return
+        hits.h2_connections += 1
+        self.counted = True
+        # What TLS holds encrypted while the socket is full (its buffer keeps its largest size): about a slice.
+        transport.set_write_buffer_limits(high=SEND_SLICE)  # type: ignore[attr-defined]
+        hits.connections.add(self)  # type: ignore[arg-type]  # swept for deadlines, told at shutdown
         self.deadline = self.loop.time() + self.limits.idle_timeout_s
+        peer = transport.get_extra_info("peername")
+        self.request.peer = peer[0] if isinstance(peer, tuple) else None
         self.h2.initiate_connection({ngh2.Setting.MAX_CONCURRENT_STREAMS: self.limits.max_concurrent_streams,
                                      ngh2.Setting.MAX_HEADER_LIST_SIZE: self.limits.max_header_list_size})
         self.flush()
 
+    def _refuse(self) -> None:
+        """The worker holds h2_max_connections: this one gets SETTINGS and GOAWAY (no stream taken, so the client
+        may try again later or elsewhere) and is closed."""
+        log.warning("HTTP/2 connection from %s refused: %d open in this worker (tls.h2_max_connections)",
+                    self._peer(), self.hits.h2_connections)
+        self.closing = self.ended = True
+        with contextlib.suppress(ngh2.NGH2Error):
+            self.h2.initiate_connection({ngh2.Setting.MAX_CONCURRENT_STREAMS: 0})
+            self.h2.send_goaway(ErrorCode.NO_ERROR, last_stream_id=0, debug_data=b"too many connections")
+        self.flush()
+        if self.transport is not None:
+            self.transport.close()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.counted:
+            self.counted = False
+            self.hits.h2_connections -= 1
         self.hits.connections.discard(self)
         self.transport = None
         for stream in list(self.streams.values()):
@@ -429,6 +513,7 @@ class H2Protocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.writing_paused = False
+        self.flush()
         for stream in list(self.streams.values()):
             self.pump(stream)
         self._schedule_work()
@@ -450,17 +535,22 @@ class H2Protocol(asyncio.Protocol):
             self.loop.call_soon(self._work)
 
     def flush(self) -> None:
-        self.flush_scheduled = False
-        connection = self.h2
-        try:
-            data = connection.data_to_send()
-        except ngh2.NGH2Error:  # the connection is over
-            return
         transport = self.transport
+        self.flush_scheduled = False
         if transport is None:
             return
-        if data:
-            transport.write(data)
+        connection = self.h2
+        try:
+            # A slice per write: TLS encrypts each write whole into a buffer that keeps its largest size for the
+            # connection's life (and the library makes one large answer far more slowly than it makes slices).
+            # While the client is not reading, frames wait in the library, not encrypted, unless ending.
+            while not self.writing_paused or self.ended:
+                data = connection.data_to_send(SEND_SLICE)
+                if not data:
+                    break
+                transport.write(data)
+        except ngh2.NGH2Error:  # the connection is over
+            return
         if not connection.want_read and not connection.want_write:
             # Done for the library: it ended the connection (a protocol error, a limit), or both sides said
             # GOAWAY and no stream is open.
@@ -533,6 +623,7 @@ class H2Protocol(asyncio.Protocol):
         self.work_scheduled = False
         if self.transport is None or self.ended:
             return
+        self.batch_begun = False
         budget = TURN_BUDGET
         self.receiving = True
         try:
@@ -644,6 +735,8 @@ class H2Protocol(asyncio.Protocol):
                 self.h2.reset_stream(stream_id, ErrorCode.REFUSED_STREAM)
             return
         self.last_stream_id = stream_id
+        if event.end_stream and self.direct and self._answer_directly(stream_id, event.headers):
+            return
         has_body = not event.end_stream
         try:
             method, head = request_head(event.headers, has_body)
@@ -670,6 +763,68 @@ class H2Protocol(asyncio.Protocol):
         protocol.data_received(head)
         if not has_body:
             stream.end_of_body()
+
+    def _answer_directly(self, stream_id: int, headers: Iterable[Header]) -> bool:
+        """A GET or HEAD without a body answered by the hit path from the stream's fields (HitServer.answer_stream),
+        its body sent from memory as the windows allow; False: the stream's HTTP/1.1 request goes the usual
+        way (a miss, a body on disk, anything the fields make unusual). Fields malformed by RFC 9113 (CR, LF or NUL
+in a value, a name not a lowercase token) never get here: libnghttp2 resets their stream."""
+        slots = self.request.headers
+        slots[0] = slots[1] = slots[2] = slots[3] = slots[4] = slots[5] = None
+        wanted = self.wanted
+        method = path = authority = None
+        size = 0
+        for name, value in headers:
+            size += len(name) + len(value) + 4  # as a line of the HTTP/1.1 head the stream would make
+            if name[:1] == b":":
+                if name == b":method":
+                    method = value
+                elif name == b":path":
+                    path = value
+                elif name == b":authority":
+                    authority = value
+                continue
+            slot = wanted.get(name)
+            if slot is not None:
+                if slots[slot] is not None:  # a repeated field: the application decides, as on HTTP/1.1
+                    return False
+                slots[slot] = value
+        if method != GET and method != HEAD or path is None or size > MAX_HEAD:  # aiohttp's limits decide
+            return False
+        host = authority or slots[0]
+        if host is None or b" " in path or b"\t" in path or b" " in host:
+            return False
+        hits = self.hits
+        if not self.batch_begun:
+            self.batch_begun = True
+            hits.begin_batch()
+        answer = hits.answer_stream(self.request, method == HEAD, host, path)
+        if answer is None:
+            return False
+        fields, body, delivery = answer
+        stream = StreamTransport(self, stream_id, method)
+        stream.closed = True  # no HTTP/1.1 side: the stream leaves the table once its answer is out
+        stream.delivery = delivery
+        self.streams[stream_id] = stream
+        if not self.checking:
+            self.checking = True
+            self.checked = self.sent
+            self.deadline = self.loop.time() + self.limits.send_timeout_s
+        try:
+            self.h2.send_response(stream_id, fields, end_stream=body is None)
+        except ngh2.NGH2Error:
+            del self.streams[stream_id]
+            stream.finished(True)
+            self._maybe_idle()
+            return True
+        stream.headers_sent = True
+        if body is None:
+            stream.finished(False)
+            self.stream_done(stream)
+        else:
+            stream.end_pending = True
+            stream.hold(memoryview(body))
+        return True
 
     def _data(self, event: ngh2.DataReceived) -> None:
         data = event.data
@@ -753,7 +908,10 @@ class H2Protocol(asyncio.Protocol):
                     stream.pending_size -= size
                     self.pending_total -= size
                     last = stream.end_pending and not pending
-                    connection.send_data(stream_id, piece, end_stream=last)
+                    # libnghttp2 is given bytes: a bytes object is referenced as it is, a view copied slowly.
+                    whole = piece.obj
+                    data = whole if type(whole) is bytes and len(whole) == size else bytes(piece)
+                    connection.send_data(stream_id, data, end_stream=last)
                     stream.sent += size  # handed to the library within the windows: what the delivery counts
                     self.sent += size
                     stream.data_sent = self.data_sent = sent = True

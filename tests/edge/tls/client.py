@@ -99,9 +99,9 @@ class H2Client:
                 (b":authority", self.server_name.encode()),
                 *((k.encode(), v.encode()) for k, v in (extra or []))]
 
-    def get(self, path: str, method: str = "GET") -> Answer:
+    def get(self, path: str, method: str = "GET", extra: list[tuple[str, str]] | None = None) -> Answer:
         stream_id = self.conn.get_next_available_stream_id()
-        self.conn.send_headers(stream_id, self.request_headers(path, method), end_stream=True)
+        self.conn.send_headers(stream_id, self.request_headers(path, method, extra), end_stream=True)
         self.send()
         return self.answer(stream_id)
 

@@ -62,6 +62,15 @@ class HttpsCdn:
         return asyncio.run(health())
 
 
+def worker_rss(cdn: HttpsCdn) -> int:
+    """Resident bytes of the edge's (only) worker process."""
+    (pid,) = cdn.cdn.pids("--name edge-0")
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
 def start_https_cdn(tmp: Path, env_extra: dict[str, str] | None = None, *, workers: int = 1) -> HttpsCdn:
     """A running `assetcdn up` with an https port, operator certificates of a test CA and the zone ZONE;
     `env_extra` adds to (or overrides) the settings below; `workers` per edge."""

@@ -119,6 +119,34 @@ def test_http2_serves_hits_misses_and_api_calls(https_cdn: HttpsCdn) -> None:
         client.close()
 
 
+def test_http2_hits_are_answered_field_for_field_as_over_http_1_1(https_cdn: HttpsCdn) -> None:
+    # Hits on HTTP/2 are answered from the stream's fields, not through an HTTP/1.1 request: the same decisions
+    # and the same fields (less the connection's own) for a GET, a HEAD, a revalidation, a range, a request id.
+    body = os.urandom(20 * 1024)
+    path = f"/{ZONE}/v1/h2/same.bin"
+    https_cdn.upload("v1/h2/same.bin", body)
+    assert https_get(https_cdn.https_port, path, ca=https_cdn.ca_file).status == 200  # cached from here on
+    etag = https_get(https_cdn.https_port, path, ca=https_cdn.ca_file).headers["etag"]
+    request_id = "0f8fad5b-d9cb-469f-a165-70867728950e"
+    cases: list[tuple[str, dict[str, str], int, bytes]] = [
+        ("GET", {}, 200, body), ("HEAD", {}, 200, b""), ("GET", {"If-None-Match": etag}, 304, b""),
+        ("GET", {"Range": "bytes=100-199"}, 206, body[100:200]), ("GET", {"X-Request-ID": request_id}, 200, body)]
+    client = H2Client(https_cdn.https_port, "localhost", https_cdn.ca_file)
+    try:
+        for method, headers, status, expected in cases:
+            one = https_get(https_cdn.https_port, path, ca=https_cdn.ca_file, method=method, headers=headers)
+            two = client.get(path, method, [(name.lower(), value) for name, value in headers.items()])
+            assert (one.status, one.body, two.status, two.body) == (status, expected, status, expected), method
+            assert two.headers["x-cache"] == "HIT"
+            per_answer = {"date", "x-request-id", "connection", "keep-alive"}
+            assert {k: v for k, v in two.headers.items() if k not in per_answer} == \
+                {k: v for k, v in one.headers.items() if k not in per_answer}, (method, headers)
+            if "X-Request-ID" in headers:
+                assert one.headers["x-request-id"] == two.headers["x-request-id"] == request_id
+    finally:
+        client.close()
+
+
 def test_plain_http_is_redirected_except_acme_challenges(https_cdn: HttpsCdn) -> None:
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args: object, **kwargs: object) -> None:

@@ -26,7 +26,7 @@ import h2.settings
 import pytest
 
 from tests.edge.tls.client import TIMEOUT_S, H2Client, client_context
-from tests.edge.tls.conftest import ZONE, HttpsCdn, start_https_cdn
+from tests.edge.tls.conftest import ZONE, HttpsCdn, start_https_cdn, worker_rss
 from tests.edge.tls.flood import BURST, burst
 
 pytestmark = pytest.mark.integration
@@ -83,15 +83,6 @@ def worker_cpu(cdn: HttpsCdn) -> float:
     (pid,) = cdn.cdn.pids("--name edge-0")
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def worker_rss(cdn: HttpsCdn) -> int:
-    """Resident bytes of the edge's (only) worker process."""
-    (pid,) = cdn.cdn.pids("--name edge-0")
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 @pytest.mark.parametrize("kind", ["ping", "settings", "window_update", "pipelined"])

@@ -1,0 +1,112 @@
+"""Where an HTTP/2 cache hit's CPU goes: the edge worker under h2load, profiled with cProfile.
+
+    .venv/bin/python -m benchmarks.profile_h2 [--duration 8] [--streams 16] [--top 30]
+
+One ``assetcdn up`` (control and one edge with one worker and an https port), the 5 KB and 100 KB files
+of benchmarks/hits_bench.py in the edge's memory tier. py-spy is not a dependency, so the worker profiles
+itself: a ``sitecustomize`` module put first on the path of ``up``'s processes starts ``cProfile`` in the
+edge worker (its command line names ``edge-0``) and writes the statistics on SIGUSR2. Per size, h2load
+(``-c8 -m<streams>``, on core 1) runs while the worker (core 0) is profiled; printed: the functions by
+their own time (tottime) and the worker's CPU per request from a run without the profiler.
+
+cProfile counts calls, so functions called per frame or per field look dearer than they are; the
+ranking, not the microseconds, is what to read. Loopback only; everything started is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import pstats
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.hits_bench import edge_server, prepare_files
+from benchmarks.https_bench import require_tools, run_h2load, warm
+from benchmarks.measure import load_average, machine, pin
+from tests.edge.tls.certs import TestCa
+from tests.integration.harness import free_port_block, start_cdn
+
+SIZES = ["5 KB", "100 KB"]
+SITECUSTOMIZE = """
+import cProfile, os, signal, sys
+if any("edge-0" in arg for arg in sys.argv) and os.environ.get("H2_PROFILE_OUT"):
+    _profile = cProfile.Profile()
+    def _dump(_signum, _frame):
+        _profile.disable()
+        _profile.dump_stats(os.environ["H2_PROFILE_OUT"])
+        _profile.enable()
+    def _reset(_signum, _frame):
+        _profile.disable()
+        _profile.clear()
+        _profile.enable()
+    signal.signal(signal.SIGUSR2, _dump)
+    signal.signal(signal.SIGUSR1, _reset)
+    _profile.enable()
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=8.0)
+    parser.add_argument("--streams", type=int, default=16)
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--server-core", default="0")
+    parser.add_argument("--load-core", default="1")
+    args = parser.parse_args(argv)
+    require_tools()
+    prefix = ("taskset", "-c", args.load_core)
+    print(f"# profile_h2: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
+    with tempfile.TemporaryDirectory(prefix="profile-h2-") as tmp:
+        workdir = Path(tmp)
+        hook = workdir / "hook"
+        hook.mkdir()
+        (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        stats = workdir / "edge.prof"
+        cert, key = TestCa().issue("localhost").write(workdir, "localhost")
+        port = free_port_block(1)
+        path = os.pathsep.join([str(hook), os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])])
+        env = {"ASSETCDN_EDGE_MEMORY_CACHE_MB": "512", "ASSETCDN_TLS_HTTPS_PORT": str(port),
+               "ASSETCDN_TLS_CERTIFICATES": json.dumps([[str(cert), str(key)]]), "PYTHONPATH": path,
+               "H2_PROFILE_OUT": str(stats)}
+        (workdir / "cdn").mkdir()
+        cdn = start_cdn(workdir / "cdn", workers=1, env_extra=env)
+        try:
+            pin(cdn.pids("-m assetcdn.control "), args.load_core)
+            edge = edge_server(cdn)
+            pin(edge.pids, args.server_core)
+            worker = edge.pids[0]
+            paths, bodies = asyncio.run(prepare_files(cdn, SIZES))
+            base = f"https://localhost:{port}"
+            asyncio.run(warm(base, list(paths.values()), bodies))
+            for size in SIZES:
+                url = f"{base}/{paths[size]}"
+                os.kill(worker, signal.SIGUSR1)
+                before = edge.cpu_seconds()
+                rps, errors = run_h2load(url, args.duration, prefix, args.streams)
+                used = edge.cpu_seconds() - before
+                os.kill(worker, signal.SIGUSR2)
+                deadline = time.monotonic() + 10
+                while not stats.exists() and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                time.sleep(0.5)  # the dump is written by the worker between two loop turns
+                print(f"## {size}: {rps:,.0f} req/s under the profiler, {errors} errors, "
+                      f"{used / max(1.0, rps * args.duration) * 1e6:.0f} us of worker CPU per request "
+                      f"(profiled); load average {load_average()}")
+                out = io.StringIO()
+                pstats.Stats(str(stats), stream=out).sort_stats("tottime").print_stats(args.top)
+                print(out.getvalue())
+                stats.unlink()
+        finally:
+            cdn.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
