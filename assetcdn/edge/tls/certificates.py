@@ -45,6 +45,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from assetcdn.edge.tls.state import EdgeTlsState
+from assetcdn.edge.tls.tickets import KEY_FILE as TICKET_KEY_FILE
+from assetcdn.edge.tls.tickets import Unavailable, shared_ticket_keys
 from assetcdn.shared.config import Settings
 from assetcdn.shared.tls_state import CertificateEntry
 
@@ -206,6 +208,8 @@ class CertificateStore:
 
     def __init__(self, settings: Settings, tls_state: EdgeTlsState, *, default_names: Iterable[str] = ("localhost",),
                  spill_dir: Path | None = None) -> None:
+        """`spill_dir` is the edge's cache directory: where a key goes where there is no memfd, and the
+        session ticket key file its workers share."""
         tls = settings.section("tls")
         self.pairs = [(str(chain), str(key)) for chain, key in tls["certificates"]]
         self.reload_interval_s = float(tls["reload_interval_s"])
@@ -214,10 +218,15 @@ class CertificateStore:
         self.operator = [read_operator_pair(chain, key) for chain, key in self.pairs]  # errors name the file
         self._signatures = self._file_signatures()
         self._self_signed = None if self.operator else self_signed(default_names)
+        # Session tickets sealed under keys every worker of the edge shares (assetcdn/edge/tls/tickets.py),
+        # kept in the cache directory; without them (no cache directory, or OpenSSL out of reach) OpenSSL's
+        # own random key of each worker's front context.
+        self.ticket_rotation_s = float(tls["session_ticket_rotation_s"])
+        self.tickets = (shared_ticket_keys(spill_dir / TICKET_KEY_FILE, self.ticket_rotation_s)
+                        if spill_dir is not None else None)
         # The context every connection starts with: its session tickets and session cache serve every
         # name (OpenSSL keeps them on the first context), and its SNI callback moves the handshake on.
-        # Replaced every session_ticket_rotation_s: a new context has a new random ticket key.
-        self.ticket_rotation_s = float(tls["session_ticket_rotation_s"])
+        # Without shared keys it is replaced every session_ticket_rotation_s: a new context, a new key.
         self.front = self._new_front()
         self._front_made = time.monotonic()
         self._watch: asyncio.Task[None] | None = None
@@ -311,7 +320,7 @@ class CertificateStore:
                 exact[name] = context
         first = inputs.operator[:1] or ([inputs.self_signed] if inputs.self_signed else [])
         default = (self._context_for(self._per_key_type(list(first)), contexts, before)
-                   or (inputs.previous.default if inputs.previous else new_context()))
+                   or (inputs.previous.default if inputs.previous else self._new_context()))
         log.info("TLS: %d certificate(s) for %d name(s)", len(certificates), len(exact) + len(wildcard))
         return SniTable(exact, wildcard, default, contexts, parsed)
 
@@ -330,7 +339,7 @@ class CertificateStore:
         key = tuple(c.ident for c in chosen)
         context = contexts.get(key) or previous.get(key)
         if context is None:
-            context = new_context()
+            context = self._new_context()
             try:
                 for certificate in chosen:
                     _load_into(context, certificate, self.spill_dir)
@@ -357,16 +366,29 @@ class CertificateStore:
     def _choose(self, connection: Any, server_name: str | None, _front: ssl.SSLContext) -> None:
         connection.context = self.context_for(server_name)
 
+    def _new_context(self) -> ssl.SSLContext:
+        """A context of the edge's policy sealing tickets with the shared keys. OpenSSL asks the front
+        context's keys only (the session's context); each SNI context gets them too, so no context of
+        this worker ever seals under a key of its own."""
+        context = new_context()
+        if self.tickets is not None:
+            try:
+                self.tickets.install(context)
+            except Unavailable as exc:  # checked at start on a context like this one: not expected
+                log.error("TLS: session ticket keys not set on a context (%s)", exc)
+        return context
+
     def _new_front(self) -> ssl.SSLContext:
-        front = new_context()
+        front = self._new_context()
         front.sni_callback = self._choose
         return front
 
     def front_context(self) -> ssl.SSLContext:
-        """The context a new connection starts with; a fresh one (so a fresh session ticket key) once
-        the current one is `ticket_rotation_s` old. Tickets made under the previous key no longer
-        resume: those clients make one full handshake."""
-        if self.ticket_rotation_s > 0 and time.monotonic() - self._front_made >= self.ticket_rotation_s:
+        """The context a new connection starts with. Without shared ticket keys, a fresh one (so a fresh
+        key) once the current one is `ticket_rotation_s` old: tickets made under the previous key no
+        longer resume, those clients make one full handshake."""
+        if self.tickets is None and self.ticket_rotation_s > 0 and \
+                time.monotonic() - self._front_made >= self.ticket_rotation_s:
             self.front = self._new_front()
             self._front_made = time.monotonic()
         return self.front
