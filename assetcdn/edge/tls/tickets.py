@@ -86,7 +86,7 @@ class OpenSsl:
 
     def __init__(self) -> None:
         try:
-            import cffi
+            import cffi  # type: ignore[import-untyped]
         except ImportError as exc:
             raise Unavailable("cffi is not installed") from exc
         if ctypes.sizeof(ctypes.c_void_p) != 8 or ssl.SSLContext.__basicsize__ < object.__basicsize__ + 8:
@@ -281,10 +281,10 @@ def shared_ticket_keys(key_file: Path, rotation_s: float) -> TicketKeys | None:
     """The edge's shared keys for this worker, or None (logged once, with why) when OpenSSL's callback
     cannot be reached from here: then each worker keeps OpenSSL's own key."""
     try:
-        keys = TicketKeys(OpenSsl(), KeyFile(key_file, rotation_s))
-        keys.install(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))  # the layout check, once, on a throwaway context
+        openssl = OpenSsl()
+        openssl.ssl_ctx(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))  # the layout check, on a throwaway context
     except Unavailable as exc:
         log.warning("TLS: session tickets are not shared between this edge's workers (%s); each worker "
                     "resumes only its own", exc)
         return None
-    return keys
+    return TicketKeys(openssl, KeyFile(key_file, rotation_s))
