@@ -14,7 +14,11 @@ both; the load generator and control run on core 1 (control at SCHED_IDLE). Per 
 - ``tls h1``: wrk over https with keep-alive (``-t2 -c64``): TLS records, no handshakes after the first;
 - ``h2``: h2load (``-c8 -m16``: 8 connections, 16 streams each) over https with ALPN h2;
 - ``new conn``: wrk with ``Connection: close``: every request a new TCP connection and a full TLS
-  handshake (TLS 1.3, ECDHE P-256 or X25519, ECDSA signature) plus one 5 KB hit.
+  handshake (TLS 1.3, ECDHE P-256 or X25519, ECDSA signature) plus one 5 KB hit;
+- ``resumed``: ``RESUMING_CLIENTS`` clients of benchmarks/resuming_client.py at once (Python's ``ssl``,
+  so OpenSSL): every request a new TCP connection resuming the session the client's previous one
+  ended with (TLS 1.3: a ticket, with an ECDHE key exchange, no certificate and no signature) plus one
+  5 KB hit with ``Connection: close``; a connection that did not resume counts as an error.
 
 Printed: req/s, the server's CPU (cores, from /proc) and req/s per core, and the ratios to hitch +
 Varnish. Loopback only; every run is bounded; everything started is stopped at the end.
@@ -30,6 +34,7 @@ import re
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -54,7 +59,9 @@ from tests.edge.tls.certs import TestCa
 from tests.integration.harness import KEYS, free_port_block, start_cdn
 
 SIZES = ["5 KB", "100 KB"]
-MODES = ("tls h1", "h2", "new conn")
+MODES = ("tls h1", "h2", "new conn", "resumed")
+HANDSHAKE_MODES = ("new conn", "resumed")  # measured with the 5 KB file only
+RESUMING_CLIENTS = 4
 SERVERS = ("hitch+varnish", "nginx", "edge")
 
 HITCH = """frontend = "[127.0.0.1]:{port}"
@@ -148,11 +155,32 @@ def run_h2load(url: str, duration: float, prefix: tuple[str, ...]) -> tuple[floa
     return float(finished.group(1)), int(counts.group(2)) + int(counts.group(3))
 
 
+def run_resuming(url: str, duration: float, prefix: tuple[str, ...]) -> tuple[float, int]:
+    """(connections per second, connections that failed or did not resume) of RESUMING_CLIENTS
+    resuming clients (benchmarks/resuming_client.py) at once; each one's first connection is a full
+    handshake and is not counted as not resumed."""
+    command = [*prefix, sys.executable, "-m", "benchmarks.resuming_client", "--url", url, "--seconds", str(duration)]
+    began = time.monotonic()
+    clients = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(RESUMING_CLIENTS)]
+    connections = failed = 0
+    for client in clients:
+        out, err = client.communicate(timeout=duration + 60)
+        if client.returncode != 0:
+            raise RuntimeError(f"resuming client failed ({client.returncode}): {err[-500:]}")
+        counts = json.loads(out)
+        connections += counts["connections"]
+        failed += counts["errors"] + counts["connections"] - 1 - counts["resumed"]
+    return connections / (time.monotonic() - began), failed
+
+
 def measure_one(server: Server, mode: str, url: str, args: argparse.Namespace, prefix: tuple[str, ...]) -> Sample:
     before = server.cpu_seconds()
     began = time.monotonic()
     if mode == "h2":
         rps, errors = run_h2load(url, args.duration, prefix)
+    elif mode == "resumed":
+        rps, errors = run_resuming(url, args.duration, prefix)
     else:
         headers = ("Connection: close",) if mode == "new conn" else ()
         result = run_wrk(url, args.duration, args.connections, 2, prefix=prefix, headers=headers)
@@ -161,11 +189,11 @@ def measure_one(server: Server, mode: str, url: str, args: argparse.Namespace, p
     return Sample(rps, cores, errors)
 
 
-def table(samples: dict[tuple[str, str, str], list[Sample]]) -> str:
+def table(samples: dict[tuple[str, str, str], list[Sample]], modes: list[str]) -> str:
     lines = ["| mode | object | server | req/s | server CPU (cores) | req/s per core | per core vs hitch+Varnish | "
              "errors |", "|---|---|---|---:|---:|---:|---:|---:|"]
-    for mode in MODES:
-        for size in (SIZES[:1] if mode == "new conn" else SIZES):
+    for mode in modes:
+        for size in (SIZES[:1] if mode in HANDSHAKE_MODES else SIZES):
             anchor = statistics.median(s.per_core for s in samples[("hitch+varnish", mode, size)])
             for name in SERVERS:
                 runs = samples[(name, mode, size)]
@@ -184,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--server-core", default="0")
     parser.add_argument("--load-core", default="1")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"a comma-separated subset of {', '.join(MODES)}")
     args = parser.parse_args(argv)
+    modes = [mode for mode in MODES if mode in args.modes.split(",")]
     require_tools()
     core, load_core = args.server_core, args.load_core
     prefix = ("taskset", "-c", load_core)
@@ -230,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             samples: dict[tuple[str, str, str], list[Sample]] = {}
             for round_index in range(args.rounds):
                 order = list(SERVERS[round_index % 3:] + SERVERS[:round_index % 3])
-                for mode in MODES:
-                    for size in (SIZES[:1] if mode == "new conn" else SIZES):
+                for mode in modes:
+                    for size in (SIZES[:1] if mode in HANDSHAKE_MODES else SIZES):
                         for name in order:
                             server = servers[name]
                             url = f"{server.base}/{paths[size]}"
@@ -239,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                             samples.setdefault((name, mode, size), []).append(sample)
                             print(f"# round {round_index + 1} {mode} {size} {name}: {sample.rps:,.0f} req/s, "
                                   f"{sample.cpu:.2f} cores, {sample.errors} errors; load {load_average()}", flush=True)
-            print(table(samples))
+            print(table(samples, modes))
             print(f"# done; load average {load_average()}")
         finally:
             for process in processes:

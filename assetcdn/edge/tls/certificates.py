@@ -87,6 +87,9 @@ def new_context() -> ssl.SSLContext:
     context.set_ciphers(TLS12_CIPHERS)
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_RENEGOTIATION
     context.set_alpn_protocols(list(ALPN))
+    # One TLS 1.3 ticket per connection, not OpenSSL's two: a client resumes one connection per origin
+    # (HTTP/2) and each resumption brings a fresh ticket, and every ticket is sealed and sent at a cost.
+    context.num_tickets = 1
     return context
 
 
@@ -188,6 +191,7 @@ class SniTable:
     exact: dict[str, ssl.SSLContext]
     wildcard: dict[str, ssl.SSLContext]  # "t.example.com" for *.t.example.com
     default: ssl.SSLContext
+    single: bool  # every name has the default context
     contexts: dict[ContextKey, ssl.SSLContext]
     parsed: dict[tuple[str, tuple[str, ...]], Certificate]  # the TLS state's, by id and names
 
@@ -224,17 +228,18 @@ class CertificateStore:
         self.ticket_rotation_s = float(tls["session_ticket_rotation_s"])
         self.tickets = (shared_ticket_keys(spill_dir / TICKET_KEY_FILE, self.ticket_rotation_s)
                         if spill_dir is not None else None)
-        # The context every connection starts with: its session tickets and session cache serve every
-        # name (OpenSSL keeps them on the first context), and its SNI callback moves the handshake on.
-        # Without shared keys it is replaced every session_ticket_rotation_s: a new context, a new key.
-        self.front = self._new_front()
+        # The context every connection starts with (its session cache and ticket keys serve every name:
+        # OpenSSL keeps them on the first context) is the default certificate's, whose SNI callback moves
+        # the handshake on when another name has a context of its own. Without shared keys it is one
+        # without a certificate, replaced every session_ticket_rotation_s: a new context, a new key.
+        self._rotating_front = self._new_front() if self.tickets is None else None
         self._front_made = time.monotonic()
         self._watch: asyncio.Task[None] | None = None
         self.unreadable_names = UnreadableServerNames()
         # Builds are numbered as they start; a build that ends after a later one started is dropped (the
         # later one read newer inputs), so the table never goes back.
         self._started = self._installed = 0
-        self.table = self._build(self._inputs(None))
+        self._use(self._build(self._inputs(None)))
         tls_state.on_change.append(self._state_changed)
 
     def _file_signatures(self) -> list[tuple[int, int, int] | None]:
@@ -265,7 +270,16 @@ class CertificateStore:
             return
         if number > self._installed:
             self._installed = number
-            self.table = built.result()
+            self._use(built.result())
+
+    def _use(self, table: SniTable) -> None:
+        """Make `table` the one new handshakes read. Its default context is the one they start with (with
+        shared ticket keys): it asks for the server name only when some name has another context, so with
+        one certificate no handshake calls into Python for SNI. Set here, on the loop, never while a
+        handshake on another thread reads it."""
+        if self._rotating_front is None:
+            table.default.sni_callback = None if table.single else self._choose
+        self.table = table
 
     @staticmethod
     def _offered(inputs: _Inputs, parsed: dict[tuple[str, tuple[str, ...]], Certificate]) -> list[Certificate]:
@@ -322,7 +336,8 @@ class CertificateStore:
         default = (self._context_for(self._per_key_type(list(first)), contexts, before)
                    or (inputs.previous.default if inputs.previous else self._new_context()))
         log.info("TLS: %d certificate(s) for %d name(s)", len(certificates), len(exact) + len(wildcard))
-        return SniTable(exact, wildcard, default, contexts, parsed)
+        single = all(context is default for context in (*exact.values(), *wildcard.values()))
+        return SniTable(exact, wildcard, default, single, contexts, parsed)
 
     @staticmethod
     def _per_key_type(offered: list[Certificate]) -> tuple[Certificate, ...]:
@@ -364,7 +379,9 @@ class CertificateStore:
         return table.default
 
     def _choose(self, connection: Any, server_name: str | None, _front: ssl.SSLContext) -> None:
-        connection.context = self.context_for(server_name)
+        context = self.context_for(server_name)
+        if context is not connection.context:  # staying costs nothing; a switch copies the certificates
+            connection.context = context
 
     def _new_context(self) -> ssl.SSLContext:
         """A context of the edge's policy sealing tickets with the shared keys. OpenSSL asks the front
@@ -383,15 +400,20 @@ class CertificateStore:
         front.sni_callback = self._choose
         return front
 
+    @property
+    def front(self) -> ssl.SSLContext:
+        return self.table.default if self._rotating_front is None else self._rotating_front
+
     def front_context(self) -> ssl.SSLContext:
         """The context a new connection starts with. Without shared ticket keys, a fresh one (so a fresh
         key) once the current one is `ticket_rotation_s` old: tickets made under the previous key no
         longer resume, those clients make one full handshake."""
-        if self.tickets is None and self.ticket_rotation_s > 0 and \
-                time.monotonic() - self._front_made >= self.ticket_rotation_s:
-            self.front = self._new_front()
+        if self._rotating_front is None:
+            return self.table.default
+        if self.ticket_rotation_s > 0 and time.monotonic() - self._front_made >= self.ticket_rotation_s:
+            self._rotating_front = self._new_front()
             self._front_made = time.monotonic()
-        return self.front
+        return self._rotating_front
 
     # --- operator files: read again when they change ----------------------------------------------
 
