@@ -15,10 +15,10 @@ both; the load generator and control run on core 1 (control at SCHED_IDLE). Per 
 - ``h2``: h2load (``-c8 -m16``: 8 connections, 16 streams each) over https with ALPN h2;
 - ``new conn``: wrk with ``Connection: close``: every request a new TCP connection and a full TLS
   handshake (TLS 1.3, ECDHE P-256 or X25519, ECDSA signature) plus one 5 KB hit;
-- ``resumed``: ``RESUMING_CLIENTS`` clients of benchmarks/resuming_client.py at once (Python's ``ssl``,
-  so OpenSSL): every request a new TCP connection resuming the session the client's previous one
-  ended with (TLS 1.3: a ticket, with an ECDHE key exchange, no certificate and no signature) plus one
-  5 KB hit with ``Connection: close``; a connection that did not resume counts as an error.
+- ``resumed``: ``openssl s_time -reuse`` (``RESUMING_CLIENTS`` at once): every request a new TCP
+  connection resuming the session of the client's first (TLS 1.3: a ticket, with an ECDHE key
+  exchange, no certificate and no signature) plus one 5 KB hit with ``Connection: close``; a
+  connection that did not resume counts as an error.
 
 Printed: req/s, the server's CPU (cores, from /proc) and req/s per core, and the ratios to hitch +
 Varnish. Loopback only; every run is bounded; everything started is stopped at the end.
@@ -34,11 +34,11 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -89,7 +89,7 @@ class Sample:
 
 
 def require_tools() -> None:
-    missing = [tool for tool in ("wrk", "h2load", "hitch", "varnishd", "nginx", "taskset")
+    missing = [tool for tool in ("wrk", "h2load", "hitch", "varnishd", "nginx", "taskset", "openssl")
                if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()]
     if missing:
         raise SystemExit(f"missing {', '.join(missing)}: run `make bench-https` (installs them from Debian)")
@@ -155,23 +155,29 @@ def run_h2load(url: str, duration: float, prefix: tuple[str, ...]) -> tuple[floa
     return float(finished.group(1)), int(counts.group(2)) + int(counts.group(3))
 
 
-def run_resuming(url: str, duration: float, prefix: tuple[str, ...]) -> tuple[float, int]:
-    """(connections per second, connections that failed or did not resume) of RESUMING_CLIENTS
-    resuming clients (benchmarks/resuming_client.py) at once; each one's first connection is a full
-    handshake and is not counted as not resumed."""
-    command = [*prefix, sys.executable, "-m", "benchmarks.resuming_client", "--url", url, "--seconds", str(duration)]
+def run_s_time(url: str, duration: float, prefix: tuple[str, ...]) -> tuple[float, int]:
+    """(connections per second, connections not resumed) of RESUMING_CLIENTS ``openssl s_time -reuse`` at
+    once. s_time sends ``GET <www> HTTP/1.0``: the path it is given ends in the rest of an HTTP/1.1 head,
+    so each server answers ``GET <path> HTTP/1.1`` with ``Connection: close`` (its HTTP/1.0 tail becomes
+    a header's value). Each prints ``starting``, one character per connection (``r``: resumed), then
+    ``N connections in ...``."""
+    parts = urlsplit(url)
+    request = f"{parts.path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nX-Bench-Client:"
+    command = [*prefix, "openssl", "s_time", "-connect", f"127.0.0.1:{parts.port}", "-reuse",
+               "-time", str(max(1, round(duration))), "-www", request]
     began = time.monotonic()
     clients = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for _ in range(RESUMING_CLIENTS)]
-    connections = failed = 0
+    connections = not_resumed = 0
     for client in clients:
         out, err = client.communicate(timeout=duration + 60)
-        if client.returncode != 0:
-            raise RuntimeError(f"resuming client failed ({client.returncode}): {err[-500:]}")
-        counts = json.loads(out)
-        connections += counts["connections"]
-        failed += counts["errors"] + counts["connections"] - 1 - counts["resumed"]
-    return connections / (time.monotonic() - began), failed
+        found = re.search(r"starting\n(.*?)\n\n(\d+) connections in", out, re.S)
+        if client.returncode != 0 or found is None:
+            raise RuntimeError(f"s_time failed ({client.returncode}): {out[-500:]} {err[-500:]}")
+        progress, counted = found.groups()
+        connections += int(counted)
+        not_resumed += len(progress.strip()) - progress.count("r")
+    return connections / (time.monotonic() - began), not_resumed
 
 
 def measure_one(server: Server, mode: str, url: str, args: argparse.Namespace, prefix: tuple[str, ...]) -> Sample:
@@ -180,7 +186,7 @@ def measure_one(server: Server, mode: str, url: str, args: argparse.Namespace, p
     if mode == "h2":
         rps, errors = run_h2load(url, args.duration, prefix)
     elif mode == "resumed":
-        rps, errors = run_resuming(url, args.duration, prefix)
+        rps, errors = run_s_time(url, args.duration, prefix)
     else:
         headers = ("Connection: close",) if mode == "new conn" else ()
         result = run_wrk(url, args.duration, args.connections, 2, prefix=prefix, headers=headers)

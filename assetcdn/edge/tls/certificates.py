@@ -234,6 +234,7 @@ class CertificateStore:
         # without a certificate, replaced every session_ticket_rotation_s: a new context, a new key.
         self._rotating_front = self._new_front() if self.tickets is None else None
         self._front_made = time.monotonic()
+        self._tickets_until = 0.0  # wall clock: when the contexts' ticket keys change next
         self._watch: asyncio.Task[None] | None = None
         self.unreadable_names = UnreadableServerNames()
         # Builds are numbered as they start; a build that ends after a later one started is dropped (the
@@ -280,6 +281,7 @@ class CertificateStore:
         if self._rotating_front is None:
             table.default.sni_callback = None if table.single else self._choose
         self.table = table
+        self._tickets_until = 0.0  # every context of the table gets the keys of now, at the next connection
 
     @staticmethod
     def _offered(inputs: _Inputs, parsed: dict[tuple[str, tuple[str, ...]], Certificate]) -> list[Certificate]:
@@ -400,6 +402,17 @@ class CertificateStore:
         front.sni_callback = self._choose
         return front
 
+    def _rekey(self) -> None:
+        """The current period's ticket key (and, just after a rotation, the callback opening the previous
+        period's tickets) on every context of the table, on the loop between handshakes."""
+        assert self.tickets is not None
+        table = self.table
+        try:
+            self._tickets_until = self.tickets.apply({id(c): c for c in (table.default, *table.contexts.values())}.values())
+        except Unavailable as exc:  # checked at start: not expected
+            log.error("TLS: session ticket keys not set (%s)", exc)
+            self._tickets_until = float("inf")
+
     @property
     def front(self) -> ssl.SSLContext:
         return self.table.default if self._rotating_front is None else self._rotating_front
@@ -409,6 +422,8 @@ class CertificateStore:
         key) once the current one is `ticket_rotation_s` old: tickets made under the previous key no
         longer resume, those clients make one full handshake."""
         if self._rotating_front is None:
+            if self.tickets is not None and time.time() >= self._tickets_until:
+                self._rekey()
             return self.table.default
         if self.ticket_rotation_s > 0 and time.monotonic() - self._front_made >= self.ticket_rotation_s:
             self._rotating_front = self._new_front()

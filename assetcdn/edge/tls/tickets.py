@@ -10,9 +10,13 @@ two periods after its own, so whoever reads the file later cannot open older tic
 sealed under the current period's key; a ticket of the current or the previous period resumes (one of the
 previous period is replaced by a fresh ticket), anything older makes a full handshake.
 
-Python's ``ssl`` has no ticket key API, so the key callback is set on the ``SSL_CTX`` behind each
-``ssl.SSLContext`` (``SSL_CTX_set_tlsext_ticket_key_evp_cb``, OpenSSL 3), through cffi on the libssl the
-``_ssl`` module is linked to. Reaching that ``SSL_CTX`` reads CPython's object layout (the pointer right
+Python's ``ssl`` has no ticket key API, so the keys are set on the ``SSL_CTX`` behind each
+``ssl.SSLContext``, through cffi on the libssl the ``_ssl`` module is linked to, in two ways. The current
+period's key is OpenSSL's own ticket key (``SSL_CTRL_SET_TLSEXT_TICKET_KEYS``): OpenSSL seals and opens
+tickets itself, at no cost over its random key. OpenSSL holds one such key, so for the first
+session-timeout of each period (7,200 s, the longest a ticket of the previous period is offered and
+accepted) a key callback (``SSL_CTX_set_tlsext_ticket_key_evp_cb``) opens the previous period's tickets
+too; a call into Python per ticket costs a handshake a tenth more, so it is set only for that window. Reaching that ``SSL_CTX`` reads CPython's object layout (the pointer right
 after the object header); :func:`binding` checks it against what the context reports before anything is
 set, and when it cannot be done (another OpenSSL, another layout) the edge says so in one log line and
 each worker keeps OpenSSL's own random key (resumption per worker, see assetcdn/edge/tls/certificates.py).
@@ -22,12 +26,13 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import hmac
 import logging
 import os
 import secrets
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +44,7 @@ NAME_LEN, HMAC_LEN, AES_LEN = 16, 32, 32
 KEY_LEN = NAME_LEN + HMAC_LEN + AES_LEN
 MAX_FILE_BYTES = 4096  # three keys and their periods take under 600; anything longer is not ours
 _SSL_CTRL_GET_MAX_PROTO_VERSION = 131
+_SSL_CTRL_SET_TLSEXT_TICKET_KEYS = 59
 _OSSL_PARAM_UTF8_STRING, _OSSL_PARAM_OCTET_STRING = 4, 5
 # SSL_VERIFY_NONE, SSL_VERIFY_PEER, and PEER | FAIL_IF_NO_PEER_CERT, as ssl.SSLContext.verify_mode reports them
 _VERIFY_MODES = {0: ssl.CERT_NONE, 1: ssl.CERT_OPTIONAL, 3: ssl.CERT_REQUIRED}
@@ -58,6 +64,7 @@ uint64_t SSL_CTX_get_options(const SSL_CTX *);
 int SSL_CTX_get_verify_mode(const SSL_CTX *);
 long SSL_CTX_ctrl(SSL_CTX *, int, long, void *);
 int SSL_CTX_set_tlsext_ticket_key_evp_cb(SSL_CTX *, ticket_key_cb);
+long SSL_CTX_get_timeout(const SSL_CTX *);
 const EVP_CIPHER *EVP_aes_256_cbc(void);
 int EVP_EncryptInit_ex(EVP_CIPHER_CTX *, const EVP_CIPHER *, ENGINE *, const unsigned char *, const unsigned char *);
 int EVP_DecryptInit_ex(EVP_CIPHER_CTX *, const EVP_CIPHER *, ENGINE *, const unsigned char *, const unsigned char *);
@@ -128,6 +135,7 @@ class TicketKey:
 
     period: int
     name: bytes = field(repr=False)
+    material: Any = field(repr=False)  # name, HMAC key, AES key: OpenSSL's own ticket key
     aes: Any = field(repr=False)
     hmac_params: Any = field(repr=False)
     _owned: list[Any] = field(repr=False)
@@ -135,17 +143,22 @@ class TicketKey:
     @classmethod
     def make(cls, openssl: OpenSsl, period: int, material: bytes) -> TicketKey:
         ffi = openssl.ffi
-        hmac = ffi.new("unsigned char[]", material[NAME_LEN:NAME_LEN + HMAC_LEN])
+        mac_key = ffi.new("unsigned char[]", material[NAME_LEN:NAME_LEN + HMAC_LEN])
         aes = ffi.new("unsigned char[]", material[NAME_LEN + HMAC_LEN:])
         digest_key, digest, key_key = ffi.new("char[]", b"digest"), ffi.new("char[]", b"SHA256"), ffi.new("char[]", b"key")
         params = ffi.new("OSSL_PARAM[3]")
         params[0] = (digest_key, _OSSL_PARAM_UTF8_STRING, digest, 6, 0)
-        params[1] = (key_key, _OSSL_PARAM_OCTET_STRING, hmac, HMAC_LEN, 0)
-        return cls(period, material[:NAME_LEN], aes, params, [hmac, aes, digest_key, digest, key_key, params])
+        params[1] = (key_key, _OSSL_PARAM_OCTET_STRING, mac_key, HMAC_LEN, 0)
+        whole = ffi.new("unsigned char[]", material)
+        return cls(period, material[:NAME_LEN], whole, aes, params, [mac_key, aes, digest_key, digest, key_key, params])
+
+    def matches(self, openssl: OpenSsl, material: bytes) -> bool:
+        return hmac.compare_digest(openssl.ffi.buffer(self.material)[:], material)
 
     def wipe(self, openssl: OpenSsl) -> None:
         openssl.ffi.memmove(self._owned[0], bytes(HMAC_LEN), HMAC_LEN)
         openssl.ffi.memmove(self.aes, bytes(AES_LEN), AES_LEN)
+        openssl.ffi.memmove(self.material, bytes(KEY_LEN), KEY_LEN)
 
 
 def _period(now: float, rotation_s: float) -> int:
@@ -207,14 +220,17 @@ class KeyFile:
 
 
 class TicketKeys:
-    """This worker's view of the edge's keys and the callback OpenSSL calls to seal and open tickets.
-    The key file is read when the wall clock enters a period whose key this worker does not hold yet:
-    with the next period's key read ahead, that is once every other period, on the event loop (a read
-    and, for one worker, a write of a few hundred bytes)."""
+    """This worker's view of the edge's keys, what each context is given of them, and the callback OpenSSL
+    calls in the window after a rotation (see the module docstring). The key file is read when the wall
+    clock enters a period whose key this worker does not hold yet: with the next period's key read ahead,
+    that is once every other period, on the event loop (a read and, for one worker, a write of a few
+    hundred bytes). `grace_s`: how long into a period the previous period's tickets are opened."""
 
-    def __init__(self, openssl: OpenSsl, key_file: KeyFile, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, openssl: OpenSsl, key_file: KeyFile, grace_s: float,
+                 clock: Callable[[], float] = time.time) -> None:
         self.openssl = openssl
         self.key_file = key_file
+        self.grace_s = grace_s
         self.clock = clock
         self.by_period: dict[int, TicketKey] = {}
         self.by_name: dict[bytes, TicketKey] = {}
@@ -223,10 +239,42 @@ class TicketKeys:
         ffi = openssl.ffi
         self.callback = ffi.callback("ticket_key_cb", self._seal_or_open, error=0, onerror=self._failed)
 
+    def _mode(self, now: float) -> tuple[int, bool, float]:
+        """(the period, whether the callback opens the previous one's tickets, until when this holds)."""
+        rotation_s = self.key_file.rotation_s
+        if rotation_s <= 0:
+            return 0, False, float("inf")
+        period = _period(now, rotation_s)
+        start = period * rotation_s
+        if now < start + self.grace_s:
+            return period, True, min(start + self.grace_s, start + rotation_s)
+        return period, False, start + rotation_s
+
     def install(self, context: ssl.SSLContext) -> None:
-        """Have `context` seal and open tickets with the edge's keys. Raises Unavailable."""
-        if self.openssl.lib.SSL_CTX_set_tlsext_ticket_key_evp_cb(self.openssl.ssl_ctx(context), self.callback) != 1:
-            raise Unavailable("SSL_CTX_set_tlsext_ticket_key_evp_cb failed")
+        """Have `context` seal and open tickets with the edge's keys as they are now. Raises Unavailable."""
+        self.apply([context])
+
+    def apply(self, contexts: Iterable[ssl.SSLContext]) -> float:
+        """Give `contexts` the current period's key and set or clear the callback; returns the wall-clock
+        time until which that holds. Only on contexts no handshake is using on another thread (OpenSSL
+        reads both while a handshake runs). Raises Unavailable."""
+        period, callback, until = self._mode(self.clock())
+        key = self._key(period)
+        lib = self.openssl.lib
+        for context in contexts:
+            pointer = self.openssl.ssl_ctx(context)
+            if (lib.SSL_CTX_ctrl(pointer, _SSL_CTRL_SET_TLSEXT_TICKET_KEYS, KEY_LEN, key.material) != 1
+                    or lib.SSL_CTX_set_tlsext_ticket_key_evp_cb(
+                        pointer, self.callback if callback else self.openssl.ffi.NULL) != 1):
+                raise Unavailable("OpenSSL refused the session ticket key")
+        return until
+
+    def _key(self, period: int) -> TicketKey:
+        key = self.by_period.get(period)
+        if key is None:
+            self._load(period)
+            key = self.by_period[period]
+        return key
 
     def _load(self, period: int) -> None:
         try:
@@ -239,18 +287,16 @@ class TicketKeys:
                           "with keys of its own until it can", self.key_file.path, exc.strerror or exc)
             self._read_failed = True
             material = {p: secrets.token_bytes(KEY_LEN) for p in (period - 1, period, period + 1)}
+        # A key still held is kept as it is (a handshake may be using it); one dropped is wiped.
+        kept = {p: k for p, k in self.by_period.items() if p in material and k.matches(self.openssl, material[p])}
         for old in self.by_period.values():
-            old.wipe(self.openssl)
-        self.by_period = {p: TicketKey.make(self.openssl, p, m) for p, m in material.items()}
+            if old.period not in kept:
+                old.wipe(self.openssl)
+        self.by_period = {p: kept.get(p) or TicketKey.make(self.openssl, p, m) for p, m in material.items()}
         self.by_name = {k.name: k for k in self.by_period.values()}
 
     def current(self) -> TicketKey:
-        period = _period(self.clock(), self.key_file.rotation_s)
-        key = self.by_period.get(period)
-        if key is None:
-            self._load(period)
-            key = self.by_period[period]
-        return key
+        return self._key(_period(self.clock(), self.key_file.rotation_s))
 
     def _seal_or_open(self, _ssl: Any, name: Any, iv: Any, cipher: Any, mac: Any, encrypt: int) -> int:
         """OpenSSL's ticket key callback: 1 sealed or opened, 2 opened but seal a new one (a previous
@@ -282,9 +328,10 @@ def shared_ticket_keys(key_file: Path, rotation_s: float) -> TicketKeys | None:
     cannot be reached from here: then each worker keeps OpenSSL's own key."""
     try:
         openssl = OpenSsl()
-        openssl.ssl_ctx(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))  # the layout check, on a throwaway context
+        # The layout check, on a throwaway context; Python never changes OpenSSL's session timeout.
+        session_timeout_s = float(openssl.lib.SSL_CTX_get_timeout(openssl.ssl_ctx(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))))
     except Unavailable as exc:
         log.warning("TLS: session tickets are not shared between this edge's workers (%s); each worker "
                     "resumes only its own", exc)
         return None
-    return TicketKeys(openssl, KeyFile(key_file, rotation_s))
+    return TicketKeys(openssl, KeyFile(key_file, rotation_s), session_timeout_s)

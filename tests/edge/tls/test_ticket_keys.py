@@ -1,6 +1,7 @@
 """The shared session ticket keys (assetcdn/edge/tls/tickets.py) through real OpenSSL handshakes in this
 process (memory BIOs, a clock of the test's own): a ticket of the previous period resumes and is replaced,
-one of two periods ago does not; every worker reading the key file gets the same keys and the file keeps
+one of two periods ago does not; outside the window after a rotation OpenSSL seals and opens tickets with
+the shared key itself, without the callback; every worker reading the key file gets the same keys and the file keeps
 three periods; a callback that fails costs the ticket, not the handshake; where the SSL_CTX cannot be
 reached the store falls back to per-worker keys with one log line."""
 
@@ -28,6 +29,7 @@ from tests.edge.tls.certs import Issued, TestCa
 
 ROTATION_S = 100.0
 START = 1_000 * ROTATION_S + 1  # early in period 1000
+GRACE_S = 10.0
 
 
 class Clock:
@@ -91,8 +93,8 @@ def test_a_ticket_resumes_in_its_period_and_the_next_and_never_after(tmp_path: P
     openssl = OpenSsl()
     key_file = KeyFile(tmp_path / KEY_FILE, ROTATION_S)
     # Two workers: separate contexts and callbacks, one key file.
-    first = server_context(issued, tmp_path, TicketKeys(openssl, key_file, clock))
-    second = server_context(issued, tmp_path, TicketKeys(openssl, key_file, clock))
+    first = server_context(issued, tmp_path, TicketKeys(openssl, key_file, ROTATION_S, clock))
+    second = server_context(issued, tmp_path, TicketKeys(openssl, key_file, ROTATION_S, clock))
     client = client_context(version)
     resumed, session = connect(first, client, None)
     assert not resumed
@@ -106,6 +108,41 @@ def test_a_ticket_resumes_in_its_period_and_the_next_and_never_after(tmp_path: P
     assert not resumed
     resumed, _ = connect(first, client, renewed)  # sealed one period ago
     assert resumed
+
+
+def test_outside_the_window_after_a_rotation_openssl_uses_the_shared_key_itself(
+        tmp_path: Path, issued: Issued, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    seal_or_open = TicketKeys._seal_or_open
+
+    def counted(self: TicketKeys, *args: object) -> int:
+        calls.append(args[-1])
+        return seal_or_open(self, *args)
+
+    monkeypatch.setattr(TicketKeys, "_seal_or_open", counted)
+    clock = Clock()
+    clock.now = START + GRACE_S  # past the window: OpenSSL's own key is the period's shared key
+    openssl = OpenSsl()
+    key_file = KeyFile(tmp_path / KEY_FILE, ROTATION_S)
+    workers = [TicketKeys(openssl, key_file, GRACE_S, clock) for _ in range(2)]
+    first, second = (server_context(issued, tmp_path, keys) for keys in workers)
+    client = client_context(ssl.TLSVersion.TLSv1_3)
+    _, old = connect(first, client, None)
+    resumed, _ = connect(second, client, old)
+    assert resumed and calls == []
+    clock.now = START - 1 + ROTATION_S + 1  # the next period, inside its window: the callback opens `old`
+    for keys, context in zip(workers, (first, second), strict=True):
+        assert keys.apply([context]) == START - 1 + ROTATION_S + GRACE_S
+    resumed, fresh = connect(second, client, old)
+    assert resumed and calls
+    clock.now += GRACE_S  # past the window: only this period's tickets resume
+    for keys, context in zip(workers, (first, second), strict=True):
+        keys.apply([context])
+    calls.clear()
+    resumed, _ = connect(first, client, old)
+    assert not resumed
+    resumed, _ = connect(first, client, fresh)
+    assert resumed and calls == []
 
 
 def test_the_key_file_holds_three_periods_shared_by_every_reader(tmp_path: Path) -> None:
@@ -133,7 +170,7 @@ def test_a_key_file_that_is_not_ours_is_written_anew(tmp_path: Path) -> None:
 def test_a_failing_callback_costs_the_ticket_not_the_handshake(tmp_path: Path, issued: Issued,
                                                                caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
-    keys = TicketKeys(OpenSsl(), KeyFile(tmp_path / KEY_FILE, ROTATION_S), clock)
+    keys = TicketKeys(OpenSsl(), KeyFile(tmp_path / KEY_FILE, ROTATION_S), ROTATION_S, clock)
     server = server_context(issued, tmp_path, keys)
     client = client_context(ssl.TLSVersion.TLSv1_3)
     _, session = connect(server, client, None)
