@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import ssl
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -115,7 +116,7 @@ def test_outside_the_window_after_a_rotation_openssl_uses_the_shared_key_itself(
     calls = []
     seal_or_open = TicketKeys._seal_or_open
 
-    def counted(self: TicketKeys, *args: object) -> int:
+    def counted(self: TicketKeys, *args: Any) -> int:
         calls.append(args[-1])
         return seal_or_open(self, *args)
 
