@@ -300,7 +300,8 @@ class TicketKeys:
 
     def _seal_or_open(self, _ssl: Any, name: Any, iv: Any, cipher: Any, mac: Any, encrypt: int) -> int:
         """OpenSSL's ticket key callback: 1 sealed or opened, 2 opened but seal a new one (a previous
-        period's key), 0 not opened (a full handshake follows) or, sealing, no ticket; -1 an error."""
+        period's key), 0 not opened (a full handshake follows) or, sealing, no ticket (never -1, which
+        would end the handshake)."""
         ffi, lib = self.openssl.ffi, self.openssl.lib
         current = self.current()
         if encrypt:
