@@ -1,7 +1,9 @@
 """Session resumption on a real edge with two workers sharing the https port: a session made on one worker
 resumes on the other (TLS 1.3 and TLS 1.2 tickets), each connection's worker found from the kernel's socket
-table, and a ticket from two rotations of `session_ticket_rotation_s` ago makes a full handshake on every
-worker. The shared key file is the owner's only and its keys never reach the log."""
+table, both while the key callback is set (the window after a rotation, here the whole of a short period)
+and while OpenSSL uses the shared key itself (a period far longer than that window); a ticket from two
+rotations of `session_ticket_rotation_s` ago makes a full handshake on every worker. The shared key file is
+the owner's only and its keys never reach the log."""
 
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ WORKERS = 2
 # Long enough that a ticket is always used within the period after the one that sealed it (the chains below
 # offer each connection the session of the one before).
 ROTATION_S = 10.0
+# Periods of this length started long ago (they count from 1970): past the window of 7,200 s after a rotation.
+STATIC_ROTATION_S = 1e9
 EACH_WORKER_AT_LEAST = 3  # connections per worker before a run stops
 MAX_CONNECTIONS = 200     # SO_REUSEPORT spreads connections by address: both are reached long before this
 
@@ -74,24 +78,39 @@ class Edge:
         return resumed, new_session, pid
 
 
-@pytest.fixture(scope="module")
-def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
-    tmp_path = tmp_path_factory.mktemp("resumption")
+def _start(tmp_path: Path, rotation_s: float) -> tuple[RunningCdn, int, Path]:
     ca = TestCa()
     chain, key = ca.issue("localhost").write(tmp_path, "localhost")
     https_port = free_port_block(1)
     running = start_cdn(tmp_path, workers=WORKERS, env_extra={
         "ASSETCDN_TLS_HTTPS_PORT": str(https_port),
         "ASSETCDN_TLS_CERTIFICATES": json.dumps([[str(chain), str(key)]]),
-        "ASSETCDN_TLS_SESSION_TICKET_ROTATION_S": str(ROTATION_S)})
+        "ASSETCDN_TLS_SESSION_TICKET_ROTATION_S": str(rotation_s)})
+    return running, https_port, ca.write_root(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
+    running, https_port, ca = _start(tmp_path_factory.mktemp("resumption"), ROTATION_S)
     try:
-        yield Edge(running, https_port, ca.write_root(tmp_path))
+        yield Edge(running, https_port, ca)
     finally:
         running.stop()
 
 
+@pytest.fixture(scope="module")
+def static_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
+    running, https_port, ca = _start(tmp_path_factory.mktemp("resumption-static"), STATIC_ROTATION_S)
+    try:
+        yield Edge(running, https_port, ca)
+    finally:
+        running.stop()
+
+
+@pytest.mark.parametrize("keys", ["edge", "static_edge"])
 @pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2])
-def test_a_session_resumes_on_every_worker(edge: Edge, version: ssl.TLSVersion) -> None:
+def test_a_session_resumes_on_every_worker(request: pytest.FixtureRequest, keys: str, version: ssl.TLSVersion) -> None:
+    edge: Edge = request.getfixturevalue(keys)
     context = client_context(edge.ca, version=version)  # a session is offered only through its own context
     resumed, session, pid = edge.connect(context, None)
     assert not resumed
