@@ -1,6 +1,6 @@
 """Cache hits over TLS per core: the edge's https port beside hitch + Varnish and nginx with TLS.
 
-    make bench-https     (installs hitch, Varnish, nginx, wrk and h2load from Debian when absent, then runs this)
+    make bench-https     (installs hitch, Varnish, nginx, wrk, h2load and openssl from Debian when absent, then runs this)
     .venv/bin/python -m benchmarks.https_bench [--duration 4] [--rounds 1]
 
 One control plane (``assetcdn up``, one edge with one worker and an https port) holds 5 KB and 100 KB
