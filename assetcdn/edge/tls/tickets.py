@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 KEY_FILE = "tls-ticket-keys"
 NAME_LEN, HMAC_LEN, AES_LEN = 16, 32, 32
 KEY_LEN = NAME_LEN + HMAC_LEN + AES_LEN
+FAILURE_LOG_INTERVAL_S = 60.0
 MAX_FILE_BYTES = 4096  # three keys and their periods take under 600; anything longer is not ours
 _SSL_CTRL_GET_MAX_PROTO_VERSION = 131
 _SSL_CTRL_SET_TLSEXT_TICKET_KEYS = 59
@@ -235,6 +236,7 @@ class TicketKeys:
         self.by_period: dict[int, TicketKey] = {}
         self.by_name: dict[bytes, TicketKey] = {}
         self._read_failed = False
+        self._failure_logged_at = -FAILURE_LOG_INTERVAL_S
         self._load(_period(clock(), key_file.rotation_s))
         ffi = openssl.ffi
         self.callback = ffi.callback("ticket_key_cb", self._seal_or_open, error=0, onerror=self._failed)
@@ -319,9 +321,13 @@ class TicketKeys:
             return 0
         return 1 if key is current else 2
 
-    @staticmethod
-    def _failed(exc_type: type[BaseException] | None, exc: BaseException | None, _tb: object) -> None:
-        log.error("TLS: the session ticket key callback failed: %s", exc_type.__name__ if exc_type else exc)
+    def _failed(self, exc_type: type[BaseException] | None, exc: BaseException | None, _tb: object) -> None:
+        """The callback raised (it then answers 0: no ticket, or a full handshake): one line a minute."""
+        now = time.monotonic()
+        if now - self._failure_logged_at >= FAILURE_LOG_INTERVAL_S:
+            self._failure_logged_at = now
+            log.error("TLS: the session ticket key callback failed: %s (one line a minute)",
+                      exc_type.__name__ if exc_type else exc)
 
 
 def shared_ticket_keys(key_file: Path, rotation_s: float) -> TicketKeys | None:
