@@ -1,6 +1,6 @@
 """Cache hits over TLS per core: the edge's https port beside hitch + Varnish and nginx with TLS.
 
-    make bench-https     (installs hitch, Varnish, nginx, wrk and h2load from Debian when absent, then runs this)
+    make bench-https     (installs hitch, Varnish, nginx, wrk, h2load and openssl from Debian when absent, then runs this)
     .venv/bin/python -m benchmarks.https_bench [--duration 4] [--rounds 1]
 
 One control plane (``assetcdn up``, one edge with one worker and an https port) holds 5 KB and 100 KB
@@ -15,7 +15,11 @@ both; the load generator and control run on core 1 (control at SCHED_IDLE). Per 
 - ``h2``: h2load (``-c8 -m16``: 8 connections, 16 streams each) over https with ALPN h2;
 - ``h2 m100``: the same with 100 streams per connection (``-c8 -m100``), every stream a server allows at once;
 - ``new conn``: wrk with ``Connection: close``: every request a new TCP connection and a full TLS
-  handshake (TLS 1.3, ECDHE P-256 or X25519, ECDSA signature) plus one 5 KB hit.
+  handshake (TLS 1.3, ECDHE P-256 or X25519, ECDSA signature) plus one 5 KB hit;
+- ``resumed``: ``openssl s_time -reuse`` (``RESUMING_CLIENTS`` at once): every request a new TCP
+  connection resuming the session of the client's first (TLS 1.3: a ticket, with an ECDHE key
+  exchange, no certificate and no signature) plus one 5 KB hit with ``Connection: close``; a
+  connection that did not resume counts as an error.
 
 Printed: req/s, the server's CPU (cores, from /proc) and req/s per core, and the ratios to hitch +
 Varnish. Loopback only; every run is bounded; everything started is stopped at the end.
@@ -34,6 +38,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -52,8 +57,10 @@ from tests.edge.tls.certs import TestCa
 from tests.integration.harness import KEYS, free_port_block, start_cdn
 
 SIZES = ["5 KB", "100 KB"]
-MODES = ("tls h1", "h2", "h2 m100", "new conn")
+MODES = ("tls h1", "h2", "h2 m100", "new conn", "resumed")
 H2LOAD_STREAMS = {"h2": 16, "h2 m100": 100}  # streams per connection (h2load -m)
+HANDSHAKE_MODES = ("new conn", "resumed")  # measured with the 5 KB file only
+RESUMING_CLIENTS = 4
 SERVERS = ("hitch+varnish", "nginx", "edge")
 
 HITCH = """frontend = "[127.0.0.1]:{port}"
@@ -81,7 +88,7 @@ class Sample:
 
 
 def require_tools() -> None:
-    measure.require_tools(("wrk", "h2load", "hitch", "varnishd", "nginx", "taskset"), "bench-https")
+    measure.require_tools(("wrk", "h2load", "hitch", "varnishd", "nginx", "taskset", "openssl"), "bench-https")
 
 
 def start_hitch_varnish(workdir: Path, port: int, varnish_port: int, control_port: int, pem: Path,
@@ -140,11 +147,38 @@ def run_h2load(url: str, duration: float, prefix: tuple[str, ...], streams: int 
     return float(finished.group(1)), int(counts.group(2)) + int(counts.group(3))
 
 
+def run_s_time(url: str, duration: float, prefix: tuple[str, ...]) -> tuple[float, int]:
+    """(connections per second, connections not resumed) of RESUMING_CLIENTS ``openssl s_time -reuse`` at
+    once. s_time sends ``GET <www> HTTP/1.0``: the path it is given ends in the rest of an HTTP/1.1 head,
+    so each server answers ``GET <path> HTTP/1.1`` with ``Connection: close`` (its HTTP/1.0 tail becomes
+    a header's value). Each prints ``starting``, one character per connection (``r``: resumed), then
+    ``N connections in ...``."""
+    parts = urlsplit(url)
+    request = f"{parts.path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nX-Bench-Client:"
+    command = [*prefix, "openssl", "s_time", "-connect", f"127.0.0.1:{parts.port}", "-reuse",
+               "-time", str(max(1, round(duration))), "-www", request]
+    began = time.monotonic()
+    clients = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(RESUMING_CLIENTS)]
+    connections = not_resumed = 0
+    for client in clients:
+        out, err = client.communicate(timeout=duration + 60)
+        found = re.search(r"starting\n(.*?)\n\n(\d+) connections in", out, re.S)
+        if client.returncode != 0 or found is None:
+            raise RuntimeError(f"s_time failed ({client.returncode}): {out[-500:]} {err[-500:]}")
+        progress, counted = found.groups()
+        connections += int(counted)
+        not_resumed += len(progress.strip()) - progress.count("r")
+    return connections / (time.monotonic() - began), not_resumed
+
+
 def measure_one(server: Server, mode: str, url: str, args: argparse.Namespace, prefix: tuple[str, ...]) -> Sample:
     before = server.cpu_seconds()
     began = time.monotonic()
     if mode in H2LOAD_STREAMS:
         rps, errors = run_h2load(url, args.duration, prefix, H2LOAD_STREAMS[mode])
+    elif mode == "resumed":
+        rps, errors = run_s_time(url, args.duration, prefix)
     else:
         headers = ("Connection: close",) if mode == "new conn" else ()
         result = run_wrk(url, args.duration, args.connections, 2, prefix=prefix, headers=headers)
@@ -153,11 +187,11 @@ def measure_one(server: Server, mode: str, url: str, args: argparse.Namespace, p
     return Sample(rps, cores, errors)
 
 
-def table(samples: dict[tuple[str, str, str], list[Sample]]) -> str:
+def table(samples: dict[tuple[str, str, str], list[Sample]], modes: list[str]) -> str:
     lines = ["| mode | object | server | req/s | server CPU (cores) | req/s per core | per core vs hitch+Varnish | "
              "errors |", "|---|---|---|---:|---:|---:|---:|---:|"]
     for mode in [mode for mode in MODES if any(key[1] == mode for key in samples)]:
-        for size in (SIZES[:1] if mode == "new conn" else SIZES):
+        for size in (SIZES[:1] if mode in HANDSHAKE_MODES else SIZES):
             anchor = statistics.median(s.per_core for s in samples[("hitch+varnish", mode, size)])
             for name in SERVERS:
                 runs = samples[(name, mode, size)]
@@ -227,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             for round_index in range(args.rounds):
                 order = list(SERVERS[round_index % 3:] + SERVERS[:round_index % 3])
                 for mode in modes:
-                    for size in (SIZES[:1] if mode == "new conn" else SIZES):
+                    for size in (SIZES[:1] if mode in HANDSHAKE_MODES else SIZES):
                         for name in order:
                             server = servers[name]
                             url = f"{server.base}/{paths[size]}"
@@ -235,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                             samples.setdefault((name, mode, size), []).append(sample)
                             print(f"# round {round_index + 1} {mode} {size} {name}: {sample.rps:,.0f} req/s, "
                                   f"{sample.cpu:.2f} cores, {sample.errors} errors; load {load_average()}", flush=True)
-            print(table(samples))
+            print(table(samples, modes))
             print(f"# done; load average {load_average()}")
         finally:
             for process in processes:

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Debian packages a comparison benchmark needs, installed only when missing:
 #   setup_debian.sh hits    (make bench-hits):  varnish, nginx (light) and wrk
-#   setup_debian.sh https   (make bench-https): those of hits, plus hitch (TLS in front of Varnish)
-#                                               and nghttp2-client (h2load)
+#   setup_debian.sh https   (make bench-https): those of hits, plus hitch (TLS in front of Varnish),
+#                                               nghttp2-client (h2load) and openssl (s_time)
 #   setup_debian.sh conformance (make conformance): varnish, nginx (light), node and npm
 # Idempotent; the Debian services are left stopped (the benchmarks start their own instances).
 set -eu
@@ -25,6 +25,7 @@ fi
 if [ "$1" = https ]; then
     need hitch hitch
     need nghttp2-client h2load
+    need openssl openssl
 fi
 [ -n "$missing" ] || exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then

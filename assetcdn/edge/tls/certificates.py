@@ -45,6 +45,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from assetcdn.edge.tls.state import EdgeTlsState
+from assetcdn.edge.tls.tickets import KEY_FILE as TICKET_KEY_FILE
+from assetcdn.edge.tls.tickets import Unavailable, shared_ticket_keys
 from assetcdn.shared.config import Settings
 from assetcdn.shared.tls_state import CertificateEntry
 
@@ -85,6 +87,9 @@ def new_context() -> ssl.SSLContext:
     context.set_ciphers(TLS12_CIPHERS)
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_RENEGOTIATION
     context.set_alpn_protocols(list(ALPN))
+    # One TLS 1.3 ticket per connection, not OpenSSL's two: a client resumes one connection per origin
+    # (HTTP/2) and each resumption brings a fresh ticket, and every ticket is sealed and sent at a cost.
+    context.num_tickets = 1
     return context
 
 
@@ -186,6 +191,7 @@ class SniTable:
     exact: dict[str, ssl.SSLContext]
     wildcard: dict[str, ssl.SSLContext]  # "t.example.com" for *.t.example.com
     default: ssl.SSLContext
+    single: bool  # every name has the default context
     contexts: dict[ContextKey, ssl.SSLContext]
     parsed: dict[tuple[str, tuple[str, ...]], Certificate]  # the TLS state's, by id and names
 
@@ -206,6 +212,8 @@ class CertificateStore:
 
     def __init__(self, settings: Settings, tls_state: EdgeTlsState, *, default_names: Iterable[str] = ("localhost",),
                  spill_dir: Path | None = None) -> None:
+        """`spill_dir` is the edge's cache directory: where a key goes where there is no memfd, and the
+        session ticket key file its workers share."""
         tls = settings.section("tls")
         self.pairs = [(str(chain), str(key)) for chain, key in tls["certificates"]]
         self.reload_interval_s = float(tls["reload_interval_s"])
@@ -214,18 +222,25 @@ class CertificateStore:
         self.operator = [read_operator_pair(chain, key) for chain, key in self.pairs]  # errors name the file
         self._signatures = self._file_signatures()
         self._self_signed = None if self.operator else self_signed(default_names)
-        # The context every connection starts with: its session tickets and session cache serve every
-        # name (OpenSSL keeps them on the first context), and its SNI callback moves the handshake on.
-        # Replaced every session_ticket_rotation_s: a new context has a new random ticket key.
+        # Session tickets sealed under keys every worker of the edge shares (assetcdn/edge/tls/tickets.py),
+        # kept in the cache directory; without them (no cache directory, or OpenSSL out of reach) OpenSSL's
+        # own random key of each worker's front context.
         self.ticket_rotation_s = float(tls["session_ticket_rotation_s"])
-        self.front = self._new_front()
+        self.tickets = (shared_ticket_keys(spill_dir / TICKET_KEY_FILE, self.ticket_rotation_s)
+                        if spill_dir is not None else None)
+        # The context every connection starts with (its session cache and ticket keys serve every name:
+        # OpenSSL keeps them on the first context) is the default certificate's, whose SNI callback moves
+        # the handshake on when another name has a context of its own. Without shared keys it is one
+        # without a certificate, replaced every session_ticket_rotation_s: a new context, a new key.
+        self._rotating_front = self._new_front() if self.tickets is None else None
         self._front_made = time.monotonic()
+        self._tickets_until = 0.0  # wall clock: when the contexts' ticket keys change next
         self._watch: asyncio.Task[None] | None = None
         self.unreadable_names = UnreadableServerNames()
         # Builds are numbered as they start; a build that ends after a later one started is dropped (the
         # later one read newer inputs), so the table never goes back.
         self._started = self._installed = 0
-        self.table = self._build(self._inputs(None))
+        self._use(self._build(self._inputs(None)))
         tls_state.on_change.append(self._state_changed)
 
     def _file_signatures(self) -> list[tuple[int, int, int] | None]:
@@ -256,7 +271,17 @@ class CertificateStore:
             return
         if number > self._installed:
             self._installed = number
-            self.table = built.result()
+            self._use(built.result())
+
+    def _use(self, table: SniTable) -> None:
+        """Make `table` the one new handshakes read. Its default context is the one they start with (with
+        shared ticket keys): it asks for the server name only when some name has another context, so with
+        one certificate no handshake calls into Python for SNI. Set here, on the loop, never while a
+        handshake on another thread reads it."""
+        if self._rotating_front is None:
+            table.default.sni_callback = None if table.single else self._choose
+        self.table = table
+        self._tickets_until = 0.0  # every context of the table gets the keys of now, at the next connection
 
     @staticmethod
     def _offered(inputs: _Inputs, parsed: dict[tuple[str, tuple[str, ...]], Certificate]) -> list[Certificate]:
@@ -311,9 +336,10 @@ class CertificateStore:
                 exact[name] = context
         first = inputs.operator[:1] or ([inputs.self_signed] if inputs.self_signed else [])
         default = (self._context_for(self._per_key_type(list(first)), contexts, before)
-                   or (inputs.previous.default if inputs.previous else new_context()))
+                   or (inputs.previous.default if inputs.previous else self._new_context()))
         log.info("TLS: %d certificate(s) for %d name(s)", len(certificates), len(exact) + len(wildcard))
-        return SniTable(exact, wildcard, default, contexts, parsed)
+        single = all(context is default for context in (*exact.values(), *wildcard.values()))
+        return SniTable(exact, wildcard, default, single, contexts, parsed)
 
     @staticmethod
     def _per_key_type(offered: list[Certificate]) -> tuple[Certificate, ...]:
@@ -330,7 +356,7 @@ class CertificateStore:
         key = tuple(c.ident for c in chosen)
         context = contexts.get(key) or previous.get(key)
         if context is None:
-            context = new_context()
+            context = self._new_context()
             try:
                 for certificate in chosen:
                     _load_into(context, certificate, self.spill_dir)
@@ -355,21 +381,54 @@ class CertificateStore:
         return table.default
 
     def _choose(self, connection: Any, server_name: str | None, _front: ssl.SSLContext) -> None:
-        connection.context = self.context_for(server_name)
+        context = self.context_for(server_name)
+        if context is not connection.context:  # staying costs nothing; a switch copies the certificates
+            connection.context = context
+
+    def _new_context(self) -> ssl.SSLContext:
+        """A context of the edge's policy sealing tickets with the shared keys. OpenSSL asks the front
+        context's keys only (the session's context); each SNI context gets them too, so no context of
+        this worker ever seals under a key of its own."""
+        context = new_context()
+        if self.tickets is not None:
+            try:
+                self.tickets.install(context)
+            except Unavailable as exc:  # checked at start on a context like this one: not expected
+                log.error("TLS: session ticket keys not set on a context (%s)", exc)
+        return context
 
     def _new_front(self) -> ssl.SSLContext:
-        front = new_context()
+        front = self._new_context()
         front.sni_callback = self._choose
         return front
 
+    def _rekey(self) -> None:
+        """The current period's ticket key (and, just after a rotation, the callback opening the previous
+        period's tickets) on every context of the table, on the loop between handshakes."""
+        assert self.tickets is not None
+        table = self.table
+        try:
+            self._tickets_until = self.tickets.apply({id(c): c for c in (table.default, *table.contexts.values())}.values())
+        except Unavailable as exc:  # checked at start: not expected
+            log.error("TLS: session ticket keys not set (%s)", exc)
+            self._tickets_until = float("inf")
+
+    @property
+    def front(self) -> ssl.SSLContext:
+        return self.table.default if self._rotating_front is None else self._rotating_front
+
     def front_context(self) -> ssl.SSLContext:
-        """The context a new connection starts with; a fresh one (so a fresh session ticket key) once
-        the current one is `ticket_rotation_s` old. Tickets made under the previous key no longer
-        resume: those clients make one full handshake."""
+        """The context a new connection starts with. Without shared ticket keys, a fresh one (so a fresh
+        key) once the current one is `ticket_rotation_s` old: tickets made under the previous key no
+        longer resume, those clients make one full handshake."""
+        if self._rotating_front is None:
+            if self.tickets is not None and time.time() >= self._tickets_until:
+                self._rekey()
+            return self.table.default
         if self.ticket_rotation_s > 0 and time.monotonic() - self._front_made >= self.ticket_rotation_s:
-            self.front = self._new_front()
+            self._rotating_front = self._new_front()
             self._front_made = time.monotonic()
-        return self.front
+        return self._rotating_front
 
     # --- operator files: read again when they change ----------------------------------------------
 

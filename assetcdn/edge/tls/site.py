@@ -5,8 +5,9 @@ handshake that is not done within ``handshake_timeout_s`` closes the connection;
 server name is not ASCII is refused with a TLS alert before OpenSSL sees it,
 assetcdn/edge/tls/client_hello.py). The TLS protocol is
 made per connection (uvloop's, the one its listener would make) rather than by the listener, so each
-new connection starts with the current front context: replacing that context rotates the session
-ticket key, which Python's ``ssl`` offers no other way to set. (``loop.start_tls`` from a plain
+new connection starts with the context current then (certificates.py: the default certificate's, its
+ticket keys those of the period, assetcdn/edge/tls/tickets.py; without shared keys, one replaced to
+rotate OpenSSL's own ticket key). (``loop.start_tls`` from a plain
 protocol would do the same with public API, but loses a ClientHello that arrives before it takes over.) Once it is done the
 protocol ALPN chose takes over: ``h2`` goes to an HTTP/2 connection (assetcdn/edge/tls/h2.py), anything
 else (``http/1.1``, or no ALPN) to the same HitProtocol as the plain port, so hits are answered below
@@ -109,7 +110,7 @@ class HttpsSite(HitSite):
 
     def connections(self, hits: HitServer) -> asyncio.Protocol:
         """uvloop's own TLS protocol (what its listener makes when given a context), made here for each
-        connection so that it starts with the current front context (a rotated ticket key), behind the
+        connection so that it starts with the current front context (its ticket keys up to date), behind the
         check of the first record (assetcdn/edge/tls/client_hello.py) until that record is whole."""
         tls = SSLProtocol(asyncio.get_running_loop(), AlpnChoice(hits, self.limits), self.certificates.front_context(),
                           None, server_side=True, ssl_handshake_timeout=self.handshake_timeout_s)

@@ -1,0 +1,211 @@
+"""The shared session ticket keys (assetcdn/edge/tls/tickets.py) through real OpenSSL handshakes in this
+process (memory BIOs, a clock of the test's own): a ticket of the previous period resumes and is replaced,
+one of two periods ago does not; outside the window after a rotation OpenSSL seals and opens tickets with
+the shared key itself, without the callback; every worker reading the key file gets the same keys and the file keeps
+three periods; a callback that fails costs the ticket, not the handshake; where the SSL_CTX cannot be
+reached the store falls back to per-worker keys with one log line."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from assetcdn.edge.tls import tickets
+from assetcdn.edge.tls.certificates import CertificateStore
+from assetcdn.edge.tls.state import EdgeTlsState
+from assetcdn.edge.tls.tickets import (
+    KEY_FILE,
+    KeyFile,
+    OpenSsl,
+    TicketKeys,
+    Unavailable,
+    shared_ticket_keys,
+)
+from assetcdn.shared.config import load_settings
+from tests.edge.tls.certs import Issued, TestCa
+
+ROTATION_S = 100.0
+START = 1_000 * ROTATION_S + 1  # early in period 1000
+GRACE_S = 10.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def issued() -> Issued:
+    return TestCa().issue("localhost")
+
+
+def server_context(issued: Issued, tmp_path: Path, keys: TicketKeys) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    chain, key = issued.write(tmp_path, "server")
+    context.load_cert_chain(chain, key)
+    keys.install(context)
+    return context
+
+
+def client_context(version: ssl.TLSVersion) -> ssl.SSLContext:
+    context = ssl._create_unverified_context()  # noqa: S323  (resumption is what is examined)
+    context.minimum_version = context.maximum_version = version
+    return context
+
+
+def connect(server: ssl.SSLContext, client: ssl.SSLContext,
+            session: ssl.SSLSession | None) -> tuple[bool, ssl.SSLSession | None]:
+    """(resumed?, the client's session afterwards) of one handshake and one answer, over memory BIOs."""
+    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client_side = client.wrap_bio(to_client, to_server, server_hostname="localhost", session=session)
+    server_in, server_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    server_side = server.wrap_bio(server_in, server_out, server_side=True)
+    done = [False, False]
+    for _ in range(10):
+        for index, side in enumerate((client_side, server_side)):
+            if not done[index]:
+                try:
+                    side.do_handshake()
+                    done[index] = True
+                except ssl.SSLWantReadError:
+                    pass
+        server_in.write(to_server.read())
+        to_client.write(server_out.read())
+        if all(done):
+            break
+    assert all(done)
+    server_side.write(b"answer")
+    to_client.write(server_out.read())
+    assert client_side.read(100) == b"answer"  # a TLS 1.3 ticket is read before it
+    return client_side.session_reused, client_side.session
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2])
+def test_a_ticket_resumes_in_its_period_and_the_next_and_never_after(tmp_path: Path, issued: Issued,
+                                                                      version: ssl.TLSVersion) -> None:
+    clock = Clock()
+    openssl = OpenSsl()
+    key_file = KeyFile(tmp_path / KEY_FILE, ROTATION_S)
+    # Two workers: separate contexts and callbacks, one key file.
+    first = server_context(issued, tmp_path, TicketKeys(openssl, key_file, ROTATION_S, clock))
+    second = server_context(issued, tmp_path, TicketKeys(openssl, key_file, ROTATION_S, clock))
+    client = client_context(version)
+    resumed, session = connect(first, client, None)
+    assert not resumed
+    resumed, same_period = connect(second, client, session)
+    assert resumed
+    clock.now += ROTATION_S  # the next period: still opened, and a ticket of the new key comes back
+    resumed, renewed = connect(first, client, session)
+    assert resumed
+    clock.now += ROTATION_S  # two periods after the first ticket's: a full handshake
+    resumed, _ = connect(second, client, same_period)
+    assert not resumed
+    resumed, _ = connect(first, client, renewed)  # sealed one period ago
+    assert resumed
+
+
+def test_outside_the_window_after_a_rotation_openssl_uses_the_shared_key_itself(
+        tmp_path: Path, issued: Issued, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    seal_or_open = TicketKeys._seal_or_open
+
+    def counted(self: TicketKeys, *args: Any) -> int:
+        calls.append(args[-1])
+        return seal_or_open(self, *args)
+
+    monkeypatch.setattr(TicketKeys, "_seal_or_open", counted)
+    clock = Clock()
+    clock.now = START + GRACE_S  # past the window: OpenSSL's own key is the period's shared key
+    openssl = OpenSsl()
+    key_file = KeyFile(tmp_path / KEY_FILE, ROTATION_S)
+    workers = [TicketKeys(openssl, key_file, GRACE_S, clock) for _ in range(2)]
+    first, second = (server_context(issued, tmp_path, keys) for keys in workers)
+    client = client_context(ssl.TLSVersion.TLSv1_3)
+    _, old = connect(first, client, None)
+    resumed, _ = connect(second, client, old)
+    assert resumed and calls == []
+    clock.now = START - 1 + ROTATION_S + 1  # the next period, inside its window: the callback opens `old`
+    for keys, context in zip(workers, (first, second), strict=True):
+        assert keys.apply([context]) == START - 1 + ROTATION_S + GRACE_S
+    resumed, fresh = connect(second, client, old)
+    assert resumed and calls
+    clock.now += GRACE_S  # past the window: only this period's tickets resume
+    for keys, context in zip(workers, (first, second), strict=True):
+        keys.apply([context])
+    calls.clear()
+    resumed, _ = connect(first, client, old)
+    assert not resumed
+    resumed, _ = connect(first, client, fresh)
+    assert resumed and calls == []
+
+
+def test_the_key_file_holds_three_periods_shared_by_every_reader(tmp_path: Path) -> None:
+    path = tmp_path / KEY_FILE
+    first = KeyFile(path, ROTATION_S).keys_around(1000)
+    assert sorted(first) == [999, 1000, 1001]
+    assert KeyFile(path, ROTATION_S).keys_around(1000) == first  # another worker: the same keys
+    assert path.stat().st_mode & 0o777 == 0o600
+    later = KeyFile(path, ROTATION_S).keys_around(1002)
+    assert sorted(later) == [1001, 1002, 1003] and later[1001] == first[1001]
+    assert str(999) not in path.read_text().split() and first[1000].hex() not in path.read_text()
+    path.chmod(0o644)
+    assert KeyFile(path, ROTATION_S * 2).keys_around(501)[501] not in later.values()  # another rotation
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_key_file_that_is_not_ours_is_written_anew(tmp_path: Path) -> None:
+    path = tmp_path / KEY_FILE
+    path.write_bytes(b"rotation 100.0\n1000 not-hex\n")
+    keys = KeyFile(path, ROTATION_S).keys_around(1000)
+    assert sorted(keys) == [999, 1000, 1001]
+    assert KeyFile(path, ROTATION_S).keys_around(1000) == keys
+
+
+def test_a_failing_callback_costs_the_ticket_not_the_handshake(tmp_path: Path, issued: Issued,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    keys = TicketKeys(OpenSsl(), KeyFile(tmp_path / KEY_FILE, ROTATION_S), ROTATION_S, clock)
+    server = server_context(issued, tmp_path, keys)
+    client = client_context(ssl.TLSVersion.TLSv1_3)
+    _, session = connect(server, client, None)
+
+    def broken() -> float:
+        raise RuntimeError("clock gone")
+
+    keys.clock = broken
+    with caplog.at_level(logging.ERROR, logger=tickets.__name__):
+        resumed, _ = connect(server, client, session)
+    assert not resumed
+    assert "ticket key callback failed" in caplog.text
+
+
+def test_without_the_callback_the_store_keeps_per_worker_keys(tmp_path: Path, issued: Issued,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    # A layout check that does not match (as another CPython's would not): no shared keys, one warning.
+    monkeypatch.setattr(tickets, "_VERIFY_MODES", {})
+    with pytest.raises(Unavailable):
+        OpenSsl().ssl_ctx(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))
+    chain, key = issued.write(tmp_path, "operator")
+    settings = load_settings(None).with_overrides("tls", certificates=[[str(chain), str(key)]])
+    with caplog.at_level(logging.WARNING, logger=tickets.__name__):
+        store = CertificateStore(settings, EdgeTlsState("secret"), spill_dir=tmp_path)
+    assert store.tickets is None
+    assert caplog.text.count("session tickets are not shared") == 1
+    assert not (tmp_path / KEY_FILE).exists()
+    client = client_context(ssl.TLSVersion.TLSv1_3)
+    _, session = connect(store.front_context(), client, None)
+    resumed, _ = connect(store.front_context(), client, session)  # OpenSSL's own key, in this worker
+    assert resumed
+
+
+def test_shared_keys_are_made_where_the_callback_can_be_set(tmp_path: Path) -> None:
+    keys = shared_ticket_keys(tmp_path / KEY_FILE, ROTATION_S)
+    assert keys is not None and (tmp_path / KEY_FILE).exists()
