@@ -40,7 +40,7 @@ from assetcdn.edge.fastpath.hit_server import HitSite
 from assetcdn.edge.fastpath.protocol import HitProtocol
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.http_server import name_the_server
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
 
 ZONE = "micro"
 PATH = f"/{ZONE}/v1/a.bin"

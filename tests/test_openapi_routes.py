@@ -17,7 +17,7 @@ from assetcdn.edge.proxy import forward_to_control
 from assetcdn.shared.cluster import PREFIX
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.openapi import document
-from tests.control.conftest import SECRETS
+from tests.support.control import SECRETS
 
 METHODS = ("get", "head", "post", "put", "delete", "options", "patch")
 SCHEME_OF_KEY = {Key.ACCESS: "AccessKey", Key.ACCOUNT: "AccountKey", Key.PURGE: "PurgeKey",

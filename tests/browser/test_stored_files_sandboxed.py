@@ -23,8 +23,8 @@ import pytest
 from assetcdn.control.identity.service import SESSIONS
 from tests.browser.conftest import loopback_listener, serve_dashboard
 from tests.browser.headless_chromium import HeadlessChromium
-from tests.control.conftest import ACCOUNT
 from tests.edge.routes.conftest import ZONE, CdnFactory, wait_until
+from tests.support.control import ACCOUNT
 
 pytestmark = pytest.mark.browser
 

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import create_app
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCESS, SECRETS
+from tests.support.control import ACCESS, SECRETS
 
 MakeControl = Callable[..., Awaitable[TestClient]]
 

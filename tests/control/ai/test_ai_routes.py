@@ -8,8 +8,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.ai.service import IMAGE_ANALYSIS
-from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import expect_error
+from tests.support.control import ACCESS, ACCOUNT
 
 from .conftest import MakeControl, astronaut_jpeg, coffee_jpeg, upload
 

@@ -7,7 +7,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.ai.alt_text import subject_words
-from tests.control.conftest import ACCESS
+from tests.support.control import ACCESS
 
 from .conftest import MakeControl, astronaut_jpeg, require_tesseract, text_banner, upload
 

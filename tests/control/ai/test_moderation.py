@@ -14,7 +14,7 @@ from assetcdn.control.ai.moderation import (
     nudity_score,
     verdict_of,
 )
-from tests.control.conftest import ACCESS
+from tests.support.control import ACCESS
 
 from .conftest import MakeControl, astronaut_jpeg, upload
 

@@ -9,7 +9,7 @@ import skimage.data
 
 from assetcdn.control.ai.image_input import load_for_analysis
 from assetcdn.control.ai.smart_crop import compass, smart_crop
-from tests.control.conftest import ACCESS
+from tests.support.control import ACCESS
 
 from .conftest import (
     MakeControl,

@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from assetcdn.control.ai.vision_endpoint import clean_alt, moderation_scores
-from tests.control.conftest import ACCESS
+from tests.support.control import ACCESS
 
 from .conftest import MakeControl, astronaut_jpeg, upload
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.control.conftest import ACCOUNT
+from tests.support.control import ACCOUNT
 
 ZONES = ("akande", "bolt")
 

@@ -22,8 +22,8 @@ from assetcdn.shared import API_VERSION
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.counter_store import Limit
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS, forwarded_for
 from tests.control.expect import expect_error, parse_time
+from tests.support.control import ACCESS, ACCOUNT, SECRETS, forwarded_for
 
 ANALYTICS_KEY = {"x-api-key": SECRETS.analytics_key}
 BATCH_PATH = PREFIX + "/analytics"

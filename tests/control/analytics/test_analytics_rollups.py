@@ -20,8 +20,8 @@ from assetcdn.shared.cluster import sign_request
 from assetcdn.shared.config import load_settings
 from tests.control.analytics.conftest import with_zones
 from tests.control.analytics.test_analytics_api import ANALYTICS_KEY, BATCH_PATH, send_batch
-from tests.control.conftest import ACCOUNT, SECRETS
 from tests.control.records.test_request_log import page
+from tests.support.control import ACCOUNT, SECRETS
 
 PATHS = ["akande/v1/logos/logo.svg", "akande/v1/img/a.png", "stocks/images/b.jpg", "akande/v1/gone.txt",
          "api/transform", "", "Not-A-Zone!/x.png", "favicon.ico"]

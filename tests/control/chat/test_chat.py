@@ -18,8 +18,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from assetcdn.control.app import create_app
 from assetcdn.control.chat.documentation import docs_pages, documentation_passages, readme_text
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import SECRETS, forwarded_for
 from tests.integration.harness import free_port_block
+from tests.support.control import SECRETS, forwarded_for
 
 MakeControl = Callable[..., Awaitable[TestClient]]
 

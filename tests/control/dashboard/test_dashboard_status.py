@@ -3,8 +3,8 @@ generation, lag and last acknowledgement, and the purge answer's per-edge acknow
 
 from __future__ import annotations
 
-from tests.control.conftest import ACCOUNT
 from tests.edge.routes.conftest import PURGE, ZONE, CdnFactory, make_cdn
+from tests.support.control import ACCOUNT
 
 __all__ = ["make_cdn"]  # the real control + edge fixture
 

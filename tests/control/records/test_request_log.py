@@ -24,8 +24,8 @@ from assetcdn.control.records.service import REQUEST_LOG
 from assetcdn.control.routes import logs as logs_route
 from assetcdn.shared.config import Settings, load_settings
 from tests.control.analytics.test_analytics_api import ANALYTICS_KEY, hit, send_batch
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error, parse_time
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
 
 RECORD_FIELDS = {"id", "timestamp", "level", "code", "message", "method", "path", "status", "durationMs",
                  "requestId", "ip", "node", "cache", "sampleRate"}

@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import create_app
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
 
 MakeControl = Callable[..., Awaitable[TestClient]]
 

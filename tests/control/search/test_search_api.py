@@ -14,7 +14,7 @@ from assetcdn.control.routes.search import parse_limit
 from assetcdn.control.search.encoder import WEIGHTS, packaged_model_zip
 from assetcdn.control.search.engine import MAX_QUERY_CHARS, MAX_QUERY_TERMS, WAITING_QUERIES
 from assetcdn.control.search.service import SEARCH
-from tests.control.conftest import ACCESS, ACCOUNT, forwarded_for
+from tests.support.control import ACCESS, ACCOUNT, forwarded_for
 
 from .conftest import MakeControl, add_zone, search, upload
 

@@ -18,9 +18,9 @@ from assetcdn.control.app import create_app
 from assetcdn.control.webhooks.service import WEBHOOK_RESOLVER
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.secrets import Secrets
-from tests.control.conftest import ACCOUNT
-from tests.control.conftest import SECRETS as BASE_SECRETS
 from tests.control.webhooks.receiver import WAIT_S, FakeResolver, Receiver
+from tests.support.control import ACCOUNT
+from tests.support.control import SECRETS as BASE_SECRETS
 
 T = TypeVar("T")
 SECRETS = dataclasses.replace(BASE_SECRETS, webhook_secret_key="test-webhook-secret-key")

@@ -27,7 +27,6 @@ from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.fastpath.hit_server import HitSite
 from assetcdn.edge.node import EdgeNode
 from assetcdn.shared.http_server import answer_unreadable_requests_in_json, name_the_server
-from tests.control.conftest import ACCESS, ACCOUNT, METRICS
 from tests.edge.routes.conftest import (
     PURGE,
     ZONE,
@@ -35,6 +34,7 @@ from tests.edge.routes.conftest import (
     register_and_make_zone,
     wait_until,
 )
+from tests.support.control import ACCESS, ACCOUNT, METRICS
 
 READ_S = 10.0   # upper bound for one response to arrive (never asserted as a duration)
 

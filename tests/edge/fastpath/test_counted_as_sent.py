@@ -17,9 +17,9 @@ from typing import Any
 
 import orjson
 
-from tests.control.conftest import ACCOUNT
 from tests.edge.fastpath.conftest import ZONE, HitCdn, HitCdnFactory, request_bytes
 from tests.edge.routes.conftest import wait_until
+from tests.support.control import ACCOUNT
 
 RCVBUF = 16 * 1024   # the attacking client's receive buffer (the kernel doubles it)
 

@@ -28,9 +28,9 @@ from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.node import EdgeNode
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, METRICS, SECRETS
 from tests.edge.hit_server import HitTestServer
 from tests.integration.harness import LAZY_IMAGE_POOL
+from tests.support.control import ACCESS, ACCOUNT, METRICS, SECRETS
 
 PURGE = {"x-api-key": SECRETS.purge_key}
 ZONE = "pics"

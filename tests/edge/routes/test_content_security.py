@@ -17,7 +17,6 @@ from aiohttp.test_utils import TestClient
 
 from assetcdn.shared.content_security import SANDBOX_CSP
 from assetcdn.shared.signing import signed_url
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.edge.routes.conftest import (
     LOGO_SVG,
     ZONE,
@@ -27,6 +26,7 @@ from tests.edge.routes.conftest import (
     solid_png,
     wait_until,
 )
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
 
 NOSNIFF = ("X-Content-Type-Options", "nosniff")
 HTML = b"<!doctype html><title>page</title><script>document.title = 'ran'</script>"

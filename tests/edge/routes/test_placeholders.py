@@ -13,7 +13,6 @@ import blurhash
 import pytest
 import pytest_asyncio
 
-from tests.control.conftest import SECRETS
 from tests.edge.routes.conftest import (
     ZONE,
     Cdn,
@@ -24,6 +23,7 @@ from tests.edge.routes.conftest import (
     shared_cdn_apps,
     wait_until,
 )
+from tests.support.control import SECRETS
 
 PHOTO = f"{ZONE}/v1/banners/photo.jpg"
 DATA_URI = re.compile(r"^data:image/webp;base64,(.+)$")

@@ -21,7 +21,6 @@ import assetcdn.edge.app  # noqa: F401
 from assetcdn import edge
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.edge.routes.conftest import (
     WAIT_S,
     ZONE,
@@ -31,6 +30,7 @@ from tests.edge.routes.conftest import (
     wait_until,
 )
 from tests.integration.harness import LAZY_IMAGE_POOL
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
 
 TRICKLERS = 120  # more than the default pool of connections to control (100), and far more than 4
 

@@ -11,9 +11,9 @@ import pytest
 from aiohttp import web
 
 from assetcdn.edge.states.keys import pull_key
-from tests.control.conftest import ACCOUNT
 from tests.edge.routes.conftest import PURGE, wait_until
 from tests.edge.routes.test_pull_zones import LONG, TENANT_HOST, ZONE, Pull, pull
+from tests.support.control import ACCOUNT
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 __all__ = ["pull"]  # the module's CDN and origin (a fixture)

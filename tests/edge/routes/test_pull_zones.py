@@ -21,10 +21,10 @@ from aiohttp import ClientPayloadError, ClientResponse, web
 from aiohttp.test_utils import TestServer
 from multidict import CIMultiDictProxy
 
-from tests.control.conftest import ACCOUNT
 from tests.control.expect import expect_error
 from tests.edge.routes.conftest import PURGE, WAIT_S, Cdn, shared_cdn_apps, wait_until
 from tests.edge.routes.test_tenant_hosts import raw_status
+from tests.support.control import ACCOUNT
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

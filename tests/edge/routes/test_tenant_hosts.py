@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from assetcdn.shared.signing import signed_url
-from tests.control.conftest import ACCOUNT, SECRETS
 from tests.edge.routes.conftest import PURGE, ZONE, Cdn, CdnFactory, solid_png, wait_until
+from tests.support.control import ACCOUNT, SECRETS
 
 OTHER = "rival"
 OWN_FILE = f"{ZONE}/v1/logos/own.png"

@@ -15,7 +15,6 @@ from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL
 from assetcdn.edge.states.keys import variant_key
 from assetcdn.edge.transform.options import parse_transform_options
 from assetcdn.shared.counter_store import Limit
-from tests.control.conftest import METRICS
 from tests.edge.routes.conftest import (
     FRAMES,
     LOGO_SVG,
@@ -32,6 +31,7 @@ from tests.edge.routes.conftest import (
     shared_cdn_apps,
     solid_png,
 )
+from tests.support.control import METRICS
 
 PHOTO = f"{ZONE}/v1/banners/photo.jpg"
 IMMUTABLE = "public, max-age=31536000, immutable"

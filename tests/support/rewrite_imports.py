@@ -1,0 +1,65 @@
+"""Rewrite imports of test helpers from their old homes (a conftest.py or a test module) to tests/support/.
+
+    python tests/support/rewrite_imports.py FILE...     # rewrites the files in place
+    python tests/support/rewrite_imports.py --list      # prints the mapping, one `old -> new` a line
+
+Only `from MODULE import NAME` statements whose MODULE and NAME are in MOVED change; names a statement imports
+that did not move stay with their module. Comments inside a rewritten statement are dropped, and the new lines
+are not sorted: run `ruff check --fix FILE...` afterwards.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+# "old module.NAME" -> the module the name lives in now (the name itself is unchanged).
+MOVED: dict[str, str] = {
+    # the control plane's secrets and headers
+    **{f"tests.control.conftest.{name}": "tests.support.control"
+       for name in ("SECRETS", "ACCESS", "ACCOUNT", "METRICS", "forwarded_for", "control_with_zone")},
+}
+
+
+def rewrite(source: str) -> str:
+    """`source` with every moved name imported from its new module."""
+    lines = source.splitlines(keepends=True)
+    edits: list[tuple[int, int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom) or node.level or node.module is None:
+            continue
+        if not any(f"{node.module}.{alias.name}" in MOVED for alias in node.names):
+            continue
+        by_module: dict[str, list[str]] = {}
+        for alias in node.names:
+            module = MOVED.get(f"{node.module}.{alias.name}", node.module)
+            name = alias.name if alias.asname is None else f"{alias.name} as {alias.asname}"
+            by_module.setdefault(module, []).append(name)
+        indent = " " * node.col_offset
+        text = "".join(f"{indent}from {module} import {', '.join(names)}\n" for module, names in by_module.items())
+        edits.append((node.lineno - 1, node.end_lineno or node.lineno, text))
+    for start, end, text in sorted(edits, reverse=True):
+        lines[start:end] = [text]
+    return "".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--list"]:
+        sys.stdout.write("".join(f"{old} -> {new}.{old.rsplit('.', 1)[1]}\n" for old, new in MOVED.items()))
+        return 0
+    if not argv:
+        sys.stderr.write(__doc__ or "")
+        return 2
+    for name in argv:
+        path = Path(name)
+        before = path.read_text()
+        after = rewrite(before)
+        if after != before:
+            path.write_text(after)
+            sys.stderr.write(f"rewrote {path}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
