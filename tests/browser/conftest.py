@@ -16,9 +16,8 @@ from assetcdn.control.video.demo import write_synthetic_video
 from assetcdn.control.video.service import VIDEO_INGEST
 from tests.browser.headless_chromium import find_chromium
 from tests.browser.player_page import player_app
-from tests.edge.routes.conftest import CdnFactory, make_cdn, wait_until
-
-__all__ = ["make_cdn"]  # the real control + edge fixture, shared with the edge route tests
+from tests.support.cdn import CdnFactory, cdn_factory
+from tests.support.wait import wait_until
 
 HERE = Path(__file__).parent
 HLS_JS = HERE / ".npm" / "node_modules" / "hls.js" / "dist" / "hls.min.js"
@@ -41,6 +40,12 @@ async def serve_dashboard(control_server: BaseTestServer, listener: socket.socke
     listener's port); it stops with the control server."""
     assert control_server.runner is not None
     await web.SockSite(control_server.runner, listener).start()
+
+
+@pytest.fixture
+def make_cdn(aiohttp_client, tmp_path: Path) -> CdnFactory:  # type: ignore[no-untyped-def]
+    """A real control and edge in one event loop, of its own for each test (tests/support/cdn.py)."""
+    return cdn_factory(tmp_path, aiohttp_client)
 
 
 @pytest.fixture(scope="session")

@@ -39,8 +39,8 @@ from assetcdn.shared.config import load_settings
 from tests.browser.conftest import loopback_listener, serve_dashboard
 from tests.browser.dashboard_driver import DashboardBrowser
 from tests.control.identity.signin_client import PASSWORD, SIGNIN_SECRETS
-from tests.edge.routes.conftest import wait_until
 from tests.support.control import ACCESS
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.browser
 

@@ -19,6 +19,14 @@ MOVED: dict[str, str] = {
     # the control plane's secrets and headers
     **{f"tests.control.conftest.{name}": "tests.support.control"
        for name in ("SECRETS", "ACCESS", "ACCOUNT", "METRICS", "forwarded_for", "control_with_zone")},
+    # the in-process control and edge, waiting, and the images the edge tests upload
+    **{f"tests.edge.routes.conftest.{name}": "tests.support.cdn"
+       for name in ("PURGE", "ZONE", "Cdn", "CdnFactory", "control_and_edge_app", "register_and_make_zone",
+                    "start_cdn_apps", "shared_cdn_apps")},
+    **{f"tests.edge.routes.conftest.{name}": "tests.support.wait" for name in ("WAIT_S", "wait_until")},
+    **{f"tests.edge.routes.conftest.{name}": "tests.support.images"
+       for name in ("FRAMES", "photo_jpeg", "solid_png", "black_png", "animated_gif", "animated_webp", "LOGO_SVG",
+                    "decode", "loader", "frames")},
 }
 
 

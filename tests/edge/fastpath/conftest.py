@@ -27,14 +27,9 @@ from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.fastpath.hit_server import HitSite
 from assetcdn.edge.node import EdgeNode
 from assetcdn.shared.http_server import answer_unreadable_requests_in_json, name_the_server
-from tests.edge.routes.conftest import (
-    PURGE,
-    ZONE,
-    control_and_edge_app,
-    register_and_make_zone,
-    wait_until,
-)
+from tests.support.cdn import PURGE, ZONE, control_and_edge_app, register_and_make_zone
 from tests.support.control import ACCESS, ACCOUNT, METRICS
+from tests.support.wait import wait_until
 
 READ_S = 10.0   # upper bound for one response to arrive (never asserted as a duration)
 

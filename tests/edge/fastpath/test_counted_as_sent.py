@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 
 from tests.edge.fastpath.conftest import ZONE, HitCdn, HitCdnFactory, request_bytes
-from tests.edge.routes.conftest import wait_until
 from tests.support.control import ACCOUNT
+from tests.support.wait import wait_until
 
 RCVBUF = 16 * 1024   # the attacking client's receive buffer (the kernel doubles it)
 

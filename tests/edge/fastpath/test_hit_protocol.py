@@ -24,7 +24,8 @@ from tests.edge.fastpath.conftest import (
     request_bytes,
     shared_hit_cdn,
 )
-from tests.edge.routes.conftest import LOGO_SVG, solid_png, wait_until
+from tests.support.images import LOGO_SVG, solid_png
+from tests.support.wait import wait_until
 
 SVG = f"{ZONE}/v1/logos/logo.svg"
 PNG = f"{ZONE}/v1/banners/photo.png"

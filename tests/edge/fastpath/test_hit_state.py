@@ -19,7 +19,8 @@ from tests.edge.fastpath.conftest import (
     RawConnection,
     request_bytes,
 )
-from tests.edge.routes.conftest import LOGO_SVG, wait_until
+from tests.support.images import LOGO_SVG
+from tests.support.wait import wait_until
 
 FILE = f"{ZONE}/v1/banners/data.bin"
 

@@ -45,8 +45,9 @@ from tests.edge.fastpath.conftest import (
     request_bytes,
     shared_hit_cdn,
 )
-from tests.edge.routes.conftest import LOGO_SVG, wait_until
 from tests.integration.harness import KEYS, free_port_block
+from tests.support.images import LOGO_SVG
+from tests.support.wait import wait_until
 
 SVG = f"{ZONE}/v1/logos/proxied.svg"
 HEADER_TIMEOUT_S = 0.5

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.edge.routes.conftest import ZONE, CdnFactory
+from tests.support.cdn import ZONE, CdnFactory
 from tests.support.control import ACCESS
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import orjson
 
 from tests.control.expect import expect_error
-from tests.edge.routes.conftest import CdnFactory
 from tests.shared.health_shape import assert_health_shape, assert_no_internal_addresses
+from tests.support.cdn import CdnFactory
 from tests.support.control import ACCOUNT, METRICS, SECRETS
 
 

@@ -24,8 +24,9 @@ from PIL import Image
 from assetcdn.edge.cache.tags import pull_variants_tag
 from assetcdn.edge.states.keys import pull_key, pull_variants_made_key
 from tests.control.expect import expect_error
-from tests.edge.routes.conftest import PURGE, Cdn, shared_cdn_apps, wait_until
 from tests.edge.routes.test_pull_zones import PREFIX, ScriptedOrigin, add_pull_zone, serve_origin
+from tests.support.cdn import PURGE, Cdn, shared_cdn_apps
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -11,9 +11,10 @@ import pytest
 from aiohttp import web
 
 from assetcdn.edge.states.keys import pull_key
-from tests.edge.routes.conftest import PURGE, wait_until
 from tests.edge.routes.test_pull_zones import LONG, TENANT_HOST, ZONE, Pull, pull
+from tests.support.cdn import PURGE
 from tests.support.control import ACCOUNT
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 __all__ = ["pull"]  # the module's CDN and origin (a fixture)

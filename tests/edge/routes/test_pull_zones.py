@@ -1,4 +1,4 @@
-"""Pull zones through a real control and edge app (tests/edge/routes/conftest.py) and an origin the tests script
+"""Pull zones through a real control and edge app (tests/support/cdn.py) and an origin the tests script
 (`ScriptedOrigin`): what a client of the edge sees (status, body, X-Cache, Age, Cache-Status) and what the origin
 saw (how many requests, with which fields), for the serve sequence of assetcdn/edge/states/pull.py.
 
@@ -22,9 +22,10 @@ from aiohttp.test_utils import TestServer
 from multidict import CIMultiDictProxy
 
 from tests.control.expect import expect_error
-from tests.edge.routes.conftest import PURGE, WAIT_S, Cdn, shared_cdn_apps, wait_until
 from tests.edge.routes.test_tenant_hosts import raw_status
+from tests.support.cdn import PURGE, Cdn, shared_cdn_apps
 from tests.support.control import ACCOUNT
+from tests.support.wait import WAIT_S, wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

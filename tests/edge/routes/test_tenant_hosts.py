@@ -9,8 +9,10 @@ from urllib.parse import urlsplit
 import pytest
 
 from assetcdn.shared.signing import signed_url
-from tests.edge.routes.conftest import PURGE, ZONE, Cdn, CdnFactory, solid_png, wait_until
+from tests.support.cdn import PURGE, ZONE, Cdn, CdnFactory
 from tests.support.control import ACCOUNT, SECRETS
+from tests.support.images import solid_png
+from tests.support.wait import wait_until
 
 OTHER = "rival"
 OWN_FILE = f"{ZONE}/v1/logos/own.png"

@@ -15,12 +15,11 @@ from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL
 from assetcdn.edge.states.keys import variant_key
 from assetcdn.edge.transform.options import parse_transform_options
 from assetcdn.shared.counter_store import Limit
-from tests.edge.routes.conftest import (
+from tests.support.cdn import ZONE, Cdn, CdnFactory, shared_cdn_apps
+from tests.support.control import METRICS
+from tests.support.images import (
     FRAMES,
     LOGO_SVG,
-    ZONE,
-    Cdn,
-    CdnFactory,
     animated_gif,
     animated_webp,
     black_png,
@@ -28,10 +27,8 @@ from tests.edge.routes.conftest import (
     frames,
     loader,
     photo_jpeg,
-    shared_cdn_apps,
     solid_png,
 )
-from tests.support.control import METRICS
 
 PHOTO = f"{ZONE}/v1/banners/photo.jpg"
 IMMUTABLE = "public, max-age=31536000, immutable"

@@ -13,7 +13,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.edge.routes.conftest import make_cdn  # noqa: F401  (a real control and edge in one loop)
 from tests.edge.tls.certs import Issued, TestCa
 from tests.integration.harness import (
     ACCESS,
@@ -23,6 +22,7 @@ from tests.integration.harness import (
     free_port_block,
     start_cdn,
 )
+from tests.support.cdn import CdnFactory, cdn_factory
 
 ZONE = "secure"
 HANDSHAKE_TIMEOUT_S = 2
@@ -91,6 +91,12 @@ def start_https_cdn(tmp: Path, env_extra: dict[str, str] | None = None, *, worke
     except BaseException:
         running.stop()
         raise
+
+
+@pytest.fixture
+def make_cdn(aiohttp_client, tmp_path: Path) -> CdnFactory:  # type: ignore[no-untyped-def]
+    """A real control and edge in one event loop, of its own for each test (tests/support/cdn.py)."""
+    return cdn_factory(tmp_path, aiohttp_client)
 
 
 @pytest.fixture(scope="package")
