@@ -27,6 +27,17 @@ MOVED: dict[str, str] = {
     **{f"tests.edge.routes.conftest.{name}": "tests.support.images"
        for name in ("FRAMES", "photo_jpeg", "solid_png", "black_png", "animated_gif", "animated_webp", "LOGO_SVG",
                     "decode", "loader", "frames")},
+    # the in-process control and edge on the hit path's own site, with a raw HTTP/1.1 client
+    **{f"tests.edge.fastpath.conftest.{name}": "tests.support.hit_cdn"
+       for name in ("READ_S", "Response", "RawConnection", "request_bytes", "HitCdn", "HitCdnFactory",
+                    "start_hit_cdn", "shared_hit_cdn")},
+    **{f"tests.edge.fastpath.conftest.{name}": "tests.support.control" for name in ("ACCESS", "ACCOUNT", "METRICS")},
+    **{f"tests.edge.fastpath.conftest.{name}": "tests.support.cdn" for name in ("PURGE", "ZONE")},
+    # PROXY protocol headers, and the bound on what the kernel takes for a client that reads nothing
+    **{f"tests.edge.fastpath.test_proxy_protocol.{name}": "tests.support.proxy_protocol"
+       for name in ("UNTRUSTED", "v1", "v2")},
+    **{f"tests.edge.fastpath.test_counted_as_sent.{name}": "tests.support.sockets"
+       for name in ("RCVBUF", "send_buffer_max", "REALLY_WRITTEN_MAX")},
 }
 
 
