@@ -8,6 +8,7 @@ browser and to control's storage and purge APIs like an operator. The per-test `
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -64,6 +65,18 @@ class Cdn:
 
 
 CdnFactory = Callable[..., Awaitable[Cdn]]
+
+
+async def raw_status(cdn: Cdn, target: str, host: str) -> int:
+    """The status of `GET <target>` sent as is (an absolute-form target is not what clients send)."""
+    assert cdn.edge.server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", cdn.edge.server.port)
+    try:
+        writer.write(f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        head = await reader.readuntil(b"\r\n")
+        return int(head.split(b" ", 2)[1])
+    finally:
+        writer.close()
 
 
 async def control_and_edge_app(root: Path, serve: Callable[[Any], Awaitable[TestClient]], env: dict[str, str],

@@ -44,6 +44,12 @@ MOVED: dict[str, str] = {
     **{f"tests.edge.tls.test_certificate_store.{name}": "tests.support.https" for name in ("peer_certificate", "unverified")},
     **{f"tests.edge.tls.test_unreadable_server_names.{name}": "tests.support.https"
        for name in ("PLACEHOLDER", "NOT_ASCII", "client_hello_naming")},
+    # scripted origins and the pull-zone tests' CDN (the `pull` fixture is in tests/edge/routes/conftest.py)
+    **{f"tests.edge.routes.test_pull_zones.{name}": "tests.support.origins"
+       for name in ("ZONE", "PREFIX", "HOST_HEADER", "SECRET", "TENANT_HOST", "FIRST_BYTE_TIMEOUT_S", "MAX_OBJECT_MB",
+                    "BODY_TIMEOUT_S", "LONG", "Handler", "Seen", "ScriptedOrigin", "Pull", "serve_origin",
+                    "add_pull_zone")},
+    "tests.edge.routes.test_tenant_hosts.raw_status": "tests.support.cdn",
 }
 
 
