@@ -5,7 +5,7 @@ tests/control/conftest.py)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from aiohttp.test_utils import TestClient, TestServer
@@ -22,6 +22,8 @@ SECRETS = Secrets(access_key="test-access-key", account_key="test-account-key", 
 ACCESS = {"AccessKey": SECRETS.access_key}
 ACCOUNT = {"AccountKey": SECRETS.account_key}
 METRICS = {"Authorization": f"Bearer {SECRETS.metrics_key}"}  # /metrics and /api/health?deep=1
+
+MakeControl = Callable[..., Awaitable[TestClient]]  # what a `make_control` fixture returns
 
 
 def forwarded_for(address: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ import ast
 import sys
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: tests/support/ is two levels down
 # "old module.NAME" -> the module the name lives in now (the name itself is unchanged).
 MOVED: dict[str, str] = {
     # the control plane's secrets and headers
@@ -50,21 +51,45 @@ MOVED: dict[str, str] = {
                     "BODY_TIMEOUT_S", "LONG", "Handler", "Seen", "ScriptedOrigin", "Pull", "serve_origin",
                     "add_pull_zone")},
     "tests.edge.routes.test_tenant_hosts.raw_status": "tests.support.cdn",
+    # analytics batches, the request log's pages, the analytics tests' zones
+    **{f"tests.control.analytics.test_analytics_api.{name}": "tests.support.analytics"
+       for name in ("ANALYTICS_KEY", "BATCH_PATH", "hit", "send_batch")},
+    "tests.control.analytics.test_analytics_rollups.send_v2": "tests.support.analytics",
+    "tests.control.records.test_request_log.page": "tests.support.analytics",
+    **{f"tests.control.analytics.conftest.{name}": "tests.support.analytics" for name in ("ZONES", "with_zones")},
+    # the search, AI and chat tests' control planes: what they upload and how they read the answers
+    "tests.control.search.conftest.MakeControl": "tests.support.control",
+    "tests.control.ai.conftest.MakeControl": "tests.support.control",
+    **{f"tests.control.search.conftest.{name}": "tests.support.search" for name in ("add_zone", "upload", "search")},
+    **{f"tests.control.ai.conftest.{name}": "tests.support.photos"
+       for name in ("jpeg", "png", "astronaut_jpeg", "coffee_jpeg", "face_on_plain_background", "text_banner",
+                    "require_tesseract", "upload")},
+    **{f"tests.control.chat.test_chat.{name}": "tests.support.chat" for name in ("parse_sse", "answer_text")},
 }
 
 
-def rewrite(source: str) -> str:
-    """`source` with every moved name imported from its new module."""
+def absolute(node: ast.ImportFrom, package: str) -> str:
+    """The module `node` imports from, a relative import resolved against `package` (the file's)."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[:len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def rewrite(source: str, package: str = "") -> str:
+    """`source` with every moved name imported from its new module; `package` is the file's package."""
     lines = source.splitlines(keepends=True)
     edits: list[tuple[int, int, str]] = []
     for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, ast.ImportFrom) or node.level or node.module is None:
+        if not isinstance(node, ast.ImportFrom):
             continue
-        if not any(f"{node.module}.{alias.name}" in MOVED for alias in node.names):
+        old = absolute(node, package)
+        if not any(f"{old}.{alias.name}" in MOVED for alias in node.names):
             continue
+        spelled = "." * node.level + (node.module or "")
         by_module: dict[str, list[str]] = {}
         for alias in node.names:
-            module = MOVED.get(f"{node.module}.{alias.name}", node.module)
+            module = MOVED.get(f"{old}.{alias.name}", spelled)
             name = alias.name if alias.asname is None else f"{alias.name} as {alias.asname}"
             by_module.setdefault(module, []).append(name)
         indent = " " * node.col_offset
@@ -85,7 +110,11 @@ def main(argv: list[str]) -> int:
     for name in argv:
         path = Path(name)
         before = path.read_text()
-        after = rewrite(before)
+        try:
+            package = ".".join(path.resolve().parent.relative_to(ROOT).parts)
+        except ValueError:  # outside the checkout: relative imports are left as they are
+            package = ""
+        after = rewrite(before, package)
         if after != before:
             path.write_text(after)
             sys.stderr.write(f"rewrote {path}\n")
