@@ -4,13 +4,12 @@ plane and edge serving the stream, and the player page."""
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import BaseTestServer, TestServer
+from aiohttp.test_utils import TestServer
 
 from assetcdn.control.video.demo import write_synthetic_video
 from assetcdn.control.video.service import VIDEO_INGEST
@@ -24,22 +23,6 @@ HLS_JS = HERE / ".npm" / "node_modules" / "hls.js" / "dist" / "hls.min.js"
 SETUP = "tests/browser/setup.sh"
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
-
-
-def loopback_listener() -> socket.socket:
-    """A socket bound to a free loopback port, so that the port can be configured before a server
-    uses it (edges' origins and the dashboard's own port are in control's settings)."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    return listener
-
-
-async def serve_dashboard(control_server: BaseTestServer, listener: socket.socket) -> None:
-    """Control's second listener, the dashboard's own origin (`server.dashboard_port` must name the
-    listener's port); it stops with the control server."""
-    assert control_server.runner is not None
-    await web.SockSite(control_server.runner, listener).start()
 
 
 @pytest.fixture

@@ -1,14 +1,16 @@
-"""The control plane of the in-process tests: its secrets, the headers that carry them, and a control app
-with a zone for module-scoped fixtures (the per-test `control` and `zone` fixtures are in
-tests/control/conftest.py)."""
+"""The control plane of the in-process tests: its secrets, the headers that carry them, a control app with a
+zone for module-scoped fixtures (the per-test `control` and `zone` fixtures are in tests/control/conftest.py),
+and the dashboard's own listener."""
 
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp import web
+from aiohttp.test_utils import BaseTestServer, TestClient, TestServer
 
 from assetcdn.control.app import create_app
 from assetcdn.shared.cluster import FORWARDED_HEADER, sign_forwarded
@@ -24,6 +26,7 @@ ACCOUNT = {"AccountKey": SECRETS.account_key}
 METRICS = {"Authorization": f"Bearer {SECRETS.metrics_key}"}  # /metrics and /api/health?deep=1
 
 MakeControl = Callable[..., Awaitable[TestClient]]  # what a `make_control` fixture returns
+SMALL_LIMIT = 1000  # the per-file limit (bytes) of the storage tests' `small_control`
 
 
 def forwarded_for(address: str) -> dict[str, str]:
@@ -43,3 +46,11 @@ async def control_with_zone(data_dir: Path) -> AsyncIterator[TestClient]:
         yield client
     finally:
         await client.close()
+
+
+async def serve_dashboard(control_server: BaseTestServer, listener: socket.socket) -> None:
+    """Control's second listener, the dashboard's own origin (`server.dashboard_port` must name the
+    listener's port); it stops with the control server."""
+    assert control_server.runner is not None
+    await web.SockSite(control_server.runner, listener).start()
+

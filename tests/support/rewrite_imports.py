@@ -65,6 +65,12 @@ MOVED: dict[str, str] = {
        for name in ("jpeg", "png", "astronaut_jpeg", "coffee_jpeg", "face_on_plain_background", "text_banner",
                     "require_tesseract", "upload")},
     **{f"tests.control.chat.test_chat.{name}": "tests.support.chat" for name in ("parse_sse", "answer_text")},
+    # the webhook tests' control plane and API calls
+    **{f"tests.control.webhooks.conftest.{name}": "tests.support.webhooks"
+       for name in ("SECRETS", "FAST", "ALL_EVENTS", "make_app", "register", "eventually", "deliveries")},
+    "tests.control.storage.conftest.SMALL_LIMIT": "tests.support.control",
+    "tests.browser.conftest.serve_dashboard": "tests.support.control",
+    "tests.browser.conftest.loopback_listener": "tests.support.sockets",
 }
 
 
