@@ -71,6 +71,11 @@ MOVED: dict[str, str] = {
     "tests.control.storage.conftest.SMALL_LIMIT": "tests.support.control",
     "tests.browser.conftest.serve_dashboard": "tests.support.control",
     "tests.browser.conftest.loopback_listener": "tests.support.sockets",
+    # the transform tests' source images
+    **{f"tests.edge.transform.conftest.{name}": "tests.support.transform_images"
+       for name in ("PHOTO_SIZE", "FACE_SIZE", "FACE_CENTER", "FRAMES", "load")},
+    # the API reference's operations
+    **{f"tests.test_openapi_routes.{name}": "tests.support.openapi" for name in ("METHODS", "documented")},
 }
 
 
