@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.hit_path_micro [--requests 200000] [--repeat 5]
 
-A control app and an edge app in this process (as tests/edge/fastpath/conftest.py builds them), a
+A control app and an edge app in this process (as tests/support/hit_cdn.py builds them), a
 5 KB file uploaded and warmed. Then one ``HitProtocol`` (assetcdn/edge/fastpath/protocol.py) is handed, one
 at a time as a client sends them, the request heads of wrk (two lines) and of a browser (nine
 headers, the same path); its transport throws the answers away. Printed: microseconds of process
@@ -40,7 +40,7 @@ from assetcdn.edge.fastpath.hit_server import HitSite
 from assetcdn.edge.fastpath.protocol import HitProtocol
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.http_server import name_the_server
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
 
 ZONE = "micro"
 PATH = f"/{ZONE}/v1/a.bin"

@@ -19,7 +19,7 @@ from tests.openapi_fuzz import (
     scheme_document,
     url_for,
 )
-from tests.test_openapi_routes import documented
+from tests.support.openapi import documented
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,6 @@ the edge is an operation there and every operation a route, with the credentials
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
@@ -17,9 +16,9 @@ from assetcdn.edge.proxy import forward_to_control
 from assetcdn.shared.cluster import PREFIX
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.openapi import document
-from tests.control.conftest import SECRETS
+from tests.support.control import SECRETS
+from tests.support.openapi import METHODS, documented
 
-METHODS = ("get", "head", "post", "put", "delete", "options", "patch")
 SCHEME_OF_KEY = {Key.ACCESS: "AccessKey", Key.ACCOUNT: "AccountKey", Key.PURGE: "PurgeKey",
                  Key.ANALYTICS: "AnalyticsKey"}
 # Public routes that check a credential themselves (the metrics key), not through the route table.
@@ -47,11 +46,6 @@ def routed() -> dict[tuple[str, str], Access | None]:
             for method in methods:
                 found.setdefault((method, template(edge_route.path)), None)
     return found
-
-
-def documented() -> dict[tuple[str, str], dict[str, Any]]:
-    return {(method, path): operation for path, operations in document()["paths"].items()
-            for method, operation in operations.items() if method in METHODS}
 
 
 def expected_security(access: Access) -> list[dict[str, list[str]]]:

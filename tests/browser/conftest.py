@@ -4,21 +4,19 @@ plane and edge serving the stream, and the player page."""
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import BaseTestServer, TestServer
+from aiohttp.test_utils import TestServer
 
 from assetcdn.control.video.demo import write_synthetic_video
 from assetcdn.control.video.service import VIDEO_INGEST
 from tests.browser.headless_chromium import find_chromium
 from tests.browser.player_page import player_app
-from tests.edge.routes.conftest import CdnFactory, make_cdn, wait_until
-
-__all__ = ["make_cdn"]  # the real control + edge fixture, shared with the edge route tests
+from tests.support.cdn import CdnFactory, cdn_factory
+from tests.support.wait import wait_until
 
 HERE = Path(__file__).parent
 HLS_JS = HERE / ".npm" / "node_modules" / "hls.js" / "dist" / "hls.min.js"
@@ -27,20 +25,10 @@ SETUP = "tests/browser/setup.sh"
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 
 
-def loopback_listener() -> socket.socket:
-    """A socket bound to a free loopback port, so that the port can be configured before a server
-    uses it (edges' origins and the dashboard's own port are in control's settings)."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    return listener
-
-
-async def serve_dashboard(control_server: BaseTestServer, listener: socket.socket) -> None:
-    """Control's second listener, the dashboard's own origin (`server.dashboard_port` must name the
-    listener's port); it stops with the control server."""
-    assert control_server.runner is not None
-    await web.SockSite(control_server.runner, listener).start()
+@pytest.fixture
+def make_cdn(aiohttp_client, tmp_path: Path) -> CdnFactory:  # type: ignore[no-untyped-def]
+    """A real control and edge in one event loop, of its own for each test (tests/support/cdn.py)."""
+    return cdn_factory(tmp_path, aiohttp_client)
 
 
 @pytest.fixture(scope="session")

@@ -36,11 +36,11 @@ from assetcdn.control.video.service import VIDEO_INGEST
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
 from assetcdn.shared.config import load_settings
-from tests.browser.conftest import loopback_listener, serve_dashboard
 from tests.browser.dashboard_driver import DashboardBrowser
-from tests.control.conftest import ACCESS
 from tests.control.identity.signin_client import PASSWORD, SIGNIN_SECRETS
-from tests.edge.routes.conftest import wait_until
+from tests.support.control import ACCESS, serve_dashboard
+from tests.support.sockets import loopback_listener
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.browser
 

@@ -22,7 +22,6 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from assetcdn.control.video.demo import write_synthetic_video
-from tests.browser.conftest import HERE
 from tests.browser.headless_chromium import HeadlessChromium
 from tests.browser.player_page import player_app
 from tests.edge.tls.certs import TestCa
@@ -33,6 +32,7 @@ from tests.support.acme.pebble import Pebble, free_port
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 PUBLIC_HOST = "cdn.shop.test"
 PAGE_HOST = "page.shop.test"
+HERE = Path(__file__).parent  # the player page's folder
 PNG_1PX = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
                         "1f15c4890000000d49444154789c6360f80f0000010101005b7e1ff20000000049454e44ae426082")
 

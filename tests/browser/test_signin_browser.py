@@ -21,9 +21,10 @@ import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.shared.config import load_settings
-from tests.browser.conftest import loopback_listener, serve_dashboard
 from tests.browser.headless_chromium import DevToolsError, HeadlessChromium, find_chromium
 from tests.control.identity.signin_client import PASSWORD, SIGNIN_SECRETS
+from tests.support.control import serve_dashboard
+from tests.support.sockets import loopback_listener
 
 pytestmark = pytest.mark.browser
 

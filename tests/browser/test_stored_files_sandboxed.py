@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 
 from assetcdn.control.identity.service import SESSIONS
-from tests.browser.conftest import loopback_listener, serve_dashboard
 from tests.browser.headless_chromium import HeadlessChromium
-from tests.control.conftest import ACCOUNT
-from tests.edge.routes.conftest import ZONE, CdnFactory, wait_until
+from tests.support.cdn import ZONE, CdnFactory
+from tests.support.control import ACCOUNT, serve_dashboard
+from tests.support.sockets import loopback_listener
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.browser
 

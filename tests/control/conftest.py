@@ -1,31 +1,16 @@
-"""A real control plane app (real git repository, real SQLite file) on a pytest-aiohttp test client."""
+"""A real control plane app (real git repository, real SQLite file) on a pytest-aiohttp test client; its
+secrets and headers are in tests/support/control.py."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import create_app
-from assetcdn.shared.cluster import FORWARDED_HEADER, sign_forwarded
 from assetcdn.shared.config import load_settings
-from assetcdn.shared.secrets import Secrets
-
-SECRETS = Secrets(access_key="test-access-key", account_key="test-account-key", purge_key="test-purge-key",
-                  analytics_key="test-analytics-key", signed_url_secret="test-signed-secret",
-                  cluster_secret="test-cluster-secret", session_secret="test-session-secret",
-                  metrics_key="test-metrics-key")
-ACCESS = {"AccessKey": SECRETS.access_key}
-ACCOUNT = {"AccountKey": SECRETS.account_key}
-METRICS = {"Authorization": f"Bearer {SECRETS.metrics_key}"}  # /metrics and /api/health?deep=1
-
-
-def forwarded_for(address: str) -> dict[str, str]:
-    """The headers of a call an edge forwards for the client at `address`: X-Forwarded-For, signed."""
-    return {"X-Forwarded-For": address, FORWARDED_HEADER: sign_forwarded(SECRETS.cluster_secret, address)}
+from tests.support.control import ACCOUNT, SECRETS
 
 
 @pytest.fixture
@@ -45,17 +30,3 @@ async def zone(control: TestClient) -> str:
     resp = await control.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)
     assert resp.status == 201, await resp.text()
     return "akande"
-
-
-@contextlib.asynccontextmanager
-async def control_with_zone(data_dir: Path) -> AsyncIterator[TestClient]:
-    """A control plane with the zone `akande`, for a module-scoped fixture: the tests sharing it must change
-    nothing (refusals), and each checks that itself where it could (the head commit, the commit count)."""
-    client = TestClient(TestServer(create_app(load_settings(environ={}), SECRETS, data_dir)))
-    await client.start_server()
-    try:
-        resp = await client.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)
-        assert resp.status == 201, await resp.text()
-        yield client
-    finally:
-        await client.close()

@@ -11,9 +11,9 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.identity.auth import SESSION_COOKIE, session_cookie_value
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS, control_with_zone
 from tests.control.expect import expect_error
 from tests.control.identity.signin_client import as_dashboard_listener
+from tests.support.control import ACCESS, ACCOUNT, SECRETS, control_with_zone
 
 ACCESS_ROUTES = [
     ("PUT", "/api/storage/akande/v1/logos/logo.svg"),

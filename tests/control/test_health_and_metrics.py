@@ -11,9 +11,9 @@ from aiohttp.test_utils import TestClient
 
 from assetcdn.control.storage.service import GIT
 from assetcdn.shared.cluster import PREFIX, sign_request
-from tests.control.conftest import ACCOUNT, METRICS, SECRETS
 from tests.control.expect import expect_error
 from tests.shared.health_shape import assert_health_shape, assert_no_internal_addresses
+from tests.support.control import ACCOUNT, METRICS, SECRETS
 
 EDGE_URL = "http://127.0.0.1:49999"
 

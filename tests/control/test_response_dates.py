@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.storage.service import DB
-from tests.control.conftest import ACCESS, ACCOUNT
+from tests.support.control import ACCESS, ACCOUNT
 
 ONE_FORM = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
 SVG = b'<svg xmlns="http://www.w3.org/2000/svg" width="20" height="20"><rect width="20" height="20"/></svg>'

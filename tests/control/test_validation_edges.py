@@ -18,8 +18,8 @@ from aiohttp.test_utils import TestClient
 from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.routes.zones import zone_scaffold
 from assetcdn.shared.cluster import SIGNATURE_HEADER, TIMESTAMP_HEADER
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS, control_with_zone
 from tests.control.expect import commit_count, expect_error, head_commit
+from tests.support.control import ACCESS, ACCOUNT, SECRETS, control_with_zone
 
 PURGE = {"x-api-key": SECRETS.purge_key}
 

@@ -16,8 +16,8 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.edge.routes.conftest import photo_jpeg
 from tests.integration.harness import ACCESS, ACCOUNT, METRICS, RunningCdn, start_cdn
+from tests.support.images import photo_jpeg
 
 pytestmark = pytest.mark.integration
 

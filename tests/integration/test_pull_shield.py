@@ -18,7 +18,7 @@ from assetcdn.edge.cache.tags import path_tag
 from assetcdn.edge.shield import SHIELD_AUDIENCE, SHIELD_PATH, Peer, rendezvous
 from assetcdn.shared.cluster import sign_request
 from tests.integration.harness import ACCOUNT, KEYS, RunningCdn, start_cdn, wait_gone
-from tests.integration.test_pull_zones import origin_app
+from tests.support.origins import origin_app
 
 pytestmark = pytest.mark.integration
 

@@ -9,17 +9,16 @@ import asyncio
 import io
 import os
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 
 import aiohttp
 import orjson
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 from PIL import Image
 
 from tests.integration.harness import ACCOUNT, PURGE, RunningCdn, start_cdn
+from tests.support.origins import origin_app
 
 pytestmark = pytest.mark.integration
 
@@ -34,16 +33,6 @@ def cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCdn]:
                         env_extra={"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"})
     yield running
     running.stop()
-
-
-@asynccontextmanager
-async def origin_app(app: web.Application) -> AsyncIterator[str]:
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    try:
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        await server.close()
 
 
 async def pull_zone(cdn: RunningCdn, name: str, url: str) -> None:

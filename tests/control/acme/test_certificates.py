@@ -25,9 +25,9 @@ from assetcdn.control.app import create_app
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.tls_state import TLS_STATE_PATH, TlsState
-from tests.control.conftest import ACCOUNT, METRICS, SECRETS
 from tests.support.acme.pebble import Pebble, free_port
 from tests.support.acme.responder import ChallengeResponder
+from tests.support.control import ACCOUNT, METRICS, SECRETS
 
 ACTIVE_WITHIN_S = 30.0
 pytestmark = pytest.mark.timeout(180)

@@ -10,7 +10,7 @@ import pytest
 from assetcdn.control.acme.settings import AcmeSettings, public_host
 from assetcdn.control.app import create_app
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import SECRETS
+from tests.support.control import SECRETS
 
 
 def test_acme_is_off_by_default_and_env_overrides_apply() -> None:

@@ -8,10 +8,9 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.ai.service import IMAGE_ANALYSIS
-from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import expect_error
-
-from .conftest import MakeControl, astronaut_jpeg, coffee_jpeg, upload
+from tests.support.control import ACCESS, ACCOUNT, MakeControl
+from tests.support.photos import astronaut_jpeg, coffee_jpeg, upload
 
 KINDS = ("alt-text", "moderate", "smart-crop")
 ASTRONAUT = "akande/v1/banners/astronaut.jpg"

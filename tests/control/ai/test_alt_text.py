@@ -7,9 +7,8 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.ai.alt_text import subject_words
-from tests.control.conftest import ACCESS
-
-from .conftest import MakeControl, astronaut_jpeg, require_tesseract, text_banner, upload
+from tests.support.control import ACCESS, MakeControl
+from tests.support.photos import astronaut_jpeg, require_tesseract, text_banner, upload
 
 LOGO_SVG = (b'<svg xmlns="http://www.w3.org/2000/svg" width="200" height="100"><title>Akande Studio</title>'
             b'<desc>A blue wave over the word akande</desc><rect width="200" height="100" fill="#1040c0"/>'

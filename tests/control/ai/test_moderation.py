@@ -14,9 +14,8 @@ from assetcdn.control.ai.moderation import (
     nudity_score,
     verdict_of,
 )
-from tests.control.conftest import ACCESS
-
-from .conftest import MakeControl, astronaut_jpeg, upload
+from tests.support.control import ACCESS, MakeControl
+from tests.support.photos import astronaut_jpeg, upload
 
 
 def test_the_packaged_model_sees_the_astronauts_face() -> None:

@@ -9,10 +9,8 @@ import skimage.data
 
 from assetcdn.control.ai.image_input import load_for_analysis
 from assetcdn.control.ai.smart_crop import compass, smart_crop
-from tests.control.conftest import ACCESS
-
-from .conftest import (
-    MakeControl,
+from tests.support.control import ACCESS, MakeControl
+from tests.support.photos import (
     astronaut_jpeg,
     coffee_jpeg,
     face_on_plain_background,

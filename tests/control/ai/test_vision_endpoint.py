@@ -12,9 +12,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from assetcdn.control.ai.vision_endpoint import clean_alt, moderation_scores
-from tests.control.conftest import ACCESS
-
-from .conftest import MakeControl, astronaut_jpeg, upload
+from tests.support.control import ACCESS, MakeControl
+from tests.support.photos import astronaut_jpeg, upload
 
 ASTRONAUT = "akande/v1/banners/astronaut.jpg"
 Reply = Callable[[dict[str, Any]], Awaitable[web.StreamResponse]]

@@ -6,16 +6,7 @@ from __future__ import annotations
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.control.conftest import ACCOUNT
-
-ZONES = ("akande", "bolt")
-
-
-async def with_zones(control: TestClient) -> TestClient:
-    for name in ZONES:
-        resp = await control.post("/api/core/zones", json={"Name": name}, headers=ACCOUNT)
-        assert resp.status == 201, await resp.text()
-    return control
+from tests.support.analytics import with_zones
 
 
 @pytest.fixture

@@ -19,14 +19,12 @@ from assetcdn.control.analytics.ingest import MAX_BATCH_HITS
 from assetcdn.control.app import create_app
 from assetcdn.control.app_keys import COUNTERS
 from assetcdn.shared import API_VERSION
-from assetcdn.shared.cluster import PREFIX, sign_request
+from assetcdn.shared.cluster import sign_request
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.counter_store import Limit
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS, forwarded_for
 from tests.control.expect import expect_error, parse_time
-
-ANALYTICS_KEY = {"x-api-key": SECRETS.analytics_key}
-BATCH_PATH = PREFIX + "/analytics"
+from tests.support.analytics import ANALYTICS_KEY, BATCH_PATH, hit, send_batch
+from tests.support.control import ACCESS, ACCOUNT, SECRETS, forwarded_for
 
 
 async def expect_legacy(resp: ClientResponse, status: int) -> dict[str, Any]:
@@ -38,19 +36,6 @@ async def expect_legacy(resp: ClientResponse, status: int) -> dict[str, Any]:
     assert body["apiVersion"] == API_VERSION == resp.headers["X-API-Version"]
     parse_time(body["timestamp"])
     return body
-
-
-def hit(path: str, *, status: int = 200, size: int = 100, cache: str = "HIT", country: str = "US",
-        timestamp: float | None = None, zone: str | None = None) -> dict[str, Any]:
-    return {"timestamp": time.time() if timestamp is None else timestamp, "path": path,
-            "zone": zone or path.split("/", 1)[0], "status": status, "bytes": size, "cache": cache,
-            "country": country}
-
-
-async def send_batch(control: TestClient, hits: list[Any], **extra: Any) -> ClientResponse:
-    body = orjson.dumps({"v": 1, "hits": hits, **extra})
-    headers = {**sign_request(SECRETS.cluster_secret, "POST", BATCH_PATH, body), "Content-Type": "application/json"}
-    return await control.post(BATCH_PATH, data=body, headers=headers)
 
 
 async def report(control: TestClient, days: int | str | None = None) -> dict[str, Any]:

@@ -9,31 +9,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.analytics.ingest import MAX_BATCH_ROWS
 from assetcdn.control.app import create_app
 from assetcdn.edge.delivery_log import HOUR_S, DeliveryLog
-from assetcdn.shared.cluster import sign_request
 from assetcdn.shared.config import load_settings
-from tests.control.analytics.conftest import with_zones
-from tests.control.analytics.test_analytics_api import ANALYTICS_KEY, BATCH_PATH, send_batch
-from tests.control.conftest import ACCOUNT, SECRETS
-from tests.control.records.test_request_log import page
+from tests.support.analytics import ANALYTICS_KEY, page, send_batch, send_v2, with_zones
+from tests.support.control import ACCOUNT, SECRETS
 
 PATHS = ["akande/v1/logos/logo.svg", "akande/v1/img/a.png", "stocks/images/b.jpg", "akande/v1/gone.txt",
          "api/transform", "", "Not-A-Zone!/x.png", "favicon.ico"]
 READS = ["/api/core/statistics?days=3", "/api/core/statistics?days=3&zone=akande", "/api/insights/summary?days=3",
          "/api/insights/top-assets?days=3&limit=100", "/api/insights/geography?days=3", "/api/insights/errors?days=3",
          "/api/insights/asset?path=/akande/v1/gone.txt&days=3", "/api/insights/asset?path=/akande/v1/logos/logo.svg"]
-
-
-async def send_v2(control: TestClient, batch: dict[str, Any]) -> ClientResponse:
-    body = orjson.dumps(batch)
-    headers = {**sign_request(SECRETS.cluster_secret, "POST", BATCH_PATH, body), "Content-Type": "application/json"}
-    return await control.post(BATCH_PATH, data=body, headers=headers)
 
 
 def deliveries(count: int, now: float) -> list[dict[str, Any]]:

@@ -16,9 +16,8 @@ from assetcdn.control.analytics.tables import TABLES
 from assetcdn.control.app import create_app
 from assetcdn.edge.delivery_log import HOUR_S, DeliveryLog
 from assetcdn.shared.config import load_settings
-from tests.control.analytics.conftest import with_zones
-from tests.control.analytics.test_analytics_rollups import send_v2
-from tests.control.conftest import ACCOUNT, SECRETS
+from tests.support.analytics import send_v2, with_zones
+from tests.support.control import ACCOUNT, SECRETS
 
 SCAN = 100_000
 # Paths an edge worker names per zone and hour ([analytics] paths_per_zone_hour in default.toml).

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.control.analytics.test_analytics_api import hit, send_batch
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error, parse_time
+from tests.support.analytics import hit, send_batch
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
 
 LOGO = "akande/v1/logos/logo.svg"
 ICON = "akande/v1/icons/icon-192x192.png"

@@ -18,24 +18,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from assetcdn.control.app import create_app
 from assetcdn.control.chat.documentation import docs_pages, documentation_passages, readme_text
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import SECRETS, forwarded_for
 from tests.integration.harness import free_port_block
+from tests.support.chat import answer_text, parse_sse
+from tests.support.control import SECRETS, forwarded_for
 
 MakeControl = Callable[..., Awaitable[TestClient]]
-
-
-def parse_sse(text: str) -> list[tuple[str, dict[str, Any]]]:
-    frames = []
-    for block in text.split("\n\n"):
-        if not block.strip():
-            continue
-        lines = dict(line.split(": ", 1) for line in block.split("\n"))
-        frames.append((lines["event"], orjson.loads(lines["data"])))
-    return frames
-
-
-def answer_text(frames: list[tuple[str, dict[str, Any]]]) -> str:
-    return "".join(data["text"] for event, data in frames if event == "token")
 
 
 @dataclass
@@ -169,7 +156,7 @@ async def test_a_question_about_an_endpoint_is_answered_from_the_api_reference(m
 
 async def test_the_catalog_is_part_of_what_chat_answers_from(make_control: MakeControl) -> None:
     client = await make_control(server_public_url="")
-    from tests.control.search.conftest import add_zone, upload
+    from tests.support.search import add_zone, upload
     await add_zone(client, "autoworld")
     await upload(client, "autoworld/v1/banners/ferrari-488.jpg", "autoworld/v1/banners/school-bus.jpg")
     _, frames = await ask(client, {"message": "Do we have a picture of a red sports car?"})

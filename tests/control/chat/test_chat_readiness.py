@@ -23,7 +23,7 @@ from assetcdn.control.chat.passage_vectors import (
 from assetcdn.control.chat.retrieval import Retrieved, ScoredPassage
 from assetcdn.control.search.calibration import calibrate
 from assetcdn.control.search.encoder import MODEL_ID, SentenceEncoder, load_packaged_model
-from tests.control.chat.test_chat import answer_text, parse_sse
+from tests.support.chat import answer_text, parse_sse
 
 STALE = ("the shipped documentation vectors do not match the documentation: run `make setup` "
          "(python -m assetcdn.control.chat.passage_vectors) and commit " + VECTORS_FILE.name)

@@ -11,7 +11,6 @@ from aiohttp.test_utils import TestClient
 from assetcdn.control.identity.service import SESSION_SCOPES
 from assetcdn.control.identity.tokens import SCOPES
 from assetcdn.control.routes.dashboard import static_files
-from tests.control.conftest import ACCOUNT
 from tests.control.expect import expect_error
 from tests.control.identity.signin_client import (  # noqa: F401 (make_control is a fixture)
     ORIGIN,
@@ -20,6 +19,7 @@ from tests.control.identity.signin_client import (  # noqa: F401 (make_control i
     signed_in,
     with_session,
 )
+from tests.support.control import ACCOUNT
 
 EVIL = "https://evil.example"
 

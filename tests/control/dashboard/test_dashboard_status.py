@@ -3,10 +3,8 @@ generation, lag and last acknowledgement, and the purge answer's per-edge acknow
 
 from __future__ import annotations
 
-from tests.control.conftest import ACCOUNT
-from tests.edge.routes.conftest import PURGE, ZONE, CdnFactory, make_cdn
-
-__all__ = ["make_cdn"]  # the real control + edge fixture
+from tests.support.cdn import PURGE, ZONE, CdnFactory
+from tests.support.control import ACCOUNT
 
 
 async def test_purge_reports_each_edges_ack_latency_and_status_its_last_ack(make_cdn: CdnFactory) -> None:

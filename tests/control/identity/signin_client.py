@@ -17,8 +17,8 @@ from aiohttp.test_utils import TestClient
 from assetcdn.control.app import create_app
 from assetcdn.control.identity.dashboard_origin import DASHBOARD_PORTS
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import SECRETS
 from tests.control.identity.soft_authenticator import SoftAuthenticator
+from tests.support.control import SECRETS
 
 PASSWORD = "correct horse battery staple"
 SIGNIN_SECRETS = dataclasses.replace(SECRETS, dashboard_secret=PASSWORD)

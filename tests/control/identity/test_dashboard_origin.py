@@ -8,7 +8,6 @@ from aiohttp.test_utils import TestClient
 
 from assetcdn.control.identity.dashboard_origin import DASHBOARD_PORTS
 from assetcdn.shared.content_security import SANDBOX_CSP
-from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.identity.signin_client import (  # noqa: F401 (make_control is a fixture)
     ORIGIN,
     PASSWORD,
@@ -16,6 +15,7 @@ from tests.control.identity.signin_client import (  # noqa: F401 (make_control i
     signed_in,
     with_session,
 )
+from tests.support.control import ACCESS, ACCOUNT
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from assetcdn.control.identity.passkeys.store import (
 )
 from assetcdn.control.identity.service import PASSKEYS
 from assetcdn.control.records.service import AUDIT
-from tests.control.conftest import forwarded_for
 from tests.control.expect import expect_error
 from tests.control.identity.signin_client import (  # noqa: F401 (make_control is a fixture)
     auth_options,
@@ -26,6 +25,7 @@ from tests.control.identity.signin_client import (  # noqa: F401 (make_control i
     with_session,
 )
 from tests.control.identity.soft_authenticator import SoftAuthenticator, b64url
+from tests.support.control import forwarded_for
 
 PUBLIC_FIELDS = {"id", "name", "createdAt", "lastUsedAt", "deviceType", "backedUp", "algorithm", "transports"}
 

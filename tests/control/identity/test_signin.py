@@ -15,7 +15,6 @@ from assetcdn.control.identity.session import session_cookie_value
 from assetcdn.control.records.service import AUDIT
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.secrets import SECRETS_FILE, load_or_create_secrets
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS, forwarded_for
 from tests.control.expect import expect_error
 from tests.control.identity.signin_client import (  # noqa: F401 (make_control is a fixture)
     IP_ORIGIN,
@@ -28,6 +27,7 @@ from tests.control.identity.signin_client import (  # noqa: F401 (make_control i
     signed_in,
     with_session,
 )
+from tests.support.control import ACCESS, ACCOUNT, SECRETS, forwarded_for
 
 WEEK = 7 * 24 * 3600
 SESSION_VALUE = re.compile(r"^(\d+)\.([0-9a-f]{32})\.([0-9a-f]{64})$")

@@ -21,8 +21,8 @@ from tests.control.identity.signin_client import (
     password_login,
     with_session,
 )
-from tests.edge.routes.conftest import wait_until
 from tests.integration.harness import LAZY_IMAGE_POOL
+from tests.support.wait import wait_until
 
 
 @pytest.fixture

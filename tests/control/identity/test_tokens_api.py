@@ -14,8 +14,8 @@ from aiohttp.test_utils import TestClient
 from assetcdn.control.identity.service import TOKENS
 from assetcdn.control.identity.tokens import MAX_ACTIVE_TOKENS, SCOPES, TokenRequest
 from assetcdn.control.storage.service import DB
-from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import expect_error, head_commit, parse_time
+from tests.support.control import ACCESS, ACCOUNT
 
 TOKEN_RE = re.compile(r"^cdnsk_[0-9a-f]{40}$")
 LIST_FIELDS = {"id", "name", "prefix", "scopes", "createdAt", "expiresAt", "lastUsedAt"}

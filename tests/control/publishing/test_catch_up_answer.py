@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient
 
 from assetcdn.control.storage.service import EDGE_CONFIG, MANIFEST
 from assetcdn.shared.cluster import PREFIX, sign_request
-from tests.control.conftest import ACCESS, SECRETS
+from tests.support.control import ACCESS, SECRETS
 
 PURGE = {"x-api-key": SECRETS.purge_key}
 

@@ -12,8 +12,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from assetcdn.shared.cluster import CONTENT_HEADER, PREFIX, sign_request
-from tests.control.conftest import SECRETS
 from tests.control.expect import expect_error
+from tests.support.control import SECRETS
 
 DECLARED_SIZE = 20 * 1024 * 1024
 ANSWER_WAIT_S = 30.0  # an answer that needs the rest of the body never comes: the body is never sent

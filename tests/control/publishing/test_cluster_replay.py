@@ -7,8 +7,8 @@ import orjson
 from aiohttp.test_utils import TestClient
 
 from assetcdn.shared.cluster import PREFIX, sign_request
-from tests.control.conftest import SECRETS
 from tests.control.expect import expect_error
+from tests.support.control import SECRETS
 
 
 def _signed(path: str, message: dict, **kwargs: str) -> tuple[bytes, dict[str, str]]:

@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import create_app
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCOUNT, SECRETS
+from tests.support.control import ACCOUNT, SECRETS
 
 PURGE = {"x-api-key": SECRETS.purge_key}
 

@@ -16,8 +16,8 @@ from assetcdn.control.app import create_app
 from assetcdn.control.records.service import AUDIT
 from assetcdn.shared.cluster import FORWARDED_HEADER, sign_forwarded
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS, forwarded_for
 from tests.control.expect import expect_error, parse_time
+from tests.support.control import ACCESS, ACCOUNT, SECRETS, forwarded_for
 
 ENTRY_FIELDS = {"timestamp", "action", "ip", "userAgent", "requestId", "meta"}
 PURGE = {"x-api-key": SECRETS.purge_key}

@@ -15,9 +15,9 @@ import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCOUNT, SECRETS
-from tests.edge.routes.conftest import wait_until
 from tests.integration.harness import LAZY_IMAGE_POOL
+from tests.support.control import ACCOUNT, SECRETS
+from tests.support.wait import wait_until
 
 CLIENT_ADDRESS = "127.0.0.2"  # a loopback address of its own, so the client is not taken for the edge
 

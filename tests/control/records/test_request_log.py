@@ -23,20 +23,12 @@ from assetcdn.control.records.request_log import RequestLog, delivery_entry
 from assetcdn.control.records.service import REQUEST_LOG
 from assetcdn.control.routes import logs as logs_route
 from assetcdn.shared.config import Settings, load_settings
-from tests.control.analytics.test_analytics_api import ANALYTICS_KEY, hit, send_batch
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error, parse_time
+from tests.support.analytics import ANALYTICS_KEY, hit, page, send_batch
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
 
 RECORD_FIELDS = {"id", "timestamp", "level", "code", "message", "method", "path", "status", "durationMs",
                  "requestId", "ip", "node", "cache", "sampleRate"}
-
-
-async def page(control: TestClient, **params: Any) -> dict[str, Any]:
-    resp = await control.get("/api/logs", params={k: str(v) for k, v in params.items()}, headers=ACCOUNT)
-    assert resp.status == 200, await resp.text()
-    body = await resp.json()
-    assert set(body) == {"records", "count", "cursor"} and body["count"] == len(body["records"])
-    return body
 
 
 async def test_page_lists_requests_newest_first_without_query_strings(control: TestClient) -> None:

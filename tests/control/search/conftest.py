@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -11,9 +9,7 @@ from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import create_app
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
-
-MakeControl = Callable[..., Awaitable[TestClient]]
+from tests.support.control import SECRETS, MakeControl
 
 
 @pytest.fixture
@@ -27,21 +23,3 @@ def make_control(aiohttp_client, tmp_path: Path) -> MakeControl:  # type: ignore
         made.append(client)
         return client
     return make
-
-
-async def add_zone(client: TestClient, zone: str) -> None:
-    resp = await client.post("/api/core/zones", json={"Name": zone}, headers=ACCOUNT)
-    assert resp.status == 201, await resp.text()
-
-
-async def upload(client: TestClient, *paths: str) -> None:
-    """One batch commit of small files at these CDN paths (content: the path itself)."""
-    files = [{"path": p, "content": base64.b64encode(p.encode()).decode()} for p in paths]
-    resp = await client.post("/api/storage/batch", json={"files": files}, headers=ACCESS)
-    assert resp.status == 201, await resp.text()
-
-
-async def search(client: TestClient, q: str, **params: str) -> dict:
-    resp = await client.get("/api/search", params={"q": q, **params})
-    assert resp.status == 200, await resp.text()
-    return await resp.json()

@@ -9,8 +9,8 @@ from aiohttp.test_utils import TestClient
 
 from assetcdn.control.search.index import SearchIndex
 from assetcdn.control.search.service import SEARCH_INDEX
-
-from .conftest import MakeControl, add_zone, search, upload
+from tests.support.control import MakeControl
+from tests.support.search import add_zone, search, upload
 
 ASSETS = ("autoworld/v1/banners/ferrari-488.jpg", "autoworld/v1/banners/school-bus.jpg",
           "autoworld/v1/logos/logo.svg")

@@ -14,9 +14,8 @@ from assetcdn.control.routes.search import parse_limit
 from assetcdn.control.search.encoder import WEIGHTS, packaged_model_zip
 from assetcdn.control.search.engine import MAX_QUERY_CHARS, MAX_QUERY_TERMS, WAITING_QUERIES
 from assetcdn.control.search.service import SEARCH
-from tests.control.conftest import ACCESS, ACCOUNT, forwarded_for
-
-from .conftest import MakeControl, add_zone, search, upload
+from tests.support.control import ACCESS, ACCOUNT, MakeControl, forwarded_for
+from tests.support.search import add_zone, search, upload
 
 CATALOG = ("autoworld/v1/banners/ferrari-488.jpg", "autoworld/v1/banners/tesla-model-s.jpg",
            "autoworld/v1/banners/school-bus.jpg", "petcare/v1/banners/golden-retriever-puppy.jpg",

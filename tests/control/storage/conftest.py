@@ -9,9 +9,7 @@ from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import create_app
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCOUNT, SECRETS
-
-SMALL_LIMIT = 1000
+from tests.support.control import ACCOUNT, SECRETS, SMALL_LIMIT
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import expect_error, parse_time
+from tests.support.control import ACCESS, ACCOUNT
 
 # (storage path, size): two zones, several categories and formats, distinct sizes.
 FILES = {

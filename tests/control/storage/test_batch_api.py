@@ -11,10 +11,9 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.storage.service import MANIFEST
-from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
 from tests.control.storage.commit_gate import held_commit_lock
-from tests.control.storage.conftest import SMALL_LIMIT
+from tests.support.control import ACCESS, ACCOUNT, SMALL_LIMIT
 
 
 def b64(data: bytes) -> str:

@@ -20,8 +20,8 @@ from assetcdn.control.storage.service import DB, GIT, MANIFEST
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.paths import cdn_path_of, repo_path_of
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
 
 BUSY_TIMEOUT_MS = 200
 

@@ -13,8 +13,8 @@ from assetcdn.control.app import create_app
 from assetcdn.control.storage.service import EDGE_CONFIG
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import expect_error, parse_time
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
 
 
 async def edge_domains(control: TestClient) -> dict[str, str]:

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient
 from assetcdn.control.app import create_app
 from assetcdn.control.storage.git_store import BRANCH, GitStore, RepositoryInUse
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
 
 
 def _leave_dead_writer_debris(repo: Path, head: str) -> None:

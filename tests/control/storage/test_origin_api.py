@@ -18,8 +18,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from assetcdn.control.app import create_app
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import commit_count, expect_error
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -9,8 +9,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from assetcdn.shared.cluster import PREFIX, sign_request
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
 
 HEADERS = "/*.webp\n  Cache-Control: public, max-age=31536000, immutable\n  X-Tenant: yes\n"
 REDIRECTS = "/old-logo /akande/v1/logos/logo.svg 301\n"

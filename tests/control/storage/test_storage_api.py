@@ -15,10 +15,9 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from assetcdn.control.storage.service import MANIFEST
-from tests.control.conftest import ACCESS, ACCOUNT, control_with_zone
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
 from tests.control.storage.commit_gate import held_commit_lock
-from tests.control.storage.conftest import SMALL_LIMIT
+from tests.support.control import ACCESS, ACCOUNT, SMALL_LIMIT, control_with_zone
 
 LOGO = b'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><rect width="10" height="10"/></svg>'
 LOGO_PATH = "akande/v1/logos/logo.svg"

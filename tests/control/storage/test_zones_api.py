@@ -8,8 +8,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.storage.service import MANIFEST
-from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
+from tests.support.control import ACCESS, ACCOUNT
 
 CATEGORIES = ["banners", "github", "icons", "logos", "titles"]
 RESERVED = ["stocks", "shared", "website", "functions", "api", "dashboard", "dist", "content", "global", "clients"]

@@ -12,8 +12,8 @@ import pytest
 import pyvips
 from aiohttp.test_utils import TestClient
 
-from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
+from tests.support.control import ACCESS, ACCOUNT
 
 LOGO_SVG = (b'<svg xmlns="http://www.w3.org/2000/svg" width="200" height="100" viewBox="0 0 200 100">'
             b'<rect width="200" height="100" fill="#336699"/><circle cx="100" cy="50" r="30" fill="#ffcc00"/></svg>')

@@ -14,9 +14,9 @@ from assetcdn.control.routes.zones import zone_scaffold
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.control.storage.service import DB
 from assetcdn.control.webhooks.events import Event, with_trailer, zone_created
-from tests.control.conftest import ACCESS, ACCOUNT
-from tests.control.webhooks.conftest import make_app, register
 from tests.control.webhooks.receiver import FakeResolver, Receiver
+from tests.support.control import ACCESS, ACCOUNT
+from tests.support.webhooks import make_app, register
 
 
 async def start(aiohttp_client, data_dir: Path, resolver: FakeResolver) -> TestClient:  # type: ignore[no-untyped-def]

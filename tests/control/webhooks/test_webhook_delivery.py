@@ -8,10 +8,10 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.storage.service import DB
-from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import expect_error
-from tests.control.webhooks.conftest import deliveries, eventually, make_app, register
 from tests.control.webhooks.receiver import FakeResolver, Receiver
+from tests.support.control import ACCESS, ACCOUNT
+from tests.support.webhooks import deliveries, eventually, make_app, register
 
 
 async def put(control: TestClient, name: str, data: bytes = b"x") -> None:

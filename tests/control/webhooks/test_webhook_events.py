@@ -9,10 +9,10 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
 from tests.control.expect import parse_time
-from tests.control.webhooks.conftest import register
 from tests.control.webhooks.receiver import Receiver
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
+from tests.support.webhooks import register
 
 PURGE = {"x-api-key": SECRETS.purge_key}
 SVG = b'<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16"><rect width="16" height="16"/></svg>'

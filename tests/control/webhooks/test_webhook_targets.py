@@ -13,10 +13,10 @@ from aiohttp.test_utils import TestClient
 
 from assetcdn.control.webhooks.sender import Sender
 from assetcdn.shared.address_guard import GuardedResolver, RefusedTarget
-from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import expect_error
-from tests.control.webhooks.conftest import eventually, make_app, register
 from tests.control.webhooks.receiver import FakeResolver, Receiver
+from tests.support.control import ACCESS, ACCOUNT
+from tests.support.webhooks import eventually, make_app, register
 
 
 @pytest.fixture

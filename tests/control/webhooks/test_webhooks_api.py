@@ -12,10 +12,10 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.webhooks.secret_box import SecretBox
-from tests.control.conftest import ACCOUNT
 from tests.control.expect import expect_error, parse_time
-from tests.control.webhooks.conftest import SECRETS, make_app, register
 from tests.control.webhooks.receiver import FakeResolver, Receiver
+from tests.support.control import ACCOUNT
+from tests.support.webhooks import SECRETS, make_app, register
 
 RECORD_FIELDS = {"id", "url", "events", "createdAt", "active", "secretVersion", "secretLastFour", "hasSecret"}
 SECRET_RE = re.compile(r"^whsec_[0-9a-f]{64}$")

@@ -12,26 +12,16 @@ import os
 import socket
 import struct
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-from tests.control.conftest import ACCOUNT
-from tests.edge.fastpath.conftest import ZONE, HitCdn, HitCdnFactory, request_bytes
-from tests.edge.routes.conftest import wait_until
+from tests.support.cdn import ZONE
+from tests.support.control import ACCOUNT
+from tests.support.hit_cdn import HitCdn, HitCdnFactory, request_bytes
+from tests.support.sockets import RCVBUF, REALLY_WRITTEN_MAX
+from tests.support.wait import wait_until
 
-RCVBUF = 16 * 1024   # the attacking client's receive buffer (the kernel doubles it)
-
-
-def send_buffer_max() -> int:
-    """The most a socket's send buffer can hold here (tcp_wmem autotuning limit)."""
-    return int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
-
-
-# What the edge can hand to the kernel for a client that reads nothing: its send buffer and the client's
-# receive buffer. A body well past it cannot have been sent whole.
-REALLY_WRITTEN_MAX = send_buffer_max() + 4 * RCVBUF
 BIG = os.urandom(REALLY_WRITTEN_MAX + 2 * 1024 * 1024)
 SMALL = os.urandom(48 * 1024)   # kept in the memory tier
 ENV = {"ASSETCDN_EDGE_MEMORY_OBJECT_MAX_KB": "64", "ASSETCDN_ACCESS_LOG_OUTPUT": "file"}

@@ -15,16 +15,11 @@ import pytest_asyncio
 
 from assetcdn.edge.site_config import EdgeConfig
 from assetcdn.shared.published_config import PublishedConfig
-from tests.edge.fastpath.conftest import (
-    ACCOUNT,
-    ZONE,
-    HitCdn,
-    HitCdnFactory,
-    Response,
-    request_bytes,
-    shared_hit_cdn,
-)
-from tests.edge.routes.conftest import LOGO_SVG, solid_png, wait_until
+from tests.support.cdn import ZONE
+from tests.support.control import ACCOUNT
+from tests.support.hit_cdn import HitCdn, HitCdnFactory, Response, request_bytes, shared_hit_cdn
+from tests.support.images import LOGO_SVG, solid_png
+from tests.support.wait import wait_until
 
 SVG = f"{ZONE}/v1/logos/logo.svg"
 PNG = f"{ZONE}/v1/banners/photo.png"

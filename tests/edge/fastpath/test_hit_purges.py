@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.edge.fastpath.conftest import PURGE, ZONE, HitCdn, HitCdnFactory, RawConnection
+from tests.support.cdn import PURGE, ZONE
+from tests.support.hit_cdn import HitCdn, HitCdnFactory, RawConnection
 
 TENANT_HOST = f"{ZONE}.cdn.localhost"   # the default base domain is cdn.localhost
 

@@ -10,16 +10,11 @@ import contextlib
 import os
 
 from assetcdn.edge.cache.tags import path_tag
-from tests.edge.fastpath.conftest import (
-    ACCOUNT,
-    METRICS,
-    ZONE,
-    HitCdn,
-    HitCdnFactory,
-    RawConnection,
-    request_bytes,
-)
-from tests.edge.routes.conftest import LOGO_SVG, wait_until
+from tests.support.cdn import ZONE
+from tests.support.control import ACCOUNT, METRICS
+from tests.support.hit_cdn import HitCdn, HitCdnFactory, RawConnection, request_bytes
+from tests.support.images import LOGO_SVG
+from tests.support.wait import wait_until
 
 FILE = f"{ZONE}/v1/banners/data.bin"
 

@@ -7,7 +7,6 @@ tests/edge/tls/test_proxy_protocol_https.py."""
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import socket
 import subprocess
@@ -35,22 +34,22 @@ from assetcdn.edge.fastpath.proxy_protocol import (
 )
 from assetcdn.edge.server import EXIT_BAD_CONFIG
 from assetcdn.shared.config import load_settings
-from tests.edge.fastpath.conftest import (
-    ACCOUNT,
-    METRICS,
-    ZONE,
+from tests.integration.harness import KEYS, free_port_block
+from tests.support.cdn import ZONE
+from tests.support.control import ACCOUNT, METRICS
+from tests.support.hit_cdn import (
     HitCdn,
     HitCdnFactory,
     RawConnection,
     request_bytes,
     shared_hit_cdn,
 )
-from tests.edge.routes.conftest import LOGO_SVG, wait_until
-from tests.integration.harness import KEYS, free_port_block
+from tests.support.images import LOGO_SVG
+from tests.support.proxy_protocol import UNTRUSTED, v1, v2
+from tests.support.wait import wait_until
 
 SVG = f"{ZONE}/v1/logos/proxied.svg"
 HEADER_TIMEOUT_S = 0.5
-UNTRUSTED = "127.0.0.2"  # a loopback address of its own: not in the trusted list
 SHARED = pytest.mark.asyncio(loop_scope="module")
 
 
@@ -58,22 +57,6 @@ def settings_env(root: Path, mode: str = "optional") -> dict[str, str]:
     return {"ASSETCDN_EDGE_PROXY_PROTOCOL": mode, "ASSETCDN_EDGE_PROXY_PROTOCOL_TRUSTED": "127.0.0.1/32",
             "ASSETCDN_EDGE_PROXY_PROTOCOL_TIMEOUT_S": str(HEADER_TIMEOUT_S),
             "ASSETCDN_ACCESS_LOG_OUTPUT": "file", "ASSETCDN_ACCESS_LOG_DIRECTORY": str(root / "access")}
-
-
-def v1(client: str, port: int = 40001) -> bytes:
-    family, server = ("TCP4", "127.0.0.1") if ipaddress.ip_address(client).version == 4 else ("TCP6", "::1")
-    return f"PROXY {family} {client} {server} {port} 80\r\n".encode()
-
-
-def v2(client: str | None, port: int = 40002, *, local: bool = False, tlvs: bytes = b"") -> bytes:
-    """A version 2 header: PROXY over TCP4 or TCP6 from `client`, or LOCAL (`local`, no addresses)."""
-    if local or client is None:
-        return V2_SIGNATURE + bytes((0x20, 0x00)) + len(tlvs).to_bytes(2) + tlvs
-    source = ipaddress.ip_address(client)
-    family = 0x11 if source.version == 4 else 0x21
-    server = ipaddress.ip_address("127.0.0.1" if source.version == 4 else "::1")
-    body = source.packed + server.packed + port.to_bytes(2) + (80).to_bytes(2) + tlvs
-    return V2_SIGNATURE + bytes((0x21, family)) + len(body).to_bytes(2) + body
 
 
 async def open_from(port: int, source: str = "127.0.0.1") -> RawConnection:

@@ -18,16 +18,11 @@ import pytest_asyncio
 from assetcdn.edge.fastpath import hit_server
 from assetcdn.edge.states import pull as pull_states
 from assetcdn.edge.states.keys import pull_key
-from tests.edge.fastpath.conftest import (
-    ACCOUNT,
-    PURGE,
-    HitCdn,
-    RawConnection,
-    Response,
-    shared_hit_cdn,
-)
-from tests.edge.routes.conftest import wait_until
-from tests.edge.routes.test_pull_zones import LONG, PREFIX, ScriptedOrigin, serve_origin
+from tests.support.cdn import PURGE
+from tests.support.control import ACCOUNT
+from tests.support.hit_cdn import HitCdn, RawConnection, Response, shared_hit_cdn
+from tests.support.origins import LONG, PREFIX, ScriptedOrigin, serve_origin
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -8,8 +8,9 @@ from urllib.parse import urljoin, urlsplit
 
 import orjson
 
-from tests.edge.fastpath.conftest import ACCOUNT, HitCdn, HitCdnFactory, RawConnection, Response
-from tests.edge.routes.conftest import wait_until
+from tests.support.control import ACCOUNT
+from tests.support.hit_cdn import HitCdn, HitCdnFactory, RawConnection, Response
+from tests.support.wait import wait_until
 
 RULES = "/go/* /:splat 302\n/ext/* https://other.example/:splat 302\n/glued/* https://other.example:splat 302\n"
 EDGE_HOST = "edge.test"

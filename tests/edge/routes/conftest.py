@@ -1,210 +1,27 @@
-"""A real control app and a real edge app in one event loop, talking HTTP, plus real images made with pyvips.
-
-`make_cdn(**env)` starts both with settings from `load_settings(environ=...)`, waits until the
-edge is healthy and registered with control, and returns a `Cdn` with upload helpers. Tests
-talk to the edge over HTTP like a browser and to control's storage and purge APIs like an
-operator.
-"""
+"""The edge route tests' CDNs: a real control app and a real edge app in one event loop, of its own for each
+test (tests/support/cdn.py), and the pull-zone tests' CDN and scripted origin, one per module
+(tests/support/origins.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import pyvips
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+import pytest_asyncio
 
-import assetcdn.control.app  # noqa: F401
-import assetcdn.edge.app  # noqa: F401
-from assetcdn import control, edge
-from assetcdn.edge.app import EdgeIdentity
-from assetcdn.edge.app_keys import NODE
-from assetcdn.edge.node import EdgeNode
-from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, METRICS, SECRETS
-from tests.edge.hit_server import HitTestServer
-from tests.integration.harness import LAZY_IMAGE_POOL
-
-PURGE = {"x-api-key": SECRETS.purge_key}
-ZONE = "pics"
-WAIT_S = 20.0   # upper bound for start-up and propagation waits (never asserted as a duration)
-
-
-async def wait_until(predicate: Callable[[], Awaitable[bool]], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_S
-    while not await predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"gave up waiting: {what}")
-        await asyncio.sleep(0.05)
-
-
-@dataclass
-class Cdn:
-    control: TestClient
-    edge: TestClient
-
-    @property
-    def node(self) -> EdgeNode:
-        return self.edge.app[NODE]
-
-    async def upload(self, cdn_path: str, data: bytes) -> dict[str, Any]:
-        """PUT through control's storage API; returns once this edge holds the new version."""
-        resp = await self.control.put(f"/api/storage/{cdn_path}", data=data, headers=ACCESS)
-        assert resp.status == 201, await resp.text()
-        body: dict[str, Any] = await resp.json()
-        digest = hashlib.sha256(data).hexdigest()
-
-        async def arrived() -> bool:
-            entry = self.node.replica.get(cdn_path)
-            return entry is not None and entry.sha256 == digest
-
-        await wait_until(arrived, f"{cdn_path} reaching the edge")
-        return body
-
-    async def purge_urls(self, *urls: str) -> dict[str, Any]:
-        resp = await self.control.post("/api/purge", json={"urls": list(urls)}, headers=PURGE)
-        assert resp.status == 200, await resp.text()
-        return await resp.json()
-
-
-CdnFactory = Callable[..., Awaitable[Cdn]]
-
-
-async def control_and_edge_app(root: Path, serve: Callable[[Any], Awaitable[TestClient]], env: dict[str, str],
-                               edge_name: str) -> tuple[TestClient, web.Application]:
-    """Control served by `serve` under `root`, and an edge app (not yet served) that names it, both with the
-    tests' quick catch-up and heartbeat and the image pool started on first use with one worker."""
-    settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
-                                      "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **LAZY_IMAGE_POOL, **env})
-    control_client = await serve(control.app.create_app(settings, SECRETS, root / "data"))
-    identity = EdgeIdentity(name=edge_name, worker=0, control_url=str(control_client.make_url("")).rstrip("/"),
-                            cache_dir=root / "edge", advertise_host="127.0.0.1")
-    return control_client, edge.app.create_app(settings, SECRETS, identity)
-
-
-async def register_and_make_zone(control_client: TestClient, edge_name: str) -> None:
-    """Returns once control lists the edge and the tests' zone exists."""
-    async def registered() -> bool:
-        resp = await control_client.get("/api/health?deep=1", headers=METRICS)
-        return any(e.get("name", "").startswith(edge_name) for e in (await resp.json()).get("edges", []))
-
-    await wait_until(registered, "edge registered with control")
-    resp = await control_client.post("/api/core/zones", json={"Name": ZONE}, headers=ACCOUNT)
-    assert resp.status == 201, await resp.text()
-
-
-async def start_cdn_apps(root: Path, serve: Callable[[Any], Awaitable[TestClient]], env: dict[str, str], *,
-                         hit_path: bool = True) -> Cdn:
-    """Control and edge apps under `root`, each served by `serve` (an aiohttp test server and client); returns
-    once the edge is healthy and registered and the zone exists."""
-    control_client, app = await control_and_edge_app(root, serve, env, "edge-t")
-    # Served as the edge process serves it: hits answered by assetcdn/edge/fastpath/, the rest handed to the app;
-    # without the hit path (`hit_path=False`) the application's serve sequence answers every request.
-    edge_client = await serve(HitTestServer(app) if hit_path else app)
-
-    async def edge_healthy() -> bool:
-        return (await edge_client.get("/api/health")).status == 200
-
-    await wait_until(edge_healthy, "edge health 200")
-    await register_and_make_zone(control_client, "edge-t")
-    return Cdn(control_client, edge_client)
+from tests.support.cdn import CdnFactory, cdn_factory
+from tests.support.origins import Pull, shared_pull_zone
 
 
 @pytest.fixture
 def make_cdn(aiohttp_client, tmp_path: Path) -> CdnFactory:  # type: ignore[no-untyped-def]
     """A CDN of its own for each test that changes settings, limits or process state."""
-    async def start(*, hit_path: bool = True, **env: str) -> Cdn:
-        return await start_cdn_apps(tmp_path, aiohttp_client, env, hit_path=hit_path)
-
-    return start
+    return cdn_factory(tmp_path, aiohttp_client)
 
 
-@asynccontextmanager
-async def shared_cdn_apps(root: Path, **env: str) -> AsyncIterator[Cdn]:
-    """One CDN for the tests of a module that only add and read their own assets (module-scoped fixtures
-    cannot use pytest-aiohttp's per-test servers); stopped when the module's tests are done."""
-    clients: list[TestClient] = []
-
-    async def serve(app: Any) -> TestClient:
-        client = TestClient(app if isinstance(app, TestServer) else TestServer(app))
-        await client.start_server()
-        clients.append(client)
-        return client
-
-    try:
-        yield await start_cdn_apps(root, serve, env)
-    finally:
-        for client in reversed(clients):   # the edge first, so it stops before its control plane
-            await client.close()
-
-
-# --- real images -------------------------------------------------------------------------------
-
-FRAMES = 4
-
-
-def photo_jpeg(width: int = 640, height: int = 400) -> bytes:
-    """A photo-like JPEG: colour gradients plus noise."""
-    xyz = pyvips.Image.xyz(width, height)
-    red = xyz[0] * (255 / width)
-    green = xyz[1] * (255 / height)
-    blue = (xyz[0] + xyz[1]) * (255 / (width + height))
-    noise = pyvips.Image.gaussnoise(width, height, sigma=12, mean=0)
-    image = (red.bandjoin([green, blue]) + noise).cast("uchar").copy(interpretation="srgb")
-    return image.jpegsave_buffer(Q=90)
-
-
-def solid_png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
-    image = pyvips.Image.black(width, height).new_from_image(list(rgb)).cast("uchar")
-    return image.copy(interpretation="srgb").pngsave_buffer()
-
-
-def black_png(width: int, height: int) -> bytes:
-    return pyvips.Image.black(width, height).cast("uchar").pngsave_buffer(compression=9)
-
-
-def _animation(width: int = 120, height: int = 80) -> pyvips.Image:
-    frames = [pyvips.Image.black(width, height).new_from_image([i * 60, 255 - i * 60, 100])
-              .cast("uchar").copy(interpretation="srgb") for i in range(FRAMES)]
-    strip = pyvips.Image.arrayjoin(frames, across=1).copy()
-    strip.set_type(pyvips.GValue.gint_type, "page-height", height)
-    strip.set_type(pyvips.GValue.array_int_type, "delay", [100] * FRAMES)
-    strip.set_type(pyvips.GValue.gint_type, "loop", 0)
-    return strip
-
-
-def animated_gif() -> bytes:
-    return _animation().gifsave_buffer()
-
-
-def animated_webp() -> bytes:
-    return _animation().webpsave_buffer()
-
-
-LOGO_SVG = (b'<svg xmlns="http://www.w3.org/2000/svg" width="200" height="100" viewBox="0 0 200 100">'
-            b'<script>alert(1)</script><rect width="200" height="100" fill="#2050d0"/>'
-            b'<circle cx="100" cy="50" r="40" fill="#ffffff"/></svg>')
-
-
-def decode(body: bytes) -> pyvips.Image:
-    """Decode a response body with libvips, every frame (n=-1)."""
-    try:
-        return pyvips.Image.new_from_buffer(body, "", n=-1)
-    except pyvips.Error:
-        return pyvips.Image.new_from_buffer(body, "")
-
-
-def loader(image: pyvips.Image) -> str:
-    return str(image.get("vips-loader"))
-
-
-def frames(image: pyvips.Image) -> int:
-    return image.get_n_pages() if image.get_typeof("n-pages") else 1
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pull(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pull]:
+    """One CDN with a pull zone and the origin it pulls from, for a module's tests (each uses paths of its own)."""
+    async with shared_pull_zone(tmp_path_factory.mktemp("pull-zones")) as found:
+        yield found

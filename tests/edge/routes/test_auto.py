@@ -11,18 +11,8 @@ import pytest_asyncio
 import pyvips
 
 from assetcdn.edge.transform.encode import ENCODERS
-from tests.edge.routes.conftest import (
-    FRAMES,
-    LOGO_SVG,
-    ZONE,
-    Cdn,
-    animated_gif,
-    decode,
-    frames,
-    loader,
-    shared_cdn_apps,
-    solid_png,
-)
+from tests.support.cdn import ZONE, Cdn, shared_cdn_apps
+from tests.support.images import FRAMES, LOGO_SVG, animated_gif, decode, frames, loader, solid_png
 
 BASE = f"{ZONE}/v1/banners/hero"
 QUERY_VARY = "Accept, Save-Data, Sec-CH-Effective-Connection-Type"

@@ -13,9 +13,9 @@ import pytest
 from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.edge.circuit_breaker import CLOSED, OPEN
 from assetcdn.shared.cluster import PREFIX, sign_request
-from tests.control.conftest import SECRETS
 from tests.control.expect import expect_error
-from tests.edge.routes.conftest import ZONE, CdnFactory
+from tests.support.cdn import ZONE, CdnFactory
+from tests.support.control import SECRETS
 
 LOGO = b'<svg xmlns="http://www.w3.org/2000/svg" width="2" height="2"/>'
 

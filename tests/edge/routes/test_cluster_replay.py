@@ -12,7 +12,7 @@ import assetcdn.control.publishing.edge_registry  # noqa: F401
 from assetcdn import control
 from assetcdn.control.publishing.service import REGISTRY
 from tests.control.expect import expect_error
-from tests.edge.routes.conftest import ZONE, CdnFactory
+from tests.support.cdn import ZONE, CdnFactory
 
 LOGO = b'<svg xmlns="http://www.w3.org/2000/svg" width="2" height="2"/>'
 

@@ -17,16 +17,10 @@ from aiohttp.test_utils import TestClient
 
 from assetcdn.shared.content_security import SANDBOX_CSP
 from assetcdn.shared.signing import signed_url
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
-from tests.edge.routes.conftest import (
-    LOGO_SVG,
-    ZONE,
-    Cdn,
-    CdnFactory,
-    shared_cdn_apps,
-    solid_png,
-    wait_until,
-)
+from tests.support.cdn import ZONE, Cdn, CdnFactory, shared_cdn_apps
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
+from tests.support.images import LOGO_SVG, solid_png
+from tests.support.wait import wait_until
 
 NOSNIFF = ("X-Content-Type-Options", "nosniff")
 HTML = b"<!doctype html><title>page</title><script>document.title = 'ran'</script>"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.control.conftest import ACCESS
-from tests.edge.routes.conftest import ZONE, CdnFactory
+from tests.support.cdn import ZONE, CdnFactory
+from tests.support.control import ACCESS
 
 
 async def test_an_oversize_upload_through_the_edge_is_refused_from_its_content_length(

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import orjson
 
-from tests.control.conftest import ACCOUNT, METRICS, SECRETS
 from tests.control.expect import expect_error
-from tests.edge.routes.conftest import CdnFactory
 from tests.shared.health_shape import assert_health_shape, assert_no_internal_addresses
+from tests.support.cdn import CdnFactory
+from tests.support.control import ACCOUNT, METRICS, SECRETS
 
 
 async def test_shallow_health_has_the_published_shape_and_no_internal_address(make_cdn: CdnFactory,

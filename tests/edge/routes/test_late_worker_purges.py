@@ -25,8 +25,9 @@ from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
 from assetcdn.shared.config import Settings, load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
-from tests.edge.routes.conftest import PURGE, ZONE, CdnFactory, wait_until
+from tests.support.cdn import PURGE, ZONE, CdnFactory
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
+from tests.support.wait import wait_until
 
 SAME = b"<svg xmlns='http://www.w3.org/2000/svg'/>"
 VECTOR, TEXT = f"{ZONE}/v1/logos/mark.svg", f"{ZONE}/v1/titles/mark.txt"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.control.conftest import METRICS
-from tests.edge.routes.conftest import ZONE, CdnFactory
+from tests.support.cdn import ZONE, CdnFactory
+from tests.support.control import METRICS
 
 
 def _count(text: str, route: str, status: str) -> float:

@@ -13,17 +13,10 @@ import blurhash
 import pytest
 import pytest_asyncio
 
-from tests.control.conftest import SECRETS
-from tests.edge.routes.conftest import (
-    ZONE,
-    Cdn,
-    CdnFactory,
-    decode,
-    loader,
-    photo_jpeg,
-    shared_cdn_apps,
-    wait_until,
-)
+from tests.support.cdn import ZONE, Cdn, CdnFactory, shared_cdn_apps
+from tests.support.control import SECRETS
+from tests.support.images import decode, loader, photo_jpeg
+from tests.support.wait import wait_until
 
 PHOTO = f"{ZONE}/v1/banners/photo.jpg"
 DATA_URI = re.compile(r"^data:image/webp;base64,(.+)$")

@@ -21,16 +21,10 @@ import assetcdn.edge.app  # noqa: F401
 from assetcdn import edge
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.shared.config import load_settings
-from tests.control.conftest import ACCESS, ACCOUNT, SECRETS
-from tests.edge.routes.conftest import (
-    WAIT_S,
-    ZONE,
-    Cdn,
-    CdnFactory,
-    shared_cdn_apps,
-    wait_until,
-)
 from tests.integration.harness import LAZY_IMAGE_POOL
+from tests.support.cdn import ZONE, Cdn, CdnFactory, shared_cdn_apps
+from tests.support.control import ACCESS, ACCOUNT, SECRETS
+from tests.support.wait import WAIT_S, wait_until
 
 TRICKLERS = 120  # more than the default pool of connections to control (100), and far more than 4
 

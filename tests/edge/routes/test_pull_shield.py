@@ -21,11 +21,11 @@ from multidict import CIMultiDictProxy
 from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.edge.shield import INVALIDATE_PATH, SHIELD_AUDIENCE, SHIELD_CACHE, SHIELD_PATH
 from assetcdn.shared.cluster import ReplayGuard, sign_request, verify_request
-from tests.control.conftest import SECRETS
 from tests.control.expect import expect_error
-from tests.edge.routes.conftest import Cdn, CdnFactory
-from tests.edge.routes.test_pull_zones import PREFIX, ScriptedOrigin, add_pull_zone, serve_origin
 from tests.integration.harness import free_port_block
+from tests.support.cdn import Cdn, CdnFactory
+from tests.support.control import SECRETS
+from tests.support.origins import PREFIX, ScriptedOrigin, add_pull_zone, serve_origin
 
 ZONE = "shielded"
 SECRET = ("X-Origin-Secret", "for-the-origin-only")  # the zone's RequestHeaders

@@ -1,6 +1,6 @@
 """Transforms, auto-format and placeholders of pull zones' images (assetcdn/edge/states/pull_source.py and
 pull_variant.py), through a real control and edge app and an origin the tests script on 127.0.0.1
-(`ScriptedOrigin`, tests/edge/routes/test_pull_zones.py) serving images made with Pillow: what a client sees
+(`ScriptedOrigin`, tests/support/origins.py) serving images made with Pillow: what a client sees
 (status, image, X-Cache, Cache-Control, Vary, envelopes) and how often the origin was asked.
 
 One CDN and one origin serve the module; each test uses paths of its own. A source that must go stale has
@@ -24,8 +24,9 @@ from PIL import Image
 from assetcdn.edge.cache.tags import pull_variants_tag
 from assetcdn.edge.states.keys import pull_key, pull_variants_made_key
 from tests.control.expect import expect_error
-from tests.edge.routes.conftest import PURGE, Cdn, shared_cdn_apps, wait_until
-from tests.edge.routes.test_pull_zones import PREFIX, ScriptedOrigin, add_pull_zone, serve_origin
+from tests.support.cdn import PURGE, Cdn, shared_cdn_apps
+from tests.support.origins import PREFIX, ScriptedOrigin, add_pull_zone, serve_origin
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

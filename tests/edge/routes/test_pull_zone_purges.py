@@ -1,5 +1,5 @@
-"""Purges of a pull zone through a real control and edge app and an origin the tests script (the fixtures of
-tests/edge/routes/test_pull_zones.py): by prefix, soft (a conditional request answered 304 keeps the body), and
+"""Purges of a pull zone through a real control and edge app and an origin the tests script (the `pull`
+fixture, tests/support/origins.py): by prefix, soft (a conditional request answered 304 keeps the body), and
 by URL on the zone's tenant host, a custom domain or percent-encoded; what a client of the edge sees, what the
 origin saw, and what each cache tier holds."""
 
@@ -11,12 +11,12 @@ import pytest
 from aiohttp import web
 
 from assetcdn.edge.states.keys import pull_key
-from tests.control.conftest import ACCOUNT
-from tests.edge.routes.conftest import PURGE, wait_until
-from tests.edge.routes.test_pull_zones import LONG, TENANT_HOST, ZONE, Pull, pull
+from tests.support.cdn import PURGE
+from tests.support.control import ACCOUNT
+from tests.support.origins import LONG, TENANT_HOST, ZONE, Pull
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-__all__ = ["pull"]  # the module's CDN and origin (a fixture)
 
 
 async def purge(pull: Pull, body: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Pull zones through a real control and edge app (tests/edge/routes/conftest.py) and an origin the tests script
+"""Pull zones through a real control and edge app (tests/support/cdn.py) and an origin the tests script
 (`ScriptedOrigin`): what a client of the edge sees (status, body, X-Cache, Age, Cache-Status) and what the origin
 saw (how many requests, with which fields), for the serve sequence of assetcdn/edge/states/pull.py.
 
@@ -9,126 +9,32 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import pytest
-import pytest_asyncio
 from aiohttp import ClientPayloadError, ClientResponse, web
-from aiohttp.test_utils import TestServer
-from multidict import CIMultiDictProxy
 
-from tests.control.conftest import ACCOUNT
 from tests.control.expect import expect_error
-from tests.edge.routes.conftest import PURGE, WAIT_S, Cdn, shared_cdn_apps, wait_until
-from tests.edge.routes.test_tenant_hosts import raw_status
+from tests.support.cdn import PURGE, raw_status
+from tests.support.control import ACCOUNT
+from tests.support.origins import (
+    FIRST_BYTE_TIMEOUT_S,
+    HOST_HEADER,
+    LONG,
+    MAX_OBJECT_MB,
+    PREFIX,
+    SECRET,
+    TENANT_HOST,
+    ZONE,
+    Pull,
+    ScriptedOrigin,
+    add_pull_zone,
+    serve_origin,
+)
+from tests.support.wait import WAIT_S, wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-ZONE = "pulled"
-PREFIX = "/up"                                   # the origin URL's path prefix
-HOST_HEADER = "assets.origin.example"            # the zone's HostHeader
-SECRET = ("X-Origin-Secret", "s3cret-value")     # the zone's RequestHeaders
-TENANT_HOST = f"{ZONE}.cdn.localhost"            # the default base domain is cdn.localhost
-FIRST_BYTE_TIMEOUT_S = "1"
-MAX_OBJECT_MB = 6                                # above the large body's 5 MB
-BODY_TIMEOUT_S = "1"
-LONG = {"Cache-Control": "max-age=600"}
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@dataclass(frozen=True)
-class Seen:
-    method: str
-    headers: CIMultiDictProxy[str]
-    body: bytes
-
-
-@dataclass
-class ScriptedOrigin:
-    """An origin whose answers each test scripts per path, recording every request it is sent."""
-
-    handlers: dict[str, Handler] = field(default_factory=dict)
-    seen: dict[str, list[Seen]] = field(default_factory=lambda: defaultdict(list))
-
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        return app
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        path = request.rel_url.raw_path
-        self.seen[path].append(Seen(request.method, request.headers, await request.read()))
-        handler = self.handlers.get(path)
-        if handler is None:
-            return web.Response(status=404, text="not scripted")
-        return await handler(request)
-
-    def route(self, name: str, handler: Handler) -> None:
-        self.handlers[PREFIX + name] = handler
-
-    def answer(self, name: str, body: bytes = b"", *, status: int = 200,
-               headers: Mapping[str, str] | None = None) -> None:
-        async def fixed(_request: web.Request) -> web.StreamResponse:
-            return web.Response(status=status, body=body, headers=dict(headers or {}))
-
-        self.route(name, fixed)
-
-    def requests(self, name: str) -> list[Seen]:
-        return self.seen[PREFIX + name]
-
-    def count(self, name: str, method: str = "GET") -> int:
-        return sum(1 for seen in self.requests(name) if seen.method == method)
-
-
-@dataclass
-class Pull:
-    cdn: Cdn
-    origin: ScriptedOrigin
-
-    async def get(self, name: str, **kwargs: Any) -> ClientResponse:
-        resp = await self.cdn.edge.get(f"/{ZONE}{name}", **kwargs)
-        await resp.read()
-        return resp
-
-
-async def serve_origin(origin: ScriptedOrigin) -> TestServer:
-    server = TestServer(origin.app(), host="127.0.0.1")
-    await server.start_server()
-    return server
-
-
-async def add_pull_zone(cdn: Cdn, name: str, origin: Mapping[str, Any]) -> None:
-    """A pull zone created through control's API, returned once the edge serves it."""
-    resp = await cdn.control.post("/api/core/zones", json={"Name": name, "Origin": dict(origin)}, headers=ACCOUNT)
-    assert resp.status == 201, await resp.text()
-
-    async def arrived() -> bool:
-        return name in cdn.node.config.pull_zones
-
-    await wait_until(arrived, f"pull zone {name} reaching the edge")
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def pull(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pull]:
-    origin = ScriptedOrigin()
-    server = await serve_origin(origin)
-    try:
-        # The idle timeout is far above the tests' waits: only the first-byte timeout can end a silent origin.
-        async with shared_cdn_apps(tmp_path_factory.mktemp("pull-zones"), ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true",
-                                   ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S=FIRST_BYTE_TIMEOUT_S,
-                                   ASSETCDN_ORIGIN_IDLE_TIMEOUT_S="300",
-                                   ASSETCDN_ORIGIN_MAX_OBJECT_MB=str(MAX_OBJECT_MB),
-                                   ASSETCDN_SERVER_BODY_TIMEOUT_S=BODY_TIMEOUT_S) as cdn:
-            await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{server.port}{PREFIX}",
-                                            "HostHeader": HOST_HEADER, "RequestHeaders": dict([SECRET])})
-            yield Pull(cdn, origin)
-    finally:
-        await server.close()
 
 
 async def answer_changes(pull: Pull, name: str, x_cache: str, **kwargs: Any) -> ClientResponse:

@@ -34,9 +34,10 @@ from assetcdn.edge.cache.tags import path_tag
 from assetcdn.edge.node import EdgeNode
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.signing import signed_url
-from tests.control.conftest import ACCESS, SECRETS
-from tests.edge.routes.conftest import ZONE, Cdn, CdnFactory, wait_until
 from tests.integration.harness import LAZY_IMAGE_POOL, free_port_block
+from tests.support.cdn import ZONE, Cdn, CdnFactory
+from tests.support.control import ACCESS, SECRETS
+from tests.support.wait import wait_until
 
 VIDEO = "nature"
 HLS = f"stocks/videos/{VIDEO}/hls"

@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from assetcdn.shared.content_security import SANDBOX_CSP
-from tests.edge.routes.conftest import PURGE, ZONE, Cdn, CdnFactory, solid_png, wait_until
+from tests.support.cdn import PURGE, ZONE, Cdn, CdnFactory
+from tests.support.images import solid_png
+from tests.support.wait import wait_until
 
 SAME = b"<html><body><p>one blob, two paths</p></body></html>"
 PAGE = f"{ZONE}/v1/logos/a.html"

@@ -11,8 +11,9 @@ from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
 from assetcdn.shared.signing import signed_url, url_signature
-from tests.control.conftest import SECRETS
-from tests.edge.routes.conftest import ZONE, CdnFactory, solid_png
+from tests.support.cdn import ZONE, CdnFactory
+from tests.support.control import SECRETS
+from tests.support.images import solid_png
 
 PRIVATE = f"/{ZONE}/v1/private/contract.png"
 PUBLIC = f"/{ZONE}/v1/banners/open.png"

@@ -24,10 +24,11 @@ from assetcdn.control.video.service import VIDEO_INGEST
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.shared.config import Settings, load_settings
 from assetcdn.shared.hls import VideoIndex
-from tests.control.conftest import ACCESS, METRICS, SECRETS
 from tests.edge.hit_server import HitTestServer
-from tests.edge.routes.conftest import Cdn, wait_until
 from tests.integration.harness import LAZY_IMAGE_POOL
+from tests.support.cdn import Cdn
+from tests.support.control import ACCESS, METRICS, SECRETS
+from tests.support.wait import wait_until
 
 # The tests run in the module's event loop, where the shared control plane lives.
 IN_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")

@@ -3,14 +3,15 @@ shared stock pool, nothing of another zone, on every delivery route; the default
 
 from __future__ import annotations
 
-import asyncio
 from urllib.parse import urlsplit
 
 import pytest
 
 from assetcdn.shared.signing import signed_url
-from tests.control.conftest import ACCOUNT, SECRETS
-from tests.edge.routes.conftest import PURGE, ZONE, Cdn, CdnFactory, solid_png, wait_until
+from tests.support.cdn import PURGE, ZONE, Cdn, CdnFactory, raw_status
+from tests.support.control import ACCOUNT, SECRETS
+from tests.support.images import solid_png
+from tests.support.wait import wait_until
 
 OTHER = "rival"
 OWN_FILE = f"{ZONE}/v1/logos/own.png"
@@ -114,18 +115,6 @@ async def test_every_spelling_of_a_tenant_host_is_that_tenant(make_cdn: CdnFacto
         hit = await cdn.edge.get(f"/{OWN_FILE}", headers={"Host": host})
         assert hit.headers["X-Cache"] == "HIT"
         assert hit.headers.get("X-Frame-Options") == ("DENY" if TENANT_HOST in host.lower() else None), host
-
-
-async def raw_status(cdn: Cdn, target: str, host: str) -> int:
-    """The status of `GET <target>` sent as is (an absolute-form target is not what clients send)."""
-    assert cdn.edge.server.port is not None
-    reader, writer = await asyncio.open_connection("127.0.0.1", cdn.edge.server.port)
-    try:
-        writer.write(f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
-        head = await reader.readuntil(b"\r\n")
-        return int(head.split(b" ", 2)[1])
-    finally:
-        writer.close()
 
 
 async def test_the_authority_of_an_absolute_form_target_is_the_host(make_cdn: CdnFactory) -> None:

@@ -15,13 +15,11 @@ from assetcdn.edge.app_keys import COUNTERS, IMAGE_POOL
 from assetcdn.edge.states.keys import variant_key
 from assetcdn.edge.transform.options import parse_transform_options
 from assetcdn.shared.counter_store import Limit
-from tests.control.conftest import METRICS
-from tests.edge.routes.conftest import (
+from tests.support.cdn import ZONE, Cdn, CdnFactory, shared_cdn_apps
+from tests.support.control import METRICS
+from tests.support.images import (
     FRAMES,
     LOGO_SVG,
-    ZONE,
-    Cdn,
-    CdnFactory,
     animated_gif,
     animated_webp,
     black_png,
@@ -29,7 +27,6 @@ from tests.edge.routes.conftest import (
     frames,
     loader,
     photo_jpeg,
-    shared_cdn_apps,
     solid_png,
 )
 

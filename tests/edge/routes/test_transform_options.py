@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pyvips
 
-from tests.edge.routes.conftest import ZONE, CdnFactory, decode, photo_jpeg
+from tests.support.cdn import ZONE, CdnFactory
+from tests.support.images import decode, photo_jpeg
 
 PHOTO = f"{ZONE}/v1/banners/photo.jpg"
 FRAMED = f"{ZONE}/v1/banners/framed.png"

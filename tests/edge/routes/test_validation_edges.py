@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.routes.zones import zone_scaffold
-from tests.control.conftest import ACCESS, ACCOUNT
 from tests.control.expect import expect_error
-from tests.edge.routes.conftest import ZONE, CdnFactory, solid_png
+from tests.support.cdn import ZONE, CdnFactory
+from tests.support.control import ACCESS, ACCOUNT
+from tests.support.images import solid_png
 
 IMAGE = f"{ZONE}/v1/banners/red.png"
 

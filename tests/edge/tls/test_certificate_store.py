@@ -7,54 +7,16 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import socket
-import ssl
-import threading
 from pathlib import Path
-
-from cryptography import x509
 
 from assetcdn.edge.tls.certificates import CertificateStore
 from assetcdn.edge.tls.state import EdgeTlsState
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.tls_state import CertificateEntry, TlsState
 from tests.edge.tls.certs import TestCa
+from tests.support.https import peer_certificate, unverified
 
 SECRET = "store-test-secret"
-
-
-def peer_certificate(store: CertificateStore, server_name: str, client: ssl.SSLContext) -> x509.Certificate:
-    """A handshake of `client` (SNI `server_name`) with a server using the store's front context."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-
-    def serve() -> None:
-        connection, _ = listener.accept()
-        try:
-            with store.front.wrap_socket(connection, server_side=True) as tls:
-                tls.recv(1)
-        except (ssl.SSLError, OSError):
-            pass
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
-                client.wrap_socket(raw, server_hostname=server_name) as tls:
-            der = tls.getpeercert(binary_form=True)
-            assert der is not None
-            return x509.load_der_x509_certificate(der)
-    finally:
-        thread.join(timeout=10)
-        listener.close()
-
-
-def unverified(*, rsa_only: bool = False) -> ssl.SSLContext:
-    context = ssl._create_unverified_context()  # noqa: S323  (the certificate is what is examined)
-    if rsa_only:  # TLS 1.2 with an RSA-authenticated suite: only an RSA certificate will do
-        context.maximum_version = ssl.TLSVersion.TLSv1_2
-        context.set_ciphers("ECDHE-RSA-AES128-GCM-SHA256")
-    return context
 
 
 def store_with(tmp_path: Path, pairs: list[tuple[Path, Path]], state: EdgeTlsState | None = None) -> CertificateStore:

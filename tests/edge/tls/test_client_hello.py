@@ -11,7 +11,7 @@ from assetcdn.edge.tls.client_hello import (
     ClientHelloCheck,
     host_name,
 )
-from tests.edge.tls.test_unreadable_server_names import NOT_ASCII, PLACEHOLDER, client_hello_naming
+from tests.support.https import NOT_ASCII, PLACEHOLDER, client_hello_naming
 
 
 class Connection:

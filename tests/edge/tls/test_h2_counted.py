@@ -17,10 +17,10 @@ import aiohttp
 import h2.errors
 import pytest
 
-from tests.edge.fastpath.test_counted_as_sent import REALLY_WRITTEN_MAX
 from tests.edge.tls.client import H2Client, client_context
-from tests.edge.tls.conftest import HttpsCdn
 from tests.integration.harness import ACCESS, ACCOUNT
+from tests.support.https import HttpsCdn
+from tests.support.sockets import REALLY_WRITTEN_MAX
 
 pytestmark = pytest.mark.integration
 

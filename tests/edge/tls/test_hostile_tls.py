@@ -14,8 +14,8 @@ import hpack
 import pytest
 
 from tests.edge.tls.client import TIMEOUT_S, H2Client, client_context, handshake, https_get
-from tests.edge.tls.conftest import MAX_RESETS, HttpsCdn
 from tests.edge.tls.flood import frame
+from tests.support.https import MAX_RESETS, HttpsCdn
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from cryptography import x509
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.tls_state import TLS_STATE_PATH, CertificateEntry, TlsState
 from tests.edge.tls.client import H2Client, client_context, handshake, https_get
-from tests.edge.tls.conftest import HSTS_MAX_AGE_S, ZONE, HttpsCdn
 from tests.integration.harness import KEYS
+from tests.support.https import HSTS_MAX_AGE_S, ZONE, HttpsCdn
 
 pytestmark = pytest.mark.integration
 WAIT_S = 30.0  # for a change to reach the edge (never asserted as a duration)

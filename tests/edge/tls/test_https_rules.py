@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 
 from tests.edge.tls.client import TIMEOUT_S, client_context
-from tests.edge.tls.conftest import HSTS_MAX_AGE_S, ZONE, HttpsCdn
 from tests.integration.harness import ACCOUNT
+from tests.support.https import HSTS_MAX_AGE_S, ZONE, HttpsCdn
 
 pytestmark = pytest.mark.integration
 WAIT_S = 30.0  # for the rules to reach the edge (never asserted as a duration)

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.edge.tls.client import TIMEOUT_S
-from tests.edge.tls.conftest import ZONE, HttpsCdn, start_https_cdn, worker_rss
 from tests.edge.tls.flood import frame
 from tests.edge.tls.idle import GOAWAY, IdleClients, open_idle, read_frame
+from tests.support.https import ZONE, HttpsCdn, start_https_cdn, worker_rss
 
 pytestmark = pytest.mark.integration
 

@@ -18,10 +18,10 @@ import h2.connection
 import orjson
 import pytest
 
-from tests.edge.fastpath.test_proxy_protocol import UNTRUSTED, v1, v2
 from tests.edge.tls.client import TIMEOUT_S, Answer, H2Client, client_context
-from tests.edge.tls.conftest import ZONE, HttpsCdn, start_https_cdn
 from tests.integration.harness import METRICS
+from tests.support.https import ZONE, HttpsCdn, start_https_cdn
+from tests.support.proxy_protocol import UNTRUSTED, v1, v2
 
 pytestmark = pytest.mark.integration
 

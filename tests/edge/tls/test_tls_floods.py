@@ -26,8 +26,8 @@ import h2.settings
 import pytest
 
 from tests.edge.tls.client import TIMEOUT_S, H2Client, client_context
-from tests.edge.tls.conftest import ZONE, HttpsCdn, start_https_cdn, worker_rss
 from tests.edge.tls.flood import BURST, burst
+from tests.support.https import ZONE, HttpsCdn, start_https_cdn, worker_rss
 
 pytestmark = pytest.mark.integration
 

@@ -17,10 +17,10 @@ from assetcdn.edge.tls.certificates import CertificateStore
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.tls_state import TLS_STATE_PATH, CertificateEntry, TlsState
-from tests.control.conftest import SECRETS
-from tests.edge.routes.conftest import CdnFactory
 from tests.edge.tls.certs import Issued, TestCa
-from tests.edge.tls.test_certificate_store import peer_certificate, unverified
+from tests.support.cdn import CdnFactory
+from tests.support.control import SECRETS
+from tests.support.https import peer_certificate, unverified
 
 CERTIFICATES = 300  # a few seconds of loading on a loaded test machine, a few hundred ms on a quiet one
 PROBE_TICK_S = 0.005

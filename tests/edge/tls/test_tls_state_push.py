@@ -11,10 +11,10 @@ import orjson
 from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.tls_state import TLS_STATE_PATH, CertificateEntry, TlsState
-from tests.control.conftest import SECRETS
 from tests.control.expect import expect_error
-from tests.edge.routes.conftest import CdnFactory
 from tests.edge.tls.certs import TestCa
+from tests.support.cdn import CdnFactory
+from tests.support.control import SECRETS
 
 TOKEN = "evaGxfADs6pSRb2LAv9IZf17Dt3juxGJ-PCt92wr-oA"
 KEY_AUTHORIZATION = TOKEN + ".9jg46WB3rR_AHD-EBXdN7cBkH1WOu0tA3M9fm21mqTI"

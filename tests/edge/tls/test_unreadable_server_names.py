@@ -5,32 +5,17 @@ them instead of a Python traceback per handshake."""
 from __future__ import annotations
 
 import socket
-import ssl
 
 import pytest
 
 from tests.edge.tls.client import TIMEOUT_S, client_context, handshake
-from tests.edge.tls.conftest import HttpsCdn
+from tests.support.https import NOT_ASCII, HttpsCdn, client_hello_naming
 
 pytestmark = pytest.mark.integration
 
-PLACEHOLDER = b"aaaa.example.test"
-NOT_ASCII = "\u00e9\u00e9.example.test".encode()  # as many bytes as PLACEHOLDER: the ClientHello's lengths hold
 HANDSHAKES = 20
 LOG_LINE = "its server name (SNI) is not ASCII"
 UNRECOGNIZED_NAME_ALERT = b"\x15\x03\x03\x00\x02\x02\x70"  # alert record, fatal (2), unrecognized_name (112)
-
-
-def client_hello_naming(name: bytes) -> bytes:
-    """A real client's first flight with `name` as its server name, bytes as given (a client library
-    would encode the name as IDNA first)."""
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = client_context(None).wrap_bio(incoming, outgoing, server_hostname=PLACEHOLDER.decode())
-    with pytest.raises(ssl.SSLWantReadError):
-        tls.do_handshake()
-    hello = outgoing.read()
-    assert hello.count(PLACEHOLDER) == 1 and len(name) == len(PLACEHOLDER)
-    return hello.replace(PLACEHOLDER, name)
 
 
 def answer_to(port: int, hello: bytes, *, pieces: int = 1) -> bytes:

@@ -20,7 +20,7 @@ from assetcdn.edge.transform.decoded import DecodedSources, image_bytes, level_f
 from assetcdn.edge.transform.options import parse_transform_options
 from assetcdn.edge.transform.steps import TransformResult, run_transform
 from assetcdn.shared.errors import LegacyError
-from tests.edge.transform.conftest import load
+from tests.support.transform_images import load
 
 MB = 1024 * 1024
 WIDTHS = (320, 480, 640, 960, 1280, 1920)

@@ -9,7 +9,7 @@ import pyvips
 from assetcdn.edge.transform.placeholder_images import make_blurhash_placeholder, make_lqip
 from assetcdn.edge.transform.placeholder_params import PlaceholderParams, parse_placeholder_params
 from assetcdn.shared.errors import ApiError, LegacyError
-from tests.edge.transform.conftest import load
+from tests.support.transform_images import load
 
 URL = "/akande/v1/banners/hero.jpg"
 

@@ -9,7 +9,7 @@ from assetcdn.edge.transform.budgets import TransformLimits
 from assetcdn.edge.transform.options import parse_transform_options
 from assetcdn.edge.transform.steps import TransformResult, run_transform
 from assetcdn.shared.errors import LegacyError
-from tests.edge.transform.conftest import FRAMES, load
+from tests.support.transform_images import FRAMES, load
 
 RED, BLUE = [200, 30, 30], [30, 30, 220]
 WIDTH, HEIGHT, MARK = 300, 200, 40     # a red landscape with a blue square in its top-left corner

@@ -19,7 +19,7 @@ from assetcdn.edge.transform.options import parse_transform_options
 from assetcdn.edge.transform.source import read_source
 from assetcdn.edge.transform.steps import TransformResult, run_transform
 from assetcdn.shared.errors import LegacyError
-from tests.edge.transform.conftest import FACE_CENTER, FRAMES, PHOTO_SIZE, load
+from tests.support.transform_images import FACE_CENTER, FRAMES, PHOTO_SIZE, load
 
 MAX_PIXELS = 50_000_000
 LOADERS = {"webp": "webpload_buffer", "jpeg": "jpegload_buffer", "png": "pngload_buffer",

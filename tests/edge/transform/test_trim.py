@@ -9,7 +9,7 @@ from assetcdn.edge.transform.budgets import TransformLimits
 from assetcdn.edge.transform.options import parse_transform_options
 from assetcdn.edge.transform.steps import TransformResult, run_transform
 from assetcdn.shared.errors import LegacyError
-from tests.edge.transform.conftest import load
+from tests.support.transform_images import load
 
 DARK = [20, 60, 120]
 # A 400x300 white canvas with a dark 100x80 picture at (50, 60).
