@@ -130,6 +130,20 @@ def tree(process: subprocess.Popen[bytes]) -> Callable[[], list[int]]:
     return lambda: [process.pid, *children_of(process.pid)]
 
 
+def rss_parts(pids: list[int]) -> str:
+    """VmRSS split into anonymous memory (the heap) and mapped files (SQLite's memory map, libraries)."""
+    parts = {"RssAnon:": 0, "RssFile:": 0, "RssShmem:": 0}
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                name, _, value = line.partition("\t")
+                if name in parts:
+                    parts[name] += int(value.split()[0]) * KB
+        except OSError:
+            continue
+    return ", ".join(f"{name[3:-1].lower()} {value / MB:,.1f} MiB" for name, value in parts.items())
+
+
 def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -324,7 +338,7 @@ def main() -> None:
             stats = asyncio.run(memory_tier(cdn.edge_urls[0]))
             print(f"  edge memory tier: {stats['memory_entries']:,} entries, {stats['memory_bytes'] / MB:,.1f} MiB "
                   f"of {stats['memory_limit_bytes'] / MB:,.0f} MiB; disk tier {stats['disk_entries']:,} entries; "
-                  f"worker Pss {proc_stats.pss_bytes(edge.pids()) / MB:,.1f} MiB", flush=True)
+                  f"worker Pss {proc_stats.pss_bytes(edge.pids()) / MB:,.1f} MiB ({rss_parts(edge.pids())})", flush=True)
             cdn.stop()
             cdn = None
             for start in (start_varnish, start_peer_nginx):
