@@ -1,6 +1,6 @@
 """Edge memory per cached object of a pull zone, beside Varnish and nginx in front of the same origin.
 
-    .venv/bin/python -m benchmarks.pull_memory [--objects 100000] [--concurrency 32]
+    .venv/bin/python -m benchmarks.pull_memory [--objects 100000] [--concurrency 32] [--memory-mb 128]
 
 An origin on 127.0.0.1 (nginx when installed, ``sh benchmarks/setup_debian.sh hits``; else a small Python
 origin in this file) answers every ``/small/NNN/NNNNNN.bin`` with the same 1 KB body, an ETag, a
@@ -309,6 +309,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--objects", type=int, default=100_000, help="distinct 1 KB objects per server")
     parser.add_argument("--concurrency", type=int, default=32, help="requests in flight while filling")
+    parser.add_argument("--memory-mb", type=int, default=None,
+                        help="the edge's memory tier budget (edge.memory_cache_mb; default: the configured one)")
     parser.add_argument("--serve-origin", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_origin is not None:
@@ -329,7 +331,10 @@ def main() -> None:
             print(f"origin: {kind} on 127.0.0.1:{origin_port}; {args.objects:,} objects of {len(BODY)} bytes; "
                   f"{os.cpu_count()} vCPU; load {load_average()}", flush=True)
             (workdir / "cdn").mkdir()
-            cdn = start_cdn(workdir / "cdn", workers=1, env_extra={"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"})
+            env = {"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"}
+            if args.memory_mb is not None:
+                env["ASSETCDN_EDGE_MEMORY_CACHE_MB"] = str(args.memory_mb)
+            cdn = start_cdn(workdir / "cdn", workers=1, env_extra=env)
             asyncio.run(create_pull_zone(cdn, f"http://127.0.0.1:{origin_port}"))
             running = cdn
             edge = Server("edge (1 worker)", f"{cdn.edge_urls[0]}/{ZONE}", lambda: running.pids("--name edge-0"))
