@@ -1,6 +1,6 @@
 """Edge memory per cached object of a pull zone, beside Varnish and nginx in front of the same origin.
 
-    .venv/bin/python -m benchmarks.pull_memory [--objects 100000] [--concurrency 32] [--memory-mb 128]
+    .venv/bin/python -m benchmarks.pull_memory [--objects 100000] [--concurrency 32] [--memory-mb 128] [--edge-only]
 
 An origin on 127.0.0.1 (nginx when installed, ``sh benchmarks/setup_debian.sh hits``; else a small Python
 origin in this file) answers every ``/small/NNN/NNNNNN.bin`` with the same 1 KB body, an ETag, a
@@ -311,6 +311,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32, help="requests in flight while filling")
     parser.add_argument("--memory-mb", type=int, default=None,
                         help="the edge's memory tier budget (edge.memory_cache_mb; default: the configured one)")
+    parser.add_argument("--edge-only", action="store_true", help="measure the edge alone (no Varnish, no nginx)")
     parser.add_argument("--serve-origin", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_origin is not None:
@@ -346,7 +347,7 @@ def main() -> None:
                   f"worker Pss {proc_stats.pss_bytes(edge.pids()) / MB:,.1f} MiB ({rss_parts(edge.pids())})", flush=True)
             cdn.stop()
             cdn = None
-            for start in (start_varnish, start_peer_nginx):
+            for start in () if args.edge_only else (start_varnish, start_peer_nginx):
                 peer = start(workdir, varnish_port if start is start_varnish else nginx_port, origin_port)
                 if peer is None:
                     continue
