@@ -83,3 +83,11 @@ def test_entries_read_back_as_stored(cache: EdgeCache) -> None:
         assert obj.tags == (path_tag(f"site{path}"), zone_tag("site"))
         assert obj.headers == (*stored_headers(origin_head(2)), (STATUS, "200"),
                                (REQUEST_TIME, repr(1764895214.123456 + 2)), (RESPONSE_TIME, repr(1764895214.125 + 2)))
+
+
+def test_fields_holding_the_separator_read_back_as_stored(cache: EdgeCache) -> None:
+    headers = (("x-odd", "a\0b"), ("x-empty", ""))
+    stored = cache.put("pull:odd", b"body", "text/plain", '"e\0"', ("tag\0one", ""), headers=headers)
+    for obj in (stored, cache.memory.get("pull:odd"), cache.disk.get("pull:odd", load_limit=MB)):
+        assert obj is not None
+        assert (obj.content_type, obj.etag, obj.tags, obj.headers) == ("text/plain", '"e\0"', ("tag\0one", ""), headers)
