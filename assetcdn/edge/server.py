@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import logging
 import multiprocessing
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
 
 EXIT_BAD_CONFIG = 2  # a setting or file the edge cannot start with (the log names it)
 # What a worker imports, loaded once by the fork server the workers are forked from.
+# glibc gives each thread that allocates its own malloc arena: a memory-tier body read by an executor thread
+# lives in that thread's arena, and the room it leaves on eviction is reused by that thread alone, so the
+# worker's memory grows past what its cache holds. Two arenas are plenty under the GIL.
+M_ARENA_MAX = -8
+MALLOC_ARENAS = 2
 WORKER_PRELOAD = ("assetcdn.edge.app", "assetcdn.edge.fastpath.hit_server", "assetcdn.shared.http_server")
 
 
@@ -44,8 +50,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def limit_malloc_arenas() -> None:
+    """At most MALLOC_ARENAS malloc arenas in this process, before it starts threads (glibc only)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc
+        return
+    mallopt(M_ARENA_MAX, MALLOC_ARENAS)
+
+
 def run_worker(argv: list[str], worker: int) -> None:
     die_with_parent()
+    limit_malloc_arenas()
     gc.disable()  # until serving starts, as in control (assetcdn/control/__main__.py)
     # Imported here: PROMETHEUS_MULTIPROC_DIR must be set before prometheus_client is imported.
     from assetcdn.edge.app import EdgeIdentity, create_app

@@ -39,10 +39,18 @@ import diskcache
 import orjson
 
 from assetcdn.edge.cache.entry import STREAM_CHUNK, CachedObject, clamp_range
-from assetcdn.edge.cache.sqlite_conn import SQLITE_TIMEOUT_S, ThreadLocalConnection
+from assetcdn.edge.cache.sqlite_conn import (
+    SQLITE_CACHE_PAGES,
+    SQLITE_TIMEOUT_S,
+    ThreadLocalConnection,
+)
 
 # diskcache's default: bodies below it live inline in SQLite, larger ones as files.
 DEFAULT_MIN_FILE_SIZE = 32 * 1024
+# diskcache opens a connection per thread that touches the cache (the event loop's and each executor
+# thread's); its defaults per connection (a 32 MB page cache, a 64 MB memory map) grow with the database until
+# they hold much of it, several times over. Ours are small: other reads come from the kernel's page cache.
+SQLITE_MMAP_BYTES = 0
 # After a full filesystem the limit drops to this share of the volume the cache had reached.
 FULL_SHRINK = 0.8
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
@@ -181,6 +189,8 @@ class DiskTier:
             eviction_policy=eviction_policy,
             statistics=False,
             tag_index=False,
+            sqlite_cache_size=SQLITE_CACHE_PAGES,
+            sqlite_mmap_size=SQLITE_MMAP_BYTES,
         )
         self._connection = ThreadLocalConnection(self.database)
         self._sql().executescript(";\n".join(_SCHEMA) + ";")
@@ -230,12 +240,12 @@ class DiskTier:
             key=key,
             content_type=data["ct"],
             etag=data["etag"],
-            tags=tuple(data["tags"]),
+            tags=data["tags"],
             size=size,
             stored_at=data["at"],
             body=body,
             path=path,
-            headers=tuple((name, val) for name, val in data["h"]),
+            headers=data["h"],
         )
 
     def put(

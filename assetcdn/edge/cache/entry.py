@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import BinaryIO
+import sys
+from collections.abc import Iterator, Sequence
+from typing import BinaryIO, cast
 
 STREAM_CHUNK = 256 * 1024
 
@@ -16,7 +16,22 @@ def strong_etag(content_hash: str) -> str:
     return f'"{content_hash}"'
 
 
-@dataclass(frozen=True, slots=True)
+# Separates the fields of an entry's metadata string; no header value, tag, content type or ETag holds it
+# (an entry whose fields do, which HTTP does not allow, keeps them as tuples instead).
+SEP = "\0"
+
+
+def pack_meta(content_type: str, etag: str, tags: Sequence[str], headers: Sequence[Sequence[str]]) -> str | None:
+    """Content type, ETag, the tag count, the tags, then each header's name and value, joined by ``SEP``;
+    None when one of them holds ``SEP``."""
+    parts = [content_type, etag, str(len(tags)), *tags]
+    for name, value in headers:
+        parts.append(name)
+        parts.append(value)
+    packed = SEP.join(parts)
+    return packed if packed.count(SEP) == len(parts) - 1 else None
+
+
 class CachedObject:
     """One cache entry.
 
@@ -28,17 +43,96 @@ class CachedObject:
       descriptor opened before that keeps reading the complete body (POSIX unlink semantics).
       Opening it later may raise ``FileNotFoundError``: treat that as a miss.
       The HTTP layer can ``sendfile`` from it or stream it with :meth:`iter_chunks`.
+
+    The memory tier holds many of these, so one costs little beside its body: the content type, ETag,
+    tags and header fields live in one string (``_meta``), read back into their usual forms when asked
+    for; the size of an in-memory body is its length. Immutable, like the tuples it gives out.
     """
 
+    __slots__ = ("key", "body", "path", "stored_at", "_size", "_meta")
+
     key: str
-    content_type: str
-    etag: str
-    tags: tuple[str, ...]
-    size: int
+    body: bytes | None
+    path: str | None
     stored_at: float
-    body: bytes | None = None
-    path: str | None = None
-    headers: tuple[tuple[str, str], ...] = ()
+    _size: int | None
+    _meta: str | tuple[str, str, tuple[str, ...], tuple[tuple[str, str], ...]]
+
+    def __init__(
+        self,
+        key: str,
+        content_type: str,
+        etag: str,
+        tags: Sequence[str],
+        size: int,
+        stored_at: float,
+        body: bytes | None = None,
+        path: str | None = None,
+        headers: Sequence[Sequence[str]] = (),
+    ) -> None:
+        meta = pack_meta(content_type, etag, tags, headers)
+        init = object.__setattr__
+        init(self, "key", key)
+        init(self, "body", body)
+        init(self, "path", path)
+        init(self, "stored_at", stored_at)
+        init(self, "_size", None if body is not None and len(body) == size else size)
+        if meta is None:
+            init(self, "_meta", (content_type, etag, tuple(tags), tuple((name, value) for name, value in headers)))
+        else:
+            init(self, "_meta", meta)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"CachedObject is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"CachedObject is immutable: cannot delete {name!r}")
+
+    def __repr__(self) -> str:
+        where = f"body={len(self.body)} bytes" if self.body is not None else f"path={self.path!r}"
+        return f"CachedObject(key={self.key!r}, size={self.size}, {where}, etag={self.etag!r})"
+
+    @property
+    def size(self) -> int:
+        size = self._size
+        if size is None:  # only when the body is in memory
+            return len(cast(bytes, self.body))
+        return size
+
+    def footprint(self) -> int:
+        """Bytes this entry holds in memory: the object, its key, body, metadata and stored-at."""
+        return (OBJECT_SIZE + sys.getsizeof(self.key) + sys.getsizeof(self.body) + sys.getsizeof(self._meta)
+                + FLOAT_SIZE)
+
+    @property
+    def content_type(self) -> str:
+        meta = self._meta
+        return meta[: meta.index(SEP)] if isinstance(meta, str) else meta[0]
+
+    @property
+    def etag(self) -> str:
+        meta = self._meta
+        if isinstance(meta, str):
+            start = meta.index(SEP) + 1
+            return meta[start : meta.index(SEP, start)]
+        return meta[1]
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        meta = self._meta
+        if not isinstance(meta, str):
+            return meta[2]
+        fields = meta.split(SEP)
+        return tuple(fields[3 : 3 + int(fields[2])])
+
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        meta = self._meta
+        if not isinstance(meta, str):
+            return meta[3]
+        fields = meta.split(SEP)
+        pairs = iter(fields[3 + int(fields[2]) :])
+        return tuple(zip(pairs, pairs, strict=True))
 
     @property
     def in_memory(self) -> bool:
@@ -88,8 +182,14 @@ class CachedObject:
                 yield chunk
 
 
+# What ``footprint`` counts beside the strings and bytes: the object itself and its stored-at float.
+OBJECT_SIZE = sys.getsizeof(CachedObject("", "", "", (), 0, 0.0, body=b""))
+FLOAT_SIZE = sys.getsizeof(0.0)
+
+
 def clamp_range(start: int, end: int, size: int) -> tuple[int, int]:
     """``[start, end)`` limited to ``[0, size)``; an empty range comes back as ``(start, start)``."""
     start = max(0, min(start, size))
     end = max(start, min(end, size))
     return start, end
+

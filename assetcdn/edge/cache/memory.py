@@ -1,23 +1,39 @@
-"""The memory tier: an in-process LRU of small, hot response bodies, bounded by bytes."""
+"""The memory tier: an in-process LRU of small, hot response bodies, bounded by the memory they hold."""
 
 from __future__ import annotations
 
 import bisect
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 
 from assetcdn.edge.cache.entry import CachedObject
 
+# What the tier's own structures spend per entry beyond the entry's ``footprint``: its slot in the LRU
+# (a dict slot and a linked-list node), and per tag its slot in the tag index plus the tag's string, which
+# the index holds once however many entries carry it (charged to each, so shared tags are over-counted).
+ENTRY_OVERHEAD = 100
+TAG_OVERHEAD = 64 + sys.getsizeof("")
+
+
+def entry_cost(obj: CachedObject) -> int:
+    """The bytes an entry costs the tier: what it is charged against ``max_bytes``."""
+    return obj.footprint() + ENTRY_OVERHEAD + sum(TAG_OVERHEAD + len(tag) for tag in obj.tags)
+
 
 class MemoryTier:
-    """LRU over ``CachedObject`` values that carry a ``body``, bounded by total body bytes.
+    """LRU over ``CachedObject`` values that carry a ``body``, bounded by ``max_bytes`` of memory: each
+    entry is charged what it really holds (``entry_cost``: body, metadata, key, index slots), not only its
+    body, so a budget of X MB keeps about X MB.
 
     ``get`` and ``put`` are O(1) (a put of a tag new to the tier also inserts it in a sorted list);
-    ``purge_tags`` is O(entries carrying those tags) through a tag -> keys index, and
-    ``purge_tag_prefixes`` finds the tags under a prefix by bisection of that sorted list. Objects larger than ``max_object_size`` are never kept (they stream
-    from the disk tier instead). A ``threading.Lock`` guards every operation because puts
-    may come from executor threads; uncontended, it costs tens of nanoseconds on a hit.
+    ``purge_tags`` is O(entries carrying those tags) through a tag -> keys index (a tag carried by one
+    entry maps to its key alone, not to a set of one), and ``purge_tag_prefixes`` finds the tags under
+    a prefix by bisection of that sorted list.
+    Objects whose body is larger than ``max_object_size`` are never kept (they stream from the disk
+    tier instead). A ``threading.Lock`` guards every operation because puts may come from executor
+    threads; uncontended, it costs tens of nanoseconds on a hit.
     The tier is per process: with several workers, each has its own (see ``PurgeLog``).
     """
 
@@ -25,7 +41,7 @@ class MemoryTier:
         self.max_bytes = max(0, max_bytes)
         self.max_object_size = max(0, min(max_object_size, self.max_bytes))
         self._entries: OrderedDict[str, CachedObject] = OrderedDict()
-        self._by_tag: dict[str, set[str]] = {}
+        self._by_tag: dict[str, str | set[str]] = {}
         self._sorted_tags: list[str] = []   # the keys of _by_tag, in order (prefix purges)
         self._bytes = 0
         self._lock = threading.Lock()
@@ -38,10 +54,11 @@ class MemoryTier:
 
     @property
     def bytes(self) -> int:
+        """What the entries held cost (``entry_cost``), at most ``max_bytes``."""
         return self._bytes
 
     def accepts(self, size: int) -> bool:
-        """Whether an object of ``size`` bytes may live in memory at all."""
+        """Whether an object with a body of ``size`` bytes may live in memory at all."""
         return 0 < self.max_bytes and size <= self.max_object_size
 
     def hit(self, key: str) -> CachedObject | None:
@@ -66,22 +83,21 @@ class MemoryTier:
 
     def put(self, obj: CachedObject) -> bool:
         """Keep ``obj`` as the most recently used entry, evicting the least recently used ones
-        until the byte budget holds. Returns False (and keeps nothing) when the object has no
-        in-memory body or is larger than ``max_object_size``; an older entry under the same
-        key is dropped in that case so the tier never serves a superseded body.
+        until the budget holds. Returns False (and keeps nothing) when the object has no
+        in-memory body, is larger than ``max_object_size`` or costs more than the whole budget; an
+        older entry under the same key is dropped in that case so the tier never serves a superseded body.
         """
         with self._lock:
             self._remove(obj.key)
             if obj.body is None or not self.accepts(obj.size):
                 return False
+            cost = entry_cost(obj)
+            if cost > self.max_bytes:
+                return False
             self._entries[obj.key] = obj
-            self._bytes += obj.size
+            self._bytes += cost
             for tag in obj.tags:
-                keys = self._by_tag.get(tag)
-                if keys is None:
-                    keys = self._by_tag[tag] = set()
-                    bisect.insort(self._sorted_tags, tag)
-                keys.add(obj.key)
+                self._index(tag, obj.key)
             while self._bytes > self.max_bytes:
                 oldest = next(iter(self._entries))
                 self._remove(oldest)
@@ -100,7 +116,7 @@ class MemoryTier:
         with self._lock:
             keys: set[str] = set()
             for tag in tags:
-                keys |= self._by_tag.get(tag, set())
+                self._collect(self._by_tag.get(tag), keys)
             return [key for key in keys if self._remove(key)]
 
     def purge_tag_prefixes(self, prefixes: Iterable[str]) -> list[str]:
@@ -110,9 +126,16 @@ class MemoryTier:
             for prefix in prefixes:
                 at = bisect.bisect_left(self._sorted_tags, prefix)
                 while at < len(self._sorted_tags) and self._sorted_tags[at].startswith(prefix):
-                    keys |= self._by_tag[self._sorted_tags[at]]
+                    self._collect(self._by_tag.get(self._sorted_tags[at]), keys)
                     at += 1
             return [key for key in keys if self._remove(key)]
+
+    @staticmethod
+    def _collect(held: str | set[str] | None, keys: set[str]) -> None:
+        if isinstance(held, str):
+            keys.add(held)
+        elif held is not None:
+            keys |= held
 
     def clear(self) -> int:
         with self._lock:
@@ -123,16 +146,37 @@ class MemoryTier:
             self._bytes = 0
             return count
 
+    def _index(self, tag: str, key: str) -> None:
+        held = self._by_tag.get(tag)
+        if held is None:
+            self._by_tag[tag] = key
+            bisect.insort(self._sorted_tags, tag)
+        elif isinstance(held, str):
+            if held != key:
+                self._by_tag[tag] = {held, key}
+        else:
+            held.add(key)
+
     def _remove(self, key: str) -> bool:
         obj = self._entries.pop(key, None)
         if obj is None:
             return False
-        self._bytes -= obj.size
+        self._bytes -= entry_cost(obj)
         for tag in obj.tags:
-            keys = self._by_tag.get(tag)
-            if keys is not None:
-                keys.discard(key)
-                if not keys:
-                    del self._by_tag[tag]
-                    del self._sorted_tags[bisect.bisect_left(self._sorted_tags, tag)]
+            held = self._by_tag.get(tag)
+            if held is None:
+                continue
+            if isinstance(held, str):
+                if held == key:
+                    self._drop_tag(tag)
+                continue
+            held.discard(key)
+            if len(held) == 1:
+                self._by_tag[tag] = next(iter(held))
+            elif not held:
+                self._drop_tag(tag)
         return True
+
+    def _drop_tag(self, tag: str) -> None:
+        del self._by_tag[tag]
+        del self._sorted_tags[bisect.bisect_left(self._sorted_tags, tag)]

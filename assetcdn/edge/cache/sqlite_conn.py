@@ -8,6 +8,8 @@ import threading
 from pathlib import Path
 
 SQLITE_TIMEOUT_S = 60.0
+# Pages of SQLite's cache per connection (the cache's connections are one per thread, several per process).
+SQLITE_CACHE_PAGES = 256
 
 
 class ThreadLocalConnection:
@@ -20,6 +22,7 @@ class ThreadLocalConnection:
         if con is None:
             con = sqlite3.connect(self.database, timeout=SQLITE_TIMEOUT_S, isolation_level=None,
                                   check_same_thread=False)
+            con.execute(f"PRAGMA cache_size = {SQLITE_CACHE_PAGES}")  # one per thread: see the constant
             self._local.con = con
         return con
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import sqlite3
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
+import diskcache
 import pytest
 
 from assetcdn.edge.cache.disk import DiskTier
@@ -168,3 +170,19 @@ def test_stream_put_of_small_body(disk: DiskTier) -> None:
     )
     obj = disk.get("k", load_limit=MB)
     assert obj is not None and obj.body == b"tiny"
+
+
+def test_sqlite_memory_per_connection_is_bounded_also_in_a_directory_made_with_diskcaches_defaults(
+        tmp_path: Path) -> None:
+    """diskcache applies the `sqlite_*` settings it stores in the directory to every connection it opens (one
+    per thread); its defaults would let each hold a 32 MB page cache and map 64 MB of the database."""
+    diskcache.Cache(str(tmp_path / "cache")).close()
+    tier = DiskTier(tmp_path / "cache", size_limit=64 * MB)
+    put(tier, "asset:1", b"x")
+    tier.close()
+    with sqlite3.connect(tmp_path / "cache" / "cache.db") as con:
+        settings = dict(con.execute("SELECT key, value FROM Settings WHERE key LIKE 'sqlite_%'").fetchall())
+        page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    con.close()
+    assert settings["sqlite_cache_size"] * page_size <= 1 * MB
+    assert settings["sqlite_mmap_size"] == 0

@@ -1,9 +1,9 @@
-"""The memory tier: LRU by bytes, the object-size cap, tag purges."""
+"""The memory tier: LRU by what entries cost, the object-size cap, tag purges."""
 
 from __future__ import annotations
 
 from assetcdn.edge.cache.entry import CachedObject, strong_etag
-from assetcdn.edge.cache.memory import MemoryTier
+from assetcdn.edge.cache.memory import MemoryTier, entry_cost
 
 
 def make(key: str, size: int, tags: tuple[str, ...] = ()) -> CachedObject:
@@ -19,23 +19,33 @@ def make(key: str, size: int, tags: tuple[str, ...] = ()) -> CachedObject:
 
 
 def test_evicts_least_recently_used_by_bytes() -> None:
-    tier = MemoryTier(max_bytes=300, max_object_size=300)
+    cost = entry_cost(make("a", 100))
+    tier = MemoryTier(max_bytes=3 * cost, max_object_size=300)
     for key in ("a", "b", "c"):
         assert tier.put(make(key, 100))
     assert tier.get("a") is not None  # a becomes the most recently used
     tier.put(make("d", 100))
     assert "b" not in tier
     assert all(key in tier for key in ("a", "c", "d"))
-    assert tier.bytes == 300
+    assert tier.bytes == 3 * cost
 
 
 def test_large_entry_evicts_several() -> None:
-    tier = MemoryTier(max_bytes=300, max_object_size=300)
+    cost = entry_cost(make("a", 100))
+    tier = MemoryTier(max_bytes=3 * cost, max_object_size=3 * cost)
     for key in ("a", "b", "c"):
         tier.put(make(key, 100))
-    tier.put(make("big", 250))
+    big = make("big", 2 * cost)
+    tier.put(big)
     assert len(tier) == 1 and "big" in tier
-    assert tier.bytes == 250
+    assert tier.bytes == entry_cost(big)
+
+
+def test_an_entry_costing_more_than_the_budget_is_not_kept() -> None:
+    tier = MemoryTier(max_bytes=1000, max_object_size=1000)
+    tier.put(make("k", 10))
+    assert not tier.put(make("k", 1000))  # its body fits the object limit, not what it costs with its overhead
+    assert "k" not in tier and tier.bytes == 0
 
 
 def test_objects_above_max_object_size_are_not_kept() -> None:
@@ -63,7 +73,7 @@ def test_overwrite_replaces_bytes_and_tags() -> None:
     tier = MemoryTier(max_bytes=1000, max_object_size=1000)
     tier.put(make("k", 100, ("old",)))
     tier.put(make("k", 40, ("new",)))
-    assert tier.bytes == 40
+    assert tier.bytes == entry_cost(make("k", 40, ("new",)))
     assert tier.purge_tags(["old"]) == []
     assert tier.purge_tags(["new"]) == ["k"]
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from assetcdn.edge.cache.entry import strong_etag
+from assetcdn.edge.cache.memory import entry_cost
 from assetcdn.edge.cache.store import EdgeCache
 from assetcdn.shared.config import load_settings
 
@@ -126,7 +127,9 @@ def test_survives_restart_with_tags(tmp_path: Path) -> None:
 def test_stats_and_check(cache: EdgeCache) -> None:
     put(cache, "asset:1", b"x" * 100)
     stats = cache.stats()
-    assert (stats.memory_entries, stats.memory_bytes, stats.disk_entries) == (1, 100, 1)
+    held = cache.memory.get("asset:1")
+    assert held is not None
+    assert (stats.memory_entries, stats.memory_bytes, stats.disk_entries) == (1, entry_cost(held), 1)
     assert stats.memory_limit_bytes == 1 * MB and stats.disk_limit_bytes == 64 * MB
     assert stats.disk_bytes > 0 and set(stats.to_json()) >= {"disk_bytes", "memory_entries"}
     check = cache.check()
