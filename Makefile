@@ -15,7 +15,7 @@ DOC_VECTORS := assetcdn/control/chat/documentation_vectors.npz
 # Where `assetcdn up` keeps its data ([server] data_dir of `assetcdn defaults`, or its environment override).
 DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
-.PHONY: setup lock run test lint typecheck bench bench-hits bench-pull bench-fleet bench-https bench-transforms conformance fuzz docker-test clean wipe-data
+.PHONY: setup lock run test lint typecheck bench bench-hits bench-pull bench-fleet bench-https bench-transforms conformance h2spec fuzz docker-test clean wipe-data
 # Every dependency pinned with its hashes: requirements-build.lock (the build tools, installed first),
 # requirements.lock (what the service runs: the Docker image) and requirements-test.lock (that plus the test
 # tools: `make setup`). All three come from pyproject.toml and requirements-build.in via `make lock`.
@@ -147,6 +147,12 @@ bench-https: setup
 conformance: setup
 	sh benchmarks/setup_debian.sh conformance
 	$(BIN)/python -m benchmarks.cache_conformance $(if $(OUT),--out $(OUT))
+
+# HTTP/2 conformance of the https port beside nginx's (Debian, installed when missing): h2spec when it is on the
+# PATH; otherwise it says why not and runs h2spec's cases written as tests (tests/edge/tls/test_h2_conformance.py).
+h2spec: setup
+	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || sh benchmarks/setup_debian.sh hits
+	$(BIN)/python -m benchmarks.h2_conformance
 
 # The Docker image and deploy/compose.yaml end to end (not part of `make test`: it needs a Docker engine and some
 # minutes; tests/docker/stack.py says what it does). Debian's docker.io, docker-compose and debootstrap are

@@ -680,6 +680,11 @@ class H2Protocol(asyncio.Protocol):
             self._reset_by_client(event.stream_id)
         elif isinstance(event, ngh2.StreamClosed):
             self._closed_by_library(event)
+        elif isinstance(event, ngh2.SettingsReceived) and ngh2.Setting.INITIAL_WINDOW_SIZE in event.settings:
+            # A larger initial window opens every stream's window (RFC 9113 6.9.2) with no WINDOW_UPDATE to say so.
+            self._control_frame()
+            for each in list(self.streams.values()):
+                self.pump(each)
         elif isinstance(event, CONTROL_EVENTS):
             self._control_frame()
         elif isinstance(event, (ngh2.ConnectionClosed, ngh2.GoAwayReceived)):
