@@ -49,9 +49,11 @@ R = TypeVar("R")
 
 
 def _holding_writes(method: Callable[Concatenate[EdgeCache, P], R]) -> Callable[Concatenate[EdgeCache, P], R]:
-    """A purge: no write-behind batch runs between its memory and disk steps (assetcdn/edge/cache/write_behind.py)."""
+    """A purge: what is queued for the disk tier is written first, and no write-behind batch runs between the
+    purge's memory and disk steps (assetcdn/edge/cache/write_behind.py), so it finds what a fill stored."""
     def purge(cache: EdgeCache, /, *args: P.args, **kwargs: P.kwargs) -> R:
         with cache._writes.lock:
+            cache._writes.flush()
             return method(cache, *args, **kwargs)
     update_wrapper(purge, method)
     return purge

@@ -7,8 +7,9 @@ transaction (a commit and the index pages it touches shared by the batch). Rules
 
 - an entry is written only while the memory tier still holds that very object: one purged (here, or by
   another worker once replayed), replaced by a newer response or evicted before its turn is not written;
-- a purge on this worker holds ``lock`` for its memory and disk steps, and the writer holds it from that
-  check to the commit: a purge never runs between them, so it cannot miss an entry that lands after it;
+- a purge on this worker writes what is queued first (a soft purge marks it stale on disk) and holds ``lock``
+  for its memory and disk steps; the writer holds it from that check to the commit: a purge never runs between
+  them, so it cannot miss an entry that lands after it;
 - ``flush`` writes what is queued at once (shutdown, and callers that need the disk tier current).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import Executor
 
 from assetcdn.edge.cache.disk import DiskTier
@@ -23,11 +25,15 @@ from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.memory import MemoryTier
 
 log = logging.getLogger(__name__)
+# A woken writer waits this long before taking its batch: the fills arriving meanwhile join it, and the event
+# loop hands work to the writer thread (an executor submit) once per batch rather than once per fill.
+GATHER_S = 0.01
 
 
 class WriteBehind:
-    def __init__(self, memory: MemoryTier, disk: DiskTier) -> None:
+    def __init__(self, memory: MemoryTier, disk: DiskTier, *, gather_s: float = GATHER_S) -> None:
         self._memory = memory
+        self._gather_s = gather_s
         self._disk = disk
         self._queue: list[CachedObject] = []
         self._scheduled = False
@@ -59,6 +65,7 @@ class WriteBehind:
             return batch
 
     def _drain(self) -> None:
+        time.sleep(self._gather_s)  # in the writer thread: no request waits on it
         while True:
             with self._queue_lock:
                 if not self._queue:
