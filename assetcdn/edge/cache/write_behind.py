@@ -27,7 +27,7 @@ from assetcdn.edge.cache.memory import MemoryTier
 log = logging.getLogger(__name__)
 # A woken writer waits this long before taking its batch: the fills arriving meanwhile join it, and the event
 # loop hands work to the writer thread (an executor submit) once per batch rather than once per fill.
-GATHER_S = 0.01
+GATHER_S = 0.05
 
 
 class WriteBehind:
