@@ -23,6 +23,7 @@ Bodies are streamed: ``OriginResponse.chunks`` yields them as they arrive.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -189,8 +190,9 @@ class OriginResponse:
     def __del__(self) -> None:  # a response dropped on an error path still gives its pool slot back
         if not self._released:
             self._released = True
-            self._conn.close()
-            self._pool.release(self._conn)
+            with contextlib.suppress(Exception):  # a finalizer: the loop may be gone already
+                self._conn.close()
+                self._pool.release(self._conn)
 
 
 class OriginClient:

@@ -15,9 +15,9 @@ transaction (a commit and the index pages it touches shared by the batch). Rules
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-import time
 from concurrent.futures import Executor
 
 from assetcdn.edge.cache.disk import DiskTier
@@ -25,8 +25,8 @@ from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.memory import MemoryTier
 
 log = logging.getLogger(__name__)
-# A woken writer waits this long before taking its batch: the fills arriving meanwhile join it, and the event
-# loop hands work to the writer thread (an executor submit) once per batch rather than once per fill.
+# A batch is handed to the writer this long after its first entry: the fills arriving meanwhile join it, and
+# the event loop hands work to the writer thread (an executor submit) once per batch rather than once per fill.
 GATHER_S = 0.05
 
 
@@ -44,15 +44,22 @@ class WriteBehind:
         return len(self._queue)
 
     def add(self, obj: CachedObject, writer: Executor) -> None:
-        """Queue ``obj`` (in the memory tier already) for the disk tier; `writer` runs the batch."""
+        """Queue ``obj`` (in the memory tier already) for the disk tier; `writer` runs the batch, ``GATHER_S``
+        later when called on an event loop (the loop's timer: the writer thread is not held meanwhile)."""
         with self._queue_lock:
             self._queue.append(obj)
             start, self._scheduled = not self._scheduled, True
         if start:
             try:
-                writer.submit(self._drain)
-            except RuntimeError:  # the executor is shut down (the process is stopping): write it here
-                self._drain()
+                asyncio.get_running_loop().call_later(self._gather_s, self._submit, writer)
+            except RuntimeError:  # no event loop here: at once
+                self._submit(writer)
+
+    def _submit(self, writer: Executor) -> None:
+        try:
+            writer.submit(self._drain)
+        except RuntimeError:  # the executor is shut down (the process is stopping): written here
+            self._drain()
 
     def flush(self) -> None:
         """Write everything queued now, in the calling thread."""
@@ -65,7 +72,6 @@ class WriteBehind:
             return batch
 
     def _drain(self) -> None:
-        time.sleep(self._gather_s)  # in the writer thread: no request waits on it
         while True:
             with self._queue_lock:
                 if not self._queue:
