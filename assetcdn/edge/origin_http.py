@@ -43,6 +43,16 @@ class Disconnected(HttpError):
     """The server closed the connection before any byte of a response."""
 
 
+def sized(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a response's body ends by its own framing (RFC 9112 6.3): chunked as the final transfer coding,
+    or a Content-Length without any Transfer-Encoding. Otherwise the connection's close ends it."""
+    codings = [coding.strip().lower() for name, value in headers if name.lower() == b"transfer-encoding"
+               for coding in value.split(b",") if coding.strip()]
+    if codings:
+        return codings[-1] == b"chunked"
+    return any(name.lower() == b"content-length" for name, _ in headers)
+
+
 class Connection(asyncio.Protocol):
     """One connection: a request written whole, its response's head awaited, its body read chunk by chunk."""
 
@@ -139,8 +149,7 @@ class Connection(asyncio.Protocol):
         self.status = status
         self._informational = False
         self.keep_alive = self._parser.should_keep_alive()
-        lowered = {name.lower() for name, _ in self.headers}
-        self._sized = b"content-length" in lowered or b"transfer-encoding" in lowered
+        self._sized = sized(self.headers)
         if self._skip_body:  # a HEAD's answer: no body, whatever its fields say; the connection is not reused
             self.done, self.keep_alive = True, False
         assert self._head is not None

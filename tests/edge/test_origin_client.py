@@ -242,20 +242,25 @@ def test_limits_come_from_the_settings() -> None:
     assert limits.max_object_bytes == 1024 * 1024 * 1024
 
 
-RAW_ANSWERS = (b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
-               b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nCache-Control: max-age=60\r\n\r\nsized",
-               b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nchu\r\n4\r\nnked\r\n0\r\n\r\n",
-               b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the close")
+SIZED_AND_CHUNKED = (b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+                     b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nCache-Control: max-age=60\r\n\r\nsized",
+                     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nchu\r\n4\r\nnked\r\n0\r\n\r\n")
 
 
-def test_framings_and_keep_alive_on_the_event_loop_the_edge_runs(uvloop_runner: asyncio.Runner) -> None:
+@pytest.mark.parametrize("closing", [
+    b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the close",
+    # A transfer coding other than chunked last: the body ends with the connection (RFC 9112 6.3).
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: x-unknown\r\n\r\nuntil the close",
+])
+def test_framings_and_keep_alive_on_the_event_loop_the_edge_runs(uvloop_runner: asyncio.Runner,
+                                                                 closing: bytes) -> None:
     """Sized, chunked and close-delimited bodies (after an interim 103 head) over one kept-alive connection,
     on uvloop as in the edge's workers."""
     connections: list[int] = []
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connections.append(1)
-        for raw in RAW_ANSWERS:
+        for raw in (*SIZED_AND_CHUNKED, closing):
             await reader.readuntil(b"\r\n\r\n")
             writer.write(raw)
             await writer.drain()
