@@ -21,6 +21,7 @@ code (all methods are thread-safe).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -106,6 +107,9 @@ class EdgeCache:
         self._purges = PurgeLog(self.disk.database, self.directory)
         self._applied = AppliedGeneration(self.directory)
         self._writes = WriteBehind(self.memory, self.disk)
+        # The only process of its node reading this directory (an edge with one worker): what it stores may reach
+        # the disk tier after the request that stored it is answered (`put_behind`).
+        self.alone = False
 
     @classmethod
     def from_settings(cls, edge: Mapping[str, Any], directory: str | os.PathLike[str]) -> EdgeCache:
@@ -207,16 +211,16 @@ class EdgeCache:
         headers: Sequence[tuple[str, str]],
         *,
         writer: Executor,
-    ) -> CachedObject | None:
+    ) -> tuple[CachedObject, asyncio.Future[None] | None] | None:
         """Store a body the memory tier takes (``memory.accepts``) in memory now, and on disk in the next batch
         `writer` runs (assetcdn/edge/cache/write_behind.py): no I/O here, so it is called on the event loop.
-        None when the memory tier does not take it (the caller stores it with ``put``)."""
+        Returns the entry and, unless ``alone``, the future done once it is on disk (another worker may be
+        asked for it next); None when the memory tier does not take it (the caller stores it with ``put``)."""
         obj = CachedObject(key=key, content_type=content_type, etag=etag, tags=tuple(dict.fromkeys(tags)),
                            size=len(body), stored_at=time.time(), body=body, headers=tuple(headers))
         if not self.memory.put(obj):
             return None
-        self._writes.add(obj, writer)
-        return obj
+        return obj, self._writes.add(obj, writer, wait=not self.alone)
 
     def flush_writes(self) -> None:
         """Write what ``put_behind`` queued to the disk tier now. Blocking."""

@@ -11,11 +11,16 @@ transaction (a commit and the index pages it touches shared by the batch). Rules
   for its memory and disk steps; the writer holds it from that check to the commit: a purge never runs between
   them, so it cannot miss an entry that lands after it;
 - ``flush`` writes what is queued at once (shutdown, and callers that need the disk tier current).
+
+When the node's other workers read the same disk tier, a fill must be there before its client has the whole
+answer (the next request may reach another worker): the caller then waits for its entry's batch (``wait``),
+which is group commit, the fills that arrive while the writer is busy sharing its next transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from concurrent.futures import Executor
@@ -30,12 +35,15 @@ log = logging.getLogger(__name__)
 GATHER_S = 0.05
 
 
+Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
+
+
 class WriteBehind:
     def __init__(self, memory: MemoryTier, disk: DiskTier, *, gather_s: float = GATHER_S) -> None:
         self._memory = memory
         self._gather_s = gather_s
         self._disk = disk
-        self._queue: list[CachedObject] = []
+        self._queue: list[tuple[CachedObject, Waiter | None]] = []
         self._scheduled = False
         self._queue_lock = threading.Lock()  # the queue and the flag only: held for microseconds
         self.lock = threading.RLock()        # a batch's check and commit; a purge's memory and disk steps
@@ -43,17 +51,28 @@ class WriteBehind:
     def __len__(self) -> int:
         return len(self._queue)
 
-    def add(self, obj: CachedObject, writer: Executor) -> None:
-        """Queue ``obj`` (in the memory tier already) for the disk tier; `writer` runs the batch, ``GATHER_S``
-        later when called on an event loop (the loop's timer: the writer thread is not held meanwhile)."""
+    def add(self, obj: CachedObject, writer: Executor, *, wait: bool = False) -> asyncio.Future[None] | None:
+        """Queue ``obj`` (in the memory tier already) for the disk tier; `writer` runs the batch. Without
+        `wait`, ``GATHER_S`` later when called on an event loop (the loop's timer: the writer thread is not held
+        meanwhile). With `wait` (on an event loop), as soon as the writer is free, and the future returned is
+        done once the batch holding ``obj`` is written (or failed: ``obj`` then stays in memory only)."""
+        waiter: Waiter | None = None
+        loop: asyncio.AbstractEventLoop | None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if wait and loop is not None:
+            waiter = (loop, loop.create_future())
         with self._queue_lock:
-            self._queue.append(obj)
+            self._queue.append((obj, waiter))
             start, self._scheduled = not self._scheduled, True
         if start:
-            try:
-                asyncio.get_running_loop().call_later(self._gather_s, self._submit, writer)
-            except RuntimeError:  # no event loop here: at once
+            if loop is not None and waiter is None:
+                loop.call_later(self._gather_s, self._submit, writer)
+            else:
                 self._submit(writer)
+        return None if waiter is None else waiter[1]
 
     def _submit(self, writer: Executor) -> None:
         try:
@@ -66,7 +85,7 @@ class WriteBehind:
         with self.lock:
             self._write(self._take())
 
-    def _take(self) -> list[CachedObject]:
+    def _take(self) -> list[tuple[CachedObject, Waiter | None]]:
         with self._queue_lock:
             batch, self._queue = self._queue, []
             return batch
@@ -80,12 +99,25 @@ class WriteBehind:
             with self.lock:
                 self._write(self._take())
 
-    def _write(self, batch: list[CachedObject]) -> None:
+    def _write(self, batch: list[tuple[CachedObject, Waiter | None]]) -> None:
         held = self._memory.get
-        current = [obj for obj in batch if held(obj.key) is obj]
-        if not current:
-            return
+        current = [obj for obj, _ in batch if held(obj.key) is obj]
         try:
-            self._disk.put_many(current)
+            if current:
+                self._disk.put_many(current)
         except Exception:  # a cache write failing must not stop later ones: the entry stays memory-only
             log.exception("edge cache: %d entries could not be written to the disk tier", len(current))
+        finally:
+            waiting: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+            for _, waiter in batch:
+                if waiter is not None:
+                    waiting.setdefault(waiter[0], []).append(waiter[1])
+            for loop, futures in waiting.items():
+                with contextlib.suppress(RuntimeError):  # that loop is closed: no one waits any more
+                    loop.call_soon_threadsafe(_written, futures)
+
+
+def _written(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(None)

@@ -327,11 +327,16 @@ async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields:
         body = spool.read()
         spool.close()
         if cache.memory.accepts(len(body)):
-            if vary:
-                cache.put_behind(url_key, b"", "", "", tags, ((VARY, ",".join(vary)),), writer=STORES)
+            pending = []
+            if vary and (url_entry := cache.put_behind(url_key, b"", "", "", tags, ((VARY, ",".join(vary)),),
+                                                       writer=STORES)) is not None:
+                pending.append(url_entry[1])
             kept = cache.put_behind(key, body, content_type, etag, tags, meta, writer=STORES)
             if kept is not None:
-                return kept
+                for written in (*pending, kept[1]):
+                    if written is not None:
+                        await written
+                return kept[0]
     else:
         spool.seek(0)
 

@@ -102,3 +102,21 @@ def test_a_body_the_memory_tier_refuses_is_left_to_put(cache: EdgeCache) -> None
     writer = HeldWriter()
     assert cache.put_behind("pull:z:/big", b"x" * (300 * KB), "text/plain", '"e"', [], HEAD, writer=writer) is None
     assert writer.jobs == [] and cache.get("pull:z:/big") is None
+
+
+async def test_with_other_workers_a_fill_is_on_disk_once_its_future_is_done(cache: EdgeCache) -> None:
+    with ThreadPoolExecutor(max_workers=1) as writer:
+        stored = cache.put_behind("pull:z:/shared", b"body", "text/plain", '"e"', ["t"], HEAD, writer=writer)
+        assert stored is not None and stored[1] is not None
+        await stored[1]
+        assert on_disk(cache, "pull:z:/shared") == b"body"
+
+
+async def test_alone_a_fill_does_not_wait_for_the_disk(cache: EdgeCache) -> None:
+    cache.alone = True
+    writer = HeldWriter()
+    stored = cache.put_behind("pull:z:/alone", b"body", "text/plain", '"e"', ["t"], HEAD, writer=writer)
+    assert stored is not None and stored[1] is None
+    assert writer.jobs == []  # handed to the writer only when the gathering time is up
+    cache.flush_writes()
+    assert on_disk(cache, "pull:z:/alone") == b"body"
