@@ -4,7 +4,8 @@
   (assetcdn/shared/address_guard.py): private, loopback, link-local and metadata addresses are refused
   unless ``[origin] allow_loopback`` lets loopback through (development, tests). A name is resolved by
   the guard for every new connection, so the connection goes to the address that was checked.
-- **Connections:** one keep-alive pool, at most ``pool_per_origin`` connections to each origin host.
+- **Connections:** one keep-alive pool, at most ``pool_per_origin`` connections to each origin host, over
+  the HTTP/1.1 client in assetcdn/edge/origin_http.py.
 - **Time:** ``connect_timeout_s`` to connect, ``first_byte_timeout_s`` from sending the request to the
   response head, ``idle_timeout_s`` between two reads of the body.
 - **Size:** response heads are bounded (``max_header_kb`` a field line); a body longer than
@@ -272,8 +273,9 @@ class OriginClient:
         try:
             async with asyncio.timeout(self.limits.first_byte_timeout_s):
                 conn = await pool.exchange(key, method, target.raw_path_qs, fields, body)
-        except TimeoutError:
-            raise OriginTimeout(f"no answer from the origin within {self.limits.first_byte_timeout_s:g} s") from None
+        except TimeoutError as exc:  # connecting (its own message), or the head within the first-byte time
+            raise OriginTimeout(str(exc) or f"no answer from the origin within {self.limits.first_byte_timeout_s:g} s"
+                                ) from None
         except RefusedTarget as exc:
             raise OriginRefused(exc.message) from None
         except OSError as exc:

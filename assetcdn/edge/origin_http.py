@@ -331,6 +331,8 @@ class Pool:
                 async with asyncio.timeout(self._connect_timeout_s):
                     _, conn = await loop.create_connection(
                         lambda: Connection(self, key, self._max_head, self._max_field), address, port, **tls)
+            except TimeoutError:
+                raise TimeoutError(f"no connection within {self._connect_timeout_s:g} s") from None
             except OSError as exc:
                 failure = exc
                 continue

@@ -48,9 +48,6 @@ class WriteBehind:
         self._queue_lock = threading.Lock()  # the queue and the flag only: held for microseconds
         self.lock = threading.RLock()        # a batch's check and commit; a purge's memory and disk steps
 
-    def __len__(self) -> int:
-        return len(self._queue)
-
     def add(self, obj: CachedObject, writer: Executor, *, wait: bool = False) -> asyncio.Future[None] | None:
         """Queue ``obj`` (in the memory tier already) for the disk tier; `writer` runs the batch. Without
         `wait`, ``GATHER_S`` later when called on an event loop (the loop's timer: the writer thread is not held
