@@ -119,6 +119,7 @@ class EdgeIdentity:
     cache_dir: Path
     advertise_host: str       # where control reaches this worker's private cluster site
     data_dir: Path | None = None  # where the embedded counter store is shared (None: the cache directory)
+    workers: int = 0              # the node's worker processes (0: not known, taken as several)
 
     @property
     def member(self) -> str:
@@ -179,6 +180,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         opened.push_async_callback(app[COUNTERS].close)
         identity.cache_dir.mkdir(parents=True, exist_ok=True)
         cache = EdgeCache.from_settings(edge, identity.cache_dir / "cache")
+        cache.alone = identity.workers == 1
         opened.callback(cache.close)
         control = ControlClient(identity.control_url, secrets.cluster_secret, float(edge["origin_timeout_s"]),
                                 client_keepalive_s(settings),

@@ -128,6 +128,7 @@ class EdgeNode:
                 await task
         self._tasks.clear()
         await self.origins.close()
+        await asyncio.get_running_loop().run_in_executor(None, self.cache.flush_writes)  # fills kept in memory
 
     def control_reachable(self) -> bool:
         return self.control.reachable(self.reachability_window_s)

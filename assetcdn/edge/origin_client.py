@@ -4,7 +4,8 @@
   (assetcdn/shared/address_guard.py): private, loopback, link-local and metadata addresses are refused
   unless ``[origin] allow_loopback`` lets loopback through (development, tests). A name is resolved by
   the guard for every new connection, so the connection goes to the address that was checked.
-- **Connections:** one keep-alive pool, at most ``pool_per_origin`` connections to each origin host.
+- **Connections:** one keep-alive pool, at most ``pool_per_origin`` connections to each origin host, over
+  the HTTP/1.1 client in assetcdn/edge/origin_http.py.
 - **Time:** ``connect_timeout_s`` to connect, ``first_byte_timeout_s`` from sending the request to the
   response head, ``idle_timeout_s`` between two reads of the body.
 - **Size:** response heads are bounded (``max_header_kb`` a field line); a body longer than
@@ -23,24 +24,24 @@ Bodies are streamed: ``OriginResponse.chunks`` yields them as they arrive.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import aiohttp
-import aiohttp.abc
 from multidict import CIMultiDict
 from yarl import URL
 
+from assetcdn.edge.origin_http import Connection, HttpError, Pool
 from assetcdn.edge.states.freshness import SURROGATE_CAPABILITY
 from assetcdn.shared.address_guard import (
-    GuardedResolver,
     HostResolver,
+    RefusedTarget,
     SystemResolver,
     check_address,
+    checked_addresses,
     literal_address,
-    refusal_in,
 )
 from assetcdn.shared.config import Settings
 
@@ -57,6 +58,8 @@ UNKEYED_OVERRIDES = frozenset((
     "x-rewrite-url", "x-original-host", "x-http-method-override", "x-http-method", "x-method-override",
     "x-forwarded-ssl", "front-end-https", "x-url-scheme", "via", "surrogate-capability"))
 VIA = "1.1 assetcdn"
+DEFAULT_PORTS = {"http": 80, "https": 443}
+MAX_CHECKED_HOSTS = 1024  # origin hosts whose refusal (or none) is remembered; more start over
 
 
 class OriginError(Exception):
@@ -142,32 +145,37 @@ def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *,
     return headers
 
 
-@dataclass
+@dataclass(eq=False)
 class OriginResponse:
     status: int
     headers: list[tuple[str, str]]      # lower-case names, in order, hop-by-hop fields left out
     request_time: float                 # Unix time the request was sent
     response_time: float                # Unix time the head arrived
-    _response: aiohttp.ClientResponse
+    _conn: Connection
+    _pool: Pool
     _limits: OriginLimits
     received: int = field(default=0)
+    _released: bool = field(default=False)
 
     async def chunks(self, *, capped: bool = True) -> AsyncIterator[bytes]:
         """The body as it arrives; OriginTimeout when the origin goes quiet, OriginTooLarge past ``max_object_mb``
         unless not `capped` (a body only passed on to its client)."""
         limit = self._limits.max_object_bytes if capped else None
+        conn = self._conn
         try:
-            async for chunk in self._response.content.iter_any():
+            while True:
+                try:
+                    chunk = await conn.chunk(self._limits.idle_timeout_s)
+                except TimeoutError:
+                    raise OriginTimeout(f"the origin sent nothing for {self._limits.idle_timeout_s:g} s") from None
+                except HttpError as exc:
+                    raise OriginError(f"the origin's body was cut short ({exc})") from None
+                if not chunk:
+                    return
                 self.received += len(chunk)
                 if limit is not None and self.received > limit:
                     raise OriginTooLarge(f"the origin's body is longer than {limit} bytes")
                 yield chunk
-        except (aiohttp.ServerTimeoutError, TimeoutError):
-            raise OriginTimeout(f"the origin sent nothing for {self._limits.idle_timeout_s:g} s") from None
-        except aiohttp.ClientPayloadError as exc:
-            raise OriginError(f"the origin's body was cut short ({exc})") from None
-        except aiohttp.ClientError as exc:
-            raise OriginError(f"reading the origin's body failed ({type(exc).__name__})") from None
         finally:
             self.release()
 
@@ -176,59 +184,70 @@ class OriginResponse:
 
     def release(self) -> None:
         """Give the connection back (or close it, when the body was not read to its end)."""
-        if not self._response.closed:
-            if self._response.content.at_eof():
-                self._response.release()
-            else:
-                self._response.close()
+        if not self._released:
+            self._released = True
+            self._pool.release(self._conn)
+
+    def __del__(self) -> None:  # a response dropped on an error path still gives its pool slot back
+        if not self._released:
+            self._released = True
+            with contextlib.suppress(Exception):  # a finalizer: the loop may be gone already
+                self._conn.close()
+                self._pool.release(self._conn)
 
 
 class OriginClient:
     def __init__(self, limits: OriginLimits, resolver: HostResolver | None = None) -> None:
         self.limits = limits
         self._resolver = resolver or SystemResolver()
-        self._session: aiohttp.ClientSession | None = None
-        self._peer_session: aiohttp.ClientSession | None = None
+        self._checked: dict[tuple[str, str], str | None] = {}
+        self._pool: Pool | None = None
+        self._peer_pool: Pool | None = None
 
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = self._new_session(
-                GuardedResolver(self._resolver, allow_loopback=self.limits.allow_loopback))
-        return self._session
+    def pool(self) -> Pool:
+        """Connections to origins: every new one to the addresses the guard resolved and checked."""
+        if self._pool is None:
+            self._pool = self._new_pool(self._guarded_addresses)
+        return self._pool
 
-    def peer_session(self) -> aiohttp.ClientSession:
+    def peer_pool(self) -> Pool:
         """The pool for shield requests to other edges (assetcdn/edge/shield.py): their addresses come from
         control's edge list or the edge's own settings, never from a request, so the guard does not apply."""
-        if self._peer_session is None:
-            self._peer_session = self._new_session(aiohttp.DefaultResolver())
-        return self._peer_session
+        if self._peer_pool is None:
+            self._peer_pool = self._new_pool(None)
+        return self._peer_pool
 
-    def _new_session(self, resolver: aiohttp.abc.AbstractResolver) -> aiohttp.ClientSession:
+    def _new_pool(self, connector: Callable[[str, int], Awaitable[list[str]]] | None) -> Pool:
         limits = self.limits
-        connector = aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False, limit=0,
-                                         limit_per_host=limits.pool_per_origin,
-                                         keepalive_timeout=limits.idle_timeout_s)
-        return aiohttp.ClientSession(
-            connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
-            max_field_size=limits.max_field_bytes, max_line_size=limits.max_field_bytes,
-            timeout=aiohttp.ClientTimeout(total=None, connect=limits.connect_timeout_s,
-                                          sock_connect=limits.connect_timeout_s,
-                                          sock_read=limits.idle_timeout_s))
+        return Pool(size=limits.pool_per_origin, keepalive_s=limits.idle_timeout_s,
+                    connect_timeout_s=limits.connect_timeout_s, max_field=limits.max_field_bytes,
+                    connector=connector)
+
+    async def _guarded_addresses(self, host: str, port: int) -> list[str]:
+        if literal_address(host) is not None:  # checked by `refused` before the request
+            return [host]
+        return await checked_addresses(self._resolver, host, allow_loopback=self.limits.allow_loopback)
 
     async def close(self) -> None:
-        for session in (self._session, self._peer_session):
-            if session is not None:
-                await session.close()
-        self._session = self._peer_session = None
+        for pool in (self._pool, self._peer_pool):
+            if pool is not None:
+                await pool.close()
+        self._pool = self._peer_pool = None
 
     def refused(self, url: URL) -> str | None:
         """Why the edge may not connect to `url` before any lookup (a name is checked as it resolves)."""
+        host = (url.scheme, url.raw_host or "")
+        if host in self._checked:
+            return self._checked[host]
         if url.scheme not in ("http", "https"):
-            return f"the scheme {url.scheme!r} is not allowed for an origin"
-        literal = literal_address(url.raw_host or "")
-        if literal is not None:
-            return check_address(literal, allow_loopback=self.limits.allow_loopback)
-        return None
+            refusal: str | None = f"the scheme {url.scheme!r} is not allowed for an origin"
+        else:
+            literal = literal_address(host[1])
+            refusal = None if literal is None else check_address(literal, allow_loopback=self.limits.allow_loopback)
+        if len(self._checked) >= MAX_CHECKED_HOSTS:
+            self._checked.clear()
+        self._checked[host] = refusal
+        return refusal
 
     async def request(self, origin: Origin, method: str, target: URL, headers: Mapping[str, str] | CIMultiDict[str],
                       body: bytes | None = None) -> OriginResponse:
@@ -236,38 +255,34 @@ class OriginClient:
         refused = self.refused(target)
         if refused:
             raise OriginRefused(refused)
-        return await self._send(self.session(), method, target, headers, body)
+        return await self._send(self.pool(), method, target, headers, body)
 
     async def peer_request(self, target: URL, headers: Mapping[str, str] | CIMultiDict[str], method: str = "GET",
                            body: bytes | None = None) -> OriginResponse:
         """A request to another edge acting as a shield: the same timeouts, limits and errors as an origin's."""
-        return await self._send(self.peer_session(), method, target, headers, body)
+        return await self._send(self.peer_pool(), method, target, headers, body)
 
-    async def _send(self, session: aiohttp.ClientSession, method: str, target: URL,
-                    headers: Mapping[str, str] | CIMultiDict[str], body: bytes | None) -> OriginResponse:
+    async def _send(self, pool: Pool, method: str, target: URL, headers: Mapping[str, str] | CIMultiDict[str],
+                    body: bytes | None) -> OriginResponse:
         request_time = time.time()  # RFC 9111 4.2.3's request_time and response_time: Unix time
+        scheme = target.scheme
+        key = (scheme, target.raw_host or "", target.port or DEFAULT_PORTS.get(scheme, 80))
+        fields = list(headers.items())
+        if "host" not in (name.lower() for name, _ in fields):
+            fields.append(("Host", target.raw_authority))
         try:
             async with asyncio.timeout(self.limits.first_byte_timeout_s):
-                response = await session.request(
-                    method, target, headers=headers, data=body, allow_redirects=False,
-                    skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"))
-        except TimeoutError:
-            raise OriginTimeout(f"no answer from the origin within {self.limits.first_byte_timeout_s:g} s") from None
-        except aiohttp.ServerTimeoutError:
-            raise OriginTimeout("the origin did not answer in time") from None
-        except aiohttp.ClientConnectorError as exc:
-            refusal = refusal_in(exc)
-            if refusal is not None:
-                raise OriginRefused(refusal.message) from None
-            raise OriginError(f"could not connect to the origin ({exc.os_error.strerror or exc})") from None
-        except (aiohttp.ClientError, OSError) as exc:
-            refusal = refusal_in(exc)
-            if refusal is not None:
-                raise OriginRefused(refusal.message) from None
-            raise OriginError(f"the origin's answer could not be read ({type(exc).__name__})") from None
-        raw = [(name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in response.raw_headers]
+                conn = await pool.exchange(key, method, target.raw_path_qs, fields, body)
+        except TimeoutError as exc:  # connecting (its own message), or the head within the first-byte time
+            raise OriginTimeout(str(exc) or f"no answer from the origin within {self.limits.first_byte_timeout_s:g} s"
+                                ) from None
+        except RefusedTarget as exc:
+            raise OriginRefused(exc.message) from None
+        except OSError as exc:
+            raise OriginError(f"could not connect to the origin ({exc.strerror or exc})") from None
+        except HttpError as exc:
+            raise OriginError(f"the origin's answer could not be read ({exc})") from None
+        raw = [(name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in conn.headers]
         dropped = connection_fields(raw)
         headers_out = [(name, value) for name, value in raw if name not in dropped]
-        return OriginResponse(response.status, headers_out, request_time, time.time(), response, self.limits)
-
-
+        return OriginResponse(conn.status, headers_out, request_time, time.time(), conn, pool, self.limits)

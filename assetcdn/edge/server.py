@@ -78,7 +78,8 @@ def run_worker(argv: list[str], worker: int) -> None:
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
     cache_dir = Path(args.cache_dir or settings.get("edge", "cache_dir") or data_dir / args.name).resolve()
     configure_logging(f"{args.name}/{worker}")
-    identity = EdgeIdentity(args.name, worker, args.control_url, cache_dir, args.advertise_host or host, data_dir)
+    identity = EdgeIdentity(args.name, worker, args.control_url, cache_dir, args.advertise_host or host, data_dir,
+                            workers=args.workers)
     app = create_app(settings, load_edge_secrets(data_dir), identity)
     # Hits are answered below aiohttp (assetcdn/edge/fastpath/), unless the operator turned that off.
     fast_hits = bool(settings.get("edge", "fast_hits"))

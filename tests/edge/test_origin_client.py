@@ -4,9 +4,10 @@ forwarded and what is not, address checks, the pool, the timeouts and the size l
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import uvloop
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from yarl import URL
@@ -239,3 +240,52 @@ def test_limits_come_from_the_settings() -> None:
     limits = OriginLimits.from_settings(load_settings(environ={}))
     assert limits.allow_loopback is False
     assert limits.max_object_bytes == 1024 * 1024 * 1024
+
+
+SIZED_AND_CHUNKED = (b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+                     b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nCache-Control: max-age=60\r\n\r\nsized",
+                     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nchu\r\n4\r\nnked\r\n0\r\n\r\n")
+
+
+@pytest.mark.parametrize("closing", [
+    b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the close",
+    # A transfer coding other than chunked last: the body ends with the connection (RFC 9112 6.3).
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: x-unknown\r\n\r\nuntil the close",
+])
+def test_framings_and_keep_alive_on_the_event_loop_the_edge_runs(uvloop_runner: asyncio.Runner,
+                                                                 closing: bytes) -> None:
+    """Sized, chunked and close-delimited bodies (after an interim 103 head) over one kept-alive connection,
+    on uvloop as in the edge's workers."""
+    connections: list[int] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        for raw in (*SIZED_AND_CHUNKED, closing):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(raw)
+            await writer.drain()
+        writer.close()
+
+    async def scenario() -> list[tuple[int, bytes]]:
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        zone_origin = Origin(URL(f"http://127.0.0.1:{port}/prefix"))
+        client = OriginClient(LOOPBACK)
+        try:
+            answers = []
+            for name in ("sized", "chunked", "closed"):
+                response = await client.request(zone_origin, "GET", zone_origin.target(f"/{name}"), {})
+                answers.append((response.status, await response.read()))
+            return answers
+        finally:
+            await client.close()
+            server.close()
+
+    assert uvloop_runner.run(scenario()) == [(200, b"sized"), (200, b"chunked"), (200, b"until the close")]
+    assert len(connections) == 1
+
+
+@pytest.fixture
+def uvloop_runner() -> Iterator[asyncio.Runner]:
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        yield runner

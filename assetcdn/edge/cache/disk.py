@@ -286,6 +286,34 @@ class DiskTier:
             self._disk_full(exc, key, reader.size, retrying=False)
         return reader.size
 
+    def put_many(self, entries: Sequence[CachedObject]) -> None:
+        """Store entries with in-memory bodies in one transaction (their own ``stored_at``, headers and tags).
+        When the transaction fails, what it wrote is removed and each entry is stored on its own by ``put``
+        (a full filesystem is handled there)."""
+        written: list[str] = []
+        disk: _CleanDisk = self._cache._disk
+        try:
+            with self._cache.transact(retry=True):
+                for obj in entries:
+                    assert obj.body is not None
+                    meta = encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at, obj.headers)
+                    try:
+                        self._cache.set(obj.key, obj.body, tag=meta, retry=True)
+                    finally:
+                        filename = disk.take_stored()
+                        if filename is not None:
+                            written.append(filename)
+        except (OSError, sqlite3.OperationalError):
+            for filename in written:  # rolled back: no row owns them
+                try:
+                    os.remove(self.directory / filename)
+                except OSError:
+                    pass
+            for obj in entries:
+                assert obj.body is not None
+                self.put(obj.key, obj.body, content_type=obj.content_type, etag=obj.etag, tags=obj.tags,
+                         headers=obj.headers, stored_at=obj.stored_at)
+
     def _disk_full(self, exc: BaseException, key: str, size: int, *, retrying: bool) -> None:
         """After a write that found no space: remove what it left, lower the limit, evict."""
         leftover = self._cache._disk.take_stored()  # written, but its row failed: no entry owns it

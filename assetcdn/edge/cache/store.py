@@ -21,24 +21,43 @@ code (all methods are thread-safe).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
+from functools import update_wrapper
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Concatenate, ParamSpec, TypeVar
 
 from assetcdn.edge.cache.applied import AppliedGeneration, GenerationPurge
 from assetcdn.edge.cache.disk import DEFAULT_MIN_FILE_SIZE, DiskTier, prefix_end
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.memory import MemoryTier
 from assetcdn.edge.cache.purge_log import PurgeLog
+from assetcdn.edge.cache.write_behind import WriteBehind
 
 MB = 1024 * 1024
 # The pseudo header field (":" starts no real field name) a soft purge adds to a stored head, with the time it
 # ran: from then on the response is stale (assetcdn/edge/states/pull.py reads it).
 SOFT_PURGED = ":soft-purged"
 PROBE_BODY = b"assetcdn edge cache probe"
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _holding_writes(method: Callable[Concatenate[EdgeCache, P], R]) -> Callable[Concatenate[EdgeCache, P], R]:
+    """A purge: what is queued for the disk tier is written first, and no write-behind batch runs between the
+    purge's memory and disk steps (assetcdn/edge/cache/write_behind.py), so it finds what a fill stored."""
+    def purge(cache: EdgeCache, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with cache._writes.lock:
+            cache._writes.flush()
+            return method(cache, *args, **kwargs)
+    update_wrapper(purge, method)
+    return purge
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +106,10 @@ class EdgeCache:
         )
         self._purges = PurgeLog(self.disk.database, self.directory)
         self._applied = AppliedGeneration(self.directory)
+        self._writes = WriteBehind(self.memory, self.disk)
+        # The only process of its node reading this directory (an edge with one worker): what it stores may reach
+        # the disk tier after the request that stored it is answered (`put_behind`).
+        self.alone = False
 
     @classmethod
     def from_settings(cls, edge: Mapping[str, Any], directory: str | os.PathLike[str]) -> EdgeCache:
@@ -147,6 +170,8 @@ class EdgeCache:
         tag_tuple = tuple(dict.fromkeys(tags))
         # A mapping, or field lines in order (a pull zone's stored head, where a field may repeat).
         header_pairs = tuple(headers.items()) if isinstance(headers, Mapping) else tuple(headers or ())
+        with self._writes.lock:  # a queued older entry under the key is no longer written over this one
+            self.memory.discard(key)
         stored_at = time.time()
         size = self.disk.put(
             key,
@@ -176,6 +201,32 @@ class EdgeCache:
         self.memory.put(stored)
         return stored
 
+    def put_behind(
+        self,
+        key: str,
+        body: bytes,
+        content_type: str,
+        etag: str,
+        tags: Iterable[str],
+        headers: Sequence[tuple[str, str]],
+        *,
+        writer: Executor,
+    ) -> tuple[CachedObject, asyncio.Future[None] | None] | None:
+        """Store a body the memory tier takes (``memory.accepts``) in memory now, and on disk in the next batch
+        `writer` runs (assetcdn/edge/cache/write_behind.py): no I/O here, so it is called on the event loop.
+        Returns the entry and, unless ``alone``, the future done once it is on disk (another worker may be
+        asked for it next); None when the memory tier does not take it (the caller stores it with ``put``)."""
+        obj = CachedObject(key=key, content_type=content_type, etag=etag, tags=tuple(dict.fromkeys(tags)),
+                           size=len(body), stored_at=time.time(), body=body, headers=tuple(headers))
+        if not self.memory.put(obj):
+            return None
+        return obj, self._writes.add(obj, writer, wait=not self.alone)
+
+    def flush_writes(self) -> None:
+        """Write what ``put_behind`` queued to the disk tier now. Blocking."""
+        self._writes.flush()
+
+    @_holding_writes
     def purge_keys(self, keys: Iterable[str]) -> int:
         """Remove ``keys`` from every tier of every worker; returns how many existed here."""
         key_list = list(dict.fromkeys(keys))
@@ -183,6 +234,7 @@ class EdgeCache:
         self._purges.record("keys", key_list)
         return len(removed)
 
+    @_holding_writes
     def purge_tags(self, tags: Iterable[str]) -> int:
         """Remove every entry carrying any of ``tags``; returns how many were removed."""
         tag_list = list(dict.fromkeys(tags))
@@ -190,6 +242,7 @@ class EdgeCache:
         self._purges.record("tags", tag_list)
         return len(removed)
 
+    @_holding_writes
     def purge_all(self) -> int:
         """Empty the cache; returns how many entries were removed (the larger tier's count:
         memory holds copies of disk entries)."""
@@ -198,6 +251,7 @@ class EdgeCache:
         self._purges.record("all", ())
         return max(disk_count, memory_count)
 
+    @_holding_writes
     def purge_tag_prefixes(self, prefixes: Iterable[str]) -> int:
         """Remove every entry carrying a tag that starts with any of ``prefixes``; returns how many."""
         prefix_list = [p for p in dict.fromkeys(prefixes) if p]
@@ -206,6 +260,7 @@ class EdgeCache:
         self._purges.record("prefix", prefix_list)
         return len(removed)
 
+    @_holding_writes
     def soft_purge(self, tags: Iterable[str] = (), prefixes: Iterable[str] = (), *, everything: bool = False,
                    revalidated: str = "") -> int:
         """Mark stale what a purge names, where it can be revalidated: entries whose key starts with
@@ -233,6 +288,7 @@ class EdgeCache:
         touched |= set(self.disk.delete_many(dropped))
         return len(touched)
 
+    @_holding_writes
     def purge_generations(self, purges: Iterable[GenerationPurge], *, upto: int, restart: bool = False,
                           revalidated: str = "") -> int:
         """Apply manifest generations' purges, each once per node; returns how many entries went (or, for
@@ -311,6 +367,7 @@ class EdgeCache:
         return CacheCheck(ok=True, latency_ms=(time.perf_counter() - started) * 1000)
 
     def close(self) -> None:
+        self._writes.flush()
         self._purges.close()
         self.disk.close()
 

@@ -53,7 +53,6 @@ from assetcdn.edge.fastpath.proxy_protocol import ProxyHeaderReader, proxy_polic
 from assetcdn.edge.routes.delivery import delivery_route_name
 from assetcdn.edge.site_config import canonical_host, is_valid_host
 from assetcdn.edge.states.deliver import etag_matches, parse_range
-from assetcdn.edge.states.freshness import Reuse, reuse
 from assetcdn.edge.states.recv import PullPath
 from assetcdn.edge.tls.h2 import Fields, response_fields
 from assetcdn.edge.tls.policy import HSTS_HEADER, hsts_value, redirects_plain_http
@@ -64,7 +63,6 @@ from assetcdn.shared.middleware import REQUEST_IDS
 log = logging.getLogger(__name__)
 
 MAX_HOSTS = 1024                    # distinct Host values kept; more (a scan) start over
-NO_DIRECTIVES: dict[str, str | None] = {}  # a request without Cache-Control or Pragma (request_directives)
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
@@ -346,17 +344,18 @@ class HitServer:
         else:
             return HAND_OVER
         now = self.now
-        if reuse(pulled.stored.freshness, NO_DIRECTIVES, now) is not Reuse.FRESH:
+        if now >= pulled.fresh_until:  # freshness.py's `reuse` for a request without directives: not FRESH
             return HAND_OVER  # stale: the application revalidates (or serves it stale, saying so)
         headers = conn.headers
         size = pulled.size
         start, end = 0, size
+        tail = self.date if not pulled.dated else self.extra_head
         if headers[1] is not None and etag_matches(headers[1].decode("latin-1"), pulled.etag):
             status = 304
-            head = pulled.head_304
+            head = pulled.head_304 + pulled.per_request_lines(now) + tail
         else:
             status = 200
-            head = pulled.head
+            head = pulled.whole_head(now, tail)
             if headers[2] is not None:
                 parsed = parse_range(headers[2].decode("latin-1"), size)
                 if parsed is False:  # 416: the application answers it
@@ -364,14 +363,13 @@ class HitServer:
                 if parsed is not None:
                     status = 206
                     start, end = parsed
-                    head = pulled.partial_head(start, end)
+                    head = pulled.partial_head(start, end) + pulled.per_request_lines(now) + tail
         request_id = self.ids.of(headers[3])
-        lines = pulled.per_request_lines(now) + (self.date if not pulled.dated else self.extra_head)
         if conn.keep_alive:
-            out.append(head + lines + b"X-Request-ID: " + request_id + b"\r\n\r\n")
+            out.append(head + b"X-Request-ID: " + request_id + b"\r\n\r\n")
         else:
             conn.closing = True
-            out.append(head + lines + b"Connection: close\r\nX-Request-ID: " + request_id + b"\r\n\r\n")
+            out.append(head + b"Connection: close\r\nX-Request-ID: " + request_id + b"\r\n\r\n")
         sent = body_sent(head_only, status, end - start)
         if sent:
             body = pulled.body

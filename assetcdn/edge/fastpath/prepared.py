@@ -40,6 +40,7 @@ other than If-None-Match, a stale entry, a Vary'd URL, a status other than 200, 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from multidict import CIMultiDict
@@ -54,7 +55,7 @@ from assetcdn.edge.states.deliver import (
     header_changes,
     not_modified_headers,
 )
-from assetcdn.edge.states.freshness import first_value
+from assetcdn.edge.states.freshness import first_value, fresh_for_plain_requests_until
 from assetcdn.edge.states.keys import pull_key
 from assetcdn.edge.states.lookup import lookup
 from assetcdn.edge.states.pull import VARY, StoredResponse, client_headers, hit_cache_status
@@ -66,6 +67,8 @@ from assetcdn.shared.manifest import ManifestEntry
 from assetcdn.shared.middleware import stamp_headers
 from assetcdn.shared.paths import InvalidPath
 
+# Kept between a prepared pull hit's head and the next change of its Age or ttl: more than a float's rounding.
+TICK_MARGIN_S = 1e-5
 HIT = "HIT"  # the only cache status answered here: `EdgeNode.hit_status` says it (assetcdn/edge/fastpath/hit_server.py)
 STATUS_200 = b"HTTP/1.1 200 OK\r\n"
 STATUS_206 = b"HTTP/1.1 206 Partial Content\r\n"
@@ -169,7 +172,8 @@ class PulledHit:
     heads hold every header but Age and Cache-Status, which tick with time (`per_request_lines`), and Date
     when the origin gave none."""
 
-    __slots__ = ("stored", "obj", "body", "key", "cdn_path", "zone", "size", "etag", "head", "head_304", "dated")
+    __slots__ = ("stored", "obj", "body", "key", "cdn_path", "zone", "size", "etag", "head", "head_304", "dated",
+                 "fresh_until", "_block", "_tail", "_since", "_until")
 
     def __init__(self, stored: StoredResponse, body: bytes, key: str, cdn_path: str, changes: HeaderChanges) -> None:
         obj = stored.obj
@@ -186,6 +190,27 @@ class PulledHit:
         self.head = STATUS_200 + _pulled_lines(stored, changes, not_modified=False) \
             + b"Content-Length: %d\r\n" % obj.size
         self.head_304 = STATUS_304 + _pulled_lines(stored, changes, not_modified=True)
+        self.fresh_until = fresh_for_plain_requests_until(stored.freshness)  # answered here while before it
+        self._block, self._tail, self._since, self._until = b"", b"", 0.0, 0.0
+
+    def whole_head(self, now: float, tail: bytes) -> bytes:
+        """The 200's head with Age and Cache-Status at ``now`` and ``tail`` (the Date line or the lines every
+        answer has): the same bytes for every hit until one of its whole seconds ticks or ``tail`` changes."""
+        if self._since <= now < self._until and tail is self._tail:
+            return self._block
+        block = self.head + self.per_request_lines(now) + tail
+        self._block, self._tail, self._since, self._until = block, tail, now, self._lines_until(now)
+        return block
+
+    def _lines_until(self, now: float) -> float:
+        """When Age or Cache-Status's ttl (both whole seconds, `per_request_lines`) next changes after ``now``,
+        a little early; ``now`` itself when it cannot be told (the response time is ahead of the clock)."""
+        fresh = self.stored.freshness
+        if now < fresh.response_time:
+            return now
+        age = fresh.age(now)
+        ttl = fresh.lifetime - age
+        return now + min(math.floor(age) + 1 - age, ttl - math.floor(ttl)) - TICK_MARGIN_S
 
     def partial_head(self, start: int, end: int) -> bytes:
         """The head of a 206 for bytes ``[start, end)``: the 200's header lines and the range's."""

@@ -10,6 +10,7 @@ entries, in order. The cache is a shared cache: `s-maxage`, `proxy-revalidate` a
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
@@ -352,6 +353,15 @@ def reuse(stored: Freshness, request: Mapping[str, str | None], now: float, *,
     if stale_while_revalidate and -remaining <= stored.stale_while_revalidate:
         return Reuse.STALE_REVALIDATING
     return Reuse.VALIDATE
+
+
+def fresh_for_plain_requests_until(stored: Freshness) -> float:
+    """The moment from which a request without directives of its own is no longer answered with the stored
+    response as it is: ``reuse(stored, {}, now) is Reuse.FRESH`` exactly while ``now`` is before it (the hit
+    path compares one number per request instead of calling `reuse`)."""
+    if stored.no_cache or stored.lifetime <= stored.initial_age:
+        return -math.inf
+    return stored.fresh_until()
 
 
 def usable_on_error(stored: Freshness, request: Mapping[str, str | None], now: float) -> bool:

@@ -307,8 +307,10 @@ async def spool_write(spool: IO[bytes], chunk: bytes, size: int) -> None:
 
 
 async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: Headers, response: OriginResponse,
-                head: Sequence[tuple[str, str]], spool: IO[bytes]) -> StoredResponse | None:
-    """Keep a complete origin response under its key (and its Vary variant's), tagged for purges."""
+                head: Sequence[tuple[str, str]], spool: IO[bytes]) -> CachedObject | None:
+    """Keep a complete origin response under its key (and its Vary variant's), tagged for purges. A body the
+    memory tier takes is there at once and reaches the disk tier in the writer's next batch
+    (assetcdn/edge/cache/write_behind.py); a larger one is written to disk first."""
     vary = vary_fields(response.headers) or ()
     meta = (*head, (STATUS, str(response.status)), (REQUEST_TIME, repr(response.request_time)),
             (RESPONSE_TIME, repr(response.response_time)))
@@ -324,6 +326,17 @@ async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields:
         spool.seek(0)
         body = spool.read()
         spool.close()
+        if cache.memory.accepts(len(body)):
+            pending = []
+            if vary and (url_entry := cache.put_behind(url_key, b"", "", "", tags, ((VARY, ",".join(vary)),),
+                                                       writer=STORES)) is not None:
+                pending.append(url_entry[1])
+            kept = cache.put_behind(key, body, content_type, etag, tags, meta, writer=STORES)
+            if kept is not None:
+                for written in (*pending, kept[1]):
+                    if written is not None:
+                        await written
+                return kept[0]
     else:
         spool.seek(0)
 
@@ -336,11 +349,10 @@ async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields:
             spool.close()
 
     try:
-        obj = await asyncio.get_running_loop().run_in_executor(STORES, put)
+        return await asyncio.get_running_loop().run_in_executor(STORES, put)
     except (OSError, ValueError) as exc:
         log.warning("pull zone %s: a response could not be cached: %s", zone.name, exc)
         return None
-    return StoredResponse.of(obj)
 
 
 async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredResponse,

@@ -273,8 +273,9 @@ async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSo
     finally:
         response.release()
     body = b"".join(chunks)
-    kept = await store(node, at.zone, at.path, url_key, SOURCE_FIELDS, response, stored_headers(response.headers),
-                       io.BytesIO(body))
+    obj = await store(node, at.zone, at.path, url_key, SOURCE_FIELDS, response, stored_headers(response.headers),
+                      io.BytesIO(body))
+    kept = StoredResponse.of(obj) if obj is not None else None
     if kept is None:
         raise SourceRefused(503, "ServiceUnavailable", "The source could not be kept in this edge's cache. Retry.")
     return await described(node, at, url_key, kept, body)

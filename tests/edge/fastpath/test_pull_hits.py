@@ -164,6 +164,19 @@ async def test_a_hit_path_answer_ages_with_the_clock(pulled: PullCdn, clock: Clo
     assert pulled.served == served + 3
 
 
+async def test_age_and_ttl_tick_at_their_own_whole_seconds_between_hits(pulled: PullCdn, clock: Clock) -> None:
+    conn = await pulled.warm("/ticks.bin", **{"Cache-Control": "max-age=5", "Age": "1"})
+    fresh = pulled.stored("/ticks.bin").freshness
+    start, served, seen = fresh.response_time, pulled.served, []
+    for step in range(14):  # Age and the ttl change at different moments: neither is held past its change
+        clock.now = start + step * 0.3
+        answer = await conn.request(f"/{ZONE}/ticks.bin")
+        seen.append((answer.header("Age"), answer.header("Cache-Status")))
+        assert seen[-1] == (str(int(fresh.age(clock.now))),
+                            f"assetcdn; hit; ttl={int(fresh.lifetime - fresh.age(clock.now))}"), step
+    assert pulled.served == served + 14 and len(set(seen)) >= 4
+
+
 async def test_a_stale_entry_is_not_answered_as_fresh_on_the_hit_path(pulled: PullCdn, clock: Clock) -> None:
     conn = await pulled.warm("/stale.bin", **{"Cache-Control": "max-age=60"})
     clock.now = pulled.stored("/stale.bin").freshness.response_time + 1

@@ -40,6 +40,7 @@ async def cached(pull: Pull, name: str, host: str | None = None) -> None:
 def tiers(pull: Pull, path: str) -> tuple[bool, bool]:
     """Whether the memory tier and the disk tier hold the response of the zone's `path`."""
     cache, key = pull.cdn.node.cache, pull_key(ZONE, path, "")
+    cache.flush_writes()  # a fill reaches the disk tier in the writer's next batch
     return key in cache.memory, cache.disk.get(key, load_limit=0) is not None
 
 

@@ -13,6 +13,7 @@ from assetcdn.edge.states.freshness import (
     NotStored,
     Reuse,
     corrected_initial_age,
+    fresh_for_plain_requests_until,
     freshness,
     freshness_lifetime,
     http_date,
@@ -149,6 +150,17 @@ def test_reuse_of_fresh_and_stale_responses() -> None:
     assert reuse(fresh, {"max-stale": None}, NOW + 10**6) is Reuse.FRESH
     assert reuse(fresh, {"max-stale": "5"}, NOW + 104) is Reuse.FRESH
     assert reuse(fresh, {"max-stale": "5"}, NOW + 106) is Reuse.VALIDATE
+
+
+@pytest.mark.parametrize("cache_control", ["max-age=100", "max-age=0", "no-cache, max-age=100", "s-maxage=7",
+                                           'no-cache="x-a", max-age=30', "max-age=10, must-revalidate"])
+@pytest.mark.parametrize("age", ["0", "5", "99", "100", "250"])
+@pytest.mark.parametrize("delay", [0.0, 0.25, 3.0])
+def test_the_plain_request_bound_says_what_reuse_says(cache_control: str, age: str, delay: float) -> None:
+    stored = freshness(200, [("cache-control", cache_control), ("age", age), ("date", date())], NOW, NOW + delay)
+    until = fresh_for_plain_requests_until(stored)
+    for now in [NOW - 50, NOW, NOW + delay, *(NOW + delay + step / 4 for step in range(0, 1300))]:
+        assert (now < until) == (reuse(stored, {}, now) is Reuse.FRESH), now
 
 
 def test_no_cache_and_must_revalidate_responses() -> None:

@@ -1,0 +1,342 @@
+"""The HTTP/1.1 client under assetcdn/edge/origin_client.py: keep-alive connections to origins and shield
+edges, one request at a time per connection, the response parsed by llhttp (httptools).
+
+Lean on purpose: a cache fill is one GET, and a general-purpose client's per-request machinery (request and
+response objects, header copies, timers per read) cost a fill more than the rest of the edge's work on it.
+
+- **Pool:** per scheme, host and port at most ``size`` connections in use or idle (a request waits for one
+  to come back); an idle connection is closed after ``keepalive_s``. A request on a reused connection that
+  the server closed meanwhile (nothing of a response came) is sent once more on a new one when its method
+  is idempotent.
+- **Connect:** `connect` gives the addresses to try (the origin client's address guard resolves and checks
+  them there), each within the connect timeout.
+- **Responses:** informational (1xx) heads are skipped; the body is chunked, sized or delimited by the
+  close; a head longer than ``max_head`` bytes or a field line longer than ``max_field`` is refused; reading
+  stops (the connection paused) while ``BUFFERED`` bytes wait for the reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, cast
+
+import httptools
+
+BUFFERED = 256 * 1024
+IDEMPOTENT = frozenset(("GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"))
+# Methods whose request has a body by definition: an empty one is sent with Content-Length: 0.
+BODIED = frozenset(("POST", "PUT", "PATCH"))
+NO_BODY = b""
+
+Key = tuple[str, str, int]                              # scheme, host, port
+Connector = Callable[[str, int], Awaitable[list[str]]]  # host, port -> addresses to try
+
+
+class HttpError(Exception):
+    """The exchange failed: no connection, a broken or malformed response, a connection cut short."""
+
+
+class Disconnected(HttpError):
+    """The server closed the connection before any byte of a response."""
+
+
+def sized(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a response's body ends by its own framing (RFC 9112 6.3): chunked as the final transfer coding,
+    or a Content-Length without any Transfer-Encoding. Otherwise the connection's close ends it."""
+    codings = [coding.strip().lower() for name, value in headers if name.lower() == b"transfer-encoding"
+               for coding in value.split(b",") if coding.strip()]
+    if codings:
+        return codings[-1] == b"chunked"
+    return any(name.lower() == b"content-length" for name, _ in headers)
+
+
+class Connection(asyncio.Protocol):
+    """One connection: a request written whole, its response's head awaited, its body read chunk by chunk."""
+
+    def __init__(self, pool: Pool, key: Key, max_head: int, max_field: int) -> None:
+        self.pool, self.key = pool, key
+        self._max_head, self._max_field = max_head, max_field
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reused = False
+        self._loop = asyncio.get_running_loop()
+        self._idle_handle: asyncio.TimerHandle | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._parser = httptools.HttpResponseParser(self)
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self._head_bytes = 0
+        self._head: asyncio.Future[None] | None = None
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self.done = False          # the whole response was read off the connection
+        self.keep_alive = False
+        self.error: HttpError | None = None
+        self._skip_body = False
+        self._informational = False
+        self._sized = False        # Content-Length or chunked: the close does not end the body
+
+    # --- asyncio.Protocol ---------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
+
+    def data_received(self, data: bytes) -> None:
+        if self._head is None or self.done or self.error is not None:  # nothing asked, or past the response
+            self.close()
+            return
+        if not self._head.done():
+            self._head_bytes += len(data)
+            if self._head_bytes > self._max_head:
+                self._fail(HttpError(f"the response head is longer than {self._max_head} bytes"))
+                return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(HttpError("the server switched protocols"))
+        except httptools.HttpParserError as exc:
+            if self.done:  # bytes after a response's end (a HEAD's body, a second response): not reused
+                self.keep_alive = False
+            elif isinstance(exc.__context__, HttpError):  # raised by a callback below
+                self._fail(exc.__context__)
+            else:
+                self._fail(HttpError(f"malformed response ({exc})"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+        self.pool.forget(self)
+        if self._head is None or self.done or self.error is not None:
+            return
+        if not self._head.done():
+            if self._head_bytes == 0:
+                self._fail(Disconnected("the server closed the connection"))
+            else:
+                self._fail(HttpError("the connection closed within the response head"))
+        elif not self._sized:  # a body delimited by the close: complete now
+            self.done, self.keep_alive = True, False
+            self._wake()
+        else:
+            self._fail(HttpError("the connection closed before the end of the body"))
+
+    def pause_writing(self) -> None:  # requests are small: written whole, never paused for
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    # --- llhttp callbacks ---------------------------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if len(name) + len(value) > self._max_field:
+            raise HttpError(f"a response field line is longer than {self._max_field} bytes")
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:  # an interim response: the final one follows
+            self.headers = []
+            self._informational = True
+            return
+        self.status = status
+        self._informational = False
+        self.keep_alive = self._parser.should_keep_alive()
+        self._sized = sized(self.headers)
+        if self._skip_body:  # a HEAD's answer: no body, whatever its fields say; the connection is not reused
+            self.done, self.keep_alive = True, False
+        assert self._head is not None
+        if not self._head.done():
+            self._head.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        if self.done:
+            return
+        self._chunks.append(body)
+        self._buffered += len(body)
+        if self._buffered > BUFFERED and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        if self._informational:
+            self._informational = False
+            return
+        if self.done:
+            return
+        self.done = True
+        self._wake()
+
+    # --- the exchange ---------------------------------------------------------------------------------------
+
+    def send(self, method: str, target: str, headers: Iterable[tuple[str, str]], body: bytes | None) -> None:
+        self._reset()
+        self._head = self._loop.create_future()
+        self._skip_body = method == "HEAD"
+        lines = [f"{method} {target} HTTP/1.1\r\n"]
+        for name, value in headers:
+            if name.lower() == "content-length":  # the body's own length is written below
+                continue
+            if "\r" in name or "\n" in name or ":" in name or "\r" in value or "\n" in value:
+                raise HttpError(f"the request field {name!r} cannot be sent")
+            lines.append(f"{name}: {value}\r\n")
+        if body or method in BODIED:
+            lines.append(f"Content-Length: {len(body or NO_BODY)}\r\n")
+        lines.append("\r\n")
+        assert self.transport is not None
+        self.transport.write("".join(lines).encode("utf-8") + (body or NO_BODY))
+
+    async def head(self) -> None:
+        assert self._head is not None
+        await self._head
+
+    async def chunk(self, idle_timeout_s: float) -> bytes:
+        """The next piece of the body; b"" at its end. TimeoutError after `idle_timeout_s` of silence."""
+        while not self._chunks:
+            if self.error is not None:
+                raise self.error
+            if self.done:
+                return NO_BODY
+            self._waiter = self._loop.create_future()
+            async with asyncio.timeout(idle_timeout_s):
+                await self._waiter
+        chunk = self._chunks.popleft()
+        self._buffered -= len(chunk)
+        if self._paused and self._buffered <= BUFFERED // 2 and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return chunk
+
+    def at_eof(self) -> bool:
+        return self.done and not self._chunks
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _fail(self, error: HttpError) -> None:
+        self.error = error
+        if self._head is not None and not self._head.done():
+            self._head.set_exception(error)
+            self._head.exception()  # retrieved: the caller may have stopped waiting (its timeout)
+        self._wake()
+        self.close()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        self._waiter = None
+
+
+class Pool:
+    """Keep-alive connections by scheme, host and port; see the module docstring."""
+
+    def __init__(self, *, size: int, keepalive_s: float, connect_timeout_s: float, max_field: int,
+                 connector: Connector | None = None) -> None:
+        self._size = size
+        self._keepalive_s = keepalive_s
+        self._connect_timeout_s = connect_timeout_s
+        self._max_field = max_field
+        self._max_head = max_field * 64
+        self._connector = connector
+        self._idle: dict[Key, list[Connection]] = {}
+        self._slots: dict[Key, asyncio.Semaphore] = {}
+        self._open: set[Connection] = set()
+        self._tls: ssl.SSLContext | None = None
+
+    async def exchange(self, key: Key, method: str, target: str, headers: Iterable[tuple[str, str]],
+                       body: bytes | None) -> Connection:
+        """Send a request; the connection once the final response's head arrived (`release` it when done)."""
+        slots = self._slots.get(key)
+        if slots is None:
+            slots = self._slots[key] = asyncio.Semaphore(self._size)
+        await slots.acquire()
+        try:
+            fields = list(headers)
+            for attempt in range(2):
+                conn = self._idle_connection(key) or await self._connect(key)
+                try:
+                    conn.send(method, target, fields, body)
+                    await conn.head()
+                    return conn
+                except Disconnected:
+                    conn.close()
+                    if attempt or not conn.reused or method not in IDEMPOTENT:
+                        raise
+                except BaseException:
+                    conn.close()
+                    raise
+            raise AssertionError("unreachable")
+        except BaseException:
+            slots.release()
+            raise
+
+    def release(self, conn: Connection) -> None:
+        """The response is done with: its connection kept for the next request when it can be, else closed."""
+        slots = self._slots.get(conn.key)
+        if slots is not None:
+            slots.release()
+        if conn.closed or not conn.at_eof() or not conn.keep_alive or conn.error is not None:
+            conn.close()
+            return
+        conn.reused = True
+        conn._idle_handle = asyncio.get_running_loop().call_later(self._keepalive_s, conn.close)
+        self._idle.setdefault(conn.key, []).append(conn)
+
+    def forget(self, conn: Connection) -> None:
+        self._open.discard(conn)
+        idle = self._idle.get(conn.key)
+        if idle is not None and conn in idle:
+            idle.remove(conn)
+
+    async def close(self) -> None:
+        for conn in list(self._open):
+            conn.close()
+        self._idle.clear()
+        await asyncio.sleep(0)  # the transports' close callbacks run
+
+    def _idle_connection(self, key: Key) -> Connection | None:
+        idle = self._idle.get(key)
+        while idle:
+            conn = idle.pop()
+            if conn._idle_handle is not None:
+                conn._idle_handle.cancel()
+                conn._idle_handle = None
+            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+                return conn
+        return None
+
+    async def _connect(self, key: Key) -> Connection:
+        scheme, host, port = key
+        loop = asyncio.get_running_loop()
+        tls: dict[str, Any] = {}
+        if scheme == "https":
+            if self._tls is None:
+                self._tls = ssl.create_default_context()
+            tls = {"ssl": self._tls, "server_hostname": host}
+        addresses = [host] if self._connector is None else await self._connector(host, port)
+        failure: OSError | None = None
+        for address in addresses:
+            try:
+                async with asyncio.timeout(self._connect_timeout_s):
+                    _, conn = await loop.create_connection(
+                        lambda: Connection(self, key, self._max_head, self._max_field), address, port, **tls)
+            except TimeoutError:
+                raise TimeoutError(f"no connection within {self._connect_timeout_s:g} s") from None
+            except OSError as exc:
+                failure = exc
+                continue
+            self._open.add(conn)
+            return conn
+        assert failure is not None
+        raise failure

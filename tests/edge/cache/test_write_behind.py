@@ -1,0 +1,122 @@
+"""EdgeCache.put_behind: in the memory tier at once, on disk in the writer's batches, never over a purge."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from assetcdn.edge.cache.store import EdgeCache
+
+KB = 1024
+MB = 1024 * KB
+HEAD = ((":status", "200"), ("cache-control", "max-age=60"))
+
+
+class HeldWriter(Executor):
+    """An executor whose jobs run when the test says: what the cache does while a batch is still queued."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Callable[[], Any]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.jobs.append(lambda: fn(*args, **kwargs))
+        return Future()
+
+    def run(self) -> None:
+        jobs, self.jobs = self.jobs, []
+        for job in jobs:
+            job()
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Iterator[EdgeCache]:
+    edge_cache = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=1 * MB,
+                           memory_max_object=256 * KB)
+    yield edge_cache
+    edge_cache.close()
+
+
+def on_disk(cache: EdgeCache, key: str) -> bytes | None:
+    obj = cache.disk.get(key, load_limit=MB)
+    return None if obj is None else obj.body
+
+
+def test_an_entry_is_in_memory_at_once_and_on_disk_after_the_batch(cache: EdgeCache) -> None:
+    writer = HeldWriter()
+    bodies = {f"pull:z:/{n}": bytes([n]) * (n * 10 * KB + 1) for n in range(1, 5)}  # inline rows and files
+    for key, body in bodies.items():
+        assert cache.put_behind(key, body, "text/plain", '"e"', ["t"], HEAD, writer=writer) is not None
+    assert all(cache.get(key).body == body for key, body in bodies.items())  # type: ignore[union-attr]
+    assert [on_disk(cache, key) for key in bodies] == [None] * 4
+    assert len(writer.jobs) == 1  # one batch for everything queued meanwhile
+    writer.run()
+    assert {key: on_disk(cache, key) for key in bodies} == bodies
+    stored = cache.disk.get("pull:z:/1", load_limit=MB)
+    assert stored is not None and stored.headers == HEAD and stored.tags == ("t",)
+
+
+def test_a_purge_before_the_batch_keeps_the_entry_off_disk(cache: EdgeCache) -> None:
+    writer = HeldWriter()
+    cache.put_behind("pull:z:/gone", b"old", "text/plain", '"e"', ["path-a"], HEAD, writer=writer)
+    cache.put_behind("pull:z:/kept", b"kept", "text/plain", '"e"', ["path-b"], HEAD, writer=writer)
+    cache.purge_tags(["path-a"])
+    writer.run()
+    assert on_disk(cache, "pull:z:/gone") is None and cache.get("pull:z:/gone") is None
+    assert on_disk(cache, "pull:z:/kept") == b"kept"
+
+
+def test_a_newer_response_is_not_overwritten_by_a_queued_older_one(cache: EdgeCache) -> None:
+    writer = HeldWriter()
+    cache.put_behind("pull:z:/a", b"first", "text/plain", '"1"', ["t"], HEAD, writer=writer)
+    cache.put("pull:z:/a", b"refreshed", "text/plain", '"2"', ["t"], headers=HEAD)
+    cache.put_behind("pull:z:/b", b"first", "text/plain", '"1"', ["t"], HEAD, writer=writer)
+    cache.put_behind("pull:z:/b", b"second", "text/plain", '"2"', ["t"], HEAD, writer=writer)
+    writer.run()
+    assert (on_disk(cache, "pull:z:/a"), on_disk(cache, "pull:z:/b")) == (b"refreshed", b"second")
+
+
+def test_close_writes_what_is_queued(tmp_path: Path) -> None:
+    first = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=1 * MB)
+    first.put_behind("pull:z:/a", b"kept", "text/plain", '"e"', ["t"], HEAD, writer=HeldWriter())
+    first.close()
+    again = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=1 * MB)
+    try:
+        obj = again.get("pull:z:/a")
+        assert obj is not None and obj.body == b"kept"
+    finally:
+        again.close()
+
+
+def test_a_real_writer_thread_stores_every_entry(cache: EdgeCache) -> None:
+    with ThreadPoolExecutor(max_workers=1) as writer:
+        for n in range(200):
+            cache.put_behind(f"pull:z:/{n}", b"%d" % n, "text/plain", '"e"', ["t"], HEAD, writer=writer)
+    assert [on_disk(cache, f"pull:z:/{n}") for n in range(200)] == [b"%d" % n for n in range(200)]
+
+
+def test_a_body_the_memory_tier_refuses_is_left_to_put(cache: EdgeCache) -> None:
+    writer = HeldWriter()
+    assert cache.put_behind("pull:z:/big", b"x" * (300 * KB), "text/plain", '"e"', [], HEAD, writer=writer) is None
+    assert writer.jobs == [] and cache.get("pull:z:/big") is None
+
+
+async def test_with_other_workers_a_fill_is_on_disk_once_its_future_is_done(cache: EdgeCache) -> None:
+    with ThreadPoolExecutor(max_workers=1) as writer:
+        stored = cache.put_behind("pull:z:/shared", b"body", "text/plain", '"e"', ["t"], HEAD, writer=writer)
+        assert stored is not None and stored[1] is not None
+        await stored[1]
+        assert on_disk(cache, "pull:z:/shared") == b"body"
+
+
+async def test_alone_a_fill_does_not_wait_for_the_disk(cache: EdgeCache) -> None:
+    cache.alone = True
+    writer = HeldWriter()
+    stored = cache.put_behind("pull:z:/alone", b"body", "text/plain", '"e"', ["t"], HEAD, writer=writer)
+    assert stored is not None and stored[1] is None
+    assert writer.jobs == []  # handed to the writer only when the gathering time is up
+    cache.flush_writes()
+    assert on_disk(cache, "pull:z:/alone") == b"body"
