@@ -50,6 +50,7 @@ from assetcdn.edge.fastpath.protocol import (
     HitProtocol,
 )
 from assetcdn.edge.fastpath.proxy_protocol import ProxyHeaderReader, proxy_policy
+from assetcdn.edge.fastpath.sendfile import keep_alive_probes
 from assetcdn.edge.routes.delivery import delivery_route_name
 from assetcdn.edge.site_config import canonical_host, is_valid_host
 from assetcdn.edge.states.deliver import etag_matches, parse_range
@@ -578,6 +579,8 @@ class HitSite(web.TCPSite):
                 factory, self._host, self._port, backlog=self._backlog,
                 reuse_address=self._reuse_address, reuse_port=self._reuse_port)
         sockets = getattr(self._server, "sockets", None)
+        for listening in sockets or ():
+            keep_alive_probes(listening)
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
         hits.start()
 

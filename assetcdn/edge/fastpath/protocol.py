@@ -57,7 +57,6 @@ from assetcdn.edge.fastpath.sendfile import (
     Progress,
     send_file,
     send_file_nowait,
-    set_keepalive,
     write_file,
     write_views,
 )
@@ -246,7 +245,6 @@ class HitProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's are not asyncio.Transport subclasses
-        set_keepalive(transport)
         peer = self.peername = peer_address(transport)
         self.peer = peer[0] if isinstance(peer, tuple) else None
         self.when_sent = transport.get_extra_info("when_sent")

@@ -222,11 +222,11 @@ async def write_views(transport: asyncio.WriteTransport, drain: Drain, views: li
             view = view[TLS_PIECE:]
 
 
-def set_keepalive(transport: asyncio.BaseTransport) -> None:
-    """TCP keep-alive probes, as aiohttp sets them on its connections."""
-    sock = transport.get_extra_info("socket")
-    if sock is not None and hasattr(sock, "setsockopt"):
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        except OSError:
-            pass
+def keep_alive_probes(listening: socket.socket) -> None:
+    """TCP keep-alive probes on every connection a listening socket accepts, as aiohttp sets them on its
+    connections: Linux copies the option to each accepted socket, so no connection pays a system call
+    (and uvloop a socket object) for it."""
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    except OSError:
+        pass

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import uuid
 from collections.abc import AsyncIterator
 
@@ -515,3 +516,18 @@ async def test_request_ids_are_made_and_kept_alike_on_both_paths(make_hit_cdn: H
             assert ids == ["0f8fad5b-d9cb-469f-a165-70867728950e"] * 2
         else:
             assert ids[0] != ids[1]
+
+
+@SHARED
+async def test_every_connection_the_hit_port_accepts_sends_keep_alive_probes(warm_cdn: HitCdn) -> None:
+    # Set once on the listening socket, which each accepted connection inherits (no call per connection).
+    conn = await warm_cdn.connect()
+    try:
+        assert (await conn.request(f"/{SVG}")).status == 200
+        hits = warm_cdn.site.hits
+        assert hits is not None and hits.connections
+        for accepted in hits.connections:
+            sock = accepted.transport.get_extra_info("socket")
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    finally:
+        conn.close()
