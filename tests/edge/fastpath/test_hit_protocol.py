@@ -527,6 +527,7 @@ async def test_every_connection_the_hit_port_accepts_sends_keep_alive_probes(war
         hits = warm_cdn.site.hits
         assert hits is not None and hits.connections
         for accepted in hits.connections:
+            assert accepted.transport is not None
             sock = accepted.transport.get_extra_info("socket")
             assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
     finally:
