@@ -28,7 +28,8 @@ def black_png(width: int, height: int) -> bytes:
     return pyvips.Image.black(width, height).cast("uchar").pngsave_buffer(compression=9)
 
 
-def _animation(width: int = 120, height: int = 80) -> pyvips.Image:
+def animation(width: int = 120, height: int = 80) -> pyvips.Image:
+    """FRAMES solid frames of `width` x `height`, 100 ms each, looping: an animated picture's pages."""
     frames = [pyvips.Image.black(width, height).new_from_image([i * 60, 255 - i * 60, 100])
               .cast("uchar").copy(interpretation="srgb") for i in range(FRAMES)]
     strip = pyvips.Image.arrayjoin(frames, across=1).copy()
@@ -38,12 +39,12 @@ def _animation(width: int = 120, height: int = 80) -> pyvips.Image:
     return strip
 
 
-def animated_gif() -> bytes:
-    return _animation().gifsave_buffer()
+def animated_gif(width: int = 120, height: int = 80) -> bytes:
+    return animation(width, height).gifsave_buffer()
 
 
-def animated_webp() -> bytes:
-    return _animation().webpsave_buffer()
+def animated_webp(width: int = 120, height: int = 80) -> bytes:
+    return animation(width, height).webpsave_buffer()
 
 
 LOGO_SVG = (b'<svg xmlns="http://www.w3.org/2000/svg" width="200" height="100" viewBox="0 0 200 100">'

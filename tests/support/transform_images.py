@@ -10,10 +10,12 @@ import cv2
 import numpy as np
 import pyvips
 
+from tests.support import images
+
 PHOTO_SIZE = (2000, 1333)
 FACE_SIZE = (800, 600)
 FACE_CENTER = (600, 300)     # where the drawn face sits in the face image
-FRAMES = 4
+FRAMES = images.FRAMES
 
 
 def photo_jpeg() -> bytes:
@@ -36,22 +38,12 @@ def alpha_png() -> bytes:
     return rgb.bandjoin(disc).cast("uchar").copy(interpretation="srgb").pngsave_buffer()
 
 
-def _animation(width: int = 300, height: int = 200) -> pyvips.Image:
-    frames = [pyvips.Image.black(width, height).new_from_image([i * 60, 255 - i * 60, 100])
-              .cast("uchar").copy(interpretation="srgb") for i in range(FRAMES)]
-    strip = pyvips.Image.arrayjoin(frames, across=1).copy()
-    strip.set_type(pyvips.GValue.gint_type, "page-height", height)
-    strip.set_type(pyvips.GValue.array_int_type, "delay", [100] * FRAMES)
-    strip.set_type(pyvips.GValue.gint_type, "loop", 0)
-    return strip
-
-
 def animated_gif() -> bytes:
-    return _animation().gifsave_buffer()
+    return images.animated_gif(300, 200)
 
 
 def animated_webp() -> bytes:
-    return _animation().webpsave_buffer()
+    return images.animated_webp(300, 200)
 
 
 def logo_svg() -> bytes:

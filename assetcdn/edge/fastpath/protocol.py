@@ -79,6 +79,7 @@ CACHE_FIELDS = 6
 WANTED = {b"host": 0, b"if-none-match": 1, b"range": 2, b"x-request-id": 3, b"expect": 4,
           **dict.fromkeys((b"cache-control", b"pragma", b"if-modified-since", b"if-range", b"if-match",
                            b"if-unmodified-since"), CACHE_FIELDS)}
+SLOTS = CACHE_FIELDS + 1        # the length of a request's slots list (an HTTP/2 stream's too)
 ANSWERED, HAND_OVER, GIVE_AWAY, BUSY = 0, 1, 2, 3  # BUSY: the head is in `out`, `pending_file` follows
 SO_PEERNAME = 28                # Linux: the peer's address even once the connection was reset
 StreamSent = Callable[[Callable[[int, bool], None]], None]  # an HTTP/2 stream's `when_sent` (assetcdn/edge/tls/h2.py)
@@ -190,7 +191,7 @@ class HitProtocol(asyncio.Protocol):
         self.buffer = b""
         self.parser = httptools.HttpRequestParser(self)
         self.url = b""
-        self.headers: list[bytes | None] = [None] * 7
+        self.headers: list[bytes | None] = [None] * SLOTS
         self.complete = False
         self.keep_alive = True
         self.repeated = False

@@ -53,7 +53,7 @@ import ngh2
 from ngh2 import ErrorCode, NeverIndexedHeader
 from ngh2.types import Header
 
-from assetcdn.edge.fastpath.protocol import MAX_HEAD, HitProtocol
+from assetcdn.edge.fastpath.protocol import MAX_HEAD, SLOTS, HitProtocol
 from assetcdn.shared.config import Settings
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ class StreamRequest:
     __slots__ = ("headers", "peer")
 
     def __init__(self, peer: str | None) -> None:
-        self.headers: list[bytes | None] = [None] * 6
+        self.headers: list[bytes | None] = [None] * SLOTS
         self.peer = peer
 
 
@@ -775,7 +775,7 @@ class H2Protocol(asyncio.Protocol):
         way (a miss, a body on disk, anything the fields make unusual). Fields malformed by RFC 9113 (CR, LF or NUL
 in a value, a name not a lowercase token) never get here: libnghttp2 resets their stream."""
         slots = self.request.headers
-        slots[0] = slots[1] = slots[2] = slots[3] = slots[4] = slots[5] = None
+        slots[0] = slots[1] = slots[2] = slots[3] = slots[4] = slots[5] = slots[6] = None
         wanted = self.wanted
         method = path = authority = None
         size = 0

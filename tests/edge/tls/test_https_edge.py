@@ -130,7 +130,8 @@ def test_http2_hits_are_answered_field_for_field_as_over_http_1_1(https_cdn: Htt
     request_id = "0f8fad5b-d9cb-469f-a165-70867728950e"
     cases: list[tuple[str, dict[str, str], int, bytes]] = [
         ("GET", {}, 200, body), ("HEAD", {}, 200, b""), ("GET", {"If-None-Match": etag}, 304, b""),
-        ("GET", {"Range": "bytes=100-199"}, 206, body[100:200]), ("GET", {"X-Request-ID": request_id}, 200, body)]
+        ("GET", {"Range": "bytes=100-199"}, 206, body[100:200]), ("GET", {"X-Request-ID": request_id}, 200, body),
+        ("GET", {"Cache-Control": "max-age=0", "Pragma": "no-cache"}, 200, body)]  # a browser's reload
     client = H2Client(https_cdn.https_port, "localhost", https_cdn.ca_file)
     try:
         for method, headers, status, expected in cases:
@@ -145,6 +146,7 @@ def test_http2_hits_are_answered_field_for_field_as_over_http_1_1(https_cdn: Htt
                 assert one.headers["x-request-id"] == two.headers["x-request-id"] == request_id
     finally:
         client.close()
+    assert "hit path failed" not in https_cdn.cdn.log_path.read_text()  # every case was decided, none crashed
 
 
 def test_plain_http_is_redirected_except_acme_challenges(https_cdn: HttpsCdn) -> None:
