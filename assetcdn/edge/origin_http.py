@@ -138,6 +138,11 @@ class Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if len(name) + len(value) > self._max_field:
             raise HttpError(f"a response field line is longer than {self._max_field} bytes")
+        if self._head is not None and self._head.done():  # a trailer field (after the last chunk): not kept,
+            self._head_bytes += len(name) + len(value)    # and bounded as the head is
+            if self._head_bytes > self._max_head:
+                raise HttpError(f"the response's trailer fields pass {self._max_head} bytes")
+            return
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:

@@ -289,3 +289,37 @@ def test_framings_and_keep_alive_on_the_event_loop_the_edge_runs(uvloop_runner: 
 def uvloop_runner() -> Iterator[asyncio.Runner]:
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         yield runner
+
+
+def test_trailer_fields_after_the_last_chunk_are_bounded_as_the_head_is(uvloop_runner: asyncio.Runner) -> None:
+    """An origin that follows its last chunk with trailer field after trailer field: the response fails once
+    they pass the head's bound, instead of each one being kept (and the idle timeout never firing)."""
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n")
+        try:
+            for n in range(200_000):  # 4.6 MB of trailer lines, far past any head bound
+                writer.write(b"X-Trailer-%06d: 1\r\n" % n)
+                if n % 1000 == 0:
+                    await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        writer.close()
+
+    async def scenario() -> str:
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        zone_origin = Origin(URL(f"http://127.0.0.1:{port}/prefix"))
+        client = OriginClient(OriginLimits(allow_loopback=True))  # the default timeouts: not what is tested
+        try:
+            response = await client.request(zone_origin, "GET", zone_origin.target("/trailers"), {})
+            try:
+                await response.read()
+            except OriginError as exc:
+                return str(exc)
+            return "read whole"
+        finally:
+            await client.close()
+            server.close()
+
+    assert "trailer" in uvloop_runner.run(scenario())
