@@ -55,7 +55,10 @@ def _holding_writes(method: Callable[Concatenate[EdgeCache, P], R]) -> Callable[
     def purge(cache: EdgeCache, /, *args: P.args, **kwargs: P.kwargs) -> R:
         with cache._writes.lock:
             cache._writes.flush()
-            return method(cache, *args, **kwargs)
+            try:
+                return method(cache, *args, **kwargs)
+            finally:
+                cache._purged += 1  # a `put` under way may have stored what this purge removed
     update_wrapper(purge, method)
     return purge
 
@@ -110,6 +113,7 @@ class EdgeCache:
         # The only process of its node reading this directory (an edge with one worker): what it stores may reach
         # the disk tier after the request that stored it is answered (`put_behind`).
         self.alone = False
+        self._purged = 0  # purges this process made: a `put` that saw one finish meanwhile keeps no memory copy
 
     @classmethod
     def from_settings(cls, edge: Mapping[str, Any], directory: str | os.PathLike[str]) -> EdgeCache:
@@ -172,6 +176,7 @@ class EdgeCache:
         header_pairs = tuple(headers.items()) if isinstance(headers, Mapping) else tuple(headers or ())
         with self._writes.lock:  # a queued older entry under the key is no longer written over this one
             self.memory.discard(key)
+        purged = self._purged
         stored_at = time.time()
         size = self.disk.put(
             key,
@@ -193,13 +198,20 @@ class EdgeCache:
                 body=bytes(body),
                 headers=header_pairs,
             )
-            self.memory.put(obj)
+            self._keep_in_memory(obj, purged)
             return obj
         stored = self.disk.get(key, load_limit=self.memory.max_object_size)
         if stored is None:  # evicted at once: only when the body exceeds the disk budget
             raise ValueError(f"cache entry {key!r} ({size} bytes) does not fit the disk tier")
-        self.memory.put(stored)
+        self._keep_in_memory(stored, purged)
         return stored
+
+    def _keep_in_memory(self, obj: CachedObject, purged: int) -> None:
+        """The memory copy of what `put` stored, unless a purge finished since `put` began (`purged` then): that
+        purge may have removed the disk entry before the copy was made, and the copy would outlive it."""
+        self.memory.put(obj)
+        if self._purged != purged:
+            self.memory.discard(obj.key)
 
     def put_behind(
         self,

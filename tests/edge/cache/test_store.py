@@ -152,3 +152,25 @@ def test_from_settings(tmp_path: Path) -> None:
     assert edge_cache.memory.max_object_size == edge["memory_object_max_kb"] * KB
     assert edge_cache.disk.size_limit == edge["cache_size_mb"] * MB
     edge_cache.close()
+
+
+@pytest.mark.parametrize("body", [b"small body", io.BytesIO(b"streamed body")], ids=["bytes", "stream"])
+def test_a_purge_that_runs_while_a_put_stores_leaves_no_copy_behind(cache: EdgeCache, body: object,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # A purge (another executor thread) between the disk write and the memory copy removes the disk entry;
+    # the memory copy made after it must not bring the purged response back.
+    write = cache.disk.put
+
+    def write_then_purge(*args: object, **kwargs: object) -> int:
+        size = write(*args, **kwargs)  # type: ignore[arg-type]
+        cache.purge_tags(["page"])
+        return size
+
+    monkeypatch.setattr(cache.disk, "put", write_then_purge)
+    try:
+        cache.put("k", body, "text/plain", strong_etag("0" * 64), ["page"])  # type: ignore[arg-type]
+    except ValueError:
+        pass  # the streamed entry was purged before it could be read back: nothing stored either way
+    monkeypatch.undo()
+    assert cache.memory.hit("k") is None  # what the hit path reads, without looking at the disk tier
+    assert cache.get("k") is None
