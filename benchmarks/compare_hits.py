@@ -1,15 +1,15 @@
-"""The edge of two checkouts side by side: CPU per hit and hits per core, in interleaved rounds.
+"""Two checkouts side by side: what a hit costs the whole system, per core, in interleaved rounds.
 
     .venv/bin/python -m benchmarks.compare_hits --before /path/to/old/checkout [--after .] [--rounds 5]
 
-For a change to the hit path (the before/after pair `make bench-hits` is judged by), measured on a shared machine: one ``assetcdn up`` (one edge, one
-worker) is started from each checkout (its code is what that edge runs), both edges pinned to core 0,
-wrk (``-t2 -c64``) and both control planes to core 1. The 5 KB and 100 KB files of
-benchmarks/hits_bench.py are uploaded to each and warmed. Each round runs every size on both edges
-in turn (the order alternates per round), so the machine's load weighs on both alike. Printed per
-size: medians of req/s, worker CPU (cores) and microseconds of worker CPU per hit, and the ratio.
-Also Varnish (benchmarks/hits_bench.py's configuration, in front of the "after" control plane) when
-``--varnish`` is given, for the ratio to it in the same rounds. Loopback only; bounded.
+The before/after pair a change to the hit path is judged by, on a shared machine: one ``assetcdn up`` (one
+edge, one worker) is started from each checkout (its code is what that system runs); each system's edge and
+control are pinned together to core 0 and counted together (until ``SETTLE_S`` after a run, when control has
+taken its last analytics flush), as in benchmarks/hits_bench.py; Varnish (that benchmark's configuration, in
+front of the "after" control plane) on core 0 too, as the anchor; wrk (``-t2 -c64``) on core 1. The 5 KB and
+100 KB files are uploaded to each and warmed. Each round runs every size on every server in turn (the order
+rotates per round), so the machine's load weighs on all alike. Printed per size: medians of req/s, CPU
+(cores), microseconds of CPU per hit and the ratio to "before". Loopback only; bounded.
 """
 
 from __future__ import annotations
@@ -24,15 +24,16 @@ import time
 from pathlib import Path
 
 from benchmarks.hits_bench import (
+    SETTLE_S,
     Server,
-    edge_server,
     prepare_files,
+    run_one,
     start_varnish,
     stop,
     wait_up,
     warm,
+    whole_system,
 )
-from benchmarks.load import run_wrk
 from benchmarks.measure import load_average, machine, pin, process_tree
 from tests.integration.harness import RunningCdn, free_port_block, start_cdn
 
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=64)
-    parser.add_argument("--varnish", action="store_true")
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     prefix = ("taskset", "-c", "1")
     print(f"# compare_hits: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
@@ -70,33 +71,27 @@ def main(argv: list[str] | None = None) -> int:
             for name, checkout in (("before", args.before.resolve()), ("after", args.after.resolve())):
                 (workdir / name).mkdir()
                 cdn = cdns[name] = start_from(checkout, workdir / name)
-                pin(cdn.pids("-m assetcdn.control "), "1")
-                servers[name] = edge_server(cdn)
+                servers[name], _ = whole_system(cdn)  # what a hit costs the system: the edge and control, counted
                 pin(servers[name].pids, "0")
                 paths, bodies = asyncio.run(prepare_files(cdn, SIZES))
                 asyncio.run(warm(servers[name].base, list(paths.values()), bodies))
-            if args.varnish:
-                control_port = int(cdns["after"].control_url.rsplit(":", 1)[1])
-                varnish = start_varnish(workdir, free_port_block(1), control_port, "0")
-                asyncio.run(wait_up(varnish.base + "/"))
-                assert varnish.process is not None
-                varnish.pids = process_tree(varnish.process.pid)
-                pin(varnish.pids, "0")
-                asyncio.run(warm(varnish.base, list(paths.values())))
-                servers["varnish"] = varnish
+            control_port = int(cdns["after"].control_url.rsplit(":", 1)[1])
+            varnish = start_varnish(workdir, free_port_block(1), control_port, "0")
+            asyncio.run(wait_up(varnish.base + "/"))
+            assert varnish.process is not None
+            varnish.pids = process_tree(varnish.process.pid)
+            pin(varnish.pids, "0")
+            asyncio.run(warm(varnish.base, list(paths.values())))
+            servers["varnish"] = varnish
             results: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
             order = list(servers)
             for round_ in range(args.rounds):
                 for size in SIZES:
                     for name in order:
                         server = servers[name]
-                        before = server.cpu_seconds()
-                        began = time.monotonic()
-                        result = run_wrk(f"{server.base}/{paths[size]}", args.duration, args.connections, 2,
-                                         prefix=prefix)
-                        used = server.cpu_seconds() - before
-                        cores = used / (time.monotonic() - began)
-                        us = used / result.requests * 1e6 if result.requests else 0.0
+                        result, cores = run_one(server, f"{server.base}/{paths[size]}", args, prefix,
+                                                SETTLE_S if name != "varnish" else 0.0)
+                        us = cores * result.duration_s / result.requests * 1e6 if result.requests else 0.0
                         results.setdefault((name, size), []).append((result.rps, cores, us))
                         print(f"round {round_ + 1} {size:>6} {name:>7}: {result.rps:9,.0f} req/s cpu {cores:.2f} "
                               f"{us:6.1f} us/hit (load {load_average()})", flush=True)
