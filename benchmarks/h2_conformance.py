@@ -74,7 +74,7 @@ def main() -> int:
             print(f"# {target}", flush=True)
             results[target] = run(target, Path(tmp) / f"{target}.xml")
     print("\nHTTP/2 conformance (h2spec's generic, http2 and hpack cases"
-          + (", and h2spec itself" if reason is None else "") + ")")
+          + (", and h2spec itself" if reason is None else " rewritten as tests: not h2spec itself") + ")")
     print(f"{'server':8} {'passed':>7} {'failed':>7} {'known':>7} {'skipped':>8}   per group (passed/cases)")
     for target, counts in results.items():
         total = cases(counts, "")

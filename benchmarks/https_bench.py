@@ -9,7 +9,8 @@ files (benchmarks/hits_bench.py's, in the edge's memory tier). One ECDSA P-256 c
 (TLS, one worker, PROXY v2 with ALPN to Varnish) in front of Varnish (malloc storage, HTTP/2 on,
 the VCL of hits_bench fetching from control), and nginx (``ssl http2``, proxy_cache, one worker). Each
 server's whole process tree is pinned to core 0, hitch and Varnish together, so "server CPU" counts
-both; the load generator and control run on core 1 (control at SCHED_IDLE). Per server and size:
+both, and the edge and control together at normal priority (the whole system a hit costs); the load
+generator runs on core 1. Per server and size:
 
 - ``tls h1``: wrk over https with keep-alive (``-t2 -c64``): TLS records, no handshakes after the first;
 - ``h2``: h2load (``-c8 -m16``: 8 connections, 16 streams each) over https with ALPN h2;
