@@ -8,11 +8,13 @@ storage API: 5 KB, 100 KB and 1 MB (held in the edge's memory tier) and 4 MB (la
 tier's object limit: the edge sends it from its disk cache file with sendfile). Varnish (malloc
 storage) and nginx (proxy_cache, one worker) are started as peers of the edge in front of the same
 control plane: they fetch ``/api/storage/<path>`` with the access key and cache it for an hour. Each
-server is pinned to core 0 with taskset; wrk (``-t2 -c64``) runs pinned to core 1. Control is pinned
-to core 0 with the edge, at normal priority, and the edge's figures count the whole system: its CPU
-is the edge's plus control's, from the start of a run until ``SETTLE_S`` after it (control has taken
-the edge's last analytics flush by then); control's own share is printed per run, as microseconds of
-control CPU per hit. Varnish and nginx run on core 0 in their turns with control idle beside them. A bare uvloop + httptools
+server is pinned to core 0 with taskset; wrk (``-t2 -c64``) runs pinned to core 1. The edge's figures
+count the whole system, every process of ``assetcdn up`` (the supervisor, control, the edge and any image
+worker), all pinned to core 0 at normal priority: the process tree is walked again before each run (and
+pinned) and at each CPU reading, so a process started late is pinned and counted, and one that ended is
+counted through its parent's reaped-children CPU. Its CPU runs from the start of a run until ``SETTLE_S``
+after it (control has taken the edge's last analytics flush by then); control's own share is printed per
+run, as microseconds of control CPU per hit. Varnish and nginx run on core 0 in their turns with control idle beside them. A bare uvloop + httptools
 server (benchmarks/bare_server.py) serves the same files as a fourth "server": the floor of any
 Python server here. Before the rounds, the loopback ceiling (``loopback_ceiling``). Every URL is warmed until it is a
 hit on every server. Then ``--rounds`` rounds, each running every size on every server in turn
@@ -96,12 +98,26 @@ class Server:
     base: str
     pids: list[int]
     process: subprocess.Popen[bytes] | None = None
+    # When set, ``pids`` is every process under these roots, walked again at each reading: a process
+    # started after the first walk (an image worker at the first transform) is counted, and the CPU of
+    # one that ends is kept by its parent's reaped-children figures.
+    roots: tuple[int, ...] = ()
+
+    def refresh(self) -> list[int]:
+        if self.roots:
+            self.pids = process_tree(*self.roots)
+        return self.pids
+
+    def pin(self, core: str) -> list[int]:
+        """Every process of the server onto ``core`` (its tree walked again first); the pids pinned."""
+        pin(self.refresh(), core)
+        return self.pids
 
     def cpu_seconds(self) -> float:
-        return cpu_seconds(self.pids)
+        return cpu_seconds(self.refresh(), reaped_children=bool(self.roots))
 
     def rss_bytes(self) -> int:
-        return rss_bytes(self.pids)
+        return rss_bytes(self.refresh())
 
 
 @dataclass
@@ -271,10 +287,13 @@ def edge_server(cdn: RunningCdn) -> Server:
 
 
 def whole_system(cdn: RunningCdn) -> tuple[Server, Server]:
-    """The edge plus control as one server (what a hit costs the system), and control alone."""
-    control = Server("control", cdn.control_url, cdn.pids("-m assetcdn.control "))
-    edge = edge_server(cdn)
-    return Server("edge", edge.base, edge.pids + control.pids), control
+    """Everything of ours as one server named "edge" (what a hit costs the system): the `up` supervisor and
+    every process under it (control, the edge, image workers, whenever they start); and control alone."""
+    control_roots = tuple(cdn.pids("-m assetcdn.control "))
+    control = Server("control", cdn.control_url, process_tree(*control_roots), roots=control_roots)
+    system = Server("edge", cdn.edge_urls[0], [], roots=(cdn.process.pid,))
+    system.refresh()
+    return system, control
 
 
 def loopback_ceiling(workdir: Path, server_core: str, load_core: str, seconds: float = 3.0,
@@ -335,7 +354,7 @@ def measure(args: argparse.Namespace) -> None:
         try:
             control_port = int(cdn.control_url.rsplit(":", 1)[1])
             edge, control = whole_system(cdn)
-            pin(edge.pids, server_core)  # the edge and control
+            edge.pin(server_core)  # the `up` supervisor, control, the edge and its workers
             base = free_port_block(3)
             varnish = start_varnish(workdir, base, control_port, server_core)
             nginx = start_nginx(workdir, base + 1, control_port, server_core)
@@ -352,8 +371,8 @@ def measure(args: argparse.Namespace) -> None:
                      {"varnish": varnish, "nginx": nginx, "edge": edge, "bare": bare}.items() if name in args.servers}
             for server in every.values():
                 asyncio.run(warm(server.base, list(paths.values()), bodies))
-            print(f"# warmed; pinned servers (the edge with control) to core {server_core}, wrk to core "
-                  f"{load_core}; load average {load_average()}")
+            print(f"# warmed; pinned servers to core {server_core} (as \"edge\": every process of `up`, pids "
+                  f"{edge.pin(server_core)}), wrk to core {load_core}; load average {load_average()}")
             print(f"# loopback ceiling (8 TCP connections, sendfile -> recv_into, no HTTP): "
                   f"{loopback_ceiling(workdir, server_core, load_core):,.0f} MiB/s", flush=True)
             results = Results()
@@ -361,6 +380,8 @@ def measure(args: argparse.Namespace) -> None:
             for round_ in range(args.rounds):
                 for label, path in paths.items():
                     for name in order:
+                        if every[name].roots:  # a process started since the last walk is pinned too
+                            every[name].pin(server_core)
                         control_before = control.cpu_seconds()
                         result, cores = run_one(every[name], f"{every[name].base}/{path}", args, wrk_prefix,
                                                 SETTLE_S if name == "edge" else 0.0)

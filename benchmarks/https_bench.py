@@ -9,8 +9,10 @@ files (benchmarks/hits_bench.py's, in the edge's memory tier). One ECDSA P-256 c
 (TLS, one worker, PROXY v2 with ALPN to Varnish) in front of Varnish (malloc storage, HTTP/2 on,
 the VCL of hits_bench fetching from control), and nginx (``ssl http2``, proxy_cache, one worker). Each
 server's whole process tree is pinned to core 0, hitch and Varnish together, so "server CPU" counts
-both, and the edge and control together at normal priority (the whole system a hit costs); the load
-generator runs on core 1. Per server and size:
+both, and every process of ``assetcdn up`` (supervisor, control, the edge, any image worker) together at
+normal priority (the whole system a hit costs; the tree is walked again before each run and at each CPU
+reading, as in benchmarks/hits_bench.py); the load generator runs on core 1. The edge's CPU is read until
+``SETTLE_S`` after each run, when control has taken the run's last analytics flush. Per server and size:
 
 - ``tls h1``: wrk over https with keep-alive (``-t2 -c64``): TLS records, no handshakes after the first;
 - ``h2``: h2load (``-c8 -m16``: 8 connections, 16 streams each) over https with ALPN h2;
@@ -45,6 +47,7 @@ import aiohttp
 
 from benchmarks import measure
 from benchmarks.hits_bench import (
+    SETTLE_S,
     VCL,
     Server,
     prepare_files,
@@ -52,7 +55,7 @@ from benchmarks.hits_bench import (
     whole_system,
 )
 from benchmarks.load import run_wrk
-from benchmarks.measure import load_average, machine, pin, process_tree, tool_path
+from benchmarks.measure import load_average, machine, process_tree, tool_path
 from benchmarks.nginx_conf import TlsFiles, nginx_conf
 from tests.edge.tls.certs import TestCa
 from tests.integration.harness import KEYS, free_port_block, start_cdn
@@ -173,7 +176,9 @@ def run_s_time(url: str, duration: float, prefix: tuple[str, ...]) -> tuple[floa
     return connections / (time.monotonic() - began), not_resumed
 
 
-def measure_one(server: Server, mode: str, url: str, args: argparse.Namespace, prefix: tuple[str, ...]) -> Sample:
+def measure_one(server: Server, mode: str, url: str, args: argparse.Namespace, prefix: tuple[str, ...],
+                settle_s: float = 0.0) -> Sample:
+    """One load run; the server's CPU from its start until ``settle_s`` after it, per second of the run."""
     before = server.cpu_seconds()
     began = time.monotonic()
     if mode in H2LOAD_STREAMS:
@@ -184,7 +189,9 @@ def measure_one(server: Server, mode: str, url: str, args: argparse.Namespace, p
         headers = ("Connection: close",) if mode == "new conn" else ()
         result = run_wrk(url, args.duration, args.connections, 2, prefix=prefix, headers=headers)
         rps, errors = result.rps, result.errors
-    cores = (server.cpu_seconds() - before) / (time.monotonic() - began)
+    elapsed = time.monotonic() - began
+    time.sleep(settle_s)
+    cores = (server.cpu_seconds() - before) / elapsed
     return Sample(rps, cores, errors)
 
 
@@ -242,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             # and counted in its per-core figure, at normal priority.
             edge, _control = whole_system(cdn)
             edge.base = f"https://localhost:{edge_https}"
-            pin(edge.pids, core)
+            edge.pin(core)
             hitch, varnish = start_hitch_varnish(workdir, base + 1, base + 2, control_port, pem, core)
             nginx = start_nginx_tls(workdir, base + 3, control_port, cert, key, core)
             processes = [hitch, varnish, nginx]
@@ -255,9 +262,10 @@ def main(argv: list[str] | None = None) -> int:
                 asyncio.run(warm(server.base, list(paths.values()), bodies))
                 if roots[server.name]:  # the whole tree, once its workers are running
                     server.pids = process_tree(*roots[server.name])
-                pin(server.pids, core)
-            print(f"# warmed; servers pinned to core {core} (edge and control together, hitch and Varnish "
-                  f"together), load generator on core {load_core}; load average {load_average()}", flush=True)
+                server.pin(core)
+            print(f"# warmed; servers pinned to core {core} (as \"edge\": every process of `up`, pids "
+                  f"{edge.pids}; hitch and Varnish together), load generator on core {load_core}; "
+                  f"load average {load_average()}", flush=True)
             samples: dict[tuple[str, str, str], list[Sample]] = {}
             for round_index in range(args.rounds):
                 order = list(SERVERS[round_index % 3:] + SERVERS[:round_index % 3])
@@ -266,7 +274,10 @@ def main(argv: list[str] | None = None) -> int:
                         for name in order:
                             server = servers[name]
                             url = f"{server.base}/{paths[size]}"
-                            sample = measure_one(server, mode, url, args, prefix)
+                            if server.roots:  # a process started since the last walk is pinned too
+                                server.pin(core)
+                            sample = measure_one(server, mode, url, args, prefix,
+                                                 SETTLE_S if name == "edge" else 0.0)
                             samples.setdefault((name, mode, size), []).append(sample)
                             print(f"# round {round_index + 1} {mode} {size} {name}: {sample.rps:,.0f} req/s, "
                                   f"{sample.cpu:.2f} cores, {sample.errors} errors; load {load_average()}", flush=True)

@@ -5,9 +5,12 @@
 One ``assetcdn up`` (control and one edge with one worker and an https port), the 5 KB and 100 KB files
 of benchmarks/hits_bench.py in the edge's memory tier. py-spy is not a dependency, so the worker profiles
 itself: a ``sitecustomize`` module put first on the path of ``up``'s processes starts ``cProfile`` in the
-edge worker (its command line names ``edge-0``) and writes the statistics on SIGUSR2. Per size, h2load
-(``-c8 -m<streams>``, on core 1) runs while the worker (core 0) is profiled; printed: the functions by
-their own time (tottime) and the worker's CPU per request from a run without the profiler.
+edge worker (its command line names ``edge-0``) and writes the statistics on SIGUSR2. Every process of
+``up`` (the supervisor, control, the edge worker, any image worker) is pinned to core 0, the tree walked
+again before each size, as benchmarks/hits_bench.py pins what it measures; h2load (``-c8 -m<streams>``) runs
+on core 1. Per size, h2load runs while the worker is profiled; printed: the functions by their own time
+(tottime), and the CPU per request of the worker and of the whole system (every process of ``up``, read
+``SETTLE_S`` after the run, when control has taken its last analytics flush), both under the profiler.
 
 cProfile counts calls, so functions called per frame or per field look dearer than they are; the
 ranking, not the microseconds, is what to read. Loopback only; everything started is stopped at the end.
@@ -27,9 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.hits_bench import edge_server, prepare_files
+from benchmarks.hits_bench import SETTLE_S, edge_server, prepare_files, whole_system
 from benchmarks.https_bench import require_tools, run_h2load, warm
-from benchmarks.measure import load_average, machine, pin
+from benchmarks.measure import load_average, machine
 from tests.edge.tls.certs import TestCa
 from tests.integration.harness import free_port_block, start_cdn
 
@@ -78,17 +81,21 @@ def main(argv: list[str] | None = None) -> int:
         (workdir / "cdn").mkdir()
         cdn = start_cdn(workdir / "cdn", workers=1, env_extra=env)
         try:
-            pin(cdn.pids("-m assetcdn.control "), args.load_core)
+            system, _control = whole_system(cdn)
+            system.pin(args.server_core)
             edge = edge_server(cdn)
-            pin(edge.pids, args.server_core)
             worker = edge.pids[0]
             paths, bodies = asyncio.run(prepare_files(cdn, SIZES))
             base = f"https://localhost:{port}"
             asyncio.run(warm(base, list(paths.values()), bodies))
             for size in SIZES:
                 url = f"{base}/{paths[size]}"
+                pinned = system.pin(args.server_core)  # a process started since the last walk too
+                print(f"# {size}: every process of `up` (pids {pinned}; the worker is {worker}) pinned to core "
+                      f"{args.server_core}, h2load to core {args.load_core}", flush=True)
                 os.kill(worker, signal.SIGUSR1)
-                before = edge.cpu_seconds()
+                before, system_before = edge.cpu_seconds(), system.cpu_seconds()
+                began = time.monotonic()
                 rps, errors = run_h2load(url, args.duration, prefix, args.streams)
                 used = edge.cpu_seconds() - before
                 os.kill(worker, signal.SIGUSR2)
@@ -96,9 +103,12 @@ def main(argv: list[str] | None = None) -> int:
                 while not stats.exists() and time.monotonic() < deadline:
                     time.sleep(0.1)
                 time.sleep(0.5)  # the dump is written by the worker between two loop turns
+                time.sleep(max(0.0, began + args.duration + SETTLE_S - time.monotonic()))
+                system_used = system.cpu_seconds() - system_before
+                requests = max(1.0, rps * args.duration)
                 print(f"## {size}: {rps:,.0f} req/s under the profiler, {errors} errors, "
-                      f"{used / max(1.0, rps * args.duration) * 1e6:.0f} us of worker CPU per request "
-                      f"(profiled); load average {load_average()}")
+                      f"{used / requests * 1e6:.0f} us of worker CPU and {system_used / requests * 1e6:.0f} us "
+                      f"of whole-system CPU per request (profiled); load average {load_average()}")
                 out = io.StringIO()
                 pstats.Stats(str(stats), stream=out).sort_stats("tottime").print_stats(args.top)
                 print(out.getvalue())

@@ -3,11 +3,13 @@
     .venv/bin/python -m benchmarks.profile_hits [--duration 10] [--out benchmarks/profiles] [--perf]
 
 One ``assetcdn up`` (control and one edge with one worker), the 5 KB and 100 KB files of
-benchmarks/hits_bench.py uploaded and warmed. The edge worker is pinned to core 0, wrk (``-t2 -c64``)
-and control to core 1. Per size: wrk runs while ``py-spy record --native --nonblocking`` samples the
-worker (SVG flame graph ``hit-<size>.svg``; a speedscope JSON, read for the breakdown printed by
-category: ``CATEGORIES``); the worker's CPU time over the requests wrk counted gives the
-microseconds of CPU per hit. With ``--perf``, a second run per size
+benchmarks/hits_bench.py uploaded and warmed. Every process of ``up`` (the supervisor, control, the edge
+worker, any image worker) is pinned to core 0, the tree walked again before each size, as
+benchmarks/hits_bench.py pins what it measures; wrk (``-t2 -c64``) runs on core 1. Per size: wrk runs while
+``py-spy record --native --nonblocking`` samples the worker (SVG flame graph ``hit-<size>.svg``; a
+speedscope JSON, read for the breakdown printed by category: ``CATEGORIES``); the worker's CPU time over
+the requests wrk counted gives the microseconds of CPU per hit, and the whole system's (every process of
+``up``, read ``SETTLE_S`` after the run) is printed beside it. With ``--perf``, a second run per size
 under ``perf record`` gives the share per binary (kernel, libpython, httptools, uvloop, libc).
 
 py-spy and perf slow the process they sample, so the req/s printed here is not a benchmark figure
@@ -29,9 +31,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.hits_bench import Server, edge_server, prepare_files, warm
+from benchmarks.hits_bench import SETTLE_S, Server, edge_server, prepare_files, warm, whole_system
 from benchmarks.load import run_wrk
-from benchmarks.measure import load_average, machine, pin
+from benchmarks.measure import load_average, machine
 from tests.integration.harness import start_cdn
 
 SIZES = ("5 KB", "100 KB")
@@ -47,12 +49,17 @@ def py_spy() -> str:
     return which
 
 
-def cpu_per_hit(edge: Server, url: str, args: argparse.Namespace, prefix: tuple[str, ...]) -> tuple[float, float]:
-    """(req/s, microseconds of worker CPU per request) for one wrk run without a profiler."""
-    before = edge.cpu_seconds()
+def cpu_per_hit(edge: Server, system: Server, url: str, args: argparse.Namespace,
+                prefix: tuple[str, ...]) -> tuple[float, float, float]:
+    """(req/s, microseconds of worker CPU per request, microseconds of whole-system CPU per request) for one
+    wrk run without a profiler; the system's CPU is read ``SETTLE_S`` after the run."""
+    before, system_before = edge.cpu_seconds(), system.cpu_seconds()
     result = run_wrk(url, args.duration, args.connections, 2, prefix=prefix)
     used = edge.cpu_seconds() - before
-    return result.rps, used / result.requests * 1e6 if result.requests else 0.0
+    time.sleep(SETTLE_S)
+    system_used = system.cpu_seconds() - system_before
+    requests = max(result.requests, 1)
+    return result.rps, used / requests * 1e6, system_used / requests * 1e6
 
 
 def spy(edge_pid: int, url: str, svg: Path, speedscope: Path, args: argparse.Namespace,
@@ -153,16 +160,19 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tmp)
         cdn = start_cdn(workdir, workers=1, env_extra={"ASSETCDN_EDGE_MEMORY_CACHE_MB": "512"})
         try:
-            pin(cdn.pids("-m assetcdn.control "), args.load_core)
+            system, _control = whole_system(cdn)
+            system.pin(args.server_core)
             edge = edge_server(cdn)
-            pin(edge.pids, args.server_core)
             paths, bodies = asyncio.run(prepare_files(cdn))
             asyncio.run(warm(edge.base, list(paths.values()), bodies))
             for size in SIZES:
                 url = f"{edge.base}/{paths[size]}"
-                rps, us = cpu_per_hit(edge, url, args, prefix)
-                print(f"{size}: {rps:,.0f} req/s, {us:.1f} us of worker CPU per hit (no profiler; "
-                      f"load average {load_average()})", flush=True)
+                pinned = system.pin(args.server_core)  # a process started since the last walk too
+                print(f"# {size}: every process of `up` (pids {pinned}; the worker is {edge.pids[0]}) pinned to "
+                      f"core {args.server_core}, wrk to core {args.load_core}", flush=True)
+                rps, us, system_us = cpu_per_hit(edge, system, url, args, prefix)
+                print(f"{size}: {rps:,.0f} req/s, {us:.1f} us of worker CPU and {system_us:.1f} us of whole-system "
+                      f"CPU per hit (no profiler; load average {load_average()})", flush=True)
                 name = "hit-" + size.replace(" ", "").lower()
                 speedscope = workdir / f"{name}.speedscope.json"
                 spy(edge.pids[0], url, args.out / f"{name}.svg", speedscope, args, prefix)
