@@ -9,8 +9,11 @@ Last-Modified and ``Cache-Control: max-age=3600``. One control plane and one edg
 are started as peers in front of the same origin when installed. Each server is filled with ``--objects``
 distinct URLs (a GET each: a miss, stored), then each URL is asked for once more (a hit); its resident
 memory (VmRSS of all its processes, read from /proc) before the fill and after the hits gives the bytes
-per cached object. For the edge, its worker's Pss and where its entries ended up (the memory tier's
-count and bytes, from ``/api/health``) are printed too.
+per cached object. For ``assetcdn up``, two rows, both read in the same run: "edge RSS", the edge's
+processes (its worker and anything under it: the figure of the goal, 100,000 cached 1 KB objects in at
+most 200 MB of edge RSS), and "whole system", every process of ``up`` (the supervisor, control, the edge),
+what the user's machine holds; control's own share is printed apart. The edge's worker's Pss and where
+its entries ended up (the memory tier's count and bytes, from ``/api/health``) are printed too.
 
 Loopback only; everything started is stopped at the end.
 """
@@ -278,16 +281,23 @@ async def memory_tier(edge_url: str) -> dict[str, int]:
         return cache
 
 
-def measure(server: Server, paths: list[str], concurrency: int) -> tuple[int, int]:
-    before = rss_bytes(server.pids())
+def measure(server: Server, paths: list[str], concurrency: int,
+            also: dict[str, Callable[[], list[int]]] | None = None) -> list[tuple[str, int, int]]:
+    """(name, RSS before, RSS after) of ``server`` and of each of the other process sets in ``also``, all
+    read at the same moments around the one fill."""
+    accounts = {server.name: server.pids, **(also or {})}
+    before = {name: rss_bytes(pids()) for name, pids in accounts.items()}
     began = time.monotonic()
     asyncio.run(get_each(server.base, paths, concurrency, expect_hit=False))
     filled = time.monotonic() - began
     asyncio.run(get_each(server.base, paths, concurrency, expect_hit=True))
-    after = rss_bytes(server.pids())
-    print(f"{server.name}: filled in {filled:.0f} s, RSS {before / MB:,.1f} -> {after / MB:,.1f} MiB, "
-          f"{(after - before) / len(paths):,.0f} bytes per object (load {load_average()})", flush=True)
-    return before, after
+    after = {name: rss_bytes(pids()) for name, pids in accounts.items()}
+    print(f"{server.name}: filled in {filled:.0f} s (load {load_average()})", flush=True)
+    for name in accounts:
+        print(f"  {name}: RSS {before[name] / MB:,.1f} -> {after[name] / MB:,.1f} MiB, "
+              f"{(after[name] - before[name]) / len(paths):,.0f} bytes per object "
+              f"(pids {accounts[name]()})", flush=True)
+    return [(name, before[name], after[name]) for name in accounts]
 
 
 def main() -> None:
@@ -323,9 +333,13 @@ def main() -> None:
             cdn = start_cdn(workdir / "cdn", workers=1, env_extra=env)
             asyncio.run(create_pull_zone(cdn, f"http://127.0.0.1:{origin_port}"))
             running = cdn
-            edge = Server("edge (1 worker)", f"{cdn.edge_urls[0]}/{ZONE}", lambda: running.pids("--name edge-0"))
-            before, after = measure(edge, paths, args.concurrency)
-            rows.append((edge.name, before, after))
+            edge = Server("edge (1 worker): edge RSS, the goal's figure", f"{cdn.edge_urls[0]}/{ZONE}",
+                          lambda: process_tree(*running.pids("--name edge-0")))
+            rows += measure(edge, paths, args.concurrency, {
+                "control (with the `up` supervisor)": lambda: process_tree(*running.pids("-m assetcdn.control "))
+                + [running.process.pid],
+                "whole system (every process of `up`: edge + control + supervisor)":
+                    lambda: process_tree(running.process.pid)})
             stats = asyncio.run(memory_tier(cdn.edge_urls[0]))
             print(f"  edge memory tier: {stats['memory_entries']:,} entries, {stats['memory_bytes'] / MB:,.1f} MiB "
                   f"of {stats['memory_limit_bytes'] / MB:,.0f} MiB; disk tier {stats['disk_entries']:,} entries; "
@@ -338,8 +352,7 @@ def main() -> None:
                     continue
                 peers.append(peer)
                 asyncio.run(wait_up(peer.base + "/"))
-                before, after = measure(peer, paths, args.concurrency)
-                rows.append((peer.name, before, after))
+                rows += measure(peer, paths, args.concurrency)
                 stop(peer.process)
         finally:
             for peer in peers:
@@ -348,7 +361,7 @@ def main() -> None:
                 cdn.stop()
             stop(origin)
     print(f"\n# resident memory, {args.objects:,} objects of {len(BODY)} bytes cached from a {kind} origin "
-          f"(load average after: {load_average()})\n")
+          f"(load average after: {load_average()}); VmRSS summed over the processes of each row\n")
     print("| server | RSS before | RSS after the fill and a hit each | per cached object |")
     print("|---|---:|---:|---:|")
     for name, before, after in rows:
