@@ -15,6 +15,12 @@ that cache and the suite's CLI runs every test through it:
   ``/test/``, ``/config/`` and ``/state/`` requests to it. Loopback origins are allowed for this run only
   (``[origin] allow_loopback``).
 
+The anchors are always run beside the edge, in the same run: ``--only GROUP`` (repeatable) narrows the
+suite to some of its test groups (their ids, e.g. ``cc-freshness``: run through the suite's own runner by
+``cache_conformance_run.mjs``), never the caches compared. The edge's run starts once it serves the pull
+zone: a known path of the suite's origin (``/test/<probe>``, which the origin answers 409) asked through
+the zone until the origin's answer comes back, not the edge's 404.
+
 Each cache's raw results (the CLI's JSON) are scored with the suite's own classification (its
 ``determineTestResult``: required pass or fail, optimal pass or fail, check yes or no, setup and
 dependency failures apart) by ``cache_conformance_score.mjs``, and printed as one table. ``--out DIR``
@@ -33,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -47,6 +54,11 @@ SUITE_PACKAGE = "http-cache-tests"
 SUITE_VERSION = "0.4.5"
 INSTALL_DIR = ROOT / ".conformance"
 SCORER = Path(__file__).with_name("cache_conformance_score.mjs")
+RUNNER = Path(__file__).with_name("cache_conformance_run.mjs")
+ZONE_WAIT_S = 60.0
+# A test id the suite never configures: its origin answers /test/<it> 409 "Requests not found for <it>",
+# and keeps no state for it.
+ZONE_PROBE = "assetcdn-zone-probe"
 VARNISH_PARAMETERS = ["-p", "default_ttl=0", "-p", "default_grace=0", "-p", "default_keep=3600"]
 VCL = 'vcl 4.1;\nbackend default {{ .host = "127.0.0.1"; .port = "{port}"; }}\n'
 NGINX_CONF = """daemon off;
@@ -142,17 +154,27 @@ def suite_origin(suite: Path, port: int, workdir: Path) -> tuple[list[str], dict
         "npm_config_pidfile": str(workdir / "origin.pid")}
 
 
-def run_suite(suite: Path, base: str) -> dict[str, object]:
-    """The suite's CLI through the cache at `base`: its raw results."""
-    completed = subprocess.run(["npm", "run", "--silent", "cli", f"--base={base}"], cwd=suite, check=True,
-                               capture_output=True, timeout=900)
+def suite_groups(suite: Path) -> list[str]:
+    """The ids of the suite's test groups, as its CLI runs them."""
+    completed = subprocess.run(["node", str(RUNNER), str(suite), "--groups"], check=True, capture_output=True,
+                               timeout=60)
+    groups: list[str] = json.loads(completed.stdout)
+    return groups
+
+
+def run_suite(suite: Path, base: str, groups: list[str] | None = None) -> dict[str, object]:
+    """The suite's CLI through the cache at `base` (only the tests of `groups` when given): its raw results."""
+    command = (["npm", "run", "--silent", "cli", f"--base={base}"] if groups is None
+               else ["node", "--no-warnings", str(RUNNER), str(suite), base, ",".join(groups)])
+    completed = subprocess.run(command, cwd=suite, check=True, capture_output=True, timeout=900)
     results: dict[str, object] = json.loads(completed.stdout)
     return results
 
 
-def score(suite: Path, results_file: Path) -> Score:
-    completed = subprocess.run(["node", str(SCORER), str(suite), str(results_file)], check=True,
-                               capture_output=True, timeout=60)
+def score(suite: Path, results_file: Path, groups: list[str] | None = None) -> Score:
+    completed = subprocess.run(["node", str(SCORER), str(suite), str(results_file), *([",".join(groups)] if groups
+                                                                                    else [])],
+                               check=True, capture_output=True, timeout=60)
     data = json.loads(completed.stdout)
     return Score(data["counts"], data["failed"]["required"])
 
@@ -192,9 +214,31 @@ def assetcdn(workdir: Path, origin: int) -> Iterator[str]:
         with urllib.request.urlopen(request, timeout=30) as answer:
             if answer.status != 201:
                 raise RuntimeError(f"the pull zone was not created: {answer.status}")
-        yield f"{cdn.edge_urls[0]}/{PULL_ZONE}"
+        base = f"{cdn.edge_urls[0]}/{PULL_ZONE}"
+        wait_zone_served(base)
+        yield base
     finally:
         cdn.stop()
+
+
+def wait_zone_served(base: str, timeout_s: float = ZONE_WAIT_S) -> None:
+    """Returns once the edge forwards the zone's requests to the suite's origin: ZONE_PROBE's test path, asked
+    at ``base``, comes back with the origin's own answer (not the edge's 404 for a zone it does not have)."""
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{base}/test/{ZONE_PROBE}", timeout=10) as answer:
+                status, body = answer.status, answer.read()
+        except urllib.error.HTTPError as error:
+            status, body = error.code, error.read()
+        except OSError as error:
+            status, body = 0, str(error).encode()
+        if status == 409 and f"Requests not found for {ZONE_PROBE}".encode() in body:
+            return
+        last = f"{status} {body[:200]!r}"
+        time.sleep(0.1)  # the edge takes the zone from control's next configuration push: nothing to wait on
+    raise RuntimeError(f"the edge did not serve the pull zone within {timeout_s:.0f} s (last answer: {last})")
 
 
 def table(scores: dict[str, Score]) -> str:
@@ -209,11 +253,15 @@ def table(scores: dict[str, Score]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--out", type=Path, help="keep each cache's raw results (<cache>.json) here")
-    parser.add_argument("--only", choices=sorted(CACHES), action="append", help="run only these caches")
+    parser.add_argument("--only", action="append", metavar="GROUP",
+                        help="run only this test group of the suite (its id, e.g. cc-freshness; repeatable) "
+                             "through every cache; the anchors always run")
     args = parser.parse_args(argv)
     require_tools(("node", "npm", "varnishd", "nginx"), "conformance")
     suite = install_suite()
-    names = args.only or list(CACHES)
+    groups: list[str] | None = args.only
+    if groups is not None and (unknown := sorted(set(groups) - set(suite_groups(suite)))):
+        parser.error(f"--only: no test group {', '.join(unknown)} (the suite's: {', '.join(suite_groups(suite))})")
     scores: dict[str, Score] = {}
     with tempfile.TemporaryDirectory(prefix="cache-conformance-") as tmp:
         workdir = Path(tmp)
@@ -222,22 +270,23 @@ def main(argv: list[str] | None = None) -> int:
         cache_port = origin_port + 1
         command, env = suite_origin(suite, origin_port, workdir)
         with running(command, origin_port, env):
-            for name in names:
+            for name in CACHES:
                 cache_dir = workdir / name
                 cache_dir.mkdir()
                 os.chmod(cache_dir, 0o755)
                 if name == "assetcdn":
                     with assetcdn(cache_dir, origin_port) as base:
-                        results = run_suite(suite, base)
+                        results = run_suite(suite, base, groups)
                 else:
                     with running(ANCHORS[name](cache_dir, cache_port, origin_port), cache_port):
-                        results = run_suite(suite, f"http://127.0.0.1:{cache_port}")
+                        results = run_suite(suite, f"http://127.0.0.1:{cache_port}", groups)
                 raw = (args.out or cache_dir) / f"{name}.json"
                 raw.parent.mkdir(parents=True, exist_ok=True)
                 raw.write_text(json.dumps(results, indent=2))
-                scores[name] = score(suite, raw)
+                scores[name] = score(suite, raw, groups)
                 print(f"{name}: done", file=sys.stderr)
-    print(f"http-cache-tests {SUITE_VERSION}, scored with its own classification\n")
+    print(f"http-cache-tests {SUITE_VERSION}, scored with its own classification; "
+          f"{'test groups ' + ', '.join(groups) if groups else 'every test'}, every cache in this run\n")
     print(table(scores))
     for name, result in scores.items():
         print(f"\n{name}: required failures: {', '.join(result.failed_required) or 'none'}")

@@ -1107,12 +1107,14 @@ KNOWN_GAPS: dict[str, tuple[str, bool]] = {
     "http2/6.3/1": ("libnghttp2 ignores PRIORITY frames, even on stream 0", True),
 }
 TARGET = os.environ.get("H2_CONFORMANCE_TARGET", "edge")
+# benchmarks/h2_conformance.py compares servers: every server then gets the same cases, waits and expectations.
+COMPARING = os.environ.get("H2_CONFORMANCE_COMPARE") == "1"
 KNOWN_GAP_WAIT_S = 2.0  # a known gap fails by silence: waiting the whole WAIT_S for it only slows the suite
 
 
 def parameters() -> list[object]:
-    """Every case, those of KNOWN_GAPS expected to fail on the edge (and not on another server)."""
-    if TARGET != "edge":
+    """Every case, those of KNOWN_GAPS expected to fail on the edge (and not on another server, nor when comparing)."""
+    if TARGET != "edge" or COMPARING:
         return list(CASES)
     return [pytest.param(case_id, marks=pytest.mark.xfail(reason=KNOWN_GAPS[case_id][0],
                                                            strict=KNOWN_GAPS[case_id][1]))
@@ -1121,7 +1123,8 @@ def parameters() -> list[object]:
 
 @pytest.mark.parametrize("case_id", parameters())
 def test_h2spec_case(target: Target, case_id: str) -> None:
-    conn = Conn(target, wait_s=KNOWN_GAP_WAIT_S if TARGET == "edge" and case_id in KNOWN_GAPS else WAIT_S)
+    short = TARGET == "edge" and not COMPARING and case_id in KNOWN_GAPS
+    conn = Conn(target, wait_s=KNOWN_GAP_WAIT_S if short else WAIT_S)
     try:
         CASES[case_id](conn)
     finally:
