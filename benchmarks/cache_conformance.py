@@ -16,8 +16,8 @@ that cache and the suite's CLI runs every test through it:
   (``[origin] allow_loopback``).
 
 The anchors are always run beside the edge, in the same run: ``--only GROUP`` (repeatable) narrows the
-suite to some of its test groups (their ids, e.g. ``cc-freshness``: run through the suite's own runner by
-``cache_conformance_run.mjs``), never the caches compared. The edge's run starts once it serves the pull
+suite to some of its test groups (their ids, e.g. ``cc-freshness``; run with the tests they depend on,
+through the suite's own runner, by ``cache_conformance_run.mjs``), never the caches compared. The edge's run starts once it serves the pull
 zone: a known path of the suite's origin (``/test/<probe>``, which the origin answers 409) asked through
 the zone until the origin's answer comes back, not the edge's 404.
 
@@ -172,9 +172,9 @@ def run_suite(suite: Path, base: str, groups: list[str] | None = None) -> dict[s
 
 
 def score(suite: Path, results_file: Path, groups: list[str] | None = None) -> Score:
-    completed = subprocess.run(["node", str(SCORER), str(suite), str(results_file), *([",".join(groups)] if groups
-                                                                                    else [])],
-                               check=True, capture_output=True, timeout=60)
+    only = [",".join(groups)] if groups else []
+    completed = subprocess.run(["node", str(SCORER), str(suite), str(results_file), *only], check=True,
+                               capture_output=True, timeout=60)
     data = json.loads(completed.stdout)
     return Score(data["counts"], data["failed"]["required"])
 
