@@ -22,12 +22,14 @@ shared with control: a pull zone's bytes never pass through it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import IO, BinaryIO, cast
 
 from aiohttp import web
@@ -39,7 +41,13 @@ from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.store import SOFT_PURGED
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.node import EdgeNode
-from assetcdn.edge.origin_client import OriginError, OriginResponse, origin_request_headers
+from assetcdn.edge.origin_client import (
+    OriginError,
+    OriginLimits,
+    OriginResponse,
+    OriginTimeout,
+    origin_request_headers,
+)
 from assetcdn.edge.shield import from_edge
 from assetcdn.edge.site_config import PullZone
 from assetcdn.edge.states.deliver import etag_matches, parse_range
@@ -111,25 +119,59 @@ class StoredResponse:
         return StoredResponse(obj, status, headers, fresh)
 
 
+@dataclass(frozen=True, slots=True)
+class Landing:
+    """A flight's outcome as soon as its leader knows it: `kept` when the response is being stored (done once it
+    is in the cache, or given up), None when nothing is kept for the others (they ask the origin themselves)."""
+
+    kept: asyncio.Future[None] | None = None
+
+
 class Flights:
     """One origin request per key at a time: the first request for a key leads (asks the origin, streams the
-    answer to its client, stores it); requests arriving meanwhile wait for it to land, then look up again
-    (their own Vary variant, and whether it may answer them) and ask the origin themselves if it may not."""
+    answer to its client, stores it) and lands the flight as soon as the origin's head says whether the answer is
+    kept; requests arriving meanwhile wait for that (`wait`), then look up again (their own Vary variant, and
+    whether it may answer them) and ask the origin themselves if it may not."""
 
     def __init__(self) -> None:
-        self._waiting: dict[str, asyncio.Future[None]] = {}
+        self._waiting: dict[str, asyncio.Future[Landing]] = {}
 
-    def join(self, key: str) -> asyncio.Future[None] | None:
+    def join(self, key: str) -> asyncio.Future[Landing] | None:
         """The flight to wait for, or None: the caller leads, and must `land` the key."""
         future = self._waiting.get(key)
         if future is None:
             self._waiting[key] = asyncio.get_running_loop().create_future()
         return future
 
-    def land(self, key: str) -> None:
-        future = self._waiting.pop(key, None)
-        if future is not None and not future.done():
-            future.set_result(None)
+    def land(self, key: str, kept: asyncio.Future[None] | None = None) -> None:
+        """Tell the waiters the response's fate. While `kept` is not done, requests for the key still join the
+        flight and wait for it; a flight landed already is left as it is (the leader lands again on its way out)."""
+        future = self._waiting.get(key)
+        if future is None or future.done():
+            return
+        future.set_result(Landing(kept))
+        if kept is None or kept.done():
+            del self._waiting[key]
+        else:
+            kept.add_done_callback(lambda _kept: self._forget(key, future))
+
+    def _forget(self, key: str, future: asyncio.Future[Landing]) -> None:
+        if self._waiting.get(key) is future:
+            del self._waiting[key]
+
+
+async def wait(flight: asyncio.Future[Landing], limits: OriginLimits) -> None:
+    """Wait for a flight: its landing within the origin's first-byte time (TimeoutError past it, as the leader
+    would get from a silent origin), then the body it keeps for as long as the leader may spend reading it (past
+    that the caller finds nothing stored and asks the origin itself)."""
+    landing = await asyncio.wait_for(asyncio.shield(flight), limits.first_byte_timeout_s)
+    if landing.kept is not None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(landing.kept), limits.body_timeout_s)
+
+
+def no_landing(_kept: asyncio.Future[None] | None = None) -> None:
+    """`land` for a request that leads no flight."""
 
 
 FLIGHTS = web.AppKey("pull_flights", Flights)
@@ -173,10 +215,14 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
         waiting = flights.join(flight_key)
         if waiting is None:
             break
-        await asyncio.shield(waiting)
+        try:
+            await wait(waiting, node.origins.limits)
+        except TimeoutError:
+            return await origin_failed(request, zone, path, fields, stored, OriginTimeout(
+                f"no answer from the origin within {node.origins.limits.first_byte_timeout_s:g} s"))
         waited = True
     try:
-        return await ask_origin(request, node, zone, path, url_key, fields, stored)
+        return await ask_origin(request, node, zone, path, url_key, fields, stored, partial(flights.land, flight_key))
     finally:
         flights.land(flight_key)
 
@@ -215,40 +261,54 @@ def forwarded_headers(request: web.Request, zone: PullZone, stored: StoredRespon
     return headers
 
 
+Land = Callable[[asyncio.Future[None] | None], None]
+
+
+async def origin_failed(request: web.Request, zone: PullZone, path: str, fields: Headers,
+                        stored: StoredResponse | None, exc: OriginError) -> web.StreamResponse:
+    """No answer from the origin: the stale copy where stale-if-error allows, else 504 or 502."""
+    if stored is not None and usable_on_error(stored.freshness, request_directives(fields), time.time()):
+        request.app[NODE].metrics.cache_result(CacheResult.STALE).inc()
+        return await deliver(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd=stale; detail=origin-unreachable")
+    log.info("pull zone %s: the origin failed for %s: %s", zone.name, path, exc)
+    if exc.timeout:
+        raise ApiError(504, "OriginTimeout", f"The origin did not answer in time: {exc}") from None
+    raise ApiError(502, "OriginUnreachable", f"The origin could not be reached: {exc}") from None
+
+
 async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
-                     fields: Headers, stored: StoredResponse | None) -> web.StreamResponse:
-    """A miss, or a stored response the origin must confirm (a 304 updates it) or replace."""
+                     fields: Headers, stored: StoredResponse | None, land: Land = no_landing) -> web.StreamResponse:
+    """A miss, or a stored response the origin must confirm (a 304 updates it) or replace. `land` tells the
+    requests waiting for this one what is kept for them, as soon as that is known."""
     try:
         response = await node.shields.fill(zone, path, request.rel_url.raw_query_string,
                                            forwarded_headers(request, zone, stored), from_edge=from_edge(request))
     except OriginError as exc:
-        if stored is not None and usable_on_error(stored.freshness, request_directives(fields), time.time()):
-            node.metrics.cache_result(CacheResult.STALE).inc()
-            return await deliver(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd=stale; detail=origin-unreachable")
-        log.info("pull zone %s: the origin failed for %s: %s", zone.name, path, exc)
-        if exc.timeout:
-            raise ApiError(504, "OriginTimeout", f"The origin did not answer in time: {exc}") from None
-        raise ApiError(502, "OriginUnreachable", f"The origin could not be reached: {exc}") from None
+        land(None)
+        return await origin_failed(request, zone, path, fields, stored, exc)
     if stored is not None and response.status == 304:
         response.release()
         if validated_by(stored.headers, response.headers):
             node.metrics.cache_result(CacheResult.HIT).inc()
             refreshed = await refresh(node, zone, path, stored, response)
+            land(None)
             return await deliver(request, refreshed, CacheResult.REVALIDATED, f"{CACHE_STATUS}; fwd=stale; fwd-status=304")
-        return await ask_origin(request, node, zone, path, url_key, fields, None)  # a 304 about another response
+        return await ask_origin(request, node, zone, path, url_key, fields, None, land)  # about another response
     if stored is not None and response.status >= 500 and usable_on_error(
             stored.freshness, request_directives(fields), time.time()):
         response.release()
+        land(None)
         node.metrics.cache_result(CacheResult.STALE).inc()
         return await deliver(request, stored, CacheResult.STALE,
                              f"{CACHE_STATUS}; hit; fwd=stale; fwd-status={response.status}")
     node.metrics.cache_result(CacheResult.MISS).inc()
     return await stream_and_store(request, node, zone, path, url_key, fields, response,
-                                  "uri-miss" if stored is None else "stale")
+                                  "uri-miss" if stored is None else "stale", land)
 
 
 async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
-                           fields: Headers, response: OriginResponse, fwd: str) -> web.StreamResponse:
+                           fields: Headers, response: OriginResponse, fwd: str,
+                           land: Land = no_landing) -> web.StreamResponse:
     """Send the origin's answer to this client as it arrives and, when it may be stored, keep it."""
     limit = node.origins.limits.max_object_bytes
     why = not_storable("GET", response.status, fields, response.headers, store_set_cookie=zone.store_set_cookie)
@@ -256,6 +316,22 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
     declared = int(length) if length is not None and length.isdigit() else None
     if why is None and declared is not None and declared > limit:
         why = NotStored.TOO_LARGE
+    # The waiters learn now whether they get this answer: they wait for it to be stored (`kept`), not for
+    # this client to take it, or ask for their own at once.
+    kept = asyncio.get_running_loop().create_future() if why is None else None
+    land(kept)
+    try:
+        return await send_and_keep(request, node, zone, path, url_key, fields, response, fwd, why, declared, kept)
+    finally:
+        if kept is not None and not kept.done():
+            kept.set_result(None)
+
+
+async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
+                        fields: Headers, response: OriginResponse, fwd: str, why: NotStored | None,
+                        declared: int | None, kept: asyncio.Future[None] | None) -> web.StreamResponse:
+    """The body to this client as it arrives, kept too when `why` is None (`kept` done once it is)."""
+    limit = node.origins.limits.max_object_bytes
     detail = "stored" if why is None else f"detail={why.value}"
     # This client gets the whole answer; what a qualified no-cache or private names is left out of what is kept.
     client = web.StreamResponse(status=response.status, headers=client_headers(
@@ -290,6 +366,8 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
         return client
     if spool is not None:
         await store(node, zone, path, url_key, fields, response, stored_headers(response.headers), spool)
+    if kept is not None and not kept.done():
+        kept.set_result(None)
     if sending:
         await client.write_eof()
     else:
@@ -390,6 +468,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
     headers = forwarded_headers(request, zone, stored)
 
     async def revalidate() -> None:
+        kept: asyncio.Future[None] | None = None
         try:
             response = await node.shields.fill(zone, path, request.rel_url.raw_query_string, headers,
                                                from_edge=from_edge(request))
@@ -402,6 +481,8 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
                                                       store_set_cookie=zone.store_set_cookie) is not None:
                 response.release()
                 return
+            kept = asyncio.get_running_loop().create_future()
+            flights.land(flight_key, kept)
             spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
             size = 0
             try:
@@ -416,6 +497,8 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
             log.info("pull zone %s: background revalidation of %s failed: %s", zone.name, path, exc)
         finally:
             flights.land(flight_key)
+            if kept is not None and not kept.done():
+                kept.set_result(None)
 
     task = asyncio.get_running_loop().create_task(revalidate())
     node.background.add(task)

@@ -22,6 +22,7 @@ import io
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import quote
 
 from aiohttp import web
@@ -31,7 +32,12 @@ from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.tags import pull_variants_tag
 from assetcdn.edge.node import EdgeNode
-from assetcdn.edge.origin_client import OriginError, origin_request_headers
+from assetcdn.edge.origin_client import (
+    OriginError,
+    OriginResponse,
+    OriginTimeout,
+    origin_request_headers,
+)
 from assetcdn.edge.site_config import EdgeConfig, PullZone
 from assetcdn.edge.states.freshness import (
     Headers,
@@ -53,12 +59,15 @@ from assetcdn.edge.states.keys import pull_key, pull_source_id, pull_variant_key
 from assetcdn.edge.states.pull import (
     FLIGHTS,
     Flights,
+    Land,
     StoredResponse,
     lookup,
+    no_landing,
     origin_tags,
     own_tags,
     refresh,
     store,
+    wait,
 )
 from assetcdn.shared.manifest import format_of
 
@@ -183,10 +192,16 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
         waiting = flights.join(flight_key)
         if waiting is None:
             break
-        await asyncio.shield(waiting)
+        try:
+            await wait(waiting, node.origins.limits)
+        except TimeoutError:
+            if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
+                return await described(node, at, url_key, stored)
+            raise origin_failed(at, OriginTimeout(
+                f"no answer from the origin within {node.origins.limits.first_byte_timeout_s:g} s")) from None
         waited = True
     try:
-        return await from_origin(node, client, at, url_key, stored)
+        return await from_origin(node, client, at, url_key, stored, partial(flights.land, flight_key))
     finally:
         flights.land(flight_key)
 
@@ -220,9 +235,10 @@ def origin_failed(at: PullSourcePath, exc: OriginError) -> SourceRefused:
 
 
 async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSourcePath, url_key: str,
-                      stored: StoredResponse | None) -> PullSource:
+                      stored: StoredResponse | None, land: Land = no_landing) -> PullSource:
     """A miss, or a stored source the origin must confirm (304: its head updated) or replace; the stale
-    copy when the origin fails and stale-if-error allows it."""
+    copy when the origin fails and stale-if-error allows it. `land` tells the requests waiting for this one
+    whether a body is being kept for them, as soon as the origin's head says."""
     client_ip, scheme = client
     headers = origin_request_headers([], at.zone.origin, client_ip=client_ip, scheme=scheme)
     if stored is not None:
@@ -238,7 +254,7 @@ async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSo
         response.release()
         if validated_by(stored.headers, response.headers):
             return await described(node, at, url_key, await refresh(node, at.zone, at.path, stored, response))
-        return await from_origin(node, client, at, url_key, None)  # a 304 about another response
+        return await from_origin(node, client, at, url_key, None, land)  # a 304 about another response
     if response.status >= 500 and stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES,
                                                                           time.time()):
         response.release()
@@ -260,6 +276,16 @@ async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSo
     if length is not None and length.isdigit() and int(length) > limit:
         response.release()
         raise too_large(at, int(length), limit)
+    kept = asyncio.get_running_loop().create_future()
+    land(kept)
+    try:
+        return await keep(node, at, url_key, response, limit)
+    finally:
+        kept.set_result(None)
+
+
+async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, response: OriginResponse, limit: int) -> PullSource:
+    """Read a source the origin sent whole (at most `limit` bytes) and store it."""
     chunks: list[bytes] = []
     size = 0
     try:

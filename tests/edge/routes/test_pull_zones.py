@@ -629,6 +629,59 @@ async def test_requests_waiting_on_a_response_that_may_not_be_stored_get_their_o
     assert pull.origin.count("/personal.txt") == clients
 
 
+async def test_a_request_behind_one_whose_answer_may_not_be_stored_does_not_wait_for_its_body(pull: Pull) -> None:
+    """The first client's `private` answer is still arriving (its origin holds the rest of the body): the next
+    request learns at once that nothing will be kept for it and gets its own answer meanwhile."""
+    rest = asyncio.Event()
+
+    async def personal(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Cache-Control": "private"})
+        await response.prepare(request)
+        await response.write(b"for " + request.headers["X-Client"].encode())
+        if request.headers["X-Client"] == "first":
+            await rest.wait()
+        await response.write(b", whole")
+        return response
+
+    pull.origin.route("/personal-stream.txt", personal)
+    first = await pull.cdn.edge.get(f"/{ZONE}/personal-stream.txt", headers={"X-Client": "first"})
+    try:
+        second = await asyncio.wait_for(pull.get("/personal-stream.txt", headers={"X-Client": "second"}), WAIT_S)
+        assert (second.status, await second.read(), second.headers["X-Cache"]) == (200, b"for second, whole", "PASS")
+    finally:
+        rest.set()
+    assert (first.headers["X-Cache"], await first.read()) == ("PASS", b"for first, whole")
+    assert pull.origin.count("/personal-stream.txt") == 2
+
+
+async def test_a_trickling_body_is_cut_off_and_the_requests_waiting_for_it_ask_themselves(pull: Pull) -> None:
+    """The origin sends the first client's body a byte at a time without end: that client's answer breaks off
+    after the origin's body timeout, and a request that waited for it to be stored then gets its own."""
+    done = asyncio.Event()
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=LONG)
+        await response.prepare(request)
+        if pull.origin.count("/trickle.txt") > 1:
+            await response.write(b"whole")
+            return response
+        while not done.is_set():
+            await response.write(b".")
+            await asyncio.sleep(0.1)
+        return response
+
+    pull.origin.route("/trickle.txt", trickle)
+    first = await pull.cdn.edge.get(f"/{ZONE}/trickle.txt")
+    try:
+        second = await asyncio.wait_for(pull.get("/trickle.txt"), WAIT_S)
+        with pytest.raises(ClientPayloadError):
+            await asyncio.wait_for(first.read(), WAIT_S)
+    finally:
+        done.set()
+    assert (second.status, await second.read(), second.headers["X-Cache"]) == (200, b"whole", "MISS")
+    assert pull.origin.count("/trickle.txt") == 2
+
+
 async def test_an_unsafe_request_whose_body_does_not_arrive_in_time_is_408(pull: Pull) -> None:
     pull.origin.answer("/slow-upload", b"created", status=201)
     assert pull.cdn.edge.server.port is not None
