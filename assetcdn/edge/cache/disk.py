@@ -31,7 +31,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -286,14 +286,18 @@ class DiskTier:
             self._disk_full(exc, key, reader.size, retrying=False)
         return reader.size
 
-    def put_many(self, entries: Sequence[CachedObject]) -> None:
-        """Store entries with in-memory bodies in one transaction (their own ``stored_at``, headers and tags).
-        When the transaction fails, what it wrote is removed and each entry is stored on its own by ``put``
-        (a full filesystem is handled there)."""
+    def put_many(self, entries: Sequence[CachedObject],
+                 current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None = None) -> None:
+        """Store entries with in-memory bodies in one transaction (their own ``stored_at``, headers and tags);
+        `current`, called once the transaction holds the database's write lock, says which of them are still to
+        be written. When the transaction fails, what it wrote is removed and each entry is stored on its own by
+        ``put`` (a full filesystem is handled there)."""
         written: list[str] = []
         disk: _CleanDisk = self._cache._disk
         try:
             with self._cache.transact(retry=True):
+                if current is not None:
+                    entries = current(entries)
                 for obj in entries:
                     assert obj.body is not None
                     meta = encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at, obj.headers)

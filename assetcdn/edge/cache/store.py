@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
@@ -109,7 +110,8 @@ class EdgeCache:
         )
         self._purges = PurgeLog(self.disk.database, self.directory)
         self._applied = AppliedGeneration(self.directory)
-        self._writes = WriteBehind(self.memory, self.disk)
+        self._writes = WriteBehind(self.memory, self.disk, sync_purges=self.sync_purges)
+        self._replaying = threading.Lock()  # the event loop and the writer thread both replay purges
         # The only process of its node reading this directory (an edge with one worker): what it stores may reach
         # the disk tier after the request that stored it is answered (`put_behind`).
         self.alone = False
@@ -384,12 +386,13 @@ class EdgeCache:
         self.disk.close()
 
     def _apply_remote_purges(self) -> None:
-        for purge in self._purges.take_pending():
-            if purge.kind == "all":
-                self.memory.clear()
-            elif purge.kind == "tags":
-                self.memory.purge_tags((purge.value,))
-            elif purge.kind == "prefix":
-                self.memory.purge_tag_prefixes((purge.value,))
-            else:
-                self.memory.discard(purge.value)
+        with self._replaying:  # taken and applied together: a thread finding none pending finds them applied
+            for purge in self._purges.take_pending():
+                if purge.kind == "all":
+                    self.memory.clear()
+                elif purge.kind == "tags":
+                    self.memory.purge_tags((purge.value,))
+                elif purge.kind == "prefix":
+                    self.memory.purge_tag_prefixes((purge.value,))
+                else:
+                    self.memory.discard(purge.value)
