@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import tempfile
 import time
@@ -84,6 +85,8 @@ SPOOL_MEMORY = 1024 * 1024          # a body being stored is kept in memory up t
 CACHE_STATUS = "assetcdn"           # this cache's name in Cache-Status (RFC 9211)
 # Pseudo-fields kept with a stored head (":" starts no real field name): the status and RFC 9111's clocks.
 STATUS, REQUEST_TIME, RESPONSE_TIME, VARY = ":status", ":request-time", ":response-time", ":vary"
+# The SHA-256 of a body stored without a strong ETag or Last-Modified: what names it as a transform's source.
+DIGEST = ":sha256"
 TAG_FIELDS = ("cache-tag", "surrogate-key")
 # A client's own conditions and ranges are answered from the stored response, never passed on a cache fill.
 CLIENT_CONDITIONS = ("If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range")
@@ -99,16 +102,20 @@ class StoredResponse:
     status: int
     headers: tuple[tuple[str, str], ...]
     freshness: Freshness
+    digest: str | None = None   # DIGEST, when it was stored with one
 
     @staticmethod
-    def of(obj: CachedObject) -> StoredResponse | None:
-        fields = dict(item for item in obj.headers if item[0].startswith(":"))
+    def of(obj: CachedObject, head: Sequence[tuple[str, str]] | None = None) -> StoredResponse | None:
+        """The response `obj` holds; `head`: its ``headers``, when the caller has them decoded already."""
+        if head is None:
+            head = obj.headers
+        fields = dict(item for item in head if item[0].startswith(":"))
         try:
             status = int(fields[STATUS])
             request_time, response_time = float(fields[REQUEST_TIME]), float(fields[RESPONSE_TIME])
         except (KeyError, ValueError):
             return None
-        headers = tuple(item for item in obj.headers if not item[0].startswith(":"))
+        headers = tuple(item for item in head if not item[0].startswith(":"))
         fresh = freshness(status, headers, request_time, response_time)
         soft_purged = fields.get(SOFT_PURGED)
         if soft_purged is not None:  # stale from the purge on: revalidated, its stale-* windows counted from then
@@ -116,7 +123,7 @@ class StoredResponse:
                 fresh = replace(fresh, lifetime=min(fresh.lifetime, fresh.age(float(soft_purged))))
             except ValueError:
                 fresh = replace(fresh, lifetime=0.0)
-        return StoredResponse(obj, status, headers, fresh)
+        return StoredResponse(obj, status, headers, fresh, fields.get(DIGEST))
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,18 +203,25 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
     flight_key = pull_variant_key(url_key, "flight")
     flights = request.app[FLIGHTS]
     waited = False
+    gone = 0   # stored bodies found gone when delivered (purged or evicted since the lookup)
     while True:
-        stored = lookup(node, url_key, fields)
+        stored = lookup(node, url_key, fields) if gone < 2 else None  # looked up again once, then a miss
         now = time.time()
         if stored is not None:
             decision = reuse(stored.freshness, directives, now)
-            if decision is Reuse.FRESH:
-                node.metrics.cache_result(CacheResult.HIT).inc()
-                return await deliver(request, stored, CacheResult.HIT, hit_cache_status(stored, now))
-            if decision is Reuse.STALE_REVALIDATING:
-                node.metrics.cache_result(CacheResult.STALE).inc()
-                background_revalidate(request, node, zone, path, url_key, stored)
-                return await deliver(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd=stale")
+            try:
+                if decision is Reuse.FRESH:
+                    answer = await deliver(request, stored, CacheResult.HIT, hit_cache_status(stored, now))
+                    node.metrics.cache_result(CacheResult.HIT).inc()
+                    return answer
+                if decision is Reuse.STALE_REVALIDATING:
+                    background_revalidate(request, node, zone, path, url_key, stored)
+                    answer = await deliver(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd=stale")
+                    node.metrics.cache_result(CacheResult.STALE).inc()
+                    return answer
+            except FileNotFoundError:
+                gone += 1
+                continue
         if "only-if-cached" in directives:
             raise ApiError(504, "NotCached", "The response is not in this edge's cache (only-if-cached).")
         if waited:  # the flight we waited for stored nothing this request may use: no second wait, ask ourselves
@@ -227,6 +241,13 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
         flights.land(flight_key)
 
 
+def named_by_body(headers: Headers) -> bool:
+    """Whether a response has neither a strong ETag nor Last-Modified: as a transform's source it is named by
+    its body's SHA-256 (assetcdn/edge/states/keys.py `pull_source_id`), computed once, as it is stored."""
+    etag = first_value(headers, "etag")
+    return (etag is None or etag.startswith("W/")) and first_value(headers, "last-modified") is None
+
+
 def ttl(stored: StoredResponse, now: float) -> int:
     return int(stored.freshness.lifetime - stored.freshness.age(now))
 
@@ -240,12 +261,18 @@ def lookup(node: EdgeNode, url_key: str, fields: Headers) -> StoredResponse | No
     """The stored response a request selects: the URL's entry, or the variant its Vary fields pick."""
     try:
         obj = node.cache.get(url_key)
-        vary = first_value(obj.headers, VARY) if obj is not None else None
+        if obj is None:
+            return None
+        head = obj.headers
+        vary = first_value(head, VARY)
         if vary is not None:  # the URL's entry says which request fields pick a variant
             obj = node.cache.get(pull_variant_key(url_key, secondary_key(vary.split(",") if vary else (), fields)))
+            if obj is None:
+                return None
+            head = obj.headers
     except FileNotFoundError:
         return None
-    return StoredResponse.of(obj) if obj is not None else None
+    return StoredResponse.of(obj, head)
 
 
 def forwarded_headers(request: web.Request, zone: PullZone, stored: StoredResponse | None) -> CIMultiDict[str]:
@@ -268,8 +295,11 @@ async def origin_failed(request: web.Request, zone: PullZone, path: str, fields:
                         stored: StoredResponse | None, exc: OriginError) -> web.StreamResponse:
     """No answer from the origin: the stale copy where stale-if-error allows, else 504 or 502."""
     if stored is not None and usable_on_error(stored.freshness, request_directives(fields), time.time()):
-        request.app[NODE].metrics.cache_result(CacheResult.STALE).inc()
-        return await deliver(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd=stale; detail=origin-unreachable")
+        with contextlib.suppress(FileNotFoundError):  # its body went since the lookup: as if there were none
+            answer = await deliver(request, stored, CacheResult.STALE,
+                                   f"{CACHE_STATUS}; hit; fwd=stale; detail=origin-unreachable")
+            request.app[NODE].metrics.cache_result(CacheResult.STALE).inc()
+            return answer
     log.info("pull zone %s: the origin failed for %s: %s", zone.name, path, exc)
     if exc.timeout:
         raise ApiError(504, "OriginTimeout", f"The origin did not answer in time: {exc}") from None
@@ -289,18 +319,24 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
     if stored is not None and response.status == 304:
         response.release()
         if validated_by(stored.headers, response.headers):
-            node.metrics.cache_result(CacheResult.HIT).inc()
             refreshed = await refresh(node, zone, path, stored, response)
             land(None)
-            return await deliver(request, refreshed, CacheResult.REVALIDATED, f"{CACHE_STATUS}; fwd=stale; fwd-status=304")
+            with contextlib.suppress(FileNotFoundError):  # its body went meanwhile: asked for whole below
+                answer = await deliver(request, refreshed, CacheResult.REVALIDATED,
+                                       f"{CACHE_STATUS}; fwd=stale; fwd-status=304")
+                node.metrics.cache_result(CacheResult.HIT).inc()
+                return answer
         return await ask_origin(request, node, zone, path, url_key, fields, None, land)  # about another response
     if stored is not None and response.status >= 500 and usable_on_error(
             stored.freshness, request_directives(fields), time.time()):
         response.release()
         land(None)
-        node.metrics.cache_result(CacheResult.STALE).inc()
-        return await deliver(request, stored, CacheResult.STALE,
-                             f"{CACHE_STATUS}; hit; fwd=stale; fwd-status={response.status}")
+        with contextlib.suppress(FileNotFoundError):  # its body went meanwhile: asked for whole below
+            answer = await deliver(request, stored, CacheResult.STALE,
+                                   f"{CACHE_STATUS}; hit; fwd=stale; fwd-status={response.status}")
+            node.metrics.cache_result(CacheResult.STALE).inc()
+            return answer
+        return await ask_origin(request, node, zone, path, url_key, fields, None, land)
     node.metrics.cache_result(CacheResult.MISS).inc()
     return await stream_and_store(request, node, zone, path, url_key, fields, response,
                                   "uri-miss" if stored is None else "stale", land)
@@ -340,6 +376,7 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
         client.content_length = declared
     await client.prepare(request)
     spool: IO[bytes] | None = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY) if why is None else None
+    digest = hashlib.sha256() if spool is not None and named_by_body(response.headers) else None
     size = 0
     sending = request.method != "HEAD"
     try:
@@ -351,6 +388,8 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
                     spool = None
                 else:
                     await spool_write(spool, chunk, size)
+                    if digest is not None:
+                        digest.update(chunk)
             if sending:
                 try:
                     await client.write(chunk)
@@ -365,7 +404,8 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
         cut_short(request)  # a body cut short must not look complete to the client
         return client
     if spool is not None:
-        await store(node, zone, path, url_key, fields, response, stored_headers(response.headers), spool)
+        await store(node, zone, path, url_key, fields, response, stored_headers(response.headers), spool,
+                    digest.hexdigest() if digest is not None else None)
     if kept is not None and not kept.done():
         kept.set_result(None)
     if sending:
@@ -385,13 +425,14 @@ async def spool_write(spool: IO[bytes], chunk: bytes, size: int) -> None:
 
 
 async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: Headers, response: OriginResponse,
-                head: Sequence[tuple[str, str]], spool: IO[bytes]) -> CachedObject | None:
-    """Keep a complete origin response under its key (and its Vary variant's), tagged for purges. A body the
-    memory tier takes is there at once and reaches the disk tier in the writer's next batch
-    (assetcdn/edge/cache/write_behind.py); a larger one is written to disk first."""
+                head: Sequence[tuple[str, str]], spool: IO[bytes], digest: str | None = None) -> CachedObject | None:
+    """Keep a complete origin response under its key (and its Vary variant's), tagged for purges, with its
+    body's SHA-256 when given (`named_by_body`). A body the memory tier takes is there at once and reaches the
+    disk tier in the writer's next batch (assetcdn/edge/cache/write_behind.py); a larger one is written to disk
+    first."""
     vary = vary_fields(response.headers) or ()
     meta = (*head, (STATUS, str(response.status)), (REQUEST_TIME, repr(response.request_time)),
-            (RESPONSE_TIME, repr(response.response_time)))
+            (RESPONSE_TIME, repr(response.response_time)), *(((DIGEST, digest),) if digest is not None else ()))
     tags = [*origin_tags(response.headers), *own_tags(zone, path)]
     key = pull_variant_key(url_key, secondary_key(vary, fields)) if vary else url_key
     content_type = first_value(head, "content-type") or ""
@@ -438,23 +479,25 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
     """A stored response confirmed by a 304: its head updated (RFC 9111 3.2, 4.3.4), its body kept."""
     head = updated_headers(stored.headers, not_modified.headers)
     meta = (*head, (STATUS, str(stored.status)), (REQUEST_TIME, repr(not_modified.request_time)),
-            (RESPONSE_TIME, repr(not_modified.response_time)))
+            (RESPONSE_TIME, repr(not_modified.response_time)),
+            *(((DIGEST, stored.digest),) if stored.digest is not None else ()))
     obj = stored.obj
     tags = [*origin_tags(head), *own_tags(zone, path)]
 
-    def put() -> CachedObject:
+    def put() -> CachedObject | None:
         if obj.body is not None:
             return node.cache.put(obj.key, obj.body, obj.content_type, obj.etag, tags, headers=meta)
-        with obj.open() as body:
-            return node.cache.put(obj.key, body, obj.content_type, obj.etag, tags, headers=meta)
+        return node.cache.set_head(obj, obj.content_type, obj.etag, tags, meta)  # a file's body is not rewritten
 
     try:
-        updated = StoredResponse.of(await asyncio.get_running_loop().run_in_executor(None, put))
-    except (OSError, ValueError) as exc:  # the body went meanwhile (purged, evicted): answer with what we have
+        kept = await asyncio.get_running_loop().run_in_executor(None, put)
+        updated = StoredResponse.of(kept) if kept is not None else None
+    except (OSError, ValueError) as exc:
         log.info("a revalidated pull zone response could not be updated: %s", exc)
         updated = None
+    # Not updated (its body went meanwhile: purged, evicted): answered with what we have.
     return updated or StoredResponse(obj, stored.status, head, freshness(
-        stored.status, head, not_modified.request_time, not_modified.response_time))
+        stored.status, head, not_modified.request_time, not_modified.response_time), stored.digest)
 
 
 def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
@@ -484,15 +527,19 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
             kept = asyncio.get_running_loop().create_future()
             flights.land(flight_key, kept)
             spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+            digest = hashlib.sha256() if named_by_body(response.headers) else None
             size = 0
             try:
                 async for chunk in response.chunks():
                     size += len(chunk)
                     await spool_write(spool, chunk, size)
+                    if digest is not None:
+                        digest.update(chunk)
             except OriginError:
                 spool.close()
                 raise
-            await store(node, zone, path, url_key, fields, response, stored_headers(response.headers), spool)
+            await store(node, zone, path, url_key, fields, response, stored_headers(response.headers), spool,
+                        digest.hexdigest() if digest is not None else None)
         except OriginError as exc:
             log.info("pull zone %s: background revalidation of %s failed: %s", zone.name, path, exc)
         finally:
@@ -535,7 +582,8 @@ def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: 
 
 
 async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, cache_status: str) -> web.StreamResponse:
-    """The stored response to this request: 304 for a matching condition, 206 for one byte range, else whole."""
+    """The stored response to this request: 304 for a matching condition, 206 for one byte range, else whole.
+    FileNotFoundError, before anything is sent, when its body file went since the lookup (purged, evicted)."""
     now = time.time()
     age = int(stored.freshness.age(now))
     headers = client_headers(stored.headers, x_cache, cache_status, age)
@@ -560,12 +608,16 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
         return web.Response(status=status, headers=headers, body=obj.body[start:end])
     response = web.StreamResponse(status=status, headers=headers)
     response.content_length = end - start
-    await response.prepare(request)
     if request.method == "HEAD":
+        await response.prepare(request)
         await response.write_eof()
         return response
     loop = asyncio.get_running_loop()
-    with obj.open() as body:
+    # Opened before the head is sent: a body that went since the lookup is the caller's miss, not a broken answer
+    # (an open descriptor reads the whole file even if it is removed meanwhile).
+    opened = await loop.run_in_executor(None, obj.open)
+    with opened as body:
+        await response.prepare(request)
         body.seek(start)
         remaining = end - start
         while remaining > 0:

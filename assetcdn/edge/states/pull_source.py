@@ -62,6 +62,7 @@ from assetcdn.edge.states.pull import (
     Land,
     StoredResponse,
     lookup,
+    named_by_body,
     no_landing,
     origin_tags,
     own_tags,
@@ -160,6 +161,10 @@ async def stored_body(obj: CachedObject) -> bytes:
     return await asyncio.get_running_loop().run_in_executor(None, obj.read_range, 0, obj.size)
 
 
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def source_limit(node: EdgeNode) -> int:
     """A pull zone's image may be as large as a stored zone's file can be (what control accepts)."""
     return int(node.settings.get("control", "max_upload_bytes"))
@@ -219,10 +224,10 @@ async def described(node: EdgeNode, at: PullSourcePath, url_key: str, stored: St
     if stored.obj.size > limit:
         raise too_large(at, stored.obj.size, limit)
     etag, last_modified = first_value(stored.headers, "etag"), first_value(stored.headers, "last-modified")
-    digest = None
-    if (etag is None or etag.startswith("W/")) and last_modified is None:
+    digest = stored.digest   # kept with the response when it was stored
+    if digest is None and named_by_body(stored.headers):  # stored without one: hashed now
         data = body if body is not None else await stored_body(stored.obj)
-        digest = await asyncio.get_running_loop().run_in_executor(None, lambda: hashlib.sha256(data).hexdigest())
+        digest = await asyncio.get_running_loop().run_in_executor(None, sha256, data)
         body = data
     return PullSource(at, url_key, stored, pull_source_id(etag, last_modified, stored.obj.size, digest), body)
 
@@ -299,8 +304,10 @@ async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, response: Origi
     finally:
         response.release()
     body = b"".join(chunks)
+    digest = await asyncio.get_running_loop().run_in_executor(None, sha256, body) \
+        if named_by_body(response.headers) else None
     obj = await store(node, at.zone, at.path, url_key, SOURCE_FIELDS, response, stored_headers(response.headers),
-                      io.BytesIO(body))
+                      io.BytesIO(body), digest)
     kept = StoredResponse.of(obj) if obj is not None else None
     if kept is None:
         raise SourceRefused(503, "ServiceUnavailable", "The source could not be kept in this edge's cache. Retry.")
