@@ -9,7 +9,8 @@ assetcdn/edge/states/freshness.py):
        | otherwise: a conditional request (304: the stored head is updated, REVALIDATED) or a MISS
     -> miss: one origin request per key however many clients wait (the first streams the body as it
        arrives while it is written to the cache; the others are answered from the cache once it is there);
-       an answer that may not be stored goes to its own client only, and the others ask for their own;
+       an answer that may not be stored goes to its own client only, and the others ask for their own as soon
+       as its head says so; a request waits for the origin's head no longer than the first-byte timeout;
        with several edges the request goes to the URL's shield edge first (assetcdn/edge/shield.py)
     -> deliver: the stored head with Age, X-Cache and Cache-Status (RFC 9211); If-None-Match,
        If-Modified-Since and a byte range answered from the stored response
@@ -137,7 +138,7 @@ class Landing:
 class Flights:
     """One origin request per key at a time: the first request for a key leads (asks the origin, streams the
     answer to its client, stores it) and lands the flight as soon as the origin's head says whether the answer is
-    kept; requests arriving meanwhile wait for that (`wait`), then look up again (their own Vary variant, and
+    kept; requests arriving meanwhile wait for that (`await_flight`), then look up again (their own Vary variant, and
     whether it may answer them) and ask the origin themselves if it may not."""
 
     def __init__(self) -> None:
@@ -167,7 +168,7 @@ class Flights:
             del self._waiting[key]
 
 
-async def wait(flight: asyncio.Future[Landing], limits: OriginLimits) -> None:
+async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits) -> None:
     """Wait for a flight: its landing within the origin's first-byte time (TimeoutError past it, as the leader
     would get from a silent origin), then the body it keeps for as long as the leader may spend reading it (past
     that the caller finds nothing stored and asks the origin itself)."""
@@ -230,7 +231,7 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
         if waiting is None:
             break
         try:
-            await wait(waiting, node.origins.limits)
+            await await_flight(waiting, node.origins.limits)
         except TimeoutError:
             return await origin_failed(request, zone, path, fields, stored, OriginTimeout(
                 f"no answer from the origin within {node.origins.limits.first_byte_timeout_s:g} s"))
@@ -615,8 +616,7 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
     loop = asyncio.get_running_loop()
     # Opened before the head is sent: a body that went since the lookup is the caller's miss, not a broken answer
     # (an open descriptor reads the whole file even if it is removed meanwhile).
-    opened = await loop.run_in_executor(None, obj.open)
-    with opened as body:
+    with obj.open() as body:
         await response.prepare(request)
         body.seek(start)
         remaining = end - start

@@ -61,6 +61,7 @@ from assetcdn.edge.states.pull import (
     Flights,
     Land,
     StoredResponse,
+    await_flight,
     lookup,
     named_by_body,
     no_landing,
@@ -68,7 +69,6 @@ from assetcdn.edge.states.pull import (
     own_tags,
     refresh,
     store,
-    wait,
 )
 from assetcdn.shared.manifest import format_of
 
@@ -198,7 +198,7 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
         if waiting is None:
             break
         try:
-            await wait(waiting, node.origins.limits)
+            await await_flight(waiting, node.origins.limits)
         except TimeoutError:
             if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
                 return await described(node, at, url_key, stored)
