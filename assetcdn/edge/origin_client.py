@@ -7,7 +7,8 @@
 - **Connections:** one keep-alive pool, at most ``pool_per_origin`` connections to each origin host, over
   the HTTP/1.1 client in assetcdn/edge/origin_http.py.
 - **Time:** ``connect_timeout_s`` to connect, ``first_byte_timeout_s`` from sending the request to the
-  response head, ``idle_timeout_s`` between two reads of the body.
+  response head, ``idle_timeout_s`` between two reads of the body, and ``body_timeout_s`` in all spent waiting
+  for the body (an origin trickling a byte now and then is cut off there; time its reader takes is not counted).
 - **Size:** response heads are bounded (``max_header_kb`` a field line); a body longer than
   ``max_object_mb`` stops with ``OriginTooLarge`` where it crosses the limit.
 - **Headers:** hop-by-hop fields are dropped both ways (those named in ``Connection`` too), and request
@@ -101,6 +102,7 @@ class OriginLimits:
     connect_timeout_s: float = 5.0
     first_byte_timeout_s: float = 15.0
     idle_timeout_s: float = 15.0
+    body_timeout_s: float = 300.0
     max_object_bytes: int = 1024 * 1024 * 1024
     max_field_bytes: int = 16 * 1024
     pool_per_origin: int = 32
@@ -112,6 +114,7 @@ class OriginLimits:
         return cls(connect_timeout_s=float(section["connect_timeout_s"]),
                    first_byte_timeout_s=float(section["first_byte_timeout_s"]),
                    idle_timeout_s=float(section["idle_timeout_s"]),
+                   body_timeout_s=float(section["body_timeout_s"]),
                    max_object_bytes=int(float(section["max_object_mb"]) * 1024 * 1024),
                    max_field_bytes=int(float(section["max_header_kb"]) * 1024),
                    pool_per_origin=int(section["pool_per_origin"]),
@@ -158,18 +161,27 @@ class OriginResponse:
     _released: bool = field(default=False)
 
     async def chunks(self, *, capped: bool = True) -> AsyncIterator[bytes]:
-        """The body as it arrives; OriginTimeout when the origin goes quiet, OriginTooLarge past ``max_object_mb``
-        unless not `capped` (a body only passed on to its client)."""
-        limit = self._limits.max_object_bytes if capped else None
+        """The body as it arrives; OriginTimeout when the origin goes quiet for ``idle_timeout_s`` or has made the
+        edge wait ``body_timeout_s`` in all, OriginTooLarge past ``max_object_mb`` unless not `capped` (a body
+        only passed on to its client)."""
+        limits = self._limits
+        limit = limits.max_object_bytes if capped else None
         conn = self._conn
+        clock = asyncio.get_running_loop().time
+        left = limits.body_timeout_s  # only the waits for the origin count, not the reader's own pace
         try:
             while True:
+                started = clock()
                 try:
-                    chunk = await conn.chunk(self._limits.idle_timeout_s)
+                    chunk = await conn.chunk(min(limits.idle_timeout_s, left))
                 except TimeoutError:
-                    raise OriginTimeout(f"the origin sent nothing for {self._limits.idle_timeout_s:g} s") from None
+                    if left <= limits.idle_timeout_s:
+                        raise OriginTimeout(f"the origin's body took more than {limits.body_timeout_s:g} s"
+                                            ) from None
+                    raise OriginTimeout(f"the origin sent nothing for {limits.idle_timeout_s:g} s") from None
                 except HttpError as exc:
                     raise OriginError(f"the origin's body was cut short ({exc})") from None
+                left -= clock() - started
                 if not chunk:
                     return
                 self.received += len(chunk)

@@ -54,6 +54,7 @@ class OriginServer:
         app.router.add_get("/prefix/slow-body", self.slow_body)
         app.router.add_get("/prefix/big", self.big)
         app.router.add_get("/prefix/held", self.held)
+        app.router.add_get("/prefix/trickle", self.trickle)
         return app
 
     async def echo(self, request: web.Request) -> web.Response:
@@ -70,6 +71,15 @@ class OriginServer:
         await response.prepare(request)
         await response.write(b"12345")
         await asyncio.sleep(30)
+        return response
+
+    async def trickle(self, request: web.Request) -> web.StreamResponse:
+        """A byte every tenth of a second, for a minute: never quiet for long, never done in time."""
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for _ in range(600):
+            await response.write(b".")
+            await asyncio.sleep(0.1)
         return response
 
     async def big(self, request: web.Request) -> web.Response:
@@ -183,6 +193,20 @@ async def test_timeouts_cut_off_a_slow_origin(origin: tuple[OriginServer, TestSe
         await client.close()
 
 
+async def test_an_origin_trickling_its_body_is_cut_off_after_the_body_timeout(
+        origin: tuple[OriginServer, TestServer]) -> None:
+    _, test_server = origin
+    zone_origin = Origin(base(test_server))
+    client = OriginClient(OriginLimits(allow_loopback=True, idle_timeout_s=5, body_timeout_s=0.5))
+    try:
+        response = await client.request(zone_origin, "GET", zone_origin.target("/trickle"), {})
+        with pytest.raises(OriginTimeout, match="0.5 s"):
+            await asyncio.wait_for(response.read(), 30)  # the trickle itself lasts a minute
+        assert 0 < response.received < 600
+    finally:
+        await client.close()
+
+
 async def test_a_body_past_the_size_limit_stops_there(origin: tuple[OriginServer, TestServer]) -> None:
     _, test_server = origin
     zone_origin = Origin(base(test_server))
@@ -240,6 +264,7 @@ def test_limits_come_from_the_settings() -> None:
     limits = OriginLimits.from_settings(load_settings(environ={}))
     assert limits.allow_loopback is False
     assert limits.max_object_bytes == 1024 * 1024 * 1024
+    assert limits.body_timeout_s == 300.0
 
 
 SIZED_AND_CHUNKED = (b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"

@@ -27,6 +27,7 @@ TENANT_HOST = f"{ZONE}.cdn.localhost"            # the default base domain is cd
 FIRST_BYTE_TIMEOUT_S = "1"
 MAX_OBJECT_MB = 6                                # above the large body's 5 MB
 BODY_TIMEOUT_S = "1"
+ORIGIN_BODY_TIMEOUT_S = 3                        # all the waiting for one origin body
 LONG = {"Cache-Control": "max-age=600"}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -111,10 +112,11 @@ async def shared_pull_zone(root: Path) -> AsyncIterator[Pull]:
     origin = ScriptedOrigin()
     server = await serve_origin(origin)
     try:
-        # The idle timeout is far above the tests' waits: only the first-byte timeout can end a silent origin.
+        # The idle timeout is far above the tests' waits: only the first-byte and body timeouts end a silent origin.
         async with shared_cdn_apps(root, ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true",
                                    ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S=FIRST_BYTE_TIMEOUT_S,
                                    ASSETCDN_ORIGIN_IDLE_TIMEOUT_S="300",
+                                   ASSETCDN_ORIGIN_BODY_TIMEOUT_S=str(ORIGIN_BODY_TIMEOUT_S),
                                    ASSETCDN_ORIGIN_MAX_OBJECT_MB=str(MAX_OBJECT_MB),
                                    ASSETCDN_SERVER_BODY_TIMEOUT_S=BODY_TIMEOUT_S) as cdn:
             await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{server.port}{PREFIX}",

@@ -31,7 +31,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -215,24 +215,28 @@ class DiskTier:
 
     def get(self, key: str, *, load_limit: int) -> CachedObject | None:
         """The entry under ``key``; bodies up to ``load_limit`` bytes come back in ``body``,
-        larger ones as ``path`` (nothing read but the SQLite row and an ``fstat``)."""
-        try:
-            value, meta = self._cache.get(key, default=None, read=True, tag=True)
-        except OSError:  # the body file went away between the row and the open
+        larger ones as ``path`` (nothing read but the SQLite row: its size is the row's)."""
+        row = self._sql().execute(
+            "SELECT filename, value, size, tag FROM Cache WHERE key = ? AND raw = 1", (key,)
+        ).fetchone()
+        if row is None:
             return None
-        if value is None:
-            return None
+        filename, value, size, meta = row
         body: bytes | None
         path: str | None = None
-        if isinstance(value, bytes):
+        if filename is None:
+            if not isinstance(value, bytes):  # not a body this tier stored (diskcache's other modes)
+                return None
             body, size = value, len(value)
+        elif size <= load_limit:
+            try:
+                with open(self.directory / filename, "rb") as file:
+                    body = file.read()
+            except FileNotFoundError:  # purged or evicted since the row was read
+                return None
+            size = len(body)
         else:
-            with value:
-                size = os.fstat(value.fileno()).st_size
-                if size <= load_limit:
-                    body = value.read()
-                else:
-                    body, path = None, value.name
+            body, path = None, str(self.directory / filename)
         if not isinstance(meta, str):
             return None
         data = orjson.loads(meta)
@@ -286,14 +290,18 @@ class DiskTier:
             self._disk_full(exc, key, reader.size, retrying=False)
         return reader.size
 
-    def put_many(self, entries: Sequence[CachedObject]) -> None:
-        """Store entries with in-memory bodies in one transaction (their own ``stored_at``, headers and tags).
-        When the transaction fails, what it wrote is removed and each entry is stored on its own by ``put``
-        (a full filesystem is handled there)."""
+    def put_many(self, entries: Sequence[CachedObject],
+                 current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None = None) -> None:
+        """Store entries with in-memory bodies in one transaction (their own ``stored_at``, headers and tags);
+        `current`, called once the transaction holds the database's write lock, says which of them are still to
+        be written. When the transaction fails, what it wrote is removed and each entry is stored on its own by
+        ``put`` (a full filesystem is handled there)."""
         written: list[str] = []
         disk: _CleanDisk = self._cache._disk
         try:
             with self._cache.transact(retry=True):
+                if current is not None:
+                    entries = current(entries)
                 for obj in entries:
                     assert obj.body is not None
                     meta = encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at, obj.headers)
@@ -448,6 +456,22 @@ class DiskTier:
             con.execute("ROLLBACK")
             raise
         return marked
+
+    def set_head(self, key: str, path: str, meta: str) -> bool:
+        """Replace the metadata (content type, ETag, tags, stored-at, head: ``encode_meta``) of the entry under
+        ``key`` whose body is the file at ``path``, leaving the body as it is; False when the key now holds
+        another body or none."""
+        filename = os.path.relpath(path, self.directory)
+        con = self._sql()
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            cursor = con.execute("UPDATE Cache SET tag = ? WHERE key = ? AND raw = 1 AND filename = ?",
+                                 (meta, key, filename))
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return cursor.rowcount == 1
 
     def clear(self) -> int:
         return int(self._cache.clear(retry=True))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Concatenate, ParamSpec, TypeVar
 
 from assetcdn.edge.cache.applied import AppliedGeneration, GenerationPurge
-from assetcdn.edge.cache.disk import DEFAULT_MIN_FILE_SIZE, DiskTier, prefix_end
+from assetcdn.edge.cache.disk import DEFAULT_MIN_FILE_SIZE, DiskTier, encode_meta, prefix_end
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.memory import MemoryTier
 from assetcdn.edge.cache.purge_log import PurgeLog
@@ -109,7 +110,8 @@ class EdgeCache:
         )
         self._purges = PurgeLog(self.disk.database, self.directory)
         self._applied = AppliedGeneration(self.directory)
-        self._writes = WriteBehind(self.memory, self.disk)
+        self._writes = WriteBehind(self.memory, self.disk, sync_purges=self.sync_purges)
+        self._replaying = threading.Lock()  # the event loop and the writer thread both replay purges
         # The only process of its node reading this directory (an edge with one worker): what it stores may reach
         # the disk tier after the request that stored it is answered (`put_behind`).
         self.alone = False
@@ -212,6 +214,21 @@ class EdgeCache:
         self.memory.put(obj)
         if self._purged != purged:
             self.memory.discard(obj.key)
+
+    def set_head(self, obj: CachedObject, content_type: str, etag: str, tags: Iterable[str],
+                 headers: Sequence[tuple[str, str]]) -> CachedObject | None:
+        """The entry `obj` (its body a disk tier file) with new metadata and the same body, which is not
+        rewritten (a revalidated response's new head); None when its key holds another body now, or none.
+        Blocking: one SQLite write."""
+        assert obj.path is not None
+        tag_tuple, stored_at = tuple(dict.fromkeys(tags)), time.time()
+        with self._writes.lock:  # a purge runs before or after, never between the check and the write
+            if not self.disk.set_head(obj.key, obj.path, encode_meta(content_type, etag, tag_tuple, stored_at,
+                                                                     headers)):
+                return None
+            self.memory.discard(obj.key)
+        return CachedObject(key=obj.key, content_type=content_type, etag=etag, tags=tag_tuple, size=obj.size,
+                            stored_at=stored_at, path=obj.path, headers=tuple(headers))
 
     def put_behind(
         self,
@@ -384,12 +401,13 @@ class EdgeCache:
         self.disk.close()
 
     def _apply_remote_purges(self) -> None:
-        for purge in self._purges.take_pending():
-            if purge.kind == "all":
-                self.memory.clear()
-            elif purge.kind == "tags":
-                self.memory.purge_tags((purge.value,))
-            elif purge.kind == "prefix":
-                self.memory.purge_tag_prefixes((purge.value,))
-            else:
-                self.memory.discard(purge.value)
+        with self._replaying:  # taken and applied together: a thread finding none pending finds them applied
+            for purge in self._purges.take_pending():
+                if purge.kind == "all":
+                    self.memory.clear()
+                elif purge.kind == "tags":
+                    self.memory.purge_tags((purge.value,))
+                elif purge.kind == "prefix":
+                    self.memory.purge_tag_prefixes((purge.value,))
+                else:
+                    self.memory.discard(purge.value)

@@ -5,8 +5,10 @@ A cache fill's response is in the memory tier (so the next request of this worke
 write, which then costs the filling request nothing: the writer takes every entry queued meanwhile in one
 transaction (a commit and the index pages it touches shared by the batch). Rules that keep the tiers agreeing:
 
-- an entry is written only while the memory tier still holds that very object: one purged (here, or by
-  another worker once replayed), replaced by a newer response or evicted before its turn is not written;
+- an entry is written only while the memory tier still holds that very object: one purged, replaced by a newer
+  response or evicted before its turn is not written. The purges other workers made are replayed on the memory
+  tier first, inside the batch's SQLite write transaction, so a purge another worker logged before the batch
+  commits removes the entry from the batch (a purge logged after it removes the written row);
 - a purge on this worker writes what is queued first (a soft purge marks it stale on disk) and holds ``lock``
   for its memory and disk steps; the writer holds it from that check to the commit: a purge never runs between
   them, so it cannot miss an entry that lands after it;
@@ -23,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 
 from assetcdn.edge.cache.disk import DiskTier
@@ -39,8 +42,10 @@ Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 
 
 class WriteBehind:
-    def __init__(self, memory: MemoryTier, disk: DiskTier, *, gather_s: float = GATHER_S) -> None:
+    def __init__(self, memory: MemoryTier, disk: DiskTier, *, sync_purges: Callable[[], None],
+                 gather_s: float = GATHER_S) -> None:
         self._memory = memory
+        self._sync_purges = sync_purges  # replays other workers' purges on the memory tier
         self._gather_s = gather_s
         self._disk = disk
         self._queue: list[tuple[CachedObject, Waiter | None]] = []
@@ -96,12 +101,18 @@ class WriteBehind:
             with self.lock:
                 self._write(self._take())
 
+    def _current(self, entries: Sequence[CachedObject]) -> list[CachedObject]:
+        """The entries the memory tier still holds, once the purges of other workers are replayed on it."""
+        self._sync_purges()
+        held = self._memory.get
+        return [obj for obj in entries if held(obj.key) is obj]
+
     def _write(self, batch: list[tuple[CachedObject, Waiter | None]]) -> None:
         held = self._memory.get
         current = [obj for obj, _ in batch if held(obj.key) is obj]
         try:
             if current:
-                self._disk.put_many(current)
+                self._disk.put_many(current, current=self._current)
         except Exception:  # a cache write failing must not stop later ones: the entry stays memory-only
             log.exception("edge cache: %d entries could not be written to the disk tier", len(current))
         finally:

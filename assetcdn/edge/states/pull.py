@@ -9,7 +9,8 @@ assetcdn/edge/states/freshness.py):
        | otherwise: a conditional request (304: the stored head is updated, REVALIDATED) or a MISS
     -> miss: one origin request per key however many clients wait (the first streams the body as it
        arrives while it is written to the cache; the others are answered from the cache once it is there);
-       an answer that may not be stored goes to its own client only, and the others ask for their own;
+       an answer that may not be stored goes to its own client only, and the others ask for their own as soon
+       as its head says so; a request waits for the origin's head no longer than the first-byte timeout;
        with several edges the request goes to the URL's shield edge first (assetcdn/edge/shield.py)
     -> deliver: the stored head with Age, X-Cache and Cache-Status (RFC 9211); If-None-Match,
        If-Modified-Since and a byte range answered from the stored response
@@ -22,12 +23,15 @@ shared with control: a pull zone's bytes never pass through it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import logging
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import IO, BinaryIO, cast
 
 from aiohttp import web
@@ -39,7 +43,13 @@ from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.store import SOFT_PURGED
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.node import EdgeNode
-from assetcdn.edge.origin_client import OriginError, OriginResponse, origin_request_headers
+from assetcdn.edge.origin_client import (
+    OriginError,
+    OriginLimits,
+    OriginResponse,
+    OriginTimeout,
+    origin_request_headers,
+)
 from assetcdn.edge.shield import from_edge
 from assetcdn.edge.site_config import PullZone
 from assetcdn.edge.states.deliver import etag_matches, parse_range
@@ -76,6 +86,8 @@ SPOOL_MEMORY = 1024 * 1024          # a body being stored is kept in memory up t
 CACHE_STATUS = "assetcdn"           # this cache's name in Cache-Status (RFC 9211)
 # Pseudo-fields kept with a stored head (":" starts no real field name): the status and RFC 9111's clocks.
 STATUS, REQUEST_TIME, RESPONSE_TIME, VARY = ":status", ":request-time", ":response-time", ":vary"
+# The SHA-256 of a body stored without a strong ETag or Last-Modified: what names it as a transform's source.
+DIGEST = ":sha256"
 TAG_FIELDS = ("cache-tag", "surrogate-key")
 # A client's own conditions and ranges are answered from the stored response, never passed on a cache fill.
 CLIENT_CONDITIONS = ("If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range")
@@ -91,16 +103,20 @@ class StoredResponse:
     status: int
     headers: tuple[tuple[str, str], ...]
     freshness: Freshness
+    digest: str | None = None   # DIGEST, when it was stored with one
 
     @staticmethod
-    def of(obj: CachedObject) -> StoredResponse | None:
-        fields = dict(item for item in obj.headers if item[0].startswith(":"))
+    def of(obj: CachedObject, head: Sequence[tuple[str, str]] | None = None) -> StoredResponse | None:
+        """The response `obj` holds; `head`: its ``headers``, when the caller has them decoded already."""
+        if head is None:
+            head = obj.headers
+        fields = dict(item for item in head if item[0].startswith(":"))
         try:
             status = int(fields[STATUS])
             request_time, response_time = float(fields[REQUEST_TIME]), float(fields[RESPONSE_TIME])
         except (KeyError, ValueError):
             return None
-        headers = tuple(item for item in obj.headers if not item[0].startswith(":"))
+        headers = tuple(item for item in head if not item[0].startswith(":"))
         fresh = freshness(status, headers, request_time, response_time)
         soft_purged = fields.get(SOFT_PURGED)
         if soft_purged is not None:  # stale from the purge on: revalidated, its stale-* windows counted from then
@@ -108,28 +124,62 @@ class StoredResponse:
                 fresh = replace(fresh, lifetime=min(fresh.lifetime, fresh.age(float(soft_purged))))
             except ValueError:
                 fresh = replace(fresh, lifetime=0.0)
-        return StoredResponse(obj, status, headers, fresh)
+        return StoredResponse(obj, status, headers, fresh, fields.get(DIGEST))
+
+
+@dataclass(frozen=True, slots=True)
+class Landing:
+    """A flight's outcome as soon as its leader knows it: `kept` when the response is being stored (done once it
+    is in the cache, or given up), None when nothing is kept for the others (they ask the origin themselves)."""
+
+    kept: asyncio.Future[None] | None = None
 
 
 class Flights:
     """One origin request per key at a time: the first request for a key leads (asks the origin, streams the
-    answer to its client, stores it); requests arriving meanwhile wait for it to land, then look up again
-    (their own Vary variant, and whether it may answer them) and ask the origin themselves if it may not."""
+    answer to its client, stores it) and lands the flight as soon as the origin's head says whether the answer is
+    kept; requests arriving meanwhile wait for that (`await_flight`), then look up again (their own Vary variant, and
+    whether it may answer them) and ask the origin themselves if it may not."""
 
     def __init__(self) -> None:
-        self._waiting: dict[str, asyncio.Future[None]] = {}
+        self._waiting: dict[str, asyncio.Future[Landing]] = {}
 
-    def join(self, key: str) -> asyncio.Future[None] | None:
+    def join(self, key: str) -> asyncio.Future[Landing] | None:
         """The flight to wait for, or None: the caller leads, and must `land` the key."""
         future = self._waiting.get(key)
         if future is None:
             self._waiting[key] = asyncio.get_running_loop().create_future()
         return future
 
-    def land(self, key: str) -> None:
-        future = self._waiting.pop(key, None)
-        if future is not None and not future.done():
-            future.set_result(None)
+    def land(self, key: str, kept: asyncio.Future[None] | None = None) -> None:
+        """Tell the waiters the response's fate. While `kept` is not done, requests for the key still join the
+        flight and wait for it; a flight landed already is left as it is (the leader lands again on its way out)."""
+        future = self._waiting.get(key)
+        if future is None or future.done():
+            return
+        future.set_result(Landing(kept))
+        if kept is None or kept.done():
+            del self._waiting[key]
+        else:
+            kept.add_done_callback(lambda _kept: self._forget(key, future))
+
+    def _forget(self, key: str, future: asyncio.Future[Landing]) -> None:
+        if self._waiting.get(key) is future:
+            del self._waiting[key]
+
+
+async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits) -> None:
+    """Wait for a flight: its landing within the origin's first-byte time (TimeoutError past it, as the leader
+    would get from a silent origin), then the body it keeps for as long as the leader may spend reading it (past
+    that the caller finds nothing stored and asks the origin itself)."""
+    landing = await asyncio.wait_for(asyncio.shield(flight), limits.first_byte_timeout_s)
+    if landing.kept is not None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(landing.kept), limits.body_timeout_s)
+
+
+def no_landing(_kept: asyncio.Future[None] | None = None) -> None:
+    """`land` for a request that leads no flight."""
 
 
 FLIGHTS = web.AppKey("pull_flights", Flights)
@@ -154,18 +204,25 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
     flight_key = pull_variant_key(url_key, "flight")
     flights = request.app[FLIGHTS]
     waited = False
+    gone = 0   # stored bodies found gone when delivered (purged or evicted since the lookup)
     while True:
-        stored = lookup(node, url_key, fields)
+        stored = lookup(node, url_key, fields) if gone < 2 else None  # looked up again once, then a miss
         now = time.time()
         if stored is not None:
             decision = reuse(stored.freshness, directives, now)
-            if decision is Reuse.FRESH:
-                node.metrics.cache_result(CacheResult.HIT).inc()
-                return await deliver(request, stored, CacheResult.HIT, hit_cache_status(stored, now))
-            if decision is Reuse.STALE_REVALIDATING:
-                node.metrics.cache_result(CacheResult.STALE).inc()
-                background_revalidate(request, node, zone, path, url_key, stored)
-                return await deliver(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd=stale")
+            try:
+                if decision is Reuse.FRESH:
+                    answer = await deliver(request, stored, CacheResult.HIT, hit_cache_status(stored, now))
+                    node.metrics.cache_result(CacheResult.HIT).inc()
+                    return answer
+                if decision is Reuse.STALE_REVALIDATING:
+                    background_revalidate(request, node, zone, path, url_key, stored)
+                    answer = await deliver(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd=stale")
+                    node.metrics.cache_result(CacheResult.STALE).inc()
+                    return answer
+            except FileNotFoundError:
+                gone += 1
+                continue
         if "only-if-cached" in directives:
             raise ApiError(504, "NotCached", "The response is not in this edge's cache (only-if-cached).")
         if waited:  # the flight we waited for stored nothing this request may use: no second wait, ask ourselves
@@ -173,12 +230,23 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
         waiting = flights.join(flight_key)
         if waiting is None:
             break
-        await asyncio.shield(waiting)
+        try:
+            await await_flight(waiting, node.origins.limits)
+        except TimeoutError:
+            return await origin_failed(request, zone, path, fields, stored, OriginTimeout(
+                f"no answer from the origin within {node.origins.limits.first_byte_timeout_s:g} s"))
         waited = True
     try:
-        return await ask_origin(request, node, zone, path, url_key, fields, stored)
+        return await ask_origin(request, node, zone, path, url_key, fields, stored, partial(flights.land, flight_key))
     finally:
         flights.land(flight_key)
+
+
+def named_by_body(headers: Headers) -> bool:
+    """Whether a response has neither a strong ETag nor Last-Modified: as a transform's source it is named by
+    its body's SHA-256 (assetcdn/edge/states/keys.py `pull_source_id`), computed once, as it is stored."""
+    etag = first_value(headers, "etag")
+    return (etag is None or etag.startswith("W/")) and first_value(headers, "last-modified") is None
 
 
 def ttl(stored: StoredResponse, now: float) -> int:
@@ -194,12 +262,18 @@ def lookup(node: EdgeNode, url_key: str, fields: Headers) -> StoredResponse | No
     """The stored response a request selects: the URL's entry, or the variant its Vary fields pick."""
     try:
         obj = node.cache.get(url_key)
-        vary = first_value(obj.headers, VARY) if obj is not None else None
+        if obj is None:
+            return None
+        head = obj.headers
+        vary = first_value(head, VARY)
         if vary is not None:  # the URL's entry says which request fields pick a variant
             obj = node.cache.get(pull_variant_key(url_key, secondary_key(vary.split(",") if vary else (), fields)))
+            if obj is None:
+                return None
+            head = obj.headers
     except FileNotFoundError:
         return None
-    return StoredResponse.of(obj) if obj is not None else None
+    return StoredResponse.of(obj, head)
 
 
 def forwarded_headers(request: web.Request, zone: PullZone, stored: StoredResponse | None) -> CIMultiDict[str]:
@@ -215,40 +289,63 @@ def forwarded_headers(request: web.Request, zone: PullZone, stored: StoredRespon
     return headers
 
 
+Land = Callable[[asyncio.Future[None] | None], None]
+
+
+async def origin_failed(request: web.Request, zone: PullZone, path: str, fields: Headers,
+                        stored: StoredResponse | None, exc: OriginError) -> web.StreamResponse:
+    """No answer from the origin: the stale copy where stale-if-error allows, else 504 or 502."""
+    if stored is not None and usable_on_error(stored.freshness, request_directives(fields), time.time()):
+        with contextlib.suppress(FileNotFoundError):  # its body went since the lookup: as if there were none
+            answer = await deliver(request, stored, CacheResult.STALE,
+                                   f"{CACHE_STATUS}; hit; fwd=stale; detail=origin-unreachable")
+            request.app[NODE].metrics.cache_result(CacheResult.STALE).inc()
+            return answer
+    log.info("pull zone %s: the origin failed for %s: %s", zone.name, path, exc)
+    if exc.timeout:
+        raise ApiError(504, "OriginTimeout", f"The origin did not answer in time: {exc}") from None
+    raise ApiError(502, "OriginUnreachable", f"The origin could not be reached: {exc}") from None
+
+
 async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
-                     fields: Headers, stored: StoredResponse | None) -> web.StreamResponse:
-    """A miss, or a stored response the origin must confirm (a 304 updates it) or replace."""
+                     fields: Headers, stored: StoredResponse | None, land: Land = no_landing) -> web.StreamResponse:
+    """A miss, or a stored response the origin must confirm (a 304 updates it) or replace. `land` tells the
+    requests waiting for this one what is kept for them, as soon as that is known."""
     try:
         response = await node.shields.fill(zone, path, request.rel_url.raw_query_string,
                                            forwarded_headers(request, zone, stored), from_edge=from_edge(request))
     except OriginError as exc:
-        if stored is not None and usable_on_error(stored.freshness, request_directives(fields), time.time()):
-            node.metrics.cache_result(CacheResult.STALE).inc()
-            return await deliver(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd=stale; detail=origin-unreachable")
-        log.info("pull zone %s: the origin failed for %s: %s", zone.name, path, exc)
-        if exc.timeout:
-            raise ApiError(504, "OriginTimeout", f"The origin did not answer in time: {exc}") from None
-        raise ApiError(502, "OriginUnreachable", f"The origin could not be reached: {exc}") from None
+        land(None)
+        return await origin_failed(request, zone, path, fields, stored, exc)
     if stored is not None and response.status == 304:
         response.release()
         if validated_by(stored.headers, response.headers):
-            node.metrics.cache_result(CacheResult.HIT).inc()
             refreshed = await refresh(node, zone, path, stored, response)
-            return await deliver(request, refreshed, CacheResult.REVALIDATED, f"{CACHE_STATUS}; fwd=stale; fwd-status=304")
-        return await ask_origin(request, node, zone, path, url_key, fields, None)  # a 304 about another response
+            land(None)
+            with contextlib.suppress(FileNotFoundError):  # its body went meanwhile: asked for whole below
+                answer = await deliver(request, refreshed, CacheResult.REVALIDATED,
+                                       f"{CACHE_STATUS}; fwd=stale; fwd-status=304")
+                node.metrics.cache_result(CacheResult.HIT).inc()
+                return answer
+        return await ask_origin(request, node, zone, path, url_key, fields, None, land)  # about another response
     if stored is not None and response.status >= 500 and usable_on_error(
             stored.freshness, request_directives(fields), time.time()):
         response.release()
-        node.metrics.cache_result(CacheResult.STALE).inc()
-        return await deliver(request, stored, CacheResult.STALE,
-                             f"{CACHE_STATUS}; hit; fwd=stale; fwd-status={response.status}")
+        land(None)
+        with contextlib.suppress(FileNotFoundError):  # its body went meanwhile: asked for whole below
+            answer = await deliver(request, stored, CacheResult.STALE,
+                                   f"{CACHE_STATUS}; hit; fwd=stale; fwd-status={response.status}")
+            node.metrics.cache_result(CacheResult.STALE).inc()
+            return answer
+        return await ask_origin(request, node, zone, path, url_key, fields, None, land)
     node.metrics.cache_result(CacheResult.MISS).inc()
     return await stream_and_store(request, node, zone, path, url_key, fields, response,
-                                  "uri-miss" if stored is None else "stale")
+                                  "uri-miss" if stored is None else "stale", land)
 
 
 async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
-                           fields: Headers, response: OriginResponse, fwd: str) -> web.StreamResponse:
+                           fields: Headers, response: OriginResponse, fwd: str,
+                           land: Land = no_landing) -> web.StreamResponse:
     """Send the origin's answer to this client as it arrives and, when it may be stored, keep it."""
     limit = node.origins.limits.max_object_bytes
     why = not_storable("GET", response.status, fields, response.headers, store_set_cookie=zone.store_set_cookie)
@@ -256,6 +353,22 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
     declared = int(length) if length is not None and length.isdigit() else None
     if why is None and declared is not None and declared > limit:
         why = NotStored.TOO_LARGE
+    # The waiters learn now whether they get this answer: they wait for it to be stored (`kept`), not for
+    # this client to take it, or ask for their own at once.
+    kept = asyncio.get_running_loop().create_future() if why is None else None
+    land(kept)
+    try:
+        return await send_and_keep(request, node, zone, path, url_key, fields, response, fwd, why, declared, kept)
+    finally:
+        if kept is not None and not kept.done():
+            kept.set_result(None)
+
+
+async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
+                        fields: Headers, response: OriginResponse, fwd: str, why: NotStored | None,
+                        declared: int | None, kept: asyncio.Future[None] | None) -> web.StreamResponse:
+    """The body to this client as it arrives, kept too when `why` is None (`kept` done once it is)."""
+    limit = node.origins.limits.max_object_bytes
     detail = "stored" if why is None else f"detail={why.value}"
     # This client gets the whole answer; what a qualified no-cache or private names is left out of what is kept.
     client = web.StreamResponse(status=response.status, headers=client_headers(
@@ -264,6 +377,7 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
         client.content_length = declared
     await client.prepare(request)
     spool: IO[bytes] | None = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY) if why is None else None
+    digest = hashlib.sha256() if spool is not None and named_by_body(response.headers) else None
     size = 0
     sending = request.method != "HEAD"
     try:
@@ -275,6 +389,8 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
                     spool = None
                 else:
                     await spool_write(spool, chunk, size)
+                    if digest is not None:
+                        digest.update(chunk)
             if sending:
                 try:
                     await client.write(chunk)
@@ -289,7 +405,10 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
         cut_short(request)  # a body cut short must not look complete to the client
         return client
     if spool is not None:
-        await store(node, zone, path, url_key, fields, response, stored_headers(response.headers), spool)
+        await store(node, zone, path, url_key, fields, response, stored_headers(response.headers), spool,
+                    digest.hexdigest() if digest is not None else None)
+    if kept is not None and not kept.done():
+        kept.set_result(None)
     if sending:
         await client.write_eof()
     else:
@@ -307,13 +426,14 @@ async def spool_write(spool: IO[bytes], chunk: bytes, size: int) -> None:
 
 
 async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: Headers, response: OriginResponse,
-                head: Sequence[tuple[str, str]], spool: IO[bytes]) -> CachedObject | None:
-    """Keep a complete origin response under its key (and its Vary variant's), tagged for purges. A body the
-    memory tier takes is there at once and reaches the disk tier in the writer's next batch
-    (assetcdn/edge/cache/write_behind.py); a larger one is written to disk first."""
+                head: Sequence[tuple[str, str]], spool: IO[bytes], digest: str | None = None) -> CachedObject | None:
+    """Keep a complete origin response under its key (and its Vary variant's), tagged for purges, with its
+    body's SHA-256 when given (`named_by_body`). A body the memory tier takes is there at once and reaches the
+    disk tier in the writer's next batch (assetcdn/edge/cache/write_behind.py); a larger one is written to disk
+    first."""
     vary = vary_fields(response.headers) or ()
     meta = (*head, (STATUS, str(response.status)), (REQUEST_TIME, repr(response.request_time)),
-            (RESPONSE_TIME, repr(response.response_time)))
+            (RESPONSE_TIME, repr(response.response_time)), *(((DIGEST, digest),) if digest is not None else ()))
     tags = [*origin_tags(response.headers), *own_tags(zone, path)]
     key = pull_variant_key(url_key, secondary_key(vary, fields)) if vary else url_key
     content_type = first_value(head, "content-type") or ""
@@ -360,23 +480,25 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
     """A stored response confirmed by a 304: its head updated (RFC 9111 3.2, 4.3.4), its body kept."""
     head = updated_headers(stored.headers, not_modified.headers)
     meta = (*head, (STATUS, str(stored.status)), (REQUEST_TIME, repr(not_modified.request_time)),
-            (RESPONSE_TIME, repr(not_modified.response_time)))
+            (RESPONSE_TIME, repr(not_modified.response_time)),
+            *(((DIGEST, stored.digest),) if stored.digest is not None else ()))
     obj = stored.obj
     tags = [*origin_tags(head), *own_tags(zone, path)]
 
-    def put() -> CachedObject:
+    def put() -> CachedObject | None:
         if obj.body is not None:
             return node.cache.put(obj.key, obj.body, obj.content_type, obj.etag, tags, headers=meta)
-        with obj.open() as body:
-            return node.cache.put(obj.key, body, obj.content_type, obj.etag, tags, headers=meta)
+        return node.cache.set_head(obj, obj.content_type, obj.etag, tags, meta)  # a file's body is not rewritten
 
     try:
-        updated = StoredResponse.of(await asyncio.get_running_loop().run_in_executor(None, put))
-    except (OSError, ValueError) as exc:  # the body went meanwhile (purged, evicted): answer with what we have
+        kept = await asyncio.get_running_loop().run_in_executor(None, put)
+        updated = StoredResponse.of(kept) if kept is not None else None
+    except (OSError, ValueError) as exc:
         log.info("a revalidated pull zone response could not be updated: %s", exc)
         updated = None
+    # Not updated (its body went meanwhile: purged, evicted): answered with what we have.
     return updated or StoredResponse(obj, stored.status, head, freshness(
-        stored.status, head, not_modified.request_time, not_modified.response_time))
+        stored.status, head, not_modified.request_time, not_modified.response_time), stored.digest)
 
 
 def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
@@ -390,6 +512,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
     headers = forwarded_headers(request, zone, stored)
 
     async def revalidate() -> None:
+        kept: asyncio.Future[None] | None = None
         try:
             response = await node.shields.fill(zone, path, request.rel_url.raw_query_string, headers,
                                                from_edge=from_edge(request))
@@ -402,20 +525,28 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
                                                       store_set_cookie=zone.store_set_cookie) is not None:
                 response.release()
                 return
+            kept = asyncio.get_running_loop().create_future()
+            flights.land(flight_key, kept)
             spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+            digest = hashlib.sha256() if named_by_body(response.headers) else None
             size = 0
             try:
                 async for chunk in response.chunks():
                     size += len(chunk)
                     await spool_write(spool, chunk, size)
+                    if digest is not None:
+                        digest.update(chunk)
             except OriginError:
                 spool.close()
                 raise
-            await store(node, zone, path, url_key, fields, response, stored_headers(response.headers), spool)
+            await store(node, zone, path, url_key, fields, response, stored_headers(response.headers), spool,
+                        digest.hexdigest() if digest is not None else None)
         except OriginError as exc:
             log.info("pull zone %s: background revalidation of %s failed: %s", zone.name, path, exc)
         finally:
             flights.land(flight_key)
+            if kept is not None and not kept.done():
+                kept.set_result(None)
 
     task = asyncio.get_running_loop().create_task(revalidate())
     node.background.add(task)
@@ -452,7 +583,8 @@ def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: 
 
 
 async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, cache_status: str) -> web.StreamResponse:
-    """The stored response to this request: 304 for a matching condition, 206 for one byte range, else whole."""
+    """The stored response to this request: 304 for a matching condition, 206 for one byte range, else whole.
+    FileNotFoundError, before anything is sent, when its body file went since the lookup (purged, evicted)."""
     now = time.time()
     age = int(stored.freshness.age(now))
     headers = client_headers(stored.headers, x_cache, cache_status, age)
@@ -477,12 +609,15 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
         return web.Response(status=status, headers=headers, body=obj.body[start:end])
     response = web.StreamResponse(status=status, headers=headers)
     response.content_length = end - start
-    await response.prepare(request)
     if request.method == "HEAD":
+        await response.prepare(request)
         await response.write_eof()
         return response
     loop = asyncio.get_running_loop()
+    # Opened before the head is sent: a body that went since the lookup is the caller's miss, not a broken answer
+    # (an open descriptor reads the whole file even if it is removed meanwhile).
     with obj.open() as body:
+        await response.prepare(request)
         body.seek(start)
         remaining = end - start
         while remaining > 0:

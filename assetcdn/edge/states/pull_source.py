@@ -22,6 +22,7 @@ import io
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import quote
 
 from aiohttp import web
@@ -31,7 +32,12 @@ from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.tags import pull_variants_tag
 from assetcdn.edge.node import EdgeNode
-from assetcdn.edge.origin_client import OriginError, origin_request_headers
+from assetcdn.edge.origin_client import (
+    OriginError,
+    OriginResponse,
+    OriginTimeout,
+    origin_request_headers,
+)
 from assetcdn.edge.site_config import EdgeConfig, PullZone
 from assetcdn.edge.states.freshness import (
     Headers,
@@ -53,8 +59,12 @@ from assetcdn.edge.states.keys import pull_key, pull_source_id, pull_variant_key
 from assetcdn.edge.states.pull import (
     FLIGHTS,
     Flights,
+    Land,
     StoredResponse,
+    await_flight,
     lookup,
+    named_by_body,
+    no_landing,
     origin_tags,
     own_tags,
     refresh,
@@ -151,6 +161,10 @@ async def stored_body(obj: CachedObject) -> bytes:
     return await asyncio.get_running_loop().run_in_executor(None, obj.read_range, 0, obj.size)
 
 
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def source_limit(node: EdgeNode) -> int:
     """A pull zone's image may be as large as a stored zone's file can be (what control accepts)."""
     return int(node.settings.get("control", "max_upload_bytes"))
@@ -183,10 +197,16 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
         waiting = flights.join(flight_key)
         if waiting is None:
             break
-        await asyncio.shield(waiting)
+        try:
+            await await_flight(waiting, node.origins.limits)
+        except TimeoutError:
+            if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
+                return await described(node, at, url_key, stored)
+            raise origin_failed(at, OriginTimeout(
+                f"no answer from the origin within {node.origins.limits.first_byte_timeout_s:g} s")) from None
         waited = True
     try:
-        return await from_origin(node, client, at, url_key, stored)
+        return await from_origin(node, client, at, url_key, stored, partial(flights.land, flight_key))
     finally:
         flights.land(flight_key)
 
@@ -204,10 +224,10 @@ async def described(node: EdgeNode, at: PullSourcePath, url_key: str, stored: St
     if stored.obj.size > limit:
         raise too_large(at, stored.obj.size, limit)
     etag, last_modified = first_value(stored.headers, "etag"), first_value(stored.headers, "last-modified")
-    digest = None
-    if (etag is None or etag.startswith("W/")) and last_modified is None:
+    digest = stored.digest   # kept with the response when it was stored
+    if digest is None and named_by_body(stored.headers):  # stored without one: hashed now
         data = body if body is not None else await stored_body(stored.obj)
-        digest = await asyncio.get_running_loop().run_in_executor(None, lambda: hashlib.sha256(data).hexdigest())
+        digest = await asyncio.get_running_loop().run_in_executor(None, sha256, data)
         body = data
     return PullSource(at, url_key, stored, pull_source_id(etag, last_modified, stored.obj.size, digest), body)
 
@@ -220,9 +240,10 @@ def origin_failed(at: PullSourcePath, exc: OriginError) -> SourceRefused:
 
 
 async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSourcePath, url_key: str,
-                      stored: StoredResponse | None) -> PullSource:
+                      stored: StoredResponse | None, land: Land = no_landing) -> PullSource:
     """A miss, or a stored source the origin must confirm (304: its head updated) or replace; the stale
-    copy when the origin fails and stale-if-error allows it."""
+    copy when the origin fails and stale-if-error allows it. `land` tells the requests waiting for this one
+    whether a body is being kept for them, as soon as the origin's head says."""
     client_ip, scheme = client
     headers = origin_request_headers([], at.zone.origin, client_ip=client_ip, scheme=scheme)
     if stored is not None:
@@ -238,7 +259,7 @@ async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSo
         response.release()
         if validated_by(stored.headers, response.headers):
             return await described(node, at, url_key, await refresh(node, at.zone, at.path, stored, response))
-        return await from_origin(node, client, at, url_key, None)  # a 304 about another response
+        return await from_origin(node, client, at, url_key, None, land)  # a 304 about another response
     if response.status >= 500 and stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES,
                                                                           time.time()):
         response.release()
@@ -260,6 +281,16 @@ async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSo
     if length is not None and length.isdigit() and int(length) > limit:
         response.release()
         raise too_large(at, int(length), limit)
+    kept = asyncio.get_running_loop().create_future()
+    land(kept)
+    try:
+        return await keep(node, at, url_key, response, limit)
+    finally:
+        kept.set_result(None)
+
+
+async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, response: OriginResponse, limit: int) -> PullSource:
+    """Read a source the origin sent whole (at most `limit` bytes) and store it."""
     chunks: list[bytes] = []
     size = 0
     try:
@@ -273,8 +304,10 @@ async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSo
     finally:
         response.release()
     body = b"".join(chunks)
+    digest = await asyncio.get_running_loop().run_in_executor(None, sha256, body) \
+        if named_by_body(response.headers) else None
     obj = await store(node, at.zone, at.path, url_key, SOURCE_FIELDS, response, stored_headers(response.headers),
-                      io.BytesIO(body))
+                      io.BytesIO(body), digest)
     kept = StoredResponse.of(obj) if obj is not None else None
     if kept is None:
         raise SourceRefused(503, "ServiceUnavailable", "The source could not be kept in this edge's cache. Retry.")

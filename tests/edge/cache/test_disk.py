@@ -186,3 +186,23 @@ def test_sqlite_memory_per_connection_is_bounded_also_in_a_directory_made_with_d
     con.close()
     assert settings["sqlite_cache_size"] * page_size <= 1 * MB
     assert settings["sqlite_mmap_size"] == 0
+
+
+def test_a_large_body_is_returned_as_its_path_without_opening_its_file(disk: DiskTier,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    body = os.urandom(MB)
+    put(disk, "large", body)
+    opened: list[object] = []
+    real_open = open
+
+    def counting_open(file: object, *args: object, **kwargs: object) -> object:
+        opened.append(file)
+        return real_open(file, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    obj = disk.get("large", load_limit=64 * 1024)
+    assert obj is not None and obj.body is None and obj.path is not None
+    assert obj.size == len(body)          # the row's size
+    assert opened == []
+    monkeypatch.undo()
+    assert obj.read_range(0, len(body)) == body

@@ -69,6 +69,24 @@ def test_a_purge_before_the_batch_keeps_the_entry_off_disk(cache: EdgeCache) -> 
     assert on_disk(cache, "pull:z:/kept") == b"kept"
 
 
+def test_a_purge_another_worker_makes_before_the_batch_keeps_the_entry_off_disk(cache: EdgeCache,
+                                                                                tmp_path: Path) -> None:
+    """Another worker of the node (its own memory tier, the same disk tier) purges the entry while it is queued
+    here: the batch does not write it back, so no worker finds it on disk afterwards."""
+    other = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=1 * MB, memory_max_object=256 * KB)
+    try:
+        writer = HeldWriter()
+        cache.put_behind("pull:z:/gone", b"old", "text/plain", '"e"', ["path-a"], HEAD, writer=writer)
+        cache.put_behind("pull:z:/kept", b"kept", "text/plain", '"e"', ["path-b"], HEAD, writer=writer)
+        other.purge_tags(["path-a"])
+        writer.run()
+        assert other.get("pull:z:/gone") is None and on_disk(cache, "pull:z:/gone") is None
+        assert cache.get("pull:z:/gone") is None
+        assert on_disk(cache, "pull:z:/kept") == b"kept"
+    finally:
+        other.close()
+
+
 def test_a_newer_response_is_not_overwritten_by_a_queued_older_one(cache: EdgeCache) -> None:
     writer = HeldWriter()
     cache.put_behind("pull:z:/a", b"first", "text/plain", '"1"', ["t"], HEAD, writer=writer)

@@ -26,6 +26,7 @@ from tests.integration.harness import free_port_block
 from tests.support.cdn import Cdn, CdnFactory
 from tests.support.control import SECRETS
 from tests.support.origins import PREFIX, ScriptedOrigin, add_pull_zone, serve_origin
+from tests.support.wait import WAIT_S, wait_until
 
 ZONE = "shielded"
 SECRET = ("X-Origin-Secret", "for-the-origin-only")  # the zone's RequestHeaders
@@ -211,6 +212,37 @@ async def test_a_shield_that_cannot_answer_sends_the_fill_to_the_origin(make_cdn
         assert (status, x_cache, body) == (200, "MISS", b"from the origin")
         (asked,) = run.origin.requests("/d.txt")
         assert asked.headers[SECRET[0]] == SECRET[1]
+
+
+async def test_a_request_waiting_for_a_fill_gives_up_after_the_first_byte_timeout(make_cdn: CdnFactory) -> None:
+    """The fill asks a silent shield, then a silent origin (a first-byte timeout each): a request that waits
+    for it answers 504 after one first-byte timeout of its own, and asks no origin itself."""
+    answered = asyncio.Event()
+
+    async def silent(_request: web.Request) -> web.StreamResponse:
+        await answered.wait()
+        return relayed()
+
+    async def silent_origin(_request: web.Request) -> web.StreamResponse:
+        await answered.wait()
+        return web.Response(body=b"late")
+
+    async with shielded_cdn(make_cdn, silent) as run:
+        run.origin.route("/w.txt", silent_origin)
+        try:
+            leader = asyncio.ensure_future(run.cdn.edge.get(f"/{ZONE}/w.txt"))
+
+            async def shield_asked() -> bool:
+                return len(run.shield.seen) == 1
+
+            await wait_until(shield_asked, "the fill reaching the shield")
+            waiter = await asyncio.wait_for(run.cdn.edge.get(f"/{ZONE}/w.txt"), WAIT_S)
+            body = await expect_error(waiter, 504, "OriginTimeout")
+            assert "within 1 s" in body["error"]["message"]
+            await expect_error(await asyncio.wait_for(leader, WAIT_S), 504, "OriginTimeout")
+        finally:
+            answered.set()
+        assert run.origin.count("/w.txt") == 1   # the fill's; the waiter's own would be a second
 
 
 async def test_a_shield_behind_the_asking_edge_declines(make_cdn: CdnFactory) -> None:

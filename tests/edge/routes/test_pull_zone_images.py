@@ -21,7 +21,9 @@ import pytest_asyncio
 from aiohttp import ClientResponse, web
 from PIL import Image
 
+from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.tags import pull_variants_tag
+from assetcdn.edge.states import pull_source
 from assetcdn.edge.states.keys import pull_key, pull_variants_made_key
 from tests.control.expect import expect_error
 from tests.support.cdn import PURGE, Cdn, shared_cdn_apps
@@ -134,6 +136,30 @@ async def test_a_transform_of_an_image_already_delivered_asks_the_origin_nothing
     resp = await pics.transform("/delivered.png")
     assert (resp.status, resp.headers["X-Cache"], resp.headers["Content-Type"]) == (200, "MISS", "image/png")
     assert pics.origin.count("/delivered.png") == 1
+
+
+async def test_an_image_without_validators_is_hashed_as_it_is_stored_not_at_each_variant_request(
+        pics: Pics, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Named by its body's SHA-256 (no ETag, no Last-Modified): the hash is kept with the stored response, so
+    a variant's hit reads nothing of the source."""
+    pics.origin.answer("/plain.png", image(RED), headers=LONG)
+    assert (await pics.get(f"/{ZONE}/plain.png")).headers["X-Cache"] == "MISS"
+    reads: list[str] = []
+    real = pull_source.stored_body
+
+    async def counted(obj: CachedObject) -> bytes:
+        reads.append(obj.key)
+        return await real(obj)
+
+    monkeypatch.setattr(pull_source, "stored_body", counted)
+    first = await pics.transform("/plain.png")
+    assert (first.status, first.headers["X-Cache"]) == (200, "MISS"), await first.text()
+    assert len(reads) == 1                         # the variant is made from the stored bytes
+    for _ in range(3):
+        hit = await pics.transform("/plain.png")
+        assert (hit.status, hit.headers["X-Cache"], await hit.read()) == (200, "HIT", await first.read())
+    assert len(reads) == 1
+    assert pics.origin.count("/plain.png") == 1
 
 
 async def test_auto_converts_a_pull_image_to_the_best_accepted_format(pics: Pics) -> None:

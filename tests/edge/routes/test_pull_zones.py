@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 import pytest
 from aiohttp import ClientPayloadError, ClientResponse, web
 
+from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.states.keys import pull_key
 from tests.control.expect import expect_error
 from tests.support.cdn import PURGE, raw_status
 from tests.support.control import ACCOUNT
@@ -627,6 +630,117 @@ async def test_requests_waiting_on_a_response_that_may_not_be_stored_get_their_o
     assert [(resp.status, await resp.read()) for resp in answers] == [(200, str(i).encode()) for i in range(clients)]
     assert {resp.headers["X-Cache"] for resp in answers} == {"PASS"}
     assert pull.origin.count("/personal.txt") == clients
+
+
+async def test_a_request_behind_one_whose_answer_may_not_be_stored_does_not_wait_for_its_body(pull: Pull) -> None:
+    """The first client's `private` answer is still arriving (its origin holds the rest of the body): the next
+    request learns at once that nothing will be kept for it and gets its own answer meanwhile."""
+    rest = asyncio.Event()
+
+    async def personal(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Cache-Control": "private"})
+        await response.prepare(request)
+        await response.write(b"for " + request.headers["X-Client"].encode())
+        if request.headers["X-Client"] == "first":
+            await rest.wait()
+        await response.write(b", whole")
+        return response
+
+    pull.origin.route("/personal-stream.txt", personal)
+    first = await pull.cdn.edge.get(f"/{ZONE}/personal-stream.txt", headers={"X-Client": "first"})
+    try:
+        second = await asyncio.wait_for(pull.get("/personal-stream.txt", headers={"X-Client": "second"}), WAIT_S)
+        assert (second.status, await second.read(), second.headers["X-Cache"]) == (200, b"for second, whole", "PASS")
+    finally:
+        rest.set()
+    assert (first.headers["X-Cache"], await first.read()) == ("PASS", b"for first, whole")
+    assert pull.origin.count("/personal-stream.txt") == 2
+
+
+async def test_a_trickling_body_is_cut_off_and_the_requests_waiting_for_it_ask_themselves(pull: Pull) -> None:
+    """The origin sends the first client's body a byte at a time without end: that client's answer breaks off
+    after the origin's body timeout, and a request that waited for it to be stored then gets its own."""
+    done = asyncio.Event()
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=LONG)
+        await response.prepare(request)
+        if pull.origin.count("/trickle.txt") > 1:
+            await response.write(b"whole")
+            return response
+        while not done.is_set():
+            await response.write(b".")
+            await asyncio.sleep(0.1)
+        return response
+
+    pull.origin.route("/trickle.txt", trickle)
+    first = await pull.cdn.edge.get(f"/{ZONE}/trickle.txt")
+    try:
+        second = await asyncio.wait_for(pull.get("/trickle.txt"), WAIT_S)
+        with pytest.raises(ClientPayloadError):
+            await asyncio.wait_for(first.read(), WAIT_S)
+    finally:
+        done.set()
+    assert (second.status, await second.read(), second.headers["X-Cache"]) == (200, b"whole", "MISS")
+    assert pull.origin.count("/trickle.txt") == 2
+
+
+def stored_on_disk(pull: Pull, key: str) -> Callable[[], Awaitable[bool]]:
+    async def stored() -> bool:
+        return pull.cdn.node.cache.disk.get(key, load_limit=0) is not None
+
+    return stored
+
+
+async def test_a_body_purged_between_its_lookup_and_its_delivery_is_fetched_again_whole(
+        pull: Pull, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stored body kept as a file (over 1 MB) is purged just after the lookup found it: the client gets the
+    whole response (fetched again), never a head followed by a broken body."""
+    data = os.urandom(1536 * 1024)
+    pull.origin.answer("/purged-meanwhile.bin", data, headers=LONG)
+    assert (await pull.get("/purged-meanwhile.bin")).headers["X-Cache"] == "MISS"
+    cache = pull.cdn.node.cache
+    key = pull_key(ZONE, "/purged-meanwhile.bin", "")
+    await wait_until(stored_on_disk(pull, key), "the body stored")   # its client may have it all first
+    real_get = cache.get
+    purged: list[str] = []
+
+    def get_then_purge(asked: str) -> CachedObject | None:
+        obj = real_get(asked)
+        if asked == key and obj is not None and obj.path is not None and not purged:
+            purged.append(asked)
+            cache.purge_keys([asked])   # as a purge from control would, between the lookup and the delivery
+        return obj
+
+    monkeypatch.setattr(cache, "get", get_then_purge)
+    resp = await pull.cdn.edge.get(f"/{ZONE}/purged-meanwhile.bin")
+    assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, data, "MISS")
+    assert purged == [key]
+    assert pull.origin.count("/purged-meanwhile.bin") == 2
+
+
+async def test_a_304_updates_the_head_of_a_body_kept_as_a_file_without_rewriting_it(pull: Pull) -> None:
+    data = os.urandom(1536 * 1024)
+
+    async def versioned(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"big"':
+            return web.Response(status=304, headers={"ETag": '"big"', "Cache-Control": "max-age=600",
+                                                     "X-Version": "2"})
+        return web.Response(body=data, headers={"ETag": '"big"', "Cache-Control": "max-age=1", "X-Version": "1"})
+
+    pull.origin.route("/big-revalidated.bin", versioned)
+    assert (await pull.get("/big-revalidated.bin")).headers["X-Cache"] == "MISS"
+    key = pull_key(ZONE, "/big-revalidated.bin", "")
+    await wait_until(stored_on_disk(pull, key), "the body stored")   # its client may have it all first
+    before = pull.cdn.node.cache.disk.get(key, load_limit=0)
+    assert before is not None and before.path is not None
+    revalidated = await answer_changes(pull, "/big-revalidated.bin", "REVALIDATED")
+    assert (await revalidated.read(), revalidated.headers["X-Version"]) == (data, "2")
+    after = await pull.get("/big-revalidated.bin")
+    assert (after.headers["X-Cache"], after.headers["X-Version"], await after.read()) == ("HIT", "2", data)
+    stored = pull.cdn.node.cache.disk.get(key, load_limit=0)
+    assert stored is not None and stored.path == before.path   # the same file: only the head was written
+    assert pull.origin.count("/big-revalidated.bin") == 2
 
 
 async def test_an_unsafe_request_whose_body_does_not_arrive_in_time_is_408(pull: Pull) -> None:
