@@ -52,7 +52,9 @@ R = TypeVar("R")
 
 def _holding_writes(method: Callable[Concatenate[EdgeCache, P], R]) -> Callable[Concatenate[EdgeCache, P], R]:
     """A purge: what is queued for the disk tier is written first, and no write-behind batch runs between the
-    purge's memory and disk steps (assetcdn/edge/cache/write_behind.py), so it finds what a fill stored."""
+    purge's memory and disk steps (assetcdn/edge/cache/write_behind.py), so it finds what a fill stored.
+    Each purge publishes itself to the other workers before it deletes: another worker's batch that commits
+    after the publication replays it and drops what it names, and one that commits before is deleted here."""
     def purge(cache: EdgeCache, /, *args: P.args, **kwargs: P.kwargs) -> R:
         with cache._writes.lock:
             cache._writes.flush()
@@ -259,34 +261,32 @@ class EdgeCache:
     def purge_keys(self, keys: Iterable[str]) -> int:
         """Remove ``keys`` from every tier of every worker; returns how many existed here."""
         key_list = list(dict.fromkeys(keys))
-        removed = set(self.memory.discard_many(key_list)) | set(self.disk.delete_many(key_list))
-        self._purges.record("keys", key_list)
-        return len(removed)
+        self._purges.record("keys", key_list)  # published first: see _holding_writes
+        return len(set(self.memory.discard_many(key_list)) | set(self.disk.delete_many(key_list)))
 
     @_holding_writes
     def purge_tags(self, tags: Iterable[str]) -> int:
         """Remove every entry carrying any of ``tags``; returns how many were removed."""
         tag_list = list(dict.fromkeys(tags))
-        removed = set(self.memory.purge_tags(tag_list)) | set(self.disk.purge_tags(tag_list))
         self._purges.record("tags", tag_list)
-        return len(removed)
+        return len(set(self.memory.purge_tags(tag_list)) | set(self.disk.purge_tags(tag_list)))
 
     @_holding_writes
     def purge_all(self) -> int:
         """Empty the cache; returns how many entries were removed (the larger tier's count:
         memory holds copies of disk entries)."""
+        self._purges.record("all", ())
         memory_count = self.memory.clear()
         disk_count = self.disk.clear()
-        self._purges.record("all", ())
         return max(disk_count, memory_count)
 
     @_holding_writes
     def purge_tag_prefixes(self, prefixes: Iterable[str]) -> int:
         """Remove every entry carrying a tag that starts with any of ``prefixes``; returns how many."""
         prefix_list = [p for p in dict.fromkeys(prefixes) if p]
+        self._purges.record("prefix", prefix_list)
         removed = set(self.memory.purge_tag_prefixes(prefix_list))
         removed |= set(self.disk.delete_many(self.disk.keys_for_tag_prefixes(prefix_list)))
-        self._purges.record("prefix", prefix_list)
         return len(removed)
 
     @_holding_writes

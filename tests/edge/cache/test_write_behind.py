@@ -87,6 +87,34 @@ def test_a_purge_another_worker_makes_before_the_batch_keeps_the_entry_off_disk(
         other.close()
 
 
+@pytest.mark.parametrize("purge", ["keys", "tags", "prefixes", "everything"])
+def test_a_batch_that_commits_while_another_worker_deletes_does_not_bring_the_entry_back(
+        cache: EdgeCache, tmp_path: Path, purge: str) -> None:
+    """The other worker's batch runs in the middle of the purge, right after its disk rows are deleted: the
+    entry it had queued stays off disk, whichever kind of purge it was."""
+    other = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=1 * MB, memory_max_object=256 * KB)
+    try:
+        writer = HeldWriter()
+        cache.put_behind("pull:z:/gone", b"old", "text/plain", '"e"', ["path-a"], HEAD, writer=writer)
+        deleting = other.disk.delete_many, other.disk.purge_tags, other.disk.clear
+
+        def then_batch(delete: Callable[..., Any]) -> Callable[..., Any]:
+            def deleted(*args: Any) -> Any:
+                result = delete(*args)
+                writer.run()
+                return result
+            return deleted
+
+        other.disk.delete_many, other.disk.purge_tags, other.disk.clear = (  # type: ignore[method-assign]
+            then_batch(deleting[0]), then_batch(deleting[1]), then_batch(deleting[2]))
+        {"keys": lambda: other.purge_keys(["pull:z:/gone"]), "tags": lambda: other.purge_tags(["path-a"]),
+         "prefixes": lambda: other.purge_tag_prefixes(["path-"]), "everything": other.purge_all}[purge]()
+        assert not writer.jobs
+        assert on_disk(cache, "pull:z:/gone") is None and cache.get("pull:z:/gone") is None
+    finally:
+        other.close()
+
+
 def test_a_newer_response_is_not_overwritten_by_a_queued_older_one(cache: EdgeCache) -> None:
     writer = HeldWriter()
     cache.put_behind("pull:z:/a", b"first", "text/plain", '"1"', ["t"], HEAD, writer=writer)
