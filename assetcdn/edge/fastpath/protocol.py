@@ -34,7 +34,8 @@ not read them (the transport's write buffer is full) no further request is read.
 Over TLS a read is the client's whole decrypted data, however much was pipelined: requests are answered
 one per pass, TLS_TURN_ANSWERS per loop turn (reading paused until the rest is answered), and answers
 larger than TLS_PIECE are handed to TLS a piece at a time as the client reads, so a client that reads
-nothing holds little memory, and is cut off after ``tls.send_timeout_s``.
+nothing holds little memory, and is cut off after ``tls.send_timeout_s``. An answer that fits in one TLS
+record (head and body together) is handed to TLS whole, so it is sealed as one record.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ MAX_PIPELINED = 256 * 1024      # bytes read ahead while a request is being answ
 READ_AHEAD = "read-ahead"       # why reading is paused: MAX_PIPELINED bytes wait
 TURN = "turn"                   # why reading is paused: pipelined requests wait for the loop's next turn
 TLS_TURN_ANSWERS = 16           # pipelined requests answered per loop turn over TLS
+TLS_RECORD = 2 ** 14            # RFC 8446 section 5.1: the most plaintext one TLS record carries
 COUNTRY = 5                     # slot of the analytics country header (its name is configured)
 # One slot for the request fields a pull zone's hit cannot answer here as the application would (its
 # directives, the conditions it does not compare): any of them, once or more, hands a pull request over.
@@ -461,10 +463,19 @@ class HitProtocol(asyncio.Protocol):
             return
         transport = self.transport
         if transport is not None:
-            if not self.zero_copy and sum(map(len, out)) > TLS_PIECE:
-                self._write_bounded(transport, out)
-                return
-            transport.writelines(out)
+            if self.zero_copy:
+                transport.writelines(out)
+            else:
+                size = sum(map(len, out))
+                if size > TLS_PIECE:
+                    self._write_bounded(transport, out)
+                    return
+                if size <= TLS_RECORD and len(out) > 1:
+                    # One TLS record rather than one per piece (head, body): each record is a cipher
+                    # pass of its own, which costs more than copying what fits in one.
+                    transport.write(b"".join(out))
+                else:
+                    transport.writelines(out)
             # The usual answer: the socket took all of it, and its deliveries are recorded whole now.
             if not transport.get_write_buffer_size() and self.when_sent is None and not transport.is_closing():
                 server = self.server

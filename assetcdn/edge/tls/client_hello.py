@@ -31,29 +31,36 @@ UNRECOGNIZED_NAME_ALERT = bytes((21, 3, 3, 0, 2, 2, 112))
 
 def host_name(record: bytes) -> bytes | None:
     """The host name a ClientHello record's server_name extension holds, as sent; None if `record` is
-    not a ClientHello or has no host name within it."""
+    not a ClientHello or has no host name within it. Read once per connection: lengths by indexing, no
+    slice but the name's."""
     if len(record) < RECORD_HEADER + 4 or record[0] != HANDSHAKE or record[RECORD_HEADER] != CLIENT_HELLO:
         return None
     # The message, cut at the record's end: a name beyond it (a ClientHello over several records) is not read.
-    end = min(len(record), RECORD_HEADER + 4 + int.from_bytes(record[RECORD_HEADER + 1:RECORD_HEADER + 4]))
+    end = min(len(record), RECORD_HEADER + 4 + (record[6] << 16 | record[7] << 8 | record[8]))
     at = RECORD_HEADER + 4 + 2 + 32                                   # legacy_version, random
     if at >= end:
         return None
     at += 1 + record[at]                                              # legacy_session_id
-    at += 2 + int.from_bytes(record[at:at + 2])                       # cipher_suites
+    if at + 1 >= end:
+        return None
+    at += 2 + (record[at] << 8 | record[at + 1])                      # cipher_suites
     if at >= end:
         return None
     at += 1 + record[at]                                              # legacy_compression_methods
-    extensions_end = min(end, at + 2 + int.from_bytes(record[at:at + 2]))
+    if at + 1 >= end:
+        return None
+    extensions_end = min(end, at + 2 + (record[at] << 8 | record[at + 1]))
     at += 2
     while at + 4 <= extensions_end:
-        kind, length = int.from_bytes(record[at:at + 2]), int.from_bytes(record[at + 2:at + 4])
+        kind, length = record[at] << 8 | record[at + 1], record[at + 2] << 8 | record[at + 3]
         at += 4
         if kind == SERVER_NAME:
-            names_end = min(extensions_end, at + length, at + 2 + int.from_bytes(record[at:at + 2]))
+            if at + 1 >= extensions_end:
+                return None
+            names_end = min(extensions_end, at + length, at + 2 + (record[at] << 8 | record[at + 1]))
             at += 2
             while at + 3 <= names_end:
-                name_type, name_length = record[at], int.from_bytes(record[at + 1:at + 3])
+                name_type, name_length = record[at], record[at + 1] << 8 | record[at + 2]
                 at += 3
                 if name_type == HOST_NAME:
                     return record[at:at + name_length] if at + name_length <= names_end else None
@@ -108,6 +115,12 @@ class ClientHelloCheck(asyncio.Protocol):
         assert self.transport is not None
         self.head = b""
         self.transport.set_protocol(self.tls)
+        size = len(head)
+        buffer = self.tls.get_buffer(size)
+        if len(buffer) >= size:  # the usual case: one copy into the TLS protocol's buffer
+            buffer[:size] = head
+            self.tls.buffer_updated(size)
+            return
         view = memoryview(head)
         while view:
             buffer = self.tls.get_buffer(len(view))

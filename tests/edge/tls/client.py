@@ -67,6 +67,45 @@ def https_get(port: int, path: str, *, server_name: str = "localhost", ca: Path 
         connection.close()
 
 
+def answer_records(port: int, request: bytes, *, server_name: str = "localhost", ca: Path | None = None) -> list[bytes]:
+    """The plaintext of each TLS record that carries application data, as the server sent them, for
+    `request` (one whole HTTP/1.1 request that closes the connection) over a TLS 1.3 connection: its
+    records are read off the wire one at a time, each decrypted alone, until the server's close_notify."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = client_context(ca, version=ssl.TLSVersion.TLSv1_3).wrap_bio(incoming, outgoing, server_hostname=server_name)
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as sock:
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                sock.sendall(outgoing.read())
+                chunk = sock.recv(65536)
+                assert chunk, "closed during the handshake"
+                incoming.write(chunk)
+        tls.write(request)
+        sock.sendall(outgoing.read())
+        wire = b""
+        records: list[bytes] = []
+        while True:
+            while len(wire) < 5 or len(wire) < 5 + int.from_bytes(wire[3:5]):
+                chunk = sock.recv(65536)
+                assert chunk, "closed before its close_notify"
+                wire += chunk
+            end = 5 + int.from_bytes(wire[3:5])
+            incoming.write(wire[:end])
+            wire = wire[end:]
+            plaintext = b""
+            try:
+                while data := tls.read(65536):
+                    plaintext += data
+            except ssl.SSLWantReadError:  # the record is read (a session ticket carries no application data)
+                if plaintext:
+                    records.append(plaintext)
+                continue
+            return records  # an empty read: the server's close_notify
+
+
 @dataclass
 class H2Client:
     """A blocking HTTP/2 client over one TLS connection."""

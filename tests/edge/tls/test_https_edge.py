@@ -19,7 +19,7 @@ from cryptography import x509
 
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.tls_state import TLS_STATE_PATH, CertificateEntry, TlsState
-from tests.edge.tls.client import H2Client, client_context, handshake, https_get
+from tests.edge.tls.client import H2Client, answer_records, client_context, handshake, https_get
 from tests.integration.harness import KEYS
 from tests.support.https import HSTS_MAX_AGE_S, ZONE, HttpsCdn
 
@@ -85,6 +85,20 @@ def test_hits_and_misses_over_tls_http_1_1_carry_hsts(https_cdn: HttpsCdn) -> No
         answer = https_get(https_cdn.https_port, f"/{ZONE}/v1/h1/big.bin", ca=https_cdn.ca_file)
         assert answer.status == 200 and answer.body == big
     assert answer.headers["x-cache"] == "HIT"
+
+
+def test_a_small_hit_over_tls_comes_in_one_record(https_cdn: HttpsCdn) -> None:
+    # Head and body of an answer that fits in one TLS record are sealed together: one record, not one each.
+    body = os.urandom(5 * 1024)
+    https_cdn.upload("v1/h1/record.bin", body)
+    path = f"/{ZONE}/v1/h1/record.bin"
+    eventually(lambda: https_get(https_cdn.https_port, path, ca=https_cdn.ca_file).headers["x-cache"] == "HIT",
+               "the file is a hit")
+    request = f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode()
+    records = answer_records(https_cdn.https_port, request, ca=https_cdn.ca_file)
+    assert len(records) == 1, [len(record) for record in records]
+    head, _, sent = records[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and b"\r\nX-Cache: HIT" in head and sent == body
 
 
 def test_http2_serves_hits_misses_and_api_calls(https_cdn: HttpsCdn) -> None:
