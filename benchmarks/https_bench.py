@@ -17,9 +17,11 @@ reading, as in benchmarks/hits_bench.py); the load generator runs on core 1. The
 - ``tls h1``: wrk over https with keep-alive (``-t2 -c64``): TLS records, no handshakes after the first;
 - ``h2``: h2load (``-c8 -m16``: 8 connections, 16 streams each) over https with ALPN h2;
 - ``h2 m100``: the same with 100 streams per connection (``-c8 -m100``), every stream a server allows at once;
-- ``new conn``: wrk with ``Connection: close``: every request a new TCP connection and a full TLS
-  handshake (TLS 1.3, ECDHE P-256 or X25519, ECDSA signature) plus one 5 KB hit;
-- ``resumed``: ``openssl s_time -reuse`` (``RESUMING_CLIENTS`` at once): every request a new TCP
+- ``new conn``: ``openssl s_time -new`` (``S_TIME_CLIENTS`` at once): every request a new TCP connection
+  and a full TLS handshake (TLS 1.3, X25519, ECDSA signature, no session offered) plus one 5 KB hit with
+  ``Connection: close``; a connection that resumed a session counts as an error. (wrk cannot be used
+  here: it offers each thread's last session when it reconnects, so its new connections are resumptions.)
+- ``resumed``: ``openssl s_time -reuse`` (``S_TIME_CLIENTS`` at once): every request a new TCP
   connection resuming the session of the client's first (TLS 1.3: a ticket, with an ECDHE key
   exchange, no certificate and no signature) plus one 5 KB hit with ``Connection: close``; a
   connection that did not resume counts as an error.
@@ -64,7 +66,7 @@ SIZES = ["5 KB", "100 KB"]
 MODES = ("tls h1", "h2", "h2 m100", "new conn", "resumed")
 H2LOAD_STREAMS = {"h2": 16, "h2 m100": 100}  # streams per connection (h2load -m)
 HANDSHAKE_MODES = ("new conn", "resumed")  # measured with the 5 KB file only
-RESUMING_CLIENTS = 4
+S_TIME_CLIENTS = 4
 SERVERS = ("hitch+varnish", "nginx", "edge")
 
 HITCH = """frontend = "[127.0.0.1]:{port}"
@@ -151,29 +153,31 @@ def run_h2load(url: str, duration: float, prefix: tuple[str, ...], streams: int 
     return float(finished.group(1)), int(counts.group(2)) + int(counts.group(3))
 
 
-def run_s_time(url: str, duration: float, prefix: tuple[str, ...]) -> tuple[float, int]:
-    """(connections per second, connections not resumed) of RESUMING_CLIENTS ``openssl s_time -reuse`` at
-    once. s_time sends ``GET <www> HTTP/1.0``: the path it is given ends in the rest of an HTTP/1.1 head,
+def run_s_time(url: str, duration: float, prefix: tuple[str, ...], *, resume: bool) -> tuple[float, int]:
+    """(connections per second, connections of the wrong kind) of S_TIME_CLIENTS ``openssl s_time`` at
+    once, ``-reuse`` (each connection after a client's first resumes its session) or ``-new`` (every
+    connection a full handshake). s_time sends ``GET <www> HTTP/1.0``: the path it is given ends in the rest of an HTTP/1.1 head,
     so each server answers ``GET <path> HTTP/1.1`` with ``Connection: close`` (its HTTP/1.0 tail becomes
-    a header's value). Each prints ``starting``, one character per connection (``r``: resumed), then
-    ``N connections in ...``."""
+    a header's value). Each prints a line of one character per connection (``r``: resumed, ``*``: a
+    full handshake), then an empty line and ``N connections in ...``."""
     parts = urlsplit(url)
     request = f"{parts.path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nX-Bench-Client:"
-    command = [*prefix, "openssl", "s_time", "-connect", f"127.0.0.1:{parts.port}", "-reuse",
+    command = [*prefix, "openssl", "s_time", "-connect", f"127.0.0.1:{parts.port}", "-reuse" if resume else "-new",
                "-time", str(max(1, round(duration))), "-www", request]
     began = time.monotonic()
     clients = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for _ in range(RESUMING_CLIENTS)]
-    connections = not_resumed = 0
+               for _ in range(S_TIME_CLIENTS)]
+    connections = wrong = 0
     for client in clients:
         out, err = client.communicate(timeout=duration + 60)
-        found = re.search(r"starting\n(.*?)\n\n(\d+) connections in", out, re.S)
+        found = re.search(r"^([*rt3]*)\n\n(\d+) connections in", out, re.M)
         if client.returncode != 0 or found is None:
             raise RuntimeError(f"s_time failed ({client.returncode}): {out[-500:]} {err[-500:]}")
         progress, counted = found.groups()
         connections += int(counted)
-        not_resumed += len(progress.strip()) - progress.count("r")
-    return connections / (time.monotonic() - began), not_resumed
+        resumed = progress.count("r")
+        wrong += len(progress.strip()) - resumed if resume else resumed
+    return connections / (time.monotonic() - began), wrong
 
 
 def measure_one(server: Server, mode: str, url: str, args: argparse.Namespace, prefix: tuple[str, ...],
@@ -183,11 +187,10 @@ def measure_one(server: Server, mode: str, url: str, args: argparse.Namespace, p
     began = time.monotonic()
     if mode in H2LOAD_STREAMS:
         rps, errors = run_h2load(url, args.duration, prefix, H2LOAD_STREAMS[mode])
-    elif mode == "resumed":
-        rps, errors = run_s_time(url, args.duration, prefix)
+    elif mode in HANDSHAKE_MODES:
+        rps, errors = run_s_time(url, args.duration, prefix, resume=mode == "resumed")
     else:
-        headers = ("Connection: close",) if mode == "new conn" else ()
-        result = run_wrk(url, args.duration, args.connections, 2, prefix=prefix, headers=headers)
+        result = run_wrk(url, args.duration, args.connections, 2, prefix=prefix)
         rps, errors = result.rps, result.errors
     elapsed = time.monotonic() - began
     time.sleep(settle_s)
