@@ -205,8 +205,13 @@ def lookup(node: EdgeNode, url_key: str, fields: Headers) -> StoredResponse | No
 def forwarded_headers(request: web.Request, zone: PullZone, stored: StoredResponse | None) -> CIMultiDict[str]:
     """A cache fill's request: the whole response is asked for (the client's own conditions and ranges are
     answered from it here), revalidating the stored one when there is one."""
-    headers = origin_request_headers(list(request.headers.items()), zone.origin, client_ip=request.remote,
-                                     scheme=request.scheme)
+    return fill_headers(list(request.headers.items()), zone, request.remote, request.scheme, stored)
+
+
+def fill_headers(fields: Sequence[tuple[str, str]], zone: PullZone, client_ip: str | None, scheme: str,
+                 stored: StoredResponse | None) -> CIMultiDict[str]:
+    """`forwarded_headers` of a request with header fields `fields` from `client_ip` over `scheme`."""
+    headers = origin_request_headers(list(fields), zone.origin, client_ip=client_ip, scheme=scheme)
     for name in CLIENT_CONDITIONS:
         headers.popall(name, None)
     if stored is not None:
@@ -219,8 +224,9 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
                      fields: Headers, stored: StoredResponse | None) -> web.StreamResponse:
     """A miss, or a stored response the origin must confirm (a 304 updates it) or replace."""
     try:
-        response = await node.shields.fill(zone, path, request.rel_url.raw_query_string,
-                                           forwarded_headers(request, zone, stored), from_edge=from_edge(request))
+        response = handed_fill(request) or await node.shields.fill(
+            zone, path, request.rel_url.raw_query_string, forwarded_headers(request, zone, stored),
+            from_edge=from_edge(request))
     except OriginError as exc:
         if stored is not None and usable_on_error(stored.freshness, request_directives(fields), time.time()):
             node.metrics.cache_result(CacheResult.STALE).inc()
@@ -245,6 +251,16 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
     node.metrics.cache_result(CacheResult.MISS).inc()
     return await stream_and_store(request, node, zone, path, url_key, fields, response,
                                   "uri-miss" if stored is None else "stale")
+
+
+def handed_fill(request: web.Request) -> OriginResponse | None:
+    """The origin's answer the hit path fetched for this very request before it handed the request over
+    (assetcdn/edge/fastpath/pull_fill.py): taken once, in place of a new origin request; its failure is raised."""
+    take = getattr(request.transport, "take_fetched", None)
+    fetched: OriginResponse | OriginError | None = take() if take is not None else None
+    if isinstance(fetched, OriginError):
+        raise fetched
+    return fetched
 
 
 async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
