@@ -186,3 +186,33 @@ def test_sqlite_memory_per_connection_is_bounded_also_in_a_directory_made_with_d
     con.close()
     assert settings["sqlite_cache_size"] * page_size <= 1 * MB
     assert settings["sqlite_mmap_size"] == 0
+
+
+# The tag index's triggers of earlier versions, which found a row's entries by key through a second index.
+BY_KEY_SCHEMA = (
+    "CREATE INDEX IF NOT EXISTS EdgeTag_key ON EdgeTag (key)",
+    "CREATE TRIGGER IF NOT EXISTS EdgeTag_update AFTER UPDATE OF tag ON Cache FOR EACH ROW BEGIN"
+    " DELETE FROM EdgeTag WHERE key = OLD.key; INSERT OR IGNORE INTO EdgeTag (tag, key)"
+    " SELECT value, NEW.key FROM json_each(CASE WHEN json_valid(NEW.tag) THEN NEW.tag ELSE '{}' END, '$.tags'); END",
+    "CREATE TRIGGER IF NOT EXISTS EdgeTag_delete AFTER DELETE ON Cache FOR EACH ROW BEGIN"
+    " DELETE FROM EdgeTag WHERE key = OLD.key; END",
+)
+
+
+def test_a_cache_of_an_earlier_version_keeps_its_tags_and_loses_the_index_by_key(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    first = DiskTier(directory, size_limit=64 * MB)
+    put(first, "kept", b"k", "project-a", "all")
+    put(first, "gone", b"g" * 50_000, "project-b", "all")
+    first.close()
+    with sqlite3.connect(directory / "cache.db") as con:  # as an earlier version left it
+        for statement in BY_KEY_SCHEMA:
+            con.execute(statement)
+    reopened = DiskTier(directory, size_limit=64 * MB)
+    with sqlite3.connect(directory / "cache.db") as con:
+        schema = {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE name LIKE 'EdgeTag%'")}
+    assert schema == {"EdgeTag", "EdgeTag_insert", "EdgeTag_update_by_tag", "EdgeTag_delete_by_tag"}
+    put(reopened, "kept", b"k2", "project-c")  # overwritten: its old tags no longer name it
+    assert reopened.purge_tags(["project-b"]) == ["gone"]
+    assert reopened.keys_for_tags(["project-a", "all"]) == [] and reopened.keys_for_tags(["project-c"]) == ["kept"]
+    reopened.close()
