@@ -85,7 +85,8 @@ class PullFills:
         self.server = server
         self.flights = server.app[FLIGHTS]
         self.claimed: Fill | None = None  # set by `claim`, taken by `start` in the same pass of the connection
-        self.filled = 0  # misses answered here
+        self.started = 0  # fills begun here (each leads its URL's flight)
+        self.filled = 0   # of them, answered here
 
     def claim(self, conn: HitProtocol, view: HostView, url: bytes, head_only: bool) -> bool:
         """Whether the miss of request target ``url`` on ``conn`` (whose head the hit server parsed, without
@@ -112,6 +113,7 @@ class PullFills:
         if started is None:
             conn._hand_over(head)
             return
+        self.started += 1
         conn.busy = True
         conn.deadline = float("inf")
         task = asyncio.get_running_loop().create_task(started)
