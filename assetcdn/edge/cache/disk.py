@@ -84,11 +84,20 @@ class _CleanDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type
         self._stored.filename = None
         return filename
 
+    def filename(self, key=diskcache.core.UNKNOWN, value=diskcache.core.UNKNOWN):  # type: ignore[no-untyped-def]
+        """diskcache's random name, in one level of 256 directories rather than its two of 65,536: a new body
+        file then seldom needs a directory made (nor its removal one removed, diskcache removes emptied ones).
+        A row keeps its file's name, so files of either layout are read and removed alike."""
+        hex_name = os.urandom(16).hex()
+        filename = os.path.join(hex_name[:2], hex_name[2:] + ".val")
+        return filename, os.path.join(self._directory, filename)
+
     def _write(self, full_path, iterator, mode, encoding=None):  # type: ignore[no-untyped-def]
         full_dir = os.path.dirname(full_path)
         for count in range(1, 11):
             try:
-                os.makedirs(full_dir, exist_ok=True)
+                if count > 1:  # the directory is usually there: made once an open says it is not
+                    os.makedirs(full_dir, exist_ok=True)
                 writer = open(full_path, mode, encoding=encoding)  # noqa: SIM115 (closed below)
             except OSError:
                 if count == 10:

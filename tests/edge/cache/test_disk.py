@@ -13,7 +13,7 @@ from pathlib import Path
 import diskcache
 import pytest
 
-from assetcdn.edge.cache.disk import DiskTier
+from assetcdn.edge.cache.disk import DiskTier, _CleanDisk
 from assetcdn.edge.cache.entry import STREAM_CHUNK, strong_etag
 
 MB = 1024 * 1024
@@ -216,3 +216,27 @@ def test_a_cache_of_an_earlier_version_keeps_its_tags_and_loses_the_index_by_key
     assert reopened.purge_tags(["project-b"]) == ["gone"]
     assert reopened.keys_for_tags(["project-a", "all"]) == [] and reopened.keys_for_tags(["project-c"]) == ["kept"]
     reopened.close()
+
+
+def test_body_files_sit_one_directory_deep_and_files_of_the_deeper_layout_still_serve(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    directory = tmp_path / "cache"
+    large = b"L" * 100_000
+    with monkeypatch.context() as earlier:  # diskcache's own layout, as earlier versions wrote files
+        earlier.setattr(_CleanDisk, "filename", diskcache.Disk.filename)
+        first = DiskTier(directory, size_limit=64 * MB)
+        for index in range(3):
+            put(first, f"old:{index}", large, "old")
+        first.close()
+    tier = DiskTier(directory, size_limit=64 * MB)
+    for index in range(20):
+        put(tier, f"new:{index}", large, "new")
+    depths = sorted({len(path.relative_to(directory).parts) for path in directory.rglob("*.val")})
+    assert depths == [2, 3]  # the new files one directory deep, the earlier ones two
+    old = tier.get("old:1", load_limit=0)
+    assert old is not None and old.path is not None and Path(old.path).read_bytes() == large
+    assert sorted(tier.purge_tags(["old"])) == ["old:0", "old:1", "old:2"]
+    assert [len(path.relative_to(directory).parts) for path in directory.rglob("*.val")] == [2] * 20
+    assert sorted(tier.purge_tags(["new"])) == sorted(f"new:{index}" for index in range(20))
+    assert list(directory.rglob("*.val")) == []
+    tier.close()
