@@ -340,7 +340,7 @@ class HitServer:
             if pulled is None:
                 pulled = self._prepare_pull(view, url, named)
                 if pulled is None:  # not in the memory tier, or not a hit answered here
-                    return FILL if self.fills.claim(conn, view, url, head_only) else HAND_OVER
+                    return FILL if self.fills.claim(conn, view, url, head_only, named) else HAND_OVER
             if self.memory.hit(pulled.key) is pulled.obj:
                 break
             self._drop_pull(view, url)  # refreshed, replaced, purged or evicted

@@ -33,10 +33,10 @@ from assetcdn.edge.states.deliver import header_changes
 from assetcdn.edge.states.freshness import first_value, not_storable, stored_headers
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.states.pull import (
-    CACHE_STATUS,
     FLIGHTS,
     SPOOL_MEMORY,
     client_headers,
+    fill_cache_status,
     fill_headers,
     lookup,
     spool_write,
@@ -45,6 +45,7 @@ from assetcdn.edge.states.pull import (
 from assetcdn.edge.states.recv import PullPath, resolve
 from assetcdn.shared.analytics_keys import zone_of
 from assetcdn.shared.cache_results import CacheResult
+from assetcdn.shared.edge_rules import Redirect
 from assetcdn.shared.http_server import SERVER_NAME
 from assetcdn.shared.middleware import stamp_headers
 from assetcdn.shared.paths import InvalidPath
@@ -57,19 +58,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATUS_200 = b"HTTP/1.1 200 OK\r\n"
-CACHE_STATUS_STORED = f"{CACHE_STATUS}; fwd=uri-miss; stored"  # what `pull.stream_and_store` says of a new entry
+CACHE_STATUS_STORED = fill_cache_status("uri-miss", None)
 MISS = str(CacheResult.MISS)  # the answer's X-Cache, as the delivery log reads it off the application's head
 
 
 class Fill:
     """One claimed miss: what was read of its request on the hit path before its head was parsed again."""
 
-    __slots__ = ("view", "target", "head_only", "request_id", "country", "keep_alive", "peer", "started")
+    __slots__ = ("view", "target", "named", "head_only", "request_id", "country", "keep_alive", "peer", "started")
 
-    def __init__(self, view: HostView, target: str, head_only: bool, request_id: bytes, country: str,
-                 keep_alive: bool, peer: str | None) -> None:
+    def __init__(self, view: HostView, target: str, named: PullPath | None, head_only: bool, request_id: bytes,
+                 country: str, keep_alive: bool, peer: str | None) -> None:
         self.view = view
         self.target = target
+        self.named = named  # what `recv.resolve` made of the path alone, when the hit server resolved it
         self.head_only = head_only
         self.request_id = request_id
         self.country = country
@@ -88,10 +90,11 @@ class PullFills:
         self.started = 0  # fills begun here (each leads its URL's flight)
         self.filled = 0   # of them, answered here
 
-    def claim(self, conn: HitProtocol, view: HostView, url: bytes, head_only: bool) -> bool:
+    def claim(self, conn: HitProtocol, view: HostView, url: bytes, head_only: bool, named: PullPath | None) -> bool:
         """Whether the miss of request target ``url`` on ``conn`` (whose head the hit server parsed, without
         cache fields) may be filled here: plain HTTP/1.1 (TLS and HTTP/2 take the application's route), no
-        If-None-Match or Range. The connection then calls `start` with the request's head."""
+        If-None-Match or Range. The connection then calls `start` with the request's head. `named`: `resolve`
+        of the path alone, when the hit server has it."""
         headers = conn.headers
         if not conn.zero_copy or conn.when_sent is not None or headers[1] is not None or headers[2] is not None:
             return False
@@ -101,7 +104,7 @@ class PullFills:
             return False
         country = headers[5]  # COUNTRY's slot
         server = self.server
-        self.claimed = Fill(view, target, head_only, server.ids.of(headers[3]),
+        self.claimed = Fill(view, target, named, head_only, server.ids.of(headers[3]),
                             "XX" if country is None else country_code(country.decode("utf-8", "surrogateescape")),
                             conn.keep_alive, conn.peer)
         return True
@@ -129,10 +132,12 @@ class PullFills:
         server = self.server
         view = fill.view
         path, _, query = fill.target.partition("?")
-        try:  # what the delivery route does before the serve sequence (assetcdn/edge/routes/delivery.py)
-            named = resolve(server.config, view.zone, path, fill.target)
-        except InvalidPath:
-            return None
+        named: PullPath | Redirect | str | None = fill.named if not query and "?" not in fill.target else None
+        if named is None:
+            try:  # what the delivery route does before the serve sequence (assetcdn/edge/routes/delivery.py)
+                named = resolve(server.config, view.zone, path, fill.target)
+            except InvalidPath:
+                return None
         if not isinstance(named, PullPath):
             return None
         changes = header_changes(server.config, path, view.name)

@@ -272,10 +272,9 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
     declared = int(length) if length is not None and length.isdigit() else None
     if why is None and declared is not None and declared > limit:
         why = NotStored.TOO_LARGE
-    detail = "stored" if why is None else f"detail={why.value}"
     # This client gets the whole answer; what a qualified no-cache or private names is left out of what is kept.
     client = web.StreamResponse(status=response.status, headers=client_headers(
-        response.headers, CacheResult.MISS if why is None else CacheResult.PASS, f"{CACHE_STATUS}; fwd={fwd}; {detail}", age=None))
+        response.headers, CacheResult.MISS if why is None else CacheResult.PASS, fill_cache_status(fwd, why), age=None))
     if declared is not None:
         client.content_length = declared
     await client.prepare(request)
@@ -311,6 +310,11 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
     else:
         response.release()
     return client
+
+
+def fill_cache_status(fwd: str, why: NotStored | None) -> str:
+    """The Cache-Status of an answer from the origin (`fwd`: why it was asked), stored or not (`why`)."""
+    return f"{CACHE_STATUS}; fwd={fwd}; " + ("stored" if why is None else f"detail={why.value}")
 
 
 async def spool_write(spool: IO[bytes], chunk: bytes, size: int) -> None:
