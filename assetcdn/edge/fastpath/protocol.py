@@ -426,7 +426,7 @@ class HitProtocol(asyncio.Protocol):
                 self.buffer = buf[head_end:]  # the rest waits for the file (process() runs again)
                 return
             self.buffer = buf[head_end:]
-            self._hand_over(buf[pos:head_end])
+            self.hand_over(buf[pos:head_end])
             return
         rest = buf[pos:] if pos else buf
         if self.closing:
@@ -727,7 +727,7 @@ class HitProtocol(asyncio.Protocol):
 
     # --- handing requests to aiohttp --------------------------------------------------------------
 
-    def _hand_over(self, request: bytes, fetched: Any = None) -> None:
+    def hand_over(self, request: bytes, fetched: Any = None) -> None:
         """One body-less request to a fresh aiohttp request handler; the connection comes back when
         the handler closes its HandoffTransport (handoff_ended). `fetched`: the origin's answer the hit
         path has for it already (assetcdn/edge/fastpath/pull_fill.py)."""
@@ -741,6 +741,16 @@ class HitProtocol(asyncio.Protocol):
         handler.connection_made(handoff)
         handler.data_received(request)
         handler.close()  # answer this one request, then close the (handoff) transport
+
+    def fill_done(self, pending: Pending, counter: BodyCounter) -> None:
+        """A pull zone's fill answered on this connection (assetcdn/edge/fastpath/pull_fill.py) is written: its
+        delivery waits like an application answer's, and the next request goes on."""
+        if self.transport is None:
+            self.app_delivery_lost(pending, counter)
+            return
+        self._app_delivered(pending, counter)
+        self.busy = False
+        self._continue()
 
     def handoff_ended(self, handoff: HandoffTransport) -> None:
         handler = self.handler

@@ -23,6 +23,7 @@ import io
 import logging
 import tempfile
 import time
+from collections.abc import Coroutine
 from typing import IO, TYPE_CHECKING, Any
 
 from assetcdn.edge.delivery_log import BodyCounter, Pending, body_sent, country_code
@@ -45,7 +46,7 @@ from assetcdn.edge.states.pull import (
 from assetcdn.edge.states.recv import PullPath, resolve
 from assetcdn.shared.analytics_keys import zone_of
 from assetcdn.shared.cache_results import CacheResult
-from assetcdn.shared.edge_rules import Redirect
+from assetcdn.shared.edge_rules import HeaderChanges, Redirect
 from assetcdn.shared.http_server import SERVER_NAME
 from assetcdn.shared.middleware import stamp_headers
 from assetcdn.shared.paths import InvalidPath
@@ -114,7 +115,7 @@ class PullFills:
         fill, self.claimed = self.claimed, None
         started = None if fill is None else self._begin(conn, fill, head)
         if started is None:
-            conn._hand_over(head)
+            conn.hand_over(head)
             return
         self.started += 1
         conn.busy = True
@@ -124,7 +125,7 @@ class PullFills:
         node.background.add(task)
         task.add_done_callback(node.background.discard)
 
-    def _begin(self, conn: HitProtocol, fill: Fill, head: bytes) -> Any:
+    def _begin(self, conn: HitProtocol, fill: Fill, head: bytes) -> Coroutine[Any, Any, None] | None:
         """The fill's coroutine once it leads the URL's flight; None when the application answers."""
         fields = request_fields(head)
         if fields is None:
@@ -155,7 +156,7 @@ class PullFills:
 
     async def _fill(self, conn: HitProtocol, fill: Fill, head: bytes, fields: list[tuple[str, str]],
                     lowered: list[tuple[str, str]], zone: PullZone, named: PullPath, query: str, url_key: str,
-                    flight_key: str, changes: Any) -> None:
+                    flight_key: str, changes: HeaderChanges) -> None:
         node = self.server.node
         fetched: OriginResponse | OriginError | None = None
         try:
@@ -165,14 +166,12 @@ class PullFills:
             except OriginError as exc:
                 fetched = exc
             if isinstance(fetched, OriginResponse) and self._writes(zone, lowered, fetched):
-                response, fetched = fetched, None
-                await self._answer(conn, fill, zone, named, url_key, lowered, response, changes)
+                await self._answer(conn, fill, zone, named, url_key, lowered, fetched, changes)
                 return
         except Exception:  # never a hung connection: what was fetched goes back, the connection is closed
             log.exception("filling a pull zone's miss on the hit path failed")
             if isinstance(fetched, OriginResponse):
                 fetched.release()
-            fetched = None
             conn.cut = True
             if conn.transport is not None:
                 conn.transport.abort()
@@ -183,7 +182,7 @@ class PullFills:
             if isinstance(fetched, OriginResponse):
                 fetched.release()
             return
-        conn._hand_over(head, fetched)  # the application answers with what the origin said
+        conn.hand_over(head, fetched)  # the application answers with what the origin said
 
     def _writes(self, zone: PullZone, lowered: list[tuple[str, str]], response: OriginResponse) -> bool:
         """The origin's answer is one this module writes: a storable 200 of declared length within the object
@@ -199,7 +198,7 @@ class PullFills:
         return not_storable("GET", response.status, lowered, headers, store_set_cookie=zone.store_set_cookie) is None
 
     async def _answer(self, conn: HitProtocol, fill: Fill, zone: PullZone, named: PullPath, url_key: str,
-                      lowered: list[tuple[str, str]], response: OriginResponse, changes: Any) -> None:
+                      lowered: list[tuple[str, str]], response: OriginResponse, changes: HeaderChanges) -> None:
         """`pull.stream_and_store` of a storable answer, written to the connection."""
         server = self.server
         node = server.node
@@ -278,12 +277,7 @@ class PullFills:
         bytes are out, and the connection's next request."""
         self.filled += 1
         self.server.metrics.count_request(self.server.route, pending[2], "200", time.perf_counter() - fill.started)
-        if conn.transport is None:
-            conn.app_delivery_lost(pending, counter)
-            return
-        conn._app_delivered(pending, counter)
-        conn.busy = False
-        conn._continue()
+        conn.fill_done(pending, counter)
 
 
 def request_fields(head: bytes) -> list[tuple[str, str]] | None:
