@@ -27,3 +27,12 @@ class HitTestServer(TestServer):
         await site.start()
         self.scheme = "http"
         self._root = URL(f"http://{self.host}:{self.port}")
+
+    @property
+    def requests_begun(self) -> int:
+        """Requests the application has begun answering, and the pull zone fills the hit path has begun
+        (assetcdn/edge/fastpath/pull_fill.py): every request that reached the edge but its hits."""
+        assert self.runner is not None
+        fills = sum(site.hits.fills.started for site in self.runner.sites
+                    if isinstance(site, HitSite) and site.hits is not None)
+        return self.handler.requests_count + fills

@@ -84,11 +84,20 @@ class _CleanDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type
         self._stored.filename = None
         return filename
 
+    def filename(self, key=diskcache.core.UNKNOWN, value=diskcache.core.UNKNOWN):  # type: ignore[no-untyped-def]
+        """diskcache's random name, in one level of 256 directories rather than its two of 65,536: a new body
+        file then seldom needs a directory made (nor its removal one removed, diskcache removes emptied ones).
+        A row keeps its file's name, so files of either layout are read and removed alike."""
+        hex_name = os.urandom(16).hex()
+        filename = os.path.join(hex_name[:2], hex_name[2:] + ".val")
+        return filename, os.path.join(self._directory, filename)
+
     def _write(self, full_path, iterator, mode, encoding=None):  # type: ignore[no-untyped-def]
         full_dir = os.path.dirname(full_path)
         for count in range(1, 11):
             try:
-                os.makedirs(full_dir, exist_ok=True)
+                if count > 1:  # the directory is usually there: made once an open says it is not
+                    os.makedirs(full_dir, exist_ok=True)
                 writer = open(full_path, mode, encoding=encoding)  # noqa: SIM115 (closed below)
             except OSError:
                 if count == 10:
@@ -109,22 +118,31 @@ class _CleanDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type
                 raise
         raise OSError(errno.EIO, f"could not open {full_path}")
 
+# The tags a row's metadata names, for the triggers (OLD or NEW); metadata that is not JSON names none.
+_ROW_TAGS = "json_each(CASE WHEN json_valid({row}.tag) THEN {row}.tag ELSE '{{}}' END, '$.tags')"
+# One transaction: a worker opening the cache while another writes to it sees the old triggers or the new ones,
+# never neither. A row's index entries are found by its own tags (the primary key), so the index needs no
+# second b-tree by key: the triggers of earlier versions that deleted by key (and their index) are replaced.
 _SCHEMA = (
+    "BEGIN IMMEDIATE",
     "CREATE TABLE IF NOT EXISTS EdgeTag ("
     " tag TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (tag, key)) WITHOUT ROWID",
-    "CREATE INDEX IF NOT EXISTS EdgeTag_key ON EdgeTag (key)",
     "CREATE TRIGGER IF NOT EXISTS EdgeTag_insert AFTER INSERT ON Cache"
     " FOR EACH ROW WHEN json_valid(NEW.tag) BEGIN"
     " INSERT OR IGNORE INTO EdgeTag (tag, key)"
     " SELECT value, NEW.key FROM json_each(NEW.tag, '$.tags'); END",
-    "CREATE TRIGGER IF NOT EXISTS EdgeTag_update AFTER UPDATE OF tag ON Cache"
+    "DROP TRIGGER IF EXISTS EdgeTag_update",
+    "DROP TRIGGER IF EXISTS EdgeTag_delete",
+    "DROP INDEX IF EXISTS EdgeTag_key",
+    "CREATE TRIGGER IF NOT EXISTS EdgeTag_update_by_tag AFTER UPDATE OF tag ON Cache"
     " FOR EACH ROW BEGIN"
-    " DELETE FROM EdgeTag WHERE key = OLD.key;"
+    f" DELETE FROM EdgeTag WHERE key = OLD.key AND tag IN (SELECT value FROM {_ROW_TAGS.format(row='OLD')});"
     " INSERT OR IGNORE INTO EdgeTag (tag, key)"
-    " SELECT value, NEW.key FROM json_each(CASE WHEN json_valid(NEW.tag) THEN NEW.tag"
-    " ELSE '{}' END, '$.tags'); END",
-    "CREATE TRIGGER IF NOT EXISTS EdgeTag_delete AFTER DELETE ON Cache"
-    " FOR EACH ROW BEGIN DELETE FROM EdgeTag WHERE key = OLD.key; END",
+    f" SELECT value, NEW.key FROM {_ROW_TAGS.format(row='NEW')}; END",
+    "CREATE TRIGGER IF NOT EXISTS EdgeTag_delete_by_tag AFTER DELETE ON Cache"
+    " FOR EACH ROW BEGIN"
+    f" DELETE FROM EdgeTag WHERE key = OLD.key AND tag IN (SELECT value FROM {_ROW_TAGS.format(row='OLD')}); END",
+    "COMMIT",
 )
 
 

@@ -45,11 +45,13 @@ from assetcdn.edge.fastpath.protocol import (
     BUSY,
     CACHE_FIELDS,
     COUNTRY,
+    FILL,
     HAND_OVER,
     WANTED,
     HitProtocol,
 )
 from assetcdn.edge.fastpath.proxy_protocol import ProxyHeaderReader, proxy_policy
+from assetcdn.edge.fastpath.pull_fill import PullFills
 from assetcdn.edge.fastpath.sendfile import keep_alive_probes
 from assetcdn.edge.routes.delivery import delivery_route_name
 from assetcdn.edge.site_config import canonical_host, is_valid_host
@@ -135,6 +137,7 @@ class HitServer:
         self.body_bytes = 0
         self.now = time.time()
         self._tick: asyncio.TimerHandle | None = None
+        self.fills = PullFills(self)  # pull zones' plain misses (assetcdn/edge/fastpath/pull_fill.py)
 
     def protocol(self) -> HitProtocol:
         return HitProtocol(self)
@@ -336,8 +339,8 @@ class HitServer:
         for _attempt in range(2):
             if pulled is None:
                 pulled = self._prepare_pull(view, url, named)
-                if pulled is None:
-                    return HAND_OVER
+                if pulled is None:  # not in the memory tier, or not a hit answered here
+                    return FILL if self.fills.claim(conn, view, url, head_only, named) else HAND_OVER
             if self.memory.hit(pulled.key) is pulled.obj:
                 break
             self._drop_pull(view, url)  # refreshed, replaced, purged or evicted

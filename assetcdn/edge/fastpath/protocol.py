@@ -83,6 +83,7 @@ WANTED = {b"host": 0, b"if-none-match": 1, b"range": 2, b"x-request-id": 3, b"ex
                            b"if-unmodified-since"), CACHE_FIELDS)}
 SLOTS = CACHE_FIELDS + 1        # the length of a request's slots list (an HTTP/2 stream's too)
 ANSWERED, HAND_OVER, GIVE_AWAY, BUSY = 0, 1, 2, 3  # BUSY: the head is in `out`, `pending_file` follows
+FILL = 4  # a pull zone's miss the hit server fills on this connection (assetcdn/edge/fastpath/pull_fill.py)
 SO_PEERNAME = 28                # Linux: the peer's address even once the connection was reset
 StreamSent = Callable[[Callable[[int, bool], None]], None]  # an HTTP/2 stream's `when_sent` (assetcdn/edge/tls/h2.py)
 
@@ -118,6 +119,19 @@ class HandoffTransport(asyncio.Transport):
         self.closed = False
         self.lost = False  # the connection is gone (its close will not come back here)
         self.delivery: tuple[Pending, BodyCounter] | None = None  # the answer's, recorded once it is out
+        # The origin's answer (or failure) the hit path fetched for this request (assetcdn/edge/fastpath/pull_fill.py).
+        self.fetched: Any = None
+
+    def take_fetched(self) -> Any:
+        """What the hit path fetched for the request (assetcdn/edge/states/pull.py `handed_fill`), once."""
+        fetched, self.fetched = self.fetched, None
+        return fetched
+
+    def drop_fetched(self) -> None:
+        """The request was answered (or the connection lost) without it: its origin connection goes back."""
+        fetched = self.take_fetched()
+        if fetched is not None and not isinstance(fetched, BaseException):
+            fetched.release()
 
     def write(self, data: Any) -> None:
         if not self.closed:
@@ -144,6 +158,7 @@ class HandoffTransport(asyncio.Transport):
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            self.drop_fetched()
             self._connection.handoff_ended(self)
 
     def abort(self) -> None:
@@ -276,6 +291,7 @@ class HitProtocol(asyncio.Protocol):
             self.handler = self.handoff = None  # nothing comes back: its close below is the end
             if handoff is not None:
                 handoff.lost = True
+                handoff.drop_fetched()
                 delivery, handoff.delivery = handoff.delivery, None
                 if delivery is not None:
                     self.app_delivery_lost(*delivery)
@@ -396,6 +412,10 @@ class HitProtocol(asyncio.Protocol):
             if outcome == GIVE_AWAY:
                 self._give_away(buf[pos:])
                 return
+            if outcome == FILL:
+                self.buffer = buf[head_end:]  # the rest waits for the fill (process() runs again)
+                server.fills.start(self, buf[pos:head_end])
+                return
             if outcome == BUSY and self.pending_file is not None:  # its head is out; the file follows
                 fileno, offset, count, pending = self.pending_file
                 self.pending_file = None
@@ -408,7 +428,7 @@ class HitProtocol(asyncio.Protocol):
                 self.buffer = buf[head_end:]  # the rest waits for the file (process() runs again)
                 return
             self.buffer = buf[head_end:]
-            self._hand_over(buf[pos:head_end])
+            self.hand_over(buf[pos:head_end])
             return
         rest = buf[pos:] if pos else buf
         if self.closing:
@@ -718,18 +738,30 @@ class HitProtocol(asyncio.Protocol):
 
     # --- handing requests to aiohttp --------------------------------------------------------------
 
-    def _hand_over(self, request: bytes) -> None:
+    def hand_over(self, request: bytes, fetched: Any = None) -> None:
         """One body-less request to a fresh aiohttp request handler; the connection comes back when
-        the handler closes its HandoffTransport (handoff_ended)."""
+        the handler closes its HandoffTransport (handoff_ended). `fetched`: the origin's answer the hit
+        path has for it already (assetcdn/edge/fastpath/pull_fill.py)."""
         assert self.transport is not None
         self.busy = True
         self.deadline = float("inf")
         handler = self.server.web_server()
         handoff = HandoffTransport(self, self.transport)
+        handoff.fetched = fetched
         self.handler, self.handoff = handler, handoff
         handler.connection_made(handoff)
         handler.data_received(request)
         handler.close()  # answer this one request, then close the (handoff) transport
+
+    def fill_done(self, pending: Pending, counter: BodyCounter) -> None:
+        """A pull zone's fill answered on this connection (assetcdn/edge/fastpath/pull_fill.py) is written: its
+        delivery waits like an application answer's, and the next request goes on."""
+        if self.transport is None:
+            self.app_delivery_lost(pending, counter)
+            return
+        self._app_delivered(pending, counter)
+        self.busy = False
+        self._continue()
 
     def handoff_ended(self, handoff: HandoffTransport) -> None:
         handler = self.handler

@@ -279,8 +279,13 @@ def lookup(node: EdgeNode, url_key: str, fields: Headers) -> StoredResponse | No
 def forwarded_headers(request: web.Request, zone: PullZone, stored: StoredResponse | None) -> CIMultiDict[str]:
     """A cache fill's request: the whole response is asked for (the client's own conditions and ranges are
     answered from it here), revalidating the stored one when there is one."""
-    headers = origin_request_headers(list(request.headers.items()), zone.origin, client_ip=request.remote,
-                                     scheme=request.scheme)
+    return fill_headers(list(request.headers.items()), zone, request.remote, request.scheme, stored)
+
+
+def fill_headers(fields: Sequence[tuple[str, str]], zone: PullZone, client_ip: str | None, scheme: str,
+                 stored: StoredResponse | None) -> CIMultiDict[str]:
+    """`forwarded_headers` of a request with header fields `fields` from `client_ip` over `scheme`."""
+    headers = origin_request_headers(list(fields), zone.origin, client_ip=client_ip, scheme=scheme)
     for name in CLIENT_CONDITIONS:
         headers.popall(name, None)
     if stored is not None:
@@ -312,8 +317,9 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
     """A miss, or a stored response the origin must confirm (a 304 updates it) or replace. `land` tells the
     requests waiting for this one what is kept for them, as soon as that is known."""
     try:
-        response = await node.shields.fill(zone, path, request.rel_url.raw_query_string,
-                                           forwarded_headers(request, zone, stored), from_edge=from_edge(request))
+        response = handed_fill(request) or await node.shields.fill(
+            zone, path, request.rel_url.raw_query_string, forwarded_headers(request, zone, stored),
+            from_edge=from_edge(request))
     except OriginError as exc:
         land(None)
         return await origin_failed(request, zone, path, fields, stored, exc)
@@ -343,6 +349,16 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
                                   "uri-miss" if stored is None else "stale", land)
 
 
+def handed_fill(request: web.Request) -> OriginResponse | None:
+    """The origin's answer the hit path fetched for this very request before it handed the request over
+    (assetcdn/edge/fastpath/pull_fill.py): taken once, in place of a new origin request; its failure is raised."""
+    take = getattr(request.transport, "take_fetched", None)
+    fetched: OriginResponse | OriginError | None = take() if take is not None else None
+    if isinstance(fetched, OriginError):
+        raise fetched
+    return fetched
+
+
 async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
                            fields: Headers, response: OriginResponse, fwd: str,
                            land: Land = no_landing) -> web.StreamResponse:
@@ -369,10 +385,9 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
                         declared: int | None, kept: asyncio.Future[None] | None) -> web.StreamResponse:
     """The body to this client as it arrives, kept too when `why` is None (`kept` done once it is)."""
     limit = node.origins.limits.max_object_bytes
-    detail = "stored" if why is None else f"detail={why.value}"
     # This client gets the whole answer; what a qualified no-cache or private names is left out of what is kept.
     client = web.StreamResponse(status=response.status, headers=client_headers(
-        response.headers, CacheResult.MISS if why is None else CacheResult.PASS, f"{CACHE_STATUS}; fwd={fwd}; {detail}", age=None))
+        response.headers, CacheResult.MISS if why is None else CacheResult.PASS, fill_cache_status(fwd, why), age=None))
     if declared is not None:
         client.content_length = declared
     await client.prepare(request)
@@ -414,6 +429,11 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
     else:
         response.release()
     return client
+
+
+def fill_cache_status(fwd: str, why: NotStored | None) -> str:
+    """The Cache-Status of an answer from the origin (`fwd`: why it was asked), stored or not (`why`)."""
+    return f"{CACHE_STATUS}; fwd={fwd}; " + ("stored" if why is None else f"detail={why.value}")
 
 
 async def spool_write(spool: IO[bytes], chunk: bytes, size: int) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import diskcache
 import pytest
 
-from assetcdn.edge.cache.disk import DiskTier
+from assetcdn.edge.cache.disk import DiskTier, _CleanDisk
 from assetcdn.edge.cache.entry import STREAM_CHUNK, strong_etag
 
 MB = 1024 * 1024
@@ -206,3 +206,57 @@ def test_a_large_body_is_returned_as_its_path_without_opening_its_file(disk: Dis
     assert opened == []
     monkeypatch.undo()
     assert obj.read_range(0, len(body)) == body
+
+
+# The tag index's triggers of earlier versions, which found a row's entries by key through a second index.
+BY_KEY_SCHEMA = (
+    "CREATE INDEX IF NOT EXISTS EdgeTag_key ON EdgeTag (key)",
+    "CREATE TRIGGER IF NOT EXISTS EdgeTag_update AFTER UPDATE OF tag ON Cache FOR EACH ROW BEGIN"
+    " DELETE FROM EdgeTag WHERE key = OLD.key; INSERT OR IGNORE INTO EdgeTag (tag, key)"
+    " SELECT value, NEW.key FROM json_each(CASE WHEN json_valid(NEW.tag) THEN NEW.tag ELSE '{}' END, '$.tags'); END",
+    "CREATE TRIGGER IF NOT EXISTS EdgeTag_delete AFTER DELETE ON Cache FOR EACH ROW BEGIN"
+    " DELETE FROM EdgeTag WHERE key = OLD.key; END",
+)
+
+
+def test_a_cache_of_an_earlier_version_keeps_its_tags_and_loses_the_index_by_key(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    first = DiskTier(directory, size_limit=64 * MB)
+    put(first, "kept", b"k", "project-a", "all")
+    put(first, "gone", b"g" * 50_000, "project-b", "all")
+    first.close()
+    with sqlite3.connect(directory / "cache.db") as con:  # as an earlier version left it
+        for statement in BY_KEY_SCHEMA:
+            con.execute(statement)
+    reopened = DiskTier(directory, size_limit=64 * MB)
+    with sqlite3.connect(directory / "cache.db") as con:
+        schema = {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE name LIKE 'EdgeTag%'")}
+    assert schema == {"EdgeTag", "EdgeTag_insert", "EdgeTag_update_by_tag", "EdgeTag_delete_by_tag"}
+    put(reopened, "kept", b"k2", "project-c")  # overwritten: its old tags no longer name it
+    assert reopened.purge_tags(["project-b"]) == ["gone"]
+    assert reopened.keys_for_tags(["project-a", "all"]) == [] and reopened.keys_for_tags(["project-c"]) == ["kept"]
+    reopened.close()
+
+
+def test_body_files_sit_one_directory_deep_and_files_of_the_deeper_layout_still_serve(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    directory = tmp_path / "cache"
+    large = b"L" * 100_000
+    with monkeypatch.context() as earlier:  # diskcache's own layout, as earlier versions wrote files
+        earlier.setattr(_CleanDisk, "filename", diskcache.Disk.filename)
+        first = DiskTier(directory, size_limit=64 * MB)
+        for index in range(3):
+            put(first, f"old:{index}", large, "old")
+        first.close()
+    tier = DiskTier(directory, size_limit=64 * MB)
+    for index in range(20):
+        put(tier, f"new:{index}", large, "new")
+    depths = sorted({len(path.relative_to(directory).parts) for path in directory.rglob("*.val")})
+    assert depths == [2, 3]  # the new files one directory deep, the earlier ones two
+    old = tier.get("old:1", load_limit=0)
+    assert old is not None and old.path is not None and Path(old.path).read_bytes() == large
+    assert sorted(tier.purge_tags(["old"])) == ["old:0", "old:1", "old:2"]
+    assert [len(path.relative_to(directory).parts) for path in directory.rglob("*.val")] == [2] * 20
+    assert sorted(tier.purge_tags(["new"])) == sorted(f"new:{index}" for index in range(20))
+    assert list(directory.rglob("*.val")) == []
+    tier.close()

@@ -1,0 +1,189 @@
+"""Pull zones' plain misses filled on the hit path (assetcdn/edge/fastpath/pull_fill.py), over raw sockets against
+a real edge and an origin the tests script: the answer, the stored entry, the metrics and the delivery records
+the application gives for the same miss; one origin request whatever answers it; pipelined and closing
+connections."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from aiohttp import web
+
+from assetcdn.edge.fastpath.pull_fill import PullFills
+from tests.support.control import ACCOUNT, METRICS
+from tests.support.hit_cdn import HitCdn, Response, request_bytes, shared_hit_cdn
+from tests.support.origins import LONG, PREFIX, ScriptedOrigin, serve_origin
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+ZONE = "pullfill"
+BODY = bytes(range(256)) * 24
+HEADERS = {"Content-Type": "application/octet-stream", "ETag": '"v1"', "Cache-Tag": "news",
+           "Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT", **LONG}
+PER_REQUEST = {"x-request-id", "date"}
+FIRST_BYTE_TIMEOUT_S = 1.0
+
+
+class FillCdn:
+    def __init__(self, cdn: HitCdn, origin: ScriptedOrigin) -> None:
+        self.cdn = cdn
+        self.origin = origin
+
+    @property
+    def fills(self) -> PullFills:
+        assert self.cdn.site.hits is not None
+        return self.cdn.site.hits.fills
+
+    def answer(self, *names: str, status: int = 200, **headers: str) -> None:
+        for name in names:
+            self.origin.answer(name, BODY, status=status, headers={**HEADERS, **headers})
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def filled(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[FillCdn]:
+    origin = ScriptedOrigin()
+    server = await serve_origin(origin)
+    try:
+        async with shared_hit_cdn(tmp_path_factory.mktemp("pull-fills"), ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true",
+                                  ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S=str(FIRST_BYTE_TIMEOUT_S),
+                                  ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="3600") as cdn:
+            resp = await cdn.control.post("/api/core/zones", headers=ACCOUNT, json={
+                "Name": ZONE, "Origin": {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"}})
+            assert resp.status == 201, await resp.text()
+
+            async def arrived() -> bool:
+                return ZONE in cdn.node.config.pull_zones
+
+            await wait_until(arrived, "the pull zone reaching the edge")
+            yield FillCdn(cdn, origin)
+    finally:
+        await server.close()
+
+
+def comparable(response: Response) -> tuple[int, list[tuple[str, str]], bytes]:
+    headers = sorted((k.lower(), v) for k, v in response.headers.items() if k.lower() not in PER_REQUEST)
+    return response.status, headers, response.body
+
+
+def _text(request_id: str | bytes | None) -> str | None:
+    return request_id.decode() if isinstance(request_id, bytes) else request_id
+
+
+def _metric(text: str, name: str, *labels: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") and all(label in line for label in labels))
+
+
+async def test_a_miss_is_filled_on_the_hit_path_as_the_application_fills_it(filled: FillCdn) -> None:
+    names = ("/get-fast.bin", "/get-app.bin", "/head-fast.bin", "/head-app.bin")
+    filled.answer(*names)
+    conn, plain = await filled.cdn.connect(), await filled.cdn.plain()
+    before = filled.fills.filled
+    fast_get, app_get = await conn.request(f"/{ZONE}{names[0]}"), await plain.request(f"/{ZONE}{names[1]}")
+    fast_head = await conn.request(f"/{ZONE}{names[2]}", "HEAD")
+    app_head = await plain.request(f"/{ZONE}{names[3]}", "HEAD")
+    assert filled.fills.filled == before + 2
+    assert fast_get.header("X-Cache") == "MISS" and fast_get.body == BODY
+    assert comparable(fast_get) == comparable(app_get)
+    assert comparable(fast_head) == comparable(app_head) and fast_head.header("Content-Length") == str(len(BODY))
+    assert all(a.header("X-Request-ID") and a.header("Date") for a in (fast_get, fast_head))
+    # Stored as the application stores it: the next request on the same connection is the hit path's hit.
+    served = filled.cdn.site.hits.served if filled.cdn.site.hits else 0
+    for name in (names[0], names[2]):
+        again = await conn.request(f"/{ZONE}{name}")
+        assert (again.status, again.header("X-Cache"), again.body) == (200, "HIT", BODY)
+    assert filled.cdn.site.hits is not None and filled.cdn.site.hits.served == served + 2
+    assert [filled.origin.count(name) for name in names] == [1, 1, 1, 1]
+
+
+async def test_a_filled_miss_is_counted_and_recorded_as_the_applications(filled: FillCdn) -> None:
+    filled.answer("/count-fast.bin", "/count-app.bin")
+    conn, plain = await filled.cdn.connect(), await filled.cdn.plain()
+    deliveries = filled.cdn.node.deliveries
+    totals = []
+    for connection, name in ((conn, "/count-fast.bin"), (plain, "/count-app.bin")):
+        before = (await plain.request("/metrics", Authorization=METRICS["Authorization"])).body.decode()
+        deliveries.counts.clear()
+        deliveries.deliveries.close()
+        deliveries.deliveries.closed.clear()
+        answer = await connection.request(f"/{ZONE}{name}", CF_IPCountry="de")
+        assert answer.header("X-Cache") == "MISS"
+
+        async def recorded() -> bool:
+            return bool(deliveries.counts)
+
+        await wait_until(recorded, "the delivery recorded")
+        after = (await plain.request("/metrics", Authorization=METRICS["Authorization"])).body.decode()
+        grown = [_metric(after, *metric) - _metric(before, *metric) for metric in (
+            ("assetcdn_requests_total", 'route="/{path}"', 'method="GET"', 'status="200"'),
+            ("assetcdn_request_seconds_count", 'route="/{path}"'),
+            ("assetcdn_edge_cache_total", 'result="MISS"'),
+            ("assetcdn_bytes_served_total", 'process="edge"'))]
+        counted = [(key[1], key[2].removeprefix(f"{ZONE}/"), key[3], key[4], key[5], tuple(value))
+                   for key, value in deliveries.counts.items()]
+        deliveries.deliveries.close()
+        records = [(r[1], r[2].removeprefix(f"{ZONE}/"), r[3], r[4], _text(r[5]) == answer.header("X-Request-ID"), r[6])
+                   for r, rate in deliveries.deliveries.closed if rate == 1.0]
+        totals.append((grown, [(c[0], c[2], c[3], c[4], c[5]) for c in counted], [r[0:1] + r[2:] for r in records]))
+    assert totals[0] == totals[1]
+    assert totals[0][1] == [(ZONE, "DE", 200, "MISS", (1, len(BODY)))]
+    assert totals[0][2] == [("GET", 200, "MISS", True, "127.0.0.1")]
+
+
+async def test_an_answer_not_written_here_is_the_applications_with_one_origin_request(filled: FillCdn) -> None:
+    filled.origin.answer("/gone-fast.bin", b"not here", status=404, headers={"Content-Type": "text/plain"})
+    filled.origin.answer("/gone-app.bin", b"not here", status=404, headers={"Content-Type": "text/plain"})
+    conn, plain = await filled.cdn.connect(), await filled.cdn.plain()
+    fast, app = await conn.request(f"/{ZONE}/gone-fast.bin"), await plain.request(f"/{ZONE}/gone-app.bin")
+    assert comparable(fast) == comparable(app)
+    assert (fast.status, fast.body) == (404, b"not here")
+    assert (filled.origin.count("/gone-fast.bin"), filled.origin.count("/gone-app.bin")) == (1, 1)
+    # The connection goes on with the hit path after the application's answer.
+    filled.answer("/after-gone.bin")
+    assert (await conn.request(f"/{ZONE}/after-gone.bin")).body == BODY
+
+
+async def test_pipelined_misses_are_answered_in_order_and_a_closing_one_closes(filled: FillCdn) -> None:
+    names = [f"/pipe-{i}.bin" for i in range(3)]
+    for i, name in enumerate(names):
+        filled.origin.answer(name, BODY + bytes([i]), headers=HEADERS)
+    conn = await filled.cdn.connect()
+    await conn.send(b"".join(request_bytes(f"/{ZONE}{name}") for name in names[:2])
+                    + request_bytes(f"/{ZONE}{names[2]}", Connection="close"))
+    answers = [await conn.response() for _ in names]
+    assert [a.body for a in answers] == [BODY + bytes([i]) for i in range(3)]
+    assert answers[2].header("Connection") == "close"
+    assert await conn.closed_by_server()
+
+
+async def test_a_request_waiting_for_a_fill_made_here_gets_it_from_the_cache_past_the_first_byte_time(
+        filled: FillCdn) -> None:
+    """The origin sends its head at once and the rest of the body later than the first-byte timeout: a request
+    arriving meanwhile (on the application's port) waits for the body to be stored, then is answered from it,
+    with no origin request of its own and no 504."""
+    async def slow_body(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=HEADERS)
+        response.content_length = len(BODY)
+        await response.prepare(request)
+        await response.write(BODY[:100])
+        await asyncio.sleep(FIRST_BYTE_TIMEOUT_S * 2)  # an origin slow to send the rest
+        await response.write(BODY[100:])
+        return response
+
+    filled.origin.route("/slow-body.bin", slow_body)
+    conn, plain = await filled.cdn.connect(), await filled.cdn.plain()
+    first = asyncio.create_task(conn.request(f"/{ZONE}/slow-body.bin"))
+
+    async def fetching() -> bool:
+        return filled.origin.count("/slow-body.bin") == 1
+
+    await wait_until(fetching, "the fill under way")
+    second = await plain.request(f"/{ZONE}/slow-body.bin")
+    answer = await first
+    assert (answer.status, answer.header("X-Cache"), answer.body) == (200, "MISS", BODY)
+    assert (second.status, second.header("X-Cache"), second.body) == (200, "HIT", BODY)
+    assert filled.origin.count("/slow-body.bin") == 1
