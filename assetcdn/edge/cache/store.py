@@ -25,8 +25,9 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import update_wrapper
 from pathlib import Path
@@ -36,7 +37,7 @@ from assetcdn.edge.cache.applied import AppliedGeneration, GenerationPurge
 from assetcdn.edge.cache.disk import DEFAULT_MIN_FILE_SIZE, DiskTier, encode_meta, prefix_end
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.memory import MemoryTier
-from assetcdn.edge.cache.purge_log import PurgeLog
+from assetcdn.edge.cache.purge_log import PurgeKind, PurgeLog
 from assetcdn.edge.cache.write_behind import WriteBehind
 
 MB = 1024 * 1024
@@ -53,8 +54,7 @@ R = TypeVar("R")
 def _holding_writes(method: Callable[Concatenate[EdgeCache, P], R]) -> Callable[Concatenate[EdgeCache, P], R]:
     """A purge: what is queued for the disk tier is written first, and no write-behind batch runs between the
     purge's memory and disk steps (assetcdn/edge/cache/write_behind.py), so it finds what a fill stored.
-    Each purge publishes itself to the other workers before it deletes: another worker's batch that commits
-    after the publication replays it and drops what it names, and one that commits before is deleted here."""
+    Each purge is published to the other workers before and after its deletes (``_published``)."""
     def purge(cache: EdgeCache, /, *args: P.args, **kwargs: P.kwargs) -> R:
         with cache._writes.lock:
             cache._writes.flush()
@@ -261,32 +261,32 @@ class EdgeCache:
     def purge_keys(self, keys: Iterable[str]) -> int:
         """Remove ``keys`` from every tier of every worker; returns how many existed here."""
         key_list = list(dict.fromkeys(keys))
-        self._purges.record("keys", key_list)  # published first: see _holding_writes
-        return len(set(self.memory.discard_many(key_list)) | set(self.disk.delete_many(key_list)))
+        with self._published(("keys", key_list)):
+            return len(set(self.memory.discard_many(key_list)) | set(self.disk.delete_many(key_list)))
 
     @_holding_writes
     def purge_tags(self, tags: Iterable[str]) -> int:
         """Remove every entry carrying any of ``tags``; returns how many were removed."""
         tag_list = list(dict.fromkeys(tags))
-        self._purges.record("tags", tag_list)
-        return len(set(self.memory.purge_tags(tag_list)) | set(self.disk.purge_tags(tag_list)))
+        with self._published(("tags", tag_list)):
+            return len(set(self.memory.purge_tags(tag_list)) | set(self.disk.purge_tags(tag_list)))
 
     @_holding_writes
     def purge_all(self) -> int:
         """Empty the cache; returns how many entries were removed (the larger tier's count:
         memory holds copies of disk entries)."""
-        self._purges.record("all", ())
-        memory_count = self.memory.clear()
-        disk_count = self.disk.clear()
+        with self._published(("all", ())):
+            memory_count = self.memory.clear()
+            disk_count = self.disk.clear()
         return max(disk_count, memory_count)
 
     @_holding_writes
     def purge_tag_prefixes(self, prefixes: Iterable[str]) -> int:
         """Remove every entry carrying a tag that starts with any of ``prefixes``; returns how many."""
         prefix_list = [p for p in dict.fromkeys(prefixes) if p]
-        self._purges.record("prefix", prefix_list)
-        removed = set(self.memory.purge_tag_prefixes(prefix_list))
-        removed |= set(self.disk.delete_many(self.disk.keys_for_tag_prefixes(prefix_list)))
+        with self._published(("prefix", prefix_list)):
+            removed = set(self.memory.purge_tag_prefixes(prefix_list))
+            removed |= set(self.disk.delete_many(self.disk.keys_for_tag_prefixes(prefix_list)))
         return len(removed)
 
     @_holding_writes
@@ -297,25 +297,40 @@ class EdgeCache:
         origin to confirm them); the others are removed. Memory tiers drop their copies (the disk tier's is
         the marked one). Returns how many entries were marked or removed. Blocking: see module docstring."""
         tag_list, prefix_list = list(dict.fromkeys(tags)), [p for p in dict.fromkeys(prefixes) if p]
-        if everything:
-            self.memory.clear()
-            self._purges.record("all", ())
-            if not revalidated:
-                return self.disk.clear()
-            end = prefix_end(revalidated)
-            kept, dropped = (self.disk.keys_between(revalidated, end, inside=True),
-                             self.disk.keys_between(revalidated, end, inside=False))
-            touched: set[str] = set()
-        else:
-            touched = set(self.memory.purge_tags(tag_list)) | set(self.memory.purge_tag_prefixes(prefix_list))
-            self._purges.record("tags", tag_list)
-            self._purges.record("prefix", prefix_list)
-            named = dict.fromkeys([*self.disk.keys_for_tags(tag_list), *self.disk.keys_for_tag_prefixes(prefix_list)])
-            kept = [key for key in named if revalidated and key.startswith(revalidated)]
-            dropped = [key for key in named if not (revalidated and key.startswith(revalidated))]
-        touched |= set(self.disk.mark_stale(kept, SOFT_PURGED, time.time()))
-        touched |= set(self.disk.delete_many(dropped))
+        published: tuple[tuple[PurgeKind, Sequence[str]], ...] = (
+            (("all", ()),) if everything else (("tags", tag_list), ("prefix", prefix_list)))
+        with self._published(*published):
+            if everything:
+                self.memory.clear()
+                if not revalidated:
+                    return self.disk.clear()
+                end = prefix_end(revalidated)
+                kept, dropped = (self.disk.keys_between(revalidated, end, inside=True),
+                                 self.disk.keys_between(revalidated, end, inside=False))
+                touched: set[str] = set()
+            else:
+                touched = set(self.memory.purge_tags(tag_list)) | set(self.memory.purge_tag_prefixes(prefix_list))
+                named = dict.fromkeys([*self.disk.keys_for_tags(tag_list),
+                                       *self.disk.keys_for_tag_prefixes(prefix_list)])
+                kept = [key for key in named if revalidated and key.startswith(revalidated)]
+                dropped = [key for key in named if not (revalidated and key.startswith(revalidated))]
+            touched |= set(self.disk.mark_stale(kept, SOFT_PURGED, time.time()))
+            touched |= set(self.disk.delete_many(dropped))
         return len(touched)
+
+    @contextmanager
+    def _published(self, *purges: tuple[PurgeKind, Sequence[str]]) -> Iterator[None]:
+        """Publish `purges` to every worker before this one deletes what they name, and again after: a write-behind
+        batch of another worker that commits after the first publication replays it and drops what it names (one
+        that commits before is deleted here), and a memory tier that read a body back from disk before the delete
+        drops it when it replays the second."""
+        for kind, values in purges:
+            self._purges.record(kind, values)
+        try:
+            yield
+        finally:
+            for kind, values in purges:
+                self._purges.record(kind, values)
 
     @_holding_writes
     def purge_generations(self, purges: Iterable[GenerationPurge], *, upto: int, restart: bool = False,

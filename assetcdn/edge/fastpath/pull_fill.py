@@ -19,6 +19,7 @@ of a new origin request (`pull.handed_fill`).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import logging
 import tempfile
@@ -40,6 +41,7 @@ from assetcdn.edge.states.pull import (
     fill_cache_status,
     fill_headers,
     lookup,
+    named_by_body,
     spool_write,
     store,
 )
@@ -236,6 +238,7 @@ class PullFills:
         limit = node.origins.limits.max_object_bytes
         spool: IO[bytes] | None = io.BytesIO() if declared <= SPOOL_MEMORY \
             else tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+        digest = hashlib.sha256() if named_by_body(response.headers) else None
         size = 0
         sending = not fill.head_only
         try:
@@ -247,6 +250,8 @@ class PullFills:
                         spool = None
                     else:
                         await spool_write(spool, chunk, size)
+                        if digest is not None:
+                            digest.update(chunk)
                 if sending:
                     sending = await self._send(conn, counter, chunk)
                 if spool is None and not sending:
@@ -259,7 +264,8 @@ class PullFills:
             self._done(conn, fill, pending, counter)
             return
         if spool is not None:
-            await store(node, zone, named.path, url_key, lowered, response, stored_headers(response.headers), spool)
+            await store(node, zone, named.path, url_key, lowered, response, stored_headers(response.headers), spool,
+                        digest.hexdigest() if digest is not None else None)
         kept.set_result(None)
         if not sending:
             response.release()
