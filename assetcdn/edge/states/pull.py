@@ -161,7 +161,7 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
             decision = reuse(stored.freshness, directives, now)
             if decision is Reuse.FRESH:
                 node.metrics.cache_result(CacheResult.HIT).inc()
-                return await deliver(request, stored, CacheResult.HIT, hit_cache_status(stored, now))
+                return await deliver(request, stored, CacheResult.HIT, hit_cache_status(stored.freshness, now))
             if decision is Reuse.STALE_REVALIDATING:
                 node.metrics.cache_result(CacheResult.STALE).inc()
                 background_revalidate(request, node, zone, path, url_key, stored)
@@ -181,13 +181,9 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
         flights.land(flight_key)
 
 
-def ttl(stored: StoredResponse, now: float) -> int:
-    return int(stored.freshness.lifetime - stored.freshness.age(now))
-
-
-def hit_cache_status(stored: StoredResponse, now: float) -> str:
+def hit_cache_status(fresh: Freshness, now: float) -> str:
     """The Cache-Status of a fresh hit at `now` (the hit path writes it too, assetcdn/edge/fastpath/prepared.py)."""
-    return f"{CACHE_STATUS}; hit; ttl={ttl(stored, now)}"
+    return f"{CACHE_STATUS}; hit; ttl={int(fresh.lifetime - fresh.age(now))}"
 
 
 def lookup(node: EdgeNode, url_key: str, fields: Headers) -> StoredResponse | None:
