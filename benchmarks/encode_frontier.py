@@ -59,7 +59,7 @@ def our_pixels(pictures: dict[str, bytes], fmt: str, seed: int) -> tuple[dict[Ke
     """What our pipeline hands the format's encoder for each request, and what it answers now."""
     from assetcdn.edge import image_worker  # noqa: PLC0415 (set up as a worker before the jobs load)
 
-    image_worker.configure_libvips(worker=True)
+    image_worker.configure_libvips()
     for module in image_worker.PRELOAD:
         importlib.import_module(module)
     from assetcdn.edge.transform import encode, jobs  # noqa: PLC0415

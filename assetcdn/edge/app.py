@@ -24,7 +24,6 @@ from assetcdn.edge.cache.store import EdgeCache
 from assetcdn.edge.circuit_breaker import CircuitBreaker
 from assetcdn.edge.control_client import ControlClient
 from assetcdn.edge.image_pool import ImagePool
-from assetcdn.edge.image_worker import configure_libvips
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.proxied_body import ForwardSpool
 from assetcdn.edge.proxy import forward_to_control, open_proxy_session
@@ -220,7 +219,6 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
             yield
 
     async def image_lifecycle(app: web.Application) -> AsyncIterator[None]:
-        configure_libvips()
         app[IMAGE_POOL] = ImagePool.from_settings(settings)
         if settings.get("transform", "prestart_workers"):
             app[IMAGE_POOL].start()   # worker processes load while the edge starts

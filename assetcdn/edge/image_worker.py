@@ -21,8 +21,6 @@ from collections import OrderedDict
 from multiprocessing.connection import Connection
 from typing import Any
 
-import pyvips
-
 from assetcdn.edge.process_stats import rss_bytes, started_for
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.process import die_with_parent
@@ -32,20 +30,20 @@ TRIM_ABOVE_BYTES = 64 * 1024 * 1024   # a worker this far above its size at star
 PRELOAD = ("assetcdn.edge.transform.jobs", "assetcdn.edge.transform.steps", "assetcdn.edge.transform.placeholder_images")
 # Called with the decoded-source cache's bound in bytes as a worker starts (module, function).
 KEEP_DECODED = ("assetcdn.edge.transform.jobs", "keep_decoded_sources")
-# libvips' operation cache keeps recent operations and their pixels for reuse. Every edge request
-# loads a new buffer, so it would rarely hit and only hold memory; the edge cache keeps results.
-LIBVIPS_CACHE_MAX_OPERATIONS = 16
-LIBVIPS_CACHE_MAX_MEMORY = 32 * 1024 * 1024
 # A worker keeps the bytes of recent sources within this share of its decode cache's bound.
 KEPT_SOURCES_SHARE = 4
 NEED_SOURCE = "need-source"
 READY = "ready"
 
 
-def configure_libvips(*, worker: bool = False) -> None:
-    """Shrink libvips' process-wide operation cache; a worker keeps none (no state between jobs)."""
-    pyvips.cache_set_max(0 if worker else LIBVIPS_CACHE_MAX_OPERATIONS)
-    pyvips.cache_set_max_mem(0 if worker else LIBVIPS_CACHE_MAX_MEMORY)
+def configure_libvips() -> None:
+    """No libvips operation cache in a worker (no state between jobs; the edge cache keeps results).
+    libvips is imported here, not with the module: the pool imports this module in the edge's own
+    process, which runs no image work and so never loads it."""
+    import pyvips  # noqa: PLC0415
+
+    pyvips.cache_set_max(0)
+    pyvips.cache_set_max_mem(0)
 
 
 def release_memory() -> None:
@@ -65,8 +63,10 @@ def worker_main(conn: Connection, edge_pid: int, decoded_cache_bytes: int = 0, v
     if not started_for(edge_pid):   # the edge or its fork server died before the death signal was armed
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is for the edge, which stops us
-    configure_libvips(worker=True)
+    configure_libvips()
     if vips_threads:
+        import pyvips  # noqa: PLC0415 (loaded by configure_libvips)
+
         pyvips.concurrency_set(vips_threads)
     for module in PRELOAD:
         importlib.import_module(module)

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-import pyvips
-
 if TYPE_CHECKING:
     import cv2
     import numpy as np
+    import pyvips
 
 log = logging.getLogger(__name__)
 

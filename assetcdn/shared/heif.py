@@ -6,7 +6,10 @@ Both containers start alike; libvips here reads AVIF but not HEVC, so HEIF goes 
 
 from __future__ import annotations
 
-import pyvips
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyvips
 
 HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1"})
 AVIF_BRANDS = frozenset({b"avif", b"avis"})
@@ -27,6 +30,7 @@ def decode_heif(data: bytes) -> pyvips.Image:
     # image workers do).
     import numpy as np  # noqa: PLC0415
     import pillow_heif  # noqa: PLC0415
+    import pyvips  # noqa: PLC0415
 
     heif = pillow_heif.open_heif(data, convert_hdr_to_8bit=True)
     bands = 4 if heif.has_alpha else 3

@@ -26,11 +26,10 @@ import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 TLS_STATE_VERSION = 1
 TLS_STATE_PATH = "/tls"  # under the cluster prefix: /_cluster/tls on control (GET) and on edges (POST)
@@ -43,6 +42,11 @@ class TlsStateError(ValueError):
 
 
 def _sealing_key(cluster_secret: str) -> AESGCM:
+    # Imported on first use: an edge without HTTPS never seals or unseals, and the library is megabytes of RSS.
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
     key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_SEAL_INFO).derive(cluster_secret.encode())
     return AESGCM(key)
 

@@ -46,10 +46,12 @@ class CachedObject:
 
     The memory tier holds many of these, so one costs little beside its body: the content type, ETag,
     tags and header fields live in one string (``_meta``), read back into their usual forms when asked
-    for; the size of an in-memory body is its length. Immutable, like the tuples it gives out.
+    for; the size of an in-memory body is its length. Immutable, like the tuples it gives out. Weakly
+    referable: what holds on to an entry beside the memory tier (the hit path's prepared hits) must not keep
+    it alive once the tier has let it go.
     """
 
-    __slots__ = ("key", "body", "path", "stored_at", "_size", "_meta")
+    __slots__ = ("key", "body", "path", "stored_at", "_size", "_meta", "__weakref__")
 
     key: str
     body: bytes | None

@@ -341,7 +341,8 @@ class HitServer:
                 pulled = self._prepare_pull(view, url, named)
                 if pulled is None:  # not in the memory tier, or not a hit answered here
                     return FILL if self.fills.claim(conn, view, url, head_only, named) else HAND_OVER
-            if self.memory.hit(pulled.key) is pulled.obj:
+            obj = self.memory.hit(pulled.key)
+            if obj is not None and obj is pulled.entry() and (body := obj.body) is not None:
                 break
             self._drop_pull(view, url)  # refreshed, replaced, purged or evicted
             pulled = None
@@ -376,7 +377,6 @@ class HitServer:
             out.append(head + b"Connection: close\r\nX-Request-ID: " + request_id + b"\r\n\r\n")
         sent = body_sent(head_only, status, end - start)
         if sent:
-            body = pulled.body
             out.append(body if status == 200 else memoryview(body)[start:end])
         conn.records.append(self._count(conn, view, pulled, status, sent, head_only, request_id))
         return ANSWERED

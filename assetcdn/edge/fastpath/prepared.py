@@ -41,6 +41,7 @@ other than If-None-Match, a stale entry, a Vary'd URL, a status other than 200, 
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 from multidict import CIMultiDict
@@ -167,19 +168,19 @@ def prepare(node: EdgeNode, config: EdgeConfig, view: HostView,
 
 
 class PulledHit:
-    """One pull zone URL's fresh hit (assetcdn/edge/states/pull.py `deliver`, X-Cache HIT), valid while ``obj``
+    """One pull zone URL's fresh hit (assetcdn/edge/states/pull.py `deliver`, X-Cache HIT), valid while ``entry``
     is the memory tier's entry under ``key`` (a refresh, a new response or a purge replaces or drops it). The
     heads hold every header but Age and Cache-Status, which tick with time (`per_request_lines`), and Date
-    when the origin gave none."""
+    when the origin gave none. The entry is held weakly and its stored head not at all: what the memory tier
+    evicts is freed at once, not kept alive by this until the URL is asked for again."""
 
-    __slots__ = ("stored", "obj", "body", "key", "cdn_path", "zone", "size", "etag", "head", "head_304", "dated",
+    __slots__ = ("entry", "freshness", "key", "cdn_path", "zone", "size", "etag", "head", "head_304", "dated",
                  "fresh_until", "_block", "_tail", "_since", "_until")
 
-    def __init__(self, stored: StoredResponse, body: bytes, key: str, cdn_path: str, changes: HeaderChanges) -> None:
+    def __init__(self, stored: StoredResponse, key: str, cdn_path: str, changes: HeaderChanges) -> None:
         obj = stored.obj
-        self.stored = stored
-        self.obj = obj
-        self.body = body
+        self.entry = weakref.ref(obj)
+        self.freshness = stored.freshness
         self.key = key
         self.cdn_path = cdn_path
         self.zone = zone_of(cdn_path)
@@ -205,7 +206,7 @@ class PulledHit:
     def _lines_until(self, now: float) -> float:
         """When Age or Cache-Status's ttl (both whole seconds, `per_request_lines`) next changes after ``now``,
         a little early; ``now`` itself when it cannot be told (the response time is ahead of the clock)."""
-        fresh = self.stored.freshness
+        fresh = self.freshness
         if now < fresh.response_time:
             return now
         age = fresh.age(now)
@@ -220,9 +221,8 @@ class PulledHit:
 
     def per_request_lines(self, now: float) -> bytes:
         """Age (RFC 9111 4.2.3's current_age) and Cache-Status at ``now``, as `pull.deliver` writes them."""
-        stored = self.stored
-        return b"Age: %d\r\nCache-Status: %s\r\n" % (
-            int(stored.freshness.age(now)), hit_cache_status(stored, now).encode())
+        fresh = self.freshness
+        return b"Age: %d\r\nCache-Status: %s\r\n" % (int(fresh.age(now)), hit_cache_status(fresh, now).encode())
 
 
 def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modified: bool) -> bytes:
@@ -272,4 +272,4 @@ def prepare_pull(node: EdgeNode, config: EdgeConfig, view: HostView, target: str
     if changes.remove & PULL_PER_REQUEST_HEADERS or any(
             name.lower() in PULL_PER_REQUEST_HEADERS for name in changes.set):
         return None
-    return PulledHit(stored, obj.body, key, f"{pulled.zone.name}{pulled.path}", changes)
+    return PulledHit(stored, key, f"{pulled.zone.name}{pulled.path}", changes)

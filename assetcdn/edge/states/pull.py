@@ -212,7 +212,7 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
             decision = reuse(stored.freshness, directives, now)
             try:
                 if decision is Reuse.FRESH:
-                    answer = await deliver(request, stored, CacheResult.HIT, hit_cache_status(stored, now))
+                    answer = await deliver(request, stored, CacheResult.HIT, hit_cache_status(stored.freshness, now))
                     node.metrics.cache_result(CacheResult.HIT).inc()
                     return answer
                 if decision is Reuse.STALE_REVALIDATING:
@@ -249,13 +249,9 @@ def named_by_body(headers: Headers) -> bool:
     return (etag is None or etag.startswith("W/")) and first_value(headers, "last-modified") is None
 
 
-def ttl(stored: StoredResponse, now: float) -> int:
-    return int(stored.freshness.lifetime - stored.freshness.age(now))
-
-
-def hit_cache_status(stored: StoredResponse, now: float) -> str:
+def hit_cache_status(fresh: Freshness, now: float) -> str:
     """The Cache-Status of a fresh hit at `now` (the hit path writes it too, assetcdn/edge/fastpath/prepared.py)."""
-    return f"{CACHE_STATUS}; hit; ttl={ttl(stored, now)}"
+    return f"{CACHE_STATUS}; hit; ttl={int(fresh.lifetime - fresh.age(now))}"
 
 
 def lookup(node: EdgeNode, url_key: str, fields: Headers) -> StoredResponse | None:

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pyvips
+if TYPE_CHECKING:
+    import pyvips
 
 # Shrink-on-load levels, largest first, with libvips' own rule for choosing one: leave at least a
 # factor of two to the lanczos3 resize after the block shrink, which alone would alias.

@@ -7,8 +7,10 @@ would bleed one frame into the next.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import pyvips
+if TYPE_CHECKING:
+    import pyvips
 
 
 def page_count(image: pyvips.Image) -> int:
@@ -23,6 +25,8 @@ def first_frame(image: pyvips.Image) -> pyvips.Image:
 
 def join_frames(frames: list[pyvips.Image]) -> pyvips.Image:
     """Stack frames back into a strip; delay and loop metadata ride on the first frame."""
+    import pyvips  # noqa: PLC0415 (the edge's own process loads this module, never libvips: see image_pool.py)
+
     if len(frames) == 1:
         return frames[0]
     strip = pyvips.Image.arrayjoin(frames, across=1).copy()

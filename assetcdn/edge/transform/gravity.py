@@ -9,9 +9,10 @@
 
 from __future__ import annotations
 
-import pyvips
+from typing import TYPE_CHECKING
 
-from assetcdn.shared.faces import face_boxes
+if TYPE_CHECKING:
+    import pyvips
 
 # Where the crop sits along each axis: 0 = left/top edge, 0.5 = middle, 1 = right/bottom edge.
 COMPASS: dict[str, tuple[float, float]] = {
@@ -36,6 +37,10 @@ def attention_offset(frame: pyvips.Image, width: int, height: int) -> tuple[int,
 
 
 def face_offset(frame: pyvips.Image, width: int, height: int) -> tuple[int, int] | None:
+    # Imported on first use: the detector's library loads with it, and the edge's own process parses
+    # `gravity=face` without ever running it (its image workers do).
+    from assetcdn.shared.faces import face_boxes  # noqa: PLC0415
+
     faces = face_boxes(frame)
     if not faces:
         return None

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pyvips
-
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.heif import is_heif_not_avif
 from assetcdn.shared.svg_sanitize import filter_primitives, sanitize_svg
@@ -65,6 +63,8 @@ def read_source(data: bytes, source_format: str) -> SourceImage:
         primitives = filter_primitives(data)
     elif is_heif_not_avif(data):
         return _read_heif(data, source_format)
+    import pyvips  # noqa: PLC0415 (the edge's own process loads this module, never libvips: see image_pool.py)
+
     try:
         header = pyvips.Image.new_from_buffer(data, "", access="sequential")
         loader = header.get("vips-loader")

@@ -7,6 +7,7 @@ Age is then the same on both paths, and a test moves time forward instead of sle
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import AsyncIterator, Iterator
 from types import ModuleType
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.fastpath import hit_server
 from assetcdn.edge.states import pull as pull_states
 from assetcdn.edge.states.keys import pull_key
@@ -186,6 +188,21 @@ async def test_a_stale_entry_is_not_answered_as_fresh_on_the_hit_path(pulled: Pu
     answer = await conn.request(f"/{ZONE}/stale.bin")
     assert answer.header("X-Cache") == "MISS"  # the application asked the origin again
     assert pulled.served == served and pulled.origin.count("/stale.bin") == 2
+
+
+async def test_an_entry_the_memory_tier_lets_go_is_freed_though_the_hit_path_served_it(pulled: PullCdn,
+                                                                                        clock: Clock) -> None:
+    conn = await pulled.warm("/evicted.bin", **LONG)
+    clock.now = pulled.stored("/evicted.bin").freshness.response_time + 1
+    served = pulled.served
+    assert (await conn.request(f"/{ZONE}/evicted.bin")).body == BODY
+    assert pulled.served == served + 1  # the hit path answered it, and keeps its prepared head
+    key = pull_key(ZONE, "/evicted.bin", "")
+    assert pulled.cdn.node.cache.memory.discard(key)  # what an eviction does (MemoryTier._remove)
+    gc.collect()
+    # The body and its entry are gone from the worker's memory: the budget counts what is held.
+    assert not [obj for obj in gc.get_objects() if isinstance(obj, CachedObject) and obj.key == key]
+    assert (await conn.request(f"/{ZONE}/evicted.bin")).body == BODY  # read again from the disk tier
 
 
 async def test_a_purge_and_new_rules_take_effect_on_the_next_hit(pulled: PullCdn, clock: Clock) -> None:

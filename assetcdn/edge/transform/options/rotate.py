@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import pyvips
-
 from assetcdn.edge.transform.frames import map_frames
 from assetcdn.edge.transform.options.base import Query, Size, TransformOption, enum_param
 
 if TYPE_CHECKING:
+    import pyvips
+
     from assetcdn.edge.transform.context import TransformContext
     from assetcdn.edge.transform.source import SourceImage
 
@@ -29,6 +29,8 @@ TRANSPOSED_ORIENTATIONS = frozenset({5, 6, 7, 8})
 
 def upright(frame: pyvips.Image, orientation: int) -> pyvips.Image:
     """`frame` as its EXIF orientation (1-8) says it is shown; the tag is gone afterwards."""
+    import pyvips  # noqa: PLC0415 (the edge's own process loads this module, never libvips: see image_pool.py)
+
     tagged = frame.copy()
     tagged.set_type(pyvips.GValue.gint_type, "orientation", orientation)
     return tagged.autorot()

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import pyvips
-
 from assetcdn.edge.transform.frames import map_frames
 from assetcdn.edge.transform.options.base import Query, TransformOption, int_param
 
 if TYPE_CHECKING:
+    import pyvips
+
     from assetcdn.edge.transform.context import TransformContext
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import pyvips
-
 from assetcdn.edge.transform.frames import map_frames, page_count
 from assetcdn.edge.transform.options.base import Query, Size, TransformOption, int_param
 
 if TYPE_CHECKING:
+    import pyvips
+
     from assetcdn.edge.transform.context import TransformContext
     from assetcdn.edge.transform.source import SourceImage
 

