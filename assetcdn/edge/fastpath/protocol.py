@@ -83,6 +83,8 @@ SLOTS = CACHE_FIELDS + 1        # the length of a request's slots list (an HTTP/
 ANSWERED, HAND_OVER, GIVE_AWAY, BUSY = 0, 1, 2, 3  # BUSY: the head is in `out`, `pending_file` follows
 SO_PEERNAME = 28                # Linux: the peer's address even once the connection was reset
 StreamSent = Callable[[Callable[[int, bool], None]], None]  # an HTTP/2 stream's `when_sent` (assetcdn/edge/tls/h2.py)
+# (connection, buffer, head start, head end, answers out) -> ANSWERED, HAND_OVER, GIVE_AWAY or BUSY
+Decide = Callable[["HitProtocol", bytes, int, int, list[Any]], int]
 
 
 def peer_address(transport: asyncio.BaseTransport) -> Any:
@@ -183,7 +185,7 @@ class HitProtocol(asyncio.Protocol):
     __slots__ = ("server", "transport", "buffer", "parser", "url", "headers", "complete", "repeated",
                  "busy", "handler", "handoff", "deadline", "drain", "peer", "peername", "paused_by", "closing",
                  "pending_file", "keep_alive", "zero_copy", "batch", "turn_answers", "send_timeout_s", "records",
-                 "waiting", "queued", "handed", "cut", "when_sent")
+                 "waiting", "queued", "handed", "cut", "when_sent", "decide")
 
     def __init__(self, server: HitServer) -> None:
         self.server = server
@@ -222,6 +224,8 @@ class HitProtocol(asyncio.Protocol):
         self.handed = 0    # of `queued`, what had left the transport when last seen
         self.cut = False   # this side aborted the connection: its loss is no sign that the rest went out
         self.when_sent: StreamSent | None = None  # on an HTTP/2 stream, which counts what it sends
+        # How a request head is answered (HitServer.answer); an HTTP/2 stream's, by what its fields decided already.
+        self.decide: Decide = server.answer
 
     # --- httptools callbacks --------------------------------------------------------------------
 
@@ -383,7 +387,7 @@ class HitProtocol(asyncio.Protocol):
                 self._flush(out)
                 self._give_away(buf[pos:])
                 return
-            outcome = server.answer(self, buf, pos, head_end, out)
+            outcome = self.decide(self, buf, pos, head_end, out)
             if outcome == ANSWERED:
                 answered += 1
                 pos = head_end
