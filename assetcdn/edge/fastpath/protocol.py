@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
-from assetcdn.edge.fastpath.proxy_protocol import ClientTransport
+from assetcdn.edge.fastpath.proxy_protocol import ClientTransport, ForwardingTransport
 from assetcdn.edge.fastpath.sendfile import (
     TLS_PIECE,
     Drain,
@@ -107,14 +107,14 @@ def peer_address(transport: asyncio.BaseTransport) -> Any:
     return None
 
 
-class HandoffTransport(asyncio.Transport):
+class HandoffTransport(ForwardingTransport):
     """What an aiohttp request handler writes to while it answers one handed-over request: writes go
-    to the connection; its ``close`` (the end of its single request) returns the connection."""
+    to the connection; its ``close`` (the end of its single request) returns the connection. Its
+    ``peername`` is the connection's as it had it at its start (or as a PROXY header named it)."""
 
     def __init__(self, connection: HitProtocol, transport: asyncio.Transport) -> None:
-        super().__init__()
+        super().__init__(transport, connection.peername)
         self._connection = connection
-        self._transport = transport
         self.closed = False
         self.lost = False  # the connection is gone (its close will not come back here)
         self.delivery: tuple[Pending, BodyCounter] | None = None  # the answer's, recorded once it is out
@@ -151,28 +151,11 @@ class HandoffTransport(asyncio.Transport):
         self._connection.cut = True
         self._transport.abort()
 
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        if name == "peername":  # as the connection had it at its start
-            return self._connection.peername
-        return self._transport.get_extra_info(name, default)
-
     def pause_reading(self) -> None:
         self._connection.pause_reading_for(self)
 
     def resume_reading(self) -> None:
         self._connection.resume_reading_for(self)
-
-    def is_reading(self) -> bool:
-        return self._transport.is_reading()
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        self._transport.set_write_buffer_limits(high, low)
-
-    def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size()
-
-    def get_write_buffer_limits(self) -> tuple[int, int]:
-        return self._transport.get_write_buffer_limits()
 
     def can_write_eof(self) -> bool:
         return False
