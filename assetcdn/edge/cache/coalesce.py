@@ -19,6 +19,10 @@ class SingleFlight(Generic[T]):
       even if every waiter is cancelled, so its result can still fill the cache.
     - The key is released when the task finishes, so the next miss starts a new fetch.
 
+    ``join`` and ``land`` are the same flights led by a caller that does the work itself (a pull zone's miss
+    streams the origin's answer to its own client while storing it, assetcdn/edge/states/pull.py): the
+    others wait for it to land, then look up again. A key is used either way, not both.
+
     One instance per event loop (per worker); it is not thread-safe.
     """
 
@@ -38,6 +42,20 @@ class SingleFlight(Generic[T]):
             self._flights[key] = task
             task.add_done_callback(lambda done: self._release(key, done))
         return await asyncio.shield(task)
+
+    def join(self, key: Hashable) -> asyncio.Future[T] | None:
+        """The flight under way for ``key`` (await it through ``asyncio.shield``), or None: the caller now
+        leads it, and must ``land`` it however its work ends."""
+        flight = self._flights.get(key)
+        if flight is None:
+            self._flights[key] = asyncio.get_running_loop().create_future()
+        return flight
+
+    def land(self, key: Hashable, result: T) -> None:
+        """The led flight of ``key`` is over: its waiters get ``result``; the next caller leads again."""
+        flight = self._flights.pop(key, None)
+        if flight is not None and not flight.done():
+            flight.set_result(result)
 
     def _release(self, key: Hashable, task: asyncio.Future[T]) -> None:
         if self._flights.get(key) is task:

@@ -35,6 +35,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from assetcdn.edge.app_keys import NODE, SETTINGS
+from assetcdn.edge.cache.coalesce import SingleFlight
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.store import SOFT_PURGED
 from assetcdn.edge.cache.tags import pull_path_tag
@@ -111,28 +112,11 @@ class StoredResponse:
         return StoredResponse(obj, status, headers, fresh)
 
 
-class Flights:
-    """One origin request per key at a time: the first request for a key leads (asks the origin, streams the
-    answer to its client, stores it); requests arriving meanwhile wait for it to land, then look up again
-    (their own Vary variant, and whether it may answer them) and ask the origin themselves if it may not."""
-
-    def __init__(self) -> None:
-        self._waiting: dict[str, asyncio.Future[None]] = {}
-
-    def join(self, key: str) -> asyncio.Future[None] | None:
-        """The flight to wait for, or None: the caller leads, and must `land` the key."""
-        future = self._waiting.get(key)
-        if future is None:
-            self._waiting[key] = asyncio.get_running_loop().create_future()
-        return future
-
-    def land(self, key: str) -> None:
-        future = self._waiting.pop(key, None)
-        if future is not None and not future.done():
-            future.set_result(None)
-
-
-FLIGHTS = web.AppKey("pull_flights", Flights)
+# One origin request per key at a time: the first request for a key leads (asks the origin, streams the answer
+# to its client, stores it); requests arriving meanwhile wait for it to land, then look up again (their own Vary
+# variant, and whether it may answer them) and ask the origin themselves if it may not.
+Flights = SingleFlight[None]
+FLIGHTS = web.AppKey("pull_flights", SingleFlight)
 # Responses are written to the cache one at a time, from one thread: SQLite takes one writer at a time anyway,
 # and writers contending for its lock wait in its busy handler's sleeps (a fill's latency, not CPU).
 STORES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pull-store")
@@ -178,7 +162,7 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
     try:
         return await ask_origin(request, node, zone, path, url_key, fields, stored)
     finally:
-        flights.land(flight_key)
+        flights.land(flight_key, None)
 
 
 def ttl(stored: StoredResponse, now: float) -> int:
@@ -415,7 +399,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
         except OriginError as exc:
             log.info("pull zone %s: background revalidation of %s failed: %s", zone.name, path, exc)
         finally:
-            flights.land(flight_key)
+            flights.land(flight_key, None)
 
     task = asyncio.get_running_loop().create_task(revalidate())
     node.background.add(task)

@@ -188,7 +188,7 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
     try:
         return await from_origin(node, client, at, url_key, stored)
     finally:
-        flights.land(flight_key)
+        flights.land(flight_key, None)
 
 
 async def described(node: EdgeNode, at: PullSourcePath, url_key: str, stored: StoredResponse,
@@ -296,7 +296,7 @@ def revalidate_in_background(node: EdgeNode, client: tuple[str | None, str], fli
             log.info("pull zone %s: background revalidation of the source %s failed: %s", at.zone.name, at.path,
                      exc.message)
         finally:
-            flights.land(flight_key)
+            flights.land(flight_key, None)
 
     task = asyncio.get_running_loop().create_task(revalidate())
     node.background.add(task)

@@ -105,3 +105,19 @@ async def test_fetch_completes_when_every_waiter_is_cancelled() -> None:
     fetch.release.set()
     await settle()
     assert fetch.finished and not flight.in_flight("k")
+
+
+async def test_a_led_flight_is_awaited_until_its_leader_lands_it() -> None:
+    flight: SingleFlight[str] = SingleFlight()
+    assert flight.join("pull:1") is None  # the first caller leads
+    waiting = flight.join("pull:1")
+    assert waiting is not None and flight.join("pull:1") is waiting
+    async def follow() -> str:
+        return await asyncio.shield(waiting)
+
+    follower = asyncio.create_task(follow())
+    await settle()
+    assert not follower.done()
+    flight.land("pull:1", "stored")
+    assert await follower == "stored"
+    assert not flight.in_flight("pull:1") and flight.join("pull:1") is None  # the next caller leads again
