@@ -25,10 +25,11 @@ import asyncio
 import logging
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import IO, BinaryIO, cast
+from functools import partial
+from typing import IO, BinaryIO, TypeVar, cast
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -73,6 +74,7 @@ from assetcdn.shared.manifest import zone_tag
 from assetcdn.shared.request_body import body_deadline
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 SPOOL_MEMORY = 1024 * 1024          # a body being stored is kept in memory up to this, then in a temporary file
 CACHE_STATUS = "assetcdn"           # this cache's name in Cache-Status (RFC 9211)
 # Pseudo-fields kept with a stored head (":" starts no real field name): the status and RFC 9111's clocks.
@@ -136,31 +138,48 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
     directives = request_directives(fields)
     url_key = pull_key(zone.name, path, request.rel_url.raw_query_string)
     flight_key = pull_variant_key(url_key, "flight")
-    flights = request.app[FLIGHTS]
-    waited = False
-    while True:
+
+    async def cached() -> tuple[web.StreamResponse | None, StoredResponse | None]:
         stored = lookup(node, url_key, fields)
         now = time.time()
         if stored is not None:
             decision = reuse(stored.freshness, directives, now)
             if decision is Reuse.FRESH:
                 node.metrics.cache_result(CacheResult.HIT).inc()
-                return await deliver(request, stored, CacheResult.HIT, hit_cache_status(stored, now))
+                return await deliver(request, stored, CacheResult.HIT, hit_cache_status(stored, now)), stored
             if decision is Reuse.STALE_REVALIDATING:
                 node.metrics.cache_result(CacheResult.STALE).inc()
                 background_revalidate(request, node, zone, path, url_key, stored)
-                return await deliver(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd=stale")
+                return await deliver(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd=stale"), stored
         if "only-if-cached" in directives:
             raise ApiError(504, "NotCached", "The response is not in this edge's cache (only-if-cached).")
-        if waited:  # the flight we waited for stored nothing this request may use: no second wait, ask ourselves
-            return await ask_origin(request, node, zone, path, url_key, fields, stored)
+        return None, stored
+
+    return await through_flight(request.app[FLIGHTS], flight_key, cached,
+                                partial(ask_origin, request, node, zone, path, url_key, fields))
+
+
+async def through_flight(flights: Flights, flight_key: str,
+                         cached: Callable[[], Awaitable[tuple[R | None, StoredResponse | None]]],
+                         fill: Callable[[StoredResponse | None], Awaitable[R]]) -> R:
+    """What a request of the key's flight gets: `cached`'s answer from the cache (None: nothing there it may
+    use, and the stored response it found), else `fill`'s (the origin asked, given that stored response) as
+    the flight's leader, or after waiting for the flight to land when it stored nothing this request may use
+    (no second wait: it asks itself). Deliveries (serve_pull) and transform sources (pull_source.py) alike."""
+    waited = False
+    while True:
+        answer, stored = await cached()
+        if answer is not None:
+            return answer
+        if waited:
+            return await fill(stored)
         waiting = flights.join(flight_key)
         if waiting is None:
             break
         await asyncio.shield(waiting)
         waited = True
     try:
-        return await ask_origin(request, node, zone, path, url_key, fields, stored)
+        return await fill(stored)
     finally:
         flights.land(flight_key, None)
 

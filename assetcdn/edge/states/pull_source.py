@@ -22,6 +22,7 @@ import io
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import quote
 
 from aiohttp import web
@@ -59,6 +60,7 @@ from assetcdn.edge.states.pull import (
     own_tags,
     refresh,
     store,
+    through_flight,
 )
 from assetcdn.shared.manifest import format_of
 
@@ -168,27 +170,19 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
     url_key = pull_key(at.zone.name, at.path, "")
     flight_key = pull_variant_key(url_key, "flight")
     client = (request.remote, request.scheme)   # the edge asks for a client: X-Forwarded-For, -Proto
-    waited = False
-    while True:
+
+    async def cached() -> tuple[PullSource | None, StoredResponse | None]:
         stored = lookup(node, url_key, SOURCE_FIELDS)
         if stored is not None:
             decision = reuse(stored.freshness, NO_DIRECTIVES, time.time())
             if decision is Reuse.FRESH:
-                return await described(node, at, url_key, stored)
+                return await described(node, at, url_key, stored), stored
             if decision is Reuse.STALE_REVALIDATING:
                 revalidate_in_background(node, client, flights, at, url_key, stored)
-                return await described(node, at, url_key, stored)
-        if waited:  # what the flight stored is not usable: ask the origin ourselves, as a delivery does
-            return await from_origin(node, client, at, url_key, stored)
-        waiting = flights.join(flight_key)
-        if waiting is None:
-            break
-        await asyncio.shield(waiting)
-        waited = True
-    try:
-        return await from_origin(node, client, at, url_key, stored)
-    finally:
-        flights.land(flight_key, None)
+                return await described(node, at, url_key, stored), stored
+        return None, stored
+
+    return await through_flight(flights, flight_key, cached, partial(from_origin, node, client, at, url_key))
 
 
 async def described(node: EdgeNode, at: PullSourcePath, url_key: str, stored: StoredResponse,
