@@ -30,6 +30,7 @@ from pathlib import Path
 
 import aiohttp
 
+from benchmarks.hits_bench import wait_up
 from benchmarks.measure import (
     create_pull_zone,
     load_average,
@@ -190,20 +191,6 @@ def start_varnish(workdir: Path, port: int, origin_port: int) -> Server | None:
                                 "-n", str(workdir / "varnish"), "-p", "thread_pools=1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return Server("varnish (malloc)", f"http://127.0.0.1:{port}", tree(process), process)
-
-
-async def wait_up(url: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    async with aiohttp.ClientSession() as session:
-        while True:
-            try:
-                async with session.get(url) as resp:
-                    await resp.read()
-                    return
-            except aiohttp.ClientError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{url} did not come up") from None
-                await asyncio.sleep(0.2)
 
 
 async def get_each(base: str, paths: list[str], concurrency: int, expect_hit: bool) -> int:
