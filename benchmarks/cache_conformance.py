@@ -31,6 +31,7 @@ can score them again. Traffic stays on 127.0.0.1; every process started here is 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import signal
@@ -46,7 +47,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.measure import require_tools, tool_path
+from benchmarks.measure import create_pull_zone, require_tools, tool_path
+from benchmarks.nginx_conf import instance_conf
 from tests.integration.harness import ACCOUNT, RunningCdn, free_port_block, start_cdn
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,27 +63,15 @@ ZONE_WAIT_S = 60.0
 ZONE_PROBE = "assetcdn-zone-probe"
 VARNISH_PARAMETERS = ["-p", "default_ttl=0", "-p", "default_grace=0", "-p", "default_keep=3600"]
 VCL = 'vcl 4.1;\nbackend default {{ .host = "127.0.0.1"; .port = "{port}"; }}\n'
-NGINX_CONF = """daemon off;
-worker_processes 1;
-pid {directory}/nginx.pid;
-error_log {directory}/error.log warn;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {directory}/body;
-    fastcgi_temp_path {directory}/fastcgi;
-    uwsgi_temp_path {directory}/uwsgi;
-    scgi_temp_path {directory}/scgi;
-    proxy_cache_path {directory}/cache levels=1:2 keys_zone=my-cache:8m max_size=1000m inactive=600m;
-    proxy_temp_path {directory}/tmp;
-    server {{
-        listen 127.0.0.1:{listen};
-        location / {{
-            proxy_pass http://127.0.0.1:{origin};
-            proxy_cache my-cache;
-            proxy_cache_revalidate on;
-            proxy_http_version 1.1;
-        }}
+# nginx's http block (benchmarks/nginx_conf.py `instance_conf`).
+NGINX_CONF = """proxy_cache_path {directory}/cache levels=1:2 keys_zone=my-cache:8m max_size=1000m inactive=600m;
+server {{
+    listen 127.0.0.1:{listen};
+    location / {{
+        proxy_pass http://127.0.0.1:{origin};
+        proxy_cache my-cache;
+        proxy_cache_revalidate on;
+        proxy_http_version 1.1;
     }}
 }}
 """
@@ -192,7 +182,8 @@ def nginx(workdir: Path, port: int, origin: int) -> list[str]:
     directory.mkdir()
     os.chmod(directory, 0o777)  # nginx's workers run as www-data
     conf = directory / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(directory=directory, listen=port, origin=origin))
+    conf.write_text(instance_conf(directory, NGINX_CONF.format(directory=directory, listen=port, origin=origin),
+                                  connections=1024))
     return [tool_path("nginx"), "-c", str(conf)]
 
 
@@ -208,12 +199,7 @@ def assetcdn(workdir: Path, origin: int) -> Iterator[str]:
     workdir.mkdir(parents=True, exist_ok=True)
     cdn: RunningCdn = start_cdn(workdir, env_extra={"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"})
     try:
-        body = json.dumps({"Name": PULL_ZONE, "Origin": {"Url": f"http://127.0.0.1:{origin}"}}).encode()
-        request = urllib.request.Request(f"{cdn.edge_urls[0]}/api/core/zones", data=body, method="POST",
-                                         headers={**ACCOUNT, "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            if answer.status != 201:
-                raise RuntimeError(f"the pull zone was not created: {answer.status}")
+        asyncio.run(create_pull_zone(cdn.control_url, ACCOUNT, PULL_ZONE, f"http://127.0.0.1:{origin}", cdn.data_dir))
         base = f"{cdn.edge_urls[0]}/{PULL_ZONE}"
         wait_zone_served(base)
         yield base

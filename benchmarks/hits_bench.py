@@ -59,6 +59,7 @@ from benchmarks.measure import (
     rss_bytes,
     stop_process,
     tool_path,
+    wrk_arguments,
 )
 from benchmarks.nginx_conf import nginx_conf
 from tests.integration.harness import ACCESS, ACCOUNT, KEYS, RunningCdn, free_port_block, start_cdn
@@ -480,13 +481,7 @@ def scaling(workdir: Path, args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run (default 5)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    parser.add_argument("--connections", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--server-core", default="0")
-    parser.add_argument("--load-core", default="1")
+    parser = wrk_arguments(__doc__.splitlines()[0])
     parser.add_argument("--objects", type=int, default=5_000,
                         help="small objects for the memory rows (0: skip; the issue's figure is 100000)")
     parser.add_argument("--no-scaling", dest="scaling", action="store_false")

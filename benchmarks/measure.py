@@ -1,5 +1,6 @@
 """What every benchmark measures with, one definition each: percentiles, the machine and its load, the
-tools a benchmark needs, and what a server's processes spend and hold (read from /proc, Linux).
+tools a benchmark needs, and what a server's processes spend and hold (read from /proc, Linux); the options
+every wrk benchmark takes, and a pull zone made and waited for.
 
 SSIM is benchmarks/quality.py's (it needs numpy, pyvips and scikit-image, which the hit benchmarks
 do not import).
@@ -7,12 +8,17 @@ do not import).
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 
 def percentile(values: Iterable[float], fraction: float) -> float:
@@ -128,3 +134,43 @@ def _kilobytes_of(pids: Iterable[int], name: str, field: str) -> int:
         except OSError:
             continue
     return total
+
+
+def wrk_arguments(description: str | None) -> argparse.ArgumentParser:
+    """A parser with the options of every wrk benchmark (hits_bench, pull_bench): the run's length and rounds,
+    wrk's connections and threads, and the cores of the servers and of the load."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run (default 5)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--server-core", default="0")
+    parser.add_argument("--load-core", default="1")
+    return parser
+
+
+def configs_naming(data_dir: Path, zone: str) -> int:
+    """How many edge workers' stored configurations (under a running CDN's `data_dir`) name the zone."""
+    count = 0
+    for path in data_dir.rglob("edge-config-*.json"):
+        try:
+            count += f'"{zone}"'.encode() in path.read_bytes()
+        except OSError:
+            continue  # being replaced
+    return count
+
+
+async def create_pull_zone(control_url: str, account: Mapping[str, str], name: str, origin: str, data_dir: Path,
+                           *, workers: int = 1, wait_s: float = 60.0) -> None:
+    """The pull zone `name` in front of `origin`, made through control (`account`: its headers); returns once
+    `workers` edge workers have the configuration that names it, so the edge serves it."""
+    async with aiohttp.ClientSession() as session, session.post(
+            f"{control_url}/api/core/zones", json={"Name": name, "Origin": {"Url": origin}},
+            headers=dict(account)) as resp:
+        if resp.status != 201:
+            raise RuntimeError(f"creating the pull zone {name}: {resp.status} {await resp.text()}")
+    deadline = time.monotonic() + wait_s
+    while configs_naming(data_dir, name) < workers:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the pull zone {name} never reached the edge")
+        await asyncio.sleep(0.1)

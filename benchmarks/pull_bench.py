@@ -49,8 +49,16 @@ from benchmarks.hits_bench import (
     whole_system,
 )
 from benchmarks.load import LoadResult, run_wrk
-from benchmarks.measure import load_average, machine, pin, process_tree, require_tools
-from benchmarks.nginx_conf import nginx_conf
+from benchmarks.measure import (
+    create_pull_zone,
+    load_average,
+    machine,
+    pin,
+    process_tree,
+    require_tools,
+    wrk_arguments,
+)
+from benchmarks.nginx_conf import instance_conf, nginx_conf
 from tests.integration.harness import ACCOUNT, free_port_block, start_cdn
 
 KB = 1024
@@ -61,29 +69,16 @@ CONTENDERS = ("edge", "varnish", "nginx")
 WORKLOADS = ("hits", "fills")
 MAX_AGE = 3600
 
-ORIGIN_CONF = """daemon off;
-worker_processes 1;
-pid {directory}/nginx.pid;
-error_log {directory}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_requests 1000000;
-    default_type application/octet-stream;
-    client_body_temp_path {directory}/body;
-    proxy_temp_path {directory}/proxy;
-    fastcgi_temp_path {directory}/fastcgi;
-    uwsgi_temp_path {directory}/uwsgi;
-    scgi_temp_path {directory}/scgi;
-    server {{
-        listen 127.0.0.1:{port};
-        root {directory}/files;
-        add_header Cache-Control "max-age={max_age}";
-        location ^~ /fill5k/ {{ try_files /5kb.bin =404; }}
-        location ^~ /fill100k/ {{ try_files /100kb.bin =404; }}
-    }}
+# The origin's http block (benchmarks/nginx_conf.py `instance_conf`).
+ORIGIN_CONF = """sendfile on;
+tcp_nopush on;
+default_type application/octet-stream;
+server {{
+    listen 127.0.0.1:{port};
+    root {directory}/files;
+    add_header Cache-Control "max-age={max_age}";
+    location ^~ /fill5k/ {{ try_files /5kb.bin =404; }}
+    location ^~ /fill100k/ {{ try_files /100kb.bin =404; }}
 }}
 """
 
@@ -124,7 +119,7 @@ def start_origin(workdir: Path, port: int, core: str) -> tuple[Server, dict[str,
         (directory / "files" / name).write_bytes(bodies[name])
         os.chmod(directory / "files" / name, 0o644)
     conf = directory / "nginx.conf"
-    conf.write_text(ORIGIN_CONF.format(directory=directory, port=port, max_age=MAX_AGE))
+    conf.write_text(instance_conf(directory, ORIGIN_CONF.format(directory=directory, port=port, max_age=MAX_AGE)))
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     process = subprocess.Popen(["taskset", "-c", core, nginx, "-c", str(conf), "-p", str(directory)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -151,28 +146,6 @@ def start_proxy_nginx(workdir: Path, port: int, origin_port: int, core: str) -> 
     process = subprocess.Popen(["taskset", "-c", core, nginx, "-c", str(conf), "-p", str(directory)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return Server("nginx", f"http://127.0.0.1:{port}", [], process)
-
-
-async def add_pull_zone(control_url: str, origin: str) -> None:
-    async with aiohttp.ClientSession() as session:
-        async with session.post(f"{control_url}/api/core/zones", headers=ACCOUNT,
-                                json={"Name": ZONE, "Origin": {"Url": origin}}) as resp:
-            if resp.status != 201:
-                raise RuntimeError(f"pull zone: {resp.status} {await resp.text()}")
-
-
-async def edge_serves_zone(base: str) -> None:
-    """Until the zone reached the edge (its path is no longer a 404)."""
-    deadline = time.monotonic() + 30
-    async with aiohttp.ClientSession() as session:
-        while True:
-            async with session.get(f"{base}/{ZONE}/{SIZES['5 KB'][0]}") as resp:
-                await resp.read()
-                if resp.status == 200:
-                    return
-            if time.monotonic() > deadline:
-                raise RuntimeError("the pull zone never reached the edge")
-            await asyncio.sleep(0.2)
 
 
 async def sampled_ages(url: str, fetched_at: float, count: int = 3) -> list[int]:
@@ -249,8 +222,7 @@ def measure(args: argparse.Namespace) -> None:
                 server.pids = process_tree(server.process.pid)
             pin(origin.pids, args.load_core)
             pin(varnish.pids + nginx.pids, args.server_core)
-            asyncio.run(add_pull_zone(cdn.control_url, origin.base))
-            asyncio.run(edge_serves_zone(edge.base))
+            asyncio.run(create_pull_zone(cdn.control_url, ACCOUNT, ZONE, origin.base, cdn.data_dir))
             fetched_at = time.time()
             bases = {"edge": f"{edge.base}/{ZONE}", "varnish": varnish.base, "nginx": nginx.base}
             every = {"edge": edge, "varnish": varnish, "nginx": nginx}
@@ -297,13 +269,7 @@ def measure(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run (default 5)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    parser.add_argument("--connections", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--server-core", default="0")
-    parser.add_argument("--load-core", default="1")
+    parser = wrk_arguments(__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(SIZES), help=f"comma-separated, of: {', '.join(SIZES)}")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated, of: hits, fills")
     parser.add_argument("--contenders", default=",".join(CONTENDERS),

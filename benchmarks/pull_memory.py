@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-import orjson
 
+from benchmarks.hits_bench import wait_up
 from benchmarks.measure import (
+    create_pull_zone,
     load_average,
     process_tree,
     pss_bytes,
@@ -42,6 +43,7 @@ from benchmarks.measure import (
     stop_process,
     tool_path,
 )
+from benchmarks.nginx_conf import instance_conf
 from tests.integration.harness import ACCOUNT, RunningCdn, free_port_block, start_cdn
 
 KB = 1024
@@ -51,51 +53,24 @@ ZONE = "pullmem"
 WAIT_S = 60.0
 LAST_MODIFIED = "Thu, 03 Dec 2026 00:00:00 GMT"
 
-ORIGIN_NGINX = """daemon off;
-worker_processes 1;
-pid {directory}/nginx.pid;
-error_log {directory}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    keepalive_requests 1000000;
-    client_body_temp_path {directory}/body;
-    proxy_temp_path {directory}/proxy;
-    fastcgi_temp_path {directory}/fastcgi;
-    uwsgi_temp_path {directory}/uwsgi;
-    scgi_temp_path {directory}/scgi;
-    server {{
-        listen 127.0.0.1:{port};
-        root {directory}/site;
-        default_type application/octet-stream;
-        location / {{ try_files /object.bin =404; expires 1h; }}
-    }}
+# The http blocks of its nginx instances (benchmarks/nginx_conf.py `instance_conf`): the origin, the peer.
+ORIGIN_NGINX = """server {{
+    listen 127.0.0.1:{port};
+    root {directory}/site;
+    default_type application/octet-stream;
+    location / {{ try_files /object.bin =404; expires 1h; }}
 }}
 """
 
-PEER_NGINX = """daemon off;
-worker_processes 1;
-pid {directory}/nginx.pid;
-error_log {directory}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    keepalive_requests 1000000;
-    client_body_temp_path {directory}/body;
-    proxy_temp_path {directory}/proxy;
-    fastcgi_temp_path {directory}/fastcgi;
-    uwsgi_temp_path {directory}/uwsgi;
-    scgi_temp_path {directory}/scgi;
-    proxy_cache_path {directory}/cache levels=1:2 keys_zone=pull:64m max_size=4g inactive=2h use_temp_path=off;
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{
-            proxy_pass http://127.0.0.1:{origin_port};
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_cache pull;
-            add_header X-Cache $upstream_cache_status;
-        }}
+PEER_NGINX = """proxy_cache_path {directory}/cache levels=1:2 keys_zone=pull:64m max_size=4g inactive=2h use_temp_path=off;
+server {{
+    listen 127.0.0.1:{port};
+    location / {{
+        proxy_pass http://127.0.0.1:{origin_port};
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_cache pull;
+        add_header X-Cache $upstream_cache_status;
     }}
 }}
 """
@@ -189,7 +164,7 @@ def start_origin(workdir: Path, port: int) -> tuple[str, subprocess.Popen[bytes]
     (directory / "site" / "object.bin").write_bytes(BODY)
     os.chmod(directory, 0o777)
     conf = directory / "nginx.conf"
-    conf.write_text(ORIGIN_NGINX.format(directory=directory, port=port))
+    conf.write_text(instance_conf(directory, ORIGIN_NGINX.format(directory=directory, port=port)))
     return "nginx", subprocess.Popen([nginx, "-c", str(conf), "-p", str(directory)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -202,7 +177,8 @@ def start_peer_nginx(workdir: Path, port: int, origin_port: int) -> Server | Non
     directory.mkdir()
     os.chmod(directory, 0o777)
     conf = directory / "nginx.conf"
-    conf.write_text(PEER_NGINX.format(directory=directory, port=port, origin_port=origin_port))
+    conf.write_text(instance_conf(directory, PEER_NGINX.format(directory=directory, port=port,
+                                                               origin_port=origin_port)))
     process = subprocess.Popen([nginx, "-c", str(conf), "-p", str(directory)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return Server("nginx proxy_cache", f"http://127.0.0.1:{port}", tree(process), process)
@@ -218,40 +194,6 @@ def start_varnish(workdir: Path, port: int, origin_port: int) -> Server | None:
                                 "-n", str(workdir / "varnish"), "-p", "thread_pools=1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return Server("varnish (malloc)", f"http://127.0.0.1:{port}", tree(process), process)
-
-
-async def wait_up(url: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    async with aiohttp.ClientSession() as session:
-        while True:
-            try:
-                async with session.get(url) as resp:
-                    await resp.read()
-                    return
-            except aiohttp.ClientError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{url} did not come up") from None
-                await asyncio.sleep(0.2)
-
-
-async def create_pull_zone(cdn: RunningCdn, origin: str) -> None:
-    """The pull zone, returned once the edge's worker has the configuration that names it."""
-    async with aiohttp.ClientSession() as session, session.post(
-            f"{cdn.control_url}/api/core/zones", json={"Name": ZONE, "Origin": {"Url": origin}},
-            headers=ACCOUNT) as resp:
-        if resp.status != 201:
-            raise RuntimeError(f"creating the pull zone: {resp.status} {await resp.text()}")
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        for config in cdn.data_dir.rglob("edge-config-*.json"):
-            try:
-                if ZONE in (orjson.loads(config.read_bytes()).get("origins") or {}):
-                    return
-            except (OSError, ValueError):
-                continue  # being replaced
-        if time.monotonic() > deadline:
-            raise RuntimeError("the pull zone never reached the edge")
-        await asyncio.sleep(0.1)
 
 
 async def get_each(base: str, paths: list[str], concurrency: int, expect_hit: bool) -> int:
@@ -331,7 +273,8 @@ def main() -> None:
             if args.memory_mb is not None:
                 env["ASSETCDN_EDGE_MEMORY_CACHE_MB"] = str(args.memory_mb)
             cdn = start_cdn(workdir / "cdn", workers=1, env_extra=env)
-            asyncio.run(create_pull_zone(cdn, f"http://127.0.0.1:{origin_port}"))
+            asyncio.run(create_pull_zone(cdn.control_url, ACCOUNT, ZONE, f"http://127.0.0.1:{origin_port}",
+                                         cdn.data_dir))
             running = cdn
             edge = Server("edge (1 worker): edge RSS, the goal's figure", f"{cdn.edge_urls[0]}/{ZONE}",
                           lambda: process_tree(*running.pids("--name edge-0")))

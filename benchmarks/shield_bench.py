@@ -26,7 +26,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from benchmarks.measure import load_average, stop_process
+from benchmarks.measure import create_pull_zone, load_average, stop_process
 from tests.integration.harness import ACCOUNT, free_port_block, start_cdn
 
 BODY = b"x" * 1024
@@ -110,25 +110,18 @@ async def run_mode(origin: str, mode: str, edges: int, objects: int, at_once: in
 async def ready(session: aiohttp.ClientSession, control: str, edges: list[str], data_dir: Path, origin: str,
                 mode: str) -> None:
     """The pull zone created; returns once every edge has it and knows every edge."""
-    async with session.post(f"{control}/api/core/zones", json={"Name": "bench", "Origin": {"Url": origin}},
-                            headers=ACCOUNT) as resp:
-        assert resp.status == 201, await resp.text()
+    await create_pull_zone(control, ACCOUNT, "bench", origin, data_dir, workers=len(edges), wait_s=WAIT_S)
     deadline = time.monotonic() + WAIT_S
-    while True:
+    while mode != "off":
         known = []
         for edge in edges:
             async with session.get(f"{edge}/api/health") as resp:
                 known.append((await resp.json()).get("shield", {}).get("edges"))
-        if (mode == "off" or known == [len(edges)] * len(edges)) and configs_naming(data_dir, "bench") == len(edges):
+        if known == [len(edges)] * len(edges):
             return
         if time.monotonic() > deadline:
-            raise SystemExit("the edges never all had the pull zone and each other")
+            raise SystemExit("the edges never all knew each other")
         await asyncio.sleep(0.1)
-
-
-def configs_naming(data_dir: Path, zone: str) -> int:
-    """How many edge workers' stored configs name the zone."""
-    return sum(f'"{zone}"'.encode() in path.read_bytes() for path in data_dir.rglob("edge-config-*.json"))
 
 
 def main() -> None:

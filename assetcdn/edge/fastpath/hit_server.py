@@ -48,6 +48,7 @@ from assetcdn.edge.fastpath.protocol import (
     FILL,
     HAND_OVER,
     WANTED,
+    Decide,
     HitProtocol,
 )
 from assetcdn.edge.fastpath.proxy_protocol import ProxyHeaderReader, proxy_policy
@@ -55,7 +56,7 @@ from assetcdn.edge.fastpath.pull_fill import PullFills
 from assetcdn.edge.fastpath.sendfile import keep_alive_probes
 from assetcdn.edge.routes.delivery import delivery_route_name
 from assetcdn.edge.site_config import canonical_host, is_valid_host
-from assetcdn.edge.states.deliver import etag_matches, parse_range
+from assetcdn.edge.states.deliver import content_range, etag_matches, parse_range
 from assetcdn.edge.states.recv import PullPath
 from assetcdn.edge.tls.h2 import Fields, response_fields
 from assetcdn.edge.tls.policy import HSTS_HEADER, hsts_value, redirects_plain_http
@@ -81,6 +82,11 @@ class Request(Protocol):
 
 # An HTTP/2 stream's answer (answer_stream): its header fields, its body (None: none), its delivery.
 StreamAnswer = tuple[Fields, bytes | memoryview | None, Pending]
+
+
+def hand_over(conn: HitProtocol, buf: bytes, pos: int, head_end: int, out: list[Any]) -> int:
+    """The decision of a request the application answers, taken already (an HTTP/2 stream's: answer_stream)."""
+    return HAND_OVER
 
 
 def date_line(now: float) -> bytes:
@@ -250,9 +256,9 @@ class HitServer:
     def _find(self, conn: Request, view: HostView, path: bytes, head_only: bool,
               files: bool) -> tuple[Prepared, Any, int] | PullPath | None:
         """The hit of ``path`` on ``view``'s host, valid now: (prepared hit, its memory-tier object, or
-        the descriptor of its file opened for a body to send, else -1); a pull zone's path (its own hits are
-        ``_answer_pull``'s); None when the application answers (and, with ``files`` False, for a body on disk
-        only)."""
+        the descriptor of its file opened for a body to send, else -1; with ``files`` False, a body on disk only
+        is neither opened nor looked for: its object is None); a pull zone's path (its own hits are
+        ``_answer_pull``'s); None when the application answers."""
         hit = view.hits.get(path)
         obj: Any = None
         fileno = -1
@@ -268,7 +274,7 @@ class HitServer:
                 if obj is not None:
                     return hit, obj, fileno
             elif not files:
-                return None
+                return hit, None, fileno
             else:
                 try:
                     if head_only or self._revalidated(conn, hit):  # no body to send: see that it is there
@@ -432,65 +438,109 @@ class HitServer:
 
     # --- HTTP/2 streams (assetcdn/edge/tls/h2.py) -----------------------------------------------------
 
-    def answer_stream(self, request: Request, head_only: bool, host: bytes, path: bytes) -> StreamAnswer | None:
+    def answer_stream(self, request: Request, head_only: bool, host: bytes, path: bytes) -> StreamAnswer | Decide:
         """An HTTP/2 stream's GET (or HEAD) without a body, its fields in ``request``, answered as ``_answer``
         answers the same request over HTTP/1.1, by the same decisions (``_find``, ``_count``), with no HTTP/1.1
-        head made or parsed: the prepared hit's fields are split once and kept on it. None: the application
-        answers, as it does for a body kept on disk only (sent from its file on the stream's HTTP/1.1 side).
+        head made or parsed: the prepared hit's fields are split once and kept on it. Otherwise how the stream's
+        HTTP/1.1 side answers, decided here once: the application (a miss, anything unusual), the hit found here
+        sent from its file (a body kept on disk only), or the whole decision (a pull zone's path).
         ``begin_batch`` has run in this loop turn."""
         try:
             return self._answer_stream(request, head_only, host, path)
         except Exception:  # never a broken stream for a hit: the application answers instead
             log.exception("hit path failed; handing the request to the application")
-            return None
+            return hand_over
 
-    def _answer_stream(self, request: Request, head_only: bool, host: bytes, path: bytes) -> StreamAnswer | None:
+    def _answer_stream(self, request: Request, head_only: bool, host: bytes, path: bytes) -> StreamAnswer | Decide:
         headers = request.headers
         if not self.answering or headers[4] is not None:  # Expect: the application decides
-            return None
+            return hand_over
         query = path.find(b"?")
         if query >= 0:
             path = path[:query]
         if path[:1] != b"/" or b"%" in path:
-            return None
+            return hand_over
         view = self.hosts.get(host)
         if view is None:
             view = self._host_view(host)
             if view is None:
-                return None
+                return hand_over
         found = self._find(request, view, path, head_only, False)
-        if found is None or isinstance(found, PullPath):  # a pull zone's hit takes the HTTP/1.1 route
-            return None
+        if found is None:
+            return hand_over
+        if isinstance(found, PullPath):  # a pull zone's hit takes the HTTP/1.1 route
+            return self.answer
         hit, obj, _ = found
+        if obj is None:
+            return partial(self._answer_file, view, path, hit)
         size = hit.size
         start, end = 0, size
+        date = self.date
+        if date is not self.stream_date:
+            self.stream_date = date
+            self.stream_tail = response_fields(date)
         if self._revalidated(request, hit):
             status = 304
             fields = hit.h2_head_304
             if fields is None:
                 fields = hit.h2_head_304 = response_fields(hit.head_304 or hit.not_modified_head())
-        else:
+            fields += self.stream_tail
+        elif headers[2] is None:
             status = 200
-            fields = hit.h2_head
-            if fields is None:
-                fields = hit.h2_head = response_fields(hit.head)
-            if headers[2] is not None:
-                parsed = parse_range(headers[2].decode("latin-1"), size)
-                if parsed is False:  # 416: the application answers it
-                    return None
-                if parsed is not None:
-                    status = 206
-                    start, end = parsed
-                    fields = response_fields(hit.partial_head(start, end))
-        date = self.date
-        if date is not self.stream_date:
-            self.stream_date = date
-            self.stream_tail = response_fields(date)
+            # The head with this second's Date, made once a second per hit: a request adds only its id.
+            dated = hit.h2_dated
+            if dated is None or dated[0] is not date:
+                fields = hit.h2_head
+                if fields is None:
+                    fields = hit.h2_head = response_fields(hit.head)
+                dated = hit.h2_dated = (date, fields + self.stream_tail)
+            fields = dated[1]
+        else:
+            parsed = parse_range(headers[2].decode("latin-1"), size)
+            if parsed is False:  # 416: the application answers it
+                return hand_over
+            if parsed is None:  # a range ignored: the whole body
+                status = 200
+                fields = hit.h2_head
+                if fields is None:
+                    fields = hit.h2_head = response_fields(hit.head)
+            else:
+                status = 206
+                start, end = parsed
+                fields = hit.h2_head_206
+                if fields is None:
+                    fields = hit.h2_head_206 = response_fields(hit.partial_lines())
+                fields += ((b"content-range", content_range(start, end, size).encode()),
+                           (b"content-length", b"%d" % (end - start)))
+            fields += self.stream_tail
         request_id = self.ids.of(headers[3])
-        fields = fields + self.stream_tail + (NeverIndexedHeader(b"x-request-id", request_id),)
+        fields += (NeverIndexedHeader(b"x-request-id", request_id),)
         sent = body_sent(head_only, status, end - start)
         body = None if not sent else obj.body if status == 200 else memoryview(obj.body)[start:end]
         return fields, body, self._count(request, view, hit, status, sent, head_only, request_id)
+
+    def _answer_file(self, view: HostView, path: bytes, hit: Prepared, conn: HitProtocol, buf: bytes, pos: int,
+                     head_end: int, out: list[Any]) -> int:
+        """The HTTP/1.1 side of an HTTP/2 stream whose hit answer_stream found with its body on disk only:
+        answered from its file (``_find`` with files, without deciding again); the application's when the file
+        is gone."""
+        head_only = conn.parser.get_method() == b"HEAD"
+        fileno = -1
+        try:
+            if head_only or self._revalidated(conn, hit):  # no body to send: see that it is there
+                os.stat(hit.file)  # type: ignore[arg-type]  # a hit on disk has its file
+            else:
+                fileno = os.open(hit.file, os.O_RDONLY | os.O_CLOEXEC)  # type: ignore[arg-type]
+        except FileNotFoundError:  # purged or evicted: the application fetches it again
+            self._drop(view, path)
+            return HAND_OVER
+        try:
+            return self._respond(conn, view, hit, None, fileno, head_only, out)
+        except Exception:  # as `answer`: the application answers instead
+            if fileno >= 0:
+                os.close(fileno)
+            log.exception("hit path failed; handing the request to the application")
+            return HAND_OVER
 
     def stream_sent(self, pending: Pending, sent: int, aborted: bool) -> None:
         """A stream's hit is out (or the stream ended first, ``aborted``): ``sent`` body bytes went in DATA."""

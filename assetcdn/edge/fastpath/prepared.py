@@ -89,7 +89,7 @@ class Prepared:
     """One (Host, path)'s hit, valid while ``entry`` is the replica's entry for ``cdn_path``."""
 
     __slots__ = ("entry", "cdn_path", "zone", "key", "file", "size", "etag", "head", "kept_304", "head_304",
-                 "h2_head", "h2_head_304")
+                 "h2_head", "h2_head_304", "h2_head_206", "h2_dated")
 
     def __init__(self, entry: ManifestEntry, cdn_path: str, key: str, file: str | None, size: int,
                  etag: str | None, type_lines: bytes, kept_lines: bytes) -> None:
@@ -107,11 +107,16 @@ class Prepared:
         # The same heads as HTTP/2 header fields (assetcdn/edge/tls/h2.py response_fields), made on first use.
         self.h2_head: tuple[Any, ...] | None = None
         self.h2_head_304: tuple[Any, ...] | None = None
+        self.h2_head_206: tuple[Any, ...] | None = None  # without Content-Range and Content-Length
+        self.h2_dated: tuple[bytes, tuple[Any, ...]] | None = None  # (Date line, h2_head and its Date field)
+
+    def partial_lines(self) -> bytes:
+        """A 206's status line and the 200's header lines (not kept twice), less Content-Range and Content-Length."""
+        return STATUS_206 + self.head[len(STATUS_200):self.head.rindex(b"Content-Length: ")]
 
     def partial_head(self, start: int, end: int) -> bytes:
-        """The head of a 206 for bytes ``[start, end)``: the 200's header lines (not kept twice)."""
-        block = self.head[len(STATUS_200):self.head.rindex(b"Content-Length: ")]
-        return STATUS_206 + block + b"Content-Range: %s\r\nContent-Length: %d\r\n" % (
+        """The head of a 206 for bytes ``[start, end)``."""
+        return self.partial_lines() + b"Content-Range: %s\r\nContent-Length: %d\r\n" % (
             content_range(start, end, self.size).encode(), end - start)
 
     def not_modified_head(self) -> bytes:

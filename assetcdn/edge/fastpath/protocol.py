@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
-from assetcdn.edge.fastpath.proxy_protocol import ClientTransport
+from assetcdn.edge.fastpath.proxy_protocol import ClientTransport, ForwardingTransport
 from assetcdn.edge.fastpath.sendfile import (
     TLS_PIECE,
     Drain,
@@ -86,6 +86,8 @@ ANSWERED, HAND_OVER, GIVE_AWAY, BUSY = 0, 1, 2, 3  # BUSY: the head is in `out`,
 FILL = 4  # a pull zone's miss the hit server fills on this connection (assetcdn/edge/fastpath/pull_fill.py)
 SO_PEERNAME = 28                # Linux: the peer's address even once the connection was reset
 StreamSent = Callable[[Callable[[int, bool], None]], None]  # an HTTP/2 stream's `when_sent` (assetcdn/edge/tls/h2.py)
+# (connection, buffer, head start, head end, answers out) -> ANSWERED, HAND_OVER, GIVE_AWAY or BUSY
+Decide = Callable[["HitProtocol", bytes, int, int, list[Any]], int]
 
 
 def peer_address(transport: asyncio.BaseTransport) -> Any:
@@ -108,14 +110,14 @@ def peer_address(transport: asyncio.BaseTransport) -> Any:
     return None
 
 
-class HandoffTransport(asyncio.Transport):
+class HandoffTransport(ForwardingTransport):
     """What an aiohttp request handler writes to while it answers one handed-over request: writes go
-    to the connection; its ``close`` (the end of its single request) returns the connection."""
+    to the connection; its ``close`` (the end of its single request) returns the connection. Its
+    ``peername`` is the connection's as it had it at its start (or as a PROXY header named it)."""
 
     def __init__(self, connection: HitProtocol, transport: asyncio.Transport) -> None:
-        super().__init__()
+        super().__init__(transport, connection.peername)
         self._connection = connection
-        self._transport = transport
         self.closed = False
         self.lost = False  # the connection is gone (its close will not come back here)
         self.delivery: tuple[Pending, BodyCounter] | None = None  # the answer's, recorded once it is out
@@ -166,28 +168,11 @@ class HandoffTransport(asyncio.Transport):
         self._connection.cut = True
         self._transport.abort()
 
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        if name == "peername":  # as the connection had it at its start
-            return self._connection.peername
-        return self._transport.get_extra_info(name, default)
-
     def pause_reading(self) -> None:
         self._connection.pause_reading_for(self)
 
     def resume_reading(self) -> None:
         self._connection.resume_reading_for(self)
-
-    def is_reading(self) -> bool:
-        return self._transport.is_reading()
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        self._transport.set_write_buffer_limits(high, low)
-
-    def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size()
-
-    def get_write_buffer_limits(self) -> tuple[int, int]:
-        return self._transport.get_write_buffer_limits()
 
     def can_write_eof(self) -> bool:
         return False
@@ -200,7 +185,7 @@ class HitProtocol(asyncio.Protocol):
     __slots__ = ("server", "transport", "buffer", "parser", "url", "headers", "complete", "repeated",
                  "busy", "handler", "handoff", "deadline", "drain", "peer", "peername", "paused_by", "closing",
                  "pending_file", "keep_alive", "zero_copy", "batch", "turn_answers", "send_timeout_s", "records",
-                 "waiting", "queued", "handed", "cut", "when_sent")
+                 "waiting", "queued", "handed", "cut", "when_sent", "decide")
 
     def __init__(self, server: HitServer) -> None:
         self.server = server
@@ -239,6 +224,8 @@ class HitProtocol(asyncio.Protocol):
         self.handed = 0    # of `queued`, what had left the transport when last seen
         self.cut = False   # this side aborted the connection: its loss is no sign that the rest went out
         self.when_sent: StreamSent | None = None  # on an HTTP/2 stream, which counts what it sends
+        # How a request head is answered (HitServer.answer); an HTTP/2 stream's, by what its fields decided already.
+        self.decide: Decide = server.answer
 
     # --- httptools callbacks --------------------------------------------------------------------
 
@@ -401,7 +388,7 @@ class HitProtocol(asyncio.Protocol):
                 self._flush(out)
                 self._give_away(buf[pos:])
                 return
-            outcome = server.answer(self, buf, pos, head_end, out)
+            outcome = self.decide(self, buf, pos, head_end, out)
             if outcome == ANSWERED:
                 answered += 1
                 pos = head_end

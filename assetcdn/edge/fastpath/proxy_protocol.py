@@ -247,10 +247,9 @@ def proxy_policy(settings: Settings, counter: Counter | None = None) -> ProxyPol
                        counter)
 
 
-class ClientTransport(asyncio.Transport):
-    """The connection's transport as its protocol sees it once a PROXY header named the client: the same
-    socket, whose ``peername`` is the client's address. Under TLS it is what uvloop's TLS protocol
-    reads and writes, so every layer above (HTTP/1.1, HTTP/2 streams, aiohttp) asks it for the address."""
+class ForwardingTransport(asyncio.Transport):
+    """A transport in front of another, with a ``peername`` of its own: what the subclass does not change
+    (the write buffer's size and marks, whether it reads, the other extra info) is the one beneath's."""
 
     __slots__ = ("_transport", "_peername")
 
@@ -263,6 +262,26 @@ class ClientTransport(asyncio.Transport):
         if name == "peername":
             return self._peername
         return self._transport.get_extra_info(name, default)
+
+    def is_reading(self) -> bool:
+        return self._transport.is_reading()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._transport.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size()
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._transport.get_write_buffer_limits()
+
+
+class ClientTransport(ForwardingTransport):
+    """The connection's transport as its protocol sees it once a PROXY header named the client: the same
+    socket, whose ``peername`` is the client's address. Under TLS it is what uvloop's TLS protocol
+    reads and writes, so every layer above (HTTP/1.1, HTTP/2 streams, aiohttp) asks it for the address."""
+
+    __slots__ = ()
 
     def write(self, data: Any) -> None:
         self._transport.write(data)
@@ -298,18 +317,6 @@ class ClientTransport(asyncio.Transport):
 
     def resume_reading(self) -> None:
         self._transport.resume_reading()
-
-    def is_reading(self) -> bool:
-        return self._transport.is_reading()
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        self._transport.set_write_buffer_limits(high, low)
-
-    def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size()
-
-    def get_write_buffer_limits(self) -> tuple[int, int]:
-        return self._transport.get_write_buffer_limits()
 
     def can_write_eof(self) -> bool:
         return self._transport.can_write_eof()

@@ -28,11 +28,11 @@ import hashlib
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import IO, BinaryIO, cast
+from typing import IO, BinaryIO, TypeVar, cast
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -82,6 +82,7 @@ from assetcdn.shared.manifest import zone_tag
 from assetcdn.shared.request_body import body_deadline
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 SPOOL_MEMORY = 1024 * 1024          # a body being stored is kept in memory up to this, then in a temporary file
 CACHE_STATUS = "assetcdn"           # this cache's name in Cache-Status (RFC 9211)
 # Pseudo-fields kept with a stored head (":" starts no real field name): the status and RFC 9111's clocks.
@@ -202,42 +203,66 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
     directives = request_directives(fields)
     url_key = pull_key(zone.name, path, request.rel_url.raw_query_string)
     flight_key = pull_variant_key(url_key, "flight")
-    flights = request.app[FLIGHTS]
+
+    async def cached() -> tuple[web.StreamResponse | None, StoredResponse | None]:
+        gone = 0   # stored bodies found gone when delivered (purged or evicted since the lookup)
+        while True:
+            stored = lookup(node, url_key, fields) if gone < 2 else None  # looked up again once, then a miss
+            now = time.time()
+            if stored is not None:
+                decision = reuse(stored.freshness, directives, now)
+                try:
+                    if decision is Reuse.FRESH:
+                        answer = await deliver(request, stored, CacheResult.HIT,
+                                               hit_cache_status(stored.freshness, now))
+                        node.metrics.cache_result(CacheResult.HIT).inc()
+                        return answer, stored
+                    if decision is Reuse.STALE_REVALIDATING:
+                        background_revalidate(request, node, zone, path, url_key, stored)
+                        answer = await deliver(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd=stale")
+                        node.metrics.cache_result(CacheResult.STALE).inc()
+                        return answer, stored
+                except FileNotFoundError:
+                    gone += 1
+                    continue
+            if "only-if-cached" in directives:
+                raise ApiError(504, "NotCached", "The response is not in this edge's cache (only-if-cached).")
+            return None, stored
+
+    async def timed_out(stored: StoredResponse | None) -> web.StreamResponse:
+        return await origin_failed(request, zone, path, fields, stored, OriginTimeout(
+            f"no answer from the origin within {node.origins.limits.first_byte_timeout_s:g} s"))
+
+    return await through_flight(request.app[FLIGHTS], flight_key, node.origins.limits, cached,
+                                partial(ask_origin, request, node, zone, path, url_key, fields), timed_out)
+
+
+async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits,
+                         cached: Callable[[], Awaitable[tuple[R | None, StoredResponse | None]]],
+                         fill: Callable[[StoredResponse | None, Land], Awaitable[R]],
+                         timed_out: Callable[[StoredResponse | None], Awaitable[R]]) -> R:
+    """What a request of the key's flight gets: `cached`'s answer from the cache (None: nothing there it may
+    use, and the stored response it found), else `fill`'s (the origin asked, given that stored response and how
+    to land the flight) as the flight's leader, or after waiting for the flight to land when it stored nothing
+    this request may use (no second wait: it asks itself); `timed_out`'s when the flight does not land within the
+    origin's first-byte time. Deliveries (serve_pull) and transform sources (pull_source.py) alike."""
     waited = False
-    gone = 0   # stored bodies found gone when delivered (purged or evicted since the lookup)
     while True:
-        stored = lookup(node, url_key, fields) if gone < 2 else None  # looked up again once, then a miss
-        now = time.time()
-        if stored is not None:
-            decision = reuse(stored.freshness, directives, now)
-            try:
-                if decision is Reuse.FRESH:
-                    answer = await deliver(request, stored, CacheResult.HIT, hit_cache_status(stored.freshness, now))
-                    node.metrics.cache_result(CacheResult.HIT).inc()
-                    return answer
-                if decision is Reuse.STALE_REVALIDATING:
-                    background_revalidate(request, node, zone, path, url_key, stored)
-                    answer = await deliver(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd=stale")
-                    node.metrics.cache_result(CacheResult.STALE).inc()
-                    return answer
-            except FileNotFoundError:
-                gone += 1
-                continue
-        if "only-if-cached" in directives:
-            raise ApiError(504, "NotCached", "The response is not in this edge's cache (only-if-cached).")
-        if waited:  # the flight we waited for stored nothing this request may use: no second wait, ask ourselves
-            return await ask_origin(request, node, zone, path, url_key, fields, stored)
+        answer, stored = await cached()
+        if answer is not None:
+            return answer
+        if waited:
+            return await fill(stored, no_landing)
         waiting = flights.join(flight_key)
         if waiting is None:
             break
         try:
-            await await_flight(waiting, node.origins.limits)
+            await await_flight(waiting, limits)
         except TimeoutError:
-            return await origin_failed(request, zone, path, fields, stored, OriginTimeout(
-                f"no answer from the origin within {node.origins.limits.first_byte_timeout_s:g} s"))
+            return await timed_out(stored)
         waited = True
     try:
-        return await ask_origin(request, node, zone, path, url_key, fields, stored, partial(flights.land, flight_key))
+        return await fill(stored, partial(flights.land, flight_key))
     finally:
         flights.land(flight_key)
 

@@ -61,7 +61,6 @@ from assetcdn.edge.states.pull import (
     Flights,
     Land,
     StoredResponse,
-    await_flight,
     lookup,
     named_by_body,
     no_landing,
@@ -69,6 +68,7 @@ from assetcdn.edge.states.pull import (
     own_tags,
     refresh,
     store,
+    through_flight,
 )
 from assetcdn.shared.manifest import format_of
 
@@ -182,33 +182,26 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
     url_key = pull_key(at.zone.name, at.path, "")
     flight_key = pull_variant_key(url_key, "flight")
     client = (request.remote, request.scheme)   # the edge asks for a client: X-Forwarded-For, -Proto
-    waited = False
-    while True:
+
+    async def cached() -> tuple[PullSource | None, StoredResponse | None]:
         stored = lookup(node, url_key, SOURCE_FIELDS)
         if stored is not None:
             decision = reuse(stored.freshness, NO_DIRECTIVES, time.time())
             if decision is Reuse.FRESH:
-                return await described(node, at, url_key, stored)
+                return await described(node, at, url_key, stored), stored
             if decision is Reuse.STALE_REVALIDATING:
                 revalidate_in_background(node, client, flights, at, url_key, stored)
-                return await described(node, at, url_key, stored)
-        if waited:  # what the flight stored is not usable: ask the origin ourselves, as a delivery does
-            return await from_origin(node, client, at, url_key, stored)
-        waiting = flights.join(flight_key)
-        if waiting is None:
-            break
-        try:
-            await await_flight(waiting, node.origins.limits)
-        except TimeoutError:
-            if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
-                return await described(node, at, url_key, stored)
-            raise origin_failed(at, OriginTimeout(
-                f"no answer from the origin within {node.origins.limits.first_byte_timeout_s:g} s")) from None
-        waited = True
-    try:
-        return await from_origin(node, client, at, url_key, stored, partial(flights.land, flight_key))
-    finally:
-        flights.land(flight_key)
+                return await described(node, at, url_key, stored), stored
+        return None, stored
+
+    async def timed_out(stored: StoredResponse | None) -> PullSource:
+        if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
+            return await described(node, at, url_key, stored)
+        raise origin_failed(at, OriginTimeout(
+            f"no answer from the origin within {node.origins.limits.first_byte_timeout_s:g} s")) from None
+
+    return await through_flight(flights, flight_key, node.origins.limits, cached,
+                                partial(from_origin, node, client, at, url_key), timed_out)
 
 
 async def described(node: EdgeNode, at: PullSourcePath, url_key: str, stored: StoredResponse,
@@ -329,7 +322,7 @@ def revalidate_in_background(node: EdgeNode, client: tuple[str | None, str], fli
             log.info("pull zone %s: background revalidation of the source %s failed: %s", at.zone.name, at.path,
                      exc.message)
         finally:
-            flights.land(flight_key)
+            flights.land(flight_key, None)
 
     task = asyncio.get_running_loop().create_task(revalidate())
     node.background.add(task)

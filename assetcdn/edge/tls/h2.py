@@ -44,7 +44,7 @@ import contextlib
 import logging
 import re
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +53,7 @@ import ngh2
 from ngh2 import ErrorCode, NeverIndexedHeader
 from ngh2.types import Header
 
-from assetcdn.edge.fastpath.protocol import MAX_HEAD, SLOTS, HitProtocol
+from assetcdn.edge.fastpath.protocol import CACHE_FIELDS, MAX_HEAD, SLOTS, Decide, HitProtocol
 from assetcdn.shared.config import Settings
 
 if TYPE_CHECKING:
@@ -87,6 +87,10 @@ _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 GET, HEAD = b"GET", b"HEAD"
 Fields = tuple[Header, ...]
 _FIELD_VALUE_FORBIDDEN = re.compile(rb"[\x00\r\n]")
+# The pseudo-fields a request is answered by, in slots after the hit path's (WANTED): one table lookup a field.
+METHOD, PATH, AUTHORITY = SLOTS, SLOTS + 1, SLOTS + 2
+PSEUDO_FIELDS = {b":method": METHOD, b":path": PATH, b":authority": AUTHORITY}
+NO_FIELDS = (None,) * (AUTHORITY + 1)
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,7 @@ class MalformedRequest(Exception):
 
 def request_head(headers: Iterable[tuple[bytes, bytes]], has_body: bool) -> tuple[bytes, bytes]:
     """(method, HTTP/1.1 request head) of a stream's headers. Raises MalformedRequest."""
-    method = path = authority = None
+    target: list[bytes | None] = [None] * len(PSEUDO_FIELDS)
     fields: list[bytes] = []
     cookies: list[bytes] = []
     length = False
@@ -126,12 +130,9 @@ def request_head(headers: Iterable[tuple[bytes, bytes]], has_body: bool) -> tupl
         if _FIELD_VALUE_FORBIDDEN.search(value):
             raise MalformedRequest("field value with CR, LF or NUL")
         if name[:1] == b":":
-            if name == b":method":
-                method = value
-            elif name == b":path":
-                path = value
-            elif name == b":authority":
-                authority = value
+            slot = PSEUDO_FIELDS.get(name)
+            if slot is not None:
+                target[slot - METHOD] = value
             continue
         if not _TOKEN.fullmatch(name):
             raise MalformedRequest("field name is not a token")
@@ -142,6 +143,7 @@ def request_head(headers: Iterable[tuple[bytes, bytes]], has_body: bool) -> tupl
         elif name not in HOP_BY_HOP:
             length = length or name == b"content-length"
             fields.append(name + b": " + value)
+    method, path, authority = target
     if method is None or path is None or not _TOKEN.fullmatch(method) or not (path[:1] == b"/" or path == b"*"):
         raise MalformedRequest("a request needs :method and a :path")
     if b" " in path or b"\t" in path:
@@ -178,13 +180,14 @@ def response_fields(head: bytes) -> Fields:
 
 
 class StreamRequest:
-    """What the hit decisions read of a stream's request (assetcdn/edge/fastpath/hit_server.py ``Request``):
-    one per connection, filled again for each stream answered directly."""
+    """What the hit decisions read of a stream's request (assetcdn/edge/fastpath/hit_server.py ``Request``),
+    its pseudo-fields in the slots after theirs: one per connection, filled again for each stream answered
+    directly."""
 
     __slots__ = ("headers", "peer")
 
     def __init__(self, peer: str | None) -> None:
-        self.headers: list[bytes | None] = [None] * SLOTS
+        self.headers: list[bytes | None] = list(NO_FIELDS)
         self.peer = peer
 
 
@@ -457,7 +460,7 @@ class H2Protocol(asyncio.Protocol):
         # Hits answered from the stream's fields (_answer_directly); `batch_begun`: HitServer.begin_batch ran
         # in this loop turn.
         self.direct = hits.answers_hits
-        self.wanted = hits.wanted
+        self.wanted = {**hits.wanted, **PSEUDO_FIELDS}
         self.request = StreamRequest(None)
         self.batch_begun = False
         self.counted = False        # among the worker's open HTTP/2 connections (HitServer.h2_connections)
@@ -740,8 +743,11 @@ class H2Protocol(asyncio.Protocol):
                 self.h2.reset_stream(stream_id, ErrorCode.REFUSED_STREAM)
             return
         self.last_stream_id = stream_id
-        if event.end_stream and self.direct and self._answer_directly(stream_id, event.headers):
-            return
+        decide: Decide | None = None
+        if event.end_stream and self.direct:
+            decide = self._answer_directly(stream_id, event.headers)
+            if decide is None:
+                return
         has_body = not event.end_stream
         try:
             method, head = request_head(event.headers, has_body)
@@ -759,6 +765,8 @@ class H2Protocol(asyncio.Protocol):
             self.deadline = self.loop.time() + self.limits.send_timeout_s
         protocol = HitProtocol(self.hits)
         protocol.send_timeout_s = None  # progress is judged per connection (timed_out)
+        if decide is not None:
+            protocol.decide = decide
         stream.protocol = protocol
         protocol.connection_made(stream)
         if self.pending_total > CONNECTION_BUFFER_HIGH:  # the connection holds enough: produce later
@@ -769,43 +777,38 @@ class H2Protocol(asyncio.Protocol):
         if not has_body:
             stream.end_of_body()
 
-    def _answer_directly(self, stream_id: int, headers: Iterable[Header]) -> bool:
+    def _answer_directly(self, stream_id: int, headers: Sequence[Header]) -> Decide | None:
         """A GET or HEAD without a body answered by the hit path from the stream's fields (HitServer.answer_stream),
-        its body sent from memory as the windows allow; False: the stream's HTTP/1.1 request goes the usual
-        way (a miss, a body on disk, anything the fields make unusual). Fields malformed by RFC 9113 (CR, LF or NUL
-in a value, a name not a lowercase token) never get here: libnghttp2 resets their stream."""
+        its body sent from memory as the windows allow: None. Otherwise the stream's HTTP/1.1 request goes the
+        usual way, answered by what is returned (a miss, a body on disk, anything the fields make unusual: what
+        answer_stream decided, so its HTTP/1.1 side does not decide again). Fields malformed by RFC 9113 (CR, LF or
+        NUL in a value, a name not a lowercase token) never get here: libnghttp2 resets their stream."""
         slots = self.request.headers
-        slots[0] = slots[1] = slots[2] = slots[3] = slots[4] = slots[5] = slots[6] = None
+        slots[:] = NO_FIELDS
         wanted = self.wanted
-        method = path = authority = None
         size = 0
         for name, value in headers:
             size += len(name) + len(value) + 4  # as a line of the HTTP/1.1 head the stream would make
-            if name[:1] == b":":
-                if name == b":method":
-                    method = value
-                elif name == b":path":
-                    path = value
-                elif name == b":authority":
-                    authority = value
-                continue
             slot = wanted.get(name)
             if slot is not None:
-                if slots[slot] is not None:  # a repeated field: the application decides, as on HTTP/1.1
-                    return False
+                # A repeated field: the application decides, as on HTTP/1.1 (HitProtocol.on_header), where the
+                # cache fields' slot may hold several (only whether one is there counts).
+                if slots[slot] is not None and slot != CACHE_FIELDS:
+                    return self.hits.answer
                 slots[slot] = value
+        method, path, authority = slots[METHOD], slots[PATH], slots[AUTHORITY]
         if method != GET and method != HEAD or path is None or size > MAX_HEAD:  # aiohttp's limits decide
-            return False
+            return self.hits.answer
         host = authority or slots[0]
         if host is None or b" " in path or b"\t" in path or b" " in host:
-            return False
+            return self.hits.answer
         hits = self.hits
         if not self.batch_begun:
             self.batch_begun = True
             hits.begin_batch()
         answer = hits.answer_stream(self.request, method == HEAD, host, path)
-        if answer is None:
-            return False
+        if not isinstance(answer, tuple):
+            return answer
         fields, body, delivery = answer
         stream = StreamTransport(self, stream_id, method)
         stream.closed = True  # no HTTP/1.1 side: the stream leaves the table once its answer is out
@@ -821,7 +824,7 @@ in a value, a name not a lowercase token) never get here: libnghttp2 resets thei
             del self.streams[stream_id]
             stream.finished(True)
             self._maybe_idle()
-            return True
+            return None
         stream.headers_sent = True
         if body is None:
             stream.finished(False)
@@ -829,7 +832,7 @@ in a value, a name not a lowercase token) never get here: libnghttp2 resets thei
         else:
             stream.end_pending = True
             stream.hold(memoryview(body))
-        return True
+        return None
 
     def _data(self, event: ngh2.DataReceived) -> None:
         data = event.data

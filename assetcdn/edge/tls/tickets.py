@@ -4,7 +4,8 @@ A ticket (TLS 1.3 session ticket, TLS 1.2 RFC 5077 ticket) is sealed under a key
 worker that made it, so a client resumes whichever worker its next connection reaches. Time is cut into
 periods of ``[tls] session_ticket_rotation_s``; each period has its own random 80-byte key (a 16-byte
 name, 32 bytes of HMAC-SHA256 key, 32 of AES-256 key), kept in one file of the edge's cache directory
-(mode 0600) that every worker reads and the first one to need a period's key writes, under ``flock``.
+(mode 0600) that every worker reads and the first one to need a period's key writes, under ``flock``;
+after the first read a worker reads it from a thread, a period ahead (`TicketKeys`), never in a handshake.
 The file holds the keys of the previous, the current and the next period only: a key is dropped for good
 two periods after its own, so whoever reads the file later cannot open older tickets. New tickets are
 sealed under the current period's key; a ticket of the current or the previous period resumes (one of the
@@ -31,9 +32,11 @@ import logging
 import os
 import secrets
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -220,15 +223,22 @@ class KeyFile:
             os.close(fd)  # also releases the lock
 
 
+def _in_thread(read: Callable[[], None]) -> None:
+    threading.Thread(target=read, name="tls-ticket-keys", daemon=True).start()
+
+
 class TicketKeys:
     """This worker's view of the edge's keys, what each context is given of them, and the callback OpenSSL
-    calls in the window after a rotation (see the module docstring). The key file is read when the wall
-    clock enters a period whose key this worker does not hold yet: with the next period's key read ahead,
-    that is once every other period, on the event loop (a read and, for one worker, a write of a few
-    hundred bytes). `grace_s`: how long into a period the previous period's tickets are opened."""
+    calls in the window after a rotation (see the module docstring). The key file is read at the start and
+    then ahead of time: once the clock is in a period whose next period's key this worker does not hold, a
+    thread (`start_reader`) reads the keys around it, and the loop takes them at its next look-up, before
+    that next period starts. The callback (run mid-handshake, on the event loop) never reads the file; were
+    the thread a whole period late, the newest key held stands in. `grace_s`: how long into a period the
+    previous period's tickets are opened."""
 
     def __init__(self, openssl: OpenSsl, key_file: KeyFile, grace_s: float,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 start_reader: Callable[[Callable[[], None]], None] = _in_thread) -> None:
         self.openssl = openssl
         self.key_file = key_file
         self.grace_s = grace_s
@@ -237,7 +247,10 @@ class TicketKeys:
         self.by_name: dict[bytes, TicketKey] = {}
         self._read_failed = False
         self._failure_logged_at = -FAILURE_LOG_INTERVAL_S
-        self._load(_period(clock(), key_file.rotation_s))
+        self._start_reader = start_reader
+        self._reading = False  # a read ahead is under way or waiting in `_read`
+        self._read: list[dict[int, bytes]] = []  # the reader thread's result (list.append: atomic)
+        self._adopt(self._material(_period(clock(), key_file.rotation_s)))
         ffi = openssl.ffi
         self.callback = ffi.callback("ticket_key_cb", self._seal_or_open, error=0, onerror=self._failed)
 
@@ -273,12 +286,39 @@ class TicketKeys:
 
     def _key(self, period: int) -> TicketKey:
         key = self.by_period.get(period)
-        if key is None:
-            self._load(period)
-            key = self.by_period[period]
+        if key is None or period + 1 not in self.by_period and self.key_file.rotation_s > 0:
+            key = self._advance(period)
         return key
 
-    def _load(self, period: int) -> None:
+    def _advance(self, period: int) -> TicketKey:
+        """The key of `period` when the next period's is not held yet, without reading the file here: the keys
+        the reader brought are taken; else a read ahead is started; meanwhile the newest key held stands in."""
+        for _attempt in range(2):  # a reader that ran at once (start_reader) is taken in the second
+            if self._read:
+                material = self._read.pop()
+                self._reading = False
+                if period in material or period not in self.by_period:
+                    self._adopt(material)
+            key = self.by_period.get(period)
+            if key is not None and period + 1 in self.by_period or self._reading:
+                break
+            self._reading = True
+            self._start_reader(partial(self._read_ahead, period))
+        if key is None:  # the newest key held before `period` (the oldest, had the clock gone back)
+            earlier = [p for p in self.by_period if p <= period]
+            key = self.by_period[max(earlier) if earlier else min(self.by_period)]
+        return key
+
+    def _read_ahead(self, period: int) -> None:
+        """On the reader's thread: the keys around `period`, for the loop to take (`_advance`)."""
+        try:
+            material = self._material(period)
+        except Exception:  # nothing taken: the next look-up starts another read
+            log.exception("TLS: session ticket keys could not be read ahead")
+            material = {}
+        self._read.append(material)
+
+    def _material(self, period: int) -> dict[int, bytes]:
         try:
             material = self.key_file.keys_around(period)
             self._read_failed = False
@@ -289,6 +329,9 @@ class TicketKeys:
                           "with keys of its own until it can", self.key_file.path, exc.strerror or exc)
             self._read_failed = True
             material = {p: secrets.token_bytes(KEY_LEN) for p in (period - 1, period, period + 1)}
+        return material
+
+    def _adopt(self, material: dict[int, bytes]) -> None:
         # A key still held is kept as it is (a handshake may be using it); one dropped is wiped.
         kept = {p: k for p, k in self.by_period.items() if p in material and k.matches(self.openssl, material[p])}
         for old in self.by_period.values():
@@ -305,7 +348,8 @@ class TicketKeys:
         period's key), 0 not opened (a full handshake follows) or, sealing, no ticket (never -1, which
         would end the handshake)."""
         ffi, lib = self.openssl.ffi, self.openssl.lib
-        current = self.current()
+        period = _period(self.clock(), self.key_file.rotation_s)
+        current = self._key(period)
         if encrypt:
             ffi.memmove(name, current.name, NAME_LEN)
             if (lib.RAND_bytes(iv, 16) != 1
@@ -314,7 +358,7 @@ class TicketKeys:
                 return 0
             return 1
         key = self.by_name.get(ffi.buffer(name, NAME_LEN)[:])
-        if key is None or key.period not in (current.period, current.period - 1):
+        if key is None or key.period not in (period, period - 1):  # by the clock, whatever key stands in
             return 0
         if (lib.EVP_DecryptInit_ex(cipher, self.openssl.aes, ffi.NULL, key.aes, iv) != 1
                 or lib.EVP_MAC_CTX_set_params(mac, key.hmac_params) != 1):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,11 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def at_once(read: Callable[[], None]) -> None:
+    """The keys read ahead in the caller's thread (TicketKeys starts a thread), so the test decides when."""
+    read()
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +100,8 @@ def test_a_ticket_resumes_in_its_period_and_the_next_and_never_after(tmp_path: P
     openssl = OpenSsl()
     key_file = KeyFile(tmp_path / KEY_FILE, ROTATION_S)
     # Two workers: separate contexts and callbacks, one key file.
-    first = server_context(issued, tmp_path, TicketKeys(openssl, key_file, ROTATION_S, clock))
-    second = server_context(issued, tmp_path, TicketKeys(openssl, key_file, ROTATION_S, clock))
+    first = server_context(issued, tmp_path, TicketKeys(openssl, key_file, ROTATION_S, clock, at_once))
+    second = server_context(issued, tmp_path, TicketKeys(openssl, key_file, ROTATION_S, clock, at_once))
     client = client_context(version)
     resumed, session = connect(first, client, None)
     assert not resumed
@@ -125,7 +131,7 @@ def test_outside_the_window_after_a_rotation_openssl_uses_the_shared_key_itself(
     clock.now = START + GRACE_S  # past the window: OpenSSL's own key is the period's shared key
     openssl = OpenSsl()
     key_file = KeyFile(tmp_path / KEY_FILE, ROTATION_S)
-    workers = [TicketKeys(openssl, key_file, GRACE_S, clock) for _ in range(2)]
+    workers = [TicketKeys(openssl, key_file, GRACE_S, clock, at_once) for _ in range(2)]
     first, second = (server_context(issued, tmp_path, keys) for keys in workers)
     client = client_context(ssl.TLSVersion.TLSv1_3)
     _, old = connect(first, client, None)
@@ -144,6 +150,31 @@ def test_outside_the_window_after_a_rotation_openssl_uses_the_shared_key_itself(
     assert not resumed
     resumed, _ = connect(first, client, fresh)
     assert resumed and calls == []
+
+
+def test_the_next_key_is_read_ahead_so_the_callback_reads_no_file_at_a_rotation(tmp_path: Path,
+                                                                                issued: Issued) -> None:
+    clock = Clock()
+    openssl = OpenSsl()
+    path = tmp_path / KEY_FILE
+    reads: list[Callable[[], None]] = []  # the reader thread's work, run when the test says
+    keys = TicketKeys(openssl, KeyFile(path, ROTATION_S), ROTATION_S, clock, reads.append)
+    server = server_context(issued, tmp_path, keys)
+    client = client_context(ssl.TLSVersion.TLSv1_3)
+    _, session = connect(server, client, None)
+    clock.now += ROTATION_S  # period 1001: its key is held; 1002's is to be read ahead
+    resumed, session = connect(server, client, session)
+    assert resumed and len(reads) == 1
+    reads.pop()()
+    other = TicketKeys(openssl, KeyFile(path, ROTATION_S), ROTATION_S, clock, reads.append)  # another worker
+    other_server = server_context(issued, tmp_path, other)
+    path.unlink()
+    path.mkdir()  # no key file can be read from here on (not even by root)
+    clock.now += ROTATION_S  # period 1002, in the window: 1001's tickets still open, with the shared keys
+    resumed, renewed = connect(server, client, session)
+    assert resumed
+    resumed, _ = connect(other_server, client, renewed)  # sealed under 1002's shared key
+    assert resumed
 
 
 def test_the_key_file_holds_three_periods_shared_by_every_reader(tmp_path: Path) -> None:
@@ -171,7 +202,7 @@ def test_a_key_file_that_is_not_ours_is_written_anew(tmp_path: Path) -> None:
 def test_a_failing_callback_costs_the_ticket_not_the_handshake(tmp_path: Path, issued: Issued,
                                                                caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
-    keys = TicketKeys(OpenSsl(), KeyFile(tmp_path / KEY_FILE, ROTATION_S), ROTATION_S, clock)
+    keys = TicketKeys(OpenSsl(), KeyFile(tmp_path / KEY_FILE, ROTATION_S), ROTATION_S, clock, at_once)
     server = server_context(issued, tmp_path, keys)
     client = client_context(ssl.TLSVersion.TLSv1_3)
     _, session = connect(server, client, None)

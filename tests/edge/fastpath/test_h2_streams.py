@@ -1,0 +1,178 @@
+"""HTTP/2 streams on the hit server in this process (assetcdn/edge/tls/h2.py's H2Protocol on a memory transport,
+the `h2` library as the client): every stream gets the answer the same request gets over HTTP/1.1, and the hit
+decision is made once per stream, whether the stream is answered from its fields, sent from a file on disk, or
+handed to the application (a miss); a request repeating the cache fields' slot (Cache-Control with Pragma, a
+browser's reload) is answered from its fields, as HTTP/1.1 answers it on the hit path."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import orjson
+import pytest
+
+from assetcdn.edge.fastpath.hit_server import HitServer
+from assetcdn.edge.tls.h2 import H2Limits, H2Protocol
+from tests.support.cdn import ZONE
+from tests.support.hit_cdn import HitCdn, HitCdnFactory, Response
+from tests.support.wait import wait_until
+
+ENV = {"ASSETCDN_EDGE_MEMORY_OBJECT_MAX_KB": "64"}  # BIG is kept on disk only
+SMALL = f"{ZONE}/v1/h2/small.bin"
+BIG = f"{ZONE}/v1/h2/big.bin"
+SMALL_BODY = os.urandom(20 * 1024)
+BIG_BODY = os.urandom(200 * 1024)
+PER_ANSWER = {"date", "x-request-id", "connection", "keep-alive", "transfer-encoding"}
+
+
+class MemoryTransport(asyncio.Transport):
+    """What H2Protocol writes, for the test's client to read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        self.closed = False
+
+    def write(self, data: Any) -> None:
+        self.written += data
+
+    def take(self) -> bytes:
+        data, self.written = bytes(self.written), bytearray()
+        return data
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class H2InProcess:
+    """One HTTP/2 connection to the hit server's H2Protocol, frames passed in memory."""
+
+    def __init__(self, hits: HitServer) -> None:
+        self.transport = MemoryTransport()
+        self.server = H2Protocol(hits, H2Limits())
+        self.server.connection_made(self.transport)
+        self.client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        self.client.initiate_connection()
+        self.answers: dict[int, list[Any]] = {}
+
+    def exchange(self) -> None:
+        out = self.client.data_to_send()
+        if out:
+            self.server.data_received(out)
+        received = self.transport.take()
+        for event in self.client.receive_data(received) if received else ():
+            if isinstance(event, h2.events.ResponseReceived):
+                self.answers[event.stream_id][0] = event.headers
+            elif isinstance(event, h2.events.DataReceived):
+                self.answers[event.stream_id][1] += event.data
+                self.client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2.events.StreamEnded):
+                self.answers[event.stream_id][2] = True
+            elif isinstance(event, h2.events.StreamReset):
+                raise AssertionError(f"stream {event.stream_id} reset: {event.error_code!r}")
+
+    async def get(self, path: str, fields: list[tuple[str, str]]) -> Response:
+        stream_id = self.client.get_next_available_stream_id()
+        self.answers[stream_id] = [None, bytearray(), False]
+        self.client.send_headers(stream_id, [(b":method", b"GET"), (b":scheme", b"https"), (b":path", path.encode()),
+                                             (b":authority", b"edge.test"),
+                                             *((k.encode(), v.encode()) for k, v in fields)], end_stream=True)
+
+        async def ended() -> bool:
+            self.exchange()
+            return bool(self.answers[stream_id][2])
+
+        await wait_until(ended, f"the answer to {path}")
+        head, body, _ = self.answers.pop(stream_id)
+        headers = {bytes(k).decode(): bytes(v).decode() for k, v in head}
+        return Response(int(headers.pop(":status")), "", headers, bytes(body))  # type: ignore[arg-type]
+
+
+def comparable(response: Response) -> tuple[int, list[tuple[str, str]], bytes]:
+    return (response.status, sorted((k.lower(), v) for k, v in response.headers.items() if k.lower() not in PER_ANSWER),
+            response.body)
+
+
+@pytest.fixture
+def decisions(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The paths the hit decision (HitServer._find) was made for."""
+    made: list[bytes] = []
+    find = HitServer._find
+
+    def counted(self: HitServer, conn: Any, view: Any, path: bytes, head_only: bool, files: bool) -> Any:
+        made.append(path)
+        return find(self, conn, view, path, head_only, files)
+
+    monkeypatch.setattr(HitServer, "_find", counted)
+    return made
+
+
+@pytest.fixture
+def from_fields(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The paths answered from a stream's fields (HitServer.answer_stream gave the answer itself)."""
+    answered: list[bytes] = []
+    answer_stream = HitServer.answer_stream
+
+    def recorded(self: HitServer, request: Any, head_only: bool, host: bytes, path: bytes) -> Any:
+        answer = answer_stream(self, request, head_only, host, path)
+        if isinstance(answer, tuple):
+            answered.append(path)
+        return answer
+
+    monkeypatch.setattr(HitServer, "answer_stream", recorded)
+    return answered
+
+
+async def test_each_stream_is_decided_once_and_answered_as_over_http_1_1(
+        make_hit_cdn: HitCdnFactory, decisions: list[bytes], from_fields: list[bytes]) -> None:
+    cdn: HitCdn = await make_hit_cdn(**ENV)
+    await cdn.upload(SMALL, SMALL_BODY)
+    await cdn.upload(BIG, BIG_BODY)
+    plain = await cdn.connect()
+    for path in (SMALL, BIG):  # cached from here on: SMALL in memory, BIG on disk only
+        assert (await plain.request(f"/{path}")).header("X-Cache") == "MISS"
+    assert cdn.site.hits is not None
+    # The https site's (its bodies written through the stream, never sendfile'd), beside the plain site's.
+    client = H2InProcess(HitServer(cdn.app, cdn.site.hits.web_server, secure=True))
+    reload = [("cache-control", "max-age=0"), ("pragma", "no-cache")]
+    cases: list[tuple[str, list[tuple[str, str]], str]] = [
+        (SMALL, [], "HIT"), (SMALL, reload, "HIT"), (SMALL, [("range", "bytes=10-99")], "HIT"),
+        (BIG, [], "HIT"), (BIG, [("range", "bytes=1000-")], "HIT"),
+        (f"{ZONE}/v1/h2/none.bin", [], "MISS")]  # the application answers (404)
+    for path, fields, cache in cases:
+        decisions.clear()
+        from_fields.clear()
+        over_h2 = await client.get(f"/{path}", fields)
+        assert decisions == [f"/{path}".encode()], (path, fields)
+        assert from_fields == ([f"/{path}".encode()] if path == SMALL else []), (path, fields)  # a memory-tier hit
+        over_http_1_1 = await plain.request(f"/{path}", **dict(fields))
+        if cache == "HIT":
+            assert comparable(over_h2) == comparable(over_http_1_1), (path, fields)
+            assert over_h2.headers["x-cache"] == "HIT"
+        else:  # an error envelope: its request id and time are the answer's own
+            assert over_h2.status == over_http_1_1.status == 404
+            assert orjson.loads(over_h2.body)["error"] == orjson.loads(over_http_1_1.body)["error"]
+    plain.close()
