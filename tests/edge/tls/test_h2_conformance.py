@@ -1107,7 +1107,8 @@ KNOWN_GAPS: dict[str, tuple[str, bool]] = {
     "http2/6.3/1": ("libnghttp2 ignores PRIORITY frames, even on stream 0", True),
 }
 TARGET = os.environ.get("H2_CONFORMANCE_TARGET", "edge")
-KNOWN_GAP_WAIT_S = 2.0  # a known gap fails by silence: waiting the whole WAIT_S for it only slows the suite
+KNOWN_GAP_WAIT_S = 0.5  # a known gap fails by silence: waiting the whole WAIT_S for it only slows the suite
+# (an xfail either way: a shorter wait cannot fail the run, only report an answer past it as the known gap)
 
 
 def parameters() -> list[object]:
