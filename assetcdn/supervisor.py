@@ -14,6 +14,7 @@ import argparse
 import fcntl
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -67,6 +68,10 @@ class _StopRequest:
 
     def __init__(self) -> None:
         self.requested = False
+        # A byte in this pipe ends `wait` early: the handler runs while the main thread sleeps in select(), and
+        # select() is resumed afterwards (PEP 475), so only a readable descriptor wakes it.
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_write, False)
 
     def __call__(self, signum: int, _frame: object) -> None:
         if self.requested:
@@ -75,6 +80,15 @@ class _StopRequest:
                         f"{STOP_GRACE_S:.0f}s are killed)\n".encode())
             return
         self.requested = True
+        try:
+            os.write(self._wake_write, b"\0")
+        except BlockingIOError:  # a byte is already waiting
+            pass
+
+    def wait(self, seconds: float) -> None:
+        """Sleep for `seconds`, or until a stop is requested (at once if it already was)."""
+        if not self.requested:
+            select.select([self._wake_read], [], [], seconds)
 
 
 OURS, OTHER, DOWN = "ours", "other", "down"
@@ -163,7 +177,7 @@ def _wait_healthy(urls: list[str], processes: list[subprocess.Popen[bytes]], lab
         if pending and time.monotonic() > deadline:
             raise StartupFailed(f"not healthy after {timeout_s:.0f}s: {', '.join(pending)}")
         if pending:
-            time.sleep(0.2)
+            stop.wait(0.2)
     return not stop.requested
 
 
@@ -193,7 +207,7 @@ def _wait_chat_ready(control_url: str, run_id: str, stop: _StopRequest, timeout_
             say("assetcdn up: the chat is still loading its documentation vectors; it answers once they are ready",
                  error=True)
             return
-        time.sleep(0.2)
+        stop.wait(0.2)
 
 
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -386,5 +400,5 @@ def _supervise(processes: list[subprocess.Popen[bytes]], commands: list[list[str
                 return 1
             say(f"{labels[index]} exited with status {process.returncode}; restarting", error=True)
             processes[index] = _spawn(commands[index], env)
-        time.sleep(0.5)
+        stop.wait(0.5)
     return 0

@@ -232,6 +232,9 @@ PACKAGES: tuple[Callable[[web.Application], contextlib.AbstractAsyncContextManag
 
 async def _resources(app: web.Application) -> AsyncIterator[None]:
     async with contextlib.AsyncExitStack() as opened:
+        # Closed last, after every package that counts with it: its store's thread would otherwise hold the
+        # process for a second after it was told to stop.
+        opened.push_async_callback(app[COUNTERS].close)
         for package in PACKAGES:
             await opened.enter_async_context(package(app))
         yield

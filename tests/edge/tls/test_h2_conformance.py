@@ -1109,7 +1109,8 @@ KNOWN_GAPS: dict[str, tuple[str, bool]] = {
 TARGET = os.environ.get("H2_CONFORMANCE_TARGET", "edge")
 # benchmarks/h2_conformance.py compares servers: every server then gets the same cases, waits and expectations.
 COMPARING = os.environ.get("H2_CONFORMANCE_COMPARE") == "1"
-KNOWN_GAP_WAIT_S = 2.0  # a known gap fails by silence: waiting the whole WAIT_S for it only slows the suite
+KNOWN_GAP_WAIT_S = 0.5  # a known gap fails by silence: waiting the whole WAIT_S for it only slows the suite
+# (an xfail either way: a shorter wait cannot fail the run, only report an answer past it as the known gap)
 
 
 def parameters() -> list[object]:
