@@ -233,6 +233,10 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
         return await origin_failed(request, zone, path, fields, stored, OriginTimeout(
             f"no answer from the origin within {node.origins.limits.first_byte_timeout_s:g} s"))
 
+    if getattr(request.transport, "fetched", None) is not None:
+        # The hit path fetched this request's answer (assetcdn/edge/fastpath/pull_fill.py): it is the answer, even
+        # when the cache holds the URL by now (its shield, another worker of this edge, stored what it fetched).
+        return await ask_origin(request, node, zone, path, url_key, fields, None)
     return await through_flight(request.app[FLIGHTS], flight_key, node.origins.limits, cached,
                                 partial(ask_origin, request, node, zone, path, url_key, fields), timed_out)
 
