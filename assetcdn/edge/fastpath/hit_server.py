@@ -229,8 +229,16 @@ class HitServer:
             view = self._host_view(host)
             if view is None:
                 return HAND_OVER
-        if path not in view.hits and (pulled := view.pulls.get(url)) is not None:
-            return self._answer_pull(conn, view, url, pulled, head_only, out)
+        hit = view.hits.get(path)
+        if hit is None:
+            pulled = view.pulls.get(url)
+            if pulled is not None:
+                return self._answer_pull(conn, view, url, pulled, head_only, out)
+        elif hit.file is None and self.entries.get(hit.cdn_path) is hit.entry:
+            # The usual hit, inline: `_find`'s first step for a body in the memory tier.
+            obj = self.memory.hit(hit.key)
+            if obj is not None:
+                return self._respond(conn, view, hit, obj, -1, head_only, out)
         found = self._find(conn, view, path, head_only, True)
         if isinstance(found, PullPath):
             return self._answer_pull(conn, view, url, None, head_only, out, found)
