@@ -310,6 +310,13 @@ class DeliveryLog:
         the CDN path without its leading slash, ``sent`` the body bytes sent, ``aborted`` when the client
         went away before the whole body was. ``cache`` is the answer's X-Cache: the access log keeps it, the
         counts and the sample take the analytics counter it adds to (assetcdn/shared/cache_results.py)."""
+        self.record_pending((now, host, method, path, zone, status, sent, cache, country, request_id, ip, duration_s),
+                            aborted)
+
+    def record_pending(self, pending: Pending, aborted: bool = False) -> None:
+        """`delivered` with its fields as a `Pending` holds them, ``sent`` in the place of the bytes to send:
+        the hit path records its answers sent whole with the tuple it made, unpacked once here."""
+        now, host, method, path, zone, status, sent, cache, country, request_id, ip, duration_s = pending
         counts = self.counts
         counted_as = COUNTED_AS.get(cache, CacheResult.BYPASS)
         second = int(now)
@@ -342,8 +349,8 @@ class DeliveryLog:
         now, host, method, path, zone, status, size, cache, country, request_id, ip, duration_s = pending
         if 0 <= size < sent:
             sent = size
-        self.delivered(now, host, method, path, zone, status, sent, cache, country, request_id, ip, duration_s,
-                       aborted or sent < size)
+        self.record_pending((now, host, method, path, zone, status, sent, cache, country, request_id, ip, duration_s),
+                            aborted or sent < size)
 
     def record(self, request: web.Request, response: web.StreamResponse) -> None:
         """A delivery the application is answering, as its head goes out (the hit path records its own
