@@ -341,17 +341,15 @@ class HitServer:
         `named`: what `recv.resolve` made of its path, when `prepare` resolved it already."""
         if conn.headers[CACHE_FIELDS] is not None or b"#" in url:
             return HAND_OVER
-        for _attempt in range(2):
+        if pulled is None or self.memory.hit(pulled.key) is not pulled.obj:
+            if pulled is not None:
+                self._drop_pull(view, url)  # refreshed, replaced, purged or evicted
+            pulled = self._prepare_pull(view, url, named)
             if pulled is None:
-                pulled = self._prepare_pull(view, url, named)
-                if pulled is None:
-                    return HAND_OVER
-            if self.memory.hit(pulled.key) is pulled.obj:
-                break
-            self._drop_pull(view, url)  # refreshed, replaced, purged or evicted
-            pulled = None
-        else:
-            return HAND_OVER
+                return HAND_OVER
+            if self.memory.hit(pulled.key) is not pulled.obj:
+                self._drop_pull(view, url)
+                return HAND_OVER
         now = self.now
         if now >= pulled.fresh_until:  # freshness.py's `reuse` for a request without directives: not FRESH
             return HAND_OVER  # stale: the application revalidates (or serves it stale, saying so)
