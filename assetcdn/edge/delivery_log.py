@@ -310,9 +310,17 @@ class DeliveryLog:
         the CDN path without its leading slash, ``sent`` the body bytes sent, ``aborted`` when the client
         went away before the whole body was. ``cache`` is the answer's X-Cache: the access log keeps it, the
         counts and the sample take the analytics counter it adds to (assetcdn/shared/cache_results.py)."""
+        self.record_pending((now, host, method, path, zone, status, sent, cache, country, request_id, ip, duration_s),
+                            aborted)
+
+    def record_pending(self, pending: Pending, aborted: bool = False) -> None:
+        """`delivered` with its fields as a `Pending` holds them, ``sent`` in the place of the bytes to send:
+        the hit path records its answers sent whole with the tuple it made, unpacked once here."""
+        now, host, method, path, zone, status, sent, cache, country, request_id, ip, duration_s = pending
         counts = self.counts
-        logged, cache = cache, COUNTED_AS.get(cache) or CacheResult.BYPASS
-        key = (int(now) // HOUR_S, zone, path, country, status, cache)
+        counted_as = COUNTED_AS.get(cache, CacheResult.BYPASS)
+        second = int(now)
+        key = (second // HOUR_S, zone, path, country, status, counted_as)
         counted = counts.get(key)
         if counted is not None:
             counted[0] += 1
@@ -320,7 +328,7 @@ class DeliveryLog:
         elif len(counts) < MAX_KEYS:
             counts[key] = [1, sent]
         else:  # a scan of distinct paths: zone, country, status and bytes stay exact
-            key = (key[0], zone, "", country, status, cache)
+            key = (key[0], zone, "", country, status, counted_as)
             counted = counts.get(key)
             if counted is None:
                 counts[key] = [1, sent]
@@ -328,11 +336,11 @@ class DeliveryLog:
                 counted[0] += 1
                 counted[1] += sent
         sample = self.errors if status >= 400 else self.deliveries
-        slot = sample.slot(int(now))
+        slot = sample.slot(second)
         if slot >= 0:
-            sample.keep(slot, (now, method, path, status, cache, request_id, ip))
+            sample.keep(slot, (now, method, path, status, counted_as, request_id, ip))
         if self.access is not None:
-            self.access.write(now, host, method, path, status, sent, logged, duration_s, ip, country, request_id,
+            self.access.write(now, host, method, path, status, sent, cache, duration_s, ip, country, request_id,
                               aborted)
 
     def settle(self, pending: Pending, sent: int, aborted: bool) -> None:
@@ -341,8 +349,8 @@ class DeliveryLog:
         now, host, method, path, zone, status, size, cache, country, request_id, ip, duration_s = pending
         if 0 <= size < sent:
             sent = size
-        self.delivered(now, host, method, path, zone, status, sent, cache, country, request_id, ip, duration_s,
-                       aborted or sent < size)
+        self.record_pending((now, host, method, path, zone, status, sent, cache, country, request_id, ip, duration_s),
+                            aborted or sent < size)
 
     def record(self, request: web.Request, response: web.StreamResponse) -> None:
         """A delivery the application is answering, as its head goes out (the hit path records its own

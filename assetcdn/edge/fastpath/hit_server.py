@@ -238,8 +238,16 @@ class HitServer:
             view = self._host_view(host)
             if view is None:
                 return HAND_OVER
-        if path not in view.hits and (pulled := view.pulls.get(url)) is not None:
-            return self._answer_pull(conn, view, url, pulled, head_only, out)
+        hit = view.hits.get(path)
+        if hit is None:
+            pulled = view.pulls.get(url)
+            if pulled is not None:
+                return self._answer_pull(conn, view, url, pulled, head_only, out)
+        elif hit.file is None and self.entries.get(hit.cdn_path) is hit.entry:
+            # The usual hit, inline: `_find`'s first step for a body in the memory tier.
+            obj = self.memory.hit(hit.key)
+            if obj is not None:
+                return self._respond(conn, view, hit, obj, -1, head_only, out)
         found = self._find(conn, view, path, head_only, True)
         if isinstance(found, PullPath):
             return self._answer_pull(conn, view, url, None, head_only, out, found)
@@ -342,18 +350,17 @@ class HitServer:
         `named`: what `recv.resolve` made of its path, when `prepare` resolved it already."""
         if conn.headers[CACHE_FIELDS] is not None or b"#" in url:
             return HAND_OVER
-        for _attempt in range(2):
-            if pulled is None:
-                pulled = self._prepare_pull(view, url, named)
-                if pulled is None:  # not in the memory tier, or not a hit answered here
-                    return FILL if self.fills.claim(conn, view, url, head_only, named) else HAND_OVER
+        obj = None if pulled is None else self.memory.hit(pulled.key)
+        if obj is None or pulled is None or obj is not pulled.entry() or (body := obj.body) is None:
+            if pulled is not None:
+                self._drop_pull(view, url)  # refreshed, replaced, purged or evicted
+            pulled = self._prepare_pull(view, url, named)
+            if pulled is None:  # not in the memory tier, or not a hit answered here
+                return FILL if self.fills.claim(conn, view, url, head_only, named) else HAND_OVER
             obj = self.memory.hit(pulled.key)
-            if obj is not None and obj is pulled.entry() and (body := obj.body) is not None:
-                break
-            self._drop_pull(view, url)  # refreshed, replaced, purged or evicted
-            pulled = None
-        else:
-            return HAND_OVER
+            if obj is None or obj is not pulled.entry() or (body := obj.body) is None:
+                self._drop_pull(view, url)
+                return HAND_OVER
         now = self.now
         if now >= pulled.fresh_until:  # freshness.py's `reuse` for a request without directives: not FRESH
             return HAND_OVER  # stale: the application revalidates (or serves it stale, saying so)

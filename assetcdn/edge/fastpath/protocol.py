@@ -486,11 +486,12 @@ class HitProtocol(asyncio.Protocol):
             # The usual answer: the socket took all of it, and its deliveries are recorded whole now.
             if not transport.get_write_buffer_size() and self.when_sent is None and not transport.is_closing():
                 server = self.server
-                deliveries = server.deliveries
-                for pending in self.records:
+                record = server.deliveries.record_pending
+                records = self.records
+                for pending in records:
                     server.body_bytes += pending[6]
-                    deliveries.delivered(*pending)
-                self.records.clear()
+                    record(pending)
+                records.clear()
                 if self.waiting:
                     self.handed = self.queued
                     self._check_waiting(True)
