@@ -29,6 +29,7 @@ from tests.integration.harness import free_port_block
 from tests.prerequisites import installed_program
 
 START_TIMEOUT_S = 30.0
+PORTS = 5  # Pebble's directory, management and TLS-ALPN ports, the mock DNS server's and its management's
 
 
 def pebble_binaries() -> tuple[str, str]:
@@ -72,6 +73,7 @@ class Pebble:
     management_port: int = 0
     dns_port: int = 0
     dns_management_port: int = 0
+    tls_port: int = 0
     listener_cert: Path = field(default_factory=Path)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -90,8 +92,9 @@ class Pebble:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         self.listener_cert, _ = _listener_certificate(self.directory)
-        self.port, self.management_port = free_port(), free_port()
-        self.dns_port, self.dns_management_port = free_port(), free_port()
+        # One block for the five listeners: ports drawn one by one can draw the same port twice.
+        base = free_port_block(PORTS, udp=True)
+        self.port, self.management_port, self.dns_port, self.dns_management_port, self.tls_port = range(base, base + PORTS)
 
     def start(self) -> None:
         pebble, challtestsrv = pebble_binaries()
@@ -100,7 +103,7 @@ class Pebble:
         config: dict[str, object] = {
             "listenAddress": f"127.0.0.1:{self.port}", "managementListenAddress": f"127.0.0.1:{self.management_port}",
             "certificate": str(self.listener_cert), "privateKey": str(listener_key), "httpPort": self.http_port,
-            "tlsPort": free_port(), "ocspResponderURL": "", "externalAccountBindingRequired": False}
+            "tlsPort": self.tls_port, "ocspResponderURL": "", "externalAccountBindingRequired": False}
         if self.validity_s is not None:
             config["certificateValidityPeriod"] = self.validity_s
         (self.directory / "pebble.json").write_text(json.dumps({"pebble": config}))
