@@ -136,7 +136,7 @@ def test_the_cache_is_the_setting_else_the_users_cache(monkeypatch: pytest.Monke
 
 
 def test_the_weights_are_arrays_over_the_files_own_bytes_equal_to_safetensors_loader() -> None:
-    tensors = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "ids": np.arange(5, dtype=np.int64),
+    tensors: dict[str, np.ndarray] = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "ids": np.arange(5, dtype=np.int64),
                "scalar": np.array(2.5, dtype=np.float64)}
     data = save_safetensors(tensors, metadata={"format": "pt"})
     arrays = safetensors_arrays(data)
