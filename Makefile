@@ -89,8 +89,11 @@ run:
 # (__pycache__/, ignored by git, removed by `make clean`), the dependencies' where pip compiled them as it
 # installed them. A cache directory of its own (PYTHONPYCACHEPREFIX) would make a fresh clone's first run
 # compile every dependency and the standard library again.
+# No system CA bundle file: every process importing aiohttp parses it twice at start (its default client
+# contexts), and the suite's TLS peers are its own, each trusted through its CA file. The system's hashed CA
+# directory (SSL_CERT_DIR; on Debian every bundled CA) still answers lookups. A caller's SSL_CERT_FILE is kept.
 test: setup
-	env -u PYTHONDONTWRITEBYTECODE \
+	env -u PYTHONDONTWRITEBYTECODE SSL_CERT_FILE="$${SSL_CERT_FILE:-/dev/null}" \
 		$(BIN)/python -m pytest -q -n 4 --dist loadfile --no-loadscope-reorder --durations=25
 
 lint: setup
