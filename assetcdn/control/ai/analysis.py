@@ -152,6 +152,8 @@ class ImageAnalysis:
             task.exception()  # retrieved: every waiter may have gone (clients disconnected)
 
     async def _compute_and_keep(self, kind: str, entry: ManifestEntry, key: tuple[str, str, str]) -> dict[str, Any]:
+        from assetcdn.control.ai.image_input import ImageInputError  # noqa: PLC0415 (before any budget is spent)
+
         spent, retry_after = True, max(math.ceil(self.budget.window_at()), 1)  # a budget of 0: off
         decision = None
         if self.settings.daily_budget > 0:
@@ -165,7 +167,6 @@ class ImageAnalysis:
         if self._engine(kind) == "endpoint" and self.settings.endpoint is not None:
             budget_s += self.settings.endpoint.timeout_s
         deadline = time.monotonic() + budget_s
-        from assetcdn.control.ai.image_input import ImageInputError  # noqa: PLC0415
         try:
             data = await self.git.run(self.git.read_blob, entry.blob_id)
             if data is None:  # the asset was deleted since the manifest was read
