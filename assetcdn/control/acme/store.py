@@ -15,9 +15,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-
 from assetcdn.control.acme.orders import write_private
 from assetcdn.control.storage.database import Database
 from assetcdn.shared.timestamps import as_iso_utc, utc_now_iso
@@ -97,6 +94,10 @@ def renew_at(not_before: float, not_after: float) -> float:
 
 def describe_chain(chain_pem: str, key_pem: bytes) -> tuple[float, float, str]:
     """(not_before, not_after, serial hex) of the chain's leaf; ValueError when the key is not the leaf's."""
+    # Imported here: a control plane without certificates to describe starts without the X.509 modules.
+    from cryptography import x509  # noqa: PLC0415
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
     leaf = x509.load_pem_x509_certificate(chain_pem.encode())
     key = serialization.load_pem_private_key(key_pem, password=None)
     pub = serialization.PublicFormat.SubjectPublicKeyInfo

@@ -16,17 +16,14 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from assetcdn.control.ai.alt_text import MAX_ALT, describe
-from assetcdn.control.ai.image_input import AnalysisImage, ImageInputError, load_for_analysis
 from assetcdn.control.ai.moderation import (
     CATEGORIES,
     Moderation,
     NudityDetector,
     moderate_locally,
 )
-from assetcdn.control.ai.ocr import OCR_SIZE, read_text, tesseract
 from assetcdn.control.ai.pool import (
     AnalysisBusy,
     AnalysisPool,
@@ -36,8 +33,6 @@ from assetcdn.control.ai.pool import (
     timed_out,
 )
 from assetcdn.control.ai.results_cache import ResultsCache
-from assetcdn.control.ai.smart_crop import MODEL as SMART_CROP_MODEL
-from assetcdn.control.ai.smart_crop import smart_crop
 from assetcdn.control.ai.vision_endpoint import (
     ALT_PROMPT,
     MODERATION_PROMPT,
@@ -55,6 +50,12 @@ from assetcdn.shared.faces import DETECT_SIZE, DETECTOR, detect_faces_rgb
 from assetcdn.shared.limits import ai_vision_per_day
 from assetcdn.shared.manifest import ManifestEntry
 from assetcdn.shared.timestamps import utc_now_iso
+
+if TYPE_CHECKING:
+    from assetcdn.control.ai.image_input import AnalysisImage
+
+# The analyses' own modules (libvips, numpy, pillow-heif) are imported by the first analysis that needs them:
+# a control plane starts without them and most never run one.
 
 KINDS = ("alt-text", "moderate", "smart-crop")
 ANALYSIS_SIZE = DETECT_SIZE        # the faces are found on the same copy every analysis reads
@@ -151,6 +152,8 @@ class ImageAnalysis:
             task.exception()  # retrieved: every waiter may have gone (clients disconnected)
 
     async def _compute_and_keep(self, kind: str, entry: ManifestEntry, key: tuple[str, str, str]) -> dict[str, Any]:
+        from assetcdn.control.ai.image_input import ImageInputError  # noqa: PLC0415 (before any budget is spent)
+
         spent, retry_after = True, max(math.ceil(self.budget.window_at()), 1)  # a budget of 0: off
         decision = None
         if self.settings.daily_budget > 0:
@@ -195,6 +198,7 @@ class ImageAnalysis:
         return fields
 
     def _load(self, data: bytes) -> AnalysisImage:
+        from assetcdn.control.ai.image_input import load_for_analysis  # noqa: PLC0415
         return load_for_analysis(data, max_pixels=self.settings.max_source_pixels, size=ANALYSIS_SIZE)
 
     async def _run(self, work: Callable[[], Any], deadline: float) -> Any:
@@ -203,6 +207,9 @@ class ImageAnalysis:
     # --- smart crop ---
 
     async def _smart_crop(self, entry: ManifestEntry, data: bytes, deadline: float) -> dict[str, Any]:
+        from assetcdn.control.ai.smart_crop import MODEL as SMART_CROP_MODEL  # noqa: PLC0415
+        from assetcdn.control.ai.smart_crop import smart_crop  # noqa: PLC0415
+
         def work() -> dict[str, Any]:
             source = self._load(data)
             check_deadline(deadline)
@@ -252,6 +259,9 @@ class ImageAnalysis:
     # --- alt text ---
 
     async def _alt_text(self, entry: ManifestEntry, data: bytes, deadline: float) -> dict[str, Any]:
+        from assetcdn.control.ai.alt_text import MAX_ALT, describe  # noqa: PLC0415
+        from assetcdn.control.ai.ocr import OCR_SIZE, read_text, tesseract  # noqa: PLC0415
+
         note = ""
         if self.endpoint is not None:
             endpoint = self.endpoint

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 if TYPE_CHECKING:
+    import numpy as np
     import onnxruntime
 
 CATEGORIES = ("nudity", "violence", "drugs", "hateSymbols", "gore")
@@ -93,6 +92,7 @@ class NudityDetector:
     def detect(self, pixels: np.ndarray) -> list[Detection]:
         """NudeNet's detections in an RGB uint8 array, in its pixel coordinates."""
         import cv2  # noqa: PLC0415 (with the model: most of control never needs OpenCV)
+        import numpy as np  # noqa: PLC0415 (control starts without numpy: its vision endpoint needs CATEGORIES)
 
         session = self._loaded()
         height, width = pixels.shape[:2]

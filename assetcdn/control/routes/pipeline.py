@@ -14,7 +14,6 @@ from aiohttp import web
 from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.request_body import read_json
 from assetcdn.control.storage.service import GIT, ZONES
-from assetcdn.control.svg_kit.generate import generate, parse_pipeline_request
 from assetcdn.control.webhooks.events import pipeline_run
 from assetcdn.shared.errors import conflict
 from assetcdn.shared.middleware import json_response
@@ -25,6 +24,9 @@ from .zones import zone_names, zone_scaffold
 
 
 async def run_pipeline(request: web.Request) -> web.Response:
+    # The SVG kit (libvips) is loaded by the first pipeline run, not by every control start.
+    from assetcdn.control.svg_kit.generate import generate, parse_pipeline_request  # noqa: PLC0415
+
     pipeline_request = parse_pipeline_request(await read_json(request))
     name = pipeline_request.name
     git = request.app[GIT]

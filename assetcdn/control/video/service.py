@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from assetcdn.control.app_keys import DATA_DIR, DEMO
-from assetcdn.control.publishing.demo import install_demo
 from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.storage.service import GIT, MANIFEST, ZONES
 from assetcdn.control.video.ingest import DEMO_VIDEO_CACHE, VideoIngester
@@ -28,6 +27,9 @@ async def video_context(app: web.Application) -> AsyncIterator[None]:
         app[VIDEO_INGEST] = ingester
         demo_videos = data_dir / DEMO_VIDEO_CACHE
         if app[DEMO] and manifest.commit_id is None:
+            # Only a first demo start draws the demo images: every other start goes without libvips.
+            from assetcdn.control.publishing.demo import install_demo  # noqa: PLC0415
+
             await install_demo(publisher, app[ZONES])
             ingester.install_demo(demo_videos)
         elif demo_videos.is_dir() and not all(f"stocks/videos/{v}/hls/index.json" in manifest.entries for v in VIDEOS):

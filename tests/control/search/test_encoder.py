@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors.numpy import save as save_safetensors
 
 from assetcdn.control.search.encoder import (
     DIMENSIONS,
@@ -16,6 +17,7 @@ from assetcdn.control.search.encoder import (
     load_packaged_model,
     model_cache_dir,
     read_weights,
+    safetensors_arrays,
 )
 
 # Published for sentence-transformers/all-MiniLM-L6-v2 (the sentence-transformers quick start):
@@ -131,3 +133,27 @@ def test_the_cache_is_the_setting_else_the_users_cache(monkeypatch: pytest.Monke
     # A relative XDG_CACHE_HOME is ignored, as the XDG spec asks.
     assert model_cache_dir(environ={"XDG_CACHE_HOME": "cache"}) == Path("/home/ops/.cache/assetcdn")
     assert model_cache_dir(environ={}) == Path("/home/ops/.cache/assetcdn")
+
+
+def test_the_weights_are_arrays_over_the_files_own_bytes_equal_to_safetensors_loader() -> None:
+    tensors: dict[str, np.ndarray] = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "ids": np.arange(5, dtype=np.int64),
+               "scalar": np.array(2.5, dtype=np.float64)}
+    data = save_safetensors(tensors, metadata={"format": "pt"})
+    arrays = safetensors_arrays(data)
+    assert arrays.keys() == tensors.keys()
+    for name, expected in tensors.items():
+        assert arrays[name].dtype == expected.dtype and np.array_equal(arrays[name], expected)
+        assert np.shares_memory(arrays[name], np.frombuffer(data, np.uint8))   # no copy of the 91 MB
+        assert not arrays[name].flags.writeable
+
+
+@pytest.mark.parametrize("damage", ["short", "header too long", "offsets past the end", "unknown dtype"])
+def test_a_malformed_safetensors_file_is_refused(damage: str) -> None:
+    data = save_safetensors({"w": np.zeros(4, dtype=np.float32)})
+    header_size = int.from_bytes(data[:8], "little")
+    bad = {"short": data[:5],
+           "header too long": (header_size + 1000).to_bytes(8, "little") + data[8:],
+           "offsets past the end": data[:-4],
+           "unknown dtype": data.replace(b'"F32"', b'"F99"')}[damage]
+    with pytest.raises(ValueError):
+        safetensors_arrays(bad)

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import pyvips
-from skimage.metrics import structural_similarity
 
 from assetcdn.edge.transform import decode, steps
 from assetcdn.edge.transform.budgets import TransformLimits
@@ -63,6 +62,10 @@ def photo() -> bytes:
 
 def ssim_against_reference(source: bytes, output: bytes) -> float:
     """SSIM of a decoded output against the original resized (lanczos3) to exactly its size."""
+    # Imported here: scipy's filters load in a few tenths of a second, which every xdist worker would pay
+    # collecting this file, not only the one that runs it.
+    from skimage.metrics import structural_similarity  # noqa: PLC0415
+
     out = load(output)
     original = pyvips.Image.new_from_buffer(source, "")
     reference = original.resize(out.width / original.width, vscale=out.height / original.height, kernel="lanczos3")
