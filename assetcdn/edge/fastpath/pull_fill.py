@@ -25,6 +25,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Coroutine
+from functools import partial
 from typing import IO, TYPE_CHECKING, Any
 
 from assetcdn.edge.delivery_log import BodyCounter, Pending, body_sent, country_code
@@ -42,7 +43,7 @@ from assetcdn.edge.states.pull import (
     fill_headers,
     lookup,
     named_by_body,
-    spool_write,
+    relay_body,
     store,
 )
 from assetcdn.edge.states.recv import PullPath, resolve
@@ -239,26 +240,10 @@ class PullFills:
         spool: IO[bytes] | None = io.BytesIO() if declared <= SPOOL_MEMORY \
             else tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
         digest = hashlib.sha256() if named_by_body(response.headers) else None
-        size = 0
-        sending = not fill.head_only
         try:
-            async for chunk in response.chunks(capped=False):
-                size += len(chunk)
-                if spool is not None:
-                    if size > limit:  # past the object size limit: still sent, no longer kept
-                        spool.close()
-                        spool = None
-                    else:
-                        await spool_write(spool, chunk, size)
-                        if digest is not None:
-                            digest.update(chunk)
-                if sending:
-                    sending = await self._send(conn, counter, chunk)
-                if spool is None and not sending:
-                    break
+            spool, sending = await relay_body(response, limit, spool, digest,
+                                              None if fill.head_only else partial(self._send, conn, counter))
         except OriginError as exc:
-            if spool is not None:
-                spool.close()
             log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, named.path, exc)
             conn.closing = True  # a body cut short must not look complete to the client
             self._done(conn, fill, pending, counter)

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import IO, BinaryIO, TypeVar, cast
+from typing import IO, Any, BinaryIO, TypeVar, cast
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -418,29 +418,17 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
     await client.prepare(request)
     spool: IO[bytes] | None = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY) if why is None else None
     digest = hashlib.sha256() if spool is not None and named_by_body(response.headers) else None
-    size = 0
-    sending = request.method != "HEAD"
+
+    async def send(chunk: bytes) -> bool:
+        try:
+            await client.write(chunk)
+        except ConnectionError:
+            return False  # the client went away: the body is still read to its end for the cache
+        return True
+
     try:
-        async for chunk in response.chunks(capped=False):
-            size += len(chunk)
-            if spool is not None:
-                if size > limit:  # past the object size limit: still sent, no longer kept
-                    spool.close()
-                    spool = None
-                else:
-                    await spool_write(spool, chunk, size)
-                    if digest is not None:
-                        digest.update(chunk)
-            if sending:
-                try:
-                    await client.write(chunk)
-                except ConnectionError:
-                    sending = False  # the client went away: the body is still read to its end for the cache
-            if spool is None and not sending:
-                break
+        spool, sending = await relay_body(response, limit, spool, digest, send if request.method != "HEAD" else None)
     except OriginError as exc:
-        if spool is not None:
-            spool.close()
         log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, path, exc)
         cut_short(request)  # a body cut short must not look complete to the client
         return client
@@ -454,6 +442,35 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
     else:
         response.release()
     return client
+
+
+async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | None, digest: Any,
+                     send: Callable[[bytes], Awaitable[bool]] | None) -> tuple[IO[bytes] | None, bool]:
+    """Read the origin's body: each chunk to `send` (None: nothing is sent; it answers False once the client is
+    gone) and into `spool` (and `digest`) while the body stays within `limit`, past which it is still sent but
+    no longer kept. Stops early when nothing is sent or kept any more. Returns the spool (None: not kept) and
+    whether the client took the whole body; OriginError when the origin's body fails (the spool closed)."""
+    size = 0
+    try:
+        async for chunk in response.chunks(capped=False):
+            size += len(chunk)
+            if spool is not None:
+                if size > limit:  # past the object size limit: still sent, no longer kept
+                    spool.close()
+                    spool = None
+                else:
+                    await spool_write(spool, chunk, size)
+                    if digest is not None:
+                        digest.update(chunk)
+            if send is not None and not await send(chunk):
+                send = None
+            if spool is None and send is None:
+                break
+    except OriginError:
+        if spool is not None:
+            spool.close()
+        raise
+    return spool, send is not None
 
 
 def fill_cache_status(fwd: str, why: NotStored | None) -> str:
