@@ -1,6 +1,6 @@
 """Origins the tests script on 127.0.0.1 (`ScriptedOrigin`: answers per path, every request recorded), and a
 pull zone of a real control and edge app that pulls from one (`shared_pull_zone`; the module-scoped `pull`
-fixture is in tests/edge/routes/conftest.py)."""
+fixture is in tests/edge/routes/conftest.py), or of a hit-path edge (`pull_zone_on_hit_cdn`)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from multidict import CIMultiDictProxy
 
 from tests.support.cdn import Cdn, shared_cdn_apps
 from tests.support.control import ACCOUNT
+from tests.support.hit_cdn import HitCdn, shared_hit_cdn
 from tests.support.wait import wait_until
 
 ZONE = "pulled"
@@ -133,5 +134,26 @@ async def origin_app(app: web.Application) -> AsyncIterator[str]:
     await server.start_server()
     try:
         yield f"http://127.0.0.1:{server.port}"
+    finally:
+        await server.close()
+
+
+@asynccontextmanager
+async def pull_zone_on_hit_cdn(directory: Path, zone: str, **env: str) -> AsyncIterator[tuple[HitCdn, ScriptedOrigin]]:
+    """A hit-path edge (tests/support/hit_cdn.py) with pull zone `zone` in front of a scripted origin, once the
+    edge has the zone; `env`: settings beside loopback origins being allowed."""
+    origin = ScriptedOrigin()
+    server = await serve_origin(origin)
+    try:
+        async with shared_hit_cdn(directory, ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true", **env) as cdn:
+            resp = await cdn.control.post("/api/core/zones", headers=ACCOUNT, json={
+                "Name": zone, "Origin": {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"}})
+            assert resp.status == 201, await resp.text()
+
+            async def arrived() -> bool:
+                return zone in cdn.node.config.pull_zones
+
+            await wait_until(arrived, "the pull zone reaching the edge")
+            yield cdn, origin
     finally:
         await server.close()

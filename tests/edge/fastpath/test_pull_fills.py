@@ -13,9 +13,9 @@ import pytest_asyncio
 from aiohttp import web
 
 from assetcdn.edge.fastpath.pull_fill import PullFills
-from tests.support.control import ACCOUNT, METRICS
-from tests.support.hit_cdn import HitCdn, Response, request_bytes, shared_hit_cdn
-from tests.support.origins import LONG, PREFIX, ScriptedOrigin, serve_origin
+from tests.support.control import METRICS
+from tests.support.hit_cdn import HitCdn, Response, request_bytes
+from tests.support.origins import LONG, ScriptedOrigin, pull_zone_on_hit_cdn
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -45,23 +45,9 @@ class FillCdn:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def filled(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[FillCdn]:
-    origin = ScriptedOrigin()
-    server = await serve_origin(origin)
-    try:
-        async with shared_hit_cdn(tmp_path_factory.mktemp("pull-fills"), ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true",
-                                  ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S=str(FIRST_BYTE_TIMEOUT_S),
-                                  ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="3600") as cdn:
-            resp = await cdn.control.post("/api/core/zones", headers=ACCOUNT, json={
-                "Name": ZONE, "Origin": {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"}})
-            assert resp.status == 201, await resp.text()
-
-            async def arrived() -> bool:
-                return ZONE in cdn.node.config.pull_zones
-
-            await wait_until(arrived, "the pull zone reaching the edge")
-            yield FillCdn(cdn, origin)
-    finally:
-        await server.close()
+    async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-fills"), ZONE, ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S=str(FIRST_BYTE_TIMEOUT_S),
+                                    ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="3600") as (cdn, origin):
+        yield FillCdn(cdn, origin)
 
 
 def comparable(response: Response) -> tuple[int, list[tuple[str, str]], bytes]:

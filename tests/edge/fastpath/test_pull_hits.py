@@ -22,8 +22,8 @@ from assetcdn.edge.states import pull as pull_states
 from assetcdn.edge.states.keys import pull_key
 from tests.support.cdn import PURGE
 from tests.support.control import ACCOUNT
-from tests.support.hit_cdn import HitCdn, RawConnection, Response, shared_hit_cdn
-from tests.support.origins import LONG, PREFIX, ScriptedOrigin, serve_origin
+from tests.support.hit_cdn import HitCdn, RawConnection, Response
+from tests.support.origins import LONG, ScriptedOrigin, pull_zone_on_hit_cdn
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -86,21 +86,8 @@ class PullCdn:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def pulled(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[PullCdn]:
-    origin = ScriptedOrigin()
-    server = await serve_origin(origin)
-    try:
-        async with shared_hit_cdn(tmp_path_factory.mktemp("pull-hits"), ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true") as cdn:
-            resp = await cdn.control.post("/api/core/zones", headers=ACCOUNT, json={
-                "Name": ZONE, "Origin": {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"}})
-            assert resp.status == 201, await resp.text()
-
-            async def arrived() -> bool:
-                return ZONE in cdn.node.config.pull_zones
-
-            await wait_until(arrived, "the pull zone reaching the edge")
-            yield PullCdn(cdn, origin)
-    finally:
-        await server.close()
+    async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-hits"), ZONE) as (cdn, origin):
+        yield PullCdn(cdn, origin)
 
 
 def comparable(response: Response) -> tuple[int, list[tuple[str, str]], bytes]:
