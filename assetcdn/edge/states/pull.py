@@ -211,18 +211,16 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
             now = time.time()
             if stored is not None:
                 decision = reuse(stored.freshness, directives, now)
-                try:
+                if decision is Reuse.FRESH or decision is Reuse.STALE_REVALIDATING:
                     if decision is Reuse.FRESH:
-                        answer = await deliver(request, stored, CacheResult.HIT,
-                                               hit_cache_status(stored.freshness, now))
-                        node.metrics.cache_result(CacheResult.HIT).inc()
-                        return answer, stored
-                    if decision is Reuse.STALE_REVALIDATING:
+                        answer = await deliver_stored(request, stored, CacheResult.HIT,
+                                                      hit_cache_status(stored.freshness, now))
+                    else:
                         background_revalidate(request, node, zone, path, url_key, stored)
-                        answer = await deliver(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd=stale")
-                        node.metrics.cache_result(CacheResult.STALE).inc()
+                        answer = await deliver_stored(request, stored, CacheResult.STALE,
+                                                      f"{CACHE_STATUS}; hit; fwd=stale")
+                    if answer is not None:
                         return answer, stored
-                except FileNotFoundError:
                     gone += 1
                     continue
             if "only-if-cached" in directives:
@@ -322,14 +320,25 @@ def fill_headers(fields: Sequence[tuple[str, str]], zone: PullZone, client_ip: s
 Land = Callable[[asyncio.Future[None] | None], None]
 
 
+async def deliver_stored(request: web.Request, stored: StoredResponse, x_cache: CacheResult, cache_status: str,
+                         counted: CacheResult | None = None) -> web.StreamResponse | None:
+    """`deliver`, counted in the cache metric as `counted` (default `x_cache`), or None when the stored body went
+    (purged or evicted) since the look-up that found it: the caller looks up again or asks the origin."""
+    try:
+        answer = await deliver(request, stored, x_cache, cache_status)
+    except FileNotFoundError:
+        return None
+    request.app[NODE].metrics.cache_result(counted or x_cache).inc()
+    return answer
+
+
 async def origin_failed(request: web.Request, zone: PullZone, path: str, fields: Headers,
                         stored: StoredResponse | None, exc: OriginError) -> web.StreamResponse:
     """No answer from the origin: the stale copy where stale-if-error allows, else 504 or 502."""
     if stored is not None and usable_on_error(stored.freshness, request_directives(fields), time.time()):
-        with contextlib.suppress(FileNotFoundError):  # its body went since the lookup: as if there were none
-            answer = await deliver(request, stored, CacheResult.STALE,
-                                   f"{CACHE_STATUS}; hit; fwd=stale; detail=origin-unreachable")
-            request.app[NODE].metrics.cache_result(CacheResult.STALE).inc()
+        answer = await deliver_stored(request, stored, CacheResult.STALE,
+                                      f"{CACHE_STATUS}; hit; fwd=stale; detail=origin-unreachable")
+        if answer is not None:  # else its body went since the lookup: as if there were none
             return answer
     log.info("pull zone %s: the origin failed for %s: %s", zone.name, path, exc)
     if exc.timeout:
@@ -353,20 +362,18 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
         if validated_by(stored.headers, response.headers):
             refreshed = await refresh(node, zone, path, stored, response)
             land(None)
-            with contextlib.suppress(FileNotFoundError):  # its body went meanwhile: asked for whole below
-                answer = await deliver(request, refreshed, CacheResult.REVALIDATED,
-                                       f"{CACHE_STATUS}; fwd=stale; fwd-status=304")
-                node.metrics.cache_result(CacheResult.HIT).inc()
+            answer = await deliver_stored(request, refreshed, CacheResult.REVALIDATED,
+                                          f"{CACHE_STATUS}; fwd=stale; fwd-status=304", counted=CacheResult.HIT)
+            if answer is not None:  # else its body went meanwhile: asked for whole below
                 return answer
         return await ask_origin(request, node, zone, path, url_key, fields, None, land)  # about another response
     if stored is not None and response.status >= 500 and usable_on_error(
             stored.freshness, request_directives(fields), time.time()):
         response.release()
         land(None)
-        with contextlib.suppress(FileNotFoundError):  # its body went meanwhile: asked for whole below
-            answer = await deliver(request, stored, CacheResult.STALE,
-                                   f"{CACHE_STATUS}; hit; fwd=stale; fwd-status={response.status}")
-            node.metrics.cache_result(CacheResult.STALE).inc()
+        answer = await deliver_stored(request, stored, CacheResult.STALE,
+                                      f"{CACHE_STATUS}; hit; fwd=stale; fwd-status={response.status}")
+        if answer is not None:  # else its body went meanwhile: asked for whole below
             return answer
         return await ask_origin(request, node, zone, path, url_key, fields, None, land)
     node.metrics.cache_result(CacheResult.MISS).inc()
