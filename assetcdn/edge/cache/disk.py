@@ -306,17 +306,10 @@ class DiskTier:
         )
         if isinstance(body, bytes | bytearray | memoryview):
             data = bytes(body)
-            for attempt in range(2):
-                try:
-                    self._bounded(lambda: self._cache.set(key, data, tag=meta))
-                    return len(data)
-                except DiskBusy as exc:
-                    self._dropped(1, exc)
-                    return len(data)
-                except (OSError, sqlite3.OperationalError) as exc:
-                    if not is_disk_full(exc):
-                        raise
-                    self._disk_full(exc, key, len(data), retrying=attempt == 0)
+            try:
+                self._put_bytes(key, data, meta)
+            except DiskBusy as exc:
+                self._dropped(1, exc)
             return len(data)
         reader = _CountingReader(body)
         try:  # one attempt: the stream is read once (diskcache removes the body file when its row fails)
@@ -329,12 +322,23 @@ class DiskTier:
             self._disk_full(exc, key, reader.size, retrying=False)
         return reader.size
 
+    def _put_bytes(self, key: str, data: bytes, meta: str) -> None:
+        """``put`` of bytes; raises DiskBusy."""
+        for attempt in range(2):
+            try:
+                self._bounded(lambda: self._cache.set(key, data, tag=meta))
+                return
+            except (OSError, sqlite3.OperationalError) as exc:
+                if not is_disk_full(exc):  # DiskBusy too
+                    raise
+                self._disk_full(exc, key, len(data), retrying=attempt == 0)
+
     def put_many(self, entries: Sequence[CachedObject],
                  current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None = None) -> None:
         """Store entries with in-memory bodies in one transaction (their own ``stored_at``, headers and tags);
         `current`, called once the transaction holds the database's write lock, says which of them are still to
-        be written. When the transaction fails, what it wrote is removed and each entry is stored on its own by
-        ``put`` (a full filesystem is handled there); when it cannot begin (``_bounded``), the batch is dropped."""
+        be written. When the transaction fails, what it wrote is removed and each entry is stored on its own, as by
+        ``put`` (a full filesystem is handled there); what cannot begin (``_bounded``) is dropped."""
         written: list[str] = []
         disk: _CleanDisk = self._cache._disk
         try:
@@ -358,10 +362,14 @@ class DiskTier:
                     os.remove(self.directory / filename)
                 except OSError:
                     pass
-            for obj in entries:
+            for index, obj in enumerate(entries):
                 assert obj.body is not None
-                self.put(obj.key, obj.body, content_type=obj.content_type, etag=obj.etag, tags=obj.tags,
-                         headers=obj.headers, stored_at=obj.stored_at)
+                meta = encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at, obj.headers)
+                try:
+                    self._put_bytes(obj.key, obj.body, meta)
+                except DiskBusy as exc:  # the rest would wait as long each
+                    self._dropped(len(entries) - index, exc)
+                    return
 
     def _bounded(self, write: Callable[[], T], *, attempts: int = BEGIN_ATTEMPTS) -> T:
         """`write`: one diskcache write with ``retry=False`` (a failed BEGIN IMMEDIATE raises its Timeout), made
