@@ -373,11 +373,16 @@ class DiskTier:
 
     def _bounded(self, write: Callable[[], T], *, attempts: int = BEGIN_ATTEMPTS) -> T:
         """`write`: one diskcache write with ``retry=False`` (a failed BEGIN IMMEDIATE raises its Timeout), made
-        within `attempts`. After a failed attempt this thread's connection is closed, and with it whatever made
-        BEGIN fail at once (a transaction diskcache no longer tracks is rolled back, an old read ends); the next
-        attempt opens a new one. Raises DiskBusy when the last attempt fails too."""
+        within `attempts`. Before it, and after a failed attempt, this thread's connection is closed when in a
+        state where BEGIN fails at once (a transaction diskcache no longer tracks is rolled back with it, an old
+        read ends with it); the next attempt opens a new one. Raises DiskBusy when the last attempt fails too."""
         if self._cache._txn_id == threading.get_ident():  # inside this thread's transaction: no BEGIN to fail
             return write()
+        con: sqlite3.Connection | None = getattr(self._cache._local, "con", None)
+        if con is not None and con.in_transaction:  # one diskcache does not track: BEGIN would fail at once
+            log.warning("edge cache %s: a connection was left inside a transaction; rolled back and reopened",
+                        self.directory)
+            self._cache.close()
         attempt = 1
         while True:
             try:
@@ -387,8 +392,8 @@ class DiskTier:
                 self._cache.close()
                 if attempt >= attempts:
                     raise DiskBusy(errno.EBUSY, f"no write transaction after {attempts} attempts ({cause})") from exc
-                log.debug("edge cache %s: a write could not begin (%s); trying again on a new connection",
-                          self.directory, cause)
+                log.warning("edge cache %s: a write could not begin (%s); trying again on a new connection",
+                            self.directory, cause)
                 attempt += 1
 
     @contextmanager

@@ -7,6 +7,7 @@ going at the limit fails the test instead of hanging it."""
 
 from __future__ import annotations
 
+import io
 import logging
 import sqlite3
 import threading
@@ -66,12 +67,30 @@ def bodies(tier: DiskTier) -> dict[str, bytes | None]:
     return {key: None if obj is None else obj.body for key, obj in found.items()}
 
 
-def test_a_batch_on_a_connection_left_inside_a_transaction_is_written(tier: DiskTier) -> None:
-    """The writer's diskcache connection is inside a transaction diskcache does not track (its bookkeeping is
-    cleared before COMMIT or ROLLBACK runs, so one that fails leaves the connection in it): BEGIN fails at once,
-    every time."""
-    in_one_thread([lambda: tier._cache._con.execute("BEGIN IMMEDIATE"), lambda: tier.put_many(BATCH)])
+def leave_in_transaction(tier: DiskTier) -> None:
+    """This thread's diskcache connection inside a transaction diskcache does not track (its bookkeeping is
+    cleared before COMMIT or ROLLBACK runs, so one of them failing leaves the connection in it)."""
+    tier._cache._con.execute("BEGIN IMMEDIATE")
+
+
+def test_a_batch_on_a_connection_left_inside_a_transaction_is_written(
+        tier: DiskTier, caplog: pytest.LogCaptureFixture) -> None:
+    """BEGIN on such a connection fails at once, every time: the connection is rolled back and reopened, and
+    the operator is told."""
+    with caplog.at_level(logging.WARNING, logger="assetcdn.edge.cache.disk"):
+        in_one_thread([lambda: leave_in_transaction(tier), lambda: tier.put_many(BATCH)])
     assert bodies(tier) == {obj.key: obj.body for obj in BATCH}
+    assert any("left inside a transaction" in r.getMessage() for r in caplog.records), caplog.records
+
+
+def test_a_streamed_put_on_a_connection_left_inside_a_transaction_is_stored(tier: DiskTier) -> None:
+    """A stream is read once, so its write has one attempt: the connection is repaired before it."""
+    body = b"s" * (64 * 1024)
+    in_one_thread([lambda: leave_in_transaction(tier),
+                   lambda: tier.put("pull:z:/stream", io.BytesIO(body), content_type="text/plain", etag='"e"',
+                                    tags=())])
+    stored = tier.get("pull:z:/stream", load_limit=MB)
+    assert stored is not None and stored.body == body
 
 
 def test_a_batch_on_a_connection_holding_an_old_read_is_written(tier: DiskTier, tmp_path: Path) -> None:
