@@ -136,6 +136,25 @@ def test_a_batch_that_finds_the_database_locked_throughout_is_dropped(
         tier.close()
 
 
+def test_a_delete_that_finds_the_database_locked_throughout_fails(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A purge's delete must not report success without deleting: it fails (an OSError), and does not hang."""
+    monkeypatch.setattr(disk_module, "SQLITE_TIMEOUT_S", 0.05)
+    tier = DiskTier(tmp_path / "cache", size_limit=64 * MB)
+    tier.put("pull:z:/kept", b"x", content_type="text/plain", etag='"e"', tags=("t",))
+    holder = sqlite3.connect(tier.database, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with pytest.raises(OSError, match="no write transaction"):
+            in_one_thread([lambda: tier.purge_tags(["t"])])
+        holder.execute("ROLLBACK")
+        assert tier.get("pull:z:/kept", load_limit=MB) is not None
+        assert tier.purge_tags(["t"]) == ["pull:z:/kept"]
+    finally:
+        holder.close()
+        tier.close()
+
+
 def test_close_does_not_wait_for_ever_on_a_writer_that_does_not_finish(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The writer thread is inside a batch that does not end: close gives up waiting for it (logged) and
