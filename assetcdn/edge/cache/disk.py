@@ -21,6 +21,12 @@ left (a partial body file), lowers this process's limit below the volume it reac
 down to it and tries once more; if the body still does not fit it is not stored, and the caller
 serves it all the same. The first time in a process it logs a warning; later ones are counted
 (``full_events``).
+
+No write retries for ever (``_bounded``): diskcache's own ``retry=True`` retries a failed BEGIN IMMEDIATE on
+every SQLite error, at once and without end, and a connection in a state where BEGIN fails immediately (inside
+a transaction diskcache no longer tracks, or holding an old read) would spin there, holding the write-behind
+lock that purges and close wait for. A write the database refuses through every attempt is dropped: counted
+(``dropped_writes``) and logged; the body is served all the same.
 """
 
 from __future__ import annotations
@@ -31,9 +37,10 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 import diskcache
 import orjson
@@ -54,8 +61,16 @@ SQLITE_MMAP_BYTES = 0
 # After a full filesystem the limit drops to this share of the volume the cache had reached.
 FULL_SHRINK = 0.8
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+# A write's transaction begins within this many attempts, each waiting up to the busy timeout for another
+# worker's write lock; after a failed one the thread's connection is reopened. Then the write is dropped.
+BEGIN_ATTEMPTS = 3
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class DiskBusy(OSError):
+    """The database refused a write's transaction through every attempt: nothing was written."""
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -201,7 +216,7 @@ class DiskTier:
         self._cache = diskcache.Cache(
             str(self.directory),
             disk=_CleanDisk,
-            timeout=SQLITE_TIMEOUT_S,
+            timeout=SQLITE_TIMEOUT_S,  # per attempt (``_bounded``)
             size_limit=size_limit,
             disk_min_file_size=min_file_size,
             eviction_policy=eviction_policy,
@@ -213,6 +228,7 @@ class DiskTier:
         self._connection = ThreadLocalConnection(self.database)
         self._sql().executescript(";\n".join(_SCHEMA) + ";")
         self.full_events = 0  # puts that found the filesystem full (logged the first time only)
+        self.dropped_writes = 0  # entries not stored because the database refused every attempt (each logged)
         self._full_lock = threading.Lock()
 
     @property
@@ -290,55 +306,108 @@ class DiskTier:
         )
         if isinstance(body, bytes | bytearray | memoryview):
             data = bytes(body)
-            for attempt in range(2):
-                try:
-                    self._cache.set(key, data, tag=meta, retry=True)
-                    return len(data)
-                except (OSError, sqlite3.OperationalError) as exc:
-                    if not is_disk_full(exc):
-                        raise
-                    self._disk_full(exc, key, len(data), retrying=attempt == 0)
+            try:
+                self._put_bytes(key, data, meta)
+            except DiskBusy as exc:
+                self._dropped(1, exc)
             return len(data)
         reader = _CountingReader(body)
-        try:
-            self._cache.set(key, reader, read=True, tag=meta, retry=True)
+        try:  # one attempt: the stream is read once (diskcache removes the body file when its row fails)
+            self._bounded(lambda: self._cache.set(key, reader, read=True, tag=meta), attempts=1)
+        except DiskBusy as exc:
+            self._dropped(1, exc)
         except (OSError, sqlite3.OperationalError) as exc:
             if not is_disk_full(exc):
                 raise
             self._disk_full(exc, key, reader.size, retrying=False)
         return reader.size
 
+    def _put_bytes(self, key: str, data: bytes, meta: str) -> None:
+        """``put`` of bytes; raises DiskBusy."""
+        for attempt in range(2):
+            try:
+                self._bounded(lambda: self._cache.set(key, data, tag=meta))
+                return
+            except (OSError, sqlite3.OperationalError) as exc:
+                if not is_disk_full(exc):  # DiskBusy too
+                    raise
+                self._disk_full(exc, key, len(data), retrying=attempt == 0)
+
     def put_many(self, entries: Sequence[CachedObject],
                  current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None = None) -> None:
         """Store entries with in-memory bodies in one transaction (their own ``stored_at``, headers and tags);
         `current`, called once the transaction holds the database's write lock, says which of them are still to
-        be written. When the transaction fails, what it wrote is removed and each entry is stored on its own by
-        ``put`` (a full filesystem is handled there)."""
+        be written. When the transaction fails, what it wrote is removed and each entry is stored on its own, as by
+        ``put`` (a full filesystem is handled there); what cannot begin (``_bounded``) is dropped."""
         written: list[str] = []
         disk: _CleanDisk = self._cache._disk
         try:
-            with self._cache.transact(retry=True):
+            with self._transaction():
                 if current is not None:
                     entries = current(entries)
                 for obj in entries:
                     assert obj.body is not None
                     meta = encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at, obj.headers)
                     try:
-                        self._cache.set(obj.key, obj.body, tag=meta, retry=True)
+                        self._cache.set(obj.key, obj.body, tag=meta)  # joins the transaction
                     finally:
                         filename = disk.take_stored()
                         if filename is not None:
                             written.append(filename)
+        except DiskBusy as exc:
+            self._dropped(len(entries), exc)
         except (OSError, sqlite3.OperationalError):
             for filename in written:  # rolled back: no row owns them
                 try:
                     os.remove(self.directory / filename)
                 except OSError:
                     pass
-            for obj in entries:
+            for index, obj in enumerate(entries):
                 assert obj.body is not None
-                self.put(obj.key, obj.body, content_type=obj.content_type, etag=obj.etag, tags=obj.tags,
-                         headers=obj.headers, stored_at=obj.stored_at)
+                meta = encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at, obj.headers)
+                try:
+                    self._put_bytes(obj.key, obj.body, meta)
+                except DiskBusy as exc:  # the rest would wait as long each
+                    self._dropped(len(entries) - index, exc)
+                    return
+
+    def _bounded(self, write: Callable[[], T], *, attempts: int = BEGIN_ATTEMPTS) -> T:
+        """`write`: one diskcache write with ``retry=False`` (a failed BEGIN IMMEDIATE raises its Timeout), made
+        within `attempts`. Before it, and after a failed attempt, this thread's connection is closed when in a
+        state where BEGIN fails at once (a transaction diskcache no longer tracks is rolled back with it, an old
+        read ends with it); the next attempt opens a new one. Raises DiskBusy when the last attempt fails too."""
+        if self._cache._txn_id == threading.get_ident():  # inside this thread's transaction: no BEGIN to fail
+            return write()
+        con: sqlite3.Connection | None = getattr(self._cache._local, "con", None)
+        if con is not None and con.in_transaction:  # one diskcache does not track: BEGIN would fail at once
+            log.warning("edge cache %s: a connection was left inside a transaction; rolled back and reopened",
+                        self.directory)
+            self._cache.close()
+        attempt = 1
+        while True:
+            try:
+                return write()
+            except diskcache.Timeout as exc:
+                cause = exc.__context__  # diskcache raises Timeout "from None" over SQLite's error
+                self._cache.close()
+                if attempt >= attempts:
+                    raise DiskBusy(errno.EBUSY, f"no write transaction after {attempts} attempts ({cause})") from exc
+                log.warning("edge cache %s: a write could not begin (%s); trying again on a new connection",
+                            self.directory, cause)
+                attempt += 1
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """diskcache's transaction (its nested writes join it), begun within ``_bounded``'s attempts."""
+        with ExitStack() as stack:
+            self._bounded(lambda: stack.enter_context(self._cache.transact()))
+            yield
+
+    def _dropped(self, count: int, exc: DiskBusy) -> None:
+        with self._full_lock:
+            self.dropped_writes += count
+        log.warning("edge cache %s: %d entries not written to the disk tier: %s; they are served all the same",
+                    self.directory, count, exc)
 
     def _disk_full(self, exc: BaseException, key: str, size: int, *, retrying: bool) -> None:
         """After a write that found no space: remove what it left, lower the limit, evict."""
@@ -363,7 +432,7 @@ class DiskTier:
                         "This is logged once.", self.directory, exc, limit)
         self._evict_files(volume - limit)
         try:
-            self._cache.cull(retry=True)  # now that there is room for SQLite's journal, drop their rows
+            self._bounded(self._cache.cull)  # now that there is room for SQLite's journal, drop their rows
             # The write-ahead log keeps the size it grew to (up to ~4 MB between checkpoints): give it back.
             self._sql().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except (OSError, sqlite3.Error) as cull_error:
@@ -409,7 +478,7 @@ class DiskTier:
             return data
 
     def delete(self, key: str) -> bool:
-        return bool(self._cache.delete(key, retry=True))
+        return bool(self._bounded(lambda: self._cache.delete(key)))
 
     def delete_many(self, keys: Iterable[str]) -> list[str]:
         return [key for key in keys if self.delete(key)]
@@ -492,7 +561,7 @@ class DiskTier:
         return cursor.rowcount == 1
 
     def clear(self) -> int:
-        return int(self._cache.clear(retry=True))
+        return int(self._bounded(self._cache.clear))
 
     def close(self) -> None:
         self._cache.close()

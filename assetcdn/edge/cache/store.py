@@ -45,6 +45,9 @@ MB = 1024 * 1024
 # ran: from then on the response is stale (assetcdn/edge/states/pull.py reads it).
 SOFT_PURGED = ":soft-purged"
 PROBE_BODY = b"assetcdn edge cache probe"
+# How long ``close`` waits for a write-behind batch under way (one that cannot begin gives up sooner or later
+# on its own: assetcdn/edge/cache/disk.py); then it closes without writing what is queued.
+CLOSE_WAIT_S = 60.0
 
 
 P = ParamSpec("P")
@@ -411,7 +414,8 @@ class EdgeCache:
         return CacheCheck(ok=True, latency_ms=(time.perf_counter() - started) * 1000)
 
     def close(self) -> None:
-        self._writes.flush()
+        """Write what ``put_behind`` queued (waiting ``CLOSE_WAIT_S`` at most for the writer) and close."""
+        self._writes.close(CLOSE_WAIT_S)
         self._purges.close()
         self.disk.close()
 

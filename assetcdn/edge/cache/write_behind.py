@@ -12,7 +12,9 @@ transaction (a commit and the index pages it touches shared by the batch). Rules
 - a purge on this worker writes what is queued first (a soft purge marks it stale on disk) and holds ``lock``
   for its memory and disk steps; the writer holds it from that check to the commit: a purge never runs between
   them, so it cannot miss an entry that lands after it;
-- ``flush`` writes what is queued at once (shutdown, and callers that need the disk tier current).
+- ``flush`` writes what is queued at once (shutdown, and callers that need the disk tier current);
+- ``close`` waits for a batch under way for a bounded time only (each batch's writes are bounded too, see
+  assetcdn/edge/cache/disk.py), and after it nothing more is written: what is still queued stays in memory.
 
 When the node's other workers read the same disk tier, a fill must be there before its client has the whole
 answer (the next request may reach another worker): the caller then waits for its entry's batch (``wait``),
@@ -50,6 +52,7 @@ class WriteBehind:
         self._disk = disk
         self._queue: list[tuple[CachedObject, Waiter | None]] = []
         self._scheduled = False
+        self._closed = False
         self._queue_lock = threading.Lock()  # the queue and the flag only: held for microseconds
         self.lock = threading.RLock()        # a batch's check and commit; a purge's memory and disk steps
 
@@ -87,6 +90,21 @@ class WriteBehind:
         with self.lock:
             self._write(self._take())
 
+    def close(self, wait_s: float) -> bool:
+        """Write what is queued, then no more; False when the writer's batch under way did not end within
+        `wait_s` (what is queued is then not written)."""
+        if not self.lock.acquire(timeout=wait_s):
+            self._closed = True
+            log.warning("edge cache: the disk writer is still writing after %.0f s; closing without writing "
+                        "the %d entries queued", wait_s, len(self._queue))
+            return False
+        try:
+            self._write(self._take())
+            self._closed = True
+        finally:
+            self.lock.release()
+        return True
+
     def _take(self) -> list[tuple[CachedObject, Waiter | None]]:
         with self._queue_lock:
             batch, self._queue = self._queue, []
@@ -102,14 +120,17 @@ class WriteBehind:
                 self._write(self._take())
 
     def _current(self, entries: Sequence[CachedObject]) -> list[CachedObject]:
-        """The entries the memory tier still holds, once the purges of other workers are replayed on it."""
+        """The entries the memory tier still holds, once the purges of other workers are replayed on it (none once
+        closed: the purge log may be closed already)."""
+        if self._closed:
+            return []
         self._sync_purges()
         held = self._memory.get
         return [obj for obj in entries if held(obj.key) is obj]
 
     def _write(self, batch: list[tuple[CachedObject, Waiter | None]]) -> None:
         held = self._memory.get
-        current = [obj for obj, _ in batch if held(obj.key) is obj]
+        current = [] if self._closed else [obj for obj, _ in batch if held(obj.key) is obj]
         try:
             if current:
                 self._disk.put_many(current, current=self._current)
