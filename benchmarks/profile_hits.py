@@ -1,16 +1,17 @@
 """Where a cache hit's CPU goes: the edge worker profiled under wrk, one flame graph per size.
 
-    .venv/bin/python -m benchmarks.profile_hits [--duration 10] [--out benchmarks/profiles] [--perf]
+    .venv/bin/python -m benchmarks.profile_hits [--duration 10] [--out benchmarks/profiles] [--perf] [--pull]
 
 One ``assetcdn up`` (control and one edge with one worker), the 5 KB and 100 KB files of
-benchmarks/hits_bench.py uploaded and warmed. Every process of ``up`` (the supervisor, control, the edge
-worker, any image worker) is pinned to core 0, the tree walked again before each size, as
-benchmarks/hits_bench.py pins what it measures; wrk (``-t2 -c64``) runs on core 1. Per size: wrk runs while
-``py-spy record --native --nonblocking`` samples the worker (SVG flame graph ``hit-<size>.svg``; a
-speedscope JSON, read for the breakdown printed by category: ``CATEGORIES``); the worker's CPU time over
-the requests wrk counted gives the microseconds of CPU per hit, and the whole system's (every process of
-``up``, read ``SETTLE_S`` after the run) is printed beside it. With ``--perf``, a second run per size
-under ``perf record`` gives the share per binary (kernel, libpython, httptools, uvloop, libc).
+benchmarks/hits_bench.py uploaded and warmed; with ``--pull``, a pull zone's instead: the zone in front of
+benchmarks/pull_bench.py's origin (one nginx, pinned with wrk), its two files warmed, the flame graphs named
+``pull-hit-<size>.svg``. Every process of ``up`` (the supervisor, control, the edge worker, any image worker)
+is pinned to core 0, the tree walked again before each size, as benchmarks/hits_bench.py pins what it
+measures; wrk (``-t2 -c64``) runs on core 1. Per size: wrk runs while ``py-spy record --native --nonblocking``
+samples the worker (SVG flame graph ``hit-<size>.svg``; a speedscope JSON, read for the breakdown printed by
+category: ``CATEGORIES``); the worker's CPU time over the requests wrk counted gives the microseconds of CPU
+per hit, and the whole system's (every process of ``up``, read ``SETTLE_S`` after the run) is printed beside
+it. With ``--perf``, a second run per size under ``perf record`` gives the share per binary (kernel, libpython, httptools, uvloop, libc).
 
 py-spy and perf slow the process they sample, so the req/s printed here is not a benchmark figure
 (benchmarks/hits_bench.py is); the CPU per hit is taken from a run without a profiler attached.
@@ -31,10 +32,22 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.hits_bench import SETTLE_S, Server, edge_server, prepare_files, warm, whole_system
+from benchmarks.hits_bench import (
+    SETTLE_S,
+    Server,
+    edge_server,
+    prepare_files,
+    stop,
+    wait_up,
+    warm,
+    whole_system,
+)
 from benchmarks.load import run_wrk
-from benchmarks.measure import load_average, machine
-from tests.integration.harness import start_cdn
+from benchmarks.measure import create_pull_zone, load_average, machine, pin, process_tree
+from benchmarks.pull_bench import SIZES as PULL_SIZES
+from benchmarks.pull_bench import ZONE as PULL_ZONE
+from benchmarks.pull_bench import start_origin
+from tests.integration.harness import ACCOUNT, free_port_block, start_cdn
 
 SIZES = ("5 KB", "100 KB")
 
@@ -152,18 +165,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--perf", action="store_true", help="also perf record, share per binary")
     parser.add_argument("--server-core", default="0")
     parser.add_argument("--load-core", default="1")
+    parser.add_argument("--pull", action="store_true", help="a pull zone's hits (benchmarks/pull_bench.py's origin)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     prefix = ("taskset", "-c", args.load_core)
     print(f"# profile_hits: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
     with tempfile.TemporaryDirectory(prefix="profile-hits-") as tmp:
         workdir = Path(tmp)
-        cdn = start_cdn(workdir, workers=1, env_extra={"ASSETCDN_EDGE_MEMORY_CACHE_MB": "512"})
+        origin: Server | None = None
+        (workdir / "cdn").mkdir()
+        env = {"ASSETCDN_EDGE_MEMORY_CACHE_MB": "512"}
+        if args.pull:
+            env["ASSETCDN_ORIGIN_ALLOW_LOOPBACK"] = "true"
+        cdn = start_cdn(workdir / "cdn", workers=1, env_extra=env)
         try:
             system, _control = whole_system(cdn)
             system.pin(args.server_core)
             edge = edge_server(cdn)
-            paths, bodies = asyncio.run(prepare_files(cdn))
+            if args.pull:
+                workdir.chmod(0o755)  # the origin's nginx workers run as their own user
+                origin, bodies = start_origin(workdir, free_port_block(1), args.load_core)
+                asyncio.run(wait_up(origin.base + "/"))
+                assert origin.process is not None
+                origin.pids = process_tree(origin.process.pid)
+                pin(origin.pids, args.load_core)
+                asyncio.run(create_pull_zone(cdn.control_url, ACCOUNT, PULL_ZONE, origin.base, cdn.data_dir))
+                paths = {size: f"{PULL_ZONE}/{PULL_SIZES[size][0]}" for size in SIZES}
+                bodies = {paths[size]: bodies[PULL_SIZES[size][0]] for size in SIZES}
+            else:
+                paths, bodies = asyncio.run(prepare_files(cdn))
             asyncio.run(warm(edge.base, list(paths.values()), bodies))
             for size in SIZES:
                 url = f"{edge.base}/{paths[size]}"
@@ -173,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                 rps, us, system_us = cpu_per_hit(edge, system, url, args, prefix)
                 print(f"{size}: {rps:,.0f} req/s, {us:.1f} us of worker CPU and {system_us:.1f} us of whole-system "
                       f"CPU per hit (no profiler; load average {load_average()})", flush=True)
-                name = "hit-" + size.replace(" ", "").lower()
+                name = ("pull-hit-" if args.pull else "hit-") + size.replace(" ", "").lower()
                 speedscope = workdir / f"{name}.speedscope.json"
                 spy(edge.pids[0], url, args.out / f"{name}.svg", speedscope, args, prefix)
                 print(f"  flame graph: {args.out / (name + '.svg')}; of the worker's busy samples, and as "
@@ -184,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
                     for dso, share in perf_shares(edge.pids[0], url, workdir, args, prefix)[:10]:
                         print(f"  perf {share:5.1f}%  {dso}")
         finally:
+            if origin is not None:
+                stop(origin)
             cdn.stop()
     return 0
 

@@ -348,12 +348,14 @@ class HitServer:
         """A pull zone's request: answered when the memory tier holds its prepared response and freshness.py
         says it is fresh for a request without directives of its own; anything else is the application's.
         `named`: what `recv.resolve` made of its path, when `prepare` resolved it already."""
-        if conn.headers[CACHE_FIELDS] is not None or b"#" in url:
+        if conn.headers[CACHE_FIELDS] is not None:
             return HAND_OVER
         obj = None if pulled is None else self.memory.hit(pulled.key)
         if obj is None or pulled is None or obj is not pulled.entry() or (body := obj.body) is None:
             if pulled is not None:
                 self._drop_pull(view, url)  # refreshed, replaced, purged or evicted
+            if b"#" in url:  # the application's (so never prepared: a prepared hit's target has none)
+                return HAND_OVER
             pulled = self._prepare_pull(view, url, named)
             if pulled is None:  # not in the memory tier, or not a hit answered here
                 return FILL if self.fills.claim(conn, view, url, head_only, named) else HAND_OVER
@@ -370,7 +372,7 @@ class HitServer:
         tail = self.date if not pulled.dated else self.extra_head
         if headers[1] is not None and etag_matches(headers[1].decode("latin-1"), pulled.etag):
             status = 304
-            head = pulled.head_304 + pulled.per_request_lines(now) + tail
+            head = pulled.not_modified_head(now, tail)
         else:
             status = 200
             head = pulled.whole_head(now, tail)
@@ -381,13 +383,13 @@ class HitServer:
                 if parsed is not None:
                     status = 206
                     start, end = parsed
-                    head = pulled.partial_head(start, end) + pulled.per_request_lines(now) + tail
+                    head = pulled.partial_head(start, end, now, tail)
         request_id = self.ids.of(headers[3])
-        if conn.keep_alive:
-            out.append(head + b"X-Request-ID: " + request_id + b"\r\n\r\n")
+        if conn.keep_alive:  # the head ends in the X-Request-ID field's name
+            out.append(head + request_id + b"\r\n\r\n")
         else:
             conn.closing = True
-            out.append(head + b"Connection: close\r\nX-Request-ID: " + request_id + b"\r\n\r\n")
+            out.append(head + request_id + b"\r\nConnection: close\r\n\r\n")
         sent = body_sent(head_only, status, end - start)
         if sent:
             out.append(body if status == 200 else memoryview(body)[start:end])

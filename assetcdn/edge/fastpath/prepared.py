@@ -75,6 +75,7 @@ STATUS_200 = b"HTTP/1.1 200 OK\r\n"
 STATUS_206 = b"HTTP/1.1 206 Partial Content\r\n"
 STATUS_304 = b"HTTP/1.1 304 Not Modified\r\n"
 SERVER_LINE = f"Server: {SERVER_NAME}\r\n".encode()
+ID_FIELD = b"X-Request-ID: "  # where a pull hit's heads end: the request's id and the blank line follow
 # What an answer here writes per request (assetcdn/edge/fastpath/hit_server.py) or in every prepared head,
 # less what no `_headers` rule may touch anyway (RESERVED_HEADERS, skipped on both paths): a path whose
 # rules name one of these is answered by the full application.
@@ -201,12 +202,17 @@ class PulledHit:
 
     def whole_head(self, now: float, tail: bytes) -> bytes:
         """The 200's head with Age and Cache-Status at ``now`` and ``tail`` (the Date line or the lines every
-        answer has): the same bytes for every hit until one of its whole seconds ticks or ``tail`` changes."""
+        answer has), through ``ID_FIELD``: the same bytes for every hit until one of its whole seconds ticks or
+        ``tail`` changes, so a hit adds only its request's id to them."""
         if self._since <= now < self._until and tail is self._tail:
             return self._block
-        block = self.head + self.per_request_lines(now) + tail
+        block = self.head + self.per_request_lines(now) + tail + ID_FIELD
         self._block, self._tail, self._since, self._until = block, tail, now, self._lines_until(now)
         return block
+
+    def not_modified_head(self, now: float, tail: bytes) -> bytes:
+        """The head of a 304 at ``now``, through ``ID_FIELD``, as ``whole_head``'s."""
+        return self.head_304 + self.per_request_lines(now) + tail + ID_FIELD
 
     def _lines_until(self, now: float) -> float:
         """When Age or Cache-Status's ttl (both whole seconds, `per_request_lines`) next changes after ``now``,
@@ -218,11 +224,12 @@ class PulledHit:
         ttl = fresh.lifetime - age
         return now + min(math.floor(age) + 1 - age, ttl - math.floor(ttl)) - TICK_MARGIN_S
 
-    def partial_head(self, start: int, end: int) -> bytes:
-        """The head of a 206 for bytes ``[start, end)``: the 200's header lines and the range's."""
+    def partial_head(self, start: int, end: int, now: float, tail: bytes) -> bytes:
+        """The head of a 206 for bytes ``[start, end)`` at ``now``: the 200's header lines and the range's, through
+        ``ID_FIELD``, as ``whole_head``'s."""
         block = self.head[len(STATUS_200):self.head.rindex(b"Content-Length: ")]
         return STATUS_206 + block + b"Content-Range: %s\r\nContent-Length: %d\r\n" % (
-            content_range(start, end, self.size).encode(), end - start)
+            content_range(start, end, self.size).encode(), end - start) + self.per_request_lines(now) + tail + ID_FIELD
 
     def per_request_lines(self, now: float) -> bytes:
         """Age (RFC 9111 4.2.3's current_age) and Cache-Status at ``now``, as `pull.deliver` writes them."""

@@ -166,6 +166,34 @@ async def test_age_and_ttl_tick_at_their_own_whole_seconds_between_hits(pulled: 
     assert pulled.served == served + 14 and len(set(seen)) >= 4
 
 
+async def test_a_hit_asking_to_close_is_answered_as_the_application_answers_it_then_closed(pulled: PullCdn,
+                                                                                           clock: Clock) -> None:
+    conn = await pulled.warm("/close.bin", **LONG)
+    plain = await pulled.cdn.plain()
+    fresh = pulled.stored("/close.bin").freshness
+    clock.now = fresh.response_time + 2.5
+    served = pulled.served
+    for method in ("GET", "HEAD"):
+        fast = await conn.request(f"/{ZONE}/close.bin", method, Connection="close")
+        slow = await plain.request(f"/{ZONE}/close.bin", method, Connection="close")
+        assert comparable(fast) == comparable(slow)
+        assert (fast.header("Age"), fast.header("Connection")) == (str(int(fresh.age(clock.now))), "close")
+        assert fast.header("X-Request-ID")
+        assert await conn.closed_by_server() and await plain.closed_by_server()
+        conn, plain = await pulled.cdn.connect(), await pulled.cdn.plain()
+    assert pulled.served == served + 2
+
+
+async def test_a_target_with_a_fragment_is_the_applications_every_time(pulled: PullCdn, clock: Clock) -> None:
+    conn = await pulled.warm("/fragment.bin", **LONG)
+    clock.now = pulled.stored("/fragment.bin").freshness.response_time + 1
+    served = pulled.served
+    answers = [await conn.request(f"/{ZONE}/fragment.bin#part") for _ in range(2)]
+    assert pulled.served == served  # never prepared, so never answered on the hit path
+    assert (await conn.request(f"/{ZONE}/fragment.bin")).header("X-Cache") == "HIT"
+    assert pulled.served == served + 1 and [answer.status for answer in answers] == [answers[0].status] * 2
+
+
 async def test_a_stale_entry_is_not_answered_as_fresh_on_the_hit_path(pulled: PullCdn, clock: Clock) -> None:
     conn = await pulled.warm("/stale.bin", **{"Cache-Control": "max-age=60"})
     clock.now = pulled.stored("/stale.bin").freshness.response_time + 1
@@ -185,6 +213,7 @@ async def test_an_entry_the_memory_tier_lets_go_is_freed_though_the_hit_path_ser
     assert (await conn.request(f"/{ZONE}/evicted.bin")).body == BODY
     assert pulled.served == served + 1  # the hit path answered it, and keeps its prepared head
     key = pull_key(ZONE, "/evicted.bin", "")
+    pulled.cdn.node.cache.flush_writes()  # on disk: no longer held by the write-behind queue for its batch
     assert pulled.cdn.node.cache.memory.discard(key)  # what an eviction does (MemoryTier._remove)
     gc.collect()
     # The body and its entry are gone from the worker's memory: the budget counts what is held.
