@@ -54,15 +54,23 @@ def fill(cache: EdgeCache, numbers: range) -> None:
                   f'"6930c6e0-{number:x}"', own_tags(ZONE, path), headers=meta)
 
 
+def interpreter_table(stat: tracemalloc.StatisticDiff) -> bool:
+    """One allocation outside the project's code: an interpreter-wide table that grew while entries were stored
+    (the interned strings' dict, resized when path parts are interned), no entry's cost; where it lands depends
+    on what the process did before."""
+    return stat.count_diff == 1 and "/assetcdn/" not in stat.traceback[0].filename
+
+
 def test_a_small_pull_entry_costs_little_beside_its_body_and_the_memory_budget_counts_it(cache: EdgeCache) -> None:
     fill(cache, range(100))  # the structures' first allocations are not any entry's
     gc.collect()
     tracemalloc.start()
     try:
-        before = tracemalloc.get_traced_memory()[0]
+        before = tracemalloc.take_snapshot()
         fill(cache, range(100, 100 + ENTRIES))
         gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
+        grown = sum(stat.size_diff for stat in tracemalloc.take_snapshot().compare_to(before, "lineno")
+                    if not interpreter_table(stat))
     finally:
         tracemalloc.stop()
     assert len(cache.memory) == 100 + ENTRIES  # every entry is held in memory
