@@ -1,9 +1,28 @@
 """Suite-wide fixtures and the run order. Module-specific fixtures live beside their tests."""
 
 import gc
+import os
 from pathlib import Path
 
 import pytest
+
+# Tests' temporary directories (tmp_path) in memory where the machine has a tmpfs with room: the suite makes
+# and removes thousands of data directories (a git repository, SQLite files in WAL mode, caches), and on a
+# disk each costs its file creations, syncs and deletes in kernel time. The controller reads this before it
+# hands each xdist worker its directory; a root chosen by the caller is kept.
+MEMORY_TEMPROOT = Path("/dev/shm")
+MEMORY_TEMPROOT_MIN_FREE = 4 * 1024 ** 3  # a container's default /dev/shm (64 MB) would fill
+
+
+def _memory_temproot() -> None:
+    if "PYTEST_DEBUG_TEMPROOT" in os.environ or not os.access(MEMORY_TEMPROOT, os.W_OK | os.X_OK):
+        return
+    stats = os.statvfs(MEMORY_TEMPROOT)
+    if stats.f_bavail * stats.f_frsize >= MEMORY_TEMPROOT_MIN_FREE:
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = str(MEMORY_TEMPROOT)
+
+
+_memory_temproot()
 
 # `make test` hands out whole files (--dist loadfile --no-loadscope-reorder) in the order below: the
 # longest files first (the slowest of a full run's per-file times), then every other file that starts real

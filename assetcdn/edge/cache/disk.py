@@ -213,8 +213,11 @@ class DiskTier:
         eviction_policy: str = "least-recently-stored",
     ) -> None:
         self.directory = Path(directory)
+        # Body files are named by joining strings: a Path per read would also intern each file's unique name
+        # in the process's table of interned strings.
+        self._root = str(self.directory)
         self._cache = diskcache.Cache(
-            str(self.directory),
+            self._root,
             disk=_CleanDisk,
             timeout=SQLITE_TIMEOUT_S,  # per attempt (``_bounded``)
             size_limit=size_limit,
@@ -264,13 +267,13 @@ class DiskTier:
             body, size = value, len(value)
         elif size <= load_limit:
             try:
-                with open(self.directory / filename, "rb") as file:
+                with open(os.path.join(self._root, filename), "rb") as file:
                     body = file.read()
             except FileNotFoundError:  # purged or evicted since the row was read
                 return None
             size = len(body)
         else:
-            body, path = None, str(self.directory / filename)
+            body, path = None, os.path.join(self._root, filename)
         if not isinstance(meta, str):
             return None
         data = orjson.loads(meta)
