@@ -69,6 +69,9 @@ log = logging.getLogger(__name__)
 MAX_HOSTS = 1024                    # distinct Host values kept; more (a scan) start over
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+# Bytes looked for in a request target, as ints: `int in bytes` is a byte search, while a one-byte bytes value
+# is first tried as an int, a failure that builds (and drops) a TypeError on every request.
+PERCENT, HASH = ord("%"), ord("#")
 
 
 class Request(Protocol):
@@ -231,7 +234,7 @@ class HitServer:
         url = conn.url
         query = url.find(b"?")
         path = url if query < 0 else url[:query]
-        if path[:1] != b"/" or b"%" in path:
+        if path[:1] != b"/" or PERCENT in path:
             return HAND_OVER
         view = self.hosts.get(host)
         if view is None:
@@ -348,7 +351,7 @@ class HitServer:
         """A pull zone's request: answered when the memory tier holds its prepared response and freshness.py
         says it is fresh for a request without directives of its own; anything else is the application's.
         `named`: what `recv.resolve` made of its path, when `prepare` resolved it already."""
-        if conn.headers[CACHE_FIELDS] is not None or b"#" in url:
+        if conn.headers[CACHE_FIELDS] is not None or HASH in url:
             return HAND_OVER
         obj = None if pulled is None else self.memory.hit(pulled.key)
         if obj is None or pulled is None or obj is not pulled.entry() or (body := obj.body) is None:
@@ -465,7 +468,7 @@ class HitServer:
         query = path.find(b"?")
         if query >= 0:
             path = path[:query]
-        if path[:1] != b"/" or b"%" in path:
+        if path[:1] != b"/" or PERCENT in path:
             return hand_over
         view = self.hosts.get(host)
         if view is None:
