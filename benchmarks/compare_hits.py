@@ -9,7 +9,8 @@ taken its last analytics flush), as in benchmarks/hits_bench.py; Varnish (that b
 front of the "after" control plane) on core 0 too, as the anchor; wrk (``-t2 -c64``) on core 1. The 5 KB and
 100 KB files are uploaded to each and warmed. Each round runs every size on every server in turn (the order
 rotates per round), so the machine's load weighs on all alike. Printed per size: medians of req/s, CPU
-(cores), microseconds of CPU per hit and the ratio to "before". Loopback only; bounded.
+(cores), microseconds of CPU per hit and the ratio to "before", and of those microseconds control's share
+(its analytics ingestion of the edge's hit records, heartbeats). Loopback only; bounded.
 """
 
 from __future__ import annotations
@@ -65,13 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         os.chmod(workdir, 0o755)
         cdns: dict[str, RunningCdn] = {}
         servers: dict[str, Server] = {}
+        controls: dict[str, Server] = {}
         paths: dict[str, str] = {}
         varnish: Server | None = None
         try:
             for name, checkout in (("before", args.before.resolve()), ("after", args.after.resolve())):
                 (workdir / name).mkdir()
                 cdn = cdns[name] = start_from(checkout, workdir / name)
-                servers[name], _ = whole_system(cdn)  # what a hit costs the system: the edge and control, counted
+                servers[name], controls[name] = whole_system(cdn)  # what a hit costs: the edge and control
                 pin(servers[name].pids, "0")
                 paths, bodies = asyncio.run(prepare_files(cdn, SIZES))
                 asyncio.run(warm(servers[name].base, list(paths.values()), bodies))
@@ -84,29 +86,39 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(warm(varnish.base, list(paths.values())))
             servers["varnish"] = varnish
             results: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+            control_us: dict[tuple[str, str], list[float]] = {}
             order = list(servers)
             for round_ in range(args.rounds):
                 for size in SIZES:
                     for name in order:
                         server = servers[name]
+                        control = controls.get(name)
+                        control_before = control.cpu_seconds() if control is not None else 0.0
                         result, cores = run_one(server, f"{server.base}/{paths[size]}", args, prefix,
                                                 SETTLE_S if name != "varnish" else 0.0)
                         us = cores * result.duration_s / result.requests * 1e6 if result.requests else 0.0
                         results.setdefault((name, size), []).append((result.rps, cores, us))
+                        share = ""
+                        if control is not None and result.requests:
+                            of_control = (control.cpu_seconds() - control_before) / result.requests * 1e6
+                            control_us.setdefault((name, size), []).append(of_control)
+                            share = f" (control {of_control:4.1f})"
                         print(f"round {round_ + 1} {size:>6} {name:>7}: {result.rps:9,.0f} req/s cpu {cores:.2f} "
-                              f"{us:6.1f} us/hit (load {load_average()})", flush=True)
+                              f"{us:6.1f} us/hit{share} (load {load_average()})", flush=True)
                 order = order[1:] + order[:1]
             print(f"\n# medians of {args.rounds} rounds; load average after: {load_average()}\n")
-            print("| object | server | req/s | CPU (cores) | us of CPU per hit | hits per core | "
-                  "per core vs before |\n|---|---|---:|---:|---:|---:|---:|")
+            print("| object | server | req/s | CPU (cores) | us of CPU per hit | of which control | hits per core | "
+                  "per core vs before |\n|---|---|---:|---:|---:|---:|---:|---:|")
             for size in SIZES:
                 base_us = statistics.median(us for _, _, us in results[("before", size)])
                 for name in servers:
                     rows = results[(name, size)]
                     us = statistics.median(u for _, _, u in rows)
+                    shares = control_us.get((name, size))
+                    of_control = f"{statistics.median(shares):.1f}" if shares else ""
                     print(f"| {size} | {name} | {statistics.median(r for r, _, _ in rows):,.0f} | "
-                          f"{statistics.median(c for _, c, _ in rows):.2f} | {us:.1f} | {1e6 / us:,.0f} | "
-                          f"{base_us / us:.2f}x |")
+                          f"{statistics.median(c for _, c, _ in rows):.2f} | {us:.1f} | {of_control} | "
+                          f"{1e6 / us:,.0f} | {base_us / us:.2f}x |")
         finally:
             if varnish is not None:
                 stop(varnish)

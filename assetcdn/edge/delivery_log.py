@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Container
@@ -54,6 +55,7 @@ MAX_KEYS = 100_000          # distinct counting keys held between flushes; past 
 MAX_BATCH_ROWS = 10_000     # rows per rollup in one batch (control's limit); more go in the next batch
 MAX_LOG_HELD = 20_000       # sampled entries held while control is away (the oldest go first)
 MAX_LOG_BUDGET = 10_000     # a per-second budget from the configuration is clamped to this
+NEVER = 2 ** 62             # Sample: an offer number no second reaches
 UNKNOWN_ZONE = ""           # the bucket of deliveries outside every zone: no zone is named ""
 API_ZONE = "api"            # /api/transform, /api/stream: what zone_of names them, known to every edge
 PATHS_PER_HOUR = 500        # paths named per zone and hour at a time ([analytics] paths_per_zone_hour)
@@ -98,9 +100,12 @@ class BodyCounter:
 
 class Sample:
     """A uniform sample (reservoir) of at most ``budget`` entries per second. A second's entries are
-    released when it is over, each with the fraction of that second's offers it stands for."""
+    released when it is over, each with the fraction of that second's offers it stands for. Once the
+    budget is full, the number of offers to pass over before the next one kept is drawn in advance
+    (Li's "Algorithm L", the same uniform sample as drawing per offer): an offer passed over costs a
+    count and a comparison, no random number."""
 
-    __slots__ = ("budget", "second", "seen", "kept", "closed")
+    __slots__ = ("budget", "second", "seen", "kept", "closed", "_next", "_weight")
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
@@ -108,6 +113,13 @@ class Sample:
         self.seen = 0
         self.kept: list[LogEntry] = []
         self.closed: list[tuple[LogEntry, float]] = []
+        self._next = budget     # the offer of the second (counted from 1) that is drawn next
+        self._weight = 1.0      # Algorithm L's W
+
+    def set_budget(self, budget: int) -> None:
+        """A new budget, from the next offer on."""
+        self.budget = budget
+        self._next = min(self._next, max(budget, self.seen + 1))
 
     def slot(self, second: int) -> int:
         """Where an entry offered now goes in this second's sample: an index (``len(kept)`` to add it),
@@ -116,11 +128,34 @@ class Sample:
             self.close()
             self.second = second
         self.seen = seen = self.seen + 1
+        if seen < self._next:
+            return seen - 1 if seen <= self.budget else -1
+        return self._draw(seen)
+
+    def _draw(self, seen: int) -> int:
+        """The offer ``seen`` fills the budget's last place or is the one drawn: its index; and the
+        next offer drawn."""
         budget = self.budget
-        if seen <= budget:
+        if budget <= 0:
+            self._next = NEVER
+            return -1
+        if seen < budget:  # a budget raised within the second: its places fill first
+            self._next = budget
             return seen - 1
-        chosen = int(random() * seen)
-        return chosen if chosen < budget else -1
+        if seen == budget:
+            chosen, weight = seen - 1, 1.0
+        else:
+            chosen, weight = int(random() * budget), self._weight
+        weight *= math.exp(math.log(1.0 - random()) / budget)
+        self._weight = weight
+        if weight >= 1.0:
+            gap = 0.0
+        elif weight > 0.0:
+            gap = math.log(1.0 - random()) / math.log1p(-weight)  # offers passed over before the next drawn
+        else:
+            gap = NEVER
+        self._next = seen + 1 + (int(gap) if gap < NEVER else NEVER)
+        return chosen
 
     def keep(self, slot: int, entry: LogEntry) -> None:
         kept = self.kept
@@ -140,6 +175,8 @@ class Sample:
                 del closed[: len(closed) - MAX_LOG_HELD]
             self.kept = []
         self.seen = 0
+        self._next = self.budget
+        self._weight = 1.0
 
     def take(self, now: float, limit: int) -> list[tuple[LogEntry, float]]:
         """Released entries, oldest first, at most ``limit``; a second that is over is released first."""
@@ -318,7 +355,10 @@ class DeliveryLog:
         the hit path records its answers sent whole with the tuple it made, unpacked once here."""
         now, host, method, path, zone, status, sent, cache, country, request_id, ip, duration_s = pending
         counts = self.counts
-        counted_as = COUNTED_AS.get(cache, CacheResult.BYPASS)
+        try:
+            counted_as = COUNTED_AS[cache]
+        except KeyError:  # not an X-Cache value this service sends
+            counted_as = CacheResult.BYPASS
         second = int(now)
         key = (second // HOUR_S, zone, path, country, status, counted_as)
         counted = counts.get(key)
@@ -393,7 +433,7 @@ class DeliveryLog:
 
     def watched(self, watching: bool) -> None:
         """Control's live tail has a reader (or no longer has): the delivery sample's budget follows."""
-        self.deliveries.budget = self.tail_per_s if watching else self.log_per_s
+        self.deliveries.set_budget(self.tail_per_s if watching else self.log_per_s)
 
     def take(self, now: float | None = None) -> dict[str, Any] | None:
         """The next batch (``v`` 2) without its id: counts rolled up, and released log entries; None

@@ -137,7 +137,7 @@ class EdgeNode:
         """How a cached file may be served now: "HIT" while control is reachable, "STALE" while it is not
         (stale-if-error: the file cannot be confirmed current) for up to `stale_if_error_s` after the
         last contact with control (or this process's start), then None: not served from cache at all."""
-        if self.control_reachable():
+        if self.control.reachable(self.reachability_window_s):  # control_reachable, one call less per batch of hits
             return "HIT"
         if self.stale_if_error_s <= 0 or self.control.seconds_since_contact() <= self.stale_if_error_s:
             return "STALE"

@@ -73,24 +73,36 @@ def new_request_id() -> str:
     return str(uuid.UUID(int=random.getrandbits(128), version=4))
 
 
+_LOW_DIGITS = tuple(b"%03x" % low for low in range(4096))  # a request id's last 3 digits (RequestIds.new)
+
+
 class RequestIds:
     """X-Request-ID values, one source per application (``REQUEST_IDS``), which the edge's hit path
     (assetcdn/edge/fastpath/) uses too: a caller's own id when it is a uuid (canonical form: the
     envelope's requestId is a uuid string), else a fresh uuid-shaped id made from a random
-    per-process prefix and a counter (unique, no system call, no uuid4 per request)."""
+    per-process prefix and a counter (unique, no system call, no uuid4 per request). The counter's
+    last 12 hexadecimal digits are written as the prefix and the top 9 digits (made once per 4096 ids)
+    joined to the last 3 from a table: no number formatting per id."""
 
-    __slots__ = ("_prefix", "_counter")
+    __slots__ = ("_prefix", "_counter", "_high")
 
     def __init__(self) -> None:
         bits = random.getrandbits(80)
         # version 4 and the RFC 4122 variant, so the ids read as uuid4.
         self._prefix = (f"{bits >> 48:08x}-{(bits >> 32) & 0xFFFF:04x}-4{(bits >> 20) & 0xFFF:03x}-"
                         f"{0x8000 | ((bits >> 6) & 0x3FFF):04x}-").encode()
-        self._counter = random.getrandbits(40)
+        self._counter = counter = random.getrandbits(40)
+        self._high = self._high_digits(counter)
+
+    def _high_digits(self, counter: int) -> bytes:
+        return self._prefix + b"%09x" % ((counter >> 12) & 0xFFFFFFFFF)
 
     def new(self) -> bytes:
-        self._counter += 1
-        return self._prefix + b"%012x" % (self._counter & 0xFFFFFFFFFFFF)
+        counter = self._counter = self._counter + 1
+        low = counter & 0xFFF
+        if not low:
+            self._high = self._high_digits(counter)
+        return self._high + _LOW_DIGITS[low]
 
     def of(self, sent: bytes | None) -> bytes:
         """The id of a request whose X-Request-ID header is ``sent`` (None: it has none)."""

@@ -3,6 +3,8 @@ request log (budget, errors, rate), the bounds."""
 
 from __future__ import annotations
 
+import collections
+import random
 from typing import Any
 
 from assetcdn.edge import delivery_log
@@ -164,3 +166,37 @@ def test_a_pull_zones_revalidated_and_passed_answers_count_as_control_counts_the
     deliver(log, T0 + 1, cache="PASS")
     deliver(log, T0 + 2, cache="not-a-result")
     assert sorted(shipped(log, T0 + HOUR_S + 5)["zones"]) == [[T0, "z", "BYPASS", 2, 20], [T0, "z", "HIT", 1, 10]]
+
+
+def test_every_offer_of_a_second_is_as_likely_to_be_in_its_sample() -> None:
+    random.seed(37)  # the sample's draws: the same counts every run
+    kept = collections.Counter()
+    for _ in range(2000):
+        sample = delivery_log.Sample(20)
+        for offer in range(500):
+            slot = sample.slot(T0)
+            if slot >= 0:
+                sample.keep(slot, (float(offer), "GET", "z/a", 200, "HIT", None, None))
+        assert len(sample.kept) == 20 and len({entry[0] for entry in sample.kept}) == 20
+        kept.update(int(entry[0]) for entry in sample.kept)
+    # 2000 samples of 20 out of 500: each offer is kept 80 times on average, whatever its place.
+    thirds = [sum(kept[offer] for offer in range(start, start + 166)) / 166 for start in (0, 167, 334)]
+    assert all(72 <= third <= 88 for third in thirds), thirds
+    assert 40 <= min(kept[offer] for offer in range(500)) and max(kept.values()) <= 125
+
+
+def test_a_budget_changed_within_a_second_bounds_that_second_by_the_larger() -> None:
+    random.seed(38)
+    for first, second in ((20, 200), (200, 20), (0, 50), (50, 0)):
+        sample = delivery_log.Sample(first)
+        for offer in range(1000):
+            if offer == 300:
+                sample.set_budget(second)
+            slot = sample.slot(T0)
+            if slot >= 0:
+                sample.keep(slot, (float(offer), "GET", "z/a", 200, "HIT", None, None))
+        offers = [int(entry[0]) for entry in sample.kept]
+        assert len(offers) == len(set(offers)) and len(offers) <= max(first, second), (first, second, offers)
+        assert len(offers) >= min(first, second)
+        if second:  # the new budget draws from the offers after the change too
+            assert any(offer >= 300 for offer in offers), (first, second)

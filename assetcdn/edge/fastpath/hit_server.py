@@ -69,6 +69,9 @@ log = logging.getLogger(__name__)
 MAX_HOSTS = 1024                    # distinct Host values kept; more (a scan) start over
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+# Bytes looked for in a request target, as ints: `int in bytes` is a byte search, while a one-byte bytes value
+# is first tried as an int, a failure that builds (and drops) a TypeError on every request.
+PERCENT, HASH = ord("%"), ord("#")
 
 
 class Request(Protocol):
@@ -231,7 +234,7 @@ class HitServer:
         url = conn.url
         query = url.find(b"?")
         path = url if query < 0 else url[:query]
-        if path[:1] != b"/" or b"%" in path:
+        if path[:1] != b"/" or PERCENT in path:
             return HAND_OVER
         view = self.hosts.get(host)
         if view is None:
@@ -354,7 +357,7 @@ class HitServer:
         if obj is None or pulled is None or obj is not pulled.entry() or (body := obj.body) is None:
             if pulled is not None:
                 self._drop_pull(view, url)  # refreshed, replaced, purged or evicted
-            if b"#" in url:  # the application's (so never prepared: a prepared hit's target has none)
+            if HASH in url:  # the application's (so never prepared: a prepared hit's target has none)
                 return HAND_OVER
             pulled = self._prepare_pull(view, url, named)
             if pulled is None:  # not in the memory tier, or not a hit answered here
@@ -467,7 +470,7 @@ class HitServer:
         query = path.find(b"?")
         if query >= 0:
             path = path[:query]
-        if path[:1] != b"/" or b"%" in path:
+        if path[:1] != b"/" or PERCENT in path:
             return hand_over
         view = self.hosts.get(host)
         if view is None:

@@ -426,8 +426,9 @@ class HitProtocol(asyncio.Protocol):
         if answered == self.batch and rest:
             self._next_pass(rest, out)
             return
-        if len(rest) > MAX_HEAD or b"\n\n" in rest or b"\n\r\n" in rest:
-            # Too long for a head, or lines ending in a bare LF: aiohttp's parser decides.
+        if rest and (len(rest) > MAX_HEAD or rest.find(b"\n\n") >= 0 or rest.find(b"\n\r\n") >= 0):
+            # Too long for a head, or lines ending in a bare LF: aiohttp's parser decides. (find, not `in`:
+            # bytes membership first tries its operand as an int, a TypeError made and dropped each time.)
             self._flush(out)
             self._give_away(rest)
             return
@@ -484,14 +485,17 @@ class HitProtocol(asyncio.Protocol):
                 else:
                     transport.writelines(out)
             # The usual answer: the socket took all of it, and its deliveries are recorded whole now.
-            if not transport.get_write_buffer_size() and self.when_sent is None and not transport.is_closing():
-                server = self.server
-                record = server.deliveries.record_pending
+            if self.when_sent is None and not transport.get_write_buffer_size() and not transport.is_closing():
                 records = self.records
-                for pending in records:
-                    server.body_bytes += pending[6]
-                    record(pending)
-                records.clear()
+                if records:
+                    server = self.server
+                    record = server.deliveries.record_pending
+                    sent = 0
+                    for pending in records:
+                        sent += pending[6]
+                        record(pending)
+                    server.body_bytes += sent
+                    records.clear()
                 if self.waiting:
                     self.handed = self.queued
                     self._check_waiting(True)

@@ -91,6 +91,9 @@ _FIELD_VALUE_FORBIDDEN = re.compile(rb"[\x00\r\n]")
 METHOD, PATH, AUTHORITY = SLOTS, SLOTS + 1, SLOTS + 2
 PSEUDO_FIELDS = {b":method": METHOD, b":path": PATH, b":authority": AUTHORITY}
 NO_FIELDS = (None,) * (AUTHORITY + 1)
+# Whitespace a :path or host may not hold, as ints: `int in bytes` is a byte search, while a one-byte bytes value
+# is first tried as an int, a failure that builds (and drops) a TypeError on every stream.
+SPACE, TAB = ord(" "), ord("\t")
 
 
 @dataclass(frozen=True)
@@ -146,10 +149,10 @@ def request_head(headers: Iterable[tuple[bytes, bytes]], has_body: bool) -> tupl
     method, path, authority = target
     if method is None or path is None or not _TOKEN.fullmatch(method) or not (path[:1] == b"/" or path == b"*"):
         raise MalformedRequest("a request needs :method and a :path")
-    if b" " in path or b"\t" in path:
+    if SPACE in path or TAB in path:
         raise MalformedRequest("whitespace in :path")
     host = authority or host
-    if host is None or b" " in host:
+    if host is None or SPACE in host:
         raise MalformedRequest("a request needs :authority or host")
     lines = [method + b" " + path + b" HTTP/1.1", b"Host: " + host, b"Connection: close", *fields]
     if cookies:
@@ -800,7 +803,7 @@ class H2Protocol(asyncio.Protocol):
         if method != GET and method != HEAD or path is None or size > MAX_HEAD:  # aiohttp's limits decide
             return self.hits.answer
         host = authority or slots[0]
-        if host is None or b" " in path or b"\t" in path or b" " in host:
+        if host is None or SPACE in path or TAB in path or SPACE in host:
             return self.hits.answer
         hits = self.hits
         if not self.batch_begun:
