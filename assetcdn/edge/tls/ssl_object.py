@@ -5,8 +5,9 @@ it raises ``SSLWantReadError``: at the start of the handshake (before the client
 every close, twice while reading what is left, then once more waiting for the client's close_notify. Each
 such error made by CPython's ``_ssl`` is an OpenSSL call, an error queue read and an exception built from
 it. :class:`TlsObject` (every context of assetcdn/edge/tls/certificates.py makes it: ``sslobject_class``)
-answers those calls itself when nothing was received: OpenSSL has no byte to work on then, so it could
-only have asked for more.
+answers those calls itself when nothing was received (the handshake's first call; the reads of a
+connection closing after its last answer, below): OpenSSL has no byte to work on then, so it could only
+have asked for more. The reads of a kept-alive connection check one flag more, nothing else.
 
 A connection that answers its last request and closes (HTTP/1.1 ``Connection: close``,
 assetcdn/edge/fastpath/protocol.py) arms :meth:`TlsObject.last_write`: the close_notify alert is sealed
@@ -31,8 +32,9 @@ class TlsObject(ssl.SSLObject):
     """``ssl.SSLObject`` (made by ``SSLContext.wrap_bio``, never constructed) that knows its incoming BIO."""
 
     _incoming: ssl.MemoryBIO
-    _last = False       # the next write is the connection's last: close_notify follows it
-    _notified = False   # close_notify is sealed; the client's is not waited for
+    _last = False           # the next write is the connection's last: close_notify follows it
+    _last_written = False   # it was written: the connection is closing
+    _notified = False       # close_notify is sealed; the client's is not waited for
 
     @classmethod
     def _create(cls, incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO, server_side: bool = False,
@@ -46,17 +48,21 @@ class TlsObject(ssl.SSLObject):
     def do_handshake(self) -> None:
         if not self._incoming.pending:  # nothing received since OpenSSL last asked for more
             raise _want_read()
-        super().do_handshake()
+        self._sslobj.do_handshake()  # type: ignore[attr-defined]
 
     def read(self, len: int = 1024, buffer: Any = None) -> Any:  # noqa: A002  # ssl.SSLObject's names
-        if not self._incoming.pending and not self._sslobj.pending():  # type: ignore[attr-defined]
+        sslobj = self._sslobj  # type: ignore[attr-defined]
+        # Closing (uvloop reads what is left until OpenSSL asks for more): nothing received, nothing to read.
+        # A kept-alive connection's reads check only the flag, in one frame as ssl.SSLObject.read.
+        if self._last_written and not self._incoming.pending and not sslobj.pending():
             raise _want_read()
-        return super().read(len, buffer)
+        return sslobj.read(len) if buffer is None else sslobj.read(len, buffer)
 
     def write(self, data: Any) -> int:
         count: int = self._sslobj.write(data)  # type: ignore[attr-defined]
         if self._last:
             self._last = False
+            self._last_written = True
             self._close_notify()
         return count
 
