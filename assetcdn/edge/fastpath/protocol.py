@@ -185,7 +185,7 @@ class HitProtocol(asyncio.Protocol):
     __slots__ = ("server", "transport", "buffer", "parser", "url", "headers", "complete", "repeated",
                  "busy", "handler", "handoff", "deadline", "drain", "peer", "peername", "paused_by", "closing",
                  "pending_file", "keep_alive", "zero_copy", "batch", "turn_answers", "send_timeout_s", "records",
-                 "waiting", "queued", "handed", "cut", "when_sent", "decide")
+                 "waiting", "queued", "handed", "cut", "when_sent", "decide", "last_write")
 
     def __init__(self, server: HitServer) -> None:
         self.server = server
@@ -226,6 +226,8 @@ class HitProtocol(asyncio.Protocol):
         self.when_sent: StreamSent | None = None  # on an HTTP/2 stream, which counts what it sends
         # How a request head is answered (HitServer.answer); an HTTP/2 stream's, by what its fields decided already.
         self.decide: Decide = server.answer
+        # Over TLS (assetcdn/edge/tls/ssl_object.py): the connection's last write carries the close_notify alert.
+        self.last_write: Callable[[], None] | None = None
 
     # --- httptools callbacks --------------------------------------------------------------------
 
@@ -419,7 +421,7 @@ class HitProtocol(asyncio.Protocol):
             return
         rest = buf[pos:] if pos else buf
         if self.closing:
-            self._flush(out)
+            self._flush(out, last=True)
             if not self.busy and self.transport is not None:
                 self.transport.close()
             return
@@ -466,7 +468,8 @@ class HitProtocol(asyncio.Protocol):
         if not self.busy and not self.closing and transport is not None and not self.drain.full(transport):
             self.process()
 
-    def _flush(self, out: list[Any]) -> None:
+    def _flush(self, out: list[Any], last: bool = False) -> None:
+        """Write `out`; `last`: the connection closes once it is written."""
         if not out:
             return
         transport = self.transport
@@ -478,7 +481,10 @@ class HitProtocol(asyncio.Protocol):
                 if size > TLS_PIECE:
                     self._write_bounded(transport, out)
                     return
-                if size <= TLS_RECORD and len(out) > 1:
+                if last and self.last_write is not None:
+                    self.last_write()  # the close_notify alert sealed behind this one write
+                    transport.write(out[0] if len(out) == 1 else b"".join(out))
+                elif size <= TLS_RECORD and len(out) > 1:
                     # One TLS record rather than one per piece (head, body): each record is a cipher
                     # pass of its own, which costs more than copying what fits in one.
                     transport.write(b"".join(out))

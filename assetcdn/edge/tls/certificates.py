@@ -44,6 +44,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
+from assetcdn.edge.tls.ssl_object import TlsObject
 from assetcdn.edge.tls.state import EdgeTlsState
 from assetcdn.edge.tls.tickets import KEY_FILE as TICKET_KEY_FILE
 from assetcdn.edge.tls.tickets import Unavailable, shared_ticket_keys
@@ -90,6 +91,7 @@ def new_context() -> ssl.SSLContext:
     # One TLS 1.3 ticket per connection, not OpenSSL's two: a client resumes one connection per origin
     # (HTTP/2) and each resumption brings a fresh ticket, and every ticket is sealed and sent at a cost.
     context.num_tickets = 1
+    context.sslobject_class = TlsObject  # what uvloop's TLS protocol drives (assetcdn/edge/tls/ssl_object.py)
     return context
 
 

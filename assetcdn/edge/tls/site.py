@@ -30,6 +30,7 @@ from assetcdn.edge.fastpath.protocol import HitProtocol
 from assetcdn.edge.tls.certificates import CertificateStore
 from assetcdn.edge.tls.client_hello import ClientHelloCheck
 from assetcdn.edge.tls.h2 import H2Limits, H2Protocol
+from assetcdn.edge.tls.ssl_object import TlsObject
 
 TRIM_AFTER = 64  # TLS connections gone (from the most open at once) before the heap is trimmed
 
@@ -87,7 +88,13 @@ class AlpnChoice(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         ssl_object = transport.get_extra_info("ssl_object")
         chosen = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
-        protocol: asyncio.Protocol = H2Protocol(self.hits, self.limits) if chosen == "h2" else HitProtocol(self.hits)
+        protocol: asyncio.Protocol
+        if chosen == "h2":
+            protocol = H2Protocol(self.hits, self.limits)
+        else:
+            protocol = HitProtocol(self.hits)
+            if isinstance(ssl_object, TlsObject):  # a last answer and close_notify leave in one write
+                protocol.last_write = ssl_object.last_write
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
 

@@ -106,6 +106,43 @@ def answer_records(port: int, request: bytes, *, server_name: str = "localhost",
             return records  # an empty read: the server's close_notify
 
 
+def closing_answer(port: int, request: bytes, *, server_name: str = "localhost",
+                   ca: Path | None = None) -> tuple[bytes, bytes]:
+    """(the plaintext answer, what came after the server's close_notify until the server closed the TCP
+    connection) for `request` (one whole HTTP/1.1 request that closes the connection) over TLS 1.3, this
+    client never sending a close_notify of its own; a server that waits for it runs into TIMEOUT_S."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = client_context(ca, version=ssl.TLSVersion.TLSv1_3).wrap_bio(incoming, outgoing, server_hostname=server_name)
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as sock:
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                sock.sendall(outgoing.read())
+                chunk = sock.recv(65536)
+                assert chunk, "closed during the handshake"
+                incoming.write(chunk)
+        tls.write(request)
+        sock.sendall(outgoing.read())
+        plaintext = b""
+        while True:
+            try:
+                data = tls.read(65536)
+            except ssl.SSLWantReadError:
+                chunk = sock.recv(65536)
+                assert chunk, "closed before its close_notify"
+                incoming.write(chunk)
+                continue
+            if not data:  # the server's close_notify
+                break
+            plaintext += data
+        after = b""
+        while chunk := sock.recv(65536):
+            after += chunk
+        return plaintext, after + incoming.read()
+
+
 @dataclass
 class H2Client:
     """A blocking HTTP/2 client over one TLS connection."""

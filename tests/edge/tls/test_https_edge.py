@@ -19,7 +19,14 @@ from cryptography import x509
 
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.tls_state import TLS_STATE_PATH, CertificateEntry, TlsState
-from tests.edge.tls.client import H2Client, answer_records, client_context, handshake, https_get
+from tests.edge.tls.client import (
+    H2Client,
+    answer_records,
+    client_context,
+    closing_answer,
+    handshake,
+    https_get,
+)
 from tests.integration.harness import KEYS
 from tests.support.https import HSTS_MAX_AGE_S, ZONE, HttpsCdn
 
@@ -99,6 +106,21 @@ def test_a_small_hit_over_tls_comes_in_one_record(https_cdn: HttpsCdn) -> None:
     assert len(records) == 1, [len(record) for record in records]
     head, _, sent = records[0].partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 ") and b"\r\nX-Cache: HIT" in head and sent == body
+
+
+def test_a_hit_that_closes_the_connection_ends_with_close_notify_and_the_servers_close(https_cdn: HttpsCdn) -> None:
+    # After the answer to `Connection: close` the server's close_notify, then its end of the connection,
+    # without waiting for the client's close_notify (the client here never sends one).
+    body = os.urandom(5 * 1024)
+    https_cdn.upload("v1/h1/closing.bin", body)
+    path = f"/{ZONE}/v1/h1/closing.bin"
+    eventually(lambda: https_get(https_cdn.https_port, path, ca=https_cdn.ca_file).headers["x-cache"] == "HIT",
+               "the file is a hit")
+    request = f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode()
+    answer, after = closing_answer(https_cdn.https_port, request, ca=https_cdn.ca_file)
+    head, _, sent = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and b"\r\nX-Cache: HIT" in head and sent == body
+    assert after == b""
 
 
 def test_http2_serves_hits_misses_and_api_calls(https_cdn: HttpsCdn) -> None:
