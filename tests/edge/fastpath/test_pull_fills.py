@@ -177,3 +177,31 @@ async def test_a_request_waiting_for_a_fill_made_here_gets_it_from_the_cache_pas
     assert (answer.status, answer.header("X-Cache"), answer.body) == (200, "MISS", BODY)
     assert (second.status, second.header("X-Cache"), second.body) == (200, "HIT", BODY)
     assert filled.origin.count("/slow-body.bin") == 1
+
+
+async def test_an_empty_body_and_a_body_after_its_head_are_answered_as_the_application_answers(
+        filled: FillCdn) -> None:
+    """The head is written with the body's first piece: an empty body still gets its head, and a body the origin
+    sends after its head (a separate read) follows the head, the next request on the connection after it."""
+    for name in ("/empty-fast.bin", "/empty-app.bin"):
+        filled.origin.answer(name, b"", headers=HEADERS)
+
+    async def late_body(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=HEADERS)
+        response.content_length = len(BODY)
+        await response.prepare(request)
+        await asyncio.sleep(0.05)  # the body in a read of its own, not with the head
+        await response.write(BODY)
+        return response
+
+    filled.origin.route("/late-fast.bin", late_body)
+    filled.origin.route("/late-app.bin", late_body)
+    conn, plain = await filled.cdn.connect(), await filled.cdn.plain()
+    before = filled.fills.filled
+    for suffix in ("empty", "late"):
+        fast = await conn.request(f"/{ZONE}/{suffix}-fast.bin")
+        app = await plain.request(f"/{ZONE}/{suffix}-app.bin")
+        assert fast.header("X-Cache") == "MISS" and comparable(fast) == comparable(app)
+    assert filled.fills.filled == before + 2
+    filled.answer("/after-empty.bin")
+    assert (await conn.request(f"/{ZONE}/after-empty.bin")).body == BODY
