@@ -85,7 +85,13 @@ class _CleanDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type
 
     def store(self, value, read, key=diskcache.core.UNKNOWN):  # type: ignore[no-untyped-def]
         self._stored.filename = None
-        size, mode, filename, db_value = super().store(value, read, key=key)
+        if type(value) is bytes and len(value) >= self.min_file_size:
+            # One write of the whole body: diskcache's own iterates a BytesIO of it, which yields its lines.
+            filename, full_path = self.filename(key, value)  # type: ignore[no-untyped-call]
+            self._write(full_path, (value,), "xb")  # type: ignore[no-untyped-call]
+            size, mode, db_value = len(value), diskcache.core.MODE_BINARY, None
+        else:
+            size, mode, filename, db_value = super().store(value, read, key=key)
         self._stored.filename = filename
         return size, mode, filename, db_value
 

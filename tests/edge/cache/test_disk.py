@@ -307,3 +307,13 @@ def test_batches_stay_within_the_size_limit_and_the_index_follows_eviction(tmp_p
     assert set(tier.keys_for_tags(["all-assets"])) == remaining
     assert len(body_files(tier)) == len(remaining)  # an evicted entry's file went with it
     tier.close()
+
+
+def test_a_body_file_holds_the_body_exactly_from_a_put_and_from_a_batch(disk: DiskTier) -> None:
+    body = b"\n".join(os.urandom(200) for _ in range(300))  # many lines: written whole, not line by line
+    put(disk, "single", body)
+    disk.put_many([entry("batched", body)])
+    for key in ("single", "batched"):
+        stored = disk.get(key, load_limit=1024)
+        assert stored is not None and stored.path is not None and stored.size == len(body)
+        assert Path(stored.path).read_bytes() == body
