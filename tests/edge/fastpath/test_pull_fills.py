@@ -69,6 +69,13 @@ async def test_a_miss_is_filled_on_the_hit_path_as_the_application_fills_it(fill
     filled.answer(*names)
     conn, plain = await filled.cdn.connect(), await filled.cdn.plain()
     before = filled.fills.filled
+    head_count = ("assetcdn_requests_total", 'route="/{path}"', 'method="HEAD"', 'status="200"')
+
+    async def heads_counted() -> float:
+        return _metric((await plain.request("/metrics", Authorization=METRICS["Authorization"])).body.decode(),
+                       *head_count)
+
+    heads_before = await heads_counted()
     fast_get, app_get = await conn.request(f"/{ZONE}{names[0]}"), await plain.request(f"/{ZONE}{names[1]}")
     fast_head = await conn.request(f"/{ZONE}{names[2]}", "HEAD")
     app_head = await plain.request(f"/{ZONE}{names[3]}", "HEAD")
@@ -76,7 +83,11 @@ async def test_a_miss_is_filled_on_the_hit_path_as_the_application_fills_it(fill
     async def both_filled_here() -> bool:  # a HEAD's fill goes on (reading the body to store it) after its answer
         return filled.fills.filled == before + 2
 
+    async def both_heads_counted() -> bool:  # so, on either port, it is counted after its answer: not in a later test
+        return await heads_counted() == heads_before + 2
+
     await wait_until(both_filled_here, "both misses filled on the hit path")
+    await wait_until(both_heads_counted, "both HEAD requests counted")
     assert fast_get.header("X-Cache") == "MISS" and fast_get.body == BODY
     assert comparable(fast_get) == comparable(app_get)
     assert comparable(fast_head) == comparable(app_head) and fast_head.header("Content-Length") == str(len(BODY))
