@@ -45,10 +45,6 @@ MB = 1024 * 1024
 # ran: from then on the response is stale (assetcdn/edge/states/pull.py reads it).
 SOFT_PURGED = ":soft-purged"
 PROBE_BODY = b"assetcdn edge cache probe"
-# The largest body the disk tier keeps in its SQLite row rather than a file of its own: a file's creation
-# costs more CPU than writing a body this size into the database, and a body the memory tier takes is read
-# back whole either way. Larger ones are files (sendfile, streaming).
-INLINE_MAX = 256 * 1024
 
 
 P = ParamSpec("P")
@@ -107,12 +103,8 @@ class EdgeCache:
         disk_size_limit: int = 1024 * MB,
         memory_bytes: int = 128 * MB,
         memory_max_object: int = 256 * 1024,
-        disk_min_file_size: int | None = None,
+        disk_min_file_size: int = DEFAULT_MIN_FILE_SIZE,
     ) -> None:
-        """`disk_min_file_size`: bodies below it live in the disk tier's rows; by default those up to
-        ``INLINE_MAX`` that the memory tier takes (``memory_max_object``)."""
-        if disk_min_file_size is None:
-            disk_min_file_size = max(DEFAULT_MIN_FILE_SIZE, min(memory_max_object, INLINE_MAX) + 1)
         self.directory = Path(directory)
         self.memory = MemoryTier(memory_bytes, memory_max_object)
         self.disk = DiskTier(

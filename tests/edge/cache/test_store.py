@@ -174,23 +174,3 @@ def test_a_purge_that_runs_while_a_put_stores_leaves_no_copy_behind(cache: EdgeC
     monkeypatch.undo()
     assert cache.memory.hit("k") is None  # what the hit path reads, without looking at the disk tier
     assert cache.get("k") is None
-
-
-@pytest.mark.parametrize(("memory_max_object", "inline"), [(256 * KB, True), (64 * KB, False)])
-def test_a_body_the_memory_tier_takes_up_to_256_kb_lives_in_the_disk_tiers_row(
-        tmp_path: Path, memory_max_object: int, inline: bool) -> None:
-    cache = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=1 * MB,
-                      memory_max_object=memory_max_object)
-    try:
-        put(cache, "asset:mid", b"m" * (100 * KB), "t")
-        put(cache, "asset:large", b"l" * (300 * KB), "t")
-        files = {path.stat().st_size for path in (tmp_path / "cache").rglob("*.val")}
-        assert files == ({300 * KB} if inline else {100 * KB, 300 * KB})  # no file for a body in its row
-        other_worker = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_max_object=memory_max_object)
-        mid = other_worker.get("asset:mid")
-        assert mid is not None and mid.tags == ("t",) and (mid.body is not None) == inline
-        with mid.open() as body:
-            assert body.read() == b"m" * (100 * KB)
-        other_worker.close()
-    finally:
-        cache.close()
