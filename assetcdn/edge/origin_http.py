@@ -63,7 +63,7 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.reused = False
         self._loop = asyncio.get_running_loop()
-        self._idle_handle: asyncio.TimerHandle | None = None
+        self.idle_until = 0.0  # the loop's time at which it is closed while idle (`Pool.release`)
         self._reset()
 
     def _reset(self) -> None:
@@ -111,8 +111,6 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if self._idle_handle is not None:
-            self._idle_handle.cancel()
         self.pool.forget(self)
         if self._head is None or self.done or self.error is not None:
             return
@@ -258,6 +256,8 @@ class Pool:
         self._slots: dict[Key, asyncio.Semaphore] = {}
         self._open: set[Connection] = set()
         self._tls: ssl.SSLContext | None = None
+        # One timer for every idle connection (the earliest to close), not one per connection released.
+        self._sweep: asyncio.TimerHandle | None = None
 
     async def exchange(self, key: Key, method: str, target: str, headers: Iterable[tuple[str, str]],
                        body: bytes | None) -> Connection:
@@ -295,8 +295,25 @@ class Pool:
             conn.close()
             return
         conn.reused = True
-        conn._idle_handle = asyncio.get_running_loop().call_later(self._keepalive_s, conn.close)
+        loop = asyncio.get_running_loop()
+        conn.idle_until = loop.time() + self._keepalive_s
         self._idle.setdefault(conn.key, []).append(conn)
+        if self._sweep is None:
+            self._sweep = loop.call_at(conn.idle_until, self._close_idle)
+
+    def _close_idle(self) -> None:
+        """Close the connections idle for ``keepalive_s``; the timer again for the next to be."""
+        self._sweep = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        earliest = float("inf")
+        for idle in self._idle.values():
+            for conn in [conn for conn in idle if conn.idle_until <= now]:
+                idle.remove(conn)
+                conn.close()
+            earliest = min([earliest, *(conn.idle_until for conn in idle)])
+        if earliest != float("inf"):
+            self._sweep = loop.call_at(earliest, self._close_idle)
 
     def forget(self, conn: Connection) -> None:
         self._open.discard(conn)
@@ -308,16 +325,18 @@ class Pool:
         for conn in list(self._open):
             conn.close()
         self._idle.clear()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         await asyncio.sleep(0)  # the transports' close callbacks run
 
     def _idle_connection(self, key: Key) -> Connection | None:
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()
-            if conn._idle_handle is not None:
-                conn._idle_handle.cancel()
-                conn._idle_handle = None
-            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+            if conn.idle_until <= asyncio.get_running_loop().time():  # its time is up: the timer is late
+                conn.close()
+            elif not conn.closed and conn.transport is not None and not conn.transport.is_closing():
                 return conn
         return None
 

@@ -71,6 +71,8 @@ class Peer:
 
 def rendezvous(key: str, peers: tuple[Peer, ...]) -> Peer | None:
     """The peer with the highest hash of (its name, `key`)."""
+    if len(peers) < 2:  # no hash to compare
+        return peers[0] if peers else None
     best, best_score = None, -1
     for peer in peers:
         score = int.from_bytes(hashlib.blake2b(f"{peer.name}\n{key}".encode(), digest_size=8).digest(), "big")

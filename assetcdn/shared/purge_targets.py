@@ -20,6 +20,8 @@ _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 # RFC 3986 pchar besides unreserved and percent-encodings, plus the separator: kept as they are.
 _PATH_SAFE = "/!$&'()*+,;=:@"
+# A path of these characters only is in its one spelling already (`normal_path` leaves it as it is).
+_PLAIN_PATH = re.compile("[" + re.escape("".join(sorted(_UNRESERVED)) + _PATH_SAFE) + "]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,8 @@ def normal_path(raw: str) -> str:
     decoded, the others in upper case, and what may not stand in a path as it is (a space, a non-ASCII
     character, a `%` that starts no escape) escaped as UTF-8. Reserved characters keep their form:
     `%2F` is not `/`."""
+    if _PLAIN_PATH.fullmatch(raw):
+        return raw
     out: list[str] = []
     at = 0
     for match in _ESCAPE.finditer(raw):

@@ -22,7 +22,9 @@ from assetcdn.edge.origin_client import (
     OriginTooLarge,
     origin_request_headers,
 )
+from assetcdn.edge.origin_http import Pool
 from assetcdn.shared.config import load_settings
+from tests.support.wait import wait_until
 
 LOOPBACK = OriginLimits(allow_loopback=True, connect_timeout_s=2, first_byte_timeout_s=2, idle_timeout_s=2)
 
@@ -348,3 +350,45 @@ def test_trailer_fields_after_the_last_chunk_are_bounded_as_the_head_is(uvloop_r
             server.close()
 
     assert "trailer" in uvloop_runner.run(scenario())
+
+
+async def test_idle_pooled_connections_are_reused_then_closed_after_the_keepalive() -> None:
+    accepted: list[asyncio.StreamWriter] = []
+    closed: list[asyncio.StreamWriter] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        except (asyncio.IncompleteReadError, ConnectionError):  # the client closed it
+            closed.append(writer)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = Pool(size=4, keepalive_s=0.3, connect_timeout_s=2, max_field=8192)
+    key = ("http", "127.0.0.1", port)
+
+    async def get() -> None:
+        conn = await pool.exchange(key, "GET", "/", [("Host", "origin")], None)
+        assert conn.status == 200 and await conn.chunk(2) == b"ok" and await conn.chunk(2) == b""
+        pool.release(conn)
+
+    try:
+        await asyncio.gather(get(), get())
+        await get()
+        assert len(accepted) == 2  # the third went over an idle connection
+
+        async def both_closed() -> bool:
+            return len(closed) == 2
+
+        await wait_until(both_closed, "the idle connections closed after the keepalive")
+        await get()
+        assert len(accepted) == 3
+    finally:
+        await pool.close()
+        server.close()
+        await server.wait_closed()

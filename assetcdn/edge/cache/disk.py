@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import diskcache
 import orjson
@@ -58,6 +58,16 @@ DEFAULT_MIN_FILE_SIZE = 32 * 1024
 # thread's); its defaults per connection (a 32 MB page cache, a 64 MB memory map) grow with the database until
 # they hold much of it, several times over. Ours are small: other reads come from the kernel's page cache.
 SQLITE_MMAP_BYTES = 0
+# `put_many`: keys per look-up of the files they held (within SQLite's default bound on parameters).
+_KEYS_PER_SELECT = 500
+# `put_many`'s row: diskcache's `Cache.set` of a raw key without expiry, as one upsert.
+_UPSERT = (
+    "INSERT INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag, size, mode, filename,"
+    " value) VALUES (?, 1, ?, NULL, ?, 0, ?, ?, ?, ?, ?) ON CONFLICT (key, raw) DO UPDATE SET"
+    " store_time = excluded.store_time, expire_time = NULL, access_time = excluded.access_time,"
+    " access_count = 0, tag = excluded.tag, size = excluded.size, mode = excluded.mode,"
+    " filename = excluded.filename, value = excluded.value"
+)
 # After a full filesystem the limit drops to this share of the volume the cache had reached.
 FULL_SHRINK = 0.8
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
@@ -90,9 +100,21 @@ class _CleanDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type
 
     def store(self, value, read, key=diskcache.core.UNKNOWN):  # type: ignore[no-untyped-def]
         self._stored.filename = None
-        size, mode, filename, db_value = super().store(value, read, key=key)
+        if type(value) is bytes and len(value) >= self.min_file_size:
+            # One write of the whole body: diskcache's own iterates a BytesIO of it, which yields its lines.
+            filename, full_path = self.filename(key, value)  # type: ignore[no-untyped-call]
+            self._write(full_path, (value,), "xb")  # type: ignore[no-untyped-call]
+            size, mode, db_value = len(value), diskcache.core.MODE_BINARY, None
+        else:
+            size, mode, filename, db_value = super().store(value, read, key=key)
         self._stored.filename = filename
         return size, mode, filename, db_value
+
+    def columns(self, body: bytes, key: str) -> tuple[int, int, str | None, Any]:
+        """diskcache's size, mode, filename and value columns for a body (its file written when it is large)."""
+        size, mode, filename, value = self.store(body, False, key=key)  # type: ignore[no-untyped-call]
+        self._stored.filename = None
+        return size, mode, filename, value
 
     def take_stored(self) -> str | None:
         filename: str | None = getattr(self._stored, "filename", None)
@@ -341,30 +363,47 @@ class DiskTier:
         """Store entries with in-memory bodies in one transaction (their own ``stored_at``, headers and tags);
         `current`, called once the transaction holds the database's write lock, says which of them are still to
         be written. When the transaction fails, what it wrote is removed and each entry is stored on its own, as by
-        ``put`` (a full filesystem is handled there); what cannot begin (``_bounded``) is dropped."""
+        ``put`` (a full filesystem is handled there); what cannot begin (``_bounded``) is dropped.
+
+        The rows are written as ``Cache.set`` writes them (the same columns, so diskcache's and the tag index's
+        triggers keep count, size and tags), but once per batch rather than per row: the look-up of the files
+        the keys held, the upsert (``executemany``), and diskcache's cull (``cull_limit`` rows per entry at
+        most, as its ``set`` allows each)."""
         written: list[str] = []
-        disk: _CleanDisk = self._cache._disk
+        replaced: list[str] = []
+        cache = self._cache
+        disk: _CleanDisk = cache._disk
         try:
             with self._transaction():
                 if current is not None:
                     entries = current(entries)
-                for obj in entries:
+                latest = {obj.key: obj for obj in entries}  # one row per key: the last entry's
+                if not latest:
+                    return
+                con: sqlite3.Connection = cache._con
+                keys = list(latest)
+                for start in range(0, len(keys), _KEYS_PER_SELECT):
+                    chunk = keys[start:start + _KEYS_PER_SELECT]
+                    replaced += [row[0] for row in con.execute(
+                        "SELECT filename FROM Cache WHERE raw = 1 AND filename IS NOT NULL AND key IN "
+                        f"({','.join('?' * len(chunk))})", chunk)]
+                now = time.time()
+                rows = []
+                for key, obj in latest.items():
                     assert obj.body is not None
-                    meta = encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at, obj.headers)
-                    try:
-                        self._cache.set(obj.key, obj.body, tag=meta)  # joins the transaction
-                    finally:
-                        filename = disk.take_stored()
-                        if filename is not None:
-                            written.append(filename)
+                    size, mode, filename, value = disk.columns(obj.body, key)
+                    if filename is not None:
+                        written.append(filename)
+                    rows.append((key, now, now, encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at,
+                                                            obj.headers), size, mode, filename, value))
+                con.executemany(_UPSERT, rows)
+                cache._cull(now, con.execute, replaced.append, cache.cull_limit * len(rows))
         except DiskBusy as exc:
             self._dropped(len(entries), exc)
+            return
         except (OSError, sqlite3.OperationalError):
             for filename in written:  # rolled back: no row owns them
-                try:
-                    os.remove(self.directory / filename)
-                except OSError:
-                    pass
+                self._remove(filename)
             for index, obj in enumerate(entries):
                 assert obj.body is not None
                 meta = encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at, obj.headers)
@@ -373,6 +412,13 @@ class DiskTier:
                 except DiskBusy as exc:  # the rest would wait as long each
                     self._dropped(len(entries) - index, exc)
                     return
+            return
+        for filename in replaced:  # committed: no row owns them any more
+            self._remove(filename)
+
+    def _remove(self, filename: str) -> None:
+        """Remove a body file no row owns, as diskcache does (an emptied directory goes too)."""
+        self._cache._disk.remove(filename)
 
     def _bounded(self, write: Callable[[], T], *, attempts: int = BEGIN_ATTEMPTS) -> T:
         """`write`: one diskcache write with ``retry=False`` (a failed BEGIN IMMEDIATE raises its Timeout), made

@@ -17,9 +17,11 @@ ENTRY_OVERHEAD = 100
 TAG_OVERHEAD = 64 + sys.getsizeof("")
 
 
-def entry_cost(obj: CachedObject) -> int:
-    """The bytes an entry costs the tier: what it is charged against ``max_bytes``."""
-    return obj.footprint() + ENTRY_OVERHEAD + sum(TAG_OVERHEAD + len(tag) for tag in obj.tags)
+def entry_cost(obj: CachedObject, tags: Iterable[str] | None = None) -> int:
+    """The bytes an entry costs the tier: what it is charged against ``max_bytes`` (`tags`: its tags, when the
+    caller has them already)."""
+    return obj.footprint() + ENTRY_OVERHEAD + sum(TAG_OVERHEAD + len(tag) for tag in (obj.tags if tags is None
+                                                                                       else tags))
 
 
 class MemoryTier:
@@ -27,10 +29,11 @@ class MemoryTier:
     entry is charged what it really holds (``entry_cost``: body, metadata, key, index slots), not only its
     body, so a budget of X MB keeps about X MB.
 
-    ``get`` and ``put`` are O(1) (a put of a tag new to the tier also inserts it in a sorted list);
-    ``purge_tags`` is O(entries carrying those tags) through a tag -> keys index (a tag carried by one
-    entry maps to its key alone, not to a set of one), and ``purge_tag_prefixes`` finds the tags under
-    a prefix by bisection of that sorted list.
+    ``get`` and ``put`` are O(1); ``purge_tags`` is O(entries carrying those tags) through a tag -> keys
+    index (a tag carried by one entry maps to its key alone, not to a set of one), and
+    ``purge_tag_prefixes`` finds the tags under a prefix by bisection of the index's tags in order, sorted
+    when a prefix purge needs them after tags came or went (rare beside puts, each of which may bring a new
+    tag: a pull zone's path tag).
     Objects whose body is larger than ``max_object_size`` are never kept (they stream from the disk
     tier instead). A ``threading.Lock`` guards every operation because puts may come from executor
     threads; uncontended, it costs tens of nanoseconds on a hit.
@@ -42,7 +45,7 @@ class MemoryTier:
         self.max_object_size = max(0, min(max_object_size, self.max_bytes))
         self._entries: OrderedDict[str, CachedObject] = OrderedDict()
         self._by_tag: dict[str, str | set[str]] = {}
-        self._sorted_tags: list[str] = []   # the keys of _by_tag, in order (prefix purges)
+        self._sorted_tags: list[str] | None = []  # the keys of _by_tag in order (prefix purges); None: unsorted
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -91,12 +94,13 @@ class MemoryTier:
             self._remove(obj.key)
             if obj.body is None or not self.accepts(obj.size):
                 return False
-            cost = entry_cost(obj)
+            tags = obj.tags
+            cost = entry_cost(obj, tags)
             if cost > self.max_bytes:
                 return False
             self._entries[obj.key] = obj
             self._bytes += cost
-            for tag in obj.tags:
+            for tag in tags:
                 self._index(tag, obj.key)
             while self._bytes > self.max_bytes:
                 oldest = next(iter(self._entries))
@@ -123,10 +127,13 @@ class MemoryTier:
         """Remove every entry carrying a tag that starts with any of ``prefixes``; returns the keys removed."""
         with self._lock:
             keys: set[str] = set()
+            ordered = self._sorted_tags
+            if ordered is None:
+                ordered = self._sorted_tags = sorted(self._by_tag)
             for prefix in prefixes:
-                at = bisect.bisect_left(self._sorted_tags, prefix)
-                while at < len(self._sorted_tags) and self._sorted_tags[at].startswith(prefix):
-                    self._collect(self._by_tag.get(self._sorted_tags[at]), keys)
+                at = bisect.bisect_left(ordered, prefix)
+                while at < len(ordered) and ordered[at].startswith(prefix):
+                    self._collect(self._by_tag.get(ordered[at]), keys)
                     at += 1
             return [key for key in keys if self._remove(key)]
 
@@ -142,7 +149,7 @@ class MemoryTier:
             count = len(self._entries)
             self._entries.clear()
             self._by_tag.clear()
-            self._sorted_tags.clear()
+            self._sorted_tags = []
             self._bytes = 0
             return count
 
@@ -150,7 +157,7 @@ class MemoryTier:
         held = self._by_tag.get(tag)
         if held is None:
             self._by_tag[tag] = key
-            bisect.insort(self._sorted_tags, tag)
+            self._sorted_tags = None
         elif isinstance(held, str):
             if held != key:
                 self._by_tag[tag] = {held, key}
@@ -161,8 +168,9 @@ class MemoryTier:
         obj = self._entries.pop(key, None)
         if obj is None:
             return False
-        self._bytes -= entry_cost(obj)
-        for tag in obj.tags:
+        tags = obj.tags
+        self._bytes -= entry_cost(obj, tags)
+        for tag in tags:
             held = self._by_tag.get(tag)
             if held is None:
                 continue
@@ -179,4 +187,4 @@ class MemoryTier:
 
     def _drop_tag(self, tag: str) -> None:
         del self._by_tag[tag]
-        del self._sorted_tags[bisect.bisect_left(self._sorted_tags, tag)]
+        self._sorted_tags = None

@@ -233,21 +233,24 @@ class PullFills:
             conn.closing = True
         transport = conn.transport
         counter = BodyCounter(transport)
-        if transport is not None:
-            conn.queued += len(answer_head)
-            transport.write(answer_head)
+        # The head goes out with the body's first piece (one system call), or alone when there is none to send.
+        head = [answer_head]
+        if fill.head_only:
+            self._send_head(conn, head)
         limit = node.origins.limits.max_object_bytes
         spool: IO[bytes] | None = io.BytesIO() if declared <= SPOOL_MEMORY \
             else tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
         digest = hashlib.sha256() if named_by_body(response.headers) else None
         try:
             spool, sending = await relay_body(response, limit, spool, digest,
-                                              None if fill.head_only else partial(self._send, conn, counter))
+                                              None if fill.head_only else partial(self._send, conn, counter, head))
         except OriginError as exc:
             log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, named.path, exc)
+            self._send_head(conn, head)
             conn.closing = True  # a body cut short must not look complete to the client
             self._done(conn, fill, pending, counter)
             return
+        self._send_head(conn, head)  # an empty body
         if spool is not None:
             await store(node, zone, named.path, url_key, lowered, response, stored_headers(response.headers), spool,
                         digest.hexdigest() if digest is not None else None)
@@ -257,13 +260,26 @@ class PullFills:
         self._done(conn, fill, pending, counter)
 
     @staticmethod
-    async def _send(conn: HitProtocol, counter: BodyCounter, chunk: bytes) -> bool:
-        """Write a body chunk, waiting while the client does not read; False once the client is gone."""
+    def _send_head(conn: HitProtocol, head: list[bytes]) -> None:
+        """Write the answer's head unless it went out already (`head` empty then)."""
+        transport = conn.transport
+        if head and transport is not None and not transport.is_closing():
+            conn.queued += len(head[0])
+            transport.write(head.pop())
+
+    @staticmethod
+    async def _send(conn: HitProtocol, counter: BodyCounter, head: list[bytes], chunk: bytes) -> bool:
+        """Write a body chunk (after the head, when it is still to go), waiting while the client does not read;
+        False once the client is gone."""
         transport = conn.transport
         if transport is None or transport.is_closing():
             return False
         conn.queued += len(chunk)
-        transport.write(chunk)
+        if head:
+            conn.queued += len(head[0])
+            transport.writelines((head.pop(), chunk))
+        else:
+            transport.write(chunk)
         counter(len(chunk), 0)
         if conn.drain.paused:
             try:

@@ -56,6 +56,9 @@ def split_list(values: Iterable[str]) -> list[str]:
     """The members of a comma-separated list field, across its lines; commas inside quotes do not split."""
     members: list[str] = []
     for value in values:
+        if '"' not in value:  # no quoted string: every comma splits
+            members += [member.strip() for member in value.split(",")]
+            continue
         current: list[str] = []
         quoted = escaped = False
         for char in value:

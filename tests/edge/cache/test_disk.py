@@ -14,7 +14,7 @@ import diskcache
 import pytest
 
 from assetcdn.edge.cache.disk import DiskTier, _CleanDisk
-from assetcdn.edge.cache.entry import STREAM_CHUNK, strong_etag
+from assetcdn.edge.cache.entry import STREAM_CHUNK, CachedObject, strong_etag
 
 MB = 1024 * 1024
 
@@ -260,3 +260,60 @@ def test_body_files_sit_one_directory_deep_and_files_of_the_deeper_layout_still_
     assert sorted(tier.purge_tags(["new"])) == sorted(f"new:{index}" for index in range(20))
     assert list(directory.rglob("*.val")) == []
     tier.close()
+
+
+def entry(key: str, body: bytes, *tags: str, stored_at: float = 1.0) -> CachedObject:
+    return CachedObject(key=key, content_type="image/png", etag=strong_etag(key), tags=tags, size=len(body),
+                        stored_at=stored_at, body=body, headers=(("x-zone", "a"),))
+
+
+def body_files(tier: DiskTier) -> set[Path]:
+    return {path for path in tier.directory.rglob("*.val")}
+
+
+def test_a_batch_is_stored_as_single_puts_are(disk: DiskTier) -> None:
+    put(disk, "replaced", b"f" * 100_000, "old-tag")  # a body file, which the batch's row replaces
+    put(disk, "kept", b"k", "kept-tag")
+    old_files = body_files(disk)
+    disk.put_many([entry("replaced", b"small now", "new-tag", stored_at=5.0), entry("new", b"n" * 40_000, "new-tag"),
+                   entry("inline", b"i", "inline-tag"), entry("inline", b"second", "inline-tag", stored_at=7.0)])
+    replaced = disk.get("replaced", load_limit=MB)
+    assert replaced is not None and replaced.body == b"small now" and replaced.stored_at == 5.0
+    assert replaced.tags == ("new-tag",) and replaced.headers == (("x-zone", "a"),)
+    inline = disk.get("inline", load_limit=MB)
+    assert inline is not None and (inline.body, inline.stored_at) == (b"second", 7.0)  # a key's last entry
+    new = disk.get("new", load_limit=MB)
+    assert new is not None and new.body == b"n" * 40_000
+    assert not old_files & body_files(disk)  # the replaced body's file is gone
+    assert len(body_files(disk)) == 1 and len(disk) == 4
+    assert disk.volume() >= 40_000 and disk.volume() < 100_000 + 40_000
+    assert disk.keys_for_tags(["old-tag"]) == []
+    assert sorted(disk.keys_for_tags(["new-tag"])) == ["new", "replaced"]
+    assert disk.keys_for_tags(["inline-tag", "kept-tag"]) in (["inline", "kept"], ["kept", "inline"])
+
+
+def test_batches_stay_within_the_size_limit_and_the_index_follows_eviction(tmp_path: Path) -> None:
+    limit = 2 * MB
+    tier = DiskTier(tmp_path / "cache", size_limit=limit)
+    body = b"b" * (100 * 1024)
+    for batch in range(12):
+        tier.put_many([entry(f"asset:{batch * 5 + i}", body, "all-assets", stored_at=batch * 5 + i)
+                       for i in range(5)])
+        assert tier.volume() <= limit + 5 * len(body) + 256 * 1024
+    assert len(tier) < 60
+    assert tier.get("asset:59", load_limit=MB) is not None
+    assert tier.get("asset:0", load_limit=MB) is None
+    remaining = {f"asset:{i}" for i in range(60) if tier.get(f"asset:{i}", load_limit=0)}
+    assert set(tier.keys_for_tags(["all-assets"])) == remaining
+    assert len(body_files(tier)) == len(remaining)  # an evicted entry's file went with it
+    tier.close()
+
+
+def test_a_body_file_holds_the_body_exactly_from_a_put_and_from_a_batch(disk: DiskTier) -> None:
+    body = b"\n".join(os.urandom(200) for _ in range(300))  # many lines: written whole, not line by line
+    put(disk, "single", body)
+    disk.put_many([entry("batched", body)])
+    for key in ("single", "batched"):
+        stored = disk.get(key, load_limit=1024)
+        assert stored is not None and stored.path is not None and stored.size == len(body)
+        assert Path(stored.path).read_bytes() == body

@@ -93,3 +93,20 @@ def test_disabled_tier_keeps_nothing() -> None:
     tier = MemoryTier(max_bytes=0, max_object_size=1000)
     assert not tier.put(make("a", 1))
     assert len(tier) == 0
+
+
+def test_prefix_purges_find_the_tags_of_entries_put_and_evicted_between_them() -> None:
+    tier = MemoryTier(max_bytes=entry_cost(make("a0", 10, ("path:/a/0",))) * 4, max_object_size=100)
+    for index in range(3):
+        assert tier.put(make(f"a{index}", 10, (f"path:/a/{index}",)))
+    assert tier.purge_tag_prefixes(["path:/a/1"]) == ["a1"]
+    for index in range(3, 7):  # new tags after the purge sorted them; the oldest entries are evicted
+        assert tier.put(make(f"a{index}", 10, (f"path:/a/{index}",)))
+    assert tier.get("a0") is None and tier.get("a2") is None
+    assert tier.purge_tag_prefixes(["path:/a/0", "path:/a/2"]) == []
+    assert sorted(tier.purge_tag_prefixes(["path:/a/"])) == ["a3", "a4", "a5", "a6"]
+    assert len(tier) == 0 and tier.bytes == 0
+    tier.put(make("b", 10, ("path:/b",)))
+    tier.clear()
+    tier.put(make("c", 10, ("path:/c",)))
+    assert tier.purge_tag_prefixes(["path:/"]) == ["c"]

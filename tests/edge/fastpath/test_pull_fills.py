@@ -69,6 +69,13 @@ async def test_a_miss_is_filled_on_the_hit_path_as_the_application_fills_it(fill
     filled.answer(*names)
     conn, plain = await filled.cdn.connect(), await filled.cdn.plain()
     before = filled.fills.filled
+    head_count = ("assetcdn_requests_total", 'route="/{path}"', 'method="HEAD"', 'status="200"')
+
+    async def heads_counted() -> float:
+        return _metric((await plain.request("/metrics", Authorization=METRICS["Authorization"])).body.decode(),
+                       *head_count)
+
+    heads_before = await heads_counted()
     fast_get, app_get = await conn.request(f"/{ZONE}{names[0]}"), await plain.request(f"/{ZONE}{names[1]}")
     fast_head = await conn.request(f"/{ZONE}{names[2]}", "HEAD")
     app_head = await plain.request(f"/{ZONE}{names[3]}", "HEAD")
@@ -76,7 +83,11 @@ async def test_a_miss_is_filled_on_the_hit_path_as_the_application_fills_it(fill
     async def both_filled_here() -> bool:  # a HEAD's fill goes on (reading the body to store it) after its answer
         return filled.fills.filled == before + 2
 
+    async def both_heads_counted() -> bool:  # so, on either port, it is counted after its answer: not in a later test
+        return await heads_counted() == heads_before + 2
+
     await wait_until(both_filled_here, "both misses filled on the hit path")
+    await wait_until(both_heads_counted, "both HEAD requests counted")
     assert fast_get.header("X-Cache") == "MISS" and fast_get.body == BODY
     assert comparable(fast_get) == comparable(app_get)
     assert comparable(fast_head) == comparable(app_head) and fast_head.header("Content-Length") == str(len(BODY))
@@ -177,3 +188,31 @@ async def test_a_request_waiting_for_a_fill_made_here_gets_it_from_the_cache_pas
     assert (answer.status, answer.header("X-Cache"), answer.body) == (200, "MISS", BODY)
     assert (second.status, second.header("X-Cache"), second.body) == (200, "HIT", BODY)
     assert filled.origin.count("/slow-body.bin") == 1
+
+
+async def test_an_empty_body_and_a_body_after_its_head_are_answered_as_the_application_answers(
+        filled: FillCdn) -> None:
+    """The head is written with the body's first piece: an empty body still gets its head, and a body the origin
+    sends after its head (a separate read) follows the head, the next request on the connection after it."""
+    for name in ("/empty-fast.bin", "/empty-app.bin"):
+        filled.origin.answer(name, b"", headers=HEADERS)
+
+    async def late_body(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=HEADERS)
+        response.content_length = len(BODY)
+        await response.prepare(request)
+        await asyncio.sleep(0.05)  # the body in a read of its own, not with the head
+        await response.write(BODY)
+        return response
+
+    filled.origin.route("/late-fast.bin", late_body)
+    filled.origin.route("/late-app.bin", late_body)
+    conn, plain = await filled.cdn.connect(), await filled.cdn.plain()
+    before = filled.fills.filled
+    for suffix in ("empty", "late"):
+        fast = await conn.request(f"/{ZONE}/{suffix}-fast.bin")
+        app = await plain.request(f"/{ZONE}/{suffix}-app.bin")
+        assert fast.header("X-Cache") == "MISS" and comparable(fast) == comparable(app)
+    assert filled.fills.filled == before + 2
+    filled.answer("/after-empty.bin")
+    assert (await conn.request(f"/{ZONE}/after-empty.bin")).body == BODY

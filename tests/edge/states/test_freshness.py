@@ -23,6 +23,7 @@ from assetcdn.edge.states.freshness import (
     request_directives,
     reuse,
     secondary_key,
+    split_list,
     stored_headers,
     updated_headers,
     usable_on_error,
@@ -42,6 +43,16 @@ def test_directives_are_case_insensitive_unquoted_and_the_first_of_a_repeat_wins
     assert parse_directives(['Max-Age=60, no-cache="Set-Cookie, X-A"', "max-age=5, public"]) == {
         "max-age": "60", "no-cache": "Set-Cookie, X-A", "public": None}
     assert parse_directives(["  ,, private ,"]) == {"private": None}
+
+
+@pytest.mark.parametrize(("values", "members"), [
+    (["a, b,,c ", " d"], ["a", "b", "c", "d"]),
+    (['no-cache="set-cookie, x-id", max-age=5', "private"], ['no-cache="set-cookie, x-id"', "max-age=5", "private"]),
+    (['a="x\\"y, z", b'], ['a="x\\"y, z"', "b"]),
+    ([" , ", ""], []),
+])
+def test_list_members_split_at_commas_outside_quoted_strings(values: list[str], members: list[str]) -> None:
+    assert split_list(values) == members
 
 
 def test_pragma_no_cache_counts_only_without_cache_control() -> None:
