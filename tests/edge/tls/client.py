@@ -67,24 +67,32 @@ def https_get(port: int, path: str, *, server_name: str = "localhost", ca: Path 
         connection.close()
 
 
+def _sent_over_tls13(sock: socket.socket, request: bytes, server_name: str,
+                     ca: Path | None) -> tuple[ssl.SSLObject, ssl.MemoryBIO]:
+    """A TLS 1.3 handshake over `sock` through memory BIOs, then `request` sent: (the TLS object, the BIO the
+    caller feeds what it reads off the wire into)."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = client_context(ca, version=ssl.TLSVersion.TLSv1_3).wrap_bio(incoming, outgoing, server_hostname=server_name)
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            sock.sendall(outgoing.read())
+            chunk = sock.recv(65536)
+            assert chunk, "closed during the handshake"
+            incoming.write(chunk)
+    tls.write(request)
+    sock.sendall(outgoing.read())
+    return tls, incoming
+
+
 def answer_records(port: int, request: bytes, *, server_name: str = "localhost", ca: Path | None = None) -> list[bytes]:
     """The plaintext of each TLS record that carries application data, as the server sent them, for
     `request` (one whole HTTP/1.1 request that closes the connection) over a TLS 1.3 connection: its
     records are read off the wire one at a time, each decrypted alone, until the server's close_notify."""
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = client_context(ca, version=ssl.TLSVersion.TLSv1_3).wrap_bio(incoming, outgoing, server_hostname=server_name)
     with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as sock:
-        while True:
-            try:
-                tls.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                sock.sendall(outgoing.read())
-                chunk = sock.recv(65536)
-                assert chunk, "closed during the handshake"
-                incoming.write(chunk)
-        tls.write(request)
-        sock.sendall(outgoing.read())
+        tls, incoming = _sent_over_tls13(sock, request, server_name, ca)
         wire = b""
         records: list[bytes] = []
         while True:
@@ -111,20 +119,8 @@ def closing_answer(port: int, request: bytes, *, server_name: str = "localhost",
     """(the plaintext answer, what came after the server's close_notify until the server closed the TCP
     connection) for `request` (one whole HTTP/1.1 request that closes the connection) over TLS 1.3, this
     client never sending a close_notify of its own; a server that waits for it runs into TIMEOUT_S."""
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = client_context(ca, version=ssl.TLSVersion.TLSv1_3).wrap_bio(incoming, outgoing, server_hostname=server_name)
     with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as sock:
-        while True:
-            try:
-                tls.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                sock.sendall(outgoing.read())
-                chunk = sock.recv(65536)
-                assert chunk, "closed during the handshake"
-                incoming.write(chunk)
-        tls.write(request)
-        sock.sendall(outgoing.read())
+        tls, incoming = _sent_over_tls13(sock, request, server_name, ca)
         plaintext = b""
         while True:
             try:
