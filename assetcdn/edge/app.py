@@ -180,6 +180,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         identity.cache_dir.mkdir(parents=True, exist_ok=True)
         cache = EdgeCache.from_settings(edge, identity.cache_dir / "cache")
         cache.alone = identity.workers == 1
+        cache.disk.report_to(app[METRICS])
         opened.callback(cache.close)
         control = ControlClient(identity.control_url, secrets.cluster_secret, float(edge["origin_timeout_s"]),
                                 client_keepalive_s(settings),

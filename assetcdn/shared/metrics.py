@@ -89,6 +89,14 @@ class Metrics:
         self.proxy_header_refusals = Counter("assetcdn_edge_proxy_header_refusals_total",
                                              "Connections closed at their PROXY protocol header, by reason "
                                              "(untrusted, malformed, timeout, missing)", ["reason"], registry=reg)
+        # The edge's disk tier (assetcdn/edge/cache/disk.py): writes that found the filesystem full, and entries
+        # not stored because the database refused their write through every attempt.
+        self.disk_full = Counter("assetcdn_edge_disk_full_total",
+                                 "Edge disk tier writes that found the filesystem full", ["process"], registry=reg)
+        self.disk_dropped_writes = Counter("assetcdn_edge_disk_dropped_writes_total",
+                                           "Entries the edge disk tier did not store: its database refused the "
+                                           "write through every attempt (served all the same)", ["process"],
+                                           registry=reg)
 
         self.tally = Tally()
         self.bytes_served_here = TallyCounter(self.tally.bytes_served, kind)

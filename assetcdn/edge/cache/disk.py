@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import diskcache
 import orjson
@@ -51,6 +51,9 @@ from assetcdn.edge.cache.sqlite_conn import (
     SQLITE_TIMEOUT_S,
     ThreadLocalConnection,
 )
+
+if TYPE_CHECKING:
+    from assetcdn.shared.metrics import Metrics
 
 # diskcache's default: bodies below it live inline in SQLite, larger ones as files.
 DEFAULT_MIN_FILE_SIZE = 32 * 1024
@@ -451,6 +454,21 @@ class DiskTier:
         with ExitStack() as stack:
             self._bounded(lambda: stack.enter_context(self._cache.transact()))
             yield
+
+    def report_to(self, metrics: Metrics) -> None:
+        """Add this tier's full-filesystem events and dropped writes to `metrics` on each of its flushes."""
+        full, dropped = metrics.disk_full.labels(metrics.kind), metrics.disk_dropped_writes.labels(metrics.kind)
+        reported = [0, 0]
+
+        def collect() -> None:
+            counts = (self.full_events, self.dropped_writes)  # ints the writer thread only ever raises
+            if counts[0] > reported[0]:
+                full.inc(counts[0] - reported[0])
+            if counts[1] > reported[1]:
+                dropped.inc(counts[1] - reported[1])
+            reported[:] = counts
+
+        metrics.add_source(collect)
 
     def _dropped(self, count: int, exc: DiskBusy) -> None:
         with self._full_lock:

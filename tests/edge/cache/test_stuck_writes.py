@@ -23,6 +23,7 @@ from assetcdn.edge.cache import store as store_module
 from assetcdn.edge.cache.disk import DiskTier
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.store import EdgeCache
+from assetcdn.shared.metrics import Metrics
 
 MB = 1024 * 1024
 LIMIT_S = 30.0  # far above what each write takes here, even on a loaded machine: only a write that never ends
@@ -118,7 +119,10 @@ def test_a_batch_that_finds_the_database_locked_throughout_is_dropped(
     """Another connection holds the write lock through every attempt: the batch is given up (counted, logged),
     not retried for ever; once the lock is gone the tier writes again."""
     monkeypatch.setattr(disk_module, "SQLITE_TIMEOUT_S", 0.05)  # each attempt's wait for the lock
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     tier = DiskTier(tmp_path / "cache", size_limit=64 * MB)
+    metrics = Metrics("edge")
+    tier.report_to(metrics)
     holder = sqlite3.connect(tier.database, isolation_level=None)
     try:
         holder.execute("BEGIN IMMEDIATE")
@@ -127,6 +131,9 @@ def test_a_batch_that_finds_the_database_locked_throughout_is_dropped(
         holder.execute("ROLLBACK")
         assert bodies(tier) == {obj.key: None for obj in BATCH}
         assert tier.dropped_writes == len(BATCH)
+        for _ in range(2):  # a second flush adds nothing more
+            metrics.flush()
+            assert 'assetcdn_edge_disk_dropped_writes_total{process="edge"} 2.0' in metrics.render().decode()
         assert any("not written" in r.getMessage() for r in caplog.records), caplog.records
         assert not [p for p in tier.directory.rglob("*.val")]  # the large body's file went with its batch
         in_one_thread([lambda: tier.put_many(BATCH)])

@@ -27,3 +27,11 @@ async def test_errors_are_counted_with_their_status_and_route(make_cdn: CdnFacto
     assert _count(text, "/api/transform", "400") == 1
     assert _count(text, "/api/health", "200") >= 1
     assert 'status="500"' not in text
+
+
+async def test_the_disk_tiers_full_and_dropped_writes_are_series_from_the_start(make_cdn: CdnFactory) -> None:
+    """An operator can alert on them before the first event (a series that appears only then is missed)."""
+    cdn = await make_cdn()
+    lines = (await (await cdn.edge.get("/metrics", headers=METRICS)).text()).splitlines()
+    assert 'assetcdn_edge_disk_full_total{process="edge"} 0.0' in lines
+    assert 'assetcdn_edge_disk_dropped_writes_total{process="edge"} 0.0' in lines
