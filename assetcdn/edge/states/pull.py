@@ -92,8 +92,9 @@ DIGEST = ":sha256"
 TAG_FIELDS = ("cache-tag", "surrogate-key")
 # A client's own conditions and ranges are answered from the stored response, never passed on a cache fill.
 CLIENT_CONDITIONS = ("If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range")
-# What is never copied to a client from a stored head: framing is the edge's own.
-NOT_DELIVERED = frozenset(("content-length", "transfer-encoding", "connection", "keep-alive", "date"))
+# What is never copied to a client from an origin's or stored head: framing is the edge's own, and so is the
+# request id (a shield's answer carries the shield's; every answer carries this edge's, the one it logs).
+NOT_DELIVERED = frozenset(("content-length", "transfer-encoding", "connection", "keep-alive", "date", "x-request-id"))
 
 
 @dataclass(frozen=True, slots=True)
