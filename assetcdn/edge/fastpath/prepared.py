@@ -141,7 +141,9 @@ class HostView:
 
 
 def header_lines(headers: CIMultiDict[str]) -> bytes:
-    return "".join(f"{name}: {value}\r\n" for name, value in headers.items()).encode()
+    if not headers:
+        return b""
+    return ("\r\n".join(map(": ".join, headers.items())) + "\r\n").encode()
 
 
 def prepare(node: EdgeNode, config: EdgeConfig, view: HostView,

@@ -639,12 +639,11 @@ def origin_tags(headers: Headers) -> list[str]:
 
 
 def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: str, age: int | None) -> CIMultiDict[str]:
-    headers: CIMultiDict[str] = CIMultiDict()
-    for name, value in head:
-        if name not in NOT_DELIVERED and not name.startswith(":"):
-            headers.add(name, value)
-    if "date" in (name for name, _ in head):
-        headers["Date"] = first_value(head, "date") or ""
+    fields = [field for field in head if field[0] not in NOT_DELIVERED and field[0][:1] != ":"]
+    date = first_value(head, "date")
+    if date is not None:
+        fields.append(("Date", date))
+    headers: CIMultiDict[str] = CIMultiDict(fields)  # one multidict made whole: cheaper than a field at a time
     if age is not None:
         headers["Age"] = str(age)
     headers["X-Cache"] = x_cache
