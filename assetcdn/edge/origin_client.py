@@ -285,9 +285,9 @@ class OriginClient:
         fields = list(headers.items())
         if "host" not in (name.lower() for name, _ in fields):
             fields.append(("Host", target.raw_authority))
+        deadline = asyncio.get_running_loop().time() + self.limits.first_byte_timeout_s
         try:
-            async with asyncio.timeout(self.limits.first_byte_timeout_s):
-                conn = await pool.exchange(key, method, target.raw_path_qs, fields, body)
+            conn = await pool.exchange(key, method, target.raw_path_qs, fields, body, deadline)
         except TimeoutError as exc:  # connecting (its own message), or the head within the first-byte time
             raise OriginTimeout(str(exc) or f"no answer from the origin within {self.limits.first_byte_timeout_s:g} s"
                                 ) from None
