@@ -154,7 +154,10 @@ async def pull_zone_on_hit_cdn(directory: Path, zone: str, *, workers: int = 0,
             assert resp.status == 201, await resp.text()
 
             async def arrived() -> bool:
-                return all(zone in app[NODE].config.pull_zones for app in (cdn.app, *cdn.siblings))
+                # Each worker at the hit site's generation too: a shield behind the asking worker declines.
+                nodes = [app[NODE] for app in (cdn.app, *cdn.siblings)]
+                return all(zone in node.config.pull_zones and node.applied_generation >= cdn.node.applied_generation
+                           for node in nodes)
 
             await wait_until(arrived, "the pull zone reaching the edge")
             yield cdn, origin
