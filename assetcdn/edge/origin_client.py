@@ -58,6 +58,7 @@ UNKEYED_OVERRIDES = frozenset((
     "x-forwarded-port", "x-forwarded-prefix", "x-forwarded-for", "x-real-ip", "x-host", "x-original-url",
     "x-rewrite-url", "x-original-host", "x-http-method-override", "x-http-method", "x-method-override",
     "x-forwarded-ssl", "front-end-https", "x-url-scheme", "via", "surrogate-capability"))
+NOT_FORWARDED = HOP_BY_HOP | UNKEYED_OVERRIDES
 VIA = "1.1 assetcdn"
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_CHECKED_HOSTS = 1024  # origin hosts whose refusal (or none) is remembered; more start over
@@ -122,17 +123,19 @@ class OriginLimits:
 
 
 def connection_fields(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
-    """Hop-by-hop fields, with those a message's own Connection field names."""
+    """Hop-by-hop fields, with those a message's own Connection field names (`HOP_BY_HOP` itself when it
+    names none other: most messages' `Connection: keep-alive` or `close`)."""
     named = {token.strip().lower() for name, value in headers if name.lower() == "connection"
              for token in value.split(",") if token.strip()}
-    return HOP_BY_HOP | named
+    return HOP_BY_HOP if named <= HOP_BY_HOP else HOP_BY_HOP | named
 
 
 def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *, client_ip: str | None,
                            scheme: str) -> CIMultiDict[str]:
     """What the origin is sent: the client's end-to-end fields less the overriding ones, then the origin's
     Host, the zone's own fields, Via and the client's address and scheme as this edge saw them."""
-    dropped = connection_fields(client) | UNKEYED_OVERRIDES
+    fields = connection_fields(client)
+    dropped = NOT_FORWARDED if fields is HOP_BY_HOP else fields | UNKEYED_OVERRIDES
     headers: CIMultiDict[str] = CIMultiDict()
     for name, value in client:
         if name.lower() not in dropped:
@@ -282,9 +285,9 @@ class OriginClient:
         fields = list(headers.items())
         if "host" not in (name.lower() for name, _ in fields):
             fields.append(("Host", target.raw_authority))
+        deadline = asyncio.get_running_loop().time() + self.limits.first_byte_timeout_s
         try:
-            async with asyncio.timeout(self.limits.first_byte_timeout_s):
-                conn = await pool.exchange(key, method, target.raw_path_qs, fields, body)
+            conn = await pool.exchange(key, method, target.raw_path_qs, fields, body, deadline)
         except TimeoutError as exc:  # connecting (its own message), or the head within the first-byte time
             raise OriginTimeout(str(exc) or f"no answer from the origin within {self.limits.first_byte_timeout_s:g} s"
                                 ) from None

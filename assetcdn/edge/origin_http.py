@@ -197,9 +197,17 @@ class Connection(asyncio.Protocol):
         assert self.transport is not None
         self.transport.write("".join(lines).encode("utf-8") + (body or NO_BODY))
 
-    async def head(self) -> None:
+    async def head(self, deadline: float | None = None) -> None:
+        """Wait for the response's head; TimeoutError at the loop's time `deadline`."""
         assert self._head is not None
-        await self._head
+        if deadline is None:
+            await self._head
+            return
+        timer = self._loop.call_at(deadline, expire, self._head)
+        try:
+            await self._head
+        finally:
+            timer.cancel()
 
     async def chunk(self, idle_timeout_s: float) -> bytes:
         """The next piece of the body; b"" at its end. TimeoutError after `idle_timeout_s` of silence."""
@@ -208,9 +216,12 @@ class Connection(asyncio.Protocol):
                 raise self.error
             if self.done:
                 return NO_BODY
-            self._waiter = self._loop.create_future()
-            async with asyncio.timeout(idle_timeout_s):
-                await self._waiter
+            self._waiter = waiter = self._loop.create_future()
+            timer = self._loop.call_later(idle_timeout_s, expire, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
         chunk = self._chunks.popleft()
         self._buffered -= len(chunk)
         if self._paused and self._buffered <= BUFFERED // 2 and self.transport is not None:
@@ -241,6 +252,12 @@ class Connection(asyncio.Protocol):
         self._waiter = None
 
 
+def expire(waiter: asyncio.Future[None]) -> None:
+    """A wait's time is up: it ends in TimeoutError, as under asyncio.timeout."""
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
 class Pool:
     """Keep-alive connections by scheme, host and port; see the module docstring."""
 
@@ -260,19 +277,29 @@ class Pool:
         self._sweep: asyncio.TimerHandle | None = None
 
     async def exchange(self, key: Key, method: str, target: str, headers: Iterable[tuple[str, str]],
-                       body: bytes | None) -> Connection:
-        """Send a request; the connection once the final response's head arrived (`release` it when done)."""
+                       body: bytes | None, deadline: float | None = None) -> Connection:
+        """Send a request; the connection once the final response's head arrived (`release` it when done).
+        TimeoutError when that is not before the loop's time `deadline` (None: no bound)."""
         slots = self._slots.get(key)
         if slots is None:
             slots = self._slots[key] = asyncio.Semaphore(self._size)
-        await slots.acquire()
+        # What waits only now and then (a free slot, a new connection) is bounded by asyncio.timeout_at, the
+        # head (every request waits for one) by a timer: asyncio.timeout costs more than the rest of a request.
+        if slots.locked():
+            async with asyncio.timeout_at(deadline):
+                await slots.acquire()
+        else:
+            await slots.acquire()
         try:
             fields = list(headers)
             for attempt in range(2):
-                conn = self._idle_connection(key) or await self._connect(key)
+                conn = self._idle_connection(key)
+                if conn is None:
+                    async with asyncio.timeout_at(deadline):
+                        conn = await self._connect(key)
                 try:
                     conn.send(method, target, fields, body)
-                    await conn.head()
+                    await conn.head(deadline)
                     return conn
                 except Disconnected:
                     conn.close()

@@ -25,7 +25,7 @@ from assetcdn import control, edge
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.node import EdgeNode
-from assetcdn.shared.config import load_settings
+from assetcdn.shared.config import Settings, load_settings
 from tests.edge.hit_server import HitTestServer
 from tests.integration.harness import LAZY_IMAGE_POOL
 from tests.support.control import ACCESS, ACCOUNT, METRICS, SECRETS
@@ -79,16 +79,29 @@ async def raw_status(cdn: Cdn, target: str, host: str) -> int:
         writer.close()
 
 
+def test_settings(env: dict[str, str]) -> Settings:
+    """The settings `env` gives, with the tests' quick catch-up and heartbeat and the image pool started on
+    first use with one worker."""
+    return load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
+                                  "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **LAZY_IMAGE_POOL, **env})
+
+
+def edge_worker_app(settings: Settings, control_client: TestClient, root: Path, edge_name: str, *,
+                    worker: int = 0, workers: int = 0) -> web.Application:
+    """Worker `worker` of edge `edge_name` (of `workers`; 0: not known), not yet served: its cache under `root`,
+    shared by the edge's workers as the edge process shares it."""
+    identity = EdgeIdentity(name=edge_name, worker=worker, control_url=str(control_client.make_url("")).rstrip("/"),
+                            cache_dir=root / "edge", advertise_host="127.0.0.1", workers=workers)
+    return edge.app.create_app(settings, SECRETS, identity)
+
+
 async def control_and_edge_app(root: Path, serve: Callable[[Any], Awaitable[TestClient]], env: dict[str, str],
-                               edge_name: str) -> tuple[TestClient, web.Application]:
-    """Control served by `serve` under `root`, and an edge app (not yet served) that names it, both with the
-    tests' quick catch-up and heartbeat and the image pool started on first use with one worker."""
-    settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
-                                      "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **LAZY_IMAGE_POOL, **env})
+                               edge_name: str, *, workers: int = 0) -> tuple[TestClient, web.Application]:
+    """Control served by `serve` under `root`, and an edge app (worker 0 of `workers`, not yet served) that
+    names it, with `test_settings(env)`."""
+    settings = test_settings(env)
     control_client = await serve(control.app.create_app(settings, SECRETS, root / "data"))
-    identity = EdgeIdentity(name=edge_name, worker=0, control_url=str(control_client.make_url("")).rstrip("/"),
-                            cache_dir=root / "edge", advertise_host="127.0.0.1")
-    return control_client, edge.app.create_app(settings, SECRETS, identity)
+    return control_client, edge_worker_app(settings, control_client, root, edge_name, workers=workers)
 
 
 async def register_and_make_zone(control_client: TestClient, edge_name: str) -> None:

@@ -27,7 +27,7 @@ from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.fastpath.hit_server import HitSite
 from assetcdn.edge.node import EdgeNode
 from assetcdn.shared.http_server import answer_unreadable_requests_in_json, name_the_server
-from tests.support.cdn import PURGE, control_and_edge_app, register_and_make_zone
+from tests.support.cdn import PURGE, control_and_edge_app, edge_worker_app, register_and_make_zone
 from tests.support.control import ACCESS
 from tests.support.wait import wait_until
 
@@ -110,6 +110,7 @@ class HitCdn:
     site: HitSite
     port: int          # the hit site
     plain_port: int    # the same application behind aiohttp's own TCPSite
+    siblings: tuple[web.Application, ...] = ()  # the edge's other workers (their cluster sites only)
 
     @property
     def node(self) -> EdgeNode:
@@ -151,12 +152,14 @@ HitCdnFactory = Callable[..., Awaitable[HitCdn]]
 
 
 async def start_hit_cdn(root: Path, serve: Callable[[web.Application], Awaitable[TestClient]],
-                        runners: list[web.AppRunner], env: dict[str, str]) -> HitCdn:
+                        runners: list[web.AppRunner], env: dict[str, str], *, workers: int = 0) -> HitCdn:
     """Control served by `serve` and the edge on its hit site and plain site under `root` (its runner added to
-    `runners` for the caller to clean up); returns once the edge is synced and registered and the zone exists."""
+    `runners` for the caller to clean up); returns once the edge is synced and registered and the zone exists.
+    `workers` above 1: the edge's other workers run too (cluster sites only, the cache shared), and it returns
+    once each worker lists them all as shields."""
     name_the_server()  # as the edge process does (`Server: assetcdn` on the application's answers too)
     answer_unreadable_requests_in_json()  # and aiohttp's own error pages in JSON
-    control_client, app = await control_and_edge_app(root, serve, env, "edge-f")
+    control_client, app = await control_and_edge_app(root, serve, env, "edge-f", workers=workers)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0,
                            keepalive_timeout=float(app[SETTINGS].get("server", "header_timeout_s")))
     await runner.setup()
@@ -165,10 +168,19 @@ async def start_hit_cdn(root: Path, serve: Callable[[web.Application], Awaitable
     await site.start()
     plain = web.TCPSite(runner, "127.0.0.1", 0)
     await plain.start()
-    cdn = HitCdn(control_client, app, site, site.port, plain.port)
+    siblings = []
+    for worker in range(1, workers):
+        sibling = edge_worker_app(app[SETTINGS], control_client, root, "edge-f", worker=worker, workers=workers)
+        sibling_runner = web.AppRunner(sibling, access_log=None, shutdown_timeout=1.0)
+        await sibling_runner.setup()
+        runners.append(sibling_runner)
+        siblings.append(sibling)
+    cdn = HitCdn(control_client, app, site, site.port, plain.port, tuple(siblings))
+    nodes = [cdn.node, *(sibling[NODE] for sibling in siblings)]
 
     async def synced() -> bool:
-        return cdn.node.synced
+        return all(node.synced for node in nodes) and (workers < 2 or all(
+            len(node.shields.peers()) == workers for node in nodes))
 
     await wait_until(synced, "edge caught up with control")
     await register_and_make_zone(control_client, "edge-f")
@@ -176,10 +188,10 @@ async def start_hit_cdn(root: Path, serve: Callable[[web.Application], Awaitable
 
 
 @asynccontextmanager
-async def shared_hit_cdn(root: Path, **env: str) -> AsyncIterator[HitCdn]:
+async def shared_hit_cdn(root: Path, *, workers: int = 0, **env: str) -> AsyncIterator[HitCdn]:
     """One CDN for the tests of a module that only read what the module's fixture stored (module-scoped
-    fixtures cannot use pytest-aiohttp's per-test servers), with the settings `env`; stopped when the
-    module's tests are done."""
+    fixtures cannot use pytest-aiohttp's per-test servers), with the settings `env` (`workers`: as for
+    `start_hit_cdn`); stopped when the module's tests are done."""
     runners: list[web.AppRunner] = []
     clients: list[TestClient] = []
 
@@ -190,7 +202,7 @@ async def shared_hit_cdn(root: Path, **env: str) -> AsyncIterator[HitCdn]:
         return client
 
     try:
-        yield await start_hit_cdn(root, serve, runners, env)
+        yield await start_hit_cdn(root, serve, runners, env, workers=workers)
     finally:
         for runner in runners:   # the edge first, so it stops before its control plane
             await runner.cleanup()

@@ -15,6 +15,7 @@ from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestServer
 from multidict import CIMultiDictProxy
 
+from assetcdn.edge.app_keys import NODE
 from tests.support.cdn import Cdn, shared_cdn_apps
 from tests.support.control import ACCOUNT
 from tests.support.hit_cdn import HitCdn, shared_hit_cdn
@@ -139,19 +140,24 @@ async def origin_app(app: web.Application) -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def pull_zone_on_hit_cdn(directory: Path, zone: str, **env: str) -> AsyncIterator[tuple[HitCdn, ScriptedOrigin]]:
-    """A hit-path edge (tests/support/hit_cdn.py) with pull zone `zone` in front of a scripted origin, once the
-    edge has the zone; `env`: settings beside loopback origins being allowed."""
+async def pull_zone_on_hit_cdn(directory: Path, zone: str, *, workers: int = 0,
+                               **env: str) -> AsyncIterator[tuple[HitCdn, ScriptedOrigin]]:
+    """A hit-path edge (tests/support/hit_cdn.py, `workers` as `start_hit_cdn` takes it) with pull zone `zone`
+    in front of a scripted origin, once every worker has the zone; `env`: settings beside loopback origins
+    being allowed."""
     origin = ScriptedOrigin()
     server = await serve_origin(origin)
     try:
-        async with shared_hit_cdn(directory, ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true", **env) as cdn:
+        async with shared_hit_cdn(directory, workers=workers, ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true", **env) as cdn:
             resp = await cdn.control.post("/api/core/zones", headers=ACCOUNT, json={
                 "Name": zone, "Origin": {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"}})
             assert resp.status == 201, await resp.text()
 
             async def arrived() -> bool:
-                return zone in cdn.node.config.pull_zones
+                # Each worker at the hit site's generation too: a shield behind the asking worker declines.
+                nodes = [app[NODE] for app in (cdn.app, *cdn.siblings)]
+                return all(zone in node.config.pull_zones and node.applied_generation >= cdn.node.applied_generation
+                           for node in nodes)
 
             await wait_until(arrived, "the pull zone reaching the edge")
             yield cdn, origin

@@ -141,7 +141,9 @@ class HostView:
 
 
 def header_lines(headers: CIMultiDict[str]) -> bytes:
-    return "".join(f"{name}: {value}\r\n" for name, value in headers.items()).encode()
+    if not headers:
+        return b""
+    return ("\r\n".join(map(": ".join, headers.items())) + "\r\n").encode()
 
 
 def prepare(node: EdgeNode, config: EdgeConfig, view: HostView,
@@ -260,9 +262,8 @@ def prepare_pull(node: EdgeNode, config: EdgeConfig, view: HostView, target: str
     """The prepared hit of request target ``target`` (path and query) of a pull zone on ``view``'s host, from
     the memory tier only (a miss, or a body kept on disk only, is the application's); None when the
     application must answer: not cached here, a Vary'd URL, a status other than 200, rules on a header
-    written per request, an origin's own X-Request-ID, no Content-Type (aiohttp's default for it depends on
-    the method). `named`: `resolve` of the path alone (`prepare`), the
-    same answer when there is no query."""
+    written per request, no Content-Type (aiohttp's default for it depends on the method). `named`: `resolve`
+    of the path alone (`prepare`), the same answer when there is no query."""
     path, mark, query = target.partition("?")
     pulled: PullPath | Redirect | str | None = named if not mark else None
     if pulled is None:
@@ -277,8 +278,7 @@ def prepare_pull(node: EdgeNode, config: EdgeConfig, view: HostView, target: str
     if obj is None or obj.body is None or first_value(obj.headers, VARY) is not None:
         return None
     stored = StoredResponse.of(obj)
-    if (stored is None or stored.status != 200 or first_value(stored.headers, "x-request-id") is not None
-            or first_value(stored.headers, "content-type") is None):
+    if stored is None or stored.status != 200 or first_value(stored.headers, "content-type") is None:
         return None
     changes = header_changes(config, path, view.name)
     if changes.remove & PULL_PER_REQUEST_HEADERS or any(

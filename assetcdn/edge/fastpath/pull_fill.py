@@ -196,11 +196,9 @@ class PullFills:
 
     def _writes(self, zone: PullZone, lowered: list[tuple[str, str]], response: OriginResponse) -> bool:
         """The origin's answer is one this module writes: a storable 200 of declared length within the object
-        size limit, with a Content-Type (aiohttp's default for none depends on the method) and no X-Request-ID
-        of its own (the request's is written here)."""
+        size limit, with a Content-Type (aiohttp's default for none depends on the method)."""
         headers = response.headers
-        if response.status != 200 or first_value(headers, "content-type") is None \
-                or first_value(headers, "x-request-id") is not None:
+        if response.status != 200 or first_value(headers, "content-type") is None:
             return False
         length = first_value(headers, "content-length")
         if length is None or not length.isdigit() or int(length) > self.server.node.origins.limits.max_object_bytes:

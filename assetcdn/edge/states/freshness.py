@@ -125,13 +125,21 @@ def listed_fields(argument: str | None) -> frozenset[str]:
 def response_directives(headers: Headers) -> tuple[dict[str, str | None], bool]:
     """(directives, targeted): the response's caching directives for this cache. A non-empty targeted field
     (CDN-Cache-Control) replaces Cache-Control and Expires (RFC 9213 2.1)."""
-    for name in TARGETED_FIELDS:
-        values = field_values(headers, name)
+    # One pass over the head: every fill and revalidation reads its directives more than once.
+    cache_control: list[str] = []
+    targeted: list[tuple[str, str]] = []
+    for name, value in headers:
+        if name == "cache-control":
+            cache_control.append(value)
+        elif name in TARGETED_FIELDS:
+            targeted.append((name, value))
+    for name in TARGETED_FIELDS if targeted else ():
+        values = field_values(targeted, name)
         if values:
             directives = parse_directives(values) if name != "surrogate-control" else surrogate_directives(values)
             if directives:
                 return directives, True
-    return parse_directives(field_values(headers, "cache-control")), False
+    return parse_directives(cache_control), False
 
 
 def surrogate_directives(values: Iterable[str]) -> dict[str, str | None]:
@@ -150,7 +158,8 @@ def request_directives(headers: Headers) -> dict[str, str | None]:
     values = field_values(headers, "cache-control")
     if values:
         return parse_directives(values)
-    if any(member.lower() == "no-cache" for member in split_list(field_values(headers, "pragma"))):
+    pragma = field_values(headers, "pragma")
+    if pragma and any(member.lower() == "no-cache" for member in split_list(pragma)):
         return {"no-cache": None}
     return {}
 
@@ -204,17 +213,20 @@ def stored_headers(response_headers: Headers) -> tuple[tuple[str, str], ...]:
     """The fields kept with a stored response: connection-specific ones and those named by a qualified
     `private` or `no-cache` are left out (RFC 9111 3.1, 5.2.2.4, 5.2.2.7)."""
     directives, _ = response_directives(response_headers)
-    dropped = set(UNSTORED_FIELDS)
-    dropped |= listed_fields(directives.get("private"))
-    dropped |= listed_fields(directives.get("no-cache"))
-    for value in field_values(response_headers, "connection"):
-        dropped |= {member.lower() for member in split_list([value])}
-    return tuple((name, value) for name, value in response_headers if name not in dropped)
+    named = listed_fields(directives.get("private")) | listed_fields(directives.get("no-cache"))
+    connection = field_values(response_headers, "connection")
+    if connection:
+        named |= {member.lower() for member in split_list(connection)}
+    dropped = UNSTORED_FIELDS if named <= UNSTORED_FIELDS else UNSTORED_FIELDS | named
+    return tuple([field for field in response_headers if field[0] not in dropped])
 
 
 def vary_fields(headers: Headers) -> tuple[str, ...] | None:
     """The request fields a response varies on, lower-case and sorted; None for `Vary: *` (never reused)."""
-    names = {member.lower() for member in split_list(field_values(headers, "vary"))}
+    values = field_values(headers, "vary")
+    if not values:
+        return ()
+    names = {member.lower() for member in split_list(values)}
     if "*" in names:
         return None
     return tuple(sorted(names))

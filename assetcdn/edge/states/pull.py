@@ -92,8 +92,9 @@ DIGEST = ":sha256"
 TAG_FIELDS = ("cache-tag", "surrogate-key")
 # A client's own conditions and ranges are answered from the stored response, never passed on a cache fill.
 CLIENT_CONDITIONS = ("If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range")
-# What is never copied to a client from a stored head: framing is the edge's own.
-NOT_DELIVERED = frozenset(("content-length", "transfer-encoding", "connection", "keep-alive", "date"))
+# What is never copied to a client from an origin's or stored head: framing is the edge's own, and so is the
+# request id (a shield's answer carries the shield's; every answer carries this edge's, the one it logs).
+NOT_DELIVERED = frozenset(("content-length", "transfer-encoding", "connection", "keep-alive", "date", "x-request-id"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -638,12 +639,11 @@ def origin_tags(headers: Headers) -> list[str]:
 
 
 def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: str, age: int | None) -> CIMultiDict[str]:
-    headers: CIMultiDict[str] = CIMultiDict()
-    for name, value in head:
-        if name not in NOT_DELIVERED and not name.startswith(":"):
-            headers.add(name, value)
-    if "date" in (name for name, _ in head):
-        headers["Date"] = first_value(head, "date") or ""
+    fields = [field for field in head if field[0] not in NOT_DELIVERED and field[0][:1] != ":"]
+    date = first_value(head, "date")
+    if date is not None:
+        fields.append(("Date", date))
+    headers: CIMultiDict[str] = CIMultiDict(fields)  # one multidict made whole: cheaper than a field at a time
     if age is not None:
         headers["Age"] = str(age)
     headers["X-Cache"] = x_cache

@@ -6,13 +6,16 @@ connections."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
 from aiohttp import web
 
+from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.fastpath.pull_fill import PullFills
+from assetcdn.edge.shield import SHIELD_CACHE
 from tests.support.control import METRICS
 from tests.support.hit_cdn import HitCdn, Response, request_bytes
 from tests.support.origins import LONG, ScriptedOrigin, pull_zone_on_hit_cdn
@@ -216,3 +219,53 @@ async def test_an_empty_body_and_a_body_after_its_head_are_answered_as_the_appli
     assert filled.fills.filled == before + 2
     filled.answer("/after-empty.bin")
     assert (await conn.request(f"/{ZONE}/after-empty.bin")).body == BODY
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def two_workers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[FillCdn]:
+    async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-fills-shielded"), ZONE, workers=2,
+                                    ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="3600") as (cdn, origin):
+        yield FillCdn(cdn, origin)
+
+
+def shielded_by_the_other_worker(cdn: HitCdn, count: int) -> list[str]:
+    """Paths whose shield is not the hit site's worker (on a two-worker edge: the other one)."""
+    shields = cdn.node.shields
+    names = (f"/shielded-{i}.bin" for i in itertools.count())
+    return list(itertools.islice(
+        (name for name in names if shields.shield_for(pull_path_tag(ZONE, name)) is not None), count))
+
+
+async def test_a_fill_through_the_other_workers_shield_is_filled_here_with_this_edges_request_id(
+        two_workers: FillCdn) -> None:
+    """The shield (another worker of the same edge) answers with its own X-Request-ID: the client gets this
+    edge's, the one its delivery is recorded with, from the hit path's fill as from the application's."""
+    fast_name, app_name = shielded_by_the_other_worker(two_workers.cdn, 2)
+    two_workers.answer(fast_name, app_name)
+    conn, plain = await two_workers.cdn.connect(), await two_workers.cdn.plain()
+    deliveries = two_workers.cdn.node.deliveries
+    deliveries.deliveries.close()
+    deliveries.deliveries.closed.clear()
+    before = two_workers.fills.filled
+    fast, app = await conn.request(f"/{ZONE}{fast_name}"), await plain.request(f"/{ZONE}{app_name}")
+    paths = {f"{ZONE}{fast_name}", f"{ZONE}{app_name}"}
+
+    async def both_recorded() -> bool:
+        return paths <= {key[2] for key in deliveries.counts}
+
+    await wait_until(both_recorded, "both deliveries recorded")
+    assert two_workers.fills.filled == before + 1
+    assert fast.header("X-Cache") == "MISS" and fast.body == BODY
+    assert comparable(fast) == comparable(app)
+    assert fast.headers.getall("Cache-Status")[0].startswith(SHIELD_CACHE)  # the other worker answered the fill
+    assert [two_workers.origin.count(name) for name in (fast_name, app_name)] == [1, 1]
+    deliveries.deliveries.close()
+    recorded = {r[2]: _text(r[5]) for r, rate in deliveries.deliveries.closed if rate == 1.0}
+    assert (fast.header("X-Request-ID"), app.header("X-Request-ID")) == (recorded[f"{ZONE}{fast_name}"],
+                                                                       recorded[f"{ZONE}{app_name}"])
+    # Stored without the shield's id in the way: the next request is the hit path's own hit.
+    hits = two_workers.cdn.site.hits
+    assert hits is not None
+    served = hits.served
+    again = await conn.request(f"/{ZONE}{fast_name}")
+    assert (again.header("X-Cache"), again.body, hits.served) == ("HIT", BODY, served + 1)
