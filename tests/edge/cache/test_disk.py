@@ -6,6 +6,8 @@ import hashlib
 import io
 import os
 import sqlite3
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,18 +108,14 @@ def test_clear(disk: DiskTier) -> None:
     assert len(disk) == 0 and disk.keys_for_tags(["t"]) == []
 
 
-def test_large_entry_streams_without_loading_it_whole(tmp_path: Path, disk: DiskTier) -> None:
-    size = 5 * MB
-    source = tmp_path / "source.bin"
-    source.write_bytes(os.urandom(size))
-    expected = hashlib.sha256(source.read_bytes()).hexdigest()
-
+def streamed_peak(directory: Path, source: Path) -> tuple[int, int, int, str, int]:
+    """(bytes written, size read back, largest chunk, its SHA-256, traced peak) of `source` put into a disk
+    tier at `directory` as a stream and read back in chunks, in this process."""
+    disk = DiskTier(directory, size_limit=64 * MB)
     tracemalloc.start()
     try:
         with source.open("rb") as fh:
-            written = disk.put(
-                "video:1", fh, content_type="video/mp4", etag='"v1"', tags=("format-mp4",)
-            )
+            written = disk.put("video:1", fh, content_type="video/mp4", etag='"v1"', tags=("format-mp4",))
         obj = disk.get("video:1", load_limit=MB)
         assert obj is not None and obj.body is None and obj.path is not None
         digest = hashlib.sha256()
@@ -128,13 +126,36 @@ def test_large_entry_streams_without_loading_it_whole(tmp_path: Path, disk: Disk
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
+        disk.close()
+    return written, obj.size, largest_chunk, digest.hexdigest(), peak
 
-    assert written == size and obj.size == size
-    assert digest.hexdigest() == expected
+
+def test_large_entry_streams_without_loading_it_whole(tmp_path: Path) -> None:
+    size = 5 * MB
+    source = tmp_path / "source.bin"
+    source.write_bytes(os.urandom(size))
+    expected = hashlib.sha256(source.read_bytes()).hexdigest()
+    # In a process of its own: tracemalloc counts every thread's allocations, and a test process may still
+    # run another test's writer thread.
+    script = ("import sys; from pathlib import Path; from tests.edge.cache.test_disk import streamed_peak; "
+              "print(*streamed_peak(Path(sys.argv[1]), Path(sys.argv[2])))")
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "cache"), str(source)],
+                         capture_output=True, text=True, check=True, timeout=120,
+                         cwd=Path(__file__).parents[3]).stdout.split()
+    written, stored, largest_chunk, digest, peak = int(out[0]), int(out[1]), int(out[2]), out[3], int(out[4])
+
+    assert written == size and stored == size
+    assert digest == expected
     assert largest_chunk <= STREAM_CHUNK
     assert peak < 2 * STREAM_CHUNK + 512 * 1024  # never near the 5 MB body
-    with obj.open() as fh:  # what sendfile would use
-        assert os.fstat(fh.fileno()).st_size == size
+    disk = DiskTier(tmp_path / "cache", size_limit=64 * MB)
+    try:
+        obj = disk.get("video:1", load_limit=MB)
+        assert obj is not None
+        with obj.open() as fh:  # what sendfile would use
+            assert os.fstat(fh.fileno()).st_size == size
+    finally:
+        disk.close()
 
 
 def test_open_descriptor_outlives_a_purge(disk: DiskTier) -> None:
