@@ -21,9 +21,11 @@ from types import TracebackType
 from typing import Any
 
 # What a run imports (the command's options alone import the rest lazily): loaded once, before any fork.
-PRELOAD = ("schemathesis.cli", "schemathesis.cli.executor", "schemathesis.engine.core",
-           "schemathesis.transport.requests", "schemathesis.reporting.junitxml", "schemathesis.specs.openapi.schemas",
-           "hypothesis", "requests")
+PRELOAD = ("schemathesis.cli", "schemathesis.cli.executor", "schemathesis.cli.commands.run.executor",
+           "schemathesis.engine.core", "schemathesis.engine.run.unit", "schemathesis.engine.run.stateful",
+           "schemathesis.generation.hypothesis.builder", "schemathesis.transport.requests",
+           "schemathesis.reporting.junitxml", "schemathesis.specs.openapi.schemas", "hypothesis", "requests",
+           "rich.console", "rich.live", "rich.progress", "rich.table", "pyrate_limiter", "anyio", "sqlite3")
 
 
 class Schemathesis:
