@@ -1,7 +1,6 @@
 """Schemathesis runs forked from one process that has imported it: each run of tests/openapi_fuzz.py is the
-`schemathesis` command line as before, with its own process, working directory, output and exit status, but
-without starting an interpreter and importing schemathesis, Hypothesis and requests again (about a CPU-second
-a run).
+`schemathesis` command line, with its own process, working directory, output and exit status, but without
+starting an interpreter and importing schemathesis, Hypothesis and requests again for each run.
 
 Run as a script (`python tests/schemathesis_forks.py`), it reads one request a line on stdin, a JSON object
 with `argv`, `cwd`, `stdout` and `stderr` (file paths), runs it in a forked child and answers a line

@@ -186,7 +186,7 @@ def kill_when_locked(pid: int, repo: Path, within_s: float) -> subprocess.Popen[
     between writing the new ref and renaming it into place), or after `within_s` regardless. The lock lives
     for microseconds: the watcher stops the process (SIGSTOP) the moment it sees the lock and kills it only if
     the lock is still there once every thread has stopped; otherwise it lets the process go on and watches for
-    the next one. A kill on sight alone came after the rename in up to ten commits out of ten."""
+    the next one: the signal of a kill on sight mostly arrives after the rename."""
     script = ("import os, signal, sys, time\n"
               "pid, lock, until = int(sys.argv[1]), sys.argv[2], time.monotonic() + float(sys.argv[3])\n"
               "def state(task):\n"
