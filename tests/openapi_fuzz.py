@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import copy
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from assetcdn.shared.openapi import document
 from assetcdn.shared.secrets import SECRETS_FILE
 from tests.control.identity.signin_client import session_from
 from tests.integration.harness import ACCOUNT, KEYS, RunningCdn, made_demo_videos, start_cdn
+from tests.schemathesis_forks import Schemathesis
 
 PUBLIC = "public"
 SCHEMES = ("AccessKey", "AccountKey", "PurgeKey", "AnalyticsKey", "BearerToken", "SessionCookie", "MetricsKey",
@@ -114,23 +114,22 @@ def url_for(cdn: RunningCdn, scheme: str) -> str:
     return cdn.dashboard_url if scheme == "SessionCookie" else cdn.edge_urls[0]
 
 
-def run_scheme(base_url: str, scheme: str, values: dict[str, str], work: Path, *, max_examples: int,
-               phases: str, seed: int, workers: int = 1) -> subprocess.CompletedProcess[str]:
-    """One schemathesis run; its exit status is 0 when every check passed."""
+def run_scheme(runner: Schemathesis, base_url: str, scheme: str, values: dict[str, str], work: Path, *,
+               max_examples: int, phases: str, seed: int, workers: int = 1) -> subprocess.CompletedProcess[str]:
+    """One schemathesis run (forked by `runner`); its exit status is 0 when every check passed."""
     work.mkdir(parents=True, exist_ok=True)
     schema = work / f"openapi-{scheme}.json"
     schema.write_text(json.dumps(scheme_document(scheme)))
     config = work / f"schemathesis-{scheme}.toml"
     config.write_text(config_text(scheme, values))
     checks = CHECKS + (AUTH_CHECKS if scheme != PUBLIC else ())
-    schemathesis = shutil.which("schemathesis", path=str(Path(sys.executable).parent)) or "schemathesis"
     # A session changes state only for requests from the dashboard's own origin (the CSRF check).
     origin = ["--header", f"Origin: {base_url}"] if scheme == "SessionCookie" else []
-    command = [schemathesis, "--config-file", str(config), "run", str(schema), "--url", base_url, *origin,
-               "--checks", ",".join(checks), "--max-examples", str(max_examples), "--phases", phases,
-               "--seed", str(seed), "--workers", str(workers), "--no-color",
-               "--report", "junit", "--report-dir", str(work / f"report-{scheme}")]
-    return subprocess.run(command, capture_output=True, text=True, check=False, cwd=work)
+    argv = ["--config-file", str(config), "run", str(schema), "--url", base_url, *origin,
+            "--checks", ",".join(checks), "--max-examples", str(max_examples), "--phases", phases,
+            "--seed", str(seed), "--workers", str(workers), "--no-color",
+            "--report", "junit", "--report-dir", str(work / f"report-{scheme}")]
+    return runner.run(argv, work, work / f"schemathesis-{scheme}")
 
 
 def summary(result: subprocess.CompletedProcess[str]) -> str:
@@ -156,13 +155,14 @@ async def _main() -> int:
         cdn = start_cdn(Path(tmp), edges=1, demo=True, semantic_search=True, prepare=made_demo_videos)
         try:
             values = await credentials(cdn)
-            for scheme in SCHEMES:
-                result = run_scheme(url_for(cdn, scheme), scheme, values, Path(tmp) / "work",
-                                    max_examples=args.max_examples, phases=args.phases, seed=args.seed)
-                _say(f"== {scheme}: {'ok' if result.returncode == 0 else 'FAILED'}\n{summary(result)}")
-                if result.returncode != 0:
-                    _say(result.stdout[-20000:])
-                    status = 1
+            with Schemathesis() as runner:
+                for scheme in SCHEMES:
+                    result = run_scheme(runner, url_for(cdn, scheme), scheme, values, Path(tmp) / "work",
+                                        max_examples=args.max_examples, phases=args.phases, seed=args.seed)
+                    _say(f"== {scheme}: {'ok' if result.returncode == 0 else 'FAILED'}\n{summary(result)}")
+                    if result.returncode != 0:
+                        _say(result.stdout[-20000:])
+                        status = 1
         finally:
             cdn.stop()
     return status

@@ -19,6 +19,7 @@ from tests.openapi_fuzz import (
     scheme_document,
     url_for,
 )
+from tests.schemathesis_forks import Schemathesis
 from tests.support.openapi import documented
 
 pytestmark = pytest.mark.integration
@@ -34,6 +35,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningCdn,
         cdn.stop()
 
 
+@pytest.fixture(scope="module")
+def runner() -> Iterator[Schemathesis]:
+    with Schemathesis() as forks:
+        yield forks
+
+
 def test_every_scheme_covers_operations_and_every_operation_is_covered() -> None:
     covered = {(path, method) for scheme in SCHEMES for path, ops in scheme_document(scheme)["paths"].items()
                for method in ops}
@@ -43,8 +50,8 @@ def test_every_scheme_covers_operations_and_every_operation_is_covered() -> None
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_fuzzing_finds_no_server_error_and_no_undocumented_answer(
-        live: tuple[RunningCdn, dict[str, str], Path], scheme: str) -> None:
+        live: tuple[RunningCdn, dict[str, str], Path], runner: Schemathesis, scheme: str) -> None:
     cdn, values, work = live
-    result = run_scheme(url_for(cdn, scheme), scheme, values, work, seed=1, **SHORT)  # type: ignore[arg-type]
+    result = run_scheme(runner, url_for(cdn, scheme), scheme, values, work, seed=1, **SHORT)  # type: ignore[arg-type]
     assert result.returncode == 0, result.stdout[-15000:] + result.stderr[-3000:]
     assert "unhandled error" not in cdn.log_path.read_text()  # what a 5xx from either process logs

@@ -182,14 +182,35 @@ class ControlProcess:
 
 
 def kill_when_locked(pid: int, repo: Path, within_s: float) -> subprocess.Popen[bytes]:
-    """A watcher process that SIGKILLs `pid` the moment `<repo>/refs/heads/main.lock` exists (libgit2 is
-    then between writing the new ref and renaming it into place), or after `within_s` regardless."""
-    script = ("import os, sys, time\n"
+    """A watcher process that SIGKILLs `pid` while `<repo>/refs/heads/main.lock` exists (libgit2 is then
+    between writing the new ref and renaming it into place), or after `within_s` regardless. The lock lives
+    for microseconds: the watcher stops the process (SIGSTOP) the moment it sees the lock and kills it only if
+    the lock is still there once every thread has stopped; otherwise it lets the process go on and watches for
+    the next one: the signal of a kill on sight mostly arrives after the rename."""
+    script = ("import os, signal, sys, time\n"
               "pid, lock, until = int(sys.argv[1]), sys.argv[2], time.monotonic() + float(sys.argv[3])\n"
+              "def state(task):\n"
+              "    try:\n"
+              "        with open(f'/proc/{pid}/task/{task}/stat') as stat:\n"
+              "            return stat.read().rsplit(')', 1)[1].split()[0]\n"
+              "    except (OSError, IndexError):\n"
+              "        return 'X'\n"
+              "def all_stopped():\n"
+              "    try:\n"
+              "        tasks = os.listdir(f'/proc/{pid}/task')\n"
+              "    except OSError:\n"
+              "        return True\n"
+              "    return all(state(task) in 'tTZX' for task in tasks)\n"
               "print('ready', flush=True)\n"
-              "while not os.path.exists(lock) and time.monotonic() < until:\n"
-              "    pass\n"
-              "os.kill(pid, 9)\n")
+              "while time.monotonic() < until:\n"
+              "    if os.path.exists(lock):\n"
+              "        os.kill(pid, signal.SIGSTOP)\n"
+              "        while not all_stopped() and time.monotonic() < until:\n"
+              "            pass\n"
+              "        if os.path.exists(lock):\n"
+              "            break\n"
+              "        os.kill(pid, signal.SIGCONT)\n"
+              "os.kill(pid, signal.SIGKILL)\n")
     watcher = subprocess.Popen([sys.executable, "-c", script, str(pid), str(repo / LOCK), str(within_s)],
                                stdout=subprocess.PIPE)
     assert watcher.stdout is not None and watcher.stdout.readline() == b"ready\n"

@@ -62,6 +62,12 @@ class RedisServer:
                 raise RuntimeError(f"redis-server did not start on port {self.port}:\n{output}")
             time.sleep(0.05)
 
+    def flush(self) -> None:
+        """Empty every database: a test sharing the server starts from no counts."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
+            sock.sendall(b"FLUSHALL\r\n")
+            assert sock.recv(16).startswith(b"+OK")
+
     def stop(self) -> None:
         if self.process is None:
             return
