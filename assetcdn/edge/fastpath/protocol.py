@@ -66,6 +66,8 @@ if TYPE_CHECKING:
     from assetcdn.edge.delivery_log import BodyCounter, Pending
     from assetcdn.edge.fastpath.hit_server import HitServer
 
+# What a lost connection's parser is replaced by (see ``connection_lost``).
+LOST_PARSER = httptools.HttpRequestParser(object())
 # A longer head goes to aiohttp, whose own limits then apply (max_line_size and max_field_size
 # 8190 each, 128 headers): a head within this size is within all of them.
 MAX_HEAD = 8190
@@ -286,6 +288,9 @@ class HitProtocol(asyncio.Protocol):
                     self.app_delivery_lost(*delivery)
             handler.connection_lost(exc)
         self.buffer = b""
+        # The parser calls back into this protocol: a cycle that only the garbage collector would break, and an
+        # idle worker may not run it for long, keeping a lost connection's memory.
+        self.parser = LOST_PARSER
 
     def pause_writing(self) -> None:
         self.drain.pause_writing()
