@@ -115,9 +115,9 @@ def main(argv: list[str] | None = None) -> int:
                     rows = results[(name, size)]
                     us = statistics.median(u for _, _, u in rows)
                     shares = control_us.get((name, size))
-                    of_control = f"{statistics.median(shares):.1f}" if shares else ""
+                    control_text = f"{statistics.median(shares):.1f}" if shares else ""
                     print(f"| {size} | {name} | {statistics.median(r for r, _, _ in rows):,.0f} | "
-                          f"{statistics.median(c for _, c, _ in rows):.2f} | {us:.1f} | {of_control} | "
+                          f"{statistics.median(c for _, c, _ in rows):.2f} | {us:.1f} | {control_text} | "
                           f"{1e6 / us:,.0f} | {base_us / us:.2f}x |")
         finally:
             if varnish is not None:

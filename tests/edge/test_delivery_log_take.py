@@ -170,7 +170,7 @@ def test_a_pull_zones_revalidated_and_passed_answers_count_as_control_counts_the
 
 def test_every_offer_of_a_second_is_as_likely_to_be_in_its_sample() -> None:
     random.seed(37)  # the sample's draws: the same counts every run
-    kept = collections.Counter()
+    kept: collections.Counter[int] = collections.Counter()
     for _ in range(2000):
         sample = delivery_log.Sample(20)
         for offer in range(500):

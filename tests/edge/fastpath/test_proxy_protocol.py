@@ -102,7 +102,8 @@ async def closed_unanswered(conn: RawConnection) -> bool:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def proxied_cdn(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[HitCdn, Path]]:
     root = tmp_path_factory.mktemp("proxy-protocol")
-    async with shared_hit_cdn(root, **settings_env(root), ASSETCDN_COUNTERS_SIGNED_RATE_LIMIT="100") as cdn:
+    env = {**settings_env(root), "ASSETCDN_COUNTERS_SIGNED_RATE_LIMIT": "100"}
+    async with shared_hit_cdn(root, workers=0, **env) as cdn:
         await cdn.upload(SVG, LOGO_SVG)
         yield cdn, root
 
