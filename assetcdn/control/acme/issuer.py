@@ -183,8 +183,9 @@ class CertificateIssuer:
                 await self._turn()
             except Exception:  # the loop must outlive one bad turn; the next one tries again
                 log.exception("certificate turn failed")
+            sleep_s = await self._sleep_s()  # first: a stop while it reads would leave the wait's coroutine unawaited
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._nudge.wait(), await self._sleep_s())
+                await asyncio.wait_for(self._nudge.wait(), sleep_s)
             self._nudge.clear()
 
     async def _sleep_s(self) -> float:
