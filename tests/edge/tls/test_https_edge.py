@@ -94,14 +94,19 @@ def test_hits_and_misses_over_tls_http_1_1_carry_hsts(https_cdn: HttpsCdn) -> No
     assert answer.headers["x-cache"] == "HIT"
 
 
-def test_a_small_hit_over_tls_comes_in_one_record(https_cdn: HttpsCdn) -> None:
-    # Head and body of an answer that fits in one TLS record are sealed together: one record, not one each.
+def closing_request_for_a_hit(https_cdn: HttpsCdn, name: str) -> tuple[bytes, bytes]:
+    """(a 5 KB body uploaded as `name` and made a hit, an HTTP/1.1 request for it that closes the connection)."""
     body = os.urandom(5 * 1024)
-    https_cdn.upload("v1/h1/record.bin", body)
-    path = f"/{ZONE}/v1/h1/record.bin"
+    https_cdn.upload(name, body)
+    path = f"/{ZONE}/{name}"
     eventually(lambda: https_get(https_cdn.https_port, path, ca=https_cdn.ca_file).headers["x-cache"] == "HIT",
                "the file is a hit")
-    request = f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode()
+    return body, f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode()
+
+
+def test_a_small_hit_over_tls_comes_in_one_record(https_cdn: HttpsCdn) -> None:
+    # Head and body of an answer that fits in one TLS record are sealed together: one record, not one each.
+    body, request = closing_request_for_a_hit(https_cdn, "v1/h1/record.bin")
     records = answer_records(https_cdn.https_port, request, ca=https_cdn.ca_file)
     assert len(records) == 1, [len(record) for record in records]
     head, _, sent = records[0].partition(b"\r\n\r\n")
@@ -111,12 +116,7 @@ def test_a_small_hit_over_tls_comes_in_one_record(https_cdn: HttpsCdn) -> None:
 def test_a_hit_that_closes_the_connection_ends_with_close_notify_and_the_servers_close(https_cdn: HttpsCdn) -> None:
     # After the answer to `Connection: close` the server's close_notify, then its end of the connection,
     # without waiting for the client's close_notify (the client here never sends one).
-    body = os.urandom(5 * 1024)
-    https_cdn.upload("v1/h1/closing.bin", body)
-    path = f"/{ZONE}/v1/h1/closing.bin"
-    eventually(lambda: https_get(https_cdn.https_port, path, ca=https_cdn.ca_file).headers["x-cache"] == "HIT",
-               "the file is a hit")
-    request = f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode()
+    body, request = closing_request_for_a_hit(https_cdn, "v1/h1/closing.bin")
     answer, after = closing_answer(https_cdn.https_port, request, ca=https_cdn.ca_file)
     head, _, sent = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 ") and b"\r\nX-Cache: HIT" in head and sent == body
