@@ -370,10 +370,10 @@ class DiskTier:
 
         The rows are written as ``Cache.set`` writes them (the same columns, so diskcache's and the tag index's
         triggers keep count, size and tags), but once per batch rather than per row: the look-up of the files
-        the keys held, the upsert (``executemany``), and diskcache's cull (``cull_limit`` rows per entry at
-        most, as its ``set`` allows each)."""
+        the keys held, the upsert (``executemany``), and diskcache's culls (of ``cull_limit`` rows each, one per
+        entry at most and only while over the limit, as its ``set`` makes them)."""
         written: list[str] = []
-        replaced: list[str] = []
+        replaced: list[str | None] = []
         cache = self._cache
         disk: _CleanDisk = cache._disk
         try:
@@ -400,7 +400,10 @@ class DiskTier:
                     rows.append((key, now, now, encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at,
                                                             obj.headers), size, mode, filename, value))
                 con.executemany(_UPSERT, rows)
-                cache._cull(now, con.execute, replaced.append, cache.cull_limit * len(rows))
+                for _ in rows:  # the culls single sets would make: cull_limit oldest rows each, while over the limit
+                    if cache.volume() < cache.size_limit:  # (one cull of them all at once empties the cache)
+                        break
+                    cache._cull(now, con.execute, replaced.append, cache.cull_limit)
         except DiskBusy as exc:
             self._dropped(len(entries), exc)
             return
@@ -416,8 +419,9 @@ class DiskTier:
                     self._dropped(len(entries) - index, exc)
                     return
             return
-        for filename in replaced:  # committed: no row owns them any more
-            self._remove(filename)
+        for filename in replaced:  # committed: no row owns them any more (a culled inline row had none)
+            if filename is not None:
+                self._remove(filename)
 
     def _remove(self, filename: str) -> None:
         """Remove a body file no row owns, as diskcache does (an emptied directory goes too)."""

@@ -330,6 +330,23 @@ def test_batches_stay_within_the_size_limit_and_the_index_follows_eviction(tmp_p
     tier.close()
 
 
+def test_a_batch_that_evicts_inline_entries_and_files_removes_the_files(tmp_path: Path) -> None:
+    """Eviction by a batch culls the oldest rows, with a body inline (no file) or in a file, as single puts
+    would: each culled file goes, and the batch just written stays (the tier is not emptied)."""
+    limit = 1 * MB
+    tier = DiskTier(tmp_path / "cache", size_limit=limit)
+    small, large = b"s" * 1024, b"l" * (100 * 1024)
+    for batch in range(8):
+        tier.put_many([entry(f"asset:{batch}:{i}", small if i % 2 else large, "all", stored_at=batch * 10 + i)
+                       for i in range(6)])
+        assert all(tier.get(f"asset:{batch}:{i}", load_limit=0) is not None for i in range(6)), batch
+    remaining = {key for batch in range(8) for i in range(6)
+                 if tier.get(key := f"asset:{batch}:{i}", load_limit=0) is not None}
+    assert len(remaining) < 48 and "asset:7:5" in remaining and "asset:0:1" not in remaining
+    assert len(body_files(tier)) == sum(1 for key in remaining if int(key.rsplit(":", 1)[1]) % 2 == 0)
+    tier.close()
+
+
 def test_a_body_file_holds_the_body_exactly_from_a_put_and_from_a_batch(disk: DiskTier) -> None:
     body = b"\n".join(os.urandom(200) for _ in range(300))  # many lines: written whole, not line by line
     put(disk, "single", body)
