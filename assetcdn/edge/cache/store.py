@@ -414,10 +414,11 @@ class EdgeCache:
         return CacheCheck(ok=True, latency_ms=(time.perf_counter() - started) * 1000)
 
     def close(self) -> None:
-        """Write what ``put_behind`` queued (waiting ``CLOSE_WAIT_S`` at most for the writer) and close."""
-        self._writes.close(CLOSE_WAIT_S)
-        self._purges.close()
-        self.disk.close()
+        """Write what ``put_behind`` queued (waiting ``CLOSE_WAIT_S`` at most for the writer) and close; a writer
+        still in its batch then keeps the purge log and the disk tier it uses open (the process's exit closes them)."""
+        if self._writes.close(CLOSE_WAIT_S):
+            self._purges.close()
+            self.disk.close()
 
     def _apply_remote_purges(self) -> None:
         with self._replaying:  # taken and applied together: a thread finding none pending finds them applied
