@@ -561,7 +561,7 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
         return node.cache.set_head(obj, obj.content_type, obj.etag, tags, meta)  # a file's body is not rewritten
 
     try:
-        kept = await asyncio.get_running_loop().run_in_executor(None, put)
+        kept = await asyncio.get_running_loop().run_in_executor(STORES, put)  # the one writer thread
         updated = StoredResponse.of(kept) if kept is not None else None
     except (OSError, ValueError) as exc:
         log.info("a revalidated pull zone response could not be updated: %s", exc)
