@@ -29,7 +29,7 @@ from functools import partial
 from typing import IO, TYPE_CHECKING, Any
 
 from assetcdn.edge.delivery_log import BodyCounter, Pending, body_sent, country_code
-from assetcdn.edge.fastpath.prepared import PER_REQUEST_HEADERS, header_lines
+from assetcdn.edge.fastpath.prepared import PER_REQUEST_HEADERS, STATUS_200, header_lines
 from assetcdn.edge.origin_client import OriginError, OriginResponse
 from assetcdn.edge.site_config import PullZone, apply_rule_changes
 from assetcdn.edge.states.deliver import header_changes
@@ -61,7 +61,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STATUS_200 = b"HTTP/1.1 200 OK\r\n"
 CACHE_STATUS_STORED = fill_cache_status("uri-miss", None)
 MISS = str(CacheResult.MISS)  # the answer's X-Cache, as the delivery log reads it off the application's head
 

@@ -33,8 +33,7 @@ class TlsObject(ssl.SSLObject):
 
     _incoming: ssl.MemoryBIO
     _last = False           # the next write is the connection's last: close_notify follows it
-    _last_written = False   # it was written: the connection is closing
-    _notified = False       # close_notify is sealed; the client's is not waited for
+    _last_written = False   # it was written, close_notify behind it: the connection is closing
 
     @classmethod
     def _create(cls, incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO, server_side: bool = False,
@@ -75,9 +74,8 @@ class TlsObject(ssl.SSLObject):
             self._sslobj.shutdown()  # type: ignore[attr-defined]
         except ssl.SSLError:  # the alert is written; OpenSSL then asks for the client's
             pass
-        self._notified = True
 
     def unwrap(self) -> Any:
-        if self._notified:
+        if self._last_written:  # close_notify is sealed; the client's is not waited for
             return None
         return super().unwrap()
