@@ -340,8 +340,9 @@ class DiskTier:
                 self._dropped(1, exc)
             return len(data)
         reader = _CountingReader(body)
-        try:  # one attempt: the stream is read once (diskcache removes the body file when its row fails)
-            self._bounded(lambda: self._cache.set(key, reader, read=True, tag=meta), attempts=1)
+        try:  # one attempt: the stream is read once
+            with self._removing_stored():
+                self._bounded(lambda: self._cache.set(key, reader, read=True, tag=meta), attempts=1)
         except DiskBusy as exc:
             self._dropped(1, exc)
         except (OSError, sqlite3.OperationalError) as exc:
@@ -350,23 +351,46 @@ class DiskTier:
             self._disk_full(exc, key, reader.size, retrying=False)
         return reader.size
 
-    def _put_bytes(self, key: str, data: bytes, meta: str) -> None:
-        """``put`` of bytes; raises DiskBusy."""
+    def _put_bytes(self, key: str, data: bytes, meta: str, still: Callable[[], bool] | None = None) -> None:
+        """``put`` of bytes; raises DiskBusy. With `still`, the row is written only if it says so once the
+        transaction holds the write lock (a purge another worker made meanwhile wins)."""
         for attempt in range(2):
             try:
-                self._bounded(lambda: self._cache.set(key, data, tag=meta))
+                with self._removing_stored():
+                    if still is None:
+                        self._bounded(lambda: self._cache.set(key, data, tag=meta))
+                    else:
+                        with self._transaction():
+                            if still():
+                                self._cache.set(key, data, tag=meta)
                 return
             except (OSError, sqlite3.OperationalError) as exc:
                 if not is_disk_full(exc):  # DiskBusy too
                     raise
                 self._disk_full(exc, key, len(data), retrying=attempt == 0)
 
+    @contextmanager
+    def _removing_stored(self) -> Iterator[None]:
+        """The body file a diskcache ``set`` inside this block wrote is removed when the block fails, whatever the
+        error, its commit included (diskcache removes it only when the transaction cannot begin)."""
+        disk: _CleanDisk = self._cache._disk
+        disk.take_stored()  # a name an earlier, committed set left: not this block's
+        try:
+            yield
+        except BaseException:
+            leftover = disk.take_stored()
+            if leftover is not None:
+                self._remove(leftover)
+            raise
+
     def put_many(self, entries: Sequence[CachedObject],
                  current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None = None) -> None:
         """Store entries with in-memory bodies in one transaction (their own ``stored_at``, headers and tags);
         `current`, called once the transaction holds the database's write lock, says which of them are still to
-        be written. When the transaction fails, what it wrote is removed and each entry is stored on its own, as by
-        ``put`` (a full filesystem is handled there); what cannot begin (``_bounded``) is dropped.
+        be written. When the transaction fails, the body files it wrote are removed; on an OSError or SQLite's
+        OperationalError each entry is then stored on its own, as by ``put`` (a full filesystem is handled there),
+        `current` asked again in each one's transaction; other errors are raised. What cannot begin (``_bounded``)
+        is dropped.
 
         The rows are written as ``Cache.set`` writes them (the same columns, so diskcache's and the tag index's
         triggers keep count, size and tags), but once per batch rather than per row: the look-up of the files
@@ -404,24 +428,33 @@ class DiskTier:
                     if cache.volume() < cache.size_limit:  # (one cull of them all at once empties the cache)
                         break
                     cache._cull(now, con.execute, replaced.append, cache.cull_limit)
-        except DiskBusy as exc:
-            self._dropped(len(entries), exc)
-            return
-        except (OSError, sqlite3.OperationalError):
+        except BaseException as exc:
             for filename in written:  # rolled back: no row owns them
                 self._remove(filename)
-            for index, obj in enumerate(entries):
-                assert obj.body is not None
-                meta = encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at, obj.headers)
-                try:
-                    self._put_bytes(obj.key, obj.body, meta)
-                except DiskBusy as exc:  # the rest would wait as long each
-                    self._dropped(len(entries) - index, exc)
-                    return
+            if isinstance(exc, DiskBusy):
+                self._dropped(len(entries), exc)
+                return
+            if not isinstance(exc, OSError | sqlite3.OperationalError):
+                raise
+            self._put_each(entries, current)
             return
         for filename in replaced:  # committed: no row owns them any more (a culled inline row had none)
             if filename is not None:
                 self._remove(filename)
+
+    def _put_each(self, entries: Sequence[CachedObject],
+                  current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None) -> None:
+        """``put_many``'s entries after its transaction failed, one transaction each, each asking `current` again:
+        a purge made since the batch's own check is not undone."""
+        for index, obj in enumerate(entries):
+            assert obj.body is not None
+            meta = encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at, obj.headers)
+            still = None if current is None else (lambda obj=obj: bool(current([obj])))
+            try:
+                self._put_bytes(obj.key, obj.body, meta, still)
+            except DiskBusy as exc:  # the rest would wait as long each
+                self._dropped(len(entries) - index, exc)
+                return
 
     def _remove(self, filename: str) -> None:
         """Remove a body file no row owns, as diskcache does (an emptied directory goes too)."""
@@ -481,13 +514,7 @@ class DiskTier:
                     self.directory, count, exc)
 
     def _disk_full(self, exc: BaseException, key: str, size: int, *, retrying: bool) -> None:
-        """After a write that found no space: remove what it left, lower the limit, evict."""
-        leftover = self._cache._disk.take_stored()  # written, but its row failed: no entry owns it
-        if leftover is not None:
-            try:
-                os.remove(self.directory / leftover)
-            except OSError:
-                pass
+        """After a write that found no space (``_removing_stored`` removed what it left): lower the limit, evict."""
         with self._full_lock:
             self.full_events += 1
             first = self.full_events == 1

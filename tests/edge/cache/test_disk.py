@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
@@ -355,3 +356,36 @@ def test_a_body_file_holds_the_body_exactly_from_a_put_and_from_a_batch(disk: Di
         stored = disk.get(key, load_limit=1024)
         assert stored is not None and stored.path is not None and stored.size == len(body)
         assert Path(stored.path).read_bytes() == body
+
+
+def refuse_rows(tier: DiskTier, key: str) -> None:
+    """The database refuses any new row under `key` (as a corrupt or constrained database would): an error that
+    is not an OSError, raised after the body file is written."""
+    tier._sql().execute(f"CREATE TRIGGER refuse BEFORE INSERT ON Cache WHEN NEW.key = '{key}'"
+                        " BEGIN SELECT RAISE(ABORT, 'refused'); END")
+
+
+def test_a_batch_the_database_refuses_leaves_no_body_file(disk: DiskTier) -> None:
+    refuse_rows(disk, "refused")
+    with pytest.raises(sqlite3.DatabaseError, match="refused"):
+        disk.put_many([entry("first", b"f" * 40_000), entry("refused", b"r" * 40_000)])
+    assert len(disk) == 0 and body_files(disk) == set() and disk.get("first", load_limit=MB) is None
+
+
+def test_a_single_write_of_a_failed_batch_that_the_database_refuses_leaves_no_body_file(disk: DiskTier) -> None:
+    """The batch fails (an I/O error), so each entry is written on its own; the database refuses one of those:
+    its body file goes, and the entry written before it stays."""
+    refuse_rows(disk, "refused")
+    clean = disk._cache._disk
+    columns = clean.columns
+
+    def failing(body: bytes, key: str) -> object:
+        clean.columns = columns
+        raise OSError(errno.EIO, "I/O error")
+
+    clean.columns = failing
+    with pytest.raises(sqlite3.DatabaseError, match="refused"):
+        disk.put_many([entry("first", b"f" * 40_000), entry("refused", b"r" * 40_000)])
+    stored = disk.get("first", load_limit=0)
+    assert stored is not None and stored.path is not None
+    assert body_files(disk) == {Path(stored.path)} and len(disk) == 1

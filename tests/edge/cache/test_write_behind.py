@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
@@ -111,6 +112,39 @@ def test_a_batch_that_commits_while_another_worker_deletes_does_not_bring_the_en
          "prefixes": lambda: other.purge_tag_prefixes(["path-"]), "everything": other.purge_all}[purge]()
         assert not writer.jobs
         assert on_disk(cache, "pull:z:/gone") is None and cache.get("pull:z:/gone") is None
+    finally:
+        other.close()
+
+
+def test_a_purge_another_worker_makes_before_a_failed_batch_is_written_again_keeps_the_entry_off_disk(
+        cache: EdgeCache, tmp_path: Path) -> None:
+    """The batch fails (an I/O error on a body file) and its entries are written one by one: another worker's
+    purge that lands in between, after the batch's check, still wins, on disk and in every memory tier."""
+    other = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=1 * MB, memory_max_object=256 * KB)
+    try:
+        writer = HeldWriter()
+        cache.put_behind("pull:z:/large", b"L" * (64 * KB), "text/plain", '"e"', ["path-l"], HEAD, writer=writer)
+        cache.put_behind("pull:z:/gone", b"old", "text/plain", '"e"', ["path-a"], HEAD, writer=writer)
+        disk = cache.disk._cache._disk
+        columns, remove = disk.columns, disk.remove
+
+        def failing(body: bytes, key: str) -> Any:
+            if key == "pull:z:/gone":  # the large body's file is written already: the batch rolls back over it
+                disk.columns = columns
+                raise OSError(errno.EIO, "I/O error")
+            return columns(body, key)
+
+        def purged_meanwhile(filename: str) -> None:  # the rolled-back batch's file goes: the purge lands here
+            remove(filename)
+            disk.remove = remove
+            other.purge_tags(["path-a"])
+
+        disk.columns, disk.remove = failing, purged_meanwhile
+        writer.run()
+        assert disk.remove is remove  # the batch failed and fell back to single writes
+        assert on_disk(cache, "pull:z:/gone") is None
+        assert other.get("pull:z:/gone") is None and cache.get("pull:z:/gone") is None
+        assert on_disk(cache, "pull:z:/large") == b"L" * (64 * KB)
     finally:
         other.close()
 
