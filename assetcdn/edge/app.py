@@ -181,7 +181,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         cache = EdgeCache.from_settings(edge, identity.cache_dir / "cache")
         cache.alone = identity.workers == 1
         cache.disk.report_to(app[METRICS])
-        opened.callback(cache.close)
+        opened.push_async_callback(cache.aclose)  # waits for the disk writer off the event loop
         control = ControlClient(identity.control_url, secrets.cluster_secret, float(edge["origin_timeout_s"]),
                                 client_keepalive_s(settings),
                                 probe_timeout_s=float(edge["control_probe_timeout_s"]),

@@ -415,8 +415,18 @@ class EdgeCache:
 
     def close(self) -> None:
         """Write what ``put_behind`` queued (waiting ``CLOSE_WAIT_S`` at most for the writer) and close; a writer
-        still in its batch then keeps the purge log and the disk tier it uses open (the process's exit closes them)."""
-        if self._writes.close(CLOSE_WAIT_S):
+        still in its batch then keeps the purge log and the disk tier it uses open (the process's exit closes them).
+        Blocking: the event loop awaits ``aclose``."""
+        self._closed(self._writes.close(CLOSE_WAIT_S))
+
+    async def aclose(self) -> None:
+        """``close`` on the event loop: the wait for the writer (and the last batch) runs in a thread, so the loop
+        goes on with the rest of the shutdown (other connections' GOAWAY and closing) meanwhile."""
+        self._closed(await asyncio.to_thread(self._writes.close, CLOSE_WAIT_S))
+
+    def _closed(self, written: bool) -> None:
+        """Close the purge log and the disk tier (this thread's connections: the owner's) once the writer is done."""
+        if written:
             self._purges.close()
             self.disk.close()
 

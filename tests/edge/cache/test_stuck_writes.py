@@ -7,6 +7,7 @@ going at the limit fails the test instead of hanging it."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import sqlite3
@@ -187,3 +188,43 @@ def test_close_does_not_wait_for_ever_on_a_writer_that_does_not_finish(
             assert any("still writing" in r.getMessage() for r in caplog.records), caplog.records
         finally:
             release.set()
+
+
+async def test_closing_waits_for_a_busy_writer_while_the_event_loop_runs_on(tmp_path: Path) -> None:
+    """Shutdown closes the cache while the disk writer is inside a batch: the event loop keeps running other
+    callbacks during the wait (the timer here is what lets the batch end), and what was queued behind the batch
+    is written before the cache closes."""
+    cache = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB)
+    started, release = threading.Event(), threading.Event()
+    put_many = cache.disk.put_many
+
+    def busy(entries: Sequence[CachedObject], current: Any = None) -> None:
+        started.set()
+        release.wait(LIMIT_S)
+        put_many(entries, current)
+
+    cache.disk.put_many = busy  # type: ignore[method-assign]
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(max_workers=1) as writer:
+        try:
+            cache.put_behind("pull:z:/a", b"a", "text/plain", '"e"', ["t"], (), writer=writer)
+            assert await loop.run_in_executor(None, started.wait, LIMIT_S)
+            cache.put_behind("pull:z:/b", b"b", "text/plain", '"e"', ["t"], (), writer=writer)  # queued behind
+            closing = asyncio.ensure_future(cache.aclose())
+            fired_while_closing: list[bool] = []
+
+            def on_time() -> None:
+                fired_while_closing.append(not closing.done())
+                release.set()
+
+            loop.call_soon(on_time)
+            await asyncio.wait_for(closing, LIMIT_S)
+        finally:
+            release.set()
+    assert fired_while_closing == [True]
+    reopened = DiskTier(tmp_path / "cache", size_limit=64 * MB)
+    try:
+        assert [getattr(reopened.get(key, load_limit=MB), "body", None) for key in ("pull:z:/a", "pull:z:/b")] == \
+            [b"a", b"b"]
+    finally:
+        reopened.close()
