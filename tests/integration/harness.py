@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -9,6 +10,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,7 +202,8 @@ def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False
               semantic_search: bool = False, prepare: Callable[[Path], None] | None = None) -> RunningCdn:
     """A running `assetcdn up` on a free block of ports. Free ports are checked before `up` binds
     them, so a test run beside this one can take one in between: `up` refuses such ports at once,
-    and the start is tried again on another block (a fresh data directory each time).
+    and the start is tried again on another block (a fresh data directory each time). It returns once every
+    worker of every edge answers its health 200 (`wait_every_worker_ready`).
     `prepare(data_dir)` runs before each attempt, on that attempt's data directory: a test that sets up
     part of it (a small filesystem under an edge's cache) must not find its setting left behind in the
     directory of a failed attempt (`RunningCdn.data_dir` is the one that started).
@@ -219,8 +223,53 @@ def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False
             prepare(data_dir)
         cdn = _start_once(data_dir, tmp / "up.log", edges=edges, workers=workers, demo=demo, env_extra=env_extra)
         if cdn is not None:
+            try:
+                for url in cdn.edge_urls:
+                    wait_every_worker_ready(url, workers)
+            except BaseException:
+                cdn.stop()
+                raise
             return cdn
     raise AssertionError(f"assetcdn up found its ports taken {START_ATTEMPTS} times in a row")
+
+
+READY_TIMEOUT_S = 90.0
+
+
+def worker_health(edge_url: str) -> tuple[int, str]:
+    """(status, the answering worker: its health's ``node``, ``edge-i/w``) of one GET /api/health on a new
+    connection; (0, "") when the connection fails."""
+    request = urllib.request.Request(f"{edge_url}/api/health", headers={"Connection": "close"})
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            status, body = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        status, body = exc.code, exc.read()
+    except OSError:
+        return 0, ""
+    try:
+        node = json.loads(body).get("node", "")
+    except ValueError:
+        node = ""
+    return status, node if isinstance(node, str) else ""
+
+
+def wait_every_worker_ready(edge_url: str, workers: int, timeout_s: float = READY_TIMEOUT_S) -> set[str]:
+    """Until each of the `workers` processes sharing `edge_url`'s port (SO_REUSEPORT hands each new connection to
+    one of them) has answered its health 200; returns their names. `up` waits for the one its probe reached: another
+    may still be catching up with control, and answers 503 meanwhile."""
+    ready: set[str] = set()
+    deadline = time.monotonic() + timeout_s
+    while len(ready) < workers:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{edge_url}: only {sorted(ready) or 'no worker'} of {workers} workers answered "
+                                 f"their health 200 within {timeout_s:.0f} s")
+        status, node = worker_health(edge_url)
+        if status == 200 and node and node not in ready:
+            ready.add(node)
+        else:
+            time.sleep(0.05)  # polling other processes' catch-up with control: no event of theirs to wait on
+    return ready
 
 
 def _start_once(data_dir: Path, log_path: Path, *, edges: int, workers: int, demo: bool,

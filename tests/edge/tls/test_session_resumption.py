@@ -67,33 +67,15 @@ class Edge:
 
     def connect(self, context: ssl.SSLContext, session: ssl.SSLSession | None) -> tuple[bool, ssl.SSLSession, int]:
         """(resumed?, the session to offer next, the worker's pid) of one request on a new connection."""
-        head, resumed, new_session, pid = self._health(context, session)
-        assert head.startswith(b"HTTP/1.1 200"), head[:100]
-        return resumed, new_session, pid
-
-    def _health(self, context: ssl.SSLContext,
-                session: ssl.SSLSession | None) -> tuple[bytes, bool, ssl.SSLSession, int]:
         with socket.create_connection(("127.0.0.1", self.https_port), timeout=20) as raw, \
                 context.wrap_socket(raw, server_hostname="localhost", session=session) as tls:
             tls.sendall(b"GET /api/health HTTP/1.1\r\nHost: localhost\r\n\r\n")
             head = tls.recv(65536)  # the answer, after which a TLS 1.3 ticket has arrived too
+            assert head.startswith(b"HTTP/1.1 200"), head[:100]
             pid = self.serving_pid(tls.getsockname()[1])
             resumed, new_session = bool(tls.session_reused), tls.session
         assert new_session is not None
-        return head, resumed, new_session, pid
-
-    def wait_every_worker_ready(self) -> None:
-        """Until each worker has answered its health 200 (`start_cdn` waits for the one its probe reached; another
-        may still be catching up with control, and says so with a 503)."""
-        ready: set[int] = set()
-        deadline = time.monotonic() + 60
-        while len(ready) < WORKERS:
-            assert time.monotonic() < deadline, f"workers ready: {ready}"
-            head, _resumed, _session, pid = self._health(client_context(self.ca), None)
-            if head.startswith(b"HTTP/1.1 200"):
-                ready.add(pid)
-            else:
-                time.sleep(0.1)  # polling another process's catch-up with control: no event to wait on
+        return resumed, new_session, pid
 
 
 def _start(tmp_path: Path, rotation_s: float) -> tuple[RunningCdn, int, Path]:
@@ -111,9 +93,7 @@ def _start(tmp_path: Path, rotation_s: float) -> tuple[RunningCdn, int, Path]:
 def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
     running, https_port, ca = _start(tmp_path_factory.mktemp("resumption"), ROTATION_S)
     try:
-        edge = Edge(running, https_port, ca)
-        edge.wait_every_worker_ready()
-        yield edge
+        yield Edge(running, https_port, ca)  # every worker ready: start_cdn waits for each one's health
     finally:
         running.stop()
 
@@ -122,9 +102,7 @@ def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
 def static_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
     running, https_port, ca = _start(tmp_path_factory.mktemp("resumption-static"), STATIC_ROTATION_S)
     try:
-        edge = Edge(running, https_port, ca)
-        edge.wait_every_worker_ready()
-        yield edge
+        yield Edge(running, https_port, ca)  # every worker ready: start_cdn waits for each one's health
     finally:
         running.stop()
 
