@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.hits_bench import SETTLE_S, Server, edge_server, prepare_files, whole_system
-from benchmarks.https_bench import require_tools, run_s_time, warm
+from benchmarks.https_bench import measure_one, require_tools, warm
 from benchmarks.measure import load_average, machine
 from tests.edge.tls.certs import TestCa
 from tests.integration.harness import free_port_block, start_cdn
@@ -75,22 +75,18 @@ def main(argv: list[str] | None = None) -> int:
                 base = f"https://localhost:{port}"
                 asyncio.run(warm(base, list(paths.values()), bodies))
                 trees.append(Tree(path, system, edge_server(cdn), f"{base}/{paths['5 KB']}"))
+            mode = "resumed" if args.resume else "new conn"
             for turn in range(args.turns):
                 for tree in trees[turn % 2:] + trees[:turn % 2]:
                     tree.system.pin(args.server_core)
-                    worker_before, system_before = tree.worker.cpu_seconds(), tree.system.cpu_seconds()
-                    began = time.monotonic()
-                    rate, wrong = run_s_time(tree.url, args.duration, prefix, resume=args.resume)
-                    elapsed = time.monotonic() - began
-                    worker_s = tree.worker.cpu_seconds() - worker_before
-                    time.sleep(SETTLE_S)
-                    system_s = tree.system.cpu_seconds() - system_before
-                    connections = max(1.0, rate * elapsed)
-                    tree.worker_us.append(worker_s / connections * 1e6)
-                    tree.system_us.append(system_s / connections * 1e6)
-                    print(f"# turn {turn + 1} {tree.path}: {rate:,.0f} connections/s, worker {worker_s / elapsed:.2f} "
-                          f"cores, {tree.worker_us[-1]:,.0f} us a connection (whole system {tree.system_us[-1]:,.0f}), "
-                          f"{wrong} of the wrong kind; load {load_average()}", flush=True)
+                    sample = measure_one(tree.system, mode, tree.url, args, prefix, SETTLE_S, part=tree.worker)
+                    rate = max(sample.rps, 1 / args.duration)  # at least one connection: cores / rate is CPU s each
+                    tree.worker_us.append(sample.part_cpu / rate * 1e6)
+                    tree.system_us.append(sample.cpu / rate * 1e6)
+                    print(f"# turn {turn + 1} {tree.path}: {sample.rps:,.0f} connections/s, worker "
+                          f"{sample.part_cpu:.2f} cores, {tree.worker_us[-1]:,.0f} us a connection (whole system "
+                          f"{tree.system_us[-1]:,.0f}), {sample.errors} of the wrong kind; load {load_average()}",
+                          flush=True)
             for tree in trees:
                 print(f"{tree.path}: worker {statistics.median(tree.worker_us):,.0f} us a connection (median; least "
                       f"{min(tree.worker_us):,.0f}), whole system {statistics.median(tree.system_us):,.0f} "

@@ -21,13 +21,8 @@ import asyncio
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
-
-import uvloop
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 
 from benchmarks import hit_path_micro as micro
 
@@ -38,21 +33,7 @@ def instrument(on: bool) -> None:
 
 
 async def run(args: argparse.Namespace, tmp: Path) -> None:
-    micro.name_the_server()
-    settings = micro.load_settings(environ={"ASSETCDN_EDGE_REACHABLE_FOR_S": "3600"})
-    control_server = TestServer(micro.control.app.create_app(settings, micro.SECRETS, tmp / "data"))
-    client = TestClient(control_server)
-    await client.start_server()
-    identity = micro.EdgeIdentity(name="edge-i", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
-                                  cache_dir=tmp / "edge", advertise_host="127.0.0.1")
-    app = micro.edge.app.create_app(settings, micro.SECRETS, identity)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = micro.HitSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        assert (await client.post("/api/core/zones", json={"Name": micro.ZONE}, headers=micro.ACCOUNT)).status == 201
-        assert (await client.put(f"/api/storage{micro.PATH}", data=b"x" * 5120, headers=micro.ACCESS)).status == 201
+    async with micro.hit_site(tmp, "edge-i", {"ASSETCDN_EDGE_REACHABLE_FOR_S": "3600"}) as (_app, site):
         hits = site.hits
         assert hits is not None
         for _ in range(600):  # until a request is a hit answered here (replication is slow under valgrind)
@@ -82,19 +63,13 @@ async def run(args: argparse.Namespace, tmp: Path) -> None:
         assert args.empty or answered == args.requests, f"{args.requests - answered} requests were not hits"
         print(f"{args.requests} requests, {answered} answered on the hit path: instructions per hit = "
               f"valgrind's 'Collected' / {args.requests} (less an --empty run's)", file=sys.stderr)
-    finally:
-        await runner.cleanup()
-        await client.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--empty", action="store_true", help="the loop alone (the share to subtract)")
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="hit-instructions-") as tmp:
-        uvloop.run(run(args, Path(tmp)))
-    return 0
+    return micro.run_in_temporary_directory(run, parser.parse_args(argv), "hit-instructions-")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import asyncio
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +90,17 @@ def per_request(feed: Any, request: bytes, count: int) -> float:
     return (time.process_time() - began) / count * 1e6
 
 
-async def run(args: argparse.Namespace, tmp: Path) -> None:
+@asynccontextmanager
+async def hit_site(tmp: Path, name: str, environ: dict[str, str]) -> AsyncIterator[tuple[web.Application, HitSite]]:
+    """A control app and an edge app (worker 0 of edge `name`, its hits answered by a ``HitSite`` on a free port)
+    in this process, with `environ`'s settings, the zone ``ZONE`` made and a 5 KB file uploaded at ``PATH``;
+    both stopped on leaving."""
     name_the_server()
-    settings = load_settings(environ={})
+    settings = load_settings(environ=environ)
     control_server = TestServer(control.app.create_app(settings, SECRETS, tmp / "data"))
     client = TestClient(control_server)
     await client.start_server()
-    identity = EdgeIdentity(name="edge-m", worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
+    identity = EdgeIdentity(name=name, worker=0, control_url=str(control_server.make_url("")).rstrip("/"),
                             cache_dir=tmp / "edge", advertise_host="127.0.0.1")
     app = edge.app.create_app(settings, SECRETS, identity)
     runner = web.AppRunner(app, access_log=None)
@@ -104,6 +110,22 @@ async def run(args: argparse.Namespace, tmp: Path) -> None:
     try:
         assert (await client.post("/api/core/zones", json={"Name": ZONE}, headers=ACCOUNT)).status == 201
         assert (await client.put(f"/api/storage{PATH}", data=b"x" * 5120, headers=ACCESS)).status == 201
+        yield app, site
+    finally:
+        await runner.cleanup()
+        await client.close()
+
+
+def run_in_temporary_directory(run: Callable[[argparse.Namespace, Path], Awaitable[None]], args: argparse.Namespace,
+                               prefix: str) -> int:
+    """`run(args, directory)` on uvloop, in a temporary directory removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        uvloop.run(run(args, Path(tmp)))
+    return 0
+
+
+async def run(args: argparse.Namespace, tmp: Path) -> None:
+    async with hit_site(tmp, "edge-m", {}) as (app, site):
         node = app[NODE]
         for _ in range(200):
             if node.replica.get(PATH[1:]) is not None:
@@ -156,20 +178,14 @@ async def run(args: argparse.Namespace, tmp: Path) -> None:
               f" and {min(writes):.3f} us per hit to write the lines")
         empty = min(per_request(lambda data: None, WRK, args.requests) for _ in range(args.repeat))
         print(f"{'loop alone':>20}: {empty:.2f} us")
-    finally:
-        await runner.cleanup()
-        await client.close()
-        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=20_000, help="per run (a run blocks the loop)")
     parser.add_argument("--repeat", type=int, default=15)
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="hit-micro-") as tmp:
-        uvloop.run(run(args, Path(tmp)))
-    return 0
+    return run_in_temporary_directory(run, parser.parse_args(argv), "hit-micro-")
 
 
 if __name__ == "__main__":

@@ -87,6 +87,7 @@ class Sample:
     rps: float
     cpu: float
     errors: int
+    part_cpu: float = 0.0  # `measure_one`'s `part`: cores over the run alone
 
     @property
     def per_core(self) -> float:
@@ -181,9 +182,11 @@ def run_s_time(url: str, duration: float, prefix: tuple[str, ...], *, resume: bo
 
 
 def measure_one(server: Server, mode: str, url: str, args: argparse.Namespace, prefix: tuple[str, ...],
-                settle_s: float = 0.0) -> Sample:
-    """One load run; the server's CPU from its start until ``settle_s`` after it, per second of the run."""
+                settle_s: float = 0.0, part: Server | None = None) -> Sample:
+    """One load run; the server's CPU from its start until ``settle_s`` after it, per second of the run, and
+    that of `part` (one of its processes: the edge worker) from its start to its end."""
     before = server.cpu_seconds()
+    part_before = 0.0 if part is None else part.cpu_seconds()
     began = time.monotonic()
     if mode in H2LOAD_STREAMS:
         rps, errors = run_h2load(url, args.duration, prefix, H2LOAD_STREAMS[mode])
@@ -193,9 +196,10 @@ def measure_one(server: Server, mode: str, url: str, args: argparse.Namespace, p
         result = run_wrk(url, args.duration, args.connections, 2, prefix=prefix)
         rps, errors = result.rps, result.errors
     elapsed = time.monotonic() - began
+    part_cores = 0.0 if part is None else (part.cpu_seconds() - part_before) / elapsed
     time.sleep(settle_s)
     cores = (server.cpu_seconds() - before) / elapsed
-    return Sample(rps, cores, errors)
+    return Sample(rps, cores, errors, part_cores)
 
 
 def table(samples: dict[tuple[str, str, str], list[Sample]], modes: list[str]) -> str:

@@ -163,21 +163,27 @@ def test_a_delete_that_finds_the_database_locked_throughout_fails(tmp_path: Path
         tier.close()
 
 
+def held_batches(cache: EdgeCache) -> tuple[threading.Event, threading.Event]:
+    """(started, release): each disk batch of `cache` sets `started`, then waits for `release` before it writes."""
+    started, release = threading.Event(), threading.Event()
+    put_many = cache.disk.put_many
+
+    def held(entries: Sequence[CachedObject], current: Any = None) -> None:
+        started.set()
+        release.wait(LIMIT_S)
+        put_many(entries, current)
+
+    cache.disk.put_many = held  # type: ignore[method-assign]
+    return started, release
+
+
 def test_close_does_not_wait_for_ever_on_a_writer_that_does_not_finish(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The writer thread is inside a batch that does not end: close gives up waiting for it (logged) and
     closes; the writer's batch, once it ends, resolves its waiters and later ones write nothing."""
     monkeypatch.setattr(store_module, "CLOSE_WAIT_S", 0.2, raising=False)
     cache = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB)
-    started, release = threading.Event(), threading.Event()
-    put_many = cache.disk.put_many
-
-    def stuck(entries: Sequence[CachedObject], current: Any = None) -> None:
-        started.set()
-        release.wait(LIMIT_S)
-        put_many(entries, current)
-
-    cache.disk.put_many = stuck  # type: ignore[method-assign]
+    started, release = held_batches(cache)
     with ThreadPoolExecutor(max_workers=1) as writer:
         try:
             cache.put_behind("pull:z:/a", b"a", "text/plain", '"e"', ["t"], (), writer=writer)
@@ -195,15 +201,7 @@ async def test_closing_waits_for_a_busy_writer_while_the_event_loop_runs_on(tmp_
     callbacks during the wait (the timer here is what lets the batch end), and what was queued behind the batch
     is written before the cache closes."""
     cache = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB)
-    started, release = threading.Event(), threading.Event()
-    put_many = cache.disk.put_many
-
-    def busy(entries: Sequence[CachedObject], current: Any = None) -> None:
-        started.set()
-        release.wait(LIMIT_S)
-        put_many(entries, current)
-
-    cache.disk.put_many = busy  # type: ignore[method-assign]
+    started, release = held_batches(cache)
     loop = asyncio.get_running_loop()
     with ThreadPoolExecutor(max_workers=1) as writer:
         try:
