@@ -35,10 +35,11 @@ from benchmarks.hits_bench import (
     warm,
     whole_system,
 )
-from benchmarks.measure import load_average, machine, pin, process_tree
+from benchmarks.measure import load_average, machine, process_tree
 from tests.integration.harness import RunningCdn, free_port_block, start_cdn
 
 SIZES = ["5 KB", "100 KB"]
+SERVER_CORE, LOAD_CORE = "0", "1"
 
 
 def start_from(checkout: Path, workdir: Path) -> RunningCdn:
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
-    prefix = ("taskset", "-c", "1")
+    prefix = ("taskset", "-c", LOAD_CORE)
     print(f"# compare_hits: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
     with tempfile.TemporaryDirectory(prefix="compare-hits-") as tmp:
         workdir = Path(tmp)
@@ -74,15 +75,15 @@ def main(argv: list[str] | None = None) -> int:
                 (workdir / name).mkdir()
                 cdn = cdns[name] = start_from(checkout, workdir / name)
                 servers[name], controls[name] = whole_system(cdn)  # what a hit costs: the edge and control
-                pin(servers[name].pids, "0")
+                servers[name].pin(SERVER_CORE)
                 paths, bodies = asyncio.run(prepare_files(cdn, SIZES))
                 asyncio.run(warm(servers[name].base, list(paths.values()), bodies))
             control_port = int(cdns["after"].control_url.rsplit(":", 1)[1])
-            varnish = start_varnish(workdir, free_port_block(1), control_port, "0")
+            varnish = start_varnish(workdir, free_port_block(1), control_port, SERVER_CORE)
             asyncio.run(wait_up(varnish.base + "/"))
             assert varnish.process is not None
             varnish.pids = process_tree(varnish.process.pid)
-            pin(varnish.pids, "0")
+            varnish.pin(SERVER_CORE)
             asyncio.run(warm(varnish.base, list(paths.values())))
             servers["varnish"] = varnish
             results: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                     for name in order:
                         server = servers[name]
                         control = controls.get(name)
+                        server.pin(SERVER_CORE)  # a process started since the last walk too
                         control_before = control.cpu_seconds() if control is not None else 0.0
                         result, cores = run_one(server, f"{server.base}/{paths[size]}", args, prefix,
                                                 SETTLE_S if name != "varnish" else 0.0)

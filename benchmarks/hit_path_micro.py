@@ -22,7 +22,7 @@ import asyncio
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -116,8 +116,8 @@ async def hit_site(tmp: Path, name: str, environ: dict[str, str]) -> AsyncIterat
         await client.close()
 
 
-def run_in_temporary_directory(run: Callable[[argparse.Namespace, Path], Awaitable[None]], args: argparse.Namespace,
-                               prefix: str) -> int:
+def run_in_temporary_directory(run: Callable[[argparse.Namespace, Path], Coroutine[Any, Any, None]],
+                               args: argparse.Namespace, prefix: str) -> int:
     """`run(args, directory)` on uvloop, in a temporary directory removed afterwards."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         uvloop.run(run(args, Path(tmp)))

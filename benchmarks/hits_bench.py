@@ -110,9 +110,12 @@ class Server:
         return self.pids
 
     def pin(self, core: str) -> list[int]:
-        """Every process of the server onto ``core`` (its tree walked again first); the pids pinned."""
-        pin(self.refresh(), core)
-        return self.pids
+        """Every process of the server onto ``core``, any started under it since the last walk too (``measure.pin``);
+        the pids pinned."""
+        pinned = pin(self.roots or self.pids, core)
+        if self.roots:
+            self.pids = pinned
+        return pinned
 
     def cpu_seconds(self) -> float:
         return cpu_seconds(self.refresh(), reaped_children=bool(self.roots))
@@ -367,7 +370,7 @@ def measure(args: argparse.Namespace) -> None:
                 assert server.process is not None
                 if server is not bare:
                     server.pids = process_tree(server.process.pid)
-                pin(server.pids, server_core)
+                server.pin(server_core)
             every = {name: server for name, server in
                      {"varnish": varnish, "nginx": nginx, "edge": edge, "bare": bare}.items() if name in args.servers}
             for server in every.values():
@@ -381,8 +384,7 @@ def measure(args: argparse.Namespace) -> None:
             for round_ in range(args.rounds):
                 for label, path in paths.items():
                     for name in order:
-                        if every[name].roots:  # a process started since the last walk is pinned too
-                            every[name].pin(server_core)
+                        every[name].pin(server_core)  # a process started since the last walk is pinned too
                         control_before = control.cpu_seconds()
                         result, cores = run_one(every[name], f"{every[name].base}/{path}", args, wrk_prefix,
                                                 SETTLE_S if name == "edge" else 0.0)
@@ -431,6 +433,9 @@ async def _upload_small(cdn: RunningCdn, paths: list[str]) -> None:
         await upload_many(session, cdn, paths)
 
 
+SCALING_CORES = "0-1"  # `scaling`: both servers' processes, and wrk beside them unpinned
+
+
 def scaling(workdir: Path, args: argparse.Namespace) -> None:
     """1 and 2 edge workers at 5 KB, wrk unpinned, against nginx with 1 and 2 workers in front of the
     same control plane (the same machine's reference: how far a C server scales here). Besides
@@ -447,10 +452,12 @@ def scaling(workdir: Path, args: argparse.Namespace) -> None:
             node = cdn.pids("--name edge-0")
             edge = Server("edge", cdn.edge_urls[0], process_tree(*node))
             control_port = int(cdn.control_url.rsplit(":", 1)[1])
-            nginx = start_nginx(workdir / f"scale-{workers}", free_port_block(1), control_port, "0-1", workers)
+            nginx = start_nginx(workdir / f"scale-{workers}", free_port_block(1), control_port, SCALING_CORES, workers)
             asyncio.run(wait_up(nginx.base + "/"))
             assert nginx.process is not None
             nginx.pids = process_tree(nginx.process.pid)
+            for server in (edge, nginx):  # the same cores for both (the edge node's processes as `up` started them)
+                server.pin(SCALING_CORES)
             for server in (edge, nginx):
                 for _ in range(4 * workers):  # every worker holds it (SO_REUSEPORT spreads connections)
                     asyncio.run(warm(server.base, [path], bodies))

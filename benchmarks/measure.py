@@ -92,10 +92,50 @@ def process_tree(*roots: int) -> list[int]:
     return list(found)
 
 
-def pin(pids: Iterable[int], core: str) -> None:
-    """Every thread of ``pids`` onto ``core`` (a taskset CPU list: "0", "0-1"); a pid gone meanwhile is skipped."""
+PIN_ATTEMPTS = 10
+
+
+def cpu_set(core: str) -> set[int]:
+    """The CPUs of a taskset CPU list ("0", "0-1", "0,2")."""
+    cpus: set[int] = set()
+    for part in core.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def _off_core(pids: Iterable[int], cpus: set[int]) -> list[int]:
+    """Those of ``pids`` with a thread allowed on other CPUs than ``cpus`` (a pid gone meanwhile is skipped)."""
+    off = []
     for pid in pids:
-        subprocess.run(["taskset", "-a", "-p", "-c", core, str(pid)], capture_output=True, check=False)
+        try:
+            threads = [int(task.name) for task in Path(f"/proc/{pid}/task").iterdir()]
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                if os.sched_getaffinity(thread) != cpus:
+                    off.append(pid)
+                    break
+            except OSError:
+                continue
+    return off
+
+
+def pin(roots: Iterable[int], core: str) -> list[int]:
+    """Every thread of every process under ``roots`` onto ``core`` (a taskset CPU list: "0", "0-1"), checked;
+    returns the pids (``process_tree``). Children inherit it, but one forked between a walk of the tree and its
+    parent's taskset (an image worker launched as the edge starts, a worker `up` starts again) keeps the affinity
+    it had: the tree is walked and pinned again until none is left off ``core``. Every benchmark pins here, its
+    own processes and the anchors alike, so each gets the same cores."""
+    roots, cpus = list(roots), cpu_set(core)
+    for _ in range(PIN_ATTEMPTS):
+        pids = process_tree(*roots)
+        for pid in pids:
+            subprocess.run(["taskset", "-a", "-p", "-c", core, str(pid)], capture_output=True, check=False)
+        if not _off_core(process_tree(*roots), cpus):
+            return process_tree(*roots)
+    raise RuntimeError(f"processes under {roots} still run off core {core} after {PIN_ATTEMPTS} pinnings")
 
 
 def cpu_seconds(pids: Iterable[int], *, reaped_children: bool = False) -> float:

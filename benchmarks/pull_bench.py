@@ -53,7 +53,6 @@ from benchmarks.measure import (
     create_pull_zone,
     load_average,
     machine,
-    pin,
     process_tree,
     require_tools,
     wrk_arguments,
@@ -209,7 +208,7 @@ def measure(args: argparse.Namespace) -> None:
         started: list[Server] = []
         try:
             edge, _control = whole_system(cdn)
-            pin(edge.pids, args.server_core)
+            edge.pin(args.server_core)
             base = free_port_block(3)
             origin, bodies = start_origin(workdir, base, args.load_core)
             started.append(origin)
@@ -220,8 +219,9 @@ def measure(args: argparse.Namespace) -> None:
                 asyncio.run(wait_up(server.base + "/"))
                 assert server.process is not None
                 server.pids = process_tree(server.process.pid)
-            pin(origin.pids, args.load_core)
-            pin(varnish.pids + nginx.pids, args.server_core)
+            origin.pin(args.load_core)
+            for anchor in (varnish, nginx):
+                anchor.pin(args.server_core)
             asyncio.run(create_pull_zone(cdn.control_url, ACCOUNT, ZONE, origin.base, cdn.data_dir))
             fetched_at = time.time()
             bases = {"edge": f"{edge.base}/{ZONE}", "varnish": varnish.base, "nginx": nginx.base}
@@ -250,6 +250,7 @@ def measure(args: argparse.Namespace) -> None:
                                 url = f"{bases[name]}/"
                                 path = f"{bases[name].removeprefix(every[name].base)}/{prefix_}/r{round_}-"
                                 lua = FILL_LUA.replace("{prefix}", path)
+                            every[name].pin(args.server_core)  # a process started since the last walk too
                             result, cores = run(every[name], url, args, lua, SETTLE_S if name == "edge" else 0.0)
                             samples.setdefault((workload, size, name), []).append((result.rps, result.p99_ms, cores))
                             print(f"round {round_ + 1} {workload:>5} {size:>6} {name:>7}: {result.rps:9,.0f} req/s "

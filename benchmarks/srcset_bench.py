@@ -108,24 +108,10 @@ class Tree:
         return cpu_seconds(self.pids, reaped_children=True)
 
     def pin(self, core: str) -> None:
-        self.refresh()
-        pin(self.pids, core)
-
-    def check_pinned(self, core: str) -> None:
-        """Pin again, then refuse to measure if any process of the tree runs off `core`: a process
-        forked between a pin's listing and its taskset (an image worker launched in the background
-        as the edge starts) would keep this load generator's core and work beside ours for free."""
-        self.pin(core)
-        self.refresh()
-        off = []
-        for pid in self.pids:
-            try:
-                if os.sched_getaffinity(pid) != {int(core)}:
-                    off.append(pid)
-            except OSError:
-                continue   # gone since the listing
-        if off:
-            raise RuntimeError(f"{self.name}: processes {off} are not pinned to core {core}")
+        """Every process of the tree onto `core`, checked (``measure.pin``): one forked between a walk and its
+        parent's taskset (an image worker launched in the background as the edge starts) would otherwise keep the
+        load generator's core and work beside ours for free."""
+        self.pids = pin([self.root], core)
 
 
 def image_workers(tree: Tree) -> list[int]:
@@ -399,7 +385,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> None:
                                                        for i, fmt in enumerate(FORMATS * 2)])
             del warm
             for tree in trees.values():   # every process of both trees exists by now: all on the server core
-                tree.check_pinned(SERVER_CORE)
+                tree.pin(SERVER_CORE)
             pool = image_workers(trees["assetcdn"])
             check_worker_count(pool, dict(args.env))
             workers_before = (rss_bytes(pool), pss_bytes(pool))

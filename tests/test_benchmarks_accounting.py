@@ -18,7 +18,7 @@ import pytest
 
 from benchmarks.cache_conformance import ZONE_PROBE, wait_zone_served
 from benchmarks.hits_bench import whole_system
-from benchmarks.measure import stop_process
+from benchmarks.measure import pin, stop_process
 from tests.integration.harness import RunningCdn
 
 # Waits for a line, then starts a child that burns CPU and prints its pid; waits for a second line, then
@@ -68,6 +68,17 @@ def test_the_whole_system_is_every_process_of_up_whenever_it_started(parent: sub
     assert system.refresh() == [parent.pid]
     # The child's CPU (summing 20 million ints) is still counted: through its parent's reaped-children time.
     assert system.cpu_seconds() - before > 0.1
+
+
+def test_pinning_a_server_pins_the_processes_it_started_before(parent: subprocess.Popen[bytes]) -> None:
+    """A child forked before its parent is pinned (an image worker launched as the edge starts) keeps the
+    affinity it was forked with: pinning the server pins every process under it, and says which."""
+    cores = os.sched_getaffinity(0)
+    child = int(tell(parent))
+    assert os.sched_getaffinity(child) == cores and len(cores) > 1
+    core = min(cores)
+    assert pin([parent.pid], str(core)) == [parent.pid, child]
+    assert os.sched_getaffinity(parent.pid) == os.sched_getaffinity(child) == {core}
 
 
 class ZoneEdge(BaseHTTPRequestHandler):
