@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -18,6 +19,9 @@ from aiohttp import web
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.fastpath.pull_fill import PullFills
 from assetcdn.edge.shield import SHIELD_CACHE
+from assetcdn.edge.states import freshness
+from assetcdn.edge.states import pull as pull_states
+from assetcdn.edge.states.keys import pull_key
 from tests.support.control import METRICS
 from tests.support.hit_cdn import READ_S, HitCdn, Response, request_bytes
 from tests.support.origins import LONG, PREFIX, ScriptedOrigin, pull_zone_on_hit_cdn
@@ -289,6 +293,62 @@ async def test_fills_of_equal_and_different_urls_on_several_connections_at_once_
     assert [filled.origin.count(name) for name in names] == [1, 1, 1]
     for conn in connections:
         conn.close()
+
+
+@pytest.mark.parametrize("path", ["hit", "application"])
+async def test_a_fill_reads_the_origins_caching_directives_once(filled: FillCdn, monkeypatch: pytest.MonkeyPatch,
+                                                                 path: str) -> None:
+    """Whether the answer may be stored and which of its fields are kept come from one reading of its
+    Cache-Control, on either path."""
+    read: list[object] = []
+    real = freshness.response_directives
+
+    def counted(headers: Any) -> Any:
+        read.append(headers)
+        return real(headers)
+
+    monkeypatch.setattr(freshness, "response_directives", counted)
+    monkeypatch.setattr(pull_states, "response_directives", counted, raising=False)
+    name = f"/directives-{path}.bin"
+    filled.answer(name)
+    conn = await (filled.cdn.connect() if path == "hit" else filled.cdn.plain())
+    assert (await conn.request(f"/{ZONE}{name}")).header("X-Cache") == "MISS"
+
+    async def stored() -> bool:  # the entry itself, not `lookup`, which reads the stored head's directives
+        return filled.cdn.node.cache.get(pull_key(ZONE, name, "")) is not None
+
+    await wait_until(stored, "the fill stored")
+    conn.close()
+    assert len(read) == 1
+
+
+async def test_a_stored_url_the_hit_path_does_not_answer_goes_to_the_application_without_a_fill_claim(
+        filled: FillCdn, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A URL the memory tier holds but the hit path does not answer (a Vary'd one) is not claimed as a fill
+    only to be looked up again and handed over; a URL it answers is looked up once in the memory tier."""
+    filled.answer("/varied.bin", Vary="Accept-Encoding")
+    filled.answer("/plain-hit.bin")
+    conn = await filled.cdn.connect()
+    for name in ("/varied.bin", "/plain-hit.bin"):
+        assert (await conn.request(f"/{ZONE}{name}")).header("X-Cache") == "MISS"
+
+        async def stored(name: str = name) -> bool:
+            return filled.cdn.node.cache.memory.hit(pull_key(ZONE, name, "")) is not None
+
+        await wait_until(stored, f"{name} stored")
+    fills, memory = filled.fills, filled.cdn.node.cache.memory
+    claims: list[object] = []
+    looked_up: list[str] = []
+    claim, hit = fills.claim, memory.hit
+    monkeypatch.setattr(fills, "claim", lambda *args: claims.append(args) or claim(*args))
+    monkeypatch.setattr(memory, "hit", lambda key: looked_up.append(key) or hit(key))
+    varied = await conn.request(f"/{ZONE}/varied.bin")
+    assert (varied.header("X-Cache"), varied.body, claims) == ("HIT", BODY, [])
+    looked_up.clear()
+    answered = await conn.request(f"/{ZONE}/plain-hit.bin")
+    assert (answered.header("X-Cache"), answered.body) == ("HIT", BODY)
+    assert looked_up == [pull_key(ZONE, "/plain-hit.bin", "")]
+    conn.close()
 
 
 LARGE = bytes(range(256)) * (24 * 1024)  # 6 MB: far more than the socket buffers and the 1 MB kept in memory
