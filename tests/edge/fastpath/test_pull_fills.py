@@ -340,8 +340,17 @@ async def test_a_stored_url_the_hit_path_does_not_answer_goes_to_the_application
     claims: list[object] = []
     looked_up: list[str] = []
     claim, hit = fills.claim, memory.hit
-    monkeypatch.setattr(fills, "claim", lambda *args: claims.append(args) or claim(*args))
-    monkeypatch.setattr(memory, "hit", lambda key: looked_up.append(key) or hit(key))
+
+    def claimed(*args: Any) -> bool:
+        claims.append(args)
+        return claim(*args)
+
+    def found(key: str) -> Any:
+        looked_up.append(key)
+        return hit(key)
+
+    monkeypatch.setattr(fills, "claim", claimed)
+    monkeypatch.setattr(memory, "hit", found)
     varied = await conn.request(f"/{ZONE}/varied.bin")
     assert (varied.header("X-Cache"), varied.body, claims) == ("HIT", BODY, [])
     looked_up.clear()
