@@ -359,11 +359,12 @@ class HitServer:
                 self._drop_pull(view, url)  # refreshed, replaced, purged or evicted
             if HASH in url:  # the application's (so never prepared: a prepared hit's target has none)
                 return HAND_OVER
-            pulled = self._prepare_pull(view, url, named)
-            if pulled is None:  # not in the memory tier, or not a hit answered here
-                return FILL if self.fills.claim(conn, view, url, head_only, named) else HAND_OVER
-            obj = self.memory.hit(pulled.key)
-            if obj is None or obj is not pulled.entry() or (body := obj.body) is None:
+            prepared = self._prepare_pull(view, url, named)
+            if not isinstance(prepared, PulledHit):  # True: not in the memory tier; False: the application's
+                return FILL if prepared and self.fills.claim(conn, view, url, head_only, named) else HAND_OVER
+            pulled = prepared
+            obj = pulled.entry()  # the memory tier's entry `prepare_pull` found, that instant
+            if obj is None or (body := obj.body) is None:
                 self._drop_pull(view, url)
                 return HAND_OVER
         now = self.now
@@ -399,14 +400,15 @@ class HitServer:
         conn.records.append(self._count(conn, view, pulled, status, sent, head_only, request_id))
         return ANSWERED
 
-    def _prepare_pull(self, view: HostView, url: bytes, named: PullPath | None) -> PulledHit | None:
+    def _prepare_pull(self, view: HostView, url: bytes, named: PullPath | None) -> PulledHit | bool:
+        """`prepare_pull` of request target `url`, kept for the next requests for it."""
         try:
             target = url.decode("ascii")
         except UnicodeDecodeError:
-            return None
+            return False
         pulled = prepare_pull(self.node, self.config, view, target, named)
-        if pulled is None:
-            return None
+        if not isinstance(pulled, PulledHit):
+            return pulled
         pulls = view.pulls
         if url not in pulls:  # within the same bound as the stored zones' hits (_prepare)
             if self.prepared >= self.max_hits:

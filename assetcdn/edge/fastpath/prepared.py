@@ -86,6 +86,12 @@ PER_REQUEST_HEADERS = WRITTEN_HERE - RESERVED_HEADERS
 PULL_PER_REQUEST_HEADERS = PER_REQUEST_HEADERS | {"age", "cache-status"}
 
 
+def rules_touch(changes: HeaderChanges, written: frozenset[str]) -> bool:
+    """Whether `_headers` rules set or remove one of the headers `written` (lower-case) per request: the full
+    application then answers the path (hits here, pull zones' hits and fills alike)."""
+    return bool(changes.remove & written) or any(name.lower() in written for name in changes.set)
+
+
 class Prepared:
     """One (Host, path)'s hit, valid while ``entry`` is the replica's entry for ``cdn_path``."""
 
@@ -162,7 +168,7 @@ def prepare(node: EdgeNode, config: EdgeConfig, view: HostView,
     except (InvalidPath, SourceRefused):
         return None
     changes = header_changes(config, path, view.name)
-    if changes.remove & PER_REQUEST_HEADERS or any(name.lower() in PER_REQUEST_HEADERS for name in changes.set):
+    if rules_touch(changes, PER_REQUEST_HEADERS):
         return None
     head = node.replica.head(entry)
     obj = lookup(node, head.key)
@@ -258,30 +264,32 @@ def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modifie
 
 
 def prepare_pull(node: EdgeNode, config: EdgeConfig, view: HostView, target: str,
-                 named: PullPath | None = None) -> PulledHit | None:
+                 named: PullPath | None = None) -> PulledHit | bool:
     """The prepared hit of request target ``target`` (path and query) of a pull zone on ``view``'s host, from
-    the memory tier only (a miss, or a body kept on disk only, is the application's); None when the
-    application must answer: not cached here, a Vary'd URL, a status other than 200, rules on a header
-    written per request, no Content-Type (aiohttp's default for it depends on the method). `named`: `resolve`
-    of the path alone (`prepare`), the same answer when there is no query."""
+    the memory tier only. True when the memory tier holds nothing for it: a miss, which the hit path may fill
+    (assetcdn/edge/fastpath/pull_fill.py); False when the application must answer: not a pull zone's path,
+    a body kept on disk only, a Vary'd URL, a status other than 200, rules on a header written per request,
+    no Content-Type (aiohttp's default for it depends on the method). `named`: `resolve` of the path alone
+    (`prepare`), the same answer when there is no query."""
     path, mark, query = target.partition("?")
     pulled: PullPath | Redirect | str | None = named if not mark else None
     if pulled is None:
         try:  # what the delivery route does before the serve sequence (assetcdn/edge/routes/delivery.py)
             pulled = resolve(config, view.zone, path, target)
         except InvalidPath:
-            return None
+            return False
     if not isinstance(pulled, PullPath):
-        return None
+        return False
     key = pull_key(pulled.zone.name, pulled.path, query)
     obj = node.cache.memory.hit(key)
-    if obj is None or obj.body is None or first_value(obj.headers, VARY) is not None:
-        return None
+    if obj is None:
+        return True
+    if obj.body is None or first_value(obj.headers, VARY) is not None:
+        return False
     stored = StoredResponse.of(obj)
     if stored is None or stored.status != 200 or first_value(stored.headers, "content-type") is None:
-        return None
+        return False
     changes = header_changes(config, path, view.name)
-    if changes.remove & PULL_PER_REQUEST_HEADERS or any(
-            name.lower() in PULL_PER_REQUEST_HEADERS for name in changes.set):
-        return None
+    if rules_touch(changes, PULL_PER_REQUEST_HEADERS):
+        return False
     return PulledHit(stored, key, f"{pulled.zone.name}{pulled.path}", changes)

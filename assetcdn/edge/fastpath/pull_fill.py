@@ -19,32 +19,35 @@ of a new origin request (`pull.handed_fill`).
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import io
 import logging
-import tempfile
 import time
 from collections.abc import Coroutine
 from functools import partial
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from assetcdn.edge.delivery_log import BodyCounter, Pending, body_sent, country_code
-from assetcdn.edge.fastpath.prepared import PER_REQUEST_HEADERS, STATUS_200, header_lines
+from assetcdn.edge.fastpath.prepared import (
+    PER_REQUEST_HEADERS,
+    STATUS_200,
+    header_lines,
+    rules_touch,
+)
 from assetcdn.edge.origin_client import OriginError, OriginResponse
 from assetcdn.edge.site_config import PullZone, apply_rule_changes
 from assetcdn.edge.states.deliver import header_changes
-from assetcdn.edge.states.freshness import first_value, not_storable, stored_headers
+from assetcdn.edge.states.freshness import Directives, first_value
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.states.pull import (
     FLIGHTS,
-    SPOOL_MEMORY,
     client_headers,
     fill_cache_status,
     fill_headers,
+    judge,
+    keep,
     lookup,
-    named_by_body,
-    relay_body,
-    store,
+    new_spool,
+    send_timeout_s,
+    sent_in_time,
 )
 from assetcdn.edge.states.recv import PullPath, resolve
 from assetcdn.shared.analytics_keys import zone_of
@@ -68,10 +71,12 @@ MISS = str(CacheResult.MISS)  # the answer's X-Cache, as the delivery log reads 
 class Fill:
     """One claimed miss: what was read of its request on the hit path before its head was parsed again."""
 
-    __slots__ = ("view", "target", "named", "head_only", "request_id", "country", "keep_alive", "peer", "started")
+    __slots__ = ("conn", "view", "target", "named", "head_only", "request_id", "country", "keep_alive", "peer",
+                 "started")
 
-    def __init__(self, view: HostView, target: str, named: PullPath | None, head_only: bool, request_id: bytes,
-                 country: str, keep_alive: bool, peer: str | None) -> None:
+    def __init__(self, conn: HitProtocol, view: HostView, target: str, named: PullPath | None, head_only: bool,
+                 request_id: bytes, country: str, keep_alive: bool, peer: str | None) -> None:
+        self.conn = conn  # the connection that claimed it: only its `start` takes it
         self.view = view
         self.target = target
         self.named = named  # what `recv.resolve` made of the path alone, when the hit server resolved it
@@ -89,8 +94,11 @@ class PullFills:
     def __init__(self, server: HitServer) -> None:
         self.server = server
         self.flights = server.app[FLIGHTS]
-        self.claimed: Fill | None = None  # set by `claim`, taken by `start` in the same pass of the connection
-        self.started = 0  # fills begun here (each leads its URL's flight)
+        # Set by `claim`, taken by `start` in the same pass of the same connection (nothing runs in between:
+        # one claim at a time for the whole server); a claim left behind is never another connection's.
+        self.claimed: Fill | None = None
+        self.send_timeout_s = send_timeout_s(server.node.settings)  # a client that takes none of its answer
+        self.started = 0  # fills begun here (each leads its URL's flight); tests count the requests begun by it
         self.filled = 0   # of them, answered here
 
     def claim(self, conn: HitProtocol, view: HostView, url: bytes, head_only: bool, named: PullPath | None) -> bool:
@@ -107,7 +115,7 @@ class PullFills:
             return False
         country = headers[5]  # COUNTRY's slot
         server = self.server
-        self.claimed = Fill(view, target, named, head_only, server.ids.of(headers[3]),
+        self.claimed = Fill(conn, view, target, named, head_only, server.ids.of(headers[3]),
                             "XX" if country is None else country_code(country.decode("utf-8", "surrogateescape")),
                             conn.keep_alive, conn.peer)
         return True
@@ -115,7 +123,7 @@ class PullFills:
     def start(self, conn: HitProtocol, head: bytes) -> None:
         """Fill the claimed miss whose request head is ``head``, or hand the request to the application."""
         fill, self.claimed = self.claimed, None
-        started = None if fill is None else self._begin(conn, fill, head)
+        started = None if fill is None or fill.conn is not conn else self._begin(conn, fill, head)
         if started is None:
             conn.hand_over(head)
             return
@@ -144,7 +152,7 @@ class PullFills:
         if not isinstance(named, PullPath):
             return None
         changes = header_changes(server.config, path, view.name)
-        if changes.remove & PER_REQUEST_HEADERS or any(name.lower() in PER_REQUEST_HEADERS for name in changes.set):
+        if rules_touch(changes, PER_REQUEST_HEADERS):
             return None
         lowered = [(name.lower(), value) for name, value in fields]
         zone = named.zone
@@ -167,12 +175,12 @@ class PullFills:
                     fields, zone, fill.peer, "http", None), from_edge=False)
             except OriginError as exc:
                 fetched = exc
-            if isinstance(fetched, OriginResponse) and self._writes(zone, lowered, fetched):
+            if isinstance(fetched, OriginResponse) and (writes := self._writes(zone, lowered, fetched)) is not None:
                 # The requests waiting for this URL wait for the answer to be stored, not for this client.
                 kept = asyncio.get_running_loop().create_future()
                 self.flights.land(flight_key, kept)
                 try:
-                    await self._answer(conn, fill, zone, named, url_key, lowered, fetched, changes, kept)
+                    await self._answer(conn, fill, zone, named, url_key, lowered, fetched, changes, kept, *writes)
                 finally:
                     if not kept.done():
                         kept.set_result(None)
@@ -193,25 +201,23 @@ class PullFills:
             return
         conn.hand_over(head, fetched)  # the application answers with what the origin said
 
-    def _writes(self, zone: PullZone, lowered: list[tuple[str, str]], response: OriginResponse) -> bool:
-        """The origin's answer is one this module writes: a storable 200 of declared length within the object
-        size limit, with a Content-Type (aiohttp's default for none depends on the method)."""
-        headers = response.headers
-        if response.status != 200 or first_value(headers, "content-type") is None:
-            return False
-        length = first_value(headers, "content-length")
-        if length is None or not length.isdigit() or int(length) > self.server.node.origins.limits.max_object_bytes:
-            return False
-        return not_storable("GET", response.status, lowered, headers, store_set_cookie=zone.store_set_cookie) is None
+    def _writes(self, zone: PullZone, lowered: list[tuple[str, str]],
+                response: OriginResponse) -> tuple[int, Directives] | None:
+        """The origin's answer is one this module writes, a storable 200 of declared length within the object
+        size limit, with a Content-Type (aiohttp's default for none depends on the method): its length and
+        directives (`pull.judge`); None when the application answers with it."""
+        if response.status != 200 or first_value(response.headers, "content-type") is None:
+            return None
+        why, declared, parsed = judge(zone, lowered, response, self.server.node.origins.limits.max_object_bytes)
+        return None if why is not None or declared is None else (declared, parsed)
 
     async def _answer(self, conn: HitProtocol, fill: Fill, zone: PullZone, named: PullPath, url_key: str,
                       lowered: list[tuple[str, str]], response: OriginResponse, changes: HeaderChanges,
-                      kept: asyncio.Future[None]) -> None:
-        """`pull.stream_and_store` of a storable answer, written to the connection (`kept` done once stored)."""
+                      kept: asyncio.Future[None], declared: int, parsed: Directives) -> None:
+        """`pull.send_and_keep` of a storable answer, written to the connection (`kept` done once stored)."""
         server = self.server
         node = server.node
         node.metrics.cache_result(CacheResult.MISS).inc()
-        declared = int(first_value(response.headers, "content-length") or 0)
         headers = client_headers(response.headers, CacheResult.MISS, CACHE_STATUS_STORED, age=None)
         dated = "Date" in headers
         # The response hooks (assetcdn/shared/middleware.py, assetcdn/edge/app.py), then aiohttp's own fields.
@@ -228,32 +234,16 @@ class PullFills:
                             fill.country, fill.request_id, fill.peer, time.perf_counter() - fill.started)
         if not fill.keep_alive:
             conn.closing = True
-        transport = conn.transport
-        counter = BodyCounter(transport)
+        counter = BodyCounter(conn.transport)
         # The head goes out with the body's first piece (one system call), or alone when there is none to send.
         head = [answer_head]
-        if fill.head_only:
+        if fill.head_only or not declared:
             self._send_head(conn, head)
-        limit = node.origins.limits.max_object_bytes
-        spool: IO[bytes] | None = io.BytesIO() if declared <= SPOOL_MEMORY \
-            else tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
-        digest = hashlib.sha256() if named_by_body(response.headers) else None
-        try:
-            spool, sending = await relay_body(response, limit, spool, digest,
-                                              None if fill.head_only else partial(self._send, conn, counter, head))
-        except OriginError as exc:
-            log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, named.path, exc)
+        sending = await keep(node, zone, named.path, url_key, lowered, response, parsed, new_spool(declared),
+                             None if fill.head_only else partial(self._send, conn, counter, head), kept)
+        if sending is None:
             self._send_head(conn, head)
             conn.closing = True  # a body cut short must not look complete to the client
-            self._done(conn, fill, pending, counter)
-            return
-        self._send_head(conn, head)  # an empty body
-        if spool is not None:
-            await store(node, zone, named.path, url_key, lowered, response, stored_headers(response.headers), spool,
-                        digest.hexdigest() if digest is not None else None)
-        kept.set_result(None)
-        if not sending:
-            response.release()
         self._done(conn, fill, pending, counter)
 
     @staticmethod
@@ -264,10 +254,9 @@ class PullFills:
             conn.queued += len(head[0])
             transport.write(head.pop())
 
-    @staticmethod
-    async def _send(conn: HitProtocol, counter: BodyCounter, head: list[bytes], chunk: bytes) -> bool:
-        """Write a body chunk (after the head, when it is still to go), waiting while the client does not read;
-        False once the client is gone."""
+    async def _send(self, conn: HitProtocol, counter: BodyCounter, head: list[bytes], chunk: bytes) -> bool:
+        """Write a body chunk (after the head, when it is still to go), waiting while the client does not read,
+        as `pull.sent_in_time` allows; False once the client is gone or cut off."""
         transport = conn.transport
         if transport is None or transport.is_closing():
             return False
@@ -279,11 +268,16 @@ class PullFills:
             transport.write(chunk)
         counter(len(chunk), 0)
         if conn.drain.paused:
-            try:
-                await conn.drain.waiter()
-            except ConnectionError:
-                return False
+            return await sent_in_time(conn.drain.waiter(), self.send_timeout_s, partial(self._cut_off, conn))
         return True
+
+    @staticmethod
+    def _cut_off(conn: HitProtocol) -> None:
+        """Close a fill's connection now (`pull.sent_in_time`): its answer can never be completed."""
+        conn.closing = True
+        conn.cut = True
+        if conn.transport is not None:
+            conn.transport.abort()
 
     def _done(self, conn: HitProtocol, fill: Fill, pending: Pending, counter: BodyCounter) -> None:
         """The answer is written: counted as the metrics middleware counts it, its delivery recorded once its

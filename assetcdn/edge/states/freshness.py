@@ -122,7 +122,10 @@ def listed_fields(argument: str | None) -> frozenset[str]:
     return frozenset(name.strip().lower() for name in argument.split(",") if name.strip())
 
 
-def response_directives(headers: Headers) -> tuple[dict[str, str | None], bool]:
+Directives = tuple[dict[str, str | None], bool]  # `response_directives`: (directives, targeted)
+
+
+def response_directives(headers: Headers) -> Directives:
     """(directives, targeted): the response's caching directives for this cache. A non-empty targeted field
     (CDN-Cache-Control) replaces Cache-Control and Expires (RFC 9213 2.1)."""
     # One pass over the head: every fill and revalidation reads its directives more than once.
@@ -179,11 +182,12 @@ class NotStored(enum.Enum):
 
 
 def not_storable(method: str, status: int, request_headers: Headers, response_headers: Headers, *,
-                 store_set_cookie: bool = False) -> NotStored | None:
-    """None when this shared cache may store the response (RFC 9111 3), else why not."""
+                 store_set_cookie: bool = False, parsed: Directives | None = None) -> NotStored | None:
+    """None when this shared cache may store the response (RFC 9111 3), else why not. `parsed`: the response's
+    `response_directives`, when the caller has them."""
     if method not in ("GET", "HEAD"):
         return NotStored.METHOD
-    directives, targeted = response_directives(response_headers)
+    directives, targeted = response_directives(response_headers) if parsed is None else parsed
     if "must-understand" in directives:
         if status not in UNDERSTOOD_STATUSES:
             return NotStored.STATUS
@@ -209,10 +213,10 @@ def not_storable(method: str, status: int, request_headers: Headers, response_he
     return None
 
 
-def stored_headers(response_headers: Headers) -> tuple[tuple[str, str], ...]:
+def stored_headers(response_headers: Headers, parsed: Directives | None = None) -> tuple[tuple[str, str], ...]:
     """The fields kept with a stored response: connection-specific ones and those named by a qualified
-    `private` or `no-cache` are left out (RFC 9111 3.1, 5.2.2.4, 5.2.2.7)."""
-    directives, _ = response_directives(response_headers)
+    `private` or `no-cache` are left out (RFC 9111 3.1, 5.2.2.4, 5.2.2.7). `parsed`: as `not_storable`'s."""
+    directives = (response_directives(response_headers) if parsed is None else parsed)[0]
     named = listed_fields(directives.get("private")) | listed_fields(directives.get("no-cache"))
     connection = field_values(response_headers, "connection")
     if connection:

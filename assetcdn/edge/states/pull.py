@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import io
 import logging
 import tempfile
 import time
@@ -54,6 +55,7 @@ from assetcdn.edge.shield import from_edge
 from assetcdn.edge.site_config import PullZone
 from assetcdn.edge.states.deliver import etag_matches, parse_range
 from assetcdn.edge.states.freshness import (
+    Directives,
     Freshness,
     Headers,
     NotStored,
@@ -64,6 +66,7 @@ from assetcdn.edge.states.freshness import (
     invalidates,
     not_storable,
     request_directives,
+    response_directives,
     reuse,
     secondary_key,
     split_list,
@@ -76,6 +79,7 @@ from assetcdn.edge.states.freshness import (
 )
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.shared.cache_results import CacheResult
+from assetcdn.shared.config import Settings
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.http_server import cut_short
 from assetcdn.shared.manifest import zone_tag
@@ -396,59 +400,114 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
                            fields: Headers, response: OriginResponse, fwd: str,
                            land: Land = no_landing) -> web.StreamResponse:
     """Send the origin's answer to this client as it arrives and, when it may be stored, keep it."""
-    limit = node.origins.limits.max_object_bytes
-    why = not_storable("GET", response.status, fields, response.headers, store_set_cookie=zone.store_set_cookie)
-    length = first_value(response.headers, "content-length")
-    declared = int(length) if length is not None and length.isdigit() else None
-    if why is None and declared is not None and declared > limit:
-        why = NotStored.TOO_LARGE
+    why, declared, parsed = judge(zone, fields, response, node.origins.limits.max_object_bytes)
     # The waiters learn now whether they get this answer: they wait for it to be stored (`kept`), not for
     # this client to take it, or ask for their own at once.
     kept = asyncio.get_running_loop().create_future() if why is None else None
     land(kept)
     try:
-        return await send_and_keep(request, node, zone, path, url_key, fields, response, fwd, why, declared, kept)
+        return await send_and_keep(request, node, zone, path, url_key, fields, response, fwd, why, declared, parsed,
+                                   kept)
     finally:
         if kept is not None and not kept.done():
             kept.set_result(None)
 
 
+def judge(zone: PullZone, fields: Headers, response: OriginResponse,
+          limit: int) -> tuple[NotStored | None, int | None, Directives]:
+    """A fill's answer: None when it is kept, else why not; its declared length (None: not declared); its
+    caching directives, parsed once here for `keep` (both fills, this module's and pull_fill.py's)."""
+    headers = response.headers
+    parsed = response_directives(headers)
+    why = not_storable("GET", response.status, fields, headers, store_set_cookie=zone.store_set_cookie,
+                       parsed=parsed)
+    length = first_value(headers, "content-length")
+    declared = int(length) if length is not None and length.isdigit() else None
+    if why is None and declared is not None and declared > limit:
+        why = NotStored.TOO_LARGE
+    return why, declared, parsed
+
+
+def send_timeout_s(settings: Settings) -> float:
+    """How long a fill's client may take none of its answer (`sent_in_time`): the edge's send timeout for
+    clients that do not read (``tls.send_timeout_s``), over plain HTTP as over TLS."""
+    return float(settings.get("tls", "send_timeout_s"))
+
+
+async def sent_in_time(sending: Awaitable[object], timeout_s: float, cut_off: Callable[[], None]) -> bool:
+    """The rule for a fill's client that does not read, both fills' (this module's and pull_fill.py's): what it
+    was written must leave (`sending`: a write, or the wait for the connection to drain) within `timeout_s`,
+    else it is cut off (`cut_off`, as when it is gone) and False: the fill reads on into the cache without it,
+    so a client that stops reading holds no origin connection (docs/api-guide.md "Pull zones")."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            await sending
+    except (TimeoutError, ConnectionError):
+        cut_off()
+        return False
+    return True
+
+
+def cut_off(request: web.Request) -> None:
+    """Close a fill's connection now: its client went, or does not read (`sent_in_time`)."""
+    cut_short(request)
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+
+
+def new_spool(declared: int | None) -> IO[bytes]:
+    """Where a body being kept is held until it is stored: memory up to SPOOL_MEMORY, then a temporary file."""
+    if declared is not None and declared <= SPOOL_MEMORY:
+        return io.BytesIO()  # the origin's framing holds the body to its declared length
+    return tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+
+
+async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: Headers, response: OriginResponse,
+               parsed: Directives, spool: IO[bytes] | None, send: Callable[[bytes], Awaitable[bool]] | None,
+               kept: asyncio.Future[None] | None) -> bool | None:
+    """A fill's body, both fills' (this module's and pull_fill.py's): to its client as it arrives (`send`, as
+    `relay_body` takes it) and, into `spool` (None: not kept), to the cache, then `kept` done. Whether the client
+    took the whole body; None when the origin's body failed: the caller cuts the client's answer short, so
+    that it does not look complete."""
+    digest = hashlib.sha256() if spool is not None and named_by_body(response.headers) else None
+    try:
+        spool, sending = await relay_body(response, node.origins.limits.max_object_bytes, spool, digest, send)
+    except OriginError as exc:
+        log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, path, exc)
+        return None
+    if spool is not None:
+        await store(node, zone, path, url_key, fields, response, stored_headers(response.headers, parsed), spool,
+                    digest.hexdigest() if digest is not None else None)
+    if kept is not None and not kept.done():
+        kept.set_result(None)
+    if not sending:
+        response.release()
+    return sending
+
+
 async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
                         fields: Headers, response: OriginResponse, fwd: str, why: NotStored | None,
-                        declared: int | None, kept: asyncio.Future[None] | None) -> web.StreamResponse:
+                        declared: int | None, parsed: Directives, kept: asyncio.Future[None] | None) -> web.StreamResponse:
     """The body to this client as it arrives, kept too when `why` is None (`kept` done once it is)."""
-    limit = node.origins.limits.max_object_bytes
     # This client gets the whole answer; what a qualified no-cache or private names is left out of what is kept.
     client = web.StreamResponse(status=response.status, headers=client_headers(
         response.headers, CacheResult.MISS if why is None else CacheResult.PASS, fill_cache_status(fwd, why), age=None))
     if declared is not None:
         client.content_length = declared
     await client.prepare(request)
-    spool: IO[bytes] | None = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY) if why is None else None
-    digest = hashlib.sha256() if spool is not None and named_by_body(response.headers) else None
+    timeout_s = send_timeout_s(node.settings)
+    gone = partial(cut_off, request)
 
     async def send(chunk: bytes) -> bool:
-        try:
-            await client.write(chunk)
-        except ConnectionError:
-            return False  # the client went away: the body is still read to its end for the cache
-        return True
+        return await sent_in_time(client.write(chunk), timeout_s, gone)
 
-    try:
-        spool, sending = await relay_body(response, limit, spool, digest, send if request.method != "HEAD" else None)
-    except OriginError as exc:
-        log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, path, exc)
-        cut_short(request)  # a body cut short must not look complete to the client
-        return client
-    if spool is not None:
-        await store(node, zone, path, url_key, fields, response, stored_headers(response.headers), spool,
-                    digest.hexdigest() if digest is not None else None)
-    if kept is not None and not kept.done():
-        kept.set_result(None)
-    if sending:
+    sending = await keep(node, zone, path, url_key, fields, response, parsed,
+                         new_spool(declared) if why is None else None, send if request.method != "HEAD" else None, kept)
+    if sending is None:
+        cut_short(request)
+    elif sending:
         await client.write_eof()
-    else:
-        response.release()
     return client
 
 

@@ -1,13 +1,16 @@
 """Pull zones' plain misses filled on the hit path (assetcdn/edge/fastpath/pull_fill.py), over raw sockets against
 a real edge and an origin the tests script: the answer, the stored entry, the metrics and the delivery records
 the application gives for the same miss; one origin request whatever answers it; pipelined and closing
-connections."""
+connections; a client that stops reading its fill, on either path."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-from collections.abc import AsyncIterator
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -16,9 +19,12 @@ from aiohttp import web
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.fastpath.pull_fill import PullFills
 from assetcdn.edge.shield import SHIELD_CACHE
+from assetcdn.edge.states import freshness
+from assetcdn.edge.states import pull as pull_states
+from assetcdn.edge.states.keys import pull_key
 from tests.support.control import METRICS
-from tests.support.hit_cdn import HitCdn, Response, request_bytes
-from tests.support.origins import LONG, ScriptedOrigin, pull_zone_on_hit_cdn
+from tests.support.hit_cdn import READ_S, HitCdn, Response, request_bytes
+from tests.support.origins import LONG, PREFIX, ScriptedOrigin, pull_zone_on_hit_cdn
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -269,3 +275,155 @@ async def test_a_fill_through_the_other_workers_shield_is_filled_here_with_this_
     served = hits.served
     again = await conn.request(f"/{ZONE}{fast_name}")
     assert (again.header("X-Cache"), again.body, hits.served) == ("HIT", BODY, served + 1)
+
+
+async def test_fills_of_equal_and_different_urls_on_several_connections_at_once_each_get_their_own_answer(
+        filled: FillCdn) -> None:
+    """One claim at a time for the whole hit server (`PullFills.claimed`): connections filling at once, some the
+    same URL, each get the answer for the URL they asked, with one origin request per URL."""
+    names = [f"/together-{i}.bin" for i in range(3)]
+    for i, name in enumerate(names):
+        filled.origin.answer(name, BODY + bytes([i]), headers=HEADERS)
+    asked = [names[i % len(names)] for i in range(9)]
+    connections = [await filled.cdn.connect() for _ in asked]
+    for conn, name in zip(connections, asked, strict=True):  # every head sent before any answer is read
+        await conn.send(request_bytes(f"/{ZONE}{name}"))
+    answers = await asyncio.gather(*(conn.response() for conn in connections))
+    assert [(a.status, a.body) for a in answers] == [(200, BODY + bytes([names.index(n)])) for n in asked]
+    assert [filled.origin.count(name) for name in names] == [1, 1, 1]
+    for conn in connections:
+        conn.close()
+
+
+@pytest.mark.parametrize("path", ["hit", "application"])
+async def test_a_fill_reads_the_origins_caching_directives_once(filled: FillCdn, monkeypatch: pytest.MonkeyPatch,
+                                                                 path: str) -> None:
+    """Whether the answer may be stored and which of its fields are kept come from one reading of its
+    Cache-Control, on either path."""
+    read: list[object] = []
+    real = freshness.response_directives
+
+    def counted(headers: Any) -> Any:
+        read.append(headers)
+        return real(headers)
+
+    monkeypatch.setattr(freshness, "response_directives", counted)
+    monkeypatch.setattr(pull_states, "response_directives", counted, raising=False)
+    name = f"/directives-{path}.bin"
+    filled.answer(name)
+    conn = await (filled.cdn.connect() if path == "hit" else filled.cdn.plain())
+    assert (await conn.request(f"/{ZONE}{name}")).header("X-Cache") == "MISS"
+
+    async def stored() -> bool:  # the entry itself, not `lookup`, which reads the stored head's directives
+        return filled.cdn.node.cache.get(pull_key(ZONE, name, "")) is not None
+
+    await wait_until(stored, "the fill stored")
+    conn.close()
+    assert len(read) == 1
+
+
+async def test_a_stored_url_the_hit_path_does_not_answer_goes_to_the_application_without_a_fill_claim(
+        filled: FillCdn, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A URL the memory tier holds but the hit path does not answer (a Vary'd one) is not claimed as a fill
+    only to be looked up again and handed over; a URL it answers is looked up once in the memory tier."""
+    filled.answer("/varied.bin", Vary="Accept-Encoding")
+    filled.answer("/plain-hit.bin")
+    conn = await filled.cdn.connect()
+    for name in ("/varied.bin", "/plain-hit.bin"):
+        assert (await conn.request(f"/{ZONE}{name}")).header("X-Cache") == "MISS"
+
+        async def stored(name: str = name) -> bool:
+            return filled.cdn.node.cache.memory.hit(pull_key(ZONE, name, "")) is not None
+
+        await wait_until(stored, f"{name} stored")
+    fills, memory = filled.fills, filled.cdn.node.cache.memory
+    claims: list[object] = []
+    looked_up: list[str] = []
+    claim, hit = fills.claim, memory.hit
+
+    def claimed(*args: Any) -> bool:
+        claims.append(args)
+        return claim(*args)
+
+    def found(key: str) -> Any:
+        looked_up.append(key)
+        return hit(key)
+
+    monkeypatch.setattr(fills, "claim", claimed)
+    monkeypatch.setattr(memory, "hit", found)
+    varied = await conn.request(f"/{ZONE}/varied.bin")
+    assert (varied.header("X-Cache"), varied.body, claims) == ("HIT", BODY, [])
+    looked_up.clear()
+    answered = await conn.request(f"/{ZONE}/plain-hit.bin")
+    assert (answered.header("X-Cache"), answered.body) == ("HIT", BODY)
+    assert looked_up == [pull_key(ZONE, "/plain-hit.bin", "")]
+    conn.close()
+
+
+LARGE = bytes(range(256)) * (24 * 1024)  # 6 MB: far more than the socket buffers and the 1 MB kept in memory
+SEND_TIMEOUT_S = 1.0
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def slow_readers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[FillCdn]:
+    async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-fills-slow-readers"), ZONE,
+                                    ASSETCDN_TLS_SEND_TIMEOUT_S=str(SEND_TIMEOUT_S),
+                                    ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="3600") as (cdn, origin):
+        yield FillCdn(cdn, origin)
+
+
+@pytest.mark.parametrize("path", ["hit", "application"])
+async def test_a_client_that_stops_reading_its_fill_is_cut_off_and_the_fill_completes_into_the_cache(
+        slow_readers: FillCdn, path: str) -> None:
+    """A client asks for a large miss and reads nothing: the fill still reads the origin's whole body and stores
+    it, so the next client gets a HIT, and the origin's connection goes back to the pool (the next fill is sent
+    on it); the client that does not read is cut off once it has taken nothing for the send timeout. The hit
+    path's fill and the application's (its own port) alike."""
+    name, after = f"/stops-reading-{path}.bin", f"/after-stops-reading-{path}.bin"
+    origin_peers: dict[str, int] = {}  # the edge's port of the origin connection each was asked on
+
+    def answering(body: bytes) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def answer(request: web.Request) -> web.StreamResponse:
+            origin_peers[request.path] = request.transport.get_extra_info("peername")[1] if request.transport else 0
+            response = web.StreamResponse(headers=HEADERS)
+            response.content_length = len(body)
+            await response.prepare(request)
+            for start in range(0, len(body), 256 * 1024):
+                await response.write(body[start:start + 256 * 1024])  # waits while the edge does not read
+            await response.write_eof()
+            return response
+        return answer
+
+    slow_readers.origin.route(name, answering(LARGE))
+    slow_readers.origin.route(after, answering(BODY))
+    cdn = slow_readers.cdn
+    loop = asyncio.get_running_loop()
+    idle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    idle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
+    idle.setblocking(False)
+    try:
+        await loop.sock_connect(idle, ("127.0.0.1", cdn.port if path == "hit" else cdn.plain_port))
+        await loop.sock_sendall(idle, request_bytes(f"/{ZONE}{name}"))
+
+        async def fill_asked() -> bool:
+            return slow_readers.origin.count(name) == 1
+
+        await wait_until(fill_asked, "the fill under way")
+        # Waits for the fill to be stored (the flight), then answered from the cache.
+        again = await (cdn.connect() if path == "hit" else cdn.plain())
+        answer = await again.request(f"/{ZONE}{name}")
+        assert (answer.status, answer.header("X-Cache"), len(answer.body)) == (200, "HIT", len(LARGE))
+        assert answer.body == LARGE
+        assert slow_readers.origin.count(name) == 1
+        # The large body's origin connection was read to its end and kept: the next fill goes out on it.
+        assert (await again.request(f"/{ZONE}{after}")).header("X-Cache") == "MISS"
+        again.close()
+        assert origin_peers[PREFIX + after] == origin_peers[PREFIX + name]
+        # The client that read nothing was cut off: its answer ends (reset or closed) short of the whole body.
+        received = 0
+        with contextlib.suppress(ConnectionError):
+            while chunk := await asyncio.wait_for(loop.sock_recv(idle, 1024 * 1024), READ_S):
+                received += len(chunk)
+        assert received < len(LARGE)
+    finally:
+        idle.close()
