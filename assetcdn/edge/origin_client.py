@@ -162,6 +162,8 @@ class OriginResponse:
     _limits: OriginLimits
     received: int = field(default=0)
     _released: bool = field(default=False)
+    # The edge cache's purge mark when a pull zone fill asked for it (assetcdn/edge/states/pull.py `ask`).
+    purge_mark: int | None = field(default=None)
 
     async def chunks(self, *, capped: bool = True) -> AsyncIterator[bytes]:
         """The body as it arrives; OriginTimeout when the origin goes quiet for ``idle_timeout_s`` or has made the

@@ -324,18 +324,22 @@ class DiskTier:
         tags: Sequence[str],
         headers: Sequence[tuple[str, str]] = (),
         stored_at: float | None = None,
+        unless: Callable[[], bool] | None = None,
     ) -> int:
         """Store ``body`` (bytes, or a binary stream copied in ``STREAM_CHUNK`` pieces, never
         held whole) and return its size. May evict older entries to respect ``size_limit``.
         On a full filesystem it evicts and tries once more (bytes only: a stream cannot be read
-        twice); a body that still does not fit is not stored, and its size is returned all the same."""
+        twice); a body that still does not fit is not stored, and its size is returned all the same.
+        `unless` (a purge made meanwhile names the entry): bytes are not stored when it says so once the
+        transaction holds the write lock; a stream's entry, written without holding it, is removed after
+        when it says so then."""
         meta = encode_meta(
             content_type, etag, tags, time.time() if stored_at is None else stored_at, headers
         )
         if isinstance(body, bytes | bytearray | memoryview):
             data = bytes(body)
             try:
-                self._put_bytes(key, data, meta)
+                self._put_bytes(key, data, meta, None if unless is None else (lambda: not unless()))
             except DiskBusy as exc:
                 self._dropped(1, exc)
             return len(data)
@@ -349,7 +353,26 @@ class DiskTier:
             if not is_disk_full(exc):
                 raise
             self._disk_full(exc, key, reader.size, retrying=False)
+        else:
+            if unless is not None and unless():
+                self._delete_written(key, meta)
         return reader.size
+
+    def _delete_written(self, key: str, meta: str) -> None:
+        """Delete the entry under `key` while it is still the one written with `meta` (not a newer one)."""
+        con = self._sql()
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            row = con.execute("SELECT filename FROM Cache WHERE key = ? AND raw = 1 AND tag = ?",
+                              (key, meta)).fetchone()
+            if row is not None:
+                con.execute("DELETE FROM Cache WHERE key = ? AND raw = 1", (key,))
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        if row is not None and row[0] is not None:
+            self._remove(row[0])
 
     def _put_bytes(self, key: str, data: bytes, meta: str, still: Callable[[], bool] | None = None) -> None:
         """``put`` of bytes; raises DiskBusy. With `still`, the row is written only if it says so once the
@@ -642,14 +665,17 @@ class DiskTier:
             raise
         return marked
 
-    def set_head(self, key: str, path: str, meta: str) -> bool:
+    def set_head(self, key: str, path: str, meta: str, unless: Callable[[], bool] | None = None) -> bool:
         """Replace the metadata (content type, ETag, tags, stored-at, head: ``encode_meta``) of the entry under
         ``key`` whose body is the file at ``path``, leaving the body as it is; False when the key now holds
-        another body or none."""
+        another body or none, or when `unless` says so once the transaction holds the write lock."""
         filename = os.path.relpath(path, self.directory)
         con = self._sql()
         con.execute("BEGIN IMMEDIATE")
         try:
+            if unless is not None and unless():
+                con.execute("COMMIT")
+                return False
             cursor = con.execute("UPDATE Cache SET tag = ? WHERE key = ? AND raw = 1 AND filename = ?",
                                  (meta, key, filename))
             con.execute("COMMIT")

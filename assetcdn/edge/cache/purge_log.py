@@ -80,6 +80,27 @@ class PurgeLog:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
+    def mark(self) -> int:
+        """Where the log stands: the last purge published (one shared-memory integer read). A purge published later
+        has a higher sequence number, so ``names_since`` of this mark finds it."""
+        return int(self._published[0])
+
+    def names_since(self, mark: int, key: str, tags: Iterable[str]) -> bool:
+        """Whether a purge published since `mark` names the entry under `key` with `tags` (its key, one of its
+        tags or a prefix of one, or everything); also True when the log no longer holds all of them."""
+        if self._published[0] == mark:  # none since: no query
+            return False
+        rows = self._sql().execute("SELECT kind, value FROM EdgePurge WHERE seq > ?", (mark,)).fetchall()
+        (oldest,) = self._sql().execute("SELECT MIN(seq) FROM EdgePurge").fetchone()
+        if oldest is None or oldest > mark + 1:
+            return True
+        tag_set = set(tags)
+        for kind, value in rows:
+            if (kind == "all" or (kind == "keys" and value == key) or (kind == "tags" and value in tag_set)
+                    or (kind == "prefix" and any(tag.startswith(value) for tag in tag_set))):
+                return True
+        return False
+
     def take_pending(self) -> list[Purge]:
         """Purges published since the last call; one ``all`` purge if this worker fell behind
         further than the log keeps."""

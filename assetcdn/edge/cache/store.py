@@ -69,6 +69,10 @@ def _holding_writes(method: Callable[Concatenate[EdgeCache, P], R]) -> Callable[
     return purge
 
 
+class PurgedMeanwhile(Exception):
+    """Not stored: a purge published since the response was asked for names it (``EdgeCache.put``'s ``since``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CacheStats:
     memory_entries: int
@@ -168,6 +172,8 @@ class EdgeCache:
         etag: str,
         tags: Iterable[str] = (),
         headers: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+        *,
+        since: int | None = None,
     ) -> CachedObject:
         """Store a response body under ``key`` in both tiers and return the stored entry.
 
@@ -177,8 +183,14 @@ class EdgeCache:
         the strong quoted ETag made from a SHA-256 (``strong_etag``): a path's manifest hash
         (the path's delivery, assetcdn/edge/states/path_delivery.py), the hash of a variant's bytes (assetcdn/edge/states/variant.py), or an HLS
         segment's rendition hash and number, never the git blob id. Blocking: see module docstring.
+
+        ``since``: the ``purge_mark`` taken when the response was asked for; PurgedMeanwhile, and nothing kept,
+        when a purge published since then names the entry (``_named_since``).
         """
         tag_tuple = tuple(dict.fromkeys(tags))
+        named = self._named_since(since, key, tag_tuple)
+        if named is not None and named():  # nothing written
+            raise PurgedMeanwhile(key)
         # A mapping, or field lines in order (a pull zone's stored head, where a field may repeat).
         header_pairs = tuple(headers.items()) if isinstance(headers, Mapping) else tuple(headers or ())
         with self._writes.lock:  # a queued older entry under the key is no longer written over this one
@@ -193,6 +205,7 @@ class EdgeCache:
             tags=tag_tuple,
             headers=header_pairs,
             stored_at=stored_at,
+            unless=named,
         )
         if isinstance(body, bytes | bytearray | memoryview):
             obj = CachedObject(
@@ -205,31 +218,56 @@ class EdgeCache:
                 body=bytes(body),
                 headers=header_pairs,
             )
-            self._keep_in_memory(obj, purged)
+            self._keep_in_memory(obj, purged, named)
             return obj
         stored = self.disk.get(key, load_limit=self.memory.max_object_size)
-        if stored is None:  # evicted at once: only when the body exceeds the disk budget
+        if stored is None:  # evicted at once: only when the body exceeds the disk budget (or purged meanwhile)
+            if named is not None and named():
+                raise PurgedMeanwhile(key)
             raise ValueError(f"cache entry {key!r} ({size} bytes) does not fit the disk tier")
-        self._keep_in_memory(stored, purged)
+        self._keep_in_memory(stored, purged, named)
         return stored
 
-    def _keep_in_memory(self, obj: CachedObject, purged: int) -> None:
+    def _keep_in_memory(self, obj: CachedObject, purged: int, named: Callable[[], bool] | None) -> None:
         """The memory copy of what `put` stored, unless a purge finished since `put` began (`purged` then): that
-        purge may have removed the disk entry before the copy was made, and the copy would outlive it."""
+        purge may have removed the disk entry before the copy was made, and the copy would outlive it. Likewise
+        a purge published since `put`'s `since` that names it (another worker's: PurgedMeanwhile then)."""
         self.memory.put(obj)
         if self._purged != purged:
             self.memory.discard(obj.key)
+        if named is not None and named():
+            self._forget(obj)
+            raise PurgedMeanwhile(obj.key)
+
+    def purge_mark(self) -> int:
+        """Where this node's purges stand (one shared-memory integer read): a fill takes it as it asks for a
+        response, and gives it to ``put`` or ``put_behind`` (``since``) when it stores that response."""
+        return self._purges.mark()
+
+    def _named_since(self, since: int | None, key: str, tags: tuple[str, ...]) -> Callable[[], bool] | None:
+        """Whether a purge published since the mark `since` names the entry (its key, a tag or a tag's prefix, or
+        everything), asked once the entry is in place: a purge published after that finds it there, one before
+        is found here. None without a mark."""
+        if since is None:
+            return None
+        return lambda: self._purges.names_since(since, key, tags)
+
+    def _forget(self, obj: CachedObject) -> None:
+        """Drop `obj`'s memory copy, not queued for the disk tier yet (a newer entry under its key stays)."""
+        if self.memory.get(obj.key) is obj:
+            self.memory.discard(obj.key)
 
     def set_head(self, obj: CachedObject, content_type: str, etag: str, tags: Iterable[str],
-                 headers: Sequence[tuple[str, str]]) -> CachedObject | None:
+                 headers: Sequence[tuple[str, str]], *, since: int | None = None) -> CachedObject | None:
         """The entry `obj` (its body a disk tier file) with new metadata and the same body, which is not
-        rewritten (a revalidated response's new head); None when its key holds another body now, or none.
-        Blocking: one SQLite write."""
+        rewritten (a revalidated response's new head); None when its key holds another body now, or none, or
+        when a purge published since `since` (as ``put`` takes it) names it. Blocking: one SQLite write."""
         assert obj.path is not None
         tag_tuple, stored_at = tuple(dict.fromkeys(tags)), time.time()
+        named = self._named_since(since, obj.key, (*obj.tags, *tag_tuple))
         with self._writes.lock:  # a purge runs before or after, never between the check and the write
             if not self.disk.set_head(obj.key, obj.path, encode_meta(content_type, etag, tag_tuple, stored_at,
-                                                                     headers)):
+                                                                     headers), unless=named):
                 return None
             self.memory.discard(obj.key)
         return CachedObject(key=obj.key, content_type=content_type, etag=etag, tags=tag_tuple, size=obj.size,
@@ -245,15 +283,22 @@ class EdgeCache:
         headers: Sequence[tuple[str, str]],
         *,
         writer: Executor,
+        since: int | None = None,
     ) -> tuple[CachedObject, asyncio.Future[None] | None] | None:
         """Store a body the memory tier takes (``memory.accepts``) in memory now, and on disk in the next batch
         `writer` runs (assetcdn/edge/cache/write_behind.py): no I/O here, so it is called on the event loop.
         Returns the entry and, unless ``alone``, the future done once it is on disk (another worker may be
-        asked for it next); None when the memory tier does not take it (the caller stores it with ``put``)."""
+        asked for it next); None when the memory tier does not take it (the caller stores it with ``put``).
+        ``since``: as ``put`` takes it (the look-up in the purge log then is the only I/O, and only when a
+        purge was published since)."""
         obj = CachedObject(key=key, content_type=content_type, etag=etag, tags=tuple(dict.fromkeys(tags)),
                            size=len(body), stored_at=time.time(), body=body, headers=tuple(headers))
         if not self.memory.put(obj):
             return None
+        named = self._named_since(since, key, obj.tags)
+        if named is not None and named():
+            self._forget(obj)
+            raise PurgedMeanwhile(key)
         return obj, self._writes.add(obj, writer, wait=not self.alone)
 
     def flush_writes(self) -> None:

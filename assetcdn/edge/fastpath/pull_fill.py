@@ -39,6 +39,7 @@ from assetcdn.edge.states.freshness import Directives, first_value
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.states.pull import (
     FLIGHTS,
+    ask,
     client_headers,
     fill_cache_status,
     fill_headers,
@@ -171,8 +172,8 @@ class PullFills:
         fetched: OriginResponse | OriginError | None = None
         try:
             try:
-                fetched = await node.shields.fill(zone, named.path, query, fill_headers(
-                    fields, zone, fill.peer, "http", None), from_edge=False)
+                fetched = await ask(node, zone, named.path, query, fill_headers(fields, zone, fill.peer, "http", None),
+                                    from_edge=False)
             except OriginError as exc:
                 fetched = exc
             if isinstance(fetched, OriginResponse) and (writes := self._writes(zone, lowered, fetched)) is not None:

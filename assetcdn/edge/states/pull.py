@@ -41,7 +41,7 @@ from yarl import URL
 
 from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.cache.entry import CachedObject
-from assetcdn.edge.cache.store import SOFT_PURGED
+from assetcdn.edge.cache.store import SOFT_PURGED, PurgedMeanwhile
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.origin_client import (
@@ -356,8 +356,8 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
     """A miss, or a stored response the origin must confirm (a 304 updates it) or replace. `land` tells the
     requests waiting for this one what is kept for them, as soon as that is known."""
     try:
-        response = handed_fill(request) or await node.shields.fill(
-            zone, path, request.rel_url.raw_query_string, forwarded_headers(request, zone, stored),
+        response = handed_fill(request) or await ask(
+            node, zone, path, request.rel_url.raw_query_string, forwarded_headers(request, zone, stored),
             from_edge=from_edge(request))
     except OriginError as exc:
         land(None)
@@ -384,6 +384,16 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
     node.metrics.cache_result(CacheResult.MISS).inc()
     return await stream_and_store(request, node, zone, path, url_key, fields, response,
                                   "uri-miss" if stored is None else "stale", land)
+
+
+async def ask(node: EdgeNode, zone: PullZone, path: str, query: str, headers: CIMultiDict[str], *,
+              from_edge: bool) -> OriginResponse:
+    """A fill's request (`shields.fill`), its response marked with where the cache's purges stood before it was
+    sent: `store` keeps none that a purge made meanwhile names (both fills', this module's and pull_fill.py's)."""
+    mark = node.cache.purge_mark()
+    response = await node.shields.fill(zone, path, query, headers, from_edge=from_edge)
+    response.purge_mark = mark
+    return response
 
 
 def handed_fill(request: web.Request) -> OriginResponse | None:
@@ -559,7 +569,18 @@ async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields:
     """Keep a complete origin response under its key (and its Vary variant's), tagged for purges, with its
     body's SHA-256 when given (`named_by_body`). A body the memory tier takes is there at once and reaches the
     disk tier in the writer's next batch (assetcdn/edge/cache/write_behind.py); a larger one is written to disk
-    first."""
+    first. None when it is not kept: it could not be, or a purge made since it was asked for names it (`ask`:
+    the response predates what the purge was made for)."""
+    try:
+        return await _store(node, zone, path, url_key, fields, response, head, spool, digest)
+    except PurgedMeanwhile:
+        log.debug("pull zone %s: %s not cached: purged while it was fetched", zone.name, path)
+        return None
+
+
+async def _store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: Headers,
+                 response: OriginResponse, head: Sequence[tuple[str, str]], spool: IO[bytes],
+                 digest: str | None) -> CachedObject | None:
     vary = vary_fields(response.headers) or ()
     meta = (*head, (STATUS, str(response.status)), (REQUEST_TIME, repr(response.request_time)),
             (RESPONSE_TIME, repr(response.response_time)), *(((DIGEST, digest),) if digest is not None else ()))
@@ -568,6 +589,7 @@ async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields:
     content_type = first_value(head, "content-type") or ""
     etag = first_value(head, "etag") or ""
     cache = node.cache
+    since = response.purge_mark
     # A body still in memory is stored as bytes: a small one then lives in the disk tier's SQLite row (no file
     # to create, nothing read back), and the memory tier takes the same bytes.
     body: bytes | BinaryIO = cast(BinaryIO, spool)
@@ -578,9 +600,9 @@ async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields:
         if cache.memory.accepts(len(body)):
             pending = []
             if vary and (url_entry := cache.put_behind(url_key, b"", "", "", tags, ((VARY, ",".join(vary)),),
-                                                       writer=STORES)) is not None:
+                                                       writer=STORES, since=since)) is not None:
                 pending.append(url_entry[1])
-            kept = cache.put_behind(key, body, content_type, etag, tags, meta, writer=STORES)
+            kept = cache.put_behind(key, body, content_type, etag, tags, meta, writer=STORES, since=since)
             if kept is not None:
                 for written in (*pending, kept[1]):
                     if written is not None:
@@ -592,8 +614,8 @@ async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields:
     def put() -> CachedObject:
         try:
             if vary:
-                cache.put(url_key, b"", "", "", tags, headers=((VARY, ",".join(vary)),))
-            return cache.put(key, body, content_type, etag, tags, headers=meta)
+                cache.put(url_key, b"", "", "", tags, headers=((VARY, ",".join(vary)),), since=since)
+            return cache.put(key, body, content_type, etag, tags, headers=meta, since=since)
         finally:
             spool.close()
 
@@ -616,12 +638,16 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
 
     def put() -> CachedObject | None:
         if obj.body is not None:
-            return node.cache.put(obj.key, obj.body, obj.content_type, obj.etag, tags, headers=meta)
-        return node.cache.set_head(obj, obj.content_type, obj.etag, tags, meta)  # a file's body is not rewritten
+            return node.cache.put(obj.key, obj.body, obj.content_type, obj.etag, tags, headers=meta,
+                                  since=not_modified.purge_mark)
+        return node.cache.set_head(obj, obj.content_type, obj.etag, tags, meta,  # a file's body is not rewritten
+                                   since=not_modified.purge_mark)
 
     try:
         kept = await asyncio.get_running_loop().run_in_executor(STORES, put)  # the one writer thread
         updated = StoredResponse.of(kept) if kept is not None else None
+    except PurgedMeanwhile:  # the confirmation may predate what the purge was made for
+        updated = None
     except (OSError, ValueError) as exc:
         log.info("a revalidated pull zone response could not be updated: %s", exc)
         updated = None
@@ -643,8 +669,8 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
     async def revalidate() -> None:
         kept: asyncio.Future[None] | None = None
         try:
-            response = await node.shields.fill(zone, path, request.rel_url.raw_query_string, headers,
-                                               from_edge=from_edge(request))
+            response = await ask(node, zone, path, request.rel_url.raw_query_string, headers,
+                                 from_edge=from_edge(request))
             if response.status == 304:
                 response.release()
                 if validated_by(stored.headers, response.headers):

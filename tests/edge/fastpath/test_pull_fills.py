@@ -16,6 +16,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
+from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.fastpath.pull_fill import PullFills
 from assetcdn.edge.shield import SHIELD_CACHE
@@ -427,3 +428,90 @@ async def test_a_client_that_stops_reading_its_fill_is_cut_off_and_the_fill_comp
         assert received < len(LARGE)
     finally:
         idle.close()
+
+
+async def other_traffic(cdn: FillCdn) -> None:
+    """A request for another URL on this worker (its look-up takes in the purges the worker has not seen yet)."""
+    cdn.answer("/other-traffic.bin")
+    conn = await cdn.cdn.plain()
+    assert (await conn.request(f"/{ZONE}/other-traffic.bin")).status == 200
+    conn.close()
+
+
+BIG = bytes(range(256)) * (8 * 1024)  # 2 MB: past the 1 MB a fill keeps in memory, stored from a file
+
+
+@pytest.mark.parametrize("body", [BODY, BIG], ids=["small", "large"])
+@pytest.mark.parametrize("purged", ["url", "tag"])
+@pytest.mark.parametrize("path", ["hit", "application"])
+async def test_a_purge_made_while_a_fill_reads_the_origins_body_keeps_that_body_out_of_the_cache(
+        filled: FillCdn, path: str, purged: str, body: bytes) -> None:
+    """The origin sends its head, then holds its body until a purge naming the URL (by URL or by a tag of the
+    answer) is applied: the fill's client gets the whole answer, but it is not stored, so the next request is a
+    miss that asks the origin again (which has a new body by then) rather than a hit of the old body."""
+    name = f"/purged-while-filling-{path}-{purged}-{len(body)}.bin"
+    tag = f"held-{path}-{purged}-{len(body)}"
+    release = asyncio.Event()
+
+    async def held(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={**HEADERS, "Cache-Tag": tag})
+        response.content_length = len(body)
+        await response.prepare(request)
+        await response.write(body[:100])
+        await release.wait()
+        await response.write(body[100:])
+        return response
+
+    filled.origin.route(name, held)
+    conn = await (filled.cdn.connect() if path == "hit" else filled.cdn.plain())
+    first = asyncio.create_task(conn.request(f"/{ZONE}{name}"))
+
+    async def fill_asked() -> bool:
+        return filled.origin.count(name) == 1
+
+    await wait_until(fill_asked, "the fill under way")
+    await filled.cdn.purge({"urls": [f"/{ZONE}{name}"]} if purged == "url" else {"tags": [tag]})
+    await other_traffic(filled)
+    filled.origin.answer(name, b"deployed after the purge", headers=HEADERS)
+    release.set()
+    answer = await first
+    assert (answer.status, answer.header("X-Cache"), answer.body) == (200, "MISS", body)
+    again = await conn.request(f"/{ZONE}{name}")
+    assert (again.status, again.header("X-Cache"), again.body) == (200, "MISS", b"deployed after the purge")
+    assert filled.origin.count(name) == 2
+    conn.close()
+
+
+async def test_a_purge_another_worker_makes_while_a_fill_reads_the_origins_body_keeps_it_out_of_the_cache(
+        two_workers: FillCdn) -> None:
+    """As above, the purge applied by the edge's other worker (sharing the disk tier, not the memory tier)."""
+    name = "/purged-by-the-other-worker.bin"
+    release = asyncio.Event()
+
+    async def held(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=HEADERS)
+        response.content_length = len(BODY)
+        await response.prepare(request)
+        await response.write(BODY[:100])
+        await release.wait()
+        await response.write(BODY[100:])
+        return response
+
+    two_workers.origin.route(name, held)
+    conn = await two_workers.cdn.plain()
+    first = asyncio.create_task(conn.request(f"/{ZONE}{name}"))
+
+    async def fill_asked() -> bool:
+        return two_workers.origin.count(name) == 1
+
+    await wait_until(fill_asked, "the fill under way")
+    other = two_workers.cdn.siblings[0][NODE].cache
+    await asyncio.get_running_loop().run_in_executor(None, other.purge_tags, [pull_path_tag(ZONE, name)])
+    await other_traffic(two_workers)
+    two_workers.origin.answer(name, b"deployed after the purge", headers=HEADERS)
+    release.set()
+    assert (await first).body == BODY
+    again = await conn.request(f"/{ZONE}{name}")
+    assert (again.header("X-Cache"), again.body) == ("MISS", b"deployed after the purge")
+    assert two_workers.origin.count(name) == 2
+    conn.close()
