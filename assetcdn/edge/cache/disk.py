@@ -333,16 +333,19 @@ class DiskTier:
         `unless` (a purge made meanwhile names the entry): bytes are not stored when it says so once the
         transaction holds the write lock; a stream's entry, written without holding it, is removed after
         when it says so then."""
-        meta = encode_meta(
-            content_type, etag, tags, time.time() if stored_at is None else stored_at, headers
-        )
+        if stored_at is None:
+            stored_at = time.time()
         if isinstance(body, bytes | bytearray | memoryview):
             data = bytes(body)
+            obj = CachedObject(key=key, content_type=content_type, etag=etag, tags=tuple(tags), size=len(data),
+                               stored_at=stored_at, body=data,
+                               headers=tuple(headers))
             try:
-                self._put_bytes(key, data, meta, None if unless is None else (lambda: not unless()))
+                self._put_entry(obj, None if unless is None else (lambda entries: [] if unless() else entries))
             except DiskBusy as exc:
                 self._dropped(1, exc)
             return len(data)
+        meta = encode_meta(content_type, etag, tags, stored_at, headers)
         reader = _CountingReader(body)
         try:  # one attempt: the stream is read once
             with self._removing_stored():
@@ -374,24 +377,6 @@ class DiskTier:
         if row is not None and row[0] is not None:
             self._remove(row[0])
 
-    def _put_bytes(self, key: str, data: bytes, meta: str, still: Callable[[], bool] | None = None) -> None:
-        """``put`` of bytes; raises DiskBusy. With `still`, the row is written only if it says so once the
-        transaction holds the write lock (a purge another worker made meanwhile wins)."""
-        for attempt in range(2):
-            try:
-                with self._removing_stored():
-                    if still is None:
-                        self._bounded(lambda: self._cache.set(key, data, tag=meta))
-                    else:
-                        with self._transaction():
-                            if still():
-                                self._cache.set(key, data, tag=meta)
-                return
-            except (OSError, sqlite3.OperationalError) as exc:
-                if not is_disk_full(exc):  # DiskBusy too
-                    raise
-                self._disk_full(exc, key, len(data), retrying=attempt == 0)
-
     @contextmanager
     def _removing_stored(self) -> Iterator[None]:
         """The body file a diskcache ``set`` inside this block wrote is removed when the block fails, whatever the
@@ -408,12 +393,24 @@ class DiskTier:
 
     def put_many(self, entries: Sequence[CachedObject],
                  current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None = None) -> None:
-        """Store entries with in-memory bodies in one transaction (their own ``stored_at``, headers and tags);
-        `current`, called once the transaction holds the database's write lock, says which of them are still to
-        be written. When the transaction fails, the body files it wrote are removed; on an OSError or SQLite's
+        """Store entries with in-memory bodies in one transaction (``_batch``). On an OSError or SQLite's
         OperationalError each entry is then stored on its own, as by ``put`` (a full filesystem is handled there),
         `current` asked again in each one's transaction; other errors are raised. What cannot begin (``_bounded``)
-        is dropped.
+        is dropped."""
+        try:
+            self._batch(entries, current)
+        except DiskBusy as exc:
+            self._dropped(len(entries), exc)
+        except (OSError, sqlite3.OperationalError):
+            self._put_each(entries, current)
+
+    def _batch(self, entries: Sequence[CachedObject],
+               current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None) -> None:
+        """Store entries with in-memory bodies in one transaction (their own ``stored_at``, headers and tags);
+        `current`, called once the transaction holds the database's write lock, says which of them are still to
+        be written. When the transaction fails, the body files it wrote are removed and the error raised; the
+        files of the rows it replaced or culled are removed only once it commits (until then a rollback would
+        bring those rows back).
 
         The rows are written as ``Cache.set`` writes them (the same columns, so diskcache's and the tag index's
         triggers keep count, size and tags), but once per batch rather than per row: the look-up of the files
@@ -451,16 +448,10 @@ class DiskTier:
                     if cache.volume() < cache.size_limit:  # (one cull of them all at once empties the cache)
                         break
                     cache._cull(now, con.execute, replaced.append, cache.cull_limit)
-        except BaseException as exc:
+        except BaseException:
             for filename in written:  # rolled back: no row owns them
                 self._remove(filename)
-            if isinstance(exc, DiskBusy):
-                self._dropped(len(entries), exc)
-                return
-            if not isinstance(exc, OSError | sqlite3.OperationalError):
-                raise
-            self._put_each(entries, current)
-            return
+            raise
         for filename in replaced:  # committed: no row owns them any more (a culled inline row had none)
             if filename is not None:
                 self._remove(filename)
@@ -470,14 +461,24 @@ class DiskTier:
         """``put_many``'s entries after its transaction failed, one transaction each, each asking `current` again:
         a purge made since the batch's own check is not undone."""
         for index, obj in enumerate(entries):
-            assert obj.body is not None
-            meta = encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at, obj.headers)
-            still = None if current is None else (lambda obj=obj: bool(current([obj])))
             try:
-                self._put_bytes(obj.key, obj.body, meta, still)
+                self._put_entry(obj, current)
             except DiskBusy as exc:  # the rest would wait as long each
                 self._dropped(len(entries) - index, exc)
                 return
+
+    def _put_entry(self, obj: CachedObject,
+                   current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None) -> None:
+        """``_batch`` of one entry, tried once more after evicting when the filesystem is full (what still does
+        not fit is not stored); raises DiskBusy, and errors other than a full filesystem."""
+        for attempt in range(2):
+            try:
+                self._batch([obj], current)
+                return
+            except (OSError, sqlite3.OperationalError) as exc:
+                if not is_disk_full(exc):  # DiskBusy too
+                    raise
+                self._disk_full(exc, obj.key, obj.size, retrying=attempt == 0)
 
     def _remove(self, filename: str) -> None:
         """Remove a body file no row owns, as diskcache does (an emptied directory goes too)."""
@@ -537,7 +538,7 @@ class DiskTier:
                     self.directory, count, exc)
 
     def _disk_full(self, exc: BaseException, key: str, size: int, *, retrying: bool) -> None:
-        """After a write that found no space (``_removing_stored`` removed what it left): lower the limit, evict."""
+        """After a write that found no space (which removed what it left): lower the limit, evict."""
         with self._full_lock:
             self.full_events += 1
             first = self.full_events == 1

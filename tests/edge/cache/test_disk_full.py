@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from assetcdn.edge.cache.disk import DiskTier
+from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.store import MB, EdgeCache
 from tests.integration.small_fs import free_bytes, small_fs
 
 BODY = 100_000
+KB = 1024
 
 
 def test_a_full_filesystem_evicts_logs_once_and_never_fails_a_put(tmp_path: Path,
@@ -42,3 +47,43 @@ def test_a_full_filesystem_evicts_logs_once_and_never_fails_a_put(tmp_path: Path
             assert len(leftovers) <= len(cache.disk)  # no partial body left behind by a failed write
         finally:
             cache.close()
+
+
+def test_a_batch_whose_commit_finds_the_disk_full_keeps_the_bodies_of_the_entries_it_would_replace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write-behind batch (and then each of its entries on its own) fails at COMMIT, as on a full disk (SQLite
+    rolls the transaction back): the entries it would have replaced are still read whole, the one kept in
+    SQLite's row as the one kept in a file of its own."""
+    tier = DiskTier(tmp_path / "cache", size_limit=1024 * MB)
+    try:
+        # Older entries, which the eviction after a full disk takes first.
+        for i in range(8):
+            tier.put(f"older-{i}", b"o" * (64 * KB), content_type="text/plain", etag='"o"', tags=("t",))
+        old = {"small": b"old small", "large": b"L" * (64 * KB)}  # inline in SQLite, and a file
+        for key, body in old.items():
+            tier.put(key, body, content_type="text/plain", etag='"1"', tags=("t",))
+        cache = tier._cache
+
+        def full_at_commit(statement: str, *args: Any) -> Any:
+            con = cache._con  # the thread's connection now: a failed write replaces it
+            if statement == "COMMIT":
+                con.execute("ROLLBACK")
+                raise sqlite3.OperationalError("database or disk is full")
+            return con.execute(statement, *args)
+
+        monkeypatch.setattr(type(cache), "_sql", property(lambda _cache: full_at_commit))
+        new = [CachedObject(key=key, content_type="text/plain", etag='"2"', tags=("t",), size=len(body) + 1,
+                            stored_at=2.0, body=body + b"!", headers=()) for key, body in old.items()]
+        tier.put_many(new, current=lambda entries: entries)
+        monkeypatch.undo()
+        assert tier.full_events >= 1  # it did find the disk full
+        for key, body in old.items():
+            stored = tier.get(key, load_limit=MB)
+            assert stored is not None and (stored.body, stored.etag) == (body, '"1"'), key
+            stored = tier.get(key, load_limit=0)  # a body file opened as the large one's delivery opens it
+            assert stored is not None
+            if stored.path is not None:
+                with open(stored.path, "rb") as file:
+                    assert file.read() == body
+    finally:
+        tier.close()
