@@ -689,6 +689,7 @@ class DiskTier:
         return int(self._bounded(self._cache.clear))
 
     def close(self) -> None:
+        """Close the calling thread's connections (each thread that used the tier opened its own)."""
         self._cache.close()
         self._connection.close()
 

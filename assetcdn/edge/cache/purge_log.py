@@ -127,5 +127,9 @@ class PurgeLog:
         self._map.close()
         self._connection.close()
 
+    def close_connection(self) -> None:
+        """Close the calling thread's connection (a thread that is done with the log)."""
+        self._connection.close()
+
     def _sql(self) -> sqlite3.Connection:
         return self._connection.get()

@@ -467,7 +467,14 @@ class EdgeCache:
     async def aclose(self) -> None:
         """``close`` on the event loop: the wait for the writer (and the last batch) runs in a thread, so the loop
         goes on with the rest of the shutdown (other connections' GOAWAY and closing) meanwhile."""
-        self._closed(await asyncio.to_thread(self._writes.close, CLOSE_WAIT_S))
+        def close_writes() -> bool:
+            try:
+                return self._writes.close(CLOSE_WAIT_S)
+            finally:  # the last batch opened this thread's own connections (one per thread)
+                self._purges.close_connection()
+                self.disk.close()
+
+        self._closed(await asyncio.to_thread(close_writes))
 
     def _closed(self, written: bool) -> None:
         """Close the purge log and the disk tier (this thread's connections: the owner's) once the writer is done."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
@@ -200,3 +201,36 @@ async def test_alone_a_fill_does_not_wait_for_the_disk(cache: EdgeCache) -> None
     assert writer.jobs == []  # handed to the writer only when the gathering time is up
     cache.flush_writes()
     assert on_disk(cache, "pull:z:/alone") == b"body"
+
+
+def open_files(directory: Path) -> list[str]:
+    """This process's open file descriptors on files under `directory`."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            continue
+        if target.startswith(f"{directory}/"):
+            found.append(target)
+    return found
+
+
+async def test_closing_on_the_event_loop_leaves_no_database_connection_open(tmp_path: Path) -> None:
+    """``aclose`` writes the last batch in a thread of its own (opening that thread's connections to the disk tier
+    and the purge log): once it is done, no file of the cache's directory is open any more."""
+    directory = tmp_path / "cache"
+    cache = EdgeCache(directory, disk_size_limit=64 * MB, memory_bytes=1 * MB, memory_max_object=256 * KB)
+    cache.put_behind("pull:z:/a", b"a", "text/plain", '"e"', ["path-a"], HEAD, writer=HeldWriter())  # left queued
+    assert cache.get("pull:z:/a") is not None
+    other = EdgeCache(directory, disk_size_limit=64 * MB)
+    other.purge_keys(["pull:z:/other"])  # another worker's: the last batch replays it from the purge log
+    other.close()
+    assert open_files(directory)
+    await cache.aclose()
+    assert open_files(directory) == []
+    reopened = EdgeCache(directory, disk_size_limit=64 * MB)
+    try:
+        assert on_disk(reopened, "pull:z:/a") == b"a"
+    finally:
+        reopened.close()
