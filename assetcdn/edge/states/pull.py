@@ -447,8 +447,8 @@ def send_timeout_s(settings: Settings) -> float:
 async def sent_in_time(sending: Awaitable[object], timeout_s: float, cut_off: Callable[[], None]) -> bool:
     """The rule for a fill's client that does not read, both fills' (this module's and pull_fill.py's): what it
     was written must leave (`sending`: a write, or the wait for the connection to drain) within `timeout_s`,
-    else it is cut off (`cut_off`, as when it is gone) and False: the fill reads on into the cache without it,
-    so a client that stops reading holds no origin connection (docs/api-guide.md "Pull zones")."""
+    else it is cut off (`cut_off`, as when it is gone) and False: a kept answer's fill reads on into the cache
+    without it, one not kept stops and its origin connection is closed (docs/api-guide.md "Pull zones")."""
     try:
         async with asyncio.timeout(timeout_s):
             await sending
