@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import io
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from assetcdn.edge.cache.entry import strong_etag
 from assetcdn.edge.cache.memory import entry_cost
-from assetcdn.edge.cache.store import EdgeCache
+from assetcdn.edge.cache.store import SOFT_PURGED, EdgeCache, PurgedMeanwhile
 from assetcdn.shared.config import load_settings
 
 KB = 1024
@@ -174,3 +174,59 @@ def test_a_purge_that_runs_while_a_put_stores_leaves_no_copy_behind(cache: EdgeC
     monkeypatch.undo()
     assert cache.memory.hit("k") is None  # what the hit path reads, without looking at the disk tier
     assert cache.get("k") is None
+
+
+class PurgedWhileRead(io.BytesIO):
+    """A body stream whose first read lets another worker's purge land: the purge is made while the body is
+    written to the disk tier."""
+
+    def __init__(self, body: bytes, purge: Callable[[], object]) -> None:
+        super().__init__(body)
+        self._purge: Callable[[], object] | None = purge
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self._purge is not None:
+            purge, self._purge = self._purge, None
+            purge()
+        return super().read(size)
+
+
+@pytest.mark.parametrize("purge", ["key", "tag", "prefix", "all"])
+def test_a_put_since_a_mark_keeps_nothing_a_purge_made_meanwhile_names(cache: EdgeCache, tmp_path: Path,
+                                                                         purge: str) -> None:
+    """A fill's body stored with the purge mark taken when it was asked for: a purge another worker makes after
+    the mark and before the entry is in place (here: while its body is written) leaves it in no tier; one
+    naming something else does not."""
+    other = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB)
+    try:
+        purges: dict[str, Callable[[], object]] = {
+            "key": lambda: other.purge_keys(["pull:z:/a"]), "tag": lambda: other.purge_tags(["path-a"]),
+            "prefix": lambda: other.purge_tag_prefixes(["path-"]), "all": other.purge_all}
+        body = b"B" * (2 * MB)  # past the memory tier: a file, read back from disk
+        mark = cache.purge_mark()
+        with pytest.raises(PurgedMeanwhile):
+            cache.put("pull:z:/a", PurgedWhileRead(body, purges[purge]), "text/plain", '"e"', ["path-a"],
+                      since=mark)
+        assert cache.get("pull:z:/a") is None and other.get("pull:z:/a") is None
+        mark = cache.purge_mark()
+        cache.put("pull:z:/b", PurgedWhileRead(body, lambda: other.purge_tags(["path-c"])), "text/plain", '"e"',
+                  ["path-b"], since=mark)
+        stored = cache.get("pull:z:/b")
+        assert stored is not None and stored.size == len(body)
+    finally:
+        other.close()
+
+
+def test_a_new_head_since_a_mark_does_not_undo_a_soft_purge_made_meanwhile(cache: EdgeCache, tmp_path: Path) -> None:
+    """A revalidation's new head (the body file kept) asked for before another worker's soft purge is not
+    written over the purge's stale mark."""
+    other = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB)
+    try:
+        stored = cache.put("pull:z:/a", io.BytesIO(b"B" * (2 * MB)), "text/plain", '"e"', ["path-a"])
+        mark = cache.purge_mark()
+        other.soft_purge(["path-a"], revalidated="pull:")
+        assert cache.set_head(stored, "text/plain", '"e"', ["path-a"], (("etag", '"e"'),), since=mark) is None
+        marked = cache.get("pull:z:/a")
+        assert marked is not None and SOFT_PURGED in dict(marked.headers)
+    finally:
+        other.close()
