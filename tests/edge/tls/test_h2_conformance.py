@@ -45,7 +45,6 @@ from tests.support.h2_frames import (
     RST_STREAM,
     SETTINGS,
     STREAM_CLOSED,
-    WAIT_S,
     CaseFailed,
     Conn,
     Target,
