@@ -17,7 +17,7 @@ import ngh2
 import pytest
 from ngh2 import ErrorCode
 
-from assetcdn.edge.tls.h2_guard import RESET_KEPT, SKIPPED_KEPT, SWEEP_MIN, FrameGuard
+from assetcdn.edge.tls.h2_guard import HEAD_SIZE, RESET_KEPT, SKIPPED_KEPT, SWEEP_MIN, FrameGuard
 from tests.support.h2_frames import (
     ACK,
     DATA,
@@ -153,7 +153,7 @@ def test_trailers_are_accepted(conn: Conn) -> None:
 def test_frames_cut_at_every_byte(conn: Conn) -> None:
     def bytewise(data: bytes) -> None:
         for i in range(len(data)):
-            conn.send(data[i:i + 1])  # one TLS record each: the edge reads them in as many pieces
+            conn.send(data[i:i + 1])  # one TLS record each (how many the edge reads at once is up to it)
 
     bytewise(PREFACE + frame(SETTINGS, struct.pack(">HI", INITIAL_WINDOW_SIZE, DEFAULT_WINDOW)))
     conn.wait("the edge's SETTINGS", lambda received: received is not None and received.kind == SETTINGS)
@@ -241,7 +241,12 @@ def test_split_reads_give_the_library_what_whole_reads_give() -> None:
         assert split.receive(conversation[i:i + 1]) is None
     assert received(split.h2.events()) == received(whole.h2.events())
     assert split.h2.stream_remote_window_size(1) == whole.h2.stream_remote_window_size(1) == DEFAULT_WINDOW + 100
-    assert split.guard.held == b"" and split.guard.receiving == set()
+    assert (split.guard.held, split.guard.last, split.guard.receiving) == (b"", 3, set())
+    # Still in step with the frames: DATA on stream 1, ended by its trailers, is on a closed stream.
+    late = frame(DATA, b"late", stream_id=1)
+    assert whole.receive(late) == ErrorCode.STREAM_CLOSED
+    assert [split.receive(late[i:i + 1]) for i in range(HEAD_SIZE)] == [None] * (HEAD_SIZE - 1) + [
+        ErrorCode.STREAM_CLOSED]
 
 
 def test_frames_on_closed_streams_end_the_connection() -> None:
@@ -305,6 +310,18 @@ def test_a_window_overflow_in_the_read_that_opens_the_stream_resets_that_stream(
     assert GOAWAY not in [kind for kind, _, _ in sent]
     assert server.guard.streams_reset == 1
     assert 3 in [event.stream_id for event in server.h2.events() if isinstance(event, ngh2.RequestReceived)]
+
+
+@pytest.mark.parametrize(("sent", "code"), [
+    (frame(WINDOW_UPDATE, struct.pack(">I", 2**31 - 1), stream_id=1), FLOW_CONTROL_ERROR),
+    (frame(PRIORITY, struct.pack(">IB", 1, 15), stream_id=1), PROTOCOL_ERROR)])
+def test_a_stream_error_cut_at_every_byte(sent: bytes, code: int) -> None:
+    server = Server()
+    assert server.receive(OPENING + server.request(1, end_stream=False)) is None
+    for i in range(len(sent)):
+        assert server.receive(sent[i:i + 1]) is None
+    out = server.frames_out()
+    assert (RST_STREAM, 1, struct.pack(">I", code)) in out and GOAWAY not in [kind for kind, _, _ in out]
 
 
 def test_streams_the_server_reset_stay_open_to_frames_in_flight_and_memory_stays_bounded() -> None:
