@@ -79,25 +79,18 @@ class FrameGuard:
             self.held = b""
         connection = self.connection
         size = len(data)
-        pos = 0          # where the next frame header starts, once ``skip`` bytes are passed
+        pos = self.skip  # the next frame header: past the preface, or past a payload begun in an earlier read
+        if pos >= size:
+            self.skip = pos - size
+            connection.receive_data(data)
+            return None
         fed = 0          # data[:fed] was given to the library
         dirty = False    # a frame not given yet may change a stream's window (SETTINGS, WINDOW_UPDATE, a new stream)
-        skip = self.skip
         last = self.last
         receiving = self.receiving
         error = None
-        while True:
-            if skip:
-                if skip >= size - pos:
-                    skip -= size - pos
-                    pos = size
-                    break
-                pos += skip
-                skip = 0
-            if size - pos < HEAD_SIZE:
-                break
+        while pos + HEAD_SIZE <= size:
             word, flags, stream_id = HEAD.unpack_from(data, pos)
-            length = word >> 8
             kind = word & 0xFF
             stream_id &= STREAM_ID
             if kind == HEADERS:
@@ -124,8 +117,8 @@ class FrameGuard:
                         error = ErrorCode.STREAM_CLOSED
                         break
             elif kind == WINDOW_UPDATE:
-                if stream_id and length == 4:
-                    if size - pos < WINDOW_UPDATE_SIZE:
+                if stream_id and word >> 8 == 4:
+                    if pos + WINDOW_UPDATE_SIZE > size:
                         break
                     increment = WORD.unpack_from(data, pos + HEAD_SIZE)[0] & STREAM_ID
                     if increment and (dirty or self._window(stream_id) + increment > MAX_WINDOW):
@@ -144,8 +137,8 @@ class FrameGuard:
                 if not stream_id:
                     error = ErrorCode.PROTOCOL_ERROR
                     break
-                if length == 5:
-                    if size - pos < PRIORITY_SIZE:
+                if word >> 8 == 5:
+                    if pos + PRIORITY_SIZE > size:
                         break
                     if WORD.unpack_from(data, pos + HEAD_SIZE)[0] & STREAM_ID == stream_id:
                         if stream_id > last or not stream_id & 1:  # idle
@@ -158,14 +151,19 @@ class FrameGuard:
             elif kind == SETTINGS:
                 if not flags & ACK:
                     dirty = True
-            pos += HEAD_SIZE
-            skip = length
-        self.skip = skip
+            pos += HEAD_SIZE + (word >> 8)
         self.last = last
-        if error is None and pos < size:  # a frame's start, cut by the end of the read: read with the next one
+        if error is not None:
+            end = pos
+        elif pos < size:  # a frame's start, cut by the end of the read: checked with the next one
             self.held = data[pos:]
-        if fed < pos:
-            connection.receive_data(data if fed == 0 and pos == len(data) else memoryview(data)[fed:pos])
+            self.skip = 0
+            end = pos
+        else:
+            self.skip = pos - size
+            end = size
+        if fed < end:
+            connection.receive_data(data if fed == 0 and end == size else memoryview(data)[fed:end])
         if len(receiving) > self.sweep_at:
             self._sweep()
         return error
