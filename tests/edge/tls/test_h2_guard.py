@@ -43,7 +43,7 @@ from tests.support.h2_frames import (
     Target,
     frame,
 )
-from tests.support.https import ZONE, HttpsCdn
+from tests.support.https import MAX_RESETS, ZONE, HttpsCdn
 
 BODY = b"a hit on a connection the guard reads\n" * 32
 FILE = "guard/index.txt"
@@ -177,6 +177,20 @@ def test_a_long_connection_is_served_to_its_end(conn: Conn) -> None:
         conn.send(frame(HEADERS, conn.encode(conn.common_headers()), flags=END_HEADERS, stream_id=stream_id)
                   + frame(DATA, b"", flags=END_STREAM, stream_id=stream_id))
         assert body_of(conn, stream_id) == BODY, stream_id
+
+
+@pytest.mark.integration
+def test_streams_reset_for_the_clients_frames_count_as_its_resets(conn: Conn) -> None:
+    """A client making the edge reset streams (here by overflowing their windows: "MadeYouReset") is ended as one
+    resetting them itself."""
+    conn.handshake()
+    block = conn.encode(conn.common_headers())
+    overflow = struct.pack(">I", 2**31 - 1)
+    conn.send(b"".join(frame(HEADERS, block, flags=END_HEADERS, stream_id=stream_id)
+                       + frame(WINDOW_UPDATE, overflow, stream_id=stream_id)
+                       for stream_id in range(1, 2 * (MAX_RESETS + 1), 2)))
+    received = conn.wait("GOAWAY ENHANCE_YOUR_CALM", lambda received: received is None or received.kind == GOAWAY)
+    assert received is not None and received.error_code == ErrorCode.ENHANCE_YOUR_CALM, conn.seen
 
 
 # ============================ FrameGuard on a libnghttp2 connection ============================
