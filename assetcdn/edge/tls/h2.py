@@ -12,12 +12,14 @@ aiohttp application, with no second copy of either; the HTTP/1.1 answer written 
 parsed (httptools) back into the stream's HEADERS and DATA frames, hop-by-hop fields left out. It
 stays in this process and in memory: no socket, no second server (the alternative, a local HTTP/1.1
 connection per stream, would add a connection, a copy through the kernel and a second parse of every
-request).
+request). The stream rules libnghttp2 leaves unchecked (frames on closed streams, skipped stream ids, PRIORITY, a
+stream's window overflow) are checked on each frame header before the library reads it (``FrameGuard``,
+assetcdn/edge/tls/h2_guard.py).
 
 Limits: ``h2_max_concurrent_streams`` (SETTINGS; streams past it are refused, and a client that
 opens a burst of more is ended with GOAWAY), the header list size (SETTINGS_MAX_HEADER_LIST_SIZE,
 enforced by HPACK decoding; libnghttp2 also caps CONTINUATION frames), ``h2_max_resets_per_10s``
-streams reset by the client (CVE-2023-44487, "rapid reset": a reset
+streams reset by the client, or by the edge for the client's frames (CVE-2023-44487, "rapid reset": a reset
 stream sends nothing more and its reader is told the connection is lost, as when an HTTP/1.1 client
 goes away; a connection that resets too many is ended with ENHANCE_YOUR_CALM), as is one sending more
 than ``h2_max_control_frames_per_s`` frames that carry no request; nothing read from a client that does
