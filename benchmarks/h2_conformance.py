@@ -5,9 +5,8 @@ tests/edge/tls/test_h2_conformance.py (``test_h2spec_tool``). Where it is not (d
 conformance", says why it cannot be had on every machine), this says so and the same file's cases, h2spec's own
 written as tests, give the count. Both runs go against a real `assetcdn up` and against nginx with ``ssl http2``
 (set up as benchmarks/https_bench.py sets it up), each from its own pytest process; the pass counts are printed
-side by side. Both servers are treated alike (``H2_CONFORMANCE_COMPARE=1``): every case waits the same time for
-an answer and none is marked as an expected failure; "known" counts the failed cases on the edge's documented
-list (``KNOWN_GAPS``), the same way for both servers.
+side by side. Both servers are treated alike: the same cases, the same wait for every answer, none marked as an
+expected failure.
 """
 
 from __future__ import annotations
@@ -39,11 +38,8 @@ def unavailable() -> str | None:
 
 
 def run(target: str, report: Path) -> Counter[str]:
-    """Outcomes (passed, failed, known, skipped) of the cases against ``target``, per h2spec group too."""
-    # A pytest module (it builds every case when imported): imported only when the benchmark runs.
-    from tests.edge.tls.test_h2_conformance import KNOWN_GAPS
-
-    env = {**os.environ, "H2_CONFORMANCE_TARGET": target, "H2_CONFORMANCE_COMPARE": "1", "PYTHONPATH": str(ROOT)}
+    """Outcomes (passed, failed, skipped) of the cases against ``target``, per h2spec group too."""
+    env = {**os.environ, "H2_CONFORMANCE_TARGET": target, "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "--no-header",
                     f"--junitxml={report}", TESTS], cwd=ROOT, env=env, check=False)
     counts: Counter[str] = Counter()
@@ -56,7 +52,7 @@ def run(target: str, report: Path) -> Counter[str]:
         if "skipped" in children:
             outcome = "skipped"
         elif "failure" in children or "error" in children:
-            outcome = "known" if name.partition("[")[2].rstrip("]") in KNOWN_GAPS else "failed"
+            outcome = "failed"
         else:
             outcome = "passed"
         counts[f"{group} {outcome}"] += 1
@@ -66,7 +62,7 @@ def run(target: str, report: Path) -> Counter[str]:
 
 
 def cases(counts: Counter[str], prefix: str) -> int:
-    return sum(counts[prefix + outcome] for outcome in ("passed", "failed", "known", "skipped"))
+    return sum(counts[prefix + outcome] for outcome in ("passed", "failed", "skipped"))
 
 
 def main() -> int:
@@ -80,14 +76,13 @@ def main() -> int:
             results[target] = run(target, Path(tmp) / f"{target}.xml")
     print("\nHTTP/2 conformance (h2spec's generic, http2 and hpack cases"
           + (", and h2spec itself" if reason is None else " rewritten as tests: not h2spec itself") + ")")
-    print("(known: failed cases on the edge's documented list, KNOWN_GAPS; the same cases, waits and expectations "
-          "for both servers)")
-    print(f"{'server':8} {'passed':>7} {'failed':>7} {'known':>7} {'skipped':>8}   per group (passed/cases)")
+    print("(the same cases, waits and expectations for both servers)")
+    print(f"{'server':8} {'passed':>7} {'failed':>7} {'skipped':>8}   per group (passed/cases)")
     for target, counts in results.items():
         total = cases(counts, "")
         groups = ", ".join(f"{group} {counts[f'{group} passed']}/{cases(counts, group + ' ')}"
                            for group in ("generic", "http2", "hpack"))
-        print(f"{target:8} {counts['passed']:>7} {counts['failed']:>7} {counts['known']:>7} {counts['skipped']:>8}"
+        print(f"{target:8} {counts['passed']:>7} {counts['failed']:>7} {counts['skipped']:>8}"
               f"   of {total}: {groups}")
         if counts["tool passed"] or counts["tool failed"]:
             print(f"{'':8} h2spec itself: {'passed' if counts['tool passed'] else 'failed (see the pytest output above)'}")

@@ -131,14 +131,3 @@ def test_the_conformance_run_does_not_start_while_the_edge_answers_404(edge: Edg
     edge.handler.misses = 10**9
     with pytest.raises(RuntimeError, match="did not serve the pull zone"):
         wait_zone_served(edge.base, timeout_s=0.5)
-
-
-@pytest.mark.parametrize("target", ["edge", "nginx"])
-def test_h2spec_comparison_gives_every_server_the_same_waits_and_expectations(
-        monkeypatch: pytest.MonkeyPatch, target: str) -> None:
-    from tests.edge.tls import test_h2_conformance as cases
-
-    monkeypatch.setattr(cases, "TARGET", target)
-    monkeypatch.setattr(cases, "COMPARING", True)
-    assert cases.parameters() == list(cases.CASES)  # plain case ids: no expected failure for anyone
-    assert {cases.wait_for(case_id) for case_id in cases.CASES} == {cases.WAIT_S}

@@ -87,8 +87,6 @@ class Conn:
     """One TLS connection speaking raw HTTP/2 (the client side)."""
 
     target: Target
-    # A case the edge is known to fail (nothing comes) needs no full WAIT_S to show it.
-    wait_s: float = WAIT_S
     sock: ssl.SSLSocket = field(init=False)
     encoder: hpack.Encoder = field(init=False, default_factory=hpack.Encoder)
     settings: dict[int, int] = field(init=False, default_factory=dict)  # the server's
@@ -206,7 +204,7 @@ class Conn:
 
     def wait(self, expected: str, accept: object) -> Frame | None:
         """Read until ``accept(frame or None)`` is True (it may raise CaseFailed at once); the frame accepted."""
-        deadline = time.monotonic() + self.wait_s
+        deadline = time.monotonic() + WAIT_S
         try:
             while True:
                 received = self.next_frame(deadline)
@@ -215,7 +213,7 @@ class Conn:
                 if received is None:
                     raise CaseFailed(expected, self.seen)
         except TimeoutError:
-            self.seen.append(f"nothing more for {self.wait_s:.0f} s")
+            self.seen.append(f"nothing more for {WAIT_S:.0f} s")
             raise CaseFailed(expected, self.seen) from None
 
     def handshake(self) -> None:

@@ -12,12 +12,14 @@ aiohttp application, with no second copy of either; the HTTP/1.1 answer written 
 parsed (httptools) back into the stream's HEADERS and DATA frames, hop-by-hop fields left out. It
 stays in this process and in memory: no socket, no second server (the alternative, a local HTTP/1.1
 connection per stream, would add a connection, a copy through the kernel and a second parse of every
-request).
+request). The stream rules libnghttp2 leaves unchecked (frames on closed streams, skipped stream ids, PRIORITY, a
+stream's window overflow) are checked on each frame header before the library reads it (``FrameGuard``,
+assetcdn/edge/tls/h2_guard.py).
 
 Limits: ``h2_max_concurrent_streams`` (SETTINGS; streams past it are refused, and a client that
 opens a burst of more is ended with GOAWAY), the header list size (SETTINGS_MAX_HEADER_LIST_SIZE,
 enforced by HPACK decoding; libnghttp2 also caps CONTINUATION frames), ``h2_max_resets_per_10s``
-streams reset by the client (CVE-2023-44487, "rapid reset": a reset
+streams reset by the client, or by the edge for the client's frames (CVE-2023-44487, "rapid reset": a reset
 stream sends nothing more and its reader is told the connection is lost, as when an HTTP/1.1 client
 goes away; a connection that resets too many is ended with ENHANCE_YOUR_CALM), as is one sending more
 than ``h2_max_control_frames_per_s`` frames that carry no request; nothing read from a client that does
@@ -54,6 +56,7 @@ from ngh2 import ErrorCode, NeverIndexedHeader
 from ngh2.types import Header
 
 from assetcdn.edge.fastpath.protocol import CACHE_FIELDS, MAX_HEAD, SLOTS, Decide, HitProtocol
+from assetcdn.edge.tls.h2_guard import FrameGuard
 from assetcdn.shared.config import Settings
 
 if TYPE_CHECKING:
@@ -435,6 +438,8 @@ class H2Protocol(asyncio.Protocol):
             # burst of more than the stream limit ends the connection with ENHANCE_YOUR_CALM (refilled at
             # GLITCHES_PER_S, libnghttp2's own rate).
             glitch_rate_limit=(limits.max_concurrent_streams, GLITCHES_PER_S)))
+        # The stream rules libnghttp2 leaves unchecked (closed streams, skipped ids, PRIORITY, a stream's window).
+        self.guard = FrameGuard(self.h2, limits.max_concurrent_streams)
         self.transport: asyncio.Transport | None = None
         self.streams: dict[int, StreamTransport] = {}
         self.resets: collections.deque[float] = collections.deque()
@@ -653,8 +658,9 @@ class H2Protocol(asyncio.Protocol):
 
     def _receive(self, data: bytes) -> bool:
         connection = self.h2
+        guard = self.guard
         try:
-            connection.receive_data(data)
+            error = guard.receive(data)
             self.events.extend(connection.events())
         except ngh2.ConnectionStateError:  # the library ended the connection itself: its GOAWAY goes out
             self.closing = self.ended = True
@@ -671,7 +677,14 @@ class H2Protocol(asyncio.Protocol):
                 self.transport.write(GOAWAY.pack(0, 8, 7, 0, 0, self.last_stream_id, code))  # 8-byte payload
                 self.transport.close()
             return False
-        return True
+        if error is not None:
+            log.debug("HTTP/2 protocol error from %s: %s (a stream rule)", self._peer(), error.name)
+            self.goaway(error)
+            return False
+        while guard.streams_reset:  # streams reset for the client's frames count as its resets
+            guard.streams_reset -= 1
+            self._count_reset()
+        return not self.ended
 
     def _event(self, event: ngh2.Event) -> bool:
         """Handle one event; False once the connection is ending."""
@@ -868,16 +881,21 @@ class H2Protocol(asyncio.Protocol):
             stream.cancelled()
             self._forget(stream)
             self._relieve(stream)
+        self._count_reset()
+        self._maybe_idle()
+
+    def _count_reset(self) -> None:
+        """A stream reset by the client, or for its frames (assetcdn/edge/tls/h2_guard.py): past
+        ``max_resets_per_10s``, GOAWAY ENHANCE_YOUR_CALM."""
         now = self.loop.time()
         resets = self.resets
         resets.append(now)
         while resets and resets[0] < now - RESET_WINDOW_S:
             resets.popleft()
-        if len(resets) > self.limits.max_resets_per_10s:
+        if len(resets) > self.limits.max_resets_per_10s and not self.ended:
             log.warning("HTTP/2 client %s reset %d streams in %.0f s: connection ended", self._peer(), len(resets),
                         RESET_WINDOW_S)
             self.goaway(ErrorCode.ENHANCE_YOUR_CALM)
-        self._maybe_idle()
 
     # --- frames out ----------------------------------------------------------------------------------
 

@@ -45,7 +45,6 @@ from tests.support.h2_frames import (
     RST_STREAM,
     SETTINGS,
     STREAM_CLOSED,
-    WAIT_S,
     CaseFailed,
     Conn,
     Target,
@@ -1085,51 +1084,12 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
             time.sleep(0.05)  # polling for a port another process opens: no event to wait on
 
 
-# Where the edge departs from h2spec, through libnghttp2's own choices (docs/https.md, "HTTP/2 conformance"): it
-# keeps no closed streams, so a frame on a stream it has already answered and forgotten is ignored (RFC 9113 5.1
-# allows that for "closed", h2spec wants STREAM_CLOSED); whether the stream is forgotten when the frame arrives
-# depends on timing, so those cases are not strict. It ignores HEADERS on a lower stream id it cannot tell from a
-# closed one, and PRIORITY frames altogether (RFC 9113 deprecates their signals).
-CLOSED_STREAM = "libnghttp2 keeps no closed streams: the frame is ignored once the answer is out"
-KNOWN_GAPS: dict[str, tuple[str, bool]] = {
-    "http2/5.1/5": (CLOSED_STREAM, False),
-    "http2/5.1/6": (CLOSED_STREAM, False),
-    "http2/5.1/8": (CLOSED_STREAM, False),
-    "http2/5.1/9": (CLOSED_STREAM, False),
-    "http2/5.1/11": (CLOSED_STREAM, False),
-    "http2/5.1/12": (CLOSED_STREAM, False),
-    "http2/6.1/2": (CLOSED_STREAM, False),
-    "http2/6.9.1/3": ("libnghttp2 ends the whole connection (GOAWAY FLOW_CONTROL_ERROR) once the stream has "
-                      "ended", False),
-    "http2/5.1.1/2": ("libnghttp2 ignores HEADERS on a lower stream id, which it cannot tell from a closed stream",
-                      True),
-    "http2/5.3.1/2": ("libnghttp2 ignores PRIORITY frames (RFC 9113 deprecates their signals)", True),
-    "http2/6.3/1": ("libnghttp2 ignores PRIORITY frames, even on stream 0", True),
-}
 TARGET = os.environ.get("H2_CONFORMANCE_TARGET", "edge")
-# benchmarks/h2_conformance.py compares servers: every server then gets the same cases, waits and expectations.
-COMPARING = os.environ.get("H2_CONFORMANCE_COMPARE") == "1"
-KNOWN_GAP_WAIT_S = 0.5  # a known gap fails by silence: waiting the whole WAIT_S for it only slows the suite
-# (an xfail either way: a shorter wait cannot fail the run, only report an answer past it as the known gap)
 
 
-def parameters() -> list[object]:
-    """Every case, those of KNOWN_GAPS expected to fail on the edge (and not on another server, nor when comparing)."""
-    if TARGET != "edge" or COMPARING:
-        return list(CASES)
-    return [pytest.param(case_id, marks=pytest.mark.xfail(reason=KNOWN_GAPS[case_id][0],
-                                                           strict=KNOWN_GAPS[case_id][1]))
-            if case_id in KNOWN_GAPS else case_id for case_id in CASES]
-
-
-def wait_for(case_id: str) -> float:
-    """How long the case waits for each answer: less for a known gap of the edge, unless comparing servers."""
-    return KNOWN_GAP_WAIT_S if TARGET == "edge" and not COMPARING and case_id in KNOWN_GAPS else WAIT_S
-
-
-@pytest.mark.parametrize("case_id", parameters())
+@pytest.mark.parametrize("case_id", list(CASES))
 def test_h2spec_case(target: Target, case_id: str) -> None:
-    conn = Conn(target, wait_s=wait_for(case_id))
+    conn = Conn(target)
     try:
         CASES[case_id](conn)
     finally:
