@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,12 +57,18 @@ class Retrieved:
 
 
 class ChatRetriever:
-    def __init__(self, passages: list[Passage], search: SearchEngine) -> None:
-        self.passages = passages
+    def __init__(self, passages: Callable[[], list[Passage]], search: SearchEngine) -> None:
+        self._read_passages = passages
         self.search = search
         self._vectors: np.ndarray | None = None
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+
+    @functools.cached_property
+    def passages(self) -> list[Passage]:
+        """The documentation's passages, read and split when first needed (their vectors, or the first
+        question): a control plane that is never asked anything does not read the documentation."""
+        return self._read_passages()
 
     @property
     def ready(self) -> bool:
