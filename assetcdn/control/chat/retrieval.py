@@ -16,14 +16,15 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from assetcdn.control.chat.documentation import Passage
-from assetcdn.control.chat.passage_vectors import passage_matrix
 from assetcdn.control.search.calibration import calibrate
 from assetcdn.control.search.engine import QUERY_TOKENS, SearchEngine, SearchHit
 from assetcdn.control.search.fuzzy import query_tokens
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,9 @@ class ChatRetriever:
         try:
             encoder = await self.search.index.model()
             if encoder is not None and self.passages:
+                # Imported here, as the model is: numpy only for a control plane that has it.
+                from assetcdn.control.chat.passage_vectors import passage_matrix  # noqa: PLC0415
+
                 started = time.perf_counter()
                 texts = tuple(p.embedding_text() for p in self.passages)
                 # On the index's background thread: passages the shipped file lacks are embedded
@@ -108,6 +112,8 @@ class ChatRetriever:
         return self._vectors
 
     async def retrieve(self, question: str) -> Retrieved:
+        import numpy as np  # noqa: PLC0415 (loaded at the first question, not at every control start)
+
         vectors = await self._passage_vectors()
         encoder = await self.search.index.model()
         if vectors is not None and encoder is not None:
@@ -124,6 +130,8 @@ class ChatRetriever:
 
     def _word_overlap(self, question: str) -> np.ndarray:
         # Without the model: the share of the question's words found in the passage.
+        import numpy as np  # noqa: PLC0415 (as in retrieve)
+
         tokens = query_tokens(question)
         if not tokens:
             return np.zeros(len(self.passages))
