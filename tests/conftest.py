@@ -24,13 +24,13 @@ def _memory_temproot() -> None:
 
 _memory_temproot()
 
-# `make test` hands out whole files (--dist loadfile --no-loadscope-reorder) in the order below: the
-# longest files first (the slowest per-file times of the suite, the files that wait on real time or real
-# processes among them), then every other file that starts real processes, each followed by one that does
-# not (`pytest_collection_modifyitems`), then the rest. The long ones then overlap with the many short files instead of being the last to run while the other workers sit
-# idle. Among the long ones, files that mostly wait on processes (shutdowns, ACME, browsers: "waits")
-# alternate with files that keep a core busy ("CPU"): four waiting files side by side left the two cores
-# 15-22 % idle for tens of seconds.
+# `make test` hands out whole files (--dist loadfile --no-loadscope-reorder) in the order below: the longest
+# files first (the slowest per-file times of the suite, the files that wait on real time or real processes among
+# them), then every other file that starts real processes, each followed by one that does not
+# (`pytest_collection_modifyitems`), then the rest. The long ones then overlap with the many short files instead
+# of being the last to run while the other workers sit idle. Among the long ones, files that mostly wait on
+# processes (shutdowns, ACME, browsers: "waits") alternate with files that keep a core busy ("CPU"): four
+# waiting files side by side left the two cores 15-22 % idle for tens of seconds.
 LONGEST_FIRST = (
     "edge/tls/test_tls_floods.py",                  # waits
     "edge/transform/test_decoded.py",               # CPU
