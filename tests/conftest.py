@@ -32,12 +32,10 @@ _memory_temproot()
 # processes (shutdowns, ACME, browsers: "waits") alternate with files that keep a core busy ("CPU"): four
 # waiting files side by side left the two cores 15-22 % idle for tens of seconds.
 LONGEST_FIRST = (
-    "edge/tls/test_tls_floods.py",                  # waits
-    "edge/transform/test_decoded.py",               # CPU
     "control/acme/test_certificates.py",            # waits
+    "edge/transform/test_decoded.py",               # CPU
+    "edge/tls/test_tls_floods.py",                  # waits
     "test_openapi_fuzz.py",                         # CPU
-    "edge/tls/test_session_resumption.py",          # waits
-    "integration/test_up_ports.py",                 # CPU
     "integration/test_cache_conformance.py",        # waits
     "edge/routes/test_transform.py",                # CPU
     "integration/test_https_acme.py",               # waits
@@ -45,15 +43,17 @@ LONGEST_FIRST = (
     "browser/test_dashboard_browser.py",            # waits
     "control/ai/test_ai_routes.py",                 # CPU
     "integration/test_shutdown.py",                 # waits
-    "browser/test_hls_playback.py",                 # both
-    "edge/tls/test_h2_conformance.py",              # waits
+    "integration/test_up_ports.py",                 # CPU
+    "edge/tls/test_session_resumption.py",          # waits
     "integration/test_shared_counters.py",          # CPU
     "integration/test_hostile_clients.py",          # waits
-    "control/video/test_transcode.py",              # CPU
+    "browser/test_hls_playback.py",                 # both
+    "edge/tls/test_h2_conformance.py",              # waits
+    "integration/test_edge_cluster.py",             # CPU
     "browser/test_https_acme_page.py",              # waits
-    "edge/tls/test_idle_connections.py",            # waits
-    "edge/test_shield_choice.py",                   # waits
-    "edge/test_image_pool.py",                      # both
+    "integration/test_faults_kill_control.py",      # CPU
+    "edge/routes/test_pull_zones.py",               # waits
+    "control/video/test_transcode.py",              # CPU
     "edge/routes/test_proxied_bodies.py",           # waits (slow bodies): not the last file of the run
 )
 REAL_PROCESSES_FIRST = ("integration/", "browser/", "edge/tls/", "edge/transform/", "control/acme/", "counters/",
