@@ -21,10 +21,10 @@ import pytest
 import pytest_asyncio
 
 from assetcdn.edge.app_keys import SETTINGS
+from assetcdn.edge.fastpath.hit_server import ProxiedTCPSite
 from assetcdn.edge.fastpath.proxy_protocol import (
     V2_SIGNATURE,
     Malformed,
-    ProxiedTCPSite,
     ProxyHeaderReader,
     ProxyPolicy,
     RefusalLog,
