@@ -24,33 +24,36 @@ def _memory_temproot() -> None:
 
 _memory_temproot()
 
-# `make test` hands out whole files (--dist loadfile --no-loadscope-reorder) in the order below: the
-# longest files first (the slowest of a full run's per-file times), then every other file that starts real
-# processes, each followed by one that does not (`pytest_collection_modifyitems`), then the rest. The long
-# ones then overlap with the many short files instead of being the last to run while the other workers sit
-# idle. Among the long ones, files that mostly wait on processes (shutdowns, ACME, browsers: "waits")
-# alternate with files that keep a core busy ("CPU"): four waiting files side by side left the two cores
-# 15-22 % idle for tens of seconds.
+# `make test` hands out whole files (--dist loadfile --no-loadscope-reorder) in the order below: the longest
+# files first (the slowest per-file times of the suite, the files that wait on real time or real processes among
+# them), then every other file that starts real processes, each followed by one that does not
+# (`pytest_collection_modifyitems`), then the rest. The long ones then overlap with the many short files instead
+# of being the last to run while the other workers sit idle. Among the long ones, files that mostly wait on
+# processes (shutdowns, ACME, browsers: "waits") alternate with files that keep a core busy ("CPU"): four
+# waiting files side by side left the two cores 15-22 % idle for tens of seconds.
 LONGEST_FIRST = (
-    "integration/test_shutdown.py",                 # waits
-    "integration/test_https_acme.py",               # waits
-    "edge/transform/test_decoded.py",               # CPU
-    "test_openapi_fuzz.py",                         # CPU
     "control/acme/test_certificates.py",            # waits
-    "integration/test_shared_counters.py",          # waits
+    "edge/transform/test_decoded.py",               # CPU
+    "edge/tls/test_tls_floods.py",                  # waits
+    "test_openapi_fuzz.py",                         # CPU
+    "integration/test_cache_conformance.py",        # waits
     "edge/routes/test_transform.py",                # CPU
-    "integration/test_faults_kill_control.py",      # waits
-    "integration/test_demo_content.py",             # CPU
+    "integration/test_https_acme.py",               # waits
     "edge/transform/test_steps.py",                 # CPU
-    "browser/test_hls_playback.py",                 # both
     "browser/test_dashboard_browser.py",            # waits
-    "control/video/test_transcode.py",              # CPU
+    "control/ai/test_ai_routes.py",                 # CPU
+    "integration/test_shutdown.py",                 # waits
+    "integration/test_up_ports.py",                 # CPU
+    "edge/tls/test_session_resumption.py",          # waits
+    "integration/test_shared_counters.py",          # CPU
     "integration/test_hostile_clients.py",          # waits
+    "browser/test_hls_playback.py",                 # both
+    "edge/tls/test_h2_conformance.py",              # waits
+    "integration/test_edge_cluster.py",             # CPU
     "browser/test_https_acme_page.py",              # waits
-    "integration/test_wheel_install.py",            # CPU
-    "integration/test_edge_cluster.py",             # waits
-    "edge/tls/test_https_shutdown.py",              # waits
-    "edge/test_image_pool.py",                      # both
+    "integration/test_faults_kill_control.py",      # CPU
+    "edge/routes/test_pull_zones.py",               # waits
+    "control/video/test_transcode.py",              # CPU
     "edge/routes/test_proxied_bodies.py",           # waits (slow bodies): not the last file of the run
 )
 REAL_PROCESSES_FIRST = ("integration/", "browser/", "edge/tls/", "edge/transform/", "control/acme/", "counters/",

@@ -65,8 +65,8 @@ def run_worker(argv: list[str], worker: int) -> None:
     gc.disable()  # until serving starts, as in control (assetcdn/control/__main__.py)
     # Imported here: PROMETHEUS_MULTIPROC_DIR must be set before prometheus_client is imported.
     from assetcdn.edge.app import EdgeIdentity, create_app
-    from assetcdn.edge.fastpath.hit_server import HitSite
-    from assetcdn.edge.fastpath.proxy_protocol import ProxiedTCPSite, proxy_policy
+    from assetcdn.edge.fastpath.hit_server import HitSite, ProxiedTCPSite
+    from assetcdn.edge.fastpath.proxy_protocol import proxy_policy
     from assetcdn.shared.http_server import serve
     from assetcdn.shared.metrics import METRICS
     from assetcdn.shared.secrets import load_edge_secrets
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
             logging.getLogger("edge").error("%s", exc if isinstance(exc, CertificateFileError) else
                                             f"[tls] certificates must be [certificate file, key file] pairs: {exc}")
             sys.exit(EXIT_BAD_CONFIG)
-    from assetcdn.edge.shield import shield_setting
+    from assetcdn.edge.shield_address import shield_setting
     try:
         shield_setting(settings.get("origin", "shield"))
     except ValueError as exc:

@@ -38,6 +38,7 @@ from yarl import URL
 
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.origin_client import OriginClient, OriginError, OriginResponse
+from assetcdn.edge.shield_address import OFF, shield_setting
 from assetcdn.edge.site_config import PullZone
 from assetcdn.edge.states.freshness import split_list
 from assetcdn.shared.cluster import PREFIX, sign_request
@@ -49,7 +50,6 @@ INVALIDATE_PATH = PREFIX + "/shield-invalidate"   # POST {"tags": [path tags]}: 
 MAX_INVALIDATED = 16                # path tags one message carries (an unsafe request names at most three)
 SHIELD_AUDIENCE = "shield"         # what shield requests are signed for (any edge worker may be one)
 SHIELD_CACHE = "assetcdn-shield"   # the shield's name in Cache-Status (RFC 9211)
-OFF = "off"
 # Set by the shield route once the request's signature holds: the fill goes to the origin, never to a shield.
 FROM_EDGE = web.RequestKey("from_edge", bool)
 
@@ -86,23 +86,6 @@ def relayed(headers: list[tuple[str, str]]) -> bool:
     names itself last in its Cache-Status."""
     members = split_list([value for name, value in headers if name == "cache-status"])
     return bool(members) and members[-1].split(";", 1)[0].strip() == SHIELD_CACHE
-
-
-def shield_setting(raw: object) -> str:
-    """``[origin] shield`` checked: "", "off", or an edge worker's cluster address (``http(s)://host:port``,
-    returned without a trailing slash); ValueError for anything else (the edge does not start)."""
-    value = str(raw).strip()
-    if value in ("", OFF):
-        return value
-    try:
-        url = URL(value)
-    except ValueError:
-        url = None
-    if url is None or url.scheme not in ("http", "https") or not url.host or url.raw_path.strip("/") \
-            or url.query_string or url.fragment or url.user is not None:
-        raise ValueError(f'[origin] shield must be "", "off" or an edge\'s cluster address such as '
-                         f'"http://10.0.0.21:9788", not {value!r}')
-    return value.rstrip("/")
 
 
 class Shields:

@@ -89,7 +89,8 @@ def server_options(settings: Settings) -> dict[str, Any]:
     # aiohttp closes a connection that has not delivered a complete request head within
     # keepalive_timeout of connecting, or of its previous response (web_protocol's keep-alive
     # check), so this one setting is both the header deadline and the idle keep-alive limit.
-    return {"keepalive_timeout": header_timeout_s(settings)}
+    return {"keepalive_timeout": header_timeout_s(settings),
+            "shutdown_timeout": float(settings.get("server", "shutdown_grace_s"))}
 
 
 def client_keepalive_s(settings: Settings) -> float:

@@ -2,9 +2,10 @@
 
 - Children die with their parent (no orphans), even if it is SIGKILLed (`die_with_parent`).
 - `serve` runs one aiohttp application until SIGTERM/SIGINT: the first signal starts an orderly stop
-  (in-flight requests get `HANDLER_GRACE_S`, then every resource the app opened is closed), later
-  signals never interrupt that stop, and a process that still has not exited `EXIT_DEADLINE_S`
-  after it began to stop dumps its threads' stacks and exits anyway. A port that cannot be bound
+  (in-flight requests get `HANDLER_GRACE_S`, or the `shutdown_timeout` the caller gives: `[server]
+  shutdown_grace_s`, then every resource the app opened is closed), later signals never interrupt that
+  stop, and a process that still has not exited `EXIT_DEADLINE_S` after it began to stop dumps its
+  threads' stacks and exits anyway. A port that cannot be bound
   ends the process at once with `EXIT_CANNOT_LISTEN` and a message that names the address.
 - `port_in_use` tells, before anything starts, whether a port a process is about to listen on is
   already taken by another program (a listener that shares ports with SO_REUSEPORT included).

@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import create_app
 from assetcdn.shared.config import load_settings
-from tests.support.control import ACCOUNT, SECRETS
+from tests.support.control import ACCOUNT, NO_MODEL, SECRETS
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def data_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def control(aiohttp_client, data_dir: Path) -> TestClient:  # type: ignore[no-untyped-def]
-    settings = load_settings(environ={})
+    settings = load_settings(environ=NO_MODEL)
     app = create_app(settings, SECRETS, data_dir)
     return await aiohttp_client(app)
 

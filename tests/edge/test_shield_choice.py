@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from assetcdn.edge.server import EXIT_BAD_CONFIG
-from assetcdn.edge.shield import Peer, rendezvous, shield_setting
+from assetcdn.edge.shield import Peer, rendezvous
+from assetcdn.edge.shield_address import shield_setting
 from assetcdn.edge.states.keys import pull_key
 from tests.integration.harness import KEYS, free_port_block
 

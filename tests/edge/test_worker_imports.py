@@ -21,3 +21,18 @@ def test_an_edge_worker_starts_without_libvips_the_face_detector_or_cryptography
             f"print(sorted(name for name in {NOT_AT_START!r} if name in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert loaded.stdout.strip() == "[]"
+
+
+def test_an_edge_with_several_workers_checks_its_settings_without_aiohttp() -> None:
+    # The parent of the workers serves nothing: what it checks before starting any (the PROXY protocol and
+    # shield settings) must not load the web framework the fork server loads again for the workers.
+    code = ("import sys\nimport assetcdn.edge.server\n"
+            "from assetcdn.edge.fastpath.proxy_protocol import proxy_policy\n"
+            "from assetcdn.edge.shield_address import shield_setting\n"
+            "from assetcdn.shared.config import load_settings\n"
+            "settings = load_settings(environ={'ASSETCDN_EDGE_PROXY_PROTOCOL': 'optional',"
+            " 'ASSETCDN_EDGE_PROXY_PROTOCOL_TRUSTED': '10.0.0.0/8', 'ASSETCDN_ORIGIN_SHIELD': 'http://10.0.0.2:9788'})\n"
+            "assert proxy_policy(settings) is not None and shield_setting(settings.get('origin', 'shield'))\n"
+            "print(sorted(name for name in ('aiohttp', 'prometheus_client') if name in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert loaded.stdout.strip() == "[]"

@@ -154,7 +154,7 @@ class ControlProcess:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "assetcdn.control", "--data-dir", str(self.data_dir), "--host", "127.0.0.1",
                  "--port", str(self.port), "--dashboard-port", str(self.port + 1)],
-                env=up_env(), stdout=log, stderr=subprocess.STDOUT)
+                env=up_env({"ASSETCDN_SEARCH_SEMANTIC": "false"}), stdout=log, stderr=subprocess.STDOUT)
 
     async def wait_ready(self, session: aiohttp.ClientSession) -> None:
         async def ready() -> bool | None:
@@ -183,7 +183,8 @@ class ControlProcess:
 
 def kill_when_locked(pid: int, repo: Path, within_s: float) -> subprocess.Popen[bytes]:
     """A watcher process that SIGKILLs `pid` while `<repo>/refs/heads/main.lock` exists (libgit2 is then
-    between writing the new ref and renaming it into place), or after `within_s` regardless. The lock lives
+    between writing the new ref and renaming it into place), or regardless once told the writes are over
+    (`kill_now`) or after `within_s`. The lock lives
     for microseconds: the watcher stops the process (SIGSTOP) the moment it sees the lock and kills it only if
     the lock is still there once every thread has stopped; otherwise it lets the process go on and watches for
     the next one: the signal of a kill on sight mostly arrives after the rename."""
@@ -201,8 +202,10 @@ def kill_when_locked(pid: int, repo: Path, within_s: float) -> subprocess.Popen[
               "    except OSError:\n"
               "        return True\n"
               "    return all(state(task) in 'tTZX' for task in tasks)\n"
+              "over = []\n"
+              "signal.signal(signal.SIGUSR1, lambda *_: over.append(True))\n"
               "print('ready', flush=True)\n"
-              "while time.monotonic() < until:\n"
+              "while time.monotonic() < until and not over:\n"
               "    if os.path.exists(lock):\n"
               "        os.kill(pid, signal.SIGSTOP)\n"
               "        while not all_stopped() and time.monotonic() < until:\n"
@@ -215,6 +218,11 @@ def kill_when_locked(pid: int, repo: Path, within_s: float) -> subprocess.Popen[
                                stdout=subprocess.PIPE)
     assert watcher.stdout is not None and watcher.stdout.readline() == b"ready\n"
     return watcher
+
+
+def kill_now(watcher: subprocess.Popen[bytes]) -> None:
+    """Tells a `kill_when_locked` watcher that no more writes come: it kills at once instead of watching on."""
+    watcher.send_signal(signal.SIGUSR1)
 
 
 def wait_exit(process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:

@@ -4,6 +4,7 @@ converge; and a kill that lands while libgit2 holds `refs/heads/main.lock` does 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -22,6 +23,7 @@ from tests.integration.kill_control import (
     catalog,
     check_after_restart,
     git_files,
+    kill_now,
     kill_when_locked,
     stored,
     upload_and_kill,
@@ -116,8 +118,9 @@ async def test_a_kill_while_the_ref_is_locked_leaves_writes_working_after_restar
                 rounds += 1
                 assert control.process is not None
                 watcher = kill_when_locked(control.process.pid, repo, within_s=10)
-                report = await upload_and_kill(session, [control.url], "locks", ROUND_UPLOADS, lambda: None,
-                                               ROUND_UPLOADS + 1, prefix=f"r{rounds}-")
+                report = await upload_and_kill(session, [control.url], "locks", ROUND_UPLOADS,
+                                               functools.partial(kill_now, watcher), ROUND_UPLOADS + 1,
+                                               prefix=f"r{rounds}-")
                 wait_exit(watcher)
                 control.process.wait()
                 left_behind += (repo / LOCK).exists()

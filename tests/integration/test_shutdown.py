@@ -29,6 +29,9 @@ from tests.integration.harness import (
 pytestmark = pytest.mark.integration
 
 ZONE = "busy"
+# The uploads left in flight hold each process for the whole of its grace ([server] shutdown_grace_s, 3 s by
+# default; edges, then control): a shorter one, still longer than the waits between the signals below.
+SHORT_GRACE = {"ASSETCDN_SERVER_SHUTDOWN_GRACE_S": "1.0"}
 ASSET = f"{ZONE}/v1/logos/a.txt"
 
 
@@ -77,7 +80,7 @@ def resume_and_stop(cdn: RunningCdn, suspended: list[int]) -> None:
 
 async def test_a_busy_system_stops_completely_and_keeps_what_it_served(tmp_path: Path) -> None:
     # Edges ship what they served only when they stop: the last shipment is the one under test.
-    cdn = start_cdn(tmp_path, edges=2, env_extra={"ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S": "3600"},
+    cdn = start_cdn(tmp_path, edges=2, env_extra={"ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S": "3600", **SHORT_GRACE},
                     image_workers_at_start=True, semantic_search=True)
     suspended: list[int] = []
     sockets: list[socket.socket] = []
@@ -125,7 +128,7 @@ async def test_a_busy_system_stops_completely_and_keeps_what_it_served(tmp_path:
 
 
 def test_two_quick_stop_signals_to_up_still_leave_no_process(tmp_path: Path) -> None:
-    cdn = start_cdn(tmp_path, edges=1, image_workers_at_start=True, semantic_search=True)
+    cdn = start_cdn(tmp_path, edges=1, image_workers_at_start=True, semantic_search=True, env_extra=SHORT_GRACE)
     sockets: list[socket.socket] = []
     try:
         make_zone_now(cdn.control_url)
@@ -147,7 +150,8 @@ def test_two_quick_stop_signals_to_up_still_leave_no_process(tmp_path: Path) -> 
 def test_children_stop_by_themselves_when_up_is_killed_while_stopping(tmp_path: Path) -> None:
     # An impatient service manager: SIGTERM, then SIGKILL. Every child then gets its stop signal twice
     # (from `up`, then from the kernel as its parent dies) and must still finish stopping and exit.
-    cdn = start_cdn(tmp_path, edges=1, workers=2, image_workers_at_start=True, semantic_search=True)
+    cdn = start_cdn(tmp_path, edges=1, workers=2, image_workers_at_start=True, semantic_search=True,
+                    env_extra=SHORT_GRACE)
     sockets: list[socket.socket] = []
     try:
         make_zone_now(cdn.control_url)

@@ -28,7 +28,7 @@ from assetcdn.edge.node import EdgeNode
 from assetcdn.shared.config import Settings, load_settings
 from tests.edge.hit_server import HitTestServer
 from tests.integration.harness import LAZY_IMAGE_POOL
-from tests.support.control import ACCESS, ACCOUNT, METRICS, SECRETS
+from tests.support.control import ACCESS, ACCOUNT, METRICS, NO_MODEL, SECRETS
 from tests.support.wait import wait_until
 
 PURGE = {"x-api-key": SECRETS.purge_key}
@@ -80,10 +80,11 @@ async def raw_status(cdn: Cdn, target: str, host: str) -> int:
 
 
 def test_settings(env: dict[str, str]) -> Settings:
-    """The settings `env` gives, with the tests' quick catch-up and heartbeat and the image pool started on
-    first use with one worker."""
+    """The settings `env` gives, with the tests' quick catch-up and heartbeat, the image pool started on
+    first use with one worker and control's search without the sentence model."""
     return load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
-                                  "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **LAZY_IMAGE_POOL, **env})
+                                  "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **LAZY_IMAGE_POOL, **NO_MODEL,
+                                  **env})
 
 
 def edge_worker_app(settings: Settings, control_client: TestClient, root: Path, edge_name: str, *,

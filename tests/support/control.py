@@ -27,6 +27,9 @@ METRICS = {"Authorization": f"Bearer {SECRETS.metrics_key}"}  # /metrics and /ap
 
 MakeControl = Callable[..., Awaitable[TestClient]]  # what a `make_control` fixture returns
 SMALL_LIMIT = 1000  # the per-file limit (bytes) of the storage tests' `small_control`
+# The control apps of tests that search nothing: with the sentence model on (the default), every upload of
+# every test is embedded in the background. The search, chat and AI tests make their apps with it.
+NO_MODEL = {"ASSETCDN_SEARCH_SEMANTIC": "false"}
 
 
 def forwarded_for(address: str) -> dict[str, str]:
@@ -38,7 +41,7 @@ def forwarded_for(address: str) -> dict[str, str]:
 async def control_with_zone(data_dir: Path) -> AsyncIterator[TestClient]:
     """A control plane with the zone `akande`, for a module-scoped fixture: the tests sharing it must change
     nothing (refusals), and each checks that itself where it could (the head commit, the commit count)."""
-    client = TestClient(TestServer(create_app(load_settings(environ={}), SECRETS, data_dir)))
+    client = TestClient(TestServer(create_app(load_settings(environ=NO_MODEL), SECRETS, data_dir)))
     await client.start_server()
     try:
         resp = await client.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)

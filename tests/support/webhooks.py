@@ -18,7 +18,7 @@ from assetcdn.control.webhooks.service import WEBHOOK_RESOLVER
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.secrets import Secrets
 from tests.control.webhooks.receiver import WAIT_S, FakeResolver, Receiver
-from tests.support.control import ACCOUNT
+from tests.support.control import ACCOUNT, NO_MODEL
 from tests.support.control import SECRETS as BASE_SECRETS
 
 T = TypeVar("T")
@@ -30,7 +30,7 @@ ALL_EVENTS = ["asset.created", "asset.updated", "asset.deleted", "zone.created",
 
 
 def make_app(data_dir: Path, resolver: FakeResolver, secrets: Secrets = SECRETS, **webhooks: Any) -> web.Application:
-    settings = load_settings(environ={}).with_overrides("webhooks", **{**FAST, **webhooks})
+    settings = load_settings(environ=NO_MODEL).with_overrides("webhooks", **{**FAST, **webhooks})
     app = create_app(settings, secrets, data_dir)
     app[WEBHOOK_RESOLVER] = resolver
     return app

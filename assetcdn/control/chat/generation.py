@@ -14,15 +14,18 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import numpy as np
 import orjson
 
 from assetcdn.control.chat.retrieval import Retrieved
-from assetcdn.control.search.encoder import SentenceEncoder
 from assetcdn.control.search.engine import QUERY_TOKENS
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from assetcdn.control.search.encoder import SentenceEncoder
 
 FOLLOW_UPS = "FOLLOW_UPS:"
 MAX_ANSWER_CHARS = 32_000   # an answer longer than this (whatever max_tokens said) is a runaway model
@@ -188,6 +191,8 @@ _SENTENCE_VECTORS: dict[tuple[str, str], np.ndarray] = {}
 def sentence_vectors(encoder: SentenceEncoder, sentences: Sequence[str]) -> np.ndarray:
     """One row per sentence: each encoded once per process (an answer weighs 20-40 sentences of its
     three best passages, and encoding them is most of an extractive answer's CPU)."""
+    import numpy as np  # noqa: PLC0415 (with an encoder numpy is loaded; a start without one never needs it)
+
     missing = [s for s in dict.fromkeys(sentences) if (encoder.model_id, s) not in _SENTENCE_VECTORS]
     if missing:
         for sentence, vector in zip(missing, encoder.encode(missing), strict=True):
@@ -217,8 +222,8 @@ def extractive_answer(question: str, retrieved: Retrieved, encoder: SentenceEnco
             scores = sentence_vectors(encoder, [s for _, s in candidates]) @ encoder.encode_query(question, QUERY_TOKENS)
             # The best passage's lead sentence always: it names the thing (an endpoint, a setting) that
             # its other sentences qualify, and those tend to score higher on a question's wording.
-            scores[0] = np.inf
-            chosen = sorted(np.argsort(-scores)[:max_sentences])
+            scores[0] = float("inf")
+            chosen = sorted((-scores).argsort()[:max_sentences])
         else:
             chosen = list(range(min(len(candidates), max_sentences)))
         by_section: dict[str, list[str]] = {}   # passages of one documentation section read as one

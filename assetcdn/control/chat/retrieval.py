@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from assetcdn.control.chat.documentation import Passage
-from assetcdn.control.chat.passage_vectors import passage_matrix
 from assetcdn.control.search.calibration import calibrate
 from assetcdn.control.search.engine import QUERY_TOKENS, SearchEngine, SearchHit
 from assetcdn.control.search.fuzzy import query_tokens
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +58,18 @@ class Retrieved:
 
 
 class ChatRetriever:
-    def __init__(self, passages: list[Passage], search: SearchEngine) -> None:
-        self.passages = passages
+    def __init__(self, passages: Callable[[], list[Passage]], search: SearchEngine) -> None:
+        self._read_passages = passages
         self.search = search
         self._vectors: np.ndarray | None = None
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+
+    @functools.cached_property
+    def passages(self) -> list[Passage]:
+        """The documentation's passages, read and split when first needed (their vectors, or the first
+        question): a control plane that is never asked anything does not read the documentation."""
+        return self._read_passages()
 
     @property
     def ready(self) -> bool:
@@ -80,6 +89,9 @@ class ChatRetriever:
         try:
             encoder = await self.search.index.model()
             if encoder is not None and self.passages:
+                # Imported here, as the model is: numpy only for a control plane that has it.
+                from assetcdn.control.chat.passage_vectors import passage_matrix  # noqa: PLC0415
+
                 started = time.perf_counter()
                 texts = tuple(p.embedding_text() for p in self.passages)
                 # On the index's background thread: passages the shipped file lacks are embedded
@@ -100,6 +112,8 @@ class ChatRetriever:
         return self._vectors
 
     async def retrieve(self, question: str) -> Retrieved:
+        import numpy as np  # noqa: PLC0415 (loaded at the first question, not at every control start)
+
         vectors = await self._passage_vectors()
         encoder = await self.search.index.model()
         if vectors is not None and encoder is not None:
@@ -116,6 +130,8 @@ class ChatRetriever:
 
     def _word_overlap(self, question: str) -> np.ndarray:
         # Without the model: the share of the question's words found in the passage.
+        import numpy as np  # noqa: PLC0415 (as in retrieve)
+
         tokens = query_tokens(question)
         if not tokens:
             return np.zeros(len(self.passages))

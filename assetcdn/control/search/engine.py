@@ -22,16 +22,19 @@ import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from assetcdn.control.search.asset_text import searchable
 from assetcdn.control.search.calibration import calibrate
-from assetcdn.control.search.encoder import SentenceEncoder
 from assetcdn.control.search.fuzzy import FuzzyDocument, fuzzy_scores
 from assetcdn.control.search.index import SearchIndex, VectorSnapshot
 from assetcdn.control.storage.manifest_store import ManifestStore
 from assetcdn.shared.manifest import ManifestEntry
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from assetcdn.control.search.encoder import SentenceEncoder
 
 THRESHOLD = 0.5            # the original service's vector threshold, on the calibrated scale
 FUZZY_LIFT = 0.3           # how far the words can lift a vector score (see the module docstring)
@@ -139,6 +142,8 @@ class FuzzyCatalog:
 
 def align(documents: tuple[FuzzyDocument, ...], snapshot: VectorSnapshot) -> np.ndarray:
     """For each document, its row in the snapshot, or -1 while it has no vector yet."""
+    import numpy as np  # noqa: PLC0415 (numpy loads at the first search, not at every control start)
+
     return np.fromiter((snapshot.rows.get(doc.entry.path, -1) for doc in documents), dtype=np.int64,
                        count=len(documents))
 
@@ -146,6 +151,8 @@ def align(documents: tuple[FuzzyDocument, ...], snapshot: VectorSnapshot) -> np.
 def rank(query: str, limit: int, documents: tuple[FuzzyDocument, ...], vocabulary: frozenset[str],
          encoder: SentenceEncoder | None, snapshot: VectorSnapshot, rows: np.ndarray) -> SearchAnswer:
     """Score and pick (pure; runs on a worker thread). `rows` is align(documents, snapshot)."""
+    import numpy as np  # noqa: PLC0415 (as in align)
+
     fuzzy = np.asarray(fuzzy_scores(query, list(documents), vocabulary), dtype=np.float64)
     if encoder is not None and len(snapshot.paths):
         cosine = snapshot.matrix @ encoder.encode_query(query, QUERY_TOKENS)
@@ -158,6 +165,8 @@ def rank(query: str, limit: int, documents: tuple[FuzzyDocument, ...], vocabular
 
 def _top(documents: tuple[FuzzyDocument, ...], scores: np.ndarray, limit: int, floor: float) -> tuple[SearchHit, ...]:
     # Descending score, then path order (documents are sorted by path): stable answers.
+    import numpy as np  # noqa: PLC0415 (as in align)
+
     order = np.argsort(-scores, kind="stable")
     hits = []
     for i in order[:limit]:

@@ -15,21 +15,20 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-
-import numpy as np
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from assetcdn.control.search.asset_text import describe, searchable, text_key
-from assetcdn.control.search.encoder import (
-    DIMENSIONS,
-    ModelUnavailable,
-    SentenceEncoder,
-    load_packaged_model,
-)
+from assetcdn.control.search.model_info import DIMENSIONS, ModelUnavailable
 from assetcdn.control.storage.database import Database
 from assetcdn.control.storage.git_store import CommitResult
 from assetcdn.control.storage.manifest_store import ManifestStore, is_asset_path
 from assetcdn.shared.paths import cdn_path_of
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from assetcdn.control.search.encoder import SentenceEncoder
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +47,30 @@ AltTextSource = Callable[[str], str | None]
 class VectorSnapshot:
     """What a search reads: paths and their vectors (row i is paths[i]); never mutated."""
     paths: tuple[str, ...]
-    matrix: np.ndarray
     rows: dict[str, int]
+    _matrix: np.ndarray | None = field(default=None, repr=False)  # None: empty
+
+    @property
+    def matrix(self) -> np.ndarray:
+        if self._matrix is not None:
+            return self._matrix
+        import numpy as np  # noqa: PLC0415 (an empty index, as every start without the model has, needs no numpy)
+
+        return np.zeros((0, DIMENSIONS), dtype=np.float32)
 
     @staticmethod
     def of(paths: tuple[str, ...], matrix: np.ndarray) -> VectorSnapshot:
-        return VectorSnapshot(paths, matrix, {path: i for i, path in enumerate(paths)})
+        return VectorSnapshot(paths, {path: i for i, path in enumerate(paths)}, matrix)
 
     @staticmethod
     def empty() -> VectorSnapshot:
-        return VectorSnapshot.of((), np.zeros((0, DIMENSIONS), dtype=np.float32))
+        return VectorSnapshot((), {})
+
+
+def _packaged_model() -> SentenceEncoder:
+    from assetcdn.control.search.encoder import load_packaged_model  # noqa: PLC0415 (numpy and tokenizers)
+
+    return load_packaged_model().encoder
 
 
 def _no_alt_text(path: str) -> str | None:
@@ -66,10 +79,10 @@ def _no_alt_text(path: str) -> str | None:
 
 class SearchIndex:
     def __init__(self, db: Database, manifest: ManifestStore, *,
-                 load_model: Callable[[], SentenceEncoder] = lambda: load_packaged_model().encoder) -> None:
+                 load_model: Callable[[], SentenceEncoder] | None = None) -> None:
         self._db = db
         self.manifest = manifest
-        self._load_model = load_model
+        self._load_model = load_model or _packaged_model
         self.encoder: SentenceEncoder | None = None
         self.unavailable: str | None = None     # why vectors are not used, once the model failed to load
         # Hook for image analysis: alt text known for a path becomes part of its text. Call
@@ -92,10 +105,14 @@ class SearchIndex:
     async def open(self) -> None:
         """Read the stored vectors and start keeping the index in step (model load included)."""
         await self._db.script(SCHEMA)
-        for path, key, blob in await self._db.fetch("SELECT path, text_key, vector FROM search_vectors"):
-            vector = np.frombuffer(blob, dtype=np.float32)
-            if vector.shape == (DIMENSIONS,):
-                self._stored[path] = (key, vector)
+        stored = await self._db.fetch("SELECT path, text_key, vector FROM search_vectors")
+        if stored:  # vectors made by an earlier start: numpy only then
+            import numpy as np  # noqa: PLC0415
+
+            for path, key, blob in stored:
+                vector = np.frombuffer(blob, dtype=np.float32)
+                if vector.shape == (DIMENSIONS,):
+                    self._stored[path] = (key, vector)
         self._publish_snapshot()
         self._task = asyncio.create_task(self._maintain())
 
@@ -175,6 +192,8 @@ class SearchIndex:
                 await self._wake.wait()
 
     async def _sync(self, paths: set[str]) -> None:
+        import numpy as np  # noqa: PLC0415 (the model is loaded: numpy is already)
+
         assert self.encoder is not None
         model_id = self.encoder.model_id
         stale: list[tuple[str, str, str]] = []
@@ -219,4 +238,6 @@ class SearchIndex:
         if not paths:
             self.snapshot = VectorSnapshot.empty()
             return
+        import numpy as np  # noqa: PLC0415 (only with vectors)
+
         self.snapshot = VectorSnapshot.of(paths, np.stack([self._stored[p][1] for p in paths]))

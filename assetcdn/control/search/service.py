@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -13,18 +15,16 @@ from assetcdn.control.app_keys import SETTINGS
 from assetcdn.control.identity.rate_limit import RateLimiter
 from assetcdn.control.publishing.publisher import Publisher
 from assetcdn.control.publishing.service import PUBLISHER
-from assetcdn.control.search.encoder import (
-    ModelUnavailable,
-    SentenceEncoder,
-    load_packaged_model,
-    model_cache_dir,
-)
 from assetcdn.control.search.engine import SearchEngine
 from assetcdn.control.search.index import SearchIndex
+from assetcdn.control.search.model_info import ModelUnavailable, model_cache_dir
 from assetcdn.control.storage.database import Database
 from assetcdn.control.storage.manifest_store import ManifestStore
 from assetcdn.control.storage.service import DB, MANIFEST
 from assetcdn.shared.config import Settings
+
+if TYPE_CHECKING:
+    from assetcdn.control.search.encoder import SentenceEncoder
 
 SEARCH_INDEX = web.AppKey("search_index", SearchIndex)
 SEARCH = web.AppKey("search", SearchEngine)
@@ -44,6 +44,13 @@ async def search_context(app: web.Application) -> AsyncIterator[None]:
         engine.close()
         await index.close()
 
+def _packaged_model(cache_dir: Path) -> SentenceEncoder:
+    # Imported here: the encoder brings numpy and tokenizers, which a start without the model never needs.
+    from assetcdn.control.search.encoder import load_packaged_model  # noqa: PLC0415
+
+    return load_packaged_model(cache_dir).encoder
+
+
 def _model_switched_off() -> SentenceEncoder:
     raise ModelUnavailable("semantic search is switched off ([search] semantic = false)")
 
@@ -54,7 +61,7 @@ async def open_search(settings: Settings, db: Database, manifest: ManifestStore,
     semantic = settings.get("search", "semantic")
     cache_dir = model_cache_dir(settings.get("search", "model_cache_dir"))
     index = SearchIndex(db, manifest,
-                        load_model=(lambda: load_packaged_model(cache_dir).encoder) if semantic else _model_switched_off)
+                        load_model=(lambda: _packaged_model(cache_dir)) if semantic else _model_switched_off)
     if alt_text is not None:
         index.alt_text = alt_text
     await index.open()

@@ -11,6 +11,7 @@ import re
 import shutil
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 from assetcdn.control.publishing.publisher import Publisher
@@ -21,7 +22,15 @@ from assetcdn.shared.hls import VideoIndex
 log = logging.getLogger(__name__)
 # Under the data directory: the demo videos, made at the first start and reused by later ones.
 DEMO_VIDEO_CACHE = "video-cache"
+DEMO_HEIGHTS = range(180, 1080 + 1, 36)  # 16:9 at these heights has a width that is a multiple of 4
 VIDEO_SOURCE = re.compile(r"^stocks/videos/([a-z0-9_-]{1,64})\.(mp4|mov|m4v|webm|mkv)\Z")
+
+
+def demo_video_size(height: int) -> tuple[int, int]:
+    """Width and height of the demo videos for `[demo] video_height`."""
+    if height not in DEMO_HEIGHTS:
+        raise ValueError(f"demo.video_height must be a multiple of 36 from 180 to 1080, not {height}")
+    return height * 16 // 9, height
 
 
 def hls_dir(video: str) -> str:
@@ -101,20 +110,21 @@ class VideoIngester:
             finally:
                 await asyncio.to_thread(shutil.rmtree, work, True)
 
-    def install_demo(self, cache_dir: Path) -> None:
-        """Make the demo videos (cached in the data dir) and commit them in one commit, in the background;
-        `demo_state` says how far that is."""
+    def install_demo(self, cache_dir: Path, size: tuple[int, int]) -> None:
+        """Make the demo videos (cached in the data dir) at `size` and commit them in one commit, in the
+        background; `demo_state` says how far that is."""
         self.demo_state = "making"
-        self._spawn(self._install_demo(cache_dir))
+        self._spawn(self._install_demo(cache_dir, size))
 
-    async def _install_demo(self, cache_dir: Path) -> None:
+    async def _install_demo(self, cache_dir: Path, size: tuple[int, int]) -> None:
         started = time.perf_counter()
         # PyAV loads only when demo content is installed.
         from assetcdn.control.video.demo import ensure_demo_videos
 
         try:
             async with self._lock:
-                indexes = await asyncio.to_thread(ensure_demo_videos, cache_dir, stop=self._stop)
+                indexes = await asyncio.to_thread(partial(ensure_demo_videos, cache_dir, width=size[0], height=size[1],
+                                                          stop=self._stop))
                 files: dict[str, bytes] = {}
                 for video, index in indexes.items():
                     files |= await asyncio.to_thread(rendition_files, video, index, cache_dir / video)

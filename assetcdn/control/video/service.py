@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from assetcdn.control.app_keys import DATA_DIR, DEMO
+from assetcdn.control.app_keys import DATA_DIR, DEMO, SETTINGS
 from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.storage.service import GIT, MANIFEST, ZONES
-from assetcdn.control.video.ingest import DEMO_VIDEO_CACHE, VideoIngester
+from assetcdn.control.video.ingest import DEMO_VIDEO_CACHE, VideoIngester, demo_video_size
 from assetcdn.shared.hls import VIDEOS
 from assetcdn.shared.metrics import METRICS
 
@@ -26,14 +26,16 @@ async def video_context(app: web.Application) -> AsyncIterator[None]:
         publisher.listeners.append(ingester.on_commit)
         app[VIDEO_INGEST] = ingester
         demo_videos = data_dir / DEMO_VIDEO_CACHE
+        demo_size = demo_video_size(int(app[SETTINGS].get("demo", "video_height")))
         if app[DEMO] and manifest.commit_id is None:
             # Only a first demo start draws the demo images: every other start goes without libvips.
             from assetcdn.control.publishing.demo import install_demo  # noqa: PLC0415
 
             await install_demo(publisher, app[ZONES])
-            ingester.install_demo(demo_videos)
+            ingester.install_demo(demo_videos, demo_size)
         elif demo_videos.is_dir() and not all(f"stocks/videos/{v}/hls/index.json" in manifest.entries for v in VIDEOS):
-            ingester.install_demo(demo_videos)  # a first start stopped before its demo videos were committed
+            # A first start stopped before its demo videos were committed.
+            ingester.install_demo(demo_videos, demo_size)
         app[METRICS].manifest_generation.labels("control").set(manifest.generation)
         yield
     finally:

@@ -51,7 +51,7 @@ from assetcdn.edge.fastpath.protocol import (
     Decide,
     HitProtocol,
 )
-from assetcdn.edge.fastpath.proxy_protocol import ProxyHeaderReader, proxy_policy
+from assetcdn.edge.fastpath.proxy_protocol import ProxyHeaderReader, ProxyPolicy, proxy_policy
 from assetcdn.edge.fastpath.pull_fill import PullFills
 from assetcdn.edge.fastpath.sendfile import keep_alive_probes
 from assetcdn.edge.routes.delivery import delivery_route_name
@@ -655,3 +655,24 @@ class HitSite(web.TCPSite):
         if self.hits is not None:
             self.hits.stop()
         await super().stop()
+
+
+class ProxiedTCPSite(web.TCPSite):
+    """aiohttp's own site (``[edge] fast_hits = false``) with each connection's PROXY header read first."""
+
+    def __init__(self, runner: web.BaseRunner, host: str | None = None, port: int | None = None, *,
+                 policy: ProxyPolicy, **options: Any) -> None:
+        super().__init__(runner, host, port, **options)
+        self.policy = policy
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        runner = self._runner
+        assert isinstance(runner, web.AppRunner) and runner.server is not None
+        server = runner.server
+        policy = self.policy
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: ProxyHeaderReader(policy, server), self._host, self._port, backlog=self._backlog,
+            reuse_address=self._reuse_address, reuse_port=self._reuse_port)
+        sockets = self._server.sockets
+        self._bound_port = sockets[0].getsockname()[1] if sockets else self._port

@@ -32,12 +32,12 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, cast
-
-from aiohttp import web
-from prometheus_client import Counter
+from typing import TYPE_CHECKING, Any, cast
 
 from assetcdn.shared.config import Settings
+
+if TYPE_CHECKING:  # an edge with several workers checks the setting in a process that imports no aiohttp
+    from prometheus_client import Counter
 
 log = logging.getLogger(__name__)
 
@@ -456,24 +456,3 @@ class ProxyHeaderReader(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.inner is not None:
             self.inner.resume_writing()
-
-
-class ProxiedTCPSite(web.TCPSite):
-    """aiohttp's own site (``[edge] fast_hits = false``) with each connection's PROXY header read first."""
-
-    def __init__(self, runner: web.BaseRunner, host: str | None = None, port: int | None = None, *,
-                 policy: ProxyPolicy, **options: Any) -> None:
-        super().__init__(runner, host, port, **options)
-        self.policy = policy
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)
-        runner = self._runner
-        assert isinstance(runner, web.AppRunner) and runner.server is not None
-        server = runner.server
-        policy = self.policy
-        self._server = await asyncio.get_running_loop().create_server(
-            lambda: ProxyHeaderReader(policy, server), self._host, self._port, backlog=self._backlog,
-            reuse_address=self._reuse_address, reuse_port=self._reuse_port)
-        sockets = self._server.sockets
-        self._bound_port = sockets[0].getsockname()[1] if sockets else self._port

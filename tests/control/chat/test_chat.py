@@ -16,7 +16,13 @@ from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient, TestServer
 
 from assetcdn.control.app import create_app
-from assetcdn.control.chat.documentation import docs_pages, documentation_passages, readme_text
+from assetcdn.control.chat import service as chat_service
+from assetcdn.control.chat.documentation import (
+    Passage,
+    docs_pages,
+    documentation_passages,
+    readme_text,
+)
 from assetcdn.shared.config import load_settings
 from tests.integration.harness import free_port_block
 from tests.support.chat import answer_text, parse_sse
@@ -122,6 +128,24 @@ async def test_without_a_model_the_answer_is_extracted_from_the_documentation(ma
     assert "purge" in text.lower()
     follow_ups = frames[-1][1]["followUps"]
     assert isinstance(follow_ups, list) and 1 <= len(follow_ups) <= 3
+
+
+async def test_the_documentation_is_read_at_the_first_question_not_at_start(
+        make_control: MakeControl, monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[int] = []
+
+    def counted() -> list[Passage]:
+        read.append(1)
+        return documentation_passages()
+
+    monkeypatch.setattr(chat_service, "documentation_passages", counted)
+    client = await make_control(search_semantic="false")   # no vectors to prepare at start
+    assert (await client.get("/api/health")).status == 200
+    assert read == []
+    for _ in range(2):
+        resp, frames = await ask(client, {"message": "How do I purge a cached file from every edge?"})
+        assert resp.status == 200 and "purge" in answer_text(frames).lower()
+    assert read == [1]
 
 
 def test_the_readme_and_every_page_of_docs_are_part_of_the_documentation() -> None:

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 WORKERS = 2
 # Long enough that a ticket is always used within the period after the one that sealed it (the chains below
 # offer each connection the session of the one before).
-ROTATION_S = 10.0
+ROTATION_S = 5.0
 # Periods of this length started long ago (they count from 1970): past the window of 7,200 s after a rotation.
 STATIC_ROTATION_S = 1e9
 EACH_WORKER_AT_LEAST = 3  # connections per worker before a run stops
