@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -184,11 +185,39 @@ def made_demo_videos(data_dir: Path) -> None:
     """Small demo videos (2 s at 320x180) already made in `data_dir`'s video cache, as an earlier first start
     leaves it: control reuses complete ones whatever their size and only commits them. For the tests that need the
     demo but do not test making its videos: three 12 s 1080p videos cost about 11 CPU-s in the background, these
-    half a second (tests/integration/test_demo_content.py makes the real ones)."""
-    from assetcdn.control.video.demo import ensure_demo_videos  # PyAV: only where videos are made
+    half a second (tests/integration/test_demo_content.py makes the real ones). Within one pytest run they are
+    made once and copied (`_run_directory`)."""
     from assetcdn.control.video.ingest import DEMO_VIDEO_CACHE
 
-    ensure_demo_videos(data_dir / DEMO_VIDEO_CACHE, seconds=2, width=320, height=180)
+    run = _run_directory(data_dir)
+    if run is None:
+        _make_demo_videos(data_dir / DEMO_VIDEO_CACHE)
+        return
+    made = run / "demo-videos"
+    if not made.is_dir():
+        # Made aside and renamed into place: another xdist worker of the run may be making them at the same time.
+        scratch = run / f"demo-videos.{os.getpid()}"
+        _make_demo_videos(scratch)
+        try:
+            scratch.rename(made)
+        except OSError:  # the other worker's are in place: the same videos
+            shutil.rmtree(scratch)
+    shutil.copytree(made, data_dir / DEMO_VIDEO_CACHE, dirs_exist_ok=True)
+
+
+def _make_demo_videos(cache_dir: Path) -> None:
+    from assetcdn.control.video.demo import ensure_demo_videos  # PyAV: only where videos are made
+
+    ensure_demo_videos(cache_dir, seconds=2, width=320, height=180)
+
+
+def _run_directory(path: Path) -> Path | None:
+    """The numbered directory of this pytest run that holds `path` (`pytest-N`, shared by the run's xdist workers
+    and removed with the run's other old directories), or None outside one (the `make fuzz` command line)."""
+    for parent in path.parents:
+        if parent.name.startswith("pytest-") and parent.name.removeprefix("pytest-").isdigit():
+            return parent
+    return None
 
 
 # What `assetcdn up` says when a port it was given is taken (by its pre-start check, or by a child
