@@ -20,7 +20,7 @@ from assetcdn.edge.states.keys import pull_key
 from assetcdn.edge.states.pull import REQUEST_TIME, RESPONSE_TIME, STATUS, own_tags
 from assetcdn.shared.manifest import zone_tag
 
-ENTRIES = 5_000
+ENTRIES = 2_000
 BODY = bytes(range(256)) * 4   # 1 KB
 # An entry is its body (1 KB and the bytes object's header) plus what describes it: this bounds the latter.
 MAX_PER_ENTRY = 2_400

@@ -60,23 +60,47 @@ def photo() -> bytes:
     return data
 
 
-def ssim_against_reference(source: bytes, output: bytes) -> float:
+class References:
+    """The original resized (lanczos3) to each size asked, as float32 pixels: made once per size for the
+    module, whichever output format is compared with it."""
+
+    def __init__(self, source: bytes) -> None:
+        self.source = source
+        self.original = pyvips.Image.new_from_buffer(source, "")
+        self.pixels: dict[tuple[int, int], np.ndarray] = {}
+
+    def of(self, width: int, height: int) -> np.ndarray:
+        if (width, height) not in self.pixels:
+            reference = self.original.resize(width / self.original.width, vscale=height / self.original.height,
+                                             kernel="lanczos3")
+            self.pixels[width, height] = float_pixels(reference.crop(0, 0, width, height))
+        return self.pixels[width, height]
+
+
+def float_pixels(image: pyvips.Image) -> np.ndarray:
+    # In float32: half the CPU of skimage's float64 default, the same SSIM to within 1e-5.
+    return np.asarray(image.numpy())[:, :, :3].astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def references(photo: bytes) -> References:
+    return References(photo)
+
+
+def ssim_against_reference(references: References, output: bytes) -> float:
     """SSIM of a decoded output against the original resized (lanczos3) to exactly its size."""
     # Imported here: scipy's filters load in a few tenths of a second, which every xdist worker would pay
     # collecting this file, not only the one that runs it.
     from skimage.metrics import structural_similarity  # noqa: PLC0415
 
     out = load(output)
-    original = pyvips.Image.new_from_buffer(source, "")
-    reference = original.resize(out.width / original.width, vscale=out.height / original.height, kernel="lanczos3")
-    # In float32: half the CPU of skimage's float64 default, the same SSIM to within 1e-5.
-    pixels = [np.asarray(image.crop(0, 0, out.width, out.height).numpy())[:, :, :3].astype(np.float32)
-              for image in (reference, out)]
+    pixels = (references.of(out.width, out.height), float_pixels(out.crop(0, 0, out.width, out.height)))
     return float(structural_similarity(pixels[0], pixels[1], channel_axis=2, data_range=255))
 
 
 @pytest.mark.parametrize("output", FORMATS)
-def test_every_width_keeps_the_quality_of_a_reference_resize(photo: bytes, output: str) -> None:
+def test_every_width_keeps_the_quality_of_a_reference_resize(references: References, output: str) -> None:
+    photo = references.source
     decoded = DecodedSources(256 * MB)
     for width in WIDTHS:
         kept = transform(photo, "jpeg", output, decoded, w=str(width))
@@ -85,7 +109,7 @@ def test_every_width_keeps_the_quality_of_a_reference_resize(photo: bytes, outpu
         # Widths asked smallest first: each is made from a kept decode at the level a decode for it alone
         # would use, so a client gets the very bytes it would without the cache, as close to the reference.
         assert kept.body == direct.body, width
-        kept_ssim = ssim_against_reference(photo, kept.body)
+        kept_ssim = ssim_against_reference(references, kept.body)
         assert kept_ssim > 0.85, (width, kept_ssim)
 
 
