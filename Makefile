@@ -82,8 +82,9 @@ run:
 	$(BIN)/assetcdn up $(ARGS)
 
 # The 25 slowest tests are listed at the end of every run, so a slow one shows up where it was added.
-# Four workers on two cores: much of the suite waits on real processes, and those waits overlap. Whole files
-# are handed out longest first (tests/conftest.py), so no long file is left to run alone at the end.
+# Six workers on two cores: much of the suite waits on real processes, and with six the waits overlap enough
+# that both cores stay busy to the end (with four they sat idle for part of the run). Whole files are handed
+# out longest first (tests/conftest.py), so no long file is left to run alone at the end.
 # Compiled modules are cached even where the environment sets PYTHONDONTWRITEBYTECODE (otherwise each of the
 # suite's hundreds of Python processes compiles every module it imports): the project's beside its sources
 # (__pycache__/, ignored by git, removed by `make clean`), the dependencies' where pip compiled them as it
@@ -91,7 +92,7 @@ run:
 # compile every dependency and the standard library again.
 test: setup
 	env -u PYTHONDONTWRITEBYTECODE \
-		$(BIN)/python -m pytest -q -n 4 --dist loadfile --no-loadscope-reorder --durations=25
+		$(BIN)/python -m pytest -q -n 6 --dist loadfile --no-loadscope-reorder --durations=25
 
 lint: setup
 	$(BIN)/ruff check .
