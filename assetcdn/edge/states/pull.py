@@ -572,15 +572,17 @@ async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields:
     first. None when it is not kept: it could not be, or a purge made since it was asked for names it (`ask`:
     the response predates what the purge was made for)."""
     try:
-        return await _store(node, zone, path, url_key, fields, response, head, spool, digest)
+        return await store_unless_purged(node, zone, path, url_key, fields, response, head, spool, digest)
     except PurgedMeanwhile:
         log.debug("pull zone %s: %s not cached: purged while it was fetched", zone.name, path)
         return None
 
 
-async def _store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: Headers,
-                 response: OriginResponse, head: Sequence[tuple[str, str]], spool: IO[bytes],
-                 digest: str | None) -> CachedObject | None:
+async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: Headers,
+                              response: OriginResponse, head: Sequence[tuple[str, str]], spool: IO[bytes],
+                              digest: str | None = None) -> CachedObject | None:
+    """`store`, telling its two refusals apart: PurgedMeanwhile when a purge made since the response was asked
+    for names it (a caller may still use the body it read, not keep it), None when it could not be kept."""
     vary = vary_fields(response.headers) or ()
     meta = (*head, (STATUS, str(response.status)), (REQUEST_TIME, repr(response.request_time)),
             (RESPONSE_TIME, repr(response.response_time)), *(((DIGEST, digest),) if digest is not None else ()))

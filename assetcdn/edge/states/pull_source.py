@@ -30,6 +30,7 @@ from aiohttp import web
 from assetcdn.edge.access import SourceRefused
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.cache.store import PurgedMeanwhile
 from assetcdn.edge.cache.tags import pull_variants_tag
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.origin_client import (
@@ -45,6 +46,7 @@ from assetcdn.edge.states.freshness import (
     delta_seconds,
     field_values,
     first_value,
+    freshness,
     http_date,
     not_storable,
     parse_directives,
@@ -61,13 +63,14 @@ from assetcdn.edge.states.pull import (
     Flights,
     Land,
     StoredResponse,
+    ask,
     lookup,
     named_by_body,
     no_landing,
     origin_tags,
     own_tags,
     refresh,
-    store,
+    store_unless_purged,
     through_flight,
 )
 from assetcdn.shared.manifest import format_of
@@ -112,6 +115,7 @@ class PullSource:
     stored: StoredResponse
     source_id: str
     body: bytes | None        # read already (fetched now, or hashed for its id), else read from the cache
+    kept: bool = True         # False: fetched while a purge named it, so not stored, nor are its variants
 
     @property
     def format(self) -> str:
@@ -205,7 +209,7 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
 
 
 async def described(node: EdgeNode, at: PullSourcePath, url_key: str, stored: StoredResponse,
-                    body: bytes | None = None) -> PullSource:
+                    body: bytes | None = None, *, kept: bool = True) -> PullSource:
     """A stored response as a source: refused unless it is a whole image within the byte limit; its id
     from its validator (hashing its body when it has none)."""
     if stored.status in (404, 410):
@@ -222,7 +226,8 @@ async def described(node: EdgeNode, at: PullSourcePath, url_key: str, stored: St
         data = body if body is not None else await stored_body(stored.obj)
         digest = await asyncio.get_running_loop().run_in_executor(None, sha256, data)
         body = data
-    return PullSource(at, url_key, stored, pull_source_id(etag, last_modified, stored.obj.size, digest), body)
+    return PullSource(at, url_key, stored, pull_source_id(etag, last_modified, stored.obj.size, digest), body,
+                      kept)
 
 
 def origin_failed(at: PullSourcePath, exc: OriginError) -> SourceRefused:
@@ -243,7 +248,7 @@ async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSo
         for name, value in validators(stored.headers):
             headers[name] = value
     try:
-        response = await node.shields.fill(at.zone, at.path, "", headers)
+        response = await ask(node, at.zone, at.path, "", headers, from_edge=False)
     except OriginError as exc:
         if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
             return await described(node, at, url_key, stored)
@@ -283,7 +288,8 @@ async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSo
 
 
 async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, response: OriginResponse, limit: int) -> PullSource:
-    """Read a source the origin sent whole (at most `limit` bytes) and store it."""
+    """Read a source the origin sent whole (at most `limit` bytes) and store it; one a purge made since it was
+    asked for names (`ask`'s mark) is used for this request only (`kept` False), its variant not stored either."""
     chunks: list[bytes] = []
     size = 0
     try:
@@ -299,8 +305,18 @@ async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, response: Origi
     body = b"".join(chunks)
     digest = await asyncio.get_running_loop().run_in_executor(None, sha256, body) \
         if named_by_body(response.headers) else None
-    obj = await store(node, at.zone, at.path, url_key, SOURCE_FIELDS, response, stored_headers(response.headers),
-                      io.BytesIO(body), digest)
+    head = stored_headers(response.headers)
+    try:
+        obj = await store_unless_purged(node, at.zone, at.path, url_key, SOURCE_FIELDS, response, head,
+                                        io.BytesIO(body), digest)
+    except PurgedMeanwhile:
+        # This request is answered from the bytes it read; the next one asks the origin again.
+        log.debug("pull zone %s: the source %s not kept: purged while it was fetched", at.zone.name, at.path)
+        read = StoredResponse(CachedObject(url_key, first_value(head, "content-type") or "",
+                                           first_value(head, "etag") or "", (), len(body), time.time(), body=body),
+                              response.status, tuple(head), freshness(response.status, head, response.request_time,
+                                                                      response.response_time), digest)
+        return await described(node, at, url_key, read, body, kept=False)
     kept = StoredResponse.of(obj) if obj is not None else None
     if kept is None:
         raise SourceRefused(503, "ServiceUnavailable", "The source could not be kept in this edge's cache. Retry.")

@@ -8,9 +8,11 @@
        source's freshness (`pull_source.variant_cache_control`)
 
 A variant is stored with its source's tags (the origin's, the URL's, the zone's) and its variants' own tag,
-so a purge of the source by URL or tag, an unsafe request to it and a retirement all drop it. Every check of
-freshness is the source's: a variant is used exactly while its source may be, by the validator it was made
-from. Control takes no part: a control outage changes nothing here.
+so a purge of the source by URL or tag, an unsafe request to it and a retirement all drop it. A source that
+a purge named while it was fetched is not stored (assetcdn/edge/states/pull_source.py `keep`): its variant is
+made for the request that fetched it and not stored either. Every check of freshness is the source's: a
+variant is used exactly while its source may be, by the validator it was made from. Control takes no part: a
+control outage changes nothing here.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ async def serve_pull_variant(request: web.Request, at: PullSourcePath, refusals:
 async def variant_of(node: EdgeNode, source: PullSource, variant: Made) -> tuple[CachedObject, str]:
     """The cache entry of `variant` of `source` and its X-Cache status (HIT, or MISS: made now)."""
     key = pull_source_variant_key(source.url_key, variant.content_key)
+    if not source.kept:  # a purge named the source as it was fetched: what is made of it must not outlive that
+        node.metrics.cache_result("MISS").inc()
+        return await variant.make_from(node, key, await source.data(), source.source_id, source.tags,
+                                       keep=False), "MISS"
     obj = lookup(node, key)
     if obj is not None and variant.usable(obj):
         node.metrics.cache_result("HIT").inc()

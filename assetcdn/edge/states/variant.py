@@ -67,9 +67,10 @@ class Made:
         return await self.make_from(node, key, source, entry.blob_id, node.replica.head(entry).tags)
 
     async def make_from(self, node: EdgeNode, key: str, source: bytes, source_id: str,
-                        tags: Iterable[str]) -> CachedObject:
+                        tags: Iterable[str], *, keep: bool = True) -> CachedObject:
         """Make the variant of `source` (named `source_id`) and keep it under `key` with `tags`: a stored
-        zone's file (`make`) or a pull zone's image (assetcdn/edge/states/pull_variant.py)."""
+        zone's file (`make`) or a pull zone's image (assetcdn/edge/states/pull_variant.py). `keep=False`: an
+        entry for this answer only, not stored."""
         if self.before_make is not None:
             await self.before_make()
         try:
@@ -85,6 +86,9 @@ class Made:
             raise
         node.metrics.transforms.labels(self.metric_format).inc()
         etag = strong_etag(hashlib.sha256(variant.body).hexdigest())
+        if not keep:
+            return CachedObject(key, variant.content_type, etag, tuple(tags), len(variant.body), time.time(),
+                                body=variant.body)
         return await asyncio.get_running_loop().run_in_executor(
             None, lambda: node.cache.put(key, variant.body, variant.content_type, etag, tags))
 

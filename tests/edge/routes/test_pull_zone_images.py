@@ -8,6 +8,7 @@ max-age=1, and a test waits for the edge's answer to change rather than sleeping
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import time
@@ -279,6 +280,50 @@ async def test_a_purge_of_the_source_url_drops_its_variants(pics: Pics) -> None:
         assert (await pics.transform("/purged.png", query)).headers["X-Cache"] == "MISS"
     assert (await pics.get(f"/api/lqip?url=/{ZONE}/purged.png")).headers["X-Cache"] == "MISS"
     assert pics.origin.count("/purged.png") == 2
+
+
+@pytest.mark.parametrize("purged", ["url", "tag"])
+async def test_a_source_purged_while_its_body_is_read_makes_this_transform_but_is_not_kept(
+        pics: Pics, purged: str) -> None:
+    """The origin sends the image's head, then holds its body until a purge naming the source (by URL or by
+    its tag) is made: the transform waiting for it is still made from those bytes, but neither the source nor
+    that variant is kept, so the next transform asks the origin again (a new image by then)."""
+    name, tag = f"/held-{purged}.png", f"held-{purged}"
+    old = image(RED)
+    release = asyncio.Event()
+
+    async def held(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={**LONG, "ETag": '"held"', "Content-Type": "image/png",
+                                               "Cache-Tag": tag})
+        response.content_length = len(old)
+        await response.prepare(request)
+        await response.write(old[:10])
+        await release.wait()
+        await response.write(old[10:])
+        return response
+
+    pics.origin.route(name, held)
+    first = asyncio.create_task(pics.transform(name))
+
+    async def source_asked() -> bool:
+        return pics.origin.count(name) == 1
+
+    await wait_until(source_asked, "the source's fill under way")
+    resp = await pics.cdn.control.post("/api/purge", json={"urls": [f"/{ZONE}{name}"]} if purged == "url"
+                                       else {"tags": [tag]}, headers=PURGE)
+    assert resp.status == 200, await resp.text()
+    # Another URL's look-up takes in the purge now, before the held source is stored.
+    pics.origin.answer("/other-traffic.png", image(BLUE), headers=LONG)
+    assert (await pics.get(f"/{ZONE}/other-traffic.png")).status == 200
+    pics.origin.answer(name, image(BLUE), headers={**LONG, "ETag": '"new"', "Content-Type": "image/png"})
+    release.set()
+    answer = await first
+    assert (answer.status, answer.headers["X-Cache"]) == (200, "MISS"), (await answer.read())[:200]
+    assert close_to(centre(await answer.read()), RED)
+    again = await pics.transform(name)
+    assert (again.status, again.headers["X-Cache"]) == (200, "MISS"), (await again.read())[:200]
+    assert close_to(centre(await again.read()), BLUE)
+    assert pics.origin.count(name) == 2
 
 
 async def test_an_origin_down_serves_the_stale_source_or_the_error_envelope(pics: Pics) -> None:
