@@ -318,10 +318,10 @@ async def test_a_source_purged_while_its_body_is_read_makes_this_transform_but_i
     pics.origin.answer(name, image(BLUE), headers={**LONG, "ETag": '"new"', "Content-Type": "image/png"})
     release.set()
     answer = await first
-    assert (answer.status, answer.headers["X-Cache"]) == (200, "MISS"), (await answer.read())[:200]
+    assert (answer.status, answer.headers.get("X-Cache")) == (200, "MISS"), (await answer.read())[:200]
     assert close_to(centre(await answer.read()), RED)
     again = await pics.transform(name)
-    assert (again.status, again.headers["X-Cache"]) == (200, "MISS"), (await again.read())[:200]
+    assert (again.status, again.headers.get("X-Cache")) == (200, "MISS"), (await again.read())[:200]
     assert close_to(centre(await again.read()), BLUE)
     assert pics.origin.count(name) == 2
 
