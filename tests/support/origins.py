@@ -4,6 +4,7 @@ fixture is in tests/edge/routes/conftest.py), or of a hit-path edge (`pull_zone_
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -71,6 +72,23 @@ class ScriptedOrigin:
             return web.Response(status=status, body=body, headers=dict(headers or {}))
 
         self.route(name, fixed)
+
+    def hold(self, name: str, body: bytes, headers: Mapping[str, str], *, first: int = 100) -> asyncio.Event:
+        """Answer `name` with its head and the first `first` bytes of `body`, then the rest once the returned
+        event is set: a fill the test catches while it reads the origin's body."""
+        release = asyncio.Event()
+
+        async def held(request: web.Request) -> web.StreamResponse:
+            response = web.StreamResponse(headers=dict(headers))
+            response.content_length = len(body)
+            await response.prepare(request)
+            await response.write(body[:first])
+            await release.wait()
+            await response.write(body[first:])
+            return response
+
+        self.route(name, held)
+        return release
 
     def requests(self, name: str) -> list[Seen]:
         return self.seen[PREFIX + name]

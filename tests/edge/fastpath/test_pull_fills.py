@@ -451,18 +451,7 @@ async def test_a_purge_made_while_a_fill_reads_the_origins_body_keeps_that_body_
     miss that asks the origin again (which has a new body by then) rather than a hit of the old body."""
     name = f"/purged-while-filling-{path}-{purged}-{len(body)}.bin"
     tag = f"held-{path}-{purged}-{len(body)}"
-    release = asyncio.Event()
-
-    async def held(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={**HEADERS, "Cache-Tag": tag})
-        response.content_length = len(body)
-        await response.prepare(request)
-        await response.write(body[:100])
-        await release.wait()
-        await response.write(body[100:])
-        return response
-
-    filled.origin.route(name, held)
+    release = filled.origin.hold(name, body, {**HEADERS, "Cache-Tag": tag})
     conn = await (filled.cdn.connect() if path == "hit" else filled.cdn.plain())
     first = asyncio.create_task(conn.request(f"/{ZONE}{name}"))
 
@@ -486,18 +475,7 @@ async def test_a_purge_another_worker_makes_while_a_fill_reads_the_origins_body_
         two_workers: FillCdn) -> None:
     """As above, the purge applied by the edge's other worker (sharing the disk tier, not the memory tier)."""
     name = "/purged-by-the-other-worker.bin"
-    release = asyncio.Event()
-
-    async def held(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers=HEADERS)
-        response.content_length = len(BODY)
-        await response.prepare(request)
-        await response.write(BODY[:100])
-        await release.wait()
-        await response.write(BODY[100:])
-        return response
-
-    two_workers.origin.route(name, held)
+    release = two_workers.origin.hold(name, BODY, HEADERS)
     conn = await two_workers.cdn.plain()
     first = asyncio.create_task(conn.request(f"/{ZONE}{name}"))
 

@@ -290,19 +290,8 @@ async def test_a_source_purged_while_its_body_is_read_makes_this_transform_but_i
     that variant is kept, so the next transform asks the origin again (a new image by then)."""
     name, tag = f"/held-{purged}.png", f"held-{purged}"
     old = image(RED)
-    release = asyncio.Event()
-
-    async def held(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={**LONG, "ETag": '"held"', "Content-Type": "image/png",
-                                               "Cache-Tag": tag})
-        response.content_length = len(old)
-        await response.prepare(request)
-        await response.write(old[:10])
-        await release.wait()
-        await response.write(old[10:])
-        return response
-
-    pics.origin.route(name, held)
+    release = pics.origin.hold(name, old, {**LONG, "ETag": '"held"', "Content-Type": "image/png",
+                                           "Cache-Tag": tag}, first=10)
     first = asyncio.create_task(pics.transform(name))
 
     async def source_asked() -> bool:
