@@ -289,16 +289,17 @@ class EdgeCache:
         `writer` runs (assetcdn/edge/cache/write_behind.py): no I/O here, so it is called on the event loop.
         Returns the entry and, unless ``alone``, the future done once it is on disk (another worker may be
         asked for it next); None when the memory tier does not take it (the caller stores it with ``put``).
-        ``since``: as ``put`` takes it (the look-up in the purge log then is the only I/O, and only when a
-        purge was published since)."""
+        ``since``: as ``put`` takes it; None too once a purge was published since that mark, so that the caller's
+        ``put`` reads the purge log off the event loop (here only the mark is read)."""
+        if since is not None and self._purges.mark() != since:
+            return None
         obj = CachedObject(key=key, content_type=content_type, etag=etag, tags=tuple(dict.fromkeys(tags)),
                            size=len(body), stored_at=time.time(), body=body, headers=tuple(headers))
         if not self.memory.put(obj):
             return None
-        named = self._named_since(since, key, obj.tags)
-        if named is not None and named():
+        if since is not None and self._purges.mark() != since:  # published as it went in: `put` decides
             self._forget(obj)
-            raise PurgedMeanwhile(key)
+            return None
         return obj, self._writes.add(obj, writer, wait=not self.alone)
 
     def flush_writes(self) -> None:

@@ -234,3 +234,26 @@ async def test_closing_on_the_event_loop_leaves_no_database_connection_open(tmp_
         assert on_disk(reopened, "pull:z:/a") == b"a"
     finally:
         reopened.close()
+
+
+def test_a_put_behind_since_a_mark_reads_no_purge_log_on_the_event_loop(cache: EdgeCache, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """put_behind runs on the event loop: once a purge was published since the fill's mark, it leaves the entry
+    to ``put`` (None: the caller stores it off the loop) rather than query the purge log's SQLite there."""
+    other = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=1 * MB, memory_max_object=256 * KB)
+    try:
+        writer = HeldWriter()
+        mark = cache.purge_mark()
+        other.purge_tags(["path-other"])
+        queried: list[int] = []
+        names_since = type(cache._purges).names_since
+        monkeypatch.setattr(type(cache._purges), "names_since",
+                            lambda log, *args: queried.append(1) or names_since(log, *args))
+        assert cache.put_behind("pull:z:/a", b"a", "text/plain", '"e"', ["path-a"], HEAD, writer=writer,
+                                since=mark) is None
+        assert queried == [] and cache.get("pull:z:/a") is None and writer.jobs == []
+        kept = cache.put_behind("pull:z:/b", b"b", "text/plain", '"e"', ["path-b"], HEAD, writer=writer,
+                                since=cache.purge_mark())
+        assert kept is not None and queried == []  # no purge since its mark: kept at once
+    finally:
+        other.close()
