@@ -564,6 +564,24 @@ async def spool_write(spool: IO[bytes], chunk: bytes, size: int) -> None:
         await asyncio.get_running_loop().run_in_executor(None, spool.write, chunk)
 
 
+def stored_meta(head: Sequence[tuple[str, str]], status: int, timed: OriginResponse,
+                digest: str | None) -> tuple[tuple[str, str], ...]:
+    """What an entry keeps of a response: its head, then its status, the exchange's times (`timed`'s) and its
+    body's SHA-256 when known, as ``StoredResponse.of`` reads them back."""
+    return (*head, (STATUS, str(status)), (REQUEST_TIME, repr(timed.request_time)),
+            (RESPONSE_TIME, repr(timed.response_time)), *(((DIGEST, digest),) if digest is not None else ()))
+
+
+def read_not_kept(url_key: str, response: OriginResponse, head: Sequence[tuple[str, str]], body: bytes,
+                  digest: str | None) -> StoredResponse:
+    """A response read whole but not stored (a purge named it meanwhile), as the stored one would read."""
+    obj = CachedObject(url_key, first_value(head, "content-type") or "", first_value(head, "etag") or "", (),
+                       len(body), time.time(), body=body, headers=stored_meta(head, response.status, response, digest))
+    read = StoredResponse.of(obj)
+    assert read is not None  # stored_meta wrote every field `of` reads
+    return read
+
+
 async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: Headers, response: OriginResponse,
                 head: Sequence[tuple[str, str]], spool: IO[bytes], digest: str | None = None) -> CachedObject | None:
     """Keep a complete origin response under its key (and its Vary variant's), tagged for purges, with its
@@ -584,8 +602,7 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
     """`store`, telling its two refusals apart: PurgedMeanwhile when a purge made since the response was asked
     for names it (a caller may still use the body it read, not keep it), None when it could not be kept."""
     vary = vary_fields(response.headers) or ()
-    meta = (*head, (STATUS, str(response.status)), (REQUEST_TIME, repr(response.request_time)),
-            (RESPONSE_TIME, repr(response.response_time)), *(((DIGEST, digest),) if digest is not None else ()))
+    meta = stored_meta(head, response.status, response, digest)
     tags = [*origin_tags(response.headers), *own_tags(zone, path)]
     key = pull_variant_key(url_key, secondary_key(vary, fields)) if vary else url_key
     content_type = first_value(head, "content-type") or ""
@@ -632,9 +649,7 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
                   not_modified: OriginResponse) -> StoredResponse:
     """A stored response confirmed by a 304: its head updated (RFC 9111 3.2, 4.3.4), its body kept."""
     head = updated_headers(stored.headers, not_modified.headers)
-    meta = (*head, (STATUS, str(stored.status)), (REQUEST_TIME, repr(not_modified.request_time)),
-            (RESPONSE_TIME, repr(not_modified.response_time)),
-            *(((DIGEST, stored.digest),) if stored.digest is not None else ()))
+    meta = stored_meta(head, stored.status, not_modified, stored.digest)
     obj = stored.obj
     tags = [*origin_tags(head), *own_tags(zone, path)]
 

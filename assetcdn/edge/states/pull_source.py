@@ -46,7 +46,6 @@ from assetcdn.edge.states.freshness import (
     delta_seconds,
     field_values,
     first_value,
-    freshness,
     http_date,
     not_storable,
     parse_directives,
@@ -69,6 +68,7 @@ from assetcdn.edge.states.pull import (
     no_landing,
     origin_tags,
     own_tags,
+    read_not_kept,
     refresh,
     store_unless_purged,
     through_flight,
@@ -312,10 +312,7 @@ async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, response: Origi
     except PurgedMeanwhile:
         # This request is answered from the bytes it read; the next one asks the origin again.
         log.debug("pull zone %s: the source %s not kept: purged while it was fetched", at.zone.name, at.path)
-        read = StoredResponse(CachedObject(url_key, first_value(head, "content-type") or "",
-                                           first_value(head, "etag") or "", (), len(body), time.time(), body=body),
-                              response.status, tuple(head), freshness(response.status, head, response.request_time,
-                                                                      response.response_time), digest)
+        read = read_not_kept(url_key, response, head, body, digest)
         return await described(node, at, url_key, read, body, kept=False)
     kept = StoredResponse.of(obj) if obj is not None else None
     if kept is None:
