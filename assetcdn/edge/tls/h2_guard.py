@@ -89,7 +89,8 @@ class FrameGuard:
             connection.receive_data(data)
             return None
         fed = 0          # data[:fed] was given to the library
-        dirty = False    # a frame not given yet may change a stream's window (SETTINGS, WINDOW_UPDATE, a new stream)
+        dirty = False    # a frame not given yet may change a stream's window (SETTINGS, a new stream)
+        raised: dict[int, int] | None = None  # stream id: the WINDOW_UPDATE increments after data[:fed]
         last = self.last
         receiving = self.receiving
         error = None
@@ -125,16 +126,27 @@ class FrameGuard:
                     if pos + WINDOW_UPDATE_SIZE > size:
                         break
                     increment = WORD.unpack_from(data, pos + HEAD_SIZE)[0] & STREAM_ID
-                    if increment and (dirty or self._window(stream_id) + increment > MAX_WINDOW):
-                        # The window is the one the frames before set (or they closed the stream): the library
-                        # reads them first.
-                        if fed < pos:
-                            connection.receive_data(memoryview(data)[fed:pos])
-                            fed = pos
-                        if self._window(stream_id) + increment > MAX_WINDOW:
-                            self._reset(stream_id, ErrorCode.FLOW_CONTROL_ERROR)
-                            fed = pos + WINDOW_UPDATE_SIZE  # the frame is not the library's
-                    dirty = True
+                    if increment:
+                        # The increments not given to the library yet are added here, so a run of WINDOW_UPDATE
+                        # frames is given to it whole, not one frame per call.
+                        pending = increment if raised is None else raised.get(stream_id, 0) + increment
+                        if dirty or self._window(stream_id) + pending > MAX_WINDOW:
+                            # The window is the one the frames before set (or they closed the stream): the
+                            # library reads them first.
+                            if fed < pos:
+                                connection.receive_data(memoryview(data)[fed:pos])
+                                fed = pos
+                            dirty = False
+                            raised = None
+                            pending = increment
+                            if self._window(stream_id) + increment > MAX_WINDOW:
+                                self._reset(stream_id, ErrorCode.FLOW_CONTROL_ERROR)
+                                fed = pos + WINDOW_UPDATE_SIZE  # the frame is not the library's
+                                pending = 0
+                        if pending:
+                            if raised is None:
+                                raised = {}
+                            raised[stream_id] = pending
             elif kind == RST_STREAM:
                 receiving.discard(stream_id)
             elif kind == PRIORITY:

@@ -364,3 +364,36 @@ def test_a_thousand_streams_ended_by_the_client_leave_nothing_behind() -> None:
         server.frames_out()
     guard = server.guard
     assert (guard.receiving, list(guard.reset), list(guard.skipped), guard.held) == (set(), [], [], b"")
+
+
+class CountingConnection:
+    """A library connection that counts the calls reading the client's bytes."""
+
+    def __init__(self, connection: ngh2.Connection) -> None:
+        self.connection = connection
+        self.calls = 0
+
+    def receive_data(self, data: bytes | memoryview) -> None:
+        self.calls += 1
+        self.connection.receive_data(data)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.connection, name)
+
+
+def test_a_run_of_window_updates_is_given_to_the_library_in_one_call() -> None:
+    server = Server()
+    assert server.receive(OPENING + server.request(1, end_stream=False) + server.request(3, end_stream=False)) is None
+    counting = CountingConnection(server.h2)
+    server.guard.connection = counting  # type: ignore[assignment]
+    run = b"".join(frame(WINDOW_UPDATE, struct.pack(">I", 1000), stream_id=stream_id)
+                   for _ in range(200) for stream_id in (1, 3))
+    assert server.receive(run) is None
+    assert counting.calls == 1
+    assert server.h2.stream_remote_window_size(1) == server.h2.stream_remote_window_size(3) == DEFAULT_WINDOW + 200_000
+    # The increments not yet read by the library still count: the one taking stream 3 past 2^31-1 resets it.
+    past = frame(WINDOW_UPDATE, struct.pack(">I", 2**31 - 1 - DEFAULT_WINDOW - 200_000), stream_id=3)
+    assert server.receive(frame(WINDOW_UPDATE, struct.pack(">I", 1), stream_id=3) + past) is None
+    out = server.frames_out()
+    assert (RST_STREAM, 3, struct.pack(">I", FLOW_CONTROL_ERROR)) in out and GOAWAY not in [k for k, _, _ in out]
+    assert server.guard.streams_reset == 1
