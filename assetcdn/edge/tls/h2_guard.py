@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import collections
 import struct
-from array import array
 
 import ngh2
 from ngh2 import ErrorCode
@@ -57,7 +56,7 @@ SWEEP_MIN = 64             # ``receiving`` is swept past twice the stream limit,
 class FrameGuard:
     """The client's frames of one connection, checked on their way to ``connection.receive_data``."""
 
-    __slots__ = ("connection", "skip", "held", "last", "receiving", "reset", "reset_next", "skipped", "sweep_at",
+    __slots__ = ("connection", "skip", "held", "last", "receiving", "reset", "skipped", "sweep_at",
                  "base_sweep", "streams_reset")
 
     def __init__(self, connection: ngh2.Connection, max_concurrent_streams: int) -> None:
@@ -66,10 +65,9 @@ class FrameGuard:
         self.held = b""             # a frame's start (header, and the payload read here) that the last read cut
         self.last = -1              # the highest stream id the client opened; -1: none yet
         self.receiving: set[int] = set()
-        # Stream ids, 4 bytes each: once full, each new one takes the oldest's place (``reset_next``). Looked up
-        # only for a frame on a stream that is not receiving, which is rare.
-        self.reset = array("I")
-        self.reset_next = 0
+        # In the order they were reset, the oldest dropped once RESET_KEPT are kept: a dict, so the look-up a
+        # client can make for every frame it sends (empty DATA on a reset stream) costs the same however many.
+        self.reset: dict[int, None] = {}
         self.skipped: collections.deque[tuple[int, int]] = collections.deque(maxlen=SKIPPED_KEPT)
         self.base_sweep = max(2 * max_concurrent_streams, SWEEP_MIN)
         self.sweep_at = self.base_sweep
@@ -211,9 +209,7 @@ class FrameGuard:
                 connection.stream_remote_window_size(stream_id)
             except ngh2.StreamUnavailableError:
                 self.receiving.discard(stream_id)
-                if len(reset) < RESET_KEPT:
-                    reset.append(stream_id)
-                else:
-                    reset[self.reset_next] = stream_id
-                    self.reset_next = (self.reset_next + 1) % RESET_KEPT
+                if len(reset) >= RESET_KEPT:
+                    del reset[next(iter(reset))]  # the oldest
+                reset[stream_id] = None
         self.sweep_at = max(self.base_sweep, 2 * len(self.receiving))
