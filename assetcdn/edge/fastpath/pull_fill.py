@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from assetcdn.edge.delivery_log import BodyCounter, Pending, body_sent, country_code
 from assetcdn.edge.fastpath.prepared import (
+    ID_FIELD,
     PER_REQUEST_HEADERS,
     STATUS_200,
     header_lines,
@@ -228,7 +229,7 @@ class PullFills:
         tail = server.extra_head if dated else server.date
         connection = b"" if fill.keep_alive else b"Connection: close\r\n"
         answer_head = (STATUS_200 + header_lines(headers) + b"Content-Length: %d\r\n" % declared + tail + connection
-                       + b"X-Request-ID: " + fill.request_id + b"\r\n\r\n")
+                       + ID_FIELD + fill.request_id + b"\r\n\r\n")
         cdn_path = f"{zone.name}{named.path}"
         pending: Pending = (time.time(), fill.view.name, "HEAD" if fill.head_only else "GET", cdn_path,
                             zone_of(cdn_path), 200, body_sent(fill.head_only, 200, declared), MISS,
