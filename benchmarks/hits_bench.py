@@ -148,6 +148,13 @@ class Results:
         return statistics.median(getattr(s, attr) for s in self.samples[(server, size)])
 
 
+def anchor(name: str, base: str, process: subprocess.Popen[bytes]) -> Server:
+    """A server the benchmark started (Varnish, nginx, hitch): counted as ours are, every process under it walked
+    again at each reading and pinning (a worker its master starts again included) and the CPU of the children it
+    reaped kept."""
+    return Server(name, base, process_tree(process.pid), process, roots=(process.pid,))
+
+
 def start_varnish(workdir: Path, port: int, control_port: int, core: str) -> Server:
     vcl = workdir / "bench.vcl"
     vcl.write_text(VCL.format(port=control_port, key=KEYS["ASSETCDN_ACCESS_KEY"]))
@@ -156,7 +163,7 @@ def start_varnish(workdir: Path, port: int, control_port: int, core: str) -> Ser
     process = subprocess.Popen(["taskset", "-c", core, varnishd, "-F", "-a", f"127.0.0.1:{port}",
                                 "-f", str(vcl), "-s", "malloc,1g", "-n", str(name), "-p", "thread_pools=1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return Server("varnish", f"http://127.0.0.1:{port}", [], process)
+    return anchor("varnish", f"http://127.0.0.1:{port}", process)
 
 
 def start_nginx(workdir: Path, port: int, control_port: int, core: str, workers: int = 1) -> Server:
@@ -168,7 +175,7 @@ def start_nginx(workdir: Path, port: int, control_port: int, core: str, workers:
     nginx = tool_path("nginx")
     process = subprocess.Popen(["taskset", "-c", core, nginx, "-c", str(conf), "-p", str(directory)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return Server("nginx", f"http://127.0.0.1:{port}", [], process)
+    return anchor("nginx", f"http://127.0.0.1:{port}", process)
 
 
 def start_bare(workdir: Path, port: int, bodies: dict[str, bytes], core: str) -> Server:
@@ -180,7 +187,7 @@ def start_bare(workdir: Path, port: int, bodies: dict[str, bytes], core: str) ->
     process = subprocess.Popen(["taskset", "-c", core, sys.executable, "-m", "benchmarks.bare_server",
                                 "--port", str(port), "--dir", str(directory)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return Server("bare", f"http://127.0.0.1:{port}", [process.pid], process)
+    return anchor("bare", f"http://127.0.0.1:{port}", process)
 
 
 def stop(server: Server) -> None:
@@ -367,9 +374,6 @@ def measure(args: argparse.Namespace) -> None:
             servers = [varnish, nginx, bare]
             for server in (varnish, nginx, bare):
                 asyncio.run(wait_up(server.base + "/"))
-                assert server.process is not None
-                if server is not bare:
-                    server.pids = process_tree(server.process.pid)
                 server.pin(server_core)
             every = {name: server for name, server in
                      {"varnish": varnish, "nginx": nginx, "edge": edge, "bare": bare}.items() if name in args.servers}
@@ -454,8 +458,6 @@ def scaling(workdir: Path, args: argparse.Namespace) -> None:
             control_port = int(cdn.control_url.rsplit(":", 1)[1])
             nginx = start_nginx(workdir / f"scale-{workers}", free_port_block(1), control_port, SCALING_CORES, workers)
             asyncio.run(wait_up(nginx.base + "/"))
-            assert nginx.process is not None
-            nginx.pids = process_tree(nginx.process.pid)
             for server in (edge, nginx):  # the same cores for both (the edge node's processes as `up` started them)
                 server.pin(SCALING_CORES)
             for server in (edge, nginx):
