@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -55,6 +54,7 @@ from benchmarks.measure import (
     load_average,
     machine,
     require_tools,
+    tool_path,
     wrk_arguments,
 )
 from benchmarks.nginx_conf import instance_conf, nginx_conf
@@ -119,7 +119,7 @@ def start_origin(workdir: Path, port: int, core: str) -> tuple[Server, dict[str,
         os.chmod(directory / "files" / name, 0o644)
     conf = directory / "nginx.conf"
     conf.write_text(instance_conf(directory, ORIGIN_CONF.format(directory=directory, port=port, max_age=MAX_AGE)))
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    nginx = tool_path("nginx")
     process = subprocess.Popen(["taskset", "-c", core, nginx, "-c", str(conf), "-p", str(directory)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return anchor("origin", f"http://127.0.0.1:{port}", process), bodies
@@ -128,7 +128,7 @@ def start_origin(workdir: Path, port: int, core: str) -> tuple[Server, dict[str,
 def start_varnish(workdir: Path, port: int, origin_port: int, core: str) -> Server:
     vcl = workdir / "pull.vcl"
     vcl.write_text(VCL.format(port=origin_port))
-    varnishd = shutil.which("varnishd") or "/usr/sbin/varnishd"
+    varnishd = tool_path("varnishd")
     process = subprocess.Popen(["taskset", "-c", core, varnishd, "-F", "-a", f"127.0.0.1:{port}", "-f", str(vcl),
                                 "-s", "malloc,1g", "-n", str(workdir / "varnish"), "-p", "thread_pools=1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -141,7 +141,7 @@ def start_proxy_nginx(workdir: Path, port: int, origin_port: int, core: str) -> 
     os.chmod(directory, 0o777)
     conf = directory / "nginx.conf"
     conf.write_text(nginx_conf(directory, port, origin_port, "", proxy_path="", keepalive=64))
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    nginx = tool_path("nginx")
     process = subprocess.Popen(["taskset", "-c", core, nginx, "-c", str(conf), "-p", str(directory)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return anchor("nginx", f"http://127.0.0.1:{port}", process)
