@@ -442,9 +442,10 @@ SCALING_CORES = "0-1"  # `scaling`: both servers' processes, and wrk beside them
 
 def scaling(workdir: Path, args: argparse.Namespace) -> None:
     """1 and 2 edge workers at 5 KB, wrk unpinned, against nginx with 1 and 2 workers in front of the
-    same control plane (the same machine's reference: how far a C server scales here). Besides
-    req/s, the servers' CPU and req/s per core: workers scale when the second serves as much per core
-    as the first; on 2 cores shared with wrk, req/s cannot reach 2x for any server."""
+    same control plane (the same machine's reference: how far a C server scales here). Besides req/s, the
+    servers' CPU (the edge's: every process of `up`, control included, as in the main table) and req/s per
+    core: workers scale when the second serves as much per core as the first; on 2 cores shared with wrk,
+    req/s cannot reach 2x for any server."""
     rows = []
     for workers in (1, 2):
         (workdir / f"scale-{workers}").mkdir()
@@ -453,8 +454,7 @@ def scaling(workdir: Path, args: argparse.Namespace) -> None:
         try:
             paths, bodies = asyncio.run(prepare_files(cdn, ["5 KB"]))
             path = paths["5 KB"]
-            node = cdn.pids("--name edge-0")
-            edge = Server("edge", cdn.edge_urls[0], process_tree(*node))
+            edge, _control = whole_system(cdn)  # what its hits cost: control's ingestion of their records too
             control_port = int(cdn.control_url.rsplit(":", 1)[1])
             nginx = start_nginx(workdir / f"scale-{workers}", free_port_block(1), control_port, SCALING_CORES, workers)
             asyncio.run(wait_up(nginx.base + "/"))
@@ -466,7 +466,8 @@ def scaling(workdir: Path, args: argparse.Namespace) -> None:
             samples: dict[str, list[tuple[LoadResult, float]]] = {"edge": [], "nginx": []}
             for round_ in range(args.rounds):
                 for server in (edge, nginx) if round_ % 2 == 0 else (nginx, edge):
-                    samples[server.name].append(run_one(server, f"{server.base}/{path}", args, ()))
+                    samples[server.name].append(run_one(server, f"{server.base}/{path}", args, (),
+                                                        SETTLE_S if server is edge else 0.0))
             for name, runs in samples.items():
                 rps = statistics.median(result.rps for result, _ in runs)
                 cores = statistics.median(cpu for _, cpu in runs)
@@ -478,7 +479,7 @@ def scaling(workdir: Path, args: argparse.Namespace) -> None:
             cdn.stop()
     print(f"\n# scaling, 5 KB hits, wrk -t{args.threads} -c{args.connections} unpinned (it shares the 2 cores "
           f"with the workers), medians of {args.rounds} rounds; load average {load_average()}\n")
-    print("| server | workers | req/s | vs 1 worker | p99 ms | workers' CPU (cores) | req/s per core | "
+    print("| server | workers | req/s | vs 1 worker | p99 ms | server CPU (cores) | req/s per core | "
           "per core vs 1 worker |\n|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in ("edge", "nginx"):
         mine = [row for row in rows if row[0] == name]
