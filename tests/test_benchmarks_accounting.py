@@ -1,7 +1,6 @@
-"""What the benchmarks count and wait for: the whole system's process tree walked at each reading (a
-process started after the first walk is pinned and counted, the CPU of one that ended is kept), the
-cache conformance run starting only once the edge serves the pull zone, and `make h2spec` treating the
-edge and nginx alike."""
+"""What the benchmarks count and wait for: the whole system's process tree, and an anchor's, walked at each
+reading (a process started after the first walk is pinned and counted, the CPU of one that ended is kept), and
+the cache conformance run starting only once the edge serves the pull zone."""
 
 from __future__ import annotations
 
