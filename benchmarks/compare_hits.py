@@ -35,7 +35,7 @@ from benchmarks.hits_bench import (
     warm,
     whole_system,
 )
-from benchmarks.measure import load_average, machine, process_tree
+from benchmarks.measure import load_average, machine
 from tests.integration.harness import RunningCdn, free_port_block, start_cdn
 
 SIZES = ["5 KB", "100 KB"]
@@ -81,8 +81,6 @@ def main(argv: list[str] | None = None) -> int:
             control_port = int(cdns["after"].control_url.rsplit(":", 1)[1])
             varnish = start_varnish(workdir, free_port_block(1), control_port, SERVER_CORE)
             asyncio.run(wait_up(varnish.base + "/"))
-            assert varnish.process is not None
-            varnish.pids = process_tree(varnish.process.pid)
             varnish.pin(SERVER_CORE)
             asyncio.run(warm(varnish.base, list(paths.values())))
             servers["varnish"] = varnish

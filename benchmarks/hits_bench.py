@@ -148,6 +148,13 @@ class Results:
         return statistics.median(getattr(s, attr) for s in self.samples[(server, size)])
 
 
+def anchor(name: str, base: str, process: subprocess.Popen[bytes]) -> Server:
+    """A server the benchmark started (Varnish, nginx, hitch): counted as ours are, every process under it walked
+    again at each reading and pinning (a worker its master starts again included) and the CPU of the children it
+    reaped kept."""
+    return Server(name, base, process_tree(process.pid), process, roots=(process.pid,))
+
+
 def start_varnish(workdir: Path, port: int, control_port: int, core: str) -> Server:
     vcl = workdir / "bench.vcl"
     vcl.write_text(VCL.format(port=control_port, key=KEYS["ASSETCDN_ACCESS_KEY"]))
@@ -156,7 +163,7 @@ def start_varnish(workdir: Path, port: int, control_port: int, core: str) -> Ser
     process = subprocess.Popen(["taskset", "-c", core, varnishd, "-F", "-a", f"127.0.0.1:{port}",
                                 "-f", str(vcl), "-s", "malloc,1g", "-n", str(name), "-p", "thread_pools=1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return Server("varnish", f"http://127.0.0.1:{port}", [], process)
+    return anchor("varnish", f"http://127.0.0.1:{port}", process)
 
 
 def start_nginx(workdir: Path, port: int, control_port: int, core: str, workers: int = 1) -> Server:
@@ -168,7 +175,7 @@ def start_nginx(workdir: Path, port: int, control_port: int, core: str, workers:
     nginx = tool_path("nginx")
     process = subprocess.Popen(["taskset", "-c", core, nginx, "-c", str(conf), "-p", str(directory)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return Server("nginx", f"http://127.0.0.1:{port}", [], process)
+    return anchor("nginx", f"http://127.0.0.1:{port}", process)
 
 
 def start_bare(workdir: Path, port: int, bodies: dict[str, bytes], core: str) -> Server:
@@ -180,7 +187,7 @@ def start_bare(workdir: Path, port: int, bodies: dict[str, bytes], core: str) ->
     process = subprocess.Popen(["taskset", "-c", core, sys.executable, "-m", "benchmarks.bare_server",
                                 "--port", str(port), "--dir", str(directory)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return Server("bare", f"http://127.0.0.1:{port}", [process.pid], process)
+    return anchor("bare", f"http://127.0.0.1:{port}", process)
 
 
 def stop(server: Server) -> None:
@@ -367,9 +374,6 @@ def measure(args: argparse.Namespace) -> None:
             servers = [varnish, nginx, bare]
             for server in (varnish, nginx, bare):
                 asyncio.run(wait_up(server.base + "/"))
-                assert server.process is not None
-                if server is not bare:
-                    server.pids = process_tree(server.process.pid)
                 server.pin(server_core)
             every = {name: server for name, server in
                      {"varnish": varnish, "nginx": nginx, "edge": edge, "bare": bare}.items() if name in args.servers}
@@ -438,9 +442,10 @@ SCALING_CORES = "0-1"  # `scaling`: both servers' processes, and wrk beside them
 
 def scaling(workdir: Path, args: argparse.Namespace) -> None:
     """1 and 2 edge workers at 5 KB, wrk unpinned, against nginx with 1 and 2 workers in front of the
-    same control plane (the same machine's reference: how far a C server scales here). Besides
-    req/s, the servers' CPU and req/s per core: workers scale when the second serves as much per core
-    as the first; on 2 cores shared with wrk, req/s cannot reach 2x for any server."""
+    same control plane (the same machine's reference: how far a C server scales here). Besides req/s, the
+    servers' CPU (the edge's: every process of `up`, control included, as in the main table) and req/s per
+    core: workers scale when the second serves as much per core as the first; on 2 cores shared with wrk,
+    req/s cannot reach 2x for any server."""
     rows = []
     for workers in (1, 2):
         (workdir / f"scale-{workers}").mkdir()
@@ -449,13 +454,10 @@ def scaling(workdir: Path, args: argparse.Namespace) -> None:
         try:
             paths, bodies = asyncio.run(prepare_files(cdn, ["5 KB"]))
             path = paths["5 KB"]
-            node = cdn.pids("--name edge-0")
-            edge = Server("edge", cdn.edge_urls[0], process_tree(*node))
+            edge, _control = whole_system(cdn)  # what its hits cost: control's ingestion of their records too
             control_port = int(cdn.control_url.rsplit(":", 1)[1])
             nginx = start_nginx(workdir / f"scale-{workers}", free_port_block(1), control_port, SCALING_CORES, workers)
             asyncio.run(wait_up(nginx.base + "/"))
-            assert nginx.process is not None
-            nginx.pids = process_tree(nginx.process.pid)
             for server in (edge, nginx):  # the same cores for both (the edge node's processes as `up` started them)
                 server.pin(SCALING_CORES)
             for server in (edge, nginx):
@@ -464,7 +466,8 @@ def scaling(workdir: Path, args: argparse.Namespace) -> None:
             samples: dict[str, list[tuple[LoadResult, float]]] = {"edge": [], "nginx": []}
             for round_ in range(args.rounds):
                 for server in (edge, nginx) if round_ % 2 == 0 else (nginx, edge):
-                    samples[server.name].append(run_one(server, f"{server.base}/{path}", args, ()))
+                    samples[server.name].append(run_one(server, f"{server.base}/{path}", args, (),
+                                                        SETTLE_S if server is edge else 0.0))
             for name, runs in samples.items():
                 rps = statistics.median(result.rps for result, _ in runs)
                 cores = statistics.median(cpu for _, cpu in runs)
@@ -476,7 +479,7 @@ def scaling(workdir: Path, args: argparse.Namespace) -> None:
             cdn.stop()
     print(f"\n# scaling, 5 KB hits, wrk -t{args.threads} -c{args.connections} unpinned (it shares the 2 cores "
           f"with the workers), medians of {args.rounds} rounds; load average {load_average()}\n")
-    print("| server | workers | req/s | vs 1 worker | p99 ms | workers' CPU (cores) | req/s per core | "
+    print("| server | workers | req/s | vs 1 worker | p99 ms | server CPU (cores) | req/s per core | "
           "per core vs 1 worker |\n|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in ("edge", "nginx"):
         mine = [row for row in rows if row[0] == name]

@@ -52,12 +52,13 @@ from benchmarks.hits_bench import (
     SETTLE_S,
     VCL,
     Server,
+    anchor,
     prepare_files,
     stop,
     whole_system,
 )
 from benchmarks.load import run_wrk
-from benchmarks.measure import load_average, machine, process_tree, tool_path
+from benchmarks.measure import load_average, machine, tool_path
 from benchmarks.nginx_conf import TlsFiles, nginx_conf
 from tests.edge.tls.certs import TestCa
 from tests.integration.harness import KEYS, free_port_block, start_cdn
@@ -262,13 +263,11 @@ def main(argv: list[str] | None = None) -> int:
             processes = [hitch, varnish, nginx]
             paths, bodies = asyncio.run(prepare_files(cdn, SIZES))
             servers = {"edge": edge,
-                       "hitch+varnish": Server("hitch+varnish", f"https://localhost:{base + 1}", []),
-                       "nginx": Server("nginx", f"https://localhost:{base + 3}", [])}
-            roots = {"edge": [], "hitch+varnish": [hitch.pid, varnish.pid], "nginx": [nginx.pid]}
+                       "hitch+varnish": Server("hitch+varnish", f"https://localhost:{base + 1}", [],
+                                               roots=(hitch.pid, varnish.pid)),
+                       "nginx": anchor("nginx", f"https://localhost:{base + 3}", nginx)}
             for server in servers.values():
                 asyncio.run(warm(server.base, list(paths.values()), bodies))
-                if roots[server.name]:  # the whole tree, once its workers are running
-                    server.pids = process_tree(*roots[server.name])
                 server.pin(core)
             print(f"# warmed; servers pinned to core {core} (as \"edge\": every process of `up`, pids "
                   f"{edge.pids}; hitch and Varnish together), load generator on core {load_core}; "
@@ -281,8 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                         for name in order:
                             server = servers[name]
                             url = f"{server.base}/{paths[size]}"
-                            if server.roots:  # a process started since the last walk is pinned too
-                                server.pin(core)
+                            server.pin(core)  # a process started since the last walk is pinned too
                             sample = measure_one(server, mode, url, args, prefix,
                                                  SETTLE_S if name == "edge" else 0.0)
                             samples.setdefault((name, mode, size), []).append(sample)

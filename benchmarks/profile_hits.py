@@ -43,7 +43,7 @@ from benchmarks.hits_bench import (
     whole_system,
 )
 from benchmarks.load import run_wrk
-from benchmarks.measure import create_pull_zone, load_average, machine, pin, process_tree
+from benchmarks.measure import create_pull_zone, load_average, machine
 from benchmarks.pull_bench import SIZES as PULL_SIZES
 from benchmarks.pull_bench import ZONE as PULL_ZONE
 from benchmarks.pull_bench import start_origin
@@ -186,9 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 workdir.chmod(0o755)  # the origin's nginx workers run as their own user
                 origin, bodies = start_origin(workdir, free_port_block(1), args.load_core)
                 asyncio.run(wait_up(origin.base + "/"))
-                assert origin.process is not None
-                origin.pids = process_tree(origin.process.pid)
-                pin(origin.pids, args.load_core)
+                origin.pin(args.load_core)
                 asyncio.run(create_pull_zone(cdn.control_url, ACCOUNT, PULL_ZONE, origin.base, cdn.data_dir))
                 paths = {size: f"{PULL_ZONE}/{PULL_SIZES[size][0]}" for size in SIZES}
                 bodies = {paths[size]: bodies[PULL_SIZES[size][0]] for size in SIZES}

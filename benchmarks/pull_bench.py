@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ import aiohttp
 from benchmarks.hits_bench import (
     SETTLE_S,
     Server,
+    anchor,
     stop,
     wait_up,
     warm,
@@ -53,8 +53,8 @@ from benchmarks.measure import (
     create_pull_zone,
     load_average,
     machine,
-    process_tree,
     require_tools,
+    tool_path,
     wrk_arguments,
 )
 from benchmarks.nginx_conf import instance_conf, nginx_conf
@@ -119,20 +119,20 @@ def start_origin(workdir: Path, port: int, core: str) -> tuple[Server, dict[str,
         os.chmod(directory / "files" / name, 0o644)
     conf = directory / "nginx.conf"
     conf.write_text(instance_conf(directory, ORIGIN_CONF.format(directory=directory, port=port, max_age=MAX_AGE)))
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    nginx = tool_path("nginx")
     process = subprocess.Popen(["taskset", "-c", core, nginx, "-c", str(conf), "-p", str(directory)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return Server("origin", f"http://127.0.0.1:{port}", [], process), bodies
+    return anchor("origin", f"http://127.0.0.1:{port}", process), bodies
 
 
 def start_varnish(workdir: Path, port: int, origin_port: int, core: str) -> Server:
     vcl = workdir / "pull.vcl"
     vcl.write_text(VCL.format(port=origin_port))
-    varnishd = shutil.which("varnishd") or "/usr/sbin/varnishd"
+    varnishd = tool_path("varnishd")
     process = subprocess.Popen(["taskset", "-c", core, varnishd, "-F", "-a", f"127.0.0.1:{port}", "-f", str(vcl),
                                 "-s", "malloc,1g", "-n", str(workdir / "varnish"), "-p", "thread_pools=1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return Server("varnish", f"http://127.0.0.1:{port}", [], process)
+    return anchor("varnish", f"http://127.0.0.1:{port}", process)
 
 
 def start_proxy_nginx(workdir: Path, port: int, origin_port: int, core: str) -> Server:
@@ -141,10 +141,10 @@ def start_proxy_nginx(workdir: Path, port: int, origin_port: int, core: str) -> 
     os.chmod(directory, 0o777)
     conf = directory / "nginx.conf"
     conf.write_text(nginx_conf(directory, port, origin_port, "", proxy_path="", keepalive=64))
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    nginx = tool_path("nginx")
     process = subprocess.Popen(["taskset", "-c", core, nginx, "-c", str(conf), "-p", str(directory)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return Server("nginx", f"http://127.0.0.1:{port}", [], process)
+    return anchor("nginx", f"http://127.0.0.1:{port}", process)
 
 
 async def sampled_ages(url: str, fetched_at: float, count: int = 3) -> list[int]:
@@ -217,11 +217,9 @@ def measure(args: argparse.Namespace) -> None:
             started += [varnish, nginx]
             for server in started:
                 asyncio.run(wait_up(server.base + "/"))
-                assert server.process is not None
-                server.pids = process_tree(server.process.pid)
             origin.pin(args.load_core)
-            for anchor in (varnish, nginx):
-                anchor.pin(args.server_core)
+            for reference in (varnish, nginx):
+                reference.pin(args.server_core)
             asyncio.run(create_pull_zone(cdn.control_url, ACCOUNT, ZONE, origin.base, cdn.data_dir))
             fetched_at = time.time()
             bases = {"edge": f"{edge.base}/{ZONE}", "varnish": varnish.base, "nginx": nginx.base}

@@ -1,7 +1,6 @@
-"""What the benchmarks count and wait for: the whole system's process tree walked at each reading (a
-process started after the first walk is pinned and counted, the CPU of one that ended is kept), the
-cache conformance run starting only once the edge serves the pull zone, and `make h2spec` treating the
-edge and nginx alike."""
+"""What the benchmarks count and wait for: the whole system's process tree, and an anchor's, walked at each
+reading (a process started after the first walk is pinned and counted, the CPU of one that ended is kept), and
+the cache conformance run starting only once the edge serves the pull zone."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.cache_conformance import ZONE_PROBE, wait_zone_served
-from benchmarks.hits_bench import whole_system
+from benchmarks.hits_bench import anchor, whole_system
 from benchmarks.measure import pin, stop_process
 from tests.integration.harness import RunningCdn
 
@@ -79,6 +78,21 @@ def test_pinning_a_server_pins_the_processes_it_started_before(parent: subproces
     core = min(cores)
     assert pin([parent.pid], str(core)) == [parent.pid, child]
     assert os.sched_getaffinity(parent.pid) == os.sched_getaffinity(child) == {core}
+
+
+def test_an_anchor_is_counted_and_pinned_as_the_whole_system_is(parent: subprocess.Popen[bytes]) -> None:
+    """``parent`` stands for Varnish's manager or nginx's master: a child it starts after the anchor was made (a
+    worker started again) is pinned with it and its CPU, once reaped, still counted, as for our own processes."""
+    core = min(os.sched_getaffinity(0))
+    server = anchor("nginx", "http://127.0.0.1:1", parent)
+    assert server.pin(str(core)) == [parent.pid]
+    before = server.cpu_seconds()
+    child = int(tell(parent))
+
+    assert server.pin(str(core)) == [parent.pid, child]
+    assert os.sched_getaffinity(child) == {core}
+    assert tell(parent) == "reaped"
+    assert server.cpu_seconds() - before > 0.1
 
 
 class ZoneEdge(BaseHTTPRequestHandler):
