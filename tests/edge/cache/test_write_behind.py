@@ -247,8 +247,12 @@ def test_a_put_behind_since_a_mark_reads_no_purge_log_on_the_event_loop(cache: E
         other.purge_tags(["path-other"])
         queried: list[int] = []
         names_since = type(cache._purges).names_since
-        monkeypatch.setattr(type(cache._purges), "names_since",
-                            lambda log, *args: queried.append(1) or names_since(log, *args))
+
+        def counted(log: Any, *args: Any) -> Any:
+            queried.append(1)
+            return names_since(log, *args)
+
+        monkeypatch.setattr(type(cache._purges), "names_since", counted)
         assert cache.put_behind("pull:z:/a", b"a", "text/plain", '"e"', ["path-a"], HEAD, writer=writer,
                                 since=mark) is None
         assert queried == [] and cache.get("pull:z:/a") is None and writer.jobs == []
