@@ -24,7 +24,6 @@ Bodies are streamed: ``OriginResponse.chunks`` yields them as they arrive.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -130,6 +129,13 @@ def connection_fields(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
     return HOP_BY_HOP if named <= HOP_BY_HOP else HOP_BY_HOP | named
 
 
+def response_connection_fields(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
+    """`connection_fields` of a response head whose names are lower-case already (`origin_http.Connection`'s)."""
+    if not any(name == "connection" for name, _ in headers):
+        return HOP_BY_HOP
+    return connection_fields(headers)
+
+
 def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *, client_ip: str | None,
                            scheme: str) -> CIMultiDict[str]:
     """What the origin is sent: the client's end-to-end fields less the overriding ones, then the origin's
@@ -172,7 +178,7 @@ class OriginResponse:
         limits = self._limits
         limit = limits.max_object_bytes if capped else None
         conn = self._conn
-        clock = asyncio.get_running_loop().time
+        clock = self._pool.loop.time
         left = limits.body_timeout_s  # only the waits for the origin count, not the reader's own pace
         try:
             while True:
@@ -198,6 +204,17 @@ class OriginResponse:
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.chunks()])
+
+    def whole(self) -> bytes | None:
+        """The whole body when the connection has read all of it already (a small body arrives with its head),
+        taken at once and the connection given back; None otherwise (read it with `chunks`)."""
+        conn = self._conn
+        taken = conn.take_all()
+        if taken is None:
+            return None
+        self.received += len(taken)
+        self.release()
+        return taken
 
     def release(self) -> None:
         """Give the connection back (or close it, when the body was not read to its end)."""
@@ -287,7 +304,7 @@ class OriginClient:
         fields = list(headers.items())
         if "host" not in (name.lower() for name, _ in fields):
             fields.append(("Host", target.raw_authority))
-        deadline = asyncio.get_running_loop().time() + self.limits.first_byte_timeout_s
+        deadline = pool.loop.time() + self.limits.first_byte_timeout_s
         try:
             conn = await pool.exchange(key, method, target.raw_path_qs, fields, body, deadline)
         except TimeoutError as exc:  # connecting (its own message), or the head within the first-byte time
@@ -299,7 +316,7 @@ class OriginClient:
             raise OriginError(f"could not connect to the origin ({exc.strerror or exc})") from None
         except HttpError as exc:
             raise OriginError(f"the origin's answer could not be read ({exc})") from None
-        raw = [(name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in conn.headers]
-        dropped = connection_fields(raw)
-        headers_out = [(name, value) for name, value in raw if name not in dropped]
+        raw = conn.headers
+        dropped = response_connection_fields(raw)
+        headers_out = [field for field in raw if field[0] not in dropped]
         return OriginResponse(conn.status, headers_out, request_time, time.time(), conn, pool, self.limits)

@@ -18,6 +18,7 @@ response objects, header copies, timers per read) cost a fill more than the rest
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
@@ -43,14 +44,15 @@ class Disconnected(HttpError):
     """The server closed the connection before any byte of a response."""
 
 
-def sized(headers: list[tuple[bytes, bytes]]) -> bool:
+def sized(headers: list[tuple[str, str]]) -> bool:
     """Whether a response's body ends by its own framing (RFC 9112 6.3): chunked as the final transfer coding,
-    or a Content-Length without any Transfer-Encoding. Otherwise the connection's close ends it."""
-    codings = [coding.strip().lower() for name, value in headers if name.lower() == b"transfer-encoding"
-               for coding in value.split(b",") if coding.strip()]
+    or a Content-Length without any Transfer-Encoding (`headers`: lower-case names). Otherwise the connection's
+    close ends it."""
+    codings = [coding.strip().lower() for name, value in headers if name == "transfer-encoding"
+               for coding in value.split(",") if coding.strip()]
     if codings:
-        return codings[-1] == b"chunked"
-    return any(name.lower() == b"content-length" for name, _ in headers)
+        return codings[-1] == "chunked"
+    return any(name == "content-length" for name, _ in headers)
 
 
 class Connection(asyncio.Protocol):
@@ -62,14 +64,14 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reused = False
-        self._loop = asyncio.get_running_loop()
+        self.loop = pool.loop
         self.idle_until = 0.0  # the loop's time at which it is closed while idle (`Pool.release`)
         self._reset()
 
     def _reset(self) -> None:
         self._parser = httptools.HttpResponseParser(self)
         self.status = 0
-        self.headers: list[tuple[bytes, bytes]] = []
+        self.headers: list[tuple[str, str]] = []  # lower-case names, Latin-1 decoded
         self._head_bytes = 0
         self._head: asyncio.Future[None] | None = None
         self._chunks: deque[bytes] = deque()
@@ -141,7 +143,7 @@ class Connection(asyncio.Protocol):
             if self._head_bytes > self._max_head:
                 raise HttpError(f"the response's trailer fields pass {self._max_head} bytes")
             return
-        self.headers.append((name, value))
+        self.headers.append((name.decode("latin-1").lower(), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
@@ -182,7 +184,7 @@ class Connection(asyncio.Protocol):
 
     def send(self, method: str, target: str, headers: Iterable[tuple[str, str]], body: bytes | None) -> None:
         self._reset()
-        self._head = self._loop.create_future()
+        self._head = self.loop.create_future()
         self._skip_body = method == "HEAD"
         lines = [f"{method} {target} HTTP/1.1\r\n"]
         for name, value in headers:
@@ -203,7 +205,7 @@ class Connection(asyncio.Protocol):
         if deadline is None:
             await self._head
             return
-        timer = self._loop.call_at(deadline, expire, self._head)
+        timer = self.loop.call_at(deadline, expire, self._head)
         try:
             await self._head
         finally:
@@ -216,8 +218,8 @@ class Connection(asyncio.Protocol):
                 raise self.error
             if self.done:
                 return NO_BODY
-            self._waiter = waiter = self._loop.create_future()
-            timer = self._loop.call_later(idle_timeout_s, expire, waiter)
+            self._waiter = waiter = self.loop.create_future()
+            timer = self.loop.call_later(idle_timeout_s, expire, waiter)
             try:
                 await waiter
             finally:
@@ -228,6 +230,16 @@ class Connection(asyncio.Protocol):
             self._paused = False
             self.transport.resume_reading()
         return chunk
+
+    def take_all(self) -> bytes | None:
+        """The whole body when all of it was read and nothing of it taken yet, else None (`chunk` then)."""
+        if not self.done or self.error is not None or self._paused:
+            return None
+        chunks = self._chunks
+        body = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._buffered = 0
+        return body
 
     def at_eof(self) -> bool:
         return self.done and not self._chunks
@@ -252,6 +264,49 @@ class Connection(asyncio.Protocol):
         self._waiter = None
 
 
+class Slots:
+    """At most ``size`` exchanges at once for one key; the others wait in arrival order. A plain counter and a
+    queue of futures (a wait bounded by one timer): asyncio.Semaphore under asyncio.timeout_at cost a fill
+    waiting for a slot several times what the slot's bookkeeping needs."""
+
+    __slots__ = ("free", "_waiters", "loop")
+
+    def __init__(self, size: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.free = size
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self.loop = loop
+
+    async def take(self, deadline: float | None) -> None:
+        """One slot, waited for until the loop's time `deadline` (TimeoutError past it; None: no bound)."""
+        if self.free > 0 and not self._waiters:
+            self.free -= 1
+            return
+        waiter = self.loop.create_future()
+        self._waiters.append(waiter)
+        timer = None if deadline is None else self.loop.call_at(deadline, expire, waiter)
+        try:
+            await waiter  # done by `give`, which hands this waiter its slot
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self.give()  # handed a slot as it timed out or was cancelled: passed on
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def give(self) -> None:
+        """A slot back: to the first waiter still waiting, else free."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.free += 1
+
+
 def expire(waiter: asyncio.Future[None]) -> None:
     """A wait's time is up: it ends in TimeoutError, as under asyncio.timeout."""
     if not waiter.done():
@@ -259,7 +314,8 @@ def expire(waiter: asyncio.Future[None]) -> None:
 
 
 class Pool:
-    """Keep-alive connections by scheme, host and port; see the module docstring."""
+    """Keep-alive connections by scheme, host and port; see the module docstring. Made on the event loop it
+    serves."""
 
     def __init__(self, *, size: int, keepalive_s: float, connect_timeout_s: float, max_field: int,
                  connector: Connector | None = None) -> None:
@@ -270,11 +326,12 @@ class Pool:
         self._max_head = max_field * 64
         self._connector = connector
         self._idle: dict[Key, list[Connection]] = {}
-        self._slots: dict[Key, asyncio.Semaphore] = {}
+        self._slots: dict[Key, Slots] = {}
         self._open: set[Connection] = set()
         self._tls: ssl.SSLContext | None = None
         # One timer for every idle connection (the earliest to close), not one per connection released.
         self._sweep: asyncio.TimerHandle | None = None
+        self.loop = asyncio.get_running_loop()  # made on the loop it serves (`OriginClient.pool`)
 
     async def exchange(self, key: Key, method: str, target: str, headers: Iterable[tuple[str, str]],
                        body: bytes | None, deadline: float | None = None) -> Connection:
@@ -282,14 +339,10 @@ class Pool:
         TimeoutError when that is not before the loop's time `deadline` (None: no bound)."""
         slots = self._slots.get(key)
         if slots is None:
-            slots = self._slots[key] = asyncio.Semaphore(self._size)
-        # What waits only now and then (a free slot, a new connection) is bounded by asyncio.timeout_at, the
-        # head (every request waits for one) by a timer: asyncio.timeout costs more than the rest of a request.
-        if slots.locked():
-            async with asyncio.timeout_at(deadline):
-                await slots.acquire()
-        else:
-            await slots.acquire()
+            slots = self._slots[key] = Slots(self._size, self.loop)
+        # A new connection (now and then) is bounded by asyncio.timeout_at; the slot and the head (waited for by
+        # many requests) by a timer each: asyncio.timeout costs more than the rest of a request.
+        await slots.take(deadline)
         try:
             fields = list(headers)
             for attempt in range(2):
@@ -310,19 +363,19 @@ class Pool:
                     raise
             raise AssertionError("unreachable")
         except BaseException:
-            slots.release()
+            slots.give()
             raise
 
     def release(self, conn: Connection) -> None:
         """The response is done with: its connection kept for the next request when it can be, else closed."""
         slots = self._slots.get(conn.key)
         if slots is not None:
-            slots.release()
+            slots.give()
         if conn.closed or not conn.at_eof() or not conn.keep_alive or conn.error is not None:
             conn.close()
             return
         conn.reused = True
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         conn.idle_until = loop.time() + self._keepalive_s
         self._idle.setdefault(conn.key, []).append(conn)
         if self._sweep is None:
@@ -331,7 +384,7 @@ class Pool:
     def _close_idle(self) -> None:
         """Close the connections idle for ``keepalive_s``; the timer again for the next to be."""
         self._sweep = None
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         now = loop.time()
         earliest = float("inf")
         for idle in self._idle.values():
@@ -361,7 +414,7 @@ class Pool:
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()
-            if conn.idle_until <= asyncio.get_running_loop().time():  # its time is up: the timer is late
+            if conn.idle_until <= self.loop.time():  # its time is up: the timer is late
                 conn.close()
             elif not conn.closed and conn.transport is not None and not conn.transport.is_closing():
                 return conn
@@ -369,7 +422,7 @@ class Pool:
 
     async def _connect(self, key: Key) -> Connection:
         scheme, host, port = key
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         tls: dict[str, Any] = {}
         if scheme == "https":
             if self._tls is None:

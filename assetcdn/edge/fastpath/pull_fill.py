@@ -132,7 +132,7 @@ class PullFills:
         self.started += 1
         conn.busy = True
         conn.deadline = float("inf")
-        task = asyncio.get_running_loop().create_task(started)
+        task = self.server.loop.create_task(started)
         node = self.server.node
         node.background.add(task)
         task.add_done_callback(node.background.discard)
@@ -179,7 +179,7 @@ class PullFills:
                 fetched = exc
             if isinstance(fetched, OriginResponse) and (writes := self._writes(zone, lowered, fetched)) is not None:
                 # The requests waiting for this URL wait for the answer to be stored, not for this client.
-                kept = asyncio.get_running_loop().create_future()
+                kept = self.server.loop.create_future()
                 self.flights.land(flight_key, kept)
                 try:
                     await self._answer(conn, fill, zone, named, url_key, lowered, fetched, changes, kept, *writes)

@@ -149,12 +149,16 @@ class Flights:
 
     def __init__(self) -> None:
         self._waiting: dict[str, asyncio.Future[Landing]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None  # the application's, at the first flight
 
     def join(self, key: str) -> asyncio.Future[Landing] | None:
         """The flight to wait for, or None: the caller leads, and must `land` the key."""
         future = self._waiting.get(key)
         if future is None:
-            self._waiting[key] = asyncio.get_running_loop().create_future()
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            self._waiting[key] = loop.create_future()
         return future
 
     def land(self, key: str, kept: asyncio.Future[None] | None = None) -> None:
@@ -527,6 +531,19 @@ async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | No
     gone) and into `spool` (and `digest`) while the body stays within `limit`, past which it is still sent but
     no longer kept. Stops early when nothing is sent or kept any more. Returns the spool (None: not kept) and
     whether the client took the whole body; OriginError when the origin's body fails (the spool closed)."""
+    whole = response.whole()  # a small body read with its head: one piece, no waits
+    if whole is not None:
+        if spool is not None:
+            if len(whole) > limit:
+                spool.close()
+                spool = None
+            else:
+                spool.write(whole)
+                if digest is not None:
+                    digest.update(whole)
+        if send is not None and whole and not await send(whole):
+            send = None
+        return spool, send is not None
     size = 0
     try:
         async for chunk in response.chunks(capped=False):
