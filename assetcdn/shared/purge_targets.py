@@ -60,6 +60,13 @@ def unsafe_path(raw: str) -> bool:
     """Whether a path (percent-encoded) holds a dot segment (`..`, also percent-encoded, or split by `\\`,
     which some origins read as a separator) or a character that could split a request (NUL, CR, LF), as the
     edge refuses it in a pull zone's request path (assetcdn/edge/states/recv.py)."""
+    if "%" not in raw and "\\" not in raw:  # nothing to decode: the segments are as written
+        if "\x00" in raw or "\r" in raw or "\n" in raw:
+            return True
+        if "." not in raw:
+            return False
+        segments = raw.split("/")
+        return "." in segments or ".." in segments
     for segment in raw.split("/"):
         decoded = unquote(segment)
         if (any(part in (".", "..") for part in decoded.replace("\\", "/").split("/"))

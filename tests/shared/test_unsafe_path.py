@@ -1,0 +1,29 @@
+"""`unsafe_path`, the pull zone path check every fill makes: its quick answer for a path with nothing to decode
+agrees with the segment-by-segment reading."""
+
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+import pytest
+
+from assetcdn.shared.purge_targets import unsafe_path
+
+
+def by_segments(raw: str) -> bool:
+    for segment in raw.split("/"):
+        decoded = unquote(segment)
+        if (any(part in (".", "..") for part in decoded.replace("\\", "/").split("/"))
+                or any(char in decoded for char in "\x00\r\n")):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("raw", [
+    "/", "/a", "/a.b", "/.well-known/x", "/a/.hidden", "/a/b.", "/a/...", "/a/.../b", "/v1.2/img.png",
+    "/.", "/..", "/a/.", "/a/..", "/a/./b", "/a/../b", ".", "..", "./a", "../a", "//..//", "/a//./",
+    "/a\x00b", "/a\rb", "/a\nb", "/a%2e%2e/b", "/%2E/b", "/a/..%2fb", "/a/..%5cb", "/a\\..\\b", "/a%00",
+    "/caf%C3%A9.jpg", "/a%20b/.", "/a/b%2F..",
+])
+def test_quick_answer_agrees_with_the_segments(raw: str) -> None:
+    assert unsafe_path(raw) is by_segments(raw)
