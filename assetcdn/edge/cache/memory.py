@@ -15,8 +15,8 @@ from assetcdn.edge.cache.entry import CachedObject, MemoryOnly, written
 # the index holds once however many entries carry it (charged to each, so shared tags are over-counted).
 ENTRY_OVERHEAD = 100
 TAG_OVERHEAD = 64 + sys.getsizeof("")
-# Evicted memory-only entries waiting for the disk writer hold at most this share of ``max_bytes`` beside it;
-# beyond that the oldest go unwritten (a writer that far behind would otherwise let them pile up).
+# Evicted memory-only entries waiting for the disk writer hold at most this share of ``max_bytes`` beside it (or
+# the newest one alone); beyond that the oldest go unwritten (a writer that far behind would let them pile up).
 VICTIM_SHARE = 8
 
 
@@ -193,7 +193,7 @@ class MemoryTier:
         self._victims[obj.key] = obj
         self._victim_bytes += entry_cost(obj)
         limit = self.max_bytes // VICTIM_SHARE
-        while self._victim_bytes > limit:
+        while self._victim_bytes > limit and len(self._victims) > 1:  # the newest stays, however large
             self._unvictim(next(iter(self._victims)))
             self.victims_dropped += 1
 
