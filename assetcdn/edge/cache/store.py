@@ -82,8 +82,9 @@ class PurgedMeanwhile(Exception):
 @dataclass(frozen=True, slots=True)
 class CacheStats:
     """``memory_entries`` counts what the memory tier holds, ``disk_entries`` what the disk tier holds, and
-    ``unwritten_entries`` the entries in memory only (a one-worker edge's fills not yet written: in
-    ``memory_entries``, not in ``disk_entries``), so the cache holds ``disk_entries + unwritten_entries``."""
+    ``unwritten_entries`` the entries held in memory only (a one-worker edge's fills not written yet, the evicted
+    ones waiting for the writer among them), none of them in ``disk_entries``: the cache holds
+    ``disk_entries + unwritten_entries``."""
 
     memory_entries: int
     memory_bytes: int
@@ -488,9 +489,8 @@ class EdgeCache:
 
     def close(self) -> None:
         """Write what ``put_behind`` queued and the memory-only entries (``CLOSE_WAIT_S`` at most, the wait for the
-        writer included) and close; a writer
-        still in its batch then keeps the purge log and the disk tier it uses open (the process's exit closes them).
-        Blocking: the event loop awaits ``aclose``."""
+        writer included) and close; a writer still in its batch then keeps the purge log and the disk tier it uses
+        open (the process's exit closes them). Blocking: the event loop awaits ``aclose``."""
         self._closed(self._writes.close(CLOSE_WAIT_S))
 
     async def aclose(self) -> None:

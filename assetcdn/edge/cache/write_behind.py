@@ -16,13 +16,15 @@ write, which then costs the filling request nothing: the writer takes every entr
 transaction (a commit and the index pages it touches shared by the batch). Rules that keep the tiers agreeing:
 
 - an entry is written only while the memory tier still holds that very object (a victim: still among the
-  victims): one purged, replaced by a newer response, or (a queued fill) evicted before its turn is not written. The purges other workers made are replayed on the memory
-  tier first, inside the batch's SQLite write transaction, so a purge another worker logged before the batch
-  commits removes the entry from the batch (a purge logged after it removes the written row);
+  victims): one purged, replaced by a newer response, or (a queued fill) evicted before its turn is not
+  written. The purges other workers made are replayed on the memory tier first, inside the batch's SQLite
+  write transaction, so a purge another worker logged before the batch commits removes the entry from the
+  batch (a purge logged after it removes the written row);
 - a purge on this worker writes what is queued and the victims first (a soft purge marks them stale on disk,
-  and writes the memory-only entries it keeps stale before marking them) and holds ``lock``
-  for its memory and disk steps; the writer holds it from that check to the commit: a purge never runs between
-  them, so it cannot miss an entry that lands after it;
+  and writes the memory-only entries it keeps stale before marking them) and holds ``lock`` for its memory
+  and disk steps; the writer holds it from that check to the commit: a purge never runs between them, so it
+  cannot miss an entry that lands after it. A memory-only entry the memory tier evicts during a purge, after
+  that write, is a victim its memory step removes;
 - ``flush`` writes what is queued and the victims at once; ``write_all`` (shutdown, and callers that need the
   disk tier current) the memory-only entries too;
 - ``close`` waits for a batch under way for a bounded time only (each batch's writes are bounded too, see
@@ -206,7 +208,7 @@ class WriteBehind:
         try:
             if current:
                 self._disk.put_many(current, current=self._current)
-            stored = self._disk.dropped_writes == dropped
+            stored = not self._closed and self._disk.dropped_writes == dropped
         except Exception:  # a cache write failing must not stop later ones: the entry stays memory-only
             log.exception("edge cache: %d entries could not be written to the disk tier", len(current))
         finally:

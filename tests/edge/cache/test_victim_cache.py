@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -194,3 +195,17 @@ def test_the_victims_waiting_for_a_writer_that_is_behind_stay_within_their_share
     assert victims[-1].key == f"pull:z:/many-{39 - len(cache.memory)}"  # the newest are kept
     writer.run()
     assert [on_disk(cache, obj.key) for obj in victims] == [BODY] * len(victims)
+
+
+def test_a_real_writer_thread_writes_every_evicted_entry(cache: EdgeCache) -> None:
+    """Fills evict one another while the writer thread writes the victims: each ends in memory, on disk, or
+    counted as let go (the victims' bound), none in between."""
+    keys = [f"pull:z:/real-{n}" for n in range(200)]
+    with ThreadPoolExecutor(max_workers=1) as writer:
+        for key in keys:
+            assert cache.put_behind(key, BODY, "text/plain", '"e"', TAGS, HEAD, writer=writer) is not None
+    in_memory = [key for key in keys if key in cache.memory]
+    written = [key for key in keys if on_disk(cache, key) == BODY]
+    assert cache.memory.victim_count == 0 and not set(in_memory) & set(written)
+    assert len(in_memory) + len(written) + cache.memory.victims_dropped == len(keys)
+    assert len(written) > 0
