@@ -184,6 +184,21 @@ class CachedObject:
                 yield chunk
 
 
+class MemoryOnly(CachedObject):
+    """An entry in the memory tier only, not on disk yet: a one-worker edge's fill (``EdgeCache.put_behind``),
+    written to the disk tier when the memory tier evicts it or the cache is flushed. The class is the flag, so
+    the entry costs what a ``CachedObject`` costs (no slot more); ``written`` turns it into one."""
+
+    __slots__ = ()
+
+
+def written(obj: CachedObject) -> None:
+    """`obj` is on disk now: from then on an ordinary entry (its class changes, its identity stays, so the hit
+    path's references to it remain valid). Only the memory tier calls it, under its lock."""
+    if type(obj) is MemoryOnly:
+        object.__setattr__(obj, "__class__", CachedObject)
+
+
 # What ``footprint`` counts beside the strings and bytes: the object itself and its stored-at float.
 OBJECT_SIZE = sys.getsizeof(CachedObject("", "", "", (), 0, 0.0, body=b""))
 FLOAT_SIZE = sys.getsizeof(0.0)

@@ -6,15 +6,18 @@ import bisect
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.cache.entry import CachedObject, MemoryOnly, written
 
 # What the tier's own structures spend per entry beyond the entry's ``footprint``: its slot in the LRU
 # (a dict slot and a linked-list node), and per tag its slot in the tag index plus the tag's string, which
 # the index holds once however many entries carry it (charged to each, so shared tags are over-counted).
 ENTRY_OVERHEAD = 100
 TAG_OVERHEAD = 64 + sys.getsizeof("")
+# Evicted memory-only entries waiting for the disk writer hold at most this share of ``max_bytes`` beside it (or
+# the newest one alone); beyond that the oldest go unwritten (a writer that far behind would let them pile up).
+VICTIM_SHARE = 8
 
 
 def entry_cost(obj: CachedObject, tags: Iterable[str] | None = None) -> int:
@@ -38,6 +41,11 @@ class MemoryTier:
     tier instead). A ``threading.Lock`` guards every operation because puts may come from executor
     threads; uncontended, it costs tens of nanoseconds on a hit.
     The tier is per process: with several workers, each has its own (see ``PurgeLog``).
+
+    A ``MemoryOnly`` entry (not on disk yet: assetcdn/edge/cache/write_behind.py) that the LRU evicts for room
+    moves to the victims, where it waits for the disk writer (``on_victims`` is told, outside the lock): still
+    found by ``victim``, and removed by the purges, ``discard`` and a newer ``put`` under its key as an entry is,
+    so the writer (which writes only what is still there) never brings back what they removed.
     """
 
     def __init__(self, max_bytes: int, max_object_size: int) -> None:
@@ -48,12 +56,26 @@ class MemoryTier:
         self._sorted_tags: list[str] | None = []  # the keys of _by_tag in order (prefix purges); None: unsorted
         self._bytes = 0
         self._lock = threading.Lock()
+        self._unwritten = 0  # the MemoryOnly entries among _entries
+        self._victims: OrderedDict[str, CachedObject] = OrderedDict()
+        self._victim_bytes = 0
+        self.victims_dropped = 0  # evicted memory-only entries let go unwritten (the victims were full)
+        self.on_victims: Callable[[], None] | None = None  # called after a put moved entries to the victims
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def __contains__(self, key: str) -> bool:
         return key in self._entries
+
+    @property
+    def unwritten(self) -> int:
+        """How many entries the tier holds that are not on disk: memory-only entries and victims."""
+        return self._unwritten + len(self._victims)
+
+    @property
+    def victim_count(self) -> int:
+        return len(self._victims)
 
     @property
     def bytes(self) -> int:
@@ -90,8 +112,10 @@ class MemoryTier:
         in-memory body, is larger than ``max_object_size`` or costs more than the whole budget; an
         older entry under the same key is dropped in that case so the tier never serves a superseded body.
         """
+        victims = False
         with self._lock:
             self._remove(obj.key)
+            self._unvictim(obj.key)
             if obj.body is None or not self.accepts(obj.size):
                 return False
             tags = obj.tags
@@ -100,20 +124,93 @@ class MemoryTier:
                 return False
             self._entries[obj.key] = obj
             self._bytes += cost
+            if type(obj) is MemoryOnly:
+                self._unwritten += 1
             for tag in tags:
                 self._index(tag, obj.key)
             while self._bytes > self.max_bytes:
                 oldest = next(iter(self._entries))
+                evicted = self._entries[oldest]
                 self._remove(oldest)
-            return True
+                if type(evicted) is MemoryOnly:
+                    self._victimize(evicted)
+                    victims = True
+        if victims and self.on_victims is not None:
+            self.on_victims()
+        return True
+
+    def victim(self, key: str) -> CachedObject | None:
+        """The evicted memory-only entry under ``key`` that the disk writer has not taken yet (lock-free: one
+        dict read); None when there is none."""
+        return self._victims.get(key)
+
+    def victims(self) -> list[CachedObject]:
+        """The victims now, oldest first."""
+        with self._lock:
+            return list(self._victims.values())
+
+    def holds(self, obj: CachedObject) -> bool:
+        """Whether ``obj`` itself is still here, as an entry or as a victim (not purged or replaced since)."""
+        key = obj.key
+        return self._entries.get(key) is obj or self._victims.get(key) is obj
+
+    def memory_only(self) -> list[CachedObject]:
+        """The entries not on disk (``MemoryOnly``), least recently used first; victims are not among them."""
+        with self._lock:
+            return [obj for obj in self._entries.values() if type(obj) is MemoryOnly] if self._unwritten else []
+
+    def carrying(self, tags: Iterable[str], prefixes: Iterable[str]) -> list[CachedObject]:
+        """The entries carrying any of ``tags`` or a tag under any of ``prefixes`` (nothing removed)."""
+        with self._lock:
+            keys: set[str] = set()
+            for tag in tags:
+                self._collect(self._by_tag.get(tag), keys)
+            self._prefixed(prefixes, keys)
+            return [self._entries[key] for key in keys if key in self._entries]
+
+    def settle(self, taken: Iterable[CachedObject], *, stored: bool) -> None:
+        """The disk writer is done with ``taken``: the victims among them go, and when they were ``stored``, the
+        memory-only entries among them are ordinary entries from now on (an eviction lets them go unwritten)."""
+        with self._lock:
+            for obj in taken:
+                key = obj.key
+                if self._victims.get(key) is obj:
+                    self._unvictim(key)
+                elif stored and type(obj) is MemoryOnly:
+                    if self._entries.get(key) is obj:
+                        self._unwritten -= 1
+                    written(obj)
+
+    def forget(self, obj: CachedObject) -> None:
+        """Remove ``obj`` itself, as an entry or as a victim (a newer entry under its key stays)."""
+        with self._lock:
+            if self._entries.get(obj.key) is obj:
+                self._remove(obj.key)
+            elif self._victims.get(obj.key) is obj:
+                self._unvictim(obj.key)
+
+    def _victimize(self, obj: CachedObject) -> None:
+        self._victims[obj.key] = obj
+        self._victim_bytes += entry_cost(obj)
+        limit = self.max_bytes // VICTIM_SHARE
+        while self._victim_bytes > limit and len(self._victims) > 1:  # the newest stays, however large
+            self._unvictim(next(iter(self._victims)))
+            self.victims_dropped += 1
+
+    def _unvictim(self, key: str) -> bool:
+        obj = self._victims.pop(key, None)
+        if obj is None:
+            return False
+        self._victim_bytes -= entry_cost(obj)
+        return True
 
     def discard(self, key: str) -> bool:
         with self._lock:
-            return self._remove(key)
+            return self._remove(key) | self._unvictim(key)
 
     def discard_many(self, keys: Iterable[str]) -> list[str]:
         with self._lock:
-            return [key for key in keys if self._remove(key)]
+            return [key for key in keys if self._remove(key) | self._unvictim(key)]
 
     def purge_tags(self, tags: Iterable[str]) -> list[str]:
         """Remove every entry carrying any of ``tags``; returns the keys removed."""
@@ -121,21 +218,35 @@ class MemoryTier:
             keys: set[str] = set()
             for tag in tags:
                 self._collect(self._by_tag.get(tag), keys)
-            return [key for key in keys if self._remove(key)]
+            if self._victims:
+                wanted = set(tags)
+                keys.update(key for key, obj in self._victims.items() if not wanted.isdisjoint(obj.tags))
+            return [key for key in keys if self._remove(key) | self._unvictim(key)]
 
     def purge_tag_prefixes(self, prefixes: Iterable[str]) -> list[str]:
         """Remove every entry carrying a tag that starts with any of ``prefixes``; returns the keys removed."""
         with self._lock:
             keys: set[str] = set()
-            ordered = self._sorted_tags
-            if ordered is None:
-                ordered = self._sorted_tags = sorted(self._by_tag)
-            for prefix in prefixes:
-                at = bisect.bisect_left(ordered, prefix)
-                while at < len(ordered) and ordered[at].startswith(prefix):
-                    self._collect(self._by_tag.get(ordered[at]), keys)
-                    at += 1
-            return [key for key in keys if self._remove(key)]
+            prefixes = self._prefixed(prefixes, keys)
+            if self._victims and prefixes:
+                keys.update(key for key, obj in self._victims.items()
+                            if any(tag.startswith(prefixes) for tag in obj.tags))
+            return [key for key in keys if self._remove(key) | self._unvictim(key)]
+
+    def _prefixed(self, prefixes: Iterable[str], keys: set[str]) -> tuple[str, ...]:
+        """Add to ``keys`` the entries carrying a tag under any of ``prefixes`` (returned as a tuple)."""
+        prefixes = tuple(prefixes)
+        if not prefixes:
+            return prefixes
+        ordered = self._sorted_tags
+        if ordered is None:
+            ordered = self._sorted_tags = sorted(self._by_tag)
+        for prefix in prefixes:
+            at = bisect.bisect_left(ordered, prefix)
+            while at < len(ordered) and ordered[at].startswith(prefix):
+                self._collect(self._by_tag.get(ordered[at]), keys)
+                at += 1
+        return prefixes
 
     @staticmethod
     def _collect(held: str | set[str] | None, keys: set[str]) -> None:
@@ -146,11 +257,14 @@ class MemoryTier:
 
     def clear(self) -> int:
         with self._lock:
-            count = len(self._entries)
+            count = len(self._entries) + len(self._victims)
             self._entries.clear()
             self._by_tag.clear()
             self._sorted_tags = []
             self._bytes = 0
+            self._unwritten = 0
+            self._victims.clear()
+            self._victim_bytes = 0
             return count
 
     def _index(self, tag: str, key: str) -> None:
@@ -170,6 +284,8 @@ class MemoryTier:
             return False
         tags = obj.tags
         self._bytes -= entry_cost(obj, tags)
+        if type(obj) is MemoryOnly:
+            self._unwritten -= 1
         for tag in tags:
             held = self._by_tag.get(tag)
             if held is None:

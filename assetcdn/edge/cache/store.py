@@ -1,5 +1,10 @@
 """The edge cache: the memory tier in front of the disk tier, with key and tag purges.
 
+With several workers every entry is on disk (the workers share the disk tier; each memory tier holds copies).
+On an edge with one worker (``alone``) a fill stored behind (``put_behind``) is in the memory tier only until the
+memory tier evicts it, or the cache is flushed or closed: the disk tier is then the second level, a victim cache
+(assetcdn/edge/cache/write_behind.py). ``stats`` counts those entries (``unwritten_entries``).
+
 Keys are the caller's (``asset:<blob_id>:<path>``, a variant's key scoped to its source path; every key
 is built in assetcdn/edge/states/keys.py): what a response depends on. A URL purge is a purge of the path's internal
 tag (assetcdn/edge/cache/tags.py), which every entry made from that path carries; this module only knows
@@ -35,7 +40,7 @@ from typing import Any, BinaryIO, Concatenate, ParamSpec, TypeVar
 
 from assetcdn.edge.cache.applied import AppliedGeneration, GenerationPurge
 from assetcdn.edge.cache.disk import DEFAULT_MIN_FILE_SIZE, DiskTier, encode_meta, prefix_end
-from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.cache.entry import CachedObject, MemoryOnly
 from assetcdn.edge.cache.memory import MemoryTier
 from assetcdn.edge.cache.purge_log import PurgeKind, PurgeLog
 from assetcdn.edge.cache.write_behind import WriteBehind
@@ -46,7 +51,8 @@ MB = 1024 * 1024
 SOFT_PURGED = ":soft-purged"
 PROBE_BODY = b"assetcdn edge cache probe"
 # How long ``close`` waits for a write-behind batch under way (one that cannot begin gives up sooner or later
-# on its own: assetcdn/edge/cache/disk.py); then it closes without writing what is queued.
+# on its own: assetcdn/edge/cache/disk.py) and writes the memory-only entries, all told; then it closes
+# without writing what is left.
 CLOSE_WAIT_S = 60.0
 
 
@@ -75,12 +81,18 @@ class PurgedMeanwhile(Exception):
 
 @dataclass(frozen=True, slots=True)
 class CacheStats:
+    """``memory_entries`` counts what the memory tier holds, ``disk_entries`` what the disk tier holds, and
+    ``unwritten_entries`` the entries held in memory only (a one-worker edge's fills not written yet, the evicted
+    ones waiting for the writer among them), none of them in ``disk_entries``: the cache holds
+    ``disk_entries + unwritten_entries``."""
+
     memory_entries: int
     memory_bytes: int
     memory_limit_bytes: int
     disk_entries: int
     disk_bytes: int
     disk_limit_bytes: int
+    unwritten_entries: int = 0
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -90,6 +102,7 @@ class CacheStats:
             "disk_entries": self.disk_entries,
             "disk_bytes": self.disk_bytes,
             "disk_limit_bytes": self.disk_limit_bytes,
+            "unwritten_entries": self.unwritten_entries,
         }
 
 
@@ -121,8 +134,8 @@ class EdgeCache:
         self._applied = AppliedGeneration(self.directory)
         self._writes = WriteBehind(self.memory, self.disk, sync_purges=self.sync_purges)
         self._replaying = threading.Lock()  # the event loop and the writer thread both replay purges
-        # The only process of its node reading this directory (an edge with one worker): what it stores may reach
-        # the disk tier after the request that stored it is answered (`put_behind`).
+        # The only process of its node reading this directory (an edge with one worker): what it stores behind
+        # reaches the disk tier when the memory tier evicts it, or at a flush (`put_behind`).
         self.alone = False
         self._purged = 0  # purges this process made: a `put` that saw one finish meanwhile keeps no memory copy
 
@@ -145,6 +158,9 @@ class EdgeCache:
         obj = self.memory.get(key)
         if obj is not None:
             return obj
+        obj = self.memory.victim(key)  # evicted, not on disk yet: what the disk tier holds would be older
+        if obj is not None:
+            return obj
         obj = self.disk.get(key, load_limit=self.memory.max_object_size)
         if obj is not None and obj.body is not None:
             self.memory.put(obj)
@@ -159,7 +175,7 @@ class EdgeCache:
 
     def read_range(self, key: str, start: int, end: int) -> bytes | None:
         """Bytes ``[start, end)`` (end exclusive) of the body under ``key``; None on a miss."""
-        obj = self.memory.get(key)
+        obj = self.memory.get(key) or self.memory.victim(key)
         if obj is not None:
             return obj.read_range(start, end)
         return self.disk.read_range(key, start, end)
@@ -253,9 +269,9 @@ class EdgeCache:
         return lambda: self._purges.names_since(since, key, tags)
 
     def _forget(self, obj: CachedObject) -> None:
-        """Drop `obj`'s memory copy, not queued for the disk tier yet (a newer entry under its key stays)."""
-        if self.memory.get(obj.key) is obj:
-            self.memory.discard(obj.key)
+        """Drop `obj`'s memory copy (or, evicted meanwhile, the victim), not written to the disk tier yet (a newer
+        entry under its key stays)."""
+        self.memory.forget(obj)
 
     def set_head(self, obj: CachedObject, content_type: str, etag: str, tags: Iterable[str],
                  headers: Sequence[tuple[str, str]], *, since: int | None = None) -> CachedObject | None:
@@ -289,22 +305,29 @@ class EdgeCache:
         `writer` runs (assetcdn/edge/cache/write_behind.py): no I/O here, so it is called on the event loop.
         Returns the entry and, unless ``alone``, the future done once it is on disk (another worker may be
         asked for it next); None when the memory tier does not take it (the caller stores it with ``put``).
+        ``alone``, the entry is memory-only (``MemoryOnly``): not queued, written when the memory tier evicts it
+        (module docstring).
         ``since``: as ``put`` takes it; None too once a purge was published since that mark, so that the caller's
         ``put`` reads the purge log off the event loop (here only the mark is read)."""
         if since is not None and self._purges.mark() != since:
             return None
-        obj = CachedObject(key=key, content_type=content_type, etag=etag, tags=tuple(dict.fromkeys(tags)),
-                           size=len(body), stored_at=time.time(), body=body, headers=tuple(headers))
+        alone = self.alone
+        obj = (MemoryOnly if alone else CachedObject)(
+            key=key, content_type=content_type, etag=etag, tags=tuple(dict.fromkeys(tags)), size=len(body),
+            stored_at=time.time(), body=body, headers=tuple(headers))
+        if alone:
+            self._writes.writer = writer  # for the batches of what the memory tier evicts
         if not self.memory.put(obj):
             return None
         if since is not None and self._purges.mark() != since:  # published as it went in: `put` decides
             self._forget(obj)
             return None
-        return obj, self._writes.add(obj, writer, wait=not self.alone)
+        return obj, None if alone else self._writes.add(obj, writer, wait=True)
 
     def flush_writes(self) -> None:
-        """Write what ``put_behind`` queued to the disk tier now. Blocking."""
-        self._writes.flush()
+        """Write to the disk tier now what ``put_behind`` queued and the memory-only entries (``CLOSE_WAIT_S`` at
+        most: what is left then is logged, not written). Blocking."""
+        self._writes.write_all(CLOSE_WAIT_S)
 
     @_holding_writes
     def purge_keys(self, keys: Iterable[str]) -> int:
@@ -322,12 +345,13 @@ class EdgeCache:
 
     @_holding_writes
     def purge_all(self) -> int:
-        """Empty the cache; returns how many entries were removed (the larger tier's count:
-        memory holds copies of disk entries)."""
+        """Empty the cache; returns how many entries were removed (the larger tier's count, memory holding copies
+        of disk entries, plus the memory-only entries)."""
         with self._published(("all", ())):
+            unwritten = self.memory.unwritten  # the other memory entries are copies of disk ones
             memory_count = self.memory.clear()
             disk_count = self.disk.clear()
-        return max(disk_count, memory_count)
+        return max(disk_count, memory_count - unwritten) + unwritten
 
     @_holding_writes
     def purge_tag_prefixes(self, prefixes: Iterable[str]) -> int:
@@ -346,6 +370,9 @@ class EdgeCache:
         origin to confirm them); the others are removed. Memory tiers drop their copies (the disk tier's is
         the marked one). Returns how many entries were marked or removed. Blocking: see module docstring."""
         tag_list, prefix_list = list(dict.fromkeys(tags)), [p for p in dict.fromkeys(prefixes) if p]
+        if revalidated:  # a memory-only entry kept stale is written first, then marked as the disk's are
+            held = self.memory.memory_only() if everything else self.memory.carrying(tag_list, prefix_list)
+            self._writes.store([obj for obj in held if type(obj) is MemoryOnly and obj.key.startswith(revalidated)])
         published: tuple[tuple[PurgeKind, Sequence[str]], ...] = (
             (("all", ()),) if everything else (("tags", tag_list), ("prefix", prefix_list)))
         with self._published(*published):
@@ -432,6 +459,7 @@ class EdgeCache:
             disk_entries=len(self.disk),
             disk_bytes=self.disk.volume(),
             disk_limit_bytes=self.disk.size_limit,
+            unwritten_entries=self.memory.unwritten,
         )
 
     def check(self) -> CacheCheck:
@@ -460,9 +488,9 @@ class EdgeCache:
         return CacheCheck(ok=True, latency_ms=(time.perf_counter() - started) * 1000)
 
     def close(self) -> None:
-        """Write what ``put_behind`` queued (waiting ``CLOSE_WAIT_S`` at most for the writer) and close; a writer
-        still in its batch then keeps the purge log and the disk tier it uses open (the process's exit closes them).
-        Blocking: the event loop awaits ``aclose``."""
+        """Write what ``put_behind`` queued and the memory-only entries (``CLOSE_WAIT_S`` at most, the wait for the
+        writer included) and close; a writer still in its batch then keeps the purge log and the disk tier it uses
+        open (the process's exit closes them). Blocking: the event loop awaits ``aclose``."""
         self._closed(self._writes.close(CLOSE_WAIT_S))
 
     async def aclose(self) -> None:

@@ -1,20 +1,35 @@
 """Write-behind for the disk tier: entries the memory tier holds already reach disk in batches, one SQLite
 transaction per batch, from one writer thread.
 
+What is written depends on whether other workers read the same disk tier:
+
+- with other workers, each fill is queued (``add``) as it enters the memory tier: another worker may be asked
+  for it next;
+- on an edge with one worker, the memory tier is the first level and the disk tier the second (a victim cache):
+  a fill is a ``MemoryOnly`` entry, not queued, and reaches disk only when the memory tier evicts it for room
+  (it waits among the memory tier's victims for the next batch: assetcdn/edge/cache/memory.py) or when the
+  cache is flushed or closed (``write_all``, bounded in time). A crash loses the memory-only entries (they are
+  fetched again); an entry read back from disk is an ordinary one and is never written again on eviction.
+
 A cache fill's response is in the memory tier (so the next request of this worker is a hit) before its disk
 write, which then costs the filling request nothing: the writer takes every entry queued meanwhile in one
 transaction (a commit and the index pages it touches shared by the batch). Rules that keep the tiers agreeing:
 
-- an entry is written only while the memory tier still holds that very object: one purged, replaced by a newer
-  response or evicted before its turn is not written. The purges other workers made are replayed on the memory
-  tier first, inside the batch's SQLite write transaction, so a purge another worker logged before the batch
-  commits removes the entry from the batch (a purge logged after it removes the written row);
-- a purge on this worker writes what is queued first (a soft purge marks it stale on disk) and holds ``lock``
-  for its memory and disk steps; the writer holds it from that check to the commit: a purge never runs between
-  them, so it cannot miss an entry that lands after it;
-- ``flush`` writes what is queued at once (shutdown, and callers that need the disk tier current);
+- an entry is written only while the memory tier still holds that very object (a victim: still among the
+  victims): one purged, replaced by a newer response, or (a queued fill) evicted before its turn is not
+  written. The purges other workers made are replayed on the memory tier first, inside the batch's SQLite
+  write transaction, so a purge another worker logged before the batch commits removes the entry from the
+  batch (a purge logged after it removes the written row);
+- a purge on this worker writes what is queued and the victims first (a soft purge marks them stale on disk,
+  and writes the memory-only entries it keeps stale before marking them) and holds ``lock`` for its memory
+  and disk steps; the writer holds it from that check to the commit: a purge never runs between them, so it
+  cannot miss an entry that lands after it. A memory-only entry the memory tier evicts during a purge, after
+  that write, is a victim its memory step removes;
+- ``flush`` writes what is queued and the victims at once; ``write_all`` (shutdown, and callers that need the
+  disk tier current) the memory-only entries too;
 - ``close`` waits for a batch under way for a bounded time only (each batch's writes are bounded too, see
-  assetcdn/edge/cache/disk.py), and after it nothing more is written: what is still queued stays in memory.
+  assetcdn/edge/cache/disk.py), writes the memory-only entries within what is left of that time, and after it
+  nothing more is written: what is still queued stays in memory.
 
 When the node's other workers read the same disk tier, a fill must be there before its client has the whole
 answer (the next request may reach another worker): the caller then waits for its entry's batch (``wait``),
@@ -27,6 +42,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 
@@ -38,6 +54,8 @@ log = logging.getLogger(__name__)
 # A batch is handed to the writer this long after its first entry: the fills arriving meanwhile join it, and
 # the event loop hands work to the writer thread (an executor submit) once per batch rather than once per fill.
 GATHER_S = 0.05
+# ``write_all`` writes the memory-only entries this many to a transaction, checking its time bound between them.
+UNWRITTEN_BATCH = 500
 
 
 Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
@@ -55,12 +73,32 @@ class WriteBehind:
         self._closed = False
         self._queue_lock = threading.Lock()  # the queue and the flag only: held for microseconds
         self.lock = threading.RLock()        # a batch's check and commit; a purge's memory and disk steps
+        self.writer: Executor | None = None  # runs the batches of the memory tier's victims
+        memory.on_victims = self._victims_waiting
+
+    def _victims_waiting(self) -> None:
+        """The memory tier moved entries to its victims: a batch takes them (``GATHER_S`` later on an event loop)."""
+        writer = self.writer
+        if writer is None:  # no fill was stored behind: flush and close write them
+            return
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        with self._queue_lock:
+            start, self._scheduled = not self._scheduled, True
+        if start:
+            if loop is not None:
+                loop.call_later(self._gather_s, self._submit, writer)
+            else:
+                self._submit(writer)
 
     def add(self, obj: CachedObject, writer: Executor, *, wait: bool = False) -> asyncio.Future[None] | None:
         """Queue ``obj`` (in the memory tier already) for the disk tier; `writer` runs the batch. Without
         `wait`, ``GATHER_S`` later when called on an event loop (the loop's timer: the writer thread is not held
         meanwhile). With `wait` (on an event loop), as soon as the writer is free, and the future returned is
         done once the batch holding ``obj`` is written (or failed: ``obj`` then stays in memory only)."""
+        self.writer = writer
         waiter: Waiter | None = None
         loop: asyncio.AbstractEventLoop | None
         try:
@@ -86,24 +124,56 @@ class WriteBehind:
             self._drain()
 
     def flush(self) -> None:
-        """Write everything queued now, in the calling thread."""
+        """Write everything queued and the memory tier's victims now, in the calling thread."""
         with self.lock:
             self._write(self._take())
 
-    def close(self, wait_s: float) -> bool:
-        """Write what is queued, then no more; False when the writer's batch under way did not end within
-        `wait_s` (what is queued is then not written)."""
+    def write_all(self, wait_s: float) -> bool:
+        """``flush``, then the memory-only entries the memory tier holds, for `wait_s` at most (from the call,
+        the wait for a batch under way included); False when not all of them were written (the rest is logged)."""
+        deadline = time.monotonic() + wait_s
         if not self.lock.acquire(timeout=wait_s):
-            self._closed = True
-            log.warning("edge cache: the disk writer is still writing after %.0f s; closing without writing "
-                        "the %d entries queued", wait_s, len(self._queue))
+            log.warning("edge cache: the disk writer is still writing after %.0f s; %d entries queued and %d held "
+                        "only in memory were not written", wait_s, len(self._queue), self._memory.unwritten)
             return False
         try:
             self._write(self._take())
+            return self._write_unwritten(deadline, wait_s)
+        finally:
+            self.lock.release()
+
+    def close(self, wait_s: float) -> bool:
+        """``write_all``, then no more; False when the writer's batch under way did not end within `wait_s`
+        (what is queued is then not written)."""
+        deadline = time.monotonic() + wait_s
+        if not self.lock.acquire(timeout=wait_s):
+            self._closed = True
+            log.warning("edge cache: the disk writer is still writing after %.0f s; closing without writing "
+                        "the %d entries queued and the %d held only in memory", wait_s, len(self._queue),
+                        self._memory.unwritten)
+            return False
+        try:
+            self._write(self._take())
+            self._write_unwritten(deadline, wait_s)
             self._closed = True
         finally:
             self.lock.release()
         return True
+
+    def _write_unwritten(self, deadline: float, wait_s: float) -> bool:
+        """The memory-only entries, a transaction per ``UNWRITTEN_BATCH``, until `deadline`."""
+        entries = self._memory.memory_only()
+        for start in range(0, len(entries), UNWRITTEN_BATCH):
+            if time.monotonic() >= deadline:
+                log.warning("edge cache: %d entries held only in memory were not written to the disk tier within "
+                            "%.0f s (a restart fetches them again)", len(entries) - start, wait_s)
+                return False
+            self.store(entries[start:start + UNWRITTEN_BATCH])
+        return True
+
+    def store(self, entries: Sequence[CachedObject]) -> None:
+        """Write memory-only `entries` the memory tier still holds now (the caller holds ``lock``)."""
+        self._put(list(entries))
 
     def _take(self) -> list[tuple[CachedObject, Waiter | None]]:
         with self._queue_lock:
@@ -113,29 +183,40 @@ class WriteBehind:
     def _drain(self) -> None:
         while True:
             with self._queue_lock:
-                if not self._queue:
+                if not self._queue and self._memory.victim_count == 0:
                     self._scheduled = False
                     return
             with self.lock:
                 self._write(self._take())
 
     def _current(self, entries: Sequence[CachedObject]) -> list[CachedObject]:
-        """The entries the memory tier still holds, once the purges of other workers are replayed on it (none once
-        closed: the purge log may be closed already)."""
+        """The entries the memory tier still holds (as entries or victims), once the purges of other workers are
+        replayed on it (none once closed: the purge log may be closed already)."""
         if self._closed:
             return []
         self._sync_purges()
-        held = self._memory.get
-        return [obj for obj in entries if held(obj.key) is obj]
+        holds = self._memory.holds
+        return [obj for obj in entries if holds(obj)]
 
-    def _write(self, batch: list[tuple[CachedObject, Waiter | None]]) -> None:
-        held = self._memory.get
-        current = [] if self._closed else [obj for obj, _ in batch if held(obj.key) is obj]
+    def _put(self, entries: list[CachedObject]) -> None:
+        """Write `entries` that the memory tier still holds, then tell it they are settled (victims go; memory-only
+        entries become ordinary ones when written: not when the database dropped the write)."""
+        holds = self._memory.holds
+        current = [] if self._closed else [obj for obj in entries if holds(obj)]
+        dropped = self._disk.dropped_writes
+        stored = False
         try:
             if current:
                 self._disk.put_many(current, current=self._current)
+            stored = not self._closed and self._disk.dropped_writes == dropped
         except Exception:  # a cache write failing must not stop later ones: the entry stays memory-only
             log.exception("edge cache: %d entries could not be written to the disk tier", len(current))
+        finally:
+            self._memory.settle(entries, stored=stored)
+
+    def _write(self, batch: list[tuple[CachedObject, Waiter | None]]) -> None:
+        try:
+            self._put([obj for obj, _ in batch] + self._memory.victims())
         finally:
             waiting: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
             for _, waiter in batch:

@@ -1,0 +1,211 @@
+"""A one-worker edge (``EdgeCache.alone``): a fill stored behind is in the memory tier only, and reaches the disk
+tier when the memory tier evicts it for room, or at a flush or shutdown; purges, newer fills and soft purges
+see it as they see an entry on disk."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from assetcdn.edge.cache import store
+from assetcdn.edge.cache.memory import VICTIM_SHARE, entry_cost
+from assetcdn.edge.cache.store import SOFT_PURGED, EdgeCache
+from tests.edge.cache.test_write_behind import HEAD, KB, MB, HeldWriter, on_disk
+
+BODY = b"a" * KB
+KEY = "pull:z:/a"
+TAGS = ["path-a", "origin-x"]
+OTHERS = count()
+
+
+def one_worker(directory: Path) -> EdgeCache:
+    """A cache of a one-worker edge whose memory tier holds about ten 1 KB entries."""
+    cache = EdgeCache(directory, disk_size_limit=64 * MB, memory_bytes=16 * KB, memory_max_object=4 * KB)
+    cache.alone = True
+    return cache
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Iterator[EdgeCache]:
+    edge_cache = one_worker(tmp_path / "cache")
+    yield edge_cache
+    edge_cache.close()
+
+
+def fill(cache: EdgeCache, writer: HeldWriter, key: str = KEY, body: bytes = BODY, etag: str = '"1"') -> None:
+    assert cache.put_behind(key, body, "text/plain", etag, TAGS, HEAD, writer=writer) is not None
+
+
+def evict(cache: EdgeCache, key: str = KEY) -> None:
+    """Store other entries (on disk already: no victims of their own) until the memory tier evicts `key`'s."""
+    while key in cache.memory:
+        cache.put(f"pull:z:/other-{next(OTHERS)}", BODY, "text/plain", '"o"', ["path-other"], headers=HEAD)
+
+
+def test_a_fill_is_on_disk_only_once_flushed_and_is_not_written_again_when_evicted(cache: EdgeCache) -> None:
+    writer = HeldWriter()
+    fill(cache, writer)
+    writer.run()
+    assert on_disk(cache, KEY) is None and cache.get(KEY).body == BODY  # type: ignore[union-attr]
+    stats = cache.stats()
+    assert (stats.memory_entries, stats.disk_entries, stats.unwritten_entries) == (1, 0, 1)
+    cache.flush_writes()
+    assert on_disk(cache, KEY) == BODY
+    assert cache.stats().unwritten_entries == 0
+    evict(cache)
+    assert cache.memory.victim(KEY) is None  # on disk already: nothing to write
+
+
+def test_an_evicted_entry_is_written_and_then_served_from_disk_with_its_head(cache: EdgeCache) -> None:
+    writer = HeldWriter()
+    fill(cache, writer)
+    writer.run()
+    assert on_disk(cache, KEY) is None
+    evict(cache)
+    waiting = cache.get(KEY)  # until its batch, served from the victims
+    assert waiting is not None and waiting.body == BODY
+    assert cache.stats().unwritten_entries == 1
+    assert writer.jobs
+    writer.run()
+    assert on_disk(cache, KEY) == BODY and cache.memory.victim(KEY) is None
+    served = cache.get(KEY)
+    assert served is not None and served is not waiting
+    assert (served.body, served.content_type, served.etag, served.tags, served.headers) == (
+        BODY, "text/plain", '"1"', tuple(TAGS), HEAD)
+    evict(cache)  # read back from disk: never written again
+    assert cache.memory.victim(KEY) is None
+
+
+PURGES: dict[str, Callable[[EdgeCache], int]] = {
+    "key": lambda cache: cache.purge_keys([KEY]),
+    "tag": lambda cache: cache.purge_tags(["origin-x"]),
+    "prefix": lambda cache: cache.purge_tag_prefixes(["path-"]),
+    "all": lambda cache: cache.purge_all(),
+}
+
+
+@pytest.mark.parametrize("where", ["in memory", "evicted", "evicted during the purge"])
+@pytest.mark.parametrize("purge", list(PURGES))
+def test_a_purge_leaves_nothing_of_a_memory_only_entry(cache: EdgeCache, purge: str, where: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    writer = HeldWriter()
+    fill(cache, writer)
+    writer.run()
+    assert on_disk(cache, KEY) is None
+    if where == "evicted":
+        evict(cache)
+        assert cache.get(KEY) is not None  # queued for the disk tier, still served
+    elif where == "evicted during the purge":  # after the purge wrote what was queued, before its memory step
+        flush = cache._writes.flush
+
+        def flush_then_evict() -> None:
+            flush()
+            evict(cache)
+
+        monkeypatch.setattr(cache._writes, "flush", flush_then_evict)
+    assert PURGES[purge](cache) >= 1
+    writer.run()
+    cache.flush_writes()
+    assert on_disk(cache, KEY) is None and cache.get(KEY) is None
+
+
+@pytest.mark.parametrize("newer", ["put_behind", "put", "put_behind, evicted too"])
+def test_a_newer_fill_is_not_overwritten_by_the_older_ones_eviction(cache: EdgeCache, newer: str) -> None:
+    writer = HeldWriter()
+    fill(cache, writer)
+    evict(cache)
+    assert cache.get(KEY).body == BODY  # type: ignore[union-attr]  # the older one, evicted, not written yet
+    if newer == "put":
+        cache.put(KEY, b"newer", "text/plain", '"2"', TAGS, headers=HEAD)
+    else:
+        fill(cache, writer, body=b"newer", etag='"2"')
+        if newer == "put_behind, evicted too":
+            evict(cache)
+    writer.run()
+    cache.flush_writes()
+    assert on_disk(cache, KEY) == b"newer"
+    stored = cache.disk.get(KEY, load_limit=MB)
+    assert stored is not None and stored.etag == '"2"'
+
+
+async def test_shutdown_writes_the_memory_only_entries_and_a_restart_finds_them(tmp_path: Path) -> None:
+    cache = one_worker(tmp_path / "cache")
+    writer = HeldWriter()
+    keys = [f"pull:z:/kept-{n}" for n in range(4)]
+    for n, key in enumerate(keys):
+        fill(cache, writer, key, bytes([n]) * KB)
+    assert cache.stats().unwritten_entries == 4 and cache.stats().disk_entries == 0
+    await cache.aclose()
+    again = one_worker(tmp_path / "cache")
+    try:
+        assert [getattr(again.get(key), "body", None) for key in keys] == [bytes([n]) * KB for n in range(4)]
+    finally:
+        again.close()
+
+
+def test_what_shutdown_has_no_time_left_to_write_is_logged_not_written(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    cache = one_worker(tmp_path / "cache")
+    for n in range(2):
+        fill(cache, HeldWriter(), f"pull:z:/late-{n}")
+    monkeypatch.setattr(store, "CLOSE_WAIT_S", 0.0)
+    with caplog.at_level(logging.WARNING, logger="assetcdn.edge.cache.write_behind"):
+        cache.close()
+    assert "2 entries held only in memory were not written" in caplog.text
+    again = one_worker(tmp_path / "cache")
+    try:
+        assert again.get("pull:z:/late-0") is None and again.get("pull:z:/late-1") is None
+    finally:
+        again.close()
+
+
+SOFT: dict[str, dict[str, Any]] = {
+    "tag": {"tags": ["origin-x"]},
+    "prefix": {"prefixes": ["path-"]},
+    "everything": {"everything": True},
+}
+
+
+@pytest.mark.parametrize("soft", list(SOFT))
+def test_a_soft_purge_keeps_a_memory_only_entry_to_be_revalidated(cache: EdgeCache, soft: str) -> None:
+    writer = HeldWriter()
+    fill(cache, writer)
+    writer.run()
+    assert on_disk(cache, KEY) is None
+    assert cache.soft_purge(**SOFT[soft], revalidated="pull:") == 1
+    kept = cache.get(KEY)
+    assert kept is not None and kept.body == BODY and kept.etag == '"1"'
+    assert [name for name, _ in kept.headers] == [*(name for name, _ in HEAD), SOFT_PURGED]
+
+
+def test_the_victims_waiting_for_a_writer_that_is_behind_stay_within_their_share(cache: EdgeCache) -> None:
+    writer = HeldWriter()
+    for n in range(40):
+        fill(cache, writer, f"pull:z:/many-{n}")
+    victims = cache.memory.victims()
+    assert cache.memory.victims_dropped == 40 - len(cache.memory) - len(victims) > 0
+    assert sum(entry_cost(obj) for obj in victims) <= cache.memory.max_bytes // VICTIM_SHARE
+    assert victims[-1].key == f"pull:z:/many-{39 - len(cache.memory)}"  # the newest are kept
+    writer.run()
+    assert [on_disk(cache, obj.key) for obj in victims] == [BODY] * len(victims)
+
+
+def test_a_real_writer_thread_writes_every_evicted_entry(cache: EdgeCache) -> None:
+    """Fills evict one another while the writer thread writes the victims: each ends in memory, on disk, or
+    counted as let go (the victims' bound), none in between."""
+    keys = [f"pull:z:/real-{n}" for n in range(200)]
+    with ThreadPoolExecutor(max_workers=1) as writer:
+        for key in keys:
+            assert cache.put_behind(key, BODY, "text/plain", '"e"', TAGS, HEAD, writer=writer) is not None
+    in_memory = [key for key in keys if key in cache.memory]
+    written = [key for key in keys if on_disk(cache, key) == BODY]
+    assert cache.memory.victim_count == 0 and not set(in_memory) & set(written)
+    assert len(in_memory) + len(written) + cache.memory.victims_dropped == len(keys)
+    assert len(written) > 0
