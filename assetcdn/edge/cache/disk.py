@@ -46,6 +46,7 @@ import diskcache
 import orjson
 
 from assetcdn.edge.cache.entry import STREAM_CHUNK, CachedObject, clamp_range
+from assetcdn.edge.cache.key_filter import KeyFilter
 from assetcdn.edge.cache.sqlite_conn import (
     SQLITE_CACHE_PAGES,
     SQLITE_TIMEOUT_S,
@@ -258,6 +259,9 @@ class DiskTier:
         self.full_events = 0  # puts that found the filesystem full (logged the first time only)
         self.dropped_writes = 0  # entries not stored because the database refused every attempt (each logged)
         self._full_lock = threading.Lock()
+        # The keys written, when this process is the only writer (`track_keys`): a miss of a key never written
+        # is answered without SQLite (assetcdn/edge/cache/key_filter.py).
+        self._keys: KeyFilter | None = None
 
     @property
     def size_limit(self) -> int:
@@ -275,9 +279,55 @@ class DiskTier:
         """Bytes on disk: SQLite pages plus body files (what ``size_limit`` bounds)."""
         return int(self._cache.volume())
 
+    def track_keys(self, on: bool) -> None:
+        """Keep (`on`) or stop keeping a filter of the keys written, read first from the rows held: for a process
+        that is the only one writing this directory (every other writer's rows would be missed by it)."""
+        self._keys = None
+        if on:
+            self._rebuild_keys(None)
+
+    def _add_keys(self, keys: Iterable[str]) -> None:
+        """Add `keys` to the filter in use (a rebuild under way ends first; its replacement takes them)."""
+        while (keys_filter := self._keys) is not None:
+            with keys_filter.lock:
+                if self._keys is keys_filter:
+                    keys_filter.add_all(keys)
+                    return
+
+    def _rebuild_keys(self, full: KeyFilter | None) -> None:
+        """A new filter from the keys of the rows held (replacing `full`, unless another thread did already),
+        read in a write transaction: no write is half done meanwhile, and adds wait for the new filter. Left as
+        it is when the transaction cannot begin (it then only answers "maybe" more often)."""
+        con = self._sql()
+        try:
+            con.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            log.warning("edge cache %s: the key filter was not rebuilt (%s)", self.directory, exc)
+            return
+        try:
+            if full is None:
+                keys = [row[0] for row in con.execute("SELECT key FROM Cache WHERE raw = 1")]
+                self._keys = KeyFilter(keys, len(keys))
+            else:
+                with full.lock:
+                    if self._keys is full:
+                        keys = [row[0] for row in con.execute("SELECT key FROM Cache WHERE raw = 1")]
+                        self._keys = KeyFilter(keys, len(keys))
+        finally:
+            con.execute("COMMIT")
+
+    def _keys_filled(self) -> None:
+        """After a write: a new filter when the one in use took as many adds as it was sized for."""
+        keys_filter = self._keys
+        if keys_filter is not None and keys_filter.full:
+            self._rebuild_keys(keys_filter)
+
     def get(self, key: str, *, load_limit: int) -> CachedObject | None:
         """The entry under ``key``; bodies up to ``load_limit`` bytes come back in ``body``,
         larger ones as ``path`` (nothing read but the SQLite row: its size is the row's)."""
+        keys_filter = self._keys
+        if keys_filter is not None and not keys_filter.may_hold(key):
+            return None
         row = self._sql().execute(
             "SELECT filename, value, size, tag FROM Cache WHERE key = ? AND raw = 1", (key,)
         ).fetchone()
@@ -344,12 +394,14 @@ class DiskTier:
                 self._put_entry(obj, None if unless is None else (lambda entries: [] if unless() else entries))
             except DiskBusy as exc:
                 self._dropped(1, exc)
+            self._keys_filled()
             return len(data)
         meta = encode_meta(content_type, etag, tags, stored_at, headers)
         reader = _CountingReader(body)
         try:  # one attempt: the stream is read once
             with self._removing_stored():
                 self._bounded(lambda: self._cache.set(key, reader, read=True, tag=meta), attempts=1)
+            self._add_keys((key,))  # before the fill that wrote it lands: no request looked for it yet
         except DiskBusy as exc:
             self._dropped(1, exc)
         except (OSError, sqlite3.OperationalError) as exc:
@@ -359,6 +411,7 @@ class DiskTier:
         else:
             if unless is not None and unless():
                 self._delete_written(key, meta)
+        self._keys_filled()
         return reader.size
 
     def _delete_written(self, key: str, meta: str) -> None:
@@ -403,6 +456,7 @@ class DiskTier:
             self._dropped(len(entries), exc)
         except (OSError, sqlite3.OperationalError):
             self._put_each(entries, current)
+        self._keys_filled()
 
     def _batch(self, entries: Sequence[CachedObject],
                current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None) -> None:
@@ -444,6 +498,7 @@ class DiskTier:
                     rows.append((key, now, now, encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at,
                                                             obj.headers), size, mode, filename, value))
                 con.executemany(_UPSERT, rows)
+                self._add_keys(latest)  # before the COMMIT makes the rows readable
                 for _ in rows:  # the culls single sets would make: cull_limit oldest rows each, while over the limit
                     if cache.volume() < cache.size_limit:  # (one cull of them all at once empties the cache)
                         break

@@ -134,10 +134,20 @@ class EdgeCache:
         self._applied = AppliedGeneration(self.directory)
         self._writes = WriteBehind(self.memory, self.disk, sync_purges=self.sync_purges)
         self._replaying = threading.Lock()  # the event loop and the writer thread both replay purges
-        # The only process of its node reading this directory (an edge with one worker): what it stores behind
-        # reaches the disk tier when the memory tier evicts it, or at a flush (`put_behind`).
-        self.alone = False
+        self._alone = False
         self._purged = 0  # purges this process made: a `put` that saw one finish meanwhile keeps no memory copy
+
+    @property
+    def alone(self) -> bool:
+        """The only process of its node using this directory (an edge with one worker): what it stores behind
+        reaches the disk tier when the memory tier evicts it, or at a flush (`put_behind`), and a miss of a key
+        it never wrote to disk skips the disk tier's look-up (`DiskTier.track_keys`)."""
+        return self._alone
+
+    @alone.setter
+    def alone(self, alone: bool) -> None:
+        self._alone = alone
+        self.disk.track_keys(alone)
 
     @classmethod
     def from_settings(cls, edge: Mapping[str, Any], directory: str | os.PathLike[str]) -> EdgeCache:
