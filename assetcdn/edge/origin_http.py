@@ -69,9 +69,16 @@ class Connection(asyncio.Protocol):
         self._reset()
 
     def _reset(self) -> None:
+        # A connection's responses follow one another: llhttp begins the next message where the last one ended,
+        # so the parser of a response read whole (a reused connection's last) serves the next one.
         self._parser = httptools.HttpResponseParser(self)
+        self._reset_message()
+
+    def _reset_message(self) -> None:
         self.status = 0
         self.headers: list[tuple[str, str]] = []  # lower-case names, Latin-1 decoded
+        self._fields: list[tuple[bytes, bytes]] = []  # as llhttp gives them, decoded once the head is complete
+        self._in_head = True
         self._head_bytes = 0
         self._head: asyncio.Future[None] | None = None
         self._chunks: deque[bytes] = deque()
@@ -138,19 +145,21 @@ class Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if len(name) + len(value) > self._max_field:
             raise HttpError(f"a response field line is longer than {self._max_field} bytes")
-        if self._head is not None and self._head.done():  # a trailer field (after the last chunk): not kept,
-            self._head_bytes += len(name) + len(value)    # and bounded as the head is
-            if self._head_bytes > self._max_head:
-                raise HttpError(f"the response's trailer fields pass {self._max_head} bytes")
+        if self._in_head:
+            self._fields.append((name, value))
             return
-        self.headers.append((name.decode("latin-1").lower(), value.decode("latin-1")))
+        self._head_bytes += len(name) + len(value)  # a trailer field (after the last chunk): not kept, and
+        if self._head_bytes > self._max_head:       # bounded as the head is
+            raise HttpError(f"the response's trailer fields pass {self._max_head} bytes")
 
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # an interim response: the final one follows
-            self.headers = []
+            self._fields = []
             self._informational = True
             return
+        self._in_head = False
+        self.headers = [(name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in self._fields]
         self.status = status
         self._informational = False
         self.keep_alive = self._parser.should_keep_alive()
@@ -183,21 +192,26 @@ class Connection(asyncio.Protocol):
     # --- the exchange ---------------------------------------------------------------------------------------
 
     def send(self, method: str, target: str, headers: Iterable[tuple[str, str]], body: bytes | None) -> None:
-        self._reset()
+        if self.reused:  # its last response ended cleanly (`Pool.release` keeps no other)
+            self._reset_message()
+        else:
+            self._reset()
         self._head = self.loop.create_future()
         self._skip_body = method == "HEAD"
         lines = [f"{method} {target} HTTP/1.1\r\n"]
         for name, value in headers:
-            if name.lower() == "content-length":  # the body's own length is written below
-                continue
-            if "\r" in name or "\n" in name or ":" in name or "\r" in value or "\n" in value:
+            if ":" in name:
                 raise HttpError(f"the request field {name!r} cannot be sent")
-            lines.append(f"{name}: {value}\r\n")
+            if name.lower() != "content-length":  # the body's own length is written below
+                lines.append(f"{name}: {value}\r\n")
         if body or method in BODIED:
             lines.append(f"Content-Length: {len(body or NO_BODY)}\r\n")
         lines.append("\r\n")
+        head = "".join(lines)
+        if head.count("\n") != len(lines) or head.count("\r") != len(lines):  # a CR or LF inside a field
+            raise HttpError(f"a request field cannot be sent: {split_field(lines)!r}")
         assert self.transport is not None
-        self.transport.write("".join(lines).encode("utf-8") + (body or NO_BODY))
+        self.transport.write(head.encode("utf-8") + (body or NO_BODY))
 
     async def head(self, deadline: float | None = None) -> None:
         """Wait for the response's head; TimeoutError at the loop's time `deadline`."""
@@ -305,6 +319,15 @@ class Slots:
                 waiter.set_result(None)
                 return
         self.free += 1
+
+
+def split_field(lines: list[str]) -> str:
+    """The name of the first request field line (`Connection.send`'s) with a CR or LF inside it."""
+    for line in lines[1:]:
+        inner = line[:-2]
+        if "\r" in inner or "\n" in inner:
+            return inner.partition(":")[0]
+    return lines[0].partition(" ")[0]
 
 
 def expire(waiter: asyncio.Future[None]) -> None:

@@ -243,6 +243,26 @@ async def test_the_pool_bounds_connections_to_one_origin(origin: tuple[OriginSer
         await client.close()
 
 
+@pytest.mark.parametrize("field", [("X-Split", "a\r\nX-Injected: 1"), ("X-Split", "a\rb"), ("X-Split", "a\nb"),
+                                   ("X-Split\r\nX-Injected", "1"), ("X-Colon:", "1")])
+async def test_a_field_that_could_split_the_request_is_never_sent(origin: tuple[OriginServer, TestServer],
+                                                                   field: tuple[str, str]) -> None:
+    """A CR or LF inside a request field, or a colon in its name, fails the request before a byte is sent; the
+    connection serves the next request."""
+    server, test_server = origin
+    zone_origin = Origin(base(test_server))
+    client = OriginClient(LOOPBACK)
+    try:
+        with pytest.raises(OriginError, match="X-Split|X-Colon"):
+            await client.request(zone_origin, "GET", zone_origin.target("/echo"), dict([field]))
+        assert server.requests == []
+        response = await client.request(zone_origin, "GET", zone_origin.target("/echo"), {"X-Fine": "1"})
+        assert await response.read() == b"hello"
+        assert [request.headers.get("X-Injected") for request in server.requests] == [None]
+    finally:
+        await client.close()
+
+
 async def test_a_refused_connection_is_an_origin_error(origin: tuple[OriginServer, TestServer]) -> None:
     _, test_server = origin
     port = test_server.port
