@@ -136,11 +136,18 @@ def response_connection_fields(headers: Sequence[tuple[str, str]]) -> frozenset[
     return connection_fields(headers)
 
 
+def request_connection_fields(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
+    """`connection_fields` of a request's fields as sent (names in any case): most name no Connection field."""
+    if not any(len(name) == 10 and name.lower() == "connection" for name, _ in headers):
+        return HOP_BY_HOP
+    return connection_fields(headers)
+
+
 def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *, client_ip: str | None,
                            scheme: str) -> CIMultiDict[str]:
     """What the origin is sent: the client's end-to-end fields less the overriding ones, then the origin's
     Host, the zone's own fields, Via and the client's address and scheme as this edge saw them."""
-    fields = connection_fields(client)
+    fields = request_connection_fields(client)
     dropped = NOT_FORWARDED if fields is HOP_BY_HOP else fields | UNKEYED_OVERRIDES
     headers: CIMultiDict[str] = CIMultiDict()
     for name, value in client:
