@@ -16,7 +16,7 @@ import pytest
 from assetcdn.edge.cache import store
 from assetcdn.edge.cache.memory import VICTIM_SHARE, entry_cost
 from assetcdn.edge.cache.store import SOFT_PURGED, EdgeCache
-from tests.edge.cache.test_write_behind import HEAD, KB, MB, HeldWriter, on_disk
+from tests.support.edge_cache import HEAD, KB, MB, HeldWriter, on_disk
 
 BODY = b"a" * KB
 KEY = "pull:z:/a"

@@ -5,33 +5,14 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from assetcdn.edge.cache.store import EdgeCache
-
-KB = 1024
-MB = 1024 * KB
-HEAD = ((":status", "200"), ("cache-control", "max-age=60"))
-
-
-class HeldWriter(Executor):
-    """An executor whose jobs run when the test says: what the cache does while a batch is still queued."""
-
-    def __init__(self) -> None:
-        self.jobs: list[Callable[[], Any]] = []
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        self.jobs.append(lambda: fn(*args, **kwargs))
-        return Future()
-
-    def run(self) -> None:
-        jobs, self.jobs = self.jobs, []
-        for job in jobs:
-            job()
+from tests.support.edge_cache import HEAD, KB, MB, HeldWriter, on_disk
 
 
 @pytest.fixture
@@ -40,11 +21,6 @@ def cache(tmp_path: Path) -> Iterator[EdgeCache]:
                            memory_max_object=256 * KB)
     yield edge_cache
     edge_cache.close()
-
-
-def on_disk(cache: EdgeCache, key: str) -> bytes | None:
-    obj = cache.disk.get(key, load_limit=MB)
-    return None if obj is None else obj.body
 
 
 def test_an_entry_is_in_memory_at_once_and_on_disk_after_the_batch(cache: EdgeCache) -> None:
