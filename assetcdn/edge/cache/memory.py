@@ -58,6 +58,7 @@ class MemoryTier:
         self._lock = threading.Lock()
         self._unwritten = 0  # the MemoryOnly entries among _entries
         self._victims: OrderedDict[str, CachedObject] = OrderedDict()
+        self._writing: set[str] = set()  # the victims the disk writer took (`victims`) and has not settled
         self._victim_bytes = 0
         self.victims_dropped = 0  # evicted memory-only entries let go unwritten (the victims were full)
         self.on_victims: Callable[[], None] | None = None  # called after a put moved entries to the victims
@@ -145,8 +146,10 @@ class MemoryTier:
         return self._victims.get(key)
 
     def victims(self) -> list[CachedObject]:
-        """The victims now, oldest first."""
+        """The victims now, oldest first, taken by the disk writer: the victims' bound lets none of them go until
+        `settle` (one it let go while it was being written would be counted as unwritten, and written)."""
         with self._lock:
+            self._writing.update(self._victims)
             return list(self._victims.values())
 
     def holds(self, obj: CachedObject) -> bool:
@@ -174,6 +177,7 @@ class MemoryTier:
         with self._lock:
             for obj in taken:
                 key = obj.key
+                self._writing.discard(key)
                 if self._victims.get(key) is obj:
                     self._unvictim(key)
                 elif stored and type(obj) is MemoryOnly:
@@ -194,13 +198,17 @@ class MemoryTier:
         self._victim_bytes += entry_cost(obj)
         limit = self.max_bytes // VICTIM_SHARE
         while self._victim_bytes > limit and len(self._victims) > 1:  # the newest stays, however large
-            self._unvictim(next(iter(self._victims)))
+            oldest = next(iter(self._victims))
+            if oldest in self._writing:  # being written (the oldest are): the bound holds again once they are
+                break
+            self._unvictim(oldest)
             self.victims_dropped += 1
 
     def _unvictim(self, key: str) -> bool:
         obj = self._victims.pop(key, None)
         if obj is None:
             return False
+        self._writing.discard(key)
         self._victim_bytes -= entry_cost(obj)
         return True
 
@@ -264,6 +272,7 @@ class MemoryTier:
             self._bytes = 0
             self._unwritten = 0
             self._victims.clear()
+            self._writing.clear()
             self._victim_bytes = 0
             return count
 

@@ -209,3 +209,24 @@ def test_a_real_writer_thread_writes_every_evicted_entry(cache: EdgeCache) -> No
     assert cache.memory.victim_count == 0 and not set(in_memory) & set(written)
     assert len(in_memory) + len(written) + cache.memory.victims_dropped == len(keys)
     assert len(written) > 0
+
+
+def test_the_victims_the_writer_took_are_not_let_go_while_it_writes_them(cache: EdgeCache) -> None:
+    """Past their share, the oldest victims are let go unwritten, but not those the writer's batch holds: it writes
+    them, and each entry ends counted once (written, or let go), never both."""
+    writer = HeldWriter()
+    for n in range(20):
+        fill(cache, writer, f"pull:z:/taken-{n}")
+    taken = cache.memory.victims()  # what the writer's batch took, still being written
+    assert taken
+    for n in range(40):
+        fill(cache, writer, f"pull:z:/later-{n}")
+    assert [obj.key for obj in taken if not cache.memory.holds(obj)] == []
+    assert cache.memory.victims_dropped > 0  # later victims past the share were let go
+    writer.run()  # the batch writes what it holds (the victims it took among them), then settles them
+    assert all(on_disk(cache, obj.key) == BODY for obj in taken)
+    keys = [f"pull:z:/taken-{n}" for n in range(20)] + [f"pull:z:/later-{n}" for n in range(40)]
+    in_memory = [key for key in keys if key in cache.memory]
+    written = [key for key in keys if on_disk(cache, key) == BODY]
+    let_go = [key for key in keys if key not in in_memory and key not in written]
+    assert len(let_go) == cache.memory.victims_dropped
