@@ -152,6 +152,10 @@ class Connection(asyncio.Protocol):
         if self._head_bytes > self._max_head:       # bounded as the head is
             raise HttpError(f"the response's trailer fields pass {self._max_head} bytes")
 
+    def on_message_begin(self) -> None:
+        if self.done:  # a second response after the one asked for (in the same read): never the next request's
+            raise HttpError("the server sent bytes past the end of its response")
+
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # an interim response: the final one follows
@@ -211,7 +215,8 @@ class Connection(asyncio.Protocol):
         if head.count("\n") != len(lines) or head.count("\r") != len(lines):  # a CR or LF inside a field
             raise HttpError(f"a request field cannot be sent: {split_field(lines)!r}")
         assert self.transport is not None
-        self.transport.write(head.encode("utf-8") + (body or NO_BODY))
+        # A client's field bytes that are not UTF-8 were decoded with surrogateescape: they go out as they came.
+        self.transport.write(head.encode("utf-8", "surrogateescape") + (body or NO_BODY))
 
     async def head(self, deadline: float | None = None) -> None:
         """Wait for the response's head; TimeoutError at the loop's time `deadline`."""
@@ -322,12 +327,13 @@ class Slots:
 
 
 def split_field(lines: list[str]) -> str:
-    """The name of the first request field line (`Connection.send`'s) with a CR or LF inside it."""
+    """What holds a CR or LF in a request head's lines (`Connection.send`'s): the first such field's name, or the
+    request line."""
     for line in lines[1:]:
         inner = line[:-2]
         if "\r" in inner or "\n" in inner:
             return inner.partition(":")[0]
-    return lines[0].partition(" ")[0]
+    return "the request line"
 
 
 def expire(waiter: asyncio.Future[None]) -> None:

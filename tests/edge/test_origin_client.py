@@ -4,6 +4,7 @@ forwarded and what is not, address checks, the pool, the timeouts and the size l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -247,8 +248,8 @@ async def test_the_pool_bounds_connections_to_one_origin(origin: tuple[OriginSer
                                    ("X-Split\r\nX-Injected", "1"), ("X-Colon:", "1")])
 async def test_a_field_that_could_split_the_request_is_never_sent(origin: tuple[OriginServer, TestServer],
                                                                    field: tuple[str, str]) -> None:
-    """A CR or LF inside a request field, or a colon in its name, fails the request before a byte is sent; the
-    connection serves the next request."""
+    """A CR or LF inside a request field, or a colon in its name, fails the request before a byte is sent (the
+    connection it had is closed); the next request goes out clean."""
     server, test_server = origin
     zone_origin = Origin(base(test_server))
     client = OriginClient(LOOPBACK)
@@ -336,6 +337,71 @@ def test_framings_and_keep_alive_on_the_event_loop_the_edge_runs(uvloop_runner: 
 def uvloop_runner() -> Iterator[asyncio.Runner]:
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         yield runner
+
+
+@pytest.mark.parametrize("past_the_end", [b"HTTP/1.1 503 Nope\r\nX-A: ",
+                                          b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n", b"HTTP/1.1 200 OK\r\n"])
+def test_bytes_past_a_response_never_reach_the_next_request(uvloop_runner: asyncio.Runner,
+                                                             past_the_end: bytes) -> None:
+    """An origin that follows its answer, in the same write, with the start of another: the connection is not
+    kept, and the next request gets its own answer (status, fields and body), at once."""
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            request = await reader.readuntil(b"\r\n\r\n")
+            if b"/first" in request:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello" + past_the_end)
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Real: 2\r\n\r\nok")
+            await writer.drain()
+            await reader.read()  # until the client closes
+        writer.close()
+
+    async def scenario() -> list[tuple[int, list[tuple[str, str]], bytes]]:
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        zone_origin = Origin(URL(f"http://127.0.0.1:{port}/prefix"))
+        client = OriginClient(LOOPBACK)
+        try:
+            answers = []
+            for name in ("first", "second"):
+                response = await client.request(zone_origin, "GET", zone_origin.target(f"/{name}"), {})
+                answers.append((response.status, response.headers, await response.read()))
+            return answers
+        finally:
+            await client.close()
+            server.close()
+
+    first, second = uvloop_runner.run(scenario())
+    assert (first[0], first[2]) == (200, b"hello")
+    assert second == (200, [("content-length", "2"), ("x-real", "2")], b"ok")
+
+
+def test_a_client_field_that_is_not_utf8_goes_out_as_it_came(uvloop_runner: asyncio.Runner) -> None:
+    """The hit path decodes a request's field bytes with surrogateescape (obs-text is allowed in a value): the
+    origin gets the very bytes, not a failed fill."""
+    seen: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    async def scenario() -> bytes:
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        zone_origin = Origin(URL(f"http://127.0.0.1:{port}/prefix"))
+        client = OriginClient(LOOPBACK)
+        try:
+            value = b"caf\xe9 \xff".decode("utf-8", "surrogateescape")
+            response = await client.request(zone_origin, "GET", zone_origin.target("/a"), {"X-Label": value})
+            return await response.read()
+        finally:
+            await client.close()
+            server.close()
+
+    assert uvloop_runner.run(scenario()) == b"ok"
+    assert b"\r\nX-Label: caf\xe9 \xff\r\n" in seen[0]
 
 
 def test_trailer_fields_after_the_last_chunk_are_bounded_as_the_head_is(uvloop_runner: asyncio.Runner) -> None:
