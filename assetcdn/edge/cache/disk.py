@@ -286,6 +286,11 @@ class DiskTier:
         if on:
             self._rebuild_keys(None)
 
+    def may_hold(self, key: str) -> bool:
+        """False when this tier holds no row under `key` (known without SQLite: `track_keys`); True when it may."""
+        keys_filter = self._keys
+        return keys_filter is None or keys_filter.may_hold(key)
+
     def _add_keys(self, keys: Iterable[str]) -> None:
         """Add `keys` to the filter in use (a rebuild under way ends first; its replacement takes them)."""
         while (keys_filter := self._keys) is not None:
@@ -295,26 +300,36 @@ class DiskTier:
                     return
 
     def _rebuild_keys(self, full: KeyFilter | None) -> None:
-        """A new filter from the keys of the rows held (replacing `full`, unless another thread did already),
-        read in a write transaction: no write is half done meanwhile, and adds wait for the new filter. Left as
-        it is when the transaction cannot begin (it then only answers "maybe" more often)."""
-        con = self._sql()
+        """A new filter from the keys of the rows held (replacing `full`, unless another thread did already; None:
+        the first, on a connection of its own, closed after), read in a write transaction: no write is half done
+        meanwhile, and adds wait for the new filter. Left as it is when the transaction cannot begin (it then only
+        answers "maybe" more often)."""
+        con = self._sql() if full is not None else sqlite3.connect(self.database, timeout=SQLITE_TIMEOUT_S,
+                                                                   isolation_level=None)
         try:
-            con.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            log.warning("edge cache %s: the key filter was not rebuilt (%s)", self.directory, exc)
-            return
-        try:
-            if full is None:
-                keys = [row[0] for row in con.execute("SELECT key FROM Cache WHERE raw = 1")]
-                self._keys = KeyFilter(keys, len(keys))
-            else:
-                with full.lock:
-                    if self._keys is full:
-                        keys = [row[0] for row in con.execute("SELECT key FROM Cache WHERE raw = 1")]
-                        self._keys = KeyFilter(keys, len(keys))
+            try:
+                con.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                log.warning("edge cache %s: the key filter was not rebuilt (%s)", self.directory, exc)
+                return
+            try:
+                if full is None:
+                    self._keys = self._read_keys(con)
+                else:
+                    with full.lock:
+                        if self._keys is full:
+                            self._keys = self._read_keys(con)
+            finally:
+                con.execute("COMMIT")
         finally:
-            con.execute("COMMIT")
+            if full is None:
+                con.close()
+
+    @staticmethod
+    def _read_keys(con: sqlite3.Connection) -> KeyFilter:
+        """A filter of every row's key, sized by their count (the keys streamed, not listed)."""
+        rows = con.execute("SELECT count(*) FROM Cache WHERE raw = 1").fetchone()[0]
+        return KeyFilter((row[0] for row in con.execute("SELECT key FROM Cache WHERE raw = 1")), rows)
 
     def _keys_filled(self) -> None:
         """After a write: a new filter when the one in use took as many adds as it was sized for."""
@@ -325,8 +340,7 @@ class DiskTier:
     def get(self, key: str, *, load_limit: int) -> CachedObject | None:
         """The entry under ``key``; bodies up to ``load_limit`` bytes come back in ``body``,
         larger ones as ``path`` (nothing read but the SQLite row: its size is the row's)."""
-        keys_filter = self._keys
-        if keys_filter is not None and not keys_filter.may_hold(key):
+        if not self.may_hold(key):
             return None
         row = self._sql().execute(
             "SELECT filename, value, size, tag FROM Cache WHERE key = ? AND raw = 1", (key,)

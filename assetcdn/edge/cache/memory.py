@@ -58,8 +58,10 @@ class MemoryTier:
         self._lock = threading.Lock()
         self._unwritten = 0  # the MemoryOnly entries among _entries
         self._victims: OrderedDict[str, CachedObject] = OrderedDict()
-        self._writing: set[str] = set()  # the victims the disk writer took (`victims`) and has not settled
-        self._victim_bytes = 0
+        # The victims the disk writer has not taken yet (`victims`), oldest first, and what they cost: the bound is
+        # on them (those taken are being written; at most one batch's worth, at most the bound, at a time).
+        self._waiting: OrderedDict[str, int] = OrderedDict()
+        self._waiting_bytes = 0
         self.victims_dropped = 0  # evicted memory-only entries let go unwritten (the victims were full)
         self.on_victims: Callable[[], None] | None = None  # called after a put moved entries to the victims
 
@@ -147,9 +149,11 @@ class MemoryTier:
 
     def victims(self) -> list[CachedObject]:
         """The victims now, oldest first, taken by the disk writer: the victims' bound lets none of them go until
-        `settle` (one it let go while it was being written would be counted as unwritten, and written)."""
+        `settle` (one it let go while it was being written would be counted as unwritten, and written); it bounds
+        the victims evicted since."""
         with self._lock:
-            self._writing.update(self._victims)
+            self._waiting.clear()
+            self._waiting_bytes = 0
             return list(self._victims.values())
 
     def holds(self, obj: CachedObject) -> bool:
@@ -177,7 +181,6 @@ class MemoryTier:
         with self._lock:
             for obj in taken:
                 key = obj.key
-                self._writing.discard(key)
                 if self._victims.get(key) is obj:
                     self._unvictim(key)
                 elif stored and type(obj) is MemoryOnly:
@@ -194,22 +197,21 @@ class MemoryTier:
                 self._unvictim(obj.key)
 
     def _victimize(self, obj: CachedObject) -> None:
+        cost = entry_cost(obj)
         self._victims[obj.key] = obj
-        self._victim_bytes += entry_cost(obj)
+        self._waiting[obj.key] = cost
+        self._waiting_bytes += cost
         limit = self.max_bytes // VICTIM_SHARE
-        while self._victim_bytes > limit and len(self._victims) > 1:  # the newest stays, however large
-            oldest = next(iter(self._victims))
-            if oldest in self._writing:  # being written (the oldest are): the bound holds again once they are
-                break
-            self._unvictim(oldest)
+        while self._waiting_bytes > limit and len(self._waiting) > 1:  # the newest stays, however large
+            self._unvictim(next(iter(self._waiting)))
             self.victims_dropped += 1
 
     def _unvictim(self, key: str) -> bool:
-        obj = self._victims.pop(key, None)
-        if obj is None:
+        if self._victims.pop(key, None) is None:
             return False
-        self._writing.discard(key)
-        self._victim_bytes -= entry_cost(obj)
+        cost = self._waiting.pop(key, None)
+        if cost is not None:
+            self._waiting_bytes -= cost
         return True
 
     def discard(self, key: str) -> bool:
@@ -272,8 +274,8 @@ class MemoryTier:
             self._bytes = 0
             self._unwritten = 0
             self._victims.clear()
-            self._writing.clear()
-            self._victim_bytes = 0
+            self._waiting.clear()
+            self._waiting_bytes = 0
             return count
 
     def _index(self, tag: str, key: str) -> None:

@@ -54,6 +54,9 @@ PROBE_BODY = b"assetcdn edge cache probe"
 # on its own: assetcdn/edge/cache/disk.py) and writes the memory-only entries, all told; then it closes
 # without writing what is left.
 CLOSE_WAIT_S = 60.0
+# How long a soft purge writes the memory-only entries it keeps stale (a transaction per batch); those left then
+# are removed as a hard purge removes them: fetched again rather than revalidated.
+SOFT_PURGE_WRITE_S = 5.0
 
 
 P = ParamSpec("P")
@@ -316,13 +319,17 @@ class EdgeCache:
         Returns the entry and, unless ``alone``, the future done once it is on disk (another worker may be
         asked for it next); None when the memory tier does not take it (the caller stores it with ``put``).
         ``alone``, the entry is memory-only (``MemoryOnly``): not queued, written when the memory tier evicts it
-        (module docstring).
+        (module docstring); unless the disk tier may hold the key already, when it is queued as with several
+        workers (without a future to wait for).
         ``since``: as ``put`` takes it; None too once a purge was published since that mark, so that the caller's
         ``put`` reads the purge log off the event loop (here only the mark is read)."""
         if since is not None and self._purges.mark() != since:
             return None
         alone = self.alone
-        obj = (MemoryOnly if alone else CachedObject)(
+        # Memory-only unless the disk tier may hold an older response under the key: gone unwritten (a purge of
+        # its own tags, the victims' bound), this one would let that older body be served again.
+        memory_only = alone and not self.disk.may_hold(key)
+        obj = (MemoryOnly if memory_only else CachedObject)(
             key=key, content_type=content_type, etag=etag, tags=tuple(dict.fromkeys(tags)), size=len(body),
             stored_at=time.time(), body=body, headers=tuple(headers))
         if alone:
@@ -332,7 +339,9 @@ class EdgeCache:
         if since is not None and self._purges.mark() != since:  # published as it went in: `put` decides
             self._forget(obj)
             return None
-        return obj, None if alone else self._writes.add(obj, writer, wait=True)
+        if memory_only:
+            return obj, None
+        return obj, self._writes.add(obj, writer, wait=not alone)
 
     def flush_writes(self) -> None:
         """Write to the disk tier now what ``put_behind`` queued and the memory-only entries (``CLOSE_WAIT_S`` at
@@ -382,7 +391,8 @@ class EdgeCache:
         tag_list, prefix_list = list(dict.fromkeys(tags)), [p for p in dict.fromkeys(prefixes) if p]
         if revalidated:  # a memory-only entry kept stale is written first, then marked as the disk's are
             held = self.memory.memory_only() if everything else self.memory.carrying(tag_list, prefix_list)
-            self._writes.store([obj for obj in held if type(obj) is MemoryOnly and obj.key.startswith(revalidated)])
+            self._writes.store_within([obj for obj in held if type(obj) is MemoryOnly and obj.key.startswith(revalidated)],
+                                      time.monotonic() + SOFT_PURGE_WRITE_S, SOFT_PURGE_WRITE_S)
         published: tuple[tuple[PurgeKind, Sequence[str]], ...] = (
             (("all", ()),) if everything else (("tags", tag_list), ("prefix", prefix_list)))
         with self._published(*published):

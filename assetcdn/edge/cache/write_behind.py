@@ -162,11 +162,15 @@ class WriteBehind:
 
     def _write_unwritten(self, deadline: float, wait_s: float) -> bool:
         """The memory-only entries, a transaction per ``UNWRITTEN_BATCH``, until `deadline`."""
-        entries = self._memory.memory_only()
+        return self.store_within(self._memory.memory_only(), deadline, wait_s)
+
+    def store_within(self, entries: Sequence[CachedObject], deadline: float, wait_s: float) -> bool:
+        """`store` of `entries`, a transaction per ``UNWRITTEN_BATCH``, until the monotonic `deadline`; False when
+        some were left (logged; `wait_s`: the time they had). The caller holds ``lock``."""
         for start in range(0, len(entries), UNWRITTEN_BATCH):
             if time.monotonic() >= deadline:
                 log.warning("edge cache: %d entries held only in memory were not written to the disk tier within "
-                            "%.0f s (a restart fetches them again)", len(entries) - start, wait_s)
+                            "%.0f s (they are fetched again)", len(entries) - start, wait_s)
                 return False
             self.store(entries[start:start + UNWRITTEN_BATCH])
         return True

@@ -230,3 +230,46 @@ def test_the_victims_the_writer_took_are_not_let_go_while_it_writes_them(cache: 
     written = [key for key in keys if on_disk(cache, key) == BODY]
     let_go = [key for key in keys if key not in in_memory and key not in written]
     assert len(let_go) == cache.memory.victims_dropped
+
+
+def test_the_victims_evicted_while_the_writer_writes_a_batch_stay_within_their_share(cache: EdgeCache) -> None:
+    writer = HeldWriter()
+    for n in range(20):
+        fill(cache, writer, f"pull:z:/first-{n}")
+    taken = cache.memory.victims()  # the writer's batch, being written
+    dropped = cache.memory.victims_dropped
+    for n in range(200):
+        fill(cache, writer, f"pull:z:/then-{n}")
+    evicted_since = [obj for obj in cache.memory.victims() if obj.key.startswith("pull:z:/then-")]
+    assert sum(entry_cost(obj) for obj in evicted_since) <= cache.memory.max_bytes // VICTIM_SHARE
+    assert cache.memory.victims_dropped > dropped
+    assert all(cache.memory.holds(obj) for obj in taken)
+
+
+@pytest.mark.parametrize("gone", ["purge of its own tags", "victims full"])
+def test_a_fill_of_a_key_on_disk_never_lets_the_older_body_come_back(cache: EdgeCache, gone: str) -> None:
+    """The disk tier holds an older response under the key: the new fill is written behind as with several
+    workers, so that whatever removes it from memory does not leave the older body to be served."""
+    writer = HeldWriter()
+    cache.put(KEY, b"old body", "text/plain", '"old"', ["release-41"], headers=HEAD)
+    assert cache.put_behind(KEY, BODY, "text/plain", '"new"', ["release-42"], HEAD, writer=writer) is not None
+    if gone == "purge of its own tags":
+        cache.purge_tags(["release-42"])
+        assert cache.get(KEY) is None
+    else:
+        writer.run()  # written before anything else happens to it
+        for n in range(200):
+            fill(cache, writer, f"pull:z:/crowd-{n}")
+        found = cache.get(KEY)
+        assert found is None or found.body == BODY
+
+
+def test_a_soft_purge_writes_what_it_keeps_stale_within_its_time_and_drops_the_rest(
+        cache: EdgeCache, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memory-only entries a soft purge keeps stale are written in batches for ``SOFT_PURGE_WRITE_S``; past
+    it, the rest are removed as a hard purge removes them (fetched again, never served as fresh)."""
+    writer = HeldWriter()
+    fill(cache, writer)
+    monkeypatch.setattr(store, "SOFT_PURGE_WRITE_S", 0.0)
+    cache.soft_purge(everything=True, revalidated="pull:")
+    assert cache.get(KEY) is None and on_disk(cache, KEY) is None
