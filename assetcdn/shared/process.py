@@ -47,6 +47,11 @@ RUN_ID_ENV = "ASSETCDN_RUN_ID"
 RUN_ID_HEADER = "X-Assetcdn-Run"
 SiteFactory = Callable[..., "web.BaseSite"]  # (runner, host, port, reuse_port=...) like web.TCPSite
 
+# The collector's thresholds while serving (CPython's default: 700, 10, 10). A request makes hundreds of short-lived
+# containers and a cache fill a long-lived entry: with the defaults a youngest-generation collection ran every few
+# requests, scanning every request in flight each time.
+GC_THRESHOLDS = (20_000, 20, 20)
+
 
 def _prctl(option: int, value: int) -> None:
     if sys.platform.startswith("linux"):
@@ -190,6 +195,7 @@ def serve(app: web.Application, *, host: str, port: int, reuse_port: bool = Fals
     # does: frozen, it is never traversed by a collection again. The servers' entry points start with
     # collections off (so the imports set off none); they run from here on.
     gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
     gc.enable()
     deadline = _ExitDeadline(exit_deadline_s)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
