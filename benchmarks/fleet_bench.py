@@ -208,9 +208,7 @@ class Fleet:
 
 def start_control(workdir: Path, core: str, source: Path | None) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port_block(1)
-    env = up_env()
-    if source is not None:
-        env["PYTHONPATH"] = str(source)
+    env = up_env() if source is None else up_env({"PYTHONPATH": str(source)})
     with open(workdir / "control.log", "wb") as log:
         process = subprocess.Popen(["taskset", "-c", core, sys.executable, "-m", "assetcdn.control", "--data-dir",
                                     str(workdir / "data"), "--host", "127.0.0.1", "--port", str(port)],

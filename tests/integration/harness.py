@@ -113,6 +113,10 @@ LAZY_IMAGE_POOL = {"ASSETCDN_TRANSFORM_PRESTART_WORKERS": "false", "ASSETCDN_TRA
 def up_env(env_extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {**os.environ, **KEYS, "ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.5", **LAZY_IMAGE_POOL, **(env_extra or {})}
     env.pop("ASSETCDN_CONFIG", None)  # the embedded defaults, whatever the caller's shell has
+    if env_extra and "PYTHONPATH" in env_extra:
+        # A caller choosing the source tree (the benchmarks' A/B of two checkouts): `python -m` puts the working
+        # directory first on the path, before PYTHONPATH, so every process would import the caller's tree.
+        env["PYTHONSAFEPATH"] = "1"
     return env
 
 

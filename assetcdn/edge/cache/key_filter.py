@@ -2,12 +2,14 @@
 
 A cache miss of an edge with one worker (the only process writing its disk tier) asks the filter first: a key it
 has never been given is not on disk, and the miss skips the SQLite look-up (a read transaction, its file locks and
-a page read), which costs a fill more than the rest of its cache work. A key it was given may be on disk (or
-may have been, or collide): then SQLite is asked as before. So the filter may answer "maybe" wrongly, never "no".
+a page read, on the event loop). A key it was given may be on disk (or
+may have been, or collide): then SQLite is asked as before. So the filter may answer "maybe" wrongly; "no" wrongly
+only for a row another process wrote, which a one-worker edge's directory does not have.
 
 What keeps "no" true (assetcdn/edge/cache/disk.py):
-- every key is added before its row can be read: inside the write transaction of a batch, before its COMMIT;
-  after the single write of a streamed body, which its own fill waits for before any request may look for it;
+- every key is added before a request can look it up: inside the write transaction of a batch, before its
+  COMMIT; for a streamed body, right after its write commits and before its fill lands (the requests for that
+  URL wait for the fill);
 - a rebuild (the keys of every row, read in a write transaction, so no other write is half done) happens
   between writes, in the writing thread, and the filter it replaces takes no adds meanwhile (one lock);
 - deleted rows are not removed (a Bloom filter cannot): they only make "maybe" more frequent until the next

@@ -1,0 +1,104 @@
+"""CPU per pull zone cache fill of two source trees, side by side: the whole system's, turns alternated.
+
+    .venv/bin/python -m benchmarks.fill_ab TREE_A TREE_B [--size "5 KB"] [--turns 6] [--duration 4]
+
+Each tree (a checkout or ``git archive`` of the project) runs its own ``assetcdn up`` (one edge with one worker,
+a 512 MB memory tier, every process importing from that tree), both with a pull zone in front of one origin:
+benchmarks/pull_bench.py's nginx, pinned to core 1 with wrk. Turn after turn, in alternating order, wrk
+(``-t2 -c64``) asks one tree for ``--duration`` seconds for URLs never asked before (pull_bench's fills, a
+prefix of their own per turn), that tree's processes pinned to core 0; the CPU of its whole ``up`` (read
+``SETTLE_S`` after the run, as pull_bench reads it) is divided by the fills made. Printed per turn, then each
+tree's median and the ratio of B's to A's.
+
+A tree's memory tier fills up over the turns (one 5 KB turn adds about 15,000 entries, a 100 KB one some 7,000
+to a tier of 512 MB): later turns include the disk writes of what each fill evicts. On a shared machine a single
+bench run moves by a fifth from run to run; the two trees alternating under the same load is what can compare
+them. Loopback only; every run is bounded; everything started is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.hits_bench import SETTLE_S, Server, stop, wait_up, warm, whole_system
+from benchmarks.load import run_wrk
+from benchmarks.measure import create_pull_zone, load_average, machine, require_tools
+from benchmarks.pull_bench import FILL_LUA, SIZES, ZONE, start_origin
+from tests.integration.harness import ACCOUNT, RunningCdn, free_port_block, start_cdn
+
+
+def start_tree(workdir: Path, path: str, origin: Server, body: bytes, size: str, core: str) -> tuple[RunningCdn, Server]:
+    """`up` importing from `path`, its pull zone in front of `origin`, its size's file warmed."""
+    cdn = start_cdn(workdir, workers=1, env_extra={"PYTHONPATH": str(Path(path).resolve()),
+                                                   "ASSETCDN_EDGE_MEMORY_CACHE_MB": "512",
+                                                   "ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"})
+    system, _control = whole_system(cdn)
+    system.pin(core)
+    asyncio.run(create_pull_zone(cdn.control_url, ACCOUNT, ZONE, origin.base, cdn.data_dir))
+    name = SIZES[size][0]
+    asyncio.run(warm(f"{system.base}/{ZONE}", [name], {name: body}))
+    return cdn, system
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trees", nargs=2)
+    parser.add_argument("--size", default="5 KB", choices=list(SIZES))
+    parser.add_argument("--turns", type=int, default=6)
+    parser.add_argument("--duration", type=float, default=4.0)
+    parser.add_argument("--server-core", default="0")
+    parser.add_argument("--load-core", default="1")
+    args = parser.parse_args(argv)
+    if not 0 < args.duration <= 60 or not 0 < args.turns <= 40:
+        parser.error("--duration within (0, 60], --turns within (0, 40]")
+    require_tools(("wrk", "nginx", "taskset"), "bench-pull")
+    print(f"# fill_ab: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
+    with tempfile.TemporaryDirectory(prefix="fill-ab-") as tmp:
+        workdir = Path(tmp)
+        os.chmod(workdir, 0o755)  # the origin's nginx workers run as their own user
+        origin, bodies = start_origin(workdir, free_port_block(1), args.load_core)
+        cdns: list[RunningCdn] = []
+        try:
+            asyncio.run(wait_up(origin.base + "/"))
+            origin.pin(args.load_core)
+            systems = []
+            for index, path in enumerate(args.trees):
+                (workdir / f"cdn{index}").mkdir()
+                cdn, system = start_tree(workdir / f"cdn{index}", path, origin, bodies[SIZES[args.size][0]],
+                                         args.size, args.server_core)
+                cdns.append(cdn)
+                systems.append(system)
+            per_fill: list[list[float]] = [[], []]
+            for turn in range(args.turns):
+                for index in (0, 1) if turn % 2 == 0 else (1, 0):
+                    system = systems[index]
+                    system.pin(args.server_core)  # a process started since the last walk too
+                    lua = FILL_LUA.replace("{prefix}", f"/{ZONE}/{SIZES[args.size][1]}/t{turn}-")
+                    before = system.cpu_seconds()
+                    result = run_wrk(f"{system.base}/{ZONE}/", args.duration, 64, 2,
+                                     prefix=("taskset", "-c", args.load_core), lua=lua)
+                    time.sleep(SETTLE_S)
+                    per_fill[index].append((system.cpu_seconds() - before) / max(result.requests, 1) * 1e6)
+                    print(f"# turn {turn + 1} {args.trees[index]}: {result.rps:,.0f} fills/s, "
+                          f"{per_fill[index][-1]:,.0f} us of CPU a fill, {result.errors} errors; "
+                          f"load {load_average()}", flush=True)
+            medians = [statistics.median(values) for values in per_fill]
+            for path, median, values in zip(args.trees, medians, per_fill, strict=True):
+                print(f"{path}: {median:,.0f} us of CPU a {args.size} fill (median; turns "
+                      f"{', '.join(f'{value:,.0f}' for value in values)})")
+            print(f"B / A: {medians[1] / medians[0]:.3f}; load average {load_average()}")
+        finally:
+            for cdn in cdns:
+                cdn.stop()
+            stop(origin)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

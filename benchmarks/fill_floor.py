@@ -1,0 +1,170 @@
+"""The floor of a cache fill on this stack: a bare proxy on uvloop and httptools, CPU per request, no cache.
+
+    .venv/bin/python -m benchmarks.fill_floor [--duration 4] [--rounds 3]
+
+What the edge's fill (assetcdn/edge/fastpath/pull_fill.py) cannot do with less, on the same event loop and
+parser: read a client's request, send a GET on a kept-alive connection to the origin (one per client
+connection: no pool to wait for), read the answer and write it back with its fields (hop-by-hop ones left
+out). No cache, no freshness rules, no logging. The origin is benchmarks/pull_bench.py's nginx, pinned with wrk
+to core 1; the proxy runs on core 0; wrk (``-t2 -c64``) asks for pull_bench's fill URLs, a new one per request.
+Prints the proxy's CPU per request per size: the part of a fill's cost that is the stack's, not the edge's.
+Loopback only; every run is bounded; everything started is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+from benchmarks.hits_bench import anchor, stop, wait_up
+from benchmarks.load import run_wrk
+from benchmarks.measure import load_average, machine, require_tools
+from benchmarks.pull_bench import FILL_LUA, SIZES, start_origin
+from tests.integration.harness import free_port_block
+
+HOP_BY_HOP = (b"connection", b"keep-alive", b"transfer-encoding")
+
+
+class Upstream(asyncio.Protocol):
+    """The origin side of one client connection: a response parsed, then written to the client whole."""
+
+    def __init__(self, client: Client) -> None:
+        import httptools
+
+        self.client = client
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.fields: list[tuple[bytes, bytes]] = []
+        self.body: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_message_begin(self) -> None:
+        self.fields, self.body = [], []
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.fields.append((name, value))
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        head = b"HTTP/1.1 200 OK\r\n" + b"".join(name + b": " + value + b"\r\n" for name, value in self.fields
+                                                 if name.lower() not in HOP_BY_HOP[:2]) + b"\r\n"
+        self.client.answer(head, b"".join(self.body))
+
+
+class Client(asyncio.Protocol):
+    """One client connection: its requests in order, each sent to the origin once the previous one is answered."""
+
+    def __init__(self, origin: tuple[str, int]) -> None:
+        import httptools
+
+        self.origin = origin
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.upstream: Upstream | None = None
+        self.waiting: deque[bytes] = deque()
+        self.busy = False
+        self.url = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        asyncio.get_running_loop().create_task(self.connect())
+
+    async def connect(self) -> None:
+        _, self.upstream = await asyncio.get_running_loop().create_connection(lambda: Upstream(self), *self.origin)
+        self.next()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_url(self, url: bytes) -> None:
+        self.url = url
+
+    def on_message_complete(self) -> None:
+        self.waiting.append(self.url)
+        if not self.busy:
+            self.next()
+
+    def answer(self, head: bytes, body: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines((head, body))
+        self.busy = False
+        self.next()
+
+    def next(self) -> None:
+        if self.waiting and self.upstream is not None and self.upstream.transport is not None and not self.busy:
+            self.busy = True
+            self.upstream.transport.write(b"GET " + self.waiting.popleft() + b" HTTP/1.1\r\nHost: origin\r\n\r\n")
+
+
+def serve(port: int, origin_port: int) -> None:
+    import uvloop
+
+    async def run() -> None:
+        server = await asyncio.get_running_loop().create_server(lambda: Client(("127.0.0.1", origin_port)),
+                                                                "127.0.0.1", port)
+        await server.serve_forever()
+
+    uvloop.run(run())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=4.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--serve", nargs=2, type=int, help=argparse.SUPPRESS)  # the proxy process itself
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve(*args.serve)
+        return 0
+    if not 0 < args.duration <= 60 or not 0 < args.rounds <= 20:
+        parser.error("--duration within (0, 60], --rounds within (0, 20]")
+    require_tools(("wrk", "nginx", "taskset"), "bench-pull")
+    print(f"# fill_floor: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
+    with tempfile.TemporaryDirectory(prefix="fill-floor-") as tmp:
+        workdir = Path(tmp)
+        os.chmod(workdir, 0o755)  # the origin's nginx workers run as their own user
+        port = free_port_block(2)
+        origin, _ = start_origin(workdir, port, "1")
+        proxy = None
+        try:
+            asyncio.run(wait_up(origin.base + "/"))
+            origin.pin("1")
+            process = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-m", "benchmarks.fill_floor", "--serve",
+                                        str(port + 1), str(port)])
+            proxy = anchor("bare proxy", f"http://127.0.0.1:{port + 1}", process)
+            asyncio.run(wait_up(f"{proxy.base}/fill5k/up"))
+            for size, (_, prefix, _) in SIZES.items():
+                for round_ in range(args.rounds):
+                    before = proxy.cpu_seconds()
+                    result = run_wrk(f"{proxy.base}/", args.duration, 64, 2, prefix=("taskset", "-c", "1"),
+                                     lua=FILL_LUA.replace("{prefix}", f"/{prefix}/r{round_}-"))
+                    used = proxy.cpu_seconds() - before
+                    print(f"{size}: {result.rps:,.0f} requests/s, {used / max(result.requests, 1) * 1e6:.0f} us of "
+                          f"CPU a request; load {load_average()}", flush=True)
+        finally:
+            if proxy is not None:
+                stop(proxy)
+            stop(origin)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
