@@ -149,7 +149,8 @@ class Flights:
 
     def __init__(self) -> None:
         self._waiting: dict[str, asyncio.Future[Landing]] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None  # the application's, at the first flight
+        # The application's loop, taken at the first flight: an application runs on one loop for its life.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def join(self, key: str) -> asyncio.Future[Landing] | None:
         """The flight to wait for, or None: the caller leads, and must `land` the key."""
