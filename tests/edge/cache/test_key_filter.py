@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import io
 import os
+import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,25 @@ def test_a_one_worker_cache_keeps_the_filter_and_a_several_worker_one_does_not(t
         assert cache.get("pull:never") is None and len(selects) == 1
     finally:
         cache.close()
+
+
+def test_a_batch_adds_its_keys_before_its_rows_can_be_read(disk: DiskTier, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch's keys reach the filter inside its write transaction: when they are added, no other connection
+    can read their rows yet (so no look-up ever finds a row the filter says is absent)."""
+    disk.track_keys(True)
+    visible_at_add: list[int] = []
+    add = disk._add_keys
+
+    def watched(keys: Iterable[str]) -> None:
+        keys = list(keys)
+        other = sqlite3.connect(disk.database)
+        try:
+            visible_at_add.append(other.execute("SELECT count(*) FROM Cache WHERE key = ?", (keys[0],)).fetchone()[0])
+        finally:
+            other.close()
+        add(keys)
+
+    monkeypatch.setattr(disk, "_add_keys", watched)
+    disk.put_many([entry("pull:ordered")])
+    assert visible_at_add == [0]
+    assert disk.get("pull:ordered", load_limit=MB) is not None
