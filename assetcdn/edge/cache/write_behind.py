@@ -204,15 +204,17 @@ class WriteBehind:
 
     def _put(self, entries: list[CachedObject]) -> None:
         """Write `entries` that the memory tier still holds, then tell it they are settled (victims go; memory-only
-        entries become ordinary ones when written: not when the database dropped the write)."""
+        entries become ordinary ones when written: not when the database dropped the write or the filesystem was
+        full)."""
         holds = self._memory.holds
         current = [] if self._closed else [obj for obj in entries if holds(obj)]
-        dropped = self._disk.dropped_writes
+        dropped, full = self._disk.dropped_writes, self._disk.full_events
         stored = False
         try:
             if current:
                 self._disk.put_many(current, current=self._current)
-            stored = not self._closed and self._disk.dropped_writes == dropped
+            # A full filesystem may have kept some out (not which): all stay memory-only, written again later.
+            stored = not self._closed and (self._disk.dropped_writes, self._disk.full_events) == (dropped, full)
         except Exception:  # a cache write failing must not stop later ones: the entry stays memory-only
             log.exception("edge cache: %d entries could not be written to the disk tier", len(current))
         finally:

@@ -273,3 +273,19 @@ def test_a_soft_purge_writes_what_it_keeps_stale_within_its_time_and_drops_the_r
     monkeypatch.setattr(store, "SOFT_PURGE_WRITE_S", 0.0)
     cache.soft_purge(everything=True, revalidated="pull:")
     assert cache.get(KEY) is None and on_disk(cache, KEY) is None
+
+
+def test_a_fill_the_full_disk_kept_out_stays_unwritten_and_is_written_later(
+        cache: EdgeCache, monkeypatch: pytest.MonkeyPatch) -> None:
+    writer = HeldWriter()
+    fill(cache, writer)
+
+    def full_disk(entries: Any, current: Any = None) -> None:
+        cache.disk.full_events += 1  # what DiskTier.put_many counts when a body does not fit even after evicting
+
+    monkeypatch.setattr(cache.disk, "put_many", full_disk)
+    cache.flush_writes()
+    assert on_disk(cache, KEY) is None and cache.stats().unwritten_entries == 1
+    monkeypatch.undo()
+    cache.flush_writes()
+    assert on_disk(cache, KEY) == BODY and cache.stats().unwritten_entries == 0
