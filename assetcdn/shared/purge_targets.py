@@ -67,6 +67,11 @@ def unsafe_path(raw: str) -> bool:
             return False
         segments = raw.split("/")
         return "." in segments or ".." in segments
+    return unsafe_segments(raw)
+
+
+def unsafe_segments(raw: str) -> bool:
+    """`unsafe_path` read segment by segment, each percent-decoded (what its quick answer must agree with)."""
     for segment in raw.split("/"):
         decoded = unquote(segment)
         if (any(part in (".", "..") for part in decoded.replace("\\", "/").split("/"))
