@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 import uvloop
@@ -315,22 +315,29 @@ def test_framings_and_keep_alive_on_the_event_loop_the_edge_runs(uvloop_runner: 
         writer.close()
 
     async def scenario() -> list[tuple[int, bytes]]:
-        server = await asyncio.start_server(answer, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        zone_origin = Origin(URL(f"http://127.0.0.1:{port}/prefix"))
-        client = OriginClient(LOOPBACK)
-        try:
+        async with raw_origin(answer) as (zone_origin, client):
             answers = []
             for name in ("sized", "chunked", "closed"):
                 response = await client.request(zone_origin, "GET", zone_origin.target(f"/{name}"), {})
                 answers.append((response.status, await response.read()))
             return answers
-        finally:
-            await client.close()
-            server.close()
 
     assert uvloop_runner.run(scenario()) == [(200, b"sized"), (200, b"chunked"), (200, b"until the close")]
     assert len(connections) == 1
+
+
+@contextlib.asynccontextmanager
+async def raw_origin(answer: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+                     limits: OriginLimits = LOOPBACK) -> AsyncIterator[tuple[Origin, OriginClient]]:
+    """An origin that answers each connection with `answer` (bytes exactly as the test writes them), and a client."""
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    zone_origin = Origin(URL(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/prefix"))
+    client = OriginClient(limits)
+    try:
+        yield zone_origin, client
+    finally:
+        await client.close()
+        server.close()
 
 
 @pytest.fixture
@@ -357,19 +364,12 @@ def test_bytes_past_a_response_never_reach_the_next_request(uvloop_runner: async
         writer.close()
 
     async def scenario() -> list[tuple[int, list[tuple[str, str]], bytes]]:
-        server = await asyncio.start_server(answer, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        zone_origin = Origin(URL(f"http://127.0.0.1:{port}/prefix"))
-        client = OriginClient(LOOPBACK)
-        try:
+        async with raw_origin(answer) as (zone_origin, client):
             answers = []
             for name in ("first", "second"):
                 response = await client.request(zone_origin, "GET", zone_origin.target(f"/{name}"), {})
                 answers.append((response.status, response.headers, await response.read()))
             return answers
-        finally:
-            await client.close()
-            server.close()
 
     first, second = uvloop_runner.run(scenario())
     assert (first[0], first[2]) == (200, b"hello")
@@ -388,17 +388,10 @@ def test_a_client_field_that_is_not_utf8_goes_out_as_it_came(uvloop_runner: asyn
         writer.close()
 
     async def scenario() -> bytes:
-        server = await asyncio.start_server(answer, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        zone_origin = Origin(URL(f"http://127.0.0.1:{port}/prefix"))
-        client = OriginClient(LOOPBACK)
-        try:
+        async with raw_origin(answer) as (zone_origin, client):
             value = b"caf\xe9 \xff".decode("utf-8", "surrogateescape")
             response = await client.request(zone_origin, "GET", zone_origin.target("/a"), {"X-Label": value})
             return await response.read()
-        finally:
-            await client.close()
-            server.close()
 
     assert uvloop_runner.run(scenario()) == b"ok"
     assert b"\r\nX-Label: caf\xe9 \xff\r\n" in seen[0]
@@ -420,20 +413,14 @@ def test_trailer_fields_after_the_last_chunk_are_bounded_as_the_head_is(uvloop_r
         writer.close()
 
     async def scenario() -> str:
-        server = await asyncio.start_server(answer, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        zone_origin = Origin(URL(f"http://127.0.0.1:{port}/prefix"))
-        client = OriginClient(OriginLimits(allow_loopback=True))  # the default timeouts: not what is tested
-        try:
+        # The default timeouts: not what is tested.
+        async with raw_origin(answer, OriginLimits(allow_loopback=True)) as (zone_origin, client):
             response = await client.request(zone_origin, "GET", zone_origin.target("/trailers"), {})
             try:
                 await response.read()
             except OriginError as exc:
                 return str(exc)
             return "read whole"
-        finally:
-            await client.close()
-            server.close()
 
     assert "trailer" in uvloop_runner.run(scenario())
 
