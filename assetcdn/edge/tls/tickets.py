@@ -200,7 +200,9 @@ class KeyFile:
         self.rotation_s = rotation_s
 
     def keys_around(self, period: int) -> dict[int, bytes]:
-        wanted = (period - 1, period, period + 1) if self.rotation_s > 0 else (period,)
+        """The keys of the period before `period`, of `period` and of the next one, made where missing; the
+        window of a later period when another worker has written one already (a read that ran late, from a
+        thread under load, neither drops the newest key nor makes another one for it)."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -211,6 +213,9 @@ class KeyFile:
                 os.fchmod(fd, 0o600)  # never readable by anyone else, whatever made it so
             data = os.pread(fd, MAX_FILE_BYTES + 1, 0)
             held = _parse(data, self.rotation_s) if len(data) <= MAX_FILE_BYTES else {}
+            if self.rotation_s > 0 and held:
+                period = max(period, max(held) - 1)
+            wanted = (period - 1, period, period + 1) if self.rotation_s > 0 else (period,)
             # A period before the previous one is gone for good; one not yet listed gets a new random key
             # (nobody can hold a ticket of it: every worker would have read its key from here).
             keys = {p: held.get(p) or secrets.token_bytes(KEY_LEN) for p in wanted}

@@ -240,3 +240,15 @@ def test_without_the_callback_the_store_keeps_per_worker_keys(tmp_path: Path, is
 def test_shared_keys_are_made_where_the_callback_can_be_set(tmp_path: Path) -> None:
     keys = shared_ticket_keys(tmp_path / KEY_FILE, ROTATION_S)
     assert keys is not None and (tmp_path / KEY_FILE).exists()
+
+
+def test_a_late_read_of_an_earlier_period_keeps_the_newest_key_every_worker_holds(tmp_path: Path) -> None:
+    """A worker's read ahead that runs a period late (its thread held up) asks for the window of an earlier
+    period: the next period's key another worker already holds stays the one in the file, so a third worker
+    reading later gets the same key, and tickets sealed under it open everywhere."""
+    key_file = KeyFile(tmp_path / KEY_FILE, ROTATION_S)
+    on_time = key_file.keys_around(10)
+    late = key_file.keys_around(9)
+    later = key_file.keys_around(11)
+    assert later[11] == on_time[11] and late[10] == on_time[10]
+    assert later[10] == on_time[10]
