@@ -182,6 +182,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         # One worker: the keys on disk are read into a filter once (every row's key: off the event loop).
         await asyncio.to_thread(setattr, cache, "alone", identity.workers == 1)
         cache.disk.report_to(app[METRICS])
+        cache.memory.report_to(app[METRICS])
         opened.push_async_callback(cache.aclose)  # waits for the disk writer off the event loop
         control = ControlClient(identity.control_url, secrets.cluster_secret, float(edge["origin_timeout_s"]),
                                 client_keepalive_s(settings),

@@ -97,6 +97,12 @@ class Metrics:
                                            "Entries the edge disk tier did not store: its database refused the "
                                            "write through every attempt (served all the same)", ["process"],
                                            registry=reg)
+        # A one-worker edge's fills held in memory only (assetcdn/edge/cache/memory.py) that an eviction let go
+        # unwritten: read by nobody since their fill (unread), or past the victims' share (writer_behind).
+        self.memory_unwritten_evictions = Counter("assetcdn_edge_memory_unwritten_evictions_total",
+                                                  "Cache fills held in memory only that an eviction let go without "
+                                                  "writing them to the disk tier, by reason (unread, writer_behind)",
+                                                  ["process", "reason"], registry=reg)
 
         self.tally = Tally()
         self.bytes_served_here = TallyCounter(self.tally.bytes_served, kind)

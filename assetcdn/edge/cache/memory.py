@@ -7,8 +7,12 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from assetcdn.edge.cache.entry import CachedObject, MemoryOnly, written
+
+if TYPE_CHECKING:
+    from assetcdn.shared.metrics import Metrics
 
 # What the tier's own structures spend per entry beyond the entry's ``footprint``: its slot in the LRU
 # (a dict slot and a linked-list node), and per tag its slot in the tag index plus the tag's string, which
@@ -18,6 +22,9 @@ TAG_OVERHEAD = 64 + sys.getsizeof("")
 # Evicted memory-only entries waiting for the disk writer hold at most this share of ``max_bytes`` beside it (or
 # the newest one alone); beyond that the oldest go unwritten (a writer that far behind would let them pile up).
 VICTIM_SHARE = 8
+# Unread memory-only entries let go at eviction are remembered (by their key's hash) in two generations of this
+# many each, so that a URL asked for again after its entry went is written when it is evicted the next time.
+GHOSTS = 1 << 16
 
 
 def entry_cost(obj: CachedObject, tags: Iterable[str] | None = None) -> int:
@@ -46,9 +53,14 @@ class MemoryTier:
     moves to the victims, where it waits for the disk writer (``on_victims`` is told, outside the lock): still
     found by ``victim``, and removed by the purges, ``discard`` and a newer ``put`` under its key as an entry is,
     so the writer (which writes only what is still there) never brings back what they removed.
+
+    With ``second_hit`` (the default), only a memory-only entry read since it was put (``get``) becomes a victim:
+    one nobody asked for again is let go at eviction (counted in ``unread_dropped``), and its key is remembered
+    among the ghosts, so that the next fill of that key is written when it is evicted in turn. A stream of
+    one-time URLs then costs no disk writes; what is asked for twice reaches the disk tier as before.
     """
 
-    def __init__(self, max_bytes: int, max_object_size: int) -> None:
+    def __init__(self, max_bytes: int, max_object_size: int, *, second_hit: bool = True) -> None:
         self.max_bytes = max(0, max_bytes)
         self.max_object_size = max(0, min(max_object_size, self.max_bytes))
         self._entries: OrderedDict[str, CachedObject] = OrderedDict()
@@ -64,6 +76,11 @@ class MemoryTier:
         self._waiting_bytes = 0
         self.victims_dropped = 0  # evicted memory-only entries let go unwritten (the victims were full)
         self.on_victims: Callable[[], None] | None = None  # called after a put moved entries to the victims
+        self.second_hit = second_hit
+        self._unread: set[str] = set()  # memory-only entries not read since their put (with second_hit)
+        self._ghosts: set[int] = set()  # hashes of the keys of unread entries let go, newest generation
+        self._old_ghosts: set[int] = set()
+        self.unread_dropped = 0  # unread memory-only entries let go at eviction (second_hit)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -103,10 +120,13 @@ class MemoryTier:
         return obj
 
     def get(self, key: str) -> CachedObject | None:
+        """The entry under ``key``, now the most recently used, and read (``second_hit``); None when absent."""
         with self._lock:
             obj = self._entries.get(key)
             if obj is not None:
                 self._entries.move_to_end(key)
+                if self._unread:
+                    self._unread.discard(key)
             return obj
 
     def put(self, obj: CachedObject) -> bool:
@@ -129,13 +149,22 @@ class MemoryTier:
             self._bytes += cost
             if type(obj) is MemoryOnly:
                 self._unwritten += 1
+                if self.second_hit:
+                    hashed = hash(obj.key)
+                    if hashed not in self._ghosts and hashed not in self._old_ghosts:
+                        self._unread.add(obj.key)
             for tag in tags:
                 self._index(tag, obj.key)
             while self._bytes > self.max_bytes:
                 oldest = next(iter(self._entries))
                 evicted = self._entries[oldest]
+                unread = oldest in self._unread
                 self._remove(oldest)
-                if type(evicted) is MemoryOnly:
+                if type(evicted) is not MemoryOnly:
+                    continue
+                if unread:
+                    self._ghost(oldest)
+                else:
                     self._victimize(evicted)
                     victims = True
         if victims and self.on_victims is not None:
@@ -186,6 +215,7 @@ class MemoryTier:
                 elif stored and type(obj) is MemoryOnly:
                     if self._entries.get(key) is obj:
                         self._unwritten -= 1
+                        self._unread.discard(key)
                     written(obj)
 
     def forget(self, obj: CachedObject) -> None:
@@ -195,6 +225,29 @@ class MemoryTier:
                 self._remove(obj.key)
             elif self._victims.get(obj.key) is obj:
                 self._unvictim(obj.key)
+
+    def report_to(self, metrics: Metrics) -> None:
+        """Add the memory-only entries let go unwritten (``unread_dropped``, ``victims_dropped``) to `metrics` on
+        each of its flushes."""
+        counters = (metrics.memory_unwritten_evictions.labels(metrics.kind, "unread"),
+                    metrics.memory_unwritten_evictions.labels(metrics.kind, "writer_behind"))
+        reported = [0, 0]
+
+        def collect() -> None:
+            counts = (self.unread_dropped, self.victims_dropped)  # ints that only ever grow
+            for at, counter in enumerate(counters):
+                if counts[at] > reported[at]:
+                    counter.inc(counts[at] - reported[at])
+            reported[:] = counts
+
+        metrics.add_source(collect)
+
+    def _ghost(self, key: str) -> None:
+        """Let an unread entry go unwritten, remembering its key for the next fill of it."""
+        self.unread_dropped += 1
+        if len(self._ghosts) >= GHOSTS:
+            self._old_ghosts, self._ghosts = self._ghosts, set()
+        self._ghosts.add(hash(key))
 
     def _victimize(self, obj: CachedObject) -> None:
         cost = entry_cost(obj)
@@ -276,6 +329,7 @@ class MemoryTier:
             self._victims.clear()
             self._waiting.clear()
             self._waiting_bytes = 0
+            self._unread.clear()
             return count
 
     def _index(self, tag: str, key: str) -> None:
@@ -297,6 +351,8 @@ class MemoryTier:
         self._bytes -= entry_cost(obj, tags)
         if type(obj) is MemoryOnly:
             self._unwritten -= 1
+            if self._unread:
+                self._unread.discard(key)
         for tag in tags:
             held = self._by_tag.get(tag)
             if held is None:

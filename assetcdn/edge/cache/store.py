@@ -127,9 +127,10 @@ class EdgeCache:
         memory_bytes: int = 128 * MB,
         memory_max_object: int = 256 * 1024,
         disk_min_file_size: int = DEFAULT_MIN_FILE_SIZE,
+        second_hit: bool = True,
     ) -> None:
         self.directory = Path(directory)
-        self.memory = MemoryTier(memory_bytes, memory_max_object)
+        self.memory = MemoryTier(memory_bytes, memory_max_object, second_hit=second_hit)
         self.disk = DiskTier(
             self.directory, size_limit=disk_size_limit, min_file_size=disk_min_file_size
         )
@@ -161,6 +162,7 @@ class EdgeCache:
             disk_size_limit=int(edge["cache_size_mb"]) * MB,
             memory_bytes=int(edge["memory_cache_mb"]) * MB,
             memory_max_object=int(edge["memory_object_max_kb"]) * 1024,
+            second_hit=bool(edge["disk_second_hit"]),
         )
 
     def get(self, key: str) -> CachedObject | None:

@@ -281,7 +281,7 @@ def prepare_pull(node: EdgeNode, config: EdgeConfig, view: HostView, target: str
     if not isinstance(pulled, PullPath):
         return False
     key = pull_key(pulled.zone.name, pulled.path, query)
-    obj = node.cache.memory.hit(key)
+    obj = node.cache.memory.get(key)  # read: an entry asked for again is worth writing when evicted
     if obj is None:
         return True
     if obj.body is None or first_value(obj.headers, VARY) is not None:

@@ -16,6 +16,8 @@ import pytest
 from assetcdn.edge.cache import store
 from assetcdn.edge.cache.memory import VICTIM_SHARE, entry_cost
 from assetcdn.edge.cache.store import SOFT_PURGED, EdgeCache
+from assetcdn.shared.config import load_settings
+from assetcdn.shared.metrics import Metrics
 from tests.support.edge_cache import HEAD, KB, MB, HeldWriter, on_disk
 
 BODY = b"a" * KB
@@ -38,8 +40,12 @@ def cache(tmp_path: Path) -> Iterator[EdgeCache]:
     edge_cache.close()
 
 
-def fill(cache: EdgeCache, writer: HeldWriter, key: str = KEY, body: bytes = BODY, etag: str = '"1"') -> None:
+def fill(cache: EdgeCache, writer: HeldWriter, key: str = KEY, body: bytes = BODY, etag: str = '"1"',
+         *, read: bool = True) -> None:
+    """A fill of `key`, then (`read`) a request that reads it: an entry read again is one the disk tier keeps."""
     assert cache.put_behind(key, body, "text/plain", etag, TAGS, HEAD, writer=writer) is not None
+    if read:
+        assert cache.get(key) is not None
 
 
 def evict(cache: EdgeCache, key: str = KEY) -> None:
@@ -204,6 +210,7 @@ def test_a_real_writer_thread_writes_every_evicted_entry(cache: EdgeCache) -> No
     with ThreadPoolExecutor(max_workers=1) as writer:
         for key in keys:
             assert cache.put_behind(key, BODY, "text/plain", '"e"', TAGS, HEAD, writer=writer) is not None
+            assert cache.get(key) is not None
     in_memory = [key for key in keys if key in cache.memory]
     written = [key for key in keys if on_disk(cache, key) == BODY]
     assert cache.memory.victim_count == 0 and not set(in_memory) & set(written)
@@ -289,3 +296,61 @@ def test_a_fill_the_full_disk_kept_out_stays_unwritten_and_is_written_later(
     monkeypatch.undo()
     cache.flush_writes()
     assert on_disk(cache, KEY) == BODY and cache.stats().unwritten_entries == 0
+
+
+def test_a_fill_nobody_read_again_is_let_go_at_eviction_and_its_next_fill_is_written(cache: EdgeCache) -> None:
+    """A one-time URL costs no disk write; a URL asked for again after its unread copy went is kept on disk."""
+    writer = HeldWriter()
+    fill(cache, writer, read=False)
+    evict(cache)
+    writer.run()
+    assert on_disk(cache, KEY) is None and cache.get(KEY) is None
+    assert cache.memory.unread_dropped == 1
+    fill(cache, writer, body=b"b" * KB, read=False)  # asked for again: its next eviction writes it
+    evict(cache)
+    writer.run()
+    assert on_disk(cache, KEY) == b"b" * KB
+    assert cache.get(KEY).body == b"b" * KB  # type: ignore[union-attr]
+    assert cache.memory.unread_dropped == 1
+
+
+def test_a_fill_read_through_the_hit_path_is_written_when_evicted(cache: EdgeCache) -> None:
+    """The hit path's first answer of a fill (assetcdn/edge/fastpath/prepared.py) reads it as `get` does."""
+    writer = HeldWriter()
+    fill(cache, writer, read=False)
+    assert cache.memory.get(KEY) is not None
+    evict(cache)
+    writer.run()
+    assert on_disk(cache, KEY) == BODY and cache.memory.unread_dropped == 0
+
+
+def test_with_second_hit_off_every_evicted_fill_is_written(tmp_path: Path) -> None:
+    cache = EdgeCache.from_settings(
+        {**load_settings(environ={"ASSETCDN_EDGE_DISK_SECOND_HIT": "false"}).section("edge"),
+         "memory_cache_mb": 1, "memory_object_max_kb": 4}, tmp_path / "cache")
+    cache.alone = True
+    try:
+        writer = HeldWriter()
+        fill(cache, writer, read=False)
+        evict(cache)
+        writer.run()
+        assert on_disk(cache, KEY) == BODY and cache.memory.unread_dropped == 0
+    finally:
+        cache.close()
+
+
+def test_the_fills_let_go_unwritten_are_counted_on_metrics(cache: EdgeCache) -> None:
+    metrics = Metrics("edge")
+    cache.memory.report_to(metrics)
+    writer = HeldWriter()
+    fill(cache, writer, read=False)
+    evict(cache)
+    for n in range(40):  # read, evicted while the writer is held: past the victims' share some are let go
+        fill(cache, writer, f"pull:z:/behind-{n}")
+    metrics.flush()
+    lines = metrics.render().decode().splitlines()
+    assert 'assetcdn_edge_memory_unwritten_evictions_total{process="edge",reason="unread"} 1.0' in lines
+    behind = cache.memory.victims_dropped
+    assert behind > 0
+    assert (f'assetcdn_edge_memory_unwritten_evictions_total{{process="edge",reason="writer_behind"}} {behind:.1f}'
+            in lines)

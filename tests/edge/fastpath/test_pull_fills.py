@@ -340,7 +340,7 @@ async def test_a_stored_url_the_hit_path_does_not_answer_goes_to_the_application
     fills, memory = filled.fills, filled.cdn.node.cache.memory
     claims: list[object] = []
     looked_up: list[str] = []
-    claim, hit = fills.claim, memory.hit
+    claim, hit, get = fills.claim, memory.hit, memory.get
 
     def claimed(*args: Any) -> bool:
         claims.append(args)
@@ -350,8 +350,13 @@ async def test_a_stored_url_the_hit_path_does_not_answer_goes_to_the_application
         looked_up.append(key)
         return hit(key)
 
+    def read(key: str) -> Any:  # the first answer of a stored URL reads it (its eviction then writes it)
+        looked_up.append(key)
+        return get(key)
+
     monkeypatch.setattr(fills, "claim", claimed)
     monkeypatch.setattr(memory, "hit", found)
+    monkeypatch.setattr(memory, "get", read)
     varied = await conn.request(f"/{ZONE}/varied.bin")
     assert (varied.header("X-Cache"), varied.body, claims) == ("HIT", BODY, [])
     looked_up.clear()

@@ -31,7 +31,7 @@ async def alone(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple
         yield found
 
 
-async def test_an_evicted_fill_is_a_hit_from_the_disk_tier(alone: tuple[HitCdn, ScriptedOrigin]) -> None:
+async def test_an_evicted_fill_asked_for_again_is_a_hit_from_the_disk_tier(alone: tuple[HitCdn, ScriptedOrigin]) -> None:
     cdn, origin = alone
     bodies = {f"/evicted/{n}.bin": os.urandom(SIZE) for n in range(6)}
     for name, body in bodies.items():
@@ -44,6 +44,7 @@ async def test_an_evicted_fill_is_a_hit_from_the_disk_tier(alone: tuple[HitCdn, 
     assert cache.disk.get(key, load_limit=0) is None  # in memory only
     health = orjson.loads((await plain.request("/api/health")).body)
     assert health["cache"]["unwritten_entries"] == 1 and health["cache"]["disk_entries"] == 0
+    assert (await conn.request(f"/{ZONE}/evicted/0.bin")).header("X-Cache") == "HIT"  # asked for again
 
     for name in list(bodies)[1:]:  # the memory tier evicts the first fill for room
         assert (await conn.request(f"/{ZONE}{name}")).header("X-Cache") == "MISS"
@@ -58,3 +59,32 @@ async def test_an_evicted_fill_is_a_hit_from_the_disk_tier(alone: tuple[HitCdn, 
     assert (again.header("ETag"), again.header("Content-Type")) == (HEADERS["ETag"], HEADERS["Content-Type"])
     assert again.header("Cache-Control") == first.header("Cache-Control")
     assert origin.count("/evicted/0.bin") == 1
+
+
+async def test_a_fill_nobody_asked_for_again_is_let_go_at_eviction_and_kept_the_next_time(
+        alone: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """A one-time URL costs no disk write; once asked for again, its next fill reaches the disk tier."""
+    cdn, origin = alone
+    bodies = {f"/once/{n}.bin": os.urandom(SIZE) for n in range(6)}
+    for name, body in bodies.items():
+        origin.answer(name, body, headers=HEADERS)
+    conn = await cdn.connect()
+    cache = cdn.node.cache
+    key = pull_key(ZONE, "/once/0.bin", "")
+
+    async def evicted() -> bool:
+        return key not in cache.memory
+
+    for _ in range(2):
+        for name in bodies:  # each fill evicts the oldest
+            assert (await conn.request(f"/{ZONE}{name}")).header("X-Cache") == "MISS"
+        await wait_until(evicted, "the first fill evicted")
+    assert origin.count("/once/0.bin") == 2  # let go unwritten the first time: fetched again
+
+    async def written() -> bool:
+        return cache.disk.get(key, load_limit=0) is not None
+
+    await wait_until(written, "the second fill of a URL asked for again written to the disk tier")
+    again = await conn.request(f"/{ZONE}/once/0.bin")
+    assert (again.header("X-Cache"), again.body) == ("HIT", bodies["/once/0.bin"])
+    assert origin.count("/once/0.bin") == 2

@@ -35,3 +35,5 @@ async def test_the_disk_tiers_full_and_dropped_writes_are_series_from_the_start(
     lines = (await (await cdn.edge.get("/metrics", headers=METRICS)).text()).splitlines()
     assert 'assetcdn_edge_disk_full_total{process="edge"} 0.0' in lines
     assert 'assetcdn_edge_disk_dropped_writes_total{process="edge"} 0.0' in lines
+    for reason in ("unread", "writer_behind"):
+        assert f'assetcdn_edge_memory_unwritten_evictions_total{{process="edge",reason="{reason}"}} 0.0' in lines
