@@ -7,6 +7,10 @@ no client traffic (two failures in a row by default, so one slow heartbeat on a 
 turn misses into 503s). Calls made for a client (blob fetches on a miss, analytics) ask the breaker first:
 while it is open they fail at once, and one already waiting gives up the moment it opens, so no
 client waits out `origin_timeout_s` for a control plane known to be unreachable.
+
+Only failed calls say control is unreachable, never silence: an edge whose own event loop did not run for a
+while (busy, starved of CPU, paused) has not asked control, and a timeout that fired that late may have left
+control's answer unread, so neither makes the edge call control down (`reachable`, `_late_timeout_excused`).
 """
 
 from __future__ import annotations
@@ -31,16 +35,20 @@ from assetcdn.shared.tls_state import TLS_STATE_PATH
 log = logging.getLogger(__name__)
 GATEWAY_FAILURES = frozenset({502, 503, 504})  # answers that mean control itself is not there
 MAX_EDGES = 4096  # edge workers taken from control's list
+# A timeout that fires more than this many seconds after it was due fired late: the edge's own loop did not
+# run meanwhile, and control's answer may have arrived unread. Far above a loaded loop's usual delay.
+LATE_TIMEOUT_S = 1.0
 
 
 class ControlUnavailable(Exception):
     """Control could not be reached or answered with a server error. `answered`: it did answer (a 5xx
     other than 502-504), so it is up, only failing this call."""
 
-    def __init__(self, message: str, *, answered: bool = False, slow: bool = False) -> None:
+    def __init__(self, message: str, *, answered: bool = False, slow: bool = False, late: bool = False) -> None:
         super().__init__(message)
         self.answered = answered
         self.slow = slow  # it took a timeout to find out (hung or cut off, not refusing)
+        self.late = late  # that timeout fired late (LATE_TIMEOUT_S): the edge's loop was not running
 
 
 class NotFoundAtControl(Exception):
@@ -61,6 +69,9 @@ class ControlClient:
         self.started_at = time.monotonic()
         self.last_success = 0.0
         self.last_error = ""
+        # When the first call that failed (and counted) since control last answered was asked; None: none has.
+        self.failing_since: float | None = None
+        self._late_excused_at: float | None = None  # when a late timeout was last excused, since the last answer
         self.generation_seen = 0  # the newest generation control reported (heartbeat, catch-up)
         # The live edge workers control last listed (register, heartbeat): (member name, cluster URL) pairs.
         self.edges: tuple[tuple[str, str], ...] = ()
@@ -79,8 +90,12 @@ class ControlClient:
         return self._secret
 
     def reachable(self, within_s: float) -> bool:
-        """Control answered within the last `within_s` seconds and is not known to be down since."""
-        return self.breaker.state != "open" and time.monotonic() - self.last_success <= within_s
+        """Control has answered since this process started and is not known to be down: the breaker is not
+        open, and calls to it have not been failing, with no answer between, for more than `within_s`. Time in
+        which no call was made (this edge's loop did not run) is not counted against it."""
+        if self.breaker.state == "open" or not self.last_success:
+            return False
+        return self.failing_since is None or time.monotonic() - self.failing_since <= within_s
 
     def seconds_since_contact(self) -> float:
         """Since control last answered, or since this process started when it has not yet."""
@@ -89,9 +104,11 @@ class ControlClient:
     async def _exchange(self, method: str, path_qs: str, body: bytes, headers: dict[str, str],
                         limits: aiohttp.ClientTimeout | None) -> bytes:
         assert self.session is not None
+        limits = limits or self._timeout
+        started = time.monotonic()
         try:
             async with self.session.request(method, self.control_url + PREFIX + path_qs, data=body or None,
-                                            headers=headers, timeout=limits or self._timeout) as resp:
+                                            headers=headers, timeout=limits) as resp:
                 data = await resp.read()
                 if resp.status == 404:
                     raise NotFoundAtControl(path_qs)
@@ -99,7 +116,9 @@ class ControlClient:
                     raise ControlUnavailable(f"control answered {resp.status} to {path_qs}",
                                              answered=resp.status not in GATEWAY_FAILURES)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise ControlUnavailable(f"{type(exc).__name__}: {exc}", slow=isinstance(exc, TimeoutError)) from exc
+            late = isinstance(exc, TimeoutError) and _fired_late(exc, limits, started)
+            raise ControlUnavailable(f"{type(exc).__name__}: {exc}", slow=isinstance(exc, TimeoutError),
+                                     late=late) from exc
         return data
 
     async def _until_tripped(self, call: asyncio.Future[bytes]) -> bytes:
@@ -150,8 +169,10 @@ class ControlClient:
                 self.last_error = str(exc)
                 # A call that failed while another one got an answer says control is slow, not down: only
                 # failures newer than the last answer count towards opening the breaker.
-                if self.last_success <= asked_at:
+                if self.last_success <= asked_at and not self._late_timeout_excused(exc, asked_at):
                     self.breaker.failed(slow=exc.slow)
+                    if self.failing_since is None:
+                        self.failing_since = asked_at
             raise
         except NotFoundAtControl:
             self._answered()
@@ -163,8 +184,21 @@ class ControlClient:
         """Control reached this edge (a signed push): it is up, whatever our own calls last concluded."""
         self._answered()
 
+    def _late_timeout_excused(self, exc: ControlUnavailable, asked_at: float) -> bool:
+        """Whether a failure is a timeout that fired late, which says this edge's loop stalled, not that
+        control was silent. Every call caught in one stall is excused; a call asked after that stall and late
+        again before control answers counts, so a loop that is always late cannot hide a control that is down."""
+        if not exc.late:
+            return False
+        if self._late_excused_at is None:
+            self._late_excused_at = time.monotonic()
+            return True
+        return asked_at < self._late_excused_at
+
     def _answered(self) -> None:
         self.last_success = time.monotonic()
+        self.failing_since = None
+        self._late_excused_at = None
         self.breaker.succeeded()
 
     def _saw_generation(self, reply: dict[str, Any]) -> dict[str, Any]:
@@ -210,6 +244,13 @@ class ControlClient:
     async def send(self, path: str, message: dict[str, Any]) -> dict[str, Any]:
         reply: dict[str, Any] = orjson.loads(await self._request("POST", path, message))
         return reply
+
+
+def _fired_late(exc: TimeoutError, limits: aiohttp.ClientTimeout, started: float) -> bool:
+    """Whether the timeout that ended a call begun at `started` fired well after it was due (its connect
+    limit for a connection that was not made, else its total)."""
+    limit = limits.connect if isinstance(exc, aiohttp.ConnectionTimeoutError) else limits.total
+    return limit is not None and time.monotonic() - started > limit + LATE_TIMEOUT_S
 
 
 async def run_sync_loop(client: ControlClient, *, name: str, url: str, get_generation: Callable[[], int],

@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestServer
 
 from assetcdn.edge.cache.store import EdgeCache
 from assetcdn.edge.circuit_breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
-from assetcdn.edge.control_client import ControlClient, ControlUnavailable
+from assetcdn.edge.control_client import LATE_TIMEOUT_S, ControlClient, ControlUnavailable
 from assetcdn.edge.node import EdgeNode
 from assetcdn.shared.cluster import PREFIX
 from assetcdn.shared.config import load_settings
@@ -131,6 +131,7 @@ def test_cached_files_are_served_stale_only_within_the_bound(tmp_path: Path, rea
                                                              bound: int, expected: str | None) -> None:
     client = ControlClient("http://127.0.0.1:9", "secret", timeout_s=1.0)
     client.started_at = client.last_success = time.monotonic() - since   # control last answered `since` ago
+    client.failing_since = client.last_success   # and every call since has failed
     with edge_node(tmp_path, client, ASSETCDN_EDGE_STALE_IF_ERROR_S=str(bound)) as node:
         assert node.control_reachable() == reachable
         assert node.hit_status() == expected
@@ -183,6 +184,7 @@ async def test_how_long_control_counts_as_reachable_is_configurable(
         environ["ASSETCDN_EDGE_REACHABLE_FOR_S"] = reachable_for
     client = ControlClient("http://127.0.0.1:9", "secret", timeout_s=1.0)
     client.last_success = time.monotonic() - silent_s     # control last answered `silent_s` ago
+    client.failing_since = client.last_success            # and calls since have failed
     with edge_node(tmp_path, client, **environ) as node:
         assert node.hit_status() == expected
 
@@ -243,6 +245,58 @@ async def test_a_call_that_fails_after_another_got_an_answer_does_not_count() ->
             await slow
         assert client.breaker.state == CLOSED
         assert client.reachable(within_s=60)
+    finally:
+        await client.close()
+        await server.close()
+
+
+def test_time_in_which_the_edge_asked_nothing_does_not_make_control_unreachable(tmp_path: Path) -> None:
+    client = ControlClient("http://127.0.0.1:9", "secret", timeout_s=1.0)
+    # Control last answered an hour ago and no call has failed since: this edge's loop did not run (busy,
+    # starved of CPU, paused), so it has no news of control, not bad news.
+    client.started_at = client.last_success = time.monotonic() - 3600
+    with edge_node(tmp_path, client) as node:
+        assert node.control_reachable()
+        assert node.hit_status() == "HIT"
+        assert node.sync_status()["lastContactSecondsAgo"] >= 3600  # health still says how long it has been
+
+
+def _loop_stalling_control(stall_s: float) -> web.Application:
+    """A control plane that answers its first heartbeat at once and later ones on time, but blocks the event loop
+    it shares with the edge's client meanwhile, for `stall_s`: its answers wait unread while the edge's timeouts
+    fall due (an edge process too busy, or too starved of CPU, to run its loop)."""
+    calls = {"heartbeat": 0}
+
+    async def heartbeat(request: web.Request) -> web.Response:
+        calls["heartbeat"] += 1
+        if calls["heartbeat"] > 1:
+            time.sleep(stall_s)  # noqa: ASYNC251 (the stall is what is tested)
+        return web.json_response({"known": True, "generation": 1})
+
+    app = web.Application()
+    app.router.add_post(PREFIX + "/heartbeat", heartbeat)
+    return app
+
+
+async def test_a_timeout_that_fires_late_because_the_edges_loop_stalled_does_not_count() -> None:
+    probe_timeout_s = 0.1
+    server = TestServer(_loop_stalling_control(stall_s=probe_timeout_s + LATE_TIMEOUT_S + 0.2))
+    await server.start_server()
+    client = ControlClient(str(server.make_url("")), "secret", timeout_s=60.0, probe_timeout_s=probe_timeout_s,
+                           breaker=CircuitBreaker(failure_threshold=1, open_s=30.0))
+    await client.start()
+    try:
+        await client.heartbeat("edge-0/0", 0)
+        with pytest.raises(ControlUnavailable):
+            await client.heartbeat("edge-0/0", 0)  # answered in time, read too late: the timeout fired first
+        assert client.breaker.state == CLOSED
+        assert client.reachable(within_s=0.1)  # the stall was longer than this, and nothing failed meanwhile
+        # A loop that stalls again, with no answer read between, no longer excuses the next late timeout:
+        # an always-late loop must not hide a control plane that is down.
+        with pytest.raises(ControlUnavailable):
+            await client.heartbeat("edge-0/0", 0)
+        assert client.breaker.state == OPEN
+        assert not client.reachable(within_s=3600)
     finally:
         await client.close()
         await server.close()

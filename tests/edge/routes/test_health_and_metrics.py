@@ -3,10 +3,13 @@ addresses, and the metrics key for /metrics and deep health."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 import orjson
 
+from assetcdn.edge.control_client import LATE_TIMEOUT_S
 from tests.control.expect import expect_error
 from tests.shared.health_shape import assert_health_shape, assert_no_internal_addresses
 from tests.support.cdn import CdnFactory
@@ -53,3 +56,22 @@ async def test_metrics_need_the_metrics_key(make_cdn: CdnFactory) -> None:
     text = await resp.text()
     assert "# TYPE assetcdn_requests_total counter" in text
     assert 'route="/api/health"' in text
+
+
+async def test_health_asked_while_the_edges_loop_stalls_answers_200(make_cdn: CdnFactory) -> None:
+    """A load balancer's health check that arrives while the edge's event loop does not run (busy, starved of CPU,
+    paused) is answered first when it runs again, before the edge has asked control anything: silence is no
+    sign that control is down, nor is a background call's timeout that fell due during the stall."""
+    cdn = await make_cdn(ASSETCDN_EDGE_REACHABLE_FOR_S="0.5", ASSETCDN_EDGE_CONTROL_PROBE_TIMEOUT_S="0.2")
+    stall_s = cdn.node.reachability_window_s + 0.2 + LATE_TIMEOUT_S  # past the window and any probe's lateness
+    server = cdn.edge.server
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    try:
+        writer.write(b"GET /api/health HTTP/1.1\r\nHost: edge\r\nConnection: close\r\n\r\n")
+        time.sleep(stall_s)  # noqa: ASYNC251 (the edge shares this loop: this is its stall)
+        head, _, body = (await reader.read()).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 "), body
+        control = next(c for c in orjson.loads(body)["checks"] if c["name"] == "control")
+        assert control["lastContactSecondsAgo"] >= cdn.node.reachability_window_s  # it was silent that long
+    finally:
+        writer.close()
