@@ -5,7 +5,9 @@ worker that made it, so a client resumes whichever worker its next connection re
 periods of ``[tls] session_ticket_rotation_s``; each period has its own random 80-byte key (a 16-byte
 name, 32 bytes of HMAC-SHA256 key, 32 of AES-256 key), kept in one file of the edge's cache directory
 (mode 0600) that every worker reads and the first one to need a period's key writes, under ``flock``;
-after the first read a worker reads it from a thread, a period ahead (`TicketKeys`), never in a handshake.
+after the first read a worker reads it from a thread, a period ahead (`TicketKeys`), never in a handshake;
+a worker that reaches a period without its key (no connection for a period, or that thread held up) reads
+it at once, before its first handshake of the period, as another worker may seal under it already.
 The file holds the keys of the previous, the current and the next period only: a key is dropped for good
 two periods after its own, so whoever reads the file later cannot open older tickets. New tickets are
 sealed under the current period's key; a ticket of the current or the previous period resumes (one of the
@@ -237,9 +239,12 @@ class TicketKeys:
     calls in the window after a rotation (see the module docstring). The key file is read at the start and
     then ahead of time: once the clock is in a period whose next period's key this worker does not hold, a
     thread (`start_reader`) reads the keys around it, and the loop takes them at its next look-up, before
-    that next period starts. The callback (run mid-handshake, on the event loop) never reads the file; were
-    the thread a whole period late, the newest key held stands in. `grace_s`: how long into a period the
-    previous period's tickets are opened."""
+    that next period starts. A worker without the current period's key (it had no connection for a period,
+    or the thread is held up that long) reads the file on the loop, in `apply`, before the period's first
+    handshake: any ticket a client offers was sealed by then, under that key at the newest. The callback
+    (run mid-handshake, on the event loop) never reads the file; in a handshake that crossed a rotation,
+    the newest key held stands in. `grace_s`: how long into a period the previous period's tickets are
+    opened."""
 
     def __init__(self, openssl: OpenSsl, key_file: KeyFile, grace_s: float,
                  clock: Callable[[], float] = time.time,
@@ -276,10 +281,11 @@ class TicketKeys:
 
     def apply(self, contexts: Iterable[ssl.SSLContext]) -> float:
         """Give `contexts` the current period's key and set or clear the callback; returns the wall-clock
-        time until which that holds. Only on contexts no handshake is using on another thread (OpenSSL
-        reads both while a handshake runs). Raises Unavailable."""
+        time until which that holds (the first connection after it calls this again). Only on contexts no
+        handshake is using on another thread (OpenSSL reads both while a handshake runs); reads the key file
+        when this worker does not hold the current period's key. Raises Unavailable."""
         period, callback, until = self._mode(self.clock())
-        key = self._key(period)
+        key = self._key(period, between_handshakes=True)
         lib = self.openssl.lib
         for context in contexts:
             pointer = self.openssl.ssl_ctx(context)
@@ -289,30 +295,37 @@ class TicketKeys:
                 raise Unavailable("OpenSSL refused the session ticket key")
         return until
 
-    def _key(self, period: int) -> TicketKey:
+    def _key(self, period: int, *, between_handshakes: bool = False) -> TicketKey:
         key = self.by_period.get(period)
         if key is None or period + 1 not in self.by_period and self.key_file.rotation_s > 0:
-            key = self._advance(period)
+            key = self._advance(period, between_handshakes)
         return key
 
-    def _advance(self, period: int) -> TicketKey:
-        """The key of `period` when the next period's is not held yet, without reading the file here: the keys
-        the reader brought are taken; else a read ahead is started; meanwhile the newest key held stands in."""
-        for _attempt in range(2):  # a reader that ran at once (start_reader) is taken in the second
-            if self._read:
-                material = self._read.pop()
-                self._reading = False
-                if period in material or period not in self.by_period:
-                    self._adopt(material)
-            key = self.by_period.get(period)
-            if key is not None and period + 1 in self.by_period or self._reading:
-                break
+    def _advance(self, period: int, between_handshakes: bool) -> TicketKey:
+        """The key of `period` when the next period's is not held yet: the keys the reader brought are taken,
+        else a read ahead is started. Without the key of `period` itself (no connection for a period, or a
+        reader held up that long), a look-up between handshakes reads the file at once: another worker may
+        already seal under that key. In a handshake the newest key held stands in instead."""
+        self._take_read()
+        if period not in self.by_period and between_handshakes:
+            self._adopt(self._material(period))
+        if period + 1 not in self.by_period and not self._reading and self.key_file.rotation_s > 0:
             self._reading = True
             self._start_reader(partial(self._read_ahead, period))
+            self._take_read()  # a reader that ran at once (start_reader)
+        key = self.by_period.get(period)
         if key is None:  # the newest key held before `period` (the oldest, had the clock gone back)
             earlier = [p for p in self.by_period if p <= period]
             key = self.by_period[max(earlier) if earlier else min(self.by_period)]
         return key
+
+    def _take_read(self) -> None:
+        """The keys the reader brought, unless they are older than those held (read before a read on the loop)."""
+        if self._read:
+            material = self._read.pop()
+            self._reading = False
+            if material and max(material) >= max(self.by_period):
+                self._adopt(material)
 
     def _read_ahead(self, period: int) -> None:
         """On the reader's thread: the keys around `period`, for the loop to take (`_advance`)."""

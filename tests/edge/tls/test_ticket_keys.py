@@ -252,3 +252,60 @@ def test_a_late_read_of_an_earlier_period_keeps_the_newest_key_every_worker_hold
     later = key_file.keys_around(11)
     assert later[11] == on_time[11] and late[10] == on_time[10]
     assert later[10] == on_time[10]
+
+
+def worker(openssl: OpenSsl, key_file: KeyFile, clock: Clock, issued: Issued, tmp_path: Path,
+           start_reader: Callable[[Callable[[], None]], None]) -> tuple[TicketKeys, ssl.SSLContext]:
+    keys = TicketKeys(openssl, key_file, ROTATION_S, clock, start_reader)
+    return keys, server_context(issued, tmp_path, keys)
+
+
+def first_connection_of_the_period(*workers: tuple[TicketKeys, ssl.SSLContext]) -> None:
+    """What each worker does as it accepts its first connection of a period (CertificateStore.front_context):
+    its contexts get the keys of now."""
+    for keys, context in workers:
+        keys.apply([context])
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2])
+def test_a_worker_whose_read_ahead_has_not_landed_opens_a_ticket_of_the_new_period(
+        tmp_path: Path, issued: Issued, version: ssl.TLSVersion) -> None:
+    """At a rotation one worker holds the new period's key (its read ahead landed) and seals under it; the
+    other's reader thread is held up (a loaded machine): a ticket of the first still resumes on the second."""
+    clock = Clock()
+    openssl = OpenSsl()
+    key_file = KeyFile(tmp_path / KEY_FILE, ROTATION_S)
+    held_up: list[Callable[[], None]] = []  # the second worker's reads ahead, never run
+    first = worker(openssl, key_file, clock, issued, tmp_path, at_once)
+    second = worker(openssl, key_file, clock, issued, tmp_path, held_up.append)
+    client = client_context(version)
+    clock.now += ROTATION_S  # period 1001: both hold its key (read at start); 1002's is read ahead
+    first_connection_of_the_period(first, second)
+    assert held_up
+    clock.now += ROTATION_S  # period 1002
+    first_connection_of_the_period(first)
+    _, session = connect(first[1], client, None)
+    first_connection_of_the_period(second)
+    resumed, _ = connect(second[1], client, session)
+    assert resumed
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2])
+def test_after_periods_without_a_handshake_tickets_are_sealed_under_a_key_every_worker_opens(
+        tmp_path: Path, issued: Issued, version: ssl.TLSVersion) -> None:
+    """Workers that had no connection for a few periods (no read ahead meanwhile) and whose reader threads
+    are held up: the first ticket sealed after that resumes on the other worker, and on its own."""
+    clock = Clock()
+    openssl = OpenSsl()
+    key_file = KeyFile(tmp_path / KEY_FILE, ROTATION_S)
+    held_up: list[Callable[[], None]] = []
+    first = worker(openssl, key_file, clock, issued, tmp_path, held_up.append)
+    second = worker(openssl, key_file, clock, issued, tmp_path, held_up.append)
+    client = client_context(version)
+    clock.now += 3 * ROTATION_S
+    first_connection_of_the_period(first, second)
+    _, session = connect(first[1], client, None)
+    resumed, _ = connect(second[1], client, session)
+    assert resumed
+    resumed, _ = connect(first[1], client, session)
+    assert resumed
