@@ -22,9 +22,12 @@ TAG_OVERHEAD = 64 + sys.getsizeof("")
 # Evicted memory-only entries waiting for the disk writer hold at most this share of ``max_bytes`` beside it (or
 # the newest one alone); beyond that the oldest go unwritten (a writer that far behind would let them pile up).
 VICTIM_SHARE = 8
-# Unread memory-only entries let go at eviction are remembered (by their key's hash) in two generations of this
-# many each, so that a URL asked for again after its entry went is written when it is evicted the next time.
+# Unread memory-only entries let go at eviction are remembered in two generations of GHOSTS keys each, a bitmap of
+# GHOST_BITS bits per generation (256 KB) set at one bit per key's hash: so that a URL asked for again after its entry
+# went is written when it is evicted the next time. A key taken for a ghost by a shared bit (about 3% of the others
+# when a generation is full) is only written as if it had been asked for again.
 GHOSTS = 1 << 16
+GHOST_BITS = 1 << 21
 
 
 def entry_cost(obj: CachedObject, tags: Iterable[str] | None = None) -> int:
@@ -78,8 +81,9 @@ class MemoryTier:
         self.on_victims: Callable[[], None] | None = None  # called after a put moved entries to the victims
         self.second_hit = second_hit
         self._unread: set[str] = set()  # memory-only entries not read since their put (with second_hit)
-        self._ghosts: set[int] = set()  # hashes of the keys of unread entries let go, newest generation
-        self._old_ghosts: set[int] = set()
+        self._ghosts = bytearray(GHOST_BITS // 8)  # the keys of unread entries let go, newest generation
+        self._old_ghosts = bytearray(GHOST_BITS // 8)
+        self._ghosted = 0  # keys set in the newest generation
         self.unread_dropped = 0  # unread memory-only entries let go at eviction (second_hit)
 
     def __len__(self) -> int:
@@ -149,10 +153,8 @@ class MemoryTier:
             self._bytes += cost
             if type(obj) is MemoryOnly:
                 self._unwritten += 1
-                if self.second_hit:
-                    hashed = hash(obj.key)
-                    if hashed not in self._ghosts and hashed not in self._old_ghosts:
-                        self._unread.add(obj.key)
+                if self.second_hit and not self._is_ghost(obj.key):
+                    self._unread.add(obj.key)
             for tag in tags:
                 self._index(tag, obj.key)
             while self._bytes > self.max_bytes:
@@ -245,9 +247,18 @@ class MemoryTier:
     def _ghost(self, key: str) -> None:
         """Let an unread entry go unwritten, remembering its key for the next fill of it."""
         self.unread_dropped += 1
-        if len(self._ghosts) >= GHOSTS:
-            self._old_ghosts, self._ghosts = self._ghosts, set()
-        self._ghosts.add(hash(key))
+        if self._ghosted >= GHOSTS:
+            self._old_ghosts, self._ghosts = self._ghosts, self._old_ghosts
+            self._ghosts[:] = bytes(len(self._ghosts))
+            self._ghosted = 0
+        bit = hash(key) & (GHOST_BITS - 1)
+        self._ghosts[bit >> 3] |= 1 << (bit & 7)
+        self._ghosted += 1
+
+    def _is_ghost(self, key: str) -> bool:
+        bit = hash(key) & (GHOST_BITS - 1)
+        mask = 1 << (bit & 7)
+        return bool((self._ghosts[bit >> 3] | self._old_ghosts[bit >> 3]) & mask)
 
     def _victimize(self, obj: CachedObject) -> None:
         cost = entry_cost(obj)

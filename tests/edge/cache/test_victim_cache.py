@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from assetcdn.edge.cache import store
+from assetcdn.edge.cache import memory, store
 from assetcdn.edge.cache.memory import VICTIM_SHARE, entry_cost
 from assetcdn.edge.cache.store import SOFT_PURGED, EdgeCache
 from assetcdn.shared.config import load_settings
@@ -354,3 +354,19 @@ def test_the_fills_let_go_unwritten_are_counted_on_metrics(cache: EdgeCache) -> 
     assert behind > 0
     assert (f'assetcdn_edge_memory_unwritten_evictions_total{{process="edge",reason="writer_behind"}} {behind:.1f}'
             in lines)
+
+
+def test_the_urls_let_go_unread_are_remembered_for_two_generations_only(cache: EdgeCache,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """What remembers them is bounded: after two generations of other URLs let go, a URL is new again."""
+    monkeypatch.setattr(memory, "GHOSTS", 2)
+    writer = HeldWriter()
+    fill(cache, writer, read=False)
+    evict(cache)
+    for n in range(4):  # two generations of other unread fills let go
+        fill(cache, writer, f"pull:z:/once-{n}", read=False)
+        evict(cache, f"pull:z:/once-{n}")
+    fill(cache, writer, read=False)  # forgotten: unread again, let go again
+    evict(cache)
+    writer.run()
+    assert on_disk(cache, KEY) is None and cache.memory.unread_dropped == 6
