@@ -74,6 +74,9 @@ _UPSERT = (
 )
 # After a full filesystem the limit drops to this share of the volume the cache had reached.
 FULL_SHRINK = 0.8
+# The tier has room (`has_room`) while it holds no more than this share of its size limit: past it, a one-worker
+# edge writes only the evicted fills that were asked for again (assetcdn/edge/cache/memory.py, second_hit).
+ROOM_SHARE = 15 / 16
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 # A write's transaction begins within this many attempts, each waiting up to the busy timeout for another
 # worker's write lock; after a failed one the thread's connection is reopened. Then the write is dropped.
@@ -278,6 +281,10 @@ class DiskTier:
     def volume(self) -> int:
         """Bytes on disk: SQLite pages plus body files (what ``size_limit`` bounds)."""
         return int(self._cache.volume())
+
+    def has_room(self) -> bool:
+        """Whether this tier takes more without evicting: its volume is within ``ROOM_SHARE`` of its size limit."""
+        return self.volume() <= self.size_limit * ROOM_SHARE
 
     def track_keys(self, on: bool) -> None:
         """Keep (`on`) or stop keeping a filter of the keys written, read first from the rows held: for a process

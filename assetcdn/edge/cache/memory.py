@@ -57,10 +57,11 @@ class MemoryTier:
     found by ``victim``, and removed by the purges, ``discard`` and a newer ``put`` under its key as an entry is,
     so the writer (which writes only what is still there) never brings back what they removed.
 
-    With ``second_hit`` (the default), only a memory-only entry read since it was put (``get``) becomes a victim:
-    one nobody asked for again is let go at eviction (counted in ``unread_dropped``), and its key is remembered
-    among the ghosts, so that the next fill of that key is written when it is evicted in turn. A stream of
-    one-time URLs then costs no disk writes; what is asked for twice reaches the disk tier as before.
+    With ``second_hit`` (the default), once the disk tier is full (``disk_has_room`` False, kept by the disk writer),
+    only a memory-only entry read since it was put (``get``) becomes a victim: one nobody asked for again is let go at
+    eviction (counted in ``unread_dropped``) rather than push out of the disk tier what is there, and its key is
+    remembered among the ghosts, so that the next fill of that key is written when it is evicted in turn. While the
+    disk tier has room, every evicted entry is written.
     """
 
     def __init__(self, max_bytes: int, max_object_size: int, *, second_hit: bool = True) -> None:
@@ -80,6 +81,7 @@ class MemoryTier:
         self.victims_dropped = 0  # evicted memory-only entries let go unwritten (the victims were full)
         self.on_victims: Callable[[], None] | None = None  # called after a put moved entries to the victims
         self.second_hit = second_hit
+        self.disk_has_room = True  # set by the disk writer (assetcdn/edge/cache/write_behind.py) after each batch
         self._unread: set[str] = set()  # memory-only entries not read since their put (with second_hit)
         self._ghosts = bytearray(GHOST_BITS // 8)  # the keys of unread entries let go, newest generation
         self._old_ghosts = bytearray(GHOST_BITS // 8)
@@ -96,6 +98,12 @@ class MemoryTier:
     def unwritten(self) -> int:
         """How many entries the tier holds that are not on disk: memory-only entries and victims."""
         return self._unwritten + len(self._victims)
+
+    @property
+    def victims_pressing(self) -> bool:
+        """The victims waiting for the disk writer hold over half their share: the writer is behind the evictions,
+        and new fills wait for it (assetcdn/edge/cache/store.py `put_behind`) rather than have victims let go."""
+        return self._waiting_bytes * 2 > self.max_bytes // VICTIM_SHARE
 
     @property
     def victim_count(self) -> int:
@@ -164,7 +172,7 @@ class MemoryTier:
                 self._remove(oldest)
                 if type(evicted) is not MemoryOnly:
                     continue
-                if unread:
+                if unread and not self.disk_has_room:
                     self._ghost(oldest)
                 else:
                     self._victimize(evicted)

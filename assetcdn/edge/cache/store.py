@@ -152,6 +152,8 @@ class EdgeCache:
     def alone(self, alone: bool) -> None:
         self._alone = alone
         self.disk.track_keys(alone)
+        if alone and self.memory.second_hit:
+            self.memory.disk_has_room = self.disk.has_room()
 
     @classmethod
     def from_settings(cls, edge: Mapping[str, Any], directory: str | os.PathLike[str]) -> EdgeCache:
@@ -322,7 +324,9 @@ class EdgeCache:
         asked for it next); None when the memory tier does not take it (the caller stores it with ``put``).
         ``alone``, the entry is memory-only (``MemoryOnly``): not queued, written when the memory tier evicts it
         (module docstring); unless the disk tier may hold the key already, when it is queued as with several
-        workers (without a future to wait for).
+        workers (without a future to wait for). While the disk writer is behind what the memory tier evicts
+        (``victims_pressing``), a memory-only entry is queued too, with the future: its fill waits for the writer,
+        which so sets the pace of fills instead of letting victims go unwritten.
         ``since``: as ``put`` takes it; None too once a purge was published since that mark, so that the caller's
         ``put`` reads the purge log off the event loop (here only the mark is read)."""
         if since is not None and self._purges.mark() != since:
@@ -341,9 +345,11 @@ class EdgeCache:
         if since is not None and self._purges.mark() != since:  # published as it went in: `put` decides
             self._forget(obj)
             return None
-        if memory_only:
+        # The writer behind the evictions: queued now (a victim if evicted before its batch), and waited for.
+        pressing = memory_only and self.memory.victims_pressing
+        if memory_only and not pressing:
             return obj, None
-        return obj, self._writes.add(obj, writer, wait=not alone)
+        return obj, self._writes.add(obj, writer, wait=not alone or pressing)
 
     def flush_writes(self) -> None:
         """Write to the disk tier now what ``put_behind`` queued and the memory-only entries (``CLOSE_WAIT_S`` at

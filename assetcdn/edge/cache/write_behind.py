@@ -219,6 +219,17 @@ class WriteBehind:
             log.exception("edge cache: %d entries could not be written to the disk tier", len(current))
         finally:
             self._memory.settle(entries, stored=stored)
+            self._note_room()
+
+    def _note_room(self) -> None:
+        """Tell the memory tier whether the disk tier has room for fills nobody asked for again (its second_hit)."""
+        if self._closed or not self._memory.second_hit:
+            return
+        try:
+            self._memory.disk_has_room = self._disk.has_room()
+        except Exception:  # a database that cannot say: as if full, which writes less
+            log.exception("edge cache: the disk tier's volume could not be read")
+            self._memory.disk_has_room = False
 
     def _write(self, batch: list[tuple[CachedObject, Waiter | None]]) -> None:
         try:

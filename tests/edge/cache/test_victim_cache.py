@@ -40,6 +40,25 @@ def cache(tmp_path: Path) -> Iterator[EdgeCache]:
     edge_cache.close()
 
 
+def fill_the_disk(cache: EdgeCache) -> EdgeCache:
+    """Store entries on disk until the disk tier has no room left: what it writes from now on pushes out others."""
+    for n in range(10_000):
+        if not cache.disk.has_room():
+            break
+        cache.put(f"pull:z:/filler-{n}", b"f" * (4 * KB), "text/plain", '"f"', ["path-filler"], headers=HEAD)
+    assert not cache.disk.has_room()
+    cache.alone = True  # as at a start: the memory tier learns that the disk tier is full
+    return cache
+
+
+@pytest.fixture
+def full(tmp_path: Path) -> Iterator[EdgeCache]:
+    edge_cache = EdgeCache(tmp_path / "cache", disk_size_limit=512 * KB, memory_bytes=16 * KB,
+                           memory_max_object=4 * KB)
+    yield fill_the_disk(edge_cache)
+    edge_cache.close()
+
+
 def fill(cache: EdgeCache, writer: HeldWriter, key: str = KEY, body: bytes = BODY, etag: str = '"1"',
          *, read: bool = True) -> None:
     """A fill of `key`, then (`read`) a request that reads it: an entry read again is one the disk tier keeps."""
@@ -211,11 +230,29 @@ def test_a_real_writer_thread_writes_every_evicted_entry(cache: EdgeCache) -> No
         for key in keys:
             assert cache.put_behind(key, BODY, "text/plain", '"e"', TAGS, HEAD, writer=writer) is not None
             assert cache.get(key) is not None
-    in_memory = [key for key in keys if key in cache.memory]
-    written = [key for key in keys if on_disk(cache, key) == BODY]
-    assert cache.memory.victim_count == 0 and not set(in_memory) & set(written)
-    assert len(in_memory) + len(written) + cache.memory.victims_dropped == len(keys)
+    in_memory = {key for key in keys if key in cache.memory}
+    written = {key for key in keys if on_disk(cache, key) == BODY}
+    assert cache.memory.victim_count == 0
+    assert len(in_memory | written) + cache.memory.victims_dropped == len(keys)
     assert len(written) > 0
+
+
+async def test_while_the_writer_is_behind_the_evictions_a_fill_waits_for_it(cache: EdgeCache) -> None:
+    """Past half the victims' share, a fill is queued for the writer with a future its client waits for: the
+    writer sets the pace of fills, and nothing is let go while fills wait for it."""
+    keys = [f"pull:z:/paced-{n}" for n in range(200)]
+    waited = 0
+    with ThreadPoolExecutor(max_workers=1) as writer:
+        for key in keys:
+            kept = cache.put_behind(key, BODY, "text/plain", '"e"', TAGS, HEAD, writer=writer)
+            assert kept is not None and cache.get(key) is not None
+            if kept[1] is not None:  # as a fill does: its answer waits for the writer's batch
+                await kept[1]
+                waited += 1
+    assert waited > 0
+    cache.flush_writes()
+    assert all(key in cache.memory or on_disk(cache, key) == BODY for key in keys)
+    assert cache.memory.victims_dropped == 0
 
 
 def test_the_victims_the_writer_took_are_not_let_go_while_it_writes_them(cache: EdgeCache) -> None:
@@ -298,8 +335,19 @@ def test_a_fill_the_full_disk_kept_out_stays_unwritten_and_is_written_later(
     assert on_disk(cache, KEY) == BODY and cache.stats().unwritten_entries == 0
 
 
-def test_a_fill_nobody_read_again_is_let_go_at_eviction_and_its_next_fill_is_written(cache: EdgeCache) -> None:
-    """A one-time URL costs no disk write; a URL asked for again after its unread copy went is kept on disk."""
+def test_while_the_disk_tier_has_room_a_fill_nobody_read_again_is_written_when_evicted(cache: EdgeCache) -> None:
+    writer = HeldWriter()
+    fill(cache, writer, read=False)
+    evict(cache)
+    writer.run()
+    assert on_disk(cache, KEY) == BODY and cache.memory.unread_dropped == 0
+
+
+def test_once_the_disk_tier_is_full_a_fill_nobody_read_again_is_let_go_and_its_next_fill_is_written(
+        full: EdgeCache) -> None:
+    """A one-time URL does not push out what the full disk tier holds; one asked for again after its unread copy
+    went is kept on disk."""
+    cache = full
     writer = HeldWriter()
     fill(cache, writer, read=False)
     evict(cache)
@@ -314,8 +362,9 @@ def test_a_fill_nobody_read_again_is_let_go_at_eviction_and_its_next_fill_is_wri
     assert cache.memory.unread_dropped == 1
 
 
-def test_a_fill_read_through_the_hit_path_is_written_when_evicted(cache: EdgeCache) -> None:
+def test_a_fill_read_through_the_hit_path_is_written_when_evicted(full: EdgeCache) -> None:
     """The hit path's first answer of a fill (assetcdn/edge/fastpath/prepared.py) reads it as `get` does."""
+    cache = full
     writer = HeldWriter()
     fill(cache, writer, read=False)
     assert cache.memory.get(KEY) is not None
@@ -324,12 +373,31 @@ def test_a_fill_read_through_the_hit_path_is_written_when_evicted(cache: EdgeCac
     assert on_disk(cache, KEY) == BODY and cache.memory.unread_dropped == 0
 
 
+def test_the_disk_writer_tells_the_memory_tier_when_the_disk_tier_fills_up(tmp_path: Path) -> None:
+    """The writer's batches keep the memory tier's view of the disk tier's room: past it, unread fills go."""
+    cache = EdgeCache(tmp_path / "cache", disk_size_limit=512 * KB, memory_bytes=16 * KB, memory_max_object=4 * KB)
+    cache.alone = True
+    writer = HeldWriter()
+    assert cache.memory.disk_has_room
+    for n in range(10_000):  # fills read and evicted, written batch after batch, until the disk tier is full
+        fill(cache, writer, f"pull:z:/fills-{n}", b"x" * (4 * KB))
+        writer.run()
+        if not cache.disk.has_room():
+            break
+    assert not cache.disk.has_room() and not cache.memory.disk_has_room
+    fill(cache, writer, read=False)
+    evict(cache)
+    writer.run()
+    assert on_disk(cache, KEY) is None and cache.memory.unread_dropped == 1
+    cache.close()
+
+
 def test_with_second_hit_off_every_evicted_fill_is_written(tmp_path: Path) -> None:
     cache = EdgeCache.from_settings(
         {**load_settings(environ={"ASSETCDN_EDGE_DISK_SECOND_HIT": "false"}).section("edge"),
-         "memory_cache_mb": 1, "memory_object_max_kb": 4}, tmp_path / "cache")
-    cache.alone = True
+         "cache_size_mb": 1, "memory_cache_mb": 1, "memory_object_max_kb": 4}, tmp_path / "cache")
     try:
+        fill_the_disk(cache)
         writer = HeldWriter()
         fill(cache, writer, read=False)
         evict(cache)
@@ -339,7 +407,8 @@ def test_with_second_hit_off_every_evicted_fill_is_written(tmp_path: Path) -> No
         cache.close()
 
 
-def test_the_fills_let_go_unwritten_are_counted_on_metrics(cache: EdgeCache) -> None:
+def test_the_fills_let_go_unwritten_are_counted_on_metrics(full: EdgeCache) -> None:
+    cache = full
     metrics = Metrics("edge")
     cache.memory.report_to(metrics)
     writer = HeldWriter()
@@ -356,9 +425,10 @@ def test_the_fills_let_go_unwritten_are_counted_on_metrics(cache: EdgeCache) -> 
             in lines)
 
 
-def test_the_urls_let_go_unread_are_remembered_for_two_generations_only(cache: EdgeCache,
+def test_the_urls_let_go_unread_are_remembered_for_two_generations_only(full: EdgeCache,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """What remembers them is bounded: after two generations of other URLs let go, a URL is new again."""
+    cache = full
     monkeypatch.setattr(memory, "GHOSTS", 2)
     writer = HeldWriter()
     fill(cache, writer, read=False)
