@@ -65,13 +65,25 @@ SQLITE_MMAP_BYTES = 0
 # `put_many`: keys per look-up of the files they held (within SQLite's default bound on parameters).
 _KEYS_PER_SELECT = 500
 # `put_many`'s row: diskcache's `Cache.set` of a raw key without expiry, as one upsert.
-_UPSERT = (
-    "INSERT INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag, size, mode, filename,"
-    " value) VALUES (?, 1, ?, NULL, ?, 0, ?, ?, ?, ?, ?) ON CONFLICT (key, raw) DO UPDATE SET"
-    " store_time = excluded.store_time, expire_time = NULL, access_time = excluded.access_time,"
-    " access_count = 0, tag = excluded.tag, size = excluded.size, mode = excluded.mode,"
-    " filename = excluded.filename, value = excluded.value"
-)
+# Rows go ROWS_PER_UPSERT to a statement: sqlite3 lets go of the GIL around each statement it steps (each row of an
+# executemany), and a writer thread then waits a switch interval to get it back from a busy event loop per step, so a
+# batch written a row at a time ran about 20 times slower while the loop served requests (its victims held meanwhile).
+ROWS_PER_UPSERT = 100
+_UPSERT_ROW = "(?, 1, ?, NULL, ?, 0, ?, ?, ?, ?, ?)"
+_UPSERT_PARAMS = _UPSERT_ROW.count("?")
+
+
+def _upsert(rows: int) -> str:
+    return (
+        "INSERT INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag, size, mode, filename,"
+        f" value) VALUES {','.join([_UPSERT_ROW] * rows)} ON CONFLICT (key, raw) DO UPDATE SET"
+        " store_time = excluded.store_time, expire_time = NULL, access_time = excluded.access_time,"
+        " access_count = 0, tag = excluded.tag, size = excluded.size, mode = excluded.mode,"
+        " filename = excluded.filename, value = excluded.value"
+    )
+
+
+_UPSERT_FULL = _upsert(ROWS_PER_UPSERT)
 # After a full filesystem the limit drops to this share of the volume the cache had reached.
 FULL_SHRINK = 0.8
 # The tier has room (`has_room`) while it holds no more than this share of its size limit: past it, a one-worker
@@ -510,17 +522,21 @@ class DiskTier:
                         "SELECT filename FROM Cache WHERE raw = 1 AND filename IS NOT NULL AND key IN "
                         f"({','.join('?' * len(chunk))})", chunk)]
                 now = time.time()
-                rows = []
+                params: list[Any] = []
                 for key, obj in latest.items():
                     assert obj.body is not None
                     size, mode, filename, value = disk.columns(obj.body, key)
                     if filename is not None:
                         written.append(filename)
-                    rows.append((key, now, now, encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at,
-                                                            obj.headers), size, mode, filename, value))
-                con.executemany(_UPSERT, rows)
+                    params += (key, now, now, encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at,
+                                                          obj.headers), size, mode, filename, value)
+                    if len(params) == ROWS_PER_UPSERT * _UPSERT_PARAMS:
+                        con.execute(_UPSERT_FULL, params)
+                        params = []
+                if params:
+                    con.execute(_upsert(len(params) // _UPSERT_PARAMS), params)
                 self._add_keys(latest)  # before the COMMIT makes the rows readable
-                for _ in rows:  # the culls single sets would make: cull_limit oldest rows each, while over the limit
+                for _ in latest:  # the culls single sets would make: cull_limit oldest rows each, while over the limit
                     if cache.volume() < cache.size_limit:  # (one cull of them all at once empties the cache)
                         break
                     cache._cull(now, con.execute, replaced.append, cache.cull_limit)

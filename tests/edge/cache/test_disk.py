@@ -16,7 +16,7 @@ from pathlib import Path
 import diskcache
 import pytest
 
-from assetcdn.edge.cache.disk import DiskTier, _CleanDisk
+from assetcdn.edge.cache.disk import ROWS_PER_UPSERT, DiskTier, _CleanDisk
 from assetcdn.edge.cache.entry import STREAM_CHUNK, CachedObject, strong_etag
 
 MB = 1024 * 1024
@@ -389,3 +389,24 @@ def test_a_single_write_of_a_failed_batch_that_the_database_refuses_leaves_no_bo
     stored = disk.get("first", load_limit=0)
     assert stored is not None and stored.path is not None
     assert body_files(disk) == {Path(stored.path)} and len(disk) == 1
+
+
+def test_a_batch_writes_its_rows_in_a_few_statements_not_one_per_row(disk: DiskTier) -> None:
+    """sqlite3 lets go of the GIL around each statement it steps, and a writer thread waits to get it back from a
+    busy event loop each time: a batch's rows go ROWS_PER_UPSERT to a statement, and all of them are stored."""
+    count = 2 * ROWS_PER_UPSERT + 7
+    statements: list[str] = []
+    connection: sqlite3.Connection = disk._cache._con  # this thread's, the one put_many writes with
+    connection.set_trace_callback(statements.append)
+    try:
+        disk.put_many([entry(f"pull:{i}", b"%d" % i, f"/p/{i}", stored_at=float(i)) for i in range(count)])
+    finally:
+        connection.set_trace_callback(None)
+    # Each statement as run, with its values (repeated once per trigger it fires): three distinct ones.
+    assert len({statement for statement in statements if statement.lstrip().startswith("INSERT INTO Cache")}) == 3
+    assert len(disk) == count
+    for i in (0, ROWS_PER_UPSERT - 1, ROWS_PER_UPSERT, count - 1):
+        stored = disk.get(f"pull:{i}", load_limit=MB)
+        assert stored is not None and stored.body == b"%d" % i and stored.stored_at == float(i)
+        assert stored.tags == (f"/p/{i}",) and stored.headers == (("x-zone", "a"),)
+    assert disk.keys_for_tags([f"/p/{count - 1}"]) == [f"pull:{count - 1}"]
