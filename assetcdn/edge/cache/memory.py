@@ -58,10 +58,10 @@ class MemoryTier:
     so the writer (which writes only what is still there) never brings back what they removed.
 
     With ``second_hit`` (the default), once the disk tier is full (``disk_has_room`` False, kept by the disk writer),
-    only a memory-only entry read since it was put (``get``) becomes a victim: one nobody asked for again is let go at
-    eviction (counted in ``unread_dropped``) rather than push out of the disk tier what is there, and its key is
-    remembered among the ghosts, so that the next fill of that key is written when it is evicted in turn. While the
-    disk tier has room, every evicted entry is written.
+    a memory-only entry put since then becomes a victim only if it was read since it was put (``get``): one nobody
+    asked for again is let go at eviction (counted in ``unread_dropped``) rather than push out of the disk tier what
+    is there, and its key is remembered among the ghosts, so that the next fill of that key is written when it is
+    evicted in turn. An entry put while the disk tier had room is written when evicted, read or not.
     """
 
     def __init__(self, max_bytes: int, max_object_size: int, *, second_hit: bool = True) -> None:
@@ -161,7 +161,8 @@ class MemoryTier:
             self._bytes += cost
             if type(obj) is MemoryOnly:
                 self._unwritten += 1
-                if self.second_hit and not self._is_ghost(obj.key):
+                # Put while the disk tier has room: written when evicted, read or not (no need to know).
+                if self.second_hit and not self.disk_has_room and not self._is_ghost(obj.key):
                     self._unread.add(obj.key)
             for tag in tags:
                 self._index(tag, obj.key)

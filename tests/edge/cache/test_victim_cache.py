@@ -440,3 +440,17 @@ def test_the_urls_let_go_unread_are_remembered_for_two_generations_only(full: Ed
     evict(cache)
     writer.run()
     assert on_disk(cache, KEY) is None and cache.memory.unread_dropped == 6
+
+
+def test_a_fill_put_while_the_disk_tier_had_room_is_written_when_evicted_after_it_filled(tmp_path: Path) -> None:
+    cache = EdgeCache(tmp_path / "cache", disk_size_limit=512 * KB, memory_bytes=16 * KB, memory_max_object=4 * KB)
+    try:
+        cache.alone = True
+        writer = HeldWriter()
+        fill(cache, writer, read=False)
+        fill_the_disk(cache)
+        evict(cache)
+        writer.run()
+        assert on_disk(cache, KEY) == BODY and cache.memory.unread_dropped == 0
+    finally:
+        cache.close()
