@@ -226,7 +226,10 @@ def _run_directory(path: Path) -> Path | None:
 
 # What `assetcdn up` says when a port it was given is taken (by its pre-start check, or by a child
 # that could not listen): another test run on this machine chose the same ports in the meantime.
-PORT_TAKEN = (b"another install or program is using", b"cannot listen")
+# What `assetcdn up` says when a port picked free was taken before it bound it (another suite beside this one):
+# the start is tried again on other ports.
+PORT_TAKEN = (b"another install or program is using", b"another install or program uses that port",
+              b"cannot listen")
 START_ATTEMPTS = 5
 
 

@@ -25,7 +25,7 @@ from assetcdn.control.app import create_app
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.tls_state import TLS_STATE_PATH, TlsState
-from tests.support.acme.pebble import Pebble, free_port
+from tests.support.acme.pebble import Pebble
 from tests.support.acme.responder import ChallengeResponder
 from tests.support.control import ACCOUNT, METRICS, SECRETS
 
@@ -34,8 +34,17 @@ pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture
-def http_port() -> int:
-    return free_port()
+async def responder() -> AsyncIterator[ChallengeResponder]:
+    edge = ChallengeResponder("edge-a/0", SECRETS.cluster_secret, 0)
+    await edge.start()
+    yield edge
+    await edge.stop()
+
+
+@pytest.fixture
+def http_port(responder: ChallengeResponder) -> int:
+    """The port Pebble validates HTTP-01 on: the responder's, bound first (another suite cannot take it)."""
+    return responder.port
 
 
 @pytest.fixture
@@ -44,14 +53,6 @@ def pebble(tmp_path: Path, http_port: int) -> Any:
     server.start()
     yield server
     server.stop()
-
-
-@pytest.fixture
-async def responder(http_port: int) -> AsyncIterator[ChallengeResponder]:
-    edge = ChallengeResponder("edge-a/0", SECRETS.cluster_secret, http_port)
-    await edge.start()
-    yield edge
-    await edge.stop()
 
 
 def acme_environ(pebble: Pebble, **extra: str) -> dict[str, str]:

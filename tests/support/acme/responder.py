@@ -42,6 +42,9 @@ class ChallengeResponder:
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        # Port 0: the one the system gave, bound before anything is told of it (no other process can take it
+        # between a free port being picked and bound).
+        self.port = self._runner.addresses[0][1]
 
     async def join(self, control: TestClient) -> None:
         """Register with control and keep heartbeating, as an edge worker does."""
