@@ -13,7 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,14 +50,15 @@ def _ephemeral_start() -> int:
         return 32768
 
 
-def free_port_block(count: int, *, udp: bool = False) -> int:
+def free_port_block(count: int, *, udp: bool = False, avoid: Collection[int] = ()) -> int:
     """A base port such that base..base+count-1 are free on 127.0.0.1 (for UDP too with `udp`), chosen
     below the ephemeral range: test servers running beside (bind to port 0) and every outgoing connection
-    take ephemeral ports, and would otherwise grab a port of the block before its server binds it."""
+    take ephemeral ports, and would otherwise grab a port of the block before its server binds it. None of
+    the block is in `avoid` (ports picked already, not bound yet)."""
     top = min(_ephemeral_start(), 65000) - count
     for _ in range(200):
         base = random.randrange(10000, top)
-        if all(_port_free(base + i, udp=udp) for i in range(count)):
+        if all(base + i not in avoid and _port_free(base + i, udp=udp) for i in range(count)):
             return base
     raise RuntimeError("no free port block")
 
@@ -310,7 +311,9 @@ def wait_every_worker_ready(edge_url: str, workers: int, timeout_s: float = READ
 
 def _start_once(data_dir: Path, log_path: Path, *, edges: int, workers: int, demo: bool,
                 env_extra: dict[str, str] | None) -> RunningCdn | None:
-    base = free_port_block(edges + 2)
+    # A port the caller chose already (the https one) is free until up binds it: not one of the block.
+    chosen = {int(value) for name, value in (env_extra or {}).items() if name == "ASSETCDN_TLS_HTTPS_PORT"}
+    base = free_port_block(edges + 2, avoid=chosen)
     control_port, dashboard_port, edge_port = base + edges, base + edges + 1, base
     env = up_env(env_extra)
     command = up_command(data_dir, edge_port=edge_port, control_port=control_port, dashboard_port=dashboard_port,
