@@ -82,6 +82,7 @@ class MemoryTier:
         self.on_victims: Callable[[], None] | None = None  # called after a put moved entries to the victims
         self.second_hit = second_hit
         self.disk_has_room = True  # set by the disk writer (assetcdn/edge/cache/write_behind.py) after each batch
+        self.in_flight: frozenset[str] = frozenset()  # the keys of the disk writer's batch under way (set by it)
         self._unread: set[str] = set()  # memory-only entries not read since their put (with second_hit)
         self._ghosts = bytearray(GHOST_BITS // 8)  # the keys of unread entries let go, newest generation
         self._old_ghosts = bytearray(GHOST_BITS // 8)

@@ -332,9 +332,10 @@ class EdgeCache:
         if since is not None and self._purges.mark() != since:
             return None
         alone = self.alone
-        # Memory-only unless the disk tier may hold an older response under the key: gone unwritten (a purge of
-        # its own tags, the victims' bound), this one would let that older body be served again.
-        memory_only = alone and not self.disk.may_hold(key)
+        # Memory-only unless the disk tier may hold an older response under the key, or will once the writer's
+        # batch under way commits: gone unwritten (a purge of its own tags, the victims' bound, let go unread), this
+        # one would let that older body be served again.
+        memory_only = alone and not self.disk.may_hold(key) and key not in self.memory.in_flight
         obj = (MemoryOnly if memory_only else CachedObject)(
             key=key, content_type=content_type, etag=etag, tags=tuple(dict.fromkeys(tags)), size=len(body),
             stored_at=time.time(), body=body, headers=tuple(headers))

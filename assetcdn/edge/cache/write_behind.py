@@ -207,6 +207,9 @@ class WriteBehind:
         entries become ordinary ones when written: not when the database dropped the write or the filesystem was
         full)."""
         holds = self._memory.holds
+        # Published before the batch looks at what is held: a fill of one of these keys from now on may find this
+        # batch's row on disk once it commits, so it is not held in memory only (`EdgeCache.put_behind`).
+        self._memory.in_flight = frozenset(obj.key for obj in entries)
         current = [] if self._closed else [obj for obj in entries if holds(obj)]
         dropped, full = self._disk.dropped_writes, self._disk.full_events
         stored = False
@@ -219,6 +222,7 @@ class WriteBehind:
             log.exception("edge cache: %d entries could not be written to the disk tier", len(current))
         finally:
             self._memory.settle(entries, stored=stored)
+            self._memory.in_flight = frozenset()
             self._note_room()
 
     def _note_room(self) -> None:

@@ -454,3 +454,29 @@ def test_a_fill_put_while_the_disk_tier_had_room_is_written_when_evicted_after_i
         assert on_disk(cache, KEY) == BODY and cache.memory.unread_dropped == 0
     finally:
         cache.close()
+
+
+def test_a_refill_while_the_older_fills_batch_is_written_never_lets_the_older_body_come_back(
+        full: EdgeCache, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fill of a key whose older fill the writer's batch is committing is not held in memory only: let go unread,
+    it would leave the older row on disk to be served again."""
+    cache = full
+    writer = HeldWriter()
+    fill(cache, writer)  # read: its eviction writes it
+    evict(cache)
+    refilled: list[object] = []
+    add_keys = cache.disk._add_keys
+
+    def refill_mid_batch(keys: Any) -> None:  # inside the batch's transaction, before it commits
+        if not refilled:
+            refilled.append(cache.put_behind(KEY, b"newer", "text/plain", '"2"', TAGS, HEAD, writer=writer))
+        add_keys(keys)
+
+    monkeypatch.setattr(cache.disk, "_add_keys", refill_mid_batch)
+    writer.run()
+    monkeypatch.setattr(cache.disk, "_add_keys", add_keys)
+    assert refilled and refilled[0] is not None
+    evict(cache)  # the newer fill, never read, evicted
+    writer.run()
+    found = cache.get(KEY)
+    assert found is not None and found.body == b"newer" and found.etag == '"2"'
