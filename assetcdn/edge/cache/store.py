@@ -74,6 +74,7 @@ def _holding_writes(method: Callable[Concatenate[EdgeCache, P], R]) -> Callable[
                 return method(cache, *args, **kwargs)
             finally:
                 cache._purged += 1  # a `put` under way may have stored what this purge removed
+                cache._writes.note_room()
     update_wrapper(purge, method)
     return purge
 

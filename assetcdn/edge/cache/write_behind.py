@@ -223,10 +223,11 @@ class WriteBehind:
         finally:
             self._memory.settle(entries, stored=stored)
             self._memory.in_flight = frozenset()
-            self._note_room()
+            self.note_room()
 
-    def _note_room(self) -> None:
-        """Tell the memory tier whether the disk tier has room for fills nobody asked for again (its second_hit)."""
+    def note_room(self) -> None:
+        """Tell the memory tier whether the disk tier has room for fills nobody asked for again (its second_hit):
+        after each batch, and after each purge (which may have emptied it)."""
         if self._closed or not self._memory.second_hit:
             return
         try:

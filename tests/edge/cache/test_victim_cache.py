@@ -480,3 +480,16 @@ def test_a_refill_while_the_older_fills_batch_is_written_never_lets_the_older_bo
     writer.run()
     found = cache.get(KEY)
     assert found is not None and found.body == b"newer" and found.etag == '"2"'
+
+
+def test_after_a_purge_empties_the_full_disk_tier_an_unread_fill_is_written_again(full: EdgeCache) -> None:
+    cache = full
+    assert not cache.memory.disk_has_room
+    cache.purge_all()
+    cache.sync_purges()  # as the hit path's next batch of requests does: the purge replayed here too
+    assert cache.memory.disk_has_room
+    writer = HeldWriter()
+    fill(cache, writer, read=False)
+    evict(cache)
+    writer.run()
+    assert on_disk(cache, KEY) == BODY and cache.memory.unread_dropped == 0
