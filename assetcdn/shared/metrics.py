@@ -21,7 +21,7 @@ import hmac
 import os
 import time
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -113,6 +113,20 @@ class Metrics:
         """``collect`` runs first on every flush: a hot path that keeps its own plain counters (the
         edge's hit path, assetcdn/edge/fastpath/hit_server.py) moves them into the tally there."""
         self._sources.append(collect)
+
+    def follow_counts(self, counts: Sequence[tuple[Any, Callable[[], int]]]) -> None:
+        """Each (counter, read) pair: the counter follows `read()`, a count its owner only ever raises (another
+        thread may): what it grew by since the last flush is added on each flush."""
+        reported = [0] * len(counts)
+
+        def collect() -> None:
+            for at, (counter, read) in enumerate(counts):
+                now = read()
+                if now > reported[at]:
+                    counter.inc(now - reported[at])
+                    reported[at] = now
+
+        self.add_source(collect)
 
     def remove_source(self, collect: Callable[[], None]) -> None:
         if collect in self._sources:

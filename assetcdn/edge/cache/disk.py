@@ -610,18 +610,8 @@ class DiskTier:
 
     def report_to(self, metrics: Metrics) -> None:
         """Add this tier's full-filesystem events and dropped writes to `metrics` on each of its flushes."""
-        full, dropped = metrics.disk_full.labels(metrics.kind), metrics.disk_dropped_writes.labels(metrics.kind)
-        reported = [0, 0]
-
-        def collect() -> None:
-            counts = (self.full_events, self.dropped_writes)  # ints the writer thread only ever raises
-            if counts[0] > reported[0]:
-                full.inc(counts[0] - reported[0])
-            if counts[1] > reported[1]:
-                dropped.inc(counts[1] - reported[1])
-            reported[:] = counts
-
-        metrics.add_source(collect)
+        metrics.follow_counts([(metrics.disk_full.labels(metrics.kind), lambda: self.full_events),
+                               (metrics.disk_dropped_writes.labels(metrics.kind), lambda: self.dropped_writes)])
 
     def _dropped(self, count: int, exc: DiskBusy) -> None:
         with self._full_lock:

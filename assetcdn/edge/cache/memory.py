@@ -241,18 +241,9 @@ class MemoryTier:
     def report_to(self, metrics: Metrics) -> None:
         """Add the memory-only entries let go unwritten (``unread_dropped``, ``victims_dropped``) to `metrics` on
         each of its flushes."""
-        counters = (metrics.memory_unwritten_evictions.labels(metrics.kind, "unread"),
-                    metrics.memory_unwritten_evictions.labels(metrics.kind, "writer_behind"))
-        reported = [0, 0]
-
-        def collect() -> None:
-            counts = (self.unread_dropped, self.victims_dropped)  # ints that only ever grow
-            for at, counter in enumerate(counters):
-                if counts[at] > reported[at]:
-                    counter.inc(counts[at] - reported[at])
-            reported[:] = counts
-
-        metrics.add_source(collect)
+        evictions = metrics.memory_unwritten_evictions
+        metrics.follow_counts([(evictions.labels(metrics.kind, "unread"), lambda: self.unread_dropped),
+                               (evictions.labels(metrics.kind, "writer_behind"), lambda: self.victims_dropped)])
 
     def _ghost(self, key: str) -> None:
         """Let an unread entry go unwritten, remembering its key for the next fill of it."""
