@@ -26,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.hits_bench import SETTLE_S, Server, stop, wait_up, warm, whole_system
+from benchmarks.hits_bench import SETTLE_S, Server, stop, warm, whole_system
 from benchmarks.load import run_wrk
 from benchmarks.measure import create_pull_zone, load_average, machine, require_tools
-from benchmarks.pull_bench import FILL_LUA, SIZES, ZONE, start_origin
+from benchmarks.pull_bench import FILL_LUA, SIZES, ZONE, ready_origin
 from tests.integration.harness import ACCOUNT, RunningCdn, free_port_block, start_cdn
 
 
@@ -62,11 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fill-ab-") as tmp:
         workdir = Path(tmp)
         os.chmod(workdir, 0o755)  # the origin's nginx workers run as their own user
-        origin, bodies = start_origin(workdir, free_port_block(1), args.load_core)
+        origin, bodies = ready_origin(workdir, free_port_block(1), args.load_core)
         cdns: list[RunningCdn] = []
         try:
-            asyncio.run(wait_up(origin.base + "/"))
-            origin.pin(args.load_core)
             systems = []
             for index, path in enumerate(args.trees):
                 (workdir / f"cdn{index}").mkdir()

@@ -26,7 +26,7 @@ from pathlib import Path
 from benchmarks.hits_bench import anchor, stop, wait_up
 from benchmarks.load import run_wrk
 from benchmarks.measure import load_average, machine, require_tools
-from benchmarks.pull_bench import FILL_LUA, SIZES, start_origin
+from benchmarks.pull_bench import FILL_LUA, SIZES, ready_origin
 from tests.integration.harness import free_port_block
 
 HOP_BY_HOP = (b"connection", b"keep-alive", b"transfer-encoding")
@@ -142,11 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tmp)
         os.chmod(workdir, 0o755)  # the origin's nginx workers run as their own user
         port = free_port_block(2)
-        origin, _ = start_origin(workdir, port, "1")
+        origin, _ = ready_origin(workdir, port, "1")
         proxy = None
         try:
-            asyncio.run(wait_up(origin.base + "/"))
-            origin.pin("1")
             process = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-m", "benchmarks.fill_floor", "--serve",
                                         str(port + 1), str(port)])
             proxy = anchor("bare proxy", f"http://127.0.0.1:{port + 1}", process)

@@ -38,7 +38,6 @@ from benchmarks.hits_bench import (
     edge_server,
     prepare_files,
     stop,
-    wait_up,
     warm,
     whole_system,
 )
@@ -46,7 +45,7 @@ from benchmarks.load import run_wrk
 from benchmarks.measure import create_pull_zone, load_average, machine
 from benchmarks.pull_bench import SIZES as PULL_SIZES
 from benchmarks.pull_bench import ZONE as PULL_ZONE
-from benchmarks.pull_bench import start_origin
+from benchmarks.pull_bench import ready_origin
 from tests.integration.harness import ACCOUNT, free_port_block, start_cdn
 
 SIZES = ("5 KB", "100 KB")
@@ -184,9 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             edge = edge_server(cdn)
             if args.pull:
                 workdir.chmod(0o755)  # the origin's nginx workers run as their own user
-                origin, bodies = start_origin(workdir, free_port_block(1), args.load_core)
-                asyncio.run(wait_up(origin.base + "/"))
-                origin.pin(args.load_core)
+                origin, bodies = ready_origin(workdir, free_port_block(1), args.load_core)
                 asyncio.run(create_pull_zone(cdn.control_url, ACCOUNT, PULL_ZONE, origin.base, cdn.data_dir))
                 paths = {size: f"{PULL_ZONE}/{PULL_SIZES[size][0]}" for size in SIZES}
                 bodies = {paths[size]: bodies[PULL_SIZES[size][0]] for size in SIZES}

@@ -125,6 +125,18 @@ def start_origin(workdir: Path, port: int, core: str) -> tuple[Server, dict[str,
     return anchor("origin", f"http://127.0.0.1:{port}", process), bodies
 
 
+def ready_origin(workdir: Path, port: int, core: str) -> tuple[Server, dict[str, bytes]]:
+    """`start_origin`, answering and pinned with its workers to `core` (the start under taskset pins the master)."""
+    origin, bodies = start_origin(workdir, port, core)
+    try:
+        asyncio.run(wait_up(origin.base + "/"))
+        origin.pin(core)
+    except BaseException:
+        stop(origin)
+        raise
+    return origin, bodies
+
+
 def start_varnish(workdir: Path, port: int, origin_port: int, core: str) -> Server:
     vcl = workdir / "pull.vcl"
     vcl.write_text(VCL.format(port=origin_port))
