@@ -10,17 +10,16 @@ without them, asks the pool for them (NEED_SOURCE) before it starts.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import importlib
 import os
 import signal
-import sys
 import traceback
 from collections import OrderedDict
 from multiprocessing.connection import Connection
 from typing import Any
 
+from assetcdn.edge.heap import trim_heap
 from assetcdn.edge.process_stats import rss_bytes, started_for
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.process import die_with_parent
@@ -50,11 +49,7 @@ def release_memory() -> None:
     """Free what a job left in reference cycles and hand the freed heap back to the system (glibc
     keeps it otherwise). Costly: only worth it after a job that grew the process."""
     gc.collect()
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):
-            pass
+    trim_heap()
 
 
 def worker_main(conn: Connection, edge_pid: int, decoded_cache_bytes: int = 0, vips_threads: int = 0) -> None:

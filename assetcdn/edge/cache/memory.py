@@ -19,8 +19,10 @@ if TYPE_CHECKING:
 # the index holds once however many entries carry it (charged to each, so shared tags are over-counted).
 ENTRY_OVERHEAD = 100
 TAG_OVERHEAD = 64 + sys.getsizeof("")
-# Evicted memory-only entries waiting for the disk writer hold at most this share of ``max_bytes`` beside it (or
-# the newest one alone); beyond that the oldest go unwritten (a writer that far behind would let them pile up).
+# Evicted memory-only entries waiting for the disk writer (the victims) hold at most this share of ``max_bytes``,
+# kept for them out of the budget while the tier has victims to keep (``keeps_victims``: a one-worker edge), so that
+# entries and victims together stay within ``max_bytes``; beyond it the oldest waiting go unwritten (or the newest
+# one alone stays).
 VICTIM_SHARE = 8
 # Unread memory-only entries let go at eviction are remembered in two generations of GHOSTS keys each, a bitmap of
 # GHOST_BITS bits per generation (256 KB) set at one bit per key's hash: so that a URL asked for again after its entry
@@ -55,7 +57,8 @@ class MemoryTier:
     A ``MemoryOnly`` entry (not on disk yet: assetcdn/edge/cache/write_behind.py) that the LRU evicts for room
     moves to the victims, where it waits for the disk writer (``on_victims`` is told, outside the lock): still
     found by ``victim``, and removed by the purges, ``discard`` and a newer ``put`` under its key as an entry is,
-    so the writer (which writes only what is still there) never brings back what they removed.
+    so the writer (which writes only what is still there) never brings back what they removed. The victims have
+    a room of their own within ``max_bytes`` (``keeps_victims``), so the budget bounds them too.
 
     With ``second_hit`` (the default), once the disk tier is full (``disk_has_room`` False, kept by the disk writer),
     a memory-only entry put since then becomes a victim only if it was read since it was put (``get``): one nobody
@@ -78,6 +81,9 @@ class MemoryTier:
         # on them (those taken are being written; at most one batch's worth, at most the bound, at a time).
         self._waiting: OrderedDict[str, int] = OrderedDict()
         self._waiting_bytes = 0
+        self._victim_bytes = 0  # what every victim costs, those being written included
+        self.victim_bytes_gone = 0  # what the victims written, let go or removed so far cost (a running total)
+        self._limit = self.max_bytes  # what the entries may cost: max_bytes less the victims' room
         self.victims_dropped = 0  # evicted memory-only entries let go unwritten (the victims were full)
         self.on_victims: Callable[[], None] | None = None  # called after a put moved entries to the victims
         self.second_hit = second_hit
@@ -101,10 +107,27 @@ class MemoryTier:
         return self._unwritten + len(self._victims)
 
     @property
+    def keeps_victims(self) -> bool:
+        """Whether the tier keeps a share of ``max_bytes`` for victims (`VICTIM_SHARE`): when it holds memory-only
+        entries (a one-worker edge: assetcdn/edge/cache/store.py `alone`); the entries then cost at most the rest."""
+        return self._limit < self.max_bytes
+
+    @keeps_victims.setter
+    def keeps_victims(self, keeps: bool) -> None:
+        with self._lock:
+            self._limit = self.max_bytes - (self.max_bytes // VICTIM_SHARE if keeps else 0)
+
+    @property
     def victims_pressing(self) -> bool:
-        """The victims waiting for the disk writer hold over half their share: the writer is behind the evictions,
-        and new fills wait for it (assetcdn/edge/cache/store.py `put_behind`) rather than have victims let go."""
-        return self._waiting_bytes * 2 > self.max_bytes // VICTIM_SHARE
+        """The victims (waiting for the disk writer or being written) hold over half their room: the writer is
+        behind the evictions, and new fills wait for it (assetcdn/edge/cache/store.py `put_behind`) and reads from
+        the disk tier are not brought into memory (`EdgeCache.get`), rather than have victims let go."""
+        return self._victim_bytes * 2 > self.max_bytes // VICTIM_SHARE
+
+    @property
+    def victim_bytes(self) -> int:
+        """What the victims cost (``entry_cost``): at most ``max_bytes`` less the entries' ``bytes``."""
+        return self._victim_bytes
 
     @property
     def victim_count(self) -> int:
@@ -112,7 +135,8 @@ class MemoryTier:
 
     @property
     def bytes(self) -> int:
-        """What the entries held cost (``entry_cost``), at most ``max_bytes``."""
+        """What the entries held cost (``entry_cost``), at most ``max_bytes`` (less the victims' room when the tier
+        ``keeps_victims``)."""
         return self._bytes
 
     def accepts(self, size: int) -> bool:
@@ -156,7 +180,7 @@ class MemoryTier:
                 return False
             tags = obj.tags
             cost = entry_cost(obj, tags)
-            if cost > self.max_bytes:
+            if cost > self._limit:
                 return False
             self._entries[obj.key] = obj
             self._bytes += cost
@@ -167,7 +191,7 @@ class MemoryTier:
                     self._unread.add(obj.key)
             for tag in tags:
                 self._index(tag, obj.key)
-            while self._bytes > self.max_bytes:
+            while self._bytes > self._limit:
                 oldest = next(iter(self._entries))
                 evicted = self._entries[oldest]
                 unread = oldest in self._unread
@@ -190,8 +214,8 @@ class MemoryTier:
 
     def victims(self) -> list[CachedObject]:
         """The victims now, oldest first, taken by the disk writer: the victims' bound lets none of them go until
-        `settle` (one it let go while it was being written would be counted as unwritten, and written); it bounds
-        the victims evicted since."""
+        `settle` (one it let go while it was being written would be counted as unwritten, and written): they count
+        in the bound, which lets go the oldest of those evicted since."""
         with self._lock:
             self._waiting.clear()
             self._waiting_bytes = 0
@@ -266,17 +290,22 @@ class MemoryTier:
         self._victims[obj.key] = obj
         self._waiting[obj.key] = cost
         self._waiting_bytes += cost
-        limit = self.max_bytes // VICTIM_SHARE
-        while self._waiting_bytes > limit and len(self._waiting) > 1:  # the newest stays, however large
+        self._victim_bytes += cost
+        room = self.max_bytes // VICTIM_SHARE
+        while self._victim_bytes > room and len(self._waiting) > 1:  # the newest stays, however large
             self._unvictim(next(iter(self._waiting)))
             self.victims_dropped += 1
 
     def _unvictim(self, key: str) -> bool:
-        if self._victims.pop(key, None) is None:
+        obj = self._victims.pop(key, None)
+        if obj is None:
             return False
         cost = self._waiting.pop(key, None)
         if cost is not None:
             self._waiting_bytes -= cost
+        cost = entry_cost(obj) if cost is None else cost
+        self._victim_bytes -= cost
+        self.victim_bytes_gone += cost
         return True
 
     def discard(self, key: str) -> bool:
@@ -341,6 +370,7 @@ class MemoryTier:
             self._victims.clear()
             self._waiting.clear()
             self._waiting_bytes = 0
+            self._victim_bytes = 0
             self._unread.clear()
             return count
 

@@ -153,6 +153,7 @@ class EdgeCache:
     def alone(self, alone: bool) -> None:
         self._alone = alone
         self.disk.track_keys(alone)
+        self.memory.keeps_victims = alone  # its memory-only entries wait for the writer within the budget
         if alone and self.memory.second_hit:
             self.memory.disk_has_room = self.disk.has_room()
 
@@ -180,7 +181,9 @@ class EdgeCache:
         if obj is not None:
             return obj
         obj = self.disk.get(key, load_limit=self.memory.max_object_size)
-        if obj is not None and obj.body is not None:
+        # Not brought into memory while the disk writer is behind: each would evict a memory-only entry for it to
+        # write, and reads (which do not wait for it, as fills do) would let victims go unwritten.
+        if obj is not None and obj.body is not None and not self.memory.victims_pressing:
             self.memory.put(obj)
         return obj
 

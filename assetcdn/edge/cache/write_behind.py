@@ -49,6 +49,7 @@ from concurrent.futures import Executor
 from assetcdn.edge.cache.disk import DiskTier
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.memory import MemoryTier
+from assetcdn.edge.heap import can_trim, trim_heap
 
 log = logging.getLogger(__name__)
 # A batch is handed to the writer this long after its first entry: the fills arriving meanwhile join it, and
@@ -56,6 +57,12 @@ log = logging.getLogger(__name__)
 GATHER_S = 0.05
 # ``write_all`` writes the memory-only entries this many to a transaction, checking its time bound between them.
 UNWRITTEN_BATCH = 500
+# Once evictions have stopped for TRIM_IDLE_S (no victim came or went), and victims costing TRIM_AFTER_BYTES have
+# gone since the last time, the writer gives the heap's free pages back to the system (assetcdn/edge/heap.py):
+# the victims' bodies were freed among live entries, and the process would stay at the backlog's peak. Not while
+# evictions go on: fills reuse that room, and pages given back would be faulted in again.
+TRIM_IDLE_S = 1.0
+TRIM_AFTER_BYTES = 4 << 20
 
 
 Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
@@ -67,6 +74,8 @@ class WriteBehind:
         self._memory = memory
         self._sync_purges = sync_purges  # replays other workers' purges on the memory tier
         self._gather_s = gather_s
+        self._trim_armed = False  # a look at whether evictions stopped is due (`_trim_when_idle`)
+        self._trimmed_at = 0  # the victims' `victim_bytes_gone` when the heap was last trimmed
         self._disk = disk
         self._queue: list[tuple[CachedObject, Waiter | None]] = []
         self._scheduled = False
@@ -92,6 +101,24 @@ class WriteBehind:
                 loop.call_later(self._gather_s, self._submit, writer)
             else:
                 self._submit(writer)
+        if loop is not None and not self._trim_armed and can_trim():
+            self._trim_armed = True
+            loop.call_later(TRIM_IDLE_S, self._trim_when_idle, loop, writer, -1)
+
+    def _trim_when_idle(self, loop: asyncio.AbstractEventLoop, writer: Executor, seen: int) -> None:
+        """Trim the heap in the writer (after the batch under way) once no victim came or went for a
+        ``TRIM_IDLE_S`` and enough went since the last trim; else look again ``TRIM_IDLE_S`` later while victims
+        come and go."""
+        memory = self._memory
+        gone = memory.victim_bytes_gone
+        if gone != seen or memory.victim_count:
+            loop.call_later(TRIM_IDLE_S, self._trim_when_idle, loop, writer, gone)
+            return
+        self._trim_armed = False
+        if gone - self._trimmed_at >= TRIM_AFTER_BYTES and not self._closed:
+            self._trimmed_at = gone
+            with contextlib.suppress(RuntimeError):  # the executor is shut down: the process is stopping
+                writer.submit(trim_heap)
 
     def add(self, obj: CachedObject, writer: Executor, *, wait: bool = False) -> asyncio.Future[None] | None:
         """Queue ``obj`` (in the memory tier already) for the disk tier; `writer` runs the batch. Without

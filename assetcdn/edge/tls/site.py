@@ -17,9 +17,6 @@ aiohttp and the rest by the application, over TLS.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
-from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -27,20 +24,13 @@ from uvloop.loop import SSLProtocol  # type: ignore[attr-defined]  # not in uvlo
 
 from assetcdn.edge.fastpath.hit_server import HitServer, HitSite
 from assetcdn.edge.fastpath.protocol import HitProtocol
+from assetcdn.edge.heap import can_trim, trim_heap
 from assetcdn.edge.tls.certificates import CertificateStore
 from assetcdn.edge.tls.client_hello import ClientHelloCheck
 from assetcdn.edge.tls.h2 import H2Limits, H2Protocol
 from assetcdn.edge.tls.ssl_object import TlsObject
 
 TRIM_AFTER = 64  # TLS connections gone (from the most open at once) before the heap is trimmed
-
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):  # not glibc
-        return None
 
 
 class HeapTrim:
@@ -52,11 +42,10 @@ class HeapTrim:
     def __init__(self, hits: HitServer) -> None:
         self.hits = hits
         self.peak = 0
-        self.trim = _malloc_trim()
         self.handle: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
-        if self.trim is not None:
+        if can_trim():
             self._tick()
 
     def stop(self) -> None:
@@ -65,12 +54,11 @@ class HeapTrim:
             self.handle = None
 
     def _tick(self) -> None:
-        assert self.trim is not None
         count = len(self.hits.connections)
         if count > self.peak:
             self.peak = count
         elif self.peak - count >= TRIM_AFTER:
-            self.trim(0)
+            trim_heap()
             self.peak = count
         self.handle = asyncio.get_running_loop().call_later(1.0, self._tick)
 

@@ -4,7 +4,9 @@ see it as they see an entry on disk."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from itertools import count
@@ -13,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from assetcdn.edge.cache import memory, store
+from assetcdn.edge.cache import memory, store, write_behind
 from assetcdn.edge.cache.memory import VICTIM_SHARE, entry_cost
 from assetcdn.edge.cache.store import SOFT_PURGED, EdgeCache
 from assetcdn.shared.config import load_settings
@@ -284,10 +286,66 @@ def test_the_victims_evicted_while_the_writer_writes_a_batch_stay_within_their_s
     dropped = cache.memory.victims_dropped
     for n in range(200):
         fill(cache, writer, f"pull:z:/then-{n}")
-    evicted_since = [obj for obj in cache.memory.victims() if obj.key.startswith("pull:z:/then-")]
-    assert sum(entry_cost(obj) for obj in evicted_since) <= cache.memory.max_bytes // VICTIM_SHARE
+    victims = cache.memory.victims()
+    assert any(obj.key.startswith("pull:z:/then-") for obj in victims)
+    # The batch being written counts in the share: with it, the victims hold no more than their room, but for the
+    # newest, which stays however large.
+    assert sum(entry_cost(obj) for obj in victims[:-1]) <= cache.memory.max_bytes // VICTIM_SHARE
     assert cache.memory.victims_dropped > dropped
     assert all(cache.memory.holds(obj) for obj in taken)
+
+
+def test_the_entries_and_the_victims_together_stay_within_the_memory_budget(cache: EdgeCache) -> None:
+    """The victims' room is kept out of the budget: what the tier holds, victims waiting or being written
+    included, never passes ``memory_cache_mb``."""
+    memory = cache.memory
+    writer = HeldWriter()
+    for n in range(300):
+        key = f"pull:z:/budget-{n}"
+        fill(cache, writer, key)
+        newest = entry_cost(cache.get(key))  # type: ignore[arg-type]  # a victim costs as much (the newest may stay)
+        assert memory.bytes <= memory.max_bytes - memory.max_bytes // VICTIM_SHARE
+        assert memory.bytes + memory.victim_bytes <= memory.max_bytes + newest
+        if n == 49:
+            memory.victims()  # the writer takes a batch, and writes it only later
+    assert memory.victim_count > 0 and memory.victims_dropped > 0
+    writer.run()
+    assert memory.victim_count == 0 and memory.victim_bytes == 0
+
+
+def test_with_several_workers_the_whole_budget_holds_entries(tmp_path: Path) -> None:
+    """Only a one-worker edge has memory-only entries to keep victims of: otherwise no room is kept for them."""
+    shared = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=16 * KB, memory_max_object=4 * KB)
+    try:
+        for n in range(40):
+            shared.put(f"pull:z:/shared-{n}", BODY, "text/plain", '"s"', TAGS, headers=HEAD)
+        assert shared.memory.bytes > shared.memory.max_bytes - shared.memory.max_bytes // VICTIM_SHARE
+        shared.alone = True
+        shared.put("pull:z:/alone", BODY, "text/plain", '"s"', TAGS, headers=HEAD)
+        assert shared.memory.bytes <= shared.memory.max_bytes - shared.memory.max_bytes // VICTIM_SHARE
+    finally:
+        shared.close()
+
+
+def test_a_read_from_disk_is_not_brought_into_memory_while_the_writer_is_behind(cache: EdgeCache) -> None:
+    """A disk hit brought into memory evicts a memory-only entry for the writer to write; while it is behind, the
+    hit is answered from disk and leaves the memory tier as it is, so reads never make victims be let go."""
+    writer = HeldWriter()
+    fill(cache, writer, "pull:z:/old")
+    evict(cache, "pull:z:/old")
+    writer.run()  # the writer writes the victim
+    assert on_disk(cache, "pull:z:/old") == BODY
+    n = 0
+    while not cache.memory.victims_pressing:
+        fill(cache, writer, f"pull:z:/pressing-{n}")
+        n += 1
+    before = (cache.memory.victim_bytes, cache.memory.victims_dropped)
+    assert cache.get("pull:z:/old").body == BODY  # type: ignore[union-attr]
+    assert "pull:z:/old" not in cache.memory
+    assert (cache.memory.victim_bytes, cache.memory.victims_dropped) == before
+    writer.run()  # the writer catches up: the next read is brought into memory again
+    assert cache.get("pull:z:/old").body == BODY  # type: ignore[union-attr]
+    assert "pull:z:/old" in cache.memory
 
 
 @pytest.mark.parametrize("gone", ["purge of its own tags", "victims full"])
@@ -493,3 +551,30 @@ def test_after_a_purge_empties_the_full_disk_tier_an_unread_fill_is_written_agai
     evict(cache)
     writer.run()
     assert on_disk(cache, KEY) == BODY and cache.memory.unread_dropped == 0
+
+
+@pytest.mark.parametrize(("after", "trims"), [(8 * KB, 1), (1 << 30, 0)])
+async def test_once_evictions_stop_the_writer_gives_the_heap_back_once(cache: EdgeCache, monkeypatch: pytest.MonkeyPatch,
+                                                                       after: int, trims: int) -> None:
+    """The victims' bodies are freed among live entries, where the C heap keeps them: once no victim came or went for
+    TRIM_IDLE_S and enough of them went (TRIM_AFTER_BYTES), the writer trims the heap, once, in its own thread."""
+    threads: list[str] = []
+    monkeypatch.setattr(write_behind, "TRIM_IDLE_S", 0.05)
+    monkeypatch.setattr(write_behind, "TRIM_AFTER_BYTES", after)
+    monkeypatch.setattr(write_behind, "can_trim", lambda: True)
+    monkeypatch.setattr(write_behind, "trim_heap", lambda: threads.append(threading.current_thread().name))
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer:
+        for n in range(60):
+            kept = cache.put_behind(f"pull:z:/trim-{n}", BODY, "text/plain", '"t"', TAGS, HEAD, writer=writer)
+            assert kept is not None
+            if kept[1] is not None:
+                await kept[1]
+        for _ in range(1000):  # until the batches are written and, when due, the heap trimmed
+            if cache.memory.victim_count == 0 and len(threads) >= trims:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # idle: nothing more is due
+        await asyncio.wrap_future(writer.submit(lambda: None))
+    assert cache.memory.victim_bytes_gone > 8 * KB
+    assert len(threads) == trims
+    assert all(name.startswith("writer") for name in threads)
