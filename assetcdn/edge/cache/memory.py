@@ -24,6 +24,9 @@ TAG_OVERHEAD = 64 + sys.getsizeof("")
 # entries and victims together stay within ``max_bytes``; beyond it the oldest waiting go unwritten (or the newest
 # one alone stays).
 VICTIM_SHARE = 8
+# The hit path's prepared heads (assetcdn/edge/fastpath/hit_server.py) are charged to the budget too, up to this
+# share of it: what they hold is taken from what the entries may hold (``charge_heads``).
+HEADS_SHARE = 4
 # Unread memory-only entries let go at eviction are remembered in two generations of GHOSTS keys each, a bitmap of
 # GHOST_BITS bits per generation (256 KB) set at one bit per key's hash: so that a URL asked for again after its entry
 # went is written when it is evicted the next time. A key taken for a ghost by a shared bit (about 3% of the others
@@ -84,6 +87,8 @@ class MemoryTier:
         self._victim_bytes = 0  # what every victim costs, those being written included
         self.victim_bytes_gone = 0  # what the victims written, let go or removed so far cost (a running total)
         self._limit = self.max_bytes  # what the entries may cost: max_bytes less the victims' room
+        # What the hit path's prepared heads hold (``charge_heads``): changed on the event loop only.
+        self.heads_bytes = 0
         self.victims_dropped = 0  # evicted memory-only entries let go unwritten (the victims were full)
         self.on_victims: Callable[[], None] | None = None  # called after a put moved entries to the victims
         self.second_hit = second_hit
@@ -123,6 +128,20 @@ class MemoryTier:
         behind the evictions, and new fills wait for it (assetcdn/edge/cache/store.py `put_behind`) and reads from
         the disk tier are not brought into memory (`EdgeCache.get`), rather than have victims let go."""
         return self._victim_bytes * 2 > self.max_bytes // VICTIM_SHARE
+
+    @property
+    def heads_room(self) -> int:
+        """At most what the hit path's prepared heads may hold (the hit path keeps them within it)."""
+        return self.max_bytes // HEADS_SHARE
+
+    def charge_heads(self, cost: int) -> None:
+        """The hit path holds a new prepared head costing `cost` (negative: let go): charged to the budget, whose
+        least recently used entries make room as for a ``put``. On the event loop."""
+        with self._lock:
+            self.heads_bytes += cost
+            victims = cost > 0 and self._evict_over()
+        if victims and self.on_victims is not None:
+            self.on_victims()
 
     @property
     def victim_bytes(self) -> int:
@@ -172,7 +191,6 @@ class MemoryTier:
         in-memory body, is larger than ``max_object_size`` or costs more than the whole budget; an
         older entry under the same key is dropped in that case so the tier never serves a superseded body.
         """
-        victims = False
         with self._lock:
             self._remove(obj.key)
             self._unvictim(obj.key)
@@ -180,7 +198,7 @@ class MemoryTier:
                 return False
             tags = obj.tags
             cost = entry_cost(obj, tags)
-            if cost > self._limit:
+            if cost > self._limit - self.heads_bytes:
                 return False
             self._entries[obj.key] = obj
             self._bytes += cost
@@ -191,21 +209,29 @@ class MemoryTier:
                     self._unread.add(obj.key)
             for tag in tags:
                 self._index(tag, obj.key)
-            while self._bytes > self._limit:
-                oldest = next(iter(self._entries))
-                evicted = self._entries[oldest]
-                unread = oldest in self._unread
-                self._remove(oldest)
-                if type(evicted) is not MemoryOnly:
-                    continue
-                if unread and not self.disk_has_room:
-                    self._ghost(oldest)
-                else:
-                    self._victimize(evicted)
-                    victims = True
+            victims = self._evict_over()
         if victims and self.on_victims is not None:
             self.on_victims()
         return True
+
+    def _evict_over(self) -> bool:
+        """Evict the least recently used entries while the entries cost more than they may (the budget less the
+        victims' room and the heads); whether memory-only ones became victims. The caller holds the lock."""
+        victims = False
+        limit = self._limit - self.heads_bytes
+        while self._bytes > limit and self._entries:
+            oldest = next(iter(self._entries))
+            evicted = self._entries[oldest]
+            unread = oldest in self._unread
+            self._remove(oldest)
+            if type(evicted) is not MemoryOnly:
+                continue
+            if unread and not self.disk_has_room:
+                self._ghost(oldest)
+            else:
+                self._victimize(evicted)
+                victims = True
+        return victims
 
     def victim(self, key: str) -> CachedObject | None:
         """The evicted memory-only entry under ``key`` that the disk writer has not taken yet (lock-free: one

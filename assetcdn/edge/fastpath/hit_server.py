@@ -130,6 +130,7 @@ class HitServer:
         self.h2_connections = 0  # HTTP/2 connections open (assetcdn/edge/tls/h2.py keeps the count and its cap)
         self.hosts: dict[bytes, HostView] = {}
         self.prepared = 0  # prepared hits held, over every Host
+        self.head_bytes = 0  # what they cost (their `cost`), charged to the memory tier's budget
         self.config: Any = None
         self.entries: dict[str, Any] = {}
         self.answering = False
@@ -409,24 +410,13 @@ class HitServer:
         pulled = prepare_pull(self.node, self.config, view, target, named)
         if not isinstance(pulled, PulledHit):
             return pulled
-        pulls = view.pulls
-        if url not in pulls:  # within the same bound as the stored zones' hits (_prepare)
-            if self.prepared >= self.max_hits:
-                if pulls:
-                    del pulls[next(iter(pulls))]
-                    self.prepared -= 1
-                else:
-                    self._forget_hosts()
-                    view.hits, pulls = {}, {}
-                    view.pulls = pulls
-                    self.hosts[view.key] = view
-            self.prepared += 1
-        pulls[url] = pulled
+        self._hold(view, url, pulled)
         return pulled
 
     def _drop_pull(self, view: HostView, url: bytes) -> None:
-        if view.pulls.pop(url, None) is not None:
-            self.prepared -= 1
+        head = view.pulls.pop(url, None)
+        if head is not None:
+            self._let_go(head)
 
     def _decline(self, fileno: int) -> int:
         if fileno >= 0:
@@ -580,35 +570,55 @@ class HitServer:
         except UnicodeDecodeError:
             return None
         made = prepare(self.node, self.config, view, text)
-        hits = view.hits
         if made is None or isinstance(made, PullPath):
             self._drop(view, path)
             return made
         hit, obj = made
-        # Kept only when the next request can find the body again the same way (memory tier or file).
-        # At most max_hits across every Host: past that a Host's oldest goes, or, for a Host with none
-        # yet (many Host values), all of them (hits are made again on use).
+        # Kept (`_hold`) only when the next request can find the body again the same way (memory tier or file).
         if hit.file is not None or hit.key in self.memory:
-            if path not in hits:
-                if self.prepared >= self.max_hits:
-                    if hits:
-                        del hits[next(iter(hits))]
-                        self.prepared -= 1
-                    else:
-                        self._forget_hosts()
-                        hits = view.hits = {}
-                        self.hosts[view.key] = view
-                self.prepared += 1
-            hits[path] = hit
+            self._hold(view, path, hit)
         return made
 
     def _drop(self, view: HostView, path: bytes) -> None:
-        if view.hits.pop(path, None) is not None:
-            self.prepared -= 1
+        head = view.hits.pop(path, None)
+        if head is not None:
+            self._let_go(head)
+
+    def _hold(self, view: HostView, target: bytes, head: Prepared | PulledHit) -> None:
+        """Keep `head` for `target` on `view` (a pull zone's in its pulls, a stored zone's in its hits) within
+        ``max_hits`` heads and the heads' room in the memory tier's budget, which is charged what they hold (its
+        entries make room): past either, the oldest of the view's table go, or, for a view with none (many Host
+        values), every view's (heads are made again on use)."""
+        pull = isinstance(head, PulledHit)
+        table: dict[bytes, Any] = view.pulls if pull else view.hits
+        old = table.pop(target, None)
+        if old is not None:
+            self._let_go(old)
+        memory = self.memory
+        while self.head_bytes and (self.prepared >= self.max_hits
+                                   or memory.heads_bytes + head.cost > memory.heads_room):
+            if not table:
+                self._forget_hosts()
+                view.hits, view.pulls = {}, {}
+                self.hosts[view.key] = view
+                table = view.pulls if pull else view.hits
+                break
+            self._let_go(table.pop(next(iter(table))))
+        table[target] = head
+        self.prepared += 1
+        self.head_bytes += head.cost
+        memory.charge_heads(head.cost)
+
+    def _let_go(self, head: Prepared | PulledHit) -> None:
+        self.prepared -= 1
+        self.head_bytes -= head.cost
+        self.memory.charge_heads(-head.cost)
 
     def _forget_hosts(self) -> None:
         self.hosts = {}
         self.prepared = 0
+        self.memory.charge_heads(-self.head_bytes)
+        self.head_bytes = 0
 
 
 class HitSite(web.TCPSite):

@@ -84,6 +84,12 @@ WRITTEN_HERE = frozenset({"date", "server", "x-request-id", "strict-transport-se
 PER_REQUEST_HEADERS = WRITTEN_HERE - RESERVED_HEADERS
 # A pull zone's hit writes these per request too (its age ticks: assetcdn/edge/states/freshness.py).
 PULL_PER_REQUEST_HEADERS = PER_REQUEST_HEADERS | {"age", "cache-status"}
+# What a prepared head costs the memory tier's budget (`cost`, charged by assetcdn/edge/fastpath/hit_server.py)
+# beside the lengths of its byte strings: the object, its strings and numbers, its freshness, and its slot in
+# its Host's table (request target included). Measured with tracemalloc (tests/edge/fastpath/test_pull_hits.py
+# and test_hit_state.py).
+PREPARED_OVERHEAD = 800
+PULLED_OVERHEAD = 1_300
 
 
 def rules_touch(changes: HeaderChanges, written: frozenset[str]) -> bool:
@@ -96,7 +102,7 @@ class Prepared:
     """One (Host, path)'s hit, valid while ``entry`` is the replica's entry for ``cdn_path``."""
 
     __slots__ = ("entry", "cdn_path", "zone", "key", "file", "size", "etag", "head", "kept_304", "head_304",
-                 "h2_head", "h2_head_304", "h2_head_206", "h2_dated")
+                 "h2_head", "h2_head_304", "h2_head_206", "h2_dated", "cost")
 
     def __init__(self, entry: ManifestEntry, cdn_path: str, key: str, file: str | None, size: int,
                  etag: str | None, type_lines: bytes, kept_lines: bytes) -> None:
@@ -116,6 +122,8 @@ class Prepared:
         self.h2_head_304: tuple[Any, ...] | None = None
         self.h2_head_206: tuple[Any, ...] | None = None  # without Content-Range and Content-Length
         self.h2_dated: tuple[bytes, tuple[Any, ...]] | None = None  # (Date line, h2_head and its Date field)
+        # What it holds once its heads are all made: this head, the 304's, and the HTTP/2 ones (about as long).
+        self.cost = PREPARED_OVERHEAD + 3 * len(self.head) + len(cdn_path) + len(key)
 
     def partial_lines(self) -> bytes:
         """A 206's status line and the 200's header lines (not kept twice), less Content-Range and Content-Length."""
@@ -189,13 +197,13 @@ class PulledHit:
     evicts is freed at once, not kept alive by this until the URL is asked for again."""
 
     __slots__ = ("entry", "freshness", "key", "cdn_path", "zone", "size", "etag", "head", "head_304", "dated",
-                 "fresh_until", "_block", "_tail", "_since", "_until")
+                 "fresh_until", "cost", "_block", "_tail", "_since", "_until")
 
     def __init__(self, stored: StoredResponse, key: str, cdn_path: str, changes: HeaderChanges) -> None:
         obj = stored.obj
         self.entry = weakref.ref(obj)
         self.freshness = stored.freshness
-        self.key = key
+        self.key = obj.key if obj.key == key else key  # the entry's own string, not a copy
         self.cdn_path = cdn_path
         self.zone = zone_of(cdn_path)
         self.size = obj.size
@@ -206,6 +214,8 @@ class PulledHit:
             + b"Content-Length: %d\r\n" % obj.size
         self.head_304 = STATUS_304 + _pulled_lines(stored, changes, not_modified=True)
         self.fresh_until = fresh_for_plain_requests_until(stored.freshness)  # answered here while before it
+        # What it holds once it answered: its heads, and the 200's head with the lines of the second (`whole_head`).
+        self.cost = PULLED_OVERHEAD + 2 * len(self.head) + len(self.head_304) + len(key) + len(cdn_path)
         self._block, self._tail, self._since, self._until = b"", b"", 0.0, 0.0
 
     def whole_head(self, now: float, tail: bytes) -> bytes:

@@ -110,3 +110,16 @@ def test_prefix_purges_find_the_tags_of_entries_put_and_evicted_between_them() -
     tier.clear()
     tier.put(make("c", 10, ("path:/c",)))
     assert tier.purge_tag_prefixes(["path:/"]) == ["c"]
+
+
+def test_the_hit_paths_heads_are_charged_to_the_budget_and_the_oldest_entries_make_room() -> None:
+    cost = entry_cost(make("a", 100))
+    tier = MemoryTier(max_bytes=8 * cost, max_object_size=300)
+    for key in "abcdefgh":
+        assert tier.put(make(key, 100))
+    tier.charge_heads(2 * cost)  # heads made for the hit path
+    assert "a" not in tier and "b" not in tier and len(tier) == 6
+    assert tier.bytes + tier.heads_bytes <= tier.max_bytes
+    assert tier.put(make("i", 100)) and "c" not in tier  # the heads keep their part of the budget
+    tier.charge_heads(-2 * cost)  # let go: the room is the entries' again
+    assert tier.put(make("j", 100)) and tier.put(make("k", 100)) and len(tier) == 8

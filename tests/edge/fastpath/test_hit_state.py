@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
+import tracemalloc
 
 from assetcdn.edge.cache.tags import path_tag
 from tests.support.cdn import ZONE
@@ -233,3 +235,51 @@ async def test_prepared_hits_stay_within_their_bound_across_hosts(make_hit_cdn: 
                 assert (answer.status, answer.body) == (200, body)
                 assert hits.prepared <= 2
     assert hits.served >= 20  # still answered on the hit path, prepared again as needed
+
+
+async def test_the_prepared_heads_are_charged_to_the_memory_budget_what_they_hold(make_hit_cdn: HitCdnFactory) -> None:
+    """A stored zone's path the hit path answers keeps a prepared head; the memory tier's budget is charged what the
+    heads hold (within a quarter, by tracemalloc: their HTTP/2 heads are made only on use, and counted ahead)."""
+    cdn = await make_hit_cdn()
+    files = {f"{ZONE}/v1/heads/{i:03d}.bin": f"head {i}".encode() * 50 for i in range(60)}
+    for path, body in files.items():
+        await cdn.upload(path, body)
+    conn = await cdn.connect()
+    for path in files:
+        assert (await conn.request(f"/{path}")).header("X-Cache") == "MISS"  # stored; its next hit prepares it
+    hits, memory = cdn.site.hits, cdn.node.cache.memory
+    assert hits is not None
+    made, charged = hits.prepared, memory.heads_bytes
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for path, body in files.items():
+            assert (await conn.request(f"/{path}")).body == body
+        gc.collect()
+        grown = sum(stat.size_diff for stat in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    finally:
+        tracemalloc.stop()
+    assert hits.prepared == made + len(files)
+    per_head = grown / len(files)
+    charged_per_head = (memory.heads_bytes - charged) / len(files)
+    assert per_head < charged_per_head < 1.6 * per_head, (per_head, charged_per_head)
+
+
+async def test_the_prepared_heads_stay_within_their_share_of_a_small_memory_budget(make_hit_cdn: HitCdnFactory) -> None:
+    """With many Host values the heads would be many: past their room in the budget (a quarter) the oldest go,
+    and the entries and the heads together stay within `edge.memory_cache_mb`."""
+    cdn = await make_hit_cdn(ASSETCDN_EDGE_MEMORY_CACHE_MB="1")
+    files = {f"{ZONE}/v1/banners/{i}.bin": f"body {i}".encode() for i in range(3)}
+    for path, body in files.items():
+        await cdn.upload(path, body)
+    conn = await cdn.connect()
+    hits, memory = cdn.site.hits, cdn.node.cache.memory
+    assert hits is not None
+    for n in range(200):
+        for path, body in files.items():
+            assert (await conn.request(f"/{path}", host=f"h{n}.test")).body == body
+        assert memory.heads_bytes <= memory.heads_room
+        assert memory.bytes + memory.heads_bytes <= memory.max_bytes
+    assert hits.prepared < 600  # the oldest went
+    assert hits.served > 500  # still answered on the hit path

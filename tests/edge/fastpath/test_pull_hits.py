@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import time
+import tracemalloc
 from collections.abc import AsyncIterator, Iterator
 from types import ModuleType
 from typing import Any
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 ZONE = "pullfast"
 BODY = bytes(range(256)) * 20
 PER_REQUEST = {"x-request-id"}
+HEADS = 300
 
 
 class Clock:
@@ -243,3 +245,42 @@ async def test_a_purge_and_new_rules_take_effect_on_the_next_hit(pulled: PullCdn
     assert pulled.served == served + 1
 
 
+
+
+async def test_the_prepared_heads_are_charged_to_the_memory_budget_what_they_hold(pulled: PullCdn,
+                                                                                  clock: Clock) -> None:
+    """A URL the hit path answers keeps a prepared head; the memory tier's budget is charged what the heads hold
+    (within a fifth, by tracemalloc), so entries and heads together stay within `edge.memory_cache_mb`."""
+    names = [f"/heads/{n:04d}.bin" for n in range(HEADS)]
+    for name in names:
+        pulled.origin.answer(name, BODY[:1024], headers={"Content-Type": "application/octet-stream", "ETag": '"h"',
+                                                         **LONG})
+    conn = await pulled.cdn.connect()
+    for name in names:
+        assert (await conn.request(f"/{ZONE}{name}")).header("X-Cache") == "MISS"
+
+    async def all_kept() -> bool:
+        return all(pulled.stored(name) for name in names) if all(
+            pull_states.lookup(pulled.cdn.node, pull_key(ZONE, name, ""), []) for name in names) else False
+
+    await wait_until(all_kept, "every URL stored")
+    clock.now = pulled.stored(names[-1]).freshness.response_time + 1
+    hits = pulled.cdn.site.hits
+    memory = pulled.cdn.node.cache.memory
+    assert hits is not None
+    made, charged, served = hits.prepared, memory.heads_bytes, pulled.served
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for name in names:
+            assert (await conn.request(f"/{ZONE}{name}")).body == BODY[:1024]
+        gc.collect()
+        grown = sum(stat.size_diff for stat in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    finally:
+        tracemalloc.stop()
+    assert pulled.served == served + HEADS and hits.prepared == made + HEADS
+    per_head = grown / HEADS
+    charged_per_head = (memory.heads_bytes - charged) / HEADS
+    assert hits.head_bytes == memory.heads_bytes
+    assert 0.8 * per_head < charged_per_head < 1.25 * per_head, (per_head, charged_per_head)
