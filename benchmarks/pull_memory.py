@@ -1,13 +1,15 @@
 """Edge memory per cached object of a pull zone, beside Varnish and nginx in front of the same origin.
 
     .venv/bin/python -m benchmarks.pull_memory [--objects 100000] [--concurrency 32] [--memory-mb 128] [--edge-only]
+        [--hit-passes 1]
 
 An origin on 127.0.0.1 (nginx when installed, ``sh benchmarks/setup_debian.sh hits``; else a small Python
 origin in this file) answers every ``/small/NNN/NNNNNN.bin`` with the same 1 KB body, an ETag, a
 Last-Modified and ``Cache-Control: max-age=3600``. One control plane and one edge with one worker
 (``assetcdn up``) hold a pull zone pointed at it; Varnish (malloc storage) and nginx (``proxy_cache``)
 are started as peers in front of the same origin when installed. Each server is filled with ``--objects``
-distinct URLs (a GET each: a miss, stored), then each URL is asked for once more (a hit); its resident
+distinct URLs (a GET each: a miss, stored), then each URL is asked for once more (a hit; ``--hit-passes``
+times, in the same order: with 2, the edge's hit path answers the objects in memory from prepared heads); its resident
 memory (VmRSS of all its processes, read from /proc) before the fill and after the hits gives the bytes
 per cached object. For ``assetcdn up``, two rows, both read in the same run: "edge RSS", the edge's
 processes (its worker and anything under it: the figure of the goal, 100,000 cached 1 KB objects in at
@@ -224,7 +226,7 @@ async def memory_tier(edge_url: str) -> dict[str, int]:
 
 
 def measure(server: Server, paths: list[str], concurrency: int,
-            also: dict[str, Callable[[], list[int]]] | None = None) -> list[tuple[str, int, int]]:
+            also: dict[str, Callable[[], list[int]]] | None = None, hit_passes: int = 1) -> list[tuple[str, int, int]]:
     """(name, RSS before, RSS after) of ``server`` and of each of the other process sets in ``also``, all
     read at the same moments around the one fill."""
     accounts = {server.name: server.pids, **(also or {})}
@@ -232,7 +234,8 @@ def measure(server: Server, paths: list[str], concurrency: int,
     began = time.monotonic()
     asyncio.run(get_each(server.base, paths, concurrency, expect_hit=False))
     filled = time.monotonic() - began
-    asyncio.run(get_each(server.base, paths, concurrency, expect_hit=True))
+    for _ in range(hit_passes):
+        asyncio.run(get_each(server.base, paths, concurrency, expect_hit=True))
     after = {name: rss_bytes(pids()) for name, pids in accounts.items()}
     print(f"{server.name}: filled in {filled:.0f} s (load {load_average()})", flush=True)
     for name in accounts:
@@ -249,6 +252,9 @@ def main() -> None:
     parser.add_argument("--memory-mb", type=int, default=None,
                         help="the edge's memory tier budget (edge.memory_cache_mb; default: the configured one)")
     parser.add_argument("--edge-only", action="store_true", help="measure the edge alone (no Varnish, no nginx)")
+    parser.add_argument("--hit-passes", type=int, default=1,
+                        help="times every URL is asked for again after the fill (2: a second hit, which the edge's "
+                             "hit path answers from a prepared head when the object is in memory)")
     parser.add_argument("--serve-origin", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_origin is not None:
@@ -278,7 +284,7 @@ def main() -> None:
             running = cdn
             edge = Server("edge (1 worker): edge RSS, the goal's figure", f"{cdn.edge_urls[0]}/{ZONE}",
                           lambda: process_tree(*running.pids("--name edge-0")))
-            rows += measure(edge, paths, args.concurrency, {
+            rows += measure(edge, paths, args.concurrency, hit_passes=args.hit_passes, also={
                 "control (with the `up` supervisor)": lambda: process_tree(*running.pids("-m assetcdn.control "))
                 + [running.process.pid],
                 "whole system (every process of `up`: edge + control + supervisor)":
@@ -295,7 +301,7 @@ def main() -> None:
                     continue
                 peers.append(peer)
                 asyncio.run(wait_up(peer.base + "/"))
-                rows += measure(peer, paths, args.concurrency)
+                rows += measure(peer, paths, args.concurrency, hit_passes=args.hit_passes)
                 stop(peer.process)
         finally:
             for peer in peers:
@@ -305,7 +311,8 @@ def main() -> None:
             stop(origin)
     print(f"\n# resident memory, {args.objects:,} objects of {len(BODY)} bytes cached from a {kind} origin "
           f"(load average after: {load_average()}); VmRSS summed over the processes of each row\n")
-    print("| server | RSS before | RSS after the fill and a hit each | per cached object |")
+    hits = "a hit each" if args.hit_passes == 1 else f"{args.hit_passes} hits each"
+    print(f"| server | RSS before | RSS after the fill and {hits} | per cached object |")
     print("|---|---:|---:|---:|")
     for name, before, after in rows:
         print(f"| {name} | {before / MB:,.0f} MiB | {after / MB:,.0f} MiB | {(after - before) / args.objects:,.0f} bytes |")
