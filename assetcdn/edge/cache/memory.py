@@ -21,8 +21,8 @@ ENTRY_OVERHEAD = 100
 TAG_OVERHEAD = 64 + sys.getsizeof("")
 # Evicted memory-only entries waiting for the disk writer (the victims) hold at most this share of ``max_bytes``,
 # kept for them out of the budget while the tier has victims to keep (``keeps_victims``: a one-worker edge), so that
-# entries and victims together stay within ``max_bytes``; beyond it the oldest waiting go unwritten (or the newest
-# one alone stays).
+# entries and victims together stay within ``max_bytes``: half of it for those waiting for the writer, beyond which
+# the oldest waiting go unwritten (or the newest one alone stays), and half for the batch it is writing.
 VICTIM_SHARE = 8
 # The hit path's prepared heads (assetcdn/edge/fastpath/hit_server.py) are charged to the budget too, up to this
 # share of it: what they hold is taken from what the entries may hold (``charge_heads``).
@@ -80,15 +80,19 @@ class MemoryTier:
         self._lock = threading.Lock()
         self._unwritten = 0  # the MemoryOnly entries among _entries
         self._victims: OrderedDict[str, CachedObject] = OrderedDict()
+        self._victim_costs: dict[str, int] = {}  # each victim's entry_cost when it became one
         # The victims the disk writer has not taken yet (`victims`), oldest first, and what they cost: the bound is
-        # on them (those taken are being written; at most one batch's worth, at most the bound, at a time).
+        # on them, half the victims' room (those taken are being written: at most one batch's worth, at most that
+        # half, at a time, so that all of them stay within the room).
         self._waiting: OrderedDict[str, int] = OrderedDict()
         self._waiting_bytes = 0
         self._victim_bytes = 0  # what every victim costs, those being written included
         self.victim_bytes_gone = 0  # what the victims written, let go or removed so far cost (a running total)
         self._limit = self.max_bytes  # what the entries may cost: max_bytes less the victims' room
-        # What the hit path's prepared heads hold (``charge_heads``): changed on the event loop only.
+        # What the hit path's prepared heads hold (``charge_heads``): changed on the event loop only, by the hit
+        # servers (the http and the https site's), `head_holders` of them, which share ``heads_room``.
         self.heads_bytes = 0
+        self.head_holders = 0
         self.victims_dropped = 0  # evicted memory-only entries let go unwritten (the victims were full)
         self.on_victims: Callable[[], None] | None = None  # called after a put moved entries to the victims
         self.second_hit = second_hit
@@ -131,8 +135,9 @@ class MemoryTier:
 
     @property
     def heads_room(self) -> int:
-        """At most what the hit path's prepared heads may hold (the hit path keeps them within it)."""
-        return self.max_bytes // HEADS_SHARE
+        """At most what the hit path's prepared heads may hold (the hit path keeps them within it); with no memory
+        tier (a budget of 0), no bound: `edge.hot_heads_max` alone bounds them then."""
+        return self.max_bytes // HEADS_SHARE if self.max_bytes else sys.maxsize
 
     def charge_heads(self, cost: int) -> None:
         """The hit path holds a new prepared head costing `cost` (negative: let go): charged to the budget, whose
@@ -314,22 +319,21 @@ class MemoryTier:
     def _victimize(self, obj: CachedObject) -> None:
         cost = entry_cost(obj)
         self._victims[obj.key] = obj
+        self._victim_costs[obj.key] = cost
         self._waiting[obj.key] = cost
         self._waiting_bytes += cost
         self._victim_bytes += cost
-        room = self.max_bytes // VICTIM_SHARE
-        while self._victim_bytes > room and len(self._waiting) > 1:  # the newest stays, however large
+        half = self.max_bytes // VICTIM_SHARE // 2
+        while self._waiting_bytes > half and len(self._waiting) > 1:  # the newest stays, however large
             self._unvictim(next(iter(self._waiting)))
             self.victims_dropped += 1
 
     def _unvictim(self, key: str) -> bool:
-        obj = self._victims.pop(key, None)
-        if obj is None:
+        if self._victims.pop(key, None) is None:
             return False
-        cost = self._waiting.pop(key, None)
-        if cost is not None:
+        cost = self._victim_costs.pop(key)
+        if self._waiting.pop(key, None) is not None:
             self._waiting_bytes -= cost
-        cost = entry_cost(obj) if cost is None else cost
         self._victim_bytes -= cost
         self.victim_bytes_gone += cost
         return True
@@ -394,8 +398,10 @@ class MemoryTier:
             self._bytes = 0
             self._unwritten = 0
             self._victims.clear()
+            self._victim_costs.clear()
             self._waiting.clear()
             self._waiting_bytes = 0
+            self.victim_bytes_gone += self._victim_bytes
             self._victim_bytes = 0
             self._unread.clear()
             return count

@@ -122,6 +122,7 @@ class HitServer:
         self.wanted = dict(WANTED)
         self.wanted.setdefault(str(settings.get("analytics", "country_header")).lower().encode(), COUNTRY)
         self.memory = self.node.cache.memory
+        self.memory.head_holders += 1  # the http and https sites' hit servers share the heads' room
         self._sync_purges = self.node.cache.sync_purges
         self._hit_status = self.node.hit_status
         self.loop = asyncio.get_running_loop()
@@ -170,6 +171,8 @@ class HitServer:
     def stop(self) -> None:
         self.collect_metrics()
         self.metrics.remove_source(self.collect_metrics)
+        self._forget_hosts()
+        self.memory.head_holders -= 1
         if self._tick is not None:
             self._tick.cancel()
             self._tick = None
@@ -586,28 +589,34 @@ class HitServer:
 
     def _hold(self, view: HostView, target: bytes, head: Prepared | PulledHit) -> None:
         """Keep `head` for `target` on `view` (a pull zone's in its pulls, a stored zone's in its hits) within
-        ``max_hits`` heads and the heads' room in the memory tier's budget, which is charged what they hold (its
-        entries make room): past either, the oldest of the view's table go, or, for a view with none (many Host
-        values), every view's (heads are made again on use)."""
+        ``max_hits`` heads and this server's part of the heads' room in the memory tier's budget, which is charged
+        what they hold (its entries make room): past either, the oldest of the view's table go, or, when it has
+        none, those of the Host seen longest ago that has some (heads are made again on use)."""
         pull = isinstance(head, PulledHit)
         table: dict[bytes, Any] = view.pulls if pull else view.hits
         old = table.pop(target, None)
         if old is not None:
             self._let_go(old)
         memory = self.memory
-        while self.head_bytes and (self.prepared >= self.max_hits
-                                   or memory.heads_bytes + head.cost > memory.heads_room):
-            if not table:
-                self._forget_hosts()
-                view.hits, view.pulls = {}, {}
-                self.hosts[view.key] = view
-                table = view.pulls if pull else view.hits
+        room = memory.heads_room // max(1, memory.head_holders)
+        while self.head_bytes and (self.prepared >= self.max_hits or self.head_bytes + head.cost > room):
+            oldest = table or self._held_longest()
+            if not oldest:
                 break
-            self._let_go(table.pop(next(iter(table))))
+            self._let_go(oldest.pop(next(iter(oldest))))
         table[target] = head
         self.prepared += 1
         self.head_bytes += head.cost
         memory.charge_heads(head.cost)
+
+    def _held_longest(self) -> dict[bytes, Any] | None:
+        """The heads (a table of pull zones' or stored zones') of the Host seen longest ago that has some."""
+        for other in self.hosts.values():
+            if other.pulls:
+                return other.pulls
+            if other.hits:
+                return other.hits
+        return None
 
     def _let_go(self, head: Prepared | PulledHit) -> None:
         self.prepared -= 1

@@ -88,8 +88,8 @@ PULL_PER_REQUEST_HEADERS = PER_REQUEST_HEADERS | {"age", "cache-status"}
 # beside the lengths of its byte strings: the object, its strings and numbers, its freshness, and its slot in
 # its Host's table (request target included). Measured with tracemalloc (tests/edge/fastpath/test_pull_hits.py
 # and test_hit_state.py).
-PREPARED_OVERHEAD = 800
-PULLED_OVERHEAD = 1_300
+PREPARED_OVERHEAD = 500
+PULLED_OVERHEAD = 1_000
 
 
 def rules_touch(changes: HeaderChanges, written: frozenset[str]) -> bool:
@@ -122,8 +122,8 @@ class Prepared:
         self.h2_head_304: tuple[Any, ...] | None = None
         self.h2_head_206: tuple[Any, ...] | None = None  # without Content-Range and Content-Length
         self.h2_dated: tuple[bytes, tuple[Any, ...]] | None = None  # (Date line, h2_head and its Date field)
-        # What it holds once its heads are all made: this head, the 304's, and the HTTP/2 ones (about as long).
-        self.cost = PREPARED_OVERHEAD + 3 * len(self.head) + len(cdn_path) + len(key)
+        # What it holds with this head and the 304's (made on use, counted ahead); its HTTP/2 heads are not counted.
+        self.cost = PREPARED_OVERHEAD + 2 * len(self.head) + len(cdn_path) + len(key)
 
     def partial_lines(self) -> bytes:
         """A 206's status line and the 200's header lines (not kept twice), less Content-Range and Content-Length."""

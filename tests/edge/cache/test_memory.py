@@ -123,3 +123,10 @@ def test_the_hit_paths_heads_are_charged_to_the_budget_and_the_oldest_entries_ma
     assert tier.put(make("i", 100)) and "c" not in tier  # the heads keep their part of the budget
     tier.charge_heads(-2 * cost)  # let go: the room is the entries' again
     assert tier.put(make("j", 100)) and tier.put(make("k", 100)) and len(tier) == 8
+
+
+def test_with_no_memory_tier_the_heads_have_no_room_to_keep_within() -> None:
+    """A budget of 0 turns the memory tier off, not the hit path: its heads are bounded by their number alone."""
+    tier = MemoryTier(max_bytes=0, max_object_size=300)
+    tier.charge_heads(10_000)
+    assert tier.heads_room > tier.heads_bytes and len(tier) == 0

@@ -14,6 +14,7 @@ import tracemalloc
 from assetcdn.edge.cache.tags import path_tag
 from tests.support.cdn import ZONE
 from tests.support.control import ACCOUNT, METRICS
+from tests.support.footprint import per_item
 from tests.support.hit_cdn import HitCdn, HitCdnFactory, RawConnection, request_bytes
 from tests.support.images import LOGO_SVG
 from tests.support.wait import wait_until
@@ -239,7 +240,7 @@ async def test_prepared_hits_stay_within_their_bound_across_hosts(make_hit_cdn: 
 
 async def test_the_prepared_heads_are_charged_to_the_memory_budget_what_they_hold(make_hit_cdn: HitCdnFactory) -> None:
     """A stored zone's path the hit path answers keeps a prepared head; the memory tier's budget is charged what the
-    heads hold (within a quarter, by tracemalloc: their HTTP/2 heads are made only on use, and counted ahead)."""
+    heads hold (by tracemalloc: within three fifths over, as the 304's head is made only on use and counted ahead)."""
     cdn = await make_hit_cdn()
     files = {f"{ZONE}/v1/heads/{i:03d}.bin": f"head {i}".encode() * 50 for i in range(60)}
     for path, body in files.items():
@@ -250,18 +251,21 @@ async def test_the_prepared_heads_are_charged_to_the_memory_budget_what_they_hol
     hits, memory = cdn.site.hits, cdn.node.cache.memory
     assert hits is not None
     made, charged = hits.prepared, memory.heads_bytes
+    while cdn.node.deliveries.take() is not None:  # the delivery records the requests leave are no head's
+        pass
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.take_snapshot()
         for path, body in files.items():
             assert (await conn.request(f"/{path}")).body == body
+        while cdn.node.deliveries.take() is not None:
+            pass
         gc.collect()
-        grown = sum(stat.size_diff for stat in tracemalloc.take_snapshot().compare_to(before, "filename"))
+        per_head = per_item(before, tracemalloc.take_snapshot(), len(files))
     finally:
         tracemalloc.stop()
     assert hits.prepared == made + len(files)
-    per_head = grown / len(files)
     charged_per_head = (memory.heads_bytes - charged) / len(files)
     assert per_head < charged_per_head < 1.6 * per_head, (per_head, charged_per_head)
 
@@ -279,7 +283,8 @@ async def test_the_prepared_heads_stay_within_their_share_of_a_small_memory_budg
     for n in range(200):
         for path, body in files.items():
             assert (await conn.request(f"/{path}", host=f"h{n}.test")).body == body
+        assert hits.head_bytes <= memory.heads_room // memory.head_holders
         assert memory.heads_bytes <= memory.heads_room
         assert memory.bytes + memory.heads_bytes <= memory.max_bytes
-    assert hits.prepared < 600  # the oldest went
+    assert 40 < hits.prepared < 600  # the oldest went, the Hosts seen longest ago first: the rest stay
     assert hits.served > 500  # still answered on the hit path
