@@ -89,7 +89,7 @@ PULL_PER_REQUEST_HEADERS = PER_REQUEST_HEADERS | {"age", "cache-status"}
 # its Host's table (request target included). Measured with tracemalloc (tests/edge/fastpath/test_pull_hits.py
 # and test_hit_state.py).
 PREPARED_OVERHEAD = 500
-PULLED_OVERHEAD = 1_000
+PULLED_OVERHEAD = 1_300
 
 
 def rules_touch(changes: HeaderChanges, written: frozenset[str]) -> bool:

@@ -250,8 +250,8 @@ async def test_a_purge_and_new_rules_take_effect_on_the_next_hit(pulled: PullCdn
 
 async def test_the_prepared_heads_are_charged_to_the_memory_budget_what_they_hold(pulled: PullCdn,
                                                                                   clock: Clock) -> None:
-    """A URL the hit path answers keeps a prepared head; the memory tier's budget is charged what the heads hold
-    (within a fifth, by tracemalloc), so entries and heads together stay within `edge.memory_cache_mb`."""
+    """A URL the hit path answers keeps a prepared head; the memory tier's budget is charged what the heads hold, so
+    entries and heads together stay within `edge.memory_cache_mb`."""
     names = [f"/heads/{n:04d}.bin" for n in range(HEADS)]
     for name in names:
         pulled.origin.answer(name, BODY[:1024], headers={"Content-Type": "application/octet-stream", "ETag": '"h"',
@@ -287,4 +287,6 @@ async def test_the_prepared_heads_are_charged_to_the_memory_budget_what_they_hol
     assert pulled.served == served + HEADS and hits.prepared == made + HEADS
     charged_per_head = (memory.heads_bytes - charged) / HEADS
     assert hits.head_bytes == memory.heads_bytes
-    assert 0.8 * per_head < charged_per_head < 1.25 * per_head, (per_head, charged_per_head)
+    # Charged a little over what tracemalloc counts: the allocators round each block up, which it does not see (by
+    # RSS, 50,000 heads take about 2.2 KB each: benchmarks/pull_memory.py --objects 50000 --hit-passes 2).
+    assert per_head < charged_per_head < 1.4 * per_head, (per_head, charged_per_head)
