@@ -1,9 +1,9 @@
 """CPU per pull zone cache fill of two source trees, side by side: the whole system's, turns alternated.
 
-    .venv/bin/python -m benchmarks.fill_ab TREE_A TREE_B [--size "5 KB"] [--turns 6] [--duration 4]
+    .venv/bin/python -m benchmarks.fill_ab TREE_A TREE_B [--size "5 KB"] [--turns 6] [--duration 4] [--memory-mb 512]
 
 Each tree (a checkout or ``git archive`` of the project) runs its own ``assetcdn up`` (one edge with one worker,
-a 512 MB memory tier, every process importing from that tree), both with a pull zone in front of one origin:
+a 512 MB memory tier unless ``--memory-mb`` says otherwise, every process importing from that tree), both with a pull zone in front of one origin:
 benchmarks/pull_bench.py's nginx, pinned to core 1 with wrk. Turn after turn, in alternating order, wrk
 (``-t2 -c64``) asks one tree for ``--duration`` seconds for URLs never asked before (pull_bench's fills, a
 prefix of their own per turn), that tree's processes pinned to core 0; the CPU of its whole ``up`` (read
@@ -33,10 +33,11 @@ from benchmarks.pull_bench import FILL_LUA, SIZES, ZONE, ready_origin
 from tests.integration.harness import ACCOUNT, RunningCdn, free_port_block, start_cdn
 
 
-def start_tree(workdir: Path, path: str, origin: Server, body: bytes, size: str, core: str) -> tuple[RunningCdn, Server]:
+def start_tree(workdir: Path, path: str, origin: Server, body: bytes, size: str, core: str,
+               memory_mb: int = 512) -> tuple[RunningCdn, Server]:
     """`up` importing from `path`, its pull zone in front of `origin`, its size's file warmed."""
     cdn = start_cdn(workdir, workers=1, env_extra={"PYTHONPATH": str(Path(path).resolve()),
-                                                   "ASSETCDN_EDGE_MEMORY_CACHE_MB": "512",
+                                                   "ASSETCDN_EDGE_MEMORY_CACHE_MB": str(memory_mb),
                                                    "ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"})
     system, _control = whole_system(cdn)
     system.pin(core)
@@ -52,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="5 KB", choices=list(SIZES))
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--duration", type=float, default=4.0)
+    parser.add_argument("--memory-mb", type=int, default=512,
+                        help="each tree's memory tier (128, the default setting, fills within a turn or two)")
     parser.add_argument("--server-core", default="0")
     parser.add_argument("--load-core", default="1")
     args = parser.parse_args(argv)
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             for index, path in enumerate(args.trees):
                 (workdir / f"cdn{index}").mkdir()
                 cdn, system = start_tree(workdir / f"cdn{index}", path, origin, bodies[SIZES[args.size][0]],
-                                         args.size, args.server_core)
+                                         args.size, args.server_core, args.memory_mb)
                 cdns.append(cdn)
                 systems.append(system)
             per_fill: list[list[float]] = [[], []]
