@@ -320,9 +320,11 @@ class MemoryTier:
         cost = entry_cost(obj)
         self._victims[obj.key] = obj
         self._victim_costs[obj.key] = cost
+        self._victim_bytes += cost
+        if obj.key in self.in_flight:  # a queued fill the writer's batch under way is writing: it settles it
+            return
         self._waiting[obj.key] = cost
         self._waiting_bytes += cost
-        self._victim_bytes += cost
         half = self.max_bytes // VICTIM_SHARE // 2
         while self._waiting_bytes > half and len(self._waiting) > 1:  # the newest stays, however large
             self._unvictim(next(iter(self._waiting)))

@@ -88,7 +88,7 @@ PULL_PER_REQUEST_HEADERS = PER_REQUEST_HEADERS | {"age", "cache-status"}
 # beside the lengths of its byte strings: the object, its strings and numbers, its freshness, and its slot in
 # its Host's table (request target included). Measured with tracemalloc (tests/edge/fastpath/test_pull_hits.py
 # and test_hit_state.py).
-PREPARED_OVERHEAD = 500
+PREPARED_OVERHEAD = 300
 PULLED_OVERHEAD = 1_300
 
 

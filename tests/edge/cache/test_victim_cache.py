@@ -578,3 +578,21 @@ async def test_once_evictions_stop_the_writer_gives_the_heap_back_once(cache: Ed
     assert cache.memory.victim_bytes_gone > 8 * KB
     assert len(threads) == trims
     assert all(name.startswith("writer") for name in threads)
+
+
+def test_a_fill_the_writers_batch_is_writing_is_not_let_go_when_evicted_meanwhile(cache: EdgeCache) -> None:
+    """A fill queued while the writer was behind is in the batch under way; evicted before that batch commits, it
+    waits for the batch to settle it, and the victims' bound never lets it go (it would be written and counted as
+    let go unwritten both)."""
+    writer = HeldWriter()
+    fill(cache, writer, "pull:z:/writing")
+    cache.memory.in_flight = frozenset({"pull:z:/writing"})  # what the writer publishes for its batch under way
+    dropped = cache.memory.victims_dropped
+    for n in range(40):
+        fill(cache, writer, f"pull:z:/after-{n}")
+    assert "pull:z:/writing" not in cache.memory and cache.memory.victims_dropped > dropped  # the bound let others go
+    writing = cache.memory.victim("pull:z:/writing")
+    assert writing is not None
+    cache.memory.settle([writing], stored=True)  # the batch commits
+    cache.memory.in_flight = frozenset()
+    assert cache.memory.victim("pull:z:/writing") is None
