@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from assetcdn.shared.config import load_settings
+from assetcdn.shared.process import port_in_use
 
 KEYS = {
     "ASSETCDN_ACCESS_KEY": "it-access-key", "ASSETCDN_ACCOUNT_KEY": "it-account-key",
@@ -131,6 +132,7 @@ class RunningCdn:
     log_path: Path
     dashboard_url: str  # control's own listener for the dashboard (its origin: http://localhost:<port>)
     stopped_pids: list[int] = field(default_factory=list)
+    https_port: int = 0  # the https port it listens on (ASSETCDN_TLS_HTTPS_PORT; `start_cdn` may have moved it)
 
     def pids(self, needle: str) -> list[int]:
         """Pids of this cluster's processes whose command line contains `needle` (e.g. '--name edge-1')."""
@@ -232,6 +234,7 @@ def _run_directory(path: Path) -> Path | None:
 PORT_TAKEN = (b"another install or program is using", b"another install or program uses that port",
               b"cannot listen")
 START_ATTEMPTS = 5
+HTTPS_PORT = "ASSETCDN_TLS_HTTPS_PORT"  # a caller's https port, moved to a free one when an attempt found it taken
 
 
 def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False,
@@ -243,7 +246,9 @@ def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False
     worker of every edge answers its health 200 (`wait_every_worker_ready`).
     `prepare(data_dir)` runs before each attempt, on that attempt's data directory: a test that sets up
     part of it (a small filesystem under an edge's cache) must not find its setting left behind in the
-    directory of a failed attempt (`RunningCdn.data_dir` is the one that started).
+    directory of a failed attempt (`RunningCdn.data_dir` is the one that started). A caller's https port
+    (ASSETCDN_TLS_HTTPS_PORT in `env_extra`) may be the port taken: an attempt that finds it taken takes another
+    free one, and `RunningCdn.https_port` is the one that started.
 
     Image workers start lazily, one per edge process (LAZY_IMAGE_POOL); `image_workers_at_start` starts
     them with the edge, as many as configured, for the tests that check every process of the tree stops."""
@@ -258,8 +263,11 @@ def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False
         data_dir = tmp / ("data" if attempt == 1 else f"data-{attempt}")
         if prepare is not None:
             prepare(data_dir)
+        if attempt > 1 and HTTPS_PORT in env_extra and port_in_use("127.0.0.1", int(env_extra[HTTPS_PORT])):
+            env_extra[HTTPS_PORT] = str(free_port_block(1))  # the caller's https port was the one taken meanwhile
         cdn = _start_once(data_dir, tmp / "up.log", edges=edges, workers=workers, demo=demo, env_extra=env_extra)
         if cdn is not None:
+            cdn.https_port = int(env_extra.get(HTTPS_PORT, 0))
             try:
                 for url in cdn.edge_urls:
                     wait_every_worker_ready(url, workers)
@@ -312,7 +320,7 @@ def wait_every_worker_ready(edge_url: str, workers: int, timeout_s: float = READ
 def _start_once(data_dir: Path, log_path: Path, *, edges: int, workers: int, demo: bool,
                 env_extra: dict[str, str] | None) -> RunningCdn | None:
     # A port the caller chose already (the https one) is free until up binds it: not one of the block.
-    chosen = {int(value) for name, value in (env_extra or {}).items() if name == "ASSETCDN_TLS_HTTPS_PORT"}
+    chosen = {int(value) for name, value in (env_extra or {}).items() if name == HTTPS_PORT}
     base = free_port_block(edges + 2, avoid=chosen)
     control_port, dashboard_port, edge_port = base + edges, base + edges + 1, base
     env = up_env(env_extra)

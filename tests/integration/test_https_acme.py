@@ -118,6 +118,7 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]
                "ASSETCDN_ACME_CA_BUNDLE": str(pebble.listener_cert), "ASSETCDN_ACME_RETRY_DELAYS_S": "1,2",
                "ASSETCDN_TLS_HTTPS_PORT": str(https_port)}
     cdn = start_cdn(tmp_path, edges=1, env_extra=environ)
+    https_port = cdn.https_port  # another one when a test run beside this one took it
     edges: list[subprocess.Popen[bytes]] = []
     try:
         plain_port = int(cdn.edge_urls[0].rsplit(":", 1)[1])

@@ -101,7 +101,7 @@ def start_https_cdn(tmp: Path, env_extra: dict[str, str] | None = None, *, worke
                     f"{running.control_url}/api/core/zones", json={"Name": ZONE}, headers=ACCOUNT) as resp:
                 assert resp.status == 201, await resp.text()
         asyncio.run(zone())
-        return HttpsCdn(running, https_port, ca, ca.write_root(tmp), certs, main, wildcard)
+        return HttpsCdn(running, running.https_port, ca, ca.write_root(tmp), certs, main, wildcard)
     except BaseException:
         running.stop()
         raise

@@ -28,7 +28,7 @@ def cdn_with_https(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[R
     running = start_cdn(tmp_path, env_extra={"ASSETCDN_TLS_HTTPS_PORT": str(https_port),
                                              "ASSETCDN_TLS_CERTIFICATES": json.dumps([[str(chain), str(key)]])})
     try:
-        yield running, https_port, ca.write_root(tmp_path)
+        yield running, running.https_port, ca.write_root(tmp_path)
     finally:
         running.stop()
 

@@ -86,7 +86,7 @@ def _start(tmp_path: Path, rotation_s: float) -> tuple[RunningCdn, int, Path]:
         "ASSETCDN_TLS_HTTPS_PORT": str(https_port),
         "ASSETCDN_TLS_CERTIFICATES": json.dumps([[str(chain), str(key)]]),
         "ASSETCDN_TLS_SESSION_TICKET_ROTATION_S": str(rotation_s)})
-    return running, https_port, ca.write_root(tmp_path)
+    return running, running.https_port, ca.write_root(tmp_path)
 
 
 @pytest.fixture(scope="module")
