@@ -127,7 +127,7 @@ def _serve(tmp_path: Path, hls_js: Path) -> tuple[Pebble, RunningCdn, int]:
         pebble.stop()
         cdn.stop()
         raise
-    return pebble, cdn, https_port
+    return pebble, cdn, cdn.https_port  # another port when a test run beside this one took the one chosen
 
 
 async def test_an_https_page_loads_images_and_hls_from_the_edge_without_certificate_or_mixed_content_errors(

@@ -235,6 +235,7 @@ PORT_TAKEN = (b"another install or program is using", b"another install or progr
               b"cannot listen")
 START_ATTEMPTS = 5
 HTTPS_PORT = "ASSETCDN_TLS_HTTPS_PORT"  # a caller's https port, moved to a free one when an attempt found it taken
+PUBLIC_URL = "ASSETCDN_SERVER_PUBLIC_URL"  # moved with it when it names that port
 
 
 def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False,
@@ -264,7 +265,7 @@ def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False
         if prepare is not None:
             prepare(data_dir)
         if attempt > 1 and HTTPS_PORT in env_extra and port_in_use("127.0.0.1", int(env_extra[HTTPS_PORT])):
-            env_extra[HTTPS_PORT] = str(free_port_block(1))  # the caller's https port was the one taken meanwhile
+            _move_https_port(env_extra)  # the caller's https port was the one taken meanwhile
         cdn = _start_once(data_dir, tmp / "up.log", edges=edges, workers=workers, demo=demo, env_extra=env_extra)
         if cdn is not None:
             cdn.https_port = int(env_extra.get(HTTPS_PORT, 0))
@@ -315,6 +316,15 @@ def wait_every_worker_ready(edge_url: str, workers: int, timeout_s: float = READ
         else:
             time.sleep(0.05)  # polling other processes' catch-up with control: no event of theirs to wait on
     return ready
+
+
+def _move_https_port(env_extra: dict[str, str]) -> None:
+    """Another free https port in `env_extra`, and in the public URL when that names the old one."""
+    old, new = env_extra[HTTPS_PORT], str(free_port_block(1))
+    env_extra[HTTPS_PORT] = new
+    public = env_extra.get(PUBLIC_URL, "")
+    if public.endswith(f":{old}"):
+        env_extra[PUBLIC_URL] = public.removesuffix(old) + new
 
 
 def _start_once(data_dir: Path, log_path: Path, *, edges: int, workers: int, demo: bool,
