@@ -154,8 +154,7 @@ class EdgeCache:
         self._alone = alone
         self.disk.track_keys(alone)
         self.memory.keeps_victims = alone  # its memory-only entries wait for the writer within the budget
-        if alone and self.memory.second_hit:
-            self.memory.disk_has_room = self.disk.has_room()
+        self._writes.note_room()
 
     @classmethod
     def from_settings(cls, edge: Mapping[str, Any], directory: str | os.PathLike[str]) -> EdgeCache:

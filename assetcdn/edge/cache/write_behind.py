@@ -254,8 +254,9 @@ class WriteBehind:
 
     def note_room(self) -> None:
         """Tell the memory tier whether the disk tier has room for fills nobody asked for again (its second_hit):
-        after each batch, and after each purge (which may have emptied it)."""
-        if self._closed or not self._memory.second_hit:
+        when it starts keeping memory-only entries, after each batch, and after each purge (which may have emptied
+        it). Only a memory tier with victims (a one-worker edge's) uses the answer: others ask SQLite nothing."""
+        if self._closed or not self._memory.second_hit or not self._memory.keeps_victims:
             return
         try:
             self._memory.disk_has_room = self._disk.has_room()
