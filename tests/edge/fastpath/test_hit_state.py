@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
-import tracemalloc
 
 from assetcdn.edge.cache.tags import path_tag
 from tests.support.cdn import ZONE
 from tests.support.control import ACCOUNT, METRICS
-from tests.support.footprint import per_item
+from tests.support.footprint import traced_per_item
 from tests.support.hit_cdn import HitCdn, HitCdnFactory, RawConnection, request_bytes
 from tests.support.images import LOGO_SVG
 from tests.support.wait import wait_until
@@ -253,16 +251,12 @@ async def test_the_prepared_heads_are_charged_to_the_memory_budget_what_they_hol
     assert hits is not None
     made, charged = hits.prepared, memory.heads_bytes
     view = hits.hosts[b"edge.test"]  # the Host the connection sends
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.take_snapshot()
+
+    def make_heads() -> None:
         for path in files:
             assert hits._prepare(view, f"/{path}".encode()) is not None
-        gc.collect()
-        per_head = per_item(before, tracemalloc.take_snapshot(), len(files))
-    finally:
-        tracemalloc.stop()
+
+    per_head = traced_per_item(make_heads, len(files))
     assert hits.prepared == made + len(files)
     served = hits.served
     for path, body in files.items():  # and the hit path answers from them

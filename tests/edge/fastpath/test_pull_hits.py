@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import time
-import tracemalloc
 from collections.abc import AsyncIterator, Iterator
 from types import ModuleType
 from typing import Any
@@ -24,7 +23,7 @@ from assetcdn.edge.states import pull as pull_states
 from assetcdn.edge.states.keys import pull_key
 from tests.support.cdn import PURGE
 from tests.support.control import ACCOUNT
-from tests.support.footprint import per_item
+from tests.support.footprint import traced_per_item
 from tests.support.hit_cdn import HitCdn, RawConnection, Response
 from tests.support.origins import LONG, ScriptedOrigin, pull_zone_on_hit_cdn
 from tests.support.wait import wait_until
@@ -272,20 +271,14 @@ async def test_the_prepared_heads_are_charged_to_the_memory_budget_what_they_hol
     assert hits is not None
     made, charged, served = hits.prepared, memory.heads_bytes, pulled.served
     view = hits.hosts[b"edge.test"]  # the Host the connection sends
-    # The heads are made as a hit makes them, without the requests (whose own records and logs would be counted).
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.take_snapshot()
+
+    def make_heads() -> None:  # as a hit makes them, without the requests (whose own records and logs would count)
         for name in names:
             head = hits._prepare_pull(view, f"/{ZONE}{name}".encode(), None)
             assert isinstance(head, PulledHit)
             head.whole_head(clock.now, hits.date)  # what its first answer makes
-        del head
-        gc.collect()
-        per_head = per_item(before, tracemalloc.take_snapshot(), HEADS)
-    finally:
-        tracemalloc.stop()
+
+    per_head = traced_per_item(make_heads, HEADS)
     assert hits.prepared == made + HEADS
     charged_per_head = (memory.heads_bytes - charged) / HEADS
     for name in names:  # and the hit path answers from them
