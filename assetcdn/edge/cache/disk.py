@@ -7,6 +7,17 @@ Layout inside ``directory`` (all in diskcache's own ``cache.db``, so one file is
   sendfile possible) and, in diskcache's single ``tag`` column, the entry's metadata as JSON
   (content type, ETag, cache tags, stored-at, extra headers). Body and metadata are written by
   one ``Cache.set`` call, so they change together in one SQLite transaction.
+- Segments: a batch (``put_many``) with two or more bodies that would each get a file (from
+  ``min_file_size`` up to ``segment_max``, the memory tier's largest: always read whole) writes
+  them into one file instead, up to ``SEGMENT_BYTES`` each, and each row's ``filename`` names
+  the segment, the body's offset and its length (``seg#offset:length``, a path no earlier
+  version can open: it reads such a row as a miss). A file costs the filesystem an inode made
+  and freed (on some filesystems far more than writing the body: a filesystem without a
+  journal scans past every inode freed in the last minutes), and the memory tier's evictions
+  reach this tier at the rate of fills. The segment is removed once no row names it
+  (``_CleanDisk.remove``, asked after every commit that dropped one of its rows, from any
+  process); until then the space of its rows purged or replaced stays taken (the eviction
+  policy culls in the order rows were stored, so a segment's rows go about together).
 - ``EdgeTag`` (ours): a tag -> key index maintained by SQLite triggers on ``Cache``. Because
   the triggers fire inside diskcache's own transactions, the index follows every insert,
   overwrite, eviction (culling), delete and clear, from any process, with no extra write.
@@ -58,6 +69,11 @@ if TYPE_CHECKING:
 
 # diskcache's default: bodies below it live inline in SQLite, larger ones as files.
 DEFAULT_MIN_FILE_SIZE = 32 * 1024
+# Segments (module docstring): the largest body a batch puts in one (the memory tier's largest object by default)
+# and the bytes of bodies per segment file (a batch writes several past it).
+DEFAULT_SEGMENT_MAX = 1024 * 1024
+SEGMENT_BYTES = 64 * 1024 * 1024
+SEGMENT_SUFFIX = ".seg"
 # diskcache opens a connection per thread that touches the cache (the event loop's and each executor
 # thread's); its defaults per connection (a 32 MB page cache, a 64 MB memory map) grow with the database until
 # they hold much of it, several times over. Ours are small: other reads come from the kernel's page cache.
@@ -111,11 +127,65 @@ def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in FULL_ERRNOS
 
 
+def segment_row(segment: str, offset: int, length: int) -> str:
+    """The ``filename`` of a row whose body is `length` bytes at `offset` of the segment file `segment`."""
+    return f"{segment}#{offset}:{length}"
+
+
+def segment_place(filename: str) -> tuple[str, int, int] | None:
+    """The segment, offset and length a row's ``filename`` names; None for a file of its own."""
+    segment, mark, place = filename.partition("#")
+    if not mark or not segment.endswith(SEGMENT_SUFFIX):
+        return None
+    offset, _, length = place.partition(":")
+    return segment, int(offset), int(length)
+
+
+def read_segment(root: str, segment: str, offset: int, length: int) -> bytes | None:
+    """A body kept in a segment; None when the segment is gone (its rows evicted since) or shorter."""
+    try:
+        fd = os.open(os.path.join(root, segment), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        body = os.pread(fd, length, offset)
+    finally:
+        os.close(fd)
+    return body if len(body) == length else None
+
+
 class _CleanDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type information
     """diskcache's Disk, but a body file whose write fails (ENOSPC) is removed instead of left behind,
-    and the file a store wrote is remembered (per thread) so it can be removed if the row then fails."""
+    and the file a store wrote is remembered (per thread) so it can be removed if the row then fails.
+    Rows whose body is in a segment (module docstring) are read from it, and removing one removes the
+    segment once no row names it."""
 
     _stored = threading.local()
+    # Set by the tier (per instance): whether a row still names a segment; unset, a segment is never removed.
+    segment_named: Callable[[str], bool] | None = None
+
+    def remove(self, file_path):  # type: ignore[no-untyped-def]
+        place = segment_place(file_path)
+        if place is None:
+            super().remove(file_path)
+        else:
+            self.remove_segment(place[0])
+
+    def remove_segment(self, segment: str) -> None:
+        """Remove `segment` unless a row names it (asked after the commit that dropped a row of it: of two
+        processes dropping its last rows, the later commit sees none)."""
+        named = self.segment_named
+        if named is not None and not named(segment):
+            super().remove(segment)
+
+    def fetch(self, mode, filename, value, read):  # type: ignore[no-untyped-def]
+        place = segment_place(filename) if mode == diskcache.core.MODE_BINARY and filename else None
+        if place is None:
+            return super().fetch(mode, filename, value, read)
+        body = read_segment(self._directory, *place)
+        if body is None:  # diskcache reads ENOENT as a key removed meanwhile
+            raise FileNotFoundError(errno.ENOENT, "segment removed", filename)
+        return body  # whole, even when asked for a reader: a segment's bodies are read whole
 
     def store(self, value, read, key=diskcache.core.UNKNOWN):  # type: ignore[no-untyped-def]
         self._stored.filename = None
@@ -198,6 +268,8 @@ _SCHEMA = (
     "CREATE TRIGGER IF NOT EXISTS EdgeTag_delete_by_tag AFTER DELETE ON Cache"
     " FOR EACH ROW BEGIN"
     f" DELETE FROM EdgeTag WHERE key = OLD.key AND tag IN (SELECT value FROM {_ROW_TAGS.format(row='OLD')}); END",
+    # Whether a row still names a segment (`DiskTier._segment_named`): the rows with a file only.
+    "CREATE INDEX IF NOT EXISTS EdgeCache_filename ON Cache (filename) WHERE filename IS NOT NULL",
     "COMMIT",
 )
 
@@ -251,6 +323,7 @@ class DiskTier:
         *,
         size_limit: int,
         min_file_size: int = DEFAULT_MIN_FILE_SIZE,
+        segment_max: int = DEFAULT_SEGMENT_MAX,
         eviction_policy: str = "least-recently-stored",
     ) -> None:
         self.directory = Path(directory)
@@ -269,6 +342,9 @@ class DiskTier:
             sqlite_cache_size=SQLITE_CACHE_PAGES,
             sqlite_mmap_size=SQLITE_MMAP_BYTES,
         )
+        self._min_file_size = min_file_size
+        self._segment_max = segment_max
+        self._cache._disk.segment_named = self._segment_named
         self._connection = ThreadLocalConnection(self.database)
         self._sql().executescript(";\n".join(_SCHEMA) + ";")
         self.full_events = 0  # puts that found the filesystem full (logged the first time only)
@@ -358,7 +434,8 @@ class DiskTier:
 
     def get(self, key: str, *, load_limit: int) -> CachedObject | None:
         """The entry under ``key``; bodies up to ``load_limit`` bytes come back in ``body``,
-        larger ones as ``path`` (nothing read but the SQLite row: its size is the row's)."""
+        larger ones as ``path`` (nothing read but the SQLite row: its size is the row's), except those in a
+        segment, which are read whole (no larger than the ``segment_max`` they were written under)."""
         if not self.may_hold(key):
             return None
         row = self._sql().execute(
@@ -373,6 +450,10 @@ class DiskTier:
             if not isinstance(value, bytes):  # not a body this tier stored (diskcache's other modes)
                 return None
             body, size = value, len(value)
+        elif (place := segment_place(filename)) is not None:  # read whole, whatever load_limit: see segment_max
+            body = read_segment(self._root, *place)
+            if body is None:
+                return None
         elif size <= load_limit:
             try:
                 with open(os.path.join(self._root, filename), "rb") as file:
@@ -522,12 +603,20 @@ class DiskTier:
                         "SELECT filename FROM Cache WHERE raw = 1 AND filename IS NOT NULL AND key IN "
                         f"({','.join('?' * len(chunk))})", chunk)]
                 now = time.time()
+                grouped = [(key, obj.body) for key, obj in latest.items()
+                           if obj.body is not None and self._min_file_size <= len(obj.body) <= self._segment_max]
+                places = self._write_segments(grouped, written) if len(grouped) > 1 else {}
                 params: list[Any] = []
+                filename: str | None
                 for key, obj in latest.items():
                     assert obj.body is not None
-                    size, mode, filename, value = disk.columns(obj.body, key)
-                    if filename is not None:
-                        written.append(filename)
+                    place = places.get(key)
+                    if place is not None:
+                        size, mode, filename, value = len(obj.body), diskcache.core.MODE_BINARY, place, None
+                    else:
+                        size, mode, filename, value = disk.columns(obj.body, key)
+                        if filename is not None:
+                            written.append(filename)
                     params += (key, now, now, encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at,
                                                           obj.headers), size, mode, filename, value)
                     if len(params) == ROWS_PER_UPSERT * _UPSERT_PARAMS:
@@ -541,12 +630,12 @@ class DiskTier:
                         break
                     cache._cull(now, con.execute, replaced.append, cache.cull_limit)
         except BaseException:
-            for filename in written:  # rolled back: no row owns them
-                self._remove(filename)
+            for name in written:  # rolled back: no row owns them (nor names a segment of them)
+                self._remove(name)
             raise
-        for filename in replaced:  # committed: no row owns them any more (a culled inline row had none)
-            if filename is not None:
-                self._remove(filename)
+        for gone in dict.fromkeys(replaced):  # committed: no row owns them any more (a culled inline row had none);
+            if gone is not None:             # a segment goes once no row names it
+                self._remove(gone)
 
     def _put_each(self, entries: Sequence[CachedObject],
                   current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None) -> None:
@@ -573,8 +662,43 @@ class DiskTier:
                 self._disk_full(exc, obj.key, obj.size, retrying=attempt == 0)
 
     def _remove(self, filename: str) -> None:
-        """Remove a body file no row owns, as diskcache does (an emptied directory goes too)."""
+        """Remove a body file no row owns, as diskcache does (an emptied directory goes too); a row's place in
+        a segment removes the segment once no row names it."""
         self._cache._disk.remove(filename)
+
+    def _segment_named(self, segment: str) -> bool:
+        """Whether a row names `segment` (the index on ``filename``: one look-up); True when SQLite cannot say,
+        which keeps the file."""
+        try:
+            return self._sql().execute("SELECT 1 FROM Cache WHERE filename > ? AND filename < ? LIMIT 1",
+                                       (segment + "#", segment + "$")).fetchone() is not None
+        except sqlite3.Error as exc:
+            log.warning("edge cache %s: whether segment %s is in use could not be read (%s); it is kept",
+                        self.directory, segment, exc)
+            return True
+
+    def _write_segments(self, bodies: Sequence[tuple[str, bytes]], written: list[str]) -> dict[str, str]:
+        """Write `bodies` (key, body) into segment files of up to ``SEGMENT_BYTES`` each; each key's row
+        ``filename`` (``segment_row``). Each file is added to `written` once it is whole."""
+        disk: _CleanDisk = self._cache._disk
+        places: dict[str, str] = {}
+        start = 0
+        while start < len(bodies):
+            end, total = start, 0
+            while end < len(bodies) and (end == start or total + len(bodies[end][1]) <= SEGMENT_BYTES):
+                total += len(bodies[end][1])
+                end += 1
+            name, full_path = disk.filename()  # type: ignore[no-untyped-call]
+            segment = name[: -len(".val")] + SEGMENT_SUFFIX
+            disk._write(full_path[: -len(".val")] + SEGMENT_SUFFIX,  # type: ignore[no-untyped-call]
+                        (body for _, body in bodies[start:end]), "xb")
+            written.append(segment)
+            offset = 0
+            for key, body in bodies[start:end]:
+                places[key] = segment_row(segment, offset, len(body))
+                offset += len(body)
+            start = end
+        return places
 
     def _bounded(self, write: Callable[[], T], *, attempts: int = BEGIN_ATTEMPTS) -> T:
         """`write`: one diskcache write with ``retry=False`` (a failed BEGIN IMMEDIATE raises its Timeout), made
@@ -654,8 +778,16 @@ class DiskTier:
             "SELECT filename, size FROM Cache WHERE filename IS NOT NULL ORDER BY store_time"
         )
         freed = 0
+        segments: set[str] = set()
         for filename, size in rows:
+            if (place := segment_place(filename)) is not None:  # the whole segment goes: its rows read as misses
+                filename = place[0]
+                if filename in segments:
+                    continue
+                segments.add(filename)
             try:
+                if place is not None:
+                    size = os.path.getsize(self.directory / filename)
                 os.remove(self.directory / filename)
             except OSError:
                 continue

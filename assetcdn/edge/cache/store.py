@@ -132,8 +132,9 @@ class EdgeCache:
     ) -> None:
         self.directory = Path(directory)
         self.memory = MemoryTier(memory_bytes, memory_max_object, second_hit=second_hit)
-        self.disk = DiskTier(
-            self.directory, size_limit=disk_size_limit, min_file_size=disk_min_file_size
+        self.disk = DiskTier(  # the memory tier's bodies, read whole: a batch of them may share a segment file
+            self.directory, size_limit=disk_size_limit, min_file_size=disk_min_file_size,
+            segment_max=memory_max_object,
         )
         self._purges = PurgeLog(self.disk.database, self.directory)
         self._applied = AppliedGeneration(self.directory)

@@ -293,6 +293,10 @@ def body_files(tier: DiskTier) -> set[Path]:
     return {path for path in tier.directory.rglob("*.val")}
 
 
+def segment_files(tier: DiskTier) -> set[Path]:
+    return {path for path in tier.directory.rglob("*.seg")}
+
+
 def test_a_batch_is_stored_as_single_puts_are(disk: DiskTier) -> None:
     put(disk, "replaced", b"f" * 100_000, "old-tag")  # a body file, which the batch's row replaces
     put(disk, "kept", b"k", "kept-tag")
@@ -327,7 +331,9 @@ def test_batches_stay_within_the_size_limit_and_the_index_follows_eviction(tmp_p
     assert tier.get("asset:0", load_limit=MB) is None
     remaining = {f"asset:{i}" for i in range(60) if tier.get(f"asset:{i}", load_limit=0)}
     assert set(tier.keys_for_tags(["all-assets"])) == remaining
-    assert len(body_files(tier)) == len(remaining)  # an evicted entry's file went with it
+    # Each batch's bodies share a segment, which went with the last of its entries evicted.
+    assert body_files(tier) == set()
+    assert len(segment_files(tier)) == len({int(key.split(":")[1]) // 5 for key in remaining})
     tier.close()
 
 
@@ -344,7 +350,10 @@ def test_a_batch_that_evicts_inline_entries_and_files_removes_the_files(tmp_path
     remaining = {key for batch in range(8) for i in range(6)
                  if tier.get(key := f"asset:{batch}:{i}", load_limit=0) is not None}
     assert len(remaining) < 48 and "asset:7:5" in remaining and "asset:0:1" not in remaining
-    assert len(body_files(tier)) == sum(1 for key in remaining if int(key.rsplit(":", 1)[1]) % 2 == 0)
+    # Each batch's three large bodies share a segment, kept while one of them is.
+    assert body_files(tier) == set()
+    assert len(segment_files(tier)) == len({key.split(":")[1] for key in remaining
+                                            if int(key.rsplit(":", 1)[1]) % 2 == 0})
     tier.close()
 
 
@@ -376,14 +385,13 @@ def test_a_single_write_of_a_failed_batch_that_the_database_refuses_leaves_no_bo
     """The batch fails (an I/O error), so each entry is written on its own; the database refuses one of those:
     its body file goes, and the entry written before it stays."""
     refuse_rows(disk, "refused")
-    clean = disk._cache._disk
-    columns = clean.columns
+    write_segments = disk._write_segments
 
-    def failing(body: bytes, key: str) -> object:
-        clean.columns = columns
+    def failing(bodies: object, written: object) -> object:
+        disk._write_segments = write_segments  # type: ignore[method-assign]
         raise OSError(errno.EIO, "I/O error")
 
-    clean.columns = failing
+    disk._write_segments = failing  # type: ignore[method-assign]
     with pytest.raises(sqlite3.DatabaseError, match="refused"):
         disk.put_many([entry("first", b"f" * 40_000), entry("refused", b"r" * 40_000)])
     stored = disk.get("first", load_limit=0)
