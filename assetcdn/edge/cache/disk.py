@@ -7,13 +7,15 @@ Layout inside ``directory`` (all in diskcache's own ``cache.db``, so one file is
   sendfile possible) and, in diskcache's single ``tag`` column, the entry's metadata as JSON
   (content type, ETag, cache tags, stored-at, extra headers). Body and metadata are written by
   one ``Cache.set`` call, so they change together in one SQLite transaction.
-- Segments: a batch (``put_many``) with two or more bodies that would each get a file (from
-  ``min_file_size`` up to ``segment_max``, the memory tier's largest: always read whole) writes
-  them into one file instead, up to ``SEGMENT_BYTES`` each, and each row's ``filename`` names
-  the segment, the body's offset and its length (``seg#offset:length``, a path no earlier
+- Segments: a batch (``put_many``) whose bodies from ``SEGMENT_MIN_BODY`` (4 KB, the most a row's
+  page holds) up to ``segment_max`` (the memory tier's largest: always read whole) come to
+  ``SEGMENT_MIN_BYTES`` writes them into one file, up to ``SEGMENT_BYTES`` each, rather than a
+  file each (from ``min_file_size``) or SQLite's pages (below it), and each row's ``filename``
+  names the segment, the body's offset and its length (``seg#offset:length``, a path no earlier
   version can open: it reads such a row as a miss). A file costs the filesystem an inode made
   and freed (on some filesystems far more than writing the body: a filesystem without a
-  journal scans past every inode freed in the last minutes), and the memory tier's evictions
+  journal scans past every inode freed in the last minutes), a body in SQLite's pages is
+  written twice (its write-ahead log, then the database), and the memory tier's evictions
   reach this tier at the rate of fills. The segment is removed once no row names it
   (``_CleanDisk.remove``, asked after every commit that dropped one of its rows, from any
   process); until then the space of its rows purged or replaced stays taken (the eviction
@@ -70,9 +72,13 @@ if TYPE_CHECKING:
 
 # diskcache's default: bodies below it live inline in SQLite, larger ones as files.
 DEFAULT_MIN_FILE_SIZE = 32 * 1024
-# Segments (module docstring): the largest body a batch puts in one (the memory tier's largest object by default)
-# and the bytes of bodies per segment file (a batch writes several past it).
+# Segments (module docstring): the largest body a batch puts in one (the memory tier's largest object by default),
+# the smallest (below it a body fits in its row's page) and the bytes of bodies per segment file (a batch writes
+# several past it). A batch writes segments when its bodies of those sizes come to SEGMENT_MIN_BYTES: a batch of a
+# few small ones keeps them in their rows rather than make a file for them.
 DEFAULT_SEGMENT_MAX = 1024 * 1024
+SEGMENT_MIN_BODY = 4 * 1024
+SEGMENT_MIN_BYTES = 64 * 1024
 SEGMENT_BYTES = 64 * 1024 * 1024
 SEGMENT_SUFFIX = ".seg"
 # diskcache opens a connection per thread that touches the cache (the event loop's and each executor
@@ -606,9 +612,11 @@ class DiskTier:
                         "SELECT filename FROM Cache WHERE raw = 1 AND filename IS NOT NULL AND key IN "
                         f"({','.join('?' * len(chunk))})", chunk)]
                 now = time.time()
+                least = min(SEGMENT_MIN_BODY, self._min_file_size)
                 grouped = [(key, obj.body) for key, obj in latest.items()
-                           if obj.body is not None and self._min_file_size <= len(obj.body) <= self._segment_max]
-                places = self._write_segments(grouped, written) if len(grouped) > 1 else {}
+                           if obj.body is not None and least <= len(obj.body) <= self._segment_max]
+                shared = len(grouped) > 1 and sum(len(body) for _, body in grouped) >= SEGMENT_MIN_BYTES
+                places = self._write_segments(grouped, written) if shared else {}
                 params: list[Any] = []
                 filename: str | None
                 for key, obj in latest.items():

@@ -148,3 +148,17 @@ def test_a_one_worker_edge_writes_its_evicted_fills_into_segments(tmp_path: Path
             assert stored is None or (stored.body, stored.path) == (bodies[key], None), key
     finally:
         cache.close()
+
+
+def test_small_bodies_share_a_segment_once_the_batch_holds_enough_of_them(tier: DiskTier) -> None:
+    """Bodies from 4 KB share a file when they come to 64 KB (SQLite would write each twice); a batch of a few
+    keeps them in their rows, and bodies under 4 KB always stay there."""
+    tier.put_many([entry(f"few{i}", bytes([i]) * 5 * KB) for i in range(3)])  # 15 KB: no file for so little
+    assert files(tier, "*.seg") == set() and all("#" not in str(row_filename(tier, f"few{i}")) for i in range(3))
+    bodies = {f"many{i}": os.urandom(5 * KB) for i in range(20)} | {"tiny": b"t" * 1000}
+    tier.put_many([entry(key, body) for key, body in bodies.items()])
+    assert len(files(tier, "*.seg")) == 1 and files(tier, "*.val") == set()
+    assert row_filename(tier, "tiny") == "None"  # in its row
+    for key, body in bodies.items():
+        stored = tier.get(key, load_limit=MB)
+        assert stored is not None and stored.body == body, key
