@@ -9,7 +9,7 @@ Layout inside ``directory`` (all in diskcache's own ``cache.db``, so one file is
   one ``Cache.set`` call, so they change together in one SQLite transaction.
 - Segments: a batch (``put_many``) whose bodies from ``SEGMENT_MIN_BODY`` (4 KB, the most a row's
   page holds) up to ``segment_max`` (the memory tier's largest: always read whole) come to
-  ``SEGMENT_MIN_BYTES`` writes them into one file, up to ``SEGMENT_BYTES`` each, rather than a
+  ``SEGMENT_MIN_BYTES`` writes them into one file, up to ``SEGMENT_BYTES`` of bodies each, rather than a
   file each (from ``min_file_size``) or SQLite's pages (below it), and each row's ``filename``
   names the segment, the body's offset and its length (``seg#offset:length``, a path no earlier
   version can open: it reads such a row as a miss). A file costs the filesystem an inode made
@@ -18,8 +18,12 @@ Layout inside ``directory`` (all in diskcache's own ``cache.db``, so one file is
   written twice (its write-ahead log, then the database), and the memory tier's evictions
   reach this tier at the rate of fills. The segment is removed once no row names it
   (``_CleanDisk.remove``, asked after every commit that dropped one of its rows, from any
-  process); until then the space of its rows purged or replaced stays taken (the eviction
-  policy culls in the order rows were stored, so a segment's rows go about together).
+  process). Until then the space of its rows purged or replaced stays taken, and counted: the
+  volume the culls keep within ``size_limit`` counts every segment's whole size (``EdgeSegment``
+  and its triggers), so purged space in a segment pushes out the oldest entries until the
+  segment's own turn comes (the eviction policy culls in the order rows were stored). A segment
+  left behind (a crash before its batch committed, an earlier version removing its last row) is
+  removed by the next start once it is ``SEGMENT_SWEEP_AGE_S`` old (``sweep_segments``).
 - ``EdgeTag`` (ours): a tag -> key index maintained by SQLite triggers on ``Cache``. Because
   the triggers fire inside diskcache's own transactions, the index follows every insert,
   overwrite, eviction (culling), delete and clear, from any process, with no extra write.
@@ -81,6 +85,9 @@ SEGMENT_MIN_BODY = 4 * 1024
 SEGMENT_MIN_BYTES = 64 * 1024
 SEGMENT_BYTES = 64 * 1024 * 1024
 SEGMENT_SUFFIX = ".seg"
+# A segment file no row names is removed at a start once this old (a younger one may be another process's batch
+# that has not committed yet).
+SEGMENT_SWEEP_AGE_S = 3600.0
 # diskcache opens a connection per thread that touches the cache (the event loop's and each executor
 # thread's); its defaults per connection (a 32 MB page cache, a 64 MB memory map) grow with the database until
 # they hold much of it, several times over. Ours are small: other reads come from the kernel's page cache.
@@ -253,6 +260,20 @@ class _CleanDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type
                 raise
         raise OSError(errno.EIO, f"could not open {full_path}")
 
+def _segment_trigger(name: str, when: str) -> str:
+    """A trigger for a row of a segment leaving it (deleted, or its filename replaced): its size stays counted
+    (diskcache's own trigger took it off), and once no row names the segment its bytes are taken off with it."""
+    segment = "substr(OLD.filename, 1, instr(OLD.filename, '#') - 1)"
+    left = f"NOT EXISTS (SELECT 1 FROM Cache WHERE filename > {segment} || '#' AND filename < {segment} || '$')"
+    return (
+        f"CREATE TRIGGER IF NOT EXISTS {name} {when} BEGIN"
+        " UPDATE Settings SET value = value + OLD.size WHERE key = 'size';"
+        " UPDATE Settings SET value = value - COALESCE("
+        f"(SELECT bytes FROM EdgeSegment WHERE name = {segment}), 0) WHERE key = 'size' AND {left};"
+        f" DELETE FROM EdgeSegment WHERE name = {segment} AND {left}; END"
+    )
+
+
 # The tags a row's metadata names, for the triggers (OLD or NEW); metadata that is not JSON names none.
 _ROW_TAGS = "json_each(CASE WHEN json_valid({row}.tag) THEN {row}.tag ELSE '{{}}' END, '$.tags')"
 # One transaction: a worker opening the cache while another writes to it sees the old triggers or the new ones,
@@ -279,6 +300,13 @@ _SCHEMA = (
     f" DELETE FROM EdgeTag WHERE key = OLD.key AND tag IN (SELECT value FROM {_ROW_TAGS.format(row='OLD')}); END",
     # Whether a row still names a segment (`DiskTier._segment_named`): the rows with a file only.
     "CREATE INDEX IF NOT EXISTS EdgeCache_filename ON Cache (filename) WHERE filename IS NOT NULL",
+    # Each segment's bytes (its bodies, written in the batch's transaction). diskcache's `size` setting (what its
+    # volume and culls count) keeps counting a segment's bytes after its rows go, until the last one does: the
+    # space of the entries purged or replaced is taken until the file is removed, and the culls see it.
+    "CREATE TABLE IF NOT EXISTS EdgeSegment (name TEXT PRIMARY KEY, bytes INTEGER NOT NULL) WITHOUT ROWID",
+    _segment_trigger("EdgeSegment_delete", "AFTER DELETE ON Cache FOR EACH ROW WHEN OLD.filename LIKE '%.seg#%'"),
+    _segment_trigger("EdgeSegment_update", "AFTER UPDATE OF filename ON Cache FOR EACH ROW"
+                     " WHEN OLD.filename LIKE '%.seg#%' AND OLD.filename IS NOT NEW.filename"),
     "COMMIT",
 )
 
@@ -356,6 +384,7 @@ class DiskTier:
         self._cache._disk.segment_named = self._segment_named
         self._connection = ThreadLocalConnection(self.database)
         self._sql().executescript(";\n".join(_SCHEMA) + ";")
+        self.sweep_segments()
         self.full_events = 0  # puts that found the filesystem full (logged the first time only)
         self.dropped_writes = 0  # entries not stored because the database refused every attempt (each logged)
         self._full_lock = threading.Lock()
@@ -677,6 +706,31 @@ class DiskTier:
         a segment removes the segment once no row names it."""
         self._cache._disk.remove(filename)
 
+    def sweep_segments(self, age_s: float = SEGMENT_SWEEP_AGE_S) -> int:
+        """Remove the segment files no row names (``EdgeSegment``) that are `age_s` old: left by a crash between
+        a batch's write and its commit, or by an earlier version that removed their last rows. Returns how many."""
+        try:
+            known = {row[0] for row in self._sql().execute("SELECT name FROM EdgeSegment")}
+        except sqlite3.Error as exc:
+            log.warning("edge cache %s: the segments could not be listed (%s); none swept", self.directory, exc)
+            return 0
+        before = time.time() - age_s
+        swept = 0
+        for directory in os.scandir(self._root):
+            if not directory.is_dir(follow_symlinks=False) or len(directory.name) != 2:
+                continue
+            for item in os.scandir(directory.path):
+                name = f"{directory.name}/{item.name}"
+                if not item.name.endswith(SEGMENT_SUFFIX) or name in known:
+                    continue
+                with contextlib.suppress(OSError):
+                    if item.stat(follow_symlinks=False).st_mtime < before and not self._segment_named(name):
+                        os.remove(item.path)
+                        swept += 1
+        if swept:
+            log.info("edge cache %s: removed %d segment files no entry named", self.directory, swept)
+        return swept
+
     def _segment_named(self, segment: str) -> bool:
         """Whether a row names `segment` (the index on ``filename``: one look-up); True when SQLite cannot say,
         which keeps the file."""
@@ -689,8 +743,9 @@ class DiskTier:
             return True
 
     def _write_segments(self, bodies: Sequence[tuple[str, bytes]], written: list[str]) -> dict[str, str]:
-        """Write `bodies` (key, body) into segment files of up to ``SEGMENT_BYTES`` each; each key's row
-        ``filename`` (``segment_row``). Each file is added to `written` once it is whole."""
+        """Write `bodies` (key, body) into segment files of up to ``SEGMENT_BYTES`` each (a larger body alone in
+        one) and record them (``EdgeSegment``, in the caller's transaction); each key's row ``filename``
+        (``segment_row``). Each file is added to `written` once it is whole."""
         disk: _CleanDisk = self._cache._disk
         places: dict[str, str] = {}
         start = 0
@@ -704,6 +759,7 @@ class DiskTier:
             disk._write(full_path[: -len(".val")] + SEGMENT_SUFFIX,  # type: ignore[no-untyped-call]
                         (body for _, body in bodies[start:end]), "xb")
             written.append(segment)
+            self._cache._con.execute("INSERT INTO EdgeSegment (name, bytes) VALUES (?, ?)", (segment, total))
             offset = 0
             for key, body in bodies[start:end]:
                 places[key] = segment_row(segment, offset, len(body))
@@ -808,7 +864,7 @@ class DiskTier:
 
     def read_range(self, key: str, start: int, end: int) -> bytes | None:
         """Bytes ``[start, end)`` of the body under ``key`` (end exclusive, clamped to the size),
-        reading only that span from disk; None when the key is absent."""
+        reading only that span from disk (a body in a segment is read whole); None when the key is absent."""
         try:
             value = self._cache.get(key, default=None, read=True)
         except OSError:
