@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import diskcache
@@ -387,7 +387,7 @@ def test_a_single_write_of_a_failed_batch_that_the_database_refuses_leaves_no_bo
     refuse_rows(disk, "refused")
     write_segments = disk._write_segments
 
-    def failing(bodies: object, written: object) -> object:
+    def failing(bodies: Sequence[tuple[str, bytes]], written: list[str]) -> dict[str, str]:
         disk._write_segments = write_segments  # type: ignore[method-assign]
         raise OSError(errno.EIO, "I/O error")
 
