@@ -260,6 +260,7 @@ class _CleanDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type
                 raise
         raise OSError(errno.EIO, f"could not open {full_path}")
 
+
 def _segment_trigger(name: str, when: str) -> str:
     """A trigger for a row of a segment leaving it (deleted, or its filename replaced): its size stays counted
     (diskcache's own trigger took it off), and once no row names the segment its bytes are taken off with it."""
