@@ -338,13 +338,13 @@ def encode_meta(
     stored_at: float,
     headers: Sequence[tuple[str, str]],
 ) -> str:
-    return orjson.dumps(
+    return orjson.dumps(  # tuples and lists alike become JSON arrays
         {
             "ct": content_type,
             "etag": etag,
-            "tags": list(tags),
+            "tags": tags if isinstance(tags, tuple | list) else list(tags),
             "at": stored_at,
-            "h": [list(h) for h in headers],
+            "h": headers if isinstance(headers, tuple | list) else list(headers),
         }
     ).decode()
 
@@ -658,8 +658,9 @@ class DiskTier:
                         size, mode, filename, value = disk.columns(obj.body, key)
                         if filename is not None:
                             written.append(filename)
-                    params += (key, now, now, encode_meta(obj.content_type, obj.etag, obj.tags, obj.stored_at,
-                                                          obj.headers), size, mode, filename, value)
+                    content_type, etag, tags, headers = obj.fields()
+                    params += (key, now, now, encode_meta(content_type, etag, tags, obj.stored_at, headers), size,
+                               mode, filename, value)
                     if len(params) == ROWS_PER_UPSERT * _UPSERT_PARAMS:
                         con.execute(_UPSERT_FULL, params)
                         params = []

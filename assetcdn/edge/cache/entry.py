@@ -136,6 +136,17 @@ class CachedObject:
         pairs = iter(fields[3 + int(fields[2]) :])
         return tuple(zip(pairs, pairs, strict=True))
 
+    def fields(self) -> tuple[str, str, tuple[str, ...], tuple[tuple[str, str], ...]]:
+        """Content type, ETag, tags and headers at once (one pass over the metadata string, where each property
+        makes its own): what the disk tier's writer stores of each entry."""
+        meta = self._meta
+        if not isinstance(meta, str):
+            return meta
+        fields = meta.split(SEP)
+        count = int(fields[2])
+        pairs = iter(fields[3 + count :])
+        return fields[0], fields[1], tuple(fields[3 : 3 + count]), tuple(zip(pairs, pairs, strict=True))
+
     @property
     def in_memory(self) -> bool:
         return self.body is not None
