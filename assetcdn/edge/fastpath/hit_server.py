@@ -37,6 +37,7 @@ from assetcdn.edge.fastpath.prepared import (
     HostView,
     Prepared,
     PulledHit,
+    fields_cost,
     prepare,
     prepare_pull,
 )
@@ -491,6 +492,7 @@ class HitServer:
             fields = hit.h2_head_304
             if fields is None:
                 fields = hit.h2_head_304 = response_fields(hit.head_304 or hit.not_modified_head())
+                self._charge(view, path, hit, fields_cost(fields))
             fields += self.stream_tail
         elif headers[2] is None:
             status = 200
@@ -500,6 +502,9 @@ class HitServer:
                 fields = hit.h2_head
                 if fields is None:
                     fields = hit.h2_head = response_fields(hit.head)
+                    self._charge(view, path, hit, fields_cost(fields))
+                if dated is None:  # the next seconds' replace it
+                    self._charge(view, path, hit, fields_cost(fields + self.stream_tail, dated=True))
                 dated = hit.h2_dated = (date, fields + self.stream_tail)
             fields = dated[1]
         else:
@@ -511,12 +516,14 @@ class HitServer:
                 fields = hit.h2_head
                 if fields is None:
                     fields = hit.h2_head = response_fields(hit.head)
+                    self._charge(view, path, hit, fields_cost(fields))
             else:
                 status = 206
                 start, end = parsed
                 fields = hit.h2_head_206
                 if fields is None:
                     fields = hit.h2_head_206 = response_fields(hit.partial_lines())
+                    self._charge(view, path, hit, fields_cost(fields))
                 fields += ((b"content-range", content_range(start, end, size).encode()),
                            (b"content-length", b"%d" % (end - start)))
             fields += self.stream_tail
@@ -617,6 +624,14 @@ class HitServer:
             if other.hits:
                 return other.hits
         return None
+
+    def _charge(self, view: HostView, path: bytes, hit: Prepared, cost: int) -> None:
+        """`hit` holds `cost` more (an HTTP/2 head made on use): charged with it while `view` holds it for `path`
+        (its let-go gives it back), as `_hold` charges a head; a head not held is let go with its request."""
+        if view.hits.get(path) is hit:
+            hit.cost += cost
+            self.head_bytes += cost
+            self.memory.charge_heads(cost)
 
     def _let_go(self, head: Prepared | PulledHit) -> None:
         self.prepared -= 1

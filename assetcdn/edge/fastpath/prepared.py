@@ -90,6 +90,20 @@ PULL_PER_REQUEST_HEADERS = PER_REQUEST_HEADERS | {"age", "cache-status"}
 # and test_hit_state.py).
 PREPARED_OVERHEAD = 300
 PULLED_OVERHEAD = 1_300
+# A stored zone's HTTP/2 heads, made on use (`fields_cost`): each field's tuple and its two byte strings (with the
+# field's slot in the head's tuple), then a head's tuple; a head with its Date field (h2_dated) holds the same
+# fields again in a tuple of its own. Measured with tracemalloc (tests/edge/fastpath/test_h2_streams.py).
+H2_FIELD_OVERHEAD = 140
+H2_HEAD_OVERHEAD = 60
+H2_DATED_OVERHEAD = 120
+
+
+def fields_cost(fields: tuple[Any, ...], dated: bool = False) -> int:
+    """What an HTTP/2 head of `fields` made on use costs the memory tier's budget (`dated`: a copy of a head's
+    fields with the second's Date, which holds its fields' references only)."""
+    if dated:
+        return H2_DATED_OVERHEAD + 8 * len(fields)
+    return H2_HEAD_OVERHEAD + sum(H2_FIELD_OVERHEAD + len(name) + len(value) for name, value in fields)
 
 
 def rules_touch(changes: HeaderChanges, written: frozenset[str]) -> bool:
@@ -122,7 +136,8 @@ class Prepared:
         self.h2_head_304: tuple[Any, ...] | None = None
         self.h2_head_206: tuple[Any, ...] | None = None  # without Content-Range and Content-Length
         self.h2_dated: tuple[bytes, tuple[Any, ...]] | None = None  # (Date line, h2_head and its Date field)
-        # What it holds with this head and the 304's (made on use, counted ahead); its HTTP/2 heads are not counted.
+        # What it holds with this head and the 304's (made on use, counted ahead); its HTTP/2 heads are added when
+        # made (`fields_cost`, charged by the hit server while it holds this head).
         self.cost = PREPARED_OVERHEAD + 2 * len(self.head) + len(cdn_path) + len(key)
 
     def partial_lines(self) -> bytes:

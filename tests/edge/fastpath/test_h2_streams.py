@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from typing import Any
 
 import h2.config
@@ -176,3 +177,52 @@ async def test_each_stream_is_decided_once_and_answered_as_over_http_1_1(
             assert over_h2.status == over_http_1_1.status == 404
             assert orjson.loads(over_h2.body)["error"] == orjson.loads(over_http_1_1.body)["error"]
     plain.close()
+
+
+def held_size(*roots: Any) -> int:
+    """Bytes the objects under `roots` hold (tuples and byte strings, each counted once)."""
+    seen: set[int] = set()
+    total = 0
+    stack = list(roots)
+    while stack:
+        item = stack.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item)
+        if isinstance(item, tuple):
+            stack.extend(item)
+    return total
+
+
+async def test_the_http_2_heads_made_on_use_are_charged_to_the_memory_budget(make_hit_cdn: HitCdnFactory) -> None:
+    """A stored zone's hit over HTTP/2 makes its heads' fields on first use (200, its Date's copy, 304, 206): the
+    memory tier's budget is charged what they hold while the hit server holds the hit, and given it back after."""
+    cdn: HitCdn = await make_hit_cdn(**ENV)
+    paths = [f"{ZONE}/v1/h2/charged-{i}.bin" for i in range(12)]
+    plain = await cdn.connect()
+    for path in paths:
+        await cdn.upload(path, SMALL_BODY)
+        assert (await plain.request(f"/{path}")).header("X-Cache") == "MISS"
+    plain.close()
+    assert cdn.site.hits is not None
+    secure = HitServer(cdn.app, cdn.site.hits.web_server, secure=True)
+    memory = cdn.node.cache.memory
+    client = H2InProcess(secure)
+    for path in paths:  # the head (its fields not made yet) is held and charged as over HTTP/1.1
+        assert (await client.get(f"/{path}", [("range", "bytes=0-1")])).status == 206
+    charged_before, kept = memory.heads_bytes, secure.head_bytes
+    heads = [hit for view in secure.hosts.values() for hit in view.hits.values()]
+    assert len(heads) == len(paths)
+    fields_before = held_size(*(hit.h2_head_206 for hit in heads))
+    for path in paths:
+        answer = await client.get(f"/{path}", [])
+        assert answer.status == 200 and answer.body == SMALL_BODY
+        assert (await client.get(f"/{path}", [("if-none-match", answer.headers["etag"])])).status == 304
+    made = held_size(*(field for hit in heads for field in (hit.h2_head_206, hit.h2_head, hit.h2_head_304,
+                                                             hit.h2_dated))) - fields_before
+    added = memory.heads_bytes - charged_before
+    assert added == secure.head_bytes - kept
+    assert made <= added <= 1.6 * made, (made, added)
+    secure._forget_hosts()
+    assert memory.heads_bytes == charged_before - kept
