@@ -320,9 +320,12 @@ async def test_another_ca_orders_every_certificate_again_and_the_old_one_serves_
     await wait_for(control, "moved.shop.test", "active")
     first_root = pebble.root_pem()
     await control.close()
+    # As staging -> production: another directory. Its ports are chosen while the first CA still holds its own:
+    # chosen after, they could be the same ones, the same directory URL, which is not another CA.
+    production = Pebble(tmp_path / "production", http_port)
+    production.prepare()
+    assert production.directory_url != pebble.directory_url
     pebble.stop()
-
-    production = Pebble(tmp_path / "production", http_port)  # as staging -> production: another directory
     production.start()
     try:
         control = await start_control(aiohttp_client, data_dir, acme_environ(production))
