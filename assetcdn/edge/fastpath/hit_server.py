@@ -136,6 +136,7 @@ class HitServer:
         self.config: Any = None
         self.entries: dict[str, Any] = {}
         self.answering = False
+        self.confirmed = False  # a stored zone's hits: control reachable (`begin_batch`)
         self.started = 0.0
         self.date = date_line(time.time()) + self.extra_head  # the lines every answer has before its id
         self.stream_date = b""            # `date` as HTTP/2 fields (`stream_tail`), made once per second
@@ -189,9 +190,11 @@ class HitServer:
             self._forget_hosts()
         self._sync_purges()
         self.entries = node.replica.entries
-        # The serve sequence's own decision (assetcdn/edge/states/serve.py): HIT, or STALE / not at all
-        # while control is unreachable, which the application answers.
-        self.answering = self.answers_hits and self._hit_status() == HIT
+        self.answering = self.answers_hits
+        # A stored zone's cached files, by the serve sequence's own decision (assetcdn/edge/states/serve.py): HIT,
+        # or STALE / not at all while control is unreachable, which the application answers. A pull zone's answers
+        # do not depend on control (the origin's freshness decides them, here as in the application).
+        self.confirmed = self._hit_status() == HIT
         self.started = time.perf_counter()
         self.now = time.time()
 
@@ -251,7 +254,7 @@ class HitServer:
             pulled = view.pulls.get(url)
             if pulled is not None:
                 return self._answer_pull(conn, view, url, pulled, head_only, out)
-        elif hit.file is None and self.entries.get(hit.cdn_path) is hit.entry:
+        elif self.confirmed and hit.file is None and self.entries.get(hit.cdn_path) is hit.entry:
             # The usual hit, inline: `_find`'s first step for a body in the memory tier.
             obj = self.memory.hit(hit.key)
             if obj is not None:
@@ -262,6 +265,8 @@ class HitServer:
         if found is None:
             return HAND_OVER
         hit, obj, fileno = found
+        if not self.confirmed:  # STALE, or not served from cache: the application's
+            return self._decline(fileno)
         try:
             return self._respond(conn, view, hit, obj, fileno, head_only, out)
         except BaseException:
@@ -478,6 +483,8 @@ class HitServer:
             return hand_over
         if isinstance(found, PullPath):  # a pull zone's hit takes the HTTP/1.1 route
             return self.answer
+        if not self.confirmed:  # STALE, or not served from cache: the application's
+            return hand_over
         hit, obj, _ = found
         if obj is None:
             return partial(self._answer_file, view, path, hit)

@@ -498,3 +498,29 @@ async def test_a_purge_another_worker_makes_while_a_fill_reads_the_origins_body_
     assert (again.header("X-Cache"), again.body) == ("MISS", b"deployed after the purge")
     assert two_workers.origin.count(name) == 2
     conn.close()
+
+
+async def test_a_pull_zone_is_answered_on_the_hit_path_while_control_is_unreachable(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Control gone: a stored zone's cached files become the application's (STALE), but a pull zone's answers never
+    depended on control, in the application as here: its fills and fresh hits stay on the hit path."""
+    async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-without-control"), ZONE,
+                                    ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="3600") as (cdn, origin):
+        filled = FillCdn(cdn, origin)
+        filled.answer("/without-control.bin")
+        hits = cdn.site.hits
+        assert hits is not None
+        await cdn.control.close()
+
+        async def unreachable() -> bool:
+            return cdn.node.hit_status() == "STALE"
+
+        await wait_until(unreachable, "the edge noticing control is gone")
+        conn = await cdn.connect()
+        fills, served = filled.fills.filled, hits.served
+        miss = await conn.request(f"/{ZONE}/without-control.bin")
+        hit = await conn.request(f"/{ZONE}/without-control.bin")
+        assert (miss.status, miss.header("X-Cache"), miss.body) == (200, "MISS", BODY)
+        assert (hit.status, hit.header("X-Cache"), hit.body) == (200, "HIT", BODY)
+        assert (filled.fills.filled, hits.served) == (fills + 1, served + 1)
+        conn.close()
