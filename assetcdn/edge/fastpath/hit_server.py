@@ -510,9 +510,10 @@ class HitServer:
                 if fields is None:
                     fields = hit.h2_head = response_fields(hit.head)
                     self._charge(view, path, hit, fields_cost(fields))
+                fields += self.stream_tail
                 if dated is None:  # the next seconds' replace it
-                    self._charge(view, path, hit, fields_cost(fields + self.stream_tail, dated=True))
-                dated = hit.h2_dated = (date, fields + self.stream_tail)
+                    self._charge(view, path, hit, fields_cost(fields, dated=True))
+                dated = hit.h2_dated = (date, fields)
             fields = dated[1]
         else:
             parsed = parse_range(headers[2].decode("latin-1"), size)
@@ -605,7 +606,7 @@ class HitServer:
         """Keep `head` for `target` on `view` (a pull zone's in its pulls, a stored zone's in its hits) within
         ``max_hits`` heads and this server's part of the heads' room in the memory tier's budget, which is charged
         what they hold (its entries make room): past either, the oldest of the view's table go, or, when it has
-        none, those of the Host seen longest ago that has some (heads are made again on use)."""
+        none, those of the Host first seen that has some (heads are made again on use)."""
         pull = isinstance(head, PulledHit)
         table: dict[bytes, Any] = view.pulls if pull else view.hits
         old = table.pop(target, None)
@@ -624,7 +625,8 @@ class HitServer:
         memory.charge_heads(head.cost)
 
     def _held_longest(self) -> dict[bytes, Any] | None:
-        """The heads (a table of pull zones' or stored zones') of the Host seen longest ago that has some."""
+        """The heads (a table of pull zones' or stored zones') of the Host first seen that has some (the Hosts
+        keep the order they came in: none is moved per request)."""
         for other in self.hosts.values():
             if other.pulls:
                 return other.pulls
