@@ -54,6 +54,7 @@ from assetcdn.edge.origin_client import (
 from assetcdn.edge.shield import from_edge
 from assetcdn.edge.site_config import PullZone
 from assetcdn.edge.states.deliver import etag_matches, parse_range
+from assetcdn.edge.states.feed import ClientFeed, Rest, rest_of
 from assetcdn.edge.states.freshness import (
     Directives,
     Freshness,
@@ -481,24 +482,67 @@ def new_spool(declared: int | None) -> IO[bytes]:
 async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: Headers, response: OriginResponse,
                parsed: Directives, spool: IO[bytes] | None, send: Callable[[bytes], Awaitable[bool]] | None,
                kept: asyncio.Future[None] | None) -> bool | None:
-    """A fill's body, both fills' (this module's and pull_fill.py's): to its client as it arrives (`send`, as
-    `relay_body` takes it) and, into `spool` (None: not kept), to the cache, then `kept` done. Whether the client
-    took the whole body; None when the origin's body failed: the caller cuts the client's answer short, so
-    that it does not look complete."""
+    """A fill's body, both fills' (this module's and pull_fill.py's): into `spool` (None: not kept), to the cache,
+    then `kept` done, and to its client (`send`, as `relay_body` takes it). A body that is kept is read and stored
+    at the origin's pace, whatever the client's: a small one read with its head is stored before it is sent, a
+    larger one is sent by a task of its own from what the fill read (assetcdn/edge/states/feed.py); what is not
+    kept is sent as it is read. Whether the client took the whole body; None when the origin's body failed: the
+    caller cuts the client's answer short, so that it does not look complete."""
     digest = hashlib.sha256() if spool is not None and named_by_body(response.headers) else None
+    limit = node.origins.limits.max_object_bytes
+    whole = response.whole()  # a small body read with its head: one piece, no waits
+    feed = None
+    rest: Rest | None = None
     try:
-        spool, sending = await relay_body(response, node.origins.limits.max_object_bytes, spool, digest, send)
-    except OriginError as exc:
-        log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, path, exc)
-        return None
-    if spool is not None:
-        await store(node, zone, path, url_key, fields, response, stored_headers(response.headers, parsed), spool,
-                    digest.hexdigest() if digest is not None else None)
-    if kept is not None and not kept.done():
-        kept.set_result(None)
+        if whole is not None:
+            spool = whole_spool(whole, spool, limit, digest)
+            sending = send is not None
+        else:
+            if spool is not None and send is not None:
+                feed = ClientFeed(send)
+            try:
+                spool, sending = await relay_body(response, limit, spool, digest, send, feed)
+            except OriginError as exc:
+                log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, path, exc)
+                return None
+            if feed is not None and feed.lagging and spool is not None:
+                rest = rest_of(spool, feed.offered)  # before `store` takes the spool
+        if spool is not None:
+            await store(node, zone, path, url_key, fields, response, stored_headers(response.headers, parsed),
+                        spool, digest.hexdigest() if digest is not None else None)
+        if kept is not None and not kept.done():
+            kept.set_result(None)
+        if whole is not None:
+            if send is not None and whole and not await send(whole):
+                sending = False
+        elif feed is not None and spool is not None:  # (not kept after all: `relay_body` ended the feed)
+            rest, held = None, rest
+            sending = await feed.finish(held)
+    finally:
+        if rest is not None:
+            rest.close()
+        if feed is not None:
+            feed.cancel()  # done already, unless the fill failed or was cancelled
     if not sending:
         response.release()
     return sending
+
+
+def whole_spool(whole: bytes, spool: IO[bytes] | None, limit: int, digest: Any) -> IO[bytes] | None:
+    """The spool of a body read whole (`relay_body`'s for a chunk): None when it is not kept (`spool` None, or the
+    body over `limit`)."""
+    if spool is None:
+        return None
+    spool.close()
+    if len(whole) > limit:
+        return None
+    # A spool over the body's own bytes, at its end as if written: `store` reads them back without a copy (two
+    # copies of a fresh buffer cost more than the rest of a 100 KB fill's storing).
+    spool = io.BytesIO(whole)
+    spool.seek(0, io.SEEK_END)
+    if digest is not None:
+        digest.update(whole)
+    return spool
 
 
 async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
@@ -527,40 +571,38 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
 
 
 async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | None, digest: Any,
-                     send: Callable[[bytes], Awaitable[bool]] | None) -> tuple[IO[bytes] | None, bool]:
-    """Read the origin's body: each chunk to `send` (None: nothing is sent; it answers False once the client is
-    gone) and into `spool` (and `digest`) while the body stays within `limit`, past which it is still sent but
-    no longer kept. Stops early when nothing is sent or kept any more. Returns the spool (None: not kept) and
-    whether the client took the whole body; OriginError when the origin's body fails (the spool closed)."""
-    whole = response.whole()  # a small body read with its head: one piece, no waits
-    if whole is not None:
-        if spool is not None:
-            spool.close()
-            if len(whole) > limit:
-                spool = None
-            else:
-                # A spool over the body's own bytes, at its end as if written: `store` reads them back without a
-                # copy (two copies of a fresh buffer cost more than the rest of a 100 KB fill's storing).
-                spool = io.BytesIO(whole)
-                spool.seek(0, io.SEEK_END)
-                if digest is not None:
-                    digest.update(whole)
-        if send is not None and whole and not await send(whole):
-            send = None
-        return spool, send is not None
+                     send: Callable[[bytes], Awaitable[bool]] | None,
+                     feed: ClientFeed | None = None) -> tuple[IO[bytes] | None, bool]:
+    """Read the origin's body (not read whole with its head: `keep`): each chunk offered to `feed` (the client's,
+    while the body is kept) or to `send` (None: nothing is sent; it answers False once the client is gone), and
+    into `spool` (and `digest`) while the body stays within `limit`, past which it is still sent but no longer
+    kept: the feed then sends what the client lags from the spool, and the rest goes to `send` as it is read.
+    Stops early when nothing is sent or kept any more. Returns the spool (None: not kept) and whether the client
+    took the whole body (with a feed still feeding: whether the client is still there); OriginError when the
+    origin's body fails (the spool closed)."""
     size = 0
     try:
         async for chunk in response.chunks(capped=False):
             size += len(chunk)
             if spool is not None:
                 if size > limit:  # past the object size limit: still sent, no longer kept
-                    spool.close()
-                    spool = None
+                    if feed is not None:  # the client is sent what it lags from the spool, then this chunk on
+                        rest = rest_of(spool, feed.offered) if feed.lagging else None
+                        spool.close()
+                        spool = None
+                        if not await feed.finish(rest):
+                            send = None
+                        feed = None
+                    else:
+                        spool.close()
+                        spool = None
                 else:
                     await spool_write(spool, chunk, size)
                     if digest is not None:
                         digest.update(chunk)
-            if send is not None and not await send(chunk):
+            if feed is not None:
+                feed.offer(chunk)
+            elif send is not None and not await send(chunk):
                 send = None
             if spool is None and send is None:
                 break
@@ -568,7 +610,7 @@ async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | No
         if spool is not None:
             spool.close()
         raise
-    return spool, send is not None
+    return spool, (send is not None) if feed is None else not feed.gone
 
 
 def fill_cache_status(fwd: str, why: NotStored | None) -> str:

@@ -23,6 +23,7 @@ from assetcdn.edge.shield import SHIELD_CACHE
 from assetcdn.edge.states import freshness
 from assetcdn.edge.states import pull as pull_states
 from assetcdn.edge.states.keys import pull_key
+from assetcdn.shared.cache_results import CacheResult
 from tests.support.control import METRICS
 from tests.support.hit_cdn import READ_S, HitCdn, Response, request_bytes
 from tests.support.origins import LONG, PREFIX, ScriptedOrigin, pull_zone_on_hit_cdn
@@ -425,7 +426,14 @@ async def test_a_client_that_stops_reading_its_fill_is_cut_off_and_the_fill_comp
         assert (await again.request(f"/{ZONE}{after}")).header("X-Cache") == "MISS"
         again.close()
         assert origin_peers[PREFIX + after] == origin_peers[PREFIX + name]
-        # The client that read nothing was cut off: its answer ends (reset or closed) short of the whole body.
+        # The client that reads nothing is cut off once it has taken nothing for the send timeout (a client that
+        # reads again in time is sent the rest): its delivery, a MISS, is recorded then; its answer ends short.
+        deliveries = cdn.node.deliveries
+
+        async def cut_off() -> bool:
+            return any(key[2] == f"{ZONE}{name}" and key[5] == CacheResult.MISS for key in deliveries.counts)
+
+        await wait_until(cut_off, "the client that reads nothing cut off")
         received = 0
         with contextlib.suppress(ConnectionError):
             while chunk := await asyncio.wait_for(loop.sock_recv(idle, 1024 * 1024), READ_S):
@@ -433,6 +441,163 @@ async def test_a_client_that_stops_reading_its_fill_is_cut_off_and_the_fill_comp
         assert received < len(LARGE)
     finally:
         idle.close()
+
+
+PACED_SEND_TIMEOUT_S = 60.0  # a slow reader is never cut off here
+PACED_MAX_OBJECT_MB = 8      # LARGE is kept; OVER_LIMIT is not
+OVER_LIMIT = bytes(range(251)) * (40 * 1024)  # 10 MB
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def paced_readers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[FillCdn]:
+    async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-fills-paced-readers"), ZONE,
+                                    ASSETCDN_TLS_SEND_TIMEOUT_S=str(PACED_SEND_TIMEOUT_S),
+                                    ASSETCDN_ORIGIN_MAX_OBJECT_MB=str(PACED_MAX_OBJECT_MB),
+                                    ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="3600") as (cdn, origin):
+        yield FillCdn(cdn, origin)
+
+
+def streaming(body: bytes, *, declared: bool) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """An origin answer sent in 256 KB writes, of declared length or chunked."""
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=HEADERS)
+        if declared:
+            response.content_length = len(body)
+        await response.prepare(request)
+        for start in range(0, len(body), 256 * 1024):
+            await response.write(body[start:start + 256 * 1024])
+        await response.write_eof()
+        return response
+    return answer
+
+
+class SlowReader:
+    """A raw connection that reads its answer a few KB at a time (never stopping for long) until `hurry`."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
+        self.sock.setblocking(False)
+        self.received = bytearray()
+        self.hurried = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def ask(self, port: int, target: str) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(self.sock, ("127.0.0.1", port))
+        await loop.sock_sendall(self.sock, request_bytes(target))
+        self.task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self.whole():
+            chunk = await loop.sock_recv(self.sock, 1024 * 1024 if self.hurried.is_set() else 4096)
+            if not chunk:
+                return
+            self.received.extend(chunk)
+            if not self.hurried.is_set():
+                await asyncio.sleep(0.05)
+
+    def whole(self) -> bool:
+        head, found, body = bytes(self.received).partition(b"\r\n\r\n")
+        if not found:
+            return False
+        fields = {name.strip().lower(): value.strip() for name, _, value in
+                  (line.partition(b":") for line in head.split(b"\r\n")[1:])}
+        if b"content-length" in fields:
+            return len(body) >= int(fields[b"content-length"])
+        return body.endswith(b"\r\n0\r\n\r\n")
+
+    async def answer(self) -> tuple[bytes, bytes]:
+        """Read the rest at once (a window of its own size again): the answer's head and its body (chunks
+        joined)."""
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+        self.hurried.set()
+        assert self.task is not None
+        await asyncio.wait_for(self.task, READ_S)
+        head, _, body = bytes(self.received).partition(b"\r\n\r\n")
+        if b"content-length:" in head.lower():
+            return head, body
+        decoded = bytearray()
+        while True:
+            size_line, _, body = body.partition(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            if not size:
+                return head, bytes(decoded)
+            decoded += body[:size]
+            body = body[size + 2:]
+
+    async def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        self.sock.close()
+
+
+@pytest.mark.parametrize(("path", "framing"), [("hit", "declared"), ("application", "declared"),
+                                               ("hit", "chunked")])
+async def test_a_slow_reader_of_a_fill_does_not_hold_the_requests_waiting_for_it_and_gets_its_whole_body(
+        paced_readers: FillCdn, path: str, framing: str) -> None:
+    """The first client of a large miss reads a few KB at a time, never stopping for the send timeout: the fill
+    still reads the origin's body at the origin's pace and stores it, so a second client for the URL gets a HIT
+    while the first is far from done (it waited for the first client's pace before); the first client then gets
+    the rest of its whole, exact body from the fill's own copy. One origin request. Both fills' paths alike (a
+    chunked answer is the application's on either port)."""
+    name = f"/paced-{path}-{framing}.bin"
+    origin = paced_readers.origin
+    origin.route(name, streaming(LARGE, declared=framing == "declared"))
+    cdn = paced_readers.cdn
+    slow = SlowReader()
+    try:
+        await slow.ask(cdn.port if path == "hit" else cdn.plain_port, f"/{ZONE}{name}")
+
+        async def fill_asked() -> bool:
+            return origin.count(name) == 1
+
+        await wait_until(fill_asked, "the fill under way")
+        second = await (cdn.connect() if path == "hit" else cdn.plain())
+        answer = await second.request(f"/{ZONE}{name}")
+        assert (answer.status, answer.header("X-Cache"), answer.body == LARGE) == (200, "HIT", True)
+        second.close()
+        assert len(slow.received) < len(LARGE) // 2  # the slow reader is far from done
+        head, body = await slow.answer()
+        assert head.startswith(b"HTTP/1.1 200 ") and b"X-Cache: MISS" in head
+        assert body == LARGE
+        assert origin.count(name) == 1
+    finally:
+        await slow.close()
+
+
+async def test_a_slow_reader_of_an_answer_found_over_the_size_limit_gets_it_whole_and_it_is_not_kept(
+        paced_readers: FillCdn) -> None:
+    """A chunked answer turns out longer than `max_object_mb` while its slow first client lags behind the fill: the
+    client is sent what it lags from the fill's copy, then the rest as the origin sends it; nothing is kept (the
+    next request asks the origin again)."""
+    name = "/paced-over-limit.bin"
+    origin = paced_readers.origin
+    origin.route(name, streaming(OVER_LIMIT, declared=False))
+    cdn = paced_readers.cdn
+    slow = SlowReader()
+    try:
+        await slow.ask(cdn.port, f"/{ZONE}{name}")
+
+        async def read_past_the_limit() -> bool:  # the origin has sent more than the limit: the feed lags
+            return origin.count(name) == 1 and len(slow.received) > 0
+
+        await wait_until(read_past_the_limit, "the fill under way")
+        head, body = await slow.answer()
+        assert head.startswith(b"HTTP/1.1 200 ")
+        assert body == OVER_LIMIT
+        again = SlowReader()  # (a chunked answer: read as the slow one is)
+        try:
+            await again.ask(cdn.port, f"/{ZONE}{name}")
+            head, body = await again.answer()
+        finally:
+            await again.close()
+        assert (b"X-Cache: MISS" in head, body == OVER_LIMIT, origin.count(name)) == (True, True, 2)
+    finally:
+        await slow.close()
 
 
 async def other_traffic(cdn: FillCdn) -> None:

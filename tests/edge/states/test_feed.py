@@ -1,0 +1,123 @@
+"""A fill's first client fed at its own pace (assetcdn/edge/states/feed.py): what it is sent, in order, when it
+keeps up and when it lags behind the fill (the rest read back from the spool, in memory or in its file, after the
+spool itself was closed as `pull.store` closes it), and when it goes."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import tempfile
+from typing import IO
+
+import pytest
+
+from assetcdn.edge.states.feed import QUEUE_BYTES, ClientFeed, rest_of
+
+pytestmark = pytest.mark.asyncio
+
+CHUNK = 64 * 1024
+
+
+class Client:
+    """A client's send: what it took, in order; it takes nothing while `held`, and is gone once `gone`."""
+
+    def __init__(self) -> None:
+        self.taken = bytearray()
+        self.open = asyncio.Event()
+        self.open.set()
+        self.gone = False
+
+    async def send(self, chunk: bytes) -> bool:
+        await self.open.wait()
+        if self.gone:
+            return False
+        self.taken += chunk
+        return True
+
+
+def body(size: int) -> bytes:
+    return bytes(index % 251 for index in range(size))
+
+
+def spooled(kind: str) -> IO[bytes]:
+    return io.BytesIO() if kind == "memory" else tempfile.SpooledTemporaryFile(max_size=64 * 1024)
+
+
+async def fill(feed: ClientFeed, spool: IO[bytes], data: bytes) -> None:
+    for start in range(0, len(data), CHUNK):
+        chunk = data[start:start + CHUNK]
+        spool.write(chunk)
+        feed.offer(chunk)
+        await asyncio.sleep(0)  # the fill's reads, between which the feed's task runs
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+async def test_a_client_that_keeps_up_is_sent_every_chunk_as_the_fill_reads_it(kind: str) -> None:
+    client, data, spool = Client(), body(10 * CHUNK + 123), spooled(kind)
+    feed = ClientFeed(client.send)
+    await fill(feed, spool, data)
+    assert not feed.lagging
+    spool.close()
+    assert await feed.finish(None) is True
+    assert bytes(client.taken) == data
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+async def test_a_lagging_client_gets_the_rest_from_the_spool_after_the_spool_is_closed(kind: str) -> None:
+    """The client takes nothing while the fill reads far past the queue's bound: the fill goes on regardless, the
+    spool is closed once the rest is taken from it (as the store closes it), and the client then gets all."""
+    client, data, spool = Client(), body(QUEUE_BYTES * 6 + 777), spooled(kind)
+    client.open.clear()
+    feed = ClientFeed(client.send)
+    await fill(feed, spool, data)  # never waits for the client
+    assert feed.lagging and feed.offered < len(data)
+    rest = rest_of(spool, feed.offered)
+    assert spool.tell() == len(data)  # left where it was for the store
+    spool.close()
+    client.open.set()
+    assert await feed.finish(rest) is True
+    assert bytes(client.taken) == data
+    assert rest.fd is None  # the rest's own descriptor closed
+
+
+async def test_a_client_that_goes_is_sent_nothing_more_and_its_rest_is_closed() -> None:
+    client, data, spool = Client(), body(QUEUE_BYTES * 4), spooled("file")
+    client.open.clear()
+    feed = ClientFeed(client.send)
+    await fill(feed, spool, data)
+    rest = rest_of(spool, feed.offered)
+    spool.close()
+    client.gone = True
+    client.open.set()
+    assert await feed.finish(rest) is False
+    assert feed.gone and not client.taken
+    assert rest.fd is None
+
+
+async def test_a_cancelled_feed_sends_nothing_more() -> None:
+    """The origin's body failed: the feed is cancelled and the client's answer ends where it was."""
+    client = Client()
+    client.open.clear()
+    feed = ClientFeed(client.send)
+    feed.offer(b"x" * CHUNK)
+    await asyncio.sleep(0)
+    feed.cancel()
+    client.open.set()
+    await asyncio.sleep(0.01)
+    assert not client.taken
+    with pytest.raises(asyncio.CancelledError):
+        await feed.finish(None)
+
+
+async def test_the_rest_of_a_spool_in_a_file_is_read_from_its_own_descriptor() -> None:
+    spool = tempfile.SpooledTemporaryFile(max_size=16)
+    spool.write(b"0123456789" * 10)
+    rest = rest_of(spool, 25)
+    spool.close()
+    pieces = [piece async for piece in rest.pieces()]
+    assert b"".join(pieces) == (b"0123456789" * 10)[25:]
+    assert rest.fd is not None
+    os.fstat(rest.fd)  # still open until closed
+    rest.close()
+    assert rest.fd is None
