@@ -7,12 +7,18 @@ to QUEUE_BYTES; past that the client lags, the fill queues no more, and what the
 read back from the fill's own copy of the body (its spool: `rest_of`) once the fill is done, as fast as the client
 takes it. A client that takes nothing for the send timeout is cut off by the send rule (`pull.sent_in_time`), as
 before; the fill does not wait for it either way.
+
+What lagging clients hold (each a copy of up to 1 MB in memory, or its fill's temporary file, up to the object
+size limit) is bounded by how many may lag at once in a worker, MAX_LAGGING: past it, a client behind its queue
+sets the pace of its fill again (`room`), as every fill's first client did before, holding its origin connection
+(whose pool bounds those).
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import os
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,10 +26,14 @@ from typing import IO
 
 # What a client may have queued for it beside what its connection holds; past it, it lags (module docstring).
 QUEUE_BYTES = 256 * 1024
+# Clients lagging behind their fills at once in a worker (module docstring).
+MAX_LAGGING = 32
 # A lagging client's rest is read back from the spool's file in pieces of this many bytes.
 REST_PIECE = 256 * 1024
 
 Send = Callable[[bytes], Awaitable[bool]]
+
+log = logging.getLogger(__name__)
 
 
 class Rest:
@@ -57,18 +67,26 @@ class Rest:
             os.close(fd)
 
 
-def rest_of(spool: IO[bytes], start: int) -> Rest:
+def rest_of(spool: IO[bytes], start: int, in_memory: int) -> Rest:
     """The bytes of `spool` from `start` to its end (its position, which stays where it is), taken before the
-    spool is handed on and closed (`pull.store`): copied from memory, or a descriptor of its file of their own."""
+    spool is handed on and closed (`pull.store`): copied from memory (a BytesIO, or a SpooledTemporaryFile still
+    within `in_memory`, its size limit), or a descriptor of its file of their own."""
     end = spool.tell()
     if isinstance(spool, io.BytesIO):
         return Rest(spool.getbuffer()[start:end].tobytes(), None, start, end)
-    return Rest(None, os.dup(spool.fileno()), start, end)  # a SpooledTemporaryFile: fileno() rolls it to its file
+    if end <= in_memory:  # not rolled over to its file: read, not written to a file on the event loop
+        spool.seek(start)
+        data = spool.read()
+        spool.seek(end)
+        return Rest(data, None, start, end)
+    return Rest(None, os.dup(spool.fileno()), start, end)
 
 
 class ClientFeed:
     """Sends a fill's body to its client by a task of its own (module docstring): `offer` each chunk the fill
     reads, then `finish` once the fill is done (or `cancel`, when the origin's body failed)."""
+
+    lagging_now = 0  # the feeds lagging in this process (its one event loop's): at most MAX_LAGGING
 
     def __init__(self, send: Send) -> None:
         self._send = send  # False once the client is gone or cut off
@@ -80,19 +98,34 @@ class ClientFeed:
         self._ended = False
         self._rest: Rest | None = None
         self._more: asyncio.Future[None] | None = None
+        self._room: asyncio.Future[None] | None = None
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def offer(self, chunk: bytes) -> None:
-        """The fill's next chunk: queued for the client, unless it lags or is gone."""
+        """The fill's next chunk: queued for the client, unless it lags or is gone. Past the queue's bound the
+        client lags, while fewer than MAX_LAGGING do; else the chunk is queued all the same and the fill waits
+        for `room` before it reads on."""
         if self.gone or self.lagging:
             return
-        if self._queued and self._queued + len(chunk) > QUEUE_BYTES:
+        if self._queued and self._queued + len(chunk) > QUEUE_BYTES and ClientFeed.lagging_now < MAX_LAGGING:
+            ClientFeed.lagging_now += 1
             self.lagging = True
             return
         self._chunks.append(chunk)
         self._queued += len(chunk)
         self.offered += len(chunk)
         self._wake()
+
+    @property
+    def behind(self) -> bool:
+        """Whether the fill should wait for the client (`room`): its queue is past the bound and it may not lag."""
+        return not self.lagging and not self.gone and self._queued > QUEUE_BYTES
+
+    async def room(self) -> None:
+        """Wait while the client is `behind`: it takes its queue at its pace (or goes, or is cut off)."""
+        while self.behind and not self._task.done():
+            self._room = asyncio.get_running_loop().create_future()
+            await self._room
 
     async def finish(self, rest: Rest | None) -> bool:
         """The fill is done; `rest` (this feed's to close) holds the body past `offered` when the client lags.
@@ -107,12 +140,27 @@ class ClientFeed:
 
     def cancel(self) -> None:
         """Stop sending (the origin's body failed, or the fill ended otherwise): the caller ends the answer."""
-        self._task.cancel()
+        task = self._task
+        if not task.done():
+            task.cancel()
+        elif not task.cancelled() and task.exception() is not None:  # retrieved: raised by `finish` if awaited
+            log.debug("a fill's client feed failed", exc_info=task.exception())
+        self._unlag()  # (a task cancelled before it ran never reaches its own `finally`)
+
+    def _unlag(self) -> None:
+        if self.lagging:
+            self.lagging = False
+            ClientFeed.lagging_now -= 1
 
     def _wake(self) -> None:
         more, self._more = self._more, None
         if more is not None and not more.done():
             more.set_result(None)
+
+    def _roomy(self) -> None:
+        room, self._room = self._room, None
+        if room is not None and not room.done():
+            room.set_result(None)
 
     async def _run(self) -> bool:
         try:
@@ -123,6 +171,8 @@ class ClientFeed:
                     if not await self._send(chunk):
                         self.gone = True
                         return False
+                    if self._queued <= QUEUE_BYTES:
+                        self._roomy()
                     continue
                 if self._ended:
                     break
@@ -137,5 +187,7 @@ class ClientFeed:
         finally:
             self._chunks.clear()
             self._queued = 0
+            self._roomy()  # a fill waiting for room reads on: the client is done or gone
             if self._rest is not None:
                 self._rest.close()
+            self._unlag()

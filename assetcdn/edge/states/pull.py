@@ -89,6 +89,7 @@ from assetcdn.shared.request_body import body_deadline
 log = logging.getLogger(__name__)
 R = TypeVar("R")
 SPOOL_MEMORY = 1024 * 1024          # a body being stored is kept in memory up to this, then in a temporary file
+SENT_BEFORE_STORED = 64 * 1024      # a body read with its head up to this is sent before it is stored (`keep`)
 CACHE_STATUS = "assetcdn"           # this cache's name in Cache-Status (RFC 9211)
 # Pseudo-fields kept with a stored head (":" starts no real field name): the status and RFC 9111's clocks.
 STATUS, REQUEST_TIME, RESPONSE_TIME, VARY = ":status", ":request-time", ":response-time", ":vary"
@@ -484,10 +485,11 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: 
                kept: asyncio.Future[None] | None) -> bool | None:
     """A fill's body, both fills' (this module's and pull_fill.py's): into `spool` (None: not kept), to the cache,
     then `kept` done, and to its client (`send`, as `relay_body` takes it). A body that is kept is read and stored
-    at the origin's pace, whatever the client's: a small one read with its head is stored before it is sent, a
-    larger one is sent by a task of its own from what the fill read (assetcdn/edge/states/feed.py); what is not
-    kept is sent as it is read. Whether the client took the whole body; None when the origin's body failed: the
-    caller cuts the client's answer short, so that it does not look complete."""
+    at the origin's pace, whatever the client's: one read with its head is sent first when it fits the
+    connection's buffer, else stored first; a larger one of declared length is sent by a task of its own from what
+    the fill read (assetcdn/edge/states/feed.py); one of no declared length, or not kept, is sent as it is read.
+    Whether the client took the whole body; None when the origin's body failed: the caller cuts the client's
+    answer short, so that it does not look complete."""
     digest = hashlib.sha256() if spool is not None and named_by_body(response.headers) else None
     limit = node.origins.limits.max_object_bytes
     whole = response.whole()  # a small body read with its head: one piece, no waits
@@ -497,16 +499,20 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: 
         if whole is not None:
             spool = whole_spool(whole, spool, limit, digest)
             sending = send is not None
+            # One that fits the connection's buffer is sent first (never waited for); a larger one is stored
+            # first, so that a client slow to take it holds no request waiting for the URL.
+            if send is not None and whole and (spool is None or len(whole) <= SENT_BEFORE_STORED):
+                sending, send = await send(whole), None
         else:
-            if spool is not None and send is not None:
+            if spool is not None and send is not None and framed_within(response.headers, limit):
                 feed = ClientFeed(send)
             try:
-                spool, sending = await relay_body(response, limit, spool, digest, send, feed)
+                spool, sending = await relay_body(response, limit, spool, digest, None if feed else send, feed)
             except OriginError as exc:
                 log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, path, exc)
                 return None
             if feed is not None and feed.lagging and spool is not None:
-                rest = rest_of(spool, feed.offered)  # before `store` takes the spool
+                rest = rest_of(spool, feed.offered, SPOOL_MEMORY)  # before `store` takes the spool
         if spool is not None:
             await store(node, zone, path, url_key, fields, response, stored_headers(response.headers, parsed),
                         spool, digest.hexdigest() if digest is not None else None)
@@ -515,7 +521,7 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: 
         if whole is not None:
             if send is not None and whole and not await send(whole):
                 sending = False
-        elif feed is not None and spool is not None:  # (not kept after all: `relay_body` ended the feed)
+        elif feed is not None:
             rest, held = None, rest
             sending = await feed.finish(held)
     finally:
@@ -543,6 +549,14 @@ def whole_spool(whole: bytes, spool: IO[bytes] | None, limit: int, digest: Any) 
     if digest is not None:
         digest.update(whole)
     return spool
+
+
+def framed_within(headers: Headers, limit: int) -> bool:
+    """Whether a body ends at its declared length (Content-Length, no Transfer-Encoding), within `limit`: kept
+    whole unless the origin fails, so its client may be sent it from the fill's copy (`keep`)."""
+    length = first_value(headers, "content-length")
+    return (length is not None and length.isdigit() and int(length) <= limit
+            and first_value(headers, "transfer-encoding") is None)
 
 
 async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
@@ -574,37 +588,32 @@ async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | No
                      send: Callable[[bytes], Awaitable[bool]] | None,
                      feed: ClientFeed | None = None) -> tuple[IO[bytes] | None, bool]:
     """Read the origin's body (not read whole with its head: `keep`): each chunk offered to `feed` (the client's,
-    while the body is kept) or to `send` (None: nothing is sent; it answers False once the client is gone), and
+    for a body kept whole) or to `send` (None: nothing is sent; it answers False once the client is gone), and
     into `spool` (and `digest`) while the body stays within `limit`, past which it is still sent but no longer
-    kept: the feed then sends what the client lags from the spool, and the rest goes to `send` as it is read.
-    Stops early when nothing is sent or kept any more. Returns the spool (None: not kept) and whether the client
-    took the whole body (with a feed still feeding: whether the client is still there); OriginError when the
-    origin's body fails (the spool closed)."""
+    kept. Stops early when nothing is sent or kept any more. Returns the spool (None: not kept) and whether the
+    client took the whole body (with a feed: whether the client is still there); OriginError when the origin's
+    body fails (the spool closed)."""
     size = 0
     try:
         async for chunk in response.chunks(capped=False):
             size += len(chunk)
             if spool is not None:
                 if size > limit:  # past the object size limit: still sent, no longer kept
-                    if feed is not None:  # the client is sent what it lags from the spool, then this chunk on
-                        rest = rest_of(spool, feed.offered) if feed.lagging else None
-                        spool.close()
-                        spool = None
-                        if not await feed.finish(rest):
-                            send = None
-                        feed = None
-                    else:
-                        spool.close()
-                        spool = None
+                    if feed is not None:  # (fed only when declared within it, which the framing holds to)
+                        raise OriginError("the origin's body is longer than it declared")
+                    spool.close()
+                    spool = None
                 else:
                     await spool_write(spool, chunk, size)
                     if digest is not None:
                         digest.update(chunk)
             if feed is not None:
                 feed.offer(chunk)
+                if feed.behind:  # as many clients lag as may: this one sets the fill's pace
+                    await feed.room()
             elif send is not None and not await send(chunk):
                 send = None
-            if spool is None and send is None:
+            if spool is None and send is None and feed is None:
                 break
     except OriginError:
         if spool is not None:

@@ -12,6 +12,7 @@ from typing import IO
 
 import pytest
 
+from assetcdn.edge.states import feed as feed_module
 from assetcdn.edge.states.feed import QUEUE_BYTES, ClientFeed, rest_of
 
 pytestmark = pytest.mark.asyncio
@@ -40,8 +41,11 @@ def body(size: int) -> bytes:
     return bytes(index % 251 for index in range(size))
 
 
+IN_MEMORY = 64 * 1024  # the spools' size limit in memory
+
+
 def spooled(kind: str) -> IO[bytes]:
-    return io.BytesIO() if kind == "memory" else tempfile.SpooledTemporaryFile(max_size=64 * 1024)
+    return io.BytesIO() if kind == "memory" else tempfile.SpooledTemporaryFile(max_size=IN_MEMORY)
 
 
 async def fill(feed: ClientFeed, spool: IO[bytes], data: bytes) -> None:
@@ -72,7 +76,7 @@ async def test_a_lagging_client_gets_the_rest_from_the_spool_after_the_spool_is_
     feed = ClientFeed(client.send)
     await fill(feed, spool, data)  # never waits for the client
     assert feed.lagging and feed.offered < len(data)
-    rest = rest_of(spool, feed.offered)
+    rest = rest_of(spool, feed.offered, IN_MEMORY)
     assert spool.tell() == len(data)  # left where it was for the store
     spool.close()
     client.open.set()
@@ -86,7 +90,7 @@ async def test_a_client_that_goes_is_sent_nothing_more_and_its_rest_is_closed() 
     client.open.clear()
     feed = ClientFeed(client.send)
     await fill(feed, spool, data)
-    rest = rest_of(spool, feed.offered)
+    rest = rest_of(spool, feed.offered, IN_MEMORY)
     spool.close()
     client.gone = True
     client.open.set()
@@ -113,7 +117,7 @@ async def test_a_cancelled_feed_sends_nothing_more() -> None:
 async def test_the_rest_of_a_spool_in_a_file_is_read_from_its_own_descriptor() -> None:
     spool = tempfile.SpooledTemporaryFile(max_size=16)
     spool.write(b"0123456789" * 10)
-    rest = rest_of(spool, 25)
+    rest = rest_of(spool, 25, 16)
     spool.close()
     pieces = [piece async for piece in rest.pieces()]
     assert b"".join(pieces) == (b"0123456789" * 10)[25:]
@@ -121,3 +125,47 @@ async def test_the_rest_of_a_spool_in_a_file_is_read_from_its_own_descriptor() -
     os.fstat(rest.fd)  # still open until closed
     rest.close()
     assert rest.fd is None
+
+
+async def test_a_spool_still_in_memory_gives_its_rest_from_memory() -> None:
+    spool = tempfile.SpooledTemporaryFile(max_size=1000)
+    spool.write(b"abcdef" * 100)
+    rest = rest_of(spool, 10, 1000)
+    assert (rest.fd, rest.data) == (None, (b"abcdef" * 100)[10:])
+    assert spool.tell() == 600  # where the store reads it from
+    spool.close()
+
+
+async def test_past_the_clients_that_may_lag_one_sets_its_fills_pace_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With MAX_LAGGING clients lagging already, a client behind its queue does not lag: the fill waits for `room`
+    until the client has taken its queue down to the bound, and it gets every byte in order, none from a rest."""
+    monkeypatch.setattr(feed_module, "MAX_LAGGING", ClientFeed.lagging_now)
+    client, data = Client(), body(QUEUE_BYTES * 3)
+    client.open.clear()
+    feed = ClientFeed(client.send)
+    for start in range(0, len(data), CHUNK):
+        feed.offer(data[start:start + CHUNK])
+    assert feed.behind and not feed.lagging and feed.offered == len(data)
+    waiting = asyncio.ensure_future(feed.room())
+    await asyncio.sleep(0.01)
+    assert not waiting.done()  # the fill waits for its client
+    client.open.set()
+    await waiting
+    assert not feed.behind
+    assert await feed.finish(None) is True
+    assert bytes(client.taken) == data
+
+
+async def test_a_lagging_client_holds_its_place_until_it_is_done() -> None:
+    before = ClientFeed.lagging_now
+    client, data, spool = Client(), body(QUEUE_BYTES * 2), spooled("file")
+    client.open.clear()
+    feed = ClientFeed(client.send)
+    await fill(feed, spool, data)
+    assert feed.lagging and ClientFeed.lagging_now == before + 1
+    rest = rest_of(spool, feed.offered, IN_MEMORY)
+    spool.close()
+    client.open.set()
+    assert await feed.finish(rest) is True
+    feed.cancel()
+    assert ClientFeed.lagging_now == before
