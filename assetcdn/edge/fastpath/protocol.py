@@ -123,19 +123,31 @@ class HandoffTransport(ForwardingTransport):
         self.closed = False
         self.lost = False  # the connection is gone (its close will not come back here)
         self.delivery: tuple[Pending, BodyCounter] | None = None  # the answer's, recorded once it is out
-        # The origin's answer (or failure) the hit path fetched for this request (assetcdn/edge/fastpath/pull_fill.py).
+        # The origin's answer (or failure) the hit path fetched for this request (assetcdn/edge/fastpath/pull_fill.py),
+        # and how to land the URL's flight it began for that answer (None: it began none, or landed it).
         self.fetched: Any = None
+        self.landing: Callable[..., None] | None = None  # assetcdn/edge/states/pull.py `Land`
 
     def take_fetched(self) -> Any:
         """What the hit path fetched for the request (assetcdn/edge/states/pull.py `handed_fill`), once."""
         fetched, self.fetched = self.fetched, None
         return fetched
 
+    def take_landing(self) -> Callable[..., None] | None:
+        """The landing of the flight the hit path began for the fetched answer, once: whoever takes it lands the
+        flight (assetcdn/edge/states/pull.py `serve_pull`)."""
+        landing, self.landing = self.landing, None
+        return landing
+
     def drop_fetched(self) -> None:
-        """The request was answered (or the connection lost) without it: its origin connection goes back."""
+        """The request was answered (or the connection lost) without it: its origin connection goes back, and the
+        flight no one took is landed (the requests waiting for the URL ask again)."""
         fetched = self.take_fetched()
         if fetched is not None and not isinstance(fetched, BaseException):
             fetched.release()
+        landing = self.take_landing()
+        if landing is not None:
+            landing()
 
     def write(self, data: Any) -> None:
         if not self.closed:
@@ -741,16 +753,17 @@ class HitProtocol(asyncio.Protocol):
 
     # --- handing requests to aiohttp --------------------------------------------------------------
 
-    def hand_over(self, request: bytes, fetched: Any = None) -> None:
+    def hand_over(self, request: bytes, fetched: Any = None, landing: Callable[..., None] | None = None) -> None:
         """One body-less request to a fresh aiohttp request handler; the connection comes back when
         the handler closes its HandoffTransport (handoff_ended). `fetched`: the origin's answer the hit
-        path has for it already (assetcdn/edge/fastpath/pull_fill.py)."""
+        path has for it already (assetcdn/edge/fastpath/pull_fill.py), and `landing` the flight it began for it."""
         assert self.transport is not None
         self.busy = True
         self.deadline = float("inf")
         handler = self.server.web_server()
         handoff = HandoffTransport(self, self.transport)
         handoff.fetched = fetched
+        handoff.landing = landing
         self.handler, self.handoff = handler, handoff
         handler.connection_made(handoff)
         handler.data_received(request)

@@ -171,6 +171,7 @@ class PullFills:
                     flight_key: str, changes: HeaderChanges) -> None:
         node = self.server.node
         fetched: OriginResponse | OriginError | None = None
+        handing = False  # an origin answer for the application: it leads the URL's flight from here on
         try:
             try:
                 fetched = await ask(node, zone, named.path, query, fill_headers(fields, zone, fill.peer, "http", None),
@@ -187,6 +188,7 @@ class PullFills:
                     if not kept.done():
                         kept.set_result(None)
                 return
+            handing = isinstance(fetched, OriginResponse) and conn.transport is not None
         except Exception:  # never a hung connection: what was fetched goes back, the connection is closed
             log.exception("filling a pull zone's miss on the hit path failed")
             if isinstance(fetched, OriginResponse):
@@ -196,12 +198,15 @@ class PullFills:
                 conn.transport.abort()
             return
         finally:
-            self.flights.land(flight_key)
+            if not handing:
+                self.flights.land(flight_key)
         if conn.transport is None:
             if isinstance(fetched, OriginResponse):
                 fetched.release()
             return
-        conn.hand_over(head, fetched)  # the application answers with what the origin said
+        # The application answers with what the origin said, and lands the flight the requests for the URL wait
+        # for (as one it led itself: once its answer says what is kept); or the handover does, if it never takes it.
+        conn.hand_over(head, fetched, partial(self.flights.land, flight_key) if handing else None)
 
     def _writes(self, zone: PullZone, lowered: list[tuple[str, str]],
                 response: OriginResponse) -> tuple[int, Directives] | None:

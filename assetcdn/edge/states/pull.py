@@ -246,7 +246,14 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
     if getattr(request.transport, "fetched", None) is not None:
         # The hit path fetched this request's answer (assetcdn/edge/fastpath/pull_fill.py): it is the answer, even
         # when the cache holds the URL by now (its shield, another worker of this edge, stored what it fetched).
-        return await ask_origin(request, node, zone, path, url_key, fields, None)
+        # The URL's flight it began for it is this request's to land: the requests waiting for the URL meanwhile
+        # wait for this answer, as for any flight's.
+        landing: Land | None = request.transport.take_landing()  # type: ignore[union-attr]
+        try:
+            return await ask_origin(request, node, zone, path, url_key, fields, None, landing or no_landing)
+        finally:
+            if landing is not None:
+                landing(None)
     return await through_flight(request.app[FLIGHTS], flight_key, node.origins.limits, cached,
                                 partial(ask_origin, request, node, zone, path, url_key, fields), timed_out)
 

@@ -570,6 +570,45 @@ async def test_a_slow_reader_of_a_fill_does_not_hold_the_requests_waiting_for_it
         await slow.close()
 
 
+async def test_a_fill_the_hit_path_hands_to_the_application_still_leads_the_urls_only_origin_request(
+        paced_readers: FillCdn) -> None:
+    """The hit path asks the origin, and hands an answer it does not write itself (chunked) to the application
+    with the request: a second request for the URL while that answer streams waits for it, as for any fill, and
+    is answered from the cache (before, the hit path's flight ended at the handover: the second request asked
+    the origin itself)."""
+    name = "/handed-over-flight.bin"
+    body = BODY * 40
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=HEADERS)  # no length: chunked, which the application writes
+        await response.prepare(request)
+        for start in range(0, len(body), 64 * 1024):
+            await response.write(body[start:start + 64 * 1024])
+            await asyncio.sleep(0.1)
+        await response.write_eof()
+        return response
+
+    origin = paced_readers.origin
+    origin.route(name, answer)
+    cdn = paced_readers.cdn
+    first, second = SlowReader(slow=False), SlowReader(slow=False)
+    try:
+        await first.ask(cdn.port, f"/{ZONE}{name}")
+
+        async def streaming_to_the_first() -> bool:
+            return origin.count(name) == 1 and len(first.received) > 0
+
+        await wait_until(streaming_to_the_first, "the handed-over fill under way")
+        await second.ask(cdn.port, f"/{ZONE}{name}")
+        (first_head, first_body), (second_head, second_body) = await first.answer(), await second.answer()
+        assert (b"X-Cache: MISS" in first_head, first_body == body) == (True, True)
+        assert (b"X-Cache: HIT" in second_head, second_body == body) == (True, True)
+        assert origin.count(name) == 1
+    finally:
+        await first.close()
+        await second.close()
+
+
 async def test_a_slow_reader_of_an_answer_found_over_the_size_limit_gets_it_whole_and_it_is_not_kept(
         paced_readers: FillCdn) -> None:
     """A chunked answer (no declared length: its fill goes at its first client's pace) turns out longer than
