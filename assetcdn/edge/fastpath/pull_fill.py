@@ -40,6 +40,7 @@ from assetcdn.edge.states.freshness import Directives, first_value
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.states.pull import (
     FLIGHTS,
+    Land,
     ask,
     client_headers,
     fill_cache_status,
@@ -164,11 +165,12 @@ class PullFills:
         flight_key = pull_variant_key(url_key, "flight")
         if self.flights.join(flight_key) is not None:  # one under way: the application waits for it
             return None
-        return self._fill(conn, fill, head, fields, lowered, zone, named, query, url_key, flight_key, changes)
+        return self._fill(conn, fill, head, fields, lowered, zone, named, query, url_key,
+                          self.flights.landing(flight_key), changes)
 
     async def _fill(self, conn: HitProtocol, fill: Fill, head: bytes, fields: list[tuple[str, str]],
                     lowered: list[tuple[str, str]], zone: PullZone, named: PullPath, query: str, url_key: str,
-                    flight_key: str, changes: HeaderChanges) -> None:
+                    land: Land, changes: HeaderChanges) -> None:
         node = self.server.node
         fetched: OriginResponse | OriginError | None = None
         handing = False  # an origin answer for the application: it leads the URL's flight from here on
@@ -181,7 +183,7 @@ class PullFills:
             if isinstance(fetched, OriginResponse) and (writes := self._writes(zone, lowered, fetched)) is not None:
                 # The requests waiting for this URL wait for the answer to be stored, not for this client.
                 kept = self.server.loop.create_future()
-                self.flights.land(flight_key, kept)
+                land(kept)
                 try:
                     await self._answer(conn, fill, zone, named, url_key, lowered, fetched, changes, kept, *writes)
                 finally:
@@ -199,14 +201,23 @@ class PullFills:
             return
         finally:
             if not handing:
-                self.flights.land(flight_key)
+                land(None)
         if conn.transport is None:
             if isinstance(fetched, OriginResponse):
                 fetched.release()
             return
         # The application answers with what the origin said, and lands the flight the requests for the URL wait
         # for (as one it led itself: once its answer says what is kept); or the handover does, if it never takes it.
-        conn.hand_over(head, fetched, partial(self.flights.land, flight_key) if handing else None)
+        try:
+            conn.hand_over(head, fetched, land if handing else None)
+        except Exception:  # never a flight left open, nor a hung connection
+            log.exception("handing a pull zone's fill to the application failed")
+            land(None)
+            if isinstance(fetched, OriginResponse):
+                fetched.release()
+            conn.cut = True
+            if conn.transport is not None:
+                conn.transport.abort()
 
     def _writes(self, zone: PullZone, lowered: list[tuple[str, str]],
                 response: OriginResponse) -> tuple[int, Directives] | None:

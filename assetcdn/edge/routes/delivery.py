@@ -43,6 +43,9 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
     if isinstance(named, PullPath):
         request[DELIVERED_PATH] = f"{named.zone.name}{named.path}"
         return await serve_pull(request, named.zone, named.path, named.prefix)
+    drop = getattr(request.transport, "drop_fetched", None)
+    if drop is not None:  # an answer the hit path fetched for a pull zone this path no longer is: its origin
+        drop()           # connection goes back, and its flight lands now, not once this answer is written
     cdn_path = named
     request[DELIVERED_PATH] = cdn_path
     entry = source_for(node, cdn_path, host_zone, REFUSALS)

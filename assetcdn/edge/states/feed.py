@@ -105,7 +105,7 @@ class ClientFeed:
         """The fill's next chunk: queued for the client, unless it lags or is gone. Past the queue's bound the
         client lags, while fewer than MAX_LAGGING do; else the chunk is queued all the same and the fill waits
         for `room` before it reads on."""
-        if self.gone or self.lagging:
+        if self.gone or self.lagging or self._task.done():  # (done: gone, or failed)
             return
         if self._queued and self._queued + len(chunk) > QUEUE_BYTES and ClientFeed.lagging_now < MAX_LAGGING:
             ClientFeed.lagging_now += 1

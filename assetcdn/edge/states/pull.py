@@ -164,15 +164,26 @@ class Flights:
             self._waiting[key] = loop.create_future()
         return future
 
+    def landing(self, key: str) -> Land:
+        """How the leader of the key's flight (`join` gave it None) lands it: `land` of that flight only, however
+        late it is called (a newer flight for the key, led by another request once this one landed, is never
+        landed by it: the leader lands again on its way out, after a stream of any length)."""
+        return partial(self._land, key, self._waiting[key])
+
     def land(self, key: str, kept: asyncio.Future[None] | None = None) -> None:
-        """Tell the waiters the response's fate. While `kept` is not done, requests for the key still join the
-        flight and wait for it; a flight landed already is left as it is (the leader lands again on its way out)."""
+        """Tell the waiters of the key's flight under way the response's fate (`landing`)."""
         future = self._waiting.get(key)
-        if future is None or future.done():
+        if future is not None:
+            self._land(key, future, kept)
+
+    def _land(self, key: str, future: asyncio.Future[Landing], kept: asyncio.Future[None] | None = None) -> None:
+        """Tell the waiters the response's fate. While `kept` is not done, requests for the key still join the
+        flight and wait for it; a flight landed already is left as it is."""
+        if future.done():
             return
         future.set_result(Landing(kept))
         if kept is None or kept.done():
-            del self._waiting[key]
+            self._forget(key, future)
         else:
             kept.add_done_callback(lambda _kept: self._forget(key, future))
 
@@ -282,10 +293,11 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
         except TimeoutError:
             return await timed_out(stored)
         waited = True
+    land = flights.landing(flight_key)
     try:
-        return await fill(stored, partial(flights.land, flight_key))
+        return await fill(stored, land)
     finally:
-        flights.land(flight_key)
+        land(None)
 
 
 def named_by_body(headers: Headers) -> bool:
@@ -759,6 +771,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
     flight_key = pull_variant_key(url_key, "flight")
     if flights.join(flight_key) is not None:
         return  # already on its way
+    land = flights.landing(flight_key)
     fields = request_fields(request)
     headers = forwarded_headers(request, zone, stored)
 
@@ -777,7 +790,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
                 response.release()
                 return
             kept = asyncio.get_running_loop().create_future()
-            flights.land(flight_key, kept)
+            land(kept)
             spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
             digest = hashlib.sha256() if named_by_body(response.headers) else None
             size = 0
@@ -795,7 +808,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
         except OriginError as exc:
             log.info("pull zone %s: background revalidation of %s failed: %s", zone.name, path, exc)
         finally:
-            flights.land(flight_key)
+            land(None)
             if kept is not None and not kept.done():
                 kept.set_result(None)
 

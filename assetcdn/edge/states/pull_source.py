@@ -327,6 +327,7 @@ def revalidate_in_background(node: EdgeNode, client: tuple[str | None, str], fli
     flight_key = pull_variant_key(url_key, "flight")
     if flights.join(flight_key) is not None:
         return
+    land = flights.landing(flight_key)
 
     async def revalidate() -> None:
         try:
@@ -335,7 +336,7 @@ def revalidate_in_background(node: EdgeNode, client: tuple[str | None, str], fli
             log.info("pull zone %s: background revalidation of the source %s failed: %s", at.zone.name, at.path,
                      exc.message)
         finally:
-            flights.land(flight_key, None)
+            land(None)
 
     task = asyncio.get_running_loop().create_task(revalidate())
     node.background.add(task)

@@ -578,13 +578,14 @@ async def test_a_fill_the_hit_path_hands_to_the_application_still_leads_the_urls
     the origin itself)."""
     name = "/handed-over-flight.bin"
     body = BODY * 40
+    rest = asyncio.Event()  # the origin sends the rest of its body once the second request is in
 
     async def answer(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers=HEADERS)  # no length: chunked, which the application writes
         await response.prepare(request)
-        for start in range(0, len(body), 64 * 1024):
-            await response.write(body[start:start + 64 * 1024])
-            await asyncio.sleep(0.1)
+        await response.write(body[:64 * 1024])
+        await rest.wait()
+        await response.write(body[64 * 1024:])
         await response.write_eof()
         return response
 
@@ -600,11 +601,16 @@ async def test_a_fill_the_hit_path_hands_to_the_application_still_leads_the_urls
 
         await wait_until(streaming_to_the_first, "the handed-over fill under way")
         await second.ask(cdn.port, f"/{ZONE}{name}")
+        # Time for the edge to take the second request in before the fill ends (a second request taken in later
+        # gets a HIT whether or not it waited: this only makes the test stronger, never flaky).
+        await asyncio.sleep(0.3)
+        rest.set()
         (first_head, first_body), (second_head, second_body) = await first.answer(), await second.answer()
         assert (b"X-Cache: MISS" in first_head, first_body == body) == (True, True)
         assert (b"X-Cache: HIT" in second_head, second_body == body) == (True, True)
         assert origin.count(name) == 1
     finally:
+        rest.set()
         await first.close()
         await second.close()
 
