@@ -193,11 +193,7 @@ class PullFills:
             handing = isinstance(fetched, OriginResponse) and conn.transport is not None
         except Exception:  # never a hung connection: what was fetched goes back, the connection is closed
             log.exception("filling a pull zone's miss on the hit path failed")
-            if isinstance(fetched, OriginResponse):
-                fetched.release()
-            conn.cut = True
-            if conn.transport is not None:
-                conn.transport.abort()
+            self._abandon(conn, fetched)
             return
         finally:
             if not handing:
@@ -213,11 +209,16 @@ class PullFills:
         except Exception:  # never a flight left open, nor a hung connection
             log.exception("handing a pull zone's fill to the application failed")
             land(None)
-            if isinstance(fetched, OriginResponse):
-                fetched.release()
-            conn.cut = True
-            if conn.transport is not None:
-                conn.transport.abort()
+            self._abandon(conn, fetched)
+
+    @staticmethod
+    def _abandon(conn: HitProtocol, fetched: OriginResponse | OriginError | None) -> None:
+        """A fill that failed here: what was fetched goes back, the connection is closed."""
+        if isinstance(fetched, OriginResponse):
+            fetched.release()
+        conn.cut = True
+        if conn.transport is not None:
+            conn.transport.abort()
 
     def _writes(self, zone: PullZone, lowered: list[tuple[str, str]],
                 response: OriginResponse) -> tuple[int, Directives] | None:
@@ -258,7 +259,7 @@ class PullFills:
         if fill.head_only or not declared:
             self._send_head(conn, head)
         sending = await keep(node, zone, named.path, url_key, lowered, response, parsed, new_spool(declared),
-                             None if fill.head_only else partial(self._send, conn, counter, head), kept)
+                             None if fill.head_only else partial(self._send, conn, counter, head), kept, declared)
         if sending is None:
             self._send_head(conn, head)
             conn.closing = True  # a body cut short must not look complete to the client

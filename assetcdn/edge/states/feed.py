@@ -154,13 +154,11 @@ class ClientFeed:
 
     def _wake(self) -> None:
         more, self._more = self._more, None
-        if more is not None and not more.done():
-            more.set_result(None)
+        _resolve(more)
 
     def _roomy(self) -> None:
         room, self._room = self._room, None
-        if room is not None and not room.done():
-            room.set_result(None)
+        _resolve(room)
 
     async def _run(self) -> bool:
         try:
@@ -191,3 +189,8 @@ class ClientFeed:
             if self._rest is not None:
                 self._rest.close()
             self._unlag()
+
+
+def _resolve(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)

@@ -501,12 +501,13 @@ def new_spool(declared: int | None) -> IO[bytes]:
 
 async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: Headers, response: OriginResponse,
                parsed: Directives, spool: IO[bytes] | None, send: Callable[[bytes], Awaitable[bool]] | None,
-               kept: asyncio.Future[None] | None) -> bool | None:
+               kept: asyncio.Future[None] | None, declared: int | None) -> bool | None:
     """A fill's body, both fills' (this module's and pull_fill.py's): into `spool` (None: not kept), to the cache,
     then `kept` done, and to its client (`send`, as `relay_body` takes it). A body that is kept is read and stored
     at the origin's pace, whatever the client's: one read with its head is sent first when it fits the
     connection's buffer, else stored first; a larger one of declared length is sent by a task of its own from what
-    the fill read (assetcdn/edge/states/feed.py); one of no declared length, or not kept, is sent as it is read.
+    the fill read (assetcdn/edge/states/feed.py; `declared`, `judge`'s: a kept body has none past the object size
+    limit, and the origin's framing holds it to it); one of no declared length, or not kept, is sent as it is read.
     Whether the client took the whole body; None when the origin's body failed: the caller cuts the client's
     answer short, so that it does not look complete."""
     digest = hashlib.sha256() if spool is not None and named_by_body(response.headers) else None
@@ -523,7 +524,7 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: 
             if send is not None and whole and (spool is None or len(whole) <= SENT_BEFORE_STORED):
                 sending, send = await send(whole), None
         else:
-            if spool is not None and send is not None and framed_within(response.headers, limit):
+            if spool is not None and send is not None and declared is not None:
                 feed = ClientFeed(send)
             try:
                 spool, sending = await relay_body(response, limit, spool, digest, None if feed else send, feed)
@@ -570,14 +571,6 @@ def whole_spool(whole: bytes, spool: IO[bytes] | None, limit: int, digest: Any) 
     return spool
 
 
-def framed_within(headers: Headers, limit: int) -> bool:
-    """Whether a body ends at its declared length (Content-Length, no Transfer-Encoding), within `limit`: kept
-    whole unless the origin fails, so its client may be sent it from the fill's copy (`keep`)."""
-    length = first_value(headers, "content-length")
-    return (length is not None and length.isdigit() and int(length) <= limit
-            and first_value(headers, "transfer-encoding") is None)
-
-
 async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
                         fields: Headers, response: OriginResponse, fwd: str, why: NotStored | None,
                         declared: int | None, parsed: Directives, kept: asyncio.Future[None] | None) -> web.StreamResponse:
@@ -595,7 +588,8 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
         return await sent_in_time(client.write(chunk), timeout_s, gone)
 
     sending = await keep(node, zone, path, url_key, fields, response, parsed,
-                         new_spool(declared) if why is None else None, send if request.method != "HEAD" else None, kept)
+                         new_spool(declared) if why is None else None, send if request.method != "HEAD" else None, kept,
+                         declared)
     if sending is None:
         cut_short(request)
     elif sending:
