@@ -9,8 +9,12 @@ out). No cache, no freshness rules, no logging. The origin is benchmarks/pull_be
 to core 1; the proxy runs on core 0; wrk (``-t2 -c64``) asks for pull_bench's fill URLs, a new one per request.
 Prints the proxy's CPU per request per size: the part of a fill's cost that is the stack's, not the edge's.
 With ``--decisions`` the proxy also takes the edge's own steps of a fill on each answer (`Decisions`: the memory
-tier's look-up, `pull.judge`, keeping it in a one-worker edge's cache as `pull.store` does, the client's head by
-`pull.client_headers`), so that what a fill's decisions cost is told apart from what the plumbing around them costs.
+tier's look-up and the disk tier's filter, `pull.judge`, keeping it in a one-worker edge's cache with the calls
+`pull.store` makes, the client's head by `pull.client_headers`), so that what a fill's decisions cost is told apart
+from what the plumbing around them costs. Unlike the edge it never waits for the cache's writer (the edge's fill
+waits when the writer is behind what the memory tier evicts) and asks no SQLite for a key the filter says the disk
+may hold (every URL here is new); the writer thread's CPU, in the same process, is counted, read ``SETTLE_S``
+after each round.
 Loopback only; every run is bounded; everything started is stopped at the end.
 """
 
@@ -27,7 +31,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from benchmarks.hits_bench import anchor, stop, wait_up
+from benchmarks.hits_bench import SETTLE_S, anchor, stop, wait_up
 from benchmarks.load import run_wrk
 from benchmarks.measure import load_average, machine, require_tools
 from benchmarks.pull_bench import FILL_LUA, SIZES, ready_origin
@@ -240,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
                     before = proxy.cpu_seconds()
                     result = run_wrk(f"{proxy.base}/", args.duration, 64, 2, prefix=("taskset", "-c", "1"),
                                      lua=FILL_LUA.replace("{prefix}", f"/{prefix}/r{round_}-"))
+                    if args.decisions:  # the cache's writer thread finishes what the round evicted: counted
+                        time.sleep(SETTLE_S)
                     used = proxy.cpu_seconds() - before
                     print(f"{size}: {result.rps:,.0f} requests/s, {used / max(result.requests, 1) * 1e6:.0f} us of "
                           f"CPU a request; load {load_average()}", flush=True)
