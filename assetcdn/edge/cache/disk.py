@@ -155,6 +155,12 @@ def segment_place(filename: str) -> tuple[str, int, int] | None:
     return segment, int(offset), int(length)
 
 
+def _file_or_segment(filename: str) -> tuple[str, bool]:
+    """A row's body file, or the segment its place is in (what removing it removes), and whether it is one."""
+    place = segment_place(filename)
+    return (filename, False) if place is None else (place[0], True)
+
+
 def read_segment(root: str, segment: str, offset: int, length: int) -> bytes | None:
     """A body kept in a segment; None when the segment is gone (its rows evicted since) or shorter."""
     try:
@@ -675,8 +681,12 @@ class DiskTier:
             for name in written:  # rolled back: no row owns them (nor names a segment of them)
                 self._remove(name)
             raise
-        for gone in dict.fromkeys(replaced):  # committed: no row owns them any more (a culled inline row had none);
-            if gone is not None:             # a segment goes once no row names it
+        # Committed: no row owns them any more (a culled inline row had none); a segment goes once no row names it,
+        # asked once per segment however many of its rows went.
+        for gone, segment in dict.fromkeys(_file_or_segment(name) for name in replaced if name is not None):
+            if segment:
+                disk.remove_segment(gone)
+            else:
                 self._remove(gone)
 
     def _put_each(self, entries: Sequence[CachedObject],

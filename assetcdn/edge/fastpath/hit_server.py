@@ -254,12 +254,14 @@ class HitServer:
             pulled = view.pulls.get(url)
             if pulled is not None:
                 return self._answer_pull(conn, view, url, pulled, head_only, out)
-        elif self.confirmed and hit.file is None and self.entries.get(hit.cdn_path) is hit.entry:
+        elif not self.confirmed:  # a stored zone's: STALE, or not served from cache, the application's
+            return HAND_OVER
+        elif hit.file is None and self.entries.get(hit.cdn_path) is hit.entry:
             # The usual hit, inline: `_find`'s first step for a body in the memory tier.
             obj = self.memory.hit(hit.key)
             if obj is not None:
                 return self._respond(conn, view, hit, obj, -1, head_only, out)
-        found = self._find(conn, view, path, head_only, True)
+        found = self._find(conn, view, path, head_only, self.confirmed)  # no file opened for a hit declined
         if isinstance(found, PullPath):
             return self._answer_pull(conn, view, url, None, head_only, out, found)
         if found is None:
@@ -478,6 +480,8 @@ class HitServer:
             view = self._host_view(host)
             if view is None:
                 return hand_over
+        if not self.confirmed and path in view.hits:  # a stored zone's: STALE, or not served from cache
+            return hand_over
         found = self._find(request, view, path, head_only, False)
         if found is None:
             return hand_over
@@ -498,8 +502,8 @@ class HitServer:
             status = 304
             fields = hit.h2_head_304
             if fields is None:
-                fields = hit.h2_head_304 = response_fields(hit.head_304 or hit.not_modified_head())
-                self._charge(view, path, hit, fields_cost(fields))
+                fields = hit.h2_head_304 = self._charge(
+                    view, path, hit, response_fields(hit.head_304 or hit.not_modified_head()))
             fields += self.stream_tail
         elif headers[2] is None:
             status = 200
@@ -508,11 +512,10 @@ class HitServer:
             if dated is None or dated[0] is not date:
                 fields = hit.h2_head
                 if fields is None:
-                    fields = hit.h2_head = response_fields(hit.head)
-                    self._charge(view, path, hit, fields_cost(fields))
+                    fields = hit.h2_head = self._charge(view, path, hit, response_fields(hit.head))
                 fields += self.stream_tail
                 if dated is None:  # the next seconds' replace it
-                    self._charge(view, path, hit, fields_cost(fields, dated=True))
+                    self._charge(view, path, hit, fields, dated=True)
                 dated = hit.h2_dated = (date, fields)
             fields = dated[1]
         else:
@@ -523,15 +526,13 @@ class HitServer:
                 status = 200
                 fields = hit.h2_head
                 if fields is None:
-                    fields = hit.h2_head = response_fields(hit.head)
-                    self._charge(view, path, hit, fields_cost(fields))
+                    fields = hit.h2_head = self._charge(view, path, hit, response_fields(hit.head))
             else:
                 status = 206
                 start, end = parsed
                 fields = hit.h2_head_206
                 if fields is None:
-                    fields = hit.h2_head_206 = response_fields(hit.partial_lines())
-                    self._charge(view, path, hit, fields_cost(fields))
+                    fields = hit.h2_head_206 = self._charge(view, path, hit, response_fields(hit.partial_lines()))
                 fields += ((b"content-range", content_range(start, end, size).encode()),
                            (b"content-length", b"%d" % (end - start)))
             fields += self.stream_tail
@@ -634,13 +635,15 @@ class HitServer:
                 return other.hits
         return None
 
-    def _charge(self, view: HostView, path: bytes, hit: Prepared, cost: int) -> None:
-        """`hit` holds `cost` more (an HTTP/2 head made on use): charged with it while `view` holds it for `path`
-        (its let-go gives it back), as `_hold` charges a head; a head not held is let go with its request."""
+    def _charge(self, view: HostView, path: bytes, hit: Prepared, fields: Fields, *, dated: bool = False) -> Fields:
+        """`hit` holds `fields` more (an HTTP/2 head made on use; `dated`: with this second's Date): while `view`
+        holds it for `path` it is held again at its new cost (`_hold`: room made for it as for any head; its let-go
+        gives it all back); a head not held is let go with its request. Returns `fields`."""
         if view.hits.get(path) is hit:
-            hit.cost += cost
-            self.head_bytes += cost
-            self.memory.charge_heads(cost)
+            self._let_go(view.hits.pop(path))
+            hit.cost += fields_cost(fields, dated=dated)
+            self._hold(view, path, hit)
+        return fields
 
     def _let_go(self, head: Prepared | PulledHit) -> None:
         self.prepared -= 1
