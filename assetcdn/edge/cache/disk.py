@@ -92,6 +92,16 @@ SEGMENT_SWEEP_AGE_S = 3600.0
 # thread's); its defaults per connection (a 32 MB page cache, a 64 MB memory map) grow with the database until
 # they hold much of it, several times over. Ours are small: other reads come from the kernel's page cache.
 SQLITE_MMAP_BYTES = 0
+# Where SQLite keeps its temporary data, above all the statement journal: a statement that writes many rows inside a
+# transaction (the batch's upsert of ROWS_PER_UPSERT rows, a cull, a purge) copies each page it changes there first,
+# so that it can be undone alone. In a file (SQLite's default, in /var/tmp) that was a write system call per page,
+# more of them than the write-ahead log's; in memory it is a copy, freed when the statement ends.
+SQLITE_TEMP_STORE_MEMORY = 2
+# Pages the write-ahead log grows to before a commit copies them into the database (a checkpoint: a write per page
+# and an fdatasync). SQLite's default is 1,000 (4 MB): the writer's batches, each touching index pages all over
+# the key index, checkpointed every few batches, writing the same pages again and again. At 8,192 (32 MB of log
+# on disk) a page changed by several batches in between is copied once.
+SQLITE_WAL_PAGES = 8192
 # `put_many`: keys per look-up of the files they held (within SQLite's default bound on parameters).
 _KEYS_PER_SELECT = 500
 # `put_many`'s row: diskcache's `Cache.set` of a raw key without expiry, as one upsert.
@@ -385,6 +395,8 @@ class DiskTier:
             tag_index=False,
             sqlite_cache_size=SQLITE_CACHE_PAGES,
             sqlite_mmap_size=SQLITE_MMAP_BYTES,
+            sqlite_temp_store=SQLITE_TEMP_STORE_MEMORY,
+            sqlite_wal_autocheckpoint=SQLITE_WAL_PAGES,
         )
         self._min_file_size = min_file_size
         self._segment_max = segment_max

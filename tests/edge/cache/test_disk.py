@@ -418,3 +418,31 @@ def test_a_batch_writes_its_rows_in_a_few_statements_not_one_per_row(disk: DiskT
         assert stored is not None and stored.body == b"%d" % i and stored.stored_at == float(i)
         assert stored.tags == (f"/p/{i}",) and stored.headers == (("x-zone", "a"),)
     assert disk.keys_for_tags([f"/p/{count - 1}"]) == [f"pull:{count - 1}"]
+
+
+def test_every_connection_keeps_statement_journals_in_memory_and_checkpoints_late(tmp_path: Path) -> None:
+    """The writer's batches change pages all over the key index: their statement journals stay in memory (no write
+    system call per page to a temporary file) and the write-ahead log takes SQLITE_WAL_PAGES before a checkpoint,
+    on every thread's connection (diskcache opens one per thread) and after a reopen."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from assetcdn.edge.cache.disk import SQLITE_WAL_PAGES
+
+    def pragmas(tier: DiskTier) -> tuple[int, int]:
+        sql = tier._cache._sql
+        return sql("PRAGMA temp_store").fetchone()[0], sql("PRAGMA wal_autocheckpoint").fetchone()[0]
+
+    tier = DiskTier(tmp_path / "cache", size_limit=64 * MB)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            assert pool.submit(pragmas, tier).result() == (2, SQLITE_WAL_PAGES)
+        assert pragmas(tier) == (2, SQLITE_WAL_PAGES)
+    finally:
+        tier.close()
+    with sqlite3.connect(tmp_path / "cache" / "cache.db") as con:  # an earlier version's database keeps its own
+        con.execute("UPDATE Settings SET value = 1000 WHERE key = 'sqlite_wal_autocheckpoint'")
+    again = DiskTier(tmp_path / "cache", size_limit=64 * MB)
+    try:
+        assert pragmas(again) == (2, SQLITE_WAL_PAGES)
+    finally:
+        again.close()
