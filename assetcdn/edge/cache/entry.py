@@ -124,8 +124,9 @@ class CachedObject:
         meta = self._meta
         if not isinstance(meta, str):
             return meta[2]
-        fields = meta.split(SEP)
-        return tuple(fields[3 : 3 + int(fields[2])])
+        fields = meta.split(SEP, 3)  # the header fields after the tags stay in one piece
+        count = int(fields[2])
+        return tuple(fields[3].split(SEP, count)[:count]) if count else ()
 
     @property
     def headers(self) -> tuple[tuple[str, str], ...]:

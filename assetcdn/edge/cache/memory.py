@@ -228,13 +228,13 @@ class MemoryTier:
             oldest = next(iter(self._entries))
             evicted = self._entries[oldest]
             unread = oldest in self._unread
-            self._remove(oldest)
+            cost = self._drop(oldest, evicted)
             if type(evicted) is not MemoryOnly:
                 continue
             if unread and not self.disk_has_room:
                 self._ghost(oldest)
             else:
-                self._victimize(evicted)
+                self._victimize(evicted, cost)
                 victims = True
         return victims
 
@@ -316,8 +316,8 @@ class MemoryTier:
         mask = 1 << (bit & 7)
         return bool((self._ghosts[bit >> 3] | self._old_ghosts[bit >> 3]) & mask)
 
-    def _victimize(self, obj: CachedObject) -> None:
-        cost = entry_cost(obj)
+    def _victimize(self, obj: CachedObject, cost: int) -> None:
+        """Move an evicted memory-only entry (`cost`: its ``entry_cost``) to the victims."""
         self._victims[obj.key] = obj
         self._victim_costs[obj.key] = cost
         self._victim_bytes += cost
@@ -420,11 +420,18 @@ class MemoryTier:
             held.add(key)
 
     def _remove(self, key: str) -> bool:
-        obj = self._entries.pop(key, None)
+        obj = self._entries.get(key)
         if obj is None:
             return False
+        self._drop(key, obj)
+        return True
+
+    def _drop(self, key: str, obj: CachedObject) -> int:
+        """Remove the entry `obj` under `key` and what indexes it; returns what it cost (``entry_cost``)."""
+        del self._entries[key]
         tags = obj.tags
-        self._bytes -= entry_cost(obj, tags)
+        cost = entry_cost(obj, tags)
+        self._bytes -= cost
         if type(obj) is MemoryOnly:
             self._unwritten -= 1
             if self._unread:
@@ -442,7 +449,7 @@ class MemoryTier:
                 self._by_tag[tag] = next(iter(held))
             elif not held:
                 self._drop_tag(tag)
-        return True
+        return cost
 
     def _drop_tag(self, tag: str) -> None:
         del self._by_tag[tag]
