@@ -23,7 +23,8 @@ Layout inside ``directory`` (all in diskcache's own ``cache.db``, so one file is
   and its triggers), so purged space in a segment pushes out the oldest entries until the
   segment's own turn comes (the eviction policy culls in the order rows were stored). A segment
   left behind (a crash before its batch committed, an earlier version removing its last row) is
-  removed by the next start once it is ``SEGMENT_SWEEP_AGE_S`` old (``sweep_segments``).
+  removed once it is ``SEGMENT_SWEEP_AGE_S`` old (``sweep_segments``): by the next start, and by the disk writer
+  after a batch, once per ``SEGMENT_SWEEP_AGE_S`` (assetcdn/edge/cache/write_behind.py).
 - ``EdgeTag`` (ours): a tag -> key index maintained by SQLite triggers on ``Cache``. Because
   the triggers fire inside diskcache's own transactions, the index follows every insert,
   overwrite, eviction (culling), delete and clear, from any process, with no extra write.

@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 
-from assetcdn.edge.cache.disk import DiskTier
+from assetcdn.edge.cache.disk import SEGMENT_SWEEP_AGE_S, DiskTier
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.memory import MemoryTier
 from assetcdn.edge.heap import can_trim, trim_heap
@@ -77,6 +77,9 @@ class WriteBehind:
         self._trim_armed = False  # a look at whether evictions stopped is due (`_trim_when_idle`)
         self._trimmed_at = 0  # the victims' `victim_bytes_gone` when the heap was last trimmed
         self._disk = disk
+        # When the writer next removes the segment files no row names (a crash between a batch's write and its
+        # commit leaves one): every SEGMENT_SWEEP_AGE_S, after a batch, those that old (a start removed the older).
+        self._sweep_at = time.monotonic() + SEGMENT_SWEEP_AGE_S
         self._queue: list[tuple[CachedObject, Waiter | None]] = []
         self._scheduled = False
         self._closed = False
@@ -219,6 +222,20 @@ class WriteBehind:
                     return
             with self.lock:
                 self._write(self._take())
+                self._sweep_when_due()
+
+    def _sweep_when_due(self) -> None:
+        """Remove the segment files no row names, `SEGMENT_SWEEP_AGE_S` old, once that long since the last time:
+        in the writer thread, so that a worker running for days does not keep what a crash left until its next
+        start. The caller holds ``lock``."""
+        now = time.monotonic()
+        if now < self._sweep_at or self._closed:
+            return
+        self._sweep_at = now + SEGMENT_SWEEP_AGE_S
+        try:
+            self._disk.sweep_segments()
+        except OSError:  # the cache directory cannot be listed now: next time
+            log.exception("edge cache: the segment files could not be swept")
 
     def _current(self, entries: Sequence[CachedObject]) -> list[CachedObject]:
         """The entries the memory tier still holds (as entries or victims), once the purges of other workers are

@@ -237,3 +237,38 @@ def test_a_put_behind_since_a_mark_reads_no_purge_log_on_the_event_loop(cache: E
         assert kept is not None and queried == []  # no purge since its mark: kept at once
     finally:
         other.close()
+
+
+def test_the_writer_removes_what_a_crash_left_once_an_hour_without_a_restart(cache: EdgeCache) -> None:
+    """A segment file no row names (a crash between a batch's write and its commit) is removed by the writer after
+    a batch once it is an hour old, an hour after the last sweep: not only by a later start. A named segment and
+    a young unnamed one (another worker's batch about to commit) stay."""
+    import time
+
+    writer = HeldWriter()
+    for n in range(2):  # one batch of two 40 KB bodies: a segment
+        cache.put_behind(f"pull:z:/{n}", bytes([n]) * 40 * KB, "text/plain", '"e"', ["t"], HEAD, writer=writer)
+    writer.run()
+    (live,) = cache.disk.directory.rglob("*.seg")
+    old, young = live.parent / ("0" * 30 + ".seg"), live.parent / ("1" * 30 + ".seg")
+    for orphan in (old, young):
+        orphan.write_bytes(b"left behind")
+    hours_ago = time.time() - 2 * 3600
+    for path in (old, live):
+        os.utime(path, (hours_ago, hours_ago))
+
+    cache.put_behind("pull:z:/2", b"x", "text/plain", '"e"', ["t"], HEAD, writer=writer)
+    writer.run()  # the first sweep is an hour after the start
+    assert old.exists()
+
+    cache._writes._sweep_at = time.monotonic()  # an hour on
+    cache.put_behind("pull:z:/3", b"x", "text/plain", '"e"', ["t"], HEAD, writer=writer)
+    writer.run()
+    assert set(cache.disk.directory.rglob("*.seg")) == {live, young}
+    assert on_disk(cache, "pull:z:/1") == bytes([1]) * 40 * KB
+
+    old.write_bytes(b"left behind again")
+    os.utime(old, (hours_ago, hours_ago))
+    cache.put_behind("pull:z:/4", b"x", "text/plain", '"e"', ["t"], HEAD, writer=writer)
+    writer.run()  # the next sweep is an hour after that one
+    assert old.exists()
