@@ -596,3 +596,48 @@ def test_a_fill_the_writers_batch_is_writing_is_not_let_go_when_evicted_meanwhil
     cache.memory.settle([writing], stored=True)  # the batch commits
     cache.memory.in_flight = frozenset()
     assert cache.memory.victim("pull:z:/writing") is None
+
+
+async def test_victims_evicted_during_a_batch_are_gathered_again_but_a_waited_fill_is_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a batch, the victims evicted while it was written wait GATHER_S on the event loop's timer for more to
+    join them (no batch of a few rows at once, then a smaller one), unless a fill waits for the writer: that one is
+    submitted at once."""
+    cache = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=256 * KB, memory_max_object=4 * KB)
+    cache.alone = True  # room for a dozen victims before fills wait for the writer
+    writes = cache._writes
+    writes._gather_s = 0.02
+    writer = HeldWriter()
+    put_many = cache.disk.put_many
+    meanwhile: list[str] = []
+
+    def evicting_meanwhile(entries: Any, current: Any = None) -> None:
+        if not meanwhile:  # the event loop evicts another fill while the batch is written
+            meanwhile.append("pull:z:/meanwhile")
+            fill(cache, writer, meanwhile[0], read=False)
+            evict(cache, meanwhile[0])
+        put_many(entries, current)
+
+    monkeypatch.setattr(cache.disk, "put_many", evicting_meanwhile)
+    fill(cache, writer, KEY)
+    evict(cache)
+    await asyncio.sleep(0.05)  # the first gathering
+    assert len(writer.jobs) == 1
+    writer.run()
+    assert on_disk(cache, KEY) == BODY
+    assert on_disk(cache, meanwhile[0]) is None and cache.memory.victim(meanwhile[0]) is not None
+    assert writer.jobs == []  # not written at once: gathered again
+
+    kept = cache.put_behind("pull:z:/waited", BODY, "text/plain", '"w"', TAGS, HEAD, writer=writer)
+    assert kept is not None
+    waited = writes.add(kept[0], writer, wait=True)  # as a fill does while the writer is behind
+    assert waited is not None and len(writer.jobs) == 1  # a fill waiting for the writer does not wait for that
+    writer.run()
+    await asyncio.sleep(0)  # the writer thread hands the futures back through the loop
+    assert waited.done() and on_disk(cache, "pull:z:/waited") == BODY
+    assert on_disk(cache, meanwhile[0]) == BODY  # its batch took the victims too
+
+    await asyncio.sleep(0.05)  # the gathering's timer still submits a batch: harmless, nothing left to write
+    writer.run()
+    assert cache.memory.victim_count == 0
+    cache.close()
