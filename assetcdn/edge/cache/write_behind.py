@@ -82,12 +82,10 @@ class WriteBehind:
         self._sweep_at = time.monotonic() + SEGMENT_SWEEP_AGE_S
         self._queue: list[tuple[CachedObject, Waiter | None]] = []
         self._scheduled = False
-        self._gathering = False  # the victims are being gathered again after a batch (`_drain`)
         self._closed = False
         self._queue_lock = threading.Lock()  # the queue and the flag only: held for microseconds
         self.lock = threading.RLock()        # a batch's check and commit; a purge's memory and disk steps
         self.writer: Executor | None = None  # runs the batches of the memory tier's victims
-        self._loop: asyncio.AbstractEventLoop | None = None  # the event loop whose fills make the victims
         memory.on_victims = self._victims_waiting
 
     def _victims_waiting(self) -> None:
@@ -99,8 +97,6 @@ class WriteBehind:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        if loop is not None:
-            self._loop = loop
         with self._queue_lock:
             start, self._scheduled = not self._scheduled, True
         if start:
@@ -143,11 +139,7 @@ class WriteBehind:
             waiter = (loop, loop.create_future())
         with self._queue_lock:
             self._queue.append((obj, waiter))
-            # One waited for does not wait for the victims' gathering (`_drain`): a second drain is harmless.
-            start = not self._scheduled or (waiter is not None and self._gathering)
-            self._scheduled = True
-            if waiter is not None:
-                self._gathering = False
+            start, self._scheduled = not self._scheduled, True
         if start:
             if loop is not None and waiter is None:
                 loop.call_later(self._gather_s, self._submit, writer)
@@ -156,8 +148,6 @@ class WriteBehind:
         return None if waiter is None else waiter[1]
 
     def _submit(self, writer: Executor) -> None:
-        with self._queue_lock:
-            self._gathering = False
         try:
             writer.submit(self._drain)
         except RuntimeError:  # the executor is shut down (the process is stopping): written here
@@ -225,35 +215,14 @@ class WriteBehind:
             return batch
 
     def _drain(self) -> None:
-        """Write batches while entries are queued or victims wait. After a batch, victims alone (no entry queued:
-        nobody waits for them) are gathered again for ``GATHER_S`` on the event loop's timer rather than written at
-        once: those evicted during one batch would make a smaller batch, then a smaller one, each transaction
-        paying its commit and the index pages it touches for a few rows."""
-        written = False
         while True:
             with self._queue_lock:
                 if not self._queue and self._memory.victim_count == 0:
                     self._scheduled = False
                     return
-                if written and not self._queue and self._gather_again():
-                    self._gathering = True
-                    return  # still scheduled: the timer submits the next batch
             with self.lock:
                 self._write(self._take())
                 self._sweep_when_due()
-            written = True
-
-    def _gather_again(self) -> bool:
-        """Submit the next batch ``GATHER_S`` from now, from the event loop (called in the writer thread); False
-        when there is no loop to do it (closed, or none seen): the caller writes at once."""
-        loop, writer = self._loop, self.writer
-        if loop is None or writer is None or self._closed:
-            return False
-        try:
-            loop.call_soon_threadsafe(loop.call_later, self._gather_s, self._submit, writer)
-        except RuntimeError:  # the loop is closed
-            return False
-        return True
 
     def _sweep_when_due(self) -> None:
         """Remove the segment files no row names, `SEGMENT_SWEEP_AGE_S` old, once that long since the last time:
