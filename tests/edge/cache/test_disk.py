@@ -206,7 +206,7 @@ def test_sqlite_memory_per_connection_is_bounded_also_in_a_directory_made_with_d
         settings = dict(con.execute("SELECT key, value FROM Settings WHERE key LIKE 'sqlite_%'").fetchall())
         page_size = con.execute("PRAGMA page_size").fetchone()[0]
     con.close()
-    assert settings["sqlite_cache_size"] * page_size <= 1 * MB
+    assert settings["sqlite_cache_size"] * page_size <= 256 * 1024
     assert settings["sqlite_mmap_size"] == 0
 
 
