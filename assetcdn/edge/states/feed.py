@@ -12,6 +12,11 @@ What lagging clients hold (each a copy of up to 1 MB in memory, or its fill's te
 size limit) is bounded by how many may lag at once in a worker, MAX_LAGGING: past it, a client behind its queue
 sets the pace of its fill again (`room`), as every fill's first client did before, holding its origin connection
 (whose pool bounds those).
+
+A body of no declared length (chunked) may turn out longer than the object size limit: the fill then keeps it no
+longer, and its copy goes (`keep_pace`). A lagging client is first sent what it had still to be sent of that copy
+(read back from it before it went), then the rest of the body as the fill reads it, and from then on the client
+sets the fill's pace, as for an answer that is not kept.
 """
 
 from __future__ import annotations
@@ -90,13 +95,15 @@ class ClientFeed:
 
     def __init__(self, send: Send) -> None:
         self._send = send  # False once the client is gone or cut off
-        self._chunks: deque[bytes] = deque()
-        self._queued = 0
+        # What the client is to be sent, in order: the fill's chunks, and a lagging client's rest (`finish`,
+        # `keep_pace`), each Rest this feed's to close.
+        self._items: deque[bytes | Rest] = deque()
+        self._queued = 0  # the bytes of the chunks among them
         self.offered = 0  # the body's bytes queued (or sent) so far: a lagging client's rest starts there
         self.lagging = False
+        self.paced = False  # the fill's copy is gone (`keep_pace`): the client sets the fill's pace from now on
         self.gone = False
         self._ended = False
-        self._rest: Rest | None = None
         self._more: asyncio.Future[None] | None = None
         self._room: asyncio.Future[None] | None = None
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -105,21 +112,35 @@ class ClientFeed:
         """The fill's next chunk: queued for the client, unless it lags or is gone. Past the queue's bound the
         client lags, while fewer than MAX_LAGGING do; else the chunk is queued all the same and the fill waits
         for `room` before it reads on."""
-        if self.gone or self.lagging or self._task.done():  # (done: gone, or failed)
+        if self.gone or (self.lagging and not self.paced) or self._task.done():  # (done: gone, or failed)
             return
-        if self._queued and self._queued + len(chunk) > QUEUE_BYTES and ClientFeed.lagging_now < MAX_LAGGING:
+        if (not self.paced and self._queued and self._queued + len(chunk) > QUEUE_BYTES
+                and ClientFeed.lagging_now < MAX_LAGGING):
             ClientFeed.lagging_now += 1
             self.lagging = True
             return
-        self._chunks.append(chunk)
+        self._items.append(chunk)
         self._queued += len(chunk)
         self.offered += len(chunk)
+        self._wake()
+
+    def keep_pace(self, rest: Rest | None) -> None:
+        """The fill keeps the body no longer (past the object size limit) and its copy goes: a lagging client is
+        sent `rest` (what it had not been offered, taken from that copy before it went; this feed's to close)
+        before the chunks offered from now on, and the client sets the fill's pace (`behind`) from now on."""
+        self.paced = True
+        if rest is None:
+            return
+        if self.gone or self._task.done():
+            rest.close()
+            return
+        self._items.append(rest)
         self._wake()
 
     @property
     def behind(self) -> bool:
         """Whether the fill should wait for the client (`room`): its queue is past the bound and it may not lag."""
-        return not self.lagging and not self.gone and self._queued > QUEUE_BYTES
+        return (self.paced or not self.lagging) and not self.gone and self._queued > QUEUE_BYTES
 
     async def room(self) -> None:
         """Wait while the client is `behind`: it takes its queue at its pace (or goes, or is cut off)."""
@@ -134,7 +155,9 @@ class ClientFeed:
             if rest is not None:
                 rest.close()
             return await self._task
-        self._rest, self._ended = rest, True
+        if rest is not None:
+            self._items.append(rest)
+        self._ended = True
         self._wake()
         return await self._task  # cancelled with the caller
 
@@ -145,7 +168,12 @@ class ClientFeed:
             task.cancel()
         elif not task.cancelled() and task.exception() is not None:  # retrieved: raised by `finish` if awaited
             log.debug("a fill's client feed failed", exc_info=task.exception())
-        self._unlag()  # (a task cancelled before it ran never reaches its own `finally`)
+        # A task cancelled before it ran never reaches its own `finally`: the rests still queued are closed here
+        # (one being sent is no longer among them) and its place among the lagging is given back.
+        for item in self._items:
+            if isinstance(item, Rest):
+                item.close()
+        self._unlag()
 
     def _unlag(self) -> None:
         if self.lagging:
@@ -163,31 +191,35 @@ class ClientFeed:
     async def _run(self) -> bool:
         try:
             while True:
-                if self._chunks:
-                    chunk = self._chunks.popleft()
-                    self._queued -= len(chunk)
-                    if not await self._send(chunk):
+                if self._items:
+                    item = self._items.popleft()
+                    if isinstance(item, Rest):
+                        try:
+                            async for piece in item.pieces():
+                                if not await self._send(piece):
+                                    self.gone = True
+                                    return False
+                        finally:
+                            item.close()
+                        continue
+                    self._queued -= len(item)
+                    if not await self._send(item):
                         self.gone = True
                         return False
                     if self._queued <= QUEUE_BYTES:
                         self._roomy()
                     continue
                 if self._ended:
-                    break
+                    return True
                 self._more = asyncio.get_running_loop().create_future()
                 await self._more
-            if self._rest is not None:
-                async for piece in self._rest.pieces():
-                    if not await self._send(piece):
-                        self.gone = True
-                        return False
-            return True
         finally:
-            self._chunks.clear()
+            for item in self._items:
+                if isinstance(item, Rest):
+                    item.close()
+            self._items.clear()
             self._queued = 0
             self._roomy()  # a fill waiting for room reads on: the client is done or gone
-            if self._rest is not None:
-                self._rest.close()
             self._unlag()
 
 

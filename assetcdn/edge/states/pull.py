@@ -505,9 +505,11 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: 
     """A fill's body, both fills' (this module's and pull_fill.py's): into `spool` (None: not kept), to the cache,
     then `kept` done, and to its client (`send`, as `relay_body` takes it). A body that is kept is read and stored
     at the origin's pace, whatever the client's: one read with its head is sent first when it fits the
-    connection's buffer, else stored first; a larger one of declared length is sent by a task of its own from what
-    the fill read (assetcdn/edge/states/feed.py; `declared`, `judge`'s: a kept body has none past the object size
-    limit, and the origin's framing holds it to it); one of no declared length, or not kept, is sent as it is read.
+    connection's buffer, else stored first; a larger one is sent by a task of its own from what the fill read
+    (assetcdn/edge/states/feed.py), until it turns out longer than the object size limit (`declared`, `judge`'s:
+    a body that declares more is not kept, and the origin's framing holds a declared one to it; one of no declared
+    length may): from then on it is not kept (`kept` done at once: the requests waiting for the URL ask for
+    their own), and the client sets the fill's pace, as it does for one that is not kept from the start.
     Whether the client took the whole body; None when the origin's body failed: the caller cuts the client's
     answer short, so that it does not look complete."""
     digest = hashlib.sha256() if spool is not None and named_by_body(response.headers) else None
@@ -524,10 +526,11 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: 
             if send is not None and whole and (spool is None or len(whole) <= SENT_BEFORE_STORED):
                 sending, send = await send(whole), None
         else:
-            if spool is not None and send is not None and declared is not None:
+            if spool is not None and send is not None:
                 feed = ClientFeed(send)
             try:
-                spool, sending = await relay_body(response, limit, spool, digest, None if feed else send, feed)
+                spool, sending = await relay_body(response, limit, spool, digest, None if feed else send, feed,
+                                                  partial(_not_kept, kept))
             except OriginError as exc:
                 log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, path, exc)
                 return None
@@ -597,25 +600,35 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
     return client
 
 
+def _not_kept(kept: asyncio.Future[None] | None) -> None:
+    """A fill's body went past the object size limit: the requests waiting for it ask for their own now."""
+    if kept is not None and not kept.done():
+        kept.set_result(None)
+
+
 async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | None, digest: Any,
                      send: Callable[[bytes], Awaitable[bool]] | None,
-                     feed: ClientFeed | None = None) -> tuple[IO[bytes] | None, bool]:
+                     feed: ClientFeed | None = None,
+                     dropped: Callable[[], None] | None = None) -> tuple[IO[bytes] | None, bool]:
     """Read the origin's body (not read whole with its head: `keep`): each chunk offered to `feed` (the client's,
-    for a body kept whole) or to `send` (None: nothing is sent; it answers False once the client is gone), and
+    for a body being kept) or to `send` (None: nothing is sent; it answers False once the client is gone), and
     into `spool` (and `digest`) while the body stays within `limit`, past which it is still sent but no longer
-    kept. Stops early when nothing is sent or kept any more. Returns the spool (None: not kept) and whether the
-    client took the whole body (with a feed: whether the client is still there); OriginError when the origin's
-    body fails (the spool closed)."""
+    kept (`dropped` is told; a lagging feed is first given what it had still to be sent of the spool, and sets the
+    fill's pace from then on). Stops early when nothing is sent or kept any more. Returns the spool (None: not
+    kept) and whether the client took the whole body (with a feed: whether the client is still there);
+    OriginError when the origin's body fails (the spool closed)."""
     size = 0
     try:
         async for chunk in response.chunks(capped=False):
             size += len(chunk)
             if spool is not None:
                 if size > limit:  # past the object size limit: still sent, no longer kept
-                    if feed is not None:  # (fed only when declared within it, which the framing holds to)
-                        raise OriginError("the origin's body is longer than it declared")
+                    if feed is not None:
+                        feed.keep_pace(rest_of(spool, feed.offered, SPOOL_MEMORY) if feed.lagging else None)
                     spool.close()
                     spool = None
+                    if dropped is not None:
+                        dropped()
                 else:
                     await spool_write(spool, chunk, size)
                     if digest is not None:

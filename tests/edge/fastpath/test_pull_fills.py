@@ -538,16 +538,18 @@ class SlowReader:
         self.sock.close()
 
 
+@pytest.mark.parametrize("declared", [True, False], ids=["length", "chunked"])
 @pytest.mark.parametrize("path", ["hit", "application"])
 async def test_a_slow_reader_of_a_fill_does_not_hold_the_requests_waiting_for_it_and_gets_its_whole_body(
-        paced_readers: FillCdn, path: str) -> None:
+        paced_readers: FillCdn, path: str, declared: bool) -> None:
     """The first client of a large miss reads a few KB at a time, never stopping for the send timeout: the fill
     still reads the origin's body at the origin's pace and stores it, so a second client for the URL gets a HIT
     while the first is far from done (it waited for the first client's pace before); the first client then gets
-    the rest of its whole, exact body from the fill's own copy. One origin request. Both fills' paths alike."""
-    name = f"/paced-{path}.bin"
+    the rest of its whole, exact body from the fill's own copy. One origin request. Both fills' paths alike, and
+    a chunked answer (the hit path hands it to the application) as one of declared length."""
+    name = f"/paced-{path}-{'length' if declared else 'chunked'}.bin"
     origin = paced_readers.origin
-    origin.route(name, streaming(LARGE, declared=True))
+    origin.route(name, streaming(LARGE, declared=declared))
     cdn = paced_readers.cdn
     slow = SlowReader()
     try:
@@ -644,6 +646,34 @@ async def test_a_slow_reader_of_an_answer_found_over_the_size_limit_gets_it_whol
         assert (b"X-Cache: MISS" in head, body == OVER_LIMIT, origin.count(name)) == (True, True, 2)
     finally:
         await slow.close()
+
+
+async def test_requests_waiting_for_a_chunked_answer_found_over_the_limit_do_not_wait_for_its_slow_reader(
+        paced_readers: FillCdn) -> None:
+    """A chunked answer's slow first client lags while the fill reads on at the origin's pace; once the body is
+    found longer than `max_object_mb` it is not kept, and a request for the URL meanwhile asks the origin itself
+    at once (it waited for the slow reader's whole body before) while the slow reader still gets all of it."""
+    name = "/paced-over-limit-waiters.bin"
+    origin = paced_readers.origin
+    origin.route(name, streaming(OVER_LIMIT, declared=False))
+    cdn = paced_readers.cdn
+    slow, other = SlowReader(), SlowReader(slow=False)
+    try:
+        await slow.ask(cdn.port, f"/{ZONE}{name}")
+
+        async def answering() -> bool:
+            return origin.count(name) == 1 and len(slow.received) > 0
+
+        await wait_until(answering, "the answer under way")
+        await other.ask(cdn.port, f"/{ZONE}{name}")
+        head, body = await other.answer()
+        assert (b"X-Cache: MISS" in head, body == OVER_LIMIT, origin.count(name)) == (True, True, 2)
+        assert len(slow.received) < len(OVER_LIMIT) // 2  # the slow reader is far from done
+        head, body = await slow.answer()
+        assert head.startswith(b"HTTP/1.1 200 ") and body == OVER_LIMIT
+    finally:
+        await slow.close()
+        await other.close()
 
 
 async def other_traffic(cdn: FillCdn) -> None:

@@ -169,3 +169,62 @@ async def test_a_lagging_client_holds_its_place_until_it_is_done() -> None:
     assert await feed.finish(rest) is True
     feed.cancel()
     assert ClientFeed.lagging_now == before
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+async def test_a_lagging_client_of_a_body_that_goes_past_the_limit_gets_all_of_it_then_sets_the_pace(kind: str) -> None:
+    """A chunked body turns out longer than the object size limit while its client lags: the fill's copy goes, the
+    client is first sent what it had not been sent of it, then the chunks read from then on, in order; and from
+    then on the fill waits for the client (`behind`), as for an answer that is not kept."""
+    client, spool = Client(), spooled(kind)
+    kept, more = body(QUEUE_BYTES * 4 + 321), body(QUEUE_BYTES * 3)[::-1]
+    client.open.clear()
+    feed = ClientFeed(client.send)
+    await fill(feed, spool, kept)
+    assert feed.lagging and feed.offered < len(kept)
+    feed.keep_pace(rest_of(spool, feed.offered, IN_MEMORY))  # what `relay_body` does at the limit
+    spool.close()
+    assert feed.paced
+    waited = False
+    for start in range(0, len(more), CHUNK):
+        feed.offer(more[start:start + CHUNK])
+        if feed.behind:
+            waiting = asyncio.ensure_future(feed.room())
+            if not waited:  # the client still takes nothing
+                await asyncio.sleep(0.01)
+                assert not waiting.done()  # the fill waits for its client now
+                waited = True
+                client.open.set()
+            await waiting
+    assert waited
+    assert await feed.finish(None) is True
+    assert bytes(client.taken) == kept + more
+
+
+async def test_a_client_that_kept_up_with_a_body_past_the_limit_sets_the_pace_from_there() -> None:
+    client, spool = Client(), spooled("memory")
+    data = body(CHUNK * 3)
+    feed = ClientFeed(client.send)
+    await fill(feed, spool, data)
+    feed.keep_pace(None)  # not lagging: nothing to take from the spool
+    spool.close()
+    client.open.clear()
+    for _ in range(QUEUE_BYTES * 2 // CHUNK):
+        feed.offer(data[:CHUNK])
+    assert feed.behind and not feed.lagging
+    client.open.set()
+    await feed.room()
+    assert await feed.finish(None) is True
+    assert bytes(client.taken) == data + data[:CHUNK] * (QUEUE_BYTES * 2 // CHUNK)
+
+
+async def test_a_rest_still_queued_when_the_feed_is_cancelled_is_closed() -> None:
+    client, spool = Client(), spooled("file")
+    client.open.clear()
+    feed = ClientFeed(client.send)
+    await fill(feed, spool, body(QUEUE_BYTES * 3))
+    rest = rest_of(spool, feed.offered, IN_MEMORY)
+    spool.close()
+    feed.keep_pace(rest)
+    feed.cancel()
+    assert rest.fd is None
