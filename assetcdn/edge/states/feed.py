@@ -138,6 +138,12 @@ class ClientFeed:
         self._wake()
 
     @property
+    def stopped(self) -> bool:
+        """Whether the client is sent nothing more while the fill reads on: it is gone or cut off (or its feed
+        failed). A fill that keeps nothing (`keep_pace`) then stops reading."""
+        return self.gone or self._task.done()
+
+    @property
     def behind(self) -> bool:
         """Whether the fill should wait for the client (`room`): its queue is past the bound and it may not lag."""
         return (self.paced or not self.lagging) and not self.gone and self._queued > QUEUE_BYTES

@@ -616,7 +616,7 @@ async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | No
     kept (`dropped` is told; a lagging feed is first given what it had still to be sent of the spool, and sets the
     fill's pace from then on). Stops early when nothing is sent or kept any more. Returns the spool (None: not
     kept) and whether the client took the whole body (with a feed: whether the client is still there);
-    OriginError when the origin's body fails (the spool closed)."""
+    OriginError when the origin's body fails (the spool closed, as on any other error)."""
     size = 0
     try:
         async for chunk in response.chunks(capped=False):
@@ -639,9 +639,9 @@ async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | No
                     await feed.room()
             elif send is not None and not await send(chunk):
                 send = None
-            if spool is None and send is None and feed is None:
+            if spool is None and send is None and (feed is None or feed.stopped):
                 break
-    except OriginError:
+    except BaseException:  # the origin's body failed (OriginError), or the fill did (a rest not taken, cancelled)
         if spool is not None:
             spool.close()
         raise

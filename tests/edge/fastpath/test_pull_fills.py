@@ -676,6 +676,47 @@ async def test_requests_waiting_for_a_chunked_answer_found_over_the_limit_do_not
         await other.close()
 
 
+async def test_a_chunked_answer_past_the_limit_whose_client_goes_is_read_no_further(paced_readers: FillCdn) -> None:
+    """A chunked answer found longer than `max_object_mb` is not kept; its client gone too (before or after the
+    fill finds that), the fill stops reading the origin (before, it read an endless body to its end, fed to no
+    one)."""
+    name = "/endless-chunked.bin"
+    piece = bytes(range(256)) * 1024  # 256 KB
+    written = [0]
+    stopped = asyncio.Event()
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=HEADERS)
+        await response.prepare(request)
+        try:
+            while written[0] < 64 * PACED_MAX_OBJECT_MB * 1024 * 1024:  # (a bound for a broken edge: minutes)
+                await response.write(piece)
+                written[0] += len(piece)
+                await asyncio.sleep(0.005)
+        finally:
+            stopped.set()
+        return response
+
+    origin = paced_readers.origin
+    origin.route(name, endless)
+    slow = SlowReader()
+    try:
+        await slow.ask(paced_readers.cdn.port, f"/{ZONE}{name}")
+
+        async def under_way() -> bool:
+            return written[0] > 1024 * 1024 and len(slow.received) > 0
+
+        await wait_until(under_way, "the answer under way")
+    finally:
+        await slow.close()  # the client goes
+
+    async def origin_stopped() -> bool:
+        return stopped.is_set()
+
+    await wait_until(origin_stopped, "the edge to stop reading the origin")
+    assert written[0] < 32 * PACED_MAX_OBJECT_MB * 1024 * 1024
+
+
 async def other_traffic(cdn: FillCdn) -> None:
     """A request for another URL on this worker (its look-up takes in the purges the worker has not seen yet)."""
     cdn.answer("/other-traffic.bin")
