@@ -68,7 +68,9 @@ from assetcdn.edge.cache.entry import STREAM_CHUNK, CachedObject, clamp_range
 from assetcdn.edge.cache.key_filter import KeyFilter
 from assetcdn.edge.cache.sqlite_conn import (
     SQLITE_CACHE_PAGES,
+    SQLITE_TEMP_STORE_MEMORY,
     SQLITE_TIMEOUT_S,
+    SQLITE_WAL_PAGES,
     ThreadLocalConnection,
 )
 
@@ -93,16 +95,6 @@ SEGMENT_SWEEP_AGE_S = 3600.0
 # thread's); its defaults per connection (a 32 MB page cache, a 64 MB memory map) grow with the database until
 # they hold much of it, several times over. Ours are small: other reads come from the kernel's page cache.
 SQLITE_MMAP_BYTES = 0
-# Where SQLite keeps its temporary data, above all the statement journal: a statement that writes many rows inside a
-# transaction (the batch's upsert of ROWS_PER_UPSERT rows, a cull, a purge) copies each page it changes there first,
-# so that it can be undone alone. In a file (SQLite's default, in /var/tmp) that was a write system call per page,
-# more of them than the write-ahead log's; in memory it is a copy, freed when the statement ends.
-SQLITE_TEMP_STORE_MEMORY = 2
-# Pages the write-ahead log grows to before a commit copies them into the database (a checkpoint: a write per page
-# and an fdatasync). SQLite's default is 1,000 (4 MB): the writer's batches, each touching index pages all over
-# the key index, checkpointed every few batches, writing the same pages again and again. At 8,192 (32 MB of log
-# on disk) a page changed by several batches in between is copied once.
-SQLITE_WAL_PAGES = 8192
 # `put_many`: keys per look-up of the files they held (within SQLite's default bound on parameters).
 _KEYS_PER_SELECT = 500
 # `put_many`'s row: diskcache's `Cache.set` of a raw key without expiry, as one upsert.
@@ -744,7 +736,11 @@ class DiskTier:
         for directory in os.scandir(self._root):
             if not directory.is_dir(follow_symlinks=False) or len(directory.name) != 2:
                 continue
-            for item in os.scandir(directory.path):
+            try:
+                items = list(os.scandir(directory.path))
+            except FileNotFoundError:  # emptied and removed meanwhile (by any worker's removal of its last file)
+                continue
+            for item in items:
                 name = f"{directory.name}/{item.name}"
                 if not item.name.endswith(SEGMENT_SUFFIX) or name in known:
                     continue
@@ -853,7 +849,7 @@ class DiskTier:
         self._evict_files(volume - limit)
         try:
             self._bounded(self._cache.cull)  # now that there is room for SQLite's journal, drop their rows
-            # The write-ahead log keeps the size it grew to (up to ~4 MB between checkpoints): give it back.
+            # The write-ahead log keeps the size it grew to (up to ~32 MB between checkpoints): give it back.
             self._sql().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except (OSError, sqlite3.Error) as cull_error:
             log.debug("evicting after a full filesystem failed: %s", cull_error)

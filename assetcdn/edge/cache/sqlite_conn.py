@@ -13,6 +13,16 @@ SQLITE_TIMEOUT_S = 60.0
 # the b-trees and the pages a statement is changing. 64 (256 KB) rather than 256: 4.3 MiB less for a one-worker edge
 # holding 100,000 entries, with neither its fills nor its disk-tier reads slower (benchmarks/README.md).
 SQLITE_CACHE_PAGES = 64
+# Where SQLite keeps its temporary data, above all the statement journal: a statement that writes many rows inside a
+# transaction (the batch's upsert of ROWS_PER_UPSERT rows, a cull, a purge) copies each page it changes there first,
+# so that it can be undone alone. In a file (SQLite's default, in /var/tmp) that was a write system call per page,
+# more of them than the write-ahead log's; in memory it is a copy, freed when the statement ends.
+SQLITE_TEMP_STORE_MEMORY = 2
+# Pages the write-ahead log grows to before a commit copies them into the database (a checkpoint: a write per page
+# and an fdatasync). SQLite's default is 1,000 (4 MB): the writer's batches, each touching index pages all over
+# the key index, checkpointed every few batches, writing the same pages again and again. At 8,192 (32 MB of log
+# on disk) a page changed by several batches in between is copied once.
+SQLITE_WAL_PAGES = 8192
 
 
 class ThreadLocalConnection:
@@ -26,6 +36,10 @@ class ThreadLocalConnection:
             con = sqlite3.connect(self.database, timeout=SQLITE_TIMEOUT_S, isolation_level=None,
                                   check_same_thread=False)
             con.execute(f"PRAGMA cache_size = {SQLITE_CACHE_PAGES}")  # one per thread: see the constant
+            # As diskcache's own connections to the same file (assetcdn/edge/cache/disk.py): a commit here (a purge,
+            # a head's update) checkpoints at the same size of log, and its statements' journals stay in memory.
+            con.execute(f"PRAGMA temp_store = {SQLITE_TEMP_STORE_MEMORY}")
+            con.execute(f"PRAGMA wal_autocheckpoint = {SQLITE_WAL_PAGES}")
             self._local.con = con
         return con
 

@@ -222,12 +222,13 @@ class WriteBehind:
                     return
             with self.lock:
                 self._write(self._take())
-                self._sweep_when_due()
+            self._sweep_when_due()  # not holding the lock: purges need not wait for a directory's listing
 
     def _sweep_when_due(self) -> None:
         """Remove the segment files no row names, `SEGMENT_SWEEP_AGE_S` old, once that long since the last time:
         in the writer thread, so that a worker running for days does not keep what a crash left until its next
-        start. The caller holds ``lock``."""
+        start. Outside ``lock``: the files it removes are an hour old and named by no row, which no batch under way
+        writes."""
         now = time.monotonic()
         if now < self._sweep_at or self._closed:
             return

@@ -426,11 +426,16 @@ def test_every_connection_keeps_statement_journals_in_memory_and_checkpoints_lat
     on every thread's connection (diskcache opens one per thread) and after a reopen."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from assetcdn.edge.cache.disk import SQLITE_WAL_PAGES
+    from assetcdn.edge.cache.sqlite_conn import SQLITE_WAL_PAGES
 
     def pragmas(tier: DiskTier) -> tuple[int, int]:
         sql = tier._cache._sql
-        return sql("PRAGMA temp_store").fetchone()[0], sql("PRAGMA wal_autocheckpoint").fetchone()[0]
+        ours = tier._sql()  # the tag index's and the purge log's connection to the same file
+        found = {(sql("PRAGMA temp_store").fetchone()[0], sql("PRAGMA wal_autocheckpoint").fetchone()[0]),
+                 (ours.execute("PRAGMA temp_store").fetchone()[0],
+                  ours.execute("PRAGMA wal_autocheckpoint").fetchone()[0])}
+        assert len(found) == 1
+        return found.pop()
 
     tier = DiskTier(tmp_path / "cache", size_limit=64 * MB)
     try:

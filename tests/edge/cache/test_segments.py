@@ -8,6 +8,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -240,3 +241,31 @@ def test_a_start_removes_old_segments_no_entry_names(tmp_path: Path) -> None:
         assert reopened.get("k1", load_limit=MB).body == bytes([1]) * 40 * KB  # type: ignore[union-attr]
     finally:
         reopened.close()
+
+
+def test_a_sweep_passes_over_a_directory_removed_while_it_lists(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another worker removes an emptied body directory while a sweep lists the cache: the sweep goes on with the
+    others rather than give up."""
+    tier = DiskTier(tmp_path / "cache", size_limit=64 * MB)
+    try:
+        tier.put_many([entry(f"k{i}", bytes([i]) * 40 * KB) for i in range(2)])
+        (live,) = files(tier, "*.seg")
+        gone = tier.directory / "zz"
+        gone.mkdir()
+        orphan = live.parent / ("0" * 30 + ".seg")
+        orphan.write_bytes(b"left behind")
+        hours_ago = time.time() - 2 * 3600
+        os.utime(orphan, (hours_ago, hours_ago))
+        real_scandir = os.scandir
+
+        def scandir(path: Any = ".") -> Any:
+            if str(path) == str(gone):
+                gone.rmdir()  # removed between the listing of the cache and its own
+            return real_scandir(path)
+
+        monkeypatch.setattr(os, "scandir", scandir)
+        assert tier.sweep_segments() == 1
+        assert files(tier, "*.seg") == {live}
+    finally:
+        tier.close()
