@@ -1,10 +1,13 @@
-"""The edge cache's write-behind in tests: an executor whose batches run when the test says, and what the disk
-tier holds under a key."""
+"""The edge cache's write-behind in tests: an executor whose batches run when the test says, what the disk tier
+holds under a key, and the segment files a crash leaves behind."""
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from pathlib import Path
 from typing import Any
 
 from assetcdn.edge.cache.store import EdgeCache
@@ -33,3 +36,15 @@ class HeldWriter(Executor):
 def on_disk(cache: EdgeCache, key: str) -> bytes | None:
     obj = cache.disk.get(key, load_limit=MB)
     return None if obj is None else obj.body
+
+
+def leave_orphans(live: Path) -> tuple[Path, Path]:
+    """Beside the segment `live` (made two hours old), two segment files no row names, as a crash between a batch's
+    write and its commit leaves them: one two hours old, one new (another worker's batch about to commit)."""
+    old, young = live.parent / ("0" * 30 + ".seg"), live.parent / ("1" * 30 + ".seg")
+    for orphan in (old, young):
+        orphan.write_bytes(b"left behind")
+    hours_ago = time.time() - 2 * 3600
+    for path in (old, live):
+        os.utime(path, (hours_ago, hours_ago))
+    return old, young

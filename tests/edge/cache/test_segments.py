@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from assetcdn.edge.cache import disk as disk_module
 from assetcdn.edge.cache.disk import DiskTier
 from assetcdn.edge.cache.entry import CachedObject, strong_etag
 from assetcdn.edge.cache.store import EdgeCache
-from tests.support.edge_cache import HEAD, KB, MB, HeldWriter
+from tests.support.edge_cache import HEAD, KB, MB, HeldWriter, leave_orphans
 
 
 @pytest.fixture
@@ -229,12 +228,7 @@ def test_a_start_removes_old_segments_no_entry_names(tmp_path: Path) -> None:
     tier.put_many([entry(f"k{i}", bytes([i]) * 40 * KB) for i in range(2)])
     tier.close()
     (live,) = files(tier, "*.seg")
-    old, young = live.parent / ("0" * 30 + ".seg"), live.parent / ("1" * 30 + ".seg")
-    for orphan in (old, young):
-        orphan.write_bytes(b"left behind")
-    hours_ago = time.time() - 2 * 3600
-    for path in (old, live):
-        os.utime(path, (hours_ago, hours_ago))
+    old, young = leave_orphans(live)
     reopened = DiskTier(tmp_path / "cache", size_limit=64 * MB)
     try:
         assert files(reopened, "*.seg") == {live, young}
@@ -253,10 +247,7 @@ def test_a_sweep_passes_over_a_directory_removed_while_it_lists(tmp_path: Path,
         (live,) = files(tier, "*.seg")
         gone = tier.directory / "zz"
         gone.mkdir()
-        orphan = live.parent / ("0" * 30 + ".seg")
-        orphan.write_bytes(b"left behind")
-        hours_ago = time.time() - 2 * 3600
-        os.utime(orphan, (hours_ago, hours_ago))
+        _, young = leave_orphans(live)
         real_scandir = os.scandir
 
         def scandir(path: Any = ".") -> Any:
@@ -266,6 +257,6 @@ def test_a_sweep_passes_over_a_directory_removed_while_it_lists(tmp_path: Path,
 
         monkeypatch.setattr(os, "scandir", scandir)
         assert tier.sweep_segments() == 1
-        assert files(tier, "*.seg") == {live}
+        assert files(tier, "*.seg") == {live, young}
     finally:
         tier.close()

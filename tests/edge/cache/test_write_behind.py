@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from assetcdn.edge.cache.store import EdgeCache
-from tests.support.edge_cache import HEAD, KB, MB, HeldWriter, on_disk
+from tests.support.edge_cache import HEAD, KB, MB, HeldWriter, leave_orphans, on_disk
 
 
 @pytest.fixture
@@ -250,12 +250,7 @@ def test_the_writer_removes_what_a_crash_left_once_an_hour_without_a_restart(cac
         cache.put_behind(f"pull:z:/{n}", bytes([n]) * 40 * KB, "text/plain", '"e"', ["t"], HEAD, writer=writer)
     writer.run()
     (live,) = cache.disk.directory.rglob("*.seg")
-    old, young = live.parent / ("0" * 30 + ".seg"), live.parent / ("1" * 30 + ".seg")
-    for orphan in (old, young):
-        orphan.write_bytes(b"left behind")
-    hours_ago = time.time() - 2 * 3600
-    for path in (old, live):
-        os.utime(path, (hours_ago, hours_ago))
+    old, young = leave_orphans(live)
 
     cache.put_behind("pull:z:/2", b"x", "text/plain", '"e"', ["t"], HEAD, writer=writer)
     writer.run()  # the first sweep is an hour after the start
@@ -267,8 +262,7 @@ def test_the_writer_removes_what_a_crash_left_once_an_hour_without_a_restart(cac
     assert set(cache.disk.directory.rglob("*.seg")) == {live, young}
     assert on_disk(cache, "pull:z:/1") == bytes([1]) * 40 * KB
 
-    old.write_bytes(b"left behind again")
-    os.utime(old, (hours_ago, hours_ago))
+    old, _ = leave_orphans(live)  # another crash
     cache.put_behind("pull:z:/4", b"x", "text/plain", '"e"', ["t"], HEAD, writer=writer)
     writer.run()  # the next sweep is an hour after that one
     assert old.exists()

@@ -491,6 +491,13 @@ class SlowReader:
         await loop.sock_sendall(self.sock, request_bytes(target))
         self.task = asyncio.create_task(self._read())
 
+    async def answering(self, origin: ScriptedOrigin, name: str) -> None:
+        """Wait until the origin was asked for `name` once and this reader has the first bytes of its answer."""
+        async def under_way() -> bool:
+            return origin.count(name) == 1 and len(self.received) > 0
+
+        await wait_until(under_way, "the answer under way")
+
     async def _read(self) -> None:
         loop = asyncio.get_running_loop()
         while not self.whole():
@@ -597,11 +604,7 @@ async def test_a_fill_the_hit_path_hands_to_the_application_still_leads_the_urls
     first, second = SlowReader(slow=False), SlowReader(slow=False)
     try:
         await first.ask(cdn.port, f"/{ZONE}{name}")
-
-        async def streaming_to_the_first() -> bool:
-            return origin.count(name) == 1 and len(first.received) > 0
-
-        await wait_until(streaming_to_the_first, "the handed-over fill under way")
+        await first.answering(origin, name)
         await second.ask(cdn.port, f"/{ZONE}{name}")
         # Time for the edge to take the second request in before the fill ends (a second request taken in later
         # gets a HIT whether or not it waited: this only makes the test stronger, never flaky).
@@ -629,11 +632,7 @@ async def test_a_slow_reader_of_an_answer_found_over_the_size_limit_gets_it_whol
     slow = SlowReader()
     try:
         await slow.ask(cdn.port, f"/{ZONE}{name}")
-
-        async def answering() -> bool:
-            return origin.count(name) == 1 and len(slow.received) > 0
-
-        await wait_until(answering, "the answer under way")
+        await slow.answering(origin, name)
         head, body = await slow.answer()
         assert head.startswith(b"HTTP/1.1 200 ")
         assert body == OVER_LIMIT
@@ -660,11 +659,7 @@ async def test_requests_waiting_for_a_chunked_answer_found_over_the_limit_do_not
     slow, other = SlowReader(), SlowReader(slow=False)
     try:
         await slow.ask(cdn.port, f"/{ZONE}{name}")
-
-        async def answering() -> bool:
-            return origin.count(name) == 1 and len(slow.received) > 0
-
-        await wait_until(answering, "the answer under way")
+        await slow.answering(origin, name)
         await other.ask(cdn.port, f"/{ZONE}{name}")
         head, body = await other.answer()
         assert (b"X-Cache: MISS" in head, body == OVER_LIMIT, origin.count(name)) == (True, True, 2)
