@@ -51,6 +51,7 @@ from assetcdn.edge.states.pull import (
     new_spool,
     send_timeout_s,
     sent_in_time,
+    settle,
 )
 from assetcdn.edge.states.recv import PullPath, resolve
 from assetcdn.shared.analytics_keys import zone_of
@@ -187,8 +188,7 @@ class PullFills:
                 try:
                     await self._answer(conn, fill, zone, named, url_key, lowered, fetched, changes, kept, *writes)
                 finally:
-                    if not kept.done():
-                        kept.set_result(None)
+                    settle(kept)
                 return
             handing = isinstance(fetched, OriginResponse) and conn.transport is not None
         except Exception:  # never a hung connection: what was fetched goes back, the connection is closed
@@ -259,7 +259,7 @@ class PullFills:
         if fill.head_only or not declared:
             self._send_head(conn, head)
         sending = await keep(node, zone, named.path, url_key, lowered, response, parsed, new_spool(declared),
-                             None if fill.head_only else partial(self._send, conn, counter, head), kept, declared)
+                             None if fill.head_only else partial(self._send, conn, counter, head), kept)
         if sending is None:
             self._send_head(conn, head)
             conn.closing = True  # a body cut short must not look complete to the client

@@ -445,8 +445,7 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
         return await send_and_keep(request, node, zone, path, url_key, fields, response, fwd, why, declared, parsed,
                                    kept)
     finally:
-        if kept is not None and not kept.done():
-            kept.set_result(None)
+        settle(kept)
 
 
 def judge(zone: PullZone, fields: Headers, response: OriginResponse,
@@ -501,15 +500,15 @@ def new_spool(declared: int | None) -> IO[bytes]:
 
 async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: Headers, response: OriginResponse,
                parsed: Directives, spool: IO[bytes] | None, send: Callable[[bytes], Awaitable[bool]] | None,
-               kept: asyncio.Future[None] | None, declared: int | None) -> bool | None:
+               kept: asyncio.Future[None] | None) -> bool | None:
     """A fill's body, both fills' (this module's and pull_fill.py's): into `spool` (None: not kept), to the cache,
     then `kept` done, and to its client (`send`, as `relay_body` takes it). A body that is kept is read and stored
     at the origin's pace, whatever the client's: one read with its head is sent first when it fits the
     connection's buffer, else stored first; a larger one is sent by a task of its own from what the fill read
-    (assetcdn/edge/states/feed.py), until it turns out longer than the object size limit (`declared`, `judge`'s:
-    a body that declares more is not kept, and the origin's framing holds a declared one to it; one of no declared
-    length may): from then on it is not kept (`kept` done at once: the requests waiting for the URL ask for
-    their own), and the client sets the fill's pace, as it does for one that is not kept from the start.
+    (assetcdn/edge/states/feed.py), until it turns out longer than the object size limit (a body that declares
+    more is not kept, `judge`, and the origin's framing holds a declared one to it; one of no declared length
+    may): from then on it is not kept (`kept` done at once: the requests waiting for the URL ask for their own),
+    and the client sets the fill's pace, as it does for one that is not kept from the start.
     Whether the client took the whole body; None when the origin's body failed: the caller cuts the client's
     answer short, so that it does not look complete."""
     digest = hashlib.sha256() if spool is not None and named_by_body(response.headers) else None
@@ -530,7 +529,7 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: 
                 feed = ClientFeed(send)
             try:
                 spool, sending = await relay_body(response, limit, spool, digest, None if feed else send, feed,
-                                                  partial(_not_kept, kept))
+                                                  partial(settle, kept))
             except OriginError as exc:
                 log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, path, exc)
                 return None
@@ -539,8 +538,7 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: 
         if spool is not None:
             await store(node, zone, path, url_key, fields, response, stored_headers(response.headers, parsed),
                         spool, digest.hexdigest() if digest is not None else None)
-        if kept is not None and not kept.done():
-            kept.set_result(None)
+        settle(kept)
         if whole is not None:
             if send is not None and whole and not await send(whole):
                 sending = False
@@ -591,8 +589,7 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
         return await sent_in_time(client.write(chunk), timeout_s, gone)
 
     sending = await keep(node, zone, path, url_key, fields, response, parsed,
-                         new_spool(declared) if why is None else None, send if request.method != "HEAD" else None, kept,
-                         declared)
+                         new_spool(declared) if why is None else None, send if request.method != "HEAD" else None, kept)
     if sending is None:
         cut_short(request)
     elif sending:
@@ -600,8 +597,9 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
     return client
 
 
-def _not_kept(kept: asyncio.Future[None] | None) -> None:
-    """A fill's body went past the object size limit: the requests waiting for it ask for their own now."""
+def settle(kept: asyncio.Future[None] | None) -> None:
+    """The requests waiting for a fill to be kept (`kept`) learn that it is over: stored, or not kept after all
+    (they look again, and ask for their own when it is not there). Once; later calls do nothing."""
     if kept is not None and not kept.done():
         kept.set_result(None)
 
@@ -816,8 +814,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
             log.info("pull zone %s: background revalidation of %s failed: %s", zone.name, path, exc)
         finally:
             land(None)
-            if kept is not None and not kept.done():
-                kept.set_result(None)
+            settle(kept)
 
     task = asyncio.get_running_loop().create_task(revalidate())
     node.background.add(task)
