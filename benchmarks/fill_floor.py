@@ -12,9 +12,10 @@ With ``--decisions`` the proxy also takes the edge's own steps of a fill on each
 tier's look-up and the disk tier's filter, `pull.judge`, keeping it in a one-worker edge's cache with the calls
 `pull.store` makes, the client's head by `pull.client_headers`), so that what a fill's decisions cost is told apart
 from what the plumbing around them costs. Unlike the edge it never waits for the cache's writer (the edge's fill
-waits when the writer is behind what the memory tier evicts) and asks no SQLite for a key the filter says the disk
-may hold (every URL here is new); the writer thread's CPU, in the same process, is counted, read ``SETTLE_S``
-after each round.
+waits when the writer is behind what the memory tier evicts: here the oldest evicted entries waiting for it are let
+go unwritten instead, so it may write fewer than the edge) and asks no SQLite for a key the filter says the disk
+may hold (every URL here is new); the writer thread's CPU, in the same process, is counted, read once the
+process's CPU has stopped rising after each round (`settled`).
 Loopback only; every run is bounded; everything started is stopped at the end.
 """
 
@@ -28,9 +29,22 @@ import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from assetcdn.edge.fastpath.prepared import STATUS_200, header_lines
+from assetcdn.edge.states.freshness import first_value, stored_headers, vary_fields
+from assetcdn.edge.states.keys import pull_key
+from assetcdn.edge.states.pull import (
+    client_headers,
+    fill_cache_status,
+    judge,
+    origin_tags,
+    own_tags,
+    stored_meta,
+)
+from assetcdn.shared.cache_results import CacheResult
 from benchmarks.hits_bench import SETTLE_S, anchor, stop, wait_up
 from benchmarks.load import run_wrk
 from benchmarks.measure import load_average, machine, require_tools
@@ -101,19 +115,6 @@ class Decisions:
 
     def answer(self, url: bytes, raw: list[tuple[bytes, bytes]], body: bytes) -> bytes:
         """The client's head for a 200 the origin sent (`raw` fields), the answer kept as the edge keeps it."""
-        from assetcdn.edge.fastpath.prepared import STATUS_200, header_lines
-        from assetcdn.edge.states.freshness import first_value, stored_headers, vary_fields
-        from assetcdn.edge.states.keys import pull_key
-        from assetcdn.edge.states.pull import (
-            client_headers,
-            fill_cache_status,
-            judge,
-            origin_tags,
-            own_tags,
-            stored_meta,
-        )
-        from assetcdn.shared.cache_results import CacheResult
-
         now = time.time()
         path = url.decode("ascii")
         key = pull_key(self.zone.name, path, "")
@@ -132,6 +133,19 @@ class Decisions:
                              tags, meta, writer=self.writer, since=cache.purge_mark())
         client = client_headers(headers, str(CacheResult.MISS), fill_cache_status("uri-miss", None), age=None)
         return STATUS_200 + header_lines(client) + b"Content-Length: %d\r\n\r\n" % len(body)
+
+
+def settled(cpu_seconds: Callable[[], float], quiet_s: float = 0.5, idle: float = 0.005) -> None:
+    """Wait (at least SETTLE_S) until the process's CPU stops rising: a writer behind the round's evictions is
+    done, so that its work is counted in the round that made it."""
+    time.sleep(SETTLE_S)
+    last = cpu_seconds()
+    while True:
+        time.sleep(quiet_s)
+        now = cpu_seconds()
+        if now - last < idle:
+            return
+        last = now
 
 
 class _Answer:
@@ -245,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                     result = run_wrk(f"{proxy.base}/", args.duration, 64, 2, prefix=("taskset", "-c", "1"),
                                      lua=FILL_LUA.replace("{prefix}", f"/{prefix}/r{round_}-"))
                     if args.decisions:  # the cache's writer thread finishes what the round evicted: counted
-                        time.sleep(SETTLE_S)
+                        settled(proxy.cpu_seconds)
                     used = proxy.cpu_seconds() - before
                     print(f"{size}: {result.rps:,.0f} requests/s, {used / max(result.requests, 1) * 1e6:.0f} us of "
                           f"CPU a request; load {load_average()}", flush=True)

@@ -216,9 +216,7 @@ class PullFills:
         """A fill that failed here: what was fetched goes back, the connection is closed."""
         if isinstance(fetched, OriginResponse):
             fetched.release()
-        conn.cut = True
-        if conn.transport is not None:
-            conn.transport.abort()
+        PullFills._cut_off(conn)
 
     def _writes(self, zone: PullZone, lowered: list[tuple[str, str]],
                 response: OriginResponse) -> tuple[int, Directives] | None:

@@ -165,16 +165,10 @@ class Flights:
         return future
 
     def landing(self, key: str) -> Land:
-        """How the leader of the key's flight (`join` gave it None) lands it: `land` of that flight only, however
+        """How the leader of the key's flight (`join` gave it None) lands it: that flight only, however
         late it is called (a newer flight for the key, led by another request once this one landed, is never
         landed by it: the leader lands again on its way out, after a stream of any length)."""
         return partial(self._land, key, self._waiting[key])
-
-    def land(self, key: str, kept: asyncio.Future[None] | None = None) -> None:
-        """Tell the waiters of the key's flight under way the response's fate (`landing`)."""
-        future = self._waiting.get(key)
-        if future is not None:
-            self._land(key, future, kept)
 
     def _land(self, key: str, future: asyncio.Future[Landing], kept: asyncio.Future[None] | None = None) -> None:
         """Tell the waiters the response's fate. While `kept` is not done, requests for the key still join the
