@@ -34,6 +34,7 @@ from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.delivery_log import Pending, body_sent, country_code
 from assetcdn.edge.fastpath.prepared import (
     HIT,
+    ID_FIELD,
     HostView,
     Prepared,
     PulledHit,
@@ -363,25 +364,11 @@ class HitServer:
         """A pull zone's request: answered when the memory tier holds its prepared response and freshness.py
         says it is fresh for a request without directives of its own; anything else is the application's.
         `named`: what `recv.resolve` made of its path, when `prepare` resolved it already."""
-        if conn.headers[CACHE_FIELDS] is not None:
-            return HAND_OVER
-        obj = None if pulled is None else self.memory.hit(pulled.key)
-        if obj is None or pulled is None or obj is not pulled.entry() or (body := obj.body) is None:
-            if pulled is not None:
-                self._drop_pull(view, url)  # refreshed, replaced, purged or evicted
-            if HASH in url:  # the application's (so never prepared: a prepared hit's target has none)
-                return HAND_OVER
-            prepared = self._prepare_pull(view, url, named)
-            if not isinstance(prepared, PulledHit):  # True: not in the memory tier; False: the application's
-                return FILL if prepared and self.fills.claim(conn, view, url, head_only, named) else HAND_OVER
-            pulled = prepared
-            obj = pulled.entry()  # the memory tier's entry `prepare_pull` found, that instant
-            if obj is None or (body := obj.body) is None:
-                self._drop_pull(view, url)
-                return HAND_OVER
+        found = self._fresh_pull(conn, view, url, pulled, named)
+        if not isinstance(found, tuple):  # True: a miss
+            return FILL if found and self.fills.claim(conn, view, url, head_only, named) else HAND_OVER
+        pulled, body = found
         now = self.now
-        if now >= pulled.fresh_until:  # freshness.py's `reuse` for a request without directives: not FRESH
-            return HAND_OVER  # stale: the application revalidates (or serves it stale, saying so)
         headers = conn.headers
         size = pulled.size
         start, end = 0, size
@@ -411,6 +398,32 @@ class HitServer:
             out.append(body if status == 200 else memoryview(body)[start:end])
         conn.records.append(self._count(conn, view, pulled, status, sent, head_only, request_id))
         return ANSWERED
+
+    def _fresh_pull(self, conn: Request, view: HostView, url: bytes, pulled: PulledHit | None,
+                    named: PullPath | None) -> tuple[PulledHit, bytes] | bool:
+        """The prepared hit of a pull zone's request target `url` (`pulled`: the one held for it, if any) and its
+        body, when the memory tier holds it and freshness.py says it is fresh for a request without directives of
+        its own; True when the memory tier holds nothing for it (a miss, which the hit path may fill); False when
+        the application answers (request directives, a stale entry, anything `prepare_pull` declines)."""
+        if conn.headers[CACHE_FIELDS] is not None:
+            return False
+        obj = None if pulled is None else self.memory.hit(pulled.key)
+        if obj is None or pulled is None or obj is not pulled.entry() or (body := obj.body) is None:
+            if pulled is not None:
+                self._drop_pull(view, url)  # refreshed, replaced, purged or evicted
+            if HASH in url:  # the application's (so never prepared: a prepared hit's target has none)
+                return False
+            prepared = self._prepare_pull(view, url, named)
+            if not isinstance(prepared, PulledHit):  # True: not in the memory tier; False: the application's
+                return prepared
+            pulled = prepared
+            obj = pulled.entry()  # the memory tier's entry `prepare_pull` found, that instant
+            if obj is None or (body := obj.body) is None:
+                self._drop_pull(view, url)
+                return False
+        if self.now >= pulled.fresh_until:  # freshness.py's `reuse` for a request without directives: not FRESH
+            return False  # stale: the application revalidates (or serves it stale, saying so)
+        return pulled, body
 
     def _prepare_pull(self, view: HostView, url: bytes, named: PullPath | None) -> PulledHit | bool:
         """`prepare_pull` of request target `url`, kept for the next requests for it."""
@@ -470,6 +483,7 @@ class HitServer:
         headers = request.headers
         if not self.answering or headers[4] is not None:  # Expect: the application decides
             return hand_over
+        target = path  # a pull zone's heads are held by the whole request target, query included
         query = path.find(b"?")
         if query >= 0:
             path = path[:query]
@@ -480,13 +494,17 @@ class HitServer:
             view = self._host_view(host)
             if view is None:
                 return hand_over
-        if not self.confirmed and path in view.hits:  # a stored zone's: STALE, or not served from cache
+        if path not in view.hits:
+            pulled = view.pulls.get(target)
+            if pulled is not None:
+                return self._answer_pull_stream(request, view, target, pulled, head_only)
+        elif not self.confirmed:  # a stored zone's: STALE, or not served from cache
             return hand_over
         found = self._find(request, view, path, head_only, False)
         if found is None:
             return hand_over
-        if isinstance(found, PullPath):  # a pull zone's hit takes the HTTP/1.1 route
-            return self.answer
+        if isinstance(found, PullPath):
+            return self._answer_pull_stream(request, view, target, None, head_only, found)
         if not self.confirmed:  # STALE, or not served from cache: the application's
             return hand_over
         hit, obj, _ = found
@@ -541,6 +559,52 @@ class HitServer:
         sent = body_sent(head_only, status, end - start)
         body = None if not sent else obj.body if status == 200 else memoryview(obj.body)[start:end]
         return fields, body, self._count(request, view, hit, status, sent, head_only, request_id)
+
+    def _answer_pull_stream(self, request: Request, view: HostView, target: bytes, pulled: PulledHit | None,
+                            head_only: bool, named: PullPath | None = None) -> StreamAnswer | Decide:
+        """A pull zone's stream, answered as ``_answer_pull`` answers the same request over HTTP/1.1, by the same
+        decision (``_fresh_pull``), from the prepared hit's heads turned into fields. Anything else is the
+        application's: over TLS the hit path fills no miss (``PullFills.claim``)."""
+        found = self._fresh_pull(request, view, target, pulled, named)
+        if not isinstance(found, tuple):
+            return hand_over
+        pulled, body = found
+        now = self.now
+        headers = request.headers
+        size = pulled.size
+        start, end = 0, size
+        tail = self.date if not pulled.dated else self.extra_head
+        if headers[1] is not None and etag_matches(headers[1].decode("latin-1"), pulled.etag):
+            status = 304
+            fields = response_fields(pulled.not_modified_head(now, tail)[:-len(ID_FIELD)])
+        else:
+            status = 200
+            parsed = None if headers[2] is None else parse_range(headers[2].decode("latin-1"), size)
+            if parsed is False:  # 416: the application answers it
+                return hand_over
+            if parsed is None:  # the whole body (a range ignored too)
+                fields = self._pulled_fields(view, target, pulled, now, tail)
+            else:
+                status = 206
+                start, end = parsed
+                fields = response_fields(pulled.partial_head(start, end, now, tail)[:-len(ID_FIELD)])
+        request_id = self.ids.of(headers[3])
+        fields += (NeverIndexedHeader(b"x-request-id", request_id),)
+        sent = body_sent(head_only, status, end - start)
+        answer = None if not sent else body if status == 200 else memoryview(body)[start:end]
+        return fields, answer, self._count(request, view, pulled, status, sent, head_only, request_id)
+
+    def _pulled_fields(self, view: HostView, target: bytes, pulled: PulledHit, now: float, tail: bytes) -> Fields:
+        """The fields of `pulled`'s 200 at `now`: made again only when its head does (`PulledHit.whole_head`: once a
+        second or so), the first ones charged to the memory budget as the next seconds' replace them."""
+        block = pulled.whole_head(now, tail)
+        if block is not pulled.h2_block:
+            first = pulled.h2_block is None
+            pulled.h2_block = block
+            pulled.h2_fields = response_fields(block[:-len(ID_FIELD)])
+            if first:
+                self._charge(view, target, pulled, pulled.h2_fields)
+        return pulled.h2_fields
 
     def _answer_file(self, view: HostView, path: bytes, hit: Prepared, conn: HitProtocol, buf: bytes, pos: int,
                      head_end: int, out: list[Any]) -> int:
@@ -635,12 +699,15 @@ class HitServer:
                 return other.hits
         return None
 
-    def _charge(self, view: HostView, path: bytes, hit: Prepared, fields: Fields, *, dated: bool = False) -> Fields:
+    def _charge(self, view: HostView, path: bytes, hit: Prepared | PulledHit, fields: Fields, *,
+                dated: bool = False) -> Fields:
         """`hit` holds `fields` more (an HTTP/2 head made on use; `dated`: with this second's Date): while `view`
-        holds it for `path` it is held again at its new cost (`_hold`: room made for it as for any head; its let-go
-        gives it all back); a head not held is let go with its request. Returns `fields`."""
-        if view.hits.get(path) is hit:
-            self._let_go(view.hits.pop(path))
+        holds it for `path` (a pull zone's by its request target) it is held again at its new cost (`_hold`: room
+        made for it as for any head; its let-go gives it all back); a head not held is let go with its request.
+        Returns `fields`."""
+        table: dict[bytes, Any] = view.pulls if isinstance(hit, PulledHit) else view.hits
+        if table.get(path) is hit:
+            self._let_go(table.pop(path))
             hit.cost += fields_cost(fields, dated=dated)
             self._hold(view, path, hit)
         return fields

@@ -212,7 +212,7 @@ class PulledHit:
     evicts is freed at once, not kept alive by this until the URL is asked for again."""
 
     __slots__ = ("entry", "freshness", "key", "cdn_path", "zone", "size", "etag", "head", "head_304", "dated",
-                 "fresh_until", "cost", "_block", "_tail", "_since", "_until")
+                 "fresh_until", "cost", "h2_block", "h2_fields", "_block", "_tail", "_since", "_until")
 
     def __init__(self, stored: StoredResponse, key: str, cdn_path: str, changes: HeaderChanges) -> None:
         obj = stored.obj
@@ -231,6 +231,10 @@ class PulledHit:
         self.fresh_until = fresh_for_plain_requests_until(stored.freshness)  # answered here while before it
         # What it holds once it answered: its heads, and the 200's head with the lines of the second (`whole_head`).
         self.cost = PULLED_OVERHEAD + 2 * len(self.head) + len(self.head_304) + len(key) + len(cdn_path)
+        # Over HTTP/2, the fields of the 200's head of the second (`HitServer._answer_pull_stream`), made from
+        # `h2_block`, the `whole_head` they were made of: the same until that head changes.
+        self.h2_block: bytes | None = None
+        self.h2_fields: tuple[Any, ...] = ()
         self._block, self._tail, self._since, self._until = b"", b"", 0.0, 0.0
 
     def whole_head(self, now: float, tail: bytes) -> bytes:

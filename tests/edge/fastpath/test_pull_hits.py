@@ -18,12 +18,13 @@ import pytest_asyncio
 
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.fastpath import hit_server
-from assetcdn.edge.fastpath.prepared import PulledHit
+from assetcdn.edge.fastpath.prepared import PulledHit, fields_cost
 from assetcdn.edge.states import pull as pull_states
 from assetcdn.edge.states.keys import pull_key
 from tests.support.cdn import PURGE
 from tests.support.control import ACCOUNT
 from tests.support.footprint import traced_per_item
+from tests.support.h2_memory import H2InProcess
 from tests.support.hit_cdn import HitCdn, RawConnection, Response
 from tests.support.origins import LONG, ScriptedOrigin, pull_zone_on_hit_cdn
 from tests.support.wait import wait_until
@@ -288,3 +289,113 @@ async def test_the_prepared_heads_are_charged_to_the_memory_budget_what_they_hol
     # Charged a little over what tracemalloc counts: the allocators round each block up, which it does not see (by
     # RSS, 50,000 heads take about 2.2 KB each: benchmarks/pull_memory.py --objects 50000 --hit-passes 2).
     assert per_head < charged_per_head < 1.4 * per_head, (per_head, charged_per_head)
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def secure(pulled: PullCdn) -> AsyncIterator[tuple[hit_server.HitServer, list[bytes]]]:
+    """The https site's hit server beside the plain one, and the request targets it answered from a stream's fields
+    (answer_stream gave the answer itself, not a decision for the stream's HTTP/1.1 side)."""
+    assert pulled.cdn.site.hits is not None
+    server = hit_server.HitServer(pulled.cdn.app, pulled.cdn.site.hits.web_server, secure=True)
+    answered: list[bytes] = []
+    answer_stream = server.answer_stream
+
+    def recorded(request: Any, head_only: bool, host: bytes, path: bytes) -> Any:
+        answer = answer_stream(request, head_only, host, path)
+        if isinstance(answer, tuple):
+            answered.append(path)
+        return answer
+
+    server.answer_stream = recorded  # type: ignore[method-assign]
+    yield server, answered
+    server.stop()
+
+
+def comparable_h2(response: Response) -> tuple[int, list[tuple[str, str]], bytes]:
+    """`comparable` of an answer over either protocol: without the fields HTTP/2 has none of (RFC 9113 8.2.2)."""
+    headers = sorted((k.lower(), v) for k, v in response.headers.items()
+                     if k.lower() not in PER_REQUEST | {"connection", "keep-alive", "transfer-encoding"})
+    return response.status, headers, response.body
+
+
+async def test_a_fresh_hit_over_http_2_is_answered_from_the_streams_fields_as_over_http_1_1(
+        pulled: PullCdn, clock: Clock, secure: tuple[hit_server.HitServer, list[bytes]]) -> None:
+    server, from_fields = secure
+    etag = '"h2"'
+    await pulled.warm("/h2.bin", **LONG, ETag=etag, **{"Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"})
+    plain = await pulled.cdn.plain()
+    client = H2InProcess(server)
+    path = f"/{ZONE}/h2.bin"
+    fresh = pulled.stored("/h2.bin").freshness
+    clock.now = fresh.response_time + 2.5
+    cases: list[tuple[str, dict[str, str], int]] = [
+        ("GET", {}, 200), ("HEAD", {}, 200), ("GET", {"If-None-Match": etag}, 304),
+        ("GET", {"Range": "bytes=0-9"}, 206), ("GET", {"Range": "bytes=-7"}, 206), ("HEAD", {"Range": "bytes=5-6"}, 206),
+        ("GET", {"Range": "bytes=0-1,4-5"}, 200)]
+    for method, headers, status in cases:
+        from_fields.clear()
+        over_h2 = await client.get(path, [(k.lower(), v) for k, v in headers.items()], method)
+        over_http_1_1 = await plain.request(path, method, **headers)  # the application's answer
+        assert from_fields == [path.encode()], (method, headers)
+        assert over_h2.status == status, (method, headers)
+        assert comparable_h2(over_h2) == comparable_h2(over_http_1_1), (method, headers)
+        assert over_h2.headers["age"] == str(int(fresh.age(clock.now)))
+        assert over_h2.headers["x-request-id"]
+    # Age and Cache-Status tick with the clock: the fields of the second are made again.
+    ages = []
+    for _ in range(3):
+        clock.now += 1.0
+        answer = await client.get(path, [])
+        ages.append((answer.headers["age"], answer.headers["cache-status"]))
+        assert answer.body == BODY
+    assert ages == [(str(int(fresh.age(now))), f"assetcdn; hit; ttl={int(fresh.lifetime - fresh.age(now))}")
+                    for now in (clock.now - 2, clock.now - 1, clock.now)]
+
+
+async def test_what_the_hit_path_does_not_answer_over_http_2_goes_to_the_application(
+        pulled: PullCdn, clock: Clock, secure: tuple[hit_server.HitServer, list[bytes]]) -> None:
+    server, from_fields = secure
+    await pulled.warm("/h2-stale.bin", **{"Cache-Control": "max-age=5"})
+    client = H2InProcess(server)
+    path = f"/{ZONE}/h2-stale.bin"
+    clock.now = pulled.stored("/h2-stale.bin").freshness.response_time + 1
+    assert (await client.get(path, [])).headers["x-cache"] == "HIT" and from_fields == [path.encode()]
+    from_fields.clear()
+    asked = pulled.origin.count("/h2-stale.bin")
+    # Request directives, then a stale entry, then a miss: each answered by the application, as over HTTP/1.1.
+    directed = await client.get(path, [("cache-control", "max-age=0")])
+    assert directed.status == 200 and directed.body == BODY
+    clock.now += 10
+    stale = await client.get(path, [])
+    assert stale.status == 200 and stale.body == BODY and stale.headers["x-cache"] != "HIT"
+    pulled.origin.answer("/h2-miss.bin", b"missed", headers={"Content-Type": "text/plain", **LONG})
+    missed = await client.get(f"/{ZONE}/h2-miss.bin", [])
+    assert (missed.status, missed.body, missed.headers["x-cache"]) == (200, b"missed", "MISS")
+    assert from_fields == []
+    assert pulled.origin.count("/h2-stale.bin") == asked + 2  # the directive's and the stale entry's revalidations
+
+
+async def test_a_pull_hits_http_2_fields_are_charged_to_the_memory_budget(
+        pulled: PullCdn, clock: Clock, secure: tuple[hit_server.HitServer, list[bytes]]) -> None:
+    server, _ = secure
+    names = [f"/h2-charged/{n}.bin" for n in range(8)]
+    for name in names:
+        await pulled.warm(name, **LONG)
+    clock.now = pulled.stored(names[-1]).freshness.response_time + 1
+    memory = pulled.cdn.node.cache.memory
+    client = H2InProcess(server)
+    for name in names:  # the head is held and charged as over HTTP/1.1, with its 304's fields (made per request)
+        assert (await client.get(f"/{ZONE}{name}", [("if-none-match", "*")])).status == 304
+    charged, held = memory.heads_bytes, server.head_bytes
+    heads = [head for view in server.hosts.values() for head in view.pulls.values()]
+    assert len(heads) == len(names) and all(head.h2_block is None for head in heads)
+    for name in names:
+        assert (await client.get(f"/{ZONE}{name}", [])).body == BODY
+    made = sum(fields_cost(head.h2_fields) for head in heads)
+    assert made > 0 and memory.heads_bytes - charged == server.head_bytes - held == made
+    clock.now += 1  # the next second's fields replace the first ones: nothing more is charged
+    for name in names:
+        assert (await client.get(f"/{ZONE}{name}", [])).body == BODY
+    assert memory.heads_bytes - charged == made
+    server._forget_hosts()
+    assert memory.heads_bytes == charged - held
