@@ -468,11 +468,11 @@ class HitServer:
 
     def answer_stream(self, request: Request, head_only: bool, host: bytes, path: bytes) -> StreamAnswer | Decide:
         """An HTTP/2 stream's GET (or HEAD) without a body, its fields in ``request``, answered as ``_answer``
-        answers the same request over HTTP/1.1, by the same decisions (``_find``, ``_count``), with no HTTP/1.1
-        head made or parsed: the prepared hit's fields are split once and kept on it. Otherwise how the stream's
-        HTTP/1.1 side answers, decided here once: the application (a miss, anything unusual), the hit found here
-        sent from its file (a body kept on disk only), or the whole decision (a pull zone's path).
-        ``begin_batch`` has run in this loop turn."""
+        answers the same request over HTTP/1.1, by the same decisions (``_find``, ``_fresh_pull``, ``_count``),
+        with no HTTP/1.1 head made or parsed: a stored zone's prepared hit's fields are split once and kept on it,
+        a pull zone's made from its heads once per second (``_answer_pull_stream``). Otherwise how the stream's
+        HTTP/1.1 side answers, decided here once: the application (a miss, anything unusual), or the hit found
+        here sent from its file (a body kept on disk only). ``begin_batch`` has run in this loop turn."""
         try:
             return self._answer_stream(request, head_only, host, path)
         except Exception:  # never a broken stream for a hit: the application answers instead

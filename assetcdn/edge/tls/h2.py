@@ -2,8 +2,9 @@
 
 A stream asking for a hit (GET or HEAD, no body) is answered from its fields: ``HitServer.answer_stream``
 (assetcdn/edge/fastpath/hit_server.py) makes the HTTP/1.1 path's decisions on its method, authority, path and
-the few fields the hit path reads, and gives back the prepared hit's header fields (split once, kept on the
-prepared hit) and the memory tier's body (``_answer_directly``). Every other stream (a miss, a body on disk,
+the few fields the hit path reads, and gives back the prepared hit's header fields (a stored zone's split once
+and kept on the prepared hit, a pull zone's made once a second for its Age) and the memory tier's body
+(``_answer_directly``). Every other stream (a miss, a body on disk,
 anything unusual) is answered exactly as an HTTP/1.1 request on its own connection would be: its headers
 become an HTTP/1.1 request head (``Connection: close``; its body follows, chunked unless it has a
 length) fed to a HitProtocol (assetcdn/edge/fastpath/protocol.py) on a transport of the stream's own
