@@ -1,0 +1,95 @@
+"""A pull zone on the https port of a real `assetcdn up`: its fresh hits are the same answer over HTTP/2 (answered
+from the stream's fields, assetcdn/edge/fastpath/hit_server.py `_answer_pull_stream`) as over TLS HTTP/1.1, field
+for field but for the connection's own and those that tick (Age, Cache-Status), for a GET, a HEAD, a revalidation
+and a range; a request with directives of its own goes to the application on both."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from benchmarks.measure import create_pull_zone
+from tests.edge.tls.client import H2Client, https_get
+from tests.integration.harness import ACCOUNT
+from tests.support.https import HttpsCdn, start_https_cdn
+
+pytestmark = pytest.mark.integration
+
+ZONE = "securepull"
+BODY = os.urandom(20 * 1024)
+ETAG = '"secure-1"'
+PER_ANSWER = {"date", "x-request-id", "connection", "keep-alive", "age", "cache-status"}
+
+
+class Origin(BaseHTTPRequestHandler):
+    """The user's origin: every path is BODY, fresh for ten minutes."""
+
+    protocol_version = "HTTP/1.1"
+    asked: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        type(self).asked.append(self.path)
+        self.send_response(200)
+        for name, value in (("Content-Type", "application/octet-stream"), ("Content-Length", str(len(BODY))),
+                            ("Cache-Control", "max-age=600"), ("ETag", ETAG)):
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(BODY)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's signature)
+        pass
+
+
+@pytest.fixture(scope="module")
+def origin() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Origin)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def secure_pull(tmp_path_factory: pytest.TempPathFactory, origin: str) -> Iterator[HttpsCdn]:
+    cdn = start_https_cdn(tmp_path_factory.mktemp("https-pull"), {"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"})
+    try:
+        asyncio.run(create_pull_zone(cdn.cdn.control_url, ACCOUNT, ZONE, origin, Path(cdn.cdn.data_dir)))
+        yield cdn
+    finally:
+        cdn.cdn.stop()
+
+
+def test_a_pull_zones_hits_over_http_2_are_its_answers_over_http_1_1(secure_pull: HttpsCdn) -> None:
+    port, ca = secure_pull.https_port, secure_pull.ca_file
+    path = f"/{ZONE}/photo.bin"
+    first = https_get(port, path, ca=ca)
+    assert (first.status, first.headers["x-cache"], first.body) == (200, "MISS", BODY)
+    cases: list[tuple[str, dict[str, str], int, bytes]] = [
+        ("GET", {}, 200, BODY), ("HEAD", {}, 200, b""), ("GET", {"If-None-Match": ETAG}, 304, b""),
+        ("GET", {"Range": "bytes=100-199"}, 206, BODY[100:200])]
+    client = H2Client(port, "localhost", ca)
+    try:
+        for method, headers, status, expected in cases:
+            one = https_get(port, path, ca=ca, method=method, headers=headers)
+            two = client.get(path, method, [(name.lower(), value) for name, value in headers.items()])
+            assert (one.status, one.body, two.status, two.body) == (status, expected, status, expected), method
+            assert one.headers["x-cache"] == two.headers["x-cache"] == "HIT"
+            assert {k: v for k, v in two.headers.items() if k not in PER_ANSWER} == \
+                {k: v for k, v in one.headers.items() if k not in PER_ANSWER}, (method, headers)
+            assert 0 <= int(two.headers["age"]) <= 600 and two.headers["cache-status"].startswith("assetcdn; hit")
+        # Directives of the request's own: the application answers (a revalidation, as over HTTP/1.1).
+        asked = len(Origin.asked)
+        directed = client.get(path, "GET", [("cache-control", "no-cache")])
+        assert (directed.status, directed.body) == (200, BODY) and len(Origin.asked) == asked + 1
+    finally:
+        client.close()
+    assert "hit path failed" not in secure_pull.cdn.log_path.read_text()  # every case was decided, none crashed
