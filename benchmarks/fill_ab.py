@@ -1,6 +1,7 @@
 """CPU per pull zone cache fill of two source trees, side by side: the whole system's, turns alternated.
 
     .venv/bin/python -m benchmarks.fill_ab TREE_A TREE_B [--size "5 KB"] [--turns 6] [--duration 4] [--memory-mb 512]
+        [--tls]
 
 Each tree (a checkout or ``git archive`` of the project) runs its own ``assetcdn up`` (one edge with one worker,
 a 512 MB memory tier unless ``--memory-mb`` says otherwise, every process importing from that tree), both with a pull zone in front of one origin:
@@ -13,7 +14,9 @@ tree's median and the ratio of B's to A's.
 A tree's memory tier fills up over the turns (one 5 KB turn adds about 15,000 entries, a 100 KB one some 7,000
 to a tier of 512 MB): later turns include the disk writes of what each fill evicts. On a shared machine a single
 bench run moves by a fifth from run to run; the two trees alternating under the same load is what can compare
-them. Loopback only; every run is bounded; everything started is stopped at the end.
+them. With ``--tls`` each tree's edge also listens for https (tests/support/https.py's test certificates) and wrk
+asks it over TLS HTTP/1.1 (one handshake per connection, at the start of each turn). Loopback only; every run is
+bounded; everything started is stopped at the end.
 """
 
 from __future__ import annotations
@@ -31,19 +34,26 @@ from benchmarks.load import run_wrk
 from benchmarks.measure import create_pull_zone, load_average, machine, require_tools
 from benchmarks.pull_bench import FILL_LUA, SIZES, ZONE, ready_origin
 from tests.integration.harness import ACCOUNT, RunningCdn, free_port_block, start_cdn
+from tests.support.https import start_https_cdn
 
 
 def start_tree(workdir: Path, path: str, origin: Server, body: bytes, size: str, core: str,
-               memory_mb: int = 512) -> tuple[RunningCdn, Server]:
-    """`up` importing from `path`, its pull zone in front of `origin`, its size's file warmed."""
-    cdn = start_cdn(workdir, workers=1, env_extra={"PYTHONPATH": str(Path(path).resolve()),
-                                                   "ASSETCDN_EDGE_MEMORY_CACHE_MB": str(memory_mb),
-                                                   "ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"})
+               memory_mb: int = 512, tls: bool = False) -> tuple[RunningCdn, Server]:
+    """`up` importing from `path`, its pull zone in front of `origin`, its size's file warmed; with `tls` the
+    system's base is its https port."""
+    settings = {"PYTHONPATH": str(Path(path).resolve()), "ASSETCDN_EDGE_MEMORY_CACHE_MB": str(memory_mb),
+                "ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"}
+    if tls:
+        cdn = start_https_cdn(workdir, {**settings, "ASSETCDN_TLS_REDIRECT_HTTP": "false"}).cdn
+    else:
+        cdn = start_cdn(workdir, workers=1, env_extra=settings)
     system, _control = whole_system(cdn)
+    if tls:
+        system.base = f"https://127.0.0.1:{cdn.https_port}"
     system.pin(core)
     asyncio.run(create_pull_zone(cdn.control_url, ACCOUNT, ZONE, origin.base, cdn.data_dir))
     name = SIZES[size][0]
-    asyncio.run(warm(f"{system.base}/{ZONE}", [name], {name: body}))
+    asyncio.run(warm(f"{cdn.edge_urls[0]}/{ZONE}", [name], {name: body}))  # the same cache as its https port's
     return cdn, system
 
 
@@ -55,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--memory-mb", type=int, default=512,
                         help="each tree's memory tier (128, the default setting, fills within a turn or two)")
+    parser.add_argument("--tls", action="store_true", help="ask each tree over TLS HTTP/1.1 (its https port)")
     parser.add_argument("--server-core", default="0")
     parser.add_argument("--load-core", default="1")
     args = parser.parse_args(argv)
@@ -72,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             for index, path in enumerate(args.trees):
                 (workdir / f"cdn{index}").mkdir()
                 cdn, system = start_tree(workdir / f"cdn{index}", path, origin, bodies[SIZES[args.size][0]],
-                                         args.size, args.server_core, args.memory_mb)
+                                         args.size, args.server_core, args.memory_mb, args.tls)
                 cdns.append(cdn)
                 systems.append(system)
             per_fill: list[list[float]] = [[], []]

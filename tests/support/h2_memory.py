@@ -1,5 +1,6 @@
-"""An HTTP/2 connection to a hit server's H2Protocol in this process (assetcdn/edge/tls/h2.py on a memory transport,
-the `h2` library as the client): frames passed in memory, answers read as `Response`s."""
+"""Connections to a hit server's protocols in this process, on a memory transport, answers read as `Response`s: HTTP/2
+to its H2Protocol (assetcdn/edge/tls/h2.py, the `h2` library as the client), and HTTP/1.1 to its HitProtocol
+(assetcdn/edge/fastpath/protocol.py) as the https site's hit server sees a TLS connection (TLS is below it)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from typing import Any
 import h2.config
 import h2.connection
 import h2.events
+from multidict import CIMultiDict
 
 from assetcdn.edge.fastpath.hit_server import HitServer
 from assetcdn.edge.tls.h2 import H2Limits, H2Protocol
-from tests.support.hit_cdn import Response
+from tests.support.hit_cdn import Response, request_bytes
 from tests.support.wait import wait_until
 
 
@@ -96,3 +98,47 @@ class H2InProcess:
         head, body, _ = self.answers.pop(stream_id)
         headers = {bytes(k).decode(): bytes(v).decode() for k, v in head}
         return Response(int(headers.pop(":status")), "", headers, bytes(body))  # type: ignore[arg-type]
+
+
+class MemoryHttp11:
+    """One HTTP/1.1 connection to a hit server's HitProtocol, bytes passed in memory, one request at a time."""
+
+    def __init__(self, hits: HitServer) -> None:
+        self.transport = MemoryTransport()
+        self.protocol = hits.protocol()
+        self.protocol.connection_made(self.transport)
+        self.received = b""
+
+    async def request(self, path: str, method: str = "GET", **headers: str) -> Response:
+        self.protocol.data_received(request_bytes(path, method, **headers))
+        answer: list[Response] = []
+
+        async def complete() -> bool:
+            self.received += self.transport.take()
+            parsed = self._parse(method)
+            if parsed is not None:
+                answer.append(parsed)
+            return bool(answer)
+
+        await wait_until(complete, f"the answer to {path}")
+        return answer[0]
+
+    def _parse(self, method: str) -> Response | None:
+        """The first whole answer received (taken off `received`), or None while it is not all there."""
+        end = self.received.find(b"\r\n\r\n")
+        if end < 0:
+            return None
+        head = self.received[:end + 4]
+        lines = head.decode("latin-1").split("\r\n")
+        _, status, reason = lines[0].split(" ", 2)
+        headers: CIMultiDict[str] = CIMultiDict()
+        for line in lines[1:]:
+            if line:
+                name, _, value = line.partition(":")
+                headers.add(name.strip(), value.strip())
+        length = 0 if method == "HEAD" or int(status) in (204, 304) else int(headers.get("Content-Length", "0"))
+        if len(self.received) < end + 4 + length:
+            return None
+        body = self.received[end + 4:end + 4 + length]
+        self.received = self.received[end + 4 + length:]
+        return Response(int(status), reason, headers, body, head)

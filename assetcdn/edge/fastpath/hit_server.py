@@ -471,8 +471,9 @@ class HitServer:
         answers the same request over HTTP/1.1, by the same decisions (``_find``, ``_fresh_pull``, ``_count``),
         with no HTTP/1.1 head made or parsed: a stored zone's prepared hit's fields are split once and kept on it,
         a pull zone's made from its heads once per second (``_answer_pull_stream``). Otherwise how the stream's
-        HTTP/1.1 side answers, decided here once: the application (a miss, anything unusual), or the hit found
-        here sent from its file (a body kept on disk only). ``begin_batch`` has run in this loop turn."""
+        HTTP/1.1 side answers, decided here once: the application (a stored zone's miss, anything unusual), the
+        hit found here sent from its file (a body kept on disk only), or a pull zone's miss filled on the hit path
+        (``_fill_stream``). ``begin_batch`` has run in this loop turn."""
         try:
             return self._answer_stream(request, head_only, host, path)
         except Exception:  # never a broken stream for a hit: the application answers instead
@@ -563,11 +564,11 @@ class HitServer:
     def _answer_pull_stream(self, request: Request, view: HostView, target: bytes, pulled: PulledHit | None,
                             head_only: bool, named: PullPath | None = None) -> StreamAnswer | Decide:
         """A pull zone's stream, answered as ``_answer_pull`` answers the same request over HTTP/1.1, by the same
-        decision (``_fresh_pull``), from the prepared hit's heads turned into fields. Anything else is the
-        application's: over TLS the hit path fills no miss (``PullFills.claim``)."""
+        decision (``_fresh_pull``), from the prepared hit's heads turned into fields; a miss is filled by the
+        stream's HTTP/1.1 side (``_fill_stream``); anything else is the application's."""
         found = self._fresh_pull(request, view, target, pulled, named)
-        if not isinstance(found, tuple):
-            return hand_over
+        if not isinstance(found, tuple):  # True: a miss, which the stream's HTTP/1.1 side may fill
+            return partial(self._fill_stream, view, target, named) if found else hand_over
         pulled, body = found
         now = self.now
         headers = request.headers
@@ -593,6 +594,13 @@ class HitServer:
         sent = body_sent(head_only, status, end - start)
         answer = None if not sent else body if status == 200 else memoryview(body)[start:end]
         return fields, answer, self._count(request, view, pulled, status, sent, head_only, request_id)
+
+    def _fill_stream(self, view: HostView, target: bytes, named: PullPath | None, conn: HitProtocol, buf: bytes,
+                     pos: int, head_end: int, out: list[Any]) -> int:
+        """The HTTP/1.1 side of an HTTP/2 stream whose pull zone miss answer_stream found: filled on the hit path
+        (``PullFills.claim``) without deciding again; the application's when it may not be."""
+        head_only = conn.parser.get_method() == b"HEAD"
+        return FILL if self.fills.claim(conn, view, target, head_only, named) else HAND_OVER
 
     def _pulled_fields(self, view: HostView, target: bytes, pulled: PulledHit, now: float, tail: bytes) -> Fields:
         """The fields of `pulled`'s 200 at `now`: made again only when its head does (`PulledHit.whole_head`: once a

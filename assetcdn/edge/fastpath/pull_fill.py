@@ -1,9 +1,11 @@
 """A pull zone's plain miss filled on the hit path's own connection, without the aiohttp application.
 
-The common cache fill (assetcdn/edge/states/pull.py): an HTTP/1.1 GET or HEAD of a pull zone's URL that no tier
-holds, with no request directives, conditions or ranges, answered by a storable 200 of declared length. The
-hit server (assetcdn/edge/fastpath/hit_server.py) claims it when the memory tier has no prepared hit for the
-URL; this module then takes the application's steps with the serve sequence's own functions: the look-up in
+The common cache fill (assetcdn/edge/states/pull.py): a GET or HEAD of a pull zone's URL that no tier holds, with
+no request directives, conditions or ranges, answered by a storable 200 of declared length; over plain HTTP/1.1,
+TLS, or an HTTP/2 stream (whose HTTP/1.1 side, assetcdn/edge/tls/h2.py, turns the answer written here into its
+frames and counts what it sent). The hit server (assetcdn/edge/fastpath/hit_server.py) claims it when the
+memory tier has no prepared hit for the URL; this module then takes the application's steps with the serve
+sequence's own functions: the look-up in
 both tiers (anything stored: the application decides), the flight (one already under way: the application
 waits for it), the origin request (`pull.fill_headers`, the shields), whether the answer may be stored
 (`freshness.not_storable`), the client's head (`pull.client_headers`, then the response hooks' stamp and
@@ -102,16 +104,16 @@ class PullFills:
         # one claim at a time for the whole server); a claim left behind is never another connection's.
         self.claimed: Fill | None = None
         self.send_timeout_s = send_timeout_s(server.node.settings)  # a client that takes none of its answer
+        self.scheme = "https" if server.secure else "http"  # as the origin is told (X-Forwarded-Proto)
         self.started = 0  # fills begun here (each leads its URL's flight); tests count the requests begun by it
         self.filled = 0   # of them, answered here
 
     def claim(self, conn: HitProtocol, view: HostView, url: bytes, head_only: bool, named: PullPath | None) -> bool:
         """Whether the miss of request target ``url`` on ``conn`` (whose head the hit server parsed, without
-        cache fields) may be filled here: plain HTTP/1.1 (TLS and HTTP/2 take the application's route), no
-        If-None-Match or Range. The connection then calls `start` with the request's head. `named`: `resolve`
-        of the path alone, when the hit server has it."""
+        cache fields) may be filled here: no If-None-Match or Range. The connection then calls `start` with the
+        request's head. `named`: `resolve` of the path alone, when the hit server has it."""
         headers = conn.headers
-        if not conn.zero_copy or conn.when_sent is not None or headers[1] is not None or headers[2] is not None:
+        if headers[1] is not None or headers[2] is not None:
             return False
         try:
             target = url.decode("ascii")
@@ -177,7 +179,7 @@ class PullFills:
         handing = False  # an origin answer for the application: it leads the URL's flight from here on
         try:
             try:
-                fetched = await ask(node, zone, named.path, query, fill_headers(fields, zone, fill.peer, "http", None),
+                fetched = await ask(node, zone, named.path, query, fill_headers(fields, zone, fill.peer, self.scheme, None),
                                     from_edge=False)
             except OriginError as exc:
                 fetched = exc

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.tags import pull_path_tag
+from assetcdn.edge.fastpath.hit_server import HitServer
 from assetcdn.edge.fastpath.pull_fill import PullFills
 from assetcdn.edge.shield import SHIELD_CACHE
 from assetcdn.edge.states import freshness
@@ -25,6 +26,7 @@ from assetcdn.edge.states import pull as pull_states
 from assetcdn.edge.states.keys import pull_key
 from assetcdn.shared.cache_results import CacheResult
 from tests.support.control import METRICS
+from tests.support.h2_memory import H2InProcess, MemoryHttp11
 from tests.support.hit_cdn import READ_S, HitCdn, Response, request_bytes
 from tests.support.origins import LONG, PREFIX, ScriptedOrigin, pull_zone_on_hit_cdn
 from tests.support.wait import wait_until
@@ -801,3 +803,59 @@ async def test_a_pull_zone_is_answered_on_the_hit_path_while_control_is_unreacha
         assert (hit.status, hit.header("X-Cache"), hit.body) == (200, "HIT", BODY)
         assert (filled.fills.filled, hits.served) == (fills + 1, served + 1)
         conn.close()
+
+
+async def test_a_miss_over_tls_or_http_2_is_filled_on_the_hit_path_as_the_application_fills_it(filled: FillCdn) -> None:
+    """The https site's hit server fills a plain miss as the plain site's does, on a TLS connection's HTTP/1.1 and on
+    an HTTP/2 stream: the application's answer (less the fields a protocol has of its own), the origin told that the
+    client came over https, and the answer stored."""
+    names = ("/tls-fast.bin", "/h2-fast.bin", "/h2-head-fast.bin", "/secure-app.bin")
+    filled.answer(*names)
+    assert filled.cdn.site.hits is not None
+    secure = HitServer(filled.cdn.app, filled.cdn.site.hits.web_server, secure=True)
+    own = PER_REQUEST | {"connection", "keep-alive"}
+
+    def same(response: Response) -> tuple[int, list[tuple[str, str]], bytes]:
+        return response.status, sorted((k.lower(), v) for k, v in response.headers.items() if k.lower() not in own), \
+            response.body
+
+    try:
+        plain = await filled.cdn.plain()
+        app = await plain.request(f"/{ZONE}{names[3]}")
+        app_head = await plain.request(f"/{ZONE}{names[3]}", "HEAD")
+        over_tls = await MemoryHttp11(secure).request(f"/{ZONE}{names[0]}")
+        h2 = H2InProcess(secure)
+        over_h2 = await h2.get(f"/{ZONE}{names[1]}", [])
+        head_h2 = await h2.get(f"/{ZONE}{names[2]}", [], "HEAD")
+
+        async def all_filled() -> bool:  # a HEAD's fill goes on (reading the body to store it) after its answer
+            return secure.fills.filled == 3
+
+        await wait_until(all_filled, "the three misses filled on the https site's hit path")
+        assert (over_tls.header("X-Cache"), over_h2.headers["x-cache"]) == ("MISS", "MISS")
+        assert same(over_tls) == same(over_h2) == same(app)
+        assert head_h2.body == b"" and head_h2.headers["content-length"] == str(len(BODY))
+        assert same(head_h2)[:2] == same(Response(200, "", app.headers, b""))[:2]
+        assert app_head.header("X-Cache") == "HIT"  # the HEAD after the GET, from the cache (fields as a HIT)
+        assert [filled.origin.requests(name)[-1].headers["X-Forwarded-Proto"] for name in names] == \
+            ["https", "https", "https", "http"]
+        # Stored: the next request for each, over HTTP/2, is a hit answered from the stream's fields.
+        for name in names[:3]:
+            again = await h2.get(f"/{ZONE}{name}", [])
+            assert (again.status, again.headers["x-cache"], again.body) == (200, "HIT", BODY)
+        assert [filled.origin.count(name) for name in names] == [1, 1, 1, 1]
+        # An answer the hit path does not write goes to the application with the request, on either protocol, and
+        # the origin is asked once; the TLS connection goes on with the hit path after it.
+        gone = ("/gone-tls.bin", "/gone-h2.bin", "/gone-plain.bin")
+        for name in gone:
+            filled.origin.answer(name, b"not here", status=404, headers={"Content-Type": "text/plain"})
+        tls = MemoryHttp11(secure)
+        answers = [await tls.request(f"/{ZONE}{gone[0]}"), await h2.get(f"/{ZONE}{gone[1]}", []),
+                   await plain.request(f"/{ZONE}{gone[2]}")]
+        assert [(a.status, a.body) for a in answers] == [(404, b"not here")] * 3
+        assert same(answers[0]) == same(answers[1]) == same(answers[2])
+        assert [filled.origin.count(name) for name in gone] == [1, 1, 1]
+        filled.answer("/after-gone-tls.bin")
+        assert (await tls.request(f"/{ZONE}/after-gone-tls.bin")).body == BODY
+    finally:
+        secure.stop()

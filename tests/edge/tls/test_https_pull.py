@@ -1,7 +1,9 @@
-"""A pull zone on the https port of a real `assetcdn up`: its fresh hits are the same answer over HTTP/2 (answered
-from the stream's fields, assetcdn/edge/fastpath/hit_server.py `_answer_pull_stream`) as over TLS HTTP/1.1, field
-for field but for the connection's own and those that tick (Age, Cache-Status), for a GET, a HEAD, a revalidation
-and a range; a request with directives of its own goes to the application on both."""
+"""A pull zone on the https port of a real `assetcdn up`: its misses are filled over TLS HTTP/1.1 and HTTP/2 alike
+(on the hit path, assetcdn/edge/fastpath/pull_fill.py), the origin told the client came over https; its fresh hits
+are the same answer over HTTP/2 (answered from the stream's fields, assetcdn/edge/fastpath/hit_server.py
+`_answer_pull_stream`) as over TLS HTTP/1.1, field for field but for the connection's own and those that tick
+(Age, Cache-Status), for a GET, a HEAD, a revalidation and a range; a request with directives of its own goes to
+the application on both."""
 
 from __future__ import annotations
 
@@ -32,9 +34,11 @@ class Origin(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     asked: list[str] = []
+    schemes: dict[str, str | None] = {}  # the X-Forwarded-Proto each path was last asked with
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         type(self).asked.append(self.path)
+        type(self).schemes[self.path] = self.headers.get("X-Forwarded-Proto")
         self.send_response(200)
         for name, value in (("Content-Type", "application/octet-stream"), ("Content-Length", str(len(BODY))),
                             ("Cache-Control", "max-age=600"), ("ETag", ETAG)):
@@ -93,3 +97,22 @@ def test_a_pull_zones_hits_over_http_2_are_its_answers_over_http_1_1(secure_pull
     finally:
         client.close()
     assert "hit path failed" not in secure_pull.cdn.log_path.read_text()  # every case was decided, none crashed
+
+
+def test_a_pull_zones_misses_over_tls_http_1_1_and_http_2_are_filled_and_kept(secure_pull: HttpsCdn) -> None:
+    port, ca = secure_pull.https_port, secure_pull.ca_file
+    over_tls = https_get(port, f"/{ZONE}/tls-miss.bin", ca=ca)
+    client = H2Client(port, "localhost", ca)
+    try:
+        over_h2 = client.get(f"/{ZONE}/h2-miss.bin")
+        for answer in (over_tls, over_h2):
+            assert (answer.status, answer.headers["x-cache"], answer.body) == (200, "MISS", BODY)
+            assert answer.headers["content-length"] == str(len(BODY)) and answer.headers["etag"] == ETAG
+        assert "connection" not in over_h2.headers and "keep-alive" not in over_h2.headers
+        again = [client.get(f"/{ZONE}/{name}") for name in ("tls-miss.bin", "h2-miss.bin")]
+        assert [(a.status, a.headers["x-cache"], a.body) for a in again] == [(200, "HIT", BODY)] * 2
+    finally:
+        client.close()
+    assert [Origin.asked.count(f"/{name}") for name in ("tls-miss.bin", "h2-miss.bin")] == [1, 1]
+    assert [Origin.schemes[f"/{name}"] for name in ("tls-miss.bin", "h2-miss.bin")] == ["https", "https"]
+    assert "hit path failed" not in secure_pull.cdn.log_path.read_text()
