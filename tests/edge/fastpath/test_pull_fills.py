@@ -859,3 +859,41 @@ async def test_a_miss_over_tls_or_http_2_is_filled_on_the_hit_path_as_the_applic
         assert (await tls.request(f"/{ZONE}/after-gone-tls.bin")).body == BODY
     finally:
         secure.stop()
+
+
+async def test_an_http_2_stream_reset_during_its_fill_leaves_the_fill_to_complete_into_the_cache(
+        filled: FillCdn) -> None:
+    """A browser that cancels a request (RST_STREAM) while the hit path fills it over HTTP/2: the origin's answer is
+    still read and stored, and the connection's next stream gets the stored answer, the origin asked once."""
+    name = "/h2-reset.bin"
+    body = BODY * 40
+    release = filled.origin.hold(name, body, HEADERS, first=100)
+    assert filled.cdn.site.hits is not None
+    secure = HitServer(filled.cdn.app, filled.cdn.site.hits.web_server, secure=True)
+    try:
+        h2 = H2InProcess(secure)
+        stream_id = h2.client.get_next_available_stream_id()
+        h2.answers[stream_id] = [None, bytearray(), False]
+        h2.client.send_headers(stream_id, [(b":method", b"GET"), (b":scheme", b"https"),
+                                           (b":path", f"/{ZONE}{name}".encode()), (b":authority", b"edge.test")],
+                               end_stream=True)
+
+        async def answering() -> bool:  # the head went out with the origin's first bytes
+            h2.exchange()
+            return h2.answers[stream_id][0] is not None
+
+        await wait_until(answering, "the fill's head on the stream")
+        assert secure.fills.started == 1  # on the hit path, not the application's
+        h2.client.reset_stream(stream_id)
+        h2.exchange()
+        release.set()
+
+        async def stored() -> bool:
+            return pull_states.lookup(filled.cdn.node, pull_key(ZONE, name, ""), []) is not None
+
+        await wait_until(stored, "the reset stream's fill stored")
+        again = await h2.get(f"/{ZONE}{name}", [])
+        assert (again.status, again.headers["x-cache"], again.body) == (200, "HIT", body)
+        assert filled.origin.count(name) == 1
+    finally:
+        secure.stop()
