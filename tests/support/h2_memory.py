@@ -65,6 +65,8 @@ class H2InProcess:
         self.client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
         self.client.initiate_connection()
         self.answers: dict[int, list[Any]] = {}
+        self.resets: dict[int, int] = {}  # the error codes of the streams the server reset, where `get` allows it
+        self.last_stream = 0
 
     def exchange(self) -> None:
         out = self.client.data_to_send()
@@ -80,11 +82,19 @@ class H2InProcess:
             elif isinstance(event, h2.events.StreamEnded):
                 self.answers[event.stream_id][2] = True
             elif isinstance(event, h2.events.StreamReset):
-                raise AssertionError(f"stream {event.stream_id} reset: {event.error_code!r}")
+                if event.stream_id not in self.resets:
+                    raise AssertionError(f"stream {event.stream_id} reset: {event.error_code!r}")
+                self.resets[event.stream_id] = event.error_code
+                self.answers[event.stream_id][2] = True
 
-    async def get(self, path: str, fields: list[tuple[str, str]], method: str = "GET") -> Response:
-        stream_id = self.client.get_next_available_stream_id()
+    async def get(self, path: str, fields: list[tuple[str, str]], method: str = "GET", *,
+                  may_reset: bool = False) -> Response:
+        """The stream's answer; with `may_reset` a reset by the server ends it too (its code in `resets`, under
+        `last_stream`, the id of the stream asked last)."""
+        stream_id = self.last_stream = self.client.get_next_available_stream_id()
         self.answers[stream_id] = [None, bytearray(), False]
+        if may_reset:
+            self.resets[stream_id] = -1
         self.client.send_headers(stream_id, [(b":method", method.encode()), (b":scheme", b"https"),
                                              (b":path", path.encode()),
                                              (b":authority", b"edge.test"),
@@ -96,8 +106,9 @@ class H2InProcess:
 
         await wait_until(ended, f"the answer to {path}")
         head, body, _ = self.answers.pop(stream_id)
-        headers = {bytes(k).decode(): bytes(v).decode() for k, v in head}
-        return Response(int(headers.pop(":status")), "", headers, bytes(body))  # type: ignore[arg-type]
+        headers = {bytes(k).decode(): bytes(v).decode() for k, v in head or ()}
+        status = int(headers.pop(":status", "0"))  # 0: reset before any head
+        return Response(status, "", headers, bytes(body))  # type: ignore[arg-type]
 
 
 class MemoryHttp11:

@@ -352,10 +352,10 @@ class StreamTransport(asyncio.Transport):
             return
         self.closed = True
         if not self.ended and not self.end_pending:
-            if self.headers_sent:  # a body delimited by the close
+            if self.headers_sent and self.body_left <= 0 and not self.chunked:  # a body delimited by the close
                 self.end_pending = True
                 self.connection.pump(self)
-            else:
+            else:  # no head yet, or a body cut short of its length or last chunk: never ended as if whole
                 self.connection.reset(self, ErrorCode.INTERNAL_ERROR)
         asyncio.get_running_loop().call_soon(self._lost, None)
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from aiohttp import web
+from ngh2 import ErrorCode
 
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.tags import pull_path_tag
@@ -895,5 +896,38 @@ async def test_an_http_2_stream_reset_during_its_fill_leaves_the_fill_to_complet
         again = await h2.get(f"/{ZONE}{name}", [])
         assert (again.status, again.headers["x-cache"], again.body) == (200, "HIT", body)
         assert filled.origin.count(name) == 1
+    finally:
+        secure.stop()
+
+
+async def test_a_body_the_origin_cuts_short_resets_its_http_2_stream_on_either_path(filled: FillCdn) -> None:
+    """Over HTTP/2 a body cut short must not end its stream as if it were whole (END_STREAM): the stream is reset,
+    whether the hit path fills the miss or the application does (a request with its own directives), and nothing
+    is stored."""
+    async def cut(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=HEADERS)
+        response.content_length = 100_000
+        await response.prepare(request)
+        await response.write(BODY[:1000])
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    names = ("/h2-cut-fast.bin", "/h2-cut-app.bin")
+    for name in names:
+        filled.origin.route(name, cut)
+    assert filled.cdn.site.hits is not None
+    secure = HitServer(filled.cdn.app, filled.cdn.site.hits.web_server, secure=True)
+    try:
+        h2 = H2InProcess(secure)
+        answers, codes = [], []
+        for name, fields in ((names[0], []), (names[1], [("cache-control", "no-cache")])):
+            answers.append(await h2.get(f"/{ZONE}{name}", fields, may_reset=True))
+            codes.append(h2.resets[h2.last_stream])
+        assert secure.fills.started == 1  # the first on the hit path, the second the application's
+        assert [(a.status, a.headers.get("content-length")) for a in answers] == [(200, "100000")] * 2
+        assert all(len(a.body) < 100_000 for a in answers)
+        assert codes == [ErrorCode.INTERNAL_ERROR] * 2
+        assert [pull_states.lookup(filled.cdn.node, pull_key(ZONE, name, ""), []) for name in names] == [None, None]
     finally:
         secure.stop()
