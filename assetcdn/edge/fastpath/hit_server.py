@@ -112,6 +112,8 @@ class HitServer:
         self.answers_hits = answer_hits and (secure or not redirects_plain_http(settings))
         hsts = hsts_value(settings, secure=secure)
         self.extra_head = f"{HSTS_HEADER}: {hsts}\r\n".encode() if hsts else b""
+        # This site writes its own HSTS field (as the application's hook sets it): an origin's is left out.
+        self.own_hsts = bool(hsts)
         self.app = app
         self.web_server = web_server
         self.node = app[NODE]
@@ -431,7 +433,7 @@ class HitServer:
             target = url.decode("ascii")
         except UnicodeDecodeError:
             return False
-        pulled = prepare_pull(self.node, self.config, view, target, named)
+        pulled = prepare_pull(self.node, self.config, view, target, named, own_hsts=self.own_hsts)
         if not isinstance(pulled, PulledHit):
             return pulled
         self._hold(view, url, pulled)

@@ -61,6 +61,7 @@ from assetcdn.edge.states.keys import pull_key
 from assetcdn.edge.states.lookup import lookup
 from assetcdn.edge.states.pull import VARY, StoredResponse, client_headers, hit_cache_status
 from assetcdn.edge.states.recv import PullPath, resolve
+from assetcdn.edge.tls.policy import HSTS_HEADER
 from assetcdn.shared.analytics_keys import zone_of
 from assetcdn.shared.edge_rules import RESERVED_HEADERS, HeaderChanges, Redirect
 from assetcdn.shared.http_server import SERVER_NAME
@@ -214,7 +215,8 @@ class PulledHit:
     __slots__ = ("entry", "freshness", "key", "cdn_path", "zone", "size", "etag", "head", "head_304", "dated",
                  "fresh_until", "cost", "h2_block", "h2_fields", "_block", "_tail", "_since", "_until")
 
-    def __init__(self, stored: StoredResponse, key: str, cdn_path: str, changes: HeaderChanges) -> None:
+    def __init__(self, stored: StoredResponse, key: str, cdn_path: str, changes: HeaderChanges,
+                 own_hsts: bool = False) -> None:
         obj = stored.obj
         self.entry = weakref.ref(obj)
         self.freshness = stored.freshness
@@ -225,9 +227,9 @@ class PulledHit:
         etag = first_value(stored.headers, "etag")
         self.etag = None if etag is None else etag.removeprefix("W/")  # what `pull.not_modified` compares
         self.dated = first_value(stored.headers, "date") is not None  # the stored Date is the answer's
-        self.head = STATUS_200 + _pulled_lines(stored, changes, not_modified=False) \
+        self.head = STATUS_200 + _pulled_lines(stored, changes, not_modified=False, own_hsts=own_hsts) \
             + b"Content-Length: %d\r\n" % obj.size
-        self.head_304 = STATUS_304 + _pulled_lines(stored, changes, not_modified=True)
+        self.head_304 = STATUS_304 + _pulled_lines(stored, changes, not_modified=True, own_hsts=own_hsts)
         self.fresh_until = fresh_for_plain_requests_until(stored.freshness)  # answered here while before it
         # What it holds once it answered: its heads, and the 200's head with the lines of the second (`whole_head`).
         self.cost = PULLED_OVERHEAD + 2 * len(self.head) + len(self.head_304) + len(key) + len(cdn_path)
@@ -274,10 +276,13 @@ class PulledHit:
         return b"Age: %d\r\nCache-Status: %s\r\n" % (int(fresh.age(now)), hit_cache_status(fresh, now).encode())
 
 
-def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modified: bool) -> bytes:
+def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modified: bool, own_hsts: bool) -> bytes:
     """The header lines the application gives a pull zone's hit (`pull.deliver`, then the response hooks:
-    the stamp, the `_headers` rules, aiohttp's defaults), less Age and the edge's Cache-Status."""
+    the stamp, the `_headers` rules, aiohttp's defaults), less Age and the edge's Cache-Status, and less the
+    origin's HSTS field where the site writes its own (`own_hsts`: the hook replaces it)."""
     headers = client_headers(stored.headers, HIT, "", age=0)
+    if own_hsts:
+        headers.popall(HSTS_HEADER, None)
     # client_headers sets Age and appends this cache's Cache-Status last: both are written per request.
     items = list(headers.items())[:-1]
     headers = CIMultiDict((name, value) for name, value in items if name.lower() != "age")
@@ -293,7 +298,7 @@ def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modifie
 
 
 def prepare_pull(node: EdgeNode, config: EdgeConfig, view: HostView, target: str,
-                 named: PullPath | None = None) -> PulledHit | bool:
+                 named: PullPath | None = None, *, own_hsts: bool = False) -> PulledHit | bool:
     """The prepared hit of request target ``target`` (path and query) of a pull zone on ``view``'s host, from
     the memory tier only. True when the memory tier holds nothing for it: a miss, which the hit path may fill
     (assetcdn/edge/fastpath/pull_fill.py); False when the application must answer: not a pull zone's path,
@@ -321,4 +326,4 @@ def prepare_pull(node: EdgeNode, config: EdgeConfig, view: HostView, target: str
     changes = header_changes(config, path, view.name)
     if rules_touch(changes, PULL_PER_REQUEST_HEADERS):
         return False
-    return PulledHit(stored, key, f"{pulled.zone.name}{pulled.path}", changes)
+    return PulledHit(stored, key, f"{pulled.zone.name}{pulled.path}", changes, own_hsts)

@@ -56,6 +56,7 @@ from assetcdn.edge.states.pull import (
     settle,
 )
 from assetcdn.edge.states.recv import PullPath, resolve
+from assetcdn.edge.tls.policy import HSTS_HEADER
 from assetcdn.shared.analytics_keys import zone_of
 from assetcdn.shared.cache_results import CacheResult
 from assetcdn.shared.edge_rules import HeaderChanges, Redirect
@@ -238,6 +239,8 @@ class PullFills:
         node = server.node
         node.metrics.cache_result(CacheResult.MISS).inc()
         headers = client_headers(response.headers, CacheResult.MISS, CACHE_STATUS_STORED, age=None)
+        if server.own_hsts:  # the site's own goes in the tail, as the application's hook replaces the origin's
+            headers.popall(HSTS_HEADER, None)
         dated = "Date" in headers
         # The response hooks (assetcdn/shared/middleware.py, assetcdn/edge/app.py), then aiohttp's own fields.
         stamp_headers(headers)

@@ -50,8 +50,13 @@ def handshake(port: int, server_name: str, context: ssl.SSLContext) -> Handshake
 @dataclass
 class Answer:
     status: int
-    headers: dict[str, str]
+    headers: dict[str, str]  # lower-case names; of a repeated field, its last value
     body: bytes
+    fields: list[tuple[str, str]] = field(default_factory=list)  # every field as sent, in order
+
+    def values(self, name: str) -> list[str]:
+        """Every value of the field `name` (lower case), in order."""
+        return [value for field_name, value in self.fields if field_name.lower() == name]
 
 
 def https_get(port: int, path: str, *, server_name: str = "localhost", ca: Path | None = None,
@@ -62,7 +67,8 @@ def https_get(port: int, path: str, *, server_name: str = "localhost", ca: Path 
     try:
         connection.request(method, path, body=body, headers=headers or {})
         response = connection.getresponse()
-        return Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, response.read())
+        fields = response.getheaders()
+        return Answer(response.status, {k.lower(): v for k, v in fields}, response.read(), fields)
     finally:
         connection.close()
 
@@ -195,19 +201,20 @@ class H2Client:
         return self.answer(stream_id)
 
     def answer(self, stream_id: int) -> Answer:
-        status, headers, body = 0, {}, bytearray()
+        status, headers, body, fields = 0, {}, bytearray(), []
         while True:
             for event in self.receive():
                 if isinstance(event, h2.events.ResponseReceived) and event.stream_id == stream_id:
                     for name, value in event.headers or ():
                         headers[bytes(name).decode()] = bytes(value).decode()
+                        fields.append((bytes(name).decode(), bytes(value).decode()))
                     status = int(headers.pop(":status"))
                 elif isinstance(event, h2.events.DataReceived) and event.stream_id == stream_id:
                     body += event.data or b""
                     self.conn.acknowledge_received_data(event.flow_controlled_length, stream_id)
                 elif isinstance(event, h2.events.StreamEnded) and event.stream_id == stream_id:
                     self.send()
-                    return Answer(status, headers, bytes(body))
+                    return Answer(status, headers, bytes(body), fields)
                 elif isinstance(event, h2.events.StreamReset) and event.stream_id == stream_id:
                     raise ConnectionResetError(f"stream reset: {event.error_code!r}")
             self.send()

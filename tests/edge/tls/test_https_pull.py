@@ -19,7 +19,7 @@ import pytest
 from benchmarks.measure import create_pull_zone
 from tests.edge.tls.client import H2Client, https_get
 from tests.integration.harness import ACCOUNT
-from tests.support.https import HttpsCdn, start_https_cdn
+from tests.support.https import HSTS_MAX_AGE_S, HttpsCdn, start_https_cdn
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +43,8 @@ class Origin(BaseHTTPRequestHandler):
         for name, value in (("Content-Type", "application/octet-stream"), ("Content-Length", str(len(BODY))),
                             ("Cache-Control", "max-age=600"), ("ETag", ETAG)):
             self.send_header(name, value)
+        if self.path.startswith("/hsts/"):  # an origin that turns HSTS off for its own host
+            self.send_header("Strict-Transport-Security", "max-age=0")
         self.end_headers()
         self.wfile.write(BODY)
 
@@ -116,3 +118,26 @@ def test_a_pull_zones_misses_over_tls_http_1_1_and_http_2_are_filled_and_kept(se
     assert [Origin.asked.count(f"/{name}") for name in ("tls-miss.bin", "h2-miss.bin")] == [1, 1]
     assert [Origin.schemes[f"/{name}"] for name in ("tls-miss.bin", "h2-miss.bin")] == ["https", "https"]
     assert "hit path failed" not in secure_pull.cdn.log_path.read_text()
+
+
+def test_the_edges_hsts_field_replaces_the_origins_on_every_path(secure_pull: HttpsCdn) -> None:
+    """As the application's hook sets it: one Strict-Transport-Security field, the edge's, on a fill over TLS
+    HTTP/1.1 and HTTP/2, a hit on either, and an answer the application makes (a request with its own directives)."""
+    port, ca = secure_pull.https_port, secure_pull.ca_file
+    ours = [f"max-age={HSTS_MAX_AGE_S}"]
+    client = H2Client(port, "localhost", ca)
+    try:
+        answers = {
+            "fill over TLS HTTP/1.1": https_get(port, f"/{ZONE}/hsts/one.bin", ca=ca),
+            "fill over HTTP/2": client.get(f"/{ZONE}/hsts/two.bin"),
+            "hit over TLS HTTP/1.1": https_get(port, f"/{ZONE}/hsts/two.bin", ca=ca),
+            "hit over HTTP/2": client.get(f"/{ZONE}/hsts/one.bin"),
+            "the application's": client.get(f"/{ZONE}/hsts/one.bin", "GET", [("cache-control", "no-cache")]),
+        }
+    finally:
+        client.close()
+    assert {what: (a.status, a.headers["x-cache"]) for what, a in answers.items()} == {
+        "fill over TLS HTTP/1.1": (200, "MISS"), "fill over HTTP/2": (200, "MISS"), "hit over TLS HTTP/1.1": (200, "HIT"),
+        "hit over HTTP/2": (200, "HIT"), "the application's": (200, "MISS")}
+    assert {what: a.values("strict-transport-security") for what, a in answers.items()} == \
+        dict.fromkeys(answers, ours)
