@@ -25,6 +25,7 @@ class MemoryTransport(asyncio.Transport):
         super().__init__()
         self.written = bytearray()
         self.closed = False
+        self.reading = True  # the protocol has not paused reading (or resumed it since)
 
     def write(self, data: Any) -> None:
         self.written += data
@@ -49,10 +50,10 @@ class MemoryTransport(asyncio.Transport):
         self.closed = True
 
     def pause_reading(self) -> None:
-        pass
+        self.reading = False
 
     def resume_reading(self) -> None:
-        pass
+        self.reading = True
 
 
 class H2InProcess:
@@ -121,18 +122,21 @@ class MemoryHttp11:
         self.received = b""
 
     async def request(self, path: str, method: str = "GET", **headers: str) -> Response:
-        self.protocol.data_received(request_bytes(path, method, **headers))
-        answer: list[Response] = []
+        return (await self.pipelined([path], method, **headers))[0]
+
+    async def pipelined(self, paths: list[str], method: str = "GET", **headers: str) -> list[Response]:
+        """The answers to GETs (or `method`) of `paths`, sent in one read."""
+        self.protocol.data_received(b"".join(request_bytes(path, method, **headers) for path in paths))
+        answers: list[Response] = []
 
         async def complete() -> bool:
             self.received += self.transport.take()
-            parsed = self._parse(method)
-            if parsed is not None:
-                answer.append(parsed)
-            return bool(answer)
+            while len(answers) < len(paths) and (parsed := self._parse(method)) is not None:
+                answers.append(parsed)
+            return len(answers) == len(paths)
 
-        await wait_until(complete, f"the answer to {path}")
-        return answer[0]
+        await wait_until(complete, f"the answers to {paths[0]} and the rest")
+        return answers
 
     def _parse(self, method: str) -> Response | None:
         """The first whole answer received (taken off `received`), or None while it is not all there."""

@@ -750,6 +750,8 @@ class HitProtocol(asyncio.Protocol):
             return
         if self.buffer:
             self.process()
+        else:  # a turn's last request went elsewhere (TLS, _next_pass): reading goes on for the next one
+            self.resume_reading_for(TURN)
 
     # --- handing requests to aiohttp --------------------------------------------------------------
 

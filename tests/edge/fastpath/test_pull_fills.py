@@ -20,6 +20,7 @@ from ngh2 import ErrorCode
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.fastpath.hit_server import HitServer
+from assetcdn.edge.fastpath.protocol import TLS_TURN_ANSWERS
 from assetcdn.edge.fastpath.pull_fill import PullFills
 from assetcdn.edge.shield import SHIELD_CACHE
 from assetcdn.edge.states import freshness
@@ -929,5 +930,36 @@ async def test_a_body_the_origin_cuts_short_resets_its_http_2_stream_on_either_p
         assert all(len(a.body) < 100_000 for a in answers)
         assert codes == [ErrorCode.INTERNAL_ERROR] * 2
         assert [pull_states.lookup(filled.cdn.node, pull_key(ZONE, name, ""), []) for name in names] == [None, None]
+    finally:
+        secure.stop()
+
+
+async def test_a_tls_connection_reads_on_after_a_fill_that_ended_a_turn_of_pipelined_answers(filled: FillCdn) -> None:
+    """Over TLS a turn answers at most TLS_TURN_ANSWERS pipelined requests, reading paused until the next: when the
+    next turn's only request is a miss the hit path fills (or hands to the application), the connection reads the
+    client's next request once it is answered."""
+    filled.answer("/turn-hit.bin", "/turn-miss.bin", "/turn-app.bin")
+    assert filled.cdn.site.hits is not None
+    secure = HitServer(filled.cdn.app, filled.cdn.site.hits.web_server, secure=True)
+    try:
+        tls = MemoryHttp11(secure)
+        assert (await tls.request(f"/{ZONE}/turn-hit.bin")).header("X-Cache") == "MISS"
+
+        async def stored() -> bool:
+            return pull_states.lookup(filled.cdn.node, pull_key(ZONE, "/turn-hit.bin", ""), []) is not None
+
+        await wait_until(stored, "the first answer stored")
+        # The last request of the second turn: a miss the hit path fills, then one it hands to the application
+        # (a fragment in the target).
+        for last in ("/turn-miss.bin", "/turn-app.bin#part"):
+            paths = [f"/{ZONE}/turn-hit.bin"] * TLS_TURN_ANSWERS + [f"/{ZONE}{last}"]
+            answers = await tls.pipelined(paths)
+            assert [a.header("X-Cache") for a in answers] == ["HIT"] * TLS_TURN_ANSWERS + ["MISS"], last
+
+            async def reading() -> bool:
+                return tls.transport.reading
+
+            await wait_until(reading, "the connection reading again")
+        assert secure.fills.started == 2  # the turn-hit's first miss, then turn-miss: on the hit path
     finally:
         secure.stop()
