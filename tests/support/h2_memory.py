@@ -26,9 +26,11 @@ class MemoryTransport(asyncio.Transport):
         self.written = bytearray()
         self.closed = False
         self.reading = True  # the protocol has not paused reading (or resumed it since)
+        self.writes: list[int] = []  # the size of each write
 
     def write(self, data: Any) -> None:
         self.written += data
+        self.writes.append(len(data))
 
     def take(self) -> bytes:
         data, self.written = bytes(self.written), bytearray()

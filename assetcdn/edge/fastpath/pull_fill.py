@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ from assetcdn.edge.fastpath.prepared import (
     header_lines,
     rules_touch,
 )
+from assetcdn.edge.fastpath.sendfile import TLS_PIECE
 from assetcdn.edge.origin_client import OriginError, OriginResponse
 from assetcdn.edge.site_config import PullZone, apply_rule_changes
 from assetcdn.edge.states.deliver import header_changes
@@ -262,7 +263,7 @@ class PullFills:
         if fill.head_only or not declared:
             self._send_head(conn, head)
         sending = await keep(node, zone, named.path, url_key, lowered, response, parsed, new_spool(declared),
-                             None if fill.head_only else partial(self._send, conn, counter, head), kept)
+                             None if fill.head_only else partial(self._sender(conn), conn, counter, head), kept)
         if sending is None:
             self._send_head(conn, head)
             conn.closing = True  # a body cut short must not look complete to the client
@@ -276,7 +277,26 @@ class PullFills:
             conn.queued += len(head[0])
             transport.write(head.pop())
 
-    async def _send(self, conn: HitProtocol, counter: BodyCounter, head: list[bytes], chunk: bytes) -> bool:
+    def _sender(self, conn: HitProtocol) -> Callable[[HitProtocol, BodyCounter, list[bytes], bytes],
+                                                       Awaitable[bool]]:
+        """How a body chunk goes to `conn`: whole, or over TLS (not an HTTP/2 stream, which holds references and
+        pauses its writer) a TLS_PIECE at a time, as the hit path writes a hit's body."""
+        return self._send if conn.zero_copy or conn.when_sent is not None else self._send_pieces
+
+    async def _send_pieces(self, conn: HitProtocol, counter: BodyCounter, head: list[bytes],
+                           chunk: bytes | memoryview) -> bool:
+        """`_send` of `chunk` a TLS_PIECE at a time, each once the last has drained: TLS encrypts at once what it is
+        handed, whether the client reads or not."""
+        if len(chunk) <= TLS_PIECE:
+            return await self._send(conn, counter, head, chunk)
+        view = memoryview(chunk)
+        for start in range(0, len(view), TLS_PIECE):
+            if not await self._send(conn, counter, head, view[start:start + TLS_PIECE]):
+                return False
+        return True
+
+    async def _send(self, conn: HitProtocol, counter: BodyCounter, head: list[bytes],
+                    chunk: bytes | memoryview) -> bool:
         """Write a body chunk (after the head, when it is still to go), waiting while the client does not read,
         as `pull.sent_in_time` allows; False once the client is gone or cut off."""
         transport = conn.transport

@@ -22,6 +22,7 @@ from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.fastpath.hit_server import HitServer
 from assetcdn.edge.fastpath.protocol import TLS_TURN_ANSWERS
 from assetcdn.edge.fastpath.pull_fill import PullFills
+from assetcdn.edge.fastpath.sendfile import TLS_PIECE
 from assetcdn.edge.shield import SHIELD_CACHE
 from assetcdn.edge.states import freshness
 from assetcdn.edge.states import pull as pull_states
@@ -961,5 +962,22 @@ async def test_a_tls_connection_reads_on_after_a_fill_that_ended_a_turn_of_pipel
 
             await wait_until(reading, "the connection reading again")
         assert secure.fills.started == 2  # the turn-hit's first miss, then turn-miss: on the hit path
+    finally:
+        secure.stop()
+
+
+async def test_over_tls_a_fill_hands_its_body_to_tls_a_piece_at_a_time(filled: FillCdn) -> None:
+    """TLS encrypts at once whatever it is handed, whether the client reads or not: a fill over TLS writes the
+    origin's chunks in pieces of at most TLS_PIECE, as the hit path writes a hit's body."""
+    big = bytes(range(256)) * 4 * 700  # 700 KB: the origin's chunks are larger than a piece
+    filled.origin.answer("/tls-pieces.bin", big, headers=HEADERS)
+    assert filled.cdn.site.hits is not None
+    secure = HitServer(filled.cdn.app, filled.cdn.site.hits.web_server, secure=True)
+    try:
+        tls = MemoryHttp11(secure)
+        answer = await tls.request(f"/{ZONE}/tls-pieces.bin")
+        assert (answer.header("X-Cache"), answer.body == big) == ("MISS", True)
+        assert secure.fills.started == 1
+        assert max(tls.transport.writes) <= TLS_PIECE + len(answer.raw_head)
     finally:
         secure.stop()

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.integration
 
 ZONE = "securepull"
 BODY = os.urandom(20 * 1024)
+BIG = os.urandom(700 * 1024)  # its fill writes TLS pieces of its chunks
 ETAG = '"secure-1"'
 PER_ANSWER = {"date", "x-request-id", "connection", "keep-alive", "age", "cache-status"}
 
@@ -39,14 +40,15 @@ class Origin(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         type(self).asked.append(self.path)
         type(self).schemes[self.path] = self.headers.get("X-Forwarded-Proto")
+        body = BIG if self.path.startswith("/big/") else BODY
         self.send_response(200)
-        for name, value in (("Content-Type", "application/octet-stream"), ("Content-Length", str(len(BODY))),
+        for name, value in (("Content-Type", "application/octet-stream"), ("Content-Length", str(len(body))),
                             ("Cache-Control", "max-age=600"), ("ETag", ETAG)):
             self.send_header(name, value)
         if self.path.startswith("/hsts/"):  # an origin that turns HSTS off for its own host
             self.send_header("Strict-Transport-Security", "max-age=0")
         self.end_headers()
-        self.wfile.write(BODY)
+        self.wfile.write(body)
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's signature)
         pass
@@ -103,6 +105,8 @@ def test_a_pull_zones_hits_over_http_2_are_its_answers_over_http_1_1(secure_pull
 
 def test_a_pull_zones_misses_over_tls_http_1_1_and_http_2_are_filled_and_kept(secure_pull: HttpsCdn) -> None:
     port, ca = secure_pull.https_port, secure_pull.ca_file
+    big = https_get(port, f"/{ZONE}/big/one.bin", ca=ca)
+    assert (big.status, big.headers["x-cache"], big.body == BIG) == (200, "MISS", True)
     over_tls = https_get(port, f"/{ZONE}/tls-miss.bin", ca=ca)
     client = H2Client(port, "localhost", ca)
     try:
