@@ -1,7 +1,7 @@
 """CPU per pull zone cache fill of two source trees, side by side: the whole system's, turns alternated.
 
     .venv/bin/python -m benchmarks.fill_ab TREE_A TREE_B [--size "5 KB"] [--turns 6] [--duration 4] [--memory-mb 512]
-        [--tls]
+        [--tls | --h2]
 
 Each tree (a checkout or ``git archive`` of the project) runs its own ``assetcdn up`` (one edge with one worker,
 a 512 MB memory tier unless ``--memory-mb`` says otherwise, every process importing from that tree), both with a pull zone in front of one origin:
@@ -15,8 +15,10 @@ A tree's memory tier fills up over the turns (one 5 KB turn adds about 15,000 en
 to a tier of 512 MB): later turns include the disk writes of what each fill evicts. On a shared machine a single
 bench run moves by a fifth from run to run; the two trees alternating under the same load is what can compare
 them. With ``--tls`` each tree's edge also listens for https (tests/support/https.py's test certificates) and wrk
-asks it over TLS HTTP/1.1 (one handshake per connection, at the start of each turn). Loopback only; every run is
-bounded; everything started is stopped at the end.
+asks it over TLS HTTP/1.1 (one handshake per connection, at the start of each turn). With ``--h2``, h2load (Debian's
+nghttp2-client) asks the https port over HTTP/2 instead: one connection, 64 streams at a time, ``--h2-requests``
+new URLs per turn from a list, each once (h2load has no per-request script), the CPU divided by those requests.
+Loopback only; every run is bounded; everything started is stopped at the end.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -57,6 +60,19 @@ def start_tree(workdir: Path, path: str, origin: Server, body: bytes, size: str,
     return cdn, system
 
 
+def h2_fills(urls: Path, prefix: str, count: int, core: str) -> tuple[int, int, float]:
+    """h2load over one HTTP/2 connection, 64 streams at a time, asking `count` new URLs under `prefix` (an https
+    URL), each once: (requests answered 2xx, requests that were not, requests per second)."""
+    urls.write_text("".join(f"{prefix}{n}\n" for n in range(count)))
+    completed = subprocess.run(["taskset", "-c", core, "h2load", "-c1", "-m64", "-n", str(count), "-i", str(urls)],
+                               capture_output=True, text=True, timeout=600, check=False)
+    lines = completed.stdout.splitlines()
+    codes = next((line.split(":", 1)[1].split() for line in lines if line.startswith("status codes:")), ["0"])
+    finished = next((line for line in lines if line.startswith("finished in ")), "finished in 0s, 0 req/s")
+    ok = int(codes[0])
+    return ok, count - ok, float(finished.split(",")[1].split()[0])  # "finished in 2.5s, 5985.63 req/s, ..."
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trees", nargs=2)
@@ -66,12 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-mb", type=int, default=512,
                         help="each tree's memory tier (128, the default setting, fills within a turn or two)")
     parser.add_argument("--tls", action="store_true", help="ask each tree over TLS HTTP/1.1 (its https port)")
+    parser.add_argument("--h2", action="store_true", help="ask each tree over HTTP/2 (its https port, h2load)")
+    parser.add_argument("--h2-requests", type=int, default=15_000, help="with --h2: new URLs asked per turn")
     parser.add_argument("--server-core", default="0")
     parser.add_argument("--load-core", default="1")
     args = parser.parse_args(argv)
-    if not 0 < args.duration <= 60 or not 0 < args.turns <= 40:
-        parser.error("--duration within (0, 60], --turns within (0, 40]")
-    require_tools(("wrk", "nginx", "taskset"), "bench-pull")
+    if not 0 < args.duration <= 60 or not 0 < args.turns <= 40 or not 0 < args.h2_requests <= 200_000:
+        parser.error("--duration within (0, 60], --turns within (0, 40], --h2-requests within (0, 200000]")
+    if args.tls and args.h2:
+        parser.error("--tls or --h2, not both")
+    require_tools(("wrk", "nginx", "taskset", *(("h2load",) if args.h2 else ())), "bench-pull")
     print(f"# fill_ab: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
     with tempfile.TemporaryDirectory(prefix="fill-ab-") as tmp:
         workdir = Path(tmp)
@@ -83,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             for index, path in enumerate(args.trees):
                 (workdir / f"cdn{index}").mkdir()
                 cdn, system = start_tree(workdir / f"cdn{index}", path, origin, bodies[SIZES[args.size][0]],
-                                         args.size, args.server_core, args.memory_mb, args.tls)
+                                         args.size, args.server_core, args.memory_mb, args.tls or args.h2)
                 cdns.append(cdn)
                 systems.append(system)
             per_fill: list[list[float]] = [[], []]
@@ -91,14 +111,20 @@ def main(argv: list[str] | None = None) -> int:
                 for index in (0, 1) if turn % 2 == 0 else (1, 0):
                     system = systems[index]
                     system.pin(args.server_core)  # a process started since the last walk too
-                    lua = FILL_LUA.replace("{prefix}", f"/{ZONE}/{SIZES[args.size][1]}/t{turn}-")
+                    prefix = f"/{ZONE}/{SIZES[args.size][1]}/t{turn}-"
                     before = system.cpu_seconds()
-                    result = run_wrk(f"{system.base}/{ZONE}/", args.duration, 64, 2,
-                                     prefix=("taskset", "-c", args.load_core), lua=lua)
+                    if args.h2:
+                        requests, errors, rate = h2_fills(workdir / f"urls-{index}-{turn}", system.base + prefix,
+                                                          args.h2_requests, args.load_core)
+                    else:
+                        result = run_wrk(f"{system.base}/{ZONE}/", args.duration, 64, 2,
+                                         prefix=("taskset", "-c", args.load_core),
+                                         lua=FILL_LUA.replace("{prefix}", prefix))
+                        requests, errors, rate = result.requests, result.errors, result.rps
                     time.sleep(SETTLE_S)
-                    per_fill[index].append((system.cpu_seconds() - before) / max(result.requests, 1) * 1e6)
-                    print(f"# turn {turn + 1} {args.trees[index]}: {result.rps:,.0f} fills/s, "
-                          f"{per_fill[index][-1]:,.0f} us of CPU a fill, {result.errors} errors; "
+                    per_fill[index].append((system.cpu_seconds() - before) / max(requests, 1) * 1e6)
+                    print(f"# turn {turn + 1} {args.trees[index]}: {rate:,.0f} fills/s, "
+                          f"{per_fill[index][-1]:,.0f} us of CPU a fill, {errors} errors; "
                           f"load {load_average()}", flush=True)
             medians = [statistics.median(values) for values in per_fill]
             for path, median, values in zip(args.trees, medians, per_fill, strict=True):
