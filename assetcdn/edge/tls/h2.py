@@ -258,8 +258,8 @@ class StreamTransport(asyncio.Transport):
             self.response_headers.append(NeverIndexedHeader(name, value))
         elif name not in HOP_BY_HOP:
             self.response_headers.append((name, value))
-        elif name == b"transfer-encoding":
-            self.chunked = True
+        elif name == b"transfer-encoding":  # chunked as the final coding frames the body; another, the close
+            self.chunked = value.rpartition(b",")[2].strip().lower() == b"chunked"
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
