@@ -167,11 +167,10 @@ class PullFills:
         url_key = pull_key(zone.name, named.path, query)
         if lookup(server.node, url_key, lowered) is not None:  # stored: fresh, stale or a Vary'd URL's
             return None
-        flight_key = pull_variant_key(url_key, "flight")
-        if self.flights.join(flight_key) is not None:  # one under way: the application waits for it
+        land = self.flights.lead(pull_variant_key(url_key, "flight"))
+        if land is None:  # one under way: the application waits for it
             return None
-        return self._fill(conn, fill, head, fields, lowered, zone, named, query, url_key,
-                          self.flights.landing(flight_key), changes)
+        return self._fill(conn, fill, head, fields, lowered, zone, named, query, url_key, land, changes)
 
     async def _fill(self, conn: HitProtocol, fill: Fill, head: bytes, fields: list[tuple[str, str]],
                     lowered: list[tuple[str, str]], zone: PullZone, named: PullPath, query: str, url_key: str,

@@ -164,6 +164,11 @@ class Flights:
             self._waiting[key] = loop.create_future()
         return future
 
+    def lead(self, key: str) -> Land | None:
+        """How the caller lands the key's new flight, which it leads from here (`landing`); None when one is under
+        way (a caller that waits for it takes it with `join`)."""
+        return self.landing(key) if self.join(key) is None else None
+
     def landing(self, key: str) -> Land:
         """How the leader of the key's flight (`join` gave it None) lands it: that flight only, however
         late it is called (a newer flight for the key, led by another request once this one landed, is never
@@ -766,11 +771,9 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
 def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
                           stored: StoredResponse) -> None:
     """stale-while-revalidate: the stale copy answers now; one conditional request updates or replaces it."""
-    flights = request.app[FLIGHTS]
-    flight_key = pull_variant_key(url_key, "flight")
-    if flights.join(flight_key) is not None:
+    land = request.app[FLIGHTS].lead(pull_variant_key(url_key, "flight"))
+    if land is None:
         return  # already on its way
-    land = flights.landing(flight_key)
     fields = request_fields(request)
     headers = forwarded_headers(request, zone, stored)
 

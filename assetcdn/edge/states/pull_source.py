@@ -324,10 +324,9 @@ def revalidate_in_background(node: EdgeNode, client: tuple[str | None, str], fli
                              at: PullSourcePath, url_key: str, stored: StoredResponse) -> None:
     """stale-while-revalidate: the stale source is used now; one request to the origin updates or replaces it
     (none when a delivery or another variant is already asking)."""
-    flight_key = pull_variant_key(url_key, "flight")
-    if flights.join(flight_key) is not None:
+    land = flights.lead(pull_variant_key(url_key, "flight"))
+    if land is None:
         return
-    land = flights.landing(flight_key)
 
     async def revalidate() -> None:
         try:
