@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
@@ -10,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -51,16 +53,42 @@ def _ephemeral_start() -> int:
         return 32768
 
 
+# Ports handed out by `free_port_block`, reserved across every test process on the machine (the workers of a run,
+# and a second run beside it): a port chosen here is free, but its server binds it later (seconds later for one
+# configured before another starts, as an ACME CA's), and another process choosing meanwhile must not take it.
+# A reservation is a file naming the process; it lapses after RESERVED_FOR_S or when that process is gone.
+RESERVED = Path(tempfile.gettempdir()) / "assetcdn-test-ports"
+RESERVED_FOR_S = 900
+
+
+def _reserved(port: int, now: float) -> bool:
+    mark = RESERVED / str(port)
+    try:
+        holder = int(mark.read_text())
+        age = now - mark.stat().st_mtime
+    except (OSError, ValueError):
+        return False
+    return age < RESERVED_FOR_S and Path(f"/proc/{holder}").exists()
+
+
 def free_port_block(count: int, *, udp: bool = False, avoid: Collection[int] = ()) -> int:
     """A base port such that base..base+count-1 are free on 127.0.0.1 (for UDP too with `udp`), chosen
     below the ephemeral range: test servers running beside (bind to port 0) and every outgoing connection
     take ephemeral ports, and would otherwise grab a port of the block before its server binds it. None of
-    the block is in `avoid` (ports picked already, not bound yet)."""
+    the block is in `avoid` (ports picked already, not bound yet) or reserved by a test process (this one
+    included: `RESERVED`); the block is reserved for this one, under a lock every test process takes."""
     top = min(_ephemeral_start(), 65000) - count
-    for _ in range(200):
-        base = random.randrange(10000, top)
-        if all(base + i not in avoid and _port_free(base + i, udp=udp) for i in range(count)):
-            return base
+    RESERVED.mkdir(parents=True, exist_ok=True)
+    with open(RESERVED / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        now = time.time()
+        for _ in range(200):
+            base = random.randrange(10000, top)
+            ports = range(base, base + count)
+            if all(port not in avoid and not _reserved(port, now) and _port_free(port, udp=udp) for port in ports):
+                for port in ports:
+                    (RESERVED / str(port)).write_text(str(os.getpid()))
+                return base
     raise RuntimeError("no free port block")
 
 
