@@ -370,25 +370,11 @@ class HitServer:
         if not isinstance(found, tuple):  # True: a miss
             return FILL if found and self.fills.claim(conn, view, url, head_only, named) else HAND_OVER
         pulled, body = found
-        now = self.now
         headers = conn.headers
-        size = pulled.size
-        start, end = 0, size
-        tail = self.date if not pulled.dated else self.extra_head
-        if headers[1] is not None and etag_matches(headers[1].decode("latin-1"), pulled.etag):
-            status = 304
-            head = pulled.not_modified_head(now, tail)
-        else:
-            status = 200
-            head = pulled.whole_head(now, tail)
-            if headers[2] is not None:
-                parsed = parse_range(headers[2].decode("latin-1"), size)
-                if parsed is False:  # 416: the application answers it
-                    return HAND_OVER
-                if parsed is not None:
-                    status = 206
-                    start, end = parsed
-                    head = pulled.partial_head(start, end, now, tail)
+        answer = self._pulled_answer(headers, pulled)
+        if answer is None:  # 416: the application answers it
+            return HAND_OVER
+        status, start, end, head = answer
         request_id = self.ids.of(headers[3])
         if conn.keep_alive:  # the head ends in the X-Request-ID field's name
             out.append(head + request_id + b"\r\n\r\n")
@@ -572,30 +558,20 @@ class HitServer:
         if not isinstance(found, tuple):  # True: a miss, which the stream's HTTP/1.1 side may fill
             return partial(self._fill_stream, view, target, named) if found else hand_over
         pulled, body = found
-        now = self.now
         headers = request.headers
-        size = pulled.size
-        start, end = 0, size
-        tail = self.date if not pulled.dated else self.extra_head
-        if headers[1] is not None and etag_matches(headers[1].decode("latin-1"), pulled.etag):
-            status = 304
-            fields = response_fields(pulled.not_modified_head(now, tail)[:-len(ID_FIELD)])
+        answer = self._pulled_answer(headers, pulled)
+        if answer is None:  # 416: the application answers it
+            return hand_over
+        status, start, end, head = answer
+        if status == 200:
+            fields = self._pulled_fields(view, target, pulled, head)
         else:
-            status = 200
-            parsed = None if headers[2] is None else parse_range(headers[2].decode("latin-1"), size)
-            if parsed is False:  # 416: the application answers it
-                return hand_over
-            if parsed is None:  # the whole body (a range ignored too)
-                fields = self._pulled_fields(view, target, pulled, now, tail)
-            else:
-                status = 206
-                start, end = parsed
-                fields = response_fields(pulled.partial_head(start, end, now, tail)[:-len(ID_FIELD)])
+            fields = response_fields(head[:-len(ID_FIELD)])
         request_id = self.ids.of(headers[3])
         fields += (NeverIndexedHeader(b"x-request-id", request_id),)
         sent = body_sent(head_only, status, end - start)
-        answer = None if not sent else body if status == 200 else memoryview(body)[start:end]
-        return fields, answer, self._count(request, view, pulled, status, sent, head_only, request_id)
+        data = None if not sent else body if status == 200 else memoryview(body)[start:end]
+        return fields, data, self._count(request, view, pulled, status, sent, head_only, request_id)
 
     def _fill_stream(self, view: HostView, target: bytes, named: PullPath | None, conn: HitProtocol, buf: bytes,
                      pos: int, head_end: int, out: list[Any]) -> int:
@@ -604,10 +580,25 @@ class HitServer:
         head_only = conn.parser.get_method() == b"HEAD"
         return FILL if self.fills.claim(conn, view, target, head_only, named) else HAND_OVER
 
-    def _pulled_fields(self, view: HostView, target: bytes, pulled: PulledHit, now: float, tail: bytes) -> Fields:
-        """The fields of `pulled`'s 200 at `now`: made again only when its head does (`PulledHit.whole_head`: once a
-        second or so), the first ones charged to the memory budget as the next seconds' replace them."""
-        block = pulled.whole_head(now, tail)
+    def _pulled_answer(self, headers: list[bytes | None], pulled: PulledHit) -> tuple[int, int, int, bytes] | None:
+        """The status, byte range and head (through ``ID_FIELD``) of `pulled`'s answer now to a request with the
+        If-None-Match and Range of `headers`, over either protocol; None for a range it cannot satisfy (416)."""
+        now, size = self.now, pulled.size
+        tail = self.date if not pulled.dated else self.extra_head
+        if headers[1] is not None and etag_matches(headers[1].decode("latin-1"), pulled.etag):
+            return 304, 0, size, pulled.not_modified_head(now, tail)
+        if headers[2] is not None:
+            parsed = parse_range(headers[2].decode("latin-1"), size)
+            if parsed is False:
+                return None
+            if parsed is not None:  # else the range is ignored: the whole body
+                start, end = parsed
+                return 206, start, end, pulled.partial_head(start, end, now, tail)
+        return 200, 0, size, pulled.whole_head(now, tail)
+
+    def _pulled_fields(self, view: HostView, target: bytes, pulled: PulledHit, block: bytes) -> Fields:
+        """The fields of `pulled`'s 200 head `block` (`PulledHit.whole_head`'s): made again only when that head is
+        (once a second or so), the first ones charged to the memory budget as the next seconds' replace them."""
         if block is not pulled.h2_block:
             first = pulled.h2_block is None
             pulled.h2_block = block
