@@ -10,11 +10,10 @@ from typing import Any
 import h2.config
 import h2.connection
 import h2.events
-from multidict import CIMultiDict
 
 from assetcdn.edge.fastpath.hit_server import HitServer
 from assetcdn.edge.tls.h2 import H2Limits, H2Protocol
-from tests.support.hit_cdn import Response, request_bytes
+from tests.support.hit_cdn import Response, parse_head, request_bytes
 from tests.support.wait import wait_until
 
 
@@ -146,16 +145,10 @@ class MemoryHttp11:
         if end < 0:
             return None
         head = self.received[:end + 4]
-        lines = head.decode("latin-1").split("\r\n")
-        _, status, reason = lines[0].split(" ", 2)
-        headers: CIMultiDict[str] = CIMultiDict()
-        for line in lines[1:]:
-            if line:
-                name, _, value = line.partition(":")
-                headers.add(name.strip(), value.strip())
-        length = 0 if method == "HEAD" or int(status) in (204, 304) else int(headers.get("Content-Length", "0"))
+        status, reason, headers = parse_head(head)
+        length = 0 if method == "HEAD" or status in (204, 304) else int(headers.get("Content-Length", "0"))
         if len(self.received) < end + 4 + length:
             return None
         body = self.received[end + 4:end + 4 + length]
         self.received = self.received[end + 4 + length:]
-        return Response(int(status), reason, headers, body, head)
+        return Response(status, reason, headers, body, head)

@@ -71,19 +71,13 @@ class RawConnection:
 
     async def response(self) -> Response:
         head = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), READ_S)
-        lines = head.decode("latin-1").split("\r\n")
-        _, status, reason = lines[0].split(" ", 2)
-        headers: CIMultiDict[str] = CIMultiDict()
-        for line in lines[1:]:
-            if line:
-                name, _, value = line.partition(":")
-                headers.add(name.strip(), value.strip())
+        status, reason, headers = parse_head(head)
         method = self.methods.pop(0) if self.methods else "GET"
         length = int(headers.get("Content-Length", "0"))
         body = b""
-        if method != "HEAD" and int(status) not in (204, 304) and length:
+        if method != "HEAD" and status not in (204, 304) and length:
             body = await asyncio.wait_for(self.reader.readexactly(length), READ_S)
-        return Response(int(status), reason, headers, body, head)
+        return Response(status, reason, headers, body, head)
 
     async def closed_by_server(self) -> bool:
         """True once the server closed the connection (reads to EOF, bounded)."""
@@ -95,6 +89,18 @@ class RawConnection:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def parse_head(head: bytes) -> tuple[int, str, CIMultiDict[str]]:
+    """The status, reason and header fields of an HTTP/1.1 response head (its blank line included)."""
+    lines = head.decode("latin-1").split("\r\n")
+    _, status, reason = lines[0].split(" ", 2)
+    headers: CIMultiDict[str] = CIMultiDict()
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            headers.add(name.strip(), value.strip())
+    return int(status), reason, headers
 
 
 def request_bytes(path: str, method: str = "GET", host: str = "edge.test", **headers: str) -> bytes:
