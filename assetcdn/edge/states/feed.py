@@ -174,11 +174,16 @@ class ClientFeed:
             task.cancel()
         elif not task.cancelled() and task.exception() is not None:  # retrieved: raised by `finish` if awaited
             log.debug("a fill's client feed failed", exc_info=task.exception())
-        # A task cancelled before it ran never reaches its own `finally`: the rests still queued are closed here
-        # (one being sent is no longer among them) and its place among the lagging is given back.
+        self._drop_queued()  # a task cancelled before it ran never reaches its own `finally`
+
+    def _drop_queued(self) -> None:
+        """Nothing more is sent: the rests still queued are closed (one being sent is no longer among them, and
+        closes itself), the queue emptied, and the client's place among the lagging given back."""
         for item in self._items:
             if isinstance(item, Rest):
                 item.close()
+        self._items.clear()
+        self._queued = 0
         self._unlag()
 
     def _unlag(self) -> None:
@@ -220,13 +225,8 @@ class ClientFeed:
                 self._more = asyncio.get_running_loop().create_future()
                 await self._more
         finally:
-            for item in self._items:
-                if isinstance(item, Rest):
-                    item.close()
-            self._items.clear()
-            self._queued = 0
+            self._drop_queued()
             self._roomy()  # a fill waiting for room reads on: the client is done or gone
-            self._unlag()
 
 
 def _resolve(waiter: asyncio.Future[None] | None) -> None:
