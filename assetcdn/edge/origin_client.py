@@ -91,10 +91,10 @@ class Origin:
     request_headers: tuple[tuple[str, str], ...] = ()
 
     def target(self, path: str, query: str = "") -> URL:
-        """The origin URL of `path` (percent-encoded, starting with ``/``) below the origin's path prefix."""
-        prefix = self.url.raw_path.rstrip("/")
-        return self.url.with_path(prefix + path, encoded=True).with_query(query) if query else \
-            self.url.with_path(prefix + path, encoded=True)
+        """The origin URL of `path` (percent-encoded, starting with ``/``) below the origin's path prefix, with the
+        client's raw `query` passed on as it was sent (``%2F`` stays ``%2F``: never encoded a second time)."""
+        base = self.url.with_path(self.url.raw_path.rstrip("/") + path, encoded=True)
+        return URL(f"{base}?{query}", encoded=True) if query else base
 
 
 @dataclass(frozen=True, slots=True)

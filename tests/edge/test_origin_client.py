@@ -465,3 +465,11 @@ async def test_idle_pooled_connections_are_reused_then_closed_after_the_keepaliv
         await pool.close()
         server.close()
         await server.wait_closed()
+
+
+def test_an_origin_target_keeps_the_raw_query_and_the_path_below_the_prefix() -> None:
+    origin = Origin(URL("http://origin.example:8080/up/"))
+    target = origin.target("/a%20b/c.jpg", "next=%2Fhome%26x&pct=100%25")
+    assert str(target) == "http://origin.example:8080/up/a%20b/c.jpg?next=%2Fhome%26x&pct=100%25"
+    assert target.raw_path_qs == "/up/a%20b/c.jpg?next=%2Fhome%26x&pct=100%25"
+    assert str(origin.target("/c.jpg")) == "http://origin.example:8080/up/c.jpg"

@@ -117,6 +117,27 @@ async def test_a_miss_is_filled_on_the_hit_path_as_the_application_fills_it(fill
     assert [filled.origin.count(name) for name in names] == [1, 1, 1, 1]
 
 
+@pytest.mark.parametrize("path", ["hit", "application"])
+async def test_a_query_reaches_the_origin_as_the_client_sent_it(filled: FillCdn, path: str) -> None:
+    """An encoded ``/``, ``&`` or ``%`` in a query (a signed URL's signature, a return address) is passed on as sent:
+    encoding it again would ask the origin for another URL, and store its answer under this one."""
+    name = f"/query-{path}.bin"
+    seen: list[str] = []
+
+    async def echo(request: web.Request) -> web.StreamResponse:
+        seen.append(request.rel_url.raw_query_string)
+        return web.Response(body=request.rel_url.raw_query_string.encode(), headers=HEADERS)
+
+    filled.origin.route(name, echo)
+    query = "next=%2Fhome%26x&sig=a%2Bb%3D%3D&pct=100%25"
+    conn = await (filled.cdn.connect() if path == "hit" else filled.cdn.plain())
+    first = await conn.request(f"/{ZONE}{name}?{query}")
+    again = await conn.request(f"/{ZONE}{name}?{query}")
+    assert (first.status, first.header("X-Cache"), first.body) == (200, "MISS", query.encode())
+    assert (again.status, again.header("X-Cache"), again.body) == (200, "HIT", query.encode())
+    assert seen == [query]
+
+
 async def test_a_filled_miss_is_counted_and_recorded_as_the_applications(filled: FillCdn) -> None:
     filled.answer("/count-fast.bin", "/count-app.bin")
     conn, plain = await filled.cdn.connect(), await filled.cdn.plain()
