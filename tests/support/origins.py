@@ -17,6 +17,9 @@ from aiohttp.test_utils import TestServer
 from multidict import CIMultiDictProxy
 
 from assetcdn.edge.app_keys import NODE
+from assetcdn.edge.node import EdgeNode
+from assetcdn.edge.states.keys import pull_key
+from assetcdn.edge.states.pull import StoredResponse, Varied, lookup
 from tests.support.cdn import Cdn, shared_cdn_apps
 from tests.support.control import ACCOUNT
 from tests.support.hit_cdn import HitCdn, shared_hit_cdn
@@ -34,6 +37,12 @@ ORIGIN_BODY_TIMEOUT_S = 3                        # all the waiting for one origi
 LONG = {"Cache-Control": "max-age=600"}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def stored_url(node: EdgeNode, zone: str, name: str, query: str = "") -> StoredResponse | None:
+    """What the edge holds for a pull zone's URL of no Vary, as a request without fields selects it."""
+    pulled = node.config.pull_zones[zone]
+    return lookup(node, pull_key(zone, name, query), Varied((), pulled, None, "http"))
 
 
 @dataclass(frozen=True)

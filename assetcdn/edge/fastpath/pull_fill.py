@@ -44,6 +44,7 @@ from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.states.pull import (
     FLIGHTS,
     Land,
+    Varied,
     ask,
     client_headers,
     fill_cache_status,
@@ -165,16 +166,17 @@ class PullFills:
         lowered = [(name.lower(), value) for name, value in fields]
         zone = named.zone
         url_key = pull_key(zone.name, named.path, query)
-        if lookup(server.node, url_key, lowered) is not None:  # stored: fresh, stale or a Vary'd URL's
+        sent = Varied(fields, zone, fill.peer, self.scheme)
+        if lookup(server.node, url_key, sent) is not None:  # stored: fresh, stale or a Vary'd URL's
             return None
         land = self.flights.lead(pull_variant_key(url_key, "flight"))
         if land is None:  # one under way: the application waits for it
             return None
-        return self._fill(conn, fill, head, fields, lowered, zone, named, query, url_key, land, changes)
+        return self._fill(conn, fill, head, fields, lowered, zone, named, query, url_key, sent, land, changes)
 
     async def _fill(self, conn: HitProtocol, fill: Fill, head: bytes, fields: list[tuple[str, str]],
                     lowered: list[tuple[str, str]], zone: PullZone, named: PullPath, query: str, url_key: str,
-                    land: Land, changes: HeaderChanges) -> None:
+                    sent: Varied, land: Land, changes: HeaderChanges) -> None:
         node = self.server.node
         fetched: OriginResponse | OriginError | None = None
         handing = False  # an origin answer for the application: it leads the URL's flight from here on
@@ -189,7 +191,7 @@ class PullFills:
                 kept = self.server.loop.create_future()
                 land(kept)
                 try:
-                    await self._answer(conn, fill, zone, named, url_key, lowered, fetched, changes, kept, *writes)
+                    await self._answer(conn, fill, zone, named, url_key, sent, fetched, changes, kept, *writes)
                 finally:
                     settle(kept)
                 return
@@ -232,7 +234,7 @@ class PullFills:
         return None if why is not None or declared is None else (declared, parsed)
 
     async def _answer(self, conn: HitProtocol, fill: Fill, zone: PullZone, named: PullPath, url_key: str,
-                      lowered: list[tuple[str, str]], response: OriginResponse, changes: HeaderChanges,
+                      sent: Varied, response: OriginResponse, changes: HeaderChanges,
                       kept: asyncio.Future[None], declared: int, parsed: Directives) -> None:
         """`pull.send_and_keep` of a storable answer, written to the connection (`kept` done once stored)."""
         server = self.server
@@ -261,7 +263,7 @@ class PullFills:
         head = [answer_head]
         if fill.head_only or not declared:
             self._send_head(conn, head)
-        sending = await keep(node, zone, named.path, url_key, lowered, response, parsed, new_spool(declared),
+        sending = await keep(node, zone, named.path, url_key, sent, response, parsed, new_spool(declared),
                              None if fill.head_only else partial(self._sender(conn), conn, counter, head), kept)
         if sending is None:
             self._send_head(conn, head)

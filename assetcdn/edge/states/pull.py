@@ -223,13 +223,14 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
         return await forward_unsafe(request, node, zone, path, prefix)
     fields = request_fields(request)
     directives = request_directives(fields)
+    sent = varied(request, zone, fields)
     url_key = pull_key(zone.name, path, request.rel_url.raw_query_string)
     flight_key = pull_variant_key(url_key, "flight")
 
     async def cached() -> tuple[web.StreamResponse | None, StoredResponse | None]:
         gone = 0   # stored bodies found gone when delivered (purged or evicted since the lookup)
         while True:
-            stored = lookup(node, url_key, fields) if gone < 2 else None  # looked up again once, then a miss
+            stored = lookup(node, url_key, sent) if gone < 2 else None  # looked up again once, then a miss
             now = time.time()
             if stored is not None:
                 decision = reuse(stored.freshness, directives, now)
@@ -311,8 +312,9 @@ def hit_cache_status(fresh: Freshness, now: float) -> str:
     return f"{CACHE_STATUS}; hit; ttl={int(fresh.lifetime - fresh.age(now))}"
 
 
-def lookup(node: EdgeNode, url_key: str, fields: Headers) -> StoredResponse | None:
-    """The stored response a request selects: the URL's entry, or the variant its Vary fields pick."""
+def lookup(node: EdgeNode, url_key: str, sent: Varied) -> StoredResponse | None:
+    """The stored response a request selects: the URL's entry, or the variant its Vary fields pick (in the
+    request `sent` to the origin for it)."""
     try:
         obj = node.cache.get(url_key)
         if obj is None:
@@ -320,7 +322,7 @@ def lookup(node: EdgeNode, url_key: str, fields: Headers) -> StoredResponse | No
         head = obj.headers
         vary = first_value(head, VARY)
         if vary is not None:  # the URL's entry says which request fields pick a variant
-            obj = node.cache.get(pull_variant_key(url_key, secondary_key(vary.split(",") if vary else (), fields)))
+            obj = node.cache.get(pull_variant_key(url_key, secondary_key(vary.split(",") if vary else (), sent.fields())))
             if obj is None:
                 return None
             head = obj.headers
@@ -345,6 +347,33 @@ def fill_headers(fields: Sequence[tuple[str, str]], zone: PullZone, client_ip: s
         for name, value in validators(stored.headers):
             headers[name] = value
     return headers
+
+
+class Varied:
+    """What a stored response's Vary selects its variant by (RFC 9111 4.1): the fields of the request this edge
+    sends the origin for a client's request (`fill_headers`, without validators), not the client's own. They
+    differ where the client names a field in Connection (not sent: keyed on the client's value, the answer to a
+    request without the field would be stored as the variant of one with it) and where this edge sets a field
+    itself (X-Forwarded-For and -Proto, Host, the zone's own fields): the origin answered the request it got.
+    Made on first use: only a Vary'd URL needs them."""
+
+    __slots__ = ("_client", "_zone", "_client_ip", "_scheme", "_sent")
+
+    def __init__(self, client: Sequence[tuple[str, str]], zone: PullZone, client_ip: str | None,
+                 scheme: str) -> None:
+        self._client, self._zone, self._client_ip, self._scheme = client, zone, client_ip, scheme
+        self._sent: Headers | None = None
+
+    def fields(self) -> Headers:
+        if self._sent is None:
+            sent = fill_headers(self._client, self._zone, self._client_ip, self._scheme, None)
+            self._sent = [(name.lower(), value) for name, value in sent.items()]
+        return self._sent
+
+
+def varied(request: web.Request, zone: PullZone, fields: Sequence[tuple[str, str]]) -> Varied:
+    """`Varied` of an application request with header fields `fields`."""
+    return Varied(fields, zone, request.remote, request.scheme)
 
 
 Land = Callable[[asyncio.Future[None] | None], None]
@@ -497,7 +526,7 @@ def new_spool(declared: int | None) -> IO[bytes]:
     return tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
 
 
-async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: Headers, response: OriginResponse,
+async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Varied, response: OriginResponse,
                parsed: Directives, spool: IO[bytes] | None, send: Callable[[bytes], Awaitable[bool]] | None,
                kept: asyncio.Future[None] | None) -> bool | None:
     """A fill's body, both fills' (this module's and pull_fill.py's): into `spool` (None: not kept), to the cache,
@@ -535,7 +564,7 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: 
             if feed is not None and feed.lagging and spool is not None:
                 rest = rest_of(spool, feed.offered, SPOOL_MEMORY)  # before `store` takes the spool
         if spool is not None:
-            await store(node, zone, path, url_key, fields, response, stored_headers(response.headers, parsed),
+            await store(node, zone, path, url_key, sent, response, stored_headers(response.headers, parsed),
                         spool, digest.hexdigest() if digest is not None else None)
         settle(kept)
         if whole is not None:
@@ -587,7 +616,7 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
     async def send(chunk: bytes) -> bool:
         return await sent_in_time(client.write(chunk), timeout_s, gone)
 
-    sending = await keep(node, zone, path, url_key, fields, response, parsed,
+    sending = await keep(node, zone, path, url_key, varied(request, zone, fields), response, parsed,
                          new_spool(declared) if why is None else None, send if request.method != "HEAD" else None, kept)
     if sending is None:
         cut_short(request)
@@ -677,7 +706,7 @@ def read_not_kept(url_key: str, response: OriginResponse, head: Sequence[tuple[s
     return read
 
 
-async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: Headers, response: OriginResponse,
+async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Varied, response: OriginResponse,
                 head: Sequence[tuple[str, str]], spool: IO[bytes], digest: str | None = None) -> CachedObject | None:
     """Keep a complete origin response under its key (and its Vary variant's), tagged for purges, with its
     body's SHA-256 when given (`named_by_body`). A body the memory tier takes is there at once and reaches the
@@ -685,13 +714,13 @@ async def store(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields:
     first. None when it is not kept: it could not be, or a purge made since it was asked for names it (`ask`:
     the response predates what the purge was made for)."""
     try:
-        return await store_unless_purged(node, zone, path, url_key, fields, response, head, spool, digest)
+        return await store_unless_purged(node, zone, path, url_key, sent, response, head, spool, digest)
     except PurgedMeanwhile:
         log.debug("pull zone %s: %s not cached: purged while it was fetched", zone.name, path)
         return None
 
 
-async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key: str, fields: Headers,
+async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Varied,
                               response: OriginResponse, head: Sequence[tuple[str, str]], spool: IO[bytes],
                               digest: str | None = None) -> CachedObject | None:
     """`store`, telling its two refusals apart: PurgedMeanwhile when a purge made since the response was asked
@@ -699,7 +728,7 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
     vary = vary_fields(response.headers) or ()
     meta = stored_meta(head, response.status, response, digest)
     tags = [*origin_tags(response.headers), *own_tags(zone, path)]
-    key = pull_variant_key(url_key, secondary_key(vary, fields)) if vary else url_key
+    key = pull_variant_key(url_key, secondary_key(vary, sent.fields())) if vary else url_key
     content_type = first_value(head, "content-type") or ""
     etag = first_value(head, "etag") or ""
     cache = node.cache
@@ -775,6 +804,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
     if land is None:
         return  # already on its way
     fields = request_fields(request)
+    sent = varied(request, zone, fields)  # taken now: the request is answered before its revalidation ends
     headers = forwarded_headers(request, zone, stored)
 
     async def revalidate() -> None:
@@ -805,7 +835,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
             except OriginError:
                 spool.close()
                 raise
-            await store(node, zone, path, url_key, fields, response, stored_headers(response.headers), spool,
+            await store(node, zone, path, url_key, sent, response, stored_headers(response.headers), spool,
                         digest.hexdigest() if digest is not None else None)
         except OriginError as exc:
             log.info("pull zone %s: background revalidation of %s failed: %s", zone.name, path, exc)

@@ -62,6 +62,7 @@ from assetcdn.edge.states.pull import (
     Flights,
     Land,
     StoredResponse,
+    Varied,
     ask,
     lookup,
     named_by_body,
@@ -188,7 +189,7 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
     client = (request.remote, request.scheme)   # the edge asks for a client: X-Forwarded-For, -Proto
 
     async def cached() -> tuple[PullSource | None, StoredResponse | None]:
-        stored = lookup(node, url_key, SOURCE_FIELDS)
+        stored = lookup(node, url_key, Varied(SOURCE_FIELDS, at.zone, *client))
         if stored is not None:
             decision = reuse(stored.freshness, NO_DIRECTIVES, time.time())
             if decision is Reuse.FRESH:
@@ -282,12 +283,13 @@ async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSo
     kept = asyncio.get_running_loop().create_future()
     land(kept)
     try:
-        return await keep(node, at, url_key, response, limit)
+        return await keep(node, at, url_key, Varied(SOURCE_FIELDS, at.zone, client_ip, scheme), response, limit)
     finally:
         kept.set_result(None)
 
 
-async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, response: OriginResponse, limit: int) -> PullSource:
+async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, sent: Varied, response: OriginResponse,
+               limit: int) -> PullSource:
     """Read a source the origin sent whole (at most `limit` bytes) and store it; one a purge made since it was
     asked for names (`ask`'s mark) is used for this request only (`kept` False), its variant not stored either."""
     chunks: list[bytes] = []
@@ -307,7 +309,7 @@ async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, response: Origi
         if named_by_body(response.headers) else None
     head = stored_headers(response.headers)
     try:
-        obj = await store_unless_purged(node, at.zone, at.path, url_key, SOURCE_FIELDS, response, head,
+        obj = await store_unless_purged(node, at.zone, at.path, url_key, sent, response, head,
                                         io.BytesIO(body), digest)
     except PurgedMeanwhile:
         # This request is answered from the bytes it read; the next one asks the origin again.
@@ -330,7 +332,7 @@ def revalidate_in_background(node: EdgeNode, client: tuple[str | None, str], fli
 
     async def revalidate() -> None:
         try:
-            await from_origin(node, client, at, url_key, stored)
+            await from_origin(node, client, at, url_key, stored, land)
         except SourceRefused as exc:
             log.info("pull zone %s: background revalidation of the source %s failed: %s", at.zone.name, at.path,
                      exc.message)

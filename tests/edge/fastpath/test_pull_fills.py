@@ -31,7 +31,7 @@ from assetcdn.shared.cache_results import CacheResult
 from tests.support.control import METRICS
 from tests.support.h2_memory import H2InProcess, MemoryHttp11
 from tests.support.hit_cdn import READ_S, HitCdn, Response, request_bytes
-from tests.support.origins import LONG, PREFIX, ScriptedOrigin, pull_zone_on_hit_cdn
+from tests.support.origins import LONG, PREFIX, ScriptedOrigin, pull_zone_on_hit_cdn, stored_url
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -136,6 +136,53 @@ async def test_a_query_reaches_the_origin_as_the_client_sent_it(filled: FillCdn,
     assert (first.status, first.header("X-Cache"), first.body) == (200, "MISS", query.encode())
     assert (again.status, again.header("X-Cache"), again.body) == (200, "HIT", query.encode())
     assert seen == [query]
+
+
+@pytest.mark.parametrize("path", ["hit", "application"])
+async def test_a_field_a_client_names_in_connection_does_not_pick_the_variant_its_answer_is_stored_as(
+        filled: FillCdn, path: str) -> None:
+    """`Vary: Origin` (CORS): a client sends Origin but names it in Connection, so the origin is asked without it
+    and answers without Access-Control-Allow-Origin. Kept as the variant of that Origin, it would be every later
+    browser's answer there, and their cross-origin loads would fail while it is cached."""
+    name = f"/cors-{path}.woff2"
+
+    async def cors(request: web.Request) -> web.StreamResponse:
+        allowed = {"Access-Control-Allow-Origin": request.headers["Origin"]} if "Origin" in request.headers else {}
+        return web.Response(body=b"font", headers={**HEADERS, "Vary": "Origin", **allowed})
+
+    filled.origin.route(name, cors)
+    conn = await (filled.cdn.connect() if path == "hit" else filled.cdn.plain())
+    site = "https://app.example"
+    hostile = await conn.request(f"/{ZONE}{name}", Origin=site, Connection="Origin")
+    assert hostile.status == 200 and hostile.header("Access-Control-Allow-Origin") is None
+    browser = await conn.request(f"/{ZONE}{name}", Origin=site)
+    assert browser.header("Access-Control-Allow-Origin") == site
+    again = await conn.request(f"/{ZONE}{name}", Origin=site)
+    assert (again.header("X-Cache"), again.header("Access-Control-Allow-Origin")) == ("HIT", site)
+
+
+async def test_a_vary_on_a_field_the_edge_sets_itself_keys_on_the_value_the_origin_got(filled: FillCdn) -> None:
+    """X-Forwarded-For is the edge's: a response that varies on it is kept per client address, whatever a client
+    claims in its own X-Forwarded-For."""
+    name = "/by-address.txt"
+
+    async def by_address(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=request.headers["X-Forwarded-For"].encode(),
+                            headers={**HEADERS, "Vary": "X-Forwarded-For"})
+
+    filled.origin.route(name, by_address)
+    got = []
+    for source, port in (("127.0.0.1", filled.cdn.port), ("127.0.0.2", filled.cdn.plain_port),
+                         ("127.0.0.2", filled.cdn.port), ("127.0.0.1", filled.cdn.plain_port)):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+        try:
+            writer.write(request_bytes(f"/{ZONE}{name}", X_Forwarded_For="127.0.0.9", Connection="close"))
+            answer = await asyncio.wait_for(reader.read(), READ_S)
+        finally:
+            writer.close()
+        got.append((answer.split(b"\r\n\r\n", 1)[1], b"X-Cache: HIT" in answer))
+    assert got == [(b"127.0.0.1", False), (b"127.0.0.2", False), (b"127.0.0.2", True), (b"127.0.0.1", True)]
+    assert filled.origin.count(name) == 2
 
 
 async def test_a_filled_miss_is_counted_and_recorded_as_the_applications(filled: FillCdn) -> None:
@@ -913,7 +960,7 @@ async def test_an_http_2_stream_reset_during_its_fill_leaves_the_fill_to_complet
         release.set()
 
         async def stored() -> bool:
-            return pull_states.lookup(filled.cdn.node, pull_key(ZONE, name, ""), []) is not None
+            return stored_url(filled.cdn.node, ZONE, name) is not None
 
         await wait_until(stored, "the reset stream's fill stored")
         again = await h2.get(f"/{ZONE}{name}", [])
@@ -951,7 +998,7 @@ async def test_a_body_the_origin_cuts_short_resets_its_http_2_stream_on_either_p
         assert [(a.status, a.headers.get("content-length")) for a in answers] == [(200, "100000")] * 2
         assert all(len(a.body) < 100_000 for a in answers)
         assert codes == [ErrorCode.INTERNAL_ERROR] * 2
-        assert [pull_states.lookup(filled.cdn.node, pull_key(ZONE, name, ""), []) for name in names] == [None, None]
+        assert [stored_url(filled.cdn.node, ZONE, name) for name in names] == [None, None]
     finally:
         secure.stop()
 
@@ -968,7 +1015,7 @@ async def test_a_tls_connection_reads_on_after_a_fill_that_ended_a_turn_of_pipel
         assert (await tls.request(f"/{ZONE}/turn-hit.bin")).header("X-Cache") == "MISS"
 
         async def stored() -> bool:
-            return pull_states.lookup(filled.cdn.node, pull_key(ZONE, "/turn-hit.bin", ""), []) is not None
+            return stored_url(filled.cdn.node, ZONE, "/turn-hit.bin") is not None
 
         await wait_until(stored, "the first answer stored")
         # The last request of the second turn: a miss the hit path fills, then one it hands to the application

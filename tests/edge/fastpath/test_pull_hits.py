@@ -26,7 +26,7 @@ from tests.support.control import ACCOUNT
 from tests.support.footprint import traced_per_item
 from tests.support.h2_memory import H2InProcess
 from tests.support.hit_cdn import HitCdn, RawConnection, Response
-from tests.support.origins import LONG, ScriptedOrigin, pull_zone_on_hit_cdn
+from tests.support.origins import LONG, ScriptedOrigin, pull_zone_on_hit_cdn, stored_url
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -71,7 +71,7 @@ class PullCdn:
         return self.cdn.site.hits.served
 
     def stored(self, name: str) -> pull_states.StoredResponse:
-        found = pull_states.lookup(self.cdn.node, pull_key(ZONE, name, ""), [])
+        found = stored_url(self.cdn.node, ZONE, name)
         assert found is not None
         return found
 
@@ -82,7 +82,7 @@ class PullCdn:
         assert (await conn.request(f"/{ZONE}{name}")).header("X-Cache") == "MISS"
 
         async def kept() -> bool:  # a client has the whole body just before it is stored
-            return pull_states.lookup(self.cdn.node, pull_key(ZONE, name, ""), []) is not None
+            return stored_url(self.cdn.node, ZONE, name) is not None
 
         await wait_until(kept, f"{name} stored")
         return conn
@@ -263,7 +263,7 @@ async def test_the_prepared_heads_are_charged_to_the_memory_budget_what_they_hol
 
     async def all_kept() -> bool:
         return all(pulled.stored(name) for name in names) if all(
-            pull_states.lookup(pulled.cdn.node, pull_key(ZONE, name, ""), []) for name in names) else False
+            stored_url(pulled.cdn.node, ZONE, name) for name in names) else False
 
     await wait_until(all_kept, "every URL stored")
     clock.now = pulled.stored(names[-1]).freshness.response_time + 1
