@@ -771,10 +771,15 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
 
 async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredResponse,
                   not_modified: OriginResponse) -> StoredResponse:
-    """A stored response confirmed by a 304: its head updated (RFC 9111 3.2, 4.3.4), its body kept."""
+    """A stored response confirmed by a 304: its head updated (RFC 9111 3.2, 4.3.4), its body kept. A 304 that
+    makes it a response this cache may not keep (a Set-Cookie, `private`, `no-store`) updates this request's
+    answer only: the stored one stays as it was, stale, so the next request asks the origin again."""
     head = updated_headers(stored.headers, not_modified.headers)
-    meta = stored_meta(head, stored.status, not_modified, stored.digest)
     obj = stored.obj
+    if not_storable("GET", stored.status, (), head, store_set_cookie=zone.store_set_cookie) is not None:
+        return StoredResponse(obj, stored.status, head, freshness(
+            stored.status, head, not_modified.request_time, not_modified.response_time), stored.digest)
+    meta = stored_meta(head, stored.status, not_modified, stored.digest)
     tags = [*origin_tags(head), *own_tags(zone, path)]
 
     def put() -> CachedObject | None:

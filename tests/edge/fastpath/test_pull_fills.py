@@ -185,6 +185,35 @@ async def test_a_vary_on_a_field_the_edge_sets_itself_keys_on_the_value_the_orig
     assert filled.origin.count(name) == 2
 
 
+@pytest.mark.parametrize("path", ["hit", "application"])
+@pytest.mark.parametrize("personal", [{"Set-Cookie": "session=alice"}, {"Cache-Control": "private, max-age=600"}],
+                         ids=["set-cookie", "private"])
+async def test_a_304_that_makes_the_response_personal_updates_only_the_answer_it_came_for(
+        filled: FillCdn, path: str, personal: dict[str, str]) -> None:
+    """A 304's fields update the stored head (RFC 9111 3.2), but one that brings a Set-Cookie or `private` makes it
+    a response this shared cache may not keep: kept, it would hand one user's cookie (or private answer) to
+    everyone as a hit. It is that user's answer only; the stored one stays stale and the next client revalidates."""
+    name = f"/revalidated-{path}-{'-'.join(personal)}.txt"
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"r1"':  # alice's request gets her own fields
+            mine = personal if request.headers.get("X-User") == "alice" else {}
+            return web.Response(status=304, headers={"ETag": '"r1"', "Cache-Control": "max-age=600", **mine})
+        return web.Response(body=b"shared", headers={"Content-Type": "text/plain", "ETag": '"r1"',
+                                                     "Cache-Control": "max-age=0"})
+
+    filled.origin.route(name, handler)
+    first, second = [await (filled.cdn.connect() if path == "hit" else filled.cdn.plain()) for _ in range(2)]
+    assert (await first.request(f"/{ZONE}{name}")).header("X-Cache") == "MISS"
+    alice = await first.request(f"/{ZONE}{name}", X_User="alice")
+    assert (alice.status, alice.body) == (200, b"shared")
+    assert all(alice.header(field) == value for field, value in personal.items())
+    bob = await second.request(f"/{ZONE}{name}")
+    assert (bob.status, bob.body, bob.header("Set-Cookie")) == (200, b"shared", None)
+    assert bob.header("X-Cache") != "HIT" and "private" not in (bob.header("Cache-Control") or "")
+    assert filled.origin.count(name) == 3
+
+
 async def test_a_filled_miss_is_counted_and_recorded_as_the_applications(filled: FillCdn) -> None:
     filled.answer("/count-fast.bin", "/count-app.bin")
     conn, plain = await filled.cdn.connect(), await filled.cdn.plain()
