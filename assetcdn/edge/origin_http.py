@@ -45,14 +45,25 @@ class Disconnected(HttpError):
 
 
 def sized(headers: list[tuple[str, str]]) -> bool:
-    """Whether a response's body ends by its own framing (RFC 9112 6.3): chunked as the final transfer coding,
-    or a Content-Length without any Transfer-Encoding (`headers`: lower-case names). Otherwise the connection's
-    close ends it."""
+    """Whether a response's body ends by its own framing (RFC 9112 6.3): chunked, or a Content-Length without
+    any Transfer-Encoding (`headers`: lower-case names). Otherwise the connection's close ends it. A transfer
+    coding other than chunked (gzip, chunked) is refused (HttpError): this client decodes none, and passed on
+    without its Transfer-Encoding field (hop-by-hop) the body would be another."""
     codings = [coding.strip().lower() for name, value in headers if name == "transfer-encoding"
                for coding in value.split(",") if coding.strip()]
     if codings:
-        return codings[-1] == "chunked"
+        if codings != ["chunked"]:
+            raise HttpError(f"the response's transfer coding {', '.join(codings)} is not one this edge decodes")
+        return True
     return any(name == "content-length" for name, _ in headers)
+
+
+def field_text(value: bytes) -> str:
+    """A response field's value as text: UTF-8 when it is, else each byte one Latin-1 character."""
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return value.decode("latin-1")
 
 
 class Connection(asyncio.Protocol):
@@ -101,13 +112,15 @@ class Connection(asyncio.Protocol):
         if self._head is None or self.done or self.error is not None:  # nothing asked, or past the response
             self.close()
             return
-        if not self._head.done():
+        head = self._head
+        if not head.done():
+            # Counted while the head is being read; checked once a read leaves it unfinished (the body's first
+            # bytes may come in the read that ends it).
             self._head_bytes += len(data)
-            if self._head_bytes > self._max_head:
-                self._fail(HttpError(f"the response head is longer than {self._max_head} bytes"))
-                return
         try:
             self._parser.feed_data(data)
+            if self._head_bytes > self._max_head and not head.done():
+                self._fail(HttpError(f"the response head is longer than {self._max_head} bytes"))
         except httptools.HttpParserUpgrade:
             self._fail(HttpError("the server switched protocols"))
         except httptools.HttpParserError as exc:
@@ -128,9 +141,11 @@ class Connection(asyncio.Protocol):
                 self._fail(Disconnected("the server closed the connection"))
             else:
                 self._fail(HttpError("the connection closed within the response head"))
-        elif not self._sized:  # a body delimited by the close: complete now
+        elif not self._sized and exc is None:  # a body delimited by the close: complete now
             self.done, self.keep_alive = True, False
             self._wake()
+        elif not self._sized:  # reset, not closed: the body may be cut anywhere
+            self._fail(HttpError(f"the connection was broken before the end of the body ({exc})"))
         else:
             self._fail(HttpError("the connection closed before the end of the body"))
 
@@ -163,7 +178,10 @@ class Connection(asyncio.Protocol):
             self._informational = True
             return
         self._in_head = False
-        self.headers = [(name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in self._fields]
+        try:  # values as sent: UTF-8 (a filename="café") passes through as it came
+            self.headers = [(name.decode("latin-1").lower(), value.decode()) for name, value in self._fields]
+        except UnicodeDecodeError:  # other bytes (obs-text) as Latin-1, each its own character
+            self.headers = [(name.decode("latin-1").lower(), field_text(value)) for name, value in self._fields]
         self.status = status
         self._informational = False
         self.keep_alive = self._parser.should_keep_alive()

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
+import socket
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
@@ -297,8 +300,7 @@ SIZED_AND_CHUNKED = (b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r
 
 @pytest.mark.parametrize("closing", [
     b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the close",
-    # A transfer coding other than chunked last: the body ends with the connection (RFC 9112 6.3).
-    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: x-unknown\r\n\r\nuntil the close",
+    b"HTTP/1.0 200 OK\r\n\r\nuntil the close",
 ])
 def test_framings_and_keep_alive_on_the_event_loop_the_edge_runs(uvloop_runner: asyncio.Runner,
                                                                  closing: bytes) -> None:
@@ -473,3 +475,94 @@ def test_an_origin_target_keeps_the_raw_query_and_the_path_below_the_prefix() ->
     assert str(target) == "http://origin.example:8080/up/a%20b/c.jpg?next=%2Fhome%26x&pct=100%25"
     assert target.raw_path_qs == "/up/a%20b/c.jpg?next=%2Fhome%26x&pct=100%25"
     assert str(origin.target("/c.jpg")) == "http://origin.example:8080/up/c.jpg"
+
+
+@pytest.mark.parametrize("codings", [b"gzip, chunked", b"chunked, gzip", b"x-unknown", b"chunked, chunked"])
+def test_a_transfer_coding_other_than_chunked_is_refused(uvloop_runner: asyncio.Runner, codings: bytes) -> None:
+    """The edge decodes no transfer coding but chunked, and Transfer-Encoding is not passed on (hop-by-hop): a
+    gzip coding kept would be stored and served as the body itself, garbage to every client. Refused instead."""
+    body = gzip.compress(b"hello")
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: " + codings + b"\r\n\r\n"
+                     + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def scenario() -> str:
+        async with raw_origin(answer) as (zone_origin, client):
+            try:
+                response = await client.request(zone_origin, "GET", zone_origin.target("/coded"), {})
+            except OriginError as exc:
+                return str(exc)
+            return f"answered {response.status}: {await response.read()!r}"
+
+    assert "transfer coding" in uvloop_runner.run(scenario())
+
+
+def test_a_body_delimited_by_the_close_fails_when_the_connection_is_reset(uvloop_runner: asyncio.Runner) -> None:
+    """A body with neither a length nor chunks ends when the origin closes; a reset (RST) is no such end: the
+    part read so far must not pass for the whole body (and be stored as it)."""
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\npartial")
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+
+    async def scenario() -> str:
+        async with raw_origin(answer) as (zone_origin, client):
+            response = await client.request(zone_origin, "GET", zone_origin.target("/reset"), {})
+            try:
+                return f"read whole: {await response.read()!r}"
+            except OriginError as exc:
+                return str(exc)
+
+    assert "broken before the end of the body" in uvloop_runner.run(scenario())
+
+
+def test_body_bytes_in_the_read_that_ends_the_head_do_not_count_against_the_heads_bound(
+        uvloop_runner: asyncio.Runner) -> None:
+    """With a small field bound (1 KB: heads up to 64 KB), a short head followed at once by a 500 KB body is a
+    good answer, whatever size of reads the body comes in."""
+    body = bytes(range(256)) * 2000
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        await writer.drain()
+        writer.close()
+
+    async def scenario() -> bytes:
+        limits = OriginLimits(allow_loopback=True, max_field_bytes=1024)
+        async with raw_origin(answer, limits) as (zone_origin, client):
+            response = await client.request(zone_origin, "GET", zone_origin.target("/long"), {})
+            return await response.read()
+
+    assert uvloop_runner.run(scenario()) == body
+
+
+def test_response_fields_in_utf8_keep_their_characters_and_other_bytes_are_latin1(
+        uvloop_runner: asyncio.Runner) -> None:
+    """A filename="café.txt" sent in UTF-8 is that text (passed on as the same bytes); a byte that is not UTF-8
+    (obs-text) is its Latin-1 character, never a failed answer."""
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for value in ('attachment; filename="caf\u00e9.txt"'.encode(), b"caf\xe9"):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Disposition: " + value
+                         + b"\r\n\r\nok")
+            await writer.drain()
+        writer.close()
+
+    async def scenario() -> list[str | None]:
+        async with raw_origin(answer) as (zone_origin, client):
+            values = []
+            for name in ("utf8", "latin1"):
+                response = await client.request(zone_origin, "GET", zone_origin.target(f"/{name}"), {})
+                await response.read()
+                values.append(dict(response.headers).get("content-disposition"))
+            return values
+
+    assert uvloop_runner.run(scenario()) == ['attachment; filename="caf\u00e9.txt"', "caf\u00e9"]

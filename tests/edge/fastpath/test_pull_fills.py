@@ -214,6 +214,18 @@ async def test_a_304_that_makes_the_response_personal_updates_only_the_answer_it
     assert filled.origin.count(name) == 3
 
 
+@pytest.mark.parametrize("path", ["hit", "application"])
+async def test_a_utf8_field_value_from_the_origin_reaches_clients_as_the_same_bytes(filled: FillCdn, path: str) -> None:
+    name = f"/utf8-{path}.txt"
+    disposition = 'attachment; filename="caf\u00e9 \u2013 na\u00efve.txt"'
+    filled.origin.answer(name, b"text", headers={**HEADERS, "Content-Disposition": disposition})
+    conn = await (filled.cdn.connect() if path == "hit" else filled.cdn.plain())
+    for expected in ("MISS", "HIT"):
+        answer = await conn.request(f"/{ZONE}{name}")
+        assert answer.header("X-Cache") == expected
+        assert b": " + disposition.encode() + b"\r\n" in answer.raw_head
+
+
 async def test_a_filled_miss_is_counted_and_recorded_as_the_applications(filled: FillCdn) -> None:
     filled.answer("/count-fast.bin", "/count-app.bin")
     conn, plain = await filled.cdn.connect(), await filled.cdn.plain()
