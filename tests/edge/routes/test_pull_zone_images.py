@@ -376,3 +376,44 @@ async def test_a_source_that_is_not_an_image_or_not_there_is_refused_as_a_stored
     assert missing.status == 404
     await expect_error(await pics.get(f"/api/lqip?url=/{ZONE}/missing.png"), 404, "AssetNotFound")
     assert (await pics.get(f"/api/auto?path=/{ZONE}/missing.png")).status == 404
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def quick_pics(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pics]:
+    """A pull zone whose requests wait at most 1 s for a flight to land (the origin's first-byte time)."""
+    origin = ScriptedOrigin()
+    server = await serve_origin(origin)
+    try:
+        async with shared_cdn_apps(tmp_path_factory.mktemp("pull-images-quick"), ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true",
+                                   ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="1") as cdn:
+            await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"})
+            yield Pics(cdn, origin)
+    finally:
+        await server.close()
+
+
+@pytest.mark.parametrize("first", ["transform", "delivery"])
+async def test_a_request_waiting_for_a_sources_background_revalidation_gets_its_new_body(
+        quick_pics: Pics, first: str) -> None:
+    """A stale source (stale-while-revalidate) is revalidated in the background, by a transform or by a delivery;
+    a reload meanwhile waits for that flight. It learns that the answer is being kept as soon as the origin's head
+    comes, and gets the new body when it is stored, however long after the first-byte time that is."""
+    name = f"/swr-{first}.png"
+    fields = {"Content-Type": "image/png", "Cache-Control": "max-age=1, stale-while-revalidate=60"}
+    quick_pics.origin.answer(name, image(RED), headers={**fields, "ETag": '"red"'})
+    assert (await quick_pics.get(f"/{ZONE}{name}")).status == 200
+    await asyncio.sleep(2.1)  # stale (max-age=1), within stale-while-revalidate
+    release = quick_pics.origin.hold(name, image(BLUE), {**fields, "ETag": '"blue"'}, first=100)
+    started = await (quick_pics.transform(name) if first == "transform" else quick_pics.get(f"/{ZONE}{name}"))
+    assert started.status == 200  # the stale one, revalidated in the background
+
+    async def asked_again() -> bool:
+        return quick_pics.origin.count(name) == 2
+
+    await wait_until(asked_again, "the background revalidation's request")
+    reload = asyncio.create_task(quick_pics.get(f"/{ZONE}{name}", headers={"Cache-Control": "no-cache"}))
+    await asyncio.sleep(1.5)  # past the first-byte time: the head came long ago, the body has not
+    release.set()
+    answer = await reload
+    assert answer.status == 200, await answer.text()
+    assert close_to(centre(await answer.read()), BLUE)
