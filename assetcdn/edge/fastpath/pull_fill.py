@@ -20,7 +20,6 @@ of a new origin request (`pull.handed_fill`).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -43,6 +42,7 @@ from assetcdn.edge.states.freshness import Directives, first_value
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.states.pull import (
     FLIGHTS,
+    Kept,
     Land,
     Varied,
     ask,
@@ -201,8 +201,8 @@ class PullFills:
             self._abandon(conn, fetched)
             return
         finally:
-            if not handing:
-                land(None)
+            if not handing:  # the origin's failure: the requests waiting for the URL answer with it
+                land(fetched if isinstance(fetched, OriginError) else None)
         if conn.transport is None:
             if isinstance(fetched, OriginResponse):
                 fetched.release()
@@ -235,7 +235,7 @@ class PullFills:
 
     async def _answer(self, conn: HitProtocol, fill: Fill, zone: PullZone, named: PullPath, url_key: str,
                       sent: Varied, response: OriginResponse, changes: HeaderChanges,
-                      kept: asyncio.Future[None], declared: int, parsed: Directives) -> None:
+                      kept: Kept, declared: int, parsed: Directives) -> None:
         """`pull.send_and_keep` of a storable answer, written to the connection (`kept` done once stored)."""
         server = self.server
         node = server.node

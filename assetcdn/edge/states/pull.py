@@ -135,12 +135,19 @@ class StoredResponse:
         return StoredResponse(obj, status, headers, fresh, fields.get(DIGEST))
 
 
+# A fill being stored: done once it is in the cache or given up, its result the origin's failure that cut it short.
+Kept = asyncio.Future[OriginError | None]
+
+
 @dataclass(frozen=True, slots=True)
 class Landing:
-    """A flight's outcome as soon as its leader knows it: `kept` when the response is being stored (done once it
-    is in the cache, or given up), None when nothing is kept for the others (they ask the origin themselves)."""
+    """A flight's outcome as soon as its leader knows it: `kept` when the response is being stored; `failed` when
+    the origin failed it (no answer, or a broken one: the waiters answer with that failure, as their own request
+    would most likely end, instead of each asking a failing origin again); neither when nothing is kept for the
+    others (an answer they may not share: they ask the origin themselves)."""
 
-    kept: asyncio.Future[None] | None = None
+    kept: Kept | None = None
+    failed: OriginError | None = None
 
 
 class Flights:
@@ -151,6 +158,7 @@ class Flights:
 
     def __init__(self) -> None:
         self._waiting: dict[str, asyncio.Future[Landing]] = {}
+        self._joined: dict[str, int] = {}  # requests waiting for each key's flight (`joined`)
         # The application's loop, taken at the first flight: an application runs on one loop for its life.
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -162,12 +170,22 @@ class Flights:
             if loop is None:
                 loop = self._loop = asyncio.get_running_loop()
             self._waiting[key] = loop.create_future()
+            self._joined[key] = 0
+        else:
+            self._joined[key] += 1
         return future
+
+    def joined(self, key: str) -> int:
+        """How many requests joined the key's flight under way (0 when none is): they share its one origin request."""
+        return self._joined.get(key, 0)
 
     def lead(self, key: str) -> Land | None:
         """How the caller lands the key's new flight, which it leads from here (`landing`); None when one is under
         way (a caller that waits for it takes it with `join`)."""
-        return self.landing(key) if self.join(key) is None else None
+        if key in self._waiting:
+            return None
+        self.join(key)
+        return self.landing(key)
 
     def landing(self, key: str) -> Land:
         """How the leader of the key's flight (`join` gave it None) lands it: that flight only, however
@@ -175,12 +193,16 @@ class Flights:
         landed by it: the leader lands again on its way out, after a stream of any length)."""
         return partial(self._land, key, self._waiting[key])
 
-    def _land(self, key: str, future: asyncio.Future[Landing], kept: asyncio.Future[None] | None = None) -> None:
-        """Tell the waiters the response's fate. While `kept` is not done, requests for the key still join the
-        flight and wait for it; a flight landed already is left as it is."""
+    def _land(self, key: str, future: asyncio.Future[Landing], kept: Kept | OriginError | None = None) -> None:
+        """Tell the waiters the response's fate (an OriginError: the origin failed it). While `kept` is not done,
+        requests for the key still join the flight and wait for it; a flight landed already is left as it is."""
         if future.done():
             return
-        future.set_result(Landing(kept))
+        if isinstance(kept, OriginError):
+            future.set_result(Landing(failed=kept))
+            kept = None
+        else:
+            future.set_result(Landing(kept))
         if kept is None or kept.done():
             self._forget(key, future)
         else:
@@ -189,19 +211,24 @@ class Flights:
     def _forget(self, key: str, future: asyncio.Future[Landing]) -> None:
         if self._waiting.get(key) is future:
             del self._waiting[key]
+            del self._joined[key]
 
 
-async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits) -> None:
+async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits) -> OriginError | None:
     """Wait for a flight: its landing within the origin's first-byte time (TimeoutError past it, as the leader
     would get from a silent origin), then the body it keeps for as long as the leader may spend reading it (past
-    that the caller finds nothing stored and asks the origin itself)."""
+    that the caller finds nothing stored and asks the origin itself). The origin's failure of the flight, if it
+    failed it."""
     landing = await asyncio.wait_for(asyncio.shield(flight), limits.first_byte_timeout_s)
+    if landing.failed is not None:
+        return landing.failed
     if landing.kept is not None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(landing.kept), limits.body_timeout_s)
+            return await asyncio.wait_for(asyncio.shield(landing.kept), limits.body_timeout_s)
+    return None
 
 
-def no_landing(_kept: asyncio.Future[None] | None = None) -> None:
+def no_landing(_kept: Kept | OriginError | None = None) -> None:
     """`land` for a request that leads no flight."""
 
 
@@ -250,10 +277,6 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
                 raise ApiError(504, "NotCached", "The response is not in this edge's cache (only-if-cached).")
             return None, stored
 
-    async def timed_out(stored: StoredResponse | None) -> web.StreamResponse:
-        return await origin_failed(request, zone, path, fields, stored, OriginTimeout(
-            f"no answer from the origin within {node.origins.limits.first_byte_timeout_s:g} s"))
-
     if getattr(request.transport, "fetched", None) is not None:
         # The hit path fetched this request's answer (assetcdn/edge/fastpath/pull_fill.py): it is the answer, even
         # when the cache holds the URL by now (its shield, another worker of this edge, stored what it fetched).
@@ -266,18 +289,20 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
             if landing is not None:
                 landing(None)
     return await through_flight(request.app[FLIGHTS], flight_key, node.origins.limits, cached,
-                                partial(ask_origin, request, node, zone, path, url_key, fields), timed_out)
+                                partial(ask_origin, request, node, zone, path, url_key, fields),
+                                partial(origin_failed, request, zone, path, fields))
 
 
 async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits,
                          cached: Callable[[], Awaitable[tuple[R | None, StoredResponse | None]]],
                          fill: Callable[[StoredResponse | None, Land], Awaitable[R]],
-                         timed_out: Callable[[StoredResponse | None], Awaitable[R]]) -> R:
+                         failed: Callable[[StoredResponse | None, OriginError], Awaitable[R]]) -> R:
     """What a request of the key's flight gets: `cached`'s answer from the cache (None: nothing there it may
     use, and the stored response it found), else `fill`'s (the origin asked, given that stored response and how
     to land the flight) as the flight's leader, or after waiting for the flight to land when it stored nothing
-    this request may use (no second wait: it asks itself); `timed_out`'s when the flight does not land within the
-    origin's first-byte time. Deliveries (serve_pull) and transform sources (pull_source.py) alike."""
+    this request may use (no second wait: it asks itself); `failed`'s, with the stored response, when the origin
+    failed the flight or it does not land within the origin's first-byte time (an OriginTimeout). Deliveries
+    (serve_pull) and transform sources (pull_source.py) alike."""
     waited = False
     while True:
         answer, stored = await cached()
@@ -289,9 +314,11 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
         if waiting is None:
             break
         try:
-            await await_flight(waiting, limits)
+            failure = await await_flight(waiting, limits)
         except TimeoutError:
-            return await timed_out(stored)
+            failure = OriginTimeout(f"no answer from the origin within {limits.first_byte_timeout_s:g} s")
+        if failure is not None:
+            return await failed(stored, failure)
         waited = True
     land = flights.landing(flight_key)
     try:
@@ -376,7 +403,7 @@ def varied(request: web.Request, zone: PullZone, fields: Sequence[tuple[str, str
     return Varied(fields, zone, request.remote, request.scheme)
 
 
-Land = Callable[[asyncio.Future[None] | None], None]
+Land = Callable[[Kept | OriginError | None], None]
 
 
 async def deliver_stored(request: web.Request, stored: StoredResponse, x_cache: CacheResult, cache_status: str,
@@ -414,7 +441,7 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
             node, zone, path, request.rel_url.raw_query_string, forwarded_headers(request, zone, stored),
             from_edge=from_edge(request))
     except OriginError as exc:
-        land(None)
+        land(exc)
         return await origin_failed(request, zone, path, fields, stored, exc)
     if stored is not None and response.status == 304:
         response.release()
@@ -528,7 +555,7 @@ def new_spool(declared: int | None) -> IO[bytes]:
 
 async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Varied, response: OriginResponse,
                parsed: Directives, spool: IO[bytes] | None, send: Callable[[bytes], Awaitable[bool]] | None,
-               kept: asyncio.Future[None] | None) -> bool | None:
+               kept: Kept | None) -> bool | None:
     """A fill's body, both fills' (this module's and pull_fill.py's): into `spool` (None: not kept), to the cache,
     then `kept` done, and to its client (`send`, as `relay_body` takes it). A body that is kept is read and stored
     at the origin's pace, whatever the client's: one read with its head is sent first when it fits the
@@ -560,6 +587,7 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
                                                   partial(settle, kept))
             except OriginError as exc:
                 log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, path, exc)
+                settle(kept, exc)  # the requests waiting for it answer with the failure, not a new request each
                 return None
             if feed is not None and feed.lagging and spool is not None:
                 rest = rest_of(spool, feed.offered, SPOOL_MEMORY)  # before `store` takes the spool
@@ -602,7 +630,7 @@ def whole_spool(whole: bytes, spool: IO[bytes] | None, limit: int, digest: Any) 
 
 async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
                         fields: Headers, response: OriginResponse, fwd: str, why: NotStored | None,
-                        declared: int | None, parsed: Directives, kept: asyncio.Future[None] | None) -> web.StreamResponse:
+                        declared: int | None, parsed: Directives, kept: Kept | None) -> web.StreamResponse:
     """The body to this client as it arrives, kept too when `why` is None (`kept` done once it is)."""
     # This client gets the whole answer; what a qualified no-cache or private names is left out of what is kept.
     client = web.StreamResponse(status=response.status, headers=client_headers(
@@ -625,11 +653,12 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
     return client
 
 
-def settle(kept: asyncio.Future[None] | None) -> None:
+def settle(kept: Kept | None, failed: OriginError | None = None) -> None:
     """The requests waiting for a fill to be kept (`kept`) learn that it is over: stored, or not kept after all
-    (they look again, and ask for their own when it is not there). Once; later calls do nothing."""
+    (they look again, and ask for their own when it is not there), or cut short by the origin's `failed` (they
+    answer with that). Once; later calls do nothing."""
     if kept is not None and not kept.done():
-        kept.set_result(None)
+        kept.set_result(failed)
 
 
 async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | None, digest: Any,
@@ -813,7 +842,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
     headers = forwarded_headers(request, zone, stored)
 
     async def revalidate() -> None:
-        kept: asyncio.Future[None] | None = None
+        kept: Kept | None = None
         try:
             response = await ask(node, zone, path, request.rel_url.raw_query_string, headers,
                                  from_edge=from_edge(request))

@@ -36,7 +36,6 @@ from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.origin_client import (
     OriginError,
     OriginResponse,
-    OriginTimeout,
     origin_request_headers,
 )
 from assetcdn.edge.site_config import EdgeConfig, PullZone
@@ -199,14 +198,13 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
                 return await described(node, at, url_key, stored), stored
         return None, stored
 
-    async def timed_out(stored: StoredResponse | None) -> PullSource:
+    async def failed(stored: StoredResponse | None, exc: OriginError) -> PullSource:
         if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
             return await described(node, at, url_key, stored)
-        raise origin_failed(at, OriginTimeout(
-            f"no answer from the origin within {node.origins.limits.first_byte_timeout_s:g} s")) from None
+        raise origin_failed(at, exc) from None
 
     return await through_flight(flights, flight_key, node.origins.limits, cached,
-                                partial(from_origin, node, client, at, url_key), timed_out)
+                                partial(from_origin, node, client, at, url_key), failed)
 
 
 async def described(node: EdgeNode, at: PullSourcePath, url_key: str, stored: StoredResponse,
@@ -251,6 +249,7 @@ async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSo
     try:
         response = await ask(node, at.zone, at.path, "", headers, from_edge=False)
     except OriginError as exc:
+        land(exc)
         if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
             return await described(node, at, url_key, stored)
         raise origin_failed(at, exc) from None

@@ -10,7 +10,7 @@ import contextlib
 import itertools
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import pytest_asyncio
@@ -26,7 +26,7 @@ from assetcdn.edge.fastpath.sendfile import TLS_PIECE
 from assetcdn.edge.shield import SHIELD_CACHE
 from assetcdn.edge.states import freshness
 from assetcdn.edge.states import pull as pull_states
-from assetcdn.edge.states.keys import pull_key
+from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.shared.cache_results import CacheResult
 from tests.support.control import METRICS
 from tests.support.h2_memory import H2InProcess, MemoryHttp11
@@ -224,6 +224,65 @@ async def test_a_utf8_field_value_from_the_origin_reaches_clients_as_the_same_by
         answer = await conn.request(f"/{ZONE}{name}")
         assert answer.header("X-Cache") == expected
         assert b": " + disposition.encode() + b"\r\n" in answer.raw_head
+
+
+async def _answer_or_error(conn: Any, target: str) -> Response | Exception:
+    try:
+        return cast(Response, await conn.request(target))
+    except (asyncio.IncompleteReadError, ConnectionError, TimeoutError) as exc:
+        return exc
+
+
+@pytest.mark.parametrize("failure", ["no answer", "body cut short"])
+@pytest.mark.parametrize("path", ["hit", "application"])
+async def test_requests_waiting_for_a_fill_the_origin_fails_get_that_failure_not_a_request_each(
+        filled: FillCdn, path: str, failure: str) -> None:
+    """Six requests wait for a fill whose origin breaks the connection, within its head or halfway through its
+    body: the waiters answer 502 with the leader's failure; the failing origin is asked once, not seven times."""
+    name = f"/failing-{path}-{failure.replace(' ', '-')}.bin"
+    cut = asyncio.Event()
+
+    async def failing(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=HEADERS)
+        if failure == "body cut short":
+            response.content_length = len(BIG)
+            await response.prepare(request)
+            await response.write(BIG[:1000])
+        await cut.wait()
+        assert request.transport is not None
+        if failure == "no answer":  # a broken head, not a bare close (which a reused connection would retry)
+            request.transport.write(b"HTTP/1.1 2")
+        request.transport.close()
+        return response
+
+    filled.origin.route(name, failing)
+    target = f"/{ZONE}{name}"
+    leader = await (filled.cdn.connect() if path == "hit" else filled.cdn.plain())
+    led = asyncio.create_task(_answer_or_error(leader, target))
+    flights = filled.cdn.app[pull_states.FLIGHTS]
+    key = pull_variant_key(pull_key(ZONE, name, ""), "flight")
+
+    async def leading() -> bool:
+        return filled.origin.count(name) == 1
+
+    await wait_until(leading, "the fill under way")
+    waiting = [await (filled.cdn.connect() if n % 2 else filled.cdn.plain()) for n in range(6)]
+    waiters = [asyncio.create_task(_answer_or_error(conn, target)) for conn in waiting]
+
+    async def all_joined() -> bool:
+        return flights.joined(key) == len(waiters)
+
+    await wait_until(all_joined, "every request waiting for the fill")
+    cut.set()
+    first = await led
+    answers = [await waiter for waiter in waiters]
+    if failure == "no answer":
+        assert isinstance(first, Response) and first.status == 502
+    else:  # its answer had begun: cut short, never complete
+        assert not isinstance(first, Response) or len(first.body) < len(BIG)
+    assert [answer.status if isinstance(answer, Response) else answer for answer in answers] == [502] * 6
+    assert filled.origin.count(name) == 1
+    assert stored_url(filled.cdn.node, ZONE, name) is None
 
 
 async def test_a_filled_miss_is_counted_and_recorded_as_the_applications(filled: FillCdn) -> None:

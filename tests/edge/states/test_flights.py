@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from assetcdn.edge.states.pull import Flights
+from assetcdn.edge.origin_client import OriginError, OriginLimits, OriginTimeout
+from assetcdn.edge.states.pull import Flights, Kept, await_flight, settle
 
 pytestmark = pytest.mark.asyncio
 
@@ -31,7 +32,7 @@ async def test_a_flight_landed_with_what_is_kept_is_joined_until_that_is_stored(
     flights = Flights()
     assert flights.join("k") is None
     land = flights.landing("k")
-    kept: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    kept: Kept = asyncio.get_running_loop().create_future()
     land(kept)
     joined = flights.join("k")  # landed, its answer still being stored: wait for that
     assert joined is not None and joined.done() and joined.result().kept is kept
@@ -39,3 +40,56 @@ async def test_a_flight_landed_with_what_is_kept_is_joined_until_that_is_stored(
     kept.set_result(None)
     await asyncio.sleep(0)
     assert flights.join("k") is None  # stored: the next miss leads a new flight
+
+
+LIMITS = OriginLimits(first_byte_timeout_s=5, body_timeout_s=5)
+
+
+async def test_a_flight_the_origin_failed_gives_its_waiters_that_failure_and_frees_the_key() -> None:
+    """Its waiters answer with the failure (502, 504 or a stale copy) instead of each asking the failing origin."""
+    flights = Flights()
+    assert flights.join("k") is None
+    land = flights.landing("k")
+    waiting = flights.join("k")
+    assert waiting is not None
+    waiter = asyncio.create_task(await_flight(waiting, LIMITS))
+    failure = OriginTimeout("no answer from the origin within 5 s")
+    land(failure)
+    assert await waiter is failure
+    assert flights.join("k") is None  # the next request leads a new flight
+
+
+async def test_a_body_the_origin_cuts_short_gives_the_requests_waiting_for_it_that_failure() -> None:
+    flights = Flights()
+    assert flights.join("k") is None
+    land = flights.landing("k")
+    kept: Kept = asyncio.get_running_loop().create_future()
+    land(kept)
+    waiting = flights.join("k")
+    assert waiting is not None
+    waiter = asyncio.create_task(await_flight(waiting, LIMITS))
+    await asyncio.sleep(0)
+    cut = OriginError("the connection closed before the end of the body")
+    settle(kept, cut)
+    settle(kept)  # the leader's way out: nothing changes
+    assert await waiter is cut
+    assert kept.result() is cut
+
+
+async def test_a_body_stored_or_not_kept_gives_the_waiters_no_failure() -> None:
+    flights = Flights()
+    assert flights.join("k") is None
+    land = flights.landing("k")
+    kept: Kept = asyncio.get_running_loop().create_future()
+    land(kept)
+    waiting = flights.join("k")
+    assert waiting is not None
+    waiter = asyncio.create_task(await_flight(waiting, LIMITS))
+    settle(kept)
+    assert await waiter is None
+    assert flights.join("k") is None
+    land2 = flights.landing("k")
+    waiting = flights.join("k")
+    assert waiting is not None
+    land2(None)  # an answer they may not share: each asks for its own
+    assert await await_flight(waiting, LIMITS) is None
