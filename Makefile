@@ -15,7 +15,7 @@ DOC_VECTORS := assetcdn/control/chat/documentation_vectors.npz
 # Where `assetcdn up` keeps its data ([server] data_dir of `assetcdn defaults`, or its environment override).
 DATA_DIR ?= $(or $(ASSETCDN_SERVER_DATA_DIR),var)
 
-.PHONY: setup lock run test lint typecheck bench bench-hits bench-pull bench-fleet bench-https bench-transforms conformance h2spec fuzz docker-test clean wipe-data
+.PHONY: setup lock run test lint typecheck bench bench-hits bench-pull bench-pull-tls bench-fleet bench-https bench-transforms conformance h2spec fuzz docker-test clean wipe-data
 # Every dependency pinned with its hashes: requirements-build.lock (the build tools, installed first),
 # requirements.lock (what the service runs: the Docker image) and requirements-test.lock (that plus the test
 # tools: `make setup`). All three come from pyproject.toml and requirements-build.in via `make lock`.
@@ -133,6 +133,13 @@ bench-hits: setup
 bench-pull: setup
 	sh benchmarks/setup_debian.sh hits
 	$(BIN)/python -m benchmarks.pull_bench $(ARGS)
+
+# Pull zone cache fills over TLS HTTP/1.1, then HTTP/2, per core: the edge beside nginx proxy_cache with ssl
+# (benchmarks/README.md, "Fills over TLS and HTTP/2"); a few minutes.
+bench-pull-tls: setup
+	sh benchmarks/setup_debian.sh https
+	$(BIN)/python -m benchmarks.tls_fill_anchor $(ARGS)
+	$(BIN)/python -m benchmarks.tls_fill_anchor --h2 $(ARGS)
 
 # Control plane CPU and statistics lag with a simulated fleet of 10 edges at 40,000 hits/s each; under a minute.
 bench-fleet: setup

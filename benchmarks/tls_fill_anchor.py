@@ -1,6 +1,6 @@
-"""Pull zone cache fills over TLS HTTP/1.1 per core: the edge beside nginx ``proxy_cache`` with ``ssl``, one origin.
+"""Pull zone cache fills over TLS per core: the edge beside nginx ``proxy_cache`` with ``ssl``, one origin.
 
-    .venv/bin/python -m benchmarks.tls_fill_anchor [--size "5 KB"] [--turns 4] [--duration 4]
+    .venv/bin/python -m benchmarks.tls_fill_anchor [--size "5 KB"] [--turns 4] [--duration 4] [--h2]
 
 `make bench-pull` compares fills over plain HTTP; browsers ask over HTTPS. Here the edge (`assetcdn up` with an https
 port, tests/support/https.py's test certificates, one worker, a 512 MB memory tier: benchmarks/fill_ab.py's
@@ -9,7 +9,9 @@ to the origin, as `make bench-https` configures it, a certificate of a test CA) 
 origin, pinned to core 1 with wrk. Turn after turn, in alternating order, wrk (``-t2 -c64``) asks each over TLS
 HTTP/1.1 for ``--duration`` seconds for URLs never asked before (pull_bench's fills), the server's whole process
 tree pinned to core 0: CPU per fill (the edge's whole system, read ``SETTLE_S`` after the run), then the medians
-and fills per core. Varnish is not here: it has no TLS of its own (`make bench-https` puts hitch in front of it).
+and fills per core. With ``--h2`` both are asked over HTTP/2 instead: h2load over one connection, 64 streams at a
+time, ``--h2-requests`` new URLs per turn from a list, each once (benchmarks/fill_ab.py's `h2_fills`). Varnish is not
+here: it has no TLS of its own (`make bench-https` puts hitch in front of it). `make bench-pull-tls` runs both.
 Loopback only; every run is bounded; everything started is stopped at the end.
 """
 
@@ -23,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.fill_ab import start_tree
+from benchmarks.fill_ab import h2_fills, start_tree
 from benchmarks.hits_bench import SETTLE_S, Server, anchor, stop
 from benchmarks.load import run_wrk
 from benchmarks.measure import load_average, machine, require_tools, tool_path
@@ -53,12 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="5 KB", choices=list(SIZES))
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--duration", type=float, default=4.0)
+    parser.add_argument("--h2", action="store_true", help="ask both over HTTP/2 (h2load) instead of TLS HTTP/1.1")
+    parser.add_argument("--h2-requests", type=int, default=15_000, help="with --h2: new URLs asked per turn")
     parser.add_argument("--server-core", default="0")
     parser.add_argument("--load-core", default="1")
     args = parser.parse_args(argv)
-    if not 0 < args.duration <= 60 or not 0 < args.turns <= 40:
-        parser.error("--duration within (0, 60], --turns within (0, 40]")
-    require_tools(("wrk", "nginx", "taskset"), "bench-pull")
+    if not 0 < args.duration <= 60 or not 0 < args.turns <= 40 or not 0 < args.h2_requests <= 200_000:
+        parser.error("--duration within (0, 60], --turns within (0, 40], --h2-requests within (0, 200000]")
+    require_tools(("wrk", "nginx", "taskset", *(("h2load",) if args.h2 else ())), "bench-pull-tls")
+    protocol = "HTTP/2" if args.h2 else "TLS HTTP/1.1"
     print(f"# tls_fill_anchor: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
     with tempfile.TemporaryDirectory(prefix="tls-fill-") as tmp:
         workdir = Path(tmp)
@@ -76,16 +81,22 @@ def main(argv: list[str] | None = None) -> int:
                 for name in list(servers) if turn % 2 == 0 else list(reversed(servers)):
                     server, url, path_prefix = servers[name]
                     server.pin(args.server_core)
-                    lua = FILL_LUA.replace("{prefix}", f"{path_prefix}/{SIZES[args.size][1]}/t{turn}-")
+                    prefix = f"{path_prefix}/{SIZES[args.size][1]}/t{turn}-"
                     before = server.cpu_seconds()
-                    result = run_wrk(url, args.duration, 64, 2, prefix=("taskset", "-c", args.load_core), lua=lua)
+                    if args.h2:
+                        requests, errors, rate = h2_fills(workdir / f"urls-{name}-{turn}", server.base + prefix,
+                                                          args.h2_requests, args.load_core)
+                    else:
+                        result = run_wrk(url, args.duration, 64, 2, prefix=("taskset", "-c", args.load_core),
+                                         lua=FILL_LUA.replace("{prefix}", prefix))
+                        requests, errors, rate = result.requests, result.errors, result.rps
                     time.sleep(SETTLE_S)
-                    per_fill[name].append((server.cpu_seconds() - before) / max(result.requests, 1) * 1e6)
-                    print(f"# turn {turn + 1} {name}: {result.rps:,.0f} fills/s, {per_fill[name][-1]:,.0f} us of CPU "
-                          f"a fill, {result.errors} errors; load {load_average()}", flush=True)
+                    per_fill[name].append((server.cpu_seconds() - before) / max(requests, 1) * 1e6)
+                    print(f"# turn {turn + 1} {name}: {rate:,.0f} fills/s, {per_fill[name][-1]:,.0f} us of CPU "
+                          f"a fill, {errors} errors; load {load_average()}", flush=True)
             medians = {name: statistics.median(values) for name, values in per_fill.items()}
             for name, median in medians.items():
-                print(f"{name}: {median:,.0f} us of CPU a {args.size} fill over TLS, {1e6 / median:,.0f} fills per "
+                print(f"{name}: {median:,.0f} us of CPU a {args.size} fill over {protocol}, {1e6 / median:,.0f} fills per "
                       f"core (turns {', '.join(f'{value:,.0f}' for value in per_fill[name])})")
             print(f"edge / nginx per core: {medians['nginx'] / medians['edge']:.2f}x; load average {load_average()}")
         finally:
