@@ -11,7 +11,8 @@ response objects, header copies, timers per read) cost a fill more than the rest
 - **Connect:** `connect` gives the addresses to try (the origin client's address guard resolves and checks
   them there), each within the connect timeout.
 - **Responses:** informational (1xx) heads are skipped; the body is chunked, sized or delimited by the
-  close; a head longer than ``max_head`` bytes or a field line longer than ``max_field`` is refused; reading
+  close; a head longer than ``max_head`` bytes, of more than MAX_FIELDS fields, or with a field line longer than
+  ``max_field`` is refused; reading
   stops (the connection paused) while ``BUFFERED`` bytes wait for the reader.
 """
 
@@ -27,6 +28,9 @@ from typing import Any, cast
 import httptools
 
 BUFFERED = 256 * 1024
+# Fields a response head may have: each is kept with the stored response and written in every answer from it
+# (Varnish allows 64, nginx what fits in 4 or 8 KB).
+MAX_FIELDS = 256
 IDEMPOTENT = frozenset(("GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"))
 # Methods whose request has a body by definition: an empty one is sent with Content-Length: 0.
 BODIED = frozenset(("POST", "PUT", "PATCH"))
@@ -161,7 +165,10 @@ class Connection(asyncio.Protocol):
         if len(name) + len(value) > self._max_field:
             raise HttpError(f"a response field line is longer than {self._max_field} bytes")
         if self._in_head:
-            self._fields.append((name, value))
+            fields = self._fields
+            if len(fields) >= MAX_FIELDS:
+                raise HttpError(f"the response head has more than {MAX_FIELDS} fields")
+            fields.append((name, value))
             return
         self._head_bytes += len(name) + len(value)  # a trailer field (after the last chunk): not kept, and
         if self._head_bytes > self._max_head:       # bounded as the head is

@@ -26,7 +26,7 @@ from assetcdn.edge.origin_client import (
     OriginTooLarge,
     origin_request_headers,
 )
-from assetcdn.edge.origin_http import Pool
+from assetcdn.edge.origin_http import MAX_FIELDS, Pool
 from assetcdn.shared.config import load_settings
 from tests.support.wait import wait_until
 
@@ -566,3 +566,26 @@ def test_response_fields_in_utf8_keep_their_characters_and_other_bytes_are_latin
             return values
 
     assert uvloop_runner.run(scenario()) == ['attachment; filename="caf\u00e9.txt"', "caf\u00e9"]
+
+
+@pytest.mark.parametrize(("count", "refused"), [(250, False), (257, True)])
+def test_a_response_head_of_too_many_fields_is_refused(uvloop_runner: asyncio.Runner, count: int,
+                                                       refused: bool) -> None:
+    """Every field of a head is stored and written in each answer from it: more than MAX_FIELDS is refused."""
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        fields = b"".join(b"X-F%d: 1\r\n" % n for n in range(count - 1))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n" + fields + b"\r\nok")
+        await writer.drain()
+        writer.close()
+
+    async def scenario() -> str:
+        async with raw_origin(answer) as (zone_origin, client):
+            try:
+                response = await client.request(zone_origin, "GET", zone_origin.target("/many"), {})
+            except OriginError as exc:
+                return str(exc)
+            return f"{len(response.headers)} fields, {await response.read()!r}"
+
+    result = uvloop_runner.run(scenario())
+    assert result == (f"the response head has more than {MAX_FIELDS} fields" if refused else f"{count} fields, b'ok'")
