@@ -588,4 +588,7 @@ def test_a_response_head_of_too_many_fields_is_refused(uvloop_runner: asyncio.Ru
             return f"{len(response.headers)} fields, {await response.read()!r}"
 
     result = uvloop_runner.run(scenario())
-    assert result == (f"the response head has more than {MAX_FIELDS} fields" if refused else f"{count} fields, b'ok'")
+    if refused:
+        assert result.endswith(f"(the response head has more than {MAX_FIELDS} fields)")
+    else:
+        assert result == f"{count} fields, b'ok'"
