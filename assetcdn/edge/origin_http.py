@@ -28,6 +28,9 @@ from typing import Any, cast
 import httptools
 
 BUFFERED = 256 * 1024
+# Codings that change the bytes they are applied to (RFC 9110 8.4.1, and Brotli and Zstandard): as transfer codings
+# they are refused, not relayed as the body (`sized`).
+CONTENT_CODINGS = frozenset(("gzip", "x-gzip", "deflate", "compress", "x-compress", "br", "zstd"))
 # Fields a response head may have: each is kept with the stored response and written in every answer from it
 # (Varnish allows 64, nginx what fits in 4 or 8 KB).
 MAX_FIELDS = 256
@@ -49,17 +52,19 @@ class Disconnected(HttpError):
 
 
 def sized(headers: list[tuple[str, str]]) -> bool:
-    """Whether a response's body ends by its own framing (RFC 9112 6.3): chunked, or a Content-Length without
-    any Transfer-Encoding (`headers`: lower-case names). Otherwise the connection's close ends it. A transfer
-    coding other than chunked (gzip, chunked) is refused (HttpError): this client decodes none, and passed on
-    without its Transfer-Encoding field (hop-by-hop) the body would be another."""
+    """Whether a response's body ends by its own framing (RFC 9112 6.3): chunked as the final transfer coding,
+    or a Content-Length without any Transfer-Encoding (`headers`: lower-case names). Otherwise the connection's
+    close ends it, and the bytes before it are the body. A content coding used as a transfer coding (``gzip,
+    chunked``) is refused (HttpError): this client decodes none, and passed on without its Transfer-Encoding
+    field (hop-by-hop) the coded bytes would be taken for the body; so is chunked applied twice, or not last."""
     codings = [coding.strip().lower() for name, value in headers if name == "transfer-encoding"
                for coding in value.split(",") if coding.strip()]
-    if codings:
-        if codings != ["chunked"]:
-            raise HttpError(f"the response's transfer coding {', '.join(codings)} is not one this edge decodes")
-        return True
-    return any(name == "content-length" for name, _ in headers)
+    if not codings:
+        return any(name == "content-length" for name, _ in headers)
+    decoded = [coding for coding in codings if coding in CONTENT_CODINGS]
+    if decoded or "chunked" in codings[:-1]:
+        raise HttpError(f"the response's transfer coding {', '.join(codings)} is not one this edge can pass on")
+    return codings[-1] == "chunked"
 
 
 def field_text(value: bytes) -> str:
