@@ -111,6 +111,7 @@ class Connection(asyncio.Protocol):
         self._skip_body = False
         self._informational = False
         self._sized = False        # Content-Length or chunked: the close does not end the body
+        self._ended = False        # the server ended its side: a FIN, or over TLS its close_notify
 
     # --- asyncio.Protocol ---------------------------------------------------------------------------------
 
@@ -150,13 +151,19 @@ class Connection(asyncio.Protocol):
                 self._fail(Disconnected("the server closed the connection"))
             else:
                 self._fail(HttpError("the connection closed within the response head"))
-        elif not self._sized and exc is None:  # a body delimited by the close: complete now
+        elif not self._sized and exc is None and self._ended:  # a body delimited by the close: complete now
             self.done, self.keep_alive = True, False
             self._wake()
-        elif not self._sized:  # reset, not closed: the body may be cut anywhere
-            self._fail(HttpError(f"the connection was broken before the end of the body ({exc})"))
+        elif not self._sized:  # reset, or TLS cut without its close_notify: the body may be cut anywhere
+            self._fail(HttpError(f"the connection was broken before the end of the body ({exc or 'no close'})"))
         else:
             self._fail(HttpError("the connection closed before the end of the body"))
+
+    def eof_received(self) -> bool | None:
+        # Called for a FIN, and over TLS (on uvloop, the edge's loop) only for the server's close_notify: what
+        # makes the close the end of a body delimited by it. The transport then closes (connection_lost).
+        self._ended = True
+        return None
 
     def pause_writing(self) -> None:  # requests are small: written whole, never paused for
         pass

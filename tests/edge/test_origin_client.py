@@ -7,8 +7,11 @@ import asyncio
 import contextlib
 import gzip
 import socket
+import ssl
 import struct
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 import uvloop
@@ -28,6 +31,7 @@ from assetcdn.edge.origin_client import (
 )
 from assetcdn.edge.origin_http import MAX_FIELDS, Pool
 from assetcdn.shared.config import load_settings
+from tests.edge.tls.certs import TestCa
 from tests.support.wait import wait_until
 
 LOOPBACK = OriginLimits(allow_loopback=True, connect_timeout_s=2, first_byte_timeout_s=2, idle_timeout_s=2)
@@ -597,3 +601,51 @@ def test_a_response_head_of_too_many_fields_is_refused(uvloop_runner: asyncio.Ru
         assert result.endswith(f"(the response head has more than {MAX_FIELDS} fields)")
     else:
         assert result == f"{count} fields, b'ok'"
+
+
+@pytest.mark.parametrize("close_notify", [True, False], ids=["close_notify", "cut"])
+def test_over_tls_a_body_delimited_by_the_close_needs_the_origins_close_notify(
+        uvloop_runner: asyncio.Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, close_notify: bool) -> None:
+    """Over TLS a close without TLS's close_notify may be anyone cutting the connection (a truncation): a body of
+    neither length nor chunks ends only with the origin's close_notify, as over TCP only with its FIN."""
+    ca = TestCa()
+    chain, key = ca.issue("localhost").write(tmp_path, "origin")
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca.write_root(tmp_path)))  # the pool's default trust, made later
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(chain, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        accepted, _ = listener.accept()
+        with server_context.wrap_socket(accepted, server_side=True) as tls:
+            while b"\r\n\r\n" not in tls.recv(65536):
+                pass
+            tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nthe whole body?")
+            if close_notify:
+                tls.unwrap()
+            else:  # the TCP connection ends, TLS's does not
+                socket.socket(fileno=tls.detach()).close()
+
+    async def scenario() -> str:
+        client = OriginClient(LOOPBACK)
+        origin = Origin(URL(f"https://localhost:{listener.getsockname()[1]}/"))
+        try:
+            response = await client.request(origin, "GET", origin.target("/cut"), {})
+            try:
+                return (await response.read()).decode()
+            except OriginError as exc:
+                return str(exc)
+        finally:
+            await client.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        result = uvloop_runner.run(scenario())
+    finally:
+        thread.join(5)
+        listener.close()
+    if close_notify:
+        assert result == "the whole body?"
+    else:
+        assert "before the end of the body" in result
