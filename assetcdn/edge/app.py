@@ -71,7 +71,8 @@ CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/|dashboard(?:/|$)|\.well-known/acm
 PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", CDN_PATH, delivery.serve_asset),
     web.route("HEAD", CDN_PATH, delivery.serve_asset),
-    web.route("*", CDN_PATH, delivery.serve_asset),  # a pull zone's other methods go to its origin
+    # A pull zone's other methods go to its origin; a body over the limit is refused before any 100 Continue.
+    web.route("*", CDN_PATH, delivery.serve_asset, expect_handler=delivery.expect_body),
     web.route("GET", "/api/health", health.health),
     web.route("HEAD", "/api/health", health.health),
     web.route("GET", "/metrics", metrics_handler),
@@ -107,7 +108,7 @@ CLUSTER_ROUTES: tuple[web.RouteDef, ...] = (
 def _add_routes(app: web.Application, routes: tuple[web.RouteDef, ...]) -> None:
     # Each exactly as listed: `router.add_routes` would register a GET's HEAD on its own as well.
     for route in routes:
-        app.router.add_route(route.method, route.path, route.handler)
+        app.router.add_route(route.method, route.path, route.handler, **route.kwargs)
 
 
 @dataclass(frozen=True)

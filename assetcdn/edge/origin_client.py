@@ -57,7 +57,10 @@ UNKEYED_OVERRIDES = frozenset((
     "x-forwarded-port", "x-forwarded-prefix", "x-forwarded-for", "x-real-ip", "x-host", "x-original-url",
     "x-rewrite-url", "x-original-host", "x-http-method-override", "x-http-method", "x-method-override",
     "x-forwarded-ssl", "front-end-https", "x-url-scheme", "via", "surrogate-capability"))
-NOT_FORWARDED = HOP_BY_HOP | UNKEYED_OVERRIDES
+# What the edge answers itself: a client's `Expect: 100-continue` is met by the edge, which has the whole body
+# before it asks the origin; another expectation sent on would have the origin (or a shield) refuse the request.
+ANSWERED_HERE = frozenset(("expect",))
+NOT_FORWARDED = HOP_BY_HOP | UNKEYED_OVERRIDES | ANSWERED_HERE
 VIA = "1.1 assetcdn"
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_CHECKED_HOSTS = 1024  # origin hosts whose refusal (or none) is remembered; more start over
@@ -148,7 +151,7 @@ def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *,
     """What the origin is sent: the client's end-to-end fields less the overriding ones, then the origin's
     Host, the zone's own fields, Via and the client's address and scheme as this edge saw them."""
     fields = request_connection_fields(client)
-    dropped = NOT_FORWARDED if fields is HOP_BY_HOP else fields | UNKEYED_OVERRIDES
+    dropped = NOT_FORWARDED if fields is HOP_BY_HOP else fields | UNKEYED_OVERRIDES | ANSWERED_HERE
     headers: CIMultiDict[str] = CIMultiDict()
     for name, value in client:
         if name.lower() not in dropped:

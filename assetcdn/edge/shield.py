@@ -59,8 +59,10 @@ def from_edge(request: web.Request) -> bool:
     return bool(request.get(FROM_EDGE))
 
 
-# A shield's own refusals that say nothing of its health: it does not know the zone yet, or is behind.
-PASSING_REFUSALS = frozenset((404, 409))
+# A shield's own refusals that say nothing of its health: it does not know the zone yet, or is behind; or the
+# request is one it refuses (a client's fields it cannot take: 400, 413, 414, 417, 431), which the origin is
+# asked instead, this once. Counted against the shield, a client could turn shielding off for everyone.
+PASSING_REFUSALS = frozenset((400, 404, 409, 413, 414, 417, 431))
 
 
 @dataclass(frozen=True, slots=True)

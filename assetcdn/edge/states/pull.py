@@ -84,7 +84,7 @@ from assetcdn.shared.config import Settings
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.http_server import cut_short
 from assetcdn.shared.manifest import zone_tag
-from assetcdn.shared.request_body import body_deadline
+from assetcdn.shared.request_body import body_deadline, too_large
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -247,6 +247,9 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
     path has before it (`/<zone>` on the default host, nothing on the zone's own hosts)."""
     node = request.app[NODE]
     if request.method not in ("GET", "HEAD"):
+        if request.method == "TRACE":  # its echo would show the client the zone's RequestHeaders (a secret)
+            raise ApiError(405, "MethodNotAllowed", "TRACE is not passed to a pull zone's origin.",
+                           headers={"Allow": "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"})
         return await forward_unsafe(request, node, zone, path, prefix)
     fields = request_fields(request)
     directives = request_directives(fields)
@@ -984,7 +987,10 @@ def if_range_holds(request: web.Request, stored: StoredResponse) -> bool:
 async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, path: str,
                          prefix: str) -> web.StreamResponse:
     """Any other method: to the origin as it is; a success invalidates what it names (RFC 9111 4.4). The body
-    is received whole first, in the time the edge gives request bodies (a slow sender is answered 408)."""
+    is received whole first, in the time the edge gives request bodies (a slow sender is answered 408); one
+    that declares more than the edge takes is 413 before any of it is asked for (no 100 Continue)."""
+    if request.content_length is not None and request.content_length > request.client_max_size:
+        raise too_large(request.client_max_size, request.content_length)
     with body_deadline(request, request.app[SETTINGS]):
         body = await request.read()
     headers = origin_request_headers(list(request.headers.items()), zone.origin, client_ip=request.remote,
@@ -1023,6 +1029,10 @@ async def invalidate(node: EdgeNode, zone: PullZone, request: web.Request, path:
     tags = [pull_path_tag(zone.name, path)]
     origin_url = zone.origin.target(path)
     origin_prefix = zone.origin.url.raw_path.rstrip("/")
+    origins = {origin_url.origin()}  # where the edge connects, and the site its Host header names there
+    if zone.origin.host_header:
+        with contextlib.suppress(ValueError):
+            origins.add(URL.build(scheme=origin_url.scheme, authority=zone.origin.host_header).origin())
     for name in ("location", "content-location"):
         value = first_value(headers, name)
         if value is None:
@@ -1032,7 +1042,7 @@ async def invalidate(node: EdgeNode, zone: PullZone, request: web.Request, path:
             as_origin, as_public = origin_url.join(named), request.url.join(named)
         except ValueError:
             continue
-        if as_origin.origin() == origin_url.origin() and as_origin.raw_path.startswith(origin_prefix + "/"):
+        if as_origin.origin() in origins and as_origin.raw_path.startswith(origin_prefix + "/"):
             tags.append(pull_path_tag(zone.name, as_origin.raw_path[len(origin_prefix):]))
         if as_public.origin() == request.url.origin() and as_public.raw_path.startswith(prefix + "/"):
             tags.append(pull_path_tag(zone.name, as_public.raw_path[len(prefix):]))

@@ -197,6 +197,41 @@ async def test_a_shield_that_does_not_know_the_zone_yet_stays_up(make_cdn: CdnFa
         assert len(run.shield.seen) == 2
 
 
+@pytest.mark.parametrize("refusal", [400, 413, 417, 431])
+async def test_a_shield_refusing_one_request_it_cannot_take_stays_up(make_cdn: CdnFactory, refusal: int) -> None:
+    """A refusal of the request itself (a client's fields the shield cannot take) says nothing of the shield's
+    health: that fill goes to the origin, the next asks the shield again. Counted as the shield failing, one
+    client request every shield_retry_s would turn shielding off for every path."""
+    async def answer(request: web.Request) -> web.StreamResponse:
+        if request.path.endswith("/refused.txt"):
+            return web.json_response({"error": {"code": "Refused"}}, status=refusal)
+        return relayed()
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        run.origin.answer("/refused.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
+        assert (await run.get("/refused.txt"))[0::3] == (200, b"from the origin")
+        assert (await run.get("/next.txt"))[0::3] == (200, b"from the shield")
+        assert run.cdn.node.shields.status()["down"] == 0
+
+
+async def test_a_clients_expectation_is_never_sent_on_to_the_shield(make_cdn: CdnFactory) -> None:
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return relayed()
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        assert run.cdn.edge.server.port is not None
+        reader, writer = await asyncio.open_connection("127.0.0.1", run.cdn.edge.server.port)
+        try:  # HTTP/1.0: aiohttp leaves the expectation to the handler
+            writer.write(f"GET /{ZONE}/expecting.txt HTTP/1.0\r\nHost: 127.0.0.1\r\nExpect: nonsense\r\n\r\n"
+                         .encode())
+            received = await asyncio.wait_for(reader.read(), WAIT_S)
+        finally:
+            writer.close()
+        assert received.startswith(b"HTTP/1.0 200 ") and received.endswith(b"from the shield")
+        ((_path, headers, _signed),) = run.shield.seen
+        assert "Expect" not in headers
+
+
 @pytest.mark.parametrize("failure", ["refused", "silent"])
 async def test_a_shield_that_cannot_answer_sends_the_fill_to_the_origin(make_cdn: CdnFactory, failure: str) -> None:
     answered = asyncio.Event()   # never set: a silent shield keeps the request until the first-byte timeout

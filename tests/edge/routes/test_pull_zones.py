@@ -779,3 +779,55 @@ async def test_a_new_origin_retires_what_was_cached_from_the_old_one(pull: Pull)
     finally:
         await first_server.close()
         await second_server.close()
+
+
+async def test_trace_is_405_and_never_shows_the_client_the_zones_origin_fields(pull: Pull) -> None:
+    """An origin that echoes TRACE (as Apache does by default) would show the client the zone's RequestHeaders,
+    the secret the origin trusts the edge by."""
+    async def echo(request: web.Request) -> web.StreamResponse:
+        return web.Response(text="".join(f"{name}: {value}\n" for name, value in request.headers.items()),
+                            content_type="message/http")
+
+    pull.origin.route("/traced", echo)
+    resp = await pull.cdn.edge.request("TRACE", f"/{ZONE}/traced")
+    text = await resp.text()
+    assert resp.status == 405 and SECRET[1] not in text
+    assert orjson.loads(text)["error"]["code"] == "MethodNotAllowed" and "TRACE" not in resp.headers["Allow"]
+    assert pull.origin.requests("/traced") == []
+
+
+async def test_a_body_declared_over_the_limit_is_413_before_any_100_continue(pull: Pull) -> None:
+    pull.origin.answer("/big-upload", b"created", status=201)
+    assert pull.cdn.edge.server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", pull.cdn.edge.server.port)
+    try:
+        writer.write(f"POST /{ZONE}/big-upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3000000000\r\n"
+                     "Expect: 100-continue\r\nConnection: close\r\n\r\n".encode())
+        received = await asyncio.wait_for(reader.read(), WAIT_S)
+    finally:
+        writer.close()
+    assert received.startswith(b"HTTP/1.1 413 "), received[:80]
+    assert orjson.loads(received.partition(b"\r\n\r\n")[2])["error"]["code"] == "PayloadTooLarge"
+    assert pull.origin.requests("/big-upload") == []
+
+
+async def test_the_origin_gets_no_expect_field_the_edge_has_met_itself(pull: Pull) -> None:
+    pull.origin.answer("/expected", b"created", status=201)
+    posted = await pull.cdn.edge.post(f"/{ZONE}/expected", data=b"payload", headers={"Expect": "100-continue"})
+    assert posted.status == 201
+    fetched = await pull.get("/expected-get", headers={"Expect": "nonsense"})
+    assert fetched.status in (404, 417)  # aiohttp refuses an expectation it does not know, or the origin has none
+    (seen,) = pull.origin.requests("/expected")
+    assert "Expect" not in seen.headers and seen.body == b"payload"
+
+
+async def test_a_location_in_the_host_header_space_invalidates_what_it_names(pull: Pull) -> None:
+    """The zone sends `Host: assets.origin.example`: that is the site the origin answers for, and the URL space
+    its Location and Content-Location are written in, whatever address the edge connects to."""
+    pull.origin.answer("/hosted", b"old", headers=LONG)
+    pull.origin.answer("/writer", b"", status=204,
+                       headers={"Location": f"http://{HOST_HEADER}{PREFIX}/hosted"})
+    assert (await pull.get("/hosted")).headers["X-Cache"] == "MISS"
+    assert (await pull.get("/hosted")).headers["X-Cache"] == "HIT"
+    assert (await pull.cdn.edge.put(f"/{ZONE}/writer", data=b"x")).status == 204
+    assert (await pull.get("/hosted")).headers["X-Cache"] == "MISS"
