@@ -180,7 +180,7 @@ class Connection(asyncio.Protocol):
             fields = self._fields
             if len(fields) >= MAX_FIELDS:
                 raise HttpError(f"the response head has more than {MAX_FIELDS} fields")
-            fields.append((name, value))
+            fields.append((name, value.rstrip(b" \t")))  # trailing whitespace is no part of a value (RFC 9110 5.5)
             return
         self._head_bytes += len(name) + len(value)  # a trailer field (after the last chunk): not kept, and
         if self._head_bytes > self._max_head:       # bounded as the head is

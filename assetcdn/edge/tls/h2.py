@@ -254,10 +254,11 @@ class StreamTransport(asyncio.Transport):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
+        # RFC 9113 8.2.1: no value starts or ends with whitespace (a client takes such a response as malformed).
         if name in NEVER_INDEXED:
-            self.response_headers.append(NeverIndexedHeader(name, value))
+            self.response_headers.append(NeverIndexedHeader(name, value.strip(b" \t")))
         elif name not in HOP_BY_HOP:
-            self.response_headers.append((name, value))
+            self.response_headers.append((name, value.strip(b" \t")))
         elif name == b"transfer-encoding":  # chunked as the final coding frames the body; another, the close
             self.chunked = value.rpartition(b",")[2].strip().lower() == b"chunked"
 

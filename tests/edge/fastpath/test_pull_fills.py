@@ -1149,3 +1149,32 @@ async def test_over_tls_a_fill_hands_its_body_to_tls_a_piece_at_a_time(filled: F
         assert max(tls.transport.writes) <= TLS_PIECE + len(answer.raw_head)
     finally:
         secure.stop()
+
+
+@pytest.mark.parametrize("case", ["fill", "application", "not stored"])
+async def test_an_origin_fields_trailing_whitespace_is_no_part_of_its_value_over_http_2(
+        filled: FillCdn, case: str) -> None:
+    """RFC 9113 8.2.1: an HTTP/2 field value neither starts nor ends with whitespace; a client takes a response
+    that has one as malformed. The origin's `X-Trail: value ` reaches clients as `value` on every path."""
+    name = f"/trailing-{case.replace(' ', '-')}.txt"
+    policy = b"no-store" if case == "not stored" else b"max-age=600"
+
+    async def raw(request: web.Request) -> web.StreamResponse:
+        assert request.transport is not None
+        request.transport.write(b"HTTP/1.1 200 OK\r\nCache-Control: " + policy + b"\r\nContent-Type: text/plain\r\n"
+                                b"X-Trail: value \t\r\nContent-Length: 4\r\n\r\nbody")
+        await asyncio.sleep(0.05)
+        request.transport.close()
+        return web.Response()
+
+    filled.origin.route(name, raw)
+    assert filled.cdn.site.hits is not None
+    secure = HitServer(filled.cdn.app, filled.cdn.site.hits.web_server, secure=True)
+    try:
+        h2 = H2InProcess(secure)  # validates what it receives, as h2 clients do
+        answer = await h2.get(f"/{ZONE}{name}", [("cache-control", "no-cache")] if case == "application" else [])
+        assert (answer.status, answer.body, answer.headers["x-trail"]) == (200, b"body", "value")
+        again = await MemoryHttp11(secure).request(f"/{ZONE}{name}")
+        assert again.header("X-Trail") == "value" and b"X-Trail: value\r\n" in again.raw_head.replace(b"x-trail", b"X-Trail")
+    finally:
+        secure.stop()
