@@ -115,8 +115,8 @@ def final_headers(obj: CachedObject, changes: HeaderChanges, *, cache_status: st
     headers["Accept-Ranges"] = "bytes"
     if cache_status == "STALE":
         headers["Warning"] = STALE_WARNING
-    if obj.headers:
-        headers.update(obj.headers)
+    if obj.headers:  # never this cache's own marks (":soft-purged"): no field name starts with ':'
+        headers.update([field for field in obj.headers if not field[0].startswith(":")])
     if extra_headers:
         headers.update(extra_headers)
     content_type = headers.get("Content-Type")

@@ -41,6 +41,7 @@ from assetcdn.edge.origin_client import (
 from assetcdn.edge.site_config import EdgeConfig, PullZone
 from assetcdn.edge.states.freshness import (
     Headers,
+    NotStored,
     Reuse,
     delta_seconds,
     field_values,
@@ -236,6 +237,13 @@ def origin_failed(at: PullSourcePath, exc: OriginError) -> SourceRefused:
     return SourceRefused(502, "OriginUnreachable", f"The origin could not be reached: {exc}")
 
 
+def refuse_unshared(at: PullSourcePath, why: NotStored | None) -> None:
+    """502 SourceNotCacheable when the origin's answer may not be kept by a shared cache (`why`)."""
+    if why is not None:
+        raise SourceRefused(502, "SourceNotCacheable", f"The origin's answer for '/{at.cdn_path}' may not be "
+                            f"kept by a shared cache ({why.value}), so no variant is made from it.")
+
+
 async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSourcePath, url_key: str,
                       stored: StoredResponse | None, land: Land = no_landing) -> PullSource:
     """A miss, or a stored source the origin must confirm (304: its head updated) or replace; the stale
@@ -256,7 +264,12 @@ async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSo
     if stored is not None and response.status == 304:
         response.release()
         if validated_by(stored.headers, response.headers):
-            return await described(node, at, url_key, await refresh(node, at.zone, at.path, stored, response))
+            refreshed = await refresh(node, at.zone, at.path, stored, response)
+            # A 304 that made it one a shared cache may not keep (refresh left the stored copy as it was):
+            # no variant is made of it, as of a first answer that says so.
+            refuse_unshared(at, not_storable("GET", refreshed.status, SOURCE_FIELDS, refreshed.headers,
+                                             store_set_cookie=at.zone.store_set_cookie))
+            return await described(node, at, url_key, refreshed)
         return await from_origin(node, client, at, url_key, None, land)  # a 304 about another response
     if response.status >= 500 and stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES,
                                                                           time.time()):
@@ -272,8 +285,7 @@ async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSo
                        store_set_cookie=at.zone.store_set_cookie)
     if why is not None:
         response.release()
-        raise SourceRefused(502, "SourceNotCacheable", f"The origin's answer for '/{at.cdn_path}' may not be "
-                            f"kept by a shared cache ({why.value}), so no variant is made from it.")
+        refuse_unshared(at, why)
     limit = min(source_limit(node), node.origins.limits.max_object_bytes)
     length = first_value(response.headers, "content-length")
     if length is not None and length.isdigit() and int(length) > limit:

@@ -25,6 +25,7 @@ from aiohttp import web
 from assetcdn.edge.access import SourceRefused
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.cache.store import SOFT_PURGED
 from assetcdn.edge.cache.tags import pull_variants_tag
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.states.keys import pull_source_variant_key, pull_variants_made_key
@@ -64,7 +65,7 @@ async def variant_of(node: EdgeNode, source: PullSource, variant: Made) -> tuple
         return await variant.make_from(node, key, await source.data(), source.source_id, source.tags,
                                        keep=False), "MISS"
     obj = lookup(node, key)
-    if obj is not None and variant.usable(obj):
+    if obj is not None and variant.usable(obj) and not soft_purged(obj):
         node.metrics.cache_result("HIT").inc()
         return obj, "HIT"
     failure = variant.failed(key)
@@ -73,7 +74,7 @@ async def variant_of(node: EdgeNode, source: PullSource, variant: Made) -> tuple
 
     async def fill() -> CachedObject:
         cached = lookup(node, key)  # a waiter before us may have filled it
-        if cached is not None and variant.usable(cached):
+        if cached is not None and variant.usable(cached) and not soft_purged(cached):
             return cached
         data = await source.data()
         await asyncio.get_running_loop().run_in_executor(None, retire_older_variants, node, source)
@@ -82,6 +83,11 @@ async def variant_of(node: EdgeNode, source: PullSource, variant: Made) -> tuple
     node.metrics.cache_result("MISS").inc()
     made: CachedObject = await node.flight.run(key, fill)
     return made, "MISS"
+
+
+def soft_purged(obj: CachedObject) -> bool:
+    """A variant a soft purge named (with its source): made again, from the source as its revalidation left it."""
+    return any(name == SOFT_PURGED for name, _ in obj.headers)
 
 
 def retire_older_variants(node: EdgeNode, source: PullSource) -> None:

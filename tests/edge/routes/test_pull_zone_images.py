@@ -417,3 +417,57 @@ async def test_a_request_waiting_for_a_sources_background_revalidation_gets_its_
     answer = await reload
     assert answer.status == 200, await answer.text()
     assert close_to(centre(await answer.read()), BLUE)
+
+
+@pytest.mark.parametrize("route", ["transform", "auto"])
+async def test_a_soft_purge_of_the_source_makes_its_variants_again_never_answers_a_mark(
+        pics: Pics, route: str) -> None:
+    """A soft purge names the source's variants too (they carry its tags): they are made again from the source as
+    its revalidation leaves it, and no answer carries the cache's own `:soft-purged` mark."""
+    name = f"/soft-{route}.png"
+
+    async def origin(request: web.Request) -> web.StreamResponse:
+        fields = {**LONG, "ETag": '"soft"', "Content-Type": "image/png"}
+        if request.headers.get("If-None-Match") == '"soft"':
+            return web.Response(status=304, headers=fields)
+        return web.Response(body=image(RED), headers=fields)
+
+    pics.origin.route(name, origin)
+    target = (f"/api/transform?url=/{ZONE}{name}&w=100&format=png" if route == "transform"
+              else f"/api/auto?path=/{ZONE}{name}")
+    first = await pics.get(target)
+    assert first.status == 200
+    purged = await pics.cdn.control.post("/api/purge", json={"urls": [f"/{ZONE}{name}"], "soft": True},
+                                         headers=PURGE)
+    assert purged.status == 200, await purged.text()
+
+    async def made_again() -> bool:
+        answer = await pics.get(target)
+        return answer.status == 200 and answer.headers["X-Cache"] == "MISS"
+
+    await wait_until(made_again, "the variant made again after the soft purge")
+    again = await pics.get(target)
+    assert (again.status, again.headers["X-Cache"]) == (200, "HIT")
+    assert not any(field.startswith(":") for field in again.headers)
+    assert close_to(centre(await again.read()), RED) if route == "transform" else True
+    assert [seen.headers.get("If-None-Match") for seen in pics.origin.requests(name)] == [None, '"soft"']
+
+
+async def test_a_source_a_304_makes_private_is_made_into_no_variant(pics: Pics) -> None:
+    name = "/turns-private.png"
+    private = False
+
+    async def origin(request: web.Request) -> web.StreamResponse:
+        fields = {"Cache-Control": "private, max-age=600" if private else "max-age=1", "ETag": '"tp"'}
+        if request.headers.get("If-None-Match") == '"tp"':
+            return web.Response(status=304, headers=fields)
+        return web.Response(body=image(RED), headers={**fields, "Content-Type": "image/png"})
+
+    pics.origin.route(name, origin)
+    assert (await pics.transform(name, "w=100&format=png")).status == 200
+    await asyncio.sleep(1.2)  # stale
+    private = True
+    for _ in range(2):
+        refused = await pics.transform(name, "w=60&format=png")
+        assert refused.status == 502, await refused.text()
+        assert "may not be kept by a shared cache (private)" in (await refused.json())["error"]  # /api/transform's
