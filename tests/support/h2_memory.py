@@ -69,6 +69,7 @@ class H2InProcess:
         self.answers: dict[int, list[Any]] = {}
         self.resets: dict[int, int] = {}  # the error codes of the streams the server reset, where `get` allows it
         self.last_stream = 0
+        self.stalled: set[int] = set()  # streams whose DATA is not read: their window never given back
 
     def exchange(self) -> None:
         out = self.client.data_to_send()
@@ -80,7 +81,10 @@ class H2InProcess:
                 self.answers[event.stream_id][0] = event.headers
             elif isinstance(event, h2.events.DataReceived):
                 self.answers[event.stream_id][1] += event.data
-                self.client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                if event.stream_id in self.stalled:  # the connection's window back, never the stream's
+                    self.client.increment_flow_control_window(event.flow_controlled_length)
+                else:
+                    self.client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             elif isinstance(event, h2.events.StreamEnded):
                 self.answers[event.stream_id][2] = True
             elif isinstance(event, h2.events.StreamReset):
@@ -88,6 +92,16 @@ class H2InProcess:
                     raise AssertionError(f"stream {event.stream_id} reset: {event.error_code!r}")
                 self.resets[event.stream_id] = event.error_code
                 self.answers[event.stream_id][2] = True
+
+    def stall(self, path: str) -> int:
+        """Ask for `path` on a stream whose answer this client then does not read (its id)."""
+        stream_id = self.client.get_next_available_stream_id()
+        self.answers[stream_id] = [None, bytearray(), False]
+        self.stalled.add(stream_id)
+        self.client.send_headers(stream_id, [(b":method", b"GET"), (b":scheme", b"https"), (b":path", path.encode()),
+                                             (b":authority", b"edge.test")], end_stream=True)
+        self.exchange()
+        return stream_id
 
     async def get(self, path: str, fields: list[tuple[str, str]], method: str = "GET", *,
                   may_reset: bool = False) -> Response:

@@ -217,6 +217,10 @@ class StreamTransport(asyncio.Transport):
         # is the memory tier's own immutable object).
         self.pending: collections.deque[memoryview] = collections.deque()
         self.pending_size = 0
+        # Its whole body held at once by reference (a hit answered from the stream's fields, the memory tier's
+        # own object): it costs no memory, so it does not count against the connection's buffer marks, where
+        # a client that stops reading it would hold up every other stream's producer.
+        self.referenced = False
         self.body_left = -1      # bytes of a Content-Length body still to come; -1: httptools frames the body
         self.chunked = False
         self.end_pending = False
@@ -290,11 +294,13 @@ class StreamTransport(asyncio.Transport):
         if not self.ended and view:
             self.pending.append(view)
             self.pending_size += len(view)
-            self.connection.pending_total += len(view)
+            if not self.referenced:
+                self.connection.pending_total += len(view)
             self.connection.pump(self)
 
     def drop_pending(self) -> None:
-        self.connection.pending_total -= self.pending_size
+        if not self.referenced:
+            self.connection.pending_total -= self.pending_size
         self.pending.clear()
         self.pending_size = 0
 
@@ -849,6 +855,7 @@ class H2Protocol(asyncio.Protocol):
             self.stream_done(stream)
         else:
             stream.end_pending = True
+            stream.referenced = True
             stream.hold(memoryview(body))
         return None
 
@@ -937,7 +944,8 @@ class H2Protocol(asyncio.Protocol):
                     size = len(piece)
                     window -= size
                     stream.pending_size -= size
-                    self.pending_total -= size
+                    if not stream.referenced:
+                        self.pending_total -= size
                     last = stream.end_pending and not pending
                     # libnghttp2 is given bytes: a bytes object is referenced as it is, a view copied slowly.
                     whole = piece.obj

@@ -1178,3 +1178,26 @@ async def test_an_origin_fields_trailing_whitespace_is_no_part_of_its_value_over
         assert again.header("X-Trail") == "value" and b"X-Trail: value\r\n" in again.raw_head.replace(b"x-trail", b"X-Trail")
     finally:
         secure.stop()
+
+
+async def test_an_http_2_hit_a_client_stops_reading_holds_up_no_fill_on_its_connection(filled: FillCdn) -> None:
+    """A hit answered from the memory tier is held by reference (it costs no memory): a client that reads none of
+    a nearly 1 MB one does not fill the connection's buffer, so a 600 KB fill it asks for next on the same
+    connection comes whole at the pace it reads, instead of stopping and being reset at the send timeout."""
+    held, filled_next = bytes(range(256)) * 4000, bytes(range(256)) * 2400
+    filled.origin.answer("/held-hit.bin", held, headers=HEADERS)
+    filled.origin.answer("/after-held.bin", filled_next, headers=HEADERS)
+    assert filled.cdn.site.hits is not None
+    secure = HitServer(filled.cdn.app, filled.cdn.site.hits.web_server, secure=True)
+    try:
+        assert (await MemoryHttp11(secure).request(f"/{ZONE}/held-hit.bin")).body == held  # filled: in memory
+        h2 = H2InProcess(secure)
+        assert (await h2.get(f"/{ZONE}/held-hit.bin", [])).body == held  # a hit from the stream's fields
+        stalled = h2.stall(f"/{ZONE}/held-hit.bin")
+        for _ in range(5):
+            h2.exchange()
+        answer = await h2.get(f"/{ZONE}/after-held.bin", [])
+        assert (answer.status, answer.headers["x-cache"], answer.body) == (200, "MISS", filled_next)
+        assert len(h2.answers[stalled][1]) < len(held)  # still not read, still held
+    finally:
+        secure.stop()
