@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 SHIELD_PATH = PREFIX + "/shield"
 INVALIDATE_PATH = PREFIX + "/shield-invalidate"   # POST {"tags": [path tags]}: drop what an unsafe request changed
 MAX_INVALIDATED = 16                # path tags one message carries (an unsafe request names at most three)
+UNTOLD_LIMIT = 100_000              # path tags a shield may owe being told of (past it the oldest are let go)
 SHIELD_AUDIENCE = "shield"         # what shield requests are signed for (any edge worker may be one)
 SHIELD_CACHE = "assetcdn-shield"   # the shield's name in Cache-Status (RFC 9211)
 # Set by the shield route once the request's signature holds: the fill goes to the origin, never to a shield.
@@ -105,6 +106,10 @@ class Shields:
         self._generation = generation
         self.own_url = ""                       # this worker's cluster site (set when it starts)
         self._down: dict[str, float] = {}       # shield url -> monotonic time it may be asked again
+        # Shield url -> the path tags this edge invalidated that it could not tell that shield (down, or the
+        # message failed), oldest first; and the shields being told them now.
+        self._untold: dict[str, dict[str, None]] = {}
+        self._telling: dict[str, asyncio.Task[None]] = {}
         self._listed: tuple[tuple[str, str], ...] = ()
         self._peers: tuple[Peer, ...] = ()
 
@@ -152,11 +157,16 @@ class Shields:
         from the path's shield when there is one up, else, or when it fails, from the origin. `from_edge`: the
         request is itself another edge's shield request (this worker is the shield: the origin it is)."""
         if not from_edge:
-            peer = self.shield_for(pull_path_tag(zone.name, path))  # the tag an invalidation names
+            tag = pull_path_tag(zone.name, path)  # the tag an invalidation names
+            peer = self.shield_for(tag)
             if peer is not None and not self._is_down(peer):
-                response = await self._ask(peer, zone, path, query, headers)
-                if response is not None:
-                    return response
+                untold = self._untold.get(peer.url)
+                if untold and tag in untold:  # the shield may hold what this edge invalidated: not asked till told
+                    self._catch_up(peer)
+                else:
+                    response = await self._ask(peer, zone, path, query, headers)
+                    if response is not None:
+                        return response
         return await self._origins.request(zone.origin, "GET", zone.origin.target(path, query), headers)
 
     async def _ask(self, peer: Peer, zone: PullZone, path: str, query: str,
@@ -182,15 +192,47 @@ class Shields:
     async def invalidated(self, tags: list[str]) -> None:
         """Pull zone paths (their path tags) this edge invalidated after an unsafe request (RFC 9111 4.4): their
         shields drop them too, before the request is answered, so what this edge fills next is not the copy it
-        dropped. A shield that cannot be told is marked down: meanwhile this edge asks the origin."""
+        dropped. A shield that cannot be told (down, or the message fails) is marked down, and the paths it was
+        not told of are remembered: this edge asks the origin for them, not that shield, until it is told."""
         by_shield: dict[Peer, list[str]] = {}
         for tag in tags[:MAX_INVALIDATED]:
             peer = self.shield_for(tag)
-            if peer is not None and not self._is_down(peer):
+            if peer is None:
+                continue
+            if self._is_down(peer):
+                self._remember(peer, [tag])
+            else:
                 by_shield.setdefault(peer, []).append(tag)
         await asyncio.gather(*(self._tell(peer, shield_tags) for peer, shield_tags in by_shield.items()))
 
-    async def _tell(self, peer: Peer, tags: list[str]) -> None:
+    def _remember(self, peer: Peer, tags: list[str]) -> None:
+        untold = self._untold.setdefault(peer.url, {})
+        untold.update(dict.fromkeys(tags))
+        if len(untold) > UNTOLD_LIMIT:
+            log.warning("shield %s owes more than %d invalidations: the oldest are let go", peer.name, UNTOLD_LIMIT)
+            for tag in list(untold)[:len(untold) - UNTOLD_LIMIT]:
+                del untold[tag]
+
+    def _catch_up(self, peer: Peer) -> None:
+        """Tell `peer`, in the background, the invalidations it was not told of (one catch-up at a time)."""
+        if peer.url not in self._telling:
+            task = asyncio.get_running_loop().create_task(self._tell_untold(peer))
+            self._telling[peer.url] = task
+            task.add_done_callback(lambda _task: self._telling.pop(peer.url, None))
+
+    async def _tell_untold(self, peer: Peer) -> None:
+        untold = self._untold.get(peer.url, {})
+        while untold and not self._is_down(peer):
+            tags = list(untold)[:MAX_INVALIDATED]
+            if not await self._tell(peer, tags):
+                return
+            for tag in tags:
+                untold.pop(tag, None)
+        if not untold:
+            self._untold.pop(peer.url, None)
+
+    async def _tell(self, peer: Peer, tags: list[str]) -> bool:
+        """Send `peer` the path tags `tags` to drop; whether it took them (else they are remembered)."""
         body = orjson.dumps({"tags": tags})
         headers = {"Content-Type": "application/json",
                    **sign_request(self._secret, "POST", INVALIDATE_PATH, body, audience=SHIELD_AUDIENCE)}
@@ -199,7 +241,11 @@ class Shields:
                                                         "POST", body)
         except OriginError as exc:
             self._mark_down(peer, str(exc))
-            return
+            self._remember(peer, tags)
+            return False
         response.release()
         if response.status != 200:
             self._mark_down(peer, f"it answered {response.status} to an invalidation")
+            self._remember(peer, tags)
+            return False
+        return True

@@ -87,7 +87,7 @@ class Shielded:
 
 
 @asynccontextmanager
-async def shielded_cdn(make_cdn: CdnFactory, handler: Handler, *, shield_url: str | None = None
+async def shielded_cdn(make_cdn: CdnFactory, handler: Handler, *, shield_url: str | None = None, **env: str
                        ) -> AsyncIterator[Shielded]:
     origin, shield = ScriptedOrigin(), ScriptedShield(handler)
     origin_server = await serve_origin(origin)
@@ -95,7 +95,7 @@ async def shielded_cdn(make_cdn: CdnFactory, handler: Handler, *, shield_url: st
     await shield_server.start_server()
     try:
         cdn = await make_cdn(ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true", ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="1",
-                             ASSETCDN_ORIGIN_SHIELD=shield_url or f"http://127.0.0.1:{shield_server.port}")
+                             ASSETCDN_ORIGIN_SHIELD=shield_url or f"http://127.0.0.1:{shield_server.port}", **env)
         await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{origin_server.port}{PREFIX}",
                                         "RequestHeaders": dict([SECRET])})
         yield Shielded(cdn, origin, shield)
@@ -195,6 +195,42 @@ async def test_a_shield_that_does_not_know_the_zone_yet_stays_up(make_cdn: CdnFa
         assert (await run.get("/n1.txt"))[0::3] == (200, b"from the origin")
         assert (await run.get("/n2.txt"))[0::3] == (200, b"from the origin")
         assert len(run.shield.seen) == 2
+
+
+async def test_an_invalidation_a_shield_could_not_be_told_keeps_its_copy_away_until_it_is_told(
+        make_cdn: CdnFactory) -> None:
+    """An unsafe request changes /doc while the shield is marked down, so the shield is not told. Once it is up
+    again, this edge asks the origin for /doc (never the shield's copy from before the change) and tells the
+    shield; other paths go on through the shield."""
+    failing = {"now": False}
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        if failing["now"]:
+            return OWN_ERROR
+        return relayed(body=b"old, from before the POST" if request.path.endswith("/doc") else b"from the shield")
+
+    async with shielded_cdn(make_cdn, answer, ASSETCDN_ORIGIN_SHIELD_RETRY_S="0.5") as run:
+        assert (await run.get("/doc"))[3] == b"old, from before the POST"
+        failing["now"] = True
+        run.origin.answer("/down.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
+        assert (await run.get("/down.txt"))[0::3] == (200, b"from the origin")  # the shield failed: marked down
+        failing["now"] = False
+        run.origin.answer("/doc", b"", status=204)
+        assert (await run.cdn.edge.post(f"/{ZONE}/doc", data=b"new")).status == 204
+        assert run.shield.invalidated == []  # down: not told
+
+        async def up_again() -> bool:
+            return run.cdn.node.shields.status()["down"] == 0
+
+        await wait_until(up_again, "the shield's retry time over")
+        run.origin.answer("/doc", b"new, from the origin", headers={"Cache-Control": "max-age=600"})
+        assert (await run.get("/doc"))[3] == b"new, from the origin"
+
+        async def told() -> bool:
+            return bool(run.shield.invalidated)
+
+        await wait_until(told, "the shield told of /doc")
+        assert (await run.get("/other.txt"))[3] == b"from the shield"
 
 
 @pytest.mark.parametrize("refusal", [400, 413, 417, 431])
