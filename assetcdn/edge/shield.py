@@ -183,7 +183,12 @@ class Shields:
             self._mark_down(peer, str(exc))
             return None
         if relayed(response.headers):
-            return response
+            if response.status != 304 or "If-None-Match" in headers or "If-Modified-Since" in headers:
+                return response
+            # A 304 to a request with no validators answers nothing this edge asked: a shield that is wrong.
+            response.release()
+            self._mark_down(peer, "it answered 304 to a request without validators")
+            return None
         response.release()
         if response.status not in PASSING_REFUSALS:
             self._mark_down(peer, f"it answered {response.status} itself")

@@ -237,6 +237,15 @@ async def test_an_invalidation_a_shield_could_not_be_told_keeps_its_copy_away_un
         assert (await run.get("/other.txt"))[3] == b"from the shield"
 
 
+async def test_a_shields_304_to_a_fill_without_validators_is_never_a_clients_answer(make_cdn: CdnFactory) -> None:
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return web.Response(status=304, headers={"Cache-Status": f"{SHIELD_CACHE}; hit", "ETag": '"x"'})
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        run.origin.answer("/n.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
+        assert (await run.get("/n.txt"))[0::3] == (200, b"from the origin")
+
+
 @pytest.mark.parametrize("refusal", [400, 413, 417, 431])
 async def test_a_shield_refusing_one_request_it_cannot_take_stays_up(make_cdn: CdnFactory, refusal: int) -> None:
     """A refusal of the request itself (a client's fields the shield cannot take) says nothing of the shield's
