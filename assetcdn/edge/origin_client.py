@@ -180,6 +180,8 @@ class OriginResponse:
     _released: bool = field(default=False)
     # The edge cache's purge mark when a pull zone fill asked for it (assetcdn/edge/states/pull.py `ask`).
     purge_mark: int | None = field(default=None)
+    # Told why, when the body fails (cut short or too slow): a shield's answer marks that shield down.
+    body_failed: Callable[[str], None] | None = field(default=None)
 
     async def chunks(self, *, capped: bool = True) -> AsyncIterator[bytes]:
         """The body as it arrives; OriginTimeout when the origin goes quiet for ``idle_timeout_s`` or has made the
@@ -197,11 +199,12 @@ class OriginResponse:
                     chunk = await conn.chunk(min(limits.idle_timeout_s, left))
                 except TimeoutError:
                     if left <= limits.idle_timeout_s:
-                        raise OriginTimeout(f"the origin's body took more than {limits.body_timeout_s:g} s"
-                                            ) from None
-                    raise OriginTimeout(f"the origin sent nothing for {limits.idle_timeout_s:g} s") from None
+                        raise self._failed(OriginTimeout(
+                            f"the origin's body took more than {limits.body_timeout_s:g} s")) from None
+                    raise self._failed(OriginTimeout(
+                        f"the origin sent nothing for {limits.idle_timeout_s:g} s")) from None
                 except HttpError as exc:
-                    raise OriginError(f"the origin's body was cut short ({exc})") from None
+                    raise self._failed(OriginError(f"the origin's body was cut short ({exc})")) from None
                 left -= clock() - started
                 if not chunk:
                     return
@@ -211,6 +214,11 @@ class OriginResponse:
                 yield chunk
         finally:
             self.release()
+
+    def _failed(self, failure: OriginError) -> OriginError:
+        if self.body_failed is not None:
+            self.body_failed(str(failure))
+        return failure
 
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.chunks()])

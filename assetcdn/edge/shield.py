@@ -30,6 +30,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import orjson
 from aiohttp import web
@@ -184,6 +185,7 @@ class Shields:
             return None
         if relayed(response.headers):
             if response.status != 304 or "If-None-Match" in headers or "If-Modified-Since" in headers:
+                response.body_failed = partial(self._mark_down, peer)  # a body it cuts short: passed over too
                 return response
             # A 304 to a request with no validators answers nothing this edge asked: a shield that is wrong.
             response.release()

@@ -7,6 +7,7 @@ The shield's own side (the signed route, collapsing, a dead edge) runs in tests/
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -244,6 +245,34 @@ async def test_a_shields_304_to_a_fill_without_validators_is_never_a_clients_ans
     async with shielded_cdn(make_cdn, answer) as run:
         run.origin.answer("/n.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
         assert (await run.get("/n.txt"))[0::3] == (200, b"from the origin")
+
+
+async def test_a_shield_that_cuts_its_answer_short_is_passed_over(make_cdn: CdnFactory) -> None:
+    """A shield whose relayed body ends before its length fails that fill (its client's answer ends short, nothing
+    is kept), and is marked down as one that fails itself: the next fill goes to the origin."""
+    async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nCache-Control: max-age=600\r\n"
+                         b"Cache-Status: " + SHIELD_CACHE.encode() + b"; fwd=uri-miss; stored\r\n\r\npartial")
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(cut, "127.0.0.1", 0)
+    try:
+        async def unused(_request: web.Request) -> web.StreamResponse:  # the shield is the raw server above
+            return relayed()
+
+        async with shielded_cdn(make_cdn, unused, shield_url=f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+                                ) as run:
+            run.origin.answer("/c.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
+            resp = await run.cdn.edge.get(f"/{ZONE}/c.txt")
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await resp.read()
+            assert run.cdn.node.shields.status()["down"] == 1
+            assert (await run.get("/c.txt"))[0::3] == (200, b"from the origin")
+    finally:
+        server.close()
 
 
 @pytest.mark.parametrize("refusal", [400, 413, 417, 431])
