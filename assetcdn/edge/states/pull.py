@@ -135,16 +135,17 @@ class StoredResponse:
         return StoredResponse(obj, status, headers, fresh, fields.get(DIGEST))
 
 
-# A fill being stored: done once it is in the cache or given up, its result the origin's failure that cut it short.
-Kept = asyncio.Future[OriginError | None]
+# A fill being stored: done once it is in the cache or given up.
+Kept = asyncio.Future[None]
 
 
 @dataclass(frozen=True, slots=True)
 class Landing:
     """A flight's outcome as soon as its leader knows it: `kept` when the response is being stored; `failed` when
-    the origin failed it (no answer, or a broken one: the waiters answer with that failure, as their own request
-    would most likely end, instead of each asking a failing origin again); neither when nothing is kept for the
-    others (an answer they may not share: they ask the origin themselves)."""
+    the origin gave no answer (none in time, or a broken head: the waiters answer with that failure, as their own
+    request would most likely end, instead of each asking a failing origin again); neither when nothing is kept
+    for the others (an answer they may not share: they ask the origin themselves). A body that fails once its
+    head is in leaves nothing stored, and the waiters ask for their own, as for one not kept."""
 
     kept: Kept | None = None
     failed: OriginError | None = None
@@ -217,14 +218,14 @@ class Flights:
 async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits) -> OriginError | None:
     """Wait for a flight: its landing within the origin's first-byte time (TimeoutError past it, as the leader
     would get from a silent origin), then the body it keeps for as long as the leader may spend reading it (past
-    that the caller finds nothing stored and asks the origin itself). The origin's failure of the flight, if it
-    failed it."""
+    that the caller finds nothing stored and asks the origin itself). The origin's failure to answer the flight at
+    all, if it failed."""
     landing = await asyncio.wait_for(asyncio.shield(flight), limits.first_byte_timeout_s)
     if landing.failed is not None:
         return landing.failed
     if landing.kept is not None:
         with contextlib.suppress(TimeoutError):
-            return await asyncio.wait_for(asyncio.shield(landing.kept), limits.body_timeout_s)
+            await asyncio.wait_for(asyncio.shield(landing.kept), limits.body_timeout_s)
     return None
 
 
@@ -590,7 +591,6 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
                                                   partial(settle, kept))
             except OriginError as exc:
                 log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, path, exc)
-                settle(kept, exc)  # the requests waiting for it answer with the failure, not a new request each
                 return None
             if feed is not None and feed.lagging and spool is not None:
                 rest = rest_of(spool, feed.offered, SPOOL_MEMORY)  # before `store` takes the spool
@@ -656,12 +656,11 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
     return client
 
 
-def settle(kept: Kept | None, failed: OriginError | None = None) -> None:
+def settle(kept: Kept | None) -> None:
     """The requests waiting for a fill to be kept (`kept`) learn that it is over: stored, or not kept after all
-    (they look again, and ask for their own when it is not there), or cut short by the origin's `failed` (they
-    answer with that). Once; later calls do nothing."""
+    (they look again, and ask for their own when it is not there). Once; later calls do nothing."""
     if kept is not None and not kept.done():
-        kept.set_result(failed)
+        kept.set_result(None)
 
 
 async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | None, digest: Any,

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from assetcdn.edge.origin_client import OriginError, OriginLimits, OriginTimeout
+from assetcdn.edge.origin_client import OriginLimits, OriginTimeout
 from assetcdn.edge.states.pull import Flights, Kept, await_flight, settle
 
 pytestmark = pytest.mark.asyncio
@@ -57,23 +57,6 @@ async def test_a_flight_the_origin_failed_gives_its_waiters_that_failure_and_fre
     land(failure)
     assert await waiter is failure
     assert flights.join("k") is None  # the next request leads a new flight
-
-
-async def test_a_body_the_origin_cuts_short_gives_the_requests_waiting_for_it_that_failure() -> None:
-    flights = Flights()
-    assert flights.join("k") is None
-    land = flights.landing("k")
-    kept: Kept = asyncio.get_running_loop().create_future()
-    land(kept)
-    waiting = flights.join("k")
-    assert waiting is not None
-    waiter = asyncio.create_task(await_flight(waiting, LIMITS))
-    await asyncio.sleep(0)
-    cut = OriginError("the connection closed before the end of the body")
-    settle(kept, cut)
-    settle(kept)  # the leader's way out: nothing changes
-    assert await waiter is cut
-    assert kept.result() is cut
 
 
 async def test_a_body_stored_or_not_kept_gives_the_waiters_no_failure() -> None:
