@@ -276,8 +276,9 @@ class OriginClient:
                     connector=connector)
 
     async def _guarded_addresses(self, host: str, port: int) -> list[str]:
-        if literal_address(host) is not None:  # checked by `refused` before the request
-            return [host]
+        literal = literal_address(host)
+        if literal is not None:  # checked by `refused` before the request
+            return [literal]
         return await checked_addresses(self._resolver, host, allow_loopback=self.limits.allow_loopback)
 
     async def close(self) -> None:

@@ -19,7 +19,8 @@ def shield_setting(raw: object) -> str:
     except ValueError:
         url = None
     if url is None or url.scheme not in ("http", "https") or not url.host or url.raw_path.strip("/") \
-            or url.query_string or url.fragment or url.user is not None:
+            or url.query_string or url.fragment or url.user is not None or url.password is not None \
+            or url.port == 0 or any(c.isspace() or c in "?#" for c in value):
         raise ValueError(f'[origin] shield must be "", "off" or an edge\'s cluster address such as '
                          f'"http://10.0.0.21:9788", not {value!r}')
     return value.rstrip("/")

@@ -24,7 +24,10 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
-    "169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200"))
+    "169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200", "168.63.129.16"))
+# Ranges that are not globally routable which Python 3.11's `is_global` still counts as global: IPv6 site-local
+# (deprecated, still routed inside some sites), the IPv6 documentation prefix 3fff::/20 and ORCHIDv2.
+NOT_GLOBAL = tuple(ipaddress.ip_network(n) for n in ("fec0::/10", "3fff::/20", "2001:20::/28"))
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
 # Names that only ever mean a private network (checked before any lookup).
 PRIVATE_SUFFIXES = (".local", ".internal", ".localdomain", ".home.arpa", ".intranet", ".lan")
@@ -90,7 +93,8 @@ def address_problem(address: str, *, allow_loopback: bool) -> str | None:
             return f"{address} is a multicast address"
         if form.is_private:
             return f"{address} is a private address"
-        if form.is_reserved or not form.is_global:
+        if form.is_reserved or not form.is_global or any(form in network for network in NOT_GLOBAL
+                                                         if network.version == form.version):
             return f"{address} is not a public address"
     return None
 
@@ -115,12 +119,20 @@ def name_problem(host: str, *, allow_loopback: bool) -> str | None:
 
 
 def literal_address(host: str) -> str | None:
-    """The address when `host` is an IP literal (URL form, IPv6 in brackets or not), else None."""
+    """The address when `host` is an IP literal (URL form, IPv6 in brackets or not), else None. IPv4 in any
+    spelling a resolver takes as a number (``127.1``, ``0x7f.1``, ``0177.0.0.1``, ``2130706433``, a trailing
+    dot) is that address, in dotted-quad form: checked by name, it would pass for a host name."""
     candidate = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     try:
         ipaddress.ip_address(candidate.split("%", 1)[0])
     except ValueError:
-        return None
+        numeric = candidate[:-1] if candidate.endswith(".") else candidate
+        if not numeric or not numeric.isascii() or not all(part and part[0].isdigit() for part in numeric.split(".")):
+            return None
+        try:
+            return socket.inet_ntoa(socket.inet_aton(numeric))
+        except OSError:
+            return None
     return candidate
 
 

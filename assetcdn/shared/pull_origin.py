@@ -15,6 +15,7 @@ address an origin's name resolves to is checked by the edge when it connects (as
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,8 +27,9 @@ MAX_REQUEST_HEADERS = 20
 MAX_HEADER_VALUE = 1024
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
 _FORBIDDEN_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-_HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-                   r"(?::[0-9]{1,5})?")
+_NAME = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST = re.compile(_NAME + r"(?::[0-9]{1,5})?")
+_HOST_NAME = re.compile(_NAME + r"\.?")
 # Fields a zone may not set on its origin requests: the edge owns framing, the connection and the Host.
 RESERVED_REQUEST_HEADERS = frozenset((
     "host", "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
@@ -61,6 +63,22 @@ class PullOrigin:
                 "StoreSetCookie": self.store_set_cookie}
 
 
+def valid_host(host: str) -> bool:
+    """A URL's host (as `urlsplit` gives it: no brackets) is an IPv6 address, or a host name (an IDN in its
+    ASCII form), IPv4 in whatever spelling being one of those names."""
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host.split("%", 1)[0])
+        except ValueError:
+            return False
+        return True
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return False
+    return bool(_HOST_NAME.fullmatch(ascii_host))
+
+
 def parse_origin(data: object) -> PullOrigin:
     """The origin of a zone from its client form; OriginProblem when it is not one."""
     if not isinstance(data, dict):
@@ -84,6 +102,8 @@ def parse_origin(data: object) -> PullOrigin:
     if not parts.hostname or parts.username is not None or parts.password is not None:
         raise OriginProblem("'Origin.Url' needs a host, and may not carry a user name or password "
                             "(send credentials with 'Origin.RequestHeaders').", "Origin.Url")
+    if not valid_host(parts.hostname):
+        raise OriginProblem("'Origin.Url' needs a host name or an IP address as its host.", "Origin.Url")
     if parts.query or parts.fragment or url.endswith(("?", "#")):
         raise OriginProblem("'Origin.Url' may have a path prefix but no query or fragment.", "Origin.Url")
     if port == 0:

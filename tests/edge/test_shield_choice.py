@@ -43,7 +43,9 @@ def test_a_worker_joining_takes_only_urls_and_one_leaving_gives_away_only_its_ow
 
 
 @pytest.mark.parametrize("value", ["ftp://10.0.0.21:9788", "10.0.0.21:9788", "http://10.0.0.21:9788/path",
-                                   "http://user@10.0.0.21:9788", "on"])
+                                   "http://user@10.0.0.21:9788", "on", "http://10.0.0.21:9788?",
+                                   "http://10.0.0.21:9788#", "http://10 .0.0.21:9788", "http://10.0.0.21:0",
+                                   "http://:pw@10.0.0.21:9788"])
 def test_a_shield_setting_that_is_no_cluster_address_stops_the_edge(tmp_path: Path, value: str) -> None:
     with pytest.raises(ValueError, match=r"\[origin\] shield"):
         shield_setting(value)

@@ -49,6 +49,10 @@ BAD_URLS = [
     "http://[::1]:8080/",
     "http://intranet/",                             # a single label: a private network's name
     "https://origin.example.com/a b",
+    # IPv4 in the spellings a resolver takes as numbers, and hosts that are no host names.
+    "http://127.1/", "http://0x7f.1/", "http://0177.0.0.1/", "http://10.1/", "http://169.254.43518/",
+    "http://127.0.0.1./", "http://169.254.169.254./", "http://[fec0::1]/",
+    "http://[v1.fe80::a+en1]/", "http://ex.com%40127.0.0.1/", "http://a_b.example/",
     "",
     42,
 ]
