@@ -304,26 +304,34 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
     """What a request of the key's flight gets: `cached`'s answer from the cache (None: nothing there it may
     use, and the stored response it found), else `fill`'s (the origin asked, given that stored response and how
     to land the flight) as the flight's leader, or after waiting for the flight to land when it stored nothing
-    this request may use (no second wait: it asks itself); `failed`'s, with the stored response, when the origin
-    failed the flight or it does not land within the origin's first-byte time (an OriginTimeout). Deliveries
-    (serve_pull) and transform sources (pull_source.py) alike."""
-    waited = False
+    this request may use; `failed`'s, with the stored response, when the origin failed the flight or it does not
+    land within the origin's first-byte time (an OriginTimeout). After a wait that found nothing: an answer the
+    flight did not mean to keep (one they may not share), and a second such wait, send the request to the origin
+    itself; a body that was to be kept and is not there (cut short, purged meanwhile) makes one more flight, which
+    the others that waited join, so one origin request, not one each, fetches it again. Deliveries (serve_pull)
+    and transform sources (pull_source.py) alike."""
+    waited: asyncio.Future[Landing] | None = None  # the flight this request waited for
+    retried = False
     while True:
         answer, stored = await cached()
         if answer is not None:
             return answer
-        if waited:
-            return await fill(stored, no_landing)
+        if waited is not None:
+            if waited.result().kept is None or retried:
+                return await fill(stored, no_landing)
+            retried = True
         waiting = flights.join(flight_key)
         if waiting is None:
             break
+        if waiting is waited:  # that flight's body still being read past body_timeout_s: it asks itself
+            return await fill(stored, no_landing)
         try:
             failure = await await_flight(waiting, limits)
         except TimeoutError:
             failure = OriginTimeout(f"no answer from the origin within {limits.first_byte_timeout_s:g} s")
         if failure is not None:
             return await failed(stored, failure)
-        waited = True
+        waited = waiting
     land = flights.landing(flight_key)
     try:
         return await fill(stored, land)
