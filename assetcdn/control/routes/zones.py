@@ -98,7 +98,8 @@ async def create_zone(request: web.Request) -> web.Response:
     problem = validate_zone_name(name)
     if problem:
         raise bad_request(problem, target="Name", code="InvalidName")
-    origin = checked_origin(request, body["Origin"]) if body.get("Origin") is not None else None
+    data = body["Origin"] if "Origin" in body else body.get("origin")  # as `Name`, also in lower case
+    origin = checked_origin(request, data) if data is not None else None
 
     async def refuse_existing() -> None:
         if name in await zone_names(request):
@@ -109,8 +110,10 @@ async def create_zone(request: web.Request) -> web.Response:
                                                     precondition=refuse_existing, change=zone_created(name))
     meta = await request.app[ZONES].ensure(name, published.commit.committed_at)
     if origin is not None:
-        await request.app[EDGE_CONFIG].set_origin(name, origin)
-        await request.app[PUBLISHER].publish_config()
+        async with request.app[EDGE_CONFIG].origin_changes:
+            if name in await zone_names(request):  # not deleted meanwhile
+                await request.app[EDGE_CONFIG].set_origin(name, origin)
+                await request.app[PUBLISHER].publish_config()
     return json_response({
         "HttpCode": 201, "Message": f"Zone '{name}' created" + (f", pulling from {origin.url}." if origin else "."),
         "Id": name, "Name": name, "Kind": "pull" if origin else "storage",
@@ -137,8 +140,9 @@ async def delete_zone(request: web.Request) -> web.Response:
     published = await request.app[PUBLISHER].commit_planned(every_file)
     asset_count = sum(1 for c in published.commit.changes if not c.path.endswith("/.gitkeep"))
     await request.app[ZONES].remove(zone)
-    if await request.app[EDGE_CONFIG].remove_origin(zone):
-        await request.app[PUBLISHER].publish_config()
+    async with request.app[EDGE_CONFIG].origin_changes:  # after a change under way; one after this finds no zone
+        if await request.app[EDGE_CONFIG].remove_origin(zone):
+            await request.app[PUBLISHER].publish_config()
     # A deleted zone keeps no custom domains: they would map hostnames to nothing.
     if await request.app[EDGE_CONFIG].domains(zone):
         await request.app[EDGE_CONFIG].remove_zone_domains(zone)
@@ -186,20 +190,24 @@ async def get_origin(request: web.Request) -> web.Response:
 async def put_origin(request: web.Request) -> web.Response:
     zone = await require_zone(request)
     origin = checked_origin(request, await read_json(request))
-    before = await request.app[EDGE_CONFIG].origin(zone)
-    await request.app[EDGE_CONFIG].set_origin(zone, origin)
-    await request.app[PUBLISHER].publish_config()
-    if before is not None and (before.url, before.host_header) != (origin.url, origin.host_header):
-        await retire_cached(request, zone)
+    store = request.app[EDGE_CONFIG]
+    async with store.origin_changes:  # one change at a time: each purges what the origin before it left
+        zone = await require_zone(request)  # again: the zone may have been deleted while the body came
+        before = await store.origin(zone)
+        await store.set_origin(zone, origin)
+        await request.app[PUBLISHER].publish_config()
+        if before is not None and (before.url, before.host_header) != (origin.url, origin.host_header):
+            await retire_cached(request, zone)
     return origin_answer(zone, origin, f"Zone '{zone}' now pulls from {origin.url}.")
 
 
 async def delete_origin(request: web.Request) -> web.Response:
     zone = await require_zone(request)
-    if not await request.app[EDGE_CONFIG].remove_origin(zone):
-        raise not_found(f"Zone '{zone}' has no origin.", target="id", code="NoOrigin")
-    await request.app[PUBLISHER].publish_config()
-    await retire_cached(request, zone)
+    async with request.app[EDGE_CONFIG].origin_changes:
+        if not await request.app[EDGE_CONFIG].remove_origin(zone):
+            raise not_found(f"Zone '{zone}' has no origin.", target="id", code="NoOrigin")
+        await request.app[PUBLISHER].publish_config()
+        await retire_cached(request, zone)
     return origin_answer(zone, None, f"Zone '{zone}' no longer pulls from an origin: its paths are its stored files.")
 
 

@@ -4,6 +4,7 @@ compares one string on every push or catch-up and fetches the config only when i
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,9 @@ class EdgeConfigStore:
         self.own_hosts = own_hosts
         self._snapshot: dict[str, Any] | None = None
         self._epoch = 0  # bumped by every change, so a snapshot built across a change is not kept
+        # Held across a zone's origin change (the zone's existence checked, the origin read, written, published,
+        # and the cache purged when it changed) and a zone's deletion of its origin, so none of them interleave.
+        self.origin_changes = asyncio.Lock()
 
     def invalidate(self) -> None:
         self._snapshot = None

@@ -6,11 +6,13 @@ zones of its own names; the refusals check that they changed nothing."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
@@ -282,3 +284,36 @@ async def test_changing_an_origin_needs_zones_write(control: TestClient) -> None
     assert resp.status == 200
     assert (await control.delete(f"/api/core/zones/{zone}/origin", headers=writer)).status == 200
     assert zone not in await published_origins(control)
+
+
+async def test_an_origin_put_whose_body_comes_after_the_zones_deletion_leaves_no_origin(control: TestClient) -> None:
+    """The PUT's head is in (its zone checked) when the zone is deleted; its body comes after. It must not leave
+    an origin for a zone that is gone: the edges build pull zones from the published origins alone, and a zone
+    made again under the name would be a pull zone."""
+    assert (await control.post("/api/core/zones", json={"Name": "racy"}, headers=ACCOUNT)).status == 201
+    payload = orjson.dumps({"Url": "https://origin.example.com/"})
+    assert control.server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", control.server.port)
+    try:
+        writer.write((f"PUT /api/core/zones/racy/origin HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      f"AccountKey: {SECRETS.account_key}\r\nContent-Type: application/json\r\n"
+                      f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode())
+        await writer.drain()
+        await asyncio.sleep(0.2)  # the head read, the zone found; whichever comes first, the end must be the same
+        assert (await control.delete("/api/core/zones/racy", headers=ACCOUNT)).status == 200
+        writer.write(payload)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 404 "), answer[:60]
+    assert "racy" not in await published_origins(control)
+    assert (await control.post("/api/core/zones", json={"Name": "racy"}, headers=ACCOUNT)).status == 201
+    await expect_error(await control.get("/api/core/zones/racy/origin", headers=ACCOUNT), 404, "NoOrigin")
+
+
+async def test_a_lower_case_origin_field_makes_a_pull_zone_as_name_may_be_lower_case(control: TestClient) -> None:
+    resp = await control.post("/api/core/zones", json={"name": "lowered", "origin": {"Url": "https://origin.example.com/"}},
+                              headers=ACCOUNT)
+    assert resp.status == 201
+    assert (await resp.json())["Kind"] == "pull"
