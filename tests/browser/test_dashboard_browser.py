@@ -213,6 +213,25 @@ async def test_an_operators_day(site: Site, browser: DashboardBrowser, shots: Pa
         else:
             await page.wait_for(f"!!document.querySelector('#zone-list tr[data-zone=\"{name}\"]')")
 
+    # 4b. Give "brand" an origin in its origin panel: it becomes a pull zone (the API says so, and its row);
+    # then stop pulling. The origin is a name under .example (never looked up here: no edge asks it anything).
+    await page.click("#zone-list tr[data-zone=\"brand\"] button[data-action=origin]")
+    await page.wait_for("!!document.querySelector('#origin-form') && "
+                        "document.getElementById('origin-state').textContent.includes('stored files')")
+    await page.fill("#origin-url", "https://origin.example.com/assets")
+    await page.fill("#origin-headers", "X-Origin-Secret: s3cret")
+    await page.click("#origin-form button[type=submit]")
+    await page.wait_for("document.getElementById('origin-state').textContent.includes('pulls from https://origin.example.com/assets')"
+                        " && document.querySelector('#zone-list tr[data-zone=\"brand\"] td.kind').textContent.includes('pull')")
+    origin = await page.js("fetch('/api/core/zones/brand/origin').then(r => r.json())")
+    assert origin["Origin"]["Url"] == "https://origin.example.com/assets"
+    assert origin["Origin"]["RequestHeaders"] == {"X-Origin-Secret": "(set)"}   # never shown back
+    await page.click("#origin-remove")
+    await page.wait_for("!!document.querySelector('dialog[open]')")
+    await page.click("dialog button[data-action=true]")
+    await page.wait_for("document.getElementById('origin-state').textContent.includes('stored files')")
+    assert await page.js("fetch('/api/core/zones/brand/origin').then(r => r.status)") == 404
+
     # 5. Drop an image into v1/logos: the upload shows progress and the file appears.
     await open_view(page, base, f"files/{ZONE}/v1/logos", "!!document.querySelector('#file-list .empty')")
     image = png()

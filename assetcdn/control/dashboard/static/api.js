@@ -71,6 +71,7 @@ export async function api(method, path, { json, params, signal } = {}) {
 export const get = (path, params, options) => api("GET", path, { ...options, params });
 export const post = (path, json, params) => api("POST", path, { json, params });
 export const del = (path, params) => api("DELETE", path, { params });
+export const put = (path, json, params) => api("PUT", path, { json, params });
 
 // --- storage --------------------------------------------------------------------------------
 /** `/api/storage/<path>` with each segment percent-encoded (names may hold spaces). */

@@ -1,5 +1,6 @@
-// Zones: list, create, delete (typed confirmation), and each zone's custom domains.
-import { ApiError, del, get, post } from "../api.js";
+// Zones: list, create (stored, or pulling from an origin), delete (typed confirmation), each zone's origin and
+// each zone's custom domains.
+import { ApiError, del, get, post, put } from "../api.js";
 import { badge, card, clear, confirmDanger, empty, formatBytes, formatDate, formatNumber, h, toast } from "../ui.js";
 
 export const title = "Zones";
@@ -8,13 +9,15 @@ const ZONE_NAME = /^[a-z0-9-]{2,64}$/;
 
 export async function render(container, { rest }) {
   const nameInput = h("input#zone-name", { type: "text", placeholder: "e.g. acme", autocomplete: "off", maxLength: 64, "aria-label": "Zone name" });
+  const originInput = h("input#zone-origin", { type: "url", placeholder: "Origin URL (optional): https://www.example.com", autocomplete: "off", "aria-label": "Origin URL" });
   const createError = h("div.field-error#zone-error");
-  const form = h("form.row#zone-create", { onsubmit: create }, nameInput, h("button.primary", { type: "submit" }, "Create zone"));
+  const form = h("form.row#zone-create", { onsubmit: create }, nameInput, originInput, h("button.primary", { type: "submit" }, "Create zone"));
   const list = h("div.table-wrap#zone-list");
   const domains = h("div#zone-domains");
   container.append(
     card("All zones", [form], createError, h("p.muted.small", null,
-      "A new zone gets the directories v1/banners, github, icons, logos and titles. Names: 2-64 lower-case letters, digits and hyphens."), list),
+      "A new zone gets the directories v1/banners, github, icons, logos and titles. Names: 2-64 lower-case letters, digits and hyphens. "
+      + "With an origin URL it is a pull zone: the edges fetch its paths from that server and cache them by its headers."), list),
     domains);
 
   async function load() {
@@ -31,16 +34,20 @@ export async function render(container, { rest }) {
     }
     clear(list, h("table", null,
       h("thead", null, h("tr", null, h("th", null, "Zone"), h("th.num", null, "Files"), h("th.num", null, "Storage"),
-        h("th", null, "Categories"), h("th", null, "Created"), h("th", null, "State"), h("th"))),
+        h("th", null, "Categories"), h("th", null, "Created"), h("th", null, "Kind"), h("th", null, "State"), h("th"))),
       h("tbody", null, zones.map((zone) => h("tr", { dataset: { zone: zone.Name } },
         h("td", null, h("a", { href: `#/files/${encodeURIComponent(zone.Name)}/v1` }, h("b", null, zone.Name))),
         h("td.num", null, formatNumber(zone.FileCount)),
         h("td.num", null, formatBytes(zone.StorageUsed)),
         h("td", null, h("div.chips", null, (zone.Categories || []).map((c) => badge(c)))),
         h("td.nowrap", null, formatDate(zone.DateCreated)),
+        h("td.kind", null, zone.Kind === "pull"
+          ? [badge("pull"), h("div.muted.small", null, zone.Origin ? zone.Origin.Url : "")]
+          : badge("storage")),
         h("td", null, zone.Suspended ? badge("suspended", "bad") : zone.Enabled ? badge("enabled", "ok") : badge("disabled", "warn")),
         h("td.actions", null,
           h("button.small", { type: "button", onclick: () => showDomains(zone.Name) }, "Domains"),
+          h("button.small", { type: "button", dataset: { action: "origin" }, onclick: () => showOrigin(zone.Name) }, "Origin"),
           h("a.button.small", { href: `#/files/${encodeURIComponent(zone.Name)}/v1` }, "Files"),
           h("button.small.danger", { type: "button", dataset: { action: "delete" }, onclick: () => remove(zone) }, "Delete")))))));
   }
@@ -53,10 +60,12 @@ export async function render(container, { rest }) {
       createError.textContent = "2-64 characters: lower-case letters, digits and hyphens.";
       return;
     }
+    const origin = originInput.value.trim();
     try {
-      const created = await post("/api/core/zones", { Name: name });
-      toast(`Zone ${created.Name || name} created`);
+      const created = await post("/api/core/zones", origin ? { Name: name, Origin: { Url: origin } } : { Name: name });
+      toast(created.Message || `Zone ${created.Name || name} created`);
       nameInput.value = "";
+      originInput.value = "";
       await load();
     } catch (error) {
       createError.textContent = error.message;
@@ -78,6 +87,106 @@ export async function render(container, { rest }) {
     } catch (error) {
       toast(error.message, "error");
     }
+  }
+
+  // A zone's origin: where a pull zone's paths come from. The request headers' values are never shown back, so
+  // saving sends those typed here; the ones set before are replaced (the form says which).
+  async function showOrigin(zone) {
+    const urlInput = h("input#origin-url", { type: "url", placeholder: "https://www.example.com/assets", autocomplete: "off", "aria-label": "Origin URL" });
+    const hostInput = h("input#origin-host", { type: "text", placeholder: "Host header (optional)", autocomplete: "off", "aria-label": "Host header" });
+    const headersInput = h("textarea#origin-headers", { rows: 3, placeholder: "Request headers (optional), one per line: X-Origin-Secret: value", "aria-label": "Request headers" });
+    const cookies = h("input#origin-cookies", { type: "checkbox" });
+    const error = h("div.field-error#origin-error");
+    const state = h("p.small#origin-state");
+    let current = null;
+    const saveForm = h("form#origin-form", { onsubmit: save },
+      h("div.row", null, urlInput, hostInput), headersInput,
+      h("label.small", null, cookies, " Cache responses that set cookies"),
+      h("div.row", null, h("button.primary", { type: "submit" }, "Save origin"),
+        h("button.small.danger#origin-remove", { type: "button", onclick: removeOrigin }, "Stop pulling")));
+    clear(domains, card(`Origin of ${zone}`, [h("button.small", { type: "button", onclick: () => clear(domains) }, "Close")], state, saveForm, error));
+
+    function parsedHeaders() {
+      const fields = {};
+      for (const line of headersInput.value.split("\n")) {
+        if (!line.trim()) continue;
+        const at = line.indexOf(":");
+        if (at < 1) throw new Error(`"${line.trim()}" is not "Name: value".`);
+        fields[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+      }
+      return fields;
+    }
+
+    async function refresh() {
+      error.textContent = "";
+      try {
+        current = await get(`/api/core/zones/${encodeURIComponent(zone)}/origin`);
+      } catch (failure) {
+        if (!(failure instanceof ApiError) || failure.status !== 404) {
+          error.textContent = failure.message;
+          return;
+        }
+        current = null;
+      }
+      const origin = current && current.Origin;
+      state.textContent = origin
+        ? `${zone} pulls from ${origin.Url}${origin.HostHeader ? ` (Host: ${origin.HostHeader})` : ""}.`
+          + (Object.keys(origin.RequestHeaders || {}).length
+            ? ` It sends ${Object.keys(origin.RequestHeaders).join(", ")}; saving replaces them with the headers below.` : "")
+        : `${zone} serves its stored files: save an origin URL to make it a pull zone.`;
+      urlInput.value = origin ? origin.Url : "";
+      hostInput.value = origin && origin.HostHeader ? origin.HostHeader : "";
+      cookies.checked = !!(origin && origin.StoreSetCookie);
+      headersInput.value = "";
+    }
+
+    async function save(event) {
+      event.preventDefault();
+      error.textContent = "";
+      let headers;
+      try {
+        headers = parsedHeaders();
+      } catch (failure) {
+        error.textContent = failure.message;
+        return;
+      }
+      const before = current && current.Origin ? Object.keys(current.Origin.RequestHeaders || {}) : [];
+      const dropped = before.filter((name) => !(name in headers));
+      if (dropped.length && !(await confirmDanger({
+        title: `Remove ${dropped.join(", ")}?`,
+        message: `The values of ${dropped.join(", ")} are not shown back, so saving without typing them again removes them from ${zone}'s origin requests.`,
+        confirmLabel: "Save without them",
+      }))) return;
+      const body = { Url: urlInput.value.trim(), StoreSetCookie: cookies.checked, RequestHeaders: headers };
+      if (hostInput.value.trim()) body.HostHeader = hostInput.value.trim();
+      try {
+        const answer = await put(`/api/core/zones/${encodeURIComponent(zone)}/origin`, body);
+        toast(answer.Message || `${zone} pulls from ${body.Url}`);
+        await refresh();
+        await load();
+      } catch (failure) {
+        error.textContent = failure.message;
+      }
+    }
+
+    async function removeOrigin() {
+      if (!current) {
+        error.textContent = `${zone} has no origin.`;
+        return;
+      }
+      if (!(await confirmDanger({ title: `Stop pulling ${zone} from its origin?`, message: `${zone} serves its stored files again, and every edge purges what it cached from the origin.`, confirmLabel: "Stop pulling" }))) return;
+      try {
+        const answer = await del(`/api/core/zones/${encodeURIComponent(zone)}/origin`);
+        toast(answer.Message || `${zone} no longer pulls`);
+        await refresh();
+        await load();
+      } catch (failure) {
+        error.textContent = failure.message;
+      }
+    }
+
+    await refresh();
+    domains.scrollIntoView({ behavior: "smooth", block: "nearest" });
   }
 
   async function showDomains(zone) {
