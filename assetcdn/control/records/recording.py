@@ -64,6 +64,11 @@ def _meta(request: web.Request, response: web.StreamResponse) -> dict[str, Any]:
             for field, key in LIST_FIELDS.items():
                 if isinstance(answer.get(field), list):
                     meta[key] = len(answer[field])
+            origin = answer.get("Origin")  # a pull zone's: where it pulls from (header values are never in it)
+            if isinstance(origin, dict):
+                for field, key in (("Url", "originUrl"), ("HostHeader", "originHost")):
+                    if isinstance(origin.get(field), str):
+                        meta[key] = origin[field]
     meta.update(request.get(AUDIT_META, {}))
     return meta
 

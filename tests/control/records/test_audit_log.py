@@ -168,3 +168,15 @@ def test_a_bad_trusted_proxy_stops_start_up(data_dir: Path) -> None:
 @pytest.mark.parametrize("headers", [{}, ACCESS])
 async def test_account_key_is_required(control: TestClient, headers: dict[str, str]) -> None:
     await expect_error(await control.get("/api/core/audit-logs", headers=headers), 401, "Unauthorized")
+
+
+async def test_an_origin_set_is_audited_with_where_it_pulls_from_and_no_header_value(control: TestClient) -> None:
+    assert (await control.post("/api/core/zones", json={"Name": "pulled-audit"}, headers=ACCOUNT)).status == 201
+    resp = await control.put("/api/core/zones/pulled-audit/origin", headers=ACCOUNT, json={
+        "Url": "https://origin.example.com/assets", "HostHeader": "assets.example.com",
+        "RequestHeaders": {"X-Origin-Secret": "s3cret-value"}})
+    assert resp.status == 200, await resp.text()
+    (entry,) = [e for e in await entries(control) if e["action"] == "zone.origin.set"]
+    assert (entry["meta"]["zone"], entry["meta"]["originUrl"], entry["meta"]["originHost"]) == \
+        ("pulled-audit", "https://origin.example.com/assets", "assets.example.com")
+    assert "s3cret-value" not in str(await entries(control))
