@@ -25,6 +25,7 @@ from assetcdn.edge.origin_client import (
     OriginError,
     OriginLimits,
     OriginRefused,
+    OriginResponse,
     OriginTimeout,
     OriginTooLarge,
     origin_request_headers,
@@ -349,6 +350,17 @@ async def raw_origin(answer: Callable[[asyncio.StreamReader, asyncio.StreamWrite
         server.close()
 
 
+async def refusal_or(answer: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]], path: str,
+                     described: Callable[[OriginResponse], Awaitable[str]]) -> str:
+    """The origin client's refusal of what `answer` sends for a GET of `path`, or `described` of the response."""
+    async with raw_origin(answer) as (zone_origin, client):
+        try:
+            response = await client.request(zone_origin, "GET", zone_origin.target(path), {})
+        except OriginError as exc:
+            return str(exc)
+        return await described(response)
+
+
 @pytest.fixture
 def uvloop_runner() -> Iterator[asyncio.Runner]:
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -499,15 +511,10 @@ def test_a_content_coding_as_transfer_coding_or_chunked_twice_is_refused(uvloop_
         await writer.drain()
         writer.close()
 
-    async def scenario() -> str:
-        async with raw_origin(answer) as (zone_origin, client):
-            try:
-                response = await client.request(zone_origin, "GET", zone_origin.target("/coded"), {})
-            except OriginError as exc:
-                return str(exc)
-            return f"answered {response.status}: {await response.read()!r}"
+    async def described(response: OriginResponse) -> str:
+        return f"answered {response.status}: {await response.read()!r}"
 
-    assert "transfer coding" in uvloop_runner.run(scenario())
+    assert "transfer coding" in uvloop_runner.run(refusal_or(answer, "/coded", described))
 
 
 def test_a_body_delimited_by_the_close_fails_when_the_connection_is_reset(uvloop_runner: asyncio.Runner) -> None:
@@ -588,15 +595,10 @@ def test_a_response_head_of_too_many_fields_is_refused(uvloop_runner: asyncio.Ru
         await writer.drain()
         writer.close()
 
-    async def scenario() -> str:
-        async with raw_origin(answer) as (zone_origin, client):
-            try:
-                response = await client.request(zone_origin, "GET", zone_origin.target("/many"), {})
-            except OriginError as exc:
-                return str(exc)
-            return f"{len(response.headers)} fields, {await response.read()!r}"
+    async def described(response: OriginResponse) -> str:
+        return f"{len(response.headers)} fields, {await response.read()!r}"
 
-    result = uvloop_runner.run(scenario())
+    result = uvloop_runner.run(refusal_or(answer, "/many", described))
     if refused:
         assert result.endswith(f"(the response head has more than {MAX_FIELDS} fields)")
     else:

@@ -13,8 +13,10 @@ import io
 import os
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from email.utils import formatdate
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -86,18 +88,25 @@ class Pics:
         return await self.get(f"/api/transform?url=/{ZONE}{name}&{query}", **kwargs)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def pics(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pics]:
+@asynccontextmanager
+async def pull_pictures(directory: Path, **env: str) -> AsyncIterator[Pics]:
+    """The pull zone ZONE of an edge and control (`env`: their settings) in front of an origin the test scripts."""
     origin = ScriptedOrigin()
     server = await serve_origin(origin)
     try:
-        async with shared_cdn_apps(tmp_path_factory.mktemp("pull-images"), ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true",
-                                   ASSETCDN_CONTROL_MAX_UPLOAD_BYTES=str(MAX_SOURCE_BYTES),
-                                   ASSETCDN_TRANSFORM_MAX_SOURCE_PIXELS=str(MAX_SOURCE_PIXELS)) as cdn:
+        async with shared_cdn_apps(directory, ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true", **env) as cdn:
             await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"})
             yield Pics(cdn, origin)
     finally:
         await server.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pics(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pics]:
+    async with pull_pictures(tmp_path_factory.mktemp("pull-images"),
+                             ASSETCDN_CONTROL_MAX_UPLOAD_BYTES=str(MAX_SOURCE_BYTES),
+                             ASSETCDN_TRANSFORM_MAX_SOURCE_PIXELS=str(MAX_SOURCE_PIXELS)) as pictures:
+        yield pictures
 
 
 def max_age(resp: ClientResponse) -> int:
@@ -381,15 +390,9 @@ async def test_a_source_that_is_not_an_image_or_not_there_is_refused_as_a_stored
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def quick_pics(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pics]:
     """A pull zone whose requests wait at most 1 s for a flight to land (the origin's first-byte time)."""
-    origin = ScriptedOrigin()
-    server = await serve_origin(origin)
-    try:
-        async with shared_cdn_apps(tmp_path_factory.mktemp("pull-images-quick"), ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true",
-                                   ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="1") as cdn:
-            await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"})
-            yield Pics(cdn, origin)
-    finally:
-        await server.close()
+    async with pull_pictures(tmp_path_factory.mktemp("pull-images-quick"),
+                             ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="1") as pictures:
+        yield pictures
 
 
 @pytest.mark.parametrize("first", ["transform", "delivery"])

@@ -746,16 +746,21 @@ async def test_a_304_updates_the_head_of_a_body_kept_as_a_file_without_rewriting
     assert pull.origin.count("/big-revalidated.bin") == 2
 
 
-async def test_an_unsafe_request_whose_body_does_not_arrive_in_time_is_408(pull: Pull) -> None:
-    pull.origin.answer("/slow-upload", b"created", status=201)
+async def raw_exchange(pull: Pull, request: bytes) -> bytes:
+    """What the edge sends back, to its close, for `request` written as it is."""
     assert pull.cdn.edge.server.port is not None
     reader, writer = await asyncio.open_connection("127.0.0.1", pull.cdn.edge.server.port)
     try:
-        writer.write(f"POST /{ZONE}/slow-upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n"
-                     "ten bytes.".encode())   # and nothing more
-        received = await asyncio.wait_for(reader.read(), WAIT_S)
+        writer.write(request)
+        return await asyncio.wait_for(reader.read(), WAIT_S)
     finally:
         writer.close()
+
+
+async def test_an_unsafe_request_whose_body_does_not_arrive_in_time_is_408(pull: Pull) -> None:
+    pull.origin.answer("/slow-upload", b"created", status=201)
+    received = await raw_exchange(pull, f"POST /{ZONE}/slow-upload HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                        "Content-Length: 100\r\n\r\nten bytes.".encode())   # and nothing more
     head, _, body = received.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408 "), head
     assert orjson.loads(body)["error"]["code"] == "RequestTimeout"
@@ -798,14 +803,9 @@ async def test_trace_is_405_and_never_shows_the_client_the_zones_origin_fields(p
 
 async def test_a_body_declared_over_the_limit_is_413_before_any_100_continue(pull: Pull) -> None:
     pull.origin.answer("/big-upload", b"created", status=201)
-    assert pull.cdn.edge.server.port is not None
-    reader, writer = await asyncio.open_connection("127.0.0.1", pull.cdn.edge.server.port)
-    try:
-        writer.write(f"POST /{ZONE}/big-upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3000000000\r\n"
-                     "Expect: 100-continue\r\nConnection: close\r\n\r\n".encode())
-        received = await asyncio.wait_for(reader.read(), WAIT_S)
-    finally:
-        writer.close()
+    received = await raw_exchange(pull, f"POST /{ZONE}/big-upload HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                        "Content-Length: 3000000000\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+                                        .encode())
     assert received.startswith(b"HTTP/1.1 413 "), received[:80]
     assert orjson.loads(received.partition(b"\r\n\r\n")[2])["error"]["code"] == "PayloadTooLarge"
     assert pull.origin.requests("/big-upload") == []
