@@ -135,8 +135,9 @@ class StoredResponse:
         return StoredResponse(obj, status, headers, fresh, fields.get(DIGEST))
 
 
-# A fill being stored: done once it is in the cache or given up.
-Kept = asyncio.Future[None]
+# A fill being stored: done once it is in the cache (True), given up (False: its body cut short, or purged while it
+# was read), or not kept after all by the answer's own measure (None: found over the size limit).
+Kept = asyncio.Future[bool | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +145,9 @@ class Landing:
     """A flight's outcome as soon as its leader knows it: `kept` when the response is being stored; `failed` when
     the origin gave no answer (none in time, or a broken head: the waiters answer with that failure, as their own
     request would most likely end, instead of each asking a failing origin again); neither when nothing is kept
-    for the others (an answer they may not share: they ask the origin themselves). A body that fails once its
-    head is in leaves nothing stored, and the waiters ask for their own, as for one not kept."""
+    for the others (an answer they may not share: they ask the origin themselves). A body given up once its head
+    is in (`kept` done False) sends one of the waiters to the origin again, the others waiting for it
+    (`through_flight`)."""
 
     kept: Kept | None = None
     failed: OriginError | None = None
@@ -317,8 +319,9 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
         if answer is not None:
             return answer
         if waited is not None:
-            if waited.result().kept is None or retried:
-                return await fill(stored, no_landing)
+            kept = waited.result().kept
+            if retried or kept is None or not kept.done() or kept.result() is not False:
+                return await fill(stored, no_landing)  # not shared, still being read, or stored: not for this one
             retried = True
         waiting = flights.join(flight_key)
         if waiting is None:
@@ -599,12 +602,13 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
                                                   partial(settle, kept))
             except OriginError as exc:
                 log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, path, exc)
+                settle(kept, False)
                 return None
             if feed is not None and feed.lagging and spool is not None:
                 rest = rest_of(spool, feed.offered, SPOOL_MEMORY)  # before `store` takes the spool
         if spool is not None:
-            await store(node, zone, path, url_key, sent, response, stored_headers(response.headers, parsed),
-                        spool, digest.hexdigest() if digest is not None else None)
+            settle(kept, await store(node, zone, path, url_key, sent, response, stored_headers(response.headers, parsed),
+                                     spool, digest.hexdigest() if digest is not None else None) is not None)
         settle(kept)
         if whole is not None:
             if send is not None and whole and not await send(whole):
@@ -664,11 +668,12 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
     return client
 
 
-def settle(kept: Kept | None) -> None:
-    """The requests waiting for a fill to be kept (`kept`) learn that it is over: stored, or not kept after all
-    (they look again, and ask for their own when it is not there). Once; later calls do nothing."""
+def settle(kept: Kept | None, stored: bool | None = None) -> None:
+    """The requests waiting for a fill to be kept (`kept`) learn that it is over: `stored` (True), given up (False:
+    cut short, purged meanwhile), or not kept after all (None); they look again, and ask for their own when it is
+    not there (`through_flight`). Once; later calls do nothing."""
     if kept is not None and not kept.done():
-        kept.set_result(None)
+        kept.set_result(stored)
 
 
 async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | None, digest: Any,
@@ -879,10 +884,11 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
             except OriginError:
                 spool.close()
                 raise
-            await store(node, zone, path, url_key, sent, response, stored_headers(response.headers), spool,
-                        digest.hexdigest() if digest is not None else None)
+            settle(kept, await store(node, zone, path, url_key, sent, response, stored_headers(response.headers),
+                                     spool, digest.hexdigest() if digest is not None else None) is not None)
         except OriginError as exc:
             log.info("pull zone %s: background revalidation of %s failed: %s", zone.name, path, exc)
+            settle(kept, False)
         finally:
             land(None)
             settle(kept)

@@ -60,6 +60,7 @@ from assetcdn.edge.states.keys import pull_key, pull_source_id, pull_variant_key
 from assetcdn.edge.states.pull import (
     FLIGHTS,
     Flights,
+    Kept,
     Land,
     StoredResponse,
     Varied,
@@ -71,6 +72,7 @@ from assetcdn.edge.states.pull import (
     own_tags,
     read_not_kept,
     refresh,
+    settle,
     store_unless_purged,
     through_flight,
 )
@@ -291,12 +293,14 @@ async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSo
     if length is not None and length.isdigit() and int(length) > limit:
         response.release()
         raise too_large(at, int(length), limit)
-    kept = asyncio.get_running_loop().create_future()
+    kept: Kept = asyncio.get_running_loop().create_future()
     land(kept)
     try:
-        return await keep(node, at, url_key, Varied(SOURCE_FIELDS, at.zone, client_ip, scheme), response, limit)
+        source = await keep(node, at, url_key, Varied(SOURCE_FIELDS, at.zone, client_ip, scheme), response, limit)
+        settle(kept, source.kept)
+        return source
     finally:
-        kept.set_result(None)
+        settle(kept)  # refused (too large, not an image): not kept, and nothing for the others to retry
 
 
 async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, sent: Varied, response: OriginResponse,

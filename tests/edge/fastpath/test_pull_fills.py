@@ -1215,3 +1215,47 @@ async def test_an_http_2_hit_a_client_stops_reading_holds_up_no_fill_on_its_conn
         assert len(h2.answers[stalled][1]) < len(held)  # still not read, still held
     finally:
         secure.stop()
+
+
+async def test_requests_waiting_for_a_fill_of_another_vary_variant_ask_for_theirs_at_once(filled: FillCdn) -> None:
+    """Three requests of other Accept-Encoding variants wait for a fill that is stored (as the gzip variant): it
+    is not theirs, and none was given up, so each asks the origin for its own at once, side by side, instead of
+    one leading a second flight the others wait behind."""
+    name = "/varied-waiters.txt"
+    lead_go, all_asked = asyncio.Event(), asyncio.Event()
+
+    async def varied(request: web.Request) -> web.StreamResponse:
+        if filled.origin.count(name) == 1:
+            await lead_go.wait()
+        elif filled.origin.count(name) == 4:
+            all_asked.set()
+        else:
+            with contextlib.suppress(TimeoutError):  # a waiter held behind another's flight never comes
+                await asyncio.wait_for(all_asked.wait(), 5)
+        return web.Response(body=request.headers.get("Accept-Encoding", "").encode(),
+                            headers={**HEADERS, "Vary": "Accept-Encoding"})
+
+    filled.origin.route(name, varied)
+    target = f"/{ZONE}{name}"
+    leader = await filled.cdn.connect()
+    led = asyncio.create_task(leader.request(target, Accept_Encoding="gzip"))
+    flights = filled.cdn.app[pull_states.FLIGHTS]
+    key = pull_variant_key(pull_key(ZONE, name, ""), "flight")
+
+    async def leading() -> bool:
+        return filled.origin.count(name) == 1
+
+    await wait_until(leading, "the gzip variant's fill under way")
+    conns = [await filled.cdn.plain() for _ in range(3)]
+    waiters = [asyncio.create_task(conn.request(target, Accept_Encoding=coding))
+               for conn, coding in zip(conns, ("br", "identity", "zstd"), strict=True)]
+
+    async def all_joined() -> bool:
+        return flights.joined(key) == 3
+
+    await wait_until(all_joined, "the three other variants waiting for the fill")
+    lead_go.set()
+    assert (await led).body == b"gzip"
+    answers = [await waiter for waiter in waiters]
+    assert [(a.status, a.body) for a in answers] == [(200, b"br"), (200, b"identity"), (200, b"zstd")]
+    assert all_asked.is_set() and filled.origin.count(name) == 4
