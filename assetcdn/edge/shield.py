@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -108,8 +109,11 @@ class Shields:
         self.own_url = ""                       # this worker's cluster site (set when it starts)
         self._down: dict[str, float] = {}       # shield url -> monotonic time it may be asked again
         # Shield url -> the path tags this edge invalidated that it could not tell that shield (down, or the
-        # message failed), oldest first; and the shields being told them now.
-        self._untold: dict[str, dict[str, None]] = {}
+        # message failed), oldest first, each with the count of the remembering that put it there (a catch-up
+        # lets go of a tag only when no newer failure remembered it again meanwhile); and the shields being told
+        # them now.
+        self._untold: dict[str, dict[str, int]] = {}
+        self._remembered = 0
         self._telling: dict[str, asyncio.Task[None]] = {}
         self._listed: tuple[tuple[str, str], ...] = ()
         self._peers: tuple[Peer, ...] = ()
@@ -214,29 +218,36 @@ class Shields:
 
     def _remember(self, peer: Peer, tags: list[str]) -> None:
         untold = self._untold.setdefault(peer.url, {})
-        untold.update(dict.fromkeys(tags))
-        if len(untold) > UNTOLD_LIMIT:
+        self._remembered += 1
+        for tag in tags:
+            untold.pop(tag, None)  # to the newest end
+            untold[tag] = self._remembered
+        if len(untold) > UNTOLD_LIMIT:  # a tenth let go at once: not a copy of them all per invalidation
             log.warning("shield %s owes more than %d invalidations: the oldest are let go", peer.name, UNTOLD_LIMIT)
-            for tag in list(untold)[:len(untold) - UNTOLD_LIMIT]:
+            for tag in list(itertools.islice(untold, len(untold) - UNTOLD_LIMIT + UNTOLD_LIMIT // 10)):
                 del untold[tag]
 
     def _catch_up(self, peer: Peer) -> None:
         """Tell `peer`, in the background, the invalidations it was not told of (one catch-up at a time)."""
         if peer.url not in self._telling:
-            task = asyncio.get_running_loop().create_task(self._tell_untold(peer))
+            task = asyncio.get_running_loop().create_task(self._tell_untold(peer), name=f"shield-catch-up {peer.name}")
             self._telling[peer.url] = task
             task.add_done_callback(lambda _task: self._telling.pop(peer.url, None))
 
     async def _tell_untold(self, peer: Peer) -> None:
         untold = self._untold.get(peer.url, {})
-        while untold and not self._is_down(peer):
-            tags = list(untold)[:MAX_INVALIDATED]
-            if not await self._tell(peer, tags):
-                return
-            for tag in tags:
-                untold.pop(tag, None)
-        if not untold:
-            self._untold.pop(peer.url, None)
+        try:
+            while untold and not self._is_down(peer):
+                sent = dict(itertools.islice(untold.items(), MAX_INVALIDATED))
+                if not await self._tell(peer, list(sent)):
+                    return
+                for tag, remembered in sent.items():
+                    if untold.get(tag) == remembered:  # not remembered again while it was being told
+                        del untold[tag]
+            if not untold and self._untold.get(peer.url) is untold:
+                del self._untold[peer.url]
+        except Exception:  # a catch-up never fails a request; the tags stay owed, told by the next one
+            log.exception("telling shield %s what it missed failed", peer.name)
 
     async def _tell(self, peer: Peer, tags: list[str]) -> bool:
         """Send `peer` the path tags `tags` to drop; whether it took them (else they are remembered)."""

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from assetcdn.edge.origin_client import OriginClient, OriginLimits
 from assetcdn.edge.server import EXIT_BAD_CONFIG
-from assetcdn.edge.shield import Peer, rendezvous
+from assetcdn.edge.shield import Peer, Shields, rendezvous
 from assetcdn.edge.shield_address import shield_setting
 from assetcdn.edge.states.keys import pull_key
+from assetcdn.shared.config import load_settings
 from tests.integration.harness import KEYS, free_port_block
 
 KEYS_OF_URLS = [pull_key("site", f"/img/{i}.jpg", "") for i in range(3000)]
@@ -60,3 +62,26 @@ def test_a_shield_setting_that_is_no_cluster_address_stops_the_edge(tmp_path: Pa
 @pytest.mark.parametrize(("value", "kept"), [("", ""), ("off", "off"), ("http://10.0.0.21:9788/", "http://10.0.0.21:9788")])
 def test_the_shield_settings_an_edge_starts_with(value: str, kept: str) -> None:
     assert shield_setting(value) == kept
+
+
+async def test_a_catch_up_keeps_an_invalidation_remembered_again_while_it_was_being_told() -> None:
+    """A catch-up tells a shield the path it missed; meanwhile a newer write of that path fails to reach the shield
+    (remembered again). The catch-up's success answers the older write only: the path stays owed."""
+    settings = load_settings(environ={"ASSETCDN_ORIGIN_SHIELD": "http://10.0.0.21:9788"})  # never connected to
+    shields = Shields(settings, "edge-0/0", "secret", OriginClient(OriginLimits()), lambda: (), lambda: 1)
+    peer = shields.shield_for("path:site/doc.txt")
+    assert peer is not None
+    shields._remember(peer, ["path:site/doc.txt"])
+    told: list[list[str]] = []
+
+    async def tell(to: Peer, tags: list[str]) -> bool:
+        told.append(tags)
+        if not told[1:]:  # the newer write's message failed meanwhile: as `_tell` does then
+            shields._mark_down(to, "the newer message failed")
+            shields._remember(to, ["path:site/doc.txt"])
+        return True
+
+    shields._tell = tell  # type: ignore[method-assign,assignment]
+    await shields._tell_untold(peer)
+    assert told == [["path:site/doc.txt"]]
+    assert "path:site/doc.txt" in shields._untold[peer.url]
