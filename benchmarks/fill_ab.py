@@ -73,22 +73,49 @@ def h2_fills(urls: Path, prefix: str, count: int, core: str) -> tuple[int, int, 
     return ok, count - ok, float(finished.split(",")[1].split()[0])  # "finished in 2.5s, 5985.63 req/s, ..."
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("trees", nargs=2)
+def turn_arguments(parser: argparse.ArgumentParser, turns: int) -> None:
+    """The options of a run of alternated fill turns (this script's and tls_fill_anchor.py's)."""
     parser.add_argument("--size", default="5 KB", choices=list(SIZES))
-    parser.add_argument("--turns", type=int, default=6)
+    parser.add_argument("--turns", type=int, default=turns)
     parser.add_argument("--duration", type=float, default=4.0)
-    parser.add_argument("--memory-mb", type=int, default=512,
-                        help="each tree's memory tier (128, the default setting, fills within a turn or two)")
-    parser.add_argument("--tls", action="store_true", help="ask each tree over TLS HTTP/1.1 (its https port)")
-    parser.add_argument("--h2", action="store_true", help="ask each tree over HTTP/2 (its https port, h2load)")
+    parser.add_argument("--h2", action="store_true", help="ask over HTTP/2 (the https port, h2load)")
     parser.add_argument("--h2-requests", type=int, default=15_000, help="with --h2: new URLs asked per turn")
     parser.add_argument("--server-core", default="0")
     parser.add_argument("--load-core", default="1")
+
+
+def parsed_turns(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`turn_arguments` parsed and bounded (every run stops by itself)."""
     args = parser.parse_args(argv)
     if not 0 < args.duration <= 60 or not 0 < args.turns <= 40 or not 0 < args.h2_requests <= 200_000:
         parser.error("--duration within (0, 60], --turns within (0, 40], --h2-requests within (0, 200000]")
+    return args
+
+
+def fill_turn(server: Server, url: str, prefix: str, args: argparse.Namespace, urls: Path) -> tuple[float, int, float]:
+    """One turn of new URLs under `prefix` asked of `server` (wrk at `url`, or with ``--h2`` h2load from the list
+    `urls`), its whole system pinned to the server core and its CPU read ``SETTLE_S`` after the turn: (us of CPU
+    per fill, errors, fills per second)."""
+    server.pin(args.server_core)  # a process started since the last walk too
+    before = server.cpu_seconds()
+    if args.h2:
+        requests, errors, rate = h2_fills(urls, server.base + prefix, args.h2_requests, args.load_core)
+    else:
+        result = run_wrk(url, args.duration, 64, 2, prefix=("taskset", "-c", args.load_core),
+                         lua=FILL_LUA.replace("{prefix}", prefix))
+        requests, errors, rate = result.requests, result.errors, result.rps
+    time.sleep(SETTLE_S)
+    return (server.cpu_seconds() - before) / max(requests, 1) * 1e6, errors, rate
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trees", nargs=2)
+    parser.add_argument("--memory-mb", type=int, default=512,
+                        help="each tree's memory tier (128, the default setting, fills within a turn or two)")
+    parser.add_argument("--tls", action="store_true", help="ask each tree over TLS HTTP/1.1 (its https port)")
+    turn_arguments(parser, 6)
+    args = parsed_turns(parser, argv)
     if args.tls and args.h2:
         parser.error("--tls or --h2, not both")
     require_tools(("wrk", "nginx", "taskset", *(("h2load",) if args.h2 else ())), "bench-pull")
@@ -110,19 +137,10 @@ def main(argv: list[str] | None = None) -> int:
             for turn in range(args.turns):
                 for index in (0, 1) if turn % 2 == 0 else (1, 0):
                     system = systems[index]
-                    system.pin(args.server_core)  # a process started since the last walk too
-                    prefix = f"/{ZONE}/{SIZES[args.size][1]}/t{turn}-"
-                    before = system.cpu_seconds()
-                    if args.h2:
-                        requests, errors, rate = h2_fills(workdir / f"urls-{index}-{turn}", system.base + prefix,
-                                                          args.h2_requests, args.load_core)
-                    else:
-                        result = run_wrk(f"{system.base}/{ZONE}/", args.duration, 64, 2,
-                                         prefix=("taskset", "-c", args.load_core),
-                                         lua=FILL_LUA.replace("{prefix}", prefix))
-                        requests, errors, rate = result.requests, result.errors, result.rps
-                    time.sleep(SETTLE_S)
-                    per_fill[index].append((system.cpu_seconds() - before) / max(requests, 1) * 1e6)
+                    cost, errors, rate = fill_turn(system, f"{system.base}/{ZONE}/",
+                                                   f"/{ZONE}/{SIZES[args.size][1]}/t{turn}-", args,
+                                                   workdir / f"urls-{index}-{turn}")
+                    per_fill[index].append(cost)
                     print(f"# turn {turn + 1} {args.trees[index]}: {rate:,.0f} fills/s, "
                           f"{per_fill[index][-1]:,.0f} us of CPU a fill, {errors} errors; "
                           f"load {load_average()}", flush=True)

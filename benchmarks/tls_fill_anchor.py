@@ -25,12 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.fill_ab import h2_fills, start_tree
-from benchmarks.hits_bench import SETTLE_S, Server, anchor, stop
-from benchmarks.load import run_wrk
+from benchmarks.fill_ab import fill_turn, parsed_turns, start_tree, turn_arguments
+from benchmarks.hits_bench import Server, anchor, stop
 from benchmarks.measure import load_average, machine, require_tools, tool_path
 from benchmarks.nginx_conf import TlsFiles, nginx_conf
-from benchmarks.pull_bench import FILL_LUA, SIZES, ZONE, ready_origin
+from benchmarks.pull_bench import SIZES, ZONE, ready_origin
 from tests.edge.tls.certs import TestCa
 from tests.integration.harness import free_port_block
 
@@ -52,16 +51,8 @@ def start_nginx(workdir: Path, origin_port: int, core: str) -> Server:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="5 KB", choices=list(SIZES))
-    parser.add_argument("--turns", type=int, default=4)
-    parser.add_argument("--duration", type=float, default=4.0)
-    parser.add_argument("--h2", action="store_true", help="ask both over HTTP/2 (h2load) instead of TLS HTTP/1.1")
-    parser.add_argument("--h2-requests", type=int, default=15_000, help="with --h2: new URLs asked per turn")
-    parser.add_argument("--server-core", default="0")
-    parser.add_argument("--load-core", default="1")
-    args = parser.parse_args(argv)
-    if not 0 < args.duration <= 60 or not 0 < args.turns <= 40 or not 0 < args.h2_requests <= 200_000:
-        parser.error("--duration within (0, 60], --turns within (0, 40], --h2-requests within (0, 200000]")
+    turn_arguments(parser, 4)
+    args = parsed_turns(parser, argv)
     require_tools(("wrk", "nginx", "taskset", *(("h2load",) if args.h2 else ())), "bench-pull-tls")
     protocol = "HTTP/2" if args.h2 else "TLS HTTP/1.1"
     print(f"# tls_fill_anchor: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
@@ -80,18 +71,9 @@ def main(argv: list[str] | None = None) -> int:
             for turn in range(args.turns):
                 for name in list(servers) if turn % 2 == 0 else list(reversed(servers)):
                     server, url, path_prefix = servers[name]
-                    server.pin(args.server_core)
-                    prefix = f"{path_prefix}/{SIZES[args.size][1]}/t{turn}-"
-                    before = server.cpu_seconds()
-                    if args.h2:
-                        requests, errors, rate = h2_fills(workdir / f"urls-{name}-{turn}", server.base + prefix,
-                                                          args.h2_requests, args.load_core)
-                    else:
-                        result = run_wrk(url, args.duration, 64, 2, prefix=("taskset", "-c", args.load_core),
-                                         lua=FILL_LUA.replace("{prefix}", prefix))
-                        requests, errors, rate = result.requests, result.errors, result.rps
-                    time.sleep(SETTLE_S)
-                    per_fill[name].append((server.cpu_seconds() - before) / max(requests, 1) * 1e6)
+                    cost, errors, rate = fill_turn(server, url, f"{path_prefix}/{SIZES[args.size][1]}/t{turn}-",
+                                                   args, workdir / f"urls-{name}-{turn}")
+                    per_fill[name].append(cost)
                     print(f"# turn {turn + 1} {name}: {rate:,.0f} fills/s, {per_fill[name][-1]:,.0f} us of CPU "
                           f"a fill, {errors} errors; load {load_average()}", flush=True)
             medians = {name: statistics.median(values) for name, values in per_fill.items()}
