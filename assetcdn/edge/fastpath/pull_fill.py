@@ -182,8 +182,9 @@ class PullFills:
         handing = False  # an origin answer for the application: it leads the URL's flight from here on
         try:
             try:
-                fetched = await ask(node, zone, named.path, query, fill_headers(fields, zone, fill.peer, self.scheme, None),
-                                    from_edge=False)
+                headers = fill_headers(fields, zone, fill.peer, self.scheme, None)
+                sent.origin_sends(headers)  # the Vary key's fields, should the answer vary: not made a second time
+                fetched = await ask(node, zone, named.path, query, headers, from_edge=False)
             except OriginError as exc:
                 fetched = exc
             if isinstance(fetched, OriginResponse) and (writes := self._writes(zone, lowered, fetched)) is not None:

@@ -397,25 +397,40 @@ class Varied:
     differ where the client names a field in Connection (not sent: keyed on the client's value, the answer to a
     request without the field would be stored as the variant of one with it) and where this edge sets a field
     itself (X-Forwarded-For and -Proto, Host, the zone's own fields): the origin answered the request it got.
-    Made on first use: only a Vary'd URL needs them."""
+    Made on first use: only a Vary'd URL needs them; from the request's fill headers when the caller made them
+    already (`origin_sends`)."""
 
-    __slots__ = ("_client", "_zone", "_client_ip", "_scheme", "_sent")
+    __slots__ = ("_client", "_zone", "_client_ip", "_scheme", "_headers", "_sent")
 
     def __init__(self, client: Sequence[tuple[str, str]], zone: PullZone, client_ip: str | None,
                  scheme: str) -> None:
         self._client, self._zone, self._client_ip, self._scheme = client, zone, client_ip, scheme
+        self._headers: CIMultiDict[str] | None = None
         self._sent: Headers | None = None
+
+    def origin_sends(self, headers: CIMultiDict[str]) -> None:
+        """`fill_headers` of this request as the caller made them for its origin request (no validators)."""
+        self._headers = headers
 
     def fields(self) -> Headers:
         if self._sent is None:
-            sent = fill_headers(self._client, self._zone, self._client_ip, self._scheme, None)
+            sent = self._headers
+            if sent is None:
+                sent = fill_headers(self._client, self._zone, self._client_ip, self._scheme, None)
             self._sent = [(name.lower(), value) for name, value in sent.items()]
         return self._sent
 
 
+VARIED = web.RequestKey("pull_varied", Varied)
+
+
 def varied(request: web.Request, zone: PullZone, fields: Sequence[tuple[str, str]]) -> Varied:
-    """`Varied` of an application request with header fields `fields`."""
-    return Varied(fields, zone, request.remote, request.scheme)
+    """`Varied` of an application request with header fields `fields` (its own, `request_fields`): one per
+    request, so that its look-up and its store make the Vary key's fields once."""
+    found = request.get(VARIED)
+    if found is None:
+        found = request[VARIED] = Varied(fields, zone, request.remote, request.scheme)
+    return found
 
 
 Land = Callable[[Kept | OriginError | None], None]
