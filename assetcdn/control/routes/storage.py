@@ -17,8 +17,9 @@ from assetcdn.control.app_keys import SETTINGS
 from assetcdn.control.publishing.publisher import Published
 from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.request_body import read_body, read_json, size_text
+from assetcdn.control.storage.edge_config_store import EdgeConfigStore
 from assetcdn.control.storage.git_store import GitStore, NothingToCommit
-from assetcdn.control.storage.service import GIT, MANIFEST
+from assetcdn.control.storage.service import EDGE_CONFIG, GIT, MANIFEST
 from assetcdn.shared.errors import (
     ApiError,
     bad_request,
@@ -74,6 +75,18 @@ def write_problem(git: GitStore, path: StoragePath) -> ApiError | None:
     if clash:
         return conflict(f"Path conflict: {clash}", target="path", code="PathConflict")
     return None
+
+
+async def pull_zone_problem(store: EdgeConfigStore, zone: str | None) -> str | None:
+    """Why no file may be stored in `zone` now: it pulls from an origin, so its paths are the origin's and a file
+    stored in it would never be served. Checked with `write_problem` (and under the commit lock too); an origin set
+    on a zone that has files keeps them, unserved, until it is removed (docs/api-guide.md)."""
+    origin = None if zone is None else await store.origin(zone)
+    if origin is None:
+        return None
+    return (f"Zone '{zone}' is a pull zone: its paths are fetched from its origin ({origin.url}), so a file stored "
+            f"in it would never be served. Upload to a storage zone, or remove the origin first (DELETE "
+            f"/api/core/zones/{zone}/origin).")
 
 
 def _tree_conflict(git: GitStore, repo_path: str) -> str | None:
@@ -132,6 +145,9 @@ async def put_file(request: web.Request) -> web.Response:
         problem = await git.run(write_problem, git, path)
         if problem:
             raise problem
+        pulled = await pull_zone_problem(request.app[EDGE_CONFIG], path.zone)
+        if pulled:
+            raise conflict(pulled, target="path", code="PullZone")
 
     await writable()  # before reading the body; checked again under the commit lock
     checksum = _supplied_checksum(request)  # before the body too: a malformed one is refused unread
@@ -361,12 +377,22 @@ async def batch_upload(request: web.Request) -> web.Response:
         files.append(parsed)
         changes[repo_path] = parsed.data
     git = request.app[GIT]
+
+    async def objections() -> list[dict[str, Any]]:
+        """The repository's objections to the batch's files, then those of the files whose zone is a pull zone."""
+        found = await git.run(_batch_write_problems, git, files)
+        refused = {problem["index"] for problem in found}
+        store = request.app[EDGE_CONFIG]
+        pulled = {zone: await pull_zone_problem(store, zone) for zone in {f.path.zone for f in files}}
+        return found + [_problem(f.index, f.raw_path, why) for f in files
+                        if f.index not in refused and (why := pulled[f.path.zone])]
+
     if problems:  # refused already; list the repository's objections too, so one answer names every bad file
-        problems += await git.run(_batch_write_problems, git, files)
+        problems += await objections()
         raise _batch_error(problems, len(items), oversize, max_file)
 
-    async def writable() -> None:  # under the commit lock: a zone deleted meanwhile refuses the whole batch
-        found = await git.run(_batch_write_problems, git, files)
+    async def writable() -> None:  # under the commit lock: a zone deleted (or made a pull zone) meanwhile refuses
+        found = await objections()  # the whole batch
         if found:
             raise _batch_error(found, len(items), 0, max_file)
 

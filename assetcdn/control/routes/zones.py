@@ -173,9 +173,14 @@ def checked_origin(request: web.Request, data: object) -> PullOrigin:
     return origin
 
 
-def origin_answer(zone: str, origin: PullOrigin | None, message: str) -> web.Response:
+def origin_answer(request: web.Request, zone: str, origin: PullOrigin | None, message: str) -> web.Response:
+    """A zone's origin, and how many files are stored in it: while it pulls they are kept but not served."""
+    stored = len(request.app[MANIFEST].zone_entries(zone))
+    if origin is not None and stored:
+        message += (f" Its {stored} stored file{'s' if stored != 1 else ''} {'are' if stored != 1 else 'is'} kept but "
+                    "not served while it pulls; removing the origin serves them again.")
     return json_response({"HttpCode": 200, "Message": message, "Zone": zone, "Kind": "pull" if origin else "storage",
-                          "Origin": origin.public_json() if origin else None})
+                          "Origin": origin.public_json() if origin else None, "StoredFiles": stored})
 
 
 async def get_origin(request: web.Request) -> web.Response:
@@ -184,7 +189,7 @@ async def get_origin(request: web.Request) -> web.Response:
     if origin is None:
         raise not_found(f"Zone '{zone}' has no origin: its paths are the files stored in it.", target="id",
                         code="NoOrigin")
-    return origin_answer(zone, origin, f"Zone '{zone}' pulls from {origin.url}.")
+    return origin_answer(request, zone, origin, f"Zone '{zone}' pulls from {origin.url}.")
 
 
 async def put_origin(request: web.Request) -> web.Response:
@@ -198,7 +203,7 @@ async def put_origin(request: web.Request) -> web.Response:
         await request.app[PUBLISHER].publish_config()
         if before is not None and (before.url, before.host_header) != (origin.url, origin.host_header):
             await retire_cached(request, zone)
-    return origin_answer(zone, origin, f"Zone '{zone}' now pulls from {origin.url}.")
+    return origin_answer(request, zone, origin, f"Zone '{zone}' now pulls from {origin.url}.")
 
 
 async def delete_origin(request: web.Request) -> web.Response:
@@ -208,7 +213,7 @@ async def delete_origin(request: web.Request) -> web.Response:
             raise not_found(f"Zone '{zone}' has no origin.", target="id", code="NoOrigin")
         await request.app[PUBLISHER].publish_config()
         await retire_cached(request, zone)
-    return origin_answer(zone, None, f"Zone '{zone}' no longer pulls from an origin: its paths are its stored files.")
+    return origin_answer(request, zone, None, f"Zone '{zone}' no longer pulls from an origin: its paths are its stored files.")
 
 
 async def retire_cached(request: web.Request, zone: str) -> None:

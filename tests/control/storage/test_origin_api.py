@@ -317,3 +317,45 @@ async def test_a_lower_case_origin_field_makes_a_pull_zone_as_name_may_be_lower_
                               headers=ACCOUNT)
     assert resp.status == 201
     assert (await resp.json())["Kind"] == "pull"
+
+
+async def test_no_file_is_stored_in_a_pull_zone(shared: tuple[TestClient, Path]) -> None:
+    """Its paths are the origin's: a file stored there would never be served, so the upload is refused (409), a
+    batch that holds one commits nothing, and the message says what to do instead."""
+    control, data_dir = shared
+    assert (await create(control, "pullonly", ORIGIN)).status == 201
+    plain = await storage_zone(control, "pullbeside")
+    commits = commit_count(data_dir)
+    resp = await control.put("/api/storage/pullonly/v1/icons/a.txt", data=b"hello", headers=ACCESS)
+    body = await expect_error(resp, 409, "PullZone")
+    assert body["error"]["target"] == "path"
+    assert "https://origin.example.com/assets" in body["Message"] and "/api/core/zones/pullonly/origin" in body["Message"]
+
+    files = [{"path": f"{plain}/v1/icons/b.txt", "content": "b", "encoding": "utf-8"},
+             {"path": "pullonly/v1/icons/c.txt", "content": "c", "encoding": "utf-8"}]
+    resp = await control.post("/api/storage/batch", json={"files": files}, headers=ACCESS)
+    body = await expect_error(resp, 400, "InvalidBatch")
+    assert [(problem["index"], problem["path"]) for problem in body["error"]["details"]] == \
+        [(1, "pullonly/v1/icons/c.txt")]
+    assert "pull zone" in body["error"]["details"][0]["message"]
+    assert commit_count(data_dir) == commits
+    for path in (f"{plain}/v1/icons/b.txt", "pullonly/v1/icons/a.txt", "pullonly/v1/icons/c.txt"):
+        assert (await control.get(f"/api/storage/{path}", headers=ACCESS)).status == 404, path
+
+
+async def test_an_origin_set_on_a_zone_with_files_keeps_them_unserved_and_says_so(control: TestClient) -> None:
+    zone = await storage_zone(control, "hadfiles")
+    resp = await control.put(f"/api/storage/{zone}/v1/icons/kept.txt", data=b"kept", headers=ACCESS)
+    assert resp.status == 201, await resp.text()
+    resp = await control.put(f"/api/core/zones/{zone}/origin", json={"Url": "https://a.example.com"}, headers=ACCOUNT)
+    assert resp.status == 200
+    body = await resp.json()
+    assert (body["Kind"], body["StoredFiles"]) == ("pull", 1)
+    assert "1 stored file is kept but not served" in body["Message"]
+    assert (await (await control.get(f"/api/core/zones/{zone}/origin", headers=ACCOUNT)).json())["StoredFiles"] == 1
+    resp = await control.delete(f"/api/core/zones/{zone}/origin", headers=ACCOUNT)
+    assert ((await resp.json())["Kind"], (await resp.json())["StoredFiles"]) == ("storage", 1)
+    got = await control.get(f"/api/storage/{zone}/v1/icons/kept.txt", headers=ACCESS)
+    assert (got.status, await got.read()) == (200, b"kept")
+    # A storage zone again: uploads are taken.
+    assert (await control.put(f"/api/storage/{zone}/v1/icons/new.txt", data=b"n", headers=ACCESS)).status == 201
