@@ -10,7 +10,7 @@ assetcdn/edge/states/freshness.py):
     -> miss: one origin request per key however many clients wait (the first streams the body as it
        arrives while it is written to the cache; the others are answered from the cache once it is there);
        an answer that may not be stored goes to its own client only, and the others ask for their own as soon
-       as its head says so; a request waits for the origin's head no longer than the first-byte timeout;
+       as its head says so; a waiting request gets the fill's outcome, its failure too (`await_flight`);
        with several edges the request goes to the URL's shield edge first (assetcdn/edge/shield.py)
     -> deliver: the stored head with Age, X-Cache and Cache-Status (RFC 9211); If-None-Match,
        If-Modified-Since and a byte range answered from the stored response
@@ -138,6 +138,9 @@ class StoredResponse:
 # A fill being stored: done once it is in the cache (True), given up (False: its body cut short, or purged while it
 # was read), or not kept after all by the answer's own measure (None: found over the size limit).
 Kept = asyncio.Future[bool | None]
+# The origin requests a fill may make before it knows its answer: the path's shield, then the origin (assetcdn/edge/
+# shield.py `Shields.fill`), each within the first-byte time.
+FLIGHT_ATTEMPTS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,12 +220,19 @@ class Flights:
             del self._joined[key]
 
 
+def flight_patience_s(limits: OriginLimits) -> float:
+    """How long a request waits for a flight to land: longer than its leader can take to learn the answer's fate
+    (a first-byte time for the path's shield, then one for the origin when the shield fails), so that a waiter
+    never gives up on a fill that is still to succeed; a leader that fails lands its failure for the waiters. The
+    bound is only for a leader that never lands."""
+    return limits.first_byte_timeout_s * (FLIGHT_ATTEMPTS + 1)
+
+
 async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits) -> OriginError | None:
-    """Wait for a flight: its landing within the origin's first-byte time (TimeoutError past it, as the leader
-    would get from a silent origin), then the body it keeps for as long as the leader may spend reading it (past
-    that the caller finds nothing stored and asks the origin itself). The origin's failure to answer the flight at
-    all, if it failed."""
-    landing = await asyncio.wait_for(asyncio.shield(flight), limits.first_byte_timeout_s)
+    """Wait for a flight: its landing within `flight_patience_s` (TimeoutError past it), then the body it keeps
+    for as long as the leader may spend reading it (past that the caller finds nothing stored and asks the origin
+    itself). The origin's failure to answer the flight at all, if it failed."""
+    landing = await asyncio.wait_for(asyncio.shield(flight), flight_patience_s(limits))
     if landing.failed is not None:
         return landing.failed
     if landing.kept is not None:
@@ -307,7 +317,7 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
     use, and the stored response it found), else `fill`'s (the origin asked, given that stored response and how
     to land the flight) as the flight's leader, or after waiting for the flight to land when it stored nothing
     this request may use; `failed`'s, with the stored response, when the origin failed the flight or it does not
-    land within the origin's first-byte time (an OriginTimeout). After a wait that found nothing: an answer the
+    land within `flight_patience_s` (an OriginTimeout). After a wait that found nothing: an answer the
     flight did not mean to keep (one they may not share), and a second such wait, send the request to the origin
     itself; a body that was to be kept and is not there (cut short, purged meanwhile) makes one more flight, which
     the others that waited join, so one origin request, not one each, fetches it again. Deliveries (serve_pull)
@@ -331,7 +341,7 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
         try:
             failure = await await_flight(waiting, limits)
         except TimeoutError:
-            failure = OriginTimeout(f"no answer from the origin within {limits.first_byte_timeout_s:g} s")
+            failure = OriginTimeout(f"no answer from the origin within {flight_patience_s(limits):g} s")
         if failure is not None:
             return await failed(stored, failure)
         waited = waiting

@@ -327,9 +327,9 @@ async def test_a_shield_that_cannot_answer_sends_the_fill_to_the_origin(make_cdn
         assert asked.headers[SECRET[0]] == SECRET[1]
 
 
-async def test_a_request_waiting_for_a_fill_gives_up_after_the_first_byte_timeout(make_cdn: CdnFactory) -> None:
+async def test_a_request_waiting_for_a_fill_answers_with_its_timeout(make_cdn: CdnFactory) -> None:
     """The fill asks a silent shield, then a silent origin (a first-byte timeout each): a request that waits
-    for it answers 504 after one first-byte timeout of its own, and asks no origin itself."""
+    for it answers with the fill's 504, and asks no origin itself."""
     answered = asyncio.Event()
 
     async def silent(_request: web.Request) -> web.StreamResponse:
@@ -356,6 +356,38 @@ async def test_a_request_waiting_for_a_fill_gives_up_after_the_first_byte_timeou
         finally:
             answered.set()
         assert run.origin.count("/w.txt") == 1   # the fill's; the waiter's own would be a second
+
+
+async def test_a_request_waiting_for_a_fill_a_silent_shield_delays_gets_the_origins_answer(
+        make_cdn: CdnFactory) -> None:
+    """The fill waits a first-byte time (1 s) for a silent shield, then the origin answers it after 0.6 s: a request
+    that joined the fill at its start gets that answer (past a first-byte time of its own), and asks no origin."""
+    answered = asyncio.Event()
+
+    async def silent(_request: web.Request) -> web.StreamResponse:
+        await answered.wait()
+        return relayed()
+
+    async def slow_origin(_request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(0.6)
+        return web.Response(body=b"from the origin", headers={"Cache-Control": "max-age=600"})
+
+    async with shielded_cdn(make_cdn, silent) as run:
+        run.origin.route("/slow.txt", slow_origin)
+        try:
+            leader = asyncio.ensure_future(run.cdn.edge.get(f"/{ZONE}/slow.txt"))
+
+            async def shield_asked() -> bool:
+                return len(run.shield.seen) == 1
+
+            await wait_until(shield_asked, "the fill reaching the shield")
+            waiter = await asyncio.wait_for(run.cdn.edge.get(f"/{ZONE}/slow.txt"), WAIT_S)
+            assert (waiter.status, await waiter.read()) == (200, b"from the origin")
+            first = await asyncio.wait_for(leader, WAIT_S)
+            assert (first.status, first.headers["X-Cache"], await first.read()) == (200, "MISS", b"from the origin")
+        finally:
+            answered.set()
+        assert run.origin.count("/slow.txt") == 1
 
 
 async def test_a_shield_behind_the_asking_edge_declines(make_cdn: CdnFactory) -> None:
