@@ -226,6 +226,14 @@ async def test_an_operators_day(site: Site, browser: DashboardBrowser, shots: Pa
     origin = await page.js("fetch('/api/core/zones/brand/origin').then(r => r.json())")
     assert origin["Origin"]["Url"] == "https://origin.example.com/assets"
     assert origin["Origin"]["RequestHeaders"] == {"X-Origin-Secret": "(set)"}   # never shown back
+    # Its Files view says it pulls, and offers no upload (the API would refuse it: 409 PullZone).
+    await open_view(page, base, "files/brand/v1", "!!document.querySelector('#pull-notice')")
+    assert "https://origin.example.com/assets" in await page.text("#pull-notice")
+    assert await page.js("document.getElementById('upload-button').disabled") is True
+    await open_view(page, base, "zones", "!!document.querySelector('#zone-list tr[data-zone=\"brand\"]')")
+    await page.click("#zone-list tr[data-zone=\"brand\"] button[data-action=origin]")
+    await page.wait_for("!!document.querySelector('#origin-form') && "
+                        "document.getElementById('origin-state').textContent.includes('pulls from')")
     await page.click("#origin-remove")
     await page.wait_for("!!document.querySelector('dialog[open]')")
     await page.click("dialog button[data-action=true]")

@@ -57,10 +57,13 @@ export async function render(container, { rest, params }) {
     crumbs.append(i === parts.length - 1 ? h("b", null, part) : h("a", { href: hashFor(parts.slice(0, i + 1).join("/")) }, part));
   });
   const fileInput = h("input#file-input.hidden", { type: "file", multiple: true, onchange: () => { startUploads([...fileInput.files]); fileInput.value = ""; } });
+  // A pull zone's paths are its origin's: the API refuses uploads into it (409 PullZone), and what is stored in it
+  // (from before it pulled) is kept, not served, until the origin is removed.
+  const pulling = zones.find((z) => z.Name === root && z.Kind === "pull");
   const tools = [
     picker,
-    h("button", { type: "button", onclick: newFolder }, "New folder"),
-    h("button.primary#upload-button", { type: "button", onclick: () => fileInput.click() }, "Upload files"),
+    h("button", { type: "button", onclick: newFolder, disabled: !!pulling }, "New folder"),
+    h("button.primary#upload-button", { type: "button", onclick: () => fileInput.click(), disabled: !!pulling }, "Upload files"),
     fileInput,
   ];
 
@@ -68,7 +71,11 @@ export async function render(container, { rest, params }) {
   const uploads = h("div.uploads#uploads");
   const browser = h("div.card.flush.dropzone#dropzone", null,
     h("div.card-head", null, crumbs, h("div.row", null, tools)),
-    h("p.muted.small", { style: "padding: 0 18px" }, "Drag files here to upload them into this folder."),
+    pulling
+      ? h("div.notice#pull-notice", { style: "margin: 0 18px 12px" }, `${root} is a pull zone: its paths are fetched from `,
+        h("b", null, pulling.Origin.Url), ". Files cannot be uploaded into it; those stored before it pulled are kept but not served. ",
+        h("a", { href: "#/zones" }, "Remove the origin"), " to serve them again.")
+      : h("p.muted.small", { style: "padding: 0 18px" }, "Drag files here to upload them into this folder."),
     h("div", { style: "padding: 0 18px" }, uploads),
     listing);
   const preview = h("div.card#preview", null, empty("Select a file to preview it."));
@@ -84,6 +91,10 @@ export async function render(container, { rest, params }) {
     depth = 0;
     browser.classList.remove("dragging");
     const dropped = [...(event.dataTransfer.files || [])];
+    if (pulling) {
+      if (dropped.length) toast(`${root} is a pull zone: files cannot be uploaded into it.`, "error");
+      return;
+    }
     if (dropped.length) startUploads(dropped);
   });
 
