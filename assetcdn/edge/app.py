@@ -197,6 +197,9 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         node.tls.state_file = identity.cache_dir / f"tls-state-{identity.worker}.json"
         node.load_persisted()
         app[NODE] = node
+        node.origins.report_to(app[METRICS])
+        flights = app[pull.FLIGHTS]
+        app[METRICS].follow_counts([(app[METRICS].fill_waiters.labels(app[METRICS].kind), lambda: flights.waiters)])
         app[PROXY_SESSION] = open_proxy_session(settings)
         app[FORWARD_SPOOL] = ForwardSpool(int(edge["proxy_body_disk_mb"]) * 1024 * 1024)
         app[FORWARD_SPOOL].report_to(app[METRICS])

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -44,6 +45,7 @@ from assetcdn.shared.address_guard import (
     literal_address,
 )
 from assetcdn.shared.config import Settings
+from assetcdn.shared.metrics import LATENCY_BUCKETS, Metrics, add_observations
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,13 @@ NOT_FORWARDED = HOP_BY_HOP | UNKEYED_OVERRIDES | ANSWERED_HERE
 VIA = "1.1 assetcdn"
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_CHECKED_HOSTS = 1024  # origin hosts whose refusal (or none) is remembered; more start over
+
+
+# How `assetcdn_edge_origin_requests_total` counts a request: its target, then its outcome (the answer's status class,
+# or why there was none).
+ORIGIN, SHIELD = "origin", "shield"
+STATUS_CLASSES = ("", "1xx", "2xx", "3xx", "4xx", "5xx")
+TIMED_OUT, REFUSED, FAILED = "timeout", "refused", "failed"
 
 
 class OriginError(Exception):
@@ -255,6 +264,31 @@ class OriginClient:
         self._checked: dict[tuple[str, str], str | None] = {}
         self._pool: Pool | None = None
         self._peer_pool: Pool | None = None
+        # Counted since the last metrics flush (`report_to`): requests by (target, outcome), and per target the time
+        # to each answer's head (a count per LATENCY_BUCKETS bucket, then +Inf, then the sum of seconds).
+        self._counts: dict[tuple[str, str], int] = {}
+        self._first_byte: dict[str, list[float]] = {}
+
+    def report_to(self, metrics: Metrics) -> None:
+        """Add the requests counted since the last flush to `metrics` on each of its flushes
+        (``assetcdn_edge_origin_requests_total``, ``assetcdn_edge_origin_first_byte_seconds``)."""
+
+        def collect() -> None:
+            counts, self._counts = self._counts, {}
+            for (target, outcome), count in counts.items():
+                metrics.origin_requests.labels(metrics.kind, target, outcome).inc(count)
+            first_byte, self._first_byte = self._first_byte, {}
+            for target, observations in first_byte.items():
+                add_observations(metrics.origin_first_byte_seconds.labels(metrics.kind, target), observations)
+
+        for target in (ORIGIN, SHIELD):  # series from the start: an operator can alert before the first failure
+            for outcome in ("5xx", TIMED_OUT, REFUSED, FAILED):
+                metrics.origin_requests.labels(metrics.kind, target, outcome)
+        metrics.add_source(collect)
+
+    def _count(self, target: str, outcome: str) -> None:
+        key = (target, outcome)
+        self._counts[key] = self._counts.get(key, 0) + 1
 
     def pool(self) -> Pool:
         """Connections to origins: every new one to the addresses the guard resolved and checked."""
@@ -307,16 +341,18 @@ class OriginClient:
         """Send one request; the answer's head once it arrived (its body is read with `chunks`)."""
         refused = self.refused(target)
         if refused:
+            self._count(ORIGIN, REFUSED)
             raise OriginRefused(refused)
-        return await self._send(self.pool(), method, target, headers, body)
+        return await self._send(self.pool(), method, target, headers, body, ORIGIN)
 
     async def peer_request(self, target: URL, headers: Mapping[str, str] | CIMultiDict[str], method: str = "GET",
                            body: bytes | None = None) -> OriginResponse:
         """A request to another edge acting as a shield: the same timeouts, limits and errors as an origin's."""
-        return await self._send(self.peer_pool(), method, target, headers, body)
+        return await self._send(self.peer_pool(), method, target, headers, body, SHIELD)
 
     async def _send(self, pool: Pool, method: str, target: URL, headers: Mapping[str, str] | CIMultiDict[str],
-                    body: bytes | None) -> OriginResponse:
+                    body: bytes | None, counted: str) -> OriginResponse:
+        """The request on `pool`; counted under `counted` (ORIGIN or SHIELD) with its outcome."""
         request_time = time.time()  # RFC 9111 4.2.3's request_time and response_time: Unix time
         scheme = target.scheme
         key = (scheme, target.raw_host or "", target.port or DEFAULT_PORTS.get(scheme, 80))
@@ -327,15 +363,28 @@ class OriginClient:
         try:
             conn = await pool.exchange(key, method, target.raw_path_qs, fields, body, deadline)
         except TimeoutError as exc:  # connecting (its own message), or the head within the first-byte time
+            self._count(counted, TIMED_OUT)
             raise OriginTimeout(str(exc) or f"no answer from the origin within {self.limits.first_byte_timeout_s:g} s"
                                 ) from None
         except RefusedTarget as exc:
+            self._count(counted, REFUSED)
             raise OriginRefused(exc.message) from None
         except OSError as exc:
+            self._count(counted, FAILED)
             raise OriginError(f"could not connect to the origin ({exc.strerror or exc})") from None
         except HttpError as exc:
+            self._count(counted, FAILED)
             raise OriginError(f"the origin's answer could not be read ({exc})") from None
         raw = conn.headers
         dropped = response_connection_fields(raw)
         headers_out = [field for field in raw if field[0] not in dropped]
-        return OriginResponse(conn.status, headers_out, request_time, time.time(), conn, pool, self.limits)
+        response_time = time.time()
+        status = conn.status
+        self._count(counted, STATUS_CLASSES[status // 100] if 1 <= status // 100 <= 5 else FAILED)
+        observations = self._first_byte.get(counted)
+        if observations is None:
+            observations = self._first_byte[counted] = [0] * (len(LATENCY_BUCKETS) + 2)
+        waited = max(response_time - request_time, 0.0)
+        observations[bisect_left(LATENCY_BUCKETS, waited)] += 1
+        observations[-1] += waited
+        return OriginResponse(status, headers_out, request_time, response_time, conn, pool, self.limits)

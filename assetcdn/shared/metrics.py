@@ -104,6 +104,22 @@ class Metrics:
                                                   "writing them to the disk tier, by reason (unread, writer_behind)",
                                                   ["process", "reason"], registry=reg)
 
+        # Pull zones' requests to their origins and to shield edges (assetcdn/edge/origin_client.py): by target
+        # (origin, shield) and outcome (the answer's status class, or why there was none), and the time to the head.
+        self.origin_requests = Counter("assetcdn_edge_origin_requests_total",
+                                       "Requests to pull zones' origins and to shield edges, by target (origin, "
+                                       "shield) and outcome (1xx-5xx: the answer's status class; timeout, refused, "
+                                       "failed: no answer)", ["process", "target", "outcome"], registry=reg)
+        self.origin_first_byte_seconds = Histogram("assetcdn_edge_origin_first_byte_seconds",
+                                                   "Time from a request to a pull zone's origin or a shield edge to "
+                                                   "its answer's head", ["process", "target"],
+                                                   buckets=LATENCY_BUCKETS, registry=reg)
+        # Requests for a pull zone URL that waited for another request's origin request (assetcdn/edge/states/
+        # pull.py `Flights`) rather than asking the origin themselves.
+        self.fill_waiters = Counter("assetcdn_edge_fill_waiters_total",
+                                    "Pull zone requests that waited for another request's origin request for the "
+                                    "same URL (collapsed) instead of making their own", ["process"], registry=reg)
+
         self.tally = Tally()
         self.bytes_served_here = TallyCounter(self.tally.bytes_served, kind)
         self._cache_counters: dict[str, TallyCounter] = {}
@@ -176,7 +192,7 @@ class Metrics:
         if tally.latency:
             latency, tally.latency = tally.latency, {}
             for route, observations in latency.items():
-                _add_observations(self.request_seconds.labels(self.kind, route), observations)
+                add_observations(self.request_seconds.labels(self.kind, route), observations)
         # These two dicts are shared with their TallyCounters: emptied in place, never replaced.
         for result, count in _drain(tally.cache):
             self.cache.labels(result).inc(count)
@@ -230,8 +246,9 @@ def _drain(counts: dict[str, int]) -> list[tuple[str, int]]:
     return items
 
 
-def _add_observations(child: Any, observations: list[float]) -> None:
-    """Add a batch of observations to a histogram child: bucket counts and the sum in one step each.
+def add_observations(child: Any, observations: list[float]) -> None:
+    """Add a batch of observations to a histogram child: bucket counts and the sum in one step each (the
+    observations: a count per bucket of the histogram's, then +Inf, then the sum).
     prometheus_client has no batch API; its child keeps one value per bucket and one for the sum."""
     buckets = getattr(child, "_buckets", None)
     total = getattr(child, "_sum", None)

@@ -165,6 +165,7 @@ class Flights:
     def __init__(self) -> None:
         self._waiting: dict[str, asyncio.Future[Landing]] = {}
         self._joined: dict[str, int] = {}  # requests waiting for each key's flight (`joined`)
+        self.waiters = 0  # requests that joined a flight under way, ever (assetcdn_edge_fill_waiters_total)
         # The application's loop, taken at the first flight: an application runs on one loop for its life.
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -179,6 +180,7 @@ class Flights:
             self._joined[key] = 0
         else:
             self._joined[key] += 1
+            self.waiters += 1
         return future
 
     def joined(self, key: str) -> int:

@@ -25,7 +25,7 @@ from assetcdn.shared.cluster import ReplayGuard, sign_request, verify_request
 from tests.control.expect import expect_error
 from tests.integration.harness import free_port_block
 from tests.support.cdn import Cdn, CdnFactory
-from tests.support.control import SECRETS
+from tests.support.control import METRICS, SECRETS
 from tests.support.origins import PREFIX, ScriptedOrigin, add_pull_zone, serve_origin
 from tests.support.wait import WAIT_S, wait_until
 
@@ -428,3 +428,62 @@ async def test_an_invalidation_from_another_edge_needs_the_cluster_secret(make_c
         assert (await run.get("/kept.txt"))[:2] == (200, "HIT")
         assert (await invalidate(SECRETS.cluster_secret, [f"path:{ZONE}/kept.txt"])).status == 200
         assert (await run.get("/kept.txt"))[:2] == (200, "MISS")
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of the series `name` with `labels` (among others) in a /metrics text; 0 when there is none."""
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{key}="{value}"' in line for key, value in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_origin_and_shield_requests_are_counted_by_outcome_on_metrics(make_cdn: CdnFactory) -> None:
+    """What an operator watches of the origin and the shields: requests by target and outcome, the time to each
+    answer's head, and the requests that waited for another's fill."""
+    answered = asyncio.Event()
+
+    async def silent(_request: web.Request) -> web.StreamResponse:
+        await answered.wait()
+        return relayed()
+
+    async with shielded_cdn(make_cdn, silent) as run:
+        try:
+            text = await (await run.cdn.edge.get("/metrics", headers=METRICS)).text()
+            for target in ("origin", "shield"):  # series an operator can alert on before any failure
+                assert f'assetcdn_edge_origin_requests_total{{outcome="timeout",process="edge",target="{target}"}} 0.0' \
+                    in text.splitlines()
+            run.origin.answer("/m.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
+            run.origin.answer("/gone.txt", b"no", status=404)
+            assert (await run.get("/m.txt"))[:2] == (200, "MISS")   # the silent shield, then the origin
+            assert (await run.get("/m.txt"))[:2] == (200, "HIT")    # nobody asked
+            assert (await run.get("/gone.txt"))[0] == 404           # the shield is passed over now
+            release = run.origin.hold("/held.txt", b"x" * 1000, {"Cache-Control": "max-age=600"})
+            first = asyncio.ensure_future(run.cdn.edge.get(f"/{ZONE}/held.txt"))
+
+            async def origin_asked() -> bool:
+                return run.origin.count("/held.txt") == 1
+
+            await wait_until(origin_asked, "the fill reaching the origin")
+            others = [asyncio.ensure_future(run.cdn.edge.get(f"/{ZONE}/held.txt")) for _ in range(2)]
+
+            async def joined() -> bool:
+                text = await (await run.cdn.edge.get("/metrics", headers=METRICS)).text()
+                return metric(text, "assetcdn_edge_fill_waiters_total") == 2
+
+            await wait_until(joined, "two requests waiting for the fill")
+            release.set()
+            for answer in (first, *others):
+                resp = await asyncio.wait_for(answer, WAIT_S)
+                assert (resp.status, len(await resp.read())) == (200, 1000)
+        finally:
+            answered.set()
+        assert run.origin.count("/held.txt") == 1
+        text = await (await run.cdn.edge.get("/metrics", headers=METRICS)).text()
+        requests = "assetcdn_edge_origin_requests_total"
+        assert metric(text, requests, target="shield", outcome="timeout") == 1
+        assert metric(text, requests, target="origin", outcome="2xx") == 2
+        assert metric(text, requests, target="origin", outcome="4xx") == 1
+        assert metric(text, requests, target="origin", outcome="timeout") == 0
+        assert metric(text, "assetcdn_edge_origin_first_byte_seconds_count", target="origin") == 3
+        assert metric(text, "assetcdn_edge_origin_first_byte_seconds_count", target="shield") == 0
