@@ -1,18 +1,21 @@
 """The source image before any pixel is decoded: sniff, sanitise, read the header, check size.
 
 What the bytes are is decided from the bytes, not from the file name: an SVG behind a `.png`
-name is still sanitised, and only the loaders below may read a source (libvips can also load
-CSV, matrix and its own formats, none of which a CDN asset should be). HEIC/HEIF is read
+name is still sanitised, so is a gzip-compressed one (svgz, which librsvg would inflate itself,
+past the sanitiser: it is inflated here first, within the sanitiser's size bound), and only the
+loaders below may read a source (libvips can also load CSV, matrix and its own formats, none of
+which a CDN asset should be). HEIC/HEIF is read
 with pillow-heif, since libvips here is built without HEVC.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.heif import is_heif_not_avif
-from assetcdn.shared.svg_sanitize import filter_primitives, sanitize_svg
+from assetcdn.shared.svg_sanitize import MAX_SVG_BYTES, filter_primitives, sanitize_svg
 
 # libvips loader -> format name used across the transform.
 VIPS_LOADERS = {
@@ -21,6 +24,7 @@ VIPS_LOADERS = {
     "svgload_buffer": "svg",
 }
 ANIMATED_FORMATS = frozenset({"gif", "webp"})
+GZIP_MAGIC = b"\x1f\x8b"   # what libvips' SVG loader takes as a compressed SVG; no other loader reads it
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +54,30 @@ def undecodable(source_format: str, reason: str) -> LegacyError:
     return LegacyError(422, f"The source image ({source_format}) could not be decoded: {reason}")
 
 
+def _inflated_svg(data: bytes, source_format: str) -> bytes:
+    """The document of a gzip-compressed SVG, inflated here (never by librsvg, which would render it unsanitised):
+    one whole gzip member of at most MAX_SVG_BYTES once inflated, holding an SVG; else 422."""
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        document = inflater.decompress(data, MAX_SVG_BYTES + 1)
+    except zlib.error as exc:
+        raise undecodable(source_format, f"its gzip data is broken ({exc}).") from exc
+    if len(document) > MAX_SVG_BYTES:
+        raise undecodable(source_format, f"the SVG it compresses is larger than {MAX_SVG_BYTES} bytes.")
+    if not inflater.eof or inflater.unused_data:
+        raise undecodable(source_format, "its gzip data is not one whole compressed document.")
+    if not _looks_like_svg(document):
+        raise undecodable(source_format, "its gzip data holds no SVG.")
+    return document
+
+
 def read_source(data: bytes, source_format: str) -> SourceImage:
     """Identify the bytes and read their header only; LegacyError 415/422 when they cannot be used."""
     if not data:
         raise undecodable(source_format, "it is empty.")
     primitives = 0
+    if data.startswith(GZIP_MAGIC):
+        data = _inflated_svg(data, source_format)
     if _looks_like_svg(data):
         try:
             data = sanitize_svg(data)
