@@ -214,11 +214,8 @@ async def described(node: EdgeNode, at: PullSourcePath, url_key: str, stored: St
                     body: bytes | None = None, *, kept: bool = True) -> PullSource:
     """A stored response as a source: refused unless it is a whole image within the byte limit; its id
     from its validator (hashing its body when it has none)."""
-    if stored.status in (404, 410):
-        raise SourceRefused(404, "AssetNotFound", f"No asset at '/{at.cdn_path}' (the origin answered "
-                            f"{stored.status}).")
     if stored.status != 200:
-        raise SourceRefused(502, "OriginError", f"The origin answered {stored.status} for '/{at.cdn_path}'.")
+        raise not_an_image(at, stored.status)
     limit = source_limit(node)
     if stored.obj.size > limit:
         raise too_large(at, stored.obj.size, limit)
@@ -230,6 +227,14 @@ async def described(node: EdgeNode, at: PullSourcePath, url_key: str, stored: St
         body = data
     return PullSource(at, url_key, stored, pull_source_id(etag, last_modified, stored.obj.size, digest), body,
                       kept)
+
+
+def not_an_image(at: PullSourcePath, status: int) -> SourceRefused:
+    """The refusal of an origin's answer other than 200, fresh from the origin or stored: 404 for 404 and 410,
+    else 502 OriginError."""
+    if status in (404, 410):
+        return SourceRefused(404, "AssetNotFound", f"No asset at '/{at.cdn_path}' (the origin answered {status}).")
+    return SourceRefused(502, "OriginError", f"The origin answered {status} for '/{at.cdn_path}'.")
 
 
 def origin_failed(at: PullSourcePath, exc: OriginError) -> SourceRefused:
@@ -277,36 +282,36 @@ async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSo
                                                                           time.time()):
         response.release()
         return await described(node, at, url_key, stored)
-    if response.status != 200:
-        response.release()
-        if response.status in (404, 410):
-            raise SourceRefused(404, "AssetNotFound", f"No asset at '/{at.cdn_path}' (the origin answered "
-                                f"{response.status}).")
-        raise SourceRefused(502, "OriginError", f"The origin answered {response.status} for '/{at.cdn_path}'.")
     why = not_storable("GET", response.status, SOURCE_FIELDS, response.headers,
                        store_set_cookie=at.zone.store_set_cookie)
     if why is not None:
         response.release()
+        if response.status != 200:
+            raise not_an_image(at, response.status)
         refuse_unshared(at, why)
     limit = min(source_limit(node), node.origins.limits.max_object_bytes)
     length = first_value(response.headers, "content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         response.release()
-        raise too_large(at, int(length), limit)
+        raise too_large(at, int(length), limit) if response.status == 200 else not_an_image(at, response.status)
+    # Any answer a delivery would keep is kept (a 404 too: the requests for a missing image meanwhile and
+    # after are answered from it, as its deliveries are, not each by the origin), then judged as a source.
     kept: Kept = asyncio.get_running_loop().create_future()
     land(kept)
     try:
-        source = await keep(node, at, url_key, Varied(SOURCE_FIELDS, at.zone, client_ip, scheme), response, limit)
-        settle(kept, source.kept)
-        return source
+        read, body, in_cache = await keep(node, at, url_key, Varied(SOURCE_FIELDS, at.zone, client_ip, scheme),
+                                          response, limit)
+        settle(kept, in_cache)
+        return await described(node, at, url_key, read, body, kept=in_cache)
     finally:
         settle(kept)  # refused (too large, not an image): not kept, and nothing for the others to retry
 
 
 async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, sent: Varied, response: OriginResponse,
-               limit: int) -> PullSource:
-    """Read a source the origin sent whole (at most `limit` bytes) and store it; one a purge made since it was
-    asked for names (`ask`'s mark) is used for this request only (`kept` False), its variant not stored either."""
+               limit: int) -> tuple[StoredResponse, bytes, bool]:
+    """Read an answer the origin sent whole (at most `limit` bytes) and store it: the response, its body, and
+    whether it is stored. One a purge made since it was asked for names (`ask`'s mark) is read for this request
+    only (False), and a source's variant made from it is not stored either."""
     chunks: list[bytes] = []
     size = 0
     try:
@@ -329,12 +334,11 @@ async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, sent: Varied, r
     except PurgedMeanwhile:
         # This request is answered from the bytes it read; the next one asks the origin again.
         log.debug("pull zone %s: the source %s not kept: purged while it was fetched", at.zone.name, at.path)
-        read = read_not_kept(url_key, response, head, body, digest)
-        return await described(node, at, url_key, read, body, kept=False)
+        return read_not_kept(url_key, response, head, body, digest), body, False
     kept = StoredResponse.of(obj) if obj is not None else None
     if kept is None:
         raise SourceRefused(503, "ServiceUnavailable", "The source could not be kept in this edge's cache. Retry.")
-    return await described(node, at, url_key, kept, body)
+    return kept, body, True
 
 
 def revalidate_in_background(node: EdgeNode, client: tuple[str | None, str], flights: Flights,

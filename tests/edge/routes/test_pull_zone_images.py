@@ -388,6 +388,20 @@ async def test_a_source_that_is_not_an_image_or_not_there_is_refused_as_a_stored
     assert (await pics.get(f"/api/auto?path=/{ZONE}/missing.png")).status == 404
 
 
+async def test_an_origin_404_is_kept_as_a_delivery_keeps_it_so_variant_requests_do_not_each_ask(pics: Pics) -> None:
+    """A missing image's 404 the origin lets caches keep is stored by the first variant request, as a delivery
+    stores it: the requests for it meanwhile and after are 404 from the cache, not one origin request each."""
+    pics.origin.answer("/gone.png", b"no such image", status=404, headers=LONG)
+    answers = await asyncio.gather(*(pics.transform("/gone.png", f"w={width}") for width in range(50, 55)))
+    answers.append(await pics.transform("/gone.png", "w=60"))
+    assert [answer.status for answer in answers] == [404] * 6
+    await expect_error(await pics.get(f"/api/blurhash?url=/{ZONE}/gone.png"), 404, "AssetNotFound")
+    assert (await pics.get(f"/api/auto?path=/{ZONE}/gone.png")).status == 404
+    delivered = await pics.get(f"/{ZONE}/gone.png")
+    assert (delivered.status, delivered.headers["X-Cache"]) == (404, "HIT")
+    assert pics.origin.count("/gone.png") == 1
+
+
 SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="200" height="100">'
        '<rect width="200" height="100" fill="rgb(220,30,30)"/></svg>')
 
