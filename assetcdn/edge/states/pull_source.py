@@ -47,6 +47,7 @@ from assetcdn.edge.states.freshness import (
     field_values,
     first_value,
     http_date,
+    listed_fields,
     not_storable,
     parse_directives,
     response_directives,
@@ -365,8 +366,14 @@ def revalidate_in_background(node: EdgeNode, client: tuple[str | None, str], fli
 
 def variant_cache_control(source: PullSource, longest: int | None = None) -> str:
     """A variant's Cache-Control: what is left of its source's freshness for a client (`client_max_age`), at
-    most `longest` seconds; `no-cache` when the source must be validated first."""
+    most `longest` seconds; `no-cache` when the source must be validated first. `public` unless the source's own
+    Cache-Control keeps it from the caches past this edge, which a field targeted at this edge (CDN-Cache-Control)
+    let it keep: `private` (browsers only) or `no-store` (no cache at all) then, as the source's deliveries say."""
+    browser = parse_directives(field_values(source.stored.headers, "cache-control"))
+    if "no-store" in browser:
+        return "no-store"
+    scope = "private" if "private" in browser and not listed_fields(browser["private"]) else "public"
     max_age = source.client_max_age(time.time())
     if max_age is None:
-        return "public, no-cache"
-    return f"public, max-age={max_age if longest is None else min(max_age, longest)}"
+        return f"{scope}, no-cache"
+    return f"{scope}, max-age={max_age if longest is None else min(max_age, longest)}"

@@ -219,6 +219,26 @@ async def test_a_variant_is_kept_by_clients_no_longer_than_a_browser_may_keep_it
     assert pics.origin.count(name) == 1
 
 
+@pytest.mark.parametrize(("name", "browser", "expected"), [
+    ("/private-to-browsers.png", "private, max-age=60", "private, max-age=60"),
+    ("/no-store-for-browsers.png", "no-store", "no-store"),
+])
+async def test_a_variant_keeps_what_the_source_forbids_caches_past_this_edge(
+        pics: Pics, name: str, browser: str, expected: str) -> None:
+    """CDN-Cache-Control lets this edge keep an image that Cache-Control keeps from every other cache (`private`)
+    or from every cache (`no-store`): its variants say so too, never `public`, as the image's own deliveries do."""
+    pics.origin.answer(name, image(RED), headers={"Cache-Control": browser, "CDN-Cache-Control": "max-age=600"})
+    delivered = await pics.get(f"/{ZONE}{name}")
+    assert delivered.headers["Cache-Control"] == browser
+    for _ in range(2):  # made, then from the cache
+        resp = await pics.transform(name)
+        assert resp.status == 200, await resp.text()
+        assert resp.headers["Cache-Control"] in (expected, expected.replace("60", "59")), resp.headers["Cache-Control"]
+    placeholder = await pics.get(f"/api/lqip?url=/{ZONE}{name}")
+    assert placeholder.headers["Cache-Control"] in (expected, expected.replace("60", "59"))
+    assert pics.origin.count(name) == 1
+
+
 async def test_a_variant_of_a_source_with_expires_is_kept_until_then(pics: Pics) -> None:
     now = time.time()
     pics.origin.answer("/expires.png", image(RED), headers={"Date": formatdate(now, usegmt=True),
