@@ -75,12 +75,13 @@ def pull_variant_key(url_key: str, selector: str) -> str:
 
 def pull_source_id(etag: str | None, last_modified: str | None, size: int, body_sha256: str | None = None) -> str:
     """What names a pull zone image's content in its variants' keys, as imgproxy keys an HTTP source: its
-    strong ETag, else its Last-Modified and length, else the SHA-256 of its body (`body_sha256`, needed only
-    then). A new validator from the origin makes new keys."""
+    strong ETag, else its Last-Modified and length (and its weak ETag, when it has one: a file replaced within
+    Last-Modified's second by one of the same length changes only that), else the SHA-256 of its body
+    (`body_sha256`, needed only then). A new validator from the origin makes new keys."""
     if etag is not None and not etag.startswith("W/"):
         basis = f"etag\n{etag}"
     elif last_modified is not None:
-        basis = f"modified\n{last_modified}\n{size}"
+        basis = f"modified\n{last_modified}\n{size}" + (f"\n{etag}" if etag is not None else "")
     elif body_sha256 is not None:
         basis = f"sha256\n{body_sha256}"
     else:

@@ -291,6 +291,34 @@ async def test_a_new_etag_on_revalidation_makes_new_variants_and_retires_the_old
     assert not variants_before & tagged(pics, url_key)   # the red variants are gone
 
 
+async def test_a_new_weak_etag_makes_new_variants_even_with_the_same_last_modified_and_length(pics: Pics) -> None:
+    """An origin that names its image by a weak ETag and a Last-Modified of one-second resolution (a static file
+    server's), the image replaced within that second by one of the same length: only the weak ETag changed, and
+    the variant is made from the new image, not the old one's answered for it."""
+    modified = formatdate(time.time() - 3600, usegmt=True)
+    version = {"etag": 'W/"red"', "body": image(RED)}
+    assert len(image(RED)) == len(image(BLUE))
+
+    async def replaced(request: web.Request) -> web.StreamResponse:
+        fields = {"ETag": str(version["etag"]), "Last-Modified": modified, "Cache-Control": "max-age=1"}
+        if request.headers.get("If-None-Match") == version["etag"]:
+            return web.Response(status=304, headers=fields)
+        return web.Response(body=version["body"], headers={**fields, "Content-Type": "image/png"})
+
+    pics.origin.route("/replaced.png", replaced)
+    first = await pics.transform("/replaced.png")
+    assert close_to(centre(await first.read()), RED)
+    version.update(etag='W/"blue"', body=image(BLUE))
+
+    async def asked_again() -> bool:
+        resp = await pics.transform("/replaced.png")
+        return resp.status == 200 and pics.origin.count("/replaced.png") > 1
+
+    await wait_until(asked_again, "the stale image fetched again")
+    resp = await pics.transform("/replaced.png")
+    assert close_to(centre(await resp.read()), BLUE), resp.headers["X-Cache"]
+
+
 def tagged(pics: Pics, url_key: str) -> set[str]:
     """The keys of the variants of `url_key` in this edge's cache: its variants' tag, less the note of the
     validator they were made from."""
