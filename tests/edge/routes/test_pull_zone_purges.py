@@ -146,3 +146,25 @@ async def test_a_url_purge_names_a_path_however_its_escapes_are_spelt(pull: Pull
     answer = await purge(pull, {"urls": [url for url in spelt.values() if url]})
     assert answer["edges"]["entriesRemoved"] == {"edge-t/0": 3}
     assert [(await pull.get(name)).headers["X-Cache"] for name in spelt] == ["MISS", "MISS", "MISS", "HIT"]
+
+
+async def test_a_tag_purge_of_one_vary_variant_leaves_the_others_cached(pull: Pull) -> None:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        lang = request.headers.get("Accept-Language", "none")
+        return web.Response(body=lang.encode(), headers={**LONG, "Vary": "Accept-Language", "Cache-Tag": f"lang-{lang}"})
+
+    pull.origin.route("/vary/langs.txt", handle)
+    for lang in ("en", "fr"):  # fr stored last: the URL's own entry is written with each variant
+        for x_cache in ("MISS", "HIT"):
+            resp = await pull.get("/vary/langs.txt", headers={"Accept-Language": lang})
+            assert resp.headers["X-Cache"] == x_cache, lang
+    answer = await purge(pull, {"tags": ["lang-fr"]})
+    assert answer["edges"]["entriesRemoved"] == {"edge-t/0": 1}  # the fr variant, nothing else
+    seen = {lang: (await pull.get("/vary/langs.txt", headers={"Accept-Language": lang})).headers["X-Cache"]
+            for lang in ("en", "fr")}
+    assert seen == {"en": "HIT", "fr": "MISS"}
+    # A URL purge still takes every variant.
+    answer = await purge(pull, {"urls": [f"/{ZONE}/vary/langs.txt"]})
+    seen = {lang: (await pull.get("/vary/langs.txt", headers={"Accept-Language": lang})).headers["X-Cache"]
+            for lang in ("en", "fr")}
+    assert seen == {"en": "MISS", "fr": "MISS"}
