@@ -37,6 +37,12 @@ SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
 # Never stored, and never updated from a 304 (RFC 9111 3.1, 3.2; RFC 9110 7.6.1).
 UNSTORED_FIELDS = frozenset(("connection", "keep-alive", "proxy-connection", "te", "transfer-encoding", "upgrade",
                              "proxy-authenticate", "proxy-authentication-info", "proxy-authorization"))
+# The fields an origin names a response's purge tags in (space- or comma-separated), and how long their values may
+# be together: each tag costs an index row on disk and memory with every copy, so a response naming more (16 KB,
+# the bound Cloudflare and Fastly put on these fields) is passed on, not stored. Kept without some of its tags,
+# it would outlive a purge of the tags left out.
+TAG_FIELDS = ("cache-tag", "surrogate-key")
+MAX_TAG_BYTES = 16 * 1024
 # What describes the stored bytes themselves stays as stored when a 304 updates the head.
 NOT_UPDATED_BY_304 = frozenset(("content-length", "content-encoding", "content-md5", "content-range", "etag"))
 
@@ -179,6 +185,7 @@ class NotStored(enum.Enum):
     VARY_STAR = "vary-star"
     NO_FRESHNESS = "no-freshness"
     TOO_LARGE = "too-large"
+    TOO_MANY_TAGS = "too-many-tags"
 
 
 def not_storable(method: str, status: int, request_headers: Headers, response_headers: Headers, *,
@@ -210,6 +217,8 @@ def not_storable(method: str, status: int, request_headers: Headers, response_he
                 or (not targeted and first_value(response_headers, "expires") is not None))
     if not explicit and status not in HEURISTIC_STATUSES:
         return NotStored.NO_FRESHNESS
+    if sum(len(value) for name, value in response_headers if name in TAG_FIELDS) > MAX_TAG_BYTES:
+        return NotStored.TOO_MANY_TAGS
     return None
 
 

@@ -56,6 +56,7 @@ from assetcdn.edge.site_config import PullZone
 from assetcdn.edge.states.deliver import etag_matches, parse_range
 from assetcdn.edge.states.feed import ClientFeed, Rest, rest_of
 from assetcdn.edge.states.freshness import (
+    TAG_FIELDS,
     Directives,
     Freshness,
     Headers,
@@ -95,7 +96,6 @@ CACHE_STATUS = "assetcdn"           # this cache's name in Cache-Status (RFC 921
 STATUS, REQUEST_TIME, RESPONSE_TIME, VARY = ":status", ":request-time", ":response-time", ":vary"
 # The SHA-256 of a body stored without a strong ETag or Last-Modified: what names it as a transform's source.
 DIGEST = ":sha256"
-TAG_FIELDS = ("cache-tag", "surrogate-key")
 # A client's own conditions and ranges are answered from the stored response, never passed on a cache fill.
 CLIENT_CONDITIONS = ("If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range")
 # What is never copied to a client from an origin's or stored head: framing is the edge's own, and so is the

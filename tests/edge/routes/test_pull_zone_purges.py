@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from multidict import CIMultiDict
 
+from assetcdn.edge.states.freshness import MAX_TAG_BYTES
 from assetcdn.edge.states.keys import pull_key
 from tests.support.cdn import PURGE
 from tests.support.control import ACCOUNT
@@ -168,3 +170,29 @@ async def test_a_tag_purge_of_one_vary_variant_leaves_the_others_cached(pull: Pu
     seen = {lang: (await pull.get("/vary/langs.txt", headers={"Accept-Language": lang})).headers["X-Cache"]
             for lang in ("en", "fr")}
     assert seen == {"en": "MISS", "fr": "MISS"}
+
+
+async def test_a_response_naming_more_tags_than_the_bound_is_passed_on_not_stored(pull: Pull) -> None:
+    many = [",".join(f"tag-{line}-{n}" for n in range(600)) for line in range(3)]  # 3 lines of about 6 KB
+    assert sum(map(len, many)) > MAX_TAG_BYTES >= sum(map(len, many[:2]))
+
+    def tagged(lines: list[str]) -> Any:
+        async def handle(_request: web.Request) -> web.StreamResponse:
+            headers = CIMultiDict(LONG)
+            for i, line in enumerate(lines):
+                headers.add("Cache-Tag" if i % 2 else "Surrogate-Key", line)
+            return web.Response(body=b"tagged", headers=headers)
+
+        return handle
+
+    pull.origin.route("/tags/over.txt", tagged(many))
+    pull.origin.route("/tags/within.txt", tagged(many[:2]))
+    for _ in range(2):  # each request goes to the origin: a copy kept without some tags would outlive their purge
+        resp = await pull.get("/tags/over.txt")
+        assert (resp.status, resp.headers["X-Cache"]) == (200, "PASS")
+        assert resp.headers["Cache-Status"] == "assetcdn; fwd=uri-miss; detail=too-many-tags"
+    assert pull.origin.count("/tags/over.txt") == 2
+    await cached(pull, "/tags/within.txt")
+    answer = await purge(pull, {"tags": ["tag-1-599"]})
+    assert answer["edges"]["entriesRemoved"] == {"edge-t/0": 1}
+    assert (await pull.get("/tags/within.txt")).headers["X-Cache"] == "MISS"
