@@ -796,12 +796,14 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
                               digest: str | None = None) -> CachedObject | None:
     """`store`, telling its two refusals apart: PurgedMeanwhile when a purge made since the response was asked
     for names it (a caller may still use the body it read, not keep it), None when it could not be kept. A Vary'd
-    URL's own entry (the request fields that select its variant) carries the URL's and the zone's tags only: the
-    origin's tags are each variant's own, and a purge of one variant's tag leaves the others reachable."""
+    URL's own entry (the request fields that select its variant) is no copy of a response: it carries the zone's
+    tag only, so a purge by tag leaves the variants it does not name reachable, and a purge by URL or prefix
+    removes and counts the copies it names (`entriesRemoved`), not the entry that leads to them. Left alone, it
+    leads to no variant until the next fill, which writes it again."""
     vary = vary_fields(response.headers) or ()
     meta = stored_meta(head, response.status, response, digest)
-    url_tags = own_tags(zone, path)
-    tags = [*origin_tags(response.headers), *url_tags]
+    marker_tags = (zone_tag(zone.name),)
+    tags = [*origin_tags(response.headers), *own_tags(zone, path)]
     key = pull_variant_key(url_key, secondary_key(vary, sent.fields())) if vary else url_key
     content_type = first_value(head, "content-type") or ""
     etag = first_value(head, "etag") or ""
@@ -816,7 +818,7 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
         spool.close()
         if cache.memory.accepts(len(body)):
             pending = []
-            if vary and (url_entry := cache.put_behind(url_key, b"", "", "", url_tags, ((VARY, ",".join(vary)),),
+            if vary and (url_entry := cache.put_behind(url_key, b"", "", "", marker_tags, ((VARY, ",".join(vary)),),
                                                        writer=STORES, since=since)) is not None:
                 pending.append(url_entry[1])
             kept = cache.put_behind(key, body, content_type, etag, tags, meta, writer=STORES, since=since)
@@ -831,7 +833,7 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
     def put() -> CachedObject:
         try:
             if vary:
-                cache.put(url_key, b"", "", "", url_tags, headers=((VARY, ",".join(vary)),), since=since)
+                cache.put(url_key, b"", "", "", marker_tags, headers=((VARY, ",".join(vary)),), since=since)
             return cache.put(key, body, content_type, etag, tags, headers=meta, since=since)
         finally:
             spool.close()

@@ -33,6 +33,7 @@ from assetcdn.edge.states.lookup import lookup
 from assetcdn.edge.states.pull_source import PullSource, PullSourcePath, obtain
 from assetcdn.edge.states.serve import DELIVERY_ATTEMPTS, Refusals, ServePolicy, respond
 from assetcdn.edge.states.variant import Made
+from assetcdn.shared.manifest import zone_tag
 
 # What a route makes of the source it got: the variant, and the policy it is answered with.
 Plan = Callable[[PullSource], tuple[Made, ServePolicy]]
@@ -100,4 +101,6 @@ def retire_older_variants(node: EdgeNode, source: PullSource) -> None:
         return
     if made_from is not None:
         node.cache.purge_tags([pull_variants_tag(source.url_key)])
-    node.cache.put(made_key, current, "text/plain", "", source.tags)
+    # No copy of the image's: kept through a purge of it by URL or tag (which counts the copies it removes), with
+    # the variants' tag (retired with them) and the zone's (gone with the zone).
+    node.cache.put(made_key, current, "text/plain", "", (zone_tag(source.at.zone.name), pull_variants_tag(source.url_key)))

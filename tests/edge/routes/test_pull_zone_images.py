@@ -334,6 +334,8 @@ async def test_a_purge_of_the_source_url_drops_its_variants(pics: Pics) -> None:
     assert placeholder.headers["X-Cache"] == "MISS"
     resp = await pics.cdn.control.post("/api/purge", json={"urls": [f"/{ZONE}/purged.png"]}, headers=PURGE)
     assert resp.status == 200, await resp.text()
+    # The image and its three variants: what the edge notes of them (which validator they were made from) is no copy.
+    assert (await resp.json())["edges"]["entriesRemoved"] == {"edge-t/0": 4}
     for query in ("w=100&format=png", "w=50&format=webp"):
         assert (await pics.transform("/purged.png", query)).headers["X-Cache"] == "MISS"
     assert (await pics.get(f"/api/lqip?url=/{ZONE}/purged.png")).headers["X-Cache"] == "MISS"
