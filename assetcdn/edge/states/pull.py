@@ -1007,13 +1007,15 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
 
 
 def not_modified(request: web.Request, stored: StoredResponse) -> bool:
-    """The request's own conditions hold against the stored response (RFC 9110 13.2.2: If-None-Match first)."""
+    """The request's own conditions hold against the stored response (RFC 9110 13.2.2: If-None-Match first).
+    `If-None-Match: *` names any current representation, one without an ETag too (RFC 9110 13.1.2), as the hit
+    path compares it (assetcdn/edge/fastpath/hit_server.py)."""
     if stored.status != 200:
         return False
     if_none_match = request.headers.get("If-None-Match")
-    etag = first_value(stored.headers, "etag")
     if if_none_match is not None:
-        return etag is not None and etag_matches(if_none_match, etag.removeprefix("W/"))
+        etag = first_value(stored.headers, "etag")
+        return etag_matches(if_none_match, None if etag is None else etag.removeprefix("W/"))
     since = http_date(request.headers.get("If-Modified-Since"))
     last_modified = http_date(first_value(stored.headers, "last-modified"))
     return since is not None and last_modified is not None and last_modified <= since

@@ -406,3 +406,18 @@ async def test_a_pull_hits_http_2_fields_are_charged_to_the_memory_budget(
     assert memory.heads_bytes - charged == made
     server._forget_hosts()
     assert memory.heads_bytes == charged - held
+
+
+async def test_if_none_match_star_is_a_304_on_both_paths_for_a_response_without_an_etag(pulled: PullCdn,
+                                                                                        clock: Clock) -> None:
+    """`If-None-Match: *` is false whenever the URL has a current representation (RFC 9110 13.1.2), an ETag or
+    not: the hit path answered 304 while the application sent the whole body."""
+    conn = await pulled.warm("/star.bin", **LONG)
+    plain = await pulled.cdn.plain()
+    clock.now = pulled.stored("/star.bin").freshness.response_time + 1
+    for method in ("GET", "HEAD"):
+        fast = await conn.request(f"/{ZONE}/star.bin", method, **{"If-None-Match": "*"})
+        slow = await plain.request(f"/{ZONE}/star.bin", method, **{"If-None-Match": "*"})
+        assert comparable(fast) == comparable(slow)
+        assert (slow.status, slow.body, slow.header("Content-Length")) == (304, b"", None)
+        assert slow.header("Age") == "1" and slow.header("X-Cache") == "HIT"
