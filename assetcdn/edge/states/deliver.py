@@ -47,7 +47,9 @@ def etag_matches(if_none_match: str, etag: str | None) -> bool:
 
 
 def parse_range(header: str, size: int) -> tuple[int, int] | None | Literal[False]:
-    """(start, end_exclusive) for one satisfiable range; None to ignore the header; False if unsatisfiable."""
+    """(start, end_exclusive) for one satisfiable range; None to ignore the header; False if unsatisfiable.
+    A suffix range of an empty body is ignored: no Content-Range can name a part of nothing (RFC 9110 14.4), so
+    the answer is the whole, empty body (a server may ignore a Range, 14.2)."""
     match = RANGE.match(header.strip())
     if not match:
         return None  # multiple or malformed ranges: answer with the whole body
@@ -58,6 +60,8 @@ def parse_range(header: str, size: int) -> tuple[int, int] | None | Literal[Fals
         length = int(last)
         if length == 0:
             return False
+        if size == 0:
+            return None
         return max(size - length, 0), size
     start = int(first)
     end = size if last == "" else min(int(last) + 1, size)

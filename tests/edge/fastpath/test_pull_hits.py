@@ -421,3 +421,27 @@ async def test_if_none_match_star_is_a_304_on_both_paths_for_a_response_without_
         assert comparable(fast) == comparable(slow)
         assert (slow.status, slow.body, slow.header("Content-Length")) == (304, b"", None)
         assert slow.header("Age") == "1" and slow.header("X-Cache") == "HIT"
+
+
+async def test_a_suffix_range_of_an_empty_body_is_answered_whole_on_both_paths(pulled: PullCdn, clock: Clock) -> None:
+    """A suffix range of a stored empty body: a 206 would need a Content-Range for no bytes at all, and both paths
+    sent `bytes 0--1/0`, which no client can parse; the Range is ignored instead (RFC 9110 14.2)."""
+    pulled.origin.answer("/empty.bin", b"", headers={"Content-Type": "application/octet-stream", **LONG})
+    conn = await pulled.cdn.connect()
+    assert (await conn.request(f"/{ZONE}/empty.bin")).header("X-Cache") == "MISS"
+    await wait_until(lambda: _stored(pulled, "/empty.bin"), "/empty.bin stored")
+    plain = await pulled.cdn.plain()
+    clock.now = pulled.stored("/empty.bin").freshness.response_time + 1
+    served = pulled.served
+    for method in ("GET", "HEAD"):
+        fast = await conn.request(f"/{ZONE}/empty.bin", method, Range="bytes=-5")
+        slow = await plain.request(f"/{ZONE}/empty.bin", method, Range="bytes=-5")
+        assert comparable(fast) == comparable(slow)
+        assert (slow.status, slow.body, slow.header("Content-Range"), slow.header("Content-Length")) == (
+            200, b"", None, "0")
+    assert pulled.served == served + 2
+    assert (await plain.request(f"/{ZONE}/empty.bin", Range="bytes=0-")).status == 416  # no first byte to start at
+
+
+async def _stored(pulled: PullCdn, name: str) -> bool:
+    return stored_url(pulled.cdn.node, ZONE, name) is not None
