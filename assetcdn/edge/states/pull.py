@@ -266,6 +266,9 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
             raise ApiError(405, "MethodNotAllowed", "TRACE is not passed to a pull zone's origin.",
                            headers={"Allow": "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"})
         return await forward_unsafe(request, node, zone, path, prefix)
+    if "If-Match" in request.headers or "If-Unmodified-Since" in request.headers:
+        # Preconditions a cache does not evaluate (RFC 9111 4.3.2): the origin's, with the request as it is.
+        return await forward_unsafe(request, node, zone, path, prefix, fwd="request")
     fields = request_fields(request)
     directives = request_directives(fields)
     sent = varied(request, zone, fields)
@@ -1032,10 +1035,13 @@ def if_range_holds(request: web.Request, stored: StoredResponse) -> bool:
 
 
 async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, path: str,
-                         prefix: str) -> web.StreamResponse:
+                         prefix: str, fwd: str = "method") -> web.StreamResponse:
     """Any other method: to the origin as it is; a success invalidates what it names (RFC 9111 4.4). The body
     is received whole first, in the time the edge gives request bodies (a slow sender is answered 408); one
-    that declares more than the edge takes is 413 before any of it is asked for (no 100 Continue)."""
+    that declares more than the edge takes is 413 before any of it is asked for (no 100 Continue). A GET or
+    HEAD with If-Match or If-Unmodified-Since goes the same way (`fwd` "request", RFC 9211): those preconditions
+    are the origin's to evaluate (RFC 9111 4.3.2), and answered from the stored copy they would be dropped (a
+    client resuming a download of one version would get a range of another), so nothing is looked up or kept."""
     if request.content_length is not None and request.content_length > request.client_max_size:
         raise too_large(request.client_max_size, request.content_length)
     with body_deadline(request, request.app[SETTINGS]):
@@ -1053,7 +1059,7 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
         await invalidate(node, zone, request, path, prefix, response.headers)
     node.metrics.cache_result(CacheResult.PASS).inc()
     answer = web.StreamResponse(status=response.status, headers=client_headers(
-        response.headers, CacheResult.PASS, f"{CACHE_STATUS}; fwd=method", age=None))
+        response.headers, CacheResult.PASS, f"{CACHE_STATUS}; fwd={fwd}", age=None))
     length = first_value(response.headers, "content-length")
     if length is not None and length.isdigit():
         answer.content_length = int(length)

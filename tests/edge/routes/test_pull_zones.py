@@ -429,6 +429,43 @@ async def test_a_clients_own_conditions_are_answered_from_the_stored_response(pu
     assert pull.origin.count("/conditional.txt") == 1
 
 
+async def test_if_match_and_if_unmodified_since_are_the_origins_to_evaluate(pull: Pull) -> None:
+    """A client resuming a download of the version it has (`If-Match` or `If-Unmodified-Since` with a Range) while
+    the edge holds an older one: the edge answered the range from its copy, ignoring the precondition, so the
+    client joined bytes of two versions. A cache does not evaluate them (RFC 9111 4.3.2): the request goes to the
+    origin as it is, which answers it, and the stored copy is neither used nor replaced."""
+    versions = {"current": "first version, stored", "etag": '"v1"', "modified": "Mon, 01 Jan 2024 00:00:00 GMT"}
+
+    async def origin(request: web.Request) -> web.StreamResponse:
+        headers = {**LONG, "ETag": versions["etag"], "Last-Modified": versions["modified"]}
+        if_match = request.headers.get("If-Match")
+        if if_match is not None and if_match != versions["etag"]:
+            return web.Response(status=412, headers=headers)
+        if request.headers.get("If-Unmodified-Since", versions["modified"]) != versions["modified"]:
+            return web.Response(status=412, headers=headers)
+        body = versions["current"].encode()
+        if request.headers.get("Range") == "bytes=0-6":
+            return web.Response(status=206, body=body[:7], headers={**headers, "Content-Range": f"bytes 0-6/{len(body)}"})
+        return web.Response(body=body, headers=headers)
+
+    pull.origin.route("/resumed.bin", origin)
+    assert (await pull.get("/resumed.bin")).headers["X-Cache"] == "MISS"
+    await answer_changes(pull, "/resumed.bin", "HIT")
+    versions.update(current="second version, current", etag='"v2"', modified="Tue, 02 Jan 2024 00:00:00 GMT")
+    for condition in ({"If-Match": '"v2"'}, {"If-Unmodified-Since": "Tue, 02 Jan 2024 00:00:00 GMT"}):
+        resp = await pull.get("/resumed.bin", headers={**condition, "Range": "bytes=0-6"})
+        assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (206, b"second ", "PASS"), condition
+        assert resp.headers["Cache-Status"] == "assetcdn; fwd=request"
+        seen = pull.origin.requests("/resumed.bin")[-1].headers
+        assert (seen.get("Range"), {name: seen.get(name) for name in condition}) == ("bytes=0-6", condition)
+    for condition in ({"If-Match": '"v1"'}, {"If-Unmodified-Since": "Mon, 01 Jan 2024 00:00:00 GMT"}):
+        resp = await pull.get("/resumed.bin", headers={**condition, "Range": "bytes=8-10"})
+        assert (resp.status, resp.headers["X-Cache"]) == (412, "PASS"), condition
+    stored = await pull.get("/resumed.bin")  # the stored copy stays as it was, and answers the others
+    assert (await stored.read(), stored.headers["X-Cache"]) == (b"first version, stored", "HIT")
+    assert pull.origin.count("/resumed.bin") == 5
+
+
 async def test_stale_while_revalidate_answers_stale_and_updates_in_the_background(pull: Pull) -> None:
     versions = iter((b"first", b"second"))
 
