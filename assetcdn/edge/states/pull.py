@@ -1024,14 +1024,25 @@ def not_modified(request: web.Request, stored: StoredResponse) -> bool:
     return since is not None and last_modified is not None and last_modified <= since
 
 
+# RFC 9110 8.8.2.2: a cache takes a stored Last-Modified for a strong validator when it is this much before the
+# stored Date (the origin's clock): the representation cannot have changed twice within its second unseen.
+STRONG_LAST_MODIFIED_S = 60
+
+
 def if_range_holds(request: web.Request, stored: StoredResponse) -> bool:
+    """The request's If-Range holds (RFC 9110 13.1.5): a strong ETag equal to the stored one, or the stored
+    Last-Modified exactly when it is a strong validator (STRONG_LAST_MODIFIED_S); no If-Range holds too."""
     condition = request.headers.get("If-Range")
     if condition is None:
         return True
     etag = first_value(stored.headers, "etag")
     if condition.startswith(("\"", "W/")):
         return etag is not None and not etag.startswith("W/") and condition == etag
-    return condition == first_value(stored.headers, "last-modified")
+    last_modified = first_value(stored.headers, "last-modified")
+    if condition != last_modified:
+        return False
+    modified, date = http_date(last_modified), http_date(first_value(stored.headers, "date"))
+    return modified is not None and date is not None and date - modified >= STRONG_LAST_MODIFIED_S
 
 
 async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, path: str,

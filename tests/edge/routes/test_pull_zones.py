@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Awaitable, Callable
+from email.utils import formatdate
 from typing import Any
 
 import orjson
@@ -251,6 +253,22 @@ async def test_a_range_is_answered_from_the_whole_stored_response(pull: Pull) ->
     assert second.headers["Content-Range"] == f"bytes 10-19/{len(data)}"
     assert pull.origin.count("/range.bin") == 1
     assert "Range" not in pull.origin.requests("/range.bin")[0].headers
+
+
+async def test_if_range_with_a_date_holds_only_for_a_strong_last_modified(pull: Pull) -> None:
+    """If-Range with a date: the range only while the stored Last-Modified is a strong validator, at least 60 s
+    before the stored Date (RFC 9110 8.8.2.2, 13.1.5). A file changed in the second it was served may change
+    again within that second: a client resuming with that date got a range of whichever version the edge held."""
+    data = bytes(range(256))
+    for name, changed_s_ago in (("/recent.bin", 10), ("/settled.bin", 3600)):
+        modified = formatdate(time.time() - changed_s_ago, usegmt=True)
+        pull.origin.answer(name, data, headers={**LONG, "Last-Modified": modified})
+        await pull.get(name)
+        await answer_changes(pull, name, "HIT")
+        resp = await pull.get(name, headers={"Range": "bytes=10-19", "If-Range": modified})
+        assert (resp.status, len(await resp.read())) == ((200, 256) if changed_s_ago < 60 else (206, 10)), name
+        other = await pull.get(name, headers={"Range": "bytes=10-19", "If-Range": formatdate(0, usegmt=True)})
+        assert (other.status, len(await other.read())) == (200, 256)
 
 
 async def test_concurrent_requests_for_a_new_url_make_one_origin_request(pull: Pull) -> None:
