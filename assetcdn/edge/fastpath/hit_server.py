@@ -332,6 +332,8 @@ class HitServer:
             status = 200
             head = hit.head
             if headers[2] is not None:
+                if headers[CACHE_FIELDS] is not None:  # If-Range among them, maybe: the application compares it
+                    return self._decline(fileno)
                 parsed = parse_range(headers[2].decode("latin-1"), size)
                 if parsed is False:  # 416: the application answers it
                     return self._decline(fileno)
@@ -526,6 +528,8 @@ class HitServer:
                 dated = hit.h2_dated = (date, fields)
             fields = dated[1]
         else:
+            if headers[CACHE_FIELDS] is not None:  # If-Range among them, maybe: the application compares it
+                return hand_over
             parsed = parse_range(headers[2].decode("latin-1"), size)
             if parsed is False:  # 416: the application answers it
                 return hand_over

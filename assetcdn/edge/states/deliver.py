@@ -70,6 +70,15 @@ def parse_range(header: str, size: int) -> tuple[int, int] | None | Literal[Fals
     return start, end
 
 
+def if_range_holds(if_range: str | None, etag: str | None) -> bool:
+    """Whether a Range is answered under the request's If-Range (RFC 9110 13.1.5): there is none, or it names the
+    strong ETag the answer carries. A date never holds: a delivery carries no Last-Modified of its own (one a
+    `_headers` rule sets is no validator of the file), so the answer is the whole body, which is always safe."""
+    if if_range is None:
+        return True
+    return etag is not None and not etag.startswith("W/") and if_range.strip() == etag
+
+
 def not_modified_headers(headers: CIMultiDict[str]) -> CIMultiDict[str]:
     """What a 304 keeps of a delivery's final headers: all of them but Content-Type (the hit path's
     prepared 304 heads are made with this too, assetcdn/edge/fastpath/prepared.py)."""
@@ -134,13 +143,15 @@ def final_headers(obj: CachedObject, changes: HeaderChanges, *, cache_status: st
 
 async def deliver(request: web.Request, obj: CachedObject, headers: CIMultiDict[str]) -> web.StreamResponse:
     """Answer with ``obj`` and its ``headers`` (``final_headers``): 304 on an If-None-Match naming the
-    ETag they give, 206 or 416 on a Range, the body from memory or streamed from its cache file."""
+    ETag they give, 206 or 416 on a Range (the whole body when an If-Range does not hold), the body from memory
+    or streamed from its cache file."""
     if_none_match = request.headers.get("If-None-Match")
     if if_none_match and etag_matches(if_none_match, headers.get("ETag")):
         return web.Response(status=304, headers=not_modified_headers(headers))
     status, start, end = 200, 0, obj.size
     range_header = request.headers.get("Range")
-    if range_header and request.method in ("GET", "HEAD"):
+    if range_header and request.method in ("GET", "HEAD") and if_range_holds(
+            request.headers.get("If-Range"), headers.get("ETag")):
         parsed = parse_range(range_header, obj.size)
         if parsed is False:
             headers["Content-Range"] = f"bytes */{obj.size}"

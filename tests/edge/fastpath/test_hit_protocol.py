@@ -14,10 +14,12 @@ import orjson
 import pytest
 import pytest_asyncio
 
+from assetcdn.edge.fastpath.hit_server import HitServer
 from assetcdn.edge.site_config import EdgeConfig
 from assetcdn.shared.published_config import PublishedConfig
 from tests.support.cdn import ZONE
 from tests.support.control import ACCOUNT
+from tests.support.h2_memory import H2InProcess
 from tests.support.hit_cdn import HitCdn, HitCdnFactory, Response, request_bytes, shared_hit_cdn
 from tests.support.images import LOGO_SVG, solid_png
 from tests.support.wait import wait_until
@@ -81,6 +83,30 @@ async def test_a_hit_is_answered_exactly_as_the_application_answers_it(warm_cdn:
     assert cdn.site.hits is not None and cdn.site.hits.served == served + len(cases)  # all on the hit path
     statuses = [(await hits.request(f"/{SVG}", **h)).status for h in ({"If-None-Match": etag}, {"Range": "bytes=0-0"})]
     assert statuses == [304, 206]
+
+
+@SHARED
+async def test_if_range_is_compared_on_both_paths(warm_cdn: HitCdn) -> None:
+    """A Range under an If-Range that names another version (an overwritten file's old ETag, a date, a weak ETag)
+    is answered with the whole body (RFC 9110 13.1.5): both paths sent a 206 of the current bytes, which a client
+    resuming a download joined to bytes of the old version. Over HTTP/1.1 and HTTP/2 alike."""
+    cdn = warm_cdn
+    hits, plain = await cdn.connect(), await cdn.plain()
+    etag = (await hits.request(f"/{SVG}")).header("ETag")
+    assert etag and cdn.site.hits is not None
+    secure = HitServer(cdn.app, cdn.site.hits.web_server, secure=True)  # the https site's, beside the plain one
+    h2 = H2InProcess(secure)
+    whole = len(LOGO_SVG)
+    for if_range, status, length in ((etag, 206, 10), ('"an-older-version"', 200, whole), (f"W/{etag}", 200, whole),
+                                     ("Mon, 01 Jan 2024 00:00:00 GMT", 200, whole)):
+        for method in ("GET", "HEAD"):
+            fast = await hits.request(f"/{SVG}", method, Range="bytes=0-9", **{"If-Range": if_range})
+            slow = await plain.request(f"/{SVG}", method, Range="bytes=0-9", **{"If-Range": if_range})
+            assert comparable(fast) == comparable(slow), (if_range, method)
+            assert (fast.status, fast.header("Content-Length")) == (status, str(length)), (if_range, method)
+        answer = await h2.get(f"/{SVG}", [("range", "bytes=0-9"), ("if-range", if_range)])
+        assert (answer.status, len(answer.body)) == (status, length), if_range
+    secure.stop()
 
 
 @SHARED
