@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
-from email.utils import parsedate_to_datetime
+from email.utils import formatdate, parsedate_to_datetime
 
 Headers = Sequence[tuple[str, str]]
 
@@ -431,10 +431,14 @@ def validated_by(stored_headers_: Headers, not_modified_headers: Headers) -> boo
     return stored_etag is not None and _opaque(stored_etag) == _opaque(etag)
 
 
-def updated_headers(stored: Headers, not_modified: Headers) -> tuple[tuple[str, str], ...]:
+def updated_headers(stored: Headers, not_modified: Headers, received: float | None = None) -> tuple[tuple[str, str], ...]:
     """The stored fields updated by a 304 (RFC 9111 3.2): each field it carries replaces the stored one,
-    except the ones that describe the stored content, which stays as it was."""
+    except the ones that describe the stored content, which stays as it was. A 304 without a Date is dated
+    `received`, when it arrived (RFC 9110 6.6.1): the stored Date, the first response's, would count the time
+    since then in the refreshed response's age (RFC 9111 4.2.3), leaving it as old as before it was confirmed."""
     incoming = [(name, value) for name, value in stored_headers(not_modified) if name not in NOT_UPDATED_BY_304]
+    if received is not None and first_value(not_modified, "date") is None:
+        incoming.append(("date", formatdate(received, usegmt=True)))
     replaced = {name for name, _ in incoming}
     return tuple([(name, value) for name, value in stored if name not in replaced] + incoming)
 

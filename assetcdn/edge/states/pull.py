@@ -853,7 +853,7 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
     """A stored response confirmed by a 304: its head updated (RFC 9111 3.2, 4.3.4), its body kept. A 304 that
     makes it a response this cache may not keep (a Set-Cookie, `private`, `no-store`) updates this request's
     answer only: the stored one stays as it was, stale, so the next request asks the origin again."""
-    head = updated_headers(stored.headers, not_modified.headers)
+    head = updated_headers(stored.headers, not_modified.headers, not_modified.response_time)
     obj = stored.obj
     if not_storable("GET", stored.status, (), head, store_set_cookie=zone.store_set_cookie) is not None:
         return StoredResponse(obj, stored.status, head, freshness(

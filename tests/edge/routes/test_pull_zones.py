@@ -484,6 +484,41 @@ async def test_if_match_and_if_unmodified_since_are_the_origins_to_evaluate(pull
     assert pull.origin.count("/resumed.bin") == 5
 
 
+async def test_a_304_without_a_date_makes_the_refreshed_response_young_again(pull: Pull) -> None:
+    """An origin whose 304 carries no Date (one without a clock, RFC 9110 6.6.1): the refreshed response kept the
+    first response's Date, so its age went on counting from then (RFC 9111 4.2.3). Here the answer after the
+    revalidation still said Age 50 and ttl 49; an entry staler than its lifetime was stale again at once, and
+    every request revalidated. The 304 is dated when it arrived, as the recipient of an undated response must."""
+    answered_at = formatdate(time.time() - 50, usegmt=True).encode()
+
+    async def origin(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        common = b'ETag: "d"\r\nCache-Control: max-age=100\r\nConnection: close\r\n'
+        if b"\r\nif-none-match:" in head.lower():
+            writer.write(b"HTTP/1.1 304 Not Modified\r\n" + common + b"\r\n")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nDate: " + answered_at + b"\r\n" + common
+                         + b"Content-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(origin, "127.0.0.1", 0)
+    try:
+        await add_pull_zone(pull.cdn, "undated", {"Url": f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"})
+        assert (await pull.cdn.edge.get("/undated/page.txt")).headers["X-Cache"] == "MISS"
+        hit = await pull.cdn.edge.get("/undated/page.txt")
+        assert (hit.headers["X-Cache"], int(hit.headers["Age"])) == ("HIT", 50)
+        revalidated = await pull.cdn.edge.get("/undated/page.txt", headers={"Cache-Control": "no-cache"})
+        assert (revalidated.headers["X-Cache"], await revalidated.read()) == ("REVALIDATED", b"hello")
+        again = await pull.cdn.edge.get("/undated/page.txt")
+        assert again.headers["X-Cache"] == "HIT" and int(again.headers["Cache-Status"].rsplit("=", 1)[1]) >= 98
+        for answer in (revalidated, again):
+            assert int(answer.headers["Age"]) <= 2 and answer.headers["Date"] != answered_at.decode()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
 async def test_stale_while_revalidate_answers_stale_and_updates_in_the_background(pull: Pull) -> None:
     versions = iter((b"first", b"second"))
 

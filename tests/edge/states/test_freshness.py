@@ -205,6 +205,11 @@ def test_validators_and_304_updates() -> None:
     assert updated_headers(headers, not_modified) == (
         ("etag", '"v1"'), ("last-modified", date(-50)),
         ("cache-control", "max-age=60"), ("x-a", "new"), ("content-type", "text/html"))
+    # A 304 without a Date is dated when it arrived (RFC 9110 6.6.1), replacing the first response's; one with a
+    # Date keeps its own.
+    dated = [*headers, ("date", date(-50))]
+    assert ("date", date(0)) in updated_headers(dated, [("cache-control", "max-age=60")], NOW)
+    assert ("date", date(-5)) in updated_headers(dated, [("date", date(-5))], NOW)
 
 
 def test_unsafe_methods_invalidate_unless_they_failed() -> None:
