@@ -266,11 +266,14 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
             raise ApiError(405, "MethodNotAllowed", "TRACE is not passed to a pull zone's origin.",
                            headers={"Allow": "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"})
         return await forward_unsafe(request, node, zone, path, prefix)
-    if "If-Match" in request.headers or "If-Unmodified-Since" in request.headers:
-        # Preconditions a cache does not evaluate (RFC 9111 4.3.2): the origin's, with the request as it is.
-        return await forward_unsafe(request, node, zone, path, prefix, fwd="request")
     fields = request_fields(request)
     directives = request_directives(fields)
+    if "If-Match" in request.headers or "If-Unmodified-Since" in request.headers:
+        # Preconditions a cache does not evaluate (RFC 9111 4.3.2): the origin's, with the request as it is.
+        if "only-if-cached" in directives:
+            raise ApiError(504, "NotCached", "A request with If-Match or If-Unmodified-Since is the origin's to "
+                           "answer, never this edge's cache (only-if-cached).")
+        return await forward_unsafe(request, node, zone, path, prefix, fwd="request")
     sent = varied(request, zone, fields)
     url_key = pull_key(zone.name, path, request.rel_url.raw_query_string)
     flight_key = pull_variant_key(url_key, "flight")

@@ -482,6 +482,10 @@ async def test_if_match_and_if_unmodified_since_are_the_origins_to_evaluate(pull
     stored = await pull.get("/resumed.bin")  # the stored copy stays as it was, and answers the others
     assert (await stored.read(), stored.headers["X-Cache"]) == (b"first version, stored", "HIT")
     assert pull.origin.count("/resumed.bin") == 5
+    # Such a request is never answered from the cache, so a client that wants only that gets 504 (RFC 9111 5.2.1.7).
+    await expect_error(await pull.get("/resumed.bin", headers={"If-Match": '"v2"', "Cache-Control": "only-if-cached"}),
+                       504, "NotCached")
+    assert pull.origin.count("/resumed.bin") == 5
 
 
 async def test_a_304_without_a_date_makes_the_refreshed_response_young_again(pull: Pull) -> None:
