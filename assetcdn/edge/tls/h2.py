@@ -57,6 +57,7 @@ from ngh2 import ErrorCode, NeverIndexedHeader
 from ngh2.types import Header
 
 from assetcdn.edge.fastpath.protocol import CACHE_FIELDS, MAX_HEAD, SLOTS, Decide, HitProtocol
+from assetcdn.edge.origin_http import MAX_FIELDS
 from assetcdn.edge.tls.h2_guard import FrameGuard
 from assetcdn.shared.config import Settings
 
@@ -75,6 +76,10 @@ SEND_SLICE = 32 * 1024   # frames taken from libnghttp2 and written to TLS at on
 TURN_BUDGET = 64         # events handled per loop turn (a slice given to libnghttp2 costs SLICE_COST)
 SLICE_COST = 16
 HPACK_TABLE_MAX = 4096   # the encoder's table, whatever larger size the client allows
+# libnghttp2 counts an answer's header block as each field's name and value plus FIELD_OVERHEAD, and resets the stream
+# of a block past its limit: room for the largest head an origin may send (`answer_head_limit`) and the edge's fields.
+FIELD_OVERHEAD = 32
+EDGE_FIELDS_ROOM = 16 * 1024
 # Answer fields that differ on every response: never put in the HPACK table (they would only evict the rest).
 NEVER_INDEXED = frozenset((b"x-request-id", b"date", b"age"))
 GLITCHES_PER_S = 330
@@ -109,6 +114,7 @@ class H2Limits:
     max_control_frames_per_s: int = 1000
     send_timeout_s: float = 30.0
     max_connections: int = 10000  # per worker; 0: no limit
+    max_response_head: int = 64 * 16 * 1024 + MAX_FIELDS * FIELD_OVERHEAD + EDGE_FIELDS_ROOM  # answer_head_limit
 
     @classmethod
     def from_settings(cls, settings: Settings) -> H2Limits:
@@ -119,7 +125,15 @@ class H2Limits:
                    idle_timeout_s=float(tls["h2_idle_timeout_s"]),
                    max_control_frames_per_s=int(tls["h2_max_control_frames_per_s"]),
                    send_timeout_s=float(tls["send_timeout_s"]),
-                   max_connections=int(tls["h2_max_connections"]))
+                   max_connections=int(tls["h2_max_connections"]),
+                   max_response_head=answer_head_limit(int(float(settings.section("origin")["max_header_kb"]) * 1024)))
+
+
+def answer_head_limit(max_field_bytes: int) -> int:
+    """The header block an answer may need, as libnghttp2 counts it: an origin's largest head (64 field lines of
+    `max_field_bytes`, MAX_FIELDS at most: assetcdn/edge/origin_http.py), each field's overhead, and the edge's own
+    fields. The library's default (64 KB) would reset the stream of a head HTTP/1.1 relays whole."""
+    return 64 * max_field_bytes + MAX_FIELDS * FIELD_OVERHEAD + EDGE_FIELDS_ROOM
 
 
 class MalformedRequest(Exception):
@@ -442,6 +456,8 @@ class H2Protocol(asyncio.Protocol):
         self.h2 = ngh2.Connection(ngh2.Role.SERVER, ngh2.Configuration(
             auto_window_update=False, max_deflate_dynamic_table_size=HPACK_TABLE_MAX,
             max_inbound_header_list_size=limits.max_header_list_size,
+            # An origin's head relayed whole, as over HTTP/1.1 (answer_head_limit).
+            max_send_header_block_length=limits.max_response_head,
             # Streams refused past the limit, PRIORITY frames and the client's stream errors are "glitches": a
             # burst of more than the stream limit ends the connection with ENHANCE_YOUR_CALM (refilled at
             # GLITCHES_PER_S, libnghttp2's own rate).

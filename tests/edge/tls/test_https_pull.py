@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from h2.settings import SettingCodes
 
 from benchmarks.measure import create_pull_zone
 from tests.edge.tls.client import H2Client, https_get
@@ -27,6 +28,9 @@ ZONE = "securepull"
 BODY = os.urandom(20 * 1024)
 BIG = os.urandom(700 * 1024)  # its fill writes TLS pieces of its chunks
 ETAG = '"secure-1"'
+# A head HTTP/1.1 relays (within `[origin] max_header_kb` a line and 64 of them in all) past the 64 KB libnghttp2
+# sends by default: 60 fields of 2,000 bytes.
+LARGE_HEAD = [(f"X-Large-{n}", f"{n:04d}" * 500) for n in range(60)]
 PER_ANSWER = {"date", "x-request-id", "connection", "keep-alive", "age", "cache-status"}
 
 
@@ -45,6 +49,9 @@ class Origin(BaseHTTPRequestHandler):
         for name, value in (("Content-Type", "application/octet-stream"), ("Content-Length", str(len(body))),
                             ("Cache-Control", "max-age=600"), ("ETag", ETAG)):
             self.send_header(name, value)
+        if self.path.startswith("/large-head/"):
+            for name, value in LARGE_HEAD:
+                self.send_header(name, value)
         if self.path.startswith("/hsts/"):  # an origin that turns HSTS off for its own host
             self.send_header("Strict-Transport-Security", "max-age=0")
         self.end_headers()
@@ -145,3 +152,20 @@ def test_the_edges_hsts_field_replaces_the_origins_on_every_path(secure_pull: Ht
         "hit over HTTP/2": (200, "HIT"), "the application's": (200, "MISS")}
     assert {what: a.values("strict-transport-security") for what, a in answers.items()} == \
         dict.fromkeys(answers, ours)
+
+
+def test_an_origins_large_head_reaches_http_2_clients_as_http_1_1_ones(secure_pull: HttpsCdn) -> None:
+    """A head within the origin limits (here 120 KB) is the answer's head over HTTP/2 too, on the fill and on the
+    hits after it: libnghttp2 sends no header block past 64 KB by default, and reset every such stream."""
+    port, ca = secure_pull.https_port, secure_pull.ca_file
+    client = H2Client(port, "localhost", ca)
+    try:
+        client.conn.update_settings({SettingCodes.MAX_HEADER_LIST_SIZE: 1 << 20})  # this client takes such heads
+        answers = [client.get(f"/{ZONE}/large-head/{name}") for name in ("one.bin", "one.bin", "two.bin")]
+    finally:
+        client.close()
+    answers.append(https_get(port, f"/{ZONE}/large-head/two.bin", ca=ca))
+    assert [(a.status, a.headers["x-cache"], a.body) for a in answers] == \
+        [(200, "MISS", BODY), (200, "HIT", BODY), (200, "MISS", BODY), (200, "HIT", BODY)]
+    for answer in answers:
+        assert [(name, answer.headers[name.lower()]) for name, _ in LARGE_HEAD] == LARGE_HEAD
