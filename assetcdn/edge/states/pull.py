@@ -685,7 +685,14 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
         response.headers, CacheResult.MISS if why is None else CacheResult.PASS, fill_cache_status(fwd, why), age=None))
     if declared is not None:
         client.content_length = declared
-    await client.prepare(request)
+    # A client gone before the head (an HTTP/2 stream reset, a closed connection) is sent nothing, but a kept answer
+    # is still read into the cache for the requests waiting for it, as when its client goes mid-body.
+    try:
+        await client.prepare(request)
+    except ConnectionError:
+        with_body = False
+    else:
+        with_body = request.method != "HEAD"
     timeout_s = send_timeout_s(node.settings)
     gone = partial(cut_off, request)
 
@@ -693,7 +700,7 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
         return await sent_in_time(client.write(chunk), timeout_s, gone)
 
     sending = await keep(node, zone, path, url_key, varied(request, zone, fields), response, parsed,
-                         new_spool(declared) if why is None else None, send if request.method != "HEAD" else None, kept)
+                         new_spool(declared) if why is None else None, send if with_body else None, kept)
     if sending is None:
         cut_short(request)
     elif sending:

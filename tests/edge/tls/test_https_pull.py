@@ -10,15 +10,17 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import h2.events
 import pytest
 from h2.settings import SettingCodes
 
 from benchmarks.measure import create_pull_zone
-from tests.edge.tls.client import H2Client, https_get
+from tests.edge.tls.client import Answer, H2Client, https_get
 from tests.integration.harness import ACCOUNT
 from tests.support.https import HSTS_MAX_AGE_S, HttpsCdn, start_https_cdn
 
@@ -31,6 +33,7 @@ ETAG = '"secure-1"'
 # A head HTTP/1.1 relays (within `[origin] max_header_kb` a line and 64 of them in all) past the 64 KB libnghttp2
 # sends by default: 60 fields of 2,000 bytes.
 LARGE_HEAD = [(f"X-Large-{n}", f"{n:04d}" * 500) for n in range(60)]
+SLOW_HEAD_S = 1.0  # how long the origin takes to answer a path under /slow/
 PER_ANSWER = {"date", "x-request-id", "connection", "keep-alive", "age", "cache-status"}
 
 
@@ -45,6 +48,8 @@ class Origin(BaseHTTPRequestHandler):
         type(self).asked.append(self.path)
         type(self).schemes[self.path] = self.headers.get("X-Forwarded-Proto")
         body = BIG if self.path.startswith("/big/") else BODY
+        if self.path.startswith("/slow/"):
+            time.sleep(SLOW_HEAD_S)
         self.send_response(200)
         for name, value in (("Content-Type", "application/octet-stream"), ("Content-Length", str(len(body))),
                             ("Cache-Control", "max-age=600"), ("ETag", ETAG)):
@@ -169,3 +174,56 @@ def test_an_origins_large_head_reaches_http_2_clients_as_http_1_1_ones(secure_pu
         [(200, "MISS", BODY), (200, "HIT", BODY), (200, "MISS", BODY), (200, "HIT", BODY)]
     for answer in answers:
         assert [(name, answer.headers[name.lower()]) for name, _ in LARGE_HEAD] == LARGE_HEAD
+
+
+def answers_of(client: H2Client, stream_ids: list[int]) -> list[Answer]:
+    """The answers of streams open at once on `client`, read together (`H2Client.answer` reads one stream's)."""
+    heads: dict[int, dict[str, str]] = {}
+    bodies = {stream_id: bytearray() for stream_id in stream_ids}
+    ended: set[int] = set()
+    while len(ended) < len(stream_ids):
+        for event in client.receive():
+            if isinstance(event, h2.events.ResponseReceived) and event.stream_id in bodies:
+                heads[event.stream_id] = {bytes(k).decode(): bytes(v).decode() for k, v in event.headers or ()}
+            elif isinstance(event, h2.events.DataReceived) and event.stream_id in bodies:
+                bodies[event.stream_id] += event.data or b""
+                client.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)) and event.stream_id in bodies:
+                ended.add(event.stream_id)
+        client.send()
+    return [Answer(int(heads.get(n, {}).get(":status", 0)), heads.get(n, {}), bytes(bodies[n])) for n in stream_ids]
+
+
+def test_a_fill_whose_client_resets_its_stream_before_the_head_is_still_kept_for_the_others(
+        secure_pull: HttpsCdn) -> None:
+    """A request the application fills (one with a condition of its own) leads the URL's flight; its client resets
+    the stream before the origin's head arrives. The answer is still kept, as when a fill's client goes mid-body:
+    the requests that waited for the flight get it from the cache, and the origin is asked once, not once by each of
+    them (nor is the client's going an unhandled error)."""
+    port, ca = secure_pull.https_port, secure_pull.ca_file
+    path = f"/{ZONE}/slow/reset-before-head.bin"
+    leader, others = H2Client(port, "localhost", ca), H2Client(port, "localhost", ca)
+    try:
+        led = leader.conn.get_next_available_stream_id()
+        leader.conn.send_headers(led, leader.request_headers(path, "GET", [("if-none-match", '"another"')]),
+                                 end_stream=True)
+        leader.send()
+        time.sleep(SLOW_HEAD_S / 4)  # the origin has the leader's request
+        waiting = []
+        for _ in range(3):
+            stream_id = others.conn.get_next_available_stream_id()
+            others.conn.send_headers(stream_id, others.request_headers(path), end_stream=True)
+            waiting.append(stream_id)
+        others.send()
+        time.sleep(SLOW_HEAD_S / 4)  # they wait for the leader's flight
+        leader.conn.reset_stream(led)
+        leader.send()
+        answers = answers_of(others, waiting)
+        answers.append(others.get(path))
+    finally:
+        leader.close()
+        others.close()
+    assert [(a.status, a.body) for a in answers] == [(200, BODY)] * 4
+    assert answers[-1].headers["x-cache"] == "HIT"
+    assert Origin.asked.count("/slow/reset-before-head.bin") == 1
+    assert "unhandled error" not in secure_pull.cdn.log_path.read_text()
