@@ -196,6 +196,9 @@ class PullFills:
                 finally:
                     settle(kept)
                 return
+            if isinstance(fetched, OriginResponse) and conn.transport is None:
+                await self._keep_unsent(zone, lowered, named, url_key, sent, fetched, land)
+                return
             handing = isinstance(fetched, OriginResponse) and conn.transport is not None
         except Exception:  # never a hung connection: what was fetched goes back, the connection is closed
             log.exception("filling a pull zone's miss on the hit path failed")
@@ -216,6 +219,23 @@ class PullFills:
             log.exception("handing a pull zone's fill to the application failed")
             land(None)
             self._abandon(conn, fetched)
+
+    async def _keep_unsent(self, zone: PullZone, lowered: list[tuple[str, str]], named: PullPath, url_key: str,
+                           sent: Varied, response: OriginResponse, land: Land) -> None:
+        """The client went before the origin's head (an HTTP/2 stream reset, a closed connection): there is no request
+        to hand the answer over with, but one that may be kept is still read into the cache for the requests waiting
+        for the URL, as the application keeps it for a client gone mid-body; one that may not is closed unread."""
+        why, declared, parsed = judge(zone, lowered, response, self.server.node.origins.limits.max_object_bytes)
+        if why is not None:
+            response.release()
+            return
+        kept = self.server.loop.create_future()
+        land(kept)
+        try:
+            await keep(self.server.node, zone, named.path, url_key, sent, response, parsed, new_spool(declared), None,
+                       kept)
+        finally:
+            settle(kept)
 
     @staticmethod
     def _abandon(conn: HitProtocol, fetched: OriginResponse | OriginError | None) -> None:

@@ -53,7 +53,8 @@ class Origin(BaseHTTPRequestHandler):
         self.send_response(200)
         for name, value in (("Content-Type", "application/octet-stream"), ("Content-Length", str(len(body))),
                             ("Cache-Control", "max-age=600"), ("ETag", ETAG)):
-            self.send_header(name, value)
+            if name != "Content-Type" or "/untyped/" not in self.path:  # the hit path's fill hands such over
+                self.send_header(name, value)
         if self.path.startswith("/large-head/"):
             for name, value in LARGE_HEAD:
                 self.send_header(name, value)
@@ -194,19 +195,23 @@ def answers_of(client: H2Client, stream_ids: list[int]) -> list[Answer]:
     return [Answer(int(heads.get(n, {}).get(":status", 0)), heads.get(n, {}), bytes(bodies[n])) for n in stream_ids]
 
 
+@pytest.mark.parametrize(("name", "leading"), [
+    ("reset-before-head.bin", [("if-none-match", '"another"')]),
+    ("untyped/reset-before-head.bin", []),
+], ids=["the application's fill", "the hit path's fill handed over"])
 def test_a_fill_whose_client_resets_its_stream_before_the_head_is_still_kept_for_the_others(
-        secure_pull: HttpsCdn) -> None:
-    """A request the application fills (one with a condition of its own) leads the URL's flight; its client resets
-    the stream before the origin's head arrives. The answer is still kept, as when a fill's client goes mid-body:
-    the requests that waited for the flight get it from the cache, and the origin is asked once, not once by each of
-    them (nor is the client's going an unhandled error)."""
+        secure_pull: HttpsCdn, name: str, leading: list[tuple[str, str]]) -> None:
+    """A request leads the URL's flight: one the application fills (a condition of its own), or a plain miss the hit
+    path fills, whose origin answer (no Content-Type) it would hand to the application; its client resets the stream
+    before the origin's head arrives. The answer is still kept, as when a fill's client goes mid-body: the requests
+    that waited for the flight get it from the cache, and the origin is asked once, not once by each of them (nor
+    is the client's going an unhandled error)."""
     port, ca = secure_pull.https_port, secure_pull.ca_file
-    path = f"/{ZONE}/slow/reset-before-head.bin"
+    path = f"/{ZONE}/slow/{name}"
     leader, others = H2Client(port, "localhost", ca), H2Client(port, "localhost", ca)
     try:
         led = leader.conn.get_next_available_stream_id()
-        leader.conn.send_headers(led, leader.request_headers(path, "GET", [("if-none-match", '"another"')]),
-                                 end_stream=True)
+        leader.conn.send_headers(led, leader.request_headers(path, "GET", leading), end_stream=True)
         leader.send()
         time.sleep(SLOW_HEAD_S / 4)  # the origin has the leader's request
         waiting = []
@@ -225,5 +230,5 @@ def test_a_fill_whose_client_resets_its_stream_before_the_head_is_still_kept_for
         others.close()
     assert [(a.status, a.body) for a in answers] == [(200, BODY)] * 4
     assert answers[-1].headers["x-cache"] == "HIT"
-    assert Origin.asked.count("/slow/reset-before-head.bin") == 1
+    assert Origin.asked.count(f"/slow/{name}") == 1
     assert "unhandled error" not in secure_pull.cdn.log_path.read_text()
