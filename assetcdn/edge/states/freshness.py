@@ -34,6 +34,9 @@ TARGETED_FIELDS = ("cdn-cache-control", "surrogate-control")
 SURROGATE_TOKEN = "assetcdn"
 SURROGATE_CAPABILITY = f'{SURROGATE_TOKEN}="Surrogate/1.0"'
 SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
+# RFC 5861 4: the origin's answers that count as an error, in which a stale response may answer (stale-if-error).
+# Other 5xx (501 Not Implemented, 505 HTTP Version Not Supported, ...) are the origin's answer, passed on.
+ERROR_STATUSES = frozenset((500, 502, 503, 504))
 # Never stored, and never updated from a 304 (RFC 9111 3.1, 3.2; RFC 9110 7.6.1).
 UNSTORED_FIELDS = frozenset(("connection", "keep-alive", "proxy-connection", "te", "transfer-encoding", "upgrade",
                              "proxy-authenticate", "proxy-authentication-info", "proxy-authorization"))
@@ -393,8 +396,9 @@ def fresh_for_plain_requests_until(stored: Freshness) -> float:
 
 
 def usable_on_error(stored: Freshness, request: Mapping[str, str | None], now: float) -> bool:
-    """Whether a stale response may answer when the origin cannot be reached or answers 5xx (RFC 5861 4;
-    RFC 9111 4.2.4: never for must-revalidate). The request's own stale-if-error may widen or narrow it."""
+    """Whether a stale response may answer when the origin cannot be reached or answers 500, 502, 503 or 504
+    (`ERROR_STATUSES`; RFC 5861 4; RFC 9111 4.2.4: never for must-revalidate). The request's own stale-if-error
+    may widen or narrow it."""
     if stored.must_revalidate or stored.no_cache or "no-cache" in request:
         return False
     bound = stored.stale_if_error

@@ -14,7 +14,7 @@ assetcdn/edge/states/freshness.py):
        with several edges the request goes to the URL's shield edge first (assetcdn/edge/shield.py)
     -> deliver: the stored head with Age, X-Cache and Cache-Status (RFC 9211); If-None-Match,
        If-Modified-Since and a byte range answered from the stored response
-    -> origin down or 5xx: the stale copy where stale-if-error allows (RFC 5861), else 502 or 504
+    -> origin down or 500, 502, 503, 504: the stale copy where stale-if-error allows (RFC 5861), else 502 or 504
 
 Unsafe methods go to the origin as they are and invalidate what they name (RFC 9111 4.4). Nothing here is
 shared with control: a pull zone's bytes never pass through it.
@@ -56,6 +56,7 @@ from assetcdn.edge.site_config import PullZone
 from assetcdn.edge.states.deliver import etag_matches, parse_range
 from assetcdn.edge.states.feed import ClientFeed, Rest, rest_of
 from assetcdn.edge.states.freshness import (
+    ERROR_STATUSES,
     TAG_FIELDS,
     Directives,
     Freshness,
@@ -501,7 +502,7 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
             if answer is not None:  # else its body went meanwhile: asked for whole below
                 return answer
         return await ask_origin(request, node, zone, path, url_key, fields, None, land)  # about another response
-    if stored is not None and response.status >= 500 and usable_on_error(
+    if stored is not None and response.status in ERROR_STATUSES and usable_on_error(
             stored.freshness, request_directives(fields), time.time()):
         response.release()
         land(None)

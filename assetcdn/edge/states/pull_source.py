@@ -40,6 +40,7 @@ from assetcdn.edge.origin_client import (
 )
 from assetcdn.edge.site_config import EdgeConfig, PullZone
 from assetcdn.edge.states.freshness import (
+    ERROR_STATUSES,
     Headers,
     NotStored,
     Reuse,
@@ -279,8 +280,8 @@ async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSo
                                              store_set_cookie=at.zone.store_set_cookie))
             return await described(node, at, url_key, refreshed)
         return await from_origin(node, client, at, url_key, None, land)  # a 304 about another response
-    if response.status >= 500 and stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES,
-                                                                          time.time()):
+    if response.status in ERROR_STATUSES and stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES,
+                                                                                    time.time()):
         response.release()
         return await described(node, at, url_key, stored)
     why = not_storable("GET", response.status, SOURCE_FIELDS, response.headers,

@@ -556,6 +556,31 @@ async def test_stale_if_error_serves_the_stale_copy_when_the_origin_answers_5xx(
     assert stale.headers["Cache-Status"] == "assetcdn; hit; fwd=stale; fwd-status=503"
 
 
+@pytest.mark.parametrize("status", [501, 505])
+async def test_stale_if_error_does_not_hide_a_5xx_that_is_no_error_of_rfc_5861(pull: Pull, status: int) -> None:
+    """RFC 5861 4: only 500, 502, 503 and 504 count as errors; a 501 or 505 is the origin's answer, passed on."""
+    name = f"/5xx-{status}.txt"
+
+    async def answering(_request: web.Request) -> web.StreamResponse:
+        if pull.origin.count(name) == 1:
+            return web.Response(body=b"good", headers={"Cache-Control": "max-age=1, stale-if-error=600"})
+        return web.Response(status=status, body=b"the origin's own answer")
+
+    pull.origin.route(name, answering)
+    assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+    found: list[ClientResponse] = []
+
+    async def asked_again() -> bool:
+        resp = await pull.get(name)
+        found[:] = [resp]
+        return pull.origin.count(name) > 1
+
+    await wait_until(asked_again, f"{name} asked of the origin again")
+    resp = found[0]
+    assert (resp.status, await resp.read()) == (status, b"the origin's own answer")
+    assert resp.headers["X-Cache"] != "STALE"
+
+
 async def test_an_origin_error_without_a_stored_copy_is_passed_on(pull: Pull) -> None:
     pull.origin.answer("/broken.txt", b"origin error page", status=500)
     for _ in range(2):
