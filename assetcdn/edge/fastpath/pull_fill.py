@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CACHE_STATUS_STORED = fill_cache_status("uri-miss", None)
+CACHE_STATUS_VARY_MISS = fill_cache_status("vary-miss", None)  # the URL stored, not the variant a request selects
 MISS = str(CacheResult.MISS)  # the answer's X-Cache, as the delivery log reads it off the application's head
 
 
@@ -261,7 +262,8 @@ class PullFills:
         server = self.server
         node = server.node
         node.metrics.cache_result(CacheResult.MISS).inc()
-        headers = client_headers(response.headers, CacheResult.MISS, CACHE_STATUS_STORED, age=None)
+        headers = client_headers(response.headers, CacheResult.MISS,
+                                 CACHE_STATUS_VARY_MISS if sent.vary_miss else CACHE_STATUS_STORED, age=None)
         if server.own_hsts:  # the site's own goes in the tail, as the application's hook replaces the origin's
             headers.popall(HSTS_HEADER, None)
         dated = "Date" in headers

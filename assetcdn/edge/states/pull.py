@@ -368,6 +368,16 @@ def named_by_body(headers: Headers) -> bool:
     return (etag is None or etag.startswith("W/")) and first_value(headers, "last-modified") is None
 
 
+def forwarded_because(stored: StoredResponse | None, sent: Varied, now: float) -> str:
+    """Cache-Status's fwd (RFC 9211 2.2) of a request asked of the origin, given the stored response its look-up
+    selected: uri-miss, or vary-miss when the URL is stored but not the variant this request selects (`lookup`);
+    request when the selected response is fresh but the request's own directives (no-cache, max-age, min-fresh)
+    kept it from answering as it is; else stale."""
+    if stored is None:
+        return "vary-miss" if sent.vary_miss else "uri-miss"
+    return "request" if reuse(stored.freshness, {}, now) is Reuse.FRESH else "stale"
+
+
 def hit_cache_status(fresh: Freshness, now: float) -> str:
     """The Cache-Status of a fresh hit at `now` (the hit path writes it too, assetcdn/edge/fastpath/prepared.py)."""
     return f"{CACHE_STATUS}; hit; ttl={int(fresh.lifetime - fresh.age(now))}"
@@ -375,7 +385,9 @@ def hit_cache_status(fresh: Freshness, now: float) -> str:
 
 def lookup(node: EdgeNode, url_key: str, sent: Varied) -> StoredResponse | None:
     """The stored response a request selects: the URL's entry, or the variant its Vary fields pick (in the
-    request `sent` to the origin for it)."""
+    request `sent` to the origin for it; ``sent.vary_miss`` says when the URL's entry was there but not that
+    variant)."""
+    sent.vary_miss = False
     try:
         obj = node.cache.get(url_key)
         if obj is None:
@@ -384,6 +396,7 @@ def lookup(node: EdgeNode, url_key: str, sent: Varied) -> StoredResponse | None:
         vary = first_value(head, VARY)
         if vary is not None:  # the URL's entry says which request fields pick a variant
             obj = node.cache.get(pull_variant_key(url_key, secondary_key(vary.split(",") if vary else (), sent.fields())))
+            sent.vary_miss = obj is None
             if obj is None:
                 return None
             head = obj.headers
@@ -419,13 +432,15 @@ class Varied:
     Made on first use: only a Vary'd URL needs them; from the request's fill headers when the caller made them
     already (`origin_sends`)."""
 
-    __slots__ = ("_client", "_zone", "_client_ip", "_scheme", "_headers", "_sent")
+    __slots__ = ("_client", "_zone", "_client_ip", "_scheme", "_headers", "_sent", "vary_miss")
 
     def __init__(self, client: Sequence[tuple[str, str]], zone: PullZone, client_ip: str | None,
                  scheme: str) -> None:
         self._client, self._zone, self._client_ip, self._scheme = client, zone, client_ip, scheme
         self._headers: CIMultiDict[str] | None = None
         self._sent: Headers | None = None
+        # The last `lookup` found the URL's Vary'd entry but no variant for these fields (Cache-Status's vary-miss).
+        self.vary_miss = False
 
     def origin_sends(self, headers: CIMultiDict[str]) -> None:
         """`fill_headers` of this request as the caller made them for its origin request (no validators)."""
@@ -470,9 +485,11 @@ async def deliver_stored(request: web.Request, stored: StoredResponse, x_cache: 
 async def origin_failed(request: web.Request, zone: PullZone, path: str, fields: Headers,
                         stored: StoredResponse | None, exc: OriginError) -> web.StreamResponse:
     """No answer from the origin: the stale copy where stale-if-error allows, else 504 or 502."""
-    if stored is not None and usable_on_error(stored.freshness, request_directives(fields), time.time()):
+    now = time.time()
+    if stored is not None and usable_on_error(stored.freshness, request_directives(fields), now):
+        fwd = forwarded_because(stored, varied(request, zone, fields), now)
         answer = await deliver_stored(request, stored, CacheResult.STALE,
-                                      f"{CACHE_STATUS}; hit; fwd=stale; detail=origin-unreachable")
+                                      f"{CACHE_STATUS}; hit; fwd={fwd}; detail=origin-unreachable")
         if answer is not None:  # else its body went since the lookup: as if there were none
             return answer
     log.info("pull zone %s: the origin failed for %s: %s", zone.name, path, exc)
@@ -485,6 +502,7 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
                      fields: Headers, stored: StoredResponse | None, land: Land = no_landing) -> web.StreamResponse:
     """A miss, or a stored response the origin must confirm (a 304 updates it) or replace. `land` tells the
     requests waiting for this one what is kept for them, as soon as that is known."""
+    fwd = forwarded_because(stored, varied(request, zone, fields), time.time())
     try:
         response = handed_fill(request) or await ask(
             node, zone, path, request.rel_url.raw_query_string, forwarded_headers(request, zone, stored),
@@ -498,7 +516,7 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
             refreshed = await refresh(node, zone, path, stored, response)
             land(None)
             answer = await deliver_stored(request, refreshed, CacheResult.REVALIDATED,
-                                          f"{CACHE_STATUS}; fwd=stale; fwd-status=304", counted=CacheResult.HIT)
+                                          f"{CACHE_STATUS}; fwd={fwd}; fwd-status=304", counted=CacheResult.HIT)
             if answer is not None:  # else its body went meanwhile: asked for whole below
                 return answer
         return await ask_origin(request, node, zone, path, url_key, fields, None, land)  # about another response
@@ -507,13 +525,12 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
         response.release()
         land(None)
         answer = await deliver_stored(request, stored, CacheResult.STALE,
-                                      f"{CACHE_STATUS}; hit; fwd=stale; fwd-status={response.status}")
+                                      f"{CACHE_STATUS}; hit; fwd={fwd}; fwd-status={response.status}")
         if answer is not None:  # else its body went meanwhile: asked for whole below
             return answer
         return await ask_origin(request, node, zone, path, url_key, fields, None, land)
     node.metrics.cache_result(CacheResult.MISS).inc()
-    return await stream_and_store(request, node, zone, path, url_key, fields, response,
-                                  "uri-miss" if stored is None else "stale", land)
+    return await stream_and_store(request, node, zone, path, url_key, fields, response, fwd, land)
 
 
 async def ask(node: EdgeNode, zone: PullZone, path: str, query: str, headers: CIMultiDict[str], *,

@@ -144,11 +144,15 @@ async def test_vary_keeps_one_variant_per_value_of_the_fields_it_names(pull: Pul
 
     pull.origin.route("/vary.txt", negotiated)
     json_accept, html_accept = {"Accept": "application/json"}, {"Accept": "text/html"}
+    statuses = []
     for accept, x_cache in ((json_accept, "MISS"), (html_accept, "MISS"), (json_accept, "HIT"), (html_accept, "HIT")):
         resp = await pull.get("/vary.txt", headers=accept)
         kind = "json" if "json" in accept["Accept"] else "html"
         assert (await resp.read(), resp.headers["X-Cache"]) == (kind.encode(), x_cache), accept
+        statuses.append(resp.headers["Cache-Status"])
     assert pull.origin.count("/vary.txt") == 2
+    # RFC 9211 2.2: the second variant's miss is the URL's vary-miss, not a uri-miss.
+    assert statuses[:2] == ["assetcdn; fwd=uri-miss; stored", "assetcdn; fwd=vary-miss; stored"]
 
 
 @pytest.mark.parametrize(("name", "headers", "stored"), [
@@ -179,8 +183,23 @@ async def test_a_request_with_no_cache_has_the_stored_response_validated(pull: P
     assert (await pull.get("/no-cache.txt")).headers["X-Cache"] == "HIT"
     forced = await pull.get("/no-cache.txt", headers={"Cache-Control": "no-cache"})
     assert (forced.status, await forced.read(), forced.headers["X-Cache"]) == (200, b"validated", "REVALIDATED")
+    # RFC 9211 2.2: the stored copy is fresh; the request's own directive sent it forward.
+    assert forced.headers["Cache-Status"] == "assetcdn; fwd=request; fwd-status=304"
     seen = pull.origin.requests("/no-cache.txt")
     assert len(seen) == 2 and seen[1].headers["If-None-Match"] == '"tag"'
+
+
+async def test_a_fresh_copy_a_requests_max_age_refuses_is_forwarded_for_the_request(pull: Pull) -> None:
+    versions = iter((b"first", b"second"))
+
+    async def changing(_request: web.Request) -> web.StreamResponse:
+        return web.Response(body=next(versions), headers=LONG)
+
+    pull.origin.route("/max-age-0.txt", changing)
+    assert (await pull.get("/max-age-0.txt")).headers["X-Cache"] == "MISS"
+    forced = await pull.get("/max-age-0.txt", headers={"Cache-Control": "max-age=0"})
+    assert (await forced.read(), forced.headers["X-Cache"]) == (b"second", "MISS")
+    assert forced.headers["Cache-Status"] == "assetcdn; fwd=request; stored"
 
 
 async def test_only_if_cached_is_504_when_not_cached_and_never_asks_the_origin(pull: Pull) -> None:
