@@ -1080,7 +1080,9 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
     that declares more than the edge takes is 413 before any of it is asked for (no 100 Continue). A GET or
     HEAD with If-Match or If-Unmodified-Since goes the same way (`fwd` "request", RFC 9211): those preconditions
     are the origin's to evaluate (RFC 9111 4.3.2), and answered from the stored copy they would be dropped (a
-    client resuming a download of one version would get a range of another), so nothing is looked up or kept."""
+    client resuming a download of one version would get a range of another), so nothing is looked up or kept.
+    The answer goes at its client's pace, within the send timeout a fill's client has (`sent_in_time`): a client
+    that takes none of it for that long is cut off, and the origin connection closed, not held for it."""
     if request.content_length is not None and request.content_length > request.client_max_size:
         raise too_large(request.client_max_size, request.content_length)
     with body_deadline(request, request.app[SETTINGS]):
@@ -1103,13 +1105,17 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
     if length is not None and length.isdigit():
         answer.content_length = int(length)
     await answer.prepare(request)
+    timeout_s = send_timeout_s(node.settings)
+    gone = partial(cut_off, request)
     try:
         async for chunk in response.chunks(capped=False):
-            await answer.write(chunk)
+            if not await sent_in_time(answer.write(chunk), timeout_s, gone):
+                response.release()  # the rest unread: the origin connection is closed
+                return answer
     except OriginError:
         cut_short(request)
         return answer
-    await answer.write_eof()
+    await sent_in_time(answer.write_eof(), timeout_s, gone)
     return answer
 
 

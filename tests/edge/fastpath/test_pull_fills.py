@@ -630,6 +630,52 @@ async def test_a_client_that_stops_reading_its_fill_is_cut_off_and_the_fill_comp
         idle.close()
 
 
+UNSAFE_ANSWER = len(LARGE) * 64  # 384 MB, never sent whole
+
+
+@pytest.mark.parametrize("path", ["hit", "application"])
+async def test_a_client_that_stops_reading_an_unsafe_requests_answer_is_cut_off_and_frees_the_origin(
+        slow_readers: FillCdn, path: str) -> None:
+    """A POST whose large answer its client does not read: the client is cut off once it has taken nothing for
+    the send timeout, as a fill's is, and the origin connection is closed. Before, the edge waited for that
+    client for ever, holding one of the origin's pooled connections (32 such clients held them all)."""
+    name = f"/unsafe-stops-reading-{path}"
+    origin_done = asyncio.Event()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        response.content_length = UNSAFE_ANSWER
+        await response.prepare(request)
+        try:  # more than every buffer on the way holds: written as the edge reads, until it closes
+            for _ in range(0, UNSAFE_ANSWER, len(LARGE)):
+                await response.write(LARGE)  # waits while the edge does not read
+            await response.write_eof()
+        finally:
+            origin_done.set()  # the whole body taken, or the edge's connection closed
+        return response
+
+    slow_readers.origin.route(name, answer)
+    cdn = slow_readers.cdn
+    loop = asyncio.get_running_loop()
+    idle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    idle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
+    idle.setblocking(False)
+    try:
+        await loop.sock_connect(idle, ("127.0.0.1", cdn.port if path == "hit" else cdn.plain_port))
+        await loop.sock_sendall(idle, request_bytes(f"/{ZONE}{name}", "POST", Content_Length="4") + b"data")
+        # Nothing read: the origin's connection is closed once the client has taken nothing for the send timeout.
+        await asyncio.wait_for(origin_done.wait(), SEND_TIMEOUT_S + READ_S)
+        received = 0
+        with contextlib.suppress(ConnectionError):
+            while chunk := await asyncio.wait_for(loop.sock_recv(idle, 1024 * 1024), READ_S):
+                received += len(chunk)
+        assert 0 < received < UNSAFE_ANSWER  # the answer's head and some of its body, then the close
+        assert slow_readers.origin.count(name, "POST") == 1
+    finally:
+        idle.close()
+
+
 PACED_SEND_TIMEOUT_S = 60.0  # a slow reader is never cut off here
 PACED_MAX_OBJECT_MB = 8      # LARGE is kept; OVER_LIMIT is not
 OVER_LIMIT = bytes(range(251)) * (40 * 1024)  # 10 MB
