@@ -13,7 +13,7 @@
   ``max_object_mb`` stops with ``OriginTooLarge`` where it crosses the limit.
 - **Headers:** hop-by-hop fields are dropped both ways (those named in ``Connection`` too), and request
   fields that would make the origin answer for another host, scheme or URL than the cache key says
-  (``UNKEYED_OVERRIDES``) are never forwarded.
+  (``UNKEYED_OVERRIDES``) are never forwarded, nor spelled with ``_`` for ``-``.
 
 - **Shields:** ``peer_request`` asks another edge that shields a URL (assetcdn/edge/shield.py), through a pool
   of its own with the same limits and errors. Its addresses come from control's edge list or the edge's own
@@ -158,12 +158,18 @@ def request_connection_fields(headers: Sequence[tuple[str, str]]) -> frozenset[s
 def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *, client_ip: str | None,
                            scheme: str) -> CIMultiDict[str]:
     """What the origin is sent: the client's end-to-end fields less the overriding ones, then the origin's
-    Host, the zone's own fields, Via and the client's address and scheme as this edge saw them."""
+    Host, the zone's own fields, Via and the client's address and scheme as this edge saw them. A name is
+    compared with `_` read as `-`: servers that hand fields to applications as CGI variables read
+    `X_Forwarded_Host` as `X-Forwarded-Host` (both HTTP_X_FORWARDED_HOST)."""
     fields = request_connection_fields(client)
-    dropped = NOT_FORWARDED if fields is HOP_BY_HOP else fields | UNKEYED_OVERRIDES | ANSWERED_HERE
+    dropped = NOT_FORWARDED if fields is HOP_BY_HOP else (
+        {name.replace("_", "-") for name in fields} | UNKEYED_OVERRIDES | ANSWERED_HERE)
     headers: CIMultiDict[str] = CIMultiDict()
     for name, value in client:
-        if name.lower() not in dropped:
+        lowered = name.lower()
+        if "_" in lowered:
+            lowered = lowered.replace("_", "-")
+        if lowered not in dropped:
             headers.add(name, value)
     headers["Host"] = origin.host_header or origin.url.raw_authority
     for name, value in origin.request_headers:

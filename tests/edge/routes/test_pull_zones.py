@@ -358,6 +358,26 @@ async def test_the_origin_gets_the_zones_fields_and_never_the_clients_overrides(
         assert name not in seen.headers, name
 
 
+async def test_the_clients_overrides_spelled_with_underscores_never_reach_the_origin(pull: Pull) -> None:
+    """Servers that pass fields to applications as CGI variables (gunicorn before 22, CGI and WSGI bridges) read
+    `X_Forwarded_Host` as `X-Forwarded-Host` (both HTTP_X_FORWARDED_HOST): such a spelling must not carry a
+    client's host, URL or method into an answer stored for everyone."""
+    pull.origin.answer("/underscored.txt", b"ok", headers=LONG)
+    resp = await pull.get("/underscored.txt", headers={
+        "X_Forwarded_Host": "evil.example", "X_Original_URL": "/admin", "x_http_method_override": "DELETE",
+        "X-Forwarded_Proto": "https", "X_Forwarded_For": "203.0.113.9", "Transfer_Encoding": "chunked",
+        "X_Client_Note": "end-to-end", "Connection": "keep-alive, X_Hop", "X_Hop": "hop"})
+    assert (resp.status, await resp.read()) == (200, b"ok")
+    (seen,) = pull.origin.requests("/underscored.txt")
+    sent = {name.lower().replace("_", "-") for name in seen.headers}
+    for name in ("x-forwarded-host", "x-original-url", "x-http-method-override", "transfer-encoding", "x-hop"):
+        assert name not in sent, name
+    assert (seen.headers.getall("X-Forwarded-For"), seen.headers.getall("X-Forwarded-Proto")) == (["127.0.0.1"],
+                                                                                                 ["http"])
+    assert "X_Forwarded_For" not in seen.headers and "X-Forwarded_Proto" not in seen.headers
+    assert seen.headers["X_Client_Note"] == "end-to-end"  # an underscore alone is no reason to drop a field
+
+
 @pytest.mark.parametrize("target", [f"/{ZONE}/a/../secret.txt", f"/{ZONE}/a/%2e%2e/secret.txt",
                                     f"/{ZONE}/a/%2E%2e/secret.txt", f"/{ZONE}/..", f"/{ZONE}/a/./secret.txt"])
 async def test_a_path_with_a_dot_segment_is_400_and_never_reaches_the_origin(pull: Pull, target: str) -> None:
