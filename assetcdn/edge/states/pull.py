@@ -97,6 +97,8 @@ CACHE_STATUS = "assetcdn"           # this cache's name in Cache-Status (RFC 921
 STATUS, REQUEST_TIME, RESPONSE_TIME, VARY = ":status", ":request-time", ":response-time", ":vary"
 # The SHA-256 of a body stored without a strong ETag or Last-Modified: what names it as a transform's source.
 DIGEST = ":sha256"
+ALLOWED = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"  # the methods a pull zone's paths take (TRACE is not passed)
+MAX_FORWARDS = 255  # the largest Max-Forwards this edge passes on (RFC 9110 7.6.2 lets it choose one)
 # A client's own conditions and ranges are answered from the stored response, never passed on a cache fill.
 CLIENT_CONDITIONS = ("If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range")
 # What is never copied to a client from an origin's or stored head: framing is the edge's own, and so is the
@@ -265,7 +267,7 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
     if request.method not in ("GET", "HEAD"):
         if request.method == "TRACE":  # its echo would show the client the zone's RequestHeaders (a secret)
             raise ApiError(405, "MethodNotAllowed", "TRACE is not passed to a pull zone's origin.",
-                           headers={"Allow": "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"})
+                           headers={"Allow": ALLOWED})
         return await forward_unsafe(request, node, zone, path, prefix)
     fields = request_fields(request)
     directives = request_directives(fields)
@@ -1080,15 +1082,21 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
     that declares more than the edge takes is 413 before any of it is asked for (no 100 Continue). A GET or
     HEAD with If-Match or If-Unmodified-Since goes the same way (`fwd` "request", RFC 9211): those preconditions
     are the origin's to evaluate (RFC 9111 4.3.2), and answered from the stored copy they would be dropped (a
-    client resuming a download of one version would get a range of another), so nothing is looked up or kept.
-    The answer goes at its client's pace, within the send timeout a fill's client has (`sent_in_time`): a client
-    that takes none of it for that long is cut off, and the origin connection closed, not held for it."""
+    client resuming a download of one version would get a range of another), so nothing is looked up or kept. An
+    OPTIONS whose Max-Forwards is 0 is answered here, as its final recipient, a larger one counted down (RFC 9110
+    7.6.2). The answer goes at its client's pace, within the send timeout a fill's client has (`sent_in_time`): a
+    client that takes none of it for that long is cut off, and the origin connection closed, not held for it."""
     if request.content_length is not None and request.content_length > request.client_max_size:
         raise too_large(request.client_max_size, request.content_length)
     with body_deadline(request, request.app[SETTINGS]):
         body = await request.read()
     headers = origin_request_headers(list(request.headers.items()), zone.origin, client_ip=request.remote,
                                      scheme=request.scheme)
+    hops = max_forwards(request) if request.method == "OPTIONS" else None
+    if hops == 0:
+        return web.Response(status=200, headers={"Allow": ALLOWED})
+    if hops is not None:
+        headers["Max-Forwards"] = str(hops - 1)
     target = zone.origin.target(path, request.rel_url.raw_query_string)
     try:
         response = await node.origins.request(zone.origin, request.method, target, headers, body=body or None)
@@ -1117,6 +1125,16 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
         return answer
     await sent_in_time(answer.write_eof(), timeout_s, gone)
     return answer
+
+
+def max_forwards(request: web.Request) -> int | None:
+    """A request's Max-Forwards (RFC 9110 7.6.2: 1*DIGIT), at most MAX_FORWARDS; None when it has none or one
+    that is not a number."""
+    value = request.headers.get("Max-Forwards", "").strip()
+    if not (value.isascii() and value.isdigit()):
+        return None
+    value = value.lstrip("0")
+    return MAX_FORWARDS if len(value) > len(str(MAX_FORWARDS)) else min(int(value or "0"), MAX_FORWARDS)
 
 
 async def invalidate(node: EdgeNode, zone: PullZone, request: web.Request, path: str, prefix: str,

@@ -959,6 +959,26 @@ async def test_trace_is_405_and_never_shows_the_client_the_zones_origin_fields(p
     assert pull.origin.requests("/traced") == []
 
 
+async def test_options_with_max_forwards_zero_is_answered_by_the_edge_and_others_are_counted_down(pull: Pull) -> None:
+    """RFC 9110 7.6.2: an intermediary answers an OPTIONS whose Max-Forwards is 0 as its final recipient, and
+    forwards a larger one counted down by one."""
+    pull.origin.answer("/options", b"", status=204, headers={"Allow": "GET, OPTIONS"})
+    here = await pull.cdn.edge.options(f"/{ZONE}/options", headers={"Max-Forwards": "0"})
+    assert (here.status, await here.read()) == (200, b"")
+    assert here.headers["Allow"] == "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
+    assert pull.origin.requests("/options") == []
+    forwarded = await pull.cdn.edge.options(f"/{ZONE}/options", headers={"Max-Forwards": "3"})
+    assert (forwarded.status, forwarded.headers["Allow"]) == (204, "GET, OPTIONS")
+    plain = await pull.cdn.edge.options(f"/{ZONE}/options")
+    assert plain.status == 204
+    for hops in ("9" * 5000, "\u00b2", "x"):  # past int()'s digit limit, a digit int() refuses, no number
+        assert (await pull.cdn.edge.options(f"/{ZONE}/options", headers={"Max-Forwards": hops})).status == 204
+    first, second, third, superscript, word = pull.origin.requests("/options")
+    assert first.headers.getall("Max-Forwards") == ["2"]
+    assert "Max-Forwards" not in second.headers
+    assert third.headers.getall("Max-Forwards") == ["254"]
+
+
 async def test_a_body_declared_over_the_limit_is_413_before_any_100_continue(pull: Pull) -> None:
     pull.origin.answer("/big-upload", b"created", status=201)
     received = await raw_exchange(pull, f"POST /{ZONE}/big-upload HTTP/1.1\r\nHost: 127.0.0.1\r\n"
