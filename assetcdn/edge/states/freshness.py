@@ -20,6 +20,7 @@ Headers = Sequence[tuple[str, str]]
 
 # RFC 9111 1.2.2: a delta-seconds too large to represent (or a sum that overflows) is taken as 2^31.
 MAX_DELTA = 2**31
+MAX_DELTA_DIGITS = len(str(MAX_DELTA))
 # RFC 9110 15.1: the statuses that may be stored with a heuristic lifetime (no explicit freshness).
 HEURISTIC_STATUSES = frozenset((200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501))
 # Final statuses whose meaning this cache knows (RFC 9110 15): the ones `must-understand` may store.
@@ -105,10 +106,16 @@ def parse_directives(values: Iterable[str]) -> dict[str, str | None]:
 
 
 def delta_seconds(value: str | None) -> int | None:
-    """A directive's delta-seconds (RFC 9111 1.2.2), or None when it has none or it is not digits."""
+    """A directive's delta-seconds (RFC 9111 1.2.2), or None when it has none or it is not digits; at most
+    MAX_DELTA, as a larger one counts. One of more digits than MAX_DELTA's is larger whatever they are (and may
+    be longer than int() converts: 4,300 digits)."""
     if value is None or not value.isdigit() or not value.isascii():
         return None
-    return min(int(value), MAX_DELTA)
+    if len(value) > MAX_DELTA_DIGITS:
+        value = value.lstrip("0")
+        if len(value) > MAX_DELTA_DIGITS:
+            return MAX_DELTA
+    return min(int(value or "0"), MAX_DELTA)
 
 
 def http_date(value: str | None) -> float | None:

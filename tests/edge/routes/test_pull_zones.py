@@ -202,6 +202,31 @@ async def test_a_fresh_copy_a_requests_max_age_refuses_is_forwarded_for_the_requ
     assert forced.headers["Cache-Status"] == "assetcdn; fwd=request; stored"
 
 
+HUGE_DELTA = "9" * 5000  # more digits than Python's int() converts (4,300): a header line holds it
+
+
+async def test_a_delta_seconds_too_long_to_convert_counts_as_2_to_the_31(pull: Pull) -> None:
+    """RFC 9111 1.2.2: a delta-seconds larger than the cache can represent is taken as 2^31, from a client's
+    request directives as from an origin's Cache-Control or Age. Before, each was a 500, and an origin's stored
+    answer was a 500 on every hit after the miss that stored it."""
+    pull.origin.answer("/huge-client.txt", b"huge", headers=LONG)
+    assert (await pull.get("/huge-client.txt")).headers["X-Cache"] == "MISS"
+    for directive in ("max-age", "max-stale", "min-fresh", "stale-if-error"):
+        resp = await pull.get("/huge-client.txt", headers={"Cache-Control": f"{directive}={HUGE_DELTA}"})
+        assert (resp.status, await resp.read()) == (200, b"huge"), directive
+        assert resp.headers["X-Cache"] == ("MISS" if directive == "min-fresh" else "HIT"), directive  # no validator
+    for name, fields in (("/huge-max-age.txt", {"Cache-Control": f"max-age={HUGE_DELTA}"}),
+                         ("/huge-s-maxage.txt", {"Cache-Control": f"s-maxage={HUGE_DELTA}"}),
+                         ("/huge-swr.txt", {"Cache-Control": f"max-age=600, stale-while-revalidate={HUGE_DELTA}"})):
+        pull.origin.answer(name, b"huge", headers=fields)
+        assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+        hit = await pull.get(name)
+        assert (hit.status, await hit.read(), hit.headers["X-Cache"]) == (200, b"huge", "HIT"), name
+    pull.origin.answer("/huge-age.txt", b"aged", headers={**LONG, "Age": HUGE_DELTA})  # older than max-age: stale
+    assert [(await pull.get("/huge-age.txt")).status for _ in range(2)] == [200, 200]
+    assert pull.origin.count("/huge-age.txt") == 2
+
+
 async def test_only_if_cached_is_504_when_not_cached_and_never_asks_the_origin(pull: Pull) -> None:
     pull.origin.answer("/only-if-cached.txt", b"cached", headers=LONG)
     resp = await pull.cdn.edge.get(f"/{ZONE}/only-if-cached.txt", headers={"Cache-Control": "only-if-cached"})
