@@ -27,6 +27,7 @@ from assetcdn.shared.middleware import stamp_headers
 
 STALE_WARNING = '110 - "Response is stale: control plane unreachable"'
 RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)\Z")
+BEYOND_ANY_BODY = 2**63  # a byte position past any body a cache holds (`position`)
 HEADER_CHANGES = web.RequestKey("header_changes", HeaderChanges)
 
 
@@ -57,14 +58,14 @@ def parse_range(header: str, size: int) -> tuple[int, int] | None | Literal[Fals
     if first == "" and last == "":
         return None
     if first == "":
-        length = int(last)
+        length = position(last)
         if length == 0:
             return False
         if size == 0:
             return None
         return max(size - length, 0), size
-    start = int(first)
-    end = size if last == "" else min(int(last) + 1, size)
+    start = position(first)
+    end = size if last == "" else min(position(last) + 1, size)
     if start >= size or end <= start:
         return False
     return start, end
@@ -77,6 +78,13 @@ def if_range_holds(if_range: str | None, etag: str | None) -> bool:
     if if_range is None:
         return True
     return etag is not None and not etag.startswith("W/") and if_range.strip() == etag
+
+
+def position(digits: str) -> int:
+    """A byte position or suffix length of a Range (ASCII digits), at most BEYOND_ANY_BODY: a larger one is past
+    any body whatever its digits (and may have more of them than int() converts: 4,300)."""
+    digits = digits.lstrip("0")
+    return BEYOND_ANY_BODY if len(digits) > len(str(BEYOND_ANY_BODY)) else min(int(digits or "0"), BEYOND_ANY_BODY)
 
 
 def not_modified_headers(headers: CIMultiDict[str]) -> CIMultiDict[str]:

@@ -227,6 +227,21 @@ async def test_a_delta_seconds_too_long_to_convert_counts_as_2_to_the_31(pull: P
     assert pull.origin.count("/huge-age.txt") == 2
 
 
+async def test_a_range_of_positions_too_long_to_convert_is_answered_not_500(pull: Pull) -> None:
+    """A byte position past any body is past this one however many digits it has: the first byte 416, the last
+    byte or a suffix the body's end. Before, more digits than int() converts were a 500."""
+    pull.origin.answer("/huge-range.txt", b"0123456789", headers=LONG)
+    assert (await pull.get("/huge-range.txt")).headers["X-Cache"] == "MISS"
+    past = await pull.get("/huge-range.txt", headers={"Range": f"bytes={HUGE_DELTA}-"})
+    assert (past.status, past.headers["Content-Range"]) == (416, "bytes */10")
+    tail = await pull.get("/huge-range.txt", headers={"Range": f"bytes=2-{HUGE_DELTA}"})
+    assert (tail.status, await tail.read(), tail.headers["Content-Range"]) == (206, b"23456789", "bytes 2-9/10")
+    whole = await pull.get("/huge-range.txt", headers={"Range": f"bytes=-{HUGE_DELTA}"})
+    assert (whole.status, await whole.read(), whole.headers["Content-Range"]) == (206, b"0123456789", "bytes 0-9/10")
+    padded = await pull.get("/huge-range.txt", headers={"Range": "bytes=-" + "0" * 5000 + "5"})
+    assert (padded.status, await padded.read(), padded.headers["Content-Range"]) == (206, b"56789", "bytes 5-9/10")
+
+
 async def test_only_if_cached_is_504_when_not_cached_and_never_asks_the_origin(pull: Pull) -> None:
     pull.origin.answer("/only-if-cached.txt", b"cached", headers=LONG)
     resp = await pull.cdn.edge.get(f"/{ZONE}/only-if-cached.txt", headers={"Cache-Control": "only-if-cached"})
