@@ -57,14 +57,17 @@ def split_target(item: object) -> PurgeTarget | None:
 
 
 def unsafe_path(raw: str) -> bool:
-    """Whether a path (percent-encoded) holds a dot segment (`..`, also percent-encoded, or split by `\\`,
-    which some origins read as a separator) or a character that could split a request (NUL, CR, LF), as the
+    """Whether a path (percent-encoded) holds a dot segment (`..`, also percent-encoded, split by `\\`, which
+    some origins read as a separator, or followed by path parameters, `..;x`, which Tomcat, Jetty and Spring
+    drop before they resolve dot segments) or a character that could split a request (NUL, CR, LF), as the
     edge refuses it in a pull zone's request path (assetcdn/edge/states/recv.py)."""
     if "%" not in raw and "\\" not in raw:  # nothing to decode: the segments are as written
         if "\x00" in raw or "\r" in raw or "\n" in raw:
             return True
         if "." not in raw:
             return False
+        if ";" in raw:
+            return any(_dot_segment(segment) for segment in raw.split("/"))
         segments = raw.split("/")
         return "." in segments or ".." in segments
     return unsafe_segments(raw)
@@ -74,10 +77,15 @@ def unsafe_segments(raw: str) -> bool:
     """`unsafe_path` read segment by segment, each percent-decoded (what its quick answer must agree with)."""
     for segment in raw.split("/"):
         decoded = unquote(segment)
-        if (any(part in (".", "..") for part in decoded.replace("\\", "/").split("/"))
+        if (any(_dot_segment(part) for part in decoded.replace("\\", "/").split("/"))
                 or any(char in decoded for char in "\x00\r\n")):
             return True
     return False
+
+
+def _dot_segment(segment: str) -> bool:
+    """Whether a segment is `.` or `..` once its path parameters (from the first `;`) are left out."""
+    return segment.partition(";")[0] in (".", "..")
 
 
 def normal_path(raw: str) -> str:

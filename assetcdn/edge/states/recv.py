@@ -56,7 +56,8 @@ def resolve(config: EdgeConfig, host_zone: str | None, path: str, path_qs: str, 
 def origin_path_checked(raw: str) -> str:
     """A pull zone's path, refused when a dot segment (`..`, also percent-encoded) could take it outside the
     zone's path prefix at the origin, or a control character could split the origin request. Origins that
-    decode before they resolve dot segments read `..%2f` and `..%5c` as one too (`\\` separates on some)."""
+    decode before they resolve dot segments read `..%2f` and `..%5c` as one too (`\\` separates on some), and
+    those that drop path parameters first read `..;x` as `..`."""
     if unsafe_path(raw):
         raise InvalidPath("dot segments and control characters are not allowed.")
     return raw

@@ -435,6 +435,24 @@ async def test_a_dot_segment_behind_an_encoded_separator_is_400_too(pull: Pull, 
     assert sum(len(seen) for seen in pull.origin.seen.values()) == before
 
 
+@pytest.mark.parametrize(("target", "host"), [
+    (f"/{ZONE}/..;/secret.txt", "127.0.0.1"), (f"/{ZONE}/a/..;jsessionid=1/secret.txt", "127.0.0.1"),
+    (f"/{ZONE}/a/%2e%2e;/secret.txt", "127.0.0.1"), (f"/{ZONE}/a/..%3Bx/secret.txt", "127.0.0.1"),
+    (f"/{ZONE}/a/.;/secret.txt", "127.0.0.1"), ("/..;/secret.txt", TENANT_HOST)])
+async def test_a_dot_segment_with_path_parameters_is_400_too(pull: Pull, target: str, host: str) -> None:
+    """Tomcat, Jetty and Spring drop a segment's `;` parameters before resolving dot segments: `/up/..;/secret.txt`
+    is `/secret.txt` to them, outside the zone's path prefix."""
+    before = sum(len(seen) for seen in pull.origin.seen.values())
+    assert await raw_status(pull.cdn, target, host) == 400
+    assert sum(len(seen) for seen in pull.origin.seen.values()) == before
+
+
+async def test_path_parameters_without_dots_still_reach_the_origin(pull: Pull) -> None:
+    pull.origin.answer("/params;v=2/file.txt", b"parameters", headers=LONG)
+    resp = await pull.get("/params;v=2/file.txt")
+    assert (resp.status, await resp.read()) == (200, b"parameters")
+
+
 async def test_an_encoded_separator_without_dots_still_reaches_the_origin(pull: Pull) -> None:
     pull.origin.answer("/dir%2Ffile.txt", b"encoded slash", headers=LONG)
     resp = await pull.get("/dir%2Ffile.txt")
