@@ -833,6 +833,9 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
     tag only, so a purge by tag leaves the variants it does not name reachable, and a purge by URL or prefix
     removes and counts the copies it names (`entriesRemoved`), not the entry that leads to them. Left alone, it
     leads to no variant until the next fill, which writes it again."""
+    if replaced(node, zone):  # asked of an origin the zone no longer has: as if purged meanwhile
+        spool.close()
+        raise PurgedMeanwhile(url_key)
     vary = vary_fields(response.headers) or ()
     meta = stored_meta(head, response.status, response, digest)
     marker_tags = (zone_tag(zone.name),)
@@ -899,6 +902,8 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
                                    since=not_modified.purge_mark)
 
     try:
+        if replaced(node, zone):  # confirmed by an origin the zone no longer has
+            raise PurgedMeanwhile(obj.key)
         kept = await asyncio.get_running_loop().run_in_executor(STORES, put)  # the one writer thread
         updated = StoredResponse.of(kept) if kept is not None else None
     except PurgedMeanwhile:  # the confirmation may predate what the purge was made for
@@ -909,6 +914,15 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
     # Not updated (its body went meanwhile: purged, evicted): answered with what we have.
     return updated or StoredResponse(obj, stored.status, head, freshness(
         stored.status, head, not_modified.request_time, not_modified.response_time), stored.digest)
+
+
+def replaced(node: EdgeNode, zone: PullZone) -> bool:
+    """Whether the edge's config no longer has `zone` as a request found it (its origin changed or removed, the zone
+    deleted): what that origin answered the request is not kept, however late it lands, since the purge that
+    retires the old origin's responses may have run already. One kept before the config changed is that purge's
+    (its purge mark predates it)."""
+    current = node.config.pull_zones.get(zone.name)
+    return current is not zone and current != zone
 
 
 def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,

@@ -19,7 +19,8 @@ import pytest
 from aiohttp import ClientPayloadError, ClientResponse, web
 
 from assetcdn.edge.cache.entry import CachedObject
-from assetcdn.edge.states.keys import pull_key
+from assetcdn.edge.states.keys import pull_key, pull_variant_key
+from assetcdn.edge.states.pull import FLIGHTS
 from tests.control.expect import expect_error
 from tests.edge.hit_server import HitTestServer
 from tests.support.cdn import PURGE, raw_status
@@ -37,6 +38,7 @@ from tests.support.origins import (
     ScriptedOrigin,
     add_pull_zone,
     serve_origin,
+    stored_url,
 )
 from tests.support.wait import WAIT_S, wait_until
 
@@ -1067,3 +1069,53 @@ async def test_a_location_in_the_host_header_space_invalidates_what_it_names(pul
     assert (await pull.get("/hosted")).headers["X-Cache"] == "HIT"
     assert (await pull.cdn.edge.put(f"/{ZONE}/writer", data=b"x")).status == 204
     assert (await pull.get("/hosted")).headers["X-Cache"] == "MISS"
+
+
+async def test_a_request_that_waited_through_an_origin_change_stores_nothing_of_the_old_origin(pull: Pull) -> None:
+    """A request for a URL whose fill is under way waits for it; when that answer may not be shared, it asks the
+    origin itself. If the zone's origin changed meanwhile (the new config and its purge applied here), what the
+    old origin answers it must not be stored: every later request would get it until it expired."""
+    first, second = ScriptedOrigin(), ScriptedOrigin()
+    release = asyncio.Event()
+    asked = asyncio.Event()
+
+    async def old(_request: web.Request) -> web.StreamResponse:
+        if not asked.is_set():  # the flight's own request: held, then an answer no one else may share
+            asked.set()
+            await release.wait()
+            return web.Response(body=b"private", headers={"Cache-Control": "private"})
+        return web.Response(body=b"old origin", headers=LONG)
+
+    first.route("/raced.txt", old)
+    first.answer("/marker.txt", b"old marker", headers=LONG)
+    second.answer("/raced.txt", b"new origin", headers=LONG)
+    first_server, second_server = await serve_origin(first), await serve_origin(second)
+    try:
+        await add_pull_zone(pull.cdn, "racing", {"Url": f"http://127.0.0.1:{first_server.port}{PREFIX}"})
+        assert (await pull.cdn.edge.get("/racing/marker.txt")).headers["X-Cache"] == "MISS"
+        leader = asyncio.ensure_future(pull.cdn.edge.get("/racing/raced.txt"))
+        await asyncio.wait_for(asked.wait(), WAIT_S)
+        waiter = asyncio.ensure_future(pull.cdn.edge.get("/racing/raced.txt"))
+
+        flights, flight = pull.cdn.edge.app[FLIGHTS], pull_variant_key(pull_key("racing", "/raced.txt", ""), "flight")
+
+        async def waiting() -> bool:
+            return flights.joined(flight) == 1
+
+        await wait_until(waiting, "the second request waiting for the first one's fill")
+        resp = await pull.cdn.control.put("/api/core/zones/racing/origin", headers=ACCOUNT,
+                                          json={"Url": f"http://127.0.0.1:{second_server.port}{PREFIX}"})
+        assert resp.status == 200, await resp.text()
+
+        async def retired() -> bool:
+            return stored_url(pull.cdn.node, "racing", "/marker.txt") is None
+
+        await wait_until(retired, "the old origin's responses purged on the edge")
+        release.set()
+        assert await (await leader).read() == b"private"
+        assert await (await waiter).read() in (b"old origin", b"new origin")  # it was sent before the change
+        resp = await pull.cdn.edge.get("/racing/raced.txt")
+        assert await resp.read() == b"new origin"
+    finally:
+        await first_server.close()
+        await second_server.close()
