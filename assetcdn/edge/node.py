@@ -26,12 +26,13 @@ from assetcdn.edge.delivery_log import DeliveryLog
 from assetcdn.edge.origin_client import OriginClient, OriginLimits
 from assetcdn.edge.replica import ManifestReplica
 from assetcdn.edge.shield import Shields
-from assetcdn.edge.site_config import EdgeConfig
+from assetcdn.edge.site_config import EdgeConfig, PullZone
 from assetcdn.edge.states.keys import PULL_KEY_PREFIX
 from assetcdn.edge.states.recv import PullPath, purge_named, purge_prefix_named
 from assetcdn.edge.tls.state import EdgeTlsState
 from assetcdn.shared.config import Settings
 from assetcdn.shared.generation_push import GenerationPush, PushedPurge
+from assetcdn.shared.manifest import zone_tag
 from assetcdn.shared.metrics import Metrics
 from assetcdn.shared.published_config import PublishedConfig
 from assetcdn.shared.purge_targets import split_target
@@ -99,10 +100,18 @@ class EdgeNode:
         if not version or version == self.config.version:
             return
         published = await self.control.config()
+        before = self.config.pull_zones
         self.config = EdgeConfig.from_published(published)
         tmp = self.config_file.with_name(f"{self.config_file.name}.{os.getpid()}.tmp")
         tmp.write_bytes(orjson.dumps(published.to_json()))
         os.replace(tmp, self.config_file)
+        retired = retired_origins(before, self.config.pull_zones)
+        if retired:
+            # Control purges such a zone once it has published the change, and the purge runs once per edge: a
+            # worker that took the change later may have filled from the old origin into the shared disk tier
+            # after it. Each worker purges the zone when it takes the change (every worker's memory too).
+            tags = [zone_tag(name) for name in retired]
+            await asyncio.get_running_loop().run_in_executor(None, self.cache.purge_tags, tags)
 
     async def start(self, cluster_url: str) -> None:
         """Start the background work: register with control, heartbeat and catch up on a short timer."""
@@ -271,6 +280,14 @@ class EdgeNode:
         return await asyncio.get_running_loop().run_in_executor(
             None, lambda: self.cache.purge_generations(purges, upto=generation, restart=restart,
                                                        revalidated=PULL_KEY_PREFIX))
+
+
+def retired_origins(before: dict[str, PullZone], after: dict[str, PullZone]) -> list[str]:
+    """The pull zones whose origin a config change retired: another URL or Host header (as control purges them,
+    assetcdn/control/routes/zones.py), no origin, or no zone. Their cached answers are the old origin's."""
+    return sorted(name for name, zone in before.items()
+                  if (new := after.get(name)) is None
+                  or (new.origin.url, new.origin.host_header) != (zone.origin.url, zone.origin.host_header))
 
 
 def url_tag(url: str, config: EdgeConfig) -> str | None:

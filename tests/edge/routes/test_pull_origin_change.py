@@ -1,0 +1,80 @@
+"""An edge worker taking a config that changes a pull zone's origin (assetcdn/edge/node.py): what it cached of the
+old origin goes then, whether or not control's purge of the zone, which runs once per edge, reached it after.
+
+Control publishes the change, then purges the zone's tag; on an edge with several workers that purge runs once, on
+whichever worker takes it first, and a worker that took the config change later may have stored an answer of the
+old origin in the shared disk tier meanwhile. Here the change is given to the worker without control's purge, as
+such a late worker takes it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import pytest
+
+from assetcdn.shared.pull_origin import parse_origin
+from tests.support.cdn import Cdn, CdnFactory
+from tests.support.origins import (
+    LONG,
+    PREFIX,
+    ScriptedOrigin,
+    add_pull_zone,
+    serve_origin,
+    stored_url,
+)
+
+
+async def take_config(cdn: Cdn, monkeypatch: pytest.MonkeyPatch, origin: Mapping[str, object]) -> None:
+    """The edge worker takes control's config with the zone `moving`'s origin replaced by `origin` (nothing else
+    of control's: no purge)."""
+    node = cdn.node
+    published = await node.control.config()
+    changed = dataclasses.replace(published, origins={**published.origins, "moving": parse_origin(dict(origin))},
+                                  version=published.version + "-changed")
+
+    async def config() -> object:
+        return changed
+
+    monkeypatch.setattr(node.control, "config", config)
+    await node._refresh_config(changed.version)
+    assert node.config.version == changed.version
+
+
+@pytest.mark.parametrize("change", ["url", "host_header"])
+async def test_a_worker_taking_an_origin_change_drops_what_it_cached_of_the_old_origin(
+        make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    origin = ScriptedOrigin()
+    origin.answer("/kept.txt", b"old origin", headers=LONG)
+    server = await serve_origin(origin)
+    try:
+        cdn = await make_cdn(ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true")
+        url = f"http://127.0.0.1:{server.port}{PREFIX}"
+        await add_pull_zone(cdn, "moving", {"Url": url})
+        assert (await cdn.edge.get("/moving/kept.txt")).headers["X-Cache"] == "MISS"
+        assert stored_url(cdn.node, "moving", "/kept.txt") is not None
+        moved = {"Url": f"http://127.0.0.1:{server.port}/elsewhere"} if change == "url" else \
+            {"Url": url, "HostHeader": "another-site.localhost"}
+        await take_config(cdn, monkeypatch, moved)
+        assert stored_url(cdn.node, "moving", "/kept.txt") is None
+    finally:
+        await server.close()
+
+
+async def test_a_change_of_the_origins_request_headers_alone_keeps_what_is_cached(
+        make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same origin, with other fields added to its requests (a rotated secret): its answers stay, as control
+    keeps them (it purges for another URL or Host header only)."""
+    origin = ScriptedOrigin()
+    origin.answer("/kept.txt", b"same origin", headers=LONG)
+    server = await serve_origin(origin)
+    try:
+        cdn = await make_cdn(ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true")
+        url = f"http://127.0.0.1:{server.port}{PREFIX}"
+        await add_pull_zone(cdn, "moving", {"Url": url, "RequestHeaders": {"X-Origin-Secret": "one"}})
+        assert (await cdn.edge.get("/moving/kept.txt")).headers["X-Cache"] == "MISS"
+        await take_config(cdn, monkeypatch, {"Url": url, "RequestHeaders": {"X-Origin-Secret": "two"}})
+        assert stored_url(cdn.node, "moving", "/kept.txt") is not None
+        assert (await cdn.edge.get("/moving/kept.txt")).headers["X-Cache"] == "HIT"
+    finally:
+        await server.close()
