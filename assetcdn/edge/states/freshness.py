@@ -27,6 +27,10 @@ HEURISTIC_STATUSES = frozenset((200, 203, 204, 206, 300, 301, 308, 404, 405, 410
 UNDERSTOOD_STATUSES = frozenset((200, 203, 204, 300, 301, 302, 303, 307, 308, 404, 405, 410, 414, 501))
 HEURISTIC_FRACTION = 0.1         # of the time since Last-Modified (RFC 9111 4.2.2's suggestion)
 HEURISTIC_MAX = 24 * 3600.0      # a heuristic lifetime above a day would need a Warning (RFC 7234): capped
+# The most request fields a stored response may vary on: every request for its URL, a hit too, finds each of them
+# in its own fields to pick its variant, so an origin's Vary of thousands of names would cost every such request
+# that many look-ups. Real Vary fields name a handful; a response naming more is passed on, not stored.
+MAX_VARY_FIELDS = 32
 # The cache's own reading of a response: a field targeted at it when one is present (RFC 9213's
 # CDN-Cache-Control, then the Edge Architecture note's Surrogate-Control), else Cache-Control.
 TARGETED_FIELDS = ("cdn-cache-control", "surrogate-control")
@@ -193,6 +197,7 @@ class NotStored(enum.Enum):
     AUTHORIZATION = "authorization"
     SET_COOKIE = "set-cookie"
     VARY_STAR = "vary-star"
+    VARY_TOO_MANY = "vary-too-many"
     NO_FRESHNESS = "no-freshness"
     TOO_LARGE = "too-large"
     TOO_MANY_TAGS = "too-many-tags"
@@ -221,8 +226,11 @@ def not_storable(method: str, status: int, request_headers: Headers, response_he
         return NotStored.AUTHORIZATION
     if not store_set_cookie and first_value(response_headers, "set-cookie") is not None:
         return NotStored.SET_COOKIE
-    if vary_fields(response_headers) is None:
+    vary = vary_fields(response_headers)
+    if vary is None:
         return NotStored.VARY_STAR
+    if len(vary) > MAX_VARY_FIELDS:
+        return NotStored.VARY_TOO_MANY
     explicit = ("public" in directives or "max-age" in directives or "s-maxage" in directives
                 or (not targeted and first_value(response_headers, "expires") is not None))
     if not explicit and status not in HEURISTIC_STATUSES:

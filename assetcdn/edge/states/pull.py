@@ -57,6 +57,7 @@ from assetcdn.edge.states.deliver import etag_matches, parse_range
 from assetcdn.edge.states.feed import ClientFeed, Rest, rest_of
 from assetcdn.edge.states.freshness import (
     ERROR_STATUSES,
+    MAX_VARY_FIELDS,
     TAG_FIELDS,
     Directives,
     Freshness,
@@ -397,6 +398,9 @@ def lookup(node: EdgeNode, url_key: str, sent: Varied) -> StoredResponse | None:
         head = obj.headers
         vary = first_value(head, VARY)
         if vary is not None:  # the URL's entry says which request fields pick a variant
+            if vary.count(",") >= MAX_VARY_FIELDS:  # stored before the bound: not looked through on every request
+                sent.vary_miss = True
+                return None
             obj = node.cache.get(pull_variant_key(url_key, secondary_key(vary.split(",") if vary else (), sent.fields())))
             sent.vary_miss = obj is None
             if obj is None:

@@ -103,6 +103,8 @@ async def test_a_stale_response_is_revalidated_and_the_304_updates_its_head(pull
     ("/private.txt", {"Cache-Control": "private, max-age=600"}, "private"),
     ("/cookie.txt", {**LONG, "Set-Cookie": "session=abc"}, "set-cookie"),
     ("/vary-star.txt", {**LONG, "Vary": "*"}, "vary-star"),
+    # more request fields than any request should be looked through for (each request for the URL would be)
+    ("/vary-many.txt", {**LONG, "Vary": ", ".join(f"X-Field-{i}" for i in range(33))}, "vary-too-many"),
 ])
 async def test_what_may_not_be_stored_goes_to_the_origin_every_time(pull: Pull, name: str,
                                                                    headers: dict[str, str], detail: str) -> None:

@@ -120,6 +120,9 @@ def test_age_adds_the_response_delay_and_the_time_resident() -> None:
     ("GET", 200, [("authorization", "Basic eA==")], [("cache-control", "public")], None),
     ("GET", 200, [], [("cache-control", "max-age=60"), ("set-cookie", "a=b")], NotStored.SET_COOKIE),
     ("GET", 200, [], [("cache-control", "max-age=60"), ("vary", "Accept, *")], NotStored.VARY_STAR),
+    ("GET", 200, [], [("cache-control", "max-age=60"), ("vary", ",".join(f"x-{i}" for i in range(32)))], None),
+    ("GET", 200, [], [("cache-control", "max-age=60"), ("vary", ",".join(f"x-{i}" for i in range(16))),
+                      ("vary", ",".join(f"y-{i}" for i in range(17)))], NotStored.VARY_TOO_MANY),
     ("GET", 302, [], [], NotStored.NO_FRESHNESS),
     ("GET", 200, [], [], None),  # heuristically cacheable (validated or given a heuristic lifetime)
     ("GET", 299, [], [("cache-control", "max-age=60, must-understand, no-store")], NotStored.STATUS),
