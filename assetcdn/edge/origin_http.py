@@ -12,7 +12,8 @@ response objects, header copies, timers per read) cost a fill more than the rest
   them there), each within the connect timeout.
 - **Responses:** informational (1xx) heads are skipped; the body is chunked, sized or delimited by the
   close; a head longer than ``max_head`` bytes, of more than MAX_FIELDS fields, or with a field line longer than
-  ``max_field`` is refused; reading
+  ``max_field`` is refused, and so is a response that sends twice ``max_field`` bytes that end neither a field
+  line nor any body (a field or trailer field still being sent, a chunk extension); reading
   stops (the connection paused) while ``BUFFERED`` bytes wait for the reader.
 """
 
@@ -100,6 +101,8 @@ class Connection(asyncio.Protocol):
         self._fields: list[tuple[bytes, bytes]] = []  # as llhttp gives them, decoded once the head is complete
         self._in_head = True
         self._head_bytes = 0
+        # Bytes read since the last field line or body bytes came out of the parser (`data_received`).
+        self._pending = 0
         self._head: asyncio.Future[None] | None = None
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
@@ -127,9 +130,17 @@ class Connection(asyncio.Protocol):
             # Counted while the head is being read; checked once a read leaves it unfinished (the body's first
             # bytes may come in the read that ends it).
             self._head_bytes += len(data)
+        # A field's value comes to httptools a read at a time, and it joins each piece to what came before until
+        # the line ends (a copy of it all at every read): a line that never ends, in the head or after the last
+        # chunk, would grow without bound, each read costing more than the last. Counted whole, reset by any field
+        # line or body the read gives (so up to one read more than counted may be pending).
+        self._pending += len(data)
         try:
             self._parser.feed_data(data)
-            if self._head_bytes > self._max_head and not head.done():
+            if self._pending > 2 * self._max_field and not self.done:
+                self._fail(HttpError(f"a field line or chunk extension of the response passes {2 * self._max_field} "
+                                     "bytes"))
+            elif self._head_bytes > self._max_head and not head.done():
                 self._fail(HttpError(f"the response head is longer than {self._max_head} bytes"))
         except httptools.HttpParserUpgrade:
             self._fail(HttpError("the server switched protocols"))
@@ -174,6 +185,7 @@ class Connection(asyncio.Protocol):
     # --- llhttp callbacks ---------------------------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._pending = 0
         if len(name) + len(value) > self._max_field:
             raise HttpError(f"a response field line is longer than {self._max_field} bytes")
         if self._in_head:
@@ -191,6 +203,7 @@ class Connection(asyncio.Protocol):
             raise HttpError("the server sent bytes past the end of its response")
 
     def on_headers_complete(self) -> None:
+        self._pending = 0
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # an interim response: the final one follows
             self._fields = []
@@ -212,6 +225,7 @@ class Connection(asyncio.Protocol):
             self._head.set_result(None)
 
     def on_body(self, body: bytes) -> None:
+        self._pending = 0
         if self.done:
             return
         self._chunks.append(body)

@@ -446,6 +446,45 @@ def test_trailer_fields_after_the_last_chunk_are_bounded_as_the_head_is(uvloop_r
     assert "trailer" in uvloop_runner.run(scenario())
 
 
+@pytest.mark.parametrize("start", [b"HTTP/1.1 200 OK\r\nX-Endless: ",
+                                   b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-Endless: ",
+                                   b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x="],
+                         ids=["field", "trailer field", "chunk extension"])
+def test_a_field_line_that_never_ends_is_refused_once_it_passes_twice_the_field_bound(
+        uvloop_runner: asyncio.Runner, start: bytes) -> None:
+    """httptools joins a field's pieces a read at a time (copying what came before at every read): a field or
+    trailer field that never ends would grow, each read dearer than the last, until the head's bound (1 MB at the
+    default 16 KB field bound; none at all for a trailer, so for the whole idle timeout of an origin that keeps
+    sending). Refused past twice the field bound, with most of what the origin would send never read."""
+    sent: list[int] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(start)
+        total = 0
+        try:
+            while total < 64 * 1024 * 1024:
+                writer.write(b"a" * 4096)
+                await writer.drain()
+                total += 4096
+        except (ConnectionError, OSError):
+            pass
+        sent.append(total)
+        writer.close()
+
+    async def scenario() -> str:
+        async with raw_origin(answer, OriginLimits(allow_loopback=True, max_field_bytes=1024)) as (zone_origin, client):
+            try:
+                response = await client.request(zone_origin, "GET", zone_origin.target("/endless"), {})
+                await response.read()
+            except OriginError as exc:
+                return str(exc)
+            return "read whole"
+
+    assert uvloop_runner.run(scenario()).endswith("(a field line or chunk extension of the response passes 2048 bytes)")
+    assert sent and sent[0] < 4 * 1024 * 1024
+
+
 async def test_idle_pooled_connections_are_reused_then_closed_after_the_keepalive() -> None:
     accepted: list[asyncio.StreamWriter] = []
     closed: list[asyncio.StreamWriter] = []
