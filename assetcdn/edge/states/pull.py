@@ -526,6 +526,13 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
             if answer is not None:  # else its body went meanwhile: asked for whole below
                 return answer
         return await ask_origin(request, node, zone, path, url_key, fields, None, land)  # about another response
+    if response.status == 304:
+        # A 304 answers a condition (RFC 9110 15.4.5), and this request had none (a client's own are never sent):
+        # no answer to it, never passed on as one (a client that asked for the body would get none).
+        response.release()
+        failure = OriginError("the origin answered 304 Not Modified to a request without conditions")
+        land(failure)
+        return await origin_failed(request, zone, path, fields, stored, failure)
     if stored is not None and response.status in ERROR_STATUSES and usable_on_error(
             stored.freshness, request_directives(fields), time.time()):
         response.release()

@@ -536,6 +536,16 @@ async def test_the_query_is_sent_to_the_origin_and_is_part_of_the_key(pull: Pull
     assert pull.origin.count("/query.txt") == 2
 
 
+async def test_a_304_to_a_request_without_conditions_is_502_not_passed_on(pull: Pull) -> None:
+    """The fill sends no condition (the client's own are answered here): a 304 from the origin answers none, and
+    passed on it would leave a client that asked for the body with no body and nothing to reuse."""
+    pull.origin.answer("/unasked-304.txt", status=304, headers={**LONG, "ETag": '"e1"'})
+    for headers in ({}, {"If-None-Match": '"e1"'}):
+        resp = await pull.get("/unasked-304.txt", headers=headers)
+        await expect_error(resp, 502, "OriginUnreachable")
+    assert pull.origin.count("/unasked-304.txt") == 2
+
+
 async def test_a_clients_own_conditions_are_answered_from_the_stored_response(pull: Pull) -> None:
     pull.origin.answer("/conditional.txt", b"etagged", headers={**LONG, "ETag": '"e1"'})
     resp = await pull.get("/conditional.txt", headers={"If-None-Match": '"e1"'})
