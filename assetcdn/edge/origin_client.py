@@ -343,13 +343,14 @@ class OriginClient:
         return refusal
 
     async def request(self, origin: Origin, method: str, target: URL, headers: Mapping[str, str] | CIMultiDict[str],
-                      body: bytes | None = None) -> OriginResponse:
-        """Send one request; the answer's head once it arrived (its body is read with `chunks`)."""
+                      body: bytes | None = None, *, first_byte_timeout_s: float | None = None) -> OriginResponse:
+        """Send one request; the answer's head once it arrived (its body is read with `chunks`), within
+        `first_byte_timeout_s` (default: the limits')."""
         refused = self.refused(target)
         if refused:
             self._count(ORIGIN, REFUSED)
             raise OriginRefused(refused)
-        return await self._send(self.pool(), method, target, headers, body, ORIGIN)
+        return await self._send(self.pool(), method, target, headers, body, ORIGIN, first_byte_timeout_s)
 
     async def peer_request(self, target: URL, headers: Mapping[str, str] | CIMultiDict[str], method: str = "GET",
                            body: bytes | None = None) -> OriginResponse:
@@ -357,21 +358,22 @@ class OriginClient:
         return await self._send(self.peer_pool(), method, target, headers, body, SHIELD)
 
     async def _send(self, pool: Pool, method: str, target: URL, headers: Mapping[str, str] | CIMultiDict[str],
-                    body: bytes | None, counted: str) -> OriginResponse:
-        """The request on `pool`; counted under `counted` (ORIGIN or SHIELD) with its outcome."""
+                    body: bytes | None, counted: str, first_byte_timeout_s: float | None = None) -> OriginResponse:
+        """The request on `pool`; counted under `counted` (ORIGIN or SHIELD) with its outcome; its head within
+        `first_byte_timeout_s` (default: the limits')."""
         request_time = time.time()  # RFC 9111 4.2.3's request_time and response_time: Unix time
         scheme = target.scheme
         key = (scheme, target.raw_host or "", target.port or DEFAULT_PORTS.get(scheme, 80))
         fields = list(headers.items())
         if "host" not in (name.lower() for name, _ in fields):
             fields.append(("Host", target.raw_authority))
-        deadline = pool.loop.time() + self.limits.first_byte_timeout_s
+        timeout_s = self.limits.first_byte_timeout_s if first_byte_timeout_s is None else first_byte_timeout_s
+        deadline = pool.loop.time() + timeout_s
         try:
             conn = await pool.exchange(key, method, target.raw_path_qs, fields, body, deadline)
         except TimeoutError as exc:  # connecting (its own message), or the head within the first-byte time
             self._count(counted, TIMED_OUT)
-            raise OriginTimeout(str(exc) or f"no answer from the origin within {self.limits.first_byte_timeout_s:g} s"
-                                ) from None
+            raise OriginTimeout(str(exc) or f"no answer from the origin within {timeout_s:g} s") from None
         except RefusedTarget as exc:
             self._count(counted, REFUSED)
             raise OriginRefused(exc.message) from None

@@ -13,7 +13,10 @@ other edges ask that shield instead of the origin, so an object new to the fleet
   A shield behind the asking edge's generation (it may not have applied a purge yet) declines.
 - **Failures:** a shield that cannot be connected to, times out, or answers with an error of its own (not an
   answer it relays) is marked down for ``shield_retry_s``; meanwhile, and for the request that found it so,
-  the edge asks the origin itself. A client never sees a shield's failure.
+  the edge asks the origin itself. A client never sees a shield's failure. The origin's failure at the shield
+  (no answer, a broken one) is not the shield's: the shield relays it (its 502 or 504 names the shield in
+  Cache-Status), within ``SHIELD_FIRST_BYTE_SHARE`` of the first-byte time so that it arrives before the asking
+  edge gives up on the shield, and the asking edge answers with it.
 - **Unsafe methods** go to the origin directly. The paths their success invalidates on this edge are
   invalidated on their shields too (``POST /_cluster/shield-invalidate``, signed) before the client is answered,
   so this edge's next fill of them is not the copy it dropped.
@@ -39,7 +42,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from assetcdn.edge.cache.tags import pull_path_tag
-from assetcdn.edge.origin_client import OriginClient, OriginError, OriginResponse
+from assetcdn.edge.origin_client import OriginClient, OriginError, OriginResponse, OriginTimeout
 from assetcdn.edge.shield_address import OFF, shield_setting
 from assetcdn.edge.site_config import PullZone
 from assetcdn.edge.states.freshness import split_list
@@ -53,6 +56,10 @@ MAX_INVALIDATED = 16                # path tags one message carries (an unsafe r
 UNTOLD_LIMIT = 100_000              # path tags a shield may owe being told of (past it the oldest are let go)
 SHIELD_AUDIENCE = "shield"         # what shield requests are signed for (any edge worker may be one)
 SHIELD_CACHE = "assetcdn-shield"   # the shield's name in Cache-Status (RFC 9211)
+# The share of the first-byte time a shield gives its origin for another edge's fill: its answer (the origin's, or
+# its 504 saying the origin gave none) must reach that edge before the edge's own first-byte time for the shield
+# runs out, which began earlier. A shield the edge gave up on is marked down for every zone's paths it shields.
+SHIELD_FIRST_BYTE_SHARE = 0.9
 # Set by the shield route once the request's signature holds: the fill goes to the origin, never to a shield.
 FROM_EDGE = web.RequestKey("from_edge", bool)
 
@@ -91,6 +98,25 @@ def relayed(headers: list[tuple[str, str]]) -> bool:
     names itself last in its Cache-Status."""
     members = split_list([value for name, value in headers if name == "cache-status"])
     return bool(members) and members[-1].split(";", 1)[0].strip() == SHIELD_CACHE
+
+
+# The Cache-Status `detail` of a shield's answer that says its origin gave no answer (assetcdn/edge/states/pull.py
+# `origin_failed`), and whether it was for want of time.
+ORIGIN_FAILURES = {"origin-timeout": True, "origin-unreachable": False}
+
+
+def origin_failed_at_shield(response: OriginResponse) -> OriginError | None:
+    """The origin's failure a shield relays (its 502 or 504 with the `detail` `ORIGIN_FAILURES` names), or None."""
+    if response.status not in (502, 504):
+        return None
+    members = split_list([value for name, value in response.headers if name == "cache-status"])
+    parameters = {key.strip().lower(): value.strip() for key, _, value in
+                  (parameter.partition("=") for parameter in members[-1].split(";")[1:])} if members else {}
+    timeout = ORIGIN_FAILURES.get(parameters.get("detail", ""))
+    if timeout is None:
+        return None
+    why = f"the origin gave the shield no answer ({parameters['detail']})"
+    return OriginTimeout(why) if timeout else OriginError(why)
 
 
 class Shields:
@@ -172,7 +198,9 @@ class Shields:
                     response = await self._ask(peer, zone, path, query, headers)
                     if response is not None:
                         return response
-        return await self._origins.request(zone.origin, "GET", zone.origin.target(path, query), headers)
+        first_byte_s = self._origins.limits.first_byte_timeout_s * (SHIELD_FIRST_BYTE_SHARE if from_edge else 1.0)
+        return await self._origins.request(zone.origin, "GET", zone.origin.target(path, query), headers,
+                                           first_byte_timeout_s=first_byte_s)
 
     async def _ask(self, peer: Peer, zone: PullZone, path: str, query: str,
                    headers: CIMultiDict[str]) -> OriginResponse | None:
@@ -188,6 +216,10 @@ class Shields:
             self._mark_down(peer, str(exc))
             return None
         if relayed(response.headers):
+            failed = origin_failed_at_shield(response)
+            if failed is not None:  # the origin's failure, not the shield's: this fill's, as if it were its own
+                response.release()
+                raise failed
             if response.status != 304 or "If-None-Match" in headers or "If-Modified-Since" in headers:
                 response.body_failed = partial(self._mark_down, peer)  # a body it cuts short: passed over too
                 return response

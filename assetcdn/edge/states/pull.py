@@ -499,9 +499,15 @@ async def origin_failed(request: web.Request, zone: PullZone, path: str, fields:
         if answer is not None:  # else its body went since the lookup: as if there were none
             return answer
     log.info("pull zone %s: the origin failed for %s: %s", zone.name, path, exc)
+    # The answer names this cache, as every answer from the origin does: a shield's relays the origin's failure to
+    # the asking edge (assetcdn/edge/shield.py `relayed`), which would take an error of the shield's own for the
+    # shield failing and pass it over for every zone's paths.
+    cache_status = {"Cache-Status": f"{CACHE_STATUS}; fwd={forwarded_because(stored, varied(request, zone, fields), now)}; "
+                                    f"detail={'origin-timeout' if exc.timeout else 'origin-unreachable'}"}
     if exc.timeout:
-        raise ApiError(504, "OriginTimeout", f"The origin did not answer in time: {exc}") from None
-    raise ApiError(502, "OriginUnreachable", f"The origin could not be reached: {exc}") from None
+        raise ApiError(504, "OriginTimeout", f"The origin did not answer in time: {exc}",
+                       headers=cache_status) from None
+    raise ApiError(502, "OriginUnreachable", f"The origin could not be reached: {exc}", headers=cache_status) from None
 
 
 async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -173,6 +174,54 @@ async def test_an_error_the_shield_relays_is_the_origins_answer(make_cdn: CdnFac
         assert (await run.get("/e2.txt"))[0::3] == (503, b"origin overloaded")
         assert len(run.shield.seen) == 2       # not marked down: the origin failed, not the shield
         assert run.origin.count("/e1.txt") == run.origin.count("/e2.txt") == 0
+
+
+async def test_the_origins_failure_the_shield_relays_is_this_fills_and_leaves_the_shield_up(
+        make_cdn: CdnFactory) -> None:
+    """A shield's 502 or 504 saying its origin gave no answer: the fill's failure (answered as the edge's own would
+    be), not the shield's. Taken for the shield failing, one zone's broken or silent origin would have every edge
+    pass over that shield for every zone's paths, and ask the failing origin a second time."""
+    async def answer(request: web.Request) -> web.StreamResponse:
+        timeout = request.path.endswith("/t.txt")
+        return web.json_response({"error": {"code": "OriginTimeout" if timeout else "OriginUnreachable"}},
+                                 status=504 if timeout else 502, headers={
+            "Cache-Status": f"{SHIELD_CACHE}; fwd=uri-miss; detail=origin-{'timeout' if timeout else 'unreachable'}"})
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        for name, status, code in (("/u.txt", 502, "OriginUnreachable"), ("/t.txt", 504, "OriginTimeout"),
+                                   ("/u.txt", 502, "OriginUnreachable")):
+            run.origin.answer(name, b"from the origin", headers={"Cache-Control": "max-age=600"})
+            resp = await run.cdn.edge.get(f"/{ZONE}{name}")
+            await expect_error(resp, status, code)
+        assert len(run.shield.seen) == 3  # never marked down
+        assert run.origin.count("/u.txt") == run.origin.count("/t.txt") == 0
+        status = await (await run.cdn.edge.get("/api/health")).json()
+        assert status["shield"]["down"] == 0
+
+
+async def test_a_shield_relays_its_origins_failure_in_time_naming_itself(make_cdn: CdnFactory) -> None:
+    """The edge's own cluster site as a shield: an origin that answers nothing usable, or nothing in time, is a
+    502 or 504 that names the shield in Cache-Status, and the 504 comes within the asking edge's first-byte time
+    (1 s here), which began before the shield's."""
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return relayed()
+
+    async def silent(_request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(3)
+        return web.Response(body=b"late")
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        run.origin.answer("/unasked.txt", status=304, headers={"ETag": '"x"'})
+        run.origin.route("/silent.txt", silent)
+        (member,) = run.cdn.control.app[REGISTRY].edges.values()
+        for name, status, detail in (("/unasked.txt", 502, "origin-unreachable"), ("/silent.txt", 504, "origin-timeout")):
+            path_qs = f"{SHIELD_PATH}/{run.cdn.node.applied_generation}/{ZONE}{name}"
+            headers = sign_request(SECRETS.cluster_secret, "GET", path_qs, audience=SHIELD_AUDIENCE)
+            started = time.monotonic()
+            async with aiohttp.ClientSession() as http, http.get(member.url + path_qs, headers=headers) as resp:
+                assert resp.status == status
+                assert resp.headers["Cache-Status"] == f"{SHIELD_CACHE}; fwd=uri-miss; detail={detail}"
+                assert time.monotonic() - started < 0.98
 
 
 async def test_a_shield_failing_itself_is_passed_over_for_a_while(make_cdn: CdnFactory) -> None:
