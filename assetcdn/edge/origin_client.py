@@ -172,7 +172,12 @@ def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *,
         if lowered not in dropped:
             headers.add(name, value)
     headers["Host"] = origin.host_header or origin.url.raw_authority
-    for name, value in origin.request_headers:
+    zone_fields = origin.request_headers
+    if zone_fields and any("_" in name for name in headers):  # nor a client's spelling of the zone's own fields
+        own = {name.lower().replace("_", "-") for name, _ in zone_fields}
+        for name in [name for name in headers if "_" in name and name.lower().replace("_", "-") in own]:
+            headers.popall(name, None)
+    for name, value in zone_fields:
         headers[name] = value
     headers["Via"] = VIA
     headers["Surrogate-Capability"] = SURROGATE_CAPABILITY  # Surrogate-Control may target this cache

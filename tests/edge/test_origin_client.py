@@ -152,6 +152,16 @@ async def test_request_fields_are_forwarded_less_hop_by_hop_and_overriding_ones(
     assert response.request_time <= response.response_time
 
 
+def test_a_clients_underscore_spelling_of_the_zones_own_fields_is_not_sent_beside_them() -> None:
+    """Servers that pass fields as CGI variables read `X_Origin_Secret` as `X-Origin-Secret` (HTTP_X_ORIGIN_SECRET):
+    a client's guess sent beside the zone's secret could be the one such an origin keeps, and refuse the edge."""
+    zone_origin = Origin(URL("http://127.0.0.1:9/"), request_headers=(("X-Origin-Secret", "s3cret"),))
+    headers = origin_request_headers([("X_Origin_Secret", "guess"), ("X-Origin-Secret", "guess"), ("X_Custom", "kept")],
+                                     zone_origin, client_ip=None, scheme="http")
+    assert sorted((name, value) for name, value in headers.items() if "secret" in name.lower() or "_" in name) == [
+        ("X-Origin-Secret", "s3cret"), ("X_Custom", "kept")]
+
+
 async def test_loopback_origins_are_refused_without_the_development_setting(
         origin: tuple[OriginServer, TestServer]) -> None:
     _, test_server = origin
