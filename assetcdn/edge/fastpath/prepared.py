@@ -216,7 +216,7 @@ class PulledHit:
                  "fresh_until", "cost", "h2_block", "h2_fields", "_block", "_tail", "_since", "_until")
 
     def __init__(self, stored: StoredResponse, key: str, cdn_path: str, changes: HeaderChanges,
-                 own_hsts: bool = False) -> None:
+                 own_hsts: bool = False, *, shared_host: bool = True) -> None:
         obj = stored.obj
         self.entry = weakref.ref(obj)
         self.freshness = stored.freshness
@@ -227,9 +227,10 @@ class PulledHit:
         etag = first_value(stored.headers, "etag")
         self.etag = None if etag is None else etag.removeprefix("W/")  # what `pull.not_modified` compares
         self.dated = first_value(stored.headers, "date") is not None  # the stored Date is the answer's
-        self.head = STATUS_200 + _pulled_lines(stored, changes, not_modified=False, own_hsts=own_hsts) \
-            + b"Content-Length: %d\r\n" % obj.size
-        self.head_304 = STATUS_304 + _pulled_lines(stored, changes, not_modified=True, own_hsts=own_hsts)
+        self.head = STATUS_200 + _pulled_lines(stored, changes, not_modified=False, own_hsts=own_hsts,
+                                               shared_host=shared_host) + b"Content-Length: %d\r\n" % obj.size
+        self.head_304 = STATUS_304 + _pulled_lines(stored, changes, not_modified=True, own_hsts=own_hsts,
+                                                   shared_host=shared_host)
         self.fresh_until = fresh_for_plain_requests_until(stored.freshness)  # answered here while before it
         # What it holds once it answered: its heads, and the 200's head with the lines of the second (`whole_head`).
         self.cost = PULLED_OVERHEAD + 2 * len(self.head) + len(self.head_304) + len(key) + len(cdn_path)
@@ -276,11 +277,12 @@ class PulledHit:
         return b"Age: %d\r\nCache-Status: %s\r\n" % (int(fresh.age(now)), hit_cache_status(fresh, now).encode())
 
 
-def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modified: bool, own_hsts: bool) -> bytes:
+def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modified: bool, own_hsts: bool,
+                  shared_host: bool) -> bytes:
     """The header lines the application gives a pull zone's hit (`pull.deliver`, then the response hooks:
     the stamp, the `_headers` rules, aiohttp's defaults), less Age and the edge's Cache-Status, and less the
     origin's HSTS field where the site writes its own (`own_hsts`: the hook replaces it)."""
-    headers = client_headers(stored.headers, HIT, "", age=0)
+    headers = client_headers(stored.headers, HIT, "", age=0, shared_host=shared_host)
     if own_hsts:
         headers.popall(HSTS_HEADER, None)
     # client_headers sets Age and appends this cache's Cache-Status last: both are written per request.
@@ -326,4 +328,5 @@ def prepare_pull(node: EdgeNode, config: EdgeConfig, view: HostView, target: str
     changes = header_changes(config, path, view.name)
     if rules_touch(changes, PULL_PER_REQUEST_HEADERS):
         return False
-    return PulledHit(stored, key, f"{pulled.zone.name}{pulled.path}", changes, own_hsts)
+    return PulledHit(stored, key, f"{pulled.zone.name}{pulled.path}", changes, own_hsts,
+                     shared_host=bool(pulled.prefix))

@@ -84,6 +84,7 @@ from assetcdn.edge.states.freshness import (
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.shared.cache_results import CacheResult
 from assetcdn.shared.config import Settings
+from assetcdn.shared.content_security import keep_sandbox
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.http_server import cut_short
 from assetcdn.shared.manifest import zone_tag
@@ -105,6 +106,9 @@ CLIENT_CONDITIONS = ("If-None-Match", "If-Modified-Since", "If-Match", "If-Unmod
 # What is never copied to a client from an origin's or stored head: framing is the edge's own, and so is the
 # request id (a shield's answer carries the shield's; every answer carries this edge's, the one it logs).
 NOT_DELIVERED = frozenset(("content-length", "transfer-encoding", "connection", "keep-alive", "date", "x-request-id"))
+# Whether a pull zone's answer goes out on the edges' default host (`/<zone>/...`: serve_pull's `prefix`), the
+# browser origin every zone and the API share, not on the zone's own host.
+SHARED_HOST = web.RequestKey("pull_shared_host", bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +269,7 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
     """Answer a request for `path` (percent-encoded, from `/`) of a pull zone; `prefix` is what the request
     path has before it (`/<zone>` on the default host, nothing on the zone's own hosts)."""
     node = request.app[NODE]
+    request[SHARED_HOST] = bool(prefix)
     if request.method not in ("GET", "HEAD"):
         if request.method == "TRACE":  # its echo would show the client the zone's RequestHeaders (a secret)
             raise ApiError(405, "MethodNotAllowed", "TRACE is not passed to a pull zone's origin.",
@@ -719,7 +724,8 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
     """The body to this client as it arrives, kept too when `why` is None (`kept` done once it is)."""
     # This client gets the whole answer; what a qualified no-cache or private names is left out of what is kept.
     client = web.StreamResponse(status=response.status, headers=client_headers(
-        response.headers, CacheResult.MISS if why is None else CacheResult.PASS, fill_cache_status(fwd, why), age=None))
+        response.headers, CacheResult.MISS if why is None else CacheResult.PASS, fill_cache_status(fwd, why), age=None,
+        shared_host=request.get(SHARED_HOST, True)))
     if declared is not None:
         client.content_length = declared
     # A client gone before the head (an HTTP/2 stream reset, a closed connection) is sent nothing, but a kept answer
@@ -1009,12 +1015,19 @@ def origin_tags(headers: Headers) -> list[str]:
     return tags
 
 
-def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: str, age: int | None) -> CIMultiDict[str]:
+def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: str, age: int | None, *,
+                   shared_host: bool) -> CIMultiDict[str]:
+    """A client's head from an origin's or stored one. On the default host (`shared_host`) an active type (HTML,
+    SVG, script) gets the sandbox policy stored files get, beside any policy the origin sent: there the origin's
+    page would otherwise run script as the origin every zone and the API share (read them, register a service
+    worker over them). On the zone's own host the origin's policy is its own choice."""
     fields = [field for field in head if field[0] not in NOT_DELIVERED and field[0][:1] != ":"]
     date = first_value(head, "date")
     if date is not None:
         fields.append(("Date", date))
     headers: CIMultiDict[str] = CIMultiDict(fields)  # one multidict made whole: cheaper than a field at a time
+    if shared_host:
+        keep_sandbox(headers)
     if age is not None:
         headers["Age"] = str(age)
     headers["X-Cache"] = x_cache
@@ -1027,7 +1040,7 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
     FileNotFoundError, before anything is sent, when its body file went since the lookup (purged, evicted)."""
     now = time.time()
     age = int(stored.freshness.age(now))
-    headers = client_headers(stored.headers, x_cache, cache_status, age)
+    headers = client_headers(stored.headers, x_cache, cache_status, age, shared_host=request.get(SHARED_HOST, True))
     obj = stored.obj
     if not_modified(request, stored):
         for name in ("Content-Type", "Content-Encoding", "Content-Range"):
@@ -1139,7 +1152,7 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
         await invalidate(node, zone, request, path, prefix, response.headers)
     node.metrics.cache_result(CacheResult.PASS).inc()
     answer = web.StreamResponse(status=response.status, headers=client_headers(
-        response.headers, CacheResult.PASS, f"{CACHE_STATUS}; fwd={fwd}", age=None))
+        response.headers, CacheResult.PASS, f"{CACHE_STATUS}; fwd={fwd}", age=None, shared_host=bool(prefix)))
     length = first_value(response.headers, "content-length")
     if length is not None and length.isdigit():
         answer.content_length = int(length)

@@ -21,6 +21,7 @@ from assetcdn.edge.fastpath import hit_server
 from assetcdn.edge.fastpath.prepared import PulledHit, fields_cost
 from assetcdn.edge.states import pull as pull_states
 from assetcdn.edge.states.keys import pull_key
+from assetcdn.shared.content_security import SANDBOX_CSP
 from tests.support.cdn import PURGE
 from tests.support.control import ACCOUNT
 from tests.support.footprint import traced_per_item
@@ -140,6 +141,22 @@ async def test_a_fresh_hit_is_answered_exactly_as_the_application_answers_it(pul
     assert comparable(fast) == comparable(slow) and fast.body == b"other"
     assert (await conn.request(path)).body == BODY
     assert pulled.origin.count("/same.bin") == 2
+
+
+async def test_an_origins_own_policy_never_lifts_the_sandbox_on_the_default_host(pulled: PullCdn) -> None:
+    """As the application answers (tests/edge/routes/test_pull_zones.py): the fill the hit path writes and its
+    prepared hits carry the sandbox beside the origin's own policy on the default host, every zone's origin."""
+    own = "script-src 'unsafe-inline'"
+    pulled.origin.answer("/own-policy.html", b"<script>1</script>", headers={
+        **LONG, "Content-Type": "text/html", "Content-Security-Policy": own})
+    conn = await pulled.cdn.connect()
+    started, served = pulled.cdn.site.hits.fills.started, pulled.served  # type: ignore[union-attr]
+    for x_cache in ("MISS", "HIT", "HIT"):
+        resp = await conn.request(f"/{ZONE}/own-policy.html")
+        assert (resp.status, resp.header("X-Cache")) == (200, x_cache)
+        assert resp.headers.getall("Content-Security-Policy") == [own, SANDBOX_CSP]
+    assert pulled.cdn.site.hits.fills.started == started + 1  # type: ignore[union-attr]
+    assert pulled.served > served
 
 
 async def test_a_hit_path_answer_ages_with_the_clock(pulled: PullCdn, clock: Clock) -> None:

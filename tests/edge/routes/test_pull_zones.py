@@ -21,6 +21,7 @@ from aiohttp import ClientPayloadError, ClientResponse, web
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.states.pull import FLIGHTS
+from assetcdn.shared.content_security import SANDBOX_CSP
 from tests.control.expect import expect_error
 from tests.edge.hit_server import HitTestServer
 from tests.support.cdn import PURGE, raw_status
@@ -461,6 +462,23 @@ async def test_an_encoded_separator_without_dots_still_reaches_the_origin(pull: 
     pull.origin.answer("/dir%2Ffile.txt", b"encoded slash", headers=LONG)
     resp = await pull.get("/dir%2Ffile.txt")
     assert (resp.status, await resp.read()) == (200, b"encoded slash")
+
+
+async def test_an_origins_own_policy_never_lifts_the_sandbox_on_the_default_host(pull: Pull) -> None:
+    """The default host serves every zone and the API as one browser origin: an origin's HTML there runs no script,
+    whatever policy of its own it sends (one that allowed script, alone, would let the page read the other zones
+    and register a service worker over them). On the zone's own host the origin's policy is its own."""
+    own = "script-src 'unsafe-inline'"
+    pull.origin.answer("/own-policy.html", b"<script>1</script>", headers={
+        **LONG, "Content-Type": "text/html", "Content-Security-Policy": own})
+    for x_cache in ("MISS", "HIT"):
+        resp = await pull.get("/own-policy.html")
+        assert resp.headers["X-Cache"] == x_cache
+        assert resp.headers.getall("Content-Security-Policy") == [own, SANDBOX_CSP]
+    tenant = await pull.cdn.edge.get("/own-policy.html", headers={"Host": TENANT_HOST})
+    assert (tenant.headers["X-Cache"], tenant.headers.getall("Content-Security-Policy")) == ("HIT", [own])
+    forwarded = await pull.cdn.edge.post(f"/{ZONE}/own-policy.html", data=b"x")
+    assert forwarded.headers.getall("Content-Security-Policy") == [own, SANDBOX_CSP]
 
 
 async def test_the_tenant_host_and_a_custom_domain_serve_every_path_from_the_origin(pull: Pull) -> None:
