@@ -31,6 +31,12 @@ HEURISTIC_MAX = 24 * 3600.0      # a heuristic lifetime above a day would need a
 # in its own fields to pick its variant, so an origin's Vary of thousands of names would cost every such request
 # that many look-ups. Real Vary fields name a handful; a response naming more is passed on, not stored.
 MAX_VARY_FIELDS = 32
+# The most bytes of caching directives read of one message (its Cache-Control lines, or the fields targeted at
+# this cache): a stored response's are read again at every look-up on the application's path, where a head full
+# of them (up to about 1 MB) cost each request for the URL some 0.3 s of the worker's event loop. A message with
+# more is read as `no-store`: a response is passed on, never stored; a request is answered, its response not kept.
+MAX_DIRECTIVE_BYTES = 16 * 1024
+TOO_MANY_DIRECTIVES: dict[str, str | None] = {"no-store": None}
 # The cache's own reading of a response: a field targeted at it when one is present (RFC 9213's
 # CDN-Cache-Control, then the Edge Architecture note's Surrogate-Control), else Cache-Control.
 TARGETED_FIELDS = ("cdn-cache-control", "surrogate-control")
@@ -151,11 +157,16 @@ def response_directives(headers: Headers) -> Directives:
     # One pass over the head: every fill and revalidation reads its directives more than once.
     cache_control: list[str] = []
     targeted: list[tuple[str, str]] = []
+    size = 0
     for name, value in headers:
         if name == "cache-control":
             cache_control.append(value)
+            size += len(value)
         elif name in TARGETED_FIELDS:
             targeted.append((name, value))
+            size += len(value)
+    if size > MAX_DIRECTIVE_BYTES:
+        return dict(TOO_MANY_DIRECTIVES), False
     for name in TARGETED_FIELDS if targeted else ():
         values = field_values(targeted, name)
         if values:
@@ -180,8 +191,10 @@ def request_directives(headers: Headers) -> dict[str, str | None]:
     """The request's Cache-Control; a `Pragma: no-cache` counts as `no-cache` when it has none (RFC 9111 5.4)."""
     values = field_values(headers, "cache-control")
     if values:
-        return parse_directives(values)
+        return parse_directives(values) if sum(map(len, values)) <= MAX_DIRECTIVE_BYTES else dict(TOO_MANY_DIRECTIVES)
     pragma = field_values(headers, "pragma")
+    if sum(map(len, pragma)) > MAX_DIRECTIVE_BYTES:
+        return dict(TOO_MANY_DIRECTIVES)
     if pragma and any(member.lower() == "no-cache" for member in split_list(pragma)):
         return {"no-cache": None}
     return {}

@@ -220,3 +220,14 @@ def test_unsafe_methods_invalidate_unless_they_failed() -> None:
     assert invalidates("DELETE", 302)
     assert not invalidates("POST", 500)
     assert not invalidates("GET", 200)
+
+
+def test_caching_directives_past_16_kb_in_all_read_as_no_store() -> None:
+    """Read again at every look-up of a stored response: a head full of them cost each request for its URL."""
+    many = ", ".join(f'ext{i}="v"' for i in range(1000))  # about 10 KB a line
+    assert not_storable("GET", 200, [], [("cache-control", f"max-age=60, {many}")]) is None
+    over = [("cache-control", f"max-age=60, {many}"), ("cdn-cache-control", many)]
+    assert not_storable("GET", 200, [], over) is NotStored.NO_STORE
+    assert request_directives([("cache-control", many), ("cache-control", many)]) == {"no-store": None}
+    assert request_directives([("pragma", many), ("pragma", many)]) == {"no-store": None}
+    assert request_directives([("cache-control", f"max-stale, {many}")])["max-stale"] is None
