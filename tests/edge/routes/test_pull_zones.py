@@ -659,13 +659,15 @@ async def test_a_304_without_a_date_makes_the_refreshed_response_young_again(pul
         await add_pull_zone(pull.cdn, "undated", {"Url": f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"})
         assert (await pull.cdn.edge.get("/undated/page.txt")).headers["X-Cache"] == "MISS"
         hit = await pull.cdn.edge.get("/undated/page.txt")
-        assert (hit.headers["X-Cache"], int(hit.headers["Age"])) == ("HIT", 50)
+        assert hit.headers["X-Cache"] == "HIT" and int(hit.headers["Age"]) >= 50   # 50 s and the time since
+        started = time.time()
         revalidated = await pull.cdn.edge.get("/undated/page.txt", headers={"Cache-Control": "no-cache"})
         assert (revalidated.headers["X-Cache"], await revalidated.read()) == ("REVALIDATED", b"hello")
         again = await pull.cdn.edge.get("/undated/page.txt")
-        assert again.headers["X-Cache"] == "HIT" and int(again.headers["Cache-Status"].rsplit("=", 1)[1]) >= 98
+        since = time.time() - started  # what the refreshed response's age may be, beside the Date's whole seconds
+        assert again.headers["X-Cache"] == "HIT" and int(again.headers["Cache-Status"].rsplit("=", 1)[1]) >= 98 - since
         for answer in (revalidated, again):
-            assert int(answer.headers["Age"]) <= 2 and answer.headers["Date"] != answered_at.decode()
+            assert int(answer.headers["Age"]) <= 2 + since and answer.headers["Date"] != answered_at.decode()
     finally:
         server.close()
         await server.wait_closed()
