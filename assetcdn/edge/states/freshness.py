@@ -193,9 +193,11 @@ def request_directives(headers: Headers) -> dict[str, str | None]:
     if values:
         return parse_directives(values) if sum(map(len, values)) <= MAX_DIRECTIVE_BYTES else dict(TOO_MANY_DIRECTIVES)
     pragma = field_values(headers, "pragma")
+    if not pragma:  # most requests: no directives at all
+        return {}
     if sum(map(len, pragma)) > MAX_DIRECTIVE_BYTES:
         return dict(TOO_MANY_DIRECTIVES)
-    if pragma and any(member.lower() == "no-cache" for member in split_list(pragma)):
+    if any(member.lower() == "no-cache" for member in split_list(pragma)):
         return {"no-cache": None}
     return {}
 
@@ -248,7 +250,11 @@ def not_storable(method: str, status: int, request_headers: Headers, response_he
                 or (not targeted and first_value(response_headers, "expires") is not None))
     if not explicit and status not in HEURISTIC_STATUSES:
         return NotStored.NO_FRESHNESS
-    if sum(len(value) for name, value in response_headers if name in TAG_FIELDS) > MAX_TAG_BYTES:
+    tag_bytes = 0  # a loop, not sum() over a generator: this runs on every fill
+    for name, value in response_headers:
+        if name in TAG_FIELDS:
+            tag_bytes += len(value)
+    if tag_bytes > MAX_TAG_BYTES:
         return NotStored.TOO_MANY_TAGS
     return None
 
