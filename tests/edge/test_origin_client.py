@@ -492,7 +492,9 @@ def test_a_field_line_that_never_ends_is_refused_once_it_passes_twice_the_field_
             return "read whole"
 
     assert uvloop_runner.run(scenario()).endswith("(a field line or chunk extension of the response passes 2048 bytes)")
-    assert sent and sent[0] < 4 * 1024 * 1024
+    # Most of the 64 MB the origin would send is never read: it stops once the edge closes (what it wrote into the
+    # sockets' buffers meanwhile depends on the load: 4.3 MB under two test runs at once).
+    assert sent and sent[0] < 32 * 1024 * 1024
 
 
 def test_a_body_of_tiny_chunks_comes_out_in_joined_pieces(uvloop_runner: asyncio.Runner) -> None:
