@@ -173,7 +173,9 @@ class Flights:
     def __init__(self) -> None:
         self._waiting: dict[str, asyncio.Future[Landing]] = {}
         self._joined: dict[str, int] = {}  # requests waiting for each key's flight (`joined`)
-        self.waiters = 0  # requests that joined a flight under way, ever (assetcdn_edge_fill_waiters_total)
+        # Requests answered after waiting for a flight without asking the origin themselves, ever (`through_flight`;
+        # assetcdn_edge_fill_waiters_total): one that waited and then asked the origin after all saved it nothing.
+        self.waiters = 0
         # The application's loop, taken at the first flight: an application runs on one loop for its life.
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -188,7 +190,6 @@ class Flights:
             self._joined[key] = 0
         else:
             self._joined[key] += 1
-            self.waiters += 1
         return future
 
     def joined(self, key: str) -> int:
@@ -344,6 +345,8 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
     while True:
         answer, stored = await cached()
         if answer is not None:
+            if waited is not None:  # what the flight it waited for stored: the origin asked once for both
+                flights.waiters += 1
             return answer
         if waited is not None:
             kept = waited.result().kept
@@ -359,7 +362,8 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
             failure = await await_flight(waiting, limits)
         except TimeoutError:
             failure = OriginTimeout(f"no answer from the origin within {flight_patience_s(limits):g} s")
-        if failure is not None:
+        if failure is not None:  # the flight's failure, not one of its own: no origin request either
+            flights.waiters += 1
             return await failed(stored, failure)
         waited = waiting
     land = flights.landing(flight_key)

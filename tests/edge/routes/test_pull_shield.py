@@ -22,6 +22,8 @@ from multidict import CIMultiDictProxy
 
 from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.edge.shield import INVALIDATE_PATH, SHIELD_AUDIENCE, SHIELD_CACHE, SHIELD_PATH
+from assetcdn.edge.states.keys import pull_key, pull_variant_key
+from assetcdn.edge.states.pull import FLIGHTS
 from assetcdn.shared.cluster import ReplayGuard, sign_request, verify_request
 from tests.control.expect import expect_error
 from tests.integration.harness import free_port_block
@@ -518,15 +520,18 @@ async def test_origin_and_shield_requests_are_counted_by_outcome_on_metrics(make
             await wait_until(origin_asked, "the fill reaching the origin")
             others = [asyncio.ensure_future(run.cdn.edge.get(f"/{ZONE}/held.txt")) for _ in range(2)]
 
+            flights, key = run.cdn.edge.app[FLIGHTS], pull_variant_key(pull_key(ZONE, "/held.txt", ""), "flight")
+
             async def joined() -> bool:
-                text = await (await run.cdn.edge.get("/metrics", headers=METRICS)).text()
-                return metric(text, "assetcdn_edge_fill_waiters_total") == 2
+                return flights.joined(key) == 2
 
             await wait_until(joined, "two requests waiting for the fill")
             release.set()
             for answer in (first, *others):
                 resp = await asyncio.wait_for(answer, WAIT_S)
                 assert (resp.status, len(await resp.read())) == (200, 1000)
+            text = await (await run.cdn.edge.get("/metrics", headers=METRICS)).text()
+            assert metric(text, "assetcdn_edge_fill_waiters_total") == 2  # answered by the fill they waited for
         finally:
             answered.set()
         assert run.origin.count("/held.txt") == 1

@@ -24,8 +24,9 @@ from assetcdn.edge.states.pull import FLIGHTS
 from assetcdn.shared.content_security import SANDBOX_CSP
 from tests.control.expect import expect_error
 from tests.edge.hit_server import HitTestServer
+from tests.edge.routes.test_pull_shield import metric
 from tests.support.cdn import PURGE, raw_status
-from tests.support.control import ACCOUNT
+from tests.support.control import ACCOUNT, METRICS
 from tests.support.origins import (
     FIRST_BYTE_TIMEOUT_S,
     HOST_HEADER,
@@ -902,6 +903,42 @@ async def test_requests_waiting_on_a_response_that_may_not_be_stored_get_their_o
     assert [(resp.status, await resp.read()) for resp in answers] == [(200, str(i).encode()) for i in range(clients)]
     assert {resp.headers["X-Cache"] for resp in answers} == {"PASS"}
     assert pull.origin.count("/personal.txt") == clients
+
+
+async def test_requests_that_waited_but_asked_the_origin_themselves_are_not_counted_as_collapsed(pull: Pull) -> None:
+    """`assetcdn_edge_fill_waiters_total` is what collapsing saved the origin: requests that waited for a fill whose
+    `private` answer they could not share, then asked the origin each, saved it nothing and are not counted; those
+    answered from what a fill stored are."""
+    go = asyncio.Event()
+
+    async def personal(request: web.Request) -> web.StreamResponse:
+        await go.wait()
+        return web.Response(body=b"yours", headers={"Cache-Control": "private"})
+
+    async def waiters() -> float:
+        text = await (await pull.cdn.edge.get("/metrics", headers=METRICS)).text()
+        return metric(text, "assetcdn_edge_fill_waiters_total")
+
+    async def collapse(name: str, clients: int, release: asyncio.Event) -> None:
+        flights, key = pull.cdn.edge.app[FLIGHTS], pull_variant_key(pull_key(ZONE, name, ""), "flight")
+        requests = [asyncio.ensure_future(pull.get(name)) for _ in range(clients)]
+
+        async def all_joined() -> bool:
+            return flights.joined(key) == clients - 1
+
+        await wait_until(all_joined, "every other request waiting for the first one's fill")
+        release.set()
+        answers = await asyncio.gather(*requests)
+        assert len({(resp.status, await resp.read()) for resp in answers}) == 1
+
+    pull.origin.route("/personal-count.txt", personal)
+    before = await waiters()  # the edge is the module's: earlier tests' requests counted too
+    await collapse("/personal-count.txt", 4, go)
+    assert pull.origin.count("/personal-count.txt") == 4
+    assert await waiters() == before
+    await collapse("/shared-count.txt", 4, pull.origin.hold("/shared-count.txt", b"x" * 1000, LONG))
+    assert pull.origin.count("/shared-count.txt") == 1
+    assert await waiters() == before + 3
 
 
 async def test_a_request_behind_one_whose_answer_may_not_be_stored_does_not_wait_for_its_body(pull: Pull) -> None:
