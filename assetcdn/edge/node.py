@@ -101,17 +101,18 @@ class EdgeNode:
             return
         published = await self.control.config()
         before = self.config.pull_zones
-        self.config = EdgeConfig.from_published(published)
-        tmp = self.config_file.with_name(f"{self.config_file.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(orjson.dumps(published.to_json()))
-        os.replace(tmp, self.config_file)
+        self.config = EdgeConfig.from_published(published)  # from here no fill keeps a retired origin's answer
         retired = retired_origins(before, self.config.pull_zones)
         if retired:
             # Control purges such a zone once it has published the change, and the purge runs once per edge: a
             # worker that took the change later may have filled from the old origin into the shared disk tier
-            # after it. Each worker purges the zone when it takes the change (every worker's memory too).
+            # after it. Each worker purges the zone when it takes the change (every worker's memory too), before
+            # the config is saved: a worker stopped in between compares the saved one again when it starts.
             tags = [zone_tag(name) for name in retired]
             await asyncio.get_running_loop().run_in_executor(None, self.cache.purge_tags, tags)
+        tmp = self.config_file.with_name(f"{self.config_file.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(orjson.dumps(published.to_json()))
+        os.replace(tmp, self.config_file)
 
     async def start(self, cluster_url: str) -> None:
         """Start the background work: register with control, heartbeat and catch up on a short timer."""

@@ -78,3 +78,27 @@ async def test_a_change_of_the_origins_request_headers_alone_keeps_what_is_cache
         assert (await cdn.edge.get("/moving/kept.txt")).headers["X-Cache"] == "HIT"
     finally:
         await server.close()
+
+
+async def test_a_worker_whose_purge_fails_keeps_the_old_config_on_disk_for_its_next_start(
+        make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The config is saved only once the zone is purged: a worker stopped (or failing) in between finds the old one
+    when it starts again, compares it with control's and purges then."""
+    origin = ScriptedOrigin()
+    origin.answer("/kept.txt", b"old origin", headers=LONG)
+    server = await serve_origin(origin)
+    try:
+        cdn = await make_cdn(ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true")
+        url = f"http://127.0.0.1:{server.port}{PREFIX}"
+        await add_pull_zone(cdn, "moving", {"Url": url})
+        saved = cdn.node.config_file.read_bytes()
+
+        def failing(_tags: object) -> int:
+            raise OSError("the disk tier is gone")
+
+        monkeypatch.setattr(cdn.node.cache, "purge_tags", failing)
+        with pytest.raises(OSError):
+            await take_config(cdn, monkeypatch, {"Url": f"http://127.0.0.1:{server.port}/elsewhere"})
+        assert cdn.node.config_file.read_bytes() == saved
+    finally:
+        await server.close()
