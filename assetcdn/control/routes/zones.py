@@ -139,10 +139,13 @@ async def delete_zone(request: web.Request) -> web.Response:
 
     published = await request.app[PUBLISHER].commit_planned(every_file)
     asset_count = sum(1 for c in published.commit.changes if not c.path.endswith("/.gitkeep"))
-    await request.app[ZONES].remove(zone)
     async with request.app[EDGE_CONFIG].origin_changes:  # after a change under way; one after this finds no zone
-        if await request.app[EDGE_CONFIG].remove_origin(zone):
-            await request.app[PUBLISHER].publish_config()
+        # A zone created again under the name since this delete's commit is another zone: its record and origin
+        # are its own (a create sets its origin under this lock, once its commit is in).
+        if zone not in await zone_names(request):
+            await request.app[ZONES].remove(zone)
+            if await request.app[EDGE_CONFIG].remove_origin(zone):
+                await request.app[PUBLISHER].publish_config()
     # A deleted zone keeps no custom domains: they would map hostnames to nothing.
     if await request.app[EDGE_CONFIG].domains(zone):
         await request.app[EDGE_CONFIG].remove_zone_domains(zone)

@@ -18,6 +18,7 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
 from assetcdn.control.app import create_app
+from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.config import load_settings
 from tests.control.expect import commit_count, expect_error
@@ -359,3 +360,26 @@ async def test_an_origin_set_on_a_zone_with_files_keeps_them_unserved_and_says_s
     assert (got.status, await got.read()) == (200, b"kept")
     # A storage zone again: uploads are taken.
     assert (await control.put(f"/api/storage/{zone}/v1/icons/new.txt", data=b"n", headers=ACCESS)).status == 201
+
+
+async def test_a_zone_created_again_while_its_delete_finishes_keeps_its_origin(
+        control: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delete removes the zone's origin after its commit: a create of the same name with an origin, landing in
+    between, made a pull zone that the delete then turned into a storage zone (its origin removed)."""
+    assert (await create(control, "reborn", {"Url": "https://a.example.com"})).status == 201
+    publisher = control.app[PUBLISHER]  # type: ignore[index]  # the TestServer's application
+    commit_planned = publisher.commit_planned
+
+    async def commit_then_create_again(plan: Any) -> Any:
+        published = await commit_planned(plan)
+        monkeypatch.setattr(publisher, "commit_planned", commit_planned)
+        resp = await create(control, "reborn", ORIGIN)
+        assert resp.status == 201, await resp.text()
+        return published
+
+    monkeypatch.setattr(publisher, "commit_planned", commit_then_create_again)
+    assert (await control.delete("/api/core/zones/reborn", headers=ACCOUNT)).status == 200
+    resp = await control.get("/api/core/zones/reborn/origin", headers=ACCOUNT)
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["Origin"] == SHOWN
+    assert (await published_origins(control))["reborn"]["Url"] == SHOWN["Url"]
