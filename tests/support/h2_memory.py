@@ -104,16 +104,16 @@ class H2InProcess:
         return stream_id
 
     async def get(self, path: str, fields: list[tuple[str, str]], method: str = "GET", *,
-                  may_reset: bool = False) -> Response:
+                  may_reset: bool = False, authority: str = "edge.test") -> Response:
         """The stream's answer; with `may_reset` a reset by the server ends it too (its code in `resets`, under
-        `last_stream`, the id of the stream asked last)."""
+        `last_stream`, the id of the stream asked last); `authority`: the host asked."""
         stream_id = self.last_stream = self.client.get_next_available_stream_id()
         self.answers[stream_id] = [None, bytearray(), False]
         if may_reset:
             self.resets[stream_id] = -1
         self.client.send_headers(stream_id, [(b":method", method.encode()), (b":scheme", b"https"),
                                              (b":path", path.encode()),
-                                             (b":authority", b"edge.test"),
+                                             (b":authority", authority.encode()),
                                              *((k.encode(), v.encode()) for k, v in fields)], end_stream=True)
 
         async def ended() -> bool:

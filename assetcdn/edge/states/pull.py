@@ -82,6 +82,7 @@ from assetcdn.edge.states.freshness import (
     vary_fields,
 )
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
+from assetcdn.edge.tls.policy import HSTS_HEADER
 from assetcdn.shared.cache_results import CacheResult
 from assetcdn.shared.config import Settings
 from assetcdn.shared.content_security import keep_sandbox
@@ -1024,13 +1025,17 @@ def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: 
     """A client's head from an origin's or stored one. On the default host (`shared_host`) an active type (HTML,
     SVG, script) gets the sandbox policy stored files get, beside any policy the origin sent: there the origin's
     page would otherwise run script as the origin every zone and the API share (read them, register a service
-    worker over them). On the zone's own host the origin's policy is its own choice."""
+    worker over them). Nor does the origin's Strict-Transport-Security go out there: HSTS is the whole host's
+    policy (RFC 6797 8.1), the edge's own (`[tls] hsts_max_age_s`), which one zone's origin would otherwise set
+    for every zone (`includeSubDomains`: their tenant hosts too) or clear. On the zone's own host the origin's
+    policies are its own choice."""
     fields = [field for field in head if field[0] not in NOT_DELIVERED and field[0][:1] != ":"]
     date = first_value(head, "date")
     if date is not None:
         fields.append(("Date", date))
     headers: CIMultiDict[str] = CIMultiDict(fields)  # one multidict made whole: cheaper than a field at a time
     if shared_host:
+        headers.popall(HSTS_HEADER, None)
         keep_sandbox(headers)
     if age is not None:
         headers["Age"] = str(age)

@@ -36,6 +36,7 @@ ZONE = "pullfast"
 BODY = bytes(range(256)) * 20
 PER_REQUEST = {"x-request-id"}
 HEADS = 300
+TENANT_HOST = f"{ZONE}.cdn.localhost"  # the zone's own host (the default base domain is cdn.localhost)
 
 
 class Clock:
@@ -462,3 +463,37 @@ async def test_a_suffix_range_of_an_empty_body_is_answered_whole_on_both_paths(p
 
 async def _stored(pulled: PullCdn, name: str) -> bool:
     return stored_url(pulled.cdn.node, ZONE, name) is not None
+
+
+async def test_an_origins_hsts_never_reaches_clients_on_the_default_host(
+        pulled: PullCdn, clock: Clock, secure: tuple[hit_server.HitServer, list[bytes]]) -> None:
+    """HSTS is a whole host's policy (RFC 6797 8.1), and the default host is every zone's: with the edge's own HSTS
+    off, one zone's origin set it there for all of them (`includeSubDomains`: for every tenant host below it too,
+    which browsers then refuse over plain HTTP for a year), or turned it off with `max-age=0`. On the zone's own
+    host it is the origin's own, as over plain HTTP and HTTP/2, on the fill, the hits and the application's answers."""
+    server, from_fields = secure
+    policy = "max-age=31536000; includeSubDomains"
+    pulled.origin.answer("/hsts.bin", BODY, headers={
+        **LONG, "Content-Type": "application/octet-stream", "ETag": '"s"', "Strict-Transport-Security": policy})
+    conn = await pulled.cdn.connect()
+    plain = await pulled.cdn.plain()
+    client = H2InProcess(server)
+    path = f"/{ZONE}/hsts.bin"
+    fill = await conn.request(path)
+    await wait_until(lambda: _stored(pulled, "/hsts.bin"), "/hsts.bin stored")
+    clock.now = pulled.stored("/hsts.bin").freshness.response_time + 1
+    default_host = {
+        "fill": fill, "hit": await conn.request(path), "304": await conn.request(path, **{"If-None-Match": '"s"'}),
+        "application's": await plain.request(path, **{"Cache-Control": "max-age=60"}),
+        "HTTP/2 hit": await client.get(path, []), "HTTP/2 304": await client.get(path, [("if-none-match", '"s"')]),
+        "HTTP/2 206": await client.get(path, [("range", "bytes=0-9")])}
+    assert from_fields == [path.encode()] * 3
+    assert {what: (a.status, a.header("x-cache")) for what, a in default_host.items()} == {
+        "fill": (200, "MISS"), "hit": (200, "HIT"), "304": (304, "HIT"), "application's": (200, "HIT"),
+        "HTTP/2 hit": (200, "HIT"), "HTTP/2 304": (304, "HIT"), "HTTP/2 206": (206, "HIT")}
+    assert {what: a.header("strict-transport-security") for what, a in default_host.items()} == \
+        dict.fromkeys(default_host)
+    own_host = {"hit": await conn.request("/hsts.bin", host=TENANT_HOST),
+                "HTTP/2 hit": await client.get("/hsts.bin", [], authority=TENANT_HOST)}
+    assert {what: (a.header("x-cache"), a.header("strict-transport-security")) for what, a in own_host.items()} == \
+        dict.fromkeys(own_host, ("HIT", policy))
