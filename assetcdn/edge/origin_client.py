@@ -63,6 +63,9 @@ UNKEYED_OVERRIDES = frozenset((
 # before it asks the origin; another expectation sent on would have the origin (or a shield) refuse the request.
 ANSWERED_HERE = frozenset(("expect",))
 NOT_FORWARDED = HOP_BY_HOP | UNKEYED_OVERRIDES | ANSWERED_HERE
+# The CDN's own cookies (assetcdn/control/identity/session.py): cookies ignore ports, so a browser signed in to the
+# dashboard sends them to the edges too; no origin is sent them (the session would sign its owner in as that user).
+CDN_COOKIES = frozenset(("cdn_session", "cdn_logged_in"))
 VIA = "1.1 assetcdn"
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_CHECKED_HOSTS = 1024  # origin hosts whose refusal (or none) is remembered; more start over
@@ -157,7 +160,8 @@ def request_connection_fields(headers: Sequence[tuple[str, str]]) -> frozenset[s
 
 def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *, client_ip: str | None,
                            scheme: str) -> CIMultiDict[str]:
-    """What the origin is sent: the client's end-to-end fields less the overriding ones, then the origin's
+    """What the origin is sent: the client's end-to-end fields less the overriding ones and the CDN's own cookies
+    (`without_cdn_cookies`), then the origin's
     Host, the zone's own fields, Via and the client's address and scheme as this edge saw them. A name is
     compared with `_` read as `-`: servers that hand fields to applications as CGI variables read
     `X_Forwarded_Host` as `X-Forwarded-Host` (both HTTP_X_FORWARDED_HOST)."""
@@ -169,6 +173,10 @@ def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *,
         lowered = name.lower()
         if "_" in lowered:
             lowered = lowered.replace("_", "-")
+        if lowered == "cookie" and "cdn_" in value:
+            value = without_cdn_cookies(value)
+            if not value:
+                continue
         if lowered not in dropped:
             headers.add(name, value)
     headers["Host"] = origin.host_header or origin.url.raw_authority
@@ -185,6 +193,12 @@ def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *,
         headers["X-Forwarded-For"] = client_ip
     headers["X-Forwarded-Proto"] = scheme
     return headers
+
+
+def without_cdn_cookies(value: str) -> str:
+    """A Cookie field's value less the CDN's own cookies (CDN_COOKIES); empty when it held no other."""
+    return "; ".join(pair for pair in (part.strip() for part in value.split(";"))
+                     if pair and pair.partition("=")[0].strip() not in CDN_COOKIES)
 
 
 @dataclass(eq=False)

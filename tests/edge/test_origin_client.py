@@ -19,7 +19,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
+from assetcdn.control.identity.session import LOGGED_IN_COOKIE, SESSION_COOKIE
 from assetcdn.edge.origin_client import (
+    CDN_COOKIES,
     Origin,
     OriginClient,
     OriginError,
@@ -160,6 +162,17 @@ def test_a_clients_underscore_spelling_of_the_zones_own_fields_is_not_sent_besid
                                      zone_origin, client_ip=None, scheme="http")
     assert sorted((name, value) for name, value in headers.items() if "secret" in name.lower() or "_" in name) == [
         ("X-Origin-Secret", "s3cret"), ("X_Custom", "kept")]
+
+
+def test_the_cdns_own_cookies_are_never_sent_to_an_origin() -> None:
+    """Cookies ignore ports: a browser signed in to the dashboard sends its session to the edges as well, and the
+    origin of any pull zone it asked for got it, enough to sign in to the dashboard as that user."""
+    zone_origin = Origin(URL("http://127.0.0.1:9/"))
+    assert CDN_COOKIES == {SESSION_COOKIE, LOGGED_IN_COOKIE}
+    client = [("Cookie", "theme=dark; cdn_session=abc.def; cdn_logged_in=1"), ("Cookie", "cdn_session=abc.def"),
+              ("cookie", "cdn_sessions=kept;cdn_logged_in=1;  lang=en")]
+    headers = origin_request_headers(client, zone_origin, client_ip=None, scheme="http")
+    assert headers.getall("Cookie") == ["theme=dark", "cdn_sessions=kept; lang=en"]
 
 
 async def test_loopback_origins_are_refused_without_the_development_setting(

@@ -482,6 +482,20 @@ async def test_an_origins_own_policy_never_lifts_the_sandbox_on_the_default_host
     assert forwarded.headers.getall("Content-Security-Policy") == [own, SANDBOX_CSP]
 
 
+async def test_the_dashboard_session_a_browser_sends_the_edges_never_reaches_an_origin(pull: Pull) -> None:
+    """Cookies ignore ports, so a browser signed in to the dashboard sends `cdn_session` to the edges' default host
+    too: the zone's origin was sent it with every request, and could sign in to the dashboard with it."""
+    pull.origin.answer("/cookies.txt", b"ok", headers=LONG)
+    pull.origin.answer("/only-session.txt", b"ok", headers=LONG)
+    pull.cdn.edge.session.cookie_jar.clear()  # what an earlier test's origin set: the client's jar would send it
+    resp = await pull.get("/cookies.txt", headers={"Cookie": "theme=dark; cdn_session=abc.def; cdn_logged_in=1"})
+    assert resp.status == 200
+    resp = await pull.get("/only-session.txt", headers={"Cookie": "cdn_session=abc.def"})
+    assert resp.status == 200
+    assert pull.origin.requests("/cookies.txt")[0].headers.getall("Cookie") == ["theme=dark"]
+    assert "Cookie" not in pull.origin.requests("/only-session.txt")[0].headers
+
+
 async def test_the_tenant_host_and_a_custom_domain_serve_every_path_from_the_origin(pull: Pull) -> None:
     domain = "assets.pulled-brand.example"
     resp = await pull.cdn.control.post(f"/api/core/zones/{ZONE}/domains", json={"Hostname": domain}, headers=ACCOUNT)
