@@ -45,6 +45,7 @@ from assetcdn.edge.cache.store import SOFT_PURGED, PurgedMeanwhile
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.origin_client import (
+    CDN_COOKIES,
     OriginError,
     OriginLimits,
     OriginResponse,
@@ -1028,12 +1029,19 @@ def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: 
     worker over them). Nor does the origin's Strict-Transport-Security go out there: HSTS is the whole host's
     policy (RFC 6797 8.1), the edge's own (`[tls] hsts_max_age_s`), which one zone's origin would otherwise set
     for every zone (`includeSubDomains`: their tenant hosts too) or clear. On the zone's own host the origin's
-    policies are its own choice."""
+    policies are its own choice. On any host, a Set-Cookie naming one of this CDN's own cookies (CDN_COOKIES) is
+    left out: cookies ignore ports (and a zone's host is below the default one), so it would sign the dashboard's
+    user out or in as someone else."""
     fields = [field for field in head if field[0] not in NOT_DELIVERED and field[0][:1] != ":"]
     date = first_value(head, "date")
     if date is not None:
         fields.append(("Date", date))
     headers: CIMultiDict[str] = CIMultiDict(fields)  # one multidict made whole: cheaper than a field at a time
+    if "set-cookie" in headers:
+        cookies = headers.popall("set-cookie")
+        for cookie in cookies:
+            if cookie.partition("=")[0].strip() not in CDN_COOKIES:
+                headers.add("set-cookie", cookie)
     if shared_host:
         headers.popall(HSTS_HEADER, None)
         keep_sandbox(headers)

@@ -496,6 +496,30 @@ async def test_the_dashboard_session_a_browser_sends_the_edges_never_reaches_an_
     assert "Cookie" not in pull.origin.requests("/only-session.txt")[0].headers
 
 
+async def test_an_origin_cannot_set_the_dashboards_cookies(pull: Pull) -> None:
+    """The reverse: cookies ignore ports, so an origin's `Set-Cookie: cdn_session=...` on the edges' host reached
+    the dashboard's origin (its user signed in as the origin's choice, or out); its other cookies still go out."""
+    pull.origin.answer("/sets-cookies.txt", b"ok", headers={
+        **LONG, "Set-Cookie": "cdn_session=theirs; Path=/; HttpOnly"})
+    pull.origin.route("/sets-several.txt", set_cookies(["theme=dark", " cdn_logged_in=1", "cdn_sessions=kept"]))
+    others = ["theme=dark", "cdn_sessions=kept"]
+    for name, host, expected in (("/sets-cookies.txt", None, []), ("/sets-several.txt", None, others),
+                                 ("/sets-several.txt", TENANT_HOST, others)):
+        resp = await pull.get(name) if host is None else await pull.cdn.edge.get(name, headers={"Host": host})
+        assert (resp.status, resp.headers.getall("Set-Cookie", [])) == (200, expected), (name, host)
+
+
+def set_cookies(cookies: list[str]) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """An origin handler answering with one Set-Cookie field per cookie."""
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        response = web.Response(body=b"ok", headers=LONG)
+        for cookie in cookies:
+            response.headers.add("Set-Cookie", cookie)
+        return response
+
+    return answer
+
+
 async def test_the_tenant_host_and_a_custom_domain_serve_every_path_from_the_origin(pull: Pull) -> None:
     domain = "assets.pulled-brand.example"
     resp = await pull.cdn.control.post(f"/api/core/zones/{ZONE}/domains", json={"Hostname": domain}, headers=ACCOUNT)
