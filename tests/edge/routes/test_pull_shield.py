@@ -29,6 +29,7 @@ from tests.control.expect import expect_error
 from tests.integration.harness import free_port_block
 from tests.support.cdn import Cdn, CdnFactory
 from tests.support.control import METRICS, SECRETS
+from tests.support.metrics_text import metric
 from tests.support.origins import PREFIX, ScriptedOrigin, add_pull_zone, serve_origin
 from tests.support.wait import WAIT_S, wait_until
 
@@ -481,14 +482,6 @@ async def test_an_invalidation_from_another_edge_needs_the_cluster_secret(make_c
         assert (await run.get("/kept.txt"))[:2] == (200, "HIT")
         assert (await invalidate(SECRETS.cluster_secret, [f"path:{ZONE}/kept.txt"])).status == 200
         assert (await run.get("/kept.txt"))[:2] == (200, "MISS")
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    """The value of the series `name` with `labels` (among others) in a /metrics text; 0 when there is none."""
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{key}="{value}"' in line for key, value in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 async def test_origin_and_shield_requests_are_counted_by_outcome_on_metrics(make_cdn: CdnFactory) -> None:

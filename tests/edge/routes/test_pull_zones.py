@@ -24,9 +24,9 @@ from assetcdn.edge.states.pull import FLIGHTS
 from assetcdn.shared.content_security import SANDBOX_CSP
 from tests.control.expect import expect_error
 from tests.edge.hit_server import HitTestServer
-from tests.edge.routes.test_pull_shield import metric
 from tests.support.cdn import PURGE, raw_status
 from tests.support.control import ACCOUNT, METRICS
+from tests.support.metrics_text import metric
 from tests.support.origins import (
     FIRST_BYTE_TIMEOUT_S,
     HOST_HEADER,
