@@ -41,6 +41,8 @@ CONTENT_CODINGS = frozenset(("gzip", "x-gzip", "deflate", "compress", "x-compres
 # Fields a response head may have: each is kept with the stored response and written in every answer from it
 # (Varnish allows 64, nginx what fits in 4 or 8 KB).
 MAX_FIELDS = 256
+# A response head may be this many field lines of the longest a field line may be (`Pool`'s ``max_head``).
+HEAD_FIELD_LINES = 64
 IDEMPOTENT = frozenset(("GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"))
 # Methods whose request has a body by definition: an empty one is sent with Content-Length: 0.
 BODIED = frozenset(("POST", "PUT", "PATCH"))
@@ -417,7 +419,7 @@ class Pool:
         self._keepalive_s = keepalive_s
         self._connect_timeout_s = connect_timeout_s
         self._max_field = max_field
-        self._max_head = max_field * 64
+        self._max_head = max_field * HEAD_FIELD_LINES
         self._connector = connector
         self._idle: dict[Key, list[Connection]] = {}
         self._slots: dict[Key, Slots] = {}

@@ -57,7 +57,7 @@ from ngh2 import ErrorCode, NeverIndexedHeader
 from ngh2.types import Header
 
 from assetcdn.edge.fastpath.protocol import CACHE_FIELDS, MAX_HEAD, SLOTS, Decide, HitProtocol
-from assetcdn.edge.origin_http import MAX_FIELDS
+from assetcdn.edge.origin_http import HEAD_FIELD_LINES, MAX_FIELDS
 from assetcdn.edge.tls.h2_guard import FrameGuard
 from assetcdn.shared.config import Settings
 
@@ -105,6 +105,13 @@ NO_FIELDS = (None,) * (AUTHORITY + 1)
 SPACE, TAB = ord(" "), ord("\t")
 
 
+def answer_head_limit(max_field_bytes: int) -> int:
+    """The header block an answer may need, as libnghttp2 counts it: an origin's largest head (HEAD_FIELD_LINES
+    field lines of `max_field_bytes`, MAX_FIELDS at most: assetcdn/edge/origin_http.py), each field's overhead, and
+    the edge's own fields. The library's default (64 KB) would reset the stream of a head HTTP/1.1 relays whole."""
+    return HEAD_FIELD_LINES * max_field_bytes + MAX_FIELDS * FIELD_OVERHEAD + EDGE_FIELDS_ROOM
+
+
 @dataclass(frozen=True)
 class H2Limits:
     max_concurrent_streams: int = 100
@@ -114,7 +121,7 @@ class H2Limits:
     max_control_frames_per_s: int = 1000
     send_timeout_s: float = 30.0
     max_connections: int = 10000  # per worker; 0: no limit
-    max_response_head: int = 64 * 16 * 1024 + MAX_FIELDS * FIELD_OVERHEAD + EDGE_FIELDS_ROOM  # answer_head_limit
+    max_response_head: int = answer_head_limit(16 * 1024)  # at the default [origin] max_header_kb
 
     @classmethod
     def from_settings(cls, settings: Settings) -> H2Limits:
@@ -127,13 +134,6 @@ class H2Limits:
                    send_timeout_s=float(tls["send_timeout_s"]),
                    max_connections=int(tls["h2_max_connections"]),
                    max_response_head=answer_head_limit(int(float(settings.section("origin")["max_header_kb"]) * 1024)))
-
-
-def answer_head_limit(max_field_bytes: int) -> int:
-    """The header block an answer may need, as libnghttp2 counts it: an origin's largest head (64 field lines of
-    `max_field_bytes`, MAX_FIELDS at most: assetcdn/edge/origin_http.py), each field's overhead, and the edge's own
-    fields. The library's default (64 KB) would reset the stream of a head HTTP/1.1 relays whole."""
-    return 64 * max_field_bytes + MAX_FIELDS * FIELD_OVERHEAD + EDGE_FIELDS_ROOM
 
 
 class MalformedRequest(Exception):
