@@ -104,6 +104,12 @@ class Origin:
     url: URL
     host_header: str | None = None
     request_headers: tuple[tuple[str, str], ...] = ()
+    # The request fields' names lower-case, `_` read as `-` (`origin_request_headers`): made once per origin.
+    own_field_names: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "own_field_names",
+                           frozenset(name.lower().replace("_", "-") for name, _ in self.request_headers))
 
     def target(self, path: str, query: str = "") -> URL:
         """The origin URL of `path` (percent-encoded, starting with ``/``) below the origin's path prefix, with the
@@ -168,6 +174,9 @@ def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *,
     fields = request_connection_fields(client)
     dropped = NOT_FORWARDED if fields is HOP_BY_HOP else (
         {name.replace("_", "-") for name in fields} | UNKEYED_OVERRIDES | ANSWERED_HERE)
+    zone_fields = origin.request_headers
+    if zone_fields:  # the zone's own fields replace the client's, whatever its spelling of their names
+        dropped = dropped | origin.own_field_names
     headers: CIMultiDict[str] = CIMultiDict()
     for name, value in client:
         lowered = name.lower()
@@ -180,11 +189,6 @@ def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *,
         if lowered not in dropped:
             headers.add(name, value)
     headers["Host"] = origin.host_header or origin.url.raw_authority
-    zone_fields = origin.request_headers
-    if zone_fields and any("_" in name for name in headers):  # nor a client's spelling of the zone's own fields
-        own = {name.lower().replace("_", "-") for name, _ in zone_fields}
-        for name in [name for name in headers if "_" in name and name.lower().replace("_", "-") in own]:
-            headers.popall(name, None)
     for name, value in zone_fields:
         headers[name] = value
     headers["Via"] = VIA
