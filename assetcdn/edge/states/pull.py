@@ -503,8 +503,8 @@ async def origin_failed(request: web.Request, zone: PullZone, path: str, fields:
                         stored: StoredResponse | None, exc: OriginError) -> web.StreamResponse:
     """No answer from the origin: the stale copy where stale-if-error allows, else 504 or 502."""
     now = time.time()
+    fwd = forwarded_because(stored, varied(request, zone, fields), now)
     if stored is not None and usable_on_error(stored.freshness, request_directives(fields), now):
-        fwd = forwarded_because(stored, varied(request, zone, fields), now)
         answer = await deliver_stored(request, stored, CacheResult.STALE,
                                       f"{CACHE_STATUS}; hit; fwd={fwd}; detail=origin-unreachable")
         if answer is not None:  # else its body went since the lookup: as if there were none
@@ -513,7 +513,7 @@ async def origin_failed(request: web.Request, zone: PullZone, path: str, fields:
     # The answer names this cache, as every answer from the origin does: a shield's relays the origin's failure to
     # the asking edge (assetcdn/edge/shield.py `relayed`), which would take an error of the shield's own for the
     # shield failing and pass it over for every zone's paths.
-    cache_status = {"Cache-Status": f"{CACHE_STATUS}; fwd={forwarded_because(stored, varied(request, zone, fields), now)}; "
+    cache_status = {"Cache-Status": f"{CACHE_STATUS}; fwd={fwd}; "
                                     f"detail={'origin-timeout' if exc.timeout else 'origin-unreachable'}"}
     if exc.timeout:
         raise ApiError(504, "OriginTimeout", f"The origin did not answer in time: {exc}",
