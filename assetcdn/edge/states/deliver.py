@@ -22,6 +22,7 @@ from assetcdn.edge.cache.tags import public_tags
 from assetcdn.edge.site_config import EdgeConfig, apply_rule_changes, request_host
 from assetcdn.edge.states.path_delivery import PathDelivery
 from assetcdn.shared.content_security import CSP_HEADER, security_headers
+from assetcdn.shared.decimal_fields import bounded_decimal
 from assetcdn.shared.edge_rules import HeaderChanges
 from assetcdn.shared.middleware import stamp_headers
 
@@ -83,8 +84,7 @@ def if_range_holds(if_range: str | None, etag: str | None) -> bool:
 def position(digits: str) -> int:
     """A byte position or suffix length of a Range (ASCII digits), at most BEYOND_ANY_BODY: a larger one is past
     any body whatever its digits (and may have more of them than int() converts: 4,300)."""
-    digits = digits.lstrip("0")
-    return BEYOND_ANY_BODY if len(digits) > len(str(BEYOND_ANY_BODY)) else min(int(digits or "0"), BEYOND_ANY_BODY)
+    return bounded_decimal(digits, BEYOND_ANY_BODY)
 
 
 def not_modified_headers(headers: CIMultiDict[str]) -> CIMultiDict[str]:

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from datetime import UTC
 from email.utils import formatdate, parsedate_to_datetime
 
+from assetcdn.shared.decimal_fields import bounded_decimal
+
 Headers = Sequence[tuple[str, str]]
 
 # RFC 9111 1.2.2: a delta-seconds too large to represent (or a sum that overflows) is taken as 2^31.
 MAX_DELTA = 2**31
-MAX_DELTA_DIGITS = len(str(MAX_DELTA))
 # RFC 9110 15.1: the statuses that may be stored with a heuristic lifetime (no explicit freshness).
 HEURISTIC_STATUSES = frozenset((200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501))
 # Final statuses whose meaning this cache knows (RFC 9110 15): the ones `must-understand` may store.
@@ -121,11 +122,7 @@ def delta_seconds(value: str | None) -> int | None:
     be longer than int() converts: 4,300 digits)."""
     if value is None or not value.isdigit() or not value.isascii():
         return None
-    if len(value) > MAX_DELTA_DIGITS:
-        value = value.lstrip("0")
-        if len(value) > MAX_DELTA_DIGITS:
-            return MAX_DELTA
-    return min(int(value or "0"), MAX_DELTA)
+    return bounded_decimal(value, MAX_DELTA)
 
 
 def http_date(value: str | None) -> float | None:

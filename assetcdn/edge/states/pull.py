@@ -87,6 +87,7 @@ from assetcdn.edge.tls.policy import HSTS_HEADER
 from assetcdn.shared.cache_results import CacheResult
 from assetcdn.shared.config import Settings
 from assetcdn.shared.content_security import keep_sandbox
+from assetcdn.shared.decimal_fields import bounded_decimal
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.http_server import cut_short
 from assetcdn.shared.manifest import zone_tag
@@ -1192,10 +1193,7 @@ def max_forwards(request: web.Request) -> int | None:
     """A request's Max-Forwards (RFC 9110 7.6.2: 1*DIGIT), at most MAX_FORWARDS; None when it has none or one
     that is not a number."""
     value = request.headers.get("Max-Forwards", "").strip()
-    if not (value.isascii() and value.isdigit()):
-        return None
-    value = value.lstrip("0")
-    return MAX_FORWARDS if len(value) > len(str(MAX_FORWARDS)) else min(int(value or "0"), MAX_FORWARDS)
+    return bounded_decimal(value, MAX_FORWARDS) if value.isascii() and value.isdigit() else None
 
 
 async def invalidate(node: EdgeNode, zone: PullZone, request: web.Request, path: str, prefix: str,
