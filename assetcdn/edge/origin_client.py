@@ -44,6 +44,7 @@ from assetcdn.shared.address_guard import (
     checked_addresses,
     literal_address,
 )
+from assetcdn.shared.cdn_cookies import CDN_COOKIES
 from assetcdn.shared.config import Settings
 from assetcdn.shared.metrics import LATENCY_BUCKETS, Metrics, add_observations
 
@@ -63,9 +64,6 @@ UNKEYED_OVERRIDES = frozenset((
 # before it asks the origin; another expectation sent on would have the origin (or a shield) refuse the request.
 ANSWERED_HERE = frozenset(("expect",))
 NOT_FORWARDED = HOP_BY_HOP | UNKEYED_OVERRIDES | ANSWERED_HERE
-# The CDN's own cookies (assetcdn/control/identity/session.py): cookies ignore ports, so a browser signed in to the
-# dashboard sends them to the edges too; no origin is sent them (the session would sign its owner in as that user).
-CDN_COOKIES = frozenset(("cdn_session", "cdn_logged_in"))
 VIA = "1.1 assetcdn"
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_CHECKED_HOSTS = 1024  # origin hosts whose refusal (or none) is remembered; more start over

@@ -21,7 +21,6 @@ from yarl import URL
 
 from assetcdn.control.identity.session import LOGGED_IN_COOKIE, SESSION_COOKIE
 from assetcdn.edge.origin_client import (
-    CDN_COOKIES,
     Origin,
     OriginClient,
     OriginError,
@@ -33,6 +32,7 @@ from assetcdn.edge.origin_client import (
     origin_request_headers,
 )
 from assetcdn.edge.origin_http import MAX_FIELDS, Pool
+from assetcdn.shared.cdn_cookies import CDN_COOKIES
 from assetcdn.shared.config import load_settings
 from tests.edge.tls.certs import TestCa
 from tests.support.wait import wait_until

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 from assetcdn.control.storage.database import Database
+from assetcdn.shared.cdn_cookies import LOGGED_IN_COOKIE, SESSION_COOKIE
 
 # Sessions signed out before they expire (created at start by assetcdn/control/identity/service.py).
 SCHEMA = """
@@ -31,8 +32,6 @@ CREATE TABLE IF NOT EXISTS ended_sessions (
 );
 """
 
-SESSION_COOKIE = "cdn_session"
-LOGGED_IN_COOKIE = "cdn_logged_in"
 SESSION_TTL_S = 7 * 24 * 3600
 CLOCK_SKEW_S = 60
 MAX_COOKIE_LENGTH = 256
