@@ -9,7 +9,9 @@ such a late worker takes it."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import pytest
 
@@ -41,64 +43,67 @@ async def take_config(cdn: Cdn, monkeypatch: pytest.MonkeyPatch, origin: Mapping
     assert node.config.version == changed.version
 
 
-@pytest.mark.parametrize("change", ["url", "host_header"])
-async def test_a_worker_taking_an_origin_change_drops_what_it_cached_of_the_old_origin(
-        make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+@dataclass
+class Moving:
+    cdn: Cdn
+    url: str        # the zone's origin URL
+    port: int       # the origin's port
+
+
+@asynccontextmanager
+async def moving_zone(make_cdn: CdnFactory, **fields: object) -> AsyncIterator[Moving]:
+    """A CDN with the pull zone `moving` (its origin `fields` beside the Url) in front of an origin answering
+    /kept.txt (max-age=600); the origin stopped at the end."""
     origin = ScriptedOrigin()
     origin.answer("/kept.txt", b"old origin", headers=LONG)
     server = await serve_origin(origin)
     try:
         cdn = await make_cdn(ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true")
-        url = f"http://127.0.0.1:{server.port}{PREFIX}"
-        await add_pull_zone(cdn, "moving", {"Url": url})
-        assert (await cdn.edge.get("/moving/kept.txt")).headers["X-Cache"] == "MISS"
-        assert stored_url(cdn.node, "moving", "/kept.txt") is not None
-        moved = {"Url": f"http://127.0.0.1:{server.port}/elsewhere"} if change == "url" else \
-            {"Url": url, "HostHeader": "another-site.localhost"}
-        await take_config(cdn, monkeypatch, moved)
-        assert stored_url(cdn.node, "moving", "/kept.txt") is None
+        port = server.port
+        assert port is not None
+        url = f"http://127.0.0.1:{port}{PREFIX}"
+        await add_pull_zone(cdn, "moving", {"Url": url, **fields})
+        yield Moving(cdn, url, port)
     finally:
         await server.close()
+
+
+@pytest.mark.parametrize("change", ["url", "host_header"])
+async def test_a_worker_taking_an_origin_change_drops_what_it_cached_of_the_old_origin(
+        make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    async with moving_zone(make_cdn) as run:
+        cdn = run.cdn
+        assert (await cdn.edge.get("/moving/kept.txt")).headers["X-Cache"] == "MISS"
+        assert stored_url(cdn.node, "moving", "/kept.txt") is not None
+        moved = {"Url": f"http://127.0.0.1:{run.port}/elsewhere"} if change == "url" else \
+            {"Url": run.url, "HostHeader": "another-site.localhost"}
+        await take_config(cdn, monkeypatch, moved)
+        assert stored_url(cdn.node, "moving", "/kept.txt") is None
 
 
 async def test_a_change_of_the_origins_request_headers_alone_keeps_what_is_cached(
         make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same origin, with other fields added to its requests (a rotated secret): its answers stay, as control
     keeps them (it purges for another URL or Host header only)."""
-    origin = ScriptedOrigin()
-    origin.answer("/kept.txt", b"same origin", headers=LONG)
-    server = await serve_origin(origin)
-    try:
-        cdn = await make_cdn(ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true")
-        url = f"http://127.0.0.1:{server.port}{PREFIX}"
-        await add_pull_zone(cdn, "moving", {"Url": url, "RequestHeaders": {"X-Origin-Secret": "one"}})
+    async with moving_zone(make_cdn, RequestHeaders={"X-Origin-Secret": "one"}) as run:
+        cdn = run.cdn
         assert (await cdn.edge.get("/moving/kept.txt")).headers["X-Cache"] == "MISS"
-        await take_config(cdn, monkeypatch, {"Url": url, "RequestHeaders": {"X-Origin-Secret": "two"}})
+        await take_config(cdn, monkeypatch, {"Url": run.url, "RequestHeaders": {"X-Origin-Secret": "two"}})
         assert stored_url(cdn.node, "moving", "/kept.txt") is not None
         assert (await cdn.edge.get("/moving/kept.txt")).headers["X-Cache"] == "HIT"
-    finally:
-        await server.close()
 
 
 async def test_a_worker_whose_purge_fails_keeps_the_old_config_on_disk_for_its_next_start(
         make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """The config is saved only once the zone is purged: a worker stopped (or failing) in between finds the old one
     when it starts again, compares it with control's and purges then."""
-    origin = ScriptedOrigin()
-    origin.answer("/kept.txt", b"old origin", headers=LONG)
-    server = await serve_origin(origin)
-    try:
-        cdn = await make_cdn(ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true")
-        url = f"http://127.0.0.1:{server.port}{PREFIX}"
-        await add_pull_zone(cdn, "moving", {"Url": url})
-        saved = cdn.node.config_file.read_bytes()
+    async with moving_zone(make_cdn) as run:
+        saved = run.cdn.node.config_file.read_bytes()
 
         def failing(_tags: object) -> int:
             raise OSError("the disk tier is gone")
 
-        monkeypatch.setattr(cdn.node.cache, "purge_tags", failing)
+        monkeypatch.setattr(run.cdn.node.cache, "purge_tags", failing)
         with pytest.raises(OSError):
-            await take_config(cdn, monkeypatch, {"Url": f"http://127.0.0.1:{server.port}/elsewhere"})
-        assert cdn.node.config_file.read_bytes() == saved
-    finally:
-        await server.close()
+            await take_config(run.cdn, monkeypatch, {"Url": f"http://127.0.0.1:{run.port}/elsewhere"})
+        assert run.cdn.node.config_file.read_bytes() == saved
