@@ -93,11 +93,11 @@ def rendezvous(key: str, peers: tuple[Peer, ...]) -> Peer | None:
     return best
 
 
-def relayed(headers: list[tuple[str, str]]) -> bool:
-    """The answer is one the shield relays (from its cache or the origin), not an error of its own: the shield
-    names itself last in its Cache-Status."""
+def relayed(headers: list[tuple[str, str]]) -> str | None:
+    """The shield's own Cache-Status member when the answer is one it relays (from its cache or the origin), not an
+    error of its own: the shield names itself last in its Cache-Status. None otherwise."""
     members = split_list([value for name, value in headers if name == "cache-status"])
-    return bool(members) and members[-1].split(";", 1)[0].strip() == SHIELD_CACHE
+    return members[-1] if members and members[-1].split(";", 1)[0].strip() == SHIELD_CACHE else None
 
 
 # The Cache-Status `detail` of a shield's answer that says its origin gave no answer (assetcdn/edge/states/pull.py
@@ -105,13 +105,13 @@ def relayed(headers: list[tuple[str, str]]) -> bool:
 ORIGIN_FAILURES = {"origin-timeout": True, "origin-unreachable": False}
 
 
-def origin_failed_at_shield(response: OriginResponse) -> OriginError | None:
-    """The origin's failure a shield relays (its 502 or 504 with the `detail` `ORIGIN_FAILURES` names), or None."""
-    if response.status not in (502, 504):
+def origin_failed_at_shield(status: int, member: str) -> OriginError | None:
+    """The origin's failure a shield relays (its 502 or 504 whose Cache-Status `member`, the shield's own, has the
+    `detail` `ORIGIN_FAILURES` names), or None."""
+    if status not in (502, 504):
         return None
-    members = split_list([value for name, value in response.headers if name == "cache-status"])
     parameters = {key.strip().lower(): value.strip() for key, _, value in
-                  (parameter.partition("=") for parameter in members[-1].split(";")[1:])} if members else {}
+                  (parameter.partition("=") for parameter in member.split(";")[1:])}
     timeout = ORIGIN_FAILURES.get(parameters.get("detail", ""))
     if timeout is None:
         return None
@@ -215,8 +215,9 @@ class Shields:
         except OriginError as exc:
             self._mark_down(peer, str(exc))
             return None
-        if relayed(response.headers):
-            failed = origin_failed_at_shield(response)
+        member = relayed(response.headers)
+        if member is not None:
+            failed = origin_failed_at_shield(response.status, member)
             if failed is not None:  # the origin's failure, not the shield's: this fill's, as if it were its own
                 response.release()
                 raise failed
