@@ -119,6 +119,10 @@ def _upsert(rows: int) -> str:
 _UPSERT_FULL = _upsert(ROWS_PER_UPSERT)
 # After a full filesystem the limit drops to this share of the volume the cache had reached.
 FULL_SHRINK = 0.8
+# A cull (``_cull_oldest``) looks at this many of the oldest rows at a time (diskcache's own cull takes them all);
+# ``_cull_to_limit`` culls at most CULL_ROUNDS times in its one transaction.
+CULL_ROWS = 10
+CULL_ROUNDS = 100
 # The tier has room (`has_room`) while it holds no more than this share of its size limit: past it, a one-worker
 # edge writes only the evicted fills that were asked for again (assetcdn/edge/cache/memory.py, second_hit).
 ROOM_SHARE = 15 / 16
@@ -391,6 +395,11 @@ class DiskTier:
             sqlite_temp_store=SQLITE_TEMP_STORE_MEMORY,
             sqlite_wal_autocheckpoint=SQLITE_WAL_PAGES,
         )
+        # diskcache's own cull (in its `set`) takes its `cull_limit` oldest rows at once, which empties a tier whose
+        # limit holds fewer entries (the entry just written included): this tier culls for itself (`_cull_oldest`).
+        self._cache.reset("cull_limit", 0, update=False)
+        self._oldest = diskcache.core.EVICTION_POLICY[eviction_policy]["cull"].format(
+            fields="rowid, filename, size", now=0)
         self._min_file_size = min_file_size
         self._segment_max = segment_max
         self._cache._disk.segment_named = self._segment_named
@@ -566,6 +575,7 @@ class DiskTier:
             with self._removing_stored():
                 self._bounded(lambda: self._cache.set(key, reader, read=True, tag=meta), attempts=1)
             self._add_keys((key,))  # before the fill that wrote it lands: no request looked for it yet
+            self._cull_to_limit()
         except DiskBusy as exc:
             self._dropped(1, exc)
         except (OSError, sqlite3.OperationalError) as exc:
@@ -678,16 +688,70 @@ class DiskTier:
                 if params:
                     con.execute(_upsert(len(params) // _UPSERT_PARAMS), params)
                 self._add_keys(latest)  # before the COMMIT makes the rows readable
-                for _ in latest:  # the culls single sets would make: cull_limit oldest rows each, while over the limit
-                    if cache.volume() < cache.size_limit:  # (one cull of them all at once empties the cache)
+                for _ in latest:  # at most one cull per entry, as single puts would make
+                    if not self._cull_oldest(con, replaced.append):
                         break
-                    cache._cull(now, con.execute, replaced.append, cache.cull_limit)
         except BaseException:
             for name in written:  # rolled back: no row owns them (nor names a segment of them)
                 self._remove(name)
             raise
-        # Committed: no row owns them any more (a culled inline row had none); a segment goes once no row names it,
-        # asked once per segment however many of its rows went.
+        self._remove_replaced(replaced)
+
+    def _cull_oldest(self, con: sqlite3.Connection, gone: Callable[[str | None], None]) -> bool:
+        """Inside a write transaction, when the volume is at or over the limit: delete the oldest rows (in the
+        eviction policy's order) until the bytes they free bring it under, at most ``CULL_ROWS`` of them, and give
+        each one's filename to `gone` (its file is removed once the transaction commits). A body file frees its
+        size, a segment its bytes once its last row goes; a body inline frees nothing until SQLite gives its pages
+        back at the commit, so inline rows all go, as diskcache's cull takes them. Returns whether it deleted any."""
+        cache = self._cache
+        excess = cache.volume() - cache.size_limit
+        if excess < 0:
+            return False
+        rows = con.execute(self._oldest, (CULL_ROWS,)).fetchall()
+        taken: list[int] = []
+        named: dict[str, int] = {}  # the rows still naming each segment met, less those taken
+        freed = 0
+        for rowid, filename, size in rows:
+            taken.append(rowid)
+            gone(filename)
+            if filename is None:
+                continue
+            place = segment_place(filename)
+            if place is None:
+                freed += size
+            else:
+                segment = place[0]
+                left = named.get(segment)
+                if left is None:
+                    (left,) = con.execute("SELECT COUNT(*) FROM Cache WHERE filename > ? AND filename < ?",
+                                          (segment + "#", segment + "$")).fetchone()
+                named[segment] = left = left - 1
+                if left == 0:
+                    row = con.execute("SELECT bytes FROM EdgeSegment WHERE name = ?", (segment,)).fetchone()
+                    freed += row[0] if row is not None else 0
+            if freed > excess:
+                break
+        if taken:
+            con.execute(f"DELETE FROM Cache WHERE rowid IN ({','.join('?' * len(taken))})", taken)
+        return bool(taken)
+
+    def _cull_to_limit(self) -> None:
+        """Cull (``_cull_oldest``) until the volume is under the limit, in one transaction of at most
+        ``CULL_ROUNDS`` culls, then remove the files of the rows culled. Under the limit: no transaction."""
+        if self.volume() < self.size_limit:
+            return
+        replaced: list[str | None] = []
+        with self._transaction():
+            con: sqlite3.Connection = self._cache._con
+            for _ in range(CULL_ROUNDS):
+                if not self._cull_oldest(con, replaced.append):
+                    break
+        self._remove_replaced(replaced)
+
+    def _remove_replaced(self, replaced: Sequence[str | None]) -> None:
+        """After the commit that replaced or culled the rows: their files, which no row owns any more (a row inline
+        had none); a segment goes once no row names it, asked once per segment however many of its rows went."""
+        disk: _CleanDisk = self._cache._disk
         for gone, segment in dict.fromkeys(_file_or_segment(name) for name in replaced if name is not None):
             if segment:
                 disk.remove_segment(gone)
@@ -848,7 +912,7 @@ class DiskTier:
                         "This is logged once.", self.directory, exc, limit)
         self._evict_files(volume - limit)
         try:
-            self._bounded(self._cache.cull)  # now that there is room for SQLite's journal, drop their rows
+            self._cull_to_limit()  # now that there is room for SQLite's journal, drop their rows
             # The write-ahead log keeps the size it grew to (up to ~32 MB between checkpoints): give it back.
             self._sql().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except (OSError, sqlite3.Error) as cull_error:

@@ -102,6 +102,39 @@ def test_bounded_by_size_limit_and_index_follows_eviction(tmp_path: Path) -> Non
     tier.close()
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["bytes", "stream"])
+def test_a_put_over_the_limit_evicts_only_the_oldest_entries_it_needs_to(tmp_path: Path, streamed: bool) -> None:
+    """Where the limit holds only a few entries (a small volume, or a limit a full filesystem lowered), a put
+    past it evicts the oldest entries until the new one fits, not ten at a time: the tier keeps what fits, and
+    never drops the entry just written."""
+    body = b"x" * 400_000
+    tier = DiskTier(tmp_path / "cache", size_limit=1_900_000)  # four such bodies beside SQLite's pages
+    try:
+        for index in range(12):
+            key = f"asset:{index}"
+            if streamed:
+                tier.put(key, io.BytesIO(body), content_type="image/png", etag=strong_etag(key), tags=())
+            else:
+                put(tier, key, body)
+            held = [i for i in range(index + 1) if tier.get(f"asset:{i}", load_limit=0) is not None]
+            assert held == list(range(max(0, index - 3), index + 1)), index  # the newest four, the last put's too
+            assert tier.volume() < tier.size_limit
+    finally:
+        tier.close()
+
+
+def test_a_batch_over_the_limit_evicts_only_the_oldest_entries_it_needs_to(tmp_path: Path) -> None:
+    body = b"x" * 400_000
+    tier = DiskTier(tmp_path / "cache", size_limit=1_900_000)
+    try:
+        for index in range(0, 12, 2):  # two fills to a batch, sharing a segment file
+            tier.put_many([entry(f"asset:{index + i}", body, stored_at=index + i) for i in range(2)])
+            held = [i for i in range(index + 2) if tier.get(f"asset:{i}", load_limit=0) is not None]
+            assert held == list(range(max(0, index - 2), index + 2)), index
+    finally:
+        tier.close()
+
+
 def test_clear(disk: DiskTier) -> None:
     put(disk, "a", b"1", "t")
     put(disk, "b", b"2" * 50_000, "t")

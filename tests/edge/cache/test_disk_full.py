@@ -87,3 +87,23 @@ def test_a_batch_whose_commit_finds_the_disk_full_keeps_the_bodies_of_the_entrie
                     assert file.read() == body
     finally:
         tier.close()
+
+
+def test_once_the_filesystem_is_full_each_put_keeps_its_entry_beside_the_newest_that_fit(tmp_path: Path) -> None:
+    """Large bodies into a filesystem that holds about six: once it is full, the lowered limit holds a few, and
+    each put evicts only the oldest entries it needs room for. The tier never ends up empty, and the entry
+    just written is kept."""
+    with small_fs(tmp_path / "fs", 3000) as fs:
+        tier = DiskTier(fs / "cache", size_limit=1024 * MB)
+        try:
+            puts_once_full = 0
+            for i in range(16):
+                tier.put(f"k{i}", os.urandom(400_000), content_type="application/octet-stream", etag=f'"{i}"',
+                         tags=("t",))
+                if tier.full_events and puts_once_full:  # a put after the one that found it full
+                    assert tier.get(f"k{i}", load_limit=0) is not None, i
+                    assert len(tier) >= 2, i
+                puts_once_full += bool(tier.full_events)
+            assert tier.full_events >= 1 and puts_once_full >= 8
+        finally:
+            tier.close()
