@@ -116,7 +116,8 @@ class HitCdn:
     site: HitSite
     port: int          # the hit site
     plain_port: int    # the same application behind aiohttp's own TCPSite
-    siblings: tuple[web.Application, ...] = ()  # the edge's other workers (their cluster sites only)
+    siblings: tuple[web.Application, ...] = ()  # the edge's other workers (their cluster sites, and a plain site)
+    sibling_ports: tuple[int, ...] = ()          # each sibling's plain site (aiohttp's own TCPSite)
 
     @property
     def node(self) -> EdgeNode:
@@ -153,6 +154,10 @@ class HitCdn:
     async def plain(self) -> RawConnection:
         return await RawConnection.open(self.plain_port)
 
+    async def sibling(self, index: int = 0) -> RawConnection:
+        """A connection to the plain site of the edge's other worker `index` (one client of the node's workers)."""
+        return await RawConnection.open(self.sibling_ports[index])
+
 
 HitCdnFactory = Callable[..., Awaitable[HitCdn]]
 
@@ -174,14 +179,17 @@ async def start_hit_cdn(root: Path, serve: Callable[[web.Application], Awaitable
     await site.start()
     plain = web.TCPSite(runner, "127.0.0.1", 0)
     await plain.start()
-    siblings = []
+    siblings, sibling_ports = [], []
     for worker in range(1, workers):
         sibling = edge_worker_app(app[SETTINGS], control_client, root, "edge-f", worker=worker, workers=workers)
         sibling_runner = web.AppRunner(sibling, access_log=None, shutdown_timeout=1.0)
         await sibling_runner.setup()
         runners.append(sibling_runner)
         siblings.append(sibling)
-    cdn = HitCdn(control_client, app, site, site.port, plain.port, tuple(siblings))
+        sibling_site = web.TCPSite(sibling_runner, "127.0.0.1", 0)
+        await sibling_site.start()
+        sibling_ports.append(sibling_site.port)
+    cdn = HitCdn(control_client, app, site, site.port, plain.port, tuple(siblings), tuple(sibling_ports))
     nodes = [cdn.node, *(sibling[NODE] for sibling in siblings)]
 
     async def synced() -> bool:

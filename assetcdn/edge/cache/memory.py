@@ -344,6 +344,13 @@ class MemoryTier:
         with self._lock:
             return self._remove(key) | self._unvictim(key)
 
+    def discard_older(self, key: str, stored_at: float) -> bool:
+        """Remove the entry under ``key`` when it was stored before ``stored_at`` (another worker stored a newer
+        response under the key in the shared disk tier); a copy of that response, or a newer one, stays."""
+        with self._lock:
+            obj = self._entries.get(key)
+            return obj is not None and obj.stored_at < stored_at and self._remove(key)
+
     def discard_many(self, keys: Iterable[str]) -> list[str]:
         with self._lock:
             return [key for key in keys if self._remove(key) | self._unvictim(key)]

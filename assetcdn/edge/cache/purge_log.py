@@ -5,6 +5,11 @@ whose socket (SO_REUSEPORT) accepted it. That worker appends the purge to ``Edge
 table in the disk tier's ``cache.db``) and raises a sequence number in a small mmap'd file.
 Every worker compares that number with the last one it applied on each lookup (one integer
 read from shared memory, no system call) and replays newer purges on its memory tier.
+
+The log also tells the workers which keys one of them stored anew in the shared disk tier (a fill, a 304's
+refreshed head: ``note_stored``), so that each drops an older copy its memory tier holds rather than go on
+serving it beside the newer response the node stored. Those notices are published in a second number of the
+file: a fill's purge mark (``mark``) counts purges only, so a notice never keeps a fill out of the cache.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import fcntl
 import mmap
 import os
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -21,6 +26,8 @@ from typing import Literal
 from assetcdn.edge.cache.sqlite_conn import ThreadLocalConnection
 
 PurgeKind = Literal["keys", "tags", "prefix", "all"]
+# A notice, not a purge: ``stored`` rows carry "<stored_at> <key>" (``note_stored``).
+LogKind = PurgeKind | Literal["stored"]
 SEQUENCE_FILE = "edge-purge.seq"
 # Rows kept for workers that are behind; a worker further behind clears its memory tier.
 KEEP_ROWS = 10_000
@@ -29,12 +36,18 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS EdgePurge ("
     " seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, value TEXT NOT NULL)"
 )
+# The notices (``note_stored``), in a table and a sequence of their own: however many fills they count, they never
+# push out of ``EdgePurge`` a purge that a fill under way must still find (``names_since``).
+_STORED_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS EdgeStored ("
+    " seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, stored_at REAL NOT NULL)"
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Purge:
-    kind: PurgeKind
-    value: str  # a key, a tag, a tag prefix, or "" for "all"
+    kind: LogKind
+    value: str  # a key, a tag, a tag prefix, "" for "all", or "<stored_at> <key>" for "stored"
 
 
 class PurgeLog:
@@ -42,32 +55,45 @@ class PurgeLog:
         self._database = database
         self._connection = ThreadLocalConnection(self._database)
         self._sql().execute(_SCHEMA)
+        self._sql().execute(_STORED_SCHEMA)
         fd = os.open(directory / SEQUENCE_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if os.fstat(fd).st_size < 8:
-                os.ftruncate(fd, 8)
-            self._map = mmap.mmap(fd, 8)
+            if os.fstat(fd).st_size < 16:  # the purges' number, then the notices' (8 bytes before the notices)
+                os.ftruncate(fd, 16)
+            self._map = mmap.mmap(fd, 16)
         finally:
             os.close(fd)
         self._lock_path = directory / SEQUENCE_FILE
         self._published = memoryview(self._map).cast("Q")
         self._applied = self._published[0]
+        self._noted = self._published[1]  # the last notice applied here
 
     def pending(self) -> bool:
-        """Whether another worker (or this one) published purges not yet applied here."""
-        return self._published[0] != self._applied
+        """Whether another worker (or this one) published purges or notices not yet applied here."""
+        published = self._published
+        return published[0] != self._applied or published[1] != self._noted
 
     def record(self, kind: PurgeKind, values: Iterable[str]) -> None:
         """Append purges and publish their sequence number to every worker."""
         rows = [(kind, value) for value in values] if kind != "all" else [("all", "")]
+        self._append("INSERT INTO EdgePurge (kind, value) VALUES (?, ?)", rows, "EdgePurge", 0)
+
+    def note_stored(self, entries: Iterable[tuple[str, float]]) -> None:
+        """Tell every worker that the entries (key, stored-at) are in the disk tier now: each drops a copy it holds
+        that was stored before. Not a purge: a purge mark (``mark``) does not move."""
+        self._append("INSERT INTO EdgeStored (key, stored_at) VALUES (?, ?)", list(entries), "EdgeStored", 1)
+
+    def _append(self, insert: str, rows: Sequence[tuple[str, str | float]], table: str, slot: int) -> None:
+        """Append `rows` to `table` (`insert`), keeping its last ``KEEP_ROWS``, and publish their sequence number in
+        `slot` of the shared file (0: purges, 1: notices)."""
         if not rows:
             return
         con = self._sql()
         con.execute("BEGIN IMMEDIATE")
         try:
-            con.executemany("INSERT INTO EdgePurge (kind, value) VALUES (?, ?)", rows)
-            (last,) = con.execute("SELECT MAX(seq) FROM EdgePurge").fetchone()
-            con.execute("DELETE FROM EdgePurge WHERE seq <= ?", (last - KEEP_ROWS,))
+            con.executemany(insert, rows)
+            (last,) = con.execute(f"SELECT MAX(seq) FROM {table}").fetchone()
+            con.execute(f"DELETE FROM {table} WHERE seq <= ?", (last - KEEP_ROWS,))
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -75,14 +101,14 @@ class PurgeLog:
         with open(self._lock_path, "rb") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
-                if self._published[0] < last:
-                    self._published[0] = last
+                if self._published[slot] < last:
+                    self._published[slot] = last
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     def mark(self) -> int:
-        """Where the log stands: the last purge published (one shared-memory integer read). A purge published later
-        has a higher sequence number, so ``names_since`` of this mark finds it."""
+        """Where the log stands: the last purge published (one shared-memory integer read; notices are not
+        counted). A purge published later has a higher sequence number, so ``names_since`` of this mark finds it."""
         return int(self._published[0])
 
     def names_since(self, mark: int, key: str, tags: Iterable[str]) -> bool:
@@ -102,25 +128,28 @@ class PurgeLog:
         return False
 
     def take_pending(self) -> list[Purge]:
-        """Purges published since the last call; one ``all`` purge if this worker fell behind
+        """Purges, then notices, published since the last call; one ``all`` purge if this worker fell behind
         further than the log keeps."""
-        published = self._published[0]
-        if published == self._applied:
-            return []
-        rows = (
-            self._sql()
-            .execute(
-                "SELECT seq, kind, value FROM EdgePurge WHERE seq > ? ORDER BY seq",
-                (self._applied,),
-            )
-            .fetchall()
-        )
-        (oldest,) = self._sql().execute("SELECT MIN(seq) FROM EdgePurge").fetchone()
-        behind = oldest is not None and oldest > self._applied + 1
-        self._applied = max([published, *(row[0] for row in rows)])
+        published, noted = self._published[0], self._published[1]
+        taken: list[Purge] = []
+        behind = False
+        if published != self._applied:
+            rows = self._sql().execute("SELECT seq, kind, value FROM EdgePurge WHERE seq > ? ORDER BY seq",
+                                       (self._applied,)).fetchall()
+            (oldest,) = self._sql().execute("SELECT MIN(seq) FROM EdgePurge").fetchone()
+            behind = oldest is not None and oldest > self._applied + 1
+            self._applied = max([published, *(row[0] for row in rows)])
+            taken += [Purge(kind, value) for _, kind, value in rows]
+        if noted != self._noted:
+            notices = self._sql().execute("SELECT seq, key, stored_at FROM EdgeStored WHERE seq > ? ORDER BY seq",
+                                          (self._noted,)).fetchall()
+            (oldest,) = self._sql().execute("SELECT MIN(seq) FROM EdgeStored").fetchone()
+            behind = behind or (oldest is not None and oldest > self._noted + 1)
+            self._noted = max([noted, *(row[0] for row in notices)])
+            taken += [Purge("stored", f"{stored_at!r} {key}") for _, key, stored_at in notices]
         if behind:
             return [Purge("all", "")]
-        return [Purge(kind, value) for _, kind, value in rows]
+        return taken
 
     def close(self) -> None:
         self._published.release()

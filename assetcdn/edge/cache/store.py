@@ -138,7 +138,7 @@ class EdgeCache:
         )
         self._purges = PurgeLog(self.disk.database, self.directory)
         self._applied = AppliedGeneration(self.directory)
-        self._writes = WriteBehind(self.memory, self.disk, sync_purges=self.sync_purges)
+        self._writes = WriteBehind(self.memory, self.disk, sync_purges=self.sync_purges, written=self._stored)
         self._replaying = threading.Lock()  # the event loop and the writer thread both replay purges
         self._alone = False
         self._purged = 0  # purges this process made: a `put` that saw one finish meanwhile keeps no memory copy
@@ -244,6 +244,7 @@ class EdgeCache:
             stored_at=stored_at,
             unless=named,
         )
+        self._stored(((key, stored_at),))
         if isinstance(body, bytes | bytearray | memoryview):
             obj = CachedObject(
                 key=key,
@@ -281,6 +282,13 @@ class EdgeCache:
         response, and gives it to ``put`` or ``put_behind`` (``since``) when it stores that response."""
         return self._purges.mark()
 
+    def _stored(self, entries: Iterable[tuple[str, float]]) -> None:
+        """Tell the node's other workers that the entries (key, stored-at) were stored in the disk tier: each drops
+        an older copy its memory tier holds (``PurgeLog.note_stored``), which it would otherwise go on serving
+        beside the newer response (a fill made again, a 304's refreshed head). Nothing to tell ``alone``."""
+        if not self._alone:
+            self._purges.note_stored(entries)
+
     def _named_since(self, since: int | None, key: str, tags: tuple[str, ...]) -> Callable[[], bool] | None:
         """Whether a purge published since the mark `since` names the entry (its key, a tag or a tag's prefix, or
         everything), asked once the entry is in place: a purge published after that finds it there, one before
@@ -307,6 +315,7 @@ class EdgeCache:
                                                                      headers), unless=named):
                 return None
             self.memory.discard(obj.key)
+        self._stored(((obj.key, stored_at),))
         return CachedObject(key=obj.key, content_type=content_type, etag=etag, tags=tag_tuple, size=obj.size,
                             stored_at=stored_at, path=obj.path, headers=tuple(headers))
 
@@ -553,5 +562,8 @@ class EdgeCache:
                     self.memory.purge_tags((purge.value,))
                 elif purge.kind == "prefix":
                     self.memory.purge_tag_prefixes((purge.value,))
+                elif purge.kind == "stored":  # a notice (PurgeLog.note_stored): an older copy goes
+                    stored_at, _, key = purge.value.partition(" ")
+                    self.memory.discard_older(key, float(stored_at))
                 else:
                     self.memory.discard(purge.value)

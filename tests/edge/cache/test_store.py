@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from assetcdn.edge.cache import purge_log
 from assetcdn.edge.cache.entry import strong_etag
 from assetcdn.edge.cache.memory import entry_cost
 from assetcdn.edge.cache.store import SOFT_PURGED, EdgeCache, PurgedMeanwhile
@@ -100,6 +101,36 @@ def test_purge_reaches_other_workers_memory(tmp_path: Path, cache: EdgeCache) ->
     assert other_worker.get("asset:3") is not None
     cache.purge_all()
     assert other_worker.get("asset:3") is None
+    other_worker.close()
+
+
+def test_a_newer_response_another_worker_stores_replaces_this_workers_memory_copy(tmp_path: Path,
+                                                                                  cache: EdgeCache) -> None:
+    """A worker holding a copy in memory serves the response another worker stored since, not its copy; the copy
+    of the newer response stays in memory."""
+    other_worker = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB)
+    put(cache, "pull:1", b"version one")
+    assert other_worker.get("pull:1").body == b"version one"  # type: ignore[union-attr]
+    put(cache, "pull:1", b"version two")
+    assert other_worker.get("pull:1").body == b"version two"  # type: ignore[union-attr]
+    assert cache.memory.get("pull:1").body == b"version two"  # type: ignore[union-attr]
+    other_worker.close()
+
+
+def test_the_notices_of_many_fills_do_not_keep_a_slow_fill_out_of_the_cache(
+        tmp_path: Path, cache: EdgeCache, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Other workers store more entries than the purge log keeps rows while one fill is under way, and purge another
+    URL: no purge named the fill, so it is stored (the notices of what they stored never push out of the log a
+    purge the fill must be checked against)."""
+    monkeypatch.setattr(purge_log, "KEEP_ROWS", 3)
+    other_worker = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB)
+    cache.purge_keys(["pull:nothing"])
+    mark = cache.purge_mark()
+    for index in range(5):
+        put(other_worker, f"pull:other-{index}", b"stored meanwhile")
+    other_worker.purge_keys(["pull:unrelated"])
+    cache.put("pull:slow", b"the slow fill", "text/plain", strong_etag("slow"), since=mark)
+    assert other_worker.get("pull:slow") is not None
     other_worker.close()
 
 

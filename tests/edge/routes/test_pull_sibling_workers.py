@@ -1,0 +1,104 @@
+"""A pull zone's URL stored anew by one worker of an edge is what its other workers serve from then on.
+
+The workers of an edge share the disk tier; each keeps its own memory tier of copies. When one worker stores a
+newer response under a URL another worker holds in memory (a fill a client's `no-cache` asked for, a 304's
+refreshed head), the other worker must not go on answering from its older copy: RFC 9111 section 4 has a cache use
+the most recent of the responses it stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from aiohttp import web
+
+from assetcdn.edge.cache.tags import pull_path_tag
+from assetcdn.edge.states.keys import pull_key
+from tests.support.hit_cdn import HitCdn
+from tests.support.origins import ZONE, ScriptedOrigin, pull_zone_on_hit_cdn
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def two_workers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[HitCdn, ScriptedOrigin]]:
+    async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-siblings"), ZONE, workers=2,
+                                    ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="3600") as both:
+        yield both
+
+
+def own_shield(cdn: HitCdn, stem: str) -> str:
+    """A path the hit site's worker is the shield of: it asks the origin itself, not its sibling."""
+    names = (f"/{stem}-{i}.txt" for i in itertools.count())
+    return next(name for name in names if cdn.node.shields.shield_for(pull_path_tag(ZONE, name)) is None)
+
+
+async def on_disk(cdn: HitCdn, name: str, etag: str, stored_after: float = 0.0) -> None:
+    """Returns once the shared disk tier holds `name`'s response of `etag`, stored after `stored_after` (a small
+    fill's body may reach its client before its batch is written)."""
+    key = pull_key(ZONE, name, "")
+
+    async def written() -> bool:
+        obj = cdn.node.cache.disk.get(key, load_limit=0)
+        return obj is not None and obj.etag == etag and obj.stored_at > stored_after
+
+    await wait_until(written, f"{name} on disk")
+
+
+async def test_a_response_one_worker_fetches_again_replaces_the_copy_its_sibling_serves(
+        two_workers: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """The sibling read version one from the shared disk tier; a client's `no-cache` on the first worker stores
+    version two: the sibling answers version two from then on, not the copy it held."""
+    cdn, origin = two_workers
+    name = own_shield(cdn, "fetched-again")
+    origin.answer(name, b"version one", headers={"Cache-Control": "max-age=600", "ETag": '"1"'})
+    here, there = await cdn.plain(), await cdn.sibling()
+    assert (await here.request(f"/{ZONE}{name}")).body == b"version one"
+    await on_disk(cdn, name, '"1"')
+    held = await there.request(f"/{ZONE}{name}")
+    assert (held.header("X-Cache"), held.body) == ("HIT", b"version one")
+    origin.answer(name, b"version two", headers={"Cache-Control": "max-age=600", "ETag": '"2"'})
+    again = await here.request(f"/{ZONE}{name}", Cache_Control="no-cache")
+    assert again.body == b"version two"
+    await on_disk(cdn, name, '"2"')
+    after = await there.request(f"/{ZONE}{name}")
+    assert (after.header("X-Cache"), after.body) == ("HIT", b"version two")
+    assert origin.count(name) == 2
+    here.close()
+    there.close()
+
+
+async def test_a_head_one_worker_refreshes_by_a_304_is_the_one_its_sibling_serves(
+        two_workers: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """Both workers hold a response fresh for a second; once stale, the first worker's revalidation gets a 304 that
+    makes it fresh for ten minutes: the sibling answers it as a hit, without asking the origin again."""
+    cdn, origin = two_workers
+    name = own_shield(cdn, "refreshed")
+    confirmed = {"Cache-Control": "max-age=600", "ETag": '"same"'}
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"same"':
+            return web.Response(status=304, headers=confirmed)
+        return web.Response(body=b"the same body", headers={"Cache-Control": "max-age=1", "ETag": '"same"'})
+
+    origin.route(name, answer)
+    here, there = await cdn.plain(), await cdn.sibling()
+    assert (await here.request(f"/{ZONE}{name}")).body == b"the same body"
+    await on_disk(cdn, name, '"same"')
+    assert (await there.request(f"/{ZONE}{name}")).header("X-Cache") == "HIT"
+    await asyncio.sleep(2.1)
+    asked = time.time()
+    refreshed = await here.request(f"/{ZONE}{name}")
+    assert (refreshed.header("X-Cache"), refreshed.body) == ("REVALIDATED", b"the same body")
+    await on_disk(cdn, name, '"same"', asked)
+    after = await there.request(f"/{ZONE}{name}")
+    assert (after.header("X-Cache"), after.body) == ("HIT", b"the same body")
+    assert origin.count(name) == 2
+    here.close()
+    there.close()
