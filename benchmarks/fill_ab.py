@@ -41,15 +41,15 @@ from tests.support.https import start_https_cdn
 
 
 def start_tree(workdir: Path, path: str, origin: Server, body: bytes, size: str, core: str,
-               memory_mb: int = 512, tls: bool = False) -> tuple[RunningCdn, Server]:
+               memory_mb: int = 512, tls: bool = False, workers: int = 1) -> tuple[RunningCdn, Server]:
     """`up` importing from `path`, its pull zone in front of `origin`, its size's file warmed; with `tls` the
-    system's base is its https port."""
+    system's base is its https port. `workers`: the edge's (all pinned to `core` with the rest of the system)."""
     settings = {"PYTHONPATH": str(Path(path).resolve()), "ASSETCDN_EDGE_MEMORY_CACHE_MB": str(memory_mb),
                 "ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"}
     if tls:
         cdn = start_https_cdn(workdir, {**settings, "ASSETCDN_TLS_REDIRECT_HTTP": "false"}).cdn
     else:
-        cdn = start_cdn(workdir, workers=1, env_extra=settings)
+        cdn = start_cdn(workdir, workers=workers, env_extra=settings)
     system, _control = whole_system(cdn)
     if tls:
         system.base = f"https://127.0.0.1:{cdn.https_port}"
@@ -114,10 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-mb", type=int, default=512,
                         help="each tree's memory tier (128, the default setting, fills within a turn or two)")
     parser.add_argument("--tls", action="store_true", help="ask each tree over TLS HTTP/1.1 (its https port)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="the edge's workers (plain HTTP/1.1 only; several share the disk tier, so every fill "
+                             "is written to it before its client has it)")
     turn_arguments(parser, 6)
     args = parsed_turns(parser, argv)
     if args.tls and args.h2:
         parser.error("--tls or --h2, not both")
+    if args.workers != 1 and (args.tls or args.h2):
+        parser.error("--workers with plain HTTP/1.1 only")
     require_tools(("wrk", "nginx", "taskset", *(("h2load",) if args.h2 else ())), "bench-pull")
     print(f"# fill_ab: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
     with tempfile.TemporaryDirectory(prefix="fill-ab-") as tmp:
@@ -130,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             for index, path in enumerate(args.trees):
                 (workdir / f"cdn{index}").mkdir()
                 cdn, system = start_tree(workdir / f"cdn{index}", path, origin, bodies[SIZES[args.size][0]],
-                                         args.size, args.server_core, args.memory_mb, args.tls or args.h2)
+                                         args.size, args.server_core, args.memory_mb, args.tls or args.h2,
+                                         args.workers)
                 cdns.append(cdn)
                 systems.append(system)
             per_fill: list[list[float]] = [[], []]

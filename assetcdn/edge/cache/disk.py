@@ -59,7 +59,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar
 
 import diskcache
 import orjson
@@ -325,6 +325,19 @@ _SCHEMA = (
 )
 
 
+class Announcer(Protocol):
+    """Who tells the other processes sharing the tier that keys were stored anew (the node's purge log)."""
+
+    def stage_stored(self, con: sqlite3.Connection, entries: Sequence[tuple[str, float]]) -> int:
+        """Inside the write transaction that stores the entries (key, stored-at): their notices; returns the last
+        one's sequence number."""
+        ...
+
+    def publish_stored(self, last: int) -> None:
+        """Once that transaction committed: publish the notices up to `last`."""
+        ...
+
+
 class _CountingReader:
     """Wraps a binary stream so the size diskcache writes is known afterwards, and caps each
     read (diskcache asks for 4 MiB at a time) so a streamed put holds little in memory."""
@@ -406,6 +419,9 @@ class DiskTier:
         self._connection = ThreadLocalConnection(self.database)
         self._sql().executescript(";\n".join(_SCHEMA) + ";")
         self.sweep_segments()
+        # Told of each batch's rows in its own transaction, and published once it commits, when other processes
+        # share the tier (assetcdn/edge/cache/store.py): none by default.
+        self.announce: Announcer | None = None
         self.full_events = 0  # puts that found the filesystem full (logged the first time only)
         self.dropped_writes = 0  # entries not stored because the database refused every attempt (each logged)
         self._full_lock = threading.Lock()
@@ -646,6 +662,7 @@ class DiskTier:
         entry at most and only while over the limit, as its ``set`` makes them)."""
         written: list[str] = []
         replaced: list[str | None] = []
+        announce, announced = self.announce, 0
         cache = self._cache
         disk: _CleanDisk = cache._disk
         try:
@@ -688,6 +705,8 @@ class DiskTier:
                 if params:
                     con.execute(_upsert(len(params) // _UPSERT_PARAMS), params)
                 self._add_keys(latest)  # before the COMMIT makes the rows readable
+                if announce is not None:  # committed with the rows, not in a transaction of their own
+                    announced = announce.stage_stored(con, [(key, obj.stored_at) for key, obj in latest.items()])
                 for _ in latest:  # at most one cull per entry, as single puts would make
                     if not self._cull_oldest(con, replaced.append):
                         break
@@ -695,6 +714,8 @@ class DiskTier:
             for name in written:  # rolled back: no row owns them (nor names a segment of them)
                 self._remove(name)
             raise
+        if announce is not None and announced:
+            announce.publish_stored(announced)
         self._remove_replaced(replaced)
 
     def _cull_oldest(self, con: sqlite3.Connection, gone: Callable[[str | None], None]) -> bool:

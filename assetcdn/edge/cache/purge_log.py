@@ -36,6 +36,7 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS EdgePurge ("
     " seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, value TEXT NOT NULL)"
 )
+_INSERT_STORED = "INSERT INTO EdgeStored (key, stored_at) VALUES (?, ?)"
 # The notices (``note_stored``), in a table and a sequence of their own: however many fills they count, they never
 # push out of ``EdgePurge`` a purge that a fill under way must still find (``names_since``).
 _STORED_SCHEMA = (
@@ -81,7 +82,17 @@ class PurgeLog:
     def note_stored(self, entries: Iterable[tuple[str, float]]) -> None:
         """Tell every worker that the entries (key, stored-at) are in the disk tier now: each drops a copy it holds
         that was stored before. Not a purge: a purge mark (``mark``) does not move."""
-        self._append("INSERT INTO EdgeStored (key, stored_at) VALUES (?, ?)", list(entries), "EdgeStored", 1)
+        self._append(_INSERT_STORED, list(entries), "EdgeStored", 1)
+
+    def stage_stored(self, con: sqlite3.Connection, entries: Sequence[tuple[str, float]]) -> int:
+        """``note_stored`` inside the write transaction (on `con`, a connection to the same database) that stores
+        the entries: the notices commit with them, in no transaction of their own. Returns the last one's sequence
+        number, for ``publish_stored`` once that transaction committed."""
+        return self._insert(con, _INSERT_STORED, entries, "EdgeStored")
+
+    def publish_stored(self, last: int) -> None:
+        """Publish the notices ``stage_stored`` added, up to `last`, once their transaction committed."""
+        self._publish(1, last)
 
     def _append(self, insert: str, rows: Sequence[tuple[str, str | float]], table: str, slot: int) -> None:
         """Append `rows` to `table` (`insert`), keeping its last ``KEEP_ROWS``, and publish their sequence number in
@@ -91,13 +102,24 @@ class PurgeLog:
         con = self._sql()
         con.execute("BEGIN IMMEDIATE")
         try:
-            con.executemany(insert, rows)
-            (last,) = con.execute(f"SELECT MAX(seq) FROM {table}").fetchone()
-            con.execute(f"DELETE FROM {table} WHERE seq <= ?", (last - KEEP_ROWS,))
+            last = self._insert(con, insert, rows, table)
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
+        self._publish(slot, last)
+
+    @staticmethod
+    def _insert(con: sqlite3.Connection, insert: str, rows: Sequence[tuple[str, str | float]], table: str) -> int:
+        """Inside a write transaction: `rows` appended to `table`, its last ``KEEP_ROWS`` kept; the last sequence
+        number."""
+        con.executemany(insert, rows)
+        (last,) = con.execute(f"SELECT MAX(seq) FROM {table}").fetchone()
+        con.execute(f"DELETE FROM {table} WHERE seq <= ?", (last - KEEP_ROWS,))
+        return int(last)
+
+    def _publish(self, slot: int, last: int) -> None:
+        """Raise `slot` of the shared file (0: purges, 1: notices) to `last`, under the file's lock."""
         with open(self._lock_path, "rb") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:

@@ -138,7 +138,8 @@ class EdgeCache:
         )
         self._purges = PurgeLog(self.disk.database, self.directory)
         self._applied = AppliedGeneration(self.directory)
-        self._writes = WriteBehind(self.memory, self.disk, sync_purges=self.sync_purges, written=self._stored)
+        self._writes = WriteBehind(self.memory, self.disk, sync_purges=self.sync_purges)
+        self.disk.announce = self._purges  # until `alone`: the disk tier's batches announce what they store
         self._replaying = threading.Lock()  # the event loop and the writer thread both replay purges
         self._alone = False
         self._purged = 0  # purges this process made: a `put` that saw one finish meanwhile keeps no memory copy
@@ -153,6 +154,7 @@ class EdgeCache:
     @alone.setter
     def alone(self, alone: bool) -> None:
         self._alone = alone
+        self.disk.announce = None if alone else self._purges
         self.disk.track_keys(alone)
         self.memory.keeps_victims = alone  # its memory-only entries wait for the writer within the budget
         self._writes.note_room()
@@ -244,8 +246,7 @@ class EdgeCache:
             stored_at=stored_at,
             unless=named,
         )
-        self._stored(((key, stored_at),))
-        if isinstance(body, bytes | bytearray | memoryview):
+        if isinstance(body, bytes | bytearray | memoryview):  # announced by the disk tier's batch (`announce`)
             obj = CachedObject(
                 key=key,
                 content_type=content_type,
@@ -258,6 +259,7 @@ class EdgeCache:
             )
             self._keep_in_memory(obj, purged, named)
             return obj
+        self._stored(((key, stored_at),))  # a streamed body is written in diskcache's own transaction
         stored = self.disk.get(key, load_limit=self.memory.max_object_size)
         if stored is None:  # evicted at once: only when the body exceeds the disk budget (or purged meanwhile)
             if named is not None and named():

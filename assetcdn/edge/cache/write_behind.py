@@ -70,11 +70,9 @@ Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 
 class WriteBehind:
     def __init__(self, memory: MemoryTier, disk: DiskTier, *, sync_purges: Callable[[], None],
-                 written: Callable[[Sequence[tuple[str, float]]], None] = lambda _entries: None,
                  gather_s: float = GATHER_S) -> None:
         self._memory = memory
         self._sync_purges = sync_purges  # replays other workers' purges on the memory tier
-        self._written = written  # told each batch's (key, stored-at) once committed (other workers drop older copies)
         self._gather_s = gather_s
         self._trim_armed = False  # a look at whether evictions stopped is due (`_trim_when_idle`)
         self._trimmed_at = 0  # the victims' `victim_bytes_gone` when the heap was last trimmed
@@ -263,7 +261,6 @@ class WriteBehind:
         try:
             if current:
                 self._disk.put_many(current, current=self._current)
-                self._written([(obj.key, obj.stored_at) for obj in current])
             # A full filesystem may have kept some out (not which): all stay memory-only, written again later.
             stored = not self._closed and (self._disk.dropped_writes, self._disk.full_events) == (dropped, full)
         except Exception:  # a cache write failing must not stop later ones: the entry stays memory-only
