@@ -1,7 +1,7 @@
 """CPU per pull zone cache fill of two source trees, side by side: the whole system's, turns alternated.
 
     .venv/bin/python -m benchmarks.fill_ab TREE_A TREE_B [--size "5 KB"] [--turns 6] [--duration 4] [--memory-mb 512]
-        [--tls | --h2]
+        [--tls | --h2 | --workers N]
 
 Each tree (a checkout or ``git archive`` of the project) runs its own ``assetcdn up`` (one edge with one worker,
 a 512 MB memory tier unless ``--memory-mb`` says otherwise, every process importing from that tree), both with a pull zone in front of one origin:
@@ -18,6 +18,9 @@ them. With ``--tls`` each tree's edge also listens for https (tests/support/http
 asks it over TLS HTTP/1.1 (one handshake per connection, at the start of each turn). With ``--h2``, h2load (Debian's
 nghttp2-client) asks the https port over HTTP/2 instead: one connection, 64 streams at a time, ``--h2-requests``
 new URLs per turn from a list, each once (h2load has no per-request script), the CPU divided by those requests.
+With ``--workers N`` each edge has N workers (plain HTTP/1.1), all pinned to core 0 with the rest: they share the
+disk tier, so each fill is written to it before its client has the answer (group commit), and a worker tells the
+others what it stored anew.
 Loopback only; every run is bounded; everything started is stopped at the end.
 """
 
