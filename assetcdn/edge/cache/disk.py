@@ -743,9 +743,10 @@ class DiskTier:
             else:
                 segment = place[0]
                 left = named.get(segment)
-                if left is None:
-                    (left,) = con.execute("SELECT COUNT(*) FROM Cache WHERE filename > ? AND filename < ?",
-                                          (segment + "#", segment + "$")).fetchone()
+                if left is None:  # counted up to one past what a cull takes: a segment with more stays
+                    (left,) = con.execute("SELECT COUNT(*) FROM (SELECT 1 FROM Cache WHERE filename > ? AND"
+                                          " filename < ? LIMIT ?)", (segment + "#", segment + "$", CULL_ROWS + 1)
+                                          ).fetchone()
                 named[segment] = left = left - 1
                 if left == 0:
                     row = con.execute("SELECT bytes FROM EdgeSegment WHERE name = ?", (segment,)).fetchone()
