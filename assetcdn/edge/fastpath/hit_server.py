@@ -44,6 +44,7 @@ from assetcdn.edge.fastpath.prepared import (
 )
 from assetcdn.edge.fastpath.protocol import (
     ANSWERED,
+    APPLICATION_FIELDS,
     BUSY,
     CACHE_FIELDS,
     COUNTRY,
@@ -240,7 +241,7 @@ class HitServer:
             return HAND_OVER
         headers = conn.headers
         host = headers[0]
-        if host is None or conn.repeated or headers[4] is not None:  # Expect: the application decides
+        if host is None or conn.repeated or headers[APPLICATION_FIELDS] is not None:  # Expect, If-Match...
             return HAND_OVER
         url = conn.url
         query = url.find(b"?")
@@ -472,7 +473,7 @@ class HitServer:
 
     def _answer_stream(self, request: Request, head_only: bool, host: bytes, path: bytes) -> StreamAnswer | Decide:
         headers = request.headers
-        if not self.answering or headers[4] is not None:  # Expect: the application decides
+        if not self.answering or headers[APPLICATION_FIELDS] is not None:  # Expect, If-Match...
             return hand_over
         target = path  # a pull zone's heads are held by the whole request target, query included
         query = path.find(b"?")

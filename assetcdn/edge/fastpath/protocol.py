@@ -80,9 +80,13 @@ COUNTRY = 5                     # slot of the analytics country header (its name
 # One slot for the request fields a pull zone's hit cannot answer here as the application would (its
 # directives, the conditions it does not compare): any of them, once or more, hands a pull request over.
 CACHE_FIELDS = 6
-WANTED = {b"host": 0, b"if-none-match": 1, b"range": 2, b"x-request-id": 3, b"expect": 4,
-          **dict.fromkeys((b"cache-control", b"pragma", b"if-modified-since", b"if-range", b"if-match",
-                           b"if-unmodified-since"), CACHE_FIELDS)}
+# The slot of the fields that always hand a request over, stored zone or pull zone: Expect (the application
+# decides), and If-Match and If-Unmodified-Since (a stored file's are evaluated by assetcdn/edge/states/deliver.py,
+# a pull zone passes them to its origin).
+APPLICATION_FIELDS = 4
+WANTED = {b"host": 0, b"if-none-match": 1, b"range": 2, b"x-request-id": 3,
+          **dict.fromkeys((b"expect", b"if-match", b"if-unmodified-since"), APPLICATION_FIELDS),
+          **dict.fromkeys((b"cache-control", b"pragma", b"if-modified-since", b"if-range"), CACHE_FIELDS)}
 SLOTS = CACHE_FIELDS + 1        # the length of a request's slots list (an HTTP/2 stream's too)
 ANSWERED, HAND_OVER, GIVE_AWAY, BUSY = 0, 1, 2, 3  # BUSY: the head is in `out`, `pending_file` follows
 FILL = 4  # a pull zone's miss the hit server fills on this connection (assetcdn/edge/fastpath/pull_fill.py)

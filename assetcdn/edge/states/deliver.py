@@ -24,6 +24,7 @@ from assetcdn.edge.states.path_delivery import PathDelivery
 from assetcdn.shared.content_security import CSP_HEADER, security_headers
 from assetcdn.shared.decimal_fields import bounded_decimal
 from assetcdn.shared.edge_rules import HeaderChanges
+from assetcdn.shared.errors import ApiError
 from assetcdn.shared.middleware import stamp_headers
 
 STALE_WARNING = '110 - "Response is stale: control plane unreachable"'
@@ -46,6 +47,16 @@ def etag_matches(if_none_match: str, etag: str | None) -> bool:
         if candidate.strip('"') == bare:
             return True
     return False
+
+
+def if_match_holds(if_match: str, etag: str | None) -> bool:
+    """Whether If-Match names ``etag``, the ETag the answer carries, by strong comparison (RFC 9110 13.1.1): ``*``
+    holds for any file served, a weak ETag never does."""
+    if if_match.strip() == "*":
+        return True
+    if etag is None or etag.startswith("W/"):
+        return False
+    return any(candidate.strip() == etag for candidate in if_match.split(","))
 
 
 def parse_range(header: str, size: int) -> tuple[int, int] | None | Literal[False]:
@@ -152,7 +163,13 @@ def final_headers(obj: CachedObject, changes: HeaderChanges, *, cache_status: st
 async def deliver(request: web.Request, obj: CachedObject, headers: CIMultiDict[str]) -> web.StreamResponse:
     """Answer with ``obj`` and its ``headers`` (``final_headers``): 304 on an If-None-Match naming the
     ETag they give, 206 or 416 on a Range (the whole body when an If-Range does not hold), the body from memory
-    or streamed from its cache file."""
+    or streamed from its cache file. An If-Match naming another version is 412 (the edge is a stored file's origin,
+    RFC 9110 13.2.2: before If-None-Match and Range), in the error envelope with the current ETag, never stored.
+    If-Unmodified-Since is ignored: a delivery has no Last-Modified of its own (13.1.4)."""
+    if_match = request.headers.get("If-Match")
+    if if_match is not None and not if_match_holds(if_match, etag := headers.get("ETag")):
+        raise ApiError(412, "PreconditionFailed", "If-Match names no current version of this file.",
+                       headers={"Cache-Control": "no-store", **({"ETag": etag} if etag else {})})
     if_none_match = request.headers.get("If-None-Match")
     if if_none_match and etag_matches(if_none_match, headers.get("ETag")):
         return web.Response(status=304, headers=not_modified_headers(headers))

@@ -110,6 +110,47 @@ async def test_if_range_is_compared_on_both_paths(warm_cdn: HitCdn) -> None:
 
 
 @SHARED
+async def test_if_match_is_evaluated_on_both_paths(warm_cdn: HitCdn) -> None:
+    """The edge is a stored file's origin, so If-Match is its to evaluate (RFC 9110 13.1.1, strong comparison):
+    a request naming another version (an overwritten file's old ETag, a weak ETag) gets 412 in the error
+    envelope, never the current bytes, before If-None-Match and Range are looked at. The hit path answered such a
+    request 200 (or 206: a client resuming a download of version 1 got bytes of version 2). Over HTTP/1.1 and
+    HTTP/2 alike. If-Unmodified-Since is ignored: a delivery carries no Last-Modified of its own (13.1.4)."""
+    cdn = warm_cdn
+    hits, plain = await cdn.connect(), await cdn.plain()
+    etag = (await hits.request(f"/{SVG}")).header("ETag")
+    assert etag and cdn.site.hits is not None
+    secure = HitServer(cdn.app, cdn.site.hits.web_server, secure=True)
+    h2 = H2InProcess(secure)
+    whole = len(LOGO_SVG)
+    cases: list[tuple[dict[str, str], int, int]] = [
+        ({"If-Match": etag}, 200, whole), ({"If-Match": "*"}, 200, whole), ({"If-Match": f'"other", {etag}'}, 200, whole),
+        ({"If-Match": '"an-older-version"'}, 412, 0), ({"If-Match": f"W/{etag}"}, 412, 0),
+        ({"If-Match": etag, "Range": "bytes=0-9"}, 206, 10), ({"If-Match": '"an-older-version"', "Range": "bytes=0-9"}, 412, 0),
+        ({"If-Match": '"an-older-version"', "If-None-Match": etag}, 412, 0),
+        ({"If-Unmodified-Since": "Mon, 01 Jan 2024 00:00:00 GMT"}, 200, whole),
+    ]
+    for headers, status, length in cases:
+        for method in ("GET", "HEAD"):
+            fast = await hits.request(f"/{SVG}", method, **headers)
+            slow = await plain.request(f"/{SVG}", method, **headers)
+            same = 2 if status == 412 else 3  # a 412's body names its request id
+            assert comparable(fast)[:same] == comparable(slow)[:same], (headers, method)
+            assert fast.status == status, (headers, method)
+            if status == 412:
+                assert "no-store" in fast.header("Cache-Control") and fast.header("ETag") == etag
+                if method == "GET":
+                    assert orjson.loads(fast.body)["error"]["code"] == "PreconditionFailed"
+            elif method == "GET":
+                assert len(fast.body) == length, headers
+        answer = await h2.get(f"/{SVG}", [(name.lower(), value) for name, value in headers.items()])
+        assert answer.status == status, headers
+        if status != 412:
+            assert len(answer.body) == length, headers
+    secure.stop()
+
+
+@SHARED
 async def test_pipelined_requests_come_back_in_order_across_hand_overs(warm_cdn: HitCdn) -> None:
     cdn = warm_cdn
     conn = await cdn.connect()
