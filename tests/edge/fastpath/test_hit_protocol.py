@@ -138,7 +138,7 @@ async def test_if_match_is_evaluated_on_both_paths(warm_cdn: HitCdn) -> None:
             assert comparable(fast)[:same] == comparable(slow)[:same], (headers, method)
             assert fast.status == status, (headers, method)
             if status == 412:
-                assert "no-store" in fast.header("Cache-Control") and fast.header("ETag") == etag
+                assert "no-store" in (fast.header("Cache-Control") or "") and fast.header("ETag") == etag
                 if method == "GET":
                     assert orjson.loads(fast.body)["error"]["code"] == "PreconditionFailed"
             elif method == "GET":
