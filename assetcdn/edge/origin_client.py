@@ -37,6 +37,7 @@ from yarl import URL
 from assetcdn.edge.origin_http import Connection, HttpError, Pool
 from assetcdn.edge.states.freshness import SURROGATE_CAPABILITY
 from assetcdn.shared.address_guard import (
+    CachingResolver,
     HostResolver,
     RefusedTarget,
     SystemResolver,
@@ -126,6 +127,7 @@ class OriginLimits:
     max_field_bytes: int = 16 * 1024
     pool_per_origin: int = 32
     allow_loopback: bool = False
+    dns_cache_s: float = 10.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> OriginLimits:
@@ -137,7 +139,8 @@ class OriginLimits:
                    max_object_bytes=int(float(section["max_object_mb"]) * 1024 * 1024),
                    max_field_bytes=int(float(section["max_header_kb"]) * 1024),
                    pool_per_origin=int(section["pool_per_origin"]),
-                   allow_loopback=bool(section["allow_loopback"]))
+                   allow_loopback=bool(section["allow_loopback"]),
+                   dns_cache_s=float(section["dns_cache_s"]))
 
 
 def connection_fields(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
@@ -287,7 +290,9 @@ class OriginResponse:
 class OriginClient:
     def __init__(self, limits: OriginLimits, resolver: HostResolver | None = None) -> None:
         self.limits = limits
-        self._resolver = resolver or SystemResolver()
+        # One lookup per origin name under way, its answer kept `dns_cache_s`: an origin that closes every
+        # connection does not cost a lookup per request (the addresses are still checked per connection).
+        self._resolver = CachingResolver(resolver or SystemResolver(), ttl_s=limits.dns_cache_s)
         self._checked: dict[tuple[str, str], str | None] = {}
         self._pool: Pool | None = None
         self._peer_pool: Pool | None = None

@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Iterable
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -146,6 +148,56 @@ class SystemResolver:
     async def addresses(self, host: str) -> list[str]:
         infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
         return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+class CachingResolver:
+    """`resolver`'s answers kept `ttl_s` per name (the system's resolver gives no TTL: a short fixed time, as
+    nginx's ``resolver valid=``), at most `names` names (the least recently asked goes first), with one lookup
+    per name under way however many connections wait for it. A failed lookup is not kept. The addresses are
+    still checked for every connection (``checked_addresses``): what is kept is the lookup, not the verdict, so a
+    name that moves to a refused address is refused once its kept answer expires."""
+
+    def __init__(self, resolver: HostResolver, *, ttl_s: float, names: int = 1024,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._resolver = resolver
+        self._ttl_s = ttl_s
+        self._names = names
+        self._clock = clock
+        self._kept: OrderedDict[str, tuple[float, list[str]]] = OrderedDict()
+        self._under_way: dict[str, asyncio.Future[list[str]]] = {}
+
+    async def addresses(self, host: str) -> list[str]:
+        kept = self._kept.get(host)
+        if kept is not None:
+            if kept[0] > self._clock():
+                self._kept.move_to_end(host)
+                return list(kept[1])
+            del self._kept[host]
+        lookup = self._under_way.get(host)
+        if lookup is None:
+            lookup = self._under_way[host] = asyncio.ensure_future(self._look_up(host))
+            lookup.add_done_callback(_retrieved)
+        # A waiter that gives up (its own bound, its request gone) leaves the lookup to the others.
+        return list(await asyncio.shield(lookup))
+
+    async def _look_up(self, host: str) -> list[str]:
+        try:
+            addresses = await self._resolver.addresses(host)
+        finally:
+            del self._under_way[host]
+        if self._ttl_s > 0:
+            self._kept[host] = (self._clock() + self._ttl_s, addresses)
+            self._kept.move_to_end(host)
+            while len(self._kept) > self._names:
+                self._kept.popitem(last=False)
+        return addresses
+
+
+def _retrieved(lookup: asyncio.Future[list[str]]) -> None:
+    """A lookup's failure is its waiters' to raise; read here too, so that one every waiter gave up on is not
+    logged as an exception never retrieved."""
+    if not lookup.cancelled():
+        lookup.exception()
 
 
 async def checked_addresses(resolver: HostResolver, host: str, *, allow_loopback: bool,

@@ -50,6 +50,16 @@ class Names:
         return self.table[host]
 
 
+class CountedNames(Names):
+    def __init__(self, addresses: dict[str, list[str]]) -> None:
+        super().__init__(addresses)
+        self.lookups = 0
+
+    async def addresses(self, host: str) -> list[str]:
+        self.lookups += 1
+        return await super().addresses(host)
+
+
 class OriginServer:
     def __init__(self) -> None:
         self.requests: list[web.Request] = []
@@ -198,7 +208,7 @@ async def test_a_name_is_checked_by_what_it_resolves_to_at_connect_time(
     names = Names({"origin.example.test": ["127.0.0.1"]})
     zone_origin = Origin(base(test_server, "origin.example.test"))
     allowed = OriginClient(LOOPBACK, resolver=names)
-    strict = OriginClient(OriginLimits(), resolver=names)
+    strict = OriginClient(OriginLimits(dns_cache_s=0), resolver=names)  # each connection looks the name up
     try:
         response = await allowed.request(zone_origin, "GET", zone_origin.target("/echo"), {})
         assert await response.read() == b"hello"
@@ -209,6 +219,37 @@ async def test_a_name_is_checked_by_what_it_resolves_to_at_connect_time(
             await strict.request(zone_origin, "GET", zone_origin.target("/echo"), {})
     finally:
         await allowed.close()
+        await strict.close()
+
+
+async def test_connections_opened_together_look_the_origin_name_up_once(
+        origin: tuple[OriginServer, TestServer]) -> None:
+    """Requests that each need a new connection at once (a cold pool) wait for one lookup of the origin's name,
+    and later connections reuse its answer while it is kept (`dns_cache_s`): a slow resolver is asked once,
+    not once per connection. Each connection still checks the addresses."""
+    server, test_server = origin
+    names = CountedNames({"origin.example.test": ["127.0.0.1"]})
+    zone_origin = Origin(base(test_server, "origin.example.test"))
+    client = OriginClient(LOOPBACK, resolver=names)
+    strict = OriginClient(OriginLimits(), resolver=names)
+    try:
+        server.release.clear()  # /held answers once released: every request holds its own connection meanwhile
+        held = [asyncio.create_task(client.request(zone_origin, "GET", zone_origin.target("/held"), {}))
+                for _ in range(6)]
+
+        async def all_held() -> bool:
+            return server.in_flight == 6
+
+        await wait_until(all_held, "six requests held, each on a connection of its own")
+        server.release.set()
+        for task in held:
+            assert (await task).status == 200
+        assert names.lookups == 1
+        with pytest.raises(OriginRefused, match="loopback"):  # the kept answer is checked again, and refused
+            await strict.request(zone_origin, "GET", zone_origin.target("/echo"), {})
+    finally:
+        server.release.set()
+        await client.close()
         await strict.close()
 
 
