@@ -120,7 +120,7 @@ _UPSERT_FULL = _upsert(ROWS_PER_UPSERT)
 # After a full filesystem the limit drops to this share of the volume the cache had reached.
 FULL_SHRINK = 0.8
 # A cull (``_cull_oldest``) looks at this many of the oldest rows at a time (diskcache's own cull takes them all);
-# ``_cull_to_limit`` culls at most CULL_ROUNDS times in its one transaction.
+# ``_cull_to_limit`` culls at most CULL_ROUNDS times, a transaction each.
 CULL_ROWS = 10
 CULL_ROUNDS = 100
 # The tier has room (`has_room`) while it holds no more than this share of its size limit: past it, a one-worker
@@ -758,17 +758,21 @@ class DiskTier:
         return bool(taken)
 
     def _cull_to_limit(self) -> None:
-        """Cull (``_cull_oldest``) until the volume is under the limit, in one transaction of at most
-        ``CULL_ROUNDS`` culls, then remove the files of the rows culled. Under the limit: no transaction."""
-        if self.volume() < self.size_limit:
-            return
-        replaced: list[str | None] = []
-        with self._transaction():
-            con: sqlite3.Connection = self._cache._con
-            for _ in range(CULL_ROUNDS):
-                if not self._cull_oldest(con, replaced.append):
-                    break
-        self._remove_replaced(replaced)
+        """Cull (``_cull_oldest``) until the volume is under the limit, at most ``CULL_ROUNDS`` culls, each in a
+        transaction of its own and the files of its rows removed once it commits. Under the limit: no transaction.
+        A transaction per cull: the pages of the rows inline are given back only at a commit, so within one
+        transaction the volume would not fall for them, and every round would take ten more of them (a thousand
+        small entries, then the one just written, for a streamed put a little over the limit); it also lets
+        other writers in between."""
+        for _ in range(CULL_ROUNDS):
+            if self.volume() < self.size_limit:
+                return
+            replaced: list[str | None] = []
+            with self._transaction():
+                culled = self._cull_oldest(self._cache._con, replaced.append)
+            self._remove_replaced(replaced)
+            if not culled:
+                return
 
     def _remove_replaced(self, replaced: Sequence[str | None]) -> None:
         """After the commit that replaced or culled the rows: their files, which no row owns any more (a row inline

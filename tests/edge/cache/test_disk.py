@@ -123,6 +123,25 @@ def test_a_put_over_the_limit_evicts_only_the_oldest_entries_it_needs_to(tmp_pat
         tier.close()
 
 
+def test_a_streamed_put_over_the_limit_of_a_tier_of_small_entries_keeps_them_and_itself(tmp_path: Path) -> None:
+    """Small bodies live in SQLite's rows, whose pages are given back only when the cull's transaction commits:
+    the cull after a streamed put must not take every small entry (and then the new one) for want of seeing
+    the space they free within its transaction."""
+    tier = DiskTier(tmp_path / "cache", size_limit=2_000_000)
+    try:
+        small = 0
+        while tier.volume() < 1_900_000:
+            put(tier, f"small:{small}", b"s" * 2000)
+            small += 1
+        tier.put("large", io.BytesIO(b"l" * 200_000), content_type="image/png", etag='"l"', tags=())
+        assert tier.get("large", load_limit=0) is not None
+        held = sum(tier.get(f"small:{i}", load_limit=0) is not None for i in range(small))
+        assert held >= small * 3 // 4, (held, small)
+        assert tier.volume() < tier.size_limit
+    finally:
+        tier.close()
+
+
 def test_a_batch_over_the_limit_evicts_only_the_oldest_entries_it_needs_to(tmp_path: Path) -> None:
     body = b"x" * 400_000
     tier = DiskTier(tmp_path / "cache", size_limit=1_900_000)
