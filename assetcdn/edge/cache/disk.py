@@ -590,8 +590,6 @@ class DiskTier:
         try:  # one attempt: the stream is read once
             with self._removing_stored():
                 self._bounded(lambda: self._cache.set(key, reader, read=True, tag=meta), attempts=1)
-            self._add_keys((key,))  # before the fill that wrote it lands: no request looked for it yet
-            self._cull_to_limit()
         except DiskBusy as exc:
             self._dropped(1, exc)
         except (OSError, sqlite3.OperationalError) as exc:
@@ -599,10 +597,29 @@ class DiskTier:
                 raise
             self._disk_full(exc, key, reader.size, retrying=False)
         else:
-            if unless is not None and unless():
-                self._delete_written(key, meta)
+            self._add_keys((key,))  # before the fill that wrote it lands: no request looked for it yet
+            # The cull is a transaction of its own after the set's commit: whatever becomes of it (the disk full,
+            # the database busy), the entry is stored, and a purge that named it meanwhile must still remove it.
+            try:
+                self._cull_after_put(key, reader.size)
+            finally:
+                if unless is not None and unless():
+                    self._delete_written(key, meta)
         self._keys_filled()
         return reader.size
+
+    def _cull_after_put(self, key: str, size: int) -> None:
+        """``_cull_to_limit`` after a streamed put committed: a full filesystem is handled as the put's own (the
+        entry stays stored), a database that refuses the transaction leaves the volume over the limit until the
+        next write culls; neither is a write dropped."""
+        try:
+            self._cull_to_limit()
+        except DiskBusy as exc:
+            log.warning("edge cache %s: no cull after storing %s: %s", self.directory, key, exc)
+        except (OSError, sqlite3.OperationalError) as exc:
+            if not is_disk_full(exc):
+                raise
+            self._disk_full(exc, key, size, retrying=True)
 
     def _delete_written(self, key: str, meta: str) -> None:
         """Delete the entry under `key` while it is still the one written with `meta` (not a newer one)."""

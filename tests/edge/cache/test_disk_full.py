@@ -3,6 +3,7 @@ not cached), older entries are evicted to make room, the event is logged once, a
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import sqlite3
@@ -107,3 +108,35 @@ def test_once_the_filesystem_is_full_each_put_keeps_its_entry_beside_the_newest_
             assert tier.full_events >= 1 and puts_once_full >= 8
         finally:
             tier.close()
+
+
+def test_a_streamed_entry_a_purge_named_meanwhile_is_not_kept_when_the_cull_after_it_finds_the_disk_full(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A streamed put over the limit is committed, then culled for in a transaction of its own, which finds the
+    disk full (its commit cannot grow SQLite's journal): a purge made while the body was written (`unless`) must
+    still remove the entry, as it does when the cull succeeds; otherwise the purged response is served from disk."""
+    tier = DiskTier(tmp_path / "cache", size_limit=MB)
+    try:
+        for i in range(8):
+            tier.put(f"older-{i}", b"o" * (100 * KB), content_type="text/plain", etag='"o"', tags=("t",))
+        cache = tier._cache
+        commits = 0
+
+        def full_at_the_culls_commit(statement: str, *args: Any) -> Any:
+            nonlocal commits
+            con = cache._con
+            if statement == "COMMIT":
+                commits += 1
+                if commits == 2:  # the set's own commit goes through, the cull's after it does not
+                    con.execute("ROLLBACK")
+                    raise sqlite3.OperationalError("database or disk is full")
+            return con.execute(statement, *args)
+
+        monkeypatch.setattr(type(cache), "_sql", property(lambda _cache: full_at_the_culls_commit))
+        tier.put("purged", io.BytesIO(b"p" * (300 * KB)), content_type="text/plain", etag='"p"', tags=("t",),
+                 unless=lambda: True)
+        monkeypatch.undo()
+        assert commits >= 2  # the cull did run, and found the disk full
+        assert tier.get("purged", load_limit=0) is None
+    finally:
+        tier.close()
