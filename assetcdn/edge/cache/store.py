@@ -141,6 +141,7 @@ class EdgeCache:
         self._writes = WriteBehind(self.memory, self.disk, sync_purges=self.sync_purges)
         self.disk.announce = self._purges  # until `alone`: the disk tier's batches announce what they store
         self._replaying = threading.Lock()  # the event loop and the writer thread both replay purges
+        self._replays = 0  # replays that took purges or notices: a copy read from disk before one is not kept
         self._alone = False
         self._purged = 0  # purges this process made: a `put` that saw one finish meanwhile keeps no memory copy
 
@@ -182,11 +183,16 @@ class EdgeCache:
         obj = self.memory.victim(key)  # evicted, not on disk yet: what the disk tier holds would be older
         if obj is not None:
             return obj
+        replays = self._replays
         obj = self.disk.get(key, load_limit=self.memory.max_object_size)
         # Not brought into memory while the disk writer is behind: each would evict a memory-only entry for it to
         # write, and reads (which do not wait for it, as fills do) would let victims go unwritten.
         if obj is not None and obj.body is not None and not self.memory.victims_pressing:
             self.memory.put(obj)
+            # The writer thread may have replayed, after the row was read and before the copy went in, a purge or
+            # a notice that names it: finding no copy to drop then, it would leave this one served for good.
+            if self._replays != replays:
+                self.memory.forget(obj)
         return obj
 
     def sync_purges(self) -> None:
@@ -557,7 +563,10 @@ class EdgeCache:
 
     def _apply_remote_purges(self) -> None:
         with self._replaying:  # taken and applied together: a thread finding none pending finds them applied
-            for purge in self._purges.take_pending():
+            pending = self._purges.take_pending()
+            if pending:  # before they are applied: a copy `get` puts in memory after they are sees it (see there)
+                self._replays += 1
+            for purge in pending:
                 if purge.kind == "all":
                     self.memory.clear()
                 elif purge.kind == "tags":
