@@ -553,6 +553,14 @@ class DiskTier:
             headers=data["h"],
         )
 
+    def stored_at(self, key: str) -> float | None:
+        """The stored-at time of the entry under ``key`` (its metadata only, no body read); None when absent."""
+        row = self._sql().execute("SELECT tag FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone()
+        if row is None or not isinstance(row[0], str):
+            return None
+        at: float = orjson.loads(row[0])["at"]  # as `get` reads it (SQLite's own parse of a float may round)
+        return at
+
     def put(
         self,
         key: str,

@@ -141,7 +141,7 @@ class EdgeCache:
         self._writes = WriteBehind(self.memory, self.disk, sync_purges=self.sync_purges)
         self.disk.announce = self._purges  # until `alone`: the disk tier's batches announce what they store
         self._replaying = threading.Lock()  # the event loop and the writer thread both replay purges
-        self._replays = 0  # replays that took purges or notices: a copy read from disk before one is not kept
+        self._replays = 0  # replays that took purges or notices (`_forget_if_superseded`)
         self._alone = False
         self._purged = 0  # purges this process made: a `put` that saw one finish meanwhile keeps no memory copy
 
@@ -189,11 +189,15 @@ class EdgeCache:
         # write, and reads (which do not wait for it, as fills do) would let victims go unwritten.
         if obj is not None and obj.body is not None and not self.memory.victims_pressing:
             self.memory.put(obj)
-            # The writer thread may have replayed, after the row was read and before the copy went in, a purge or
-            # a notice that names it: finding no copy to drop then, it would leave this one served for good.
-            if self._replays != replays:
-                self.memory.forget(obj)
+            self._forget_if_superseded(obj, replays)
         return obj
+
+    def _forget_if_superseded(self, obj: CachedObject, replays: int) -> None:
+        """Drop the memory copy `obj` just made of what the disk tier held when the writer thread replayed purges or
+        notices since `replays` (they may name it, and found no copy to drop) and the disk tier holds another
+        response under its key now, or none: it would otherwise be served for good beside the one stored."""
+        if self._replays != replays and self.disk.stored_at(obj.key) != obj.stored_at:
+            self.memory.forget(obj)
 
     def sync_purges(self) -> None:
         """Replay on this worker's memory tier the purges other workers published (cheap when none:
@@ -240,7 +244,7 @@ class EdgeCache:
         header_pairs = tuple(headers.items()) if isinstance(headers, Mapping) else tuple(headers or ())
         with self._writes.lock:  # a queued older entry under the key is no longer written over this one
             self.memory.discard(key)
-        purged = self._purged
+        purged, replays = self._purged, self._replays
         stored_at = time.time()
         size = self.disk.put(
             key,
@@ -263,7 +267,7 @@ class EdgeCache:
                 body=bytes(body),
                 headers=header_pairs,
             )
-            self._keep_in_memory(obj, purged, named)
+            self._keep_in_memory(obj, purged, named, replays)
             return obj
         self._stored(((key, stored_at),))  # a streamed body is written in diskcache's own transaction
         stored = self.disk.get(key, load_limit=self.memory.max_object_size)
@@ -271,16 +275,20 @@ class EdgeCache:
             if named is not None and named():
                 raise PurgedMeanwhile(key)
             raise ValueError(f"cache entry {key!r} ({size} bytes) does not fit the disk tier")
-        self._keep_in_memory(stored, purged, named)
+        self._keep_in_memory(stored, purged, named, replays)
         return stored
 
-    def _keep_in_memory(self, obj: CachedObject, purged: int, named: Callable[[], bool] | None) -> None:
+    def _keep_in_memory(self, obj: CachedObject, purged: int, named: Callable[[], bool] | None,
+                        replays: int) -> None:
         """The memory copy of what `put` stored, unless a purge finished since `put` began (`purged` then): that
         purge may have removed the disk entry before the copy was made, and the copy would outlive it. Likewise
-        a purge published since `put`'s `since` that names it (another worker's: PurgedMeanwhile then)."""
+        a purge published since `put`'s `since` that names it (another worker's: PurgedMeanwhile then), and a
+        newer response another worker stored meanwhile (`_forget_if_superseded`, `replays` taken as `put` began)."""
         self.memory.put(obj)
         if self._purged != purged:
             self.memory.discard(obj.key)
+        else:
+            self._forget_if_superseded(obj, replays)
         if named is not None and named():
             self._forget(obj)
             raise PurgedMeanwhile(obj.key)

@@ -145,6 +145,28 @@ def test_what_another_worker_stores_or_purges_while_this_one_reads_the_disk_is_n
     other_worker.close()
 
 
+def test_a_newer_response_another_worker_stores_while_this_one_stores_is_not_hidden_by_its_memory_copy(
+        tmp_path: Path, cache: EdgeCache, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker stores a response; once it is on disk and before its copy goes in memory, another worker stores a
+    newer one under the key and this worker's disk writer replays that notice (finding no copy to drop yet). The
+    older copy must not go on being served: the next request gets the newer response."""
+    other_worker = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB)
+    store = cache.disk.put
+
+    def store_then_another_worker_stores(key: str, body: object, **fields: object) -> int:
+        size = store(key, body, **fields)  # type: ignore[arg-type]
+        put(other_worker, key, b"version three")
+        cache.sync_purges()  # the writer thread's replay, between the write and the copy
+        return size
+
+    monkeypatch.setattr(cache.disk, "put", store_then_another_worker_stores)
+    cache.put("pull:1", b"version two", "text/plain", strong_etag("2"))
+    monkeypatch.undo()
+    assert cache.get("pull:1").body == b"version three"  # type: ignore[union-attr]
+    assert other_worker.get("pull:1").body == b"version three"  # type: ignore[union-attr]
+    other_worker.close()
+
+
 def test_the_notices_of_many_fills_do_not_keep_a_slow_fill_out_of_the_cache(
         tmp_path: Path, cache: EdgeCache, monkeypatch: pytest.MonkeyPatch) -> None:
     """Other workers store more entries than the purge log keeps rows while one fill is under way, and purge another
