@@ -964,10 +964,13 @@ class DiskTier:
         self._evict_files(volume - limit)
         try:
             self._cull_to_limit()  # now that there is room for SQLite's journal, drop their rows
-            # The write-ahead log keeps the size it grew to (up to ~32 MB between checkpoints): give it back.
-            self._sql().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except (OSError, sqlite3.Error) as cull_error:
             log.debug("evicting after a full filesystem failed: %s", cull_error)
+        try:  # whether the cull could run or not (small bodies live in SQLite's pages: no file freed room for it)
+            # The write-ahead log keeps the size it grew to (up to ~32 MB between checkpoints): give it back.
+            self._sql().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as checkpoint_error:
+            log.debug("giving back the write-ahead log after a full filesystem failed: %s", checkpoint_error)
         if not retrying:
             log.debug("not cached (no space): %s, %d bytes", key, size)
 

@@ -140,3 +140,24 @@ def test_a_streamed_entry_a_purge_named_meanwhile_is_not_kept_when_the_cull_afte
         assert tier.get("purged", load_limit=0) is None
     finally:
         tier.close()
+
+
+def test_the_write_ahead_log_is_given_back_after_a_full_filesystem_even_when_the_cull_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small bodies live in SQLite's pages, so deleting body files frees nothing for them, and the cull itself
+    may find no room: the write-ahead log's space (up to ~32 MB between checkpoints) is still given back."""
+    tier = DiskTier(tmp_path / "cache", size_limit=1024 * MB)
+    try:
+        for i in range(300):
+            tier.put(f"small-{i}", os.urandom(8 * KB), content_type="text/plain", etag=f'"{i}"', tags=("t",))
+        wal = tier.database.with_name(tier.database.name + "-wal")
+        assert wal.stat().st_size > 0
+
+        def no_room() -> None:
+            raise sqlite3.OperationalError("database or disk is full")
+
+        monkeypatch.setattr(tier, "_cull_to_limit", no_room)
+        tier._disk_full(OSError(28, "No space left on device"), "next", 8 * KB, retrying=False)
+        assert wal.stat().st_size == 0
+    finally:
+        tier.close()
