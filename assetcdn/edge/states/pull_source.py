@@ -21,6 +21,7 @@ import hashlib
 import io
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import partial
 from urllib.parse import quote
@@ -85,6 +86,9 @@ SOURCE_FIELDS: Headers = ()          # the edge's own request for a source carri
 NO_DIRECTIVES: dict[str, str | None] = {}
 # Path characters (assetcdn/shared/paths.py) sent as they are; a space is percent-encoded, as browsers send it.
 PATH_SAFE = "/@+=,~()"
+# A source refused as too large is refused again from memory this long, per worker (`TooLargeSources`).
+TOO_LARGE_KEPT_S = 60.0
+TOO_LARGE_NAMES = 4096
 IMAGE_TYPES = {
     "image/jpeg": "jpeg", "image/jpg": "jpeg", "image/png": "png", "image/webp": "webp", "image/gif": "gif",
     "image/avif": "avif", "image/tiff": "tiff", "image/svg+xml": "svg", "image/heic": "heic", "image/heif": "heif",
@@ -184,11 +188,45 @@ def too_large(at: PullSourcePath, size: int, limit: int) -> SourceRefused:
                          f"exceeds this edge's limit of {limit:,} bytes for a source.")
 
 
+class TooLargeSources:
+    """The sources a worker refused as too large, remembered ``TOO_LARGE_KEPT_S`` (at most ``TOO_LARGE_NAMES``,
+    the oldest let go first): an image over the limit is not stored as a source, so every transform, placeholder
+    and format of it would ask the origin again (its head, or a chunked body read up to the limit). A purge
+    published since a refusal (any: the node's purge mark moved) lets it go, so a purged URL is asked again."""
+
+    def __init__(self, *, kept_s: float = TOO_LARGE_KEPT_S, names: int = TOO_LARGE_NAMES) -> None:
+        self._kept_s = kept_s
+        self._names = names
+        self._refused: OrderedDict[str, tuple[float, int, str]] = OrderedDict()  # until, purge mark, message
+
+    def refusal(self, url_key: str, mark: int) -> SourceRefused | None:
+        known = self._refused.get(url_key)
+        if known is None:
+            return None
+        until, refused_at_mark, message = known
+        if until <= time.monotonic() or refused_at_mark != mark:
+            del self._refused[url_key]
+            return None
+        return SourceRefused(422, "SourceTooLarge", message)
+
+    def remember(self, url_key: str, mark: int, refused: SourceRefused) -> None:
+        self._refused[url_key] = (time.monotonic() + self._kept_s, mark, refused.message)
+        self._refused.move_to_end(url_key)
+        while len(self._refused) > self._names:
+            self._refused.popitem(last=False)
+
+
+TOO_LARGE_SOURCES = web.AppKey("pull_sources_too_large", TooLargeSources)
+
+
 async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
     """The source as the pull serve sequence gives it now (fresh, revalidated or fetched again), or
     SourceRefused: 404 (the origin has none), 422 (too large), 502 or 504 (the origin failed)."""
-    node, flights = request.app[NODE], request.app[FLIGHTS]
+    node, flights, refused_sources = request.app[NODE], request.app[FLIGHTS], request.app[TOO_LARGE_SOURCES]
     url_key = pull_key(at.zone.name, at.path, "")
+    mark = node.cache.purge_mark()  # taken before the origin is asked: a purge meanwhile lets its refusal go
+    if (refused := refused_sources.refusal(url_key, mark)) is not None:
+        raise refused
     flight_key = pull_variant_key(url_key, "flight")
     client = (request.remote, request.scheme)   # the edge asks for a client: X-Forwarded-For, -Proto
 
@@ -208,8 +246,13 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
             return await described(node, at, url_key, stored)
         raise origin_failed(at, exc) from None
 
-    return await through_flight(flights, flight_key, node.origins.limits, cached,
-                                partial(from_origin, node, client, at, url_key), failed)
+    try:
+        return await through_flight(flights, flight_key, node.origins.limits, cached,
+                                    partial(from_origin, node, client, at, url_key), failed)
+    except SourceRefused as exc:
+        if exc.code == "SourceTooLarge":
+            refused_sources.remember(url_key, mark, exc)
+        raise
 
 
 async def described(node: EdgeNode, at: PullSourcePath, url_key: str, stored: StoredResponse,
