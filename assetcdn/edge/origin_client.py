@@ -128,6 +128,7 @@ class OriginLimits:
     pool_per_origin: int = 32
     allow_loopback: bool = False
     dns_cache_s: float = 10.0
+    forward_bodies_bytes: int = 64 * 1024 * 1024
 
     @classmethod
     def from_settings(cls, settings: Settings) -> OriginLimits:
@@ -140,7 +141,8 @@ class OriginLimits:
                    max_field_bytes=int(float(section["max_header_kb"]) * 1024),
                    pool_per_origin=int(section["pool_per_origin"]),
                    allow_loopback=bool(section["allow_loopback"]),
-                   dns_cache_s=float(section["dns_cache_s"]))
+                   dns_cache_s=float(section["dns_cache_s"]),
+                   forward_bodies_bytes=int(float(section["forward_bodies_mb"]) * 1024 * 1024))
 
 
 def connection_fields(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
@@ -287,12 +289,32 @@ class OriginResponse:
                 self._pool.release(self._conn)
 
 
+class ByteBudget:
+    """Bytes a worker may hold at once for one purpose (the request bodies it forwards to origins): taken before
+    they are held, given back once they are not. Its event loop's only: no lock."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, size: int) -> bool:
+        """Hold `size` more bytes, if that stays within the limit."""
+        if self.held + size > self.limit:
+            return False
+        self.held += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.held -= size
+
+
 class OriginClient:
     def __init__(self, limits: OriginLimits, resolver: HostResolver | None = None) -> None:
         self.limits = limits
         # One lookup per origin name under way, its answer kept `dns_cache_s`: an origin that closes every
         # connection does not cost a lookup per request (the addresses are still checked per connection).
         self._resolver = CachingResolver(resolver or SystemResolver(), ttl_s=limits.dns_cache_s)
+        self.forward_bodies = ByteBudget(limits.forward_bodies_bytes)  # request bodies held for origins at once
         self._checked: dict[tuple[str, str], str | None] = {}
         self._pool: Pool | None = None
         self._peer_pool: Pool | None = None

@@ -45,6 +45,7 @@ from assetcdn.edge.cache.store import SOFT_PURGED, PurgedMeanwhile
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.origin_client import (
+    ByteBudget,
     OriginError,
     OriginLimits,
     OriginResponse,
@@ -1150,22 +1151,28 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
     client that takes none of it for that long is cut off, and the origin connection closed, not held for it."""
     if request.content_length is not None and request.content_length > request.client_max_size:
         raise too_large(request.client_max_size, request.content_length)
-    with body_deadline(request, request.app[SETTINGS]):
-        body = await request.read()
-    headers = origin_request_headers(list(request.headers.items()), zone.origin, client_ip=request.remote,
-                                     scheme=request.scheme)
-    hops = max_forwards(request) if request.method == "OPTIONS" else None
-    if hops == 0:
-        return web.Response(status=200, headers={"Allow": ALLOWED})
-    if hops is not None:
-        headers["Max-Forwards"] = str(hops - 1)
-    target = zone.origin.target(path, request.rel_url.raw_query_string)
+    budget = node.origins.forward_bodies
+    held = 0
     try:
-        response = await node.origins.request(zone.origin, request.method, target, headers, body=body or None)
-    except OriginError as exc:
-        if exc.timeout:
-            raise ApiError(504, "OriginTimeout", f"The origin did not answer in time: {exc}") from None
-        raise ApiError(502, "OriginUnreachable", f"The origin could not be reached: {exc}") from None
+        with body_deadline(request, request.app[SETTINGS]):
+            body, held = await forwarded_body(request, budget)
+        headers = origin_request_headers(list(request.headers.items()), zone.origin, client_ip=request.remote,
+                                         scheme=request.scheme)
+        hops = max_forwards(request) if request.method == "OPTIONS" else None
+        if hops == 0:
+            return web.Response(status=200, headers={"Allow": ALLOWED})
+        if hops is not None:
+            headers["Max-Forwards"] = str(hops - 1)
+        target = zone.origin.target(path, request.rel_url.raw_query_string)
+        try:
+            response = await node.origins.request(zone.origin, request.method, target, headers, body=body or None)
+        except OriginError as exc:
+            if exc.timeout:
+                raise ApiError(504, "OriginTimeout", f"The origin did not answer in time: {exc}") from None
+            raise ApiError(502, "OriginUnreachable", f"The origin could not be reached: {exc}") from None
+    finally:
+        budget.give(held)  # sent (the origin's head is here) or refused: the body is not held any more
+    del body
     if invalidates(request.method, response.status):
         await invalidate(node, zone, request, path, prefix, response.headers)
     node.metrics.cache_result(CacheResult.PASS).inc()
@@ -1187,6 +1194,40 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
         return answer
     await sent_in_time(answer.write_eof(), timeout_s, gone)
     return answer
+
+
+async def forwarded_body(request: web.Request, budget: ByteBudget) -> tuple[bytes, int]:
+    """`request`'s body, received whole, and the bytes of `budget` it holds (the caller gives them back): its
+    declared length taken before any of it is read, a chunked one's as it arrives. Past the budget, 503 EdgeBusy
+    with Retry-After (what was taken already is given back)."""
+    declared = request.content_length
+    if declared is not None:
+        if not budget.take(declared):
+            raise edge_busy(budget)
+        try:
+            return await request.read(), declared
+        except BaseException:
+            budget.give(declared)
+            raise
+    chunks: list[bytes] = []
+    held = 0
+    try:
+        async for chunk in request.content.iter_any():
+            if held + len(chunk) > request.client_max_size:
+                raise too_large(request.client_max_size, held + len(chunk))
+            if not budget.take(len(chunk)):
+                raise edge_busy(budget)
+            held += len(chunk)
+            chunks.append(chunk)
+    except BaseException:
+        budget.give(held)
+        raise
+    return b"".join(chunks), held
+
+
+def edge_busy(budget: ByteBudget) -> ApiError:
+    return ApiError(503, "EdgeBusy", f"This edge worker holds as many request bodies for origins as it may at once "
+                    f"({budget.limit:,} bytes); retry shortly.", headers={"Retry-After": "1"})
 
 
 def max_forwards(request: web.Request) -> int | None:

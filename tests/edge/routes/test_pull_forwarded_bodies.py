@@ -1,0 +1,123 @@
+"""Request bodies a pull zone forwards to its origin (POST, PUT, PATCH...): each is received whole before it is
+sent, so a worker holds at most `[origin] forward_bodies_mb` of them at once; past that a request is answered 503
+with Retry-After, never queued into the worker's memory."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+import pytest_asyncio
+from aiohttp import web
+
+from tests.support.cdn import shared_cdn_apps
+from tests.support.origins import PREFIX, ZONE, Pull, ScriptedOrigin, add_pull_zone, serve_origin
+from tests.support.wait import wait_until
+
+KB = 1024
+BUDGET_MB = "0.5"        # the worker's budget for forwarded bodies in this module (512 KB)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pull(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pull]:
+    origin = ScriptedOrigin()
+    server = await serve_origin(origin)
+    try:
+        async with shared_cdn_apps(tmp_path_factory.mktemp("forwarded-bodies"), ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true",
+                                   ASSETCDN_ORIGIN_FORWARD_BODIES_MB=BUDGET_MB) as cdn:
+            await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"})
+            yield Pull(cdn, origin)
+    finally:
+        await server.close()
+
+
+SHARED = pytest.mark.asyncio(loop_scope="module")
+
+
+@SHARED
+async def test_bodies_past_the_workers_budget_are_503_until_the_held_ones_are_sent(pull: Pull) -> None:
+    release = asyncio.Event()
+    arrived: list[int] = []
+
+    async def slow(request: web.Request) -> web.Response:  # holds the first upload's answer until released
+        arrived.append(len(await request.read()))
+        await release.wait()
+        return web.Response(status=201, body=b"created")
+
+    async def quick(request: web.Request) -> web.Response:
+        return web.Response(status=201, body=str(len(await request.read())).encode())
+
+    pull.origin.route("/slow-upload", slow)
+    pull.origin.route("/upload", quick)
+    edge = pull.cdn.edge
+    first = asyncio.create_task(edge.post(f"/{ZONE}/slow-upload", data=b"a" * (400 * KB)))
+
+    async def first_arrived() -> bool:
+        return arrived == [400 * KB]
+
+    await wait_until(first_arrived, "the first upload at the origin")
+    # Held until the origin answers it (the body stays in memory until then): another of that size is refused,
+    # a smaller one that fits beside it is taken.
+    refused = await edge.post(f"/{ZONE}/upload", data=b"b" * (400 * KB))
+    assert refused.status == 503 and refused.headers["Retry-After"] == "1"
+    assert orjson.loads(await refused.read())["error"]["code"] == "EdgeBusy"
+    small = await edge.post(f"/{ZONE}/upload", data=b"s" * (100 * KB))
+    assert (small.status, await small.read()) == (201, str(100 * KB).encode())
+    release.set()
+    assert (await first).status == 201
+    again = await edge.post(f"/{ZONE}/upload", data=b"b" * (400 * KB))
+    assert (again.status, await again.read()) == (201, str(400 * KB).encode())
+    assert len(pull.origin.requests("/upload")) == 2  # the refused one never reached the origin
+
+    # Bodies held while they arrive: a client sending a body slowly holds its declared length meanwhile.
+    reader, writer = await asyncio.open_connection("127.0.0.1", edge.server.port)
+    try:
+        writer.write(f"POST /{ZONE}/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {400 * KB}\r\n\r\n".encode()
+                     + b"c" * KB)  # and the rest later
+        await writer.drain()
+
+        async def held() -> bool:
+            refused = await edge.post(f"/{ZONE}/upload", data=b"d" * (400 * KB))
+            if refused.status != 503:
+                return False
+            body = orjson.loads(await refused.read())
+            assert body["error"]["code"] == "EdgeBusy" and refused.headers["Retry-After"] == "1"
+            return True
+
+        await wait_until(held, "a second 400 KB body refused while the first is held")
+        small = await edge.post(f"/{ZONE}/upload", data=b"e" * (100 * KB))  # what is left of the budget is taken
+        assert small.status == 201
+        writer.write(b"c" * (399 * KB))
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+        assert head.startswith(b"HTTP/1.1 201 "), head
+    finally:
+        writer.close()
+    after = await edge.post(f"/{ZONE}/upload", data=b"f" * (400 * KB))
+    assert after.status == 201
+
+
+@SHARED
+async def test_a_chunked_body_is_counted_as_it_arrives(pull: Pull) -> None:
+    pull.origin.route("/chunked", lambda request: _count(request))
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(6):
+            yield b"g" * (100 * KB)
+
+    refused = await pull.cdn.edge.post(f"/{ZONE}/chunked", data=chunks())  # 600 KB, over the whole budget
+    assert refused.status == 503
+    assert pull.origin.requests("/chunked") == []
+
+    async def fewer() -> AsyncIterator[bytes]:
+        for _ in range(3):
+            yield b"h" * (100 * KB)
+
+    taken = await pull.cdn.edge.post(f"/{ZONE}/chunked", data=fewer())
+    assert (taken.status, await taken.read()) == (201, str(300 * KB).encode())
+
+
+async def _count(request: web.Request) -> web.Response:
+    return web.Response(status=201, body=str(len(await request.read())).encode())
