@@ -162,6 +162,17 @@ def segment_place(filename: str) -> tuple[str, int, int] | None:
     return segment, int(offset), int(length)
 
 
+def stored_after(meta: object, stored_at: float) -> bool:
+    """Whether a row's metadata (``tag``: JSON with its stored-at, "at") says it was stored after `stored_at`."""
+    if not isinstance(meta, str):
+        return False
+    try:
+        at = orjson.loads(meta).get("at")
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+    return isinstance(at, int | float) and at > stored_at
+
+
 def _file_or_segment(filename: str) -> tuple[str, bool]:
     """A row's body file, or the segment its place is in (what removing it removes), and whether it is one."""
     place = segment_place(filename)
@@ -701,9 +712,17 @@ class DiskTier:
                 keys = list(latest)
                 for start in range(0, len(keys), _KEYS_PER_SELECT):
                     chunk = keys[start:start + _KEYS_PER_SELECT]
-                    replaced += [row[0] for row in con.execute(
-                        "SELECT filename FROM Cache WHERE raw = 1 AND filename IS NOT NULL AND key IN "
-                        f"({','.join('?' * len(chunk))})", chunk)]
+                    for key, held, meta in con.execute(
+                            "SELECT key, filename, tag FROM Cache WHERE raw = 1 AND key IN "
+                            f"({','.join('?' * len(chunk))})", chunk):
+                        if stored_after(meta, latest[key].stored_at):
+                            # A newer response under the key, another worker's, written since this one was queued
+                            # (its notice not yet published, or not yet replayed here): kept, not overwritten.
+                            del latest[key]
+                        elif held is not None:
+                            replaced.append(held)
+                if not latest:
+                    return
                 now = time.time()
                 least = min(SEGMENT_MIN_BODY, self._min_file_size)
                 grouped = [(key, obj.body) for key, obj in latest.items()

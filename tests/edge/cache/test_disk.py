@@ -9,6 +9,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 import tracemalloc
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -353,10 +354,11 @@ def test_a_batch_is_stored_as_single_puts_are(disk: DiskTier) -> None:
     put(disk, "replaced", b"f" * 100_000, "old-tag")  # a body file, which the batch's row replaces
     put(disk, "kept", b"k", "kept-tag")
     old_files = body_files(disk)
-    disk.put_many([entry("replaced", b"small now", "new-tag", stored_at=5.0), entry("new", b"n" * 40_000, "new-tag"),
+    later = time.time() + 5.0  # stored after the puts (a batch never writes over a newer response)
+    disk.put_many([entry("replaced", b"small now", "new-tag", stored_at=later), entry("new", b"n" * 40_000, "new-tag"),
                    entry("inline", b"i", "inline-tag"), entry("inline", b"second", "inline-tag", stored_at=7.0)])
     replaced = disk.get("replaced", load_limit=MB)
-    assert replaced is not None and replaced.body == b"small now" and replaced.stored_at == 5.0
+    assert replaced is not None and replaced.body == b"small now" and replaced.stored_at == later
     assert replaced.tags == ("new-tag",) and replaced.headers == (("x-zone", "a"),)
     inline = disk.get("inline", load_limit=MB)
     assert inline is not None and (inline.body, inline.stored_at) == (b"second", 7.0)  # a key's last entry
@@ -503,3 +505,21 @@ def test_every_connection_keeps_statement_journals_in_memory_and_checkpoints_lat
         assert pragmas(again) == (2, SQLITE_WAL_PAGES)
     finally:
         again.close()
+
+
+def test_a_batch_never_writes_a_response_older_than_the_one_held_under_its_key(disk: DiskTier) -> None:
+    """Another worker stored a newer response under the key after this one queued its older one (the other's
+    notice not yet published here): the batch keeps the newer row and its body file, and writes the rest."""
+    newer, older = b"n" * 100_000, b"o" * 100_000  # bodies in files: the newer one's file must stay
+    disk.put_many([entry("shared", newer, stored_at=20.0)])
+    disk.put_many([entry("shared", older, stored_at=10.0), entry("other", b"x" * 50_000, stored_at=10.0)])
+    kept = disk.get("shared", load_limit=MB)
+    assert kept is not None and (kept.body, kept.stored_at) == (newer, 20.0)
+    assert disk.get("other", load_limit=MB) is not None
+    opened = disk.get("shared", load_limit=0)
+    assert opened is not None and opened.path is not None
+    with open(opened.path, "rb") as file:
+        assert file.read() == newer
+    disk.put_many([entry("shared", b"z" * 100_000, stored_at=30.0)])  # a newer one still replaces it
+    replaced = disk.get("shared", load_limit=MB)
+    assert replaced is not None and replaced.stored_at == 30.0
