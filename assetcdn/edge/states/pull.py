@@ -1197,18 +1197,14 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
 
 
 async def forwarded_body(request: web.Request, budget: ByteBudget) -> tuple[bytes, int]:
-    """`request`'s body, received whole, and the bytes of `budget` it holds (the caller gives them back): its
-    declared length taken before any of it is read, a chunked one's as it arrives. Past the budget, 503 EdgeBusy
-    with Retry-After (what was taken already is given back)."""
+    """`request`'s body, received whole, and the bytes of `budget` it holds (the caller gives them back), taken as
+    they arrive, declared or chunked. Taking a declared length before its bytes came would let a few connections
+    that declare large bodies and send nothing hold the whole budget, every other upload of the worker 503 until
+    their body timeout; a declared length that does not fit beside what is held now is refused before any of it
+    is read. Past the budget, 503 EdgeBusy with Retry-After (what was taken already is given back)."""
     declared = request.content_length
-    if declared is not None:
-        if not budget.take(declared):
-            raise edge_busy(budget)
-        try:
-            return await request.read(), declared
-        except BaseException:
-            budget.give(declared)
-            raise
+    if declared is not None and budget.held + declared > budget.limit:
+        raise edge_busy(budget)
     chunks: list[bytes] = []
     held = 0
     try:

@@ -71,25 +71,24 @@ async def test_bodies_past_the_workers_budget_are_503_until_the_held_ones_are_se
     assert (again.status, await again.read()) == (201, str(400 * KB).encode())
     assert len(pull.origin.requests("/upload")) == 2  # the refused one never reached the origin
 
-    # Bodies held while they arrive: a client sending a body slowly holds its declared length meanwhile.
+    # Bodies held as they arrive: a client sending a body slowly holds what it sent so far (300 KB of 400 KB).
+    budget = pull.cdn.node.origins.forward_bodies
     reader, writer = await asyncio.open_connection("127.0.0.1", edge.server.port)
     try:
         writer.write(f"POST /{ZONE}/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {400 * KB}\r\n\r\n".encode()
-                     + b"c" * KB)  # and the rest later
+                     + b"c" * (300 * KB))  # and the rest later
         await writer.drain()
 
         async def held() -> bool:
-            refused = await edge.post(f"/{ZONE}/upload", data=b"d" * (400 * KB))
-            if refused.status != 503:
-                return False
-            body = orjson.loads(await refused.read())
-            assert body["error"]["code"] == "EdgeBusy" and refused.headers["Retry-After"] == "1"
-            return True
+            return budget.held == 300 * KB
 
-        await wait_until(held, "a second 400 KB body refused while the first is held")
+        await wait_until(held, "the slow body's first 300 KB received")
+        refused = await edge.post(f"/{ZONE}/upload", data=b"d" * (300 * KB))
+        assert refused.status == 503 and refused.headers["Retry-After"] == "1"
+        assert orjson.loads(await refused.read())["error"]["code"] == "EdgeBusy"
         small = await edge.post(f"/{ZONE}/upload", data=b"e" * (100 * KB))  # what is left of the budget is taken
         assert small.status == 201
-        writer.write(b"c" * (399 * KB))
+        writer.write(b"c" * (100 * KB))
         await writer.drain()
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
         assert head.startswith(b"HTTP/1.1 201 "), head
@@ -121,3 +120,37 @@ async def test_a_chunked_body_is_counted_as_it_arrives(pull: Pull) -> None:
 
 async def _count(request: web.Request) -> web.Response:
     return web.Response(status=201, body=str(len(await request.read())).encode())
+
+
+@SHARED
+async def test_a_declared_body_holds_only_what_has_arrived(pull: Pull) -> None:
+    """A declared length is not taken before the bytes arrive: clients that declare large bodies and send none
+    (a few connections, no bandwidth) would otherwise hold the whole budget, every other upload to every pull zone
+    of the worker 503 until their body timeout, and again as they reconnect."""
+    pull.origin.route("/declared", lambda request: _count(request))
+    edge = pull.cdn.edge
+    idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    try:
+        for _ in range(3):  # 1.2 MB declared, over twice the budget; 3 KB sent
+            reader, writer = await asyncio.open_connection("127.0.0.1", edge.server.port)
+            writer.write(f"POST /{ZONE}/declared HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {400 * KB}\r\n\r\n"
+                         .encode() + b"i" * KB)
+            await writer.drain()
+            idle.append((reader, writer))
+
+        budget = pull.cdn.node.origins.forward_bodies
+
+        async def arrived() -> bool:  # the idle requests' handlers are receiving their bodies
+            return budget.held >= 3 * KB
+
+        await wait_until(arrived, "the three idle bodies' first bytes received")
+        answer = await edge.post(f"/{ZONE}/declared", data=b"j" * (400 * KB))
+        assert (answer.status, await answer.read()) == (201, str(400 * KB).encode())
+        for reader, writer in idle:
+            writer.write(b"i" * (399 * KB))
+            await writer.drain()
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+            assert head.startswith(b"HTTP/1.1 201 "), head
+    finally:
+        for _, writer in idle:
+            writer.close()
