@@ -52,11 +52,12 @@ def etag_matches(if_none_match: str, etag: str | None) -> bool:
 def if_match_holds(if_match: str, etag: str | None) -> bool:
     """Whether If-Match names ``etag``, the ETag the answer carries, by strong comparison (RFC 9110 13.1.1): ``*``
     holds for any file served, a weak ETag never does."""
-    if if_match.strip() == "*":
+    candidates = [candidate.strip() for candidate in if_match.split(",")]
+    if "*" in candidates:  # alone, or beside tags (not valid, but several lines joined may give it): holds
         return True
     if etag is None or etag.startswith("W/"):
         return False
-    return any(candidate.strip() == etag for candidate in if_match.split(","))
+    return etag in candidates
 
 
 def parse_range(header: str, size: int) -> tuple[int, int] | None | Literal[False]:
@@ -166,7 +167,9 @@ async def deliver(request: web.Request, obj: CachedObject, headers: CIMultiDict[
     or streamed from its cache file. An If-Match naming another version is 412 (the edge is a stored file's origin,
     RFC 9110 13.2.2: before If-None-Match and Range), in the error envelope with the current ETag, never stored.
     If-Unmodified-Since is ignored: a delivery has no Last-Modified of its own (13.1.4)."""
-    if_match = request.headers.get("If-Match")
+    # Several If-Match lines are one list (RFC 9110 5.3): the first alone would refuse a version a later one names.
+    if_match_lines = request.headers.getall("If-Match", None)
+    if_match = None if if_match_lines is None else ", ".join(if_match_lines)
     if if_match is not None and not if_match_holds(if_match, etag := headers.get("ETag")):
         raise ApiError(412, "PreconditionFailed", "If-Match names no current version of this file.",
                        headers={"Cache-Control": "no-store", **({"ETag": etag} if etag else {})})

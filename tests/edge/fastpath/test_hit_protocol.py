@@ -151,6 +151,31 @@ async def test_if_match_is_evaluated_on_both_paths(warm_cdn: HitCdn) -> None:
 
 
 @SHARED
+async def test_if_match_on_several_lines_is_one_list(warm_cdn: HitCdn) -> None:
+    """If-Match sent as several field lines is the list they make together (RFC 9110 5.3): one naming the current
+    ETag on its second line holds, 200, not 412 for the first line's old version; none naming it is 412. Over
+    HTTP/1.1 (the hit port hands such a request over) and HTTP/2 alike."""
+    cdn = warm_cdn
+    hits, plain = await cdn.connect(), await cdn.plain()
+    etag = (await hits.request(f"/{SVG}")).header("ETag")
+    assert etag
+    for conn in (hits, plain):
+        for lines, status in ((('"an-older-version"', etag), 200), (('"an-older-version"', "*"), 200),
+                              (('"an-older-version"', '"another"'), 412)):
+            fields = "".join(f"If-Match: {line}\r\n" for line in lines)
+            await conn.send(f"GET /{SVG} HTTP/1.1\r\nHost: edge.test\r\n{fields}\r\n".encode())
+            answer = await conn.response()
+            assert answer.status == status, lines
+            if status == 200:
+                assert answer.body == LOGO_SVG
+    assert cdn.site.hits is not None
+    secure = HitServer(cdn.app, cdn.site.hits.web_server, secure=True)
+    over_h2 = await H2InProcess(secure).get(f"/{SVG}", [("if-match", '"an-older-version"'), ("if-match", etag)])
+    assert (over_h2.status, over_h2.body) == (200, LOGO_SVG)
+    secure.stop()
+
+
+@SHARED
 async def test_pipelined_requests_come_back_in_order_across_hand_overs(warm_cdn: HitCdn) -> None:
     cdn = warm_cdn
     conn = await cdn.connect()
