@@ -378,6 +378,36 @@ FRAMING_RULES = ["Content-Length: 2", "Transfer-Encoding: chunked", "Connection:
                  "Upgrade: h2c", "Trailer: X-A", "TE: trailers", "Content-Encoding: gzip", "Content-Range: bytes 0-1/2"]
 
 
+async def test_a_412_stays_no_store_under_a_cache_control_rule(make_hit_cdn: HitCdnFactory) -> None:
+    """A 412 answers the request's If-Match, not the URL: `_headers` rules apply to a delivery's errors too, and a
+    rule giving the files a year's `Cache-Control` (`public, max-age=31536000, immutable`, the usual one for
+    versioned assets) made the 412 say so, so a shared cache in front could keep it and answer every later request
+    for the file with it. Its own headers, the rule's others included (X-Frame-Options), stay as they were."""
+    cdn = await warmed(make_hit_cdn)
+    resp = await cdn.control.post("/api/core/rules", headers=ACCOUNT, json={
+        "File": "_headers", "Content": "/*\n  Cache-Control: public, max-age=31536000, immutable\n  X-Frame-Options: DENY\n"})
+    assert resp.status in (200, 201), await resp.text()
+    plain = await cdn.plain()
+
+    async def applied() -> bool:
+        return "immutable" in ((await plain.request(f"/{SVG}")).header("Cache-Control") or "")
+
+    await wait_until(applied, "the rule at the edge")
+    assert cdn.site.hits is not None
+    secure = HitServer(cdn.app, cdn.site.hits.web_server, secure=True)
+    for conn in (await cdn.connect(), plain):
+        for method in ("GET", "HEAD"):
+            answer = await conn.request(f"/{SVG}", method, If_Match='"an-older-version"')
+            assert answer.status == 412, method
+            assert answer.headers.getall("Cache-Control") == ["no-store"], (method, answer.raw_head)
+            assert answer.header("X-Frame-Options") == "DENY"
+    over_h2 = await H2InProcess(secure).get(f"/{SVG}", [("if-match", '"an-older-version"')])
+    assert over_h2.status == 412
+    assert over_h2.header("cache-control") == "no-store"
+    secure.stop()
+    assert "immutable" in ((await plain.request(f"/{SVG}")).header("Cache-Control") or "")  # the file's own
+
+
 async def test_header_rules_cannot_change_how_a_response_is_framed(make_hit_cdn: HitCdnFactory) -> None:
     """A `_headers` rule naming Content-Length or Transfer-Encoding used to be sent beside the real one:
     on a kept-alive connection the body's bytes past the declared length were read as the next
