@@ -54,13 +54,19 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
 
 async def expect_body(request: web.Request) -> None:
     """The answer to `Expect: 100-continue` (a pull zone's unsafe requests): 100 Continue, unless the declared
-    body is more than the edge takes. Then none: the handler answers 413 before asking for it (RFC 9110 10.1.1),
-    through the middlewares that put it in the envelope. Other expectations are 417, as aiohttp answers them."""
+    body is more than the edge takes, or more than fits beside the bodies the worker holds for origins (its
+    `forward_bodies` budget). Then none: the handler answers 413, or 503 EdgeBusy, before asking for it (RFC 9110
+    10.1.1), through the middlewares that put it in the envelope. Other expectations are 417, as aiohttp answers
+    them."""
     if request.version != HttpVersion11:
         return
     if request.headers.get("Expect", "").lower() != "100-continue":
         raise web.HTTPExpectationFailed(text=f"Unknown Expect: {request.headers.get('Expect', '')}")
-    if request.content_length is not None and request.content_length > request.client_max_size:
+    declared = request.content_length
+    if declared is not None and declared > request.client_max_size:
+        return
+    budget = request.app[NODE].origins.forward_bodies
+    if declared is not None and budget.held + declared > budget.limit:
         return
     await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     request.writer.output_size = 0  # the 100 is not the answer's

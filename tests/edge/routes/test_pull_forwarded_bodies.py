@@ -154,3 +154,49 @@ async def test_a_declared_body_holds_only_what_has_arrived(pull: Pull) -> None:
     finally:
         for _, writer in idle:
             writer.close()
+
+
+@SHARED
+async def test_expect_100_continue_is_not_met_for_a_body_the_budget_cannot_take(pull: Pull) -> None:
+    """A declared body that does not fit beside what the worker holds is refused before any of it is read; with
+    `Expect: 100-continue` the edge answered 100 Continue all the same, so the client sent the whole body (up to
+    26 MB at the default limits) only to be answered 503. The 503 now comes instead of the 100 (RFC 9110 10.1.1);
+    a body that fits gets its 100."""
+    pull.origin.route("/expected", lambda request: _count(request))
+    edge = pull.cdn.edge
+    budget = pull.cdn.node.origins.forward_bodies
+    reader, writer = await asyncio.open_connection("127.0.0.1", edge.server.port)
+    opened: list[asyncio.StreamWriter] = [writer]
+    try:
+        writer.write(f"POST /{ZONE}/expected HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {400 * KB}\r\n\r\n"
+                     .encode() + b"k" * (300 * KB))
+        await writer.drain()
+
+        async def held() -> bool:
+            return budget.held == 300 * KB
+
+        await wait_until(held, "the slow body's first 300 KB received")
+        for size, first in ((300 * KB, b"HTTP/1.1 503 "), (100 * KB, b"HTTP/1.1 100 ")):
+            asking, sending = await asyncio.open_connection("127.0.0.1", edge.server.port)
+            opened.append(sending)
+            sending.write(f"POST /{ZONE}/expected HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {size}\r\n"
+                          "Expect: 100-continue\r\n\r\n".encode())
+            await sending.drain()
+            head = await asyncio.wait_for(asking.readuntil(b"\r\n\r\n"), 20)
+            assert head.startswith(first), (size, head)
+            if first == b"HTTP/1.1 503 ":  # in the envelope
+                assert b"\r\nRetry-After: 1\r\n" in head
+                length = int(head.split(b"\r\nContent-Length: ", 1)[1].split(b"\r\n", 1)[0])
+                assert orjson.loads(await asking.readexactly(length))["error"]["code"] == "EdgeBusy"
+        sending.write(b"l" * (100 * KB))
+        await sending.drain()
+        head = await asyncio.wait_for(asking.readuntil(b"\r\n\r\n"), 20)
+        assert head.startswith(b"HTTP/1.1 201 "), head
+        writer.write(b"k" * (100 * KB))
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+        assert head.startswith(b"HTTP/1.1 201 "), head
+    finally:
+        for each in opened:
+            each.close()
+    assert [len(seen.body) for seen in pull.origin.requests("/expected")] == [100 * KB, 400 * KB]
