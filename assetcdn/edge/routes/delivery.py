@@ -66,7 +66,7 @@ async def expect_body(request: web.Request) -> None:
     if declared is not None and declared > request.client_max_size:
         return
     budget = request.app[NODE].origins.forward_bodies
-    if declared is not None and budget.held + declared > budget.limit:
+    if declared is not None and budget.held + declared > budget.limit:  # 413 or 503 EdgeBusy (pull.forwarded_body)
         return
     await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     request.writer.output_size = 0  # the 100 is not the answer's

@@ -1201,16 +1201,20 @@ async def forwarded_body(request: web.Request, budget: ByteBudget) -> tuple[byte
     they arrive, declared or chunked. Taking a declared length before its bytes came would let a few connections
     that declare large bodies and send nothing hold the whole budget, every other upload of the worker 503 until
     their body timeout; a declared length that does not fit beside what is held now is refused before any of it
-    is read. Past the budget, 503 EdgeBusy with Retry-After (what was taken already is given back)."""
+    is read. Past the budget, 503 EdgeBusy with Retry-After (what was taken already is given back); a body larger
+    than the whole budget (one set below the request limit) can never be taken: 413, as past the request limit."""
     declared = request.content_length
+    limit = min(request.client_max_size, budget.limit)
+    if declared is not None and declared > limit:
+        raise too_large(limit, declared)
     if declared is not None and budget.held + declared > budget.limit:
         raise edge_busy(budget)
     chunks: list[bytes] = []
     held = 0
     try:
         async for chunk in request.content.iter_any():
-            if held + len(chunk) > request.client_max_size:
-                raise too_large(request.client_max_size, held + len(chunk))
+            if held + len(chunk) > limit:
+                raise too_large(limit, held + len(chunk))
             if not budget.take(len(chunk)):
                 raise edge_busy(budget)
             held += len(chunk)

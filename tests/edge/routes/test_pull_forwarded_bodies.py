@@ -106,14 +106,35 @@ async def test_a_chunked_body_is_counted_as_it_arrives(pull: Pull) -> None:
         for _ in range(6):
             yield b"g" * (100 * KB)
 
-    refused = await pull.cdn.edge.post(f"/{ZONE}/chunked", data=chunks())  # 600 KB, over the whole budget
-    assert refused.status == 503
+    # Over the whole budget (set below the request limit here), chunked or declared: it can never be taken, 413.
+    for body in (chunks(), b"g" * (600 * KB)):
+        refused = await pull.cdn.edge.post(f"/{ZONE}/chunked", data=body)
+        assert refused.status == 413, await refused.text()
+        assert orjson.loads(await refused.read())["error"]["code"] == "PayloadTooLarge"
     assert pull.origin.requests("/chunked") == []
 
     async def fewer() -> AsyncIterator[bytes]:
         for _ in range(3):
             yield b"h" * (100 * KB)
 
+    release = asyncio.Event()
+
+    async def held(request: web.Request) -> web.Response:
+        await request.read()
+        await release.wait()
+        return web.Response(status=201)
+
+    pull.origin.route("/held-upload", held)
+    first = asyncio.create_task(pull.cdn.edge.post(f"/{ZONE}/held-upload", data=b"a" * (400 * KB)))
+
+    async def first_held() -> bool:
+        return len(pull.origin.requests("/held-upload")) == 1
+
+    await wait_until(first_held, "the first upload held at its origin")
+    busy = await pull.cdn.edge.post(f"/{ZONE}/chunked", data=fewer())  # fits the budget, not beside 400 KB
+    assert busy.status == 503 and busy.headers["Retry-After"] == "1"
+    release.set()
+    assert (await first).status == 201
     taken = await pull.cdn.edge.post(f"/{ZONE}/chunked", data=fewer())
     assert (taken.status, await taken.read()) == (201, str(300 * KB).encode())
 
