@@ -150,13 +150,15 @@ async def _on_delivery_response(request: web.Request, response: web.StreamRespon
     if is_delivery(request):
         # Every answer of a delivery route, errors and redirects too. A delivered body's headers had them
         # already (`final_headers`): again here, after the stamp (idempotent), a detached X-API-Version stays so.
-        # But a 412's Cache-Control (a stored file's: no-store), as it was: a 412 answers this request's If-Match,
+        # But the Cache-Control of a 412 (a stored file's: no-store) and of a 5xx (an origin's own, or none), as it
+        # was: a 412 answers this request's If-Match, a 5xx this moment's failure (a busy worker, an origin down),
         # not the URL, and a rule's year of `public` would let a shared cache answer every later request with it.
-        precondition = response.headers.getall("Cache-Control", []) if response.status == 412 else None
+        transient = response.status == 412 or response.status >= 500
+        answered = response.headers.getall("Cache-Control", []) if transient else None
         apply_rule_changes(request_header_changes(request), response.headers)
-        if precondition is not None:
+        if answered is not None:
             response.headers.popall("Cache-Control", None)
-            response.headers.extend(("Cache-Control", value) for value in precondition)
+            response.headers.extend(("Cache-Control", value) for value in answered)
     node.deliveries.record(request, response)
 
 

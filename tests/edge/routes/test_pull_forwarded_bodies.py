@@ -13,6 +13,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from tests.support.cdn import shared_cdn_apps
+from tests.support.control import ACCOUNT
 from tests.support.origins import PREFIX, ZONE, Pull, ScriptedOrigin, add_pull_zone, serve_origin
 from tests.support.wait import wait_until
 
@@ -221,3 +222,44 @@ async def test_expect_100_continue_is_not_met_for_a_body_the_budget_cannot_take(
         for each in opened:
             each.close()
     assert [len(seen.body) for seen in pull.origin.requests("/expected")] == [100 * KB, 400 * KB]
+
+
+@SHARED
+async def test_a_cache_control_rule_does_not_make_a_busy_or_failed_answer_cacheable(pull: Pull) -> None:
+    """`_headers` rules apply to a delivery's errors too; a rule giving every path a year's `Cache-Control` made a
+    503 EdgeBusy and an origin's 500 say a shared cache may keep them for a year, and answer every later request
+    for the URL with them. A 5xx keeps the Cache-Control it was answered with (none, or the origin's own)."""
+    resp = await pull.cdn.control.post("/api/core/rules", headers=ACCOUNT, json={
+        "File": "_headers", "Content": "/*\n  Cache-Control: public, max-age=31536000, immutable\n  X-Frame-Options: DENY\n"})
+    assert resp.status in (200, 201), await resp.text()
+    pull.origin.answer("/ruled.txt", b"fine", headers={"Cache-Control": "max-age=60"})
+    pull.origin.answer("/broken.txt", b"oops", status=500)
+    pull.origin.answer("/flaky.txt", b"later", status=503, headers={"Cache-Control": "max-age=5"})
+
+    async def applied() -> bool:
+        return "immutable" in (await pull.cdn.edge.get(f"/{ZONE}/ruled.txt")).headers.get("Cache-Control", "")
+
+    await wait_until(applied, "the rule at the edge")
+    broken = await pull.cdn.edge.get(f"/{ZONE}/broken.txt")
+    assert broken.status == 500 and "Cache-Control" not in broken.headers and broken.headers["X-Frame-Options"] == "DENY"
+    flaky = await pull.cdn.edge.get(f"/{ZONE}/flaky.txt")
+    assert flaky.status == 503 and flaky.headers.getall("Cache-Control") == ["max-age=5"]
+
+    release = asyncio.Event()
+
+    async def held(request: web.Request) -> web.Response:
+        await request.read()
+        await release.wait()
+        return web.Response(status=201)
+
+    pull.origin.route("/held-again", held)
+    first = asyncio.create_task(pull.cdn.edge.post(f"/{ZONE}/held-again", data=b"a" * (400 * KB)))
+
+    async def first_held() -> bool:
+        return len(pull.origin.requests("/held-again")) == 1
+
+    await wait_until(first_held, "the first upload held at its origin")
+    busy = await pull.cdn.edge.post(f"/{ZONE}/upload", data=b"b" * (400 * KB))
+    assert busy.status == 503 and "Cache-Control" not in busy.headers
+    release.set()
+    assert (await first).status == 201
