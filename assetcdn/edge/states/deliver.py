@@ -173,7 +173,7 @@ async def deliver(request: web.Request, obj: CachedObject, headers: CIMultiDict[
     if if_match is not None and not if_match_holds(if_match, etag := headers.get("ETag")):
         raise ApiError(412, "PreconditionFailed", "If-Match names no current version of this file.",
                        headers={"Cache-Control": "no-store", **({"ETag": etag} if etag else {})})
-    if_none_match = request.headers.get("If-None-Match")
+    if_none_match = ", ".join(request.headers.getall("If-None-Match", ()))  # several lines: one list (RFC 9110 5.3)
     if if_none_match and etag_matches(if_none_match, headers.get("ETag")):
         return web.Response(status=304, headers=not_modified_headers(headers))
     status, start, end = 200, 0, obj.size

@@ -176,6 +176,27 @@ async def test_if_match_on_several_lines_is_one_list(warm_cdn: HitCdn) -> None:
 
 
 @SHARED
+async def test_if_none_match_on_several_lines_is_one_list(warm_cdn: HitCdn) -> None:
+    """If-None-Match sent as several field lines is one list too: the current ETag on the second line is a 304,
+    as on one line, not the whole body again. Over HTTP/1.1 (the hit port hands a repeated field over) and HTTP/2."""
+    cdn = warm_cdn
+    hits, plain = await cdn.connect(), await cdn.plain()
+    etag = (await hits.request(f"/{SVG}")).header("ETag")
+    assert etag
+    for conn in (hits, plain):
+        for lines, status in ((('"an-older-version"', etag), 304), (('"an-older-version"', '"another"'), 200)):
+            fields = "".join(f"If-None-Match: {line}\r\n" for line in lines)
+            await conn.send(f"GET /{SVG} HTTP/1.1\r\nHost: edge.test\r\n{fields}\r\n".encode())
+            assert (await conn.response()).status == status, lines
+    assert cdn.site.hits is not None
+    secure = HitServer(cdn.app, cdn.site.hits.web_server, secure=True)
+    over_h2 = await H2InProcess(secure).get(f"/{SVG}", [("if-none-match", '"an-older-version"'),
+                                                        ("if-none-match", etag)])
+    assert over_h2.status == 304
+    secure.stop()
+
+
+@SHARED
 async def test_pipelined_requests_come_back_in_order_across_hand_overs(warm_cdn: HitCdn) -> None:
     cdn = warm_cdn
     conn = await cdn.connect()
