@@ -85,20 +85,23 @@ async def test_a_head_one_worker_refreshes_by_a_304_is_the_one_its_sibling_serve
     async def answer(request: web.Request) -> web.StreamResponse:
         if request.headers.get("If-None-Match") == '"same"':
             return web.Response(status=304, headers=confirmed)
-        return web.Response(body=b"the same body", headers={"Cache-Control": "max-age=1", "ETag": '"same"'})
+        return web.Response(body=b"the same body", headers={"Cache-Control": "max-age=2", "ETag": '"same"'})
 
     origin.route(name, answer)
     here, there = await cdn.plain(), await cdn.sibling()
     assert (await here.request(f"/{ZONE}{name}")).body == b"the same body"
     await on_disk(cdn, name, '"same"')
-    assert (await there.request(f"/{ZONE}{name}")).header("X-Cache") == "HIT"
-    await asyncio.sleep(2.1)
+    held = (await there.request(f"/{ZONE}{name}")).header("X-Cache")
+    # A loaded machine may take the two seconds of freshness before the sibling reads it: it revalidates itself
+    # then (one more origin request), and holds a copy all the same.
+    assert held in ("HIT", "REVALIDATED")
+    await asyncio.sleep(3.1)
     asked = time.time()
     refreshed = await here.request(f"/{ZONE}{name}")
     assert (refreshed.header("X-Cache"), refreshed.body) == ("REVALIDATED", b"the same body")
     await on_disk(cdn, name, '"same"', asked)
     after = await there.request(f"/{ZONE}{name}")
     assert (after.header("X-Cache"), after.body) == ("HIT", b"the same body")
-    assert origin.count(name) == 2
+    assert origin.count(name) == 2 + (held == "REVALIDATED")
     here.close()
     there.close()
