@@ -88,7 +88,7 @@ NO_DIRECTIVES: dict[str, str | None] = {}
 PATH_SAFE = "/@+=,~()"
 # A source refused as too large is refused again from memory this long, per worker (`TooLargeSources`).
 TOO_LARGE_KEPT_S = 60.0
-TOO_LARGE_NAMES = 4096
+TOO_LARGE_NAMES = 1024
 IMAGE_TYPES = {
     "image/jpeg": "jpeg", "image/jpg": "jpeg", "image/png": "png", "image/webp": "webp", "image/gif": "gif",
     "image/avif": "avif", "image/tiff": "tiff", "image/svg+xml": "svg", "image/heic": "heic", "image/heif": "heif",
@@ -183,34 +183,45 @@ def source_limit(node: EdgeNode) -> int:
     return int(node.settings.get("control", "max_upload_bytes"))
 
 
-def too_large(at: PullSourcePath, size: int, limit: int) -> SourceRefused:
-    return SourceRefused(422, "SourceTooLarge", f"The source '/{at.cdn_path}' is too large: {size:,} bytes "
+class SourceTooLarge(SourceRefused):
+    """422 SourceTooLarge, with the size and limit that refused it (`TooLargeSources` keeps those, not the text)."""
+
+    def __init__(self, at: PullSourcePath, size: int, limit: int) -> None:
+        super().__init__(422, "SourceTooLarge", f"The source '/{at.cdn_path}' is too large: {size:,} bytes "
                          f"exceeds this edge's limit of {limit:,} bytes for a source.")
+        self.size = size
+        self.limit = limit
+
+
+def too_large(at: PullSourcePath, size: int, limit: int) -> SourceTooLarge:
+    return SourceTooLarge(at, size, limit)
 
 
 class TooLargeSources:
     """The sources a worker refused as too large, remembered ``TOO_LARGE_KEPT_S`` (at most ``TOO_LARGE_NAMES``,
     the oldest let go first): an image over the limit is not stored as a source, so every transform, placeholder
     and format of it would ask the origin again (its head, or a chunked body read up to the limit). A purge
-    published since a refusal (any: the node's purge mark moved) lets it go, so a purged URL is asked again."""
+    published since a refusal (any: the node's purge mark moved) lets it go, so a purged URL is asked again.
+    Each holds its key (the URL's path) and four numbers: a thousand long paths are a few MB at most."""
 
     def __init__(self, *, kept_s: float = TOO_LARGE_KEPT_S, names: int = TOO_LARGE_NAMES) -> None:
         self._kept_s = kept_s
         self._names = names
-        self._refused: OrderedDict[str, tuple[float, int, str]] = OrderedDict()  # until, purge mark, message
+        self._refused: OrderedDict[str, tuple[float, int, int, int]] = OrderedDict()  # until, purge mark, size, limit
 
-    def refusal(self, url_key: str, mark: int) -> SourceRefused | None:
+    def refusal(self, url_key: str, mark: int) -> tuple[int, int] | None:
+        """The size and limit a refusal of `url_key` still standing at the purge mark `mark` named; else None."""
         known = self._refused.get(url_key)
         if known is None:
             return None
-        until, refused_at_mark, message = known
+        until, refused_at_mark, size, limit = known
         if until <= time.monotonic() or refused_at_mark != mark:
             del self._refused[url_key]
             return None
-        return SourceRefused(422, "SourceTooLarge", message)
+        return size, limit
 
-    def remember(self, url_key: str, mark: int, refused: SourceRefused) -> None:
-        self._refused[url_key] = (time.monotonic() + self._kept_s, mark, refused.message)
+    def remember(self, url_key: str, mark: int, refused: SourceTooLarge) -> None:
+        self._refused[url_key] = (time.monotonic() + self._kept_s, mark, refused.size, refused.limit)
         self._refused.move_to_end(url_key)
         while len(self._refused) > self._names:
             self._refused.popitem(last=False)
@@ -226,7 +237,7 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
     url_key = pull_key(at.zone.name, at.path, "")
     mark = node.cache.purge_mark()  # taken before the origin is asked: a purge meanwhile lets its refusal go
     if (refused := refused_sources.refusal(url_key, mark)) is not None:
-        raise refused
+        raise too_large(at, *refused)
     flight_key = pull_variant_key(url_key, "flight")
     client = (request.remote, request.scheme)   # the edge asks for a client: X-Forwarded-For, -Proto
 
@@ -249,9 +260,8 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
     try:
         return await through_flight(flights, flight_key, node.origins.limits, cached,
                                     partial(from_origin, node, client, at, url_key), failed)
-    except SourceRefused as exc:
-        if exc.code == "SourceTooLarge":
-            refused_sources.remember(url_key, mark, exc)
+    except SourceTooLarge as exc:
+        refused_sources.remember(url_key, mark, exc)
         raise
 
 
