@@ -140,6 +140,9 @@ def create_cluster_app(node_app: web.Application) -> web.Application:
     return app
 
 
+ANSWERED_CACHE_CONTROL = frozenset(("cache-control",))
+
+
 def is_delivery(request: web.Request) -> bool:
     """Answers the `_headers` rules apply to (assetcdn/shared/deliveries.py)."""
     return deliveries.is_delivery(request.path, forwarded=bool(request.get(FORWARDED)))
@@ -154,11 +157,8 @@ async def _on_delivery_response(request: web.Request, response: web.StreamRespon
         # was: a 412 answers this request's If-Match, a 5xx this moment's failure (a busy worker, an origin down),
         # not the URL, and a rule's year of `public` would let a shared cache answer every later request with it.
         transient = response.status == 412 or response.status >= 500
-        answered = response.headers.getall("Cache-Control", []) if transient else None
-        apply_rule_changes(request_header_changes(request), response.headers)
-        if answered is not None:
-            response.headers.popall("Cache-Control", None)
-            response.headers.extend(("Cache-Control", value) for value in answered)
+        apply_rule_changes(request_header_changes(request), response.headers,
+                           kept=ANSWERED_CACHE_CONTROL if transient else frozenset())
     node.deliveries.record(request, response)
 
 

@@ -130,16 +130,19 @@ def tenant_path(host_zone: str | None, path: str) -> str:
     return path
 
 
-def apply_rule_changes(changes: HeaderChanges, headers: CIMultiDict[str]) -> None:
+def apply_rule_changes(changes: HeaderChanges, headers: CIMultiDict[str],
+                       kept: frozenset[str] = frozenset()) -> None:
     """The `_headers` changes of one request path and host applied to a delivery response's headers
-    (also used by the hit path, assetcdn/edge/fastpath/prepared.py, to build its header block once)."""
+    (also used by the hit path, assetcdn/edge/fastpath/prepared.py, to build its header block once). `kept`: more
+    lower-case names than RESERVED_HEADERS that the rules may neither set nor remove on this answer."""
     if not changes:
         return
+    reserved = RESERVED_HEADERS | kept if kept else RESERVED_HEADERS
     for name in list(headers):
-        if name.lower() in changes.remove and name.lower() not in RESERVED_HEADERS:
+        if name.lower() in changes.remove and name.lower() not in reserved:
             del headers[name]
     for name, value in changes.set.items():
-        if name.lower() not in RESERVED_HEADERS:
+        if name.lower() not in reserved:
             headers[name] = value
     keep_sandbox(headers)
 
