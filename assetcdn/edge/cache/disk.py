@@ -162,15 +162,16 @@ def segment_place(filename: str) -> tuple[str, int, int] | None:
     return segment, int(offset), int(length)
 
 
-def stored_after(meta: object, stored_at: float) -> bool:
-    """Whether a row's metadata (``tag``: JSON with its stored-at, "at") says it was stored after `stored_at`."""
+def meta_stored_at(meta: object) -> float | None:
+    """The stored-at a row's metadata (``tag``: JSON, "at") names, read as ``get`` reads it (SQLite's own parse
+    of the float may round it); None for a row without one (not ours, or of an earlier layout)."""
     if not isinstance(meta, str):
-        return False
+        return None
     try:
         at = orjson.loads(meta).get("at")
     except (orjson.JSONDecodeError, AttributeError):
-        return False
-    return isinstance(at, int | float) and at > stored_at
+        return None
+    return float(at) if isinstance(at, int | float) else None
 
 
 def _file_or_segment(filename: str) -> tuple[str, bool]:
@@ -567,10 +568,7 @@ class DiskTier:
     def stored_at(self, key: str) -> float | None:
         """The stored-at time of the entry under ``key`` (its metadata only, no body read); None when absent."""
         row = self._sql().execute("SELECT tag FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone()
-        if row is None or not isinstance(row[0], str):
-            return None
-        at: float = orjson.loads(row[0])["at"]  # as `get` reads it (SQLite's own parse of a float may round)
-        return at
+        return None if row is None else meta_stored_at(row[0])
 
     def put(
         self,
@@ -715,7 +713,8 @@ class DiskTier:
                     for key, held, meta in con.execute(
                             "SELECT key, filename, tag FROM Cache WHERE raw = 1 AND key IN "
                             f"({','.join('?' * len(chunk))})", chunk):
-                        if stored_after(meta, latest[key].stored_at):
+                        held_at = meta_stored_at(meta)
+                        if held_at is not None and held_at > latest[key].stored_at:
                             # A newer response under the key, another worker's, written since this one was queued
                             # (its notice not yet published, or not yet replayed here): kept, not overwritten.
                             del latest[key]

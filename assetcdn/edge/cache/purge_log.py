@@ -26,7 +26,7 @@ from typing import Literal
 from assetcdn.edge.cache.sqlite_conn import ThreadLocalConnection
 
 PurgeKind = Literal["keys", "tags", "prefix", "all"]
-# A notice, not a purge: ``stored`` rows carry "<stored_at> <key>" (``note_stored``).
+# A notice, not a purge: ``stored`` names a key and when it was stored (``note_stored``).
 LogKind = PurgeKind | Literal["stored"]
 SEQUENCE_FILE = "edge-purge.seq"
 # Rows kept for workers that are behind; a worker further behind clears its memory tier.
@@ -48,7 +48,8 @@ _STORED_SCHEMA = (
 @dataclass(frozen=True, slots=True)
 class Purge:
     kind: LogKind
-    value: str  # a key, a tag, a tag prefix, "" for "all", or "<stored_at> <key>" for "stored"
+    value: str  # a key, a tag, a tag prefix, "" for "all", or the key stored anew for "stored"
+    stored_at: float = 0.0  # "stored": when it was stored (a copy stored before goes)
 
 
 class PurgeLog:
@@ -168,7 +169,7 @@ class PurgeLog:
             (oldest,) = self._sql().execute("SELECT MIN(seq) FROM EdgeStored").fetchone()
             behind = behind or (oldest is not None and oldest > self._noted + 1)
             self._noted = max([noted, *(row[0] for row in notices)])
-            taken += [Purge("stored", f"{stored_at!r} {key}") for _, key, stored_at in notices]
+            taken += [Purge("stored", key, stored_at) for _, key, stored_at in notices]
         if behind:
             return [Purge("all", "")]
         return taken

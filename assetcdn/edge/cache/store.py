@@ -582,7 +582,6 @@ class EdgeCache:
                 elif purge.kind == "prefix":
                     self.memory.purge_tag_prefixes((purge.value,))
                 elif purge.kind == "stored":  # a notice (PurgeLog.note_stored): an older copy goes
-                    stored_at, _, key = purge.value.partition(" ")
-                    self.memory.discard_older(key, float(stored_at))
+                    self.memory.discard_older(purge.value, purge.stored_at)
                 else:
                     self.memory.discard(purge.value)
