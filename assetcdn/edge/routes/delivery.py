@@ -15,7 +15,7 @@ from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.delivery_log import DELIVERED_PATH
 from assetcdn.edge.site_config import request_host
 from assetcdn.edge.states.fetch import AS_IS
-from assetcdn.edge.states.pull import serve_pull
+from assetcdn.edge.states.pull import declared_refusal, serve_pull
 from assetcdn.edge.states.recv import PullPath, receive
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
 from assetcdn.shared.errors import ApiError
@@ -62,11 +62,7 @@ async def expect_body(request: web.Request) -> None:
         return
     if request.headers.get("Expect", "").lower() != "100-continue":
         raise web.HTTPExpectationFailed(text=f"Unknown Expect: {request.headers.get('Expect', '')}")
-    declared = request.content_length
-    if declared is not None and declared > request.client_max_size:
-        return
-    budget = request.app[NODE].origins.forward_bodies
-    if declared is not None and budget.held + declared > budget.limit:  # 413 or 503 EdgeBusy (pull.forwarded_body)
+    if declared_refusal(request, request.app[NODE].origins.forward_bodies) is not None:
         return
     await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     request.writer.output_size = 0  # the 100 is not the answer's

@@ -1149,8 +1149,6 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
     OPTIONS whose Max-Forwards is 0 is answered here, as its final recipient, a larger one counted down (RFC 9110
     7.6.2). The answer goes at its client's pace, within the send timeout a fill's client has (`sent_in_time`): a
     client that takes none of it for that long is cut off, and the origin connection closed, not held for it."""
-    if request.content_length is not None and request.content_length > request.client_max_size:
-        raise too_large(request.client_max_size, request.content_length)
     budget = node.origins.forward_bodies
     held = 0
     try:
@@ -1203,12 +1201,10 @@ async def forwarded_body(request: web.Request, budget: ByteBudget) -> tuple[byte
     their body timeout; a declared length that does not fit beside what is held now is refused before any of it
     is read. Past the budget, 503 EdgeBusy with Retry-After (what was taken already is given back); a body larger
     than the whole budget (one set below the request limit) can never be taken: 413, as past the request limit."""
-    declared = request.content_length
     limit = min(request.client_max_size, budget.limit)
-    if declared is not None and declared > limit:
-        raise too_large(limit, declared)
-    if declared is not None and budget.held + declared > budget.limit:
-        raise edge_busy(budget)
+    refused = declared_refusal(request, budget)
+    if refused is not None:
+        raise refused
     chunks: list[bytes] = []
     held = 0
     try:
@@ -1223,6 +1219,21 @@ async def forwarded_body(request: web.Request, budget: ByteBudget) -> tuple[byte
         budget.give(held)
         raise
     return b"".join(chunks), held
+
+
+def declared_refusal(request: web.Request, budget: ByteBudget) -> ApiError | None:
+    """The answer to a body whose declared length the worker cannot take, before any of it is read (and so without
+    a 100 Continue: assetcdn/edge/routes/delivery.py): 413 past the request limit or the whole budget, 503 EdgeBusy
+    past what is left of the budget; None when it fits, or declares no length."""
+    declared = request.content_length
+    if declared is None:
+        return None
+    limit = min(request.client_max_size, budget.limit)
+    if declared > limit:
+        return too_large(limit, declared)
+    if budget.held + declared > budget.limit:
+        return edge_busy(budget)
+    return None
 
 
 def edge_busy(budget: ByteBudget) -> ApiError:
