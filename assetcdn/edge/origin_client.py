@@ -45,7 +45,7 @@ from assetcdn.shared.address_guard import (
     checked_addresses,
     literal_address,
 )
-from assetcdn.shared.cdn_cookies import CDN_COOKIES
+from assetcdn.shared.cdn_cookies import is_cdn_cookie
 from assetcdn.shared.config import Settings
 from assetcdn.shared.metrics import LATENCY_BUCKETS, Metrics, add_observations
 
@@ -205,7 +205,7 @@ def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *,
 def without_cdn_cookies(value: str) -> str:
     """A Cookie field's value less the CDN's own cookies (CDN_COOKIES); empty when it held no other."""
     return "; ".join(pair for pair in (part.strip() for part in value.split(";"))
-                     if pair and pair.partition("=")[0].strip() not in CDN_COOKIES)
+                     if pair and not is_cdn_cookie(pair))
 
 
 @dataclass(eq=False)

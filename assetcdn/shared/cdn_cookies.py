@@ -9,3 +9,8 @@ from __future__ import annotations
 SESSION_COOKIE = "cdn_session"
 LOGGED_IN_COOKIE = "cdn_logged_in"
 CDN_COOKIES = frozenset((SESSION_COOKIE, LOGGED_IN_COOKIE))
+
+
+def is_cdn_cookie(pair: str) -> bool:
+    """Whether a cookie (`name=value`, from a Cookie field or the start of a Set-Cookie) is one of the CDN's own."""
+    return pair.partition("=")[0].strip() in CDN_COOKIES

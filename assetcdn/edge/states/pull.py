@@ -85,7 +85,7 @@ from assetcdn.edge.states.freshness import (
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.tls.policy import HSTS_HEADER
 from assetcdn.shared.cache_results import CacheResult
-from assetcdn.shared.cdn_cookies import CDN_COOKIES
+from assetcdn.shared.cdn_cookies import is_cdn_cookie
 from assetcdn.shared.config import Settings
 from assetcdn.shared.content_security import keep_sandbox
 from assetcdn.shared.decimal_fields import bounded_decimal
@@ -1042,7 +1042,7 @@ def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: 
     if "set-cookie" in headers:
         cookies = headers.popall("set-cookie")
         for cookie in cookies:
-            if cookie.partition("=")[0].strip() not in CDN_COOKIES:
+            if not is_cdn_cookie(cookie):
                 headers.add("set-cookie", cookie)
     if shared_host:
         headers.popall(HSTS_HEADER, None)
