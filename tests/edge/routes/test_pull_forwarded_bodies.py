@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 import pytest_asyncio
-from aiohttp import web
+from aiohttp import ClientResponse, web
 
 from tests.support.cdn import shared_cdn_apps
 from tests.support.control import ACCOUNT
@@ -118,6 +118,18 @@ async def test_a_chunked_body_is_counted_as_it_arrives(pull: Pull) -> None:
         for _ in range(3):
             yield b"h" * (100 * KB)
 
+    first, release = await held_upload(pull, "/held-upload")
+    busy = await pull.cdn.edge.post(f"/{ZONE}/chunked", data=fewer())  # fits the budget, not beside 400 KB
+    assert busy.status == 503 and busy.headers["Retry-After"] == "1"
+    release.set()
+    assert (await first).status == 201
+    taken = await pull.cdn.edge.post(f"/{ZONE}/chunked", data=fewer())
+    assert (taken.status, await taken.read()) == (201, str(300 * KB).encode())
+
+
+async def held_upload(pull: Pull, name: str) -> tuple[asyncio.Task[ClientResponse], asyncio.Event]:
+    """A 400 KB upload to `name`, whose origin has read it and answers once the event is set: its body is held
+    against the worker's budget meanwhile. The upload's task, and the event."""
     release = asyncio.Event()
 
     async def held(request: web.Request) -> web.Response:
@@ -125,19 +137,14 @@ async def test_a_chunked_body_is_counted_as_it_arrives(pull: Pull) -> None:
         await release.wait()
         return web.Response(status=201)
 
-    pull.origin.route("/held-upload", held)
-    first = asyncio.create_task(pull.cdn.edge.post(f"/{ZONE}/held-upload", data=b"a" * (400 * KB)))
+    pull.origin.route(name, held)
+    upload = asyncio.create_task(pull.cdn.edge.post(f"/{ZONE}{name}", data=b"a" * (400 * KB)))
 
-    async def first_held() -> bool:
-        return len(pull.origin.requests("/held-upload")) == 1
+    async def at_origin() -> bool:
+        return len(pull.origin.requests(name)) == 1
 
-    await wait_until(first_held, "the first upload held at its origin")
-    busy = await pull.cdn.edge.post(f"/{ZONE}/chunked", data=fewer())  # fits the budget, not beside 400 KB
-    assert busy.status == 503 and busy.headers["Retry-After"] == "1"
-    release.set()
-    assert (await first).status == 201
-    taken = await pull.cdn.edge.post(f"/{ZONE}/chunked", data=fewer())
-    assert (taken.status, await taken.read()) == (201, str(300 * KB).encode())
+    await wait_until(at_origin, "the upload held at its origin")
+    return upload, release
 
 
 async def _count(request: web.Request) -> web.Response:
@@ -245,20 +252,7 @@ async def test_a_cache_control_rule_does_not_make_a_busy_or_failed_answer_cachea
     flaky = await pull.cdn.edge.get(f"/{ZONE}/flaky.txt")
     assert flaky.status == 503 and flaky.headers.getall("Cache-Control") == ["max-age=5"]
 
-    release = asyncio.Event()
-
-    async def held(request: web.Request) -> web.Response:
-        await request.read()
-        await release.wait()
-        return web.Response(status=201)
-
-    pull.origin.route("/held-again", held)
-    first = asyncio.create_task(pull.cdn.edge.post(f"/{ZONE}/held-again", data=b"a" * (400 * KB)))
-
-    async def first_held() -> bool:
-        return len(pull.origin.requests("/held-again")) == 1
-
-    await wait_until(first_held, "the first upload held at its origin")
+    first, release = await held_upload(pull, "/held-again")
     busy = await pull.cdn.edge.post(f"/{ZONE}/upload", data=b"b" * (400 * KB))
     assert busy.status == 503 and "Cache-Control" not in busy.headers
     release.set()
