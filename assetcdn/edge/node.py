@@ -21,6 +21,7 @@ from assetcdn.edge.cache.applied import GenerationPurge
 from assetcdn.edge.cache.coalesce import SingleFlight
 from assetcdn.edge.cache.store import EdgeCache
 from assetcdn.edge.cache.tags import path_tag, pull_path_tag
+from assetcdn.edge.cdn_loop import fleet_id
 from assetcdn.edge.control_client import ControlClient, NotFoundAtControl, run_sync_loop
 from assetcdn.edge.delivery_log import DeliveryLog
 from assetcdn.edge.origin_client import OriginClient, OriginLimits
@@ -66,6 +67,7 @@ class EdgeNode:
         self.config_file = state_dir / "edge-config.json"
         # Certificates and ACME answers from control (assetcdn/edge/tls/state.py); pulled on catch-up.
         self.tls = EdgeTlsState(control.cluster_secret, state_dir / "tls-state.json")
+        self.fleet = fleet_id(control.cluster_secret)  # in CDN-Loop (assetcdn/edge/cdn_loop.py)
         self._tls_pull_at = 0.0
         self.flight: SingleFlight[Any] = SingleFlight()
         # Pull zones' origins (assetcdn/edge/origin_client.py), and the background revalidations they start.
@@ -92,7 +94,8 @@ class EdgeNode:
         self.applied_generation = self.replica.generation
         self.tls.load_persisted()
         try:
-            self.config = EdgeConfig.from_published(PublishedConfig.from_json(orjson.loads(self.config_file.read_bytes())))
+            self.config = EdgeConfig.from_published(
+                PublishedConfig.from_json(orjson.loads(self.config_file.read_bytes())), self.fleet)
         except (FileNotFoundError, ValueError):   # orjson.JSONDecodeError is a ValueError
             pass
 
@@ -101,7 +104,7 @@ class EdgeNode:
             return
         published = await self.control.config()
         before = self.config.pull_zones
-        self.config = EdgeConfig.from_published(published)  # from here no fill keeps a retired origin's answer
+        self.config = EdgeConfig.from_published(published, self.fleet)  # from here no fill keeps a retired origin's answer
         retired = retired_origins(before, self.config.pull_zones)
         if retired:
             # Control purges such a zone once it has published the change, and the purge runs once per edge: a

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from multidict import CIMultiDict
 from yarl import URL
 
+from assetcdn.edge.cdn_loop import FIELD as CDN_LOOP
 from assetcdn.edge.origin_http import Connection, HttpError, Pool
 from assetcdn.edge.states.freshness import SURROGATE_CAPABILITY
 from assetcdn.shared.address_guard import (
@@ -103,6 +104,8 @@ class Origin:
     url: URL
     host_header: str | None = None
     request_headers: tuple[tuple[str, str], ...] = ()
+    # Appended to the client's CDN-Loop on every request (assetcdn/edge/cdn_loop.py); "" for none.
+    loop_token: str = ""
     # The request fields' names lower-case, `_` read as `-` (`origin_request_headers`): made once per origin.
     own_field_names: frozenset[str] = field(init=False, repr=False, compare=False)
 
@@ -195,6 +198,8 @@ def origin_request_headers(client: Sequence[tuple[str, str]], origin: Origin, *,
     for name, value in zone_fields:
         headers[name] = value
     headers["Via"] = VIA
+    if origin.loop_token:  # after the client's own (RFC 8586): see assetcdn/edge/cdn_loop.py
+        headers.add(CDN_LOOP, origin.loop_token)
     headers["Surrogate-Capability"] = SURROGATE_CAPABILITY  # Surrogate-Control may target this cache
     if client_ip:
         headers["X-Forwarded-For"] = client_ip

@@ -14,6 +14,7 @@ from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
 from yarl import URL
 
+from assetcdn.edge.cdn_loop import loop_token
 from assetcdn.edge.origin_client import Origin
 from assetcdn.shared.content_security import keep_sandbox
 from assetcdn.shared.edge_rules import EMPTY_RULES, RESERVED_HEADERS, HeaderChanges, RuleSet
@@ -33,6 +34,7 @@ class PullZone:
     name: str
     origin: Origin
     store_set_cookie: bool = False
+    fleet: str = ""  # the edges' pseudonym in CDN-Loop (assetcdn/edge/cdn_loop.py): "" detects no loop
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,14 @@ class EdgeConfig:
     pull_zones: dict[str, PullZone] = field(default_factory=dict)   # zone -> where its paths come from
 
     @staticmethod
-    def from_published(published: PublishedConfig) -> EdgeConfig:
+    def from_published(published: PublishedConfig, fleet: str = "") -> EdgeConfig:
+        """`fleet`: the edges' pseudonym in CDN-Loop (assetcdn/edge/cdn_loop.py); "" sends none."""
         return EdgeConfig(version=published.version,
                           rules=RuleSet.from_texts(published.headers, published.redirects, strict=False),
                           domains={h.lower(): z for h, z in published.domains.items()},
                           base_domain=published.base_domain.lower(),
-                          pull_zones={zone: pull_zone(zone, origin) for zone, origin in published.origins.items()})
+                          pull_zones={zone: pull_zone(zone, origin, fleet)
+                                      for zone, origin in published.origins.items()})
 
     def pull_target(self, host_zone: str | None, path: str) -> tuple[PullZone, str, str] | None:
         """(zone, path at the origin, what comes before it) when a request path names a pull zone's path:
@@ -147,6 +151,7 @@ def apply_rule_changes(changes: HeaderChanges, headers: CIMultiDict[str],
     keep_sandbox(headers)
 
 
-def pull_zone(name: str, origin: PullOrigin) -> PullZone:
-    return PullZone(name, Origin(URL(origin.url), origin.host_header, tuple(origin.request_headers.items())),
-                    origin.store_set_cookie)
+def pull_zone(name: str, origin: PullOrigin, fleet: str = "") -> PullZone:
+    return PullZone(name, Origin(URL(origin.url), origin.host_header, tuple(origin.request_headers.items()),
+                                 loop_token(fleet, name) if fleet else ""),
+                    origin.store_set_cookie, fleet)

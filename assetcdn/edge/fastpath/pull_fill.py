@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from assetcdn.edge.cdn_loop import HEAD_MARK
 from assetcdn.edge.delivery_log import BodyCounter, Pending, body_sent, country_code
 from assetcdn.edge.fastpath.prepared import (
     ID_FIELD,
@@ -147,6 +148,8 @@ class PullFills:
 
     def _begin(self, conn: HitProtocol, fill: Fill, head: bytes) -> Coroutine[Any, Any, None] | None:
         """The fill's coroutine once it leads the URL's flight; None when the application answers."""
+        if HEAD_MARK in head.lower():  # a CDN-Loop: the application sees whether it is this zone's own request
+            return None
         fields = request_fields(head)
         if fields is None:
             return None

@@ -43,6 +43,8 @@ from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.store import SOFT_PURGED, PurgedMeanwhile
 from assetcdn.edge.cache.tags import pull_path_tag
+from assetcdn.edge.cdn_loop import FIELD as CDN_LOOP
+from assetcdn.edge.cdn_loop import loop_detected, looped
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.origin_client import (
     ByteBudget,
@@ -275,6 +277,11 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
     path has before it (`/<zone>` on the default host, nothing on the zone's own hosts)."""
     node = request.app[NODE]
     request[SHARED_HOST] = bool(prefix)
+    # A request this zone sent its origin, back at the edges: refused before it could wait for its own fill. A
+    # shield request carries the asking edge's mark for the origin the shield asks, and is no loop.
+    if (zone.fleet and CDN_LOOP in request.headers and not from_edge(request)
+            and looped(request.headers.getall(CDN_LOOP), zone.fleet, zone.name)):
+        raise loop_detected(zone.name)
     if request.method not in ("GET", "HEAD"):
         if request.method == "TRACE":  # its echo would show the client the zone's RequestHeaders (a secret)
             raise ApiError(405, "MethodNotAllowed", "TRACE is not passed to a pull zone's origin.",
