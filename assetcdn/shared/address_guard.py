@@ -155,16 +155,20 @@ class CachingResolver:
     nginx's ``resolver valid=``), at most `names` names (the least recently asked goes first), with one lookup
     per name under way however many connections wait for it. A failed lookup is not kept. The addresses are
     still checked for every connection (``checked_addresses``): what is kept is the lookup, not the verdict, so a
-    name that moves to a refused address is refused once its kept answer expires."""
+    name that moves to a refused address is refused once its kept answer expires. A lookup under way for
+    `give_up_s` (the bound each connection waits, LOOKUP_TIMEOUT_S) is one whose name does not answer: a new
+    connection to it is refused at once (TimeoutError) until that lookup ends, rather than each waiting its whole
+    bound for the same hung lookup."""
 
     def __init__(self, resolver: HostResolver, *, ttl_s: float, names: int = 1024,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, give_up_s: float = LOOKUP_TIMEOUT_S) -> None:
         self._resolver = resolver
         self._ttl_s = ttl_s
         self._names = names
         self._clock = clock
+        self._give_up_s = give_up_s
         self._kept: OrderedDict[str, tuple[float, list[str]]] = OrderedDict()
-        self._under_way: dict[str, asyncio.Future[list[str]]] = {}
+        self._under_way: dict[str, tuple[float, asyncio.Future[list[str]]]] = {}  # since when, the lookup
 
     async def addresses(self, host: str) -> list[str]:
         kept = self._kept.get(host)
@@ -173,10 +177,15 @@ class CachingResolver:
                 self._kept.move_to_end(host)
                 return list(kept[1])
             del self._kept[host]
-        lookup = self._under_way.get(host)
-        if lookup is None:
-            lookup = self._under_way[host] = asyncio.ensure_future(self._look_up(host))
+        under_way = self._under_way.get(host)
+        if under_way is None:
+            lookup = asyncio.ensure_future(self._look_up(host))
+            self._under_way[host] = (self._clock(), lookup)
             lookup.add_done_callback(_retrieved)
+        else:
+            since, lookup = under_way
+            if self._clock() - since >= self._give_up_s:
+                raise TimeoutError(f"the lookup of '{host}' has not ended in {self._give_up_s:g} s")
         # A waiter that gives up (its own bound, its request gone) leaves the lookup to the others.
         return list(await asyncio.shield(lookup))
 

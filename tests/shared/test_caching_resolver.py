@@ -102,3 +102,26 @@ async def test_at_most_the_bound_of_names_is_kept() -> None:
     assert len(names.lookups) == 3  # 0, 1 and 2 once each: 2 and 1 were kept
     await resolver.addresses("o0.example.test")  # the least recently asked, let go for 2
     assert len(names.lookups) == 4
+
+
+async def test_a_lookup_that_outlives_the_wait_bound_refuses_new_connections_at_once_until_it_ends() -> None:
+    """A name whose lookup hangs: the connections waiting for it each give up at their bound
+    (LOOKUP_TIMEOUT_S, `give_up_s`); a connection that comes once the lookup is that old is refused at once, not
+    made to wait its own bound for the same lookup. The lookup's answer, when it comes, is kept and served."""
+    names, clock = Names({NAME: ["127.0.0.2"]}), Clock()
+    names.gate = asyncio.Event()
+    resolver = CachingResolver(names, ttl_s=10.0, clock=clock, give_up_s=5.0)
+    first = asyncio.create_task(resolver.addresses(NAME))
+    await asyncio.sleep(0)
+    clock.now += 4.9
+    joined = asyncio.create_task(resolver.addresses(NAME))  # within the bound: it waits for the lookup
+    await asyncio.sleep(0)
+    assert not joined.done()
+    clock.now += 0.1
+    refused = asyncio.create_task(resolver.addresses(NAME))
+    await asyncio.sleep(0)
+    assert refused.done() and isinstance(refused.exception(), TimeoutError)
+    assert names.lookups == [NAME]
+    names.gate.set()
+    assert await first == await joined == ["127.0.0.2"]
+    assert await resolver.addresses(NAME) == ["127.0.0.2"] and names.lookups == [NAME]
