@@ -179,7 +179,7 @@ class CachingResolver:
             del self._kept[host]
         under_way = self._under_way.get(host)
         if under_way is None:
-            lookup = asyncio.ensure_future(self._look_up(host))
+            lookup: asyncio.Future[list[str]] = asyncio.ensure_future(self._look_up(host))
             self._under_way[host] = (self._clock(), lookup)
             lookup.add_done_callback(_retrieved)
         else:
