@@ -20,6 +20,7 @@ from multidict import CIMultiDict
 
 from assetcdn.edge.app_keys import NODE, SECRETS
 from assetcdn.edge.cache.tags import path_tag
+from assetcdn.edge.cdn_loop import NAME
 from assetcdn.edge.routes.cluster import PUSH_REPLAY_GUARD
 from assetcdn.edge.shield import (
     FROM_EDGE,
@@ -28,6 +29,7 @@ from assetcdn.edge.shield import (
     SHIELD_CACHE,
     SHIELD_PATH,
 )
+from assetcdn.edge.site_config import PullZone
 from assetcdn.edge.states.pull import serve_pull
 from assetcdn.shared.cluster import (
     CONTENT_HEADER,
@@ -59,13 +61,26 @@ async def shield(request: web.Request) -> web.StreamResponse:
     if zone is None:
         raise ApiError(404, "NotPullZone", f"'{name}' is not a pull zone on this edge.")
     path = request.rel_url.raw_path[len(f"{SHIELD_PATH}/{generation}/{name}"):]
-    headers = CIMultiDict((key, value) for key, value in request.headers.items() if key.lower() not in CLUSTER_FIELDS)
+    headers = CIMultiDict((key, value) for key, value in without_asking_edges_mark(list(request.headers.items()), zone)
+                          if key.lower() not in CLUSTER_FIELDS)
     scheme = headers.get("X-Forwarded-Proto", "")
     forwarded = request.clone(headers=headers, remote=headers.get("X-Forwarded-For") or request.remote or "",
                               scheme=scheme if scheme in ("http", "https") else request.scheme)
     # Both: an answer made whole in the handler is prepared with the request aiohttp has, not the clone.
     request[FROM_EDGE] = forwarded[FROM_EDGE] = True
     return await serve_pull(forwarded, zone, path, "")
+
+
+def without_asking_edges_mark(fields: list[tuple[str, str]], zone: PullZone) -> list[tuple[str, str]]:
+    """`fields` less the CDN-Loop mark the asking edge appended for the zone's origin, its last CDN-Loop line
+    (assetcdn/edge/cdn_loop.py): the shield, an edge of the same fleet, appends that mark itself, so the origin
+    gets it once per pass through the fleet, after the client's own values, and a Vary'd answer is keyed on what a
+    client's own request to the shield would send."""
+    token = zone.origin.loop_token
+    last = next((at for at in range(len(fields) - 1, -1, -1) if fields[at][0].lower() == NAME), None)
+    if not token or last is None or fields[last][1] != token:
+        return fields
+    return fields[:last] + fields[last + 1:]
 
 
 async def name_shield(request: web.BaseRequest, response: web.StreamResponse) -> None:

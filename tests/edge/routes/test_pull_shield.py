@@ -18,9 +18,10 @@ import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from assetcdn.control.publishing.service import REGISTRY
+from assetcdn.edge.cdn_loop import loop_token
 from assetcdn.edge.shield import INVALIDATE_PATH, SHIELD_AUDIENCE, SHIELD_CACHE, SHIELD_PATH
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.states.pull import FLIGHTS
@@ -536,3 +537,24 @@ async def test_origin_and_shield_requests_are_counted_by_outcome_on_metrics(make
         assert metric(text, requests, target="origin", outcome="timeout") == 0
         assert metric(text, "assetcdn_edge_origin_first_byte_seconds_count", target="origin") == 3
         assert metric(text, "assetcdn_edge_origin_first_byte_seconds_count", target="shield") == 0
+
+
+async def test_the_origin_is_sent_the_zones_cdn_loop_mark_once_when_its_fill_came_through_a_shield(
+        make_cdn: CdnFactory) -> None:
+    """The asking edge's shield request carries the zone's CDN-Loop mark it made for the origin (RFC 8586): the
+    shield, an edge of the same fleet, passes the client's values on and adds that mark once, not a second time."""
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return relayed()
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        run.origin.answer("/looped.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
+        (member,) = run.cdn.control.app[REGISTRY].edges.values()
+        mark = loop_token(run.cdn.node.fleet, ZONE)
+        path_qs = f"{SHIELD_PATH}/{run.cdn.node.applied_generation}/{ZONE}/looped.txt"
+        headers = CIMultiDict(sign_request(SECRETS.cluster_secret, "GET", path_qs, audience=SHIELD_AUDIENCE))
+        headers.add("CDN-Loop", 'other-cdn; x="1"')
+        headers.add("CDN-Loop", mark)  # as the asking edge sends it: after the client's own
+        async with aiohttp.ClientSession() as http, http.get(member.url + path_qs, headers=headers) as resp:
+            assert (resp.status, await resp.read()) == (200, b"from the origin")
+        [asked] = run.origin.requests("/looped.txt")
+        assert asked.headers.getall("CDN-Loop") == ['other-cdn; x="1"', mark]
