@@ -26,7 +26,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from assetcdn.edge.cdn_loop import HEAD_MARK
+from assetcdn.edge.cdn_loop import HEAD_MARK, looped
+from assetcdn.edge.cdn_loop import NAME as CDN_LOOP
 from assetcdn.edge.delivery_log import BodyCounter, Pending, body_sent, country_code
 from assetcdn.edge.fastpath.prepared import (
     ID_FIELD,
@@ -148,8 +149,6 @@ class PullFills:
 
     def _begin(self, conn: HitProtocol, fill: Fill, head: bytes) -> Coroutine[Any, Any, None] | None:
         """The fill's coroutine once it leads the URL's flight; None when the application answers."""
-        if HEAD_MARK in head.lower():  # a CDN-Loop: the application sees whether it is this zone's own request
-            return None
         fields = request_fields(head)
         if fields is None:
             return None
@@ -169,6 +168,11 @@ class PullFills:
             return None
         lowered = [(name.lower(), value) for name, value in fields]
         zone = named.zone
+        # This zone's own request back at the edges (one search of the head, most have no CDN-Loop): the
+        # application refuses it. Another CDN's values in front of this one are no reason not to fill here.
+        if zone.fleet and HEAD_MARK in head.lower() and looped(
+                [value for name, value in lowered if name == CDN_LOOP], zone.fleet, zone.name):
+            return None
         url_key = pull_key(zone.name, named.path, query)
         sent = Varied(fields, zone, fill.peer, self.scheme)
         if lookup(server.node, url_key, sent) is not None:  # stored: fresh, stale or a Vary'd URL's

@@ -110,3 +110,18 @@ async def test_a_client_naming_this_zone_in_cdn_loop_only_has_its_own_request_re
         assert (resp.status, resp.body) == (200, BODY)
     assert (await conn.request(f"/{ORIGINAL}{name}")).header("X-Cache") == "HIT"
     assert origin.count(name) == 1
+
+
+async def test_a_miss_behind_another_cdn_is_still_filled_on_the_hit_path(edge: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """Another CDN in front names itself in CDN-Loop on every request: only this zone's own mark sends a miss to the
+    application, which refuses it."""
+    cdn, origin = edge
+    assert cdn.site.hits is not None
+    fills = cdn.site.hits.fills
+    origin.answer("/behind.txt", BODY, headers=HEADERS)
+    started = fills.started
+    resp = await (await cdn.connect()).request(f"/{ORIGINAL}/behind.txt", CDN_Loop="other-cdn, another; x=1")
+    assert (resp.status, resp.body) == (200, BODY)
+    assert fills.started == started + 1
+    [seen] = origin.requests("/behind.txt")
+    assert seen.headers.getall("CDN-Loop") == ["other-cdn, another; x=1", loop_token(cdn.node.fleet, ORIGINAL)]
