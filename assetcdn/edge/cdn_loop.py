@@ -54,7 +54,11 @@ def looped(values: Iterable[str], fleet: str, zone: str) -> bool:
     return False
 
 
+def refusal_message(zone: str) -> str:
+    """Why a request `zone` sent its origin is refused (508 LoopDetected), in any route's envelope."""
+    return (f"This request was sent by pull zone '{zone}' to its own origin, which sent it back to the CDN: the "
+            "zone's origin must be a server other than the zone's own hosts and paths.")
+
+
 def loop_detected(zone: str) -> ApiError:
-    return ApiError(508, "LoopDetected", f"This request was sent by pull zone '{zone}' to its own origin, which "
-                    "sent it back to the CDN: the zone's origin must be a server other than the zone's own hosts "
-                    "and paths.", headers={"Cache-Control": "no-store"})
+    return ApiError(508, "LoopDetected", refusal_message(zone), headers={"Cache-Control": "no-store"})

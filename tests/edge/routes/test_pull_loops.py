@@ -26,6 +26,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 ORIGINAL = "loop-origin"
 SELF = "loop-self"
 CHAINED = "loop-chained"
+THROUGH_AUTO = "loop-auto"  # its origin is the edge's auto-format conversion of its own images
 BODY = b"from the origin"
 HEADERS = {"Content-Type": "text/plain", **LONG}
 
@@ -34,13 +35,13 @@ HEADERS = {"Content-Type": "text/plain", **LONG}
 async def edge(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[HitCdn, ScriptedOrigin]]:
     async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-loops"), ORIGINAL,
                                     ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="60") as (cdn, origin):
-        for name, through in ((SELF, SELF), (CHAINED, ORIGINAL)):
+        for name, through in ((SELF, SELF), (CHAINED, ORIGINAL), (THROUGH_AUTO, f"api/auto/{THROUGH_AUTO}")):
             resp = await cdn.control.post("/api/core/zones", headers=ACCOUNT, json={
                 "Name": name, "Origin": {"Url": f"http://127.0.0.1:{cdn.plain_port}/{through}"}})
             assert resp.status == 201, await resp.text()
 
         async def arrived() -> bool:
-            return {SELF, CHAINED} <= set(cdn.node.config.pull_zones)
+            return {SELF, CHAINED, THROUGH_AUTO} <= set(cdn.node.config.pull_zones)
 
         await wait_until(arrived, "the zones reaching the edge")
         yield cdn, origin
@@ -125,3 +126,18 @@ async def test_a_miss_behind_another_cdn_is_still_filled_on_the_hit_path(edge: t
     assert fills.started == started + 1
     [seen] = origin.requests("/behind.txt")
     assert seen.headers.getall("CDN-Loop") == ["other-cdn, another; x=1", loop_token(cdn.node.fleet, ORIGINAL)]
+
+
+async def test_a_zone_whose_origin_converts_its_own_images_is_refused_with_508_not_left_waiting_for_itself(
+        edge: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """The looped request asks for the zone's image as a conversion's source, which would wait for the fill of
+    that image: the fill that sent it."""
+    cdn, origin = edge
+    for conn in await both_ports(cdn):
+        resp = await conn.request(f"/{THROUGH_AUTO}/photo-{conn.writer.get_extra_info('sockname')[1]}.png")
+        assert resp.status == 508, resp.body
+    # A client naming a zone's mark in its own request for a conversion: refused, the origin never asked.
+    resp = await (await cdn.plain()).request(f"/api/auto/{ORIGINAL}/own.png",
+                                             CDN_Loop=loop_token(cdn.node.fleet, ORIGINAL))
+    assert resp.status == 508, resp.body
+    assert origin.count("/own.png") == 0
