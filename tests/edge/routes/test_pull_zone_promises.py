@@ -1,0 +1,193 @@
+"""Promises of docs/api-guide.md's "Pull zones" section that no other test checked, through a real control and
+edge app and an origin the tests script (the `pull` fixture, tests/support/origins.py): what a client of the edge
+sees and what the origin saw."""
+
+from __future__ import annotations
+
+import time
+from email.utils import formatdate
+
+import pytest
+from aiohttp import web
+from multidict import CIMultiDict
+
+from tests.support.origins import LONG, Pull
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+def ttl(cache_status: str) -> int:
+    """The `ttl` of a hit's Cache-Status member."""
+    return int(cache_status.rsplit("ttl=", 1)[1].split(";")[0])
+
+
+# --- what is sent to the origin ------------------------------------------------------------------------------
+
+
+async def test_the_origin_is_told_surrogate_control_may_target_this_cache(pull: Pull) -> None:
+    pull.origin.answer("/promise/capability.txt", b"ok", headers=LONG)
+    assert (await pull.get("/promise/capability.txt")).status == 200
+    (seen,) = pull.origin.requests("/promise/capability.txt")
+    assert seen.headers.getall("Surrogate-Capability") == ['assetcdn="Surrogate/1.0"']
+
+
+# --- caching: targeted fields, heuristics, Age ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "headers", "stored"), [
+    # a Surrogate-Control without a target, or targeted at this cache, wins over Cache-Control
+    ("/promise/sc-plain.txt", {"Cache-Control": "no-store", "Surrogate-Control": "max-age=600"}, True),
+    ("/promise/sc-ours.txt", {"Cache-Control": "no-store", "Surrogate-Control": "max-age=600;assetcdn"}, True),
+    ("/promise/sc-refuses.txt", {"Cache-Control": "max-age=600", "Surrogate-Control": "no-store"}, False),
+    # one targeted at another device is not this cache's: Cache-Control decides
+    ("/promise/sc-theirs.txt", {"Cache-Control": "max-age=600", "Surrogate-Control": "no-store;othercache"}, True),
+    # CDN-Cache-Control comes before Surrogate-Control
+    ("/promise/sc-after-cdn.txt", {"CDN-Cache-Control": "no-store", "Surrogate-Control": "max-age=600"}, False),
+])
+async def test_surrogate_control_for_this_cache_overrides_cache_control(pull: Pull, name: str,
+                                                                        headers: dict[str, str], stored: bool) -> None:
+    pull.origin.answer(name, b"surrogate", headers=headers)
+    first, second = await pull.get(name), await pull.get(name)
+    assert (await first.read(), await second.read()) == (b"surrogate", b"surrogate")
+    expected = ("MISS", "HIT") if stored else ("PASS", "PASS")
+    assert (first.headers["X-Cache"], second.headers["X-Cache"]) == expected
+    assert pull.origin.count(name) == (1 if stored else 2)
+
+
+async def test_heuristic_freshness_is_a_tenth_of_the_age_of_last_modified_and_at_most_a_day(pull: Pull) -> None:
+    now = time.time()
+    pull.origin.answer("/promise/heuristic-day.txt", b"day",
+                       headers={"Last-Modified": formatdate(now - 86400, usegmt=True)})
+    pull.origin.answer("/promise/heuristic-year.txt", b"year",
+                       headers={"Last-Modified": formatdate(now - 365 * 86400, usegmt=True)})
+    for name, most in (("/promise/heuristic-day.txt", 8640), ("/promise/heuristic-year.txt", 86400)):
+        assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+        hit = await pull.get(name)
+        assert hit.headers["X-Cache"] == "HIT", name
+        assert most - 10 <= ttl(hit.headers["Cache-Status"]) <= most, name
+
+
+async def test_a_status_that_allows_no_heuristic_is_not_stored_without_explicit_freshness(pull: Pull) -> None:
+    """RFC 9111 4.2.2: only heuristically cacheable statuses (200, 404, 301...) get a heuristic lifetime; a 302
+    with nothing but a Last-Modified is passed on, each request asking the origin."""
+    old = formatdate(time.time() - 86400, usegmt=True)
+    pull.origin.answer("/promise/heuristic-302.txt", b"", status=302,
+                       headers={"Last-Modified": old, "Location": "/elsewhere"})
+    pull.origin.answer("/promise/heuristic-404.txt", b"gone", status=404, headers={"Last-Modified": old})
+    for _ in range(2):
+        resp = await pull.get("/promise/heuristic-302.txt", allow_redirects=False)
+        assert (resp.status, resp.headers["X-Cache"]) == (302, "PASS")
+    assert pull.origin.count("/promise/heuristic-302.txt") == 2
+    statuses = [(r.status, r.headers["X-Cache"]) for r in
+                [await pull.get("/promise/heuristic-404.txt"), await pull.get("/promise/heuristic-404.txt")]]
+    assert statuses == [(404, "MISS"), (404, "HIT")]
+
+
+async def test_an_age_that_is_not_one_integer_makes_the_response_stale(pull: Pull) -> None:
+    pull.origin.answer("/promise/age-list.txt", b"aged", headers={**LONG, "Age": "5, 6"})
+    pull.origin.answer("/promise/age-word.txt", b"aged", headers={**LONG, "Age": "soon"})
+    for name in ("/promise/age-list.txt", "/promise/age-word.txt"):
+        assert [(await pull.get(name)).headers["X-Cache"] for _ in range(2)] == ["MISS", "MISS"], name
+        assert pull.origin.count(name) == 2
+
+
+# --- what is stored -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "directive"), [
+    ("/promise/qualified-private.txt", 'private="X-User", max-age=600'),
+    ("/promise/qualified-no-cache.txt", 'no-cache="X-User", max-age=600'),
+])
+async def test_fields_a_qualified_directive_names_are_left_out_of_the_stored_copy(pull: Pull, name: str,
+                                                                                   directive: str) -> None:
+    pull.origin.answer(name, b"shared part", headers={"Cache-Control": directive, "X-User": "first-client",
+                                                      "X-Shared": "kept"})
+    first = await pull.get(name)
+    assert first.headers["X-Cache"] == "MISS"
+    hit = await pull.get(name)
+    assert (hit.headers["X-Cache"], await hit.read(), hit.headers["X-Shared"]) == ("HIT", b"shared part", "kept")
+    assert "X-User" not in hit.headers
+
+
+async def test_an_origins_x_request_id_is_neither_passed_on_nor_stored(pull: Pull) -> None:
+    pull.origin.answer("/promise/request-id.txt", b"ok", headers={**LONG, "X-Request-ID": "origins-own-id"})
+    miss, hit = await pull.get("/promise/request-id.txt"), await pull.get("/promise/request-id.txt")
+    assert (miss.headers["X-Cache"], hit.headers["X-Cache"]) == ("MISS", "HIT")
+    for resp in (miss, hit):
+        assert resp.headers.getall("X-Request-ID") != ["origins-own-id"]
+        assert "origins-own-id" not in resp.headers.getall("X-Request-ID", [])
+
+
+async def test_a_304_that_sets_a_cookie_updates_only_its_own_answer(pull: Pull) -> None:
+    async def cookie_on_304(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"c1"':
+            return web.Response(status=304, headers={"ETag": '"c1"', "Cache-Control": "max-age=600",
+                                                     "Set-Cookie": "visitor=one"})
+        return web.Response(body=b"cookie-free", headers={"ETag": '"c1"', "Cache-Control": "max-age=0"})
+
+    pull.origin.route("/promise/cookie-304.txt", cookie_on_304)
+    assert (await pull.get("/promise/cookie-304.txt")).headers["X-Cache"] == "MISS"
+    first = await pull.get("/promise/cookie-304.txt")
+    assert (first.headers["X-Cache"], await first.read()) == ("REVALIDATED", b"cookie-free")
+    assert first.headers["Set-Cookie"] == "visitor=one"  # the answer it came for
+    second = await pull.get("/promise/cookie-304.txt")  # still stale: revalidated again, not a HIT of the cookie
+    assert second.headers["X-Cache"] == "REVALIDATED"
+    assert pull.origin.count("/promise/cookie-304.txt") == 3
+
+
+# --- request directives ---------------------------------------------------------------------------------------
+
+
+async def test_a_requests_no_store_keeps_its_answer_out_of_the_cache(pull: Pull) -> None:
+    pull.origin.answer("/promise/request-no-store.txt", b"unkept", headers=LONG)
+    refused = await pull.get("/promise/request-no-store.txt", headers={"Cache-Control": "no-store"})
+    assert (refused.status, await refused.read(), refused.headers["X-Cache"]) == (200, b"unkept", "PASS")
+    assert (await pull.get("/promise/request-no-store.txt")).headers["X-Cache"] == "MISS"
+    # Once stored, a request's no-store is answered from the copy (it only keeps its own answer unstored).
+    assert (await pull.get("/promise/request-no-store.txt",
+                           headers={"Cache-Control": "no-store"})).headers["X-Cache"] == "HIT"
+    assert pull.origin.count("/promise/request-no-store.txt") == 2
+
+
+async def test_more_than_16_kb_of_request_directives_reads_as_no_store(pull: Pull) -> None:
+    """Each field line within the server's 8 KB bound: three of 6 KB make 18 KB of directives."""
+    line = "x=" + "a" * (6 * 1024)
+    pull.origin.answer("/promise/request-long-cc.txt", b"unkept", headers=LONG)
+    pull.origin.answer("/promise/request-long-pragma.txt", b"unkept", headers=LONG)
+    for name, field in (("/promise/request-long-cc.txt", "Cache-Control"),
+                        ("/promise/request-long-pragma.txt", "Pragma")):
+        resp = await pull.get(name, headers=CIMultiDict([(field, line)] * 3))
+        assert (resp.status, resp.headers["X-Cache"]) == (200, "PASS"), field
+        assert (await pull.get(name)).headers["X-Cache"] == "MISS", field
+
+
+async def test_pragma_no_cache_without_cache_control_has_the_stored_copy_validated(pull: Pull) -> None:
+    async def tagged(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"p"':
+            return web.Response(status=304, headers={"ETag": '"p"', **LONG})
+        return web.Response(body=b"pragma", headers={"ETag": '"p"', **LONG})
+
+    pull.origin.route("/promise/pragma.txt", tagged)
+    assert (await pull.get("/promise/pragma.txt")).headers["X-Cache"] == "MISS"
+    forced = await pull.get("/promise/pragma.txt", headers={"Pragma": "no-cache"})
+    assert (forced.headers["X-Cache"], await forced.read()) == ("REVALIDATED", b"pragma")
+
+
+# --- validation ---------------------------------------------------------------------------------------------
+
+
+async def test_a_304_never_changes_the_fields_that_describe_the_stored_bytes(pull: Pull) -> None:
+    async def versioned(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"bytes"':
+            return web.Response(status=304, headers={"ETag": '"bytes"', "Cache-Control": "max-age=600",
+                                                     "Content-Encoding": "gzip", "X-Version": "2"})
+        return web.Response(body=b"plain bytes", headers={"ETag": '"bytes"', "Cache-Control": "max-age=0",
+                                                          "X-Version": "1"})
+
+    pull.origin.route("/promise/bytes-304.txt", versioned)
+    assert (await pull.get("/promise/bytes-304.txt")).headers["X-Cache"] == "MISS"
+    assert (await pull.get("/promise/bytes-304.txt")).headers["X-Cache"] == "REVALIDATED"
+    hit = await pull.get("/promise/bytes-304.txt", auto_decompress=False)
+    assert (hit.headers["X-Cache"], hit.headers["X-Version"], await hit.read()) == ("HIT", "2", b"plain bytes")
+    assert "Content-Encoding" not in hit.headers
+    assert hit.headers["Content-Length"] == str(len(b"plain bytes"))
