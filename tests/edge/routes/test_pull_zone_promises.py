@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import time
 from email.utils import formatdate
+from typing import Any
 
 import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
+from tests.support.cdn import PURGE
 from tests.support.origins import LONG, Pull
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -19,6 +21,11 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 def ttl(cache_status: str) -> int:
     """The `ttl` of a hit's Cache-Status member."""
     return int(cache_status.rsplit("ttl=", 1)[1].split(";")[0])
+
+
+async def purge(pull: Pull, body: dict[str, Any]) -> None:
+    resp = await pull.cdn.control.post("/api/purge", json=body, headers=PURGE)
+    assert resp.status == 200, await resp.text()
 
 
 # --- what is sent to the origin ------------------------------------------------------------------------------
@@ -135,6 +142,18 @@ async def test_a_304_that_sets_a_cookie_updates_only_its_own_answer(pull: Pull) 
     assert pull.origin.count("/promise/cookie-304.txt") == 3
 
 
+# --- purges of origin tags ----------------------------------------------------------------------------------
+
+
+async def test_origin_tags_are_compared_as_written(pull: Pull) -> None:
+    pull.origin.answer("/promise/tag-case.txt", b"tagged", headers={**LONG, "Surrogate-Key": "Holiday"})
+    assert (await pull.get("/promise/tag-case.txt")).headers["X-Cache"] == "MISS"
+    await purge(pull, {"tags": ["holiday"]})
+    assert (await pull.get("/promise/tag-case.txt")).headers["X-Cache"] == "HIT"
+    await purge(pull, {"tags": ["Holiday"]})
+    assert (await pull.get("/promise/tag-case.txt")).headers["X-Cache"] == "MISS"
+
+
 # --- request directives ---------------------------------------------------------------------------------------
 
 
@@ -191,3 +210,32 @@ async def test_a_304_never_changes_the_fields_that_describe_the_stored_bytes(pul
     assert (hit.headers["X-Cache"], hit.headers["X-Version"], await hit.read()) == ("HIT", "2", b"plain bytes")
     assert "Content-Encoding" not in hit.headers
     assert hit.headers["Content-Length"] == str(len(b"plain bytes"))
+
+
+# --- other methods ------------------------------------------------------------------------------------------
+
+
+async def test_other_methods_are_passed_with_cache_status_fwd_method_and_invalidate_content_location(
+        pull: Pull) -> None:
+    pull.origin.answer("/promise/listed", b"listing", headers=LONG)
+    pull.origin.answer("/promise/form", b"made", status=201,
+                       headers={"Content-Location": "/up/promise/listed"})
+    assert (await pull.get("/promise/listed")).headers["X-Cache"] == "MISS"
+    assert (await pull.get("/promise/listed")).headers["X-Cache"] == "HIT"
+    posted = await pull.cdn.edge.post("/pulled/promise/form", data=b"a=1")
+    assert (posted.status, await posted.read(), posted.headers["X-Cache"]) == (201, b"made", "PASS")
+    assert posted.headers["Cache-Status"].startswith("assetcdn; fwd=method")
+    assert (await pull.get("/promise/listed")).headers["X-Cache"] == "MISS"
+
+
+async def test_an_unsafe_request_the_origin_refuses_invalidates_nothing(pull: Pull) -> None:
+    async def refusing(request: web.Request) -> web.StreamResponse:
+        if request.method == "DELETE":
+            return web.Response(status=403, body=b"no")
+        return web.Response(body=b"kept", headers=LONG)
+
+    pull.origin.route("/promise/refused", refusing)
+    assert (await pull.get("/promise/refused")).headers["X-Cache"] == "MISS"
+    assert (await pull.cdn.edge.delete("/pulled/promise/refused")).status == 403
+    assert (await pull.get("/promise/refused")).headers["X-Cache"] == "HIT"
+
