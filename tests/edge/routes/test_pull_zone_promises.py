@@ -13,7 +13,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from tests.support.cdn import PURGE
-from tests.support.origins import LONG, Pull
+from tests.support.origins import LONG, TENANT_HOST, Pull
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -239,3 +239,22 @@ async def test_an_unsafe_request_the_origin_refuses_invalidates_nothing(pull: Pu
     assert (await pull.cdn.edge.delete("/pulled/promise/refused")).status == 403
     assert (await pull.get("/promise/refused")).headers["X-Cache"] == "HIT"
 
+
+async def test_a_redirect_to_a_path_of_the_host_the_request_came_on_invalidates_that_path(pull: Pull) -> None:
+    """A 3xx answer invalidates too, and its Location may be written in the URL space the request came on (here
+    the zone's tenant host) as well as in the origin's; a URL of another of the zone's hosts is another origin
+    (RFC 9111 4.4), which it does not invalidate."""
+    pull.origin.answer("/promise/redirected", b"old", headers=LONG)
+    pull.origin.answer("/promise/elsewhere", b"old", headers=LONG)
+    pull.origin.answer("/promise/submit", b"", status=303,
+                       headers={"Location": f"http://{TENANT_HOST}/promise/redirected"})
+    pull.origin.answer("/promise/submit-elsewhere", b"", status=303,
+                       headers={"Location": f"http://{TENANT_HOST}/promise/elsewhere"})
+    for name in ("/promise/redirected", "/promise/elsewhere"):
+        assert [(await pull.get(name)).headers["X-Cache"] for _ in range(2)] == ["MISS", "HIT"]
+    on_tenant = await pull.cdn.edge.post("/promise/submit", data=b"a=1", allow_redirects=False,
+                                         headers={"Host": TENANT_HOST})
+    on_default = await pull.cdn.edge.post("/pulled/promise/submit-elsewhere", data=b"a=1", allow_redirects=False)
+    assert (on_tenant.status, on_default.status) == (303, 303)
+    assert (await pull.get("/promise/redirected")).headers["X-Cache"] == "MISS"
+    assert (await pull.get("/promise/elsewhere")).headers["X-Cache"] == "HIT"
