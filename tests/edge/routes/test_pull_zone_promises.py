@@ -13,7 +13,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from tests.support.cdn import PURGE
-from tests.support.origins import LONG, TENANT_HOST, Pull
+from tests.support.origins import LONG, TENANT_HOST, ZONE, Pull, add_pull_zone
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -96,6 +96,31 @@ async def test_an_age_that_is_not_one_integer_makes_the_response_stale(pull: Pul
     for name in ("/promise/age-list.txt", "/promise/age-word.txt"):
         assert [(await pull.get(name)).headers["X-Cache"] for _ in range(2)] == ["MISS", "MISS"], name
         assert pull.origin.count(name) == 2
+
+
+async def test_expires_less_date_is_the_lifetime_and_an_invalid_expires_is_already_stale(pull: Pull) -> None:
+    now = time.time()
+    pull.origin.answer("/promise/expires.txt", b"dated", headers={"Date": formatdate(now, usegmt=True),
+                                                                   "Expires": formatdate(now + 600, usegmt=True)})
+    pull.origin.answer("/promise/expires-zero.txt", b"dated", headers={"Date": formatdate(now, usegmt=True),
+                                                                        "Expires": "0"})
+    assert (await pull.get("/promise/expires.txt")).headers["X-Cache"] == "MISS"
+    hit = await pull.get("/promise/expires.txt")
+    assert hit.headers["X-Cache"] == "HIT"
+    assert 580 <= ttl(hit.headers["Cache-Status"]) <= 600
+    assert [(await pull.get("/promise/expires-zero.txt")).headers["X-Cache"] for _ in range(2)] != ["MISS", "HIT"]
+    assert pull.origin.count("/promise/expires-zero.txt") == 2
+
+
+async def test_age_counts_from_the_origins_date(pull: Pull) -> None:
+    """RFC 9111 4.2.3: a response whose Date is 100 s before it arrived is at least 100 s old."""
+    pull.origin.answer("/promise/old-date.txt", b"old", headers={**LONG, "Date": formatdate(time.time() - 100,
+                                                                                                 usegmt=True)})
+    assert (await pull.get("/promise/old-date.txt")).headers["X-Cache"] == "MISS"
+    hit = await pull.get("/promise/old-date.txt")
+    assert hit.headers["X-Cache"] == "HIT"
+    assert 100 <= int(hit.headers["Age"]) <= 110
+    assert 490 <= ttl(hit.headers["Cache-Status"]) <= 500
 
 
 # --- what is stored -----------------------------------------------------------------------------------------
@@ -258,3 +283,30 @@ async def test_a_redirect_to_a_path_of_the_host_the_request_came_on_invalidates_
     assert (on_tenant.status, on_default.status) == (303, 303)
     assert (await pull.get("/promise/redirected")).headers["X-Cache"] == "MISS"
     assert (await pull.get("/promise/elsewhere")).headers["X-Cache"] == "HIT"
+
+
+# --- StoreSetCookie -----------------------------------------------------------------------------------------
+
+
+async def test_a_zone_that_stores_set_cookie_keeps_such_answers_but_never_the_cdns_own_cookies(pull: Pull) -> None:
+    """`StoreSetCookie: true` keeps a response that sets cookies (the ScriptedOrigin's answers, one path each),
+    and a Set-Cookie naming this CDN's own cookies still never reaches a client, on the miss or the hits."""
+    origin_url = str(pull.cdn.node.config.pull_zones[ZONE].origin.url)
+    await add_pull_zone(pull.cdn, "pulledcookies", {"Url": origin_url, "StoreSetCookie": True})
+
+    async def cookies(_request: web.Request) -> web.StreamResponse:
+        response = web.Response(body=b"with cookies", headers=LONG)
+        response.headers.add("Set-Cookie", "visitor=shared")
+        response.headers.add("Set-Cookie", "cdn_session=forged; Path=/")
+        return response
+
+    pull.origin.route("/promise/cookies.txt", cookies)
+    answers = []
+    for _ in range(2):
+        resp = await pull.cdn.edge.get("/pulledcookies/promise/cookies.txt")
+        answers.append((resp.status, await resp.read(), resp.headers["X-Cache"], resp.headers.getall("Set-Cookie")))
+    assert answers == [(200, b"with cookies", "MISS", ["visitor=shared"]),
+                       (200, b"with cookies", "HIT", ["visitor=shared"])]
+    assert pull.origin.count("/promise/cookies.txt") == 1
+    # The same path through the zone that does not store them: passed on every time.
+    assert [(await pull.get("/promise/cookies.txt")).headers["X-Cache"] for _ in range(2)] == ["PASS", "PASS"]
