@@ -310,3 +310,30 @@ async def test_a_zone_that_stores_set_cookie_keeps_such_answers_but_never_the_cd
     assert pull.origin.count("/promise/cookies.txt") == 1
     # The same path through the zone that does not store them: passed on every time.
     assert [(await pull.get("/promise/cookies.txt")).headers["X-Cache"] for _ in range(2)] == ["PASS", "PASS"]
+
+
+# --- stale-if-error -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "cache_control", "stale"), [
+    ("/promise/sie-request.txt", "max-age=0", True),
+    # RFC 9111 4.2.4: a stale response marked must-revalidate is never served, the request's leave or not
+    ("/promise/sie-must-revalidate.txt", "max-age=0, must-revalidate", False),
+])
+async def test_a_requests_own_stale_if_error_lets_the_stale_copy_answer_an_origin_error(
+        pull: Pull, name: str, cache_control: str, stale: bool) -> None:
+    async def failing(_request: web.Request) -> web.StreamResponse:
+        if pull.origin.count(name) == 1:
+            return web.Response(body=b"good", headers={"Cache-Control": cache_control, "ETag": '"sie"'})
+        return web.Response(status=503, body=b"overloaded")
+
+    pull.origin.route(name, failing)
+    assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+    plain = await pull.get(name)
+    # No stale-if-error: the origin's own error is passed on, not replaced by one of the edge's.
+    assert (plain.status, await plain.read(), plain.headers["X-Cache"]) == (503, b"overloaded", "PASS")
+    leave = await pull.get(name, headers={"Cache-Control": "stale-if-error=600"})
+    if stale:
+        assert (leave.status, await leave.read(), leave.headers["X-Cache"]) == (200, b"good", "STALE")
+    else:
+        assert (leave.status, await leave.read()) == (503, b"overloaded")
