@@ -716,6 +716,8 @@ class H2Protocol(asyncio.Protocol):
             self._request(event)
         elif isinstance(event, ngh2.DataReceived):
             self._data(event)
+        elif isinstance(event, ngh2.TrailersReceived):
+            self._trailers(event.stream_id)
         elif isinstance(event, ngh2.WindowUpdated):
             self._window_updated(event.stream_id)
         elif isinstance(event, ngh2.StreamReset):
@@ -888,6 +890,13 @@ class H2Protocol(asyncio.Protocol):
         if not stream.reading_paused:
             self.acknowledge(stream)
         if event.end_stream and self.streams.get(event.stream_id) is stream:
+            stream.end_of_body()
+
+    def _trailers(self, stream_id: int) -> None:
+        """A request's trailer section (RFC 9113 8.1: HEADERS with END_STREAM after its DATA) ends its body; the
+        fields themselves are dropped, as the application drops an HTTP/1.1 request's trailer fields."""
+        stream = self.streams.get(stream_id)
+        if stream is not None:
             stream.end_of_body()
 
     def acknowledge(self, stream: StreamTransport) -> None:

@@ -1,0 +1,89 @@
+"""A pull zone's requests over HTTP/2 that HTTP/1.1 carries otherwise (a request's trailer section, ...), sent by an
+unchecking client (the `h2` library, its own validation off) to the hit server's H2Protocol in this process
+(tests/support/h2_memory.py), the answers compared with what the same request gets over HTTP/1.1."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import h2.config
+import h2.connection
+import pytest
+import pytest_asyncio
+from aiohttp import web
+
+from assetcdn.edge.fastpath.hit_server import HitServer
+from tests.support.h2_memory import H2InProcess
+from tests.support.hit_cdn import HitCdn
+from tests.support.origins import ScriptedOrigin, pull_zone_on_hit_cdn
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+ZONE = "h2pull"
+Fields = list[tuple[bytes, bytes]]
+
+
+class Edge:
+    def __init__(self, cdn: HitCdn, origin: ScriptedOrigin, secure: HitServer) -> None:
+        self.cdn = cdn
+        self.origin = origin
+        self.secure = secure  # the https site's hit server: the one HTTP/2 streams reach
+
+    def connect(self) -> H2InProcess:
+        """A connection whose client sends what it is given, as a hostile client may."""
+        conn = H2InProcess(self.secure)
+        conn.client = h2.connection.H2Connection(h2.config.H2Configuration(
+            client_side=True, header_encoding=None, validate_outbound_headers=False,
+            normalize_outbound_headers=False))
+        conn.client.initiate_connection()
+        return conn
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def edge(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Edge]:
+    async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("h2-pull-streams"), ZONE) as (cdn, origin):
+        assert cdn.site.hits is not None
+        secure = HitServer(cdn.app, cdn.site.hits.web_server, secure=True)
+        try:
+            yield Edge(cdn, origin, secure)
+        finally:
+            secure.stop()
+
+
+def request(path: str, method: str = "GET", *fields: tuple[bytes, bytes]) -> Fields:
+    return [(b":method", method.encode()), (b":scheme", b"https"), (b":path", f"/{ZONE}{path}".encode()),
+            (b":authority", b"edge.test"), *fields]
+
+
+async def answer(conn: H2InProcess, stream_id: int, what: str) -> tuple[int, dict[str, str], bytes]:
+    """The status (0: reset before a head), fields and body of `stream_id`'s answer."""
+    async def ended() -> bool:
+        conn.exchange()
+        return bool(conn.answers[stream_id][2])
+
+    await wait_until(ended, what)
+    head, body, _ = conn.answers.pop(stream_id)
+    headers = {bytes(k).decode(): bytes(v).decode() for k, v in head or ()}
+    return int(headers.pop(":status", "0")), headers, bytes(body)
+
+
+async def echo(request: web.Request) -> web.StreamResponse:
+    """The origin's answer to a POST: the body it was sent."""
+    return web.Response(body=b"got " + await request.read(), headers={"Cache-Control": "no-store"})
+
+
+async def test_a_request_body_ended_by_its_trailer_section_is_forwarded_whole(edge: Edge) -> None:
+    """RFC 9113 8.1: a request's trailer section (HEADERS with END_STREAM after its DATA) ends its body. A POST to a
+    pull zone with trailers is answered with what its origin says, as a chunked HTTP/1.1 POST with trailer fields is,
+    not left waiting for a body that has ended."""
+    edge.origin.route("/echo", echo)
+    conn = edge.connect()
+    stream_id = conn.client.get_next_available_stream_id()
+    conn.answers[stream_id] = [None, bytearray(), False]
+    conn.client.send_headers(stream_id, request("/echo", "POST", (b"te", b"trailers")))
+    conn.client.send_data(stream_id, b"hello")
+    conn.client.send_headers(stream_id, [(b"x-checksum", b"5")], end_stream=True)
+    status, _, body = await answer(conn, stream_id, "the POST's answer")
+    assert (status, body) == (200, b"got hello")
+    assert [seen.body for seen in edge.origin.requests("/echo")] == [b"hello"]
