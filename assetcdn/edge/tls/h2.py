@@ -1047,9 +1047,17 @@ class H2Protocol(asyncio.Protocol):
             self._maybe_idle()
 
     def _forget(self, stream: StreamTransport) -> None:
+        """The stream leaves the table: its producer no longer counts as paused, and the request body bytes it held
+        back from flow control while its reader was paused are given back to the connection's window (they were
+        received; kept, every later request body on the connection would wait for a window never reopened)."""
         if stream.producer_paused:
             stream.producer_paused = False
             self.paused_producers -= 1
+        count, stream.unacknowledged = stream.unacknowledged, 0
+        if count and self.transport is not None:
+            with contextlib.suppress(ngh2.NGH2Error):
+                self.h2.acknowledge_received_data(count, stream.stream_id)
+            self.schedule_flush()
 
     def _maybe_idle(self) -> None:
         if self.streams:

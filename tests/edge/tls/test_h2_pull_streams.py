@@ -1,9 +1,10 @@
-"""A pull zone's requests over HTTP/2 that HTTP/1.1 carries otherwise (a request's trailer section, ...), sent by an
-unchecking client (the `h2` library, its own validation off) to the hit server's H2Protocol in this process
+"""A pull zone's requests over HTTP/2 that HTTP/1.1 carries otherwise (a request's trailer section, a body the edge
+held back from flow control on a stream that ended), sent by an unchecking client (the `h2` library, its own validation off) to the hit server's H2Protocol in this process
 (tests/support/h2_memory.py), the answers compared with what the same request gets over HTTP/1.1."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import h2.config
@@ -87,3 +88,51 @@ async def test_a_request_body_ended_by_its_trailer_section_is_forwarded_whole(ed
     status, _, body = await answer(conn, stream_id, "the POST's answer")
     assert (status, body) == (200, b"got hello")
     assert [seen.body for seen in edge.origin.requests("/echo")] == [b"hello"]
+
+
+async def sent_whole(conn: H2InProcess, stream_id: int, body: bytes) -> bool:
+    """Send `body` on `stream_id` as the windows let it go, END_STREAM with its last byte; False when the edge has
+    not opened them again for it within a second."""
+    view = memoryview(body)
+    for _ in range(100):
+        window = min(conn.client.local_flow_control_window(stream_id), conn.client.max_outbound_frame_size)
+        if window > 0:
+            piece, view = view[:window], view[window:]
+            conn.client.send_data(stream_id, bytes(piece), end_stream=not view)
+        conn.exchange()
+        if not view:
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+async def test_a_stream_that_leaves_with_body_bytes_held_back_gives_their_window_back(edge: Edge) -> None:
+    """A GET whose body the application does not read while its origin answers late: past what aiohttp buffers the
+    edge stops giving the client window back for it. The client resets the stream; those bytes were received all
+    the same and count no more against the connection's window, so the next upload on the connection goes through
+    (it waited for a window never reopened)."""
+    release = asyncio.Event()
+
+    async def late(_request: web.Request) -> web.StreamResponse:
+        await release.wait()
+        return web.Response(body=b"late", headers={"Cache-Control": "no-store", "Content-Type": "text/plain"})
+
+    edge.origin.route("/late", late)
+    edge.origin.route("/upload", echo)
+    conn = edge.connect()
+    try:
+        held = conn.client.get_next_available_stream_id()
+        conn.answers[held] = [None, bytearray(), False]
+        conn.resets[held] = -1
+        conn.client.send_headers(held, request("/late"))
+        assert not await sent_whole(conn, held, b"z" * (4 * 1024 * 1024))  # the edge stopped reading it
+        conn.client.reset_stream(held)
+        conn.exchange()
+        upload = conn.client.get_next_available_stream_id()
+        conn.answers[upload] = [None, bytearray(), False]
+        conn.client.send_headers(upload, request("/upload", "POST"))
+        assert await sent_whole(conn, upload, b"u" * 1000)
+        status, _, body = await answer(conn, upload, "the upload's answer")
+        assert (status, body) == (200, b"got " + b"u" * 1000)
+    finally:
+        release.set()
