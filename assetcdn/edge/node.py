@@ -72,9 +72,10 @@ class EdgeNode:
         self.flight: SingleFlight[Any] = SingleFlight()
         # Pull zones' origins (assetcdn/edge/origin_client.py), and the background revalidations they start.
         self.origins = OriginClient(OriginLimits.from_settings(settings))
-        # Which edge a pull zone URL's cache fill asks before its origin (assetcdn/edge/shield.py).
+        # Which edge a pull zone URL's cache fill asks before its origin (assetcdn/edge/shield.py), with the
+        # generation whose purges this node has begun: a sibling's or its own not yet handed back count too.
         self.shields = Shields(settings, name, control.cluster_secret, self.origins, lambda: control.edges,
-                               lambda: self.applied_generation)
+                               lambda: max(self.applied_generation, self.cache.purge_generation()))
         self.background: set[asyncio.Task[None]] = set()
         self._sync_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []

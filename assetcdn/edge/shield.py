@@ -10,7 +10,9 @@ other edges ask that shield instead of the origin, so an object new to the fleet
   (assetcdn/edge/routes/shield.py), signed with the cluster secret. The shield serves it with the pull serve
   sequence (its cache, its collapsing, its own zone config and origin) and never asks another shield; a
   request without a valid signature is refused, so a client cannot make a shield treat it as an edge's.
-  A shield behind the asking edge's generation (it may not have applied a purge yet) declines.
+  A shield behind the asking edge's generation (it may not have applied a purge yet) declines. That generation is
+  the one whose purges the asking node has begun (``EdgeCache.purge_generation``), not only the one this worker
+  has acknowledged: a fill made once a purge removed the URL here must not be answered with what it removed.
 - **Failures:** a shield that cannot be connected to, times out, or answers with an error of its own (not an
   answer it relays) is marked down for ``shield_retry_s``; meanwhile, and for the request that found it so,
   the edge asks the origin itself. A client never sees a shield's failure. The origin's failure at the shield

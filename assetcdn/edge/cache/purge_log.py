@@ -10,6 +10,11 @@ The log also tells the workers which keys one of them stored anew in the shared 
 refreshed head: ``note_stored``), so that each drops an older copy its memory tier holds rather than go on
 serving it beside the newer response the node stored. Those notices are published in a second number of the
 file: a fill's purge mark (``mark``) counts purges only, so a notice never keeps a fill out of the cache.
+
+A third number is the manifest generation whose purges the node's cache has taken or is taking
+(``publish_generation``): a worker that has not learnt that generation itself yet (its push is still on its way,
+or it has not handed its own purge back) asks a pull zone URL's shield with it all the same, so that a shield that
+has not applied those purges declines instead of handing back what they removed here.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ PurgeKind = Literal["keys", "tags", "prefix", "all"]
 # A notice, not a purge: ``stored`` names a key and when it was stored (``note_stored``).
 LogKind = PurgeKind | Literal["stored"]
 SEQUENCE_FILE = "edge-purge.seq"
+SEQUENCE_SIZE = 24  # three 8-byte numbers: purges published, notices published, the purges' manifest generation
 # Rows kept for workers that are behind; a worker further behind clears its memory tier.
 KEEP_ROWS = 10_000
 
@@ -60,9 +66,9 @@ class PurgeLog:
         self._sql().execute(_STORED_SCHEMA)
         fd = os.open(directory / SEQUENCE_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if os.fstat(fd).st_size < 16:  # the purges' number, then the notices' (8 bytes before the notices)
-                os.ftruncate(fd, 16)
-            self._map = mmap.mmap(fd, 16)
+            if os.fstat(fd).st_size < SEQUENCE_SIZE:  # the purges' number, the notices', the purges' generation
+                os.ftruncate(fd, SEQUENCE_SIZE)
+            self._map = mmap.mmap(fd, SEQUENCE_SIZE)
         finally:
             os.close(fd)
         self._lock_path = directory / SEQUENCE_FILE
@@ -128,6 +134,21 @@ class PurgeLog:
                     self._published[slot] = last
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def publish_generation(self, generation: int) -> None:
+        """Publish to every worker that the node's cache takes the purges of the manifest generations up to
+        `generation`: called before they run, so that no worker asks a shield below it once they have begun. Set
+        as it is (lower too: control's generations started again, ``EdgeCache.purge_generations``' restart)."""
+        with open(self._lock_path, "rb") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                self._published[2] = generation
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def generation(self) -> int:
+        """The manifest generation ``publish_generation`` last published (one shared-memory integer read)."""
+        return int(self._published[2])
 
     def mark(self) -> int:
         """Where the log stands: the last purge published (one shared-memory integer read; notices are not

@@ -293,6 +293,12 @@ class EdgeCache:
             self._forget(obj)
             raise PurgedMeanwhile(obj.key)
 
+    def purge_generation(self) -> int:
+        """The manifest generation whose purges this node's cache has taken or is taking, whichever worker runs
+        them (one shared-memory integer read): a shield is asked with no lower generation (assetcdn/edge/shield.py),
+        since one behind it may still hold what those purges removed here, and this worker would keep that copy."""
+        return self._purges.generation()
+
     def purge_mark(self) -> int:
         """Where this node's purges stand (one shared-memory integer read): a fill takes it as it asks for a
         response, and gives it to ``put`` or ``put_behind`` (``since``) when it stores that response."""
@@ -485,10 +491,12 @@ class EdgeCache:
         with self._applied.hold() as applied:
             if restart:
                 applied.generation = upto
+                self._purges.publish_generation(upto)
                 return self.purge_all()
             taken = [p for p in purges if p.generation <= applied.generation]
             due = [p for p in purges if p.generation > applied.generation]
             applied.generation = max([applied.generation, upto, *(p.generation for p in due)])
+            self._purges.publish_generation(applied.generation)  # before they run (`purge_generation`)
             if any(p.everything for p in taken):
                 self.memory.clear()
             else:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 import orjson
@@ -558,3 +560,47 @@ async def test_the_origin_is_sent_the_zones_cdn_loop_mark_once_when_its_fill_cam
             assert (resp.status, await resp.read()) == (200, b"from the origin")
         [asked] = run.origin.requests("/looped.txt")
         assert asked.headers.getall("CDN-Loop") == ['other-cdn; x="1"', mark]
+
+
+async def test_a_fill_made_once_a_purge_ran_here_is_not_answered_by_a_shield_that_has_not_applied_it(
+        make_cdn: CdnFactory) -> None:
+    """A purge has removed the URL here and is about to be acknowledged (the edge worker's executor has not handed
+    the purge back yet): a request for it meanwhile asks the shield with the purge's generation, so a shield that has
+    not applied that purge declines (409) rather than hand back the copy the purge was made for, which this edge
+    would then keep and serve after its acknowledgement."""
+    behind: list[int] = []  # the generation the scripted shield has applied: every purge after it is pending there
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        asked = int(request.path[len(SHIELD_PATH) + 1:].split("/", 1)[0])
+        if asked > behind[0]:
+            return web.json_response({"error": {"code": "ShieldBehind"}}, status=409)
+        return relayed(body=b"the shield's copy from before the purge")
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        run.origin.answer("/deployed.txt", b"deployed", headers={"Cache-Control": "max-age=600"})
+        behind.append(run.cdn.node.applied_generation)
+        assert (await run.get("/deployed.txt"))[1:4:2] == ("MISS", b"the shield's copy from before the purge")
+        cache = run.cdn.node.cache
+        real, ran, release = cache.purge_generations, threading.Event(), threading.Event()
+
+        def held_purge(*args: Any, **kwargs: Any) -> int:
+            try:
+                return real(*args, **kwargs)
+            finally:
+                ran.set()
+                release.wait(WAIT_S)
+
+        cache.purge_generations = held_purge  # type: ignore[method-assign]
+        purge = asyncio.create_task(run.cdn.purge_urls(f"/{ZONE}/deployed.txt"))
+        try:
+            async def purged_here() -> bool:
+                return ran.is_set()
+
+            await wait_until(purged_here, "the purge applied, not yet acknowledged")
+            assert (await run.get("/deployed.txt"))[0] == 200  # asked before the acknowledgement
+        finally:
+            release.set()
+        assert (await purge)["edges"]["acknowledged"] == ["edge-t"]
+        status, x_cache, _, body, _ = await run.get("/deployed.txt")
+        assert (status, x_cache, body) == (200, "HIT", b"deployed")  # what the origin answered that request
+        assert run.origin.count("/deployed.txt") == 1
