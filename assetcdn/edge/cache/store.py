@@ -223,6 +223,7 @@ class EdgeCache:
         headers: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
         *,
         since: int | None = None,
+        replaced_tags: Iterable[str] = (),
     ) -> CachedObject:
         """Store a response body under ``key`` in both tiers and return the stored entry.
 
@@ -234,10 +235,11 @@ class EdgeCache:
         segment's rendition hash and number, never the git blob id. Blocking: see module docstring.
 
         ``since``: the ``purge_mark`` taken when the response was asked for; PurgedMeanwhile, and nothing kept,
-        when a purge published since then names the entry (``_named_since``).
+        when a purge published since then names the entry (``_named_since``), or the copy it replaces, which carried
+        ``replaced_tags`` (a 304's refresh: the same body under a head whose tags may differ, as ``set_head`` checks).
         """
         tag_tuple = tuple(dict.fromkeys(tags))
-        named = self._named_since(since, key, tag_tuple)
+        named = self._named_since(since, key, (*tag_tuple, *replaced_tags) if replaced_tags else tag_tuple)
         if named is not None and named():  # nothing written
             raise PurgedMeanwhile(key)
         # A mapping, or field lines in order (a pull zone's stored head, where a field may repeat).

@@ -935,7 +935,7 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
     def put() -> CachedObject | None:
         if obj.body is not None:
             return node.cache.put(obj.key, obj.body, obj.content_type, obj.etag, tags, headers=meta,
-                                  since=not_modified.purge_mark)
+                                  since=not_modified.purge_mark, replaced_tags=obj.tags)
         return node.cache.set_head(obj, obj.content_type, obj.etag, tags, meta,  # a file's body is not rewritten
                                    since=not_modified.purge_mark)
 

@@ -5,6 +5,7 @@ origin saw, and what each cache tier holds."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -198,3 +199,37 @@ async def test_a_response_naming_more_tags_than_the_bound_is_passed_on_not_store
     answer = await purge(pull, {"tags": ["tag-1-599"]})
     assert answer["edges"]["entriesRemoved"] == {"edge-t/0": 1}
     assert (await pull.get("/tags/within.txt")).headers["X-Cache"] == "MISS"
+
+
+async def test_a_tag_purge_made_while_a_304_confirms_a_copy_the_304_retags_keeps_that_copy_out(pull: Pull) -> None:
+    """The stored copy carries `Cache-Tag: before`; its revalidation is under way when `before` is purged, and the
+    origin's 304 (asked before the purge) names the copy `after`: the copy the purge was made for is not stored
+    again under the 304's head, so the next request asks the origin rather than being that copy's HIT."""
+    name = "/retagged/by-304.txt"
+    purged = asyncio.Event()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"v1"':
+            await purged.wait()
+            return web.Response(status=304, headers={**LONG, "ETag": '"v1"', "Cache-Tag": "after"})
+        if len(pull.origin.requests(name)) > 2:
+            return web.Response(body=b"deployed", headers={**LONG, "ETag": '"v2"', "Cache-Tag": "after"})
+        return web.Response(body=b"before the purge", headers={"Cache-Control": "max-age=0", "ETag": '"v1"',
+                                                                "Cache-Tag": "before"})
+
+    pull.origin.route(name, handle)
+    assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+    revalidating = asyncio.create_task(pull.get(name))
+
+    async def asked_again() -> bool:
+        return pull.origin.count(name) == 2
+
+    await wait_until(asked_again, "the revalidation under way")
+    try:
+        await purge(pull, {"tags": ["before"]})
+    finally:
+        purged.set()
+    assert (await revalidating).status == 200
+    resp = await pull.get(name)
+    assert (await resp.read(), resp.headers["X-Cache"]) == (b"deployed", "MISS")
+    assert pull.origin.count(name) == 3
