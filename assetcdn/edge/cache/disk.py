@@ -570,6 +570,20 @@ class DiskTier:
         row = self._sql().execute("SELECT tag FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone()
         return None if row is None else meta_stored_at(row[0])
 
+    def stored_version(self, key: str, mark: str) -> tuple[float | None, bool] | None:
+        """The stored-at time of the entry under ``key`` and whether its head holds the pseudo header field ``mark``
+        (``mark_stale`` adds it and leaves the stored-at time as it was); metadata only, no body read. None when
+        absent."""
+        row = self._sql().execute("SELECT tag FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone()
+        if row is None:
+            return None
+        try:
+            head = orjson.loads(row[0]).get("h") if isinstance(row[0], str) else None
+        except (orjson.JSONDecodeError, AttributeError):
+            head = None
+        marked = isinstance(head, list) and any(isinstance(field, list) and field[:1] == [mark] for field in head)
+        return meta_stored_at(row[0]), marked
+
     def put(
         self,
         key: str,

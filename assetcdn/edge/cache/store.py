@@ -195,8 +195,10 @@ class EdgeCache:
     def _forget_if_superseded(self, obj: CachedObject, replays: int) -> None:
         """Drop the memory copy `obj` just made of what the disk tier held when the writer thread replayed purges or
         notices since `replays` (they may name it, and found no copy to drop) and the disk tier holds another
-        response under its key now, or none: it would otherwise be served for good beside the one stored."""
-        if self._replays != replays and self.disk.stored_at(obj.key) != obj.stored_at:
+        response under its key now, or none, or the same one marked stale by a soft purge: it would otherwise be
+        served for good beside the one stored."""
+        if self._replays != replays and self.disk.stored_version(obj.key, SOFT_PURGED) != (
+                obj.stored_at, any(name == SOFT_PURGED for name, _ in obj.headers)):
             self.memory.forget(obj)
 
     def sync_purges(self) -> None:

@@ -117,21 +117,24 @@ def test_a_newer_response_another_worker_stores_replaces_this_workers_memory_cop
     other_worker.close()
 
 
-@pytest.mark.parametrize("meanwhile", ["stored anew", "purged"])
+@pytest.mark.parametrize("meanwhile", ["stored anew", "purged", "soft purged"])
 def test_what_another_worker_stores_or_purges_while_this_one_reads_the_disk_is_not_hidden_by_its_memory_copy(
         tmp_path: Path, cache: EdgeCache, monkeypatch: pytest.MonkeyPatch, meanwhile: str) -> None:
     """A worker reads an entry from the disk tier to bring it into memory; before the copy goes in, another worker
-    stores a newer response under the key (or purges it), and this worker's disk writer replays that notice (it
-    does before each batch, in its own thread), finding no copy to drop yet. The copy then put in memory must not
-    go on being served: the next request gets the newer response (or a miss)."""
+    stores a newer response under the key (or purges it, or soft purges it: the same body and stored-at time under
+    a head marked stale), and this worker's disk writer replays that notice (it does before each batch, in its own
+    thread), finding no copy to drop yet. The copy then put in memory must not go on being served: the next request
+    gets the newer response (or a miss, or the copy marked stale)."""
     other_worker = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB)
-    put(cache, "pull:1", b"version one")
+    put(cache, "pull:1", b"version one", "soft")
     read = other_worker.disk.get
 
     def read_then_another_worker_writes(key: str, *, load_limit: int) -> object:
         obj = read(key, load_limit=load_limit)
         if meanwhile == "purged":
             cache.purge_keys([key])
+        elif meanwhile == "soft purged":
+            cache.soft_purge(["soft"], revalidated="pull:")
         else:
             put(cache, key, b"version two")
         other_worker.sync_purges()  # the writer thread's replay, between the read and the copy
@@ -141,7 +144,10 @@ def test_what_another_worker_stores_or_purges_while_this_one_reads_the_disk_is_n
     assert other_worker.get("pull:1").body == b"version one"  # type: ignore[union-attr]  # read before either
     monkeypatch.undo()
     now = other_worker.get("pull:1")
-    assert (now.body if now is not None else None) == (None if meanwhile == "purged" else b"version two")
+    if meanwhile == "soft purged":
+        assert now is not None and now.body == b"version one" and SOFT_PURGED in dict(now.headers)
+    else:
+        assert (now.body if now is not None else None) == (None if meanwhile == "purged" else b"version two")
     other_worker.close()
 
 
