@@ -237,6 +237,9 @@ class EdgeNode:
                 purged = self._purged_at.get(generation, 0)
         if not applied:
             await self.catch_up()  # we missed a generation: fetch everything since ours
+            # What that catch-up's purges removed, counted under the last generation it brought (this one's, unless
+            # control has moved on meanwhile): the purge's report counts this edge's entries.
+            purged = self._purged_at.get(generation, 0)
         return self.replica.generation, purged
 
     async def _apply_generations(self, delta: GenerationPush, *, restart: bool = False) -> int:

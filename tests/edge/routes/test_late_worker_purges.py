@@ -21,6 +21,7 @@ import assetcdn.control.app  # noqa: F401
 import assetcdn.control.storage.manifest_store  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
+from assetcdn.control.publishing.edge_registry import FanOut
 from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
@@ -151,3 +152,33 @@ async def test_a_purge_taken_by_a_catch_up_before_its_push_still_reports_what_it
     assert resp.status == 200, await resp.text()
     removed = (await resp.json())["edges"]["entriesRemoved"]
     assert list(removed) == ["edge-t/0"] and removed["edge-t/0"] >= 2, removed
+
+
+async def test_a_purge_pushed_after_a_missed_generation_reports_what_its_catch_up_removed(
+        make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A push that finds the edge a generation behind (it missed the one before) is applied by a catch-up: its
+    # answer says what that catch-up's purges removed, not 0.
+    cdn = await make_cdn(ASSETCDN_EDGE_CATCHUP_INTERVAL_S="3600")
+    for name in ("a", "b"):
+        await cdn.upload(f"{ZONE}/v1/logos/{name}.txt", name.encode())
+        for _ in range(2):
+            resp = await cdn.edge.get(f"/{ZONE}/v1/logos/{name}.txt")
+            assert resp.status == 200
+    registry = cdn.control.app[REGISTRY]
+    missed = cdn.node.replica.generation
+    with monkeypatch.context() as patch:
+        patch.setattr(registry, "fan_out", lambda *args, **kwargs: _not_sent())  # this generation never arrives
+        resp = await cdn.control.post("/api/purge", json={"tags": ["nothing-cached"]}, headers=PURGE)
+        assert resp.status == 200, await resp.text()
+    assert cdn.node.replica.generation == missed
+    resp = await cdn.control.post("/api/purge", json={"purge_everything": True}, headers=PURGE)
+    assert resp.status == 200, await resp.text()
+    answer = await resp.json()
+    assert answer["edges"]["acknowledged"] == ["edge-t"]
+    removed = answer["edges"]["entriesRemoved"]
+    assert list(removed) == ["edge-t/0"] and removed["edge-t/0"] >= 2, removed
+    assert (await cdn.edge.get(f"/{ZONE}/v1/logos/a.txt")).headers["X-Cache"] == "MISS"
+
+
+async def _not_sent() -> FanOut:
+    return FanOut((), ("edge-t/0",), 0.0)
