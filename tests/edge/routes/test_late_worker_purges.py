@@ -26,7 +26,7 @@ from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
 from assetcdn.shared.config import Settings, load_settings
-from tests.support.cdn import PURGE, ZONE, CdnFactory
+from tests.support.cdn import PURGE, ZONE, Cdn, CdnFactory
 from tests.support.control import ACCESS, ACCOUNT, SECRETS
 from tests.support.wait import wait_until
 
@@ -130,16 +130,21 @@ async def test_a_late_worker_sent_a_snapshot_does_not_empty_a_cache_the_node_bro
         assert await x_cache(late, path) == "HIT", path
 
 
-async def test_a_purge_taken_by_a_catch_up_before_its_push_still_reports_what_it_removed(
-        make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The edge's periodic catch-up can fetch a purge's generation between control recording it and
-    # pushing it; the push then finds it applied, and its answer must still say what was removed.
-    cdn = await make_cdn()
+async def two_cached_logos(cdn: Cdn) -> None:
+    """Two files uploaded and each delivered twice, so the edge holds them: what a purge removes and counts."""
     for name in ("a", "b"):
         await cdn.upload(f"{ZONE}/v1/logos/{name}.txt", name.encode())
         for _ in range(2):
             resp = await cdn.edge.get(f"/{ZONE}/v1/logos/{name}.txt")
             assert resp.status == 200
+
+
+async def test_a_purge_taken_by_a_catch_up_before_its_push_still_reports_what_it_removed(
+        make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The edge's periodic catch-up can fetch a purge's generation between control recording it and
+    # pushing it; the push then finds it applied, and its answer must still say what was removed.
+    cdn = await make_cdn()
+    await two_cached_logos(cdn)
     registry = cdn.control.app[REGISTRY]
     push = registry.fan_out
 
@@ -159,11 +164,7 @@ async def test_a_purge_pushed_after_a_missed_generation_reports_what_its_catch_u
     # A push that finds the edge a generation behind (it missed the one before) is applied by a catch-up: its
     # answer says what that catch-up's purges removed, not 0.
     cdn = await make_cdn(ASSETCDN_EDGE_CATCHUP_INTERVAL_S="3600")
-    for name in ("a", "b"):
-        await cdn.upload(f"{ZONE}/v1/logos/{name}.txt", name.encode())
-        for _ in range(2):
-            resp = await cdn.edge.get(f"/{ZONE}/v1/logos/{name}.txt")
-            assert resp.status == 200
+    await two_cached_logos(cdn)
     registry = cdn.control.app[REGISTRY]
     missed = cdn.node.replica.generation
     with monkeypatch.context() as patch:

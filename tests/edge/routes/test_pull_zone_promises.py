@@ -205,18 +205,6 @@ async def test_more_than_16_kb_of_request_directives_reads_as_no_store(pull: Pul
         assert (await pull.get(name)).headers["X-Cache"] == "MISS", field
 
 
-async def test_pragma_no_cache_without_cache_control_has_the_stored_copy_validated(pull: Pull) -> None:
-    async def tagged(request: web.Request) -> web.StreamResponse:
-        if request.headers.get("If-None-Match") == '"p"':
-            return web.Response(status=304, headers={"ETag": '"p"', **LONG})
-        return web.Response(body=b"pragma", headers={"ETag": '"p"', **LONG})
-
-    pull.origin.route("/promise/pragma.txt", tagged)
-    assert (await pull.get("/promise/pragma.txt")).headers["X-Cache"] == "MISS"
-    forced = await pull.get("/promise/pragma.txt", headers={"Pragma": "no-cache"})
-    assert (forced.headers["X-Cache"], await forced.read()) == ("REVALIDATED", b"pragma")
-
-
 # --- validation ---------------------------------------------------------------------------------------------
 
 
