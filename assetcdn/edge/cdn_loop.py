@@ -19,8 +19,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from multidict import MultiMapping
 
 from assetcdn.shared.errors import ApiError
+
+if TYPE_CHECKING:
+    from assetcdn.edge.site_config import PullZone
 
 FIELD = "CDN-Loop"
 NAME = FIELD.lower()
@@ -52,6 +58,12 @@ def looped(values: Iterable[str], fleet: str, zone: str) -> bool:
                 if name.strip().lower() == "zone" and found.strip().strip('"') == zone:
                     return True
     return False
+
+
+def came_back(headers: MultiMapping[str], zone: PullZone) -> bool:
+    """Whether a request to `zone` with header fields `headers` is one the zone sent its own origin (every route
+    that fills from the zone's origin refuses it before it could wait for its own fill)."""
+    return bool(zone.fleet) and FIELD in headers and looped(headers.getall(FIELD), zone.fleet, zone.name)
 
 
 def refusal_message(zone: str) -> str:

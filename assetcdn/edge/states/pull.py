@@ -43,8 +43,7 @@ from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.store import SOFT_PURGED, PurgedMeanwhile
 from assetcdn.edge.cache.tags import pull_path_tag
-from assetcdn.edge.cdn_loop import FIELD as CDN_LOOP
-from assetcdn.edge.cdn_loop import loop_detected, looped
+from assetcdn.edge.cdn_loop import came_back, loop_detected
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.origin_client import (
     ByteBudget,
@@ -279,8 +278,7 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
     request[SHARED_HOST] = bool(prefix)
     # A request this zone sent its origin, back at the edges: refused before it could wait for its own fill. A
     # shield request carries the asking edge's mark for the origin the shield asks, and is no loop.
-    if (zone.fleet and CDN_LOOP in request.headers and not from_edge(request)
-            and looped(request.headers.getall(CDN_LOOP), zone.fleet, zone.name)):
+    if not from_edge(request) and came_back(request.headers, zone):
         raise loop_detected(zone.name)
     if request.method not in ("GET", "HEAD"):
         if request.method == "TRACE":  # its echo would show the client the zone's RequestHeaders (a secret)

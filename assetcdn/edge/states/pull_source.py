@@ -33,8 +33,7 @@ from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.store import PurgedMeanwhile
 from assetcdn.edge.cache.tags import pull_variants_tag
-from assetcdn.edge.cdn_loop import FIELD as CDN_LOOP
-from assetcdn.edge.cdn_loop import looped, refusal_message
+from assetcdn.edge.cdn_loop import came_back, refusal_message
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.origin_client import (
     OriginError,
@@ -236,9 +235,8 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
     """The source as the pull serve sequence gives it now (fresh, revalidated or fetched again), or
     SourceRefused: 404 (the origin has none), 422 (too large), 502 or 504 (the origin failed), 508 (the zone's
     own request: its origin is a variant of its own image, which would wait for the fill that asked for it)."""
-    zone = at.zone
-    if zone.fleet and CDN_LOOP in request.headers and looped(request.headers.getall(CDN_LOOP), zone.fleet, zone.name):
-        raise SourceRefused(508, "LoopDetected", refusal_message(zone.name))
+    if came_back(request.headers, at.zone):
+        raise SourceRefused(508, "LoopDetected", refusal_message(at.zone.name))
     node, flights, refused_sources = request.app[NODE], request.app[FLIGHTS], request.app[TOO_LARGE_SOURCES]
     url_key = pull_key(at.zone.name, at.path, "")
     mark = node.cache.purge_mark()  # taken before the origin is asked: a purge meanwhile lets its refusal go
