@@ -368,6 +368,9 @@ class DeliveryLog:
         elif len(counts) < MAX_KEYS:
             counts[key] = [1, sent]
         else:  # a scan of distinct paths: zone, country, status and bytes stay exact
+            if self.zones is not None and zone != API_ZONE and zone not in self.zones():
+                # A path's first segment names no zone (a scan of those too): counted where `rollups` puts it.
+                zone = UNKNOWN_ZONE
             key = (key[0], zone, "", country, status, counted_as)
             counted = counts.get(key)
             if counted is None:

@@ -99,6 +99,22 @@ def test_distinct_keys_are_bounded_and_a_big_flush_is_split_into_batches(monkeyp
     assert sum(row[3] for batch in batches for row in batch["zones"]) == 200
 
 
+def test_past_the_bound_a_scan_of_first_segments_that_name_no_zone_adds_no_key(monkeypatch: Any) -> None:
+    """On the default host a path's first segment is its zone: each one past MAX_KEYS its own key would let a
+    scan of made-up zones grow the counts without bound (while control is away they are not taken)."""
+    monkeypatch.setattr(delivery_log, "MAX_KEYS", 50)
+    log = DeliveryLog("cf-ipcountry", log_per_s=0, errors_per_s=0, zones=lambda: {"demo"})
+    for i in range(200):
+        deliver(log, T0, path=f"demo/v1/{i}.txt", status=404, sent=1)
+    for i in range(2_000):
+        deliver(log, T0, path=f"made-up-{i}/v1/a.txt", status=404, sent=1)
+    deliver(log, T0, path="api/transform", status=400, sent=1)
+    assert len(log.counts) == 53  # 50 paths, then demo's, api's and the rest's without their path
+    rows = shipped(log, T0 + 2)
+    assert sum(row[3] for row in rows["zones"]) == 2_201
+    assert {row[1]: row[3] for row in rows["zones"]} == {"demo": 200, "": 2_000, "api": 1}
+
+
 def shipped(log: DeliveryLog, now: float) -> dict[str, list[list[Any]]]:
     """Every row of every batch a flush at ``now`` makes."""
     rows: dict[str, list[list[Any]]] = {"zones": [], "paths": [], "countries": []}
