@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from yarl import URL
+
 MAX_URL_LENGTH = 2048
 MAX_REQUEST_HEADERS = 20
 MAX_HEADER_VALUE = 1024
@@ -102,7 +104,8 @@ def parse_origin(data: object) -> PullOrigin:
     if not parts.hostname or parts.username is not None or parts.password is not None:
         raise OriginProblem("'Origin.Url' needs a host, and may not carry a user name or password "
                             "(send credentials with 'Origin.RequestHeaders').", "Origin.Url")
-    if not valid_host(parts.hostname):
+    # In brackets only an IPv6 address (not an IPvFuture literal such as `[v1.x]`, read as the name `v1.x`).
+    if not valid_host(parts.hostname) or parts.netloc.startswith("[") != (":" in parts.hostname):
         raise OriginProblem("'Origin.Url' needs a host name or an IP address as its host.", "Origin.Url")
     if parts.query or parts.fragment or url.endswith(("?", "#")):
         raise OriginProblem("'Origin.Url' may have a path prefix but no query or fragment.", "Origin.Url")
@@ -126,5 +129,9 @@ def parse_origin(data: object) -> PullOrigin:
     if not isinstance(store_set_cookie, bool):
         raise OriginProblem("'Origin.StoreSetCookie' must be true or false.", "Origin.StoreSetCookie")
     normalised = f"{parts.scheme}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
+    try:  # the URL as the edges read it: a name Python's IDNA codec maps (a soft hyphen dropped) yarl refuses
+        URL(normalised)
+    except ValueError:
+        raise OriginProblem("'Origin.Url' needs a host name or an IP address as its host.", "Origin.Url") from None
     return PullOrigin(url=normalised, host_header=host_header, request_headers=dict(headers),
                       store_set_cookie=store_set_cookie)

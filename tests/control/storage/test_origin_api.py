@@ -56,6 +56,9 @@ BAD_URLS = [
     "http://127.1/", "http://0x7f.1/", "http://0177.0.0.1/", "http://10.1/", "http://169.254.43518/",
     "http://127.0.0.1./", "http://169.254.169.254./", "http://[fec0::1]/",
     "http://[v1.fe80::a+en1]/", "http://ex.com%40127.0.0.1/", "http://a_b.example/",
+    # Names Python's IDNA codec takes (dropping the character) but the edges' URL parser refuses, and a
+    # bracketed literal that is no IPv6 address.
+    "https://ori\u00adgin.example.com/", "https://ori\u200bgin.example.com/", "http://[v1.x]/",
     "",
     42,
 ]
