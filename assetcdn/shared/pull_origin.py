@@ -118,10 +118,18 @@ def parse_origin(data: object) -> PullOrigin:
     if not isinstance(headers, dict) or len(headers) > MAX_REQUEST_HEADERS:
         raise OriginProblem(f"'Origin.RequestHeaders' must be an object of at most {MAX_REQUEST_HEADERS} "
                             "header names and values.", "Origin.RequestHeaders")
+    named: set[str] = set()
     for name, value in headers.items():
-        if not _TOKEN.fullmatch(name) or name.lower() in RESERVED_REQUEST_HEADERS:
+        # Compared as the edge compares them (assetcdn/edge/origin_client.py): without case and with `_` read as
+        # `-`, as servers that pass fields as CGI variables read them (`If_None_Match` is HTTP_IF_NONE_MATCH).
+        spelled = name.lower().replace("_", "-") if isinstance(name, str) else ""
+        if not _TOKEN.fullmatch(spelled) or spelled in RESERVED_REQUEST_HEADERS:
             raise OriginProblem(f"'{name}' cannot be sent to an origin by a zone (not a header name, or one "
                                 "the edge sets itself).", "Origin.RequestHeaders")
+        if spelled in named:
+            raise OriginProblem(f"'{name}' is named twice in 'Origin.RequestHeaders' (names are compared without "
+                                "case, '_' read as '-').", "Origin.RequestHeaders")
+        named.add(spelled)
         if not isinstance(value, str) or len(value) > MAX_HEADER_VALUE or _FORBIDDEN_VALUE.search(value):
             raise OriginProblem(f"The value of '{name}' must be text of at most {MAX_HEADER_VALUE} characters "
                                 "without control characters.", "Origin.RequestHeaders")

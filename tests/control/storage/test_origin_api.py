@@ -69,6 +69,13 @@ BAD_HEADERS: list[Any] = [
     {"Transfer-Encoding": "chunked"},
     {"X-Forwarded-For": "1.2.3.4"},
     {"If-None-Match": '"x"'},
+    # Spelled with `_` for `-`: servers that pass fields as CGI variables read them as the reserved ones.
+    {"If_None_Match": '"x"'},
+    {"X_Forwarded_For": "1.2.3.4"},
+    {"Content_Length": "0"},
+    # One field named twice, as the edge compares names: it would send one value, or both to such a server.
+    {"X-Origin-Secret": "a", "x-origin-secret": "b"},
+    {"X-Origin-Secret": "a", "X_Origin_Secret": "b"},
     {"X-Split": "value\r\nInjected: yes"},
     {"X-Split": "value\nInjected: yes"},
     {"X-Nul": "a\x00b"},
