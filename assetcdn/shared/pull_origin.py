@@ -112,9 +112,13 @@ def parse_origin(data: object) -> PullOrigin:
     if port == 0:
         raise OriginProblem("'Origin.Url' has no valid port.", "Origin.Url")
     host_header = data.get("HostHeader")
-    if host_header is not None and (not isinstance(host_header, str) or not _HOST.fullmatch(host_header)):
-        raise OriginProblem("'Origin.HostHeader' must be a hostname, optionally with a port.", "Origin.HostHeader")
-    headers = data.get("RequestHeaders") or {}
+    if host_header is not None and (not isinstance(host_header, str) or not _HOST.fullmatch(host_header)
+                                    or not 0 < int(host_header.partition(":")[2] or 80) < 65536):
+        raise OriginProblem("'Origin.HostHeader' must be a hostname, optionally with a port (1-65535).",
+                            "Origin.HostHeader")
+    headers = data.get("RequestHeaders")
+    if headers is None:  # null is none; [], "" or false are not an object of fields
+        headers = {}
     if not isinstance(headers, dict) or len(headers) > MAX_REQUEST_HEADERS:
         raise OriginProblem(f"'Origin.RequestHeaders' must be an object of at most {MAX_REQUEST_HEADERS} "
                             "header names and values.", "Origin.RequestHeaders")

@@ -84,6 +84,9 @@ BAD_HEADERS: list[Any] = [
     {"X-Number": 1},
     {f"X-H{i}": "v" for i in range(21)},
     ["X-Origin-Secret", "v"],
+    [],
+    "",
+    False,
 ]
 
 
@@ -247,6 +250,8 @@ async def test_request_headers_a_zone_may_not_send_are_400(shared: tuple[TestCli
     ({"Url": "https://origin.example.com", "Extra": 1}, "Origin"),
     ({"Url": "https://origin.example.com", "HostHeader": "a b"}, "Origin.HostHeader"),
     ({"Url": "https://origin.example.com", "HostHeader": "evil.example\r\nX: y"}, "Origin.HostHeader"),
+    ({"Url": "https://origin.example.com", "HostHeader": "www.example.com:0"}, "Origin.HostHeader"),
+    ({"Url": "https://origin.example.com", "HostHeader": "www.example.com:65536"}, "Origin.HostHeader"),
     ({"Url": "https://origin.example.com", "StoreSetCookie": "yes"}, "Origin.StoreSetCookie"),
 ])
 async def test_an_origin_of_another_shape_is_400(shared: tuple[TestClient, Path], origin: Any, target: str) -> None:
