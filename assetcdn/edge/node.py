@@ -292,10 +292,12 @@ class EdgeNode:
 
 def retired_origins(before: dict[str, PullZone], after: dict[str, PullZone]) -> list[str]:
     """The pull zones whose origin a config change retired: another URL or Host header (as control purges them,
-    assetcdn/control/routes/zones.py), no origin, or no zone. Their cached answers are the old origin's."""
+    assetcdn/control/routes/zones.py), no origin, or no zone. Their cached answers are the old origin's. So are
+    those of a zone that no longer stores answers that set cookies (`StoreSetCookie` turned off): some may."""
     return sorted(name for name, zone in before.items()
                   if (new := after.get(name)) is None
-                  or (new.origin.url, new.origin.host_header) != (zone.origin.url, zone.origin.host_header))
+                  or (new.origin.url, new.origin.host_header) != (zone.origin.url, zone.origin.host_header)
+                  or (zone.store_set_cookie and not new.store_set_cookie))
 
 
 def url_tag(url: str, config: EdgeConfig) -> str | None:

@@ -204,7 +204,9 @@ async def put_origin(request: web.Request) -> web.Response:
         before = await store.origin(zone)
         await store.set_origin(zone, origin)
         await request.app[PUBLISHER].publish_config()
-        if before is not None and (before.url, before.host_header) != (origin.url, origin.host_header):
+        if before is not None and ((before.url, before.host_header) != (origin.url, origin.host_header)
+                                   or (before.store_set_cookie and not origin.store_set_cookie)):
+            # Another origin's answers, or answers that set cookies the zone no longer lets the edges keep.
             await retire_cached(request, zone)
     return origin_answer(request, zone, origin, f"Zone '{zone}' now pulls from {origin.url}.")
 

@@ -17,6 +17,7 @@ import pytest
 
 from assetcdn.shared.pull_origin import parse_origin
 from tests.support.cdn import Cdn, CdnFactory
+from tests.support.control import ACCOUNT
 from tests.support.origins import (
     LONG,
     PREFIX,
@@ -25,6 +26,7 @@ from tests.support.origins import (
     serve_origin,
     stored_url,
 )
+from tests.support.wait import wait_until
 
 
 async def take_config(cdn: Cdn, monkeypatch: pytest.MonkeyPatch, origin: Mapping[str, object]) -> None:
@@ -56,6 +58,7 @@ async def moving_zone(make_cdn: CdnFactory, **fields: object) -> AsyncIterator[M
     /kept.txt (max-age=600); the origin stopped at the end."""
     origin = ScriptedOrigin()
     origin.answer("/kept.txt", b"old origin", headers=LONG)
+    origin.answer("/cookie.txt", b"a session of its own", headers={**LONG, "Set-Cookie": "session=first-client"})
     server = await serve_origin(origin)
     try:
         cdn = await make_cdn(ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true")
@@ -84,13 +87,44 @@ async def test_a_worker_taking_an_origin_change_drops_what_it_cached_of_the_old_
 async def test_a_change_of_the_origins_request_headers_alone_keeps_what_is_cached(
         make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same origin, with other fields added to its requests (a rotated secret): its answers stay, as control
-    keeps them (it purges for another URL or Host header only)."""
+    keeps them (it purges for another URL or Host header, or StoreSetCookie turned off, only)."""
     async with moving_zone(make_cdn, RequestHeaders={"X-Origin-Secret": "one"}) as run:
         cdn = run.cdn
         assert (await cdn.edge.get("/moving/kept.txt")).headers["X-Cache"] == "MISS"
         await take_config(cdn, monkeypatch, {"Url": run.url, "RequestHeaders": {"X-Origin-Secret": "two"}})
         assert stored_url(cdn.node, "moving", "/kept.txt") is not None
         assert (await cdn.edge.get("/moving/kept.txt")).headers["X-Cache"] == "HIT"
+
+
+async def test_turning_store_set_cookie_off_drops_the_answers_that_set_cookies(make_cdn: CdnFactory) -> None:
+    """An answer with Set-Cookie kept while the zone allowed it is not served to other clients once it no longer
+    does: control purges the zone, as for another origin, and a worker taking the config drops it too."""
+    async with moving_zone(make_cdn, StoreSetCookie=True) as run:
+        cdn = run.cdn
+        assert (await cdn.edge.get("/moving/cookie.txt")).headers["X-Cache"] == "MISS"
+        hit = await cdn.edge.get("/moving/cookie.txt")
+        assert (hit.headers["X-Cache"], hit.headers["Set-Cookie"]) == ("HIT", "session=first-client")
+        resp = await cdn.control.put("/api/core/zones/moving/origin", json={"Url": run.url}, headers=ACCOUNT)
+        assert resp.status == 200, await resp.text()
+
+        async def taken() -> bool:
+            return not cdn.node.config.pull_zones["moving"].store_set_cookie
+
+        await wait_until(taken, "the origin without StoreSetCookie reaching the edge")
+        assert stored_url(cdn.node, "moving", "/cookie.txt") is None
+        again = await cdn.edge.get("/moving/cookie.txt")
+        assert again.headers["X-Cache"] != "HIT"
+        assert stored_url(cdn.node, "moving", "/cookie.txt") is None  # passed on, no longer kept
+
+
+async def test_a_worker_taking_store_set_cookie_off_drops_what_it_cached(
+        make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with moving_zone(make_cdn, StoreSetCookie=True) as run:
+        cdn = run.cdn
+        assert (await cdn.edge.get("/moving/cookie.txt")).headers["X-Cache"] == "MISS"
+        assert stored_url(cdn.node, "moving", "/cookie.txt") is not None
+        await take_config(cdn, monkeypatch, {"Url": run.url})
+        assert stored_url(cdn.node, "moving", "/cookie.txt") is None
 
 
 async def test_a_worker_whose_purge_fails_keeps_the_old_config_on_disk_for_its_next_start(
