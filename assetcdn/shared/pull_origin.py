@@ -9,8 +9,10 @@ in the same form.
     {"Url": "https://origin.example.com/assets", "HostHeader": "www.example.com",
      "RequestHeaders": {"X-Origin-Secret": "..."}, "StoreSetCookie": false}
 
-``parse_origin`` is the one check of that form (types, URL shape, header names and values, sizes); the
-address an origin's name resolves to is checked by the edge when it connects (assetcdn/shared/address_guard.py).
+``parse_origin`` is the one check of that form (types, URL shape, header names and values, sizes) as control
+stores it and the edges read it; ``parse_new_origin``, what the zones API takes, adds the checks made since
+(an origin accepted before them is still read). The address an origin's name resolves to is checked by the edge
+when it connects (assetcdn/shared/address_guard.py).
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ RESERVED_REQUEST_HEADERS = frozenset((
     "host", "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
     "content-length", "expect", "via", "x-forwarded-for", "x-forwarded-proto", "forwarded", "range",
     "if-none-match", "if-modified-since", "if-match", "if-unmodified-since", "if-range"))
+
+
+URL_HOST_FORM = "'Origin.Url' needs a host name or an IP address as its host."
+HOST_HEADER_FORM = "'Origin.HostHeader' must be a hostname, optionally with a port (1-65535)."
 
 
 class OriginProblem(ValueError):
@@ -104,36 +110,24 @@ def parse_origin(data: object) -> PullOrigin:
     if not parts.hostname or parts.username is not None or parts.password is not None:
         raise OriginProblem("'Origin.Url' needs a host, and may not carry a user name or password "
                             "(send credentials with 'Origin.RequestHeaders').", "Origin.Url")
-    # In brackets only an IPv6 address (not an IPvFuture literal such as `[v1.x]`, read as the name `v1.x`).
-    if not valid_host(parts.hostname) or parts.netloc.startswith("[") != (":" in parts.hostname):
-        raise OriginProblem("'Origin.Url' needs a host name or an IP address as its host.", "Origin.Url")
+    if not valid_host(parts.hostname):
+        raise OriginProblem(URL_HOST_FORM, "Origin.Url")
     if parts.query or parts.fragment or url.endswith(("?", "#")):
         raise OriginProblem("'Origin.Url' may have a path prefix but no query or fragment.", "Origin.Url")
     if port == 0:
         raise OriginProblem("'Origin.Url' has no valid port.", "Origin.Url")
     host_header = data.get("HostHeader")
-    if host_header is not None and (not isinstance(host_header, str) or not _HOST.fullmatch(host_header)
-                                    or not 0 < int(host_header.partition(":")[2] or 80) < 65536):
-        raise OriginProblem("'Origin.HostHeader' must be a hostname, optionally with a port (1-65535).",
-                            "Origin.HostHeader")
+    if host_header is not None and (not isinstance(host_header, str) or not _HOST.fullmatch(host_header)):
+        raise OriginProblem(HOST_HEADER_FORM, "Origin.HostHeader")
     headers = data.get("RequestHeaders")
     if headers is None:  # null is none; [], "" or false are not an object of fields
         headers = {}
     if not isinstance(headers, dict) or len(headers) > MAX_REQUEST_HEADERS:
         raise OriginProblem(f"'Origin.RequestHeaders' must be an object of at most {MAX_REQUEST_HEADERS} "
                             "header names and values.", "Origin.RequestHeaders")
-    named: set[str] = set()
     for name, value in headers.items():
-        # Compared as the edge compares them (assetcdn/edge/origin_client.py): without case and with `_` read as
-        # `-`, as servers that pass fields as CGI variables read them (`If_None_Match` is HTTP_IF_NONE_MATCH).
-        spelled = name.lower().replace("_", "-") if isinstance(name, str) else ""
-        if not _TOKEN.fullmatch(spelled) or spelled in RESERVED_REQUEST_HEADERS:
-            raise OriginProblem(f"'{name}' cannot be sent to an origin by a zone (not a header name, or one "
-                                "the edge sets itself).", "Origin.RequestHeaders")
-        if spelled in named:
-            raise OriginProblem(f"'{name}' is named twice in 'Origin.RequestHeaders' (names are compared without "
-                                "case, '_' read as '-').", "Origin.RequestHeaders")
-        named.add(spelled)
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name) or name.lower() in RESERVED_REQUEST_HEADERS:
+            raise OriginProblem(not_sendable(name), "Origin.RequestHeaders")
         if not isinstance(value, str) or len(value) > MAX_HEADER_VALUE or _FORBIDDEN_VALUE.search(value):
             raise OriginProblem(f"The value of '{name}' must be text of at most {MAX_HEADER_VALUE} characters "
                                 "without control characters.", "Origin.RequestHeaders")
@@ -141,9 +135,41 @@ def parse_origin(data: object) -> PullOrigin:
     if not isinstance(store_set_cookie, bool):
         raise OriginProblem("'Origin.StoreSetCookie' must be true or false.", "Origin.StoreSetCookie")
     normalised = f"{parts.scheme}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
-    try:  # the URL as the edges read it: a name Python's IDNA codec maps (a soft hyphen dropped) yarl refuses
-        URL(normalised)
-    except ValueError:
-        raise OriginProblem("'Origin.Url' needs a host name or an IP address as its host.", "Origin.Url") from None
     return PullOrigin(url=normalised, host_header=host_header, request_headers=dict(headers),
                       store_set_cookie=store_set_cookie)
+
+
+def parse_new_origin(data: object) -> PullOrigin:
+    """`parse_origin` of an origin a client sets now (the zones API), with the checks added since origins were
+    first stored: an origin control stored, or published to the edges, before them is still read by
+    `parse_origin` as it was accepted, so that one refused now cannot stop control from listing or publishing
+    every zone's config, nor the edges from taking it."""
+    origin = parse_origin(data)
+    parts = urlsplit(origin.url)
+    # In brackets only an IPv6 address (not an IPvFuture literal such as `[v1.x]`, read as the name `v1.x`).
+    if parts.netloc.startswith("[") != (":" in (parts.hostname or "")):
+        raise OriginProblem(URL_HOST_FORM, "Origin.Url")
+    try:  # the URL as the edges read it: a name Python's IDNA codec maps (a soft hyphen dropped) yarl refuses
+        URL(origin.url)
+    except ValueError:
+        raise OriginProblem(URL_HOST_FORM, "Origin.Url") from None
+    host_header = origin.host_header
+    if host_header is not None and not 0 < int(host_header.partition(":")[2] or 80) < 65536:
+        raise OriginProblem(HOST_HEADER_FORM, "Origin.HostHeader")
+    named: set[str] = set()
+    for name in origin.request_headers:
+        # Compared as the edge compares them (assetcdn/edge/origin_client.py): without case and with `_` read as
+        # `-`, as servers that pass fields as CGI variables read them (`If_None_Match` is HTTP_IF_NONE_MATCH).
+        spelled = name.lower().replace("_", "-")
+        if not _TOKEN.fullmatch(spelled) or spelled in RESERVED_REQUEST_HEADERS:
+            raise OriginProblem(not_sendable(name), "Origin.RequestHeaders")
+        if spelled in named:
+            raise OriginProblem(f"'{name}' is named twice in 'Origin.RequestHeaders' (names are compared without "
+                                "case, '_' read as '-').", "Origin.RequestHeaders")
+        named.add(spelled)
+    return origin
+
+
+def not_sendable(name: object) -> str:
+    return (f"'{name}' cannot be sent to an origin by a zone (not a header name, or one the edge sets "
+            "itself).")

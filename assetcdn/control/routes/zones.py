@@ -25,7 +25,7 @@ from assetcdn.shared.errors import bad_request, conflict, not_found
 from assetcdn.shared.manifest import ManifestEntry, human_size, zone_tag
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.paths import CLIENT_ROOT, ZONE_CATEGORIES, validate_zone_name
-from assetcdn.shared.pull_origin import OriginProblem, PullOrigin, parse_origin
+from assetcdn.shared.pull_origin import OriginProblem, PullOrigin, parse_new_origin
 from assetcdn.shared.timestamps import as_iso_utc, utc_now_iso
 
 from .storage import STORAGE_ZONE_NAME
@@ -162,7 +162,7 @@ def checked_origin(request: web.Request, data: object) -> PullOrigin:
     """The origin of a create or PUT body, or 400: its form (assetcdn/shared/pull_origin.py), and a host that is
     not a private network's name or address (names are checked again, as resolved, by the edge that connects)."""
     try:
-        origin = parse_origin(data)
+        origin = parse_new_origin(data)
     except OriginProblem as exc:
         raise bad_request(str(exc), target=exc.target, code="InvalidOrigin") from None
     allow_loopback = bool(request.app[SETTINGS].get("origin", "allow_loopback"))
