@@ -17,6 +17,7 @@ from assetcdn.control.app_keys import SETTINGS, public_url
 from assetcdn.control.publishing.publisher import Mutation
 from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.request_body import read_json
+from assetcdn.control.storage.edge_config_store import zone_names as zones_in_git
 from assetcdn.control.storage.service import EDGE_CONFIG, GIT, MANIFEST, ZONES
 from assetcdn.control.storage.zones_store import ZoneMeta
 from assetcdn.control.webhooks.events import zone_created, zone_deleted
@@ -37,9 +38,7 @@ def zone_scaffold(name: str) -> dict[str, bytes]:
 
 
 async def zone_names(request: web.Request) -> list[str]:
-    git = request.app[GIT]
-    children = await git.run(git.list_dir, CLIENT_ROOT) or []
-    return sorted(name for name, is_dir, _oid, _size in children if is_dir)
+    return await zones_in_git(request.app[GIT])
 
 
 def _summary(request: web.Request, name: str, meta: ZoneMeta | None,
@@ -109,10 +108,14 @@ async def create_zone(request: web.Request) -> web.Response:
     published = await request.app[PUBLISHER].commit(zone_scaffold(name), f"Create zone {name} with its v1 directories",
                                                     precondition=refuse_existing, change=zone_created(name))
     meta = await request.app[ZONES].ensure(name, published.commit.committed_at)
-    if origin is not None:
-        async with request.app[EDGE_CONFIG].origin_changes:
-            if name in await zone_names(request):  # not deleted meanwhile
+    async with request.app[EDGE_CONFIG].origin_changes:
+        if name in await zone_names(request):  # not deleted meanwhile
+            if origin is not None:
                 await request.app[EDGE_CONFIG].set_origin(name, origin)
+                await request.app[PUBLISHER].publish_config()
+            elif await request.app[EDGE_CONFIG].remove_origin(name):
+                # An origin a deletion of a zone of this name left behind (control stopped between the two): the
+                # new zone is a storage zone, and does not take the old one's origin and its secret fields.
                 await request.app[PUBLISHER].publish_config()
     return json_response({
         "HttpCode": 201, "Message": f"Zone '{name}' created" + (f", pulling from {origin.url}." if origin else "."),

@@ -18,9 +18,16 @@ from assetcdn.control.storage.git_store import GitStore
 from assetcdn.shared.config import Settings
 from assetcdn.shared.dashboard_url import dashboard_url
 from assetcdn.shared.edge_rules import RULE_FILES
+from assetcdn.shared.paths import CLIENT_ROOT
 from assetcdn.shared.published_config import PublishedConfig
 from assetcdn.shared.pull_origin import PullOrigin, parse_origin
 from assetcdn.shared.timestamps import utc_now_iso
+
+
+async def zone_names(git: GitStore) -> list[str]:
+    """The zones that exist: the directories under the clients' root in git (the truth)."""
+    children = await git.run(git.list_dir, CLIENT_ROOT) or []
+    return sorted(name for name, is_dir, _oid, _size in children if is_dir)
 
 
 class DomainLimitReached(Exception):
@@ -73,8 +80,12 @@ class EdgeConfigStore:
         epoch = self._epoch
         rules = await self.rules()
         domains = {d.hostname: d.zone for d in await self.domains() if d.hostname not in self.own_hosts}
+        # Only the origins of zones that exist: a deletion stopped between its commit and the removal of its origin
+        # (control killed) must not leave the deleted zone's paths pulled on every edge.
+        zones = set(await zone_names(self.git))
+        origins = {zone: origin for zone, origin in (await self.origins()).items() if zone in zones}
         snapshot = PublishedConfig.build(headers=rules["_headers"], redirects=rules["_redirects"], domains=domains,
-                                         base_domain=self.base_domain, origins=await self.origins()).to_json()
+                                         base_domain=self.base_domain, origins=origins).to_json()
         if epoch == self._epoch:  # nothing changed while we read: safe to keep
             self._snapshot = snapshot
         return snapshot

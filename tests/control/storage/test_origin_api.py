@@ -19,9 +19,11 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from assetcdn.control.app import create_app
 from assetcdn.control.publishing.service import PUBLISHER
+from assetcdn.control.storage.service import EDGE_CONFIG
 from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.openapi import document
+from assetcdn.shared.pull_origin import parse_origin
 from tests.control.expect import commit_count, expect_error
 from tests.support.control import ACCESS, ACCOUNT, SECRETS
 
@@ -411,3 +413,20 @@ async def test_the_api_document_names_the_error_codes_these_routes_answer(path: 
     """The codes the tests above get back (the contract's error envelope leaves `code` open: the operation says)."""
     described = document()["paths"][path][method]["description"]
     assert [code for code in codes if f"`{code}`" not in described] == []
+
+
+
+async def test_an_origin_a_stopped_deletion_left_behind_is_neither_published_nor_taken_by_a_new_zone(
+        control: TestClient) -> None:
+    """Control stopped between a pull zone's deletion commit and the removal of its origin: the edges must not
+    go on pulling the deleted zone's paths, and a zone created again under its name is a storage zone, without the
+    old origin and its secret fields."""
+    store = control.app[EDGE_CONFIG]
+    await store.set_origin("left-behind", parse_origin({**ORIGIN, "Url": "http://127.0.0.1:9/old"}))
+    assert "left-behind" not in (await store.snapshot()).get("origins", {})
+    created = await control.post("/api/core/zones", json={"Name": "left-behind"}, headers=ACCOUNT)
+    assert created.status == 201, await created.text()
+    assert ((await created.json())["Kind"], (await created.json())["Origin"]) == ("storage", None)
+    shown = await control.get("/api/core/zones/left-behind", headers=ACCOUNT)
+    assert ((await shown.json())["Kind"], (await shown.json())["Origin"]) == ("storage", None)
+    assert await store.origin("left-behind") is None
