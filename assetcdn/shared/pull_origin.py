@@ -44,6 +44,10 @@ RESERVED_REQUEST_HEADERS = frozenset((
 URL_HOST_FORM = "'Origin.Url' needs a host name or an IP address as its host."
 HOST_HEADER_FORM = "'Origin.HostHeader' must be a hostname, optionally with a port (1-65535)."
 
+# Fields the edge took over after origins were first stored (refused in a new origin, read in a stored one):
+# CDN-Loop carries the client's values and the edge's loop mark (RFC 8586), which a zone's own value would drop.
+EDGE_OWNED_SINCE = frozenset(("cdn-loop",))
+
 
 class OriginProblem(ValueError):
     """What is wrong with an origin, with the field it concerns (for the API's error envelope)."""
@@ -161,7 +165,7 @@ def parse_new_origin(data: object) -> PullOrigin:
         # Compared as the edge compares them (assetcdn/edge/origin_client.py): without case and with `_` read as
         # `-`, as servers that pass fields as CGI variables read them (`If_None_Match` is HTTP_IF_NONE_MATCH).
         spelled = name.lower().replace("_", "-")
-        if not _TOKEN.fullmatch(spelled) or spelled in RESERVED_REQUEST_HEADERS:
+        if not _TOKEN.fullmatch(spelled) or spelled in RESERVED_REQUEST_HEADERS or spelled in EDGE_OWNED_SINCE:
             raise OriginProblem(not_sendable(name), "Origin.RequestHeaders")
         if spelled in named:
             raise OriginProblem(f"'{name}' is named twice in 'Origin.RequestHeaders' (names are compared without "

@@ -75,6 +75,7 @@ BAD_HEADERS: list[Any] = [
     # Spelled with `_` for `-`: servers that pass fields as CGI variables read them as the reserved ones.
     {"If_None_Match": '"x"'},
     {"X_Forwarded_For": "1.2.3.4"},
+    {"CDN-Loop": "mine"},  # the client's values and the edge's loop mark travel in it
     {"Content_Length": "0"},
     # One field named twice, as the edge compares names: it would send one value, or both to such a server.
     {"X-Origin-Secret": "a", "x-origin-secret": "b"},
