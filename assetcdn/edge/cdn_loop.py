@@ -66,6 +66,13 @@ def came_back(headers: MultiMapping[str], zone: PullZone) -> bool:
     return bool(zone.fleet) and FIELD in headers and looped(headers.getall(FIELD), zone.fleet, zone.name)
 
 
+def carried(headers: MultiMapping[str]) -> tuple[tuple[str, str], ...]:
+    """A request's CDN-Loop field lines, for a request the edge sends on its behalf that carries none of its other
+    fields (a pull zone image's source): appended to, never dropped, they find a cycle through several zones
+    where it comes back to the first."""
+    return tuple((FIELD, value) for value in headers.getall(FIELD, ()))
+
+
 def refusal_message(zone: str) -> str:
     """Why a request `zone` sent its origin is refused (508 LoopDetected), in any route's envelope."""
     return (f"This request was sent by pull zone '{zone}' to its own origin, which sent it back to the CDN: the "

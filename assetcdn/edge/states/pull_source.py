@@ -1,7 +1,7 @@
 """A pull zone's image as the source of a transform, an auto-format conversion or a placeholder.
 
 The source is obtained by the pull serve sequence's states (assetcdn/edge/states/pull.py), with the edge's
-own request (no client fields) in place of a client's:
+own request (no client fields but CDN-Loop, assetcdn/edge/cdn_loop.py) in place of a client's:
 
     look up the URL's stored response (the same entry a delivery of the URL uses)
     -> fresh: used as it is | within stale-while-revalidate: used, revalidated in the background
@@ -33,7 +33,7 @@ from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.store import PurgedMeanwhile
 from assetcdn.edge.cache.tags import pull_variants_tag
-from assetcdn.edge.cdn_loop import came_back, refusal_message
+from assetcdn.edge.cdn_loop import came_back, carried, refusal_message
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.origin_client import (
     OriginError,
@@ -84,6 +84,8 @@ from assetcdn.shared.manifest import format_of
 
 log = logging.getLogger(__name__)
 SOURCE_FIELDS: Headers = ()          # the edge's own request for a source carries no client's fields
+# Whom the edge asks a source for: its address and scheme (X-Forwarded-For, -Proto) and its CDN-Loop lines.
+SourceClient = tuple[str | None, str, Headers]
 NO_DIRECTIVES: dict[str, str | None] = {}
 # Path characters (assetcdn/shared/paths.py) sent as they are; a space is percent-encoded, as browsers send it.
 PATH_SAFE = "/@+=,~()"
@@ -243,10 +245,12 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
     if (refused := refused_sources.refusal(url_key, mark)) is not None:
         raise too_large(at, *refused)
     flight_key = pull_variant_key(url_key, "flight")
-    client = (request.remote, request.scheme)   # the edge asks for a client: X-Forwarded-For, -Proto
+    # The edge asks for a client: X-Forwarded-For, -Proto, and its CDN-Loop, or a cycle through another zone's
+    # images would come back to this zone unmarked and join the flight that sent it.
+    client: SourceClient = (request.remote, request.scheme, carried(request.headers))
 
     async def cached() -> tuple[PullSource | None, StoredResponse | None]:
-        stored = lookup(node, url_key, Varied(SOURCE_FIELDS, at.zone, *client))
+        stored = lookup(node, url_key, Varied(SOURCE_FIELDS, at.zone, client[0], client[1]))
         if stored is not None:
             decision = reuse(stored.freshness, NO_DIRECTIVES, time.time())
             if decision is Reuse.FRESH:
@@ -310,13 +314,13 @@ def refuse_unshared(at: PullSourcePath, why: NotStored | None) -> None:
                             f"kept by a shared cache ({why.value}), so no variant is made from it.")
 
 
-async def from_origin(node: EdgeNode, client: tuple[str | None, str], at: PullSourcePath, url_key: str,
+async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, url_key: str,
                       stored: StoredResponse | None, land: Land = no_landing) -> PullSource:
     """A miss, or a stored source the origin must confirm (304: its head updated) or replace; the stale
     copy when the origin fails and stale-if-error allows it. `land` tells the requests waiting for this one
     whether a body is being kept for them, as soon as the origin's head says."""
-    client_ip, scheme = client
-    headers = origin_request_headers([], at.zone.origin, client_ip=client_ip, scheme=scheme)
+    client_ip, scheme, loop = client
+    headers = origin_request_headers(loop, at.zone.origin, client_ip=client_ip, scheme=scheme)
     if stored is not None:
         for name, value in validators(stored.headers):
             headers[name] = value
@@ -400,7 +404,7 @@ async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, sent: Varied, r
     return kept, body, True
 
 
-def revalidate_in_background(node: EdgeNode, client: tuple[str | None, str], flights: Flights,
+def revalidate_in_background(node: EdgeNode, client: SourceClient, flights: Flights,
                              at: PullSourcePath, url_key: str, stored: StoredResponse) -> None:
     """stale-while-revalidate: the stale source is used now; one request to the origin updates or replaces it
     (none when a delivery or another variant is already asking)."""

@@ -1,10 +1,10 @@
 """A pull zone whose origin leads back to the edges (assetcdn/edge/cdn_loop.py): what a client gets on the hit
 path's port and on the application's, and what the origin is sent in CDN-Loop (RFC 8586).
 
-One hit-path edge in front of a scripted origin (zone ORIGINAL), with two more zones whose origin is the edge's
-own plain site: SELF asks its own CDN path (a loop), CHAINED asks ORIGINAL's (no loop). The origin's first-byte
-time is long: an undetected loop would wait for its own fill until then, and the client's read would time out
-(tests/support/hit_cdn.py) rather than get the 508 asserted."""
+One hit-path edge in front of a scripted origin (zone ORIGINAL), with more zones whose origin is the edge's own
+plain site: SELF asks its own CDN path (a loop), CHAINED asks ORIGINAL's (no loop), the others the image routes.
+The origin's first-byte time is long: an undetected loop would wait for its own fill until then, and the client's
+read would time out (tests/support/hit_cdn.py) rather than get the 508 asserted."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ ORIGINAL = "loop-origin"
 SELF = "loop-self"
 CHAINED = "loop-chained"
 THROUGH_AUTO = "loop-auto"  # its origin is the edge's auto-format conversion of its own images
+VIA_IMAGES = "loop-via-images"  # its origin is the conversion of IMAGES_BACK's images, whose origin is this zone
+IMAGES_BACK = "loop-images-back"
 BODY = b"from the origin"
 HEADERS = {"Content-Type": "text/plain", **LONG}
 
@@ -35,13 +37,14 @@ HEADERS = {"Content-Type": "text/plain", **LONG}
 async def edge(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[HitCdn, ScriptedOrigin]]:
     async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-loops"), ORIGINAL,
                                     ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="60") as (cdn, origin):
-        for name, through in ((SELF, SELF), (CHAINED, ORIGINAL), (THROUGH_AUTO, f"api/auto/{THROUGH_AUTO}")):
+        for name, through in ((SELF, SELF), (CHAINED, ORIGINAL), (THROUGH_AUTO, f"api/auto/{THROUGH_AUTO}"),
+                              (VIA_IMAGES, f"api/auto/{IMAGES_BACK}"), (IMAGES_BACK, VIA_IMAGES)):
             resp = await cdn.control.post("/api/core/zones", headers=ACCOUNT, json={
                 "Name": name, "Origin": {"Url": f"http://127.0.0.1:{cdn.plain_port}/{through}"}})
             assert resp.status == 201, await resp.text()
 
         async def arrived() -> bool:
-            return {SELF, CHAINED, THROUGH_AUTO} <= set(cdn.node.config.pull_zones)
+            return {SELF, CHAINED, THROUGH_AUTO, VIA_IMAGES, IMAGES_BACK} <= set(cdn.node.config.pull_zones)
 
         await wait_until(arrived, "the zones reaching the edge")
         yield cdn, origin
@@ -141,3 +144,15 @@ async def test_a_zone_whose_origin_converts_its_own_images_is_refused_with_508_n
                                              CDN_Loop=loop_token(cdn.node.fleet, ORIGINAL))
     assert resp.status == 508, resp.body
     assert origin.count("/own.png") == 0
+
+
+async def test_a_cycle_through_another_zones_images_is_found_where_it_comes_back_not_left_waiting_for_itself(
+        edge: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """VIA_IMAGES asks for IMAGES_BACK's conversion, whose source IMAGES_BACK asks of VIA_IMAGES: the same URL as
+    the fill under way. The source's request carries the CDN-Loop it was asked with, so VIA_IMAGES finds its own
+    mark and refuses it (508): the conversion answers that its origin failed, and VIA_IMAGES passes that on."""
+    cdn, _ = edge
+    for conn in await both_ports(cdn):
+        resp = await conn.request(f"/{VIA_IMAGES}/cycle-{conn.writer.get_extra_info('sockname')[1]}.png")
+        assert resp.status == 502, resp.body
+        assert b"answered 508" in resp.body
