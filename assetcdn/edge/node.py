@@ -11,6 +11,8 @@ import logging
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Container, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +65,7 @@ class EdgeNode:
             analytics["country_header"], node=name, log_per_s=int(analytics["log_deliveries_per_s"]),
             errors_per_s=int(analytics["log_errors_per_s"]), tail_per_s=int(analytics["log_tail_per_s"]),
             access=access_log_from_settings(settings.section("access_log"), name, state_dir / "access-logs"),
-            zones=self.replica.zones, paths_per_hour=int(analytics["paths_per_zone_hour"]))
+            zones=self.counted_zones, paths_per_hour=int(analytics["paths_per_zone_hour"]))
         self.config_file = state_dir / "edge-config.json"
         # Certificates and ACME answers from control (assetcdn/edge/tls/state.py); pulled on catch-up.
         self.tls = EdgeTlsState(control.cluster_secret, state_dir / "tls-state.json")
@@ -143,6 +145,11 @@ class EdgeNode:
         self._tasks.clear()
         await self.origins.close()
         await asyncio.get_running_loop().run_in_executor(None, self.cache.flush_writes)  # fills kept in memory
+
+    def counted_zones(self) -> Container[str]:
+        """The zones delivery counts may name (assetcdn/edge/delivery_log.py): those that hold a file, and the pull
+        zones, which may hold none (their paths are their origin's)."""
+        return CountedZones(self.replica.zones(), self.config.pull_zones)
 
     def control_reachable(self) -> bool:
         return self.control.reachable(self.reachability_window_s)
@@ -288,6 +295,18 @@ class EdgeNode:
         return await asyncio.get_running_loop().run_in_executor(
             None, lambda: self.cache.purge_generations(purges, upto=generation, restart=restart,
                                                        revalidated=PULL_KEY_PREFIX))
+
+
+@dataclass(frozen=True, slots=True)
+class CountedZones(Container[str]):
+    """`EdgeNode.counted_zones`: the two collections asked in turn, neither copied (a scan counted past the
+    delivery log's MAX_KEYS asks once per delivery)."""
+
+    stored: Container[str]
+    pull: Mapping[str, PullZone]
+
+    def __contains__(self, zone: object) -> bool:
+        return zone in self.stored or zone in self.pull
 
 
 def retired_origins(before: dict[str, PullZone], after: dict[str, PullZone]) -> list[str]:
