@@ -105,17 +105,19 @@ async def create_zone(request: web.Request) -> web.Response:
             raise conflict(f"Zone '{name}' already exists. Choose another name or use the existing zone.",
                            target="Name", code="ZoneExists")
 
+    async with request.app[EDGE_CONFIG].origin_changes:
+        # An origin a deletion of a zone of this name left behind (control stopped between its commit and the
+        # origin's removal) goes before the zone exists again: the new zone never takes it, nor its secret fields,
+        # not even in the config its commit publishes.
+        if name not in await zone_names(request):
+            await request.app[EDGE_CONFIG].remove_origin(name)
     published = await request.app[PUBLISHER].commit(zone_scaffold(name), f"Create zone {name} with its v1 directories",
                                                     precondition=refuse_existing, change=zone_created(name))
     meta = await request.app[ZONES].ensure(name, published.commit.committed_at)
-    async with request.app[EDGE_CONFIG].origin_changes:
-        if name in await zone_names(request):  # not deleted meanwhile
-            if origin is not None:
+    if origin is not None:
+        async with request.app[EDGE_CONFIG].origin_changes:
+            if name in await zone_names(request):  # not deleted meanwhile
                 await request.app[EDGE_CONFIG].set_origin(name, origin)
-                await request.app[PUBLISHER].publish_config()
-            elif await request.app[EDGE_CONFIG].remove_origin(name):
-                # An origin a deletion of a zone of this name left behind (control stopped between the two): the
-                # new zone is a storage zone, and does not take the old one's origin and its secret fields.
                 await request.app[PUBLISHER].publish_config()
     return json_response({
         "HttpCode": 201, "Message": f"Zone '{name}' created" + (f", pulling from {origin.url}." if origin else "."),
