@@ -255,10 +255,11 @@ def _fired_late(exc: TimeoutError, limits: aiohttp.ClientTimeout, started: float
 
 async def run_sync_loop(client: ControlClient, *, name: str, url: str, get_generation: Callable[[], int],
                         catch_up: Callable[[], Any], interval_s: float, heartbeat_s: float,
-                        retry_s: float | None = None) -> None:
+                        retry_s: float | None = None, first_round: asyncio.Event | None = None) -> None:
     """Register, then heartbeat and catch up on a short timer until cancelled; survive control restarts.
     While control cannot be reached it is asked again every `retry_s` (jittered, so edges do not all
-    arrive together), which is how an edge catches up soon after a partition heals."""
+    arrive together), which is how an edge catches up soon after a partition heals. `first_round` is set once
+    the first registration and catch-up are done, or have failed."""
     registered = False
     last_heartbeat = 0.0
     retry_s = interval_s if retry_s is None else min(retry_s, interval_s)
@@ -283,4 +284,7 @@ async def run_sync_loop(client: ControlClient, *, name: str, url: str, get_gener
             raise
         except Exception:
             log.exception("sync with control failed")
+        finally:
+            if first_round is not None:
+                first_round.set()
         await asyncio.sleep(delay)

@@ -121,15 +121,22 @@ class EdgeNode:
         os.replace(tmp, self.config_file)
 
     async def start(self, cluster_url: str) -> None:
-        """Start the background work: register with control, heartbeat and catch up on a short timer."""
+        """Start the background work: register with control, heartbeat and catch up on a short timer. Returns once
+        the first catch-up is applied (or failed, or `edge.control_probe_timeout_s` has passed): the caller listens
+        for clients after it, so that a worker started again does not answer from its disk tier what a purge made
+        while it was down removed (a pull zone's answers do not wait for control, and would be HITs)."""
         edge = self.settings.section("edge")
         self.shields.own_url = cluster_url.rstrip("/")
+        first_round = asyncio.Event()
         self._tasks.append(asyncio.create_task(run_sync_loop(
             self.control, name=self.name, url=cluster_url, get_generation=lambda: self.replica.generation,
             catch_up=self.catch_up, interval_s=float(edge["catchup_interval_s"]),
-            heartbeat_s=float(edge["heartbeat_interval_s"]), retry_s=float(edge["control_retry_s"]))))
+            heartbeat_s=float(edge["heartbeat_interval_s"]), retry_s=float(edge["control_retry_s"]),
+            first_round=first_round)))
         self._tasks.append(asyncio.create_task(self.deliveries.ship_forever(
             self.control, float(self.settings.get("analytics", "flush_interval_s")))))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(first_round.wait(), float(edge["control_probe_timeout_s"]))
 
     async def stop(self) -> None:
         with contextlib.suppress(Exception):
