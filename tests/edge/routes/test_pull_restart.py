@@ -74,3 +74,27 @@ async def test_a_url_purged_while_the_edge_was_down_is_not_served_from_its_disk_
     again = await worker()  # its first request, as soon as it listens
     resp = await again.get(f"/{ZONE}/logo.txt")
     assert await resp.read() == b"new", resp.headers.get("X-Cache")
+
+
+async def test_a_restarted_worker_serves_its_disk_tier_with_the_age_it_has_and_keeps_a_soft_purge_made_meanwhile(
+        restartable: tuple[TestClient, ScriptedOrigin, Worker]) -> None:
+    control_client, origin, worker = restartable
+    for name in ("/kept.txt", "/soft.txt"):
+        origin.answer(name, b"body", headers={"Cache-Control": "max-age=600", "ETag": '"v1"', "Age": "100"})
+    first = await worker()
+    await healthy(first)
+    for name in ("/kept.txt", "/soft.txt"):
+        assert (await first.get(f"/{ZONE}{name}")).headers["X-Cache"] == "MISS"
+    await first.close()
+    resp = await control_client.post("/api/purge", headers=PURGE,
+                                     json={"urls": [f"http://127.0.0.1/{ZONE}/soft.txt"], "soft": True})
+    assert resp.status == 200, await resp.text()
+
+    again = await worker()
+    resp = await again.get(f"/{ZONE}/kept.txt")
+    assert resp.headers["X-Cache"] == "HIT" and 100 <= int(resp.headers["Age"]) <= 110
+    asked = len(origin.requests("/soft.txt"))
+    resp = await again.get(f"/{ZONE}/soft.txt")
+    assert await resp.read() == b"body" and resp.headers["X-Cache"] != "HIT"
+    assert len(origin.requests("/soft.txt")) == asked + 1
+    assert origin.requests("/soft.txt")[-1].headers.get("If-None-Match") == '"v1"'
