@@ -30,6 +30,7 @@ from assetcdn.edge.shield import (
     SHIELD_PATH,
 )
 from assetcdn.edge.site_config import PullZone
+from assetcdn.edge.states.freshness import split_list
 from assetcdn.edge.states.pull import serve_pull
 from assetcdn.shared.cluster import (
     CONTENT_HEADER,
@@ -85,7 +86,12 @@ def without_asking_edges_mark(fields: list[tuple[str, str]], zone: PullZone) -> 
 
 async def name_shield(request: web.BaseRequest, response: web.StreamResponse) -> None:
     """A shield's answer names the shield in its own Cache-Status member and carries no X-Cache, which the
-    asking edge sets for its client; an error of its own has neither."""
+    asking edge sets for its client; an error of its own has neither. A shield never asks another shield, so a
+    shield's member it finds in the head it answers with is no hop of this answer: it is one an asking worker of
+    this edge stored with its copy in the disk tier the workers share (the shield's member of an earlier fill or
+    revalidation). It is left out: a copy revalidated through the shield again and again would otherwise come back
+    with one member more each time (the 304's Cache-Status replaces the stored one) and its head grow without
+    bound."""
     if not request.get(FROM_EDGE):
         return
     response.headers.popall("X-Cache", None)
@@ -93,7 +99,9 @@ async def name_shield(request: web.BaseRequest, response: web.StreamResponse) ->
     if values:  # the pull sequence adds its member as a line of its own, after any the origin sent
         _, separator, parameters = values[-1].partition(";")
         response.headers.popall("Cache-Status")
-        for value in (*values[:-1], f"{SHIELD_CACHE}{separator}{parameters}"):
+        before = [member for member in split_list(values[:-1])
+                  if member.split(";", 1)[0].strip() != SHIELD_CACHE]
+        for value in (*before, f"{SHIELD_CACHE}{separator}{parameters}"):
             response.headers.add("Cache-Status", value)
 
 

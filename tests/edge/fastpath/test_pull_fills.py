@@ -466,6 +466,28 @@ async def test_a_fill_through_the_other_workers_shield_is_filled_here_with_this_
     assert (again.header("X-Cache"), again.body, hits.served) == ("HIT", BODY, served + 1)
 
 
+async def test_a_copy_revalidated_through_the_other_workers_shield_names_the_shield_once(two_workers: FillCdn) -> None:
+    """The workers share the disk tier, so the shield revalidates the copy the asking worker stored, with the
+    shield's member of that worker's earlier exchange in its head: the shield's 304 names the shield once, and the
+    copy's head stays as it is however often it is revalidated, not one Cache-Status member longer each time."""
+    name = shielded_by_the_other_worker(two_workers.cdn, 3)[-1]
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"v1"':
+            return web.Response(status=304, headers={"ETag": '"v1"'})
+        return web.Response(body=BODY, headers={**HEADERS, "Cache-Control": "no-cache"})
+
+    two_workers.origin.route(name, answer)
+    plain = await two_workers.cdn.plain()
+    answers = [await plain.request(f"/{ZONE}{name}") for _ in range(4)]
+    plain.close()
+    assert [(a.status, a.header("X-Cache"), a.body) for a in answers] == \
+        [(200, "MISS", BODY)] + [(200, "REVALIDATED", BODY)] * 3
+    assert [a.headers.getall("Cache-Status") for a in answers[1:]] == \
+        [[f"{SHIELD_CACHE}; fwd=stale; fwd-status=304", "assetcdn; fwd=stale; fwd-status=304"]] * 3
+    assert two_workers.origin.count(name) == 4
+
+
 async def test_fills_of_equal_and_different_urls_on_several_connections_at_once_each_get_their_own_answer(
         filled: FillCdn) -> None:
     """One claim at a time for the whole hit server (`PullFills.claimed`): connections filling at once, some the
