@@ -102,6 +102,18 @@ def relayed(headers: list[tuple[str, str]]) -> str | None:
     return members[-1] if members and members[-1].split(";", 1)[0].strip() == SHIELD_CACHE else None
 
 
+def stale_at_shield(headers: list[tuple[str, str]]) -> bool:
+    """Whether an answer is a shield's stale copy (within its stale-while-revalidate, or its stale-if-error while the
+    origin failed it): the shield's own Cache-Status member says it answered from its cache (`hit`) after all
+    forwarding the request (`fwd`), as assetcdn/edge/states/pull.py writes it for a stale copy. Its 304 confirms
+    the asking edge's copy against that copy, not the origin's."""
+    member = relayed(headers)
+    if member is None:
+        return False
+    parameters = {parameter.partition("=")[0].strip().lower() for parameter in member.split(";")[1:]}
+    return "hit" in parameters and "fwd" in parameters
+
+
 # The Cache-Status `detail` of a shield's answer that says its origin gave no answer (assetcdn/edge/states/pull.py
 # `origin_failed`), and whether it was for want of time.
 ORIGIN_FAILURES = {"origin-timeout": True, "origin-unreachable": False}

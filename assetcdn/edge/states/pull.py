@@ -53,7 +53,7 @@ from assetcdn.edge.origin_client import (
     OriginTimeout,
     origin_request_headers,
 )
-from assetcdn.edge.shield import from_edge
+from assetcdn.edge.shield import from_edge, stale_at_shield
 from assetcdn.edge.site_config import PullZone
 from assetcdn.edge.states.deliver import etag_matches, parse_range
 from assetcdn.edge.states.feed import ClientFeed, Rest, rest_of
@@ -545,8 +545,12 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
         if validated_by(stored.headers, response.headers):
             refreshed = await refresh(node, zone, path, stored, response)
             land(None)
-            answer = await deliver_stored(request, refreshed, CacheResult.REVALIDATED,
-                                          f"{CACHE_STATUS}; fwd={fwd}; fwd-status=304", counted=CacheResult.HIT)
+            if stale_at_shield(response.headers):  # the shield's stale copy confirmed it: stale, as that copy is
+                answer = await deliver_stored(request, refreshed, CacheResult.STALE,
+                                              f"{CACHE_STATUS}; hit; fwd={fwd}; fwd-status=304")
+            else:
+                answer = await deliver_stored(request, refreshed, CacheResult.REVALIDATED,
+                                              f"{CACHE_STATUS}; fwd={fwd}; fwd-status=304", counted=CacheResult.HIT)
             if answer is not None:  # else its body went meanwhile: asked for whole below
                 return answer
         return await ask_origin(request, node, zone, path, url_key, fields, None, land)  # about another response

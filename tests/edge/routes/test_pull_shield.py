@@ -169,6 +169,28 @@ async def test_a_stale_copy_is_revalidated_through_the_shield(make_cdn: CdnFacto
         assert run.origin.count("/r.txt") == 0
 
 
+async def test_a_copy_the_shields_stale_copy_confirms_is_answered_stale(make_cdn: CdnFactory) -> None:
+    """The origin failed the shield's revalidation, and the shield answered this edge's conditional request from
+    its own stale copy (its stale-if-error): the copy the 304 confirms is as stale as the shield's, never confirmed
+    by the origin, so the client is told STALE, as when the edge asks the failing origin itself, not REVALIDATED."""
+    async def answer(request: web.Request) -> web.StreamResponse:
+        stale = {"ETag": '"v1"', "Cache-Control": "max-age=1, stale-if-error=600"}
+        if request.headers.get("If-None-Match") == '"v1"':
+            return web.Response(status=304, headers={
+                **stale, "Age": "30", "Cache-Status": f"{SHIELD_CACHE}; hit; fwd=stale; fwd-status=500"})
+        return relayed(headers={**stale, "Age": "2"})   # stale at once: the next use revalidates
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        assert (await run.get("/failing.txt"))[:2] == (200, "MISS")
+        status, x_cache, cache_status, body, resp = await run.get("/failing.txt")
+        assert (status, x_cache, body) == (200, "STALE", b"from the shield")
+        assert cache_status == [f"{SHIELD_CACHE}; hit; fwd=stale; fwd-status=500",
+                                "assetcdn; hit; fwd=stale; fwd-status=304"]
+        assert int(resp.headers["Age"]) >= 30
+        assert [headers.get("If-None-Match") for _, headers, _ in run.shield.seen] == [None, '"v1"']
+        assert run.origin.count("/failing.txt") == 0
+
+
 async def test_an_error_the_shield_relays_is_the_origins_answer(make_cdn: CdnFactory) -> None:
     async def answer(_request: web.Request) -> web.StreamResponse:
         return relayed(503, b"origin overloaded", {"Cache-Control": "no-store"})
