@@ -478,6 +478,16 @@ def updated_headers(stored: Headers, not_modified: Headers, received: float | No
     return tuple([(name, value) for name, value in stored if name not in replaced] + incoming)
 
 
+def dated(headers: Headers, received: float) -> Headers:
+    """`headers`, dated `received` (when the response arrived) when it came without a Date: a recipient with a
+    clock that caches it appends one (RFC 9110 6.6.1). A copy kept without it would be answered dated when it is
+    answered, beside an Age that counts the time since it arrived: a cache behind this one (another edge asking
+    this one as its shield, a browser) would count that time twice against its Expires or heuristic lifetime."""
+    if first_value(headers, "date") is not None:
+        return headers
+    return (*headers, ("date", formatdate(received, usegmt=True)))
+
+
 def invalidates(method: str, status: int) -> bool:
     """An unsafe request whose answer is not an error invalidates what it names (RFC 9111 4.4)."""
     return method not in SAFE_METHODS and 200 <= status < 400

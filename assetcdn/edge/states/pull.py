@@ -66,6 +66,7 @@ from assetcdn.edge.states.freshness import (
     Headers,
     NotStored,
     Reuse,
+    dated,
     first_value,
     freshness,
     http_date,
@@ -834,9 +835,10 @@ async def spool_write(spool: IO[bytes], chunk: bytes, size: int) -> None:
 
 def stored_meta(head: Sequence[tuple[str, str]], status: int, timed: OriginResponse,
                 digest: str | None) -> tuple[tuple[str, str], ...]:
-    """What an entry keeps of a response: its head, then its status, the exchange's times (`timed`'s) and its
-    body's SHA-256 when known, as ``StoredResponse.of`` reads them back."""
-    return (*head, (STATUS, str(status)), (REQUEST_TIME, repr(timed.request_time)),
+    """What an entry keeps of a response: its head (dated when it came without a Date, `freshness.dated`), then its
+    status, the exchange's times (`timed`'s) and its body's SHA-256 when known, as ``StoredResponse.of`` reads them
+    back."""
+    return (*dated(head, timed.response_time), (STATUS, str(status)), (REQUEST_TIME, repr(timed.request_time)),
             (RESPONSE_TIME, repr(timed.response_time)), *(((DIGEST, digest),) if digest is not None else ()))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -582,6 +583,47 @@ async def test_the_origin_is_sent_the_zones_cdn_loop_mark_once_when_its_fill_cam
             assert (resp.status, await resp.read()) == (200, b"from the origin")
         [asked] = run.origin.requests("/looped.txt")
         assert asked.headers.getall("CDN-Loop") == ['other-cdn; x="1"', mark]
+
+
+async def test_a_shields_copy_of_an_answer_without_a_date_is_dated_when_it_arrived(make_cdn: CdnFactory) -> None:
+    """An origin that sends no Date (an Expires only): the shield's copy is answered to the asking edge dated when
+    the shield received it, beside an Age counting from then, so the asking edge keeps it fresh until the origin's
+    Expires, as it would asking the origin itself; dated when answered, its Age counted the time twice (the Date
+    moved on by it, Expires minus Date shorter by it) and the asking edge's copy went stale that much early."""
+    async def dateless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while await reader.readuntil(b"\r\n\r\n"):
+                expires = email.utils.formatdate(time.time() + 600, usegmt=True)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nContent-Type: text/plain\r\n"
+                             b"Expires: %s\r\n\r\ndateless" % expires.encode())
+                await writer.drain()
+
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return relayed()
+
+    origin = await asyncio.start_server(dateless, "127.0.0.1", 0)
+    try:
+        async with shielded_cdn(make_cdn, answer) as run:
+            await add_pull_zone(run.cdn, "dateless", {"Url": f"http://127.0.0.1:{origin.sockets[0].getsockname()[1]}"})
+            (member,) = run.cdn.control.app[REGISTRY].edges.values()
+            answers = []
+            async with aiohttp.ClientSession() as http:
+                for wait_s in (0.0, 2.1):  # as the asking edge asks this edge, the path's shield: a fill, then a hit
+                    await asyncio.sleep(wait_s)
+                    path_qs = f"{SHIELD_PATH}/{run.cdn.node.applied_generation}/dateless/a.txt"
+                    signed = sign_request(SECRETS.cluster_secret, "GET", path_qs, audience=SHIELD_AUDIENCE)
+                    async with http.get(member.url + path_qs, headers=signed) as resp:
+                        assert (resp.status, await resp.read()) == (200, b"dateless")
+                        answers.append(resp.headers)
+            first, hit = answers
+            assert hit["Cache-Status"].startswith(f"{SHIELD_CACHE}; hit")
+            assert int(hit["Age"]) >= 2
+            assert hit["Date"] in (first["Date"], email.utils.formatdate(
+                email.utils.parsedate_to_datetime(first["Date"]).timestamp() + 1, usegmt=True))
+            expires, date = (email.utils.parsedate_to_datetime(hit[name]).timestamp() for name in ("Expires", "Date"))
+            assert expires - date - int(hit["Age"]) >= 600 - 2 - 2   # what the asking edge keeps it fresh for
+    finally:
+        origin.close()
 
 
 async def test_a_fill_made_once_a_purge_ran_here_is_not_answered_by_a_shield_that_has_not_applied_it(
