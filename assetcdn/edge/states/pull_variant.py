@@ -30,7 +30,7 @@ from assetcdn.edge.cache.tags import pull_variants_tag
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.states.keys import pull_source_variant_key, pull_variants_made_key
 from assetcdn.edge.states.lookup import lookup
-from assetcdn.edge.states.pull_source import PullSource, PullSourcePath, obtain
+from assetcdn.edge.states.pull_source import PullSource, PullSourcePath, obtain, sha256
 from assetcdn.edge.states.serve import DELIVERY_ATTEMPTS, Refusals, ServePolicy, respond
 from assetcdn.edge.states.variant import Made
 from assetcdn.shared.manifest import zone_tag
@@ -63,7 +63,8 @@ async def variant_of(node: EdgeNode, source: PullSource, variant: Made) -> tuple
     key = pull_source_variant_key(source.url_key, variant.content_key)
     if not source.kept:  # a purge named the source as it was fetched: what is made of it must not outlive that
         node.metrics.cache_result("MISS").inc()
-        return await variant.make_from(node, key, await source.data(), source.source_id, source.tags,
+        data = await source.data()
+        return await variant.make_from(node, key, data, await content_id(source, data), source.tags,
                                        keep=False), "MISS"
     obj = lookup(node, key)
     if obj is not None and variant.usable(obj) and not soft_purged(obj):
@@ -79,11 +80,21 @@ async def variant_of(node: EdgeNode, source: PullSource, variant: Made) -> tuple
             return cached
         data = await source.data()
         await asyncio.get_running_loop().run_in_executor(None, retire_older_variants, node, source)
-        return await variant.make_from(node, key, data, source.source_id, source.tags)
+        return await variant.make_from(node, key, data, await content_id(source, data), source.tags)
 
     node.metrics.cache_result("MISS").inc()
     made: CachedObject = await node.flight.run(key, fill)
     return made, "MISS"
+
+
+async def content_id(source: PullSource, data: bytes) -> str:
+    """What the image pool knows the source's bytes by (`Made.make_from`'s source id: a worker keeps the bytes
+    of the sources it ran under it, and is sent only that id for them the next time): their SHA-256, never the
+    validator its variants are keyed by, which an origin may keep for other bytes (an image changed and its URL
+    purged, its ETag left as it was). The stored one when the source was named by its body."""
+    if source.stored.digest is not None:
+        return source.stored.digest
+    return await asyncio.get_running_loop().run_in_executor(None, sha256, data)
 
 
 def soft_purged(obj: CachedObject) -> bool:

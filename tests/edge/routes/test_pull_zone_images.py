@@ -9,6 +9,7 @@ max-age=1, and a test waits for the edge's answer to change rather than sleeping
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import io
 import os
@@ -350,6 +351,37 @@ async def test_a_purge_of_the_source_url_drops_its_variants(pics: Pics) -> None:
         assert (await pics.transform("/purged.png", query)).headers["X-Cache"] == "MISS"
     assert (await pics.get(f"/api/lqip?url=/{ZONE}/purged.png")).headers["X-Cache"] == "MISS"
     assert pics.origin.count("/purged.png") == 2
+
+
+@pytest.mark.parametrize("route", ["transform", "lqip"])
+async def test_a_purge_of_an_image_changed_under_the_same_etag_makes_variants_of_the_new_bytes(
+        pics: Pics, route: str) -> None:
+    """An origin that changed an image's bytes and kept its ETag: a purge of the image is how its variants are made
+    again, and they are made from the bytes fetched after it, not from the old ones an image worker keeps."""
+    name = f"/same-etag-{route}.png"
+    version = {"body": image(RED)}
+
+    async def origin(request: web.Request) -> web.StreamResponse:   # one ETag, whatever the bytes
+        return web.Response(body=version["body"], headers={**LONG, "ETag": '"same"', "Content-Type": "image/png"})
+
+    pics.origin.route(name, origin)
+
+    async def made() -> tuple[int, ...]:
+        if route == "transform":
+            resp = await pics.transform(name)
+            assert (resp.status, resp.headers["X-Cache"]) == (200, "MISS"), await resp.text()
+            return centre(await resp.read())
+        resp = await pics.get(f"/api/lqip?url=/{ZONE}{name}")
+        assert (resp.status, resp.headers["X-Cache"]) == (200, "MISS"), await resp.text()
+        data_uri = (await resp.json())["lqip"]
+        return centre(base64.b64decode(data_uri.split(",", 1)[1]))
+
+    assert close_to(await made(), RED)
+    version["body"] = image(BLUE)
+    resp = await pics.cdn.control.post("/api/purge", json={"urls": [f"/{ZONE}{name}"]}, headers=PURGE)
+    assert resp.status == 200, await resp.text()
+    assert close_to(await made(), BLUE)
+    assert pics.origin.count(name) == 2
 
 
 @pytest.mark.parametrize("purged", ["url", "tag"])
