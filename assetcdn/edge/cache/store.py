@@ -226,6 +226,7 @@ class EdgeCache:
         *,
         since: int | None = None,
         replaced_tags: Iterable[str] = (),
+        since_tags: Iterable[str] | None = None,
     ) -> CachedObject:
         """Store a response body under ``key`` in both tiers and return the stored entry.
 
@@ -239,9 +240,13 @@ class EdgeCache:
         ``since``: the ``purge_mark`` taken when the response was asked for; PurgedMeanwhile, and nothing kept,
         when a purge published since then names the entry (``_named_since``), or the copy it replaces, which carried
         ``replaced_tags`` (a 304's refresh: the same body under a head whose tags may differ, as ``set_head`` checks).
+        ``since_tags``: the tags of ``tags`` such a purge is looked for by, when not all of them (a pull zone image's
+        variant leaves out its variants' own tag, which the request that makes it purges first to retire the older
+        ones, assetcdn/edge/states/pull_variant.py).
         """
         tag_tuple = tuple(dict.fromkeys(tags))
-        named = self._named_since(since, key, (*tag_tuple, *replaced_tags) if replaced_tags else tag_tuple)
+        checked = tag_tuple if since_tags is None else tuple(since_tags)
+        named = self._named_since(since, key, (*checked, *replaced_tags) if replaced_tags else checked)
         if named is not None and named():  # nothing written
             raise PurgedMeanwhile(key)
         # A mapping, or field lines in order (a pull zone's stored head, where a field may repeat).

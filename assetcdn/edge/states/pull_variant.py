@@ -10,7 +10,8 @@
 A variant is stored with its source's tags (the origin's, the URL's, the zone's) and its variants' own tag,
 so a purge of the source by URL or tag, an unsafe request to it and a retirement all drop it. A source that
 a purge named while it was fetched is not stored (assetcdn/edge/states/pull_source.py `keep`): its variant is
-made for the request that fetched it and not stored either. Every check of freshness is the source's: a
+made for the request that fetched it and not stored either, nor is a variant whose source a purge named while it
+was being made. Every check of freshness is the source's: a
 variant is used exactly while its source may be, by the validator it was made from. Control takes no part: a
 control outage changes nothing here.
 """
@@ -45,21 +46,26 @@ async def serve_pull_variant(request: web.Request, at: PullSourcePath, refusals:
     (not found, too large, origin failed) in the route's envelope (`refusals.source`)."""
     node = request.app[NODE]
     for _attempt in range(DELIVERY_ATTEMPTS):
+        # Taken before the source is looked up: a purge of it published while its variant is made (the image as
+        # it was, which the purge retires) leaves that variant unkept.
+        mark = node.cache.purge_mark()
         try:
             source = await obtain(request, at)
         except SourceRefused as exc:
             raise refusals.source(exc) from None
         variant, policy = plan(source)
         try:
-            obj, status = await variant_of(node, source, variant)
+            obj, status = await variant_of(node, source, variant, mark)
             return await respond(request, obj, status, policy, tags=source.tags)
         except FileNotFoundError:
             continue  # the source's body or the variant's went meanwhile (purged, evicted): from the top
     raise refusals.purged()
 
 
-async def variant_of(node: EdgeNode, source: PullSource, variant: Made) -> tuple[CachedObject, str]:
-    """The cache entry of `variant` of `source` and its X-Cache status (HIT, or MISS: made now)."""
+async def variant_of(node: EdgeNode, source: PullSource, variant: Made,
+                     since: int | None = None) -> tuple[CachedObject, str]:
+    """The cache entry of `variant` of `source` and its X-Cache status (HIT, or MISS: made now); one made now
+    is not kept when a purge published since the purge mark `since` names it (its source's URL, tags, zone)."""
     key = pull_source_variant_key(source.url_key, variant.content_key)
     if not source.kept:  # a purge named the source as it was fetched: what is made of it must not outlive that
         node.metrics.cache_result("MISS").inc()
@@ -80,7 +86,10 @@ async def variant_of(node: EdgeNode, source: PullSource, variant: Made) -> tuple
             return cached
         data = await source.data()
         await asyncio.get_running_loop().run_in_executor(None, retire_older_variants, node, source)
-        return await variant.make_from(node, key, data, await content_id(source, data), source.tags)
+        # A purge since `since` that names the source leaves this variant unkept; the retirement just above does not.
+        named_with_source = [tag for tag in source.tags if tag != pull_variants_tag(source.url_key)]
+        return await variant.make_from(node, key, data, await content_id(source, data), source.tags,
+                                       since=since, since_tags=named_with_source)
 
     node.metrics.cache_result("MISS").inc()
     made: CachedObject = await node.flight.run(key, fill)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from assetcdn.edge.cache.entry import CachedObject, strong_etag
+from assetcdn.edge.cache.store import PurgedMeanwhile
 from assetcdn.edge.image_pool import ImagePool, JobFailed
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.states.fetch import OriginUnavailable, fetch_asset, source_bytes
@@ -67,10 +68,13 @@ class Made:
         return await self.make_from(node, key, source, entry.blob_id, node.replica.head(entry).tags)
 
     async def make_from(self, node: EdgeNode, key: str, source: bytes, source_id: str,
-                        tags: Iterable[str], *, keep: bool = True) -> CachedObject:
+                        tags: Iterable[str], *, keep: bool = True, since: int | None = None,
+                        since_tags: Iterable[str] | None = None) -> CachedObject:
         """Make the variant of `source` (named `source_id`) and keep it under `key` with `tags`: a stored
         zone's file (`make`) or a pull zone's image (assetcdn/edge/states/pull_variant.py). `keep=False`: an
-        entry for this answer only, not stored."""
+        entry for this answer only, not stored; likewise when a purge published since the purge mark `since`
+        (taken before the source was looked up) names it by its key or `since_tags` (default: `tags`): made from
+        bytes that purge retired."""
         if self.before_make is not None:
             await self.before_make()
         try:
@@ -86,11 +90,16 @@ class Made:
             raise
         node.metrics.transforms.labels(self.metric_format).inc()
         etag = strong_etag(hashlib.sha256(variant.body).hexdigest())
-        if not keep:
-            return CachedObject(key, variant.content_type, etag, tuple(tags), len(variant.body), time.time(),
+        answered = CachedObject(key, variant.content_type, etag, tuple(tags), len(variant.body), time.time(),
                                 body=variant.body)
-        return await asyncio.get_running_loop().run_in_executor(
-            None, lambda: node.cache.put(key, variant.body, variant.content_type, etag, tags))
+        if not keep:
+            return answered
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                None, lambda: node.cache.put(key, variant.body, variant.content_type, etag, tags, since=since,
+                                             since_tags=since_tags))
+        except PurgedMeanwhile:
+            return answered
 
 
 class CutFromSource:

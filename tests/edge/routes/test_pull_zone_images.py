@@ -26,6 +26,7 @@ import pytest_asyncio
 from aiohttp import ClientResponse, web
 from PIL import Image
 
+from assetcdn.edge.app_keys import IMAGE_POOL
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.tags import pull_variants_tag
 from assetcdn.edge.states import pull_source
@@ -300,6 +301,8 @@ async def test_a_new_etag_on_revalidation_makes_new_variants_and_retires_the_old
     await wait_until(blue, "the variant made again from the changed image")
     assert changed[0].headers["X-Cache"] == "MISS" and changed[0].headers["ETag"] != first.headers["ETag"]
     assert not variants_before & tagged(pics, url_key)   # the red variants are gone
+    again = await pics.transform("/changing.png")   # the blue one was kept as it was made
+    assert (again.headers["X-Cache"], again.headers["ETag"]) == ("HIT", changed[0].headers["ETag"])
 
 
 async def test_a_new_weak_etag_makes_new_variants_even_with_the_same_last_modified_and_length(pics: Pics) -> None:
@@ -413,7 +416,49 @@ async def test_a_source_purged_while_its_body_is_read_makes_this_transform_but_i
     assert close_to(centre(await answer.read()), RED)
     again = await pics.transform(name)
     assert (again.status, again.headers.get("X-Cache")) == (200, "MISS"), (await again.read())[:200]
-    assert close_to(centre(await again.read()), BLUE)
+    assert close_to(centre(await again.read()), BLUE), pics.origin.count(name)
+    assert pics.origin.count(name) == 2
+
+
+@pytest.mark.parametrize("purged", ["url", "tag", "soft"])
+async def test_a_variant_being_made_when_its_source_is_purged_is_not_kept(
+        pics: Pics, purged: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image pool holds a transform of a cached image while a purge names the image: the transform is answered
+    from what it read, but that variant is not kept, so the next request makes it from the image as the origin
+    has it now, even an origin that changed the bytes and kept the ETag (what a purge is for)."""
+    name, tag = f"/making-{purged}.png", f"making-{purged}"
+    version = {"body": image(RED)}
+
+    async def origin(request: web.Request) -> web.StreamResponse:   # one ETag, whatever the bytes
+        return web.Response(body=version["body"], headers={**LONG, "ETag": '"same"', "Content-Type": "image/png",
+                                                            "Cache-Tag": tag})
+
+    pics.origin.route(name, origin)
+    assert (await pics.get(f"/{ZONE}{name}")).status == 200   # the image cached as it is
+    pool = pics.cdn.edge.app[IMAGE_POOL]
+    run, started, release = pool.run, asyncio.Event(), asyncio.Event()
+
+    async def held(*args: Any, **kwargs: Any) -> Any:
+        started.set()
+        await release.wait()
+        return await run(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "run", held)
+    first = asyncio.create_task(pics.transform(name))
+    await asyncio.wait_for(started.wait(), 10)
+    purge = {"url": {"urls": [f"/{ZONE}{name}"]}, "tag": {"tags": [tag]},
+             "soft": {"urls": [f"/{ZONE}{name}"], "soft": True}}[purged]
+    resp = await pics.cdn.control.post("/api/purge", json=purge, headers=PURGE)
+    assert resp.status == 200, await resp.text()
+    version["body"] = image(BLUE)
+    monkeypatch.setattr(pool, "run", run)
+    release.set()
+    answer = await first
+    assert (answer.status, answer.headers["X-Cache"]) == (200, "MISS")
+    assert close_to(centre(await answer.read()), RED)   # made from the bytes it read before the purge
+    again = await pics.transform(name)
+    assert (again.status, again.headers["X-Cache"]) == (200, "MISS")
+    assert close_to(centre(await again.read()), BLUE), pics.origin.count(name)
     assert pics.origin.count(name) == 2
 
 
