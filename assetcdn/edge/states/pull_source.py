@@ -321,9 +321,9 @@ async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, 
     whether a body is being kept for them, as soon as the origin's head says."""
     client_ip, scheme, loop = client
     headers = origin_request_headers(loop, at.zone.origin, client_ip=client_ip, scheme=scheme)
-    if stored is not None:
-        for name, value in validators(stored.headers):
-            headers[name] = value
+    conditions = validators(stored.headers) if stored is not None else []
+    for name, value in conditions:
+        headers[name] = value
     try:
         response = await ask(node, at.zone, at.path, "", headers, from_edge=False)
     except OriginError as exc:
@@ -331,6 +331,14 @@ async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, 
         if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
             return await described(node, at, url_key, stored)
         raise origin_failed(at, exc) from None
+    if response.status == 304 and not conditions:
+        # A 304 answers a condition (RFC 9110 15.4.5), and this request had none (a source stored without ETag
+        # or Last-Modified is asked for whole): it confirms no stored source, as a delivery takes it.
+        response.release()
+        land(OriginError("the origin answered 304 Not Modified to a request without conditions"))
+        if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
+            return await described(node, at, url_key, stored)
+        raise not_an_image(at, response.status)
     if stored is not None and response.status == 304:
         response.release()
         if validated_by(stored.headers, response.headers):

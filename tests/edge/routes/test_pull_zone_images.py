@@ -462,6 +462,32 @@ async def test_a_variant_being_made_when_its_source_is_purged_is_not_kept(
     assert pics.origin.count(name) == 2
 
 
+async def test_a_304_the_origin_sends_unasked_does_not_keep_an_image_without_validators(pics: Pics) -> None:
+    """An image without ETag or Last-Modified is asked for again without conditions when stale: a 304 then answers
+    nothing (RFC 9110 15.4.5), so its variants are not answered fresh from the old image for the 304's lifetime;
+    it is the origin's error, with the stale image where stale-if-error allows it (as a delivery takes it)."""
+    for name, lifetime in (("/unasked.png", "max-age=1"), ("/unasked-sie.png", "max-age=1, stale-if-error=600")):
+        answers = 0
+
+        async def origin(request: web.Request, lifetime: str = lifetime) -> web.StreamResponse:
+            nonlocal answers
+            answers += 1
+            if answers > 1:
+                return web.Response(status=304, headers={"Cache-Control": "max-age=600"})
+            return web.Response(body=image(RED), headers={"Cache-Control": lifetime, "Content-Type": "image/png"})
+
+        pics.origin.route(name, origin)
+        assert (await pics.transform(name)).status == 200
+        await asyncio.sleep(1.2)  # stale
+        again = await pics.transform(name)
+        assert [seen.headers.get("If-None-Match") for seen in pics.origin.requests(name)] == [None, None]
+        if name == "/unasked.png":
+            assert again.status == 502, again.headers.get("Cache-Control")
+            assert "The origin answered 304" in (await again.json())["error"]
+        else:
+            assert (again.status, max_age(again)) == (200, 0)   # the stale image, not one made fresh by the 304
+
+
 async def test_an_origin_down_serves_the_stale_source_or_the_error_envelope(pics: Pics) -> None:
     down = ScriptedOrigin()
     down.answer("/kept.png", image(RED), headers={"Cache-Control": "max-age=1, stale-if-error=600", "ETag": '"k"'})
