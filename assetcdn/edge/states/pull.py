@@ -541,7 +541,7 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
     except OriginError as exc:
         land(exc)
         return await origin_failed(request, zone, path, fields, stored, exc)
-    if stored is not None and response.status == 304:
+    if stored is not None and response.status == 304 and validators(stored.headers):
         response.release()
         if validated_by(stored.headers, response.headers):
             refreshed = await refresh(node, zone, path, stored, response)
@@ -556,8 +556,9 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
                 return answer
         return await ask_origin(request, node, zone, path, url_key, fields, None, land)  # about another response
     if response.status == 304:
-        # A 304 answers a condition (RFC 9110 15.4.5), and this request had none (a client's own are never sent):
-        # no answer to it, never passed on as one (a client that asked for the body would get none).
+        # A 304 answers a condition (RFC 9110 15.4.5), and this request had none (a client's own are never sent,
+        # nor has a stored response without ETag or Last-Modified any): no answer to it, never passed on as one (a
+        # client that asked for the body would get none), nor a refresh of that stored response.
         response.release()
         failure = OriginError("the origin answered 304 Not Modified to a request without conditions")
         land(failure)
@@ -984,8 +985,8 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
                                  from_edge=from_edge(request))
             if response.status == 304:
                 response.release()
-                if validated_by(stored.headers, response.headers):
-                    await refresh(node, zone, path, stored, response)
+                if validators(stored.headers) and validated_by(stored.headers, response.headers):
+                    await refresh(node, zone, path, stored, response)  # else it answers no condition: not this one's
                 return
             if response.status >= 500 or not_storable("GET", response.status, fields, response.headers,
                                                       store_set_cookie=zone.store_set_cookie) is not None:

@@ -627,6 +627,41 @@ async def test_a_304_to_a_request_without_conditions_is_502_not_passed_on(pull: 
     assert pull.origin.count("/unasked-304.txt") == 2
 
 
+@pytest.mark.parametrize("lifetime", ["max-age=1", "max-age=1, stale-while-revalidate=60"])
+async def test_a_304_to_the_revalidation_of_a_response_without_validators_does_not_refresh_it(
+        pull: Pull, lifetime: str) -> None:
+    """A stale response without ETag or Last-Modified is asked for again without conditions: a 304 then answers
+    none, so it does not make the old copy fresh for the 304's lifetime (nor, through it, a transform's source),
+    in the foreground (502, as without a stored copy) or in stale-while-revalidate's background (still stale)."""
+    name = "/plain-swr.txt" if "stale-while" in lifetime else "/plain-stale.txt"
+    answers = 0
+
+    async def origin(_request: web.Request) -> web.StreamResponse:
+        nonlocal answers
+        answers += 1
+        if answers > 1:
+            return web.Response(status=304, headers={"Cache-Control": "max-age=600"})
+        return web.Response(body=b"old", headers={"Cache-Control": lifetime})
+
+    pull.origin.route(name, origin)
+    assert (await pull.get(name)).status == 200
+    await asyncio.sleep(1.2)  # stale
+    resp = await pull.get(name)
+    if "stale-while" not in lifetime:
+        await expect_error(resp, 502, "OriginUnreachable")
+        return
+    assert (resp.status, resp.headers["X-Cache"]) == (200, "STALE")
+
+    async def revalidated() -> bool:
+        return pull.origin.count(name) >= 2
+
+    await wait_until(revalidated, "the background revalidation")
+    await asyncio.sleep(0.1)
+    resp = await pull.get(name)
+    assert (resp.status, resp.headers["X-Cache"]) == (200, "STALE"), resp.headers.get("Cache-Status")
+    assert all("If-None-Match" not in seen.headers for seen in pull.origin.requests(name))
+
+
 async def test_a_clients_own_conditions_are_answered_from_the_stored_response(pull: Pull) -> None:
     pull.origin.answer("/conditional.txt", b"etagged", headers={**LONG, "ETag": '"e1"'})
     resp = await pull.get("/conditional.txt", headers={"If-None-Match": '"e1"'})
