@@ -132,6 +132,7 @@ class OriginLimits:
     allow_loopback: bool = False
     dns_cache_s: float = 10.0
     forward_bodies_bytes: int = 64 * 1024 * 1024
+    source_reads_bytes: int = 256 * 1024 * 1024
 
     @classmethod
     def from_settings(cls, settings: Settings) -> OriginLimits:
@@ -145,7 +146,8 @@ class OriginLimits:
                    pool_per_origin=int(section["pool_per_origin"]),
                    allow_loopback=bool(section["allow_loopback"]),
                    dns_cache_s=float(section["dns_cache_s"]),
-                   forward_bodies_bytes=int(float(section["forward_bodies_mb"]) * 1024 * 1024))
+                   forward_bodies_bytes=int(float(section["forward_bodies_mb"]) * 1024 * 1024),
+                   source_reads_bytes=int(float(section["source_reads_mb"]) * 1024 * 1024))
 
 
 def connection_fields(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
@@ -295,8 +297,8 @@ class OriginResponse:
 
 
 class ByteBudget:
-    """Bytes a worker may hold at once for one purpose (the request bodies it forwards to origins): taken before
-    they are held, given back once they are not. Its event loop's only: no lock."""
+    """Bytes a worker may hold at once for one purpose (the request bodies it forwards to origins, the image sources
+    it reads whole): taken before they are held, given back once they are not. Its event loop's only: no lock."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -320,6 +322,7 @@ class OriginClient:
         # connection does not cost a lookup per request (the addresses are still checked per connection).
         self._resolver = CachingResolver(resolver or SystemResolver(), ttl_s=limits.dns_cache_s)
         self.forward_bodies = ByteBudget(limits.forward_bodies_bytes)  # request bodies held for origins at once
+        self.source_reads = ByteBudget(limits.source_reads_bytes)  # image sources being read whole at once
         self._checked: dict[tuple[str, str], str | None] = {}
         self._pool: Pool | None = None
         self._peer_pool: Pool | None = None

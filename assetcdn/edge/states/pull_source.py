@@ -385,17 +385,23 @@ async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, sent: Varied, r
     only (False), and a source's variant made from it is not stored either."""
     chunks: list[bytes] = []
     size = 0
+    budget = node.origins.source_reads
     try:
         async for chunk in response.chunks(capped=False):
+            if size + len(chunk) > limit:
+                raise too_large(at, size + len(chunk), limit)
+            if not budget.take(len(chunk)):  # counted as they arrive: bodies being read by all requests at once
+                raise SourceRefused(503, "EdgeBusy", f"This edge worker is reading as many image sources from "
+                                    f"origins as it may at once ({budget.limit:,} bytes); retry shortly.")
             size += len(chunk)
-            if size > limit:
-                raise too_large(at, size, limit)
             chunks.append(chunk)
+        body = b"".join(chunks)
     except OriginError as exc:
         raise origin_failed(at, exc) from None
     finally:
         response.release()
-    body = b"".join(chunks)
+        chunks.clear()
+        budget.give(size)  # read (the body is this request's and the cache's from here), or given up
     digest = await asyncio.get_running_loop().run_in_executor(None, sha256, body) \
         if named_by_body(response.headers) else None
     head = stored_headers(response.headers)

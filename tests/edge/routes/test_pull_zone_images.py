@@ -686,3 +686,31 @@ async def test_a_source_a_304_makes_private_is_made_into_no_variant(pics: Pics) 
         refused = await pics.transform(name, "w=60&format=png")
         assert refused.status == 502, await refused.text()
         assert "may not be kept by a shared cache (private)" in (await refused.json())["error"]  # /api/transform's
+
+
+async def test_sources_read_at_once_are_bounded_per_worker_and_past_it_a_request_is_503(tmp_path: Path) -> None:
+    """Image sources are read whole from origins before they are kept: a worker reads at most
+    `[origin] source_reads_mb` of them at once. A transform whose source does not fit beside one being read is
+    answered 503 EdgeBusy, asking nothing more of its origin than what it read; once the other source is read, it
+    is made."""
+    async with pull_pictures(tmp_path, ASSETCDN_ORIGIN_SOURCE_READS_MB=str(4096 / (1024 * 1024))) as budgeted:
+        held, refused = noise_png(30), noise_png(30)
+        assert 4096 - 2500 < len(refused) < 4096 < 2500 + len(refused)
+        release = budgeted.origin.hold("/held-read.png", held, {**LONG, "Content-Type": "image/png"}, first=2500)
+        budgeted.origin.answer("/second-read.png", refused, headers={**LONG, "Content-Type": "image/png"})
+        first = asyncio.create_task(budgeted.transform("/held-read.png"))
+
+        async def reading() -> bool:
+            return budgeted.cdn.node.origins.source_reads.held >= 2500
+
+        await wait_until(reading, "the first source's body being read")
+        busy = await budgeted.transform("/second-read.png")
+        assert busy.status == 503, await busy.read()
+        refusal = await busy.json()  # the transform route's envelope
+        assert refusal["HttpCode"] == 503 and "reading as many image sources" in refusal["error"], refusal
+        release.set()
+        assert (await first).status == 200
+        assert budgeted.cdn.node.origins.source_reads.held == 0
+        made = await budgeted.transform("/second-read.png")
+        assert (made.status, made.headers.get("X-Cache")) == (200, "MISS")
+        assert budgeted.cdn.node.origins.source_reads.held == 0
