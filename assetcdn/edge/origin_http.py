@@ -442,7 +442,8 @@ class Pool:
         try:
             fields = list(headers)
             for attempt in range(2):
-                conn = self._idle_connection(key)
+                # The second attempt on a new connection: the other idle ones may have been closed with the first.
+                conn = None if attempt else self._idle_connection(key)
                 if conn is None:
                     async with asyncio.timeout_at(deadline):
                         conn = await self._connect(key)

@@ -782,3 +782,42 @@ def test_over_tls_a_body_delimited_by_the_close_needs_the_origins_close_notify(
         assert result == "the whole body?"
     else:
         assert "before the end of the body" in result
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_a_request_on_a_reused_connection_the_origin_closed_is_sent_again_on_a_new_one(
+        uvloop_runner: asyncio.Runner, method: str) -> None:
+    """An origin that closes its idle keep-alive connections as they are reused (its own keep-alive ran out, all
+    of them at once): an idempotent request is sent once more, on a new connection, not on another idle one the
+    origin closed as well; a POST is not sent twice."""
+    requests: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            requests.append(await reader.readuntil(b"\r\n\r\n"))
+            await asyncio.sleep(0.05)  # both first requests open a connection of their own
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+            requests.append(await reader.readuntil(b"\r\n\r\n"))  # reused: closed unanswered
+        writer.close()
+
+    async def scenario() -> tuple[int, bytes] | str:
+        async with raw_origin(answer) as (zone_origin, client):
+            async def get(path: str) -> bytes:
+                return await (await client.request(zone_origin, "GET", zone_origin.target(path), {})).read()
+
+            assert await asyncio.gather(get("/a"), get("/b")) == [b"ok", b"ok"]  # two idle connections
+            try:
+                response = await client.request(zone_origin, method, zone_origin.target("/c"), {})
+            except OriginError as exc:
+                return str(exc)
+            return response.status, await response.read()
+
+    result = uvloop_runner.run(scenario())
+    sent = [request.split(b" ")[0] for request in requests if b"/c " in request]
+    if method == "GET":
+        assert result == (200, b"ok")
+        assert sent == [b"GET", b"GET"]
+    else:
+        assert "closed the connection" in str(result)
+        assert sent == [b"POST"]
