@@ -10,7 +10,7 @@ response objects, header copies, timers per read) cost a fill more than the rest
   is idempotent.
 - **Connect:** `connect` gives the addresses to try (the origin client's address guard resolves and checks
   them there), each within the connect timeout.
-- **Responses:** informational (1xx) heads are skipped; the body is chunked, sized or delimited by the
+- **Responses:** informational (1xx) heads are skipped, a status outside 100-599 refused; the body is chunked, sized or delimited by the
   close; a head longer than ``max_head`` bytes, of more than MAX_FIELDS fields, or with a field line longer than
   ``max_field`` is refused, and so is a response that sends twice ``max_field`` bytes that end neither a field
   line nor any body (a field or trailer field still being sent, a chunk extension); reading
@@ -213,7 +213,11 @@ class Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._pending = 0
         status = self._parser.get_status_code()
-        if 100 <= status < 200:  # an interim response: the final one follows
+        if not 100 <= status <= 599:
+            # Three digits outside HTTP's statuses (RFC 9110 15: to be taken as a server error): passed on, one under
+            # 100 would make the client's status line malformed ("HTTP/1.1 0"), one over 599 no status it knows.
+            raise HttpError(f"the response's status {status:03d} is not an HTTP status (100-599)")
+        if status < 200:  # an interim response: the final one follows
             self._fields = []
             self._informational = True
             return

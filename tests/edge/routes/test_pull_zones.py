@@ -8,6 +8,7 @@ waits for the edge's answer to change rather than sleeping."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -747,6 +748,37 @@ async def test_a_304_without_a_date_makes_the_refreshed_response_young_again(pul
         assert again.headers["X-Cache"] == "HIT" and int(again.headers["Cache-Status"].rsplit("=", 1)[1]) >= 98 - since
         for answer in (revalidated, again):
             assert int(answer.headers["Age"]) <= 2 + since and answer.headers["Date"] != answered_at.decode()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.parametrize("status", ["000", "099", "600", "999"])
+async def test_a_status_outside_100_to_599_is_the_origin_failing(pull: Pull, status: str) -> None:
+    """An origin answering with three digits outside 100-599: passed on, the client got a malformed status line
+    ("HTTP/1.1 0") or one no HTTP client knows. It is taken as the origin failing (RFC 9110 15: as a server error):
+    502, or the stale copy where stale-if-error allows it."""
+    answers = iter((b"200 OK\r\nCache-Control: max-age=0, stale-if-error=600", f"{status} Odd".encode(),
+                    f"{status} Odd".encode()))
+
+    async def origin(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 " + next(answers) + b"\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n"
+                         b"Connection: close\r\n\r\nhello")
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(origin, "127.0.0.1", 0)
+    zone = f"odd{status}"
+    try:
+        await add_pull_zone(pull.cdn, zone, {"Url": f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"})
+        assert (await pull.cdn.edge.get(f"/{zone}/kept.txt")).headers["X-Cache"] == "MISS"
+        stale = await pull.cdn.edge.get(f"/{zone}/kept.txt")
+        assert (stale.status, stale.headers["X-Cache"], await stale.read()) == (200, "STALE", b"hello")
+        assert stale.headers["Cache-Status"].endswith("detail=origin-unreachable")
+        failed = await pull.cdn.edge.get(f"/{zone}/never-kept.txt")
+        assert failed.status == 502 and (await failed.json())["error"]["code"] == "OriginUnreachable"
     finally:
         server.close()
         await server.wait_closed()
