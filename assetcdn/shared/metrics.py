@@ -56,7 +56,9 @@ class Metrics:
                                 ["process", "route", "method", "status"], registry=reg)
         self.request_seconds = Histogram("assetcdn_request_seconds", "HTTP request latency by route",
                                          ["process", "route"], buckets=LATENCY_BUCKETS, registry=reg)
-        self.cache = Counter("assetcdn_edge_cache_total", "Edge cache lookups by result (HIT, MISS, STALE)",
+        self.cache = Counter("assetcdn_edge_cache_total",
+                             "Edge cache lookups by result (HIT, MISS, STALE; PASS: a pull zone's answer that may "
+                             "not be stored, or a method not cached; a copy the origin confirmed counts as HIT)",
                              ["result"], registry=reg)
         self.bytes_served = Counter("assetcdn_bytes_served_total", "Response body bytes served", ["process"],
                                     registry=reg)

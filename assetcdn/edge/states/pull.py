@@ -572,7 +572,6 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
         if answer is not None:  # else its body went meanwhile: asked for whole below
             return answer
         return await ask_origin(request, node, zone, path, url_key, fields, None, land)
-    node.metrics.cache_result(CacheResult.MISS).inc()
     return await stream_and_store(request, node, zone, path, url_key, fields, response, fwd, land)
 
 
@@ -599,8 +598,10 @@ def handed_fill(request: web.Request) -> OriginResponse | None:
 async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
                            fields: Headers, response: OriginResponse, fwd: str,
                            land: Land = no_landing) -> web.StreamResponse:
-    """Send the origin's answer to this client as it arrives and, when it may be stored, keep it."""
+    """Send the origin's answer to this client as it arrives and, when it may be stored, keep it; counted in the cache
+    metric as its X-Cache says (MISS, or PASS for one that may not be stored)."""
     why, declared, parsed = judge(zone, fields, response, node.origins.limits.max_object_bytes)
+    node.metrics.cache_result(CacheResult.MISS if why is None else CacheResult.PASS).inc()
     # The waiters learn now whether they get this answer: they wait for it to be stored (`kept`), not for
     # this client to take it, or ask for their own at once.
     kept = asyncio.get_running_loop().create_future() if why is None else None

@@ -121,6 +121,24 @@ async def test_what_may_not_be_stored_goes_to_the_origin_every_time(pull: Pull, 
         assert resp.headers["Set-Cookie"] == "session=abc"  # the client that asked still gets its cookie
 
 
+async def test_an_answer_that_may_not_be_stored_is_counted_as_its_x_cache_says(pull: Pull) -> None:
+    """`assetcdn_edge_cache_total` counts a miss whose answer is not kept as PASS, as its X-Cache and the delivery
+    log say: an operator's hit ratio is of what could be cached, as the statistics' is."""
+    async def results() -> tuple[float, float]:
+        text = await (await pull.cdn.edge.get("/metrics", headers=METRICS)).text()
+        return (metric(text, "assetcdn_edge_cache_total", result="MISS"),
+                metric(text, "assetcdn_edge_cache_total", result="PASS"))
+
+    pull.origin.answer("/counted-pass.txt", b"personal", headers={"Cache-Control": "private"})
+    pull.origin.answer("/counted-error.txt", b"broken", status=500)
+    pull.origin.answer("/counted-miss.txt", b"shared", headers=LONG)
+    misses, passes = await results()
+    for name in ("/counted-pass.txt", "/counted-pass.txt", "/counted-error.txt"):
+        assert (await pull.get(name)).headers["X-Cache"] == "PASS"
+    assert (await pull.get("/counted-miss.txt")).headers["X-Cache"] == "MISS"
+    assert await results() == (misses + 1, passes + 3)
+
+
 @pytest.mark.parametrize(("name", "cache_control", "stored"), [
     ("/auth-plain.txt", "max-age=600", False),
     ("/auth-s-maxage.txt", "s-maxage=600", True),
