@@ -42,6 +42,7 @@ from assetcdn.shared.address_guard import (
     HostResolver,
     RefusedTarget,
     SystemResolver,
+    UnresolvedTarget,
     check_address,
     checked_addresses,
     literal_address,
@@ -430,8 +431,8 @@ class OriginClient:
         except TimeoutError as exc:  # connecting (its own message), or the head within the first-byte time
             self._count(counted, TIMED_OUT)
             raise OriginTimeout(str(exc) or f"no answer from the origin within {timeout_s:g} s") from None
-        except RefusedTarget as exc:
-            self._count(counted, REFUSED)
+        except RefusedTarget as exc:  # an address the edge may not reach; a name of none is a failed connection
+            self._count(counted, FAILED if isinstance(exc, UnresolvedTarget) else REFUSED)
             raise OriginRefused(exc.message) from None
         except OSError as exc:
             self._count(counted, FAILED)

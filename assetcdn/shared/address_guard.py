@@ -48,6 +48,11 @@ class RefusedTarget(OSError):
         return self.message
 
 
+class UnresolvedTarget(RefusedTarget):
+    """A target whose name gave no address (not found, the lookup failed or did not end): refused as the guard
+    refuses, but nothing the guard judged (an origin's requests count it as a failed connection)."""
+
+
 def refusal_in(exc: BaseException) -> RefusedTarget | None:
     """The guard's refusal behind an HTTP client's connection error, if that is what it was."""
     seen: BaseException | None = exc
@@ -221,11 +226,11 @@ async def checked_addresses(resolver: HostResolver, host: str, *, allow_loopback
         async with asyncio.timeout(LOOKUP_TIMEOUT_S):
             addresses = await resolver.addresses(host)
     except TimeoutError:
-        raise RefusedTarget(f"'{host}' could not be resolved within {LOOKUP_TIMEOUT_S:.0f} s") from None
+        raise UnresolvedTarget(f"'{host}' could not be resolved within {LOOKUP_TIMEOUT_S:.0f} s") from None
     except OSError as exc:
-        raise RefusedTarget(f"'{host}' could not be resolved ({exc.strerror or exc})") from None
+        raise UnresolvedTarget(f"'{host}' could not be resolved ({exc.strerror or exc})") from None
     if not addresses:
-        raise RefusedTarget(f"'{host}' has no address")
+        raise UnresolvedTarget(f"'{host}' has no address")
     for address in addresses:
         refused = check_address(address, allow_loopback=allow_loopback, loopback_only=loopback_only)
         if refused:

@@ -34,7 +34,9 @@ from assetcdn.edge.origin_client import (
 from assetcdn.edge.origin_http import MAX_FIELDS, Pool
 from assetcdn.shared.cdn_cookies import CDN_COOKIES
 from assetcdn.shared.config import load_settings
+from assetcdn.shared.metrics import Metrics
 from tests.edge.tls.certs import TestCa
+from tests.support.metrics_text import metric
 from tests.support.wait import wait_until
 
 LOOPBACK = OriginLimits(allow_loopback=True, connect_timeout_s=2, first_byte_timeout_s=2, idle_timeout_s=2)
@@ -347,6 +349,31 @@ async def test_a_refused_connection_is_an_origin_error(origin: tuple[OriginServe
             await client.request(zone_origin, "GET", zone_origin.target("/echo"), {})
     finally:
         await client.close()
+
+
+class Unresolved:
+    """A resolver for which no name has an address (NXDOMAIN)."""
+
+    async def addresses(self, host: str) -> list[str]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+
+async def test_an_origin_name_that_does_not_resolve_is_counted_as_failed_not_refused() -> None:
+    """`assetcdn_edge_origin_requests_total`'s `refused` is an address the edge may not reach (the zone's origin
+    to fix); a name that does not resolve gave no connection, as a refused port does: `failed`."""
+    metrics = Metrics("edge")
+    client = OriginClient(LOOPBACK, resolver=Unresolved())
+    client.report_to(metrics)
+    zone_origin = Origin(URL("http://localhost:1/prefix"))
+    try:
+        with pytest.raises(OriginError, match="could not be resolved"):
+            await client.request(zone_origin, "GET", zone_origin.target("/echo"), {})
+    finally:
+        await client.close()
+    text = metrics.render().decode()
+    requests = "assetcdn_edge_origin_requests_total"
+    assert (metric(text, requests, target="origin", outcome="failed"),
+            metric(text, requests, target="origin", outcome="refused")) == (1, 0)
 
 
 def test_targets_stay_below_the_prefix_and_keep_their_encoding() -> None:
