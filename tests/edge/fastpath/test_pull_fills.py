@@ -333,6 +333,30 @@ async def test_a_filled_miss_is_counted_and_recorded_as_the_applications(filled:
     assert totals[0][2] == [("GET", 200, "MISS", True, "127.0.0.1")]
 
 
+async def test_the_bytes_of_a_pull_zones_answers_are_counted_on_either_path(filled: FillCdn) -> None:
+    """`assetcdn_bytes_served_total` counts a pull zone's body bytes, of a miss and of a hit, whether the hit path
+    or the application answers it (as it counts a stored zone's)."""
+    filled.answer("/bytes-fast.bin", "/bytes-app.bin")
+    conn, plain = await filled.cdn.connect(), await filled.cdn.plain()
+
+    async def served() -> float:
+        text = (await plain.request("/metrics", Authorization=METRICS["Authorization"])).body.decode()
+        return _metric(text, "assetcdn_bytes_served_total", 'process="edge"')
+
+    grown = []
+    for connection, name in ((conn, "/bytes-fast.bin"), (plain, "/bytes-app.bin")):
+        for x_cache in ("MISS", "HIT"):
+            before = await served()
+            answer = await connection.request(f"/{ZONE}{name}")
+            assert (answer.header("X-Cache"), answer.body) == (x_cache, BODY)
+            for _ in range(20):  # a fill's body is counted once it left: after its answer, within a moment
+                if await served() != before:
+                    break
+                await asyncio.sleep(0.05)
+            grown.append(await served() - before)
+    assert grown == [len(BODY)] * 4
+
+
 async def test_an_answer_not_written_here_is_the_applications_with_one_origin_request(filled: FillCdn) -> None:
     filled.origin.answer("/gone-fast.bin", b"not here", status=404, headers={"Content-Type": "text/plain"})
     filled.origin.answer("/gone-app.bin", b"not here", status=404, headers={"Content-Type": "text/plain"})

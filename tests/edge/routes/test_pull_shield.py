@@ -253,6 +253,30 @@ async def test_a_shield_relays_its_origins_failure_in_time_naming_itself(make_cd
                 assert time.monotonic() - started < 0.98
 
 
+async def test_what_a_shield_sends_other_edges_is_not_counted_as_bytes_served(make_cdn: CdnFactory) -> None:
+    """`assetcdn_bytes_served_total` is what clients were sent: the asking edge counts its client's body, and the
+    shield does not count it a second time for its answer to that edge (its fill, then its stored copy)."""
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return relayed()
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        run.origin.answer("/counted.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
+        (member,) = run.cdn.control.app[REGISTRY].edges.values()
+
+        async def served() -> float:
+            text = await (await run.cdn.edge.get("/metrics", headers=METRICS)).text()
+            return metric(text, "assetcdn_bytes_served_total", process="edge")
+
+        before = await served()
+        path_qs = f"{SHIELD_PATH}/{run.cdn.node.applied_generation}/{ZONE}/counted.txt"
+        for _ in range(2):  # its fill, then its stored copy
+            headers = sign_request(SECRETS.cluster_secret, "GET", path_qs, audience=SHIELD_AUDIENCE)
+            async with aiohttp.ClientSession() as http, http.get(member.url + path_qs, headers=headers) as resp:
+                assert (resp.status, await resp.read()) == (200, b"from the origin")
+        assert run.origin.count("/counted.txt") == 1
+        assert await served() == before
+
+
 async def test_a_shield_failing_itself_is_passed_over_for_a_while(make_cdn: CdnFactory) -> None:
     async def answer(_request: web.Request) -> web.StreamResponse:
         return OWN_ERROR
