@@ -408,13 +408,15 @@ class DeliveryLog:
         path = request.get(DELIVERED_PATH) or request.path.lstrip("/")
         length = response.content_length
         size = body_sent(request.method == "HEAD", response.status, length if length is not None else -1)
+        transport = request.transport
         started = request.get(REQUEST_STARTED)
+        if isinstance(transport, HandoffTransport) and transport.started is not None:
+            started = transport.started  # a fill the hit path began: its client waited for the origin there
         cache = response.headers.get("X-Cache", "BYPASS")
         pending: Pending = (
             time.time(), request_host(request), request.method, path, zone_of(path), response.status, size,
             cache if cache in CACHE_RESULTS else "BYPASS", country_code(request.headers.get(self.country_header) or ""),
             request.get(REQUEST_ID), request.remote, time.perf_counter() - started if started is not None else 0.0)
-        transport = request.transport
         counter = BodyCounter(transport)
         request.writer.on_body_write = counter
         if isinstance(transport, HandoffTransport):

@@ -131,6 +131,9 @@ class HandoffTransport(ForwardingTransport):
         # and how to land the URL's flight it began for that answer (None: it began none, or landed it).
         self.fetched: Any = None
         self.landing: Callable[..., None] | None = None  # assetcdn/edge/states/pull.py `Land`
+        # perf_counter() when the hit path began the request, when it did more than read its head (a fill whose
+        # answer it hands over): the client has waited since then, its origin's answer included.
+        self.started: float | None = None
 
     def take_fetched(self) -> Any:
         """What the hit path fetched for the request (assetcdn/edge/states/pull.py `handed_fill`), once."""
@@ -759,10 +762,12 @@ class HitProtocol(asyncio.Protocol):
 
     # --- handing requests to aiohttp --------------------------------------------------------------
 
-    def hand_over(self, request: bytes, fetched: Any = None, landing: Callable[..., None] | None = None) -> None:
+    def hand_over(self, request: bytes, fetched: Any = None, landing: Callable[..., None] | None = None,
+                  started: float | None = None) -> None:
         """One body-less request to a fresh aiohttp request handler; the connection comes back when
         the handler closes its HandoffTransport (handoff_ended). `fetched`: the origin's answer the hit
-        path has for it already (assetcdn/edge/fastpath/pull_fill.py), and `landing` the flight it began for it."""
+        path has for it already (assetcdn/edge/fastpath/pull_fill.py), `landing` the flight it began for it, and
+        `started` when it began the request (perf_counter())."""
         assert self.transport is not None
         self.busy = True
         self.deadline = float("inf")
@@ -770,6 +775,7 @@ class HitProtocol(asyncio.Protocol):
         handoff = HandoffTransport(self, self.transport)
         handoff.fetched = fetched
         handoff.landing = landing
+        handoff.started = started
         self.handler, self.handoff = handler, handoff
         handler.connection_made(handoff)
         handler.data_received(request)

@@ -222,7 +222,7 @@ class PullFills:
         # The application answers with what the origin said, and lands the flight the requests for the URL wait
         # for (as one it led itself: once its answer says what is kept); or the handover does, if it never takes it.
         try:
-            conn.hand_over(head, fetched, land if handing else None)
+            conn.hand_over(head, fetched, land if handing else None, fill.started)
         except Exception:  # never a flight left open, nor a hung connection
             log.exception("handing a pull zone's fill to the application failed")
             land(None)

@@ -10,13 +10,16 @@ import contextlib
 import itertools
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, cast
 
+import orjson
 import pytest
 import pytest_asyncio
 from aiohttp import web
 from ngh2 import ErrorCode
 
+from assetcdn.edge.access_log import AccessLog
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.fastpath.hit_server import HitServer
@@ -368,6 +371,41 @@ async def test_an_answer_not_written_here_is_the_applications_with_one_origin_re
     # The connection goes on with the hit path after the application's answer.
     filled.answer("/after-gone.bin")
     assert (await conn.request(f"/{ZONE}/after-gone.bin")).body == BODY
+
+
+async def test_an_answer_not_written_here_is_logged_with_the_time_its_client_waited_for_the_origin(
+        filled: FillCdn, tmp_path: Path) -> None:
+    """The access log's `duration_ms` of an origin answer the hit path fetched and handed to the application
+    (a 404, slow to come) counts the wait for the origin, as the application's own fill of it does: not only the
+    moment the application took to answer with what was fetched."""
+    async def late(_request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(0.3)
+        return web.Response(status=404, text="not here")
+
+    filled.origin.route("/slow-404-fast.bin", late)
+    filled.origin.route("/slow-404-app.bin", late)
+    deliveries = filled.cdn.node.deliveries
+    deliveries.access = access = AccessLog("file", "edge-f/0", directory=tmp_path)
+    try:
+        conn, plain = await filled.cdn.connect(), await filled.cdn.plain()
+        for connection, name in ((conn, "/slow-404-fast.bin"), (plain, "/slow-404-app.bin")):
+            assert (await connection.request(f"/{ZONE}{name}")).status == 404
+        lines: list[dict[str, Any]] = []
+
+        async def logged() -> bool:  # (another test's delivery may be recorded meanwhile: only these two count)
+            await access.flush()
+            if access.path is None or not access.path.exists():
+                return False
+            lines[:] = [line for line in map(orjson.loads, access.path.read_bytes().splitlines())
+                        if "/slow-404-" in line["path"]]
+            return len(lines) == 2
+
+        await wait_until(logged, "both answers in the access log")
+    finally:
+        deliveries.access = None
+        access.close()
+    assert sorted((line["path"], line["status"], line["duration_ms"] >= 300) for line in lines) == [
+        (f"/{ZONE}/slow-404-app.bin", 404, True), (f"/{ZONE}/slow-404-fast.bin", 404, True)]
 
 
 async def test_pipelined_misses_are_answered_in_order_and_a_closing_one_closes(filled: FillCdn) -> None:
