@@ -40,7 +40,7 @@ from assetcdn.edge.access_log import AccessLog
 from assetcdn.edge.control_client import ControlClient, ControlUnavailable, NotFoundAtControl
 from assetcdn.edge.fastpath.protocol import HandoffTransport
 from assetcdn.edge.site_config import FORWARDED, request_host
-from assetcdn.shared.analytics_keys import UNKNOWN_COUNTRY, zone_of
+from assetcdn.shared.analytics_keys import MAX_PATH_LENGTH, UNKNOWN_COUNTRY, zone_of
 from assetcdn.shared.cache_results import COUNTED_AS, CacheResult
 from assetcdn.shared.deliveries import is_delivery
 from assetcdn.shared.metrics import REQUEST_STARTED
@@ -246,7 +246,8 @@ def rollups(counts: dict[Key, list[int]], zones: Container[str] | None = None,
     """The counts as control stores them: per (hour, zone, cache) requests and bytes; per (hour, zone,
     path, status class) requests and bytes; per (hour, zone, country) requests. With ``zones``, a
     zone not in it (nor ``API_ZONE``) is ``UNKNOWN_ZONE``, whose paths are all "other" (``None``); with
-    ``budget``, the paths of a zone and hour it does not name are "other" too."""
+    ``budget``, the paths of a zone and hour it does not name are "other" too, and with either, a path longer
+    than control names (``MAX_PATH_LENGTH``)."""
     zone_rows: dict[tuple[int, str, str], list[Any]] = {}
     path_rows: dict[tuple[int, str, str, int], list[Any]] = {}
     countries: dict[tuple[int, str, str], list[Any]] = {}
@@ -283,20 +284,20 @@ def rollups(counts: dict[Key, list[int]], zones: Container[str] | None = None,
 
 def _fold_paths(rows: dict[tuple[int, str, str, int], list[Any]],
                 budget: Callable[[int, str], PathBudget] | None) -> list[list[Any]]:
-    """The path rows with those of ``UNKNOWN_ZONE``, and those a budget does not name, folded into one
-    row per (hour, zone, status) whose path is None: "other"."""
+    """The path rows with those of ``UNKNOWN_ZONE``, those longer than control names and those a budget does
+    not name, folded into one row per (hour, zone, status) whose path is None: "other"."""
     named: dict[tuple[int, str], set[str]] = {}
     if budget is not None:
         weights: dict[tuple[int, str], dict[str, int]] = {}
         for (hour, zone, path, _), row in rows.items():
-            if zone != UNKNOWN_ZONE:
+            if zone != UNKNOWN_ZONE and len(path) <= MAX_PATH_LENGTH:
                 per_path = weights.setdefault((hour, zone), {})
                 per_path[path] = per_path.get(path, 0) + row[4]
         named = {key: budget(*key).named(per_path) for key, per_path in weights.items()}
     shipped: list[list[Any]] = []
     other: dict[tuple[int, str, int], list[Any]] = {}
     for (hour, zone, path, status), row in rows.items():
-        if zone != UNKNOWN_ZONE and (budget is None or path in named[(hour, zone)]):
+        if zone != UNKNOWN_ZONE and len(path) <= MAX_PATH_LENGTH and (budget is None or path in named[(hour, zone)]):
             shipped.append(row)
             continue
         folded = other.get((hour, zone, status))
@@ -315,7 +316,8 @@ def log_item(entry: LogEntry, rate: float) -> list[Any]:
         request_id = request_id.decode("ascii", "replace")
     # Cut to the millisecond, never rounded: 44.9996 rounded would be 45.000, an entry of second 44's sample
     # shown in second 45 (which then lists more than its budget).
-    return [int(timestamp * 1000) / 1000, method, path, status, cache, request_id, ip, rate]
+    # A path longer than control takes is cut to what it takes: the entry is kept, as its count is (as "other").
+    return [int(timestamp * 1000) / 1000, method, path[:MAX_PATH_LENGTH], status, cache, request_id, ip, rate]
 
 
 class DeliveryLog:

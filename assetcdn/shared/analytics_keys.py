@@ -4,6 +4,10 @@ assetcdn/edge/delivery_log.py) and where the counts are kept (control, assetcdn/
 from __future__ import annotations
 
 UNKNOWN_COUNTRY = "XX"   # the country of a request whose country header is missing or not two letters
+# The longest path (without its leading slash) control keeps under its name, in a count or a request log entry. A
+# pull zone's paths are its origin's, as long as a request line allows: an edge counts a longer one in its zone's
+# "other" row and logs it cut to this length.
+MAX_PATH_LENGTH = 2048
 
 
 def zone_of(path: str) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from assetcdn.shared import deliveries
-from assetcdn.shared.analytics_keys import UNKNOWN_COUNTRY, zone_of
+from assetcdn.shared.analytics_keys import MAX_PATH_LENGTH, UNKNOWN_COUNTRY, zone_of
 from assetcdn.shared.cache_results import COUNTED
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.paths import STOCK_ROOT
@@ -19,7 +19,6 @@ CACHE_STATUSES: frozenset[str] = frozenset(result.value for result in COUNTED)
 UNKNOWN_ZONE = ""
 # Zones that are not in clients/: the stock pool, and "api" (/api/transform, /api/stream).
 BUILT_IN_ZONES = frozenset({STOCK_ROOT, "api"})
-MAX_PATH_LENGTH = 2048
 # One response of at most 1 TiB: far above any file this service stores, far below what could make a
 # day's counters overflow (they saturate at COUNTER_MAX in any case).
 MAX_HIT_BYTES = 2**40

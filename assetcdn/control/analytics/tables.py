@@ -7,11 +7,11 @@ import math
 from datetime import UTC, date, datetime
 
 from assetcdn.control.analytics.hits import COUNTER_MAX
+from assetcdn.shared.analytics_keys import MAX_PATH_LENGTH
 from assetcdn.shared.cache_results import COUNTED
 
 RETENTION_DAYS = 90
 ANALYTICS_RETENTION_DAYS = 35
-MAX_PATH_LENGTH = 2048
 # The row of a zone's day that counts every path past its cap. No stored path starts with "/"
 # (``stored_path`` strips it), so no path's counts can land in it; reported as OTHER_REPORTED.
 OTHER_PATH = "/"

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from assetcdn.shared.analytics_keys import MAX_PATH_LENGTH
 from tests.support.control import ACCOUNT
 from tests.support.origins import LONG, pull_zone_on_hit_cdn
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -26,3 +28,27 @@ async def test_a_pull_zones_deliveries_are_counted_under_its_name(tmp_path: Path
         stats = await cdn.control.get(f"/api/core/statistics?days=1&zone={ZONE}", headers=ACCOUNT)
         summary = (await stats.json())["Summary"]
         assert (summary["TotalRequests"], summary["TotalBandwidth"]) == (3, 3 * len(BODY))
+
+
+async def test_a_pull_zones_path_too_long_to_be_named_is_counted_in_its_errors_and_logged(tmp_path: Path) -> None:
+    """A pull zone's paths are its origin's, as long as a request line allows: one longer than control keeps
+    under its name is counted in the zone's "other" row and logged cut to that length, so the errors report and
+    the request log list its 404 as the zone's statistics count it (control refused both rows before)."""
+    long_name = "/" + "a" * (MAX_PATH_LENGTH + 50)
+    async with pull_zone_on_hit_cdn(tmp_path, ZONE) as (cdn, _origin):
+        for conn in (await cdn.connect(), await cdn.plain()):  # the origin has no such path: 404, on either path
+            assert (await conn.request(f"/{ZONE}{long_name}")).status == 404
+        await cdn.node.deliveries.ship(cdn.node.control, final=True)
+        stats = await (await cdn.control.get(f"/api/core/statistics?days=1&zone={ZONE}", headers=ACCOUNT)).json()
+        errors = await (await cdn.control.get(f"/api/insights/errors?days=1&zone={ZONE}", headers=ACCOUNT)).json()
+        paths: list[str] = []
+
+        async def logged() -> bool:  # control writes the request log a moment after it takes a batch
+            records = (await (await cdn.control.get("/api/logs?limit=100", headers=ACCOUNT)).json())["records"]
+            paths[:] = [record["path"] for record in records if record["code"] == "delivery"]
+            return len(paths) == 2
+
+        await wait_until(logged, "both 404s in the request log")
+    assert stats["Summary"]["TotalRequests"] == 2
+    assert [(group["StatusCode"], group["Count"]) for group in errors["Errors"]] == [(404, 2)]
+    assert paths == [f"/{ZONE}{long_name}"[:MAX_PATH_LENGTH + 1]] * 2  # the path cut to what control keeps
