@@ -4,11 +4,13 @@ origin), and its hits and misses are counted under its name, not the bucket of p
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from assetcdn.shared.analytics_keys import MAX_PATH_LENGTH
 from tests.support.control import ACCOUNT
+from tests.support.hit_cdn import HitCdn
 from tests.support.origins import LONG, pull_zone_on_hit_cdn
 from tests.support.wait import wait_until
 
@@ -18,15 +20,28 @@ ZONE = "counted-pull"
 BODY = b"from the origin"
 
 
+async def summary_of(cdn: HitCdn, requests: int) -> dict[str, Any]:
+    """The zone's statistics summary once control counts at least `requests` (the application's answer on a
+    connection it holds alone is recorded once its handler is done, a moment after its client has it)."""
+    summary: dict[str, Any] = {}
+
+    async def counted() -> bool:
+        await cdn.node.deliveries.ship(cdn.node.control, final=True)
+        stats = await cdn.control.get(f"/api/core/statistics?days=1&zone={ZONE}", headers=ACCOUNT)
+        summary.update((await stats.json())["Summary"])
+        return bool(summary["TotalRequests"] >= requests)
+
+    await wait_until(counted, f"{requests} deliveries counted")
+    return summary
+
+
 async def test_a_pull_zones_deliveries_are_counted_under_its_name(tmp_path: Path) -> None:
     async with pull_zone_on_hit_cdn(tmp_path, ZONE) as (cdn, origin):
         origin.answer("/counted.txt", BODY, headers={"Content-Type": "text/plain", **LONG})
         for conn in (await cdn.connect(), await cdn.connect(), await cdn.plain()):  # a miss, then two hits
             resp = await conn.request(f"/{ZONE}/counted.txt")
             assert (resp.status, resp.body) == (200, BODY)
-        await cdn.node.deliveries.ship(cdn.node.control, final=True)
-        stats = await cdn.control.get(f"/api/core/statistics?days=1&zone={ZONE}", headers=ACCOUNT)
-        summary = (await stats.json())["Summary"]
+        summary = await summary_of(cdn, 3)
         assert (summary["TotalRequests"], summary["TotalBandwidth"]) == (3, 3 * len(BODY))
 
 
@@ -38,8 +53,7 @@ async def test_a_pull_zones_path_too_long_to_be_named_is_counted_in_its_errors_a
     async with pull_zone_on_hit_cdn(tmp_path, ZONE) as (cdn, _origin):
         for conn in (await cdn.connect(), await cdn.plain()):  # the origin has no such path: 404, on either path
             assert (await conn.request(f"/{ZONE}{long_name}")).status == 404
-        await cdn.node.deliveries.ship(cdn.node.control, final=True)
-        stats = await (await cdn.control.get(f"/api/core/statistics?days=1&zone={ZONE}", headers=ACCOUNT)).json()
+        summary = await summary_of(cdn, 2)
         errors = await (await cdn.control.get(f"/api/insights/errors?days=1&zone={ZONE}", headers=ACCOUNT)).json()
         paths: list[str] = []
 
@@ -49,6 +63,6 @@ async def test_a_pull_zones_path_too_long_to_be_named_is_counted_in_its_errors_a
             return len(paths) == 2
 
         await wait_until(logged, "both 404s in the request log")
-    assert stats["Summary"]["TotalRequests"] == 2
+    assert summary["TotalRequests"] == 2
     assert [(group["StatusCode"], group["Count"]) for group in errors["Errors"]] == [(404, 2)]
     assert paths == [f"/{ZONE}{long_name}"[:MAX_PATH_LENGTH + 1]] * 2  # the path cut to what control keeps
