@@ -295,7 +295,9 @@ async def test_a_shield_that_does_not_know_the_zone_yet_stays_up(make_cdn: CdnFa
     async def answer(_request: web.Request) -> web.StreamResponse:
         return web.json_response({"error": {"code": "NotPullZone"}}, status=404)
 
-    async with shielded_cdn(make_cdn, answer) as run:
+    # The shield's refusals must reach the edge: a first-byte timeout of the module's 1 s would mark it down on a
+    # loaded machine (an answer that late is the shield failing, which another test covers).
+    async with shielded_cdn(make_cdn, answer, ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="30") as run:
         for name in ("/n1.txt", "/n2.txt"):
             run.origin.answer(name, b"from the origin", headers={"Cache-Control": "max-age=600"})
         assert (await run.get("/n1.txt"))[0::3] == (200, b"from the origin")
