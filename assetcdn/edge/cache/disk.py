@@ -162,16 +162,27 @@ def segment_place(filename: str) -> tuple[str, int, int] | None:
     return segment, int(offset), int(length)
 
 
-def meta_stored_at(meta: object) -> float | None:
-    """The stored-at a row's metadata (``tag``: JSON, "at") names, read as ``get`` reads it (SQLite's own parse
-    of the float may round it); None for a row without one (not ours, or of an earlier layout)."""
+def decoded_meta(meta: object) -> dict[str, Any]:
+    """A row's metadata (``tag``: JSON), decoded as ``get`` reads it (SQLite's own parse of a float may round it);
+    empty for a row without it (not ours, or of an earlier layout)."""
     if not isinstance(meta, str):
-        return None
+        return {}
     try:
-        at = orjson.loads(meta).get("at")
-    except (orjson.JSONDecodeError, AttributeError):
-        return None
+        decoded = orjson.loads(meta)
+    except orjson.JSONDecodeError:
+        return {}
+    return decoded if isinstance(decoded, dict) else {}
+
+
+def stored_at_of(meta: dict[str, Any]) -> float | None:
+    """The stored-at a row's decoded metadata ("at") names; None when it has none."""
+    at = meta.get("at")
     return float(at) if isinstance(at, int | float) else None
+
+
+def meta_stored_at(meta: object) -> float | None:
+    """The stored-at a row's metadata (``tag``: JSON, "at") names; None for a row without one."""
+    return stored_at_of(decoded_meta(meta))
 
 
 def _file_or_segment(filename: str) -> tuple[str, bool]:
@@ -565,11 +576,6 @@ class DiskTier:
             headers=data["h"],
         )
 
-    def stored_at(self, key: str) -> float | None:
-        """The stored-at time of the entry under ``key`` (its metadata only, no body read); None when absent."""
-        row = self._sql().execute("SELECT tag FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone()
-        return None if row is None else meta_stored_at(row[0])
-
     def stored_version(self, key: str, mark: str) -> tuple[float | None, bool] | None:
         """The stored-at time of the entry under ``key`` and whether its head holds the pseudo header field ``mark``
         (``mark_stale`` adds it and leaves the stored-at time as it was); metadata only, no body read. None when
@@ -577,12 +583,10 @@ class DiskTier:
         row = self._sql().execute("SELECT tag FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone()
         if row is None:
             return None
-        try:
-            head = orjson.loads(row[0]).get("h") if isinstance(row[0], str) else None
-        except (orjson.JSONDecodeError, AttributeError):
-            head = None
+        meta = decoded_meta(row[0])
+        head = meta.get("h")
         marked = isinstance(head, list) and any(isinstance(field, list) and field[:1] == [mark] for field in head)
-        return meta_stored_at(row[0]), marked
+        return stored_at_of(meta), marked
 
     def put(
         self,
