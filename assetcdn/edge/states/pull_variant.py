@@ -31,7 +31,7 @@ from assetcdn.edge.cache.tags import pull_variants_tag
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.states.keys import pull_source_variant_key, pull_variants_made_key
 from assetcdn.edge.states.lookup import lookup
-from assetcdn.edge.states.pull_source import PullSource, PullSourcePath, obtain, sha256
+from assetcdn.edge.states.pull_source import PullSource, PullSourcePath, obtain
 from assetcdn.edge.states.serve import DELIVERY_ATTEMPTS, Refusals, ServePolicy, respond
 from assetcdn.edge.states.variant import Made
 from assetcdn.shared.manifest import zone_tag
@@ -70,7 +70,7 @@ async def variant_of(node: EdgeNode, source: PullSource, variant: Made,
     if not source.kept:  # a purge named the source as it was fetched: what is made of it must not outlive that
         node.metrics.cache_result("MISS").inc()
         data = await source.data()
-        return await variant.make_from(node, key, data, await content_id(source, data), source.tags,
+        return await variant.make_from(node, key, data, content_id(source), source.tags,
                                        keep=False), "MISS"
     obj = lookup(node, key)
     if obj is not None and variant.usable(obj) and not soft_purged(obj):
@@ -88,7 +88,7 @@ async def variant_of(node: EdgeNode, source: PullSource, variant: Made,
         await asyncio.get_running_loop().run_in_executor(None, retire_older_variants, node, source)
         # A purge since `since` that names the source leaves this variant unkept; the retirement just above does not.
         named_with_source = [tag for tag in source.tags if tag != pull_variants_tag(source.url_key)]
-        return await variant.make_from(node, key, data, await content_id(source, data), source.tags,
+        return await variant.make_from(node, key, data, content_id(source), source.tags,
                                        since=since, since_tags=named_with_source)
 
     node.metrics.cache_result("MISS").inc()
@@ -96,14 +96,15 @@ async def variant_of(node: EdgeNode, source: PullSource, variant: Made,
     return made, "MISS"
 
 
-async def content_id(source: PullSource, data: bytes) -> str:
+def content_id(source: PullSource) -> str:
     """What the image pool knows the source's bytes by (`Made.make_from`'s source id: a worker keeps the bytes
-    of the sources it ran under it, and is sent only that id for them the next time): their SHA-256, never the
-    validator its variants are keyed by, which an origin may keep for other bytes (an image changed and its URL
-    purged, its ETag left as it was). The stored one when the source was named by its body."""
+    of the sources it ran under it, and is sent only that id for them the next time). Never the validator alone,
+    which an origin may keep for other bytes (an image changed and its URL purged, its ETag left as it was): the
+    body's SHA-256 when it was stored with one, else the validator and the moment this copy was stored, which
+    every new copy of the URL (fetched again, or refreshed by a 304) changes. No hashing per variant made."""
     if source.stored.digest is not None:
         return source.stored.digest
-    return await asyncio.get_running_loop().run_in_executor(None, sha256, data)
+    return f"{source.source_id}@{source.stored.obj.stored_at!r}"
 
 
 def soft_purged(obj: CachedObject) -> bool:
