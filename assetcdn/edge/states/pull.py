@@ -560,7 +560,7 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
         # nor has a stored response without ETag or Last-Modified any): no answer to it, never passed on as one (a
         # client that asked for the body would get none), nor a refresh of that stored response.
         response.release()
-        failure = OriginError("the origin answered 304 Not Modified to a request without conditions")
+        failure = unasked_not_modified()
         land(failure)
         return await origin_failed(request, zone, path, fields, stored, failure)
     if stored is not None and response.status in ERROR_STATUSES and usable_on_error(
@@ -583,6 +583,11 @@ async def ask(node: EdgeNode, zone: PullZone, path: str, query: str, headers: CI
     response = await node.shields.fill(zone, path, query, headers, from_edge=from_edge)
     response.purge_mark = mark
     return response
+
+
+def unasked_not_modified() -> OriginError:
+    """The origin's failure a 304 to a request without conditions is (both fills', and an image source's)."""
+    return OriginError("the origin answered 304 Not Modified to a request without conditions")
 
 
 def handed_fill(request: web.Request) -> OriginResponse | None:

@@ -24,6 +24,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 from urllib.parse import quote
 
 from aiohttp import web
@@ -79,13 +80,21 @@ from assetcdn.edge.states.pull import (
     settle,
     store_unless_purged,
     through_flight,
+    unasked_not_modified,
 )
 from assetcdn.shared.manifest import format_of
 
 log = logging.getLogger(__name__)
 SOURCE_FIELDS: Headers = ()          # the edge's own request for a source carries no client's fields
-# Whom the edge asks a source for: its address and scheme (X-Forwarded-For, -Proto) and its CDN-Loop lines.
-SourceClient = tuple[str | None, str, Headers]
+
+
+class SourceClient(NamedTuple):
+    """Whom the edge asks a source for: its address and scheme (X-Forwarded-For, -Proto) and its CDN-Loop lines."""
+
+    ip: str | None
+    scheme: str
+    loop: Headers
+
 NO_DIRECTIVES: dict[str, str | None] = {}
 # Path characters (assetcdn/shared/paths.py) sent as they are; a space is percent-encoded, as browsers send it.
 PATH_SAFE = "/@+=,~()"
@@ -247,10 +256,10 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
     flight_key = pull_variant_key(url_key, "flight")
     # The edge asks for a client: X-Forwarded-For, -Proto, and its CDN-Loop, or a cycle through another zone's
     # images would come back to this zone unmarked and join the flight that sent it.
-    client: SourceClient = (request.remote, request.scheme, carried(request.headers))
+    client = SourceClient(request.remote, request.scheme, carried(request.headers))
 
     async def cached() -> tuple[PullSource | None, StoredResponse | None]:
-        stored = lookup(node, url_key, Varied(SOURCE_FIELDS, at.zone, client[0], client[1]))
+        stored = lookup(node, url_key, Varied(SOURCE_FIELDS, at.zone, client.ip, client.scheme))
         if stored is not None:
             decision = reuse(stored.freshness, NO_DIRECTIVES, time.time())
             if decision is Reuse.FRESH:
@@ -319,8 +328,7 @@ async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, 
     """A miss, or a stored source the origin must confirm (304: its head updated) or replace; the stale
     copy when the origin fails and stale-if-error allows it. `land` tells the requests waiting for this one
     whether a body is being kept for them, as soon as the origin's head says."""
-    client_ip, scheme, loop = client
-    headers = origin_request_headers(loop, at.zone.origin, client_ip=client_ip, scheme=scheme)
+    headers = origin_request_headers(client.loop, at.zone.origin, client_ip=client.ip, scheme=client.scheme)
     conditions = validators(stored.headers) if stored is not None else []
     for name, value in conditions:
         headers[name] = value
@@ -335,7 +343,7 @@ async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, 
         # A 304 answers a condition (RFC 9110 15.4.5), and this request had none (a source stored without ETag
         # or Last-Modified is asked for whole): it confirms no stored source, as a delivery takes it.
         response.release()
-        land(OriginError("the origin answered 304 Not Modified to a request without conditions"))
+        land(unasked_not_modified())
         if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
             return await described(node, at, url_key, stored)
         raise not_an_image(at, response.status)
@@ -370,7 +378,7 @@ async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, 
     kept: Kept = asyncio.get_running_loop().create_future()
     land(kept)
     try:
-        read, body, in_cache = await keep(node, at, url_key, Varied(SOURCE_FIELDS, at.zone, client_ip, scheme),
+        read, body, in_cache = await keep(node, at, url_key, Varied(SOURCE_FIELDS, at.zone, client.ip, client.scheme),
                                           response, limit)
         settle(kept, in_cache)
         return await described(node, at, url_key, read, body, kept=in_cache)
