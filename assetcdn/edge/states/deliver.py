@@ -28,7 +28,11 @@ from assetcdn.shared.errors import ApiError
 from assetcdn.shared.middleware import stamp_headers
 
 STALE_WARNING = '110 - "Response is stale: control plane unreachable"'
-RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)\Z")
+# One byte range; the unit's name is compared case-insensitively (RFC 9110 14.1).
+RANGE = re.compile(r"^(?i:bytes)=([0-9]*)-([0-9]*)\Z")
+# The members of an If-None-Match list: entity-tags, whose opaque part may hold a comma (RFC 9110 8.8.3), or a bare
+# token (`*`, or a tag a client sent unquoted, compared as if quoted).
+ENTITY_TAG = re.compile(r'(?:W/)?("[^"]*"|[^\s,"]+)')
 BEYOND_ANY_BODY = 2**63  # a byte position past any body a cache holds (`position`)
 HEADER_CHANGES = web.RequestKey("header_changes", HeaderChanges)
 
@@ -37,16 +41,21 @@ def etag_matches(if_none_match: str, etag: str | None) -> bool:
     """Whether If-None-Match names ``etag``, the one the answer carries (None: it carries none)."""
     if if_none_match.strip() == "*":
         return True
+    candidates = ENTITY_TAG.findall(if_none_match)
+    if "*" in candidates:  # beside tags (not valid, but several lines joined may give it): any version
+        return True
     if etag is None:
         return False
     bare = etag.strip('"')
-    for candidate in if_none_match.split(","):
-        candidate = candidate.strip()
-        if candidate.startswith("W/"):
-            candidate = candidate[2:]
-        if candidate.strip('"') == bare:
-            return True
-    return False
+    return any(candidate.strip('"') == bare for candidate in candidates)
+
+
+def joined_field(request: web.BaseRequest, name: str) -> str | None:
+    """A request field's value, its several lines joined as one list (RFC 9110 5.3); None when it has none. A
+    field that is no list (Range, If-Range, If-Modified-Since) then reads as the invalid value several lines of it
+    are: the range ignored, the If-Range not holding, the date ignored."""
+    lines = request.headers.getall(name, None)
+    return None if lines is None else ", ".join(lines)
 
 
 def if_match_holds(if_match: str, etag: str | None) -> bool:

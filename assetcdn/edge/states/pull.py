@@ -55,7 +55,7 @@ from assetcdn.edge.origin_client import (
 )
 from assetcdn.edge.shield import from_edge, stale_at_shield
 from assetcdn.edge.site_config import PullZone
-from assetcdn.edge.states.deliver import etag_matches, parse_range
+from assetcdn.edge.states.deliver import etag_matches, joined_field, parse_range
 from assetcdn.edge.states.feed import ClientFeed, Rest, rest_of
 from assetcdn.edge.states.freshness import (
     ERROR_STATUSES,
@@ -1087,7 +1087,7 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
             headers.popall(name, None)
         return web.Response(status=304, headers=headers)
     status, start, end = stored.status, 0, obj.size
-    range_header = request.headers.get("Range")
+    range_header = joined_field(request, "Range")  # two lines of it: no one range, ignored
     if range_header is not None and stored.status == 200 and if_range_holds(request, stored):
         parsed = parse_range(range_header, obj.size)
         if parsed is False:
@@ -1132,14 +1132,19 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
 def not_modified(request: web.Request, stored: StoredResponse) -> bool:
     """The request's own conditions hold against the stored response (RFC 9110 13.2.2: If-None-Match first).
     `If-None-Match: *` names any current representation, one without an ETag too (RFC 9110 13.1.2), as the hit
-    path compares it (assetcdn/edge/fastpath/hit_server.py)."""
+    path compares it (assetcdn/edge/fastpath/hit_server.py); several If-None-Match lines are one list (RFC 9110
+    5.3: the hit path hands such a request over). An If-Modified-Since of more than one member is ignored (13.1.3):
+    parsed leniently, a list would read as its first date."""
     if stored.status != 200:
         return False
-    if_none_match = request.headers.get("If-None-Match")
+    if_none_match = joined_field(request, "If-None-Match")
     if if_none_match is not None:
         etag = first_value(stored.headers, "etag")
         return etag_matches(if_none_match, None if etag is None else etag.removeprefix("W/"))
-    since = http_date(request.headers.get("If-Modified-Since"))
+    if_modified_since = joined_field(request, "If-Modified-Since")
+    if if_modified_since is None or if_modified_since.count(",") > 1:  # an HTTP-date holds one comma at most
+        return False
+    since = http_date(if_modified_since)
     last_modified = http_date(first_value(stored.headers, "last-modified"))
     return since is not None and last_modified is not None and last_modified <= since
 
@@ -1152,7 +1157,7 @@ STRONG_LAST_MODIFIED_S = 60
 def if_range_holds(request: web.Request, stored: StoredResponse) -> bool:
     """The request's If-Range holds (RFC 9110 13.1.5): a strong ETag equal to the stored one, or the stored
     Last-Modified exactly when it is a strong validator (STRONG_LAST_MODIFIED_S); no If-Range holds too."""
-    condition = request.headers.get("If-Range")
+    condition = joined_field(request, "If-Range")  # two lines of it: no one validator, and so never equal
     if condition is None:
         return True
     etag = first_value(stored.headers, "etag")

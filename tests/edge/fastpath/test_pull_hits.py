@@ -497,3 +497,79 @@ async def test_an_origins_hsts_never_reaches_clients_on_the_default_host(
                 "HTTP/2 hit": await client.get("/hsts.bin", [], authority=TENANT_HOST)}
     assert {what: (a.header("x-cache"), a.header("strict-transport-security")) for what, a in own_host.items()} == \
         dict.fromkeys(own_host, ("HIT", policy))
+
+
+async def lines(conn: RawConnection, path: str, method: str, fields: list[tuple[str, str]]) -> Response:
+    """The answer to a request whose header fields are `fields`, lines of one name repeated as they are given."""
+    head = [f"{method} {path} HTTP/1.1", "Host: edge.test", *(f"{name}: {value}" for name, value in fields)]
+    await conn.send(("\r\n".join(head) + "\r\n\r\n").encode())
+    return await conn.response()
+
+
+async def test_several_lines_of_a_condition_or_a_range_are_read_as_one_field_on_every_path(
+        pulled: PullCdn, clock: Clock, secure: tuple[hit_server.HitServer, list[bytes]]) -> None:
+    """Field lines of one name are one comma-separated list (RFC 9110 5.3): `If-None-Match` naming the stored ETag
+    on its second line is a 304 (the hit path hands such a request over, and the application read the first line
+    only: the whole body, every time). Range, If-Range and If-Modified-Since are no lists: two lines of one are
+    the invalid value they make together, so the range is ignored, the If-Range does not hold and the date is
+    ignored (13.1.3), where the first line alone was answered. The same over HTTP/1.1 and HTTP/2."""
+    modified = "Mon, 01 Jan 2024 00:00:00 GMT"
+    conn = await pulled.warm("/lines.bin", **LONG, ETag='"v2"', **{"Last-Modified": modified})
+    plain = await pulled.cdn.plain()
+    client = H2InProcess(secure[0])
+    path = f"/{ZONE}/lines.bin"
+    clock.now = pulled.stored("/lines.bin").freshness.response_time + 1
+    cases: list[tuple[list[tuple[str, str]], int]] = [
+        ([("If-None-Match", '"v1"'), ("If-None-Match", '"v2"')], 304),
+        ([("If-None-Match", '"v1"'), ("If-None-Match", '"v2"'), ("Range", "bytes=0-9")], 304),
+        ([("If-None-Match", '"v1"'), ("If-None-Match", '"v3"')], 200),
+        ([("Range", "bytes=0-9"), ("Range", "bytes=20-29")], 200),
+        ([("Range", "bytes=0-9"), ("If-Range", '"v2"'), ("If-Range", '"v2"')], 200),
+        ([("If-Modified-Since", modified), ("If-Modified-Since", modified)], 200),
+        ([("If-Modified-Since", f"{modified}, {modified}")], 200),
+        ([("If-Modified-Since", modified)], 304),
+    ]
+    for method in ("GET", "HEAD"):
+        for fields, status in cases:
+            fast = await lines(conn, path, method, fields)
+            slow = await lines(plain, path, method, fields)
+            assert (slow.status, len(slow.body)) == (status, len(BODY) if status == 200 and method == "GET" else 0), (
+                method, fields)
+            assert comparable(fast) == comparable(slow), (method, fields)
+            over_h2 = await client.get(path, [(name.lower(), value) for name, value in fields], method)
+            assert comparable_h2(over_h2) == comparable_h2(slow), (method, fields)
+    assert pulled.origin.count("/lines.bin") == 1
+
+
+async def test_an_etag_holding_a_comma_is_one_entity_tag_of_if_none_match(
+        pulled: PullCdn, clock: Clock, secure: tuple[hit_server.HitServer, list[bytes]]) -> None:
+    """An entity-tag's opaque part may hold a comma (RFC 9110 8.8.3: etagc is any visible character but DQUOTE):
+    If-None-Match was split at every comma, so `"a,b"` never matched the stored `"a,b"` and a client revalidating
+    it got the whole body each time, on every path; `"a"` or `"b"` must not match it either."""
+    conn = await pulled.warm("/comma.bin", **LONG, ETag='"a,b"')
+    plain = await pulled.cdn.plain()
+    client = H2InProcess(secure[0])
+    path = f"/{ZONE}/comma.bin"
+    clock.now = pulled.stored("/comma.bin").freshness.response_time + 1
+    served = pulled.served
+    for value, status in (('"a,b"', 304), ('W/"a,b"', 304), ('"x", "a,b"', 304), ('"a", "b"', 200), ('"a,b,c"', 200)):
+        fast = await conn.request(path, **{"If-None-Match": value})
+        slow = await plain.request(path, **{"If-None-Match": value})
+        over_h2 = await client.get(path, [("if-none-match", value)])
+        assert slow.status == status, value
+        assert comparable(fast) == comparable(slow), value
+        assert comparable_h2(over_h2) == comparable_h2(slow), value
+    assert pulled.served == served + 5
+
+
+async def test_a_range_unit_is_compared_case_insensitively(pulled: PullCdn, clock: Clock) -> None:
+    """Range unit names are case-insensitive (RFC 9110 14.1): `Bytes=0-9` is the range `bytes=0-9` is, on both
+    paths, not a unit the edge ignores."""
+    conn = await pulled.warm("/unit.bin", **LONG)
+    plain = await pulled.cdn.plain()
+    clock.now = pulled.stored("/unit.bin").freshness.response_time + 1
+    for unit in ("Bytes", "BYTES"):
+        fast = await conn.request(f"/{ZONE}/unit.bin", Range=f"{unit}=0-9")
+        slow = await plain.request(f"/{ZONE}/unit.bin", Range=f"{unit}=0-9")
+        assert comparable(fast) == comparable(slow)
+        assert (slow.status, slow.body, slow.header("Content-Range")) == (206, BODY[:10], f"bytes 0-9/{len(BODY)}")
