@@ -5,6 +5,7 @@ to its H2Protocol (assetcdn/edge/tls/h2.py, the `h2` library as the client), and
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import Any
 
 import h2.config
@@ -18,10 +19,12 @@ from tests.support.wait import wait_until
 
 
 class MemoryTransport(asyncio.Transport):
-    """What H2Protocol writes, for the test's client to read."""
+    """What H2Protocol writes, for the test's client to read; `secure`: it stands for TLS, as the https site's
+    connections are (the application reads the request's scheme as https, as it does behind TLS)."""
 
-    def __init__(self) -> None:
+    def __init__(self, secure: bool = False) -> None:
         super().__init__()
+        self.sslcontext = ssl.create_default_context() if secure else None
         self.written = bytearray()
         self.closed = False
         self.reading = True  # the protocol has not paused reading (or resumed it since)
@@ -36,6 +39,8 @@ class MemoryTransport(asyncio.Transport):
         return data
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "sslcontext":
+            return self.sslcontext or default
         return ("127.0.0.1", 40000) if name == "peername" else default
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
@@ -61,7 +66,7 @@ class H2InProcess:
     """One HTTP/2 connection to the hit server's H2Protocol, frames passed in memory."""
 
     def __init__(self, hits: HitServer) -> None:
-        self.transport = MemoryTransport()
+        self.transport = MemoryTransport(hits.secure)
         self.server = H2Protocol(hits, H2Limits())
         self.server.connection_made(self.transport)
         self.client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
@@ -131,7 +136,7 @@ class MemoryHttp11:
     """One HTTP/1.1 connection to a hit server's HitProtocol, bytes passed in memory, one request at a time."""
 
     def __init__(self, hits: HitServer) -> None:
-        self.transport = MemoryTransport()
+        self.transport = MemoryTransport(hits.secure)
         self.protocol = hits.protocol()
         self.protocol.connection_made(self.transport)
         self.received = b""

@@ -39,10 +39,10 @@ LONG = {"Cache-Control": "max-age=600"}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def stored_url(node: EdgeNode, zone: str, name: str, query: str = "") -> StoredResponse | None:
-    """What the edge holds for a pull zone's URL of no Vary, as a request without fields selects it."""
+def stored_url(node: EdgeNode, zone: str, name: str, query: str = "", scheme: str = "http") -> StoredResponse | None:
+    """What the edge holds for a pull zone's URL of no Vary, as a request without fields over `scheme` selects it."""
     pulled = node.config.pull_zones[zone]
-    return lookup(node, pull_key(zone, name, query), Varied((), pulled, None, "http"))
+    return lookup(node, pull_key(zone, name, query, scheme), Varied((), pulled, None, scheme))
 
 
 @dataclass(frozen=True)

@@ -422,7 +422,8 @@ class HitServer:
             target = url.decode("ascii")
         except UnicodeDecodeError:
             return False
-        pulled = prepare_pull(self.node, self.config, view, target, named, own_hsts=self.own_hsts)
+        pulled = prepare_pull(self.node, self.config, view, target, named, own_hsts=self.own_hsts,
+                              scheme="https" if self.secure else "http")
         if not isinstance(pulled, PulledHit):
             return pulled
         self._hold(view, url, pulled)

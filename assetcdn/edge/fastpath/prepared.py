@@ -300,13 +300,14 @@ def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modifie
 
 
 def prepare_pull(node: EdgeNode, config: EdgeConfig, view: HostView, target: str,
-                 named: PullPath | None = None, *, own_hsts: bool = False) -> PulledHit | bool:
+                 named: PullPath | None = None, *, own_hsts: bool = False, scheme: str = "http") -> PulledHit | bool:
     """The prepared hit of request target ``target`` (path and query) of a pull zone on ``view``'s host, from
     the memory tier only. True when the memory tier holds nothing for it: a miss, which the hit path may fill
     (assetcdn/edge/fastpath/pull_fill.py); False when the application must answer: not a pull zone's path,
     a body kept on disk only, a Vary'd URL, a status other than 200, rules on a header written per request,
     no Content-Type (aiohttp's default for it depends on the method). `named`: `resolve` of the path alone
-    (`prepare`), the same answer when there is no query."""
+    (`prepare`), the same answer when there is no query. `scheme`: the connection's (the key's, as the origin
+    is told it)."""
     path, mark, query = target.partition("?")
     pulled: PullPath | Redirect | str | None = named if not mark else None
     if pulled is None:
@@ -316,7 +317,7 @@ def prepare_pull(node: EdgeNode, config: EdgeConfig, view: HostView, target: str
             return False
     if not isinstance(pulled, PullPath):
         return False
-    key = pull_key(pulled.zone.name, pulled.path, query)
+    key = pull_key(pulled.zone.name, pulled.path, query, scheme)
     obj = node.cache.memory.get(key)  # read: an entry asked for again is worth writing when evicted
     if obj is None:
         return True

@@ -173,7 +173,7 @@ class PullFills:
         if zone.fleet and HEAD_MARK in head.lower() and looped(
                 [value for name, value in lowered if name == CDN_LOOP], zone.fleet, zone.name):
             return None
-        url_key = pull_key(zone.name, named.path, query)
+        url_key = pull_key(zone.name, named.path, query, self.scheme)
         sent = Varied(fields, zone, fill.peer, self.scheme)
         if lookup(server.node, url_key, sent) is not None:  # stored: fresh, stale or a Vary'd URL's
             return None

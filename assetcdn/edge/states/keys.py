@@ -60,10 +60,14 @@ def playlist_key(index_id: str, quality: int | None) -> str:
 PULL_KEY_PREFIX = "pull:"  # every pull zone key starts with it: what a soft purge keeps and marks stale
 
 
-def pull_key(zone: str, path: str, query: str) -> str:
-    """A pull zone's URL (its percent-encoded path and query as requested): hashed, so that any URL makes a
-    key of one length with no ':' in it."""
+def pull_key(zone: str, path: str, query: str, scheme: str = "http") -> str:
+    """A pull zone's URL (its percent-encoded path and query as requested) and the scheme it was asked over:
+    hashed, so that any URL makes a key of one length with no ':' in it. The origin is told the scheme
+    (X-Forwarded-Proto) and may answer it differently (a redirect of plain HTTP to https), so an https URL has a
+    key of its own; a plain HTTP one keeps the key it had before the scheme counted."""
     url = f"{zone}{path}?{query}" if query else f"{zone}{path}"
+    if scheme == "https":
+        url = "https:" + url  # no zone name holds ':'
     return f"{PULL_KEY_PREFIX}{hashlib.sha256(url.encode('utf-8', 'surrogateescape')).hexdigest()[:40]}"
 
 

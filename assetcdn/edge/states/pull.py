@@ -295,7 +295,7 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
                            "answer, never this edge's cache (only-if-cached).")
         return await forward_unsafe(request, node, zone, path, prefix, fwd="request")
     sent = varied(request, zone, fields)
-    url_key = pull_key(zone.name, path, request.rel_url.raw_query_string)
+    url_key = pull_key(zone.name, path, request.rel_url.raw_query_string, request.scheme)
     flight_key = pull_variant_key(url_key, "flight")
 
     async def cached() -> tuple[web.StreamResponse | None, StoredResponse | None]:

@@ -249,7 +249,7 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
     if came_back(request.headers, at.zone):
         raise SourceRefused(508, "LoopDetected", refusal_message(at.zone.name))
     node, flights, refused_sources = request.app[NODE], request.app[FLIGHTS], request.app[TOO_LARGE_SOURCES]
-    url_key = pull_key(at.zone.name, at.path, "")
+    url_key = pull_key(at.zone.name, at.path, "", request.scheme)
     mark = node.cache.purge_mark()  # taken before the origin is asked: a purge meanwhile lets its refusal go
     if (refused := refused_sources.refusal(url_key, mark)) is not None:
         raise too_large(at, *refused)

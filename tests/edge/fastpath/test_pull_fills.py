@@ -1204,7 +1204,7 @@ async def test_an_http_2_stream_reset_during_its_fill_leaves_the_fill_to_complet
         release.set()
 
         async def stored() -> bool:
-            return stored_url(filled.cdn.node, ZONE, name) is not None
+            return stored_url(filled.cdn.node, ZONE, name, scheme="https") is not None
 
         await wait_until(stored, "the reset stream's fill stored")
         again = await h2.get(f"/{ZONE}{name}", [])
@@ -1242,7 +1242,7 @@ async def test_a_body_the_origin_cuts_short_resets_its_http_2_stream_on_either_p
         assert [(a.status, a.headers.get("content-length")) for a in answers] == [(200, "100000")] * 2
         assert all(len(a.body) < 100_000 for a in answers)
         assert codes == [ErrorCode.INTERNAL_ERROR] * 2
-        assert [stored_url(filled.cdn.node, ZONE, name) for name in names] == [None, None]
+        assert [stored_url(filled.cdn.node, ZONE, name, scheme="https") for name in names] == [None, None]
     finally:
         secure.stop()
 
@@ -1259,7 +1259,7 @@ async def test_a_tls_connection_reads_on_after_a_fill_that_ended_a_turn_of_pipel
         assert (await tls.request(f"/{ZONE}/turn-hit.bin")).header("X-Cache") == "MISS"
 
         async def stored() -> bool:
-            return stored_url(filled.cdn.node, ZONE, "/turn-hit.bin") is not None
+            return stored_url(filled.cdn.node, ZONE, "/turn-hit.bin", scheme="https") is not None
 
         await wait_until(stored, "the first answer stored")
         # The last request of the second turn: a miss the hit path fills, then one it hands to the application

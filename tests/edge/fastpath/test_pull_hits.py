@@ -25,7 +25,7 @@ from assetcdn.shared.content_security import SANDBOX_CSP
 from tests.support.cdn import PURGE
 from tests.support.control import ACCOUNT
 from tests.support.footprint import traced_per_item
-from tests.support.h2_memory import H2InProcess
+from tests.support.h2_memory import H2InProcess, MemoryHttp11
 from tests.support.hit_cdn import HitCdn, RawConnection, Response
 from tests.support.origins import LONG, ScriptedOrigin, pull_zone_on_hit_cdn, stored_url
 from tests.support.wait import wait_until
@@ -72,8 +72,8 @@ class PullCdn:
         assert self.cdn.site.hits is not None
         return self.cdn.site.hits.served
 
-    def stored(self, name: str) -> pull_states.StoredResponse:
-        found = stored_url(self.cdn.node, ZONE, name)
+    def stored(self, name: str, scheme: str = "http") -> pull_states.StoredResponse:
+        found = stored_url(self.cdn.node, ZONE, name, scheme=scheme)
         assert found is not None
         return found
 
@@ -88,6 +88,17 @@ class PullCdn:
 
         await wait_until(kept, f"{name} stored")
         return conn
+
+    async def warm_secure(self, server: hit_server.HitServer, name: str, **headers: str) -> None:
+        """`name` stored at the edge for https clients (an https URL has a key of its own), filled through the
+        https site's hit server `server` over TLS HTTP/1.1."""
+        self.origin.answer(name, BODY, headers={"Content-Type": "application/octet-stream", **headers})
+        assert (await MemoryHttp11(server).request(f"/{ZONE}{name}")).header("X-Cache") == "MISS"
+
+        async def kept() -> bool:
+            return stored_url(self.cdn.node, ZONE, name, scheme="https") is not None
+
+        await wait_until(kept, f"{name} stored for https")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -340,11 +351,13 @@ async def test_a_fresh_hit_over_http_2_is_answered_from_the_streams_fields_as_ov
         pulled: PullCdn, clock: Clock, secure: tuple[hit_server.HitServer, list[bytes]]) -> None:
     server, from_fields = secure
     etag = '"h2"'
-    await pulled.warm("/h2.bin", **LONG, ETag=etag, **{"Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"})
-    plain = await pulled.cdn.plain()
+    await pulled.warm_secure(server, "/h2.bin", **LONG, ETag=etag, **{"Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"})
+    assert pulled.cdn.site.hits is not None  # the application's answers over TLS: a hit server that answers none
+    application = hit_server.HitServer(pulled.cdn.app, pulled.cdn.site.hits.web_server, secure=True, answer_hits=False)
+    plain = MemoryHttp11(application)
     client = H2InProcess(server)
     path = f"/{ZONE}/h2.bin"
-    fresh = pulled.stored("/h2.bin").freshness
+    fresh = pulled.stored("/h2.bin", "https").freshness
     clock.now = fresh.response_time + 2.5
     cases: list[tuple[str, dict[str, str], int]] = [
         ("GET", {}, 200), ("HEAD", {}, 200), ("GET", {"If-None-Match": etag}, 304),
@@ -368,15 +381,16 @@ async def test_a_fresh_hit_over_http_2_is_answered_from_the_streams_fields_as_ov
         assert answer.body == BODY
     assert ages == [(str(int(fresh.age(now))), f"assetcdn; hit; ttl={int(fresh.lifetime - fresh.age(now))}")
                     for now in (clock.now - 2, clock.now - 1, clock.now)]
+    application.stop()
 
 
 async def test_over_http_2_directives_and_stale_entries_go_to_the_application_and_a_miss_is_filled(
         pulled: PullCdn, clock: Clock, secure: tuple[hit_server.HitServer, list[bytes]]) -> None:
     server, from_fields = secure
-    await pulled.warm("/h2-stale.bin", **{"Cache-Control": "max-age=5"})
+    await pulled.warm_secure(server, "/h2-stale.bin", **{"Cache-Control": "max-age=5"})
     client = H2InProcess(server)
     path = f"/{ZONE}/h2-stale.bin"
-    clock.now = pulled.stored("/h2-stale.bin").freshness.response_time + 1
+    clock.now = pulled.stored("/h2-stale.bin", "https").freshness.response_time + 1
     assert (await client.get(path, [])).headers["x-cache"] == "HIT" and from_fields == [path.encode()]
     from_fields.clear()
     asked = pulled.origin.count("/h2-stale.bin")
@@ -405,8 +419,8 @@ async def test_a_pull_hits_http_2_fields_are_charged_to_the_memory_budget(
     server, _ = secure
     names = [f"/h2-charged/{n}.bin" for n in range(8)]
     for name in names:
-        await pulled.warm(name, **LONG)
-    clock.now = pulled.stored(names[-1]).freshness.response_time + 1
+        await pulled.warm_secure(server, name, **LONG)
+    clock.now = pulled.stored(names[-1], "https").freshness.response_time + 1
     memory = pulled.cdn.node.cache.memory
     client = H2InProcess(server)
     for name in names:  # the head is held and charged as over HTTP/1.1, with its 304's fields (made per request)
@@ -485,12 +499,13 @@ async def test_an_origins_hsts_never_reaches_clients_on_the_default_host(
     default_host = {
         "fill": fill, "hit": await conn.request(path), "304": await conn.request(path, **{"If-None-Match": '"s"'}),
         "application's": await plain.request(path, **{"Cache-Control": "max-age=60"}),
+        "HTTP/2 fill": await client.get(path, []),  # an https URL's answer is kept apart from plain HTTP's
         "HTTP/2 hit": await client.get(path, []), "HTTP/2 304": await client.get(path, [("if-none-match", '"s"')]),
         "HTTP/2 206": await client.get(path, [("range", "bytes=0-9")])}
     assert from_fields == [path.encode()] * 3
     assert {what: (a.status, a.header("x-cache")) for what, a in default_host.items()} == {
         "fill": (200, "MISS"), "hit": (200, "HIT"), "304": (304, "HIT"), "application's": (200, "HIT"),
-        "HTTP/2 hit": (200, "HIT"), "HTTP/2 304": (304, "HIT"), "HTTP/2 206": (206, "HIT")}
+        "HTTP/2 fill": (200, "MISS"), "HTTP/2 hit": (200, "HIT"), "HTTP/2 304": (304, "HIT"), "HTTP/2 206": (206, "HIT")}
     assert {what: a.header("strict-transport-security") for what, a in default_host.items()} == \
         dict.fromkeys(default_host)
     own_host = {"hit": await conn.request("/hsts.bin", host=TENANT_HOST),

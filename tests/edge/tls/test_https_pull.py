@@ -8,6 +8,7 @@ the application on both."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import os
 import threading
 import time
@@ -47,6 +48,14 @@ class Origin(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         type(self).asked.append(self.path)
         type(self).schemes[self.path] = self.headers.get("X-Forwarded-Proto")
+        if self.path.startswith("/to-https/") and self.headers.get("X-Forwarded-Proto") != "https":
+            # An origin that sends plain HTTP to https, cacheably (nginx's `return 301` under `expires 1d`).
+            self.send_response(301)
+            for name, value in (("Location", f"https://assets.example.test{self.path}"), ("Content-Length", "0"),
+                                ("Cache-Control", "max-age=600")):
+                self.send_header(name, value)
+            self.end_headers()
+            return
         body = BIG if self.path.startswith("/big/") else BODY
         if self.path.startswith("/slow/"):
             time.sleep(SLOW_HEAD_S)
@@ -81,7 +90,9 @@ def origin() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def secure_pull(tmp_path_factory: pytest.TempPathFactory, origin: str) -> Iterator[HttpsCdn]:
-    cdn = start_https_cdn(tmp_path_factory.mktemp("https-pull"), {"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"})
+    # Plain HTTP served too (the default), not redirected: a zone's URLs are answered on both schemes.
+    cdn = start_https_cdn(tmp_path_factory.mktemp("https-pull"), {"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true",
+                                                                  "ASSETCDN_TLS_REDIRECT_HTTP": "false"})
     try:
         asyncio.run(create_pull_zone(cdn.cdn.control_url, ACCOUNT, ZONE, origin, Path(cdn.cdn.data_dir)))
         yield cdn
@@ -135,6 +146,39 @@ def test_a_pull_zones_misses_over_tls_http_1_1_and_http_2_are_filled_and_kept(se
     assert [Origin.asked.count(f"/{name}") for name in ("tls-miss.bin", "h2-miss.bin")] == [1, 1]
     assert [Origin.schemes[f"/{name}"] for name in ("tls-miss.bin", "h2-miss.bin")] == ["https", "https"]
     assert "hit path failed" not in secure_pull.cdn.log_path.read_text()
+
+
+def test_an_answer_to_a_plain_http_request_is_never_served_over_https(secure_pull: HttpsCdn) -> None:
+    """The origin is told the client's scheme (X-Forwarded-Proto), and may answer the two differently: here plain
+    HTTP gets a redirect to https, fresh for ten minutes. Both schemes' answers were kept under one key, so a
+    plain-HTTP request (anyone's) made the edge answer every https client with that redirect to the same URL, a
+    redirect loop, until it expired. Each scheme's answer is kept for that scheme."""
+    port, ca = secure_pull.https_port, secure_pull.ca_file
+    path = f"/{ZONE}/to-https/page.bin"
+    plain = plain_get(secure_pull.plain_port, path)
+    assert (plain.status, plain.headers["x-cache"]) == (301, "MISS")
+    client = H2Client(port, "localhost", ca)
+    try:
+        answers = [https_get(port, path, ca=ca), client.get(path), https_get(port, path, ca=ca)]
+    finally:
+        client.close()
+    assert [(a.status, a.headers["x-cache"], a.body) for a in answers] == [
+        (200, "MISS", BODY), (200, "HIT", BODY), (200, "HIT", BODY)]
+    again = plain_get(secure_pull.plain_port, path)
+    assert (again.status, again.headers["x-cache"]) == (301, "HIT")
+    assert Origin.asked.count("/to-https/page.bin") == 2
+
+
+def plain_get(port: int, path: str) -> Answer:
+    """A GET over plain HTTP/1.1 (the edge's plain port), without following a redirect."""
+    connection = http.client.HTTPConnection("localhost", port, timeout=30)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return Answer(response.status, {name.lower(): value for name, value in response.getheaders()},
+                      response.read())
+    finally:
+        connection.close()
 
 
 def test_the_edges_hsts_field_replaces_the_origins_on_every_path(secure_pull: HttpsCdn) -> None:
