@@ -109,6 +109,8 @@ ALLOWED = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"  # the methods a pull z
 MAX_FORWARDS = 255  # the largest Max-Forwards this edge passes on (RFC 9110 7.6.2 lets it choose one)
 # A client's own conditions and ranges are answered from the stored response, never passed on a cache fill.
 CLIENT_CONDITIONS = ("If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range")
+# ... and their spellings with `_` for `-`, which servers that pass fields as CGI variables read alike (HTTP_IF_MATCH).
+CONDITION_NAMES = frozenset(name.lower() for name in CLIENT_CONDITIONS)
 # What is never copied to a client from an origin's or stored head: framing is the edge's own, and so is the
 # request id (a shield's answer carries the shield's; every answer carries this edge's, the one it logs).
 NOT_DELIVERED = frozenset(("content-length", "transfer-encoding", "connection", "keep-alive", "date", "x-request-id"))
@@ -442,6 +444,9 @@ def fill_headers(fields: Sequence[tuple[str, str]], zone: PullZone, client_ip: s
     headers = origin_request_headers(list(fields), zone.origin, client_ip=client_ip, scheme=scheme)
     for name in CLIENT_CONDITIONS:
         headers.popall(name, None)
+    if any("_" in name for name in headers):  # `If_Match` would have a CGI origin answer a condition unasked
+        for name in {name for name in headers if "_" in name and name.lower().replace("_", "-") in CONDITION_NAMES}:
+            headers.popall(name)
     if stored is not None:
         for name, value in validators(stored.headers):
             headers[name] = value

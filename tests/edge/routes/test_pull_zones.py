@@ -448,6 +448,44 @@ async def test_the_clients_overrides_spelled_with_underscores_never_reach_the_or
     assert seen.headers["X_Client_Note"] == "end-to-end"  # an underscore alone is no reason to drop a field
 
 
+async def test_a_clients_conditions_spelled_with_underscores_never_reach_the_origin_on_a_fill(pull: Pull) -> None:
+    """An origin that reads fields as CGI variables reads `If_Match` as `If-Match` (both HTTP_IF_MATCH). The edge
+    took `If_Match: "other"` for no condition at all and passed it on a cache fill: the origin's 412, fresh as its
+    answers are, was stored and answered every client; `If_None_Match: *` on a revalidation had the origin answer
+    304 to a copy it had changed, which stayed the old one. A fill asks for the whole response, the conditions'
+    underscore spellings left out too, as their own spellings are."""
+    version: dict[str, str] = {"etag": '"v1"', "body": "first"}
+
+    async def cgi_like(request: web.Request) -> web.StreamResponse:
+        def members(name: str) -> list[str]:  # both spellings, one CGI variable
+            values = request.headers.getall(name, []) + request.headers.getall(name.replace("-", "_"), [])
+            return [member.strip() for value in values for member in value.split(",")]
+
+        headers = {"ETag": version["etag"], "Cache-Control": "max-age=1"}
+        if_match = members("If-Match")
+        if if_match and version["etag"] not in if_match:
+            return web.Response(status=412, headers=headers)
+        if_none_match = members("If-None-Match")
+        if "*" in if_none_match or version["etag"] in if_none_match:
+            return web.Response(status=304, headers=headers)
+        return web.Response(text=version["body"], headers=headers)
+
+    pull.origin.route("/cgi-conditions.txt", cgi_like)
+    first = await pull.get("/cgi-conditions.txt", headers={"If_Match": '"other"'})
+    assert (first.status, await first.read(), first.headers["X-Cache"]) == (200, b"first", "MISS")
+    plain = await pull.get("/cgi-conditions.txt")
+    assert (plain.status, await plain.read(), plain.headers["X-Cache"]) == (200, b"first", "HIT")
+    version.update(etag='"v2"', body="second")
+
+    async def changed() -> bool:  # once stale, revalidated: the origin's new answer
+        resp = await pull.get("/cgi-conditions.txt", headers={"If_None_Match": "*"})
+        return (resp.status, await resp.read()) == (200, b"second")
+
+    await wait_until(changed, "the changed answer after a revalidation")
+    assert all("If_Match" not in seen.headers and "If_None_Match" not in seen.headers
+               for seen in pull.origin.requests("/cgi-conditions.txt"))
+
+
 @pytest.mark.parametrize("target", [f"/{ZONE}/a/../secret.txt", f"/{ZONE}/a/%2e%2e/secret.txt",
                                     f"/{ZONE}/a/%2E%2e/secret.txt", f"/{ZONE}/..", f"/{ZONE}/a/./secret.txt"])
 async def test_a_path_with_a_dot_segment_is_400_and_never_reaches_the_origin(pull: Pull, target: str) -> None:
