@@ -281,10 +281,12 @@ def vary_fields(headers: Headers) -> tuple[str, ...] | None:
 
 def secondary_key(fields: Sequence[str], request_headers: Headers) -> str:
     """The values a request has for `fields`, normalised as one line each (RFC 9111 4.1: lines combined,
-    whitespace around list commas dropped); an absent field differs from an empty one."""
+    whitespace around list commas dropped); an absent field differs from an empty one. `request_headers`' names
+    are lower-case with `_` read as `-` (`Varied.fields` in assetcdn/edge/states/pull.py), and so is a name of
+    `fields` when it is looked up (the key keeps it as the origin wrote it)."""
     parts = []
     for name in fields:
-        values = field_values(request_headers, name)
+        values = field_values(request_headers, name.replace("_", "-") if "_" in name else name)
         if not values:
             parts.append(name + "\x00")
         else:

@@ -481,7 +481,9 @@ class Varied:
             sent = self._headers
             if sent is None:
                 sent = fill_headers(self._client, self._zone, self._client_ip, self._scheme, None)
-            self._sent = [(name.lower(), value) for name, value in sent.items()]
+            # `_` read as `-`: servers that pass fields as CGI variables read `Accept_Language` as Accept-Language
+            # (both HTTP_ACCEPT_LANGUAGE), so it picks the variant its answer is.
+            self._sent = [(name.lower().replace("_", "-"), value) for name, value in sent.items()]
         return self._sent
 
 

@@ -180,6 +180,27 @@ async def test_vary_keeps_one_variant_per_value_of_the_fields_it_names(pull: Pul
     assert statuses[:2] == ["assetcdn; fwd=uri-miss; stored", "assetcdn; fwd=vary-miss; stored"]
 
 
+async def test_a_field_vary_names_spelled_with_an_underscore_picks_the_variant_it_stands_for(pull: Pull) -> None:
+    """An origin that reads fields as CGI variables reads `Accept_Language` as `Accept-Language` (both
+    HTTP_ACCEPT_LANGUAGE). Its answer to `Accept_Language: fr` says `Vary: Accept-Language`, and the edge kept it
+    as the variant of a request without Accept-Language: every such client got French. A field is read for Vary
+    with `_` as `-`, as such an origin read it."""
+    async def cgi_like(request: web.Request) -> web.StreamResponse:
+        language = request.headers.get("Accept-Language", request.headers.get("Accept_Language", "none"))
+        return web.Response(text=language, headers={**LONG, "Vary": "Accept-Language"})
+
+    pull.origin.route("/cgi-vary.txt", cgi_like)
+    french = await pull.get("/cgi-vary.txt", headers={"Accept_Language": "fr"})
+    assert (french.status, await french.read(), french.headers["X-Cache"]) == (200, b"fr", "MISS")
+    plain = await pull.get("/cgi-vary.txt")
+    assert (plain.status, await plain.read(), plain.headers["X-Cache"]) == (200, b"none", "MISS")
+    # The same variant as its own spelling: an origin that reads the field by its name alone answered the request
+    # without it, and that answer is one a client asking for French may be given.
+    spelled = await pull.get("/cgi-vary.txt", headers={"Accept-Language": "fr"})
+    assert (await spelled.read(), spelled.headers["X-Cache"]) == (b"fr", "HIT")
+    assert pull.origin.count("/cgi-vary.txt") == 2
+
+
 @pytest.mark.parametrize(("name", "headers", "stored"), [
     ("/cdn-cc-stores.txt", {"Cache-Control": "no-store", "CDN-Cache-Control": "max-age=600"}, True),
     ("/cdn-cc-refuses.txt", {"Cache-Control": "max-age=600", "CDN-Cache-Control": "no-store"}, False),
