@@ -50,6 +50,8 @@ def error_response(error: ApiError | LegacyError, request_id: str) -> web.Respon
 
 def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ApiError | LegacyError:
     status = exc.status
+    # A 405 names the methods the resource takes (RFC 9110 15.5.6): aiohttp's exception carries them in Allow.
+    headers = {"Allow": exc.headers["Allow"]} if status == 405 and "Allow" in exc.headers else {}
     if status == 404:
         message = f"No endpoint matches {request.method} {request.path}. See the interface specification for the available paths."
         code = "NotFound"
@@ -63,8 +65,8 @@ def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ApiErr
         message = exc.reason or "Request failed."
         code = exc.reason.replace(" ", "") if exc.reason else "Error"
     if uses_legacy_envelope(request.path):
-        return LegacyError(status, message)
-    return ApiError(status, code, message)
+        return LegacyError(status, message, headers=headers)
+    return ApiError(status, code, message, headers=headers)
 
 
 def new_request_id() -> str:

@@ -110,6 +110,22 @@ async def test_if_range_is_compared_on_both_paths(warm_cdn: HitCdn) -> None:
 
 
 @SHARED
+async def test_other_methods_on_a_stored_file_are_405_naming_get_and_head_in_allow(warm_cdn: HitCdn) -> None:
+    """A stored zone's paths take GET and HEAD only, and RFC 9110 15.5.6 has a 405 name the methods the resource
+    supports in Allow. The 405 was rendered in the error envelope without the Allow field aiohttp's exception
+    carried, on the hit path's port and the application's alike."""
+    cdn = warm_cdn
+    for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
+        for conn in (await cdn.connect(), await cdn.plain()):
+            answer = await conn.request(f"/{SVG}", method, Content_Length="0")
+            assert answer.status == 405, (method, answer.body)
+            assert orjson.loads(answer.body)["error"]["code"] == "MethodNotAllowed"
+            allowed = (answer.header("Allow") or "").replace(" ", "").split(",")
+            assert sorted(allowed) == ["GET", "HEAD"], (method, answer.headers)
+            conn.close()
+
+
+@SHARED
 async def test_if_match_is_evaluated_on_both_paths(warm_cdn: HitCdn) -> None:
     """The edge is a stored file's origin, so If-Match is its to evaluate (RFC 9110 13.1.1, strong comparison):
     a request naming another version (an overwritten file's old ETag, a weak ETag) gets 412 in the error
