@@ -67,7 +67,8 @@ CLUSTER_SHUTDOWN_GRACE_S = 2.0  # for a push being applied when the worker stops
 # CDN paths come first (the hot path: the router tries routes in order) and exclude what the other
 # routes serve; then specific /api routes, then the forwarder for the rest of /api and for the
 # dashboard (control sends it to its own origin; `dashboard` is a reserved zone name, so no CDN path is lost).
-CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/|dashboard(?:/|$)|\.well-known/acme-challenge/).+}"
+# Newlines too (`[\s\S]`, not `.`): the delivery route refuses a path with a control character (400 InvalidPath).
+CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/|dashboard(?:/|$)|\.well-known/acme-challenge/)[\s\S]+}"
 PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", CDN_PATH, delivery.serve_asset),
     web.route("HEAD", CDN_PATH, delivery.serve_asset),

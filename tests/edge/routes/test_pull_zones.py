@@ -536,6 +536,20 @@ async def test_a_dot_segment_with_path_parameters_is_400_too(pull: Pull, target:
     assert sum(len(seen) for seen in pull.origin.seen.values()) == before
 
 
+@pytest.mark.parametrize(("target", "host"), [
+    (f"/{ZONE}/a%0Ab.txt", "127.0.0.1"), (f"/{ZONE}/a%0ab.txt", "127.0.0.1"), (f"/{ZONE}/a%0Db.txt", "127.0.0.1"),
+    (f"/{ZONE}/a%00b.txt", "127.0.0.1"), (f"/{ZONE}/%0A", "127.0.0.1"), ("/a%0Ab.txt", TENANT_HOST)])
+async def test_a_path_with_an_encoded_nul_cr_or_lf_is_400_invalid_path(pull: Pull, target: str, host: str) -> None:
+    """Such a path is refused before any origin request, in the envelope: 400 InvalidPath. One with an encoded LF
+    was answered 404 NotFound ("No endpoint matches"), as if the edge had no such route: the CDN paths' route
+    took no newline."""
+    before = sum(len(seen) for seen in pull.origin.seen.values())
+    assert await raw_status(pull.cdn, target, host) == 400
+    resp = await pull.cdn.edge.get(target, headers={"Host": host})
+    await expect_error(resp, 400, "InvalidPath")
+    assert sum(len(seen) for seen in pull.origin.seen.values()) == before
+
+
 async def test_path_parameters_without_dots_still_reach_the_origin(pull: Pull) -> None:
     pull.origin.answer("/params;v=2/file.txt", b"parameters", headers=LONG)
     resp = await pull.get("/params;v=2/file.txt")
