@@ -1001,9 +1001,21 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
                                  from_edge=from_edge(request))
             if response.status == 304:
                 response.release()
-                if validators(stored.headers) and validated_by(stored.headers, response.headers):
-                    await refresh(node, zone, path, stored, response)  # else it answers no condition: not this one's
-                return
+                if not validators(stored.headers):
+                    return  # it answers no condition: not this one's
+                if validated_by(stored.headers, response.headers):
+                    await refresh(node, zone, path, stored, response)
+                    return
+                # A 304 about another response (its ETag names another, RFC 9111 4.3.4): the stored one is not the
+                # origin's current one. Asked for whole, as the foreground asks (`ask_origin`): left as it was,
+                # every request until stale-while-revalidate ran out would be answered with it and ask again.
+                for name, _value in validators(stored.headers):
+                    headers.popall(name, None)
+                response = await ask(node, zone, path, request.rel_url.raw_query_string, headers,
+                                     from_edge=from_edge(request))
+                if response.status == 304:  # to a request without conditions: no answer (`unasked_not_modified`)
+                    response.release()
+                    return
             if response.status >= 500 or not_storable("GET", response.status, fields, response.headers,
                                                       store_set_cookie=zone.store_set_cookie) is not None:
                 response.release()

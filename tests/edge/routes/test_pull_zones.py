@@ -895,6 +895,37 @@ async def test_stale_while_revalidate_answers_stale_and_updates_in_the_backgroun
     assert pull.origin.count("/swr.txt") == 2
 
 
+async def test_a_background_304_naming_another_etag_has_the_new_response_fetched_whole(pull: Pull) -> None:
+    """stale-while-revalidate's revalidation answered 304 with another ETag (an origin whose servers tag one file
+    differently, answering the If-Modified-Since both share): the 304 selects no stored response (RFC 9111
+    4.3.4), so the stale copy stayed as it was, and every request until stale-while-revalidate ran out got the
+    old body and asked the origin again. It is fetched whole, as a revalidation in the foreground does."""
+    modified = "Mon, 01 Jan 2024 00:00:00 GMT"
+    current = {"etag": '"a"', "body": "old body", "cache": "max-age=1, stale-while-revalidate=600"}
+
+    async def origin(request: web.Request) -> web.StreamResponse:
+        headers = {"ETag": current["etag"], "Last-Modified": modified, "Cache-Control": current["cache"]}
+        if request.headers.get("If-Modified-Since") == modified:
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=current["body"].encode(), headers=headers)
+
+    pull.origin.route("/swr-other-etag.txt", origin)
+    assert (await pull.get("/swr-other-etag.txt")).headers["X-Cache"] == "MISS"
+    current.update(etag='"b"', body="new body", cache="max-age=600")
+    stale = await answer_changes(pull, "/swr-other-etag.txt", "STALE")
+    assert await stale.read() == b"old body"
+
+    async def asked_whole() -> bool:
+        return pull.origin.count("/swr-other-etag.txt") >= 3
+
+    await wait_until(asked_whole, "the background revalidation asking for the response whole")
+    fresh = await answer_changes(pull, "/swr-other-etag.txt", "HIT")
+    assert (await fresh.read(), fresh.headers["ETag"]) == (b"new body", '"b"')
+    seen = pull.origin.requests("/swr-other-etag.txt")
+    assert [s.headers.get("If-None-Match") for s in seen] == [None, '"a"', None]
+    assert "If-Modified-Since" not in seen[2].headers
+
+
 async def test_stale_if_error_serves_the_stale_copy_when_the_origin_answers_5xx(pull: Pull) -> None:
     async def failing(_request: web.Request) -> web.StreamResponse:
         if pull.origin.count("/5xx.txt") == 1:
