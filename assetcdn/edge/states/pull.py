@@ -1016,9 +1016,19 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
                 if response.status == 304:  # to a request without conditions: no answer (`unasked_not_modified`)
                     response.release()
                     return
-            if response.status >= 500 or not_storable("GET", response.status, fields, response.headers,
-                                                      store_set_cookie=zone.store_set_cookie) is not None:
+            if response.status >= 500:  # the origin failing: the stale copy stays (stale-if-error may use it)
                 response.release()
+                return
+            if not_storable("GET", response.status, fields, response.headers,
+                            store_set_cookie=zone.store_set_cookie) is not None:
+                response.release()
+                # A full answer says the stored copy is not the origin's current response (RFC 9111 4.3.3). One
+                # that may not be kept, whoever asks (not for this request's own `no-store` or Authorization), has
+                # the copy go, so that the requests after it ask the origin: left, it answered each of them until
+                # stale-while-revalidate ran out, each sending the origin another revalidation.
+                if not_storable("GET", response.status, (), response.headers,
+                                store_set_cookie=zone.store_set_cookie) is not None:
+                    await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_keys, [stored.obj.key])
                 return
             kept = asyncio.get_running_loop().create_future()
             land(kept)

@@ -926,6 +926,62 @@ async def test_a_background_304_naming_another_etag_has_the_new_response_fetched
     assert "If-Modified-Since" not in seen[2].headers
 
 
+@pytest.mark.parametrize("now", ["no-store", "private, max-age=600"])
+async def test_a_background_revalidation_answered_with_what_may_not_be_kept_drops_the_stale_copy(
+        pull: Pull, now: str) -> None:
+    """stale-while-revalidate's revalidation answered with a full response the edge may not keep (the origin
+    now says `no-store` or `private`): the stale copy stayed, and every request until stale-while-revalidate ran
+    out got the old body as STALE (and sent the origin another revalidation). A full answer says the stored copy
+    is not current (RFC 9111 4.3.3): it is dropped, and the requests after it get the origin's own answer."""
+    name = f"/swr-now-{now.split(',')[0]}.txt"
+    current = {"body": "old body", "cache": "max-age=1, stale-while-revalidate=600"}
+
+    async def origin(_request: web.Request) -> web.StreamResponse:
+        return web.Response(body=current["body"].encode(), headers={"ETag": f'"{len(current["body"])}{now[0]}"',
+                                                                    "Cache-Control": current["cache"]})
+
+    pull.origin.route(name, origin)
+    assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+    current.update(body="new body, not for caches", cache=now)
+    stale = await answer_changes(pull, name, "STALE")
+    assert await stale.read() == b"old body"
+
+    async def revalidated() -> bool:
+        return pull.origin.count(name) >= 2
+
+    await wait_until(revalidated, "the background revalidation")
+    passed = await answer_changes(pull, name, "PASS")
+    assert (passed.status, await passed.read()) == (200, b"new body, not for caches")
+    asked = pull.origin.count(name)
+    again = await pull.get(name)
+    assert (await again.read(), again.headers["X-Cache"]) == (b"new body, not for caches", "PASS")
+    assert pull.origin.count(name) == asked + 1
+
+
+async def test_a_requests_own_no_store_on_a_stale_copy_does_not_drop_it(pull: Pull) -> None:
+    """The background revalidation of a request that says `no-store` itself keeps nothing of its answer (the
+    request's wish), but the stale copy is not dropped for it: the origin did not say it may not be kept."""
+    name = "/swr-request-no-store.txt"
+    answers = iter((b"old body", b"new body"))
+
+    async def origin(_request: web.Request) -> web.StreamResponse:
+        return web.Response(body=next(answers, b"newer body"),
+                            headers={"Cache-Control": "max-age=1, stale-while-revalidate=600"})
+
+    pull.origin.route(name, origin)
+    assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+    stale = await answer_changes(pull, name, "STALE", headers={"Cache-Control": "no-store"})
+    assert await stale.read() == b"old body"
+
+    async def revalidated() -> bool:
+        return pull.origin.count(name) >= 2
+
+    await wait_until(revalidated, "the background revalidation")
+    await asyncio.sleep(0.2)  # its answer read (and not kept) by now
+    kept = await pull.get(name, headers={"Cache-Control": "only-if-cached, max-stale"})
+    assert (kept.status, await kept.read()) == (200, b"old body")
+
+
 async def test_stale_if_error_serves_the_stale_copy_when_the_origin_answers_5xx(pull: Pull) -> None:
     async def failing(_request: web.Request) -> web.StreamResponse:
         if pull.origin.count("/5xx.txt") == 1:
