@@ -51,6 +51,7 @@ from assetcdn.edge.origin_client import (
     OriginLimits,
     OriginResponse,
     OriginTimeout,
+    OriginTooLarge,
     origin_request_headers,
 )
 from assetcdn.edge.shield import from_edge, stale_at_shield
@@ -994,6 +995,10 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
     sent = varied(request, zone, fields)  # taken now: the request is answered before its revalidation ends
     headers = forwarded_headers(request, zone, stored)
 
+    async def superseded() -> None:
+        """The stored copy dropped (every tier and worker): the origin's current response is not it, nor kept."""
+        await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_keys, [stored.obj.key])
+
     async def revalidate() -> None:
         kept: Kept | None = None
         try:
@@ -1019,16 +1024,17 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
             if response.status >= 500:  # the origin failing: the stale copy stays (stale-if-error may use it)
                 response.release()
                 return
-            if not_storable("GET", response.status, fields, response.headers,
-                            store_set_cookie=zone.store_set_cookie) is not None:
+            why, _, parsed = judge(zone, fields, response, node.origins.limits.max_object_bytes)
+            if why is not None:
                 response.release()
                 # A full answer says the stored copy is not the origin's current response (RFC 9111 4.3.3). One
                 # that may not be kept, whoever asks (not for this request's own `no-store` or Authorization), has
                 # the copy go, so that the requests after it ask the origin: left, it answered each of them until
                 # stale-while-revalidate ran out, each sending the origin another revalidation.
-                if not_storable("GET", response.status, (), response.headers,
-                                store_set_cookie=zone.store_set_cookie) is not None:
-                    await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_keys, [stored.obj.key])
+                if why is NotStored.TOO_LARGE or not_storable("GET", response.status, (), response.headers,
+                                                               store_set_cookie=zone.store_set_cookie,
+                                                               parsed=parsed) is not None:
+                    await superseded()
                 return
             kept = asyncio.get_running_loop().create_future()
             land(kept)
@@ -1041,8 +1047,10 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
                     await spool_write(spool, chunk, size)
                     if digest is not None:
                         digest.update(chunk)
-            except OriginError:
+            except OriginError as exc:
                 spool.close()
+                if isinstance(exc, OriginTooLarge):  # a new body too large to keep (no declared length)
+                    await superseded()
                 raise
             settle(kept, await store(node, zone, path, url_key, sent, response, stored_headers(response.headers),
                                      spool, digest.hexdigest() if digest is not None else None) is not None)

@@ -958,6 +958,50 @@ async def test_a_background_revalidation_answered_with_what_may_not_be_kept_drop
     assert pull.origin.count(name) == asked + 1
 
 
+@pytest.mark.parametrize("framing", ["declared", "chunked"])
+async def test_a_background_revalidation_answered_with_a_body_too_large_to_keep_drops_the_stale_copy(
+        pull: Pull, framing: str) -> None:
+    """The file grew past `origin.max_object_mb`: stale-while-revalidate's revalidation read its new body up to the
+    limit, kept nothing, and left the stale copy, so every request until stale-while-revalidate ran out got the
+    old body and had the origin send the new one again (each time up to the limit). The copy is dropped, as for
+    any full answer that may not be kept: the requests after it get the origin's new body."""
+    name = f"/swr-grown-{framing}.bin"
+    large = os.urandom(MAX_OBJECT_MB * 1024 * 1024 + 1)
+    grown: list[bool] = []
+
+    async def origin(request: web.Request) -> web.StreamResponse:
+        if not grown:
+            return web.Response(body=b"small", headers={"Cache-Control": "max-age=1, stale-while-revalidate=600"})
+        response = web.StreamResponse(headers=LONG)
+        if framing == "chunked":
+            response.enable_chunked_encoding()
+        else:
+            response.content_length = len(large)
+        await response.prepare(request)
+        await response.write(large)
+        await response.write_eof()
+        return response
+
+    pull.origin.route(name, origin)
+    assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+    grown.append(True)
+    stale = await answer_changes(pull, name, "STALE")
+    assert await stale.read() == b"small"
+
+    async def revalidated() -> bool:
+        return pull.origin.count(name) >= 2
+
+    await wait_until(revalidated, "the background revalidation")
+
+    async def grown_body() -> bool:
+        resp = await pull.get(name)
+        return resp.headers["X-Cache"] != "STALE"
+
+    await wait_until(grown_body, "the stale copy dropped")
+    resp = await pull.get(name)
+    assert (resp.status, await resp.read()) == (200, large)
+
+
 async def test_a_requests_own_no_store_on_a_stale_copy_does_not_drop_it(pull: Pull) -> None:
     """The background revalidation of a request that says `no-store` itself keeps nothing of its answer (the
     request's wish), but the stale copy is not dropped for it: the origin did not say it may not be kept."""
