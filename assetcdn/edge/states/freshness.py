@@ -460,11 +460,19 @@ def _opaque(tag: str) -> str:
 
 
 def validated_by(stored_headers_: Headers, not_modified_headers: Headers) -> bool:
-    """Whether a 304 is about this stored response (RFC 9111 4.3.4): its ETag, when it has one, matches."""
+    """Whether a 304 is about this stored response (RFC 9111 4.3.4): its ETag, when it has one, matches; without
+    one, when the stored response has no ETag either (so it was asked with If-Modified-Since alone), its
+    Last-Modified, when it has one, is the stored one. An older file the origin went back to meets the
+    If-Modified-Since of the newer one stored, and its 304 names its own Last-Modified."""
     etag = first_value(not_modified_headers, "etag")
-    if etag is None:
-        return True
     stored_etag = first_value(stored_headers_, "etag")
+    if etag is None:
+        if stored_etag is not None:
+            return True
+        modified, stored_modified = (first_value(not_modified_headers, "last-modified"),
+                                     first_value(stored_headers_, "last-modified"))
+        return modified is None or stored_modified is None or modified.strip() == stored_modified.strip() or (
+            http_date(modified) is not None and http_date(modified) == http_date(stored_modified))
     return stored_etag is not None and _opaque(stored_etag) == _opaque(etag)
 
 

@@ -1011,7 +1011,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
                 if validated_by(stored.headers, response.headers):
                     await refresh(node, zone, path, stored, response)
                     return
-                # A 304 about another response (its ETag names another, RFC 9111 4.3.4): the stored one is not the
+                # A 304 about another response (`validated_by`, RFC 9111 4.3.4): the stored one is not the
                 # origin's current one. Asked for whole, as the foreground asks (`ask_origin`): left as it was,
                 # every request until stale-while-revalidate ran out would be answered with it and ask again.
                 for name, _value in validators(stored.headers):

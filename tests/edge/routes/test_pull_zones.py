@@ -20,6 +20,7 @@ import pytest
 from aiohttp import ClientPayloadError, ClientResponse, web
 
 from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.states.freshness import http_date
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.states.pull import FLIGHTS
 from assetcdn.shared.content_security import SANDBOX_CSP
@@ -752,6 +753,34 @@ async def test_a_304_to_the_revalidation_of_a_response_without_validators_does_n
     resp = await pull.get(name)
     assert (resp.status, resp.headers["X-Cache"]) == (200, "STALE"), resp.headers.get("Cache-Status")
     assert all("If-None-Match" not in seen.headers for seen in pull.origin.requests(name))
+
+
+async def test_a_304_naming_another_last_modified_does_not_refresh_the_copy(pull: Pull) -> None:
+    """An origin without ETags rolled back to an older release: the stored copy (the newer file) is revalidated
+    with If-Modified-Since, which the older file meets, so the origin answers 304 with the older Last-Modified.
+    That 304 is about another response (RFC 9111 4.3.4), but it refreshed the newer copy (under the older date),
+    which then went on being served for the 304's lifetime. It is asked for whole, and the client gets the file
+    the origin serves now."""
+    newer, older = "Tue, 02 Jan 2024 00:00:00 GMT", "Mon, 01 Jan 2024 00:00:00 GMT"
+    release = {"body": "release 2", "modified": newer, "cache": "max-age=1"}
+
+    async def origin(request: web.Request) -> web.StreamResponse:
+        headers = {"Last-Modified": release["modified"], "Cache-Control": release["cache"]}
+        since = http_date(request.headers.get("If-Modified-Since"))
+        modified = http_date(release["modified"])
+        if since is not None and modified is not None and modified <= since:
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=release["body"].encode(), headers=headers)
+
+    pull.origin.route("/rolled-back.txt", origin)
+    assert (await pull.get("/rolled-back.txt")).headers["X-Cache"] == "MISS"
+    release.update(body="release 1", modified=older, cache="max-age=600")
+    answer = await answer_changes(pull, "/rolled-back.txt", "MISS")
+    assert (await answer.read(), answer.headers["Last-Modified"]) == (b"release 1", older)
+    hit = await pull.get("/rolled-back.txt")
+    assert (await hit.read(), hit.headers["X-Cache"]) == (b"release 1", "HIT")
+    seen = pull.origin.requests("/rolled-back.txt")
+    assert [s.headers.get("If-Modified-Since") for s in seen] == [None, newer, None]
 
 
 async def test_a_clients_own_conditions_are_answered_from_the_stored_response(pull: Pull) -> None:

@@ -215,6 +215,19 @@ def test_validators_and_304_updates() -> None:
     assert ("date", date(-5)) in updated_headers(dated, [("date", date(-5))], NOW)
 
 
+def test_a_304_without_an_etag_is_about_the_stored_response_only_with_its_last_modified() -> None:
+    """RFC 9111 4.3.4: a stored response asked for with If-Modified-Since alone (it has no ETag) is selected by a 304
+    whose Last-Modified is its own (or that has none); one naming another (an older file the origin went back to)
+    selects nothing. A stored response with an ETag was asked with If-None-Match, which the origin evaluates first."""
+    plain = [("last-modified", date(-50)), ("cache-control", "max-age=10")]
+    assert validated_by(plain, [("cache-control", "max-age=60")])
+    assert validated_by(plain, [("last-modified", date(-50))])
+    assert validated_by(plain, [("last-modified", formatdate(NOW - 50, usegmt=False))])  # the same moment
+    assert not validated_by(plain, [("last-modified", date(-500))])
+    assert validated_by([("etag", '"v1"'), *plain], [("last-modified", date(-500))])
+    assert validated_by([("cache-control", "max-age=10")], [("last-modified", date(-500))])
+
+
 def test_unsafe_methods_invalidate_unless_they_failed() -> None:
     assert invalidates("POST", 200)
     assert invalidates("DELETE", 302)
