@@ -129,10 +129,15 @@ class StoredResponse:
     headers: tuple[tuple[str, str], ...]
     freshness: Freshness
     digest: str | None = None   # DIGEST, when it was stored with one
+    # The cache's purge mark taken before the look-up that found it (`lookup`): a 304 that confirms it stores its
+    # body again (`refresh`), which no purge since then may have removed, even one made before the 304 was asked for.
+    mark: int | None = None
 
     @staticmethod
-    def of(obj: CachedObject, head: Sequence[tuple[str, str]] | None = None) -> StoredResponse | None:
-        """The response `obj` holds; `head`: its ``headers``, when the caller has them decoded already."""
+    def of(obj: CachedObject, head: Sequence[tuple[str, str]] | None = None,
+           mark: int | None = None) -> StoredResponse | None:
+        """The response `obj` holds; `head`: its ``headers``, when the caller has them decoded already; `mark`: the
+        purge mark taken before it was looked up."""
         if head is None:
             head = obj.headers
         fields = dict(item for item in head if item[0].startswith(":"))
@@ -149,7 +154,7 @@ class StoredResponse:
                 fresh = replace(fresh, lifetime=min(fresh.lifetime, fresh.age(float(soft_purged))))
             except ValueError:
                 fresh = replace(fresh, lifetime=0.0)
-        return StoredResponse(obj, status, headers, fresh, fields.get(DIGEST))
+        return StoredResponse(obj, status, headers, fresh, fields.get(DIGEST), mark)
 
 
 # A fill being stored: done once it is in the cache (True), given up (False: its body cut short, or purged while it
@@ -413,6 +418,7 @@ def lookup(node: EdgeNode, url_key: str, sent: Varied) -> StoredResponse | None:
     request `sent` to the origin for it; ``sent.vary_miss`` says when the URL's entry was there but not that
     variant)."""
     sent.vary_miss = False
+    mark = node.cache.purge_mark()  # before the look-up: a purge may remove what it finds at any moment after
     try:
         obj = node.cache.get(url_key)
         if obj is None:
@@ -430,7 +436,7 @@ def lookup(node: EdgeNode, url_key: str, sent: Varied) -> StoredResponse | None:
             head = obj.headers
     except FileNotFoundError:
         return None
-    return StoredResponse.of(obj, head)
+    return StoredResponse.of(obj, head, mark)
 
 
 def forwarded_headers(request: web.Request, zone: PullZone, stored: StoredResponse | None) -> CIMultiDict[str]:
@@ -953,13 +959,18 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
             stored.status, head, not_modified.request_time, not_modified.response_time), stored.digest)
     meta = stored_meta(head, stored.status, not_modified, stored.digest)
     tags = [*origin_tags(head), *own_tags(zone, path)]
+    # The purges since the copy was looked up (a purge that removed it before the 304 was asked for, too: the body
+    # stored again would be the copy that purge removed), else since the 304 was asked for.
+    since = not_modified.purge_mark
+    if stored.mark is not None:
+        since = stored.mark if since is None else min(stored.mark, since)
 
     def put() -> CachedObject | None:
         if obj.body is not None:
             return node.cache.put(obj.key, obj.body, obj.content_type, obj.etag, tags, headers=meta,
-                                  since=not_modified.purge_mark, replaced_tags=obj.tags)
+                                  since=since, replaced_tags=obj.tags)
         return node.cache.set_head(obj, obj.content_type, obj.etag, tags, meta,  # a file's body is not rewritten
-                                   since=not_modified.purge_mark)
+                                   since=since)
 
     try:
         if replaced(node, zone):  # confirmed by an origin the zone no longer has

@@ -12,6 +12,8 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
+from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.states.freshness import MAX_TAG_BYTES
 from assetcdn.edge.states.keys import pull_key
 from tests.support.cdn import PURGE
@@ -230,6 +232,53 @@ async def test_a_tag_purge_made_while_a_304_confirms_a_copy_the_304_retags_keeps
     finally:
         purged.set()
     assert (await revalidating).status == 200
+    resp = await pull.get(name)
+    assert (await resp.read(), resp.headers["X-Cache"]) == (b"deployed", "MISS")
+    assert pull.origin.count(name) == 3
+
+
+@pytest.mark.parametrize("lifetime", ["max-age=1", "max-age=1, stale-while-revalidate=600"])
+async def test_a_purge_done_just_after_the_look_up_is_not_undone_by_the_304_that_confirms_the_copy(
+        pull: Pull, lifetime: str) -> None:
+    """A purge (another worker's, a thread of this one) that removes the stale copy right after a request looked it
+    up, before the revalidation it starts was sent (for stale-while-revalidate, the task that sends it runs only
+    after the stale answer): the 304, asked after the purge, confirmed the copy, which was stored again with the
+    304's lifetime, the purge undone. The purges counted are those since the look-up, so it stays purged."""
+    name = "/purged-at-look-up.txt" if "stale" not in lifetime else "/purged-at-look-up-swr.txt"
+    deployed: list[bool] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"v1"':
+            return web.Response(status=304, headers={**LONG, "ETag": '"v1"'})
+        if deployed:
+            return web.Response(body=b"deployed", headers={**LONG, "ETag": '"v2"'})
+        return web.Response(body=b"before the purge", headers={"Cache-Control": lifetime, "ETag": '"v1"'})
+
+    pull.origin.route(name, handle)
+    assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+    await asyncio.sleep(1.1)  # stale (max-age=1)
+    cache, key = pull.cdn.node.cache, pull_key(ZONE, name, "")
+    real_get = cache.get
+
+    def get_then_purge(looked_up: str) -> CachedObject | None:
+        found = real_get(looked_up)
+        if looked_up == key and not deployed:
+            deployed.append(True)
+            cache.purge_tags([pull_path_tag(ZONE, name)])  # as a purge's thread does, at that moment
+        return found
+
+    cache.get = get_then_purge  # type: ignore[method-assign,assignment]
+    try:
+        answer = await pull.get(name)
+    finally:
+        del cache.get
+    assert (answer.status, await answer.read()) == (200, b"before the purge")  # looked up before the purge
+
+    async def revalidated() -> bool:
+        return pull.origin.count(name) >= 2
+
+    await wait_until(revalidated, "the revalidation")
+    await asyncio.sleep(0.2)  # its 304 taken in by now
     resp = await pull.get(name)
     assert (await resp.read(), resp.headers["X-Cache"]) == (b"deployed", "MISS")
     assert pull.origin.count(name) == 3
