@@ -586,6 +586,12 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
         if answer is not None:  # else its body went meanwhile: asked for whole below
             return answer
         return await ask_origin(request, node, zone, path, url_key, fields, None, land)
+    if stored is not None and response.status < 500 and judge(
+            zone, (), response, node.origins.limits.max_object_bytes)[0] is not None:
+        # A full answer says the stored copy is not the origin's current response (RFC 9111 4.3.3), and this one may
+        # not be kept, whoever asks: the copy goes (as `background_revalidate` drops it), or stale-if-error and
+        # stale-while-revalidate would go on answering with what the origin has replaced.
+        await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_keys, [stored.obj.key])
     return await stream_and_store(request, node, zone, path, url_key, fields, response, fwd, land)
 
 

@@ -1031,6 +1031,33 @@ async def test_a_background_revalidation_answered_with_a_body_too_large_to_keep_
     assert (resp.status, await resp.read()) == (200, large)
 
 
+async def test_a_revalidation_answered_with_what_may_not_be_kept_leaves_no_copy_for_stale_if_error(
+        pull: Pull) -> None:
+    """A stale copy (with stale-if-error) is revalidated and the origin answers it whole, now `no-store`: that client
+    gets the new answer, but the copy stayed, and when the origin failed later, the superseded body was answered
+    as STALE. A full answer says the stored copy is not current (RFC 9111 4.3.3): it is dropped, as the background
+    revalidation drops it, and the origin's error is passed on."""
+    name = "/superseded-then-failing.txt"
+    state = {"now": "cached"}
+
+    async def origin(_request: web.Request) -> web.StreamResponse:
+        if state["now"] == "cached":
+            return web.Response(body=b"old body", headers={"ETag": '"old"',
+                                                           "Cache-Control": "max-age=1, stale-if-error=600"})
+        if state["now"] == "no-store":
+            return web.Response(body=b"new body", headers={"Cache-Control": "no-store"})
+        return web.Response(status=503, body=b"down")
+
+    pull.origin.route(name, origin)
+    assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+    state["now"] = "no-store"
+    passed = await answer_changes(pull, name, "PASS")
+    assert (await passed.read(), passed.headers["Cache-Status"]) == (b"new body", "assetcdn; fwd=stale; detail=no-store")
+    state["now"] = "failing"
+    failed = await pull.get(name)
+    assert (failed.status, await failed.read(), failed.headers["X-Cache"]) == (503, b"down", "PASS")
+
+
 async def test_a_requests_own_no_store_on_a_stale_copy_does_not_drop_it(pull: Pull) -> None:
     """The background revalidation of a request that says `no-store` itself keeps nothing of its answer (the
     request's wish), but the stale copy is not dropped for it: the origin did not say it may not be kept."""
