@@ -46,6 +46,8 @@ def etag_matches(if_none_match: str, etag: str | None) -> bool:
         return True
     if etag is None:
         return False
+    if if_none_match.strip() == etag:  # the very field value it was given, a malformed one too (`w/"x"`)
+        return True
     bare = etag.strip('"')
     return any(candidate.strip('"') == bare for candidate in candidates)
 
