@@ -24,6 +24,11 @@ Headers = Sequence[tuple[str, str]]
 MAX_DELTA = 2**31
 # RFC 9110 15.1: the statuses that may be stored with a heuristic lifetime (no explicit freshness).
 HEURISTIC_STATUSES = frozenset((200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501))
+# Errors about a request's own form, not its URL: a malformed or too long field, a body too large, an expectation
+# (RFC 9110 15.5.1, 15.5.14, 15.5.18, RFC 6585 5). Never stored, whatever their freshness: kept under the URL, one
+# client's bad request would have every client of the URL answered with its error for the answer's lifetime (an
+# origin that puts Cache-Control on every status, say). RFC 9111 lets a cache store them; it need not.
+REQUEST_ERRORS = frozenset((400, 413, 417, 431))
 # Final statuses whose meaning this cache knows (RFC 9110 15): the ones `must-understand` may store.
 UNDERSTOOD_STATUSES = frozenset((200, 203, 204, 300, 301, 302, 303, 307, 308, 404, 405, 410, 414, 501))
 HEURISTIC_FRACTION = 0.1         # of the time since Last-Modified (RFC 9111 4.2.2's suggestion)
@@ -213,6 +218,7 @@ class NotStored(enum.Enum):
     NO_FRESHNESS = "no-freshness"
     TOO_LARGE = "too-large"
     TOO_MANY_TAGS = "too-many-tags"
+    REQUEST_ERROR = "request-error"  # REQUEST_ERRORS
 
 
 def not_storable(method: str, status: int, request_headers: Headers, response_headers: Headers, *,
@@ -229,6 +235,8 @@ def not_storable(method: str, status: int, request_headers: Headers, response_he
         return NotStored.NO_STORE
     if status < 200 or status in (206, 304) or status >= 600:
         return NotStored.STATUS
+    if status in REQUEST_ERRORS:
+        return NotStored.REQUEST_ERROR
     if "no-store" in request_directives(request_headers):
         return NotStored.NO_STORE
     if "private" in directives and not listed_fields(directives["private"]):

@@ -325,3 +325,24 @@ async def test_a_requests_own_stale_if_error_lets_the_stale_copy_answer_an_origi
         assert (leave.status, await leave.read(), leave.headers["X-Cache"]) == (200, b"good", "STALE")
     else:
         assert (leave.status, await leave.read()) == (503, b"overloaded")
+
+
+@pytest.mark.parametrize("status", [400, 413, 417, 431])
+async def test_an_error_about_the_requests_own_form_is_never_stored(pull: Pull, status: int) -> None:
+    """An origin that puts its caching fields on every answer marks its 400 for one client's malformed field as
+    storable: kept under the URL, every client would get that error for its lifetime. It is passed on, not kept:
+    the next client's plain request is the origin's 200."""
+    name = f"/promise/request-error-{status}.txt"
+
+    async def answer(request: web.Request) -> web.Response:
+        if "X-Odd" in request.headers:
+            return web.Response(status=status, text="bad request", headers=LONG)
+        return web.Response(text="fine", headers=LONG)
+
+    pull.origin.route(name, answer)
+    odd = await pull.get(name, headers={"X-Odd": "1"})
+    assert (odd.status, odd.headers["X-Cache"]) == (status, "PASS")
+    assert "detail=request-error" in odd.headers["Cache-Status"]
+    plain = await pull.get(name)
+    assert (plain.status, await plain.text(), plain.headers["X-Cache"]) == (200, "fine", "MISS")
+    assert (await pull.get(name)).headers["X-Cache"] == "HIT"
