@@ -27,6 +27,8 @@ import contextlib
 import hashlib
 import io
 import logging
+import socket
+import struct
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -681,6 +683,22 @@ def cut_off(request: web.Request) -> None:
         transport.abort()
 
 
+def broken_off(request: web.Request, answer: web.StreamResponse) -> None:
+    """End `answer`, whose body has begun and cannot be completed (the origin's failed), so that its client sees it
+    broken: its connection closed (`cut_short`) short of the body's length or last chunk. An answer with neither,
+    delimited by the close (an HTTP/1.0 client's of no declared length: HTTP/1.0 has no chunks), would read as whole
+    at that close: its connection is reset (RST) instead, which ends no body."""
+    transport = request.transport  # taken first: `cut_short` closes it and leaves the request none
+    if transport is not None and request.method != "HEAD" and "Content-Length" not in answer.headers and (
+            "Transfer-Encoding" not in answer.headers):
+        sock = transport.get_extra_info("socket")  # none on an HTTP/2 stream, whose abort resets it
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+    cut_short(request)
+
+
 def new_spool(declared: int | None) -> IO[bytes]:
     """Where a body being kept is held until it is stored: memory up to SPOOL_MEMORY, then a temporary file."""
     if declared is not None and declared <= SPOOL_MEMORY:
@@ -793,7 +811,7 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
     sending = await keep(node, zone, path, url_key, varied(request, zone, fields), response, parsed,
                          new_spool(declared) if why is None else None, send if with_body else None, kept)
     if sending is None:
-        cut_short(request)
+        broken_off(request, client)
     elif sending:
         await client.write_eof()
     return client
@@ -1274,7 +1292,7 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
                 response.release()  # the rest unread: the origin connection is closed
                 return answer
     except OriginError:
-        cut_short(request)
+        broken_off(request, answer)
         return answer
     await sent_in_time(answer.write_eof(), timeout_s, gone)
     return answer
