@@ -676,9 +676,10 @@ async def sent_in_time(sending: Awaitable[object], timeout_s: float, cut_off: Ca
 
 
 def cut_off(request: web.Request) -> None:
-    """Close a fill's connection now: its client went, or does not read (`sent_in_time`)."""
+    """Close a fill's connection now: its client went, or does not read (`sent_in_time`). Aborted, not closed: a
+    close waits to send what the client has not read, for as long as it reads nothing."""
+    transport = request.transport  # taken first: `cut_short` closes it and leaves the request none
     cut_short(request)
-    transport = request.transport
     if transport is not None:
         transport.abort()
 

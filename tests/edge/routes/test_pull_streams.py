@@ -12,15 +12,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import pytest
+import pytest_asyncio
 
-from tests.support.origins import Pull, add_pull_zone
-from tests.support.wait import WAIT_S
+from tests.support.hit_cdn import HitCdn, request_bytes
+from tests.support.origins import Pull, ScriptedOrigin, add_pull_zone, pull_zone_on_hit_cdn
+from tests.support.wait import WAIT_S, wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 # Answers the origin's n-th request (from 1) once its head is read; raises ConnectionError to end the connection.
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 ZONES = itertools.count()
+SLOW_ZONE = "slowstreams"
 
 
 @asynccontextmanager
@@ -92,3 +95,52 @@ async def test_an_http_1_0_client_never_takes_a_body_the_origin_cuts_short_for_a
             writer.close()
         if method == "GET":
             assert (await pull.cdn.edge.get(f"/{zone}/half.bin")).headers["X-Cache"] == "MISS"
+
+
+SEND_TIMEOUT_S = 1.0
+LARGE = bytes(range(256)) * (24 * 1024)  # 6 MB: far more than the socket buffers hold
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def slow_readers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[HitCdn, ScriptedOrigin]]:
+    async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-streams-slow"), SLOW_ZONE,
+                                    ASSETCDN_TLS_SEND_TIMEOUT_S=str(SEND_TIMEOUT_S)) as found:
+        yield found
+
+
+@pytest.mark.parametrize("fields", [{"Cache_Control": "max-stale=0"}, {"X_Client": "private"}])
+async def test_a_client_the_application_cuts_off_for_not_reading_is_let_go_at_once(
+        slow_readers: tuple[HitCdn, ScriptedOrigin], fields: dict[str, str]) -> None:
+    """A client that takes nothing of a fill's answer for the send timeout is cut off (docs/api-guide.md, "A fill's
+    first client, slow or stopped"), a kept answer's (a request with its own directives, answered by the
+    application) as one not kept. The application closed its connection, which waits to send what the client has
+    not read: a client that never reads again held the connection, its buffers and the edge's descriptor for as
+    long as it stayed. It is aborted now: gone from the edge at once, while the client still reads nothing."""
+    cdn, origin = slow_readers
+    private = "X_Client" in fields
+    name = "/slow-private.bin" if private else "/slow-kept.bin"
+    origin.answer(name, LARGE, headers={"Content-Type": "application/octet-stream",
+                                        "Cache-Control": "private" if private else "max-age=600"})
+    hits = cdn.site.hits
+    assert hits is not None
+    loop = asyncio.get_running_loop()
+    idle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    idle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
+    idle.setblocking(False)
+    try:
+        await loop.sock_connect(idle, ("127.0.0.1", cdn.port))
+        here = idle.getsockname()
+        await loop.sock_sendall(idle, request_bytes(f"/{SLOW_ZONE}{name}", **fields))
+
+        async def asked() -> bool:
+            return origin.count(name) == 1
+
+        await wait_until(asked, "the origin asked")
+        assert any(connection.peername == here for connection in hits.connections)
+
+        async def let_go() -> bool:  # the client reads nothing meanwhile
+            return all(connection.peername != here for connection in hits.connections)
+
+        await wait_until(let_go, "the edge letting go of the client that reads nothing")
+    finally:
+        idle.close()
