@@ -675,29 +675,42 @@ async def sent_in_time(sending: Awaitable[object], timeout_s: float, cut_off: Ca
     return True
 
 
-def cut_off(request: web.Request) -> None:
+def cut_off(request: web.Request, answer: web.StreamResponse | None = None) -> None:
     """Close a fill's connection now: its client went, or does not read (`sent_in_time`). Aborted, not closed: a
-    close waits to send what the client has not read, for as long as it reads nothing."""
+    close waits to send what the client has not read, for as long as it reads nothing. An `answer` delimited by the
+    close (`delimited_by_close`) is reset: the bytes its connection still held, then its end, would read as whole."""
     transport = request.transport  # taken first: `cut_short` closes it and leaves the request none
     cut_short(request)
     if transport is not None:
+        if answer is not None and delimited_by_close(request, answer):
+            reset_on_close(transport)
         transport.abort()
 
 
 def broken_off(request: web.Request, answer: web.StreamResponse) -> None:
     """End `answer`, whose body has begun and cannot be completed (the origin's failed), so that its client sees it
-    broken: its connection closed (`cut_short`) short of the body's length or last chunk. An answer with neither,
-    delimited by the close (an HTTP/1.0 client's of no declared length: HTTP/1.0 has no chunks), would read as whole
-    at that close: its connection is reset (RST) instead, which ends no body."""
-    transport = request.transport  # taken first: `cut_short` closes it and leaves the request none
-    if transport is not None and request.method != "HEAD" and "Content-Length" not in answer.headers and (
-            "Transfer-Encoding" not in answer.headers):
-        sock = transport.get_extra_info("socket")  # none on an HTTP/2 stream, whose abort resets it
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        transport.abort()
-    cut_short(request)
+    broken: its connection closed (`cut_short`) short of the body's length or last chunk. One delimited by the close
+    would read as whole at that close: its connection is reset (RST) instead, which ends no body (`cut_off`)."""
+    if delimited_by_close(request, answer):
+        cut_off(request, answer)
+    else:
+        cut_short(request)
+
+
+def delimited_by_close(request: web.Request, answer: web.StreamResponse) -> bool:
+    """Whether a prepared answer's body ends with its connection's close: neither a Content-Length nor chunks (an
+    HTTP/1.0 client's of no declared length, HTTP/1.0 having no chunks)."""
+    return request.method != "HEAD" and "Content-Length" not in answer.headers and (
+        "Transfer-Encoding" not in answer.headers)
+
+
+def reset_on_close(transport: asyncio.BaseTransport) -> None:
+    """Have the connection's close be a reset (SO_LINGER 0: a TCP RST), which no client takes for the end of a body.
+    An HTTP/2 stream has no socket of its own: its abort resets it."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 def new_spool(declared: int | None) -> IO[bytes]:
@@ -801,7 +814,7 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
     else:
         with_body = request.method != "HEAD"
     timeout_s = send_timeout_s(node.settings)
-    gone = partial(cut_off, request)
+    gone = partial(cut_off, request, client)
     served = None if from_edge(request) else node.metrics.bytes_served_here  # a client's bytes, as `deliver`
 
     async def send(chunk: bytes) -> bool:
@@ -1286,7 +1299,7 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
         answer.content_length = int(length)
     await answer.prepare(request)
     timeout_s = send_timeout_s(node.settings)
-    gone = partial(cut_off, request)
+    gone = partial(cut_off, request, answer)
     try:
         async for chunk in response.chunks(capped=False):
             if not await sent_in_time(answer.write(chunk), timeout_s, gone):

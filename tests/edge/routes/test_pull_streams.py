@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 import pytest_asyncio
+from aiohttp import web
 
 from tests.support.hit_cdn import HitCdn, request_bytes
 from tests.support.origins import Pull, ScriptedOrigin, add_pull_zone, pull_zone_on_hit_cdn
@@ -142,5 +143,53 @@ async def test_a_client_the_application_cuts_off_for_not_reading_is_let_go_at_on
             return all(connection.peername != here for connection in hits.connections)
 
         await wait_until(let_go, "the edge letting go of the client that reads nothing")
+    finally:
+        idle.close()
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_an_http_1_0_client_cut_off_for_not_reading_never_takes_its_answer_for_whole(
+        slow_readers: tuple[HitCdn, ScriptedOrigin], method: str) -> None:
+    """An HTTP/1.0 client's answer of no declared length is delimited by the close. Cut off for reading nothing
+    for the send timeout, the client was left the bytes its connection held, then the close: read later (a paused
+    download resumed), they were the whole answer to it. Its connection is reset instead."""
+    cdn, origin = slow_readers
+    name = f"/slow-http-1-0-{method.lower()}.bin"
+
+    async def chunked(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream",
+                                               "Cache-Control": "max-age=600"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for start in range(0, len(LARGE), 256 * 1024):
+            await response.write(LARGE[start:start + 256 * 1024])  # waits while the edge does not read
+        await response.write_eof()
+        return response
+
+    origin.route(name, chunked)
+    hits = cdn.site.hits
+    assert hits is not None
+    loop = asyncio.get_running_loop()
+    idle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    idle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
+    idle.setblocking(False)
+    try:
+        await loop.sock_connect(idle, ("127.0.0.1", cdn.port))
+        here = idle.getsockname()
+        length = "Content-Length: 0\r\n" if method == "POST" else ""
+        await loop.sock_sendall(idle, f"{method} /{SLOW_ZONE}{name} HTTP/1.0\r\nHost: 127.0.0.1\r\n{length}\r\n".encode())
+
+        async def cut_off() -> bool:  # the client reads nothing meanwhile
+            return origin.count(name, method) == 1 and all(c.peername != here for c in hits.connections)
+
+        await wait_until(cut_off, "the client that reads nothing cut off")
+        received = b""
+        with pytest.raises(ConnectionResetError):
+            while chunk := await asyncio.wait_for(loop.sock_recv(idle, 1024 * 1024), WAIT_S):
+                received += chunk
+        head, _, body = received.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.0 200") and b"content-length" not in head.lower(), head
+        assert len(body) < len(LARGE)
     finally:
         idle.close()
