@@ -1197,6 +1197,9 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
         await response.write_eof()
         return response
     loop = asyncio.get_running_loop()
+    # A client that takes none of it for the send timeout is cut off, as a fill's is (`sent_in_time`): waited for
+    # without end, it held its connection and the file's descriptor.
+    timeout_s = send_timeout_s(request.app[SETTINGS])
     # Opened before the head is sent: a body that went since the lookup is the caller's miss, not a broken answer
     # (an open descriptor reads the whole file even if it is removed meanwhile).
     with obj.open() as body:
@@ -1210,7 +1213,8 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
             remaining -= len(chunk)
             if served is not None:
                 served.inc(len(chunk))
-            await response.write(chunk)
+            if not await sent_in_time(response.write(chunk), timeout_s, partial(cut_off, request, response)):
+                return response
     await response.write_eof()
     return response
 

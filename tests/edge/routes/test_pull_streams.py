@@ -193,3 +193,39 @@ async def test_an_http_1_0_client_cut_off_for_not_reading_never_takes_its_answer
         assert len(body) < len(LARGE)
     finally:
         idle.close()
+
+
+async def test_a_client_that_stops_reading_a_large_hit_is_cut_off(slow_readers: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """A stored body over 1 MB (kept on disk only) is answered by the application. A client that took none of it
+    was waited for without end, holding its connection and a descriptor of the stored file: enough such clients
+    use up the worker's descriptors. It is cut off after the send timeout, as a fill's client is and as the hit
+    path cuts off a client that reads none of a file it sends."""
+    cdn, origin = slow_readers
+    name = "/large-hit.bin"
+    origin.answer(name, LARGE, headers={"Content-Type": "application/octet-stream", "Cache-Control": "max-age=600"})
+    stored = await cdn.connect()
+    try:
+        first = await stored.request(f"/{SLOW_ZONE}{name}")
+        assert (first.status, len(first.body)) == (200, len(LARGE))
+    finally:
+        stored.close()
+    hits = cdn.site.hits
+    assert hits is not None
+    loop = asyncio.get_running_loop()
+    idle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    idle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
+    idle.setblocking(False)
+    try:
+        await loop.sock_connect(idle, ("127.0.0.1", cdn.port))
+        here = idle.getsockname()
+        await loop.sock_sendall(idle, request_bytes(f"/{SLOW_ZONE}{name}"))
+        head = await asyncio.wait_for(loop.sock_recv(idle, 4096), WAIT_S)
+        assert head.startswith(b"HTTP/1.1 200") and b"X-Cache: HIT" in head, head
+
+        async def let_go() -> bool:  # the client reads nothing more meanwhile
+            return all(connection.peername != here for connection in hits.connections)
+
+        await wait_until(let_go, "the edge letting go of the client that reads nothing")
+        assert origin.count(name) == 1
+    finally:
+        idle.close()
