@@ -39,7 +39,7 @@ from assetcdn.edge.routes import (
     transform,
 )
 from assetcdn.edge.shield import INVALIDATE_PATH
-from assetcdn.edge.site_config import FORWARDED, apply_rule_changes, host_middleware
+from assetcdn.edge.site_config import EDGE_PATHS, FORWARDED, apply_rule_changes, host_middleware
 from assetcdn.edge.states import pull, pull_source
 from assetcdn.edge.states.deliver import request_header_changes
 from assetcdn.edge.tls import policy
@@ -68,7 +68,7 @@ CLUSTER_SHUTDOWN_GRACE_S = 2.0  # for a push being applied when the worker stops
 # routes serve; then specific /api routes, then the forwarder for the rest of /api and for the
 # dashboard (control sends it to its own origin; `dashboard` is a reserved zone name, so no CDN path is lost).
 # Newlines too (`[\s\S]`, not `.`): the delivery route refuses a path with a control character (400 InvalidPath).
-CDN_PATH = r"/{path:(?!api/|metrics$|_cluster/|dashboard(?:/|$)|\.well-known/acme-challenge/)[\s\S]+}"
+CDN_PATH = r"/{path:(?!" + EDGE_PATHS + r")[\s\S]+}"
 PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", CDN_PATH, delivery.serve_asset),
     web.route("HEAD", CDN_PATH, delivery.serve_asset),

@@ -25,6 +25,17 @@ from assetcdn.shared.pull_origin import PullOrigin
 
 FORWARDED = web.RequestKey("forwarded_to_control", bool)
 REQUEST_HOST = web.RequestKey("request_host", str)
+# The paths the edge answers itself on every host (its API, /metrics, the dashboard, the cluster protocol, ACME
+# HTTP-01 challenges), after their leading `/`: never a zone's path, not even on a pull zone's own host, whose
+# other paths are all its origin's. assetcdn/edge/app.py's delivery route leaves them out, and the hit path
+# (assetcdn/edge/fastpath/prepared.py) hands them to the application.
+EDGE_PATHS = r"api/|metrics$|_cluster/|dashboard(?:/|$)|\.well-known/acme-challenge/"
+_EDGE_PATH = re.compile("/(?:" + EDGE_PATHS + ")")
+
+
+def is_edge_path(path: str) -> bool:
+    """Whether a request path (decoded, without its query) is one of the edge's own routes' (`EDGE_PATHS`)."""
+    return _EDGE_PATH.match(path) is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,9 @@ What makes a prepared hit stale, and how each is seen on the next request:
 What is never prepared (the full application answers, assetcdn/edge/fastpath/protocol.py hands it over):
 anything not in the manifest or not cached yet (a miss), private paths, tenant-host requests for
 another zone, paths a `_redirects` rule redirects (a rewrite is served as the path it names), rules on a
-header the hit path writes per request.
+header the hit path writes per request, and the edge's own paths (`site_config.EDGE_PATHS`: `/api/...`,
+`/metrics`, the dashboard, `/_cluster/...`, ACME challenges), which a pull zone's own host would otherwise
+take for its origin's.
 
 Which path a request names and whether it may be read are the application's own decisions
 (`recv.resolve`, `access.find_source`), and so are the headers (`deliver.final_headers`, the rules looked
@@ -49,7 +51,7 @@ from multidict import CIMultiDict
 from assetcdn.edge.access import SourceRefused, find_source
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.node import EdgeNode
-from assetcdn.edge.site_config import EdgeConfig, apply_rule_changes
+from assetcdn.edge.site_config import EdgeConfig, apply_rule_changes, is_edge_path
 from assetcdn.edge.states.deliver import (
     content_range,
     final_headers,
@@ -182,6 +184,8 @@ def prepare(node: EdgeNode, config: EdgeConfig, view: HostView,
     a pull zone's (`prepare_pull`); None when the full application must answer (see the module docstring).
     May read the disk tier inline (one SQLite row, or a file of at most the memory tier's object size), as
     a hit there does."""
+    if is_edge_path(path):  # the edge's own routes' on every host, a pull zone's own host too: never its origin's
+        return None
     try:  # what the delivery route does before its look-up (assetcdn/edge/routes/delivery.py)
         cdn_path = resolve(config, view.zone, path, path)
         if isinstance(cdn_path, PullPath):

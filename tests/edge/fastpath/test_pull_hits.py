@@ -13,17 +13,22 @@ from collections.abc import AsyncIterator, Iterator
 from types import ModuleType
 from typing import Any
 
+import aiohttp
+import orjson
 import pytest
 import pytest_asyncio
 
+from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.fastpath import hit_server
 from assetcdn.edge.fastpath.prepared import PulledHit, fields_cost
 from assetcdn.edge.states import pull as pull_states
 from assetcdn.edge.states.keys import pull_key
+from assetcdn.shared.cluster import PREFIX, sign_request
 from assetcdn.shared.content_security import SANDBOX_CSP
+from assetcdn.shared.tls_state import TLS_STATE_PATH, TlsState
 from tests.support.cdn import PURGE
-from tests.support.control import ACCOUNT
+from tests.support.control import ACCOUNT, SECRETS
 from tests.support.footprint import traced_per_item
 from tests.support.h2_memory import H2InProcess, MemoryHttp11
 from tests.support.hit_cdn import HitCdn, RawConnection, Response
@@ -590,3 +595,52 @@ async def test_a_range_unit_is_compared_case_insensitively(pulled: PullCdn, cloc
         slow = await plain.request(f"/{ZONE}/unit.bin", Range=f"{unit}=0-9")
         assert comparable(fast) == comparable(slow)
         assert (slow.status, slow.body, slow.header("Content-Range")) == (206, BODY[:10], f"bytes 0-9/{len(BODY)}")
+
+
+CHALLENGE_TOKEN = "pullHost-challenge_token0"
+KEY_AUTHORIZATION = CHALLENGE_TOKEN + ".thumbprint-of-the-account-key"
+
+
+async def push_challenge(cdn: HitCdn, token: str, key_authorization: str) -> None:
+    """A TLS state answering the ACME HTTP-01 challenge `token`, pushed to the edge as control pushes one (signed,
+    POST /_cluster/tls); its serial above control's own, which the edge may pull meanwhile."""
+    (member,) = cdn.control.app[REGISTRY].edges.values()
+    body = orjson.dumps(TlsState(1000, {token: key_authorization}, ()).to_message())
+    headers = {"Content-Type": "application/json",
+               **sign_request(SECRETS.cluster_secret, "POST", PREFIX + TLS_STATE_PATH, body, audience=member.name)}
+    async with aiohttp.ClientSession() as http:
+        resp = await http.post(member.url + PREFIX + TLS_STATE_PATH, data=body, headers=headers)
+        assert resp.status == 200, await resp.text()
+    assert cdn.node.tls.challenge(token) == key_authorization
+
+
+async def test_the_edges_own_paths_on_the_zones_own_host_are_the_edges_never_the_origins(
+        pulled: PullCdn, secure: tuple[hit_server.HitServer, list[bytes]]) -> None:
+    """ACME challenges, the API, /metrics, the dashboard and the cluster paths are the edge's on every host (a pull
+    zone's own host takes every other path for its origin's): the hit path filled them from the origin on the zone's
+    tenant host or custom domain, and kept them, so a CA validating the zone's custom domain was answered the
+    origin's page (no certificate) and a load balancer's health check on that host the origin's. The hit path, over
+    HTTP/1.1 and HTTP/2, answers them as the application does, and the origin is never asked."""
+    server, _ = secure
+    await push_challenge(pulled.cdn, CHALLENGE_TOKEN, KEY_AUTHORIZATION)
+    challenge = f"/.well-known/acme-challenge/{CHALLENGE_TOKEN}"
+    expected = {challenge: 200, "/.well-known/acme-challenge/other-token": 404, "/api/health": 200,
+                "/metrics": 401, "/_cluster/push": 404}
+    for path in expected:
+        pulled.origin.answer(path, b"the origin's page", headers={**LONG, "Content-Type": "text/plain"})
+    conn = await pulled.cdn.connect()
+    client = H2InProcess(server)
+    for path, status in expected.items():
+        for answer in (await conn.request(path, host=TENANT_HOST), await conn.request(path, host=TENANT_HOST),
+                       await client.get(path, [], authority=TENANT_HOST)):
+            assert (answer.status, answer.header("x-cache")) == (status, None), path
+            assert b"the origin's page" not in answer.body, path
+    challenged = await conn.request(challenge, host=TENANT_HOST.upper() + ":80")
+    assert (challenged.status, challenged.body) == (200, KEY_AUTHORIZATION.encode())
+    assert challenged.header("Cache-Control") == "no-store"
+    assert not any(pulled.origin.requests(path) for path in expected)
+    # Every other path of that host is the origin's: /.well-known/ beside the challenges too.
+    pulled.origin.answer("/.well-known/security.txt", b"Contact: mailto:security@origin.test",
+                         headers={**LONG, "Content-Type": "text/plain"})
+    own = await conn.request("/.well-known/security.txt", host=TENANT_HOST)
+    assert (own.status, own.header("x-cache"), own.body) == (200, "MISS", b"Contact: mailto:security@origin.test")
