@@ -39,6 +39,8 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE]
     config = node.config
     host_zone = config.zone_for_host(request_host(request))
+    if request.path == "/" and host_zone not in config.pull_zones:  # a pull zone's own host's `/` is its origin's
+        raise web.HTTPNotFound()  # elsewhere nothing is there: as for a path no route takes
     named = receive(request, config, host_zone)  # _redirects are answered before any cache lookup
     if isinstance(named, PullPath):
         request[DELIVERED_PATH] = f"{named.zone.name}{named.path}"

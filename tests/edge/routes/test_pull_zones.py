@@ -639,6 +639,31 @@ async def test_the_tenant_host_and_a_custom_domain_serve_every_path_from_the_ori
     assert pull.origin.count("/any/path.txt") == 1
 
 
+async def test_the_zones_own_host_serves_the_origins_root_on_every_request(pull: Pull) -> None:
+    """`/` of a pull zone's tenant host is the origin's `/` (below its path prefix), as every other path of that host:
+    the delivery route's pattern needs a character after the `/`, so the application answered 404 for it, and every
+    request the hit path hands over (a browser's reload with `Cache-Control: max-age=0`, a stale copy, HTTP/1.0, a
+    POST) got 404 where the first got the home page. `/` of the default host and of a stored zone's host stays 404."""
+    async def home(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=b"home page " + request.method.encode(), headers=LONG)
+
+    pull.origin.route("/", home)
+    first = await pull.cdn.edge.get("/", headers={"Host": TENANT_HOST})
+    assert (first.status, await first.read(), first.headers["X-Cache"]) == (200, b"home page GET", "MISS")
+    again = await pull.cdn.edge.get("/", headers={"Host": TENANT_HOST})
+    assert (again.status, await again.read(), again.headers["X-Cache"]) == (200, b"home page GET", "HIT")
+    reload = await pull.cdn.edge.get("/", headers={"Host": TENANT_HOST, "Cache-Control": "max-age=0"})
+    assert (reload.status, await reload.read(), reload.headers["X-Cache"]) == (200, b"home page GET", "MISS")
+    # The same URL as `/<zone>/` on the default host: one cached response.
+    assert (await pull.get("/")).headers["X-Cache"] == "HIT"
+    posted = await pull.cdn.edge.post("/", data=b"form", headers={"Host": TENANT_HOST})
+    assert (posted.status, await posted.read(), posted.headers["X-Cache"]) == (200, b"home page POST", "PASS")
+    assert [seen.method for seen in pull.origin.requests("/")] == ["GET", "GET", "POST"]
+    await expect_error(await pull.cdn.edge.get("/"), 404, "NotFound")
+    await expect_error(await pull.cdn.edge.get("/", headers={"Host": "other.cdn.localhost"}), 404, "NotFound")
+    await expect_error(await pull.cdn.edge.post("/", data=b"x"), 404, "NotFound")
+
+
 async def test_a_large_body_streams_to_the_client_while_it_is_stored(pull: Pull) -> None:
     """The origin sends the first half and waits for the client to have read some of it: an edge that held the
     body back until it had all of it would never answer."""
