@@ -528,7 +528,9 @@ class Pool:
         if scheme == "https":
             if self._tls is None:
                 self._tls = ssl.create_default_context()
-            tls = {"ssl": self._tls, "server_hostname": host}
+            # The name without the trailing dot of an absolute one (`origin.example.com.`): RFC 6066 sends none in
+            # SNI, and the certificate is for `origin.example.com`, which OpenSSL would not match with the dot.
+            tls = {"ssl": self._tls, "server_hostname": host.rstrip(".")}
         addresses = [host] if self._connector is None else await self._connector(host, port)
         failure: OSError | None = None
         for address in addresses:

@@ -811,6 +811,35 @@ def test_over_tls_a_body_delimited_by_the_close_needs_the_origins_close_notify(
         assert "before the end of the body" in result
 
 
+async def test_an_https_origin_named_with_a_trailing_dot_is_verified_and_named_without_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`https://origin.example.test.:<port>` (an absolute DNS name, which control accepts) names the host its
+    certificate is for: the server name sent (SNI, RFC 6066: no trailing dot) and the name checked are
+    `origin.example.test`. Sent with the dot, OpenSSL matched it against no certificate: every request was a
+    502 `OriginUnreachable` ("Hostname mismatch"). The Host field stays the URL's authority as written."""
+    ca = TestCa()
+    chain, key = ca.issue("origin.example.test").write(tmp_path, "origin")
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca.write_root(tmp_path)))  # the pool's default trust, made later
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(chain, key)
+    named: list[str | None] = []
+    server_context.sni_callback = lambda _tls, name, _context: named.append(name)
+    server = OriginServer()
+    test_server = TestServer(server.app(), host="127.0.0.1")
+    await test_server.start_server(ssl=server_context)
+    client = OriginClient(LOOPBACK, resolver=Names({"origin.example.test.": ["127.0.0.1"]}))
+    try:
+        zone_origin = Origin(URL(f"https://origin.example.test.:{test_server.port}/prefix"))
+        response = await client.request(zone_origin, "GET", zone_origin.target("/echo"),
+                                        origin_request_headers([], zone_origin, client_ip=None, scheme="https"))
+        assert (response.status, await response.read()) == (200, b"hello")
+        assert named == ["origin.example.test"]
+        assert server.requests[0].headers["Host"] == f"origin.example.test.:{test_server.port}"
+    finally:
+        await client.close()
+        await test_server.close()
+
+
 @pytest.mark.parametrize("method", ["GET", "POST"])
 def test_a_request_on_a_reused_connection_the_origin_closed_is_sent_again_on_a_new_one(
         uvloop_runner: asyncio.Runner, method: str) -> None:
