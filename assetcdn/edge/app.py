@@ -68,7 +68,8 @@ CLUSTER_SHUTDOWN_GRACE_S = 2.0  # for a push being applied when the worker stops
 # routes serve; then specific /api routes, then the forwarder for the rest of /api and for the
 # dashboard (control sends it to its own origin; `dashboard` is a reserved zone name, so no CDN path is lost).
 # Newlines too (`[\s\S]`, not `.`): the delivery route refuses a path with a control character (400 InvalidPath).
-# `/` too: a pull zone's own host serves its origin's (the delivery route answers 404 for it on any other host).
+# `/` too: a pull zone's own host serves its origin's, and a `_redirects` rule may name it (else the delivery route
+# answers 404 for it, as for a path no route takes).
 CDN_PATH = r"/{path:(?!" + EDGE_PATHS + r")[\s\S]*}"
 PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", CDN_PATH, delivery.serve_asset),

@@ -39,8 +39,11 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE]
     config = node.config
     host_zone = config.zone_for_host(request_host(request))
-    if request.path == "/" and host_zone not in config.pull_zones:  # a pull zone's own host's `/` is its origin's
-        raise web.HTTPNotFound()  # elsewhere nothing is there: as for a path no route takes
+    if request.path == "/" and host_zone not in config.pull_zones and not (
+            request.method in ("GET", "HEAD") and config.rules.redirects.matches(request.path_qs)):
+        # A pull zone's own host's `/` is its origin's, and a `_redirects` rule for `/` applies on any host:
+        # elsewhere nothing is there, as for a path no route takes.
+        raise web.HTTPNotFound()
     named = receive(request, config, host_zone)  # _redirects are answered before any cache lookup
     if isinstance(named, PullPath):
         request[DELIVERED_PATH] = f"{named.zone.name}{named.path}"

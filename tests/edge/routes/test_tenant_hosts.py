@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from assetcdn.shared.signing import signed_url
+from tests.control.expect import expect_error
 from tests.support.cdn import PURGE, ZONE, Cdn, CdnFactory, raw_status
 from tests.support.control import ACCOUNT, SECRETS
 from tests.support.images import solid_png
@@ -115,6 +116,41 @@ async def test_every_spelling_of_a_tenant_host_is_that_tenant(make_cdn: CdnFacto
         hit = await cdn.edge.get(f"/{OWN_FILE}", headers={"Host": host})
         assert hit.headers["X-Cache"] == "HIT"
         assert hit.headers.get("X-Frame-Options") == ("DENY" if TENANT_HOST in host.lower() else None), host
+
+
+@pytest.mark.parametrize("hit_path", [True, False], ids=["hit-path", "application-only"])
+async def test_a_redirects_rule_for_the_root_applies_on_every_host(make_cdn: CdnFactory, hit_path: bool) -> None:
+    """`/ /v1/logos/own.png 200` and `/ /welcome 301` in `_redirects` are followed for `/` as for any other path:
+    the delivery route's pattern needed a character after the `/`, so the application answered 404 for `/`
+    whatever the rules said. Without a rule `/` stays 404."""
+    cdn = await two_zones(make_cdn, hit_path=hit_path)
+    hosts = ("127.0.0.1", TENANT_HOST, CUSTOM_DOMAIN)
+    for host in hosts:
+        await expect_error(await cdn.edge.get("/", headers={"Host": host}), 404, "NotFound")
+
+    async def rules(content: str) -> None:
+        resp = await cdn.control.post("/api/core/rules", headers=ACCOUNT, json={"File": "_redirects",
+                                                                                  "Content": content})
+        assert resp.status == 200, await resp.text()
+
+        async def arrived() -> bool:
+            return cdn.node.config.rules.redirects.matches("/") == bool(content)
+
+        await wait_until(arrived, "the rules reaching the edge")
+
+    await rules("/ /welcome?from=root 301\n")
+    for host in hosts:
+        for method in ("GET", "HEAD"):
+            resp = await cdn.edge.request(method, "/", headers={"Host": host}, allow_redirects=False)
+            assert (resp.status, resp.headers["Location"]) == (301, "/welcome?from=root"), (host, method)
+    await rules("/ /v1/logos/own.png 200\n")
+    for host in (TENANT_HOST, CUSTOM_DOMAIN):
+        for _ in range(2):  # the file cached by the first
+            resp = await cdn.edge.get("/", headers={"Host": host})
+            assert (resp.status, resp.content_type) == (200, "image/png"), host
+    await rules("")
+    for host in hosts:
+        await expect_error(await cdn.edge.get("/", headers={"Host": host}), 404, "NotFound")
 
 
 async def test_the_authority_of_an_absolute_form_target_is_the_host(make_cdn: CdnFactory) -> None:
