@@ -231,6 +231,9 @@ class OriginResponse:
     purge_mark: int | None = field(default=None)
     # Told why, when the body fails (cut short or too slow): a shield's answer marks that shield down.
     body_failed: Callable[[str], None] | None = field(default=None)
+    # A shield's answer from its own stale copy (assetcdn/edge/shield.py `stale_at_shield`): stale here too,
+    # whatever its Age says (a soft purge's staleness is in no field), so kept stale (pull.py `stored_meta`).
+    stale: bool = field(default=False)
 
     async def chunks(self, *, capped: bool = True) -> AsyncIterator[bytes]:
         """The body as it arrives; OriginTimeout when the origin goes quiet for ``idle_timeout_s`` or has made the

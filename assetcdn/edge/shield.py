@@ -237,6 +237,7 @@ class Shields:
                 raise failed
             if response.status != 304 or "If-None-Match" in headers or "If-Modified-Since" in headers:
                 response.body_failed = partial(self._mark_down, peer)  # a body it cuts short: passed over too
+                response.stale = stale_at_shield(response.headers)
                 return response
             # A 304 to a request with no validators answers nothing this edge asked: a shield that is wrong.
             response.release()

@@ -899,9 +899,13 @@ def stored_meta(head: Sequence[tuple[str, str]], status: int, timed: OriginRespo
                 digest: str | None) -> tuple[tuple[str, str], ...]:
     """What an entry keeps of a response: its head (dated when it came without a Date, `freshness.dated`), then its
     status, the exchange's times (`timed`'s) and its body's SHA-256 when known, as ``StoredResponse.of`` reads them
-    back."""
+    back. A shield's answer from its own stale copy (`timed.stale`: a 200, or a 304 confirming the copy here) is
+    kept stale from its arrival, as a soft purge marks a copy: the shield's copy may be stale for a soft purge, which
+    no field of its answer shows (its Age is the copy's own), and kept fresh here it would be served as the
+    origin's current response for its whole lifetime, never asking again."""
     return (*dated(head, timed.response_time), (STATUS, str(status)), (REQUEST_TIME, repr(timed.request_time)),
-            (RESPONSE_TIME, repr(timed.response_time)), *(((DIGEST, digest),) if digest is not None else ()))
+            (RESPONSE_TIME, repr(timed.response_time)), *(((DIGEST, digest),) if digest is not None else ()),
+            *(((SOFT_PURGED, repr(timed.response_time)),) if timed.stale else ()))
 
 
 def read_not_kept(url_key: str, response: OriginResponse, head: Sequence[tuple[str, str]], body: bytes,

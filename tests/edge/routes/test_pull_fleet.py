@@ -1,0 +1,145 @@
+"""Shielding across a fleet of edges (assetcdn/edge/shield.py): a real control app and two real edge apps in one
+event loop, each with its own cache and cluster site, both in front of one scripted origin. Each path's shield is
+the edge rendezvous hashing picks; the tests pick paths that edge A asks edge B, its shield, for, and look at what
+a client of either edge gets (status, body, X-Cache, Age) and what the origin was asked."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp.test_utils import TestClient
+
+from assetcdn import control
+from assetcdn.edge.app_keys import NODE
+from assetcdn.edge.cache.tags import pull_path_tag
+from assetcdn.edge.node import EdgeNode
+from tests.edge.hit_server import HitTestServer
+from tests.support.cdn import PURGE, edge_worker_app
+from tests.support.cdn import test_settings as settings_of
+from tests.support.control import ACCOUNT, SECRETS
+from tests.support.origins import PREFIX, ScriptedOrigin, serve_origin, stored_url
+from tests.support.wait import wait_until
+
+ZONE = "fleet"
+Serve = Callable[[Any], Awaitable[TestClient]]
+
+
+@dataclass
+class Fleet:
+    control: TestClient
+    a: TestClient      # the edge whose clients the tests are; it asks B for the paths B shields
+    b: TestClient      # the shield of those paths
+    origin: ScriptedOrigin
+
+    @staticmethod
+    def node(edge: TestClient) -> EdgeNode:
+        return edge.app[NODE]
+
+    def shielded_by_b(self, stem: str) -> str:
+        """A path of ZONE whose shield, for edge A, is edge B."""
+        shields = self.node(self.a).shields
+        names = (f"/{stem}-{i}.txt" for i in itertools.count())
+        return next(name for name in names if shields.shield_for(pull_path_tag(ZONE, name)) is not None)
+
+    async def get(self, edge: TestClient, name: str, **headers: str) -> tuple[int, str, bytes, aiohttp.ClientResponse]:
+        resp = await edge.get(f"/{ZONE}{name}", headers=headers)
+        return resp.status, resp.headers.get("X-Cache", ""), await resp.read(), resp
+
+    async def holds(self, edge: TestClient, name: str, etag: str) -> None:
+        """Returns once `edge` holds `name`'s response of `etag`."""
+        async def stored() -> bool:
+            found = stored_url(self.node(edge), ZONE, name)
+            return found is not None and found.obj.etag == etag
+
+        await wait_until(stored, f"{name} of {etag} stored")
+
+    async def settled(self, edge: TestClient) -> None:
+        """Returns once `edge` has no revalidation or fill left running in the background."""
+        async def idle() -> bool:
+            return not self.node(edge).background
+
+        await wait_until(idle, "the edge's background revalidations over")
+
+    async def purge(self, body: dict[str, Any]) -> dict[str, Any]:
+        resp = await self.control.post("/api/purge", json=body, headers=PURGE)
+        assert resp.status == 200, await resp.text()
+        answer: dict[str, Any] = await resp.json()
+        assert sorted(answer["edges"]["acknowledged"]) == ["edge-a", "edge-b"], answer
+        return answer
+
+
+@asynccontextmanager
+async def fleet(root: Path, serve: Serve, **env: str) -> AsyncIterator[Fleet]:
+    """Control, edges A and B (each with the hit path in front of its application, as the edge process serves it)
+    and a pull zone of the scripted origin, once both edges know the zone and each other."""
+    origin = ScriptedOrigin()
+    server = await serve_origin(origin)
+    try:
+        settings = settings_of({"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true", "ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S": "5",
+                                  **env})
+        control_client = await serve(control.app.create_app(settings, SECRETS, root / "data"))
+        a, b = [await serve(HitTestServer(edge_worker_app(settings, control_client, root / name, name)))
+                for name in ("edge-a", "edge-b")]
+        resp = await control_client.post("/api/core/zones", headers=ACCOUNT, json={
+            "Name": ZONE, "Origin": {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"}})
+        assert resp.status == 201, await resp.text()
+        nodes = [Fleet.node(a), Fleet.node(b)]
+
+        async def ready() -> bool:
+            return all(ZONE in node.config.pull_zones and len(node.shields.peers()) == 2 for node in nodes) and \
+                nodes[0].applied_generation == nodes[1].applied_generation
+
+        await wait_until(ready, "both edges knowing the pull zone and each other")
+        yield Fleet(control_client, a, b, origin)
+    finally:
+        await server.close()
+
+
+async def test_a_soft_purged_copy_a_shield_answers_from_is_not_kept_fresh_by_the_asking_edge(
+        aiohttp_client: Serve, tmp_path: Path) -> None:
+    """A soft purge marks both edges' copies stale. Edge A's next request (its copy within stale-while-revalidate)
+    is revalidated through B, whose own copy is as stale: B answers it from that copy (304) while it revalidates
+    in the background. A 304 from a stale copy confirms nothing: A's copy stays stale, so once the origin's new
+    version is at B, A's next request fetches it; kept fresh, A served the purged copy as a HIT for ten minutes."""
+    async with fleet(tmp_path, aiohttp_client) as run:
+        name = run.shielded_by_b("soft")
+        cached = {"Cache-Control": "max-age=600, stale-while-revalidate=600"}
+        run.origin.answer(name, b"version one", headers={**cached, "ETag": '"1"'})
+        assert (await run.get(run.a, name))[:3] == (200, "MISS", b"version one")
+        run.origin.answer(name, b"version two", headers={**cached, "ETag": '"2"'})
+        await run.purge({"urls": [f"/{ZONE}{name}"], "soft": True})
+        assert (await run.get(run.a, name))[:3] == (200, "STALE", b"version one")
+        await run.holds(run.b, name, '"2"')   # B's own revalidation, after it answered A's
+        await run.settled(run.a)              # A's revalidation through B
+        assert (await run.get(run.a, name))[:3] == (200, "STALE", b"version one")   # revalidated again, through B
+        await run.holds(run.a, name, '"2"')
+        assert (await run.get(run.a, name))[:3] == (200, "HIT", b"version two")
+        assert run.origin.count(name) == 2    # the first fill, and B's revalidation
+
+
+async def test_a_shields_soft_purged_copy_is_not_kept_fresh_by_an_edge_that_had_none(
+        aiohttp_client: Serve, tmp_path: Path) -> None:
+    """B holds a copy A does not; a soft purge marks it stale. A's first request is answered from B's stale copy
+    (within its stale-while-revalidate) while B revalidates it: A keeps that answer stale, and asks again."""
+    async with fleet(tmp_path, aiohttp_client) as run:
+        name = run.shielded_by_b("unseen")
+        cached = {"Cache-Control": "max-age=600, stale-while-revalidate=600"}
+        run.origin.answer(name, b"version one", headers={**cached, "ETag": '"1"'})
+        assert (await run.get(run.b, name))[:3] == (200, "MISS", b"version one")
+        run.origin.answer(name, b"version two", headers={**cached, "ETag": '"2"'})
+        await run.purge({"urls": [f"/{ZONE}{name}"], "soft": True})
+        status, x_cache, body, resp = await run.get(run.a, name)
+        assert (status, x_cache, body) == (200, "MISS", b"version one")
+        assert resp.headers.getall("Cache-Status")[0] == "assetcdn-shield; hit; fwd=stale"
+        await run.holds(run.b, name, '"2"')
+        await run.settled(run.a)
+        assert (await run.get(run.a, name))[:3] == (200, "STALE", b"version one")
+        await run.holds(run.a, name, '"2"')
+        assert (await run.get(run.a, name))[:3] == (200, "HIT", b"version two")
+        assert run.origin.count(name) == 2
