@@ -105,13 +105,18 @@ def relayed(headers: list[tuple[str, str]]) -> str | None:
 def stale_at_shield(headers: list[tuple[str, str]]) -> bool:
     """Whether an answer is a shield's stale copy (within its stale-while-revalidate, or its stale-if-error while the
     origin failed it): the shield's own Cache-Status member says it answered from its cache (`hit`) after all
-    forwarding the request (`fwd`), as assetcdn/edge/states/pull.py writes it for a stale copy. Its 304 confirms
-    the asking edge's copy against that copy, not the origin's."""
+    forwarding the request (`fwd`), as assetcdn/edge/states/pull.py writes it for a stale copy; or it answered
+    from its cache with no time to live left (`ttl` 0 or less: a stale copy a client's `max-stale` took, which is
+    answered as a hit). Its 304 confirms the asking edge's copy against that copy, not the origin's."""
     member = relayed(headers)
     if member is None:
         return False
-    parameters = {parameter.partition("=")[0].strip().lower() for parameter in member.split(";")[1:]}
-    return "hit" in parameters and "fwd" in parameters
+    parameters = {name.strip().lower(): value.strip() for name, _, value in
+                  (parameter.partition("=") for parameter in member.split(";")[1:])}
+    if "hit" not in parameters:
+        return False
+    ttl = parameters.get("ttl", "")
+    return "fwd" in parameters or (ttl.removeprefix("-").isdigit() and int(ttl) <= 0)
 
 
 # The Cache-Status `detail` of a shield's answer that says its origin gave no answer (assetcdn/edge/states/pull.py

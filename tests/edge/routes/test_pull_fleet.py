@@ -143,3 +143,22 @@ async def test_a_shields_soft_purged_copy_is_not_kept_fresh_by_an_edge_that_had_
         await run.holds(run.a, name, '"2"')
         assert (await run.get(run.a, name))[:3] == (200, "HIT", b"version two")
         assert run.origin.count(name) == 2
+
+
+async def test_a_shields_stale_copy_a_clients_max_stale_takes_is_not_kept_fresh(
+        aiohttp_client: Serve, tmp_path: Path) -> None:
+    """A client's `max-stale` lets B answer A's request from its soft-purged copy as a hit (no revalidation, RFC 9111
+    4.2.4): that client's choice. A keeps the answer stale, so the next client without it gets the origin's new
+    version; kept fresh, every client of A got the purged copy as a HIT for ten minutes."""
+    async with fleet(tmp_path, aiohttp_client) as run:
+        name = run.shielded_by_b("max-stale")
+        run.origin.answer(name, b"version one", headers={"Cache-Control": "max-age=600", "ETag": '"1"'})
+        assert (await run.get(run.b, name))[:3] == (200, "MISS", b"version one")
+        run.origin.answer(name, b"version two", headers={"Cache-Control": "max-age=600", "ETag": '"2"'})
+        await run.purge({"urls": [f"/{ZONE}{name}"], "soft": True})
+        status, x_cache, body, resp = await run.get(run.a, name, **{"Cache-Control": "max-stale"})
+        assert (status, x_cache, body) == (200, "MISS", b"version one")
+        assert resp.headers.getall("Cache-Status")[0].startswith("assetcdn-shield; hit; ttl=")
+        assert (await run.get(run.a, name))[:3] == (200, "MISS", b"version two")
+        assert (await run.get(run.a, name))[:3] == (200, "HIT", b"version two")
+        assert run.origin.count(name) == 2
