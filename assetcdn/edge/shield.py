@@ -71,8 +71,9 @@ def from_edge(request: web.Request) -> bool:
     return bool(request.get(FROM_EDGE))
 
 
-# A shield's own refusals that say nothing of its health: it does not know the zone yet, or is behind; or the
-# request is one it refuses (a client's fields it cannot take: 400, 413, 414, 417, 431), which the origin is
+# A shield's own refusals that say nothing of its health: it does not know the zone yet, or is behind, or it waited
+# for a fill of the URL under way there for as long as this edge has (409 ShieldFilling, pull.py `through_flight`:
+# a large body the origin sends slowly); or the request is one it refuses (a client's fields it cannot take: 400, 413, 414, 417, 431), which the origin is
 # asked instead, this once. Counted against the shield, a client could turn shielding off for everyone.
 PASSING_REFUSALS = frozenset((400, 404, 409, 413, 414, 417, 431))
 

@@ -56,7 +56,7 @@ from assetcdn.edge.origin_client import (
     OriginTooLarge,
     origin_request_headers,
 )
-from assetcdn.edge.shield import from_edge, stale_at_shield
+from assetcdn.edge.shield import SHIELD_FIRST_BYTE_SHARE, from_edge, stale_at_shield
 from assetcdn.edge.site_config import PullZone
 from assetcdn.edge.states.deliver import etag_matches, joined_field, parse_range
 from assetcdn.edge.states.feed import ClientFeed, Rest, rest_of
@@ -255,17 +255,29 @@ def flight_patience_s(limits: OriginLimits) -> float:
     return limits.first_byte_timeout_s * (FLIGHT_ATTEMPTS + 1)
 
 
-async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits) -> OriginError | None:
+async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits,
+                       deadline: float | None = None) -> OriginError | None:
     """Wait for a flight: its landing within `flight_patience_s` (TimeoutError past it), then the body it keeps
     for as long as the leader may spend reading it (past that the caller finds nothing stored and asks the origin
-    itself). The origin's failure to answer the flight at all, if it failed."""
-    landing = await asyncio.wait_for(asyncio.shield(flight), flight_patience_s(limits))
+    itself). The origin's failure to answer the flight at all, if it failed. `deadline` (the loop's time): the end
+    of all the waiting, landing and body, when the request has less time than that (`through_flight`)."""
+    loop = asyncio.get_running_loop()
+    landing = await asyncio.wait_for(asyncio.shield(flight), flight_patience_s(limits) if deadline is None
+                                     else max(0.0, deadline - loop.time()))
     if landing.failed is not None:
         return landing.failed
     if landing.kept is not None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(landing.kept), limits.body_timeout_s)
+            await asyncio.wait_for(asyncio.shield(landing.kept), limits.body_timeout_s if deadline is None
+                                   else max(0.0, deadline - loop.time()))
     return None
+
+
+def shield_filling() -> ApiError:
+    """A shield's refusal of another edge's request it waited for a fill for as long as that edge has
+    (`through_flight`): a refusal of that request alone (assetcdn/edge/shield.py `PASSING_REFUSALS`)."""
+    return ApiError(409, "ShieldFilling", "This edge's fill of the URL for another request has not ended in the time "
+                    "the asking edge has; ask the origin for this request.")
 
 
 def no_landing(_kept: Kept | OriginError | None = None) -> None:
@@ -344,13 +356,17 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
                 landing(None)
     return await through_flight(request.app[FLIGHTS], flight_key, node.origins.limits, cached,
                                 partial(ask_origin, request, node, zone, path, url_key, fields),
-                                partial(origin_failed, request, zone, path, fields))
+                                partial(origin_failed, request, zone, path, fields),
+                                # Another edge's: what is left of its first-byte time for this shield.
+                                node.origins.limits.first_byte_timeout_s * SHIELD_FIRST_BYTE_SHARE
+                                if from_edge(request) else None)
 
 
 async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits,
                          cached: Callable[[], Awaitable[tuple[R | None, StoredResponse | None]]],
                          fill: Callable[[StoredResponse | None, Land], Awaitable[R]],
-                         failed: Callable[[StoredResponse | None, OriginError], Awaitable[R]]) -> R:
+                         failed: Callable[[StoredResponse | None, OriginError], Awaitable[R]],
+                         patience_s: float | None = None) -> R:
     """What a request of the key's flight gets: `cached`'s answer from the cache (None: nothing there it may
     use, and the stored response it found), else `fill`'s (the origin asked, given that stored response and how
     to land the flight) as the flight's leader, or after waiting for the flight to land when it stored nothing
@@ -359,9 +375,15 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
     flight did not mean to keep (one they may not share), and a second such wait, send the request to the origin
     itself; a body that was to be kept and is not there (cut short, purged meanwhile) makes one more flight, which
     the others that waited join, so one origin request, not one each, fetches it again. Deliveries (serve_pull)
-    and transform sources (pull_source.py) alike."""
+    and transform sources (pull_source.py) alike.
+    `patience_s`: how long the request may wait for another's flight, when it has less time than a flight may take
+    (another edge's shield request: its first-byte time for the shield runs meanwhile, and
+    `SHIELD_FIRST_BYTE_SHARE` of it is the shield's). A flight that has not landed by then, or whose body is still being read, is refused (409
+    `ShieldFilling`: the asking edge takes it as a refusal of that one request and asks the origin itself, leaving
+    the shield up), rather than the asking edge giving up on the shield and passing it over for every path."""
     waited: asyncio.Future[Landing] | None = None  # the flight this request waited for
     retried = False
+    deadline = None if patience_s is None else asyncio.get_running_loop().time() + patience_s
     while True:
         answer, stored = await cached()
         if answer is not None:
@@ -370,6 +392,8 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
             return answer
         if waited is not None:
             kept = waited.result().kept
+            if deadline is not None and kept is not None and not kept.done():
+                raise shield_filling()
             if retried or kept is None or not kept.done() or kept.result() is not False:
                 return await fill(stored, no_landing)  # not shared, still being read, or stored: not for this one
             retried = True
@@ -379,8 +403,10 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
         if waiting is waited:  # that flight's body still being read past body_timeout_s: it asks itself
             return await fill(stored, no_landing)
         try:
-            failure = await await_flight(waiting, limits)
+            failure = await await_flight(waiting, limits, deadline)
         except TimeoutError:
+            if deadline is not None:
+                raise shield_filling() from None
             failure = OriginTimeout(f"no answer from the origin within {flight_patience_s(limits):g} s")
         if failure is not None:  # the flight's failure, not one of its own: no origin request either
             flights.waiters += 1

@@ -5,6 +5,7 @@ a client of either edge gets (status, body, X-Cache, Age) and what the origin wa
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -24,7 +25,7 @@ from tests.support.cdn import PURGE, edge_worker_app
 from tests.support.cdn import test_settings as settings_of
 from tests.support.control import ACCOUNT, SECRETS
 from tests.support.origins import PREFIX, ScriptedOrigin, serve_origin, stored_url
-from tests.support.wait import wait_until
+from tests.support.wait import WAIT_S, wait_until
 
 ZONE = "fleet"
 Serve = Callable[[Any], Awaitable[TestClient]]
@@ -58,6 +59,13 @@ class Fleet:
             return found is not None and found.obj.etag == etag
 
         await wait_until(stored, f"{name} of {etag} stored")
+
+    async def asked(self, name: str, times: int) -> None:
+        """Returns once the origin was asked for `name` `times` times."""
+        async def counted() -> bool:
+            return self.origin.count(name) >= times
+
+        await wait_until(counted, f"the origin asked for {name} {times} times")
 
     async def settled(self, edge: TestClient) -> None:
         """Returns once `edge` has no revalidation or fill left running in the background."""
@@ -162,3 +170,31 @@ async def test_a_shields_stale_copy_a_clients_max_stale_takes_is_not_kept_fresh(
         assert (await run.get(run.a, name))[:3] == (200, "MISS", b"version two")
         assert (await run.get(run.a, name))[:3] == (200, "HIT", b"version two")
         assert run.origin.count(name) == 2
+
+
+async def test_an_edge_waiting_at_its_shield_for_a_long_fill_is_not_timed_out_and_leaves_the_shield_up(
+        aiohttp_client: Serve, tmp_path: Path) -> None:
+    """B is filling a URL whose body the origin sends slowly; A's request for it reaches B and waits there for that
+    body. B gives up waiting in time for A (within the share of the first-byte time a shield gives its origin for
+    another edge) with a refusal of that one request: A asks the origin itself, and B stays A's shield for the other
+    paths. Waiting on, B made A's request run out its first-byte time, and A passed B over for every path."""
+    async with fleet(tmp_path, aiohttp_client, ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="6") as run:
+        name = run.shielded_by_b("long")
+        body = b"x" * 200_000
+        release = run.origin.hold(name, body, {"Cache-Control": "max-age=600", "Content-Type": "text/plain"})
+        try:
+            at_b = asyncio.ensure_future(run.b.get(f"/{ZONE}{name}"))   # B's own client: B's fill
+            await run.asked(name, 1)
+            at_a = asyncio.ensure_future(run.a.get(f"/{ZONE}{name}"))
+            await run.asked(name, 2)   # by A itself, once B declined
+        finally:
+            release.set()
+        for answer in (at_b, at_a):
+            resp = await asyncio.wait_for(answer, WAIT_S)
+            assert (resp.status, await resp.read()) == (200, body)
+        assert Fleet.node(run.a).shields.status()["down"] == 0
+        other = run.shielded_by_b("next")
+        run.origin.answer(other, b"through the shield", headers={"Cache-Control": "max-age=600"})
+        status, x_cache, got, resp = await run.get(run.a, other)
+        assert (status, x_cache, got) == (200, "MISS", b"through the shield")
+        assert resp.headers.getall("Cache-Status")[0] == "assetcdn-shield; fwd=uri-miss; stored"
