@@ -900,9 +900,12 @@ class H2Protocol(asyncio.Protocol):
             stream.end_of_body()
 
     def acknowledge(self, stream: StreamTransport) -> None:
-        """Give the client back the window of body bytes the stream's reader has taken."""
+        """Give the client back the window of body bytes the stream's reader has taken: also once its answer has
+        ended (an early 413 or 503 while the client still sends), as `_forget` does, or those bytes would stay
+        counted against the connection's window, every later request body on it waiting for a window never
+        reopened."""
         count, stream.unacknowledged = stream.unacknowledged, 0
-        if count and stream.stream_id in self.streams and not stream.ended:
+        if count and stream.stream_id in self.streams:
             try:
                 self.h2.acknowledge_received_data(count, stream.stream_id)
             except ngh2.NGH2Error:

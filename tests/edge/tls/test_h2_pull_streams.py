@@ -136,3 +136,36 @@ async def test_a_stream_that_leaves_with_body_bytes_held_back_gives_their_window
         assert (status, body) == (200, b"got " + b"u" * 1000)
     finally:
         release.set()
+
+
+async def test_body_bytes_that_arrive_after_an_early_answer_give_the_connections_window_back(edge: Edge) -> None:
+    """An upload answered before its body was read (413 for a declared length over the limit, 503 EdgeBusy, 408...):
+    its client goes on sending the DATA it has in flight, which the application reads and drops. Their window was
+    never given back once the answer had ended, so the connection's window stayed shut: every later upload on the
+    connection waited for a window never reopened (until its body timeout). The bytes are given back as they are
+    read, before the answer's end as after it."""
+    edge.origin.route("/upload-after-413", echo)
+    conn = edge.connect()
+    refused = conn.client.get_next_available_stream_id()
+    conn.answers[refused] = [None, bytearray(), False]
+    conn.resets[refused] = -1
+    too_large = str(100 * 1024 * 1024).encode()
+    conn.client.send_headers(refused, request("/upload-after-413", "POST", (b"content-length", too_large)))
+    status, _, body = await answer(conn, refused, "the 413")
+    assert status == 413 and b"PayloadTooLarge" in body
+    # What the client had in flight: the whole of the connection's window.
+    sent = 0
+    while (window := min(conn.client.local_flow_control_window(refused), conn.client.max_outbound_frame_size)) > 0:
+        conn.client.send_data(refused, b"r" * window)
+        sent += window
+    conn.exchange()
+    assert sent > 0
+    upload = conn.client.get_next_available_stream_id()
+    conn.answers[upload] = [None, bytearray(), False]
+    conn.client.send_headers(upload, request("/upload-after-413", "POST"))
+    assert await sent_whole(conn, upload, b"u" * 100_000)
+    status, _, body = await answer(conn, upload, "the next upload's answer")
+    assert (status, body) == (200, b"got " + b"u" * 100_000)
+    assert [len(seen.body) for seen in edge.origin.requests("/upload-after-413")] == [100_000]
+    conn.client.reset_stream(refused)
+    conn.exchange()
