@@ -1376,7 +1376,16 @@ async def forwarded_body(request: web.Request, budget: ByteBudget) -> tuple[byte
 def declared_refusal(request: web.Request, budget: ByteBudget) -> ApiError | None:
     """The answer to a body whose declared length the worker cannot take, before any of it is read (and so without
     a 100 Continue: assetcdn/edge/routes/delivery.py): 413 past the request limit or the whole budget, 503 EdgeBusy
-    past what is left of the budget; None when it fits, or declares no length."""
+    past what is left of the budget; None when it fits, or declares no length. A body under another transfer coding
+    than chunked (`gzip, chunked`) is 501 (RFC 9112 6.1): the server takes its chunks and leaves the coding on the
+    bytes, which would reach the origin as the content itself, without the field (hop-by-hop) that named it."""
+    if "Transfer-Encoding" in request.headers:
+        codings = [coding.strip().lower() for value in request.headers.getall("Transfer-Encoding")
+                   for coding in value.split(",") if coding.strip()]
+        if any(coding != "chunked" for coding in codings):
+            return ApiError(501, "UnsupportedTransferCoding", f"The request's transfer coding "
+                            f"{', '.join(codings)!r} is not one this edge can pass on: send the body chunked or "
+                            "with a Content-Length (a compressed body with Content-Encoding).")
     declared = request.content_length
     if declared is None:
         return None

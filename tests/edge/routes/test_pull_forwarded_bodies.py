@@ -5,6 +5,7 @@ with Retry-After, never queued into the worker's memory."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 from collections.abc import AsyncIterator
 
 import orjson
@@ -257,3 +258,35 @@ async def test_a_cache_control_rule_does_not_make_a_busy_or_failed_answer_cachea
     assert busy.status == 503 and "Cache-Control" not in busy.headers
     release.set()
     assert (await first).status == 201
+
+
+@SHARED
+async def test_a_body_under_another_transfer_coding_than_chunked_is_501_and_never_forwarded(pull: Pull) -> None:
+    """`Transfer-Encoding: gzip, chunked`: the server takes the chunks and leaves the gzip coding on the bytes, and
+    the field that named it is hop-by-hop, so the origin was sent the compressed bytes as the upload itself (201
+    for a body that was never the one the client sent). Such a body is refused (RFC 9112 6.1: 501), before any 100
+    Continue; plain chunked bodies still go through."""
+    pull.origin.route("/coded", lambda request: _count(request))
+    coded = gzip.compress(b"the upload itself")
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(coded), coded)
+    for coding, expect in (("gzip, chunked", ""), ("deflate,chunked", "Expect: 100-continue\r\n")):
+        reader, writer = await asyncio.open_connection("127.0.0.1", pull.cdn.edge.server.port)
+        try:
+            writer.write(f"POST /{ZONE}/coded HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: {coding}\r\n{expect}"
+                         "\r\n".encode())
+            if not expect:
+                writer.write(chunked)
+            await writer.drain()
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+            assert head.startswith(b"HTTP/1.1 501 "), (coding, head)
+            length = int(head.split(b"\r\nContent-Length: ", 1)[1].split(b"\r\n", 1)[0])
+            assert orjson.loads(await reader.readexactly(length))["error"]["code"] == "UnsupportedTransferCoding"
+        finally:
+            writer.close()
+    assert pull.origin.requests("/coded") == []
+    plain = await pull.cdn.edge.post(f"/{ZONE}/coded", data=_chunks(coded))
+    assert (plain.status, await plain.read()) == (201, str(len(coded)).encode())
+
+
+async def _chunks(body: bytes) -> AsyncIterator[bytes]:
+    yield body
