@@ -307,6 +307,11 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
         if request.method == "TRACE":  # its echo would show the client the zone's RequestHeaders (a secret)
             raise ApiError(405, "MethodNotAllowed", "TRACE is not passed to a pull zone's origin.",
                            headers={"Allow": ALLOWED})
+        if "only-if-cached" in request_directives(request_fields(request)):
+            # No stored response answers another method (RFC 9111 5.2.1.7): the client asked for no origin request,
+            # and this one may change what the origin holds.
+            raise ApiError(504, "NotCached", f"A {request.method} is the origin's to answer, never this edge's "
+                           "cache (only-if-cached).")
         return await forward_unsafe(request, node, zone, path, prefix)
     fields = request_fields(request)
     directives = request_directives(fields)

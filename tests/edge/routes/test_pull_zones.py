@@ -305,6 +305,29 @@ async def test_only_if_cached_is_504_when_not_cached_and_never_asks_the_origin(p
     assert pull.origin.count("/only-if-cached.txt") == 1
 
 
+async def test_only_if_cached_on_another_method_is_504_and_never_reaches_the_origin(pull: Pull) -> None:
+    """`only-if-cached` asks for a stored response or 504, never an origin request (RFC 9111 5.2.1.7), and no stored
+    response answers a POST or DELETE: the edge sent them to the origin all the same, which made the change the
+    client had asked not to be made (and invalidated the stored copy). They are 504 NotCached, as a GET with no
+    stored copy is."""
+    async def resource(request: web.Request) -> web.StreamResponse:
+        if request.method != "GET":
+            return web.Response(status=204)
+        return web.Response(body=b"kept", headers=LONG)
+
+    pull.origin.route("/only-if-cached-unsafe.txt", resource)
+    assert (await pull.get("/only-if-cached-unsafe.txt")).headers["X-Cache"] == "MISS"
+    for method in ("POST", "DELETE", "PURGE"):
+        resp = await pull.cdn.edge.request(method, f"/{ZONE}/only-if-cached-unsafe.txt", data=b"a=1",
+                                           headers={"Cache-Control": "only-if-cached"})
+        await expect_error(resp, 504, "NotCached")
+    assert [seen.method for seen in pull.origin.requests("/only-if-cached-unsafe.txt")] == ["GET"]
+    kept = await pull.get("/only-if-cached-unsafe.txt")
+    assert (kept.status, await kept.read(), kept.headers["X-Cache"]) == (200, b"kept", "HIT")
+    posted = await pull.cdn.edge.post(f"/{ZONE}/only-if-cached-unsafe.txt", data=b"a=1")
+    assert (posted.status, posted.headers["X-Cache"]) == (204, "PASS")
+
+
 async def test_stale_if_error_serves_the_stale_copy_while_the_origin_is_down(pull: Pull) -> None:
     """An origin of its own, stopped once both paths are cached: the one with stale-if-error is served
     stale, the other is 502 in the error envelope."""
