@@ -1414,6 +1414,12 @@ def max_forwards(request: web.Request) -> int | None:
     return bounded_decimal(value, MAX_FORWARDS) if value.isascii() and value.isdigit() else None
 
 
+def origin_of(url: URL) -> tuple[str, str | None, int | None]:
+    """A URL's origin as RFC 9110 4.2.3 compares it: scheme, host, and port with the scheme's default for none
+    (`http://host:80` is `http://host`; yarl's `origin()` keeps the two spellings apart)."""
+    return url.scheme, url.host, url.port
+
+
 async def invalidate(node: EdgeNode, zone: PullZone, request: web.Request, path: str, prefix: str,
                      headers: Headers) -> None:
     """Drop what an unsafe request's success names: its URL, and the Location and Content-Location it
@@ -1422,10 +1428,10 @@ async def invalidate(node: EdgeNode, zone: PullZone, request: web.Request, path:
     tags = [pull_path_tag(zone.name, path)]
     origin_url = zone.origin.target(path)
     origin_prefix = zone.origin.url.raw_path.rstrip("/")
-    origins = {origin_url.origin()}  # where the edge connects, and the site its Host header names there
+    origins = {origin_of(origin_url)}  # where the edge connects, and the site its Host header names there
     if zone.origin.host_header:
         with contextlib.suppress(ValueError):
-            origins.add(URL.build(scheme=origin_url.scheme, authority=zone.origin.host_header).origin())
+            origins.add(origin_of(URL.build(scheme=origin_url.scheme, authority=zone.origin.host_header)))
     for name in ("location", "content-location"):
         value = first_value(headers, name)
         if value is None:
@@ -1433,11 +1439,12 @@ async def invalidate(node: EdgeNode, zone: PullZone, request: web.Request, path:
         try:
             named = URL(value)
             as_origin, as_public = origin_url.join(named), request.url.join(named)
+            public = origin_of(request.url)
         except ValueError:
             continue
-        if as_origin.origin() in origins and as_origin.raw_path.startswith(origin_prefix + "/"):
+        if origin_of(as_origin) in origins and as_origin.raw_path.startswith(origin_prefix + "/"):
             tags.append(pull_path_tag(zone.name, as_origin.raw_path[len(origin_prefix):]))
-        if as_public.origin() == request.url.origin() and as_public.raw_path.startswith(prefix + "/"):
+        if origin_of(as_public) == public and as_public.raw_path.startswith(prefix + "/"):
             tags.append(pull_path_tag(zone.name, as_public.raw_path[len(prefix):]))
     await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_tags, tags)
     await node.shields.invalidated(tags)

@@ -1595,6 +1595,29 @@ async def test_a_location_in_the_host_header_space_invalidates_what_it_names(pul
     assert (await pull.get("/hosted")).headers["X-Cache"] == "MISS"
 
 
+async def test_a_location_that_spells_out_the_default_port_is_the_same_origin(pull: Pull) -> None:
+    """`http://host:80/x` and `http://host/x` are one URL (RFC 9110 4.2.3): a Location or Content-Location that
+    spells out the scheme's default port, in the request's URL space or the origin's, names the same origin and
+    invalidates what it names (the URLs compared differed in their port's spelling only, and were left in place),
+    and so does one without a port answering a request whose Host spelt it out."""
+    names = ("/port-public", "/port-hosted", "/port-asked")
+    for name in names:
+        pull.origin.answer(name, b"old", headers=LONG)
+    pull.origin.answer("/port-writer-public", b"", status=201,
+                       headers={"Location": f"http://{TENANT_HOST}:80/port-public"})
+    pull.origin.answer("/port-writer-hosted", b"", status=204,
+                       headers={"Content-Location": f"http://{HOST_HEADER}:80{PREFIX}/port-hosted"})
+    pull.origin.answer("/port-writer-asked", b"", status=303,
+                       headers={"Location": f"http://{TENANT_HOST}/port-asked"})
+    for name in names:
+        assert [(await pull.get(name)).headers["X-Cache"] for _ in range(2)] == ["MISS", "HIT"]
+    for writer, host in (("/port-writer-public", TENANT_HOST), ("/port-writer-hosted", TENANT_HOST),
+                         ("/port-writer-asked", f"{TENANT_HOST}:80")):
+        resp = await pull.cdn.edge.post(writer, data=b"x", headers={"Host": host}, allow_redirects=False)
+        assert resp.status in (201, 204, 303), (writer, resp.status, await resp.text())
+    assert [(await pull.get(name)).headers["X-Cache"] for name in names] == ["MISS"] * 3
+
+
 async def test_a_request_that_waited_through_an_origin_change_stores_nothing_of_the_old_origin(pull: Pull) -> None:
     """A request for a URL whose fill is under way waits for it; when that answer may not be shared, it asks the
     origin itself. If the zone's origin changed meanwhile (the new config and its purge applied here), what the
