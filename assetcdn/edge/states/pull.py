@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import io
 import logging
+import secrets
 import socket
 import struct
 import tempfile
@@ -106,6 +107,11 @@ SENT_BEFORE_STORED = 64 * 1024      # a body read with its head up to this is se
 CACHE_STATUS = "assetcdn"           # this cache's name in Cache-Status (RFC 9211)
 # Pseudo-fields kept with a stored head (":" starts no real field name): the status and RFC 9111's clocks.
 STATUS, REQUEST_TIME, RESPONSE_TIME, VARY = ":status", ":request-time", ":response-time", ":vary"
+# A Vary'd URL's own entry names, beside its fields, the generation of variants it leads to (`vary_selector`): a new
+# one whenever the entry is written where the URL held no entry of the same fields, so that the variants kept under
+# an earlier response's Vary (the origin's Vary changed, or a response without Vary came in between) are never
+# selected again. An entry stored before it was added has none, and leads to its variants as it did.
+VARY_GENERATION = ":vary-generation"
 # The SHA-256 of a body stored without a strong ETag or Last-Modified: what names it as a transform's source.
 DIGEST = ":sha256"
 ALLOWED = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"  # the methods a pull zone's paths take (TRACE is not passed)
@@ -462,7 +468,8 @@ def lookup(node: EdgeNode, url_key: str, sent: Varied) -> StoredResponse | None:
             if vary.count(",") >= MAX_VARY_FIELDS:  # stored before the bound: not looked through on every request
                 sent.vary_miss = True
                 return None
-            obj = node.cache.get(pull_variant_key(url_key, secondary_key(vary.split(",") if vary else (), sent.fields())))
+            obj = node.cache.get(pull_variant_key(url_key, vary_selector(
+                first_value(head, VARY_GENERATION), secondary_key(vary.split(",") if vary else (), sent.fields()))))
             sent.vary_miss = obj is None
             if obj is None:
                 return None
@@ -470,6 +477,28 @@ def lookup(node: EdgeNode, url_key: str, sent: Varied) -> StoredResponse | None:
     except FileNotFoundError:
         return None
     return StoredResponse.of(obj, head, mark)
+
+
+def vary_selector(generation: str | None, fields: str) -> str:
+    """What a variant is kept under beside its URL's key: the values of the request fields its Vary names
+    (`secondary_key`, whose first line holds a ':' or a NUL, never a generation's) in the generation of variants
+    its URL's own entry names (VARY_GENERATION; None: an entry stored before there were generations)."""
+    return fields if generation is None else f"{generation}\n{fields}"
+
+
+def vary_generation(node: EdgeNode, url_key: str, vary: str) -> str | None:
+    """The generation of variants a Vary'd response of fields `vary` (as VARY holds them) is kept in: the one the
+    URL's entry names when it is a Vary'd URL's entry of the same fields, else a new one (the URL held nothing, a
+    response, or another Vary's entry: the variants under that are retired, never selected again)."""
+    try:
+        obj = node.cache.get(url_key)
+    except FileNotFoundError:
+        obj = None
+    if obj is not None:
+        head = obj.headers
+        if first_value(head, VARY) == vary:
+            return first_value(head, VARY_GENERATION)
+    return secrets.token_hex(8)
 
 
 def forwarded_headers(request: web.Request, zone: PullZone, stored: StoredResponse | None) -> CIMultiDict[str]:
@@ -979,7 +1008,13 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
     meta = stored_meta(head, response.status, response, digest)
     marker_tags = (zone_tag(zone.name),)
     tags = [*origin_tags(response.headers), *own_tags(zone, path)]
-    key = pull_variant_key(url_key, secondary_key(vary, sent.fields())) if vary else url_key
+    key = url_key
+    marker: tuple[tuple[str, str], ...] = ()
+    if vary:
+        joined = ",".join(vary)
+        generation = vary_generation(node, url_key, joined)
+        marker = ((VARY, joined),) if generation is None else ((VARY, joined), (VARY_GENERATION, generation))
+        key = pull_variant_key(url_key, vary_selector(generation, secondary_key(vary, sent.fields())))
     content_type = first_value(head, "content-type") or ""
     etag = first_value(head, "etag") or ""
     cache = node.cache
@@ -993,7 +1028,7 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
         spool.close()
         if cache.memory.accepts(len(body)):
             pending = []
-            if vary and (url_entry := cache.put_behind(url_key, b"", "", "", marker_tags, ((VARY, ",".join(vary)),),
+            if vary and (url_entry := cache.put_behind(url_key, b"", "", "", marker_tags, marker,
                                                        writer=STORES, since=since)) is not None:
                 pending.append(url_entry[1])
             kept = cache.put_behind(key, body, content_type, etag, tags, meta, writer=STORES, since=since)
@@ -1008,7 +1043,7 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
     def put() -> CachedObject:
         try:
             if vary:
-                cache.put(url_key, b"", "", "", marker_tags, headers=((VARY, ",".join(vary)),), since=since)
+                cache.put(url_key, b"", "", "", marker_tags, headers=marker, since=since)
             return cache.put(key, body, content_type, etag, tags, headers=meta, since=since)
         finally:
             spool.close()

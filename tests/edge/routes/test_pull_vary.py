@@ -1,0 +1,56 @@
+"""`Vary` and the secondary cache key of a pull zone (RFC 9111 4.1) through a real control and edge app and an
+origin the tests script (the `pull` fixture, tests/support/origins.py): which stored response a request
+selects when the origin's Vary changes from one response to the next; what a client sees and what the origin
+was asked."""
+
+from __future__ import annotations
+
+import pytest
+from aiohttp import web
+
+from tests.support.origins import LONG, Pull
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def test_variants_of_an_earlier_vary_are_never_selected_once_the_url_has_had_another_response(
+        pull: Pull) -> None:
+    """The origin answered per Accept-Language (fr, en kept), then without Vary (kept as the URL's response,
+    answered to everyone), then per Accept-Language again. The edge selected the fr and en variants of the first
+    time again and answered them as HITs: content older than the response those clients were answered in between,
+    which the origin had replaced. Likewise when the Vary names other fields in between. Each time the URL's
+    entry is written where it did not name the same fields, the variants under the earlier one are retired."""
+    served = {"vary": "Accept-Language"}
+    versions: list[str] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        vary = served["vary"]
+        versions.append(vary)
+        if not vary:
+            return web.Response(text=f"v{len(versions)} for all", headers=LONG)
+        return web.Response(text=f"v{len(versions)} {request.headers.get('Accept-Language', '-')}",
+                            headers={**LONG, "Vary": vary})
+
+    pull.origin.route("/vary/changes.txt", handle)
+
+    async def asked(lang: str, **headers: str) -> tuple[str, str]:
+        resp = await pull.get("/vary/changes.txt", headers={"Accept-Language": lang, **headers})
+        assert resp.status == 200
+        return resp.headers["X-Cache"], await resp.text()
+
+    assert [await asked(lang) for lang in ("fr", "en", "fr")] == [
+        ("MISS", "v1 fr"), ("MISS", "v2 en"), ("HIT", "v1 fr")]
+    served["vary"] = ""
+    assert [await asked(lang) for lang in ("de", "fr", "en")] == [
+        ("MISS", "v3 for all"), ("HIT", "v3 for all"), ("HIT", "v3 for all")]
+    served["vary"] = "Accept-Language"
+    assert await asked("de", **{"Cache-Control": "no-cache"}) == ("MISS", "v4 de")
+    assert [await asked(lang) for lang in ("fr", "en", "de", "fr")] == [
+        ("MISS", "v5 fr"), ("MISS", "v6 en"), ("HIT", "v4 de"), ("HIT", "v5 fr")]
+    # Another field list in between retires them too: the origin's Vary named Accept-Encoding for a while.
+    served["vary"] = "Accept-Encoding"
+    assert await asked("it", **{"Cache-Control": "no-cache"}) == ("MISS", "v7 it")
+    served["vary"] = "Accept-Language"
+    assert await asked("it", **{"Cache-Control": "no-cache"}) == ("MISS", "v8 it")
+    assert [await asked(lang) for lang in ("fr", "it")] == [("MISS", "v9 fr"), ("HIT", "v8 it")]
+    assert pull.origin.count("/vary/changes.txt") == 9
