@@ -1059,10 +1059,18 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
                   not_modified: OriginResponse) -> StoredResponse:
     """A stored response confirmed by a 304: its head updated (RFC 9111 3.2, 4.3.4), its body kept. A 304 that
     makes it a response this cache may not keep (a Set-Cookie, `private`, `no-store`) updates this request's
-    answer only: the stored one stays as it was, stale, so the next request asks the origin again."""
+    answer only: the stored one stays as it was, stale, so the next request asks the origin again. So does one
+    whose Vary names other request fields than the stored response's, and the stored one is dropped: kept where
+    it is with the new Vary (a response stored for any request, or the variant of other fields' values), it would
+    answer requests it does not match, the 304 confirming it for this request only (RFC 9111 4.1); the next
+    request is asked for whole, and its answer kept under the new Vary."""
     head = updated_headers(stored.headers, not_modified.headers, not_modified.response_time)
     obj = stored.obj
-    if not_storable("GET", stored.status, (), head, store_set_cookie=zone.store_set_cookie) is not None:
+    varies_otherwise = vary_fields(head) != vary_fields(stored.headers)
+    if varies_otherwise or not_storable("GET", stored.status, (), head,
+                                        store_set_cookie=zone.store_set_cookie) is not None:
+        if varies_otherwise:
+            await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_keys, [obj.key])
         return StoredResponse(obj, stored.status, head, freshness(
             stored.status, head, not_modified.request_time, not_modified.response_time), stored.digest)
     meta = stored_meta(head, stored.status, not_modified, stored.digest)

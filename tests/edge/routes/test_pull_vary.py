@@ -54,3 +54,39 @@ async def test_variants_of_an_earlier_vary_are_never_selected_once_the_url_has_h
     assert await asked("it", **{"Cache-Control": "no-cache"}) == ("MISS", "v8 it")
     assert [await asked(lang) for lang in ("fr", "it")] == [("MISS", "v9 fr"), ("HIT", "v8 it")]
     assert pull.origin.count("/vary/changes.txt") == 9
+
+
+async def test_a_304_that_begins_to_vary_the_url_confirms_the_stored_response_for_its_own_request_only(
+        pull: Pull) -> None:
+    """An English-only origin (one response, no Vary, always revalidated) adds a French version and varies on
+    Accept-Language: the English one keeps its ETag, so an English client's revalidation is answered 304 with
+    `Vary: Accept-Language` and ten minutes of freshness. The edge took that 304 into the stored head as for
+    any 304, and the copy stored for every request (no variant of any field) then answered French clients as a
+    HIT, in English, for those ten minutes. The 304 confirms the copy for the request it answered only: that
+    request is answered with it, and the copy is dropped, so the next requests are asked for whole and kept per
+    Accept-Language (not revalidated one by one, as a copy left stale would be)."""
+    varies = {"now": False}
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        lang = request.headers.get("Accept-Language", "en") if varies["now"] else "en"
+        headers = {"ETag": f'"{lang}-1"', "Cache-Control": "max-age=0"}
+        if varies["now"]:
+            headers.update({**LONG, "Vary": "Accept-Language"})
+        if request.headers.get("If-None-Match") == headers["ETag"]:
+            return web.Response(status=304, headers=headers)
+        return web.Response(text=f"in {lang}", headers=headers)
+
+    pull.origin.route("/vary/begins.txt", handle)
+
+    async def asked(lang: str) -> tuple[str, str]:
+        resp = await pull.get("/vary/begins.txt", headers={"Accept-Language": lang})
+        assert resp.status == 200
+        return resp.headers["X-Cache"], await resp.text()
+
+    assert await asked("en") == ("MISS", "in en")
+    varies["now"] = True
+    assert await asked("en") == ("REVALIDATED", "in en")
+    assert [await asked(lang) for lang in ("fr", "fr", "en", "en", "fr")] == [
+        ("MISS", "in fr"), ("HIT", "in fr"), ("MISS", "in en"), ("HIT", "in en"), ("HIT", "in fr")]
+    assert [seen.headers.get("If-None-Match") for seen in pull.origin.requests("/vary/begins.txt")] == [
+        None, '"en-1"', None, None]
