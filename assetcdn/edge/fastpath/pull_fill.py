@@ -55,6 +55,7 @@ from assetcdn.edge.states.pull import (
     keep,
     lookup,
     new_spool,
+    selected_by,
     send_timeout_s,
     sent_in_time,
     settle,
@@ -198,7 +199,7 @@ class PullFills:
             if isinstance(fetched, OriginResponse) and (writes := self._writes(zone, lowered, fetched)) is not None:
                 # The requests waiting for this URL wait for the answer to be stored, not for this client.
                 kept = self.server.loop.create_future()
-                land(kept)
+                land(kept, selected_by(fetched.headers, sent))
                 try:
                     await self._answer(conn, fill, zone, named, url_key, sent, fetched, changes, kept, *writes)
                 finally:
@@ -238,7 +239,7 @@ class PullFills:
             response.release()
             return
         kept = self.server.loop.create_future()
-        land(kept)
+        land(kept, selected_by(response.headers, sent))
         try:
             await keep(self.server.node, zone, named.path, url_key, sent, response, parsed, new_spool(declared), None,
                        kept)

@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import IO, Any, BinaryIO, TypeVar, cast
+from typing import IO, Any, BinaryIO, Protocol, TypeVar, cast
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -168,6 +168,10 @@ class StoredResponse:
 # A fill being stored: done once it is in the cache (True), given up (False: its body cut short, or purged while it
 # was read), or not kept after all by the answer's own measure (None: found over the size limit).
 Kept = asyncio.Future[bool | None]
+# What selects the answer a fill keeps when it varies: the request fields its Vary names and their values in the
+# request it answers (`secondary_key`). A request waiting for the flight with other values gets another variant:
+# it does not wait for that answer's body (`await_flight`).
+Selected = tuple[tuple[str, ...], str]
 # The origin requests a fill may make before it knows its answer: the path's shield, then the origin (assetcdn/edge/
 # shield.py `Shields.fill`), each within the first-byte time.
 FLIGHT_ATTEMPTS = 2
@@ -180,10 +184,11 @@ class Landing:
     request would most likely end, instead of each asking a failing origin again); neither when nothing is kept
     for the others (an answer they may not share: they ask the origin themselves). A body given up once its head
     is in (`kept` done False) sends one of the waiters to the origin again, the others waiting for it
-    (`through_flight`)."""
+    (`through_flight`). `selected`: which requests the answer being kept is the variant of, when it varies."""
 
     kept: Kept | None = None
     failed: OriginError | None = None
+    selected: Selected | None = None
 
 
 class Flights:
@@ -232,16 +237,18 @@ class Flights:
         landed by it: the leader lands again on its way out, after a stream of any length)."""
         return partial(self._land, key, self._waiting[key])
 
-    def _land(self, key: str, future: asyncio.Future[Landing], kept: Kept | OriginError | None = None) -> None:
-        """Tell the waiters the response's fate (an OriginError: the origin failed it). While `kept` is not done,
-        requests for the key still join the flight and wait for it; a flight landed already is left as it is."""
+    def _land(self, key: str, future: asyncio.Future[Landing], kept: Kept | OriginError | None = None,
+              selected: Selected | None = None) -> None:
+        """Tell the waiters the response's fate (an OriginError: the origin failed it; `selected`: the variant
+        `kept` is, when it varies). While `kept` is not done, requests for the key still join the flight and wait
+        for it; a flight landed already is left as it is."""
         if future.done():
             return
         if isinstance(kept, OriginError):
             future.set_result(Landing(failed=kept))
             kept = None
         else:
-            future.set_result(Landing(kept))
+            future.set_result(Landing(kept, selected=selected))
         if kept is None or kept.done():
             self._forget(key, future)
         else:
@@ -262,16 +269,21 @@ def flight_patience_s(limits: OriginLimits) -> float:
 
 
 async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits,
-                       deadline: float | None = None) -> OriginError | None:
+                       deadline: float | None = None, sent: Varied | None = None) -> OriginError | None:
     """Wait for a flight: its landing within `flight_patience_s` (TimeoutError past it), then the body it keeps
     for as long as the leader may spend reading it (past that the caller finds nothing stored and asks the origin
-    itself). The origin's failure to answer the flight at all, if it failed. `deadline` (the loop's time): the end
-    of all the waiting, landing and body, when the request has less time than that (`through_flight`)."""
+    itself), unless that body is the variant of other request fields' values than the waiter's (`sent`): it would
+    not answer the waiter, which asks for its own at once. The origin's failure to answer the flight at all, if it
+    failed. `deadline` (the loop's time): the end of all the waiting, landing and body, when the request has less
+    time than that (`through_flight`)."""
     loop = asyncio.get_running_loop()
     landing = await asyncio.wait_for(asyncio.shield(flight), flight_patience_s(limits) if deadline is None
                                      else max(0.0, deadline - loop.time()))
     if landing.failed is not None:
         return landing.failed
+    selected = landing.selected
+    if selected is not None and sent is not None and secondary_key(selected[0], sent.fields()) != selected[1]:
+        return None
     if landing.kept is not None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(landing.kept), limits.body_timeout_s if deadline is None
@@ -286,8 +298,14 @@ def shield_filling() -> ApiError:
                     "the asking edge has; ask the origin for this request.")
 
 
-def no_landing(_kept: Kept | OriginError | None = None) -> None:
+def no_landing(kept: Kept | OriginError | None = None, selected: Selected | None = None) -> None:
     """`land` for a request that leads no flight."""
+
+
+def selected_by(headers: Headers, sent: Varied) -> Selected | None:
+    """What selects a fill's answer of head `headers` to the request `sent`, when it varies (Landing.selected)."""
+    vary = vary_fields(headers)
+    return (vary, secondary_key(vary, sent.fields())) if vary else None
 
 
 FLIGHTS = web.AppKey("pull_flights", Flights)
@@ -369,15 +387,15 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
                                 partial(ask_origin, request, node, zone, path, url_key, fields),
                                 partial(origin_failed, request, zone, path, fields),
                                 # Another edge's: what is left of its first-byte time for this shield.
-                                node.origins.limits.first_byte_timeout_s * SHIELD_FIRST_BYTE_SHARE
-                                if from_edge(request) else None)
+                                patience_s=node.origins.limits.first_byte_timeout_s * SHIELD_FIRST_BYTE_SHARE
+                                if from_edge(request) else None, sent=sent)
 
 
 async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits,
                          cached: Callable[[], Awaitable[tuple[R | None, StoredResponse | None]]],
                          fill: Callable[[StoredResponse | None, Land], Awaitable[R]],
                          failed: Callable[[StoredResponse | None, OriginError], Awaitable[R]],
-                         patience_s: float | None = None) -> R:
+                         patience_s: float | None = None, sent: Varied | None = None) -> R:
     """What a request of the key's flight gets: `cached`'s answer from the cache (None: nothing there it may
     use, and the stored response it found), else `fill`'s (the origin asked, given that stored response and how
     to land the flight) as the flight's leader, or after waiting for the flight to land when it stored nothing
@@ -414,7 +432,7 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
         if waiting is waited:  # that flight's body still being read past body_timeout_s: it asks itself
             return await fill(stored, no_landing)
         try:
-            failure = await await_flight(waiting, limits, deadline)
+            failure = await await_flight(waiting, limits, deadline, sent)
         except TimeoutError:
             if deadline is not None:
                 raise shield_filling() from None
@@ -568,7 +586,11 @@ def varied(request: web.Request, zone: PullZone, fields: Sequence[tuple[str, str
     return found
 
 
-Land = Callable[[Kept | OriginError | None], None]
+class Land(Protocol):
+    """How a flight's leader lands it (`Flights.landing`): the answer being kept (and the variant it is, when it
+    varies), the origin's failure, or None (nothing kept for the others)."""
+
+    def __call__(self, kept: Kept | OriginError | None = None, selected: Selected | None = None) -> None: ...
 
 
 async def deliver_stored(request: web.Request, stored: StoredResponse, x_cache: CacheResult, cache_status: str,
@@ -692,7 +714,7 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
     # The waiters learn now whether they get this answer: they wait for it to be stored (`kept`), not for
     # this client to take it, or ask for their own at once.
     kept = asyncio.get_running_loop().create_future() if why is None else None
-    land(kept)
+    land(kept, None if kept is None else selected_by(response.headers, varied(request, zone, fields)))
     try:
         return await send_and_keep(request, node, zone, path, url_key, fields, response, fwd, why, declared, parsed,
                                    kept)
@@ -1164,7 +1186,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
                     await superseded()
                 return
             kept = asyncio.get_running_loop().create_future()
-            land(kept)
+            land(kept, selected_by(response.headers, sent))
             spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
             digest = hashlib.sha256() if named_by_body(response.headers) else None
             size = 0

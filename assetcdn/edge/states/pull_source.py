@@ -77,6 +77,7 @@ from assetcdn.edge.states.pull import (
     own_tags,
     read_not_kept,
     refresh,
+    selected_by,
     settle,
     store_unless_purged,
     through_flight,
@@ -376,10 +377,10 @@ async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, 
     # Any answer a delivery would keep is kept (a 404 too: the requests for a missing image meanwhile and
     # after are answered from it, as its deliveries are, not each by the origin), then judged as a source.
     kept: Kept = asyncio.get_running_loop().create_future()
-    land(kept)
+    sent = Varied(SOURCE_FIELDS, at.zone, client.ip, client.scheme)
+    land(kept, selected_by(response.headers, sent))  # a delivery of another variant waiting for the URL asks at once
     try:
-        read, body, in_cache = await keep(node, at, url_key, Varied(SOURCE_FIELDS, at.zone, client.ip, client.scheme),
-                                          response, limit)
+        read, body, in_cache = await keep(node, at, url_key, sent, response, limit)
         settle(kept, in_cache)
         return await described(node, at, url_key, read, body, kept=in_cache)
     finally:

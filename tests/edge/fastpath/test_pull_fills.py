@@ -1389,3 +1389,60 @@ async def test_requests_waiting_for_a_fill_of_another_vary_variant_ask_for_their
     answers = [await waiter for waiter in waiters]
     assert [(a.status, a.body) for a in answers] == [(200, b"br"), (200, b"identity"), (200, b"zstd")]
     assert all_asked.is_set() and filled.origin.count(name) == 4
+
+
+@pytest.mark.parametrize("leader", ["hit", "application"])
+async def test_a_request_waiting_for_another_vary_variants_fill_does_not_wait_for_its_body(
+        filled: FillCdn, leader: str) -> None:
+    """A gzip client's fill of a Vary: Accept-Encoding URL has its head in and its body still coming (a large or
+    slow one): a br client waiting for the URL's flight learns from that head that the answer being kept is
+    another variant, and asks the origin for its own at once. It waited for the gzip body to be stored first,
+    however long that took (up to the origin's body timeout, 300 s by default), only to find it was not its own."""
+    name = f"/varied-slow-{leader}.txt"
+    release = asyncio.Event()
+    gzip_body = b"g" * 100_000
+
+    async def varied(request: web.Request) -> web.StreamResponse:
+        coding = request.headers.get("Accept-Encoding", "")
+        headers = {**HEADERS, "Vary": "Accept-Encoding"}
+        if coding != "gzip":
+            return web.Response(body=coding.encode(), headers=headers)
+        response = web.StreamResponse(headers=headers)
+        response.content_length = len(gzip_body)
+        await response.prepare(request)
+        await response.write(gzip_body[:1000])
+        await release.wait()
+        await response.write(gzip_body[1000:])
+        return response
+
+    filled.origin.route(name, varied)
+    target = f"/{ZONE}{name}"
+    lead_conn = await (filled.cdn.connect() if leader == "hit" else filled.cdn.plain())
+    led = asyncio.create_task(lead_conn.request(target, Accept_Encoding="gzip"))
+    flights = filled.cdn.app[pull_states.FLIGHTS]
+    key = pull_variant_key(pull_key(ZONE, name, ""), "flight")
+
+    async def leading() -> bool:
+        return filled.origin.count(name) == 1
+
+    async def joined() -> bool:
+        return flights.joined(key) == 1
+
+    await wait_until(leading, "the gzip variant's fill under way")
+    waiter = asyncio.create_task((await filled.cdn.plain()).request(target, Accept_Encoding="br"))
+    try:
+        await wait_until(joined, "the br request waiting for the URL's flight")
+
+        async def answered() -> bool:
+            return waiter.done()
+
+        await wait_until(answered, "the br client answered while the gzip body is held")
+        answer = waiter.result()
+        assert (answer.status, answer.header("X-Cache"), answer.body) == (200, "MISS", b"br")
+        assert not led.done() and filled.origin.count(name) == 2
+    finally:
+        release.set()
+    first = await led
+    assert (first.status, first.body) == (200, gzip_body)
+    again = await (await filled.cdn.plain()).request(target, Accept_Encoding="br")
+    assert (again.header("X-Cache"), again.body) == ("HIT", b"br")

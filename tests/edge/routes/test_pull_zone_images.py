@@ -30,7 +30,8 @@ from assetcdn.edge.app_keys import IMAGE_POOL
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.tags import pull_variants_tag
 from assetcdn.edge.states import pull_source
-from assetcdn.edge.states.keys import pull_key, pull_variants_made_key
+from assetcdn.edge.states.keys import pull_key, pull_variant_key, pull_variants_made_key
+from assetcdn.edge.states.pull import FLIGHTS
 from tests.control.expect import expect_error
 from tests.support.cdn import PURGE, Cdn, shared_cdn_apps
 from tests.support.origins import PREFIX, ScriptedOrigin, add_pull_zone, serve_origin
@@ -417,6 +418,57 @@ async def test_a_source_purged_while_its_body_is_read_makes_this_transform_but_i
     again = await pics.transform(name)
     assert (again.status, again.headers.get("X-Cache")) == (200, "MISS"), (await again.read())[:200]
     assert close_to(centre(await again.read()), BLUE), pics.origin.count(name)
+    assert pics.origin.count(name) == 2
+
+
+async def test_a_delivery_of_another_vary_variant_does_not_wait_for_the_body_of_a_sources_fill(pics: Pics) -> None:
+    """The origin negotiates the image (`Vary: Accept`: WebP for a client that accepts it). A transform's source
+    fill (sent without Accept) has its head in and its body held; a browser's delivery of the URL with
+    `Accept: image/webp` waits for the URL's flight, and learns from that head that the answer being kept is
+    another variant: it asks for its own at once, instead of waiting for the source's whole body first."""
+    name = "/negotiated-held.png"
+    png, webp = image(RED), image(BLUE, fmt="WEBP")
+    release = asyncio.Event()
+
+    async def negotiated(request: web.Request) -> web.StreamResponse:
+        headers = {**LONG, "Vary": "Accept"}
+        if "image/webp" in request.headers.get("Accept", ""):
+            return web.Response(body=webp, headers={**headers, "Content-Type": "image/webp"})
+        response = web.StreamResponse(headers={**headers, "Content-Type": "image/png"})
+        response.content_length = len(png)
+        await response.prepare(request)
+        await response.write(png[:10])
+        await release.wait()
+        await response.write(png[10:])
+        return response
+
+    pics.origin.route(name, negotiated)
+    transformed = asyncio.create_task(pics.transform(name))
+    flights = pics.cdn.edge.app[FLIGHTS]
+    key = pull_variant_key(pull_key(ZONE, name, ""), "flight")
+
+    async def source_asked() -> bool:
+        return pics.origin.count(name) == 1
+
+    await wait_until(source_asked, "the source's fill under way")
+    delivery = asyncio.create_task(pics.get(f"/{ZONE}{name}", headers={"Accept": "image/webp,*/*"}))
+    try:
+        async def joined() -> bool:
+            return flights.joined(key) == 1
+
+        async def answered() -> bool:
+            return delivery.done()
+
+        await wait_until(joined, "the delivery waiting for the URL's flight")
+        await wait_until(answered, "the delivery answered while the source's body is held")
+        resp = delivery.result()
+        assert (resp.status, resp.headers["X-Cache"], await resp.read()) == (200, "MISS", webp)
+        assert not transformed.done()
+    finally:
+        release.set()
+    made = await transformed
+    assert made.status == 200, await made.text()
+    assert close_to(centre(await made.read()), RED)
     assert pics.origin.count(name) == 2
 
 
