@@ -534,12 +534,15 @@ class Pool:
         addresses = [host] if self._connector is None else await self._connector(host, port)
         failure: OSError | None = None
         for address in addresses:
+            # Each address within the connect timeout: one that does not answer (a server of the name's that is down
+            # behind a firewall dropping its packets) is passed over for the next, as one that refuses is.
             try:
                 async with asyncio.timeout(self._connect_timeout_s):
                     _, conn = await loop.create_connection(
                         lambda: Connection(self, key, self._max_head, self._max_field), address, port, **tls)
             except TimeoutError:
-                raise TimeoutError(f"no connection within {self._connect_timeout_s:g} s") from None
+                failure = TimeoutError(f"no connection within {self._connect_timeout_s:g} s")
+                continue
             except OSError as exc:
                 failure = exc
                 continue

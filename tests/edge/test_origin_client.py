@@ -351,6 +351,47 @@ async def test_a_refused_connection_is_an_origin_error(origin: tuple[OriginServe
         await client.close()
 
 
+def unanswering(port: int) -> tuple[socket.socket, socket.socket]:
+    """A listener on 127.0.0.2:`port` that never answers a new connection: its accept queue (of one, `listen(0)`)
+    is full, held by a connection never accepted, so the kernel drops every SYN that comes next (a server behind a
+    firewall that drops its packets). The listener and the connection that fills its queue."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.2", port))
+    listener.listen(0)
+    filler = socket.create_connection(("127.0.0.2", port), timeout=5)
+    return listener, filler
+
+
+async def test_an_address_that_does_not_answer_is_passed_over_for_the_next_one(
+        origin: tuple[OriginServer, TestServer]) -> None:
+    """An origin name with two addresses, the first of which never answers a connection: that one is given up on
+    after the connect timeout and the next address is tried, as it is when the first refuses the connection, within
+    the request's first-byte time. (Every request used to fail, 504, after the first address's connect timeout.)"""
+    server, test_server = origin
+    assert test_server.port is not None
+    listener, filler = unanswering(test_server.port)
+    names = Names({"origin.example.test": ["127.0.0.2", "127.0.0.1"]})
+    zone_origin = Origin(base(test_server, "origin.example.test"))
+    client = OriginClient(OriginLimits(allow_loopback=True, connect_timeout_s=0.3, first_byte_timeout_s=30),
+                          resolver=names)
+    try:
+        response = await client.request(zone_origin, "GET", zone_origin.target("/echo"), {})
+        assert (response.status, await response.read()) == (200, b"hello")
+        assert len(server.requests) == 1
+        names.table["origin.example.test"] = ["127.0.0.2"]  # the one address that does not answer: a timeout
+        other = OriginClient(OriginLimits(allow_loopback=True, connect_timeout_s=0.3, first_byte_timeout_s=30),
+                             resolver=names)
+        try:
+            with pytest.raises(OriginTimeout, match="no connection within 0.3 s"):
+                await other.request(zone_origin, "GET", zone_origin.target("/echo"), {})
+        finally:
+            await other.close()
+    finally:
+        await client.close()
+        filler.close()
+        listener.close()
+
+
 class Unresolved:
     """A resolver for which no name has an address (NXDOMAIN)."""
 
