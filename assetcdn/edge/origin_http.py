@@ -6,8 +6,8 @@ response objects, header copies, timers per read) cost a fill more than the rest
 
 - **Pool:** per scheme, host and port at most ``size`` connections in use or idle (a request waits for one
   to come back); an idle connection is closed after ``keepalive_s``. A request on a reused connection that
-  the server closed meanwhile (nothing of a response came) is sent once more on a new one when its method
-  is idempotent.
+  the server closed meanwhile (nothing of a response came, or only a 408 it sends as it times the idle
+  connection out) is sent once more on a new one when its method is idempotent.
 - **Connect:** `connect` gives the addresses to try (the origin client's address guard resolves and checks
   them there), each within the connect timeout.
 - **Responses:** informational (1xx) heads are skipped, a status outside 100-599 refused; the body is chunked, sized or delimited by the
@@ -454,7 +454,11 @@ class Pool:
                 try:
                     conn.send(method, target, fields, body)
                     await conn.head(deadline)
-                    return conn
+                    if conn.status != 408 or attempt or not conn.reused or method not in IDEMPOTENT:
+                        return conn
+                    # A 408 on a reused connection: the server timed the idle connection out as the request went
+                    # (some send a 408 then close, RFC 9110 15.5.9), never read it: sent once more, as for a close.
+                    conn.close()
                 except Disconnected:
                     conn.close()
                     if attempt or not conn.reused or method not in IDEMPOTENT:

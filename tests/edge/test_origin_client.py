@@ -918,3 +918,38 @@ def test_a_request_on_a_reused_connection_the_origin_closed_is_sent_again_on_a_n
     else:
         assert "closed the connection" in str(result)
         assert sent == [b"POST"]
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_a_408_on_a_reused_connection_is_the_origins_idle_timeout_and_the_request_goes_again(
+        uvloop_runner: asyncio.Runner, method: str) -> None:
+    """An origin that answers 408 on a kept-alive connection as it times it out (the request crossed its close, RFC
+    9110 15.5.9: the client may repeat it), then closes: an idempotent request is sent once more on a new connection
+    and gets the origin's answer there, not the 408; a POST is not sent twice (its 408 is passed on)."""
+    requests: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            requests.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+            requests.append(await reader.readuntil(b"\r\n\r\n"))  # reused: timed out as it came
+            writer.write(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+        writer.close()
+
+    async def scenario() -> tuple[int, bytes]:
+        async with raw_origin(answer) as (zone_origin, client):
+            first = await client.request(zone_origin, "GET", zone_origin.target("/a"), {})
+            assert await first.read() == b"ok"  # one idle connection
+            response = await client.request(zone_origin, method, zone_origin.target("/c"), {})
+            return response.status, await response.read()
+
+    result = uvloop_runner.run(scenario())
+    sent = [request.split(b" ")[0] for request in requests if b"/c " in request]
+    if method == "GET":
+        assert result == (200, b"ok")
+        assert sent == [b"GET", b"GET"]
+    else:
+        assert result == (408, b"")
+        assert sent == [b"POST"]
