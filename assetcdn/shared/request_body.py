@@ -253,9 +253,27 @@ class _BodyDeadline:
         self._handle.cancel()
 
 
+def unsupported_transfer_coding(request: web.BaseRequest) -> ApiError | None:
+    """501 for a body sent under another transfer coding than chunked (`gzip, chunked`: RFC 9112 6.1); None for any
+    other request. The server takes the chunks off and leaves the other coding on the bytes, which would then be
+    read, stored or forwarded as the content itself (the field that named the coding is hop-by-hop)."""
+    if "Transfer-Encoding" not in request.headers:
+        return None
+    codings = [coding.strip().lower() for value in request.headers.getall("Transfer-Encoding")
+               for coding in value.split(",") if coding.strip()]
+    if all(coding == "chunked" for coding in codings):
+        return None
+    return ApiError(501, "UnsupportedTransferCoding", f"The request's transfer coding {', '.join(codings)!r} is not "
+                    "one this server takes: send the body chunked or with a Content-Length (a compressed body with "
+                    "Content-Encoding).")
+
+
 @contextlib.contextmanager
 def body_deadline(request: web.Request, settings: Settings) -> Iterator[None]:
-    """Around the code that reads `request`'s body: a body that arrives too late raises a 408."""
+    """Around the code that reads `request`'s body: a body that arrives too late raises a 408; one under another
+    transfer coding than chunked is refused at once (`unsupported_transfer_coding`)."""
+    if (refused := unsupported_transfer_coding(request)) is not None:
+        raise refused
     if not request.body_exists:
         yield
         return

@@ -98,7 +98,7 @@ from assetcdn.shared.decimal_fields import bounded_decimal
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.http_server import cut_short
 from assetcdn.shared.manifest import zone_tag
-from assetcdn.shared.request_body import body_deadline, too_large
+from assetcdn.shared.request_body import body_deadline, too_large, unsupported_transfer_coding
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -1449,13 +1449,8 @@ def declared_refusal(request: web.Request, budget: ByteBudget) -> ApiError | Non
     past what is left of the budget; None when it fits, or declares no length. A body under another transfer coding
     than chunked (`gzip, chunked`) is 501 (RFC 9112 6.1): the server takes its chunks and leaves the coding on the
     bytes, which would reach the origin as the content itself, without the field (hop-by-hop) that named it."""
-    if "Transfer-Encoding" in request.headers:
-        codings = [coding.strip().lower() for value in request.headers.getall("Transfer-Encoding")
-                   for coding in value.split(",") if coding.strip()]
-        if any(coding != "chunked" for coding in codings):
-            return ApiError(501, "UnsupportedTransferCoding", f"The request's transfer coding "
-                            f"{', '.join(codings)!r} is not one this edge can pass on: send the body chunked or "
-                            "with a Content-Length (a compressed body with Content-Encoding).")
+    if (refused := unsupported_transfer_coding(request)) is not None:
+        return refused
     declared = request.content_length
     if declared is None:
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import uuid
 from collections.abc import AsyncIterator
@@ -17,7 +18,7 @@ from yarl import URL
 from assetcdn.control.storage.service import MANIFEST
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
 from tests.control.storage.commit_gate import held_commit_lock
-from tests.support.control import ACCESS, ACCOUNT, SMALL_LIMIT, control_with_zone
+from tests.support.control import ACCESS, ACCOUNT, SECRETS, SMALL_LIMIT, control_with_zone
 
 LOGO = b'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><rect width="10" height="10"/></svg>'
 LOGO_PATH = "akande/v1/logos/logo.svg"
@@ -452,3 +453,24 @@ async def test_concurrent_deletes_of_one_file_give_one_200_and_404s(control: Tes
     responses = await asyncio.gather(*(control.delete(f"/api/storage/{zone}/v1/logos/x.svg", headers=ACCESS)
                                        for _ in range(4)))
     assert sorted(r.status for r in responses) == [200, 404, 404, 404]
+
+
+@pytest.mark.parametrize("coding", ["gzip, chunked", "deflate,chunked"])
+async def test_an_upload_under_another_transfer_coding_than_chunked_is_501_and_stores_nothing(
+        control: TestClient, zone: str, coding: str) -> None:
+    """The server takes a `gzip, chunked` body's chunks and leaves the gzip on the bytes: they were stored as the file
+    (the compressed bytes where the client sent a text). Refused (RFC 9112 6.1: 501), nothing stored."""
+    coded = gzip.compress(b"the file itself")
+    assert control.server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", control.server.port)
+    try:
+        writer.write((f"PUT /api/storage/{zone}/coded.txt HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      f"AccessKey: {SECRETS.access_key}\r\nTransfer-Encoding: {coding}\r\nConnection: close\r\n\r\n"
+                      ).encode() + b"%x\r\n%s\r\n0\r\n\r\n" % (len(coded), coded))
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 20)
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 501 "), answer[:80]
+    assert b"UnsupportedTransferCoding" in answer
+    assert (await control.get(f"/api/storage/{zone}/coded.txt", headers=ACCESS)).status == 404
