@@ -64,6 +64,7 @@ from assetcdn.edge.states.feed import ClientFeed, Rest, rest_of
 from assetcdn.edge.states.freshness import (
     ERROR_STATUSES,
     MAX_VARY_FIELDS,
+    REQUEST_ERRORS,
     TAG_FIELDS,
     Directives,
     Freshness,
@@ -670,11 +671,12 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
         if answer is not None:  # else its body went meanwhile: asked for whole below
             return answer
         return await ask_origin(request, node, zone, path, url_key, fields, None, land)
-    if stored is not None and response.status < 500 and judge(
+    if stored is not None and response.status < 500 and response.status not in REQUEST_ERRORS and judge(
             zone, (), response, node.origins.limits.max_object_bytes)[0] is not None:
         # A full answer says the stored copy is not the origin's current response (RFC 9111 4.3.3), and this one may
         # not be kept, whoever asks: the copy goes (as `background_revalidate` drops it), or stale-if-error and
-        # stale-while-revalidate would go on answering with what the origin has replaced.
+        # stale-while-revalidate would go on answering with what the origin has replaced. Not for an error about
+        # this request's own form (REQUEST_ERRORS: its fields, not the URL), which replaces nothing.
         await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_keys, [stored.obj.key])
     return await stream_and_store(request, node, zone, path, url_key, fields, response, fwd, land)
 
@@ -1180,9 +1182,10 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
                 # that may not be kept, whoever asks (not for this request's own `no-store` or Authorization), has
                 # the copy go, so that the requests after it ask the origin: left, it answered each of them until
                 # stale-while-revalidate ran out, each sending the origin another revalidation.
-                if why is NotStored.TOO_LARGE or not_storable("GET", response.status, (), response.headers,
-                                                               store_set_cookie=zone.store_set_cookie,
-                                                               parsed=parsed) is not None:
+                # Not for an error about this request's own form (REQUEST_ERRORS), which says nothing of the URL.
+                if why is NotStored.TOO_LARGE or (response.status not in REQUEST_ERRORS and not_storable(
+                        "GET", response.status, (), response.headers, store_set_cookie=zone.store_set_cookie,
+                        parsed=parsed) is not None):
                     await superseded()
                 return
             kept = asyncio.get_running_loop().create_future()

@@ -1130,6 +1130,46 @@ async def test_a_requests_own_no_store_on_a_stale_copy_does_not_drop_it(pull: Pu
     assert (kept.status, await kept.read()) == (200, b"old body")
 
 
+@pytest.mark.parametrize("status", [400, 431])
+@pytest.mark.parametrize("where", ["foreground", "background"])
+async def test_an_origins_refusal_of_one_requests_own_fields_drops_no_stale_copy(
+        pull: Pull, status: int, where: str) -> None:
+    """A stale copy revalidated for a client whose own fields the origin refuses (400, 431: an error about that
+    request's form, never stored) was dropped as if the origin had replaced the URL's response: one client's
+    malformed or oversized field took the copy from every other client, so stale-if-error had nothing to answer the
+    origin's failure with, and stale-while-revalidate's copy was gone. Such an error says nothing of the URL: the
+    copy stays, in the foreground and in stale-while-revalidate's background alike."""
+    name = f"/refused-fields-{where}-{status}.txt"
+    kept_for = "stale-if-error=600" if where == "foreground" else "stale-while-revalidate=600"
+    failing = {"now": False}
+
+    async def origin(request: web.Request) -> web.StreamResponse:
+        if "X-Refused" in request.headers:
+            return web.Response(status=status, body=b"refused")
+        if failing["now"]:
+            return web.Response(status=503, body=b"down")
+        return web.Response(body=b"old body", headers={"ETag": '"old"', "Cache-Control": f"max-age=1, {kept_for}"})
+
+    pull.origin.route(name, origin)
+    assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+    failing["now"] = True
+    if where == "foreground":
+        refused = await answer_changes(pull, name, "PASS", headers={"X-Refused": "1"})
+        assert (refused.status, await refused.read()) == (status, b"refused")
+        stale = await pull.get(name)
+        assert (stale.status, await stale.read(), stale.headers["X-Cache"]) == (200, b"old body", "STALE")
+        return
+    stale = await answer_changes(pull, name, "STALE", headers={"X-Refused": "1"})
+    assert await stale.read() == b"old body"
+
+    async def revalidated() -> bool:
+        return pull.origin.count(name) >= 2 and not pull.cdn.node.background
+
+    await wait_until(revalidated, "the background revalidation")
+    kept = await pull.get(name, headers={"Cache-Control": "only-if-cached, max-stale"})
+    assert (kept.status, await kept.read()) == (200, b"old body")
+
+
 async def test_stale_if_error_serves_the_stale_copy_when_the_origin_answers_5xx(pull: Pull) -> None:
     async def failing(_request: web.Request) -> web.StreamResponse:
         if pull.origin.count("/5xx.txt") == 1:
