@@ -1301,8 +1301,9 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
         return response
     loop = asyncio.get_running_loop()
     # A client that takes none of it for the send timeout is cut off, as a fill's is (`sent_in_time`): waited for
-    # without end, it held its connection and the file's descriptor.
-    timeout_s = send_timeout_s(request.app[SETTINGS])
+    # without end, it held its connection and the file's descriptor. The node's settings, as a fill reads them: a
+    # shield's cluster site (another edge's request) has no SETTINGS of its own.
+    timeout_s = send_timeout_s(request.app[NODE].settings)
     # Opened before the head is sent: a body that went since the lookup is the caller's miss, not a broken answer
     # (an open descriptor reads the whole file even if it is removed meanwhile).
     with obj.open() as body:

@@ -198,3 +198,28 @@ async def test_an_edge_waiting_at_its_shield_for_a_long_fill_is_not_timed_out_an
         status, x_cache, got, resp = await run.get(run.a, other)
         assert (status, x_cache, got) == (200, "MISS", b"through the shield")
         assert resp.headers.getall("Cache-Status")[0] == "assetcdn-shield; fwd=uri-miss; stored"
+
+
+async def test_a_copy_a_shield_holds_on_disk_only_is_answered_to_the_asking_edge(
+        aiohttp_client: Serve, tmp_path: Path) -> None:
+    """B holds a body over 1 MB (kept on disk only, sent from its file): A's request for it is answered from that copy
+    through B's cluster site. Reading the send timeout for that file's body failed there (the cluster site's
+    application has no settings of its own), so B answered 500: A passed B over for every path for shield_retry_s,
+    and asked the origin again for a copy its shield held."""
+    async with fleet(tmp_path, aiohttp_client) as run:
+        name = run.shielded_by_b("large")
+        body = bytes(range(256)) * 8192  # 2 MB
+        run.origin.answer(name, body, headers={"Cache-Control": "max-age=600",
+                                               "Content-Type": "application/octet-stream"})
+        assert (await run.get(run.b, name))[:3] == (200, "MISS", body)   # B's own client: B's copy
+
+        async def on_disk_only() -> bool:
+            found = stored_url(Fleet.node(run.b), ZONE, name)
+            return found is not None and found.obj.body is None
+
+        await wait_until(on_disk_only, f"{name} kept on B's disk only")
+        status, x_cache, got, resp = await run.get(run.a, name)
+        assert (status, x_cache, got) == (200, "MISS", body)
+        assert resp.headers.getall("Cache-Status")[0].startswith("assetcdn-shield; hit")
+        assert run.origin.count(name) == 1
+        assert Fleet.node(run.a).shields.status()["down"] == 0
