@@ -495,7 +495,12 @@ def lookup(node: EdgeNode, url_key: str, sent: Varied) -> StoredResponse | None:
             head = obj.headers
     except FileNotFoundError:
         return None
-    return StoredResponse.of(obj, head, mark)
+    stored = StoredResponse.of(obj, head, mark)
+    if stored is not None and stored.status in REQUEST_ERRORS:
+        # Stored before such errors were never stored (one client's malformed request, freshness and all): a miss,
+        # which the next fill replaces, as they are never stored now.
+        return None
+    return stored
 
 
 def vary_selector(generation: str | None, fields: str) -> str:

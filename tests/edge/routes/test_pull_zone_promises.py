@@ -4,6 +4,7 @@ sees and what the origin saw."""
 
 from __future__ import annotations
 
+import io
 import time
 from email.utils import formatdate
 from typing import Any
@@ -12,6 +13,8 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
+from assetcdn.edge.states.keys import pull_key
+from assetcdn.edge.states.pull import REQUEST_TIME, RESPONSE_TIME, STATUS, own_tags
 from tests.support.cdn import PURGE
 from tests.support.origins import LONG, TENANT_HOST, ZONE, Pull, add_pull_zone
 
@@ -345,4 +348,24 @@ async def test_an_error_about_the_requests_own_form_is_never_stored(pull: Pull, 
     assert "detail=request-error" in odd.headers["Cache-Status"]
     plain = await pull.get(name)
     assert (plain.status, await plain.text(), plain.headers["X-Cache"]) == (200, "fine", "MISS")
+    assert (await pull.get(name)).headers["X-Cache"] == "HIT"
+
+
+@pytest.mark.parametrize("status", [400, 431])
+async def test_an_error_about_a_requests_own_form_stored_before_it_was_never_stored_is_not_answered(
+        pull: Pull, status: int) -> None:
+    """An edge that stored such an error before (an origin's 400 marked fresh for a day, kept as RFC 9111 allows)
+    and restarted with the rule that never stores them went on answering every client of the URL with that error, as
+    a HIT, for the rest of its lifetime. What is never stored is never answered from the cache either: the request
+    goes to the origin."""
+    name = f"/promise/request-error-stored-before-{status}.txt"
+    pull.origin.answer(name, b"fine", headers={**LONG, "Content-Type": "text/plain"})
+    now = time.time()
+    head = (("content-type", "text/plain"), ("cache-control", "max-age=86400"), ("date", formatdate(now, usegmt=True)))
+    meta = (*head, (STATUS, str(status)), (REQUEST_TIME, repr(now)), (RESPONSE_TIME, repr(now)))
+    zone = pull.cdn.node.config.pull_zones[ZONE]
+    pull.cdn.node.cache.put(pull_key(ZONE, name, ""), io.BytesIO(b"one client's bad request"), "text/plain", "",
+                            own_tags(zone, name), headers=meta)  # as the edge stored it before
+    first = await pull.get(name)
+    assert (first.status, await first.text(), first.headers["X-Cache"]) == (200, "fine", "MISS")
     assert (await pull.get(name)).headers["X-Cache"] == "HIT"
