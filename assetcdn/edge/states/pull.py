@@ -282,14 +282,20 @@ async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits,
                                      else max(0.0, deadline - loop.time()))
     if landing.failed is not None:
         return landing.failed
-    selected = landing.selected
-    if selected is not None and sent is not None and secondary_key(selected[0], sent.fields()) != selected[1]:
+    if other_variant(landing, sent):
         return None
     if landing.kept is not None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(landing.kept), limits.body_timeout_s if deadline is None
                                    else max(0.0, deadline - loop.time()))
     return None
+
+
+def other_variant(landing: Landing, sent: Varied | None) -> bool:
+    """Whether the answer a flight keeps is the variant of other values of the fields its Vary names than the request
+    `sent`'s (`Landing.selected`): no answer to it, which `await_flight` does not wait for."""
+    selected = landing.selected
+    return selected is not None and sent is not None and secondary_key(selected[0], sent.fields()) != selected[1]
 
 
 def shield_filling() -> ApiError:
@@ -422,7 +428,10 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
             return answer
         if waited is not None:
             kept = waited.result().kept
-            if deadline is not None and kept is not None and not kept.done():
+            if deadline is not None and kept is not None and not kept.done() and not other_variant(
+                    waited.result(), sent):
+                # Waited for its body as long as the asking edge may: declined. One not waited for (another Vary
+                # variant's, `await_flight`) is no answer to this request, which asks the origin at once below.
                 raise shield_filling()
             if retried or kept is None or not kept.done() or kept.result() is not False:
                 return await fill(stored, no_landing)  # not shared, still being read, or stored: not for this one

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from assetcdn import control
@@ -223,3 +224,41 @@ async def test_a_copy_a_shield_holds_on_disk_only_is_answered_to_the_asking_edge
         assert resp.headers.getall("Cache-Status")[0].startswith("assetcdn-shield; hit")
         assert run.origin.count(name) == 1
         assert Fleet.node(run.a).shields.status()["down"] == 0
+
+
+async def test_an_edge_asking_its_shield_for_another_variant_than_the_fill_under_way_there_is_answered_through_it(
+        aiohttp_client: Serve, tmp_path: Path) -> None:
+    """B is filling one Vary variant of a URL (its own client's, `Accept-Encoding: gzip`) whose body the origin sends
+    slowly; A asks B for another (`br`). That fill's answer is no answer to A's request, so B asks the origin for
+    A's variant at once, as for a client of its own. B declined it instead (409 ShieldFilling, "waited for as long as
+    the asking edge has", though it had not waited at all): A asked the origin itself, and no edge kept that
+    variant at the shield."""
+    async with fleet(tmp_path, aiohttp_client) as run:
+        name = run.shielded_by_b("varied")
+        release = asyncio.Event()
+
+        async def varied(request: web.Request) -> web.StreamResponse:
+            coding = request.headers.get("Accept-Encoding", "")
+            body = f"for {coding} ".encode() * 1000
+            response = web.StreamResponse(headers={"Cache-Control": "max-age=600", "Vary": "Accept-Encoding",
+                                                   "Content-Type": "text/plain"})
+            response.content_length = len(body)
+            await response.prepare(request)
+            await response.write(body[:100])
+            if coding == "gzip":
+                await release.wait()
+            await response.write(body[100:])
+            return response
+
+        run.origin.route(name, varied)
+        try:
+            at_b = asyncio.ensure_future(run.b.get(f"/{ZONE}{name}", headers={"Accept-Encoding": "gzip"}))
+            await run.asked(name, 1)
+            status, x_cache, got, resp = await run.get(run.a, name, **{"Accept-Encoding": "br"})
+        finally:
+            release.set()
+        assert (status, x_cache, got) == (200, "MISS", b"for br " * 1000)
+        assert resp.headers.getall("Cache-Status")[0] == "assetcdn-shield; fwd=uri-miss; stored"
+        resp_b = await asyncio.wait_for(at_b, WAIT_S)
+        assert (resp_b.status, await resp_b.read()) == (200, b"for gzip " * 1000)
+        assert run.origin.count(name) == 2
