@@ -21,6 +21,12 @@ from assetcdn.edge.states.deliver import etag_matches
     ('W\\"abcdef"', 'W\\"abcdef"', True),
     ('W"abcdef"', 'W"abcdef"', True),
     ('w/"abcdef"', 'w/"other"', False),
+    ('"x", *', None, True),
+    ('"x", *', '"a"', True),
+    (' "a" ', '"a"', True),
+    ("abc", '"abc"', True),  # a tag sent back unquoted, compared as if quoted
+    ('W/"a,b"', '"a,b"', True),
+    ('"a,b"', '"a"', False),
 ])
 def test_if_none_match_names_an_etag(if_none_match: str, etag: str | None, matches: bool) -> None:
     assert etag_matches(if_none_match, etag) is matches
