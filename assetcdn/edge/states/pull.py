@@ -127,6 +127,11 @@ NOT_DELIVERED = frozenset(("content-length", "transfer-encoding", "connection", 
 # Whether a pull zone's answer goes out on the edges' default host (`/<zone>/...`: serve_pull's `prefix`), the
 # browser origin every zone and the API share, not on the zone's own host.
 SHARED_HOST = web.RequestKey("pull_shared_host", bool)
+# An origin's fields that set a policy of its client's whole browser origin (as HSTS does, HSTS_HEADER): network
+# error reporting and where it goes (NEL, W3C Network Error Logging; Report-To), the clearing of the origin's
+# cookies, storage and cache (Clear-Site-Data; cookies for the whole registrable domain), and where its next
+# connections go (Alt-Svc, RFC 7838). Never from an origin on the default host, every zone's and the API's.
+HOST_POLICIES = ("NEL", "Report-To", "Clear-Site-Data", "Alt-Svc")
 
 
 @dataclass(frozen=True, slots=True)
@@ -1254,8 +1259,9 @@ def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: 
     page would otherwise run script as the origin every zone and the API share (read them, register a service
     worker over them). Nor does the origin's Strict-Transport-Security go out there: HSTS is the whole host's
     policy (RFC 6797 8.1), the edge's own (`[tls] hsts_max_age_s`), which one zone's origin would otherwise set
-    for every zone (`includeSubDomains`: their tenant hosts too) or clear. On the zone's own host the origin's
-    policies are its own choice. On any host, a Set-Cookie naming one of this CDN's own cookies (CDN_COOKIES) is
+    for every zone (`includeSubDomains`: their tenant hosts too) or clear; nor do the other policies of the whole
+    host (HOST_POLICIES: a reporting endpoint that browsers would send every later URL of the host to, other
+    zones' and the API's). On the zone's own host the origin's policies are its own choice. On any host, a Set-Cookie naming one of this CDN's own cookies (CDN_COOKIES) is
     left out: cookies ignore ports (and a zone's host is below the default one), so it would sign the dashboard's
     user out or in as someone else."""
     fields = [field for field in head if field[0] not in NOT_DELIVERED and field[0][:1] != ":"]
@@ -1270,6 +1276,8 @@ def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: 
                 headers.add("set-cookie", cookie)
     if shared_host:
         headers.popall(HSTS_HEADER, None)
+        for name in HOST_POLICIES:
+            headers.popall(name, None)
         keep_sandbox(headers)
     if age is not None:
         headers["Age"] = str(age)

@@ -492,8 +492,10 @@ async def test_an_origins_hsts_never_reaches_clients_on_the_default_host(
     host it is the origin's own, as over plain HTTP and HTTP/2, on the fill, the hits and the application's answers."""
     server, from_fields = secure
     policy = "max-age=31536000; includeSubDomains"
+    reporting = '{"report_to": "zone", "max_age": 31536000, "success_fraction": 1.0}'  # NEL: the host's too
     pulled.origin.answer("/hsts.bin", BODY, headers={
-        **LONG, "Content-Type": "application/octet-stream", "ETag": '"s"', "Strict-Transport-Security": policy})
+        **LONG, "Content-Type": "application/octet-stream", "ETag": '"s"', "Strict-Transport-Security": policy,
+        "NEL": reporting})
     conn = await pulled.cdn.connect()
     plain = await pulled.cdn.plain()
     client = H2InProcess(server)
@@ -513,10 +515,12 @@ async def test_an_origins_hsts_never_reaches_clients_on_the_default_host(
         "HTTP/2 fill": (200, "MISS"), "HTTP/2 hit": (200, "HIT"), "HTTP/2 304": (304, "HIT"), "HTTP/2 206": (206, "HIT")}
     assert {what: a.header("strict-transport-security") for what, a in default_host.items()} == \
         dict.fromkeys(default_host)
+    assert {what: a.header("nel") for what, a in default_host.items()} == dict.fromkeys(default_host)
     own_host = {"hit": await conn.request("/hsts.bin", host=TENANT_HOST),
                 "HTTP/2 hit": await client.get("/hsts.bin", [], authority=TENANT_HOST)}
     assert {what: (a.header("x-cache"), a.header("strict-transport-security")) for what, a in own_host.items()} == \
         dict.fromkeys(own_host, ("HIT", policy))
+    assert {what: a.header("nel") for what, a in own_host.items()} == dict.fromkeys(own_host, reporting)
 
 
 async def lines(conn: RawConnection, path: str, method: str, fields: list[tuple[str, str]]) -> Response:

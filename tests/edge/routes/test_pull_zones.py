@@ -1706,3 +1706,27 @@ async def test_a_request_that_waited_through_an_origin_change_stores_nothing_of_
     finally:
         await first_server.close()
         await second_server.close()
+
+
+async def test_an_origin_sets_no_policy_of_the_whole_default_host(pull: Pull) -> None:
+    """NEL and Report-To, Clear-Site-Data and Alt-Svc are the policy of a whole browser origin, as HSTS is, and the
+    default host is every zone's and the API's: one zone's origin registered there a reporting endpoint of its own
+    (`success_fraction` 1.0) to which browsers then sent the URL, query string included, of every later request to
+    that host, other zones' paths and `/api/signed` URLs among them; or cleared the host's cookies (the dashboard's
+    session: cookies ignore ports), cache and storage for every zone. On the zone's own host they are its own."""
+    policies = {"NEL": '{"report_to": "zone", "max_age": 31536000, "include_subdomains": true, '
+                       '"success_fraction": 1.0}',
+                "Report-To": '{"group": "zone", "max_age": 31536000, '
+                             '"endpoints": [{"url": "https://reports.invalid/collect"}]}',
+                "Clear-Site-Data": '"cookies", "storage", "cache"',
+                "Alt-Svc": 'h2="alt.invalid:443"; ma=31536000'}
+    pull.origin.answer("/host-policies.txt", b"ok", headers={**LONG, "Content-Type": "text/plain", **policies})
+    for x_cache in ("MISS", "HIT"):
+        resp = await pull.get("/host-policies.txt")
+        assert resp.headers["X-Cache"] == x_cache
+        assert {name: resp.headers.get(name) for name in policies} == dict.fromkeys(policies)
+    tenant = await pull.cdn.edge.get("/host-policies.txt", headers={"Host": TENANT_HOST})
+    assert tenant.headers["X-Cache"] == "HIT"
+    assert {name: tenant.headers.get(name) for name in policies} == policies
+    forwarded = await pull.cdn.edge.post(f"/{ZONE}/host-policies.txt", data=b"x")
+    assert {name: forwarded.headers.get(name) for name in policies} == dict.fromkeys(policies)
