@@ -1,31 +1,77 @@
 """The edge side of control's pushes: /_cluster/push carries manifest changes and purges, /_cluster/tls
 the TLS state (certificates and ACME answers).
 
-Signed for this worker's member name, inside the time window, and accepted once (replays are refused).
+Signed for this worker's member name, inside the time window, and accepted once (replays are refused). The
+signature is checked before any of the body is read, over the body hash control declares
+(assetcdn/shared/cluster.py `verify_headers`), and the body is then held to that hash: a request that is not
+control's is answered 401 unread, as control answers an edge's (assetcdn/control/routes/cluster.py).
 """
 
 from __future__ import annotations
+
+import hashlib
+import hmac
 
 import orjson
 from aiohttp import web
 
 from assetcdn.edge.app_keys import NODE, SECRETS
-from assetcdn.shared.cluster import ReplayGuard, verify_request
+from assetcdn.shared.cluster import (
+    CONTENT_HEADER,
+    ReplayGuard,
+    plausible,
+    verify_headers,
+    verify_request,
+)
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.generation_push import GenerationPush, GenerationPushError
 from assetcdn.shared.middleware import json_response
+from assetcdn.shared.request_body import KB, abandon_body, body_chunks
 from assetcdn.shared.tls_state import TlsStateError
 
 # Nonces this worker has accepted (set by `assetcdn.edge.app.create_cluster_app`; one per worker process).
 PUSH_REPLAY_GUARD = web.AppKey("cluster_replay_guard", ReplayGuard)
 
 
+# The most of a body read before its signature is checked, from a sender that declares no body hash (control
+# always declares one): before, the whole body (up to the cluster site's 16 MB) was read from anyone first.
+UNDECLARED_LIMIT = 16 * KB
+
+
+def _unauthorized(request: web.Request) -> ApiError:
+    abandon_body(request)  # nothing of an unauthenticated body is read, nor drained
+    return ApiError(401, "Unauthorized", "Cluster requests must be signed with the cluster secret for this worker, "
+                    "once.")
+
+
+async def _read(request: web.Request, limit: int) -> tuple[bytes, str]:
+    """The body (at most `limit` bytes, else 413) and its SHA-256, hashed as it arrives."""
+    digest = hashlib.sha256()
+    chunks = []
+    async for chunk in body_chunks(request, limit):
+        digest.update(chunk)
+        chunks.append(chunk)
+    return b"".join(chunks), digest.hexdigest()
+
+
 async def _signed_message(request: web.Request) -> dict:
-    body = await request.read()
-    if not verify_request(request.app[SECRETS].cluster_secret, request.method, request.rel_url.path_qs, body,
-                          request.headers, guard=request.app[PUSH_REPLAY_GUARD], audience=request.app[NODE].name):
-        raise ApiError(401, "Unauthorized",
-                       "Cluster requests must be signed with the cluster secret for this worker, once.")
+    secret, guard = request.app[SECRETS].cluster_secret, request.app[PUSH_REPLAY_GUARD]
+    audience = request.app[NODE].name
+    path_qs = request.rel_url.path_qs
+    declared = request.headers.get(CONTENT_HEADER)
+    if declared is not None:
+        if not verify_headers(secret, request.method, path_qs, request.headers, guard=guard, audience=audience):
+            raise _unauthorized(request)
+        body, received = await _read(request, request.client_max_size)
+        if not hmac.compare_digest(received, declared):
+            raise _unauthorized(request)
+    else:
+        if not plausible(request.headers):
+            raise _unauthorized(request)
+        body, _ = await _read(request, min(request.client_max_size, UNDECLARED_LIMIT))
+        if not verify_request(secret, request.method, path_qs, body, request.headers, guard=guard,
+                              audience=audience):
+            raise _unauthorized(request)
     # A signed message is control answering: after a partition heals the pushes it held back arrive first, and
     # misses should not be refused while this worker's own next probe is still on its way.
     request.app[NODE].control.heard_from()
