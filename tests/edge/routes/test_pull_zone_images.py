@@ -766,3 +766,36 @@ async def test_sources_read_at_once_are_bounded_per_worker_and_past_it_a_request
         made = await budgeted.transform("/second-read.png")
         assert (made.status, made.headers.get("X-Cache")) == (200, "MISS")
         assert budgeted.cdn.node.origins.source_reads.held == 0
+
+
+@pytest.mark.parametrize("revalidation", ["background", "foreground"])
+async def test_a_sources_revalidation_answered_with_what_may_not_be_kept_drops_the_old_source(
+        pics: Pics, revalidation: str) -> None:
+    """The origin replaced the image with one a shared cache may not keep (`no-store`): that full answer says the
+    stored source is not the origin's current image (RFC 9111 4.3.3), so the source goes, as a delivery's
+    revalidation drops the URL's copy. Left, the old image went on being transformed: within
+    stale-while-revalidate (each transform answering from it and asking again in the background), or under
+    stale-if-error once the origin failed."""
+    name = f"/replaced-unkept-{revalidation}.png"
+    lasting = "stale-while-revalidate=600" if revalidation == "background" else "stale-if-error=600"
+    pics.origin.answer(name, image(RED), headers={"Cache-Control": f"max-age=1, {lasting}", "ETag": '"old"',
+                                                  "Content-Type": "image/png"})
+    first = await pics.transform(name)
+    assert (first.status, first.headers["X-Cache"]) == (200, "MISS"), await first.text()
+    await asyncio.sleep(1.2)  # stale
+    pics.origin.answer(name, image(BLUE), headers={"Cache-Control": "no-store", "Content-Type": "image/png"})
+    if revalidation == "background":
+        stale = await pics.transform(name)  # the stale source, revalidated in the background
+        assert stale.status == 200 and close_to(centre(await stale.read()), RED)
+
+        async def revalidated() -> bool:  # the background revalidation done with the stored source
+            return pics.origin.count(name) == 2 and pics.cdn.node.cache.get(pull_key(ZONE, name, "")) is None
+
+        await wait_until(revalidated, "the background revalidation's end")
+    else:
+        refused = await pics.transform(name)  # the origin's new image may not be kept: no variant of it
+        assert refused.status == 502, await refused.text()
+        pics.origin.answer(name, b"down", status=500)  # and then the origin fails
+    after = await pics.transform(name)
+    assert after.status == 502, (after.status, after.headers.get("X-Cache"))  # never the old image
+    assert pics.origin.count(name) == 3
