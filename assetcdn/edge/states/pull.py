@@ -1430,8 +1430,11 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
     await answer.prepare(request)
     timeout_s = send_timeout_s(node.settings)
     gone = partial(cut_off, request, answer)
+    served = None if from_edge(request) else node.metrics.bytes_served_here  # a client's bytes, as `send_and_keep`
     try:
         async for chunk in response.chunks(capped=False):
+            if served is not None:
+                served.inc(len(chunk))
             if not await sent_in_time(answer.write(chunk), timeout_s, gone):
                 response.release()  # the rest unread: the origin connection is closed
                 return answer

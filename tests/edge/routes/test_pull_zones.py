@@ -140,6 +140,29 @@ async def test_an_answer_that_may_not_be_stored_is_counted_as_its_x_cache_says(p
     assert await results() == (misses + 1, passes + 3)
 
 
+async def test_bodies_relayed_as_they_are_count_as_bytes_served(pull: Pull) -> None:
+    """`assetcdn_bytes_served_total` counts the body of an answer relayed from the origin as it is: a GET with
+    If-Unmodified-Since or If-Match (a download resumed: the origin's to answer, never looked up), a POST's answer.
+    They reach the client as a fill's body does (and the delivery log counts them), and counted none before."""
+    async def served() -> float:
+        return metric(await (await pull.cdn.edge.get("/metrics", headers=METRICS)).text(),
+                      "assetcdn_bytes_served_total")
+
+    pull.origin.answer("/relayed-counted.bin", b"0123456789" * 100, headers=LONG)
+    before = await served()
+    resumed = await pull.get("/relayed-counted.bin", headers={"If-Unmodified-Since": "Mon, 01 Jun 2026 10:00:00 GMT",
+                                                      "Range": "bytes=0-"})
+    assert (resumed.status, resumed.headers["X-Cache"], len(await resumed.read())) == (200, "PASS", 1000)
+    matched = await pull.get("/relayed-counted.bin", headers={"If-Match": "*"})
+    assert (matched.status, len(await matched.read())) == (200, 1000)
+    posted = await pull.cdn.edge.post(f"/{ZONE}/relayed-counted.bin", data=b"form")
+    assert (posted.status, len(await posted.read())) == (200, 1000)
+    assert await served() == before + 3000
+    head = await pull.cdn.edge.head(f"/{ZONE}/relayed-counted.bin", headers={"If-Match": "*"})
+    assert head.status == 200
+    assert await served() == before + 3000  # a HEAD's answer has no body
+
+
 @pytest.mark.parametrize(("name", "cache_control", "stored"), [
     ("/auth-plain.txt", "max-age=600", False),
     ("/auth-s-maxage.txt", "s-maxage=600", True),
