@@ -140,6 +140,7 @@ class PullSource:
     source_id: str
     body: bytes | None        # read already (fetched now, or hashed for its id), else read from the cache
     kept: bool = True         # False: fetched while a purge named it, so not stored, nor are its variants
+    stale: bool = False       # used past its freshness (stale-while-revalidate, stale-if-error): so are its variants
 
     @property
     def format(self) -> str:
@@ -269,12 +270,12 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
                 return await described(node, at, url_key, stored), stored
             if decision is Reuse.STALE_REVALIDATING:
                 revalidate_in_background(node, client, flights, at, url_key, stored)
-                return await described(node, at, url_key, stored), stored
+                return await described(node, at, url_key, stored, stale=True), stored
         return None, stored
 
     async def failed(stored: StoredResponse | None, exc: OriginError) -> PullSource:
         if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
-            return await described(node, at, url_key, stored)
+            return await described(node, at, url_key, stored, stale=True)
         raise origin_failed(at, exc) from None
 
     try:
@@ -286,7 +287,7 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
 
 
 async def described(node: EdgeNode, at: PullSourcePath, url_key: str, stored: StoredResponse,
-                    body: bytes | None = None, *, kept: bool = True) -> PullSource:
+                    body: bytes | None = None, *, kept: bool = True, stale: bool = False) -> PullSource:
     """A stored response as a source: refused unless it is a whole image within the byte limit; its id
     from its validator (hashing its body when it has none)."""
     if stored.status != 200:
@@ -301,7 +302,7 @@ async def described(node: EdgeNode, at: PullSourcePath, url_key: str, stored: St
         digest = await asyncio.get_running_loop().run_in_executor(None, sha256, data)
         body = data
     return PullSource(at, url_key, stored, pull_source_id(etag, last_modified, stored.obj.size, digest), body,
-                      kept)
+                      kept, stale)
 
 
 def not_an_image(at: PullSourcePath, status: int) -> SourceRefused:
@@ -340,7 +341,7 @@ async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, 
     except OriginError as exc:
         land(exc)
         if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
-            return await described(node, at, url_key, stored)
+            return await described(node, at, url_key, stored, stale=True)
         raise origin_failed(at, exc) from None
     if response.status == 304 and not conditions:
         # A 304 answers a condition (RFC 9110 15.4.5), and this request had none (a source stored without ETag
@@ -348,7 +349,7 @@ async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, 
         response.release()
         land(unasked_not_modified())
         if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
-            return await described(node, at, url_key, stored)
+            return await described(node, at, url_key, stored, stale=True)
         raise not_an_image(at, response.status)
     if stored is not None and response.status == 304:
         response.release()
@@ -363,7 +364,7 @@ async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, 
     if response.status in ERROR_STATUSES and stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES,
                                                                                     time.time()):
         response.release()
-        return await described(node, at, url_key, stored)
+        return await described(node, at, url_key, stored, stale=True)
     if stored is not None and response.status < 500 and response.status not in REQUEST_ERRORS and judge(
             at.zone, SOURCE_FIELDS, response, node.origins.limits.max_object_bytes)[0] is not None:
         # A full answer says the stored source is not the origin's current image (RFC 9111 4.3.3), and this one may

@@ -64,7 +64,8 @@ async def serve_pull_variant(request: web.Request, at: PullSourcePath, refusals:
 
 async def variant_of(node: EdgeNode, source: PullSource, variant: Made,
                      since: int | None = None) -> tuple[CachedObject, str]:
-    """The cache entry of `variant` of `source` and its X-Cache status (HIT, or MISS: made now); one made now
+    """The cache entry of `variant` of `source` and its X-Cache status (HIT, STALE: its source used stale, or MISS:
+    made now); one made now
     is not kept when a purge published since the purge mark `since` names it (its source's URL, tags, zone)."""
     key = pull_source_variant_key(source.url_key, variant.content_key)
     if not source.kept:  # a purge named the source as it was fetched: what is made of it must not outlive that
@@ -74,8 +75,10 @@ async def variant_of(node: EdgeNode, source: PullSource, variant: Made,
                                        keep=False), "MISS"
     obj = lookup(node, key)
     if obj is not None and variant.usable(obj) and not soft_purged(obj):
-        node.metrics.cache_result("HIT").inc()
-        return obj, "HIT"
+        # Used while its source may be: STALE when that is stale, as a stored file's variant is without control.
+        result = "STALE" if source.stale else "HIT"
+        node.metrics.cache_result(result).inc()
+        return obj, result
     failure = variant.failed(key)
     if failure is not None:
         raise failure

@@ -34,6 +34,8 @@ from assetcdn.edge.states.keys import pull_key, pull_variant_key, pull_variants_
 from assetcdn.edge.states.pull import FLIGHTS
 from tests.control.expect import expect_error
 from tests.support.cdn import PURGE, Cdn, shared_cdn_apps
+from tests.support.control import METRICS
+from tests.support.metrics_text import metric
 from tests.support.origins import PREFIX, ScriptedOrigin, add_pull_zone, serve_origin
 from tests.support.wait import wait_until
 
@@ -561,7 +563,7 @@ async def test_an_origin_down_serves_the_stale_source_or_the_error_envelope(pics
     assert (lost.status, body["HttpCode"]) == (502, 502) and "origin could not be reached" in body["error"]
     await expect_error(await pics.get("/api/lqip?url=/downpics/lost.png"), 502, "OriginUnreachable")
     kept = await pics.get("/api/transform?url=/downpics/kept.png&w=100")
-    assert (kept.status, kept.headers["X-Cache"], max_age(kept)) == (200, "HIT", 0)   # stale: not kept by clients
+    assert (kept.status, kept.headers["X-Cache"], max_age(kept)) == (200, "STALE", 0)  # stale: not kept by clients
     assert (down.count("/kept.png"), down.count("/lost.png")) == (1, 1)
 
 
@@ -799,3 +801,31 @@ async def test_a_sources_revalidation_answered_with_what_may_not_be_kept_drops_t
     after = await pics.transform(name)
     assert after.status == 502, (after.status, after.headers.get("X-Cache"))  # never the old image
     assert pics.origin.count(name) == 3
+
+
+@pytest.mark.parametrize("stale_by", ["stale-while-revalidate", "stale-if-error"])
+async def test_a_variant_answered_from_a_source_used_stale_is_stale(pics: Pics, stale_by: str) -> None:
+    """A variant is used exactly while its source may be: one answered while its source is used past its freshness
+    (stale-while-revalidate, or stale-if-error with the origin failing) is `X-Cache: STALE`, and counted so in
+    `assetcdn_edge_cache_total` and the statistics, as a delivery of the image itself is and as a stored file's
+    variant is while control cannot confirm it; it was HIT, as if the image were fresh."""
+    async def stale_results() -> float:
+        text = await (await pics.cdn.edge.get("/metrics", headers=METRICS)).text()
+        return metric(text, "assetcdn_edge_cache_total", result="STALE")
+
+    name = f"/used-stale-{stale_by}.png"
+    pics.origin.answer(name, image(RED), headers={"Cache-Control": f"max-age=1, {stale_by}=600", "ETag": '"s"',
+                                                  "Content-Type": "image/png"})
+    assert (await pics.transform(name)).headers["X-Cache"] == "MISS"
+    assert (await pics.transform(name)).headers["X-Cache"] == "HIT"
+    await asyncio.sleep(1.2)  # stale
+    if stale_by == "stale-if-error":
+        pics.origin.answer(name, b"down", status=500)
+    before = await stale_results()
+    stale = await pics.transform(name)
+    assert (stale.status, stale.headers["X-Cache"]) == (200, "STALE"), (stale.status, stale.headers.get("X-Cache"))
+    assert close_to(centre(await stale.read()), RED) and max_age(stale) == 0
+    assert await stale_results() == before + 1
+    if stale_by == "stale-if-error":  # (within stale-while-revalidate, the transform's revalidation refreshed it)
+        delivered = await pics.get(f"/{ZONE}{name}")
+        assert delivered.headers["X-Cache"] == "STALE"  # the image itself, answered the same way
