@@ -261,9 +261,12 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
     # The edge asks for a client: X-Forwarded-For, -Proto, and its CDN-Loop, or a cycle through another zone's
     # images would come back to this zone unmarked and join the flight that sent it.
     client = SourceClient(request.remote, request.scheme, carried(request.headers))
+    # What the edge's own request selects of a URL that varies: a flight keeping another variant (a browser's
+    # `Accept: image/webp` of an origin that negotiates) is not waited for, as a delivery of another variant is not.
+    sent = Varied(SOURCE_FIELDS, at.zone, client.ip, client.scheme)
 
     async def cached() -> tuple[PullSource | None, StoredResponse | None]:
-        stored = lookup(node, url_key, Varied(SOURCE_FIELDS, at.zone, client.ip, client.scheme))
+        stored = lookup(node, url_key, sent)
         if stored is not None:
             decision = reuse(stored.freshness, NO_DIRECTIVES, time.time())
             if decision is Reuse.FRESH:
@@ -280,7 +283,7 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
 
     try:
         return await through_flight(flights, flight_key, node.origins.limits, cached,
-                                    partial(from_origin, node, client, at, url_key), failed)
+                                    partial(from_origin, node, client, at, url_key), failed, sent=sent)
     except SourceTooLarge as exc:
         refused_sources.remember(url_key, mark, exc)
         raise

@@ -829,3 +829,48 @@ async def test_a_variant_answered_from_a_source_used_stale_is_stale(pics: Pics, 
     if stale_by == "stale-if-error":  # (within stale-while-revalidate, the transform's revalidation refreshed it)
         delivered = await pics.get(f"/{ZONE}{name}")
         assert delivered.headers["X-Cache"] == "STALE"  # the image itself, answered the same way
+
+
+async def test_a_source_does_not_wait_for_another_vary_variants_body(tmp_path: Path) -> None:
+    """An origin that negotiates an image (`Vary: Accept`) is filling a browser's variant (`Accept: image/webp`)
+    when a transform asks for the image: the edge's own request (no Accept) selects another variant, so the
+    transform asks the origin for its own at once, as a delivery of another variant does. It waited for the whole
+    body of the browser's variant first (up to the origin's body timeout), then asked anyway. The origin's idle
+    timeout is long here: the held body is not cut off while the transform is waited for."""
+    async with pull_pictures(tmp_path, ASSETCDN_ORIGIN_IDLE_TIMEOUT_S="300") as pictures:
+        release = asyncio.Event()
+        body = image(RED)
+
+        async def negotiated(request: web.Request) -> web.StreamResponse:
+            fields = {**LONG, "Vary": "Accept", "Content-Type": "image/png", "ETag": '"neg"'}
+            if "image/webp" not in request.headers.get("Accept", ""):
+                return web.Response(body=body, headers=fields)
+            held = web.StreamResponse(headers={**fields, "Content-Length": str(len(body))})
+            await held.prepare(request)
+            await held.write(body[:100])
+            await release.wait()
+            await held.write(body[100:])
+            return held
+
+        pictures.origin.route("/negotiated.png", negotiated)
+        delivery = asyncio.create_task(pictures.get(f"/{ZONE}/negotiated.png", headers={"Accept": "image/webp"}))
+        transform: asyncio.Task[ClientResponse] | None = None
+        try:
+            async def filling() -> bool:
+                return pictures.origin.count("/negotiated.png") == 1
+
+            await wait_until(filling, "the browser's variant being filled")
+            transform = asyncio.create_task(pictures.transform("/negotiated.png"))
+
+            async def answered() -> bool:
+                return transform.done()
+
+            await wait_until(answered, "the transform answered while the other variant's body is held")
+            made = transform.result()
+            assert (made.status, made.headers["X-Cache"]) == (200, "MISS"), made.status
+            assert close_to(centre(await made.read()), RED)
+            seen = pictures.origin.requests("/negotiated.png")
+            assert [request.headers.get("Accept") for request in seen] == ["image/webp", None]
+        finally:
+            release.set()
+            await asyncio.gather(delivery, *([transform] if transform is not None else []), return_exceptions=True)
