@@ -488,12 +488,14 @@ def updated_headers(stored: Headers, not_modified: Headers, received: float | No
     """The stored fields updated by a 304 (RFC 9111 3.2): each field it carries replaces the stored one,
     except the ones that describe the stored content, which stays as it was. A 304 without a Date is dated
     `received`, when it arrived (RFC 9110 6.6.1): the stored Date, the first response's, would count the time
-    since then in the refreshed response's age (RFC 9111 4.2.3), leaving it as old as before it was confirmed."""
+    since then in the refreshed response's age (RFC 9111 4.2.3), leaving it as old as before it was confirmed.
+    The fields the updated head's own qualified `no-cache="..."` or `private="..."` names are left out, the stored
+    ones too (RFC 9111 5.2.2.4, 5.2.2.7): kept from the first response, they would go out on every hit after it."""
     incoming = [(name, value) for name, value in stored_headers(not_modified) if name not in NOT_UPDATED_BY_304]
     if received is not None and first_value(not_modified, "date") is None:
         incoming.append(("date", formatdate(received, usegmt=True)))
     replaced = {name for name, _ in incoming}
-    return tuple([(name, value) for name, value in stored if name not in replaced] + incoming)
+    return stored_headers([(name, value) for name, value in stored if name not in replaced] + incoming)
 
 
 def dated(headers: Headers, received: float) -> Headers:

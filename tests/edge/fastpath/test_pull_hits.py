@@ -17,6 +17,7 @@ import aiohttp
 import orjson
 import pytest
 import pytest_asyncio
+from aiohttp import web
 
 from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.edge.cache.entry import CachedObject
@@ -158,6 +159,44 @@ async def test_a_fresh_hit_is_answered_exactly_as_the_application_answers_it(pul
     assert comparable(fast) == comparable(slow) and fast.body == b"other"
     assert (await conn.request(path)).body == BODY
     assert pulled.origin.count("/same.bin") == 2
+
+
+async def test_fields_a_304_names_private_or_no_cache_leave_the_copy_it_refreshes(pulled: PullCdn,
+                                                                                 clock: Clock) -> None:
+    """A 304 whose Cache-Control names a field in a qualified `private="..."` or `no-cache="..."` takes it out of
+    the copy it refreshes, the first response's own value too (RFC 9111 5.2.2.4, 5.2.2.7): every hit after it,
+    on the hit path as from the application, goes out without it."""
+    conn = await pulled.warm("/named-304.bin", **{"Cache-Control": "max-age=10", "ETag": '"n1"',
+                                                   "X-User": "alice", "X-Trace": "t1", "X-Kept": "k"})
+    plain = await pulled.cdn.plain()
+    path = f"/{ZONE}/named-304.bin"
+    first = pulled.stored("/named-304.bin").freshness
+    clock.now = first.response_time + 1
+    assert (await conn.request(path)).header("X-User") == "alice"  # the first response's, while it was fresh
+
+    async def not_modified(request: web.Request) -> web.StreamResponse:
+        assert request.headers.get("If-None-Match") == '"n1"'
+        return web.Response(status=304, headers={"ETag": '"n1"', "Cache-Control":
+                                                 'max-age=600, private="X-User", no-cache="X-Trace"'})
+
+    pulled.origin.route("/named-304.bin", not_modified)
+    clock.now = first.response_time + 11  # stale: the application revalidates it
+    revalidated = await plain.request(path)
+    assert (revalidated.status, revalidated.header("X-Cache")) == (200, "REVALIDATED")
+
+    async def refreshed() -> bool:
+        return pulled.stored("/named-304.bin").freshness.response_time != first.response_time
+
+    await wait_until(refreshed, "the copy refreshed by the 304")
+    clock.now = pulled.stored("/named-304.bin").freshness.response_time + 2
+    served = pulled.served
+    fast, slow = await conn.request(path), await plain.request(path)
+    assert pulled.served == served + 1
+    for answer in (revalidated, fast, slow):
+        assert (answer.header("X-User"), answer.header("X-Trace"), answer.header("X-Kept")) == (None, None, "k")
+        assert answer.body == BODY
+    assert fast.header("Cache-Control") == 'max-age=600, private="X-User", no-cache="X-Trace"'
+    assert comparable(fast) == comparable(slow)
 
 
 async def test_an_origins_own_policy_never_lifts_the_sandbox_on_the_default_host(pulled: PullCdn) -> None:

@@ -213,6 +213,9 @@ def test_validators_and_304_updates() -> None:
     dated = [*headers, ("date", date(-50))]
     assert ("date", date(0)) in updated_headers(dated, [("cache-control", "max-age=60")], NOW)
     assert ("date", date(-5)) in updated_headers(dated, [("date", date(-5))], NOW)
+    # Fields the 304's qualified private or no-cache names leave the stored head, the first response's too.
+    named = [("cache-control", 'max-age=60, private="X-A", no-cache="Last-Modified"')]
+    assert updated_headers(headers, named) == (("etag", '"v1"'), ("content-type", "image/png"), *named)
 
 
 def test_a_304_without_an_etag_is_about_the_stored_response_only_with_its_last_modified() -> None:
