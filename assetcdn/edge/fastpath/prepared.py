@@ -217,7 +217,7 @@ class PulledHit:
     evicts is freed at once, not kept alive by this until the URL is asked for again."""
 
     __slots__ = ("entry", "freshness", "key", "cdn_path", "zone", "size", "etag", "head", "head_304", "dated",
-                 "fresh_until", "cost", "h2_block", "h2_fields", "_block", "_tail", "_since", "_until")
+                 "fresh_until", "cost", "h2_block", "h2_fields", "ranged", "_block", "_tail", "_since", "_until")
 
     def __init__(self, stored: StoredResponse, key: str, cdn_path: str, changes: HeaderChanges,
                  own_hsts: bool = False, *, shared_host: bool = True) -> None:
@@ -231,6 +231,8 @@ class PulledHit:
         etag = first_value(stored.headers, "etag")
         self.etag = None if etag is None else etag.removeprefix("W/")  # what `pull.not_modified` compares
         self.dated = first_value(stored.headers, "date") is not None  # the stored Date is the answer's
+        # The origin sent its 200 with a Content-Range: a 206 gives its own in its place (`partial_head`).
+        self.ranged = first_value(stored.headers, "content-range") is not None
         self.head = STATUS_200 + _pulled_lines(stored, changes, not_modified=False, own_hsts=own_hsts,
                                                shared_host=shared_host) + b"Content-Length: %d\r\n" % obj.size
         self.head_304 = STATUS_304 + _pulled_lines(stored, changes, not_modified=True, own_hsts=own_hsts,
@@ -272,6 +274,8 @@ class PulledHit:
         """The head of a 206 for bytes ``[start, end)`` at ``now``: the 200's header lines and the range's, through
         ``ID_FIELD``, as ``whole_head``'s."""
         block = self.head[len(STATUS_200):self.head.rindex(b"Content-Length: ")]
+        if self.ranged:  # as `pull.deliver` sets the range's: the origin's Content-Range goes, never beside it
+            block = b"\r\n".join(line for line in block.split(b"\r\n") if not line.lower().startswith(b"content-range:"))
         return STATUS_206 + block + b"Content-Range: %s\r\nContent-Length: %d\r\n" % (
             content_range(start, end, self.size).encode(), end - start) + self.per_request_lines(now) + tail + ID_FIELD
 

@@ -199,6 +199,28 @@ async def test_fields_a_304_names_private_or_no_cache_leave_the_copy_it_refreshe
     assert comparable(fast) == comparable(slow)
 
 
+async def test_a_range_of_a_200_the_origin_sent_with_a_content_range_has_one_content_range(pulled: PullCdn,
+                                                                                           clock: Clock) -> None:
+    """An origin's 200 may carry a Content-Range (it means nothing there, and the copy is kept with it): a 206 made
+    of it gives its own range in its place, as the application does, never the origin's beside it (two values, the
+    whole body's first, which a client would read the 4 bytes it gets by)."""
+    conn = await pulled.warm("/ranged-200.bin", **LONG, **{"Content-Range": f"bytes 0-{len(BODY) - 1}/{len(BODY)}"})
+    plain = await pulled.cdn.plain()
+    path = f"/{ZONE}/ranged-200.bin"
+    clock.now = pulled.stored("/ranged-200.bin").freshness.response_time + 1
+    for method in ("GET", "HEAD"):
+        served = pulled.served
+        fast, slow = await conn.request(path, method, Range="bytes=0-3"), await plain.request(path, method, Range="bytes=0-3")
+        assert pulled.served == served + 1
+        assert (fast.status, fast.headers.getall("Content-Range"), fast.header("Content-Length")) == (
+            206, [f"bytes 0-3/{len(BODY)}"], "4")
+        assert fast.body == (BODY[:4] if method == "GET" else b"")
+        assert comparable(fast) == comparable(slow)
+    whole = await conn.request(path)  # the 200 itself is answered with the origin's fields, as the application does
+    assert (whole.status, whole.headers.getall("Content-Range"), whole.body) == (
+        200, [f"bytes 0-{len(BODY) - 1}/{len(BODY)}"], BODY)
+
+
 async def test_an_origins_own_policy_never_lifts_the_sandbox_on_the_default_host(pulled: PullCdn) -> None:
     """As the application answers (tests/edge/routes/test_pull_zones.py): the fill the hit path writes and its
     prepared hits carry the sandbox beside the origin's own policy on the default host, every zone's origin."""
