@@ -676,17 +676,19 @@ class HitServer:
 
     def _hold(self, view: HostView, target: bytes, head: Prepared | PulledHit) -> None:
         """Keep `head` for `target` on `view` (a pull zone's in its pulls, a stored zone's in its hits) within
-        ``max_hits`` heads and this server's part of the heads' room in the memory tier's budget, which is charged
-        what they hold (its entries make room): past either, the oldest of the view's table go, or, when it has
-        none, those of the Host first seen that has some (heads are made again on use)."""
+        this server's part of ``max_hits`` heads (`edge.hot_heads_max`, the worker's) and of the heads' room in the
+        memory tier's budget, which is charged what they hold (its entries make room): past either, the oldest of
+        the view's table go, or, when it has none, those of the Host first seen that has some (heads are made again
+        on use)."""
         pull = isinstance(head, PulledHit)
         table: dict[bytes, Any] = view.pulls if pull else view.hits
         old = table.pop(target, None)
         if old is not None:
             self._let_go(old)
         memory = self.memory
-        room = memory.heads_room // max(1, memory.head_holders)
-        while self.head_bytes and (self.prepared >= self.max_hits or self.head_bytes + head.cost > room):
+        holders = max(1, memory.head_holders)  # the http and https sites' hit servers: `hot_heads_max` is per worker
+        room, most = memory.heads_room // holders, max(1, self.max_hits // holders)
+        while self.head_bytes and (self.prepared >= most or self.head_bytes + head.cost > room):
             oldest = table or self._held_longest()
             if not oldest:
                 break

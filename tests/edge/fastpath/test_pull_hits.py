@@ -506,6 +506,36 @@ async def test_a_pull_hits_http_2_fields_are_charged_to_the_memory_budget(
     assert memory.heads_bytes == charged - held
 
 
+async def test_the_http_and_https_sites_keep_at_most_hot_heads_max_heads_together(
+        pulled: PullCdn, clock: Clock, secure: tuple[hit_server.HitServer, list[bytes]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`edge.hot_heads_max` bounds the prepared heads per worker: its http and https sites' hit servers share it, as
+    they share the heads' room in the memory budget, each keeping its part, and both still answer every hit."""
+    server, _ = secure
+    hits = pulled.cdn.site.hits
+    assert hits is not None and pulled.cdn.node.cache.memory.head_holders == 2
+    names = [f"/both-sites/{n}.bin" for n in range(4)]
+    for name in names:
+        await pulled.warm(name, **LONG)
+        await pulled.warm_secure(server, name, **LONG)
+    clock.now = max(pulled.stored(name, scheme).freshness.response_time for name in names
+                    for scheme in ("http", "https")) + 1
+    most = 4
+    for each in (hits, server):
+        monkeypatch.setattr(each, "max_hits", most)
+        each._forget_hosts()  # the heads the module's other tests left
+    conn, tls = await pulled.cdn.connect(), MemoryHttp11(server)
+    served, served_tls = pulled.served, server.served
+    for _ in range(2):
+        for name in names:
+            for client in (conn, tls):
+                answer = await client.request(f"/{ZONE}{name}")
+                assert (answer.status, answer.header("X-Cache"), answer.body) == (200, "HIT", BODY)
+                assert hits.prepared + server.prepared <= most, (hits.prepared, server.prepared)
+    assert (pulled.served, server.served) == (served + 2 * len(names), served_tls + 2 * len(names))  # on the hit path
+    assert hits.prepared == server.prepared == most // 2
+
+
 async def test_if_none_match_star_is_a_304_on_both_paths_for_a_response_without_an_etag(pulled: PullCdn,
                                                                                         clock: Clock) -> None:
     """`If-None-Match: *` is false whenever the URL has a current representation (RFC 9110 13.1.2), an ETag or
