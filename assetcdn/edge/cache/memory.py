@@ -61,7 +61,9 @@ class MemoryTier:
     moves to the victims, where it waits for the disk writer (``on_victims`` is told, outside the lock): still
     found by ``victim``, and removed by the purges, ``discard`` and a newer ``put`` under its key as an entry is,
     so the writer (which writes only what is still there) never brings back what they removed. The victims have
-    a room of their own within ``max_bytes`` (``keeps_victims``), so the budget bounds them too.
+    a room of their own within ``max_bytes`` (``keeps_victims``), so the budget bounds them too. An entry queued for
+    the disk writer (``queued``: a fill other workers read from disk, or one that replaces what the disk tier may
+    hold) that the LRU evicts before its batch is a victim too, outside that bound: written all the same.
 
     With ``second_hit`` (the default), once the disk tier is full (``disk_has_room`` False, kept by the disk writer),
     a memory-only entry put since then becomes a victim only if it was read since it was put (``get``): one nobody
@@ -99,6 +101,9 @@ class MemoryTier:
         self.disk_has_room = True  # set by the disk writer (assetcdn/edge/cache/write_behind.py) after each batch
         self.in_flight: frozenset[str] = frozenset()  # the keys of the disk writer's batch under way (set by it)
         self._unread: set[str] = set()  # memory-only entries not read since their put (with second_hit)
+        # The entries queued for the disk writer and not settled yet (``queued``): one the LRU evicts before its
+        # batch becomes a victim, written all the same (the disk tier may hold an older response under its key).
+        self._queued: dict[str, CachedObject] = {}
         self._ghosts = bytearray(GHOST_BITS // 8)  # the keys of unread entries let go, newest generation
         self._old_ghosts = bytearray(GHOST_BITS // 8)
         self._ghosted = 0  # keys set in the newest generation
@@ -230,8 +235,11 @@ class MemoryTier:
             unread = oldest in self._unread
             cost = self._drop(oldest, evicted)
             if type(evicted) is not MemoryOnly:
-                continue
-            if unread and not self.disk_has_room:
+                if self._queued.get(oldest) is not evicted:  # on disk already: a copy
+                    continue
+                self._victimize(evicted, cost)  # queued for the disk writer: written all the same
+                victims = True
+            elif unread and not self.disk_has_room:
                 self._ghost(oldest)
             else:
                 self._victimize(evicted, cost)
@@ -251,6 +259,13 @@ class MemoryTier:
             self._waiting.clear()
             self._waiting_bytes = 0
             return list(self._victims.values())
+
+    def queued(self, obj: CachedObject) -> None:
+        """``obj`` (an entry put here) waits for the disk writer until ``settle``: evicted meanwhile, it becomes a
+        victim, still found by ``victim`` and written by the next batch, unless a purge or a newer entry under its
+        key removes it first."""
+        with self._lock:
+            self._queued[obj.key] = obj
 
     def holds(self, obj: CachedObject) -> bool:
         """Whether ``obj`` itself is still here, as an entry or as a victim (not purged or replaced since)."""
@@ -277,6 +292,8 @@ class MemoryTier:
         with self._lock:
             for obj in taken:
                 key = obj.key
+                if self._queued.get(key) is obj:
+                    del self._queued[key]
                 if self._victims.get(key) is obj:
                     self._unvictim(key)
                 elif stored and type(obj) is MemoryOnly:
@@ -321,7 +338,9 @@ class MemoryTier:
         self._victims[obj.key] = obj
         self._victim_costs[obj.key] = cost
         self._victim_bytes += cost
-        if obj.key in self.in_flight:  # a queued fill the writer's batch under way is writing: it settles it
+        # A queued fill the writer's batch under way is writing (it settles it), or one queued for the next batch
+        # (never let go by the bound: it may replace an older response on disk, and its fill waits for it).
+        if obj.key in self.in_flight or type(obj) is not MemoryOnly:
             return
         self._waiting[obj.key] = cost
         self._waiting_bytes += cost
@@ -349,7 +368,10 @@ class MemoryTier:
         response under the key in the shared disk tier); a copy of that response, or a newer one, stays."""
         with self._lock:
             obj = self._entries.get(key)
-            return obj is not None and obj.stored_at < stored_at and self._remove(key)
+            if obj is None:  # an evicted fill waiting for the disk writer, which would not overwrite the newer one
+                victim = self._victims.get(key)
+                return victim is not None and victim.stored_at < stored_at and self._unvictim(key)
+            return obj.stored_at < stored_at and self._remove(key)
 
     def discard_many(self, keys: Iterable[str]) -> list[str]:
         with self._lock:

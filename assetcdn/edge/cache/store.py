@@ -370,7 +370,8 @@ class EdgeCache:
         (module docstring); unless the disk tier may hold the key already, when it is queued as with several
         workers (without a future to wait for). While the disk writer is behind what the memory tier evicts
         (``victims_pressing``), a memory-only entry is queued too, with the future: its fill waits for the writer,
-        which so sets the pace of fills instead of letting victims go unwritten.
+        which so sets the pace of fills instead of letting victims go unwritten; so does a fill queued because the
+        disk tier may hold its key (evicted before its batch, it waits among the victims, never let go).
         ``since``: as ``put`` takes it; None too once a purge was published since that mark, so that the caller's
         ``put`` reads the purge log off the event loop (here only the mark is read)."""
         if since is not None and self._purges.mark() != since:
@@ -390,8 +391,9 @@ class EdgeCache:
         if since is not None and self._purges.mark() != since:  # published as it went in: `put` decides
             self._forget(obj)
             return None
-        # The writer behind the evictions: queued now (a victim if evicted before its batch), and waited for.
-        pressing = memory_only and self.memory.victims_pressing
+        # The writer behind the evictions: queued now (a victim if evicted before its batch), and waited for; so is a
+        # fill queued because the disk tier may hold the key, which is never let go once evicted (MemoryTier.queued).
+        pressing = self.memory.victims_pressing
         if memory_only and not pressing:
             return obj, None
         return obj, self._writes.add(obj, writer, wait=not alone or pressing)

@@ -16,8 +16,9 @@ write, which then costs the filling request nothing: the writer takes every entr
 transaction (a commit and the index pages it touches shared by the batch). Rules that keep the tiers agreeing:
 
 - an entry is written only while the memory tier still holds that very object (a victim: still among the
-  victims): one purged, replaced by a newer response, or (a queued fill) evicted before its turn is not
-  written. The purges other workers made are replayed on the memory tier first, inside the batch's SQLite
+  victims): one purged or replaced by a newer response before its turn is not written. A queued fill the
+  memory tier evicts before its turn is a victim until its batch (``MemoryTier.queued``), never let go: the disk
+  tier may hold an older response under its key, which every worker would go on serving, and its fill waits. The purges other workers made are replayed on the memory tier first, inside the batch's SQLite
   write transaction, so a purge another worker logged before the batch commits removes the entry from the
   batch (a purge logged after it removes the written row);
 - a purge on this worker writes what is queued and the victims first (a soft purge marks them stale on disk,
@@ -137,6 +138,7 @@ class WriteBehind:
             loop = None
         if wait and loop is not None:
             waiter = (loop, loop.create_future())
+        self._memory.queued(obj)  # evicted before its batch, it is written all the same
         with self._queue_lock:
             self._queue.append((obj, waiter))
             start, self._scheduled = not self._scheduled, True

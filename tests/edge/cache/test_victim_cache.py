@@ -596,3 +596,21 @@ def test_a_fill_the_writers_batch_is_writing_is_not_let_go_when_evicted_meanwhil
     cache.memory.settle([writing], stored=True)  # the batch commits
     cache.memory.in_flight = frozenset()
     assert cache.memory.victim("pull:z:/writing") is None
+
+
+async def test_a_fill_of_a_key_on_disk_waits_for_the_writer_while_it_is_behind(cache: EdgeCache) -> None:
+    """Such a fill is queued (not memory-only) and, evicted before its batch, waits among the victims however many
+    they are: while the writer is behind, its answer waits for its batch as a memory-only fill's does, so that the
+    writer sets the pace rather than the victims growing past their room."""
+    writer = HeldWriter()
+    cache.put(KEY, b"old body", "text/plain", '"old"', TAGS, headers=HEAD)
+    n = 0
+    while not cache.memory.victims_pressing:
+        fill(cache, writer, f"pull:z:/pressing-{n}")
+        n += 1
+    stored = cache.put_behind(KEY, BODY, "text/plain", '"new"', TAGS, HEAD, writer=writer)
+    assert stored is not None and stored[1] is not None
+    while not stored[1].done():  # the batches, as the gathering time hands them to the writer
+        writer.run()
+        await asyncio.sleep(0.01)
+    assert on_disk(cache, KEY) == BODY

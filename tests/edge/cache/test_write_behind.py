@@ -266,3 +266,77 @@ def test_the_writer_removes_what_a_crash_left_once_an_hour_without_a_restart(cac
     cache.put_behind("pull:z:/4", b"x", "text/plain", '"e"', ["t"], HEAD, writer=writer)
     writer.run()  # the next sweep is an hour after that one
     assert old.exists()
+
+
+async def test_a_fill_the_memory_tier_evicts_before_its_batch_still_reaches_the_disk_tier(cache: EdgeCache,
+                                                                                          tmp_path: Path) -> None:
+    """With other workers, fills come in faster than the writer takes them (a batch under way, a slow disk) and the
+    memory tier evicts some of them before their batch: each is written all the same, so the other worker finds
+    it (it was a miss there, asking the origin again, for good), and this worker serves it meanwhile."""
+    other = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=1 * MB, memory_max_object=256 * KB)
+    try:
+        writer = HeldWriter()
+        bodies = {f"pull:z:/burst-{n}": bytes([n]) * (200 * KB) for n in range(8)}  # 1.6 MB: past the 1 MB tier
+        waits = []
+        for key, body in bodies.items():
+            stored = cache.put_behind(key, body, "text/plain", '"e"', ["t"], HEAD, writer=writer)
+            assert stored is not None and stored[1] is not None
+            waits.append(stored[1])
+        assert all(cache.get(key).body == body for key, body in bodies.items())  # type: ignore[union-attr]
+        writer.run()
+        for waited in waits:
+            await waited
+        assert {key: on_disk(cache, key) for key in bodies} == bodies
+        assert all(other.get(key).body == body for key, body in bodies.items())  # type: ignore[union-attr]
+        assert cache.memory.victim_count == 0
+    finally:
+        other.close()
+
+
+@pytest.mark.parametrize("alone", [False, True], ids=["workers", "alone"])
+def test_a_newer_response_the_memory_tier_evicts_before_its_batch_replaces_the_older_one(
+        cache: EdgeCache, tmp_path: Path, alone: bool) -> None:
+    """A worker stores a newer response under a key the disk tier holds (a fill made again, a changed body after
+    its copy went stale), then fills evict it from its memory tier before its batch: the older response must not
+    stay on disk, where this worker and every other would go on serving it (RFC 9111 4: the most recent response).
+    Alone (one worker), such a fill is queued too rather than held in memory only (`put_behind`)."""
+    other = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=1 * MB, memory_max_object=256 * KB)
+    try:
+        cache.alone = alone
+        writer = HeldWriter()
+        cache.put("pull:z:/page", b"version one", "text/plain", '"1"', ["t"], headers=HEAD)
+        assert other.get("pull:z:/page").body == b"version one"  # type: ignore[union-attr]
+        stored = cache.put_behind("pull:z:/page", b"version two", "text/plain", '"2"', ["t"], HEAD, writer=writer)
+        assert stored is not None
+        for n in range(6):  # 1.2 MB of other fills, version two the least recently used
+            cache.put_behind(f"pull:z:/other-{n}", bytes([n]) * (200 * KB), "text/plain", '"e"', ["t"], HEAD,
+                             writer=writer)
+        assert cache.get("pull:z:/page").body == b"version two"  # type: ignore[union-attr]
+        writer.run()
+        assert on_disk(cache, "pull:z:/page") == b"version two"
+        assert cache.get("pull:z:/page").body == b"version two"  # type: ignore[union-attr]
+        if not alone:  # no other worker to tell then
+            assert other.get("pull:z:/page").body == b"version two"  # type: ignore[union-attr]
+    finally:
+        other.close()
+
+
+def test_an_evicted_fill_waiting_for_its_batch_gives_way_to_a_newer_response_another_worker_stores(
+        cache: EdgeCache, tmp_path: Path) -> None:
+    """The evicted fill waits for the writer here while another worker stores a newer response under its key: this
+    worker serves the newer one from then on, and its batch does not write the older one over it."""
+    other = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=1 * MB, memory_max_object=256 * KB)
+    try:
+        writer = HeldWriter()
+        cache.put_behind("pull:z:/page", b"older", "text/plain", '"1"', ["t"], HEAD, writer=writer)
+        for n in range(6):
+            cache.put_behind(f"pull:z:/other-{n}", bytes([n]) * (200 * KB), "text/plain", '"e"', ["t"], HEAD,
+                             writer=writer)
+        assert cache.memory.victim("pull:z:/page") is not None
+        other.put("pull:z:/page", b"newer", "text/plain", '"2"', ["t"], headers=HEAD)
+        assert cache.get("pull:z:/page").body == b"newer"  # type: ignore[union-attr]
+        writer.run()
+        assert on_disk(cache, "pull:z:/page") == b"newer"
+        assert cache.get("pull:z:/page").body == b"newer"  # type: ignore[union-attr]
+    finally:
+        other.close()
