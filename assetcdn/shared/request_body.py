@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import re
 import zlib
 from collections.abc import AsyncIterator, Iterator
@@ -170,6 +171,17 @@ class _Inflater:
     def check_complete(self) -> None:
         if self._decoder is not None and not self._decoder.eof:
             raise zlib.error("the compressed stream is truncated")
+
+
+async def read_hashed(request: web.Request, limit: int) -> tuple[bytes, str]:
+    """The body (at most `limit` bytes, else 413: `body_chunks`) and its SHA-256, hashed as it arrives: what a
+    signature over a declared body hash is checked against once the head's signature holds (the cluster routes)."""
+    digest = hashlib.sha256()
+    chunks = []
+    async for chunk in body_chunks(request, limit):
+        digest.update(chunk)
+        chunks.append(chunk)
+    return b"".join(chunks), digest.hexdigest()
 
 
 async def body_chunks(request: web.Request, limit: int) -> AsyncIterator[bytes]:

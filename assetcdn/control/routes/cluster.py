@@ -8,7 +8,6 @@ control no memory.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from typing import Any
 
@@ -31,7 +30,7 @@ from assetcdn.shared.cluster import (
 from assetcdn.shared.errors import ApiError, bad_request
 from assetcdn.shared.generation_push import GenerationPush
 from assetcdn.shared.middleware import json_response
-from assetcdn.shared.request_body import KB, abandon_body, body_chunks
+from assetcdn.shared.request_body import KB, abandon_body, read_hashed
 
 CLUSTER_BODY = web.RequestKey("cluster_body", bytes)
 # Nonces control has accepted (set by `assetcdn.control.app.create_app`; control is one process).
@@ -55,16 +54,6 @@ def _unauthorized(request: web.Request) -> ApiError:
     return ApiError(401, "Unauthorized", "Cluster requests must be signed with the cluster secret, once.")
 
 
-async def _read(request: web.Request, limit: int) -> tuple[bytes, str]:
-    """The body (at most `limit` bytes, else 413) and its SHA-256, hashed as it arrives."""
-    digest = hashlib.sha256()
-    chunks = []
-    async for chunk in body_chunks(request, limit):
-        digest.update(chunk)
-        chunks.append(chunk)
-    return b"".join(chunks), digest.hexdigest()
-
-
 @web.middleware
 async def cluster_auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     if not request.path.startswith(PREFIX + "/"):
@@ -77,14 +66,14 @@ async def cluster_auth_middleware(request: web.Request, handler: Handler) -> web
     if declared is not None:
         if not verify_headers(secret, request.method, path_qs, request.headers, guard=guard):
             raise _unauthorized(request)
-        body, received = await _read(request, limit)
+        body, received = await read_hashed(request, limit)
         if not hmac.compare_digest(received, declared):
             raise _unauthorized(request)
     else:
         # A sender that does not declare its body's hash: only a small body is read before the signature is known.
         if not plausible(request.headers):
             raise _unauthorized(request)
-        body, _ = await _read(request, min(limit, SMALL_MESSAGE))
+        body, _ = await read_hashed(request, min(limit, SMALL_MESSAGE))
         if not verify_request(secret, request.method, path_qs, body, request.headers, guard=guard):
             raise _unauthorized(request)
     request[CLUSTER_BODY] = body

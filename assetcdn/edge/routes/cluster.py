@@ -9,7 +9,6 @@ control's is answered 401 unread, as control answers an edge's (assetcdn/control
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 
 import orjson
@@ -26,7 +25,7 @@ from assetcdn.shared.cluster import (
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.generation_push import GenerationPush, GenerationPushError
 from assetcdn.shared.middleware import json_response
-from assetcdn.shared.request_body import KB, abandon_body, body_chunks
+from assetcdn.shared.request_body import KB, abandon_body, read_hashed
 from assetcdn.shared.tls_state import TlsStateError
 
 # Nonces this worker has accepted (set by `assetcdn.edge.app.create_cluster_app`; one per worker process).
@@ -44,16 +43,6 @@ def _unauthorized(request: web.Request) -> ApiError:
                     "once.")
 
 
-async def _read(request: web.Request, limit: int) -> tuple[bytes, str]:
-    """The body (at most `limit` bytes, else 413) and its SHA-256, hashed as it arrives."""
-    digest = hashlib.sha256()
-    chunks = []
-    async for chunk in body_chunks(request, limit):
-        digest.update(chunk)
-        chunks.append(chunk)
-    return b"".join(chunks), digest.hexdigest()
-
-
 async def _signed_message(request: web.Request) -> dict:
     secret, guard = request.app[SECRETS].cluster_secret, request.app[PUSH_REPLAY_GUARD]
     audience = request.app[NODE].name
@@ -62,13 +51,13 @@ async def _signed_message(request: web.Request) -> dict:
     if declared is not None:
         if not verify_headers(secret, request.method, path_qs, request.headers, guard=guard, audience=audience):
             raise _unauthorized(request)
-        body, received = await _read(request, request.client_max_size)
+        body, received = await read_hashed(request, request.client_max_size)
         if not hmac.compare_digest(received, declared):
             raise _unauthorized(request)
     else:
         if not plausible(request.headers):
             raise _unauthorized(request)
-        body, _ = await _read(request, min(request.client_max_size, UNDECLARED_LIMIT))
+        body, _ = await read_hashed(request, min(request.client_max_size, UNDECLARED_LIMIT))
         if not verify_request(secret, request.method, path_qs, body, request.headers, guard=guard,
                               audience=audience):
             raise _unauthorized(request)
