@@ -65,10 +65,15 @@ def origin_path_checked(raw: str) -> str:
 
 def purge_named(config: EdgeConfig, target: PurgeTarget) -> PullPath | str | None:
     """What a purge URL names, resolved as a request for it would be (its host's zone, a rewrite, a pull zone's
-    path as sent, a CDN path decoded): None when it names nothing that is cached (a redirect, a bad path)."""
+    path as sent, a CDN path decoded): None when it names nothing that is cached (a bad path). A path a `_redirects`
+    redirect answers names what is cached under the path itself: copies kept before the rule came, which its
+    requests get again once the rule goes."""
     host_zone = config.zone_for_host(target.host) if target.host is not None else None
+    path = unquote(target.path)
     try:
-        named = resolve(config, host_zone, unquote(target.path), unquote(target.path), target.path)
+        named = resolve(config, host_zone, path, path, target.path)
+        if isinstance(named, Redirect):
+            named = resolve(config, host_zone, path, path, target.path, redirects=False)
     except InvalidPath:
         return None
     return None if isinstance(named, Redirect) else named

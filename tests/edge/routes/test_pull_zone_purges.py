@@ -282,3 +282,35 @@ async def test_a_purge_done_just_after_the_look_up_is_not_undone_by_the_304_that
     resp = await pull.get(name)
     assert (await resp.read(), resp.headers["X-Cache"]) == (b"deployed", "MISS")
     assert pull.origin.count(name) == 3
+
+
+async def rules(pull: Pull, content: str) -> None:
+    """`_redirects` set to `content`, returned once the edge has it."""
+    resp = await pull.cdn.control.post("/api/core/rules", json={"File": "_redirects", "Content": content},
+                                       headers=ACCOUNT)
+    assert resp.status == 200, await resp.text()
+
+    async def arrived() -> bool:
+        return bool(pull.cdn.node.config.rules.redirects.rules) == bool(content)
+
+    await wait_until(arrived, "the redirects reaching the edge")
+
+
+async def test_a_url_purge_reaches_a_copy_kept_before_a_redirect_of_its_path(pull: Pull) -> None:
+    """A copy cached before a `_redirects` rule sent its path elsewhere: the rule answers the path's requests, not
+    the copy, which stays on the edge. A purge of the URL named nothing (a redirect was taken to name nothing cached),
+    so once the rule went, the purged copy was a HIT again."""
+    name = "/redirected/old.txt"
+    pull.origin.answer(name, b"before the redirect", headers=LONG)
+    await cached(pull, name)
+    await rules(pull, f"/{ZONE}{name} /{ZONE}/redirected/new.txt 301\n")
+    try:
+        resp = await pull.cdn.edge.get(f"/{ZONE}{name}", allow_redirects=False)
+        assert resp.status == 301
+        answer = await purge(pull, {"urls": [f"/{ZONE}{name}"]})
+        assert answer["edges"]["entriesRemoved"] == {"edge-t/0": 1}
+    finally:
+        await rules(pull, "")
+    pull.origin.answer(name, b"after the redirect", headers=LONG)
+    resp = await pull.get(name)
+    assert (await resp.read(), resp.headers["X-Cache"]) == (b"after the redirect", "MISS")
