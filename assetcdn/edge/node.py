@@ -289,9 +289,7 @@ class EdgeNode:
             return GenerationPurge(command.generation, everything=True, soft=command.soft)
         tags = list(command.tags)
         for url in command.urls:
-            tag = url_tag(url, self.config)
-            if tag is not None:
-                tags.append(tag)
+            tags.extend(url_tags(url, self.config))
         prefixes = [tag for tag in (prefix_tag(prefix, self.config) for prefix in command.prefixes) if tag]
         return GenerationPurge(command.generation, tuple(tags), tag_prefixes=tuple(prefixes), soft=command.soft)
 
@@ -326,15 +324,14 @@ def retired_origins(before: dict[str, PullZone], after: dict[str, PullZone]) -> 
                   or (zone.store_set_cookie and not new.store_set_cookie))
 
 
-def url_tag(url: str, config: EdgeConfig) -> str | None:
-    """The path tag of what a purge URL names (assetcdn/edge/states/recv.py reads it as a request): an
-    absolute URL on a zone's tenant host or custom domain, on another host, or a path; percent-encoded or not.
-    None if it names nothing cached."""
+def url_tags(url: str, config: EdgeConfig) -> list[str]:
+    """The path tags of what a purge URL names (assetcdn/edge/states/recv.py reads it as a request, `purge_named`):
+    an absolute URL on a zone's tenant host or custom domain, on another host, or a path; percent-encoded or not.
+    Empty if it names nothing cached."""
     target = split_target(url)
-    named = purge_named(config, target) if target is not None else None
-    if isinstance(named, PullPath):
-        return pull_path_tag(named.zone.name, named.path)
-    return path_tag(named) if named is not None else None
+    named = purge_named(config, target) if target is not None else []
+    return [pull_path_tag(found.zone.name, found.path) if isinstance(found, PullPath) else path_tag(found)
+            for found in named]
 
 
 def prefix_tag(prefix: str, config: EdgeConfig) -> str | None:

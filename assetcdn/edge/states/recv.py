@@ -63,20 +63,24 @@ def origin_path_checked(raw: str) -> str:
     return raw
 
 
-def purge_named(config: EdgeConfig, target: PurgeTarget) -> PullPath | str | None:
+def purge_named(config: EdgeConfig, target: PurgeTarget) -> list[PullPath | str]:
     """What a purge URL names, resolved as a request for it would be (its host's zone, a rewrite, a pull zone's
-    path as sent, a CDN path decoded): None when it names nothing that is cached (a bad path). A path a `_redirects`
-    redirect answers names what is cached under the path itself: copies kept before the rule came, which its
-    requests get again once the rule goes."""
+    path as sent, a CDN path decoded), and the path itself when a `_redirects` rule (a redirect, or a rewrite to
+    another path) answers it: the copies kept there before the rule came, which its requests get again once the
+    rule goes. Empty when it names nothing that is cached (a bad path)."""
     host_zone = config.zone_for_host(target.host) if target.host is not None else None
     path = unquote(target.path)
-    try:
-        named = resolve(config, host_zone, path, path, target.path)
-        if isinstance(named, Redirect):
-            named = resolve(config, host_zone, path, path, target.path, redirects=False)
-    except InvalidPath:
-        return None
-    return None if isinstance(named, Redirect) else named
+    named: list[PullPath | str] = []
+    for redirects in (True, False):
+        try:
+            found = resolve(config, host_zone, path, path, target.path, redirects=redirects)
+        except InvalidPath:
+            continue
+        if not isinstance(found, Redirect) and found not in named:
+            named.append(found)
+        if not config.rules.redirects.rules:  # no rule: the path as it is, found already
+            break
+    return named
 
 
 def purge_prefix_named(config: EdgeConfig, target: PurgeTarget) -> tuple[str, str, bool] | None:

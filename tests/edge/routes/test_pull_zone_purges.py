@@ -314,3 +314,27 @@ async def test_a_url_purge_reaches_a_copy_kept_before_a_redirect_of_its_path(pul
     pull.origin.answer(name, b"after the redirect", headers=LONG)
     resp = await pull.get(name)
     assert (await resp.read(), resp.headers["X-Cache"]) == (b"after the redirect", "MISS")
+
+
+async def test_a_url_purge_reaches_a_copy_kept_before_a_rewrite_of_its_path_and_what_it_serves_now(pull: Pull) -> None:
+    """A `_redirects` rewrite (200) serves another path's response at a URL: a purge of the URL names that path's
+    copies, what its clients get now, and also the URL's own, kept before the rule came: once the rule went, those
+    came back as a HIT though the URL was purged."""
+    name, target = "/rewritten/old.txt", "/rewritten/new.txt"
+    pull.origin.answer(name, b"before the rewrite", headers=LONG)
+    pull.origin.answer(target, b"the rewrite's", headers=LONG)
+    await cached(pull, name)
+    await rules(pull, f"/{ZONE}{name} /{ZONE}{target} 200\n")
+    try:
+        await cached(pull, target)
+        resp = await pull.get(name)
+        assert (await resp.read(), resp.headers["X-Cache"]) == (b"the rewrite's", "HIT")
+        answer = await purge(pull, {"urls": [f"/{ZONE}{name}"]})
+        assert answer["edges"]["entriesRemoved"] == {"edge-t/0": 2}
+        resp = await pull.get(name)
+        assert (await resp.read(), resp.headers["X-Cache"]) == (b"the rewrite's", "MISS")
+    finally:
+        await rules(pull, "")
+    pull.origin.answer(name, b"after the rewrite", headers=LONG)
+    resp = await pull.get(name)
+    assert (await resp.read(), resp.headers["X-Cache"]) == (b"after the rewrite", "MISS")
