@@ -245,6 +245,7 @@ class StreamTransport(asyncio.Transport):
         self.reading_paused = False
         self.unacknowledged = 0  # request body bytes held back from flow control while reading is paused
         self.chunked_body = False
+        self.request_open = False  # the client has not ended its request: body bytes may still come
         self.aborted = False     # reset before its end
         self._when_sent: Callable[[int, bool], None] | None = None
         self.delivery: Pending | None = None  # a hit answered directly (H2Protocol._answer_directly)
@@ -378,6 +379,7 @@ class StreamTransport(asyncio.Transport):
                 self.connection.pump(self)
             else:  # no head yet, or a body cut short of its length or last chunk: never ended as if whole
                 self.connection.reset(self, ErrorCode.INTERNAL_ERROR)
+        self._stop_request()
         asyncio.get_running_loop().call_soon(self._lost, None)
 
     def abort(self) -> None:
@@ -385,7 +387,16 @@ class StreamTransport(asyncio.Transport):
             self.connection.reset(self, ErrorCode.INTERNAL_ERROR)
         if not self.closed:
             self.closed = True
+            self._stop_request()
             asyncio.get_running_loop().call_soon(self._lost, None)
+
+    def _stop_request(self) -> None:
+        """The HTTP/1.1 side closed with the client's request body still coming: it will not be read. A stream
+        answered whole (or ending so) tells the client to stop sending it; a reset one was told already."""
+        if self.request_open:
+            self.request_open = False
+            if not self.aborted:
+                self.connection.stop_sending_after_end(self)
 
     def _lost(self, exc: Exception | None) -> None:
         protocol, self.protocol = self.protocol, None
@@ -441,6 +452,7 @@ class StreamTransport(asyncio.Transport):
             self.protocol.data_received(b"%x\r\n%s\r\n" % (len(data), data) if self.chunked_body else data)
 
     def end_of_body(self) -> None:
+        self.request_open = False
         if self.chunked_body and self.protocol is not None and not self.closed:
             self.protocol.data_received(b"0\r\n\r\n")
 
@@ -488,6 +500,7 @@ class H2Protocol(asyncio.Protocol):
         self.checked = 0
         self.checking = False       # streams are open: `deadline` is the next progress check
         self.data_sent = False      # DATA went out since the client's last WINDOW_UPDATE of the connection
+        self.stop_sending: list[StreamTransport] = []  # to reset NO_ERROR once their answers are out
         self.last_stream_id = 0     # the client's last stream taken (our GOAWAY's, when the library cannot send)
         # Hits answered from the stream's fields (_answer_directly); `batch_begun`: HitServer.begin_batch ran
         # in this loop turn.
@@ -582,6 +595,8 @@ class H2Protocol(asyncio.Protocol):
             while not self.writing_paused or self.ended:
                 data = connection.data_to_send(SEND_SLICE)
                 if not data:
+                    if self.stop_sending and self._stop_sending():  # RST_STREAM after the frames that end answers
+                        continue
                     break
                 transport.write(data)
         except ngh2.NGH2Error:  # the connection is over
@@ -800,6 +815,7 @@ class H2Protocol(asyncio.Protocol):
             return
         stream = StreamTransport(self, stream_id, method)
         stream.chunked_body = has_body and b"\r\nTransfer-Encoding: chunked\r\n" in head
+        stream.request_open = has_body
         self.streams[stream_id] = stream
         if not self.checking:
             self.checking = True
@@ -1002,6 +1018,32 @@ class H2Protocol(asyncio.Protocol):
         self._relieve(stream)
         if stream.ended:
             self._finished(stream)
+
+    def stop_sending_after_end(self, stream: StreamTransport) -> None:
+        """The stream's HTTP/1.1 side closed before the client ended its request (an early 413, 503 or 504 while
+        the client still sends its body): once its answer has ended, RST_STREAM NO_ERROR asks the client to stop
+        sending (RFC 9113 8.1), as the close after such an answer ends an HTTP/1.1 upload. Otherwise the client
+        went on sending the whole body for nothing, and the stream stayed open in the library (one of the client's
+        concurrent streams) until it had, or for good when it never did."""
+        if self.transport is not None:
+            self.stop_sending.append(stream)
+            self.schedule_flush()
+
+    def _stop_sending(self) -> bool:
+        """RST_STREAM NO_ERROR for the streams `stop_sending_after_end` named whose answers have ended, called once
+        the library holds no other frame (their last frames are out: reset before, it would go first and drop
+        them); one still sending waits, one reset meanwhile is left alone. Whether any was reset."""
+        waiting: list[StreamTransport] = []
+        reset = False
+        for stream in self.stop_sending:
+            if not stream.ended or stream.end_pending:
+                waiting.append(stream)
+            elif not stream.aborted:
+                reset = True
+                with contextlib.suppress(ngh2.NGH2Error):
+                    self.h2.reset_stream(stream.stream_id, ErrorCode.NO_ERROR)
+        self.stop_sending = waiting
+        return reset
 
     def _relieve(self, done: StreamTransport) -> None:
         """The connection holds little again: the producers it paused for that go on."""

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import h2.config
 import h2.connection
+import h2.errors
 import pytest
 import pytest_asyncio
 from aiohttp import web
@@ -169,3 +170,32 @@ async def test_body_bytes_that_arrive_after_an_early_answer_give_the_connections
     assert [len(seen.body) for seen in edge.origin.requests("/upload-after-413")] == [100_000]
     conn.client.reset_stream(refused)
     conn.exchange()
+
+
+async def test_an_upload_answered_before_its_body_ends_is_told_to_stop_sending(edge: Edge) -> None:
+    """An upload answered before its body was read (here 413 for a declared length over the limit) whose client goes
+    on sending: over HTTP/1.1 the edge closes the connection once it stops reading, which ends the upload. Over
+    HTTP/2 nothing ended it: the client went on sending the whole body for nothing, and the stream stayed open (one
+    of its concurrent streams) until it had, or for good. Once the answer is out whole, RST_STREAM NO_ERROR asks the
+    client to stop (RFC 9113 8.1)."""
+    edge.origin.route("/upload-stopped", echo)
+    conn = edge.connect()
+    refused = conn.client.get_next_available_stream_id()
+    conn.answers[refused] = [None, bytearray(), False]
+    conn.resets[refused] = -1
+    too_large = str(100 * 1024 * 1024).encode()
+    conn.client.send_headers(refused, request("/upload-stopped", "POST", (b"content-length", too_large)))
+    conn.client.send_data(refused, b"r" * 1000)
+    status, headers, body = await answer(conn, refused, "the 413")
+    assert status == 413 and b"PayloadTooLarge" in body and headers["content-length"] == str(len(body))
+    assert conn.resets[refused] == -1  # ended by END_STREAM, whole, not by a reset
+    conn.answers[refused] = [None, bytearray(), False]
+
+    async def stopped() -> bool:
+        conn.exchange()
+        return conn.resets[refused] != -1
+
+    await wait_until(stopped, "the RST_STREAM that stops the upload")
+    assert conn.resets[refused] == h2.errors.ErrorCodes.NO_ERROR
+    assert conn.answers[refused][:2] == [None, bytearray()]  # nothing more was sent on it
+    assert not edge.origin.requests("/upload-stopped")
