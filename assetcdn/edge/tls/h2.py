@@ -1036,9 +1036,11 @@ class H2Protocol(asyncio.Protocol):
         waiting: list[StreamTransport] = []
         reset = False
         for stream in self.stop_sending:
+            if stream.aborted:  # reset meanwhile (its answer cut short, the client's own reset): told already
+                continue
             if not stream.ended or stream.end_pending:
                 waiting.append(stream)
-            elif not stream.aborted:
+            else:
                 reset = True
                 with contextlib.suppress(ngh2.NGH2Error):
                     self.h2.reset_stream(stream.stream_id, ErrorCode.NO_ERROR)
