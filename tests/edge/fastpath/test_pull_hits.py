@@ -413,6 +413,13 @@ def comparable_h2(response: Response) -> tuple[int, list[tuple[str, str]], bytes
     return response.status, headers, response.body
 
 
+def other_copy(response: Response) -> tuple[int, list[tuple[str, str]], bytes]:
+    """`comparable_h2` of an answer from another copy of the URL (its https one, fetched apart): without the
+    fields that tell that copy's own age (Age, Date, Cache-Status's ttl)."""
+    status, headers, body = comparable_h2(response)
+    return status, [(k, v) for k, v in headers if k not in ("age", "date", "cache-status")], body
+
+
 async def test_a_fresh_hit_over_http_2_is_answered_from_the_streams_fields_as_over_http_1_1(
         pulled: PullCdn, clock: Clock, secure: tuple[hit_server.HitServer, list[bytes]]) -> None:
     server, from_fields = secure
@@ -653,7 +660,7 @@ async def test_several_lines_of_a_condition_or_a_range_are_read_as_one_field_on_
                 method, fields)
             assert comparable(fast) == comparable(slow), (method, fields)
             over_h2 = await client.get(path, [(name.lower(), value) for name, value in fields], method)
-            assert comparable_h2(over_h2) == comparable_h2(slow), (method, fields)
+            assert other_copy(over_h2) == other_copy(slow), (method, fields)
     assert pulled.origin.count("/lines.bin") == 2  # once per scheme: an https URL is kept apart
 
 
@@ -675,7 +682,7 @@ async def test_an_etag_holding_a_comma_is_one_entity_tag_of_if_none_match(
         over_h2 = await client.get(path, [("if-none-match", value)])
         assert slow.status == status, value
         assert comparable(fast) == comparable(slow), value
-        assert comparable_h2(over_h2) == comparable_h2(slow), value
+        assert other_copy(over_h2) == other_copy(slow), value
     assert pulled.served == served + 5
 
 
