@@ -479,8 +479,10 @@ def validated_by(stored_headers_: Headers, not_modified_headers: Headers) -> boo
             return True
         modified, stored_modified = (first_value(not_modified_headers, "last-modified"),
                                      first_value(stored_headers_, "last-modified"))
-        return modified is None or stored_modified is None or modified.strip() == stored_modified.strip() or (
-            http_date(modified) is not None and http_date(modified) == http_date(stored_modified))
+        if modified is None or stored_modified is None or modified.strip() == stored_modified.strip():
+            return True
+        moment = http_date(modified)  # the same moment written another way (a date form RFC 9110 5.6.7 allows)
+        return moment is not None and moment == http_date(stored_modified)
     return stored_etag is not None and _opaque(stored_etag) == _opaque(etag)
 
 
