@@ -647,6 +647,23 @@ async def origin_failed(request: web.Request, zone: PullZone, path: str, fields:
     raise ApiError(502, "OriginUnreachable", f"The origin could not be reached: {exc}", headers=cache_status) from None
 
 
+async def drop_copy(node: EdgeNode, key: str) -> None:
+    """Drop the stored copy under `key` from every tier and worker (a purge of that key alone), off the event loop."""
+    await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_keys, [key])
+
+
+async def drop_if_superseded(node: EdgeNode, zone: PullZone, stored: StoredResponse | None, response: OriginResponse,
+                             fields: Headers = ()) -> None:
+    """Drop `stored` when `response`, the origin's full answer to its revalidation, may not be kept whoever asks
+    (`judge` with `fields`, the fields every request for it carries): it says the stored copy is not the origin's
+    current response (RFC 9111 4.3.3), and left, stale-if-error and stale-while-revalidate would go on answering with
+    (or making variants of) what the origin has replaced. Not for a 5xx (the origin failing: what stale-if-error is
+    for), nor an error about the request's own form (REQUEST_ERRORS: its fields, not the URL), which replace nothing."""
+    if stored is not None and response.status < 500 and response.status not in REQUEST_ERRORS and judge(
+            zone, fields, response, node.origins.limits.max_object_bytes)[0] is not None:
+        await drop_copy(node, stored.obj.key)
+
+
 async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
                      fields: Headers, stored: StoredResponse | None, land: Land = no_landing) -> web.StreamResponse:
     """A miss, or a stored response the origin must confirm (a 304 updates it) or replace. `land` tells the
@@ -690,13 +707,7 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
         if answer is not None:  # else its body went meanwhile: asked for whole below
             return answer
         return await ask_origin(request, node, zone, path, url_key, fields, None, land)
-    if stored is not None and response.status < 500 and response.status not in REQUEST_ERRORS and judge(
-            zone, (), response, node.origins.limits.max_object_bytes)[0] is not None:
-        # A full answer says the stored copy is not the origin's current response (RFC 9111 4.3.3), and this one may
-        # not be kept, whoever asks: the copy goes (as `background_revalidate` drops it), or stale-if-error and
-        # stale-while-revalidate would go on answering with what the origin has replaced. Not for an error about
-        # this request's own form (REQUEST_ERRORS: its fields, not the URL), which replaces nothing.
-        await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_keys, [stored.obj.key])
+    await drop_if_superseded(node, zone, stored, response)
     return await stream_and_store(request, node, zone, path, url_key, fields, response, fwd, land)
 
 
@@ -1113,7 +1124,7 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
     if varies_otherwise or not_storable("GET", stored.status, (), head,
                                         store_set_cookie=zone.store_set_cookie) is not None:
         if varies_otherwise:
-            await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_keys, [obj.key])
+            await drop_copy(node, obj.key)
         return StoredResponse(obj, stored.status, head, freshness(
             stored.status, head, not_modified.request_time, not_modified.response_time), stored.digest)
     meta = stored_meta(head, stored.status, not_modified, stored.digest)
@@ -1165,10 +1176,6 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
     sent = varied(request, zone, fields)  # taken now: the request is answered before its revalidation ends
     headers = forwarded_headers(request, zone, stored)
 
-    async def superseded() -> None:
-        """The stored copy dropped (every tier and worker): the origin's current response is not it, nor kept."""
-        await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_keys, [stored.obj.key])
-
     async def revalidate() -> None:
         kept: Kept | None = None
         try:
@@ -1205,7 +1212,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
                 if why is NotStored.TOO_LARGE or (response.status not in REQUEST_ERRORS and not_storable(
                         "GET", response.status, (), response.headers, store_set_cookie=zone.store_set_cookie,
                         parsed=parsed) is not None):
-                    await superseded()
+                    await drop_copy(node, stored.obj.key)
                 return
             kept = asyncio.get_running_loop().create_future()
             land(kept, selected_by(response.headers, sent))
@@ -1221,7 +1228,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
             except OriginError as exc:
                 spool.close()
                 if isinstance(exc, OriginTooLarge):  # a new body too large to keep (no declared length)
-                    await superseded()
+                    await drop_copy(node, stored.obj.key)
                 raise
             settle(kept, await store(node, zone, path, url_key, sent, response, stored_headers(response.headers),
                                      spool, digest.hexdigest() if digest is not None else None) is not None)

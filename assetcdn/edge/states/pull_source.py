@@ -44,7 +44,6 @@ from assetcdn.edge.origin_client import (
 from assetcdn.edge.site_config import EdgeConfig, PullZone
 from assetcdn.edge.states.freshness import (
     ERROR_STATUSES,
-    REQUEST_ERRORS,
     Headers,
     NotStored,
     Reuse,
@@ -71,7 +70,7 @@ from assetcdn.edge.states.pull import (
     StoredResponse,
     Varied,
     ask,
-    judge,
+    drop_if_superseded,
     lookup,
     named_by_body,
     no_landing,
@@ -368,13 +367,7 @@ async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, 
                                                                                     time.time()):
         response.release()
         return await described(node, at, url_key, stored, stale=True)
-    if stored is not None and response.status < 500 and response.status not in REQUEST_ERRORS and judge(
-            at.zone, SOURCE_FIELDS, response, node.origins.limits.max_object_bytes)[0] is not None:
-        # A full answer says the stored source is not the origin's current image (RFC 9111 4.3.3), and this one may
-        # not be kept: the source goes, as a delivery's revalidation drops the URL's copy (`ask_origin`), or
-        # stale-while-revalidate and stale-if-error would go on making variants of the image the origin replaced.
-        # Not for an error about the request's own form (REQUEST_ERRORS), which replaces nothing.
-        await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_keys, [stored.obj.key])
+    await drop_if_superseded(node, at.zone, stored, response, SOURCE_FIELDS)  # as a delivery's revalidation does
     why = not_storable("GET", response.status, SOURCE_FIELDS, response.headers,
                        store_set_cookie=at.zone.store_set_cookie)
     if why is not None:
