@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
@@ -141,6 +142,21 @@ def http_date(value: str | None) -> float | None:
     if moment.tzinfo is None:  # "-0000": a time in UTC of unknown local zone
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
+
+
+_DAY, _MONTH, _TIME = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)", r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)", r"\d\d:\d\d:\d\d"
+# RFC 9110 5.6.7's HTTP-date, as written (case-sensitive): IMF-fixdate, rfc850-date and asctime-date, nothing else.
+HTTP_DATE = re.compile(rf"{_DAY}, \d\d {_MONTH} \d{{4}} {_TIME} GMT"
+                       rf"|(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), \d\d-{_MONTH}-\d\d {_TIME} GMT"
+                       rf"|{_DAY} {_MONTH} (?:\d\d| \d) {_TIME} \d{{4}}")
+
+
+def request_http_date(value: str) -> float | None:
+    """A request's HTTP-date (If-Modified-Since) as a Unix time; None when it is not one as RFC 9110 5.6.7 writes it.
+    A recipient must ignore a condition whose date is invalid (RFC 9110 13.1.3): `http_date`, lenient as a reader
+    of the stored responses' dates is, takes a time without seconds, another zone (`EST`), text after the date or a
+    list's first date for one, and a client's such value answered 304 when the stored response is newer."""
+    return http_date(value) if HTTP_DATE.fullmatch(value) else None
 
 
 def listed_fields(argument: str | None) -> frozenset[str]:

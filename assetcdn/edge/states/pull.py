@@ -78,6 +78,7 @@ from assetcdn.edge.states.freshness import (
     invalidates,
     not_storable,
     request_directives,
+    request_http_date,
     response_directives,
     reuse,
     secondary_key,
@@ -1356,8 +1357,8 @@ def not_modified(request: web.Request, stored: StoredResponse) -> bool:
     """The request's own conditions hold against the stored response (RFC 9110 13.2.2: If-None-Match first).
     `If-None-Match: *` names any current representation, one without an ETag too (RFC 9110 13.1.2), as the hit
     path compares it (assetcdn/edge/fastpath/hit_server.py); several If-None-Match lines are one list (RFC 9110
-    5.3: the hit path hands such a request over). An If-Modified-Since of more than one member is ignored (13.1.3):
-    parsed leniently, a list would read as its first date."""
+    5.3: the hit path hands such a request over). An If-Modified-Since that is not one HTTP-date (a list of them,
+    another form, trailing text) is ignored (13.1.3, `request_http_date`)."""
     if stored.status != 200:
         return False
     if_none_match = joined_field(request, "If-None-Match")
@@ -1365,9 +1366,9 @@ def not_modified(request: web.Request, stored: StoredResponse) -> bool:
         etag = first_value(stored.headers, "etag")
         return etag_matches(if_none_match, None if etag is None else etag.removeprefix("W/"))
     if_modified_since = joined_field(request, "If-Modified-Since")
-    if if_modified_since is None or if_modified_since.count(",") > 1:  # an HTTP-date holds one comma at most
+    if if_modified_since is None:
         return False
-    since = http_date(if_modified_since)
+    since = request_http_date(if_modified_since)
     last_modified = http_date(first_value(stored.headers, "last-modified"))
     return since is not None and last_modified is not None and last_modified <= since
 

@@ -866,6 +866,27 @@ async def test_a_clients_own_conditions_are_answered_from_the_stored_response(pu
     assert pull.origin.count("/conditional.txt") == 1
 
 
+async def test_an_if_modified_since_that_is_no_http_date_is_ignored(pull: Pull) -> None:
+    """RFC 9110 13.1.3: an If-Modified-Since that is not a valid HTTP-date is ignored, the whole response sent. The
+    dates of stored responses are read leniently, and so was this one: a time without seconds, another zone, text
+    after the date were taken for a date (`Mon, 01 Jan 2024 00:00 GMT` at or after the Last-Modified: 304). The three
+    forms of HTTP-date (5.6.7) are still compared."""
+    modified = "Mon, 01 Jan 2024 00:00:00 GMT"
+    pull.origin.answer("/since.txt", b"dated", headers={**LONG, "Last-Modified": modified})
+    assert (await pull.get("/since.txt")).headers["X-Cache"] == "MISS"
+    for since, status in (("Mon, 01 Jan 2024 00:00 GMT", 200), ("Mon, 01 Jan 2024 00:00:00 EST", 200),
+                          (f"{modified} and later", 200), ("mon, 01 jan 2024 00:00:00 gmt", 200),
+                          ("01 Jan 2024 00:00:00 GMT", 200), (f"{modified}, {modified}", 200),
+                          (modified, 304), ("Monday, 01-Jan-24 00:00:00 GMT", 304),
+                          ("Mon Jan  1 00:00:00 2024", 304), ("Sun, 31 Dec 2023 23:59:59 GMT", 200)):
+        for method in ("GET", "HEAD"):
+            resp = await pull.cdn.edge.request(method, f"/{ZONE}/since.txt", headers={"If-Modified-Since": since})
+            body = await resp.read()
+            assert (resp.status, body) == (status, b"dated" if status == 200 and method == "GET" else b""), since
+            assert resp.headers["X-Cache"] == "HIT"
+    assert pull.origin.count("/since.txt") == 1
+
+
 async def test_if_match_and_if_unmodified_since_are_the_origins_to_evaluate(pull: Pull) -> None:
     """A client resuming a download of the version it has (`If-Match` or `If-Unmodified-Since` with a Range) while
     the edge holds an older one: the edge answered the range from its copy, ignoring the precondition, so the
