@@ -680,7 +680,7 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
     if stored is not None and response.status == 304 and validators(stored.headers):
         response.release()
         if validated_by(stored.headers, response.headers):
-            refreshed = await refresh(node, zone, path, stored, response)
+            refreshed = await refresh(node, zone, path, stored, response, fields)
             land(None)
             if stale_at_shield(response.headers):  # the shield's stale copy confirmed it: stale, as that copy is
                 answer = await deliver_stored(request, refreshed, CacheResult.STALE,
@@ -1111,10 +1111,12 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
 
 
 async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredResponse,
-                  not_modified: OriginResponse) -> StoredResponse:
+                  not_modified: OriginResponse, fields: Headers = ()) -> StoredResponse:
     """A stored response confirmed by a 304: its head updated (RFC 9111 3.2, 4.3.4), its body kept. A 304 that
     makes it a response this cache may not keep (a Set-Cookie, `private`, `no-store`) updates this request's
-    answer only: the stored one stays as it was, stale, so the next request asks the origin again. So does one
+    answer only: the stored one stays as it was, stale, so the next request asks the origin again. So does a 304
+    to a request (`fields`, the client's) with Authorization that does not allow a shared cache to keep it (RFC
+    9111 3.5: its fields and freshness would be every client's), or with a `no-store` of its own. So does one
     whose Vary names other request fields than the stored response's, and the stored one is dropped: kept where
     it is with the new Vary (a response stored for any request, or the variant of other fields' values), it would
     answer requests it does not match, the 304 confirming it for this request only (RFC 9111 4.1); the next
@@ -1122,7 +1124,7 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
     head = updated_headers(stored.headers, not_modified.headers, not_modified.response_time)
     obj = stored.obj
     varies_otherwise = vary_fields(head) != vary_fields(stored.headers)
-    if varies_otherwise or not_storable("GET", stored.status, (), head,
+    if varies_otherwise or not_storable("GET", stored.status, fields, head,
                                         store_set_cookie=zone.store_set_cookie) is not None:
         if varies_otherwise:
             await drop_copy(node, obj.key)
@@ -1187,7 +1189,7 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
                 if not validators(stored.headers):
                     return  # it answers no condition: not this one's
                 if validated_by(stored.headers, response.headers):
-                    await refresh(node, zone, path, stored, response)
+                    await refresh(node, zone, path, stored, response, fields)
                     return
                 # A 304 about another response (`validated_by`, RFC 9111 4.3.4): the stored one is not the
                 # origin's current one. Asked for whole, as the foreground asks (`ask_origin`): left as it was,

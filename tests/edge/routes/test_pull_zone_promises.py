@@ -4,6 +4,7 @@ sees and what the origin saw."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import time
 from email.utils import formatdate
@@ -168,6 +169,52 @@ async def test_a_304_that_sets_a_cookie_updates_only_its_own_answer(pull: Pull) 
     second = await pull.get("/promise/cookie-304.txt")  # still stale: revalidated again, not a HIT of the cookie
     assert second.headers["X-Cache"] == "REVALIDATED"
     assert pull.origin.count("/promise/cookie-304.txt") == 3
+
+
+async def test_a_304_to_an_authorized_request_updates_only_its_own_answer(pull: Pull) -> None:
+    """RFC 9111 3.5: the 304 answered a request with Authorization, and does not allow a shared cache to keep it:
+    its fields (here one naming the caller) and its freshness are the caller's, never the stored copy's."""
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"a1"' and "Authorization" in request.headers:
+            return web.Response(status=304, headers={"ETag": '"a1"', "Cache-Control": "max-age=600",
+                                                     "X-Caller": request.headers["Authorization"]})
+        if request.headers.get("If-None-Match") == '"a1"':
+            return web.Response(status=304, headers={"ETag": '"a1"', "Cache-Control": "max-age=0"})
+        return web.Response(body=b"anyone's", headers={"ETag": '"a1"', "Cache-Control": "max-age=0"})
+
+    pull.origin.route("/promise/auth-304.txt", handler)
+    assert (await pull.get("/promise/auth-304.txt")).headers["X-Cache"] == "MISS"
+    caller = await pull.get("/promise/auth-304.txt", headers={"Authorization": "Bearer alice"})
+    assert (caller.headers["X-Cache"], await caller.read()) == ("REVALIDATED", b"anyone's")
+    assert caller.headers["X-Caller"] == "Bearer alice"  # the answer it came for
+    anyone = await pull.get("/promise/auth-304.txt")  # the copy is still stale: asked again, not a HIT of alice's
+    assert anyone.headers["X-Cache"] == "REVALIDATED"
+    assert "X-Caller" not in anyone.headers
+    assert pull.origin.count("/promise/auth-304.txt") == 3
+
+
+async def test_a_background_304_to_an_authorized_request_leaves_the_stored_copy_as_it_was(pull: Pull) -> None:
+    """stale-while-revalidate: the revalidation a request with Authorization starts is sent with it; its 304 must
+    not make the caller's fields and freshness everyone's."""
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"b1"' and "Authorization" in request.headers:
+            return web.Response(status=304, headers={"ETag": '"b1"', "Cache-Control": "max-age=600",
+                                                     "X-Caller": request.headers["Authorization"]})
+        return web.Response(body=b"anyone's", headers={"ETag": '"b1"',
+                                                       "Cache-Control": "max-age=0, stale-while-revalidate=600"})
+
+    pull.origin.route("/promise/auth-swr.txt", handler)
+    assert (await pull.get("/promise/auth-swr.txt")).headers["X-Cache"] == "MISS"
+    stale = await pull.get("/promise/auth-swr.txt", headers={"Authorization": "Bearer alice"})
+    assert stale.headers["X-Cache"] == "STALE"
+    for _ in range(100):  # the background revalidation's 304
+        if pull.origin.count("/promise/auth-swr.txt") == 2:
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.1)
+    anyone = await pull.get("/promise/auth-swr.txt")
+    assert anyone.headers["X-Cache"] == "STALE"  # not a fresh HIT made by alice's 304
+    assert "X-Caller" not in anyone.headers
 
 
 # --- purges of origin tags ----------------------------------------------------------------------------------
