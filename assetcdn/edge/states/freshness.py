@@ -516,6 +516,19 @@ def updated_headers(stored: Headers, not_modified: Headers, received: float | No
     return stored_headers([(name, value) for name, value in stored if name not in replaced] + incoming)
 
 
+def withheld_fields(head: Headers, not_modified: Headers) -> tuple[tuple[str, str], ...]:
+    """The fields of a 304 that the updated head's (`updated_headers`) qualified `no-cache="..."` or `private="..."`
+    keeps out of the stored copy: they are still the answer of the request the 304 came for (RFC 9111 5.2.2.4 and
+    5.2.2.7 bind the stored copy and later requests, not this one), as a first response's are its own client's."""
+    directives = response_directives(head)[0]
+    named = listed_fields(directives.get("private")) | listed_fields(directives.get("no-cache"))
+    if not named:
+        return ()
+    connection = field_values(not_modified, "connection")
+    skipped = UNSTORED_FIELDS | NOT_UPDATED_BY_304 | {member.lower() for member in split_list(connection)}
+    return tuple((name, value) for name, value in not_modified if name in named and name not in skipped)
+
+
 def dated(headers: Headers, received: float) -> Headers:
     """`headers`, dated `received` (when the response arrived) when it came without a Date: a recipient with a
     clock that caches it appends one (RFC 9110 6.6.1). A copy kept without it would be answered dated when it is

@@ -89,6 +89,7 @@ from assetcdn.edge.states.freshness import (
     validated_by,
     validators,
     vary_fields,
+    withheld_fields,
 )
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.tls.policy import HSTS_HEADER
@@ -682,6 +683,9 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
         if validated_by(stored.headers, response.headers):
             refreshed = await refresh(node, zone, path, stored, response, fields)
             land(None)
+            own = withheld_fields(refreshed.headers, response.headers)
+            if own:  # what the 304 keeps out of the stored copy is still this request's (a Set-Cookie)
+                refreshed = replace(refreshed, headers=(*refreshed.headers, *own))
             if stale_at_shield(response.headers):  # the shield's stale copy confirmed it: stale, as that copy is
                 answer = await deliver_stored(request, refreshed, CacheResult.STALE,
                                               f"{CACHE_STATUS}; hit; fwd={fwd}; fwd-status=304")

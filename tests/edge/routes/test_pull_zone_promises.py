@@ -171,6 +171,31 @@ async def test_a_304_that_sets_a_cookie_updates_only_its_own_answer(pull: Pull) 
     assert pull.origin.count("/promise/cookie-304.txt") == 3
 
 
+@pytest.mark.parametrize(("name", "directive"), [
+    ("/promise/cookie-304-no-cache.txt", 'max-age=600, no-cache="Set-Cookie"'),
+    ("/promise/cookie-304-private.txt", 'max-age=600, private="Set-Cookie"'),
+])
+async def test_a_304_whose_cookie_a_qualified_directive_names_sets_it_for_its_own_client_only(
+        pull: Pull, name: str, directive: str) -> None:
+    """The qualified directive keeps the Set-Cookie out of the stored copy (which the 304 then updates), but the
+    client whose revalidation it answered gets it, as the first response's client gets that one's."""
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"q1"':
+            return web.Response(status=304, headers={"ETag": '"q1"', "Cache-Control": directive,
+                                                     "Set-Cookie": "visitor=first"})
+        return web.Response(body=b"shared", headers={"ETag": '"q1"', "Cache-Control": "max-age=0"})
+
+    pull.origin.route(name, handler)
+    assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+    first = await pull.get(name)
+    assert (first.headers["X-Cache"], await first.read()) == ("REVALIDATED", b"shared")
+    assert first.headers.getall("Set-Cookie") == ["visitor=first"]
+    hit = await pull.get(name)  # the copy the 304 updated, without the cookie
+    assert hit.headers["X-Cache"] == "HIT"
+    assert "Set-Cookie" not in hit.headers
+    assert pull.origin.count(name) == 2
+
+
 async def test_a_304_to_an_authorized_request_updates_only_its_own_answer(pull: Pull) -> None:
     """RFC 9111 3.5: the 304 answered a request with Authorization, and does not allow a shared cache to keep it:
     its fields (here one naming the caller) and its freshness are the caller's, never the stored copy's."""

@@ -30,6 +30,7 @@ from assetcdn.edge.states.freshness import (
     validated_by,
     validators,
     vary_fields,
+    withheld_fields,
 )
 
 NOW = 1_800_000_000.0
@@ -216,6 +217,13 @@ def test_validators_and_304_updates() -> None:
     # Fields the 304's qualified private or no-cache names leave the stored head, the first response's too.
     named = [("cache-control", 'max-age=60, private="X-A", no-cache="Last-Modified"')]
     assert updated_headers(headers, named) == (("etag", '"v1"'), ("content-type", "image/png"), *named)
+    # ...but the 304's own fields they name are still the answer of the request it came for.
+    cookie = [("cache-control", 'max-age=60, no-cache="Set-Cookie"'), ("set-cookie", "a=1"), ("etag", '"v1"')]
+    assert withheld_fields(updated_headers(headers, cookie), cookie) == (("set-cookie", "a=1"),)
+    stored_named = [*headers[:3], ("cache-control", 'max-age=10, private="Set-Cookie"')]
+    assert withheld_fields(updated_headers(stored_named, [("set-cookie", "b=2")]), [("set-cookie", "b=2")]) == (
+        ("set-cookie", "b=2"),)
+    assert withheld_fields(updated_headers(headers, not_modified), not_modified) == ()
 
 
 def test_a_304_without_an_etag_is_about_the_stored_response_only_with_its_last_modified() -> None:
