@@ -149,6 +149,9 @@ def parse_new_origin(data: object) -> PullOrigin:
     `parse_origin` as it was accepted, so that one refused now cannot stop control from listing or publishing
     every zone's config, nor the edges from taking it."""
     origin = parse_origin(data)
+    given = data.get("Url") if isinstance(data, dict) else None  # a text, as parse_origin took it
+    if isinstance(given, str) and "\t" in given:  # urlsplit drops tabs (WHATWG): another URL would be stored
+        raise OriginProblem("'Origin.Url' may not contain a tab or other white space.", "Origin.Url")
     parts = urlsplit(origin.url)
     # In brackets only an IPv6 address (not an IPvFuture literal such as `[v1.x]`, read as the name `v1.x`).
     if parts.netloc.startswith("[") != (":" in (parts.hostname or "")):

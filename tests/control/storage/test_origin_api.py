@@ -62,6 +62,8 @@ BAD_URLS = [
     # Names Python's IDNA codec takes (dropping the character) but the edges' URL parser refuses, and a
     # bracketed literal that is no IPv6 address.
     "https://ori\u00adgin.example.com/", "https://ori\u200bgin.example.com/", "http://[v1.x]/",
+    # A tab, which the URL parser drops: the URL stored and fetched would not be the one given.
+    "https://origin.exa\tmple.com/", "https://origin.example.com\t/assets", "https://origin.example.com/a\tb",
     "",
     42,
 ]
