@@ -153,6 +153,9 @@ def parse_new_origin(data: object) -> PullOrigin:
     if isinstance(given, str) and "\t" in given:  # urlsplit drops tabs (WHATWG): another URL would be stored
         raise OriginProblem("'Origin.Url' may not contain a tab or other white space.", "Origin.Url")
     parts = urlsplit(origin.url)
+    if "%" in (parts.hostname or ""):  # `[::1%25eth0]`: an interface of the edge the origin is reached through
+        raise OriginProblem("'Origin.Url' may not name an IPv6 zone (`%25...` after the address): an origin is "
+                            "reached by its address alone.", "Origin.Url")
     # In brackets only an IPv6 address (not an IPvFuture literal such as `[v1.x]`, read as the name `v1.x`).
     if parts.netloc.startswith("[") != (":" in (parts.hostname or "")):
         raise OriginProblem(URL_HOST_FORM, "Origin.Url")

@@ -272,6 +272,10 @@ async def test_loopback_origins_need_the_development_setting(tmp_path: Path) -> 
         # Private networks and metadata addresses stay refused whatever the setting says.
         for url in ("http://10.0.0.1/", "http://169.254.169.254/", "http://192.168.0.2/"):
             await expect_error(await create(control, "private", {"Url": url}), 400, "InvalidOrigin")
+        # An IPv6 zone id names an interface of the edge, not the origin: refused, in either spelling.
+        for url in ("http://[::1%25lo]:8080", "http://[::1%lo]:8080"):
+            body = await expect_error(await create(control, "zoned", {"Url": url}), 400, "InvalidOrigin")
+            assert body["error"]["target"] == "Origin.Url" and "zone" in body["error"]["message"]
         assert sorted(await published_origins(control)) == ["local0", "local1", "local2"]
 
 
