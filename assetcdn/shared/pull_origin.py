@@ -29,6 +29,7 @@ from yarl import URL
 MAX_URL_LENGTH = 2048
 MAX_REQUEST_HEADERS = 20
 MAX_HEADER_VALUE = 1024
+MAX_HOST_NAME = 253  # a DNS name's longest text form (RFC 1035 2.3.4), without the root's trailing dot
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
 _FORBIDDEN_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _NAME = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -42,7 +43,8 @@ RESERVED_REQUEST_HEADERS = frozenset((
 
 
 URL_HOST_FORM = "'Origin.Url' needs a host name or an IP address as its host."
-HOST_HEADER_FORM = "'Origin.HostHeader' must be a hostname, optionally with a port (1-65535)."
+HOST_HEADER_FORM = (f"'Origin.HostHeader' must be a hostname of at most {MAX_HOST_NAME} characters, optionally with "
+                    "a port (1-65535).")
 
 # Fields the edge took over after origins were first stored (refused in a new origin, read in a stored one):
 # CDN-Loop carries the client's values and the edge's loop mark (RFC 8586), which a zone's own value would drop.
@@ -163,8 +165,12 @@ def parse_new_origin(data: object) -> PullOrigin:
         URL(origin.url)
     except ValueError:
         raise OriginProblem(URL_HOST_FORM, "Origin.Url") from None
+    if len((URL(origin.url).raw_host or "").rstrip(".")) > MAX_HOST_NAME:  # no resolver looks such a name up
+        raise OriginProblem(f"The host of 'Origin.Url' is longer than a host name may be ({MAX_HOST_NAME} "
+                            "characters).", "Origin.Url")
     host_header = origin.host_header
-    if host_header is not None and not 0 < int(host_header.partition(":")[2] or 80) < 65536:
+    if host_header is not None and (not 0 < int(host_header.partition(":")[2] or 80) < 65536
+                                    or len(host_header.partition(":")[0]) > MAX_HOST_NAME):
         raise OriginProblem(HOST_HEADER_FORM, "Origin.HostHeader")
     named: set[str] = set()
     for name in origin.request_headers:

@@ -64,6 +64,8 @@ BAD_URLS = [
     "https://ori\u00adgin.example.com/", "https://ori\u200bgin.example.com/", "http://[v1.x]/",
     # A tab, which the URL parser drops: the URL stored and fetched would not be the one given.
     "https://origin.exa\tmple.com/", "https://origin.example.com\t/assets", "https://origin.example.com/a\tb",
+    # A host longer than any DNS name (253 characters), which the edges could never look up.
+    "https://" + "a." * 125 + "example/",
     "",
     42,
 ]
@@ -258,6 +260,9 @@ async def test_request_headers_a_zone_may_not_send_are_400(shared: tuple[TestCli
     ({"Url": "https://origin.example.com", "HostHeader": "evil.example\r\nX: y"}, "Origin.HostHeader"),
     ({"Url": "https://origin.example.com", "HostHeader": "www.example.com:0"}, "Origin.HostHeader"),
     ({"Url": "https://origin.example.com", "HostHeader": "www.example.com:65536"}, "Origin.HostHeader"),
+    # Longer than a host name may be: every origin request would carry it (origins answer 400 or 431 to it).
+    ({"Url": "https://origin.example.com", "HostHeader": "a." * 125 + "example"}, "Origin.HostHeader"),
+    ({"Url": "https://origin.example.com", "HostHeader": "a." * 4000 + "example"}, "Origin.HostHeader"),
     ({"Url": "https://origin.example.com", "StoreSetCookie": "yes"}, "Origin.StoreSetCookie"),
 ])
 async def test_an_origin_of_another_shape_is_400(shared: tuple[TestClient, Path], origin: Any, target: str) -> None:
