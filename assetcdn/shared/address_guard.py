@@ -4,7 +4,7 @@ request to a private network.
 An address is refused unless it is globally routable: private, loopback, link-local (cloud metadata
 at 169.254.169.254 among them), multicast, reserved, unspecified and shared (CGNAT) ranges are all
 refused, also when wrapped in an IPv6 form (IPv4-mapped, NAT64, 6to4, Teredo). Loopback is allowed
-only where the caller's own setting says so (``webhooks.allow_loopback``, ``origin.allow_private``).
+only where the caller's own setting says so (``webhooks.allow_loopback``, ``origin.allow_loopback``).
 
 Names are checked by what they resolve to, at registration and again for every connection: the
 resolver handed to the HTTP client (``GuardedResolver``) resolves once, checks every address and

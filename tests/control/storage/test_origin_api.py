@@ -416,7 +416,7 @@ async def test_a_zone_created_again_while_its_delete_finishes_keeps_its_origin(
 
 
 @pytest.mark.parametrize(("path", "method", "codes"), [
-    ("/api/core/zones", "post", ["InvalidOrigin", "ZoneExists", "InvalidName", "MissingName"]),
+    ("/api/core/zones", "post", ["InvalidOrigin", "ZoneExists", "InvalidName", "MissingName", "InvalidBody"]),
     ("/api/core/zones/{id}/origin", "get", ["NoOrigin", "ZoneNotFound"]),
     ("/api/core/zones/{id}/origin", "put", ["InvalidOrigin", "ZoneNotFound"]),
     ("/api/core/zones/{id}/origin", "delete", ["NoOrigin", "ZoneNotFound"]),
