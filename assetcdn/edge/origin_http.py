@@ -7,7 +7,8 @@ response objects, header copies, timers per read) cost a fill more than the rest
 - **Pool:** per scheme, host and port at most ``size`` connections in use or idle (a request waits for one
   to come back); an idle connection is closed after ``keepalive_s``. A request on a reused connection that
   the server closed meanwhile (nothing of a response came, or only a 408 it sends as it times the idle
-  connection out) is sent once more on a new one when its method is idempotent.
+  connection out) is sent once more on a new one when its method is idempotent. A connection whose request
+  was not all sent when its answer ended (the server answered before reading the whole body) is not kept.
 - **Connect:** `connect` gives the addresses to try (the origin client's address guard resolves and checks
   them there), each within the connect timeout.
 - **Responses:** informational (1xx) heads are skipped, a status outside 100-599 refused; the body is chunked, sized or delimited by the
@@ -334,9 +335,16 @@ class Connection(asyncio.Protocol):
     def at_eof(self) -> bool:
         return self.done and not self._chunks
 
+    def unsent(self) -> bool:
+        """Whether bytes of the request are still to go: the server answered before it read the whole body (and may
+        never read the rest). Reused, the connection would hold the next request behind them."""
+        return self.transport is not None and self.transport.get_write_buffer_size() > 0
+
     def close(self) -> None:
         self.closed = True
-        if self.transport is not None:
+        if self.unsent():  # a close would wait to send the rest, for as long as the server reads none
+            cast(asyncio.Transport, self.transport).abort()
+        elif self.transport is not None:
             self.transport.close()
 
     def _fail(self, error: HttpError) -> None:
@@ -476,7 +484,7 @@ class Pool:
         slots = self._slots.get(conn.key)
         if slots is not None:
             slots.give()
-        if conn.closed or not conn.at_eof() or not conn.keep_alive or conn.error is not None:
+        if conn.closed or not conn.at_eof() or not conn.keep_alive or conn.error is not None or conn.unsent():
             conn.close()
             return
         conn.reused = True

@@ -953,3 +953,30 @@ def test_a_408_on_a_reused_connection_is_the_origins_idle_timeout_and_the_reques
     else:
         assert result == (408, b"")
         assert sent == [b"POST"]
+
+
+def test_a_connection_answered_before_its_request_body_was_sent_is_not_reused(uvloop_runner: asyncio.Runner) -> None:
+    """An origin that answers a large request body before reading it (a refusal sent early, then no more read): the
+    body's rest was still to go when the answer ended. Pooled, the connection held the next request (another
+    client's) behind it until the first-byte timeout; it is closed instead, and the next request gets a new one."""
+    connections: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        connections.append(head.split(b" ")[0])
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        if head.startswith(b"POST"):
+            await asyncio.sleep(5)  # reads none of the body
+        writer.close()
+
+    async def scenario() -> list[tuple[int, bytes]]:
+        async with raw_origin(answer) as (zone_origin, client):
+            answers = []
+            for method, body in (("POST", b"x" * 8_000_000), ("GET", None)):
+                response = await client.request(zone_origin, method, zone_origin.target("/a"), {}, body)
+                answers.append((response.status, await response.read()))
+            return answers
+
+    assert uvloop_runner.run(scenario()) == [(200, b"ok"), (200, b"ok")]
+    assert connections == [b"POST", b"GET"]
