@@ -53,9 +53,11 @@ from assetcdn.shared.metrics import LATENCY_BUCKETS, Metrics, add_observations
 
 log = logging.getLogger(__name__)
 
-# RFC 9110 7.6.1 and the fields that only ever mean this connection.
+# RFC 9110 7.6.1 and the fields that only ever mean this connection, or the next hop (RFC 9110 11.7: the Proxy-
+# authentication fields; freshness.UNSTORED_FIELDS keeps none of them either).
 HOP_BY_HOP = frozenset(("connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
-                        "upgrade", "proxy-authenticate", "proxy-authorization", "http2-settings"))
+                        "upgrade", "proxy-authenticate", "proxy-authentication-info", "proxy-authorization",
+                        "http2-settings"))
 # Request fields many origins (and their frameworks) read as the request's host, scheme, URL or method: a
 # client could otherwise make the origin answer another URL than the cache key says, for everyone.
 UNKEYED_OVERRIDES = frozenset((

@@ -221,16 +221,23 @@ async def test_a_body_past_the_object_size_limit_reaches_the_client_and_is_not_s
         assert stored_url(cdn.node, zone, "/large.bin") is None
 
 
-async def test_hop_by_hop_fields_never_reach_the_client(cdn: HitCdn) -> None:
-    raw = (b"HTTP/1.1 200 OK\r\n" + KEPT + b"Connection: x-secret, keep-alive\r\nX-Secret: hop\r\nKeep-Alive: timeout=5\r\n"
-           b"Proxy-Connection: keep-alive\r\nProxy-Authenticate: Basic\r\nUpgrade: h2c\r\nTE: trailers\r\n"
-           b"Trailer: X-T\r\nX-End: kept\r\nTransfer-Encoding: chunked\r\n\r\n2;ext=1\r\nok\r\n0\r\nX-T: 1\r\n\r\n")
+HOP_BY_HOP = (b"Connection: x-secret, keep-alive\r\nX-Secret: hop\r\nKeep-Alive: timeout=5\r\n"
+              b"Proxy-Connection: keep-alive\r\nProxy-Authenticate: Basic\r\nProxy-Authentication-Info: nextnonce=a\r\n"
+              b"Upgrade: h2c\r\nTE: trailers\r\nTrailer: X-T\r\n")
+
+
+@pytest.mark.parametrize(("framing", "body"), [
+    (b"Content-Length: 2", b"ok"),  # filled on the hit path
+    (b"Transfer-Encoding: chunked", b"2;ext=1\r\nok\r\n0\r\nX-T: 1\r\n\r\n"),  # by the application
+], ids=["length", "chunked"])
+async def test_hop_by_hop_fields_never_reach_the_client(cdn: HitCdn, framing: bytes, body: bytes) -> None:
+    raw = b"HTTP/1.1 200 OK\r\n" + KEPT + HOP_BY_HOP + b"X-End: kept\r\n" + framing + b"\r\n\r\n" + body
     async with zone_before(cdn, sends(raw)) as (zone, _):
-        for port in (cdn.plain_port, cdn.port, cdn.plain_port):  # a miss, then hits on both paths
-            status, headers, body, whole = await fetch(port, f"/{zone}/hop.bin")
-            assert (status, body, whole, headers["x-end"]) == (200, b"ok", True, "kept")
-            assert not {"x-secret", "keep-alive", "proxy-connection", "proxy-authenticate", "upgrade", "te",
-                        "trailer", "x-t"} & set(headers), headers
+        for port in (cdn.port, cdn.port, cdn.plain_port):  # the miss, then hits on both paths
+            status, headers, answer, whole = await fetch(port, f"/{zone}/hop.bin")
+            assert (status, answer, whole, headers["x-end"]) == (200, b"ok", True, "kept")
+            assert not {"x-secret", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authentication-info",
+                        "upgrade", "te", "trailer", "x-t"} & set(headers), headers
             assert headers.get("connection", "keep-alive") == "keep-alive"
 
 
