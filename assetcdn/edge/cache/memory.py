@@ -10,14 +10,16 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from assetcdn.edge.cache.entry import CachedObject, MemoryOnly, written
+from assetcdn.edge.cache.tags import path_tag
 
 if TYPE_CHECKING:
     from assetcdn.shared.metrics import Metrics
 
 # What the tier's own structures spend per entry beyond the entry's ``footprint``: its slot in the LRU
-# (a dict slot and a linked-list node), and per tag its slot in the tag index plus the tag's string, which
+# (a dict slot and a linked-list node) and its path tag's in the prefix purges' set and order (PREFIXED_TAGS; an
+# entry without one is over-counted), and per tag its slot in the tag index plus the tag's string, which
 # the index holds once however many entries carry it (charged to each, so shared tags are over-counted).
-ENTRY_OVERHEAD = 100
+ENTRY_OVERHEAD = 150
 TAG_OVERHEAD = 64 + sys.getsizeof("")
 # Evicted memory-only entries waiting for the disk writer (the victims) hold at most this share of ``max_bytes``,
 # kept for them out of the budget while the tier has victims to keep (``keeps_victims``: a one-worker edge), so that
@@ -33,6 +35,11 @@ HEADS_SHARE = 4
 # when a generation is full) is only written as if it had been asked for again.
 GHOSTS = 1 << 16
 GHOST_BITS = 1 << 21
+# The tags a purge by prefix names (assetcdn/edge/node.py `prefix_tag`): path tags, one or a few per entry. Only
+# they are kept in order for it: sorting every tag instead (an origin may name dozens per response, up to 16 KB
+# of them) took about 0.7 s of a full default tier whenever a prefix purge came after a fill, holding the
+# interpreter, so the worker's every request, and again in each worker that replays the purge.
+PREFIXED_TAGS = path_tag("")
 
 
 def entry_cost(obj: CachedObject, tags: Iterable[str] | None = None) -> int:
@@ -49,9 +56,9 @@ class MemoryTier:
 
     ``get`` and ``put`` are O(1); ``purge_tags`` is O(entries carrying those tags) through a tag -> keys
     index (a tag carried by one entry maps to its key alone, not to a set of one), and
-    ``purge_tag_prefixes`` finds the tags under a prefix by bisection of the index's tags in order, sorted
-    when a prefix purge needs them after tags came or went (rare beside puts, each of which may bring a new
-    tag: a pull zone's path tag).
+    ``purge_tag_prefixes`` finds the tags under a prefix by bisection of the index's path tags in order (the
+    tags a prefix purge names: ``PREFIXED_TAGS``), sorted when a prefix purge needs them after path tags came or
+    went (rare beside puts, each of which may bring a new one: a pull zone's path tag).
     Objects whose body is larger than ``max_object_size`` are never kept (they stream from the disk
     tier instead). A ``threading.Lock`` guards every operation because puts may come from executor
     threads; uncontended, it costs tens of nanoseconds on a hit.
@@ -77,7 +84,8 @@ class MemoryTier:
         self.max_object_size = max(0, min(max_object_size, self.max_bytes))
         self._entries: OrderedDict[str, CachedObject] = OrderedDict()
         self._by_tag: dict[str, str | set[str]] = {}
-        self._sorted_tags: list[str] | None = []  # the keys of _by_tag in order (prefix purges); None: unsorted
+        self._path_tags: set[str] = set()  # the keys of _by_tag under PREFIXED_TAGS
+        self._sorted_tags: list[str] | None = []  # _path_tags in order (prefix purges); None: unsorted
         self._bytes = 0
         self._lock = threading.Lock()
         self._unwritten = 0  # the MemoryOnly entries among _entries
@@ -403,9 +411,12 @@ class MemoryTier:
         prefixes = tuple(prefixes)
         if not prefixes:
             return prefixes
-        ordered = self._sorted_tags
-        if ordered is None:
-            ordered = self._sorted_tags = sorted(self._by_tag)
+        if all(prefix.startswith(PREFIXED_TAGS) for prefix in prefixes):
+            ordered = self._sorted_tags
+            if ordered is None:
+                ordered = self._sorted_tags = sorted(self._path_tags)
+        else:  # a prefix outside the path tags (no purge names one): every tag, in order, this once
+            ordered = sorted(self._by_tag)
         for prefix in prefixes:
             at = bisect.bisect_left(ordered, prefix)
             while at < len(ordered) and ordered[at].startswith(prefix):
@@ -425,6 +436,7 @@ class MemoryTier:
             count = len(self._entries) + len(self._victims)
             self._entries.clear()
             self._by_tag.clear()
+            self._path_tags.clear()
             self._sorted_tags = []
             self._bytes = 0
             self._unwritten = 0
@@ -441,7 +453,9 @@ class MemoryTier:
         held = self._by_tag.get(tag)
         if held is None:
             self._by_tag[tag] = key
-            self._sorted_tags = None
+            if tag.startswith(PREFIXED_TAGS):
+                self._path_tags.add(tag)
+                self._sorted_tags = None
         elif isinstance(held, str):
             if held != key:
                 self._by_tag[tag] = {held, key}
@@ -482,4 +496,6 @@ class MemoryTier:
 
     def _drop_tag(self, tag: str) -> None:
         del self._by_tag[tag]
-        self._sorted_tags = None
+        if tag.startswith(PREFIXED_TAGS):
+            self._path_tags.discard(tag)
+            self._sorted_tags = None
