@@ -271,13 +271,18 @@ def not_storable(method: str, status: int, request_headers: Headers, response_he
                 or (not targeted and first_value(response_headers, "expires") is not None))
     if not explicit and status not in HEURISTIC_STATUSES:
         return NotStored.NO_FRESHNESS
-    tag_bytes = 0  # a loop, not sum() over a generator: this runs on every fill
-    for name, value in response_headers:
-        if name in TAG_FIELDS:
-            tag_bytes += len(value)
-    if tag_bytes > MAX_TAG_BYTES:
+    if tag_field_bytes(response_headers) > MAX_TAG_BYTES:
         return NotStored.TOO_MANY_TAGS
     return None
+
+
+def tag_field_bytes(headers: Headers) -> int:
+    """How long the values of a message's purge tag fields (TAG_FIELDS) are together."""
+    tag_bytes = 0  # a loop, not sum() over a generator: this runs on every fill
+    for name, value in headers:
+        if name in TAG_FIELDS:
+            tag_bytes += len(value)
+    return tag_bytes
 
 
 def stored_headers(response_headers: Headers, parsed: Directives | None = None) -> tuple[tuple[str, str], ...]:

@@ -45,7 +45,7 @@ from yarl import URL
 from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.store import SOFT_PURGED, PurgedMeanwhile
-from assetcdn.edge.cache.tags import pull_path_tag
+from assetcdn.edge.cache.tags import public_tags, pull_path_tag
 from assetcdn.edge.cdn_loop import came_back, loop_detected
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.origin_client import (
@@ -63,6 +63,7 @@ from assetcdn.edge.states.deliver import etag_matches, joined_field, parse_range
 from assetcdn.edge.states.feed import ClientFeed, Rest, rest_of
 from assetcdn.edge.states.freshness import (
     ERROR_STATUSES,
+    MAX_TAG_BYTES,
     MAX_VARY_FIELDS,
     REQUEST_ERRORS,
     TAG_FIELDS,
@@ -84,6 +85,7 @@ from assetcdn.edge.states.freshness import (
     secondary_key,
     split_list,
     stored_headers,
+    tag_field_bytes,
     updated_headers,
     usable_on_error,
     validated_by,
@@ -1117,7 +1119,8 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
 async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredResponse,
                   not_modified: OriginResponse, fields: Headers = ()) -> StoredResponse:
     """A stored response confirmed by a 304: its head updated (RFC 9111 3.2, 4.3.4), its body kept. A 304 that
-    makes it a response this cache may not keep (a Set-Cookie, `private`, `no-store`) updates this request's
+    makes it a response this cache may not keep (a Set-Cookie, `private`, `no-store`, more tags than MAX_TAG_BYTES
+    in fields its head does not keep) updates this request's
     answer only: the stored one stays as it was, stale, so the next request asks the origin again. So does a 304
     to a request (`fields`, the client's) with Authorization that does not allow a shared cache to keep it (RFC
     9111 3.5: its fields and freshness would be every client's), or with a `no-store` of its own. So does one
@@ -1128,14 +1131,14 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
     head = updated_headers(stored.headers, not_modified.headers, not_modified.response_time)
     obj = stored.obj
     varies_otherwise = vary_fields(head) != vary_fields(stored.headers)
-    if varies_otherwise or not_storable("GET", stored.status, fields, head,
-                                        store_set_cookie=zone.store_set_cookie) is not None:
+    if varies_otherwise or not_storable("GET", stored.status, fields, head, store_set_cookie=zone.store_set_cookie
+                                        ) is not None or tag_field_bytes(not_modified.headers) > MAX_TAG_BYTES:
         if varies_otherwise:
             await drop_copy(node, obj.key)
         return StoredResponse(obj, stored.status, head, freshness(
             stored.status, head, not_modified.request_time, not_modified.response_time), stored.digest)
     meta = stored_meta(head, stored.status, not_modified, stored.digest)
-    tags = [*origin_tags(head), *own_tags(zone, path)]
+    tags = list(dict.fromkeys([*confirmed_origin_tags(obj, head, not_modified.headers), *own_tags(zone, path)]))
     # The purges since the copy was looked up (a purge that removed it before the 304 was asked for, too: the body
     # stored again would be the copy that purge removed), else since the 304 was asked for.
     since = not_modified.purge_mark
@@ -1255,6 +1258,17 @@ def own_tags(zone: PullZone, path: str) -> list[str]:
     """The tags the edge itself puts on a stored response: its URL's (purge by URL, unsafe methods) and its
     zone's (deleting the zone: a zone created again under the name must not be answered with them)."""
     return [pull_path_tag(zone.name, path), zone_tag(zone.name)]
+
+
+def confirmed_origin_tags(obj: CachedObject, head: Headers, not_modified: Headers) -> list[str]:
+    """The origin's tags of a copy a 304 confirms (`head`: its head updated by the 304): those the 304 names, as its
+    fields replace the stored ones (RFC 9111 3.2), with those of the head, else the ones the copy was stored with
+    (public: the edge's own hold a `:`, and are added again). Not read from the head alone: a field the response's
+    qualified `no-cache="..."` or `private="..."` names is not kept in it (an origin's way of keeping its Cache-Tag
+    from clients), and the copy would lose its tags with the first 304, their purge no longer reaching it."""
+    if any(name in TAG_FIELDS for name, _ in not_modified):
+        return [*origin_tags(not_modified), *origin_tags(head)]
+    return public_tags(obj.tags)
 
 
 def origin_tags(headers: Headers) -> list[str]:

@@ -338,3 +338,34 @@ async def test_a_url_purge_reaches_a_copy_kept_before_a_rewrite_of_its_path_and_
     pull.origin.answer(name, b"after the rewrite", headers=LONG)
     resp = await pull.get(name)
     assert (await resp.read(), resp.headers["X-Cache"]) == (b"after the rewrite", "MISS")
+
+
+@pytest.mark.parametrize("withheld", ['no-cache="Cache-Tag"', 'private="Surrogate-Key"'])
+async def test_a_tag_the_origin_withholds_from_clients_still_purges_the_copy_once_a_304_confirmed_it(
+        pull: Pull, withheld: str) -> None:
+    """A qualified no-cache="..." or private="..." keeps the origin's tag field out of the stored head, so clients
+    never see it; the copy is tagged all the same, and stays so when a 304 (naming the tags again, or not)
+    confirms it: read from the updated head alone, its tags went with the first revalidation, and a purge of
+    them no longer reached it (a HIT of the copy the purge was made for)."""
+    field = withheld.split('"')[1]
+    for repeated in (True, False):
+        name = f"/withheld/{field}-{repeated}.txt"
+        tag = f"withheld-{field}-{repeated}".lower()
+        head = {"Cache-Control": f"max-age=600, {withheld}", "ETag": '"w"'}
+
+        async def handle(request: web.Request, head: dict[str, str] = head, tag: str = tag,
+                         repeated: bool = repeated) -> web.StreamResponse:
+            if request.headers.get("If-None-Match") == '"w"':
+                return web.Response(status=304, headers={**head, field: tag} if repeated else head)
+            return web.Response(body=b"withheld", headers={**head, field: tag})
+
+        pull.origin.route(name, handle)
+        await cached(pull, name)
+        await purge(pull, {"urls": [f"/{ZONE}{name}"], "soft": True})
+        assert (await pull.get(name)).headers["X-Cache"] == "REVALIDATED"
+        resp = await pull.get(name)
+        assert (resp.headers["X-Cache"], resp.headers.get(field)) == ("HIT", None), name
+        await purge(pull, {"tags": [tag]})
+        resp = await pull.get(name)
+        assert (resp.headers["X-Cache"], await resp.read()) == ("MISS", b"withheld"), name
+        assert [seen.headers.get("If-None-Match") for seen in pull.origin.requests(name)] == [None, '"w"', None]
