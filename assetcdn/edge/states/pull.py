@@ -45,7 +45,7 @@ from yarl import URL
 from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.store import SOFT_PURGED, PurgedMeanwhile
-from assetcdn.edge.cache.tags import public_tags, pull_path_tag
+from assetcdn.edge.cache.tags import path_tag, public_tags, pull_path_tag
 from assetcdn.edge.cdn_loop import came_back, loop_detected
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.origin_client import (
@@ -77,6 +77,7 @@ from assetcdn.edge.states.freshness import (
     freshness,
     http_date,
     invalidates,
+    listed_fields,
     not_storable,
     request_directives,
     request_http_date,
@@ -1271,6 +1272,20 @@ def confirmed_origin_tags(obj: CachedObject, head: Headers, not_modified: Header
     return public_tags(obj.tags)
 
 
+PATH_TAG = path_tag("")
+
+
+def withheld_tags(stored: StoredResponse) -> list[str]:
+    """The origin's tags of a stored copy that its head does not show (its tag field named by a qualified
+    `no-cache="..."` or `private="..."`, so not kept): what a shield adds for the edge that asks it, which would
+    otherwise keep its copy without them, out of reach of their purge."""
+    shown = set(origin_tags(stored.headers))
+    for tag in stored.obj.tags:  # the copy's own path tag names its zone, whose tag the edge adds itself
+        if tag.startswith(PATH_TAG):
+            shown.add(zone_tag(tag[len(PATH_TAG):].split("/", 1)[0]))
+    return [tag for tag in public_tags(stored.obj.tags) if tag not in shown]
+
+
 def origin_tags(headers: Headers) -> list[str]:
     """Purge tags an origin gave (Cache-Tag, Surrogate-Key: space- or comma-separated)."""
     tags: list[str] = []
@@ -1321,6 +1336,13 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
     age = int(stored.freshness.age(now))
     headers = client_headers(stored.headers, x_cache, cache_status, age, shared_host=request.get(SHARED_HOST, True))
     obj = stored.obj
+    if from_edge(request):
+        withheld = withheld_tags(stored)
+        if withheld:  # under the field the head withholds, so that the asking edge withholds it from its clients too
+            directives = response_directives(stored.headers)[0]
+            named = listed_fields(directives.get("no-cache")) | listed_fields(directives.get("private"))
+            headers.add("Surrogate-Key" if "surrogate-key" in named and "cache-tag" not in named else "Cache-Tag",
+                        " ".join(withheld))
     if not_modified(request, stored):
         for name in ("Content-Type", "Content-Encoding", "Content-Range"):
             headers.popall(name, None)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
@@ -261,4 +262,30 @@ async def test_an_edge_asking_its_shield_for_another_variant_than_the_fill_under
         assert resp.headers.getall("Cache-Status")[0] == "assetcdn-shield; fwd=uri-miss; stored"
         resp_b = await asyncio.wait_for(at_b, WAIT_S)
         assert (resp_b.status, await resp_b.read()) == (200, b"for gzip " * 1000)
+        assert run.origin.count(name) == 2
+
+
+@pytest.mark.parametrize("withheld", ['no-cache="Cache-Tag"', 'private="Surrogate-Key"'])
+async def test_an_edge_keeps_the_tags_a_shields_stored_copy_withholds_from_clients(
+        aiohttp_client: Serve, tmp_path: Path, withheld: str) -> None:
+    """The origin keeps its tag field from clients (`no-cache="Cache-Tag"`): B's stored copy has no such field, yet
+    is tagged. A's copy, answered from B's, is tagged too (B names the tags to the edges that ask it, in the field
+    withheld), so a purge of the tag reaches A as well; without them A went on answering the purged copy as a HIT.
+    A's clients never see the tags either."""
+    field = withheld.split('"')[1]
+    async with fleet(tmp_path, aiohttp_client) as run:
+        name = run.shielded_by_b("withheld")
+        head = {"Cache-Control": f"max-age=600, {withheld}", "ETag": '"1"'}
+        run.origin.answer(name, b"version one", headers={**head, field: "fleet-withheld"})
+        assert (await run.get(run.b, name))[:3] == (200, "MISS", b"version one")
+        status, x_cache, body, resp = await run.get(run.a, name)
+        assert (status, x_cache, body) == (200, "MISS", b"version one")
+        assert resp.headers.getall("Cache-Status")[0].startswith("assetcdn-shield; hit")
+        await run.holds(run.a, name, '"1"')
+        status, x_cache, body, resp = await run.get(run.a, name)
+        assert (status, x_cache, body) == (200, "HIT", b"version one")
+        assert (resp.headers.get("Cache-Tag"), resp.headers.get("Surrogate-Key")) == (None, None)
+        run.origin.answer(name, b"version two", headers={**head, "ETag": '"2"', field: "fleet-withheld"})
+        await run.purge({"tags": ["fleet-withheld"]})
+        assert (await run.get(run.a, name))[:3] == (200, "MISS", b"version two")
         assert run.origin.count(name) == 2
