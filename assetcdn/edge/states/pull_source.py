@@ -33,7 +33,7 @@ from assetcdn.edge.access import SourceRefused
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.store import PurgedMeanwhile
-from assetcdn.edge.cache.tags import pull_variants_tag
+from assetcdn.edge.cache.tags import public_tags, pull_variants_tag
 from assetcdn.edge.cdn_loop import came_back, carried, refusal_message
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.origin_client import (
@@ -151,7 +151,15 @@ class PullSource:
     @property
     def tags(self) -> tuple[str, ...]:
         """What its variants are stored with: the origin's tags and the URL's and zone's (purge by tag, by
-        URL, an unsafe request to it, the zone's deletion), and its variants' own (retired together)."""
+        URL, an unsafe request to it, the zone's deletion), and its variants' own (retired together). The origin's
+        are those the copy was stored with too: its head lacks a field that the origin withholds from clients
+        (a qualified `no-cache="Cache-Tag"`), and variants tagged from it alone outlived a purge of those tags."""
+        return tuple(dict.fromkeys((*origin_tags(self.stored.headers), *public_tags(self.stored.obj.tags),
+                                    *own_tags(self.at.zone, self.at.path), pull_variants_tag(self.url_key))))
+
+    @property
+    def shown_tags(self) -> tuple[str, ...]:
+        """The tags a variant's answer shows (its Cache-Tag): `tags` less those the source's head withholds."""
         return (*origin_tags(self.stored.headers), *own_tags(self.at.zone, self.at.path),
                 pull_variants_tag(self.url_key))
 

@@ -56,7 +56,7 @@ async def serve_pull_variant(request: web.Request, at: PullSourcePath, refusals:
         variant, policy = plan(source)
         try:
             obj, status = await variant_of(node, source, variant, mark)
-            return await respond(request, obj, status, policy, tags=source.tags)
+            return await respond(request, obj, status, policy, tags=source.shown_tags)
         except FileNotFoundError:
             continue  # the source's body or the variant's went meanwhile (purged, evicted): from the top
     raise refusals.purged()

@@ -359,6 +359,27 @@ async def test_a_purge_of_the_source_url_drops_its_variants(pics: Pics) -> None:
     assert pics.origin.count("/purged.png") == 2
 
 
+async def test_a_tag_purge_drops_the_variants_of_an_image_whose_origin_withholds_the_tag_from_clients(
+        pics: Pics) -> None:
+    """`no-cache="Cache-Tag"`: the stored image's head lacks the field (clients never see it), yet the image is
+    tagged, and so are its variants: a purge of the tag drops them too, and the next one is made from the image
+    fetched again. Tagged from the head alone, the variant outlived the purge (a HIT of the image as it was)."""
+    head = {"Cache-Control": 'max-age=600, no-cache="Cache-Tag"', "ETag": '"same"', "Content-Type": "image/png"}
+    pics.origin.answer("/withheld.png", image(RED), headers={**head, "Cache-Tag": "pics-withheld"})
+    first = await pics.transform("/withheld.png", "w=100&format=png")
+    assert (first.status, first.headers["X-Cache"]) == (200, "MISS"), await first.text()
+    assert close_to(centre(await first.read()), RED)
+    assert first.headers["Cache-Tag"] == f"project-{ZONE}"  # what the image's head shows: not the withheld tag
+    assert (await pics.transform("/withheld.png", "w=100&format=png")).headers["X-Cache"] == "HIT"
+    pics.origin.answer("/withheld.png", image(BLUE), headers={**head, "Cache-Tag": "pics-withheld"})  # same ETag
+    resp = await pics.cdn.control.post("/api/purge", json={"tags": ["pics-withheld"]}, headers=PURGE)
+    assert resp.status == 200, await resp.text()
+    again = await pics.transform("/withheld.png", "w=100&format=png")
+    assert (again.status, again.headers["X-Cache"]) == (200, "MISS")
+    assert close_to(centre(await again.read()), BLUE)
+    assert pics.origin.count("/withheld.png") == 2
+
+
 @pytest.mark.parametrize("route", ["transform", "lqip"])
 async def test_a_purge_of_an_image_changed_under_the_same_etag_makes_variants_of_the_new_bytes(
         pics: Pics, route: str) -> None:
