@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Container, Mapping
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,11 +102,14 @@ class EdgeNode:
         except (FileNotFoundError, ValueError):   # orjson.JSONDecodeError is a ValueError
             pass
 
-    async def _refresh_config(self, version: str | None) -> None:
+    async def _refresh_config(self, version: str | None) -> EdgeConfig | None:
+        """Take control's config when `version` is not the one held; returns the config it replaced (None when
+        none was replaced): the purges of the generations that come with it were made under that one or a later one."""
         if not version or version == self.config.version:
-            return
+            return None
         published = await self.control.config()
-        before = self.config.pull_zones
+        replaced = self.config
+        before = replaced.pull_zones
         self.config = EdgeConfig.from_published(published, self.fleet)  # from here no fill keeps a retired origin's answer
         retired = retired_origins(before, self.config.pull_zones)
         if retired:
@@ -119,6 +122,7 @@ class EdgeNode:
         tmp = self.config_file.with_name(f"{self.config_file.name}.{os.getpid()}.tmp")
         tmp.write_bytes(orjson.dumps(published.to_json()))
         os.replace(tmp, self.config_file)
+        return replaced
 
     async def start(self, cluster_url: str) -> None:
         """Start the background work: register with control, heartbeat and catch up on a short timer. Returns once
@@ -214,7 +218,7 @@ class EdgeNode:
 
     async def _catch_up(self, answer: GenerationPush) -> int:
         """Apply a catch-up answer (under the sync lock)."""
-        await self._refresh_config(answer.config_version)
+        replaced = await self._refresh_config(answer.config_version)
         generation = answer.generation
         if generation == self.replica.generation and answer.entries is None:
             self.replica.loaded = True  # confirmed current (an empty repository has generation 0)
@@ -232,7 +236,7 @@ class EdgeNode:
             self._persist()
             self.confirmed_at = time.monotonic()
         else:
-            await self._apply_generations(answer, restart=restart)
+            await self._apply_generations(answer, restart=restart, replaced=replaced)
         self.synced = True
         return generation
 
@@ -240,9 +244,9 @@ class EdgeNode:
         """Apply one pushed generation; returns (generation now held, cache entries purged)."""
         generation = push.generation
         async with self._sync_lock:
-            await self._refresh_config(push.config_version)
+            replaced = await self._refresh_config(push.config_version)
             if generation == self.replica.generation + 1 and push.entries is None:
-                purged = await self._apply_generations(push)
+                purged = await self._apply_generations(push, replaced=replaced)
                 applied = True
             else:
                 applied = generation <= self.replica.generation
@@ -256,13 +260,17 @@ class EdgeNode:
             purged = self._purged_at.get(generation, 0)
         return self.replica.generation, purged
 
-    async def _apply_generations(self, delta: GenerationPush, *, restart: bool = False) -> int:
+    async def _apply_generations(self, delta: GenerationPush, *, restart: bool = False,
+                                 replaced: EdgeConfig | None = None) -> int:
         """Apply the changes and purges of the generations `delta` brings this worker up to (under the sync
-        lock); returns the cache entries its purges removed. Each purge runs as part of its own generation."""
+        lock); returns the cache entries its purges removed. Each purge runs as part of its own generation.
+        `replaced`: the config the one `delta` came with replaced (`_refresh_config`), which its purges' URLs and
+        prefixes are read under too."""
         at = {c.change.path: c.generation for c in delta.changes}
         invalidated = self.replica.apply_changes(delta.generation, delta.commit, [c.change for c in delta.changes])
         purges = [GenerationPurge(at[c.path], (path_tag(c.path),)) for c in invalidated]
-        purges += [self._purge_of(command) for command in delta.purges]
+        configs = (self.config,) if replaced is None else (self.config, replaced)
+        purges += [self._purge_of(command, configs) for command in delta.purges]
         purged = await self._apply_purges(purges, delta.generation, restart=restart)
         if purges:
             self._remember_purged(max(p.generation for p in purges), purged)
@@ -282,16 +290,22 @@ class EdgeNode:
 
     # --- purges: manifest invalidations and purge commands from control ---
 
-    def _purge_of(self, command: PushedPurge) -> GenerationPurge:
+    def _purge_of(self, command: PushedPurge, configs: Sequence[EdgeConfig]) -> GenerationPurge:
         """A purge command as cache tags: its `tags`, the path tags of its `urls`, the path tag prefixes of
-        its `prefixes`, or everything; soft or not."""
+        its `prefixes`, or everything; soft or not. URLs and prefixes are read under each of `configs`: the config
+        now held and, when it came with the purge, the one it replaced. A purge made while this edge was away
+        (stopped, or cut off from control) and learnt on catch-up may name a host (a custom domain, a tenant host)
+        that a config change after it took away: under the config it was made in, it named that zone's path."""
         if command.everything:
             return GenerationPurge(command.generation, everything=True, soft=command.soft)
         tags = list(command.tags)
-        for url in command.urls:
-            tags.extend(url_tags(url, self.config))
-        prefixes = [tag for tag in (prefix_tag(prefix, self.config) for prefix in command.prefixes) if tag]
-        return GenerationPurge(command.generation, tuple(tags), tag_prefixes=tuple(prefixes), soft=command.soft)
+        prefixes: list[str] = []
+        for config in configs:
+            for url in command.urls:
+                tags.extend(url_tags(url, config))
+            prefixes += [tag for tag in (prefix_tag(prefix, config) for prefix in command.prefixes) if tag]
+        return GenerationPurge(command.generation, tuple(dict.fromkeys(tags)),
+                               tag_prefixes=tuple(dict.fromkeys(prefixes)), soft=command.soft)
 
     async def _apply_purges(self, purges: list[GenerationPurge], generation: int, *, restart: bool = False) -> int:
         """Apply the purges of the generations up to `generation` that this node's cache has not taken yet:

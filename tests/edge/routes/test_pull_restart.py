@@ -98,3 +98,31 @@ async def test_a_restarted_worker_serves_its_disk_tier_with_the_age_it_has_and_k
     assert await resp.read() == b"body" and resp.headers["X-Cache"] != "HIT"
     assert len(origin.requests("/soft.txt")) == asked + 1
     assert origin.requests("/soft.txt")[-1].headers.get("If-None-Match") == '"v1"'
+
+
+async def test_a_url_purged_on_a_custom_domain_removed_while_the_edge_was_down_is_not_served_when_it_starts_again(
+        restartable: tuple[TestClient, ScriptedOrigin, Worker]) -> None:
+    # The purge names the zone's path by the custom domain; the domain is gone from the config the edge takes on
+    # its catch-up, which must not make the purge it catches up with name nothing.
+    control_client, origin, worker = restartable
+    domain = "restart.pulled-brand.example"
+    resp = await control_client.post(f"/api/core/zones/{ZONE}/domains", json={"Hostname": domain}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    origin.answer("/brand.txt", b"old", headers={"Cache-Control": "max-age=600"})
+    first = await worker()
+    await healthy(first)
+    assert (await first.get("/brand.txt", headers={"Host": domain})).headers["X-Cache"] == "MISS"
+    resp = await first.get(f"/{ZONE}/brand.txt")
+    assert resp.headers["X-Cache"] == "HIT" and await resp.read() == b"old"
+    await first.close()
+
+    origin.answer("/brand.txt", b"new", headers={"Cache-Control": "max-age=600"})
+    resp = await control_client.post("/api/purge", headers=PURGE, json={"urls": [f"https://{domain}/brand.txt"]})
+    assert resp.status == 200, await resp.text()
+    resp = await control_client.delete(f"/api/core/zones/{ZONE}/domains/{domain}", headers=ACCOUNT)
+    assert resp.status == 200, await resp.text()
+
+    again = await worker()
+    resp = await again.get(f"/{ZONE}/brand.txt")
+    assert await resp.read() == b"new", resp.headers.get("X-Cache")
+    assert len(origin.requests("/brand.txt")) == 2
