@@ -90,6 +90,9 @@ class EdgeNode:
         # The generation whose changes and purges are all applied (the replica's moves first, before the
         # purges run): what health reports, so "at generation N" means N's purges are done here.
         self.applied_generation = 0
+        # The config held before the latest one taken, until the generations that came with it are applied: their
+        # purges may have been made under it (`_purge_of`). The first one replaced since then is kept.
+        self._replaced_config: EdgeConfig | None = None
 
     def load_persisted(self) -> None:
         """What this edge knew before a restart, so it can serve (STALE) while control is unreachable."""
@@ -102,14 +105,15 @@ class EdgeNode:
         except (FileNotFoundError, ValueError):   # orjson.JSONDecodeError is a ValueError
             pass
 
-    async def _refresh_config(self, version: str | None) -> EdgeConfig | None:
-        """Take control's config when `version` is not the one held; returns the config it replaced (None when
-        none was replaced): the purges of the generations that come with it were made under that one or a later one."""
+    async def _refresh_config(self, version: str | None) -> None:
+        """Take control's config when `version` is not the one held; the one it replaces is kept for the purges of
+        the generations that come with it (`_replaced_config`)."""
         if not version or version == self.config.version:
-            return None
+            return
         published = await self.control.config()
-        replaced = self.config
-        before = replaced.pull_zones
+        if self._replaced_config is None:
+            self._replaced_config = self.config
+        before = self.config.pull_zones
         self.config = EdgeConfig.from_published(published, self.fleet)  # from here no fill keeps a retired origin's answer
         retired = retired_origins(before, self.config.pull_zones)
         if retired:
@@ -122,7 +126,6 @@ class EdgeNode:
         tmp = self.config_file.with_name(f"{self.config_file.name}.{os.getpid()}.tmp")
         tmp.write_bytes(orjson.dumps(published.to_json()))
         os.replace(tmp, self.config_file)
-        return replaced
 
     async def start(self, cluster_url: str) -> None:
         """Start the background work: register with control, heartbeat and catch up on a short timer. Returns once
@@ -218,9 +221,10 @@ class EdgeNode:
 
     async def _catch_up(self, answer: GenerationPush) -> int:
         """Apply a catch-up answer (under the sync lock)."""
-        replaced = await self._refresh_config(answer.config_version)
+        await self._refresh_config(answer.config_version)
         generation = answer.generation
         if generation == self.replica.generation and answer.entries is None:
+            self._replaced_config = None
             self.replica.loaded = True  # confirmed current (an empty repository has generation 0)
             self.synced = True
             self.confirmed_at = time.monotonic()
@@ -236,7 +240,8 @@ class EdgeNode:
             self._persist()
             self.confirmed_at = time.monotonic()
         else:
-            await self._apply_generations(answer, restart=restart, replaced=replaced)
+            await self._apply_generations(answer, restart=restart)
+        self._replaced_config = None
         self.synced = True
         return generation
 
@@ -244,12 +249,15 @@ class EdgeNode:
         """Apply one pushed generation; returns (generation now held, cache entries purged)."""
         generation = push.generation
         async with self._sync_lock:
-            replaced = await self._refresh_config(push.config_version)
+            await self._refresh_config(push.config_version)
             if generation == self.replica.generation + 1 and push.entries is None:
-                purged = await self._apply_generations(push, replaced=replaced)
+                purged = await self._apply_generations(push)
+                self._replaced_config = None
                 applied = True
             else:
                 applied = generation <= self.replica.generation
+                if applied:
+                    self._replaced_config = None
                 # Taken already, by a catch-up that ran between control recording it and pushing it:
                 # answer with what that removed, so the purge's report still counts this edge's entries.
                 purged = self._purged_at.get(generation, 0)
@@ -260,15 +268,13 @@ class EdgeNode:
             purged = self._purged_at.get(generation, 0)
         return self.replica.generation, purged
 
-    async def _apply_generations(self, delta: GenerationPush, *, restart: bool = False,
-                                 replaced: EdgeConfig | None = None) -> int:
+    async def _apply_generations(self, delta: GenerationPush, *, restart: bool = False) -> int:
         """Apply the changes and purges of the generations `delta` brings this worker up to (under the sync
-        lock); returns the cache entries its purges removed. Each purge runs as part of its own generation.
-        `replaced`: the config the one `delta` came with replaced (`_refresh_config`), which its purges' URLs and
-        prefixes are read under too."""
+        lock); returns the cache entries its purges removed. Each purge runs as part of its own generation."""
         at = {c.change.path: c.generation for c in delta.changes}
         invalidated = self.replica.apply_changes(delta.generation, delta.commit, [c.change for c in delta.changes])
         purges = [GenerationPurge(at[c.path], (path_tag(c.path),)) for c in invalidated]
+        replaced = self._replaced_config
         configs = (self.config,) if replaced is None else (self.config, replaced)
         purges += [self._purge_of(command, configs) for command in delta.purges]
         purged = await self._apply_purges(purges, delta.generation, restart=restart)
@@ -294,8 +300,9 @@ class EdgeNode:
         """A purge command as cache tags: its `tags`, the path tags of its `urls`, the path tag prefixes of
         its `prefixes`, or everything; soft or not. URLs and prefixes are read under each of `configs`: the config
         now held and, when it came with the purge, the one it replaced. A purge made while this edge was away
-        (stopped, or cut off from control) and learnt on catch-up may name a host (a custom domain, a tenant host)
-        that a config change after it took away: under the config it was made in, it named that zone's path."""
+        (stopped, or cut off from control) and learnt on catch-up (or a push that finds generations missed) may name
+        a host (a custom domain, a tenant host) that a config change after it took away: under the config it was
+        made in, it named that zone's path."""
         if command.everything:
             return GenerationPurge(command.generation, everything=True, soft=command.soft)
         tags = list(command.tags)

@@ -14,6 +14,7 @@ import assetcdn.control.app  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
 from assetcdn.edge.app import EdgeIdentity
+from assetcdn.edge.app_keys import NODE
 from assetcdn.shared.config import Settings, load_settings
 from tests.support.cdn import PURGE
 from tests.support.control import ACCOUNT, SECRETS
@@ -126,3 +127,48 @@ async def test_a_url_purged_on_a_custom_domain_removed_while_the_edge_was_down_i
     resp = await again.get(f"/{ZONE}/brand.txt")
     assert await resp.read() == b"new", resp.headers.get("X-Cache")
     assert len(origin.requests("/brand.txt")) == 2
+
+
+async def test_a_url_purged_on_a_custom_domain_removed_while_control_could_not_reach_the_edge_is_applied_by_its_next_push(
+        restartable: tuple[TestClient, ScriptedOrigin, Worker], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The edge stays up but takes nothing from control meanwhile (its catch-ups stopped, control's pushes refused);
+    # control's next push then finds generations missed, and the edge catches up from it under the new config.
+    control_client, origin, worker = restartable
+    domain = "away.pulled-brand.example"
+    resp = await control_client.post(f"/api/core/zones/{ZONE}/domains", json={"Hostname": domain}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    origin.answer("/brand.txt", b"old", headers={"Cache-Control": "max-age=600"})
+    edge_client = await worker()
+    await healthy(edge_client)
+    node = edge_client.app[NODE]
+
+    async def domain_arrived() -> bool:
+        return node.config.zone_for_host(domain) == ZONE
+
+    await wait_until(domain_arrived, "the custom domain reaching the edge")
+    assert (await edge_client.get("/brand.txt", headers={"Host": domain})).headers["X-Cache"] == "MISS"
+    for task in node._tasks:  # no catch-up of its own
+        task.cancel()
+
+    async def refused(_push: object) -> tuple[int, int]:
+        raise ConnectionError("cut off from control")
+
+    monkeypatch.setattr(node, "apply_push", refused)
+    origin.answer("/brand.txt", b"new", headers={"Cache-Control": "max-age=600"})
+    resp = await control_client.post("/api/purge", headers=PURGE, json={"urls": [f"https://{domain}/brand.txt"]})
+    assert resp.status == 200, await resp.text()
+    resp = await control_client.delete(f"/api/core/zones/{ZONE}/domains/{domain}", headers=ACCOUNT)
+    assert resp.status == 200, await resp.text()
+    assert (await edge_client.get(f"/{ZONE}/brand.txt")).headers["X-Cache"] == "HIT"  # nothing taken yet
+
+    monkeypatch.undo()  # control reaches the edge again: its next push
+    resp = await control_client.post("/api/purge", headers=PURGE, json={"tags": ["unrelated"]})
+    assert resp.status == 200, await resp.text()
+    generation = (await resp.json())["generation"]
+
+    async def pushed() -> bool:
+        return node.replica.generation >= generation
+
+    await wait_until(pushed, f"generation {generation} reaching the edge")
+    resp = await edge_client.get(f"/{ZONE}/brand.txt")
+    assert await resp.read() == b"new", resp.headers.get("X-Cache")
