@@ -411,6 +411,43 @@ async def test_a_purge_of_an_image_changed_under_the_same_etag_makes_variants_of
     assert pics.origin.count(name) == 2
 
 
+@pytest.mark.parametrize("soft", [False, True])
+async def test_a_purge_of_a_tag_the_origin_gave_its_image_after_a_variant_was_made_drops_that_variant(
+        pics: Pics, soft: bool) -> None:
+    """The origin began tagging an image (its 304 to a revalidation carries the Cache-Tag; its ETag is the same)
+    after a variant of it was made: a purge of that tag names the image, so it drops, or marks stale, that
+    variant too, and the next one is made from the image fetched after it (here, new bytes under the same ETag),
+    not the one made before the tag came answered as a HIT."""
+    name, tag = f"/tagged-later-{'soft' if soft else 'hard'}.png", f"tagged-later-{'soft' if soft else 'hard'}"
+    version: dict[str, Any] = {"body": image(RED), "fields": {}}
+
+    async def origin(request: web.Request) -> web.StreamResponse:
+        fields = {"ETag": '"same"', "Cache-Control": "max-age=1", **version["fields"]}
+        if request.headers.get("If-None-Match") == '"same"':
+            return web.Response(status=304, headers=fields)
+        return web.Response(body=version["body"], headers={**fields, "Content-Type": "image/png"})
+
+    pics.origin.route(name, origin)
+    first = await pics.transform(name)
+    assert (first.status, first.headers["X-Cache"]) == (200, "MISS") and close_to(centre(await first.read()), RED)
+    version["fields"] = {"Cache-Tag": tag}
+
+    async def tagged_by_its_revalidation() -> bool:
+        resp = await pics.transform(name)
+        return pics.origin.count(name) > 1 and tag in resp.headers.get("Cache-Tag", "").split(",")
+
+    await wait_until(tagged_by_its_revalidation, "the source revalidated with a 304 that tags it")
+    version["body"] = image(BLUE)
+    resp = await pics.cdn.control.post("/api/purge", json={"tags": [tag], "soft": soft}, headers=PURGE)
+    assert resp.status == 200, await resp.text()
+    if soft:  # the origin confirms the image's ETag once more, then sends the new bytes once asked without it
+        version["fields"] = {"Cache-Tag": tag, "Cache-Control": "max-age=600"}
+    after = await pics.transform(name)
+    assert (after.status, after.headers["X-Cache"]) == (200, "MISS"), (after.status, after.headers.get("X-Cache"))
+    if not soft:
+        assert close_to(centre(await after.read()), BLUE)
+
+
 @pytest.mark.parametrize("purged", ["url", "tag"])
 async def test_a_source_purged_while_its_body_is_read_makes_this_transform_but_is_not_kept(
         pics: Pics, purged: str) -> None:
