@@ -10,6 +10,7 @@ with pillow-heif, since libvips here is built without HEVC.
 
 from __future__ import annotations
 
+import re
 import zlib
 from dataclasses import dataclass
 
@@ -45,9 +46,21 @@ class SourceImage:
         return self.pages > 1 and self.format in ANIMATED_FORMATS
 
 
+# What libvips' SVG loader may take for an SVG: '<' after any run of whitespace (of any length: libvips 8.18 skips it
+# all) and a BOM; or, as its older rule has it, plain text first with '<svg' in its first kilobyte (looked for
+# further here). Matched, not stripped: no copy of a large source is made to look at its start.
+SVG_START = re.compile(rb"[\xef\xbb\xbf \t\r\n]*<")
+SVG_SNIFF_BYTES = 4096
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def _looks_like_svg(data: bytes) -> bool:
-    head = data[:512].lstrip(b"\xef\xbb\xbf \t\r\n")
-    return head.startswith(b"<")
+    """Whether the bytes are, or libvips could read them as, an SVG, which must then pass the sanitiser before
+    librsvg sees them, whatever the whitespace or text before the document."""
+    if SVG_START.match(data):
+        return True
+    text = data[len(UTF8_BOM):] if data.startswith(UTF8_BOM) else data
+    return all(9 <= byte < 128 for byte in text[:24]) and b"<svg" in text[:SVG_SNIFF_BYTES].lower()
 
 
 def undecodable(source_format: str, reason: str) -> LegacyError:

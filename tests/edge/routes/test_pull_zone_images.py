@@ -711,6 +711,27 @@ async def test_a_gzip_compressed_svg_is_sanitised_as_a_plain_one_is(pics: Pics) 
     assert close_to(centre(await clean.read()), RED)
 
 
+@pytest.mark.parametrize("before", ["spaces", "newlines", "bom-and-spaces", "a-long-run"])
+async def test_an_svg_after_a_long_run_of_whitespace_is_sanitised_as_any_svg_is(pics: Pics, before: str) -> None:
+    """libvips takes bytes for an SVG after any run of whitespace: an origin's SVG behind 600 bytes of whitespace,
+    or 100,000, is still one, and what librsvg renders of it has passed the sanitiser (here, its DOCTYPE refusal),
+    as an SVG without them has, whatever its name and Content-Type."""
+    padding = {"spaces": b" " * 600, "newlines": b"\r\n" * 300, "bom-and-spaces": b"\xef\xbb\xbf" + b" " * 600,
+               "a-long-run": b"\n" * 100_000}[before]
+    hostile = ('<!DOCTYPE svg [<!ENTITY red "rgb(220,30,30)">]>' + SVG.replace("rgb(220,30,30)", "&red;")).encode()
+    name = f"/padded-{before}.png"
+    pics.origin.answer(name, padding + hostile, headers={**LONG, "Content-Type": "image/png"})
+    refused = await pics.transform(name)
+    assert refused.status == 422, (refused.status, refused.headers.get("Content-Type"))
+    assert "DOCTYPE or ENTITY declaration" in (await refused.json())["error"]
+    await expect_error(await pics.get(f"/api/lqip?url=/{ZONE}{name}"), 422, "UndecodableImage")
+    pics.origin.answer(f"/padded-clean-{before}.svg", padding + SVG.encode(),
+                       headers={**LONG, "Content-Type": "image/svg+xml"})
+    clean = await pics.transform(f"/padded-clean-{before}.svg")
+    assert (clean.status, clean.headers["Content-Type"]) == (200, "image/png"), await clean.text()
+    assert close_to(centre(await clean.read()), RED)
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def quick_pics(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pics]:
     """A pull zone whose requests wait at most 1 s for a flight to land (the origin's first-byte time)."""
