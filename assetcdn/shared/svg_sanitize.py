@@ -107,6 +107,23 @@ def _clean_element(element: ET.Element) -> None:
         element.text = _clean_css(element.text)
 
 
+# What libvips' SVG loader may take for an SVG: '<' after any run of whitespace (of any length: libvips 8.18 skips it
+# all) and a BOM; or, as its older rule has it, plain text first with '<svg' in its first kilobyte (looked for
+# further here). Matched, not stripped: no copy of a large source is made to look at its start.
+SVG_START = re.compile(rb"[\xef\xbb\xbf \t\r\n]*<")
+SVG_SNIFF_BYTES = 4096
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def looks_like_svg(data: bytes) -> bool:
+    """Whether the bytes are, or libvips could read them as, an SVG, which must then pass the sanitiser before
+    librsvg sees them, whatever the whitespace or text before the document."""
+    if SVG_START.match(data):
+        return True
+    text = data[len(UTF8_BOM):] if data.startswith(UTF8_BOM) else data
+    return all(9 <= byte < 128 for byte in text[:24]) and b"<svg" in text[:SVG_SNIFF_BYTES].lower()
+
+
 def sanitize_svg(data: bytes) -> bytes:
     """Return a cleaned copy of an SVG document; ValueError when it is not a safe-to-parse SVG."""
     if len(data) > MAX_SVG_BYTES:

@@ -17,7 +17,7 @@ import pyvips
 
 from assetcdn.shared.faces import rgb_pixels, srgb_uchar
 from assetcdn.shared.heif import decode_heif, is_heif_not_avif
-from assetcdn.shared.svg_sanitize import sanitize_svg
+from assetcdn.shared.svg_sanitize import looks_like_svg, sanitize_svg
 
 LOADERS = {
     "jpegload_buffer": "jpeg", "pngload_buffer": "png", "webpload_buffer": "webp", "gifload_buffer": "gif",
@@ -119,7 +119,7 @@ def load_for_analysis(data: bytes, *, max_pixels: int, size: int) -> AnalysisIma
         raise ImageInputError(422, "UndecodableImage", "The asset is empty.")
     svg = None
     fmt: str | None = None
-    if data[:512].lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
+    if looks_like_svg(data):  # whatever libvips would hand librsvg (whitespace of any length before it too)
         try:
             data = sanitize_svg(data)
             svg = svg_text(data)

@@ -10,13 +10,17 @@ with pillow-heif, since libvips here is built without HEVC.
 
 from __future__ import annotations
 
-import re
 import zlib
 from dataclasses import dataclass
 
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.heif import is_heif_not_avif
-from assetcdn.shared.svg_sanitize import MAX_SVG_BYTES, filter_primitives, sanitize_svg
+from assetcdn.shared.svg_sanitize import (
+    MAX_SVG_BYTES,
+    filter_primitives,
+    looks_like_svg,
+    sanitize_svg,
+)
 
 # libvips loader -> format name used across the transform.
 VIPS_LOADERS = {
@@ -46,23 +50,6 @@ class SourceImage:
         return self.pages > 1 and self.format in ANIMATED_FORMATS
 
 
-# What libvips' SVG loader may take for an SVG: '<' after any run of whitespace (of any length: libvips 8.18 skips it
-# all) and a BOM; or, as its older rule has it, plain text first with '<svg' in its first kilobyte (looked for
-# further here). Matched, not stripped: no copy of a large source is made to look at its start.
-SVG_START = re.compile(rb"[\xef\xbb\xbf \t\r\n]*<")
-SVG_SNIFF_BYTES = 4096
-UTF8_BOM = b"\xef\xbb\xbf"
-
-
-def _looks_like_svg(data: bytes) -> bool:
-    """Whether the bytes are, or libvips could read them as, an SVG, which must then pass the sanitiser before
-    librsvg sees them, whatever the whitespace or text before the document."""
-    if SVG_START.match(data):
-        return True
-    text = data[len(UTF8_BOM):] if data.startswith(UTF8_BOM) else data
-    return all(9 <= byte < 128 for byte in text[:24]) and b"<svg" in text[:SVG_SNIFF_BYTES].lower()
-
-
 def undecodable(source_format: str, reason: str) -> LegacyError:
     return LegacyError(422, f"The source image ({source_format}) could not be decoded: {reason}")
 
@@ -79,7 +66,7 @@ def _inflated_svg(data: bytes, source_format: str) -> bytes:
         raise undecodable(source_format, f"the SVG it compresses is larger than {MAX_SVG_BYTES} bytes.")
     if not inflater.eof or inflater.unused_data:
         raise undecodable(source_format, "its gzip data is not one whole compressed document.")
-    if not _looks_like_svg(document):
+    if not looks_like_svg(document):
         raise undecodable(source_format, "its gzip data holds no SVG.")
     return document
 
@@ -91,7 +78,7 @@ def read_source(data: bytes, source_format: str) -> SourceImage:
     primitives = 0
     if data.startswith(GZIP_MAGIC):
         data = _inflated_svg(data, source_format)
-    if _looks_like_svg(data):
+    if looks_like_svg(data):
         try:
             data = sanitize_svg(data)
         except ValueError as exc:

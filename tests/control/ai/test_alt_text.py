@@ -65,3 +65,16 @@ def test_file_names_give_their_subject_words() -> None:
     assert subject_words("akande/v1/photos/IMG_20240101_123456.jpg") == ""
     assert subject_words("akande/v1/logos/redSportsCar_v2@2x.png") == "red Sports Car"
     assert subject_words("stocks/images/hero_banner-1920x1080.webp") == "hero banner"
+
+
+async def test_an_svg_behind_a_long_run_of_whitespace_is_sanitised_before_it_is_rendered(
+        make_control: MakeControl) -> None:
+    """libvips reads bytes as an SVG after any run of whitespace: such an asset is still sanitised before librsvg
+    renders it (here, refused for its DOCTYPE), as one that starts with its document is."""
+    client = await make_control()
+    hostile = b" " * 600 + b'<!DOCTYPE svg [<!ENTITY c "#1040c0">]>' + LOGO_SVG.replace(b"#1040c0", b"&c;")
+    await upload(client, "akande/v1/logos/padded.svg", hostile)
+    resp = await client.get("/api/ai/alt-text", params={"url": "akande/v1/logos/padded.svg"}, headers=ACCESS)
+    body = await resp.json()
+    assert resp.status == 422, body
+    assert "DOCTYPE or ENTITY declaration" in str(body), body
