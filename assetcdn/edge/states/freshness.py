@@ -513,11 +513,13 @@ def updated_headers(stored: Headers, not_modified: Headers, received: float | No
     `received`, when it arrived (RFC 9110 6.6.1): the stored Date, the first response's, would count the time
     since then in the refreshed response's age (RFC 9111 4.2.3), leaving it as old as before it was confirmed.
     The fields the updated head's own qualified `no-cache="..."` or `private="..."` names are left out, the stored
-    ones too (RFC 9111 5.2.2.4, 5.2.2.7): kept from the first response, they would go out on every hit after it."""
+    ones too (RFC 9111 5.2.2.4, 5.2.2.7): kept from the first response, they would go out on every hit after it.
+    The stored Age goes whether or not the 304 has one: it is the first exchange's, and beside the 304's clocks it
+    would count that age again in the confirmed response's (4.2.3's age_value; the 304's own Age replaces it)."""
     incoming = [(name, value) for name, value in stored_headers(not_modified) if name not in NOT_UPDATED_BY_304]
     if received is not None and first_value(not_modified, "date") is None:
         incoming.append(("date", formatdate(received, usegmt=True)))
-    replaced = {name for name, _ in incoming}
+    replaced = {name for name, _ in incoming} | {"age"}
     return stored_headers([(name, value) for name, value in stored if name not in replaced] + incoming)
 
 

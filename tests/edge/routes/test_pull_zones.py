@@ -965,6 +965,31 @@ async def test_a_304_without_a_date_makes_the_refreshed_response_young_again(pul
         await server.wait_closed()
 
 
+async def test_a_304_without_an_age_makes_the_refreshed_response_young_again(pull: Pull) -> None:
+    """The first response came with an Age (the origin is behind a cache of its own), its 304 with none: the stored
+    Age stayed beside the 304's fields, so the refreshed response counted that age again (RFC 9111 4.2.3's
+    age_value): answered with Age 50 and more after the origin had just confirmed it, and 50 s short of the
+    304's lifetime. A 304 without an Age is the origin's own answer now: the age is that exchange's alone."""
+    async def origin(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"a"':
+            return web.Response(status=304, headers={"ETag": '"a"', "Cache-Control": "max-age=600"})
+        return web.Response(body=b"aged", headers={"ETag": '"a"', "Cache-Control": "max-age=600", "Age": "50"})
+
+    pull.origin.route("/aged-304.txt", origin)
+    assert (await pull.get("/aged-304.txt")).headers["X-Cache"] == "MISS"
+    hit = await pull.get("/aged-304.txt")
+    assert hit.headers["X-Cache"] == "HIT" and int(hit.headers["Age"]) >= 50
+    started = time.time()
+    revalidated = await pull.get("/aged-304.txt", headers={"Cache-Control": "no-cache"})
+    assert (revalidated.headers["X-Cache"], await revalidated.read()) == ("REVALIDATED", b"aged")
+    again = await pull.get("/aged-304.txt")
+    since = time.time() - started
+    assert again.headers["X-Cache"] == "HIT"
+    assert int(again.headers["Cache-Status"].rsplit("=", 1)[1]) >= 598 - since
+    for answer in (revalidated, again):
+        assert int(answer.headers["Age"]) <= 2 + since
+
+
 @pytest.mark.parametrize("status", ["000", "099", "600", "999"])
 async def test_a_status_outside_100_to_599_is_the_origin_failing(pull: Pull, status: str) -> None:
     """An origin answering with three digits outside 100-599: passed on, the client got a malformed status line
