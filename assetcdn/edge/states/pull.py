@@ -366,6 +366,10 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
     url_key = pull_key(zone.name, path, request.rel_url.raw_query_string, request.scheme)
     flight_key = pull_variant_key(url_key, "flight")
 
+    # Why the first look-up found nothing this request may use (`forwarded_because`): a request answered from the
+    # cache after waiting for another's flight was collapsed into that origin request (RFC 9211 2.2, 2.6), not hit.
+    missed: list[str] = []
+
     async def cached() -> tuple[web.StreamResponse | None, StoredResponse | None]:
         gone = 0   # stored bodies found gone when delivered (purged or evicted since the lookup)
         while True:
@@ -375,8 +379,8 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
                 decision = reuse(stored.freshness, directives, now)
                 if decision is Reuse.FRESH or decision is Reuse.STALE_REVALIDATING:
                     if decision is Reuse.FRESH:
-                        answer = await deliver_stored(request, stored, CacheResult.HIT,
-                                                      hit_cache_status(stored.freshness, now))
+                        answer = await deliver_stored(request, stored, CacheResult.HIT, hit_cache_status(
+                            stored.freshness, now) if not missed else collapsed_cache_status(missed[0]))
                     else:
                         background_revalidate(request, node, zone, path, url_key, stored)
                         answer = await deliver_stored(request, stored, CacheResult.STALE,
@@ -387,6 +391,8 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
                     continue
             if "only-if-cached" in directives:
                 raise ApiError(504, "NotCached", "The response is not in this edge's cache (only-if-cached).")
+            if not missed:
+                missed.append(forwarded_because(stored, sent, now))
             return None, stored
 
     if getattr(request.transport, "fetched", None) is not None:
@@ -488,6 +494,12 @@ def forwarded_because(stored: StoredResponse | None, sent: Varied, now: float) -
 def hit_cache_status(fresh: Freshness, now: float) -> str:
     """The Cache-Status of a fresh hit at `now` (the hit path writes it too, assetcdn/edge/fastpath/prepared.py)."""
     return f"{CACHE_STATUS}; hit; ttl={int(fresh.lifetime - fresh.age(now))}"
+
+
+def collapsed_cache_status(fwd: str) -> str:
+    """The Cache-Status of a request answered with what another request's origin request (`fwd`: why the look-up
+    before it waited sent it there) stored meanwhile: collapsed into that one (RFC 9211 2.6), not a hit."""
+    return f"{CACHE_STATUS}; fwd={fwd}; collapsed"
 
 
 def lookup(node: EdgeNode, url_key: str, sent: Varied) -> StoredResponse | None:

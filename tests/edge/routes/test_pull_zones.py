@@ -452,6 +452,9 @@ async def test_concurrent_requests_for_a_new_url_make_one_origin_request(pull: P
     assert [resp.status for resp in answers] == [200] * clients
     assert all([await resp.read() == body for resp in answers])
     assert sorted(resp.headers["X-Cache"] for resp in answers) == ["HIT"] * (clients - 1) + ["MISS"]
+    # The waiters were collapsed into the one origin request (RFC 9211 2.6), not hits of a copy stored before them.
+    assert sorted(resp.headers["Cache-Status"] for resp in answers) == (
+        ["assetcdn; fwd=uri-miss; collapsed"] * (clients - 1) + ["assetcdn; fwd=uri-miss; stored"])
     assert pull.origin.count("/collapsed.bin") == 1
 
 
