@@ -13,6 +13,7 @@ from assetcdn.edge.states.freshness import (
     NotStored,
     Reuse,
     corrected_initial_age,
+    first_value,
     fresh_for_plain_requests_until,
     freshness,
     freshness_lifetime,
@@ -214,6 +215,13 @@ def test_validators_and_304_updates() -> None:
     dated = [*headers, ("date", date(-50))]
     assert ("date", date(0)) in updated_headers(dated, [("cache-control", "max-age=60")], NOW)
     assert ("date", date(-5)) in updated_headers(dated, [("date", date(-5))], NOW)
+    # The stored Age is the first exchange's: a 304 replaces it with its own, or leaves none (counted again beside
+    # the 304's clocks, it made the confirmed response as old as the first one, RFC 9111 4.2.3).
+    aged = [*dated, ("age", "50")]
+    assert first_value(updated_headers(aged, [("cache-control", "max-age=60")], NOW), "age") is None
+    assert first_value(updated_headers(aged, [("age", "3")], NOW), "age") == "3"
+    refreshed = freshness(200, updated_headers(aged, [("date", date(0))], NOW), NOW - 1, NOW)
+    assert refreshed.initial_age == 1.0
     # Fields the 304's qualified private or no-cache names leave the stored head, the first response's too.
     named = [("cache-control", 'max-age=60, private="X-A", no-cache="Last-Modified"')]
     assert updated_headers(headers, named) == (("etag", '"v1"'), ("content-type", "image/png"), *named)
