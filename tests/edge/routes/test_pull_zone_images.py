@@ -893,11 +893,13 @@ async def test_a_variant_answered_from_a_source_used_stale_is_stale(pics: Pics, 
         return metric(text, "assetcdn_edge_cache_total", result="STALE")
 
     name = f"/used-stale-{stale_by}.png"
-    pics.origin.answer(name, image(RED), headers={"Cache-Control": f"max-age=1, {stale_by}=600", "ETag": '"s"',
+    # Three seconds: the origin's Date is in whole seconds, so the copy may be up to one second old when stored
+    # (RFC 9111 4.2.3's apparent age) and fresh for two only; with max-age=1 the HIT below could come stale.
+    pics.origin.answer(name, image(RED), headers={"Cache-Control": f"max-age=3, {stale_by}=600", "ETag": '"s"',
                                                   "Content-Type": "image/png"})
     assert (await pics.transform(name)).headers["X-Cache"] == "MISS"
     assert (await pics.transform(name)).headers["X-Cache"] == "HIT"
-    await asyncio.sleep(1.2)  # stale
+    await asyncio.sleep(3.2)  # stale, however old it was when stored
     if stale_by == "stale-if-error":
         pics.origin.answer(name, b"down", status=500)
     before = await stale_results()
