@@ -51,7 +51,7 @@ DELIVERED_PATH = web.RequestKey("delivered_path", str)  # the CDN path a deliver
 RECORDED = web.RequestKey("delivery_recorded", bool)    # a request is one delivery, however many answers it starts
 BATCH_VERSION = 2
 HOUR_S = 3600
-MAX_KEYS = 100_000          # distinct counting keys held between flushes; past it, new paths are counted without path
+MAX_KEYS = 100_000          # distinct counting keys held between flushes; past it, new paths are counted as "other"
 MAX_BATCH_ROWS = 10_000     # rows per rollup in one batch (control's limit); more go in the next batch
 MAX_LOG_HELD = 20_000       # sampled entries held while control is away (the oldest go first)
 MAX_LOG_BUDGET = 10_000     # a per-second budget from the configuration is clamped to this
@@ -62,7 +62,7 @@ PATHS_PER_HOUR = 500        # paths named per zone and hour at a time ([analytic
 CACHE_RESULTS = frozenset(result.value for result in CacheResult)
 DELIVERED, NOT_DELIVERED = 200, 300  # the status classes of answers below 400 (status_class)
 
-Key = tuple[int, str, str, str, int, str]   # hour, zone, path, country, status, cache result
+Key = tuple[int, str, str | None, str, int, str]   # hour, zone, path (None: "other"), country, status, cache result
 LogEntry = tuple[float, str, str, int, str, "str | bytes | None", "str | None"]  # time, method, path, status, cache, id, ip
 # `delivered`'s arguments for a delivery recorded once its bytes are out: time, host, method, path, zone,
 # status, body bytes it has to send (-1: not known before its end), cache, country, request id, ip, duration.
@@ -249,7 +249,7 @@ def rollups(counts: dict[Key, list[int]], zones: Container[str] | None = None,
     ``budget``, the paths of a zone and hour it does not name are "other" too, and with either, a path longer
     than control names (``MAX_PATH_LENGTH``)."""
     zone_rows: dict[tuple[int, str, str], list[Any]] = {}
-    path_rows: dict[tuple[int, str, str, int], list[Any]] = {}
+    path_rows: dict[tuple[int, str, str | None, int], list[Any]] = {}
     countries: dict[tuple[int, str, str], list[Any]] = {}
     known: dict[str, str] = {}
     for (hour, zone, path, country, exact, cache), (requests, sent) in counts.items():
@@ -282,7 +282,7 @@ def rollups(counts: dict[Key, list[int]], zones: Container[str] | None = None,
     return list(zone_rows.values()), _fold_paths(path_rows, budget), list(countries.values())
 
 
-def _fold_paths(rows: dict[tuple[int, str, str, int], list[Any]],
+def _fold_paths(rows: dict[tuple[int, str, str | None, int], list[Any]],
                 budget: Callable[[int, str], PathBudget] | None) -> list[list[Any]]:
     """The path rows with those of ``UNKNOWN_ZONE``, those longer than control names and those a budget does
     not name, folded into one row per (hour, zone, status) whose path is None: "other"."""
@@ -290,14 +290,15 @@ def _fold_paths(rows: dict[tuple[int, str, str, int], list[Any]],
     if budget is not None:
         weights: dict[tuple[int, str], dict[str, int]] = {}
         for (hour, zone, path, _), row in rows.items():
-            if zone != UNKNOWN_ZONE and len(path) <= MAX_PATH_LENGTH:
+            if path is not None and zone != UNKNOWN_ZONE and len(path) <= MAX_PATH_LENGTH:
                 per_path = weights.setdefault((hour, zone), {})
                 per_path[path] = per_path.get(path, 0) + row[4]
         named = {key: budget(*key).named(per_path) for key, per_path in weights.items()}
     shipped: list[list[Any]] = []
     other: dict[tuple[int, str, int], list[Any]] = {}
     for (hour, zone, path, status), row in rows.items():
-        if zone != UNKNOWN_ZONE and len(path) <= MAX_PATH_LENGTH and (budget is None or path in named[(hour, zone)]):
+        if path is not None and zone != UNKNOWN_ZONE and len(path) <= MAX_PATH_LENGTH and (
+                budget is None or path in named[(hour, zone)]):
             shipped.append(row)
             continue
         folded = other.get((hour, zone, status))
@@ -362,7 +363,7 @@ class DeliveryLog:
         except KeyError:  # not an X-Cache value this service sends
             counted_as = CacheResult.BYPASS
         second = int(now)
-        key = (second // HOUR_S, zone, path, country, status, counted_as)
+        key: Key = (second // HOUR_S, zone, path, country, status, counted_as)
         counted = counts.get(key)
         if counted is not None:
             counted[0] += 1
@@ -373,7 +374,9 @@ class DeliveryLog:
             if self.zones is not None and zone != API_ZONE and zone not in self.zones():
                 # A path's first segment names no zone (a scan of those too): counted where `rollups` puts it.
                 zone = UNKNOWN_ZONE
-            key = (key[0], zone, "", country, status, counted_as)
+            # In the zone's "other" row (path None), never under a path: "" is the root's own path, and shipped
+            # under it the scan's counts would be reported as requests for "/" (and take a named path's place).
+            key = (key[0], zone, None, country, status, counted_as)
             counted = counts.get(key)
             if counted is None:
                 counts[key] = [1, sent]

@@ -95,7 +95,7 @@ def test_distinct_keys_are_bounded_and_a_big_flush_is_split_into_batches(monkeyp
         batches.append(batch)
     assert len(batches) == 3 and all(len(batch["paths"]) <= 20 for batch in batches)
     paths = [row for batch in batches for row in batch["paths"]]
-    assert sum(row[4] for row in paths) == 200 and [row for row in paths if row[2] == ""][0][4] == 150
+    assert sum(row[4] for row in paths) == 200 and [row for row in paths if row[2] is None][0][4] == 150
     assert sum(row[3] for batch in batches for row in batch["zones"]) == 200
 
 
@@ -113,6 +113,23 @@ def test_past_the_bound_a_scan_of_first_segments_that_name_no_zone_adds_no_key(m
     rows = shipped(log, T0 + 2)
     assert sum(row[3] for row in rows["zones"]) == 2_201
     assert {row[1]: row[3] for row in rows["zones"]} == {"demo": 200, "": 2_000, "api": 1}
+
+
+def test_past_the_bound_a_scan_is_counted_in_its_zones_other_row_not_as_requests_for_its_root(
+        monkeypatch: Any) -> None:
+    """A flood of distinct URLs past MAX_KEYS between two flushes (a pull zone's origin has as many paths as
+    clients make up): the paths past the bound go in the zone's "other" row (path None), as the paths its budget
+    does not name do. Shipped under the path "" they were named as a path of their own, which control reports as
+    requests for "/" (the root, which nobody asked for here), the scan's 404s at the top of the zone's errors."""
+    monkeypatch.setattr(delivery_log, "MAX_KEYS", 50)
+    log = DeliveryLog("cf-ipcountry", log_per_s=0, errors_per_s=0, zones=lambda: {"demo"})
+    for i in range(2_000):
+        deliver(log, T0, path=f"demo/{i}.txt", status=404, sent=1)
+    deliver(log, T0, path="demo", status=404, sent=1)  # past the bound too
+    rows = shipped(log, T0 + 2)
+    assert [row for row in rows["paths"] if not row[2]] == [[T0, "demo", None, 404, 1_951, 1_951]]
+    assert len(rows["paths"]) == 51
+    assert sum(row[4] for row in rows["paths"]) == sum(row[3] for row in rows["zones"]) == 2_001
 
 
 def shipped(log: DeliveryLog, now: float) -> dict[str, list[list[Any]]]:
