@@ -70,9 +70,11 @@ Pending = tuple[float, str, str, str, str, int, int, str, str, "str | bytes | No
 
 
 def country_code(header: str) -> str:
-    """The analytics country of a request's country header: two letters, upper case, else "XX"."""
-    text = header.strip().upper()
-    return text if len(text) == 2 and text.isalpha() else UNKNOWN_COUNTRY
+    """The analytics country of a request's country header: two ASCII letters, upper case, else "XX" (as control
+    takes them). Any other letters would be countries without end, which the counts past MAX_KEYS still keep apart;
+    and they are judged before upper-casing, which makes two letters of some single ones (`ß` is `SS`)."""
+    text = header.strip()
+    return text.upper() if len(text) == 2 and text.isascii() and text.isalpha() else UNKNOWN_COUNTRY
 
 
 def body_sent(head_only: bool, status: int, length: int) -> int:

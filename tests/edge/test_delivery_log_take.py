@@ -8,7 +8,7 @@ import random
 from typing import Any
 
 from assetcdn.edge import delivery_log
-from assetcdn.edge.delivery_log import BATCH_VERSION, HOUR_S, DeliveryLog
+from assetcdn.edge.delivery_log import BATCH_VERSION, HOUR_S, DeliveryLog, country_code
 
 T0 = 1_790_000_000 - 1_790_000_000 % HOUR_S  # an hour's start
 T1 = T0 + HOUR_S
@@ -130,6 +130,23 @@ def test_past_the_bound_a_scan_is_counted_in_its_zones_other_row_not_as_requests
     assert [row for row in rows["paths"] if not row[2]] == [[T0, "demo", None, 404, 1_951, 1_951]]
     assert len(rows["paths"]) == 51
     assert sum(row[4] for row in rows["paths"]) == sum(row[3] for row in rows["zones"]) == 2_001
+
+
+def test_a_country_is_two_ascii_letters_so_past_the_bound_a_scan_of_made_up_countries_adds_no_key(
+        monkeypatch: Any) -> None:
+    """The country header is a client's field where no proxy in front sets it. Two letters of any script were a
+    country of their own (control counts them as XX), so past MAX_KEYS each made-up pair still added a key: the
+    counts grew without bound (while control is away they are not taken). And `ß` or `ﬀ`, upper-cased first,
+    were counted as the countries SS and FF."""
+    assert [country_code(header) for header in (" de ", "fr", "ß", "ﬀ", "ÄÖ", "中国", "D1", "DEU")] == \
+        ["DE", "FR", "XX", "XX", "XX", "XX", "XX", "XX"]
+    monkeypatch.setattr(delivery_log, "MAX_KEYS", 50)
+    log = DeliveryLog("cf-ipcountry", log_per_s=0, errors_per_s=0, zones=lambda: {"demo"})
+    for i in range(3_000):  # every path new, and every country header two letters never seen before
+        deliver(log, T0, path=f"demo/{i}.txt", status=404, sent=1,
+                country=country_code(chr(0x4E00 + i // 60) + chr(0x4E00 + i % 60)))
+    assert len(log.counts) == 51  # 50 paths, then demo's without their path
+    assert {row[2]: row[3] for row in shipped(log, T0 + 2)["countries"]} == {"XX": 3_000}
 
 
 def shipped(log: DeliveryLog, now: float) -> dict[str, list[list[Any]]]:
