@@ -44,6 +44,10 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
         # A pull zone's own host's `/` is its origin's, and a `_redirects` rule for `/` applies on any host:
         # elsewhere nothing is there, as for a path no route takes.
         raise web.HTTPNotFound()
+    if host_zone in config.pull_zones:
+        # Every path of a pull zone's own host is the zone's: an answer given before the path is worked out (a path
+        # refused 400, a redirect) is the zone's delivery too, not one of the zone its first segment may name.
+        request[DELIVERED_PATH] = f"{host_zone}{request.rel_url.raw_path}"
     named = receive(request, config, host_zone)  # _redirects are answered before any cache lookup
     if isinstance(named, PullPath):
         request[DELIVERED_PATH] = f"{named.zone.name}{named.path}"

@@ -66,3 +66,18 @@ async def test_a_pull_zones_path_too_long_to_be_named_is_counted_in_its_errors_a
     assert summary["TotalRequests"] == 2
     assert [(group["StatusCode"], group["Count"]) for group in errors["Errors"]] == [(404, 2)]
     assert paths == [f"/{ZONE}{long_name}"[:MAX_PATH_LENGTH + 1]] * 2  # the path cut to what control keeps
+
+
+async def test_a_path_refused_on_a_pull_zones_own_host_is_counted_in_the_zones_errors(tmp_path: Path) -> None:
+    """Every path of a pull zone's own host (its tenant host, a custom domain) is the zone's: one refused before it
+    reaches the origin (a dot segment: 400) is counted in the zone's statistics and errors, on either path, as
+    its other answers are. It was counted under the zone its first segment happens to name (another tenant's),
+    or in the bucket of no zone, and the zone's errors report never showed it."""
+    async with pull_zone_on_hit_cdn(tmp_path, ZONE) as (cdn, _origin):
+        for conn in (await cdn.connect(), await cdn.plain()):
+            answer = await conn.request("/elsewhere/..%2fsecret", host=f"{ZONE}.cdn.localhost")
+            assert answer.status == 400
+        summary = await summary_of(cdn, 2)
+        errors = await (await cdn.control.get(f"/api/insights/errors?days=1&zone={ZONE}", headers=ACCOUNT)).json()
+    assert summary["TotalRequests"] == 2
+    assert [(group["StatusCode"], group["Count"]) for group in errors["Errors"]] == [(400, 2)]
