@@ -410,3 +410,39 @@ async def test_a_stock_video_previews_as_hls(site: Site, browser: DashboardBrows
     await page.wait_for("document.getElementById('preview-video').currentTime > 1")
     assert await page.js("document.getElementById('preview-video').videoHeight") == 108
     assert page.problems == []
+
+
+async def test_purge_by_prefix_and_soft(site: Site, browser: DashboardBrowser) -> None:
+    """The Purge view offers every kind of purge the API has: a prefix, and soft (marked stale) for any of them;
+    the result says what the API did."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "purge", "!!document.querySelector('#purge-mode button[data-mode=prefixes]')")
+    await page.click("#purge-mode button[data-mode=prefixes]")
+    await page.fill("#purge-prefixes", f"/{ZONE}/v1/logos/\n\n")
+    await page.js("document.getElementById('purge-soft').click()")
+    await page.click("#purge-submit")
+    await page.wait_for("!!document.querySelector('#purge-edges tr[data-edge=\"edge-0\"]')")
+    result = await page.text("#purge-result")
+    assert f"/{ZONE}/v1/logos/ (and every path under it) (soft: marked stale)" in result
+    assert "(soft)" in await page.text("#purge-history")
+
+    # Soft applies to the other kinds too (the box stays ticked across them); unticked, a purge is a hard one.
+    await page.click("#purge-mode button[data-mode=urls]")
+    await page.fill("#purge-urls", f"/{ZONE}/v1/logos/{IMAGE}")
+    await page.click("#purge-submit")
+    await page.wait_for("document.querySelectorAll('#purge-history tbody tr').length === 2")
+    assert f"/{ZONE}/v1/logos/{IMAGE} (soft)" in await page.text("#purge-history tbody tr:first-child")
+    await page.js("document.getElementById('purge-soft').click()")
+    await page.click("#purge-submit")
+    await page.wait_for("document.querySelectorAll('#purge-history tbody tr').length === 3")
+    assert "soft" not in await page.text("#purge-history tbody tr:first-child")
+    assert "soft" not in await page.text("#purge-result")
+
+    # A prefix that names no zone is refused, with the API's reason and the prefix.
+    await page.click("#purge-mode button[data-mode=prefixes]")
+    await page.fill("#purge-prefixes", "/no-slash")
+    await page.click("#purge-submit")
+    await page.wait_for("document.getElementById('purge-error').textContent.includes('/no-slash')")
+    assert "Prefixes must be" in await page.text("#purge-error")
+    assert page.problems == []

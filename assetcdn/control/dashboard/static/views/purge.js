@@ -1,4 +1,5 @@
-// Purge: by URL, by cache tag, or everything. The answer says, per edge node, whether it
+// Purge: by URL, by path prefix, by cache tag, or everything, each hard or soft (marked stale: a pull zone's
+// copies are revalidated with the origin). The answer says, per edge node, whether it
 // acknowledged within the wait, how many cache entries it dropped and how long its ack took.
 import { ApiError, get, post, publicUrl } from "../api.js";
 import { badge, card, clear, confirmDanger, formatDate, formatNumber, h } from "../ui.js";
@@ -8,11 +9,14 @@ export const title = "Purge";
 const purges = []; // this page's purges, newest first (kept while the dashboard is open)
 
 export async function render(container, { params }) {
-  let mode = params.get("tag") ? "tags" : params.get("everything") ? "everything" : "urls";
+  let mode = params.get("tag") ? "tags" : params.get("prefix") ? "prefixes" : params.get("everything") ? "everything" : "urls";
   const base = await publicUrl();
   const tabs = h("div.segmented#purge-mode");
   const urls = h("textarea#purge-urls", { rows: 5, placeholder: `${base}/acme/v1/logos/logo.png\n/acme/v1/banners/hero.webp`, "aria-label": "URLs" });
   if (params.get("url")) urls.value = params.get("url");
+  const prefixes = h("textarea#purge-prefixes", { rows: 3, placeholder: `/acme/v1/logos/\n${base}/acme/v1/banners/`, "aria-label": "Path prefixes" });
+  if (params.get("prefix")) prefixes.value = params.get("prefix");
+  const soft = h("input#purge-soft", { type: "checkbox" });
   const tags = h("input#purge-tags", { type: "text", placeholder: "project-acme, type-logos", "aria-label": "Tags" });
   if (params.get("tag")) tags.value = params.get("tag");
   const suggestions = h("div.chips");
@@ -24,10 +28,11 @@ export async function render(container, { params }) {
   const past = h("div#purge-history");
 
   function showMode() {
-    clear(tabs, [["urls", "By URL"], ["tags", "By tag"], ["everything", "Everything"]].map(([key, label]) =>
+    clear(tabs, [["urls", "By URL"], ["prefixes", "By prefix"], ["tags", "By tag"], ["everything", "Everything"]].map(([key, label]) =>
       h(`button${key === mode ? ".active" : ""}`, { type: "button", dataset: { mode: key }, onclick: () => { mode = key; showMode(); } }, label)));
     clear(body,
       mode === "urls" ? h("label.field", null, "URLs or paths, one per line (at most 30)", urls)
+        : mode === "prefixes" ? h("label.field", null, "Path prefixes (/<zone>/... or a URL), one per line (at most 30): every path under each", prefixes)
         : mode === "tags" ? [h("label.field", null, "Cache tags, separated by commas or spaces (at most 30)", tags), suggestions]
           : everything);
     submit.textContent = mode === "everything" ? "Purge everything…" : "Purge";
@@ -49,14 +54,19 @@ export async function render(container, { params }) {
       const list = urls.value.split("\n").map((u) => u.trim()).filter(Boolean);
       if (!list.length) { error.textContent = "Enter at least one URL or path."; return; }
       command = { urls: list };
+    } else if (mode === "prefixes") {
+      const list = prefixes.value.split("\n").map((p) => p.trim()).filter(Boolean);
+      if (!list.length) { error.textContent = "Enter at least one prefix."; return; }
+      command = { prefixes: list };
     } else if (mode === "tags") {
       const list = tags.value.split(/[\s,]+/).filter(Boolean);
       if (!list.length) { error.textContent = "Enter at least one tag."; return; }
       command = { tags: list };
     } else {
-      if (!(await confirmDanger({ title: "Purge everything?", message: "Every cached asset on every edge is dropped.", confirmLabel: "Purge everything" }))) return;
+      if (!(await confirmDanger({ title: "Purge everything?", message: soft.checked ? "Every cached asset on every edge is marked stale." : "Every cached asset on every edge is dropped.", confirmLabel: "Purge everything" }))) return;
       command = { purge_everything: true };
     }
+    if (soft.checked) command.soft = true;
     submit.disabled = true;
     try {
       const answer = await post("/api/purge", command);
@@ -80,7 +90,8 @@ export async function render(container, { params }) {
       const values = Object.entries(table).filter(([member]) => member.split("/")[0] === node).map(([, v]) => v);
       return values.length ? pick(values) : null;
     };
-    const what = answer.purged === "everything" ? "everything" : answer.purged.join(", ");
+    const what = (answer.purged === "everything" ? "everything" : answer.purged.join(", "))
+      + (answer.mode === "prefixes" ? " (and every path under it)" : "") + (answer.soft ? " (soft: marked stale)" : "");
     clear(result, card("Result", [badge(edges.pending && edges.pending.length ? "partly acknowledged" : "acknowledged by every edge",
       edges.pending && edges.pending.length ? "warn" : "ok")],
     h("p", null, h("b", null, "Purged: "), what),
@@ -106,13 +117,15 @@ export async function render(container, { params }) {
       h("tbody", null, purges.map(({ answer }) => {
         const values = Object.values((answer.edges || {}).latencyMs || {});
         return h("tr", null, h("td", null, formatDate(answer.dateCreated)),
-          h("td.mono", null, answer.purged === "everything" ? "everything" : answer.purged.join(", ")),
+          h("td.mono", null, (answer.purged === "everything" ? "everything" : answer.purged.join(", ")) + (answer.soft ? " (soft)" : "")),
           h("td.num", null, `${(answer.edges.acknowledged || []).length}/${answer.edges.total}`),
           h("td.num", null, values.length ? `${Math.max(...values).toFixed(1)} ms` : "–"));
       })))));
   }
 
-  container.append(card("Purge the edge caches", [tabs], body, error, h("div.row", null, submit,
+  container.append(card("Purge the edge caches", [tabs], body,
+    h("label.small", null, soft, " Soft: mark stale instead of dropping (a pull zone's copy is revalidated with its origin; a stored zone's is dropped)"),
+    error, h("div.row", null, submit,
     h("span.muted.small", null, "URL purges also drop every transform and placeholder derived from the file."))), result, past);
   showMode();
   showHistory();
