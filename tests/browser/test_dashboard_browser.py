@@ -446,3 +446,41 @@ async def test_purge_by_prefix_and_soft(site: Site, browser: DashboardBrowser) -
     await page.wait_for("document.getElementById('purge-error').textContent.includes('/no-slash')")
     assert "Prefixes must be" in await page.text("#purge-error")
     assert page.problems == []
+
+
+async def open_origin_panel(page: DashboardBrowser, base: str, zone: str, state: str) -> None:
+    await open_view(page, base, "zones", f"!!document.querySelector('#zone-list tr[data-zone=\"{zone}\"]')")
+    await page.click(f"#zone-list tr[data-zone=\"{zone}\"] button[data-action=origin]")
+    await page.wait_for(f"!!document.querySelector('#origin-form') && "
+                        f"document.getElementById('origin-state').textContent.includes({json.dumps(state)})")
+
+
+async def test_origin_headers_retyped_in_another_spelling_are_not_dropped(site: Site, browser: DashboardBrowser) -> None:
+    """A request header typed again under another case or with `_` for `-` is the same header to the API: saving
+    replaces its value without asking whether to remove it. (The origin is a name under .test, never looked up.)"""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
+    await page.fill("#zone-name", "site")
+    await page.fill("#zone-origin", "https://origin.test/assets")
+    await page.click("#zone-create button[type=submit]")
+    await page.wait_for("!!document.querySelector('#zone-list tr[data-zone=\"site\"]')")
+    await open_origin_panel(page, base, "site", "pulls from https://origin.test/assets")
+    await page.fill("#origin-headers", "X-Origin-Secret: one\nX-Api-Key: two")
+    await page.click("#origin-form button[type=submit]")
+    await page.wait_for("document.getElementById('origin-state').textContent.includes('X-Origin-Secret, X-Api-Key')")
+
+    await page.fill("#origin-headers", "x-origin-secret: three\nX_Api_Key: four")
+    await page.click("#origin-form button[type=submit]")
+    await page.wait_for("document.getElementById('origin-state').textContent.includes('x-origin-secret, X_Api_Key')"
+                        " || !!document.querySelector('dialog[open]')")
+    assert not await page.js("!!document.querySelector('dialog[open]')"), await page.text("dialog[open]")
+    origin = await page.js("fetch('/api/core/zones/site/origin').then(r => r.json())")
+    assert origin["Origin"]["RequestHeaders"] == {"x-origin-secret": "(set)", "X_Api_Key": "(set)"}
+
+    # One left out is still named before it is removed.
+    await page.fill("#origin-headers", "X-ORIGIN-SECRET: five")
+    await page.click("#origin-form button[type=submit]")
+    await page.wait_for("!!document.querySelector('dialog[open]')")
+    assert await page.text("dialog[open] h2") == "Remove X_Api_Key?"
+    assert page.problems == []

@@ -6,6 +6,8 @@ import { badge, card, clear, confirmDanger, empty, formatBytes, formatDate, form
 export const title = "Zones";
 
 const ZONE_NAME = /^[a-z0-9-]{2,64}$/;
+// A request header's name as the API compares two of them: without case, `_` read as `-`.
+const headerKey = (name) => name.toLowerCase().replaceAll("_", "-");
 
 export async function render(container, { rest }) {
   const nameInput = h("input#zone-name", { type: "text", placeholder: "e.g. acme", autocomplete: "off", maxLength: 64, "aria-label": "Zone name" });
@@ -151,7 +153,8 @@ export async function render(container, { rest }) {
         return;
       }
       const before = current && current.Origin ? Object.keys(current.Origin.RequestHeaders || {}) : [];
-      const dropped = before.filter((name) => !(name in headers));
+      const typed = new Set(Object.keys(headers).map(headerKey));
+      const dropped = before.filter((name) => !typed.has(headerKey(name)));
       if (dropped.length && !(await confirmDanger({
         title: `Remove ${dropped.join(", ")}?`,
         message: `The values of ${dropped.join(", ")} are not shown back, so saving without typing them again removes them from ${zone}'s origin requests.`,
