@@ -484,3 +484,23 @@ async def test_origin_headers_retyped_in_another_spelling_are_not_dropped(site: 
     await page.wait_for("!!document.querySelector('dialog[open]')")
     assert await page.text("dialog[open] h2") == "Remove X_Api_Key?"
     assert page.problems == []
+
+
+async def test_origin_header_named_twice_is_refused_not_half_saved(site: Site, browser: DashboardBrowser) -> None:
+    """Two lines for one request header (in any spelling the API takes for the same name) are refused next to the
+    form, as the API refuses them, instead of one value being saved and the other silently lost."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
+    await page.fill("#zone-name", "twice")
+    await page.fill("#zone-origin", "https://origin.test")
+    await page.click("#zone-create button[type=submit]")
+    await page.wait_for("!!document.querySelector('#zone-list tr[data-zone=\"twice\"]')")
+    for lines in ("X-Token: first\nX-Token: second", "X-Token: first\nx_token: second"):
+        await open_origin_panel(page, base, "twice", "pulls from https://origin.test")
+        await page.fill("#origin-headers", lines)
+        await page.click("#origin-form button[type=submit]")
+        await page.wait_for("document.getElementById('origin-error').textContent.includes('named twice')")
+        origin = await page.js("fetch('/api/core/zones/twice/origin').then(r => r.json())")
+        assert origin["Origin"]["RequestHeaders"] == {}
+    assert page.problems == []

@@ -114,7 +114,11 @@ export async function render(container, { rest }) {
         if (!line.trim()) continue;
         const at = line.indexOf(":");
         if (at < 1) throw new Error(`"${line.trim()}" is not "Name: value".`);
-        fields[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+        const name = line.slice(0, at).trim();
+        // Each name once (as the API compares them): a second line would silently replace the first's value.
+        const other = Object.keys(fields).find((known) => headerKey(known) === headerKey(name));
+        if (other !== undefined) throw new Error(`"${name}" is named twice (as "${other}" too): give each request header once.`);
+        fields[name] = line.slice(at + 1).trim();
       }
       return fields;
     }
