@@ -504,3 +504,45 @@ async def test_origin_header_named_twice_is_refused_not_half_saved(site: Site, b
         origin = await page.js("fetch('/api/core/zones/twice/origin').then(r => r.json())")
         assert origin["Origin"]["RequestHeaders"] == {}
     assert page.problems == []
+
+
+SET_ORIGIN_ELSEWHERE = """fetch('/api/core/zones/{zone}/origin', {{method: 'PUT', headers: {{'Content-Type': 'application/json'}},
+    body: JSON.stringify({body})}}).then(r => r.status)"""
+
+
+async def test_origin_panel_acts_on_the_origin_as_it_is_now(site: Site, browser: DashboardBrowser) -> None:
+    """An origin changed elsewhere (another tab, another operator) after the panel was shown: saving still asks
+    before dropping the request headers set meanwhile, and Stop pulling stops the origin set meanwhile."""
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "zones", "!!document.querySelector('#zone-create')")
+    for name, origin in (("mirror", "https://origin.test"), ("later", "")):
+        await page.fill("#zone-name", name)
+        await page.fill("#zone-origin", origin)
+        await page.click("#zone-create button[type=submit]")
+        await page.wait_for(f"!!document.querySelector('#zone-list tr[data-zone=\"{name}\"]')")
+
+    await open_origin_panel(page, base, "mirror", "pulls from https://origin.test.")
+    body = json.dumps({"Url": "https://origin.test", "RequestHeaders": {"X-Origin-Secret": "s3cret"}})
+    assert await page.js(SET_ORIGIN_ELSEWHERE.format(zone="mirror", body=body)) == 200
+    await page.fill("#origin-url", "https://other.origin.test")
+    await page.click("#origin-form button[type=submit]")
+    await page.wait_for("!!document.querySelector('dialog[open]') || "
+                        "document.getElementById('origin-state').textContent.includes('other.origin.test')")
+    assert await page.text("dialog[open] h2") == "Remove X-Origin-Secret?"
+    await page.click("dialog[open] button[data-action=false]")  # Cancel: the secret stays
+    origin = await page.js("fetch('/api/core/zones/mirror/origin').then(r => r.json())")
+    assert origin["Origin"] == {"Url": "https://origin.test", "HostHeader": None,
+                                "RequestHeaders": {"X-Origin-Secret": "(set)"}, "StoreSetCookie": False}
+
+    await open_origin_panel(page, base, "later", "serves its stored files")
+    body = json.dumps({"Url": "https://origin.test"})
+    assert await page.js(SET_ORIGIN_ELSEWHERE.format(zone="later", body=body)) == 200
+    await page.click("#origin-remove")
+    await page.wait_for("!!document.querySelector('dialog[open]') || "
+                        "!!document.getElementById('origin-error').textContent")
+    assert await page.text("dialog[open] h2") == "Stop pulling later from its origin?", await page.text("#origin-error")
+    await page.click("dialog[open] button[data-action=true]")
+    await page.wait_for("document.getElementById('origin-state').textContent.includes('serves its stored files')")
+    assert await page.js("fetch('/api/core/zones/later/origin').then(r => r.status)") == 404
+    assert page.problems == []

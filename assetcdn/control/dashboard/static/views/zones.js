@@ -123,16 +123,24 @@ export async function render(container, { rest }) {
       return fields;
     }
 
+    // The zone's origin as the API has it now (null: none). Saving and stopping read it again: another tab or
+    // operator may have changed it since this panel was shown.
+    async function latestOrigin() {
+      try {
+        return await get(`/api/core/zones/${encodeURIComponent(zone)}/origin`);
+      } catch (failure) {
+        if (failure instanceof ApiError && failure.status === 404) return null;
+        throw failure;
+      }
+    }
+
     async function refresh() {
       error.textContent = "";
       try {
-        current = await get(`/api/core/zones/${encodeURIComponent(zone)}/origin`);
+        current = await latestOrigin();
       } catch (failure) {
-        if (!(failure instanceof ApiError) || failure.status !== 404) {
-          error.textContent = failure.message;
-          return;
-        }
-        current = null;
+        error.textContent = failure.message;
+        return;
       }
       const origin = current && current.Origin;
       state.textContent = origin
@@ -152,6 +160,12 @@ export async function render(container, { rest }) {
       let headers;
       try {
         headers = parsedHeaders();
+      } catch (failure) {
+        error.textContent = failure.message;
+        return;
+      }
+      try {
+        current = await latestOrigin();
       } catch (failure) {
         error.textContent = failure.message;
         return;
@@ -177,7 +191,15 @@ export async function render(container, { rest }) {
     }
 
     async function removeOrigin() {
+      error.textContent = "";
+      try {
+        current = await latestOrigin();
+      } catch (failure) {
+        error.textContent = failure.message;
+        return;
+      }
       if (!current) {
+        await refresh();
         error.textContent = `${zone} has no origin.`;
         return;
       }
