@@ -301,6 +301,12 @@ async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits,
     return None
 
 
+def collapsed(stored: StoredResponse, since: float | None) -> bool:
+    """Whether `stored` came from the origin since a request began waiting for a flight (`since`, Unix time;
+    `through_flight`): the answer to that flight, or a later one, and the request's answer as it is, fresh or not."""
+    return since is not None and stored.freshness.response_time >= since
+
+
 def other_variant(landing: Landing, sent: Varied | None) -> bool:
     """Whether the answer a flight keeps is the variant of other values of the fields its Vary names than the request
     `sent`'s (`Landing.selected`): no answer to it, which `await_flight` does not wait for."""
@@ -370,13 +376,13 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
     # cache after waiting for another's flight was collapsed into that origin request (RFC 9211 2.2, 2.6), not hit.
     missed: list[str] = []
 
-    async def cached() -> tuple[web.StreamResponse | None, StoredResponse | None]:
+    async def cached(since: float | None) -> tuple[web.StreamResponse | None, StoredResponse | None]:
         gone = 0   # stored bodies found gone when delivered (purged or evicted since the lookup)
         while True:
             stored = lookup(node, url_key, sent) if gone < 2 else None  # looked up again once, then a miss
             now = time.time()
             if stored is not None:
-                decision = reuse(stored.freshness, directives, now)
+                decision = Reuse.FRESH if collapsed(stored, since) else reuse(stored.freshness, directives, now)
                 if decision is Reuse.FRESH or decision is Reuse.STALE_REVALIDATING:
                     if decision is Reuse.FRESH:
                         answer = await deliver_stored(request, stored, CacheResult.HIT, hit_cache_status(
@@ -415,12 +421,15 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
 
 
 async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits,
-                         cached: Callable[[], Awaitable[tuple[R | None, StoredResponse | None]]],
+                         cached: Callable[[float | None], Awaitable[tuple[R | None, StoredResponse | None]]],
                          fill: Callable[[StoredResponse | None, Land], Awaitable[R]],
                          failed: Callable[[StoredResponse | None, OriginError], Awaitable[R]],
                          patience_s: float | None = None, sent: Varied | None = None) -> R:
     """What a request of the key's flight gets: `cached`'s answer from the cache (None: nothing there it may
-    use, and the stored response it found), else `fill`'s (the origin asked, given that stored response and how
+    use, and the stored response it found; after a wait for a flight, given when the wait began: a response the
+    origin gave since then, which postdates this request, is its answer as it is, even one to be validated before
+    each reuse, `no-cache` or `max-age=0`: that flight was its validation, and the requests that waited for it do
+    not each ask the origin again), else `fill`'s (the origin asked, given that stored response and how
     to land the flight) as the flight's leader, or after waiting for the flight to land when it stored nothing
     this request may use; `failed`'s, with the stored response, when the origin failed the flight or it does not
     land within `flight_patience_s` (an OriginTimeout). After a wait that found nothing: an answer the
@@ -434,10 +443,11 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
     `ShieldFilling`: the asking edge takes it as a refusal of that one request and asks the origin itself, leaving
     the shield up), rather than the asking edge giving up on the shield and passing it over for every path."""
     waited: asyncio.Future[Landing] | None = None  # the flight this request waited for
+    since: float | None = None  # when it began waiting for it (Unix time)
     retried = False
     deadline = None if patience_s is None else asyncio.get_running_loop().time() + patience_s
     while True:
-        answer, stored = await cached()
+        answer, stored = await cached(since)
         if answer is not None:
             if waited is not None:  # what the flight it waited for stored: the origin asked once for both
                 flights.waiters += 1
@@ -457,6 +467,7 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
             break
         if waiting is waited:  # that flight's body still being read past body_timeout_s: it asks itself
             return await fill(stored, no_landing)
+        since = time.time()
         try:
             failure = await await_flight(waiting, limits, deadline, sent)
         except TimeoutError:

@@ -70,6 +70,7 @@ from assetcdn.edge.states.pull import (
     StoredResponse,
     Varied,
     ask,
+    collapsed,
     drop_if_superseded,
     lookup,
     named_by_body,
@@ -272,10 +273,10 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
     # `Accept: image/webp` of an origin that negotiates) is not waited for, as a delivery of another variant is not.
     sent = Varied(SOURCE_FIELDS, at.zone, client.ip, client.scheme)
 
-    async def cached() -> tuple[PullSource | None, StoredResponse | None]:
+    async def cached(since: float | None) -> tuple[PullSource | None, StoredResponse | None]:
         stored = lookup(node, url_key, sent)
         if stored is not None:
-            decision = reuse(stored.freshness, NO_DIRECTIVES, time.time())
+            decision = Reuse.FRESH if collapsed(stored, since) else reuse(stored.freshness, NO_DIRECTIVES, time.time())
             if decision is Reuse.FRESH:
                 return await described(node, at, url_key, stored), stored
             if decision is Reuse.STALE_REVALIDATING:

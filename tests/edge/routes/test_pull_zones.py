@@ -458,6 +458,41 @@ async def test_concurrent_requests_for_a_new_url_make_one_origin_request(pull: P
     assert pull.origin.count("/collapsed.bin") == 1
 
 
+@pytest.mark.parametrize("cache_control", ["no-cache", "max-age=0, must-revalidate"])
+async def test_requests_waiting_for_an_answer_to_validate_before_each_reuse_get_it_without_asking_again(
+        pull: Pull, cache_control: str) -> None:
+    """The origin's answer must be validated before each reuse (`no-cache`, `max-age=0`): the requests that waited
+    for the one origin request get the answer it brought, which came after they asked, rather than each sending the
+    origin a revalidation of its own at once; so do those waiting for the stored copy's one revalidation."""
+    name = f"/validated-each-time-{cache_control.split(',')[0]}.txt"
+    clients = 6
+    flights, key = pull.cdn.edge.app[FLIGHTS], pull_variant_key(pull_key(ZONE, name, ""), "flight")
+    go = asyncio.Event()
+
+    async def validated(request: web.Request) -> web.StreamResponse:
+        await go.wait()
+        if request.headers.get("If-None-Match") == '"v1"':
+            return web.Response(status=304, headers={"ETag": '"v1"', "Cache-Control": cache_control})
+        return web.Response(body=b"validated each time", headers={"ETag": '"v1"', "Cache-Control": cache_control})
+
+    pull.origin.route(name, validated)
+    for asked in (1, 2):  # a miss, then the stored copy's revalidation
+        go.clear()
+        requests = [asyncio.ensure_future(pull.get(name)) for _ in range(clients)]
+
+        async def all_joined() -> bool:
+            return flights.joined(key) == clients - 1
+
+        await wait_until(all_joined, "every other request waiting for the first one's origin request")
+        go.set()
+        answers = await asyncio.gather(*requests)
+        assert [(resp.status, await resp.read()) for resp in answers] == [(200, b"validated each time")] * clients
+        assert sorted(resp.headers["X-Cache"] for resp in answers) == sorted(
+            ["MISS" if asked == 1 else "REVALIDATED"] + ["HIT"] * (clients - 1))
+        assert pull.origin.count(name) == asked
+    assert [seen.headers.get("If-None-Match") for seen in pull.origin.requests(name)] == [None, '"v1"']
+
+
 async def test_an_unsafe_request_is_forwarded_with_its_body_and_invalidates_its_url(pull: Pull) -> None:
     async def resource(request: web.Request) -> web.StreamResponse:
         if request.method == "POST":
