@@ -314,6 +314,17 @@ def other_variant(landing: Landing, sent: Varied | None) -> bool:
     return selected is not None and sent is not None and secondary_key(selected[0], sent.fields()) != selected[1]
 
 
+class ErrorAnswered(OriginError):
+    """The origin answered a flight with an error status (ERROR_STATUSES) that its leader answered with a stale copy
+    instead (stale-if-error): the requests waiting for it answer with their stale copy too where they may, rather
+    than each asking the failing origin again; one that may not (no copy, or one its own directives keep it from)
+    asks the origin itself, for the origin's own answer (`origin_failed`)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"the origin answered {status}")
+        self.status = status
+
+
 def shield_filling() -> ApiError:
     """A shield's refusal of another edge's request it waited for a fill for as long as that edge has
     (`through_flight`): a refusal of that request alone (assetcdn/edge/shield.py `PASSING_REFUSALS`)."""
@@ -414,7 +425,8 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
                 landing(None)
     return await through_flight(request.app[FLIGHTS], flight_key, node.origins.limits, cached,
                                 partial(ask_origin, request, node, zone, path, url_key, fields),
-                                partial(origin_failed, request, zone, path, fields),
+                                partial(origin_failed, request, zone, path, fields,
+                                        again=partial(ask_origin, request, node, zone, path, url_key, fields)),
                                 # Another edge's: what is left of its first-byte time for this shield.
                                 patience_s=node.origins.limits.first_byte_timeout_s * SHIELD_FIRST_BYTE_SHARE
                                 if from_edge(request) else None, sent=sent)
@@ -654,15 +666,21 @@ async def deliver_stored(request: web.Request, stored: StoredResponse, x_cache: 
 
 
 async def origin_failed(request: web.Request, zone: PullZone, path: str, fields: Headers,
-                        stored: StoredResponse | None, exc: OriginError) -> web.StreamResponse:
-    """No answer from the origin: the stale copy where stale-if-error allows, else 504 or 502."""
+                        stored: StoredResponse | None, exc: OriginError, *,
+                        again: Callable[[StoredResponse | None], Awaitable[web.StreamResponse]] | None = None
+                        ) -> web.StreamResponse:
+    """No answer from the origin: the stale copy where stale-if-error allows, else 504 or 502. The error status a
+    flight this request waited for was answered with (ErrorAnswered), where no stale copy may answer it: `again`'s
+    answer (the origin asked for this request)."""
     now = time.time()
     fwd = forwarded_because(stored, varied(request, zone, fields), now)
     if stored is not None and usable_on_error(stored.freshness, request_directives(fields), now):
-        answer = await deliver_stored(request, stored, CacheResult.STALE,
-                                      f"{CACHE_STATUS}; hit; fwd={fwd}; detail=origin-unreachable")
+        answer = await deliver_stored(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd={fwd}; " + (
+            f"fwd-status={exc.status}" if isinstance(exc, ErrorAnswered) else "detail=origin-unreachable"))
         if answer is not None:  # else its body went since the lookup: as if there were none
             return answer
+    if isinstance(exc, ErrorAnswered) and again is not None:  # the origin did answer the flight: this request's own
+        return await again(stored)
     log.info("pull zone %s: the origin failed for %s: %s", zone.name, path, exc)
     # The answer names this cache, as every answer from the origin does: a shield's relays the origin's failure to
     # the asking edge (assetcdn/edge/shield.py `relayed`), which would take an error of the shield's own for the
@@ -732,7 +750,7 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
     if stored is not None and response.status in ERROR_STATUSES and usable_on_error(
             stored.freshness, request_directives(fields), time.time()):
         response.release()
-        land(None)
+        land(ErrorAnswered(response.status))  # the waiters answer with their stale copy too, not asking again
         answer = await deliver_stored(request, stored, CacheResult.STALE,
                                       f"{CACHE_STATUS}; hit; fwd={fwd}; fwd-status={response.status}")
         if answer is not None:  # else its body went meanwhile: asked for whole below
@@ -1234,6 +1252,8 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
                     return
             if response.status >= 500:  # the origin failing: the stale copy stays (stale-if-error may use it)
                 response.release()
+                if response.status in ERROR_STATUSES:  # the requests waiting for it answer so too (`origin_failed`)
+                    land(ErrorAnswered(response.status))
                 return
             why, _, parsed = judge(zone, fields, response, node.origins.limits.max_object_bytes)
             if why is not None:

@@ -64,6 +64,7 @@ from assetcdn.edge.states.freshness import (
 from assetcdn.edge.states.keys import pull_key, pull_source_id, pull_variant_key
 from assetcdn.edge.states.pull import (
     FLIGHTS,
+    ErrorAnswered,
     Flights,
     Kept,
     Land,
@@ -287,6 +288,8 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
     async def failed(stored: StoredResponse | None, exc: OriginError) -> PullSource:
         if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
             return await described(node, at, url_key, stored, stale=True)
+        if isinstance(exc, ErrorAnswered):  # the origin answered the flight (pull.py `origin_failed`): asked again
+            return await from_origin(node, client, at, url_key, stored)
         raise origin_failed(at, exc) from None
 
     try:
@@ -375,6 +378,7 @@ async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, 
     if response.status in ERROR_STATUSES and stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES,
                                                                                     time.time()):
         response.release()
+        land(ErrorAnswered(response.status))  # the waiters answer with their stale copy too, not asking again
         return await described(node, at, url_key, stored, stale=True)
     await drop_if_superseded(node, at.zone, stored, response, SOURCE_FIELDS)  # as a delivery's revalidation does
     why = not_storable("GET", response.status, SOURCE_FIELDS, response.headers,

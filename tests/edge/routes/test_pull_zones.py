@@ -493,6 +493,49 @@ async def test_requests_waiting_for_an_answer_to_validate_before_each_reuse_get_
     assert [seen.headers.get("If-None-Match") for seen in pull.origin.requests(name)] == [None, '"v1"']
 
 
+async def test_requests_waiting_for_a_revalidation_the_origin_fails_answer_stale_without_asking_again(
+        pull: Pull) -> None:
+    """The stale copy's revalidation gets a 503 and its client the stale copy (stale-if-error): the requests that
+    waited for it answer with that copy too, rather than each sending the failing origin a request of its own; one
+    whose own directives keep it from the stale copy (`stale-if-error=0`) still asks, and gets the origin's 503."""
+    name = "/failing-revalidation.txt"
+    clients = 6
+    flights, key = pull.cdn.edge.app[FLIGHTS], pull_variant_key(pull_key(ZONE, name, ""), "flight")
+    go = asyncio.Event()
+    go.set()
+
+    async def failing(request: web.Request) -> web.StreamResponse:
+        await go.wait()
+        if pull.origin.count(name) > 1:
+            return web.Response(status=503, body=b"down")
+        return web.Response(body=b"kept", headers={"ETag": '"v1"', "Cache-Control": "max-age=1, stale-if-error=600"})
+
+    pull.origin.route(name, failing)
+    assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+
+    async def stale() -> bool:
+        found = stored_url(pull.cdn.node, ZONE, name)
+        return found is not None and found.freshness.staleness(time.time()) > 0
+
+    await wait_until(stale, "the stored copy stale")
+    go.clear()
+    requests = [asyncio.ensure_future(pull.get(name)) for _ in range(clients)]
+    for joining in (clients - 1, clients):  # the one that may not take the copy joins last, never leads
+
+        async def all_joined() -> bool:
+            return flights.joined(key) == joining  # noqa: B023 (awaited within the iteration)
+
+        await wait_until(all_joined, "every other request waiting for the first one's revalidation")
+        if joining < clients:
+            requests.append(asyncio.ensure_future(pull.get(name, headers={"Cache-Control": "stale-if-error=0"})))
+    go.set()
+    answers = await asyncio.gather(*requests)
+    assert [(resp.status, await resp.read(), resp.headers["X-Cache"]) for resp in answers] == [
+        (200, b"kept", "STALE")] * clients + [(503, b"down", "PASS")]
+    assert {resp.headers["Cache-Status"] for resp in answers[:clients]} == {"assetcdn; hit; fwd=stale; fwd-status=503"}
+    assert pull.origin.count(name) == 3  # the fill, the revalidation, and the request that may not take the copy
+
+
 async def test_an_unsafe_request_is_forwarded_with_its_body_and_invalidates_its_url(pull: Pull) -> None:
     async def resource(request: web.Request) -> web.StreamResponse:
         if request.method == "POST":
