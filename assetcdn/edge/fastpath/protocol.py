@@ -131,6 +131,10 @@ class HandoffTransport(ForwardingTransport):
         # and how to land the URL's flight it began for that answer (None: it began none, or landed it).
         self.fetched: Any = None
         self.landing: Callable[..., None] | None = None  # assetcdn/edge/states/pull.py `Land`
+        # How the fetched answer is still read into the cache for the requests waiting for its URL when the client
+        # goes before the application took it (assetcdn/edge/fastpath/pull_fill.py `PullFills._keep_unsent`):
+        # given the answer and the landing, it lands the flight itself.
+        self.unsent: Callable[[Any, Callable[..., None]], None] | None = None
         # perf_counter() when the hit path began the request, when it did more than read its head (a fill whose
         # answer it hands over): the client has waited since then, its origin's answer included.
         self.started: float | None = None
@@ -148,11 +152,18 @@ class HandoffTransport(ForwardingTransport):
 
     def drop_fetched(self) -> None:
         """The request was answered (or the connection lost) without it: its origin connection goes back, and the
-        flight no one took is landed (the requests waiting for the URL ask again)."""
+        flight no one took is landed (the requests waiting for the URL ask again). A client gone before the
+        application took the answer leaves it to `unsent`, which keeps it for those requests when it may be kept, as
+        a fill whose client went before the origin's head does."""
         fetched = self.take_fetched()
+        landing = self.take_landing()
+        unsent, self.unsent = self.unsent, None
+        if self.lost and unsent is not None and landing is not None and fetched is not None and not isinstance(
+                fetched, BaseException):
+            unsent(fetched, landing)
+            return
         if fetched is not None and not isinstance(fetched, BaseException):
             fetched.release()
-        landing = self.take_landing()
         if landing is not None:
             landing()
 
@@ -763,11 +774,13 @@ class HitProtocol(asyncio.Protocol):
     # --- handing requests to aiohttp --------------------------------------------------------------
 
     def hand_over(self, request: bytes, fetched: Any = None, landing: Callable[..., None] | None = None,
-                  started: float | None = None) -> None:
+                  started: float | None = None,
+                  unsent: Callable[[Any, Callable[..., None]], None] | None = None) -> None:
         """One body-less request to a fresh aiohttp request handler; the connection comes back when
         the handler closes its HandoffTransport (handoff_ended). `fetched`: the origin's answer the hit
-        path has for it already (assetcdn/edge/fastpath/pull_fill.py), `landing` the flight it began for it, and
-        `started` when it began the request (perf_counter())."""
+        path has for it already (assetcdn/edge/fastpath/pull_fill.py), `landing` the flight it began for it,
+        `started` when it began the request (perf_counter()), and `unsent` how that answer is kept should the
+        client go before the application takes it (`HandoffTransport.drop_fetched`)."""
         assert self.transport is not None
         self.busy = True
         self.deadline = float("inf")
@@ -776,6 +789,7 @@ class HitProtocol(asyncio.Protocol):
         handoff.fetched = fetched
         handoff.landing = landing
         handoff.started = started
+        handoff.unsent = unsent
         self.handler, self.handoff = handler, handoff
         handler.connection_made(handoff)
         handler.data_received(request)

@@ -223,7 +223,8 @@ class PullFills:
         # The application answers with what the origin said, and lands the flight the requests for the URL wait
         # for (as one it led itself: once its answer says what is kept); or the handover does, if it never takes it.
         try:
-            conn.hand_over(head, fetched, land if handing else None, fill.started)
+            conn.hand_over(head, fetched, land if handing else None, fill.started,
+                           partial(self._keep_gone, zone, lowered, named, url_key, sent) if handing else None)
         except Exception:  # never a flight left open, nor a hung connection
             log.exception("handing a pull zone's fill to the application failed")
             land(None)
@@ -245,6 +246,25 @@ class PullFills:
                        kept)
         finally:
             settle(kept)
+
+    def _keep_gone(self, zone: PullZone, lowered: list[tuple[str, str]], named: PullPath, url_key: str, sent: Varied,
+                   response: OriginResponse, land: Land) -> None:
+        """A handed-over answer whose client went before the application took it (`HandoffTransport.drop_fetched`):
+        kept for the requests waiting for the URL all the same, as `_keep_unsent` keeps one whose client went
+        before the origin's head; the flight landed once that is done."""
+        async def keeping() -> None:
+            try:
+                await self._keep_unsent(zone, lowered, named, url_key, sent, response, land)
+            except Exception:
+                log.exception("keeping a pull zone's fill whose client went failed")
+                response.release()
+            finally:
+                land(None)
+
+        task = self.server.loop.create_task(keeping())
+        node = self.server.node
+        node.background.add(task)
+        task.add_done_callback(node.background.discard)
 
     @staticmethod
     def _abandon(conn: HitProtocol, fetched: OriginResponse | OriginError | None) -> None:

@@ -20,6 +20,7 @@ import pytest
 from aiohttp import ClientPayloadError, ClientResponse, web
 
 from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.fastpath.protocol import HitProtocol
 from assetcdn.edge.states.freshness import http_date
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.states.pull import FLIGHTS
@@ -534,6 +535,57 @@ async def test_requests_waiting_for_a_revalidation_the_origin_fails_answer_stale
         (200, b"kept", "STALE")] * clients + [(503, b"down", "PASS")]
     assert {resp.headers["Cache-Status"] for resp in answers[:clients]} == {"assetcdn; hit; fwd=stale; fwd-status=503"}
     assert pull.origin.count(name) == 3  # the fill, the revalidation, and the request that may not take the copy
+
+
+async def test_a_fill_whose_client_goes_as_the_hit_path_hands_it_over_is_still_kept_for_the_others(
+        pull: Pull, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hit path's fill gets an answer it hands to the application (chunked: no declared length), and its client's
+    connection is lost at that moment, before the application took the answer: the answer is still read into the
+    cache, and the requests waiting for the URL get it from there rather than each asking the origin again."""
+    name = "/gone-at-handover.bin"
+    body = os.urandom(200 * 1024)
+    waiting = 4
+    flights, key = pull.cdn.edge.app[FLIGHTS], pull_variant_key(pull_key(ZONE, name, ""), "flight")
+    go = asyncio.Event()
+
+    async def chunked(request: web.Request) -> web.StreamResponse:
+        await go.wait()
+        response = web.StreamResponse(headers={**LONG, "Content-Type": "application/octet-stream"})
+        await response.prepare(request)  # no Content-Length: chunked, which the hit path does not write
+        await response.write(body)
+        return response
+
+    hand_over = HitProtocol.hand_over
+
+    def client_gone_at_hand_over(conn: HitProtocol, request: bytes, fetched: Any = None, *args: Any) -> None:
+        hand_over(conn, request, fetched, *args)
+        if fetched is not None and conn.transport is not None:  # the fill's answer: its client goes now
+            conn.transport.abort()
+
+    monkeypatch.setattr(HitProtocol, "hand_over", client_gone_at_hand_over)
+    pull.origin.route(name, chunked)
+    _reader, writer = await asyncio.open_connection("127.0.0.1", pull.cdn.edge.server.port)
+    try:
+        writer.write(f"GET /{ZONE}{name} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        await writer.drain()
+
+        async def asked() -> bool:
+            return pull.origin.count(name) == 1
+
+        await wait_until(asked, "the first request's origin request")
+        requests = [asyncio.ensure_future(pull.get(name)) for _ in range(waiting)]
+
+        async def all_joined() -> bool:
+            return flights.joined(key) == waiting
+
+        await wait_until(all_joined, "the other requests waiting for the first one's fill")
+        go.set()
+        answers = await asyncio.gather(*requests)
+    finally:
+        writer.close()
+    assert [(resp.status, await resp.read(), resp.headers["X-Cache"]) for resp in answers] == [
+        (200, body, "HIT")] * waiting
+    assert pull.origin.count(name) == 1
 
 
 async def test_an_unsafe_request_is_forwarded_with_its_body_and_invalidates_its_url(pull: Pull) -> None:
