@@ -20,7 +20,7 @@ from assetcdn.shared.middleware import json_response
 from assetcdn.shared.paths import STOCK_ROOT
 from assetcdn.shared.timestamps import as_iso_utc
 
-from .zones import zone_names, zone_scaffold
+from .zones import forget_left_behind_origin, zone_names, zone_scaffold
 
 
 async def run_pipeline(request: web.Request) -> web.Response:
@@ -43,6 +43,7 @@ async def run_pipeline(request: web.Request) -> web.Response:
     await refuse_existing()  # before the rendering work; checked again under the commit lock
     generated = await generate(pipeline_request)
     if pipeline_request.mode == "client":
+        await forget_left_behind_origin(request, name)  # as POST /api/core/zones: the new zone never pulls from it
         files = {**zone_scaffold(name), **generated}
         message = f"Create zone {name} from one SVG via the pipeline ({len(generated)} files)"
     else:

@@ -105,12 +105,7 @@ async def create_zone(request: web.Request) -> web.Response:
             raise conflict(f"Zone '{name}' already exists. Choose another name or use the existing zone.",
                            target="Name", code="ZoneExists")
 
-    async with request.app[EDGE_CONFIG].origin_changes:
-        # An origin a deletion of a zone of this name left behind (control stopped between its commit and the
-        # origin's removal) goes before the zone exists again: the new zone never takes it, nor its secret fields,
-        # not even in the config its commit publishes.
-        if name not in await zone_names(request):
-            await request.app[EDGE_CONFIG].remove_origin(name)
+    await forget_left_behind_origin(request, name)
     published = await request.app[PUBLISHER].commit(zone_scaffold(name), f"Create zone {name} with its v1 directories",
                                                     precondition=refuse_existing, change=zone_created(name))
     meta = await request.app[ZONES].ensure(name, published.commit.committed_at)
@@ -127,6 +122,15 @@ async def create_zone(request: web.Request) -> web.Response:
         "Directories": list(ZONE_CATEGORIES), "EdgeStatus": "pending",  # the v1/ sub-directories
         "EdgeNote": published.edge_note, "DateCreated": as_iso_utc(meta.created_at),
     }, status=201)
+
+
+async def forget_left_behind_origin(request: web.Request, name: str) -> None:
+    """Before a zone is created (here or by the pipeline): an origin a deletion of a zone of this name left behind
+    (control stopped between its commit and the origin's removal) goes before the zone exists again, so the new
+    zone never takes it, nor its secret fields, not even in the config its commit publishes."""
+    async with request.app[EDGE_CONFIG].origin_changes:
+        if name not in await zone_names(request):
+            await request.app[EDGE_CONFIG].remove_origin(name)
 
 
 async def delete_zone(request: web.Request) -> web.Response:

@@ -12,6 +12,8 @@ import pytest
 import pyvips
 from aiohttp.test_utils import TestClient
 
+from assetcdn.control.storage.service import EDGE_CONFIG
+from assetcdn.shared.pull_origin import parse_origin
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
 from tests.support.control import ACCESS, ACCOUNT
 
@@ -159,3 +161,19 @@ async def test_scoped_token_is_accepted_and_access_key_is_not(control: TestClien
     (entry,) = audit["Entries"]
     assert entry["meta"]["mode"] == "stock" and entry["meta"]["files"] == len((await resp.json())["Files"])
     assert entry["meta"]["actor"].startswith("token:") and token not in str(entry)
+
+
+async def test_client_mode_does_not_take_an_origin_a_stopped_deletion_left_behind(control: TestClient) -> None:
+    """Control stopped between a pull zone's deletion commit and the removal of its origin: a zone the pipeline
+    creates again under that name is a storage zone, as one POST /api/core/zones creates is, not a pull zone of
+    the old origin with its secret fields (its new files would never be served)."""
+    store = control.app[EDGE_CONFIG]
+    await store.set_origin("newbrand", parse_origin({"Url": "https://old-origin.test/assets",
+                                                     "RequestHeaders": {"X-Origin-Secret": "the-old-secret"}}))
+    resp = await control.post("/api/pipeline", json={"mode": "client", "name": "newbrand", "svg": b64(LOGO_SVG)},
+                              headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    detail = await (await control.get("/api/core/zones/newbrand", headers=ACCOUNT)).json()
+    assert (detail["Kind"], detail["Origin"]) == ("storage", None)
+    assert await store.origin("newbrand") is None
+    assert "newbrand" not in (await store.snapshot()).get("origins", {})
