@@ -325,7 +325,7 @@ async def test_a_filled_miss_is_counted_and_recorded_as_the_applications(filled:
             ("assetcdn_request_seconds_count", 'route="/{path}"'),
             ("assetcdn_edge_cache_total", 'result="MISS"'),
             ("assetcdn_bytes_served_total", 'process="edge"'))]
-        counted = [(key[1], key[2].removeprefix(f"{ZONE}/"), key[3], key[4], key[5], tuple(value))
+        counted = [(key[1], (key[2] or "").removeprefix(f"{ZONE}/"), key[3], key[4], key[5], tuple(value))
                    for key, value in deliveries.counts.items()]
         deliveries.deliveries.close()
         records = [(r[1], r[2].removeprefix(f"{ZONE}/"), r[3], r[4], _text(r[5]) == answer.header("X-Request-ID"), r[6])
