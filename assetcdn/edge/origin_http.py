@@ -558,6 +558,12 @@ class Pool:
             except OSError as exc:
                 failure = exc
                 continue
+            if tls:
+                # uvloop's TLS transport drops the records it holds undecrypted when the TCP connection ends while
+                # this protocol has paused reading (`on_body`): the end of a body, its close_notify with it, lost,
+                # and a whole answer taken for one cut short. With a high-water mark of one byte, the socket is read
+                # no further while any record waits undecrypted, so the close is seen only once they all were.
+                cast(Any, conn.transport).set_read_buffer_limits(high=1, low=0)
             self._open.add(conn)
             return conn
         assert failure is not None

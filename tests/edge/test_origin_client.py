@@ -852,6 +852,69 @@ def test_over_tls_a_body_delimited_by_the_close_needs_the_origins_close_notify(
         assert "before the end of the body" in result
 
 
+@pytest.mark.parametrize(("sized", "close_notify"), [(True, True), (False, True), (False, False)],
+                         ids=["content-length", "close-delimited", "close-delimited-cut"])
+def test_over_tls_a_whole_body_the_origin_closes_after_is_whole_though_read_slower_than_it_came(
+        uvloop_runner: asyncio.Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sized: bool,
+        close_notify: bool) -> None:
+    """An origin that sends a whole body (of declared length, or ended by its close), its close_notify and closes the
+    connection at once (`Connection: close`), to an edge reading slower than it sends (a slow client, a busy worker):
+    the connection has paused reading with the end of the body still encrypted in uvloop's TLS transport as the TCP
+    close came. uvloop dropped those records: the body was cut short ("closed before the end of the body"), a whole
+    answer never delivered nor kept, every time. A close without close_notify still cuts a body ended by the close."""
+    size = 1024 * 1024
+    ca = TestCa()
+    chain, key = ca.issue("localhost").write(tmp_path, "origin")
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca.write_root(tmp_path)))  # the pool's default trust, made later
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(chain, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    closed = threading.Event()
+
+    def serve() -> None:
+        accepted, _ = listener.accept()
+        tls = server_context.wrap_socket(accepted, server_side=True)
+        try:
+            while b"\r\n\r\n" not in tls.recv(65536):
+                pass
+            length = f"Content-Length: {size}\r\n".encode() if sized else b""
+            tls.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n" + length + b"\r\n" + b"x" * size)
+            if close_notify:
+                tls.setblocking(False)
+                with contextlib.suppress(ssl.SSLWantReadError):
+                    tls.unwrap()  # close_notify sent, the edge's own not waited for: the TCP close follows at once
+            else:  # the TCP connection ends, TLS's does not
+                socket.socket(fileno=tls.detach()).close()
+        finally:
+            tls.close()
+            closed.set()
+
+    async def scenario() -> int | str:
+        client = OriginClient(LOOPBACK)
+        origin = Origin(URL(f"https://localhost:{listener.getsockname()[1]}/"))
+        try:
+            response = await client.request(origin, "GET", origin.target("/whole"), {})
+            await asyncio.to_thread(closed.wait, 10)  # the body read only once the origin sent it all and closed
+            try:
+                return len(await response.read())
+            except OriginError as exc:
+                return str(exc)
+        finally:
+            await client.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        result = uvloop_runner.run(scenario())
+    finally:
+        thread.join(5)
+        listener.close()
+    if close_notify:
+        assert result == size
+    else:
+        assert isinstance(result, str) and "before the end of the body" in result
+
+
 async def test_an_https_origin_named_with_a_trailing_dot_is_verified_and_named_without_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`https://origin.example.test.:<port>` (an absolute DNS name, which control accepts) names the host its
