@@ -6,6 +6,7 @@ API calls."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 
@@ -46,6 +47,18 @@ class PullZone:
     origin: Origin
     store_set_cookie: bool = False
     fleet: str = ""  # the edges' pseudonym in CDN-Loop (assetcdn/edge/cdn_loop.py): "" detects no loop
+    # What names this config of the zone in its fills' flights beside the URL (assetcdn/edge/states/pull.py
+    # `flight_key`): a digest of every field `replaced` compares, so that a request under another config of the zone
+    # (another origin, the zone deleted and made again) never waits for a fill of the former one. Made once per
+    # config, short (a fill hashes it with its URL's key), and naming no request field's value (a secret).
+    flight: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        origin = self.origin
+        basis = "\n".join(map(repr, (str(origin.url), origin.host_header, origin.request_headers, origin.loop_token,
+                                     self.store_set_cookie, self.fleet)))
+        object.__setattr__(self, "flight", "flight\n" + hashlib.sha256(basis.encode("utf-8", "surrogateescape"))
+                           .hexdigest()[:32])
 
 
 @dataclass(frozen=True)

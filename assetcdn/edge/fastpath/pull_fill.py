@@ -41,7 +41,7 @@ from assetcdn.edge.origin_client import OriginError, OriginResponse
 from assetcdn.edge.site_config import PullZone, apply_rule_changes
 from assetcdn.edge.states.deliver import header_changes
 from assetcdn.edge.states.freshness import Directives, first_value
-from assetcdn.edge.states.keys import pull_key, pull_variant_key
+from assetcdn.edge.states.keys import pull_key
 from assetcdn.edge.states.pull import (
     FLIGHTS,
     Kept,
@@ -51,6 +51,7 @@ from assetcdn.edge.states.pull import (
     client_headers,
     fill_cache_status,
     fill_headers,
+    flight_key,
     judge,
     keep,
     lookup,
@@ -178,7 +179,7 @@ class PullFills:
         sent = Varied(fields, zone, fill.peer, self.scheme)
         if lookup(server.node, url_key, sent) is not None:  # stored: fresh, stale or a Vary'd URL's
             return None
-        land = self.flights.lead(pull_variant_key(url_key, "flight"))
+        land = self.flights.lead(flight_key(url_key, zone))
         if land is None:  # one under way: the application waits for it
             return None
         return self._fill(conn, fill, head, fields, lowered, zone, named, query, url_key, sent, land, changes)

@@ -271,6 +271,14 @@ class Flights:
             del self._joined[key]
 
 
+def flight_key(url_key: str, zone: PullZone) -> str:
+    """The flight of a pull zone URL's fills (`Flights`) under the zone's config as a request found it: a request
+    made after the zone's origin changed (or the zone was deleted and made again) leads a fill of its own, never
+    waiting for one of the former origin, whose answer is not kept (`replaced`) and whose failure is not the new
+    origin's."""
+    return pull_variant_key(url_key, zone.flight)
+
+
 def flight_patience_s(limits: OriginLimits) -> float:
     """How long a request waits for a flight to land: longer than its leader can take to learn the answer's fate
     (a first-byte time for the path's shield, then one for the origin when the shield fails), so that a waiter
@@ -381,7 +389,7 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
         return await forward_unsafe(request, node, zone, path, prefix, fwd="request")
     sent = varied(request, zone, fields)
     url_key = pull_key(zone.name, path, request.rel_url.raw_query_string, request.scheme)
-    flight_key = pull_variant_key(url_key, "flight")
+    flight = flight_key(url_key, zone)
 
     # Why the first look-up found nothing this request may use (`forwarded_because`): a request answered from the
     # cache after waiting for another's flight was collapsed into that origin request (RFC 9211 2.2, 2.6), not hit.
@@ -423,7 +431,7 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
         finally:
             if landing is not None:
                 landing(None)
-    return await through_flight(request.app[FLIGHTS], flight_key, node.origins.limits, cached,
+    return await through_flight(request.app[FLIGHTS], flight, node.origins.limits, cached,
                                 partial(ask_origin, request, node, zone, path, url_key, fields),
                                 partial(origin_failed, request, zone, path, fields,
                                         again=partial(ask_origin, request, node, zone, path, url_key, fields)),
@@ -1221,7 +1229,7 @@ def replaced(node: EdgeNode, zone: PullZone) -> bool:
 def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
                           stored: StoredResponse) -> None:
     """stale-while-revalidate: the stale copy answers now; one conditional request updates or replaces it."""
-    land = request.app[FLIGHTS].lead(pull_variant_key(url_key, "flight"))
+    land = request.app[FLIGHTS].lead(flight_key(url_key, zone))
     if land is None:
         return  # already on its way
     fields = request_fields(request)

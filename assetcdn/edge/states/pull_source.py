@@ -61,7 +61,7 @@ from assetcdn.edge.states.freshness import (
     validated_by,
     validators,
 )
-from assetcdn.edge.states.keys import pull_key, pull_source_id, pull_variant_key
+from assetcdn.edge.states.keys import pull_key, pull_source_id
 from assetcdn.edge.states.pull import (
     FLIGHTS,
     ErrorAnswered,
@@ -73,6 +73,7 @@ from assetcdn.edge.states.pull import (
     ask,
     collapsed,
     drop_if_superseded,
+    flight_key,
     lookup,
     named_by_body,
     no_landing,
@@ -266,7 +267,7 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
     mark = node.cache.purge_mark()  # taken before the origin is asked: a purge meanwhile lets its refusal go
     if (refused := refused_sources.refusal(url_key, mark)) is not None:
         raise too_large(at, *refused)
-    flight_key = pull_variant_key(url_key, "flight")
+    flight = flight_key(url_key, at.zone)
     # The edge asks for a client: X-Forwarded-For, -Proto, and its CDN-Loop, or a cycle through another zone's
     # images would come back to this zone unmarked and join the flight that sent it.
     client = SourceClient(request.remote, request.scheme, carried(request.headers))
@@ -293,7 +294,7 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
         raise origin_failed(at, exc) from None
 
     try:
-        return await through_flight(flights, flight_key, node.origins.limits, cached,
+        return await through_flight(flights, flight, node.origins.limits, cached,
                                     partial(from_origin, node, client, at, url_key), failed, sent=sent)
     except SourceTooLarge as exc:
         refused_sources.remember(url_key, mark, exc)
@@ -450,7 +451,7 @@ def revalidate_in_background(node: EdgeNode, client: SourceClient, flights: Flig
                              at: PullSourcePath, url_key: str, stored: StoredResponse) -> None:
     """stale-while-revalidate: the stale source is used now; one request to the origin updates or replaces it
     (none when a delivery or another variant is already asking)."""
-    land = flights.lead(pull_variant_key(url_key, "flight"))
+    land = flights.lead(flight_key(url_key, at.zone))
     if land is None:
         return
 

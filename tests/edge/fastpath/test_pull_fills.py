@@ -29,7 +29,8 @@ from assetcdn.edge.fastpath.sendfile import TLS_PIECE
 from assetcdn.edge.shield import SHIELD_CACHE
 from assetcdn.edge.states import freshness
 from assetcdn.edge.states import pull as pull_states
-from assetcdn.edge.states.keys import pull_key, pull_variant_key
+from assetcdn.edge.states.keys import pull_key
+from assetcdn.edge.states.pull import flight_key
 from assetcdn.shared.cache_results import CacheResult
 from tests.support.control import METRICS
 from tests.support.h2_memory import H2InProcess, MemoryHttp11
@@ -268,7 +269,7 @@ async def test_requests_waiting_for_a_fill_the_origin_fails_get_that_failure_not
     leader = await (filled.cdn.connect() if path == "hit" else filled.cdn.plain())
     led = asyncio.create_task(_answer_or_error(leader, target))
     flights = filled.cdn.app[pull_states.FLIGHTS]
-    key = pull_variant_key(pull_key(ZONE, name, ""), "flight")
+    key = flight_key(pull_key(ZONE, name, ""), filled.cdn.node.config.pull_zones[ZONE])
 
     async def leading() -> bool:
         return filled.origin.count(name) == 1
@@ -1370,7 +1371,7 @@ async def test_requests_waiting_for_a_fill_of_another_vary_variant_ask_for_their
     leader = await filled.cdn.connect()
     led = asyncio.create_task(leader.request(target, Accept_Encoding="gzip"))
     flights = filled.cdn.app[pull_states.FLIGHTS]
-    key = pull_variant_key(pull_key(ZONE, name, ""), "flight")
+    key = flight_key(pull_key(ZONE, name, ""), filled.cdn.node.config.pull_zones[ZONE])
 
     async def leading() -> bool:
         return filled.origin.count(name) == 1
@@ -1420,7 +1421,7 @@ async def test_a_request_waiting_for_another_vary_variants_fill_does_not_wait_fo
     lead_conn = await (filled.cdn.connect() if leader == "hit" else filled.cdn.plain())
     led = asyncio.create_task(lead_conn.request(target, Accept_Encoding="gzip"))
     flights = filled.cdn.app[pull_states.FLIGHTS]
-    key = pull_variant_key(pull_key(ZONE, name, ""), "flight")
+    key = flight_key(pull_key(ZONE, name, ""), filled.cdn.node.config.pull_zones[ZONE])
 
     async def leading() -> bool:
         return filled.origin.count(name) == 1

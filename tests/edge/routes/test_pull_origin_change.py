@@ -8,12 +8,14 @@ such a late worker takes it."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import pytest
+from aiohttp import web
 
 from assetcdn.shared.pull_origin import parse_origin
 from tests.support.cdn import Cdn, CdnFactory
@@ -26,7 +28,7 @@ from tests.support.origins import (
     serve_origin,
     stored_url,
 )
-from tests.support.wait import wait_until
+from tests.support.wait import WAIT_S, wait_until
 
 
 async def take_config(cdn: Cdn, monkeypatch: pytest.MonkeyPatch, origin: Mapping[str, object]) -> None:
@@ -141,3 +143,54 @@ async def test_a_worker_whose_purge_fails_keeps_the_old_config_on_disk_for_its_n
         with pytest.raises(OSError):
             await take_config(run.cdn, monkeypatch, {"Url": f"http://127.0.0.1:{run.port}/elsewhere"})
         assert run.cdn.node.config_file.read_bytes() == saved
+
+
+@pytest.mark.parametrize("hit_path", [True, False])
+async def test_a_request_after_an_origin_change_never_waits_for_the_old_origins_fill(
+        make_cdn: CdnFactory, hit_path: bool) -> None:
+    """A zone moved off an origin that hangs (the reason to move it): a request made under the new origin does not
+    join the fill of the same URL still waiting for the old origin, to get that origin's timeout or failure; it
+    asks the new origin at once. The request under way gets the old origin's answer, which is not kept. The fills
+    of the hit path (assetcdn/edge/fastpath/pull_fill.py) and of the application alike."""
+    old, new = ScriptedOrigin(), ScriptedOrigin()
+    release = asyncio.Event()
+
+    async def hung(_request: web.Request) -> web.StreamResponse:
+        await release.wait()
+        return web.Response(body=b"old origin", headers={"Content-Type": "text/plain", **LONG})
+
+    old.route("/stuck.txt", hung)
+    new.answer("/stuck.txt", b"new origin", headers={"Content-Type": "text/plain", **LONG})
+    old_server, new_server = await serve_origin(old), await serve_origin(new)
+    try:
+        cdn = await make_cdn(hit_path=hit_path, ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true",
+                             ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="120")
+        await add_pull_zone(cdn, "moving", {"Url": f"http://127.0.0.1:{old_server.port}{PREFIX}"})
+        first = asyncio.ensure_future(cdn.edge.get("/moving/stuck.txt"))
+
+        async def asked() -> bool:
+            return old.count("/stuck.txt") == 1
+
+        await wait_until(asked, "the first request waiting for the old origin")
+        resp = await cdn.control.put("/api/core/zones/moving/origin", headers=ACCOUNT,
+                                     json={"Url": f"http://127.0.0.1:{new_server.port}{PREFIX}"})
+        assert resp.status == 200, await resp.text()
+
+        async def moved() -> bool:
+            return cdn.node.config.pull_zones["moving"].origin.url.port == new_server.port
+
+        await wait_until(moved, "the new origin reaching the edge")
+        second = asyncio.ensure_future(cdn.edge.get("/moving/stuck.txt"))
+        done, _ = await asyncio.wait([second], timeout=WAIT_S)
+        assert done, "the request made under the new origin waited for the old origin's fill"
+        answer = await second
+        assert (answer.status, await answer.read()) == (200, b"new origin")
+        release.set()
+        assert await (await first).read() == b"old origin"  # its client's, not kept
+        again = await cdn.edge.get("/moving/stuck.txt")
+        assert (await again.read(), again.headers["X-Cache"]) == (b"new origin", "HIT")
+        assert (old.count("/stuck.txt"), new.count("/stuck.txt")) == (1, 1)
+    finally:
+        release.set()
+        await old_server.close()
+        await new_server.close()

@@ -26,8 +26,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.edge.cdn_loop import loop_token
 from assetcdn.edge.shield import INVALIDATE_PATH, SHIELD_AUDIENCE, SHIELD_CACHE, SHIELD_PATH
-from assetcdn.edge.states.keys import pull_key, pull_variant_key
-from assetcdn.edge.states.pull import FLIGHTS
+from assetcdn.edge.states.keys import pull_key
+from assetcdn.edge.states.pull import FLIGHTS, flight_key
 from assetcdn.shared.cluster import ReplayGuard, sign_request, verify_request
 from tests.control.expect import expect_error
 from tests.integration.harness import free_port_block
@@ -565,7 +565,8 @@ async def test_origin_and_shield_requests_are_counted_by_outcome_on_metrics(make
             await wait_until(origin_asked, "the fill reaching the origin")
             others = [asyncio.ensure_future(run.cdn.edge.get(f"/{ZONE}/held.txt")) for _ in range(2)]
 
-            flights, key = run.cdn.edge.app[FLIGHTS], pull_variant_key(pull_key(ZONE, "/held.txt", ""), "flight")
+            flights, key = run.cdn.edge.app[FLIGHTS], flight_key(pull_key(ZONE, "/held.txt", ""),
+                                                                 run.cdn.node.config.pull_zones[ZONE])
 
             async def joined() -> bool:
                 return flights.joined(key) == 2

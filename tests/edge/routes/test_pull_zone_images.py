@@ -30,8 +30,8 @@ from assetcdn.edge.app_keys import IMAGE_POOL
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.tags import pull_variants_tag
 from assetcdn.edge.states import pull_source
-from assetcdn.edge.states.keys import pull_key, pull_variant_key, pull_variants_made_key
-from assetcdn.edge.states.pull import FLIGHTS
+from assetcdn.edge.states.keys import pull_key, pull_variants_made_key
+from assetcdn.edge.states.pull import FLIGHTS, flight_key
 from tests.control.expect import expect_error
 from tests.support.cdn import PURGE, Cdn, shared_cdn_apps
 from tests.support.control import METRICS
@@ -505,7 +505,7 @@ async def test_a_delivery_of_another_vary_variant_does_not_wait_for_the_body_of_
     pics.origin.route(name, negotiated)
     transformed = asyncio.create_task(pics.transform(name))
     flights = pics.cdn.edge.app[FLIGHTS]
-    key = pull_variant_key(pull_key(ZONE, name, ""), "flight")
+    key = flight_key(pull_key(ZONE, name, ""), pics.cdn.node.config.pull_zones[ZONE])
 
     async def source_asked() -> bool:
         return pics.origin.count(name) == 1

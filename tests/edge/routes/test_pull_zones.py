@@ -22,8 +22,8 @@ from aiohttp import ClientPayloadError, ClientResponse, web
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.fastpath.protocol import HitProtocol
 from assetcdn.edge.states.freshness import http_date
-from assetcdn.edge.states.keys import pull_key, pull_variant_key
-from assetcdn.edge.states.pull import FLIGHTS
+from assetcdn.edge.states.keys import pull_key
+from assetcdn.edge.states.pull import FLIGHTS, flight_key
 from assetcdn.shared.content_security import SANDBOX_CSP
 from tests.control.expect import expect_error
 from tests.edge.hit_server import HitTestServer
@@ -1602,7 +1602,7 @@ async def test_requests_that_waited_but_asked_the_origin_themselves_are_not_coun
         return metric(text, "assetcdn_edge_fill_waiters_total")
 
     async def collapse(name: str, clients: int, release: asyncio.Event) -> None:
-        flights, key = pull.cdn.edge.app[FLIGHTS], pull_variant_key(pull_key(ZONE, name, ""), "flight")
+        flights, key = pull.cdn.edge.app[FLIGHTS], flight_key(pull_key(ZONE, name, ""), pull.cdn.node.config.pull_zones[ZONE])
         requests = [asyncio.ensure_future(pull.get(name)) for _ in range(clients)]
 
         async def all_joined() -> bool:
@@ -1890,7 +1890,8 @@ async def test_a_request_that_waited_through_an_origin_change_stores_nothing_of_
         await asyncio.wait_for(asked.wait(), WAIT_S)
         waiter = asyncio.ensure_future(pull.cdn.edge.get("/racing/raced.txt"))
 
-        flights, flight = pull.cdn.edge.app[FLIGHTS], pull_variant_key(pull_key("racing", "/raced.txt", ""), "flight")
+        flights, flight = pull.cdn.edge.app[FLIGHTS], flight_key(pull_key("racing", "/raced.txt", ""),
+                                                                  pull.cdn.node.config.pull_zones["racing"])
 
         async def waiting() -> bool:
             return flights.joined(flight) == 1
