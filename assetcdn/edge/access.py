@@ -60,10 +60,14 @@ def manifest_loaded(node: EdgeNode) -> None:
 
 def find_source(node: EdgeNode, cdn_path: str, host_zone: str | None = None, *,
                 private_ok: bool = False) -> ManifestEntry:
-    """The manifest entry a delivery route may read; SourceRefused 404 (unknown, or another zone's on a
-    tenant host: `host_zone`, assetcdn/edge/site_config.py), 403 (private, unless `private_ok`: a signed URL) or
-    503 (no manifest yet)."""
+    """The manifest entry a delivery route may read; SourceRefused 404 (unknown, another zone's on a tenant host:
+    `host_zone`, assetcdn/edge/site_config.py, or a file stored in a pull zone), 403 (private, unless `private_ok`:
+    a signed URL) or 503 (no manifest yet)."""
     if not serves_on_host(cdn_path, host_zone):
+        raise not_found(cdn_path)
+    if node.config.pull_zones and cdn_path.split("/", 1)[0] in node.config.pull_zones:
+        # A zone with an origin serves its origin's paths: the files stored in it are kept but not served while it
+        # pulls, by any route (a signed URL made for one before the zone got its origin included).
         raise not_found(cdn_path)
     entry = node.replica.get(cdn_path)
     if entry is None:

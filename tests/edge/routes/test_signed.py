@@ -12,8 +12,10 @@ from urllib.parse import urlencode, urlsplit
 
 from assetcdn.shared.signing import signed_url, url_signature
 from tests.support.cdn import ZONE, CdnFactory
-from tests.support.control import SECRETS
+from tests.support.control import ACCOUNT, SECRETS
 from tests.support.images import solid_png
+from tests.support.origins import PREFIX, ScriptedOrigin, serve_origin
+from tests.support.wait import wait_until
 
 PRIVATE = f"/{ZONE}/v1/private/contract.png"
 PUBLIC = f"/{ZONE}/v1/banners/open.png"
@@ -123,3 +125,47 @@ async def test_each_client_has_a_limited_number_of_signed_requests_per_window(ma
     assert refused.status == 429 and body["error"] == "Rate limit exceeded" and body["HttpCode"] == 429
     assert 1 <= int(refused.headers["Retry-After"]) <= 60 and refused.headers["X-RateLimit-Remaining"] == "0"
     assert (await cdn.edge.head(good)).status == 429
+
+
+async def test_a_zone_that_pulls_serves_no_stored_file_through_a_signed_url(make_cdn: CdnFactory) -> None:
+    """Files stored in a zone that gets an origin are kept but not served while it pulls (docs/api-guide.md, "Pull
+    zones"): a signed URL made for one (a private file's, or a public one's) is 404 from then on, as its public
+    path is the origin's; once the origin is removed the same signed URL serves the stored file again."""
+    cdn = await make_cdn(ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true")
+    private_png, public_png = solid_png(30, 20, (5, 5, 5)), solid_png(30, 20, (250, 250, 250))
+    await cdn.upload(PRIVATE[1:], private_png)
+    await cdn.upload(PUBLIC[1:], public_png)
+    urls = {path: _local(signed_url("http://edge", SECRET, path, 3600)) for path in (PRIVATE, PUBLIC)}
+    for path, body in ((PRIVATE, private_png), (PUBLIC, public_png)):
+        resp = await cdn.edge.get(urls[path])
+        assert (resp.status, await resp.read()) == (200, body)
+    origin = ScriptedOrigin()
+    origin.answer("/v1/banners/open.png", b"the origin's", headers={"Content-Type": "text/plain"})
+    server = await serve_origin(origin)
+    try:
+        resp = await cdn.control.put(f"/api/core/zones/{ZONE}/origin", headers=ACCOUNT,
+                                     json={"Url": f"http://127.0.0.1:{server.port}{PREFIX}"})
+        assert resp.status == 200, await resp.text()
+
+        async def pulling() -> bool:
+            return ZONE in cdn.node.config.pull_zones
+
+        await wait_until(pulling, "the zone's origin reaching the edge")
+        assert await (await cdn.edge.get(PUBLIC)).read() == b"the origin's"
+        for path in (PRIVATE, PUBLIC):
+            resp = await cdn.edge.get(urls[path])
+            assert resp.status == 404, (path, resp.status)
+            assert (await resp.json())["error"] == "Asset not found (404)"  # as for a file there is none of
+            assert resp.headers.get("X-Signed-URL") is None
+        resp = await cdn.control.delete(f"/api/core/zones/{ZONE}/origin", headers=ACCOUNT)
+        assert resp.status == 200, await resp.text()
+
+        async def storing() -> bool:
+            return ZONE not in cdn.node.config.pull_zones
+
+        await wait_until(storing, "the zone's origin leaving the edge")
+        for path, body in ((PRIVATE, private_png), (PUBLIC, public_png)):
+            resp = await cdn.edge.get(urls[path])
+            assert (resp.status, await resp.read()) == (200, body)
+    finally:
+        await server.close()
