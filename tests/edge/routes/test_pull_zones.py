@@ -467,7 +467,7 @@ async def test_requests_waiting_for_an_answer_to_validate_before_each_reuse_get_
     origin a revalidation of its own at once; so do those waiting for the stored copy's one revalidation."""
     name = f"/validated-each-time-{cache_control.split(',')[0]}.txt"
     clients = 6
-    flights, key = pull.cdn.edge.app[FLIGHTS], pull_variant_key(pull_key(ZONE, name, ""), "flight")
+    flights, key = pull.cdn.edge.app[FLIGHTS], flight_key(pull_key(ZONE, name, ""), pull.cdn.node.config.pull_zones[ZONE])
     go = asyncio.Event()
 
     async def validated(request: web.Request) -> web.StreamResponse:
@@ -501,7 +501,7 @@ async def test_requests_waiting_for_a_revalidation_the_origin_fails_answer_stale
     whose own directives keep it from the stale copy (`stale-if-error=0`) still asks, and gets the origin's 503."""
     name = "/failing-revalidation.txt"
     clients = 6
-    flights, key = pull.cdn.edge.app[FLIGHTS], pull_variant_key(pull_key(ZONE, name, ""), "flight")
+    flights, key = pull.cdn.edge.app[FLIGHTS], flight_key(pull_key(ZONE, name, ""), pull.cdn.node.config.pull_zones[ZONE])
     go = asyncio.Event()
     go.set()
 
@@ -545,7 +545,7 @@ async def test_a_fill_whose_client_goes_as_the_hit_path_hands_it_over_is_still_k
     name = "/gone-at-handover.bin"
     body = os.urandom(200 * 1024)
     waiting = 4
-    flights, key = pull.cdn.edge.app[FLIGHTS], pull_variant_key(pull_key(ZONE, name, ""), "flight")
+    flights, key = pull.cdn.edge.app[FLIGHTS], flight_key(pull_key(ZONE, name, ""), pull.cdn.node.config.pull_zones[ZONE])
     go = asyncio.Event()
 
     async def chunked(request: web.Request) -> web.StreamResponse:
