@@ -827,10 +827,6 @@ class H2Protocol(asyncio.Protocol):
             protocol.decide = decide
         stream.protocol = protocol
         protocol.connection_made(stream)
-        if self.pending_total > CONNECTION_BUFFER_HIGH:  # the connection holds enough: produce later
-            stream.producer_paused = True
-            self.paused_producers += 1
-            protocol.pause_writing()
         protocol.data_received(head)
         if not has_body:
             stream.end_of_body()
@@ -1055,16 +1051,19 @@ class H2Protocol(asyncio.Protocol):
                     self._producer(other)
 
     def _producer(self, stream: StreamTransport) -> None:
-        """Pause the stream's producer (the hit path's file, or the application) while the stream or the
-        connection holds too much; resume it once both are low."""
+        """Pause the stream's producer (the hit path's file, or the application) while the stream holds too much,
+        or holds bytes while the connection does; resume it once both are low, or once the stream holds none. A
+        stream whose bytes all went out is not held up by others whose clients closed their own windows (a
+        stalled stream blocking every other stream's answer on the connection until the send timeout)."""
         protocol = stream.protocol
+        size = stream.pending_size
         if not stream.producer_paused:
-            if stream.pending_size > STREAM_BUFFER_HIGH or self.pending_total > CONNECTION_BUFFER_HIGH:
+            if size > STREAM_BUFFER_HIGH or size and self.pending_total > CONNECTION_BUFFER_HIGH:
                 stream.producer_paused = True
                 self.paused_producers += 1
                 if protocol is not None:
                     protocol.pause_writing()
-        elif stream.pending_size <= STREAM_BUFFER_LOW and self.pending_total <= CONNECTION_BUFFER_LOW:
+        elif size <= STREAM_BUFFER_LOW and (not size or self.pending_total <= CONNECTION_BUFFER_LOW):
             stream.producer_paused = False
             self.paused_producers -= 1
             if protocol is not None:

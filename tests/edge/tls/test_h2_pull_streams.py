@@ -15,9 +15,10 @@ import pytest_asyncio
 from aiohttp import web
 
 from assetcdn.edge.fastpath.hit_server import HitServer
+from assetcdn.edge.tls.h2 import CONNECTION_BUFFER_HIGH
 from tests.support.h2_memory import H2InProcess
 from tests.support.hit_cdn import HitCdn
-from tests.support.origins import ScriptedOrigin, pull_zone_on_hit_cdn
+from tests.support.origins import ScriptedOrigin, pull_zone_on_hit_cdn, stored_url
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -199,3 +200,29 @@ async def test_an_upload_answered_before_its_body_ends_is_told_to_stop_sending(e
     assert conn.resets[refused] == h2.errors.ErrorCodes.NO_ERROR
     assert conn.answers[refused][:2] == [None, bytearray()]  # nothing more was sent on it
     assert not edge.origin.requests("/upload-stopped")
+
+
+async def test_streams_whose_client_closed_their_windows_hold_up_no_other_stream(edge: Edge) -> None:
+    """A client that stops reading some answers (their stream windows shut: a paused video, a download it put off)
+    while their fills go on into the cache: what the edge holds for them passes the connection's buffer mark. Every
+    other answer on the connection, a new miss here, waited behind them (its producer paused from its first byte)
+    until the send timeout reset the stalled streams, where HTTP/2's per-stream windows let it go at once. A
+    stream that holds no bytes goes on; one that holds some while the connection is over its mark still pauses."""
+    body = bytes(range(256)) * 2400  # 600 KB each: past the stream's mark, kept in memory
+    kept = {"Cache-Control": "max-age=600", "Content-Type": "application/octet-stream"}
+    names = [f"/stalled-{n}.bin" for n in range(5)]
+    for name in (*names, "/next.bin"):
+        edge.origin.answer(name, body, headers=kept)
+    conn = H2InProcess(edge.secure)
+    for name in names:
+        conn.stall(f"/{ZONE}{name}")
+
+    async def kept_all() -> bool:
+        conn.exchange()
+        return all(stored_url(edge.cdn.node, ZONE, name, scheme="https") is not None for name in names)
+
+    await wait_until(kept_all, "the stalled streams' fills kept")
+    assert conn.server.pending_total > CONNECTION_BUFFER_HIGH  # the stalled answers hold the connection's mark
+    response = await conn.get(f"/{ZONE}/next.bin", [])
+    assert (response.status, response.headers["x-cache"], response.body) == (200, "MISS", body)
+    assert all(not conn.answers[stream_id][2] for stream_id in conn.stalled)  # still open, not reset
