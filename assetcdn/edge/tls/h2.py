@@ -747,6 +747,11 @@ class H2Protocol(asyncio.Protocol):
                 self.pump(each)
         elif isinstance(event, CONTROL_EVENTS):
             self._control_frame()
+        elif isinstance(event, ngh2.GoAwayReceived) and event.error_code == ErrorCode.NO_ERROR and self.streams:
+            # The client opens no more streams (RFC 9113 6.8, a graceful close: a proxy draining its pool): those
+            # open are answered, and the connection closes once they are (as after the edge's own GOAWAY).
+            self._control_frame()
+            self.closing = True
         elif isinstance(event, (ngh2.ConnectionClosed, ngh2.GoAwayReceived)):
             self.closing = self.ended = True
             if self.transport is not None:

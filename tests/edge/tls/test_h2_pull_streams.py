@@ -10,13 +10,14 @@ from collections.abc import AsyncIterator
 import h2.config
 import h2.connection
 import h2.errors
+import ngh2
 import pytest
 import pytest_asyncio
 from aiohttp import web
 
 from assetcdn.edge.fastpath.hit_server import HitServer
-from assetcdn.edge.tls.h2 import CONNECTION_BUFFER_HIGH
-from tests.support.h2_memory import H2InProcess
+from assetcdn.edge.tls.h2 import CONNECTION_BUFFER_HIGH, H2Limits, H2Protocol
+from tests.support.h2_memory import H2InProcess, MemoryTransport
 from tests.support.hit_cdn import HitCdn
 from tests.support.origins import ScriptedOrigin, pull_zone_on_hit_cdn, stored_url
 from tests.support.wait import wait_until
@@ -226,3 +227,62 @@ async def test_streams_whose_client_closed_their_windows_hold_up_no_other_stream
     response = await conn.get(f"/{ZONE}/next.bin", [])
     assert (response.status, response.headers["x-cache"], response.body) == (200, "MISS", body)
     assert all(not conn.answers[stream_id][2] for stream_id in conn.stalled)  # still open, not reset
+
+
+async def test_a_clients_graceful_goaway_lets_the_answers_under_way_end_whole(edge: Edge) -> None:
+    """A client that says GOAWAY NO_ERROR (RFC 9113 6.8: it opens no more streams; a proxy draining its connection
+    pool does so) while its fills are under way: the edge closed the connection at once, cutting every answer
+    short. Its open streams are answered whole, then the connection closes; the client's own libnghttp2 (ngh2)
+    reads them, as the `h2` library gives up on a connection once it has sent GOAWAY."""
+    body = b"g" * 200_000
+    kept = {"Cache-Control": "max-age=600", "Content-Type": "application/octet-stream"}
+    paths = ("/draining-1.bin", "/draining-2.bin")
+    releases = [edge.origin.hold(path, body, kept) for path in paths]
+    transport = MemoryTransport(secure=True)
+    server = H2Protocol(edge.secure, H2Limits())
+    server.connection_made(transport)
+    client = ngh2.Connection(ngh2.Role.CLIENT, ngh2.Configuration(auto_window_update=True))
+    client.initiate_connection()
+    streams = [client.send_request(request(path), end_stream=True) for path in paths]
+    heads: dict[int, dict[bytes, bytes]] = {}
+    bodies = {stream_id: bytearray() for stream_id in streams}
+    ended: set[int] = set()
+
+    def exchange() -> None:
+        if out := client.data_to_send():
+            server.data_received(out)
+        if received := transport.take():
+            client.receive_data(received)
+            for event in client.events():
+                if isinstance(event, ngh2.ResponseReceived):
+                    heads[event.stream_id] = {bytes(name): bytes(value) for name, value in event.headers}
+                elif isinstance(event, ngh2.DataReceived):
+                    bodies[event.stream_id] += event.data
+                    if event.end_stream:
+                        ended.add(event.stream_id)
+                elif isinstance(event, ngh2.StreamReset):
+                    raise AssertionError(f"stream {event.stream_id} reset: {event.error_code!r}")
+
+    async def headed() -> bool:
+        exchange()
+        return len(heads) == len(streams)
+
+    await wait_until(headed, "the answers' heads")
+    client.send_goaway(ngh2.ErrorCode.NO_ERROR)
+    exchange()
+    for release in releases:
+        release.set()
+
+    async def whole() -> bool:
+        exchange()
+        return ended == set(streams) or transport.closed
+
+    await wait_until(whole, "the answers' ends, or the connection's")
+    assert [(heads[n][b":status"], bytes(bodies[n])) for n in streams] == [(b"200", body)] * 2
+    assert ended == set(streams)
+
+    async def closed() -> bool:
+        exchange()
+        return transport.closed
+
+    await wait_until(closed, "the connection closed once its streams are answered")
