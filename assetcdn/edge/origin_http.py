@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import ssl
+import sys
+import termios
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, cast
@@ -48,6 +51,8 @@ IDEMPOTENT = frozenset(("GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"))
 # Methods whose request has a body by definition: an empty one is sent with Content-Length: 0.
 BODIED = frozenset(("POST", "PUT", "PATCH"))
 NO_BODY = b""
+# The ioctl that reads how many bytes a TCP socket's send queue holds unacknowledged (`send_queued`): Linux's.
+SIOCOUTQ: int | None = termios.TIOCOUTQ if sys.platform == "linux" else None
 
 Key = tuple[str, str, int]                              # scheme, host, port
 Connector = Callable[[str, int], Awaitable[list[str]]]  # host, port -> addresses to try
@@ -337,8 +342,15 @@ class Connection(asyncio.Protocol):
 
     def unsent(self) -> bool:
         """Whether bytes of the request are still to go: the server answered before it read the whole body (and may
-        never read the rest). Reused, the connection would hold the next request behind them."""
-        return self.transport is not None and self.transport.get_write_buffer_size() > 0
+        never read the rest). Reused, the connection would hold the next request behind them. Over TLS the transport
+        hands its records to the TCP connection's buffer as it makes them, holding none itself: the socket's send
+        queue (bytes the server's side has not taken) says it there, as the transport's buffer does over TCP."""
+        transport = self.transport
+        if transport is None:
+            return False
+        if transport.get_write_buffer_size() > 0:
+            return True
+        return send_queued(transport)
 
     def close(self) -> None:
         self.closed = True
@@ -419,6 +431,21 @@ def expire(waiter: asyncio.Future[None]) -> None:
     """A wait's time is up: it ends in TimeoutError, as under asyncio.timeout."""
     if not waiter.done():
         waiter.set_exception(TimeoutError())
+
+
+def send_queued(transport: asyncio.Transport) -> bool:
+    """Whether the kernel still holds bytes written on `transport`'s socket that the peer has not taken (Linux's
+    SIOCOUTQ); False where that cannot be asked."""
+    if SIOCOUTQ is None:
+        return False
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        queued = fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return False
+    return int.from_bytes(queued, sys.byteorder) > 0
 
 
 class Pool:

@@ -915,6 +915,67 @@ def test_over_tls_a_whole_body_the_origin_closes_after_is_whole_though_read_slow
         assert isinstance(result, str) and "before the end of the body" in result
 
 
+def test_over_tls_a_connection_whose_origin_answered_before_it_took_the_request_body_is_not_used_again(
+        uvloop_runner: asyncio.Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An https origin that refuses a request body before reading it and keeps the connection, reading no more:
+    the body's rest is still to go when its answer ended. Over TLS those bytes are not in the TLS transport's own
+    buffer (handed on, encrypted, at once) but in the TCP connection's under it, so the pool took the connection
+    for one with nothing left to send and kept it: the next request (another client's) waited behind the body until
+    the first-byte timeout. It goes on a new connection, as over plain TCP."""
+    ca = TestCa()
+    chain, key = ca.issue("localhost").write(tmp_path, "origin")
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca.write_root(tmp_path)))  # the pool's default trust, made later
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(chain, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+    done = threading.Event()
+    accepted: list[ssl.SSLSocket] = []
+
+    def head(tls: ssl.SSLSocket) -> None:
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += tls.recv(65536)
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            for answer in (b"HTTP/1.1 413 Content Too Large\r\nContent-Length: 3\r\n\r\nbig",
+                           b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext"):
+                tls = server_context.wrap_socket(listener.accept()[0], server_side=True)
+                accepted.append(tls)
+                head(tls)
+                tls.sendall(answer)  # and reads nothing more on this connection
+        done.wait(10)
+        for tls in accepted:
+            tls.close()
+
+    async def scenario() -> list[tuple[int, bytes] | str]:
+        client = OriginClient(LOOPBACK)
+        origin = Origin(URL(f"https://localhost:{listener.getsockname()[1]}/"))
+        answers: list[tuple[int, bytes] | str] = []
+        try:
+            for method, path, body in (("POST", "/upload", b"x" * (8 * 1024 * 1024)), ("GET", "/next", None)):
+                try:
+                    response = await client.request(origin, method, origin.target(path), {}, body)
+                    answers.append((response.status, await response.read()))
+                except OriginError as exc:
+                    answers.append(str(exc))
+        finally:
+            await client.close()
+        return answers
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        result = uvloop_runner.run(scenario())
+    finally:
+        done.set()
+        thread.join(15)
+        listener.close()
+    assert result == [(413, b"big"), (200, b"next")]
+    assert len(accepted) == 2
+
+
 async def test_an_https_origin_named_with_a_trailing_dot_is_verified_and_named_without_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`https://origin.example.test.:<port>` (an absolute DNS name, which control accepts) names the host its
