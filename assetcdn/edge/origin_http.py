@@ -126,6 +126,7 @@ class Connection(asyncio.Protocol):
         self.keep_alive = False
         self.error: HttpError | None = None
         self._skip_body = False
+        self._bodied = False       # the request sent had a body (`unsent` asks the kernel only then)
         self._informational = False
         self._sized = False        # Content-Length or chunked: the close does not end the body
         self._ended = False        # the server ended its side: a FIN, or over TLS its close_notify
@@ -277,6 +278,7 @@ class Connection(asyncio.Protocol):
             self._reset()
         self._head = self.loop.create_future()
         self._skip_body = method == "HEAD"
+        self._bodied = bool(body)
         lines = [f"{method} {target} HTTP/1.1\r\n"]
         for name, value in headers:
             if ":" in name:
@@ -350,7 +352,9 @@ class Connection(asyncio.Protocol):
             return False
         if transport.get_write_buffer_size() > 0:
             return True
-        return send_queued(transport)
+        # A request head alone is taken with the answer to it; a body may not be: the kernel is asked (a system call)
+        # only then, not on every fill's release.
+        return self._bodied and send_queued(transport)
 
     def close(self) -> None:
         self.closed = True
