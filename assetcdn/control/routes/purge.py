@@ -38,9 +38,13 @@ def _valid_url(url: Any) -> bool:
 
 
 def _valid_prefix(prefix: Any) -> bool:
-    """A prefix names a zone: any path of a URL (its host may be the zone's own), `/<zone>/...` as a path."""
+    """A prefix names a zone: any path of a URL (its host may be the zone's own), `/<zone>/...` as a path.
+    A query or fragment is refused: the edge reads a prefix's path only, so `/<zone>/?v=2` would purge the
+    whole zone where its sender meant far less. (Checked here, not in split_target: the edges read stored
+    purges with it.)"""
     target = split_target(prefix)
-    return target is not None and (target.host is not None or zone_path_prefix(target.path))
+    return (target is not None and "?" not in prefix and "#" not in prefix
+            and (target.host is not None or zone_path_prefix(target.path)))
 
 
 def parse_purge(body: Any) -> dict[str, Any]:
@@ -82,7 +86,8 @@ def parse_purge(body: Any) -> dict[str, Any]:
         invalid = [p for p in value if not _valid_prefix(p)]
         if invalid:
             raise LegacyError(400, "Prefixes must be absolute http(s) URLs or paths naming a zone (/<zone>/...), "
-                              "without dot segments or control characters", extra={"invalid": invalid})
+                              "without a query, a fragment, dot segments or control characters",
+                              extra={"invalid": invalid})
     return {mode: list(dict.fromkeys(value)), **extra}
 
 

@@ -126,3 +126,15 @@ async def test_a_soft_prefix_purge_reports_its_mode_in_the_answer_and_the_audit_
     metas = [e["meta"] for e in (await resp.json())["Entries"] if e["action"] == "purge.execute"]
     assert [(m["purged"], m["purgeMode"], m["soft"]) for m in metas] == [
         ("everything", "everything", False), (prefixes, "prefixes", True)]
+
+
+async def test_a_prefix_with_a_query_or_fragment_is_refused_rather_than_widened(control: TestClient) -> None:
+    # The edge reads a prefix's path only: `/akande/?v=2` would purge every path of the zone.
+    prefixes = ["/akande/?v=2", "/akande/img#top", "https://akande.cdn.localhost/img/?", "/akande/v1/"]
+    first = await (await control.post("/api/purge", json={"tags": ["a"]}, headers=PURGE)).json()
+    resp = await control.post("/api/purge", json={"prefixes": prefixes}, headers=PURGE)
+    answer = await resp.json()
+    assert resp.status == 400, answer
+    assert answer["invalid"] == prefixes[:3] and "query" in answer["error"]
+    second = await (await control.post("/api/purge", json={"tags": ["b"]}, headers=PURGE)).json()
+    assert second["generation"] == first["generation"] + 1  # nothing was purged nor recorded
