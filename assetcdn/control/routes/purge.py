@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from aiohttp import web
@@ -34,7 +35,14 @@ NOUNS = {"urls": "URLs", "tags": "tags", "prefixes": "prefixes"}
 
 
 def _valid_url(url: Any) -> bool:
-    return split_target(url) is not None
+    return split_target(url) is not None and _no_userinfo(url)
+
+
+def _no_userinfo(item: str) -> bool:
+    """Whether an absolute URL has no user name or password: no request carries one (RFC 9110 4.2.4 forbids
+    them in http(s) URIs), and the item is echoed in the answer, the audit log and webhook events. (Checked
+    here, not in split_target: the edges read stored purges with it.)"""
+    return "://" not in item or "@" not in urlsplit(item).netloc
 
 
 def _valid_prefix(prefix: Any) -> bool:
@@ -43,7 +51,7 @@ def _valid_prefix(prefix: Any) -> bool:
     whole zone where its sender meant far less. (Checked here, not in split_target: the edges read stored
     purges with it.)"""
     target = split_target(prefix)
-    return (target is not None and "?" not in prefix and "#" not in prefix
+    return (target is not None and "?" not in prefix and "#" not in prefix and _no_userinfo(prefix)
             and (target.host is not None or zone_path_prefix(target.path)))
 
 
@@ -81,12 +89,14 @@ def parse_purge(body: Any) -> dict[str, Any]:
         invalid = [u for u in value if not _valid_url(u)]
         if invalid:
             raise LegacyError(400, "URLs must be absolute http(s) URLs or paths on this CDN (/<zone>/...), "
-                              "without dot segments or control characters", extra={"invalid": invalid})
+                              "without a user name or password, dot segments or control characters",
+                              extra={"invalid": invalid})
     else:
         invalid = [p for p in value if not _valid_prefix(p)]
         if invalid:
             raise LegacyError(400, "Prefixes must be absolute http(s) URLs or paths naming a zone (/<zone>/...), "
-                              "without a query, a fragment, dot segments or control characters",
+                              "without a user name or password, a query, a fragment, dot segments or "
+                              "control characters",
                               extra={"invalid": invalid})
     return {mode: list(dict.fromkeys(value)), **extra}
 

@@ -138,3 +138,21 @@ async def test_a_prefix_with_a_query_or_fragment_is_refused_rather_than_widened(
     assert answer["invalid"] == prefixes[:3] and "query" in answer["error"]
     second = await (await control.post("/api/purge", json={"tags": ["b"]}, headers=PURGE)).json()
     assert second["generation"] == first["generation"] + 1  # nothing was purged nor recorded
+
+
+async def test_a_url_or_prefix_with_a_user_name_or_password_is_refused(control: TestClient) -> None:
+    # No request carries userinfo; accepted, it was purged as the bare URL and echoed to logs and webhooks.
+    urls = ["https://bot:s3cret@akande.cdn.localhost/a.css", "https://bot@akande.cdn.localhost/b.css",
+            "https://akande.cdn.localhost/c@2x.png", "/akande/d@2x.png"]
+    resp = await control.post("/api/purge", json={"urls": urls}, headers=PURGE)
+    answer = await resp.json()
+    assert resp.status == 400, answer
+    assert answer["invalid"] == urls[:2] and "user name or password" in answer["error"]
+    resp = await control.post("/api/purge", json={"prefixes": ["https://bot:s3cret@akande.cdn.localhost/img/"]},
+                              headers=PURGE)
+    assert resp.status == 400 and (await resp.json())["invalid"] == ["https://bot:s3cret@akande.cdn.localhost/img/"]
+    resp = await control.post("/api/purge", json={"urls": urls[2:]}, headers=PURGE)
+    assert resp.status == 200 and (await resp.json())["purged"] == urls[2:]
+    resp = await control.get("/api/core/audit-logs", headers=ACCOUNT)
+    purges = [e["meta"]["purged"] for e in (await resp.json())["Entries"] if e["action"] == "purge.execute"]
+    assert purges == [urls[2:]]  # the refused ones recorded nothing
