@@ -41,7 +41,7 @@ def split_target(item: object) -> PurgeTarget | None:
         item.encode("utf-8")  # a lone surrogate names no URL
         if "://" in item:
             parts = urlsplit(item)
-            host: str | None = parts.hostname  # a malformed IPv6 literal or port raises here
+            host: str | None = parts.hostname  # a malformed IPv6 literal raises here (a port is not read)
             if parts.scheme not in ("http", "https") or not host:
                 return None
             path = parts.path or "/"

@@ -35,14 +35,22 @@ NOUNS = {"urls": "URLs", "tags": "tags", "prefixes": "prefixes"}
 
 
 def _valid_url(url: Any) -> bool:
-    return split_target(url) is not None and _no_userinfo(url)
+    return split_target(url) is not None and _plain_authority(url)
 
 
-def _no_userinfo(item: str) -> bool:
-    """Whether an absolute URL has no user name or password: no request carries one (RFC 9110 4.2.4 forbids
-    them in http(s) URIs), and the item is echoed in the answer, the audit log and webhook events. (Checked
-    here, not in split_target: the edges read stored purges with it.)"""
-    return "://" not in item or "@" not in urlsplit(item).netloc
+def _plain_authority(item: str) -> bool:
+    """Whether an absolute URL has no user name or password, and a port (if any) that is a number within
+    0-65535: no request carries userinfo (RFC 9110 4.2.4 forbids it in http(s) URIs), the item is echoed in
+    the answer, the audit log and webhook events, and a host with a malformed port (`host:abc`) would be read
+    as the bare host. (Checked here, not in split_target: the edges read stored purges with it.)"""
+    if "://" not in item:
+        return True
+    parts = urlsplit(item)
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number or out of range
+    except ValueError:
+        return False
+    return "@" not in parts.netloc
 
 
 def _valid_prefix(prefix: Any) -> bool:
@@ -51,7 +59,7 @@ def _valid_prefix(prefix: Any) -> bool:
     whole zone where its sender meant far less. (Checked here, not in split_target: the edges read stored
     purges with it.)"""
     target = split_target(prefix)
-    return (target is not None and "?" not in prefix and "#" not in prefix and _no_userinfo(prefix)
+    return (target is not None and "?" not in prefix and "#" not in prefix and _plain_authority(prefix)
             and (target.host is not None or zone_path_prefix(target.path)))
 
 
@@ -89,14 +97,15 @@ def parse_purge(body: Any) -> dict[str, Any]:
         invalid = [u for u in value if not _valid_url(u)]
         if invalid:
             raise LegacyError(400, "URLs must be absolute http(s) URLs or paths on this CDN (/<zone>/...), "
-                              "without a user name or password, dot segments or control characters",
+                              "without a user name or password, a malformed port, dot segments or "
+                              "control characters",
                               extra={"invalid": invalid})
     else:
         invalid = [p for p in value if not _valid_prefix(p)]
         if invalid:
             raise LegacyError(400, "Prefixes must be absolute http(s) URLs or paths naming a zone (/<zone>/...), "
-                              "without a user name or password, a query, a fragment, dot segments or "
-                              "control characters",
+                              "without a user name or password, a malformed port, a query, a fragment, "
+                              "dot segments or control characters",
                               extra={"invalid": invalid})
     return {mode: list(dict.fromkeys(value)), **extra}
 

@@ -156,3 +156,18 @@ async def test_a_url_or_prefix_with_a_user_name_or_password_is_refused(control: 
     resp = await control.get("/api/core/audit-logs", headers=ACCOUNT)
     purges = [e["meta"]["purged"] for e in (await resp.json())["Entries"] if e["action"] == "purge.execute"]
     assert purges == [urls[2:]]  # the refused ones recorded nothing
+
+
+async def test_a_url_or_prefix_with_a_malformed_port_is_refused(control: TestClient) -> None:
+    # The edge reads a purge URL's host without its port: `host:abc` was purged as the bare host.
+    urls = ["https://akande.cdn.localhost:abc/a.css", "https://akande.cdn.localhost:99999/a.css",
+            "https://akande.cdn.localhost:8443/a.css"]
+    resp = await control.post("/api/purge", json={"urls": urls}, headers=PURGE)
+    answer = await resp.json()
+    assert resp.status == 400, answer
+    assert answer["invalid"] == urls[:2] and "malformed port" in answer["error"]
+    resp = await control.post("/api/purge", json={"prefixes": ["http://akande.cdn.localhost:-1/img/"]},
+                              headers=PURGE)
+    assert resp.status == 400 and (await resp.json())["invalid"] == ["http://akande.cdn.localhost:-1/img/"]
+    resp = await control.post("/api/purge", json={"urls": urls[2:]}, headers=PURGE)
+    assert resp.status == 200 and (await resp.json())["generation"] == 1  # the refused ones recorded nothing
