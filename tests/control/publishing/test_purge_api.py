@@ -9,7 +9,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import create_app
+from assetcdn.control.routes.purge import MAX_ITEMS
 from assetcdn.shared.config import load_settings
+from assetcdn.shared.openapi import document
+from assetcdn.shared.purge_targets import MAX_ITEM_LENGTH
 from tests.support.control import ACCOUNT, SECRETS
 
 PURGE = {"x-api-key": SECRETS.purge_key}
@@ -171,3 +174,21 @@ async def test_a_url_or_prefix_with_a_malformed_port_is_refused(control: TestCli
     assert resp.status == 400 and (await resp.json())["invalid"] == ["http://akande.cdn.localhost:-1/img/"]
     resp = await control.post("/api/purge", json={"urls": urls[2:]}, headers=PURGE)
     assert resp.status == 200 and (await resp.json())["generation"] == 1  # the refused ones recorded nothing
+
+
+async def test_the_openapi_schema_of_a_purge_states_the_bounds_the_route_enforces(control: TestClient) -> None:
+    schema = document()["components"]["schemas"]["PurgeRequest"]["properties"]
+    items = {"urls": "/akande/{}", "tags": "t{}", "prefixes": "/akande/{}/"}
+    for mode, item in items.items():
+        bounds = schema[mode]
+        assert (bounds["minItems"], bounds["maxItems"]) == (1, MAX_ITEMS)
+        for count, status in ((0, 400), (1, 200), (MAX_ITEMS, 200), (MAX_ITEMS + 1, 400)):
+            body: dict[str, Any] = {mode: [item.format(i) for i in range(count)]}
+            resp = await control.post("/api/purge", json=body, headers=PURGE)
+            assert resp.status == status, (mode, count, await resp.text())
+    for mode in ("urls", "prefixes"):
+        assert schema[mode]["items"]["maxLength"] == MAX_ITEM_LENGTH
+    # purge_everything takes only true: false is refused, alone or beside another mode.
+    assert schema["purge_everything"].get("const") is True
+    for refused in ({"purge_everything": False}, {"purge_everything": False, "tags": ["a"]}):
+        assert (await control.post("/api/purge", json=refused, headers=PURGE)).status == 400
