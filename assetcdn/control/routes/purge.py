@@ -24,7 +24,7 @@ from assetcdn.control.request_body import read_body
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.limits import purges_per_day
 from assetcdn.shared.middleware import json_response
-from assetcdn.shared.purge_targets import split_target, zone_path_prefix
+from assetcdn.shared.purge_targets import MAX_ITEM_LENGTH, split_target, zone_path_prefix
 from assetcdn.shared.timestamps import utc_now_iso
 
 MAX_ITEMS = 30
@@ -96,16 +96,16 @@ def parse_purge(body: Any) -> dict[str, Any]:
     elif mode == "urls":
         invalid = [u for u in value if not _valid_url(u)]
         if invalid:
-            raise LegacyError(400, "URLs must be absolute http(s) URLs or paths on this CDN (/<zone>/...), "
-                              "without a user name or password, a malformed port, dot segments or "
-                              "control characters",
+            raise LegacyError(400, "URLs must be absolute http(s) URLs or paths on this CDN (/<zone>/...) of at "
+                              f"most {MAX_ITEM_LENGTH} characters, without a user name or password, a malformed "
+                              "port, dot segments or control characters",
                               extra={"invalid": invalid})
     else:
         invalid = [p for p in value if not _valid_prefix(p)]
         if invalid:
-            raise LegacyError(400, "Prefixes must be absolute http(s) URLs or paths naming a zone (/<zone>/...), "
-                              "without a user name or password, a malformed port, a query, a fragment, "
-                              "dot segments or control characters",
+            raise LegacyError(400, "Prefixes must be absolute http(s) URLs or paths naming a zone (/<zone>/...) "
+                              f"of at most {MAX_ITEM_LENGTH} characters, without a user name or password, a "
+                              "malformed port, a query, a fragment, dot segments or control characters",
                               extra={"invalid": invalid})
     return {mode: list(dict.fromkeys(value)), **extra}
 

@@ -192,3 +192,20 @@ async def test_the_openapi_schema_of_a_purge_states_the_bounds_the_route_enforce
     assert schema["purge_everything"].get("const") is True
     for refused in ({"purge_everything": False}, {"purge_everything": False, "tags": ["a"]}):
         assert (await control.post("/api/purge", json=refused, headers=PURGE)).status == 400
+
+
+async def test_items_at_the_length_limit_are_purged_and_longer_ones_refused_saying_so(control: TestClient) -> None:
+    def of_length(start: str, n: int) -> str:
+        return start + "a" * (n - len(start))
+    # A full batch at the limit fits the 64 KB body and is purged whole.
+    urls = [of_length(f"/akande/{i:02}/", MAX_ITEM_LENGTH) for i in range(MAX_ITEMS)]
+    resp = await control.post("/api/purge", json={"urls": urls}, headers=PURGE)
+    assert resp.status == 200 and (await resp.json())["purged"] == urls
+    for mode, item in (("urls", of_length("https://akande.cdn.localhost/", MAX_ITEM_LENGTH + 1)),
+                       ("prefixes", of_length("/akande/", MAX_ITEM_LENGTH + 1))):
+        resp = await control.post("/api/purge", json={mode: ["/akande/ok", item]}, headers=PURGE)
+        answer = await resp.json()
+        assert resp.status == 400 and answer["invalid"] == [item]
+        assert f"at most {MAX_ITEM_LENGTH} characters" in answer["error"]  # the reason, not only the form
+    second = await (await control.post("/api/purge", json={"tags": ["b"]}, headers=PURGE)).json()
+    assert second["generation"] == 2  # the refused batches recorded nothing
