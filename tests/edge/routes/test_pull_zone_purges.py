@@ -16,6 +16,7 @@ from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.states.freshness import MAX_TAG_BYTES
 from assetcdn.edge.states.keys import pull_key
+from assetcdn.shared.openapi import document
 from tests.support.cdn import PURGE
 from tests.support.control import ACCOUNT
 from tests.support.origins import LONG, TENANT_HOST, ZONE, Pull
@@ -369,3 +370,14 @@ async def test_a_tag_the_origin_withholds_from_clients_still_purges_the_copy_onc
         resp = await pull.get(name)
         assert (resp.headers["X-Cache"], await resp.read()) == ("MISS", b"withheld"), name
         assert [seen.headers.get("If-None-Match") for seen in pull.origin.requests(name)] == [None, '"w"', None]
+
+
+async def test_the_answers_edges_are_as_the_openapi_document_describes_them(pull: Pull) -> None:
+    answer = await purge(pull, {"tags": ["no-such-tag"]})
+    schema = document()["paths"]["/api/purge"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    edges = schema["properties"]["edges"]
+    assert set(answer["edges"]) == set(edges["properties"])
+    # acknowledged, pending and total count edge nodes; entriesRemoved and latencyMs are keyed by worker.
+    assert (answer["edges"]["acknowledged"], answer["edges"]["pending"], answer["edges"]["total"]) == (["edge-t"], [], 1)
+    assert list(answer["edges"]["entriesRemoved"]) == list(answer["edges"]["latencyMs"]) == ["edge-t/0"]
+    assert "<node>/<worker>" in edges["description"]
