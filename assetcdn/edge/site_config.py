@@ -68,6 +68,8 @@ class EdgeConfig:
     domains: dict[str, str] = field(default_factory=dict)
     base_domain: str = ""
     pull_zones: dict[str, PullZone] = field(default_factory=dict)   # zone -> where its paths come from
+    # The `_headers` and `_redirects` texts `rules` was parsed from: what `zones_changed` compares.
+    rule_texts: tuple[str | None, str | None] = (None, None)
 
     @staticmethod
     def from_published(published: PublishedConfig, fleet: str = "") -> EdgeConfig:
@@ -77,7 +79,19 @@ class EdgeConfig:
                           domains={h.lower(): z for h, z in published.domains.items()},
                           base_domain=published.base_domain.lower(),
                           pull_zones={zone: pull_zone(zone, origin, fleet)
-                                      for zone, origin in published.origins.items()})
+                                      for zone, origin in published.origins.items()},
+                          rule_texts=(published.headers, published.redirects))
+
+    def zones_changed(self, before: EdgeConfig | None) -> set[str] | None:
+        """The zones whose paths this config may answer otherwise than `before`: those whose pull origin came, went
+        or changed. None when more than zones changed (the rules, the hosts' zones): any path may answer otherwise.
+        Lets the hit path keep the prepared heads of the other zones (an installation of thousands of pull zones
+        changes one at a time)."""
+        if before is None or (self.rule_texts, self.domains, self.base_domain) != (
+                before.rule_texts, before.domains, before.base_domain):
+            return None
+        old, new = before.pull_zones, self.pull_zones
+        return {name for name in old.keys() | new.keys() if old.get(name) != new.get(name)}
 
     def pull_target(self, host_zone: str | None, path: str) -> tuple[PullZone, str, str] | None:
         """(zone, path at the origin, what comes before it) when a request path names a pull zone's path:

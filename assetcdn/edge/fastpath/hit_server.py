@@ -5,7 +5,7 @@ and shutdown, but each connection is a ``HitProtocol`` (assetcdn/edge/fastpath/p
 hits itself and hands everything else to the aiohttp application's request handlers.
 
 ``HitServer.answer`` is the hit itself. Per batch of pipelined requests (``begin_batch``) it picks
-up the node's state once: the configuration (a new one drops every prepared hit), purges other
+up the node's state once: the configuration (a new one drops the prepared hits it may answer otherwise), purges other
 workers made (replayed on this worker's memory tier), the replica's entries and the cache status
 `EdgeNode.hit_status` gives (not HIT: STALE, or not served from cache, which the application answers).
 Per request: the Host's view, the path's prepared hit, its body from the memory tier or its file, and
@@ -58,7 +58,7 @@ from assetcdn.edge.fastpath.proxy_protocol import ProxyHeaderReader, ProxyPolicy
 from assetcdn.edge.fastpath.pull_fill import PullFills
 from assetcdn.edge.fastpath.sendfile import keep_alive_probes
 from assetcdn.edge.routes.delivery import delivery_route_name
-from assetcdn.edge.site_config import canonical_host, is_valid_host
+from assetcdn.edge.site_config import EdgeConfig, canonical_host, is_valid_host
 from assetcdn.edge.states.deliver import content_range, etag_matches, parse_range
 from assetcdn.edge.states.recv import PullPath
 from assetcdn.edge.tls.h2 import Fields, response_fields
@@ -190,8 +190,7 @@ class HitServer:
     def begin_batch(self) -> None:
         node = self.node
         if node.config is not self.config:
-            self.config = node.config
-            self._forget_hosts()
+            self._take_config(node.config)
         self._sync_purges()
         self.entries = node.replica.entries
         self.answering = self.answers_hits
@@ -725,6 +724,24 @@ class HitServer:
         self.prepared -= 1
         self.head_bytes -= head.cost
         self.memory.charge_heads(-head.cost)
+
+    def _take_config(self, config: EdgeConfig) -> None:
+        """A new configuration (once per config change, not per request): the prepared heads it may answer
+        otherwise go, every one when its rules or hosts changed, else only those of the zones whose origin came,
+        went or changed (`EdgeConfig.zones_changed`): one zone's change leaves the others' heads."""
+        changed = config.zones_changed(self.config)
+        self.config = config
+        if changed is None:
+            self._forget_hosts()
+            return
+        if not changed:
+            return
+        for view in self.hosts.values():
+            for table in (view.hits, view.pulls):
+                gone = list(table) if view.zone in changed else [
+                    target for target, head in table.items() if head.zone in changed]
+                for target in gone:
+                    self._let_go(table.pop(target))
 
     def _forget_hosts(self) -> None:
         self.hosts = {}

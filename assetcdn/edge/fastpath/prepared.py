@@ -16,7 +16,8 @@ What makes a prepared hit stale, and how each is seen on the next request:
 
 - a manifest change of the path (upload, overwrite, delete, new tags): the replica holds a new
   entry object (or none), checked by identity;
-- new edge configuration (rules, domains): every prepared hit of the old configuration is dropped;
+- new edge configuration: every prepared hit of the old configuration is dropped when its rules or domains
+  changed, else those of the zones whose pull origin came, went or changed (`EdgeConfig.zones_changed`);
 - a purge: the memory tier no longer has the key, or the file is gone; purges another worker of
   the node applied are replayed first (EdgeCache.sync_purges);
 - control unreachable: the hit would be STALE, which the full application answers.

@@ -344,6 +344,66 @@ async def test_a_purge_and_new_rules_take_effect_on_the_next_hit(pulled: PullCdn
 
 
 
+async def test_one_zones_origin_change_keeps_the_other_zones_prepared_heads(pulled: PullCdn, clock: Clock) -> None:
+    """An installation of many pull zones changes one at a time: a zone created, or another zone's origin set, keeps
+    this zone's prepared heads (its next hit makes none), while the changed zone's own heads go. The second zone
+    pulls from the same origin: each zone's hits stay its own."""
+    conn = await pulled.warm("/kept-head.bin", **LONG)
+    path = f"/{ZONE}/kept-head.bin"
+    assert (await conn.request(path)).header("X-Cache") == "HIT"
+    hits = pulled.cdn.site.hits
+    assert hits is not None
+
+    def held_for(target: str) -> PulledHit | None:
+        """The head the hit path holds now for `target` on the connection's Host."""
+        assert hits is not None
+        view = hits.hosts.get(b"edge.test")
+        return None if view is None else view.pulls.get(target.encode())
+
+    held = held_for(path)
+    assert held is not None
+    node = pulled.cdn.node
+    other = "pullfast-other"
+    url = str(node.config.pull_zones[ZONE].origin.url)
+    resp = await pulled.cdn.control.post("/api/core/zones", headers=ACCOUNT, json={"Name": other,
+                                                                                   "Origin": {"Url": url}})
+    assert resp.status == 201, await resp.text()
+    try:
+        async def has(zone: str, fields: dict[str, str]) -> bool:
+            found = node.config.pull_zones.get(zone)
+            return found is not None and dict(found.origin.request_headers) == fields
+
+        await wait_until(lambda: has(other, {}), "the second zone reaching the edge")
+        other_path = f"/{other}/kept-head.bin"
+        assert (await conn.request(other_path)).header("X-Cache") == "MISS"
+
+        async def other_kept() -> bool:
+            return stored_url(node, other, "/kept-head.bin") is not None
+
+        await wait_until(other_kept, "the second zone's copy stored")
+        served = pulled.served
+        for asked in (path, other_path):
+            answer = await conn.request(asked)
+            assert (answer.status, answer.header("X-Cache"), answer.body) == (200, "HIT", BODY)
+        assert pulled.served == served + 2
+        assert held_for(path) is held  # the new zone's config left it
+        other_held = held_for(other_path)
+        assert other_held is not None
+        resp = await pulled.cdn.control.put(f"/api/core/zones/{other}/origin", headers=ACCOUNT, json={
+            "Url": url, "RequestHeaders": {"X-Origin-Secret": "s"}})
+        assert resp.status == 200, await resp.text()
+        await wait_until(lambda: has(other, {"X-Origin-Secret": "s"}), "the second zone's new origin reaching the edge")
+        for asked in (path, other_path):
+            answer = await conn.request(asked)
+            assert (answer.status, answer.header("X-Cache"), answer.body) == (200, "HIT", BODY)
+        assert pulled.served == served + 4
+        assert held_for(path) is held  # another zone's change: kept
+        assert held_for(other_path) not in (None, other_held)  # its own change: made again
+    finally:
+        resp = await pulled.cdn.control.delete(f"/api/core/zones/{other}", headers=ACCOUNT)
+        assert resp.status == 200, await resp.text()
+
+
 async def test_the_prepared_heads_are_charged_to_the_memory_budget_what_they_hold(pulled: PullCdn,
                                                                                   clock: Clock) -> None:
     """A URL the hit path answers keeps a prepared head; the memory tier's budget is charged what the heads hold, so
