@@ -404,6 +404,37 @@ async def test_one_zones_origin_change_keeps_the_other_zones_prepared_heads(pull
         assert resp.status == 200, await resp.text()
 
 
+async def test_a_host_past_the_hosts_kept_lets_only_the_first_hosts_heads_go(pulled: PullCdn, clock: Clock,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Zones on their own hosts (thousands of tenant hosts or custom domains) pass the Hosts a hit server keeps: the
+    next new Host lets the Host first seen go with its heads, not every Host's heads."""
+    monkeypatch.setattr(hit_server, "MAX_HOSTS", 6)
+    hits = pulled.cdn.site.hits
+    assert hits is not None
+    hits._forget_hosts()  # the Hosts the module's other tests left
+    conn = await pulled.warm("/many-hosts.bin", **LONG)
+    path = f"/{ZONE}/many-hosts.bin"
+    hosts = [f"host-{n}.test" for n in range(7)]
+
+    def held(host: str) -> PulledHit | None:
+        assert hits is not None
+        view = hits.hosts.get(host.encode())
+        return None if view is None else view.pulls.get(path.encode())
+
+    served = pulled.served
+    for host in hosts[:6]:
+        answer = await conn.request(path, host=host)
+        assert (answer.status, answer.header("X-Cache"), answer.body) == (200, "HIT", BODY)
+    before = {host: held(host) for host in hosts[:6]}
+    assert None not in before.values() and hits.prepared == 6
+    answer = await conn.request(path, host=hosts[6])
+    assert (answer.status, answer.header("X-Cache"), answer.body) == (200, "HIT", BODY)
+    assert pulled.served == served + 7
+    assert held(hosts[0]) is None  # the Host first seen went
+    assert all(held(host) is before[host] for host in hosts[1:6])  # the others' heads stayed
+    assert hits.prepared == 6 and held(hosts[6]) is not None
+
+
 async def test_the_prepared_heads_are_charged_to_the_memory_budget_what_they_hold(pulled: PullCdn,
                                                                                   clock: Clock) -> None:
     """A URL the hit path answers keeps a prepared head; the memory tier's budget is charged what the heads hold, so
