@@ -103,10 +103,13 @@ from assetcdn.shared.content_security import keep_sandbox
 from assetcdn.shared.decimal_fields import bounded_decimal
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.http_server import cut_short
+from assetcdn.shared.logs import LinePerInterval
 from assetcdn.shared.manifest import zone_tag
 from assetcdn.shared.request_body import body_deadline, too_large, unsupported_transfer_coding
 
 log = logging.getLogger(__name__)
+# An origin's failures, per zone and kind: one line per 10 s with how many were left out, however many requests fail.
+ORIGIN_FAILURES = LinePerInterval(log)
 R = TypeVar("R")
 SPOOL_MEMORY = 1024 * 1024          # a body being stored is kept in memory up to this, then in a temporary file
 SENT_BEFORE_STORED = 64 * 1024      # a body read with its head up to this is sent before it is stored (`keep`)
@@ -689,7 +692,8 @@ async def origin_failed(request: web.Request, zone: PullZone, path: str, fields:
             return answer
     if isinstance(exc, ErrorAnswered) and again is not None:  # the origin did answer the flight: this request's own
         return await again(stored)
-    log.info("pull zone %s: the origin failed for %s: %s", zone.name, path, exc)
+    ORIGIN_FAILURES.log(logging.INFO, f"failed {zone.name}", "pull zone %s: the origin failed for %s: %s", zone.name,
+                        path, exc)
     # The answer names this cache, as every answer from the origin does: a shield's relays the origin's failure to
     # the asking edge (assetcdn/edge/shield.py `relayed`), which would take an error of the shield's own for the
     # shield failing and pass it over for every zone's paths.
@@ -924,7 +928,8 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
                 spool, sending = await relay_body(response, limit, spool, digest, None if feed else send, feed,
                                                   partial(settle, kept))
             except OriginError as exc:
-                log.info("pull zone %s: the origin's body for %s failed: %s", zone.name, path, exc)
+                ORIGIN_FAILURES.log(logging.INFO, f"body {zone.name}", "pull zone %s: the origin's body for %s failed: %s",
+                                    zone.name, path, exc)
                 settle(kept, False)
                 return None
             if feed is not None and feed.lagging and spool is not None:
@@ -1295,7 +1300,8 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
             settle(kept, await store(node, zone, path, url_key, sent, response, stored_headers(response.headers),
                                      spool, digest.hexdigest() if digest is not None else None) is not None)
         except OriginError as exc:
-            log.info("pull zone %s: background revalidation of %s failed: %s", zone.name, path, exc)
+            ORIGIN_FAILURES.log(logging.INFO, f"revalidation {zone.name}",
+                                "pull zone %s: background revalidation of %s failed: %s", zone.name, path, exc)
             settle(kept, False)
         finally:
             land(None)

@@ -1937,3 +1937,21 @@ async def test_an_origin_sets_no_policy_of_the_whole_default_host(pull: Pull) ->
     assert {name: tenant.headers.get(name) for name in policies} == policies
     forwarded = await pull.cdn.edge.post(f"/{ZONE}/host-policies.txt", data=b"x")
     assert {name: forwarded.headers.get(name) for name in policies} == dict.fromkeys(policies)
+
+
+async def test_a_dead_origin_is_logged_once_per_interval_not_once_per_request(
+        pull: Pull, caplog: pytest.LogCaptureFixture) -> None:
+    """Every request to a zone whose origin is down fails (502), but the edge's log gets one line for them per
+    interval, which says how many were left out: a dead origin under load cannot flood the log."""
+    down = ScriptedOrigin()
+    server = await serve_origin(down)
+    await add_pull_zone(pull.cdn, "deadlog", {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"})
+    await server.close()
+    caplog.set_level("INFO", logger="assetcdn.edge.states.pull")
+    for index in range(20):
+        resp = await pull.cdn.edge.get(f"/deadlog/gone-{index}.txt")
+        assert resp.status == 502
+    lines = [record.getMessage() for record in caplog.records
+             if record.getMessage().startswith("pull zone deadlog: the origin failed")]
+    assert len(lines) == 1, lines
+    assert "(0 more such lines since the last" in lines[0]
