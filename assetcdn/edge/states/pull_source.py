@@ -87,9 +87,12 @@ from assetcdn.edge.states.pull import (
     through_flight,
     unasked_not_modified,
 )
+from assetcdn.shared.logs import LinePerInterval
 from assetcdn.shared.manifest import format_of
 
 log = logging.getLogger(__name__)
+# An origin's failures for image sources, per zone and kind: one line per 10 s (as pull.py's ORIGIN_FAILURES).
+SOURCE_FAILURES = LinePerInterval(log)
 SOURCE_FIELDS: Headers = ()          # the edge's own request for a source carries no client's fields
 
 
@@ -329,7 +332,8 @@ def not_an_image(at: PullSourcePath, status: int) -> SourceRefused:
 
 
 def origin_failed(at: PullSourcePath, exc: OriginError) -> SourceRefused:
-    log.info("pull zone %s: the origin failed for the source %s: %s", at.zone.name, at.path, exc)
+    SOURCE_FAILURES.log(logging.INFO, f"source {at.zone.name}", "pull zone %s: the origin failed for the source %s: %s",
+                        at.zone.name, at.path, exc)
     if exc.timeout:
         return SourceRefused(504, "OriginTimeout", f"The origin did not answer in time: {exc}")
     return SourceRefused(502, "OriginUnreachable", f"The origin could not be reached: {exc}")
@@ -459,8 +463,9 @@ def revalidate_in_background(node: EdgeNode, client: SourceClient, flights: Flig
         try:
             await from_origin(node, client, at, url_key, stored, land)
         except SourceRefused as exc:
-            log.info("pull zone %s: background revalidation of the source %s failed: %s", at.zone.name, at.path,
-                     exc.message)
+            SOURCE_FAILURES.log(logging.INFO, f"source revalidation {at.zone.name}",
+                                "pull zone %s: background revalidation of the source %s failed: %s", at.zone.name,
+                                at.path, exc.message)
         finally:
             land(None)
 

@@ -955,3 +955,19 @@ async def test_a_source_does_not_wait_for_another_vary_variants_body(tmp_path: P
         finally:
             release.set()
             await asyncio.gather(delivery, *([transform] if transform is not None else []), return_exceptions=True)
+
+
+async def test_a_dead_origin_of_image_sources_is_logged_once_per_interval(
+        pics: Pics, caplog: pytest.LogCaptureFixture) -> None:
+    """Transforms of a zone whose origin is down all fail (502), but the edge logs one line for them per interval,
+    not one per request."""
+    down = ScriptedOrigin()
+    server = await serve_origin(down)
+    await add_pull_zone(pics.cdn, "deadpics", {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"})
+    await server.close()
+    caplog.set_level("INFO", logger="assetcdn.edge.states.pull_source")
+    for index in range(12):
+        assert (await pics.get(f"/api/transform?url=/deadpics/gone-{index}.png&w=100")).status == 502
+    lines = [record.getMessage() for record in caplog.records
+             if record.getMessage().startswith("pull zone deadpics: the origin failed for the source")]
+    assert len(lines) == 1, lines
