@@ -6,7 +6,8 @@ Off by default (``[access_log] output``). ``stdout``: lines go to the process's 
 processes rotate the same file), renamed to ``.1`` (``.2``, ...) before a line would take it past
 ``max_bytes``, ``backups`` kept. One line: ``{"time", "edge", "host", "method", "path", "status",
 "bytes", "cache", "duration_ms", "client_ip", "country", "request_id", "aborted"}``; the path has no
-query string (it may carry signatures); ``bytes`` are the body bytes sent, ``aborted`` is true when
+query string (it may carry signatures), and a line is at most ``MAX_LINE`` bytes (a longer host or path
+is cut); ``bytes`` are the body bytes sent, ``aborted`` is true when
 the client went away (or reset its stream) before the whole body was. A delivery is kept as a tuple; a thread makes the lines and writes them once a second
 (``flush``), so a slow disk or a full pipe never stalls the event loop; past ``MAX_BUFFERED``
 deliveries waiting, they are dropped and the count is logged.
@@ -30,6 +31,8 @@ MAX_BUFFERED = 500_000   # deliveries waiting for the writer; past it they are d
 # time, host, method, path, status, bytes, cache, duration, client address, country, request id, aborted
 Delivery = tuple[float, str, str, str, int, int, str, float, "str | None", str, "str | bytes | None", bool]
 PIPE_CHUNK = 4096       # a write to a pipe this small is atomic: workers sharing stdout never interleave lines
+MAX_LINE = PIPE_CHUNK   # so no line is longer: a longer host or path is cut (`_shortened`)
+MAX_HOST = 253          # a DNS name's length: what is kept of a longer host when a line is too long
 
 
 class AccessLog:
@@ -95,11 +98,13 @@ class AccessLog:
                 self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
             if isinstance(request_id, bytes):
                 request_id = request_id.decode("ascii", "replace")
-            lines.append(dumps({
+            record = {
                 "time": f"{self._stamp}.{int((now - second) * 1000):03d}Z", "edge": edge, "host": host,
                 "method": method, "path": "/" + path, "status": status, "bytes": sent, "cache": cache,
                 "duration_ms": int(duration_s * 1e6) / 1000, "client_ip": ip, "country": country,
-                "request_id": request_id, "aborted": aborted}, option=orjson.OPT_APPEND_NEWLINE))
+                "request_id": request_id, "aborted": aborted}
+            line = dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+            lines.append(line if len(line) <= MAX_LINE else _shortened(record))
         return lines
 
     def _write(self, deliveries: list[Delivery]) -> None:
@@ -164,6 +169,20 @@ class AccessLog:
                     os.replace(older, self.path.with_name(f"{self.path.name}.{index + 1}"))
             os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
         self._open()
+
+
+def _shortened(record: dict[str, Any]) -> bytes:
+    """The line of a delivery whose host or path (a client's, up to the request parser's limits) would take it past
+    MAX_LINE: the host cut to a DNS name's length, then the path cut until the line fits. A longer line would be
+    written to a shared stdout in more than one write, which other workers' lines may split."""
+    record["host"] = str(record["host"])[:MAX_HOST]
+    path = str(record["path"])
+    while True:
+        line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+        if len(line) <= MAX_LINE or not path:
+            return line
+        path = path[:min(len(path) - 1, len(path) - (len(line) - MAX_LINE) // 6 - 1)]
+        record["path"] = path
 
 
 def _write_all(fd: int, data: bytes) -> None:

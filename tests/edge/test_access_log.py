@@ -82,6 +82,27 @@ async def test_stdout_gets_whole_lines(tmp_path: Path, capfd: pytest.CaptureFixt
     assert [orjson.loads(line)["request_id"] for line in lines] == [f"req-{i}" for i in range(200)]
 
 
+async def test_a_long_host_or_path_is_cut_so_each_line_stays_one_atomic_pipe_write(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A client's path and Host may be as long as the request parser takes (8 KB each): a line past a pipe's atomic
+    write (4096 bytes) would be written to a stdout the workers share in several writes, which another worker's
+    lines can split. Such a host is cut to a DNS name's length and the path until the line fits; others are whole."""
+    log = AccessLog("stdout", "edge-0/0")
+    long_host = "h" * 8000
+    log.write(NOW, long_host, "GET", "z/" + "a" * 8000, 200, 5, "MISS", 0.001, "127.0.0.1", "XX", None)
+    log.write(NOW, "h", "GET", "z/" + "\x1b\r\n" * 2000, 404, 0, "BYPASS", 0.0, "127.0.0.1", "XX", None)
+    log.write(NOW, "h", "GET", "z/v1/7.txt", 200, 7, "HIT", 0.0, "127.0.0.1", "XX", None)
+    await log.flush()
+    log.close()
+    out = capfd.readouterr().out.encode()
+    lines = out.splitlines(keepends=True)
+    assert len(lines) == 3 and all(len(line) <= 4096 for line in lines), [len(line) for line in lines]
+    first, second, third = (orjson.loads(line) for line in lines)
+    assert first["host"] == "h" * 253 and first["path"].startswith("/z/aaa") and set(first["path"][3:]) == {"a"}
+    assert second["path"].startswith("/z/\x1b\r\n") and len(second["path"]) > 100
+    assert (third["path"], third["host"]) == ("/z/v1/7.txt", "h")
+
+
 def test_the_configuration_names_an_output(tmp_path: Path) -> None:
     assert access_log_from_settings({"output": "off"}, "edge-0/0", tmp_path) is None
     made = access_log_from_settings({"output": "file", "directory": str(tmp_path / "logs")}, "edge-0/0", tmp_path)
