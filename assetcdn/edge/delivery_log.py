@@ -412,7 +412,9 @@ class DeliveryLog:
                 or request.get(RECORDED):  # an error page for an answer cut short: the client never gets it
             return
         request[RECORDED] = True
-        path = request.get(DELIVERED_PATH) or request.path.lstrip("/")
+        # Without a resolved path (an answer given before it was worked out: a path refused 400), the path as sent:
+        # decoded, its `%0a` or `%1b` would be control characters, which control refuses in a log entry or count row.
+        path = request.get(DELIVERED_PATH) or request.rel_url.raw_path.lstrip("/")
         length = response.content_length
         size = body_sent(request.method == "HEAD", response.status, length if length is not None else -1)
         transport = request.transport

@@ -81,3 +81,30 @@ async def test_a_path_refused_on_a_pull_zones_own_host_is_counted_in_the_zones_e
         errors = await (await cdn.control.get(f"/api/insights/errors?days=1&zone={ZONE}", headers=ACCOUNT)).json()
     assert summary["TotalRequests"] == 2
     assert [(group["StatusCode"], group["Count"]) for group in errors["Errors"]] == [(400, 2)]
+
+
+async def test_a_pull_zone_path_with_encoded_control_characters_is_logged_as_sent(tmp_path: Path) -> None:
+    """A pull zone's path with percent-encoded CR, LF or ESC is refused (400) before it reaches the origin: the
+    request log and the zone's errors report list that error, with the path as it was sent (still encoded), on the
+    default host as on the zone's own host. On the default host the path was logged decoded, with the control
+    characters, and control refused such a log entry and count row: a client could keep its requests out of the
+    request log and the errors report by adding `%0a` to them."""
+    async with pull_zone_on_hit_cdn(tmp_path, ZONE) as (cdn, _origin):
+        for conn, target, host in ((await cdn.plain(), f"/{ZONE}/a%0d%0ab%1b[31m.txt", None),
+                                   (await cdn.plain(), "/c%0a.txt", f"{ZONE}.cdn.localhost")):
+            answer = await conn.request(target, host=host) if host else await conn.request(target)
+            assert answer.status == 400
+        summary = await summary_of(cdn, 2)
+        errors = await (await cdn.control.get(f"/api/insights/errors?days=1&zone={ZONE}", headers=ACCOUNT)).json()
+        paths: list[str] = []
+
+        async def logged() -> bool:
+            listed = await cdn.control.get("/api/logs?limit=100&level=warn", headers=ACCOUNT)
+            records = (await listed.json())["records"]
+            paths[:] = [record["path"] for record in records if record["code"] == "delivery"]
+            return len(paths) == 2
+
+        await wait_until(logged, "both errors in the request log")
+    assert summary["TotalRequests"] == 2
+    assert [(group["StatusCode"], group["Count"]) for group in errors["Errors"]] == [(400, 2)]
+    assert sorted(paths) == sorted([f"/{ZONE}/a%0d%0ab%1b[31m.txt", f"/{ZONE}/c%0a.txt"])
