@@ -132,7 +132,8 @@ async def _exchange(request: web.Request, body: ProxiedBody | None, timeout_s: f
                            "management endpoints are unavailable. Delivery of cached assets continues.") from None
         if not _client_gone(request):
             # The answer has begun: cut it short so the client sees a broken response, not a wrong end.
-            log.warning("forwarded %s %s broke off mid-response (request %s): %s", request.method, request.path,
+            log.warning("forwarded %s %s broke off mid-response (request %s): %s", request.method,
+                        request.rel_url.raw_path,  # as sent: decoded, a %0a in it would start a line of its own
                         request[REQUEST_ID], type(exc).__name__)
             cut_short(request)
         return response

@@ -147,7 +147,8 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
             raise
         return error_response(_from_http_exception(request, exc), request_id)
     except Exception:
-        log.exception("unhandled error on %s %s (request %s)", request.method, request.path, request_id)
+        # The path as sent (percent-encoded): decoded, a %0d%0a in it would start a line of the caller's own.
+        log.exception("unhandled error on %s %s (request %s)", request.method, request.rel_url.raw_path, request_id)
         error: ApiError | LegacyError
         text = "Internal server error. Retry later; report the request id if it persists."
         error = LegacyError(500, text) if uses_legacy_envelope(request.path) else ApiError(500, "InternalError", text)
