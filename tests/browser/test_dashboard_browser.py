@@ -542,6 +542,9 @@ async def test_origin_panel_acts_on_the_origin_as_it_is_now(site: Site, browser:
     await page.wait_for("!!document.querySelector('dialog[open]') || "
                         "!!document.getElementById('origin-error').textContent")
     assert await page.text("dialog[open] h2") == "Stop pulling later from its origin?", await page.text("#origin-error")
+    # The panel said "serves its stored files" before (it opened with no origin): cleared, the text comes back only
+    # from the refresh after the removal, so the wait below is for the removal, not for what was already there.
+    await page.js("document.getElementById('origin-state').textContent = ''")
     await page.click("dialog[open] button[data-action=true]")
     await page.wait_for("document.getElementById('origin-state').textContent.includes('serves its stored files')")
     assert await page.js("fetch('/api/core/zones/later/origin').then(r => r.status)") == 404
