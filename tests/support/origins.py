@@ -135,15 +135,16 @@ async def add_pull_zone(cdn: Cdn, name: str, origin: Mapping[str, Any]) -> None:
 
 
 @asynccontextmanager
-async def shared_pull_zone(root: Path) -> AsyncIterator[Pull]:
+async def shared_pull_zone(root: Path, first_byte_timeout_s: str = FIRST_BYTE_TIMEOUT_S) -> AsyncIterator[Pull]:
     """One CDN (tests/support/cdn.py) with the pull zone ZONE, and the scripted origin it pulls from, for the
-    tests of a module (each with paths of its own); stopped when the module's tests are done."""
+    tests of a module (each with paths of its own); stopped when the module's tests are done. `first_byte_timeout_s`:
+    the origin's, longer for tests whose origin holds its answer until their requests have gathered."""
     origin = ScriptedOrigin()
     server = await serve_origin(origin)
     try:
         # The idle timeout is far above the tests' waits: only the first-byte and body timeouts end a silent origin.
         async with shared_cdn_apps(root, ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true",
-                                   ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S=FIRST_BYTE_TIMEOUT_S,
+                                   ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S=first_byte_timeout_s,
                                    ASSETCDN_ORIGIN_IDLE_TIMEOUT_S="300",
                                    ASSETCDN_ORIGIN_BODY_TIMEOUT_S=str(ORIGIN_BODY_TIMEOUT_S),
                                    ASSETCDN_ORIGIN_MAX_OBJECT_MB=str(MAX_OBJECT_MB),

@@ -461,10 +461,11 @@ async def test_concurrent_requests_for_a_new_url_make_one_origin_request(pull: P
 
 @pytest.mark.parametrize("cache_control", ["no-cache", "max-age=0, must-revalidate"])
 async def test_requests_waiting_for_an_answer_to_validate_before_each_reuse_get_it_without_asking_again(
-        pull: Pull, cache_control: str) -> None:
+        patient_pull: Pull, cache_control: str) -> None:
     """The origin's answer must be validated before each reuse (`no-cache`, `max-age=0`): the requests that waited
     for the one origin request get the answer it brought, which came after they asked, rather than each sending the
     origin a revalidation of its own at once; so do those waiting for the stored copy's one revalidation."""
+    pull = patient_pull  # its origin holds the answer until every request joined
     name = f"/validated-each-time-{cache_control.split(',')[0]}.txt"
     clients = 6
     flights, key = pull.cdn.edge.app[FLIGHTS], flight_key(pull_key(ZONE, name, ""), pull.cdn.node.config.pull_zones[ZONE])
@@ -495,10 +496,11 @@ async def test_requests_waiting_for_an_answer_to_validate_before_each_reuse_get_
 
 
 async def test_requests_waiting_for_a_revalidation_the_origin_fails_answer_stale_without_asking_again(
-        pull: Pull) -> None:
+        patient_pull: Pull) -> None:
     """The stale copy's revalidation gets a 503 and its client the stale copy (stale-if-error): the requests that
     waited for it answer with that copy too, rather than each sending the failing origin a request of its own; one
     whose own directives keep it from the stale copy (`stale-if-error=0`) still asks, and gets the origin's 503."""
+    pull = patient_pull  # its origin holds the answer until every request joined
     name = "/failing-revalidation.txt"
     clients = 6
     flights, key = pull.cdn.edge.app[FLIGHTS], flight_key(pull_key(ZONE, name, ""), pull.cdn.node.config.pull_zones[ZONE])
@@ -538,10 +540,11 @@ async def test_requests_waiting_for_a_revalidation_the_origin_fails_answer_stale
 
 
 async def test_a_fill_whose_client_goes_as_the_hit_path_hands_it_over_is_still_kept_for_the_others(
-        pull: Pull, monkeypatch: pytest.MonkeyPatch) -> None:
+        patient_pull: Pull, monkeypatch: pytest.MonkeyPatch) -> None:
     """The hit path's fill gets an answer it hands to the application (chunked: no declared length), and its client's
     connection is lost at that moment, before the application took the answer: the answer is still read into the
     cache, and the requests waiting for the URL get it from there rather than each asking the origin again."""
+    pull = patient_pull  # its origin holds the answer until every request joined
     name = "/gone-at-handover.bin"
     body = os.urandom(200 * 1024)
     waiting = 4
