@@ -134,14 +134,20 @@ export async function render(container, { rest }) {
       }
     }
 
-    async function refresh() {
-      error.textContent = "";
+    /** `current` read again from the API; false (the reason shown) when it could not be. */
+    async function takeLatest() {
       try {
         current = await latestOrigin();
+        return true;
       } catch (failure) {
         error.textContent = failure.message;
-        return;
+        return false;
       }
+    }
+
+    async function refresh() {
+      error.textContent = "";
+      if (!(await takeLatest())) return;
       const origin = current && current.Origin;
       state.textContent = origin
         ? `${zone} pulls from ${origin.Url}${origin.HostHeader ? ` (Host: ${origin.HostHeader})` : ""}.`
@@ -164,12 +170,7 @@ export async function render(container, { rest }) {
         error.textContent = failure.message;
         return;
       }
-      try {
-        current = await latestOrigin();
-      } catch (failure) {
-        error.textContent = failure.message;
-        return;
-      }
+      if (!(await takeLatest())) return;
       const before = current && current.Origin ? Object.keys(current.Origin.RequestHeaders || {}) : [];
       const typed = new Set(Object.keys(headers).map(headerKey));
       const dropped = before.filter((name) => !typed.has(headerKey(name)));
@@ -192,12 +193,7 @@ export async function render(container, { rest }) {
 
     async function removeOrigin() {
       error.textContent = "";
-      try {
-        current = await latestOrigin();
-      } catch (failure) {
-        error.textContent = failure.message;
-        return;
-      }
+      if (!(await takeLatest())) return;
       if (!current) {
         await refresh();
         error.textContent = `${zone} has no origin.`;
