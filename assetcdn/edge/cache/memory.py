@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from assetcdn.edge.cache.entry import CachedObject, MemoryOnly, written
-from assetcdn.edge.cache.tags import path_tag
+from assetcdn.edge.cache.tags import PATH_TAG_PREFIX
 
 if TYPE_CHECKING:
     from assetcdn.shared.metrics import Metrics
@@ -39,7 +39,7 @@ GHOST_BITS = 1 << 21
 # they are kept in order for it: sorting every tag instead (an origin may name dozens per response, up to 16 KB
 # of them) took about 0.7 s of a full default tier whenever a prefix purge came after a fill, holding the
 # interpreter, so the worker's every request, and again in each worker that replays the purge.
-PREFIXED_TAGS = path_tag("")
+PREFIXED_TAGS = PATH_TAG_PREFIX
 
 
 def entry_cost(obj: CachedObject, tags: Iterable[str] | None = None) -> int:

@@ -14,6 +14,14 @@ def path_tag(cdn_path: str) -> str:
     return f"path:{cdn_path}"
 
 
+PATH_TAG_PREFIX = path_tag("")  # what every path tag starts with (prefix purges name only these)
+
+
+def path_tag_zone(tag: str) -> str | None:
+    """The zone a path tag's path begins with; None for another tag."""
+    return tag[len(PATH_TAG_PREFIX):].split("/", 1)[0] if tag.startswith(PATH_TAG_PREFIX) else None
+
+
 def pull_path_tag(zone: str, path: str) -> str:
     """A pull zone's path tag: its path (from `/`, percent-encoded) in one spelling of its escapes, so that a
     purge names it however either spelt it (assetcdn/shared/purge_targets.py)."""

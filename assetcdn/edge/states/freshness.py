@@ -285,11 +285,16 @@ def tag_field_bytes(headers: Headers) -> int:
     return tag_bytes
 
 
+def qualified_fields(directives: Mapping[str, str | None]) -> frozenset[str]:
+    """The field names a response's qualified `private="..."` and `no-cache="..."` name (RFC 9111 5.2.2.4, 5.2.2.7):
+    kept out of what a shared cache stores, and so out of what it answers later requests with."""
+    return listed_fields(directives.get("private")) | listed_fields(directives.get("no-cache"))
+
+
 def stored_headers(response_headers: Headers, parsed: Directives | None = None) -> tuple[tuple[str, str], ...]:
     """The fields kept with a stored response: connection-specific ones and those named by a qualified
     `private` or `no-cache` are left out (RFC 9111 3.1, 5.2.2.4, 5.2.2.7). `parsed`: as `not_storable`'s."""
-    directives = (response_directives(response_headers) if parsed is None else parsed)[0]
-    named = listed_fields(directives.get("private")) | listed_fields(directives.get("no-cache"))
+    named = qualified_fields((response_directives(response_headers) if parsed is None else parsed)[0])
     connection = field_values(response_headers, "connection")
     if connection:
         named |= {member.lower() for member in split_list(connection)}
@@ -527,8 +532,7 @@ def withheld_fields(head: Headers, not_modified: Headers) -> tuple[tuple[str, st
     """The fields of a 304 that the updated head's (`updated_headers`) qualified `no-cache="..."` or `private="..."`
     keeps out of the stored copy: they are still the answer of the request the 304 came for (RFC 9111 5.2.2.4 and
     5.2.2.7 bind the stored copy and later requests, not this one), as a first response's are its own client's."""
-    directives = response_directives(head)[0]
-    named = listed_fields(directives.get("private")) | listed_fields(directives.get("no-cache"))
+    named = qualified_fields(response_directives(head)[0])
     if not named:
         return ()
     connection = field_values(not_modified, "connection")

@@ -45,7 +45,7 @@ from yarl import URL
 from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.store import SOFT_PURGED, PurgedMeanwhile
-from assetcdn.edge.cache.tags import path_tag, public_tags, pull_path_tag
+from assetcdn.edge.cache.tags import path_tag_zone, public_tags, pull_path_tag
 from assetcdn.edge.cdn_loop import came_back, loop_detected
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.origin_client import (
@@ -77,8 +77,8 @@ from assetcdn.edge.states.freshness import (
     freshness,
     http_date,
     invalidates,
-    listed_fields,
     not_storable,
+    qualified_fields,
     request_directives,
     request_http_date,
     response_directives,
@@ -394,8 +394,9 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
     url_key = pull_key(zone.name, path, request.rel_url.raw_query_string, request.scheme)
     flight = flight_key(url_key, zone)
 
-    # Why the first look-up found nothing this request may use (`forwarded_because`): a request answered from the
-    # cache after waiting for another's flight was collapsed into that origin request (RFC 9211 2.2, 2.6), not hit.
+    # Why the first look-up found nothing this request may use (`forwarded_because`, read then: `sent.vary_miss` is
+    # the latest look-up's): a request answered from the cache after waiting for another's flight was collapsed into
+    # that origin request (RFC 9211 2.2, 2.6), not hit.
     missed: list[str] = []
 
     async def cached(since: float | None) -> tuple[web.StreamResponse | None, StoredResponse | None]:
@@ -407,8 +408,9 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
                 decision = Reuse.FRESH if collapsed(stored, since) else reuse(stored.freshness, directives, now)
                 if decision is Reuse.FRESH or decision is Reuse.STALE_REVALIDATING:
                     if decision is Reuse.FRESH:
-                        answer = await deliver_stored(request, stored, CacheResult.HIT, hit_cache_status(
-                            stored.freshness, now) if not missed else collapsed_cache_status(missed[0]))
+                        status = collapsed_cache_status(missed[0]) if missed else hit_cache_status(
+                            stored.freshness, now)
+                        answer = await deliver_stored(request, stored, CacheResult.HIT, status)
                     else:
                         background_revalidate(request, node, zone, path, url_key, stored)
                         answer = await deliver_stored(request, stored, CacheResult.STALE,
@@ -1329,17 +1331,15 @@ def confirmed_origin_tags(obj: CachedObject, head: Headers, not_modified: Header
     return public_tags(obj.tags)
 
 
-PATH_TAG = path_tag("")
-
-
 def withheld_tags(stored: StoredResponse) -> list[str]:
     """The origin's tags of a stored copy that its head does not show (its tag field named by a qualified
     `no-cache="..."` or `private="..."`, so not kept): what a shield adds for the edge that asks it, which would
     otherwise keep its copy without them, out of reach of their purge."""
     shown = set(origin_tags(stored.headers))
     for tag in stored.obj.tags:  # the copy's own path tag names its zone, whose tag the edge adds itself
-        if tag.startswith(PATH_TAG):
-            shown.add(zone_tag(tag[len(PATH_TAG):].split("/", 1)[0]))
+        zone = path_tag_zone(tag)
+        if zone is not None:
+            shown.add(zone_tag(zone))
     return [tag for tag in public_tags(stored.obj.tags) if tag not in shown]
 
 
@@ -1396,8 +1396,7 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
     if from_edge(request):
         withheld = withheld_tags(stored)
         if withheld:  # under the field the head withholds, so that the asking edge withholds it from its clients too
-            directives = response_directives(stored.headers)[0]
-            named = listed_fields(directives.get("no-cache")) | listed_fields(directives.get("private"))
+            named = qualified_fields(response_directives(stored.headers)[0])
             headers.add("Surrogate-Key" if "surrogate-key" in named and "cache-tag" not in named else "Cache-Tag",
                         " ".join(withheld))
     if not_modified(request, stored):
