@@ -74,7 +74,7 @@ async def variant_of(node: EdgeNode, source: PullSource, variant: Made,
         return await variant.make_from(node, key, data, content_id(source), source.tags,
                                        keep=False), "MISS"
     obj = lookup(node, key)
-    if obj is not None and variant.usable(obj) and not soft_purged(obj) and carries_tags(obj, source):
+    if obj is not None and answers(variant, obj, source):
         # Used while its source may be: STALE when that is stale, as a stored file's variant is without control.
         result = "STALE" if source.stale else "HIT"
         node.metrics.cache_result(result).inc()
@@ -85,7 +85,7 @@ async def variant_of(node: EdgeNode, source: PullSource, variant: Made,
 
     async def fill() -> CachedObject:
         cached = lookup(node, key)  # a waiter before us may have filled it
-        if cached is not None and variant.usable(cached) and not soft_purged(cached) and carries_tags(cached, source):
+        if cached is not None and answers(variant, cached, source):
             return cached
         data = await source.data()
         await asyncio.get_running_loop().run_in_executor(None, retire_older_variants, node, source)
@@ -110,11 +110,12 @@ def content_id(source: PullSource) -> str:
     return f"{source.source_id}@{source.stored.obj.stored_at!r}"
 
 
-def carries_tags(obj: CachedObject, source: PullSource) -> bool:
-    """Whether a stored variant carries every tag its source has now: an origin may tag an image (a 304's
-    Cache-Tag, or a new response under the same validator) after variants of it were made, and a purge of that
-    tag must reach them as it reaches the image. One without is made again, and kept with the tags."""
-    return set(source.tags).issubset(obj.tags)
+def answers(variant: Made, obj: CachedObject, source: PullSource) -> bool:
+    """Whether a stored variant answers as it is (else it is made again): usable (`Made.usable`), not soft-purged, and
+    carrying every tag its source has now: an origin may tag an image (a 304's Cache-Tag, or a new response under
+    the same validator) after variants of it were made, and a purge of that tag must reach them as it reaches the
+    image."""
+    return variant.usable(obj) and not soft_purged(obj) and set(source.tags).issubset(obj.tags)
 
 
 def soft_purged(obj: CachedObject) -> bool:
