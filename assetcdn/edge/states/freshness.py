@@ -66,6 +66,11 @@ TAG_FIELDS = ("cache-tag", "surrogate-key")
 MAX_TAG_BYTES = 16 * 1024
 # What describes the stored bytes themselves stays as stored when a 304 updates the head.
 NOT_UPDATED_BY_304 = frozenset(("content-length", "content-encoding", "content-md5", "content-range", "etag"))
+# What a qualified `no-cache="..."` or `private="..."` cannot keep out of a stored copy: the stored bytes are coded
+# so, and answered without it they would be another content (gzip bytes taken as the text they compress). A directive
+# naming it is read as its unqualified form (RFC 9111 5.2.2.4 and 5.2.2.7 note that caches commonly do so): `private`
+# is not stored, `no-cache` validated before every reuse, the field kept.
+CODING_FIELDS = frozenset(("content-encoding",))
 
 
 def field_values(headers: Headers, name: str) -> list[str]:
@@ -160,10 +165,12 @@ def request_http_date(value: str) -> float | None:
 
 
 def listed_fields(argument: str | None) -> frozenset[str]:
-    """The field names of a qualified `no-cache="a, b"` or `private="a"` (empty: the unqualified form)."""
+    """The field names of a qualified `no-cache="a, b"` or `private="a"` (empty: the unqualified form, also when
+    it names a field of CODING_FIELDS)."""
     if not argument:
         return frozenset()
-    return frozenset(name.strip().lower() for name in argument.split(",") if name.strip())
+    names = frozenset(name.strip().lower() for name in argument.split(",") if name.strip())
+    return frozenset() if names & CODING_FIELDS else names
 
 
 Directives = tuple[dict[str, str | None], bool]  # `response_directives`: (directives, targeted)

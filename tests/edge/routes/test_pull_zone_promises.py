@@ -5,6 +5,7 @@ sees and what the origin saw."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import io
 import time
 from email.utils import formatdate
@@ -298,6 +299,43 @@ async def test_a_304_never_changes_the_fields_that_describe_the_stored_bytes(pul
     assert (hit.headers["X-Cache"], hit.headers["X-Version"], await hit.read()) == ("HIT", "2", b"plain bytes")
     assert "Content-Encoding" not in hit.headers
     assert hit.headers["Content-Length"] == str(len(b"plain bytes"))
+
+
+@pytest.mark.parametrize("directive", ['no-cache="Content-Encoding"', 'private="Content-Encoding, X-Own"'])
+async def test_a_qualified_directive_naming_content_encoding_never_serves_coded_bytes_without_it(
+        pull: Pull, directive: str) -> None:
+    """Left out of the stored copy as any field a qualified no-cache or private names, Content-Encoding went from
+    the hits, which then gave gzip bytes as the text they compress. Read as the unqualified directive instead (RFC
+    9111 5.2.2.4, 5.2.2.7): validated before each reuse, or not stored; every answer keeps its coding."""
+    name = f"/promise/coded-{directive.split('=')[0]}.txt"
+    coded = gzip.compress(b"the text it compresses " * 50)
+    pull.origin.answer(name, coded, headers={"Cache-Control": f"max-age=600, {directive}", "ETag": '"coded"',
+                                             "Content-Encoding": "gzip", "Content-Type": "text/plain"})
+    for _ in range(3):
+        resp = await pull.get(name, auto_decompress=False)
+        assert (resp.status, resp.headers.get("Content-Encoding"), await resp.read()) == (200, "gzip", coded)
+        assert resp.headers["X-Cache"] != "HIT"
+    assert pull.origin.count(name) == 3
+
+
+async def test_a_304_naming_content_encoding_in_a_qualified_no_cache_keeps_it_on_the_stored_copy(pull: Pull) -> None:
+    """The copy was stored with its Content-Encoding; a 304 that says `no-cache="Content-Encoding"` took it off the
+    stored head, and the hits after it gave the gzip bytes uncoded."""
+    name = "/promise/coded-by-304.txt"
+    coded = gzip.compress(b"confirmed text " * 50)
+
+    async def confirming(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"coded"':
+            return web.Response(status=304, headers={"ETag": '"coded"',
+                                                     "Cache-Control": 'max-age=600, no-cache="Content-Encoding"'})
+        return web.Response(body=coded, headers={"Cache-Control": "max-age=0", "ETag": '"coded"',
+                                                 "Content-Encoding": "gzip", "Content-Type": "text/plain"})
+
+    pull.origin.route(name, confirming)
+    for expected in ("MISS", "REVALIDATED", "REVALIDATED"):
+        resp = await pull.get(name, auto_decompress=False)
+        assert (resp.headers["X-Cache"], resp.headers.get("Content-Encoding"), await resp.read()) == (
+            expected, "gzip", coded)
 
 
 # --- other methods ------------------------------------------------------------------------------------------
