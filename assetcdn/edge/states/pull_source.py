@@ -21,6 +21,7 @@ import hashlib
 import io
 import logging
 import time
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import partial
@@ -56,6 +57,7 @@ from assetcdn.edge.states.freshness import (
     parse_directives,
     response_directives,
     reuse,
+    split_list,
     stored_headers,
     usable_on_error,
     validated_by,
@@ -146,6 +148,7 @@ class PullSource:
     body: bytes | None        # read already (fetched now, or hashed for its id), else read from the cache
     kept: bool = True         # False: fetched while a purge named it, so not stored, nor are its variants
     stale: bool = False       # used past its freshness (stale-while-revalidate, stale-if-error): so are its variants
+    limit: int = 0            # how large its image may be decoded of a content coding (`data`): the source limit
 
     @property
     def format(self) -> str:
@@ -193,8 +196,14 @@ class PullSource:
         return max(0, int(remaining))
 
     async def data(self) -> bytes:
-        """The whole body (FileNotFoundError when the cache dropped it meanwhile: look it up again)."""
-        return self.body if self.body is not None else await stored_body(self.stored.obj)
+        """The whole image (FileNotFoundError when the cache dropped it meanwhile: look it up again): the body,
+        decoded of the content coding the origin sent it under (kept coded, as a delivery answers with it), or
+        SourceRefused when it does not decode (`decoded`)."""
+        body = self.body if self.body is not None else await stored_body(self.stored.obj)
+        codings = content_codings(self.stored.headers)
+        if not codings:
+            return body
+        return await asyncio.get_running_loop().run_in_executor(None, decoded, self.at, codings, body, self.limit)
 
 
 async def stored_body(obj: CachedObject) -> bytes:
@@ -320,7 +329,57 @@ async def described(node: EdgeNode, at: PullSourcePath, url_key: str, stored: St
         digest = await asyncio.get_running_loop().run_in_executor(None, sha256, data)
         body = data
     return PullSource(at, url_key, stored, pull_source_id(etag, last_modified, stored.obj.size, digest), body,
-                      kept, stale)
+                      kept, stale, limit)
+
+
+# The content codings an image source is decoded of (zlib's window bits: gzip's header, or zlib's; deflate sent raw,
+# as some servers do, is told apart by its first byte).
+DECODED_CODINGS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+INFLATE_STEP = 1024 * 1024  # decoded bytes per step, so that a bomb stops at the limit, not once inflated
+
+
+def content_codings(headers: Headers) -> list[str]:
+    """The content codings a response's body is under (RFC 9110 8.4), in the order they were applied; identity is
+    none."""
+    return [coding for coding in (member.lower() for member in split_list(
+        field_values(headers, "content-encoding"))) if coding and coding != "identity"]
+
+
+def decoded(at: PullSourcePath, codings: list[str], body: bytes, limit: int) -> bytes:
+    """A source's body under `codings` decoded (the last applied first), at most `limit` bytes (SourceTooLarge
+    past it); 502 for a coding this edge does not decode or bytes that do not decode. An origin may code an image
+    whatever a request asks (a source's asks nothing: RFC 9110 12.5.3 lets it use any coding), and the pipeline
+    takes the image, not its coding."""
+    for coding in reversed(codings):
+        wbits = DECODED_CODINGS.get(coding)
+        if wbits is None:
+            raise SourceRefused(502, "OriginError", f"The origin sent '/{at.cdn_path}' under the content coding "
+                                f"{coding}, which this edge does not decode for an image's variants.")
+        if coding == "deflate" and body and body[0] & 0x0F != 8:
+            wbits = -zlib.MAX_WBITS
+        out: list[bytes] = []
+        size = 0
+        data = body
+        try:
+            while data:
+                decoder = zlib.decompressobj(wbits=wbits)  # a gzip body may be several members (RFC 1952)
+                while data and not decoder.eof:
+                    piece = decoder.decompress(data, INFLATE_STEP)
+                    size += len(piece)
+                    if size > limit:
+                        raise too_large(at, size, limit)
+                    out.append(piece)
+                    data = decoder.unconsumed_tail
+                if not decoder.eof:
+                    raise zlib.error("the compressed data is cut short")
+                data = decoder.unused_data
+                if data and wbits != DECODED_CODINGS["gzip"]:
+                    raise zlib.error("data after the end of the compressed stream")
+        except zlib.error as exc:
+            raise SourceRefused(502, "OriginError", f"The origin sent '/{at.cdn_path}' as {coding}-coded bytes "
+                                f"that do not decode ({exc}).") from None
+        body = b"".join(out)
+    return body
 
 
 def not_an_image(at: PullSourcePath, status: int) -> SourceRefused:

@@ -59,6 +59,8 @@ async def serve_pull_variant(request: web.Request, at: PullSourcePath, refusals:
             return await respond(request, obj, status, policy, tags=source.shown_tags)
         except FileNotFoundError:
             continue  # the source's body or the variant's went meanwhile (purged, evicted): from the top
+        except SourceRefused as exc:  # its body read to make the variant: a coding that does not decode
+            raise refusals.source(exc) from None
     raise refusals.purged()
 
 
