@@ -1407,7 +1407,9 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
     range_header = joined_field(request, "Range")  # two lines of it: no one range, ignored
     if range_header is not None and stored.status == 200 and if_range_holds(request, stored):
         parsed = parse_range(range_header, obj.size)
-        if parsed is False:
+        if parsed is False:  # no content of the representation: nothing its type or coding would describe
+            for name in ("Content-Type", "Content-Encoding"):
+                headers.popall(name, None)
             headers["Content-Range"] = f"bytes */{obj.size}"
             return web.Response(status=416, headers=headers)
         if parsed is not None:

@@ -318,6 +318,24 @@ async def test_a_qualified_directive_naming_content_encoding_never_serves_coded_
     assert pull.origin.count(name) == 3
 
 
+async def test_a_416_of_a_coded_copy_carries_no_coding_for_its_empty_content(pull: Pull) -> None:
+    """A range past the end of a gzip-coded copy was answered 416 with the copy's Content-Encoding: gzip (and its
+    Content-Type) on an empty content, which is no gzip stream: a client that decodes what the field names (Java's
+    GZIPInputStream over the error stream) failed on it. The 416 leaves both out now, as a 304 leaves out the fields
+    that describe a content it does not carry."""
+    name = "/promise/coded-416.txt"
+    coded = gzip.compress(b"ranged text " * 50)
+    pull.origin.answer(name, coded, headers={**LONG, "Content-Encoding": "gzip", "Content-Type": "text/plain"})
+    assert (await pull.get(name, auto_decompress=False)).headers["Content-Encoding"] == "gzip"
+    for method in ("GET", "HEAD"):
+        past = await pull.cdn.edge.request(method, f"/{ZONE}{name}", headers={"Range": f"bytes={len(coded)}-"},
+                                           auto_decompress=False)
+        assert (past.status, await past.read(), past.headers["Content-Range"]) == (416, b"", f"bytes */{len(coded)}")
+        assert "Content-Encoding" not in past.headers and "Content-Type" not in past.headers, method
+    part = await pull.get(name, headers={"Range": "bytes=0-9"}, auto_decompress=False)
+    assert (part.status, part.headers["Content-Encoding"], await part.read()) == (206, "gzip", coded[:10])
+
+
 async def test_a_304_naming_content_encoding_in_a_qualified_no_cache_keeps_it_on_the_stored_copy(pull: Pull) -> None:
     """The copy was stored with its Content-Encoding; a 304 that says `no-cache="Content-Encoding"` took it off the
     stored head, and the hits after it gave the gzip bytes uncoded."""
