@@ -34,18 +34,22 @@ class PullPath:
 
 
 def resolve(config: EdgeConfig, host_zone: str | None, path: str, path_qs: str, raw_path: str | None = None,
-            *, redirects: bool = True) -> Redirect | PullPath | str:
+            *, redirects: bool = True, rewrites: bool | None = None) -> Redirect | PullPath | str:
     """The redirect a request path answers with, the pull zone path it names, or the CDN path (no leading
     slash) it names; InvalidPath if it is none of them. `_redirects` match the request as sent (`path_qs`: its
-    query string goes to the location; `redirects` False: not for this request); `host_zone` is the tenant
-    zone of the request's host (None: the default host); `raw_path` the path as sent, percent-encoded (the
-    form an origin is asked for; default `path`)."""
+    query string goes to the location; `redirects` False: no redirect answers this request, `rewrites` False:
+    nor does a rewrite apply, as `redirects` by default); `host_zone` is the tenant zone of the request's host
+    (None: the default host); `raw_path` the path as sent, percent-encoded (the form an origin is asked for;
+    default `path`)."""
     raw = path if raw_path is None else raw_path
-    redirect = config.rules.redirects.match(path_qs) if redirects else None
+    rewrites = redirects if rewrites is None else rewrites
+    redirect = config.rules.redirects.match(path_qs) if redirects or rewrites else None
     if redirect is not None:
         if not redirect.is_rewrite:
-            return redirect
-        path = raw = redirect.location.split("?", 1)[0]
+            if redirects:
+                return redirect
+        elif rewrites:
+            path = raw = redirect.location.split("?", 1)[0]
     pull = config.pull_target(host_zone, raw)
     if pull is not None:
         zone, origin_path, prefix = pull
@@ -101,10 +105,13 @@ def purge_prefix_named(config: EdgeConfig, target: PurgeTarget) -> tuple[str, st
 
 def receive(request: web.Request, config: EdgeConfig, host_zone: str | None) -> PullPath | str:
     """`resolve` for the application: the pull zone path or CDN path, else its redirect raised, or 400
-    InvalidPath. Only a pull zone's paths take other methods than GET and HEAD (405 otherwise)."""
+    InvalidPath. Only a pull zone's paths take other methods than GET and HEAD (405 otherwise). A redirect answers
+    GET and HEAD only (a client may follow a 301 or 302 with a GET); a rewrite (200) applies to every method, so that
+    a URL's unsafe requests reach the origin path its reads come from, and their success invalidates that copy."""
     safe = request.method in ("GET", "HEAD")
     try:
-        named = resolve(config, host_zone, request.path, request.path_qs, request.rel_url.raw_path, redirects=safe)
+        named = resolve(config, host_zone, request.path, request.path_qs, request.rel_url.raw_path, redirects=safe,
+                        rewrites=True)
     except InvalidPath as exc:
         raise ApiError(400, "InvalidPath", f"Invalid asset path: {exc}", target="path") from None
     if not safe and not isinstance(named, PullPath):

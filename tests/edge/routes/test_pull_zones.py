@@ -609,6 +609,50 @@ async def test_an_unsafe_request_is_forwarded_with_its_body_and_invalidates_its_
     assert pull.origin.count("/items") == 2
 
 
+async def redirects_file(pull: Pull, content: str) -> None:
+    """`_redirects` set to `content`, returned once the edge has it."""
+    resp = await pull.cdn.control.post("/api/core/rules", json={"File": "_redirects", "Content": content},
+                                       headers=ACCOUNT)
+    assert resp.status == 200, await resp.text()
+
+    async def arrived() -> bool:
+        return bool(pull.cdn.node.config.rules.redirects.rules) == bool(content)
+
+    await wait_until(arrived, "the redirects reaching the edge")
+
+
+async def test_an_unsafe_request_to_a_rewritten_url_goes_where_its_reads_go_and_invalidates_their_copy(
+        pull: Pull) -> None:
+    """A `_redirects` rewrite (200) answers a URL's GETs with another path's: a POST to the URL went to the origin at
+    the URL itself, a path the origin may not have (here 404), and its success dropped that path's copy, not the one
+    the URL's GETs are answered with (still a HIT of the old listing). A redirect still answers GET and HEAD only."""
+    name, target, moved = "/rewrite-form/old", "/rewrite-form/new", "/rewrite-form/moved"
+
+    async def resource(request: web.Request) -> web.StreamResponse:
+        if request.method == "POST":
+            return web.Response(status=201, body=b"created")
+        return web.Response(body=b"listing", headers=LONG)
+
+    pull.origin.route(target, resource)
+    pull.origin.route(moved, resource)
+    await redirects_file(pull, f"/{ZONE}{name} /{ZONE}{target} 200\n/{ZONE}{moved} /{ZONE}{target} 301\n")
+    try:
+        assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+        assert (await pull.get(name)).headers["X-Cache"] == "HIT"
+        posted = await pull.cdn.edge.post(f"/{ZONE}{name}", data=b"name=new")
+        assert (posted.status, await posted.read(), posted.headers["X-Cache"]) == (201, b"created", "PASS")
+        assert [seen.method for seen in pull.origin.requests(target)] == ["GET", "POST"]
+        assert pull.origin.requests(name) == []
+        after = await pull.get(name)
+        assert (after.status, after.headers["X-Cache"], await after.read()) == (200, "MISS", b"listing")
+        # A POST to a URL a redirect answers goes to the origin at that URL, as before.
+        posted = await pull.cdn.edge.post(f"/{ZONE}{moved}", data=b"name=new", allow_redirects=False)
+        assert (posted.status, await posted.read()) == (201, b"created")
+        assert [seen.method for seen in pull.origin.requests(moved)] == ["POST"]
+    finally:
+        await redirects_file(pull, "")
+
+
 async def test_the_origin_gets_the_zones_fields_and_never_the_clients_overrides(pull: Pull) -> None:
     pull.origin.answer("/fields.txt", b"ok", headers=LONG)
     resp = await pull.get("/fields.txt", headers={
