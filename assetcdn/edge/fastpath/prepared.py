@@ -67,6 +67,7 @@ from assetcdn.edge.states.recv import PullPath, resolve
 from assetcdn.edge.tls.policy import HSTS_HEADER
 from assetcdn.shared.analytics_keys import zone_of
 from assetcdn.shared.edge_rules import RESERVED_HEADERS, HeaderChanges, Redirect
+from assetcdn.shared.errors import ApiError
 from assetcdn.shared.http_server import SERVER_NAME
 from assetcdn.shared.manifest import ManifestEntry
 from assetcdn.shared.middleware import stamp_headers
@@ -194,7 +195,7 @@ def prepare(node: EdgeNode, config: EdgeConfig, view: HostView,
         if not isinstance(cdn_path, str):
             return None  # a redirect
         entry = find_source(node, cdn_path, view.zone)
-    except (InvalidPath, SourceRefused):
+    except (InvalidPath, SourceRefused, ApiError):  # ApiError: a `_redirects` rule cannot map the path (400)
         return None
     changes = header_changes(config, path, view.name)
     if rules_touch(changes, PER_REQUEST_HEADERS):

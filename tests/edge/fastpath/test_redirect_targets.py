@@ -4,9 +4,11 @@ splat may carry never answer 5xx and never give a Location off the rule's host."
 
 from __future__ import annotations
 
+import logging
 from urllib.parse import urljoin, urlsplit
 
 import orjson
+import pytest
 
 from tests.support.control import ACCOUNT
 from tests.support.hit_cdn import HitCdn, HitCdnFactory, RawConnection, Response
@@ -98,3 +100,22 @@ async def test_what_the_issue_reported(make_hit_cdn: HitCdnFactory) -> None:
             response = await conn.request(target, host=EDGE_HOST)
             assert (response.status, response.header("Location")) == (302, location), (target, response.raw_head)
         conn.close()
+
+
+async def test_a_path_its_rule_cannot_map_is_refused_by_the_hit_path_without_an_error_logged(
+        make_hit_cdn: HitCdnFactory, caplog: pytest.LogCaptureFixture) -> None:
+    """The hit path asked `recv.resolve` about such a path, whose rule raised the 400 there: it was taken for the hit
+    path failing, and each request (any client's, as often as it likes) logged an error with its traceback before
+    the application answered the same 400."""
+    cdn = await make_hit_cdn()
+    await rules_applied(cdn)
+    caplog.set_level(logging.ERROR, logger="assetcdn.edge.fastpath.hit_server")
+    conn = await cdn.connect()
+    try:
+        for target in ("/go//evil.example", "/go//evil.example?x=1", "/glued/@evil.example"):
+            response = await conn.request(target, host=EDGE_HOST)
+            assert response.status == 400, (target, response.raw_head)
+            assert orjson.loads(response.body)["error"]["code"] == "InvalidPath", response.body
+    finally:
+        conn.close()
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
