@@ -77,7 +77,9 @@ def purge_named(config: EdgeConfig, target: PurgeTarget) -> list[PullPath | str]
     named: list[PullPath | str] = []
     for redirects in (True, False):
         try:
-            found = resolve(config, host_zone, path, path, target.path, redirects=redirects)
+            # `_redirects` match its path as sent, as a request's (`request.path_qs` is percent-encoded): decoded,
+            # `%2F` would read as `/` and `%3F` start a query, and a rewrite name another path than its requests'.
+            found = resolve(config, host_zone, path, target.path, target.path, redirects=redirects)
         except InvalidPath:
             continue
         if not isinstance(found, Redirect) and found not in named:

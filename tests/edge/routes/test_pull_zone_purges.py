@@ -341,6 +341,24 @@ async def test_a_url_purge_reaches_a_copy_kept_before_a_rewrite_of_its_path_and_
     assert (await resp.read(), resp.headers["X-Cache"]) == (b"after the rewrite", "MISS")
 
 
+@pytest.mark.parametrize("name", ["a%2Fb.txt", "a%3Fb.txt", "a%2541.txt"])
+async def test_a_url_purge_of_a_rewritten_url_with_escapes_reaches_what_its_requests_get(pull: Pull, name: str) -> None:
+    """A request's path is matched against `_redirects` as sent, a purge URL's path was matched decoded: `%2F` read as
+    `/`, `%3F` as the start of a query, `%25` as `%`, so the rewrite named another path than the one the URL's
+    requests are answered from, and that copy stayed a HIT after the purge of the very URL they asked for."""
+    source, target = "/rewritten-escapes/", "/rewritten-escapes-target/"
+    pull.origin.answer(target + name, b"the rewrite's", headers=LONG)
+    await rules(pull, f"/{ZONE}{source}* /{ZONE}{target}:splat 200\n")
+    try:
+        await cached(pull, source + name)
+        answer = await purge(pull, {"urls": [f"/{ZONE}{source}{name}"]})
+        assert answer["edges"]["entriesRemoved"] == {"edge-t/0": 1}
+        resp = await pull.get(source + name)
+        assert (await resp.read(), resp.headers["X-Cache"]) == (b"the rewrite's", "MISS")
+    finally:
+        await rules(pull, "")
+
+
 @pytest.mark.parametrize("withheld", ['no-cache="Cache-Tag"', 'private="Surrogate-Key"'])
 async def test_a_tag_the_origin_withholds_from_clients_still_purges_the_copy_once_a_304_confirmed_it(
         pull: Pull, withheld: str) -> None:
