@@ -77,7 +77,9 @@ class EdgeConfig:
         return EdgeConfig(version=published.version,
                           rules=RuleSet.from_texts(published.headers, published.redirects, strict=False),
                           domains={h.lower(): z for h, z in published.domains.items()},
-                          base_domain=published.base_domain.lower(),
+                          # Compared with `canonical_host`'s form (no trailing dot), as control's check of custom
+                          # domains reads it: `cdn.example.com.` is the DNS name `cdn.example.com`.
+                          base_domain=published.base_domain.lower().strip("."),
                           pull_zones={zone: pull_zone(zone, origin, fleet)
                                       for zone, origin in published.origins.items()},
                           rule_texts=(published.headers, published.redirects))

@@ -207,3 +207,20 @@ async def test_a_host_that_names_no_host_is_refused(make_cdn: CdnFactory, hit_pa
     for host in (f"{TENANT_HOST.upper()}.", f"{TENANT_HOST}.:8788", CUSTOM_DOMAIN):
         assert await raw_status(cdn, f"/{OTHER_FILE}", host) == 404, host
         assert await raw_status(cdn, f"/{OWN_FILE}", host) == 200, host
+
+
+async def test_a_base_domain_written_with_its_trailing_dot_still_names_the_tenant_hosts(make_cdn: CdnFactory) -> None:
+    """`[domains] base_domain = "cdn.localhost."`, a DNS name written absolute (control's check of custom domains reads
+    it as `cdn.localhost`): the edges compared each request's host, its trailing dot dropped, with `.cdn.localhost.`
+    and found no tenant host, so `<zone>.cdn.localhost` was the default host: its own paths 404 (a pull zone's origin
+    never asked), and every other zone's files served there under `/<zone>/...`."""
+    cdn = await make_cdn(ASSETCDN_DOMAINS_BASE_DOMAIN="cdn.localhost.")
+    resp = await cdn.control.post("/api/core/zones", json={"Name": OTHER}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    for path, colour in ((OWN_FILE, (10, 200, 10)), (OTHER_FILE, (200, 10, 10))):
+        await cdn.upload(path, solid_png(16, 12, colour))
+    for host in (TENANT_HOST, f"{TENANT_HOST}.", f"{TENANT_HOST.upper()}:8788"):
+        own = await cdn.edge.get("/v1/logos/own.png", headers={"Host": host})
+        assert own.status == 200, (host, own.status)
+        other = await cdn.edge.get(f"/{OTHER_FILE}", headers={"Host": host})
+        assert other.status == 404, (host, other.status)
