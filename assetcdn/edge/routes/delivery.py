@@ -13,7 +13,7 @@ from aiohttp import HttpVersion11, web
 
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.delivery_log import DELIVERED_PATH
-from assetcdn.edge.site_config import request_host
+from assetcdn.edge.site_config import EdgeConfig, request_host
 from assetcdn.edge.states.fetch import AS_IS
 from assetcdn.edge.states.pull import declared_refusal, serve_pull
 from assetcdn.edge.states.recv import PullPath, receive
@@ -39,8 +39,7 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE]
     config = node.config
     host_zone = config.zone_for_host(request_host(request))
-    if request.path == "/" and host_zone not in config.pull_zones and not (
-            request.method in ("GET", "HEAD") and config.rules.redirects.matches(request.path_qs)):
+    if request.path == "/" and host_zone not in config.pull_zones and not root_rule(request, config):
         # A pull zone's own host's `/` is its origin's, and a `_redirects` rule for `/` applies on any host:
         # elsewhere nothing is there, as for a path no route takes.
         raise web.HTTPNotFound()
@@ -59,6 +58,15 @@ async def serve_asset(request: web.Request) -> web.StreamResponse:
     request[DELIVERED_PATH] = cdn_path
     entry = source_for(node, cdn_path, host_zone, REFUSALS)
     return await serve(request, entry, AS_IS, ServePolicy(node.asset_cache_control, REFUSALS))
+
+
+def root_rule(request: web.Request, config: EdgeConfig) -> bool:
+    """Whether a `_redirects` rule answers this request for `/`, as `receive` applies them: a redirect a GET or HEAD,
+    a rewrite (200) any method."""
+    if request.method in ("GET", "HEAD"):
+        return config.rules.redirects.matches(request.path_qs)
+    found = config.rules.redirects.match(request.path_qs)
+    return found is not None and found.is_rewrite
 
 
 async def expect_body(request: web.Request) -> None:

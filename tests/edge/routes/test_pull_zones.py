@@ -653,6 +653,29 @@ async def test_an_unsafe_request_to_a_rewritten_url_goes_where_its_reads_go_and_
         await redirects_file(pull, "")
 
 
+async def test_an_unsafe_request_to_the_default_hosts_root_a_rewrite_names_reaches_that_path(pull: Pull) -> None:
+    """`/` of the default host is 404 unless a `_redirects` rule names it, and a rewrite names it for every method: a
+    POST to `/` under `/ /<zone>/<path> 200` was 404, where the rule's GET was the origin's page."""
+    target = "/rewrite-root/home"
+
+    async def resource(request: web.Request) -> web.StreamResponse:
+        if request.method == "POST":
+            return web.Response(status=201, body=b"created")
+        return web.Response(body=b"home", headers=LONG)
+
+    pull.origin.route(target, resource)
+    await redirects_file(pull, f"/ /{ZONE}{target} 200\n")
+    try:
+        got = await pull.cdn.edge.get("/")
+        assert (got.status, await got.read()) == (200, b"home")
+        posted = await pull.cdn.edge.post("/", data=b"name=new")
+        assert (posted.status, await posted.read()) == (201, b"created")
+        assert [seen.method for seen in pull.origin.requests(target)] == ["GET", "POST"]
+    finally:
+        await redirects_file(pull, "")
+    await expect_error(await pull.cdn.edge.post("/", data=b"x"), 404, "NotFound")
+
+
 async def test_the_origin_gets_the_zones_fields_and_never_the_clients_overrides(pull: Pull) -> None:
     pull.origin.answer("/fields.txt", b"ok", headers=LONG)
     resp = await pull.get("/fields.txt", headers={
