@@ -80,7 +80,7 @@ def purge_named(config: EdgeConfig, target: PurgeTarget) -> list[PullPath | str]
             # `_redirects` match its path as sent, as a request's (`request.path_qs` is percent-encoded): decoded,
             # `%2F` would read as `/` and `%3F` start a query, and a rewrite name another path than its requests'.
             found = resolve(config, host_zone, path, target.path, target.path, redirects=redirects)
-        except InvalidPath:
+        except (InvalidPath, ApiError):  # ApiError: its rule cannot map it (400 to a request): nothing kept there
             continue
         if not isinstance(found, Redirect) and found not in named:
             named.append(found)

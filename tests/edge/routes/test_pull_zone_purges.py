@@ -341,6 +341,24 @@ async def test_a_url_purge_reaches_a_copy_kept_before_a_rewrite_of_its_path_and_
     assert (await resp.read(), resp.headers["X-Cache"]) == (b"after the rewrite", "MISS")
 
 
+async def test_a_purge_naming_a_url_its_redirect_cannot_map_still_purges_and_is_acknowledged(pull: Pull) -> None:
+    """A URL whose `_redirects` rule cannot build a location on its host (`/go//evil.example` under `/go/* /:splat`,
+    400 InvalidPath to a request) raised that 400 in the edge's reading of the purge: the edge refused the whole push
+    (400 to control), so the purge's other URLs were never purged (their copies still a HIT), the purge never
+    acknowledged, and the edge stayed at the generation before it."""
+    name = "/beside-unmappable.txt"
+    pull.origin.answer(name, b"cached", headers=LONG)
+    await cached(pull, name)
+    await rules(pull, f"/{ZONE}/go/* /:splat 302\n")
+    try:
+        answer = await purge(pull, {"urls": [f"/{ZONE}{name}", f"/{ZONE}/go//evil.example"]})
+        assert answer["edges"]["entriesRemoved"] == {"edge-t/0": 1}
+        resp = await pull.get(name)
+        assert (await resp.read(), resp.headers["X-Cache"]) == (b"cached", "MISS")
+    finally:
+        await rules(pull, "")
+
+
 @pytest.mark.parametrize("name", ["a%2Fb.txt", "a%3Fb.txt", "a%2541.txt"])
 async def test_a_url_purge_of_a_rewritten_url_with_escapes_reaches_what_its_requests_get(pull: Pull, name: str) -> None:
     """A request's path is matched against `_redirects` as sent, a purge URL's path was matched decoded: `%2F` read as
