@@ -161,6 +161,12 @@ async def _stamp_headers(request: web.Request, response: web.StreamResponse) -> 
     response.headers.setdefault("X-Request-ID", request.get(REQUEST_ID) or request.app[REQUEST_IDS].new().decode())
     # On everything: errors, redirects, proxied and streamed responses included.
     stamp_headers(response.headers)
+    if "Transfer-Encoding" in request.headers:
+        # A chunked body (the request parser refuses any other transfer coding). aiohttp's C parser keeps the last
+        # field of its trailer section pending and adds it to the next request it reads on the connection (behind a
+        # balancer pooling its connections, another client's request): that next request is never read from here.
+        response.force_close()
+        response.headers["Connection"] = "close"  # the head was made before this hook: the client is told too
 
 
 def install_envelopes(app: web.Application) -> None:

@@ -422,6 +422,26 @@ async def test_pipelined_misses_are_answered_in_order_and_a_closing_one_closes(f
     assert await conn.closed_by_server()
 
 
+async def test_a_chunked_uploads_trailer_fields_never_reach_the_miss_pipelined_behind_it(filled: FillCdn) -> None:
+    """A chunked body gives the connection to the application, whose parser added the body's last trailer field to
+    the next request it read: the miss pipelined behind the upload reached the origin with the uploader's field. The
+    upload's answer closes the connection instead, and the miss is asked again on a new one."""
+    filled.origin.answer("/trailer-upload", b"taken", status=201)
+    filled.answer("/behind-trailer.bin")
+    conn = await filled.cdn.connect()
+    await conn.send(f"POST /{ZONE}/trailer-upload HTTP/1.1\r\nHost: edge.test\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    "4\r\ndata\r\n0\r\nX-Smuggled: yes\r\n\r\n".encode() + request_bytes(f"/{ZONE}/behind-trailer.bin"))
+    upload = await conn.response()
+    assert (upload.status, upload.body, upload.header("Connection")) == (201, b"taken", "close")
+    assert await conn.closed_by_server()
+    conn = await filled.cdn.connect()
+    again = await conn.request(f"/{ZONE}/behind-trailer.bin")
+    assert (again.status, again.body) == (200, BODY)
+    conn.close()
+    assert [seen.body for seen in filled.origin.requests("/trailer-upload")] == [b"data"]
+    assert [seen.headers.get("X-Smuggled") for seen in filled.origin.requests("/behind-trailer.bin")] == [None]
+
+
 async def test_a_request_waiting_for_a_fill_made_here_gets_it_from_the_cache_past_the_first_byte_time(
         filled: FillCdn) -> None:
     """The origin sends its head at once and the rest of the body later than the first-byte timeout: a request
