@@ -7,8 +7,9 @@ response objects, header copies, timers per read) cost a fill more than the rest
 - **Pool:** per scheme, host and port at most ``size`` connections in use or idle (a request waits for one
   to come back); an idle connection is closed after ``keepalive_s``. A request on a reused connection that
   the server closed meanwhile (nothing of a response came, or only a 408 it sends as it times the idle
-  connection out) is sent once more on a new one when its method is idempotent. A connection whose request
-  was not all sent when its answer ended (the server answered before reading the whole body) is not kept.
+  connection out) is sent once more on a new one when its method is idempotent. A connection that carried a
+  request body is not kept: a server that answered before reading all of it would take the rest for the next
+  request (a request of the client's own, when it wrote one in its body).
 - **Connect:** `connect` gives the addresses to try (the origin client's address guard resolves and checks
   them there), each within the connect timeout.
 - **Responses:** informational (1xx) heads are skipped, a status outside 100-599 refused; the body is chunked, sized or delimited by the
@@ -126,7 +127,8 @@ class Connection(asyncio.Protocol):
         self.keep_alive = False
         self.error: HttpError | None = None
         self._skip_body = False
-        self._bodied = False       # the request sent had a body (`unsent` asks the kernel only then)
+        # The request sent had a body: the connection is not kept (`Pool.release`), and `unsent` asks the kernel only then.
+        self.bodied = False
         self._informational = False
         self._sized = False        # Content-Length or chunked: the close does not end the body
         self._ended = False        # the server ended its side: a FIN, or over TLS its close_notify
@@ -278,7 +280,7 @@ class Connection(asyncio.Protocol):
             self._reset()
         self._head = self.loop.create_future()
         self._skip_body = method == "HEAD"
-        self._bodied = bool(body)
+        self.bodied = bool(body)
         lines = [f"{method} {target} HTTP/1.1\r\n"]
         for name, value in headers:
             if ":" in name:
@@ -354,7 +356,7 @@ class Connection(asyncio.Protocol):
             return True
         # A request head alone is taken with the answer to it; a body may not be: the kernel is asked (a system call)
         # only then, not on every fill's release.
-        return self._bodied and send_queued(transport)
+        return self.bodied and send_queued(transport)
 
     def close(self) -> None:
         self.closed = True
@@ -515,7 +517,11 @@ class Pool:
         slots = self._slots.get(conn.key)
         if slots is not None:
             slots.give()
-        if conn.closed or not conn.at_eof() or not conn.keep_alive or conn.error is not None or conn.unsent():
+        # A connection that carried a request body is never kept: an origin that answered without reading all of it
+        # (an early refusal; one that reads none) takes what it left for the next request, as a request of its own
+        # when the client wrote one there, and the answer to that would be read as the next request's, another
+        # client's. Whether it read the body cannot be told here (bytes its kernel took may still be unread).
+        if conn.closed or not conn.at_eof() or not conn.keep_alive or conn.error is not None or conn.bodied:
             conn.close()
             return
         conn.reused = True

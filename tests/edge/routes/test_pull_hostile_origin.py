@@ -298,3 +298,41 @@ async def test_an_origin_answering_before_it_read_the_request_body_holds_no_othe
         status, _, answer, whole = await fetch(cdn.plain_port, f"/{zone}/after.bin")
         assert (status, answer, whole) == (200, b"next", True)
         assert origin.connections == 2
+
+
+async def test_a_request_body_the_origin_leaves_unread_is_never_taken_for_another_clients_request(cdn: HitCdn) -> None:
+    """An origin that answers a forwarded POST without reading its body and keeps the connection (Python's
+    `http.server` does, for a handler that reads none) takes the body for the next request on that connection. A
+    small body has left the edge whole by then, so the connection went back to the pool: a client whose body was a
+    request of its own had the origin's answer to it taken for the next client's fill, and stored under that URL
+    for everyone. A connection that carried a body is not kept, however the origin answered."""
+    smuggled = b"GET /smuggled HTTP/1.1\r\nHost: origin\r\n\r\n"
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        if n == 1:  # the POST: refused at once, its body left unread
+            writer.write(b"HTTP/1.1 401 Unauthorized\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nno")
+        elif n == 2:  # the body, read as a request: answered once the edge sends its next request behind it
+            try:
+                async with asyncio.timeout(WAIT_S):
+                    await reader.readuntil(b"\r\n\r\n")
+            except (TimeoutError, asyncio.IncompleteReadError):
+                raise ConnectionError from None  # the edge closed the connection: nothing more comes on it
+            writer.write(b"HTTP/1.1 200 OK\r\n" + KEPT + b"Content-Length: 8\r\n\r\nsmuggled")
+            writer.write(b"HTTP/1.1 200 OK\r\n" + KEPT + b"Content-Length: 5\r\n\r\nright")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\n" + KEPT + b"Content-Length: 5\r\n\r\nright")
+        await writer.drain()
+
+    async with zone_before(cdn, script) as (zone, origin):
+        reader, writer = await asyncio.open_connection("127.0.0.1", cdn.port)
+        try:
+            writer.write(request_bytes(f"/{zone}/login", "POST", Content_Length=str(len(smuggled))) + smuggled)
+            async with asyncio.timeout(WAIT_S):
+                status, _, _ = parse_head(await reader.readuntil(b"\r\n\r\n"))
+            assert status == 401
+        finally:
+            writer.close()
+        for _ in range(2):  # the fill, then the stored answer
+            status, _, answer, whole = await fetch(cdn.port, f"/{zone}/index.html")
+            assert (status, answer, whole) == (200, b"right", True)
+        assert origin.connections == 2
