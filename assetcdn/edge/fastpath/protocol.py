@@ -217,7 +217,7 @@ class HitProtocol(asyncio.Protocol):
     __slots__ = ("server", "transport", "buffer", "parser", "url", "headers", "complete", "repeated",
                  "busy", "handler", "handoff", "deadline", "drain", "peer", "peername", "paused_by", "closing",
                  "pending_file", "keep_alive", "zero_copy", "batch", "turn_answers", "send_timeout_s", "records",
-                 "waiting", "queued", "handed", "cut", "when_sent", "decide", "last_write")
+                 "waiting", "queued", "handed", "cut", "when_sent", "decide", "last_write", "ended")
 
     def __init__(self, server: HitServer) -> None:
         self.server = server
@@ -238,6 +238,9 @@ class HitProtocol(asyncio.Protocol):
         self.peername: Any = None
         self.paused_by: set[object] = set()
         self.closing = False
+        # The client half-closed (sent its FIN) while a request was answered elsewhere: the complete requests it
+        # sent before are still answered, in order, and the connection closes once none is left.
+        self.ended = False
         # (descriptor, offset, count, its delivery) to send next
         self.pending_file: tuple[int, int, int, Pending] | None = None
         self.zero_copy = not server.secure  # sendfile(2) to the socket; TLS must see (encrypt) the bytes
@@ -340,10 +343,11 @@ class HitProtocol(asyncio.Protocol):
             self.process()
 
     def eof_received(self) -> bool | None:
-        # The client sent all it will: finish what is being answered, then close.
+        # The client sent all it will: answer what it sent (the request under way, then the ones pipelined behind
+        # it), then close.
         if not self.busy:
             return None  # the transport closes itself
-        self.closing = True
+        self.ended = True
         return True
 
     def data_received(self, data: bytes) -> None:
@@ -462,6 +466,12 @@ class HitProtocol(asyncio.Protocol):
             return
         if answered == self.batch and rest:
             self._next_pass(rest, out)
+            return
+        if self.ended:  # half-closed, and no complete request left: nothing more can come
+            self._flush(out, last=True)
+            self.closing = True
+            if not self.busy and self.transport is not None:
+                self.transport.close()
             return
         if rest and (len(rest) > MAX_HEAD or rest.find(b"\n\n") >= 0 or rest.find(b"\n\r\n") >= 0):
             # Too long for a head, or lines ending in a bare LF: aiohttp's parser decides. (find, not `in`:
@@ -768,6 +778,10 @@ class HitProtocol(asyncio.Protocol):
             return
         if self.buffer:
             self.process()
+        elif self.ended:  # the client half-closed: its last request is answered
+            self.closing = True
+            if self.transport is not None:
+                self.transport.close()
         else:  # a turn's last request went elsewhere (TLS, _next_pass): reading goes on for the next one
             self.resume_reading_for(TURN)
 

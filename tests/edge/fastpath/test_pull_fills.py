@@ -1467,3 +1467,63 @@ async def test_a_request_waiting_for_another_vary_variants_fill_does_not_wait_fo
     assert (first.status, first.body) == (200, gzip_body)
     again = await (await filled.cdn.plain()).request(target, Accept_Encoding="br")
     assert (again.header("X-Cache"), again.body) == ("HIT", b"br")
+
+
+def read_answers(data: bytes, count: int) -> list[tuple[int, dict[str, str], bytes]]:
+    """The first `count` answers (status, fields with lower-case names, body) of what a connection read to its end,
+    framed by their Content-Length or chunks; fewer when fewer came."""
+    answers: list[tuple[int, dict[str, str], bytes]] = []
+    while len(answers) < count and b"\r\n\r\n" in data:
+        head, _, data = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        fields = {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines[1:])}
+        if fields.get("transfer-encoding") == "chunked":
+            body = b""
+            while True:
+                size_line, _, data = data.partition(b"\r\n")
+                size = int(size_line, 16)
+                body, data = body + data[:size], data[size + 2:]
+                if not size:
+                    break
+        else:
+            length = int(fields.get("content-length", "0"))
+            body, data = data[:length], data[length:]
+        answers.append((int(lines[0].split(" ")[1]), fields, body))
+    return answers
+
+
+async def test_pipelined_requests_a_client_sent_before_it_half_closed_are_all_answered(filled: FillCdn) -> None:
+    """A client that sends its requests and then shuts its side (SHUT_WR) gets every answer, in order, then the
+    close: a fill, a chunked fill and an answer the application writes under way when its FIN came no longer end
+    the connection with the requests pipelined behind them unanswered."""
+    filled.answer("/half-hit.bin", "/half-fill.bin")
+
+    def chunked(cache_control: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def answer(request: web.Request) -> web.StreamResponse:
+            response = web.StreamResponse(headers={**HEADERS, "Cache-Control": cache_control})
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            await response.write(BODY)
+            return response
+        return answer
+
+    filled.origin.route("/half-chunked.bin", chunked("max-age=600"))  # kept: filled by the application, chunked
+    filled.origin.route("/half-pass.bin", chunked("no-store"))        # not kept: the application relays it
+    conn = await filled.cdn.connect()
+    assert (await conn.request(f"/{ZONE}/half-hit.bin")).body == BODY
+    conn.close()
+    names = ["/half-fill.bin", "/half-hit.bin", "/half-chunked.bin", "/half-pass.bin", "/half-hit.bin"]
+
+    def exchange() -> bytes:
+        with socket.create_connection(("127.0.0.1", filled.cdn.port)) as sock:
+            sock.sendall(b"".join(request_bytes(f"/{ZONE}{name}") for name in names))
+            sock.shutdown(socket.SHUT_WR)
+            sock.settimeout(READ_S)
+            received = b""
+            while chunk := sock.recv(65536):
+                received += chunk
+            return received
+
+    answers = read_answers(await asyncio.to_thread(exchange), len(names) + 1)
+    assert [(status, fields["x-cache"], body) for status, fields, body in answers] == [
+        (200, "MISS", BODY), (200, "HIT", BODY), (200, "MISS", BODY), (200, "PASS", BODY), (200, "HIT", BODY)]
