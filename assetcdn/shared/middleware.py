@@ -167,6 +167,22 @@ async def _stamp_headers(request: web.Request, response: web.StreamResponse) -> 
         # balancer pooling its connections, another client's request): that next request is never read from here.
         response.force_close()
         response.headers["Connection"] = "close"  # the head was made before this hook: the client is told too
+    close_after_unframed_body(request, response)
+
+
+def close_after_unframed_body(request: web.BaseRequest, response: web.StreamResponse) -> None:
+    """An HTTP/1.0 client's answer of no declared length (a streamed or relayed body: HTTP/1.0 has no chunks) ends
+    at the connection's close, so the connection closes after it. aiohttp sends such an answer without `Connection:
+    keep-alive` but keeps the connection open all the same when the client asked to keep it, and the client, which
+    reads the body to the close, then waits for the idle timeout before it has the whole answer."""
+    if request.version >= (1, 1) or not response.keep_alive or request.method == "HEAD":
+        return
+    status = response.status
+    if status < 200 or status in (204, 304):  # no body at all
+        return
+    headers = response.headers
+    if "Content-Length" not in headers and "Transfer-Encoding" not in headers:
+        response.force_close()
 
 
 def install_envelopes(app: web.Application) -> None:

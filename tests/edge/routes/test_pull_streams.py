@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from tests.support.hit_cdn import HitCdn, request_bytes
+from tests.support.hit_cdn import READ_S, HitCdn, request_bytes
 from tests.support.origins import Pull, ScriptedOrigin, add_pull_zone, pull_zone_on_hit_cdn
 from tests.support.wait import WAIT_S, wait_until
 
@@ -96,6 +96,46 @@ async def test_an_http_1_0_client_never_takes_a_body_the_origin_cuts_short_for_a
             writer.close()
         if method == "GET":
             assert (await pull.cdn.edge.get(f"/{zone}/half.bin")).headers["X-Cache"] == "MISS"
+
+
+@pytest.mark.parametrize("cache_control", ["max-age=600", "no-store"])
+@pytest.mark.parametrize("site", ["hit", "application"])
+async def test_an_http_1_0_keep_alive_clients_answer_of_no_declared_length_ends_with_its_close(
+        slow_readers: tuple[HitCdn, ScriptedOrigin], site: str, cache_control: str) -> None:
+    """An HTTP/1.0 client that asks to keep its connection (`Connection: keep-alive`) is sent an answer of no
+    declared length (the origin's chunked body) without chunks and without `Connection: keep-alive`, so it reads the
+    body to the close. The connection stayed open all the same, waiting for another request: the client had its
+    whole answer only when the edge's idle timeout closed it. It closes once the body is sent; an answer of
+    declared length keeps the connection for the next request."""
+    cdn, origin = slow_readers
+    name = f"/http-1-0-keep-{site}-{cache_control.partition('=')[0]}.bin"
+
+    async def chunked(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream",
+                                               "Cache-Control": cache_control})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        await response.write(LARGE[:5000])
+        return response
+
+    origin.route(name, chunked)
+    origin.answer(f"{name}.sized", LARGE[:300], headers={"Content-Type": "application/octet-stream",
+                                                         "Cache-Control": cache_control})
+    port = cdn.port if site == "hit" else cdn.plain_port
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(f"GET /{SLOW_ZONE}{name}.sized HTTP/1.0\r\nConnection: keep-alive\r\n\r\n".encode())
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_S)
+        assert b"\r\nContent-Length: 300\r\n" in head and b"\r\nConnection: keep-alive\r\n" in head, head
+        assert await asyncio.wait_for(reader.readexactly(300), READ_S) == LARGE[:300]
+        writer.write(f"GET /{SLOW_ZONE}{name} HTTP/1.0\r\nConnection: keep-alive\r\n\r\n".encode())
+        received = await asyncio.wait_for(reader.read(), READ_S)  # to the close, as an HTTP/1.0 client reads it
+    finally:
+        writer.close()
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200") and b"content-length" not in head.lower(), head
+    assert b"keep-alive" not in head.lower() and b"chunked" not in head.lower(), head
+    assert body == LARGE[:5000]
 
 
 SEND_TIMEOUT_S = 1.0
