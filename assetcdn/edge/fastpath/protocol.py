@@ -13,10 +13,11 @@ Everything else goes to the aiohttp application of the same process, unchanged:
   fresh aiohttp request handler gets exactly that request's bytes on a transport that passes writes
   through and reports its end (``HandoffTransport``); once it has answered, the connection comes
   back here (unless the answer closed it) and pipelined requests behind it go on in order;
-- a request with a body (uploads, management calls), an upgrade, an HTTP/1.0 request that wants
+- a request with a body (uploads, management calls), a CONNECT, an HTTP/1.0 request that wants
   to keep the connection, or bytes httptools cannot parse: the connection is given to aiohttp for
   good, with everything received so far, and aiohttp answers as it always did (400 on malformed
-  requests, its size limits and deadlines).
+  requests, its size limits and deadlines). A request asking for an upgrade (`Upgrade: h2c`) is answered as
+  any other: the edge switches to no other protocol.
 
 Deliveries are recorded (assetcdn/edge/delivery_log.py) with the bytes that reached the kernel. An
 answer the socket takes whole at once, the usual hit, is recorded as it is written. One whose body the
@@ -416,12 +417,24 @@ class HitProtocol(asyncio.Protocol):
             headers = self.headers
             headers[0] = headers[1] = headers[2] = headers[3] = headers[4] = headers[5] = headers[6] = None
             self.complete = self.repeated = False
+            upgrade = False
             try:
                 # The usual read is one whole request head: fed as it is, no view to make.
                 parser.feed_data(buf if head_end == size and not pos else memoryview(buf)[pos:head_end])
-            except (httptools.HttpParserError, httptools.HttpParserUpgrade):
-                # Malformed, or an upgrade/CONNECT (httptools raises a separate class for those):
-                # aiohttp answers as it always did.
+            except httptools.HttpParserUpgrade:
+                # A request asking for another protocol (`Upgrade: h2c`, websocket), which the edge does not switch to:
+                # answered as any other (RFC 9110 7.8 lets a server ignore Upgrade), the requests behind it after it.
+                # Given to aiohttp with them, they were lost: its parser drops what follows an upgrade it does not
+                # take. A CONNECT, or one with a body (llhttp ends an upgrade request at its head, leaving its body to
+                # the new protocol), is aiohttp's as before.
+                head = buf[pos:head_end].lower()
+                if not self.complete or parser.get_method() == b"CONNECT" or (
+                        head.find(b"\ncontent-length:") >= 0 or head.find(b"\ntransfer-encoding:") >= 0):
+                    self._flush(out)
+                    self._give_away(buf[pos:])
+                    return
+                upgrade = True
+            except httptools.HttpParserError:  # malformed: aiohttp answers as it always did
                 self._flush(out)
                 self._give_away(buf[pos:])
                 return
@@ -430,6 +443,8 @@ class HitProtocol(asyncio.Protocol):
                 self._give_away(buf[pos:])
                 return
             outcome = self.decide(self, buf, pos, head_end, out)
+            if upgrade:  # the parser stopped for the switch: a new one reads the requests behind it
+                self.parser = parser = httptools.HttpRequestParser(self)
             if outcome == ANSWERED:
                 answered += 1
                 pos = head_end

@@ -1527,3 +1527,46 @@ async def test_pipelined_requests_a_client_sent_before_it_half_closed_are_all_an
     answers = read_answers(await asyncio.to_thread(exchange), len(names) + 1)
     assert [(status, fields["x-cache"], body) for status, fields, body in answers] == [
         (200, "MISS", BODY), (200, "HIT", BODY), (200, "MISS", BODY), (200, "PASS", BODY), (200, "HIT", BODY)]
+
+
+@pytest.mark.parametrize("upgrade", ["h2c", "websocket"])
+async def test_requests_pipelined_behind_one_asking_for_an_upgrade_are_answered(filled: FillCdn, upgrade: str) -> None:
+    """A request asking to switch protocols (`Upgrade: h2c`, as `curl --http2` asks on plain http) is answered as any
+    other, the edge switching to none (RFC 9110 7.8 lets it ignore the field), and so are the requests pipelined
+    behind it: the connection used to go to aiohttp with them, whose parser drops what follows an upgrade it does
+    not take, so they were never answered and the client waited for the idle timeout. The origin is asked for no
+    upgrade (a hop-by-hop field)."""
+    names = [f"/upgrade-{upgrade}-{i}.bin" for i in range(3)]
+    filled.answer(*names)
+    asking = {"Connection": "Upgrade, HTTP2-Settings", "Upgrade": "h2c", "HTTP2_Settings": "AAMAAABkAARAAAAAAAIAAAAA"} \
+        if upgrade == "h2c" else {"Connection": "Upgrade", "Upgrade": "websocket", "Sec_WebSocket_Version": "13",
+                                  "Sec_WebSocket_Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+    conn = await filled.cdn.connect()
+    try:
+        await conn.send(request_bytes(f"/{ZONE}{names[0]}", **asking) + request_bytes(f"/{ZONE}{names[1]}")
+                        + request_bytes(f"/{ZONE}{names[0]}", **asking) + request_bytes(f"/{ZONE}{names[2]}"))
+        answers = [await conn.response() for _ in range(4)]
+    finally:
+        conn.close()
+    assert [(a.status, a.header("X-Cache"), a.body) for a in answers] == [
+        (200, "MISS", BODY), (200, "MISS", BODY), (200, "HIT", BODY), (200, "MISS", BODY)]
+    assert all(a.header("Upgrade") is None for a in answers)
+    seen = filled.origin.requests(names[0])
+    assert len(seen) == 1 and "Upgrade" not in seen[0].headers and "HTTP2-Settings" not in seen[0].headers
+
+
+async def test_a_request_with_a_body_asking_for_an_upgrade_reaches_the_origin_with_its_body(filled: FillCdn) -> None:
+    """llhttp ends an upgrade request at its head (its body belongs to the new protocol): a `POST` with a body and
+    `Upgrade: h2c` must still go to the application with that body, not be answered as a request of none."""
+    name = "/upgrade-post.bin"
+    filled.origin.answer(name, b"posted", headers={"Content-Type": "text/plain", "Cache-Control": "no-store"})
+    conn = await filled.cdn.connect()
+    try:
+        await conn.send(request_bytes(f"/{ZONE}{name}", "POST", Content_Length="4", Upgrade="h2c",
+                                      Connection="Upgrade, HTTP2-Settings", HTTP2_Settings="AAMAAABkAARAAAAAAAIAAAAA")
+                        + b"form")
+        answer = await conn.response()
+    finally:
+        conn.close()
+    assert (answer.status, answer.body) == (200, b"posted")
+    assert [(seen.method, seen.body) for seen in filled.origin.requests(name)] == [("POST", b"form")]
