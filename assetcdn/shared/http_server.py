@@ -6,6 +6,7 @@ is started with.
 
 from __future__ import annotations
 
+from collections import deque
 from http import HTTPStatus
 from typing import Any
 
@@ -81,6 +82,51 @@ def answer_unreadable_requests_in_json() -> None:
     web_protocol.RequestHandler.handle_error = _json_error_page  # type: ignore[method-assign]
 
 
+class _LastRequests(deque[Any]):
+    """A half-closed client's requests still to answer (aiohttp's `_messages`): once its loop takes the last one, the
+    connection closes after that answer."""
+
+    def __init__(self, requests: deque[Any], handler: web_protocol.RequestHandler) -> None:
+        super().__init__(requests)
+        self.handler: web_protocol.RequestHandler | None = handler
+
+    def popleft(self) -> Any:
+        request = super().popleft()
+        if not self and self.handler is not None:
+            self.handler._close = True
+            self.handler = None
+        return request
+
+
+def _answer_then_close(self: web_protocol.RequestHandler) -> bool | None:
+    """A client that shut its side of the connection (SHUT_WR, a half-close) after sending its requests: aiohttp closed
+    the connection at that EOF, cancelling the request's handler, so the client never had its answer (and a request
+    already sent on, a pull zone's POST to its origin, ran without its client hearing how). The connection now stays
+    open for the answers to what the client sent, and closes after the last one. Idle, or with a request whose body was
+    cut short by that EOF (it can never be complete), it closes at once as before."""
+    if self._force_close or self._close:
+        return None
+    messages = self._messages
+    # Its loop (`start`) waits for the next request on `_waiter`, and holds none while it answers one (taken from
+    # `_messages`, its handler maybe not begun yet).
+    unanswered = len(messages) + (self._waiter is None)
+    if not unanswered:
+        return None  # nothing sent that is unanswered
+    current = self._current_request
+    if (current is not None and not current.content.is_eof()) or (messages and not messages[-1][1].is_eof()):
+        return None  # a body cut short: the request cannot be answered
+    if unanswered == 1:
+        self._close = True  # the loop ends after this last request, closing the connection
+    elif len(messages) < self._max_msg_queue_size:  # (a full queue: more may wait in the parser, closed when idle)
+        self._messages = _LastRequests(messages, self)
+    return True
+
+
+def answer_half_closed_clients() -> None:
+    """aiohttp's connections answer what a client sent before it half-closed (`_answer_then_close`)."""
+    web_protocol.RequestHandler.eof_received = _answer_then_close  # type: ignore[method-assign,assignment]
+
+
 def header_timeout_s(settings: Settings) -> float:
     return float(settings.get("server", "header_timeout_s"))
 
@@ -103,4 +149,5 @@ def serve(app: web.Application, settings: Settings, *, host: str, port: int, **o
     """Run `app` until SIGTERM/SIGINT (assetcdn/shared/process.py: bounded, signal-safe stop); its exit status."""
     name_the_server()
     answer_unreadable_requests_in_json()
+    answer_half_closed_clients()
     return process.serve(app, host=host, port=port, **server_options(settings), **options)

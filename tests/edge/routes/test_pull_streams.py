@@ -138,6 +138,46 @@ async def test_an_http_1_0_keep_alive_clients_answer_of_no_declared_length_ends_
     assert body == LARGE[:5000]
 
 
+@pytest.mark.parametrize("requests", [1, 3])
+@pytest.mark.parametrize(("site", "method"), [("hit", "POST"), ("application", "GET"), ("application", "POST")])
+async def test_a_client_that_half_closes_after_its_requests_still_gets_their_answers(
+        slow_readers: tuple[HitCdn, ScriptedOrigin], site: str, method: str, requests: int) -> None:
+    """A client that sends its requests and then shuts its side (SHUT_WR), as `nc -N` does, waits for the answers.
+    A connection aiohttp answers (the edge's without the hit path, `fast_hits = false`, or one whose request has a
+    body, given to aiohttp by the hit path) was closed at that EOF with the handler cancelled: the client got no
+    answer at all, though a POST had reached the origin. Every answer arrives, in order, then the close."""
+    cdn, origin = slow_readers
+    names = [f"/half-closed-{site}-{method.lower()}-{requests}-{i}.bin" for i in range(requests)]
+    for i, name in enumerate(names):
+        origin.answer(name, b"answered %d" % i, headers={"Content-Type": "text/plain", "Cache-Control": "no-store"})
+    port = cdn.port if site == "hit" else cdn.plain_port
+    body = b"form=1" if method == "POST" else b""
+    length = f"Content-Length: {len(body)}\r\n" if body else ""
+    sent = b"".join(f"{method} /{SLOW_ZONE}{name} HTTP/1.1\r\nHost: 127.0.0.1\r\n{length}\r\n".encode() + body
+                    for name in names)
+
+    def exchange() -> bytes:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(sent)
+            sock.shutdown(socket.SHUT_WR)
+            sock.settimeout(READ_S)
+            received = b""
+            while chunk := sock.recv(65536):  # to the close
+                received += chunk
+            return received
+
+    received = await asyncio.to_thread(exchange)
+    answers = []
+    for _ in names:
+        head, _, received = received.partition(b"\r\n\r\n")
+        size = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))[15:])
+        assert head.startswith(b"HTTP/1.1 200"), head
+        answers.append(received[:size])
+        received = received[size:]
+    assert answers == [b"answered %d" % i for i in range(requests)] and received == b""
+    assert [[seen.body for seen in origin.requests(name)] for name in names] == [[body]] * requests
+
+
 SEND_TIMEOUT_S = 1.0
 LARGE = bytes(range(256)) * (24 * 1024)  # 6 MB: far more than the socket buffers hold
 
