@@ -62,7 +62,13 @@ from assetcdn.edge.states.deliver import (
 from assetcdn.edge.states.freshness import first_value, fresh_for_plain_requests_until
 from assetcdn.edge.states.keys import pull_key
 from assetcdn.edge.states.lookup import lookup
-from assetcdn.edge.states.pull import VARY, StoredResponse, client_headers, hit_cache_status
+from assetcdn.edge.states.pull import (
+    VARY,
+    StoredResponse,
+    answered_validator,
+    client_headers,
+    hit_cache_status,
+)
 from assetcdn.edge.states.recv import PullPath, resolve
 from assetcdn.edge.tls.policy import HSTS_HEADER
 from assetcdn.shared.analytics_keys import zone_of
@@ -230,8 +236,9 @@ class PulledHit:
         self.cdn_path = cdn_path
         self.zone = zone_of(cdn_path)
         self.size = obj.size
-        etag = first_value(stored.headers, "etag")
-        self.etag = None if etag is None else etag.removeprefix("W/")  # what `pull.not_modified` compares
+        # What `pull.not_modified` compares: the ETag the answer carries, a `_headers` rule's when one sets or detaches it.
+        etag = answered_validator(stored.headers, changes, "etag")
+        self.etag = None if etag is None else etag.removeprefix("W/")
         self.dated = first_value(stored.headers, "date") is not None  # the stored Date is the answer's
         # The origin sent its 200 with a Content-Range: a 206 gives its own in its place (`partial_head`).
         self.ranged = first_value(stored.headers, "content-range") is not None

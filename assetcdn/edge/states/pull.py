@@ -59,7 +59,12 @@ from assetcdn.edge.origin_client import (
 )
 from assetcdn.edge.shield import SHIELD_FIRST_BYTE_SHARE, from_edge, stale_at_shield
 from assetcdn.edge.site_config import PullZone
-from assetcdn.edge.states.deliver import etag_matches, joined_field, parse_range
+from assetcdn.edge.states.deliver import (
+    etag_matches,
+    joined_field,
+    parse_range,
+    request_header_changes,
+)
 from assetcdn.edge.states.feed import ClientFeed, Rest, rest_of
 from assetcdn.edge.states.freshness import (
     ERROR_STATUSES,
@@ -101,6 +106,7 @@ from assetcdn.shared.cdn_cookies import is_cdn_cookie
 from assetcdn.shared.config import Settings
 from assetcdn.shared.content_security import keep_sandbox
 from assetcdn.shared.decimal_fields import bounded_decimal
+from assetcdn.shared.edge_rules import NO_HEADER_CHANGES, HeaderChanges
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.http_server import cut_short
 from assetcdn.shared.logs import LinePerInterval
@@ -1399,13 +1405,16 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
             named = qualified_fields(response_directives(stored.headers)[0])
             headers.add("Surrogate-Key" if "surrogate-key" in named and "cache-tag" not in named else "Cache-Tag",
                         " ".join(withheld))
-    if not_modified(request, stored):
+    # The `_headers` rules the response hook gives this answer (assetcdn/edge/app.py; none to another edge's shield
+    # request): a rule's ETag or Last-Modified is the one the client holds and sends back.
+    changes = NO_HEADER_CHANGES if from_edge(request) else request_header_changes(request)
+    if not_modified(request, stored, changes):
         for name in ("Content-Type", "Content-Encoding", "Content-Range"):
             headers.popall(name, None)
         return web.Response(status=304, headers=headers)
     status, start, end = stored.status, 0, obj.size
     range_header = joined_field(request, "Range")  # two lines of it: no one range, ignored
-    if range_header is not None and stored.status == 200 and if_range_holds(request, stored):
+    if range_header is not None and stored.status == 200 and if_range_holds(request, stored, changes):
         parsed = parse_range(range_header, obj.size)
         if parsed is False:  # no content of the representation: nothing its type or coding would describe
             for name in ("Content-Type", "Content-Encoding"):
@@ -1453,8 +1462,24 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
     return response
 
 
-def not_modified(request: web.Request, stored: StoredResponse) -> bool:
-    """The request's own conditions hold against the stored response (RFC 9110 13.2.2: If-None-Match first).
+def answered_validator(headers: Headers, changes: HeaderChanges, name: str) -> str | None:
+    """The validator field `name` (lower-case: etag, last-modified) of the answer made from stored head `headers`
+    with the `_headers` rules' `changes` (`apply_rule_changes`: what they detach goes, what they set replaces it):
+    the one its client holds and revalidates with, which the conditions are compared with, on both paths (the hit
+    path's prepared heads, assetcdn/edge/fastpath/prepared.py `PulledHit`, too)."""
+    if changes:
+        for field_name, value in changes.set.items():
+            if field_name.lower() == name:
+                return value
+        if name in changes.remove:
+            return None
+    return first_value(headers, name)
+
+
+def not_modified(request: web.Request, stored: StoredResponse, changes: HeaderChanges = NO_HEADER_CHANGES) -> bool:
+    """The request's own conditions hold against the stored response as answered with the `_headers` rules'
+    `changes` (`answered_validator`: a rule's ETag, not the origin's, is the one its clients send back) (RFC 9110
+    13.2.2: If-None-Match first).
     `If-None-Match: *` names any current representation, one without an ETag too (RFC 9110 13.1.2), as the hit
     path compares it (assetcdn/edge/fastpath/hit_server.py); several If-None-Match lines are one list (RFC 9110
     5.3: the hit path hands such a request over). An If-Modified-Since that is not one HTTP-date (a list of them,
@@ -1463,13 +1488,13 @@ def not_modified(request: web.Request, stored: StoredResponse) -> bool:
         return False
     if_none_match = joined_field(request, "If-None-Match")
     if if_none_match is not None:
-        etag = first_value(stored.headers, "etag")
+        etag = answered_validator(stored.headers, changes, "etag")
         return etag_matches(if_none_match, None if etag is None else etag.removeprefix("W/"))
     if_modified_since = joined_field(request, "If-Modified-Since")
     if if_modified_since is None:
         return False
     since = request_http_date(if_modified_since)
-    last_modified = http_date(first_value(stored.headers, "last-modified"))
+    last_modified = http_date(answered_validator(stored.headers, changes, "last-modified"))
     return since is not None and last_modified is not None and last_modified <= since
 
 
@@ -1478,16 +1503,17 @@ def not_modified(request: web.Request, stored: StoredResponse) -> bool:
 STRONG_LAST_MODIFIED_S = 60
 
 
-def if_range_holds(request: web.Request, stored: StoredResponse) -> bool:
-    """The request's If-Range holds (RFC 9110 13.1.5): a strong ETag equal to the stored one, or the stored
-    Last-Modified exactly when it is a strong validator (STRONG_LAST_MODIFIED_S); no If-Range holds too."""
+def if_range_holds(request: web.Request, stored: StoredResponse, changes: HeaderChanges = NO_HEADER_CHANGES) -> bool:
+    """The request's If-Range holds (RFC 9110 13.1.5): a strong ETag equal to the one answered (`answered_validator`
+    with the `_headers` rules' `changes`), or the answered Last-Modified exactly when it is a strong validator
+    (STRONG_LAST_MODIFIED_S); no If-Range holds too."""
     condition = joined_field(request, "If-Range")  # two lines of it: no one validator, and so never equal
     if condition is None:
         return True
-    etag = first_value(stored.headers, "etag")
+    etag = answered_validator(stored.headers, changes, "etag")
     if condition.startswith(("\"", "W/")):
         return etag is not None and not etag.startswith("W/") and condition == etag
-    last_modified = first_value(stored.headers, "last-modified")
+    last_modified = answered_validator(stored.headers, changes, "last-modified")
     if condition != last_modified:
         return False
     modified, date = http_date(last_modified), http_date(first_value(stored.headers, "date"))

@@ -837,3 +837,46 @@ async def test_the_edges_own_paths_on_the_zones_own_host_are_the_edges_never_the
                          headers={**LONG, "Content-Type": "text/plain"})
     own = await conn.request("/.well-known/security.txt", host=TENANT_HOST)
     assert (own.status, own.header("x-cache"), own.body) == (200, "MISS", b"Contact: mailto:security@origin.test")
+
+
+async def test_a_rules_etag_is_the_one_conditions_are_compared_with_on_both_paths(pulled: PullCdn, clock: Clock) -> None:
+    """A `_headers` rule may set or detach a pull zone path's ETag, and the answer then carries the rule's: the
+    conditions must be compared with that one, the ETag its clients hold (docs/api-guide.md, rules). Both paths
+    compared them with the origin's stored ETag: a client sending back the rule's ETag never got a 304 (nor its
+    range under If-Range), while one sending the origin's got a 304 naming another ETag; a detached ETag still
+    matched the origin's."""
+    conn = await pulled.warm("/etag-rule.bin", **LONG, ETag='"v1"')
+    await pulled.warm("/etag-detached.bin", **LONG, ETag='"v1"')
+    resp = await pulled.cdn.control.post("/api/core/rules", headers=ACCOUNT, json={
+        "File": "_headers",
+        "Content": f'/{ZONE}/etag-rule.bin\n  ETag: "by-rule"\n/{ZONE}/etag-detached.bin\n  ! ETag\n'})
+    assert resp.status == 200, await resp.text()
+
+    async def applied() -> bool:
+        return (await conn.request(f"/{ZONE}/etag-rule.bin")).header("ETag") == '"by-rule"'
+
+    await wait_until(applied, "rules reaching the edge")
+    plain = await pulled.cdn.plain()
+    clock.now = pulled.stored("/etag-rule.bin").freshness.response_time + 1
+    path, detached = f"/{ZONE}/etag-rule.bin", f"/{ZONE}/etag-detached.bin"
+    served = pulled.served
+    for value, status in (('"by-rule"', 304), ('W/"by-rule"', 304), ('"v1"', 200)):
+        fast = await conn.request(path, **{"If-None-Match": value})
+        slow = await plain.request(path, **{"If-None-Match": value})
+        assert (slow.status, slow.header("ETag")) == (status, '"by-rule"'), value
+        assert comparable(fast) == comparable(slow), value
+    for value, status in (('"v1"', 200), ("*", 304)):
+        fast = await conn.request(detached, **{"If-None-Match": value})
+        slow = await plain.request(detached, **{"If-None-Match": value})
+        assert (slow.status, slow.header("ETag")) == (status, None), value
+        assert comparable(fast) == comparable(slow), value
+    assert pulled.served == served + 5
+    # The application's own conditions (the hit path hands them over): If-Range and a request's directives.
+    ranged = await conn.request(path, **{"Range": "bytes=0-9", "If-Range": '"by-rule"'})
+    assert (ranged.status, ranged.body) == (206, BODY[:10])
+    whole = await conn.request(path, **{"Range": "bytes=0-9", "If-Range": '"v1"'})
+    assert (whole.status, whole.body) == (200, BODY)
+    directed = await conn.request(path, **{"If-None-Match": '"by-rule"', "Cache-Control": "max-stale=60"})
+    assert (directed.status, directed.body, directed.header("X-Cache")) == (304, b"", "HIT")
+    assert (await conn.request(path, **{"If-None-Match": '"v1"', "Cache-Control": "max-stale=60"})).status == 200
+    assert [seen.method for seen in pulled.origin.requests("/etag-rule.bin")] == ["GET"]
