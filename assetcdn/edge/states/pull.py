@@ -742,9 +742,12 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
     except OriginError as exc:
         land(exc)
         return await origin_failed(request, zone, path, fields, stored, exc)
-    if stored is not None and response.status == 304 and validators(stored.headers):
+    if stored is not None and response.status in (304, 412) and validators(stored.headers):
+        # A 412 to the stored copy's validators (a non-conforming origin: a GET's If-None-Match that holds is 304,
+        # RFC 9110 13.1.2) answers the edge's conditions, not this client's, which sent none to the origin: asked
+        # for whole below, as for a 304 about another response.
         response.release()
-        if validated_by(stored.headers, response.headers):
+        if response.status == 304 and validated_by(stored.headers, response.headers):
             refreshed = await refresh(node, zone, path, stored, response, fields)
             land(None)
             own = withheld_fields(refreshed.headers, response.headers)
@@ -1254,15 +1257,16 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
         try:
             response = await ask(node, zone, path, request.rel_url.raw_query_string, headers,
                                  from_edge=from_edge(request))
-            if response.status == 304:
+            if response.status == 304 or (response.status == 412 and validators(stored.headers)):
                 response.release()
                 if not validators(stored.headers):
                     return  # it answers no condition: not this one's
-                if validated_by(stored.headers, response.headers):
+                if response.status == 304 and validated_by(stored.headers, response.headers):
                     await refresh(node, zone, path, stored, response, fields)
                     return
                 # A 304 about another response (`validated_by`, RFC 9111 4.3.4): the stored one is not the
-                # origin's current one. Asked for whole, as the foreground asks (`ask_origin`): left as it was,
+                # origin's current one; or a 412 to its validators (`ask_origin`), which says nothing of it. Asked
+                # for whole, as the foreground asks (`ask_origin`): left as it was,
                 # every request until stale-while-revalidate ran out would be answered with it and ask again.
                 for name, _value in validators(stored.headers):
                     headers.popall(name, None)

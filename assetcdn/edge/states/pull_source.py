@@ -429,16 +429,18 @@ async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, 
         if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
             return await described(node, at, url_key, stored, stale=True)
         raise not_an_image(at, response.status)
-    if stored is not None and response.status == 304:
+    if stored is not None and (response.status == 304 or (response.status == 412 and conditions)):
+        # A 412 answers the validators, not the image (a GET's If-None-Match that holds is 304, RFC 9110 13.1.2):
+        # asked for whole, as a 304 about another response is (pull.py `ask_origin`).
         response.release()
-        if validated_by(stored.headers, response.headers):
+        if response.status == 304 and validated_by(stored.headers, response.headers):
             refreshed = await refresh(node, at.zone, at.path, stored, response)
             # A 304 that made it one a shared cache may not keep (refresh left the stored copy as it was):
             # no variant is made of it, as of a first answer that says so.
             refuse_unshared(at, not_storable("GET", refreshed.status, SOURCE_FIELDS, refreshed.headers,
                                              store_set_cookie=at.zone.store_set_cookie))
             return await described(node, at, url_key, refreshed)
-        return await from_origin(node, client, at, url_key, None, land)  # a 304 about another response
+        return await from_origin(node, client, at, url_key, None, land)  # a 304 about another response, a 412
     if response.status in ERROR_STATUSES and stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES,
                                                                                     time.time()):
         response.release()

@@ -37,7 +37,7 @@ from tests.control.expect import expect_error
 from tests.support.cdn import PURGE, Cdn, shared_cdn_apps
 from tests.support.control import METRICS
 from tests.support.metrics_text import metric
-from tests.support.origins import PREFIX, ScriptedOrigin, add_pull_zone, serve_origin
+from tests.support.origins import PREFIX, ScriptedOrigin, add_pull_zone, serve_origin, stored_url
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -599,6 +599,32 @@ async def test_a_304_the_origin_sends_unasked_does_not_keep_an_image_without_val
             assert "The origin answered 304" in (await again.json())["error"]
         else:
             assert (again.status, max_age(again)) == (200, 0)   # the stale image, not one made fresh by the 304
+
+
+async def test_a_412_to_a_sources_revalidation_asks_for_the_image_again_whole(pics: Pics) -> None:
+    """An origin that answers the edge's revalidation of a stale image (its If-None-Match) with 412 rather than 304
+    (not conforming: RFC 9110 13.1.2): the 412 answers the edge's own validators, not the image, so the image is
+    asked for again without them, as a delivery's revalidation does, and its variant made (the transform was 502,
+    the 412 taken for the image's answer)."""
+    async def refusing(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") is not None:
+            return web.Response(status=412, headers={"Cache-Control": "max-age=600"})
+        return web.Response(body=image(RED), headers={"ETag": '"red"', "Cache-Control": "max-age=1",
+                                                      "Content-Type": "image/png"})
+
+    pics.origin.route("/refused-412.png", refusing)
+    assert (await pics.transform("/refused-412.png")).status == 200
+
+    async def stale() -> bool:
+        found = stored_url(pics.cdn.node, ZONE, "/refused-412.png")
+        return found is not None and found.freshness.lifetime <= found.freshness.age(time.time())
+
+    await wait_until(stale, "the image stale")
+    again = await pics.transform("/refused-412.png", "w=90&format=png")
+    assert again.status == 200, await again.text()
+    assert close_to(centre(await again.read()), RED)
+    assert [seen.headers.get("If-None-Match") for seen in pics.origin.requests("/refused-412.png")] == [
+        None, '"red"', None]
 
 
 async def test_an_origin_down_serves_the_stale_source_or_the_error_envelope(pics: Pics) -> None:

@@ -1131,6 +1131,49 @@ async def test_if_match_and_if_unmodified_since_are_the_origins_to_evaluate(pull
     assert pull.origin.count("/resumed.bin") == 5
 
 
+async def test_a_412_is_never_stored_and_one_to_the_edges_own_validators_is_asked_again_whole(pull: Pull) -> None:
+    """An origin that answers the edge's revalidation (`If-None-Match` of its stale copy) with 412 rather than 304
+    (not conforming: RFC 9110 13.1.2) and a lifetime: the edge relayed that 412 to its client, which had sent no
+    condition, and stored it as the URL's answer, every client's for its lifetime. A 412 answers a request's own
+    conditions, never the URL: it is not stored, and one to the edge's own validators is asked again without them,
+    in the foreground as in the background (stale-while-revalidate); the 200 then replaces the stale copy."""
+    async def refusing(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") is not None:
+            return web.Response(status=412, text="refused", headers=LONG)
+        lifetime = "max-age=1, stale-while-revalidate=60" if "background" in request.path else "max-age=1"
+        return web.Response(text="the body", headers={"ETag": '"v1"', "Cache-Control": lifetime})
+
+    for name in ("/refused-412.txt", "/refused-412-background.txt"):
+        pull.origin.route(name, refusing)
+        assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+    again = await answer_changes(pull, "/refused-412.txt", "MISS")
+    assert (again.status, await again.read()) == (200, b"the body")
+    assert [seen.headers.get("If-None-Match") for seen in pull.origin.requests("/refused-412.txt")] == [
+        None, '"v1"', None]
+    after = await pull.get("/refused-412.txt")
+    assert (after.status, await after.read(), after.headers["X-Cache"]) == (200, b"the body", "HIT")
+
+    stale = await answer_changes(pull, "/refused-412-background.txt", "STALE")
+    assert (stale.status, await stale.read()) == (200, b"the body")
+
+    async def asked_again() -> bool:
+        return len(pull.origin.requests("/refused-412-background.txt")) == 3
+
+    await wait_until(asked_again, "the background revalidation asking again without its validators")
+    fresh = await answer_changes(pull, "/refused-412-background.txt", "HIT")
+    assert (fresh.status, await fresh.read()) == (200, b"the body")
+    assert [seen.headers.get("If-None-Match") for seen in pull.origin.requests("/refused-412-background.txt")][:3] == [
+        None, '"v1"', None]
+
+    # A 412 to a request without conditions (an origin that answers so whatever it is asked) is not stored either.
+    pull.origin.answer("/always-412.txt", b"refused", status=412, headers=LONG)
+    for _ in range(2):
+        resp = await pull.get("/always-412.txt")
+        assert (resp.status, resp.headers["X-Cache"]) == (412, "PASS")
+        assert resp.headers["Cache-Status"] == "assetcdn; fwd=uri-miss; detail=request-error"
+    assert pull.origin.count("/always-412.txt") == 2
+
+
 async def test_a_304_without_a_date_makes_the_refreshed_response_young_again(pull: Pull) -> None:
     """An origin whose 304 carries no Date (one without a clock, RFC 9110 6.6.1): the refreshed response kept the
     first response's Date, so its age went on counting from then (RFC 9111 4.2.3). Here the answer after the
