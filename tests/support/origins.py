@@ -116,6 +116,17 @@ class Pull:
         await resp.read()
         return resp
 
+    async def redirects(self, content: str) -> None:
+        """`_redirects` set to `content`, returned once the edge has it."""
+        resp = await self.cdn.control.post("/api/core/rules", json={"File": "_redirects", "Content": content},
+                                           headers=ACCOUNT)
+        assert resp.status == 200, await resp.text()
+
+        async def arrived() -> bool:
+            return bool(self.cdn.node.config.rules.redirects.rules) == bool(content)
+
+        await wait_until(arrived, "the redirects reaching the edge")
+
 
 async def serve_origin(origin: ScriptedOrigin) -> TestServer:
     server = TestServer(origin.app(), host="127.0.0.1")

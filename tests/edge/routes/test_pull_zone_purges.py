@@ -285,18 +285,6 @@ async def test_a_purge_done_just_after_the_look_up_is_not_undone_by_the_304_that
     assert pull.origin.count(name) == 3
 
 
-async def rules(pull: Pull, content: str) -> None:
-    """`_redirects` set to `content`, returned once the edge has it."""
-    resp = await pull.cdn.control.post("/api/core/rules", json={"File": "_redirects", "Content": content},
-                                       headers=ACCOUNT)
-    assert resp.status == 200, await resp.text()
-
-    async def arrived() -> bool:
-        return bool(pull.cdn.node.config.rules.redirects.rules) == bool(content)
-
-    await wait_until(arrived, "the redirects reaching the edge")
-
-
 async def test_a_url_purge_reaches_a_copy_kept_before_a_redirect_of_its_path(pull: Pull) -> None:
     """A copy cached before a `_redirects` rule sent its path elsewhere: the rule answers the path's requests, not
     the copy, which stays on the edge. A purge of the URL named nothing (a redirect was taken to name nothing cached),
@@ -304,14 +292,14 @@ async def test_a_url_purge_reaches_a_copy_kept_before_a_redirect_of_its_path(pul
     name = "/redirected/old.txt"
     pull.origin.answer(name, b"before the redirect", headers=LONG)
     await cached(pull, name)
-    await rules(pull, f"/{ZONE}{name} /{ZONE}/redirected/new.txt 301\n")
+    await pull.redirects(f"/{ZONE}{name} /{ZONE}/redirected/new.txt 301\n")
     try:
         resp = await pull.cdn.edge.get(f"/{ZONE}{name}", allow_redirects=False)
         assert resp.status == 301
         answer = await purge(pull, {"urls": [f"/{ZONE}{name}"]})
         assert answer["edges"]["entriesRemoved"] == {"edge-t/0": 1}
     finally:
-        await rules(pull, "")
+        await pull.redirects("")
     pull.origin.answer(name, b"after the redirect", headers=LONG)
     resp = await pull.get(name)
     assert (await resp.read(), resp.headers["X-Cache"]) == (b"after the redirect", "MISS")
@@ -325,7 +313,7 @@ async def test_a_url_purge_reaches_a_copy_kept_before_a_rewrite_of_its_path_and_
     pull.origin.answer(name, b"before the rewrite", headers=LONG)
     pull.origin.answer(target, b"the rewrite's", headers=LONG)
     await cached(pull, name)
-    await rules(pull, f"/{ZONE}{name} /{ZONE}{target} 200\n")
+    await pull.redirects(f"/{ZONE}{name} /{ZONE}{target} 200\n")
     try:
         await cached(pull, target)
         resp = await pull.get(name)
@@ -335,7 +323,7 @@ async def test_a_url_purge_reaches_a_copy_kept_before_a_rewrite_of_its_path_and_
         resp = await pull.get(name)
         assert (await resp.read(), resp.headers["X-Cache"]) == (b"the rewrite's", "MISS")
     finally:
-        await rules(pull, "")
+        await pull.redirects("")
     pull.origin.answer(name, b"after the rewrite", headers=LONG)
     resp = await pull.get(name)
     assert (await resp.read(), resp.headers["X-Cache"]) == (b"after the rewrite", "MISS")
@@ -349,14 +337,14 @@ async def test_a_purge_naming_a_url_its_redirect_cannot_map_still_purges_and_is_
     name = "/beside-unmappable.txt"
     pull.origin.answer(name, b"cached", headers=LONG)
     await cached(pull, name)
-    await rules(pull, f"/{ZONE}/go/* /:splat 302\n")
+    await pull.redirects(f"/{ZONE}/go/* /:splat 302\n")
     try:
         answer = await purge(pull, {"urls": [f"/{ZONE}{name}", f"/{ZONE}/go//evil.example"]})
         assert answer["edges"]["entriesRemoved"] == {"edge-t/0": 1}
         resp = await pull.get(name)
         assert (await resp.read(), resp.headers["X-Cache"]) == (b"cached", "MISS")
     finally:
-        await rules(pull, "")
+        await pull.redirects("")
 
 
 @pytest.mark.parametrize("name", ["a%2Fb.txt", "a%3Fb.txt", "a%2541.txt"])
@@ -366,7 +354,7 @@ async def test_a_url_purge_of_a_rewritten_url_with_escapes_reaches_what_its_requ
     requests are answered from, and that copy stayed a HIT after the purge of the very URL they asked for."""
     source, target = "/rewritten-escapes/", "/rewritten-escapes-target/"
     pull.origin.answer(target + name, b"the rewrite's", headers=LONG)
-    await rules(pull, f"/{ZONE}{source}* /{ZONE}{target}:splat 200\n")
+    await pull.redirects(f"/{ZONE}{source}* /{ZONE}{target}:splat 200\n")
     try:
         await cached(pull, source + name)
         answer = await purge(pull, {"urls": [f"/{ZONE}{source}{name}"]})
@@ -374,7 +362,7 @@ async def test_a_url_purge_of_a_rewritten_url_with_escapes_reaches_what_its_requ
         resp = await pull.get(source + name)
         assert (await resp.read(), resp.headers["X-Cache"]) == (b"the rewrite's", "MISS")
     finally:
-        await rules(pull, "")
+        await pull.redirects("")
 
 
 @pytest.mark.parametrize("withheld", ['no-cache="Cache-Tag"', 'private="Surrogate-Key"'])

@@ -609,18 +609,6 @@ async def test_an_unsafe_request_is_forwarded_with_its_body_and_invalidates_its_
     assert pull.origin.count("/items") == 2
 
 
-async def redirects_file(pull: Pull, content: str) -> None:
-    """`_redirects` set to `content`, returned once the edge has it."""
-    resp = await pull.cdn.control.post("/api/core/rules", json={"File": "_redirects", "Content": content},
-                                       headers=ACCOUNT)
-    assert resp.status == 200, await resp.text()
-
-    async def arrived() -> bool:
-        return bool(pull.cdn.node.config.rules.redirects.rules) == bool(content)
-
-    await wait_until(arrived, "the redirects reaching the edge")
-
-
 async def test_an_unsafe_request_to_a_rewritten_url_goes_where_its_reads_go_and_invalidates_their_copy(
         pull: Pull) -> None:
     """A `_redirects` rewrite (200) answers a URL's GETs with another path's: a POST to the URL went to the origin at
@@ -635,7 +623,7 @@ async def test_an_unsafe_request_to_a_rewritten_url_goes_where_its_reads_go_and_
 
     pull.origin.route(target, resource)
     pull.origin.route(moved, resource)
-    await redirects_file(pull, f"/{ZONE}{name} /{ZONE}{target} 200\n/{ZONE}{moved} /{ZONE}{target} 301\n")
+    await pull.redirects(f"/{ZONE}{name} /{ZONE}{target} 200\n/{ZONE}{moved} /{ZONE}{target} 301\n")
     try:
         assert (await pull.get(name)).headers["X-Cache"] == "MISS"
         assert (await pull.get(name)).headers["X-Cache"] == "HIT"
@@ -650,7 +638,7 @@ async def test_an_unsafe_request_to_a_rewritten_url_goes_where_its_reads_go_and_
         assert (posted.status, await posted.read()) == (201, b"created")
         assert [seen.method for seen in pull.origin.requests(moved)] == ["POST"]
     finally:
-        await redirects_file(pull, "")
+        await pull.redirects("")
 
 
 async def test_an_unsafe_request_to_the_default_hosts_root_a_rewrite_names_reaches_that_path(pull: Pull) -> None:
@@ -664,7 +652,7 @@ async def test_an_unsafe_request_to_the_default_hosts_root_a_rewrite_names_reach
         return web.Response(body=b"home", headers=LONG)
 
     pull.origin.route(target, resource)
-    await redirects_file(pull, f"/ /{ZONE}{target} 200\n")
+    await pull.redirects(f"/ /{ZONE}{target} 200\n")
     try:
         got = await pull.cdn.edge.get("/")
         assert (got.status, await got.read()) == (200, b"home")
@@ -672,7 +660,7 @@ async def test_an_unsafe_request_to_the_default_hosts_root_a_rewrite_names_reach
         assert (posted.status, await posted.read()) == (201, b"created")
         assert [seen.method for seen in pull.origin.requests(target)] == ["GET", "POST"]
     finally:
-        await redirects_file(pull, "")
+        await pull.redirects("")
     await expect_error(await pull.cdn.edge.post("/", data=b"x"), 404, "NotFound")
 
 
