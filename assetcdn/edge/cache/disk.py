@@ -73,6 +73,7 @@ from assetcdn.edge.cache.sqlite_conn import (
     SQLITE_WAL_PAGES,
     ThreadLocalConnection,
 )
+from assetcdn.shared.logs import LinePerInterval
 
 if TYPE_CHECKING:
     from assetcdn.shared.metrics import Metrics
@@ -132,8 +133,16 @@ FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 BEGIN_ATTEMPTS = 3
 
 log = logging.getLogger(__name__)
+# Body files found damaged (`damaged_file`): a line per interval, not one per request for them.
+DAMAGED_LINES = LinePerInterval(log, 60.0)
 T = TypeVar("T")
 
+
+def damaged_file(path: str, size: int, found: int) -> None:
+    """Log that the body file at `path`, of an entry of `size` bytes, holds `found` bytes (a bad disk, or a hand that
+    truncated it): the entry reads as a miss, and the next fill stores the origin's body over it."""
+    DAMAGED_LINES.log(logging.WARNING, "body file", "edge cache: body file %s holds %d bytes, not the %d its entry "
+                      "stored (a damaged disk?); asked of the origin instead", path, found, size)
 
 class DiskBusy(OSError):
     """The database refused a write's transaction through every attempt: nothing was written."""
@@ -558,7 +567,9 @@ class DiskTier:
                     body = file.read()
             except FileNotFoundError:  # purged or evicted since the row was read
                 return None
-            size = len(body)
+            if len(body) != size:  # cut short (or written over) on disk since it was stored: not the entry's body
+                damaged_file(os.path.join(self._root, filename), size, len(body))
+                return None
         else:
             body, path = None, os.path.join(self._root, filename)
         if not isinstance(meta, str):

@@ -1,0 +1,93 @@
+"""A pull zone whose edge's cache directory goes bad between restarts: what a client gets is the origin's answer,
+never a body cut short."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from aiohttp import ClientTimeout
+from aiohttp.test_utils import TestClient, TestServer
+
+import assetcdn.control.app  # noqa: F401
+import assetcdn.edge.app  # noqa: F401
+from assetcdn import control, edge
+from assetcdn.edge.app import EdgeIdentity
+from assetcdn.shared.config import Settings, load_settings
+from tests.support.control import ACCOUNT, SECRETS
+from tests.support.origins import PREFIX, ScriptedOrigin, serve_origin
+from tests.support.wait import wait_until
+
+ZONE = "pulled"
+Worker = Callable[[], Awaitable[TestClient]]
+
+
+@pytest.fixture
+async def restartable(aiohttp_server, aiohttp_client, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Control with a pull zone from a scripted origin, the edge's disk tier directory, and a way to start the
+    edge's worker (again) on it."""
+    settings: Settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
+                                                "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5",
+                                                "ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true",
+                                                "ASSETCDN_TRANSFORM_CONCURRENCY": "1"})
+    origin = ScriptedOrigin()
+    server: TestServer = await serve_origin(origin)
+    control_client = await aiohttp_client(await aiohttp_server(
+        control.app.create_app(settings, SECRETS, tmp_path / "data")))
+    resp = await control_client.post("/api/core/zones", headers=ACCOUNT, json={
+        "Name": ZONE, "Origin": {"Url": str(server.make_url(PREFIX))}})
+    assert resp.status == 201, await resp.text()
+
+    async def worker() -> TestClient:
+        identity = EdgeIdentity(name="edge-r", worker=0, control_url=str(control_client.make_url("")).rstrip("/"),
+                                cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
+        return await aiohttp_client(edge.app.create_app(settings, SECRETS, identity))
+
+    yield tmp_path / "edge" / "cache", origin, worker
+    await server.close()
+
+
+async def healthy(client: TestClient) -> None:
+    async def ready() -> bool:
+        return (await client.get("/api/health")).status == 200
+
+    await wait_until(ready, "the worker caught up")
+
+
+def body_file(cache_dir: Path) -> Path:
+    """The one body file the disk tier holds (a body past the size SQLite keeps in its row)."""
+    con = sqlite3.connect(cache_dir / "cache.db")
+    try:
+        ((filename,),) = con.execute("SELECT filename FROM Cache WHERE filename IS NOT NULL").fetchall()
+    finally:
+        con.close()
+    return cache_dir / filename
+
+
+# A body the memory tier takes (read whole from its file).
+@pytest.mark.parametrize("size", [100 * 1024])
+async def test_a_body_file_cut_short_while_the_edge_was_down_is_asked_of_the_origin_not_served_short(
+        restartable: tuple[Path, ScriptedOrigin, Worker], size: int) -> None:
+    cache_dir, origin, worker = restartable
+    body = bytes(range(256)) * (size // 256)
+    origin.answer("/f.bin", body, headers={"Cache-Control": "max-age=600"})
+    first = await worker()
+    await healthy(first)
+    resp = await first.get(f"/{ZONE}/f.bin")
+    assert await resp.read() == body
+    await first.close()  # a graceful stop: the entry stays in the disk tier
+    os.truncate(body_file(cache_dir), size // 2)  # a bad disk lost its second half
+
+    again = await worker()
+    asked = len(origin.requests("/f.bin"))
+    resp = await again.get(f"/{ZONE}/f.bin", timeout=ClientTimeout(total=60))
+    assert resp.status == 200
+    assert await resp.read() == body
+    assert resp.headers["Content-Length"] == str(size) and resp.headers["X-Cache"] == "MISS"
+    assert len(origin.requests("/f.bin")) == asked + 1
+    resp = await again.get(f"/{ZONE}/f.bin", timeout=ClientTimeout(total=60))  # stored whole again
+    assert await resp.read() == body and resp.headers["X-Cache"] == "HIT"
+    assert len(origin.requests("/f.bin")) == asked + 1
