@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import io
 import logging
+import os
 import secrets
 import socket
 import struct
@@ -43,6 +45,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from assetcdn.edge.app_keys import NODE, SETTINGS
+from assetcdn.edge.cache.disk import damaged_file
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.store import SOFT_PURGED, PurgedMeanwhile
 from assetcdn.edge.cache.tags import path_tag_zone, public_tags, pull_path_tag
@@ -1450,13 +1453,18 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
     # Opened before the head is sent: a body that went since the lookup is the caller's miss, not a broken answer
     # (an open descriptor reads the whole file even if it is removed meanwhile).
     with obj.open() as body:
+        if obj.body is None and (found := os.fstat(body.fileno()).st_size) != obj.size:
+            # Cut short on disk since it was stored (a damaged disk): sent, it would stop short of its Content-Length
+            # on a connection kept open. The caller asks the origin, as for a body gone (`deliver_stored`).
+            damaged_file(str(obj.path), obj.size, found)
+            raise FileNotFoundError(errno.ENOENT, "cache file is not its entry's size", obj.path)
         await response.prepare(request)
         body.seek(start)
         remaining = end - start
         while remaining > 0:
             chunk = await loop.run_in_executor(None, body.read, min(256 * 1024, remaining))
-            if not chunk:
-                break
+            if not chunk:  # cut short while being sent: the connection is closed, never the answer ended short
+                raise ConnectionResetError(f"cache file of {obj.key} is shorter than its entry")
             remaining -= len(chunk)
             if served is not None:
                 served.inc(len(chunk))

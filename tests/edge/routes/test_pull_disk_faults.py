@@ -67,8 +67,8 @@ def body_file(cache_dir: Path) -> Path:
     return cache_dir / filename
 
 
-# A body the memory tier takes (read whole from its file).
-@pytest.mark.parametrize("size", [100 * 1024])
+# A body the memory tier takes (read whole from its file) and one kept on disk only (streamed from its file).
+@pytest.mark.parametrize("size", [100 * 1024, 2 * 1024 * 1024])
 async def test_a_body_file_cut_short_while_the_edge_was_down_is_asked_of_the_origin_not_served_short(
         restartable: tuple[Path, ScriptedOrigin, Worker], size: int) -> None:
     cache_dir, origin, worker = restartable
