@@ -73,8 +73,36 @@ class PurgeLog:
             os.close(fd)
         self._lock_path = directory / SEQUENCE_FILE
         self._published = memoryview(self._map).cast("Q")
+        self._continue_sequences()
         self._applied = self._published[0]
         self._noted = self._published[1]  # the last notice applied here
+
+    def _continue_sequences(self) -> None:
+        """Number the log's rows on from what the shared file published: a database made anew beside an older file
+        (``cache.db`` removed, or lost to a damaged disk, while the edge was down) would number its purges from 1,
+        below what the file holds, and ``_publish`` would never raise it to them: no other worker would replay
+        them. Nothing is written when the database's numbers are as high already (every start but such a one)."""
+        con = self._sql()
+        due = [(table, int(self._published[slot])) for slot, table in ((0, "EdgePurge"), (1, "EdgeStored"))]
+        if all(self._sequence(con, table) >= published for table, published in due):
+            return
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            for table, published in due:
+                held = self._sequence(con, table)
+                if held < published:  # AUTOINCREMENT numbers on from sqlite_sequence's row of the table
+                    con.execute("DELETE FROM sqlite_sequence WHERE name = ?", (table,))
+                    con.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (table, published))
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _sequence(con: sqlite3.Connection, table: str) -> int:
+        """The last sequence number `table` gave (its rows' seq: AUTOINCREMENT never gives one again)."""
+        row = con.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (table,)).fetchone()
+        return 0 if row is None else int(row[0])
 
     def pending(self) -> bool:
         """Whether another worker (or this one) published purges or notices not yet applied here."""
