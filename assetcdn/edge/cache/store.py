@@ -27,7 +27,11 @@ code (all methods are thread-safe).
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import logging
 import os
+import shutil
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -46,6 +50,11 @@ from assetcdn.edge.cache.purge_log import PurgeKind, PurgeLog
 from assetcdn.edge.cache.write_behind import WriteBehind
 
 MB = 1024 * 1024
+# SQLite's errors of a damaged database file (`damaged`), and the file a worker that found one locks (`open_or_reset`).
+DAMAGED_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+DATABASE = "cache.db"
+RESET_LOCK = "edge-reset.lock"
+log = logging.getLogger(__name__)
 # The pseudo header field (":" starts no real field name) a soft purge adds to a stored head, with the time it
 # ran: from then on the response is stale (assetcdn/edge/states/pull.py reads it).
 SOFT_PURGED = ":soft-purged"
@@ -77,6 +86,48 @@ def _holding_writes(method: Callable[Concatenate[EdgeCache, P], R]) -> Callable[
                 cache._writes.note_room()
     update_wrapper(purge, method)
     return purge
+
+
+def damaged(exc: BaseException) -> bool:
+    """Whether SQLite found the database file damaged (not a database, or malformed): not an error that goes away."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.DatabaseError) and code is not None and code & 0xFF in DAMAGED_CODES
+
+
+def open_or_reset(directory: Path, open_disk: Callable[[], DiskTier]) -> tuple[DiskTier, PurgeLog]:
+    """The disk tier of `directory` and its purge log; a database SQLite finds damaged is removed with the body
+    files its rows named, once, and the tier opened empty: a cache is fetched again, and a worker that could not
+    open it would fail at every start. Under a lock of the directory, opened again first: the workers of a node
+    start together, and the first one to take the lock makes the new database the others then open."""
+    try:
+        return _open_tiers(directory, open_disk)
+    except sqlite3.DatabaseError as exc:
+        if not damaged(exc):
+            raise
+    with open(directory / RESET_LOCK, "ab") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return _open_tiers(directory, open_disk)
+        except sqlite3.DatabaseError as exc:
+            if not damaged(exc):
+                raise
+            log.error("edge cache %s: its database is damaged (%s); removed with every cached body, the cache "
+                      "starts empty and is filled again from the origins", directory, exc)
+        for entry in os.scandir(directory):
+            if entry.name in (DATABASE, f"{DATABASE}-wal", f"{DATABASE}-shm"):
+                os.remove(entry.path)
+            elif len(entry.name) == 2 and entry.is_dir(follow_symlinks=False):  # the body files' directories
+                shutil.rmtree(entry.path, ignore_errors=True)
+        return _open_tiers(directory, open_disk)
+
+
+def _open_tiers(directory: Path, open_disk: Callable[[], DiskTier]) -> tuple[DiskTier, PurgeLog]:
+    disk = open_disk()
+    try:
+        return disk, PurgeLog(disk.database, directory)
+    except BaseException:
+        disk.close()
+        raise
 
 
 class PurgedMeanwhile(Exception):
@@ -132,11 +183,11 @@ class EdgeCache:
     ) -> None:
         self.directory = Path(directory)
         self.memory = MemoryTier(memory_bytes, memory_max_object, second_hit=second_hit)
-        self.disk = DiskTier(  # the memory tier's bodies, read whole: a batch of them may share a segment file
+        self.disk, self._purges = open_or_reset(self.directory, lambda: DiskTier(
+            # the memory tier's bodies, read whole: a batch of them may share a segment file
             self.directory, size_limit=disk_size_limit, min_file_size=disk_min_file_size,
             segment_max=memory_max_object,
-        )
-        self._purges = PurgeLog(self.disk.database, self.directory)
+        ))
         self._applied = AppliedGeneration(self.directory)
         self._writes = WriteBehind(self.memory, self.disk, sync_purges=self.sync_purges)
         self.disk.announce = self._purges  # until `alone`: the disk tier's batches announce what they store

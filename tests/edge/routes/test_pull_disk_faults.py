@@ -22,6 +22,7 @@ from tests.support.origins import PREFIX, ScriptedOrigin, serve_origin
 from tests.support.wait import wait_until
 
 ZONE = "pulled"
+MEMORY_MAX_OBJECT = 1024 * 1024  # edge.memory_object_max_kb's default: larger bodies are kept on disk only
 Worker = Callable[[], Awaitable[TestClient]]
 
 
@@ -57,14 +58,21 @@ async def healthy(client: TestClient) -> None:
     await wait_until(ready, "the worker caught up")
 
 
-def body_file(cache_dir: Path) -> Path:
-    """The one body file the disk tier holds (a body past the size SQLite keeps in its row)."""
+def body_files(cache_dir: Path) -> list[Path]:
+    """The body files the disk tier's rows name (bodies past the size SQLite keeps in a row)."""
     con = sqlite3.connect(cache_dir / "cache.db")
     try:
-        ((filename,),) = con.execute("SELECT filename FROM Cache WHERE filename IS NOT NULL").fetchall()
+        return [cache_dir / name for (name,) in con.execute("SELECT filename FROM Cache WHERE filename IS NOT NULL")]
     finally:
         con.close()
-    return cache_dir / filename
+
+
+async def stored(cache_dir: Path) -> None:
+    """Wait for the disk tier to hold a body file: a streamed body is stored after its last byte is sent."""
+    async def written() -> bool:
+        return bool(body_files(cache_dir))
+
+    await wait_until(written, "the body was stored")
 
 
 # A body the memory tier takes (read whole from its file) and one kept on disk only (streamed from its file).
@@ -78,8 +86,12 @@ async def test_a_body_file_cut_short_while_the_edge_was_down_is_asked_of_the_ori
     await healthy(first)
     resp = await first.get(f"/{ZONE}/f.bin")
     assert await resp.read() == body
-    await first.close()  # a graceful stop: the entry stays in the disk tier
-    os.truncate(body_file(cache_dir), size // 2)  # a bad disk lost its second half
+    if size > MEMORY_MAX_OBJECT:  # streamed into the disk tier once sent: a stop meanwhile would not store it
+        await stored(cache_dir)
+    await first.close()  # a graceful stop: the entry stays in the disk tier (a memory-only one is written now)
+    await stored(cache_dir)
+    (path,) = body_files(cache_dir)
+    os.truncate(path, size // 2)  # a bad disk lost its second half
 
     again = await worker()
     asked = len(origin.requests("/f.bin"))
@@ -91,3 +103,48 @@ async def test_a_body_file_cut_short_while_the_edge_was_down_is_asked_of_the_ori
     resp = await again.get(f"/{ZONE}/f.bin", timeout=ClientTimeout(total=60))  # stored whole again
     assert await resp.read() == body and resp.headers["X-Cache"] == "HIT"
     assert len(origin.requests("/f.bin")) == asked + 1
+
+
+def overwritten(database: Path) -> None:
+    """Not a database any more: its header overwritten."""
+    with open(database, "r+b") as file:
+        file.write(b"\xa5" * 4096)
+
+
+def cut_short(database: Path) -> None:
+    """Its first page kept, the pages it names gone: a malformed database."""
+    os.truncate(database, 4096)
+
+
+@pytest.mark.parametrize("damage", [overwritten, cut_short])
+async def test_a_worker_starts_on_a_database_damaged_while_the_edge_was_down_and_caches_again(
+        restartable: tuple[Path, ScriptedOrigin, Worker], damage: Callable[[Path], None]) -> None:
+    cache_dir, origin, worker = restartable
+    small, large = b"logo", bytes(range(256)) * 1024
+    origin.answer("/logo.txt", small, headers={"Cache-Control": "max-age=600"})
+    origin.answer("/big.bin", large, headers={"Cache-Control": "max-age=600"})
+    first = await worker()
+    await healthy(first)
+    for name, body in (("/logo.txt", small), ("/big.bin", large)):
+        resp = await first.get(f"/{ZONE}{name}")
+        assert await resp.read() == body
+    await first.close()
+    await stored(cache_dir)
+    with sqlite3.connect(cache_dir / "cache.db") as con:  # the write-ahead log's pages into the file, the log gone
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    old_files = list(cache_dir.glob("*/*.val"))
+    assert old_files
+    damage(cache_dir / "cache.db")
+
+    again = await worker()
+    await healthy(again)
+    for name, body in (("/logo.txt", small), ("/big.bin", large)):
+        asked = len(origin.requests(name))
+        resp = await again.get(f"/{ZONE}{name}")
+        assert resp.status == 200 and await resp.read() == body
+        assert len(origin.requests(name)) == asked + 1  # from the origin: nothing of the damaged cache was kept
+        resp = await again.get(f"/{ZONE}{name}")
+        assert await resp.read() == body and resp.headers["X-Cache"] == "HIT"
+    await again.close()
+    assert not any(path.exists() for path in old_files)  # the old body files went with the database
