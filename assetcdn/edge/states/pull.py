@@ -31,6 +31,7 @@ import logging
 import os
 import secrets
 import socket
+import sqlite3
 import struct
 import tempfile
 import time
@@ -119,6 +120,7 @@ from assetcdn.shared.request_body import body_deadline, too_large, unsupported_t
 log = logging.getLogger(__name__)
 # An origin's failures, per zone and kind: one line per 10 s with how many were left out, however many requests fail.
 ORIGIN_FAILURES = LinePerInterval(log)
+STORE_FAILURES = LinePerInterval(log)  # a cache that cannot store (its disk failing): a line per zone and interval
 R = TypeVar("R")
 SPOOL_MEMORY = 1024 * 1024          # a body being stored is kept in memory up to this, then in a temporary file
 SENT_BEFORE_STORED = 64 * 1024      # a body read with its head up to this is sent before it is stored (`keep`)
@@ -1180,8 +1182,9 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
 
     try:
         return await asyncio.get_running_loop().run_in_executor(STORES, put)
-    except (OSError, ValueError) as exc:
-        log.warning("pull zone %s: a response could not be cached: %s", zone.name, exc)
+    except (OSError, ValueError, sqlite3.Error) as exc:  # the cache's disk or database failing: served, not kept
+        STORE_FAILURES.log(logging.WARNING, zone.name, "pull zone %s: a response could not be cached: %s", zone.name,
+                           exc)
         return None
 
 
@@ -1228,7 +1231,7 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
         updated = StoredResponse.of(kept) if kept is not None else None
     except PurgedMeanwhile:  # the confirmation may predate what the purge was made for
         updated = None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, sqlite3.Error) as exc:
         log.info("a revalidated pull zone response could not be updated: %s", exc)
         updated = None
     # Not updated (its body went meanwhile: purged, evicted): answered with what we have.

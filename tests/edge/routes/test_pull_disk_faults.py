@@ -3,6 +3,7 @@ never a body cut short."""
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -16,6 +17,7 @@ import assetcdn.control.app  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
 from assetcdn.edge.app import EdgeIdentity
+from assetcdn.edge.app_keys import NODE
 from assetcdn.shared.config import Settings, load_settings
 from tests.support.control import ACCOUNT, SECRETS
 from tests.support.origins import PREFIX, ScriptedOrigin, serve_origin
@@ -148,3 +150,29 @@ async def test_a_worker_starts_on_a_database_damaged_while_the_edge_was_down_and
         assert await resp.read() == body and resp.headers["X-Cache"] == "HIT"
     await again.close()
     assert not any(path.exists() for path in old_files)  # the old body files went with the database
+
+
+DISK_ERRORS = [sqlite3.DatabaseError("database disk image is malformed"), OSError(errno.EIO, "Input/output error")]
+
+
+@pytest.mark.parametrize("error", DISK_ERRORS, ids=["database", "disk"])
+async def test_each_answer_on_a_connection_is_its_own_url_when_the_disk_tier_cannot_store_a_streamed_body(
+        restartable: tuple[Path, ScriptedOrigin, Worker], monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    _, origin, worker = restartable
+    large = bytes(range(256)) * (MEMORY_MAX_OBJECT // 128)  # stored streamed, after it is sent
+    origin.answer("/logo.txt", b"logo", headers={"Cache-Control": "max-age=600"})
+    origin.answer("/big.bin", large, headers={"Cache-Control": "max-age=600"})
+    client = await worker()
+    await healthy(client)
+    assert client.app is not None
+    disk = client.app[NODE].cache.disk
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(disk, "put", failing)
+    monkeypatch.setattr(disk, "put_many", failing)
+    for _ in range(2):  # one connection, kept alive: each answer is read as the next request's
+        for name, body in (("/big.bin", large), ("/logo.txt", b"logo")):
+            resp = await client.get(f"/{ZONE}{name}")
+            assert resp.status == 200 and await resp.read() == body, name
