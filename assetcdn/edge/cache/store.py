@@ -48,6 +48,7 @@ from assetcdn.edge.cache.entry import CachedObject, MemoryOnly
 from assetcdn.edge.cache.memory import MemoryTier
 from assetcdn.edge.cache.purge_log import PurgeKind, PurgeLog
 from assetcdn.edge.cache.write_behind import WriteBehind
+from assetcdn.shared.logs import LinePerInterval
 
 MB = 1024 * 1024
 # SQLite's errors of a damaged database file (`damaged`), and the file a worker that found one locks (`open_or_reset`).
@@ -55,6 +56,8 @@ DAMAGED_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 DATABASE = "cache.db"
 RESET_LOCK = "edge-reset.lock"
 log = logging.getLogger(__name__)
+# The disk tier's reads that failed (`EdgeCache.get`): a line per interval, not one per request.
+READ_FAILURES = LinePerInterval(log, 60.0)
 # The pseudo header field (":" starts no real field name) a soft purge adds to a stored head, with the time it
 # ran: from then on the response is stale (assetcdn/edge/states/pull.py reads it).
 SOFT_PURGED = ":soft-purged"
@@ -235,7 +238,12 @@ class EdgeCache:
         if obj is not None:
             return obj
         replays = self._replays
-        obj = self.disk.get(key, load_limit=self.memory.max_object_size)
+        try:
+            obj = self.disk.get(key, load_limit=self.memory.max_object_size)
+        except (OSError, sqlite3.Error) as exc:  # the disk or the database failing: a miss, which the origin answers
+            READ_FAILURES.log(logging.WARNING, "read", "edge cache %s: a read of the disk tier failed (%s); "
+                              "answered as a miss", self.directory, exc)
+            return None
         # Not brought into memory while the disk writer is behind: each would evict a memory-only entry for it to
         # write, and reads (which do not wait for it, as fills do) would let victims go unwritten.
         if obj is not None and obj.body is not None and not self.memory.victims_pressing:

@@ -176,3 +176,27 @@ async def test_each_answer_on_a_connection_is_its_own_url_when_the_disk_tier_can
         for name, body in (("/big.bin", large), ("/logo.txt", b"logo")):
             resp = await client.get(f"/{ZONE}{name}")
             assert resp.status == 200 and await resp.read() == body, name
+
+
+@pytest.mark.parametrize("error", DISK_ERRORS, ids=["database", "disk"])
+async def test_a_read_of_the_disk_tier_that_fails_is_answered_from_the_origin(
+        restartable: tuple[Path, ScriptedOrigin, Worker], monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    _, origin, worker = restartable
+    origin.answer("/logo.txt", b"logo", headers={"Cache-Control": "max-age=600"})
+    client = await worker()
+    await healthy(client)
+    resp = await client.get(f"/{ZONE}/logo.txt")
+    assert await resp.read() == b"logo"
+    assert client.app is not None
+    cache = client.app[NODE].cache
+    cache.flush_writes()
+    cache.memory.clear()  # the next request reads the disk tier
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(cache.disk, "get", failing)
+    asked = len(origin.requests("/logo.txt"))
+    resp = await client.get(f"/{ZONE}/logo.txt")
+    assert resp.status == 200 and await resp.read() == b"logo" and resp.headers["X-Cache"] == "MISS"
+    assert len(origin.requests("/logo.txt")) == asked + 1
