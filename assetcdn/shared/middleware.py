@@ -135,25 +135,42 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
     request[REQUEST_ID] = request_id
     try:
         response = await handler(request)
-    except ApiError as exc:
+    except Exception as exc:
+        if answer_begun(request):
+            # Part of an answer went out (a streamed body failing midway): another answer written after it would be
+            # read as the rest of its body, or as the next request's answer. aiohttp closes the connection instead.
+            log.exception("error on %s %s after its answer began (request %s); the connection is closed",
+                          request.method, request.rel_url.raw_path, request_id)
+            raise
+        return error_answer(request, request_id, exc)
+    return response
+
+
+def answer_begun(request: web.Request) -> bool:
+    """Whether bytes of an answer to `request` went out already (a streamed response's head, part of its body)."""
+    return getattr(request.writer, "output_size", 0) > 0
+
+
+def error_answer(request: web.Request, request_id: str, exc: Exception) -> web.StreamResponse:
+    """The answer to `exc`, which the handler of `request` raised (called while it is handled), in the right
+    envelope; a redirect is raised again."""
+    if isinstance(exc, ApiError):
         # A shared piece (body limits, path checks) may raise the standard error on a legacy path.
         return error_response(as_legacy(exc) if uses_legacy_envelope(request.path) else exc, request_id)
-    except LegacyError as exc:
+    if isinstance(exc, LegacyError):
         return error_response(exc, request_id)
-    except web.HTTPException as exc:
+    if isinstance(exc, web.HTTPException):
         if exc.status < 400:
             exc.headers["X-Request-ID"] = request_id
             exc.headers["X-API-Version"] = API_VERSION
-            raise
+            raise exc
         return error_response(_from_http_exception(request, exc), request_id)
-    except Exception:
-        # The path as sent (percent-encoded): decoded, a %0d%0a in it would start a line of the caller's own.
-        log.exception("unhandled error on %s %s (request %s)", request.method, request.rel_url.raw_path, request_id)
-        error: ApiError | LegacyError
-        text = "Internal server error. Retry later; report the request id if it persists."
-        error = LegacyError(500, text) if uses_legacy_envelope(request.path) else ApiError(500, "InternalError", text)
-        return error_response(error, request_id)
-    return response
+    # The path as sent (percent-encoded): decoded, a %0d%0a in it would start a line of the caller's own.
+    log.exception("unhandled error on %s %s (request %s)", request.method, request.rel_url.raw_path, request_id)
+    error: ApiError | LegacyError
+    text = "Internal server error. Retry later; report the request id if it persists."
+    error = LegacyError(500, text) if uses_legacy_envelope(request.path) else ApiError(500, "InternalError", text)
+    return error_response(error, request_id)
 
 
 async def _stamp_headers(request: web.Request, response: web.StreamResponse) -> None:

@@ -8,9 +8,10 @@ import os
 import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
-from aiohttp import ClientTimeout
+from aiohttp import ClientPayloadError, ClientTimeout
 from aiohttp.test_utils import TestClient, TestServer
 
 import assetcdn.control.app  # noqa: F401
@@ -18,6 +19,7 @@ import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
+from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.shared.config import Settings, load_settings
 from tests.support.control import ACCOUNT, SECRETS
 from tests.support.origins import PREFIX, ScriptedOrigin, serve_origin
@@ -200,3 +202,51 @@ async def test_a_read_of_the_disk_tier_that_fails_is_answered_from_the_origin(
     resp = await client.get(f"/{ZONE}/logo.txt")
     assert resp.status == 200 and await resp.read() == b"logo" and resp.headers["X-Cache"] == "MISS"
     assert len(origin.requests("/logo.txt")) == asked + 1
+
+
+class FailingRead:
+    """A body file whose reads fail after its first (a bad sector past it)."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self.file, self.reads = file, 0
+
+    def __enter__(self) -> FailingRead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()
+
+    def fileno(self) -> int:
+        return self.file.fileno()
+
+    def seek(self, offset: int) -> int:
+        return self.file.seek(offset)
+
+    def read(self, size: int) -> bytes:
+        self.reads += 1
+        if self.reads > 1:
+            raise OSError(errno.EIO, "Input/output error")
+        return self.file.read(size)
+
+
+async def test_a_body_file_that_fails_while_it_is_sent_cuts_the_connection_never_ends_the_answer_with_another(
+        restartable: tuple[Path, ScriptedOrigin, Worker], monkeypatch: pytest.MonkeyPatch) -> None:
+    cache_dir, origin, worker = restartable
+    large = bytes(range(256)) * (2 * MEMORY_MAX_OBJECT // 256)
+    origin.answer("/big.bin", large, headers={"Cache-Control": "max-age=600"})
+    origin.answer("/logo.txt", b"logo", headers={"Cache-Control": "max-age=600"})
+    client = await worker()
+    await healthy(client)
+    resp = await client.get(f"/{ZONE}/big.bin")
+    assert await resp.read() == large
+    await stored(cache_dir)
+    opened = CachedObject.open
+    monkeypatch.setattr(CachedObject, "open", lambda obj: FailingRead(opened(obj)))
+
+    resp = await client.get(f"/{ZONE}/big.bin", timeout=ClientTimeout(total=60))
+    assert resp.status == 200 and resp.headers["X-Cache"] == "HIT"
+    with pytest.raises(ClientPayloadError):  # cut short, and seen to be
+        await resp.read()
+    monkeypatch.setattr(CachedObject, "open", opened)
+    resp = await client.get(f"/{ZONE}/logo.txt")
+    assert resp.status == 200 and await resp.read() == b"logo"
