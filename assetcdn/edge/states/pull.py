@@ -48,7 +48,7 @@ from yarl import URL
 from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.cache.disk import damaged_file
 from assetcdn.edge.cache.entry import CachedObject
-from assetcdn.edge.cache.store import SOFT_PURGED, PurgedMeanwhile
+from assetcdn.edge.cache.store import READ_FAILURES, SOFT_PURGED, PurgedMeanwhile
 from assetcdn.edge.cache.tags import path_tag_zone, public_tags, pull_path_tag
 from assetcdn.edge.cdn_loop import came_back, loop_detected
 from assetcdn.edge.node import EdgeNode
@@ -1455,7 +1455,15 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
     timeout_s = send_timeout_s(request.app[NODE].settings)
     # Opened before the head is sent: a body that went since the lookup is the caller's miss, not a broken answer
     # (an open descriptor reads the whole file even if it is removed meanwhile).
-    with obj.open() as body:
+    try:
+        opened = obj.open()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # the disk refusing it (EIO, the cache directory's permissions gone): the caller's miss too
+        READ_FAILURES.log(logging.WARNING, "read", "edge cache: the body file %s cannot be opened (%s); asked of the "
+                          "origin instead", obj.path, exc)
+        raise FileNotFoundError(errno.ENOENT, f"cache file cannot be opened ({exc})", obj.path) from exc
+    with opened as body:
         if obj.body is None and (found := os.fstat(body.fileno()).st_size) != obj.size:
             # Cut short on disk since it was stored (a damaged disk): sent, it would stop short of its Content-Length
             # on a connection kept open. The caller asks the origin, as for a body gone (`deliver_stored`).

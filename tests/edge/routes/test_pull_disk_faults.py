@@ -250,3 +250,26 @@ async def test_a_body_file_that_fails_while_it_is_sent_cuts_the_connection_never
     monkeypatch.setattr(CachedObject, "open", opened)
     resp = await client.get(f"/{ZONE}/logo.txt")
     assert resp.status == 200 and await resp.read() == b"logo"
+
+
+@pytest.mark.parametrize("error", [PermissionError(errno.EACCES, "Permission denied"),
+                                   OSError(errno.EIO, "Input/output error")], ids=["permissions", "disk"])
+async def test_a_body_file_kept_on_disk_only_that_cannot_be_opened_is_answered_from_the_origin(
+        restartable: tuple[Path, ScriptedOrigin, Worker], monkeypatch: pytest.MonkeyPatch, error: OSError) -> None:
+    cache_dir, origin, worker = restartable
+    large = bytes(range(256)) * (2 * MEMORY_MAX_OBJECT // 256)
+    origin.answer("/big.bin", large, headers={"Cache-Control": "max-age=600"})
+    client = await worker()
+    await healthy(client)
+    resp = await client.get(f"/{ZONE}/big.bin")
+    assert await resp.read() == large
+    await stored(cache_dir)
+
+    def failing(obj: CachedObject) -> BinaryIO:
+        raise error
+
+    monkeypatch.setattr(CachedObject, "open", failing)  # the cache directory's permissions taken away, or a bad disk
+    asked = len(origin.requests("/big.bin"))
+    resp = await client.get(f"/{ZONE}/big.bin")
+    assert resp.status == 200 and await resp.read() == large and resp.headers["X-Cache"] == "MISS"
+    assert len(origin.requests("/big.bin")) == asked + 1
