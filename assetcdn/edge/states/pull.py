@@ -1055,9 +1055,23 @@ async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | No
                     if dropped is not None:
                         dropped()
                 else:
-                    await spool_write(spool, chunk, size)
-                    if digest is not None:
-                        digest.update(chunk)
+                    try:
+                        await spool_write(spool, chunk, size)
+                    except OSError as exc:
+                        if feed is not None and feed.lagging:  # what the client is still to be sent is in the spool
+                            raise
+                        # Its temporary file's disk full or failing: the body is still sent, but no longer kept.
+                        STORE_FAILURES.log(logging.WARNING, "spool", "pull zone bodies over %d bytes cannot be held "
+                                           "to be cached (%s); they are sent, not cached", SPOOL_MEMORY, exc)
+                        if feed is not None:
+                            feed.keep_pace(None)
+                        spool.close()
+                        spool = None
+                        if dropped is not None:
+                            dropped()
+                    else:
+                        if digest is not None:
+                            digest.update(chunk)
             if feed is not None:
                 feed.offer(chunk)
                 if feed.behind:  # as many clients lag as may: this one sets the fill's pace

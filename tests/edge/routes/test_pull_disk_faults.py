@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -273,3 +274,24 @@ async def test_a_body_file_kept_on_disk_only_that_cannot_be_opened_is_answered_f
     resp = await client.get(f"/{ZONE}/big.bin")
     assert resp.status == 200 and await resp.read() == large and resp.headers["X-Cache"] == "MISS"
     assert len(origin.requests("/big.bin")) == asked + 1
+
+
+class FullTemporaryDisk(tempfile.SpooledTemporaryFile):  # type: ignore[type-arg]
+    """A spool whose temporary file finds its disk full (the system's temporary directory)."""
+
+    def rollover(self) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+async def test_a_body_whose_temporary_file_finds_the_disk_full_is_sent_whole_and_not_cached(
+        restartable: tuple[Path, ScriptedOrigin, Worker], monkeypatch: pytest.MonkeyPatch) -> None:
+    _, origin, worker = restartable
+    large = bytes(range(256)) * (2 * MEMORY_MAX_OBJECT // 256)  # past what a spool holds in memory
+    origin.answer("/big.bin", large, headers={"Cache-Control": "max-age=600"})
+    client = await worker()
+    await healthy(client)
+    monkeypatch.setattr(tempfile, "SpooledTemporaryFile", FullTemporaryDisk)  # what a fill holds a body in
+    for asked in (1, 2):
+        resp = await client.get(f"/{ZONE}/big.bin", timeout=ClientTimeout(total=60))
+        assert resp.status == 200 and await resp.read() == large
+        assert len(origin.requests("/big.bin")) == asked  # not cached: asked again
