@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -51,8 +52,11 @@ from assetcdn.edge.cache.disk import SEGMENT_SWEEP_AGE_S, DiskTier
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.memory import MemoryTier
 from assetcdn.edge.heap import can_trim, trim_heap
+from assetcdn.shared.logs import LinePerInterval
 
 log = logging.getLogger(__name__)
+# Batches the disk tier refused (its disk or database failing): one line per interval while it goes on.
+WRITE_FAILURES = LinePerInterval(log, 60.0)
 # A batch is handed to the writer this long after its first entry: the fills arriving meanwhile join it, and
 # the event loop hands work to the writer thread (an executor submit) once per batch rather than once per fill.
 GATHER_S = 0.05
@@ -265,6 +269,9 @@ class WriteBehind:
                 self._disk.put_many(current, current=self._current)
             # A full filesystem may have kept some out (not which): all stay memory-only, written again later.
             stored = not self._closed and (self._disk.dropped_writes, self._disk.full_events) == (dropped, full)
+        except (OSError, sqlite3.Error) as exc:  # the disk or database failing: a line per interval, not per batch
+            WRITE_FAILURES.log(logging.ERROR, "write", "edge cache: %d entries could not be written to the disk tier: "
+                               "%s; they stay in memory only", len(current), exc)
         except Exception:  # a cache write failing must not stop later ones: the entry stays memory-only
             log.exception("edge cache: %d entries could not be written to the disk tier", len(current))
         finally:

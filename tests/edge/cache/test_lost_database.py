@@ -4,11 +4,18 @@ purge each other's memory tiers."""
 
 from __future__ import annotations
 
+import logging
 import os
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
+from assetcdn.edge.cache import write_behind
 from assetcdn.edge.cache.entry import strong_etag
 from assetcdn.edge.cache.store import EdgeCache
+from assetcdn.shared.logs import LinePerInterval
 
 MB = 1024 * 1024
 
@@ -45,3 +52,28 @@ def test_a_purge_reaches_the_other_workers_after_the_database_was_removed_betwee
     finally:
         one.close()
         other.close()
+
+
+def test_a_disk_tier_that_fails_every_write_costs_the_log_a_line_per_interval_not_one_per_batch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    cache = worker(tmp_path / "cache")
+    writer = ThreadPoolExecutor(1)
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(cache.disk, "put_many", failing)
+    monkeypatch.setattr(write_behind, "WRITE_FAILURES", LinePerInterval(write_behind.log, 60.0))  # none logged yet
+    try:
+        with caplog.at_level(logging.WARNING, logger="assetcdn.edge.cache"):
+            for number in range(20):
+                assert cache.put_behind(f"pull:{number}", b"body", "text/plain", strong_etag(str(number)), (), (),
+                                        writer=writer) is not None
+                cache.flush_writes()  # a batch each, each refused
+                assert cache.get(f"pull:{number}") is not None  # kept in memory all the same
+        failures = [record for record in caplog.records if "could not be written" in record.getMessage()]
+        assert len(failures) == 1, [record.getMessage() for record in failures]
+        assert "database disk image is malformed" in failures[0].getMessage()
+    finally:
+        writer.shutdown()
+        cache.close()
