@@ -20,6 +20,7 @@ has not applied those purges declines instead of handing back what they removed 
 from __future__ import annotations
 
 import fcntl
+import logging
 import mmap
 import os
 import sqlite3
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Literal
 
 from assetcdn.edge.cache.sqlite_conn import ThreadLocalConnection
+from assetcdn.shared.logs import LinePerInterval
 
 PurgeKind = Literal["keys", "tags", "prefix", "all"]
 # A notice, not a purge: ``stored`` names a key and when it was stored (``note_stored``).
@@ -37,6 +39,9 @@ SEQUENCE_FILE = "edge-purge.seq"
 SEQUENCE_SIZE = 24  # three 8-byte numbers: purges published, notices published, the purges' manifest generation
 # Rows kept for workers that are behind; a worker further behind clears its memory tier.
 KEEP_ROWS = 10_000
+log = logging.getLogger(__name__)
+# A log that cannot be read (`take_pending`): a line per interval, not one per request.
+UNREAD = LinePerInterval(log, 60.0)
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS EdgePurge ("
@@ -201,7 +206,17 @@ class PurgeLog:
 
     def take_pending(self) -> list[Purge]:
         """Purges, then notices, published since the last call; one ``all`` purge if this worker fell behind
-        further than the log keeps."""
+        further than the log keeps, or when the log cannot be read (its database failing: which purges were
+        published is not known, and a worker that went on without them would serve what they removed)."""
+        try:
+            return self._take_pending()
+        except sqlite3.Error as exc:
+            self._applied, self._noted = self._published[0], self._published[1]
+            UNREAD.log(logging.ERROR, "purges", "edge cache: the purges other workers published could not be read "
+                       "(%s); this worker's memory tier is emptied instead", exc)
+            return [Purge("all", "")]
+
+    def _take_pending(self) -> list[Purge]:
         published, noted = self._published[0], self._published[1]
         taken: list[Purge] = []
         behind = False

@@ -77,3 +77,25 @@ def test_a_disk_tier_that_fails_every_write_costs_the_log_a_line_per_interval_no
     finally:
         writer.shutdown()
         cache.close()
+
+
+def test_a_worker_that_cannot_read_the_purges_of_the_others_serves_none_of_what_they_purged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    directory = tmp_path / "cache"
+    one, other = worker(directory), worker(directory)
+    try:
+        one.put("pull:logo", b"old logo", "image/png", strong_etag("old"), ("zone-a",))
+        one.put("pull:icon", b"icon", "image/png", strong_etag("icon"), ("zone-b",))
+        assert other.get("pull:logo") is not None and other.get("pull:icon") is not None  # in its memory tier
+
+        def unreadable(*args: object) -> None:
+            raise sqlite3.DatabaseError("database disk image is malformed")
+
+        assert one.purge_keys(["pull:logo"]) == 1
+        monkeypatch.setattr(other._purges, "_sql", unreadable)  # the log's pages damaged, for this worker's reads
+        assert other.get("pull:logo") is None  # not the purged copy of its memory tier, nor an error
+        monkeypatch.undo()
+        assert other.get("pull:icon") is not None  # read from the disk tier again
+    finally:
+        one.close()
+        other.close()
