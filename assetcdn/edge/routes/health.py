@@ -13,6 +13,7 @@ each binding: a cache write/read/delete and a round trip to control, with their 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from typing import Any
 
@@ -66,7 +67,14 @@ async def health(request: web.Request) -> web.Response:
     checks.append(control_check)
     checks.append(await counters_check(request.app[COUNTERS], deep=deep))
 
+    cache_stats: dict[str, int] | None
+    try:
+        cache_stats = node.cache.stats().to_json()
+    except (OSError, sqlite3.Error) as exc:  # the disk tier failing: this edge is unhealthy, the answer says why
+        cache_stats = None
+        next(c for c in checks if c["name"] == "cache").update(healthy=False,
+                                                               error=f"the disk tier cannot be read: {exc}")
     ok = all(c["healthy"] for c in checks)
     body = health_body(ok, checks, role="edge", node=node.name, manifestGeneration=node.applied_generation,
-                       cache=node.cache.stats().to_json(), shield=node.shields.status())
+                       cache=cache_stats, shield=node.shields.status())
     return json_response(body, status=200 if ok else 503, headers=HEALTH_HEADERS)

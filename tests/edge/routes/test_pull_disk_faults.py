@@ -295,3 +295,21 @@ async def test_a_body_whose_temporary_file_finds_the_disk_full_is_sent_whole_and
         resp = await client.get(f"/{ZONE}/big.bin", timeout=ClientTimeout(total=60))
         assert resp.status == 200 and await resp.read() == large
         assert len(origin.requests("/big.bin")) == asked  # not cached: asked again
+
+
+async def test_health_says_the_disk_tier_fails_rather_than_failing_itself(
+        restartable: tuple[Path, ScriptedOrigin, Worker], monkeypatch: pytest.MonkeyPatch) -> None:
+    _, _, worker = restartable
+    client = await worker()
+    await healthy(client)
+    assert client.app is not None
+
+    def failing(*args: object) -> int:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(client.app[NODE].cache.disk, "volume", failing)
+    resp = await client.get("/api/health")
+    assert resp.status == 503  # a load balancer sends this edge's clients elsewhere
+    body = await resp.json()
+    (cache,) = [check for check in body["checks"] if check["name"] == "cache"]
+    assert cache["healthy"] is False and "database disk image is malformed" in cache["error"]
