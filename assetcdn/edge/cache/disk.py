@@ -574,18 +574,23 @@ class DiskTier:
             body, path = None, os.path.join(self._root, filename)
         if not isinstance(meta, str):
             return None
-        data = orjson.loads(meta)
-        return CachedObject(
-            key=key,
-            content_type=data["ct"],
-            etag=data["etag"],
-            tags=data["tags"],
-            size=size,
-            stored_at=data["at"],
-            body=body,
-            path=path,
-            headers=data["h"],
-        )
+        data = decoded_meta(meta)
+        try:
+            return CachedObject(
+                key=key,
+                content_type=data["ct"],
+                etag=data["etag"],
+                tags=data["tags"],
+                size=size,
+                stored_at=data["at"],
+                body=body,
+                path=path,
+                headers=data["h"],
+            )
+        except KeyError:  # not the JSON object every entry is stored with: changed on disk (a damaged page)
+            DAMAGED_LINES.log(logging.WARNING, "head", "edge cache %s: the stored head of %s cannot be read (a "
+                              "damaged disk?); asked of the origin instead", self._root, key)
+            return None
 
     def stored_version(self, key: str, mark: str) -> tuple[float | None, bool] | None:
         """The stored-at time of the entry under ``key`` and whether its head holds the pseudo header field ``mark``

@@ -313,3 +313,24 @@ async def test_health_says_the_disk_tier_fails_rather_than_failing_itself(
     body = await resp.json()
     (cache,) = [check for check in body["checks"] if check["name"] == "cache"]
     assert cache["healthy"] is False and "database disk image is malformed" in cache["error"]
+
+
+@pytest.mark.parametrize("meta", ['{"ct": "text/pl', "{}", "[1]"], ids=["cut", "empty", "not-an-object"])
+async def test_an_entry_whose_stored_head_was_damaged_is_answered_from_the_origin(
+        restartable: tuple[Path, ScriptedOrigin, Worker], meta: str) -> None:
+    cache_dir, origin, worker = restartable
+    origin.answer("/logo.txt", b"logo", headers={"Cache-Control": "max-age=600"})
+    first = await worker()
+    await healthy(first)
+    resp = await first.get(f"/{ZONE}/logo.txt")
+    assert await resp.read() == b"logo"
+    await first.close()
+    with sqlite3.connect(cache_dir / "cache.db") as con:  # a bad disk changed the bytes of the row's head
+        assert con.execute("UPDATE Cache SET tag = ? WHERE raw = 1", (meta,)).rowcount == 1
+    con.close()
+
+    again = await worker()
+    asked = len(origin.requests("/logo.txt"))
+    resp = await again.get(f"/{ZONE}/logo.txt")
+    assert resp.status == 200 and await resp.read() == b"logo"
+    assert len(origin.requests("/logo.txt")) == asked + 1
