@@ -27,6 +27,7 @@ code (all methods are thread-safe).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import logging
 import os
@@ -43,7 +44,14 @@ from pathlib import Path
 from typing import Any, BinaryIO, Concatenate, ParamSpec, TypeVar
 
 from assetcdn.edge.cache.applied import AppliedGeneration, GenerationPurge
-from assetcdn.edge.cache.disk import DEFAULT_MIN_FILE_SIZE, DiskTier, encode_meta, prefix_end
+from assetcdn.edge.cache.disk import (
+    DEFAULT_MIN_FILE_SIZE,
+    SEGMENT_SUFFIX,
+    DiskTier,
+    encode_meta,
+    is_disk_full,
+    prefix_end,
+)
 from assetcdn.edge.cache.entry import CachedObject, MemoryOnly
 from assetcdn.edge.cache.memory import MemoryTier
 from assetcdn.edge.cache.purge_log import PurgeKind, PurgeLog
@@ -55,6 +63,8 @@ MB = 1024 * 1024
 DAMAGED_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 DATABASE = "cache.db"
 RESET_LOCK = "edge-reset.lock"
+# What a worker that cannot open the disk tier on a full filesystem frees of its oldest bodies (`open_or_reset`).
+FREE_AT_START = 4 * MB
 log = logging.getLogger(__name__)
 # The disk tier's reads that failed (`EdgeCache.get`): a line per interval, not one per request.
 READ_FAILURES = LinePerInterval(log, 60.0)
@@ -105,6 +115,8 @@ def open_or_reset(directory: Path, open_disk: Callable[[], DiskTier]) -> tuple[D
     try:
         return _open_tiers(directory, open_disk)
     except sqlite3.DatabaseError as exc:
+        if is_disk_full(exc) and free_oldest_bodies(directory, FREE_AT_START, exc):
+            return _open_tiers(directory, open_disk)
         if not damaged(exc):
             raise
     with open(directory / RESET_LOCK, "ab") as lock:
@@ -122,6 +134,32 @@ def open_or_reset(directory: Path, open_disk: Callable[[], DiskTier]) -> tuple[D
             elif len(entry.name) == 2 and entry.is_dir(follow_symlinks=False):  # the body files' directories
                 shutil.rmtree(entry.path, ignore_errors=True)
         return _open_tiers(directory, open_disk)
+
+
+def free_oldest_bodies(directory: Path, wanted: int, exc: BaseException) -> int:
+    """Remove the oldest body files and segments (by their time) of `directory` until `wanted` bytes went: SQLite
+    cannot open a database on a full filesystem (its shared-memory index and write-ahead log need room), and a
+    worker would fail at every start until something else freed space. Their rows read as misses (fetched again)
+    and go with the culls. Returns the bytes freed."""
+    bodies: list[tuple[float, int, str]] = []
+    for folder in os.scandir(directory):
+        if len(folder.name) == 2 and folder.is_dir(follow_symlinks=False):
+            with contextlib.suppress(OSError):
+                for item in os.scandir(folder.path):
+                    if item.name.endswith((".val", SEGMENT_SUFFIX)):
+                        stat = item.stat(follow_symlinks=False)
+                        bodies.append((stat.st_mtime, stat.st_size, item.path))
+    bodies.sort()
+    freed = 0
+    for _, size, path in bodies:
+        if freed >= wanted:
+            break
+        with contextlib.suppress(OSError):
+            os.remove(path)
+            freed += size
+    log.error("edge cache %s: its database could not be opened on a full filesystem (%s); removed the oldest "
+              "cached bodies (%d bytes) to start", directory, exc, freed)
+    return freed
 
 
 def _open_tiers(directory: Path, open_disk: Callable[[], DiskTier]) -> tuple[DiskTier, PurgeLog]:

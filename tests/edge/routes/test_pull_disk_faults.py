@@ -9,7 +9,7 @@ import sqlite3
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import pytest
 from aiohttp import ClientPayloadError, ClientTimeout
@@ -20,6 +20,7 @@ import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
 from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
+from assetcdn.edge.cache.disk import DiskTier
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.shared.config import Settings, load_settings
 from tests.support.control import ACCOUNT, SECRETS
@@ -334,3 +335,36 @@ async def test_an_entry_whose_stored_head_was_damaged_is_answered_from_the_origi
     resp = await again.get(f"/{ZONE}/logo.txt")
     assert resp.status == 200 and await resp.read() == b"logo"
     assert len(origin.requests("/logo.txt")) == asked + 1
+
+
+async def test_a_worker_starts_on_a_full_filesystem_by_freeing_its_oldest_bodies(
+        restartable: tuple[Path, ScriptedOrigin, Worker], monkeypatch: pytest.MonkeyPatch) -> None:
+    cache_dir, origin, worker = restartable
+    large = bytes(range(256)) * (2 * MEMORY_MAX_OBJECT // 256)
+    origin.answer("/big.bin", large, headers={"Cache-Control": "max-age=600"})
+    first = await worker()
+    await healthy(first)
+    resp = await first.get(f"/{ZONE}/big.bin")
+    assert await resp.read() == large
+    await stored(cache_dir)
+    await first.close()
+    (held,) = body_files(cache_dir)
+    opened = DiskTier.__init__
+
+    def full_filesystem(tier: DiskTier, *args: Any, **kwargs: Any) -> None:
+        """SQLite opening a database on a full filesystem (no room for its shared-memory index): it fails until
+        something frees room, here the body file the earlier run stored."""
+        if held.exists():
+            raise sqlite3.OperationalError("disk I/O error")
+        opened(tier, *args, **kwargs)
+
+    monkeypatch.setattr(DiskTier, "__init__", full_filesystem)
+    again = await worker()
+    await healthy(again)
+    asked = len(origin.requests("/big.bin"))
+    resp = await again.get(f"/{ZONE}/big.bin")
+    assert resp.status == 200 and await resp.read() == large  # its body file went: asked of the origin
+    assert len(origin.requests("/big.bin")) == asked + 1
+    await stored(cache_dir)
+    resp = await again.get(f"/{ZONE}/big.bin")
+    assert await resp.read() == large and resp.headers["X-Cache"] == "HIT"  # and cached again
