@@ -1706,5 +1706,10 @@ async def invalidate(node: EdgeNode, zone: PullZone, request: web.Request, path:
             tags.append(pull_path_tag(zone.name, as_origin.raw_path[len(origin_prefix):]))
         if origin_of(as_public) == public and as_public.raw_path.startswith(prefix + "/"):
             tags.append(pull_path_tag(zone.name, as_public.raw_path[len(prefix):]))
-    await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_tags, tags)
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_tags, tags)
+    except (OSError, sqlite3.Error) as exc:  # the cache's disk failing: the origin's answer is still the client's
+        node.cache.memory.purge_tags(tags)  # this worker's copies at least (the disk tier's could not be reached)
+        STORE_FAILURES.log(logging.ERROR, f"invalidate {zone.name}", "pull zone %s: what a %s changed could not "
+                           "be purged from the disk tier: %s", zone.name, request.method, exc)
     await node.shields.invalidated(tags)

@@ -368,3 +368,26 @@ async def test_a_worker_starts_on_a_full_filesystem_by_freeing_its_oldest_bodies
     await stored(cache_dir)
     resp = await again.get(f"/{ZONE}/big.bin")
     assert await resp.read() == large and resp.headers["X-Cache"] == "HIT"  # and cached again
+
+
+async def test_an_unsafe_request_gets_the_origins_answer_when_the_cache_cannot_purge_what_it_changed(
+        restartable: tuple[Path, ScriptedOrigin, Worker], monkeypatch: pytest.MonkeyPatch) -> None:
+    _, origin, worker = restartable
+    origin.answer("/doc.txt", b"v1", headers={"Cache-Control": "max-age=600"})
+    client = await worker()
+    await healthy(client)
+    resp = await client.get(f"/{ZONE}/doc.txt")
+    assert await resp.read() == b"v1"
+    assert client.app is not None
+    cache = client.app[NODE].cache
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(cache._purges, "record", failing)  # the damaged database refuses the purge
+    monkeypatch.setattr(cache.disk, "get", failing)  # and its reads
+    origin.answer("/doc.txt", b"v2", headers={"Cache-Control": "max-age=600"})
+    resp = await client.post(f"/{ZONE}/doc.txt", data=b"change")
+    assert resp.status == 200 and await resp.read() == b"v2"  # done at the origin: never a 500 to retry it on
+    resp = await client.get(f"/{ZONE}/doc.txt")
+    assert await resp.read() == b"v2"  # not this worker's copy from before the change
