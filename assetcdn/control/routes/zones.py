@@ -16,6 +16,7 @@ from assetcdn.control.acme.service import CERTIFICATES
 from assetcdn.control.app_keys import SETTINGS, public_url
 from assetcdn.control.publishing.publisher import Mutation
 from assetcdn.control.publishing.service import PUBLISHER
+from assetcdn.control.records.recording import AUDIT_META
 from assetcdn.control.request_body import read_json
 from assetcdn.control.storage.edge_config_store import zone_names as zones_in_git
 from assetcdn.control.storage.service import EDGE_CONFIG, GIT, MANIFEST, ZONES
@@ -222,12 +223,21 @@ async def put_origin(request: web.Request) -> web.Response:
 
 async def delete_origin(request: web.Request) -> web.Response:
     zone = await require_zone(request)
-    async with request.app[EDGE_CONFIG].origin_changes:
-        if not await request.app[EDGE_CONFIG].remove_origin(zone):
+    store = request.app[EDGE_CONFIG]
+    async with store.origin_changes:
+        removed = await store.origin(zone)
+        if removed is None or not await store.remove_origin(zone):
             raise not_found(f"Zone '{zone}' has no origin.", target="id", code="NoOrigin")
+        # The audit entry names the origin removed (its answer has none), as an origin set names the one set.
+        request[AUDIT_META] = origin_audit(removed)
         await request.app[PUBLISHER].publish_config()
         await retire_cached(request, zone)
     return origin_answer(request, zone, None, f"Zone '{zone}' no longer pulls from an origin: its paths are its stored files.")
+
+
+def origin_audit(origin: PullOrigin) -> dict[str, str]:
+    """Where a zone pulls from, for its audit entry: the URL and Host header, never a request field's value."""
+    return {"originUrl": origin.url, **({"originHost": origin.host_header} if origin.host_header else {})}
 
 
 async def retire_cached(request: web.Request, zone: str) -> None:

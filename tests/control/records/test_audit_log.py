@@ -180,3 +180,20 @@ async def test_an_origin_set_is_audited_with_where_it_pulls_from_and_no_header_v
     assert (entry["meta"]["zone"], entry["meta"]["originUrl"], entry["meta"]["originHost"]) == \
         ("pulled-audit", "https://origin.example.com/assets", "assets.example.com")
     assert "s3cret-value" not in str(await entries(control))
+
+
+async def test_an_origin_removal_is_audited_with_the_origin_it_removed_and_no_header_value(control: TestClient) -> None:
+    resp = await control.post("/api/core/zones", headers=ACCOUNT, json={"Name": "unpulled-audit", "Origin": {
+        "Url": "https://origin.test/assets", "HostHeader": "assets.test",
+        "RequestHeaders": {"X-Origin-Secret": "s3cret-value"}}})
+    assert resp.status == 201, await resp.text()
+    resp = await control.delete("/api/core/zones/unpulled-audit/origin", headers=ACCOUNT)
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["Origin"] is None
+    (entry,) = [e for e in await entries(control) if e["action"] == "zone.origin.remove"]
+    assert (entry["meta"]["zone"], entry["meta"]["originUrl"], entry["meta"]["originHost"]) == \
+        ("unpulled-audit", "https://origin.test/assets", "assets.test")
+    assert "s3cret-value" not in str(await entries(control))
+    resp = await control.delete("/api/core/zones/unpulled-audit/origin", headers=ACCOUNT)  # none left: 404
+    assert resp.status == 404
+    assert [e["action"] for e in await entries(control)].count("zone.origin.remove") == 1
