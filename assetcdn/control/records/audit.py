@@ -58,17 +58,14 @@ class AuditLog:
 
     async def entries(self, *, days: int, action: str | None, limit: int,
                       now: float | None = None) -> list[dict[str, Any]]:
-        """Newest first. ``action`` is an exact name (``zone.create``) or a family (``zone``)."""
+        """Newest first. ``action`` is an exact name (``zone.create``) or a family (``zone``, ``zone.origin``):
+        the actions it names whole or that begin with it and a dot."""
         since = _iso(datetime.fromtimestamp(time.time() if now is None else now, UTC) - timedelta(days=days))
         query = "SELECT timestamp, action, ip, user_agent, request_id, meta FROM audit_log WHERE timestamp >= ?"
         args: list[Any] = [since]
         if action:
-            if "." in action:
-                query += " AND action = ?"
-                args.append(action)
-            else:
-                query += " AND action LIKE ? ESCAPE '\\'"
-                args.append(action.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ".%")
+            query += " AND (action = ? OR action LIKE ? ESCAPE '\\')"
+            args += [action, action.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ".%"]
         query += " ORDER BY id DESC LIMIT ?"
         args.append(limit)
         rows = await self.db.fetch(query, args)

@@ -197,3 +197,16 @@ async def test_an_origin_removal_is_audited_with_the_origin_it_removed_and_no_he
     resp = await control.delete("/api/core/zones/unpulled-audit/origin", headers=ACCOUNT)  # none left: 404
     assert resp.status == 404
     assert [e["action"] for e in await entries(control)].count("zone.origin.remove") == 1
+
+
+async def test_a_family_of_three_part_actions_is_filtered_by_its_first_two_parts(control: TestClient) -> None:
+    assert (await control.post("/api/core/zones", json={"Name": "family"}, headers=ACCOUNT)).status == 201
+    assert (await control.put("/api/core/zones/family/origin", headers=ACCOUNT,
+                              json={"Url": "https://origin.test"})).status == 200
+    assert (await control.delete("/api/core/zones/family/origin", headers=ACCOUNT)).status == 200
+    assert [e["action"] for e in await entries(control, action="zone.origin")] == \
+        ["zone.origin.remove", "zone.origin.set"]
+    assert [e["action"] for e in await entries(control, action="zone.origin.set")] == ["zone.origin.set"]
+    assert [e["action"] for e in await entries(control, action="zone.create")] == ["zone.create"]
+    assert len(await entries(control, action="zone")) == 3
+    assert await entries(control, action="zone.orig") == []
