@@ -10,6 +10,7 @@ accepts loopback addresses alone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 from dataclasses import dataclass
@@ -85,9 +86,13 @@ class Sender:
             return Outcome(False, None, f"refused: {refused}")
         try:
             async with self._session(url.scheme).post(url, data=body, headers=headers, allow_redirects=False) as resp:
-                await resp.content.read(REPLY_READ_MAX)  # the rest is not read: the connection is closed
                 if 200 <= resp.status < 300:
+                    # The status is the receiver's answer (docs/api-guide.md "Webhooks": any 2xx is a delivery):
+                    # a reply body that then breaks off or stalls changes nothing, and the event was received.
+                    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                        await resp.content.read(REPLY_READ_MAX)  # the rest is not read: the connection is closed
                     return Outcome(True, resp.status)
+                await resp.content.read(REPLY_READ_MAX)
                 return Outcome(False, resp.status, f"HTTP {resp.status}")
         except (TimeoutError, aiohttp.ServerTimeoutError):
             return Outcome(False, None, f"no answer within {self._timeout_s:g} s")

@@ -3,8 +3,10 @@ once, and one slow receiver does not hold up another."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import orjson
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.storage.service import DB
@@ -140,3 +142,39 @@ async def test_a_slow_receiver_does_not_delay_another(aiohttp_client, data_dir: 
     assert receiver.arrivals["slow"] == 2 and receiver.received["slow"] == []  # its two slots, held
     gate.set()
     await receiver.wait(lambda: len(receiver.delivered("slow")) == 6)
+
+
+async def test_a_2xx_is_a_delivery_even_when_the_rest_of_its_reply_is_cut_short(control: TestClient, zone: str) -> None:
+    """The receiver's status is its answer: a 200 whose body then breaks off (the receiver closes the connection
+    early) was received, and is not sent again until it becomes a dead letter."""
+    arrived: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        arrived.append(await reader.readexactly(length))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        resp = await control.post("/api/webhooks", headers=ACCOUNT, json={
+            "url": f"http://receiver.test:{port}/hook", "events": ["asset.created"]})
+        assert resp.status == 201, await resp.text()
+        hook = await resp.json()
+        await put(control, "a.txt")
+
+        async def finished() -> dict | None:
+            found = await deliveries(control, hook["id"])
+            return found[0] if found and found[0]["state"] != "pending" else None
+
+        found = await eventually(finished)
+        assert (found["state"], found["lastStatus"], found["lastError"]) == ("delivered", 200, None)
+        assert found["attempts"] == len(arrived)
+        assert orjson.loads(arrived[0])["data"] == {"path": "/akande/v1/logos/a.txt", "size": 1}
+    finally:
+        server.close()
+        await server.wait_closed()
