@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 MAX_IDLE_S = 5.0          # the outbox is read at least this often, wake-ups or not
 ERROR_BACKOFF_S = 1.0
+UNRECORDED_RETRY_S = 5.0  # a delivery whose attempt's outcome could not be recorded is sent again after this
 PRUNE_INTERVAL_S = 3600.0
 
 
@@ -45,6 +46,9 @@ class DeliveryWorker:
         self._clock = clock
         self._wake = asyncio.Event()
         self._inflight: dict[str, dict[str, asyncio.Task[None]]] = {}  # webhook id -> delivery id -> attempt
+        # Deliveries whose attempt failed unexpectedly (its outcome could not be recorded: the database refused the
+        # write), and when they may start again: they stay pending, and are not sent again at once in a loop.
+        self._resting: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
         self._turn = 0
 
@@ -98,6 +102,7 @@ class DeliveryWorker:
     async def _start_due(self) -> float:
         """Start what is due within the bounds; return how long to sleep at most."""
         now = self._clock()
+        self._resting = {delivery: until for delivery, until in self._resting.items() if until > now}
         hooks = self._store.all()
         if hooks:  # a different webhook goes first each round, so the global bound is shared fairly
             self._turn = (self._turn + 1) % len(hooks)
@@ -110,16 +115,17 @@ class DeliveryWorker:
             free = min(self._settings.concurrency_per_target - len(running), total_free)
             if free <= 0:
                 continue
-            for due in await self._deliveries.due(hook.id, now, free + len(running)):
+            for due in await self._deliveries.due(hook.id, now, free + len(running) + len(self._resting)):
                 if free == 0:
                     break
-                if due.id in running:
+                if due.id in running or due.id in self._resting:
                     continue
                 running = self._inflight.setdefault(hook.id, {})
                 running[due.id] = asyncio.create_task(self._attempt(due), name=f"webhook-delivery-{due.id}")
                 free -= 1
                 total_free -= 1
-        next_at = await self._deliveries.next_due_after(now)
+        next_at = min([at for at in (await self._deliveries.next_due_after(now), *self._resting.values())
+                       if at is not None], default=None)
         return MAX_IDLE_S if next_at is None else min(max(next_at - self._clock(), 0.0), MAX_IDLE_S)
 
     async def _attempt(self, due: DueDelivery) -> None:
@@ -153,7 +159,9 @@ class DeliveryWorker:
                 log.warning("webhook %s (host %s): delivery %s of %s is a dead letter after %d attempts: %s",
                             hook.id, URL(hook.url).host, due.id, due.event, attempt, outcome.error)
         except Exception:
-            log.exception("webhook delivery %s failed unexpectedly; it stays pending", due.id)
+            self._resting[due.id] = self._clock() + UNRECORDED_RETRY_S
+            log.exception("webhook delivery %s failed unexpectedly; it stays pending (again in %.0f s)", due.id,
+                          UNRECORDED_RETRY_S)
         finally:
             running = self._inflight.get(due.webhook_id)
             if running is not None:

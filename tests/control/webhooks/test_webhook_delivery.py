@@ -4,12 +4,16 @@ once, and one slow receiver does not hold up another."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.storage.service import DB
+from assetcdn.control.webhooks.service import WEBHOOK_DELIVERIES, WEBHOOK_WORKER
 from tests.control.expect import expect_error
 from tests.control.webhooks.receiver import FakeResolver, Receiver
 from tests.support.control import ACCESS, ACCOUNT
@@ -178,3 +182,47 @@ async def test_a_2xx_is_a_delivery_even_when_the_rest_of_its_reply_is_cut_short(
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_a_delivery_whose_outcome_cannot_be_recorded_is_not_sent_again_at_once(
+        control: TestClient, receiver: Receiver, zone: str) -> None:
+    """The receiver answered but the database refused to record it (locked past its timeout, a full disk): the
+    delivery stays pending, and is sent again only after a pause, not in a loop as fast as the receiver answers."""
+    worker, recorded = control.app[WEBHOOK_WORKER], control.app[WEBHOOK_DELIVERIES]
+    now = [time.time() + 1000]
+    worker._clock = lambda: now[0]  # the worker's time stands still unless the test moves it
+    refused: list[str] = []
+    refuse = [True]
+    delivered = recorded.delivered
+
+    async def refusing(delivery_id: str, *args: Any) -> None:
+        if refuse[0] and any(r.headers["X-Webhook-Delivery"] == delivery_id for r in receiver.received["stuck"]):
+            refused.append(delivery_id)
+            raise sqlite3.OperationalError("database is locked")
+        await delivered(delivery_id, *args)
+
+    recorded.delivered = refusing  # type: ignore[method-assign]
+    await register(control, receiver, "stuck", ["asset.created"])
+    await register(control, receiver, "witness", ["asset.deleted"])
+    await put(control, "a.txt")
+    await receiver.wait(lambda: len(receiver.received["stuck"]) == 1)
+    resp = await control.delete("/api/storage/akande/v1/logos/a.txt", headers=ACCESS)
+    assert resp.status == 200, await resp.text()
+    await receiver.wait(lambda: len(receiver.delivered("witness")) == 1)  # the worker went on with other work
+    assert receiver.arrivals["stuck"] == 1 and len(refused) == 1
+    (pending,) = await deliveries(control, (await _hook_id(control, "stuck")))
+    assert pending["state"] == "pending"
+
+    now[0] += 60  # past the pause, and the database records again
+    refuse[0] = False
+    worker.notify()
+    await receiver.wait(lambda: len(receiver.received["stuck"]) == 2)
+    found = await eventually(lambda: _delivered(control, pending["webhookId"]))
+    assert found["id"] == pending["id"] and found["attempts"] == 1  # the attempt recorded, its sending twice not
+    assert len({r.headers["X-Webhook-Id"] for r in receiver.received["stuck"]}) == 1
+
+
+async def _hook_id(control: TestClient, name: str) -> str:
+    resp = await control.get("/api/webhooks", headers=ACCOUNT)
+    (hook,) = [h for h in (await resp.json())["webhooks"] if h["url"].endswith(f"/hook/{name}")]
+    return hook["id"]
