@@ -151,6 +151,13 @@ def parse_new_origin(data: object) -> PullOrigin:
     `parse_origin` as it was accepted, so that one refused now cannot stop control from listing or publishing
     every zone's config, nor the edges from taking it."""
     origin = parse_origin(data)
+    try:  # the form stored and published (its host in lower case), as control and the edges read it back
+        stored: PullOrigin | None = parse_origin(origin.to_json())
+    except OriginProblem:
+        stored = None
+    if stored != origin:  # `İ` is two characters in lower case: a URL of 2048 could become one no reader takes
+        raise OriginProblem(f"'Origin.Url' must be at most {MAX_URL_LENGTH} characters with its host in lower case.",
+                            "Origin.Url")
     given = data.get("Url") if isinstance(data, dict) else None  # a text, as parse_origin took it
     if isinstance(given, str) and "\t" in given:  # urlsplit drops tabs (WHATWG): another URL would be stored
         raise OriginProblem("'Origin.Url' may not contain a tab or other white space.", "Origin.Url")

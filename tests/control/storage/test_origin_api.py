@@ -66,6 +66,9 @@ BAD_URLS = [
     "https://origin.exa\tmple.com/", "https://origin.example.com\t/assets", "https://origin.example.com/a\tb",
     # A host longer than any DNS name (253 characters), which the edges could never look up.
     "https://" + "a." * 125 + "example/",
+    # 2048 characters as sent, 2049 with the host in lower case (`İ` is `i` and a combining dot), as it would be
+    # stored: a URL no reader of the stored origins takes (every zone's listing and the edges' config were 500).
+    "https://\u0130x.example.com/" + "p" * (2048 - len("https://\u0130x.example.com/")),
     "",
     42,
 ]
