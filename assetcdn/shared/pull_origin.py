@@ -47,8 +47,9 @@ HOST_HEADER_FORM = (f"'Origin.HostHeader' must be a hostname of at most {MAX_HOS
                     "a port (1-65535).")
 
 # Fields the edge took over after origins were first stored (refused in a new origin, read in a stored one):
-# CDN-Loop carries the client's values and the edge's loop mark (RFC 8586), which a zone's own value would drop.
-EDGE_OWNED_SINCE = frozenset(("cdn-loop",))
+# CDN-Loop carries the client's values and the edge's loop mark (RFC 8586), which a zone's own value would drop;
+# Surrogate-Capability names this cache to the origin, and the edge's own value replaced a zone's (never sent).
+EDGE_OWNED_SINCE = frozenset(("cdn-loop", "surrogate-capability"))
 
 
 class OriginProblem(ValueError):

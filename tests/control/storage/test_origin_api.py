@@ -83,6 +83,8 @@ BAD_HEADERS: list[Any] = [
     {"If_None_Match": '"x"'},
     {"X_Forwarded_For": "1.2.3.4"},
     {"CDN-Loop": "mine"},  # the client's values and the edge's loop mark travel in it
+    {"Surrogate-Capability": 'mine="Surrogate/1.0"'},  # the edge's own replaced it: it never reached the origin
+    {"Surrogate_Capability": 'mine="Surrogate/1.0"'},
     {"Content_Length": "0"},
     # One field named twice, as the edge compares names: it would send one value, or both to such a server.
     {"X-Origin-Secret": "a", "x-origin-secret": "b"},
