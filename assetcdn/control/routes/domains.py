@@ -116,22 +116,27 @@ async def add_domain(request: web.Request) -> web.Response:
         raise bad_request(f"'{hostname}' is a host of this CDN itself ({owner}); a zone cannot take it over.",
                           target="Hostname", code="InvalidHostname")
     config = request.app[EDGE_CONFIG]
-    existing = await config.domain(hostname)
-    if existing is not None:
-        where = "this zone" if existing.zone == zone else "another zone"
-        raise conflict(f"'{hostname}' is already in use by {where}. Remove it there first.",
-                       target="Hostname", code="DomainExists")
-    try:
-        domain = await config.add_domain(hostname, zone, max_per_zone=settings.get("domains", "max_per_zone"),
-                                          max_total=settings.get("domains", "max_total"))
-    except sqlite3.IntegrityError:  # a concurrent add of the same name won
-        raise conflict(f"'{hostname}' is already in use.", target="Hostname", code="DomainExists") from None
-    except DomainLimitReached as limit:
-        where = f"zone '{zone}'" if limit.scope == "zone" else "this installation"
-        setting = "domains.max_per_zone" if limit.scope == "zone" else "domains.max_total"
-        raise ApiError(400, "TooManyDomains", f"Maximum {limit.limit} custom domains in {where} ({setting}). "
-                       "Remove one first.", target="Hostname") from None
-    await request.app[PUBLISHER].publish_config()
+    # Under the lock a zone's deletion takes before it removes the zone's domains (zones.py `delete_zone`), with
+    # the zone checked again: it may have been deleted while the body came, and a domain of a zone that is gone
+    # could be neither removed (404 ZoneNotFound) nor added to another zone (409 DomainExists).
+    async with config.origin_changes:
+        zone = await require_zone(request)
+        existing = await config.domain(hostname)
+        if existing is not None:
+            where = "this zone" if existing.zone == zone else "another zone"
+            raise conflict(f"'{hostname}' is already in use by {where}. Remove it there first.",
+                           target="Hostname", code="DomainExists")
+        try:
+            domain = await config.add_domain(hostname, zone, max_per_zone=settings.get("domains", "max_per_zone"),
+                                              max_total=settings.get("domains", "max_total"))
+        except sqlite3.IntegrityError:  # a concurrent add of the same name won
+            raise conflict(f"'{hostname}' is already in use.", target="Hostname", code="DomainExists") from None
+        except DomainLimitReached as limit:
+            where = f"zone '{zone}'" if limit.scope == "zone" else "this installation"
+            setting = "domains.max_per_zone" if limit.scope == "zone" else "domains.max_total"
+            raise ApiError(400, "TooManyDomains", f"Maximum {limit.limit} custom domains in {where} ({setting}). "
+                           "Remove one first.", target="Hostname") from None
+        await request.app[PUBLISHER].publish_config()
     issuer = request.app[CERTIFICATES]
     await issuer.reconcile()  # its certificate is ordered now
     target = settings.get("domains", "cname_target")

@@ -60,7 +60,9 @@ class EdgeConfigStore:
         self._snapshot: dict[str, Any] | None = None
         self._epoch = 0  # bumped by every change, so a snapshot built across a change is not kept
         # Held across a zone's origin change (the zone's existence checked, the origin read, written, published,
-        # and the cache purged when it changed) and a zone's deletion of its origin, so none of them interleave.
+        # and the cache purged when it changed) and a zone's deletion of its origin, so none of them interleave; and
+        # across a custom domain's addition (the zone checked again), which a zone's deletion waits for before it
+        # removes the zone's domains.
         self.origin_changes = asyncio.Lock()
 
     def invalidate(self) -> None:

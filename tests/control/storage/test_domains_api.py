@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,32 @@ async def test_zone_delete_removes_its_domains(control: TestClient, zone: str) -
     assert (await control.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)).status == 201
     resp = await control.get("/api/core/zones/akande/domains", headers=ACCOUNT)
     assert (await resp.json())["Domains"] == []
+
+
+async def test_a_domain_whose_body_comes_after_the_zones_deletion_is_not_added(control: TestClient) -> None:
+    """The POST's head is in (its zone checked) when the zone is deleted; its body comes after. It must not add
+    the name to the zone that is gone: such a domain could be neither removed (the zone is 404) nor added to
+    another zone (409 DomainExists), and the edges would map the name to nothing."""
+    assert (await control.post("/api/core/zones", json={"Name": "doomed"}, headers=ACCOUNT)).status == 201
+    payload = orjson.dumps({"Hostname": "cdn.doomed.com"})
+    assert control.server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", control.server.port)
+    try:
+        writer.write((f"POST /api/core/zones/doomed/domains HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      f"AccountKey: {SECRETS.account_key}\r\nContent-Type: application/json\r\n"
+                      f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode())
+        await writer.drain()
+        await asyncio.sleep(0.2)  # the head read, the zone found; whichever comes first, the end must be the same
+        assert (await control.delete("/api/core/zones/doomed", headers=ACCOUNT)).status == 200
+        writer.write(payload)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 404 "), answer[:60]
+    assert "cdn.doomed.com" not in await edge_domains(control)
+    assert (await control.post("/api/core/zones", json={"Name": "other"}, headers=ACCOUNT)).status == 201
+    assert (await add(control, "other", "cdn.doomed.com")).status == 201
 
 
 @pytest.mark.parametrize("headers", [{}, ACCESS])
