@@ -37,7 +37,7 @@ from assetcdn.shared.errors import ApiError, bad_request, conflict, not_found
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.timestamps import as_iso_utc, utc_now_iso
 
-from .zones import require_zone
+from .zones import require_zone, zone_names
 
 MAX_HOSTNAME_LENGTH = 253
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")  # used with fullmatch
@@ -122,6 +122,10 @@ async def add_domain(request: web.Request) -> web.Response:
     async with config.origin_changes:
         zone = await require_zone(request)
         existing = await config.domain(hostname)
+        if existing is not None and existing.zone not in await zone_names(request):
+            # Left behind by a deletion stopped before it removed its zone's domains (control killed): free.
+            await config.remove_domain(hostname)
+            existing = None
         if existing is not None:
             where = "this zone" if existing.zone == zone else "another zone"
             raise conflict(f"'{hostname}' is already in use by {where}. Remove it there first.",

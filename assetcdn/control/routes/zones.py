@@ -128,10 +128,18 @@ async def create_zone(request: web.Request) -> web.Response:
 async def forget_left_behind_origin(request: web.Request, name: str) -> None:
     """Before a zone is created (here or by the pipeline): an origin a deletion of a zone of this name left behind
     (control stopped between its commit and the origin's removal) goes before the zone exists again, so the new
-    zone never takes it, nor its secret fields, not even in the config its commit publishes."""
-    async with request.app[EDGE_CONFIG].origin_changes:
+    zone never takes it, nor its secret fields, not even in the config its commit publishes; and so do the custom
+    domains such a deletion left (the new zone is not served on them, nor are their certificates kept)."""
+    store = request.app[EDGE_CONFIG]
+    left_domains = False
+    async with store.origin_changes:
         if name not in await zone_names(request):
-            await request.app[EDGE_CONFIG].remove_origin(name)
+            await store.remove_origin(name)
+            if await store.domains(name):
+                await store.remove_zone_domains(name)
+                left_domains = True
+    if left_domains:
+        await request.app[CERTIFICATES].reconcile()  # and no certificates or keys for them
 
 
 async def delete_zone(request: web.Request) -> web.Response:

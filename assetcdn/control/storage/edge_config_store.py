@@ -81,10 +81,12 @@ class EdgeConfigStore:
             return self._snapshot
         epoch = self._epoch
         rules = await self.rules()
-        domains = {d.hostname: d.zone for d in await self.domains() if d.hostname not in self.own_hosts}
-        # Only the origins of zones that exist: a deletion stopped between its commit and the removal of its origin
-        # (control killed) must not leave the deleted zone's paths pulled on every edge.
+        # Only the origins and domains of zones that exist: a deletion stopped between its commit and the removal of
+        # its origin and domains (control killed) must not leave the deleted zone's paths pulled on every edge, nor
+        # its names mapped to it.
         zones = set(await zone_names(self.git))
+        domains = {d.hostname: d.zone for d in await self.domains()
+                   if d.hostname not in self.own_hosts and d.zone in zones}
         origins = {zone: origin for zone, origin in (await self.origins()).items() if zone in zones}
         snapshot = PublishedConfig.build(headers=rules["_headers"], redirects=rules["_redirects"], domains=domains,
                                          base_domain=self.base_domain, origins=origins).to_json()

@@ -143,6 +143,23 @@ async def test_a_domain_whose_body_comes_after_the_zones_deletion_is_not_added(c
     assert (await add(control, "other", "cdn.doomed.com")).status == 201
 
 
+async def test_domains_a_stopped_deletion_left_behind_are_neither_published_nor_kept(control: TestClient) -> None:
+    """Control stopped between a zone's deletion commit and the removal of its domains: the names must not stay
+    mapped to the deleted zone on every edge, a zone made again under its name is not served on them, and each
+    name can be added to a zone again (it was 409 DomainExists, and no DELETE could reach it: the zone is 404)."""
+    store = control.app[EDGE_CONFIG]
+    await store.add_domain("cdn.gone.com", "gone")
+    await store.add_domain("www.gone.com", "gone")
+    assert await edge_domains(control) == {}
+    assert (await control.post("/api/core/zones", json={"Name": "taker"}, headers=ACCOUNT)).status == 201
+    assert (await add(control, "taker", "cdn.gone.com")).status == 201
+    assert (await control.post("/api/core/zones", json={"Name": "gone"}, headers=ACCOUNT)).status == 201
+    resp = await control.get("/api/core/zones/gone/domains", headers=ACCOUNT)
+    assert (await resp.json())["Domains"] == []
+    assert await edge_domains(control) == {"cdn.gone.com": "taker"}
+    assert (await add(control, "gone", "www.gone.com")).status == 201
+
+
 @pytest.mark.parametrize("headers", [{}, ACCESS])
 async def test_account_key_is_required(control: TestClient, zone: str, headers: dict[str, str]) -> None:
     resp = await control.post(f"/api/core/zones/{zone}/domains", json={"Hostname": "cdn.akande.com"},
