@@ -35,7 +35,7 @@ from assetcdn.control.acme.store import (
 )
 from assetcdn.control.publishing.edge_registry import EdgeRegistry
 from assetcdn.control.storage.database import Database
-from assetcdn.control.storage.edge_config_store import EdgeConfigStore
+from assetcdn.control.storage.edge_config_store import EdgeConfigStore, zone_names
 from assetcdn.shared.config import Settings
 from assetcdn.shared.tls_state import TLS_STATE_PATH, CertificateEntry, TlsState
 
@@ -344,7 +344,9 @@ async def open_issuer(settings: Settings, public_url: str, data_dir: Path, db: D
     own_host = public_host(public_url) if acme.enabled else None
 
     async def wanted() -> set[str]:
-        names = {domain.hostname for domain in await edge_config.domains()}
+        # The names served: not those a zone's deletion stopped before removing left to a zone that is gone.
+        zones = set(await zone_names(edge_config.git))
+        names = {domain.hostname for domain in await edge_config.domains() if domain.zone in zones}
         if own_host is not None:
             names.add(own_host)
         return names

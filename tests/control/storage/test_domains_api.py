@@ -10,6 +10,7 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
+from assetcdn.control.acme.service import CERTIFICATES
 from assetcdn.control.app import create_app
 from assetcdn.control.storage.service import EDGE_CONFIG
 from assetcdn.shared.cluster import PREFIX, sign_request
@@ -151,6 +152,8 @@ async def test_domains_a_stopped_deletion_left_behind_are_neither_published_nor_
     await store.add_domain("cdn.gone.com", "gone")
     await store.add_domain("www.gone.com", "gone")
     assert await edge_domains(control) == {}
+    await control.app[CERTIFICATES].reconcile()  # nor is a certificate kept for them
+    assert not {"cdn.gone.com", "www.gone.com"} & set(await control.app[CERTIFICATES].store.records())
     assert (await control.post("/api/core/zones", json={"Name": "taker"}, headers=ACCOUNT)).status == 201
     assert (await add(control, "taker", "cdn.gone.com")).status == 201
     assert (await control.post("/api/core/zones", json={"Name": "gone"}, headers=ACCOUNT)).status == 201
