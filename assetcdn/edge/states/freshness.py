@@ -111,9 +111,16 @@ def split_list(values: Iterable[str]) -> list[str]:
     return [member for member in members if member]
 
 
+# The directives whose argument names fields (RFC 9111 5.2.2.4, 5.2.2.7): each of their occurrences binds the cache.
+FIELD_LISTING = frozenset(("no-cache", "private"))
+
+
 def parse_directives(values: Iterable[str]) -> dict[str, str | None]:
     """Cache-Control (or a targeted field) as {directive: argument or None}; names are case-insensitive,
-    quoted arguments are unquoted, and the first of a repeated directive wins (RFC 9111 4.2.1)."""
+    quoted arguments are unquoted, and the first of a repeated directive wins (RFC 9111 4.2.1), but for the
+    field-listing `no-cache` and `private` (FIELD_LISTING): every occurrence is obeyed, so an unqualified one
+    anywhere makes the directive unqualified, and qualified ones name all their fields together (read first
+    wins, `private="X-User", private` was stored for every client, and `private="A", private="B"` kept B)."""
     directives: dict[str, str | None] = {}
     for member in split_list(values):
         name, sep, argument = member.partition("=")
@@ -125,7 +132,11 @@ def parse_directives(values: Iterable[str]) -> dict[str, str | None]:
             value = argument.strip()
             if len(value) >= 2 and value[0] == value[-1] == '"':
                 value = value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
-        directives.setdefault(name, value)
+        if name in FIELD_LISTING and name in directives:
+            listed = directives[name]
+            directives[name] = f"{listed}, {value}" if listed and value else None
+        else:
+            directives.setdefault(name, value)
     return directives
 
 

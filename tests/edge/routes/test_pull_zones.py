@@ -123,6 +123,34 @@ async def test_what_may_not_be_stored_goes_to_the_origin_every_time(pull: Pull, 
         assert resp.headers["Set-Cookie"] == "session=abc"  # the client that asked still gets its cookie
 
 
+async def test_every_private_and_no_cache_an_origin_sends_binds_the_copy_not_only_the_first(pull: Pull) -> None:
+    """RFC 9111 5.2.2.4, 5.2.2.7: an unqualified `private` after a qualified one still keeps the answer out of the
+    shared cache, an unqualified `no-cache` after a qualified one still has it validated before every reuse, and
+    two qualified ones keep all the fields they name out of the copy. Before, the first occurrence alone counted:
+    one user's page was every client's answer, and the second list's field went out on every hit."""
+    pull.origin.answer("/private-twice.txt", b"alice's page",
+                       headers={"Cache-Control": 'private="X-User", max-age=600, private', "X-User": "alice"})
+    for _ in range(2):
+        resp = await pull.get("/private-twice.txt")
+        assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, b"alice's page", "PASS")
+        assert resp.headers["Cache-Status"] == "assetcdn; fwd=uri-miss; detail=private"
+    assert pull.origin.count("/private-twice.txt") == 2
+    pull.origin.answer("/no-cache-twice.txt", b"checked",
+                       headers={"Cache-Control": 'no-cache="X-User", max-age=600, no-cache', "X-User": "alice"})
+    for _ in range(2):
+        resp = await pull.get("/no-cache-twice.txt")
+        assert (resp.status, await resp.read()) == (200, b"checked")
+        assert resp.headers["X-Cache"] != "HIT"
+    assert pull.origin.count("/no-cache-twice.txt") == 2
+    pull.origin.answer("/private-two-lists.txt", b"shared",
+                       headers={"Cache-Control": 'max-age=600, private="X-User", private="X-Session"',
+                                "X-User": "alice", "X-Session": "s1", "X-Kept": "yes"})
+    assert (await pull.get("/private-two-lists.txt")).headers["X-Cache"] == "MISS"
+    hit = await pull.get("/private-two-lists.txt")
+    assert (hit.status, await hit.read(), hit.headers["X-Cache"]) == (200, b"shared", "HIT")
+    assert (hit.headers.get("X-User"), hit.headers.get("X-Session"), hit.headers.get("X-Kept")) == (None, None, "yes")
+
+
 async def test_an_answer_that_may_not_be_stored_is_counted_as_its_x_cache_says(pull: Pull) -> None:
     """`assetcdn_edge_cache_total` counts a miss whose answer is not kept as PASS, as its X-Cache and the delivery
     log say: an operator's hit ratio is of what could be cached, as the statistics' is."""
