@@ -72,6 +72,9 @@ log = logging.getLogger(__name__)
 # Distinct Host values kept (a tenant host or custom domain each, for an installation of thousands of zones); past
 # it (a scan) the Host first seen goes with its heads, not every Host's (about 430 bytes a Host besides its heads).
 MAX_HOSTS = 4096
+# How a request field's value is read as text, as the application's parser (aiohttp) reads it, with surrogateescape:
+# an If-None-Match naming an ETag beyond ASCII (an origin's UTF-8 one, passed on as it came) compares equal on both.
+FIELD_CODING = "utf-8"
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 # Bytes looked for in a request target, as ints: `int in bytes` is a byte search, while a one-byte bytes value
@@ -320,7 +323,7 @@ class HitServer:
     def _revalidated(conn: Request, hit: Prepared) -> bool:
         """The request's If-None-Match names this hit's ETag: it is answered 304, without a body."""
         if_none_match = conn.headers[1]
-        return if_none_match is not None and etag_matches(if_none_match.decode("latin-1"), hit.etag)
+        return if_none_match is not None and etag_matches(if_none_match.decode(FIELD_CODING, "surrogateescape"), hit.etag)
 
     def _respond(self, conn: HitProtocol, view: HostView, hit: Prepared, obj: Any, fileno: int,
                  head_only: bool, out: list[Any]) -> int:
@@ -592,7 +595,7 @@ class HitServer:
         If-None-Match and Range of `headers`, over either protocol; None for a range it cannot satisfy (416)."""
         now, size = self.now, pulled.size
         tail = self.date if not pulled.dated else self.extra_head
-        if headers[1] is not None and etag_matches(headers[1].decode("latin-1"), pulled.etag):
+        if headers[1] is not None and etag_matches(headers[1].decode(FIELD_CODING, "surrogateescape"), pulled.etag):
             return 304, 0, size, pulled.not_modified_head(now, tail)
         if headers[2] is not None:
             parsed = parse_range(headers[2].decode("latin-1"), size)

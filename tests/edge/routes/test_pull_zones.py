@@ -1085,6 +1085,27 @@ async def test_a_clients_own_conditions_are_answered_from_the_stored_response(pu
     assert pull.origin.count("/conditional.txt") == 1
 
 
+async def test_an_etag_with_bytes_beyond_ascii_is_matched_on_hits_as_by_the_application(pull: Pull) -> None:
+    """An entity-tag may hold bytes beyond ASCII (RFC 9110 8.8.3's obs-text); the edge passes an origin's UTF-8
+    ETag on as it came, and a client sends it back so. The hit path read the client's If-None-Match as Latin-1, a
+    character per byte, so its fresh hits never matched such an ETag and answered the whole body (200) where the
+    application, reading the field as UTF-8, answers 304."""
+    etag = '"caf\u00e9-1"'
+    pull.origin.answer("/utf8-etag.txt", b"etagged", headers={**LONG, "ETag": etag})
+    first = await pull.get("/utf8-etag.txt")
+    assert (first.headers["X-Cache"], first.headers["ETag"]) == ("MISS", etag)
+    hit = await pull.get("/utf8-etag.txt")
+    assert (hit.headers["X-Cache"], hit.headers["ETag"]) == ("HIT", etag)
+    for _ in range(3):  # the hit path answers once the hit is prepared
+        matched = await pull.get("/utf8-etag.txt", headers={"If-None-Match": hit.headers["ETag"]})
+        assert (matched.status, await matched.read(), matched.headers["ETag"]) == (304, b"", etag)
+        listed = await pull.get("/utf8-etag.txt", headers={"If-None-Match": f'"other", {etag}'})
+        assert (listed.status, await listed.read()) == (304, b"")
+    other = await pull.get("/utf8-etag.txt", headers={"If-None-Match": '"caf-1"'})
+    assert (other.status, await other.read()) == (200, b"etagged")
+    assert pull.origin.count("/utf8-etag.txt") == 1
+
+
 async def test_an_if_modified_since_that_is_no_http_date_is_ignored(pull: Pull) -> None:
     """RFC 9110 13.1.3: an If-Modified-Since that is not a valid HTTP-date is ignored, the whole response sent. The
     dates of stored responses are read leniently, and so was this one: a time without seconds, another zone, text
