@@ -115,9 +115,10 @@ def split_list(values: Iterable[str]) -> list[str]:
 FIELD_LISTING = frozenset(("no-cache", "private"))
 
 
-def parse_directives(values: Iterable[str]) -> dict[str, str | None]:
+def parse_directives(values: Iterable[str], *, last_wins: bool = False) -> dict[str, str | None]:
     """Cache-Control (or a targeted field) as {directive: argument or None}; names are case-insensitive,
-    quoted arguments are unquoted, and the first of a repeated directive wins (RFC 9111 4.2.1), but for the
+    quoted arguments are unquoted, and the first of a repeated directive wins (RFC 9111 4.2.1), or the last with
+    `last_wins` (CDN-Cache-Control, a structured-field dictionary: RFC 9213 2.1, RFC 8941 3.2), but for the
     field-listing `no-cache` and `private` (FIELD_LISTING): every occurrence is obeyed, so an unqualified one
     anywhere makes the directive unqualified, and qualified ones name all their fields together (read first
     wins, `private="X-User", private` was stored for every client, and `private="A", private="B"` kept B)."""
@@ -135,6 +136,8 @@ def parse_directives(values: Iterable[str]) -> dict[str, str | None]:
         if name in FIELD_LISTING and name in directives:
             listed = directives[name]
             directives[name] = f"{listed}, {value}" if listed and value else None
+        elif last_wins:
+            directives[name] = value
         else:
             directives.setdefault(name, value)
     return directives
@@ -208,7 +211,10 @@ def response_directives(headers: Headers) -> Directives:
     for name in TARGETED_FIELDS if targeted else ():
         values = field_values(targeted, name)
         if values:
-            directives = parse_directives(values) if name != "surrogate-control" else surrogate_directives(values)
+            # CDN-Cache-Control is a dictionary, whose repeated key has its last value (`max-age=600, max-age=0`
+            # is 0); Surrogate-Control is read as Cache-Control is.
+            directives = (parse_directives(values, last_wins=True) if name != "surrogate-control"
+                          else surrogate_directives(values))
             if directives:
                 return directives, True
     return parse_directives(cache_control), False

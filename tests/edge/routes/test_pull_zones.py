@@ -271,6 +271,21 @@ async def test_cdn_cache_control_overrides_cache_control(pull: Pull, name: str, 
     assert pull.origin.count(name) == (1 if stored else 2)
 
 
+async def test_a_directive_repeated_in_cdn_cache_control_has_its_last_value(pull: Pull) -> None:
+    """CDN-Cache-Control is a structured-field dictionary (RFC 9213 2.1), whose repeated key has its last value (RFC
+    8941 3.2): `max-age=600, max-age=0` (two lines joined, an origin's later layer overriding an earlier one) is not
+    to be kept fresh. Read first-wins as Cache-Control is (RFC 9111 4.2.1), it was a HIT for ten minutes. The
+    first still wins in Cache-Control."""
+    pull.origin.answer("/cdn-cc-twice.txt", b"short-lived", headers={"CDN-Cache-Control": "max-age=600, max-age=0"})
+    for _ in range(2):
+        resp = await pull.get("/cdn-cc-twice.txt")
+        assert (resp.status, await resp.read()) == (200, b"short-lived")
+        assert resp.headers["X-Cache"] != "HIT"
+    assert pull.origin.count("/cdn-cc-twice.txt") == 2
+    pull.origin.answer("/cc-twice.txt", b"long-lived", headers={"Cache-Control": "max-age=600, max-age=0"})
+    assert [(await pull.get("/cc-twice.txt")).headers["X-Cache"] for _ in range(2)] == ["MISS", "HIT"]
+
+
 @pytest.mark.parametrize(("name", "field"), [
     ("/no-cache.txt", ("Cache-Control", "no-cache")),
     ("/pragma-no-cache.txt", ("Pragma", "no-cache")),  # HTTP/1.0's, read when there is no Cache-Control
