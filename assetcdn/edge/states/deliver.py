@@ -40,14 +40,16 @@ HEADER_CHANGES = web.RequestKey("header_changes", HeaderChanges)
 def etag_matches(if_none_match: str, etag: str | None) -> bool:
     """Whether If-None-Match names ``etag``, the one the answer carries (None: it carries none). One member is
     compared as it is (the hit path's conditional requests: no regular expression); a list is read member by member
-    (`ENTITY_TAG`: an entity-tag may hold a comma)."""
+    (`ENTITY_TAG`: an entity-tag may hold a comma). The comparison is weak (RFC 9110 13.1.2): neither side's `W/`
+    counts, the answer's (a `_headers` rule's `ETag: W/"v5"`) as little as the request's."""
     if etag is not None and if_none_match == etag:  # the commonest: the very ETag sent back
         return True
     value = if_none_match.strip()
     if value == "*":
         return True
     if "," not in value:  # one member, or malformed (`w/"x"`): equal to the ETag as given, or weakly equal
-        return etag is not None and (value == etag or value.removeprefix("W/").strip('"') == etag.strip('"'))
+        return etag is not None and (value == etag or
+                                     value.removeprefix("W/").strip('"') == etag.removeprefix("W/").strip('"'))
     candidates = ENTITY_TAG.findall(value)
     if "*" in candidates:  # beside tags (not valid, but several lines joined may give it): any version
         return True
@@ -55,7 +57,7 @@ def etag_matches(if_none_match: str, etag: str | None) -> bool:
         return False
     if value == etag:  # the very field value it was given, a malformed one too
         return True
-    bare = etag.strip('"')
+    bare = etag.removeprefix("W/").strip('"')
     return any(candidate.strip('"') == bare for candidate in candidates)
 
 

@@ -691,3 +691,27 @@ async def test_every_connection_the_hit_port_accepts_sends_keep_alive_probes(war
             assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
     finally:
         conn.close()
+
+
+async def test_a_weak_etag_a_rule_sets_is_matched_weakly_in_if_none_match_on_both_paths(
+        make_hit_cdn: HitCdnFactory) -> None:
+    """If-None-Match compares weakly (RFC 9110 13.1.2): a `_headers` rule's `ETag: W/"v5"` is matched by `"v5"` and by
+    a list naming `W/"v5"` (a cache holding two versions sends both). Only the very value sent back was: the weak
+    ETag's `W/` was left on it when its quotes were taken off, so the list and the strong form were answered 200
+    with the whole body, on both ports."""
+    cdn = await warmed(make_hit_cdn)
+    resp = await cdn.control.post("/api/core/rules", headers=ACCOUNT,
+                                  json={"File": "_headers", "Content": f'/{SVG}\n  ETag: W/"v5"\n'})
+    assert resp.status == 200, await resp.text()
+
+    async def applied() -> bool:
+        return bool(cdn.node.config.rules.headers)
+
+    await wait_until(applied, "rules reaching the edge")
+    hits, plain = await cdn.connect(), await cdn.plain()
+    for conn in (hits, plain):
+        assert (await conn.request(f"/{SVG}")).header("ETag") == 'W/"v5"'
+        for sent, status in (('W/"v5"', 304), ('"v5"', 304), ('W/"v4", W/"v5"', 304), ('"v4", "v5"', 304),
+                             ('W/"v4", "v6"', 200), ('"v4"', 200)):
+            answer = await conn.request(f"/{SVG}", If_None_Match=sent)
+            assert answer.status == status, (conn is hits, sent)
