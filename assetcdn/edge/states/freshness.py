@@ -221,14 +221,21 @@ def response_directives(headers: Headers) -> Directives:
 
 
 def surrogate_directives(values: Iterable[str]) -> dict[str, str | None]:
-    """Surrogate-Control's directives meant for this cache: those with no `;device` target, and those whose
-    target is this cache's token."""
+    """Surrogate-Control's caching directives meant for this cache: those with no `;device` target, and those whose
+    target is this cache's token. `no-store-remote` is `no-store` here: it binds the surrogates away from the origin,
+    those of a CDN (the Edge Architecture note, 2.2.2). `content="ESI/1.0"` asks for processing, not caching (2.2.4):
+    a field naming nothing else gives no directives, and Cache-Control is read (it replaced Cache-Control's
+    `private` or `max-age` with none at all)."""
     kept = []
     for member in split_list(values):
         directive, _, target = member.partition(";")
         if not target or target.strip().lower() == SURROGATE_TOKEN:
             kept.append(directive)
-    return parse_directives(kept)
+    directives = parse_directives(kept)
+    directives.pop("content", None)
+    if "no-store-remote" in directives:
+        directives.setdefault("no-store", None)
+    return directives
 
 
 def request_directives(headers: Headers) -> dict[str, str | None]:

@@ -55,6 +55,14 @@ async def test_the_origin_is_told_surrogate_control_may_target_this_cache(pull: 
     ("/promise/sc-theirs.txt", {"Cache-Control": "max-age=600", "Surrogate-Control": "no-store;othercache"}, True),
     # CDN-Cache-Control comes before Surrogate-Control
     ("/promise/sc-after-cdn.txt", {"CDN-Cache-Control": "no-store", "Surrogate-Control": "max-age=600"}, False),
+    # no-store-remote binds a CDN's surrogates (Edge Architecture 2.2.2): stored before, Cache-Control ignored
+    ("/promise/sc-remote.txt", {"Cache-Control": "max-age=600", "Surrogate-Control": "no-store-remote",
+                                "Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"}, False),
+    # content="ESI/1.0" is no caching directive (2.2.4): Cache-Control decides, its private too (before: ignored,
+    # one user's page kept for every client; its max-age ignored, the answer never a hit)
+    ("/promise/sc-esi-private.txt", {"Cache-Control": "private, max-age=600", "Surrogate-Control": 'content="ESI/1.0"',
+                                     "Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"}, False),
+    ("/promise/sc-esi-max-age.txt", {"Cache-Control": "max-age=600", "Surrogate-Control": 'content="ESI/1.0"'}, True),
 ])
 async def test_surrogate_control_for_this_cache_overrides_cache_control(pull: Pull, name: str,
                                                                         headers: dict[str, str], stored: bool) -> None:
