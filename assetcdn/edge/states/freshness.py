@@ -225,7 +225,9 @@ def surrogate_directives(values: Iterable[str]) -> dict[str, str | None]:
     target is this cache's token. `no-store-remote` is `no-store` here: it binds the surrogates away from the origin,
     those of a CDN (the Edge Architecture note, 2.2.2). `content="ESI/1.0"` asks for processing, not caching (2.2.4):
     a field naming nothing else gives no directives, and Cache-Control is read (it replaced Cache-Control's
-    `private` or `max-age` with none at all)."""
+    `private` or `max-age` with none at all). `max-age=60+300` is fresh for 60 s, then usable stale for 300 s more
+    while the origin fails (2.2.3): `max-age=60` with `stale-if-error=300` (read whole, it was no number: never
+    fresh)."""
     kept = []
     for member in split_list(values):
         directive, _, target = member.partition(";")
@@ -235,6 +237,11 @@ def surrogate_directives(values: Iterable[str]) -> dict[str, str | None]:
     directives.pop("content", None)
     if "no-store-remote" in directives:
         directives.setdefault("no-store", None)
+    max_age = directives.get("max-age")
+    if max_age is not None and "+" in max_age:
+        fresh, _, stale = max_age.partition("+")
+        directives["max-age"] = fresh.strip()
+        directives.setdefault("stale-if-error", stale.strip())
     return directives
 
 

@@ -19,6 +19,7 @@ from assetcdn.edge.states.keys import pull_key
 from assetcdn.edge.states.pull import REQUEST_TIME, RESPONSE_TIME, STATUS, own_tags
 from tests.support.cdn import PURGE
 from tests.support.origins import LONG, TENANT_HOST, ZONE, Pull, add_pull_zone
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -63,6 +64,8 @@ async def test_the_origin_is_told_surrogate_control_may_target_this_cache(pull: 
     ("/promise/sc-esi-private.txt", {"Cache-Control": "private, max-age=600", "Surrogate-Control": 'content="ESI/1.0"',
                                      "Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"}, False),
     ("/promise/sc-esi-max-age.txt", {"Cache-Control": "max-age=600", "Surrogate-Control": 'content="ESI/1.0"'}, True),
+    # max-age=fresh+stale (2.2.3): fresh for the first (before: no number, never fresh)
+    ("/promise/sc-plus.txt", {"Cache-Control": "no-store", "Surrogate-Control": "max-age=600+60"}, True),
 ])
 async def test_surrogate_control_for_this_cache_overrides_cache_control(pull: Pull, name: str,
                                                                         headers: dict[str, str], stored: bool) -> None:
@@ -72,6 +75,30 @@ async def test_surrogate_control_for_this_cache_overrides_cache_control(pull: Pu
     expected = ("MISS", "HIT") if stored else ("PASS", "PASS")
     assert (first.headers["X-Cache"], second.headers["X-Cache"]) == expected
     assert pull.origin.count(name) == (1 if stored else 2)
+
+
+async def test_surrogate_control_max_age_plus_seconds_serves_stale_that_long_while_the_origin_fails(pull: Pull) -> None:
+    """Edge Architecture 2.2.3: `max-age=1+600` is fresh for 1 s, then usable stale for 600 s more when the origin
+    fails. The whole `1+600` was read as one delta-seconds, no number: never fresh, and the origin's 503 passed on."""
+    asked: list[int] = []
+
+    async def failing_later(_request: web.Request) -> web.StreamResponse:
+        asked.append(1)
+        if len(asked) == 1:
+            return web.Response(body=b"first", headers={"Surrogate-Control": "max-age=1+600"})
+        return web.Response(status=503, body=b"down")
+
+    pull.origin.route("/promise/sc-plus-stale.txt", failing_later)
+    assert (await pull.get("/promise/sc-plus-stale.txt")).headers["X-Cache"] == "MISS"
+    seen: list[tuple[int, bytes, str]] = []
+
+    async def stale() -> bool:
+        resp = await pull.get("/promise/sc-plus-stale.txt")
+        seen.append((resp.status, await resp.read(), resp.headers["X-Cache"]))
+        return seen[-1][2] != "HIT"
+
+    await wait_until(stale, "the copy no longer fresh")
+    assert seen[-1] == (200, b"first", "STALE")
 
 
 async def test_heuristic_freshness_is_a_tenth_of_the_age_of_last_modified_and_at_most_a_day(pull: Pull) -> None:
