@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import update_wrapper
+from functools import partial, update_wrapper
 from pathlib import Path
 from typing import Any, BinaryIO, Concatenate, ParamSpec, TypeVar
 
@@ -324,6 +324,7 @@ class EdgeCache:
         since: int | None = None,
         replaced_tags: Iterable[str] = (),
         since_tags: Iterable[str] | None = None,
+        replacing: float | None = None,
     ) -> CachedObject:
         """Store a response body under ``key`` in both tiers and return the stored entry.
 
@@ -340,6 +341,9 @@ class EdgeCache:
         ``since_tags``: the tags of ``tags`` such a purge is looked for by, when not all of them (a pull zone image's
         variant leaves out its variants' own tag, which the request that makes it purges first to retire the older
         ones, assetcdn/edge/states/pull_variant.py).
+        ``replacing``: the stored-at time of the copy a 304's refresh writes again (`body` bytes); PurgedMeanwhile, and
+        nothing kept, when the disk tier holds a response stored after it by then (another worker's newer response,
+        which the 304 does not confirm: RFC 9111 4.3.4 updates the stored response it names, no other).
         """
         tag_tuple = tuple(dict.fromkeys(tags))
         checked = tag_tuple if since_tags is None else tuple(since_tags)
@@ -352,6 +356,10 @@ class EdgeCache:
             self.memory.discard(key)
         purged, replays = self._purged, self._replays
         stored_at = time.time()
+        superseded: list[bool] = []
+        unless = named
+        if replacing is not None and isinstance(body, bytes | bytearray | memoryview):
+            unless = partial(self._named_or_superseded, named, key, replacing, superseded)
         size = self.disk.put(
             key,
             body,
@@ -360,8 +368,10 @@ class EdgeCache:
             tags=tag_tuple,
             headers=header_pairs,
             stored_at=stored_at,
-            unless=named,
+            unless=unless,
         )
+        if superseded:  # nothing written, nor kept in memory: the newer response stays every worker's
+            raise PurgedMeanwhile(key)
         if isinstance(body, bytes | bytearray | memoryview):  # announced by the disk tier's batch (`announce`)
             obj = CachedObject(
                 key=key,
@@ -424,6 +434,19 @@ class EdgeCache:
         if since is None:
             return None
         return lambda: self._purges.names_since(since, key, tags)
+
+    def _named_or_superseded(self, named: Callable[[], bool] | None, key: str, replacing: float,
+                             superseded: list[bool]) -> bool:
+        """`put`'s `unless` for a refresh (`replacing`): a purge names it, or the disk tier holds a response stored
+        after the copy it refreshes (then noted in `superseded`). Asked once the write transaction holds the
+        database's lock: no newer row lands between the check and the write."""
+        if named is not None and named():
+            return True
+        held = self.disk.stored_version(key, SOFT_PURGED)
+        if held is not None and held[0] is not None and held[0] > replacing:
+            superseded.append(True)
+            return True
+        return False
 
     def _forget(self, obj: CachedObject) -> None:
         """Drop `obj`'s memory copy (or, evicted meanwhile, the victim), not written to the disk tier yet (a newer

@@ -1234,7 +1234,7 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
     def put() -> CachedObject | None:
         if obj.body is not None:
             return node.cache.put(obj.key, obj.body, obj.content_type, obj.etag, tags, headers=meta,
-                                  since=since, replaced_tags=obj.tags)
+                                  since=since, replaced_tags=obj.tags, replacing=obj.stored_at)
         return node.cache.set_head(obj, obj.content_type, obj.etag, tags, meta,  # a file's body is not rewritten
                                    since=since)
 

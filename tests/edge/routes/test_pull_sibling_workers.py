@@ -105,3 +105,52 @@ async def test_a_head_one_worker_refreshes_by_a_304_is_the_one_its_sibling_serve
     assert origin.count(name) == 2 + (held == "REVALIDATED")
     here.close()
     there.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def unshielded(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[HitCdn, ScriptedOrigin]]:
+    """Two workers that each ask the origin themselves (`[origin] shield = "off"`): their fills of one URL run at once."""
+    async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-siblings-unshielded"), ZONE, workers=2,
+                                    ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="3600", ASSETCDN_ORIGIN_SHIELD="off") as both:
+        yield both
+
+
+async def test_a_304_landing_after_a_sibling_stored_a_newer_response_leaves_the_newer_one_stored(
+        unshielded: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """The first worker's revalidation of version one is confirmed by a 304 the origin sent before it changed, which
+    lands once the sibling has stored version two: that 304 answers its own request only (RFC 9111 4.3.4: it selects
+    no stored response, version two's ETag is another), and both workers answer version two from then on."""
+    cdn, origin = unshielded
+    name = "/confirmed-late.txt"
+    current = [1]
+    asked, confirm = asyncio.Event(), asyncio.Event()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        version = current[0]
+        if request.headers.get("If-None-Match") == '"1"' and version == 1:
+            asked.set()
+            await confirm.wait()  # decided while version one was current, delivered late
+            return web.Response(status=304, headers={"Cache-Control": "max-age=600", "ETag": '"1"'})
+        return web.Response(body=b"version %d" % version, headers={
+            "Cache-Control": "max-age=1" if version == 1 else "max-age=600", "ETag": f'"{version}"'})
+
+    origin.route(name, answer)
+    here, there = await cdn.plain(), await cdn.sibling()
+    assert (await here.request(f"/{ZONE}{name}")).body == b"version 1"
+    await on_disk(cdn, name, '"1"')
+    await asyncio.sleep(2.1)  # stale on both workers
+    confirming = asyncio.create_task(here.request(f"/{ZONE}{name}"))
+    await asyncio.wait_for(asked.wait(), 10)
+    current[0] = 2
+    replaced = await there.request(f"/{ZONE}{name}")
+    assert (replaced.header("X-Cache"), replaced.body) == ("MISS", b"version 2")
+    await on_disk(cdn, name, '"2"')
+    confirm.set()
+    confirmed = await confirming
+    assert (confirmed.header("X-Cache"), confirmed.body) == ("REVALIDATED", b"version 1")
+    again = await cdn.plain()
+    answers = [await conn.request(f"/{ZONE}{name}") for conn in (there, again, there)]
+    assert [(resp.header("X-Cache"), resp.body) for resp in answers] == [("HIT", b"version 2")] * 3
+    assert origin.count(name) == 3
+    for conn in (here, there, again):
+        conn.close()
