@@ -325,6 +325,7 @@ class EdgeCache:
         replaced_tags: Iterable[str] = (),
         since_tags: Iterable[str] | None = None,
         replacing: float | None = None,
+        stored_at: float | None = None,
     ) -> CachedObject:
         """Store a response body under ``key`` in both tiers and return the stored entry.
 
@@ -344,6 +345,8 @@ class EdgeCache:
         ``replacing``: the stored-at time of the copy a 304's refresh writes again (`body` bytes); PurgedMeanwhile, and
         nothing kept, when the disk tier holds a response stored after it by then (another worker's newer response,
         which the 304 does not confirm: RFC 9111 4.3.4 updates the stored response it names, no other).
+        ``stored_at``: the time the entry counts as stored from, when not now (a refresh: when its 304 was asked for,
+        so that a newer response another worker fetched meanwhile is the one the workers keep).
         """
         tag_tuple = tuple(dict.fromkeys(tags))
         checked = tag_tuple if since_tags is None else tuple(since_tags)
@@ -355,7 +358,8 @@ class EdgeCache:
         with self._writes.lock:  # a queued older entry under the key is no longer written over this one
             self.memory.discard(key)
         purged, replays = self._purged, self._replays
-        stored_at = time.time()
+        if stored_at is None:
+            stored_at = time.time()
         superseded: list[bool] = []
         unless = named
         if replacing is not None and isinstance(body, bytes | bytearray | memoryview):
@@ -454,12 +458,16 @@ class EdgeCache:
         self.memory.forget(obj)
 
     def set_head(self, obj: CachedObject, content_type: str, etag: str, tags: Iterable[str],
-                 headers: Sequence[tuple[str, str]], *, since: int | None = None) -> CachedObject | None:
+                 headers: Sequence[tuple[str, str]], *, since: int | None = None,
+                 stored_at: float | None = None) -> CachedObject | None:
         """The entry `obj` (its body a disk tier file) with new metadata and the same body, which is not
         rewritten (a revalidated response's new head); None when its key holds another body now, or none, or
-        when a purge published since `since` (as ``put`` takes it) names it. Blocking: one SQLite write."""
+        when a purge published since `since` (as ``put`` takes it) names it. `stored_at` as ``put`` takes it.
+        Blocking: one SQLite write."""
         assert obj.path is not None
-        tag_tuple, stored_at = tuple(dict.fromkeys(tags)), time.time()
+        tag_tuple = tuple(dict.fromkeys(tags))
+        if stored_at is None:
+            stored_at = time.time()
         named = self._named_since(since, obj.key, (*obj.tags, *tag_tuple))
         with self._writes.lock:  # a purge runs before or after, never between the check and the write
             if not self.disk.set_head(obj.key, obj.path, encode_meta(content_type, etag, tag_tuple, stored_at,

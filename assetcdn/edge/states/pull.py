@@ -1231,12 +1231,17 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
     if stored.mark is not None:
         since = stored.mark if since is None else min(stored.mark, since)
 
+    # Stored as of when the 304 was asked for, not when it landed: a newer response another worker of the edge
+    # fetched meanwhile (its fill waiting for its disk batch) is stored after it, and is the one the workers keep.
+    # (Never at or before the copy's own time: the other workers drop their copies older than it.)
+    asked_at = not_modified.request_time if not_modified.request_time > obj.stored_at else None
+
     def put() -> CachedObject | None:
         if obj.body is not None:
-            return node.cache.put(obj.key, obj.body, obj.content_type, obj.etag, tags, headers=meta,
-                                  since=since, replaced_tags=obj.tags, replacing=obj.stored_at)
+            return node.cache.put(obj.key, obj.body, obj.content_type, obj.etag, tags, headers=meta, since=since,
+                                  replaced_tags=obj.tags, replacing=obj.stored_at, stored_at=asked_at)
         return node.cache.set_head(obj, obj.content_type, obj.etag, tags, meta,  # a file's body is not rewritten
-                                   since=since)
+                                   since=since, stored_at=asked_at)
 
     try:
         if replaced(node, zone):  # confirmed by an origin the zone no longer has

@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -148,6 +149,65 @@ async def test_a_304_landing_after_a_sibling_stored_a_newer_response_leaves_the_
     confirm.set()
     confirmed = await confirming
     assert (confirmed.header("X-Cache"), confirmed.body) == ("REVALIDATED", b"version 1")
+    again = await cdn.plain()
+    answers = [await conn.request(f"/{ZONE}{name}") for conn in (there, again, there)]
+    assert [(resp.header("X-Cache"), resp.body) for resp in answers] == [("HIT", b"version 2")] * 3
+    assert origin.count(name) == 3
+    for conn in (here, there, again):
+        conn.close()
+
+
+async def test_a_304_asked_for_before_a_siblings_newer_fill_does_not_replace_it_once_both_are_written(
+        unshielded: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """The sibling's revalidation of version one is asked for, and answered 304, before the first worker's fill of
+    version two; the 304 lands while that fill waits for its disk batch, and is stored first. Version two is the
+    newer response, stored last: both workers answer it from then on, not the copy the late 304 confirmed."""
+    cdn, origin = unshielded
+    name = "/overtaken.txt"
+    current = [1]
+    asked, confirm = asyncio.Event(), asyncio.Event()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        version = current[0]
+        if request.headers.get("If-None-Match") == '"1"' and version == 1:
+            asked.set()
+            await confirm.wait()  # decided while version one was current, delivered late
+            return web.Response(status=304, headers={"Cache-Control": "max-age=600", "ETag": '"1"'})
+        return web.Response(body=b"version %d" % version, headers={
+            "Cache-Control": "max-age=1" if version == 1 else "max-age=600", "ETag": f'"{version}"'})
+
+    origin.route(name, answer)
+    here, there = await cdn.plain(), await cdn.sibling()
+    assert (await here.request(f"/{ZONE}{name}")).body == b"version 1"
+    await on_disk(cdn, name, '"1"')
+    await asyncio.sleep(2.1)  # stale on both workers
+    confirming = asyncio.create_task(there.request(f"/{ZONE}{name}"))
+    await asyncio.wait_for(asked.wait(), 10)
+    current[0] = 2
+    # The first worker's disk batches are handed to its writer only once the 304 is stored (its writer thread is the
+    # sibling's too, in this process: a batch held inside it would hold up the 304's write as well).
+    writes = cdn.node.cache._writes
+    submit, held = writes._submit, asyncio.Event()
+    writers: list[Any] = []
+
+    def hold(writer: Any) -> None:
+        writers.append(writer)
+        held.set()
+
+    writes._submit = hold  # type: ignore[method-assign]
+    try:
+        filling = asyncio.create_task(here.request(f"/{ZONE}{name}", Cache_Control="no-cache"))
+        await asyncio.wait_for(held.wait(), 10)  # version two waits for its batch
+        confirm.set()
+        confirmed = await confirming
+        assert (confirmed.header("X-Cache"), confirmed.body) == ("REVALIDATED", b"version 1")
+    finally:
+        writes._submit = submit  # type: ignore[method-assign]
+        for writer in writers:
+            submit(writer)
+    filled = await filling
+    assert (filled.header("X-Cache"), filled.body) == ("MISS", b"version 2")
+    await on_disk(cdn, name, '"2"')
     again = await cdn.plain()
     answers = [await conn.request(f"/{ZONE}{name}") for conn in (there, again, there)]
     assert [(resp.header("X-Cache"), resp.body) for resp in answers] == [("HIT", b"version 2")] * 3
