@@ -66,6 +66,13 @@ def parse_target(raw: Any, *, allow_loopback: bool) -> URL:
         url.port  # noqa: B018 (a port out of range raises here)
     except ValueError:
         raise _invalid_url("'url' has an invalid port.") from None
+    # IPv4 spelt otherwise than as four decimal numbers (`127.1`, `2130706433`, a trailing dot) is that address
+    # to a resolver, but the delivery client refuses some such spellings outright (aiohttp: "not a canonical IPv4
+    # address"): every delivery would fail. Refused here, for the usual form.
+    literal = literal_address(url.raw_host)
+    if literal is not None and ":" not in literal and literal != url.raw_host:
+        raise _invalid_url(f"'url' must write its IPv4 address as four decimal numbers: {literal}, not "
+                           f"{url.raw_host}.")
     return url
 
 

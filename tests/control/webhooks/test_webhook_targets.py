@@ -117,3 +117,25 @@ async def test_plain_http_is_refused_at_delivery_time_once_the_development_setti
         await sender.close()
     assert not outcome.ok and outcome.error and outcome.error.startswith("refused: ")
     assert receiver.arrivals["a"] == 0
+
+
+
+
+async def test_a_target_spelling_an_ipv4_address_otherwise_than_as_four_numbers_is_refused_when_registered(
+        control: TestClient, zone: str, receiver: Receiver) -> None:
+    """`http://2130706433:PORT/`, `127.1`, `0x7f.0.0.1` or `127.0.0.1.` are 127.0.0.1 to every resolver, but the
+    delivery client refuses some of them outright (aiohttp: "not a canonical IPv4 address"): registration took
+    them (201), and every delivery then failed, down to the dead letters. They are refused when registered (400
+    InvalidUrl, naming the address's usual form); that form is taken and gets its deliveries."""
+    for host in ("2130706433", "127.1", "0x7f.0.0.1", "0177.0.0.1", "127.0.0.1."):
+        resp = await control.post("/api/webhooks", headers=ACCOUNT, json={"url": receiver.url("numeric", host=host),
+                                                                          "events": ["asset.created"]})
+        body = await expect_error(resp, 400, "InvalidUrl")
+        assert "127.0.0.1" in body["error"]["message"], host
+    resp = await control.post("/api/webhooks", headers=ACCOUNT, json={"url": receiver.url("dotted", host="127.0.0.1"),
+                                                                      "events": ["asset.created"]})
+    assert resp.status == 201, await resp.text()
+    receiver.secrets["dotted"] = (await resp.json())["secret"]
+    resp = await control.put("/api/storage/akande/v1/logos/numeric.txt", data=b"1", headers=ACCESS)
+    assert resp.status == 201
+    await receiver.wait(lambda: len(receiver.delivered("dotted")) == 1)
