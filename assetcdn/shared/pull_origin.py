@@ -60,6 +60,9 @@ class OriginProblem(ValueError):
         self.target = target
 
 
+SHOWN_VALUE = "(set)"  # what answers show in place of a request field's value (it may be a secret)
+
+
 @dataclass(frozen=True, slots=True)
 class PullOrigin:
     url: str                                          # http(s)://host[:port][/path prefix], no query
@@ -74,7 +77,7 @@ class PullOrigin:
     def public_json(self) -> dict[str, Any]:
         """What the API shows: header values may be secrets the origin checks, so only their names."""
         return {"Url": self.url, "HostHeader": self.host_header,
-                "RequestHeaders": {name: "(set)" for name in self.request_headers},
+                "RequestHeaders": {name: SHOWN_VALUE for name in self.request_headers},
                 "StoreSetCookie": self.store_set_cookie}
 
 
@@ -191,6 +194,10 @@ def parse_new_origin(data: object) -> PullOrigin:
             raise OriginProblem(f"'{name}' is named twice in 'Origin.RequestHeaders' (names are compared without "
                                 "case, '_' read as '-').", "Origin.RequestHeaders")
         named.add(spelled)
+        if origin.request_headers[name] == SHOWN_VALUE:  # an answer's origin sent back as it was shown
+            raise OriginProblem(f"The value of '{name}' is '{SHOWN_VALUE}', what answers show in place of a value: "
+                                "send the field's value itself (a PUT replaces the whole origin).",
+                                "Origin.RequestHeaders")
     return origin
 
 

@@ -18,6 +18,7 @@ from assetcdn.shared.pull_origin import OriginProblem, parse_new_origin, parse_o
     {"Url": "http://[::1%25lo]:8080"},
     {"Url": "https://" + "a." * 125 + "example"},
     {"Url": "http://127.0.0.1:8080", "HostHeader": "a." * 125 + "example"},
+    {"Url": "http://127.0.0.1:8080", "RequestHeaders": {"X-Origin-Secret": "(set)"}},
 ])
 def test_an_origin_accepted_before_a_check_was_added_is_still_read_as_stored_and_published(
         stored: dict[str, Any]) -> None:

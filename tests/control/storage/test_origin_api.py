@@ -213,6 +213,19 @@ async def test_put_sets_or_replaces_the_origin_and_delete_removes_it(control: Te
     assert (detail["Kind"], detail["Origin"]) == ("storage", None)
 
 
+async def test_an_origin_sent_back_as_an_answer_showed_it_keeps_its_secret(control: TestClient) -> None:
+    """A PUT of the origin a GET showed (its URL changed) would replace the zone's secret with the `(set)` shown in
+    its place, and the origin would get that: it is refused, and the zone keeps its origin and secret."""
+    assert (await create(control, "roundtrip", ORIGIN)).status == 201
+    shown = (await (await control.get("/api/core/zones/roundtrip/origin", headers=ACCOUNT)).json())["Origin"]
+    assert shown["RequestHeaders"] == {"X-Origin-Secret": "(set)"}
+    resp = await control.put("/api/core/zones/roundtrip/origin", json={**shown, "Url": shown["Url"] + "/v2"},
+                             headers=ACCOUNT)
+    body = await expect_error(resp, 400, "InvalidOrigin")
+    assert body["error"]["target"] == "Origin.RequestHeaders" and "X-Origin-Secret" in body["error"]["message"]
+    assert (await published_origins(control))["roundtrip"] == {**SHOWN, "RequestHeaders": ORIGIN["RequestHeaders"]}
+
+
 async def test_the_origin_routes_of_a_zone_that_does_not_exist_are_404(control: TestClient) -> None:
     for method in ("GET", "PUT", "DELETE"):
         resp = await control.request(method, "/api/core/zones/nobody/origin", json=ORIGIN, headers=ACCOUNT)
