@@ -153,8 +153,10 @@ def main(argv: list[str] | None = None) -> None:
                                             f"[tls] certificates must be [certificate file, key file] pairs: {exc}")
             sys.exit(EXIT_BAD_CONFIG)
     from assetcdn.edge.shield_address import shield_setting
+    from assetcdn.shared.pull_settings import check_pull_settings
     try:
         shield_setting(settings.get("origin", "shield"))
+        check_pull_settings(settings)  # timeouts, the pool, sizes: a bad one would break every fill instead
     except ValueError as exc:
         configure_logging(args.name)
         logging.getLogger("edge").error("%s", exc)

@@ -1,0 +1,57 @@
+"""The pull zone settings an edge cannot work with, refused as it starts (assetcdn/edge/server.py `main`): a value of
+the wrong type, NaN, a timeout of zero or less, a pool of no connection, a size below zero. Each such value was taken before and broke every fill instead (504 after
+the first-byte time for a pool of 0 or a zero timeout, 502 for ``max_header_kb = 0``, an exception per request for a
+NaN timeout under uvloop) or stopped a worker with a traceback naming no setting (an infinite size)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from assetcdn.shared.config import Settings
+
+# Seconds that bound a wait: above 0 (an infinite one waits without bound, as asyncio and uvloop allow).
+TIMEOUTS = (("origin", "connect_timeout_s"), ("origin", "first_byte_timeout_s"), ("origin", "idle_timeout_s"),
+            ("origin", "body_timeout_s"), ("tls", "send_timeout_s"))
+# Seconds of a memory: 0 or more (0 = none kept), not NaN.
+DURATIONS = (("origin", "dns_cache_s"), ("origin", "shield_retry_s"))
+# Sizes in MB: 0 or more and finite (they are turned into a whole number of bytes).
+SIZES = (("origin", "max_object_mb"), ("origin", "forward_bodies_mb"), ("origin", "source_reads_mb"))
+
+
+def _number(settings: Settings, section: str, key: str) -> float:
+    value: Any = settings.get(section, key)
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"[{section}] {key} must be a number, not {value!r}") from None
+    if math.isnan(number):
+        raise ValueError(f"[{section}] {key} must be a number, not NaN")
+    return number
+
+
+def check_pull_settings(settings: Settings) -> None:
+    """ValueError naming the first setting of `settings` a pull zone's fills could not work with."""
+    for section, key in TIMEOUTS:
+        if _number(settings, section, key) <= 0:
+            raise ValueError(f"[{section}] {key} must be above 0 seconds, not {settings.get(section, key)!r}")
+    for section, key in DURATIONS:
+        if _number(settings, section, key) < 0:
+            raise ValueError(f"[{section}] {key} must not be negative, not {settings.get(section, key)!r}")
+    for section, key in SIZES:
+        size = _number(settings, section, key)
+        if size < 0 or math.isinf(size):
+            raise ValueError(f"[{section}] {key} must be 0 or more MB, not {settings.get(section, key)!r}")
+    header_kb = _number(settings, "origin", "max_header_kb")
+    if header_kb <= 0 or math.isinf(header_kb):
+        raise ValueError(f"[origin] max_header_kb must be above 0 KB, not {settings.get('origin', 'max_header_kb')!r}")
+    pool = _number(settings, "origin", "pool_per_origin")
+    try:
+        int(settings.get("origin", "pool_per_origin"))  # as the edge reads it
+    except (TypeError, ValueError, OverflowError):
+        pool = 0
+    if pool < 1:
+        raise ValueError("[origin] pool_per_origin must be 1 or more connections, "
+                         f"not {settings.get('origin', 'pool_per_origin')!r}")

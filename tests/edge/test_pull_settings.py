@@ -1,0 +1,61 @@
+"""Pull zone settings an edge could not fill with (assetcdn/shared/pull_settings.py) stop it as it starts, naming
+the setting: before, `[origin] pool_per_origin = 0` or a zero timeout started an edge whose every fill was 504, a
+NaN timeout failed every fill under uvloop, `max_header_kb = 0` made every fill 502."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from assetcdn.edge.server import EXIT_BAD_CONFIG
+from assetcdn.shared.config import load_settings
+from assetcdn.shared.pull_settings import check_pull_settings
+from tests.integration.harness import KEYS, free_port_block
+
+BAD = [("ASSETCDN_ORIGIN_POOL_PER_ORIGIN", "0", r"\[origin\] pool_per_origin"),
+       ("ASSETCDN_ORIGIN_POOL_PER_ORIGIN", "-3", r"\[origin\] pool_per_origin"),
+       ("ASSETCDN_ORIGIN_CONNECT_TIMEOUT_S", "0", r"\[origin\] connect_timeout_s"),
+       ("ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S", "-1", r"\[origin\] first_byte_timeout_s"),
+       ("ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S", "nan", r"\[origin\] first_byte_timeout_s"),
+       ("ASSETCDN_ORIGIN_IDLE_TIMEOUT_S", "0", r"\[origin\] idle_timeout_s"),
+       ("ASSETCDN_ORIGIN_BODY_TIMEOUT_S", "nan", r"\[origin\] body_timeout_s"),
+       ("ASSETCDN_TLS_SEND_TIMEOUT_S", "0", r"\[tls\] send_timeout_s"),
+       ("ASSETCDN_ORIGIN_MAX_HEADER_KB", "0", r"\[origin\] max_header_kb"),
+       ("ASSETCDN_ORIGIN_MAX_OBJECT_MB", "-1", r"\[origin\] max_object_mb"),
+       ("ASSETCDN_ORIGIN_FORWARD_BODIES_MB", "inf", r"\[origin\] forward_bodies_mb"),
+       ("ASSETCDN_ORIGIN_SOURCE_READS_MB", "nan", r"\[origin\] source_reads_mb"),
+       ("ASSETCDN_ORIGIN_DNS_CACHE_S", "-1", r"\[origin\] dns_cache_s"),
+       ("ASSETCDN_ORIGIN_SHIELD_RETRY_S", "nan", r"\[origin\] shield_retry_s")]
+
+
+def test_the_shipped_settings_and_their_documented_limits_pass() -> None:
+    check_pull_settings(load_settings(environ={}))
+    check_pull_settings(load_settings(environ={"ASSETCDN_ORIGIN_DNS_CACHE_S": "0", "ASSETCDN_ORIGIN_MAX_OBJECT_MB": "0",
+                                               "ASSETCDN_ORIGIN_POOL_PER_ORIGIN": "1",
+                                               "ASSETCDN_ORIGIN_BODY_TIMEOUT_S": "inf"}))
+
+
+@pytest.mark.parametrize(("name", "value", "named"), BAD)
+def test_a_setting_no_fill_could_work_with_is_named(name: str, value: str, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        check_pull_settings(load_settings(environ={name: value}))
+
+
+def test_a_setting_of_the_wrong_type_in_a_config_file_is_named(tmp_path: Path) -> None:
+    config = tmp_path / "edge.toml"
+    config.write_text('[origin]\nconnect_timeout_s = "soon"\n')
+    with pytest.raises(ValueError, match=r"\[origin\] connect_timeout_s must be a number"):
+        check_pull_settings(load_settings(config, environ={}))
+
+
+@pytest.mark.parametrize(("name", "value", "named"), [BAD[0], BAD[4]])
+def test_the_edge_does_not_start_with_it(tmp_path: Path, name: str, value: str, named: str) -> None:
+    env = {**KEYS, "PATH": "/usr/bin:/bin", name: value}
+    done = subprocess.run([sys.executable, "-m", "assetcdn.edge", "--control-url", "http://127.0.0.1:9",
+                           "--port", str(free_port_block(1)), "--data-dir", str(tmp_path / "data")],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == EXIT_BAD_CONFIG, done.stderr
+    assert named.replace("\\", "") in done.stderr
