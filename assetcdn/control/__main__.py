@@ -41,6 +41,11 @@ def main(argv: list[str] | None = None) -> None:
     dashboard_port = settings.get("server", "dashboard_port")
     if dashboard_port == port:
         parser.error(f"the dashboard port ({dashboard_port}) must differ from control's port")
+    from assetcdn.shared.pull_settings import check_allow_loopback
+    try:
+        check_allow_loopback(settings)  # control checks zones' origin addresses with it
+    except ValueError as exc:
+        parser.error(str(exc))
     configure_logging("control")
     private_umask()  # the repository, database and work files are the owner's only
     secrets, generated = load_or_create_secrets(data_dir)

@@ -1,7 +1,9 @@
-"""The pull zone settings an edge cannot work with, refused as it starts (assetcdn/edge/server.py `main`): a value of
-the wrong type, NaN, a timeout of zero or less, a pool of no connection, a size below zero. Each such value was taken before and broke every fill instead (504 after
-the first-byte time for a pool of 0 or a zero timeout, 502 for ``max_header_kb = 0``, an exception per request for a
-NaN timeout under uvloop) or stopped a worker with a traceback naming no setting (an infinite size)."""
+"""The pull zone settings an edge cannot work with, refused as it starts (assetcdn/edge/server.py `main`; control's
+start refuses a bad ``[origin] allow_loopback``, which it reads too): a value of the wrong type, NaN, a timeout of
+zero or less, a pool of no connection, a size below zero. Each such value was taken before and broke every fill
+instead (504 after the first-byte time for a pool of 0 or a zero timeout, 502 for ``max_header_kb = 0``, an
+exception per request for a NaN timeout under uvloop) or stopped a worker with a traceback naming no setting (an
+infinite size); a quoted "false" for ``allow_loopback`` was read as true."""
 
 from __future__ import annotations
 
@@ -55,3 +57,12 @@ def check_pull_settings(settings: Settings) -> None:
     if pool < 1:
         raise ValueError("[origin] pool_per_origin must be 1 or more connections, "
                          f"not {settings.get('origin', 'pool_per_origin')!r}")
+    check_allow_loopback(settings)
+
+
+def check_allow_loopback(settings: Settings) -> None:
+    """``[origin] allow_loopback`` must be true or false: read with bool(), a quoted "false" in a config file would
+    let origins on loopback addresses through."""
+    value = settings.get("origin", "allow_loopback")
+    if not isinstance(value, bool):
+        raise ValueError(f"[origin] allow_loopback must be true or false, not {value!r}")

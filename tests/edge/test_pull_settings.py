@@ -59,3 +59,25 @@ def test_the_edge_does_not_start_with_it(tmp_path: Path, name: str, value: str, 
                           env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == EXIT_BAD_CONFIG, done.stderr
     assert named.replace("\\", "") in done.stderr
+
+
+@pytest.mark.parametrize("value", ['"false"', '"no"', "0"])
+def test_allow_loopback_that_is_not_true_or_false_is_named(tmp_path: Path, value: str) -> None:
+    """Read with bool(), a quoted "false" let origins on loopback addresses through, at control (setting a zone's
+    origin) and at the edges (connecting to it)."""
+    config = tmp_path / "cdn.toml"
+    config.write_text(f"[origin]\nallow_loopback = {value}\n")
+    with pytest.raises(ValueError, match=r"\[origin\] allow_loopback must be true or false"):
+        check_pull_settings(load_settings(config, environ={}))
+
+
+def test_control_does_not_start_with_a_quoted_allow_loopback(tmp_path: Path) -> None:
+    config = tmp_path / "cdn.toml"
+    config.write_text('[origin]\nallow_loopback = "false"\n')
+    port = free_port_block(2)
+    env = {**KEYS, "PATH": "/usr/bin:/bin", "ASSETCDN_SERVER_DASHBOARD_PORT": str(port + 1)}
+    done = subprocess.run([sys.executable, "-m", "assetcdn.control", "--config", str(config), "--host", "127.0.0.1",
+                           "--port", str(port), "--data-dir", str(tmp_path / "data")],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "[origin] allow_loopback must be true or false" in done.stderr
