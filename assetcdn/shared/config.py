@@ -70,7 +70,13 @@ def _coerce(raw: str, like: Any) -> Any:
     if isinstance(like, bool):
         return raw.strip().lower() in ("1", "true", "yes", "on")
     if isinstance(like, int):
-        return int(raw)
+        try:
+            return int(raw)
+        except ValueError:
+            # A number with a fraction, as a config file may give it (`max_object_mb = 0.5`): the readers of
+            # such settings take floats (a size in MB read as float(...) * 1024 * 1024).
+            number = float(raw)
+            return int(number) if number.is_integer() else number
     if isinstance(like, float):
         return float(raw)
     return raw
@@ -89,5 +95,10 @@ def load_settings(config_file: str | os.PathLike[str] | None = None,
         for key, value in values.items():
             env_name = f"ASSETCDN_{section.upper()}_{key.upper()}"
             if env_name in environ:
-                values[key] = _coerce(environ[env_name], value)
+                try:
+                    values[key] = _coerce(environ[env_name], value)
+                except ValueError as exc:  # named, not only "invalid literal for int()" in a traceback
+                    raise ValueError(f"{env_name} ([{section}] {key}) must be a number like {value!r}, not "
+                                     f"{environ[env_name]!r}" if isinstance(value, int | float) else
+                                     f"{env_name} ([{section}] {key}): {exc}") from None
     return Settings(data)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from assetcdn.edge.origin_client import OriginLimits
 from assetcdn.edge.server import EXIT_BAD_CONFIG
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.pull_settings import check_pull_settings
@@ -81,3 +82,22 @@ def test_control_does_not_start_with_a_quoted_allow_loopback(tmp_path: Path) -> 
                           env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2, done.stderr
     assert "[origin] allow_loopback must be true or false" in done.stderr
+
+
+def test_an_environment_variable_that_is_no_number_is_named() -> None:
+    """It stopped `assetcdn up` and the edge with `invalid literal for int() with base 10: 'abc'` and nothing else."""
+    with pytest.raises(ValueError, match=r"ASSETCDN_ORIGIN_POOL_PER_ORIGIN \(\[origin\] pool_per_origin\) must be a "
+                                         r"number like 32, not 'abc'"):
+        load_settings(environ={"ASSETCDN_ORIGIN_POOL_PER_ORIGIN": "abc"})
+    with pytest.raises(ValueError, match=r"ASSETCDN_ORIGIN_CONNECT_TIMEOUT_S \(\[origin\] connect_timeout_s\)"):
+        load_settings(environ={"ASSETCDN_ORIGIN_CONNECT_TIMEOUT_S": "soon"})
+
+
+def test_a_size_in_mb_with_a_fraction_is_taken_from_the_environment_as_from_a_file(tmp_path: Path) -> None:
+    """`max_object_mb = 0.5` in a config file is 512 KB; ASSETCDN_ORIGIN_MAX_OBJECT_MB=0.5 stopped the edge."""
+    config = tmp_path / "edge.toml"
+    config.write_text("[origin]\nmax_object_mb = 0.5\n")
+    from_env = OriginLimits.from_settings(load_settings(environ={"ASSETCDN_ORIGIN_MAX_OBJECT_MB": "0.5"}))
+    assert from_env.max_object_bytes == OriginLimits.from_settings(load_settings(config, environ={})).max_object_bytes
+    assert from_env.max_object_bytes == 512 * 1024
+    assert load_settings(environ={"ASSETCDN_EDGE_CACHE_SIZE_MB": "2048"}).get("edge", "cache_size_mb") == 2048
