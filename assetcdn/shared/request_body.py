@@ -240,7 +240,8 @@ def in_route_envelope(body: RouteBody) -> Iterator[None]:
 
 
 class _BodyDeadline:
-    """Sets BodyTimeout on a body's stream once `timeout_s + received / min_bytes_per_s` has passed."""
+    """Sets BodyTimeout on a body's stream once `timeout_s + received / min_bytes_per_s` has passed (`timeout_s` alone
+    when `min_bytes_per_s` is 0 or less: no time is allowed per byte)."""
 
     def __init__(self, content: StreamReader, timeout_s: float, min_bytes_per_s: float) -> None:
         self._content = content
@@ -255,7 +256,9 @@ class _BodyDeadline:
         if content.is_eof() or content.exception() is not None:
             return
         # total_raw_bytes: as received on the wire (before gzip is decoded).
-        due = self._start + self._timeout_s + content.total_raw_bytes / self._min_rate
+        due = self._start + self._timeout_s
+        if self._min_rate > 0:  # 0 divided by (ZeroDivisionError in this timer: no deadline at all)
+            due += content.total_raw_bytes / self._min_rate
         if self._loop.time() >= due:
             content.set_exception(BodyTimeout())
         else:

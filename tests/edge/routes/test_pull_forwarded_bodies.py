@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import orjson
 import pytest
@@ -319,3 +320,27 @@ async def test_a_chunked_bodys_trailer_fields_never_reach_the_next_request(pull:
     again = await pull.get("/behind")  # asked again on a connection of its own, as a client does
     assert (again.status, await again.read()) == (200, b"plain")
     assert "X-Smuggled" not in pull.origin.requests("/behind")[-1].headers
+
+
+async def test_a_body_still_arriving_is_408_with_no_time_allowed_per_byte(tmp_path: Path) -> None:
+    """`[server] body_min_bytes_per_s = 0`: the body's deadline is `body_timeout_s` alone. It divided by 0 in the
+    deadline's timer, so a body trickling in was never cut off (and never reached the origin either)."""
+    origin = ScriptedOrigin()
+    origin.route("/slow-body", lambda request: _count(request))
+    server = await serve_origin(origin)
+    try:
+        async with shared_cdn_apps(tmp_path, ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true", ASSETCDN_SERVER_BODY_TIMEOUT_S="1",
+                                   ASSETCDN_SERVER_BODY_MIN_BYTES_PER_S="0") as cdn:
+            await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"})
+            reader, writer = await asyncio.open_connection("127.0.0.1", cdn.edge.server.port)
+            try:
+                writer.write(f"POST /{ZONE}/slow-body HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n"
+                             .encode() + b"s" * 10)
+                await writer.drain()
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+                assert head.startswith(b"HTTP/1.1 408 "), head
+            finally:
+                writer.close()
+            assert origin.count("/slow-body", "POST") == 0
+    finally:
+        await server.close()
