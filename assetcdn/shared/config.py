@@ -59,6 +59,10 @@ def delays_setting(raw: Any, key: str, *, retries_required: bool) -> tuple[float
     return delays
 
 
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off", "")
+
+
 def _coerce(raw: str, like: Any) -> Any:
     if isinstance(like, list):  # the same TOML array a config file would hold
         try:
@@ -68,7 +72,10 @@ def _coerce(raw: str, like: Any) -> Any:
                 return raw  # the comma-separated form documented for lists of delays (their readers split it)
             raise ValueError(f"not a TOML array: {raw!r} ({exc})") from None
     if isinstance(like, bool):
-        return raw.strip().lower() in ("1", "true", "yes", "on")
+        word = raw.strip().lower()
+        if word not in TRUE_WORDS and word not in FALSE_WORDS:  # `y`, `enabled`: not taken for false unsaid
+            raise ValueError(f"not true or false: {raw!r}")
+        return word in TRUE_WORDS
     if isinstance(like, int):
         try:
             return int(raw)
@@ -98,7 +105,9 @@ def load_settings(config_file: str | os.PathLike[str] | None = None,
                 try:
                     values[key] = _coerce(environ[env_name], value)
                 except ValueError as exc:  # named, not only "invalid literal for int()" in a traceback
-                    raise ValueError(f"{env_name} ([{section}] {key}) must be a number like {value!r}, not "
+                    raise ValueError(f"{env_name} ([{section}] {key}) must be true or false (1, yes, on; 0, no, "
+                                     f"off), not {environ[env_name]!r}" if isinstance(value, bool) else
+                                     f"{env_name} ([{section}] {key}) must be a number like {value!r}, not "
                                      f"{environ[env_name]!r}" if isinstance(value, int | float) else
                                      f"{env_name} ([{section}] {key}): {exc}") from None
     return Settings(data)

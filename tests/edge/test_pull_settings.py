@@ -101,3 +101,17 @@ def test_a_size_in_mb_with_a_fraction_is_taken_from_the_environment_as_from_a_fi
     assert from_env.max_object_bytes == OriginLimits.from_settings(load_settings(config, environ={})).max_object_bytes
     assert from_env.max_object_bytes == 512 * 1024
     assert load_settings(environ={"ASSETCDN_EDGE_CACHE_SIZE_MB": "2048"}).get("edge", "cache_size_mb") == 2048
+
+
+@pytest.mark.parametrize("value", ["y", "enabled", "ture"])
+def test_an_environment_switch_that_is_neither_true_nor_false_is_named(value: str) -> None:
+    """`ASSETCDN_TLS_REDIRECT_HTTP=y` was read as false: plain HTTP went on being answered, with no word said."""
+    with pytest.raises(ValueError, match=r"ASSETCDN_TLS_REDIRECT_HTTP \(\[tls\] redirect_http\) must be true or false"):
+        load_settings(environ={"ASSETCDN_TLS_REDIRECT_HTTP": value})
+
+
+@pytest.mark.parametrize(("value", "read"), [("1", True), ("Yes", True), (" on ", True), ("TRUE", True),
+                                             ("0", False), ("no", False), ("off", False), ("False", False),
+                                             ("", False)])
+def test_the_words_a_switch_takes(value: str, read: bool) -> None:
+    assert load_settings(environ={"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": value}).get("origin", "allow_loopback") is read
