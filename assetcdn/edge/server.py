@@ -144,6 +144,13 @@ def main(argv: list[str] | None = None) -> None:
     if https_port:
         # An operator certificate or key that cannot be used stops the edge before any worker starts.
         from assetcdn.edge.tls.certificates import CertificateFileError, read_operator_pair
+        from assetcdn.shared.pull_settings import check_https_settings
+        try:
+            check_https_settings(settings)  # its times: 0 would spin a core or close every connection at once
+        except ValueError as exc:
+            configure_logging(args.name)
+            logging.getLogger("edge").error("%s", exc)
+            sys.exit(EXIT_BAD_CONFIG)
         try:
             for chain_file, key_file in settings.get("tls", "certificates"):
                 read_operator_pair(str(chain_file), str(key_file))

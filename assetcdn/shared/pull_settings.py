@@ -66,3 +66,15 @@ def check_allow_loopback(settings: Settings) -> None:
     value = settings.get("origin", "allow_loopback")
     if not isinstance(value, bool):
         raise ValueError(f"[origin] allow_loopback must be true or false, not {value!r}")
+
+
+# [tls] seconds checked when the edge serves https: above 0 (0 stat()s the operator certificate files in a loop that
+# never waits, a worker's whole core; NaN ends that loop under uvloop, so renewed files are never read).
+HTTPS_TIMES = ("reload_interval_s",)
+
+
+def check_https_settings(settings: Settings) -> None:
+    """ValueError naming the first ``[tls]`` time an https edge could not work with."""
+    for key in HTTPS_TIMES:
+        if _number(settings, "tls", key) <= 0:
+            raise ValueError(f"[tls] {key} must be above 0 seconds, not {settings.get('tls', key)!r}")

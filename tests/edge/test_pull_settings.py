@@ -13,7 +13,7 @@ import pytest
 from assetcdn.edge.origin_client import OriginLimits
 from assetcdn.edge.server import EXIT_BAD_CONFIG
 from assetcdn.shared.config import load_settings
-from assetcdn.shared.pull_settings import check_pull_settings
+from assetcdn.shared.pull_settings import check_https_settings, check_pull_settings
 from tests.integration.harness import KEYS, free_port_block
 
 BAD = [("ASSETCDN_ORIGIN_POOL_PER_ORIGIN", "0", r"\[origin\] pool_per_origin"),
@@ -115,3 +115,22 @@ def test_an_environment_switch_that_is_neither_true_nor_false_is_named(value: st
                                              ("", False)])
 def test_the_words_a_switch_takes(value: str, read: bool) -> None:
     assert load_settings(environ={"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": value}).get("origin", "allow_loopback") is read
+
+
+@pytest.mark.parametrize(("key", "value"), [("reload_interval_s", "0"), ("reload_interval_s", "-1"),
+                                            ("reload_interval_s", "nan")])
+def test_an_https_time_no_connection_could_work_with_is_named(key: str, value: str) -> None:
+    with pytest.raises(ValueError, match=rf"\[tls\] {key} must be"):
+        check_https_settings(load_settings(environ={f"ASSETCDN_TLS_{key.upper()}": value}))
+    check_https_settings(load_settings(environ={"ASSETCDN_TLS_SESSION_TICKET_ROTATION_S": "0"}))
+
+
+def test_an_https_edge_does_not_start_with_a_reload_interval_of_0(tmp_path: Path) -> None:
+    """With operator certificates it read their files again in a loop that never waited: a core per worker."""
+    port = free_port_block(2)
+    env = {**KEYS, "PATH": "/usr/bin:/bin", "ASSETCDN_TLS_RELOAD_INTERVAL_S": "0"}
+    done = subprocess.run([sys.executable, "-m", "assetcdn.edge", "--control-url", "http://127.0.0.1:9",
+                           "--port", str(port), "--https-port", str(port + 1), "--data-dir", str(tmp_path / "data")],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == EXIT_BAD_CONFIG, done.stderr
+    assert "[tls] reload_interval_s must be above 0 seconds" in done.stderr
