@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     from assetcdn.shared.pull_settings import check_allow_loopback
     try:
         check_allow_loopback(settings)  # control checks zones' origin addresses with it
+        check_allow_loopback(settings, "webhooks")  # and webhook targets
     except ValueError as exc:
         parser.error(str(exc))
     configure_logging("control")

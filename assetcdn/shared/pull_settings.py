@@ -60,12 +60,12 @@ def check_pull_settings(settings: Settings) -> None:
     check_allow_loopback(settings)
 
 
-def check_allow_loopback(settings: Settings) -> None:
-    """``[origin] allow_loopback`` must be true or false: read with bool(), a quoted "false" in a config file would
-    let origins on loopback addresses through."""
-    value = settings.get("origin", "allow_loopback")
+def check_allow_loopback(settings: Settings, section: str = "origin") -> None:
+    """``[<section>] allow_loopback`` must be true or false: read with bool(), a quoted "false" in a config file would
+    let origins (or webhook targets, ``section="webhooks"``) on loopback addresses through."""
+    value = settings.get(section, "allow_loopback")
     if not isinstance(value, bool):
-        raise ValueError(f"[origin] allow_loopback must be true or false, not {value!r}")
+        raise ValueError(f"[{section}] allow_loopback must be true or false, not {value!r}")
 
 
 # [tls] seconds checked when the edge serves https: above 0 (0 stat()s the operator certificate files in a loop that

@@ -134,3 +134,16 @@ def test_an_https_edge_does_not_start_with_a_reload_interval_of_0(tmp_path: Path
                           env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == EXIT_BAD_CONFIG, done.stderr
     assert "[tls] reload_interval_s must be above 0 seconds" in done.stderr
+
+
+def test_control_does_not_start_with_a_quoted_webhooks_allow_loopback(tmp_path: Path) -> None:
+    """The same for `[webhooks] allow_loopback`: a quoted "false" let webhooks be sent to loopback targets."""
+    config = tmp_path / "cdn.toml"
+    config.write_text('[webhooks]\nallow_loopback = "false"\n')
+    port = free_port_block(2)
+    env = {**KEYS, "PATH": "/usr/bin:/bin", "ASSETCDN_SERVER_DASHBOARD_PORT": str(port + 1)}
+    done = subprocess.run([sys.executable, "-m", "assetcdn.control", "--config", str(config), "--host", "127.0.0.1",
+                           "--port", str(port), "--data-dir", str(tmp_path / "data")],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "[webhooks] allow_loopback must be true or false" in done.stderr
