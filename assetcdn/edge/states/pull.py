@@ -137,7 +137,10 @@ DIGEST = ":sha256"
 ALLOWED = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"  # the methods a pull zone's paths take (TRACE is not passed)
 MAX_FORWARDS = 255  # the largest Max-Forwards this edge passes on (RFC 9110 7.6.2 lets it choose one)
 # A client's own conditions and ranges are answered from the stored response, never passed on a cache fill.
-CLIENT_CONDITIONS = ("If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range")
+# `Request-Range` is the draft spelling of Range that Apache httpd still honours: its 206, or a 416 with the
+# origin's Cache-Control (stored as the URL's answer), would answer the fill.
+CLIENT_CONDITIONS = ("If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range",
+                     "Request-Range")
 # ... and their spellings with `_` for `-`, which servers that pass fields as CGI variables read alike (HTTP_IF_MATCH).
 CONDITION_NAMES = frozenset(name.lower() for name in CLIENT_CONDITIONS)
 # What is never copied to a client from an origin's or stored head: framing is the edge's own, and so is the

@@ -2120,3 +2120,30 @@ async def test_a_dead_origin_is_logged_once_per_interval_not_once_per_request(
              if record.getMessage().startswith("pull zone deadlog: the origin failed")]
     assert len(lines) == 1, lines
     assert "(0 more such lines since the last" in lines[0]
+
+
+async def test_a_clients_request_range_never_reaches_the_origin_on_a_fill(pull: Pull) -> None:
+    """`Request-Range` is the draft spelling of `Range` that Apache httpd still honours (byterange_filter.c reads it
+    when there is no Range). A fill passed a client's on: such an origin answered the fill with a 206, which is not
+    stored (that client got a range of its own choosing, X-Cache PASS), or, for a range past the end, with a 416
+    that carried the origin's Cache-Control, which was stored as the URL's answer: every later client got 416 and
+    no body until it expired. A fill asks for the whole response, as for the client's Range."""
+    data = b"0123456789"
+
+    async def apache_like(request: web.Request) -> web.StreamResponse:
+        wanted = request.headers.get("Range") or request.headers.get("Request-Range")
+        if wanted is None:
+            return web.Response(body=data, headers=LONG)
+        first = int(wanted.removeprefix("bytes=").partition("-")[0])
+        if first >= len(data):  # `Header always set Cache-Control`: on the error too
+            return web.Response(status=416, headers={**LONG, "Content-Range": f"bytes */{len(data)}"})
+        return web.Response(status=206, body=data[first:], headers={
+            **LONG, "Content-Range": f"bytes {first}-{len(data) - 1}/{len(data)}"})
+
+    for name, asked in (("/request-range-past.bin", "bytes=99-"), ("/request-range.bin", "bytes=4-")):
+        pull.origin.route(name, apache_like)
+        first = await pull.get(name, headers={"Request-Range": asked})
+        assert (first.status, await first.read(), first.headers["X-Cache"]) == (200, data, "MISS"), name
+        later = await pull.get(name)
+        assert (later.status, await later.read(), later.headers["X-Cache"]) == (200, data, "HIT"), name
+        assert [seen.headers.get("Request-Range") for seen in pull.origin.requests(name)] == [None], name
