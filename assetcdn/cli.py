@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from assetcdn.shared.config import default_config_text, load_settings
+from assetcdn.shared.host_url import host_url
 from assetcdn.shared.secrets import signed_url_secret
 from assetcdn.shared.signing import signed_url
 from assetcdn.supervisor import cmd_up, say
@@ -23,7 +24,7 @@ def cmd_sign(args: argparse.Namespace) -> int:
         say("no signed-URL secret: set ASSETCDN_SIGNED_URL_SECRET or pass --data-dir", error=True)
         return 2
     base = args.base_url or settings.get("server", "public_url") or \
-        f"http://{settings.get('server', 'host')}:{settings.get('server', 'edge_port')}"
+        host_url(settings.get('server', 'host'), settings.get('server', 'edge_port'))
     say(signed_url(base, secret, args.path, args.ttl))
     return 0
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.dashboard_url import dashboard_url
+from assetcdn.shared.host_url import host_url
 from assetcdn.shared.process import (
     EXIT_CANNOT_LISTEN,
     EXIT_DEADLINE_S,
@@ -335,7 +336,7 @@ def cmd_up(args: argparse.Namespace) -> int:
            "ASSETCDN_SERVER_DASHBOARD_PORT": str(dashboard_port), "ASSETCDN_SERVER_HOST": host, RUN_ID_ENV: run_id}
     if args.config:
         env["ASSETCDN_CONFIG"] = str(Path(args.config).resolve())
-    control_url = f"http://{host}:{control_port}"
+    control_url = host_url(host, control_port)
     demo = ["--demo"] if first_start and not args.no_demo else []
     commands = [["-m", "assetcdn.control", "--data-dir", str(data_dir), "--host", host, "--port", str(control_port), *demo]]
     edge_urls = []
@@ -344,7 +345,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         commands.append(["-m", "assetcdn.edge", "--control-url", control_url, "--name", f"edge-{i}", "--host", host,
                          "--port", str(port), "--workers", str(args.workers), "--data-dir", str(data_dir),
                          *(["--https-port", str(https_port + i)] if https_port else [])])
-        edge_urls.append(f"http://{host}:{port}")
+        edge_urls.append(host_url(host, port))
     processes: list[subprocess.Popen[bytes]] = []
     stop = _StopRequest()
     signal.signal(signal.SIGTERM, stop)
@@ -364,7 +365,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         # whole banner at once, never the first line without the others.
         banner = [f"assetcdn is up: {edge_urls[0]}  (control {control_url}; edges {', '.join(edge_urls)})"]
         if https_port:
-            banner.append(f"HTTPS: https://{host}:{https_port}"
+            banner.append(f"HTTPS: {host_url(host, https_port, 'https')}"
                           + (f" to :{https_port + args.edges - 1}" if args.edges > 1 else ""))
         banner.append(_keys_notice(data_dir / SECRETS_FILE, generated))
         dashboard = dashboard_url(settings.with_overrides("server", host=host, dashboard_port=dashboard_port))

@@ -14,6 +14,7 @@ from aiohttp import web
 from assetcdn.control.identity.dashboard_config import DashboardConfig
 from assetcdn.shared.config import Settings
 from assetcdn.shared.counter_store import Counters
+from assetcdn.shared.host_url import host_url
 from assetcdn.shared.secrets import Secrets
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -33,4 +34,4 @@ def public_url_of(settings: Settings) -> str:
     configured = settings.get("server", "public_url")
     if configured:
         return configured.rstrip("/")
-    return f"http://{settings.get('server', 'host')}:{settings.get('server', 'edge_port')}"
+    return host_url(settings.get('server', 'host'), settings.get('server', 'edge_port'))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from assetcdn.shared.config import load_settings
+from assetcdn.shared.host_url import host_url
 from assetcdn.shared.process import port_in_use
 
 KEYS = {
@@ -125,8 +126,8 @@ UP_MODULE = "assetcdn.cli"  # the `up` supervisor
 
 
 def up_command(data_dir: Path, *, edge_port: int, control_port: int, dashboard_port: int, edges: int = 1,
-               workers: int = 1, demo: bool = False) -> list[str]:
-    command = [sys.executable, "-m", UP_MODULE, "up", "--data-dir", str(data_dir), "--host", "127.0.0.1",
+               workers: int = 1, demo: bool = False, host: str = "127.0.0.1") -> list[str]:
+    command = [sys.executable, "-m", UP_MODULE, "up", "--data-dir", str(data_dir), "--host", host,
                "--edge-port", str(edge_port), "--control-port", str(control_port),
                "--dashboard-port", str(dashboard_port), "--edges", str(edges), "--workers", str(workers)]
     if not demo:
@@ -268,7 +269,8 @@ PUBLIC_URL = "ASSETCDN_SERVER_PUBLIC_URL"  # moved with it when it names that po
 
 def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False,
               env_extra: dict[str, str] | None = None, image_workers_at_start: bool = False,
-              semantic_search: bool = False, prepare: Callable[[Path], None] | None = None) -> RunningCdn:
+              semantic_search: bool = False, prepare: Callable[[Path], None] | None = None,
+              host: str = "127.0.0.1") -> RunningCdn:
     """A running `assetcdn up` on a free block of ports. Free ports are checked before `up` binds
     them, so a test run beside this one can take one in between: `up` refuses such ports at once,
     and the start is tried again on another block (a fresh data directory each time). It returns once every
@@ -280,7 +282,8 @@ def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False
     free one, and `RunningCdn.https_port` is the one that started.
 
     Image workers start lazily, one per edge process (LAZY_IMAGE_POOL); `image_workers_at_start` starts
-    them with the edge, as many as configured, for the tests that check every process of the tree stops."""
+    them with the edge, as many as configured, for the tests that check every process of the tree stops.
+    `host`: what `up` listens on (`--host`), 127.0.0.1 or ::1."""
     configured = load_settings(environ={}).get("transform", "concurrency")
     prestart = ({"ASSETCDN_TRANSFORM_PRESTART_WORKERS": "true", "ASSETCDN_TRANSFORM_CONCURRENCY": str(configured)}
                 if image_workers_at_start else {})
@@ -294,7 +297,8 @@ def start_cdn(tmp: Path, *, edges: int = 1, workers: int = 1, demo: bool = False
             prepare(data_dir)
         if attempt > 1 and HTTPS_PORT in env_extra and port_in_use("127.0.0.1", int(env_extra[HTTPS_PORT])):
             _move_https_port(env_extra)  # the caller's https port was the one taken meanwhile
-        cdn = _start_once(data_dir, tmp / "up.log", edges=edges, workers=workers, demo=demo, env_extra=env_extra)
+        cdn = _start_once(data_dir, tmp / "up.log", edges=edges, workers=workers, demo=demo, env_extra=env_extra,
+                          host=host)
         if cdn is not None:
             cdn.https_port = int(env_extra.get(HTTPS_PORT, 0))
             try:
@@ -356,19 +360,18 @@ def _move_https_port(env_extra: dict[str, str]) -> None:
 
 
 def _start_once(data_dir: Path, log_path: Path, *, edges: int, workers: int, demo: bool,
-                env_extra: dict[str, str] | None) -> RunningCdn | None:
+                env_extra: dict[str, str] | None, host: str = "127.0.0.1") -> RunningCdn | None:
     # A port the caller chose already (the https one) is free until up binds it: not one of the block.
     chosen = {int(value) for name, value in (env_extra or {}).items() if name == HTTPS_PORT}
     base = free_port_block(edges + 2, avoid=chosen)
     control_port, dashboard_port, edge_port = base + edges, base + edges + 1, base
     env = up_env(env_extra)
     command = up_command(data_dir, edge_port=edge_port, control_port=control_port, dashboard_port=dashboard_port,
-                         edges=edges, workers=workers, demo=demo)
+                         edges=edges, workers=workers, demo=demo, host=host)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    cdn = RunningCdn(process, data_dir, f"http://127.0.0.1:{control_port}",
-                     [f"http://127.0.0.1:{edge_port + i}" for i in range(edges)], log_path,
-                     f"http://127.0.0.1:{dashboard_port}")
+    cdn = RunningCdn(process, data_dir, host_url(host, control_port),
+                     [host_url(host, edge_port + i) for i in range(edges)], log_path, host_url(host, dashboard_port))
     deadline = time.monotonic() + 90
     while b"assetcdn is up" not in log_path.read_bytes():
         if process.poll() is not None or time.monotonic() > deadline:

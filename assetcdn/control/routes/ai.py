@@ -21,13 +21,14 @@ from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.control.request_body import read_json
 from assetcdn.control.storage.service import EDGE_CONFIG
 from assetcdn.shared.errors import ApiError, bad_request
+from assetcdn.shared.host_url import host_url
 from assetcdn.shared.middleware import json_response
 
 
 async def _own_hosts(request: web.Request) -> OwnHosts:
     app = request.app
     settings = app[SETTINGS]
-    origins = [public_url(app), f"http://{settings.get('server', 'host')}:{settings.get('server', 'edge_port')}"]
+    origins = [public_url(app), host_url(settings.get('server', 'host'), settings.get('server', 'edge_port'))]
     origins += [edge.url for edge in app[REGISTRY].edges.values()]
     snapshot = await app[EDGE_CONFIG].snapshot()
     return OwnHosts.build(origins, snapshot.get("domains") or {}, snapshot.get("base_domain") or "")
