@@ -47,6 +47,7 @@ from assetcdn.shared import deliveries
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
 from assetcdn.shared.config import Settings
 from assetcdn.shared.counter_store import counters_from_settings
+from assetcdn.shared.host_url import host_url
 from assetcdn.shared.http_server import client_keepalive_s
 from assetcdn.shared.metrics import (
     METRICS,
@@ -227,9 +228,8 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         await site.start()
         port = advertised + identity.worker if advertised else cluster_runner.addresses[0][1]
         opened.push_async_callback(node.stop)
-        # An IPv6 address in brackets (RFC 3986 3.2.2): `http://::1:9788` is no URL control or a peer could use.
-        advertised_host = f"[{identity.advertise_host}]" if ":" in identity.advertise_host else identity.advertise_host
-        await node.start(f"http://{advertised_host}:{port}")
+        # An IPv6 address in brackets (`host_url`): `http://::1:9788` is no URL control or a peer could use.
+        await node.start(host_url(identity.advertise_host, port))
         flushing = asyncio.create_task(app[METRICS].flush_forever())  # counts reach sibling workers' /metrics
         opened.callback(flushing.cancel)
 

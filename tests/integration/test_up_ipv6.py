@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 
 from tests.integration.harness import ACCOUNT, PURGE, RunningCdn, start_cdn
+from tests.prerequisites import ipv6_loopback
 
 pytestmark = pytest.mark.integration
 
@@ -19,6 +20,7 @@ ZONE = "sixzone"
 
 @pytest.fixture(scope="module")
 def cdn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCdn]:
+    ipv6_loopback()
     running = start_cdn(tmp_path_factory.mktemp("up-ipv6"), host="::1",
                         env_extra={"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"})
     yield running

@@ -10,6 +10,7 @@ from aiohttp.test_utils import TestClient
 from assetcdn import control, edge
 from assetcdn.edge.app import EdgeIdentity
 from tests.edge.hit_server import HitTestServer
+from tests.prerequisites import ipv6_loopback
 from tests.support.cdn import PURGE, Cdn, register_and_make_zone
 from tests.support.cdn import test_settings as cdn_settings
 from tests.support.control import SECRETS
@@ -22,6 +23,7 @@ ZONE = "six"
 async def test_an_edge_advertised_on_ipv6_loopback_is_reachable_for_purges(tmp_path: Path, aiohttp_client: Any) -> None:
     """An edge started with `--host ::1` (or `--advertise-host ::1`) registers its cluster site as
     `http://[::1]:port`: control's purges reach it, and a purged pull zone URL is asked of the origin again."""
+    ipv6_loopback()
     settings = cdn_settings({"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true"})
     control_client: TestClient = await aiohttp_client(control.app.create_app(settings, SECRETS, tmp_path / "data"))
     identity = EdgeIdentity(name="edge-six", worker=0, control_url=str(control_client.make_url("")).rstrip("/"),
