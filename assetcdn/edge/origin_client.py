@@ -446,6 +446,15 @@ class OriginClient:
             self._count(counted, FAILED)
             raise OriginError(f"the origin's answer could not be read ({exc})") from None
         raw = conn.headers
+        types = [value for name, value in raw if name == "content-type"]
+        if len(types) > 1 and len(set(types)) > 1:
+            # A singleton field sent twice (RFC 9110 8.3): the edge reads the first (the sandbox policy of an active
+            # type on the default host, transforms), browsers the last (Fetch's "extract a MIME type"), so an
+            # `image/png` then `text/html` would run as a page without the sandbox. Neither can be relayed as meant.
+            conn.close()
+            pool.release(conn)
+            self._count(counted, FAILED)
+            raise OriginError(f"the origin's answer has {len(types)} different Content-Type fields")
         dropped = response_connection_fields(raw)
         headers_out = [field for field in raw if field[0] not in dropped]
         response_time = time.time()
