@@ -55,6 +55,9 @@ def is_active(content_type: str | None) -> bool:
     """Whether a browser would run script in (or from) a body of this type."""
     if not content_type:
         return False
+    if "," in content_type:  # a list (`image/png, text/html`): browsers take its last type (Fetch's "extract a MIME
+        # type"), so it is active when any member is
+        return any(is_active(member) for member in content_type.split(",") if member.strip())
     kind = media_type(content_type)
     return kind in ACTIVE_MEDIA_TYPES or kind.endswith("+xml")
 

@@ -860,6 +860,17 @@ async def test_an_origins_own_policy_never_lifts_the_sandbox_on_the_default_host
     assert forwarded.headers.getall("Content-Security-Policy") == [own, SANDBOX_CSP]
 
 
+async def test_a_list_of_types_with_an_active_one_gets_the_sandbox_on_the_default_host(pull: Pull) -> None:
+    """`Content-Type: image/png, text/html` is a page to a browser (Fetch takes the last type of the list): it went out
+    without the sandbox, its first member being passive, and its script ran as the origin every zone shares."""
+    pull.origin.answer("/listed-types.png", b"<script>1</script>", headers={
+        **LONG, "Content-Type": "image/png, text/html"})
+    for x_cache in ("MISS", "HIT"):
+        resp = await pull.get("/listed-types.png")
+        assert (resp.headers["X-Cache"], resp.headers["Content-Type"]) == (x_cache, "image/png, text/html")
+        assert resp.headers.getall("Content-Security-Policy") == [SANDBOX_CSP]
+
+
 async def test_the_dashboard_session_a_browser_sends_the_edges_never_reaches_an_origin(pull: Pull) -> None:
     """Cookies ignore ports, so a browser signed in to the dashboard sends `cdn_session` to the edges' default host
     too: the zone's origin was sent it with every request, and could sign in to the dashboard with it."""
