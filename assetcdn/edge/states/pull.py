@@ -81,6 +81,7 @@ from assetcdn.edge.states.freshness import (
     Headers,
     NotStored,
     Reuse,
+    age_value,
     dated,
     first_value,
     freshness,
@@ -1419,6 +1420,9 @@ def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: 
         keep_sandbox(headers)
     if age is not None:
         headers["Age"] = str(age)
+    elif "age" in headers:  # the origin's, as the edge reads it: one that is no non-negative integer (`-5`, two
+        # lines) counts as the oldest an age can be (freshness.age_value), never relayed as it came (`Age: -5`)
+        headers["Age"] = str(age_value(head))
     headers["X-Cache"] = x_cache
     headers.add("Cache-Status", cache_status)
     return headers

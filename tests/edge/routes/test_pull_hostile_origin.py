@@ -243,6 +243,22 @@ async def test_hop_by_hop_fields_never_reach_the_client(cdn: HitCdn, framing: by
             assert headers.get("connection", "keep-alive") == "keep-alive"
 
 
+@pytest.mark.parametrize(("ages", "relayed"), [
+    (b"Age: -5\r\n", str(2**31)), (b"Age: 5\r\nAge: 7\r\n", str(2**31)), (b"Age: 1.5\r\n", str(2**31)),
+    (b"Age: 30\r\n", "30"),
+], ids=["negative", "two-lines", "fraction", "valid"])
+async def test_an_age_the_origin_sends_reaches_the_client_as_the_edge_reads_it(cdn: HitCdn, ages: bytes,
+                                                                               relayed: str) -> None:
+    """An Age that is no non-negative integer went out as the origin sent it (`Age: -5`, two Age fields) on the
+    answers that pass the origin's head on (a miss, a stale copy fetched again), while the edge counts such a
+    response as old as an age can be (RFC 9111 5.1: never fresh): the client gets one Age, the edge's reading."""
+    raw = b"HTTP/1.1 200 OK\r\n" + KEPT + ages + b"Content-Length: 2\r\n\r\nok"
+    async with zone_before(cdn, sends(raw)) as (zone, _):
+        for port in (cdn.port, cdn.plain_port):  # the hit path's fill, then the application's
+            status, headers, body, _ = await fetch(port, f"/{zone}/aged{port}.bin")
+            assert (status, body, headers["x-cache"], headers["age"]) == (200, b"ok", "MISS", relayed), headers
+
+
 async def test_interim_answers_before_the_final_one_are_passed_over(cdn: HitCdn) -> None:
     raw = (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
            b"HTTP/1.1 200 OK\r\n" + KEPT + b"Content-Length: 2\r\n\r\nok")
