@@ -7,61 +7,31 @@ import errno
 import os
 import sqlite3
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import pytest
 from aiohttp import ClientPayloadError, ClientTimeout
-from aiohttp.test_utils import TestClient, TestServer
 
 import assetcdn.control.app  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
-from assetcdn import control, edge
-from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.disk import DiskTier
 from assetcdn.edge.cache.entry import CachedObject
-from assetcdn.shared.config import Settings, load_settings
-from tests.support.control import ACCOUNT, SECRETS
-from tests.support.origins import PREFIX, ScriptedOrigin, serve_origin
+from tests.support.origins import ScriptedOrigin
+from tests.support.restartable import ZONE, Worker, healthy, restartable_pull
 from tests.support.wait import wait_until
 
-ZONE = "pulled"
 MEMORY_MAX_OBJECT = 1024 * 1024  # edge.memory_object_max_kb's default: larger bodies are kept on disk only
-Worker = Callable[[], Awaitable[TestClient]]
 
 
 @pytest.fixture
 async def restartable(aiohttp_server, aiohttp_client, tmp_path: Path):  # type: ignore[no-untyped-def]
     """Control with a pull zone from a scripted origin, the edge's disk tier directory, and a way to start the
     edge's worker (again) on it."""
-    settings: Settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
-                                                "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5",
-                                                "ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true",
-                                                "ASSETCDN_TRANSFORM_CONCURRENCY": "1"})
-    origin = ScriptedOrigin()
-    server: TestServer = await serve_origin(origin)
-    control_client = await aiohttp_client(await aiohttp_server(
-        control.app.create_app(settings, SECRETS, tmp_path / "data")))
-    resp = await control_client.post("/api/core/zones", headers=ACCOUNT, json={
-        "Name": ZONE, "Origin": {"Url": str(server.make_url(PREFIX))}})
-    assert resp.status == 201, await resp.text()
-
-    async def worker() -> TestClient:
-        identity = EdgeIdentity(name="edge-r", worker=0, control_url=str(control_client.make_url("")).rstrip("/"),
-                                cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
-        return await aiohttp_client(edge.app.create_app(settings, SECRETS, identity))
-
-    yield tmp_path / "edge" / "cache", origin, worker
-    await server.close()
-
-
-async def healthy(client: TestClient) -> None:
-    async def ready() -> bool:
-        return (await client.get("/api/health")).status == 200
-
-    await wait_until(ready, "the worker caught up")
+    async with restartable_pull(aiohttp_server, aiohttp_client, tmp_path) as (_control, origin, worker):
+        yield tmp_path / "edge" / "cache", origin, worker
 
 
 def body_files(cache_dir: Path) -> list[Path]:

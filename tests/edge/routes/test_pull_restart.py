@@ -4,56 +4,26 @@ directory, started again on the same directory as a restarted worker is."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 import assetcdn.control.app  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
-from assetcdn import control, edge
-from assetcdn.edge.app import EdgeIdentity
 from assetcdn.edge.app_keys import NODE
-from assetcdn.shared.config import Settings, load_settings
 from tests.support.cdn import PURGE
-from tests.support.control import ACCOUNT, SECRETS
-from tests.support.origins import PREFIX, ScriptedOrigin, serve_origin
+from tests.support.control import ACCOUNT
+from tests.support.origins import ScriptedOrigin
+from tests.support.restartable import ZONE, Worker, healthy, restartable_pull
 from tests.support.wait import wait_until
-
-ZONE = "pulled"
-Worker = Callable[[], Awaitable[TestClient]]
 
 
 @pytest.fixture
 async def restartable(aiohttp_server, aiohttp_client, tmp_path: Path):  # type: ignore[no-untyped-def]
     """Control with a pull zone from a scripted origin, and a way to start the edge's worker (again)."""
-    settings: Settings = load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
-                                                "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5",
-                                                "ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true",
-                                                "ASSETCDN_TRANSFORM_CONCURRENCY": "1"})
-    origin = ScriptedOrigin()
-    server: TestServer = await serve_origin(origin)
-    control_client = await aiohttp_client(await aiohttp_server(
-        control.app.create_app(settings, SECRETS, tmp_path / "data")))
-    resp = await control_client.post("/api/core/zones", headers=ACCOUNT, json={
-        "Name": ZONE, "Origin": {"Url": str(server.make_url(PREFIX))}})
-    assert resp.status == 201, await resp.text()
-
-    async def worker() -> TestClient:
-        identity = EdgeIdentity(name="edge-r", worker=0, control_url=str(control_client.make_url("")).rstrip("/"),
-                                cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
-        return await aiohttp_client(edge.app.create_app(settings, SECRETS, identity))
-
-    yield control_client, origin, worker
-    await server.close()
-
-
-async def healthy(client: TestClient) -> None:
-    async def ready() -> bool:
-        return (await client.get("/api/health")).status == 200
-
-    await wait_until(ready, "the worker caught up")
+    async with restartable_pull(aiohttp_server, aiohttp_client, tmp_path) as (control_client, origin, worker):
+        yield control_client, origin, worker
 
 
 async def test_a_url_purged_while_the_edge_was_down_is_not_served_from_its_disk_tier_when_it_starts_again(
