@@ -346,7 +346,8 @@ class Connection(asyncio.Protocol):
 
     def unsent(self) -> bool:
         """Whether bytes of the request are still to go: the server answered before it read the whole body (and may
-        never read the rest). Reused, the connection would hold the next request behind them. Over TLS the transport
+        never read the rest). Such a connection is aborted, not closed (`close`): a close would wait to send them for
+        as long as the server reads none. (`Pool.release` keeps no connection that carried a body.) Over TLS the transport
         hands its records to the TCP connection's buffer as it makes them, holding none itself: the socket's send
         queue (bytes the server's side has not taken) says it there, as the transport's buffer does over TCP."""
         transport = self.transport
