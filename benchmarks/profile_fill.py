@@ -6,7 +6,7 @@ One ``assetcdn up`` (control and one edge with one worker) with a pull zone in f
 nginx origin (pinned to core 1 with wrk); every process of ``up`` pinned to core 0. First a turn without the
 profiler (the CPU per fill of the worker and of the whole system, as benchmarks/fill_ab.py reads it), then one
 with it: the worker profiles itself (a ``sitecustomize`` put first on the path of ``up``'s processes starts
-``cProfile`` in the worker before the turn and writes the statistics after it). Printed: both turns' CPU per fill, the Python calls per fill, and the functions by their own time.
+``cProfile`` in the worker before the turn and writes the statistics after it). Printed: both turns' CPU per fill (the worker's split into user and system time), the Python calls per fill, and the functions by their own time.
 
 cProfile adds its own cost to every call, so small functions look dearer than they are: read the ranking and the
 call counts, not the microseconds. Loopback only; everything started is stopped at the end.
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from benchmarks.hits_bench import SETTLE_S, edge_server, stop, warm, whole_system
 from benchmarks.load import run_wrk
-from benchmarks.measure import create_pull_zone, load_average, machine, require_tools
+from benchmarks.measure import create_pull_zone, load_average, machine, require_tools, stat_fields
 from benchmarks.pull_bench import FILL_LUA, SIZES, ZONE, ready_origin
 from tests.integration.harness import ACCOUNT, free_port_block, start_cdn
 
@@ -47,6 +47,13 @@ if any("edge-0" in arg for arg in sys.argv) and os.environ.get("FILL_PROFILE_OUT
     signal.signal(signal.SIGUSR2, _dump)
     signal.signal(signal.SIGUSR1, _start)
 """
+
+
+def user_system(pid: int) -> tuple[float, float]:
+    """The user and system CPU seconds of process `pid` (every thread of it) so far."""
+    fields = stat_fields(pid) or ["0"] * 13
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 system.pin(args.server_core)
                 if profiled:
                     os.kill(worker, signal.SIGUSR1)
-                before, system_before = edge.cpu_seconds(), system.cpu_seconds()
+                before, system_before, split_before = edge.cpu_seconds(), system.cpu_seconds(), user_system(worker)
                 result = run_wrk(url, args.duration, 64, 2, prefix=("taskset", "-c", args.load_core),
                                  lua=FILL_LUA.replace("{prefix}", f"/{ZONE}/{fill_prefix}/p{turn}-"))
                 if profiled:
@@ -99,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"## {'profiled' if profiled else 'unprofiled'} turn: {result.rps:,.0f} fills/s, "
                       f"{result.errors} errors, {(edge.cpu_seconds() - before) / fills * 1e6:.0f} us of worker CPU "
                       f"and {(system.cpu_seconds() - system_before) / fills * 1e6:.0f} us of whole-system CPU "
-                      f"per fill; load average {load_average()}", flush=True)
+                      f"per fill (the worker's user / system: {' / '.join(f'{(after - earlier) / fills * 1e6:.0f}' for after, earlier in zip(user_system(worker), split_before, strict=True))} us); "
+                      f"load average {load_average()}", flush=True)
             deadline = time.monotonic() + 10
             while not stats.exists() and time.monotonic() < deadline:
                 time.sleep(0.1)
