@@ -153,6 +153,11 @@ class OriginLimits:
                    source_reads_bytes=int(float(section["source_reads_mb"]) * 1024 * 1024))
 
 
+# Connection values that name no field beyond HOP_BY_HOP (`response_connection_fields`); "close" names no field
+# a response holds but one called Close, which the general reading drops as it names it.
+PLAIN_CONNECTION = frozenset(("keep-alive", "Keep-Alive"))
+
+
 def connection_fields(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
     """Hop-by-hop fields, with those a message's own Connection field names (`HOP_BY_HOP` itself when it
     names none other: most messages' `Connection: keep-alive` or `close`)."""
@@ -162,10 +167,12 @@ def connection_fields(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
 
 
 def response_connection_fields(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
-    """`connection_fields` of a response head whose names are lower-case already (`origin_http.Connection`'s)."""
-    if not any(name == "connection" for name, _ in headers):
-        return HOP_BY_HOP
-    return connection_fields(headers)
+    """`connection_fields` of a response head whose names are lower-case already (`origin_http.Connection`'s).
+    Most name no field but `keep-alive` or `close` (or send no Connection at all): one pass, nothing made."""
+    for name, value in headers:
+        if name == "connection" and value not in PLAIN_CONNECTION:
+            return connection_fields(headers)
+    return HOP_BY_HOP
 
 
 def request_connection_fields(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
