@@ -29,7 +29,7 @@ from assetcdn.shared.config import Settings, load_settings
 from tests.edge.hit_server import HitTestServer
 from tests.integration.harness import LAZY_IMAGE_POOL
 from tests.support.control import ACCESS, ACCOUNT, METRICS, NO_MODEL, SECRETS
-from tests.support.wait import wait_until
+from tests.support.wait import WAIT_S, wait_until
 
 PURGE = {"x-api-key": SECRETS.purge_key}
 ZONE = "pics"
@@ -81,10 +81,15 @@ async def raw_status(cdn: Cdn, target: str, host: str) -> int:
 
 def test_settings(env: dict[str, str]) -> Settings:
     """The settings `env` gives, with the tests' quick catch-up and heartbeat, the image pool started on
-    first use with one worker and control's search without the sentence model."""
+    first use with one worker, control's search without the sentence model, and control's wait for the edges'
+    acknowledgements as long as the tests' other waits (WAIT_S). Tests read an answer's `edges` (acknowledged,
+    latencies, entries removed): control answers as soon as every edge acknowledged, so the wait costs nothing
+    where the edge answers, but the default second is not always enough for an edge on a loaded machine, and an
+    edge still applying a push at the answer is listed as pending."""
     return load_settings(environ={"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "0.2",
-                                  "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5", **LAZY_IMAGE_POOL, **NO_MODEL,
-                                  **env})
+                                  "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "0.5",
+                                  "ASSETCDN_CONTROL_PUSH_WAIT_MS": str(int(WAIT_S * 1000)), **LAZY_IMAGE_POOL,
+                                  **NO_MODEL, **env})
 
 
 def edge_worker_app(settings: Settings, control_client: TestClient, root: Path, edge_name: str, *,
