@@ -1343,6 +1343,10 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
         except OriginError as exc:
             ORIGIN_FAILURES.log(logging.INFO, f"revalidation {zone.name}",
                                 "pull zone %s: background revalidation of %s failed: %s", zone.name, path, exc)
+            # No answer (none in time, a broken head): the requests waiting for it answer with that failure, as for a
+            # revalidation in the foreground (`ask_origin`), not each asking the failing origin again. A body that
+            # failed once its head landed the flight is `kept` given up: one of them asks again (`through_flight`).
+            land(exc)
             settle(kept, False)
         finally:
             land(None)

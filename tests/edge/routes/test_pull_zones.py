@@ -582,6 +582,53 @@ async def test_requests_waiting_for_a_revalidation_the_origin_fails_answer_stale
     assert pull.origin.count(name) == 3  # the fill, the revalidation, and the request that may not take the copy
 
 
+async def test_requests_waiting_for_a_background_revalidation_the_origin_gives_no_answer_do_not_ask_again(
+        patient_pull: Pull) -> None:
+    """stale-while-revalidate's background revalidation gets no answer (a broken head): a request that must validate
+    the copy (`max-age=0`) and waited for that revalidation answers with its failure (here the stale copy, within
+    stale-if-error), as it does for a revalidation made in the foreground, rather than sending the failing origin a
+    request of its own once it learns of the failure."""
+    pull = patient_pull  # its origin holds the answer until the request joined
+    name = "/swr-broken-revalidation.txt"
+    flights, key = pull.cdn.edge.app[FLIGHTS], flight_key(pull_key(ZONE, name, ""), pull.cdn.node.config.pull_zones[ZONE])
+    go = asyncio.Event()
+    go.set()
+
+    async def broken(request: web.Request) -> web.StreamResponse:
+        if pull.origin.count(name) == 1:
+            return web.Response(body=b"kept", headers={
+                "ETag": '"v1"', "Cache-Control": "max-age=1, stale-while-revalidate=600, stale-if-error=600"})
+        await go.wait()
+        assert request.transport is not None
+        request.transport.write(b"no HTTP at all\r\n\r\n")  # no status line: the origin gave no answer
+        request.transport.close()
+        return web.Response()
+
+    pull.origin.route(name, broken)
+    assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+
+    async def stale() -> bool:
+        found = stored_url(pull.cdn.node, ZONE, name)
+        return found is not None and found.freshness.staleness(time.time()) > 0
+
+    await wait_until(stale, "the stored copy stale")
+    go.clear()
+    first = await pull.get(name)  # answered stale at once; its revalidation waits for `go` at the origin
+    assert (first.status, await first.read(), first.headers["X-Cache"]) == (200, b"kept", "STALE")
+    validating = asyncio.ensure_future(pull.get(name, headers={"Cache-Control": "max-age=0"}))
+
+    async def joined() -> bool:
+        return flights.joined(key) == 1
+
+    await wait_until(joined, "the request that must validate waiting for the background revalidation")
+    asked = pull.origin.count(name)
+    go.set()
+    resp = await validating
+    assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, b"kept", "STALE")
+    assert resp.headers["Cache-Status"] == "assetcdn; hit; fwd=stale; detail=origin-unreachable"
+    assert pull.origin.count(name) == asked  # the failing origin was not asked again for it
+
+
 async def test_a_fill_whose_client_goes_as_the_hit_path_hands_it_over_is_still_kept_for_the_others(
         patient_pull: Pull, monkeypatch: pytest.MonkeyPatch) -> None:
     """The hit path's fill gets an answer it hands to the application (chunked: no declared length), and its client's
