@@ -424,6 +424,16 @@ class EdgeCache:
         response, and gives it to ``put`` or ``put_behind`` (``since``) when it stores that response."""
         return self._purges.mark()
 
+    def purged_since(self, mark: int, obj: CachedObject) -> bool:
+        """Whether a purge published since `mark` (``purge_mark``, taken before `obj` was looked up) names `obj`: the
+        copy a request found may be gone since, and is no longer to be answered with (a stale copy held while the
+        origin is asked). One shared-memory integer read when no purge was published since; True when the purge log
+        cannot be read (which purges were published is not known)."""
+        try:
+            return self._purges.names_since(mark, obj.key, obj.tags)
+        except sqlite3.Error:
+            return True
+
     def _stored(self, entries: Iterable[tuple[str, float]]) -> None:
         """Tell the node's other workers that the entries (key, stored-at) were stored in the disk tier: each drops
         an older copy its memory tier holds (``PurgeLog.note_stored``), which it would otherwise go on serving

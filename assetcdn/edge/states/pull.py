@@ -702,6 +702,8 @@ async def origin_failed(request: web.Request, zone: PullZone, path: str, fields:
     answer (the origin asked for this request)."""
     now = time.time()
     fwd = forwarded_because(stored, varied(request, zone, fields), now)
+    if stored is not None:
+        stored = unpurged(request.app[NODE], stored)
     if stored is not None and usable_on_error(stored.freshness, request_directives(fields), now):
         answer = await deliver_stored(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd={fwd}; " + (
             f"fwd-status={exc.status}" if isinstance(exc, ErrorAnswered) else "detail=origin-unreachable"))
@@ -720,6 +722,24 @@ async def origin_failed(request: web.Request, zone: PullZone, path: str, fields:
         raise ApiError(504, "OriginTimeout", f"The origin did not answer in time: {exc}",
                        headers=cache_status) from None
     raise ApiError(502, "OriginUnreachable", f"The origin could not be reached: {exc}", headers=cache_status) from None
+
+
+def unpurged(node: EdgeNode, stored: StoredResponse) -> StoredResponse | None:
+    """`stored`, unless a purge made since it was looked up names it (it was held while the origin was asked): then
+    what its key holds now (a soft purge's copy, marked stale), or None. A stale copy answers the origin's failure
+    (stale-if-error) only while no purge removed it: the origin may take its first-byte time to fail, and answered
+    with the copy a purge acknowledged meanwhile removed, the client would get what the purge was made to remove."""
+    if stored.mark is None or not node.cache.purged_since(stored.mark, stored.obj):
+        return stored
+    mark = node.cache.purge_mark()
+    try:
+        obj = node.cache.get(stored.obj.key)
+    except FileNotFoundError:
+        return None
+    if obj is None:
+        return None
+    found = StoredResponse.of(obj, mark=mark)
+    return found if found is not None and found.status == stored.status else None
 
 
 async def drop_copy(node: EdgeNode, key: str) -> None:
@@ -779,6 +799,8 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
         failure = unasked_not_modified()
         land(failure)
         return await origin_failed(request, zone, path, fields, stored, failure)
+    if stored is not None and response.status in ERROR_STATUSES:
+        stored = unpurged(node, stored)
     if stored is not None and response.status in ERROR_STATUSES and usable_on_error(
             stored.freshness, request_directives(fields), time.time()):
         response.release()

@@ -6,6 +6,7 @@ origin saw, and what each cache tier holds."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -17,9 +18,10 @@ from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.states.freshness import MAX_TAG_BYTES
 from assetcdn.edge.states.keys import pull_key
 from assetcdn.shared.openapi import document
+from tests.control.expect import expect_error
 from tests.support.cdn import PURGE
 from tests.support.control import ACCOUNT
-from tests.support.origins import LONG, TENANT_HOST, ZONE, Pull
+from tests.support.origins import LONG, TENANT_HOST, ZONE, Pull, stored_url
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -283,6 +285,60 @@ async def test_a_purge_done_just_after_the_look_up_is_not_undone_by_the_304_that
     resp = await pull.get(name)
     assert (await resp.read(), resp.headers["X-Cache"]) == (b"deployed", "MISS")
     assert pull.origin.count(name) == 3
+
+
+@pytest.mark.parametrize(("failure", "soft"), [("503", False), ("no answer", False), ("503", True)])
+async def test_a_copy_purged_while_its_revalidation_waits_for_a_failing_origin_is_not_answered_stale(
+        patient_pull: Pull, failure: str, soft: bool) -> None:
+    """A stale copy within stale-if-error is being revalidated when a purge removes it (acknowledged by the edge);
+    then the origin fails the revalidation (a 503, or no answer). The client's answer was the purged copy, `STALE`,
+    after the purge that removed it was done: it is the origin's 503, or 502, as for no copy. A soft purge keeps the
+    copy, stale-if-error counted from the purge: that copy still answers."""
+    pull = patient_pull  # its origin holds the revalidation until the purge is acknowledged
+    name = f"/purged-while-failing-{failure.replace(' ', '-')}{'-soft' if soft else ''}.txt"
+    go = asyncio.Event()
+    go.set()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if pull.origin.count(name) == 1:
+            return web.Response(body=b"before the purge", headers={
+                "ETag": '"v1"', "Cache-Control": "max-age=1, stale-if-error=600"})
+        await go.wait()
+        if failure == "503":
+            return web.Response(status=503, body=b"down")
+        assert request.transport is not None
+        request.transport.write(b"no HTTP at all\r\n\r\n")  # no status line: the origin gave no answer
+        request.transport.close()
+        return web.Response()
+
+    pull.origin.route(name, handle)
+    assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+
+    async def stale() -> bool:
+        found = stored_url(pull.cdn.node, ZONE, name)
+        return found is not None and found.freshness.staleness(time.time()) > 0
+
+    await wait_until(stale, "the stored copy stale")
+    go.clear()
+    revalidating = asyncio.ensure_future(pull.get(name))
+
+    async def asked_again() -> bool:
+        return pull.origin.count(name) == 2
+
+    await wait_until(asked_again, "the revalidation under way")
+    try:
+        await purge(pull, {"urls": [f"/{ZONE}{name}"], "soft": soft})
+    finally:
+        go.set()
+    resp = await revalidating
+    if soft:
+        assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, b"before the purge", "STALE")
+        return
+    assert await resp.read() != b"before the purge"
+    if failure == "503":
+        assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (503, b"down", "PASS")
+    else:
+        await expect_error(resp, 502, "OriginUnreachable")
 
 
 async def test_a_url_purge_reaches_a_copy_kept_before_a_redirect_of_its_path(pull: Pull) -> None:
