@@ -199,6 +199,20 @@ def test_stale_while_revalidate_and_stale_if_error() -> None:
     assert not usable_on_error(stored, {"stale-if-error": "5"}, NOW + 20)
 
 
+@pytest.mark.parametrize("cache_control", ["s-maxage=10", "max-age=10, proxy-revalidate"])
+def test_s_maxage_and_proxy_revalidate_allow_no_stale_answer_of_a_shared_cache(cache_control: str) -> None:
+    """RFC 9111 5.2.2.10 and 4.2.4, as docs/api-guide.md says: neither window answers stale; a field targeted at
+    this cache (CDN-Cache-Control) without them gives both."""
+    windows = "stale-while-revalidate=20, stale-if-error=60"
+    stored = freshness(200, [("cache-control", f"{cache_control}, {windows}")], NOW, NOW)
+    assert reuse(stored, {}, NOW + 15) is Reuse.VALIDATE
+    assert not usable_on_error(stored, {}, NOW + 15)
+    targeted = freshness(200, [("cache-control", f"{cache_control}, {windows}"),
+                               ("cdn-cache-control", f"max-age=10, {windows}")], NOW, NOW)
+    assert reuse(targeted, {}, NOW + 15) is Reuse.STALE_REVALIDATING
+    assert usable_on_error(targeted, {}, NOW + 15)
+
+
 def test_validators_and_304_updates() -> None:
     headers = [("etag", '"v1"'), ("last-modified", date(-50)), ("content-type", "image/png"),
                ("cache-control", "max-age=10"), ("x-a", "old")]
