@@ -88,6 +88,7 @@ from assetcdn.edge.states.pull import (
     store_unless_purged,
     through_flight,
     unasked_not_modified,
+    unpurged,
 )
 from assetcdn.shared.logs import LinePerInterval
 from assetcdn.shared.manifest import format_of
@@ -299,6 +300,8 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
         return None, stored
 
     async def failed(stored: StoredResponse | None, exc: OriginError) -> PullSource:
+        if stored is not None:  # a copy a purge removed while the flight waited answers no failure
+            stored = unpurged(node, stored)
         if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
             return await described(node, at, url_key, stored, stale=True)
         if isinstance(exc, ErrorAnswered):  # the origin answered the flight (pull.py `origin_failed`): asked again
@@ -418,6 +421,8 @@ async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, 
         response = await ask(node, at.zone, at.path, "", headers, from_edge=False)
     except OriginError as exc:
         land(exc)
+        if stored is not None:  # a copy a purge removed while the origin was asked answers no failure
+            stored = unpurged(node, stored)
         if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
             return await described(node, at, url_key, stored, stale=True)
         raise origin_failed(at, exc) from None
@@ -426,6 +431,8 @@ async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, 
         # or Last-Modified is asked for whole): it confirms no stored source, as a delivery takes it.
         response.release()
         land(unasked_not_modified())
+        if stored is not None:
+            stored = unpurged(node, stored)
         if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
             return await described(node, at, url_key, stored, stale=True)
         raise not_an_image(at, response.status)
@@ -441,6 +448,8 @@ async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, 
                                              store_set_cookie=at.zone.store_set_cookie))
             return await described(node, at, url_key, refreshed)
         return await from_origin(node, client, at, url_key, None, land)  # a 304 about another response, a 412
+    if response.status in ERROR_STATUSES and stored is not None:  # as a delivery's (pull.py `ask_origin`)
+        stored = unpurged(node, stored)
     if response.status in ERROR_STATUSES and stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES,
                                                                                     time.time()):
         response.release()

@@ -944,6 +944,45 @@ async def test_a_sources_revalidation_answered_with_what_may_not_be_kept_drops_t
     assert pics.origin.count(name) == 3
 
 
+async def test_a_source_purged_while_its_revalidation_waits_for_a_failing_origin_makes_no_variant(pics: Pics) -> None:
+    """The stale source (within stale-if-error) is being revalidated for a transform when a purge of its URL is
+    acknowledged; then the origin answers 503. The transform was made from the purged image, as a delivery's answer
+    was the purged copy (assetcdn/edge/states/pull.py `unpurged`): it is refused as with no copy."""
+    name = "/purged-while-failing.png"
+    go = asyncio.Event()
+    go.set()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if pics.origin.count(name) == 1:
+            return web.Response(body=image(RED), headers={
+                "Cache-Control": "max-age=1, stale-if-error=600", "ETag": '"s"', "Content-Type": "image/png"})
+        await go.wait()
+        return web.Response(status=503, body=b"down")
+
+    pics.origin.route(name, handle)
+    assert (await pics.transform(name)).headers["X-Cache"] == "MISS"
+
+    async def stale() -> bool:
+        found = stored_url(pics.cdn.node, ZONE, name)
+        return found is not None and found.freshness.staleness(time.time()) > 0
+
+    await wait_until(stale, "the stored source stale")
+    go.clear()
+    transforming = asyncio.ensure_future(pics.transform(name))
+
+    async def asked_again() -> bool:
+        return pics.origin.count(name) == 2
+
+    await wait_until(asked_again, "the source's revalidation under way")
+    try:
+        resp = await pics.cdn.control.post("/api/purge", json={"urls": [f"/{ZONE}{name}"]}, headers=PURGE)
+        assert resp.status == 200, await resp.text()
+    finally:
+        go.set()
+    answer = await transforming
+    assert answer.status != 200, answer.headers.get("X-Cache")
+
+
 @pytest.mark.parametrize("stale_by", ["stale-while-revalidate", "stale-if-error"])
 async def test_a_variant_answered_from_a_source_used_stale_is_stale(pics: Pics, stale_by: str) -> None:
     """A variant is used exactly while its source may be: one answered while its source is used past its freshness
