@@ -743,8 +743,16 @@ def unpurged(node: EdgeNode, stored: StoredResponse) -> StoredResponse | None:
 
 
 async def drop_copy(node: EdgeNode, key: str) -> None:
-    """Drop the stored copy under `key` from every tier and worker (a purge of that key alone), off the event loop."""
-    await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_keys, [key])
+    """Drop the stored copy under `key` from every tier and worker (a purge of that key alone), off the event loop.
+    The disk tier failing the delete: this worker's memory copy goes at least, and the answer the caller is making
+    (the origin's, which replaced the copy) is still its client's, not a 500 for the edge's own disk, as for an
+    unsafe request's invalidation (`invalidate`)."""
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, node.cache.purge_keys, [key])
+    except (OSError, sqlite3.Error) as exc:
+        node.cache.memory.discard_many([key])
+        STORE_FAILURES.log(logging.ERROR, "drop", "edge cache: a pull zone copy the origin replaced could not be "
+                           "dropped from the disk tier: %s", exc)
 
 
 async def drop_if_superseded(node: EdgeNode, zone: PullZone, stored: StoredResponse | None, response: OriginResponse,

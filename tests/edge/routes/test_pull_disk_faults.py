@@ -176,6 +176,31 @@ async def test_a_read_of_the_disk_tier_that_fails_is_answered_from_the_origin(
     assert len(origin.requests("/logo.txt")) == asked + 1
 
 
+@pytest.mark.parametrize("error", DISK_ERRORS, ids=["database", "disk"])
+async def test_a_revalidation_answered_with_what_may_not_be_kept_is_the_clients_answer_when_the_copy_cannot_go(
+        restartable: tuple[Path, ScriptedOrigin, Worker], monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    """A stale copy's revalidation is answered with a full response the edge may not keep (`private`): the copy is
+    dropped (it is not the origin's current response), but the disk tier fails the delete. The client got 500 for
+    the edge's own failure; it gets the origin's answer, and the copy leaves this worker's memory tier at least."""
+    _, origin, worker = restartable
+    origin.answer("/replaced.txt", b"old", headers={"Cache-Control": "max-age=0", "ETag": '"v1"'})
+    client = await worker()
+    await healthy(client)
+    assert (await client.get(f"/{ZONE}/replaced.txt")).headers["X-Cache"] == "MISS"
+    assert client.app is not None
+    cache = client.app[NODE].cache
+    cache.flush_writes()
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(cache.disk, "delete_many", failing)
+    origin.answer("/replaced.txt", b"yours", headers={"Cache-Control": "private", "ETag": '"v2"'})
+    resp = await client.get(f"/{ZONE}/replaced.txt")
+    assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, b"yours", "PASS")
+    assert len(origin.requests("/replaced.txt")) == 2
+
+
 class FailingRead:
     """A body file whose reads fail after its first (a bad sector past it)."""
 
