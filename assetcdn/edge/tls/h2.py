@@ -105,6 +105,12 @@ NO_FIELDS = (None,) * (AUTHORITY + 1)
 SPACE, TAB = ord(" "), ord("\t")
 
 
+def header_list_size(fields: Sequence[Header]) -> int:
+    """An answer's header block as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC 9113 6.5.2): each field's name and
+    value plus FIELD_OVERHEAD."""
+    return sum(len(name) + len(value) for name, value in fields) + FIELD_OVERHEAD * len(fields)
+
+
 def answer_head_limit(max_field_bytes: int) -> int:
     """The header block an answer may need, as libnghttp2 counts it: an origin's largest head (HEAD_FIELD_LINES
     field lines of `max_field_bytes`, MAX_FIELDS at most: assetcdn/edge/origin_http.py), each field's overhead, and
@@ -509,6 +515,9 @@ class H2Protocol(asyncio.Protocol):
         self.request = StreamRequest(None)
         self.batch_begun = False
         self.counted = False        # among the worker's open HTTP/2 connections (HitServer.h2_connections)
+        # The client's SETTINGS_MAX_HEADER_LIST_SIZE when an answer's head may be larger (`limits.max_response_head`):
+        # a head past it resets its stream (`_too_large`); None: none the edge sends can be.
+        self.header_limit: int | None = None
 
     # --- the connection -----------------------------------------------------------------------------
 
@@ -740,11 +749,16 @@ class H2Protocol(asyncio.Protocol):
             self._reset_by_client(event.stream_id)
         elif isinstance(event, ngh2.StreamClosed):
             self._closed_by_library(event)
-        elif isinstance(event, ngh2.SettingsReceived) and ngh2.Setting.INITIAL_WINDOW_SIZE in event.settings:
-            # A larger initial window opens every stream's window (RFC 9113 6.9.2) with no WINDOW_UPDATE to say so.
+        elif isinstance(event, ngh2.SettingsReceived):
             self._control_frame()
-            for each in list(self.streams.values()):
-                self.pump(each)
+            settings = event.settings
+            if ngh2.Setting.MAX_HEADER_LIST_SIZE in settings:
+                size = settings[ngh2.Setting.MAX_HEADER_LIST_SIZE]
+                self.header_limit = size if size < self.limits.max_response_head else None
+            if ngh2.Setting.INITIAL_WINDOW_SIZE in settings:
+                # A larger initial window opens every stream's window (RFC 9113 6.9.2) with no WINDOW_UPDATE to say so.
+                for each in list(self.streams.values()):
+                    self.pump(each)
         elif isinstance(event, CONTROL_EVENTS):
             self._control_frame()
         elif isinstance(event, ngh2.GoAwayReceived) and event.error_code == ErrorCode.NO_ERROR and self.streams:
@@ -878,8 +892,12 @@ class H2Protocol(asyncio.Protocol):
             self.checked = self.sent
             self.deadline = self.loop.time() + self.limits.send_timeout_s
         try:
-            self.h2.send_response(stream_id, fields, end_stream=body is None)
+            sent = self.header_limit is None or not self._too_large(stream_id, fields)
+            if sent:
+                self.h2.send_response(stream_id, fields, end_stream=body is None)
         except ngh2.NGH2Error:
+            sent = False
+        if not sent:
             del self.streams[stream_id]
             stream.finished(True)
             self._maybe_idle()
@@ -957,6 +975,12 @@ class H2Protocol(asyncio.Protocol):
         if self.transport is None or stream.stream_id not in self.streams:
             return
         try:
+            if self.header_limit is not None and self._too_large(stream.stream_id, headers):
+                stream.drop_pending()
+                stream.finished(True)
+                self.schedule_flush()
+                stream.cancelled()  # its reader learns it is gone, as for the client's own reset
+                return
             self.h2.send_response(stream.stream_id, headers, end_stream=end_stream)
         except ngh2.NGH2Error:
             stream.cancelled()
@@ -964,6 +988,19 @@ class H2Protocol(asyncio.Protocol):
         self.schedule_flush()
         if end_stream:
             self._finished(stream)
+
+    def _too_large(self, stream_id: int, fields: Sequence[Header]) -> bool:
+        """Whether an answer's head is past the client's SETTINGS_MAX_HEADER_LIST_SIZE (`header_limit`, set): then
+        its stream is reset (INTERNAL_ERROR), where the head sent would be a header block the client cannot take,
+        a connection error that would end every other stream with it (HPACK's state is the connection's)."""
+        size = header_list_size(fields)
+        limit = self.header_limit
+        if limit is None or size <= limit:
+            return False
+        log.info("an answer's head of %d bytes is past HTTP/2 client %s's header list size (%d): stream reset", size,
+                 self._peer(), limit)
+        self.h2.reset_stream(stream_id, ErrorCode.INTERNAL_ERROR)
+        return True
 
     def pump(self, stream: StreamTransport) -> None:
         """Send what the stream holds, as far as the windows and the socket allow; pause or resume the

@@ -14,6 +14,7 @@ import ngh2
 import pytest
 import pytest_asyncio
 from aiohttp import web
+from h2.settings import SettingCodes
 
 from assetcdn.edge.fastpath.hit_server import HitServer
 from assetcdn.edge.tls.h2 import CONNECTION_BUFFER_HIGH, H2Limits, H2Protocol
@@ -286,3 +287,31 @@ async def test_a_clients_graceful_goaway_lets_the_answers_under_way_end_whole(ed
         return transport.closed
 
     await wait_until(closed, "the connection closed once its streams are answered")
+
+
+async def test_a_head_past_the_clients_header_list_size_resets_its_stream_not_the_connection(edge: Edge) -> None:
+    """An origin's head larger than the client said it accepts (SETTINGS_MAX_HEADER_LIST_SIZE; Chrome's 256 KB, here
+    8 KB) went out all the same: a client takes such a header block for a connection error (it cannot decode it
+    and stay in step with HPACK), so every other stream on the connection, another zone's answer on the shared
+    default host among them, was lost with it. That stream alone is reset, on the miss and on its hits; the
+    connection's other answers arrive whole."""
+    kept = {"Cache-Control": "max-age=600", "Content-Type": "application/octet-stream"}
+    large = {**kept, **{f"X-Large-{n}": "v" * 1000 for n in range(12)}}  # some 12 KB, within what HTTP/1.1 relays
+    edge.origin.answer("/large-head.bin", b"l" * 100, headers=large)
+    edge.origin.answer("/beside.bin", b"b" * 100, headers=kept)
+    conn = edge.connect()
+    conn.client.update_settings({SettingCodes.MAX_HEADER_LIST_SIZE: 8192})
+    conn.exchange()
+    for attempt in ("miss", "hit"):
+        beside = conn.client.get_next_available_stream_id()
+        conn.answers[beside] = [None, bytearray(), False]
+        conn.client.send_headers(beside, request("/beside.bin"), end_stream=True)
+        large_stream = conn.client.get_next_available_stream_id()
+        conn.answers[large_stream] = [None, bytearray(), False]
+        conn.resets[large_stream] = -1
+        conn.client.send_headers(large_stream, request("/large-head.bin"), end_stream=True)
+        status, _, _ = await answer(conn, large_stream, f"the large head's stream ({attempt})")
+        assert (status, conn.resets[large_stream]) == (0, h2.errors.ErrorCodes.INTERNAL_ERROR), attempt
+        status, _, body = await answer(conn, beside, f"the answer beside it ({attempt})")
+        assert (status, body) == (200, b"b" * 100), attempt
+    assert edge.origin.count("/large-head.bin") == 1  # kept for the next client all the same
