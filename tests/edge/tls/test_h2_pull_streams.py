@@ -1,6 +1,8 @@
 """A pull zone's requests over HTTP/2 that HTTP/1.1 carries otherwise (a request's trailer section, a body the edge
 held back from flow control on a stream that ended), sent by an unchecking client (the `h2` library, its own validation off) to the hit server's H2Protocol in this process
-(tests/support/h2_memory.py), the answers compared with what the same request gets over HTTP/1.1."""
+(tests/support/h2_memory.py), the answers compared with what the same request gets over HTTP/1.1; and its fills
+over HTTP/2: streams reset before their fill's end, shut windows, many streams for one new URL, an origin's
+connection fields and large heads, `:authority` against `host`."""
 
 from __future__ import annotations
 
@@ -315,3 +317,158 @@ async def test_a_head_past_the_clients_header_list_size_resets_its_stream_not_th
         status, _, body = await answer(conn, beside, f"the answer beside it ({attempt})")
         assert (status, body) == (200, b"b" * 100), attempt
     assert edge.origin.count("/large-head.bin") == 1  # kept for the next client all the same
+
+
+def ask(conn: H2InProcess, fields: Fields, *, may_reset: bool = False) -> int:
+    """Open a stream asking `fields` (sent at once); its id."""
+    stream_id = conn.client.get_next_available_stream_id()
+    conn.answers[stream_id] = [None, bytearray(), False]
+    if may_reset:
+        conn.resets[stream_id] = -1
+    conn.client.send_headers(stream_id, fields, end_stream=True)
+    conn.exchange()
+    return stream_id
+
+
+async def headed(conn: H2InProcess, stream_id: int) -> None:
+    async def arrived() -> bool:
+        conn.exchange()
+        return conn.answers[stream_id][0] is not None
+
+    await wait_until(arrived, f"stream {stream_id}'s head")
+
+
+@pytest.mark.parametrize("framing", ["sized", "chunked"], ids=["the hit path's fill", "the application's fill"])
+async def test_a_fill_whose_stream_is_reset_mid_body_is_kept_for_the_streams_waiting_beside_it(
+        edge: Edge, framing: str) -> None:
+    """The stream that leads a fill is reset by its client once part of the body went out (a browser that navigated
+    away), with a GET, a HEAD, a range and a revalidation of the URL waiting for that fill on the same connection. The
+    fill reads on into the cache: each of them gets its answer from it, the origin is asked once, and the connection
+    holds nothing for the reset stream afterwards."""
+    name = f"/reset-mid-body-{framing}.bin"
+    body = bytes(range(256)) * 4000
+    kept = {"Cache-Control": "max-age=600", "Content-Type": "application/octet-stream", "ETag": '"mid"'}
+    release = asyncio.Event()
+
+    async def held(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=kept)
+        if framing == "chunked":
+            response.enable_chunked_encoding()
+        else:
+            response.content_length = len(body)
+        await response.prepare(request)
+        await response.write(body[:50_000])
+        await release.wait()
+        await response.write(body[50_000:])
+        return response
+
+    edge.origin.route(name, held)
+    conn = edge.connect()
+    leader = ask(conn, request(name), may_reset=True)
+    await headed(conn, leader)
+    waiting = {"GET": ask(conn, request(name)), "HEAD": ask(conn, request(name, "HEAD")),
+               "range": ask(conn, request(name, "GET", (b"range", b"bytes=600000-600009"))),
+               "revalidation": ask(conn, request(name, "GET", (b"if-none-match", b'"mid"')))}
+    conn.client.reset_stream(leader)
+    conn.exchange()
+    release.set()
+    answers = {what: await answer(conn, stream_id, what) for what, stream_id in waiting.items()}
+    assert {what: (status, body_of) for what, (status, _, body_of) in answers.items()} == {
+        "GET": (200, body), "HEAD": (200, b""), "range": (206, body[600000:600010]), "revalidation": (304, b"")}
+    assert {headers["x-cache"] for _, headers, _ in answers.values()} == {"HIT"}
+    assert answers["HEAD"][1]["content-length"] == str(len(body))
+    assert edge.origin.count(name) == 1
+    assert (conn.server.streams, conn.server.pending_total, conn.server.paused_producers) == ({}, 0, 0)
+
+
+async def test_a_stream_reset_while_its_fill_waits_for_the_client_leaves_the_fill_and_the_connection_whole(
+        edge: Edge) -> None:
+    """A client that reads nothing of a large fill (its stream window shut) holds a bounded part of it, the fill's
+    writer paused; it then resets the stream. The fill goes on into the cache, the connection counts no paused
+    writer nor held bytes for the stream, and its next stream for the URL is a hit on the whole body."""
+    body = bytes(range(256)) * 10_000  # 2.56 MB, 2 MB of it sent at once: far past what a stream holds
+    kept = {"Cache-Control": "max-age=600", "Content-Type": "application/octet-stream"}
+    release = edge.origin.hold("/paused-then-reset.bin", body, kept, first=2_000_000)
+    conn = edge.connect()
+    stalled = conn.stall(f"/{ZONE}/paused-then-reset.bin")
+
+    async def paused() -> bool:
+        conn.exchange()
+        stream = conn.server.streams.get(stalled)
+        return stream is not None and stream.producer_paused
+
+    await wait_until(paused, "the fill's writer paused for the client")
+    assert conn.server.pending_total < 1024 * 1024  # held in part, not as the origin sends it
+    conn.resets[stalled] = -1
+    conn.client.reset_stream(stalled)
+    conn.exchange()
+    assert (conn.server.pending_total, conn.server.paused_producers) == (0, 0)
+    release.set()
+
+    async def kept_it() -> bool:
+        return stored_url(edge.cdn.node, ZONE, "/paused-then-reset.bin", scheme="https") is not None
+
+    await wait_until(kept_it, "the fill kept")
+    last = (b"range", b"bytes=-100")
+    status, headers, got = await answer(conn, ask(conn, request("/paused-then-reset.bin", "GET", last)), "a range")
+    assert (status, headers["x-cache"], got) == (206, "HIT", body[-100:])
+    assert edge.origin.count("/paused-then-reset.bin") == 1
+
+
+async def test_streams_asking_for_one_new_url_at_once_are_one_origin_request(edge: Edge) -> None:
+    """Ten streams of one connection ask for a URL no tier holds while its origin is slow: one asks the origin, the
+    others wait for its fill and get the same body."""
+    body = b"c" * 100_000
+    release = edge.origin.hold("/collapsed.bin", body, {"Cache-Control": "max-age=600", "Content-Type": "a/b"})
+    conn = edge.connect()
+    streams = [ask(conn, request("/collapsed.bin")) for _ in range(10)]
+    await headed(conn, streams[0])
+    release.set()
+    answers = [await answer(conn, stream_id, "a collapsed stream") for stream_id in streams]
+    assert [(status, got) for status, _, got in answers] == [(200, body)] * 10
+    assert edge.origin.count("/collapsed.bin") == 1
+
+
+async def test_an_origins_connection_fields_never_reach_an_http_2_client(edge: Edge) -> None:
+    """RFC 9113 8.2.2: a response with a connection-specific field is malformed. An origin's Connection,
+    Keep-Alive, Proxy-Connection, Upgrade and the fields its Connection names are left out of the miss, the hit,
+    a HEAD and a 304 (the client here is the `h2` library, which refuses such a response); names go out in lower
+    case and values without surrounding whitespace, whatever the origin's spelling."""
+    fields = {"Cache-Control": "max-age=600", "Content-Type": "text/plain", "ETag": '"hop"', "Connection": "X-Hop",
+              "X-Hop": "secret", "Keep-Alive": "timeout=5", "Proxy-Connection": "keep-alive", "Upgrade": "h2c",
+              "X-Upper-CASE": "Value", "X-Spaced": "spaced  "}
+
+    async def origin(_request: web.Request) -> web.StreamResponse:
+        return web.Response(body=b"hop", headers=fields)
+
+    edge.origin.route("/connection-fields.txt", origin)
+    conn = H2InProcess(edge.secure)  # validates what it receives
+    seen = [await conn.get(f"/{ZONE}/connection-fields.txt", extra, method) for extra, method in (
+        ([], "GET"), ([], "GET"), ([], "HEAD"), ([("if-none-match", '"hop"')], "GET"))]
+    assert [(response.status, response.headers["x-cache"]) for response in seen] == [
+        (200, "MISS"), (200, "HIT"), (200, "HIT"), (304, "HIT")]
+    for response in seen:
+        assert not {"connection", "keep-alive", "proxy-connection", "upgrade", "transfer-encoding",
+                    "x-hop"} & set(response.headers)
+        assert (response.headers["x-upper-case"], response.headers["x-spaced"]) == ("Value", "spaced")
+
+
+async def test_a_streams_authority_not_its_host_field_names_its_zone(edge: Edge) -> None:
+    """A stream whose `:authority` and `host` differ (RFC 9113 8.3.1) is answered for its `:authority`, on the fill
+    and on the hit alike: the zone's tenant host with another's `host` is the zone's object; another host with the
+    zone's `host` never reaches the zone's cache."""
+    edge.origin.answer("/authority.txt", b"the zone's", headers={"Cache-Control": "max-age=600",
+                                                                  "Content-Type": "text/plain"})
+    conn = edge.connect()
+    tenant = f"{ZONE}.cdn.localhost".encode()
+
+    def fields(authority: bytes, host: bytes) -> Fields:
+        return [(b":method", b"GET"), (b":scheme", b"https"), (b":path", b"/authority.txt"), (b":authority", authority),
+                (b"host", host)]
+
+    for expected in ("MISS", "HIT"):
+        status, headers, got = await answer(conn, ask(conn, fields(tenant, b"other.cdn.localhost")), "the zone's")
+        assert (status, headers.get("x-cache"), got) == (200, expected, b"the zone's")
+        status, headers, got = await answer(conn, ask(conn, fields(b"other.cdn.localhost", tenant)), "another host's")
+        assert status == 404 and "x-cache" not in headers and b"the zone's" not in got
+    assert edge.origin.count("/authority.txt") == 1
