@@ -60,12 +60,15 @@ from assetcdn.edge.fastpath.protocol import CACHE_FIELDS, MAX_HEAD, SLOTS, Decid
 from assetcdn.edge.origin_http import HEAD_FIELD_LINES, MAX_FIELDS
 from assetcdn.edge.tls.h2_guard import FrameGuard
 from assetcdn.shared.config import Settings
+from assetcdn.shared.logs import LinePerInterval
 
 if TYPE_CHECKING:
     from assetcdn.edge.delivery_log import Pending
     from assetcdn.edge.fastpath.hit_server import HitServer
 
 log = logging.getLogger(__name__)
+# A client may advertise any header list size, down to none at all: every answer's reset then, one line per interval.
+HEADS_TOO_LARGE = LinePerInterval(log)
 STREAM_BUFFER_HIGH = 256 * 1024   # response bytes a stream holds before its producer is paused
 STREAM_BUFFER_LOW = 64 * 1024
 CONNECTION_BUFFER_HIGH = 1024 * 1024  # ... and all of a connection's streams together
@@ -1000,8 +1003,8 @@ class H2Protocol(asyncio.Protocol):
         limit = self.header_limit
         if limit is None or size <= limit:
             return False
-        log.info("an answer's head of %d bytes is past HTTP/2 client %s's header list size (%d): stream reset", size,
-                 self._peer(), limit)
+        HEADS_TOO_LARGE.log(logging.INFO, "head", "an answer's head of %d bytes is past HTTP/2 client %s's header "
+                            "list size (%d): stream reset", size, self._peer(), limit)
         self.h2.reset_stream(stream_id, ErrorCode.INTERNAL_ERROR)
         return True
 

@@ -7,6 +7,7 @@ connection fields and large heads, `:authority` against `host`."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import h2.config
@@ -317,6 +318,27 @@ async def test_a_head_past_the_clients_header_list_size_resets_its_stream_not_th
         status, _, body = await answer(conn, beside, f"the answer beside it ({attempt})")
         assert (status, body) == (200, b"b" * 100), attempt
     assert edge.origin.count("/large-head.bin") == 1  # kept for the next client all the same
+
+
+async def test_a_client_that_takes_no_head_at_all_costs_the_log_one_line_not_one_per_answer(
+        edge: Edge, caplog: pytest.LogCaptureFixture) -> None:
+    """A client may advertise a header list size of 1, which no answer fits: each of its streams is reset, and each
+    reset was a log line of its own, so one connection could write the edge's log as fast as it asked."""
+    edge.origin.answer("/any-head.bin", b"a" * 10, headers={"Cache-Control": "max-age=600",
+                                                            "Content-Type": "application/octet-stream"})
+    conn = edge.connect()
+    conn.client.update_settings({SettingCodes.MAX_HEADER_LIST_SIZE: 1})
+    conn.exchange()
+    with caplog.at_level(logging.INFO, logger="assetcdn.edge.tls.h2"):
+        for attempt in range(6):
+            stream_id = conn.client.get_next_available_stream_id()
+            conn.answers[stream_id] = [None, bytearray(), False]
+            conn.resets[stream_id] = -1
+            conn.client.send_headers(stream_id, request("/any-head.bin"), end_stream=True)
+            status, _, _ = await answer(conn, stream_id, f"stream {attempt}'s reset")
+            assert (status, conn.resets[stream_id]) == (0, h2.errors.ErrorCodes.INTERNAL_ERROR), attempt
+    lines = [record for record in caplog.records if "header list size" in record.getMessage()]
+    assert len(lines) <= 1, [record.getMessage() for record in lines]  # none: this module's earlier line is recent
 
 
 def ask(conn: H2InProcess, fields: Fields, *, may_reset: bool = False) -> int:
