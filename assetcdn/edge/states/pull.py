@@ -94,7 +94,6 @@ from assetcdn.edge.states.freshness import (
     response_directives,
     reuse,
     secondary_key,
-    split_list,
     stored_headers,
     tag_field_bytes,
     updated_headers,
@@ -1417,11 +1416,12 @@ def withheld_tags(stored: StoredResponse) -> list[str]:
 
 
 def origin_tags(headers: Headers) -> list[str]:
-    """Purge tags an origin gave (Cache-Tag, Surrogate-Key: space- or comma-separated)."""
+    """Purge tags an origin gave (Cache-Tag, Surrogate-Key: separated by commas, spaces or tabs). Neither field has
+    quoted strings: a `"` is one of a tag's characters, never the start of a string whose commas would not split."""
     tags: list[str] = []
     for name, value in headers:
         if name in TAG_FIELDS:
-            tags.extend(tag for member in split_list([value]) for tag in member.split() if ":" not in tag)
+            tags.extend(tag for tag in value.replace(",", " ").replace("\t", " ").split(" ") if tag and ":" not in tag)
     return tags
 
 

@@ -206,6 +206,24 @@ async def test_a_response_naming_more_tags_than_the_bound_is_passed_on_not_store
     assert (await pull.get("/tags/within.txt")).headers["X-Cache"] == "MISS"
 
 
+async def test_a_double_quote_in_an_origin_tag_is_one_of_its_characters_not_the_start_of_a_quoted_list(
+        pull: Pull) -> None:
+    """Cache-Tag and Surrogate-Key are lists of tags separated by commas or spaces, with no quoted strings (the fields
+    Cloudflare and Fastly read): a tag holding a `"` (an inch mark) took every comma after it for part of one tag,
+    so the tags the origin listed after it were not kept and their purge left the copy cached, in either tier."""
+    listed = {"/tags/inch.txt": ("Cache-Tag", 'screen-27", quoted-sale,quoted-other'),
+              "/tags/inch-key.txt": ("Surrogate-Key", 'screen-27",quoted-sale')}
+    for name, (field, value) in listed.items():
+        pull.origin.answer(name, b"tagged", headers={**LONG, field: value})
+        await cached(pull, name)
+    answer = await purge(pull, {"tags": ["quoted-sale"]})
+    assert answer["edges"]["entriesRemoved"] == {"edge-t/0": 2}
+    assert [tiers(pull, name) for name in listed] == [(False, False)] * 2
+    assert [(await pull.get(name)).headers["X-Cache"] for name in listed] == ["MISS", "MISS"]
+    await purge(pull, {"tags": ["quoted-other"]})
+    assert [(await pull.get(name)).headers["X-Cache"] for name in listed] == ["MISS", "HIT"]
+
+
 async def test_a_tag_purge_made_while_a_304_confirms_a_copy_the_304_retags_keeps_that_copy_out(pull: Pull) -> None:
     """The stored copy carries `Cache-Tag: before`; its revalidation is under way when `before` is purged, and the
     origin's 304 (asked before the purge) names the copy `after`: the copy the purge was made for is not stored
