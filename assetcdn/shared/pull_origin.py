@@ -48,8 +48,13 @@ HOST_HEADER_FORM = (f"'Origin.HostHeader' must be a hostname of at most {MAX_HOS
 
 # Fields the edge took over after origins were first stored (refused in a new origin, read in a stored one):
 # CDN-Loop carries the client's values and the edge's loop mark (RFC 8586), which a zone's own value would drop;
-# Surrogate-Capability names this cache to the origin, and the edge's own value replaced a zone's (never sent).
-EDGE_OWNED_SINCE = frozenset(("cdn-loop", "surrogate-capability"))
+# Surrogate-Capability names this cache to the origin, and the edge's own value replaced a zone's (never sent);
+# the hop-by-hop fields the edge never passes on from a client (assetcdn/edge/origin_client.py HOP_BY_HOP: they
+# concern a connection to a proxy, and the edge is the one connected to the origin); and Request-Range, the old
+# spelling of Range that Apache httpd still honours, which the edge leaves out of a fill as it does Range (its 206,
+# or a 416 the origin lets caches keep, would be every client's answer).
+EDGE_OWNED_SINCE = frozenset(("cdn-loop", "surrogate-capability", "proxy-authorization", "proxy-authenticate",
+                              "proxy-authentication-info", "http2-settings", "request-range"))
 
 
 class OriginProblem(ValueError):

@@ -86,6 +86,16 @@ BAD_HEADERS: list[Any] = [
     {"Surrogate-Capability": 'mine="Surrogate/1.0"'},  # the edge's own replaced it: it never reached the origin
     {"Surrogate_Capability": 'mine="Surrogate/1.0"'},
     {"Content_Length": "0"},
+    # Hop-by-hop fields the edge never passes on from a client (they concern the connection to the next proxy, and
+    # the edge is the one that talks to the origin), and Request-Range, the old Range that Apache httpd still
+    # honours (its 206 or a 416 for every client of the URL).
+    {"Proxy-Authorization": "Basic dXNlcjpwYXNz"},
+    {"Proxy_Authorization": "Basic dXNlcjpwYXNz"},
+    {"Proxy-Authenticate": "Basic"},
+    {"Proxy-Authentication-Info": "nextnonce=x"},
+    {"HTTP2-Settings": "AAMAAABkAARAAAAAAAIAAAAA"},
+    {"Request-Range": "bytes=0-99"},
+    {"Request_Range": "bytes=0-99"},
     # One field named twice, as the edge compares names: it would send one value, or both to such a server.
     {"X-Origin-Secret": "a", "x-origin-secret": "b"},
     {"X-Origin-Secret": "a", "X_Origin_Secret": "b"},
