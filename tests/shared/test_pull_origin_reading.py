@@ -19,6 +19,8 @@ from assetcdn.shared.pull_origin import OriginProblem, parse_new_origin, parse_o
     {"Url": "https://" + "a." * 125 + "example"},
     {"Url": "http://127.0.0.1:8080", "HostHeader": "a." * 125 + "example"},
     {"Url": "http://127.0.0.1:8080", "RequestHeaders": {"X-Origin-Secret": "(set)"}},
+    {"Url": "http://127.0.0.1:8080", "RequestHeaders": {"Proxy-Authorization": "Basic dXNlcjpwYXNz"}},
+    {"Url": "http://127.0.0.1:8080", "RequestHeaders": {"Request-Range": "bytes=0-99"}},
 ])
 def test_an_origin_accepted_before_a_check_was_added_is_still_read_as_stored_and_published(
         stored: dict[str, Any]) -> None:
