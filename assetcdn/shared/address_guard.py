@@ -81,28 +81,35 @@ def _forms(ip: IPAddress) -> Iterable[IPAddress]:
 
 def address_problem(address: str, *, allow_loopback: bool) -> str | None:
     """Why the service may not connect to `address`, or None when it may."""
+    kind = refused_kind(address, allow_loopback=allow_loopback)
+    return None if kind is None else f"{address} is {kind}"
+
+
+def refused_kind(address: str, *, allow_loopback: bool) -> str | None:
+    """What kind of address `address` is when the service may not connect to it ("a private address"), or None
+    when it may: `address_problem` without the address, for a name's refusal (`checked_addresses`)."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone id is no part of the address
     except ValueError:
-        return f"'{address}' is not an IP address"
+        return "no IP address"
     for form in _forms(ip):
         if form in METADATA_ADDRESSES:
-            return f"{address} is a cloud metadata address"
+            return "a cloud metadata address"
         if form.is_loopback:
             if allow_loopback:
                 continue
-            return f"{address} is a loopback address (allowed only where a development setting allows it)"
+            return "a loopback address (allowed only where a development setting allows it)"
         if form.is_unspecified:
-            return f"{address} is the unspecified address"
+            return "the unspecified address"
         if form.is_link_local:
-            return f"{address} is a link-local address"
+            return "a link-local address"
         if form.is_multicast:
-            return f"{address} is a multicast address"
+            return "a multicast address"
         if form.is_private:
-            return f"{address} is a private address"
+            return "a private address"
         if form.is_reserved or not form.is_global or any(form in network for network in NOT_GLOBAL
                                                          if network.version == form.version):
-            return f"{address} is not a public address"
+            return "not a public address"
     return None
 
 
@@ -232,16 +239,24 @@ async def checked_addresses(resolver: HostResolver, host: str, *, allow_loopback
     if not addresses:
         raise UnresolvedTarget(f"'{host}' has no address")
     for address in addresses:
-        refused = check_address(address, allow_loopback=allow_loopback, loopback_only=loopback_only)
+        # Not the address itself: the refusal reaches whoever named the host (a webhook's 400, a pull zone's 502),
+        # who could otherwise learn what names mean inside the network the service runs in.
+        refused = checked_kind(address, allow_loopback=allow_loopback, loopback_only=loopback_only)
         if refused:
-            raise RefusedTarget(f"'{host}' resolves to {refused}")
+            raise RefusedTarget(f"'{host}' resolves to an address that may not be reached: {refused}")
     return addresses
 
 
 def check_address(address: str, *, allow_loopback: bool, loopback_only: bool = False) -> str | None:
+    kind = checked_kind(address, allow_loopback=allow_loopback, loopback_only=loopback_only)
+    return None if kind is None else f"{address} is {kind}"
+
+
+def checked_kind(address: str, *, allow_loopback: bool, loopback_only: bool = False) -> str | None:
+    """`check_address` without the address: what kind of address it is, when refused."""
     if loopback_only and not is_loopback(address):
-        return f"{address}, not a loopback address (plain http is allowed only to loopback)"
-    return address_problem(address, allow_loopback=allow_loopback)
+        return "not a loopback address (plain http is allowed only to loopback)"
+    return refused_kind(address, allow_loopback=allow_loopback)
 
 
 class GuardedResolver(AbstractResolver):

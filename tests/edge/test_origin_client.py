@@ -224,6 +224,28 @@ async def test_a_name_is_checked_by_what_it_resolves_to_at_connect_time(
         await strict.close()
 
 
+async def test_a_name_refused_for_its_address_is_answered_without_the_address(
+        origin: tuple[OriginServer, TestServer]) -> None:
+    """The refusal is the 502's message to every client of the zone: naming the address the edges' resolver gave
+    (`'intranet.example.test' resolves to 10.1.2.3 ...`) let whoever may set an origin (a zones:write token) map
+    what names mean inside the edges' network, one origin at a time. It says what kind of address it was."""
+    _, test_server = origin
+    names = Names({"intranet.example.test": ["10.1.2.3"], "mixed.example.test": ["93.184.216.34", "169.254.169.254"],
+                   "loop.example.test": ["127.0.0.2"]})
+    strict = OriginClient(OriginLimits(), resolver=names)
+    try:
+        for name, address, kind in (("intranet.example.test", "10.1.2.3", "private"),
+                                    ("mixed.example.test", "169.254.169.254", "metadata"),
+                                    ("loop.example.test", "127.0.0.2", "loopback")):
+            zone_origin = Origin(base(test_server, name))
+            with pytest.raises(OriginRefused) as refused:
+                await strict.request(zone_origin, "GET", zone_origin.target("/echo"), {})
+            assert address not in str(refused.value) and kind in str(refused.value), str(refused.value)
+            assert name in str(refused.value)  # the zone's own origin name, which its owner set
+    finally:
+        await strict.close()
+
+
 async def test_connections_opened_together_look_the_origin_name_up_once(
         origin: tuple[OriginServer, TestServer]) -> None:
     """Requests that each need a new connection at once (a cold pool) wait for one lookup of the origin's name,
