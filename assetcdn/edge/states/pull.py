@@ -1257,7 +1257,7 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
         return StoredResponse(obj, stored.status, head, freshness(
             stored.status, head, not_modified.request_time, not_modified.response_time), stored.digest)
     meta = stored_meta(head, stored.status, not_modified, stored.digest)
-    tags = list(dict.fromkeys([*confirmed_origin_tags(obj, head, not_modified.headers), *own_tags(zone, path)]))
+    tags = list(dict.fromkeys([*confirmed_origin_tags(stored, head, not_modified.headers), *own_tags(zone, path)]))
     # The purges since the copy was looked up (a purge that removed it before the 304 was asked for, too: the body
     # stored again would be the copy that purge removed), else since the 304 was asked for.
     since = not_modified.purge_mark
@@ -1392,15 +1392,21 @@ def own_tags(zone: PullZone, path: str) -> list[str]:
     return [pull_path_tag(zone.name, path), zone_tag(zone.name)]
 
 
-def confirmed_origin_tags(obj: CachedObject, head: Headers, not_modified: Headers) -> list[str]:
+def confirmed_origin_tags(stored: StoredResponse, head: Headers, not_modified: Headers) -> list[str]:
     """The origin's tags of a copy a 304 confirms (`head`: its head updated by the 304): those the 304 names, as its
-    fields replace the stored ones (RFC 9111 3.2), with those of the head, else the ones the copy was stored with
-    (public: the edge's own hold a `:`, and are added again). Not read from the head alone: a field the response's
-    qualified `no-cache="..."` or `private="..."` names is not kept in it (an origin's way of keeping its Cache-Tag
-    from clients), and the copy would lose its tags with the first 304, their purge no longer reaching it."""
-    if any(name in TAG_FIELDS for name, _ in not_modified):
-        return [*origin_tags(not_modified), *origin_tags(head)]
-    return public_tags(obj.tags)
+    fields replace the stored ones of the same name (RFC 9111 3.2), with those of the head and those of a tag field
+    the copy's head withheld that the 304 does not name; else the ones the copy was stored with (public: the edge's
+    own hold a `:`, and are added again). Not read from the head alone: a field the response's qualified
+    `no-cache="..."` or `private="..."` names is not kept in it (an origin's way of keeping its Cache-Tag from
+    clients), and the copy would lose its tags with the first 304, their purge no longer reaching it."""
+    named = {name for name, _ in not_modified if name in TAG_FIELDS}
+    if not named:
+        return public_tags(stored.obj.tags)
+    tags = [*origin_tags(not_modified), *origin_tags(head)]
+    withheld = qualified_fields(response_directives(stored.headers)[0]).intersection(TAG_FIELDS)
+    if withheld - named:  # which field a withheld tag came from is not kept: all of them stay (a purge reaches more)
+        tags += withheld_tags(stored)
+    return tags
 
 
 def withheld_tags(stored: StoredResponse) -> list[str]:

@@ -470,6 +470,36 @@ async def test_a_tag_the_origin_withholds_from_clients_still_purges_the_copy_onc
         assert [seen.headers.get("If-None-Match") for seen in pull.origin.requests(name)] == [None, '"w"', None]
 
 
+@pytest.mark.parametrize(("withheld", "other"), [("Cache-Tag", "Surrogate-Key"), ("Surrogate-Key", "Cache-Tag")])
+async def test_a_304_naming_the_other_tag_field_keeps_the_tags_of_the_field_the_origin_withholds(
+        pull: Pull, withheld: str, other: str) -> None:
+    """A 304's fields replace the stored fields of the same name only (RFC 9111 3.2): one naming tags in the other
+    field leaves the copy the tags of the field it does not name, as it does when that field is in the stored head.
+    The copy's withheld field (a qualified no-cache="...") is in no head, and those tags went with the 304: a purge
+    of them left the copy cached (a HIT of what the purge was made for)."""
+    name = f"/withheld-other/{withheld}.txt"
+    kept, added = f"kept-{withheld}".lower(), f"added-{other}".lower()
+    head = {"Cache-Control": f'max-age=600, no-cache="{withheld}"', "ETag": '"w"'}
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("If-None-Match") == '"w"':
+            return web.Response(status=304, headers={**head, other: added})
+        return web.Response(body=b"withheld", headers={**head, withheld: kept})
+
+    pull.origin.route(name, handle)
+    await cached(pull, name)
+    await purge(pull, {"urls": [f"/{ZONE}{name}"], "soft": True})
+    assert (await pull.get(name)).headers["X-Cache"] == "REVALIDATED"
+    assert (await pull.get(name)).headers["X-Cache"] == "HIT"
+    answer = await purge(pull, {"tags": [kept]})
+    assert answer["edges"]["entriesRemoved"] == {"edge-t/0": 1}
+    assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+    await purge(pull, {"urls": [f"/{ZONE}{name}"], "soft": True})
+    assert (await pull.get(name)).headers["X-Cache"] == "REVALIDATED"
+    await purge(pull, {"tags": [added]})  # and the 304's own tags
+    assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+
+
 async def test_the_answers_edges_are_as_the_openapi_document_describes_them(pull: Pull) -> None:
     answer = await purge(pull, {"tags": ["no-such-tag"]})
     schema = document()["paths"]["/api/purge"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
