@@ -63,7 +63,7 @@ export async function render(container, { params }) {
       if (!list.length) { error.textContent = "Enter at least one tag."; return; }
       command = { tags: list };
     } else {
-      if (!(await confirmDanger({ title: "Purge everything?", message: soft.checked ? "Every cached asset on every edge is marked stale." : "Every cached asset on every edge is dropped.", confirmLabel: "Purge everything" }))) return;
+      if (!(await confirmDanger({ title: "Purge everything?", message: soft.checked ? "Every pull zone copy on every edge is marked stale (revalidated with its origin at its next request); stored zones' cached files are dropped." : "Every cached asset on every edge is dropped.", confirmLabel: "Purge everything" }))) return;
       command = { purge_everything: true };
     }
     if (soft.checked) command.soft = true;
