@@ -5,6 +5,7 @@ fixture is in tests/edge/routes/conftest.py), or of a hit-path edge (`pull_zone_
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -43,6 +44,15 @@ def stored_url(node: EdgeNode, zone: str, name: str, query: str = "", scheme: st
     """What the edge holds for a pull zone's URL of no Vary, as a request without fields over `scheme` selects it."""
     pulled = node.config.pull_zones[zone]
     return lookup(node, pull_key(zone, name, query, scheme), Varied((), pulled, None, scheme))
+
+
+async def wait_stale(node: EdgeNode, zone: str, name: str, what: str = "the stored copy stale") -> None:
+    """Wait until the copy of a pull zone's URL (`stored_url`) is stored and stale."""
+    async def stale() -> bool:
+        found = stored_url(node, zone, name)
+        return found is not None and found.freshness.staleness(time.time()) > 0
+
+    await wait_until(stale, what)
 
 
 @dataclass(frozen=True)

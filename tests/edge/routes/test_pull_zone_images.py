@@ -37,7 +37,14 @@ from tests.control.expect import expect_error
 from tests.support.cdn import PURGE, Cdn, shared_cdn_apps
 from tests.support.control import METRICS
 from tests.support.metrics_text import metric
-from tests.support.origins import PREFIX, ScriptedOrigin, add_pull_zone, serve_origin, stored_url
+from tests.support.origins import (
+    PREFIX,
+    ScriptedOrigin,
+    add_pull_zone,
+    serve_origin,
+    stored_url,
+    wait_stale,
+)
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -962,11 +969,7 @@ async def test_a_source_purged_while_its_revalidation_waits_for_a_failing_origin
     pics.origin.route(name, handle)
     assert (await pics.transform(name)).headers["X-Cache"] == "MISS"
 
-    async def stale() -> bool:
-        found = stored_url(pics.cdn.node, ZONE, name)
-        return found is not None and found.freshness.staleness(time.time()) > 0
-
-    await wait_until(stale, "the stored source stale")
+    await wait_stale(pics.cdn.node, ZONE, name, "the stored source stale")
     go.clear()
     transforming = asyncio.ensure_future(pics.transform(name))
 

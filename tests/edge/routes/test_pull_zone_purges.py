@@ -6,7 +6,6 @@ origin saw, and what each cache tier holds."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from assetcdn.shared.openapi import document
 from tests.control.expect import expect_error
 from tests.support.cdn import PURGE
 from tests.support.control import ACCOUNT
-from tests.support.origins import LONG, TENANT_HOST, ZONE, Pull, stored_url
+from tests.support.origins import LONG, TENANT_HOST, ZONE, Pull, wait_stale
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -332,11 +331,7 @@ async def test_a_copy_purged_while_its_revalidation_waits_for_a_failing_origin_i
     pull.origin.route(name, handle)
     assert (await pull.get(name)).headers["X-Cache"] == "MISS"
 
-    async def stale() -> bool:
-        found = stored_url(pull.cdn.node, ZONE, name)
-        return found is not None and found.freshness.staleness(time.time()) > 0
-
-    await wait_until(stale, "the stored copy stale")
+    await wait_stale(pull.cdn.node, ZONE, name)
     go.clear()
     revalidating = asyncio.ensure_future(pull.get(name))
 

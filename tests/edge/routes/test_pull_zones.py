@@ -44,6 +44,7 @@ from tests.support.origins import (
     add_pull_zone,
     serve_origin,
     stored_url,
+    wait_stale,
 )
 from tests.support.wait import WAIT_S, wait_until
 
@@ -559,11 +560,7 @@ async def test_requests_waiting_for_a_revalidation_the_origin_fails_answer_stale
     pull.origin.route(name, failing)
     assert (await pull.get(name)).headers["X-Cache"] == "MISS"
 
-    async def stale() -> bool:
-        found = stored_url(pull.cdn.node, ZONE, name)
-        return found is not None and found.freshness.staleness(time.time()) > 0
-
-    await wait_until(stale, "the stored copy stale")
+    await wait_stale(pull.cdn.node, ZONE, name)
     go.clear()
     requests = [asyncio.ensure_future(pull.get(name)) for _ in range(clients)]
     for joining in (clients - 1, clients):  # the one that may not take the copy joins last, never leads
@@ -607,11 +604,7 @@ async def test_requests_waiting_for_a_background_revalidation_the_origin_gives_n
     pull.origin.route(name, broken)
     assert (await pull.get(name)).headers["X-Cache"] == "MISS"
 
-    async def stale() -> bool:
-        found = stored_url(pull.cdn.node, ZONE, name)
-        return found is not None and found.freshness.staleness(time.time()) > 0
-
-    await wait_until(stale, "the stored copy stale")
+    await wait_stale(pull.cdn.node, ZONE, name)
     go.clear()
     first = await pull.get(name)  # answered stale at once; its revalidation waits for `go` at the origin
     assert (first.status, await first.read(), first.headers["X-Cache"]) == (200, b"kept", "STALE")
