@@ -10,6 +10,9 @@ other edges ask that shield instead of the origin, so an object new to the fleet
   (assetcdn/edge/routes/shield.py), signed with the cluster secret. The shield serves it with the pull serve
   sequence (its cache, its collapsing, its own zone config and origin) and never asks another shield; a
   request without a valid signature is refused, so a client cannot make a shield treat it as an edge's.
+  A worker whose own fill of the path is asking a shield declines at once (`Shields.asking`) rather than wait for
+  that fill: two edges that each take the other for the path's shield (their lists or settings differ), or an
+  edge whose ``[origin] shield`` is its own worker by another address, would each wait for the other's answer.
   A shield behind the asking edge's generation (it may not have applied a purge yet) declines. That generation is
   the one whose purges the asking node has begun (``EdgeCache.purge_generation``), not only the one this worker
   has acknowledged: a fill made once a purge removed the URL here must not be answered with what it removed.
@@ -73,7 +76,8 @@ def from_edge(request: web.Request) -> bool:
 
 # A shield's own refusals that say nothing of its health: it does not know the zone yet, or is behind, or it waited
 # for a fill of the URL under way there for as long as this edge has (409 ShieldFilling, pull.py `through_flight`:
-# a large body the origin sends slowly); or the request is one it refuses (a client's fields it cannot take: 400, 413, 414, 417, 431), which the origin is
+# a large body the origin sends slowly), or it is asking a shield of its own for the path (409 ShieldLoop,
+# `Shields.asking`: the two edges disagree on the path's shield, or the asking edge's shield address is its own); or the request is one it refuses (a client's fields it cannot take: 400, 413, 414, 417, 431), which the origin is
 # asked instead, this once. Counted against the shield, a client could turn shielding off for everyone.
 PASSING_REFUSALS = frozenset((400, 404, 409, 413, 414, 417, 431))
 
@@ -163,6 +167,8 @@ class Shields:
         self._telling: dict[str, asyncio.Task[None]] = {}
         self._listed: tuple[tuple[str, str], ...] = ()
         self._peers: tuple[Peer, ...] = ()
+        # Path tags a fill of this worker is asking their shield for now, and how many fills ask (`asking`).
+        self._asking: dict[str, int] = {}
 
     def peers(self) -> tuple[Peer, ...]:
         listed = self._edges()
@@ -215,12 +221,27 @@ class Shields:
                 if untold and tag in untold:  # the shield may hold what this edge invalidated: not asked till told
                     self._catch_up(peer)
                 else:
-                    response = await self._ask(peer, zone, path, query, headers)
+                    asking = self._asking
+                    asking[tag] = asking.get(tag, 0) + 1
+                    try:
+                        response = await self._ask(peer, zone, path, query, headers)
+                    finally:
+                        if asking[tag] == 1:
+                            del asking[tag]
+                        else:
+                            asking[tag] -= 1
                     if response is not None:
                         return response
         first_byte_s = self._origins.limits.first_byte_timeout_s * (SHIELD_FIRST_BYTE_SHARE if from_edge else 1.0)
         return await self._origins.request(zone.origin, "GET", zone.origin.target(path, query), headers,
                                            first_byte_timeout_s=first_byte_s)
+
+    def asking(self, tag: str) -> bool:
+        """Whether a fill of this worker is asking the shield of the path of `tag` for it now, waiting for its head:
+        this worker is no shield of that path in its own view, and a shield request for it (an edge that sees it
+        otherwise, or this worker by another address of its own) must not wait for that fill, which waits for a
+        shield, maybe the one that asks, maybe this very request (the shield route declines it, 409 ShieldLoop)."""
+        return tag in self._asking
 
     async def _ask(self, peer: Peer, zone: PullZone, path: str, query: str,
                    headers: CIMultiDict[str]) -> OriginResponse | None:

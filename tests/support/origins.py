@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiohttp import ClientResponse, web
+from aiohttp import ClientResponse, ClientSession, web
 from aiohttp.test_utils import TestServer
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.node import EdgeNode
@@ -136,6 +137,17 @@ class Pull:
             return bool(self.cdn.node.config.rules.redirects.rules) == bool(content)
 
         await wait_until(arrived, "the redirects reaching the edge")
+
+
+async def relay(url: str, request: web.Request) -> web.StreamResponse:
+    """`request` sent on to `url` (an edge's cluster site) as it came, its signature too, and the answer back: another
+    address that leads to that site (a DNS name, a NAT address)."""
+    async with ClientSession(auto_decompress=False) as http, \
+            http.get(URL(url + request.raw_path, encoded=True), headers=request.headers) as resp:
+        body = await resp.read()
+        headers = CIMultiDict((name, value) for name, value in resp.headers.items()
+                              if name.lower() not in ("content-length", "transfer-encoding", "date", "server"))
+        return web.Response(status=resp.status, body=body, headers=headers)
 
 
 async def serve_origin(origin: ScriptedOrigin) -> TestServer:

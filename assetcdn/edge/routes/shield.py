@@ -7,7 +7,7 @@ serve sequence as a client's request would be, with this edge's own config of th
 the zone, never the origin), except that the fill goes to the origin: a shield never asks another shield.
 The client's address and scheme are the ones the asking edge forwarded. A shield behind the asking edge's
 generation answers 409: it may not have applied a purge the asking edge has, and must not hand back what it
-removed.
+removed; so does one whose own fill of the path is asking a shield (ShieldLoop: its answer may wait for this one).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from assetcdn.edge.app_keys import NODE, SECRETS
-from assetcdn.edge.cache.tags import path_tag
+from assetcdn.edge.cache.tags import path_tag, pull_path_tag
 from assetcdn.edge.cdn_loop import NAME
 from assetcdn.edge.routes.cluster import PUSH_REPLAY_GUARD
 from assetcdn.edge.shield import (
@@ -62,6 +62,9 @@ async def shield(request: web.Request) -> web.StreamResponse:
     if zone is None:
         raise ApiError(404, "NotPullZone", f"'{name}' is not a pull zone on this edge.")
     path = request.rel_url.raw_path[len(f"{SHIELD_PATH}/{generation}/{name}"):]
+    if node.shields.asking(pull_path_tag(name, path)):  # its fill here waits for a shield: maybe for this request
+        raise ApiError(409, "ShieldLoop", "This edge is asking another edge, the path's shield as it sees it, for "
+                       "the path; ask the origin for this request.")
     headers = CIMultiDict((key, value) for key, value in without_asking_edges_mark(list(request.headers.items()), zone)
                           if key.lower() not in CLUSTER_FIELDS)
     scheme = headers.get("X-Forwarded-Proto", "")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 
 from assetcdn import control
 from assetcdn.edge.app_keys import NODE
@@ -26,7 +26,7 @@ from tests.edge.hit_server import HitTestServer
 from tests.support.cdn import PURGE, edge_worker_app
 from tests.support.cdn import test_settings as settings_of
 from tests.support.control import ACCOUNT, SECRETS
-from tests.support.origins import PREFIX, ScriptedOrigin, serve_origin, stored_url
+from tests.support.origins import PREFIX, ScriptedOrigin, relay, serve_origin, stored_url
 from tests.support.wait import WAIT_S, wait_until
 
 ZONE = "fleet"
@@ -85,16 +85,19 @@ class Fleet:
 
 
 @asynccontextmanager
-async def fleet(root: Path, serve: Serve, **env: str) -> AsyncIterator[Fleet]:
+async def fleet(root: Path, serve: Serve, each: Mapping[str, Mapping[str, str]] | None = None,
+                **env: str) -> AsyncIterator[Fleet]:
     """Control, edges A and B (each with the hit path in front of its application, as the edge process serves it)
-    and a pull zone of the scripted origin, once both edges know the zone and each other."""
+    and a pull zone of the scripted origin, once both edges know the zone and each other. `each`: settings of one
+    edge (`edge-a`, `edge-b`) beside `env`, every one's."""
     origin = ScriptedOrigin()
     server = await serve_origin(origin)
     try:
-        settings = settings_of({"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true", "ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S": "5",
-                                  **env})
+        common = {"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true", "ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S": "5", **env}
+        settings = settings_of(common)
         control_client = await serve(control.app.create_app(settings, SECRETS, root / "data"))
-        a, b = [await serve(HitTestServer(edge_worker_app(settings, control_client, root / name, name)))
+        a, b = [await serve(HitTestServer(edge_worker_app(
+                    settings_of({**common, **(each or {}).get(name, {})}), control_client, root / name, name)))
                 for name in ("edge-a", "edge-b")]
         resp = await control_client.post("/api/core/zones", headers=ACCOUNT, json={
             "Name": ZONE, "Origin": {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"}})
@@ -289,3 +292,44 @@ async def test_an_edge_keeps_the_tags_a_shields_stored_copy_withholds_from_clien
         await run.purge({"tags": ["fleet-withheld"]})
         assert (await run.get(run.a, name))[:3] == (200, "MISS", b"version two")
         assert run.origin.count(name) == 2
+
+
+async def test_two_edges_each_taking_the_other_for_a_paths_shield_answer_their_misses_from_the_origin(
+        aiohttp_client: Serve, tmp_path: Path) -> None:
+    """A's `[origin] shield` is B and B's is A (a rollout of the setting half done; in the fleet's own choice, lists
+    of edges that differ for a moment), and a client of each asks for the same new path: each edge's fill asks the
+    other, whose cluster site finds its own fill of the path under way, asking a shield. Each declines at once and
+    each fill goes to the origin; waiting, each cluster site waited for its own fill, which waited for the other's,
+    for nine tenths of `first_byte_timeout_s` (an hour here, 13.5 s at the default) on every such miss."""
+    gathered, arrived, targets = asyncio.Event(), [], {}
+
+    def between(to: str) -> web.Application:  # the address an edge knows the other by; each fill held there until
+        async def on(request: web.Request) -> web.StreamResponse:  # both edges' fills are asking
+            arrived.append(to)
+            if len(arrived) == 2:
+                gathered.set()
+            await gathered.wait()
+            return await relay(targets[to], request)
+
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", on)
+        return app
+
+    to_b, to_a = TestServer(between("edge-b"), host="127.0.0.1"), TestServer(between("edge-a"), host="127.0.0.1")
+    for server in (to_b, to_a):
+        await server.start_server()
+    try:
+        each = {"edge-a": {"ASSETCDN_ORIGIN_SHIELD": f"http://127.0.0.1:{to_b.port}"},
+                "edge-b": {"ASSETCDN_ORIGIN_SHIELD": f"http://127.0.0.1:{to_a.port}"}}
+        async with fleet(tmp_path, aiohttp_client, each, ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="3600") as run:
+            targets.update({"edge-a": Fleet.node(run.a).shields.own_url, "edge-b": Fleet.node(run.b).shields.own_url})
+            run.origin.answer("/both.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
+            answers = await asyncio.wait_for(asyncio.gather(run.get(run.a, "/both.txt"), run.get(run.b, "/both.txt")),
+                                             WAIT_S)
+            assert [answer[:3] for answer in answers] == [(200, "MISS", b"from the origin")] * 2
+            assert sorted(arrived) == ["edge-a", "edge-b"]
+            assert run.origin.count("/both.txt") == 2
+            assert [Fleet.node(edge).shields.status()["down"] for edge in (run.a, run.b)] == [0, 0]
+    finally:
+        for server in (to_b, to_a):
+            await server.close()

@@ -34,7 +34,7 @@ from tests.integration.harness import free_port_block
 from tests.support.cdn import Cdn, CdnFactory
 from tests.support.control import METRICS, SECRETS
 from tests.support.metrics_text import metric
-from tests.support.origins import PREFIX, ScriptedOrigin, add_pull_zone, serve_origin
+from tests.support.origins import PREFIX, ScriptedOrigin, add_pull_zone, relay, serve_origin
 from tests.support.wait import WAIT_S, wait_until
 
 ZONE = "shielded"
@@ -702,3 +702,23 @@ async def test_a_fill_made_once_a_purge_ran_here_is_not_answered_by_a_shield_tha
         status, x_cache, _, body, _ = await run.get("/deployed.txt")
         assert (status, x_cache, body) == (200, "HIT", b"deployed")  # what the origin answered that request
         assert run.origin.count("/deployed.txt") == 1
+
+
+async def test_an_edge_whose_shield_address_leads_back_to_itself_asks_the_origin_without_waiting_for_itself(
+        make_cdn: CdnFactory) -> None:
+    """`[origin] shield` names this very worker by another address than the one it registered (a DNS name, a NAT
+    address), so its fill asks itself: its cluster site must not wait for that fill, which waits for it. It declines
+    at once and the fill goes to the origin; waiting, every miss took nine tenths of `first_byte_timeout_s`
+    (an hour here, 13.5 s at the default)."""
+    own: list[str] = []
+
+    async def back_here(request: web.Request) -> web.StreamResponse:
+        return await relay(own[0], request)
+
+    async with shielded_cdn(make_cdn, back_here, ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="3600") as run:
+        own.append(run.cdn.node.shields.own_url)
+        run.origin.answer("/here.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
+        status, x_cache, _, body, _ = await asyncio.wait_for(run.get("/here.txt"), WAIT_S)
+        assert (status, x_cache, body) == (200, "MISS", b"from the origin")
+        assert len(run.shield.seen) == 1 and run.origin.count("/here.txt") == 1
+        assert run.cdn.node.shields.status()["down"] == 0
