@@ -1309,6 +1309,8 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
     fields = request_fields(request)
     sent = varied(request, zone, fields)  # taken now: the request is answered before its revalidation ends
     headers = forwarded_headers(request, zone, stored)
+    if "only-if-cached" in request_directives(fields):
+        without_only_if_cached(headers)
 
     async def revalidate() -> None:
         kept: Kept | None = None
@@ -1384,6 +1386,17 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
     task = asyncio.get_running_loop().create_task(revalidate())
     node.background.add(task)
     task.add_done_callback(node.background.discard)
+
+
+def without_only_if_cached(headers: CIMultiDict[str]) -> None:
+    """Take `only-if-cached` out of a background revalidation's Cache-Control: the client's word to this cache, which
+    answered it from its stale copy, not to the shield or origin asked for the revalidation, this cache's own request.
+    Sent on, a cache there without a copy answers 504 (a shield's own error: that shield passed over for every path,
+    by any client that sends it; an origin behind a CDN of its own: a failed revalidation)."""
+    kept = [member for member in split_list(headers.popall("Cache-Control", ()))
+            if member.partition("=")[0].strip().lower() != "only-if-cached"]
+    if kept:
+        headers["Cache-Control"] = ", ".join(kept)
 
 
 def own_tags(zone: PullZone, path: str) -> list[str]:

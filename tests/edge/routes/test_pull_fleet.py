@@ -333,3 +333,25 @@ async def test_two_edges_each_taking_the_other_for_a_paths_shield_answer_their_m
     finally:
         for server in (to_b, to_a):
             await server.close()
+
+
+async def test_a_clients_only_if_cached_never_reaches_the_shield_with_a_background_revalidation(
+        aiohttp_client: Serve, tmp_path: Path) -> None:
+    """A's copy is stale within its stale-while-revalidate, and B no longer holds one (evicted). A client's
+    `only-if-cached` is answered from A's copy (STALE) while A revalidates it in the background: that revalidation is
+    this edge's own request, not the client's. Sent on with it, B answered 504 NotCached, an error of its own, and A
+    passed B over for every path for shield_retry_s: any client could turn shielding off, again and again."""
+    async with fleet(tmp_path, aiohttp_client) as run:
+        name = run.shielded_by_b("only-if-cached")
+        run.origin.answer(name, b"version one", headers={"Cache-Control": "max-age=0, stale-while-revalidate=600",
+                                                         "ETag": '"1"'})
+        assert (await run.get(run.a, name))[:3] == (200, "MISS", b"version one")
+        await run.holds(run.a, name, '"1"')
+        Fleet.node(run.b).cache.purge_tags([pull_path_tag(ZONE, name)])   # gone from B (evicted)
+        run.origin.answer(name, b"version two", headers={"Cache-Control": "max-age=600", "ETag": '"2"'})
+        status, x_cache, body, _ = await run.get(run.a, name, **{"Cache-Control": "only-if-cached"})
+        assert (status, x_cache, body) == (200, "STALE", b"version one")
+        await run.holds(run.a, name, '"2"')
+        assert Fleet.node(run.a).shields.status()["down"] == 0
+        assert all("only-if-cached" not in seen.headers.get("Cache-Control", "") for seen in run.origin.requests(name))
+        assert run.origin.count(name) == 2   # the first fill; B's, for A's revalidation
