@@ -158,10 +158,11 @@ class Shields:
         self._generation = generation
         self.own_url = ""                       # this worker's cluster site (set when it starts)
         self._down: dict[str, float] = {}       # shield url -> monotonic time it may be asked again
-        # Shield url -> the path tags this edge invalidated that it could not tell that shield (down, or the
+        # Shield name -> the path tags this edge invalidated that it could not tell that shield (down, or the
         # message failed), oldest first, each with the count of the remembering that put it there (a catch-up
         # lets go of a tag only when no newer failure remembered it again meanwhile); and the shields being told
-        # them now.
+        # them now. By name, not address: a worker started again may listen at another address (`cluster_port =
+        # 0`), its disk tier still holding what it was not told of.
         self._untold: dict[str, dict[str, int]] = {}
         self._remembered = 0
         self._telling: dict[str, asyncio.Task[None]] = {}
@@ -217,7 +218,7 @@ class Shields:
             tag = pull_path_tag(zone.name, path)  # the tag an invalidation names
             peer = self.shield_for(tag)
             if peer is not None and not self._is_down(peer):
-                untold = self._untold.get(peer.url)
+                untold = self._untold.get(peer.name)
                 if untold and tag in untold:  # the shield may hold what this edge invalidated: not asked till told
                     self._catch_up(peer)
                 else:
@@ -292,7 +293,7 @@ class Shields:
         await asyncio.gather(*(self._tell(peer, shield_tags) for peer, shield_tags in by_shield.items()))
 
     def _remember(self, peer: Peer, tags: list[str]) -> None:
-        untold = self._untold.setdefault(peer.url, {})
+        untold = self._untold.setdefault(peer.name, {})
         self._remembered += 1
         for tag in tags:
             untold.pop(tag, None)  # to the newest end
@@ -304,13 +305,13 @@ class Shields:
 
     def _catch_up(self, peer: Peer) -> None:
         """Tell `peer`, in the background, the invalidations it was not told of (one catch-up at a time)."""
-        if peer.url not in self._telling:
+        if peer.name not in self._telling:
             task = asyncio.get_running_loop().create_task(self._tell_untold(peer), name=f"shield-catch-up {peer.name}")
-            self._telling[peer.url] = task
-            task.add_done_callback(lambda _task: self._telling.pop(peer.url, None))
+            self._telling[peer.name] = task
+            task.add_done_callback(lambda _task: self._telling.pop(peer.name, None))
 
     async def _tell_untold(self, peer: Peer) -> None:
-        untold = self._untold.get(peer.url, {})
+        untold = self._untold.get(peer.name, {})
         try:
             while untold and not self._is_down(peer):
                 sent = dict(itertools.islice(untold.items(), MAX_INVALIDATED))
@@ -319,8 +320,8 @@ class Shields:
                 for tag, remembered in sent.items():
                     if untold.get(tag) == remembered:  # not remembered again while it was being told
                         del untold[tag]
-            if not untold and self._untold.get(peer.url) is untold:
-                del self._untold[peer.url]
+            if not untold and self._untold.get(peer.name) is untold:
+                del self._untold[peer.name]
         except Exception:  # a catch-up never fails a request; the tags stay owed, told by the next one
             log.exception("telling shield %s what it missed failed", peer.name)
 

@@ -142,8 +142,10 @@ class Pull:
 async def relay(url: str, request: web.Request) -> web.StreamResponse:
     """`request` sent on to `url` (an edge's cluster site) as it came, its signature too, and the answer back: another
     address that leads to that site (a DNS name, a NAT address)."""
+    body = await request.read()
     async with ClientSession(auto_decompress=False) as http, \
-            http.get(URL(url + request.raw_path, encoded=True), headers=request.headers) as resp:
+            http.request(request.method, URL(url + request.raw_path, encoded=True), headers=request.headers,
+                         data=body or None) as resp:
         body = await resp.read()
         headers = CIMultiDict((name, value) for name, value in resp.headers.items()
                               if name.lower() not in ("content-length", "transfer-encoding", "date", "server"))

@@ -19,10 +19,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from assetcdn import control
+from assetcdn.control.publishing.service import REGISTRY
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.node import EdgeNode
+from assetcdn.edge.shield import Peer
 from tests.edge.hit_server import HitTestServer
+from tests.integration.harness import free_port_block
 from tests.support.cdn import PURGE, edge_worker_app
 from tests.support.cdn import test_settings as settings_of
 from tests.support.control import ACCOUNT, SECRETS
@@ -355,3 +358,45 @@ async def test_a_clients_only_if_cached_never_reaches_the_shield_with_a_backgrou
         assert Fleet.node(run.a).shields.status()["down"] == 0
         assert all("only-if-cached" not in seen.headers.get("Cache-Control", "") for seen in run.origin.requests(name))
         assert run.origin.count(name) == 2   # the first fill; B's, for A's revalidation
+
+
+async def test_an_invalidation_a_shield_missed_reaches_it_when_it_comes_back_at_another_address(
+        aiohttp_client: Serve, tmp_path: Path) -> None:
+    """B cannot be reached when a POST through A changes a path B shields, so A cannot tell it. B comes back at
+    another cluster address (a worker started again with `edge.cluster_port = 0`, the default, binds another port)
+    with its copy from before the POST still on disk: A asks the origin for that path, not B, and tells B. The paths
+    A owed B were kept under B's former address: A asked B at its new one, and served the POST's client the copy
+    from before it for that copy's whole lifetime."""
+    async with fleet(tmp_path, aiohttp_client) as run:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", lambda request: relay(Fleet.node(run.b).shields.own_url, request))
+        back = TestServer(app, host="127.0.0.1")
+        await back.start_server()
+        try:
+            name = run.shielded_by_b("restarted")
+            run.origin.answer(name, b"before the POST", headers={"Cache-Control": "max-age=600"})
+            assert (await run.get(run.a, name))[:3] == (200, "MISS", b"before the POST")   # B holds it too
+            registry, shields = run.control.app[REGISTRY], Fleet.node(run.a).shields
+
+            async def listed_at(url: str) -> None:
+                registry.register("edge-b/0", url, registry.edges["edge-b/0"].generation)
+
+                async def known() -> bool:
+                    return Peer("edge-b/0", url) in shields.peers()
+
+                await wait_until(known, f"A knowing edge-b/0 at {url}")
+
+            await listed_at(f"http://127.0.0.1:{free_port_block(1)}")   # B gone: nothing answers there
+            run.origin.answer(name, status=204)
+            assert (await run.a.post(f"/{ZONE}{name}", data=b"new")).status == 204
+            assert shields.status()["down"] == 1   # not told
+            await listed_at(f"http://127.0.0.1:{back.port}")   # B back, at another address
+            run.origin.answer(name, b"after the POST", headers={"Cache-Control": "max-age=600"})
+            assert (await run.get(run.a, name))[:3] == (200, "MISS", b"after the POST")
+
+            async def told() -> bool:
+                return stored_url(Fleet.node(run.b), ZONE, name) is None
+
+            await wait_until(told, "B told to drop its copy")
+        finally:
+            await back.close()
