@@ -351,10 +351,11 @@ class ErrorAnswered(OriginError):
 
 
 def shield_filling() -> ApiError:
-    """A shield's refusal of another edge's request it waited for a fill for as long as that edge has
-    (`through_flight`): a refusal of that request alone (assetcdn/edge/shield.py `PASSING_REFUSALS`)."""
-    return ApiError(409, "ShieldFilling", "This edge's fill of the URL for another request has not ended in the time "
-                    "the asking edge has; ask the origin for this request.")
+    """A shield's refusal of another edge's request it waited for a fill for as long as that edge has, or whose fill
+    it waited for kept nothing to share (`through_flight`): a refusal of that request alone (assetcdn/edge/shield.py
+    `PASSING_REFUSALS`)."""
+    return ApiError(409, "ShieldFilling", "This edge's fill of the URL for another request has not answered this one "
+                    "in the time the asking edge has; ask the origin for this request.")
 
 
 def no_landing(kept: Kept | OriginError | None = None, selected: Selected | None = None) -> None:
@@ -480,7 +481,8 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
     (another edge's shield request: its first-byte time for the shield runs meanwhile, and
     `SHIELD_FIRST_BYTE_SHARE` of it is the shield's). A flight that has not landed by then, or whose body is still being read, is refused (409
     `ShieldFilling`: the asking edge takes it as a refusal of that one request and asks the origin itself, leaving
-    the shield up), rather than the asking edge giving up on the shield and passing it over for every path."""
+    the shield up), rather than the asking edge giving up on the shield and passing it over for every path; so is
+    one whose answer is not shared (the shield's own origin request for it would begin late)."""
     waited: asyncio.Future[Landing] | None = None  # the flight this request waited for
     since: float | None = None  # when it began waiting for it (Unix time)
     retried = False
@@ -493,10 +495,11 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
             return answer
         if waited is not None:
             kept = waited.result().kept
-            if deadline is not None and kept is not None and not kept.done() and not other_variant(
-                    waited.result(), sent):
+            if deadline is not None and (kept is None or (not kept.done() and not other_variant(waited.result(), sent))):
                 # Waited for its body as long as the asking edge may: declined. One not waited for (another Vary
-                # variant's, `await_flight`) is no answer to this request, which asks the origin at once below.
+                # variant's, `await_flight`) is no answer to this request, which asks the origin at once below. An
+                # answer not shared is declined too: the asking edge loses nothing asking the origin itself, with
+                # its whole first-byte time, where this edge's request would begin with part of it gone.
                 raise shield_filling()
             if retried or kept is None or not kept.done() or kept.result() is not False:
                 return await fill(stored, no_landing)  # not shared, still being read, or stored: not for this one

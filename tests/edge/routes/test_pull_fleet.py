@@ -24,11 +24,14 @@ from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.shield import Peer
+from assetcdn.edge.states.keys import pull_key
+from assetcdn.edge.states.pull import FLIGHTS, flight_key
 from tests.edge.hit_server import HitTestServer
 from tests.integration.harness import free_port_block
 from tests.support.cdn import PURGE, edge_worker_app
 from tests.support.cdn import test_settings as settings_of
-from tests.support.control import ACCOUNT, SECRETS
+from tests.support.control import ACCOUNT, METRICS, SECRETS
+from tests.support.metrics_text import metric
 from tests.support.origins import PREFIX, ScriptedOrigin, relay, serve_origin, stored_url
 from tests.support.wait import WAIT_S, wait_until
 
@@ -400,3 +403,46 @@ async def test_an_invalidation_a_shield_missed_reaches_it_when_it_comes_back_at_
             await wait_until(told, "B told to drop its copy")
         finally:
             await back.close()
+
+
+async def test_an_edge_whose_shields_fill_kept_nothing_for_it_asks_the_origin_itself_at_once(
+        aiohttp_client: Serve, tmp_path: Path) -> None:
+    """B is filling a path for its own client when A asks B for it, and the origin answers that fill with a response
+    not shared (`private`): B declines A's request at once (409 ShieldFilling) and A asks the origin itself, with its
+    whole first-byte time. B asked the origin for A itself, beginning when its wait ended: an origin slower than what
+    was left of A's first-byte time had A pass B over for every path for shield_retry_s (the origin answers A's
+    request here only once A's request to B has ended: B asking it for A, they waited for each other)."""
+    async with fleet(tmp_path, aiohttp_client, ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="3600") as run:
+        name = run.shielded_by_b("private")
+        joined = asyncio.Event()
+
+        async def declined() -> bool:
+            text = await (await run.a.get("/metrics", headers=METRICS)).text()
+            return metric(text, "assetcdn_edge_origin_requests_total", target="shield", outcome="4xx") >= 1
+
+        async def private(_request: web.Request) -> web.StreamResponse:
+            if run.origin.count(name) == 1:   # B's fill for its own client: answered once A's request waits for it
+                await joined.wait()
+            else:                             # A's request's
+                await wait_until(declined, "B answering A's request")
+            return web.Response(body=b"yours", headers={"Cache-Control": "private"})
+
+        run.origin.route(name, private)
+        at_b = asyncio.ensure_future(run.b.get(f"/{ZONE}{name}"))
+        await run.asked(name, 1)
+        at_a = asyncio.ensure_future(run.a.get(f"/{ZONE}{name}"))
+        flights = run.b.app[FLIGHTS]
+        key = flight_key(pull_key(ZONE, name, ""), Fleet.node(run.b).config.pull_zones[ZONE])
+
+        async def waiting_at_b() -> bool:
+            return flights.joined(key) == 1
+
+        try:
+            await wait_until(waiting_at_b, "A's request waiting for B's fill")
+        finally:
+            joined.set()
+        for answer in (at_b, at_a):
+            resp = await asyncio.wait_for(answer, WAIT_S)
+            assert (resp.status, await resp.read()) == (200, b"yours")
+        assert run.origin.count(name) == 2
+        assert Fleet.node(run.a).shields.status()["down"] == 0
