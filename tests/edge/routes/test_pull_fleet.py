@@ -307,7 +307,7 @@ async def test_two_edges_each_taking_the_other_for_a_paths_shield_answer_their_m
     other, whose cluster site finds its own fill of the path under way, asking a shield. Each declines at once and
     each fill goes to the origin; waiting, each cluster site waited for its own fill, which waited for the other's,
     for nine tenths of `first_byte_timeout_s` (an hour here, 13.5 s at the default) on every such miss."""
-    gathered, arrived, targets = asyncio.Event(), [], {}
+    gathered, arrived, targets = asyncio.Event(), [], dict[str, str]()
 
     def between(to: str) -> web.Application:  # the address an edge knows the other by; each fill held there until
         async def on(request: web.Request) -> web.StreamResponse:  # both edges' fills are asking
