@@ -13,6 +13,8 @@ other edges ask that shield instead of the origin, so an object new to the fleet
   A worker whose own fill of the path is asking a shield declines at once (`Shields.asking`) rather than wait for
   that fill: two edges that each take the other for the path's shield (their lists or settings differ), or an
   edge whose ``[origin] shield`` is its own worker by another address, would each wait for the other's answer.
+  A worker that finds a shield request its own (`Shields.asked_by_itself`) takes the configured address for its
+  own from then on.
   A shield behind the asking edge's generation (it may not have applied a purge yet) declines. That generation is
   the one whose purges the asking node has begun (``EdgeCache.purge_generation``), not only the one this worker
   has acknowledged: a fill made once a purge removed the URL here must not be answered with what it removed.
@@ -51,7 +53,7 @@ from assetcdn.edge.origin_client import OriginClient, OriginError, OriginRespons
 from assetcdn.edge.shield_address import OFF, shield_setting
 from assetcdn.edge.site_config import PullZone
 from assetcdn.edge.states.freshness import split_list
-from assetcdn.shared.cluster import PREFIX, sign_request
+from assetcdn.shared.cluster import NONCE_HEADER, PREFIX, sign_request
 from assetcdn.shared.config import Settings
 
 log = logging.getLogger(__name__)
@@ -168,8 +170,11 @@ class Shields:
         self._telling: dict[str, asyncio.Task[None]] = {}
         self._listed: tuple[tuple[str, str], ...] = ()
         self._peers: tuple[Peer, ...] = ()
-        # Path tags a fill of this worker is asking their shield for now, and how many fills ask (`asking`).
+        # Path tags a fill of this worker is asking their shield for now, and how many fills ask (`asking`); the
+        # nonces of those requests (`asked_by_itself`).
         self._asking: dict[str, int] = {}
+        self._nonces: set[str] = set()
+        self._configured_is_self = False  # `[origin] shield` found to lead to this worker (`asked_by_itself`)
 
     def peers(self) -> tuple[Peer, ...]:
         listed = self._edges()
@@ -182,7 +187,7 @@ class Shields:
         an invalidation of the path reaches the one edge worker that may hold it); None when this worker is
         it, or shielding is off."""
         if self._configured is not None:
-            return None if self._configured.url == self.own_url else self._configured
+            return None if self._configured_is_self or self._configured.url == self.own_url else self._configured
         if self.mode == OFF:
             return None
         peer = rendezvous(tag, self.peers())
@@ -244,6 +249,18 @@ class Shields:
         shield, maybe the one that asks, maybe this very request (the shield route declines it, 409 ShieldLoop)."""
         return tag in self._asking
 
+    def asked_by_itself(self, nonce: str) -> bool:
+        """Whether a shield request this worker's cluster site got (its signature's `nonce`) is one this worker sent:
+        ``[origin] shield`` names it by another address than the one it registered (a DNS name, a NAT address). From
+        then on it takes that address for its own, and asks the origin itself."""
+        if nonce not in self._nonces:
+            return False
+        if self._configured is not None and not self._configured_is_self:
+            self._configured_is_self = True
+            log.warning("[origin] shield %s is this worker (registered as %s): it asks the origin itself",
+                        self._configured.url, self.own_url)
+        return True
+
     async def _ask(self, peer: Peer, zone: PullZone, path: str, query: str,
                    headers: CIMultiDict[str]) -> OriginResponse | None:
         """The shield's answer, or None (the shield marked down when it failed)."""
@@ -251,12 +268,17 @@ class Shields:
         sent = CIMultiDict(headers)
         for name, _ in zone.origin.request_headers:  # the zone's secrets for its origin: the shield adds its own
             sent.popall(name, None)
-        sent.update(sign_request(self._secret, "GET", path_qs, audience=SHIELD_AUDIENCE))
+        signed = sign_request(self._secret, "GET", path_qs, audience=SHIELD_AUDIENCE)
+        sent.update(signed)
+        nonce = signed[NONCE_HEADER]
+        self._nonces.add(nonce)
         try:
             response = await self._origins.peer_request(URL(peer.url + path_qs, encoded=True), sent)
         except OriginError as exc:
             self._mark_down(peer, str(exc))
             return None
+        finally:
+            self._nonces.discard(nonce)
         member = relayed(response.headers)
         if member is not None:
             failed = origin_failed_at_shield(response.status, member)

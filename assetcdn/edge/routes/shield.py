@@ -54,6 +54,8 @@ async def shield(request: web.Request) -> web.StreamResponse:
     if not verify_request(request.app[SECRETS].cluster_secret, "GET", request.raw_path, b"", request.headers,
                           guard=request.app[PUSH_REPLAY_GUARD], audience=SHIELD_AUDIENCE):
         raise ApiError(401, "Unauthorized", "Shield requests must be signed with the cluster secret, once.")
+    if node.shields.asked_by_itself(request.headers[NONCE_HEADER]):  # this worker's own fill, by another address
+        raise loop_refusal()
     generation, name = int(request.match_info["generation"]), request.match_info["zone"]
     if node.applied_generation < generation:
         raise ApiError(409, "ShieldBehind", f"This edge has applied generation {node.applied_generation}, not "
@@ -63,8 +65,7 @@ async def shield(request: web.Request) -> web.StreamResponse:
         raise ApiError(404, "NotPullZone", f"'{name}' is not a pull zone on this edge.")
     path = request.rel_url.raw_path[len(f"{SHIELD_PATH}/{generation}/{name}"):]
     if node.shields.asking(pull_path_tag(name, path)):  # its fill here waits for a shield: maybe for this request
-        raise ApiError(409, "ShieldLoop", "This edge is asking another edge, the path's shield as it sees it, for "
-                       "the path; ask the origin for this request.")
+        raise loop_refusal()
     headers = CIMultiDict((key, value) for key, value in without_asking_edges_mark(list(request.headers.items()), zone)
                           if key.lower() not in CLUSTER_FIELDS)
     scheme = headers.get("X-Forwarded-Proto", "")
@@ -73,6 +74,12 @@ async def shield(request: web.Request) -> web.StreamResponse:
     # Both: an answer made whole in the handler is prepared with the request aiohttp has, not the clone.
     request[FROM_EDGE] = forwarded[FROM_EDGE] = True
     return await serve_pull(forwarded, zone, path, "")
+
+
+def loop_refusal() -> ApiError:
+    """The refusal of a shield request this worker's own fill of the path is waiting for, or may be (ShieldLoop)."""
+    return ApiError(409, "ShieldLoop", "This edge is asking a shield for the path itself (another edge, as it sees "
+                    "it, or this one by another address); ask the origin for this request.")
 
 
 def without_asking_edges_mark(fields: list[tuple[str, str]], zone: PullZone) -> list[tuple[str, str]]:

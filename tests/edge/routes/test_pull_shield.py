@@ -709,7 +709,8 @@ async def test_an_edge_whose_shield_address_leads_back_to_itself_asks_the_origin
     """`[origin] shield` names this very worker by another address than the one it registered (a DNS name, a NAT
     address), so its fill asks itself: its cluster site must not wait for that fill, which waits for it. It declines
     at once and the fill goes to the origin; waiting, every miss took nine tenths of `first_byte_timeout_s`
-    (an hour here, 13.5 s at the default)."""
+    (an hour here, 13.5 s at the default). The worker then knows the address for its own: later misses ask the
+    origin at once, not this worker again first."""
     own: list[str] = []
 
     async def back_here(request: web.Request) -> web.StreamResponse:
@@ -722,3 +723,6 @@ async def test_an_edge_whose_shield_address_leads_back_to_itself_asks_the_origin
         assert (status, x_cache, body) == (200, "MISS", b"from the origin")
         assert len(run.shield.seen) == 1 and run.origin.count("/here.txt") == 1
         assert run.cdn.node.shields.status()["down"] == 0
+        run.origin.answer("/next.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
+        assert (await asyncio.wait_for(run.get("/next.txt"), WAIT_S))[0::3] == (200, b"from the origin")
+        assert len(run.shield.seen) == 1
