@@ -77,10 +77,12 @@ def from_edge(request: web.Request) -> bool:
 
 
 # A shield's own refusals that say nothing of its health: it does not know the zone yet, or is behind, or it waited
-# for a fill of the URL under way there for as long as this edge has (409 ShieldFilling, pull.py `through_flight`:
-# a large body the origin sends slowly), or it is asking a shield of its own for the path (409 ShieldLoop,
-# `Shields.asking`: the two edges disagree on the path's shield, or the asking edge's shield address is its own); or the request is one it refuses (a client's fields it cannot take: 400, 413, 414, 417, 431), which the origin is
-# asked instead, this once. Counted against the shield, a client could turn shielding off for everyone.
+# for a fill of the URL under way there for as long as this edge has, or for one that kept nothing to share (409
+# ShieldFilling, pull.py `through_flight`: a large body the origin sends slowly, a `private` answer), or it is asking
+# a shield of its own for the path (409 ShieldLoop, `Shields.asking`: the two edges disagree on the path's shield, or
+# the asking edge's shield address is its own); or the request is one it refuses (a client's fields it cannot take:
+# 400, 413, 414, 417, 431), which the origin is asked instead, this once. Counted against the shield, a client could
+# turn shielding off for everyone.
 PASSING_REFUSALS = frozenset((400, 404, 409, 413, 414, 417, 431))
 
 
