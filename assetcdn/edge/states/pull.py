@@ -94,6 +94,7 @@ from assetcdn.edge.states.freshness import (
     response_directives,
     reuse,
     secondary_key,
+    split_list,
     stored_headers,
     tag_field_bytes,
     updated_headers,
