@@ -70,18 +70,19 @@ async def variant_of(node: EdgeNode, source: PullSource, variant: Made,
     made now); one made now
     is not kept when a purge published since the purge mark `since` names it (its source's URL, tags, zone)."""
     key = pull_source_variant_key(source.url_key, variant.content_key)
+    failed_as = failure_key(key, since)
     if not source.kept:  # a purge named the source as it was fetched: what is made of it must not outlive that
         node.metrics.cache_result("MISS").inc()
         data = await source.data()
         return await variant.make_from(node, key, data, content_id(source), source.tags,
-                                       keep=False), "MISS"
+                                       keep=False, failure_key=failed_as), "MISS"
     obj = lookup(node, key)
     if obj is not None and answers(variant, obj, source):
         # Used while its source may be: STALE when that is stale, as a stored file's variant is without control.
         result = "STALE" if source.stale else "HIT"
         node.metrics.cache_result(result).inc()
         return obj, result
-    failure = variant.failed(key)
+    failure = variant.failed(failed_as)
     if failure is not None:
         raise failure
 
@@ -94,11 +95,20 @@ async def variant_of(node: EdgeNode, source: PullSource, variant: Made,
         # A purge since `since` that names the source leaves this variant unkept; the retirement just above does not.
         named_with_source = [tag for tag in source.tags if tag != pull_variants_tag(source.url_key)]
         return await variant.make_from(node, key, data, content_id(source), source.tags,
-                                       since=since, since_tags=named_with_source)
+                                       since=since, since_tags=named_with_source, failure_key=failed_as)
 
     node.metrics.cache_result("MISS").inc()
     made: CachedObject = await node.flight.run(key, fill)
     return made, "MISS"
+
+
+def failure_key(key: str, since: int | None) -> str:
+    """What a variant's failure is remembered under (the image pool's negative cache): its key, as long as no purge
+    was published since the purge mark `since` (taken before its source was looked up). The key names the image by
+    its validator, which an origin may keep for other bytes (a broken image replaced under its ETag, its URL
+    purged): a failure of the bytes a purge retired is not the answer for those fetched after it. Any purge lets
+    it go, as it lets a refusal for size go (pull_source.py `TooLargeSources`): at most one run more each."""
+    return key if since is None else f"{key}@{since}"
 
 
 def content_id(source: PullSource) -> str:

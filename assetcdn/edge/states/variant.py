@@ -69,12 +69,12 @@ class Made:
 
     async def make_from(self, node: EdgeNode, key: str, source: bytes, source_id: str,
                         tags: Iterable[str], *, keep: bool = True, since: int | None = None,
-                        since_tags: Iterable[str] | None = None) -> CachedObject:
+                        since_tags: Iterable[str] | None = None, failure_key: str | None = None) -> CachedObject:
         """Make the variant of `source` (named `source_id`) and keep it under `key` with `tags`: a stored
         zone's file (`make`) or a pull zone's image (assetcdn/edge/states/pull_variant.py). `keep=False`: an
         entry for this answer only, not stored; likewise when a purge published since the purge mark `since`
         (taken before the source was looked up) names it by its key or `since_tags` (default: `tags`): made from
-        bytes that purge retired."""
+        bytes that purge retired. A failure is remembered under `failure_key` (default: `key`)."""
         if self.before_make is not None:
             await self.before_make()
         try:
@@ -84,7 +84,7 @@ class Made:
             if self.refund is not None:
                 await self.refund()
             if isinstance(exc, JobFailed):
-                self.pool.failed.remember(key, exc)
+                self.pool.failed.remember(key if failure_key is None else failure_key, exc)
             if isinstance(exc, LegacyError):
                 exc.headers["X-Cache"] = "MISS"
             raise

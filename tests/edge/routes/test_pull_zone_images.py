@@ -419,6 +419,31 @@ async def test_a_purge_of_an_image_changed_under_the_same_etag_makes_variants_of
     assert pics.origin.count(name) == 2
 
 
+@pytest.mark.parametrize("route", ["transform", "lqip"])
+async def test_a_variant_that_failed_is_made_again_from_the_image_fetched_after_a_purge(
+        pics: Pics, route: str) -> None:
+    """The origin sent bytes that do not decode, then the image, under one ETag: the failure is remembered (the
+    image pool is not run again on every request for it) until a purge of the image, after which the variant is
+    made from the bytes fetched again, not answered with the failure of the old ones."""
+    name = f"/fixed-{route}.png"
+    version = {"body": b"\x89PNG\r\n\x1a\n" + bytes(200)}
+
+    async def origin(request: web.Request) -> web.StreamResponse:   # one ETag, whatever the bytes
+        return web.Response(body=version["body"], headers={**LONG, "ETag": '"fixed"', "Content-Type": "image/png"})
+
+    pics.origin.route(name, origin)
+    target = f"/api/transform?url=/{ZONE}{name}&w=100&format=png" if route == "transform" else \
+        f"/api/lqip?url=/{ZONE}{name}"
+    failed = [await pics.get(target) for _ in range(2)]
+    assert [(resp.status, resp.headers["X-Cache"]) for resp in failed] == [(422, "MISS"), (422, "HIT")]
+    version["body"] = image(BLUE)
+    resp = await pics.cdn.control.post("/api/purge", json={"urls": [f"/{ZONE}{name}"]}, headers=PURGE)
+    assert resp.status == 200, await resp.text()
+    made = await pics.get(target)
+    assert (made.status, made.headers["X-Cache"]) == (200, "MISS"), await made.text()
+    assert pics.origin.count(name) == 2
+
+
 @pytest.mark.parametrize("soft", [False, True])
 async def test_a_purge_of_a_tag_the_origin_gave_its_image_after_a_variant_was_made_drops_that_variant(
         pics: Pics, soft: bool) -> None:
