@@ -24,7 +24,6 @@ import time
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import partial
 from typing import NamedTuple
 from urllib.parse import quote
 
@@ -299,19 +298,28 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
                 return await described(node, at, url_key, stored, stale=True), stored
         return None, stored
 
+    async def fill(stored: StoredResponse | None, land: Land) -> PullSource:
+        # A request that waited for a flight refused as too large asks nothing: the refusal is its answer too.
+        if (refused := refused_sources.refusal(url_key, mark)) is not None:
+            raise too_large(at, *refused)
+        try:
+            return await from_origin(node, client, at, url_key, stored, land)
+        except SourceTooLarge as exc:  # remembered before the flight lands, so before its waiters look
+            refused_sources.remember(url_key, mark, exc)
+            raise
+
     async def failed(stored: StoredResponse | None, exc: OriginError) -> PullSource:
         if stored is not None:  # a copy a purge removed while the flight waited answers no failure
             stored = unpurged(node, stored)
         if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
             return await described(node, at, url_key, stored, stale=True)
         if isinstance(exc, ErrorAnswered):  # the origin answered the flight (pull.py `origin_failed`): asked again
-            return await from_origin(node, client, at, url_key, stored)
+            return await fill(stored, no_landing)
         raise origin_failed(at, exc) from None
 
     try:
-        return await through_flight(flights, flight, node.origins.limits, cached,
-                                    partial(from_origin, node, client, at, url_key), failed, sent=sent)
-    except SourceTooLarge as exc:
+        return await through_flight(flights, flight, node.origins.limits, cached, fill, failed, sent=sent)
+    except SourceTooLarge as exc:  # a stored copy over the limit (`described`)
         refused_sources.remember(url_key, mark, exc)
         raise
 

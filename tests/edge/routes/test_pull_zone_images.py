@@ -712,6 +712,55 @@ async def test_a_source_over_the_byte_limit_is_422_whether_declared_or_cached(pi
     assert pics.origin.count("/heavy.png") == 2
 
 
+@pytest.mark.parametrize("declared", [True, False])
+async def test_variant_requests_waiting_for_a_source_too_large_are_refused_without_asking_the_origin_each(
+        pics: Pics, declared: bool) -> None:
+    """Variant requests arrive while the source's fill is under way: that of an image whose declared length is over
+    the limit (its head held), or one sent chunked (its first bytes held). The refusal the fill ends with is theirs
+    too: each of them asked the origin again once it ended, reading a chunked body up to the limit once more."""
+    name = f"/too-large-{'declared' if declared else 'chunked'}.png"
+    data = noise_png(400)
+    assert len(data) > MAX_SOURCE_BYTES
+    release = asyncio.Event()
+
+    async def held(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={**LONG, "Content-Type": "image/png"})
+        if declared:
+            response.content_length = len(data)
+            await release.wait()
+            await response.prepare(request)
+        else:
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            await response.write(data[:100])
+            await release.wait()
+        await response.write(data[100:] if not declared else data)
+        return response
+
+    pics.origin.route(name, held)
+    key = flight_key(pull_key(ZONE, name, ""), pics.cdn.node.config.pull_zones[ZONE])
+    flights = pics.cdn.edge.app[FLIGHTS]
+    first = asyncio.create_task(pics.transform(name, "w=100&format=png"))
+    try:
+        async def asked() -> bool:
+            return pics.origin.count(name) == 1
+
+        await wait_until(asked, "the source's fill under way")
+        others = [asyncio.create_task(pics.transform(name, f"w={width}&format=png")) for width in (101, 102, 103)]
+
+        async def joined() -> bool:
+            return flights.joined(key) == len(others)
+
+        await wait_until(joined, "the other variant requests waiting for the source's fill")
+    finally:
+        release.set()
+    answers = [await first, *[await other for other in others]]
+    assert [answer.status for answer in answers] == [422] * 4
+    for answer in answers:
+        assert "is too large" in (await answer.json())["error"]
+    assert pics.origin.count(name) == 1
+
+
 async def test_a_refusal_for_size_is_remembered_only_until_a_purge(pics: Pics) -> None:
     """The image shrunk at the origin and its URL purged: the next transform asks the origin again and is made."""
     pics.origin.answer("/shrinks.png", noise_png(400), headers=LONG)
