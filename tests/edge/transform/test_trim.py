@@ -69,6 +69,22 @@ def test_an_image_that_is_all_border_is_left_as_it_is() -> None:
     assert (result.width, result.height) == (120, 90)
 
 
+@pytest.mark.parametrize(("size", "band", "trimmed"), [
+    ((2, 60), (0, 20, 2, 20), (2, 20)),      # narrower than find_trim's 3x3 median window
+    ((60, 1), (10, 0, 30, 1), (30, 1)),      # one row
+    ((1, 1), None, (1, 1)),                  # a spacer pixel: all border
+])
+def test_an_image_narrower_than_three_pixels_is_trimmed_not_refused(
+        size: tuple[int, int], band: tuple[int, int, int, int] | None, trimmed: tuple[int, int]) -> None:
+    """libvips' find_trim refuses an image less than 3 pixels wide or high ("rank: window too large"): `trim` of a
+    spacer or a thin rule was 422 where any other image is cut, or left as it is."""
+    image = pyvips.Image.black(*size).new_from_image([255, 255, 255]).copy(interpretation="srgb").cast("uchar")
+    if band is not None:
+        image = image.draw_rect(DARK, *band, fill=True)
+    result = transform(image.pngsave_buffer(), trim="10")
+    assert (result.width, result.height) == trimmed
+
+
 def test_an_animation_keeps_what_any_frame_shows() -> None:
     frames = []
     for left in (20, 200):        # the picture moves right: the trim keeps both places

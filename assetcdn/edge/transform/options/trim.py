@@ -23,10 +23,16 @@ if TYPE_CHECKING:
     from assetcdn.edge.transform.source import SourceImage
 
 Box = tuple[int, int, int, int]   # left, top, width, height
+MIN_SIDE = 3    # find_trim's 3x3 median window: it refuses a narrower image ("rank: window too large")
 
 
 def content_box(frame: pyvips.Image, threshold: int) -> Box | None:
-    """Where the picture is in `frame`, without its border; None when `frame` is all border."""
+    """Where the picture is in `frame`, without its border; None when `frame` is all border. A frame narrower or
+    lower than find_trim reads is looked at widened with copies of its last column or row, which add nothing of
+    their own, and the box found is cut back to the frame."""
+    frame_width, frame_height = frame.width, frame.height
+    if frame_width < MIN_SIDE or frame_height < MIN_SIDE:
+        frame = frame.embed(0, 0, max(frame_width, MIN_SIDE), max(frame_height, MIN_SIDE), extend="copy")
     top_left = frame.getpoint(0, 0)
     if frame.hasalpha() and top_left[-1] < 128:
         found = frame[frame.bands - 1].find_trim(threshold=threshold, background=[top_left[-1]])
@@ -34,7 +40,8 @@ def content_box(frame: pyvips.Image, threshold: int) -> Box | None:
         colour = frame.extract_band(0, n=frame.bands - 1) if frame.hasalpha() else frame
         found = colour.find_trim(threshold=threshold, background=top_left[:colour.bands])
     left, top, width, height = found
-    return None if width == 0 or height == 0 else (left, top, width, height)
+    width, height = min(width, frame_width - left), min(height, frame_height - top)
+    return None if width <= 0 or height <= 0 else (left, top, width, height)
 
 
 def _union(boxes: list[Box]) -> Box:
