@@ -35,6 +35,7 @@ import pyvips
 from PIL import Image as PillowImage
 
 from assetcdn.edge.transform.frames import first_frame
+from assetcdn.shared.errors import LegacyError
 
 try:  # JPEG XL needs imagecodecs (libjxl); without it the jxl encoder is simply not offered.
     import imagecodecs
@@ -56,6 +57,8 @@ CONTENT_TYPES = {
 }
 # JPEG has no alpha: transparent areas become white, as a page background usually is.
 FLATTEN_BACKGROUND = [255, 255, 255]
+# The longest side each of these encoders writes (libwebp's format limit; the AV1 encoder behind libvips' heifsave).
+MAX_SIDE = {"webp": ("WebP", 16383), "avif": ("AVIF", 16384)}
 
 
 def _jpeg(image: pyvips.Image, quality: int) -> bytes:
@@ -137,6 +140,17 @@ if imagecodecs is not None and imagecodecs.JPEGXL.available:
 
 
 def encode_image(image: pyvips.Image, output_format: str, quality: int | None = None) -> bytes:
-    """Encode with the format's encoder; quality None means the format's default."""
+    """Encode with the format's encoder; quality None means the format's default. LegacyError 422 when the format
+    cannot hold the image (too long a side), or its encoder refuses it otherwise: Pillow's, pillow-heif's and
+    imagecodecs' encoders raise ValueError or RuntimeError (libvips' own savers a pyvips.Error, for the caller)."""
+    named = MAX_SIDE.get(output_format)
+    width, height = image.width, image.get_page_height()
+    if named is not None and max(width, height) > named[1]:
+        raise LegacyError(422, f"{named[0]} holds at most {named[1]} pixels a side, and the output would be "
+                          f"{width}x{height}. Ask for a smaller w or h, or another format.")
     encoder = ENCODERS[output_format]
-    return encoder(image, quality if quality is not None else DEFAULT_QUALITY.get(output_format, 80))
+    try:
+        return encoder(image, quality if quality is not None else DEFAULT_QUALITY.get(output_format, 80))
+    except (ValueError, RuntimeError) as exc:
+        raise LegacyError(422, f"The {width}x{height} output could not be written as {output_format}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}.") from exc

@@ -774,6 +774,17 @@ async def test_a_refusal_for_size_is_remembered_only_until_a_purge(pics: Pics) -
     assert pics.origin.count("/shrinks.png") == 2
 
 
+async def test_a_webp_of_a_panorama_wider_than_webp_holds_is_422_not_an_internal_error(pics: Pics) -> None:
+    """A 17000-pixel-wide strip (within the pixel bound) asked for as WebP, as a browser's `format=auto` asks: libwebp
+    refuses a side over 16383 pixels, and the image worker's crash on it was answered 500 "internal error"."""
+    pics.origin.answer("/panorama.png", image(RED, (17000, 4)), headers={**LONG, "Content-Type": "image/png"})
+    for query in ("format=webp", "format=auto"):
+        resp = await pics.transform("/panorama.png", query, headers={"Accept": "image/webp,*/*"})
+        assert resp.status == 422 and "WebP holds at most 16383 pixels a side" in (await resp.json())["error"]
+    made = await pics.transform("/panorama.png", "format=webp&w=1000")
+    assert (made.status, opened(await made.read()).size) == (200, (1000, 1))
+
+
 async def test_a_source_that_is_not_an_image_or_not_there_is_refused_as_a_stored_one_is(pics: Pics) -> None:
     pics.origin.answer("/notes.txt", b"just text", headers={**LONG, "Content-Type": "text/plain"})
     resp = await pics.transform("/notes.txt", "w=100")

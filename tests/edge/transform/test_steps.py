@@ -307,6 +307,29 @@ def test_requested_output_over_the_budget_is_refused(photo_jpeg: bytes) -> None:
     assert caught.value.status == 422 and "requested output" in caught.value.error
 
 
+@pytest.mark.parametrize(("size", "output", "words"), [
+    ((16384, 4), "webp", "WebP holds at most 16383 pixels a side"),
+    ((4, 16384), "webp", "WebP holds at most 16383 pixels a side"),
+    ((16385, 4), "avif", "AVIF holds at most 16384 pixels a side"),
+    ((8192, 8), "heic", "could not be written as heic"),
+])
+def test_an_output_larger_than_its_format_holds_is_refused_as_the_requests_not_an_internal_error(
+        size: tuple[int, int], output: str, words: str) -> None:
+    """A panorama within the pixel budget, asked for as WebP (as `format=auto` and `/api/auto` choose for every
+    browser): libwebp refuses a side over 16383 pixels, and its ValueError, like pillow-heif's RuntimeError, was the
+    image worker's crash (500 "internal error", logged with its traceback) where it is a 422 the request can
+    change (a smaller w or h, another format), and the one `/api/auto` moves on to the next format after."""
+    wide = pyvips.Image.black(*size).new_from_image([200, 30, 30]).copy(interpretation="srgb").cast("uchar")
+    with pytest.raises(LegacyError) as caught:
+        transform(wide.pngsave_buffer(), "png", output)
+    assert caught.value.status == 422 and words in caught.value.error, caught.value.error
+    if output != "heic":
+        side = "w" if size[0] > size[1] else "h"
+        smaller = transform(wide.pngsave_buffer(), "png", output, w="2000") if side == "w" else \
+            transform(wide.pngsave_buffer(), "png", output, h="2000")
+        assert max(smaller.width, smaller.height) == 2000
+
+
 def test_time_budget_is_checked_between_steps(photo_jpeg: bytes) -> None:
     with pytest.raises(LegacyError) as caught:
         transform(photo_jpeg, "jpeg", "webp", w="400", budget=0.0)
