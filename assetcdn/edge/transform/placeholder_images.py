@@ -15,7 +15,7 @@ import numpy as np
 import pyvips
 
 from assetcdn.edge.transform.budgets import DEFAULT_MAX_PIXELS
-from assetcdn.edge.transform.encode import encode_image
+from assetcdn.edge.transform.encode import MAX_SIDE, encode_image
 from assetcdn.edge.transform.options.blur import gaussian_blur
 from assetcdn.edge.transform.placeholder_params import BLUR_RANGE
 from assetcdn.edge.transform.source import (
@@ -32,15 +32,25 @@ BLURHASH_BLUR = 50
 BLURHASH_SAMPLE = 32      # long side of the RGB array BlurHash is computed on
 
 
+# How tall a placeholder may be: the most a WebP holds. A picture taller than that for its `size` (a strip 16383 / 64
+# times taller than wide) fits that height, narrower than `size`.
+MAX_HEIGHT = MAX_SIDE["webp"][1]
+
+
 def _small_copy(source: bytes, source_format: str, width: int, max_pixels: int) -> pyvips.Image:
-    """First frame of the source, `width` px wide, 8-bit sRGB (or grey), shrunk on load."""
+    """First frame of the source, `width` px wide (its height follows, upright, up to MAX_HEIGHT), 8-bit sRGB (or
+    grey), shrunk on load. libvips' thumbnail fits a `width` x `width` square unless given a height: a portrait
+    picture's came out narrower than `width`."""
     image_source: SourceImage = read_source(source, source_format)
     check_pixels("source image", image_source.width, image_source.height, 1, max_pixels)
+    upright = (image_source.height, image_source.width) if image_source.orientation in range(5, 9) else (
+        image_source.width, image_source.height)
+    check_pixels("placeholder", width, min(-(-width * upright[1] // max(upright[0], 1)), MAX_HEIGHT), 1, max_pixels)
     try:
         if image_source.format == "heic":
-            image = decode_heif(image_source.data).thumbnail_image(width)
+            image = decode_heif(image_source.data).thumbnail_image(width, height=MAX_HEIGHT)
         else:
-            image = pyvips.Image.thumbnail_buffer(image_source.data, width)
+            image = pyvips.Image.thumbnail_buffer(image_source.data, width, height=MAX_HEIGHT)
         if image.interpretation not in ("srgb", "b-w"):
             image = image.colourspace("srgb")
         return image.cast("uchar").copy_memory()

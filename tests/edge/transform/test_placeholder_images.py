@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+
 import blurhash
+import pillow_heif
 import pytest
 import pyvips
 
@@ -53,6 +56,26 @@ def test_blurhash_is_a_real_blurhash(photo_jpeg: bytes) -> None:
 def test_blurhash_portrait_uses_3_by_4(photo_jpeg: bytes) -> None:
     portrait = pyvips.Image.new_from_buffer(photo_jpeg, "").rot90().jpegsave_buffer()
     assert blurhash.components(make_blurhash_placeholder(portrait, "jpeg", 16)[2]) == (3, 4)
+
+
+@pytest.mark.parametrize("fmt", ["jpeg", "heic"])
+def test_a_portrait_placeholder_is_size_pixels_wide_too(photo_jpeg: bytes, fmt: str) -> None:
+    """`size` is the placeholder's width (its height follows the picture): a portrait photo's was made to fit a
+    `size` x `size` square, half as wide as asked and with half the detail a client sized its box for."""
+    portrait = pyvips.Image.new_from_buffer(photo_jpeg, "").rot90()
+    source = portrait.jpegsave_buffer()
+    if fmt == "heic":
+        heif = pillow_heif.from_bytes(mode="RGB", size=(portrait.width, portrait.height),
+                                      data=portrait.write_to_memory())
+        out = io.BytesIO()
+        heif.save(out, quality=80)
+        source = out.getvalue()
+    webp, width = make_lqip(source, fmt, 32, 30)
+    assert load(webp).width == width == 32
+    assert abs(load(webp).height - 32 * 2000 / 1333) <= 1
+    webp, width, hash_ = make_blurhash_placeholder(source, fmt, 32)
+    assert load(webp).width == width == 32
+    assert blurhash.components(hash_) == (3, 4)
 
 
 def test_placeholders_refuse_bombs(bomb_png: bytes) -> None:
