@@ -79,7 +79,8 @@ async def _placeholder(request: web.Request, kind: str, params: PlaceholderParam
     limit = placeholders_per_client(node.settings)
 
     def placeholder(source_format: str, source_id: str) -> Made:
-        make: Make = partial(job, source_format, *job_args, pool.limits.max_pixels)
+        make: Make = partial(job, source_format, *job_args, pool.limits.max_pixels,
+                             max_svg_filter_pixels=pool.limits.max_svg_filter_pixels)
         return Made(pool, placeholder_key(kind, source_id, params.size, params.blur), make, metric_format=kind,
                     max_age_s=MAX_AGE_S, before_make=lambda: _take_placeholder(request, limit))
 

@@ -28,6 +28,7 @@ JSON = "application/json"
 # The decodes this process keeps for a picture's other variants: bounded by the image pool when it
 # starts a worker ([transform] decoded_cache_mb), off (0 bytes) in any other process.
 DECODED_SOURCES = DecodedSources(0)
+MAX_SVG_FILTER_PIXELS = TransformLimits().max_svg_filter_pixels   # a placeholder job's bound when none is given
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,20 +60,25 @@ def _data_uri(webp: bytes) -> str:
     return "data:image/webp;base64," + base64.b64encode(webp).decode("ascii")
 
 
-def lqip_variant(source_format: str, size: int, blur: int, max_pixels: int, source: bytes) -> Variant:
-    """/api/lqip's JSON: a `size`-px-wide WebP blurred by `blur`, as a data URI."""
+def lqip_variant(source_format: str, size: int, blur: int, max_pixels: int, source: bytes, *,
+                 max_svg_filter_pixels: int = MAX_SVG_FILTER_PIXELS) -> Variant:
+    """/api/lqip's JSON: a `size`-px-wide WebP blurred by `blur`, as a data URI. `max_svg_filter_pixels`: the
+    transforms' bound ([transform] max_svg_filter_pixels)."""
     from assetcdn.edge.transform.placeholder_images import make_lqip  # noqa: PLC0415 (see above)
 
-    webp, width = make_lqip(source, source_format, size, blur, max_pixels=max_pixels)
+    webp, width = make_lqip(source, source_format, size, blur, max_pixels=max_pixels,
+                            max_svg_filter_pixels=max_svg_filter_pixels)
     return Variant(orjson.dumps({"lqip": _data_uri(webp), "bytes": len(webp), "width": width,
                                  "dateGenerated": utc_now_iso()}), JSON)
 
 
-def blurhash_variant(source_format: str, size: int, max_pixels: int, source: bytes) -> Variant:
-    """/api/blurhash's JSON (the route adds `url` and `source`)."""
+def blurhash_variant(source_format: str, size: int, max_pixels: int, source: bytes, *,
+                     max_svg_filter_pixels: int = MAX_SVG_FILTER_PIXELS) -> Variant:
+    """/api/blurhash's JSON (the route adds `url` and `source`); `max_svg_filter_pixels` as lqip_variant's."""
     from assetcdn.edge.transform.placeholder_images import make_blurhash_placeholder  # noqa: PLC0415
 
-    webp, width, real_blurhash = make_blurhash_placeholder(source, source_format, size, max_pixels=max_pixels)
+    webp, width, real_blurhash = make_blurhash_placeholder(source, source_format, size, max_pixels=max_pixels,
+                                                           max_svg_filter_pixels=max_svg_filter_pixels)
     # `hash` is what the original service called its blurhash: the SHA-256 prefix of the WebP.
     return Variant(orjson.dumps({"hash": hashlib.sha256(webp).hexdigest()[:40], "dataUri": _data_uri(webp),
                                  "width": width, "bytes": len(webp), "dateGenerated": utc_now_iso(),

@@ -14,13 +14,14 @@ import blurhash
 import numpy as np
 import pyvips
 
-from assetcdn.edge.transform.budgets import DEFAULT_MAX_PIXELS
+from assetcdn.edge.transform.budgets import DEFAULT_MAX_PIXELS, TransformLimits
 from assetcdn.edge.transform.encode import MAX_SIDE, encode_image
 from assetcdn.edge.transform.options.blur import gaussian_blur
 from assetcdn.edge.transform.placeholder_params import BLUR_RANGE
 from assetcdn.edge.transform.source import (
     SourceImage,
     check_pixels,
+    check_svg_filters,
     read_source,
 )
 from assetcdn.shared.errors import LegacyError
@@ -37,15 +38,23 @@ BLURHASH_SAMPLE = 32      # long side of the RGB array BlurHash is computed on
 MAX_HEIGHT = MAX_SIDE["webp"][1]
 
 
-def _small_copy(source: bytes, source_format: str, width: int, max_pixels: int) -> pyvips.Image:
+MAX_SVG_FILTER_PIXELS = TransformLimits().max_svg_filter_pixels   # the transforms' default bound
+
+
+def _small_copy(source: bytes, source_format: str, width: int, max_pixels: int,
+                max_svg_filter_pixels: int = MAX_SVG_FILTER_PIXELS) -> pyvips.Image:
     """First frame of the source, `width` px wide (its height follows, upright, up to MAX_HEIGHT), 8-bit sRGB (or
     grey), shrunk on load. libvips' thumbnail fits a `width` x `width` square unless given a height: a portrait
     picture's came out narrower than `width`."""
     image_source: SourceImage = read_source(source, source_format)
-    check_pixels("source image", image_source.width, image_source.height, 1, max_pixels)
+    if image_source.format != "svg":  # an SVG is drawn at the placeholder's size: its canvas costs nothing
+        check_pixels("source image", image_source.width, image_source.height, 1, max_pixels)
     upright = (image_source.height, image_source.width) if image_source.orientation in range(5, 9) else (
         image_source.width, image_source.height)
-    check_pixels("placeholder", width, min(-(-width * upright[1] // max(upright[0], 1)), MAX_HEIGHT), 1, max_pixels)
+    height = min(-(-width * upright[1] // max(upright[0], 1)), MAX_HEIGHT)
+    check_pixels("placeholder", width, height, 1, max_pixels)
+    if image_source.filter_primitives:
+        check_svg_filters(image_source, width, height, max_svg_filter_pixels)
     try:
         if image_source.format == "heic":
             image = decode_heif(image_source.data).thumbnail_image(width, height=MAX_HEIGHT)
@@ -58,10 +67,10 @@ def _small_copy(source: bytes, source_format: str, width: int, max_pixels: int) 
         raise LegacyError(422, f"The source image could not be decoded: {str(exc).splitlines()[0]}") from exc
 
 
-def make_lqip(source: bytes, source_format: str, size: int, blur: int, *,
-              max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[bytes, int]:
+def make_lqip(source: bytes, source_format: str, size: int, blur: int, *, max_pixels: int = DEFAULT_MAX_PIXELS,
+              max_svg_filter_pixels: int = MAX_SVG_FILTER_PIXELS) -> tuple[bytes, int]:
     """(WebP bytes, width) of a `size`-px-wide placeholder blurred by `blur`, quality 30."""
-    image = _small_copy(source, source_format, size, max_pixels)
+    image = _small_copy(source, source_format, size, max_pixels, max_svg_filter_pixels)
     return encode_image(gaussian_blur(image, min(blur, BLUR_RANGE[1])), "webp", LQIP_QUALITY), image.width
 
 
@@ -79,9 +88,9 @@ def blurhash_of(image: pyvips.Image) -> str:
     return encoded
 
 
-def make_blurhash_placeholder(source: bytes, source_format: str, size: int, *,
-                              max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[bytes, int, str]:
+def make_blurhash_placeholder(source: bytes, source_format: str, size: int, *, max_pixels: int = DEFAULT_MAX_PIXELS,
+                              max_svg_filter_pixels: int = MAX_SVG_FILTER_PIXELS) -> tuple[bytes, int, str]:
     """(WebP bytes at quality 35 blur 50, width, BlurHash string)."""
-    image = _small_copy(source, source_format, size, max_pixels)
+    image = _small_copy(source, source_format, size, max_pixels, max_svg_filter_pixels)
     webp = encode_image(gaussian_blur(image, BLURHASH_BLUR), "webp", BLURHASH_QUALITY)
     return webp, image.width, blurhash_of(image)

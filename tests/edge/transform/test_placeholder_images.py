@@ -78,6 +78,35 @@ def test_a_portrait_placeholder_is_size_pixels_wide_too(photo_jpeg: bytes, fmt: 
     assert blurhash.components(hash_) == (3, 4)
 
 
+def test_a_huge_svg_canvas_has_placeholders_as_it_has_transforms() -> None:
+    """An SVG is drawn straight at the placeholder's size (as `/api/transform?w=` draws it): the size its canvas
+    declares is no pixel a placeholder spends, and a 100000 x 50000 one was refused (422, 'too large') where a
+    transform of it at any width was made."""
+    svg = (b'<svg xmlns="http://www.w3.org/2000/svg" width="100000" height="50000">'
+           b'<rect width="100000" height="50000" fill="red"/></svg>')
+    webp, width = make_lqip(svg, "svg", 32, 30, max_pixels=1_000_000)
+    assert (load(webp).width, load(webp).height) == (width, 16) == (32, 16)
+    assert make_blurhash_placeholder(svg, "svg", 32, max_pixels=1_000_000)[1] == 32
+    tall = svg.replace(b'height="50000"', b'height="100000000"')
+    with pytest.raises(LegacyError) as caught:   # its placeholder itself over the bound: 32 x 16383 pixels
+        make_lqip(tall, "svg", 32, 30, max_pixels=100_000)
+    assert caught.value.status == 422
+
+
+def test_an_svgs_filter_work_is_bounded_at_the_placeholders_size() -> None:
+    """A placeholder is drawn `size` wide, and as tall as the picture then is: an SVG strip's filter effects over that
+    many pixels are held to the same bound as a transform's (`max_svg_filter_pixels`)."""
+    svg = (b'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="5000"><filter id="f">'
+           b'<feGaussianBlur stdDeviation="40"/></filter><rect width="10" height="5000" fill="red" '
+           b'filter="url(#f)"/></svg>')
+    with pytest.raises(LegacyError) as caught:   # 32 x 16000 pixels x 1 primitive
+        make_lqip(svg, "svg", 32, 30, max_svg_filter_pixels=32 * 16000 - 1)
+    assert caught.value.status == 422 and "filter effects (1 primitives)" in caught.value.error
+    with pytest.raises(LegacyError):
+        make_blurhash_placeholder(svg, "svg", 32, max_svg_filter_pixels=32 * 16000 - 1)
+    assert make_lqip(svg, "svg", 32, 30, max_svg_filter_pixels=32 * 16000)[1] == 32
+
+
 def test_placeholders_refuse_bombs(bomb_png: bytes) -> None:
     with pytest.raises(LegacyError) as caught:
         make_lqip(bomb_png, "png", 32, 30)
