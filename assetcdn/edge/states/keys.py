@@ -20,7 +20,9 @@ from collections.abc import Iterable
 from assetcdn.shared.manifest import ManifestEntry
 
 TRANSFORM_VERSION = "tf1"
-PLACEHOLDER_VERSION = "1"
+# "2": a portrait picture's placeholders are `size` wide (they were fitted into a `size` square, narrower):
+# those kept before under "1" are not answered again.
+PLACEHOLDER_VERSION = "2"
 
 
 def asset_key(entry: ManifestEntry) -> str:

@@ -268,8 +268,8 @@ async def test_cache_keys_of_every_route_never_change(make_cdn: CdnFactory, hls_
     for key in (f"asset:{blob(file)}:{file}",
                 f"tf1/{blob(photo)}/w400.webp|{photo}",
                 f"segment:{blob(segment_source)}:0|{segment_source}",
-                f"lqip1/{blob(photo)}/s16-b10|{photo}",
-                f"blurhash1/{blob(photo)}/s24|{photo}"):
+                f"lqip2/{blob(photo)}/s16-b10|{photo}",
+                f"blurhash2/{blob(photo)}/s24|{photo}"):
         assert cdn.node.cache.get(key) is not None, key
 
     # Playlists are cached since they go through the serve sequence: keyed by the index's content id.
