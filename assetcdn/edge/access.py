@@ -31,11 +31,12 @@ def is_private(entry: ManifestEntry) -> bool:
 class SourceRefused(Exception):
     """Why a route may not use a path as a source; each route renders it in its own envelope."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers or {}  # the answer's own fields (Retry-After of a 503)
 
 
 def serves_on_host(cdn_path: str, host_zone: str | None) -> bool:

@@ -48,7 +48,7 @@ from assetcdn.shared.paths import InvalidPath, parse_cdn_path
 
 NOT_FOUND = "No suitable format found for the given path"
 REFUSALS = replace(LEGACY_REFUSALS, source=lambda exc: LegacyError(
-    exc.status, NOT_FOUND if exc.status == 404 else exc.message))
+    exc.status, NOT_FOUND if exc.status == 404 else exc.message, headers=exc.headers))
 
 
 def parse_base(raw: str | None) -> str:

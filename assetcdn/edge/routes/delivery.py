@@ -29,7 +29,7 @@ def _unreachable(entry: ManifestEntry) -> ApiError:
 
 
 REFUSALS = Refusals(
-    source=lambda exc: ApiError(exc.status, exc.code, exc.message, target="path"),
+    source=lambda exc: ApiError(exc.status, exc.code, exc.message, target="path", headers=exc.headers),
     unreachable=_unreachable,
     purged=lambda: ApiError(503, "PurgedDuringDelivery", "The asset was purged while it was being delivered. Retry."),
 )

@@ -58,7 +58,7 @@ def _unreachable(entry: ManifestEntry) -> ApiError:
 
 
 REFUSALS = Refusals(
-    source=lambda exc: ApiError(exc.status, exc.code, exc.message, target="url"),
+    source=lambda exc: ApiError(exc.status, exc.code, exc.message, target="url", headers=exc.headers),
     unreachable=_unreachable,
     purged=lambda: ApiError(503, "PurgedDuringDelivery", "The placeholder was purged while it was being "
                             "delivered. Retry.", target="url"),

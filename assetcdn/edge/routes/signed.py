@@ -59,7 +59,7 @@ def verify_signed_query(query: dict[str, str], secret: str, now: float) -> str:
 
 def _refused(exc: SourceRefused) -> LegacyError:
     # Unknown, or another zone's on a tenant host (assetcdn/edge/access.py): the API reference's 404 message.
-    return LegacyError(exc.status, NOT_FOUND if exc.status == 404 else exc.message)
+    return LegacyError(exc.status, NOT_FOUND if exc.status == 404 else exc.message, headers=exc.headers)
 
 
 REFUSALS = Refusals(

@@ -32,7 +32,8 @@ from assetcdn.shared.manifest import ManifestEntry
 
 CORS = {"Access-Control-Allow-Origin": "*", "Access-Control-Expose-Headers": "Content-Range, Content-Length"}
 REFUSALS = Refusals(
-    source=lambda exc: LegacyError(exc.status, VIDEO_NOT_FOUND if exc.status == 404 else exc.message),
+    source=lambda exc: LegacyError(exc.status, VIDEO_NOT_FOUND if exc.status == 404 else exc.message,
+                                   headers=exc.headers),
     unreachable=lambda entry: LegacyError(502, "Failed to fetch segment"),
     purged=lambda: LegacyError(503, "The segment was purged while it was being delivered. Retry."),
 )

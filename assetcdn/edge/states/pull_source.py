@@ -503,7 +503,8 @@ async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, sent: Varied, r
                 raise too_large(at, size + len(chunk), limit)
             if not budget.take(len(chunk)):  # counted as they arrive: bodies being read by all requests at once
                 raise SourceRefused(503, "EdgeBusy", f"This edge worker is reading as many image sources from "
-                                    f"origins as it may at once ({budget.limit:,} bytes); retry shortly.")
+                                    f"origins as it may at once ({budget.limit:,} bytes); retry shortly.",
+                                    headers={"Retry-After": "1"})
             size += len(chunk)
             chunks.append(chunk)
         body = b"".join(chunks)

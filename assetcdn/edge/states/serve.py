@@ -87,7 +87,7 @@ def origin_unreachable(entry: ManifestEntry) -> LegacyError:
 
 # /api/transform and /api/auto answer in the legacy envelope with the same words.
 LEGACY_REFUSALS = Refusals(
-    source=lambda exc: LegacyError(exc.status, exc.message),
+    source=lambda exc: LegacyError(exc.status, exc.message, headers=exc.headers),
     unreachable=origin_unreachable,
     purged=lambda: LegacyError(503, "The variant was purged while it was being delivered. Retry."),
 )

@@ -978,8 +978,8 @@ async def test_a_source_a_304_makes_private_is_made_into_no_variant(pics: Pics) 
 async def test_sources_read_at_once_are_bounded_per_worker_and_past_it_a_request_is_503(tmp_path: Path) -> None:
     """Image sources are read whole from origins before they are kept: a worker reads at most
     `[origin] source_reads_mb` of them at once. A transform whose source does not fit beside one being read is
-    answered 503 EdgeBusy, asking nothing more of its origin than what it read; once the other source is read, it
-    is made."""
+    answered 503 EdgeBusy with Retry-After, asking nothing more of its origin than what it read; once the other
+    source is read, it is made."""
     async with pull_pictures(tmp_path, ASSETCDN_ORIGIN_SOURCE_READS_MB=str(4096 / (1024 * 1024))) as budgeted:
         held, refused = noise_png(30), noise_png(30)
         assert 4096 - 2500 < len(refused) < 4096 < 2500 + len(refused)
@@ -995,6 +995,7 @@ async def test_sources_read_at_once_are_bounded_per_worker_and_past_it_a_request
         assert busy.status == 503, await busy.read()
         refusal = await busy.json()  # the transform route's envelope
         assert refusal["HttpCode"] == 503 and "reading as many image sources" in refusal["error"], refusal
+        assert busy.headers.get("Retry-After") == "1"  # as a delivery's EdgeBusy says when to come back
         release.set()
         assert (await first).status == 200
         assert budgeted.cdn.node.origins.source_reads.held == 0
