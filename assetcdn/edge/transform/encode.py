@@ -57,8 +57,9 @@ CONTENT_TYPES = {
 }
 # JPEG has no alpha: transparent areas become white, as a page background usually is.
 FLATTEN_BACKGROUND = [255, 255, 255]
-# The longest side each of these encoders writes (libwebp's format limit; the AV1 encoder behind libvips' heifsave).
-MAX_SIDE = {"webp": ("WebP", 16383), "avif": ("AVIF", 16384)}
+# The longest side each of these encoders writes (libwebp's format limit; the AV1 encoder behind libvips' heifsave;
+# JPEG's and GIF's 16-bit dimensions).
+MAX_SIDE = {"webp": ("WebP", 16383), "avif": ("AVIF", 16384), "jpeg": ("JPEG", 65535), "gif": ("GIF", 65535)}
 
 
 def _jpeg(image: pyvips.Image, quality: int) -> bytes:

@@ -312,6 +312,8 @@ def test_requested_output_over_the_budget_is_refused(photo_jpeg: bytes) -> None:
     ((4, 16384), "webp", "WebP holds at most 16383 pixels a side"),
     ((16385, 4), "avif", "AVIF holds at most 16384 pixels a side"),
     ((8192, 8), "heic", "could not be written as heic"),
+    ((65536, 2), "jpeg", "JPEG holds at most 65535 pixels a side"),
+    ((2, 65536), "gif", "GIF holds at most 65535 pixels a side"),
 ])
 def test_an_output_larger_than_its_format_holds_is_refused_as_the_requests_not_an_internal_error(
         size: tuple[int, int], output: str, words: str) -> None:
