@@ -28,10 +28,13 @@ HEURISTIC_STATUSES = frozenset((200, 203, 204, 206, 300, 301, 308, 404, 405, 410
 # Errors about a request's own form, not its URL: a malformed or too long field, a body too large, an expectation
 # (RFC 9110 15.5.1, 15.5.14, 15.5.18, RFC 6585 5), and a precondition that failed (15.5.13: the request's own
 # conditions; the edge sends its origin none but its revalidations' If-None-Match and If-Modified-Since, which a
-# GET's origin answers 304, never 412, when they hold). Never stored, whatever their freshness: kept under the URL,
-# one client's bad request would have every client of the URL answered with its error for the answer's lifetime (an
-# origin that puts Cache-Control on every status, say). RFC 9111 lets a cache store them; it need not.
-REQUEST_ERRORS = frozenset((400, 412, 413, 417, 431))
+# GET's origin answers 304, never 412, when they hold); and about its sender or its moment: a request that took the
+# origin too long to receive (408, 15.5.9) or one of too many (429, RFC 6585 4: an origin rate-limiting a client, or
+# this edge). Never stored, whatever their freshness: kept under the URL, one client's bad request would have every
+# client of the URL answered with its error for the answer's lifetime (an origin that puts Cache-Control on every
+# status, say); nor do they replace a stored copy, which stays for stale-if-error. RFC 9111 lets a cache store them;
+# it need not.
+REQUEST_ERRORS = frozenset((400, 408, 412, 413, 417, 429, 431))
 # Final statuses whose meaning this cache knows (RFC 9110 15): the ones `must-understand` may store.
 UNDERSTOOD_STATUSES = frozenset((200, 203, 204, 300, 301, 302, 303, 307, 308, 404, 405, 410, 414, 501))
 HEURISTIC_FRACTION = 0.1         # of the time since Last-Modified (RFC 9111 4.2.2's suggestion)

@@ -493,7 +493,7 @@ async def test_a_requests_own_stale_if_error_lets_the_stale_copy_answer_an_origi
         assert (leave.status, await leave.read()) == (503, b"overloaded")
 
 
-@pytest.mark.parametrize("status", [400, 413, 417, 431])
+@pytest.mark.parametrize("status", [400, 408, 413, 417, 429, 431])
 async def test_an_error_about_the_requests_own_form_is_never_stored(pull: Pull, status: int) -> None:
     """An origin that puts its caching fields on every answer marks its 400 for one client's malformed field as
     storable: kept under the URL, every client would get that error for its lifetime. It is passed on, not kept:

@@ -1552,7 +1552,7 @@ async def test_a_requests_own_no_store_on_a_stale_copy_does_not_drop_it(pull: Pu
     assert (kept.status, await kept.read()) == (200, b"old body")
 
 
-@pytest.mark.parametrize("status", [400, 431])
+@pytest.mark.parametrize("status", [400, 429, 431])
 @pytest.mark.parametrize("where", ["foreground", "background"])
 async def test_an_origins_refusal_of_one_requests_own_fields_drops_no_stale_copy(
         pull: Pull, status: int, where: str) -> None:
