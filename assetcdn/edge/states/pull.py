@@ -822,7 +822,8 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
             return answer
         return await ask_origin(request, node, zone, path, url_key, fields, None, land)
     await drop_if_superseded(node, zone, stored, response)
-    return await stream_and_store(request, node, zone, path, url_key, fields, response, fwd, land)
+    return await stream_and_store(request, node, zone, path, url_key, fields, response, fwd, land,
+                                  None if stored is None else stored.obj.key)
 
 
 async def ask(node: EdgeNode, zone: PullZone, path: str, query: str, headers: CIMultiDict[str], *,
@@ -852,9 +853,11 @@ def handed_fill(request: web.Request) -> OriginResponse | None:
 
 async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
                            fields: Headers, response: OriginResponse, fwd: str,
-                           land: Land = no_landing) -> web.StreamResponse:
+                           land: Land = no_landing, replacing: str | None = None) -> web.StreamResponse:
     """Send the origin's answer to this client as it arrives and, when it may be stored, keep it; counted in the cache
-    metric as its X-Cache says (MISS, or PASS for one that may not be stored)."""
+    metric as its X-Cache says (MISS, or PASS for one that may not be stored). `replacing`: the key of the stored
+    copy the answer replaces (it answered that copy's revalidation), dropped should its body be found too large to
+    keep (`keep`)."""
     why, declared, parsed = judge(zone, fields, response, node.origins.limits.max_object_bytes)
     node.metrics.cache_result(CacheResult.MISS if why is None else CacheResult.PASS).inc()
     # The waiters learn now whether they get this answer: they wait for it to be stored (`kept`), not for
@@ -863,7 +866,7 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
     land(kept, None if kept is None else selected_by(response.headers, varied(request, zone, fields)))
     try:
         return await send_and_keep(request, node, zone, path, url_key, fields, response, fwd, why, declared, parsed,
-                                   kept)
+                                   kept, replacing)
     finally:
         settle(kept)
 
@@ -950,7 +953,7 @@ def new_spool(declared: int | None) -> IO[bytes]:
 
 async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Varied, response: OriginResponse,
                parsed: Directives, spool: IO[bytes] | None, send: Callable[[bytes], Awaitable[bool]] | None,
-               kept: Kept | None) -> bool | None:
+               kept: Kept | None, *, replacing: str | None = None) -> bool | None:
     """A fill's body, both fills' (this module's and pull_fill.py's): into `spool` (None: not kept), to the cache,
     then `kept` done, and to its client (`send`, as `relay_body` takes it). A body that is kept is read and stored
     at the origin's pace, whatever the client's: one read with its head is sent first when it fits the
@@ -958,7 +961,9 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
     (assetcdn/edge/states/feed.py), until it turns out longer than the object size limit (a body that declares
     more is not kept, `judge`, and the origin's framing holds a declared one to it; one of no declared length
     may): from then on it is not kept (`kept` done at once: the requests waiting for the URL ask for their own),
-    and the client sets the fill's pace, as it does for one that is not kept from the start.
+    and the client sets the fill's pace, as it does for one that is not kept from the start; the stored copy it
+    answered a revalidation of (`replacing`, its key) goes then, as when a body declared too large answers it
+    (`drop_if_superseded`): left, stale-if-error would answer with the body the origin replaced.
     Whether the client took the whole body; None when the origin's body failed: the caller cuts the client's
     answer short, so that it does not look complete."""
     digest = hashlib.sha256() if spool is not None and named_by_body(response.headers) else None
@@ -968,7 +973,9 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
     rest: Rest | None = None
     try:
         if whole is not None:
-            spool = whole_spool(whole, spool, limit, digest)
+            keeping, spool = spool is not None, whole_spool(whole, spool, limit, digest)
+            if keeping and spool is None:  # over the limit
+                no_longer_kept(node, kept, replacing)
             sending = send is not None
             # One that fits the connection's buffer is sent first (never waited for); a larger one is stored
             # first, so that a client slow to take it holds no request waiting for the URL.
@@ -979,7 +986,7 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
                 feed = ClientFeed(send)
             try:
                 spool, sending = await relay_body(response, limit, spool, digest, None if feed else send, feed,
-                                                  partial(settle, kept))
+                                                  partial(no_longer_kept, node, kept, replacing))
             except OriginError as exc:
                 ORIGIN_FAILURES.log(logging.INFO, f"body {zone.name}", "pull zone %s: the origin's body for %s failed: %s",
                                     zone.name, path, exc)
@@ -1007,6 +1014,18 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
     return sending
 
 
+def no_longer_kept(node: EdgeNode, kept: Kept | None, replacing: str | None) -> None:
+    """A body being kept is kept no longer (`keep`, `relay_body`): it turned out longer than the object size limit,
+    or its temporary file could not hold it. The requests waiting for it learn that it is not kept, and the stored
+    copy it replaces (`replacing`, its key) is dropped in the background: the origin's full answer says that copy
+    is not its current response (RFC 9111 4.3.3), as `drop_if_superseded` drops it for a body declared too large."""
+    settle(kept)
+    if replacing is not None:
+        task = asyncio.get_running_loop().create_task(drop_copy(node, replacing))
+        node.background.add(task)
+        task.add_done_callback(node.background.discard)
+
+
 def whole_spool(whole: bytes, spool: IO[bytes] | None, limit: int, digest: Any) -> IO[bytes] | None:
     """The spool of a body read whole (`relay_body`'s for a chunk): None when it is not kept (`spool` None, or the
     body over `limit`)."""
@@ -1026,8 +1045,10 @@ def whole_spool(whole: bytes, spool: IO[bytes] | None, limit: int, digest: Any) 
 
 async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
                         fields: Headers, response: OriginResponse, fwd: str, why: NotStored | None,
-                        declared: int | None, parsed: Directives, kept: Kept | None) -> web.StreamResponse:
-    """The body to this client as it arrives, kept too when `why` is None (`kept` done once it is)."""
+                        declared: int | None, parsed: Directives, kept: Kept | None,
+                        replacing: str | None = None) -> web.StreamResponse:
+    """The body to this client as it arrives, kept too when `why` is None (`kept` done once it is; `replacing`: as
+    `stream_and_store` takes it)."""
     # This client gets the whole answer; what a qualified no-cache or private names is left out of what is kept.
     client = web.StreamResponse(status=response.status, headers=client_headers(
         response.headers, CacheResult.MISS if why is None else CacheResult.PASS, fill_cache_status(fwd, why), age=None,
@@ -1052,7 +1073,8 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
         return await sent_in_time(client.write(chunk), timeout_s, gone)
 
     sending = await keep(node, zone, path, url_key, varied(request, zone, fields), response, parsed,
-                         new_spool(declared) if why is None else None, send if with_body else None, kept)
+                         new_spool(declared) if why is None else None, send if with_body else None, kept,
+                         replacing=replacing)
     if sending is None:
         broken_off(request, client)
     elif sending:

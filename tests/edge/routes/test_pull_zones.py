@@ -1528,6 +1528,43 @@ async def test_a_revalidation_answered_with_what_may_not_be_kept_leaves_no_copy_
     assert (failed.status, await failed.read(), failed.headers["X-Cache"]) == (503, b"down", "PASS")
 
 
+async def test_a_revalidation_answered_with_a_chunked_body_found_too_large_leaves_no_copy_for_stale_if_error(
+        pull: Pull) -> None:
+    """A stale copy (with stale-if-error) is revalidated for a client and the origin answers it whole, chunked and
+    longer than `origin.max_object_mb`: that client gets the new body, but the copy stayed (only one declared too
+    large was dropped), and when the origin failed later the superseded body was answered as STALE. It is dropped
+    once the body is found too large to keep, and the origin's error is passed on."""
+    name = "/superseded-by-a-grown-chunked-body.bin"
+    large = os.urandom(MAX_OBJECT_MB * 1024 * 1024 + 1)
+    state = {"now": "cached"}
+
+    async def origin(request: web.Request) -> web.StreamResponse:
+        if state["now"] == "cached":
+            return web.Response(body=b"old body", headers={"Cache-Control": "max-age=1, stale-if-error=600"})
+        if state["now"] == "failing":
+            return web.Response(status=503, body=b"down")
+        response = web.StreamResponse(headers=LONG)
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        await response.write(large)
+        await response.write_eof()
+        return response
+
+    pull.origin.route(name, origin)
+    assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+    state["now"] = "grown"
+    grown = await answer_changes(pull, name, "MISS")
+    assert await grown.read() == large
+
+    async def dropped() -> bool:  # once the body passed the limit, off the event loop
+        return stored_url(pull.cdn.node, ZONE, name) is None
+
+    await wait_until(dropped, "the replaced copy dropped")
+    state["now"] = "failing"
+    failed = await pull.get(name)
+    assert (failed.status, await failed.read(), failed.headers["X-Cache"]) == (503, b"down", "PASS")
+
+
 async def test_a_requests_own_no_store_on_a_stale_copy_does_not_drop_it(pull: Pull) -> None:
     """The background revalidation of a request that says `no-store` itself keeps nothing of its answer (the
     request's wish), but the stale copy is not dropped for it: the origin did not say it may not be kept."""
