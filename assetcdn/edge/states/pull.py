@@ -1395,6 +1395,15 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
                 if isinstance(exc, OriginTooLarge):  # a new body too large to keep (no declared length)
                     await drop_copy(node, stored.obj.key)
                 raise
+            except OSError as exc:
+                # Its temporary file's disk full or failing: the new body is not kept, and the copy it replaces
+                # goes, as for one too large (`relay_body`'s for a client's fill).
+                spool.close()
+                response.release()  # the rest unread: the origin connection is closed
+                STORE_FAILURES.log(logging.WARNING, "spool", "pull zone bodies over %d bytes cannot be held to be "
+                                   "cached (%s); a background revalidation's is not cached", SPOOL_MEMORY, exc)
+                await drop_copy(node, stored.obj.key)
+                return
             settle(kept, await store(node, zone, path, url_key, sent, response, stored_headers(response.headers),
                                      spool, digest.hexdigest() if digest is not None else None) is not None)
         except OriginError as exc:

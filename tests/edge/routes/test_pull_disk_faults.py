@@ -4,6 +4,7 @@ never a body cut short."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import sqlite3
 import tempfile
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import pytest
-from aiohttp import ClientPayloadError, ClientTimeout
+from aiohttp import ClientPayloadError, ClientTimeout, web
 
 import assetcdn.control.app  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
@@ -291,6 +292,42 @@ async def test_a_body_whose_temporary_file_finds_the_disk_full_is_sent_whole_and
         resp = await client.get(f"/{ZONE}/big.bin", timeout=ClientTimeout(total=60))
         assert resp.status == 200 and await resp.read() == large
         assert len(origin.requests("/big.bin")) == asked  # not cached: asked again
+
+
+async def test_a_background_revalidation_whose_temporary_file_finds_the_disk_full_drops_the_replaced_copy(
+        restartable: tuple[Path, ScriptedOrigin, Worker], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """stale-while-revalidate's revalidation is answered whole with a new body past what a spool holds in memory,
+    and its temporary file finds the disk full: the revalidation task failed with the OSError (the asyncio error
+    "Task exception was never retrieved", with a traceback, for every revalidation), and the replaced copy stayed,
+    answered STALE to every request until stale-while-revalidate ran out, each sending the origin another
+    revalidation. The copy goes, as when the new body may not be kept, and the next request gets the new body."""
+    _, origin, worker = restartable
+    large = bytes(range(256)) * (2 * MEMORY_MAX_OBJECT // 256)  # past what a spool holds in memory
+    bodies = iter((b"old body",))
+
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return web.Response(body=next(bodies, large),
+                            headers={"Cache-Control": "max-age=1, stale-while-revalidate=600"})
+
+    origin.route("/grown.bin", answer)
+    client = await worker()
+    await healthy(client)
+    first = await client.get(f"/{ZONE}/grown.bin")
+    assert (first.headers["X-Cache"], await first.read()) == ("MISS", b"old body")
+    monkeypatch.setattr(tempfile, "SpooledTemporaryFile", FullTemporaryDisk)  # what a fill holds a body in
+
+    async def stale() -> bool:
+        return (await client.get(f"/{ZONE}/grown.bin")).headers["X-Cache"] == "STALE"
+
+    await wait_until(stale, "the copy answered stale, and revalidated in the background")
+
+    async def replaced() -> bool:
+        resp = await client.get(f"/{ZONE}/grown.bin", timeout=ClientTimeout(total=60))
+        return resp.headers["X-Cache"] != "STALE" and await resp.read() == large
+
+    await wait_until(replaced, "the new body answered")
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
 async def test_health_says_the_disk_tier_fails_rather_than_failing_itself(
