@@ -964,7 +964,8 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
     and the client sets the fill's pace, as it does for one that is not kept from the start; the stored copy it
     answered a revalidation of (`replacing`, its key) goes then, as when a body declared too large answers it
     (`drop_if_superseded`): left, stale-if-error would answer with the body the origin replaced.
-    Whether the client took the whole body; None when the origin's body failed: the caller cuts the client's
+    Whether the client took the whole body; None when the origin's body failed, or the fill's temporary file did
+    while the client lagged behind it (what it had still to be sent was there): the caller cuts the client's
     answer short, so that it does not look complete."""
     digest = hashlib.sha256() if spool is not None and named_by_body(response.headers) else None
     limit = node.origins.limits.max_object_bytes
@@ -991,6 +992,12 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
                 ORIGIN_FAILURES.log(logging.INFO, f"body {zone.name}", "pull zone %s: the origin's body for %s failed: %s",
                                     zone.name, path, exc)
                 settle(kept, False)
+                return None
+            except OSError as exc:  # the spool's temporary file failed, holding what a lagging client is still to get
+                STORE_FAILURES.log(logging.WARNING, "spool", "pull zone bodies over %d bytes cannot be held to be "
+                                   "cached (%s); a client behind its fill is cut off", SPOOL_MEMORY, exc)
+                response.release()  # the rest unread: the origin connection is closed
+                no_longer_kept(node, kept, replacing)
                 return None
             if feed is not None and feed.lagging and spool is not None:
                 rest = rest_of(spool, feed.offered, SPOOL_MEMORY)  # before `store` takes the spool
