@@ -1010,7 +1010,13 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
                 sending = False
         elif feed is not None:
             rest, held = None, rest
-            sending = await feed.finish(held)
+            try:
+                sending = await feed.finish(held)
+            except OSError as exc:  # the rest could not be read back from the spool's file: cut, as when it failed
+                STORE_FAILURES.log(logging.WARNING, "rest", "pull zone bodies over %d bytes cannot be read back "
+                                   "from their temporary file (%s); a client behind its fill is cut off",
+                                   SPOOL_MEMORY, exc)
+                return None
     finally:
         if rest is not None:
             rest.close()

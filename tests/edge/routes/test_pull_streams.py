@@ -17,6 +17,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
+from assetcdn.edge.states.feed import Rest
 from tests.support.hit_cdn import READ_S, HitCdn, request_bytes
 from tests.support.origins import (
     MAX_OBJECT_MB,
@@ -24,6 +25,7 @@ from tests.support.origins import (
     ScriptedOrigin,
     add_pull_zone,
     pull_zone_on_hit_cdn,
+    stored_url,
 )
 from tests.support.wait import WAIT_S, wait_until
 
@@ -119,15 +121,25 @@ class FullSoon(tempfile.SpooledTemporaryFile):  # type: ignore[type-arg]
         return super().write(data)
 
 
-async def test_a_lagging_http_1_0_client_whose_fills_temporary_file_finds_the_disk_full_never_takes_a_short_body_whole(
-        pull: Pull, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("failing", ["spool", "rest"])
+async def test_a_lagging_http_1_0_client_whose_fills_temporary_file_fails_never_takes_a_short_body_whole(
+        pull: Pull, monkeypatch: pytest.MonkeyPatch, failing: str) -> None:
     """A fill's client that lags behind it is sent the rest of the body from the fill's temporary file; when that
-    file finds its disk full the client is to be cut off (docs/known-gaps.md). The fill failed with the OSError
-    instead (aiohttp's "Error handling request", a traceback each time), and the client was left on a connection
-    that neither ended its answer nor was cut. An HTTP/1.0 client's body of no declared length, which a close
-    would end as if whole, has its connection reset, as for a body the origin cuts short."""
-    monkeypatch.setattr(tempfile, "SpooledTemporaryFile", FullSoon)  # what a fill holds a body in
+    file finds its disk full (or cannot be read back: EIO) the client is to be cut off (docs/known-gaps.md). The
+    fill failed with the OSError instead (aiohttp's "Error handling request", a traceback each time), and the
+    client was left on a connection that neither ended its answer nor was cut. An HTTP/1.0 client's body of no
+    declared length, which a close would end as if whole, has its connection reset, as for a body the origin cuts
+    short."""
     monkeypatch.setattr(FullSoon, "full", False)
+    if failing == "spool":
+        monkeypatch.setattr(tempfile, "SpooledTemporaryFile", FullSoon)  # what a fill holds a body in
+    else:
+        async def unreadable(_rest: Rest) -> AsyncIterator[bytes]:
+            FullSoon.full = True
+            raise OSError(errno.EIO, "Input/output error")
+            yield b""  # an async generator, as Rest.pieces is
+
+        monkeypatch.setattr(Rest, "pieces", unreadable)
     part = bytes(range(256)) * 256
 
     async def script(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
@@ -139,10 +151,11 @@ async def test_a_lagging_http_1_0_client_whose_fills_temporary_file_finds_the_di
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 
-    async def full() -> bool:
-        return FullSoon.full
-
     async with raw_origin_zone(pull, script) as zone:
+
+        async def failed() -> bool:  # the spool failed, or the fill is stored and its rest waits for the client
+            return FullSoon.full or (failing == "rest" and stored_url(pull.cdn.node, zone, "/lagging.bin") is not None)
+
         port = pull.cdn.edge.server.port
         assert port is not None
         sock = socket.socket()
@@ -154,7 +167,7 @@ async def test_a_lagging_http_1_0_client_whose_fills_temporary_file_finds_the_di
             writer.write(f"GET /{zone}/lagging.bin HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".encode())
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT_S)
             assert head.startswith(b"HTTP/1.0 200") and b"content-length" not in head.lower(), head
-            await wait_until(full, "the fill's temporary file finding the disk full")  # the client read nothing
+            await wait_until(failed, "the fill's temporary file failing, or its rest waiting")  # nothing read yet
             with pytest.raises(ConnectionResetError):
                 while await asyncio.wait_for(reader.read(1024 * 1024), WAIT_S):
                     pass
