@@ -17,10 +17,13 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
+from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.states.feed import Rest
+from tests.edge.routes.test_pull_disk_faults import FailingRead
 from tests.support.hit_cdn import READ_S, HitCdn, request_bytes
 from tests.support.origins import (
     MAX_OBJECT_MB,
+    ZONE,
     Pull,
     ScriptedOrigin,
     add_pull_zone,
@@ -173,6 +176,41 @@ async def test_a_lagging_http_1_0_client_whose_fills_temporary_file_fails_never_
                     pass
         finally:
             writer.close()
+
+
+async def test_a_disk_only_body_whose_file_fails_while_it_is_sent_never_runs_into_the_next_answer(
+        pull: Pull, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body kept on disk only goes through the application, handed over by the hit path; its file failing while it
+    is sent (a bad sector) raised in the handler once the head was out. The hit path took the handler's end for the
+    end of a kept-alive answer: the connection stayed open, its client waiting for the rest of the declared length
+    (and the next request it pipelined). The connection is closed short of it instead, as aiohttp's own site does."""
+    large = bytes(range(256)) * (2 * 1024 * 4)  # 2 MB: past the memory tier's object size, kept on disk only
+    name = "/disk-only-failing.bin"
+    pull.origin.answer(name, large, headers={"Cache-Control": "max-age=600"})
+    pull.origin.answer("/next.txt", b"next", headers={"Cache-Control": "max-age=600"})
+    assert await (await pull.get(name)).read() == large
+
+    async def stored() -> bool:
+        found = stored_url(pull.cdn.node, ZONE, name)
+        return found is not None and found.obj.path is not None
+
+    await wait_until(stored, "the body kept on disk only")
+    opened = CachedObject.open
+    monkeypatch.setattr(CachedObject, "open", lambda obj: FailingRead(opened(obj)))
+    port = pull.cdn.edge.server.port
+    assert port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request_bytes(f"/{ZONE}{name}") + request_bytes(f"/{ZONE}/next.txt"))
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT_S)
+        assert head.startswith(b"HTTP/1.1 200") and b"\r\nContent-Length: %d\r\n" % len(large) in head, head
+        body = b""
+        with contextlib.suppress(ConnectionError):
+            while len(body) < len(large) and (more := await asyncio.wait_for(reader.read(1024 * 1024), WAIT_S)):
+                body += more
+    finally:
+        writer.close()
+    assert len(body) < len(large) and body == large[:len(body)]
 
 
 @pytest.mark.parametrize("cache_control", ["max-age=600", "no-store"])
