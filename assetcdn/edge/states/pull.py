@@ -859,6 +859,13 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
     copy the answer replaces (it answered that copy's revalidation), dropped should its body be found too large to
     keep (`keep`)."""
     why, declared, parsed = judge(zone, fields, response, node.origins.limits.max_object_bytes)
+    if why is NotStored.TOO_LARGE and request.method == "GET" and "Range" in request.headers:
+        # Never stored, so no range of it is ever answered from the cache: the client's request goes to the origin
+        # as it came (its Range and If-Range the origin's to answer), not the whole body from its first byte.
+        response.release()  # the body unread: the origin connection is closed
+        land(None)
+        # A GET invalidates nothing: no prefix is needed for what `forward_unsafe` would invalidate.
+        return await forward_unsafe(request, node, zone, path, "", fwd=f"uri-miss; detail={why.value}")
     node.metrics.cache_result(CacheResult.MISS if why is None else CacheResult.PASS).inc()
     # The waiters learn now whether they get this answer: they wait for it to be stored (`kept`), not for
     # this client to take it, or ask for their own at once.

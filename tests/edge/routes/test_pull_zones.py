@@ -1813,6 +1813,35 @@ async def test_a_body_above_the_object_limit_is_passed_on_whole_and_not_stored(p
     assert (pull.origin.count("/too-large.bin"), pull.origin.count("/too-large-chunked.bin")) == (2, 2)
 
 
+async def test_a_range_of_a_body_declared_over_the_object_limit_is_the_origins_range(pull: Pull) -> None:
+    """A body over `origin.max_object_mb` is never stored, so no range of it is ever answered from the cache: the
+    fill asked for the whole body (a client's Range is left out of a fill) and passed it on, and a client resuming
+    a download or a player seeking in a long video got the whole body from its first byte, every time. Once the
+    origin's head declares a body too large to keep, the client's request goes to the origin as it came, Range
+    and If-Range included, and the origin's 206 is its answer."""
+    name = "/too-large-ranged.bin"
+    data = os.urandom(MAX_OBJECT_MB * 1024 * 1024 + 1)
+
+    async def ranged(request: web.Request) -> web.StreamResponse:
+        asked = request.headers.get("Range", "")
+        if asked.startswith("bytes=") and request.headers.get("If-Range", '"v1"') == '"v1"':
+            first, _, last = asked.removeprefix("bytes=").partition("-")
+            start, end = int(first), min(int(last) + 1, len(data)) if last else len(data)
+            return web.Response(status=206, body=data[start:end], headers={
+                **LONG, "ETag": '"v1"', "Content-Range": f"bytes {start}-{end - 1}/{len(data)}"})
+        return web.Response(body=data, headers={**LONG, "ETag": '"v1"'})
+
+    pull.origin.route(name, ranged)
+    resp = await pull.get(name, headers={"Range": "bytes=10-19"})
+    assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (206, data[10:20], "PASS")
+    assert resp.headers["Content-Range"] == f"bytes 10-19/{len(data)}"
+    resp = await pull.get(name, headers={"Range": f"bytes={len(data) - 1}-", "If-Range": '"v1"'})
+    assert (resp.status, await resp.read()) == (206, data[-1:])
+    resp = await pull.get(name, headers={"Range": "bytes=0-0", "If-Range": '"v0"'})  # another version: whole
+    assert (resp.status, await resp.read()) == (200, data)
+    assert stored_url(pull.cdn.node, ZONE, name) is None
+
+
 async def test_requests_waiting_on_a_response_that_may_not_be_stored_get_their_own(pull: Pull) -> None:
     """The first request's answer is `private`: the others that waited for it ask the origin themselves, and
     each client gets the answer made for it."""
