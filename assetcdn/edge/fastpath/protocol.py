@@ -824,7 +824,7 @@ class HitProtocol(asyncio.Protocol):
         # Kept alive only once its answer has ended (aiohttp sets it from the response then): a handler that fails
         # after its head went out (a body file failing mid-body) ends without one, and the connection must not be
         # taken back as if that answer were whole (`handoff_ended`), the client waiting for the rest of it.
-        handler._keepalive = False
+        handler.keep_alive(False)
         handler.data_received(request)
         handler.close()  # answer this one request, then close the (handoff) transport
 
