@@ -1,14 +1,15 @@
 """The edge cache's write-behind in tests: an executor whose batches run when the test says, what the disk tier
-holds under a key, and the segment files a crash leaves behind."""
+holds under a key, the segment files a crash leaves behind, and a body file whose reads fail (`FailingRead`)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from assetcdn.edge.cache.store import EdgeCache
 
@@ -48,3 +49,28 @@ def leave_orphans(live: Path) -> tuple[Path, Path]:
     for path in (old, live):
         os.utime(path, (hours_ago, hours_ago))
     return old, young
+
+
+class FailingRead:
+    """A body file whose reads fail after its first (a bad sector past it)."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self.file, self.reads = file, 0
+
+    def __enter__(self) -> FailingRead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()
+
+    def fileno(self) -> int:
+        return self.file.fileno()
+
+    def seek(self, offset: int) -> int:
+        return self.file.seek(offset)
+
+    def read(self, size: int) -> bytes:
+        self.reads += 1
+        if self.reads > 1:
+            raise OSError(errno.EIO, "Input/output error")
+        return self.file.read(size)

@@ -20,6 +20,7 @@ import assetcdn.edge.app  # noqa: F401
 from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.disk import DiskTier
 from assetcdn.edge.cache.entry import CachedObject
+from tests.support.edge_cache import FailingRead
 from tests.support.origins import ScriptedOrigin
 from tests.support.restartable import ZONE, Worker, healthy, restartable_pull
 from tests.support.wait import wait_until
@@ -200,31 +201,6 @@ async def test_a_revalidation_answered_with_what_may_not_be_kept_is_the_clients_
     resp = await client.get(f"/{ZONE}/replaced.txt")
     assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, b"yours", "PASS")
     assert len(origin.requests("/replaced.txt")) == 2
-
-
-class FailingRead:
-    """A body file whose reads fail after its first (a bad sector past it)."""
-
-    def __init__(self, file: BinaryIO) -> None:
-        self.file, self.reads = file, 0
-
-    def __enter__(self) -> FailingRead:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.file.close()
-
-    def fileno(self) -> int:
-        return self.file.fileno()
-
-    def seek(self, offset: int) -> int:
-        return self.file.seek(offset)
-
-    def read(self, size: int) -> bytes:
-        self.reads += 1
-        if self.reads > 1:
-            raise OSError(errno.EIO, "Input/output error")
-        return self.file.read(size)
 
 
 async def test_a_body_file_that_fails_while_it_is_sent_cuts_the_connection_never_ends_the_answer_with_another(

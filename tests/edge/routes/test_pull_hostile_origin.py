@@ -6,29 +6,22 @@ stored, and that no connection the origin left in doubt is used for another requ
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
 
-from tests.support.control import ACCOUNT
 from tests.support.hit_cdn import HitCdn, parse_head, request_bytes, shared_hit_cdn
 from tests.support.origins import stored_url
-from tests.support.wait import WAIT_S, wait_until
+from tests.support.raw_origin import KEPT, Script, fetch, zone_before
+from tests.support.wait import WAIT_S
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 MAX_OBJECT = 1024 * 1024
 FIRST_BYTE_TIMEOUT_S = 1.0
 IDLE_TIMEOUT_S = 1.0
-ZONES = itertools.count()
-KEPT = b"Cache-Control: max-age=600\r\nContent-Type: application/octet-stream\r\n"
-# Answers the origin's n-th request (from 1) once its head is read; raises ConnectionError to end the connection.
-Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -41,44 +34,6 @@ async def cdn(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HitCdn]
         yield found
 
 
-class Origin:
-    """A raw origin: each request answered by a script; the requests and connections it was sent counted."""
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.connections = 0
-        self.requests = 0
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
-            while True:
-                await reader.readuntil(b"\r\n\r\n")
-                self.requests += 1
-                await self.script(reader, writer, self.requests)
-        writer.close()
-
-
-@asynccontextmanager
-async def zone_before(cdn: HitCdn, script: Script) -> AsyncIterator[tuple[str, Origin]]:
-    """A pull zone of its own in front of an origin answering with `script`; its name and the origin."""
-    origin = Origin(script)
-    server = await asyncio.start_server(origin.handle, "127.0.0.1", 0)
-    try:
-        zone = f"hostile{next(ZONES)}"
-        resp = await cdn.control.post("/api/core/zones", headers=ACCOUNT, json={
-            "Name": zone, "Origin": {"Url": f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"}})
-        assert resp.status == 201, await resp.text()
-
-        async def arrived() -> bool:
-            return zone in cdn.node.config.pull_zones
-
-        await wait_until(arrived, "the pull zone reaching the edge")
-        yield zone, origin
-    finally:
-        server.close()
-
-
 def sends(raw: bytes, close: bool = False) -> Script:
     async def script(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
         writer.write(raw)
@@ -87,32 +42,6 @@ def sends(raw: bytes, close: bool = False) -> Script:
             raise ConnectionError
 
     return script
-
-
-async def fetch(port: int, path: str) -> tuple[int, dict[str, str], bytes, bool]:
-    """GET `path` from the edge on a connection of its own: the status, the fields (lower-case names), the body read
-    to its declared length or last chunk, and whether it was complete (else the edge cut the connection)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(request_bytes(path))
-        async with asyncio.timeout(WAIT_S):
-            status, _, fields = parse_head(await reader.readuntil(b"\r\n\r\n"))
-            headers = {name.lower(): value for name, value in fields.items()}
-            body = b""
-            try:
-                if "content-length" in headers:
-                    body = await reader.readexactly(int(headers["content-length"]))
-                elif headers.get("transfer-encoding") == "chunked":
-                    while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
-                        body += (await reader.readexactly(size + 2))[:-2]
-                    await reader.readexactly(2)
-                elif status not in (204, 304):
-                    body = await reader.read()
-            except (asyncio.IncompleteReadError, ConnectionError) as exc:
-                return status, headers, body or getattr(exc, "partial", b""), False
-        return status, headers, body, True
-    finally:
-        writer.close()
 
 
 def error_code(body: bytes) -> str:

@@ -15,9 +15,9 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from tests.edge.routes.test_pull_hostile_origin import KEPT, Script, fetch, zone_before
 from tests.support.hit_cdn import HitCdn, RawConnection, request_bytes, shared_hit_cdn
 from tests.support.origins import stored_url
+from tests.support.raw_origin import KEPT, Script, fetch, zone_before
 from tests.support.wait import WAIT_S, wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

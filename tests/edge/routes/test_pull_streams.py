@@ -19,7 +19,7 @@ from aiohttp import web
 
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.states.feed import Rest
-from tests.edge.routes.test_pull_disk_faults import FailingRead
+from tests.support.edge_cache import FailingRead
 from tests.support.hit_cdn import READ_S, HitCdn, request_bytes
 from tests.support.origins import (
     MAX_OBJECT_MB,
