@@ -60,6 +60,12 @@ class Metrics:
                              "Edge cache lookups by result (HIT, MISS, STALE; PASS: a pull zone's answer that may "
                              "not be stored, or a method not cached; a copy the origin confirmed counts as HIT)",
                              ["result"], registry=reg)
+        # A shield's lookups for other edges' requests (assetcdn/edge/routes/shield.py): apart from its clients', which
+        # the asking edge counted already in its own `cache`, so that the fleet's sum of `cache` is one per request.
+        self.shield_cache = Counter("assetcdn_edge_shield_cache_total",
+                                    "Lookups this edge made as a pull zone URL's shield for other edges' requests, by "
+                                    "result (HIT, MISS, STALE, PASS; not in assetcdn_edge_cache_total)",
+                                    ["result"], registry=reg)
         self.bytes_served = Counter("assetcdn_bytes_served_total", "Response body bytes served", ["process"],
                                     registry=reg)
         self.origin_fetch_seconds = Histogram("assetcdn_origin_fetch_seconds", "Edge fetches from control",
@@ -125,6 +131,7 @@ class Metrics:
         self.tally = Tally()
         self.bytes_served_here = TallyCounter(self.tally.bytes_served, kind)
         self._cache_counters: dict[str, TallyCounter] = {}
+        self._shield_counters: dict[str, TallyCounter] = {}
         self._sources: list[Callable[[], None]] = []
 
     def add_source(self, collect: Callable[[], None]) -> None:
@@ -182,6 +189,13 @@ class Metrics:
             counter = self._cache_counters[result] = TallyCounter(self.tally.cache, result)
         return counter
 
+    def shield_cache_result(self, result: str) -> TallyCounter:
+        """`cache_result` of a lookup made for another edge's shield request."""
+        counter = self._shield_counters.get(result)
+        if counter is None:
+            counter = self._shield_counters[result] = TallyCounter(self.tally.shield_cache, result)
+        return counter
+
     def flush(self) -> None:
         """Add what was counted since the last flush to the Prometheus metrics."""
         for collect in self._sources:
@@ -198,6 +212,8 @@ class Metrics:
         # These two dicts are shared with their TallyCounters: emptied in place, never replaced.
         for result, count in _drain(tally.cache):
             self.cache.labels(result).inc(count)
+        for result, count in _drain(tally.shield_cache):
+            self.shield_cache.labels(result).inc(count)
         for process, count in _drain(tally.bytes_served):
             self.bytes_served.labels(process).inc(count)
 
@@ -219,13 +235,14 @@ class Metrics:
 class Tally:
     """What one process counted since its last flush, in plain ints (no lock, no mmap write)."""
 
-    __slots__ = ("requests", "latency", "cache", "bytes_served")
+    __slots__ = ("requests", "latency", "cache", "shield_cache", "bytes_served")
 
     def __init__(self) -> None:
         self.requests: dict[tuple[str, str, str], int] = {}
         # route -> [count per bucket (LATENCY_BUCKETS, then +Inf)..., sum of seconds]
         self.latency: dict[str, list[float]] = {}
         self.cache: dict[str, int] = {}
+        self.shield_cache: dict[str, int] = {}
         self.bytes_served: dict[str, int] = {}
 
 

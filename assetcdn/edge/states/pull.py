@@ -684,6 +684,13 @@ class Land(Protocol):
     def __call__(self, kept: Kept | OriginError | None = None, selected: Selected | None = None) -> None: ...
 
 
+def count_lookup(request: web.Request, result: str) -> None:
+    """A cache result counted: a client's request's in `assetcdn_edge_cache_total`, as its X-Cache says; another
+    edge's shield request's in `assetcdn_edge_shield_cache_total`, as that edge counted its client's itself."""
+    metrics = request.app[NODE].metrics
+    (metrics.shield_cache_result(result) if from_edge(request) else metrics.cache_result(result)).inc()
+
+
 async def deliver_stored(request: web.Request, stored: StoredResponse, x_cache: CacheResult, cache_status: str,
                          counted: CacheResult | None = None) -> web.StreamResponse | None:
     """`deliver`, counted in the cache metric as `counted` (default `x_cache`), or None when the stored body went
@@ -692,7 +699,7 @@ async def deliver_stored(request: web.Request, stored: StoredResponse, x_cache: 
         answer = await deliver(request, stored, x_cache, cache_status)
     except FileNotFoundError:
         return None
-    request.app[NODE].metrics.cache_result(counted or x_cache).inc()
+    count_lookup(request, counted or x_cache)
     return answer
 
 
@@ -866,7 +873,7 @@ async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone,
         land(None)
         # A GET invalidates nothing: no prefix is needed for what `forward_unsafe` would invalidate.
         return await forward_unsafe(request, node, zone, path, "", fwd=f"uri-miss; detail={why.value}")
-    node.metrics.cache_result(CacheResult.MISS if why is None else CacheResult.PASS).inc()
+    count_lookup(request, CacheResult.MISS if why is None else CacheResult.PASS)
     # The waiters learn now whether they get this answer: they wait for it to be stored (`kept`), not for
     # this client to take it, or ask for their own at once.
     kept = asyncio.get_running_loop().create_future() if why is None else None
@@ -1712,7 +1719,7 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
     del body
     if invalidates(request.method, response.status):
         await invalidate(node, zone, request, path, prefix, response.headers)
-    node.metrics.cache_result(CacheResult.PASS).inc()
+    count_lookup(request, CacheResult.PASS)
     answer = web.StreamResponse(status=response.status, headers=client_headers(
         response.headers, CacheResult.PASS, f"{CACHE_STATUS}; fwd={fwd}", age=None, shared_host=bool(prefix)))
     length = first_value(response.headers, "content-length")

@@ -277,6 +277,34 @@ async def test_what_a_shield_sends_other_edges_is_not_counted_as_bytes_served(ma
         assert await served() == before
 
 
+async def test_a_shields_lookups_for_other_edges_are_counted_apart_from_its_clients(make_cdn: CdnFactory) -> None:
+    """`assetcdn_edge_cache_total` counts clients' requests, as X-Cache tells them: a client's request the asking edge
+    counted (its MISS) is not counted again by the shield it asked, so the fleet's sum is one per client request.
+    The shield's own lookups for other edges (its fill, then its stored copy) go to
+    `assetcdn_edge_shield_cache_total`."""
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return relayed()
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        run.origin.answer("/looked-up.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
+        (member,) = run.cdn.control.app[REGISTRY].edges.values()
+
+        async def results() -> list[float]:
+            text = await (await run.cdn.edge.get("/metrics", headers=METRICS)).text()
+            return [metric(text, name, result=result) for name in ("assetcdn_edge_cache_total",
+                                                                   "assetcdn_edge_shield_cache_total")
+                    for result in ("HIT", "MISS")]
+
+        before = await results()
+        path_qs = f"{SHIELD_PATH}/{run.cdn.node.applied_generation}/{ZONE}/looked-up.txt"
+        for _ in range(2):  # its fill, then its stored copy
+            headers = sign_request(SECRETS.cluster_secret, "GET", path_qs, audience=SHIELD_AUDIENCE)
+            async with aiohttp.ClientSession() as http, http.get(member.url + path_qs, headers=headers) as resp:
+                assert (resp.status, await resp.read()) == (200, b"from the origin")
+        assert run.origin.count("/looked-up.txt") == 1
+        assert [after - earlier for after, earlier in zip(await results(), before, strict=True)] == [0, 0, 1, 1]
+
+
 async def test_a_shield_failing_itself_is_passed_over_for_a_while(make_cdn: CdnFactory) -> None:
     async def answer(_request: web.Request) -> web.StreamResponse:
         return OWN_ERROR
