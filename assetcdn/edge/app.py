@@ -212,7 +212,10 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         app[NODE] = node
         node.origins.report_to(app[METRICS])
         flights = app[pull.FLIGHTS]
-        app[METRICS].follow_counts([(app[METRICS].fill_waiters.labels(app[METRICS].kind), lambda: flights.waiters)])
+        metrics = app[METRICS]
+        deliveries = node.deliveries
+        metrics.follow_counts([(metrics.fill_waiters.labels(metrics.kind), lambda: flights.waiters),
+                               (metrics.bytes_served.labels(metrics.kind), lambda: deliveries.sent)])
         app[PROXY_SESSION] = open_proxy_session(settings)
         app[FORWARD_SPOOL] = ForwardSpool(int(edge["proxy_body_disk_mb"]) * 1024 * 1024)
         app[FORWARD_SPOOL].report_to(app[METRICS])

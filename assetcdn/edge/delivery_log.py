@@ -332,6 +332,9 @@ class DeliveryLog:
         self.country_header = country_header
         self.node = node
         self.counts: dict[Key, list[int]] = {}
+        # The body bytes of every delivery recorded, as sent (only ever raised): `assetcdn_bytes_served_total`
+        # follows it (assetcdn/edge/app.py), so it counts what the statistics count, a body cut short as it went.
+        self.sent = 0
         self.zones = zones
         self.paths_per_hour = paths_per_hour
         self._budgets: dict[tuple[int, str], PathBudget] = {}  # per (hour, zone): the paths named
@@ -359,6 +362,7 @@ class DeliveryLog:
         """`delivered` with its fields as a `Pending` holds them, ``sent`` in the place of the bytes to send:
         the hit path records its answers sent whole with the tuple it made, unpacked once here."""
         now, host, method, path, zone, status, sent, cache, country, request_id, ip, duration_s = pending
+        self.sent += sent
         counts = self.counts
         try:
             counted_as = COUNTED_AS[cache]

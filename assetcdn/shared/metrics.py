@@ -66,8 +66,11 @@ class Metrics:
                                     "Lookups this edge made as a pull zone URL's shield for other edges' requests, by "
                                     "result (HIT, MISS, STALE, PASS; not in assetcdn_edge_cache_total)",
                                     ["result"], registry=reg)
-        self.bytes_served = Counter("assetcdn_bytes_served_total", "Response body bytes served", ["process"],
-                                    registry=reg)
+        # Counted by the edge's delivery log as it records each delivery with what was sent of its body
+        # (assetcdn/edge/delivery_log.py `DeliveryLog.sent`, followed with `follow_counts`).
+        self.bytes_served = Counter("assetcdn_bytes_served_total",
+                                    "Response body bytes served: deliveries' bodies as sent (the statistics' bytes)",
+                                    ["process"], registry=reg)
         self.origin_fetch_seconds = Histogram("assetcdn_origin_fetch_seconds", "Edge fetches from control",
                                               ["kind"], buckets=LATENCY_BUCKETS, registry=reg)
         self.propagation_seconds = Histogram("assetcdn_propagation_seconds",
@@ -129,7 +132,6 @@ class Metrics:
                                     "same URL (collapsed) instead of making their own", ["process"], registry=reg)
 
         self.tally = Tally()
-        self.bytes_served_here = TallyCounter(self.tally.bytes_served, kind)
         self._cache_counters: dict[str, TallyCounter] = {}
         self._shield_counters: dict[str, TallyCounter] = {}
         self._sources: list[Callable[[], None]] = []
@@ -214,8 +216,6 @@ class Metrics:
             self.cache.labels(result).inc(count)
         for result, count in _drain(tally.shield_cache):
             self.shield_cache.labels(result).inc(count)
-        for process, count in _drain(tally.bytes_served):
-            self.bytes_served.labels(process).inc(count)
 
     async def flush_forever(self, interval_s: float = FLUSH_INTERVAL_S) -> None:
         """Flush on a timer, so sibling workers' /metrics see this worker's counts (until cancelled)."""
@@ -235,7 +235,7 @@ class Metrics:
 class Tally:
     """What one process counted since its last flush, in plain ints (no lock, no mmap write)."""
 
-    __slots__ = ("requests", "latency", "cache", "shield_cache", "bytes_served")
+    __slots__ = ("requests", "latency", "cache", "shield_cache")
 
     def __init__(self) -> None:
         self.requests: dict[tuple[str, str, str], int] = {}
@@ -243,7 +243,6 @@ class Tally:
         self.latency: dict[str, list[float]] = {}
         self.cache: dict[str, int] = {}
         self.shield_cache: dict[str, int] = {}
-        self.bytes_served: dict[str, int] = {}
 
 
 class TallyCounter:

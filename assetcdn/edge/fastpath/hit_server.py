@@ -153,10 +153,10 @@ class HitServer:
         self.cache_hit = self.metrics.cache_result("HIT")
         self.served = 0  # requests answered here (the rest went to the application)
         # Counted here in plain ints, moved into the metrics when they flush (collect_metrics):
-        # requests per (status << 1 | HEAD), their latencies (per LATENCY_BUCKETS, +Inf, sum), bytes.
+        # requests per (status << 1 | HEAD), their latencies (per LATENCY_BUCKETS, +Inf, sum). The body bytes
+        # served are the delivery log's (`DeliveryLog.sent`), counted as each delivery is recorded.
         self.counts: dict[int, int] = {}
         self.latency: list[float] = [0] * (len(LATENCY_BUCKETS) + 2)
-        self.body_bytes = 0
         self.now = time.time()
         self._tick: asyncio.TimerHandle | None = None
         self.fills = PullFills(self)  # pull zones' plain misses (assetcdn/edge/fastpath/pull_fill.py)
@@ -208,7 +208,7 @@ class HitServer:
 
     def collect_metrics(self) -> None:
         """What the application counts for each answer (assetcdn/shared/metrics.py middleware): the request
-        by route, method and status and its latency, a cache HIT, the body bytes served."""
+        by route, method and status and its latency, a cache HIT."""
         counts, self.counts = self.counts, {}
         metrics = self.metrics
         hits = 0
@@ -219,9 +219,6 @@ class HitServer:
             latency, self.latency = self.latency, [0] * (len(LATENCY_BUCKETS) + 2)
             metrics.add_latencies(self.route, latency)
             self.cache_hit.inc(hits)
-        if self.body_bytes:
-            metrics.bytes_served_here.inc(self.body_bytes)
-            self.body_bytes = 0
 
     def answer(self, conn: HitProtocol, buf: bytes, pos: int, head_end: int, out: list[Any]) -> int:
         """Answer the request whose head is ``buf[pos:head_end]`` (parsed into ``conn``) if it is a hit;
@@ -642,7 +639,6 @@ class HitServer:
 
     def stream_sent(self, pending: Pending, sent: int, aborted: bool) -> None:
         """A stream's hit is out (or the stream ended first, ``aborted``): ``sent`` body bytes went in DATA."""
-        self.body_bytes += sent
         self.deliveries.settle(pending, sent, aborted)
 
     def _host_view(self, host: bytes) -> HostView | None:

@@ -253,7 +253,7 @@ class HitProtocol(asyncio.Protocol):
         # whose connection judges progress).
         self.send_timeout_s: float | None = server.send_timeout_s
         self.records: list[Pending] = []  # deliveries answered in `out`, recorded once it is written
-        # Deliveries whose bodies the transport still held: [delivery, start, end, a hit?], positions in
+        # Deliveries whose bodies the transport still held: [delivery, start, end], positions in
         # `queued`, the bytes this connection queued on its transport (counted while any wait).
         self.waiting: list[list[Any]] = []
         self.queued = 0
@@ -554,13 +554,9 @@ class HitProtocol(asyncio.Protocol):
             if self.when_sent is None and not transport.get_write_buffer_size() and not transport.is_closing():
                 records = self.records
                 if records:
-                    server = self.server
-                    record = server.deliveries.record_pending
-                    sent = 0
+                    record = self.server.deliveries.record_pending
                     for pending in records:
-                        sent += pending[6]
                         record(pending)
-                    server.body_bytes += sent
                     records.clear()
                 if self.waiting:
                     self.handed = self.queued
@@ -632,7 +628,7 @@ class HitProtocol(asyncio.Protocol):
         records, self.records = self.records, []
         if self.when_sent is not None:
             for pending in records:
-                self._stream_delivery(pending, True)
+                self._stream_delivery(pending)
             return []
         position = self.queued
         index = 0
@@ -641,7 +637,7 @@ class HitProtocol(asyncio.Protocol):
             position += len(out[index])
             index += 1
             size = pending[6]
-            places.append([pending, position, position + size, True])
+            places.append([pending, position, position + size])
             if size:
                 position += size
                 index += 1
@@ -666,11 +662,11 @@ class HitProtocol(asyncio.Protocol):
         handed = self.handed
         keep = []
         for entry in self.waiting:
-            pending, start, end, hit = entry
+            pending, start, end = entry
             if end <= handed:
-                self._settle(pending, end - start, False, hit)
+                self.server.deliveries.settle(pending, end - start, False)
             elif not alive:
-                self._settle(pending, max(0, handed - start), True, hit)
+                self.server.deliveries.settle(pending, max(0, handed - start), True)
             else:
                 keep.append(entry)
         self.waiting = keep
@@ -681,39 +677,30 @@ class HitProtocol(asyncio.Protocol):
             else:
                 self.drain.restore_marks(transport)
 
-    def _settle(self, pending: Pending, sent: int, aborted: bool, hit: bool) -> None:
-        server = self.server
-        if hit:
-            server.body_bytes += sent
-        server.deliveries.settle(pending, sent, aborted)
-
-    def _stream_delivery(self, pending: Pending, hit: bool) -> None:
+    def _stream_delivery(self, pending: Pending) -> None:
         assert self.when_sent is not None
-        self.when_sent(partial(self._stream_sent, pending, hit))
-
-    def _stream_sent(self, pending: Pending, hit: bool, sent: int, aborted: bool) -> None:
-        self._settle(pending, sent, aborted, hit)
+        self.when_sent(partial(self.server.deliveries.settle, pending))
 
     def _app_delivered(self, pending: Pending, counter: BodyCounter) -> None:
         """A handed-over request's answer is out of the application: its body, the last `counter.written`
         bytes queued, waits like a hit's."""
         if self.when_sent is not None:
-            self._stream_delivery(pending, False)
+            self._stream_delivery(pending)
             return
         transport = self.transport
         alive = transport is not None and not transport.is_closing()
         if alive:
             assert transport is not None
             self.handed = self.queued - transport.get_write_buffer_size()
-        self.waiting.append([pending, self.queued - counter.written, self.queued, False])
+        self.waiting.append([pending, self.queued - counter.written, self.queued])
         self._check_waiting(alive)
 
     def app_delivery_lost(self, pending: Pending, counter: BodyCounter) -> None:
         """A handed-over request's answer whose connection ended first: what had left the transport."""
         if self.when_sent is not None:
-            self._stream_delivery(pending, False)
+            self._stream_delivery(pending)
         else:
-            self._settle(pending, counter.handed, True, False)
+            self.server.deliveries.settle(pending, counter.handed, True)
 
     # --- files ---------------------------------------------------------------------------------------
 
@@ -723,7 +710,7 @@ class HitProtocol(asyncio.Protocol):
         transport = self.transport
         progress = Progress()
         if self.when_sent is not None:
-            self._stream_delivery(pending, True)
+            self._stream_delivery(pending)
             pending_here: Pending | None = None
         else:
             pending_here = pending
@@ -733,7 +720,7 @@ class HitProtocol(asyncio.Protocol):
             except OSError:
                 os.close(fileno)
                 if pending_here is not None:
-                    self._settle(pending_here, progress.sent, True, True)
+                    self.server.deliveries.settle(pending_here, progress.sent, True)
                 self.cut = True
                 transport.abort()
                 self.closing = True
@@ -742,7 +729,7 @@ class HitProtocol(asyncio.Protocol):
             if not count:
                 os.close(fileno)
                 if pending_here is not None:
-                    self._settle(pending_here, progress.sent, False, True)
+                    self.server.deliveries.settle(pending_here, progress.sent, False)
                 return True
         self.busy = True
         self.deadline = float("inf")
@@ -763,7 +750,7 @@ class HitProtocol(asyncio.Protocol):
                 await write_file(transport, self.drain, fileno, offset, count, progress, self.send_timeout_s)
         except (ConnectionError, OSError):
             if pending is not None:
-                self._settle(pending, progress.sent, True, True)
+                self.server.deliveries.settle(pending, progress.sent, True)
             if self.transport is not None:
                 self._check_waiting(False)
                 self.cut = True
@@ -774,11 +761,11 @@ class HitProtocol(asyncio.Protocol):
         transport = self.transport
         if pending is not None:
             if self.zero_copy or transport is None:  # sendfile's count is exact; gone: what had left by then
-                self._settle(pending, progress.sent, transport is None, True)
+                self.server.deliveries.settle(pending, progress.sent, transport is None)
             else:
                 self.queued += count
                 self.handed = self.queued - transport.get_write_buffer_size()
-                self.waiting.append([pending, self.queued - count, self.queued, True])
+                self.waiting.append([pending, self.queued - count, self.queued])
                 self._check_waiting(not transport.is_closing())
         self.busy = False
         self._continue()

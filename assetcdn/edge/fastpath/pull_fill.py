@@ -363,7 +363,6 @@ class PullFills:
         else:
             transport.write(chunk)
         counter(len(chunk), 0)
-        self.server.body_bytes += len(chunk)  # bytes served, as the application counts a fill's
         if conn.drain.paused:
             return await sent_in_time(conn.drain.waiter(), self.send_timeout_s, partial(self._cut_off, conn))
         return True

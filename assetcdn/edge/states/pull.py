@@ -1092,11 +1092,8 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
         with_body = request.method != "HEAD"
     timeout_s = send_timeout_s(node.settings)
     gone = partial(cut_off, request, client)
-    served = None if from_edge(request) else node.metrics.bytes_served_here  # a client's bytes, as `deliver`
 
     async def send(chunk: bytes) -> bool:
-        if served is not None:
-            served.inc(len(chunk))
         return await sent_in_time(client.write(chunk), timeout_s, gone)
 
     sending = await keep(node, zone, path, url_key, varied(request, zone, fields), response, parsed,
@@ -1577,11 +1574,7 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{obj.size}"
     if stored.status == 200:
         headers["Accept-Ranges"] = "bytes"
-    # The body's bytes, as the hit path counts a hit's: a client's, not another edge's shield request's.
-    served = None if from_edge(request) else request.app[NODE].metrics.bytes_served_here
     if obj.body is not None and request.method != "HEAD":
-        if served is not None:
-            served.inc(end - start)
         return web.Response(status=status, headers=headers, body=obj.body[start:end])
     response = web.StreamResponse(status=status, headers=headers)
     response.content_length = end - start
@@ -1618,8 +1611,6 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
             if not chunk:  # cut short while being sent: the connection is closed, never the answer ended short
                 raise ConnectionResetError(f"cache file of {obj.key} is shorter than its entry")
             remaining -= len(chunk)
-            if served is not None:
-                served.inc(len(chunk))
             if not await sent_in_time(response.write(chunk), timeout_s, partial(cut_off, request, response)):
                 return response
     await response.write_eof()
@@ -1728,11 +1719,8 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
     await answer.prepare(request)
     timeout_s = send_timeout_s(node.settings)
     gone = partial(cut_off, request, answer)
-    served = None if from_edge(request) else node.metrics.bytes_served_here  # a client's bytes, as `send_and_keep`
     try:
         async for chunk in response.chunks(capped=False):
-            if served is not None:
-                served.inc(len(chunk))
             if not await sent_in_time(answer.write(chunk), timeout_s, gone):
                 response.release()  # the rest unread: the origin connection is closed
                 return answer

@@ -165,23 +165,16 @@ async def serve(request: web.Request, entry: ManifestEntry, rep: Representation,
 
 async def respond(request: web.Request, obj: CachedObject, status: str, policy: ServePolicy, *,
                   head: PathDelivery | None = None, tags: tuple[str, ...] | None = None) -> web.StreamResponse:
-    """Deliver a cache entry (or the policy's answer built from it) with X-Cache `status`, counting the bytes
-    served; `head` is the path's path delivery for its own file, `tags` a variant's source's tags.
-    FileNotFoundError when the body went meanwhile."""
-    node = request.app[NODE]
+    """Deliver a cache entry (or the policy's answer built from it) with X-Cache `status` (its body bytes count as
+    served once its delivery is recorded, assetcdn/edge/delivery_log.py); `head` is the path's path delivery for its
+    own file, `tags` a variant's source's tags. FileNotFoundError when the body went meanwhile."""
     extra: Mapping[str, str] = policy.headers
     if policy.late_headers is not None:
         extra = {**extra, **(await policy.late_headers())}
-    response: web.StreamResponse
     if policy.answer is not None:
         answer = policy.answer(obj, status)
         answer.headers.update({"Cache-Control": policy.cache_control, "X-Cache": status, **extra})
-        response, sent = answer, len(answer.body) if isinstance(answer.body, bytes) else 0
-    else:
-        headers = final_headers(obj, request_header_changes(request), cache_status=status,
-                                cache_control=policy.cache_control, head=head, tags=tags, extra_headers=extra)
-        response = await deliver(request, obj, headers)
-        sent = response.content_length or 0
-    if response.status in (200, 206) and request.method == "GET":
-        node.metrics.bytes_served_here.inc(sent)
-    return response
+        return answer
+    headers = final_headers(obj, request_header_changes(request), cache_status=status,
+                            cache_control=policy.cache_control, head=head, tags=tags, extra_headers=extra)
+    return await deliver(request, obj, headers)

@@ -735,6 +735,45 @@ async def test_a_client_that_stops_reading_its_fill_is_cut_off_and_the_fill_comp
         idle.close()
 
 
+@pytest.mark.parametrize("answered", ["hit path fill", "application fill", "stored copy"])
+async def test_an_answer_cut_short_counts_the_bytes_it_sent_as_served(slow_readers: FillCdn, answered: str) -> None:
+    """`assetcdn_bytes_served_total` of a client cut off before its whole body: the bytes that left the edge, as its
+    delivery is recorded with (the statistics' bytes), not those written to a connection that was then dropped with
+    them: a fill's on the hit path or the application's, and a large stored copy the application sends."""
+    name = f"/cut-short-{answered.replace(' ', '-')}.bin"
+    slow_readers.origin.answer(name, LARGE, headers=HEADERS)
+    cdn = slow_readers.cdn
+    plain = await cdn.plain()
+    deliveries = cdn.node.deliveries
+
+    async def recorded() -> bool:
+        return any(key[2] == f"{ZONE}{name}" for key in deliveries.counts)
+
+    if answered == "stored copy":  # stored whole first (on disk: the application's to send)
+        assert len((await plain.request(f"/{ZONE}{name}")).body) == len(LARGE)
+        await wait_until(recorded, "the first delivery recorded")
+    deliveries.counts.clear()
+
+    async def served() -> float:
+        text = (await plain.request("/metrics", Authorization=METRICS["Authorization"])).body.decode()
+        return _metric(text, "assetcdn_bytes_served_total", 'process="edge"')
+
+    before = await served()
+    loop = asyncio.get_running_loop()
+    idle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    idle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
+    idle.setblocking(False)
+    try:
+        await loop.sock_connect(idle, ("127.0.0.1", cdn.port if answered == "hit path fill" else cdn.plain_port))
+        await loop.sock_sendall(idle, request_bytes(f"/{ZONE}{name}"))
+        await wait_until(recorded, "the client that reads nothing cut off")  # recorded then: it reads nothing
+    finally:
+        idle.close()
+    (sent,) = [value[1] for key, value in deliveries.counts.items() if key[2] == f"{ZONE}{name}"]
+    assert 0 < sent < len(LARGE)
+    assert await served() - before == sent
+
+
 UNSAFE_ANSWER = len(LARGE) * 64  # 384 MB, never sent whole
 
 
