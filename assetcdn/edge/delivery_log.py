@@ -439,15 +439,17 @@ class DeliveryLog:
         if task is None:
             self.settle(pending, 0, True)
         else:
-            task.add_done_callback(partial(self._answered, pending, counter))
+            task.add_done_callback(partial(self._answered, pending, counter, request.protocol))
 
-    def _answered(self, pending: Pending, counter: BodyCounter, _task: object) -> None:
-        """The application finished an answer on a connection it holds alone: a body written whole counts
-        whole (the transport holds at most its high-water mark of it); one cut short, what had left the
-        transport by its last write."""
+    def _answered(self, pending: Pending, counter: BodyCounter, connection: Any, _task: object) -> None:
+        """The application finished an answer on a connection it holds alone (its protocol: `connection`): a body
+        written whole to a connection still open counts whole (it goes on leaving the transport, which may hold it
+        all: a body written in one piece); one cut short, or on a connection lost by then (the client left, or was cut
+        off), what had left the transport by its last write: the rest was dropped with the connection."""
         size = pending[6]
         whole = counter.written if size < 0 else size
-        self.settle(pending, counter.written if counter.written >= whole else counter.handed, False)
+        gone = connection.transport is None  # lost (a close this answer asked for comes after this callback)
+        self.settle(pending, counter.written if counter.written >= whole and not gone else counter.handed, gone)
 
     def watched(self, watching: bool) -> None:
         """Control's live tail has a reader (or no longer has): the delivery sample's budget follows."""

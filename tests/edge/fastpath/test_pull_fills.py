@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import itertools
 import socket
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
@@ -32,6 +33,7 @@ from assetcdn.edge.states import pull as pull_states
 from assetcdn.edge.states.keys import pull_key
 from assetcdn.edge.states.pull import flight_key
 from assetcdn.shared.cache_results import CacheResult
+from tests.support.cdn import ZONE as STORED_ZONE
 from tests.support.control import METRICS
 from tests.support.h2_memory import H2InProcess, MemoryHttp11
 from tests.support.hit_cdn import READ_S, HitCdn, Response, request_bytes
@@ -772,6 +774,82 @@ async def test_an_answer_cut_short_counts_the_bytes_it_sent_as_served(slow_reade
     (sent,) = [value[1] for key, value in deliveries.counts.items() if key[2] == f"{ZONE}{name}"]
     assert 0 < sent < len(LARGE)
     assert await served() - before == sent
+
+
+async def test_a_client_that_resets_an_answer_written_whole_is_recorded_with_what_left_the_edge(
+        slow_readers: FillCdn) -> None:
+    """On a connection the application holds alone (an edge with `fast_hits = false`; here its plain site), an answer
+    written to the connection in one piece (a 6 MB body held in memory: a stored file just fetched from control) whose
+    client reads a little and resets the connection is recorded with what had left the edge, not whole: the
+    connection's buffer, dropped with it, held the rest. The statistics' bytes and `assetcdn_bytes_served_total` count
+    it so."""
+    name = f"{STORED_ZONE}/v1/banners/reset-whole.bin"
+    cdn = slow_readers.cdn
+    await cdn.upload(name, LARGE)
+    deliveries = cdn.node.deliveries
+    loop = asyncio.get_running_loop()
+    client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
+    client.setblocking(False)
+    try:
+        await loop.sock_connect(client, ("127.0.0.1", cdn.plain_port))
+        await loop.sock_sendall(client, request_bytes(f"/{name}"))
+        received = 0
+        while received < 64 * 1024:
+            received += len(await asyncio.wait_for(loop.sock_recv(client, 64 * 1024), READ_S))
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # its close resets
+    finally:
+        client.close()
+
+    async def recorded() -> bool:
+        return any(key[2] == name for key in deliveries.counts)
+
+    await wait_until(recorded, "the delivery recorded")
+    (sent,) = [value[1] for key, value in deliveries.counts.items() if key[2] == name]
+    assert sent < len(LARGE)
+
+
+async def test_a_chunked_answer_its_client_leaves_unread_is_logged_aborted_on_a_connection_the_application_holds(
+        slow_readers: FillCdn, tmp_path: Path) -> None:
+    """On a connection the application holds alone (`fast_hits = false`; here its plain site), a chunked pull zone
+    answer (no declared length) whose client reads nothing and is cut off is logged aborted, with what had left the
+    edge. Before, it was logged as whole: every byte written, the ones dropped with the connection too."""
+    name = "/chunked-unread.bin"
+
+    async def chunked(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=HEADERS)  # no length: chunked
+        await response.prepare(request)
+        for start in range(0, len(LARGE), 256 * 1024):
+            await response.write(LARGE[start:start + 256 * 1024])  # waits while the edge does not read
+        await response.write_eof()
+        return response
+
+    slow_readers.origin.route(name, chunked)
+    deliveries = slow_readers.cdn.node.deliveries
+    deliveries.access = access = AccessLog("file", "edge-f/0", directory=tmp_path)
+    loop = asyncio.get_running_loop()
+    idle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    idle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
+    idle.setblocking(False)
+    lines: list[dict[str, Any]] = []
+    try:
+        await loop.sock_connect(idle, ("127.0.0.1", slow_readers.cdn.plain_port))
+        await loop.sock_sendall(idle, request_bytes(f"/{ZONE}{name}"))
+
+        async def logged() -> bool:  # once it is cut off: it reads nothing
+            await access.flush()
+            if access.path is None or not access.path.exists():
+                return False
+            lines[:] = [line for line in map(orjson.loads, access.path.read_bytes().splitlines())
+                        if line["path"] == f"/{ZONE}{name}"]
+            return bool(lines)
+
+        await wait_until(logged, "the answer in the access log")
+    finally:
+        idle.close()
+        deliveries.access = None
+        access.close()
+    assert [(line["status"], line["aborted"], line["bytes"] < len(LARGE)) for line in lines] == [(200, True, True)]
 
 
 UNSAFE_ANSWER = len(LARGE) * 64  # 384 MB, never sent whole
