@@ -38,6 +38,7 @@ from prometheus_client import (
 )
 
 from assetcdn.shared.errors import ApiError
+from assetcdn.shared.middleware import PREPARED
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 FLUSH_INTERVAL_S = 1.0
@@ -320,6 +321,11 @@ async def metrics_middleware(request: web.Request,
         return response
     except web.HTTPException as exc:
         status = exc.status
+        raise
+    except BaseException:
+        prepared = request.get(PREPARED)
+        if prepared is not None:  # its head went out: the status its client got, however its body ended
+            status = prepared.status
         raise
     finally:
         metrics.count_request(_route_name(request), request.method, str(status), time.perf_counter() - started)

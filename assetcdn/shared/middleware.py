@@ -19,6 +19,8 @@ from assetcdn.shared.errors import ApiError, LegacyError, as_legacy
 log = logging.getLogger(__name__)
 
 REQUEST_ID = web.RequestKey("request_id", str)
+# The answer whose head was made (`_stamp_headers`): the status its client gets, however its body ends.
+PREPARED = web.RequestKey("prepared_response", web.StreamResponse)
 
 # Paths whose errors use the legacy envelope (docs/api-guide.md "Auth and errors"); the other routes use the
 # standard envelope.
@@ -137,6 +139,14 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
         response = await handler(request)
     except Exception as exc:
         if answer_begun(request):
+            prepared = request.get(PREPARED)
+            if isinstance(exc, ConnectionError) and prepared is not None and client_gone(request):
+                # The client went mid-answer (a download cancelled, a player seeking): nothing failed here. The answer
+                # ends as far as it went; aiohttp finds the connection gone as it ends it, and the metrics count the
+                # status the client got. A traceback per cancelled download would let any client flood the log.
+                log.debug("client of %s %s went before its answer was whole (request %s)", request.method,
+                          request.rel_url.raw_path, request_id)
+                return prepared
             # Part of an answer went out (a streamed body failing midway): another answer written after it would be
             # read as the rest of its body, or as the next request's answer. aiohttp closes the connection instead.
             log.exception("error on %s %s after its answer began (request %s); the connection is closed",
@@ -144,6 +154,12 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
             raise
         return error_answer(request, request_id, exc)
     return response
+
+
+def client_gone(request: web.Request) -> bool:
+    """Whether the connection `request` came on is lost or being closed (its client went, or was cut off)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 def answer_begun(request: web.Request) -> bool:
@@ -174,6 +190,7 @@ def error_answer(request: web.Request, request_id: str, exc: Exception) -> web.S
 
 
 async def _stamp_headers(request: web.Request, response: web.StreamResponse) -> None:
+    request[PREPARED] = response
     # on_response_prepare also covers streamed responses (SSE, large bodies).
     response.headers.setdefault("X-Request-ID", request.get(REQUEST_ID) or request.app[REQUEST_IDS].new().decode())
     # On everything: errors, redirects, proxied and streamed responses included.

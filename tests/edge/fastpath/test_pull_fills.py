@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -850,6 +852,51 @@ async def test_a_chunked_answer_its_client_leaves_unread_is_logged_aborted_on_a_
         deliveries.access = None
         access.close()
     assert [(line["status"], line["aborted"], line["bytes"] < len(LARGE)) for line in lines] == [(200, True, True)]
+
+
+async def test_a_client_that_resets_a_streamed_file_is_counted_with_the_status_it_got_and_logs_no_error(
+        slow_readers: FillCdn, caplog: pytest.LogCaptureFixture) -> None:
+    """A stored file the application streams from its cache file (here on the plain site: an edge with `fast_hits =
+    false`, or any edge while control is unreachable) whose client resets the connection mid-body: counted in
+    `assetcdn_requests_total` with the 200 it got, as the delivery log records it, and no error logged. Before, the
+    write that found the connection gone failed the handler: a 500 in the metrics for a client that left, and two
+    error tracebacks (the envelope's and aiohttp's) per download a client cancels."""
+    name = f"{STORED_ZONE}/v1/banners/reset-streamed.bin"
+    cdn = slow_readers.cdn
+    await cdn.upload(name, LARGE)
+    plain = await cdn.plain()
+    assert len((await plain.request(f"/{name}")).body) == len(LARGE)  # fetched: on disk only from now on
+    deliveries = cdn.node.deliveries
+
+    async def recorded(count: int) -> bool:
+        return sum(value[0] for key, value in deliveries.counts.items() if key[2] == name) == count
+
+    await wait_until(partial(recorded, 1), "the first delivery recorded")
+
+    async def counted() -> dict[str, float]:
+        text = (await plain.request("/metrics", Authorization=METRICS["Authorization"])).body.decode()
+        return {status: _metric(text, "assetcdn_requests_total", 'route="/{path}"', f'status="{status}"')
+                for status in ("200", "500")}
+
+    before = await counted()
+    caplog.clear()
+    loop = asyncio.get_running_loop()
+    client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
+    client.setblocking(False)
+    try:
+        await loop.sock_connect(client, ("127.0.0.1", cdn.plain_port))
+        await loop.sock_sendall(client, request_bytes(f"/{name}"))
+        received = 0
+        while received < 64 * 1024:
+            received += len(await asyncio.wait_for(loop.sock_recv(client, 64 * 1024), READ_S))
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # its close resets
+    finally:
+        client.close()
+    await wait_until(partial(recorded, 2), "the reset delivery recorded")
+    after = await counted()
+    assert {status: after[status] - before[status] for status in after} == {"200": 1, "500": 0}
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
 
 
 UNSAFE_ANSWER = len(LARGE) * 64  # 384 MB, never sent whole
