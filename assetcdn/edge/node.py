@@ -97,7 +97,7 @@ class EdgeNode:
     def load_persisted(self) -> None:
         """What this edge knew before a restart, so it can serve (STALE) while control is unreachable."""
         self.replica.load_persisted()
-        self.applied_generation = self.replica.generation
+        self._applied()  # the series from the start, a restarted worker's too: not only once something changes
         self.tls.load_persisted()
         try:
             self.config = EdgeConfig.from_published(
@@ -291,6 +291,10 @@ class EdgeNode:
 
     def _persist(self) -> None:
         self.replica.persist()
+        self._applied()
+
+    def _applied(self) -> None:
+        """The replica's generation is the one applied (and `assetcdn_manifest_generation`)."""
         self.applied_generation = self.replica.generation
         self.metrics.manifest_generation.labels("edge").set(self.replica.generation)
 

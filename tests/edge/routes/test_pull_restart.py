@@ -13,7 +13,8 @@ import assetcdn.control.app  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
 from assetcdn.edge.app_keys import NODE
 from tests.support.cdn import PURGE
-from tests.support.control import ACCOUNT
+from tests.support.control import ACCOUNT, METRICS
+from tests.support.metrics_text import metric
 from tests.support.origins import ScriptedOrigin
 from tests.support.restartable import ZONE, Worker, healthy, restartable_pull
 from tests.support.wait import wait_until
@@ -142,3 +143,19 @@ async def test_a_url_purged_on_a_custom_domain_removed_while_control_could_not_r
     await wait_until(pushed, f"generation {generation} reaching the edge")
     resp = await edge_client.get(f"/{ZONE}/brand.txt")
     assert await resp.read() == b"new", resp.headers.get("X-Cache")
+
+
+async def test_a_restarted_worker_reports_the_manifest_generation_it_holds_from_its_start(
+        restartable: tuple[TestClient, ScriptedOrigin, Worker]) -> None:
+    """`assetcdn_manifest_generation` on the edge's /metrics is the generation the worker holds as soon as it is up,
+    also after a restart with nothing new at control (the metrics restart with the node: the series must come back
+    without waiting for the next change, or an alert on an edge behind control has nothing to compare)."""
+    _control_client, _origin, worker = restartable
+    for _start in range(2):
+        client = await worker()
+        await healthy(client)
+        generation = client.app[NODE].replica.generation
+        assert generation > 0
+        text = await (await client.get("/metrics", headers=METRICS)).text()
+        assert metric(text, "assetcdn_manifest_generation", process="edge") == generation
+        await client.close()
