@@ -9,11 +9,12 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
-from assetcdn.control.storage.service import GIT
+from assetcdn.control.storage.service import GIT, MANIFEST
 from assetcdn.shared.cluster import PREFIX, sign_request
 from tests.control.expect import expect_error
 from tests.shared.health_shape import assert_health_shape, assert_no_internal_addresses
-from tests.support.control import ACCOUNT, METRICS, SECRETS
+from tests.support.control import ACCESS, ACCOUNT, METRICS, SECRETS
+from tests.support.metrics_text import metric
 
 EDGE_URL = "http://127.0.0.1:49999"
 
@@ -86,3 +87,20 @@ async def test_metrics_need_the_metrics_key(control: TestClient) -> None:
     text = await resp.text()
     assert "# TYPE assetcdn_requests_total counter" in text
     assert 'route="/api/health"' in text
+
+
+async def test_the_manifest_generation_follows_each_commit(control: TestClient) -> None:
+    """`assetcdn_manifest_generation{process="control"}` is the generation control publishes now, as the edges'
+    series are theirs: an operator compares them to see an edge behind. It was set once, at start."""
+    async def generation() -> float:
+        return metric(await (await control.get("/metrics", headers=METRICS)).text(), "assetcdn_manifest_generation",
+                      process="control")
+
+    before = await generation()
+    resp = await control.post("/api/core/zones", json={"Name": "counted"}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    resp = await control.put("/api/storage/counted/v1/banners/a.txt", data=b"a", headers=ACCESS)
+    assert resp.status == 201, await resp.text()
+    published = control.app[MANIFEST].generation
+    assert published > before
+    assert await generation() == published

@@ -18,6 +18,7 @@ from assetcdn.control.storage.edge_config_store import EdgeConfigStore, own_host
 from assetcdn.control.storage.git_store import GitStore
 from assetcdn.control.storage.manifest_store import ManifestStore
 from assetcdn.control.storage.zones_store import ZoneStore
+from assetcdn.shared.metrics import METRICS
 
 GIT = web.AppKey("git", GitStore)
 DB = web.AppKey("db", Database)
@@ -40,6 +41,16 @@ async def storage_context(app: web.Application) -> AsyncIterator[None]:
         manifest = ManifestStore(git, db)
         await manifest.load()
         app[GIT], app[DB], app[MANIFEST] = git, db, manifest
+        # `assetcdn_manifest_generation{process="control"}`: the generation published at each scrape (every commit,
+        # purge and config change records one), as the edges report the one each holds.
+        metrics = app[METRICS]
+        published = metrics.manifest_generation.labels(metrics.kind)
+
+        def report_generation() -> None:
+            published.set(manifest.generation)
+
+        metrics.add_source(report_generation)
+        opened.callback(metrics.remove_source, report_generation)
         app[ZONES] = ZoneStore(db)
         app[EDGE_CONFIG] = EdgeConfigStore(git, db, settings.get("domains", "base_domain"),
                                            frozenset(own_hosts(settings, app[DASHBOARD].origins)))

@@ -13,7 +13,6 @@ from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.storage.service import GIT, MANIFEST, ZONES
 from assetcdn.control.video.ingest import DEMO_VIDEO_CACHE, VideoIngester, demo_video_size
 from assetcdn.shared.hls import VIDEOS
-from assetcdn.shared.metrics import METRICS
 
 VIDEO_INGEST = web.AppKey("video_ingest", VideoIngester)
 
@@ -36,7 +35,6 @@ async def video_context(app: web.Application) -> AsyncIterator[None]:
         elif demo_videos.is_dir() and not all(f"stocks/videos/{v}/hls/index.json" in manifest.entries for v in VIDEOS):
             # A first start stopped before its demo videos were committed.
             ingester.install_demo(demo_videos, demo_size)
-        app[METRICS].manifest_generation.labels("control").set(manifest.generation)
         yield
     finally:
         await ingester.close()
