@@ -139,7 +139,7 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
         response = await handler(request)
     except Exception as exc:
         if answer_begun(request):
-            prepared = request.get(PREPARED)
+            prepared: web.StreamResponse | None = request.get(PREPARED)
             if isinstance(exc, ConnectionError) and prepared is not None and client_gone(request):
                 # The client went mid-answer (a download cancelled, a player seeking): nothing failed here. The answer
                 # ends as far as it went; aiohttp finds the connection gone as it ends it, and the metrics count the
