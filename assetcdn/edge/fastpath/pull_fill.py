@@ -207,7 +207,9 @@ class PullFills:
                     settle(kept)
                 return
             if isinstance(fetched, OriginResponse) and conn.transport is None:
-                await self._keep_unsent(zone, lowered, named, url_key, sent, fetched, land)
+                status = fetched.status
+                self._gone(fill, named, status, await self._keep_unsent(zone, lowered, named, url_key, sent, fetched,
+                                                                         land))
                 return
             handing = isinstance(fetched, OriginResponse) and conn.transport is not None
         except Exception:  # never a hung connection: what was fetched goes back, the connection is closed
@@ -220,6 +222,8 @@ class PullFills:
         if conn.transport is None:
             if isinstance(fetched, OriginResponse):
                 fetched.release()
+            elif isinstance(fetched, OriginError):  # the application's 504 or 502 (`pull.origin_failed`), never sent
+                self._gone(fill, named, 504 if fetched.timeout else 502, None)
             return
         # The application answers with what the origin said, and lands the flight the requests for the URL wait
         # for (as one it led itself: once its answer says what is kept); or the handover does, if it never takes it.
@@ -232,14 +236,15 @@ class PullFills:
             self._abandon(conn, fetched)
 
     async def _keep_unsent(self, zone: PullZone, lowered: list[tuple[str, str]], named: PullPath, url_key: str,
-                           sent: Varied, response: OriginResponse, land: Land) -> None:
+                           sent: Varied, response: OriginResponse, land: Land) -> CacheResult:
         """The client went before the origin's head (an HTTP/2 stream reset, a closed connection): there is no request
         to hand the answer over with, but one that may be kept is still read into the cache for the requests waiting
-        for the URL, as the application keeps it for a client gone mid-body; one that may not is closed unread."""
+        for the URL, as the application keeps it for a client gone mid-body; one that may not is closed unread. Its
+        cache result: MISS (kept) or PASS."""
         why, declared, parsed = judge(zone, lowered, response, self.server.node.origins.limits.max_object_bytes)
         if why is not None:
             response.release()
-            return
+            return CacheResult.PASS
         kept = self.server.loop.create_future()
         land(kept, selected_by(response.headers, sent))
         try:
@@ -247,6 +252,22 @@ class PullFills:
                        kept)
         finally:
             settle(kept)
+        return CacheResult.MISS
+
+    def _gone(self, fill: Fill, named: PullPath, status: int, result: CacheResult | None) -> None:
+        """A fill whose client went before the origin's head, with the answer the application would have given it
+        (`status`, its cache result: None for an error of the edge's own): counted as the application counts it (its
+        metrics middleware, its cache result, its delivery with no byte sent), not nowhere."""
+        server = self.server
+        method = "HEAD" if fill.head_only else "GET"
+        seconds = time.perf_counter() - fill.started
+        server.metrics.count_request(server.route, method, str(status), seconds)
+        if result is not None:
+            server.metrics.cache_result(result).inc()
+        cdn_path = f"{named.zone.name}{named.path}"
+        server.deliveries.settle((time.time(), fill.view.name, method, cdn_path, zone_of(cdn_path), status, 0,
+                                  "BYPASS" if result is None else str(result), fill.country, fill.request_id,
+                                  fill.peer, seconds), 0, True)
 
     def _keep_gone(self, zone: PullZone, lowered: list[tuple[str, str]], named: PullPath, url_key: str, sent: Varied,
                    response: OriginResponse, land: Land) -> None:

@@ -899,6 +899,60 @@ async def test_a_client_that_resets_a_streamed_file_is_counted_with_the_status_i
     assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
 
 
+@pytest.mark.parametrize("answer", ["404", "no-store", "failure"])
+async def test_a_client_gone_before_the_origins_head_is_counted_as_the_application_counts_it(
+        filled: FillCdn, answer: str) -> None:
+    """A miss whose client resets its connection while the origin is asked, and whose origin then answers with what
+    the hit path does not write (a 404, an answer that may not be stored) or fails: counted once whichever path filled
+    it, as the application counts it (the request with the status it would have had, its cache result, its delivery
+    with no byte sent). The hit path's fill counted it nowhere: no request, no cache result, no delivery."""
+    counted = []
+    deliveries = filled.cdn.node.deliveries
+    for path in ("hit", "application"):
+        name = f"/gone-before-head-{answer}-{path}.bin"
+        release = asyncio.Event()
+
+        async def late(request: web.Request, release: asyncio.Event = release) -> web.StreamResponse:
+            await release.wait()
+            if answer == "failure":
+                assert request.transport is not None
+                request.transport.abort()  # no answer at all: 502
+            return web.Response(status=404 if answer == "404" else 200, body=b"x" * 100,
+                                headers={"Content-Type": "text/plain", "Cache-Control": "no-store"})
+
+        filled.origin.route(name, late)
+        plain = await filled.cdn.plain()
+        before = (await plain.request("/metrics", Authorization=METRICS["Authorization"])).body.decode()
+        client = await (filled.cdn.connect() if path == "hit" else filled.cdn.plain())
+        await client.send(request_bytes(f"/{ZONE}{name}"))
+
+        async def asked(name: str = name) -> bool:
+            return filled.origin.count(name) == 1
+
+        await wait_until(asked, "the origin asked")
+        sock = client.writer.transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # its close resets
+        client.writer.transport.abort()
+        release.set()
+
+        async def recorded(name: str = name) -> bool:
+            return any(key[2] == f"{ZONE}{name}" for key in deliveries.counts)
+
+        await wait_until(recorded, "the delivery recorded")
+        after = (await plain.request("/metrics", Authorization=METRICS["Authorization"])).body.decode()
+        grown = {(name, labels): _metric(after, name, *labels) - _metric(before, name, *labels) for name, labels in (
+            ("assetcdn_requests_total", ('route="/{path}"', 'status="404"')),
+            ("assetcdn_requests_total", ('route="/{path}"', 'status="200"')),
+            ("assetcdn_requests_total", ('route="/{path}"', 'status="502"')),
+            ("assetcdn_edge_cache_total", ('result="PASS"',)),
+            ("assetcdn_edge_cache_total", ('result="MISS"',)))}
+        counted.append(([(key[4], key[5], tuple(value)) for key, value in deliveries.counts.items()
+                         if key[2] == f"{ZONE}{name}"], {key: value for key, value in grown.items() if value}))
+    assert counted[0] == counted[1]
+    status = {"404": 404, "no-store": 200, "failure": 502}[answer]
+    assert counted[0][0] == [(status, CacheResult.BYPASS, (1, 0))]
+
+
 UNSAFE_ANSWER = len(LARGE) * 64  # 384 MB, never sent whole
 
 
