@@ -437,7 +437,8 @@ class OriginClient:
         if "host" not in (name.lower() for name, _ in fields):
             fields.append(("Host", target.raw_authority))
         timeout_s = self.limits.first_byte_timeout_s if first_byte_timeout_s is None else first_byte_timeout_s
-        deadline = pool.loop.time() + timeout_s
+        sent_at = pool.loop.time()  # the wait's start on the loop's monotonic clock, which no wall clock step moves
+        deadline = sent_at + timeout_s
         try:
             conn = await pool.exchange(key, method, target.raw_path_qs, fields, body, deadline)
         except TimeoutError as exc:  # connecting (its own message), or the head within the first-byte time
@@ -470,7 +471,7 @@ class OriginClient:
         observations = self._first_byte.get(counted)
         if observations is None:
             observations = self._first_byte[counted] = [0] * (len(LATENCY_BUCKETS) + 2)
-        waited = max(response_time - request_time, 0.0)
+        waited = pool.loop.time() - sent_at
         observations[bisect_left(LATENCY_BUCKETS, waited)] += 1
         observations[-1] += waited
         return OriginResponse(status, headers_out, request_time, response_time, conn, pool, self.limits)

@@ -20,6 +20,7 @@ from aiohttp.test_utils import TestServer
 from yarl import URL
 
 from assetcdn.control.identity.session import LOGGED_IN_COOKIE, SESSION_COOKIE
+from assetcdn.edge import origin_client
 from assetcdn.edge.origin_client import (
     Origin,
     OriginClient,
@@ -437,6 +438,37 @@ async def test_an_origin_name_that_does_not_resolve_is_counted_as_failed_not_ref
     requests = "assetcdn_edge_origin_requests_total"
     assert (metric(text, requests, target="origin", outcome="failed"),
             metric(text, requests, target="origin", outcome="refused")) == (1, 0)
+
+
+async def test_the_first_byte_time_is_measured_on_a_clock_a_wall_clock_step_does_not_move(
+        origin: tuple[OriginServer, TestServer], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`assetcdn_edge_origin_first_byte_seconds` is the time the origin took: a step of the wall clock while it
+    answered (NTP setting it an hour forward, a VM resumed) is no hour of waiting. The wall clock still dates the
+    exchange (RFC 9111's request_time and response_time)."""
+    _server, test_server = origin
+    steps = iter((1_000_000.0, 1_003_600.0))  # the request's time, then an hour later at its answer
+
+    class SteppedClock:
+        @staticmethod
+        def time() -> float:
+            return next(steps)
+
+    monkeypatch.setattr(origin_client, "time", SteppedClock)
+    metrics = Metrics("edge")
+    client = OriginClient(LOOPBACK)
+    client.report_to(metrics)
+    zone_origin = Origin(base(test_server))
+    try:
+        response = await client.request(zone_origin, "GET", zone_origin.target("/echo"), {})
+        assert await response.read() == b"hello"
+    finally:
+        await client.close()
+    assert (response.request_time, response.response_time) == (1_000_000.0, 1_003_600.0)
+    text = metrics.render().decode()
+    histogram = "assetcdn_edge_origin_first_byte_seconds"
+    assert metric(text, f"{histogram}_count", target="origin") == 1
+    assert metric(text, f"{histogram}_bucket", target="origin", le="10.0") == 1
+    assert metric(text, f"{histogram}_sum", target="origin") < 10
 
 
 def test_targets_stay_below_the_prefix_and_keep_their_encoding() -> None:
