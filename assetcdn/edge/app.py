@@ -132,8 +132,12 @@ class EdgeIdentity:
 
 def create_cluster_app(node_app: web.Application) -> web.Application:
     app = web.Application(client_max_size=16 * 1024 * 1024)
+    # Counted beside the public site's requests, under their own routes (other edges' shield requests, control's
+    # pushes), with the status the caller gets.
+    app.middlewares.append(metrics_middleware)
     install_envelopes(app)
     app.middlewares.append(body_deadline_middleware(node_app[SETTINGS]))
+    app[METRICS] = node_app[METRICS]
     app[NODE] = node_app[NODE]
     app[SECRETS] = node_app[SECRETS]
     app[cluster.PUSH_REPLAY_GUARD] = ReplayGuard()

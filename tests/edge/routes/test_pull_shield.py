@@ -305,6 +305,38 @@ async def test_a_shields_lookups_for_other_edges_are_counted_apart_from_its_clie
         assert [after - earlier for after, earlier in zip(await results(), before, strict=True)] == [0, 0, 1, 1]
 
 
+async def test_a_shields_answers_to_other_edges_are_counted_under_the_shield_route(make_cdn: CdnFactory) -> None:
+    """`assetcdn_requests_total` on a shield counts the requests other edges ask of it, under the shield route (kept
+    apart from its clients' deliveries by that label), with the status each got: a shield's load and its refusals
+    show. They were counted nowhere (the cluster site had no metrics)."""
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        return relayed()
+
+    async with shielded_cdn(make_cdn, answer) as run:
+        run.origin.answer("/asked.txt", b"from the origin", headers={"Cache-Control": "max-age=600"})
+        (member,) = run.cdn.control.app[REGISTRY].edges.values()
+
+        async def counted() -> tuple[float, float]:
+            text = await (await run.cdn.edge.get("/metrics", headers=METRICS)).text()
+            route = 'route="/_cluster/shield/{generation}/{zone}/{path}"'
+            return (sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                        if line.startswith("assetcdn_requests_total{") and route in line and 'status="200"' in line),
+                    sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                        if line.startswith("assetcdn_requests_total{") and route in line and 'status="401"' in line))
+
+        before = await counted()
+        path_qs = f"{SHIELD_PATH}/{run.cdn.node.applied_generation}/{ZONE}/asked.txt"
+        async with aiohttp.ClientSession() as http:
+            for _ in range(2):  # its fill, then its stored copy
+                headers = sign_request(SECRETS.cluster_secret, "GET", path_qs, audience=SHIELD_AUDIENCE)
+                async with http.get(member.url + path_qs, headers=headers) as resp:
+                    assert resp.status == 200
+            async with http.get(member.url + path_qs) as resp:  # unsigned
+                assert resp.status == 401
+        after = await counted()
+        assert (after[0] - before[0], after[1] - before[1]) == (2, 1)
+
+
 async def test_a_shield_failing_itself_is_passed_over_for_a_while(make_cdn: CdnFactory) -> None:
     async def answer(_request: web.Request) -> web.StreamResponse:
         return OWN_ERROR
