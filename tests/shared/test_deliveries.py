@@ -12,6 +12,7 @@ from assetcdn.shared.deliveries import is_asset_delivery, is_delivery
     ("/api/health", False, False),
     ("/metrics", False, False),
     ("/_cluster/push", False, False),
+    ("/.well-known/acme-challenge/token", False, False),  # the edge's answer to a CA: no `_headers` rule applies
 ])
 def test_a_request_is_a_delivery_when_the_edge_answers_it_from_its_own_routes(
         path: str, forwarded: bool, expected: bool) -> None:

@@ -21,9 +21,10 @@ from aiohttp.typedefs import Middleware
 
 from assetcdn.edge.app_keys import NODE
 from assetcdn.shared.config import Settings
+from assetcdn.shared.deliveries import ACME_CHALLENGE_PREFIX
 from assetcdn.shared.errors import ApiError
 
-CHALLENGE_PREFIX = "/.well-known/acme-challenge/"
+CHALLENGE_PREFIX = ACME_CHALLENGE_PREFIX
 CHALLENGE_ROUTE = CHALLENGE_PREFIX + "{token}"
 NOT_REDIRECTED = ("/api/health", "/metrics")
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")  # RFC 8555 8.3: base64url, no padding
@@ -35,7 +36,10 @@ async def acme_challenge(request: web.Request) -> web.Response:
     token = request.match_info["token"]
     answer = request.app[NODE].tls.challenge(token) if _TOKEN.fullmatch(token) else None
     if answer is None:
-        raise ApiError(404, "NotFound", "No ACME challenge is pending for this token.")
+        # Not kept by a cache on the way either (a 404 is heuristically cacheable, RFC 9110 15.1): the token may be
+        # published the next moment, and the CA's validation must get it then.
+        raise ApiError(404, "NotFound", "No ACME challenge is pending for this token.",
+                       headers={"Cache-Control": "no-store"})
     return web.Response(text=answer, content_type="text/plain", headers={"Cache-Control": "no-store"})
 
 

@@ -839,6 +839,31 @@ async def test_the_edges_own_paths_on_the_zones_own_host_are_the_edges_never_the
     assert (own.status, own.header("x-cache"), own.body) == (200, "MISS", b"Contact: mailto:security@origin.test")
 
 
+async def test_a_headers_rule_for_every_path_leaves_the_acme_challenge_answer_as_it_is(pulled: PullCdn) -> None:
+    """An ACME challenge's answer is the edge's, not a zone's delivery (docs/https.md: `text/plain`, `Cache-Control:
+    no-store`): a `_headers` rule for `/*` gave it, on a pull zone's own host and everywhere, the rule's year of
+    `public` caching and its other fields, so that a shared cache on the way could keep a token's 404, or an answer
+    the CA needs fresh, for a year. Its answer, 200 or 404, keeps its own fields whatever the rules say."""
+    await push_challenge(pulled.cdn, CHALLENGE_TOKEN, KEY_AUTHORIZATION)
+    resp = await pulled.cdn.control.post("/api/core/rules", headers=ACCOUNT, json={
+        "File": "_headers", "Content": "/*\n  Cache-Control: public, max-age=31536000\n  X-Rule: applied\n"})
+    assert resp.status == 200, await resp.text()
+    pulled.origin.answer("/ruled.txt", b"the origin's page", headers={**LONG, "Content-Type": "text/plain"})
+    conn = await pulled.cdn.connect()
+
+    async def applied() -> bool:
+        return (await conn.request("/ruled.txt", host=TENANT_HOST)).header("X-Rule") == "applied"
+
+    await wait_until(applied, "rules reaching the edge")
+    challenge = f"/.well-known/acme-challenge/{CHALLENGE_TOKEN}"
+    for path, status in ((challenge, 200), ("/.well-known/acme-challenge/other-token", 404)):
+        for host in (TENANT_HOST, "localhost"):
+            answer = await conn.request(path, host=host)
+            assert answer.status == status, (path, host)
+            assert (answer.header("Cache-Control"), answer.header("X-Rule")) == ("no-store", None), (path, host)
+    assert not pulled.origin.requests(challenge)
+
+
 async def test_a_rules_etag_is_the_one_conditions_are_compared_with_on_both_paths(pulled: PullCdn, clock: Clock) -> None:
     """A `_headers` rule may set or detach a pull zone path's ETag, and the answer then carries the rule's: the
     conditions must be compared with that one, the ETag its clients hold (docs/api-guide.md, rules). Both paths
