@@ -14,8 +14,8 @@ The default host (any other Host) serves every zone.
 from __future__ import annotations
 
 from assetcdn.edge.node import EdgeNode
+from assetcdn.edge.site_config import serves_on_host
 from assetcdn.shared.manifest import ManifestEntry, classify
-from assetcdn.shared.paths import STOCK_ROOT
 
 PRIVATE_CATEGORY = "private"
 
@@ -37,14 +37,6 @@ class SourceRefused(Exception):
         self.code = code
         self.message = message
         self.headers = headers or {}  # the answer's own fields (Retry-After of a 503)
-
-
-def serves_on_host(cdn_path: str, host_zone: str | None) -> bool:
-    """Whether a request on the tenant host of `host_zone` (None: the default host) may read `cdn_path`."""
-    if host_zone is None:
-        return True
-    first = cdn_path.split("/", 1)[0]
-    return first == host_zone or first == STOCK_ROOT
 
 
 def not_found(cdn_path: str) -> SourceRefused:

@@ -20,7 +20,7 @@ from assetcdn.edge.origin_client import Origin
 from assetcdn.shared.content_security import keep_sandbox
 from assetcdn.shared.edge_rules import EMPTY_RULES, RESERVED_HEADERS, HeaderChanges, RuleSet
 from assetcdn.shared.errors import ApiError
-from assetcdn.shared.paths import ZONE_NAME
+from assetcdn.shared.paths import STOCK_ROOT, ZONE_NAME
 from assetcdn.shared.published_config import PublishedConfig
 from assetcdn.shared.pull_origin import PullOrigin
 
@@ -168,10 +168,19 @@ def request_host(request: web.Request) -> str:
 
 def tenant_path(host_zone: str | None, path: str) -> str:
     """The CDN path of a request path on the tenant host of `host_zone` (None: the default host).
-    Which paths such a host may serve at all is assetcdn/edge/access.py's `serves_on_host`."""
+    Which paths such a host may serve at all is `serves_on_host`'s."""
     if host_zone and path.startswith("/v1/"):
         return f"/{host_zone}{path}"
     return path
+
+
+def serves_on_host(cdn_path: str, host_zone: str | None) -> bool:
+    """Whether a request on the tenant host of `host_zone` (None: the default host) may read `cdn_path` (no leading
+    slash): its zone's files and the stock pool (assetcdn/edge/access.py refuses the others as not found)."""
+    if host_zone is None:
+        return True
+    first = cdn_path.split("/", 1)[0]
+    return first == host_zone or first == STOCK_ROOT
 
 
 def apply_rule_changes(changes: HeaderChanges, headers: CIMultiDict[str],

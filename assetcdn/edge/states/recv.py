@@ -11,7 +11,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from assetcdn.edge.site_config import EdgeConfig, PullZone, tenant_path
+from assetcdn.edge.site_config import EdgeConfig, PullZone, serves_on_host, tenant_path
 from assetcdn.shared.edge_rules import Redirect
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.paths import InvalidPath, parse_cdn_path
@@ -71,7 +71,8 @@ def purge_named(config: EdgeConfig, target: PurgeTarget) -> list[PullPath | str]
     """What a purge URL names, resolved as a request for it would be (its host's zone, a rewrite, a pull zone's
     path as sent, a CDN path decoded), and the path itself when a `_redirects` rule (a redirect, or a rewrite to
     another path) answers it: the copies kept there before the rule came, which its requests get again once the
-    rule goes. Empty when it names nothing that is cached (a bad path)."""
+    rule goes. Empty when it names nothing that is cached (a bad path, another zone's file on a tenant host, which
+    its requests are refused as not found)."""
     host_zone = config.zone_for_host(target.host) if target.host is not None else None
     path = unquote(target.path)
     named: list[PullPath | str] = []
@@ -82,7 +83,9 @@ def purge_named(config: EdgeConfig, target: PurgeTarget) -> list[PullPath | str]
             found = resolve(config, host_zone, path, target.path, target.path, redirects=redirects)
         except (InvalidPath, ApiError):  # ApiError: its rule cannot map it (400 to a request): nothing kept there
             continue
-        if not isinstance(found, Redirect) and found not in named:
+        if isinstance(found, Redirect) or found in named:
+            pass
+        elif isinstance(found, PullPath) or serves_on_host(found, host_zone):  # never another zone's on its host
             named.append(found)
         if not config.rules.redirects.rules:  # no rule: the path as it is, found already
             break

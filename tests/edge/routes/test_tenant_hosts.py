@@ -191,6 +191,33 @@ async def test_a_purge_of_a_tenant_host_url_purges_that_zones_file(make_cdn: Cdn
     assert await cache_state() == "MISS"
 
 
+async def test_a_purge_url_on_a_custom_domain_never_names_another_zones_file(make_cdn: CdnFactory) -> None:
+    """A custom domain serves its zone's files and the stock pool, nothing of another zone (404): a purge URL is read
+    as a request for it (docs/api-guide.md), so `https://<domain>/<other zone>/...` names nothing. It purged the other
+    zone's file, as the default host's URL does: a purge meant for one zone's domain evicted another zone's copy."""
+    cdn = await two_zones(make_cdn)
+
+    async def cache_state(path: str) -> str:
+        return (await cdn.edge.get(f"/{path}")).headers["X-Cache"]
+
+    for path in (OTHER_FILE, STOCK_FILE):
+        await cache_state(path)
+        assert await cache_state(path) == "HIT"
+    assert (await cdn.edge.get(f"/{OTHER_FILE}", headers={"Host": CUSTOM_DOMAIN})).status == 404
+    resp = await cdn.control.post("/api/purge", headers=PURGE, json={"urls": [
+        f"https://{CUSTOM_DOMAIN}/{OTHER_FILE}", f"https://{TENANT_HOST}/{OTHER_FILE}",
+        f"https://{CUSTOM_DOMAIN}/{STOCK_FILE}"]})
+    assert resp.status == 200, await resp.text()
+    generation = (await resp.json())["generation"]
+
+    async def applied() -> bool:
+        return cdn.node.replica.generation >= generation and not cdn.node._sync_lock.locked()
+
+    await wait_until(applied, "the purge reaching the edge")
+    assert await cache_state(STOCK_FILE) == "MISS"  # the stock pool is served on every host: named there too
+    assert await cache_state(OTHER_FILE) == "HIT"
+
+
 @pytest.mark.parametrize("hit_path", [True, False], ids=["hit-path", "application-only"])
 async def test_a_host_that_names_no_host_is_refused(make_cdn: CdnFactory, hit_path: bool) -> None:
     """RFC 9112 section 3.2: a Host that is not a host[:port] is answered 400. Such values (userinfo, a
