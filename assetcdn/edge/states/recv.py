@@ -94,14 +94,20 @@ def purge_named(config: EdgeConfig, target: PurgeTarget) -> list[PullPath | str]
 
 def purge_prefix_named(config: EdgeConfig, target: PurgeTarget) -> tuple[str, str, bool] | None:
     """(zone, path prefix from `/`, whether a pull zone's) of a purge prefix, its host read as `resolve` reads
-    a request's: a tenant host's or custom domain's zone, else `/<zone>/...`. None when it names no zone."""
+    a request's: a tenant host's or custom domain's zone (whose `/v1/...` is its files', and `/<zone>/...` and
+    `/stocks/...` too, as `tenant_path` and `serves_on_host` read them), else `/<zone>/...`. None when it names no
+    zone."""
     host_zone = config.zone_for_host(target.host) if target.host is not None else None
     pull = config.pull_target(host_zone, target.path)
     if pull is not None:
         zone, path, _ = pull
         return zone.name, path, True
     if host_zone is not None:
-        return host_zone, unquote(target.path), False
+        path = unquote(target.path)
+        name, slash, rest = path[1:].partition("/")
+        if slash and tenant_path(host_zone, path) == path and serves_on_host(name, host_zone):
+            return name, "/" + rest, False
+        return host_zone, path, False
     if not zone_path_prefix(target.path):
         return None
     name, _, rest = target.path[1:].partition("/")

@@ -218,6 +218,32 @@ async def test_a_purge_url_on_a_custom_domain_never_names_another_zones_file(mak
     assert await cache_state(OTHER_FILE) == "HIT"
 
 
+async def test_a_purge_prefix_on_a_custom_domain_names_what_its_requests_get(make_cdn: CdnFactory) -> None:
+    """On a custom domain `/<zone>/v1/...` is the zone's file and `/stocks/...` the stock pool's, as `/v1/...` is
+    the zone's (what its requests get): a prefix there naming them was read as a path below `/v1/`'s (`<zone>/<zone>/
+    v1/...`, `<zone>/stocks/...`), so the purge was acknowledged and purged nothing. Another zone's prefix there
+    still names nothing of that zone."""
+    cdn = await two_zones(make_cdn)
+
+    async def cache_state(path: str) -> str:
+        return (await cdn.edge.get(f"/{path}")).headers["X-Cache"]
+
+    for path in (OWN_FILE, STOCK_FILE, OTHER_FILE):
+        await cache_state(path)
+        assert await cache_state(path) == "HIT"
+    resp = await cdn.control.post("/api/purge", headers=PURGE, json={"prefixes": [
+        f"https://{CUSTOM_DOMAIN}/{ZONE}/v1/logos/", f"https://{CUSTOM_DOMAIN}/stocks/icons/",
+        f"https://{CUSTOM_DOMAIN}/{OTHER}/v1/"]})
+    assert resp.status == 200, await resp.text()
+    generation = (await resp.json())["generation"]
+
+    async def applied() -> bool:
+        return cdn.node.replica.generation >= generation and not cdn.node._sync_lock.locked()
+
+    await wait_until(applied, "the purge reaching the edge")
+    assert [await cache_state(path) for path in (OWN_FILE, STOCK_FILE, OTHER_FILE)] == ["MISS", "MISS", "HIT"]
+
+
 @pytest.mark.parametrize("hit_path", [True, False], ids=["hit-path", "application-only"])
 async def test_a_host_that_names_no_host_is_refused(make_cdn: CdnFactory, hit_path: bool) -> None:
     """RFC 9112 section 3.2: a Host that is not a host[:port] is answered 400. Such values (userinfo, a
