@@ -22,6 +22,7 @@ from assetcdn.shared.errors import ApiError
 from assetcdn.shared.paths import cdn_path_of, repo_path_of
 from tests.control.expect import expect_error
 from tests.support.control import ACCESS, ACCOUNT, SECRETS
+from tests.support.wait import wait_until
 
 BUSY_TIMEOUT_MS = 200
 
@@ -86,10 +87,18 @@ async def test_an_upload_whose_bookkeeping_failed_is_published_with_the_next(con
 async def test_uploads_cancelled_at_any_point_leave_the_publish_sequence_going(control: TestClient) -> None:
     publisher, manifest, git = control.app[PUBLISHER], control.app[MANIFEST], control.app[GIT]
     for n in range(24):  # cancelled before, during or after the commit and its bookkeeping
+        before = await git.run(git.head_commit_id)
         task = asyncio.create_task(publisher.upload({repo_path_of(f"akande/v1/logos/cut-{n}.txt"): b"%d" % n},
                                                     "an upload whose request went away"))
-        for _ in range(n):
-            await asyncio.sleep(0.001 if n % 3 == 0 else 0)
+        if n % 4 == 3:  # once its commit landed (during its bookkeeping, or after): however loaded the machine
+
+            async def landed(task: asyncio.Task[object] = task, before: str | None = before) -> bool:
+                return task.done() or await git.run(git.head_commit_id) != before
+
+            await wait_until(landed, f"upload {n}'s commit")
+        else:
+            for _ in range(n):
+                await asyncio.sleep(0.001 if n % 3 == 0 else 0)
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
