@@ -372,7 +372,11 @@ async def test_an_invalidation_a_shield_missed_reaches_it_when_it_comes_back_at_
     from before it for that copy's whole lifetime."""
     async with fleet(tmp_path, aiohttp_client) as run:
         app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", lambda request: relay(Fleet.node(run.b).shields.own_url, request))
+
+        async def to_b(request: web.Request) -> web.StreamResponse:
+            return await relay(Fleet.node(run.b).shields.own_url, request)
+
+        app.router.add_route("*", "/{tail:.*}", to_b)
         back = TestServer(app, host="127.0.0.1")
         await back.start_server()
         try:
