@@ -22,9 +22,6 @@ from tests.support.control import ACCOUNT, SECRETS
 SCAN = 100_000
 # Paths an edge worker names per zone and hour ([analytics] paths_per_zone_hour in default.toml).
 EDGE_NAMES = load_settings(environ={}).get("analytics", "paths_per_zone_hour")
-# Far above what a loaded 2-core machine takes for a report over a few thousand rows, far below what
-# one over a scan's hundred thousand takes.
-FAST_S = 0.1
 REPORTS = ["/api/insights/errors?days=1", "/api/insights/top-assets?days=1&limit=100", "/api/core/statistics?days=1",
            "/api/insights/summary?days=1", "/api/insights/errors?days=1&zone=akande"]
 
@@ -74,11 +71,8 @@ async def test_a_scan_of_100000_unique_404s_adds_a_fixed_number_of_rows_and_repo
     top = (await get(control, "/api/insights/top-assets?days=1"))["Assets"]
     assert top == [{"Path": "/akande/v1/logos/logo.svg", "Requests": 3}]  # "other" is no asset
 
-    for url in REPORTS:
-        await get(control, url)  # warm: the first read opens what a later one reuses
-        started = time.perf_counter()
+    for url in REPORTS:  # each report answers over the bounded rows (how fast is benchmarks/' to say, not a test's)
         await get(control, url)
-        assert time.perf_counter() - started < FAST_S, url
 
 
 async def test_control_caps_paths_per_zone_and_day_whatever_several_edges_send(
