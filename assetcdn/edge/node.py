@@ -93,6 +93,9 @@ class EdgeNode:
         # The config held before the latest one taken, until the generations that came with it are applied: their
         # purges may have been made under it (`_purge_of`). The first one replaced since then is kept.
         self._replaced_config: EdgeConfig | None = None
+        # The config saved in `config_file`: its retired origins purged (`_refresh_config`). `config` is taken
+        # before that purge; while the purge has not succeeded the two differ, and the next refresh purges again.
+        self._saved_config = self.config
 
     def load_persisted(self) -> None:
         """What this edge knew before a restart, so it can serve (STALE) while control is unreachable."""
@@ -100,22 +103,23 @@ class EdgeNode:
         self._applied()  # the series from the start, a restarted worker's too: not only once something changes
         self.tls.load_persisted()
         try:
-            self.config = EdgeConfig.from_published(
+            self.config = self._saved_config = EdgeConfig.from_published(
                 PublishedConfig.from_json(orjson.loads(self.config_file.read_bytes())), self.fleet)
         except (FileNotFoundError, ValueError):   # orjson.JSONDecodeError is a ValueError
             pass
 
     async def _refresh_config(self, version: str | None) -> None:
-        """Take control's config when `version` is not the one held; the one it replaces is kept for the purges of
-        the generations that come with it (`_replaced_config`)."""
-        if not version or version == self.config.version:
+        """Take control's config when `version` is not the one held, or when the one held is not saved yet (its
+        purge failed); the one it replaces is kept for the purges of the generations that come with it
+        (`_replaced_config`)."""
+        if not version or (version == self.config.version and self.config is self._saved_config):
             return
         published = await self.control.config()
         if self._replaced_config is None:
             self._replaced_config = self.config
-        before = self.config.pull_zones
         self.config = EdgeConfig.from_published(published, self.fleet)  # from here no fill keeps a retired origin's answer
-        retired = retired_origins(before, self.config.pull_zones)
+        # Against the saved config, not the one held: a purge that failed is made again, until one succeeds.
+        retired = retired_origins(self._saved_config.pull_zones, self.config.pull_zones)
         if retired:
             # Control purges such a zone once it has published the change, and the purge runs once per edge: a
             # worker that took the change later may have filled from the old origin into the shared disk tier
@@ -126,6 +130,7 @@ class EdgeNode:
         tmp = self.config_file.with_name(f"{self.config_file.name}.{os.getpid()}.tmp")
         tmp.write_bytes(orjson.dumps(published.to_json()))
         os.replace(tmp, self.config_file)
+        self._saved_config = self.config
 
     async def start(self, cluster_url: str) -> None:
         """Start the background work: register with control, heartbeat and catch up on a short timer. Returns once

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+import orjson
 import pytest
 from aiohttp import web
 
@@ -143,6 +144,30 @@ async def test_a_worker_whose_purge_fails_keeps_the_old_config_on_disk_for_its_n
         with pytest.raises(OSError):
             await take_config(run.cdn, monkeypatch, {"Url": f"http://127.0.0.1:{run.port}/elsewhere"})
         assert run.cdn.node.config_file.read_bytes() == saved
+
+
+async def test_a_purge_that_failed_as_the_origin_changed_is_made_again_at_the_next_catch_up(
+        make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker takes an origin change at once (no fill keeps the old origin's answers from then on), then purges what
+    it kept of the old origin and saves the config. When that purge failed (the disk tier failing for a while), the
+    next catch-up, with control still at the changed config's version, saw nothing to take: the old origin's copies
+    stayed, HITs for every client, until the worker was started again. It now purges then, and saves."""
+    async with moving_zone(make_cdn) as run:
+        cdn = run.cdn
+        assert (await cdn.edge.get("/moving/kept.txt")).headers["X-Cache"] == "MISS"
+        purge_tags = cdn.node.cache.purge_tags
+
+        def failing(_tags: object) -> int:
+            raise OSError("the disk tier is gone")
+
+        monkeypatch.setattr(cdn.node.cache, "purge_tags", failing)
+        with pytest.raises(OSError):
+            await take_config(cdn, monkeypatch, {"Url": f"http://127.0.0.1:{run.port}/elsewhere"})
+        monkeypatch.setattr(cdn.node.cache, "purge_tags", purge_tags)  # the disk tier works again
+        async with cdn.node._sync_lock:  # as a catch-up answering control's version (the changed config's) runs
+            await cdn.node._refresh_config(cdn.node.config.version)
+        assert stored_url(cdn.node, "moving", "/kept.txt") is None
+        assert orjson.loads(cdn.node.config_file.read_bytes())["version"] == cdn.node.config.version
 
 
 @pytest.mark.parametrize("hit_path", [True, False])
