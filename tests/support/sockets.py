@@ -1,10 +1,12 @@
-"""Sockets: a listener on a free loopback port to configure before a server uses it, and what the kernel can take
+"""Sockets: a listener on a free loopback port to configure before a server uses it, what the kernel can take
 of a response for a client that reads nothing (the bound on the bytes a test of aborted downloads may see
-counted as sent)."""
+counted as sent), and a client with a small receive window (one slow to read, or reading nothing)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import struct
 from pathlib import Path
 
 RCVBUF = 16 * 1024   # the attacking client's receive buffer (the kernel doubles it)
@@ -27,3 +29,35 @@ def loopback_listener() -> socket.socket:
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
     return listener
+
+
+SMALL_WINDOW = 4096  # a slow reader's receive buffer: the window it advertises from its first segment
+
+
+async def slow_reader(port: int) -> socket.socket:
+    """A non-blocking client connected to 127.0.0.1:`port` whose receive buffer is made small before it connects: the
+    bytes it does not read stay in the server's buffers (closed by the caller)."""
+    client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_WINDOW)
+        client.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(client, ("127.0.0.1", port))
+    except BaseException:
+        client.close()
+        raise
+    return client
+
+
+async def read_then_reset(port: int, request: bytes, read: int, timeout_s: float) -> None:
+    """A slow reader (`slow_reader`) that sends `request`, reads at least `read` bytes of the answer (each read within
+    `timeout_s`) and resets its connection (SO_LINGER 0): a download cancelled midway."""
+    loop = asyncio.get_running_loop()
+    client = await slow_reader(port)
+    try:
+        await loop.sock_sendall(client, request)
+        received = 0
+        while received < read:
+            received += len(await asyncio.wait_for(loop.sock_recv(client, 64 * 1024), timeout_s))
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # its close resets
+    finally:
+        client.close()

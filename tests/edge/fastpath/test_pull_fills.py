@@ -40,6 +40,7 @@ from tests.support.control import METRICS
 from tests.support.h2_memory import H2InProcess, MemoryHttp11
 from tests.support.hit_cdn import READ_S, HitCdn, Response, request_bytes
 from tests.support.origins import LONG, PREFIX, ScriptedOrigin, pull_zone_on_hit_cdn, stored_url
+from tests.support.sockets import read_then_reset, slow_reader
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -701,11 +702,8 @@ async def test_a_client_that_stops_reading_its_fill_is_cut_off_and_the_fill_comp
     slow_readers.origin.route(after, answering(BODY))
     cdn = slow_readers.cdn
     loop = asyncio.get_running_loop()
-    idle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    idle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
-    idle.setblocking(False)
+    idle = await slow_reader(cdn.port if path == "hit" else cdn.plain_port)
     try:
-        await loop.sock_connect(idle, ("127.0.0.1", cdn.port if path == "hit" else cdn.plain_port))
         await loop.sock_sendall(idle, request_bytes(f"/{ZONE}{name}"))
 
         async def fill_asked() -> bool:
@@ -764,11 +762,8 @@ async def test_an_answer_cut_short_counts_the_bytes_it_sent_as_served(slow_reade
 
     before = await served()
     loop = asyncio.get_running_loop()
-    idle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    idle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
-    idle.setblocking(False)
+    idle = await slow_reader(cdn.port if answered == "hit path fill" else cdn.plain_port)
     try:
-        await loop.sock_connect(idle, ("127.0.0.1", cdn.port if answered == "hit path fill" else cdn.plain_port))
         await loop.sock_sendall(idle, request_bytes(f"/{ZONE}{name}"))
         await wait_until(recorded, "the client that reads nothing cut off")  # recorded then: it reads nothing
     finally:
@@ -789,19 +784,7 @@ async def test_a_client_that_resets_an_answer_written_whole_is_recorded_with_wha
     cdn = slow_readers.cdn
     await cdn.upload(name, LARGE)
     deliveries = cdn.node.deliveries
-    loop = asyncio.get_running_loop()
-    client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
-    client.setblocking(False)
-    try:
-        await loop.sock_connect(client, ("127.0.0.1", cdn.plain_port))
-        await loop.sock_sendall(client, request_bytes(f"/{name}"))
-        received = 0
-        while received < 64 * 1024:
-            received += len(await asyncio.wait_for(loop.sock_recv(client, 64 * 1024), READ_S))
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # its close resets
-    finally:
-        client.close()
+    await read_then_reset(cdn.plain_port, request_bytes(f"/{name}"), 64 * 1024, READ_S)  # read a little, then reset
 
     async def recorded() -> bool:
         return any(key[2] == name for key in deliveries.counts)
@@ -830,12 +813,9 @@ async def test_a_chunked_answer_its_client_leaves_unread_is_logged_aborted_on_a_
     deliveries = slow_readers.cdn.node.deliveries
     deliveries.access = access = AccessLog("file", "edge-f/0", directory=tmp_path)
     loop = asyncio.get_running_loop()
-    idle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    idle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
-    idle.setblocking(False)
+    idle = await slow_reader(slow_readers.cdn.plain_port)
     lines: list[dict[str, Any]] = []
     try:
-        await loop.sock_connect(idle, ("127.0.0.1", slow_readers.cdn.plain_port))
         await loop.sock_sendall(idle, request_bytes(f"/{ZONE}{name}"))
 
         async def logged() -> bool:  # once it is cut off: it reads nothing
@@ -880,19 +860,7 @@ async def test_a_client_that_resets_a_streamed_file_is_counted_with_the_status_i
 
     before = await counted()
     caplog.clear()
-    loop = asyncio.get_running_loop()
-    client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
-    client.setblocking(False)
-    try:
-        await loop.sock_connect(client, ("127.0.0.1", cdn.plain_port))
-        await loop.sock_sendall(client, request_bytes(f"/{name}"))
-        received = 0
-        while received < 64 * 1024:
-            received += len(await asyncio.wait_for(loop.sock_recv(client, 64 * 1024), READ_S))
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # its close resets
-    finally:
-        client.close()
+    await read_then_reset(cdn.plain_port, request_bytes(f"/{name}"), 64 * 1024, READ_S)  # read a little, then reset
     await wait_until(partial(recorded, 2), "the reset delivery recorded")
     after = await counted()
     assert {status: after[status] - before[status] for status in after} == {"200": 1, "500": 0}
@@ -981,11 +949,8 @@ async def test_a_client_that_stops_reading_an_unsafe_requests_answer_is_cut_off_
     slow_readers.origin.route(name, answer)
     cdn = slow_readers.cdn
     loop = asyncio.get_running_loop()
-    idle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    idle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
-    idle.setblocking(False)
+    idle = await slow_reader(cdn.port if path == "hit" else cdn.plain_port)
     try:
-        await loop.sock_connect(idle, ("127.0.0.1", cdn.port if path == "hit" else cdn.plain_port))
         await loop.sock_sendall(idle, request_bytes(f"/{ZONE}{name}", "POST", Content_Length="4") + b"data")
         # Nothing read: the origin's connection is closed once the client has taken nothing for the send timeout.
         await asyncio.wait_for(origin_done.wait(), SEND_TIMEOUT_S + READ_S)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -18,6 +17,7 @@ import pytest_asyncio
 from tests.support.hit_cdn import HitCdn, RawConnection, request_bytes, shared_hit_cdn
 from tests.support.origins import stored_url
 from tests.support.raw_origin import KEPT, Script, fetch, zone_before
+from tests.support.sockets import slow_reader
 from tests.support.wait import WAIT_S, wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -173,10 +173,7 @@ async def test_no_temporary_file_outlives_a_fill_that_failed(cdn: HitCdn, framin
     script = sends_body(data, framing, upto=3 * MAX_OBJECT // 4 if outcome == "origin-cut" else None)
     async with zone_before(cdn, script) as (zone, origin):
         for port in (cdn.port, cdn.plain_port):
-            client = socket.socket()
-            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a slow reader: it lags behind the fill
-            client.setblocking(False)
-            await asyncio.get_running_loop().sock_connect(client, ("127.0.0.1", port))
+            client = await slow_reader(port)
             reader, writer = await asyncio.open_connection(sock=client)
             try:
                 writer.write(request_bytes(f"/{zone}/failed-{port}.bin"))

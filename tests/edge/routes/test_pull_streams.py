@@ -30,6 +30,7 @@ from tests.support.origins import (
     pull_zone_on_hit_cdn,
     stored_url,
 )
+from tests.support.sockets import slow_reader
 from tests.support.wait import WAIT_S, wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -320,11 +321,8 @@ async def test_a_client_the_application_cuts_off_for_not_reading_is_let_go_at_on
     hits = cdn.site.hits
     assert hits is not None
     loop = asyncio.get_running_loop()
-    idle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    idle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
-    idle.setblocking(False)
+    idle = await slow_reader(cdn.port)
     try:
-        await loop.sock_connect(idle, ("127.0.0.1", cdn.port))
         here = idle.getsockname()
         await loop.sock_sendall(idle, request_bytes(f"/{SLOW_ZONE}{name}", **fields))
 
@@ -366,11 +364,8 @@ async def test_an_http_1_0_client_cut_off_for_not_reading_never_takes_its_answer
     hits = cdn.site.hits
     assert hits is not None
     loop = asyncio.get_running_loop()
-    idle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    idle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
-    idle.setblocking(False)
+    idle = await slow_reader(cdn.port)
     try:
-        await loop.sock_connect(idle, ("127.0.0.1", cdn.port))
         here = idle.getsockname()
         length = "Content-Length: 0\r\n" if method == "POST" else ""
         await loop.sock_sendall(idle, f"{method} /{SLOW_ZONE}{name} HTTP/1.0\r\nHost: 127.0.0.1\r\n{length}\r\n".encode())
@@ -407,11 +402,8 @@ async def test_a_client_that_stops_reading_a_large_hit_is_cut_off(slow_readers: 
     hits = cdn.site.hits
     assert hits is not None
     loop = asyncio.get_running_loop()
-    idle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    idle.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, set before it is opened
-    idle.setblocking(False)
+    idle = await slow_reader(cdn.port)
     try:
-        await loop.sock_connect(idle, ("127.0.0.1", cdn.port))
         here = idle.getsockname()
         await loop.sock_sendall(idle, request_bytes(f"/{SLOW_ZONE}{name}"))
         head = await asyncio.wait_for(loop.sock_recv(idle, 4096), WAIT_S)
