@@ -116,6 +116,15 @@ async def shielded_cdn(make_cdn: CdnFactory, handler: Handler, *, shield_url: st
         await origin_server.close()
 
 
+async def ask_as_edge(site: str, run: Shielded, name: str) -> tuple[int, bytes]:
+    """Another edge's signed shield request for the zone's `name` to an edge's cluster `site`, at that edge's
+    generation: its status and body."""
+    path_qs = f"{SHIELD_PATH}/{run.cdn.node.applied_generation}/{ZONE}{name}"
+    headers = sign_request(SECRETS.cluster_secret, "GET", path_qs, audience=SHIELD_AUDIENCE)
+    async with aiohttp.ClientSession() as http, http.get(site + path_qs, headers=headers) as resp:
+        return resp.status, await resp.read()
+
+
 async def test_a_fill_asks_the_shield_signed_and_keeps_its_answer_with_its_age(make_cdn: CdnFactory) -> None:
     async def answer(_request: web.Request) -> web.StreamResponse:
         return relayed(headers={"Age": "100", "ETag": '"v1"'})
@@ -268,11 +277,8 @@ async def test_what_a_shield_sends_other_edges_is_not_counted_as_bytes_served(ma
             return metric(text, "assetcdn_bytes_served_total", process="edge")
 
         before = await served()
-        path_qs = f"{SHIELD_PATH}/{run.cdn.node.applied_generation}/{ZONE}/counted.txt"
         for _ in range(2):  # its fill, then its stored copy
-            headers = sign_request(SECRETS.cluster_secret, "GET", path_qs, audience=SHIELD_AUDIENCE)
-            async with aiohttp.ClientSession() as http, http.get(member.url + path_qs, headers=headers) as resp:
-                assert (resp.status, await resp.read()) == (200, b"from the origin")
+            assert await ask_as_edge(member.url, run, "/counted.txt") == (200, b"from the origin")
         assert run.origin.count("/counted.txt") == 1
         assert await served() == before
 
@@ -296,11 +302,8 @@ async def test_a_shields_lookups_for_other_edges_are_counted_apart_from_its_clie
                     for result in ("HIT", "MISS")]
 
         before = await results()
-        path_qs = f"{SHIELD_PATH}/{run.cdn.node.applied_generation}/{ZONE}/looked-up.txt"
         for _ in range(2):  # its fill, then its stored copy
-            headers = sign_request(SECRETS.cluster_secret, "GET", path_qs, audience=SHIELD_AUDIENCE)
-            async with aiohttp.ClientSession() as http, http.get(member.url + path_qs, headers=headers) as resp:
-                assert (resp.status, await resp.read()) == (200, b"from the origin")
+            assert await ask_as_edge(member.url, run, "/looked-up.txt") == (200, b"from the origin")
         assert run.origin.count("/looked-up.txt") == 1
         assert [after - earlier for after, earlier in zip(await results(), before, strict=True)] == [0, 0, 1, 1]
 
