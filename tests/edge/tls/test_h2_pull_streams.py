@@ -306,13 +306,8 @@ async def test_a_head_past_the_clients_header_list_size_resets_its_stream_not_th
     conn.client.update_settings({SettingCodes.MAX_HEADER_LIST_SIZE: 8192})
     conn.exchange()
     for attempt in ("miss", "hit"):
-        beside = conn.client.get_next_available_stream_id()
-        conn.answers[beside] = [None, bytearray(), False]
-        conn.client.send_headers(beside, request("/beside.bin"), end_stream=True)
-        large_stream = conn.client.get_next_available_stream_id()
-        conn.answers[large_stream] = [None, bytearray(), False]
-        conn.resets[large_stream] = -1
-        conn.client.send_headers(large_stream, request("/large-head.bin"), end_stream=True)
+        beside = ask(conn, request("/beside.bin"))
+        large_stream = ask(conn, request("/large-head.bin"), may_reset=True)
         status, _, _ = await answer(conn, large_stream, f"the large head's stream ({attempt})")
         assert (status, conn.resets[large_stream]) == (0, h2.errors.ErrorCodes.INTERNAL_ERROR), attempt
         status, _, body = await answer(conn, beside, f"the answer beside it ({attempt})")
@@ -331,10 +326,7 @@ async def test_a_client_that_takes_no_head_at_all_costs_the_log_one_line_not_one
     conn.exchange()
     with caplog.at_level(logging.INFO, logger="assetcdn.edge.tls.h2"):
         for attempt in range(6):
-            stream_id = conn.client.get_next_available_stream_id()
-            conn.answers[stream_id] = [None, bytearray(), False]
-            conn.resets[stream_id] = -1
-            conn.client.send_headers(stream_id, request("/any-head.bin"), end_stream=True)
+            stream_id = ask(conn, request("/any-head.bin"), may_reset=True)
             status, _, _ = await answer(conn, stream_id, f"stream {attempt}'s reset")
             assert (status, conn.resets[stream_id]) == (0, h2.errors.ErrorCodes.INTERNAL_ERROR), attempt
     lines = [record for record in caplog.records if "header list size" in record.getMessage()]
