@@ -5,8 +5,7 @@
 One ``assetcdn up`` (control and one edge with one worker) with a pull zone in front of benchmarks/pull_bench.py's
 nginx origin (pinned to core 1 with wrk); every process of ``up`` pinned to core 0. First a turn without the
 profiler (the CPU per fill of the worker and of the whole system, as benchmarks/fill_ab.py reads it), then one
-with it: the worker profiles itself (a ``sitecustomize`` put first on the path of ``up``'s processes starts
-``cProfile`` in the worker before the turn and writes the statistics after it). Printed: both turns' CPU per fill (the worker's split into user and system time), the Python calls per fill, and the functions by their own time.
+with it: the worker profiles itself (benchmarks/worker_profile.py) for that turn. Printed: both turns' CPU per fill (the worker's split into user and system time), the Python calls per fill, and the functions by their own time.
 
 cProfile adds its own cost to every call, so small functions look dearer than they are: read the ranking and the
 call counts, not the microseconds. Loopback only; everything started is stopped at the end.
@@ -30,23 +29,8 @@ from benchmarks.hits_bench import SETTLE_S, edge_server, stop, warm, whole_syste
 from benchmarks.load import run_wrk
 from benchmarks.measure import create_pull_zone, load_average, machine, require_tools, stat_fields
 from benchmarks.pull_bench import FILL_LUA, SIZES, ZONE, ready_origin
+from benchmarks.worker_profile import ENV, hook
 from tests.integration.harness import ACCOUNT, free_port_block, start_cdn
-
-# The edge worker (its command line names ``edge-0``) profiles itself from SIGUSR1 to SIGUSR2, which writes the
-# statistics; before the first SIGUSR1 it runs unprofiled.
-SITECUSTOMIZE = """
-import cProfile, os, signal, sys
-if any("edge-0" in arg for arg in sys.argv) and os.environ.get("FILL_PROFILE_OUT"):
-    _profile = cProfile.Profile()
-    def _dump(_signum, _frame):
-        _profile.disable()
-        _profile.dump_stats(os.environ["FILL_PROFILE_OUT"])
-    def _start(_signum, _frame):
-        _profile.clear()
-        _profile.enable()
-    signal.signal(signal.SIGUSR2, _dump)
-    signal.signal(signal.SIGUSR1, _start)
-"""
 
 
 def user_system(pid: int) -> tuple[float, float]:
@@ -75,14 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="profile-fill-") as tmp:
         workdir = Path(tmp)
         os.chmod(workdir, 0o755)  # the origin's nginx workers run as their own user
-        hook = workdir / "hook"
-        hook.mkdir()
-        (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        hooked = hook(workdir)
         stats = workdir / "edge.prof"
         origin, bodies = ready_origin(workdir, free_port_block(1), args.load_core)
-        path = os.pathsep.join([str(hook), os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])])
+        path = os.pathsep.join([str(hooked), os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])])
         env = {"ASSETCDN_EDGE_MEMORY_CACHE_MB": str(args.memory_mb), "ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "true",
-               "PYTHONPATH": path, "FILL_PROFILE_OUT": str(stats)}
+               "PYTHONPATH": path, ENV: str(stats)}
         (workdir / "cdn").mkdir()
         cdn = start_cdn(workdir / "cdn", workers=1, env_extra=env)
         try:

@@ -4,8 +4,8 @@
 
 One ``assetcdn up`` (control and one edge with one worker and an https port), the 5 KB and 100 KB files
 of benchmarks/hits_bench.py in the edge's memory tier. py-spy is not a dependency, so the worker profiles
-itself: a ``sitecustomize`` module put first on the path of ``up``'s processes starts ``cProfile`` in the
-edge worker (its command line names ``edge-0``) and writes the statistics on SIGUSR2. Every process of
+itself (benchmarks/worker_profile.py: ``cProfile`` in the edge worker from SIGUSR1, its statistics written on
+SIGUSR2). Every process of
 ``up`` (the supervisor, control, the edge worker, any image worker) is pinned to core 0, the tree walked
 again before each size, as benchmarks/hits_bench.py pins what it measures; h2load (``-c8 -m<streams>``) runs
 on core 1. Per size, h2load runs while the worker is profiled; printed: the functions by their own time
@@ -33,26 +33,11 @@ from pathlib import Path
 from benchmarks.hits_bench import SETTLE_S, edge_server, prepare_files, whole_system
 from benchmarks.https_bench import require_tools, run_h2load, warm
 from benchmarks.measure import load_average, machine
+from benchmarks.worker_profile import ENV, hook
 from tests.edge.tls.certs import TestCa
 from tests.integration.harness import free_port_block, start_cdn
 
 SIZES = ["5 KB", "100 KB"]
-SITECUSTOMIZE = """
-import cProfile, os, signal, sys
-if any("edge-0" in arg for arg in sys.argv) and os.environ.get("H2_PROFILE_OUT"):
-    _profile = cProfile.Profile()
-    def _dump(_signum, _frame):
-        _profile.disable()
-        _profile.dump_stats(os.environ["H2_PROFILE_OUT"])
-        _profile.enable()
-    def _reset(_signum, _frame):
-        _profile.disable()
-        _profile.clear()
-        _profile.enable()
-    signal.signal(signal.SIGUSR2, _dump)
-    signal.signal(signal.SIGUSR1, _reset)
-    _profile.enable()
-"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,16 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# profile_h2: {time.strftime('%Y-%m-%d %H:%M')}, {machine()}, load average {load_average()}")
     with tempfile.TemporaryDirectory(prefix="profile-h2-") as tmp:
         workdir = Path(tmp)
-        hook = workdir / "hook"
-        hook.mkdir()
-        (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        hooked = hook(workdir)
         stats = workdir / "edge.prof"
         cert, key = TestCa().issue("localhost").write(workdir, "localhost")
         port = free_port_block(1)
-        path = os.pathsep.join([str(hook), os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])])
+        path = os.pathsep.join([str(hooked), os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])])
         env = {"ASSETCDN_EDGE_MEMORY_CACHE_MB": "512", "ASSETCDN_TLS_HTTPS_PORT": str(port),
                "ASSETCDN_TLS_CERTIFICATES": json.dumps([[str(cert), str(key)]]), "PYTHONPATH": path,
-               "H2_PROFILE_OUT": str(stats)}
+               ENV: str(stats)}
         (workdir / "cdn").mkdir()
         cdn = start_cdn(workdir / "cdn", workers=1, env_extra=env)
         try:
