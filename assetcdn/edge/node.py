@@ -94,8 +94,9 @@ class EdgeNode:
         # purges may have been made under it (`_purge_of`). The first one replaced since then is kept.
         self._replaced_config: EdgeConfig | None = None
         # The config saved in `config_file`: its retired origins purged (`_refresh_config`). `config` is taken
-        # before that purge; while the purge has not succeeded the two differ, and the next refresh purges again.
+        # before that purge; while the purge has not succeeded (`_unsaved`), the next refresh purges again.
         self._saved_config = self.config
+        self._unsaved = False
 
     def load_persisted(self) -> None:
         """What this edge knew before a restart, so it can serve (STALE) while control is unreachable."""
@@ -112,12 +113,13 @@ class EdgeNode:
         """Take control's config when `version` is not the one held, or when the one held is not saved yet (its
         purge failed); the one it replaces is kept for the purges of the generations that come with it
         (`_replaced_config`)."""
-        if not version or (version == self.config.version and self.config is self._saved_config):
+        if not version or (version == self.config.version and not self._unsaved):
             return
         published = await self.control.config()
         if self._replaced_config is None:
             self._replaced_config = self.config
         self.config = EdgeConfig.from_published(published, self.fleet)  # from here no fill keeps a retired origin's answer
+        self._unsaved = True
         # Against the saved config, not the one held: a purge that failed is made again, until one succeeds.
         retired = retired_origins(self._saved_config.pull_zones, self.config.pull_zones)
         if retired:
@@ -131,6 +133,7 @@ class EdgeNode:
         tmp.write_bytes(orjson.dumps(published.to_json()))
         os.replace(tmp, self.config_file)
         self._saved_config = self.config
+        self._unsaved = False
 
     async def start(self, cluster_url: str) -> None:
         """Start the background work: register with control, heartbeat and catch up on a short timer. Returns once
