@@ -12,13 +12,15 @@ Wire form (cluster protocol version 1)::
     {"v": 1, "generation": 8, "commit": "<sha>", "config_version": "<hash>", "full": false,
      "changes": [{"path": ..., "entry": {...} | null, "previous_tags": [...], "generation": 7}],
      "purges": [{"tags": [...]} | {"urls": [...]} | {"prefixes": [...]} | {"everything": true},
-                each with "generation": 8 and, for a soft purge, "soft": true],
+                each with "generation": 8 and, for a soft purge, "soft": true; a tag purge scoped to one
+                zone has "zone": "<zone>" beside its "tags"],
      "tls_serial": 3}
 
 A full snapshot has ``"full": true`` and ``"entries": [<manifest entry>...]`` instead of changes and
 purges. ``tls_serial`` is only in catch-up answers. A field a message of an older control lacks takes
 its old meaning: no ``v`` is version 1, no ``full`` is a delta, an item without ``generation``
-belongs to the message's generation.
+belongs to the message's generation, a purge without ``zone`` is not scoped (its tags are purged in every zone).
+An edge older than ``zone`` reads a scoped purge as an unscoped one (it removes more than asked, never less).
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ class PushedChange:
 @dataclass(frozen=True, slots=True)
 class PushedPurge:
     """A purge command of one generation: cached copies carrying any of `tags`, those of `urls`, those under
-    `prefixes` (URLs or paths, assetcdn/shared/purge_targets.py), or all; `soft`: marked stale, not dropped."""
+    `prefixes` (URLs or paths, assetcdn/shared/purge_targets.py), or all; `soft`: marked stale, not dropped.
+    `zone` scopes `tags` (never given with the others): only the copies of that zone, the ones that also carry its
+    tag (assetcdn/shared/manifest.py `zone_tag`); None, every zone's."""
 
     generation: int
     tags: tuple[str, ...] = ()
@@ -56,17 +60,21 @@ class PushedPurge:
     everything: bool = False
     prefixes: tuple[str, ...] = ()
     soft: bool = False
+    zone: str | None = None
 
     @staticmethod
     def of_command(generation: int, command: dict[str, Any]) -> PushedPurge:
         """The purge control recorded (assetcdn/control/routes/purge.py: ``{"tags"|"urls"|"prefixes": [...]}``
-        or ``{"everything": true}``, with ``"soft": true`` for a soft purge) as part of `generation`."""
+        or ``{"everything": true}``, with ``"soft": true`` for a soft purge and ``"zone": "<zone>"`` for a tag purge
+        scoped to a zone) as part of `generation`."""
         return _purge(command, generation)
 
     def to_json(self) -> dict[str, Any]:
         command: dict[str, Any] = {"everything": True} if self.everything else {}
         if self.tags:
             command["tags"] = list(self.tags)
+        if self.zone is not None:
+            command["zone"] = self.zone
         if self.urls:
             command["urls"] = list(self.urls)
         if self.prefixes:
@@ -192,6 +200,13 @@ def _purge(item: object, generation: int) -> PushedPurge:
     everything, soft = item.get("everything", False), item.get("soft", False)
     if not isinstance(everything, bool) or not isinstance(soft, bool):
         raise GenerationPushError("a purge command's everything or soft is not true or false")
-    return PushedPurge(_item_generation(item, generation, "purge"), _texts(item.get("tags", []), "a purge's tags"),
-                       _texts(item.get("urls", []), "a purge's urls"), everything,
-                       _texts(item.get("prefixes", []), "a purge's prefixes"), soft)
+    tags, urls = _texts(item.get("tags", []), "a purge's tags"), _texts(item.get("urls", []), "a purge's urls")
+    prefixes, zone = _texts(item.get("prefixes", []), "a purge's prefixes"), item.get("zone")
+    if zone is not None:
+        # Read as a narrower purge than sent would keep what was meant to go: a scope that is not one zone's
+        # name, or beside what names no tag, is refused.
+        if not isinstance(zone, str) or not zone:
+            raise GenerationPushError("a purge's zone is not a zone name")
+        if not tags or urls or prefixes or everything:
+            raise GenerationPushError("a purge's zone scopes tags only")
+    return PushedPurge(_item_generation(item, generation, "purge"), tags, urls, everything, prefixes, soft, zone)

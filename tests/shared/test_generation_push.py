@@ -47,6 +47,17 @@ def test_a_prefix_purge_and_a_soft_purge_round_trip() -> None:
         GenerationPush.from_json({**push.to_json(), "purges": [{"tags": ["a"], "soft": "yes"}]})
 
 
+def test_a_tag_purge_scoped_to_a_zone_round_trips_and_one_without_a_zone_is_unscoped() -> None:
+    push = GenerationPush.of_generation(8, None, "v", [], {"tags": ["home"], "zone": "shop", "soft": True})
+    assert push.purges == (PushedPurge(8, tags=("home",), soft=True, zone="shop"),)
+    assert push.to_json()["purges"] == [{"tags": ["home"], "zone": "shop", "soft": True, "generation": 8}]
+    assert GenerationPush.from_json(push.to_json()) == push
+    # A message of a control that had no scope (or an unscoped purge) names no zone: every zone's copies.
+    unscoped = GenerationPush.from_json({"generation": 8, "commit": None, "purges": [{"tags": ["home"]}]})
+    assert unscoped.purges == (PushedPurge(8, tags=("home",)),) and unscoped.purges[0].zone is None
+    assert "zone" not in unscoped.to_json()["purges"][0]
+
+
 def test_the_wire_form_is_what_control_sent_before_the_type() -> None:
     answer = GenerationPush(9, "e" * 40, "v", (PushedChange(7, ADDED),), (PushedPurge(8, tags=("type-logos",)),),
                             tls_serial=3).to_json()
@@ -93,6 +104,11 @@ def _entry(**fields: Any) -> dict[str, Any]:
     (_push(purges=[{"tags": "type-logos"}]), "tags"),
     (_push(purges=[{"urls": [None]}]), "urls"),
     (_push(purges=[{"everything": 1}]), "everything"),
+    (_push(purges=[{"tags": ["home"], "zone": ["shop"]}]), "zone is not a zone name"),
+    (_push(purges=[{"tags": ["home"], "zone": ""}]), "zone is not a zone name"),
+    (_push(purges=[{"urls": ["/shop/a.txt"], "zone": "shop"}]), "zone scopes tags only"),
+    (_push(purges=[{"everything": True, "zone": "shop"}]), "zone scopes tags only"),
+    (_push(purges=[{"tags": ["home"], "prefixes": ["/shop/"], "zone": "shop"}]), "zone scopes tags only"),
     (_push(full=True), "entries"),
     (_push(full=True, entries=[_entry()]), "not changes or purges"),
     (_push(full=True, changes=[], purges=[], entries=[{**_entry(), "size": None}]), "size"),
