@@ -309,14 +309,17 @@ class EdgeNode:
     # --- purges: manifest invalidations and purge commands from control ---
 
     def _purge_of(self, command: PushedPurge, configs: Sequence[EdgeConfig]) -> GenerationPurge:
-        """A purge command as cache tags: its `tags`, the path tags of its `urls`, the path tag prefixes of
+        """A purge command as cache tags: its `tags` (within its zone's tag, when it names a zone), the path tags of its `urls`, the path tag prefixes of
         its `prefixes`, or everything; soft or not. URLs and prefixes are read under each of `configs`: the config
         now held and, when it came with the purge, the one it replaced. A purge made while this edge was away
         (stopped, or cut off from control) and learnt on catch-up (or a push that finds generations missed) may name
         a host (a custom domain, a tenant host) that a config change after it took away: under the config it was
-        made in, it named that zone's path."""
+        made in, it named that zone's path. A tag purge within a zone names the copies that carry its zone's tag too
+        (every copy of a zone does: its files', its pull responses' and their variants')."""
         if command.everything:
             return GenerationPurge(command.generation, everything=True, soft=command.soft)
+        if command.zone is not None:
+            return GenerationPurge(command.generation, command.tags, soft=command.soft, within=zone_tag(command.zone))
         tags = list(command.tags)
         prefixes: list[str] = []
         for config in configs:

@@ -31,13 +31,15 @@ _FORMAT = struct.Struct("<q")
 class GenerationPurge:
     """What one manifest generation removes from the cache: entries carrying any of ``tags`` or a tag that
     starts with one of ``tag_prefixes``, or all. ``soft``: what can be revalidated is marked stale instead
-    (``EdgeCache.purge_generations``)."""
+    (``EdgeCache.purge_generations``). ``within``: a scope for ``tags``, the entries that also carry this tag (a
+    zone's, for a tag purge within one zone); empty, none."""
 
     generation: int
     tags: tuple[str, ...] = ()
     everything: bool = False
     tag_prefixes: tuple[str, ...] = ()
     soft: bool = False
+    within: str = ""
 
 
 @dataclass(slots=True)

@@ -1077,21 +1077,25 @@ class DiskTier:
     def delete_many(self, keys: Iterable[str]) -> list[str]:
         return [key for key in keys if self.delete(key)]
 
-    def keys_for_tags(self, tags: Iterable[str]) -> list[str]:
+    def keys_for_tags(self, tags: Iterable[str], within: str = "") -> list[str]:
+        """Keys of the entries carrying any of ``tags`` and, given ``within``, that tag too (each asked of the tag
+        index by its primary key, tag and key: no walk of the entries carrying ``within``)."""
         tag_list = list(dict.fromkeys(tags))
         if not tag_list:
             return []
         marks = ",".join("?" * len(tag_list))
-        rows = (
-            self._sql()
-            .execute(f"SELECT DISTINCT key FROM EdgeTag WHERE tag IN ({marks})", tag_list)
-            .fetchall()
-        )
+        if within:  # the tags' rows first, each asked for its scope (a join may walk all of the scope's rows)
+            query = (f"SELECT DISTINCT key FROM EdgeTag t WHERE tag IN ({marks})"
+                     " AND EXISTS (SELECT 1 FROM EdgeTag z WHERE z.tag = ? AND z.key = t.key)")
+            rows = self._sql().execute(query, [*tag_list, within]).fetchall()
+        else:
+            rows = self._sql().execute(f"SELECT DISTINCT key FROM EdgeTag WHERE tag IN ({marks})", tag_list).fetchall()
         return [row[0] for row in rows]
 
-    def purge_tags(self, tags: Iterable[str]) -> list[str]:
-        """Delete every entry carrying any of ``tags`` (works across restarts); returns keys."""
-        return self.delete_many(self.keys_for_tags(tags))
+    def purge_tags(self, tags: Iterable[str], within: str = "") -> list[str]:
+        """Delete every entry carrying any of ``tags`` (and, given ``within``, that tag too; works across
+        restarts); returns keys."""
+        return self.delete_many(self.keys_for_tags(tags, within))
 
     def keys_for_tag_prefixes(self, prefixes: Iterable[str]) -> list[str]:
         """Keys of the entries carrying a tag that starts with any of ``prefixes``: a range of the tag

@@ -285,12 +285,15 @@ class MemoryTier:
         with self._lock:
             return [obj for obj in self._entries.values() if type(obj) is MemoryOnly] if self._unwritten else []
 
-    def carrying(self, tags: Iterable[str], prefixes: Iterable[str]) -> list[CachedObject]:
-        """The entries carrying any of ``tags`` or a tag under any of ``prefixes`` (nothing removed)."""
+    def carrying(self, tags: Iterable[str], prefixes: Iterable[str], within: str = "") -> list[CachedObject]:
+        """The entries carrying any of ``tags`` (and, given ``within``, that tag too) or a tag under any of
+        ``prefixes`` (nothing removed)."""
         with self._lock:
             keys: set[str] = set()
             for tag in tags:
                 self._collect(self._by_tag.get(tag), keys)
+            if within:
+                keys = self._within(keys, within)
             self._prefixed(prefixes, keys)
             return [self._entries[key] for key in keys if key in self._entries]
 
@@ -385,16 +388,30 @@ class MemoryTier:
         with self._lock:
             return [key for key in keys if self._remove(key) | self._unvictim(key)]
 
-    def purge_tags(self, tags: Iterable[str]) -> list[str]:
-        """Remove every entry carrying any of ``tags``; returns the keys removed."""
+    def purge_tags(self, tags: Iterable[str], within: str = "") -> list[str]:
+        """Remove every entry carrying any of ``tags`` and, given ``within``, that tag too (a tag purge within one
+        zone: ``within`` is its tag); returns the keys removed."""
         with self._lock:
             keys: set[str] = set()
             for tag in tags:
                 self._collect(self._by_tag.get(tag), keys)
+            if within:
+                keys = self._within(keys, within)
             if self._victims:
                 wanted = set(tags)
-                keys.update(key for key, obj in self._victims.items() if not wanted.isdisjoint(obj.tags))
+                keys.update(key for key, obj in self._victims.items()
+                            if not wanted.isdisjoint(obj.tags) and (not within or within in obj.tags))
             return [key for key in keys if self._remove(key) | self._unvictim(key)]
+
+    def _within(self, keys: set[str], within: str) -> set[str]:
+        """Those of ``keys`` whose entries carry the tag ``within`` (the index's keys of it, not copied: the
+        intersection walks the smaller set)."""
+        held = self._by_tag.get(within)
+        if held is None:
+            return set()
+        if isinstance(held, str):
+            return {held} if held in keys else set()
+        return keys & held
 
     def purge_tag_prefixes(self, prefixes: Iterable[str]) -> list[str]:
         """Remove every entry carrying a tag that starts with any of ``prefixes``; returns the keys removed."""

@@ -32,7 +32,7 @@ from typing import Literal
 from assetcdn.edge.cache.sqlite_conn import ThreadLocalConnection
 from assetcdn.shared.logs import LinePerInterval
 
-PurgeKind = Literal["keys", "tags", "prefix", "all"]
+PurgeKind = Literal["keys", "tags", "prefix", "all", "within"]
 # A notice, not a purge: ``stored`` names a key and when it was stored (``note_stored``).
 LogKind = PurgeKind | Literal["stored"]
 SEQUENCE_FILE = "edge-purge.seq"
@@ -61,6 +61,26 @@ class Purge:
     kind: LogKind
     value: str  # a key, a tag, a tag prefix, "" for "all", or the key stored anew for "stored"
     stored_at: float = 0.0  # "stored": when it was stored (a copy stored before goes)
+    within: str = ""  # "within": the tag the entries `value` names must carry too (a zone's)
+
+
+def within_value(tag: str, within: str) -> str:
+    """The row of a ``within`` purge (the entries carrying `tag` and `within`): the two tags, separated by a space,
+    which no tag holds (an origin's are separated by spaces, a purge's are letters, digits and hyphens)."""
+    return f"{tag} {within}"
+
+
+def _read_within(value: str) -> tuple[str, str]:
+    tag, _, within = value.partition(" ")
+    return tag, within
+
+
+def _logged(kind: LogKind, value: str) -> Purge:
+    """A row of ``EdgePurge`` as the purge it is."""
+    if kind == "within":
+        tag, within = _read_within(value)
+        return Purge(kind, tag, within=within)
+    return Purge(kind, value)
 
 
 class PurgeLog:
@@ -115,7 +135,8 @@ class PurgeLog:
         return published[0] != self._applied or published[1] != self._noted
 
     def record(self, kind: PurgeKind, values: Iterable[str]) -> None:
-        """Append purges and publish their sequence number to every worker."""
+        """Append purges and publish their sequence number to every worker (a ``within`` purge's values are
+        ``within_value``'s)."""
         rows = [(kind, value) for value in values] if kind != "all" else [("all", "")]
         self._append("INSERT INTO EdgePurge (kind, value) VALUES (?, ?)", rows, "EdgePurge", 0)
 
@@ -190,7 +211,8 @@ class PurgeLog:
 
     def names_since(self, mark: int, key: str, tags: Iterable[str]) -> bool:
         """Whether a purge published since `mark` names the entry under `key` with `tags` (its key, one of its
-        tags or a prefix of one, or everything); also True when the log no longer holds all of them."""
+        tags or a prefix of one, one of its tags within another of them, or everything); also True when the log no
+        longer holds all of them."""
         if self._published[0] == mark:  # none since: no query
             return False
         rows = self._sql().execute("SELECT kind, value FROM EdgePurge WHERE seq > ?", (mark,)).fetchall()
@@ -200,7 +222,8 @@ class PurgeLog:
         tag_set = set(tags)
         for kind, value in rows:
             if (kind == "all" or (kind == "keys" and value == key) or (kind == "tags" and value in tag_set)
-                    or (kind == "prefix" and any(tag.startswith(value) for tag in tag_set))):
+                    or (kind == "prefix" and any(tag.startswith(value) for tag in tag_set))
+                    or (kind == "within" and tag_set.issuperset(_read_within(value)))):
                 return True
         return False
 
@@ -226,7 +249,7 @@ class PurgeLog:
             (oldest,) = self._sql().execute("SELECT MIN(seq) FROM EdgePurge").fetchone()
             behind = oldest is not None and oldest > self._applied + 1
             self._applied = max([published, *(row[0] for row in rows)])
-            taken += [Purge(kind, value) for _, kind, value in rows]
+            taken += [_logged(kind, value) for _, kind, value in rows]
         if noted != self._noted:
             notices = self._sql().execute("SELECT seq, key, stored_at FROM EdgeStored WHERE seq > ? ORDER BY seq",
                                           (self._noted,)).fetchall()

@@ -54,7 +54,7 @@ from assetcdn.edge.cache.disk import (
 )
 from assetcdn.edge.cache.entry import CachedObject, MemoryOnly
 from assetcdn.edge.cache.memory import MemoryTier
-from assetcdn.edge.cache.purge_log import PurgeKind, PurgeLog
+from assetcdn.edge.cache.purge_log import PurgeKind, PurgeLog, within_value
 from assetcdn.edge.cache.write_behind import WriteBehind
 from assetcdn.shared.logs import LinePerInterval
 
@@ -549,11 +549,12 @@ class EdgeCache:
             return len(set(self.memory.discard_many(key_list)) | set(self.disk.delete_many(key_list)))
 
     @_holding_writes
-    def purge_tags(self, tags: Iterable[str]) -> int:
-        """Remove every entry carrying any of ``tags``; returns how many were removed."""
+    def purge_tags(self, tags: Iterable[str], *, within: str = "") -> int:
+        """Remove every entry carrying any of ``tags`` and, given ``within``, that tag too (a tag purge within one
+        zone: ``within`` is the zone's tag); returns how many were removed."""
         tag_list = list(dict.fromkeys(tags))
-        with self._published(("tags", tag_list)):
-            return len(set(self.memory.purge_tags(tag_list)) | set(self.disk.purge_tags(tag_list)))
+        with self._published(_tags_purge(tag_list, within)):
+            return len(set(self.memory.purge_tags(tag_list, within)) | set(self.disk.purge_tags(tag_list, within)))
 
     @_holding_writes
     def purge_all(self) -> int:
@@ -576,18 +577,26 @@ class EdgeCache:
 
     @_holding_writes
     def soft_purge(self, tags: Iterable[str] = (), prefixes: Iterable[str] = (), *, everything: bool = False,
-                   revalidated: str = "") -> int:
+                   revalidated: str = "", scoped: Iterable[tuple[str, str]] = ()) -> int:
         """Mark stale what a purge names, where it can be revalidated: entries whose key starts with
         ``revalidated`` keep their body and get ``SOFT_PURGED`` in their head (the next request asks the
         origin to confirm them); the others are removed. Memory tiers drop their copies (the disk tier's is
-        the marked one). Returns how many entries were marked or removed. Blocking: see module docstring."""
+        the marked one). ``scoped``: (tag, within) pairs, each naming the entries that carry both (a tag purge
+        within one zone, ``purge_tags``' ``within``). Returns how many entries were marked or removed (each once).
+        Blocking: see module docstring."""
         tag_list, prefix_list = list(dict.fromkeys(tags)), [p for p in dict.fromkeys(prefixes) if p]
+        by_scope: dict[str, list[str]] = {}
+        for tag, within in dict.fromkeys(scoped):
+            by_scope.setdefault(within, []).append(tag)
         if revalidated:  # a memory-only entry kept stale is written first, then marked as the disk's are
-            held = self.memory.memory_only() if everything else self.memory.carrying(tag_list, prefix_list)
+            held = self.memory.memory_only() if everything else [
+                *self.memory.carrying(tag_list, prefix_list),
+                *(obj for within, named in by_scope.items() for obj in self.memory.carrying(named, (), within))]
             self._writes.store_within([obj for obj in held if type(obj) is MemoryOnly and obj.key.startswith(revalidated)],
                                       time.monotonic() + SOFT_PURGE_WRITE_S, SOFT_PURGE_WRITE_S)
         published: tuple[tuple[PurgeKind, Sequence[str]], ...] = (
-            (("all", ()),) if everything else (("tags", tag_list), ("prefix", prefix_list)))
+            (("all", ()),) if everything else (("tags", tag_list), ("prefix", prefix_list), (
+                "within", [within_value(tag, within) for within, named in by_scope.items() for tag in named])))
         with self._published(*published):
             if everything:
                 self.memory.clear()
@@ -599,10 +608,13 @@ class EdgeCache:
                 touched: set[str] = set()
             else:
                 touched = set(self.memory.purge_tags(tag_list)) | set(self.memory.purge_tag_prefixes(prefix_list))
-                named = dict.fromkeys([*self.disk.keys_for_tags(tag_list),
-                                       *self.disk.keys_for_tag_prefixes(prefix_list)])
-                kept = [key for key in named if revalidated and key.startswith(revalidated)]
-                dropped = [key for key in named if not (revalidated and key.startswith(revalidated))]
+                named_keys = [*self.disk.keys_for_tags(tag_list), *self.disk.keys_for_tag_prefixes(prefix_list)]
+                for within, named in by_scope.items():
+                    touched.update(self.memory.purge_tags(named, within))
+                    named_keys += self.disk.keys_for_tags(named, within)
+                found = dict.fromkeys(named_keys)
+                kept = [key for key in found if revalidated and key.startswith(revalidated)]
+                dropped = [key for key in found if not (revalidated and key.startswith(revalidated))]
             touched |= set(self.disk.mark_stale(kept, SOFT_PURGED, time.time()))
             touched |= set(self.disk.delete_many(dropped))
         return len(touched)
@@ -649,20 +661,22 @@ class EdgeCache:
             if any(p.everything for p in taken):
                 self.memory.clear()
             else:
-                self.memory.purge_tags([tag for p in taken for tag in p.tags])
+                for within, tags in _tags_by_scope(taken).items():
+                    self.memory.purge_tags(tags, within)
                 self.memory.purge_tag_prefixes([prefix for p in taken for prefix in p.tag_prefixes])
             hard, soft = [p for p in due if not p.soft], [p for p in due if p.soft]
             if any(p.everything for p in hard):
                 return self.purge_all()
             count = 0
-            if any(p.tags for p in hard):
-                count += self.purge_tags(tag for p in hard for tag in p.tags)
+            for within, tags in _tags_by_scope(hard).items():  # unscoped first ("" is the first scope, if any)
+                count += self.purge_tags(tags, within=within)
             if any(p.tag_prefixes for p in hard):
                 count += self.purge_tag_prefixes(prefix for p in hard for prefix in p.tag_prefixes)
             if soft:
-                count += self.soft_purge([tag for p in soft for tag in p.tags],
+                count += self.soft_purge([tag for p in soft if not p.within for tag in p.tags],
                                          [prefix for p in soft for prefix in p.tag_prefixes],
-                                         everything=any(p.everything for p in soft), revalidated=revalidated)
+                                         everything=any(p.everything for p in soft), revalidated=revalidated,
+                                         scoped=[(tag, p.within) for p in soft if p.within for tag in p.tags])
             return count
 
     def stats(self) -> CacheStats:
@@ -736,9 +750,27 @@ class EdgeCache:
                     self.memory.clear()
                 elif purge.kind == "tags":
                     self.memory.purge_tags((purge.value,))
+                elif purge.kind == "within":
+                    self.memory.purge_tags((purge.value,), purge.within)
                 elif purge.kind == "prefix":
                     self.memory.purge_tag_prefixes((purge.value,))
                 elif purge.kind == "stored":  # a notice (PurgeLog.note_stored): an older copy goes
                     self.memory.discard_older(purge.value, purge.stored_at)
                 else:
                     self.memory.discard(purge.value)
+
+
+def _tags_purge(tags: Sequence[str], within: str) -> tuple[PurgeKind, Sequence[str]]:
+    """What the purge log publishes of a purge of `tags` (within the tag `within`, when given)."""
+    if within:
+        return "within", [within_value(tag, within) for tag in tags]
+    return "tags", tags
+
+
+def _tags_by_scope(purges: Iterable[GenerationPurge]) -> dict[str, list[str]]:
+    """The tags `purges` name, by their scope (``GenerationPurge.within``; "" for none, first when there are some)."""
+    by_scope: dict[str, list[str]] = {}
+    for purge in sorted(purges, key=lambda p: bool(p.within)):
+        if purge.tags:
+            by_scope.setdefault(purge.within, []).extend(purge.tags)
+    return by_scope

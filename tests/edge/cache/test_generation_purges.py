@@ -15,7 +15,7 @@ import pytest
 
 from assetcdn.edge.cache.applied import AppliedGeneration, GenerationPurge
 from assetcdn.edge.cache.entry import strong_etag
-from assetcdn.edge.cache.store import EdgeCache
+from assetcdn.edge.cache.store import SOFT_PURGED, EdgeCache, PurgedMeanwhile
 
 MB = 1024 * 1024
 TEXT, VECTOR = "asset:b1:z/v1/titles/mark.txt", "asset:b1:z/v1/logos/mark.svg"
@@ -110,3 +110,57 @@ def test_a_skipped_purge_still_empties_the_late_workers_memory_tier(workers: tup
     late.purge_generations([URL_PURGE_OF_TEXT], upto=4)
     assert TEXT not in late.memory  # dropped from memory, still on disk for both
     assert late.get(TEXT) is not None
+
+
+# Two zones' copies carrying one tag their origins both sent (`home`), each with its zone's tag.
+HOME_A, HOME_B = "pull:a/home", "pull:b/home"
+HOME_TAGS = {HOME_A: ("home", "project-a", "path:a/home"), HOME_B: ("home", "project-b", "path:b/home")}
+
+
+def put_homes(cache: EdgeCache) -> None:
+    for key, tags in HOME_TAGS.items():
+        cache.put(key, b"home page", "text/html", strong_etag("h"), tags, headers=((":status", "200"),))
+
+
+def test_a_tag_purge_within_a_zone_removes_that_zones_copies_only_from_every_worker(
+        workers: tuple[EdgeCache, EdgeCache]) -> None:
+    first, second = workers
+    put_homes(first)
+    assert all(second.get(key) is not None for key in HOME_TAGS)  # in the second worker's memory tier too
+    assert first.purge_generations([GenerationPurge(1, ("home",), within="project-a")], upto=1) == 1
+    second.sync_purges()
+    for cache in (first, second):
+        assert (HOME_A in cache.memory, HOME_B in cache.memory) == (False, True)
+    assert (first.disk.get(HOME_A, load_limit=0), first.disk.get(HOME_B, load_limit=0) is not None) == (None, True)
+    # A worker that learns the generation late leaves the other zone's memory copy too.
+    assert second.get(HOME_A) is None
+    put_homes(first)
+    assert all(second.get(key) is not None for key in HOME_TAGS)
+    assert second.purge_generations([GenerationPurge(1, ("home",), within="project-a")], upto=1) == 0
+    assert (HOME_A in second.memory, HOME_B in second.memory) == (False, True)
+    assert first.get(HOME_A) is not None  # cached after the purge: still on disk
+
+
+def test_a_soft_tag_purge_within_a_zone_marks_that_zones_copies_stale_only(
+        workers: tuple[EdgeCache, EdgeCache]) -> None:
+    first, second = workers
+    put_homes(first)
+    assert all(second.get(key) is not None for key in HOME_TAGS)
+    touched = first.purge_generations([GenerationPurge(1, ("home",), within="project-a", soft=True)], upto=1,
+                                      revalidated="pull:")
+    assert touched == 1
+    second.sync_purges()
+    assert (HOME_A in second.memory, HOME_B in second.memory) == (False, True)
+    stale = {key: SOFT_PURGED in dict(obj.headers) for key in HOME_TAGS if (obj := first.get(key)) is not None}
+    assert stale == {HOME_A: True, HOME_B: False}
+
+
+def test_a_fill_under_way_is_kept_when_a_tag_purge_within_another_zone_is_made_meanwhile(
+        workers: tuple[EdgeCache, EdgeCache]) -> None:
+    first, second = workers
+    mark = first.purge_mark()  # as a fill takes it when it asks the origin
+    assert second.purge_generations([GenerationPurge(1, ("home",), within="project-b")], upto=1) == 0
+    first.put(HOME_A, b"home page", "text/html", strong_etag("h"), HOME_TAGS[HOME_A], since=mark)
+    with pytest.raises(PurgedMeanwhile):
+        first.put(HOME_B, b"home page", "text/html", strong_etag("h"), HOME_TAGS[HOME_B], since=mark)
+    assert first.get(HOME_A) is not None and first.get(HOME_B) is None
