@@ -211,8 +211,9 @@ class Publisher:
 
         def event(generation: int, edges: dict[str, Any] | None) -> Event:
             # edges None: the acknowledgements were not collected (the process stopped first)
+            scope = {"zone": command["zone"]} if "zone" in command else {}  # a tag purge within one zone
             return Event(event_id, "purge.completed", timestamp,
-                         {"purged": purged, "mode": mode, "soft": bool(command.get("soft")),
+                         {"purged": purged, "mode": mode, "soft": bool(command.get("soft")), **scope,
                           "generation": generation, "edges": edges})
 
         async with self._lock:

@@ -1,5 +1,7 @@
 """POST /api/purge: exactly one of `urls` (max 30), `tags` (max 30), `prefixes` (max 30) or
-`purge_everything: true`, and `soft: true` to mark what it names stale instead of dropping it.
+`purge_everything: true`, and `soft: true` to mark what it names stale instead of dropping it. `zone` beside
+`tags` scopes them to one zone: the copies that carry a tag and the zone's own (assetcdn/shared/manifest.py
+`zone_tag`); a zone that does not exist is 404, so that a typo does not purge nothing in silence.
 
 A purge becomes a manifest generation, pushed to every edge; the response says which edges
 acknowledged it, how many entries they dropped and how long each edge worker took to acknowledge
@@ -21,9 +23,12 @@ from assetcdn.control.publishing.publisher import purge_acknowledgements, purge_
 from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.records.recording import AUDIT_META
 from assetcdn.control.request_body import read_body
+from assetcdn.control.storage.edge_config_store import zone_names
+from assetcdn.control.storage.service import GIT
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.limits import purges_per_day
 from assetcdn.shared.middleware import json_response
+from assetcdn.shared.paths import ZONE_NAME
 from assetcdn.shared.purge_targets import MAX_ITEM_LENGTH, split_target, zone_path_prefix
 from assetcdn.shared.timestamps import utc_now_iso
 
@@ -32,6 +37,8 @@ MODES = ("urls", "tags", "prefixes", "purge_everything")
 TAG = re.compile(r"[a-zA-Z0-9-]+")  # used with fullmatch: '$' would let "tag\n" through
 NO_MODE = 'Request must include "urls" array, "tags" array, "prefixes" array, or "purge_everything": true'
 NOUNS = {"urls": "URLs", "tags": "tags", "prefixes": "prefixes"}
+ZONE_WITH_TAGS_ONLY = '"zone" scopes "tags" only'
+NO_ZONE_NAME = '"zone" must be a zone name (^[a-z0-9-]{2,64}$)'
 
 
 def _valid_url(url: Any) -> bool:
@@ -65,7 +72,8 @@ def _valid_prefix(prefix: Any) -> bool:
 
 def parse_purge(body: Any) -> dict[str, Any]:
     """The purge command a request body asks for (the form the manifest generation records and
-    assetcdn/shared/generation_push.py sends): one mode, and `soft` when asked; LegacyError 400 otherwise."""
+    assetcdn/shared/generation_push.py sends): one mode, `soft` when asked and `zone` when a tag purge names one
+    (whether it exists is the caller's to check); LegacyError 400 otherwise."""
     if not isinstance(body, dict):
         raise LegacyError(400, NO_MODE)
     modes = [k for k in MODES if k in body]
@@ -79,6 +87,14 @@ def parse_purge(body: Any) -> dict[str, Any]:
     extra: dict[str, Any] = {"soft": True} if soft else {}
     mode = modes[0]
     value = body[mode]
+    if "zone" in body:
+        # The other modes name what they purge already (a URL or prefix names its zone); everything is every zone's.
+        if mode != "tags":
+            raise LegacyError(400, ZONE_WITH_TAGS_ONLY)
+        zone = body["zone"]
+        if not isinstance(zone, str) or not ZONE_NAME.fullmatch(zone):  # fullmatch: "$" lets "zone\n" through
+            raise LegacyError(400, NO_ZONE_NAME)
+        extra["zone"] = zone
     if mode == "purge_everything":
         if value is not True:
             raise LegacyError(400, '"purge_everything" must be true')
@@ -117,6 +133,9 @@ async def purge(request: web.Request) -> web.Response:
     except orjson.JSONDecodeError:
         raise LegacyError(400, "Invalid JSON body") from None
     command = parse_purge(body)
+    zone = command.get("zone")
+    if zone is not None and zone not in await zone_names(request.app[GIT]):
+        raise LegacyError(404, f"Zone '{zone}' does not exist")
     counters, limit = request.app[COUNTERS], purges_per_day(request.app[SETTINGS])
     quota = await counters.hit(limit)
     if not quota.allowed:
@@ -130,10 +149,11 @@ async def purge(request: web.Request) -> web.Response:
     mode = purge_mode(command)
     purged: Any = "everything" if mode == "everything" else command[mode]
     soft = bool(command.get("soft"))
-    request[AUDIT_META] = {"purgeMode": mode, "soft": soft}
+    scope = {"zone": zone} if zone is not None else {}  # an unscoped purge's answer is as it was before zones
+    request[AUDIT_META] = {"purgeMode": mode, "soft": soft, **scope}
     _, pending = fan_out.nodes()
     return json_response({
-        "success": True, "purged": purged, "mode": mode, "soft": soft, "remaining_today": quota.remaining,
+        "success": True, "purged": purged, "mode": mode, "soft": soft, **scope, "remaining_today": quota.remaining,
         "generation": generation.generation,
         # The facts purge.completed carries to webhooks, and how long each edge worker took to acknowledge.
         "edges": {**purge_acknowledgements(fan_out), "latencyMs": fan_out.latencies_ms},

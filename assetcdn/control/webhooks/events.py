@@ -12,8 +12,9 @@ Data of each event:
 - ``pipeline.completed``: ``{mode, name, zone, commit, files}`` (a client-mode run also creates its zone:
   ``zone.created`` comes first);
 - ``rules.updated``: ``{file, action: updated|removed, commit}``;
-- ``purge.completed``: ``{purged, generation, edges: {total, acknowledged, pending, elapsedMs,
-  entriesRemoved}}`` (built by ``control.publishing.publisher`` once the edges answered).
+- ``purge.completed``: ``{purged, mode, soft, zone (a tag purge within one zone only), generation, edges: {total,
+  acknowledged, pending, elapsedMs, entriesRemoved}}`` (built by ``control.publishing.publisher`` once the edges
+  answered).
 """
 
 from __future__ import annotations

@@ -58,3 +58,13 @@ async def test_a_generation_recorded_while_the_answer_is_made_is_left_to_the_nex
     assert reply["purges"] == [{"tags": ["project-akande"], "generation": since + 1}]
     monkeypatch.undo()
     assert (await changes_since(control, since + 1))["purges"] == [{"tags": ["type-logos"], "generation": since + 2}]
+
+
+async def test_a_tag_purge_within_a_zone_is_answered_with_its_zone(control: TestClient, zone: str) -> None:
+    """An edge that missed the push learns the purge's scope on catch-up: without it, it would purge the tag in every
+    zone."""
+    since = control.app[MANIFEST].generation
+    resp = await control.post("/api/purge", json={"tags": ["home"], "zone": zone}, headers=PURGE)
+    assert resp.status == 200, await resp.text()
+    reply = await changes_since(control, since)
+    assert reply["purges"] == [{"tags": ["home"], "zone": zone, "generation": since + 1}]

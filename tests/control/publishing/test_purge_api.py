@@ -209,3 +209,51 @@ async def test_items_at_the_length_limit_are_purged_and_longer_ones_refused_sayi
         assert f"at most {MAX_ITEM_LENGTH} characters" in answer["error"]  # the reason, not only the form
     second = await (await control.post("/api/purge", json={"tags": ["b"]}, headers=PURGE)).json()
     assert second["generation"] == 2  # the refused batches recorded nothing
+
+
+ZONE_REFUSED = [
+    ({"urls": ["/akande/v1/logos/a.svg"], "zone": "akande"}, '"zone" scopes "tags" only'),
+    ({"prefixes": ["/akande/v1/"], "zone": "akande"}, '"zone" scopes "tags" only'),
+    ({"purge_everything": True, "zone": "akande"}, '"zone" scopes "tags" only'),
+    ({"tags": ["home"], "zone": None}, '"zone" must be a zone name (^[a-z0-9-]{2,64}$)'),
+    ({"tags": ["home"], "zone": ["akande"]}, '"zone" must be a zone name (^[a-z0-9-]{2,64}$)'),
+    ({"tags": ["home"], "zone": "Akande"}, '"zone" must be a zone name (^[a-z0-9-]{2,64}$)'),
+    ({"tags": ["home"], "zone": "akande\n"}, '"zone" must be a zone name (^[a-z0-9-]{2,64}$)'),
+]
+
+
+@pytest.mark.parametrize(("body", "error"), ZONE_REFUSED)
+async def test_a_zone_beside_another_mode_or_not_in_the_zone_name_form_is_400_and_records_nothing(
+        control: TestClient, zone: str, body: dict[str, Any], error: str) -> None:
+    first = await (await control.post("/api/purge", json={"tags": ["a"]}, headers=PURGE)).json()
+    resp = await control.post("/api/purge", json=body, headers=PURGE)
+    answer = await resp.json()
+    assert (resp.status, answer["error"], answer["HttpCode"]) == (400, error, 400), answer
+    second = await (await control.post("/api/purge", json={"tags": ["b"]}, headers=PURGE)).json()
+    assert second["generation"] == first["generation"] + 1
+    assert second["remaining_today"] == first["remaining_today"] - 1
+
+
+async def test_a_zone_that_does_not_exist_is_404_in_the_legacy_envelope_and_records_nothing(
+        control: TestClient, zone: str) -> None:
+    first = await (await control.post("/api/purge", json={"tags": ["a"]}, headers=PURGE)).json()
+    resp = await control.post("/api/purge", json={"tags": ["home"], "zone": "akandee"}, headers=PURGE)
+    answer = await resp.json()
+    assert resp.status == 404, answer
+    assert (answer["error"], answer["HttpCode"]) == ("Zone 'akandee' does not exist", 404)
+    assert answer["Message"] == answer["error"] and answer["requestId"]
+    second = await (await control.post("/api/purge", json={"tags": ["b"]}, headers=PURGE)).json()
+    assert second["generation"] == first["generation"] + 1  # no generation, no quota
+    assert second["remaining_today"] == first["remaining_today"] - 1
+
+
+async def test_a_tag_purge_within_a_zone_says_its_zone_and_is_recorded_with_it(control: TestClient, zone: str) -> None:
+    resp = await control.post("/api/purge", json={"tags": ["home", "home"], "zone": zone, "soft": True}, headers=PURGE)
+    body = await resp.json()
+    assert resp.status == 200, body
+    assert (body["purged"], body["mode"], body["soft"], body["zone"]) == (["home"], "tags", True, zone)
+    unscoped = await (await control.post("/api/purge", json={"tags": ["home"]}, headers=PURGE)).json()
+    assert "zone" not in unscoped  # an unscoped purge's answer is as it was
+    resp = await control.get("/api/core/audit-logs", headers=ACCOUNT)
+    metas = [e["meta"] for e in (await resp.json())["Entries"] if e["action"] == "purge.execute"]
+    assert [(m["purged"], m.get("zone")) for m in metas] == [(["home"], None), (["home"], zone)]

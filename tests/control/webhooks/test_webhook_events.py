@@ -131,3 +131,13 @@ async def test_purge_completed_says_how_the_purge_selected(control: TestClient, 
     events = await settle(control, receiver, 2)
     assert [(d["purged"], d["mode"], d["soft"]) for _, d in events] == [
         (["/akande/v1/"], "prefixes", True), (["/akande/v1/logos/a.svg"], "urls", False)]
+
+
+async def test_purge_completed_names_the_zone_a_tag_purge_was_scoped_to(control: TestClient, zone: str,
+                                                                         receiver: Receiver) -> None:
+    await register(control, receiver, "all", ["purge.completed"])
+    await ok(control.post("/api/purge", json={"tags": ["home"], "zone": zone}, headers=PURGE), 200)
+    await ok(control.post("/api/purge", json={"tags": ["home"]}, headers=PURGE), 200)
+    events = await settle(control, receiver, 2)
+    assert [(d["purged"], d["mode"], d.get("zone")) for _, d in events] == [(["home"], "tags", zone),
+                                                                          (["home"], "tags", None)]

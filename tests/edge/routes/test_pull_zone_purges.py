@@ -20,7 +20,8 @@ from assetcdn.shared.openapi import document
 from tests.control.expect import expect_error
 from tests.support.cdn import PURGE
 from tests.support.control import ACCOUNT
-from tests.support.origins import LONG, TENANT_HOST, ZONE, Pull, wait_stale
+from tests.support.images import solid_png
+from tests.support.origins import LONG, TENANT_HOST, ZONE, Pull, add_pull_zone, wait_stale
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -42,6 +43,23 @@ async def cached(pull: Pull, name: str, host: str | None = None) -> None:
         resp = await pull.cdn.edge.get(f"/{ZONE}{name}" if host is None else name, headers=headers)
         await resp.read()
         assert resp.headers["X-Cache"] == x_cache, name
+
+
+OTHER = "pulled-too"  # a second pull zone in front of the same origin: its answers carry the same tags
+
+
+async def other_zone(pull: Pull) -> str:
+    """OTHER, added to the module's edge by the first test that asks for it."""
+    if OTHER not in pull.cdn.node.config.pull_zones:
+        await add_pull_zone(pull.cdn, OTHER, {"Url": str(pull.cdn.node.config.pull_zones[ZONE].origin.url)})
+    return OTHER
+
+
+async def x_cache(pull: Pull, target: str) -> str:
+    resp = await pull.cdn.edge.get(target)
+    await resp.read()
+    assert resp.status == 200, target
+    return resp.headers["X-Cache"]
 
 
 def tiers(pull: Pull, path: str) -> tuple[bool, bool]:
@@ -504,3 +522,71 @@ async def test_the_answers_edges_are_as_the_openapi_document_describes_them(pull
     assert (answer["edges"]["acknowledged"], answer["edges"]["pending"], answer["edges"]["total"]) == (["edge-t"], [], 1)
     assert list(answer["edges"]["entriesRemoved"]) == list(answer["edges"]["latencyMs"]) == ["edge-t/0"]
     assert "<node>/<worker>" in edges["description"]
+
+
+async def test_a_tag_purge_within_a_zone_leaves_another_zones_copies_of_the_tag_cached(pull: Pull) -> None:
+    """Two zones' origins tag a page `home`: a purge of `home` within one zone removes that zone's copy (and counts
+    it), the other zone's stays a HIT, as Cloudflare and Fastly purge a tag within one zone or service."""
+    other, name = await other_zone(pull), "/scoped/home.html"
+    pull.origin.answer(name, b"home page", headers={**LONG, "Cache-Tag": "home"})
+    for zone in (ZONE, other):
+        assert [await x_cache(pull, f"/{zone}{name}") for _ in range(2)] == ["MISS", "HIT"], zone
+    answer = await purge(pull, {"tags": ["home"], "zone": other})
+    assert (answer["purged"], answer["mode"], answer["zone"]) == (["home"], "tags", other)
+    assert answer["edges"]["entriesRemoved"] == {"edge-t/0": 1}
+    assert [await x_cache(pull, f"/{zone}{name}") for zone in (ZONE, other)] == ["HIT", "MISS"]
+
+
+async def test_a_soft_tag_purge_within_a_zone_marks_that_zones_copy_stale_only(pull: Pull) -> None:
+    other, name = await other_zone(pull), "/scoped/soft-home.html"
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        fields = {**LONG, "ETag": '"home"', "Cache-Tag": "soft-home"}
+        if request.headers.get("If-None-Match") == '"home"':
+            return web.Response(status=304, headers=fields)
+        return web.Response(body=b"home page", headers=fields)
+
+    pull.origin.route(name, handle)
+    for zone in (ZONE, other):
+        assert [await x_cache(pull, f"/{zone}{name}") for _ in range(2)] == ["MISS", "HIT"], zone
+    answer = await purge(pull, {"tags": ["soft-home"], "zone": ZONE, "soft": True})
+    assert answer["edges"]["entriesRemoved"] == {"edge-t/0": 1}
+    assert [await x_cache(pull, f"/{zone}{name}") for zone in (ZONE, other)] == ["REVALIDATED", "HIT"]
+    assert [seen.headers.get("If-None-Match") for seen in pull.origin.requests(name)] == [None, None, '"home"']
+
+
+async def test_a_fill_under_way_is_kept_when_a_tag_purge_within_another_zone_is_made_meanwhile(pull: Pull) -> None:
+    """The fill's answer carries the tag, but the purge names another zone's copies: it is stored (the next request
+    a HIT), where a purge naming it (the same tag unscoped, or within its zone) keeps it out."""
+    other, name = await other_zone(pull), "/scoped/held.bin"
+    body = bytes(range(256)) * 8
+    release = pull.origin.hold(name, body, {**LONG, "Cache-Tag": "held-home"})
+    filling = asyncio.create_task(pull.get(name))
+
+    async def fill_asked() -> bool:
+        return pull.origin.count(name) == 1
+
+    await wait_until(fill_asked, "the fill under way")
+    try:
+        await purge(pull, {"tags": ["held-home"], "zone": other})
+    finally:
+        release.set()
+    first = await filling
+    assert (first.status, first.headers["X-Cache"]) == (200, "MISS")
+    resp = await pull.get(name)
+    assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, body, "HIT")
+    assert pull.origin.count(name) == 1
+
+
+async def test_a_tag_purge_within_a_zone_reaches_its_image_variants_only(pull: Pull) -> None:
+    other, name = await other_zone(pull), "/scoped/picture.png"
+    pull.origin.answer(name, solid_png(40, 30, (200, 30, 30)),
+                       headers={**LONG, "Content-Type": "image/png", "Cache-Tag": "home-picture"})
+
+    def variant(zone: str) -> str:
+        return f"/api/transform?url=/{zone}{name}&w=20&format=png"
+
+    for zone in (ZONE, other):
+        assert [await x_cache(pull, variant(zone)) for _ in range(2)] == ["MISS", "HIT"], zone
+    await purge(pull, {"tags": ["home-picture"], "zone": ZONE})
+    assert [await x_cache(pull, variant(zone)) for zone in (ZONE, other)] == ["MISS", "HIT"]

@@ -12,6 +12,7 @@ from typing import Any
 
 from assetcdn.shared.content_security import SANDBOX_CSP
 from tests.support.cdn import PURGE, ZONE, Cdn, CdnFactory
+from tests.support.control import ACCOUNT
 from tests.support.images import solid_png
 from tests.support.wait import wait_until
 
@@ -126,3 +127,30 @@ async def test_transforms_of_shared_bytes_are_purged_per_source_path(make_cdn: C
     assert {path: cache for path, (cache, _) in (await transformed()).items()} == {left: "HIT", right: "MISS"}
     await purge(cdn, {"tags": ["type-banners"]})
     assert {path: cache for path, (cache, _) in (await transformed()).items()} == {left: "MISS", right: "HIT"}
+
+
+async def test_a_tag_purge_within_a_zone_empties_that_zones_files_and_transforms_only(make_cdn: CdnFactory) -> None:
+    """The same bytes stored in two zones carry the same tags but their zone's (`all-assets`, `type-banners`, ...): a
+    purge of such a tag within one zone empties that zone's file and its transforms, the other's stay HITs."""
+    cdn = await make_cdn()
+    other = "otherzone"
+    resp = await cdn.control.post("/api/core/zones", json={"Name": other}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    png = solid_png(40, 30, (30, 200, 30))
+    mine, theirs = f"{ZONE}/v1/banners/same.png", f"{other}/v1/banners/same.png"
+    for path in (mine, theirs):
+        await cdn.upload(path, png)
+
+    async def seen() -> dict[str, tuple[str, str]]:
+        found = {}
+        for path in (mine, theirs):
+            delivered = (await get(cdn, path))[1]["X-Cache"]  # first: a transform's miss fills its source
+            resp = await cdn.edge.get("/api/transform", params={"url": f"/{path}", "w": "20", "format": "png"})
+            assert resp.status == 200, await resp.text()
+            found[path] = (delivered, resp.headers["X-Cache"])
+        return found
+
+    await seen()
+    assert await seen() == {mine: ("HIT", "HIT"), theirs: ("HIT", "HIT")}
+    await purge(cdn, {"tags": ["all-assets"], "zone": other})
+    assert await seen() == {mine: ("HIT", "HIT"), theirs: ("MISS", "MISS")}
