@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import pytest
 
 from assetcdn.edge.cache import memory
-from assetcdn.edge.cache.entry import CachedObject, strong_etag
+from assetcdn.edge.cache.entry import CachedObject, MemoryOnly, strong_etag
 from assetcdn.edge.cache.memory import MemoryTier, entry_cost
 
 
@@ -92,6 +92,27 @@ def test_purge_by_tag() -> None:
     assert "b" in tier and len(tier) == 1
     assert tier.purge_tags(["all-assets"]) == ["b"]
     assert tier.bytes == 0
+
+
+def test_a_tag_purge_within_a_scope_removes_the_entries_carrying_both_evicted_ones_too() -> None:
+    """Two zones' entries share the tag `home`: a purge of it within `project-x` removes x's only, also an x entry
+    evicted unwritten and waiting for the disk writer (a victim), which the writer would otherwise bring back."""
+    tier = MemoryTier(max_bytes=64 * entry_cost(make("x0", 100, ("home", "project-x"))), max_object_size=300)
+    tier.keeps_victims = True
+    keys = [f"{zone}{n}" for n in range(40) for zone in ("x", "y")]
+    for key in keys:
+        assert tier.put(MemoryOnly(key=key, content_type="application/octet-stream", etag=strong_etag(key),
+                                   tags=("home", f"project-{key[0]}"), size=100, stored_at=0.0, body=b"x" * 100))
+
+    def held(zone: str) -> set[str]:
+        return {key for key in keys if key[0] == zone and (key in tier or tier.victim(key) is not None)}
+
+    victims = {key for key in keys if key not in tier and tier.victim(key) is not None}
+    assert {key[0] for key in victims} == {"x", "y"}  # both zones have entries waiting for the writer
+    x_held, y_held = held("x"), held("y")
+    assert sorted(tier.purge_tags(["home"], "project-x")) == sorted(x_held)
+    assert (held("x"), held("y")) == (set(), y_held)
+    assert tier.purge_tags(["home"], "project-z") == []
 
 
 def test_disabled_tier_keeps_nothing() -> None:
