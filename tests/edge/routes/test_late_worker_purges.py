@@ -181,5 +181,27 @@ async def test_a_purge_pushed_after_a_missed_generation_reports_what_its_catch_u
     assert (await cdn.edge.get(f"/{ZONE}/v1/logos/a.txt")).headers["X-Cache"] == "MISS"
 
 
+async def test_a_tag_purge_within_a_zone_learnt_on_catch_up_removes_that_zones_copies_only(
+        make_cdn: CdnFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An edge that missed a tag purge's push learns it from control's catch-up answer, with its zone: read without
+    it, the catch-up purged the tag in every zone (the other zone's file a MISS)."""
+    cdn = await make_cdn(ASSETCDN_EDGE_CATCHUP_INTERVAL_S="3600")
+    other = "otherzone"
+    resp = await cdn.control.post("/api/core/zones", json={"Name": other}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    paths = (f"{ZONE}/v1/logos/same.svg", f"{other}/v1/logos/same.svg")
+    for path in paths:
+        await cdn.upload(path, SAME)
+        assert [(await cdn.edge.get(f"/{path}")).headers["X-Cache"] for _ in range(2)] == ["MISS", "HIT"]
+    registry = cdn.control.app[REGISTRY]
+    with monkeypatch.context() as patch:
+        patch.setattr(registry, "fan_out", lambda *args, **kwargs: _not_sent())  # the push never arrives
+        resp = await cdn.control.post("/api/purge", json={"tags": ["format-svg"], "zone": other}, headers=PURGE)
+        assert resp.status == 200, await resp.text()
+    assert (await cdn.edge.get(f"/{paths[1]}")).headers["X-Cache"] == "HIT"  # not learnt yet
+    await cdn.node.catch_up()
+    assert [(await cdn.edge.get(f"/{path}")).headers["X-Cache"] for path in paths] == ["HIT", "MISS"]
+
+
 async def _not_sent() -> FanOut:
     return FanOut((), ("edge-t/0",), 0.0)
