@@ -31,6 +31,7 @@ from assetcdn import control, edge
 from assetcdn.control.analytics.hits import Hit
 from assetcdn.control.analytics.service import ANALYTICS
 from assetcdn.control.publishing.service import REGISTRY
+from assetcdn.control.storage.service import GIT
 from assetcdn.control.video.demo import write_synthetic_video
 from assetcdn.control.video.service import VIDEO_INGEST
 from assetcdn.edge.app import EdgeIdentity
@@ -38,7 +39,7 @@ from assetcdn.edge.app_keys import NODE
 from assetcdn.shared.config import load_settings
 from tests.browser.dashboard_driver import DashboardBrowser
 from tests.control.identity.signin_client import PASSWORD, SIGNIN_SECRETS
-from tests.support.control import ACCESS, serve_dashboard
+from tests.support.control import ACCESS, ACCOUNT, serve_dashboard
 from tests.support.sockets import loopback_listener
 from tests.support.wait import wait_until
 
@@ -445,6 +446,92 @@ async def test_purge_by_prefix_and_soft(site: Site, browser: DashboardBrowser) -
     await page.click("#purge-submit")
     await page.wait_for("document.getElementById('purge-error').textContent.includes('/no-slash')")
     assert "Prefixes must be" in await page.text("#purge-error")
+    assert page.problems == []
+
+
+async def put_on_edge(site: Site, cdn_path: str, data: bytes) -> None:
+    """Stores a file through control's storage API and returns once the edge holds it."""
+    async with ClientSession() as client:
+        resp = await client.put(site.control.make_url(f"/api/storage/{cdn_path}"), data=data, headers=ACCESS)
+        assert resp.status == 201, await resp.text()
+
+    async def arrived() -> bool:
+        return site.edge.app[NODE].replica.get(cdn_path) is not None
+
+    await wait_until(arrived, f"{cdn_path} reaching the edge")
+
+
+async def x_cache(site: Site, cdn_path: str) -> str:
+    async with ClientSession() as client, client.get(f"{site.edge_url}/{cdn_path}") as resp:
+        assert resp.status == 200, await resp.text()
+        return resp.headers["X-Cache"]
+
+
+async def test_purge_tags_within_one_zone(site: Site, browser: DashboardBrowser) -> None:
+    """The Purge view's tag mode purges in every zone by default, or within the zone chosen: the other zone's
+    copy stays a HIT, the result names the zone, and the API's 404 (a zone deleted since the view was opened) and
+    400 (a zone whose name predates the name rules) are shown as the view's other errors. Another mode never
+    sends the zone chosen for tags."""
+    async with ClientSession() as client:
+        for name in (ZONE, "brand", "gone"):
+            resp = await client.post(site.control.make_url("/api/core/zones"), json={"Name": name}, headers=ACCOUNT)
+            assert resp.status == 201, await resp.text()
+    await site.control.app[GIT].commit({"clients/Old_Site/v1/logos/old.png": png(32, 20)}, "a zone named before the rules")
+    paths = {zone: f"{zone}/v1/logos/{IMAGE}" for zone in (ZONE, "brand")}
+    for path in paths.values():
+        await put_on_edge(site, path, png(64, 40))
+        assert [await x_cache(site, path), await x_cache(site, path)] == ["MISS", "HIT"]
+
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, "purge?tag=all-assets", "!!document.querySelector('#purge-zone option[value=gone]')")
+    options = await page.js("[...document.querySelectorAll('#purge-zone option')].map(o => [o.value, o.textContent])")
+    assert options == [["", "All zones"], ["Old_Site", "Old_Site"], ["brand", "brand"], [ZONE, ZONE], ["gone", "gone"]]
+    assert await page.js("document.getElementById('purge-zone').value") == ""
+    assert await page.js("document.getElementById('purge-zone').labels[0].textContent.startsWith('Zone')")
+
+    # Within one zone: that zone's copy is gone, the other zone's is still a HIT.
+    await page.fill("#purge-zone", ZONE)
+    await page.click("#purge-submit")
+    await page.wait_for("!!document.querySelector('#purge-edges tr[data-edge=\"edge-0\"]')")
+    assert "Purged: all-assets in zone gallery" in await page.text("#purge-result")
+    assert "all-assets in zone gallery" in await page.text("#purge-history tbody tr:first-child")
+    removed = await page.text("#purge-edges tr[data-edge=\"edge-0\"] td:nth-child(3)")
+    assert int(removed) >= 1
+    assert [await x_cache(site, paths[ZONE]), await x_cache(site, paths["brand"])] == ["MISS", "HIT"]
+
+    # All zones (the default) sends no zone: both copies go.
+    await page.fill("#purge-zone", "")
+    await page.click("#purge-submit")
+    await page.wait_for("document.querySelectorAll('#purge-history tbody tr').length === 2")
+    assert "zone" not in await page.text("#purge-result")
+    assert [await x_cache(site, paths[ZONE]), await x_cache(site, paths["brand"])] == ["MISS", "MISS"]
+
+    # A zone chosen for tags is not sent with URLs (the API refuses a zone beside them).
+    await page.fill("#purge-zone", ZONE)
+    await page.click("#purge-mode button[data-mode=urls]")
+    await page.fill("#purge-urls", f"/{paths['brand']}")
+    await page.click("#purge-submit")
+    await page.wait_for("document.querySelectorAll('#purge-history tbody tr').length === 3 "
+                        "|| !!document.getElementById('purge-error').textContent")
+    assert await page.text("#purge-error") == ""
+    assert "zone" not in await page.text("#purge-result")
+
+    # A zone deleted since the view listed it: the API's 404, as the view shows its other errors.
+    async with ClientSession() as client:
+        resp = await client.delete(site.control.make_url("/api/core/zones/gone"), headers=ACCOUNT)
+        assert resp.status in (200, 204), await resp.text()
+    await page.click("#purge-mode button[data-mode=tags]")
+    await page.fill("#purge-zone", "gone")
+    await page.click("#purge-submit")
+    await page.wait_for("!!document.getElementById('purge-error').textContent")
+    assert await page.text("#purge-error") == "Zone 'gone' does not exist"
+    # A zone whose name predates the name rules: the API's 400 (such a zone is purged by prefix or URL).
+    await page.fill("#purge-zone", "Old_Site")
+    await page.click("#purge-submit")
+    await page.wait_for("document.getElementById('purge-error').textContent.includes('zone name')")
+    assert await page.text("#purge-error") == '"zone" must be a zone name (^[a-z0-9-]{2,64}$)'
+    assert await page.js("document.querySelectorAll('#purge-history tbody tr').length") == 3
     assert page.problems == []
 
 

@@ -1,5 +1,5 @@
-// Purge: by URL, by path prefix, by cache tag, or everything, each hard or soft (marked stale: a pull zone's
-// copies are revalidated with the origin). The answer says, per edge node, whether it
+// Purge: by URL, by path prefix, by cache tag (in every zone, or within one), or everything, each hard or soft
+// (marked stale: a pull zone's copies are revalidated with the origin). The answer says, per edge node, whether it
 // acknowledged within the wait, how many cache entries it dropped and how long its ack took.
 import { ApiError, get, post, publicUrl } from "../api.js";
 import { badge, card, clear, confirmDanger, formatDate, formatNumber, h } from "../ui.js";
@@ -19,6 +19,8 @@ export async function render(container, { params }) {
   const soft = h("input#purge-soft", { type: "checkbox" });
   const tags = h("input#purge-tags", { type: "text", placeholder: "project-acme, type-logos", "aria-label": "Tags" });
   if (params.get("tag")) tags.value = params.get("tag");
+  // "All zones" sends no zone; a zone is sent beside tags only (the API refuses it beside the other modes).
+  const zone = h("select#purge-zone", null, h("option", { value: "" }, "All zones"));
   const suggestions = h("div.chips");
   const everything = h("p", null, "Every edge empties its whole cache; the next requests for every asset go to control. Use it after changing many files at once.");
   const body = h("div");
@@ -33,7 +35,8 @@ export async function render(container, { params }) {
     clear(body,
       mode === "urls" ? h("label.field", null, "URLs or paths, one per line (at most 30)", urls)
         : mode === "prefixes" ? h("label.field", null, "Path prefixes (/<zone>/... or a URL), one per line (at most 30): every path under each", prefixes)
-        : mode === "tags" ? [h("label.field", null, "Cache tags, separated by commas or spaces (at most 30)", tags), suggestions]
+        : mode === "tags" ? [h("label.field", null, "Cache tags, separated by commas or spaces (at most 30)", tags), suggestions,
+          h("label.field", null, "Zone: the tags' copies in every zone, or in this zone only", zone)]
           : everything);
     submit.textContent = mode === "everything" ? "Purge everything…" : "Purge";
     submit.classList.toggle("danger", mode === "everything");
@@ -41,6 +44,7 @@ export async function render(container, { params }) {
   }
 
   get("/api/core/zones").then((zones) => {
+    zone.append(...zones.map((z) => h("option", { value: z.Name }, z.Name)));
     const known = ["all-assets", ...zones.map((z) => `project-${z.Name}`), "type-logos", "type-banners", "type-icons", "format-png", "format-webp", "format-svg"];
     clear(suggestions, h("span.muted.small", null, "Tags: "), known.map((tag) => h("button.small", {
       type: "button", onclick: () => { tags.value = [...new Set([...tags.value.split(/[\s,]+/).filter(Boolean), tag])].join(", "); },
@@ -62,6 +66,7 @@ export async function render(container, { params }) {
       const list = tags.value.split(/[\s,]+/).filter(Boolean);
       if (!list.length) { error.textContent = "Enter at least one tag."; return; }
       command = { tags: list };
+      if (zone.value) command.zone = zone.value;
     } else {
       if (!(await confirmDanger({ title: "Purge everything?", message: soft.checked ? "Every pull zone copy on every edge is marked stale (revalidated with its origin at its next request); stored zones' cached files are dropped." : "Every cached asset on every edge is dropped.", confirmLabel: "Purge everything" }))) return;
       command = { purge_everything: true };
@@ -81,6 +86,10 @@ export async function render(container, { params }) {
     }
   }
 
+  /** What a purge named: its URLs, prefixes or tags (with the zone a tag purge was scoped to), or everything. */
+  const named = (answer) => (answer.purged === "everything" ? "everything" : answer.purged.join(", "))
+    + (answer.zone ? ` in zone ${answer.zone}` : "");
+
   function showResult(answer) {
     const edges = answer.edges || {};
     const latency = edges.latencyMs || {};
@@ -90,7 +99,7 @@ export async function render(container, { params }) {
       const values = Object.entries(table).filter(([member]) => member.split("/")[0] === node).map(([, v]) => v);
       return values.length ? pick(values) : null;
     };
-    const what = (answer.purged === "everything" ? "everything" : answer.purged.join(", "))
+    const what = named(answer)
       + (answer.mode === "prefixes" ? " (and every path under it)" : "") + (answer.soft ? " (soft: marked stale)" : "");
     clear(result, card("Result", [badge(edges.pending && edges.pending.length ? "partly acknowledged" : "acknowledged by every edge",
       edges.pending && edges.pending.length ? "warn" : "ok")],
@@ -117,7 +126,7 @@ export async function render(container, { params }) {
       h("tbody", null, purges.map(({ answer }) => {
         const values = Object.values((answer.edges || {}).latencyMs || {});
         return h("tr", null, h("td", null, formatDate(answer.dateCreated)),
-          h("td.mono", null, (answer.purged === "everything" ? "everything" : answer.purged.join(", ")) + (answer.soft ? " (soft)" : "")),
+          h("td.mono", null, named(answer) + (answer.soft ? " (soft)" : "")),
           h("td.num", null, `${(answer.edges.acknowledged || []).length}/${answer.edges.total}`),
           h("td.num", null, values.length ? `${Math.max(...values).toFixed(1)} ms` : "–"));
       })))));
