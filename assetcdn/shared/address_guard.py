@@ -30,7 +30,7 @@ METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
 # Ranges that are not globally routable which Python 3.11's `is_global` still counts as global: IPv6 site-local
 # (deprecated, still routed inside some sites), the IPv6 documentation prefix 3fff::/20 and ORCHIDv2.
 NOT_GLOBAL = tuple(ipaddress.ip_network(n) for n in ("fec0::/10", "3fff::/20", "2001:20::/28"))
-NAT64 = ipaddress.ip_network("64:ff9b::/96")
+NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052's well-known prefix; the local-use 64:ff9b:1::/48 is refused
 # Names that only ever mean a private network (checked before any lookup).
 PRIVATE_SUFFIXES = (".local", ".internal", ".localdomain", ".home.arpa", ".intranet", ".lan")
 PRIVATE_NAMES = frozenset({"metadata", "instance-data", "metadata.google.internal"})
@@ -66,7 +66,12 @@ def refusal_in(exc: BaseException) -> RefusedTarget | None:
 
 
 def _forms(ip: IPAddress) -> Iterable[IPAddress]:
-    """The address and every IPv4 address it carries (a check of the outer form alone can be bypassed)."""
+    """The address and every IPv4 address it carries (a check of the outer form alone can be bypassed). A NAT64
+    address of the well-known prefix is the IPv4 address it carries alone: the prefix reaches IPv4 hosts through
+    the network's translator (Python counts it in the reserved ``::/8``, which would refuse every one of them)."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip in NAT64:
+        yield ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        return
     yield ip
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.ipv4_mapped is not None:
@@ -75,8 +80,6 @@ def _forms(ip: IPAddress) -> Iterable[IPAddress]:
             yield ip.sixtofour
         if ip.teredo is not None:
             yield from ip.teredo
-        if ip in NAT64:
-            yield ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
 
 
 def address_problem(address: str, *, allow_loopback: bool) -> str | None:

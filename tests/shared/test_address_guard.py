@@ -12,11 +12,15 @@ REFUSED = ["10.0.0.5", "172.16.3.4", "192.168.1.1", "127.0.0.1", "127.8.9.10", "
            "169.254.170.2", "fd00:ec2::254", "100.100.100.200", "fe80::1", "fe80::1%eth0", "224.0.0.1",
            "ff02::1", "0.0.0.0", "::", "100.64.0.1", "240.0.0.1", "255.255.255.255", "198.18.0.1",
            "::ffff:10.0.0.1", "::ffff:127.0.0.1", "::ffff:169.254.169.254", "2002:a00:1::1", "64:ff9b::a00:1",
+           "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "64:ff9b::6440:1", "64:ff9b:1::808:808",
            "fc00::1", "2001:db8::1", "not-an-address",
            # Not globally routable, though Python 3.11's `is_global` says so: IPv6 site-local, 3fff::/20 and
            # ORCHIDv2; and Azure's metadata and DNS address.
            "fec0::1", "fec0:0:0:ffff::1", "3fff::1", "2001:20::1", "168.63.129.16"]
-ALLOWED = ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111"]
+# NAT64's well-known prefix (RFC 6052) carries the IPv4 address a DNS64 resolver found for an IPv4-only origin:
+# judged by that address, as an edge on an IPv6-only network reaches public IPv4 hosts through it. Its local-use
+# prefix 64:ff9b:1::/48 (RFC 8215) stays refused: where it carries the IPv4 address is each network's choice.
+ALLOWED = ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111", "64:ff9b::808:808", "64:ff9b::5db8:d822"]
 
 
 @pytest.mark.parametrize("address", REFUSED)
