@@ -6,9 +6,11 @@ MIME, `Vary` (query route: Accept, Save-Data, ECT; path route: Accept) and a one
 conversion whose source does not decode falls back to the next file along the chain.
 
 A path of a pull zone names the origin's file itself (`/api/auto?path=/<pullzone>/photo.jpg`): the edge cannot
-list the origin's files, so that image is converted to the best format of the chain an encoder here writes,
-through the pull zone's variant sequence (assetcdn/edge/states/pull_variant.py), with a lifetime derived from
-the source's freshness.
+list the origin's files, so that image is the only candidate (`auto_format.single_file_choices`, the same
+decision): sent as it is when its format is the best of the chain before any an encoder here writes (once a
+worker has read its header: bytes of another format are converted, as are any when the origin sent them under
+a content coding), else converted to the best format of the chain an encoder writes, through the pull zone's
+variant sequence (assetcdn/edge/states/pull_variant.py), with a lifetime derived from the source's freshness.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ from aiohttp import web
 
 from assetcdn.edge.access import SourceRefused, find_source
 from assetcdn.edge.app_keys import IMAGE_POOL, NODE
-from assetcdn.edge.auto_format import can_convert_to, choices, conversion_options
+from assetcdn.edge.auto_format import (
+    can_convert_to,
+    choices,
+    conversion_options,
+    single_file_choices,
+)
 from assetcdn.edge.negotiate import (
     FORMAT_MIME,
     NETWORK_AWARE_HEADER,
@@ -36,11 +43,12 @@ from assetcdn.edge.negotiate import (
 from assetcdn.edge.node import EdgeNode
 from assetcdn.edge.site_config import request_host
 from assetcdn.edge.states.fetch import AS_IS
+from assetcdn.edge.states.keys import as_is_check_key
 from assetcdn.edge.states.pull_source import PullSource, pull_source_path, variant_cache_control
-from assetcdn.edge.states.pull_variant import serve_pull_variant
+from assetcdn.edge.states.pull_variant import AsItIs, serve_pull_variant
 from assetcdn.edge.states.serve import IMMUTABLE, LEGACY_REFUSALS, ServePolicy, serve
 from assetcdn.edge.states.variant import Made
-from assetcdn.edge.transform.jobs import transform_variant
+from assetcdn.edge.transform.jobs import checked_as_is, transform_variant
 from assetcdn.edge.transform.options import TransformOptions
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.manifest import ManifestEntry
@@ -85,18 +93,34 @@ def _conversion(request: web.Request, source: ManifestEntry, fmt: str) -> Made:
                 metric_format=fmt)
 
 
-def _pull_conversion(request: web.Request, chain: list[str], headers: dict[str, str],
+def _pull_conversion(request: web.Request, fmt: str, headers: dict[str, str],
                      source: PullSource) -> tuple[Made, ServePolicy]:
-    """A pull zone's image converted to the best format of the chain an encoder here writes."""
-    fmt = next((fmt for fmt in chain if can_convert_to(fmt)), None)
-    if fmt is None:
-        raise LegacyError(404, NOT_FOUND)
+    """A pull zone's image converted to `fmt`."""
     pool = request.app[IMAGE_POOL]
     opts = TransformOptions(url=source.at.cdn_path)  # a plain conversion: /api/transform's key for format=<fmt>
     variant = Made(pool, opts.cache_key(source.source_id, fmt),
                    partial(transform_variant, source.format, opts, fmt, pool.limits), metric_format=fmt)
     return variant, ServePolicy(variant_cache_control(source), REFUSALS,
                                 headers={**headers, "Content-Type": FORMAT_MIME[fmt]})
+
+
+def _pull_answer(request: web.Request, chain: list[str], headers: dict[str, str],
+                 source: PullSource) -> tuple[Made | AsItIs, ServePolicy]:
+    """A pull zone's image as it is, or converted to the best format of the chain an encoder here writes."""
+    found = single_file_choices(chain, source, source.format if AsItIs.possible(source) else None)
+    if not found:
+        raise LegacyError(404, NOT_FOUND)
+    best = found[0]
+    if best.convert:
+        return _pull_conversion(request, best.format, headers, source)
+    # Bytes that are not what the origin calls them: converted as any other image is.
+    otherwise = next((fmt for fmt in chain if can_convert_to(fmt)), None)
+    pool = request.app[IMAGE_POOL]
+    check = Made(pool, as_is_check_key(source.source_id, best.format),
+                 partial(checked_as_is, source.format, best.format, pool.limits), metric_format="as-is")
+    return (AsItIs(check, best.format, _pull_conversion(request, otherwise, headers, source) if otherwise else None),
+            ServePolicy(variant_cache_control(source), REFUSALS,
+                        headers={**headers, "Content-Type": FORMAT_MIME[best.format]}))
 
 
 async def answer(request: web.Request, base: str, chain: list[str], headers: dict[str, str], *,
@@ -106,7 +130,7 @@ async def answer(request: web.Request, base: str, chain: list[str], headers: dic
     pulled = pull_source_path(node.config, host_zone, base)
     if pulled is not None:  # the path names the origin's file itself: its names at the origin are unknown here
         return await serve_pull_variant(request, pulled, REFUSALS,
-                                        partial(_pull_conversion, request, chain, headers))
+                                        partial(_pull_answer, request, chain, headers))
     get = readable(node, host_zone)
     conversion_failed = False
     for choice in choices(chain, base, get, animated=animated):

@@ -49,6 +49,12 @@ def placeholder_key(kind: str, source_id: str, size: int, blur: int | None) -> s
     return f"{kind}{PLACEHOLDER_VERSION}/{source_id}/{spec}"
 
 
+def as_is_check_key(source_id: str, output_format: str) -> str:
+    """The check that a pull zone's image may be answered as it is in `output_format` by /api/auto (what its bytes
+    are, within the bounds of their conversion to it), of the source's content."""
+    return f"asis1/{source_id}/{output_format}"
+
+
 def segment_key(source_id: str, index: int) -> str:
     """HLS segment `index` of a rendition file, cut from the rendition's cached bytes."""
     return f"segment:{source_id}:{index}"

@@ -20,24 +20,53 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from aiohttp import web
 
 from assetcdn.edge.access import SourceRefused
 from assetcdn.edge.app_keys import NODE
-from assetcdn.edge.cache.entry import CachedObject
+from assetcdn.edge.auto_format import same_format
+from assetcdn.edge.cache.entry import CachedObject, strong_etag
 from assetcdn.edge.cache.store import SOFT_PURGED
 from assetcdn.edge.cache.tags import pull_variants_tag
 from assetcdn.edge.node import EdgeNode
+from assetcdn.edge.states.freshness import first_value
 from assetcdn.edge.states.keys import pull_source_variant_key, pull_variants_made_key
 from assetcdn.edge.states.lookup import lookup
-from assetcdn.edge.states.pull_source import PullSource, PullSourcePath, obtain
+from assetcdn.edge.states.pull_source import (
+    PullSource,
+    PullSourcePath,
+    content_codings,
+    obtain,
+    stored_body,
+)
 from assetcdn.edge.states.serve import DELIVERY_ATTEMPTS, Refusals, ServePolicy, respond
 from assetcdn.edge.states.variant import Made
 from assetcdn.shared.manifest import zone_tag
 
-# What a route makes of the source it got: the variant, and the policy it is answered with.
-Plan = Callable[[PullSource], tuple[Made, ServePolicy]]
+
+@dataclass(frozen=True, slots=True)
+class AsItIs:
+    """The image's own bytes, sent as they are (/api/auto of an image already in the client's best format), once
+    `check` found them to be `format` within the bounds its conversion has: made and kept as a variant is (once
+    per validator, purged and retired with the image's variants, its failures remembered), its body the format
+    the bytes hold (assetcdn/edge/transform/jobs.py `checked_as_is`). Bytes of another format than their label
+    are answered by `otherwise` (their conversion); a refusal of the check is the conversion's."""
+
+    check: Made
+    format: str
+    otherwise: tuple[Made, ServePolicy] | None
+
+    @staticmethod
+    def possible(source: PullSource) -> bool:
+        """Whether the image's stored bytes are the image itself: not under a content coding (decoded for variants,
+        stored as they came)."""
+        return not content_codings(source.stored.headers)
+
+
+# What a route makes of the source it got: the variant (or the image as it is), and the policy it is answered with.
+Plan = Callable[[PullSource], tuple[Made | AsItIs, ServePolicy]]
 
 
 async def serve_pull_variant(request: web.Request, at: PullSourcePath, refusals: Refusals,
@@ -55,6 +84,14 @@ async def serve_pull_variant(request: web.Request, at: PullSourcePath, refusals:
             raise refusals.source(exc) from None
         variant, policy = plan(source)
         try:
+            if isinstance(variant, AsItIs):
+                checked, status = await variant_of(node, source, variant.check, mark)
+                if same_format(variant.format, (await stored_body(checked)).decode()):
+                    return await respond(request, as_it_is(source, policy), status, policy, tags=source.shown_tags)
+                if variant.otherwise is None:
+                    raise refusals.source(SourceRefused(404, "AssetNotFound", f"No format of '/{at.cdn_path}' "
+                                                        "this client takes."))
+                variant, policy = variant.otherwise
             obj, status = await variant_of(node, source, variant, mark)
             return await respond(request, obj, status, policy, tags=source.shown_tags)
         except FileNotFoundError:
@@ -100,6 +137,19 @@ async def variant_of(node: EdgeNode, source: PullSource, variant: Made,
     node.metrics.cache_result("MISS").inc()
     made: CachedObject = await node.flight.run(key, fill)
     return made, "MISS"
+
+
+def as_it_is(source: PullSource, policy: ServePolicy) -> CachedObject:
+    """The image's stored bytes as an answer of their own: the policy's Content-Type, an ETag named by the image's
+    validator (`pull_source_id`: strong when that is a strong ETag or the body's hash, else weak, as Last-Modified
+    is), none of the origin's fields."""
+    obj = source.stored.obj
+    etag = first_value(source.stored.headers, "etag")
+    weak = (etag is None or etag.startswith("W/")) and first_value(source.stored.headers, "last-modified") is not None
+    body = source.body if source.body is not None else obj.body
+    return CachedObject(obj.key, policy.headers.get("Content-Type", obj.content_type),
+                        ("W/" if weak else "") + strong_etag(source.source_id), (), obj.size, obj.stored_at,
+                        body=body, path=None if body is not None else obj.path)
 
 
 def failure_key(key: str, since: int | None) -> str:

@@ -56,6 +56,18 @@ def transform_variant(source_format: str, opts: TransformOptions, output_format:
     return Variant(result.body, result.content_type)
 
 
+def checked_as_is(source_format: str, output_format: str, limits: TransformLimits, source: bytes) -> Variant:
+    """/api/auto of a pull zone's image it may send as it is (assetcdn/edge/states/pull_variant.py `AsItIs`): what
+    the bytes are, read from their header as a transform reads them (its format's name, the body), within the
+    bounds a conversion of them to `output_format` has (`check_source`): its LegacyError (415, 422) past one."""
+    from assetcdn.edge.transform.source import read_source  # noqa: PLC0415 (see above)
+    from assetcdn.edge.transform.steps import check_source  # noqa: PLC0415
+
+    image_source = read_source(source, source_format)
+    check_source(image_source, output_format, limits)
+    return Variant(image_source.format.encode(), "text/plain")
+
+
 def _data_uri(webp: bytes) -> str:
     return "data:image/webp;base64," + base64.b64encode(webp).decode("ascii")
 

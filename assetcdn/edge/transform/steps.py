@@ -59,6 +59,21 @@ STEPS: tuple[tuple[str, Step], ...] = (
 )
 
 
+def check_source(image_source: SourceImage, output_format: str, limits: TransformLimits, *,
+                 rendered_at_size: bool = False) -> bool:
+    """A source's own bounds for an output in `output_format`, on header values only: its animation's when the
+    output keeps it, and its pixels (every frame kept), unless it is an SVG rendered straight at a target size
+    (`rendered_at_size`), for which only the output counts. LegacyError 422 past one; whether the output keeps
+    the animation. Also what /api/auto checks of a pull zone's image it sends as it is (jobs.py `checked_as_is`)."""
+    keep_animation = image_source.animated and output_format in ANIMATED_OUTPUTS
+    if keep_animation:
+        check_animation(image_source, limits.max_animation_frames, limits.max_animation_pixels)
+    if image_source.format != "svg" or not rendered_at_size:
+        pages = image_source.pages if keep_animation else 1
+        check_pixels("source image", image_source.width, image_source.height, pages, limits.max_pixels)
+    return keep_animation
+
+
 def size_before_resize(source: SourceImage, opts: TransformOptions) -> Size | None:
     """The image's size when it reaches the resize, from header values; None when only pixels tell."""
     size: Size | None = (source.width, source.height)
@@ -92,17 +107,12 @@ def run_transform(source: bytes, source_format: str, opts: TransformOptions, out
         raise LegacyError(400, f"Output format '{output_format}' is not available on this edge. "
                           f"Available: {', '.join(sorted(ENCODERS))}.")
     image_source = read_source(source, source_format)
-    keep_animation = image_source.animated and output_format in ANIMATED_OUTPUTS
-    pages = image_source.pages if keep_animation else 1
     shaped = size_before_resize(image_source, opts)
     plan = plan_resize(*shaped, opts.get(RESIZE)) if shaped is not None else None
     decode_size = decode_size_for(plan, image_source, opts) if plan is not None else None
-    # Every check runs on header values only: nothing has been decoded yet. An SVG with a
-    # target size is rendered straight at that size, so only the output counts for it.
-    if keep_animation:
-        check_animation(image_source, limits.max_animation_frames, limits.max_animation_pixels)
-    if image_source.format != "svg" or decode_size is None:
-        check_pixels("source image", image_source.width, image_source.height, pages, limits.max_pixels)
+    # Every check runs on header values only: nothing has been decoded yet.
+    keep_animation = check_source(image_source, output_format, limits, rendered_at_size=decode_size is not None)
+    pages = image_source.pages if keep_animation else 1
     if plan is not None:
         check_pixels("requested output", plan.width, plan.height, pages, limits.max_pixels)
     if image_source.filter_primitives:

@@ -200,6 +200,83 @@ async def test_auto_converts_a_pull_image_to_the_best_accepted_format(pics: Pics
     assert pics.origin.count("/auto.png") == 1
 
 
+async def test_auto_sends_a_pull_image_already_in_the_best_accepted_format_as_it_is(pics: Pics) -> None:
+    """A WebP to a browser that takes WebP (and no better format) is the origin's own bytes, as a stored zone's file
+    is sent as it is: not encoded again, which loses a little quality each time. Its answer is an auto answer of a
+    pull image's (Content-Type, Vary, a lifetime from the image's freshness, X-Cache), with an ETag of its own."""
+    webp = image(BLUE, fmt="WEBP")
+    pics.origin.answer("/as-is.webp", webp, headers={**LONG, "ETag": '"as-is"', "Content-Type": "image/webp"})
+    query = await pics.get(f"/api/auto?path=/{ZONE}/as-is.webp", headers={"Accept": "image/webp,*/*"})
+    assert query.status == 200, await query.text()
+    assert await query.read() == webp
+    assert (query.headers["Content-Type"], query.headers["X-Cache"]) == ("image/webp", "MISS")
+    assert query.headers["Vary"] == "Accept, Save-Data, Sec-CH-Effective-Connection-Type"
+    assert 590 <= max_age(query) <= 600 and query.headers["ETag"] not in ('"as-is"', "")
+    again = await pics.get(f"/api/auto?path=/{ZONE}/as-is.webp", headers={"Accept": "image/webp,*/*"})
+    assert (await again.read(), again.headers["X-Cache"], again.headers["ETag"]) == (webp, "HIT", query.headers["ETag"])
+    revalidated = await pics.get(f"/api/auto?path=/{ZONE}/as-is.webp",
+                                 headers={"Accept": "image/webp,*/*", "If-None-Match": query.headers["ETag"]})
+    assert revalidated.status == 304
+    path = await pics.get(f"/api/auto/{ZONE}/as-is.webp", headers={"Accept": "image/webp"})
+    assert (await path.read(), path.headers["Vary"], path.headers["Content-Type"]) == (webp, "Accept", "image/webp")
+    # A client that does not take WebP gets a PNG made of it, as before; one that takes AVIF an AVIF.
+    plain = await pics.get(f"/api/auto?path=/{ZONE}/as-is.webp", headers={"Accept": "image/png"})
+    assert (plain.headers["Content-Type"], opened(await plain.read()).format) == ("image/png", "PNG")
+    avif = await pics.get(f"/api/auto?path=/{ZONE}/as-is.webp", headers={"Accept": "image/avif,image/webp"})
+    assert avif.headers["Content-Type"] == "image/avif" and await avif.read() != webp
+    assert pics.origin.count("/as-is.webp") == 1
+
+
+async def test_an_image_sent_as_it_is_and_then_changed_and_purged_is_sent_as_it_is_now(pics: Pics) -> None:
+    """What an auto answer sends as it is goes with the image: after a purge of its URL the origin's new image (a new
+    ETag) is sent, under a new ETag, never the old bytes; an image with only Last-Modified gets a weak ETag."""
+    old, new = image(RED, fmt="WEBP"), image(BLUE, fmt="WEBP")
+    pics.origin.answer("/changed.webp", old, headers={**LONG, "ETag": '"v1"', "Content-Type": "image/webp"})
+    target = f"/api/auto?path=/{ZONE}/changed.webp"
+    first = await pics.get(target, headers={"Accept": "image/webp"})
+    assert await first.read() == old
+    pics.origin.answer("/changed.webp", new, headers={**LONG, "ETag": '"v2"', "Content-Type": "image/webp"})
+    resp = await pics.cdn.control.post("/api/purge", json={"urls": [f"/{ZONE}/changed.webp"]}, headers=PURGE)
+    assert resp.status == 200, await resp.text()
+    second = await pics.get(target, headers={"Accept": "image/webp", "If-None-Match": first.headers["ETag"]})
+    assert (second.status, await second.read(), second.headers["X-Cache"]) == (200, new, "MISS")
+    assert second.headers["ETag"] != first.headers["ETag"] and not second.headers["ETag"].startswith("W/")
+    pics.origin.answer("/dated.webp", old, headers={**LONG, "Last-Modified": "Mon, 07 Dec 2026 00:00:00 GMT",
+                                                    "Content-Type": "image/webp"})
+    dated = await pics.get(f"/api/auto?path=/{ZONE}/dated.webp", headers={"Accept": "image/webp"})
+    assert await dated.read() == old and dated.headers["ETag"].startswith('W/"')
+
+
+async def test_auto_still_converts_a_pull_jpeg_for_a_browser_taking_avif_or_webp(pics: Pics) -> None:
+    jpeg = image(RED, fmt="JPEG")
+    pics.origin.answer("/photo.jpg", jpeg, headers={**LONG, "Content-Type": "image/jpeg"})
+    for accept, fmt in (("image/avif,image/webp,*/*", "image/avif"), ("image/webp,*/*", "image/webp")):
+        resp = await pics.get(f"/api/auto?path=/{ZONE}/photo.jpg", headers={"Accept": accept})
+        assert (resp.status, resp.headers["Content-Type"]) == (200, fmt), await resp.text()
+        assert await resp.read() != jpeg and close_to(centre(await resp.read()), RED)
+
+
+async def test_auto_sends_as_it_is_only_what_its_bytes_are(pics: Pics) -> None:
+    """An origin's label is not taken at its word: a JPEG it calls a WebP is converted to a WebP (never sent as
+    `image/webp`); a WebP it sends gzip-coded is converted from what the coding holds (its stored bytes are the
+    coding's, not a WebP); and a WebP over the pixel bound is refused as its conversion was (422), not sent."""
+    jpeg = image(RED, fmt="JPEG")
+    pics.origin.answer("/labelled.webp", jpeg, headers={**LONG, "Content-Type": "image/webp"})
+    coded = gzip.compress(image(RED, fmt="WEBP"))
+    pics.origin.answer("/coded.webp", coded, headers={**LONG, "Content-Type": "image/webp",
+                                                      "Content-Encoding": "gzip"})
+    for name in ("/labelled.webp", "/coded.webp"):
+        resp = await pics.get(f"/api/auto?path=/{ZONE}{name}", headers={"Accept": "image/webp"},
+                              auto_decompress=False)
+        assert (resp.status, resp.headers["Content-Type"]) == (200, "image/webp"), await resp.text()
+        assert "Content-Encoding" not in resp.headers and opened(await resp.read()).format == "WEBP"
+    pics.origin.answer("/huge.webp", image(RED, (1200, 1000), "WEBP"), headers={**LONG, "Content-Type": "image/webp"})
+    for _ in range(2):  # checked, then the check's failure remembered
+        resp = await pics.get(f"/api/auto?path=/{ZONE}/huge.webp", headers={"Accept": "image/webp"})
+        body = await resp.json()
+        assert resp.status == 422 and "exceeds this edge's limit of 1,000,000 pixels" in body["error"], body
+
+
 @pytest.mark.parametrize("kind", ["lqip", "blurhash"])
 async def test_placeholders_of_a_pull_image(pics: Pics, kind: str) -> None:
     name = f"/placeholder-{kind}.jpg"
