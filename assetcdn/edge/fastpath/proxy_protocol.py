@@ -258,6 +258,11 @@ class ForwardingTransport(asyncio.Transport):
         self._transport = transport
         self._peername = peername
 
+    @property
+    def lag_places(self) -> Any:
+        """The one beneath's (an HTTP/2 stream's connection: assetcdn/edge/tls/h2.py); None for a connection's own."""
+        return getattr(self._transport, "lag_places", None)
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "peername":
             return self._peername

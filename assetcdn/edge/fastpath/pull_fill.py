@@ -338,7 +338,8 @@ class PullFills:
         if fill.head_only or not declared:
             self._send_head(conn, head)
         sending = await keep(node, zone, named.path, url_key, sent, response, parsed, new_spool(declared),
-                             None if fill.head_only else partial(self._sender(conn), conn, counter, head), kept)
+                             None if fill.head_only else partial(self._sender(conn), conn, counter, head), kept,
+                             transport=conn.transport)
         if sending is None:
             self._send_head(conn, head)
             conn.closing = True  # a body cut short must not look complete to the client

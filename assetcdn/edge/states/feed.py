@@ -11,7 +11,11 @@ before; the fill does not wait for it either way.
 What lagging clients hold (each a copy of up to 1 MB in memory, or its fill's temporary file, up to the object
 size limit) is bounded by how many may lag at once in a worker, MAX_LAGGING: past it, a client behind its queue
 sets the pace of its fill again (`room`), as every fill's first client did before, holding its origin connection
-(whose pool bounds those).
+(whose pool bounds those). An HTTP/1.1 connection asks one thing at a time, so it holds one of those places at
+most; an HTTP/2 connection's streams (assetcdn/edge/tls/h2.py) hold CONNECTION_LAGGING at most, so that one
+client opening many streams it does not read cannot take them all: past it, its next client behind its queue sets
+its fill's pace. A connection's count (`LagPlaces`) is its transport's `lag_places`, looked up once a client would
+first lag (None: one request at a time, counted by the worker's bound alone).
 
 A body of no declared length (chunked) may turn out longer than the object size limit: the fill then keeps it no
 longer, and its copy goes (`keep_pace`). A lagging client is first sent what it had still to be sent of that copy
@@ -27,18 +31,27 @@ import logging
 import os
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import IO
+from typing import IO, Any, Protocol
 
 # What a client may have queued for it beside what its connection holds; past it, it lags (module docstring).
 QUEUE_BYTES = 256 * 1024
 # Clients lagging behind their fills at once in a worker (module docstring).
 MAX_LAGGING = 32
+# ... and of them, the streams of one HTTP/2 connection: a quarter, more than a browser's six HTTP/1.1 connections
+# to a host hold (module docstring).
+CONNECTION_LAGGING = MAX_LAGGING // 4
 # A lagging client's rest is read back from the spool's file in pieces of this many bytes.
 REST_PIECE = 256 * 1024
 
 Send = Callable[[bytes], Awaitable[bool]]
 
 log = logging.getLogger(__name__)
+
+
+class LagPlaces(Protocol):
+    """A connection whose requests may lag behind their fills several at once (an HTTP/2 connection): how many do."""
+
+    lagging: int
 
 
 class Rest:
@@ -89,12 +102,15 @@ def rest_of(spool: IO[bytes], start: int, in_memory: int) -> Rest:
 
 class ClientFeed:
     """Sends a fill's body to its client by a task of its own (module docstring): `offer` each chunk the fill
-    reads, then `finish` once the fill is done (or `cancel`, when the origin's body failed)."""
+    reads, then `finish` once the fill is done (or `cancel`, when the origin's body failed). `transport`: the
+    client's, whose `lag_places` (module docstring) is its connection's count."""
 
     lagging_now = 0  # the feeds lagging in this process (its one event loop's): at most MAX_LAGGING
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, transport: Any = None) -> None:
         self._send = send  # False once the client is gone or cut off
+        self._transport = transport  # until its connection's places are looked up (`_lag`)
+        self._places: LagPlaces | None = None  # ... and found: the count this feed's place is in while it lags
         # What the client is to be sent, in order: the fill's chunks, and a lagging client's rest (`finish`,
         # `keep_pace`), each Rest this feed's to close.
         self._items: deque[bytes | Rest] = deque()
@@ -110,14 +126,12 @@ class ClientFeed:
 
     def offer(self, chunk: bytes) -> None:
         """The fill's next chunk: queued for the client, unless it lags or is gone. Past the queue's bound the
-        client lags, while fewer than MAX_LAGGING do; else the chunk is queued all the same and the fill waits
-        for `room` before it reads on."""
+        client lags, while fewer than MAX_LAGGING do (and fewer than CONNECTION_LAGGING of its connection's
+        streams); else the chunk is queued all the same and the fill waits for `room` before it reads on."""
         if self.gone or (self.lagging and not self.paced) or self._task.done():  # (done: gone, or failed)
             return
         if (not self.paced and self._queued and self._queued + len(chunk) > QUEUE_BYTES
-                and ClientFeed.lagging_now < MAX_LAGGING):
-            ClientFeed.lagging_now += 1
-            self.lagging = True
+                and ClientFeed.lagging_now < MAX_LAGGING and self._lag()):
             return
         self._items.append(chunk)
         self._queued += len(chunk)
@@ -186,10 +200,28 @@ class ClientFeed:
         self._queued = 0
         self._unlag()
 
+    def _lag(self) -> bool:
+        """Take a place among the lagging (the worker has one free): unless the client's connection holds
+        CONNECTION_LAGGING already. Its connection's count is looked up the first time, never on a fill whose
+        client keeps up."""
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            self._places = getattr(transport, "lag_places", None)
+        places = self._places
+        if places is not None:
+            if places.lagging >= CONNECTION_LAGGING:
+                return False
+            places.lagging += 1
+        ClientFeed.lagging_now += 1
+        self.lagging = True
+        return True
+
     def _unlag(self) -> None:
         if self.lagging:
             self.lagging = False
             ClientFeed.lagging_now -= 1
+            if self._places is not None:
+                self._places.lagging -= 1
 
     def _wake(self) -> None:
         more, self._more = self._more, None

@@ -426,6 +426,12 @@ class StreamTransport(asyncio.Transport):
             self.closed = True
             asyncio.get_running_loop().call_soon(self._lost, ConnectionResetError("stream reset"))
 
+    @property
+    def lag_places(self) -> H2Protocol:
+        """The count of this connection's streams whose clients lag behind their fills (assetcdn/edge/states/feed.py),
+        looked up by a fill whose client would first lag: held to CONNECTION_LAGGING of the worker's places."""
+        return self.connection
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "socket":  # nothing may write around TLS and the framing (sendfile)
             return default
@@ -508,6 +514,7 @@ class H2Protocol(asyncio.Protocol):
         self.control_since = 0.0
         self.pending_total = 0      # body bytes all streams hold
         self.paused_producers = 0
+        self.lagging = 0            # streams whose clients lag behind their fills (StreamTransport.lag_places)
         self.sent = 0               # DATA bytes sent, and their count at the last progress check
         self.checked = 0
         self.checking = False       # streams are open: `deadline` is the next progress check

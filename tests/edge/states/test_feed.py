@@ -1,6 +1,7 @@
 """A fill's first client fed at its own pace (assetcdn/edge/states/feed.py): what it is sent, in order, when it
 keeps up and when it lags behind the fill (the rest read back from the spool, in memory or in its file, after the
-spool itself was closed as `pull.store` closes it), and when it goes."""
+spool itself was closed as `pull.store` closes it), and when it goes; the places lagging clients hold, the worker's
+and an HTTP/2 connection's."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import IO
 import pytest
 
 from assetcdn.edge.states import feed as feed_module
-from assetcdn.edge.states.feed import QUEUE_BYTES, ClientFeed, rest_of
+from assetcdn.edge.states.feed import CONNECTION_LAGGING, QUEUE_BYTES, ClientFeed, Rest, rest_of
 
 pytestmark = pytest.mark.asyncio
 
@@ -228,3 +229,81 @@ async def test_a_rest_still_queued_when_the_feed_is_cancelled_is_closed() -> Non
     feed.keep_pace(rest)
     feed.cancel()
     assert rest.fd is None
+
+
+class Connection:
+    """An HTTP/2 connection as a feed sees it: its transport's `lag_places`, the count of its clients lagging."""
+
+    def __init__(self, lagging: int = 0) -> None:
+        self.lagging = lagging
+
+
+class StreamTransport:
+    def __init__(self, connection: Connection) -> None:
+        self.lag_places = connection
+
+
+async def test_a_connection_holding_its_places_has_its_next_client_set_its_fills_pace() -> None:
+    """An HTTP/2 connection whose streams hold CONNECTION_LAGGING places: its next client behind its queue does not
+    lag, though the worker has places free, and the fill waits for it; a client of another connection lags."""
+    assert ClientFeed.lagging_now + 1 < feed_module.MAX_LAGGING
+    full, data = Connection(CONNECTION_LAGGING), body(QUEUE_BYTES * 3)
+    client = Client()
+    client.open.clear()
+    feed = ClientFeed(client.send, StreamTransport(full))
+    for start in range(0, len(data), CHUNK):
+        feed.offer(data[start:start + CHUNK])
+    assert feed.behind and not feed.lagging and full.lagging == CONNECTION_LAGGING
+    other, other_client, spool = Connection(CONNECTION_LAGGING - 1), Client(), spooled("memory")
+    other_client.open.clear()
+    lagging = ClientFeed(other_client.send, StreamTransport(other))
+    await fill(lagging, spool, data)
+    assert lagging.lagging and other.lagging == CONNECTION_LAGGING
+    client.open.set()
+    other_client.open.set()
+    await feed.room()
+    assert await feed.finish(None) is True
+    assert await lagging.finish(rest_of(spool, lagging.offered, IN_MEMORY)) is True
+    assert (full.lagging, other.lagging) == (CONNECTION_LAGGING, CONNECTION_LAGGING - 1)
+
+
+async def test_a_connection_of_one_request_at_a_time_is_held_to_the_workers_places_alone() -> None:
+    """A transport without `lag_places` (HTTP/1.1's, plain or TLS): its client lags as the worker's places allow."""
+    before = ClientFeed.lagging_now
+    client, spool = Client(), spooled("memory")
+    client.open.clear()
+    feed = ClientFeed(client.send, object())
+    await fill(feed, spool, body(QUEUE_BYTES * 3))
+    assert feed.lagging and ClientFeed.lagging_now == before + 1
+    feed.cancel()
+    assert ClientFeed.lagging_now == before
+
+
+@pytest.mark.parametrize("end", ["whole", "gone", "cut short", "past the limit"])
+async def test_a_lagging_client_gives_its_connections_place_back_however_it_ends(end: str) -> None:
+    """A lagging client's place, the worker's and its connection's, comes back when it has the whole body, when it
+    is gone (or cut off by the send rule: its send answers False alike), when its fill fails, and when it set the
+    pace of a body found past the limit."""
+    before = ClientFeed.lagging_now
+    connection, client, spool = Connection(), Client(), spooled("file")
+    data = body(QUEUE_BYTES * 3)
+    client.open.clear()
+    feed = ClientFeed(client.send, StreamTransport(connection))
+    await fill(feed, spool, data)
+    assert feed.lagging and (connection.lagging, ClientFeed.lagging_now) == (1, before + 1)
+    rest: Rest | None = rest_of(spool, feed.offered, IN_MEMORY)
+    spool.close()
+    if end == "cut short":  # the origin's body failed: `keep` cancels the feed
+        assert rest is not None
+        rest.close()
+        feed.cancel()
+    else:
+        if end == "gone":
+            client.gone = True
+        if end == "past the limit":
+            feed.keep_pace(rest)
+            rest = None
+        client.open.set()
+        assert await feed.finish(rest) is (end != "gone")
+        feed.cancel()
+    assert (connection.lagging, ClientFeed.lagging_now) == (0, before)

@@ -20,6 +20,8 @@ from aiohttp import web
 from h2.settings import SettingCodes
 
 from assetcdn.edge.fastpath.hit_server import HitServer
+from assetcdn.edge.states import feed as feed_module
+from assetcdn.edge.states.feed import ClientFeed
 from assetcdn.edge.tls.h2 import CONNECTION_BUFFER_HIGH, H2Limits, H2Protocol
 from tests.support.h2_memory import H2InProcess, MemoryTransport
 from tests.support.hit_cdn import HitCdn
@@ -486,3 +488,104 @@ async def test_a_streams_authority_not_its_host_field_names_its_zone(edge: Edge)
         status, headers, got = await answer(conn, ask(conn, fields(b"other.cdn.localhost", tenant)), "another host's")
         assert status == 404 and "x-cache" not in headers and b"the zone's" not in got
     assert edge.origin.count("/authority.txt") == 1
+
+
+def large_new_urls(edge: Edge, framing: str, names: list[str], body: bytes) -> None:
+    """The origin answers each of `names` with `body`, kept: of declared length (the hit path fills it) or chunked
+    (the application does)."""
+    kept = {"Cache-Control": "max-age=600", "Content-Type": "application/octet-stream"}
+    for name in names:
+        if framing == "sized":
+            edge.origin.answer(name, body, headers=kept)
+            continue
+
+        async def chunked(_request: web.Request) -> web.StreamResponse:
+            response = web.StreamResponse(headers=kept)
+            response.enable_chunked_encoding()
+            await response.prepare(_request)
+            for start in range(0, len(body), 64 * 1024):
+                await response.write(body[start:start + 64 * 1024])
+            return response
+
+        edge.origin.route(name, chunked)
+
+
+@pytest.mark.parametrize("framing", ["sized", "chunked"], ids=["the hit path's fill", "the application's fill"])
+async def test_one_connections_stalled_streams_leave_places_for_another_connections_slow_client(
+        edge: Edge, framing: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client opens streams for more new large URLs than one connection may hold places for among the clients
+    lagging behind their fills (assetcdn/edge/states/feed.py), and reads none of them. Over HTTP/1.1 a connection
+    holds one place at most; here one connection held every place of the worker, so that another connection's client
+    that reads slowly set its fill's pace (the requests waiting for its URL waiting for it). Now the stalled streams
+    lag up to the connection's bound, and their fills are kept; the others set their fills' pace, as past the
+    worker's places; another connection's stalled client still lags and its fill is kept. Its places come back as
+    its streams go: reset, answered whole, or with the connection closed; a new connection's client lags in them."""
+    per_connection = feed_module.CONNECTION_LAGGING
+    monkeypatch.setattr(feed_module, "MAX_LAGGING", ClientFeed.lagging_now + per_connection + 1)
+    body = bytes(range(256)) * 4096  # 1 MB each: far past what a stream and its client's queue hold
+    names = [f"/lagcap-{framing}-{n}.bin" for n in range(per_connection + 2)]
+    others = [f"/lagcap-{framing}-other-{n}.bin" for n in range(2)]
+    large_new_urls(edge, framing, [*names, *others], body)
+
+    def stored(name: str) -> bool:
+        return stored_url(edge.cdn.node, ZONE, name, scheme="https") is not None
+
+    greedy = edge.connect()
+    streams = {greedy.stall(f"/{ZONE}{name}"): name for name in names}
+
+    async def kept_up_to_the_bound() -> bool:
+        greedy.exchange()
+        return sum(map(stored, names)) >= per_connection
+
+    await wait_until(kept_up_to_the_bound, "the fills of the stalled streams that lag kept")
+    slow = edge.connect()
+    slow_stream = slow.stall(f"/{ZONE}{others[0]}")
+
+    async def kept_other() -> bool:
+        greedy.exchange()
+        slow.exchange()
+        return stored(others[0])
+
+    await wait_until(kept_other, "another connection's stalled client lagging, its fill kept")
+    greedy.exchange()
+    assert sum(map(stored, names)) == per_connection  # the others wait for their client
+    assert not any(greedy.answers[stream_id][2] for stream_id in streams)  # none reset, none ended
+    assert greedy.server.lagging == per_connection
+
+    lagging = next(stream_id for stream_id, name in streams.items() if stored(name))
+    greedy.resets[lagging] = -1
+    greedy.client.reset_stream(lagging)
+
+    async def one_back() -> bool:
+        greedy.exchange()
+        return greedy.server.lagging == per_connection - 1
+
+    await wait_until(one_back, "the reset stream's place back")
+
+    slow.stalled.discard(slow_stream)  # it reads at last: the whole body, its place back
+    slow.client.increment_flow_control_window(len(body), slow_stream)
+    status, _, got = await answer(slow, slow_stream, "the slow client's whole body")
+    assert (status, got) == (200, body)
+    assert slow.server.lagging == 0
+
+    greedy.server.connection_lost(None)
+
+    async def all_kept() -> bool:
+        return all(map(stored, names)) and greedy.server.lagging == 0
+
+    await wait_until(all_kept, "the closed connection's fills kept, its places back")
+    late = edge.connect()
+    late.stall(f"/{ZONE}{others[1]}")
+
+    async def kept_late() -> bool:
+        late.exchange()
+        return stored(others[1])
+
+    await wait_until(kept_late, "a new connection's stalled client lagging in the places given back")
+    assert late.server.lagging == 1
+    late.server.connection_lost(None)
+
+    async def late_back() -> bool:
+        return late.server.lagging == 0
+
+    await wait_until(late_back, "the new connection's place back")
