@@ -132,7 +132,7 @@ class Decisions:
             cache.put_behind(key, body, first_value(head, "content-type") or "", first_value(head, "etag") or "",
                              tags, meta, writer=self.writer, since=cache.purge_mark())
         client = client_headers(headers, str(CacheResult.MISS), fill_cache_status("uri-miss", None), age=None,
-                                shared_host=True)
+                                shared_host=True, cookie_host="")
         return STATUS_200 + header_lines(client) + b"Content-Length: %d\r\n\r\n" % len(body)
 
 

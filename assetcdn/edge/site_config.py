@@ -122,6 +122,17 @@ class EdgeConfig:
                 return zone
         return None
 
+    def cookie_host(self, host: str, shared_host: bool) -> str | None:
+        """The one host a pull zone's origin may name in a cookie's Domain on a request for `host` (as
+        :func:`canonical_host` gives it; `shared_host`: the edges' default host, `/<zone>/...`), which
+        `pull.client_headers` keeps every other Domain's cookie from: None on a zone's custom domain, whose cookies
+        are its origin's choice; `host` on a zone's tenant host (`<zone>.<base domain>`), since
+        `Domain=<base domain>` would reach every zone's tenant host; "" (none) on the default host, every zone's,
+        where even `Domain=<host>` reaches every host below it (the tenant hosts, when it is the base domain)."""
+        if shared_host:
+            return ""
+        return None if host in self.domains else host
+
 
 def canonical_host(host: str) -> str:
     """The one form of a request's host every decision uses (tenant zone, `_headers` host patterns,

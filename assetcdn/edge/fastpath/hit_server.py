@@ -651,7 +651,9 @@ class HitServer:
         if len(self.hosts) >= MAX_HOSTS:
             self._forget_view(next(iter(self.hosts)))
         name = canonical_host(name)  # the one form the application's path uses too
-        view = self.hosts[host] = HostView(host, name, self.config.zone_for_host(name))
+        zone = self.config.zone_for_host(name)
+        # A pull zone's paths are `/<zone>/...` on the default host (no tenant zone), every path on its own hosts.
+        view = self.hosts[host] = HostView(host, name, zone, self.config.cookie_host(name, shared_host=zone is None))
         return view
 
     def _prepare(self, view: HostView, path: bytes) -> tuple[Prepared, Any] | PullPath | None:

@@ -170,12 +170,15 @@ class Prepared:
 class HostView:
     """What one Host header value maps to under one configuration: its tenant zone and its hits."""
 
-    __slots__ = ("key", "name", "zone", "hits", "pulls")
+    __slots__ = ("key", "name", "zone", "cookie_host", "hits", "pulls")
 
-    def __init__(self, key: bytes, name: str, zone: str | None) -> None:
+    def __init__(self, key: bytes, name: str, zone: str | None, cookie_host: str | None) -> None:
         self.key = key        # the Host header as received
         self.name = name      # its canonical_host (assetcdn/edge/site_config.py)
         self.zone = zone
+        # What a pull zone's origin may name in a cookie's Domain here (`EdgeConfig.cookie_host`, judged by
+        # `pull.client_headers`): the host's own, worked out with the view, not per request.
+        self.cookie_host = cookie_host
         self.hits: dict[bytes, Prepared] = {}
         self.pulls: dict[bytes, PulledHit] = {}  # pull zones' hits, by request target (the query is in the key)
 
@@ -228,7 +231,7 @@ class PulledHit:
                  "fresh_until", "cost", "h2_block", "h2_fields", "ranged", "_block", "_tail", "_since", "_until")
 
     def __init__(self, stored: StoredResponse, key: str, cdn_path: str, changes: HeaderChanges,
-                 own_hsts: bool = False, *, shared_host: bool = True) -> None:
+                 own_hsts: bool = False, *, shared_host: bool = True, cookie_host: str | None = "") -> None:
         obj = stored.obj
         self.entry = weakref.ref(obj)
         self.freshness = stored.freshness
@@ -242,10 +245,11 @@ class PulledHit:
         self.dated = first_value(stored.headers, "date") is not None  # the stored Date is the answer's
         # The origin sent its 200 with a Content-Range: a 206 gives its own in its place (`partial_head`).
         self.ranged = first_value(stored.headers, "content-range") is not None
-        self.head = STATUS_200 + _pulled_lines(stored, changes, not_modified=False, own_hsts=own_hsts,
-                                               shared_host=shared_host) + b"Content-Length: %d\r\n" % obj.size
+        lines = _pulled_lines(stored, changes, not_modified=False, own_hsts=own_hsts, shared_host=shared_host,
+                              cookie_host=cookie_host)
+        self.head = STATUS_200 + lines + b"Content-Length: %d\r\n" % obj.size
         self.head_304 = STATUS_304 + _pulled_lines(stored, changes, not_modified=True, own_hsts=own_hsts,
-                                                   shared_host=shared_host)
+                                                   shared_host=shared_host, cookie_host=cookie_host)
         self.fresh_until = fresh_for_plain_requests_until(stored.freshness)  # answered here while before it
         # What it holds once it answered: its heads, and the 200's head with the lines of the second (`whole_head`).
         self.cost = PULLED_OVERHEAD + 2 * len(self.head) + len(self.head_304) + len(key) + len(cdn_path)
@@ -295,11 +299,11 @@ class PulledHit:
 
 
 def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modified: bool, own_hsts: bool,
-                  shared_host: bool) -> bytes:
+                  shared_host: bool, cookie_host: str | None) -> bytes:
     """The header lines the application gives a pull zone's hit (`pull.deliver`, then the response hooks:
     the stamp, the `_headers` rules, aiohttp's defaults), less Age and the edge's Cache-Status, and less the
     origin's HSTS field where the site writes its own (`own_hsts`: the hook replaces it)."""
-    headers = client_headers(stored.headers, HIT, "", age=0, shared_host=shared_host)
+    headers = client_headers(stored.headers, HIT, "", age=0, shared_host=shared_host, cookie_host=cookie_host)
     if own_hsts:
         headers.popall(HSTS_HEADER, None)
     # client_headers sets Age and appends this cache's Cache-Status last: both are written per request.
@@ -347,4 +351,4 @@ def prepare_pull(node: EdgeNode, config: EdgeConfig, view: HostView, target: str
     if rules_touch(changes, PULL_PER_REQUEST_HEADERS):
         return False
     return PulledHit(stored, key, f"{pulled.zone.name}{pulled.path}", changes, own_hsts,
-                     shared_host=bool(pulled.prefix))
+                     shared_host=bool(pulled.prefix), cookie_host=view.cookie_host)

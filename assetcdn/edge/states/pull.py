@@ -62,7 +62,7 @@ from assetcdn.edge.origin_client import (
     origin_request_headers,
 )
 from assetcdn.edge.shield import SHIELD_FIRST_BYTE_SHARE, from_edge, stale_at_shield
-from assetcdn.edge.site_config import PullZone
+from assetcdn.edge.site_config import PullZone, request_host
 from assetcdn.edge.states.deliver import (
     etag_matches,
     joined_field,
@@ -107,7 +107,7 @@ from assetcdn.edge.states.freshness import (
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.tls.policy import HSTS_HEADER
 from assetcdn.shared.cache_results import CacheResult
-from assetcdn.shared.cdn_cookies import is_cdn_cookie
+from assetcdn.shared.cdn_cookies import is_cdn_cookie, set_for
 from assetcdn.shared.config import Settings
 from assetcdn.shared.content_security import keep_sandbox
 from assetcdn.shared.decimal_fields import bounded_decimal
@@ -150,6 +150,9 @@ NOT_DELIVERED = frozenset(("content-length", "transfer-encoding", "connection", 
 # Whether a pull zone's answer goes out on the edges' default host (`/<zone>/...`: serve_pull's `prefix`), the
 # browser origin every zone and the API share, not on the zone's own host.
 SHARED_HOST = web.RequestKey("pull_shared_host", bool)
+# The one host an origin's Set-Cookie may name in its Domain on this request's host (`EdgeConfig.cookie_host`):
+# None on a zone's custom domain (any) and to another edge's shield request (that edge judges for its clients).
+COOKIE_HOST = web.RequestKey[str | None]("pull_cookie_host")
 # An origin's fields that set a policy of its client's whole browser origin (as HSTS does, HSTS_HEADER): network
 # error reporting and where it goes (NEL, W3C Network Error Logging; Report-To), the clearing of the origin's
 # cookies, storage and cache (Clear-Site-Data; cookies for the whole registrable domain), and where its next
@@ -384,9 +387,11 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
     path has before it (`/<zone>` on the default host, nothing on the zone's own hosts)."""
     node = request.app[NODE]
     request[SHARED_HOST] = bool(prefix)
+    edge = from_edge(request)
+    request[COOKIE_HOST] = None if edge else node.config.cookie_host(request_host(request), bool(prefix))
     # A request this zone sent its origin, back at the edges: refused before it could wait for its own fill. A
     # shield request carries the asking edge's mark for the origin the shield asks, and is no loop.
-    if not from_edge(request) and came_back(request.headers, zone):
+    if not edge and came_back(request.headers, zone):
         raise loop_detected(zone.name)
     if request.method not in ("GET", "HEAD"):
         if request.method == "TRACE":  # its echo would show the client the zone's RequestHeaders (a secret)
@@ -1080,7 +1085,7 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
     # This client gets the whole answer; what a qualified no-cache or private names is left out of what is kept.
     client = web.StreamResponse(status=response.status, headers=client_headers(
         response.headers, CacheResult.MISS if why is None else CacheResult.PASS, fill_cache_status(fwd, why), age=None,
-        shared_host=request.get(SHARED_HOST, True)))
+        shared_host=request.get(SHARED_HOST, True), cookie_host=request.get(COOKIE_HOST, "")))
     if declared is not None:
         client.content_length = declared
     # A client gone before the head (an HTTP/2 stream reset, a closed connection) is sent nothing, but a kept answer
@@ -1505,7 +1510,7 @@ def origin_tags(headers: Headers) -> list[str]:
 
 
 def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: str, age: int | None, *,
-                   shared_host: bool) -> CIMultiDict[str]:
+                   shared_host: bool, cookie_host: str | None) -> CIMultiDict[str]:
     """A client's head from an origin's or stored one. On the default host (`shared_host`) an active type (HTML,
     SVG, script) gets the sandbox policy stored files get, beside any policy the origin sent: there the origin's
     page would otherwise run script as the origin every zone and the API share (read them, register a service
@@ -1515,7 +1520,10 @@ def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: 
     host (HOST_POLICIES: a reporting endpoint that browsers would send every later URL of the host to, other
     zones' and the API's). On the zone's own host the origin's policies are its own choice. On any host, a Set-Cookie naming one of this CDN's own cookies (CDN_COOKIES) is
     left out: cookies ignore ports (and a zone's host is below the default one), so it would sign the dashboard's
-    user out or in as someone else."""
+    user out or in as someone else. So is one whose Domain names another host than `cookie_host`, the request's on
+    the CDN's own hosts (`EdgeConfig.cookie_host`; None: any, on a zone's custom domain): `Domain=<base domain>` on
+    a zone's tenant host would set it for every zone's tenant host, whose origins browsers then send it to. One
+    copy serves every host of its zone, so this is judged for each answer's host, never when it is stored."""
     fields = [field for field in head if field[0] not in NOT_DELIVERED and field[0][:1] != ":"]
     date = first_value(head, "date")
     if date is not None:
@@ -1524,7 +1532,7 @@ def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: 
     if "set-cookie" in headers:
         cookies = headers.popall("set-cookie")
         for cookie in cookies:
-            if not is_cdn_cookie(cookie):
+            if not is_cdn_cookie(cookie) and (cookie_host is None or set_for(cookie, cookie_host)):
                 headers.add("set-cookie", cookie)
     if shared_host:
         headers.popall(HSTS_HEADER, None)
@@ -1546,7 +1554,8 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
     FileNotFoundError, before anything is sent, when its body file went since the lookup (purged, evicted)."""
     now = time.time()
     age = int(stored.freshness.age(now))
-    headers = client_headers(stored.headers, x_cache, cache_status, age, shared_host=request.get(SHARED_HOST, True))
+    headers = client_headers(stored.headers, x_cache, cache_status, age, shared_host=request.get(SHARED_HOST, True),
+                             cookie_host=request.get(COOKIE_HOST, ""))
     obj = stored.obj
     if from_edge(request):
         withheld = withheld_tags(stored)
@@ -1713,7 +1722,8 @@ async def forward_unsafe(request: web.Request, node: EdgeNode, zone: PullZone, p
         await invalidate(node, zone, request, path, prefix, response.headers)
     count_lookup(request, CacheResult.PASS)
     answer = web.StreamResponse(status=response.status, headers=client_headers(
-        response.headers, CacheResult.PASS, f"{CACHE_STATUS}; fwd={fwd}", age=None, shared_host=bool(prefix)))
+        response.headers, CacheResult.PASS, f"{CACHE_STATUS}; fwd={fwd}", age=None, shared_host=bool(prefix),
+        cookie_host=request.get(COOKIE_HOST, "")))
     length = first_value(response.headers, "content-length")
     if length is not None and length.isdigit():
         answer.content_length = int(length)

@@ -712,6 +712,74 @@ async def test_an_origins_hsts_never_reaches_clients_on_the_default_host(
     assert {what: a.header("nel") for what, a in own_host.items()} == dict.fromkeys(own_host, reporting)
 
 
+async def test_a_kept_answers_cookies_are_judged_for_each_host_it_goes_out_on(pulled: PullCdn, clock: Clock) -> None:
+    """A zone that keeps answers that set cookies (`StoreSetCookie`) has one copy for all its hosts. On its tenant
+    host a cookie the origin set with `Domain=<base domain>` went out, on the hit path's fill and hits as in the
+    application's answers: browsers then sent it to every zone's tenant host. Each host's answer now carries the
+    cookies that host may set: on the tenant host none naming another host, on the default host (every zone's) none
+    with a Domain, on the zone's custom domain every one the origin sent."""
+    node, hits = pulled.cdn.node, pulled.cdn.site.hits
+    assert hits is not None
+    zone, domain = "pullfast-cookies", "cookies.pullfast-brand.example"
+    url = str(node.config.pull_zones[ZONE].origin.url)
+    resp = await pulled.cdn.control.post("/api/core/zones", headers=ACCOUNT, json={
+        "Name": zone, "Origin": {"Url": url, "StoreSetCookie": True}})
+    assert resp.status == 201, await resp.text()
+    try:
+        resp = await pulled.cdn.control.post(f"/api/core/zones/{zone}/domains", json={"Hostname": domain},
+                                             headers=ACCOUNT)
+        assert resp.status == 201, await resp.text()
+
+        async def arrived() -> bool:
+            return zone in node.config.pull_zones and node.config.zone_for_host(domain) == zone
+
+        await wait_until(arrived, "the zone and its custom domain reaching the edge")
+        tenant = f"{zone}.{node.config.base_domain}"
+        tossed, host_only, own = f"a=1; Domain={node.config.base_domain}", "b=2", f"c=3; Domain=.{tenant}"
+
+        async def cookies(_request: web.Request) -> web.StreamResponse:
+            response = web.Response(body=BODY, headers={**LONG, "Content-Type": "application/octet-stream",
+                                                        "ETag": '"c"'})
+            for cookie in (tossed, host_only, own):
+                response.headers.add("Set-Cookie", cookie)
+            return response
+
+        pulled.origin.route("/cookies.bin", cookies)
+        conn, plain = await pulled.cdn.connect(), await pulled.cdn.plain()
+        filled = hits.fills.filled
+        fill = await conn.request("/cookies.bin", host=tenant)
+
+        async def kept() -> bool:
+            return stored_url(node, zone, "/cookies.bin") is not None
+
+        async def filled_here() -> bool:  # counted once its answer is out
+            return hits is not None and hits.fills.filled == filled + 1
+
+        await wait_until(kept, "/cookies.bin stored")
+        await wait_until(filled_here, "the miss filled on the hit path")
+        clock.now = stored_url(node, zone, "/cookies.bin").freshness.response_time + 1  # type: ignore[union-attr]
+        served = pulled.served
+        path = f"/{zone}/cookies.bin"
+        answers = {
+            (tenant, "fill"): fill, (tenant, "hit"): await conn.request("/cookies.bin", host=tenant),
+            (tenant, "304"): await conn.request("/cookies.bin", host=tenant, **{"If-None-Match": '"c"'}),
+            (tenant, "application's"): await plain.request("/cookies.bin", host=tenant),
+            (domain, "hit"): await conn.request("/cookies.bin", host=domain),
+            (domain, "application's"): await plain.request("/cookies.bin", host=domain),
+            ("default", "hit"): await conn.request(path), ("default", "304"): await conn.request(
+                path, **{"If-None-Match": '"c"'}),
+            ("default", "application's"): await plain.request(path)}
+        assert pulled.served == served + 5  # the hits above, on the hit path
+        expected = {tenant: [host_only, own], domain: [tossed, host_only, own], "default": [host_only]}
+        assert {what: (answer.status, answer.header("X-Cache"), answer.headers.getall("Set-Cookie", []))
+                for what, answer in answers.items()} == {
+            (host, how): (304 if how == "304" else 200, "MISS" if how == "fill" else "HIT", expected[host])
+            for host, how in answers}
+    finally:
+        resp = await pulled.cdn.control.delete(f"/api/core/zones/{zone}", headers=ACCOUNT)
+        assert resp.status == 200, await resp.text()
+
+
 async def lines(conn: RawConnection, path: str, method: str, fields: list[tuple[str, str]]) -> Response:
     """The answer to a request whose header fields are `fields`, lines of one name repeated as they are given."""
     head = [f"{method} {path} HTTP/1.1", "Host: edge.test", *(f"{name}: {value}" for name, value in fields)]

@@ -18,8 +18,11 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
+from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.tags import pull_path_tag
+from assetcdn.edge.shield import SHIELD_CACHE
 from assetcdn.edge.states.keys import pull_key
+from tests.support.control import ACCOUNT
 from tests.support.hit_cdn import HitCdn
 from tests.support.origins import ZONE, ScriptedOrigin, pull_zone_on_hit_cdn
 from tests.support.wait import wait_until
@@ -106,6 +109,45 @@ async def test_a_head_one_worker_refreshes_by_a_304_is_the_one_its_sibling_serve
     assert origin.count(name) == 2 + (held == "REVALIDATED")
     here.close()
     there.close()
+
+
+async def test_a_shield_leaves_the_cookies_of_its_answer_to_the_asking_worker_to_judge(
+        two_workers: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """Which cookies an origin may set is judged for the host a client asked (pull.client_headers): a shield's
+    answer to another worker carries every one, so that a client on the zone's custom domain gets them all through
+    a shield too, and one on the tenant host none naming another host."""
+    cdn, origin = two_workers
+    domain = "cookies.pulled-siblings.example"
+    resp = await cdn.control.post(f"/api/core/zones/{ZONE}/domains", json={"Hostname": domain}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    nodes = [app[NODE] for app in (cdn.app, *cdn.siblings)]
+
+    async def arrived() -> bool:
+        return all(node.config.zone_for_host(domain) == ZONE for node in nodes)
+
+    await wait_until(arrived, "the custom domain reaching both workers")
+    names = (f"/shielded-cookies-{i}.txt" for i in itertools.count())
+    name = next(name for name in names if cdn.node.shields.shield_for(pull_path_tag(ZONE, name)) is not None)
+    base = cdn.node.config.base_domain
+    tenant = f"{ZONE}.{base}"
+    cookies = [f"a=1; Domain={base}", "b=2", f"c=3; Domain={tenant}"]
+
+    async def setting(_request: web.Request) -> web.StreamResponse:
+        response = web.Response(body=b"cookies", headers={"Cache-Control": "max-age=600"})
+        for cookie in cookies:
+            response.headers.add("Set-Cookie", cookie)
+        return response
+
+    origin.route(name, setting)
+    conn = await cdn.plain()
+    answers = {host: await conn.request(name, host=host) for host in (domain, tenant)}
+    assert {host: (answer.status, answer.header("X-Cache"), answer.headers.getall("Set-Cookie", []))
+            for host, answer in answers.items()} == {domain: (200, "PASS", cookies),
+                                                     tenant: (200, "PASS", cookies[1:])}
+    # Both came through the sibling, the path's shield: its member of Cache-Status before this worker's.
+    assert all(answer.headers.getall("Cache-Status")[0].startswith(SHIELD_CACHE) for answer in answers.values())
+    assert origin.count(name) == 2
+    conn.close()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -938,6 +938,43 @@ async def test_an_origin_cannot_set_the_dashboards_cookies(pull: Pull) -> None:
         assert (resp.status, resp.headers.getall("Set-Cookie", [])) == (200, expected), (name, host)
 
 
+async def test_an_origin_sets_cookies_for_no_other_host_of_the_cdns(pull: Pull) -> None:
+    """On the zone's tenant host (`<zone>.<base domain>`) an origin's `Set-Cookie` with `Domain=<base domain>` went
+    out as it came, and browsers then sent that cookie to every zone's tenant host, whose origins were sent it: one
+    zone's origin planted cookies for the others'. On the CDN's own hosts a cookie's Domain may name the request's
+    host alone (RFC 6265 5.2.3: a leading dot ignored, without case, the last Domain counting); on the default host,
+    every zone's, none (`Domain=<host>` reaches every host below it). On the zone's custom domain the origin's cookies
+    are its own choice. Host-only cookies go out everywhere."""
+    domain = "cookies.pulled-brand.example"
+    resp = await pull.cdn.control.post(f"/api/core/zones/{ZONE}/domains", json={"Hostname": domain}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+
+    async def domain_arrived() -> bool:
+        return pull.cdn.node.config.zone_for_host(domain) == ZONE
+
+    await wait_until(domain_arrived, "the custom domain reaching the edge")
+    base = pull.cdn.node.config.base_domain
+    tossed, host_only, own = f"a=1; Domain={base}; Path=/", "b=2; Path=/", f"c=3; Domain={TENANT_HOST}"
+    spelled = [f"d=4; domain = .{TENANT_HOST.upper()}", f"e=5; Domain={base}; Domain={TENANT_HOST}",
+               f"f=6; Domain={TENANT_HOST}; Domain=.{base}", "g=7; Domain=", f"h=8; Domain=other.{base}"]
+    pull.origin.route("/tossing.txt", set_cookies([tossed, host_only, own, *spelled]))
+    expected = {TENANT_HOST: [host_only, own, spelled[0], spelled[1], spelled[3]],
+                domain: [tossed, host_only, own, *spelled], None: [host_only, spelled[3]]}
+    pull.cdn.edge.session.cookie_jar.clear()
+    try:
+        for host, cookies in expected.items():
+            resp = await pull.get("/tossing.txt") if host is None else await pull.cdn.edge.get(
+                "/tossing.txt", headers={"Host": host})
+            assert (resp.status, resp.headers["X-Cache"], resp.headers.getall("Set-Cookie", [])) == (
+                200, "PASS", cookies), host
+            # An unsafe method's answer, passed on as it comes, is judged alike.
+            target = "/tossing.txt" if host is not None else f"/{ZONE}/tossing.txt"
+            posted = await pull.cdn.edge.post(target, data=b"x", headers={} if host is None else {"Host": host})
+            assert (posted.status, posted.headers.getall("Set-Cookie", [])) == (200, cookies), host
+    finally:
+        pull.cdn.edge.session.cookie_jar.clear()  # what the origin set: the client's jar would send it on
+
+
 def set_cookies(cookies: list[str]) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """An origin handler answering with one Set-Cookie field per cookie."""
     async def answer(_request: web.Request) -> web.StreamResponse:
