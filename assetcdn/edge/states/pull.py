@@ -232,6 +232,7 @@ class Flights:
     def __init__(self) -> None:
         self._waiting: dict[str, asyncio.Future[Landing]] = {}
         self._joined: dict[str, int] = {}  # requests waiting for each key's flight (`joined`)
+        self._began: dict[str, float] = {}  # when each key's flight began (Unix time: `lead`)
         # Requests answered after waiting for a flight without asking the origin themselves, ever (`through_flight`;
         # assetcdn_edge_fill_waiters_total): one that waited and then asked the origin after all saved it nothing.
         self.waiters = 0
@@ -247,6 +248,7 @@ class Flights:
                 loop = self._loop = asyncio.get_running_loop()
             self._waiting[key] = loop.create_future()
             self._joined[key] = 0
+            self._began[key] = time.time()
         else:
             self._joined[key] += 1
         return future
@@ -255,11 +257,19 @@ class Flights:
         """How many requests joined the key's flight under way (0 when none is): they share its one origin request."""
         return self._joined.get(key, 0)
 
-    def lead(self, key: str) -> Land | None:
+    def lead(self, key: str, revalidating: float | None = None) -> Land | None:
         """How the caller lands the key's new flight, which it leads from here (`landing`); None when one is under
-        way (a caller that waits for it takes it with `join`)."""
-        if key in self._waiting:
-            return None
+        way (a caller that waits for it takes it with `join`). `revalidating`: when the stored copy the caller
+        revalidates came from the origin (its `response_time`): a flight under way that has landed and began
+        before then brought that very copy, which answers from the memory tier while the flight waits for its
+        storing to end (its disk batch still to be written: `store`), and is no revalidation of it. The caller's
+        flight takes its place: the requests for the key join the new one from then on, and the landed one's
+        waiters wait for its storing as before (its leader lands only its own flight, `landing`)."""
+        future = self._waiting.get(key)
+        if future is not None:
+            if revalidating is None or not future.done() or self._began[key] > revalidating:
+                return None
+            self._forget(key, future)
         self.join(key)
         return self.landing(key)
 
@@ -290,6 +300,7 @@ class Flights:
         if self._waiting.get(key) is future:
             del self._waiting[key]
             del self._joined[key]
+            del self._began[key]
 
 
 def flight_key(url_key: str, zone: PullZone) -> str:
@@ -1359,7 +1370,7 @@ def replaced(node: EdgeNode, zone: PullZone) -> bool:
 def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
                           stored: StoredResponse) -> None:
     """stale-while-revalidate: the stale copy answers now; one conditional request updates or replaces it."""
-    land = request.app[FLIGHTS].lead(flight_key(url_key, zone))
+    land = request.app[FLIGHTS].lead(flight_key(url_key, zone), stored.freshness.response_time)
     if land is None:
         return  # already on its way
     fields = request_fields(request)

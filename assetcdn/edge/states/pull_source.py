@@ -534,7 +534,7 @@ def revalidate_in_background(node: EdgeNode, client: SourceClient, flights: Flig
                              at: PullSourcePath, url_key: str, stored: StoredResponse) -> None:
     """stale-while-revalidate: the stale source is used now; one request to the origin updates or replaces it
     (none when a delivery or another variant is already asking)."""
-    land = flights.lead(flight_key(url_key, at.zone))
+    land = flights.lead(flight_key(url_key, at.zone), stored.freshness.response_time)
     if land is None:
         return
 

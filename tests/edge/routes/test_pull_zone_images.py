@@ -13,6 +13,7 @@ import base64
 import gzip
 import io
 import os
+import threading
 import time
 import zlib
 from collections.abc import AsyncIterator
@@ -32,7 +33,7 @@ from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.tags import pull_variants_tag
 from assetcdn.edge.states import pull_source
 from assetcdn.edge.states.keys import pull_key, pull_variants_made_key
-from assetcdn.edge.states.pull import FLIGHTS, flight_key
+from assetcdn.edge.states.pull import FLIGHTS, STORES, flight_key
 from tests.control.expect import expect_error
 from tests.support.cdn import PURGE, Cdn, shared_cdn_apps
 from tests.support.control import METRICS
@@ -996,6 +997,34 @@ async def test_a_request_waiting_for_a_sources_background_revalidation_gets_its_
     answer = await reload
     assert answer.status == 200, await answer.text()
     assert close_to(centre(await answer.read()), BLUE)
+
+
+async def test_a_source_gone_stale_before_its_fill_reached_the_disk_tier_is_revalidated_for_a_transform(
+        pics: Pics) -> None:
+    """The source's fill answers from the memory tier while its disk batch is still to be written (the writer busy:
+    a loaded disk), and the source is stale by then (max-age=1): a transform made from the stale source still
+    revalidates it in the background, rather than taking that fill, which brought this very source and waits for
+    its disk write only, for a revalidation under way."""
+    name = "/stale-before-written.png"
+    pics.origin.answer(name, image(RED), headers={"Content-Type": "image/png", "ETag": '"red"',
+                                                  "Cache-Control": "max-age=1, stale-while-revalidate=600"})
+    writing = threading.Event()
+    STORES.submit(writing.wait)  # the cache's one writer thread busy until `writing` is set: no disk batch is written
+    try:
+        # Answered before it is stored; its connection closed, as the fill holds it until its disk write is done.
+        assert (await pics.get(f"/{ZONE}{name}", headers={"Connection": "close"})).status == 200
+        await wait_stale(pics.cdn.node, ZONE, name)
+        transformed = asyncio.ensure_future(pics.transform(name))  # its variant is stored once the writer is free
+
+        async def revalidating() -> bool:
+            return pics.origin.count(name) == 2
+
+        await wait_until(revalidating, "the stale source's background revalidation")
+    finally:
+        writing.set()
+    resp = await transformed
+    assert (resp.status, resp.headers["Content-Type"]) == (200, "image/png"), await resp.text()
+    assert pics.origin.requests(name)[1].headers.get("If-None-Match") == '"red"'
 
 
 @pytest.mark.parametrize("route", ["transform", "auto"])

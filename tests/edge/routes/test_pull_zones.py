@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from email.utils import formatdate
@@ -23,7 +24,7 @@ from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.fastpath.protocol import HitProtocol
 from assetcdn.edge.states.freshness import http_date
 from assetcdn.edge.states.keys import pull_key
-from assetcdn.edge.states.pull import FLIGHTS, flight_key
+from assetcdn.edge.states.pull import FLIGHTS, STORES, flight_key
 from assetcdn.shared.content_security import SANDBOX_CSP
 from tests.control.expect import expect_error
 from tests.edge.hit_server import HitTestServer
@@ -620,6 +621,55 @@ async def test_requests_waiting_for_a_background_revalidation_the_origin_gives_n
     assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, b"kept", "STALE")
     assert resp.headers["Cache-Status"] == "assetcdn; hit; fwd=stale; detail=origin-unreachable"
     assert pull.origin.count(name) == asked  # the failing origin was not asked again for it
+
+
+async def test_a_copy_gone_stale_before_its_fill_reached_the_disk_tier_is_revalidated_in_the_background(
+        patient_pull: Pull) -> None:
+    """The fill's answer answers from the memory tier while its disk batch is still to be written (the writer busy:
+    a loaded disk), and the copy is stale by then (max-age=1, its Date up to a second old on arrival): the STALE
+    answer still revalidates it in the background, rather than taking the fill, which brought that very copy and
+    waits for its disk write only, for a revalidation under way; and a request that must validate the copy
+    (`max-age=0`) waits for that revalidation rather than asking the origin itself."""
+    pull = patient_pull  # its origin holds the revalidation's answer until the request joined
+    name = "/stale-before-written.txt"
+    flights, key = pull.cdn.edge.app[FLIGHTS], flight_key(pull_key(ZONE, name, ""), pull.cdn.node.config.pull_zones[ZONE])
+    go = asyncio.Event()
+    kept = {"ETag": '"v1"', "Cache-Control": "max-age=1, stale-while-revalidate=600"}
+
+    async def revalidated(request: web.Request) -> web.StreamResponse:
+        if pull.origin.count(name) == 1:
+            return web.Response(body=b"kept", headers=kept)
+        await go.wait()
+        assert request.headers.get("If-None-Match") == '"v1"'
+        return web.Response(status=304, headers=kept)
+
+    pull.origin.route(name, revalidated)
+    writing = threading.Event()
+    STORES.submit(writing.wait)  # the cache's one writer thread busy until `writing` is set: no disk batch is written
+    try:
+        # Answered before it is stored; its connection closed, as the fill holds it until its disk write is done.
+        assert (await pull.get(name, headers={"Connection": "close"})).headers["X-Cache"] == "MISS"
+        await wait_stale(pull.cdn.node, ZONE, name)
+        first = await pull.get(name)
+        assert (first.status, await first.read(), first.headers["X-Cache"]) == (200, b"kept", "STALE")
+
+        async def revalidating() -> bool:
+            return pull.origin.count(name) == 2
+
+        await wait_until(revalidating, "the stale copy's background revalidation")
+        validating = asyncio.ensure_future(pull.get(name, headers={"Cache-Control": "max-age=0"}))
+
+        async def joined() -> bool:
+            return flights.joined(key) == 1
+
+        await wait_until(joined, "the request that must validate waiting for the background revalidation")
+    finally:
+        writing.set()
+    go.set()
+    resp = await validating
+    assert (resp.status, await resp.read()) == (200, b"kept")
+    assert resp.headers["Cache-Status"] == "assetcdn; fwd=stale; collapsed"  # the revalidation's answer, not a hit
+    assert pull.origin.count(name) == 2  # the fill, then the one revalidation
 
 
 async def test_a_fill_whose_client_goes_as_the_hit_path_hands_it_over_is_still_kept_for_the_others(

@@ -4,6 +4,7 @@ late it lands it again (after a stream of any length), never the newer flight an
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -40,6 +41,30 @@ async def test_a_flight_landed_with_what_is_kept_is_joined_until_that_is_stored(
     kept.set_result(None)
     await asyncio.sleep(0)
     assert flights.join("k") is None  # stored: the next miss leads a new flight
+
+
+async def test_a_revalidation_takes_the_place_of_the_landed_flight_that_brought_its_stale_copy_only() -> None:
+    """A flight landed, its answer being stored: a revalidation of an older copy waits for it (that answer replaces
+    the copy), while one of the copy the flight brought (stale already, its disk batch still to be written) leads a
+    flight of its own, which the requests for the key join from then on."""
+    flights = Flights()
+    older = time.time() - 1
+    assert flights.join("k") is None
+    land = flights.landing("k")
+    assert flights.lead("k", time.time()) is None  # no answer yet: it may be a newer one
+    kept: Kept = asyncio.get_running_loop().create_future()
+    land(kept)
+    assert flights.lead("k", older) is None  # the landed flight's answer replaces the older copy
+    revalidation = flights.lead("k", time.time())  # the copy the landed flight brought
+    assert revalidation is not None
+    waiting = flights.join("k")
+    assert waiting is not None and not waiting.done()  # the revalidation's flight
+    kept.set_result(True)
+    land(None)
+    await asyncio.sleep(0)
+    assert flights.joined("k") == 1  # the former flight's storing done leaves the revalidation's alone
+    revalidation(None)
+    assert waiting.done()
 
 
 LIMITS = OriginLimits(first_byte_timeout_s=5, body_timeout_s=5)
