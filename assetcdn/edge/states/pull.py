@@ -239,9 +239,13 @@ class Flights:
         # The application's loop, taken at the first flight: an application runs on one loop for its life.
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def join(self, key: str) -> asyncio.Future[Landing] | None:
-        """The flight to wait for, or None: the caller leads, and must `land` the key."""
+    def join(self, key: str, revalidating: float | None = None) -> asyncio.Future[Landing] | None:
+        """The flight to wait for, or None: the caller leads, and must `land` the key. `revalidating`: as `lead`
+        takes it (the caller must validate its stored copy): the landed flight that brought that copy is not waited
+        for."""
         future = self._waiting.get(key)
+        if future is not None and revalidating is not None and self._brought(key, future, revalidating):
+            future = None
         if future is None:
             loop = self._loop
             if loop is None:
@@ -266,12 +270,19 @@ class Flights:
         flight takes its place: the requests for the key join the new one from then on, and the landed one's
         waiters wait for its storing as before (its leader lands only its own flight, `landing`)."""
         future = self._waiting.get(key)
-        if future is not None:
-            if revalidating is None or not future.done() or self._began[key] > revalidating:
-                return None
-            self._forget(key, future)
-        self.join(key)
+        if future is not None and (revalidating is None or not self._brought(key, future, revalidating)):
+            return None
+        self.join(key, revalidating)
         return self.landing(key)
+
+    def _brought(self, key: str, future: asyncio.Future[Landing], arrived: float) -> bool:
+        """Whether the key's flight under way (`future`) has landed and began before a stored copy `arrived` (its
+        `response_time`): that copy is its answer, and the flight only waits for its storing to end (`lead`). It is
+        left to its waiters (forgotten here) for the caller's new flight."""
+        if not future.done() or self._began[key] > arrived:
+            return False
+        self._forget(key, future)
+        return True
 
     def landing(self, key: str) -> Land:
         """How the leader of the key's flight (`join` gave it None) lands it: that flight only, however
@@ -521,7 +532,8 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
             if retried or kept is None or not kept.done() or kept.result() is not False:
                 return await fill(stored, no_landing)  # not shared, still being read, or stored: not for this one
             retried = True
-        waiting = flights.join(flight_key)
+        # A request that must validate its stored copy does not wait for the landed flight that brought it.
+        waiting = flights.join(flight_key, None if stored is None else stored.freshness.response_time)
         if waiting is None:
             break
         if waiting is waited:  # that flight's body still being read past body_timeout_s: it asks itself

@@ -672,6 +672,48 @@ async def test_a_copy_gone_stale_before_its_fill_reached_the_disk_tier_is_revali
     assert pull.origin.count(name) == 2  # the fill, then the one revalidation
 
 
+async def test_requests_validating_a_copy_before_its_fill_reached_the_disk_tier_share_one_revalidation(
+        patient_pull: Pull) -> None:
+    """The fill's answer answers from the memory tier while its disk batch is still to be written (the writer busy:
+    a loaded disk), and requests that must validate the copy (`max-age=0`) come meanwhile: one revalidates it and
+    the others wait for that revalidation, rather than each waiting for the fill's disk write (which brings them
+    nothing newer than the copy) and then each asking the origin itself."""
+    pull = patient_pull  # its origin holds the revalidation's answer until every request joined
+    name = "/validated-before-written.txt"
+    clients = 3
+    flights, key = pull.cdn.edge.app[FLIGHTS], flight_key(pull_key(ZONE, name, ""), pull.cdn.node.config.pull_zones[ZONE])
+    go = asyncio.Event()
+    kept = {"ETag": '"v1"', "Cache-Control": "max-age=600"}
+
+    async def revalidated(request: web.Request) -> web.StreamResponse:
+        if pull.origin.count(name) == 1:
+            return web.Response(body=b"kept", headers=kept)
+        await go.wait()
+        assert request.headers.get("If-None-Match") == '"v1"'
+        return web.Response(status=304, headers=kept)
+
+    pull.origin.route(name, revalidated)
+    writing = threading.Event()
+    STORES.submit(writing.wait)  # the cache's one writer thread busy until `writing` is set: no disk batch is written
+    try:
+        # Answered before it is stored; its connection closed, as the fill holds it until its disk write is done.
+        assert (await pull.get(name, headers={"Connection": "close"})).headers["X-Cache"] == "MISS"
+        requests = [asyncio.ensure_future(pull.get(name, headers={"Cache-Control": "max-age=0"}))
+                    for _ in range(clients)]
+
+        async def all_joined() -> bool:
+            return pull.origin.count(name) == 2 and flights.joined(key) == clients - 1
+
+        await wait_until(all_joined, "every other request waiting for the first one's revalidation")
+    finally:
+        writing.set()
+    go.set()
+    answers = await asyncio.gather(*requests)
+    assert [(resp.status, await resp.read()) for resp in answers] == [(200, b"kept")] * clients
+    assert sorted(resp.headers["X-Cache"] for resp in answers) == ["HIT"] * (clients - 1) + ["REVALIDATED"]
+    assert pull.origin.count(name) == 2  # the fill, then the one revalidation
+
+
 async def test_a_fill_whose_client_goes_as_the_hit_path_hands_it_over_is_still_kept_for_the_others(
         patient_pull: Pull, monkeypatch: pytest.MonkeyPatch) -> None:
     """The hit path's fill gets an answer it hands to the application (chunked: no declared length), and its client's

@@ -67,6 +67,26 @@ async def test_a_revalidation_takes_the_place_of_the_landed_flight_that_brought_
     assert waiting.done()
 
 
+async def test_a_request_that_must_validate_the_copy_a_landed_flight_brought_leads_a_flight_of_its_own() -> None:
+    """A request that must validate its stored copy waits for a landed flight storing a newer answer, not for the one
+    storing that very copy (its disk batch still to be written): it revalidates the copy, the others waiting for it."""
+    flights = Flights()
+    older = time.time() - 1
+    assert flights.join("k") is None
+    land = flights.landing("k")
+    kept: Kept = asyncio.get_running_loop().create_future()
+    land(kept)
+    landed = flights.join("k", older)  # the landed flight's answer replaces the older copy: waited for
+    assert landed is not None and landed.done() and landed.result().kept is kept
+    assert flights.join("k", time.time()) is None  # the copy that flight brought: this request leads
+    revalidation = flights.landing("k")
+    waiting = flights.join("k", time.time())
+    assert waiting is not None and not waiting.done()  # the revalidation's flight, not landed yet
+    kept.set_result(True)
+    revalidation(None)
+    assert waiting.done()
+
+
 LIMITS = OriginLimits(first_byte_timeout_s=5, body_timeout_s=5)
 
 
