@@ -1971,9 +1971,10 @@ async def test_a_range_of_a_body_declared_over_the_object_limit_is_the_origins_r
     assert stored_url(pull.cdn.node, ZONE, name) is None
 
 
-async def test_requests_waiting_on_a_response_that_may_not_be_stored_get_their_own(pull: Pull) -> None:
+async def test_requests_waiting_on_a_response_that_may_not_be_stored_get_their_own(patient_pull: Pull) -> None:
     """The first request's answer is `private`: the others that waited for it ask the origin themselves, and
     each client gets the answer made for it."""
+    pull = patient_pull  # its origin holds an answer back: a loaded machine may take the plain zone's 1 s first byte
     clients = 5
     go = asyncio.Event()
 
@@ -2034,9 +2035,10 @@ async def test_requests_that_waited_but_asked_the_origin_themselves_are_not_coun
     assert await waiters() == before + 3
 
 
-async def test_a_request_behind_one_whose_answer_may_not_be_stored_does_not_wait_for_its_body(pull: Pull) -> None:
+async def test_a_request_behind_one_whose_answer_may_not_be_stored_does_not_wait_for_its_body(patient_pull: Pull) -> None:
     """The first client's `private` answer is still arriving (its origin holds the rest of the body): the next
     request learns at once that nothing will be kept for it and gets its own answer meanwhile."""
+    pull = patient_pull  # its origin holds an answer back: a loaded machine may take the plain zone's 1 s first byte
     rest = asyncio.Event()
 
     async def personal(request: web.Request) -> web.StreamResponse:
