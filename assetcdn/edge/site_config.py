@@ -17,6 +17,7 @@ from yarl import URL
 
 from assetcdn.edge.cdn_loop import loop_token
 from assetcdn.edge.origin_client import Origin
+from assetcdn.shared.cdn_cookies import CookieHost, domains_holding
 from assetcdn.shared.content_security import keep_sandbox
 from assetcdn.shared.edge_rules import EMPTY_RULES, RESERVED_HEADERS, HeaderChanges, RuleSet
 from assetcdn.shared.errors import ApiError
@@ -70,6 +71,12 @@ class EdgeConfig:
     pull_zones: dict[str, PullZone] = field(default_factory=dict)   # zone -> where its paths come from
     # The `_headers` and `_redirects` texts `rules` was parsed from: what `zones_changed` compares.
     rule_texts: tuple[str | None, str | None] = (None, None)
+    # The base domain and the domains above it (`domains_holding`): what a custom domain's cookies may not name
+    # (`cookie_host`). Made once per config.
+    base_and_above: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_and_above", domains_holding(self.base_domain))
 
     @staticmethod
     def from_published(published: PublishedConfig, fleet: str = "") -> EdgeConfig:
@@ -122,16 +129,21 @@ class EdgeConfig:
                 return zone
         return None
 
-    def cookie_host(self, host: str, shared_host: bool) -> str | None:
-        """The one host a pull zone's origin may name in a cookie's Domain on a request for `host` (as
-        :func:`canonical_host` gives it; `shared_host`: the edges' default host, `/<zone>/...`), which
-        `pull.client_headers` keeps every other Domain's cookie from: None on a zone's custom domain, whose cookies
-        are its origin's choice; `host` on a zone's tenant host (`<zone>.<base domain>`), since
-        `Domain=<base domain>` would reach every zone's tenant host; "" (none) on the default host, every zone's,
-        where even `Domain=<host>` reaches every host below it (the tenant hosts, when it is the base domain)."""
+    def cookie_host(self, host: str, shared_host: bool) -> CookieHost:
+        """What a pull zone's origin may name in a cookie's Domain on a request for `host` (as :func:`canonical_host`
+        gives it; `shared_host`: the edges' default host, `/<zone>/...`), which `pull.client_headers` keeps every
+        other Domain's cookie from (`cdn_cookies.may_set`): on a zone's custom domain, whose cookies are its origin's
+        choice, any domain but the base domain and those above it (`base_and_above`; any at all with no base
+        domain): a custom domain beside or above the base domain (`shop.example.com`, `example.com` for
+        `cdn.example.com`) would otherwise set `Domain=example.com`, which reaches every zone's tenant host; `host`
+        alone on a zone's tenant host (`<zone>.<base domain>`), since `Domain=<base domain>` would reach every
+        zone's tenant host; "" (none) on the default host, every zone's, where even `Domain=<host>` reaches every
+        host below it (the tenant hosts, when it is the base domain)."""
         if shared_host:
             return ""
-        return None if host in self.domains else host
+        if host in self.domains:
+            return self.base_and_above or None
+        return host
 
 
 def canonical_host(host: str) -> str:

@@ -3,13 +3,21 @@
 Cookies ignore ports, so a browser signed in to the dashboard sends them to the edges as well, on the same host
 name: the edges never pass them to a pull zone's origin, nor one an origin sets to a client
 (assetcdn/edge/origin_client.py, assetcdn/edge/states/pull.py). Nor, on the CDN's own hosts, an origin's cookie
-set for other hosts than the request's (`set_for`)."""
+set for other hosts than the request's (`set_for`), nor on a zone's custom domain one set for the base domain or a
+domain above it (`domains_holding`), every zone's tenant host being below those (`may_set`)."""
 
 from __future__ import annotations
+
+from typing import TypeAlias
 
 SESSION_COOKIE = "cdn_session"
 LOGGED_IN_COOKIE = "cdn_logged_in"
 CDN_COOKIES = frozenset((SESSION_COOKIE, LOGGED_IN_COOKIE))
+# What a pull zone's origin may name in a cookie's Domain on a request's host (assetcdn/edge/site_config.py
+# `EdgeConfig.cookie_host`), worked out once per host, not per cookie: a str, that host alone ("" none, host-only
+# cookies alone); a frozenset, any domain but those (`domains_holding` the base domain, on a zone's custom domain);
+# None, any.
+CookieHost: TypeAlias = str | frozenset[str] | None
 
 
 def is_cdn_cookie(pair: str) -> bool:
@@ -39,3 +47,21 @@ def set_for(set_cookie: str, host: str) -> bool:
     host-only cookie, or one whose Domain names `host` (`cookie_domain`). `host` "": host-only cookies alone."""
     domain = cookie_domain(set_cookie)
     return domain is None or (domain == host and domain != "")
+
+
+def domains_holding(host: str) -> frozenset[str]:
+    """`host` and every domain it is below (`cdn.example.com`: it, `example.com` and `com`): those whose cookies
+    browsers send to every host below `host`; an empty set for ""."""
+    labels = host.split(".") if host else []
+    return frozenset(".".join(labels[start:]) for start in range(len(labels)))
+
+
+def may_set(set_cookie: str, cookie_host: CookieHost) -> bool:
+    """Whether a Set-Cookie field's value sets its cookie only where `cookie_host` allows (`CookieHost`): for that
+    host (`set_for`), for none of a set of domains (host-only, or its `cookie_domain` not among them), or anywhere."""
+    if cookie_host is None:
+        return True
+    if isinstance(cookie_host, str):
+        return set_for(set_cookie, cookie_host)
+    domain = cookie_domain(set_cookie)
+    return domain is None or domain not in cookie_host

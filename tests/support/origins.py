@@ -170,10 +170,12 @@ async def add_pull_zone(cdn: Cdn, name: str, origin: Mapping[str, Any]) -> None:
 
 
 @asynccontextmanager
-async def shared_pull_zone(root: Path, first_byte_timeout_s: str = FIRST_BYTE_TIMEOUT_S) -> AsyncIterator[Pull]:
+async def shared_pull_zone(root: Path, first_byte_timeout_s: str = FIRST_BYTE_TIMEOUT_S,
+                           **env: str) -> AsyncIterator[Pull]:
     """One CDN (tests/support/cdn.py) with the pull zone ZONE, and the scripted origin it pulls from, for the
     tests of a module (each with paths of its own); stopped when the module's tests are done. `first_byte_timeout_s`:
-    the origin's, longer for tests whose origin holds its answer until their requests have gathered."""
+    the origin's, longer for tests whose origin holds its answer until their requests have gathered; `env`: other
+    settings (a test's own CDN)."""
     origin = ScriptedOrigin()
     server = await serve_origin(origin)
     try:
@@ -183,7 +185,7 @@ async def shared_pull_zone(root: Path, first_byte_timeout_s: str = FIRST_BYTE_TI
                                    ASSETCDN_ORIGIN_IDLE_TIMEOUT_S="300",
                                    ASSETCDN_ORIGIN_BODY_TIMEOUT_S=str(ORIGIN_BODY_TIMEOUT_S),
                                    ASSETCDN_ORIGIN_MAX_OBJECT_MB=str(MAX_OBJECT_MB),
-                                   ASSETCDN_SERVER_BODY_TIMEOUT_S=BODY_TIMEOUT_S) as cdn:
+                                   ASSETCDN_SERVER_BODY_TIMEOUT_S=BODY_TIMEOUT_S, **env) as cdn:
             await add_pull_zone(cdn, ZONE, {"Url": f"http://127.0.0.1:{server.port}{PREFIX}",
                                             "HostHeader": HOST_HEADER, "RequestHeaders": dict([SECRET])})
             yield Pull(cdn, origin)
@@ -203,17 +205,18 @@ async def origin_app(app: web.Application) -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def pull_zone_on_hit_cdn(directory: Path, zone: str, *, workers: int = 0,
+async def pull_zone_on_hit_cdn(directory: Path, zone: str, *, workers: int = 0, store_set_cookie: bool = False,
                                **env: str) -> AsyncIterator[tuple[HitCdn, ScriptedOrigin]]:
     """A hit-path edge (tests/support/hit_cdn.py, `workers` as `start_hit_cdn` takes it) with pull zone `zone`
-    in front of a scripted origin, once every worker has the zone; `env`: settings beside loopback origins
-    being allowed."""
+    in front of a scripted origin (`StoreSetCookie` as `store_set_cookie`), once every worker has the zone; `env`:
+    settings beside loopback origins being allowed."""
     origin = ScriptedOrigin()
     server = await serve_origin(origin)
     try:
         async with shared_hit_cdn(directory, workers=workers, ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true", **env) as cdn:
             resp = await cdn.control.post("/api/core/zones", headers=ACCOUNT, json={
-                "Name": zone, "Origin": {"Url": f"http://127.0.0.1:{server.port}{PREFIX}"}})
+                "Name": zone, "Origin": {"Url": f"http://127.0.0.1:{server.port}{PREFIX}",
+                                         "StoreSetCookie": store_set_cookie}})
             assert resp.status == 201, await resp.text()
 
             async def arrived() -> bool:

@@ -72,6 +72,7 @@ from assetcdn.edge.states.pull import (
 from assetcdn.edge.states.recv import PullPath, resolve
 from assetcdn.edge.tls.policy import HSTS_HEADER
 from assetcdn.shared.analytics_keys import zone_of
+from assetcdn.shared.cdn_cookies import CookieHost
 from assetcdn.shared.edge_rules import RESERVED_HEADERS, HeaderChanges, Redirect
 from assetcdn.shared.errors import ApiError
 from assetcdn.shared.http_server import SERVER_NAME
@@ -172,12 +173,13 @@ class HostView:
 
     __slots__ = ("key", "name", "zone", "cookie_host", "hits", "pulls")
 
-    def __init__(self, key: bytes, name: str, zone: str | None, cookie_host: str | None) -> None:
+    def __init__(self, key: bytes, name: str, zone: str | None, cookie_host: CookieHost) -> None:
         self.key = key        # the Host header as received
         self.name = name      # its canonical_host (assetcdn/edge/site_config.py)
         self.zone = zone
         # What a pull zone's origin may name in a cookie's Domain here (`EdgeConfig.cookie_host`, judged by
-        # `pull.client_headers`): the host's own, worked out with the view, not per request.
+        # `pull.client_headers`): the host's own, or no domain holding the base domain on a custom domain, worked
+        # out with the view, not per request.
         self.cookie_host = cookie_host
         self.hits: dict[bytes, Prepared] = {}
         self.pulls: dict[bytes, PulledHit] = {}  # pull zones' hits, by request target (the query is in the key)
@@ -231,7 +233,7 @@ class PulledHit:
                  "fresh_until", "cost", "h2_block", "h2_fields", "ranged", "_block", "_tail", "_since", "_until")
 
     def __init__(self, stored: StoredResponse, key: str, cdn_path: str, changes: HeaderChanges,
-                 own_hsts: bool = False, *, shared_host: bool = True, cookie_host: str | None = "") -> None:
+                 own_hsts: bool = False, *, shared_host: bool = True, cookie_host: CookieHost = "") -> None:
         obj = stored.obj
         self.entry = weakref.ref(obj)
         self.freshness = stored.freshness
@@ -299,7 +301,7 @@ class PulledHit:
 
 
 def _pulled_lines(stored: StoredResponse, changes: HeaderChanges, *, not_modified: bool, own_hsts: bool,
-                  shared_host: bool, cookie_host: str | None) -> bytes:
+                  shared_host: bool, cookie_host: CookieHost) -> bytes:
     """The header lines the application gives a pull zone's hit (`pull.deliver`, then the response hooks:
     the stamp, the `_headers` rules, aiohttp's defaults), less Age and the edge's Cache-Status, and less the
     origin's HSTS field where the site writes its own (`own_hsts`: the hook replaces it)."""

@@ -107,7 +107,7 @@ from assetcdn.edge.states.freshness import (
 from assetcdn.edge.states.keys import pull_key, pull_variant_key
 from assetcdn.edge.tls.policy import HSTS_HEADER
 from assetcdn.shared.cache_results import CacheResult
-from assetcdn.shared.cdn_cookies import is_cdn_cookie, set_for
+from assetcdn.shared.cdn_cookies import CookieHost, is_cdn_cookie, may_set
 from assetcdn.shared.config import Settings
 from assetcdn.shared.content_security import keep_sandbox
 from assetcdn.shared.decimal_fields import bounded_decimal
@@ -150,9 +150,10 @@ NOT_DELIVERED = frozenset(("content-length", "transfer-encoding", "connection", 
 # Whether a pull zone's answer goes out on the edges' default host (`/<zone>/...`: serve_pull's `prefix`), the
 # browser origin every zone and the API share, not on the zone's own host.
 SHARED_HOST = web.RequestKey("pull_shared_host", bool)
-# The one host an origin's Set-Cookie may name in its Domain on this request's host (`EdgeConfig.cookie_host`):
-# None on a zone's custom domain (any) and to another edge's shield request (that edge judges for its clients).
-COOKIE_HOST = web.RequestKey[str | None]("pull_cookie_host")
+# What an origin's Set-Cookie may name in its Domain on this request's host (`EdgeConfig.cookie_host`): the host
+# alone on the CDN's own hosts, no domain holding the base domain on a zone's custom domain; None (any) to another
+# edge's shield request (that edge judges for its clients).
+COOKIE_HOST = web.RequestKey[CookieHost]("pull_cookie_host")
 # An origin's fields that set a policy of its client's whole browser origin (as HSTS does, HSTS_HEADER): network
 # error reporting and where it goes (NEL, W3C Network Error Logging; Report-To), the clearing of the origin's
 # cookies, storage and cache (Clear-Site-Data; cookies for the whole registrable domain), and where its next
@@ -1533,7 +1534,7 @@ def origin_tags(headers: Headers) -> list[str]:
 
 
 def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: str, age: int | None, *,
-                   shared_host: bool, cookie_host: str | None) -> CIMultiDict[str]:
+                   shared_host: bool, cookie_host: CookieHost) -> CIMultiDict[str]:
     """A client's head from an origin's or stored one. On the default host (`shared_host`) an active type (HTML,
     SVG, script) gets the sandbox policy stored files get, beside any policy the origin sent: there the origin's
     page would otherwise run script as the origin every zone and the API share (read them, register a service
@@ -1543,10 +1544,12 @@ def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: 
     host (HOST_POLICIES: a reporting endpoint that browsers would send every later URL of the host to, other
     zones' and the API's). On the zone's own host the origin's policies are its own choice. On any host, a Set-Cookie naming one of this CDN's own cookies (CDN_COOKIES) is
     left out: cookies ignore ports (and a zone's host is below the default one), so it would sign the dashboard's
-    user out or in as someone else. So is one whose Domain names another host than `cookie_host`, the request's on
-    the CDN's own hosts (`EdgeConfig.cookie_host`; None: any, on a zone's custom domain): `Domain=<base domain>` on
-    a zone's tenant host would set it for every zone's tenant host, whose origins browsers then send it to. One
-    copy serves every host of its zone, so this is judged for each answer's host, never when it is stored."""
+    user out or in as someone else. So is one whose Domain `cookie_host` does not allow (`EdgeConfig.cookie_host`,
+    `cdn_cookies.may_set`): another host than the request's on the CDN's own hosts, the base domain or one above it
+    on a zone's custom domain. `Domain=<base domain>` on a zone's tenant host, or `Domain=example.com` on a custom
+    domain `shop.example.com` beside the base domain `cdn.example.com`, would set it for every zone's tenant host,
+    whose origins browsers then send it to. One copy serves every host of its zone, so this is judged for each
+    answer's host, never when it is stored."""
     fields = [field for field in head if field[0] not in NOT_DELIVERED and field[0][:1] != ":"]
     date = first_value(head, "date")
     if date is not None:
@@ -1555,7 +1558,7 @@ def client_headers(head: Sequence[tuple[str, str]], x_cache: str, cache_status: 
     if "set-cookie" in headers:
         cookies = headers.popall("set-cookie")
         for cookie in cookies:
-            if not is_cdn_cookie(cookie) and (cookie_host is None or set_for(cookie, cookie_host)):
+            if not is_cdn_cookie(cookie) and may_set(cookie, cookie_host):
                 headers.add("set-cookie", cookie)
     if shared_host:
         headers.popall(HSTS_HEADER, None)

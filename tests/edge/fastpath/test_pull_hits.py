@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -717,7 +718,8 @@ async def test_a_kept_answers_cookies_are_judged_for_each_host_it_goes_out_on(pu
     host a cookie the origin set with `Domain=<base domain>` went out, on the hit path's fill and hits as in the
     application's answers: browsers then sent it to every zone's tenant host. Each host's answer now carries the
     cookies that host may set: on the tenant host none naming another host, on the default host (every zone's) none
-    with a Domain, on the zone's custom domain every one the origin sent."""
+    with a Domain, on the zone's custom domain every one the origin sent but those for the base domain or a domain
+    above it."""
     node, hits = pulled.cdn.node, pulled.cdn.site.hits
     assert hits is not None
     zone, domain = "pullfast-cookies", "cookies.pullfast-brand.example"
@@ -770,7 +772,7 @@ async def test_a_kept_answers_cookies_are_judged_for_each_host_it_goes_out_on(pu
                 path, **{"If-None-Match": '"c"'}),
             ("default", "application's"): await plain.request(path)}
         assert pulled.served == served + 5  # the hits above, on the hit path
-        expected = {tenant: [host_only, own], domain: [tossed, host_only, own], "default": [host_only]}
+        expected = {tenant: [host_only, own], domain: [host_only, own], "default": [host_only]}
         assert {what: (answer.status, answer.header("X-Cache"), answer.headers.getall("Set-Cookie", []))
                 for what, answer in answers.items()} == {
             (host, how): (304 if how == "304" else 200, "MISS" if how == "fill" else "HIT", expected[host])
@@ -778,6 +780,66 @@ async def test_a_kept_answers_cookies_are_judged_for_each_host_it_goes_out_on(pu
     finally:
         resp = await pulled.cdn.control.delete(f"/api/core/zones/{zone}", headers=ACCOUNT)
         assert resp.status == 200, await resp.text()
+
+
+async def test_a_kept_answers_cookie_for_a_domain_holding_the_base_domain_is_left_out_on_custom_domains(
+        tmp_path: Path, clock: Clock) -> None:
+    """A custom domain beside the base domain (`shop.<parent>` for `cdn.<parent>`) or above it (`<parent>`) passed on
+    the kept answer's `Set-Cookie` with `Domain=<parent>` on the hit path's fill and hits, and browsers then sent that
+    cookie to every zone's tenant host. Now it is left out there as in the application's answers; the custom domain's
+    own and host-only cookies still go out."""
+    parent = "pullfast-brand.example"
+    async with pull_zone_on_hit_cdn(tmp_path, ZONE, store_set_cookie=True,
+                                    ASSETCDN_DOMAINS_BASE_DOMAIN=f"cdn.{parent}") as (cdn, origin):
+        node, hits = cdn.node, cdn.site.hits
+        assert hits is not None
+        beside, above, tenant = f"shop.{parent}", parent, f"{ZONE}.cdn.{parent}"
+        for domain in (beside, above):
+            resp = await cdn.control.post(f"/api/core/zones/{ZONE}/domains", json={"Hostname": domain},
+                                          headers=ACCOUNT)
+            assert resp.status == 201, await resp.text()
+
+        async def arrived() -> bool:
+            return all(node.config.zone_for_host(domain) == ZONE for domain in (beside, above))
+
+        await wait_until(arrived, "the custom domains reaching the edge")
+        tossed, host_only, shop = f"a=1; Domain=.{parent.upper()}", "b=2", f"c=3; Domain={beside}"
+
+        async def cookies(_request: web.Request) -> web.StreamResponse:
+            response = web.Response(body=BODY, headers={**LONG, "Content-Type": "application/octet-stream",
+                                                        "ETag": '"c"'})
+            for cookie in (tossed, host_only, shop):
+                response.headers.add("Set-Cookie", cookie)
+            return response
+
+        origin.route("/cookies.bin", cookies)
+        conn, plain = await cdn.connect(), await cdn.plain()
+        filled = hits.fills.filled
+        fill = await conn.request("/cookies.bin", host=beside)
+
+        async def kept() -> bool:
+            return stored_url(node, ZONE, "/cookies.bin") is not None
+
+        async def filled_here() -> bool:  # counted once its answer is out
+            return hits is not None and hits.fills.filled == filled + 1
+
+        await wait_until(kept, "/cookies.bin stored")
+        await wait_until(filled_here, "the miss filled on the hit path")
+        clock.now = stored_url(node, ZONE, "/cookies.bin").freshness.response_time + 1  # type: ignore[union-attr]
+        served = hits.served
+        answers = {
+            (beside, "fill"): fill, (beside, "hit"): await conn.request("/cookies.bin", host=beside),
+            (beside, "304"): await conn.request("/cookies.bin", host=beside, **{"If-None-Match": '"c"'}),
+            (beside, "application's"): await plain.request("/cookies.bin", host=beside),
+            (above, "hit"): await conn.request("/cookies.bin", host=above),
+            (above, "application's"): await plain.request("/cookies.bin", host=above),
+            (tenant, "hit"): await conn.request("/cookies.bin", host=tenant)}
+        assert hits.served == served + 4  # the hits above, on the hit path
+        expected = {beside: [host_only, shop], above: [host_only, shop], tenant: [host_only]}
+        assert {what: (answer.status, answer.header("X-Cache"), answer.headers.getall("Set-Cookie", []))
+                for what, answer in answers.items()} == {
+            (host, how): (304 if how == "304" else 200, "MISS" if how == "fill" else "HIT", expected[host])
+            for host, how in answers}
 
 
 async def lines(conn: RawConnection, path: str, method: str, fields: list[tuple[str, str]]) -> Response:

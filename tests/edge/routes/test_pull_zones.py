@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from email.utils import formatdate
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -44,6 +45,7 @@ from tests.support.origins import (
     ScriptedOrigin,
     add_pull_zone,
     serve_origin,
+    shared_pull_zone,
     stored_url,
     wait_stale,
 )
@@ -1036,7 +1038,8 @@ async def test_an_origin_sets_cookies_for_no_other_host_of_the_cdns(pull: Pull) 
     zone's origin planted cookies for the others'. On the CDN's own hosts a cookie's Domain may name the request's
     host alone (RFC 6265 5.2.3: a leading dot ignored, without case, the last Domain counting); on the default host,
     every zone's, none (`Domain=<host>` reaches every host below it). On the zone's custom domain the origin's cookies
-    are its own choice. Host-only cookies go out everywhere."""
+    are its own choice but for the base domain and the domains above it (`Domain=localhost` for `cdn.localhost`),
+    every zone's tenant host being below them. Host-only cookies go out everywhere."""
     domain = "cookies.pulled-brand.example"
     resp = await pull.cdn.control.post(f"/api/core/zones/{ZONE}/domains", json={"Hostname": domain}, headers=ACCOUNT)
     assert resp.status == 201, await resp.text()
@@ -1048,10 +1051,11 @@ async def test_an_origin_sets_cookies_for_no_other_host_of_the_cdns(pull: Pull) 
     base = pull.cdn.node.config.base_domain
     tossed, host_only, own = f"a=1; Domain={base}; Path=/", "b=2; Path=/", f"c=3; Domain={TENANT_HOST}"
     spelled = [f"d=4; domain = .{TENANT_HOST.upper()}", f"e=5; Domain={base}; Domain={TENANT_HOST}",
-               f"f=6; Domain={TENANT_HOST}; Domain=.{base}", "g=7; Domain=", f"h=8; Domain=other.{base}"]
+               f"f=6; Domain={TENANT_HOST}; Domain=.{base}", "g=7; Domain=", f"h=8; Domain=other.{base}",
+               f"i=9; Domain={base.partition('.')[2].upper()}"]
     pull.origin.route("/tossing.txt", set_cookies([tossed, host_only, own, *spelled]))
     expected = {TENANT_HOST: [host_only, own, spelled[0], spelled[1], spelled[3]],
-                domain: [tossed, host_only, own, *spelled], None: [host_only, spelled[3]]}
+                domain: [host_only, own, spelled[0], spelled[1], spelled[3], spelled[4]], None: [host_only, spelled[3]]}
     pull.cdn.edge.session.cookie_jar.clear()
     try:
         for host, cookies in expected.items():
@@ -1065,6 +1069,38 @@ async def test_an_origin_sets_cookies_for_no_other_host_of_the_cdns(pull: Pull) 
             assert (posted.status, posted.headers.getall("Set-Cookie", [])) == (200, cookies), host
     finally:
         pull.cdn.edge.session.cookie_jar.clear()  # what the origin set: the client's jar would send it on
+
+
+async def test_a_custom_domain_beside_or_above_the_base_domain_sets_no_cookie_for_a_domain_holding_it(
+        tmp_path: Path) -> None:
+    """A custom domain beside the base domain (`shop.<parent>` for the base domain `cdn.<parent>`) or above it
+    (`<parent>`) passed on an origin's `Set-Cookie` with `Domain=<parent>`, which browsers then sent to every zone's
+    tenant host (`<zone>.cdn.<parent>`), whose origins were sent it: cookie tossing across tenants. On a custom domain
+    a cookie for the base domain or a domain above it is left out; the custom domain's own, one for a domain that
+    does not hold the base domain and host-only ones still go out."""
+    parent = "pulled-brand.example"
+    async with shared_pull_zone(tmp_path, ASSETCDN_DOMAINS_BASE_DOMAIN=f"cdn.{parent}") as own:
+        beside, above, tenant = f"shop.{parent}", parent, f"{ZONE}.cdn.{parent}"
+        for domain in (beside, above):
+            resp = await own.cdn.control.post(f"/api/core/zones/{ZONE}/domains", json={"Hostname": domain},
+                                              headers=ACCOUNT)
+            assert resp.status == 201, await resp.text()
+
+        async def arrived() -> bool:
+            return all(own.cdn.node.config.zone_for_host(domain) == ZONE for domain in (beside, above))
+
+        await wait_until(arrived, "the custom domains reaching the edge")
+        tossed, top, base = f"a=1; Domain={parent}", "b=2; Domain=.EXAMPLE", f"c=3; Domain=cdn.{parent}"
+        shop, host_only, elsewhere = f"d=4; Domain=.{beside}", "e=5; Path=/", "f=6; Domain=other-brand.example"
+        last = f"g=7; Domain={beside}; Domain={parent}"
+        own.origin.route("/tossing.txt", set_cookies([tossed, top, base, shop, host_only, elsewhere, last]))
+        expected = {beside: [shop, host_only, elsewhere], above: [shop, host_only, elsewhere], tenant: [host_only]}
+        for host, cookies in expected.items():
+            resp = await own.cdn.edge.get("/tossing.txt", headers={"Host": host})
+            assert (resp.status, resp.headers["X-Cache"], resp.headers.getall("Set-Cookie", [])) == (
+                200, "PASS", cookies), host
+            posted = await own.cdn.edge.post("/tossing.txt", data=b"x", headers={"Host": host})
+            assert (posted.status, posted.headers.getall("Set-Cookie", [])) == (200, cookies), host
 
 
 def set_cookies(cookies: list[str]) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
