@@ -7,6 +7,7 @@ is started with.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -127,6 +128,39 @@ def answer_half_closed_clients() -> None:
     web_protocol.RequestHandler.eof_received = _answer_then_close  # type: ignore[method-assign,assignment]
 
 
+# What a request's connection tells once it is lost (`watch_lost`).
+CLIENT_LOST = web.RequestKey[Callable[[], None]]("client_lost")
+_AIOHTTP_CONNECTION_LOST = web_protocol.RequestHandler.connection_lost
+
+
+def _tell_lost(self: web_protocol.RequestHandler, exc: BaseException | None) -> None:
+    """aiohttp's connection_lost, then the request under way is told (`watch_lost`) that its client is gone."""
+    request = self._current_request
+    _AIOHTTP_CONNECTION_LOST(self, exc)
+    if request is not None:
+        told = request.pop(CLIENT_LOST, None)
+        if told is not None:
+            told()
+
+
+def watch_lost(request: web.BaseRequest, told: Callable[[], None] | None) -> None:
+    """Have `told` called once `request`'s connection is lost, at once when it is already (None: no longer): a pull
+    zone fill's client lagging behind it gives its places back then (assetcdn/edge/states/feed.py `ClientFeed`).
+    Nothing tells aiohttp's handler of it otherwise: a handler that is not writing learns it only at its next write.
+    Needs `tell_lost_connections`."""
+    if told is None:
+        request.pop(CLIENT_LOST, None)
+    elif request.transport is None:
+        told()
+    else:
+        request[CLIENT_LOST] = told
+
+
+def tell_lost_connections() -> None:
+    """aiohttp's connections tell the request under way that its connection is lost (`watch_lost`)."""
+    web_protocol.RequestHandler.connection_lost = _tell_lost  # type: ignore[method-assign]
+
+
 def header_timeout_s(settings: Settings) -> float:
     return float(settings.get("server", "header_timeout_s"))
 
@@ -150,4 +184,5 @@ def serve(app: web.Application, settings: Settings, *, host: str, port: int, **o
     name_the_server()
     answer_unreadable_requests_in_json()
     answer_half_closed_clients()
+    tell_lost_connections()
     return process.serve(app, host=host, port=port, **server_options(settings), **options)

@@ -218,7 +218,7 @@ class HitProtocol(asyncio.Protocol):
     __slots__ = ("server", "transport", "buffer", "parser", "url", "headers", "complete", "repeated",
                  "busy", "handler", "handoff", "deadline", "drain", "peer", "peername", "paused_by", "closing",
                  "pending_file", "keep_alive", "zero_copy", "batch", "turn_answers", "send_timeout_s", "records",
-                 "waiting", "queued", "handed", "cut", "when_sent", "decide", "last_write", "ended")
+                 "waiting", "queued", "handed", "cut", "when_sent", "decide", "last_write", "ended", "on_lost")
 
     def __init__(self, server: HitServer) -> None:
         self.server = server
@@ -264,6 +264,8 @@ class HitProtocol(asyncio.Protocol):
         self.decide: Decide = server.answer
         # Over TLS (assetcdn/edge/tls/ssl_object.py): the connection's last write carries the close_notify alert.
         self.last_write: Callable[[], None] | None = None
+        # Told once the connection is lost: a fill's client lagging behind it (`watch_lost`).
+        self.on_lost: Callable[[], None] | None = None
 
     # --- httptools callbacks --------------------------------------------------------------------
 
@@ -311,6 +313,9 @@ class HitProtocol(asyncio.Protocol):
                 self.handed = self.queued
             self._check_waiting(False)
         self.drain.connection_lost()
+        on_lost, self.on_lost = self.on_lost, None
+        if on_lost is not None:
+            on_lost()
         handler, handoff = self.handler, self.handoff
         if handler is not None:
             self.handler = self.handoff = None  # nothing comes back: its close below is the end
@@ -325,6 +330,14 @@ class HitProtocol(asyncio.Protocol):
         # The parser calls back into this protocol: a cycle that only the garbage collector would break, and an
         # idle worker may not run it for long, keeping a lost connection's memory.
         self.parser = LOST_PARSER
+
+    def watch_lost(self, told: Callable[[], None] | None) -> None:
+        """Have `told` called once this connection is lost, at once when it is already (None: no longer): a fill's
+        client lagging behind it gives its places back then (assetcdn/edge/states/feed.py `ClientFeed`)."""
+        if told is not None and self.transport is None:
+            told()
+            return
+        self.on_lost = told
 
     def pause_writing(self) -> None:
         self.drain.pause_writing()

@@ -339,7 +339,7 @@ class PullFills:
             self._send_head(conn, head)
         sending = await keep(node, zone, named.path, url_key, sent, response, parsed, new_spool(declared),
                              None if fill.head_only else partial(self._sender(conn), conn, counter, head), kept,
-                             transport=conn.transport)
+                             transport=conn.transport, watch=conn.watch_lost)
         if sending is None:
             self._send_head(conn, head)
             conn.closing = True  # a body cut short must not look complete to the client

@@ -17,6 +17,13 @@ client opening many streams it does not read cannot take them all: past it, its 
 its fill's pace. A connection's count (`LagPlaces`) is its transport's `lag_places`, looked up once a client would
 first lag (None: one request at a time, counted by the worker's bound alone).
 
+A lagging client is sent nothing more until its fill ends: a client that goes meanwhile (its connection closed or
+reset, its HTTP/2 stream reset) would hold its places until then, were it not for its connection's `watch`, which
+the feed is given by its fill and which tells it, while it lags, that its client's connection is lost: its places
+come back at once, and the fill reads on into the cache without it. Set only when a client starts to lag: nothing
+for one that keeps up. (A client that only half-closes its connection, which HTTP/1.1 allows while it waits for its
+answer, is still there: a lagging one that so closes it keeps its places until its feed next sends.)
+
 A body of no declared length (chunked) may turn out longer than the object size limit: the fill then keeps it no
 longer, and its copy goes (`keep_pace`). A lagging client is first sent what it had still to be sent of that copy
 (read back from it before it went), then the rest of the body as the fill reads it, and from then on the client
@@ -44,6 +51,8 @@ CONNECTION_LAGGING = MAX_LAGGING // 4
 REST_PIECE = 256 * 1024
 
 Send = Callable[[bytes], Awaitable[bool]]
+# Have the callback called once the client's connection is lost, or no longer (None): its fill's (module docstring).
+Watch = Callable[[Callable[[], None] | None], None]
 
 log = logging.getLogger(__name__)
 
@@ -103,12 +112,14 @@ def rest_of(spool: IO[bytes], start: int, in_memory: int) -> Rest:
 class ClientFeed:
     """Sends a fill's body to its client by a task of its own (module docstring): `offer` each chunk the fill
     reads, then `finish` once the fill is done (or `cancel`, when the origin's body failed). `transport`: the
-    client's, whose `lag_places` (module docstring) is its connection's count."""
+    client's, whose `lag_places` (module docstring) is its connection's count; `watch`: its connection's (module
+    docstring)."""
 
     lagging_now = 0  # the feeds lagging in this process (its one event loop's): at most MAX_LAGGING
 
-    def __init__(self, send: Send, transport: Any = None) -> None:
+    def __init__(self, send: Send, transport: Any = None, watch: Watch | None = None) -> None:
         self._send = send  # False once the client is gone or cut off
+        self._watch = watch  # told of `_lost` while the client lags
         self._transport = transport  # until its connection's places are looked up (`_lag`)
         self._places: LagPlaces | None = None  # ... and found: the count this feed's place is in while it lags
         # What the client is to be sent, in order: the fill's chunks, and a lagging client's rest (`finish`,
@@ -176,7 +187,10 @@ class ClientFeed:
                 rest.close()
             return await self._task
         if rest is not None:
-            self._items.append(rest)
+            if self.gone:  # lost while it lagged (`_lost`): nothing more is sent
+                rest.close()
+            else:
+                self._items.append(rest)
         self._ended = True
         self._wake()
         return await self._task  # cancelled with the caller
@@ -214,6 +228,8 @@ class ClientFeed:
             places.lagging += 1
         ClientFeed.lagging_now += 1
         self.lagging = True
+        if self._watch is not None:
+            self._watch(self._lost)  # called at once when the connection is lost already
         return True
 
     def _unlag(self) -> None:
@@ -222,6 +238,16 @@ class ClientFeed:
             ClientFeed.lagging_now -= 1
             if self._places is not None:
                 self._places.lagging -= 1
+            if self._watch is not None:
+                self._watch(None)
+
+    def _lost(self) -> None:
+        """The lagging client's connection is lost (`watch`): its places come back now, not once the fill ends (its
+        task waits for the fill's next chunk, or for its end, and is sent nothing before); nothing more is sent."""
+        self.gone = True
+        self._drop_queued()
+        self._wake()  # its task ends (one in a send learns it from the send)
+        self._roomy()
 
     def _wake(self) -> None:
         more, self._more = self._more, None
@@ -256,6 +282,8 @@ class ClientFeed:
                     return True
                 self._more = asyncio.get_running_loop().create_future()
                 await self._more
+                if self.gone:  # lost while it lagged (`_lost`)
+                    return False
         finally:
             self._drop_queued()
             self._roomy()  # a fill waiting for room reads on: the client is done or gone

@@ -69,7 +69,7 @@ from assetcdn.edge.states.deliver import (
     parse_range,
     request_header_changes,
 )
-from assetcdn.edge.states.feed import ClientFeed, Rest, rest_of
+from assetcdn.edge.states.feed import ClientFeed, Rest, Watch, rest_of
 from assetcdn.edge.states.freshness import (
     ERROR_STATUSES,
     MAX_TAG_BYTES,
@@ -113,7 +113,7 @@ from assetcdn.shared.content_security import keep_sandbox
 from assetcdn.shared.decimal_fields import bounded_decimal
 from assetcdn.shared.edge_rules import NO_HEADER_CHANGES, HeaderChanges
 from assetcdn.shared.errors import ApiError
-from assetcdn.shared.http_server import cut_short
+from assetcdn.shared.http_server import cut_short, watch_lost
 from assetcdn.shared.logs import LinePerInterval
 from assetcdn.shared.manifest import zone_tag
 from assetcdn.shared.request_body import body_deadline, too_large, unsupported_transfer_coding
@@ -996,7 +996,8 @@ def new_spool(declared: int | None) -> IO[bytes]:
 
 async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Varied, response: OriginResponse,
                parsed: Directives, spool: IO[bytes] | None, send: Callable[[bytes], Awaitable[bool]] | None,
-               kept: Kept | None, *, replacing: str | None = None, transport: Any = None) -> bool | None:
+               kept: Kept | None, *, replacing: str | None = None, transport: Any = None,
+               watch: Watch | None = None) -> bool | None:
     """A fill's body, both fills' (this module's and pull_fill.py's): into `spool` (None: not kept), to the cache,
     then `kept` done, and to its client (`send`, as `relay_body` takes it). A body that is kept is read and stored
     at the origin's pace, whatever the client's: one read with its head is sent first when it fits the
@@ -1007,7 +1008,8 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
     and the client sets the fill's pace, as it does for one that is not kept from the start; the stored copy it
     answered a revalidation of (`replacing`, its key) goes then, as when a body declared too large answers it
     (`drop_if_superseded`): left, stale-if-error would answer with the body the origin replaced. `transport`: the
-    client's, whose connection's places among the lagging its feed takes (`ClientFeed`).
+    client's, whose connection's places among the lagging its feed takes (`ClientFeed`), and `watch` its
+    connection's, which tells a lagging feed that its client is gone.
     Whether the client took the whole body; None when the origin's body failed, or the fill's temporary file did
     while the client lagged behind it (what it had still to be sent was there): the caller cuts the client's
     answer short, so that it does not look complete."""
@@ -1028,7 +1030,7 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
                 sending, send = await send(whole), None
         else:
             if spool is not None and send is not None:
-                feed = ClientFeed(send, transport)
+                feed = ClientFeed(send, transport, watch)
             try:
                 spool, sending = await relay_body(response, limit, spool, digest, None if feed else send, feed,
                                                   partial(no_longer_kept, node, kept, replacing))
@@ -1128,7 +1130,7 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
 
     sending = await keep(node, zone, path, url_key, varied(request, zone, fields), response, parsed,
                          new_spool(declared) if why is None else None, send if with_body else None, kept,
-                         replacing=replacing, transport=request.transport)
+                         replacing=replacing, transport=request.transport, watch=partial(watch_lost, request))
     if sending is None:
         broken_off(request, client)
     elif sending:

@@ -32,11 +32,13 @@ from assetcdn.edge.fastpath.sendfile import TLS_PIECE
 from assetcdn.edge.shield import SHIELD_CACHE
 from assetcdn.edge.states import freshness
 from assetcdn.edge.states import pull as pull_states
+from assetcdn.edge.states.feed import ClientFeed
 from assetcdn.edge.states.keys import pull_key
 from assetcdn.edge.states.pull import flight_key
 from assetcdn.shared.cache_results import CacheResult
 from tests.support.cdn import ZONE as STORED_ZONE
 from tests.support.control import METRICS
+from tests.support.feeds import record_feeds, waits_for_its_fill
 from tests.support.h2_memory import H2InProcess, MemoryHttp11
 from tests.support.hit_cdn import READ_S, HitCdn, Response, request_bytes
 from tests.support.origins import LONG, PREFIX, ScriptedOrigin, pull_zone_on_hit_cdn, stored_url
@@ -965,6 +967,7 @@ async def test_a_client_that_stops_reading_an_unsafe_requests_answer_is_cut_off_
 
 
 PACED_SEND_TIMEOUT_S = 60.0  # a slow reader is never cut off here
+PACED_IDLE_TIMEOUT_S = 60.0  # nor a fill whose origin holds its body back while the test looks at its client
 PACED_MAX_OBJECT_MB = 8      # LARGE is kept; OVER_LIMIT is not
 OVER_LIMIT = bytes(range(251)) * (40 * 1024)  # 10 MB
 
@@ -974,18 +977,23 @@ async def paced_readers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterat
     async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-fills-paced-readers"), ZONE,
                                     ASSETCDN_TLS_SEND_TIMEOUT_S=str(PACED_SEND_TIMEOUT_S),
                                     ASSETCDN_ORIGIN_MAX_OBJECT_MB=str(PACED_MAX_OBJECT_MB),
+                                    ASSETCDN_ORIGIN_IDLE_TIMEOUT_S=str(PACED_IDLE_TIMEOUT_S),
                                     ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="3600") as (cdn, origin):
         yield FillCdn(cdn, origin)
 
 
-def streaming(body: bytes, *, declared: bool) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """An origin answer sent in 256 KB writes, of declared length or chunked."""
+def streaming(body: bytes, *, declared: bool, held: tuple[int, asyncio.Event] | None = None,
+              ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """An origin answer sent in 256 KB writes, of declared length or chunked; `held`: the bytes from its offset on
+    are sent once its event is set."""
     async def answer(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers=HEADERS)
         if declared:
             response.content_length = len(body)
         await response.prepare(request)
         for start in range(0, len(body), 256 * 1024):
+            if held is not None and start >= held[0]:
+                await held[1].wait()
             await response.write(body[start:start + 256 * 1024])
         await response.write_eof()
         return response
@@ -1098,6 +1106,61 @@ async def test_a_slow_reader_of_a_fill_does_not_hold_the_requests_waiting_for_it
         assert origin.count(name) == 1
     finally:
         await slow.close()
+
+
+@pytest.mark.parametrize(("port", "declared"), [("hit", True), ("hit", False), ("plain", True)],
+                         ids=["the hit path's fill", "the application's fill", "aiohttp's own connection"])
+async def test_a_lagging_client_that_resets_its_connection_gives_its_place_back_at_once(
+        paced_readers: FillCdn, monkeypatch: pytest.MonkeyPatch, port: str, declared: bool) -> None:
+    """A large miss's first client reads too slowly and lags behind the fill, takes what it was queued, and resets
+    its connection while the origin holds the rest of the body: its place among the worker's lagging clients comes
+    back at once (it was held until the fill's end, so that clients starting large fills and leaving could hold
+    them all), with the origin sending nothing more; the fill then reads on and stores the body. The hit path's fill
+    (declared length), the application's (chunked, handed over by the hit path), and aiohttp's own connection."""
+    feeds = record_feeds(monkeypatch)
+    name = f"/lagging-then-reset-{port}-{'length' if declared else 'chunked'}.bin"
+    release = asyncio.Event()
+    origin = paced_readers.origin
+    origin.route(name, streaming(LARGE, declared=declared, held=(len(LARGE) - 256 * 1024, release)))
+    cdn = paced_readers.cdn
+    before = ClientFeed.lagging_now
+    slow = SlowReader()
+    try:
+        await slow.ask(cdn.port if port == "hit" else cdn.plain_port, f"/{ZONE}{name}")
+
+        async def lagging() -> bool:
+            return bool(feeds) and feeds[-1].lagging
+
+        await wait_until(lagging, "the client lagging behind its fill")
+        feed = feeds[-1]
+        assert ClientFeed.lagging_now == before + 1
+        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+        slow.hurried.set()  # it takes what it was queued: its feed waits for the fill
+
+        async def idle() -> bool:
+            return waits_for_its_fill(feed)
+
+        await wait_until(idle, "the lagging client sent all it was given")
+        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # its close resets
+        await slow.close()
+
+        async def place_back() -> bool:
+            return ClientFeed.lagging_now == before
+
+        await wait_until(place_back, "the reset client's place back before the origin sends the rest")
+        assert (feed.lagging, feed.gone, release.is_set()) == (False, True, False)
+    finally:
+        release.set()
+        await slow.close()
+
+    async def stored() -> bool:
+        return stored_url(cdn.node, ZONE, name) is not None
+
+    await wait_until(stored, "the fill stored")
+    again = await cdn.connect()
+    answer = await again.request(f"/{ZONE}{name}")
+    again.close()
+    assert (answer.header("X-Cache"), answer.body == LARGE, origin.count(name)) == ("HIT", True, 1)
 
 
 async def test_a_fill_the_hit_path_hands_to_the_application_still_leads_the_urls_only_origin_request(

@@ -15,6 +15,8 @@ import pytest
 
 from assetcdn.edge.states import feed as feed_module
 from assetcdn.edge.states.feed import CONNECTION_LAGGING, QUEUE_BYTES, ClientFeed, Rest, rest_of
+from tests.support.feeds import waits_for_its_fill
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -307,3 +309,50 @@ async def test_a_lagging_client_gives_its_connections_place_back_however_it_ends
         assert await feed.finish(rest) is (end != "gone")
         feed.cancel()
     assert (connection.lagging, ClientFeed.lagging_now) == (0, before)
+
+
+class Watch:
+    """A client's connection as a feed watches it: the callback it was given (None: none, or taken back), and every
+    call, in order."""
+
+    def __init__(self) -> None:
+        self.told: list[object] = []
+
+    def __call__(self, told: object) -> None:
+        self.told.append(told)
+
+    @property
+    def watching(self) -> object:
+        return self.told[-1] if self.told else None
+
+
+async def test_a_lagging_client_whose_connection_is_lost_gives_its_places_back_at_once() -> None:
+    """A lagging client has taken what it was queued, and its feed waits for the fill, when its connection is lost:
+    its places, the worker's and its connection's, come back then, not once the fill ends; the fill's rest is closed
+    unsent, and the feed says the client is gone. A client that keeps up is never watched."""
+    before = ClientFeed.lagging_now
+    connection, client, spool, watch = Connection(), Client(), spooled("file"), Watch()
+    client.open.clear()
+    feed = ClientFeed(client.send, StreamTransport(connection), watch)
+    await fill(feed, spool, body(QUEUE_BYTES * 3))
+    assert feed.lagging and (connection.lagging, ClientFeed.lagging_now) == (1, before + 1)
+    client.open.set()
+
+    async def idle() -> bool:
+        return waits_for_its_fill(feed)
+
+    await wait_until(idle, "the client sent its queue")  # it takes it; then the feed waits for the fill
+    lost = watch.watching
+    assert callable(lost)
+    lost()
+    assert (feed.lagging, connection.lagging, ClientFeed.lagging_now, feed.gone) == (False, 0, before, True)
+    assert watch.watching is None  # taken back
+    rest = rest_of(spool, feed.offered, IN_MEMORY)
+    spool.close()
+    assert await feed.finish(rest) is False
+    assert rest.fd is None and len(client.taken) == feed.offered
+    keeping_up, quick, data = Watch(), Client(), body(QUEUE_BYTES * 3)
+    kept_up = ClientFeed(quick.send, StreamTransport(connection), keeping_up)
+    await fill(kept_up, spooled("memory"), data)
+    assert await kept_up.finish(None) is True
+    assert (bytes(quick.taken), keeping_up.told) == (data, [])

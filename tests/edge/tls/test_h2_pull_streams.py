@@ -23,6 +23,7 @@ from assetcdn.edge.fastpath.hit_server import HitServer
 from assetcdn.edge.states import feed as feed_module
 from assetcdn.edge.states.feed import ClientFeed
 from assetcdn.edge.tls.h2 import CONNECTION_BUFFER_HIGH, H2Limits, H2Protocol
+from tests.support.feeds import record_feeds, waits_for_its_fill
 from tests.support.h2_memory import H2InProcess, MemoryTransport
 from tests.support.hit_cdn import HitCdn
 from tests.support.origins import ScriptedOrigin, pull_zone_on_hit_cdn, stored_url
@@ -589,3 +590,70 @@ async def test_one_connections_stalled_streams_leave_places_for_another_connecti
         return late.server.lagging == 0
 
     await wait_until(late_back, "the new connection's place back")
+
+
+@pytest.mark.parametrize("framing", ["sized", "chunked"], ids=["the hit path's fill", "the application's fill"])
+async def test_a_lagging_stream_reset_while_the_origin_holds_its_body_gives_its_places_back_at_once(
+        edge: Edge, framing: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream's client lags behind its large fill (its window shut), then takes what it was queued and resets the
+    stream while the origin holds the rest of the body: the worker's place and its connection's come back at once,
+    the origin sending nothing more (they were held until the fill's end), and the fill then stores the body."""
+    feeds = record_feeds(monkeypatch)
+    name = f"/lagging-reset-{framing}.bin"
+    body = bytes(range(256)) * 8192  # 2 MB, the last 256 KB held back by the origin
+    kept = {"Cache-Control": "max-age=600", "Content-Type": "application/octet-stream"}
+    release = asyncio.Event()
+
+    async def held(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=kept)
+        if framing == "chunked":
+            response.enable_chunked_encoding()
+        else:
+            response.content_length = len(body)
+        await response.prepare(request)
+        for start in range(0, len(body), 64 * 1024):
+            if start >= len(body) - 256 * 1024:
+                await release.wait()
+            await response.write(body[start:start + 64 * 1024])
+        return response
+
+    edge.origin.route(name, held)
+    before = ClientFeed.lagging_now
+    conn = edge.connect()
+    try:
+        stream = conn.stall(f"/{ZONE}{name}")
+
+        async def lagging() -> bool:
+            conn.exchange()
+            return bool(feeds) and feeds[-1].lagging
+
+        await wait_until(lagging, "the stream's client lagging behind its fill")
+        feed = feeds[-1]
+        assert (conn.server.lagging, ClientFeed.lagging_now) == (1, before + 1)
+        conn.stalled.discard(stream)  # it takes what it was queued: its feed waits for the fill
+        conn.client.increment_flow_control_window(len(body), stream)
+
+        async def idle() -> bool:
+            conn.exchange()
+            return waits_for_its_fill(feed)
+
+        await wait_until(idle, "the lagging client sent all it was given")
+        conn.resets[stream] = -1
+        conn.client.reset_stream(stream)
+        conn.exchange()
+
+        async def places_back() -> bool:
+            conn.exchange()
+            return (conn.server.lagging, ClientFeed.lagging_now) == (0, before)
+
+        await wait_until(places_back, "the reset stream's places back before the origin sends the rest")
+        assert (feed.gone, release.is_set()) == (True, False)
+    finally:
+        release.set()
+
+    async def stored() -> bool:
+        return stored_url(edge.cdn.node, ZONE, name, scheme="https") is not None
+
+    await wait_until(stored, "the fill stored")
+    status, headers, got = await answer(conn, ask(conn, request(name)), "a hit")
+    assert (status, headers["x-cache"], got == body, edge.origin.count(name)) == (200, "HIT", True, 1)
