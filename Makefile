@@ -23,8 +23,8 @@ LOCK := requirements-test.lock
 UV_VERSION := 0.13.8
 LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --native-tls --quiet
 
-# Browser-test prerequisites (Debian chromium, hls.js from npm) are best effort: without them the
-# browser test skips and says why. Tesseract OCR (Debian) serves alt text; without it OCR is skipped.
+# Browser-test prerequisites (Debian chromium and npm, hls.js from npm) are best effort: without them the
+# browser test skips and says why, except under CI=true, where it fails. Tesseract OCR (Debian) serves alt text; without it OCR is skipped.
 # redis-server (Debian) is for the Redis counter tests (they start their own); without it they skip.
 # curl (Debian) runs the README tour's commands in its test; without it that test skips.
 setup: $(STAMP) $(DOC_VECTORS)
