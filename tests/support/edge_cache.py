@@ -1,21 +1,37 @@
-"""The edge cache's write-behind in tests: an executor whose batches run when the test says, what the disk tier
-holds under a key, the segment files a crash leaves behind, and a body file whose reads fail (`FailingRead`)."""
+"""The edge cache's write-behind in tests: an executor whose batches run when the test says, the real writer thread
+held busy (`writer_held`), what the disk tier holds under a key, the segment files a crash leaves behind, and a body
+file whose reads fail (`FailingRead`)."""
 
 from __future__ import annotations
 
 import errno
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from assetcdn.edge.cache.store import EdgeCache
+from assetcdn.edge.states.pull import STORES
 
 KB = 1024
 MB = 1024 * KB
 HEAD = ((":status", "200"), ("cache-control", "max-age=60"))
+
+
+@contextmanager
+def writer_held() -> Iterator[None]:
+    """The edge cache's one writer thread (`pull.STORES`) busy until the block ends: no disk batch is written
+    meanwhile, as on a loaded disk (a fill's answer already answers from the memory tier)."""
+    writing = threading.Event()
+    STORES.submit(writing.wait)
+    try:
+        yield
+    finally:
+        writing.set()
 
 
 class HeldWriter(Executor):

@@ -13,7 +13,6 @@ import base64
 import gzip
 import io
 import os
-import threading
 import time
 import zlib
 from collections.abc import AsyncIterator
@@ -33,10 +32,11 @@ from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.tags import pull_variants_tag
 from assetcdn.edge.states import pull_source
 from assetcdn.edge.states.keys import pull_key, pull_variants_made_key
-from assetcdn.edge.states.pull import FLIGHTS, STORES, flight_key
+from assetcdn.edge.states.pull import FLIGHTS, flight_key
 from tests.control.expect import expect_error
 from tests.support.cdn import PURGE, Cdn, shared_cdn_apps
 from tests.support.control import METRICS
+from tests.support.edge_cache import writer_held
 from tests.support.metrics_text import metric
 from tests.support.origins import (
     PREFIX,
@@ -1008,9 +1008,7 @@ async def test_a_source_gone_stale_before_its_fill_reached_the_disk_tier_is_reva
     name = "/stale-before-written.png"
     pics.origin.answer(name, image(RED), headers={"Content-Type": "image/png", "ETag": '"red"',
                                                   "Cache-Control": "max-age=1, stale-while-revalidate=600"})
-    writing = threading.Event()
-    STORES.submit(writing.wait)  # the cache's one writer thread busy until `writing` is set: no disk batch is written
-    try:
+    with writer_held():  # no disk batch is written meanwhile
         # Answered before it is stored; its connection closed, as the fill holds it until its disk write is done.
         assert (await pics.get(f"/{ZONE}{name}", headers={"Connection": "close"})).status == 200
         await wait_stale(pics.cdn.node, ZONE, name)
@@ -1020,8 +1018,6 @@ async def test_a_source_gone_stale_before_its_fill_reached_the_disk_tier_is_reva
             return pics.origin.count(name) == 2
 
         await wait_until(revalidating, "the stale source's background revalidation")
-    finally:
-        writing.set()
     resp = await transformed
     assert (resp.status, resp.headers["Content-Type"]) == (200, "image/png"), await resp.text()
     assert pics.origin.requests(name)[1].headers.get("If-None-Match") == '"red"'

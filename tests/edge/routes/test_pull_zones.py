@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from email.utils import formatdate
@@ -25,12 +24,13 @@ from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.fastpath.protocol import HitProtocol
 from assetcdn.edge.states.freshness import http_date
 from assetcdn.edge.states.keys import pull_key
-from assetcdn.edge.states.pull import FLIGHTS, STORES, flight_key
+from assetcdn.edge.states.pull import FLIGHTS, flight_key
 from assetcdn.shared.content_security import SANDBOX_CSP
 from tests.control.expect import expect_error
 from tests.edge.hit_server import HitTestServer
 from tests.support.cdn import PURGE, raw_status
 from tests.support.control import ACCOUNT, METRICS
+from tests.support.edge_cache import writer_held
 from tests.support.metrics_text import metric
 from tests.support.origins import (
     FIRST_BYTE_TIMEOUT_S,
@@ -41,6 +41,7 @@ from tests.support.origins import (
     SECRET,
     TENANT_HOST,
     ZONE,
+    Handler,
     Pull,
     ScriptedOrigin,
     add_pull_zone,
@@ -625,6 +626,19 @@ async def test_requests_waiting_for_a_background_revalidation_the_origin_gives_n
     assert pull.origin.count(name) == asked  # the failing origin was not asked again for it
 
 
+def kept_then_confirmed(pull: Pull, name: str, kept: dict[str, str], go: asyncio.Event) -> Handler:
+    """An origin route: the first request for `name` gets `kept` (ETag "v1"), every later one, a revalidation of
+    it, a 304 once `go` is set."""
+    async def answer(request: web.Request) -> web.StreamResponse:
+        if pull.origin.count(name) == 1:
+            return web.Response(body=b"kept", headers=kept)
+        await go.wait()
+        assert request.headers.get("If-None-Match") == '"v1"'
+        return web.Response(status=304, headers=kept)
+
+    return answer
+
+
 async def test_a_copy_gone_stale_before_its_fill_reached_the_disk_tier_is_revalidated_in_the_background(
         patient_pull: Pull) -> None:
     """The fill's answer answers from the memory tier while its disk batch is still to be written (the writer busy:
@@ -638,17 +652,8 @@ async def test_a_copy_gone_stale_before_its_fill_reached_the_disk_tier_is_revali
     go = asyncio.Event()
     kept = {"ETag": '"v1"', "Cache-Control": "max-age=1, stale-while-revalidate=600"}
 
-    async def revalidated(request: web.Request) -> web.StreamResponse:
-        if pull.origin.count(name) == 1:
-            return web.Response(body=b"kept", headers=kept)
-        await go.wait()
-        assert request.headers.get("If-None-Match") == '"v1"'
-        return web.Response(status=304, headers=kept)
-
-    pull.origin.route(name, revalidated)
-    writing = threading.Event()
-    STORES.submit(writing.wait)  # the cache's one writer thread busy until `writing` is set: no disk batch is written
-    try:
+    pull.origin.route(name, kept_then_confirmed(pull, name, kept, go))
+    with writer_held():  # no disk batch is written meanwhile
         # Answered before it is stored; its connection closed, as the fill holds it until its disk write is done.
         assert (await pull.get(name, headers={"Connection": "close"})).headers["X-Cache"] == "MISS"
         await wait_stale(pull.cdn.node, ZONE, name)
@@ -665,8 +670,6 @@ async def test_a_copy_gone_stale_before_its_fill_reached_the_disk_tier_is_revali
             return flights.joined(key) == 1
 
         await wait_until(joined, "the request that must validate waiting for the background revalidation")
-    finally:
-        writing.set()
     go.set()
     resp = await validating
     assert (resp.status, await resp.read()) == (200, b"kept")
@@ -687,17 +690,8 @@ async def test_requests_validating_a_copy_before_its_fill_reached_the_disk_tier_
     go = asyncio.Event()
     kept = {"ETag": '"v1"', "Cache-Control": "max-age=600"}
 
-    async def revalidated(request: web.Request) -> web.StreamResponse:
-        if pull.origin.count(name) == 1:
-            return web.Response(body=b"kept", headers=kept)
-        await go.wait()
-        assert request.headers.get("If-None-Match") == '"v1"'
-        return web.Response(status=304, headers=kept)
-
-    pull.origin.route(name, revalidated)
-    writing = threading.Event()
-    STORES.submit(writing.wait)  # the cache's one writer thread busy until `writing` is set: no disk batch is written
-    try:
+    pull.origin.route(name, kept_then_confirmed(pull, name, kept, go))
+    with writer_held():  # no disk batch is written meanwhile
         # Answered before it is stored; its connection closed, as the fill holds it until its disk write is done.
         assert (await pull.get(name, headers={"Connection": "close"})).headers["X-Cache"] == "MISS"
         requests = [asyncio.ensure_future(pull.get(name, headers={"Cache-Control": "max-age=0"}))
@@ -707,8 +701,6 @@ async def test_requests_validating_a_copy_before_its_fill_reached_the_disk_tier_
             return pull.origin.count(name) == 2 and flights.joined(key) == clients - 1
 
         await wait_until(all_joined, "every other request waiting for the first one's revalidation")
-    finally:
-        writing.set()
     go.set()
     answers = await asyncio.gather(*requests)
     assert [(resp.status, await resp.read()) for resp in answers] == [(200, b"kept")] * clients
