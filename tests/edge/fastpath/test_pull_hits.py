@@ -34,7 +34,7 @@ from tests.support.control import ACCOUNT, SECRETS
 from tests.support.footprint import traced_per_item
 from tests.support.h2_memory import H2InProcess, MemoryHttp11
 from tests.support.hit_cdn import HitCdn, RawConnection, Response
-from tests.support.origins import LONG, ScriptedOrigin, pull_zone_on_hit_cdn, stored_url
+from tests.support.origins import LONG, Handler, ScriptedOrigin, pull_zone_on_hit_cdn, stored_url
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -713,6 +713,37 @@ async def test_an_origins_hsts_never_reaches_clients_on_the_default_host(
     assert {what: a.header("nel") for what, a in own_host.items()} == dict.fromkeys(own_host, reporting)
 
 
+def setting_cookies(*cookies: str) -> Handler:
+    """An origin route: a kept answer (ETag "c") that sets `cookies`."""
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        response = web.Response(body=BODY, headers={**LONG, "Content-Type": "application/octet-stream", "ETag": '"c"'})
+        for cookie in cookies:
+            response.headers.add("Set-Cookie", cookie)
+        return response
+
+    return answer
+
+
+async def filled_on_the_hit_path(cdn: HitCdn, zone: str, conn: RawConnection, host: str, clock: Clock) -> Response:
+    """`/cookies.bin` of `zone` asked on `host`, a miss the hit path fills: its answer, once the copy is kept and the
+    fill counted (once its answer is out), the clock a second past the copy's arrival."""
+    hits = cdn.site.hits
+    assert hits is not None
+    filled = hits.fills.filled
+    fill = await conn.request("/cookies.bin", host=host)
+
+    async def kept() -> bool:
+        return stored_url(cdn.node, zone, "/cookies.bin") is not None
+
+    async def filled_here() -> bool:
+        return hits.fills.filled == filled + 1
+
+    await wait_until(kept, "/cookies.bin stored")
+    await wait_until(filled_here, "the miss filled on the hit path")
+    clock.now = stored_url(cdn.node, zone, "/cookies.bin").freshness.response_time + 1  # type: ignore[union-attr]
+    return fill
+
+
 async def test_a_kept_answers_cookies_are_judged_for_each_host_it_goes_out_on(pulled: PullCdn, clock: Clock) -> None:
     """A zone that keeps answers that set cookies (`StoreSetCookie`) has one copy for all its hosts. On its tenant
     host a cookie the origin set with `Domain=<base domain>` went out, on the hit path's fill and hits as in the
@@ -739,27 +770,9 @@ async def test_a_kept_answers_cookies_are_judged_for_each_host_it_goes_out_on(pu
         tenant = f"{zone}.{node.config.base_domain}"
         tossed, host_only, own = f"a=1; Domain={node.config.base_domain}", "b=2", f"c=3; Domain=.{tenant}"
 
-        async def cookies(_request: web.Request) -> web.StreamResponse:
-            response = web.Response(body=BODY, headers={**LONG, "Content-Type": "application/octet-stream",
-                                                        "ETag": '"c"'})
-            for cookie in (tossed, host_only, own):
-                response.headers.add("Set-Cookie", cookie)
-            return response
-
-        pulled.origin.route("/cookies.bin", cookies)
+        pulled.origin.route("/cookies.bin", setting_cookies(tossed, host_only, own))
         conn, plain = await pulled.cdn.connect(), await pulled.cdn.plain()
-        filled = hits.fills.filled
-        fill = await conn.request("/cookies.bin", host=tenant)
-
-        async def kept() -> bool:
-            return stored_url(node, zone, "/cookies.bin") is not None
-
-        async def filled_here() -> bool:  # counted once its answer is out
-            return hits is not None and hits.fills.filled == filled + 1
-
-        await wait_until(kept, "/cookies.bin stored")
-        await wait_until(filled_here, "the miss filled on the hit path")
-        clock.now = stored_url(node, zone, "/cookies.bin").freshness.response_time + 1  # type: ignore[union-attr]
+        fill = await filled_on_the_hit_path(pulled.cdn, zone, conn, tenant, clock)
         served = pulled.served
         path = f"/{zone}/cookies.bin"
         answers = {
@@ -805,27 +818,9 @@ async def test_a_kept_answers_cookie_for_a_domain_holding_the_base_domain_is_lef
         await wait_until(arrived, "the custom domains reaching the edge")
         tossed, host_only, shop = f"a=1; Domain=.{parent.upper()}", "b=2", f"c=3; Domain={beside}"
 
-        async def cookies(_request: web.Request) -> web.StreamResponse:
-            response = web.Response(body=BODY, headers={**LONG, "Content-Type": "application/octet-stream",
-                                                        "ETag": '"c"'})
-            for cookie in (tossed, host_only, shop):
-                response.headers.add("Set-Cookie", cookie)
-            return response
-
-        origin.route("/cookies.bin", cookies)
+        origin.route("/cookies.bin", setting_cookies(tossed, host_only, shop))
         conn, plain = await cdn.connect(), await cdn.plain()
-        filled = hits.fills.filled
-        fill = await conn.request("/cookies.bin", host=beside)
-
-        async def kept() -> bool:
-            return stored_url(node, ZONE, "/cookies.bin") is not None
-
-        async def filled_here() -> bool:  # counted once its answer is out
-            return hits is not None and hits.fills.filled == filled + 1
-
-        await wait_until(kept, "/cookies.bin stored")
-        await wait_until(filled_here, "the miss filled on the hit path")
-        clock.now = stored_url(node, ZONE, "/cookies.bin").freshness.response_time + 1  # type: ignore[union-attr]
+        fill = await filled_on_the_hit_path(cdn, ZONE, conn, beside, clock)
         served = hits.served
         answers = {
             (beside, "fill"): fill, (beside, "hit"): await conn.request("/cookies.bin", host=beside),
