@@ -41,6 +41,20 @@ LONG = {"Cache-Control": "max-age=600"}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def chunked_answer(body: bytes, headers: Mapping[str, str], piece: int = 64 * 1024) -> Handler:
+    """An origin route: `body` with `headers`, chunked (no declared length), written `piece` bytes at a time."""
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers=headers)
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for start in range(0, len(body), piece):
+            await response.write(body[start:start + piece])
+        await response.write_eof()
+        return response
+
+    return answer
+
+
 def stored_url(node: EdgeNode, zone: str, name: str, query: str = "", scheme: str = "http") -> StoredResponse | None:
     """What the edge holds for a pull zone's URL of no Vary, as a request without fields over `scheme` selects it."""
     pulled = node.config.pull_zones[zone]

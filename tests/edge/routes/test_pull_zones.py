@@ -45,6 +45,7 @@ from tests.support.origins import (
     Pull,
     ScriptedOrigin,
     add_pull_zone,
+    chunked_answer,
     serve_origin,
     shared_pull_zone,
     stored_url,
@@ -1949,17 +1950,8 @@ async def test_a_body_above_the_object_limit_is_passed_on_whole_and_not_stored(p
     async def declared(_request: web.Request) -> web.StreamResponse:
         return web.Response(body=data, headers=LONG)
 
-    async def chunked(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers=LONG)
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        for start in range(0, len(data), 1024 * 1024):
-            await response.write(data[start:start + 1024 * 1024])
-        await response.write_eof()
-        return response
-
     pull.origin.route("/too-large.bin", declared)
-    pull.origin.route("/too-large-chunked.bin", chunked)
+    pull.origin.route("/too-large-chunked.bin", chunked_answer(data, LONG, 1024 * 1024))
     for _ in range(2):
         resp = await pull.get("/too-large.bin")
         assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, data, "PASS")

@@ -26,7 +26,7 @@ from assetcdn.edge.tls.h2 import CONNECTION_BUFFER_HIGH, H2Limits, H2Protocol
 from tests.support.feeds import record_feeds, waits_for_its_fill
 from tests.support.h2_memory import H2InProcess, MemoryTransport
 from tests.support.hit_cdn import HitCdn
-from tests.support.origins import ScriptedOrigin, pull_zone_on_hit_cdn, stored_url
+from tests.support.origins import ScriptedOrigin, chunked_answer, pull_zone_on_hit_cdn, stored_url
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -498,17 +498,8 @@ def large_new_urls(edge: Edge, framing: str, names: list[str], body: bytes) -> N
     for name in names:
         if framing == "sized":
             edge.origin.answer(name, body, headers=kept)
-            continue
-
-        async def chunked(_request: web.Request) -> web.StreamResponse:
-            response = web.StreamResponse(headers=kept)
-            response.enable_chunked_encoding()
-            await response.prepare(_request)
-            for start in range(0, len(body), 64 * 1024):
-                await response.write(body[start:start + 64 * 1024])
-            return response
-
-        edge.origin.route(name, chunked)
+        else:
+            edge.origin.route(name, chunked_answer(body, kept))
 
 
 @pytest.mark.parametrize("framing", ["sized", "chunked"], ids=["the hit path's fill", "the application's fill"])
