@@ -123,6 +123,7 @@ log = logging.getLogger(__name__)
 ORIGIN_FAILURES = LinePerInterval(log)
 STORE_FAILURES = LinePerInterval(log)  # a cache that cannot store (its disk failing): a line per zone and interval
 R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 SPOOL_MEMORY = 1024 * 1024          # a body being stored is kept in memory up to this, then in a temporary file
 SENT_BEFORE_STORED = 64 * 1024      # a body read with its head up to this is sent before it is stored (`keep`)
 CACHE_STATUS = "assetcdn"           # this cache's name in Cache-Status (RFC 9211)
@@ -198,9 +199,10 @@ class StoredResponse:
         return StoredResponse(obj, status, headers, fresh, fields.get(DIGEST), mark)
 
 
-# A fill being stored: done once it is in the cache (True), given up (False: its body cut short, or purged while it
-# was read), or not kept after all by the answer's own measure (None: found over the size limit).
-Kept = asyncio.Future[bool | None]
+# A fill being stored: done once it is in the cache (True), given up (False: purged while it was read, or the cache
+# could not keep it), failed by the origin (its OriginError: the body cut short, or too slow), or not kept after all
+# by the answer's own measure (None: found over the size limit).
+Kept = asyncio.Future[bool | OriginError | None]
 # What selects the answer a fill keeps when it varies: the request fields its Vary names and their values in the
 # request it answers (`secondary_key`). A request waiting for the flight with other values gets another variant:
 # it does not wait for that answer's body (`await_flight`).
@@ -215,9 +217,11 @@ class Landing:
     """A flight's outcome as soon as its leader knows it: `kept` when the response is being stored; `failed` when
     the origin gave no answer (none in time, or a broken head: the waiters answer with that failure, as their own
     request would most likely end, instead of each asking a failing origin again); neither when nothing is kept
-    for the others (an answer they may not share: they ask the origin themselves). A body given up once its head
-    is in (`kept` done False) sends one of the waiters to the origin again, the others waiting for it
-    (`through_flight`). `selected`: which requests the answer being kept is the variant of, when it varies."""
+    for the others (an answer they may not share: they ask the origin themselves). A body the origin fails once its
+    head is in (`kept` done with that OriginError) is the waiters' failure too: the stale copy where they may take
+    it, else one more origin request for all of them (`through_flight`); one given up otherwise (`kept` done False:
+    purged meanwhile) sends one of the waiters to the origin again, the others waiting for it. `selected`: which
+    requests the answer being kept is the variant of, when it varies."""
 
     kept: Kept | None = None
     failed: OriginError | None = None
@@ -331,14 +335,23 @@ def flight_patience_s(limits: OriginLimits) -> float:
     return limits.first_byte_timeout_s * (FLIGHT_ATTEMPTS + 1)
 
 
+def body_patience_s(limits: OriginLimits) -> float:
+    """How long a request waits for the body a landed flight keeps (`await_flight`): as long as its leader may spend
+    reading it from the origin (`body_timeout_s`, on a clock that starts with the leader's first read of the body and
+    counts only the origin's waits), and a first-byte time more, so that a body the origin stalls is given up by the
+    leader, whose failure the waiter then takes (`through_flight`), before the waiter gives up on it and asks that
+    origin itself. A body still being read past that is one a slow client paces (`keep`): not waited for."""
+    return limits.body_timeout_s + limits.first_byte_timeout_s
+
+
 async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits,
                        deadline: float | None = None, sent: Varied | None = None) -> OriginError | None:
     """Wait for a flight: its landing within `flight_patience_s` (TimeoutError past it), then the body it keeps
-    for as long as the leader may spend reading it (past that the caller finds nothing stored and asks the origin
-    itself), unless that body is the variant of other request fields' values than the waiter's (`sent`): it would
-    not answer the waiter, which asks for its own at once. The origin's failure to answer the flight at all, if it
-    failed. `deadline` (the loop's time): the end of all the waiting, landing and body, when the request has less
-    time than that (`through_flight`)."""
+    for `body_patience_s` (past that the caller finds nothing stored and asks the origin itself), unless that body
+    is the variant of other request fields' values than the waiter's (`sent`): it would not answer the waiter,
+    which asks for its own at once. The origin's failure, if it failed the flight: no answer at all, or a body that
+    failed once its head was in (`Kept`). `deadline` (the loop's time): the end of all the waiting, landing and
+    body, when the request has less time than that (`through_flight`)."""
     loop = asyncio.get_running_loop()
     landing = await asyncio.wait_for(asyncio.shield(flight), flight_patience_s(limits) if deadline is None
                                      else max(0.0, deadline - loop.time()))
@@ -346,10 +359,13 @@ async def await_flight(flight: asyncio.Future[Landing], limits: OriginLimits,
         return landing.failed
     if other_variant(landing, sent):
         return None
-    if landing.kept is not None:
+    kept = landing.kept
+    if kept is not None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(landing.kept), limits.body_timeout_s if deadline is None
+            await asyncio.wait_for(asyncio.shield(kept), body_patience_s(limits) if deadline is None
                                    else max(0.0, deadline - loop.time()))
+        if kept.done() and isinstance(failure := kept.result(), OriginError):
+            return failure
     return None
 
 
@@ -486,14 +502,17 @@ async def serve_pull(request: web.Request, zone: PullZone, path: str, prefix: st
                                         again=partial(ask_origin, request, node, zone, path, url_key, fields)),
                                 # Another edge's: what is left of its first-byte time for this shield.
                                 patience_s=node.origins.limits.first_byte_timeout_s * SHIELD_FIRST_BYTE_SHARE
-                                if from_edge(request) else None, sent=sent)
+                                if from_edge(request) else None, sent=sent,
+                                stale=partial(stale_on_error, request, zone, fields))
 
 
 async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits,
                          cached: Callable[[float | None], Awaitable[tuple[R | None, StoredResponse | None]]],
-                         fill: Callable[[StoredResponse | None, Land], Awaitable[R]],
+                         fill: Fill[R],
                          failed: Callable[[StoredResponse | None, OriginError], Awaitable[R]],
-                         patience_s: float | None = None, sent: Varied | None = None) -> R:
+                         patience_s: float | None = None, sent: Varied | None = None,
+                         stale: Callable[[StoredResponse | None, OriginError], Awaitable[R | None]] | None = None
+                         ) -> R:
     """What a request of the key's flight gets: `cached`'s answer from the cache (None: nothing there it may
     use, and the stored response it found; after a wait for a flight, given when the wait began: a response the
     origin gave since then, which postdates this request, is its answer as it is, even one to be validated before
@@ -503,9 +522,13 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
     this request may use; `failed`'s, with the stored response, when the origin failed the flight or it does not
     land within `flight_patience_s` (an OriginTimeout). After a wait that found nothing: an answer the
     flight did not mean to keep (one they may not share), and a second such wait, send the request to the origin
-    itself; a body that was to be kept and is not there (cut short, purged meanwhile) makes one more flight, which
-    the others that waited join, so one origin request, not one each, fetches it again. Deliveries (serve_pull)
-    and transform sources (pull_source.py) alike.
+    itself; a body that was to be kept and is not there (purged meanwhile) makes one more flight, which the others
+    that waited join, so one origin request, not one each, fetches it again. A body the origin failed once its head
+    was in (cut short, or too slow: `Kept`) is the waiters' failure as the flight's head's would be: `stale`'s
+    answer (the stale copy the request may take, or None), else one more flight for them all, whose leader `fill`s
+    with `whole_first` (its body whole before it answers, so that the origin failing it again is its client's
+    `failed` answer, never a body cut short), and should that flight's body fail too, `failed`'s.
+    Deliveries (serve_pull) and transform sources (pull_source.py) alike.
     `patience_s`: how long the request may wait for another's flight, when it has less time than a flight may take
     (another edge's shield request: its first-byte time for the shield runs meanwhile, and
     `SHIELD_FIRST_BYTE_SHARE` of it is the shield's). A flight that has not landed by then, or whose body is still being read, is refused (409
@@ -515,6 +538,7 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
     waited: asyncio.Future[Landing] | None = None  # the flight this request waited for
     since: float | None = None  # when it began waiting for it (Unix time)
     retried = False
+    whole_first = False  # how this request fills, should it lead a flight: whole first after a body that failed
     deadline = None if patience_s is None else asyncio.get_running_loop().time() + patience_s
     while True:
         answer, stored = await cached(since)
@@ -546,13 +570,21 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
             if deadline is not None:
                 raise shield_filling() from None
             failure = OriginTimeout(f"no answer from the origin within {flight_patience_s(limits):g} s")
+        if failure is not None and waiting.done() and waiting.result().kept is not None:  # its body failed
+            answer = None if stale is None else await stale(stored, failure)
+            if answer is not None:
+                flights.waiters += 1
+                return answer
+            if not retried:  # one more flight for the requests that waited, not an origin request each
+                retried, waited, whole_first = True, None, True
+                continue
         if failure is not None:  # the flight's failure, not one of its own: no origin request either
             flights.waiters += 1
             return await failed(stored, failure)
         waited = waiting
     land = flights.landing(flight_key)
     try:
-        return await fill(stored, land)
+        return await fill(stored, land, whole_first=whole_first)
     finally:
         land(None)
 
@@ -706,6 +738,14 @@ def varied(request: web.Request, zone: PullZone, fields: Sequence[tuple[str, str
     return found
 
 
+class Fill(Protocol[R_co]):
+    """How a request asks the origin itself in `through_flight`: given the stored response it found, and how to land
+    the flight it leads (`no_landing`: none); `whole_first` when it leads the one more flight made after a body the
+    origin failed: an answer that is kept is then read whole before any of it answers the request (`ask_origin`)."""
+
+    def __call__(self, stored: StoredResponse | None, land: Land, *, whole_first: bool = False) -> Awaitable[R_co]: ...
+
+
 class Land(Protocol):
     """How a flight's leader lands it (`Flights.landing`): the answer being kept (and the variant it is, when it
     varies), the origin's failure, or None (nothing kept for the others)."""
@@ -739,17 +779,12 @@ async def origin_failed(request: web.Request, zone: PullZone, path: str, fields:
     """No answer from the origin: the stale copy where stale-if-error allows, else 504 or 502. The error status a
     flight this request waited for was answered with (ErrorAnswered), where no stale copy may answer it: `again`'s
     answer (the origin asked for this request)."""
-    now = time.time()
-    fwd = forwarded_because(stored, varied(request, zone, fields), now)
-    if stored is not None:
-        stored = unpurged(request.app[NODE], stored)
-    if stored is not None and usable_on_error(stored.freshness, request_directives(fields), now):
-        answer = await deliver_stored(request, stored, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd={fwd}; " + (
-            f"fwd-status={exc.status}" if isinstance(exc, ErrorAnswered) else "detail=origin-unreachable"))
-        if answer is not None:  # else its body went since the lookup: as if there were none
-            return answer
+    answer = await stale_on_error(request, zone, fields, stored, exc)
+    if answer is not None:
+        return answer
+    fwd = forwarded_because(stored, varied(request, zone, fields), time.time())
     if isinstance(exc, ErrorAnswered) and again is not None:  # the origin did answer the flight: this request's own
-        return await again(stored)
+        return await again(None if stored is None else unpurged(request.app[NODE], stored))
     ORIGIN_FAILURES.log(logging.INFO, f"failed {zone.name}", "pull zone %s: the origin failed for %s: %s", zone.name,
                         path, exc)
     # The answer names this cache, as every answer from the origin does: a shield's relays the origin's failure to
@@ -761,6 +796,23 @@ async def origin_failed(request: web.Request, zone: PullZone, path: str, fields:
         raise ApiError(504, "OriginTimeout", f"The origin did not answer in time: {exc}",
                        headers=cache_status) from None
     raise ApiError(502, "OriginUnreachable", f"The origin could not be reached: {exc}", headers=cache_status) from None
+
+
+async def stale_on_error(request: web.Request, zone: PullZone, fields: Headers, stored: StoredResponse | None,
+                         exc: OriginError) -> web.StreamResponse | None:
+    """The stale copy answering the origin's failure `exc` (`origin_failed`'s, or a flight's this request waited for,
+    `through_flight`) where stale-if-error allows it (RFC 5861: the response's or the request's, `fields`), unless a
+    purge removed it meanwhile; None when no copy may answer."""
+    if stored is None:
+        return None
+    now = time.time()
+    fwd = forwarded_because(stored, varied(request, zone, fields), now)
+    found = unpurged(request.app[NODE], stored)
+    if found is None or not usable_on_error(found.freshness, request_directives(fields), now):
+        return None
+    # None when its body went since the lookup: as if there were none
+    return await deliver_stored(request, found, CacheResult.STALE, f"{CACHE_STATUS}; hit; fwd={fwd}; " + (
+        f"fwd-status={exc.status}" if isinstance(exc, ErrorAnswered) else "detail=origin-unreachable"))
 
 
 def unpurged(node: EdgeNode, stored: StoredResponse) -> StoredResponse | None:
@@ -807,9 +859,11 @@ async def drop_if_superseded(node: EdgeNode, zone: PullZone, stored: StoredRespo
 
 
 async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
-                     fields: Headers, stored: StoredResponse | None, land: Land = no_landing) -> web.StreamResponse:
+                     fields: Headers, stored: StoredResponse | None, land: Land = no_landing, *,
+                     whole_first: bool = False) -> web.StreamResponse:
     """A miss, or a stored response the origin must confirm (a 304 updates it) or replace. `land` tells the
-    requests waiting for this one what is kept for them, as soon as that is known."""
+    requests waiting for this one what is kept for them, as soon as that is known. `whole_first`: an answer that is
+    kept is stored before this client gets any of it (`store_then_deliver`)."""
     fwd = forwarded_because(stored, varied(request, zone, fields), time.time())
     try:
         response = handed_fill(request) or await ask(
@@ -837,7 +891,8 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
                                               f"{CACHE_STATUS}; fwd={fwd}; fwd-status=304", counted=CacheResult.HIT)
             if answer is not None:  # else its body went meanwhile: asked for whole below
                 return answer
-        return await ask_origin(request, node, zone, path, url_key, fields, None, land)  # about another response
+        return await ask_origin(request, node, zone, path, url_key, fields, None, land,  # about another response
+                                whole_first=whole_first)
     if response.status == 304:
         # A 304 answers a condition (RFC 9110 15.4.5), and this request had none (a client's own are never sent,
         # nor has a stored response without ETag or Last-Modified any): no answer to it, never passed on as one (a
@@ -856,10 +911,44 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
                                       f"{CACHE_STATUS}; hit; fwd={fwd}; fwd-status={response.status}")
         if answer is not None:  # else its body went meanwhile: asked for whole below
             return answer
-        return await ask_origin(request, node, zone, path, url_key, fields, None, land)
+        return await ask_origin(request, node, zone, path, url_key, fields, None, land, whole_first=whole_first)
     await drop_if_superseded(node, zone, stored, response)
+    if whole_first:
+        return await store_then_deliver(request, node, zone, path, url_key, fields, response, fwd, land, stored)
     return await stream_and_store(request, node, zone, path, url_key, fields, response, fwd, land,
                                   None if stored is None else stored.obj.key)
+
+
+async def store_then_deliver(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
+                             fields: Headers, response: OriginResponse, fwd: str, land: Land,
+                             stored: StoredResponse | None) -> web.StreamResponse:
+    """`stream_and_store` for the request that leads the one more flight made after a body the origin failed
+    (`through_flight`): an answer that is kept is read whole and stored before this client gets any of it, then
+    delivered from the cache (a MISS, as a streamed fill's), so that the origin failing its body again is this
+    client's 502 or 504 (`origin_failed`), never an answer cut short; the requests waiting for it take that failure
+    as theirs. An answer that is not kept is streamed (`stream_and_store`), and so is one asked for again when the
+    body read is not kept after all (found over the size limit, purged meanwhile, the cache failing)."""
+    replacing = None if stored is None else stored.obj.key
+    why, declared, parsed = judge(zone, fields, response, node.origins.limits.max_object_bytes)
+    if why is not None:
+        return await stream_and_store(request, node, zone, path, url_key, fields, response, fwd, land, replacing)
+    sent = varied(request, zone, fields)
+    kept: Kept = asyncio.get_running_loop().create_future()
+    land(kept, selected_by(response.headers, sent))
+    try:
+        await keep(node, zone, path, url_key, sent, response, parsed, new_spool(declared), None, kept,
+                   replacing=replacing)
+    finally:
+        settle(kept)
+    outcome = kept.result()
+    if isinstance(outcome, OriginError):
+        return await origin_failed(request, zone, path, fields, stored, outcome)
+    found = lookup(node, url_key, sent) if outcome else None
+    if found is not None:
+        answer = await deliver_stored(request, found, CacheResult.MISS, fill_cache_status(fwd, None))
+        if answer is not None:
+            return answer
+    return await ask_origin(request, node, zone, path, url_key, fields, None)
 
 
 async def ask(node: EdgeNode, zone: PullZone, path: str, query: str, headers: CIMultiDict[str], *,
@@ -1037,7 +1126,7 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
             except OriginError as exc:
                 ORIGIN_FAILURES.log(logging.INFO, f"body {zone.name}", "pull zone %s: the origin's body for %s failed: %s",
                                     zone.name, path, exc)
-                settle(kept, False)
+                settle(kept, exc)  # the requests waiting for it take it as the origin's failure (`through_flight`)
                 return None
             except OSError as exc:  # the spool's temporary file failed, holding what a lagging client is still to get
                 STORE_FAILURES.log(logging.WARNING, "spool", "pull zone bodies over %d bytes cannot be held to be "
@@ -1138,10 +1227,11 @@ async def send_and_keep(request: web.Request, node: EdgeNode, zone: PullZone, pa
     return client
 
 
-def settle(kept: Kept | None, stored: bool | None = None) -> None:
+def settle(kept: Kept | None, stored: bool | OriginError | None = None) -> None:
     """The requests waiting for a fill to be kept (`kept`) learn that it is over: `stored` (True), given up (False:
-    cut short, purged meanwhile), or not kept after all (None); they look again, and ask for their own when it is
-    not there (`through_flight`). Once; later calls do nothing."""
+    purged meanwhile, the cache failing), failed by the origin (its OriginError), or not kept after all (None); they
+    look again, and ask for their own when it is not there, or take the origin's failure (`through_flight`). Once;
+    later calls do nothing."""
     if kept is not None and not kept.done():
         kept.set_result(stored)
 

@@ -298,7 +298,8 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
                 return await described(node, at, url_key, stored, stale=True), stored
         return None, stored
 
-    async def fill(stored: StoredResponse | None, land: Land) -> PullSource:
+    async def fill(stored: StoredResponse | None, land: Land, *, whole_first: bool = False) -> PullSource:
+        # `whole_first` (through_flight): a source is read whole before it is used, whatever the flight.
         # A request that waited for a flight refused as too large asks nothing: the refusal is its answer too.
         if (refused := refused_sources.refusal(url_key, mark)) is not None:
             raise too_large(at, *refused)
@@ -308,17 +309,22 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
             refused_sources.remember(url_key, mark, exc)
             raise
 
-    async def failed(stored: StoredResponse | None, exc: OriginError) -> PullSource:
+    async def stale(stored: StoredResponse | None, _exc: OriginError) -> PullSource | None:
         if stored is not None:  # a copy a purge removed while the flight waited answers no failure
             stored = unpurged(node, stored)
         if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
             return await described(node, at, url_key, stored, stale=True)
+        return None
+
+    async def failed(stored: StoredResponse | None, exc: OriginError) -> PullSource:
+        if (answer := await stale(stored, exc)) is not None:
+            return answer
         if isinstance(exc, ErrorAnswered):  # the origin answered the flight (pull.py `origin_failed`): asked again
-            return await fill(stored, no_landing)
+            return await fill(None if stored is None else unpurged(node, stored), no_landing)
         raise origin_failed(at, exc) from None
 
     try:
-        return await through_flight(flights, flight, node.origins.limits, cached, fill, failed, sent=sent)
+        return await through_flight(flights, flight, node.origins.limits, cached, fill, failed, sent=sent, stale=stale)
     except SourceTooLarge as exc:  # a stored copy over the limit (`described`)
         refused_sources.remember(url_key, mark, exc)
         raise

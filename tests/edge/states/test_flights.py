@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from assetcdn.edge.origin_client import OriginLimits, OriginTimeout
+from assetcdn.edge.origin_client import OriginError, OriginLimits, OriginTimeout
 from assetcdn.edge.states.pull import Flights, Kept, await_flight, settle
 
 pytestmark = pytest.mark.asyncio
@@ -121,3 +121,20 @@ async def test_a_body_stored_or_not_kept_gives_the_waiters_no_failure() -> None:
     assert waiting is not None
     land2(None)  # an answer they may not share: each asks for its own
     assert await await_flight(waiting, LIMITS) is None
+
+
+async def test_a_body_the_origin_fails_once_its_head_is_in_gives_the_waiters_that_failure() -> None:
+    """Its waiters answer with it (their stale copy, or one more flight for them all), as with a failure before the
+    head, instead of finding nothing stored and each asking the origin again (`through_flight`)."""
+    flights = Flights()
+    assert flights.join("k") is None
+    land = flights.landing("k")
+    kept: Kept = asyncio.get_running_loop().create_future()
+    land(kept)
+    waiting = flights.join("k")
+    assert waiting is not None
+    waiter = asyncio.create_task(await_flight(waiting, LIMITS))
+    failure = OriginError("the origin's body was cut short")
+    settle(kept, failure)
+    assert await waiter is failure
+    assert flights.join("k") is None
