@@ -488,7 +488,15 @@ async def from_origin(node: EdgeNode, client: SourceClient, at: PullSourcePath, 
     sent = Varied(SOURCE_FIELDS, at.zone, client.ip, client.scheme)
     land(kept, selected_by(response.headers, sent))  # a delivery of another variant waiting for the URL asks at once
     try:
-        read, body, in_cache = await keep(node, at, url_key, sent, response, limit)
+        try:
+            read, body, in_cache = await keep(node, at, url_key, sent, response, limit)
+        except OriginError as exc:  # the body failed once its head was in: the origin's failure, as a head's is
+            settle(kept, exc)  # the requests waiting for it take it as theirs (pull.py `through_flight`)
+            if stored is not None:
+                stored = unpurged(node, stored)
+            if stored is not None and usable_on_error(stored.freshness, NO_DIRECTIVES, time.time()):
+                return await described(node, at, url_key, stored, stale=True)
+            raise origin_failed(at, exc) from None
         settle(kept, in_cache)
         return await described(node, at, url_key, read, body, kept=in_cache)
     finally:
@@ -499,7 +507,8 @@ async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, sent: Varied, r
                limit: int) -> tuple[StoredResponse, bytes, bool]:
     """Read an answer the origin sent whole (at most `limit` bytes) and store it: the response, its body, and
     whether it is stored. One a purge made since it was asked for names (`ask`'s mark) is read for this request
-    only (False), and a source's variant made from it is not stored either."""
+    only (False), and a source's variant made from it is not stored either. OriginError when the origin's body
+    fails (`from_origin` answers it as the origin's failure)."""
     chunks: list[bytes] = []
     size = 0
     budget = node.origins.source_reads
@@ -514,8 +523,6 @@ async def keep(node: EdgeNode, at: PullSourcePath, url_key: str, sent: Varied, r
             size += len(chunk)
             chunks.append(chunk)
         body = b"".join(chunks)
-    except OriginError as exc:
-        raise origin_failed(at, exc) from None
     finally:
         response.release()
         chunks.clear()

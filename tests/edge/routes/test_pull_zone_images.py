@@ -762,6 +762,56 @@ async def test_an_origin_down_serves_the_stale_source_or_the_error_envelope(pics
     assert (down.count("/kept.png"), down.count("/lost.png")) == (1, 1)
 
 
+async def test_a_source_whose_revalidation_body_the_origin_cuts_answers_stale_and_so_do_the_requests_waiting(
+        pics: Pics) -> None:
+    """A stale source's revalidation, for a transform, gets a new image's head and then its body is cut: the
+    transform is made from the stale source (stale-if-error), not refused 502, and the deliveries of the URL that
+    waited for that fill answer with the stale image too, rather than each asking the failing origin itself."""
+    name = "/source-body-cut.png"
+    red, blue = image(RED), image(BLUE)
+    waiting = 3
+    go = asyncio.Event()
+
+    async def cut_after_the_first(request: web.Request) -> web.StreamResponse:
+        if pics.origin.count(name) == 1:
+            return web.Response(body=red, headers={"Content-Type": "image/png",
+                                                   "Cache-Control": "max-age=1, stale-if-error=600"})
+        await go.wait()
+        response = web.StreamResponse(headers={**LONG, "Content-Type": "image/png"})
+        response.content_length = len(blue)
+        await response.prepare(request)
+        await response.write(blue[:10])
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    pics.origin.route(name, cut_after_the_first)
+    assert (await pics.get(f"/{ZONE}{name}")).headers["X-Cache"] == "MISS"
+    await wait_stale(pics.cdn.node, ZONE, name)
+    flights = pics.cdn.edge.app[FLIGHTS]
+    key = flight_key(pull_key(ZONE, name, ""), pics.cdn.node.config.pull_zones[ZONE])
+    transformed = asyncio.create_task(pics.transform(name))
+
+    async def revalidating() -> bool:
+        return pics.origin.count(name) == 2
+
+    await wait_until(revalidating, "the source's revalidation")
+    deliveries = [asyncio.create_task(pics.get(f"/{ZONE}{name}")) for _ in range(waiting)]
+
+    async def all_joined() -> bool:
+        return flights.joined(key) == waiting
+
+    await wait_until(all_joined, "the deliveries waiting for the source's fill")
+    go.set()
+    made = await transformed
+    assert made.status == 200, made.headers
+    assert (close_to(centre(await made.read()), RED), max_age(made)) == (True, 0)  # of the stale source: not kept
+    answers = await asyncio.gather(*deliveries)
+    assert [(resp.status, await resp.read(), resp.headers["X-Cache"]) for resp in answers] == [
+        (200, red, "STALE")] * waiting
+    assert pics.origin.count(name) == 2
+
+
 # --- the limits a stored file has -----------------------------------------------------------------------------
 
 
