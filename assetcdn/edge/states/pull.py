@@ -395,8 +395,8 @@ class ErrorAnswered(OriginError):
 
 def shield_filling() -> ApiError:
     """A shield's refusal of another edge's request it waited for a fill for as long as that edge has, or whose fill
-    it waited for kept nothing to share (`through_flight`): a refusal of that request alone (assetcdn/edge/shield.py
-    `PASSING_REFUSALS`)."""
+    it waited for kept nothing to share, or had its body failed by the origin (`through_flight`): a refusal of that
+    request alone (assetcdn/edge/shield.py `PASSING_REFUSALS`)."""
     return ApiError(409, "ShieldFilling", "This edge's fill of the URL for another request has not answered this one "
                     "in the time the asking edge has; ask the origin for this request.")
 
@@ -527,14 +527,16 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
     was in (cut short, or too slow: `Kept`) is the waiters' failure as the flight's head's would be: `stale`'s
     answer (the stale copy the request may take, or None), else one more flight for them all, whose leader `fill`s
     with `whole_first` (its body whole before it answers, so that the origin failing it again is its client's
-    `failed` answer, never a body cut short), and should that flight's body fail too, `failed`'s.
-    Deliveries (serve_pull) and transform sources (pull_source.py) alike.
+    `failed` answer, never a body cut short), and should that flight's body fail too, `failed`'s; another edge's
+    shield request (`patience_s`) is declined instead, as below (its first-byte time would run out while that
+    flight's body is read whole). Deliveries (serve_pull) and transform sources (pull_source.py) alike.
     `patience_s`: how long the request may wait for another's flight, when it has less time than a flight may take
     (another edge's shield request: its first-byte time for the shield runs meanwhile, and
     `SHIELD_FIRST_BYTE_SHARE` of it is the shield's). A flight that has not landed by then, or whose body is still being read, is refused (409
     `ShieldFilling`: the asking edge takes it as a refusal of that one request and asks the origin itself, leaving
     the shield up), rather than the asking edge giving up on the shield and passing it over for every path; so is
-    one whose answer is not shared (the shield's own origin request for it would begin late)."""
+    one whose answer is not shared (the shield's own origin request for it would begin late), and one whose body the
+    origin failed where no stale copy answers it."""
     waited: asyncio.Future[Landing] | None = None  # the flight this request waited for
     since: float | None = None  # when it began waiting for it (Unix time)
     retried = False
@@ -575,6 +577,8 @@ async def through_flight(flights: Flights, flight_key: str, limits: OriginLimits
             if answer is not None:
                 flights.waiters += 1
                 return answer
+            if deadline is not None:  # another edge's: it asks the origin itself, with its whole first-byte time
+                raise shield_filling()
             if not retried:  # one more flight for the requests that waited, not an origin request each
                 retried, waited, whole_first = True, None, True
                 continue

@@ -450,3 +450,56 @@ async def test_an_edge_whose_shields_fill_kept_nothing_for_it_asks_the_origin_it
             assert (resp.status, await resp.read()) == (200, b"yours")
         assert run.origin.count(name) == 2
         assert Fleet.node(run.a).shields.status()["down"] == 0
+
+
+async def test_an_edge_waiting_at_its_shield_for_a_fill_whose_body_the_origin_cuts_asks_the_origin_itself_at_once(
+        aiohttp_client: Serve, tmp_path: Path) -> None:
+    """B is filling a path for its own client when A's request for it reaches B and waits there, and the origin cuts
+    that fill's body: B declines A's request at once (409 ShieldFilling) and A asks the origin itself, with its
+    whole first-byte time, and B stays A's shield. B leading one more fill for A would read its body whole before
+    answering A (so that the origin failing it again is no cut answer), longer than what is left of A's first-byte
+    time for a slow body, and A would pass B over for every path (the origin answers A's request here only once
+    A's request to B has ended)."""
+    async with fleet(tmp_path, aiohttp_client, ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="3600") as run:
+        name = run.shielded_by_b("cut")
+        body = b"x" * 1000
+        joined = asyncio.Event()
+
+        async def declined() -> bool:
+            text = await (await run.a.get("/metrics", headers=METRICS)).text()
+            return metric(text, "assetcdn_edge_origin_requests_total", target="shield", outcome="4xx") >= 1
+
+        async def cut_once(request: web.Request) -> web.StreamResponse:
+            if run.origin.count(name) > 1:   # A's request's
+                await wait_until(declined, "B answering A's request")
+                return web.Response(body=body, headers={"Cache-Control": "max-age=600"})
+            await joined.wait()              # B's fill for its own client: cut once A's request waits for it
+            response = web.StreamResponse(headers={"Cache-Control": "max-age=600", "Content-Type": "text/plain"})
+            response.content_length = len(body)
+            await response.prepare(request)
+            await response.write(body[:100])
+            assert request.transport is not None
+            request.transport.close()
+            return response
+
+        run.origin.route(name, cut_once)
+        at_b = asyncio.ensure_future(run.b.get(f"/{ZONE}{name}"))
+        await run.asked(name, 1)
+        at_a = asyncio.ensure_future(run.a.get(f"/{ZONE}{name}"))
+        flights = run.b.app[FLIGHTS]
+        key = flight_key(pull_key(ZONE, name, ""), Fleet.node(run.b).config.pull_zones[ZONE])
+
+        async def waiting_at_b() -> bool:
+            return flights.joined(key) == 1
+
+        try:
+            await wait_until(waiting_at_b, "A's request waiting for B's fill")
+        finally:
+            joined.set()
+        first = await asyncio.wait_for(at_b, WAIT_S)
+        with pytest.raises(aiohttp.ClientPayloadError):  # its answer had begun: cut short, as the origin's was
+            await first.read()
+        resp = await asyncio.wait_for(at_a, WAIT_S)
+        assert (resp.status, await resp.read()) == (200, body)
+        assert run.origin.count(name) == 2
+        assert Fleet.node(run.a).shields.status()["down"] == 0
