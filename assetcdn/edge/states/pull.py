@@ -1559,11 +1559,12 @@ def background_revalidate(request: web.Request, node: EdgeNode, zone: PullZone, 
         except OriginError as exc:
             ORIGIN_FAILURES.log(logging.INFO, f"revalidation {zone.name}",
                                 "pull zone %s: background revalidation of %s failed: %s", zone.name, path, exc)
-            # No answer (none in time, a broken head): the requests waiting for it answer with that failure, as for a
-            # revalidation in the foreground (`ask_origin`), not each asking the failing origin again. A body that
-            # failed once its head landed the flight is `kept` given up: one of them asks again (`through_flight`).
+            # No answer (none in time, a broken head), or a body that failed once its head landed the flight (`kept`):
+            # the requests waiting for it answer with that failure, as for a revalidation in the foreground
+            # (`ask_origin`, `keep`), not each asking the failing origin again. A body found too large is not kept
+            # after all: each of them asks for its own, as of a client's fill (`no_longer_kept`).
             land(exc)
-            settle(kept, False)
+            settle(kept, None if isinstance(exc, OriginTooLarge) else exc)
         finally:
             land(None)
             settle(kept)

@@ -154,3 +154,43 @@ async def test_requests_waiting_for_a_body_that_fails_twice_get_the_origins_fail
         await expect_error(resp, status, code)
         assert resp.headers.get("X-Cache") != "STALE"
     assert pull.origin.count(name) == 2
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+async def test_a_request_waiting_for_a_background_revalidation_whose_body_fails_answers_stale(
+        patient_pull: Pull, failure: str) -> None:
+    """stale-while-revalidate's background revalidation gets a new answer's head, then its body is cut or stalls: a
+    request that must validate the copy (`max-age=0`) and waited for that revalidation answers with the stale copy
+    (stale-if-error), as for a revalidation made in the foreground, rather than asking the failing origin again."""
+    pull = patient_pull
+    name = f"/swr-body-{failure}.bin"
+    flights = pull.cdn.edge.app[FLIGHTS]
+    key = flight_key(pull_key(ZONE, name, ""), pull.cdn.node.config.pull_zones[ZONE])
+    go, done = asyncio.Event(), asyncio.Event()
+    revalidation = failing(failure, go, done)
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        if pull.origin.count(name) == 1:
+            return web.Response(body=b"kept", headers={
+                "Cache-Control": "max-age=1, stale-while-revalidate=600, stale-if-error=600"})
+        return await revalidation(request)
+
+    pull.origin.route(name, answer)
+    try:
+        assert (await pull.get(name)).headers["X-Cache"] == "MISS"
+        await wait_stale(pull.cdn.node, ZONE, name)
+        first = await pull.get(name)  # answered stale at once; its revalidation waits for `go` at the origin
+        assert (first.status, await first.read(), first.headers["X-Cache"]) == (200, b"kept", "STALE")
+        validating = asyncio.ensure_future(pull.get(name, headers={"Cache-Control": "max-age=0"}))
+
+        async def joined() -> bool:
+            return flights.joined(key) == 1
+
+        await wait_until(joined, "the request that must validate waiting for the background revalidation")
+        go.set()
+        resp = await validating
+    finally:
+        done.set()
+    assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, b"kept", "STALE")
+    assert resp.headers["Cache-Status"] == "assetcdn; hit; fwd=stale; detail=origin-unreachable"
+    assert pull.origin.count(name) == 2  # the fill, then the one revalidation
