@@ -42,20 +42,20 @@ def failing(failure: str, go: asyncio.Event, done: asyncio.Event) -> Handler:
     return answer
 
 
-async def lead_and_wait(pull: Pull, name: str) -> tuple[asyncio.Future[ClientResponse],
-                                                        list[asyncio.Future[ClientResponse]]]:
+async def lead_and_wait(pull: Pull, name: str) -> tuple[asyncio.Task[ClientResponse],
+                                                        list[asyncio.Task[ClientResponse]]]:
     """A request for `name` whose fill has asked the origin (its answer, head only: the body is the test's to read),
     and WAITING requests (each read whole) that joined its flight."""
     flights = pull.cdn.edge.app[FLIGHTS]
     key = flight_key(pull_key(ZONE, name, ""), pull.cdn.node.config.pull_zones[ZONE])
     before = pull.origin.count(name)
-    leading = asyncio.ensure_future(pull.cdn.edge.get(f"/{ZONE}{name}"))
+    leading = asyncio.create_task(pull.cdn.edge.get(f"/{ZONE}{name}"))
 
     async def asked() -> bool:
         return pull.origin.count(name) == before + 1
 
     await wait_until(asked, "the first request's origin request")
-    waiters = [asyncio.ensure_future(pull.get(name)) for _ in range(WAITING)]
+    waiters = [asyncio.create_task(pull.get(name)) for _ in range(WAITING)]
 
     async def all_joined() -> bool:
         return flights.joined(key) == WAITING
@@ -64,7 +64,7 @@ async def lead_and_wait(pull: Pull, name: str) -> tuple[asyncio.Future[ClientRes
     return leading, waiters
 
 
-async def broken(leading: asyncio.Future[ClientResponse]) -> None:
+async def broken(leading: asyncio.Task[ClientResponse]) -> None:
     """The leading request's answer had begun when the origin's body failed: cut short, as the origin's was."""
     first = await leading
     assert first.status == 200
