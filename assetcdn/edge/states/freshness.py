@@ -356,18 +356,32 @@ def vary_fields(headers: Headers) -> tuple[str, ...] | None:
     return tuple(sorted(names))
 
 
+# The request fields defined as comma-separated lists (RFC 9110 5.6.1, 12.5 and 7.6; RFC 9111 5.2 and 5.4; RFC 7239;
+# RFC 7240), whose members a Vary key may compare as a list: the same members, spaced otherwise or sent on several
+# lines, are the same request (RFC 9111 4.1). Any other field (User-Agent, Cookie, a field of the origin's own) is
+# compared as sent: `Tool, Kit/1` and `Tool,Kit/1` are two values an origin may tell apart.
+LIST_REQUEST_FIELDS = frozenset((
+    "accept", "accept-charset", "accept-encoding", "accept-language", "cache-control", "connection", "expect",
+    "forwarded", "if-match", "if-none-match", "pragma", "prefer", "te", "trailer", "transfer-encoding", "upgrade",
+    "via", "x-forwarded-for"))
+
+
 def secondary_key(fields: Sequence[str], request_headers: Headers) -> str:
-    """The values a request has for `fields`, normalised as one line each (RFC 9111 4.1: lines combined,
-    whitespace around list commas dropped); an absent field differs from an empty one. `request_headers`' names
-    are lower-case with `_` read as `-` (`Varied.fields` in assetcdn/edge/states/pull.py), and so is a name of
-    `fields` when it is looked up (the key keeps it as the origin wrote it)."""
+    """The values a request has for `fields`, one line each (RFC 9111 4.1): a list field's lines combined and the
+    whitespace around its commas dropped (LIST_REQUEST_FIELDS), any other field's values as sent, a line apart; an
+    absent field differs from an empty one. `request_headers`' names are lower-case with `_` read as `-`
+    (`Varied.fields` in assetcdn/edge/states/pull.py), and so is a name of `fields` when it is looked up (the key
+    keeps it as the origin wrote it)."""
     parts = []
     for name in fields:
-        values = field_values(request_headers, name.replace("_", "-") if "_" in name else name)
+        lowered = name.replace("_", "-") if "_" in name else name
+        values = field_values(request_headers, lowered)
         if not values:
             parts.append(name + "\x00")
-        else:
+        elif lowered in LIST_REQUEST_FIELDS:
             parts.append(name + ":" + ",".join(member for member in split_list(values)))
+        else:  # a field value holds no CR (RFC 9110 5.5): its lines stay apart
+            parts.append(name + ":" + "\r".join(values))
     return "\n".join(parts)
 
 

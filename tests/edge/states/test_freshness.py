@@ -153,6 +153,11 @@ def test_vary() -> None:
     two = secondary_key(("accept",), [("accept", "image/webp"), ("accept", "image/png")])
     assert one == two
     assert secondary_key(("accept",), []) != secondary_key(("accept",), [("accept", "")])
+    # A field that is no list is taken as sent: its spacing and its lines are part of its value.
+    assert secondary_key(("user-agent",), [("user-agent", "a, b")]) != secondary_key(("user-agent",),
+                                                                                  [("user-agent", "a,b")])
+    assert secondary_key(("cookie",), [("cookie", "a=1"), ("cookie", "b=2")]) != secondary_key(
+        ("cookie",), [("cookie", "a=1,b=2")])
 
 
 def test_reuse_of_fresh_and_stale_responses() -> None:
