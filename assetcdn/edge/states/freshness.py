@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
-from email.utils import formatdate, parsedate_to_datetime
+from email.utils import formatdate, parsedate_to_datetime, parsedate_tz
 
 from assetcdn.shared.decimal_fields import bounded_decimal
 
@@ -162,10 +162,27 @@ def http_date(value: str | None) -> float | None:
     try:
         moment = parsedate_to_datetime(value.strip())
     except (TypeError, ValueError, IndexError, OverflowError):
-        return None
+        return _leap_second(value)
     if moment.tzinfo is None:  # "-0000": a time in UTC of unknown local zone
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
+
+
+def _leap_second(value: str) -> float | None:
+    """`http_date` of a date whose second is 60, which RFC 9110 5.6.7 allows (a leap second) and datetime refuses:
+    the second before the next minute, which Unix time (no leap seconds) counts as that minute's first; None for
+    anything else `http_date` could not read."""
+    if ":60" not in value:
+        return None
+    parts = parsedate_tz(value.strip())
+    if parts is None or parts[5] != 60 or not (0 <= parts[3] <= 23 and 0 <= parts[4] <= 59):
+        return None
+    earlier, found = LEAP_SECOND.subn(r"\1:59", value, count=1)
+    moment = http_date(earlier) if found else None
+    return None if moment is None else moment + 1.0
+
+
+LEAP_SECOND = re.compile(r"\b(\d\d?:\d\d):60\b")
 
 
 _DAY, _MONTH, _TIME = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)", r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)", r"\d\d:\d\d:\d\d"
