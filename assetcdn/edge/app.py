@@ -42,6 +42,7 @@ from assetcdn.edge.shield import INVALIDATE_PATH
 from assetcdn.edge.site_config import EDGE_PATHS, FORWARDED, apply_rule_changes, host_middleware
 from assetcdn.edge.states import pull, pull_source
 from assetcdn.edge.states.deliver import request_header_changes
+from assetcdn.edge.states.too_large import TooLarge
 from assetcdn.edge.tls import policy
 from assetcdn.shared import deliveries
 from assetcdn.shared.cluster import PREFIX, ReplayGuard
@@ -182,7 +183,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     app[METRICS_KEY] = secrets.metrics_key
     app[SETTINGS], app[SECRETS] = settings, secrets
     app[pull.FLIGHTS] = pull.Flights()
-    app[pull_source.TOO_LARGE_SOURCES] = pull_source.TooLargeSources()
+    app[pull_source.TOO_LARGE_SOURCES] = TooLarge()
     # Embedded: the machine's counters.sqlite3 in the data directory, shared with control and every edge.
     app[COUNTERS] = counters_from_settings(settings.section("counters"), identity.data_dir or identity.cache_dir)
     _add_routes(app, PUBLIC_ROUTES)

@@ -32,6 +32,7 @@ from assetcdn.edge.shield import Shields
 from assetcdn.edge.site_config import EdgeConfig, PullZone
 from assetcdn.edge.states.keys import PULL_KEY_PREFIX
 from assetcdn.edge.states.recv import PullPath, purge_named, purge_prefix_named
+from assetcdn.edge.states.too_large import TooLarge
 from assetcdn.edge.tls.state import EdgeTlsState
 from assetcdn.shared.config import Settings
 from assetcdn.shared.generation_push import GenerationPush, PushedPurge
@@ -74,6 +75,9 @@ class EdgeNode:
         self.flight: SingleFlight[Any] = SingleFlight()
         # Pull zones' origins (assetcdn/edge/origin_client.py), and the background revalidations they start.
         self.origins = OriginClient(OriginLimits.from_settings(settings))
+        # Pull zone URLs whose chunked body this worker found over `origin.max_object_mb` while reading it
+        # (assetcdn/edge/states/pull.py `found_too_large`): answered as bodies declared too large, for a while.
+        self.too_large = TooLarge()
         # Which edge a pull zone URL's cache fill asks before its origin (assetcdn/edge/shield.py), with the
         # generation whose purges this node has begun: a sibling's or its own not yet handed back count too.
         self.shields = Shields(settings, name, control.cluster_secret, self.origins, lambda: control.edges,

@@ -52,6 +52,7 @@ from assetcdn.edge.states.pull import (
     fill_cache_status,
     fill_headers,
     flight_key,
+    found_too_large,
     judge,
     keep,
     lookup,
@@ -240,16 +241,17 @@ class PullFills:
         """The client went before the origin's head (an HTTP/2 stream reset, a closed connection): there is no request
         to hand the answer over with, but one that may be kept is still read into the cache for the requests waiting
         for the URL, as the application keeps it for a client gone mid-body; one that may not is closed unread. Its
-        cache result: MISS (kept) or PASS."""
-        why, declared, parsed = judge(zone, lowered, response, self.server.node.origins.limits.max_object_bytes)
-        if why is not None:
+        cache result: MISS (kept) or PASS. A body of no declared length that this worker found too large to keep
+        lately (`pull.found_too_large`) is closed unread too, as one declared too large is."""
+        node = self.server.node
+        why, declared, parsed = judge(zone, lowered, response, node.origins.limits.max_object_bytes)
+        if why is not None or (declared is None and found_too_large(node, url_key)):
             response.release()
             return CacheResult.PASS
         kept = self.server.loop.create_future()
         land(kept, selected_by(response.headers, sent))
         try:
-            await keep(self.server.node, zone, named.path, url_key, sent, response, parsed, new_spool(declared), None,
-                       kept)
+            await keep(node, zone, named.path, url_key, sent, response, parsed, new_spool(declared), None, kept)
         finally:
             settle(kept)
         return CacheResult.MISS

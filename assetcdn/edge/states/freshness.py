@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
-from email.utils import formatdate, parsedate_to_datetime
+from email.utils import formatdate, parsedate_to_datetime, parsedate_tz
 
 from assetcdn.shared.decimal_fields import bounded_decimal
 
@@ -162,10 +162,27 @@ def http_date(value: str | None) -> float | None:
     try:
         moment = parsedate_to_datetime(value.strip())
     except (TypeError, ValueError, IndexError, OverflowError):
-        return None
+        return _leap_second(value)
     if moment.tzinfo is None:  # "-0000": a time in UTC of unknown local zone
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
+
+
+def _leap_second(value: str) -> float | None:
+    """`http_date` of a date whose second is 60, which RFC 9110 5.6.7 allows (a leap second) and datetime refuses:
+    the second before the next minute, which Unix time (no leap seconds) counts as that minute's first; None for
+    anything else `http_date` could not read."""
+    if ":60" not in value:
+        return None
+    parts = parsedate_tz(value.strip())
+    if parts is None or parts[5] != 60 or not (0 <= parts[3] <= 23 and 0 <= parts[4] <= 59):
+        return None
+    earlier, found = LEAP_SECOND.subn(r"\1:59", value, count=1)
+    moment = http_date(earlier) if found else None
+    return None if moment is None else moment + 1.0
+
+
+LEAP_SECOND = re.compile(r"\b(\d\d?:\d\d):60\b")
 
 
 _DAY, _MONTH, _TIME = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)", r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)", r"\d\d:\d\d:\d\d"
@@ -356,18 +373,32 @@ def vary_fields(headers: Headers) -> tuple[str, ...] | None:
     return tuple(sorted(names))
 
 
+# The request fields defined as comma-separated lists (RFC 9110 5.6.1, 12.5 and 7.6; RFC 9111 5.2 and 5.4; RFC 7239;
+# RFC 7240), whose members a Vary key may compare as a list: the same members, spaced otherwise or sent on several
+# lines, are the same request (RFC 9111 4.1). Any other field (User-Agent, Cookie, a field of the origin's own) is
+# compared as sent: `Tool, Kit/1` and `Tool,Kit/1` are two values an origin may tell apart.
+LIST_REQUEST_FIELDS = frozenset((
+    "accept", "accept-charset", "accept-encoding", "accept-language", "cache-control", "connection", "expect",
+    "forwarded", "if-match", "if-none-match", "pragma", "prefer", "te", "trailer", "transfer-encoding", "upgrade",
+    "via", "x-forwarded-for"))
+
+
 def secondary_key(fields: Sequence[str], request_headers: Headers) -> str:
-    """The values a request has for `fields`, normalised as one line each (RFC 9111 4.1: lines combined,
-    whitespace around list commas dropped); an absent field differs from an empty one. `request_headers`' names
-    are lower-case with `_` read as `-` (`Varied.fields` in assetcdn/edge/states/pull.py), and so is a name of
-    `fields` when it is looked up (the key keeps it as the origin wrote it)."""
+    """The values a request has for `fields`, one line each (RFC 9111 4.1): a list field's lines combined and the
+    whitespace around its commas dropped (LIST_REQUEST_FIELDS), any other field's values as sent, a line apart; an
+    absent field differs from an empty one. `request_headers`' names are lower-case with `_` read as `-`
+    (`Varied.fields` in assetcdn/edge/states/pull.py), and so is a name of `fields` when it is looked up (the key
+    keeps it as the origin wrote it)."""
     parts = []
     for name in fields:
-        values = field_values(request_headers, name.replace("_", "-") if "_" in name else name)
+        lowered = name.replace("_", "-") if "_" in name else name
+        values = field_values(request_headers, lowered)
         if not values:
             parts.append(name + "\x00")
-        else:
+        elif lowered in LIST_REQUEST_FIELDS:
             parts.append(name + ":" + ",".join(member for member in split_list(values)))
+        else:  # a field value holds no CR (RFC 9110 5.5): its lines stay apart
+            parts.append(name + ":" + "\r".join(values))
     return "\n".join(parts)
 
 

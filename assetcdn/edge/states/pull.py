@@ -866,9 +866,15 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
                      fields: Headers, stored: StoredResponse | None, land: Land = no_landing, *,
                      whole_first: bool = False) -> web.StreamResponse:
     """A miss, or a stored response the origin must confirm (a 304 updates it) or replace. `land` tells the
-    requests waiting for this one what is kept for them, as soon as that is known. `whole_first`: an answer that is
-    kept is stored before this client gets any of it (`store_then_deliver`)."""
+    requests waiting for this one what is kept for them, as soon as that is known. A miss of a URL whose chunked
+    body this worker found too large to keep (`found_too_large`) is answered as one declared too large is: not kept,
+    and a GET's Range asked of the origin as it came, its whole body never asked for first. `whole_first`: an answer
+    that is kept is stored before this client gets any of it (`store_then_deliver`)."""
     fwd = forwarded_because(stored, varied(request, zone, fields), time.time())
+    too_large = stored is None and found_too_large(node, url_key)
+    if too_large and request.method == "GET" and "Range" in request.headers:
+        land(None)  # nothing kept: the requests waiting for the URL ask for their own at once
+        return await forward_unsafe(request, node, zone, path, "", fwd=f"{fwd}; detail={NotStored.TOO_LARGE.value}")
     try:
         response = handed_fill(request) or await ask(
             node, zone, path, request.rel_url.raw_query_string, forwarded_headers(request, zone, stored),
@@ -917,10 +923,10 @@ async def ask_origin(request: web.Request, node: EdgeNode, zone: PullZone, path:
             return answer
         return await ask_origin(request, node, zone, path, url_key, fields, None, land, whole_first=whole_first)
     await drop_if_superseded(node, zone, stored, response)
-    if whole_first:
+    if whole_first and not too_large:  # one found too large is streamed, never kept (`stream_and_store`)
         return await store_then_deliver(request, node, zone, path, url_key, fields, response, fwd, land, stored)
     return await stream_and_store(request, node, zone, path, url_key, fields, response, fwd, land,
-                                  None if stored is None else stored.obj.key)
+                                  None if stored is None else stored.obj.key, too_large=too_large)
 
 
 async def store_then_deliver(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
@@ -982,12 +988,16 @@ def handed_fill(request: web.Request) -> OriginResponse | None:
 
 async def stream_and_store(request: web.Request, node: EdgeNode, zone: PullZone, path: str, url_key: str,
                            fields: Headers, response: OriginResponse, fwd: str,
-                           land: Land = no_landing, replacing: str | None = None) -> web.StreamResponse:
+                           land: Land = no_landing, replacing: str | None = None, *,
+                           too_large: bool = False) -> web.StreamResponse:
     """Send the origin's answer to this client as it arrives and, when it may be stored, keep it; counted in the cache
     metric as its X-Cache says (MISS, or PASS for one that may not be stored). `replacing`: the key of the stored
     copy the answer replaces (it answered that copy's revalidation), dropped should its body be found too large to
-    keep (`keep`)."""
+    keep (`keep`). `too_large`: this worker found the URL's chunked body too large to keep (`found_too_large`): a
+    body of no declared length is taken for one declared too large, not read into a spool up to the limit again."""
     why, declared, parsed = judge(zone, fields, response, node.origins.limits.max_object_bytes)
+    if too_large and why is None and declared is None:
+        why = NotStored.TOO_LARGE
     if why is NotStored.TOO_LARGE and request.method == "GET" and "Range" in request.headers:
         # Never stored, so no range of it is ever answered from the cache: the client's request goes to the origin
         # as it came (its Range and If-Range the origin's to answer), not the whole body from its first byte.
@@ -1020,6 +1030,24 @@ def judge(zone: PullZone, fields: Headers, response: OriginResponse,
     if why is None and declared is not None and declared > limit:
         why = NotStored.TOO_LARGE
     return why, declared, parsed
+
+
+def found_too_large(node: EdgeNode, url_key: str) -> bool:
+    """Whether this worker found `url_key`'s body too large to keep while reading it, chunked (no declared length),
+    lately and with no purge published since (`EdgeNode.too_large`, `remember_too_large`): its next fills take such
+    a body for one declared too large (`stream_and_store`; pull_fill.py's for a client gone before the origin's
+    head). One dict look-up for a URL never found so."""
+    memory = node.too_large
+    return url_key in memory and memory.refusal(url_key, node.cache.purge_mark()) is not None
+
+
+def remember_too_large(node: EdgeNode, url_key: str, response: OriginResponse, size: int) -> None:
+    """The origin's `response` for `url_key`, of no declared length, found longer than the object size limit (at
+    `size` bytes) while it was read: remembered (`found_too_large`) as of the purge mark it was asked at (a purge
+    since lets it go). Not one that varies (Vary): the memory is the URL's, and another variant (another
+    Accept-Encoding's) may be small enough to keep."""
+    if response.purge_mark is not None and not vary_fields(response.headers):
+        node.too_large.remember(url_key, response.purge_mark, size, node.origins.limits.max_object_bytes)
 
 
 def send_timeout_s(settings: Settings) -> float:
@@ -1097,9 +1125,10 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
     connection's buffer, else stored first; a larger one is sent by a task of its own from what the fill read
     (assetcdn/edge/states/feed.py), until it turns out longer than the object size limit (a body that declares
     more is not kept, `judge`, and the origin's framing holds a declared one to it; one of no declared length
-    may): from then on it is not kept (`kept` done at once: the requests waiting for the URL ask for their own),
-    and the client sets the fill's pace, as it does for one that is not kept from the start; the stored copy it
-    answered a revalidation of (`replacing`, its key) goes then, as when a body declared too large answers it
+    may): from then on it is not kept (`kept` done at once: the requests waiting for the URL ask for their own, and
+    they and the worker's next fills take it for a body declared too large, `found_too_large`), and the client sets
+    the fill's pace, as it does for one that is not kept from the start; the stored copy it answered a
+    revalidation of (`replacing`, its key) goes then, as when a body declared too large answers it
     (`drop_if_superseded`): left, stale-if-error would answer with the body the origin replaced. `transport`: the
     client's, whose connection's places among the lagging its feed takes (`ClientFeed`), and `watch` its
     connection's, which tells a lagging feed that its client is gone.
@@ -1115,7 +1144,7 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
         if whole is not None:
             keeping, spool = spool is not None, whole_spool(whole, spool, limit, digest)
             if keeping and spool is None:  # over the limit
-                no_longer_kept(node, kept, replacing)
+                no_longer_kept(node, kept, replacing, url_key, response, len(whole))
             sending = send is not None
             # One that fits the connection's buffer is sent first (never waited for); a larger one is stored
             # first, so that a client slow to take it holds no request waiting for the URL.
@@ -1126,7 +1155,7 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
                 feed = ClientFeed(send, transport, watch)
             try:
                 spool, sending = await relay_body(response, limit, spool, digest, None if feed else send, feed,
-                                                  partial(no_longer_kept, node, kept, replacing))
+                                                  partial(no_longer_kept, node, kept, replacing, url_key, response))
             except OriginError as exc:
                 ORIGIN_FAILURES.log(logging.INFO, f"body {zone.name}", "pull zone %s: the origin's body for %s failed: %s",
                                     zone.name, path, exc)
@@ -1166,11 +1195,16 @@ async def keep(node: EdgeNode, zone: PullZone, path: str, url_key: str, sent: Va
     return sending
 
 
-def no_longer_kept(node: EdgeNode, kept: Kept | None, replacing: str | None) -> None:
-    """A body being kept is kept no longer (`keep`, `relay_body`): it turned out longer than the object size limit,
-    or its temporary file could not hold it. The requests waiting for it learn that it is not kept, and the stored
-    copy it replaces (`replacing`, its key) is dropped in the background: the origin's full answer says that copy
-    is not its current response (RFC 9111 4.3.3), as `drop_if_superseded` drops it for a body declared too large."""
+def no_longer_kept(node: EdgeNode, kept: Kept | None, replacing: str | None, url_key: str | None = None,
+                   response: OriginResponse | None = None, size: int | None = None) -> None:
+    """A body being kept is kept no longer (`keep`, `relay_body`): it turned out longer than the object size limit
+    (at `size` bytes), or its temporary file could not hold it (`size` None). One too large is remembered for its
+    URL (`url_key`, the origin's `response` its answer: `remember_too_large`) before the requests waiting for it
+    learn that it is not kept, so that they too take it for a body declared too large. The stored copy it replaces
+    (`replacing`, its key) is dropped in the background: the origin's full answer says that copy is not its
+    current response (RFC 9111 4.3.3), as `drop_if_superseded` drops it for a body declared too large."""
+    if size is not None and url_key is not None and response is not None:
+        remember_too_large(node, url_key, response, size)
     settle(kept)
     if replacing is not None:
         task = asyncio.get_running_loop().create_task(drop_copy(node, replacing))
@@ -1243,13 +1277,14 @@ def settle(kept: Kept | None, stored: bool | OriginError | None = None) -> None:
 async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | None, digest: Any,
                      send: Callable[[bytes], Awaitable[bool]] | None,
                      feed: ClientFeed | None = None,
-                     dropped: Callable[[], None] | None = None) -> tuple[IO[bytes] | None, bool]:
+                     dropped: Callable[[int | None], None] | None = None) -> tuple[IO[bytes] | None, bool]:
     """Read the origin's body (not read whole with its head: `keep`): each chunk offered to `feed` (the client's,
     for a body being kept) or to `send` (None: nothing is sent; it answers False once the client is gone), and
     into `spool` (and `digest`) while the body stays within `limit`, past which it is still sent but no longer
-    kept (`dropped` is told; a lagging feed is first given what it had still to be sent of the spool, and sets the
-    fill's pace from then on). Stops early when nothing is sent or kept any more. Returns the spool (None: not
-    kept) and whether the client took the whole body (with a feed: whether the client is still there);
+    kept (`dropped` is told the length it was found at, or None when the spool's file failed instead; a lagging
+    feed is first given what it had still to be sent of the spool, and sets the fill's pace from then on). Stops
+    early when nothing is sent or kept any more. Returns the spool (None: not kept) and whether the client took the
+    whole body (with a feed: whether the client is still there);
     OriginError when the origin's body fails (the spool closed, as on any other error)."""
     size = 0
     try:
@@ -1262,7 +1297,7 @@ async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | No
                     spool.close()
                     spool = None
                     if dropped is not None:
-                        dropped()
+                        dropped(size)
                 else:
                     try:
                         await spool_write(spool, chunk, size)
@@ -1277,7 +1312,7 @@ async def relay_body(response: OriginResponse, limit: int, spool: IO[bytes] | No
                         spool.close()
                         spool = None
                         if dropped is not None:
-                            dropped()
+                            dropped(None)
                     else:
                         if digest is not None:
                             digest.update(chunk)

@@ -22,7 +22,6 @@ import io
 import logging
 import time
 import zlib
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import NamedTuple
 from urllib.parse import quote
@@ -89,6 +88,7 @@ from assetcdn.edge.states.pull import (
     unasked_not_modified,
     unpurged,
 )
+from assetcdn.edge.states.too_large import TooLarge
 from assetcdn.shared.logs import LinePerInterval
 from assetcdn.shared.manifest import format_of
 
@@ -108,9 +108,6 @@ class SourceClient(NamedTuple):
 NO_DIRECTIVES: dict[str, str | None] = {}
 # Path characters (assetcdn/shared/paths.py) sent as they are; a space is percent-encoded, as browsers send it.
 PATH_SAFE = "/@+=,~()"
-# A source refused as too large is refused again from memory this long, per worker (`TooLargeSources`).
-TOO_LARGE_KEPT_S = 60.0
-TOO_LARGE_NAMES = 1024
 IMAGE_TYPES = {
     "image/jpeg": "jpeg", "image/jpg": "jpeg", "image/png": "png", "image/webp": "webp", "image/gif": "gif",
     "image/avif": "avif", "image/tiff": "tiff", "image/svg+xml": "svg", "image/heic": "heic", "image/heif": "heif",
@@ -222,7 +219,7 @@ def source_limit(node: EdgeNode) -> int:
 
 
 class SourceTooLarge(SourceRefused):
-    """422 SourceTooLarge, with the size and limit that refused it (`TooLargeSources` keeps those, not the text)."""
+    """422 SourceTooLarge, with the size and limit that refused it (`TOO_LARGE_SOURCES` keeps those, not the text)."""
 
     def __init__(self, at: PullSourcePath, size: int, limit: int) -> None:
         super().__init__(422, "SourceTooLarge", f"The source '/{at.cdn_path}' is too large: {size:,} bytes "
@@ -235,37 +232,10 @@ def too_large(at: PullSourcePath, size: int, limit: int) -> SourceTooLarge:
     return SourceTooLarge(at, size, limit)
 
 
-class TooLargeSources:
-    """The sources a worker refused as too large, remembered ``TOO_LARGE_KEPT_S`` (at most ``TOO_LARGE_NAMES``,
-    the oldest let go first): an image over the limit is not stored as a source, so every transform, placeholder
-    and format of it would ask the origin again (its head, or a chunked body read up to the limit). A purge
-    published since a refusal (any: the node's purge mark moved) lets it go, so a purged URL is asked again.
-    Each holds its key (the URL's path) and four numbers: a thousand long paths are a few MB at most."""
-
-    def __init__(self, *, kept_s: float = TOO_LARGE_KEPT_S, names: int = TOO_LARGE_NAMES) -> None:
-        self._kept_s = kept_s
-        self._names = names
-        self._refused: OrderedDict[str, tuple[float, int, int, int]] = OrderedDict()  # until, purge mark, size, limit
-
-    def refusal(self, url_key: str, mark: int) -> tuple[int, int] | None:
-        """The size and limit a refusal of `url_key` still standing at the purge mark `mark` named; else None."""
-        known = self._refused.get(url_key)
-        if known is None:
-            return None
-        until, refused_at_mark, size, limit = known
-        if until <= time.monotonic() or refused_at_mark != mark:
-            del self._refused[url_key]
-            return None
-        return size, limit
-
-    def remember(self, url_key: str, mark: int, refused: SourceTooLarge) -> None:
-        self._refused[url_key] = (time.monotonic() + self._kept_s, mark, refused.size, refused.limit)
-        self._refused.move_to_end(url_key)
-        while len(self._refused) > self._names:
-            self._refused.popitem(last=False)
-
-
-TOO_LARGE_SOURCES = web.AppKey("pull_sources_too_large", TooLargeSources)
+# The sources a worker refused as too large (assetcdn/edge/states/too_large.py): an image over the limit is not stored
+# as a source, so every transform, placeholder and format of it would ask the origin again (its head, or a chunked
+# body read up to the limit); each worker asks once per TOO_LARGE_KEPT_S at most.
+TOO_LARGE_SOURCES = web.AppKey("pull_sources_too_large", TooLarge)
 
 
 async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
@@ -306,7 +276,7 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
         try:
             return await from_origin(node, client, at, url_key, stored, land)
         except SourceTooLarge as exc:  # remembered before the flight lands, so before its waiters look
-            refused_sources.remember(url_key, mark, exc)
+            refused_sources.remember(url_key, mark, exc.size, exc.limit)
             raise
 
     async def stale(stored: StoredResponse | None, _exc: OriginError) -> PullSource | None:
@@ -326,7 +296,7 @@ async def obtain(request: web.Request, at: PullSourcePath) -> PullSource:
     try:
         return await through_flight(flights, flight, node.origins.limits, cached, fill, failed, sent=sent, stale=stale)
     except SourceTooLarge as exc:  # a stored copy over the limit (`described`)
-        refused_sources.remember(url_key, mark, exc)
+        refused_sources.remember(url_key, mark, exc.size, exc.limit)
         raise
 
 

@@ -157,7 +157,7 @@ def failure_key(key: str, since: int | None) -> str:
     was published since the purge mark `since` (taken before its source was looked up). The key names the image by
     its validator, which an origin may keep for other bytes (a broken image replaced under its ETag, its URL
     purged): a failure of the bytes a purge retired is not the answer for those fetched after it. Any purge lets
-    it go, as it lets a refusal for size go (pull_source.py `TooLargeSources`): at most one run more each."""
+    it go, as it lets a refusal for size go (pull_source.py `TOO_LARGE_SOURCES`): at most one run more each."""
     return key if since is None else f"{key}@{since}"
 
 

@@ -90,3 +90,26 @@ async def test_a_304_that_begins_to_vary_the_url_confirms_the_stored_response_fo
         ("MISS", "in fr"), ("HIT", "in fr"), ("MISS", "in en"), ("HIT", "in en"), ("HIT", "in fr")]
     assert [seen.headers.get("If-None-Match") for seen in pull.origin.requests("/vary/begins.txt")] == [
         None, '"en-1"', None, None]
+
+
+async def test_a_field_that_is_no_list_selects_its_variant_by_its_value_as_sent(pull: Pull) -> None:
+    """The origin answers per User-Agent, a field that is no comma-separated list: `Tool, Kit/1` and `Tool,Kit/1`
+    are two values it may tell apart. The edge read every field Vary names as a list, so the second client got the
+    first one's variant as a HIT. A list field (Accept-Language) is still one variant whatever its spacing."""
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return web.Response(text=f"for {request.headers.get('User-Agent')} in "
+                                 f"{request.headers.get('Accept-Language')}",
+                            headers={**LONG, "Vary": "User-Agent, Accept-Language"})
+
+    pull.origin.route("/vary/agent.txt", handle)
+
+    async def asked(agent: str, lang: str) -> tuple[str, str]:
+        resp = await pull.get("/vary/agent.txt", headers={"User-Agent": agent, "Accept-Language": lang})
+        assert resp.status == 200
+        return resp.headers["X-Cache"], await resp.text()
+
+    assert await asked("Tool, Kit/1", "fr, en") == ("MISS", "for Tool, Kit/1 in fr, en")
+    assert await asked("Tool,Kit/1", "fr, en") == ("MISS", "for Tool,Kit/1 in fr, en")
+    assert await asked("Tool, Kit/1", "fr,en") == ("HIT", "for Tool, Kit/1 in fr, en")
+    assert await asked("Tool,Kit/1", "fr ,  en") == ("HIT", "for Tool,Kit/1 in fr, en")
+    assert pull.origin.count("/vary/agent.txt") == 2

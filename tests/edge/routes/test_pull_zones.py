@@ -1962,6 +1962,104 @@ async def test_a_body_above_the_object_limit_is_passed_on_whole_and_not_stored(p
     assert (pull.origin.count("/too-large.bin"), pull.origin.count("/too-large-chunked.bin")) == (2, 2)
 
 
+def ranged_or_chunked(data: bytes, whole: Handler) -> Handler:
+    """An origin route: `data`'s range (206) for a request with `Range: bytes=<first>-<last>`, else `whole`'s answer."""
+    async def answer(request: web.Request) -> web.StreamResponse:
+        asked = request.headers.get("Range", "")
+        if not asked.startswith("bytes="):
+            return await whole(request)
+        first, _, last = asked.removeprefix("bytes=").partition("-")
+        start, end = int(first), min(int(last) + 1, len(data)) if last else len(data)
+        return web.Response(status=206, body=data[start:end], headers={
+            **LONG, "Content-Range": f"bytes {start}-{end - 1}/{len(data)}"})
+
+    return answer
+
+
+async def test_a_chunked_body_found_over_the_object_limit_is_then_answered_as_one_declared_so(pull: Pull) -> None:
+    """A chunked body found longer than `origin.max_object_mb` only while it was read was not remembered: every later
+    request had the origin send it whole again, read at the origin's pace up to the limit under a head saying it
+    was kept (`X-Cache: MISS`, `Cache-Status: ...; stored`), and a `Range` request got the whole `200` where one for
+    a body declared too large gets the origin's `206`. The worker remembers the URL: what follows is answered as
+    for a body declared too large (passed on, `detail=too-large`, the Range the origin's), until a purge."""
+    name = "/too-large-chunked-remembered.bin"
+    data = os.urandom(MAX_OBJECT_MB * 1024 * 1024 + 1)
+    pull.origin.route(name, ranged_or_chunked(data, chunked_answer(data, LONG, 1024 * 1024)))
+    first = await pull.get(name)
+    assert (first.status, await first.read()) == (200, data)  # its head went before its length was known
+    resp = await pull.get(name)
+    assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, data, "PASS")
+    assert resp.headers["Cache-Status"] == "assetcdn; fwd=uri-miss; detail=too-large"
+    resp = await pull.get(name, headers={"Range": "bytes=10-19"})
+    assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (206, data[10:20], "PASS")
+    assert resp.headers["Content-Range"] == f"bytes 10-19/{len(data)}"
+    # The range asked of the origin as it came, once: no whole body asked for first.
+    assert [seen.headers.get("Range") for seen in pull.origin.requests(name)] == [None, None, "bytes=10-19"]
+    await pull.cdn.purge_urls(f"/{ZONE}{name}")  # the URL asked for whole again, as if never seen
+    resp = await pull.get(name)
+    assert (resp.status, await resp.read(), resp.headers["X-Cache"]) == (200, data, "MISS")
+    assert stored_url(pull.cdn.node, ZONE, name) is None
+
+
+async def test_a_chunked_body_found_over_the_object_limit_leaves_the_other_variants_of_its_url_kept(
+        pull: Pull) -> None:
+    """The URL's memory of a body too large is not its other variants': an answer that varies (another
+    Accept-Encoding's, here `X-Size`'s) may be small enough to keep, and is kept as before."""
+    name = "/too-large-chunked-variant.bin"
+    data = os.urandom(MAX_OBJECT_MB * 1024 * 1024 + 1)
+    varied = {**LONG, "Vary": "X-Size"}
+    large, small = chunked_answer(data, varied, 1024 * 1024), chunked_answer(b"small", varied)
+
+    async def sized(request: web.Request) -> web.StreamResponse:
+        return await (small if request.headers.get("X-Size") == "small" else large)(request)
+
+    pull.origin.route(name, sized)
+    assert await (await pull.get(name, headers={"X-Size": "large"})).read() == data
+    answers = [await pull.get(name, headers={"X-Size": "small"}) for _ in range(2)]
+    assert [(await resp.read(), resp.headers["X-Cache"]) for resp in answers] == [(b"small", "MISS"),
+                                                                                  (b"small", "HIT")]
+
+
+async def test_requests_waiting_on_a_chunked_body_found_over_the_object_limit_pass_it_on(patient_pull: Pull) -> None:
+    """The requests that waited for a fill whose chunked body turned out longer than `origin.max_object_mb` each
+    asked the origin for it to keep it again (each read up to the limit, each head saying `stored`): they learn it
+    is too large with the flight, and get the origin's answer passed on, as for a body declared too large."""
+    pull = patient_pull  # its origin holds an answer back: a loaded machine may take the plain zone's 1 s first byte
+    name = "/too-large-chunked-waited.bin"
+    limit = MAX_OBJECT_MB * 1024 * 1024
+    data = os.urandom(limit + 1)
+    release = asyncio.Event()
+    whole = chunked_answer(data, LONG, 1024 * 1024)
+
+    async def held(request: web.Request) -> web.StreamResponse:
+        if pull.origin.count(name) > 1:
+            return await whole(request)
+        response = web.StreamResponse(headers=LONG)
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        await response.write(data[:limit])  # all it may keep: the rest, once the others wait, is one byte too many
+        await release.wait()
+        await response.write(data[limit:])
+        await response.write_eof()
+        return response
+
+    pull.origin.route(name, held)
+    clients = 4
+    flights, key = pull.cdn.edge.app[FLIGHTS], flight_key(pull_key(ZONE, name, ""), pull.cdn.node.config.pull_zones[ZONE])
+    requests = [asyncio.ensure_future(pull.get(name)) for _ in range(clients)]
+
+    async def all_joined() -> bool:
+        return flights.joined(key) == clients - 1
+
+    await wait_until(all_joined, "every other request waiting for the first one's fill")
+    release.set()
+    answers = await asyncio.gather(*requests)
+    assert [(resp.status, await resp.read()) for resp in answers] == [(200, data)] * clients
+    others = [(resp.headers["X-Cache"], resp.headers["Cache-Status"]) for resp in answers
+              if resp.headers["X-Cache"] != "MISS"]
+    assert others == [("PASS", "assetcdn; fwd=uri-miss; detail=too-large")] * (clients - 1)
+
+
 async def test_a_range_of_a_body_declared_over_the_object_limit_is_the_origins_range(pull: Pull) -> None:
     """A body over `origin.max_object_mb` is never stored, so no range of it is ever answered from the cache: the
     fill asked for the whole body (a client's Range is left out of a fill) and passed it on, and a client resuming

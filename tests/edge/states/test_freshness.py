@@ -71,6 +71,18 @@ def test_the_three_http_date_forms(value: str) -> None:
 def test_an_invalid_date_is_none() -> None:
     assert http_date("0") is None
     assert http_date("yesterday") is None
+    assert http_date("Fri, 30 Feb 2024 00:00:00 GMT") is None
+    assert http_date("Sat, 31 Dec 2016 23:59:61 GMT") is None
+    assert http_date("Sat, 31 Dec 2016 23:60:00 GMT") is None
+
+
+@pytest.mark.parametrize("value", ["Sat, 31 Dec 2016 23:59:60 GMT", "Saturday, 31-Dec-16 23:59:60 GMT",
+                                   "Sat Dec 31 23:59:60 2016"])
+def test_a_leap_second_is_a_date(value: str) -> None:
+    """RFC 9110 5.6.7 allows a second of 60: the moment before the next day begins (Unix time has no leap seconds,
+    so it is that day's first second). It was read as no date: an Expires with one meant already stale."""
+    assert http_date(value) == 1483228800.0  # 2017-01-01 00:00:00 UTC
+    assert freshness_lifetime(200, [("expires", value), ("date", "Sat, 31 Dec 2016 23:58:00 GMT")], 0.0) == 120.0
 
 
 @pytest.mark.parametrize(("headers", "lifetime"), [
@@ -153,6 +165,11 @@ def test_vary() -> None:
     two = secondary_key(("accept",), [("accept", "image/webp"), ("accept", "image/png")])
     assert one == two
     assert secondary_key(("accept",), []) != secondary_key(("accept",), [("accept", "")])
+    # A field that is no list is taken as sent: its spacing and its lines are part of its value.
+    assert secondary_key(("user-agent",), [("user-agent", "a, b")]) != secondary_key(("user-agent",),
+                                                                                  [("user-agent", "a,b")])
+    assert secondary_key(("cookie",), [("cookie", "a=1"), ("cookie", "b=2")]) != secondary_key(
+        ("cookie",), [("cookie", "a=1,b=2")])
 
 
 def test_reuse_of_fresh_and_stale_responses() -> None:
@@ -277,3 +294,9 @@ def test_caching_directives_past_16_kb_in_all_read_as_no_store() -> None:
     assert request_directives([("cache-control", many), ("cache-control", many)]) == {"no-store": None}
     assert request_directives([("pragma", many), ("pragma", many)]) == {"no-store": None}
     assert request_directives([("cache-control", f"max-stale, {many}")])["max-stale"] is None
+
+
+def test_only_a_second_may_be_60() -> None:
+    assert http_date("Sat, 31 Dec 2016 23:60:60 GMT") is None
+    assert http_date("Sat, 31 Dec 2016 24:59:60 GMT") is None
+    assert http_date("Sat, 31 Dec 2016 23:59:60 +0100") == 1483228800.0 - 3600
