@@ -45,6 +45,9 @@ every SQLite error, at once and without end, and a connection in a state where B
 a transaction diskcache no longer tracks, or holding an old read) would spin there, holding the write-behind
 lock that purges and close wait for. A write the database refuses through every attempt is dropped: counted
 (``dropped_writes``) and logged; the body is served all the same.
+
+A newer response that is not written (the filesystem full, the database refusing it) removes the older row under
+its key and tells the other workers (``_retire``): left, it would be served by every worker as the current one.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar
@@ -135,7 +138,16 @@ BEGIN_ATTEMPTS = 3
 log = logging.getLogger(__name__)
 # Body files found damaged (`damaged_file`): a line per interval, not one per request for them.
 DAMAGED_LINES = LinePerInterval(log, 60.0)
+# Older responses not removed after their newer ones could not be written (`DiskTier._retire_pending`): likewise.
+UNRETIRED = LinePerInterval(log, 60.0)
 T = TypeVar("T")
+
+
+def _add_unwritten(unwritten: dict[str, float], entries: Iterable[CachedObject]) -> None:
+    """Add `entries` (key: stored-at, the latest of a key's) to what was not written."""
+    for obj in entries:
+        if unwritten.get(obj.key, obj.stored_at) <= obj.stored_at:
+            unwritten[obj.key] = obj.stored_at
 
 
 def damaged_file(path: str, size: int, found: int) -> None:
@@ -457,6 +469,10 @@ class DiskTier:
         self.full_events = 0  # puts that found the filesystem full (logged the first time only)
         self.dropped_writes = 0  # entries not stored because the database refused every attempt (each logged)
         self._full_lock = threading.Lock()
+        # The keys whose newer response (stored-at) this process could not write, while the older row under them
+        # may still be there: removed before this process's next write, when it could not be at once (`_retire`).
+        self._unretired: dict[str, float] = {}
+        self._retire_lock = threading.Lock()
         # The keys written, when this process is the only writer (`track_keys`): a miss of a key never written
         # is answered without SQLite (assetcdn/edge/cache/key_filter.py).
         self._keys: KeyFilter | None = None
@@ -615,6 +631,7 @@ class DiskTier:
         headers: Sequence[tuple[str, str]] = (),
         stored_at: float | None = None,
         unless: Callable[[], bool] | None = None,
+        refresh: bool = False,
     ) -> int:
         """Store ``body`` (bytes, or a binary stream copied in ``STREAM_CHUNK`` pieces, never
         held whole) and return its size. May evict older entries to respect ``size_limit``.
@@ -622,20 +639,38 @@ class DiskTier:
         twice); a body that still does not fit is not stored, and its size is returned all the same.
         `unless` (a purge made meanwhile names the entry): bytes are not stored when it says so once the
         transaction holds the write lock; a stream's entry, written without holding it, is removed after
-        when it says so then."""
+        when it says so then. A write that fails removes the older row under ``key`` (``_retire``), unless
+        `refresh` (the same response with a newer head: the older row is still that response)."""
         if stored_at is None:
             stored_at = time.time()
-        if isinstance(body, bytes | bytearray | memoryview):
+        if self._unretired:
+            self._retire_pending()
+        written = busy = False
+        try:
+            if not isinstance(body, bytes | bytearray | memoryview):
+                size, written, busy = self._put_stream(key, body, content_type, etag, tags, headers, stored_at,
+                                                       unless)
+                return size
             data = bytes(body)
             obj = CachedObject(key=key, content_type=content_type, etag=etag, tags=tuple(tags), size=len(data),
                                stored_at=stored_at, body=data,
                                headers=tuple(headers))
             try:
-                self._put_entry(obj, None if unless is None else (lambda entries: [] if unless() else entries))
+                written = self._put_entry(obj, None if unless is None else (lambda entries: [] if unless() else entries))
             except DiskBusy as exc:
+                busy = True
                 self._dropped(1, exc)
             self._keys_filled()
             return len(data)
+        finally:
+            if not written and not refresh:
+                self._retire({key: stored_at}, at_once=not busy)
+
+    def _put_stream(self, key: str, body: BinaryIO, content_type: str, etag: str, tags: Sequence[str],
+                    headers: Sequence[tuple[str, str]], stored_at: float,
+                    unless: Callable[[], bool] | None) -> tuple[int, bool, bool]:
+        """``put`` of a stream: its size, whether it was written, and whether the database refused it (not written
+        either)."""
         meta = encode_meta(content_type, etag, tags, stored_at, headers)
         reader = _CountingReader(body)
         try:  # one attempt: the stream is read once
@@ -643,10 +678,13 @@ class DiskTier:
                 self._bounded(lambda: self._cache.set(key, reader, read=True, tag=meta), attempts=1)
         except DiskBusy as exc:
             self._dropped(1, exc)
+            return reader.size, False, True
         except (OSError, sqlite3.OperationalError) as exc:
             if not is_disk_full(exc):
                 raise
             self._disk_full(exc, key, reader.size, retrying=False)
+            self._keys_filled()
+            return reader.size, False, False
         else:
             self._add_keys((key,))  # before the fill that wrote it lands: no request looked for it yet
             # The cull is a transaction of its own after the set's commit: whatever becomes of it (the disk full,
@@ -657,7 +695,7 @@ class DiskTier:
                 if unless is not None and unless():
                     self._delete_written(key, meta)
         self._keys_filled()
-        return reader.size
+        return reader.size, True, False
 
     def _cull_after_put(self, key: str, size: int) -> None:
         """``_cull_to_limit`` after a streamed put committed: a full filesystem is handled as the put's own (the
@@ -707,14 +745,24 @@ class DiskTier:
         """Store entries with in-memory bodies in one transaction (``_batch``). On an OSError or SQLite's
         OperationalError each entry is then stored on its own, as by ``put`` (a full filesystem is handled there),
         `current` asked again in each one's transaction; other errors are raised. What cannot begin (``_bounded``)
-        is dropped."""
+        is dropped. The older rows under the keys of the entries not written are removed (``_retire``)."""
+        if self._unretired:
+            self._retire_pending()
+        unwritten: dict[str, float] = {}
+        busy = False
         try:
-            self._batch(entries, current)
-        except DiskBusy as exc:
-            self._dropped(len(entries), exc)
-        except (OSError, sqlite3.OperationalError):
-            self._put_each(entries, current)
-        self._keys_filled()
+            try:
+                self._batch(entries, current)
+            except DiskBusy as exc:
+                busy = True
+                self._dropped(len(entries), exc)
+                _add_unwritten(unwritten, entries)
+            except (OSError, sqlite3.OperationalError):
+                busy = self._put_each(entries, current, unwritten)
+            self._keys_filled()
+        finally:
+            if unwritten:
+                self._retire(unwritten, at_once=not busy)
 
     def _batch(self, entries: Sequence[CachedObject],
                current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None) -> None:
@@ -862,28 +910,93 @@ class DiskTier:
                 self._remove(gone)
 
     def _put_each(self, entries: Sequence[CachedObject],
-                  current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None) -> None:
+                  current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None,
+                  unwritten: dict[str, float]) -> bool:
         """``put_many``'s entries after its transaction failed, one transaction each, each asking `current` again:
-        a purge made since the batch's own check is not undone."""
+        a purge made since the batch's own check is not undone. The keys of those not written (and their stored-at)
+        are added to `unwritten`, on an error raised too. Whether the database refused a transaction throughout."""
         for index, obj in enumerate(entries):
             try:
-                self._put_entry(obj, current)
+                if not self._put_entry(obj, current):
+                    _add_unwritten(unwritten, (obj,))
             except DiskBusy as exc:  # the rest would wait as long each
                 self._dropped(len(entries) - index, exc)
-                return
+                _add_unwritten(unwritten, entries[index:])
+                return True
+            except BaseException:
+                _add_unwritten(unwritten, entries[index:])
+                raise
+        return False
 
     def _put_entry(self, obj: CachedObject,
-                   current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None) -> None:
+                   current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None) -> bool:
         """``_batch`` of one entry, tried once more after evicting when the filesystem is full (what still does
-        not fit is not stored); raises DiskBusy, and errors other than a full filesystem."""
+        not fit is not stored: False); raises DiskBusy, and errors other than a full filesystem."""
         for attempt in range(2):
             try:
                 self._batch([obj], current)
-                return
+                return True
             except (OSError, sqlite3.OperationalError) as exc:
                 if not is_disk_full(exc):  # DiskBusy too
                     raise
                 self._disk_full(exc, obj.key, obj.size, retrying=attempt == 0)
+        return False
+
+    def _retire(self, unwritten: Mapping[str, float], *, at_once: bool = True) -> None:
+        """The newer responses `unwritten` (key: stored-at) could not be written: the older rows under their keys
+        go (``_retire_pending``), so that no worker goes on serving them as the current ones (RFC 9111 4: the most
+        recent response is the one to use), and the other workers drop the copies they hold. `at_once`, or else
+        (the database refused the write's every attempt, and would make this one wait as long) before this
+        process's next write, as when it cannot be done now."""
+        with self._retire_lock:
+            for key, stored_at in unwritten.items():
+                if self._unretired.get(key, stored_at) <= stored_at:
+                    self._unretired[key] = stored_at
+        if at_once:
+            self._retire_pending()
+
+    def _retire_pending(self) -> None:
+        """In one transaction (one attempt: the write that failed waited long enough), delete the rows under the
+        keys `_retire` was given that were stored before the response not written (a row stored since is another
+        worker's newer one, and stays), and tell the other workers, as of that response's stored-at
+        (``Announcer``): each drops the older copies its memory tier holds. Left for the next write when it fails."""
+        with self._retire_lock:
+            taken = dict(self._unretired)
+        if not taken:
+            return
+        pending = dict(taken)
+        removed: list[str | None] = []
+        announce, announced = self.announce, 0
+        keys = list(taken)
+        try:
+            with ExitStack() as stack:
+                self._bounded(lambda: stack.enter_context(self._cache.transact()), attempts=1)
+                con: sqlite3.Connection = self._cache._con
+                for start in range(0, len(keys), _KEYS_PER_SELECT):
+                    chunk = keys[start:start + _KEYS_PER_SELECT]
+                    for key, filename, meta in con.execute(
+                            "SELECT key, filename, tag FROM Cache WHERE raw = 1 AND key IN "
+                            f"({','.join('?' * len(chunk))})", chunk).fetchall():
+                        held_at = meta_stored_at(meta)
+                        if held_at is not None and held_at >= pending[key]:  # not older: the newer one's own
+                            del pending[key]
+                            continue
+                        con.execute("DELETE FROM Cache WHERE key = ? AND raw = 1", (key,))
+                        removed.append(filename)
+                if announce is not None and pending:
+                    announced = announce.stage_stored(con, list(pending.items()))
+        except (OSError, sqlite3.Error) as exc:
+            UNRETIRED.log(logging.ERROR, "retire", "edge cache %s: the older responses under %d keys whose newer "
+                          "ones could not be written were not removed (%s); tried again at the next write",
+                          self.directory, len(keys), exc)
+            return
+        with self._retire_lock:
+            for key, stored_at in taken.items():
+                if self._unretired.get(key) == stored_at:  # not failed again meanwhile, for a newer response
+                    del self._unretired[key]
+        if announce is not None and announced:
+            announce.publish_stored(announced)
+        self._remove_replaced(removed)
 
     def _remove(self, filename: str) -> None:
         """Remove a body file no row owns, as diskcache does (an emptied directory goes too); a row's place in

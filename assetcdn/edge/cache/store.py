@@ -373,6 +373,7 @@ class EdgeCache:
             headers=header_pairs,
             stored_at=stored_at,
             unless=unless,
+            refresh=replacing is not None,
         )
         if superseded:  # nothing written, nor kept in memory: the newer response stays every worker's
             raise PurgedMeanwhile(key)

@@ -161,3 +161,38 @@ def test_the_write_ahead_log_is_given_back_after_a_full_filesystem_even_when_the
         assert wal.stat().st_size == 0
     finally:
         tier.close()
+
+
+def test_a_newer_response_the_full_filesystem_keeps_out_leaves_no_worker_the_older_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workers share the disk tier; the second holds version one in memory. The first one's write of version
+    two finds the filesystem full, before and after evicting: version one is no longer what the second worker (or
+    a third, reading the disk tier) answers with, while the first answers version two from its memory tier."""
+    key = "pull:z:/page"
+    first = EdgeCache(tmp_path / "cache", disk_size_limit=1024 * MB, memory_bytes=MB)
+    second = EdgeCache(tmp_path / "cache", disk_size_limit=1024 * MB, memory_bytes=MB)
+    try:
+        for i in range(8):  # older entries, which the eviction after a full filesystem takes first
+            first.put(f"older-{i}", b"o" * (64 * KB), "text/plain", '"o"', ("t",))
+        first.put(key, b"version one", "text/plain", '"1"', ("t",))
+        held = second.get(key)
+        assert held is not None and held.body == b"version one"
+        batch = first.disk._batch
+
+        def full(entries: Any, current: Any = None) -> None:
+            if any(obj.key == key for obj in entries):
+                raise sqlite3.OperationalError("database or disk is full")
+            batch(entries, current)
+
+        monkeypatch.setattr(first.disk, "_batch", full)
+        kept = first.put(key, b"version two", "text/plain", '"2"', ("t",))
+        monkeypatch.undo()
+        assert first.disk.full_events >= 1
+        assert kept.body == b"version two"
+        found = first.get(key)
+        assert found is not None and found.body == b"version two"
+        assert second.get(key) is None
+        assert first.disk.get(key, load_limit=MB) is None
+    finally:
+        first.close()
+        second.close()

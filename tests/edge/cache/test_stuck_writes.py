@@ -226,3 +226,29 @@ async def test_closing_waits_for_a_busy_writer_while_the_event_loop_runs_on(tmp_
             [b"a", b"b"]
     finally:
         reopened.close()
+
+
+def test_the_older_row_a_dropped_batch_leaves_goes_at_the_next_write(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of a newer response the database refuses throughout (the lock held past every attempt) cannot
+    remove the older row under its key either while the lock is held: it is removed by this tier's next write, so
+    that the older response is not served on as the current one."""
+    monkeypatch.setattr(disk_module, "SQLITE_TIMEOUT_S", 0.05)
+    tier = DiskTier(tmp_path / "cache", size_limit=64 * MB)
+    older = CachedObject(key="pull:z:/page", content_type="text/plain", etag='"1"', tags=("t",), size=3,
+                         stored_at=1.0, body=b"one", headers=())
+    newer = CachedObject(key="pull:z:/page", content_type="text/plain", etag='"2"', tags=("t",), size=3,
+                         stored_at=2.0, body=b"two", headers=())
+    tier.put_many([older])
+    holder = sqlite3.connect(tier.database, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        in_one_thread([lambda: tier.put_many([newer])])
+        holder.execute("ROLLBACK")
+        assert tier.dropped_writes == 1
+        in_one_thread([lambda: tier.put_many([entry("pull:z:/other", b"other")])])
+        assert tier.get("pull:z:/page", load_limit=MB) is None
+        assert getattr(tier.get("pull:z:/other", load_limit=MB), "body", None) == b"other"
+    finally:
+        holder.close()
+        tier.close()

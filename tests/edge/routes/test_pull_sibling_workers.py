@@ -9,9 +9,11 @@ the most recent of the responses it stored.
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
@@ -19,6 +21,8 @@ import pytest_asyncio
 from aiohttp import web
 
 from assetcdn.edge.app_keys import NODE
+from assetcdn.edge.cache.disk import DiskBusy
+from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.tags import pull_path_tag
 from assetcdn.edge.shield import SHIELD_CACHE
 from assetcdn.edge.states.keys import pull_key
@@ -258,3 +262,54 @@ async def test_a_304_asked_for_before_a_siblings_newer_fill_does_not_replace_it_
     assert origin.count(name) == 3
     for conn in (here, there, again):
         conn.close()
+
+
+async def test_a_response_one_worker_cannot_write_to_disk_leaves_its_sibling_no_older_copy_to_serve(
+        two_workers: tuple[HitCdn, ScriptedOrigin], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sibling holds version one (read from the shared disk tier); a client's `no-cache` on the first worker
+    fetches version two, which the disk tier refuses to store (the database busy past its timeout). Version one is
+    no longer the URL's current response: once the first worker writes again (another fill), the sibling answers
+    version two, not its copy of version one."""
+    cdn, origin = two_workers
+    name = own_shield(cdn, "unwritten")
+    key = pull_key(ZONE, name, "")
+    origin.answer(name, b"version one", headers={"Cache-Control": "max-age=600", "ETag": '"1"'})
+    here, there = await cdn.plain(), await cdn.sibling()
+    assert (await here.request(f"/{ZONE}{name}")).body == b"version one"
+    await on_disk(cdn, name, '"1"')
+    held = await there.request(f"/{ZONE}{name}")
+    assert (held.header("X-Cache"), held.body) == ("HIT", b"version one")
+    disk = cdn.node.cache.disk
+    batch, put_many, tried = disk._batch, disk.put_many, threading.Event()
+
+    def refused(entries: Sequence[CachedObject], current: Any = None) -> None:
+        if any(obj.key == key for obj in entries):
+            raise DiskBusy(errno.EBUSY, "no write transaction after 3 attempts (database is locked)")
+        batch(entries, current)
+
+    def put_then_tell(entries: Sequence[CachedObject], current: Any = None) -> None:
+        try:
+            put_many(entries, current)
+        finally:
+            if any(obj.key == key for obj in entries):
+                tried.set()
+
+    monkeypatch.setattr(disk, "_batch", refused)
+    monkeypatch.setattr(disk, "put_many", put_then_tell)
+    origin.answer(name, b"version two", headers={"Cache-Control": "max-age=600", "ETag": '"2"'})
+    again = await here.request(f"/{ZONE}{name}", Cache_Control="no-cache")
+    assert again.body == b"version two"
+
+    async def written_or_refused() -> bool:
+        return tried.is_set()
+
+    await wait_until(written_or_refused, "the first worker's disk batch of version two")
+    monkeypatch.undo()
+    other = own_shield(cdn, "written-next")
+    origin.answer(other, b"another", headers={"Cache-Control": "max-age=600", "ETag": '"a"'})
+    assert (await here.request(f"/{ZONE}{other}")).body == b"another"
+    await on_disk(cdn, other, '"a"')
+    after = await there.request(f"/{ZONE}{name}")
+    assert (after.status, after.body) == (200, b"version two")
+    here.close()
+    there.close()
