@@ -55,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -76,6 +77,7 @@ from assetcdn.edge.cache.sqlite_conn import (
     SQLITE_WAL_PAGES,
     ThreadLocalConnection,
 )
+from assetcdn.edge.states.freshness import http_date
 from assetcdn.shared.logs import LinePerInterval
 
 if TYPE_CHECKING:
@@ -148,6 +150,29 @@ def _add_unwritten(unwritten: dict[str, float], entries: Iterable[CachedObject])
     for obj in entries:
         if unwritten.get(obj.key, obj.stored_at) <= obj.stored_at:
             unwritten[obj.key] = obj.stored_at
+
+
+def _date(head: object) -> str | None:
+    """The Date field of a stored head (name and value pairs: an entry's, or a row's metadata decoded)."""
+    if isinstance(head, list | tuple):
+        for field in head:
+            if len(field) == 2 and field[0] == "date":  # a stored head's names are lower-case
+                value = field[1]
+                return value if isinstance(value, str) else None
+    return None
+
+
+def _held_is_newer(held: dict[str, Any], held_at: float | None, obj: CachedObject) -> bool:
+    """Whether the row under `obj`'s key (its metadata decoded, `held`, stored at `held_at`) holds a response newer
+    than `obj`'s: the later by its origin's Date (RFC 9111 4: of several stored responses, the most recent by
+    Date is used); of two of the same Date, or without one (not a pull zone's), the one stored later. The dates are
+    read only here, for a key already held, and only when they differ as written."""
+    held_date, date = _date(held.get("h")), _date(obj.headers)
+    if held_date is not None and date is not None and held_date != date:
+        held_time, time_ = http_date(held_date), http_date(date)
+        if held_time is not None and time_ is not None and held_time != time_:
+            return held_time > time_
+    return held_at is not None and held_at > obj.stored_at
 
 
 def damaged_file(path: str, size: int, found: int) -> None:
@@ -632,6 +657,7 @@ class DiskTier:
         stored_at: float | None = None,
         unless: Callable[[], bool] | None = None,
         refresh: bool = False,
+        kept_out: list[CachedObject] | None = None,
     ) -> int:
         """Store ``body`` (bytes, or a binary stream copied in ``STREAM_CHUNK`` pieces, never
         held whole) and return its size. May evict older entries to respect ``size_limit``.
@@ -640,7 +666,8 @@ class DiskTier:
         `unless` (a purge made meanwhile names the entry): bytes are not stored when it says so once the
         transaction holds the write lock; a stream's entry, written without holding it, is removed after
         when it says so then. A write that fails removes the older row under ``key`` (``_retire``), unless
-        `refresh` (the same response with a newer head: the older row is still that response)."""
+        `refresh` (the same response with a newer head: the older row is still that response). Bytes older than
+        the row under ``key`` (``_held_is_newer``) are not stored: their entry is added to `kept_out`."""
         if stored_at is None:
             stored_at = time.time()
         if self._unretired:
@@ -656,7 +683,8 @@ class DiskTier:
                                stored_at=stored_at, body=data,
                                headers=tuple(headers))
             try:
-                written = self._put_entry(obj, None if unless is None else (lambda entries: [] if unless() else entries))
+                written = self._put_entry(obj, None if unless is None else (lambda entries: [] if unless() else entries),
+                                          kept_out)
             except DiskBusy as exc:
                 busy = True
                 self._dropped(1, exc)
@@ -741,34 +769,41 @@ class DiskTier:
             raise
 
     def put_many(self, entries: Sequence[CachedObject],
-                 current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None = None) -> None:
+                 current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None = None
+                 ) -> list[CachedObject]:
         """Store entries with in-memory bodies in one transaction (``_batch``). On an OSError or SQLite's
         OperationalError each entry is then stored on its own, as by ``put`` (a full filesystem is handled there),
         `current` asked again in each one's transaction; other errors are raised. What cannot begin (``_bounded``)
-        is dropped. The older rows under the keys of the entries not written are removed (``_retire``)."""
+        is dropped. The older rows under the keys of the entries not written are removed (``_retire``). Returns
+        the entries kept out by a newer row under their key (``_batch``)."""
         if self._unretired:
             self._retire_pending()
         unwritten: dict[str, float] = {}
+        kept_out: list[CachedObject] = []
         busy = False
         try:
             try:
-                self._batch(entries, current)
+                self._batch(entries, current, kept_out)
             except DiskBusy as exc:
                 busy = True
                 self._dropped(len(entries), exc)
                 _add_unwritten(unwritten, entries)
             except (OSError, sqlite3.OperationalError):
-                busy = self._put_each(entries, current, unwritten)
+                busy = self._put_each(entries, current, unwritten, kept_out)
             self._keys_filled()
         finally:
             if unwritten:
                 self._retire(unwritten, at_once=not busy)
+        return kept_out
 
     def _batch(self, entries: Sequence[CachedObject],
-               current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None) -> None:
+               current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None,
+               kept_out: list[CachedObject] | None = None) -> None:
         """Store entries with in-memory bodies in one transaction (their own ``stored_at``, headers and tags);
         `current`, called once the transaction holds the database's write lock, says which of them are still to
-        be written. When the transaction fails, the body files it wrote are removed and the error raised; the
+        be written. An entry older than the row under its key (``_held_is_newer``) is not written but added to
+        `kept_out`; one newer by its Date than a row stored after it is written as stored just after that row.
+        When the transaction fails, the body files it wrote are removed and the error raised; the
         files of the rows it replaced or culled are removed only once it commits (until then a rollback would
         bring those rows back).
 
@@ -778,6 +813,7 @@ class DiskTier:
         entry at most and only while over the limit, as its ``set`` makes them)."""
         written: list[str] = []
         replaced: list[str | None] = []
+        stored_after: dict[str, float] = {}
         announce, announced = self.announce, 0
         cache = self._cache
         disk: _CleanDisk = cache._disk
@@ -795,12 +831,21 @@ class DiskTier:
                     for key, held, meta in con.execute(
                             "SELECT key, filename, tag FROM Cache WHERE raw = 1 AND key IN "
                             f"({','.join('?' * len(chunk))})", chunk):
-                        held_at = meta_stored_at(meta)
-                        if held_at is not None and held_at > latest[key].stored_at:
-                            # A newer response under the key, another worker's, written since this one was queued
-                            # (its notice not yet published, or not yet replayed here): kept, not overwritten.
+                        decoded = decoded_meta(meta)
+                        held_at, obj = stored_at_of(decoded), latest[key]
+                        if _held_is_newer(decoded, held_at, obj):
+                            # A newer response under the key (another worker's, written since this one was queued,
+                            # its notice not yet published or not yet replayed here; or one the origin sent after
+                            # this one): kept, not overwritten, and this one's memory copy goes (`kept_out`).
                             del latest[key]
-                        elif held is not None:
+                            if kept_out is not None:
+                                kept_out.append(obj)
+                            continue
+                        if held_at is not None and held_at > obj.stored_at:  # newer by its Date, stored before
+                            # Stored as of just after the row it replaces: the notice has every worker drop the
+                            # copies of that row it holds (`PurgeLog.note_stored`).
+                            stored_after[key] = math.nextafter(held_at, math.inf)
+                        if held is not None:
                             replaced.append(held)
                 if not latest:
                     return
@@ -822,8 +867,8 @@ class DiskTier:
                         if filename is not None:
                             written.append(filename)
                     content_type, etag, tags, headers = obj.fields()
-                    params += (key, now, now, encode_meta(content_type, etag, tags, obj.stored_at, headers), size,
-                               mode, filename, value)
+                    params += (key, now, now, encode_meta(content_type, etag, tags, stored_after.get(
+                        key, obj.stored_at), headers), size, mode, filename, value)
                     if len(params) == ROWS_PER_UPSERT * _UPSERT_PARAMS:
                         con.execute(_UPSERT_FULL, params)
                         params = []
@@ -831,7 +876,8 @@ class DiskTier:
                     con.execute(_upsert(len(params) // _UPSERT_PARAMS), params)
                 self._add_keys(latest)  # before the COMMIT makes the rows readable
                 if announce is not None:  # committed with the rows, not in a transaction of their own
-                    announced = announce.stage_stored(con, [(key, obj.stored_at) for key, obj in latest.items()])
+                    announced = announce.stage_stored(con, [(key, stored_after.get(key, obj.stored_at))
+                                                            for key, obj in latest.items()])
                 for _ in latest:  # at most one cull per entry, as single puts would make
                     if not self._cull_oldest(con, replaced.append):
                         break
@@ -911,13 +957,13 @@ class DiskTier:
 
     def _put_each(self, entries: Sequence[CachedObject],
                   current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None,
-                  unwritten: dict[str, float]) -> bool:
+                  unwritten: dict[str, float], kept_out: list[CachedObject]) -> bool:
         """``put_many``'s entries after its transaction failed, one transaction each, each asking `current` again:
         a purge made since the batch's own check is not undone. The keys of those not written (and their stored-at)
         are added to `unwritten`, on an error raised too. Whether the database refused a transaction throughout."""
         for index, obj in enumerate(entries):
             try:
-                if not self._put_entry(obj, current):
+                if not self._put_entry(obj, current, kept_out):
                     _add_unwritten(unwritten, (obj,))
             except DiskBusy as exc:  # the rest would wait as long each
                 self._dropped(len(entries) - index, exc)
@@ -929,12 +975,13 @@ class DiskTier:
         return False
 
     def _put_entry(self, obj: CachedObject,
-                   current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None) -> bool:
+                   current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None,
+                   kept_out: list[CachedObject] | None = None) -> bool:
         """``_batch`` of one entry, tried once more after evicting when the filesystem is full (what still does
         not fit is not stored: False); raises DiskBusy, and errors other than a full filesystem."""
         for attempt in range(2):
             try:
-                self._batch([obj], current)
+                self._batch([obj], current, kept_out)
                 return True
             except (OSError, sqlite3.OperationalError) as exc:
                 if not is_disk_full(exc):  # DiskBusy too

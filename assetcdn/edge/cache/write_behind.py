@@ -266,7 +266,9 @@ class WriteBehind:
         stored = False
         try:
             if current:
-                self._disk.put_many(current, current=self._current)
+                # Those the disk tier kept out, older than what it holds under their keys: not served on here either.
+                for obj in self._disk.put_many(current, current=self._current) or ():
+                    self._memory.forget(obj)
             # A full filesystem may have kept some out (not which): all stay memory-only, written again later.
             stored = not self._closed and (self._disk.dropped_writes, self._disk.full_events) == (dropped, full)
         except (OSError, sqlite3.Error) as exc:  # the disk or database failing: a line per interval, not per batch

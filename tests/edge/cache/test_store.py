@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import shutil
+import time
 from collections.abc import Callable, Iterator
+from email.utils import formatdate
 from pathlib import Path
 
 import pytest
@@ -317,3 +319,31 @@ def test_a_new_head_since_a_mark_does_not_undo_a_soft_purge_made_meanwhile(cache
         assert marked is not None and SOFT_PURGED in dict(marked.headers)
     finally:
         other.close()
+
+
+def dated(version: int, date: float) -> tuple[tuple[str, str], ...]:
+    """A pull zone's stored head of `version`, with the origin's Date `date`."""
+    return ((":status", "200"), ("etag", f'"{version}"'), ("date", formatdate(date, usegmt=True)))
+
+
+def test_workers_keep_the_response_the_origin_dated_last_whichever_was_stored_last(tmp_path: Path) -> None:
+    """Two workers share the disk tier. A response dated before the one stored is not stored over it, though
+    stored after it (the worker that fetched it answers its own client only); one dated after it is, though stored
+    before it (its batch came last), and every worker drops its copy of the replaced one (RFC 9111 4: of several
+    stored responses, the most recent by Date)."""
+    first = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB)
+    second = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB)
+    key, now = "pull:z:/page", time.time()
+    try:
+        first.put(key, b"version two", "text/plain", '"2"', ("t",), headers=dated(2, now - 60))
+        held = second.get(key)
+        assert held is not None and held.body == b"version two"
+        with pytest.raises(PurgedMeanwhile):  # dated earlier, stored later
+            first.put(key, b"version one", "text/plain", '"1"', ("t",), headers=dated(1, now - 120))
+        assert [getattr(cache.get(key), "body", None) for cache in (first, second)] == [b"version two"] * 2
+        # Dated later, stored as of a minute ago (before version two was): version three replaces it everywhere.
+        first.put(key, b"version three", "text/plain", '"3"', ("t",), headers=dated(3, now), stored_at=now - 90)
+        assert [getattr(cache.get(key), "body", None) for cache in (first, second)] == [b"version three"] * 2
+    finally:
+        first.close()
+        second.close()

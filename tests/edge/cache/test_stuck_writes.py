@@ -168,10 +168,10 @@ def held_batches(cache: EdgeCache) -> tuple[threading.Event, threading.Event]:
     started, release = threading.Event(), threading.Event()
     put_many = cache.disk.put_many
 
-    def held(entries: Sequence[CachedObject], current: Any = None) -> None:
+    def held(entries: Sequence[CachedObject], current: Any = None) -> list[CachedObject]:
         started.set()
         release.wait(LIMIT_S)
-        put_many(entries, current)
+        return put_many(entries, current)
 
     cache.disk.put_many = held  # type: ignore[method-assign]
     return started, release

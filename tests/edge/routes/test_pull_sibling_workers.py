@@ -14,6 +14,7 @@ import itertools
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
+from email.utils import formatdate
 from typing import Any
 
 import pytest
@@ -218,9 +219,10 @@ async def test_a_304_asked_for_before_a_siblings_newer_fill_does_not_replace_it_
     async def answer(request: web.Request) -> web.StreamResponse:
         version = current[0]
         if request.headers.get("If-None-Match") == '"1"' and version == 1:
+            decided = formatdate(time.time(), usegmt=True)  # its Date: not after version two's
             asked.set()
             await confirm.wait()  # decided while version one was current, delivered late
-            return web.Response(status=304, headers={"Cache-Control": "max-age=600", "ETag": '"1"'})
+            return web.Response(status=304, headers={"Cache-Control": "max-age=600", "ETag": '"1"', "Date": decided})
         return web.Response(body=b"version %d" % version, headers={
             "Cache-Control": "max-age=1" if version == 1 else "max-age=600", "ETag": f'"{version}"'})
 
@@ -282,14 +284,14 @@ async def test_a_response_one_worker_cannot_write_to_disk_leaves_its_sibling_no_
     disk = cdn.node.cache.disk
     batch, put_many, tried = disk._batch, disk.put_many, threading.Event()
 
-    def refused(entries: Sequence[CachedObject], current: Any = None) -> None:
+    def refused(entries: Sequence[CachedObject], *rest: Any) -> None:
         if any(obj.key == key for obj in entries):
             raise DiskBusy(errno.EBUSY, "no write transaction after 3 attempts (database is locked)")
-        batch(entries, current)
+        batch(entries, *rest)
 
-    def put_then_tell(entries: Sequence[CachedObject], current: Any = None) -> None:
+    def put_then_tell(entries: Sequence[CachedObject], current: Any = None) -> list[CachedObject]:
         try:
-            put_many(entries, current)
+            return put_many(entries, current)
         finally:
             if any(obj.key == key for obj in entries):
                 tried.set()
@@ -311,5 +313,55 @@ async def test_a_response_one_worker_cannot_write_to_disk_leaves_its_sibling_no_
     await on_disk(cdn, other, '"a"')
     after = await there.request(f"/{ZONE}{name}")
     assert (after.status, after.body) == (200, b"version two")
+    here.close()
+    there.close()
+
+
+async def test_a_response_older_by_its_date_stored_last_does_not_replace_the_newer_one(
+        unshielded: tuple[HitCdn, ScriptedOrigin], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sibling stores version two, dated now. A client's `no-cache` on the first worker is then answered with
+    version one, dated a minute earlier (what a shield's copy under way, or an origin's lagging replica, sends):
+    that client gets it, but the workers keep the most recent response by its Date (RFC 9111 4), not the one
+    stored last: both answer version two from then on."""
+    cdn, origin = unshielded
+    name = "/dated.txt"
+    now = time.time()
+    current = [2]
+
+    async def answer(_request: web.Request) -> web.StreamResponse:
+        version = current[0]
+        return web.Response(body=b"version %d" % version, headers={
+            "Cache-Control": "max-age=600", "ETag": f'"{version}"',
+            "Date": formatdate(now if version == 2 else now - 60, usegmt=True)})
+
+    origin.route(name, answer)
+    here, there = await cdn.plain(), await cdn.sibling()
+    newer = await there.request(f"/{ZONE}{name}")
+    assert (newer.header("X-Cache"), newer.body) == ("MISS", b"version 2")
+    await on_disk(cdn, name, '"2"')
+    key = pull_key(ZONE, name, "")
+    writes = cdn.node.cache._writes
+    put, done = writes._put, threading.Event()
+
+    def put_then_tell(entries: list[CachedObject]) -> None:
+        try:
+            put(entries)
+        finally:
+            if any(obj.key == key for obj in entries):
+                done.set()
+
+    monkeypatch.setattr(writes, "_put", put_then_tell)
+    current[0] = 1
+    older = await here.request(f"/{ZONE}{name}", Cache_Control="no-cache")
+    assert (older.header("X-Cache"), older.body) == ("MISS", b"version 1")
+
+    async def settled() -> bool:
+        return done.is_set()
+
+    await wait_until(settled, "the first worker's disk batch of version one")
+    monkeypatch.undo()
+    answers = [await conn.request(f"/{ZONE}{name}") for conn in (there, here, there)]
+    assert [(resp.header("X-Cache"), resp.body) for resp in answers] == [("HIT", b"version 2")] * 3
+    assert origin.count(name) == 2
     here.close()
     there.close()
