@@ -676,7 +676,7 @@ class DiskTier:
         try:
             if not isinstance(body, bytes | bytearray | memoryview):
                 size, written, busy = self._put_stream(key, body, content_type, etag, tags, headers, stored_at,
-                                                       unless)
+                                                       unless, kept_out)
                 return size
             data = bytes(body)
             obj = CachedObject(key=key, content_type=content_type, etag=etag, tags=tuple(tags), size=len(data),
@@ -695,15 +695,26 @@ class DiskTier:
                 self._retire({key: stored_at}, at_once=not busy)
 
     def _put_stream(self, key: str, body: BinaryIO, content_type: str, etag: str, tags: Sequence[str],
-                    headers: Sequence[tuple[str, str]], stored_at: float,
-                    unless: Callable[[], bool] | None) -> tuple[int, bool, bool]:
-        """``put`` of a stream: its size, whether it was written, and whether the database refused it (not written
-        either)."""
-        meta = encode_meta(content_type, etag, tags, stored_at, headers)
+                    headers: Sequence[tuple[str, str]], stored_at: float, unless: Callable[[], bool] | None,
+                    kept_out: list[CachedObject] | None) -> tuple[int, bool, bool]:
+        """``put`` of a stream: its size, whether it was written (or kept out: True), and whether the database
+        refused it (not written either). As diskcache's ``set`` writes one (the body's file first, then its row in a
+        transaction), but the row is written as ``_batch`` writes one: not over a newer response (``kept_out``
+        then), and as stored just after an older one stored later."""
+        entry = CachedObject(key=key, content_type=content_type, etag=etag, tags=tags, size=0, stored_at=stored_at,
+                             headers=headers)
         reader = _CountingReader(body)
-        try:  # one attempt: the stream is read once
-            with self._removing_stored():
-                self._bounded(lambda: self._cache.set(key, reader, read=True, tag=meta), attempts=1)
+        disk: _CleanDisk = self._cache._disk
+        try:
+            with self._removing_stored():  # the body's file goes when its row is not written
+                written = disk.store(reader, True, key=key)  # type: ignore[no-untyped-call]
+                with self._transaction():
+                    meta, replaced = self._stream_row(key, entry, written, kept_out)
+            stored = disk.take_stored()  # the row's file now, unless it was kept out
+            if not meta:
+                if stored is not None:
+                    self._remove(stored)
+                return reader.size, True, False
         except DiskBusy as exc:
             self._dropped(1, exc)
             return reader.size, False, True
@@ -714,8 +725,9 @@ class DiskTier:
             self._keys_filled()
             return reader.size, False, False
         else:
+            self._remove_replaced(replaced)
             self._add_keys((key,))  # before the fill that wrote it lands: no request looked for it yet
-            # The cull is a transaction of its own after the set's commit: whatever becomes of it (the disk full,
+            # The cull is a transaction of its own after the row's commit: whatever becomes of it (the disk full,
             # the database busy), the entry is stored, and a purge that named it meanwhile must still remove it.
             try:
                 self._cull_after_put(key, reader.size)
@@ -724,6 +736,33 @@ class DiskTier:
                     self._delete_written(key, meta)
         self._keys_filled()
         return reader.size, True, False
+
+    def _stream_row(self, key: str, entry: CachedObject, written: tuple[int, int, str | None, Any],
+                    kept_out: list[CachedObject] | None) -> tuple[str, list[str | None]]:
+        """Inside the write transaction: the row of a streamed body (`written`: diskcache's columns, its file
+        written), unless the row under `key` holds a newer response than `entry` (then added to `kept_out`, and
+        nothing written: ""). Returns the metadata written and the file of the row it replaced (removed once the
+        transaction commits; the cull is the caller's, ``_cull_after_put``)."""
+        con: sqlite3.Connection = self._cache._con
+        replaced: list[str | None] = []
+        stored_at = entry.stored_at
+        row = con.execute("SELECT filename, tag FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone()
+        if row is not None:
+            decoded = decoded_meta(row[1])
+            held_at = stored_at_of(decoded)
+            if _held_is_newer(decoded, held_at, entry):
+                if kept_out is not None:
+                    kept_out.append(entry)
+                return "", []
+            if held_at is not None and held_at > stored_at:  # as `_batch` writes it
+                stored_at = math.nextafter(held_at, math.inf)
+            replaced.append(row[0])
+        content_type, etag, tags, headers = entry.fields()
+        meta = encode_meta(content_type, etag, tags, stored_at, headers)
+        now = time.time()
+        size, mode, filename, value = written
+        con.execute(_upsert(1), (key, now, now, meta, size, mode, filename, value))
+        return meta, replaced
 
     def _cull_after_put(self, key: str, size: int) -> None:
         """``_cull_to_limit`` after a streamed put committed: a full filesystem is handled as the put's own (the
@@ -756,8 +795,8 @@ class DiskTier:
 
     @contextmanager
     def _removing_stored(self) -> Iterator[None]:
-        """The body file a diskcache ``set`` inside this block wrote is removed when the block fails, whatever the
-        error, its commit included (diskcache removes it only when the transaction cannot begin)."""
+        """The body file the disk's ``store`` inside this block wrote (``_put_stream``'s) is removed when the block
+        fails, whatever the error, its row's commit included."""
         disk: _CleanDisk = self._cache._disk
         disk.take_stored()  # a name an earlier, committed set left: not this block's
         try:

@@ -394,8 +394,9 @@ class EdgeCache:
             )
             self._keep_in_memory(obj, purged, named, replays)
             return obj
-        self._stored(((key, stored_at),))  # a streamed body is written in diskcache's own transaction
         stored = self.disk.get(key, load_limit=self.memory.max_object_size)
+        # A streamed body is written in a transaction of its own, as stored just after an older row stored later.
+        self._stored(((key, stored_at if stored is None else max(stored_at, stored.stored_at)),))
         if stored is None:  # evicted at once: only when the body exceeds the disk budget (or purged meanwhile)
             if named is not None and named():
                 raise PurgedMeanwhile(key)

@@ -347,3 +347,29 @@ def test_workers_keep_the_response_the_origin_dated_last_whichever_was_stored_la
     finally:
         first.close()
         second.close()
+
+
+def test_a_streamed_body_older_by_its_date_is_not_stored_over_the_newer_one(tmp_path: Path) -> None:
+    """As `test_workers_keep_the_response_the_origin_dated_last_whichever_was_stored_last`, for bodies written to
+    the disk tier from a stream (a pull zone's over 1 MB, held in a temporary file)."""
+    first = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB, memory_max_object=256 * KB)
+    second = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB, memory_max_object=256 * KB)
+    key, now = "pull:z:/large", time.time()
+    two, one, three = (bytes([n]) * (300 * KB) for n in (2, 1, 3))
+    try:
+        first.put(key, io.BytesIO(two), "text/plain", '"2"', ("t",), headers=dated(2, now - 60))
+        held = second.get(key)
+        assert held is not None and held.etag == '"2"'
+        with pytest.raises(PurgedMeanwhile):  # dated earlier, stored later
+            first.put(key, io.BytesIO(one), "text/plain", '"1"', ("t",), headers=dated(1, now - 120))
+        assert [getattr(cache.get(key), "etag", None) for cache in (first, second)] == ['"2"'] * 2
+        first.put(key, io.BytesIO(three), "text/plain", '"3"', ("t",), headers=dated(3, now), stored_at=now - 90)
+        assert [getattr(cache.get(key), "etag", None) for cache in (first, second)] == ['"3"'] * 2
+        found = second.get(key)
+        assert found is not None and found.path is not None
+        with open(found.path, "rb") as file:
+            assert file.read() == three
+        assert len([p for p in (tmp_path / "cache").rglob("*.val")]) == 1  # the kept-out and the replaced went
+    finally:
+        first.close()
+        second.close()
