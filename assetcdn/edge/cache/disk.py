@@ -5,8 +5,9 @@ Layout inside ``directory`` (all in diskcache's own ``cache.db``, so one file is
 - ``Cache`` (diskcache's table): the body as raw bytes (inline in SQLite below
   ``min_file_size``, otherwise a file of exactly the body, which is what makes streaming and
   sendfile possible) and, in diskcache's single ``tag`` column, the entry's metadata as JSON
-  (content type, ETag, cache tags, stored-at, extra headers). Body and metadata are written by
-  one ``Cache.set`` call, so they change together in one SQLite transaction.
+  (content type, ETag, cache tags, stored-at, extra headers). Body and metadata are written as
+  ``Cache.set`` writes them (a body file first, then its row), so they change together in one SQLite
+  transaction; of two responses under a key, the row keeps the more recent (``_held_is_newer``).
 - Segments: a batch (``put_many``) whose bodies from ``SEGMENT_MIN_BODY`` (4 KB, the most a row's
   page holds) up to ``segment_max`` (the memory tier's largest: always read whole) come to
   ``SEGMENT_MIN_BYTES`` writes them into one file, up to ``SEGMENT_BYTES`` of bodies each, rather than a
