@@ -163,12 +163,13 @@ def _date(head: object) -> str | None:
     return None
 
 
-def _held_is_newer(held: dict[str, Any], held_at: float | None, obj: CachedObject) -> bool:
+def _held_is_newer(held: dict[str, Any], held_at: float | None, obj: CachedObject, *, by_date: bool = True) -> bool:
     """Whether the row under `obj`'s key (its metadata decoded, `held`, stored at `held_at`) holds a response newer
     than `obj`'s: the later by its origin's Date (RFC 9111 4: of several stored responses, the most recent by
-    Date is used); of two of the same Date, or without one (not a pull zone's), the one stored later. The dates are
-    read only here, for a key already held, and only when they differ as written."""
-    held_date, date = _date(held.get("h")), _date(obj.headers)
+    Date is used); of two of the same Date, or without one (not a pull zone's), or not `by_date` (a 304's refresh of
+    the response held, RFC 9111 4.3.4, whatever its Date), the one stored later. The dates are read only here, for a
+    key already held, and only when they differ as written."""
+    held_date, date = (_date(held.get("h")), _date(obj.headers)) if by_date else (None, None)
     if held_date is not None and date is not None and held_date != date:
         held_time, time_ = http_date(held_date), http_date(date)
         if held_time is not None and time_ is not None and held_time != time_:
@@ -668,7 +669,8 @@ class DiskTier:
         transaction holds the write lock; a stream's entry, written without holding it, is removed after
         when it says so then. A write that fails removes the older row under ``key`` (``_retire``), unless
         `refresh` (the same response with a newer head: the older row is still that response). Bytes older than
-        the row under ``key`` (``_held_is_newer``) are not stored: their entry is added to `kept_out`."""
+        the row under ``key`` (``_held_is_newer``; a `refresh` by when it was stored only) are not stored: their
+        entry is added to `kept_out`."""
         if stored_at is None:
             stored_at = time.time()
         if self._unretired:
@@ -685,7 +687,7 @@ class DiskTier:
                                headers=tuple(headers))
             try:
                 written = self._put_entry(obj, None if unless is None else (lambda entries: [] if unless() else entries),
-                                          kept_out)
+                                          kept_out, by_date=not refresh)
             except DiskBusy as exc:
                 busy = True
                 self._dropped(1, exc)
@@ -838,11 +840,12 @@ class DiskTier:
 
     def _batch(self, entries: Sequence[CachedObject],
                current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None,
-               kept_out: list[CachedObject] | None = None) -> None:
+               kept_out: list[CachedObject] | None = None, *, by_date: bool = True) -> None:
         """Store entries with in-memory bodies in one transaction (their own ``stored_at``, headers and tags);
         `current`, called once the transaction holds the database's write lock, says which of them are still to
         be written. An entry older than the row under its key (``_held_is_newer``) is not written but added to
-        `kept_out`; one newer by its Date than a row stored after it is written as stored just after that row.
+        `kept_out`; one newer by its Date than a row stored after it is written as stored just after that row
+        (`by_date` False: a refresh, ordered by when it was stored only).
         When the transaction fails, the body files it wrote are removed and the error raised; the
         files of the rows it replaced or culled are removed only once it commits (until then a rollback would
         bring those rows back).
@@ -873,7 +876,7 @@ class DiskTier:
                             f"({','.join('?' * len(chunk))})", chunk):
                         decoded = decoded_meta(meta)
                         held_at, obj = stored_at_of(decoded), latest[key]
-                        if _held_is_newer(decoded, held_at, obj):
+                        if _held_is_newer(decoded, held_at, obj, by_date=by_date):
                             # A newer response under the key (another worker's, written since this one was queued,
                             # its notice not yet published or not yet replayed here; or one the origin sent after
                             # this one): kept, not overwritten, and this one's memory copy goes (`kept_out`).
@@ -1016,12 +1019,12 @@ class DiskTier:
 
     def _put_entry(self, obj: CachedObject,
                    current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None,
-                   kept_out: list[CachedObject] | None = None) -> bool:
+                   kept_out: list[CachedObject] | None = None, *, by_date: bool = True) -> bool:
         """``_batch`` of one entry, tried once more after evicting when the filesystem is full (what still does
         not fit is not stored: False); raises DiskBusy, and errors other than a full filesystem."""
         for attempt in range(2):
             try:
-                self._batch([obj], current, kept_out)
+                self._batch([obj], current, kept_out, by_date=by_date)
                 return True
             except (OSError, sqlite3.OperationalError) as exc:
                 if not is_disk_full(exc):  # DiskBusy too

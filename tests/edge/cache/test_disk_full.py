@@ -179,10 +179,10 @@ def test_a_newer_response_the_full_filesystem_keeps_out_leaves_no_worker_the_old
         assert held is not None and held.body == b"version one"
         batch = first.disk._batch
 
-        def full(entries: Any, *rest: Any) -> None:
+        def full(entries: Any, *rest: Any, **named: Any) -> None:
             if any(obj.key == key for obj in entries):
                 raise sqlite3.OperationalError("database or disk is full")
-            batch(entries, *rest)
+            batch(entries, *rest, **named)
 
         monkeypatch.setattr(first.disk, "_batch", full)
         kept = first.put(key, b"version two", "text/plain", '"2"', ("t",))

@@ -373,3 +373,19 @@ def test_a_streamed_body_older_by_its_date_is_not_stored_over_the_newer_one(tmp_
     finally:
         first.close()
         second.close()
+
+
+def test_a_304s_refresh_dated_before_the_stored_response_still_refreshes_it(tmp_path: Path) -> None:
+    """A 304 updates the stored response it confirms (RFC 9111 4.3.4), whatever its Date beside the stored one's (an
+    origin's servers whose clocks differ): it is no other response for the disk tier to keep out."""
+    cache = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB)
+    key, now = "pull:z:/confirmed", time.time()
+    try:
+        stored = cache.put(key, b"the body", "text/plain", '"1"', ("t",), headers=dated(1, now))
+        refreshed = cache.put(key, b"the body", "text/plain", '"1"', ("t",), headers=(*dated(1, now - 30), (
+            "cache-control", "max-age=600")), replacing=stored.stored_at, stored_at=stored.stored_at + 1)
+        on_disk = cache.disk.get(key, load_limit=MB)
+        assert on_disk is not None and on_disk.headers == refreshed.headers
+        assert ("cache-control", "max-age=600") in on_disk.headers
+    finally:
+        cache.close()

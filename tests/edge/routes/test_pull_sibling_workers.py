@@ -284,10 +284,10 @@ async def test_a_response_one_worker_cannot_write_to_disk_leaves_its_sibling_no_
     disk = cdn.node.cache.disk
     batch, put_many, tried = disk._batch, disk.put_many, threading.Event()
 
-    def refused(entries: Sequence[CachedObject], *rest: Any) -> None:
+    def refused(entries: Sequence[CachedObject], *rest: Any, **named: Any) -> None:
         if any(obj.key == key for obj in entries):
             raise DiskBusy(errno.EBUSY, "no write transaction after 3 attempts (database is locked)")
-        batch(entries, *rest)
+        batch(entries, *rest, **named)
 
     def put_then_tell(entries: Sequence[CachedObject], current: Any = None) -> list[CachedObject]:
         try:
