@@ -345,8 +345,9 @@ class EdgeCache:
         ``replacing``: the stored-at time of the copy a 304's refresh writes again (`body` bytes); PurgedMeanwhile, and
         nothing kept, when the disk tier holds a response stored after it by then (another worker's newer response,
         which the 304 does not confirm: RFC 9111 4.3.4 updates the stored response it names, no other).
-        PurgedMeanwhile too, and nothing kept, when the disk tier holds a newer response under ``key`` by the origin's
-        Date (assetcdn/edge/cache/disk.py ``_held_is_newer``): the workers keep the most recent one (RFC 9111 4).
+        PurgedMeanwhile too, given ``since``, and nothing kept, when the disk tier holds a newer response under ``key``
+        (by the origin's Date, then by when it was stored: assetcdn/edge/cache/disk.py ``_held_is_newer``): the workers
+        keep the most recent one (RFC 9111 4).
         ``stored_at``: the time the entry counts as stored from, when not now (a refresh: when its 304 was asked for,
         so that a newer response another worker fetched meanwhile is the one the workers keep).
         """
@@ -379,7 +380,9 @@ class EdgeCache:
             refresh=replacing is not None,
             kept_out=kept_out,
         )
-        if superseded or kept_out:  # nothing written, nor kept in memory: the newer response stays every worker's
+        # Nothing written, nor kept in memory: the newer response stays every worker's. (Kept out without `since`:
+        # a key named by its content, stored zones' and variants', whose newer row holds the same bytes.)
+        if superseded or (kept_out and since is not None):
             raise PurgedMeanwhile(key)
         if isinstance(body, bytes | bytearray | memoryview):  # announced by the disk tier's batch (`announce`)
             obj = CachedObject(

@@ -338,8 +338,8 @@ def test_workers_keep_the_response_the_origin_dated_last_whichever_was_stored_la
         first.put(key, b"version two", "text/plain", '"2"', ("t",), headers=dated(2, now - 60))
         held = second.get(key)
         assert held is not None and held.body == b"version two"
-        with pytest.raises(PurgedMeanwhile):  # dated earlier, stored later
-            first.put(key, b"version one", "text/plain", '"1"', ("t",), headers=dated(1, now - 120))
+        with pytest.raises(PurgedMeanwhile):  # dated earlier, stored later (a fill's put, given its purge mark)
+            first.put(key, b"version one", "text/plain", '"1"', ("t",), headers=dated(1, now - 120), since=first.purge_mark())
         assert [getattr(cache.get(key), "body", None) for cache in (first, second)] == [b"version two"] * 2
         # Dated later, stored as of a minute ago (before version two was): version three replaces it everywhere.
         first.put(key, b"version three", "text/plain", '"3"', ("t",), headers=dated(3, now), stored_at=now - 90)
@@ -361,7 +361,7 @@ def test_a_streamed_body_older_by_its_date_is_not_stored_over_the_newer_one(tmp_
         held = second.get(key)
         assert held is not None and held.etag == '"2"'
         with pytest.raises(PurgedMeanwhile):  # dated earlier, stored later
-            first.put(key, io.BytesIO(one), "text/plain", '"1"', ("t",), headers=dated(1, now - 120))
+            first.put(key, io.BytesIO(one), "text/plain", '"1"', ("t",), headers=dated(1, now - 120), since=first.purge_mark())
         assert [getattr(cache.get(key), "etag", None) for cache in (first, second)] == ['"2"'] * 2
         first.put(key, io.BytesIO(three), "text/plain", '"3"', ("t",), headers=dated(3, now), stored_at=now - 90)
         assert [getattr(cache.get(key), "etag", None) for cache in (first, second)] == ['"3"'] * 2
@@ -389,3 +389,21 @@ def test_a_304s_refresh_dated_before_the_stored_response_still_refreshes_it(tmp_
         assert ("cache-control", "max-age=600") in on_disk.headers
     finally:
         cache.close()
+
+
+def test_a_put_of_a_content_named_key_another_worker_stored_since_returns_its_entry(tmp_path: Path) -> None:
+    """A stored zone's entry or a variant (a key named by its content, put without a purge mark): another worker's
+    row under the key, stored after this put began, holds the same bytes; the put is not refused (its caller, a
+    client's request, gets the entry), it only leaves that row as it is."""
+    first = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB)
+    second = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB)
+    key, now = "asset:abc:/logo.webp", time.time()
+    try:
+        first.put(key, b"webp", "image/webp", strong_etag("abc"), ("t",), stored_at=now)
+        stored = second.put(key, b"webp", "image/webp", strong_etag("abc"), ("t",), stored_at=now - 1)
+        assert stored.body == b"webp"
+        on_disk = second.disk.get(key, load_limit=MB)
+        assert on_disk is not None and on_disk.stored_at == now
+    finally:
+        first.close()
+        second.close()
