@@ -373,19 +373,19 @@ def vary_fields(headers: Headers) -> tuple[str, ...] | None:
     return tuple(sorted(names))
 
 
-# The request fields defined as comma-separated lists (RFC 9110 5.6.1, 12.5 and 7.6; RFC 9111 5.2 and 5.4; RFC 7239;
-# RFC 7240), whose members a Vary key may compare as a list: the same members, spaced otherwise or sent on several
-# lines, are the same request (RFC 9111 4.1). Any other field (User-Agent, Cookie, a field of the origin's own) is
-# compared as sent: `Tool, Kit/1` and `Tool,Kit/1` are two values an origin may tell apart.
-LIST_REQUEST_FIELDS = frozenset((
-    "accept", "accept-charset", "accept-encoding", "accept-language", "cache-control", "connection", "expect",
-    "forwarded", "if-match", "if-none-match", "pragma", "prefer", "te", "trailer", "transfer-encoding", "upgrade",
-    "via", "x-forwarded-for"))
+# The request fields defined as one value, not a comma-separated list (RFC 9110 5.6.1, 5.3), whose values a Vary key
+# compares as sent: `Tool, Kit/1` and `Tool,Kit/1` are two User-Agents an origin may tell apart, and a Cookie's or
+# Authorization's commas are no list's. Any other field is compared as a list (RFC 9111 4.1): the same members,
+# spaced otherwise or sent on several lines (which RFC 9110 5.3 allows a list field only), are the same request.
+SINGLE_VALUE_FIELDS = frozenset((
+    "authorization", "content-length", "content-type", "cookie", "date", "from", "host", "if-modified-since",
+    "if-range", "if-unmodified-since", "max-forwards", "origin", "proxy-authorization", "range", "referer",
+    "user-agent"))
 
 
 def secondary_key(fields: Sequence[str], request_headers: Headers) -> str:
     """The values a request has for `fields`, one line each (RFC 9111 4.1): a list field's lines combined and the
-    whitespace around its commas dropped (LIST_REQUEST_FIELDS), any other field's values as sent, a line apart; an
+    whitespace around its commas dropped, a field of one value (SINGLE_VALUE_FIELDS) as sent, its lines apart; an
     absent field differs from an empty one. `request_headers`' names are lower-case with `_` read as `-`
     (`Varied.fields` in assetcdn/edge/states/pull.py), and so is a name of `fields` when it is looked up (the key
     keeps it as the origin wrote it)."""
@@ -395,10 +395,10 @@ def secondary_key(fields: Sequence[str], request_headers: Headers) -> str:
         values = field_values(request_headers, lowered)
         if not values:
             parts.append(name + "\x00")
-        elif lowered in LIST_REQUEST_FIELDS:
-            parts.append(name + ":" + ",".join(member for member in split_list(values)))
-        else:  # a field value holds no CR (RFC 9110 5.5): its lines stay apart
+        elif lowered in SINGLE_VALUE_FIELDS:  # a field value holds no CR (RFC 9110 5.5): its lines stay apart
             parts.append(name + ":" + "\r".join(values))
+        else:
+            parts.append(name + ":" + ",".join(member for member in split_list(values)))
     return "\n".join(parts)
 
 

@@ -165,7 +165,9 @@ def test_vary() -> None:
     two = secondary_key(("accept",), [("accept", "image/webp"), ("accept", "image/png")])
     assert one == two
     assert secondary_key(("accept",), []) != secondary_key(("accept",), [("accept", "")])
-    # A field that is no list is taken as sent: its spacing and its lines are part of its value.
+    # A field of the origin's own is read as a list (several lines are a list's: RFC 9110 5.3).
+    assert secondary_key(("foo",), [("foo", "1, 2")]) == secondary_key(("foo",), [("foo", "1"), ("foo", "2")])
+    # A field of one value is taken as sent: its spacing and its lines are part of its value.
     assert secondary_key(("user-agent",), [("user-agent", "a, b")]) != secondary_key(("user-agent",),
                                                                                   [("user-agent", "a,b")])
     assert secondary_key(("cookie",), [("cookie", "a=1"), ("cookie", "b=2")]) != secondary_key(
