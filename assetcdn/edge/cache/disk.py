@@ -146,11 +146,15 @@ UNRETIRED = LinePerInterval(log, 60.0)
 T = TypeVar("T")
 
 
-def _add_unwritten(unwritten: dict[str, float], entries: Iterable[CachedObject]) -> None:
-    """Add `entries` (key: stored-at, the latest of a key's) to what was not written."""
+# Responses not written (`DiskTier._retire`): key to the latest one's stored-at and origin's Date (None: none).
+Unwritten = dict[str, tuple[float, str | None]]
+
+
+def _add_unwritten(unwritten: Unwritten, entries: Iterable[CachedObject]) -> None:
+    """Add `entries` (the latest of a key's by stored-at) to what was not written."""
     for obj in entries:
-        if unwritten.get(obj.key, obj.stored_at) <= obj.stored_at:
-            unwritten[obj.key] = obj.stored_at
+        if unwritten.get(obj.key, (obj.stored_at,))[0] <= obj.stored_at:
+            unwritten[obj.key] = (obj.stored_at, _date(obj.headers))
 
 
 def _date(head: object) -> str | None:
@@ -163,17 +167,27 @@ def _date(head: object) -> str | None:
     return None
 
 
-def _held_is_newer(held: dict[str, Any], held_at: float | None, obj: CachedObject, *, by_date: bool = True) -> bool:
-    """Whether the row under `obj`'s key (its metadata decoded, `held`, stored at `held_at`) holds a response newer
-    than `obj`'s: the later by its origin's Date (RFC 9111 4: of several stored responses, the most recent by
-    Date is used); of two of the same Date, or without one (not a pull zone's), or not `by_date` (a 304's refresh of
-    the response held, RFC 9111 4.3.4, whatever its Date), the one stored later. The dates are read only here, for a
-    key already held, and only when they differ as written."""
-    held_date, date = (_date(held.get("h")), _date(obj.headers)) if by_date else (None, None)
+def _date_order(held: dict[str, Any], date: str | None) -> int:
+    """How the response of a row (its metadata decoded, `held`) compares by its origin's Date with one dated `date`:
+    1 newer, -1 older, 0 when either has none or they name the same moment. The dates are parsed only when they
+    differ as written."""
+    held_date = _date(held.get("h"))
     if held_date is not None and date is not None and held_date != date:
         held_time, time_ = http_date(held_date), http_date(date)
         if held_time is not None and time_ is not None and held_time != time_:
-            return held_time > time_
+            return 1 if held_time > time_ else -1
+    return 0
+
+
+def _held_is_newer(held: dict[str, Any], held_at: float | None, obj: CachedObject, *, by_date: bool = True) -> bool:
+    """Whether the row under `obj`'s key (its metadata decoded, `held`, stored at `held_at`) holds a response newer
+    than `obj`'s: the later by its origin's Date (RFC 9111 4: of several stored responses, the most recent by
+    Date is used, `_date_order`); of two of the same Date, or without one (not a pull zone's), or not `by_date` (a
+    304's refresh of the response held, RFC 9111 4.3.4, whatever its Date), the one stored later. The dates are read
+    only here, for a key already held."""
+    order = _date_order(held, _date(obj.headers)) if by_date else 0
+    if order:
+        return order > 0
     return held_at is not None and held_at > obj.stored_at
 
 
@@ -226,11 +240,6 @@ def stored_at_of(meta: dict[str, Any]) -> float | None:
     """The stored-at a row's decoded metadata ("at") names; None when it has none."""
     at = meta.get("at")
     return float(at) if isinstance(at, int | float) else None
-
-
-def meta_stored_at(meta: object) -> float | None:
-    """The stored-at a row's metadata (``tag``: JSON, "at") names; None for a row without one."""
-    return stored_at_of(decoded_meta(meta))
 
 
 def _file_or_segment(filename: str) -> tuple[str, bool]:
@@ -498,7 +507,7 @@ class DiskTier:
         self._full_lock = threading.Lock()
         # The keys whose newer response (stored-at) this process could not write, while the older row under them
         # may still be there: removed before this process's next write, when it could not be at once (`_retire`).
-        self._unretired: dict[str, float] = {}
+        self._unretired: Unwritten = {}
         self._retire_lock = threading.Lock()
         # The keys written, when this process is the only writer (`track_keys`): a miss of a key never written
         # is answered without SQLite (assetcdn/edge/cache/key_filter.py).
@@ -695,7 +704,7 @@ class DiskTier:
             return len(data)
         finally:
             if not written and not refresh:
-                self._retire({key: stored_at}, at_once=not busy)
+                self._retire({key: (stored_at, _date(headers))}, at_once=not busy)
 
     def _put_stream(self, key: str, body: BinaryIO, content_type: str, etag: str, tags: Sequence[str],
                     headers: Sequence[tuple[str, str]], stored_at: float, unless: Callable[[], bool] | None,
@@ -820,7 +829,7 @@ class DiskTier:
         the entries kept out by a newer row under their key (``_batch``)."""
         if self._unretired:
             self._retire_pending()
-        unwritten: dict[str, float] = {}
+        unwritten: Unwritten = {}
         kept_out: list[CachedObject] = []
         busy = False
         try:
@@ -1000,7 +1009,7 @@ class DiskTier:
 
     def _put_each(self, entries: Sequence[CachedObject],
                   current: Callable[[Sequence[CachedObject]], Sequence[CachedObject]] | None,
-                  unwritten: dict[str, float], kept_out: list[CachedObject]) -> bool:
+                  unwritten: Unwritten, kept_out: list[CachedObject]) -> bool:
         """``put_many``'s entries after its transaction failed, one transaction each, each asking `current` again:
         a purge made since the batch's own check is not undone. The keys of those not written (and their stored-at)
         are added to `unwritten`, on an error raised too. Whether the database refused a transaction throughout."""
@@ -1032,29 +1041,31 @@ class DiskTier:
                 self._disk_full(exc, obj.key, obj.size, retrying=attempt == 0)
         return False
 
-    def _retire(self, unwritten: Mapping[str, float], *, at_once: bool = True) -> None:
-        """The newer responses `unwritten` (key: stored-at) could not be written: the older rows under their keys
-        go (``_retire_pending``), so that no worker goes on serving them as the current ones (RFC 9111 4: the most
+    def _retire(self, unwritten: Mapping[str, tuple[float, str | None]], *, at_once: bool = True) -> None:
+        """The newer responses `unwritten` (key: stored-at and Date) could not be written: the older rows under their
+        keys go (``_retire_pending``), so that no worker goes on serving them as the current ones (RFC 9111 4: the most
         recent response is the one to use), and the other workers drop the copies they hold. `at_once`, or else
         (the database refused the write's every attempt, and would make this one wait as long) before this
         process's next write, as when it cannot be done now."""
         with self._retire_lock:
-            for key, stored_at in unwritten.items():
-                if self._unretired.get(key, stored_at) <= stored_at:
-                    self._unretired[key] = stored_at
+            for key, response in unwritten.items():
+                if self._unretired.get(key, response)[0] <= response[0]:
+                    self._unretired[key] = response
         if at_once:
             self._retire_pending()
 
     def _retire_pending(self) -> None:
         """In one transaction (one attempt: the write that failed waited long enough), delete the rows under the
-        keys `_retire` was given that were stored before the response not written (a row stored since is another
-        worker's newer one, and stays), and tell the other workers, as of that response's stored-at
-        (``Announcer``): each drops the older copies its memory tier holds. Left for the next write when it fails."""
+        keys `_retire` was given that hold an older response than the one not written, as ``_batch`` orders them
+        (``_held_is_newer``: by the origin's Date, then by when stored; a row not older is that response's own or
+        another worker's newer one, and stays), and tell the other workers, as of that response's stored-at or just
+        after the row deleted (``Announcer``): each drops the older copies its memory tier holds. Left for the next
+        write when it fails."""
         with self._retire_lock:
             taken = dict(self._unretired)
         if not taken:
             return
-        pending = dict(taken)
+        pending = {key: response[0] for key, response in taken.items()}
         removed: list[str | None] = []
         announce, announced = self.announce, 0
         keys = list(taken)
@@ -1067,12 +1078,16 @@ class DiskTier:
                     for key, filename, meta in con.execute(
                             "SELECT key, filename, tag FROM Cache WHERE raw = 1 AND key IN "
                             f"({','.join('?' * len(chunk))})", chunk).fetchall():
-                        held_at = meta_stored_at(meta)
-                        if held_at is not None and held_at >= pending[key]:  # not older: the newer one's own
-                            del pending[key]
+                        decoded = decoded_meta(meta)
+                        held_at, (stored_at, date) = stored_at_of(decoded), taken[key]
+                        order = _date_order(decoded, date)
+                        if order > 0 or (order == 0 and held_at is not None and held_at >= stored_at):
+                            del pending[key]  # not older: the response's own row, or a newer one
                             continue
                         con.execute("DELETE FROM Cache WHERE key = ? AND raw = 1", (key,))
                         removed.append(filename)
+                        if held_at is not None and held_at >= stored_at:  # older by its Date, stored later
+                            pending[key] = math.nextafter(held_at, math.inf)
                 if announce is not None and pending:
                     announced = announce.stage_stored(con, list(pending.items()))
         except (OSError, sqlite3.Error) as exc:
@@ -1081,8 +1096,8 @@ class DiskTier:
                           self.directory, len(keys), exc)
             return
         with self._retire_lock:
-            for key, stored_at in taken.items():
-                if self._unretired.get(key) == stored_at:  # not failed again meanwhile, for a newer response
+            for key, response in taken.items():
+                if self._unretired.get(key) == response:  # not failed again meanwhile, for a newer response
                     del self._unretired[key]
         if announce is not None and announced:
             announce.publish_stored(announced)

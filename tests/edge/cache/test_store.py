@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import io
 import shutil
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from email.utils import formatdate
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -370,6 +372,72 @@ def test_a_streamed_body_older_by_its_date_is_not_stored_over_the_newer_one(tmp_
         with open(found.path, "rb") as file:
             assert file.read() == three
         assert len([p for p in (tmp_path / "cache").rglob("*.val")]) == 1  # the kept-out and the replaced went
+    finally:
+        first.close()
+        second.close()
+
+
+def older_entries(cache: EdgeCache) -> None:
+    """Entries stored before the test's own, which the eviction after a full filesystem takes first."""
+    for i in range(8):
+        cache.put(f"older-{i}", b"o" * (64 * KB), "text/plain", '"o"', ("t",))
+
+
+def test_a_response_older_by_its_date_that_the_full_filesystem_keeps_out_leaves_the_newer_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workers share the disk tier; the first stored version two (dated later, stored earlier). The second's
+    write of version one (dated earlier: a lagging replica's) finds the filesystem full: it would never have been
+    written over version two, so version two stays, on disk and in the first worker's memory, and is not retired
+    as an older response would be (the second worker, and the disk tier once it has room, would serve version one)."""
+    first = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB)
+    second = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB)
+    key, now = "pull:z:/page", time.time()
+    try:
+        older_entries(first)
+        first.put(key, b"version two", "text/plain", '"2"', ("t",), headers=dated(2, now), stored_at=now - 60)
+        batch = second.disk._batch
+
+        def full(entries: Any, *rest: Any, **named: Any) -> None:
+            if any(obj.key == key for obj in entries):
+                raise sqlite3.OperationalError("database or disk is full")
+            batch(entries, *rest, **named)
+
+        monkeypatch.setattr(second.disk, "_batch", full)
+        second.put(key, b"version one", "text/plain", '"1"', ("t",), headers=dated(1, now - 120))
+        monkeypatch.undo()
+        assert second.disk.full_events >= 1
+        on_disk = first.disk.get(key, load_limit=MB)
+        assert on_disk is not None and on_disk.body == b"version two"
+        assert getattr(first.get(key), "body", None) == b"version two"
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_response_newer_by_its_date_that_the_full_filesystem_keeps_out_retires_the_older_one_stored_later(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As above, the other way round: the first worker stored version one (dated earlier, stored later); the
+    second's write of version two (dated later) finds the filesystem full. Version one is the older response, which
+    version two would have replaced: it goes from the disk tier and from the first worker's memory."""
+    first = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB)
+    second = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB)
+    key, now = "pull:z:/page", time.time()
+    try:
+        older_entries(first)
+        first.put(key, b"version one", "text/plain", '"1"', ("t",), headers=dated(1, now - 120))
+        batch = second.disk._batch
+
+        def full(entries: Any, *rest: Any, **named: Any) -> None:
+            if any(obj.key == key for obj in entries):
+                raise sqlite3.OperationalError("database or disk is full")
+            batch(entries, *rest, **named)
+
+        monkeypatch.setattr(second.disk, "_batch", full)
+        second.put(key, b"version two", "text/plain", '"2"', ("t",), headers=dated(2, now), stored_at=now - 60)
+        monkeypatch.undo()
+        assert second.disk.full_events >= 1
+        assert first.disk.get(key, load_limit=MB) is None
+        assert first.get(key) is None
     finally:
         first.close()
         second.close()
