@@ -154,10 +154,10 @@ def _add_unwritten(unwritten: Unwritten, entries: Iterable[CachedObject]) -> Non
     """Add `entries` (the latest of a key's by stored-at) to what was not written."""
     for obj in entries:
         if unwritten.get(obj.key, (obj.stored_at,))[0] <= obj.stored_at:
-            unwritten[obj.key] = (obj.stored_at, _date(obj.headers))
+            unwritten[obj.key] = (obj.stored_at, date_of(obj.headers))
 
 
-def _date(head: object) -> str | None:
+def date_of(head: object) -> str | None:
     """The Date field of a stored head (name and value pairs: an entry's, or a row's metadata decoded)."""
     if isinstance(head, list | tuple):
         for field in head:
@@ -171,7 +171,7 @@ def _date_order(held: dict[str, Any], date: str | None) -> int:
     """How the response of a row (its metadata decoded, `held`) compares by its origin's Date with one dated `date`:
     1 newer, -1 older, 0 when either has none or they name the same moment. The dates are parsed only when they
     differ as written."""
-    held_date = _date(held.get("h"))
+    held_date = date_of(held.get("h"))
     if held_date is not None and date is not None and held_date != date:
         held_time, time_ = http_date(held_date), http_date(date)
         if held_time is not None and time_ is not None and held_time != time_:
@@ -185,7 +185,7 @@ def _held_is_newer(held: dict[str, Any], held_at: float | None, obj: CachedObjec
     Date is used, `_date_order`); of two of the same Date, or without one (not a pull zone's), or not `by_date` (a
     304's refresh of the response held, RFC 9111 4.3.4, whatever its Date), the one stored later. The dates are read
     only here, for a key already held."""
-    order = _date_order(held, _date(obj.headers)) if by_date else 0
+    order = _date_order(held, date_of(obj.headers)) if by_date else 0
     if order:
         return order > 0
     return held_at is not None and held_at > obj.stored_at
@@ -644,6 +644,12 @@ class DiskTier:
                               "damaged disk?); asked of the origin instead", self._root, key)
             return None
 
+    def dated_before(self, key: str, date: str) -> bool:
+        """Whether the row under ``key`` holds a response older by the origin's Date than one dated `date`
+        (``_date_order``); metadata only, no body read."""
+        row = self._sql().execute("SELECT tag FROM Cache WHERE key = ? AND raw = 1", (key,)).fetchone()
+        return row is not None and _date_order(decoded_meta(row[0]), date) < 0
+
     def stored_version(self, key: str, mark: str) -> tuple[float | None, bool] | None:
         """The stored-at time of the entry under ``key`` and whether its head holds the pseudo header field ``mark``
         (``mark_stale`` adds it and leaves the stored-at time as it was); metadata only, no body read. None when
@@ -704,7 +710,7 @@ class DiskTier:
             return len(data)
         finally:
             if not written and not refresh:
-                self._retire({key: (stored_at, _date(headers))}, at_once=not busy)
+                self._retire({key: (stored_at, date_of(headers))}, at_once=not busy)
 
     def _put_stream(self, key: str, body: BinaryIO, content_type: str, etag: str, tags: Sequence[str],
                     headers: Sequence[tuple[str, str]], stored_at: float, unless: Callable[[], bool] | None,

@@ -112,6 +112,10 @@ class MemoryTier:
         # The entries queued for the disk writer and not settled yet (``queued``): one the LRU evicts before its
         # batch becomes a victim, written all the same (the disk tier may hold an older response under its key).
         self._queued: dict[str, CachedObject] = {}
+        # Of them, those a notice of an older response stored later left (``discard_older``): their batch orders them
+        # against it by the origin's Date, and writes one newer as stored just after it (assetcdn/edge/cache/disk.py
+        # `_batch`); once written (or another row replaced theirs meanwhile), they are read from the disk (``settle``).
+        self._spared: dict[str, CachedObject] = {}
         self._ghosts = bytearray(GHOST_BITS // 8)  # the keys of unread entries let go, newest generation
         self._old_ghosts = bytearray(GHOST_BITS // 8)
         self._ghosted = 0  # keys set in the newest generation
@@ -305,6 +309,10 @@ class MemoryTier:
                 key = obj.key
                 if self._queued.get(key) is obj:
                     del self._queued[key]
+                if self._spared.get(key) is obj:
+                    del self._spared[key]
+                    if stored:  # the row is this one as stored just after that one, or a newer one since
+                        self._remove_object(obj)
                 if self._victims.get(key) is obj:
                     self._unvictim(key)
                 elif stored and type(obj) is MemoryOnly:
@@ -316,10 +324,7 @@ class MemoryTier:
     def forget(self, obj: CachedObject) -> None:
         """Remove ``obj`` itself, as an entry or as a victim (a newer entry under its key stays)."""
         with self._lock:
-            if self._entries.get(obj.key) is obj:
-                self._remove(obj.key)
-            elif self._victims.get(obj.key) is obj:
-                self._unvictim(obj.key)
+            self._remove_object(obj)
 
     def report_to(self, metrics: Metrics) -> None:
         """Add the memory-only entries let go unwritten (``unread_dropped``, ``victims_dropped``) to `metrics` on
@@ -374,15 +379,42 @@ class MemoryTier:
         with self._lock:
             return self._remove(key) | self._unvictim(key)
 
-    def discard_older(self, key: str, stored_at: float) -> bool:
-        """Remove the entry under ``key`` when it was stored before ``stored_at`` (another worker stored a newer
-        response under the key in the shared disk tier); a copy of that response, or a newer one, stays."""
+    def queued_older(self, key: str, stored_at: float) -> CachedObject | None:
+        """The entry under ``key`` (or its victim) stored before ``stored_at`` that waits for the disk writer
+        (``queued``); None when there is none."""
         with self._lock:
-            obj = self._entries.get(key)
-            if obj is None:  # an evicted fill waiting for the disk writer, which would not overwrite the newer one
-                victim = self._victims.get(key)
-                return victim is not None and victim.stored_at < stored_at and self._unvictim(key)
-            return obj.stored_at < stored_at and self._remove(key)
+            obj = self._older(key, stored_at)
+            return obj if obj is not None and self._queued.get(key) is obj else None
+
+    def discard_older(self, key: str, stored_at: float, spared: CachedObject | None = None) -> bool:
+        """Remove the entry under ``key`` when it was stored before ``stored_at`` (another worker stored a newer
+        response under the key in the shared disk tier); a copy of that response, or a newer one, stays. So does
+        `spared` while it waits for the disk writer (``queued_older``): a response newer by the origin's Date than
+        the one stored, which its batch writes as stored just after it (assetcdn/edge/cache/disk.py `_batch`); it is
+        read from the disk tier once written (``settle``)."""
+        with self._lock:
+            obj = self._older(key, stored_at)
+            if obj is None:
+                return False
+            if obj is spared and self._queued.get(key) is obj:
+                self._spared[key] = obj
+                return False
+            return self._remove_object(obj)
+
+    def _older(self, key: str, stored_at: float) -> CachedObject | None:
+        """The entry under ``key``, or else its victim (an evicted fill waiting for the disk writer), when stored
+        before ``stored_at``. The caller holds the lock."""
+        obj = self._entries.get(key)
+        if obj is None:
+            obj = self._victims.get(key)
+        return obj if obj is not None and obj.stored_at < stored_at else None
+
+    def _remove_object(self, obj: CachedObject) -> bool:
+        """Remove ``obj`` itself, as an entry or as a victim. The caller holds the lock."""
+        key = obj.key
+        if self._entries.get(key) is obj:
+            return self._remove(key)
+        return self._victims.get(key) is obj and self._unvictim(key)
 
     def discard_many(self, keys: Iterable[str]) -> list[str]:
         with self._lock:

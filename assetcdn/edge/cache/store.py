@@ -48,6 +48,7 @@ from assetcdn.edge.cache.disk import (
     DEFAULT_MIN_FILE_SIZE,
     SEGMENT_SUFFIX,
     DiskTier,
+    date_of,
     encode_meta,
     is_disk_full,
     prefix_end,
@@ -764,9 +765,19 @@ class EdgeCache:
                 elif purge.kind == "prefix":
                     self.memory.purge_tag_prefixes((purge.value,))
                 elif purge.kind == "stored":  # a notice (PurgeLog.note_stored): an older copy goes
-                    self.memory.discard_older(purge.value, purge.stored_at)
+                    self._discard_older(purge.value, purge.stored_at)
                 else:
                     self.memory.discard(purge.value)
+
+    def _discard_older(self, key: str, stored_at: float) -> None:
+        """Another worker stored a response under ``key`` as of ``stored_at``: this worker's copy stored before goes,
+        unless it waits for its disk batch and is newer by the origin's Date than the response the disk tier holds
+        (a lagging replica's, stored later): that batch writes it as stored just after that one (disk.py `_batch`),
+        and every worker keeps it. The disk tier is read only for a copy waiting for its batch, with a Date."""
+        waiting = self.memory.queued_older(key, stored_at)
+        date = None if waiting is None else date_of(waiting.headers)
+        self.memory.discard_older(key, stored_at, waiting if date is not None and self.disk.dated_before(key, date)
+                                  else None)
 
 
 def _tags_purge(tags: Sequence[str], within: str) -> tuple[PurgeKind, Sequence[str]]:

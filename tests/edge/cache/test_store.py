@@ -18,6 +18,7 @@ from assetcdn.edge.cache.entry import strong_etag
 from assetcdn.edge.cache.memory import entry_cost
 from assetcdn.edge.cache.store import SOFT_PURGED, EdgeCache, PurgedMeanwhile
 from assetcdn.shared.config import load_settings
+from tests.support.edge_cache import HeldWriter, on_disk
 
 KB = 1024
 MB = 1024 * KB
@@ -346,6 +347,28 @@ def test_workers_keep_the_response_the_origin_dated_last_whichever_was_stored_la
         # Dated later, stored as of a minute ago (before version two was): version three replaces it everywhere.
         first.put(key, b"version three", "text/plain", '"3"', ("t",), headers=dated(3, now), stored_at=now - 90)
         assert [getattr(cache.get(key), "body", None) for cache in (first, second)] == [b"version three"] * 2
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_fill_dated_later_whose_batch_lands_after_one_dated_earlier_is_what_every_worker_keeps(
+        tmp_path: Path) -> None:
+    """Two workers share the disk tier. The first fills version two (dated now) behind, its disk batch still to run;
+    the second then stores version one (dated two minutes earlier: a lagging replica's), and tells every worker so.
+    The first's batch still writes version two over it (as stored just after it): the notice of the older response
+    stored later does not drop the newer one waiting for its batch, and every worker answers version two."""
+    first = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB)
+    second = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB)
+    writer = HeldWriter()
+    key, now = "pull:z:/page", time.time()
+    try:
+        assert first.put_behind(key, b"version two", "text/plain", '"2"', ("t",), dated(2, now),
+                                writer=writer) is not None
+        second.put(key, b"version one", "text/plain", '"1"', ("t",), headers=dated(1, now - 120))
+        writer.run()
+        assert on_disk(first, key) == b"version two"
+        assert [getattr(cache.get(key), "body", None) for cache in (first, second)] == [b"version two"] * 2
     finally:
         first.close()
         second.close()
