@@ -709,8 +709,10 @@ class DiskTier:
             self._keys_filled()
             return len(data)
         finally:
-            if not written and not refresh:
-                self._retire({key: (stored_at, date_of(headers))}, at_once=not busy)
+            if not written and not refresh and key in self._retire({key: (stored_at, date_of(headers))},
+                                                                   at_once=not busy) and kept_out is not None:
+                kept_out.append(CachedObject(key=key, content_type=content_type, etag=etag, tags=tuple(tags), size=0,
+                                             stored_at=stored_at, headers=tuple(headers)))
 
     def _put_stream(self, key: str, body: BinaryIO, content_type: str, etag: str, tags: Sequence[str],
                     headers: Sequence[tuple[str, str]], stored_at: float, unless: Callable[[], bool] | None,
@@ -832,7 +834,7 @@ class DiskTier:
         OperationalError each entry is then stored on its own, as by ``put`` (a full filesystem is handled there),
         `current` asked again in each one's transaction; other errors are raised. What cannot begin (``_bounded``)
         is dropped. The older rows under the keys of the entries not written are removed (``_retire``). Returns
-        the entries kept out by a newer row under their key (``_batch``)."""
+        the entries kept out by a newer row under their key (``_batch``; or, not written, ``_retire``)."""
         if self._unretired:
             self._retire_pending()
         unwritten: Unwritten = {}
@@ -849,8 +851,8 @@ class DiskTier:
                 busy = self._put_each(entries, current, unwritten, kept_out)
             self._keys_filled()
         finally:
-            if unwritten:
-                self._retire(unwritten, at_once=not busy)
+            if unwritten and (newer := self._retire(unwritten, at_once=not busy)):
+                kept_out.extend(obj for obj in entries if obj.key in newer and obj.key in unwritten)
         return kept_out
 
     def _batch(self, entries: Sequence[CachedObject],
@@ -1047,31 +1049,32 @@ class DiskTier:
                 self._disk_full(exc, obj.key, obj.size, retrying=attempt == 0)
         return False
 
-    def _retire(self, unwritten: Mapping[str, tuple[float, str | None]], *, at_once: bool = True) -> None:
+    def _retire(self, unwritten: Mapping[str, tuple[float, str | None]], *, at_once: bool = True) -> set[str]:
         """The newer responses `unwritten` (key: stored-at and Date) could not be written: the older rows under their
         keys go (``_retire_pending``), so that no worker goes on serving them as the current ones (RFC 9111 4: the most
         recent response is the one to use), and the other workers drop the copies they hold. `at_once`, or else
         (the database refused the write's every attempt, and would make this one wait as long) before this
-        process's next write, as when it cannot be done now."""
+        process's next write, as when it cannot be done now. Returns the keys found holding a response not older
+        than the one not written (``_retire_pending``): that response is kept out, as a batch keeps it out."""
         with self._retire_lock:
             for key, response in unwritten.items():
                 if self._unretired.get(key, response)[0] <= response[0]:
                     self._unretired[key] = response
-        if at_once:
-            self._retire_pending()
+        return self._retire_pending() if at_once else set()
 
-    def _retire_pending(self) -> None:
+    def _retire_pending(self) -> set[str]:
         """In one transaction (one attempt: the write that failed waited long enough), delete the rows under the
         keys `_retire` was given that hold an older response than the one not written, as ``_batch`` orders them
         (``_held_is_newer``: by the origin's Date, then by when stored; a row not older is that response's own or
         another worker's newer one, and stays), and tell the other workers, as of that response's stored-at or just
         after the row deleted (``Announcer``): each drops the older copies its memory tier holds. Left for the next
-        write when it fails."""
+        write when it fails. Returns the keys whose row it kept (none when it failed)."""
         with self._retire_lock:
             taken = dict(self._unretired)
         if not taken:
-            return
+            return set()
         pending = {key: response[0] for key, response in taken.items()}
+        newer: set[str] = set()
         removed: list[str | None] = []
         announce, announced = self.announce, 0
         keys = list(taken)
@@ -1089,6 +1092,7 @@ class DiskTier:
                         order = _date_order(decoded, date)
                         if order > 0 or (order == 0 and held_at is not None and held_at >= stored_at):
                             del pending[key]  # not older: the response's own row, or a newer one
+                            newer.add(key)
                             continue
                         con.execute("DELETE FROM Cache WHERE key = ? AND raw = 1", (key,))
                         removed.append(filename)
@@ -1100,7 +1104,7 @@ class DiskTier:
             UNRETIRED.log(logging.ERROR, "retire", "edge cache %s: the older responses under %d keys whose newer "
                           "ones could not be written were not removed (%s); tried again at the next write",
                           self.directory, len(keys), exc)
-            return
+            return set()
         with self._retire_lock:
             for key, response in taken.items():
                 if self._unretired.get(key) == response:  # not failed again meanwhile, for a newer response
@@ -1108,6 +1112,7 @@ class DiskTier:
         if announce is not None and announced:
             announce.publish_stored(announced)
         self._remove_replaced(removed)
+        return newer
 
     def _remove(self, filename: str) -> None:
         """Remove a body file no row owns, as diskcache does (an emptied directory goes too); a row's place in

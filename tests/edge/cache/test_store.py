@@ -400,6 +400,18 @@ def test_a_streamed_body_older_by_its_date_is_not_stored_over_the_newer_one(tmp_
         second.close()
 
 
+def full_for(cache: EdgeCache, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The filesystem full for `cache`'s disk writes of `key`, before and after evicting (until monkeypatch.undo)."""
+    batch = cache.disk._batch
+
+    def full(entries: Any, *rest: Any, **named: Any) -> None:
+        if any(obj.key == key for obj in entries):
+            raise sqlite3.OperationalError("database or disk is full")
+        batch(entries, *rest, **named)
+
+    monkeypatch.setattr(cache.disk, "_batch", full)
+
+
 def older_entries(cache: EdgeCache) -> None:
     """Entries stored before the test's own, which the eviction after a full filesystem takes first."""
     for i in range(8):
@@ -418,20 +430,43 @@ def test_a_response_older_by_its_date_that_the_full_filesystem_keeps_out_leaves_
     try:
         older_entries(first)
         first.put(key, b"version two", "text/plain", '"2"', ("t",), headers=dated(2, now), stored_at=now - 60)
-        batch = second.disk._batch
-
-        def full(entries: Any, *rest: Any, **named: Any) -> None:
-            if any(obj.key == key for obj in entries):
-                raise sqlite3.OperationalError("database or disk is full")
-            batch(entries, *rest, **named)
-
-        monkeypatch.setattr(second.disk, "_batch", full)
+        full_for(second, key, monkeypatch)
         second.put(key, b"version one", "text/plain", '"1"', ("t",), headers=dated(1, now - 120))
         monkeypatch.undo()
         assert second.disk.full_events >= 1
         on_disk = first.disk.get(key, load_limit=MB)
         assert on_disk is not None and on_disk.body == b"version two"
         assert getattr(first.get(key), "body", None) == b"version two"
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest.mark.parametrize("stored", ["put", "put_behind"])
+def test_a_fill_older_by_its_date_that_the_full_filesystem_keeps_out_is_not_kept_in_its_workers_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stored: str) -> None:
+    """As above, the fill of version one stored given its purge mark (at once: PurgedMeanwhile, its client gets it,
+    the cache does not), or behind (its disk batch): the disk tier holds a newer response, so the fill is kept out,
+    and the second worker answers version two, not the older one it fetched."""
+    first = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB)
+    second = EdgeCache(tmp_path / "cache", disk_size_limit=64 * MB, memory_bytes=MB)
+    key, now = "pull:z:/page", time.time()
+    try:
+        older_entries(first)
+        first.put(key, b"version two", "text/plain", '"2"', ("t",), headers=dated(2, now), stored_at=now - 60)
+        full_for(second, key, monkeypatch)
+        if stored == "put":
+            with pytest.raises(PurgedMeanwhile):
+                second.put(key, b"version one", "text/plain", '"1"', ("t",), headers=dated(1, now - 120),
+                           since=second.purge_mark())
+        else:
+            writer = HeldWriter()
+            assert second.put_behind(key, b"version one", "text/plain", '"1"', ("t",), dated(1, now - 120),
+                                     writer=writer, since=second.purge_mark()) is not None
+            writer.run()
+        monkeypatch.undo()
+        assert second.disk.full_events >= 1
+        assert [getattr(cache.get(key), "body", None) for cache in (first, second)] == [b"version two"] * 2
     finally:
         first.close()
         second.close()
@@ -448,14 +483,7 @@ def test_a_response_newer_by_its_date_that_the_full_filesystem_keeps_out_retires
     try:
         older_entries(first)
         first.put(key, b"version one", "text/plain", '"1"', ("t",), headers=dated(1, now - 120))
-        batch = second.disk._batch
-
-        def full(entries: Any, *rest: Any, **named: Any) -> None:
-            if any(obj.key == key for obj in entries):
-                raise sqlite3.OperationalError("database or disk is full")
-            batch(entries, *rest, **named)
-
-        monkeypatch.setattr(second.disk, "_batch", full)
+        full_for(second, key, monkeypatch)
         second.put(key, b"version two", "text/plain", '"2"', ("t",), headers=dated(2, now), stored_at=now - 60)
         monkeypatch.undo()
         assert second.disk.full_events >= 1
