@@ -84,12 +84,15 @@ def body_sent(head_only: bool, status: int, length: int) -> int:
 
 class BodyCounter:
     """The body bytes an application answer wrote (its StreamWriter's ``on_body_write``) and, of them,
-    how many its transport no longer held after the last write: those reached the kernel."""
+    how many its transport no longer held after the last write: those reached the kernel. `beneath`: under
+    TLS, the socket's transport beneath it, which holds the sealed records the kernel did not take
+    (assetcdn/edge/fastpath/sendfile.py ``Drain.held``)."""
 
-    __slots__ = ("transport", "written", "handed")
+    __slots__ = ("transport", "beneath", "written", "handed")
 
-    def __init__(self, transport: Any) -> None:
+    def __init__(self, transport: Any, beneath: Any = None) -> None:
         self.transport = transport
+        self.beneath = beneath
         self.written = 0
         self.handed = 0
 
@@ -97,7 +100,11 @@ class BodyCounter:
         self.written += size
         transport = self.transport
         if transport is not None:
-            self.handed = max(self.handed, self.written - transport.get_write_buffer_size())
+            held = transport.get_write_buffer_size()
+            beneath = self.beneath
+            if beneath is not None:
+                held += beneath.get_write_buffer_size()
+            self.handed = max(self.handed, self.written - held)
 
 
 class Sample:
@@ -430,11 +437,13 @@ class DeliveryLog:
             time.time(), request_host(request), request.method, path, zone_of(path), response.status, size,
             cache if cache in CACHE_RESULTS else "BYPASS", country_code(request.headers.get(self.country_header) or ""),
             request.get(REQUEST_ID), request.remote, time.perf_counter() - started if started is not None else 0.0)
-        counter = BodyCounter(transport)
-        request.writer.on_body_write = counter
         if isinstance(transport, HandoffTransport):
+            counter = BodyCounter(transport, transport.beneath)
+            request.writer.on_body_write = counter
             transport.deliver(pending, counter)
             return
+        counter = BodyCounter(transport)
+        request.writer.on_body_write = counter
         task = asyncio.current_task()
         if task is None:
             self.settle(pending, 0, True)

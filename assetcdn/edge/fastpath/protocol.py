@@ -24,6 +24,9 @@ answer the socket takes whole at once, the usual hit, is recorded as it is writt
 transport still holds waits: its place in what the connection queued is kept, the transport's water
 marks go to zero so the connection hears the moment it holds nothing, and it is recorded whole then,
 or, if the connection ends first, with what had left the transport by the last write (``aborted``).
+Over TLS the transport is two: TLS passes each record it seals at once to the socket's transport beneath,
+which holds what the kernel did not take (of a body the application writes in one piece, nearly all): what
+either holds has not left (``Drain.held``), and a waiting delivery hears from both (``beneath_drained``).
 A file counts what sendfile sent; an answer on an HTTP/2 stream, the DATA bytes the stream sent.
 
 Limits kept here: a request head must be complete within ``header_timeout_s`` of the connection
@@ -139,6 +142,11 @@ class HandoffTransport(ForwardingTransport):
         # perf_counter() when the hit path began the request, when it did more than read its head (a fill whose
         # answer it hands over): the client has waited since then, its origin's answer included.
         self.started: float | None = None
+
+    @property
+    def beneath(self) -> asyncio.WriteTransport | None:
+        """Under TLS, the socket's transport beneath the connection's (``Drain.beneath``)."""
+        return self._connection.drain.beneath
 
     def take_fetched(self) -> Any:
         """What the hit path fetched for the request (assetcdn/edge/states/pull.py `handed_fill`), once."""
@@ -346,7 +354,7 @@ class HitProtocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         transport = self.transport
-        if self.waiting and transport is not None and not transport.get_write_buffer_size():
+        if self.waiting and transport is not None and not self.drain.held(transport):
             self.handed = self.queued  # everything queued has left the transport
             self._check_waiting(True)
         self.drain.resume_writing()
@@ -355,6 +363,15 @@ class HitProtocol(asyncio.Protocol):
         if not self.busy and self.buffer and not self.closing:
             self.resume_reading_for(self.drain)
             self.process()
+
+    def beneath_drained(self) -> None:
+        """Over TLS, the socket's transport beneath resumed TLS (assetcdn/edge/tls/site.py `TlsProtocol`): while
+        deliveries wait, its marks are zero, so it holds nothing now, and those whose bytes TLS no longer holds
+        either have reached the kernel."""
+        transport = self.transport
+        if self.waiting and transport is not None and not self.drain.held(transport):
+            self.handed = self.queued
+            self._check_waiting(True)
 
     def eof_received(self) -> bool | None:
         # The client sent all it will: answer what it sent (the request under way, then the ones pipelined behind
@@ -564,7 +581,9 @@ class HitProtocol(asyncio.Protocol):
                 else:
                     transport.writelines(out)
             # The usual answer: the socket took all of it, and its deliveries are recorded whole now.
-            if self.when_sent is None and not transport.get_write_buffer_size() and not transport.is_closing():
+            beneath = self.drain.beneath
+            if self.when_sent is None and not transport.get_write_buffer_size() and (
+                    beneath is None or not beneath.get_write_buffer_size()) and not transport.is_closing():
                 records = self.records
                 if records:
                     record = self.server.deliveries.record_pending
@@ -594,7 +613,7 @@ class HitProtocol(asyncio.Protocol):
             view = views[0]
             piece = view[:TLS_PIECE]
             transport.write(piece)
-            progress.wrote(transport, len(piece))
+            progress.wrote(len(piece), drain.held(transport))
             if len(view) > TLS_PIECE:
                 views[0] = view[TLS_PIECE:]
             else:
@@ -665,7 +684,7 @@ class HitProtocol(asyncio.Protocol):
         alive = transport is not None and not transport.is_closing()
         if alive:
             assert transport is not None
-            self.handed = self.queued - transport.get_write_buffer_size()
+            self.handed = self.queued - self.drain.held(transport)
         self.waiting += places
         self._check_waiting(alive)
 
@@ -704,7 +723,7 @@ class HitProtocol(asyncio.Protocol):
         alive = transport is not None and not transport.is_closing()
         if alive:
             assert transport is not None
-            self.handed = self.queued - transport.get_write_buffer_size()
+            self.handed = self.queued - self.drain.held(transport)
         self.waiting.append([pending, self.queued - counter.written, self.queued])
         self._check_waiting(alive)
 
@@ -777,7 +796,7 @@ class HitProtocol(asyncio.Protocol):
                 self.server.deliveries.settle(pending, progress.sent, transport is None)
             else:
                 self.queued += count
-                self.handed = self.queued - transport.get_write_buffer_size()
+                self.handed = self.queued - self.drain.held(transport)
                 self.waiting.append([pending, self.queued - count, self.queued])
                 self._check_waiting(not transport.is_closing())
         self.busy = False
@@ -869,7 +888,7 @@ class HitProtocol(asyncio.Protocol):
         if transport is None:
             return
         if self.waiting:  # aiohttp writes on its own from here: what has left the transport so far
-            self.handed = self.queued - transport.get_write_buffer_size()
+            self.handed = self.queued - self.drain.held(transport)
             self._check_waiting(False)
         self.transport = None
         self.buffer = b""

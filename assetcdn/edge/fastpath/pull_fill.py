@@ -334,7 +334,7 @@ class PullFills:
                             fill.country, fill.request_id, fill.peer, time.perf_counter() - fill.started)
         if not fill.keep_alive:
             conn.closing = True
-        counter = BodyCounter(conn.transport)
+        counter = BodyCounter(conn.transport, conn.drain.beneath)
         # The head goes out with the body's first piece (one system call), or alone when there is none to send.
         head = [answer_head]
         if fill.head_only or not declared:

@@ -20,7 +20,7 @@ SENDFILE_CHUNK = 4 * 1024 * 1024  # per system call: keeps one call from holding
 class Progress:
     """The bytes of a file range (or of answers in memory) handed to the kernel so far: exact for
     sendfile; for bytes written through a transport, what was written less what the transport still
-    held after the last write."""
+    held after the last write (``Drain.held``)."""
 
     __slots__ = ("written", "sent")
 
@@ -28,22 +28,35 @@ class Progress:
         self.written = 0
         self.sent = 0
 
-    def wrote(self, transport: asyncio.WriteTransport, size: int) -> None:
-        """``size`` more bytes written to ``transport``."""
+    def wrote(self, size: int, held: int) -> None:
+        """``size`` more bytes written to a transport, which then held ``held`` bytes."""
         self.written += size
         # What the transport still holds may include bytes written before these: never more than sent.
-        self.sent = max(self.sent, self.written - transport.get_write_buffer_size())
+        self.sent = max(self.sent, self.written - held)
 
 
 class Drain:
     """Waits until a transport's write buffer is empty, through the protocol's pause/resume calls."""
 
-    __slots__ = ("paused", "_waiter", "_marks")
+    __slots__ = ("paused", "_waiter", "_marks", "beneath", "_beneath_marks")
 
     def __init__(self) -> None:
         self.paused = False
         self._waiter: asyncio.Future[None] | None = None
         self._marks: tuple[int, int] | None = None  # the transport's own (low, high) while lowered to zero
+        # Under TLS, the socket's transport beneath it (assetcdn/edge/tls/site.py `TlsProtocol`): TLS passes it
+        # every record it seals at once, and it holds what the kernel did not take, which the TLS transport's
+        # write buffer size leaves out. None on a plain connection.
+        self.beneath: asyncio.WriteTransport | None = None
+        self._beneath_marks: tuple[int, int] | None = None
+
+    def held(self, transport: asyncio.WriteTransport) -> int:
+        """The bytes written to `transport` that have not reached the kernel: what it holds, and under TLS what
+        the socket's transport beneath it holds (sealed, so a little more than the bytes they carry)."""
+        beneath = self.beneath
+        if beneath is None:
+            return transport.get_write_buffer_size()
+        return transport.get_write_buffer_size() + beneath.get_write_buffer_size()
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -75,12 +88,22 @@ class Drain:
         # stay paused, as nothing more it holds would resume it.
         high = 1 if transport.get_extra_info("sslcontext") is not None else 0
         transport.set_write_buffer_limits(high=high, low=0)
+        beneath = self.beneath
+        if beneath is not None and not beneath.is_closing():
+            # The socket's transport pauses TLS while it holds any byte and resumes it once it holds none, which
+            # TLS tells the connection (`TlsProtocol.resume_writing`): the TLS transport may hold none before.
+            self._beneath_marks = beneath.get_write_buffer_limits()
+            beneath.set_write_buffer_limits(high=0, low=0)
         return True
 
     def restore_marks(self, transport: asyncio.WriteTransport) -> None:
         marks, self._marks = self._marks, None
         if marks is not None:
             transport.set_write_buffer_limits(high=marks[1], low=marks[0])
+        marks, self._beneath_marks = self._beneath_marks, None
+        beneath = self.beneath
+        if marks is not None and beneath is not None and not beneath.is_closing():
+            beneath.set_write_buffer_limits(high=marks[1], low=marks[0])
 
     def full(self, transport: asyncio.WriteTransport) -> bool:
         """The client is behind: the transport paused the protocol, and holds more than its own high-water
@@ -205,7 +228,7 @@ async def write_file(transport: asyncio.WriteTransport, drain: Drain, fileno: in
         transport.write(chunk)
         offset += len(chunk)
         count -= len(chunk)
-        progress.wrote(transport, len(chunk))
+        progress.wrote(len(chunk), drain.held(transport))
 
 
 async def write_views(transport: asyncio.WriteTransport, drain: Drain, views: list[memoryview],
@@ -218,7 +241,7 @@ async def write_views(transport: asyncio.WriteTransport, drain: Drain, views: li
                 raise ConnectionResetError("connection closing")
             piece = view[:TLS_PIECE]
             transport.write(piece)
-            progress.wrote(transport, len(piece))
+            progress.wrote(len(piece), drain.held(transport))
             view = view[TLS_PIECE:]
 
 

@@ -12,11 +12,17 @@ protocol would do the same with public API, but loses a ClientHello that arrives
 protocol ALPN chose takes over: ``h2`` goes to an HTTP/2 connection (assetcdn/edge/tls/h2.py), anything
 else (``http/1.1``, or no ALPN) to the same HitProtocol as the plain port, so hits are answered below
 aiohttp and the rest by the application, over TLS.
+
+A HitProtocol counts a delivery's bytes once they reached the kernel (assetcdn/edge/fastpath/protocol.py). TLS
+passes every record it seals to the socket's transport beneath at once, and that transport holds what the
+kernel did not take, which the TLS transport's write buffer size leaves out: ``TlsProtocol`` gives the
+connection that transport, to count what it holds, and tells it when that transport has sent all it held.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -63,15 +69,43 @@ class HeapTrim:
         self.handle = asyncio.get_running_loop().call_later(1.0, self._tick)
 
 
+class TlsProtocol(SSLProtocol):  # type: ignore[misc]  # uvloop's, untyped
+    """uvloop's TLS protocol, which keeps the socket's transport beneath it (`beneath`) and, each time that
+    transport resumes it (it holds no more than its low-water mark), calls `drained` after its own work (the
+    connection's ``HitProtocol.beneath_drained``; None: no one is told)."""
+
+    __slots__ = ("beneath", "drained")
+
+    def __init__(self, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self.beneath: asyncio.WriteTransport | None = None
+        self.drained: Callable[[], None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.beneath = transport  # type: ignore[assignment]  # uvloop's TCPTransport, not a subclass
+        super().connection_made(transport)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        drained = self.drained
+        if drained is not None:
+            drained()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.drained = None  # the connection's method: a cycle through the transport otherwise
+        super().connection_lost(exc)
+
+
 class AlpnChoice(asyncio.Protocol):
     """The protocol of a connection until its TLS handshake is done; then it hands the connection to the
-    protocol ALPN chose and is gone."""
+    protocol ALPN chose and is gone. `tls`: the connection's TLS protocol."""
 
-    __slots__ = ("hits", "limits")
+    __slots__ = ("hits", "limits", "tls")
 
     def __init__(self, hits: HitServer, limits: H2Limits) -> None:
         self.hits = hits
         self.limits = limits
+        self.tls: TlsProtocol | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         ssl_object = transport.get_extra_info("ssl_object")
@@ -83,6 +117,10 @@ class AlpnChoice(asyncio.Protocol):
             protocol = HitProtocol(self.hits)
             if isinstance(ssl_object, TlsObject):  # a last answer and close_notify leave in one write
                 protocol.last_write = ssl_object.last_write
+            tls, self.tls = self.tls, None
+            if tls is not None:  # what the socket's transport holds has not reached the kernel either
+                protocol.drain.beneath = tls.beneath
+                tls.drained = protocol.beneath_drained
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
 
@@ -107,8 +145,9 @@ class HttpsSite(HitSite):
         """uvloop's own TLS protocol (what its listener makes when given a context), made here for each
         connection so that it starts with the current front context (its ticket keys up to date), behind the
         check of the first record (assetcdn/edge/tls/client_hello.py) until that record is whole."""
-        tls = SSLProtocol(asyncio.get_running_loop(), AlpnChoice(hits, self.limits), self.certificates.front_context(),
-                          None, server_side=True, ssl_handshake_timeout=self.handshake_timeout_s)
+        choice = AlpnChoice(hits, self.limits)
+        tls = choice.tls = TlsProtocol(asyncio.get_running_loop(), choice, self.certificates.front_context(), None,
+                                       server_side=True, ssl_handshake_timeout=self.handshake_timeout_s)
         return ClientHelloCheck(tls, self.certificates.unreadable_names.refused)
 
     async def start(self) -> None:

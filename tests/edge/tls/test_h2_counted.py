@@ -1,7 +1,8 @@
 """Deliveries over TLS cut short (a real `assetcdn up` with an https port): HTTP/2 streams reset as soon as
 they are asked count the DATA bytes each stream sent, and HTTP/1.1 connections reset after reading a
-little count no more than the kernel could take, not the size of the file asked for. Memory-tier hits
-handed to TLS a piece at a time are counted once each, whole, when read whole."""
+little count no more than the kernel could take, not the size of the file asked for, whether the hit path
+wrote it a piece at a time or the application in one piece (which TLS passes whole to the socket's
+transport). Memory-tier hits handed to TLS a piece at a time are counted once each, whole, when read whole."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import pytest
 from tests.edge.tls.client import H2Client, client_context
 from tests.integration.harness import ACCESS, ACCOUNT
 from tests.support.https import HttpsCdn
-from tests.support.sockets import REALLY_WRITTEN_MAX
+from tests.support.sockets import RCVBUF, REALLY_WRITTEN_MAX
 
 pytestmark = pytest.mark.integration
 
@@ -79,16 +80,43 @@ def test_streams_reset_at_once_add_what_they_sent(https_cdn: HttpsCdn) -> None:
     # HTTP/1.1 over TLS: the file is written through the TLS transport, then the client resets.
     before = statistics(https_cdn, 2 + RESETS)
     for _ in range(3):
-        raw = socket.create_connection(("127.0.0.1", https_cdn.https_port))
-        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
-        tls = client_context(https_cdn.ca_file).wrap_socket(raw, server_hostname="localhost")
-        tls.sendall(f"GET /{FILE} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
-        received = 0
-        while received < 100_000:
-            received += len(tls.recv(65536))
-        tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        tls.close()
+        tls_read_then_reset(https_cdn, FILE)
     assert statistics(https_cdn, 2 + RESETS + 3) - before <= 3 * REALLY_WRITTEN_MAX
+
+
+def tls_read_then_reset(https_cdn: HttpsCdn, path: str) -> bytes:
+    """An HTTP/1.1-over-TLS client with a small receive buffer that asks for `path`, reads some 100 KB of the
+    answer and resets the connection (SO_LINGER 0): what it read."""
+    raw = socket.create_connection(("127.0.0.1", https_cdn.https_port), timeout=WAIT_S)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+    tls = client_context(https_cdn.ca_file).wrap_socket(raw, server_hostname="localhost")
+    try:
+        tls.sendall(f"GET /{path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+        received = b""
+        while len(received) < 100_000:
+            data = tls.recv(65536)
+            assert data, "the connection ended"
+            received += data
+        tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    finally:
+        tls.close()
+    return received
+
+
+APPLICATION_ZONE = "tlsanswered"
+APPLICATION_FILE = f"{APPLICATION_ZONE}/v1/big.bin"
+
+
+def test_application_answers_reset_over_tls_count_what_left(https_cdn: HttpsCdn) -> None:
+    """The first request after the upload is the application's (a miss), whose body it hands to TLS in one
+    write: TLS encrypts it and passes it all to the socket's transport, which holds what the kernel did not
+    take. A client that reads a little and resets is counted no more than the kernel could take."""
+    asyncio.run(control(https_cdn, "POST", "/api/core/zones", json={"Name": APPLICATION_ZONE}, headers=ACCOUNT))
+    asyncio.run(control(https_cdn, "PUT", f"/api/storage/{APPLICATION_FILE}", data=BODY,
+                        headers={**ACCESS, "Checksum": hashlib.sha256(BODY).hexdigest()}))
+    received = tls_read_then_reset(https_cdn, APPLICATION_FILE)
+    assert b"\r\nx-cache: miss\r\n" in received.partition(b"\r\n\r\n")[0].lower()
+    assert statistics(https_cdn, 1, APPLICATION_ZONE) <= REALLY_WRITTEN_MAX
 
 
 PIECES_ZONE = "tlspieces"
