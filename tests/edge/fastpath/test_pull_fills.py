@@ -77,6 +77,16 @@ async def filled(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Fill
         yield FillCdn(cdn, origin)
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def patient_filled(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[FillCdn]:
+    """`filled` with an origin given 30 s for its head: for tests that hold the head back until requests joined,
+    which a loaded machine can stretch past the 1 s of `filled` (their subject is who waits for whom)."""
+    async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-fills-patient"), ZONE,
+                                    ASSETCDN_ORIGIN_FIRST_BYTE_TIMEOUT_S="30",
+                                    ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="3600") as (cdn, origin):
+        yield FillCdn(cdn, origin)
+
+
 def comparable(response: Response) -> tuple[int, list[tuple[str, str]], bytes]:
     headers = sorted((k.lower(), v) for k, v in response.headers.items() if k.lower() not in PER_REQUEST)
     return response.status, headers, response.body
@@ -247,13 +257,14 @@ async def _answer_or_error(conn: Any, target: str) -> Response | Exception:
 @pytest.mark.parametrize("failure", ["no answer", "body cut short", "body cut short once"])
 @pytest.mark.parametrize("path", ["hit", "application"])
 async def test_requests_waiting_for_a_fill_the_origin_fails_get_that_failure_not_a_request_each(
-        filled: FillCdn, path: str, failure: str) -> None:
+        patient_filled: FillCdn, path: str, failure: str) -> None:
     """Six requests wait for a fill whose origin breaks the connection within its head: the waiters answer 502
     with the leader's failure, and the failing origin is asked once, not seven times. One cut halfway through its
     body leaves nothing stored: one of the waiters asks again and the others wait for it, so a cut that does not
     happen again costs one more origin request in all (every waiter then gets the whole body from the cache);
     one that happens again is every waiter's 502, whole (the one that asked had its body read before answering),
     and the origin is asked no more."""
+    filled = patient_filled  # its origin holds the head until every waiter joined
     name = f"/failing-{path}-{failure.replace(' ', '-')}.bin"
     cut = asyncio.Event()
 
