@@ -76,7 +76,11 @@ class MemoryTier:
     a memory-only entry put since then becomes a victim only if it was read since it was put (``get``): one nobody
     asked for again is let go at eviction (counted in ``unread_dropped``) rather than push out of the disk tier what
     is there, and its key is remembered among the ghosts, so that the next fill of that key is written when it is
-    evicted in turn. An entry put while the disk tier had room is written when evicted, read or not.
+    evicted in turn. An entry put while the disk tier had room is written when evicted, read or not, unless the
+    writer is behind the evictions (``victims_pressing``) at that moment: an evicted entry nobody read since its put
+    is let go then as well (ghosted the same way), whatever the disk tier's room, so that a flood of one-time URLs
+    does not have every fill wait for the writer to write the one-time URLs before it; what was read is still
+    written.
     """
 
     def __init__(self, max_bytes: int, max_object_size: int, *, second_hit: bool = True) -> None:
@@ -108,7 +112,9 @@ class MemoryTier:
         self.second_hit = second_hit
         self.disk_has_room = True  # set by the disk writer (assetcdn/edge/cache/write_behind.py) after each batch
         self.in_flight: frozenset[str] = frozenset()  # the keys of the disk writer's batch under way (set by it)
-        self._unread: set[str] = set()  # memory-only entries not read since their put (with second_hit)
+        # The memory-only entries not read since their put (with second_hit), each with whether the disk tier was full
+        # at its put: let go at eviction while the disk tier is full (if so) or while the writer is behind (either).
+        self._unread: dict[str, bool] = {}
         # The entries queued for the disk writer and not settled yet (``queued``): one the LRU evicts before its
         # batch becomes a victim, written all the same (the disk tier may hold an older response under its key).
         self._queued: dict[str, CachedObject] = {}
@@ -147,7 +153,8 @@ class MemoryTier:
     def victims_pressing(self) -> bool:
         """The victims (waiting for the disk writer or being written) hold over half their room: the writer is
         behind the evictions, and new fills wait for it (assetcdn/edge/cache/store.py `put_behind`) and reads from
-        the disk tier are not brought into memory (`EdgeCache.get`), rather than have victims let go."""
+        the disk tier are not brought into memory (`EdgeCache.get`), rather than have victims let go; evicted
+        entries nobody read since their put are let go meanwhile (with ``second_hit``)."""
         return self._victim_bytes * 2 > self.max_bytes // VICTIM_SHARE
 
     @property
@@ -204,7 +211,7 @@ class MemoryTier:
             if obj is not None:
                 self._entries.move_to_end(key)
                 if self._unread:
-                    self._unread.discard(key)
+                    self._unread.pop(key, None)
             return obj
 
     def put(self, obj: CachedObject) -> bool:
@@ -226,9 +233,9 @@ class MemoryTier:
             self._bytes += cost
             if type(obj) is MemoryOnly:
                 self._unwritten += 1
-                # Put while the disk tier has room: written when evicted, read or not (no need to know).
-                if self.second_hit and not self.disk_has_room and not self._is_ghost(obj.key):
-                    self._unread.add(obj.key)
+                # A URL let go unread before is written when evicted this time, read or not.
+                if self.second_hit and not self._is_ghost(obj.key):
+                    self._unread[obj.key] = not self.disk_has_room
             for tag in tags:
                 self._index(tag, obj.key)
             victims = self._evict_over()
@@ -244,14 +251,14 @@ class MemoryTier:
         while self._bytes > limit and self._entries:
             oldest = next(iter(self._entries))
             evicted = self._entries[oldest]
-            unread = oldest in self._unread
+            unread = self._unread.get(oldest)  # None: read since its put (or not a memory-only entry)
             cost = self._drop(oldest, evicted)
             if type(evicted) is not MemoryOnly:
                 if self._queued.get(oldest) is not evicted:  # on disk already: a copy
                     continue
                 self._victimize(evicted, cost)  # queued for the disk writer: written all the same
                 victims = True
-            elif unread and not self.disk_has_room:
+            elif unread is not None and (unread and not self.disk_has_room or self.victims_pressing):
                 self._ghost(oldest)
             else:
                 self._victimize(evicted, cost)
@@ -318,7 +325,7 @@ class MemoryTier:
                 elif stored and type(obj) is MemoryOnly:
                     if self._entries.get(key) is obj:
                         self._unwritten -= 1
-                        self._unread.discard(key)
+                        self._unread.pop(key, None)
                     written(obj)
 
     def forget(self, obj: CachedObject) -> None:
@@ -527,7 +534,7 @@ class MemoryTier:
         if type(obj) is MemoryOnly:
             self._unwritten -= 1
             if self._unread:
-                self._unread.discard(key)
+                self._unread.pop(key, None)
         for tag in tags:
             held = self._by_tag.get(tag)
             if held is None:

@@ -518,7 +518,8 @@ class EdgeCache:
         (module docstring); unless the disk tier may hold the key already, when it is queued as with several
         workers (without a future to wait for). While the disk writer is behind what the memory tier evicts
         (``victims_pressing``), a memory-only entry is queued too, with the future: its fill waits for the writer,
-        which so sets the pace of fills instead of letting victims go unwritten; so does a fill queued because the
+        which so sets the pace of fills instead of letting victims asked for again go unwritten (the memory tier lets go the
+        ones nobody read since their fill meanwhile, assetcdn/edge/cache/memory.py); so does a fill queued because the
         disk tier may hold its key (evicted before its batch, it waits among the victims, never let go).
         ``since``: as ``put`` takes it; None too once a purge was published since that mark, so that the caller's
         ``put`` reads the purge log off the event loop (here only the mark is read)."""

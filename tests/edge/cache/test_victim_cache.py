@@ -401,6 +401,41 @@ def test_while_the_disk_tier_has_room_a_fill_nobody_read_again_is_written_when_e
     assert on_disk(cache, KEY) == BODY and cache.memory.unread_dropped == 0
 
 
+def test_while_the_writer_is_behind_a_fill_nobody_read_again_is_let_go_and_its_next_fill_is_written(
+        cache: EdgeCache) -> None:
+    """With room on disk, an evicted fill is written, read or not, while the writer keeps up; once it is behind, one
+    nobody asked for again is let go rather than queued behind the others (a crawl of one-time URLs then does not
+    have every fill wait for the writer), remembered so that its next fill is written. A fill read again is still
+    written."""
+    writer = HeldWriter()
+    for n in range(3):  # the least recently used: their evictions put the writer behind
+        fill(cache, writer, f"pull:z:/early-{n}")
+    fill(cache, writer, read=False)
+    fill(cache, writer, "pull:z:/read")
+    while "pull:z:/early-2" in cache.memory:
+        evict(cache, "pull:z:/early-2")
+    assert cache.memory.victims_pressing and cache.disk.has_room()
+    evict(cache)
+    assert cache.memory.unread_dropped == 1 and cache.memory.victim(KEY) is None
+    evict(cache, "pull:z:/read")
+    assert cache.memory.victim("pull:z:/read") is not None
+    writer.run()
+    assert on_disk(cache, KEY) is None and cache.get(KEY) is None
+    assert on_disk(cache, "pull:z:/read") == BODY
+    assert not cache.memory.victims_pressing
+    for n in range(3):
+        fill(cache, writer, f"pull:z:/later-{n}")
+    fill(cache, writer, body=b"b" * KB, read=False)  # asked for again: written when evicted, behind or not
+    while "pull:z:/later-2" in cache.memory:
+        evict(cache, "pull:z:/later-2")
+    assert cache.memory.victims_pressing
+    evict(cache)
+    assert cache.memory.victim(KEY) is not None
+    writer.run()
+    assert on_disk(cache, KEY) == b"b" * KB
+    assert cache.memory.unread_dropped == 1
+
+
 def test_once_the_disk_tier_is_full_a_fill_nobody_read_again_is_let_go_and_its_next_fill_is_written(
         full: EdgeCache) -> None:
     """A one-time URL does not push out what the full disk tier holds; one asked for again after its unread copy
