@@ -31,8 +31,9 @@ A file counts what sendfile sent; an answer on an HTTP/2 stream, the DATA bytes 
 
 Limits kept here: a request head must be complete within ``header_timeout_s`` of the connection
 opening or of the previous answer (the same deadline aiohttp applies; the connection is closed
-without an answer), and a head larger than ``MAX_HEAD`` goes to aiohttp, which refuses it with its
-own limits (so a head may carry no more than aiohttp would accept). Responses to pipelined requests are written together, in order; while the client does
+without an answer), and a head larger than ``MAX_HEAD``, of more than ``MAX_REQUEST_FIELDS`` fields, or with a
+field aiohttp reads as one value (``SINGLE_VALUED``) twice goes to aiohttp, which refuses it with its own limits
+(so a head may carry no more than aiohttp would accept: a request is never a 200 here and a 400 there). Responses to pipelined requests are written together, in order; while the client does
 not read them (the transport's write buffer is full) no further request is read.
 
 Over TLS a read is the client's whole decrypted data, however much was pipelined: requests are answered
@@ -73,8 +74,10 @@ if TYPE_CHECKING:
 # What a lost connection's parser is replaced by (see ``connection_lost``).
 LOST_PARSER = httptools.HttpRequestParser(object())
 # A longer head goes to aiohttp, whose own limits then apply (max_line_size and max_field_size
-# 8190 each, 128 headers): a head within this size is within all of them.
+# 8190 each): a head within this size is within both. Not within its 128 fields (a field line may be 4 bytes).
 MAX_HEAD = 8190
+MAX_REQUEST_FIELDS = 128        # aiohttp's max_headers: a head of more fields goes to aiohttp, which refuses it
+FEW_FIELDS_HEAD = 4 * (MAX_REQUEST_FIELDS + 1)  # no head this long has more fields: its lines are not counted
 MAX_PIPELINED = 256 * 1024      # bytes read ahead while a request is being answered elsewhere
 READ_AHEAD = "read-ahead"       # why reading is paused: MAX_PIPELINED bytes wait
 TURN = "turn"                   # why reading is paused: pipelined requests wait for the loop's next turn
@@ -88,10 +91,19 @@ CACHE_FIELDS = 6
 # decides), and If-Match and If-Unmodified-Since (a stored file's are evaluated by assetcdn/edge/states/deliver.py,
 # a pull zone passes them to its origin).
 APPLICATION_FIELDS = 4
+# Fields aiohttp reads as one value, refusing a request that sends one twice (400, its parser's SINGLETON_HEADERS;
+# Host has slot 0, and llhttp refuses a second Content-Length or Transfer-Encoding itself): a repeated slot hands
+# the request over, as any does. User-Agent, in nearly every request, has a slot of its own; the others, rare in a
+# request, share one (two different ones then hand it over too: the application answers it as it would anyway).
+USER_AGENT = 7
+SINGLE_VALUED = 8
 WANTED = {b"host": 0, b"if-none-match": 1, b"range": 2, b"x-request-id": 3,
           **dict.fromkeys((b"expect", b"if-match", b"if-unmodified-since"), APPLICATION_FIELDS),
-          **dict.fromkeys((b"cache-control", b"pragma", b"if-modified-since", b"if-range"), CACHE_FIELDS)}
-SLOTS = CACHE_FIELDS + 1        # the length of a request's slots list (an HTTP/2 stream's too)
+          **dict.fromkeys((b"cache-control", b"pragma", b"if-modified-since", b"if-range"), CACHE_FIELDS),
+          b"user-agent": USER_AGENT,
+          **dict.fromkeys((b"content-type", b"content-location", b"content-range", b"etag", b"max-forwards",
+                           b"server"), SINGLE_VALUED)}
+SLOTS = SINGLE_VALUED + 1       # the length of a request's slots list (an HTTP/2 stream's too)
 ANSWERED, HAND_OVER, GIVE_AWAY, BUSY = 0, 1, 2, 3  # BUSY: the head is in `out`, `pending_file` follows
 FILL = 4  # a pull zone's miss the hit server fills on this connection (assetcdn/edge/fastpath/pull_fill.py)
 SO_PEERNAME = 28                # Linux: the peer's address even once the connection was reset
@@ -440,12 +452,14 @@ class HitProtocol(asyncio.Protocol):
             if end < 0:
                 break
             head_end = end + 4
-            if head_end - pos > MAX_HEAD:
+            if head_end - pos > MAX_HEAD or (head_end - pos > FEW_FIELDS_HEAD
+                                             and buf.count(b"\n", pos, head_end) > MAX_REQUEST_FIELDS + 2):
                 self._flush(out)
                 self._give_away(buf[pos:])
                 return
             headers = self.headers
-            headers[0] = headers[1] = headers[2] = headers[3] = headers[4] = headers[5] = headers[6] = None
+            headers[0] = headers[1] = headers[2] = headers[3] = headers[4] = headers[5] = headers[6] = headers[7] = \
+                headers[8] = None
             self.complete = self.repeated = False
             upgrade = False
             try:

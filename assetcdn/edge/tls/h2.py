@@ -56,7 +56,14 @@ import ngh2
 from ngh2 import ErrorCode, NeverIndexedHeader
 from ngh2.types import Header
 
-from assetcdn.edge.fastpath.protocol import CACHE_FIELDS, MAX_HEAD, SLOTS, Decide, HitProtocol
+from assetcdn.edge.fastpath.protocol import (
+    CACHE_FIELDS,
+    MAX_HEAD,
+    MAX_REQUEST_FIELDS,
+    SLOTS,
+    Decide,
+    HitProtocol,
+)
 from assetcdn.edge.origin_http import HEAD_FIELD_LINES, MAX_FIELDS
 from assetcdn.edge.tls.h2_guard import FrameGuard
 from assetcdn.shared.config import Settings
@@ -883,8 +890,8 @@ class H2Protocol(asyncio.Protocol):
                     return self.hits.answer
                 slots[slot] = value
         method, path, authority = slots[METHOD], slots[PATH], slots[AUTHORITY]
-        if method != GET and method != HEAD or path is None or size > MAX_HEAD:  # aiohttp's limits decide
-            return self.hits.answer
+        if method != GET and method != HEAD or path is None or size > MAX_HEAD or len(headers) > MAX_REQUEST_FIELDS:
+            return self.hits.answer  # aiohttp's limits decide (its HTTP/1.1 side counts the head's fields)
         host = authority or slots[0]
         if host is None or SPACE in path or TAB in path or SPACE in host:
             return self.hits.answer

@@ -40,8 +40,9 @@ from tests.support.cdn import ZONE as STORED_ZONE
 from tests.support.control import METRICS
 from tests.support.feeds import record_feeds, waits_for_its_fill
 from tests.support.h2_memory import H2InProcess, MemoryHttp11
-from tests.support.hit_cdn import READ_S, HitCdn, Response, request_bytes
+from tests.support.hit_cdn import READ_S, HitCdn, RawConnection, Response, request_bytes
 from tests.support.origins import LONG, PREFIX, ScriptedOrigin, pull_zone_on_hit_cdn, stored_url
+from tests.support.raw_origin import KEPT, zone_before
 from tests.support.sockets import read_then_reset, slow_reader
 from tests.support.wait import wait_until
 
@@ -1829,3 +1830,48 @@ async def test_a_request_with_a_body_asking_for_an_upgrade_reaches_the_origin_wi
         conn.close()
     assert (answer.status, answer.body) == (200, b"posted")
     assert [(seen.method, seen.body) for seen in filled.origin.requests(name)] == [("POST", b"form")]
+
+
+MORE_FIELDS_THAN_READ = "".join(f"X-Field-{i}: {i}\r\n" for i in range(128))  # with Host, one more than aiohttp reads
+
+
+@pytest.mark.parametrize("fields", ["User-Agent: a\r\nUser-Agent: b\r\n", "Max-Forwards: 1\r\nMax-Forwards: 1\r\n",
+                                    MORE_FIELDS_THAN_READ], ids=["two-user-agents", "two-max-forwards", "129-fields"])
+async def test_a_request_head_the_application_refuses_is_refused_on_the_hit_path_too(filled: FillCdn,
+                                                                                    fields: str) -> None:
+    """The application refuses a head with more than 128 fields, or with a field it reads as a single value
+    (User-Agent, Max-Forwards, Content-Type...) twice: 400, the origin never asked. The hit path took such a head
+    as sound: it asked the origin for the miss and answered 200 (storing it), and answered the URL's hit, where the
+    same request got a 400 wherever the application answers (`fast_hits = false`, a stale copy, a Range...). It
+    goes to the application now, over HTTP/1.1 and on an HTTP/2 stream."""
+    async def storable(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\n" + KEPT + b"Content-Length: 2\r\n\r\nok")
+        await writer.drain()
+
+    assert filled.cdn.site.hits is not None
+    secure = HitServer(filled.cdn.app, filled.cdn.site.hits.web_server, secure=True)
+    h2_fields = cast(list[tuple[str, str]], [tuple(line.lower().split(": ", 1)) for line in fields.split("\r\n") if line])
+    try:
+        async with zone_before(filled.cdn, storable) as (zone, origin):
+            h2 = H2InProcess(secure)
+            for stored in (False, True):
+                target = f"/{zone}/refused.bin"
+                if stored:  # sound requests store it first (http and https apart): the odd one is then a hit
+                    sound = await filled.cdn.connect()
+                    assert (await sound.request(target)).header("X-Cache") == "MISS"
+                    sound.close()
+                    assert [(await h2.get(target, [])).headers["x-cache"] for _ in range(2)] == ["MISS", "HIT"]
+                answers = []
+                for port in (filled.cdn.port, filled.cdn.plain_port):
+                    conn = await RawConnection.open(port)
+                    try:
+                        await conn.send(f"GET {target} HTTP/1.1\r\nHost: edge.test\r\n{fields}\r\n".encode())
+                        answers.append(await conn.response())
+                    finally:
+                        conn.close()
+                answers.append(await h2.get(target, h2_fields))
+                assert [answer.status for answer in answers] == [400] * 3, (stored, answers[0].body)
+                assert all(orjson.loads(answer.body)["error"]["code"] == "BadRequest" for answer in answers)
+                assert origin.requests == 2 * stored
+    finally:
+        secure.stop()
