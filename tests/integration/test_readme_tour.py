@@ -1,6 +1,6 @@
 """The README's tour, run as a new user runs it: its shell commands, verbatim but for the base URL, with bash
 against a real `assetcdn up` with demo content, each step's answer checked (status codes, the files it saves,
-a real WebP)."""
+a real WebP); and the API guide's pull zone and purge examples, run the same way."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ from tests.prerequisites import installed_program
 pytestmark = pytest.mark.integration
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+API_GUIDE = README.parent / "docs" / "api-guide.md"
+# The API guide's sections whose examples a reader runs in order against their own `make run`: a pull zone of
+# their own, then a tag purge within it.
+GUIDE_SECTIONS = ("Pull zones: an edge in front of your own origin", "Edges, the cluster protocol, purges")
 TOUR_URL = "http://127.0.0.1:8788"  # the base URL the README's tour is written for (`make run`'s default)
 ORIGIN_PORT = "9000"  # the port of the tour's own origin (a pull zone's), run here on a free one
 STATUS = "\n@status "
@@ -34,9 +38,9 @@ CURL_STATUS = "curl() { command curl --write-out '\\n@status %{http_code}\\n' \"
 
 def tour_commands(readme: str) -> list[str]:
     """The commands of the README's ```sh blocks that use the tour's base URL, a command per line (lines
-    ending in a backslash joined), comments and blank lines left out."""
+    ending in a backslash joined), comments and blank lines left out. A block may be indented (in a list item)."""
     commands = []
-    for block in re.findall(r"^```sh\n(.*?)^```", readme, flags=re.S | re.M):
+    for block in re.findall(r"^[ \t]*```sh\n(.*?)^[ \t]*```", readme, flags=re.S | re.M):
         if TOUR_URL not in block:
             continue
         for command in block.replace("\\\n", " ").splitlines():
@@ -66,6 +70,14 @@ class Step:
 
     def json(self) -> dict:
         return json.loads(self.body)
+
+
+def guide_sections(guide: str, titles: tuple[str, ...]) -> str:
+    """The text of the API guide's `## ` sections of those titles, in the guide's order."""
+    sections = re.split(r"^(?=## )", guide, flags=re.M)
+    chosen = [section for section in sections if section.splitlines()[0].removeprefix("## ") in titles]
+    assert len(chosen) == len(titles), f"the API guide has no section of each of {titles}"
+    return "".join(chosen)
 
 
 def run_step(command: str, directory: Path, cdn: RunningCdn, origin_port: int) -> Step:
@@ -156,6 +168,34 @@ def pulled(step: Step) -> None:
     assert again.statuses == [200] and "X-Cache: HIT" in again.output and "Age: " in again.output, again.output
 
 
+def guide_site_made(step: Step) -> None:
+    assert (step.directory / "site" / "hello.txt").read_text() == "hello\n"
+
+
+def guide_pull_zone_created(step: Step) -> None:
+    assert step.statuses == [201], step.output
+    assert (step.json()["Name"], step.json()["Kind"]) == ("site", "pull")
+
+
+def guide_pulled(step: Step) -> None:
+    assert step.statuses == [200] and "X-Cache: MISS" in step.output, step.output
+    assert step.body.endswith("hello\n"), step.output
+    again = run_step(step.command, step.directory, step.cdn, step.origin_port)  # "MISS, then HIT (Age ...)"
+    assert again.statuses == [200] and "X-Cache: HIT" in again.output and "Age: " in again.output, again.output
+
+
+def guide_tag_purged(step: Step) -> None:
+    """The answer the guide shows under its example (its `...` standing for the fields it leaves out), for the
+    pull zone the guide made: a reader who follows the guide has that zone, and no other."""
+    assert step.statuses == [200], step.output
+    shown = re.search(r"^\s*# (\{\"success\".*), \.\.\.\}$", API_GUIDE.read_text(), flags=re.M)
+    assert shown, "the API guide no longer shows the tag purge's answer"
+    documented = json.loads(shown.group(1) + "}")
+    answer = step.json()
+    assert {name: answer.get(name) for name in documented} == documented, step.output
+    assert answer["zone"] == "site", step.output
+
+
 # What each step of the tour must answer, in the tour's order: a step the tour adds needs its check here.
 CHECKS: list[tuple[str, Callable[[Step], None]]] = [
     (r"^curl -i \S+/demo/v1/logos/logo\.svg$", demo_svg),
@@ -171,6 +211,16 @@ CHECKS: list[tuple[str, Callable[[Step], None]]] = [
     (r"^python3 -m http\.server 9000 --bind 127\.0\.0\.1 --directory site .*&$", origin_started),
     (r"^curl -X POST .*\"Origin\".* \S+/api/core/zones$", pull_zone_created),
     (r"^curl -i \S+/mysite/hello\.txt$", pulled),
+]
+
+
+# What each example of the API guide's pull zone and purge sections must answer, in the guide's order.
+GUIDE_CHECKS: list[tuple[str, Callable[[Step], None]]] = [
+    (r"^mkdir -p site && echo 'hello' > site/hello\.txt && touch -d '1 day ago' site/hello\.txt$", guide_site_made),
+    (r"^python3 -m http\.server 9000 --bind 127\.0\.0\.1 --directory site .*&$", origin_started),
+    (r"^curl -X POST .*\"Origin\".* \S+/api/core/zones$", guide_pull_zone_created),
+    (r"^curl -i \S+/site/hello\.txt\b", guide_pulled),
+    (r"^curl -X POST .*\"zone\".* \S+/api/purge$", guide_tag_purged),
 ]
 
 
@@ -204,3 +254,15 @@ def test_the_readme_tour_works_step_by_step(cdn: RunningCdn, tmp_path: Path, ori
         checks[0][1](step)
         checked.append(checks[0][0])
     assert checked == [pattern for pattern, _ in CHECKS]  # every step, in its order
+
+
+def test_the_api_guides_pull_zone_and_purge_examples_work(cdn: RunningCdn, tmp_path: Path, origin_port: int) -> None:
+    checked = []
+    for command in tour_commands(guide_sections(API_GUIDE.read_text(), GUIDE_SECTIONS)):
+        checks = [(pattern, check) for pattern, check in GUIDE_CHECKS if re.search(pattern, command)]
+        assert len(checks) == 1, f"an example of the API guide this test does not check: {command!r}"
+        step = run_step(command, tmp_path, cdn, origin_port)
+        assert step.returncode == 0, (command, step.output, step.errors)
+        checks[0][1](step)
+        checked.append(checks[0][0])
+    assert checked == [pattern for pattern, _ in GUIDE_CHECKS]  # every example, in its order
