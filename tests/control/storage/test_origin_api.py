@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import jsonschema_rs
 import orjson
 import pytest
 import pytest_asyncio
@@ -251,6 +252,21 @@ async def test_deleting_the_zone_removes_its_origin(control: TestClient) -> None
     await storage_zone(control, "deleted")
     await expect_error(await control.get("/api/core/zones/deleted/origin", headers=ACCOUNT), 404, "NoOrigin")
     assert "deleted" not in await published_origins(control)
+
+
+async def test_an_origin_named_in_unicode_is_answered_as_the_api_document_describes_it(control: TestClient) -> None:
+    """A host name in Unicode (an IDN: the edges look it up in its ASCII form) and a path prefix outside ASCII (asked
+    for percent-encoded) are taken and shown back as given. The document called `Url` a `uri` (RFC 3986: ASCII
+    only), which such an answer is not, so a client that held the answers to the document refused them."""
+    origin = {"Url": "https://b\u00fccher.example/bilder/gr\u00f6\u00dfe"}
+    resp = await create(control, "unicoded", origin)
+    assert resp.status == 201, await resp.text()
+    answers = [(await resp.json())["Origin"]]
+    answers.append((await (await control.get("/api/core/zones/unicoded/origin", headers=ACCOUNT)).json())["Origin"])
+    assert [answer["Url"] for answer in answers] == [origin["Url"]] * 2
+    schema = {**document()["components"]["schemas"]["PullOrigin"], "components": document()["components"]}
+    validator = jsonschema_rs.Draft202012Validator(schema, validate_formats=True)
+    assert [error.message for answer in answers for error in validator.iter_errors(answer)] == []
 
 
 async def refused_both_ways(shared: tuple[TestClient, Path], origin: Any, target: str) -> None:
