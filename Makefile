@@ -72,10 +72,11 @@ lock:
 
 # `make run ARGS='--dashboard-port 8797'` passes its flags to `assetcdn up` (so do ASSETCDN_SERVER_*_PORT variables:
 # README, "Choosing ports"). The ports are checked first, with $(PYTHON) and the sources alone (the check needs
-# none of the dependencies), so a taken one is named before a first setup's minutes of installing.
+# none of the dependencies), so a taken one is named before a first setup's minutes of installing; a setting the
+# check cannot read (exit status 2) is named by it, without the advice about ports.
 run:
 	@if $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
-		PYTHONPATH=. $(PYTHON) -m assetcdn.cli up --check-ports $(ARGS) || { \
+		PYTHONPATH=. $(PYTHON) -m assetcdn.cli up --check-ports $(ARGS) || { status=$$?; [ $$status -ne 1 ] || \
 		echo "make run: choose other ports with make run ARGS='--edge-port N --control-port N --dashboard-port N'" \
 			"or the ASSETCDN_SERVER_*_PORT variables named above (README, \"Choosing ports\")" >&2; exit 1; }; fi
 	@$(MAKE) --no-print-directory setup

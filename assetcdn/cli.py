@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from assetcdn.shared.config import default_config_text, load_settings
+from assetcdn.shared.config import SettingsError, default_config_text, load_settings
 from assetcdn.shared.host_url import host_url
 from assetcdn.shared.secrets import signed_url_secret
 from assetcdn.shared.signing import signed_url
@@ -68,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     defaults = sub.add_parser("defaults", help="print the embedded default configuration (TOML)")
     defaults.set_defaults(func=cmd_defaults)
     args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except SettingsError as exc:  # a config file or variable that cannot be read: said, not a traceback
+        say(f"assetcdn {args.command}: {exc}", error=True)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""`assetcdn control` and `assetcdn edge` hand over to their own entry points (how deploy/compose.yaml runs them)."""
+"""`assetcdn control` and `assetcdn edge` hand over to their own entry points (how deploy/compose.yaml runs them);
+every command stops on a setting it cannot read with a line naming it (docs/operations.md, "Keys and
+configuration"), not a Python traceback."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.integration.harness import KEYS, free_port_block
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,3 +24,38 @@ def test_subcommand_runs_its_own_entry_point(command: str, usage: str) -> None:
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(usage), result.stdout[:300]
+
+
+def commands(tmp_path: Path) -> dict[str, list[str]]:
+    port = free_port_block(3)
+    return {"up": ["up", "--check-ports", "--edge-port", str(port), "--control-port", str(port + 1),
+                   "--dashboard-port", str(port + 2)],
+            "control": ["control", "--port", str(port + 1), "--dashboard-port", str(port + 2),
+                        "--data-dir", str(tmp_path / "data")],
+            "edge": ["edge", "--control-url", f"http://127.0.0.1:{port + 1}", "--port", str(port),
+                     "--data-dir", str(tmp_path / "data")],
+            "sign": ["sign", "/zone/v1/logos/logo.png", "--data-dir", str(tmp_path / "data")]}
+
+
+@pytest.mark.parametrize(("command", "setting", "named"), [
+    ("up", {"ASSETCDN_SERVER_EDGE_PORT": "88x"},
+     "ASSETCDN_SERVER_EDGE_PORT ([server] edge_port) must be a number like 8788, not '88x'"),
+    ("up", {"ASSETCDN_TLS_REDIRECT_HTTP": "y"}, "ASSETCDN_TLS_REDIRECT_HTTP ([tls] redirect_http) must be true or"),
+    ("up", {"ASSETCDN_CONFIG": "{tmp}/missing.toml"}, "{tmp}/missing.toml"),
+    ("up", {"ASSETCDN_CONFIG": "{tmp}/broken.toml"}, "{tmp}/broken.toml"),
+    ("control", {"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "maybe"},
+     "ASSETCDN_ORIGIN_ALLOW_LOOPBACK ([origin] allow_loopback) must be true or false"),
+    ("edge", {"ASSETCDN_ORIGIN_POOL_PER_ORIGIN": "abc"},
+     "ASSETCDN_ORIGIN_POOL_PER_ORIGIN ([origin] pool_per_origin) must be a number like 32, not 'abc'"),
+    ("sign", {"ASSETCDN_CONFIG": "{tmp}/broken.toml"}, "{tmp}/broken.toml"),
+])
+def test_a_setting_that_cannot_be_read_is_named_not_a_traceback(tmp_path: Path, command: str, setting: dict[str, str],
+                                                                named: str) -> None:
+    (tmp_path / "broken.toml").write_text("[server\nedge_port = 1\n")
+    env = {**KEYS, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT),
+           **{name: value.format(tmp=tmp_path) for name, value in setting.items()}}
+    result = subprocess.run([sys.executable, "-m", "assetcdn.cli", *commands(tmp_path)[command]], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2, result.stderr
+    assert named.format(tmp=tmp_path) in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr

@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from assetcdn.shared.config import load_settings
+from assetcdn.shared.config import SettingsError, load_settings
 from assetcdn.shared.logs import configure_logging
 from assetcdn.shared.secrets import load_or_create_secrets, private_umask
 
@@ -32,7 +32,10 @@ def main(argv: list[str] | None = None) -> None:
     from assetcdn.control.storage.git_store import RepositoryInUse
     from assetcdn.shared.http_server import serve
 
-    settings = load_settings(args.config)
+    try:
+        settings = load_settings(args.config)
+    except SettingsError as exc:
+        parser.error(str(exc))
     if args.dashboard_port:
         settings = settings.with_overrides("server", dashboard_port=args.dashboard_port)
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from assetcdn.shared.config import Settings, load_settings
+from assetcdn.shared.config import Settings, SettingsError, load_settings
 from assetcdn.shared.logs import configure_logging
 from assetcdn.shared.process import EXIT_CANNOT_LISTEN, die_with_parent, port_in_use
 from assetcdn.shared.secrets import private_umask
@@ -118,7 +118,12 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     private_umask()  # cached assets (signed ones too) and metrics files are the owner's only
-    settings = _settings(args)
+    try:
+        settings = _settings(args)
+    except SettingsError as exc:
+        configure_logging(args.name)
+        logging.getLogger("edge").error("%s", exc)
+        sys.exit(EXIT_BAD_CONFIG)
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
     cache_dir = Path(args.cache_dir or settings.get("edge", "cache_dir") or data_dir / args.name).resolve()
     metrics_dir = cache_dir / "metrics"

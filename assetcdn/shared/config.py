@@ -27,6 +27,11 @@ def _parsed_defaults() -> dict[str, dict[str, Any]]:
     return parsed
 
 
+class SettingsError(ValueError):
+    """A config file or `ASSETCDN_*` variable a process cannot start with, named in the message: the commands say it
+    on one line (exit status 2), not in a traceback."""
+
+
 class Settings:
     """Read-only view over the merged configuration: ``settings.get("edge", "cache_size_mb")``."""
 
@@ -95,9 +100,15 @@ def load_settings(config_file: str | os.PathLike[str] | None = None,
     data = copy.deepcopy(_parsed_defaults())
     config_file = config_file or environ.get("ASSETCDN_CONFIG") or None
     if config_file:
-        with open(config_file, "rb") as fh:
-            for section, values in tomllib.load(fh).items():
-                data.setdefault(section, {}).update(values)
+        try:
+            with open(config_file, "rb") as fh:
+                loaded = tomllib.load(fh)
+        except OSError as exc:
+            raise SettingsError(f"the config file {config_file} cannot be read ({exc.strerror or exc})") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"the config file {config_file} is not TOML: {exc}") from None
+        for section, values in loaded.items():
+            data.setdefault(section, {}).update(values)
     for section, values in data.items():
         for key, value in values.items():
             env_name = f"ASSETCDN_{section.upper()}_{key.upper()}"
@@ -105,7 +116,7 @@ def load_settings(config_file: str | os.PathLike[str] | None = None,
                 try:
                     values[key] = _coerce(environ[env_name], value)
                 except ValueError as exc:  # named, not only "invalid literal for int()" in a traceback
-                    raise ValueError(f"{env_name} ([{section}] {key}) must be true or false (1, yes, on; 0, no, "
+                    raise SettingsError(f"{env_name} ([{section}] {key}) must be true or false (1, yes, on; 0, no, "
                                      f"off), not {environ[env_name]!r}" if isinstance(value, bool) else
                                      f"{env_name} ([{section}] {key}) must be a number like {value!r}, not "
                                      f"{environ[env_name]!r}" if isinstance(value, int | float) else

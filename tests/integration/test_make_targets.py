@@ -1,6 +1,6 @@
 """`make clean` removes build output and never the data directory (repository, database, secrets);
 `make wipe-data` deletes the data only when told so explicitly; `make run` names a taken port, and what moves
-it, before its setup. Run on a copy of the Makefile."""
+it, or a setting it cannot read, before its setup. Run on a copy of the Makefile."""
 
 from __future__ import annotations
 
@@ -82,6 +82,20 @@ def test_run_names_a_taken_port_and_what_moves_it_before_setup(fresh_clone: Path
             "or ASSETCDN_SERVER_DASHBOARD_PORT ([server] dashboard_port)") in result.stderr
     assert "make run ARGS='--edge-port N --control-port N --dashboard-port N'" in result.stderr
     assert "control port" not in result.stderr and "edge-0 port" not in result.stderr
+    assert not (fresh_clone / ".venv").exists()  # refused before setup began
+
+
+def test_run_names_a_setting_it_cannot_read_without_blaming_the_ports(fresh_clone: Path) -> None:
+    """A port variable that is no number stopped the check with a Python traceback, and `make run` then told the
+    operator to choose other ports."""
+    base = free_port_block(3)
+    result = make(fresh_clone, "run", f"PYTHON={sys.executable} -S",
+                  f"ARGS=--control-port {base + 1} --dashboard-port {base + 2}",
+                  env_extra={"ASSETCDN_SERVER_EDGE_PORT": f"{base}x"})
+    assert result.returncode != 0
+    assert (f"assetcdn up: ASSETCDN_SERVER_EDGE_PORT ([server] edge_port) must be a number like 8788, not "
+            f"'{base}x'") in result.stderr
+    assert "Traceback" not in result.stderr and "choose other ports" not in result.stderr, result.stderr
     assert not (fresh_clone / ".venv").exists()  # refused before setup began
 
 
