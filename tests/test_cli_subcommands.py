@@ -43,6 +43,9 @@ def commands(tmp_path: Path) -> dict[str, list[str]]:
     ("up", {"ASSETCDN_TLS_REDIRECT_HTTP": "y"}, "ASSETCDN_TLS_REDIRECT_HTTP ([tls] redirect_http) must be true or"),
     ("up", {"ASSETCDN_CONFIG": "{tmp}/missing.toml"}, "{tmp}/missing.toml"),
     ("up", {"ASSETCDN_CONFIG": "{tmp}/broken.toml"}, "{tmp}/broken.toml"),
+    # A setting written above every [section], and a port quoted: TOML, but no setting of that form.
+    ("up", {"ASSETCDN_CONFIG": "{tmp}/sectionless.toml"}, "edge_port"),
+    ("up", {"ASSETCDN_CONFIG": "{tmp}/quoted.toml"}, "[server] edge_port must be a number like 8788, not '9788'"),
     ("control", {"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "maybe"},
      "ASSETCDN_ORIGIN_ALLOW_LOOPBACK ([origin] allow_loopback) must be true or false"),
     ("edge", {"ASSETCDN_ORIGIN_POOL_PER_ORIGIN": "abc"},
@@ -52,6 +55,8 @@ def commands(tmp_path: Path) -> dict[str, list[str]]:
 def test_a_setting_that_cannot_be_read_is_named_not_a_traceback(tmp_path: Path, command: str, setting: dict[str, str],
                                                                 named: str) -> None:
     (tmp_path / "broken.toml").write_text("[server\nedge_port = 1\n")
+    (tmp_path / "sectionless.toml").write_text("edge_port = 9788\n")
+    (tmp_path / "quoted.toml").write_text('[server]\nedge_port = "9788"\n')
     env = {**KEYS, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT),
            **{name: value.format(tmp=tmp_path) for name, value in setting.items()}}
     result = subprocess.run([sys.executable, "-m", "assetcdn.cli", *commands(tmp_path)[command]], cwd=ROOT, env=env,

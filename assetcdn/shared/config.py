@@ -94,6 +94,16 @@ def _coerce(raw: str, like: Any) -> Any:
     return raw
 
 
+def _wrong_kind(default: Any, value: Any) -> str | None:
+    """What a config file's value of a switch or a number lacks (a quoted `"9788"` or `"false"`), else None: read
+    as they are, they stopped a process with a traceback, or a quoted "false" read as true."""
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "must be true or false"
+    if isinstance(default, int | float) and (isinstance(value, bool) or not isinstance(value, int | float)):
+        return f"must be a number like {default!r}"
+    return None
+
+
 def load_settings(config_file: str | os.PathLike[str] | None = None,
                   environ: Mapping[str, str] | None = None) -> Settings:
     environ = os.environ if environ is None else environ
@@ -108,6 +118,13 @@ def load_settings(config_file: str | os.PathLike[str] | None = None,
         except tomllib.TOMLDecodeError as exc:
             raise SettingsError(f"the config file {config_file} is not TOML: {exc}") from None
         for section, values in loaded.items():
+            if not isinstance(values, dict):  # `edge_port = 9788` above every [section]
+                raise SettingsError(f"the config file {config_file} sets {section} outside any [section]: "
+                                    "each setting goes under its own (`assetcdn defaults` prints them so)")
+            for key, value in values.items():
+                wrong = _wrong_kind(data.get(section, {}).get(key), value)
+                if wrong:
+                    raise SettingsError(f"[{section}] {key} {wrong}, not {value!r} (the config file {config_file})")
             data.setdefault(section, {}).update(values)
     for section, values in data.items():
         for key, value in values.items():
@@ -117,8 +134,8 @@ def load_settings(config_file: str | os.PathLike[str] | None = None,
                     values[key] = _coerce(environ[env_name], value)
                 except ValueError as exc:  # named, not only "invalid literal for int()" in a traceback
                     raise SettingsError(f"{env_name} ([{section}] {key}) must be true or false (1, yes, on; 0, no, "
-                                     f"off), not {environ[env_name]!r}" if isinstance(value, bool) else
-                                     f"{env_name} ([{section}] {key}) must be a number like {value!r}, not "
-                                     f"{environ[env_name]!r}" if isinstance(value, int | float) else
-                                     f"{env_name} ([{section}] {key}): {exc}") from None
+                                        f"off), not {environ[env_name]!r}" if isinstance(value, bool) else
+                                        f"{env_name} ([{section}] {key}) must be a number like {value!r}, not "
+                                        f"{environ[env_name]!r}" if isinstance(value, int | float) else
+                                        f"{env_name} ([{section}] {key}): {exc}") from None
     return Settings(data)
