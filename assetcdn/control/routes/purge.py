@@ -152,8 +152,10 @@ async def purge(request: web.Request) -> web.Response:
     scope = {"zone": zone} if zone is not None else {}  # an unscoped purge's answer is as it was before zones
     request[AUDIT_META] = {"purgeMode": mode, "soft": soft, **scope}
     _, pending = fan_out.nodes()
+    # The day's purges left; none with the limit switched off (`purge.daily_limit = 0`), which leaves no count.
+    remaining = {"remaining_today": quota.remaining} if quota.limit else {}
     return json_response({
-        "success": True, "purged": purged, "mode": mode, "soft": soft, **scope, "remaining_today": quota.remaining,
+        "success": True, "purged": purged, "mode": mode, "soft": soft, **scope, **remaining,
         "generation": generation.generation,
         # The facts purge.completed carries to webhooks, and how long each edge worker took to acknowledge.
         "edges": {**purge_acknowledgements(fan_out), "latencyMs": fan_out.latencies_ms},

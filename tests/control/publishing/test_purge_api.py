@@ -46,6 +46,19 @@ async def test_the_daily_quota_counts_accepted_purges_only(control_two_purges: T
     assert third.headers["X-RateLimit-Remaining"] == "0"
 
 
+async def test_with_the_daily_quota_switched_off_an_answer_claims_no_purges_left(aiohttp_client,  # type: ignore[no-untyped-def]
+                                                                               tmp_path: Path) -> None:
+    """`purge.daily_limit = 0` switches the limit off (docs/operations.md, Limits): every answer said
+    `remaining_today: 0`, and the dashboard "0 purges left today", while purges went on being accepted."""
+    settings = load_settings(environ={"ASSETCDN_PURGE_DAILY_LIMIT": "0"})
+    control = await aiohttp_client(create_app(settings, SECRETS, tmp_path / "data"))
+    for _ in range(2):
+        resp = await control.post("/api/purge", json={"tags": ["project-a"]}, headers=PURGE)
+        assert resp.status == 200
+        assert "remaining_today" not in await resp.json()
+        assert "X-RateLimit-Remaining" not in resp.headers
+
+
 async def test_a_purge_write_token_may_purge_and_other_keys_may_not(control: TestClient) -> None:
     resp = await control.post("/api/tokens", json={"name": "ci", "scopes": ["purge:write"]}, headers=ACCOUNT)
     token = (await resp.json())["token"]

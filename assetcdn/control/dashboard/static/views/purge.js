@@ -104,7 +104,7 @@ export async function render(container, { params }) {
     clear(result, card("Result", [badge(edges.pending && edges.pending.length ? "partly acknowledged" : "acknowledged by every edge",
       edges.pending && edges.pending.length ? "warn" : "ok")],
     h("p", null, h("b", null, "Purged: "), what),
-    h("p.muted.small", null, `Generation ${answer.generation} · ${formatDate(answer.dateCreated)} · ${answer.remaining_today} purges left today · `,
+    h("p.muted.small", null, `Generation ${answer.generation} · ${formatDate(answer.dateCreated)} · ${"remaining_today" in answer ? `${answer.remaining_today} purges left today` : "no daily purge limit"} · `,
       `all acknowledgements within ${Math.round(edges.elapsedMs || 0)} ms. ${answer.note || ""}`),
     nodes.length ? h("table#purge-edges", null,
       h("thead", null, h("tr", null, h("th", null, "Edge"), h("th", null, "Acknowledged"), h("th.num", null, "Entries removed"), h("th.num", null, "Ack latency"))),
