@@ -43,9 +43,9 @@ def commands(tmp_path: Path) -> dict[str, list[str]]:
     ("up", {"ASSETCDN_TLS_REDIRECT_HTTP": "y"}, "ASSETCDN_TLS_REDIRECT_HTTP ([tls] redirect_http) must be true or"),
     ("up", {"ASSETCDN_CONFIG": "{tmp}/missing.toml"}, "{tmp}/missing.toml"),
     ("up", {"ASSETCDN_CONFIG": "{tmp}/broken.toml"}, "{tmp}/broken.toml"),
-    # A setting written above every [section], and a port quoted: TOML, but no setting of that form.
+    # A setting written above every [section], and a port that is no number: TOML, but no setting of that form.
     ("up", {"ASSETCDN_CONFIG": "{tmp}/sectionless.toml"}, "edge_port"),
-    ("up", {"ASSETCDN_CONFIG": "{tmp}/quoted.toml"}, "[server] edge_port must be a number like 8788, not '9788'"),
+    ("up", {"ASSETCDN_CONFIG": "{tmp}/wordy.toml"}, "[server] edge_port must be a number like 8788, not 'soon'"),
     ("control", {"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "maybe"},
      "ASSETCDN_ORIGIN_ALLOW_LOOPBACK ([origin] allow_loopback) must be true or false"),
     ("edge", {"ASSETCDN_ORIGIN_POOL_PER_ORIGIN": "abc"},
@@ -56,7 +56,7 @@ def test_a_setting_that_cannot_be_read_is_named_not_a_traceback(tmp_path: Path, 
                                                                 named: str) -> None:
     (tmp_path / "broken.toml").write_text("[server\nedge_port = 1\n")
     (tmp_path / "sectionless.toml").write_text("edge_port = 9788\n")
-    (tmp_path / "quoted.toml").write_text('[server]\nedge_port = "9788"\n')
+    (tmp_path / "wordy.toml").write_text('[server]\nedge_port = "soon"\n')
     env = {**KEYS, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT),
            **{name: value.format(tmp=tmp_path) for name, value in setting.items()}}
     result = subprocess.run([sys.executable, "-m", "assetcdn.cli", *commands(tmp_path)[command]], cwd=ROOT, env=env,
@@ -64,3 +64,14 @@ def test_a_setting_that_cannot_be_read_is_named_not_a_traceback(tmp_path: Path, 
     assert result.returncode == 2, result.stderr
     assert named.format(tmp=tmp_path) in result.stderr, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_number_quoted_in_a_config_file_is_read_as_the_number(tmp_path: Path) -> None:
+    """As an environment variable's is: `edge_port = "9788"` stopped `assetcdn up` with a traceback."""
+    port = free_port_block(3)
+    config = tmp_path / "quoted.toml"
+    config.write_text(f'[server]\nedge_port = "{port}"\ncontrol_port = {port + 1}\ndashboard_port = "{port + 2}"\n')
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-m", "assetcdn.cli", "up", "--check-ports", "--config", str(config)],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert (result.returncode, result.stderr) == (0, "")

@@ -94,14 +94,27 @@ def _coerce(raw: str, like: Any) -> Any:
     return raw
 
 
-def _wrong_kind(default: Any, value: Any) -> str | None:
-    """What a config file's value of a switch or a number lacks (a quoted `"9788"` or `"false"`), else None: read
-    as they are, they stopped a process with a traceback, or a quoted "false" read as true."""
+def _file_value(section: str, key: str, default: Any, value: Any, config_file: Any) -> Any:
+    """A config file's value as the setting's readers take it: a switch true or false (a quoted "false", read as
+    true, would let loopback origins through), a number a number, also when quoted (`"9788"`, read as the number,
+    as an environment variable is); SettingsError naming it otherwise (read as it was, it stopped a process with a
+    traceback: `can only concatenate str`)."""
     if isinstance(default, bool):
-        return None if isinstance(value, bool) else "must be true or false"
-    if isinstance(default, int | float) and (isinstance(value, bool) or not isinstance(value, int | float)):
-        return f"must be a number like {default!r}"
-    return None
+        if isinstance(value, bool):
+            return value
+        wrong = "must be true or false"
+    elif isinstance(default, int | float):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return _coerce(value, default)
+            except ValueError:
+                pass
+        wrong = f"must be a number like {default!r}"
+    else:
+        return value
+    raise SettingsError(f"[{section}] {key} {wrong}, not {value!r} (the config file {config_file})")
 
 
 def load_settings(config_file: str | os.PathLike[str] | None = None,
@@ -121,11 +134,9 @@ def load_settings(config_file: str | os.PathLike[str] | None = None,
             if not isinstance(values, dict):  # `edge_port = 9788` above every [section]
                 raise SettingsError(f"the config file {config_file} sets {section} outside any [section]: "
                                     "each setting goes under its own (`assetcdn defaults` prints them so)")
-            for key, value in values.items():
-                wrong = _wrong_kind(data.get(section, {}).get(key), value)
-                if wrong:
-                    raise SettingsError(f"[{section}] {key} {wrong}, not {value!r} (the config file {config_file})")
-            data.setdefault(section, {}).update(values)
+            defaults = data.get(section, {})
+            data.setdefault(section, {}).update(
+                {key: _file_value(section, key, defaults.get(key), value, config_file) for key, value in values.items()})
     for section, values in data.items():
         for key, value in values.items():
             env_name = f"ASSETCDN_{section.upper()}_{key.upper()}"
