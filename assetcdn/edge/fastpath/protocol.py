@@ -25,8 +25,8 @@ transport still holds waits: its place in what the connection queued is kept, th
 marks go to zero so the connection hears the moment it holds nothing, and it is recorded whole then,
 or, if the connection ends first, with what had left the transport by the last write (``aborted``).
 Over TLS the transport is two: TLS passes each record it seals at once to the socket's transport beneath,
-which holds what the kernel did not take (of a body the application writes in one piece, nearly all): what
-either holds has not left (``Drain.held``), and a waiting delivery hears from both (``beneath_drained``).
+which holds what the kernel did not take: what either holds has not left (``Drain.held``), and a waiting
+delivery hears from both (``beneath_drained``).
 A file counts what sendfile sent; an answer on an HTTP/2 stream, the DATA bytes the stream sent.
 
 Limits kept here: a request head must be complete within ``header_timeout_s`` of the connection
@@ -40,7 +40,10 @@ Over TLS a read is the client's whole decrypted data, however much was pipelined
 one per pass, TLS_TURN_ANSWERS per loop turn (reading paused until the rest is answered), and answers
 larger than TLS_PIECE are handed to TLS a piece at a time as the client reads, so a client that reads
 nothing holds little memory, and is cut off after ``tls.send_timeout_s``. An answer that fits in one TLS
-record (head and body together) is handed to TLS whole, so it is sealed as one record.
+record (head and body together) is handed to TLS whole, so it is sealed as one record. The application's
+answers are paced the same way (``TlsHandoffTransport``, ``PacedTransport``: sendfile.py ``PacedWrites``): a
+write larger than TLS_PIECE, however the application wrote it, goes to TLS a piece at a time, the
+application paused meanwhile and cut off after the same send timeout.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from assetcdn.edge.fastpath.proxy_protocol import ClientTransport, ForwardingTra
 from assetcdn.edge.fastpath.sendfile import (
     TLS_PIECE,
     Drain,
+    PacedWrites,
     Progress,
     send_file,
     send_file_nowait,
@@ -221,6 +225,21 @@ class HandoffTransport(ForwardingTransport):
         self._connection.cut = True
         self._transport.abort()
 
+    def transport_paused(self) -> None:
+        """The connection's transport paused the connection (the client is behind): the handler is paused."""
+        handler = self._connection.handler
+        if handler is not None:
+            handler.pause_writing()
+
+    def transport_resumed(self) -> None:
+        handler = self._connection.handler
+        if handler is not None:
+            handler.resume_writing()
+
+    def gone(self) -> None:
+        """The connection was lost while the request was being answered."""
+        self.lost = True
+
     def pause_reading(self) -> None:
         self._connection.pause_reading_for(self)
 
@@ -232,6 +251,190 @@ class HandoffTransport(ForwardingTransport):
 
     def write_eof(self) -> None:
         raise NotImplementedError
+
+
+class TlsHandoffTransport(HandoffTransport, PacedWrites):
+    """A HandoffTransport over TLS HTTP/1.1: writes larger than TLS_PIECE are paced (assetcdn/edge/fastpath/sendfile.py
+    `PacedWrites`), the handler paused while any is kept; counted in the connection's `queued` as they are handed to
+    TLS. Closed while it keeps some, the connection comes back once they are handed (the next answer goes after)."""
+
+    def __init__(self, connection: HitProtocol, transport: asyncio.Transport) -> None:
+        super().__init__(connection, transport)
+        self.pace(connection.drain, connection.send_timeout_s)
+        self.ending = False  # closed while bytes are kept: handoff_ended once they are handed
+
+    def write(self, data: Any) -> None:
+        if not self.closed:
+            if self.pieces or len(data) > TLS_PIECE:
+                self.keep(data)
+                self._pump()
+            else:
+                self._connection.queued += len(data)
+                self._transport.write(data)
+
+    def writelines(self, chunks: Any) -> None:
+        if not self.closed:
+            chunks = list(chunks)
+            size = sum(len(chunk) for chunk in chunks)
+            if self.pieces or size > TLS_PIECE:
+                for chunk in chunks:
+                    self.keep(chunk)
+                self._pump()
+            else:
+                self._connection.queued += size
+                self._transport.writelines(chunks)
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + self.held
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.drop_fetched()
+            if self.pieces:
+                self.ending = True
+            elif not self.dropped:  # (dropped: the connection is ending at once, and its loss ends the request)
+                self._disarm()  # the connection's own deadlines apply from here
+                self._connection.handoff_ended(self)
+
+    def abort(self) -> None:
+        self.drop()
+        self.ending = False
+        super().abort()
+
+    def cut_off(self) -> None:
+        self.abort()
+
+    def transport_paused(self) -> None:
+        self.settle()
+
+    def transport_resumed(self) -> None:
+        self._connection.queued += self.resumed()
+        self._ended()
+
+    def gone(self) -> None:
+        self.drop()
+        self.ending = False
+        super().gone()
+
+    def _pump(self) -> None:
+        self._connection.queued += self.pump()
+        self._ended()
+
+    def _ended(self) -> None:
+        if self.ending and not self.pieces and not self.dropped:
+            self.ending = False
+            self._disarm()
+            self._connection.handoff_ended(self)
+
+
+class PacedTransport(ForwardingTransport, asyncio.Protocol, PacedWrites):
+    """A TLS HTTP/1.1 connection given to aiohttp for good (`HitProtocol._give_away`): the transport its handler
+    writes to, writes larger than TLS_PIECE paced (assetcdn/edge/fastpath/sendfile.py `PacedWrites`), and the TLS
+    transport's protocol, which passes on to the handler what TLS reads and tells. Closed while it keeps bytes, TLS
+    closes once they are handed to it."""
+
+    def __init__(self, transport: asyncio.Transport, peername: Any, app: asyncio.Protocol, drain: Drain,
+                 send_timeout_s: float | None) -> None:
+        super().__init__(transport, peername)
+        self.pace(drain, send_timeout_s)
+        self.app = app
+        self.close_after = False
+
+    # --- the transport the handler writes to ---
+
+    def write(self, data: Any) -> None:
+        if self.close_after:
+            return
+        if self.pieces or len(data) > TLS_PIECE:
+            self.keep(data)
+            self._pump()
+        else:
+            self._transport.write(data)
+
+    def writelines(self, chunks: Any) -> None:
+        if self.close_after:
+            return
+        chunks = list(chunks)
+        if self.pieces or sum(len(chunk) for chunk in chunks) > TLS_PIECE:
+            for chunk in chunks:
+                self.keep(chunk)
+            self._pump()
+        else:
+            self._transport.writelines(chunks)
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + self.held
+
+    def is_closing(self) -> bool:
+        return self.close_after or self._transport.is_closing()
+
+    def close(self) -> None:
+        if self.pieces:
+            self.close_after = True
+        else:
+            self._disarm()  # TLS's own shutdown timeout applies from here
+            self._transport.close()
+
+    def abort(self) -> None:
+        self.drop()
+        self.close_after = False
+        self._transport.abort()
+
+    def cut_off(self) -> None:
+        self.abort()
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self.app = protocol
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        assert self.app is not None
+        return self.app
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def write_eof(self) -> None:
+        raise NotImplementedError  # as TLS's own transport
+
+    # --- the TLS transport's protocol ---
+
+    def data_received(self, data: bytes) -> None:
+        self.app.data_received(data)  # type: ignore[union-attr]  # aiohttp's handler, a Protocol
+
+    def eof_received(self) -> bool | None:
+        told: bool | None = self.app.eof_received()  # type: ignore[union-attr]
+        return told
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.drop()
+        if self.app is not None:
+            self.app.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.drain.pause_writing()
+        self.settle()
+
+    def resume_writing(self) -> None:
+        self.drain.resume_writing()
+        self.resumed()
+        self._closed_after()
+
+    def _pump(self) -> None:
+        self.pump()
+        self._closed_after()
+
+    def _closed_after(self) -> None:
+        if self.close_after and not self.pieces:
+            self.close_after = False
+            self._disarm()
+            self._transport.close()
 
 
 class HitProtocol(asyncio.Protocol):
@@ -340,7 +543,7 @@ class HitProtocol(asyncio.Protocol):
         if handler is not None:
             self.handler = self.handoff = None  # nothing comes back: its close below is the end
             if handoff is not None:
-                handoff.lost = True
+                handoff.gone()
                 handoff.drop_fetched()
                 delivery, handoff.delivery = handoff.delivery, None
                 if delivery is not None:
@@ -361,8 +564,8 @@ class HitProtocol(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.drain.pause_writing()
-        if self.handler is not None:
-            self.handler.pause_writing()
+        if self.handoff is not None:
+            self.handoff.transport_paused()
 
     def resume_writing(self) -> None:
         transport = self.transport
@@ -370,8 +573,8 @@ class HitProtocol(asyncio.Protocol):
             self.handed = self.queued  # everything queued has left the transport
             self._check_waiting(True)
         self.drain.resume_writing()
-        if self.handler is not None:
-            self.handler.resume_writing()
+        if self.handoff is not None:
+            self.handoff.transport_resumed()
         if not self.busy and self.buffer and not self.closing:
             self.resume_reading_for(self.drain)
             self.process()
@@ -847,13 +1050,19 @@ class HitProtocol(asyncio.Protocol):
         self.busy = True
         self.deadline = float("inf")
         handler = self.server.web_server()
-        handoff = HandoffTransport(self, self.transport)
+        # Over TLS HTTP/1.1 (the socket's transport beneath known) the handler's large writes are paced.
+        handoff = HandoffTransport(self, self.transport) if self.drain.beneath is None else \
+            TlsHandoffTransport(self, self.transport)
         handoff.fetched = fetched
         handoff.landing = landing
         handoff.started = started
         handoff.unsent = unsent
         self.handler, self.handoff = handler, handoff
         handler.connection_made(handoff)
+        if isinstance(handoff, TlsHandoffTransport):
+            handoff.app = handler
+        if self.drain.paused:  # the client is behind already: the handler waits as the hit path would
+            handoff.transport_paused()
         # Kept alive only once its answer has ended (aiohttp sets it from the response then): a handler that fails
         # after its head went out (a body file failing mid-body) ends without one, and the connection must not be
         # taken back as if that answer were whole (`handoff_ended`), the client waiting for the rest of it.
@@ -907,16 +1116,25 @@ class HitProtocol(asyncio.Protocol):
         self.transport = None
         self.buffer = b""
         handler = self.server.web_server()
-        transport.set_protocol(handler)
         # aiohttp asks its transport for the client's address: the one a PROXY header gave, when one did.
         peername = self.peername
-        handler.connection_made(transport if peername == transport.get_extra_info("peername")
-                                else ClientTransport(transport, peername))
+        if self.drain.beneath is not None:  # TLS HTTP/1.1: the handler's large writes are paced
+            paced = PacedTransport(transport, peername, handler, self.drain, self.send_timeout_s)
+            transport.set_protocol(paced)
+            handler.connection_made(paced)
+        else:
+            paced = None
+            transport.set_protocol(handler)
+            handler.connection_made(transport if peername == transport.get_extra_info("peername")
+                                    else ClientTransport(transport, peername))
         if self.paused_by:
             self.paused_by.clear()
             transport.resume_reading()
         if self.drain.paused:
-            handler.pause_writing()
+            if paced is not None:
+                paced.settle()
+            else:
+                handler.pause_writing()
         if received:
             handler.data_received(received)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from collections import deque
+from typing import Any
 
 SENDFILE_CHUNK = 4 * 1024 * 1024  # per system call: keeps one call from holding the loop for long
 
@@ -243,6 +245,130 @@ async def write_views(transport: asyncio.WriteTransport, drain: Drain, views: li
             transport.write(piece)
             progress.wrote(len(piece), drain.held(transport))
             view = view[TLS_PIECE:]
+
+
+class PacedWrites:
+    """An application's answers over TLS HTTP/1.1 (assetcdn/edge/fastpath/protocol.py: a request handed over to it,
+    or a connection given to it for good). TLS seals at once whatever it is handed and the socket's transport beneath
+    keeps what the kernel does not take, so a write larger than TLS_PIECE would be held sealed whole for a client
+    that reads nothing. Such a write is handed to TLS a TLS_PIECE at a time, as `write_views` does a hit's body: each
+    while the TLS transport has not paused its protocol (`Drain.full`), the rest kept as views of the bytes written
+    (never copies), and every write after it kept behind them, in order. While it keeps any, or TLS paused the
+    connection, the application (`app`, its protocol) is paused; one that stays paused with no byte taken by the
+    client for `send_timeout_s` is cut off (`cut_off`), as the hit path cuts off its own answers. Smaller writes go
+    straight to TLS, which costs one length check.
+
+    A mixin of the transport the application writes to, in front of the TLS transport (`_transport`); `pace` sets
+    it up (no object of its own: nothing refers back to the transport, which the garbage collector would have to
+    free)."""
+
+    _transport: asyncio.Transport
+
+    def pace(self, drain: Drain, send_timeout_s: float | None) -> None:
+        self.drain = drain
+        self.app: asyncio.BaseProtocol | None = None
+        self.pieces: deque[memoryview] = deque()
+        self.held = 0  # the bytes of `pieces` (and of those dropped: `drop`)
+        self.dropped = False
+        self.pumping = False
+        self.app_paused = False
+        self.send_timeout_s = send_timeout_s
+        self.timer: asyncio.TimerHandle | None = None
+        self.moved_at = 0.0  # loop time the client last took bytes while the application was paused
+
+    def cut_off(self) -> None:
+        """End the connection at once: its client took none of the answer for the send timeout."""
+        raise NotImplementedError
+
+    def keep(self, data: Any) -> None:
+        """`data` behind what is kept already (a view of it; a copy only of a buffer its writer could change)."""
+        view = memoryview(data)
+        if not view.readonly:
+            view = memoryview(bytes(view))
+        elif view.itemsize != 1:
+            view = view.cast("B")
+        if view:
+            self.pieces.append(view)
+            self.held += len(view)
+
+    def pump(self) -> int:
+        """Hand TLS what is kept, a piece at a time, while it takes them; the bytes handed. Then the application
+        is paused or resumed as the pieces and TLS allow."""
+        handed = 0
+        if not self.pumping:
+            transport, drain, pieces = self._transport, self.drain, self.pieces
+            beneath = drain.beneath
+            self.pumping = True  # a write may pause or resume the connection at once: no second pump within it
+            try:
+                while pieces and not drain.full(transport):
+                    # The client gone (the socket's transport fails a write at once, and holds nothing from then on;
+                    # TLS hears of it only later): nothing more is handed, or it would seem to have been sent.
+                    if transport.is_closing() or beneath is not None and beneath.is_closing():
+                        self.drop()
+                        break
+                    view = pieces[0]
+                    if len(view) > TLS_PIECE:
+                        piece = view[:TLS_PIECE]
+                        pieces[0] = view[TLS_PIECE:]
+                    else:
+                        piece = pieces.popleft()
+                    self.held -= len(piece)
+                    handed += len(piece)
+                    transport.write(piece)
+            finally:
+                self.pumping = False
+        self.settle()
+        return handed
+
+    def resumed(self) -> int:
+        """The TLS transport resumed the connection (the client took bytes): `pump`."""
+        if self.app_paused:
+            self.moved_at = asyncio.get_running_loop().time()
+        return self.pump()
+
+    def settle(self) -> None:
+        """Pause the application while anything is kept or TLS paused the connection; resume it otherwise."""
+        app = self.app
+        if app is None:
+            return
+        paused = bool(self.pieces) or self.drain.paused or self.dropped
+        if paused == self.app_paused:
+            return
+        self.app_paused = paused
+        if paused:
+            app.pause_writing()
+            if self.send_timeout_s is not None and self.timer is None:
+                loop = asyncio.get_running_loop()
+                self.moved_at = loop.time()
+                self.timer = loop.call_later(self.send_timeout_s, self._expired)
+        else:
+            self._disarm()
+            app.resume_writing()
+
+    def drop(self) -> None:
+        """The connection is ending at once (aborted, lost): nothing kept is sent. `held` still counts it (written,
+        never sent: what a delivery counts as sent leaves it out), and the application stays paused until it hears
+        that the connection is lost (its answer is not done)."""
+        self.pieces.clear()
+        self.dropped = True
+        self._disarm()
+
+    def _disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _expired(self) -> None:
+        self.timer = None
+        if not self.app_paused or self.send_timeout_s is None:
+            return
+        loop = asyncio.get_running_loop()
+        left = self.moved_at + self.send_timeout_s - loop.time()
+        if left > 0:
+            self.timer = loop.call_later(left, self._expired)
+            return
+        self.drop()
+        self.cut_off()
 
 
 def keep_alive_probes(listening: socket.socket) -> None:

@@ -1,0 +1,313 @@
+"""What the application's answers over TLS HTTP/1.1 hold in the worker for a client that does not read them: TLS
+seals whatever it is handed at once, and the socket's transport beneath keeps what the kernel does not take, so an
+answer written in one piece was held sealed whole. Both kinds of connection the application answers on are tried: one
+handed over per request (a GET without a body, on an edge with `fast_hits = false`) and one it holds alone (a GET with
+a body). An in-process edge on uvloop (the loop the edge's TLS protocol is made for) with an https site whose
+transports the test can read; held bytes are compared with a bound, never a time."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import struct
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvloop
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from assetcdn.edge.app_keys import SETTINGS
+from assetcdn.edge.fastpath.hit_server import HitServer
+from assetcdn.edge.fastpath.sendfile import TLS_PIECE
+from assetcdn.edge.tls.certificates import CertificateStore
+from assetcdn.edge.tls.h2 import H2Limits
+from assetcdn.edge.tls.site import HttpsSite
+from assetcdn.shared.config import load_settings
+from tests.edge.fastpath.test_counted_as_sent import access_lines
+from tests.support.cdn import ZONE
+from tests.support.hit_cdn import HitCdn, parse_head, start_hit_cdn
+from tests.support.wait import wait_until
+
+LARGE = f"{ZONE}/paced/large.bin"
+LARGE_BODY = bytes(range(251)) * (12 * 1024 * 1024 // 251)  # more than the kernel takes of one connection
+SMALL = f"{ZONE}/paced/small.bin"
+SMALL_BODY = b"small answer " * 80
+# What a connection may hold sealed, in the TLS transport and the socket's transport beneath it, while its client
+# reads nothing: a piece in each and the marks' slack (the kernel's own buffer is not the worker's memory).
+HELD_MAX = 5 * TLS_PIECE
+CLIENT_S = 30.0  # upper bound of a client socket's wait for bytes (never asserted as a duration)
+
+
+class RecordingSite(HttpsSite):
+    """The https site, keeping each connection's TLS protocol so that the test can read what it holds."""
+
+    tls: list[Any]
+
+    def connections(self, hits: HitServer) -> asyncio.Protocol:
+        check = super().connections(hits)
+        self.tls.append(check.tls)  # type: ignore[attr-defined]  # assetcdn/edge/tls/client_hello.py
+        return check
+
+
+@dataclass
+class Edge:
+    cdn: HitCdn
+    runner: web.AppRunner
+    site: RecordingSite
+    clients: list[TestClient] = field(default_factory=list)
+
+    @property
+    def port(self) -> int:
+        port = self.site._bound_port
+        assert port is not None
+        return port
+
+    def application_connections(self) -> list[Any]:
+        """aiohttp's connections of the https site (over TLS)."""
+        server = self.runner.server
+        assert server is not None
+        return [handler for handler in server.connections
+                if getattr(handler.transport, "get_extra_info", lambda _: None)("sslcontext") is not None]
+
+    def held(self, tls: Any) -> int:
+        """The sealed bytes (or bytes waiting to be sealed) a connection's TLS and socket transports hold."""
+        beneath = tls.beneath
+        return int(tls._get_app_transport().get_write_buffer_size() + beneath.get_write_buffer_size())
+
+    def handlers_paused(self) -> bool:
+        """Every application connection of the site is told to stop writing (its client is behind)."""
+        handlers = self.application_connections()
+        return bool(handlers) and all(handler.writing_paused for handler in handlers)
+
+
+@pytest.fixture(scope="module")
+def uvloop_edge() -> Iterator[tuple[asyncio.Runner, Edge]]:
+    """An edge (every request to the application: `fast_hits = false`) with an https site, on a uvloop runner."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner, \
+            tempfile.TemporaryDirectory() as tmp:
+        edge = runner.run(_start(Path(tmp)))
+        try:
+            yield runner, edge
+        finally:
+            runner.run(_stop(edge))
+
+
+async def _start(root: Path) -> Edge:
+    clients: list[TestClient] = []
+    runners: list[web.AppRunner] = []
+
+    async def serve(app: web.Application) -> TestClient:
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        clients.append(client)
+        return client
+
+    # Bodies this large kept in memory: the application answers them in one write.
+    cdn = await start_hit_cdn(root, serve, runners, {"ASSETCDN_EDGE_MEMORY_OBJECT_MAX_KB": "65536",
+                                                     "ASSETCDN_EDGE_FAST_HITS": "false",
+                                                     "ASSETCDN_ACCESS_LOG_OUTPUT": "file"})
+    store = CertificateStore(load_settings(environ={"ASSETCDN_TLS_CERTIFICATES": "[]"}), cdn.node.tls,
+                             spill_dir=root)
+    site = RecordingSite(runners[0], "127.0.0.1", 0, certificates=store, handshake_timeout_s=10.0,
+                         limits=H2Limits.from_settings(cdn.app[SETTINGS]), hits=False)
+    site.tls = []
+    await site.start()
+    edge = Edge(cdn, runners[0], site, clients)
+    await cdn.upload(LARGE, LARGE_BODY)
+    await cdn.upload(SMALL, SMALL_BODY)
+    return edge
+
+
+async def _stop(edge: Edge) -> None:
+    await edge.site.stop()
+    await edge.runner.cleanup()
+    for client in edge.clients:
+        await client.close()
+
+
+def request(path: str, *, body: bytes = b"") -> bytes:
+    """A GET of `path`; with a body, one aiohttp holds the connection for."""
+    length = f"Content-Length: {len(body)}\r\n" if body else ""
+    return f"GET /{path} HTTP/1.1\r\nHost: edge.test\r\n{length}\r\n".encode() + body
+
+
+def tls_client(port: int, *, receive_buffer: int | None = None) -> ssl.SSLSocket:
+    raw = socket.socket()
+    if receive_buffer is not None:  # a client that reads little keeps the kernel from taking much for it
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    raw.settimeout(CLIENT_S)
+    raw.connect(("127.0.0.1", port))
+    context = ssl._create_unverified_context()  # noqa: S323  (the edge's certificate is not what is tested)
+    context.set_alpn_protocols(["http/1.1"])
+    return context.wrap_socket(raw, server_hostname="localhost")
+
+
+def stalled_client(port: int, data: bytes) -> ssl.SSLSocket:
+    """A client that sends `data`, reads the first few KB of the answer and then reads nothing more."""
+    client = tls_client(port, receive_buffer=16 * 1024)
+    client.sendall(data)
+    got = b""
+    while len(got) < 4096:
+        chunk = client.recv(4096)
+        assert chunk, "the edge closed the connection"
+        got += chunk
+    assert got.startswith(b"HTTP/1.1 200 ")
+    return client
+
+
+def exchange(port: int, data: bytes, answers: int) -> list[tuple[int, bytes]]:
+    """Send `data` (requests, pipelined) over one connection and read `answers` answers: (status, body) each."""
+    with tls_client(port) as client:
+        client.sendall(data)
+        buffer = b""
+        out = []
+        for _ in range(answers):
+            while b"\r\n\r\n" not in buffer:
+                chunk = client.recv(65536)
+                assert chunk, "the edge closed the connection"
+                buffer += chunk
+            head, _, buffer = buffer.partition(b"\r\n\r\n")
+            status, _, headers = parse_head(head + b"\r\n\r\n")
+            length = int(headers.get("Content-Length", "0"))
+            while len(buffer) < length:
+                chunk = client.recv(1024 * 1024)
+                assert chunk, "the edge closed the connection"
+                buffer += chunk
+            out.append((status, buffer[:length]))
+            buffer = buffer[length:]
+        return out
+
+
+KINDS = {"handed over per request": b"", "held by the application": b"x"}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_large_answer_holds_little_sealed_for_a_client_that_reads_nothing(
+        uvloop_edge: tuple[asyncio.Runner, Edge], kind: str) -> None:
+    runner, edge = uvloop_edge
+
+    async def scenario() -> list[int]:
+        first = len(edge.site.tls)
+        clients = [await asyncio.to_thread(stalled_client, edge.port, request(LARGE, body=KINDS[kind]))
+                   for _ in range(3)]
+        try:
+            connections = edge.site.tls[first:]
+            assert len(connections) == len(clients)
+
+            async def settled() -> bool:
+                # Each has written all it will until its client reads (the kernel took what it would), or held more
+                # than the bound already.
+                held = [edge.held(tls) for tls in connections]
+                return any(size > HELD_MAX for size in held) or (
+                    edge.handlers_paused() and all(tls.beneath.get_write_buffer_size() for tls in connections))
+
+            await wait_until(settled, "the answers written as far as the clients let them")
+            return [edge.held(tls) for tls in connections]
+        finally:
+            for client in clients:
+                client.close()
+
+    held = runner.run(scenario())
+    assert all(size <= HELD_MAX for size in held), (held, HELD_MAX)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_answers_arrive_whole_and_in_order_for_a_client_that_reads(
+        uvloop_edge: tuple[asyncio.Runner, Edge], kind: str) -> None:
+    runner, edge = uvloop_edge
+
+    async def scenario() -> list[list[tuple[int, bytes]]]:
+        body = KINDS[kind]
+        return [
+            await asyncio.to_thread(exchange, edge.port, request(LARGE, body=body), 1),
+            await asyncio.to_thread(exchange, edge.port, request(SMALL, body=body), 1),
+            # Pipelined behind a large answer: the next one after it, never within it.
+            await asyncio.to_thread(exchange, edge.port, request(LARGE, body=body) + request(SMALL, body=body)
+                                    + request(LARGE, body=body), 3),
+        ]
+
+    large, small, pipelined = runner.run(scenario())
+    assert large == [(200, LARGE_BODY)]
+    assert small == [(200, SMALL_BODY)]
+    assert [status for status, _ in pipelined] == [200, 200, 200]
+    assert [len(answer) for _, answer in pipelined] == [len(LARGE_BODY), len(SMALL_BODY), len(LARGE_BODY)]
+    assert pipelined == [(200, LARGE_BODY), (200, SMALL_BODY), (200, LARGE_BODY)]
+
+
+
+def read_to_end(client: ssl.SSLSocket) -> int:
+    """The bytes read until the edge ends the connection (a close or a reset)."""
+    size = 0
+    try:
+        while chunk := client.recv(1024 * 1024):
+            size += len(chunk)
+    except (ConnectionError, ssl.SSLError):
+        pass
+    return size
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_client_that_reads_none_of_a_paced_answer_is_cut_off_after_the_send_timeout(
+        uvloop_edge: tuple[asyncio.Runner, Edge], kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The application waits while its answer is handed to TLS a piece at a time; a client that takes none of it for
+    `tls.send_timeout_s` is cut off, as the hit path cuts off its own (the application would otherwise wait for it
+    for good), and the application's connection ends."""
+    runner, edge = uvloop_edge
+    assert edge.site.hits is not None
+    monkeypatch.setattr(edge.site.hits, "send_timeout_s", 1.0)
+
+    async def scenario() -> int:
+        client = await asyncio.to_thread(stalled_client, edge.port, request(LARGE, body=KINDS[kind]))
+        try:
+            async def paused() -> bool:
+                return edge.handlers_paused()
+
+            await wait_until(paused, "the application waiting for the client")
+
+            async def gone() -> bool:  # the client has still read nothing more
+                return not edge.application_connections()
+
+            await wait_until(gone, "the application's connection ended")
+            return await asyncio.to_thread(read_to_end, client)  # what the kernel had taken, then the end
+        finally:
+            client.close()
+
+    assert runner.run(scenario()) < len(LARGE_BODY)
+
+
+def reset_after(port: int, data: bytes, read: int) -> None:
+    """Send `data`, read `read` bytes of the answer and reset the connection (RST, no FIN, no close_notify)."""
+    client = tls_client(port, receive_buffer=16 * 1024)
+    client.sendall(data)
+    received = 0
+    while received < read:
+        chunk = client.recv(65536)
+        assert chunk, "the edge closed the connection"
+        received += len(chunk)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.close()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_client_gone_early_is_not_counted_the_whole_answer(uvloop_edge: tuple[asyncio.Runner, Edge],
+                                                             kind: str) -> None:
+    """A delivery counts the bytes that reached the kernel (docs/security.md "Statistics count what was sent"): a
+    client that reads 100 KB of a 12 MB answer the application wrote in one piece and resets is counted some, never
+    the whole answer, which TLS had sealed and held at once (the connection the application holds alone counted it
+    whole)."""
+    runner, edge = uvloop_edge
+
+    async def scenario() -> dict[str, Any]:
+        before = len(await access_lines(edge.cdn, 0))
+        await asyncio.to_thread(reset_after, edge.port, request(LARGE, body=KINDS[kind]), 100_000)
+        return (await access_lines(edge.cdn, before + 1))[before]
+
+    line = runner.run(scenario())
+    assert line["path"] == f"/{LARGE}" and line["aborted"] is True
+    assert 100_000 <= line["bytes"] < len(LARGE_BODY), line
