@@ -6,12 +6,13 @@ is started with.
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
-from aiohttp import web, web_protocol, web_request, web_response
+from aiohttp import http_writer, web, web_protocol, web_request, web_response
 from aiohttp.http_exceptions import LineTooLong
 
 from assetcdn.shared import process
@@ -161,6 +162,20 @@ def tell_lost_connections() -> None:
     web_protocol.RequestHandler.connection_lost = _tell_lost  # type: ignore[method-assign]
 
 
+def write_bodies_uncopied() -> None:
+    """aiohttp writes an answer's head and body as two pieces (`writelines`), not joined into one new object: on the
+    Pythons before 3.12.9 it joins them (its `SKIP_WRITELINES`), which copies every body it writes in one piece. There
+    the join guards asyncio's own socket transport, whose `writelines` of 3.12.0 to 3.12.8 (and 3.13.0 to 3.13.1) was
+    unsafe (CVE-2024-12254) and before 3.12 joined them itself; the servers run on uvloop, whose transports (and the
+    edge's own in front of them) take the pieces as they are. Left as aiohttp has it on the unsafe Pythons, and on
+    any later one, which writes them as two pieces already. Over TLS the edge keeps what a client has not read of an
+    answer as a reference to what was written (assetcdn/edge/fastpath/sendfile.py `PacedWrites`): joined, that
+    was a copy of the body per connection (12 MB for a 12 MB memory-tier body), held for as long as the client
+    reads none of it."""
+    if sys.version_info < (3, 12):
+        http_writer.SKIP_WRITELINES = False  # a module constant, read at each write
+
+
 def header_timeout_s(settings: Settings) -> float:
     return float(settings.get("server", "header_timeout_s"))
 
@@ -185,4 +200,5 @@ def serve(app: web.Application, settings: Settings, *, host: str, port: int, **o
     answer_unreadable_requests_in_json()
     answer_half_closed_clients()
     tell_lost_connections()
+    write_bodies_uncopied()
     return process.serve(app, host=host, port=port, **server_options(settings), **options)

@@ -31,6 +31,7 @@ from assetcdn.shared.http_server import (
     answer_unreadable_requests_in_json,
     name_the_server,
     tell_lost_connections,
+    write_bodies_uncopied,
 )
 from tests.support.cdn import PURGE, control_and_edge_app, edge_worker_app, register_and_make_zone
 from tests.support.control import ACCESS
@@ -177,6 +178,7 @@ async def start_hit_cdn(root: Path, serve: Callable[[web.Application], Awaitable
     answer_unreadable_requests_in_json()  # and aiohttp's own error pages in JSON
     answer_half_closed_clients()  # and aiohttp's connections answer a client that half-closed
     tell_lost_connections()  # and tell a pull zone fill's lagging client that its connection is lost
+    write_bodies_uncopied()  # and write an answer's head and body without joining them
     control_client, app = await control_and_edge_app(root, serve, env, "edge-f", workers=workers)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0,
                            keepalive_timeout=float(app[SETTINGS].get("server", "header_timeout_s")))

@@ -280,9 +280,9 @@ class TlsHandoffTransport(HandoffTransport, PacedWrites):
                 for chunk in chunks:
                     self.keep(chunk)
                 self._pump()
-            else:
+            else:  # one TLS record where they fit, not one per piece (aiohttp passes a head and body apart)
                 self._connection.queued += size
-                self._transport.writelines(chunks)
+                self._transport.write(b"".join(chunks))
 
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + self.held
@@ -360,8 +360,8 @@ class PacedTransport(ForwardingTransport, asyncio.Protocol, PacedWrites):
             for chunk in chunks:
                 self.keep(chunk)
             self._pump()
-        else:
-            self._transport.writelines(chunks)
+        else:  # one TLS record where they fit, not one per piece (aiohttp passes a head and body apart)
+            self._transport.write(b"".join(chunks))
 
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + self.held

@@ -311,3 +311,49 @@ def test_a_client_gone_early_is_not_counted_the_whole_answer(uvloop_edge: tuple[
     line = runner.run(scenario())
     assert line["path"] == f"/{LARGE}" and line["aborted"] is True
     assert 100_000 <= line["bytes"] < len(LARGE_BODY), line
+
+
+def resident_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+STALLED = 8
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_clients_that_read_nothing_hold_no_copy_of_the_answer(uvloop_edge: tuple[asyncio.Runner, Edge],
+                                                              kind: str) -> None:
+    """What the TLS pacing keeps for a client that does not read is a reference to the answer's body (here the
+    memory tier's), not a copy per connection: aiohttp joined a head and its body into a new object before writing
+    them, on the Pythons before 3.12.9, so each such connection held a copy of the whole body (12 MB)."""
+    runner, edge = uvloop_edge
+
+    async def stall(count: int) -> list[ssl.SSLSocket]:
+        first = len(edge.site.tls)
+        clients = [await asyncio.to_thread(stalled_client, edge.port, request(LARGE, body=KINDS[kind]))
+                   for _ in range(count)]
+        connections = edge.site.tls[first:]
+
+        async def settled() -> bool:
+            return edge.handlers_paused() and all(tls.beneath.get_write_buffer_size() for tls in connections)
+
+        await wait_until(settled, "the answers written as far as the clients let them")
+        return clients
+
+    async def scenario() -> int:
+        for client in await stall(2):  # the allocator's first growth, whatever the answers hold
+            client.close()
+        before = resident_bytes()
+        clients = await stall(STALLED)
+        try:
+            return resident_bytes() - before
+        finally:
+            for client in clients:
+                client.close()
+
+    grown = runner.run(scenario())
+    # A copy each is STALLED bodies (less whatever the allocator reuses); without, little more than nothing.
+    assert grown < STALLED * len(LARGE_BODY) // 8, grown
