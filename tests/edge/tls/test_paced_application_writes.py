@@ -12,6 +12,7 @@ import socket
 import ssl
 import struct
 import tempfile
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,10 +132,12 @@ async def _stop(edge: Edge) -> None:
         await client.close()
 
 
-def request(path: str, *, body: bytes = b"") -> bytes:
+def request(path: str, *, body: bytes = b"", request_id: str | None = None) -> bytes:
     """A GET of `path`; with a body, one aiohttp holds the connection for."""
-    length = f"Content-Length: {len(body)}\r\n" if body else ""
-    return f"GET /{path} HTTP/1.1\r\nHost: edge.test\r\n{length}\r\n".encode() + body
+    fields = f"Content-Length: {len(body)}\r\n" if body else ""
+    if request_id is not None:
+        fields += f"X-Request-ID: {request_id}\r\n"
+    return f"GET /{path} HTTP/1.1\r\nHost: edge.test\r\n{fields}\r\n".encode() + body
 
 
 def tls_client(port: int, *, receive_buffer: int | None = None) -> ssl.SSLSocket:
@@ -161,9 +164,13 @@ def stalled_client(port: int, data: bytes) -> ssl.SSLSocket:
     return client
 
 
-def exchange(port: int, data: bytes, answers: int) -> list[tuple[int, bytes]]:
-    """Send `data` (requests, pipelined) over one connection and read `answers` answers: (status, body) each."""
-    with tls_client(port) as client:
+def exchange(port: int, data: bytes, answers: int, open_clients: list[ssl.SSLSocket] | None = None,
+             ) -> list[tuple[int, bytes]]:
+    """Send `data` (requests, pipelined) over one connection and read `answers` answers: (status, body) each. The
+    connection is closed then, or left open in `open_clients` (a connection lost counts what had left by the last
+    look, docs/known-gaps.md: an open one has its deliveries recorded once their bytes have left)."""
+    client = tls_client(port)
+    try:
         client.sendall(data)
         buffer = b""
         out = []
@@ -181,7 +188,12 @@ def exchange(port: int, data: bytes, answers: int) -> list[tuple[int, bytes]]:
                 buffer += chunk
             out.append((status, buffer[:length]))
             buffer = buffer[length:]
-        return out
+    finally:
+        if open_clients is None:
+            client.close()
+        else:
+            open_clients.append(client)
+    return out
 
 
 KINDS = {"handed over per request": b"", "held by the application": b"x"}
@@ -222,17 +234,39 @@ def test_answers_arrive_whole_and_in_order_for_a_client_that_reads(
         uvloop_edge: tuple[asyncio.Runner, Edge], kind: str) -> None:
     runner, edge = uvloop_edge
 
-    async def scenario() -> list[list[tuple[int, bytes]]]:
-        body = KINDS[kind]
-        return [
-            await asyncio.to_thread(exchange, edge.port, request(LARGE, body=body), 1),
-            await asyncio.to_thread(exchange, edge.port, request(SMALL, body=body), 1),
-            # Pipelined behind a large answer: the next one after it, never within it.
-            await asyncio.to_thread(exchange, edge.port, request(LARGE, body=body) + request(SMALL, body=body)
-                                    + request(LARGE, body=body), 3),
-        ]
+    ids = [str(uuid.uuid4()) for _ in range(5)]  # the edge takes a caller's id when it is a uuid
 
-    large, small, pipelined = runner.run(scenario())
+    async def scenario() -> tuple[list[list[tuple[int, bytes]]], list[dict[str, Any]]]:
+        body = KINDS[kind]
+        clients: list[ssl.SSLSocket] = []
+        try:
+            answers = [
+                await asyncio.to_thread(exchange, edge.port, request(LARGE, body=body, request_id=ids[0]), 1,
+                                        clients),
+                await asyncio.to_thread(exchange, edge.port, request(SMALL, body=body, request_id=ids[1]), 1,
+                                        clients),
+                # Pipelined behind a large answer: the next one after it, never within it.
+                await asyncio.to_thread(exchange, edge.port, request(LARGE, body=body, request_id=ids[2])
+                                        + request(SMALL, body=body, request_id=ids[3])
+                                        + request(LARGE, body=body, request_id=ids[4]), 3, clients),
+            ]
+            lines: list[dict[str, Any]] = []
+
+            async def recorded() -> bool:
+                nonlocal lines
+                lines = [line for line in await access_lines(edge.cdn, 0) if line.get("request_id") in ids]
+                return len(lines) >= len(ids)
+
+            await wait_until(recorded, "the deliveries recorded")
+            return answers, lines
+        finally:
+            for client in clients:
+                client.close()
+
+    (large, small, pipelined), lines = runner.run(scenario())
+    # Each delivery recorded whole, once (what the connection queued is counted as it goes to TLS).
+    assert sorted((line["path"], line["bytes"], line["aborted"]) for line in lines) == sorted(
+        [(f"/{LARGE}", len(LARGE_BODY), False)] * 3 + [(f"/{SMALL}", len(SMALL_BODY), False)] * 2)
     assert large == [(200, LARGE_BODY)]
     assert small == [(200, SMALL_BODY)]
     assert [status for status, _ in pipelined] == [200, 200, 200]
