@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from multidict import CIMultiDict
@@ -166,6 +167,23 @@ class HitCdn:
 
 
 HitCdnFactory = Callable[..., Awaitable[HitCdn]]
+
+
+async def access_lines(cdn: HitCdn, count: int) -> list[dict[str, Any]]:
+    """The edge's access log, once it has at least `count` lines."""
+    access = cdn.node.deliveries.access
+    assert access is not None and access.path is not None
+    path = access.path
+    lines: list[dict[str, Any]] = []
+
+    async def written() -> bool:
+        nonlocal lines
+        await access.flush()
+        lines = [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
+        return len(lines) >= count
+
+    await wait_until(written, f"{count} access-log lines")
+    return lines
 
 
 async def start_hit_cdn(root: Path, serve: Callable[[web.Application], Awaitable[TestClient]],

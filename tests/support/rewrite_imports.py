@@ -39,6 +39,7 @@ MOVED: dict[str, str] = {
        for name in ("UNTRUSTED", "v1", "v2")},
     **{f"tests.edge.fastpath.test_counted_as_sent.{name}": "tests.support.sockets"
        for name in ("RCVBUF", "send_buffer_max", "REALLY_WRITTEN_MAX")},
+    "tests.edge.fastpath.test_counted_as_sent.access_lines": "tests.support.hit_cdn",
     # a real `assetcdn up` with an https port, and the client side of handshakes
     **{f"tests.edge.tls.conftest.{name}": "tests.support.https"
        for name in ("ZONE", "HANDSHAKE_TIMEOUT_S", "HSTS_MAX_AGE_S", "MAX_RESETS", "HttpsCdn", "start_https_cdn")},

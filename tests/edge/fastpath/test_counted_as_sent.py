@@ -14,11 +14,9 @@ import struct
 from functools import partial
 from typing import Any
 
-import orjson
-
 from tests.support.cdn import ZONE
 from tests.support.control import ACCOUNT
-from tests.support.hit_cdn import HitCdn, HitCdnFactory, request_bytes
+from tests.support.hit_cdn import HitCdn, HitCdnFactory, access_lines, request_bytes
 from tests.support.sockets import RCVBUF, REALLY_WRITTEN_MAX
 from tests.support.wait import wait_until
 
@@ -50,23 +48,6 @@ async def warm(cdn: HitCdn) -> None:
             assert answer.status == 200 and answer.header("X-Cache") in ("HIT", "MISS")
             connection.close()
     assert answer.header("X-Cache") == "HIT"
-
-
-async def access_lines(cdn: HitCdn, count: int) -> list[dict[str, Any]]:
-    """The edge's access log, once it has at least `count` lines."""
-    access = cdn.node.deliveries.access
-    assert access is not None and access.path is not None
-    path = access.path
-    lines: list[dict[str, Any]] = []
-
-    async def written() -> bool:
-        nonlocal lines
-        await access.flush()
-        lines = [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
-        return len(lines) >= count
-
-    await wait_until(written, f"{count} access-log lines")
-    return lines
 
 
 async def bandwidth(cdn: HitCdn) -> tuple[int, int]:

@@ -30,9 +30,8 @@ from assetcdn.edge.tls.certificates import CertificateStore
 from assetcdn.edge.tls.h2 import H2Limits
 from assetcdn.edge.tls.site import HttpsSite
 from assetcdn.shared.config import load_settings
-from tests.edge.fastpath.test_counted_as_sent import access_lines
 from tests.support.cdn import ZONE
-from tests.support.hit_cdn import HitCdn, parse_head, start_hit_cdn
+from tests.support.hit_cdn import HitCdn, access_lines, parse_head, start_hit_cdn
 from tests.support.wait import wait_until
 
 LARGE = f"{ZONE}/paced/large.bin"
