@@ -131,11 +131,13 @@ async def _stop(edge: Edge) -> None:
         await client.close()
 
 
-def request(path: str, *, body: bytes = b"", request_id: str | None = None) -> bytes:
+def request(path: str, *, body: bytes = b"", request_id: str | None = None, close: bool = False) -> bytes:
     """A GET of `path`; with a body, one aiohttp holds the connection for."""
     fields = f"Content-Length: {len(body)}\r\n" if body else ""
     if request_id is not None:
         fields += f"X-Request-ID: {request_id}\r\n"
+    if close:
+        fields += "Connection: close\r\n"
     return f"GET /{path} HTTP/1.1\r\nHost: edge.test\r\n{fields}\r\n".encode() + body
 
 
@@ -390,3 +392,22 @@ def test_clients_that_read_nothing_hold_no_copy_of_the_answer(uvloop_edge: tuple
     grown = runner.run(scenario())
     # A copy each is STALLED bodies (less whatever the allocator reuses); without, little more than nothing.
     assert grown < STALLED * len(LARGE_BODY) // 8, grown
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_large_answer_that_closes_the_connection_arrives_whole_before_the_close(
+        uvloop_edge: tuple[asyncio.Runner, Edge], kind: str) -> None:
+    """The connection closes once the pieces still kept have gone to TLS, never before (nor after the first)."""
+    runner, edge = uvloop_edge
+
+    def fetch() -> tuple[list[tuple[int, bytes]], int]:
+        clients: list[ssl.SSLSocket] = []
+        try:
+            answers = exchange(edge.port, request(LARGE, body=KINDS[kind], close=True), 1, clients)
+            return answers, read_to_end(clients[0])
+        finally:
+            for client in clients:
+                client.close()
+
+    answers, after = runner.run(asyncio.to_thread(fetch))
+    assert answers == [(200, LARGE_BODY)] and after == 0
