@@ -267,7 +267,7 @@ class PacedWrites:
     def pace(self, drain: Drain, send_timeout_s: float | None) -> None:
         self.drain = drain
         self.app: asyncio.BaseProtocol | None = None
-        self.pieces: deque[memoryview] = deque()
+        self.pieces: deque[memoryview] | None = None  # made by the first write kept
         self.held = 0  # the bytes of `pieces` (and of those dropped: `drop`)
         self.dropped = False
         self.pumping = False
@@ -288,6 +288,8 @@ class PacedWrites:
         elif view.itemsize != 1:
             view = view.cast("B")
         if view:
+            if self.pieces is None:
+                self.pieces = deque()
             self.pieces.append(view)
             self.held += len(view)
 
@@ -295,8 +297,9 @@ class PacedWrites:
         """Hand TLS what is kept, a piece at a time, while it takes them; the bytes handed. Then the application
         is paused or resumed as the pieces and TLS allow."""
         handed = 0
-        if not self.pumping:
-            transport, drain, pieces = self._transport, self.drain, self.pieces
+        pieces = self.pieces
+        if pieces and not self.pumping:
+            transport, drain = self._transport, self.drain
             beneath = drain.beneath
             self.pumping = True  # a write may pause or resume the connection at once: no second pump within it
             try:
@@ -349,7 +352,8 @@ class PacedWrites:
         """The connection is ending at once (aborted, lost): nothing kept is sent. `held` still counts it (written,
         never sent: what a delivery counts as sent leaves it out), and the application stays paused until it hears
         that the connection is lost (its answer is not done)."""
-        self.pieces.clear()
+        if self.pieces:
+            self.pieces.clear()
         self.dropped = True
         self._disarm()
 
