@@ -37,11 +37,12 @@ def stream_status(cdn: RunningCdn, video: str) -> int:
 
 
 def test_ctrl_c_while_the_demo_videos_are_made_stops_at_once_and_the_next_start_finishes_them(tmp_path: Path) -> None:
-    cdn = start_cdn(tmp_path, demo=True, semantic_search=True)
+    # Without the sentence model to load, `up` is up within a few seconds, while the 1080p videos take longer: under
+    # load the model's loading outlasted the videos (they were ready before Ctrl-C, and nothing was interrupted).
+    cdn = start_cdn(tmp_path, demo=True)
     try:
         health = control_health(cdn)
-        assert health["chat"] == "ready"   # `up` says it is up once the first question is answered at once
-        assert health["demoVideos"] == "making"   # 12 s of 1080p video take longer than this
+        assert health["demoVideos"] == "making"
         assert stream_status(cdn, "nature") == 404
         logged = cdn.log_path.stat().st_size
         cdn.process.send_signal(signal.SIGINT)   # what Ctrl-C sends `make run`'s foreground process
@@ -62,7 +63,9 @@ def test_ctrl_c_while_the_demo_videos_are_made_stops_at_once_and_the_next_start_
     # left half made are made again, here at the smallest size: what they are made at is not under test.
     cdn = start_cdn(tmp_path, demo=True, semantic_search=True, env_extra=SMALL_DEMO_VIDEOS)
     try:
-        state = control_health(cdn).get("demoVideos")
+        health = control_health(cdn)
+        assert health["chat"] == "ready"   # `up` says it is up once the first question is answered at once
+        state = health.get("demoVideos")
         assert state in ("making", "ready")
         deadline = time.monotonic() + 600
         while state == "making" and time.monotonic() < deadline:
