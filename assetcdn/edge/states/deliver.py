@@ -183,7 +183,8 @@ def final_headers(obj: CachedObject, changes: HeaderChanges, *, cache_status: st
 
 async def deliver(request: web.Request, obj: CachedObject, headers: CIMultiDict[str]) -> web.StreamResponse:
     """Answer with ``obj`` and its ``headers`` (``final_headers``): 304 on an If-None-Match naming the
-    ETag they give, 206 or 416 on a Range (the whole body when an If-Range does not hold), the body from memory
+    ETag they give, 206 or 416 on a Range (the whole body when an If-Range does not hold; Range and If-Range sent on
+    several lines are the invalid value they make together, `joined_field`), the body from memory
     or streamed from its cache file. An If-Match naming another version is 412 (the edge is a stored file's origin,
     RFC 9110 13.2.2: before If-None-Match and Range), in the error envelope with the current ETag, never stored.
     If-Unmodified-Since is ignored: a delivery has no Last-Modified of its own (13.1.4)."""
@@ -197,9 +198,9 @@ async def deliver(request: web.Request, obj: CachedObject, headers: CIMultiDict[
     if if_none_match and etag_matches(if_none_match, headers.get("ETag")):
         return web.Response(status=304, headers=not_modified_headers(headers))
     status, start, end = 200, 0, obj.size
-    range_header = request.headers.get("Range")
+    range_header = joined_field(request, "Range")  # two lines of it: no one range, ignored
     if range_header and request.method in ("GET", "HEAD") and if_range_holds(
-            request.headers.get("If-Range"), headers.get("ETag")):
+            joined_field(request, "If-Range"), headers.get("ETag")):
         parsed = parse_range(range_header, obj.size)
         if parsed is False:
             headers["Content-Range"] = f"bytes */{obj.size}"

@@ -213,6 +213,37 @@ async def test_if_none_match_on_several_lines_is_one_list(warm_cdn: HitCdn) -> N
 
 
 @SHARED
+async def test_a_range_or_an_if_range_on_several_lines_is_not_one_to_honour(warm_cdn: HitCdn) -> None:
+    """Range and If-Range are no lists (RFC 9110 5.3): two lines of one are the invalid value they make together,
+    so the range is ignored and the If-Range does not hold, as a pull zone's copy reads them. A stored file answered
+    a 206 of the first line's range, whatever the second said (the hit port hands a repeated field over, so both
+    ports did). Over HTTP/1.1 and HTTP/2."""
+    cdn = warm_cdn
+    hits, plain = await cdn.connect(), await cdn.plain()
+    etag = (await hits.request(f"/{SVG}")).header("ETag")
+    assert etag and cdn.site.hits is not None
+    cases: list[list[tuple[str, str]]] = [
+        [("Range", "bytes=0-9"), ("Range", "bytes=20-29")],
+        [("Range", "bytes=0-9"), ("If-Range", etag), ("If-Range", etag)],
+    ]
+    secure = HitServer(cdn.app, cdn.site.hits.web_server, secure=True)
+    h2 = H2InProcess(secure)
+    for fields in cases:
+        for method in ("GET", "HEAD"):
+            lines = "".join(f"{name}: {value}\r\n" for name, value in fields)
+            answers = []
+            for conn in (hits, plain):
+                await conn.send(f"{method} /{SVG} HTTP/1.1\r\nHost: edge.test\r\n{lines}\r\n".encode())
+                answers.append(await conn.response())
+            fast, slow = answers
+            assert (slow.status, slow.header("Content-Length")) == (200, str(len(LOGO_SVG))), (fields, method)
+            assert comparable(fast) == comparable(slow), (fields, method)
+            over_h2 = await h2.get(f"/{SVG}", [(name.lower(), value) for name, value in fields], method)
+            assert (over_h2.status, over_h2.header("content-length")) == (200, str(len(LOGO_SVG))), (fields, method)
+    secure.stop()
+
+
+@SHARED
 async def test_pipelined_requests_come_back_in_order_across_hand_overs(warm_cdn: HitCdn) -> None:
     cdn = warm_cdn
     conn = await cdn.connect()
