@@ -4,14 +4,17 @@ the edge is an operation there and every operation a route, with the credentials
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from assetcdn.control.app import ROUTES as CONTROL_ROUTES
 from assetcdn.control.app import create_app
-from assetcdn.control.identity.auth import Access, Key
-from assetcdn.edge.app import CLUSTER_ROUTES, PUBLIC_ROUTES
+from assetcdn.control.identity.auth import ROUTE_ACCESS, Access, Key
+from assetcdn.edge import app as edge_app
+from assetcdn.edge.app import CLUSTER_ROUTES, PUBLIC_ROUTES, EdgeIdentity
 from assetcdn.edge.proxy import forward_to_control
 from assetcdn.shared.cluster import PREFIX
 from assetcdn.shared.config import load_settings
@@ -22,7 +25,7 @@ from tests.support.openapi import METHODS, documented
 SCHEME_OF_KEY = {Key.ACCESS: "AccessKey", Key.ACCOUNT: "AccountKey", Key.PURGE: "PurgeKey",
                  Key.ANALYTICS: "AnalyticsKey"}
 # Public routes that check a credential themselves (the metrics key), not through the route table.
-SELF_CHECKED = {("get", "/metrics"): [{"MetricsKey": []}]}
+SELF_CHECKED = {(method, "/metrics"): [{"MetricsKey": []}] for method in ("get", "head")}
 
 
 def template(path: str) -> str:
@@ -37,15 +40,47 @@ def routed() -> dict[tuple[str, str], Access | None]:
     found: dict[tuple[str, str], Access | None] = {}
     for route in CONTROL_ROUTES:
         if not route.path.startswith(PREFIX + "/"):
-            found[(route.method.lower(), template(route.path))] = route.access
+            for method in with_head(route.method):
+                found.setdefault((method, template(route.path)), route.access)
     for edge_route in PUBLIC_ROUTES:
         if edge_route.handler is not forward_to_control:
             # A route for any method (a pull zone's paths) is one operation per method OpenAPI can name.
             methods = [m for m in METHODS if m not in ("get", "head")] if edge_route.method == "*" else \
-                [edge_route.method.lower()]
+                with_head(edge_route.method)
             for method in methods:
                 found.setdefault((method, template(edge_route.path)), None)
     return found
+
+
+def with_head(method: str) -> list[str]:
+    """A route's method and, for a GET, the HEAD every GET route answers too (test_every_get_route_answers_head)."""
+    return [method.lower(), "head"] if method == "GET" else [method.lower()]
+
+
+def public_apps(tmp_path: Path) -> dict[str, web.Application]:
+    """Control's app and an edge worker's public app as each process builds them (not started)."""
+    settings = load_settings(environ={})
+    identity = EdgeIdentity(name="edge-t", worker=0, control_url="http://127.0.0.1:1", cache_dir=tmp_path / "edge",
+                            advertise_host="127.0.0.1")
+    return {"control": create_app(settings, SECRETS, tmp_path / "data"),
+            "edge": edge_app.create_app(settings, SECRETS, identity)}
+
+
+def test_every_get_route_answers_head(tmp_path: Path) -> None:
+    """RFC 9110 9.3.2: HEAD is allowed wherever GET is (uptime monitors send it). Every GET route either process
+    registers (the internal cluster protocol aside) has a HEAD route beside it, with the same credentials on control."""
+    for name, app in public_apps(tmp_path).items():
+        routes: dict[str, dict[str, web.AbstractRoute]] = {}
+        for route in app.router.routes():
+            if route.resource is not None and not route.resource.canonical.startswith(PREFIX + "/"):
+                routes.setdefault(route.resource.canonical, {}).setdefault(route.method, route)
+        without_head = sorted(path for path, methods in routes.items() if "GET" in methods and "HEAD" not in methods)
+        assert not without_head, f"{name}: GET routes that answer HEAD with 404 or 405: {without_head}"
+        if name == "control":
+            access = app[ROUTE_ACCESS]
+            for path, methods in routes.items():
+                if "GET" in methods:
+                    assert access.get(methods["HEAD"]) == access.get(methods["GET"]), path
 
 
 def expected_security(access: Access) -> list[dict[str, list[str]]]:

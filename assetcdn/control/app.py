@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from aiohttp import web
@@ -210,6 +210,19 @@ ROUTES: tuple[Route, ...] = (
 )
 
 
+def with_heads(routes: tuple[Route, ...]) -> list[Route]:
+    """`routes`, each GET route followed by its HEAD (RFC 9110 9.3.2: HEAD is allowed wherever GET is), with the
+    GET's handler and credentials, where the table lists no HEAD for its path (aiohttp leaves out the body); the
+    cluster protocol's routes as listed."""
+    listed = {route.path for route in routes if route.method == "HEAD"}
+    found: list[Route] = []
+    for route in routes:
+        found.append(route)
+        if route.method == "GET" and route.path not in listed and not route.path.startswith(PREFIX + "/"):
+            found.append(replace(route, method="HEAD"))
+    return found
+
+
 def session_scopes(routes: tuple[Route, ...]) -> frozenset[str]:
     """Scopes a session may put on a token: those whose every route the session itself may call, so a
     token minted in the dashboard never reaches further than the dashboard (pipeline, AI)."""
@@ -274,7 +287,7 @@ def create_app(settings: Settings, secrets: Secrets, data_dir: Path, *, demo: bo
     app[DASHBOARD_PORTS] = {settings.get("server", "dashboard_port")}
     route_access: dict[web.AbstractRoute, Access] = {}
     route_audit: dict[web.AbstractRoute, str] = {}
-    for route in ROUTES:
+    for route in with_heads(ROUTES):
         registered = app.router.add_route(route.method, route.path, route.handler)
         if route.access is not None:
             route_access[registered] = route.access

@@ -75,27 +75,19 @@ CLUSTER_SHUTDOWN_GRACE_S = 2.0  # for a push being applied when the worker stops
 CDN_PATH = r"/{path:(?!" + EDGE_PATHS + r")[\s\S]*}"
 PUBLIC_ROUTES: tuple[web.RouteDef, ...] = (
     web.route("GET", CDN_PATH, delivery.serve_asset),
-    web.route("HEAD", CDN_PATH, delivery.serve_asset),
     # A pull zone's other methods go to its origin; a body over the limit is refused before any 100 Continue.
     web.route("*", CDN_PATH, delivery.serve_asset, expect_handler=delivery.expect_body),
     web.route("GET", "/api/health", health.health),
-    web.route("HEAD", "/api/health", health.health),
     web.route("GET", "/metrics", metrics_handler),
     web.route("GET", "/api/transform", transform.transform_image),
-    web.route("HEAD", "/api/transform", transform.transform_image),
     web.route("GET", "/api/auto", auto.auto_query),
-    web.route("HEAD", "/api/auto", auto.auto_query),
     web.route("GET", "/api/auto/{path:.+}", auto.auto_path),
-    web.route("HEAD", "/api/auto/{path:.+}", auto.auto_path),
     web.route("GET", "/api/lqip", placeholders.lqip),
     web.route("GET", "/api/blurhash", placeholders.blurhash),
     web.route("GET", "/api/signed", signed.signed_asset),
-    web.route("HEAD", "/api/signed", signed.signed_asset),
     web.route("GET", "/api/stream", stream.stream),
-    web.route("HEAD", "/api/stream", stream.stream),
     web.route("OPTIONS", "/api/stream", stream.preflight),
     web.route("GET", policy.CHALLENGE_ROUTE, policy.acme_challenge),  # ACME HTTP-01 (assetcdn/edge/tls/policy.py)
-    web.route("HEAD", policy.CHALLENGE_ROUTE, policy.acme_challenge),
     web.route("GET", "/api/openapi.json", openapi_document),  # served here too: available while control is down
     web.route("GET", "/api/docs", api_docs),
     web.route("*", r"/api/{tail:[\s\S]*}", forward_to_control),  # newlines too: control answers 400 (or acts)
@@ -110,10 +102,13 @@ CLUSTER_ROUTES: tuple[web.RouteDef, ...] = (
 )
 
 
-def _add_routes(app: web.Application, routes: tuple[web.RouteDef, ...]) -> None:
-    # Each exactly as listed: `router.add_routes` would register a GET's HEAD on its own as well.
+def _add_routes(app: web.Application, routes: tuple[web.RouteDef, ...], *, heads: bool) -> None:
+    # Each as listed (in order: the router tries routes in order) and, with `heads`, each GET's HEAD just after it,
+    # with the GET's handler (RFC 9110 9.3.2: HEAD is allowed wherever GET is; aiohttp leaves out the body).
     for route in routes:
         app.router.add_route(route.method, route.path, route.handler, **route.kwargs)
+        if heads and route.method == "GET":
+            app.router.add_route("HEAD", route.path, route.handler, **route.kwargs)
 
 
 @dataclass(frozen=True)
@@ -145,7 +140,7 @@ def create_cluster_app(node_app: web.Application) -> web.Application:
     # Shield requests are served by the pull sequence, collapsed with the worker's own clients' requests.
     app[pull.FLIGHTS] = node_app[pull.FLIGHTS]
     app.on_response_prepare.append(shield.name_shield)
-    _add_routes(app, CLUSTER_ROUTES)
+    _add_routes(app, CLUSTER_ROUTES, heads=False)  # the cluster protocol: GETs of its own, no HEAD
     return app
 
 
@@ -186,7 +181,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
     app[pull_source.TOO_LARGE_SOURCES] = TooLarge()
     # Embedded: the machine's counters.sqlite3 in the data directory, shared with control and every edge.
     app[COUNTERS] = counters_from_settings(settings.section("counters"), identity.data_dir or identity.cache_dir)
-    _add_routes(app, PUBLIC_ROUTES)
+    _add_routes(app, PUBLIC_ROUTES, heads=True)
     app.on_response_prepare.append(_on_delivery_response)
     if https_port and (hsts := policy.hsts_value(settings, secure=True)):
         app.on_response_prepare.append(policy.hsts_on_prepare(hsts))

@@ -59,6 +59,8 @@ async def list_assets(request: web.Request) -> web.StreamResponse:
             "DateFetched": utc_now_iso()}
     response = web.StreamResponse(headers={"Content-Type": "application/json", "Cache-Control": "private, max-age=30"})
     await response.prepare(request)
+    if request.method == "HEAD":  # the GET's head alone: aiohttp sends what a streamed answer writes, HEAD or not
+        return response
     # Streamed in this key order: Pagination, Filters, DateFetched, Data.
     await response.write(orjson.dumps(head)[:-1] + b',"Data":[')
     for start in range(0, len(window), CHUNK):

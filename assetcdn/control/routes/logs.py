@@ -91,6 +91,9 @@ async def _stream(request: web.Request, since: str | None, level: str | None) ->
     log = request.app[REQUEST_LOG]
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache, no-store",
                                            "X-Accel-Buffering": "no"})
+    if request.method == "HEAD":  # the stream's head alone: aiohttp sends what a streamed answer writes, HEAD or not
+        await response.prepare(request)
+        return response
     queue = log.subscribe()  # before anything is sent: no entry falls between 'connected' and the first read
     try:
         await response.prepare(request)
