@@ -52,8 +52,9 @@ class Concierge:
                     log.warning("chat answers without its model: %s", exc)
                     degraded = True
                     allowance.use_model = False  # the extractive answer costs nothing: the caller gives the count back
-        metadata = {"sources": retrieved.sources, "confidence": retrieved.confidence,
-                    "remaining": allowance.remaining, "degraded": degraded,
+        # The month's questions left: none with its limit switched off (`ai.chat_monthly_limit = 0`).
+        remaining = {"remaining": allowance.remaining} if allowance.remaining is not None else {}
+        metadata = {"sources": retrieved.sources, "confidence": retrieved.confidence, **remaining, "degraded": degraded,
                     "source": "ai" if upstream is not None else "curated",
                     "engine": "model" if upstream is not None else "extractive",
                     "model": self.model.name if upstream is not None and self.model else None}

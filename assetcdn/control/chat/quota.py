@@ -18,7 +18,8 @@ from assetcdn.shared.counter_store import Counters, Decision, Limit
 
 @dataclass
 class ChatAllowance:
-    remaining: int          # model-answered questions left this month (after this one, when it uses the model)
+    remaining: int | None   # model-answered questions left this month (after this one, when it uses the model);
+                            # None with the month's limit switched off (0), which leaves no count
     use_model: bool         # the model answers this question (counted against the month and the day);
                             # cleared when the model cannot start an answer
     taken: list[Decision] = field(default_factory=list)  # the counts to give back if the model does not answer
@@ -33,17 +34,18 @@ class ChatQuota:
     async def take(self, *, with_model: bool) -> ChatAllowance | None:
         """What this question may use: None (nothing counted) when a model is configured and the
         month's limit is reached; without a model, nothing is counted."""
+        off = self.month.limit <= 0
         if not with_model:
             month = await self.counters.peek(self.month)
-            return ChatAllowance(month.remaining, use_model=False)
+            return ChatAllowance(None if off else month.remaining, use_model=False)
         month = await self.counters.hit(self.month)
         if not month.allowed:
             return None
         day = await self.counters.hit(self.day)
         if not day.allowed:  # today's soft limit is spent: answered without the model, at no cost
             await self.counters.refund(month)
-            return ChatAllowance(min(month.remaining + 1, month.limit), use_model=False)
-        return ChatAllowance(month.remaining, use_model=True, taken=[month, day])
+            return ChatAllowance(None if off else min(month.remaining + 1, month.limit), use_model=False)
+        return ChatAllowance(None if off else month.remaining, use_model=True, taken=[month, day])
 
     async def refund(self, allowance: ChatAllowance) -> None:
         """Give back a question the model did not answer (it could not start, failed, or the client left)."""

@@ -224,6 +224,22 @@ async def test_the_monthly_limit_answers_429_limit_reached(make_control: MakeCon
     assert body["message"] == "Monthly query limit reached. The Concierge will be back next month."
 
 
+@pytest.mark.parametrize("with_model", [True, False])
+async def test_with_the_monthly_limit_switched_off_no_count_of_questions_left_is_claimed(
+        make_control: MakeControl, fake_model: tuple[FakeModel, str], with_model: bool) -> None:
+    """`ai.chat_monthly_limit = 0` switches the month's limit off (docs/operations.md, Limits): every answer's
+    metadata said `remaining: 0` while questions went on being answered by the model, as purges said
+    `remaining_today: 0` with their limit off. `remaining` is left out."""
+    _, url = fake_model
+    client = await make_control(ai_chat_monthly_limit="0", **({"ai_chat_url": url} if with_model else {}))
+    for _ in range(2):
+        resp, frames = await ask(client, {"message": "What is a zone?"})
+        assert resp.status == 200 and frames[-1][0] == "done"
+        metadata = frames[0][1]
+        assert metadata["engine"] == ("model" if with_model else "extractive")
+        assert "remaining" not in metadata, metadata
+
+
 async def test_answers_without_a_model_spend_no_quota(make_control: MakeControl) -> None:
     client = await make_control(ai_chat_monthly_limit="2", ai_chat_daily_soft_limit="1")
     for _ in range(4):
