@@ -33,8 +33,11 @@ MAX_HOST_NAME = 253  # a DNS name's longest text form (RFC 1035 2.3.4), without 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
 _FORBIDDEN_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _NAME = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_HOST = re.compile(_NAME + r"(?::[0-9]{1,5})?")
 _HOST_NAME = re.compile(_NAME + r"\.?")
+# A Host field (RFC 9110 7.2): a URI's host (RFC 3986 3.2.2: a registered name, an absolute one's trailing dot
+# included, an IPv4 address, or an IP literal, of which an IPv6 address in brackets) and an optional port.
+_REG_NAME = r"(?:[A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})+"
+_HOST_FIELD = re.compile(r"(?P<host>" + _REG_NAME + r"|\[(?P<ipv6>[0-9A-Fa-f:.]+)\])(?::(?P<port>[0-9]{1,5}))?")
 # Fields a zone may not set on its origin requests: the edge owns framing, the connection and the Host.
 RESERVED_REQUEST_HEADERS = frozenset((
     "host", "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
@@ -43,8 +46,8 @@ RESERVED_REQUEST_HEADERS = frozenset((
 
 
 URL_HOST_FORM = "'Origin.Url' needs a host name or an IP address as its host."
-HOST_HEADER_FORM = (f"'Origin.HostHeader' must be a hostname of at most {MAX_HOST_NAME} characters, optionally with "
-                    "a port (1-65535).")
+HOST_HEADER_FORM = (f"'Origin.HostHeader' must be a Host field: a host name of at most {MAX_HOST_NAME} characters "
+                    "(and a trailing dot), an IP address (IPv6 in brackets), optionally with a port (1-65535).")
 
 # Fields the edge took over after origins were first stored (refused in a new origin, read in a stored one):
 # CDN-Loop carries the client's values and the edge's loop mark (RFC 8586), which a zone's own value would drop;
@@ -102,6 +105,18 @@ def valid_host(host: str) -> bool:
     return bool(_HOST_NAME.fullmatch(ascii_host))
 
 
+def host_field(value: object) -> re.Match[str] | None:
+    """`value` read as a Host field's (RFC 9110 7.2), its `host` and `port` (None: none) apart; None when it is
+    none: no white space or control characters, and in brackets an IPv6 address (without a zone id)."""
+    found = _HOST_FIELD.fullmatch(value) if isinstance(value, str) else None
+    if found is not None and found["ipv6"] is not None:
+        try:
+            ipaddress.IPv6Address(found["ipv6"])
+        except ValueError:
+            return None
+    return found
+
+
 def parse_origin(data: object) -> PullOrigin:
     """The origin of a zone from its client form; OriginProblem when it is not one."""
     if not isinstance(data, dict):
@@ -132,7 +147,7 @@ def parse_origin(data: object) -> PullOrigin:
     if port == 0:
         raise OriginProblem("'Origin.Url' has no valid port.", "Origin.Url")
     host_header = data.get("HostHeader")
-    if host_header is not None and (not isinstance(host_header, str) or not _HOST.fullmatch(host_header)):
+    if host_header is not None and host_field(host_header) is None:
         raise OriginProblem(HOST_HEADER_FORM, "Origin.HostHeader")
     headers = data.get("RequestHeaders")
     if headers is None:  # null is none; [], "" or false are not an object of fields
@@ -184,9 +199,9 @@ def parse_new_origin(data: object) -> PullOrigin:
     if len((URL(origin.url).raw_host or "").rstrip(".")) > MAX_HOST_NAME:  # no resolver looks such a name up
         raise OriginProblem(f"The host of 'Origin.Url' is longer than a host name may be ({MAX_HOST_NAME} "
                             "characters).", "Origin.Url")
-    host_header = origin.host_header
-    if host_header is not None and (not 0 < int(host_header.partition(":")[2] or 80) < 65536
-                                    or len(host_header.partition(":")[0]) > MAX_HOST_NAME):
+    host = host_field(origin.host_header)
+    if host is not None and (not 0 < int(host["port"] or 80) < 65536
+                             or len(host["host"].removesuffix(".")) > MAX_HOST_NAME):
         raise OriginProblem(HOST_HEADER_FORM, "Origin.HostHeader")
     named: set[str] = set()
     for name in origin.request_headers:

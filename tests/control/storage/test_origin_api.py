@@ -7,6 +7,7 @@ zones of its own names; the refusals check that they changed nothing."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -308,9 +309,28 @@ async def test_request_headers_a_zone_may_not_send_are_400(shared: tuple[TestCli
     ({"Url": "https://origin.example.com", "HostHeader": "a." * 125 + "example"}, "Origin.HostHeader"),
     ({"Url": "https://origin.example.com", "HostHeader": "a." * 4000 + "example"}, "Origin.HostHeader"),
     ({"Url": "https://origin.example.com", "StoreSetCookie": "yes"}, "Origin.StoreSetCookie"),
+    # No Host field (RFC 9110 7.2): empty, an empty port, outside ASCII, a space, a path, an IPv6 literal unclosed,
+    # not an IPv6 address, with a zone id (an interface of the edge), or an IPvFuture literal (as the Url refuses).
+    *[({"Url": "https://origin.example.com", "HostHeader": host}, "Origin.HostHeader")
+      for host in ("", "www.example.com:", "bücher.example", "www.example.com.\t", "www.example.com/a", "[::1",
+                   "[::1]]", "[::g]", "[::1%25eth0]", "[v1.x]", "[::1]:0", "[::1]:65536", "[::1]8080", "::1")],
 ])
 async def test_an_origin_of_another_shape_is_400(shared: tuple[TestClient, Path], origin: Any, target: str) -> None:
     await refused_both_ways(shared, origin, target)
+
+
+@pytest.mark.parametrize("host", ["www.example.com.", "www.example.com.:8443", "[::1]", "[2001:db8::1]:8080",
+                                  "192.0.2.1:8080", "my_site.internal", "xn--bcher-kva.example", "a." * 123 + "example."])
+async def test_a_host_header_is_taken_in_any_form_a_host_field_may_have(control: TestClient, host: str) -> None:
+    """RFC 9110 7.2: a Host is a URI's host (a name, an absolute one with its trailing dot as the edge sends a URL's
+    by default, an IPv4 address or an IPv6 literal in brackets) with an optional port. The absolute name and the
+    IPv6 literal were refused."""
+    name = "hosted" + hashlib.sha256(host.encode()).hexdigest()[:8]
+    resp = await create(control, name, {"Url": "https://origin.example.com", "HostHeader": host})
+    assert resp.status == 201, await resp.text()
+    assert (await resp.json())["Origin"]["HostHeader"] == host
+    assert (await published_origins(control))[name]["HostHeader"] == host
+    assert parse_origin((await published_origins(control))[name]).host_header == host  # as the edges read it
 
 
 async def test_loopback_origins_need_the_development_setting(tmp_path: Path) -> None:
