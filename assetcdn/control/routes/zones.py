@@ -93,7 +93,7 @@ async def create_zone(request: web.Request) -> web.Response:
     if not isinstance(body, dict):
         raise bad_request("The body must be a JSON object: {\"Name\": \"<zone>\"}.", code="InvalidBody")
     name = body.get("Name", body.get("name"))
-    if not isinstance(name, str) or not name:
+    if name is None or name == "":  # another type is a name sent, and an invalid one (as the pipeline's `name`)
         raise bad_request("'Name' is required.", target="Name", code="MissingName")
     problem = validate_zone_name(name)
     if problem:

@@ -119,9 +119,20 @@ async def test_longest_and_shortest_names_are_accepted(control: TestClient) -> N
         assert (await control.post("/api/core/zones", json={"Name": name}, headers=ACCOUNT)).status == 201
 
 
-@pytest.mark.parametrize("body", [{}, {"Name": ""}, {"Name": 42}, {"Name": None}])
+@pytest.mark.parametrize("body", [{}, {"Name": ""}, {"Name": None}])
 async def test_missing_name_is_400(control: TestClient, body: dict) -> None:
     await expect_error(await control.post("/api/core/zones", json=body, headers=ACCOUNT), 400, "MissingName")
+
+
+@pytest.mark.parametrize("name", [42, 0, True, ["akande"], {"Name": "akande"}])
+async def test_a_name_that_is_no_string_is_an_invalid_name_not_a_missing_one(control: TestClient, data_dir: Path,
+                                                                              name: object) -> None:
+    """A name of another type was answered MissingName "'Name' is required" though one was sent; an invalid value
+    is InvalidName, as for the pipeline's `name` (assetcdn/control/svg_kit/generate.py) and other fields' types."""
+    resp = await control.post("/api/core/zones", json={"Name": name}, headers=ACCOUNT)
+    body = await expect_error(resp, 400, "InvalidName")
+    assert body["error"]["target"] == "Name" and "^[a-z0-9-]{2,64}$" in body["Message"]
+    assert head_commit(data_dir) is None
 
 
 async def test_body_that_is_not_an_object_is_400(control: TestClient) -> None:
