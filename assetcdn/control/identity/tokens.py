@@ -94,8 +94,10 @@ def parse_token_request(body: Any, *, now: datetime | None = None) -> TokenReque
     if not isinstance(body, dict):
         raise bad_request("The body must be a JSON object with 'name' and 'scopes'.", code="InvalidBody")
     name = body.get("name")
-    if not isinstance(name, str) or not name.strip():
+    if name is None or (isinstance(name, str) and not name.strip()):
         raise bad_request("'name' is required: a label for the token.", target="name", code="MissingName")
+    if not isinstance(name, str):  # a name sent, of another type: invalid, not missing
+        raise bad_request("'name' must be a string: a label for the token.", target="name", code="InvalidName")
     name = checked_label(name)
     scopes = body.get("scopes")
     if not isinstance(scopes, list) or not scopes or not all(isinstance(s, str) for s in scopes):

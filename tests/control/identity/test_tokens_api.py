@@ -176,6 +176,17 @@ async def test_names_with_hidden_characters_are_refused_as_passkey_names_are(con
     assert (await (await control.get("/api/tokens", headers=ACCOUNT)).json())["Count"] == 0
 
 
+@pytest.mark.parametrize(("name", "code"), [(None, "MissingName"), ("  ", "MissingName"), (5, "InvalidName"),
+                                           (True, "InvalidName"), (["ci"], "InvalidName")])
+async def test_a_name_of_another_type_is_an_invalid_name_not_a_missing_one(control: TestClient, name: Any,
+                                                                            code: str) -> None:
+    """`{"name": 5}` was answered MissingName "'name' is required", though a name was sent."""
+    resp = await control.post("/api/tokens", json={"name": name, "scopes": ["assets:read"]}, headers=ACCOUNT)
+    body = await expect_error(resp, 400, code)
+    assert body["error"]["target"] == "name"
+    assert (await (await control.get("/api/tokens", headers=ACCOUNT)).json())["Count"] == 0
+
+
 async def test_a_printable_name_is_kept_trimmed(control: TestClient) -> None:
     assert (await mint(control, ["assets:read"], name="  CI – déploiement 🚀 "))["name"] == "CI – déploiement 🚀"
 
