@@ -50,9 +50,12 @@ def normalise_hostname(value: Any) -> str:
 
     Only spaces are trimmed: a newline, tab or other control character stays and ``hostname_problem``
     refuses it. Only ASCII is lower-cased (``str.lower`` maps the Kelvin sign to 'k')."""
-    if not isinstance(value, str) or not value.strip():
+    if value is None or (isinstance(value, str) and not value.strip()):
         raise bad_request("Missing required field: Hostname (a fully qualified domain name, e.g. cdn.example.com).",
                           target="Hostname", code="MissingHostname")
+    if not isinstance(value, str):  # a hostname sent, of another type: invalid, not missing
+        raise bad_request("'Hostname' must be a string: a fully qualified domain name, e.g. cdn.example.com.",
+                          target="Hostname", code="InvalidHostname")
     hostname = value.strip(" ")
     return (hostname.lower() if hostname.isascii() else hostname).removesuffix(".")
 

@@ -91,10 +91,19 @@ async def test_invalid_hostnames_are_400(control: TestClient, zone: str, hostnam
     assert await edge_domains(control) == {}
 
 
-@pytest.mark.parametrize("body", [{}, {"Hostname": ""}, {"Hostname": "  "}, {"Hostname": None}, {"Hostname": 7}])
+@pytest.mark.parametrize("body", [{}, {"Hostname": ""}, {"Hostname": "  "}, {"Hostname": None}])
 async def test_missing_hostname_is_400(control: TestClient, zone: str, body: dict[str, Any]) -> None:
     resp = await control.post(f"/api/core/zones/{zone}/domains", json=body, headers=ACCOUNT)
     await expect_error(resp, 400, "MissingHostname")
+
+
+@pytest.mark.parametrize("hostname", [7, True, ["cdn.akande.com"], {"Hostname": "cdn.akande.com"}])
+async def test_a_hostname_of_another_type_is_invalid_not_missing(control: TestClient, zone: str,
+                                                                 hostname: Any) -> None:
+    """`{"Hostname": 7}` was answered MissingHostname, though a hostname was sent."""
+    body = await expect_error(await add(control, zone, hostname), 400, "InvalidHostname")
+    assert body["error"]["target"] == "Hostname"
+    assert await edge_domains(control) == {}
 
 
 async def test_non_object_body_is_400(control: TestClient, zone: str) -> None:
