@@ -9,8 +9,9 @@ import asyncio
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.support.cdn import CdnFactory
+from tests.support.cdn import ZONE, CdnFactory
 from tests.support.control import ACCESS, ACCOUNT
+from tests.support.images import photo_jpeg
 from tests.support.wait import WAIT_S
 
 COMPARED = ("Content-Type", "Content-Length", "Cache-Control")
@@ -66,3 +67,23 @@ async def test_head_answers_as_get_without_a_body(make_cdn: CdnFactory, process:
         # A streamed GET is chunked (its HEAD need not say a length); an error's message names the method.
         if name != "Content-Length" or (name in fields and status < 400):
             assert fields.get(name) == get.headers.get(name), (name, fields, dict(get.headers))
+
+
+async def test_head_of_a_placeholder_answers_as_its_get_made_or_cached(make_cdn: CdnFactory) -> None:
+    """/api/lqip and /api/blurhash answered HEAD with 404 (the edge listed HEAD for transforms alone): a HEAD
+    that makes the placeholder and one that finds it made both answer as the GET, without a body."""
+    cdn = await make_cdn()
+    photo = f"{ZONE}/v1/banners/head.jpg"
+    await cdn.upload(photo, photo_jpeg(320, 200))
+    for target in (f"/api/lqip?url=/{photo}&size=16", f"/api/blurhash?url=/{photo}&size=24"):
+        made = await head_then_health(cdn.edge, target, {})
+        cached = await head_then_health(cdn.edge, target, {})
+        get = await cdn.edge.get(target)
+        await get.read()
+        for status, fields, rest in (made, cached):
+            assert rest.startswith(b"HTTP/1.1 200 "), (target, status, rest[:200])
+            assert status == get.status == 200
+            # The GET's length is a cached answer's (a blurhash says `"source": "cached"` where it was made).
+            for name in COMPARED if fields is cached[1] else ("Content-Type", "Cache-Control"):
+                assert fields.get(name) == get.headers.get(name), (target, name, fields, dict(get.headers))
+        assert cached[1]["X-Cache"] == "HIT"
