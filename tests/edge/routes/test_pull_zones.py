@@ -835,6 +835,20 @@ async def test_an_unsafe_request_to_the_default_hosts_root_a_rewrite_names_reach
     await expect_error(await pull.cdn.edge.post("/", data=b"x"), 404, "NotFound")
 
 
+@pytest.mark.parametrize("host", ["assets.origin.example.", "[2001:db8::1]:8080"])
+async def test_the_origin_gets_a_host_header_in_any_form_a_host_field_may_have(pull: Pull, host: str) -> None:
+    """An absolute name (the Host the edge sends by default for an origin URL naming one) or an IPv6 literal as
+    the zone's HostHeader (the zones API refused both) is the Host the origin gets, as set."""
+    zone = "hostform" + str(len(host))
+    origin_url = str(pull.cdn.node.config.pull_zones[ZONE].origin.url)
+    await add_pull_zone(pull.cdn, zone, {"Url": origin_url, "HostHeader": host})
+    pull.origin.answer(f"/{zone}-host.txt", b"ok", headers=LONG)
+    resp = await pull.cdn.edge.get(f"/{zone}/{zone}-host.txt")
+    assert (resp.status, await resp.read()) == (200, b"ok")
+    (seen,) = pull.origin.requests(f"/{zone}-host.txt")
+    assert seen.headers.getall("Host") == [host]
+
+
 async def test_the_origin_gets_the_zones_fields_and_never_the_clients_overrides(pull: Pull) -> None:
     pull.origin.answer("/fields.txt", b"ok", headers=LONG)
     resp = await pull.get("/fields.txt", headers={
