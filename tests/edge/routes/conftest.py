@@ -30,6 +30,7 @@ async def pull(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pull]:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def patient_pull(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pull]:
     """`pull` whose edge waits 30 s for the origin's first byte: for tests whose origin holds its answer until their
-    requests have all joined the one origin request, which a loaded machine may take longer than `pull`'s 1 s."""
+    requests have all joined the one origin request, which a loaded machine may take longer than `pull`'s 1 s, and
+    for tests whose subject is not that time but whose fills a loaded machine once delayed past it."""
     async with shared_pull_zone(tmp_path_factory.mktemp("patient-pull-zones"), first_byte_timeout_s="30") as found:
         yield found

@@ -578,7 +578,8 @@ async def test_a_fill_under_way_is_kept_when_a_tag_purge_within_another_zone_is_
     assert pull.origin.count(name) == 1
 
 
-async def test_a_tag_purge_within_a_zone_reaches_its_image_variants_only(pull: Pull) -> None:
+async def test_a_tag_purge_within_a_zone_reaches_its_image_variants_only(patient_pull: Pull) -> None:
+    pull = patient_pull  # its subject is not the 1 s first byte, which a loaded machine took from a source fetch
     other, name = await other_zone(pull), "/scoped/picture.png"
     pull.origin.answer(name, solid_png(40, 30, (200, 30, 30)),
                        headers={**LONG, "Content-Type": "image/png", "Cache-Tag": "home-picture"})
