@@ -2136,10 +2136,12 @@ async def test_requests_waiting_on_a_response_that_may_not_be_stored_get_their_o
     assert pull.origin.count("/personal.txt") == clients
 
 
-async def test_requests_that_waited_but_asked_the_origin_themselves_are_not_counted_as_collapsed(pull: Pull) -> None:
+async def test_requests_that_waited_but_asked_the_origin_themselves_are_not_counted_as_collapsed(
+        patient_pull: Pull) -> None:
     """`assetcdn_edge_fill_waiters_total` is what collapsing saved the origin: requests that waited for a fill whose
     `private` answer they could not share, then asked the origin each, saved it nothing and are not counted; those
     answered from what a fill stored are."""
+    pull = patient_pull  # its origin holds the answer until every request joined
     go = asyncio.Event()
 
     async def personal(request: web.Request) -> web.StreamResponse:
