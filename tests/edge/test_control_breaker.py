@@ -234,7 +234,8 @@ async def test_one_slow_heartbeat_does_not_refuse_a_clients_miss_with_the_defaul
 async def test_a_call_that_fails_after_another_got_an_answer_does_not_count() -> None:
     server = TestServer(_slow_heartbeats_control(first_slow=1))
     await server.start_server()
-    client = ControlClient(str(server.make_url("")), "secret", timeout_s=60.0, probe_timeout_s=0.5,
+    # The blob's answer must come before the heartbeat's probe times out: 2 s of room (the heartbeat takes 5).
+    client = ControlClient(str(server.make_url("")), "secret", timeout_s=60.0, probe_timeout_s=2.0,
                            breaker=CircuitBreaker(failure_threshold=1, open_s=30.0))
     await client.start()
     try:
