@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -25,6 +26,14 @@ from tests.support.origins import LONG, TENANT_HOST, ZONE, Pull, add_pull_zone, 
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pull(patient_pull: Pull) -> Pull:
+    """The patient pull zone (tests/edge/routes/conftest.py): no test here is about the first-byte time, which a
+    loaded machine's loop delays took from origins that answer at once (a 504), and from those that hold a head
+    until a purge is acknowledged."""
+    return patient_pull
 
 
 async def purge(pull: Pull, body: dict[str, Any]) -> dict[str, Any]:
