@@ -12,6 +12,7 @@ from email.utils import formatdate
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -22,6 +23,13 @@ from tests.support.origins import LONG, TENANT_HOST, ZONE, Pull, add_pull_zone
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pull(patient_pull: Pull) -> Pull:
+    """The patient pull zone (tests/edge/routes/conftest.py): no origin here withholds its head, and no test is about
+    the first-byte time, which a loaded machine's loop delays took from origins that answer at once (a 504)."""
+    return patient_pull
 
 
 def ttl(cache_status: str) -> int:
