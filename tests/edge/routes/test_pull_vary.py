@@ -6,11 +6,19 @@ was asked."""
 from __future__ import annotations
 
 import pytest
+import pytest_asyncio
 from aiohttp import web
 
 from tests.support.origins import LONG, Pull
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pull(patient_pull: Pull) -> Pull:
+    """The patient pull zone (tests/edge/routes/conftest.py): no origin here withholds its head, and no test is about
+    the first-byte time, which a loaded machine's loop delays took from origins that answer at once (a 504)."""
+    return patient_pull
 
 
 async def test_variants_of_an_earlier_vary_are_never_selected_once_the_url_has_had_another_response(
