@@ -35,6 +35,13 @@ from tests.support.wait import WAIT_S, wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pull(patient_pull: Pull) -> Pull:
+    """The patient pull zone (tests/edge/routes/conftest.py): no origin here withholds its head, and no test is about
+    the first-byte time, which a loaded machine's loop delays took from origins that answer at once (a 504)."""
+    return patient_pull
+
 # Answers the origin's n-th request (from 1) once its head is read; raises ConnectionError to end the connection.
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 ZONES = itertools.count()
