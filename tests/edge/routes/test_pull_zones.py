@@ -11,13 +11,14 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+import pytest_asyncio
 from aiohttp import ClientPayloadError, ClientResponse, web
 
 from assetcdn.edge.cache.entry import CachedObject
@@ -54,6 +55,21 @@ from tests.support.origins import (
 from tests.support.wait import WAIT_S, wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pull(patient_pull: Pull) -> Pull:
+    """The patient pull zone (tests/edge/routes/conftest.py) for this module's tests: a loaded machine's loop delays
+    took the plain zone's 1 s first-byte time from fills whose origin answers at once (a 504 where a test expected
+    its answer). The one test of that time has `timed_pull`."""
+    return patient_pull
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def timed_pull(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pull]:
+    """The pull zone whose edge waits FIRST_BYTE_TIMEOUT_S (1 s) for the origin's first byte."""
+    async with shared_pull_zone(tmp_path_factory.mktemp("timed-pull-zones")) as found:
+        yield found
 
 
 async def answer_changes(pull: Pull, name: str, x_cache: str, **kwargs: Any) -> ClientResponse:
@@ -432,7 +448,8 @@ async def test_stale_if_error_serves_the_stale_copy_while_the_origin_is_down(pul
     assert down.requests("/kept.txt")[0].headers["Host"] == origin_host  # without a HostHeader: the URL's
 
 
-async def test_an_origin_that_sends_no_head_in_time_is_504(pull: Pull) -> None:
+async def test_an_origin_that_sends_no_head_in_time_is_504(timed_pull: Pull) -> None:
+    pull = timed_pull
     released = asyncio.Event()
 
     async def silent(_request: web.Request) -> web.StreamResponse:
