@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from assetcdn.shared.http_server import as_served
+
 # Tests' temporary directories (tmp_path) in memory where the machine has a tmpfs with room: the suite makes
 # and removes thousands of data directories (a git repository, SQLite files in WAL mode, caches), and on a
 # disk each costs its file creations, syncs and deletes in kernel time. The controller reads this before it
@@ -23,6 +25,12 @@ def _memory_temproot() -> None:
 
 
 _memory_temproot()
+
+# aiohttp as the edge and control processes run it (assetcdn/shared/http_server.py `as_served`), in every test
+# process from its start: set only by the modules that start an edge's hit site, a test's servers ran one way or
+# the other by which module a worker ran before (a silent test server's close then waited out aiohttp's shutdown
+# for a half-closed client's pending answer, 120 s).
+as_served()
 
 # `make test` hands out whole files (--dist loadfile --no-loadscope-reorder) in the order below: the longest
 # files first (the slowest per-file times of the suite, the files that wait on real time or real processes among

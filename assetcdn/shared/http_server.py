@@ -194,11 +194,18 @@ def client_keepalive_s(settings: Settings) -> float:
     return min(15.0, header_timeout_s(settings) / 2)
 
 
-def serve(app: web.Application, settings: Settings, *, host: str, port: int, **options: Any) -> int:
-    """Run `app` until SIGTERM/SIGINT (assetcdn/shared/process.py: bounded, signal-safe stop); its exit status."""
+def as_served() -> None:
+    """aiohttp as this project's processes run it (each changes it for the whole process): `Server: assetcdn`, its
+    own error pages in JSON, a half-closed client answered, a lost connection told, an answer's head and body
+    written apart. The test suite runs so too (tests/conftest.py), whatever module came first."""
     name_the_server()
     answer_unreadable_requests_in_json()
     answer_half_closed_clients()
     tell_lost_connections()
     write_bodies_uncopied()
+
+
+def serve(app: web.Application, settings: Settings, *, host: str, port: int, **options: Any) -> int:
+    """Run `app` until SIGTERM/SIGINT (assetcdn/shared/process.py: bounded, signal-safe stop); its exit status."""
+    as_served()
     return process.serve(app, host=host, port=port, **server_options(settings), **options)

@@ -27,13 +27,7 @@ import assetcdn.edge.app  # noqa: F401
 from assetcdn.edge.app_keys import NODE, SETTINGS
 from assetcdn.edge.fastpath.hit_server import HitSite
 from assetcdn.edge.node import EdgeNode
-from assetcdn.shared.http_server import (
-    answer_half_closed_clients,
-    answer_unreadable_requests_in_json,
-    name_the_server,
-    tell_lost_connections,
-    write_bodies_uncopied,
-)
+from assetcdn.shared.http_server import as_served
 from tests.support.cdn import PURGE, control_and_edge_app, edge_worker_app, register_and_make_zone
 from tests.support.control import ACCESS
 from tests.support.wait import wait_until
@@ -192,11 +186,7 @@ async def start_hit_cdn(root: Path, serve: Callable[[web.Application], Awaitable
     `runners` for the caller to clean up); returns once the edge is synced and registered and the zone exists.
     `workers` above 1: the edge's other workers run too (cluster sites only, the cache shared), and it returns
     once each worker lists them all as shields."""
-    name_the_server()  # as the edge process does (`Server: assetcdn` on the application's answers too)
-    answer_unreadable_requests_in_json()  # and aiohttp's own error pages in JSON
-    answer_half_closed_clients()  # and aiohttp's connections answer a client that half-closed
-    tell_lost_connections()  # and tell a pull zone fill's lagging client that its connection is lost
-    write_bodies_uncopied()  # and write an answer's head and body without joining them
+    as_served()  # as the edge process runs aiohttp (tests/conftest.py has every test process do so already)
     control_client, app = await control_and_edge_app(root, serve, env, "edge-f", workers=workers)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0,
                            keepalive_timeout=float(app[SETTINGS].get("server", "header_timeout_s")))
