@@ -156,32 +156,26 @@ def origin_started(step: Step) -> None:
         time.sleep(0.1)
 
 
-def pull_zone_created(step: Step) -> None:
-    assert step.statuses == [201], step.output
-    assert (step.json()["Name"], step.json()["Kind"]) == ("mysite", "pull")
+def pull_zone_created(name: str) -> Callable[[Step], None]:
+    """The check of a step creating the pull zone `name` (the README's `mysite`, the guide's `site`)."""
+    def check(step: Step) -> None:
+        assert step.statuses == [201], step.output
+        assert (step.json()["Name"], step.json()["Kind"]) == (name, "pull")
+    return check
 
 
-def pulled(step: Step) -> None:
-    assert step.statuses == [200] and "X-Cache: MISS" in step.output, step.output
-    assert step.body.endswith("hello from my origin\n"), step.output
-    again = run_step(step.command, step.directory, step.cdn, step.origin_port)  # "MISS, then HIT with Age"
-    assert again.statuses == [200] and "X-Cache: HIT" in again.output and "Age: " in again.output, again.output
+def pulled(body: str) -> Callable[[Step], None]:
+    """The check of a step asking a pull zone for its origin's file, whose text is `body`: MISS, then HIT with Age."""
+    def check(step: Step) -> None:
+        assert step.statuses == [200] and "X-Cache: MISS" in step.output, step.output
+        assert step.body.endswith(body), step.output
+        again = run_step(step.command, step.directory, step.cdn, step.origin_port)
+        assert again.statuses == [200] and "X-Cache: HIT" in again.output and "Age: " in again.output, again.output
+    return check
 
 
 def guide_site_made(step: Step) -> None:
     assert (step.directory / "site" / "hello.txt").read_text() == "hello\n"
-
-
-def guide_pull_zone_created(step: Step) -> None:
-    assert step.statuses == [201], step.output
-    assert (step.json()["Name"], step.json()["Kind"]) == ("site", "pull")
-
-
-def guide_pulled(step: Step) -> None:
-    assert step.statuses == [200] and "X-Cache: MISS" in step.output, step.output
-    assert step.body.endswith("hello\n"), step.output
-    again = run_step(step.command, step.directory, step.cdn, step.origin_port)  # "MISS, then HIT (Age ...)"
-    assert again.statuses == [200] and "X-Cache: HIT" in again.output and "Age: " in again.output, again.output
 
 
 def guide_tag_purged(step: Step) -> None:
@@ -209,8 +203,8 @@ CHECKS: list[tuple[str, Callable[[Step], None]]] = [
     (r"^curl -X POST .* \S+/api/purge$", purged),
     (r"^mkdir -p site && echo .* > site/hello\.txt && touch -d '1 day ago' site/hello\.txt$", site_made),
     (r"^python3 -m http\.server 9000 --bind 127\.0\.0\.1 --directory site .*&$", origin_started),
-    (r"^curl -X POST .*\"Origin\".* \S+/api/core/zones$", pull_zone_created),
-    (r"^curl -i \S+/mysite/hello\.txt$", pulled),
+    (r"^curl -X POST .*\"Origin\".* \S+/api/core/zones$", pull_zone_created("mysite")),
+    (r"^curl -i \S+/mysite/hello\.txt$", pulled("hello from my origin\n")),
 ]
 
 
@@ -218,8 +212,8 @@ CHECKS: list[tuple[str, Callable[[Step], None]]] = [
 GUIDE_CHECKS: list[tuple[str, Callable[[Step], None]]] = [
     (r"^mkdir -p site && echo 'hello' > site/hello\.txt && touch -d '1 day ago' site/hello\.txt$", guide_site_made),
     (r"^python3 -m http\.server 9000 --bind 127\.0\.0\.1 --directory site .*&$", origin_started),
-    (r"^curl -X POST .*\"Origin\".* \S+/api/core/zones$", guide_pull_zone_created),
-    (r"^curl -i \S+/site/hello\.txt\b", guide_pulled),
+    (r"^curl -X POST .*\"Origin\".* \S+/api/core/zones$", pull_zone_created("site")),
+    (r"^curl -i \S+/site/hello\.txt\b", pulled("hello\n")),
     (r"^curl -X POST .*\"zone\".* \S+/api/purge$", guide_tag_purged),
 ]
 
