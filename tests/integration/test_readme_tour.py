@@ -238,25 +238,25 @@ def origin_port() -> Iterator[int]:
     subprocess.run(["pkill", "-f", f"http.server {port} "], check=False)
 
 
-def test_the_readme_tour_works_step_by_step(cdn: RunningCdn, tmp_path: Path, origin_port: int) -> None:
+def run_checked(commands: list[str], checks: list[tuple[str, Callable[[Step], None]]], what: str, tmp_path: Path,
+                cdn: RunningCdn, origin_port: int) -> None:
+    """Run `commands` in order, each checked by the one of `checks` whose pattern it matches; every check once, in
+    its order (`what`: what a command is, in the failure's words)."""
     checked = []
-    for command in tour_commands(README.read_text()):
-        checks = [(pattern, check) for pattern, check in CHECKS if re.search(pattern, command)]
-        assert len(checks) == 1, f"a tour step this test does not check: {command!r}"
+    for command in commands:
+        found = [(pattern, check) for pattern, check in checks if re.search(pattern, command)]
+        assert len(found) == 1, f"{what} this test does not check: {command!r}"
         step = run_step(command, tmp_path, cdn, origin_port)
         assert step.returncode == 0, (command, step.output, step.errors)
-        checks[0][1](step)
-        checked.append(checks[0][0])
-    assert checked == [pattern for pattern, _ in CHECKS]  # every step, in its order
+        found[0][1](step)
+        checked.append(found[0][0])
+    assert checked == [pattern for pattern, _ in checks]  # every step, in its order
+
+
+def test_the_readme_tour_works_step_by_step(cdn: RunningCdn, tmp_path: Path, origin_port: int) -> None:
+    run_checked(tour_commands(README.read_text()), CHECKS, "a tour step", tmp_path, cdn, origin_port)
 
 
 def test_the_api_guides_pull_zone_and_purge_examples_work(cdn: RunningCdn, tmp_path: Path, origin_port: int) -> None:
-    checked = []
-    for command in tour_commands(guide_sections(API_GUIDE.read_text(), GUIDE_SECTIONS)):
-        checks = [(pattern, check) for pattern, check in GUIDE_CHECKS if re.search(pattern, command)]
-        assert len(checks) == 1, f"an example of the API guide this test does not check: {command!r}"
-        step = run_step(command, tmp_path, cdn, origin_port)
-        assert step.returncode == 0, (command, step.output, step.errors)
-        checks[0][1](step)
-        checked.append(checks[0][0])
-    assert checked == [pattern for pattern, _ in GUIDE_CHECKS]  # every example, in its order
+    run_checked(tour_commands(guide_sections(API_GUIDE.read_text(), GUIDE_SECTIONS)), GUIDE_CHECKS,
+                "an example of the API guide", tmp_path, cdn, origin_port)
