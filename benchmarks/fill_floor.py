@@ -156,6 +156,7 @@ class _Answer:
                  response_time: float) -> None:
         self.status, self.headers = status, headers
         self.request_time, self.response_time = request_time, response_time
+        self.stale = False  # an origin's own answer, not a shield's from its stale copy
 
 
 class Client(asyncio.Protocol):
