@@ -156,6 +156,9 @@ class Shields:
         self._configured = Peer(configured, configured) if self.mode == "configured" else None
         self._retry_s = float(section["shield_retry_s"])
         self._member = member
+        # The member names of this edge's other workers begin so (`edge-1/0`, `edge-1/1`): with `shield_siblings`
+        # off none of them is a shield of this worker's fills (they share its disk tier, and their own purges).
+        self._siblings = None if section["shield_siblings"] else member.rpartition("/")[0] + "/"
         self._secret = secret
         self._origins = origins
         self._edges = edges
@@ -187,13 +190,16 @@ class Shields:
     def shield_for(self, tag: str) -> Peer | None:
         """The shield of a pull zone path (its path tag: every query string of a path has the same shield, so
         an invalidation of the path reaches the one edge worker that may hold it); None when this worker is
-        it, or shielding is off."""
+        it, or shielding is off, or (``[origin] shield_siblings`` off) it is another worker of this edge: this
+        worker fills it itself, and an invalidation here reaches that worker through the node's purge log."""
         if self._configured is not None:
             return None if self._configured_is_self or self._configured.url == self.own_url else self._configured
         if self.mode == OFF:
             return None
         peer = rendezvous(tag, self.peers())
-        return None if peer is None or peer.name == self._member else peer
+        if peer is None or peer.name == self._member:
+            return None
+        return None if self._siblings is not None and peer.name.startswith(self._siblings) else peer
 
     def status(self) -> dict[str, object]:
         """What health shows: how shields are chosen, among how many workers, and how many are marked down."""

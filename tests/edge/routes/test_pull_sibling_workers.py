@@ -25,7 +25,7 @@ from assetcdn.edge.app_keys import NODE
 from assetcdn.edge.cache.disk import DiskBusy
 from assetcdn.edge.cache.entry import CachedObject
 from assetcdn.edge.cache.tags import pull_path_tag
-from assetcdn.edge.shield import SHIELD_CACHE
+from assetcdn.edge.shield import SHIELD_CACHE, rendezvous
 from assetcdn.edge.states.keys import pull_key
 from tests.support.control import ACCOUNT
 from tests.support.hit_cdn import HitCdn
@@ -363,5 +363,37 @@ async def test_a_response_older_by_its_date_stored_last_does_not_replace_the_new
     answers = [await conn.request(f"/{ZONE}{name}") for conn in (there, here, there)]
     assert [(resp.header("X-Cache"), resp.body) for resp in answers] == [("HIT", b"version 2")] * 3
     assert origin.count(name) == 2
+    here.close()
+    there.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def siblings_unshielded(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[HitCdn, ScriptedOrigin]]:
+    """Two workers that do not shield one another (`[origin] shield_siblings = false`), shielding on otherwise."""
+    async with pull_zone_on_hit_cdn(tmp_path_factory.mktemp("pull-siblings-off"), ZONE, workers=2,
+                                    ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S="3600",
+                                    ASSETCDN_ORIGIN_SHIELD_SIBLINGS="false") as both:
+        yield both
+
+
+async def test_with_shield_siblings_off_a_worker_fetches_a_path_its_sibling_shields_and_the_sibling_serves_it(
+        siblings_unshielded: tuple[HitCdn, ScriptedOrigin]) -> None:
+    """A path the fleet's choice gives to the sibling is fetched from the origin by the worker the client reached, with
+    no shield hop (no shield member in Cache-Status); the sibling then answers it from the shared disk tier, the
+    origin asked once."""
+    cdn, origin = siblings_unshielded
+    shields = cdn.node.shields
+    names = (f"/by-sibling-{i}.txt" for i in itertools.count())
+    name = next(name for name in names if (peer := rendezvous(pull_path_tag(ZONE, name), shields.peers())) is not None
+                and peer.name != shields._member)
+    origin.answer(name, b"fetched here", headers={"Cache-Control": "max-age=600", "ETag": '"here"'})
+    here, there = await cdn.plain(), await cdn.sibling()
+    first = await here.request(f"/{ZONE}{name}")
+    assert (first.status, first.header("X-Cache"), first.body) == (200, "MISS", b"fetched here")
+    assert not first.headers.getall("Cache-Status")[0].startswith(SHIELD_CACHE)
+    await on_disk(cdn, name, '"here"')
+    held = await there.request(f"/{ZONE}{name}")
+    assert (held.header("X-Cache"), held.body) == ("HIT", b"fetched here")
+    assert origin.count(name) == 1
     here.close()
     there.close()
