@@ -82,6 +82,11 @@ def _forms(ip: IPAddress) -> Iterable[IPAddress]:
             yield from ip.teredo
 
 
+# Why a loopback address or name is refused, in every refusal of one: the services that take a target from an
+# operator (control's zone and webhook APIs) find it there, and name the setting that lets it through.
+LOOPBACK_REFUSED = "allowed only where a development setting allows it"
+
+
 def address_problem(address: str, *, allow_loopback: bool) -> str | None:
     """Why the service may not connect to `address`, or None when it may."""
     kind = refused_kind(address, allow_loopback=allow_loopback)
@@ -101,7 +106,7 @@ def refused_kind(address: str, *, allow_loopback: bool) -> str | None:
         if form.is_loopback:
             if allow_loopback:
                 continue
-            return "a loopback address (allowed only where a development setting allows it)"
+            return f"a loopback address ({LOOPBACK_REFUSED})"
         if form.is_unspecified:
             return "the unspecified address"
         if form.is_link_local:
@@ -129,7 +134,7 @@ def name_problem(host: str, *, allow_loopback: bool) -> str | None:
     """Why the host name itself is refused, before any lookup (names that only mean a private network)."""
     name = host.rstrip(".").lower()
     if name == "localhost" or name.endswith(".localhost"):
-        return None if allow_loopback else f"'{host}' is a loopback name (allowed only where a development setting allows it)"
+        return None if allow_loopback else f"'{host}' is a loopback name ({LOOPBACK_REFUSED})"
     if name in PRIVATE_NAMES or name.endswith(PRIVATE_SUFFIXES) or "." not in name:
         return f"'{host}' is a name of a private network"
     return None

@@ -22,7 +22,12 @@ from assetcdn.control.storage.edge_config_store import zone_names as zones_in_gi
 from assetcdn.control.storage.service import EDGE_CONFIG, GIT, MANIFEST, ZONES
 from assetcdn.control.storage.zones_store import ZoneMeta
 from assetcdn.control.webhooks.events import zone_created, zone_deleted
-from assetcdn.shared.address_guard import check_address, literal_address, name_problem
+from assetcdn.shared.address_guard import (
+    LOOPBACK_REFUSED,
+    check_address,
+    literal_address,
+    name_problem,
+)
 from assetcdn.shared.errors import bad_request, conflict, not_found
 from assetcdn.shared.manifest import ManifestEntry, human_size, zone_tag
 from assetcdn.shared.middleware import json_response
@@ -189,7 +194,9 @@ def checked_origin(request: web.Request, data: object) -> PullOrigin:
     problem = (check_address(literal, allow_loopback=allow_loopback) if literal is not None
                else name_problem(host, allow_loopback=allow_loopback))
     if problem:
-        raise bad_request(f"The origin cannot be reached on the edges' behalf: {problem}.", target="Origin.Url",
+        hint = (" For an origin on this machine, in development only, start control and the edges with [origin]"
+                " allow_loopback = true (ASSETCDN_ORIGIN_ALLOW_LOOPBACK=true)." if LOOPBACK_REFUSED in problem else "")
+        raise bad_request(f"The origin cannot be reached on the edges' behalf: {problem}.{hint}", target="Origin.Url",
                           code="InvalidOrigin")
     return origin
 

@@ -17,6 +17,7 @@ from yarl import URL
 
 from assetcdn.control.webhooks.events import EVENT_TYPES
 from assetcdn.shared.address_guard import (
+    LOOPBACK_REFUSED,
     HostResolver,
     RefusedTarget,
     check_address,
@@ -112,5 +113,7 @@ async def check_target(url: URL, resolver: HostResolver, *, allow_loopback: bool
         else:
             await checked_addresses(resolver, host, allow_loopback=allow_loopback, loopback_only=loopback_only)
     except RefusedTarget as exc:
-        raise bad_request(f"The webhook URL is refused: {exc.message}. Deliveries go only to public addresses.",
+        hint = (" For a receiver on this machine, in development only, start control with [webhooks] allow_loopback"
+                " = true (ASSETCDN_WEBHOOKS_ALLOW_LOOPBACK=true)." if LOOPBACK_REFUSED in exc.message else "")
+        raise bad_request(f"The webhook URL is refused: {exc.message}. Deliveries go only to public addresses.{hint}",
                           target="url", code="TargetRefused") from None

@@ -333,6 +333,18 @@ async def test_a_host_header_is_taken_in_any_form_a_host_field_may_have(control:
     assert parse_origin((await published_origins(control))[name]).host_header == host  # as the edges read it
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9000", "http://localhost:8080/assets", "http://[::1]:8080"])
+async def test_a_loopback_origin_refused_names_the_setting_that_allows_it(control: TestClient, url: str) -> None:
+    """An operator following a tutorial's origin on their own machine is told which development setting lets it
+    through; the message said only "a development setting"."""
+    body = await expect_error(await create(control, "local", {"Url": url}), 400, "InvalidOrigin")
+    assert body["error"]["target"] == "Origin.Url"
+    assert "ASSETCDN_ORIGIN_ALLOW_LOOPBACK=true" in body["error"]["message"]
+    assert "[origin] allow_loopback" in body["error"]["message"]
+    private = await expect_error(await create(control, "private", {"Url": "http://10.0.0.1/"}), 400, "InvalidOrigin")
+    assert "allow_loopback" not in private["error"]["message"]  # no setting lets a private network's address in
+
+
 async def test_loopback_origins_need_the_development_setting(tmp_path: Path) -> None:
     async with control_app(tmp_path / "data", ASSETCDN_ORIGIN_ALLOW_LOOPBACK="true") as control:
         for i, url in enumerate(("http://localhost:8080", "http://127.0.0.1:9000/assets", "http://[::1]:8080")):

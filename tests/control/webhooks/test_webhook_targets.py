@@ -60,6 +60,20 @@ async def test_a_refused_target_name_is_answered_without_the_address_it_resolves
         assert address not in body["Message"] and kind in body["Message"], body["Message"]
 
 
+async def test_a_loopback_target_refused_names_the_setting_that_allows_it(strict: TestClient,
+                                                                         resolver: FakeResolver) -> None:
+    """A receiver on the operator's own machine is refused outside development; the answer names the setting that
+    lets it through (it said only "a development setting"), and a private network's answer names none."""
+    resolver.names["hooks.localhost"] = ["127.0.0.1"]
+    for url in ("https://127.0.0.1:8443/hook", "https://[::1]:8443/hook", "https://hooks.localhost/hook"):
+        resp = await strict.post("/api/webhooks", json={"url": url, "events": ["asset.created"]}, headers=ACCOUNT)
+        body = await expect_error(resp, 400, "TargetRefused")
+        assert "ASSETCDN_WEBHOOKS_ALLOW_LOOPBACK=true" in body["Message"], body["Message"]
+    resp = await strict.post("/api/webhooks", json={"url": "https://10.0.0.1/hook", "events": ["asset.created"]},
+                             headers=ACCOUNT)
+    assert "ALLOW_LOOPBACK" not in (await expect_error(resp, 400, "TargetRefused"))["Message"]
+
+
 async def test_plain_http_is_refused_for_non_loopback_even_in_development(control: TestClient,
                                                                           resolver: FakeResolver) -> None:
     resolver.names["public.example.com"] = ["93.184.216.34"]
