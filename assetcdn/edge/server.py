@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
         from assetcdn.edge.tls.certificates import CertificateFileError, read_operator_pair
         from assetcdn.shared.pull_settings import check_https_settings
         try:
-            check_https_settings(settings)  # its times: 0 would spin a core or close every connection at once
+            check_https_settings(settings)  # its times and HTTP/2 limits: a bad one would break every connection
         except ValueError as exc:
             configure_logging(args.name)
             logging.getLogger("edge").error("%s", exc)

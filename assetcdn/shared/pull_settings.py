@@ -68,13 +68,23 @@ def check_allow_loopback(settings: Settings, section: str = "origin") -> None:
         raise ValueError(f"[{section}] allow_loopback must be true or false, not {value!r}")
 
 
-# [tls] seconds checked when the edge serves https: above 0 (0 stat()s the operator certificate files in a loop that
-# never waits, a worker's whole core; NaN ends that loop under uvloop, so renewed files are never read).
-HTTPS_TIMES = ("reload_interval_s",)
+# [tls] seconds checked when the edge serves https: above 0 (a reload interval of 0 stat()s the operator certificate
+# files in a loop that never waits, a worker's whole core, and NaN ends that loop under uvloop, so renewed files are
+# never read; a handshake timeout of 0 or NaN reset every https connection, each with a traceback; an HTTP/2 idle
+# timeout of 0 closes a connection before its first request, NaN never closes an idle one).
+HTTPS_TIMES = ("reload_interval_s", "handshake_timeout_s", "h2_idle_timeout_s")
+# [tls] HTTP/2 counts and their least value: 0 streams, a header list of 0 bytes or 0 control frames a second failed
+# every HTTP/2 request; 0 connections (no limit) and 0 resets (the first reset ends the connection) are meant.
+HTTPS_COUNTS = (("h2_max_concurrent_streams", 1), ("h2_max_header_list_size", 1),
+                ("h2_max_control_frames_per_s", 1), ("h2_max_connections", 0), ("h2_max_resets_per_10s", 0))
 
 
 def check_https_settings(settings: Settings) -> None:
-    """ValueError naming the first ``[tls]`` time an https edge could not work with."""
+    """ValueError naming the first ``[tls]`` setting an https edge could not work with."""
     for key in HTTPS_TIMES:
         if _number(settings, "tls", key) <= 0:
             raise ValueError(f"[tls] {key} must be above 0 seconds, not {settings.get('tls', key)!r}")
+    for key, least in HTTPS_COUNTS:
+        count = _number(settings, "tls", key)
+        if count < least or math.isinf(count):
+            raise ValueError(f"[tls] {key} must be a whole number of {least} or more, not {settings.get('tls', key)!r}")

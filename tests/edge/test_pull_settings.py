@@ -118,22 +118,39 @@ def test_the_words_a_switch_takes(value: str, read: bool) -> None:
 
 
 @pytest.mark.parametrize(("key", "value"), [("reload_interval_s", "0"), ("reload_interval_s", "-1"),
-                                            ("reload_interval_s", "nan")])
-def test_an_https_time_no_connection_could_work_with_is_named(key: str, value: str) -> None:
+                                            ("reload_interval_s", "nan"), ("handshake_timeout_s", "0"),
+                                            ("handshake_timeout_s", "-1"), ("handshake_timeout_s", "nan"),
+                                            ("h2_idle_timeout_s", "0"), ("h2_idle_timeout_s", "nan"),
+                                            ("h2_max_concurrent_streams", "0"), ("h2_max_header_list_size", "0"),
+                                            ("h2_max_control_frames_per_s", "0"), ("h2_max_connections", "-1"),
+                                            ("h2_max_resets_per_10s", "-1"), ("h2_max_concurrent_streams", "nan")])
+def test_an_https_setting_no_connection_could_work_with_is_named(key: str, value: str) -> None:
+    """A handshake timeout of 0 or less (or NaN) reset every https connection, each with a traceback in the log; an
+    HTTP/2 limit of 0 (streams, header list, control frames) or -1 connections failed every HTTP/2 request."""
     with pytest.raises(ValueError, match=rf"\[tls\] {key} must be"):
         check_https_settings(load_settings(environ={f"ASSETCDN_TLS_{key.upper()}": value}))
-    check_https_settings(load_settings(environ={"ASSETCDN_TLS_SESSION_TICKET_ROTATION_S": "0"}))
 
 
-def test_an_https_edge_does_not_start_with_a_reload_interval_of_0(tmp_path: Path) -> None:
-    """With operator certificates it read their files again in a loop that never waited: a core per worker."""
+def test_the_documented_https_limits_pass() -> None:
+    check_https_settings(load_settings(environ={}))
+    check_https_settings(load_settings(environ={"ASSETCDN_TLS_SESSION_TICKET_ROTATION_S": "0",
+                                                "ASSETCDN_TLS_H2_MAX_CONNECTIONS": "0",
+                                                "ASSETCDN_TLS_H2_MAX_RESETS_PER_10S": "0",
+                                                "ASSETCDN_TLS_H2_MAX_CONCURRENT_STREAMS": "1"}))
+
+
+@pytest.mark.parametrize(("name", "said"), [("ASSETCDN_TLS_RELOAD_INTERVAL_S", "[tls] reload_interval_s must be above 0 seconds"),
+                                           ("ASSETCDN_TLS_HANDSHAKE_TIMEOUT_S", "[tls] handshake_timeout_s must be above 0 seconds")])
+def test_an_https_edge_does_not_start_with_a_time_of_0(tmp_path: Path, name: str, said: str) -> None:
+    """With operator certificates a reload interval of 0 read their files again in a loop that never waited: a core
+    per worker. A handshake timeout of 0 started the edge, and every https connection was reset."""
     port = free_port_block(2)
-    env = {**KEYS, "PATH": "/usr/bin:/bin", "ASSETCDN_TLS_RELOAD_INTERVAL_S": "0"}
+    env = {**KEYS, "PATH": "/usr/bin:/bin", name: "0"}
     done = subprocess.run([sys.executable, "-m", "assetcdn.edge", "--control-url", "http://127.0.0.1:9",
                            "--port", str(port), "--https-port", str(port + 1), "--data-dir", str(tmp_path / "data")],
                           env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == EXIT_BAD_CONFIG, done.stderr
-    assert "[tls] reload_interval_s must be above 0 seconds" in done.stderr
+    assert said in done.stderr
 
 
 def test_control_does_not_start_with_a_quoted_webhooks_allow_loopback(tmp_path: Path) -> None:
