@@ -15,7 +15,6 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from assetcdn.shared.config import Settings, SettingsError, load_settings
 from assetcdn.shared.logs import configure_logging
@@ -92,13 +91,12 @@ def run_worker(argv: list[str], worker: int) -> None:
     def https_site(runner: web.AppRunner) -> web.BaseSite:
         # Made once the application has started: the node's TLS state (assetcdn/edge/tls/state.py) is open.
         from assetcdn.edge.app_keys import NODE
-        from assetcdn.edge.tls.certificates import CertificateStore
+        from assetcdn.edge.tls.certificates import CertificateStore, default_certificate_names
         from assetcdn.edge.tls.h2 import H2Limits
         from assetcdn.edge.tls.site import HttpsSite
 
-        public_host = urlsplit(str(settings.get("server", "public_url"))).hostname
-        certificates = CertificateStore(settings, app[NODE].tls, default_names=("localhost", public_host or ""),
-                                        spill_dir=cache_dir)
+        names = default_certificate_names(str(settings.get("server", "public_url")), host)
+        certificates = CertificateStore(settings, app[NODE].tls, default_names=names, spill_dir=cache_dir)
         return HttpsSite(runner, host, https_port, reuse_port=True, certificates=certificates,
                          handshake_timeout_s=float(settings.get("tls", "handshake_timeout_s")),
                          limits=H2Limits.from_settings(settings), hits=fast_hits)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import hmac
+import ipaddress
 import logging
 import os
 import ssl
@@ -38,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -166,12 +168,32 @@ def self_signed(names: Iterable[str]) -> Certificate:
                    .public_key(key.public_key()).serial_number(x509.random_serial_number())
                    .not_valid_before(now - datetime.timedelta(minutes=5))
                    .not_valid_after(now + datetime.timedelta(days=SELF_SIGNED_DAYS))
-                   .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
+                   .add_extension(x509.SubjectAlternativeName([_subject_name(n) for n in names]), critical=False)
                    .sign(key, hashes.SHA256()))
     return Certificate(tuple(names), certificate.public_bytes(serialization.Encoding.PEM),
                        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                          serialization.NoEncryption()),
                        True, certificate.not_valid_after_utc, "self-signed")
+
+
+def default_certificate_names(public_url: str, host: str) -> tuple[str, ...]:
+    """The names the self-signed default certificate covers: localhost, the public URL's host and the address the
+    edge listens on (`--host`, the one `assetcdn up` prints its https URL with) unless that is every address."""
+    names = ["localhost", urlsplit(public_url).hostname or ""]
+    try:
+        if not ipaddress.ip_address(host).is_unspecified:
+            names.append(host)
+    except ValueError:
+        names.append(host)  # a host name
+    return tuple(n for n in dict.fromkeys(names) if n)
+
+
+def _subject_name(name: str) -> x509.GeneralName:
+    """An address as an IP address entry (a client never matches one against a DNS name), else a DNS name."""
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
 
 
 def _file_signature(path: str) -> tuple[int, int, int] | None:

@@ -1,15 +1,20 @@
 """The certificate store's choices, through real TLS handshakes against its contexts (in this process): an
 ECDSA and an RSA certificate for one name (the client's abilities pick), the longest-lasting of two
-certificates control lists for one name during a renewal, and the self-signed default."""
+certificates control lists for one name during a renewal, and the self-signed default (the names it covers)."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
 import json
+import ssl
 from pathlib import Path
 
-from assetcdn.edge.tls.certificates import CertificateStore
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from assetcdn.edge.tls.certificates import CertificateStore, default_certificate_names
 from assetcdn.edge.tls.state import EdgeTlsState
 from assetcdn.shared.config import load_settings
 from assetcdn.shared.tls_state import CertificateEntry, TlsState
@@ -47,3 +52,26 @@ def test_of_two_certificates_from_control_for_one_name_the_later_expiry_is_offer
     assert peer_certificate(store, "shop.example.test", unverified()).serial_number == new.serial
     asyncio.run(state.apply(TlsState(2, {}, ()).to_message(), persist=False))
     assert peer_certificate(store, "shop.example.test", unverified()).serial_number == default.serial_number
+
+
+def trusting(certificate: x509.Certificate, tmp_path: Path) -> ssl.SSLContext:
+    """A client that trusts `certificate` alone and checks the name it connects to, as `curl --cacert` does."""
+    ca_file = tmp_path / "default.pem"
+    ca_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    return ssl.create_default_context(cafile=str(ca_file))
+
+
+@pytest.mark.parametrize(("public_url", "host", "url_host"),
+                         [("", "127.0.0.1", "127.0.0.1"), ("", "::1", "::1"), ("", "127.0.0.1", "localhost"),
+                          ("https://192.0.2.10:8443", "0.0.0.0", "192.0.2.10"),
+                          ("https://cdn.example.test", "0.0.0.0", "cdn.example.test")])
+def test_the_self_signed_default_covers_the_address_the_edge_is_reached_on(
+        tmp_path: Path, public_url: str, host: str, url_host: str) -> None:
+    """`assetcdn up --https-port P` prints https://127.0.0.1:P, but its self-signed certificate named only localhost
+    (an IP address of the public URL went in as a DNS name, which no client matches): a client trusting it still
+    failed the name check ("no alternative certificate subject name matches target host name '127.0.0.1'")."""
+    names = default_certificate_names(public_url, host)
+    store = CertificateStore(load_settings(environ={}), EdgeTlsState(SECRET), default_names=names, spill_dir=tmp_path)
+    default = peer_certificate(store, url_host, unverified())
+    assert peer_certificate(store, url_host, trusting(default, tmp_path)).serial_number == default.serial_number
+    assert "0.0.0.0" not in names  # a wildcard listening address is no address to reach
