@@ -245,6 +245,7 @@ class CertificateStore:
         self.spill_dir = spill_dir
         self.operator = [read_operator_pair(chain, key) for chain, key in self.pairs]  # errors name the file
         self._signatures = self._file_signatures()
+        self._failed: tuple[list[tuple[int, int, int] | None], str] | None = None  # the last pair said unusable
         self._self_signed = None if self.operator else self_signed(default_names)
         # Session tickets sealed under keys every worker of the edge shares (assetcdn/edge/tls/tickets.py),
         # kept in the cache directory; without them (no cache directory, or OpenSSL out of reach) OpenSSL's
@@ -463,9 +464,14 @@ class CertificateStore:
         try:
             operator = [read_operator_pair(chain, key) for chain, key in self.pairs]
         except CertificateFileError as exc:
-            # Often a renewal half-written (a new certificate beside the old key): kept as it was, tried again.
-            log.error("%s; still offering the previous certificates", exc)
+            # Often a renewal half-written (a new certificate beside the old key): kept as it was, tried again at
+            # every check (a permission put right changes no signature), said once until the files or the error
+            # change (a pair left half-written would otherwise log a line per worker every reload_interval_s).
+            if (signatures, str(exc)) != self._failed:
+                self._failed = (signatures, str(exc))
+                log.error("%s; still offering the previous certificates", exc)
             return False
+        self._failed = None
         self._signatures = signatures
         self.operator = operator
         await self.rebuild()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import logging
 import ssl
 from pathlib import Path
 
@@ -75,3 +76,24 @@ def test_the_self_signed_default_covers_the_address_the_edge_is_reached_on(
     default = peer_certificate(store, url_host, unverified())
     assert peer_certificate(store, url_host, trusting(default, tmp_path)).serial_number == default.serial_number
     assert "0.0.0.0" not in names  # a wildcard listening address is no address to reach
+
+
+def test_a_half_written_operator_pair_is_logged_once_and_read_again_when_whole(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A renewal tool that wrote the new key but not (yet, or ever) its chain got an ERROR line per worker at every
+    check (every 5 s by default: 17,280 a day each) for as long as the pair stayed half-written."""
+    ca = TestCa()
+    first, renewed = ca.issue("cdn.example.test"), ca.issue("cdn.example.test")
+    chain, key = first.write(tmp_path, "main")
+    store = store_with(tmp_path, [(chain, key)])
+    key.write_bytes(renewed.key_pem)  # the key of a certificate not written yet
+    with caplog.at_level(logging.ERROR, logger="assetcdn.edge.tls.certificates"):
+        for _ in range(3):
+            assert asyncio.run(store.reload_if_changed()) is False
+    assert [r.getMessage() for r in caplog.records if str(key) in r.getMessage()] == [
+        f"cannot use TLS certificate {chain} with key file {key}: the key does not belong to the certificate; "
+        "still offering the previous certificates"]
+    assert peer_certificate(store, "cdn.example.test", unverified()).serial_number == first.serial
+    chain.write_bytes(renewed.chain_pem)
+    assert asyncio.run(store.reload_if_changed()) is True
+    assert peer_certificate(store, "cdn.example.test", unverified()).serial_number == renewed.serial
