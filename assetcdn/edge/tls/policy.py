@@ -63,12 +63,14 @@ def redirects_plain_http(settings: Settings) -> bool:
 
 def https_location(request: web.Request, https_port: int) -> str | None:
     """Where a plain request goes over https: the same host (without its port) on the https port
-    (left out when it is 443), the same path and query; None for a Host that is not a host name."""
+    (left out when it is 443), the same path and query; None for a Host that is not a host name, and for a
+    request of no path (``OPTIONS *``: no URL names it)."""
     host = request.host.rsplit(":", 1)[0] if not request.host.endswith("]") else request.host
-    if not _HOST.fullmatch(host):
+    path = request.rel_url.raw_path_qs
+    if not _HOST.fullmatch(host) or not path.startswith("/"):
         return None
     port = "" if https_port == 443 else f":{https_port}"
-    return f"https://{host}{port}{request.rel_url.raw_path_qs}"
+    return f"https://{host}{port}{path}"
 
 
 def redirect_middleware(https_port: int) -> Middleware:

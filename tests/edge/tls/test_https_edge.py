@@ -206,6 +206,19 @@ def test_plain_http_is_redirected_except_acme_challenges(https_cdn: HttpsCdn) ->
     assert raised.value.code == 404  # answered over http, not redirected
 
 
+def test_a_request_for_no_path_is_not_redirected_to_a_broken_url(https_cdn: HttpsCdn) -> None:
+    """`OPTIONS * HTTP/1.1` (asking about the server, RFC 9110 9.3.7) on the plain port was answered 308 with
+    `Location: https://127.0.0.1:<port>*`, no URL a client can follow; it is answered as over https now."""
+    with socket.create_connection(("127.0.0.1", https_cdn.plain_port), timeout=20) as raw:
+        raw.sendall(b"OPTIONS * HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while chunk := raw.recv(65536):
+            answer += chunk
+    head = answer.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower()
+    assert head.startswith("http/1.1 404 "), head  # no endpoint is OPTIONS *, as without the redirect
+    assert "location:" not in head
+
+
 def test_an_operator_certificate_replaced_on_disk_is_served_to_new_handshakes(https_cdn: HttpsCdn) -> None:
     renewed = https_cdn.ca.issue("cdn.example.test", "localhost")
     old = handshake(https_cdn.https_port, "cdn.example.test", client_context(https_cdn.ca_file))
