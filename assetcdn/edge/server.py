@@ -24,6 +24,8 @@ from assetcdn.shared.secrets import private_umask
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from assetcdn.edge.tls.certificates import Certificate
+
 EXIT_BAD_CONFIG = 2  # a setting or file the edge cannot start with (the log names it)
 # What a worker imports, loaded once by the fork server the workers are forked from.
 # glibc gives each thread that allocates its own malloc arena: a memory-tier body read by an executor thread
@@ -58,7 +60,8 @@ def limit_malloc_arenas() -> None:
     mallopt(M_ARENA_MAX, MALLOC_ARENAS)
 
 
-def run_worker(argv: list[str], worker: int) -> None:
+def run_worker(argv: list[str], worker: int, default_certificate: Certificate | None = None) -> None:
+    """One worker; `default_certificate`: the https port's self-signed certificate, the same for every worker."""
     die_with_parent()
     limit_malloc_arenas()
     gc.disable()  # until serving starts, as in control (assetcdn/control/__main__.py)
@@ -96,7 +99,8 @@ def run_worker(argv: list[str], worker: int) -> None:
         from assetcdn.edge.tls.site import HttpsSite
 
         names = default_certificate_names(str(settings.get("server", "public_url")), host)
-        certificates = CertificateStore(settings, app[NODE].tls, default_names=names, spill_dir=cache_dir)
+        certificates = CertificateStore(settings, app[NODE].tls, default_names=names, spill_dir=cache_dir,
+                                        self_signed_default=default_certificate)
         return HttpsSite(runner, host, https_port, reuse_port=True, certificates=certificates,
                          handshake_timeout_s=float(settings.get("tls", "handshake_timeout_s")),
                          limits=H2Limits.from_settings(settings), hits=fast_hits)
@@ -144,9 +148,15 @@ def main(argv: list[str] | None = None) -> None:
         configure_logging(args.name)
         logging.getLogger("edge").error("%s", exc)
         sys.exit(EXIT_BAD_CONFIG)
+    default_certificate: Certificate | None = None
     if https_port:
         # An operator certificate or key that cannot be used stops the edge before any worker starts.
-        from assetcdn.edge.tls.certificates import CertificateFileError, read_operator_pair
+        from assetcdn.edge.tls.certificates import (
+            CertificateFileError,
+            default_certificate_names,
+            read_operator_pair,
+            self_signed,
+        )
         from assetcdn.shared.pull_settings import check_https_settings
         try:
             check_https_settings(settings)  # its times and HTTP/2 limits: a bad one would break every connection
@@ -162,6 +172,11 @@ def main(argv: list[str] | None = None) -> None:
             logging.getLogger("edge").error("%s", exc if isinstance(exc, CertificateFileError) else
                                             f"[tls] certificates must be [certificate file, key file] pairs: {exc}")
             sys.exit(EXIT_BAD_CONFIG)
+        if not settings.get("tls", "certificates"):
+            # Made here, once, and handed to every worker (in memory, never written): with one certificate each, a
+            # client that trusts the one it was shown failed on the other workers.
+            default_certificate = self_signed(default_certificate_names(str(settings.get("server", "public_url")),
+                                                                        host))
     from assetcdn.edge.shield_address import shield_setting
     from assetcdn.shared.pull_settings import check_pull_settings
     try:
@@ -172,14 +187,14 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger("edge").error("%s", exc)
         sys.exit(EXIT_BAD_CONFIG)
     if args.workers <= 1:
-        run_worker(argv, 0)
+        run_worker(argv, 0, default_certificate)
         return
     # Forked by a fork server (a fresh process started now, after PROMETHEUS_MULTIPROC_DIR is set) that
     # loads the edge's modules once: W workers cost one import, not W. Each builds its own app, node and
     # image pool; it dies with the fork server, which exits when this process does.
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(WORKER_PRELOAD))
-    workers = [context.Process(target=run_worker, args=(argv, i), name=f"{args.name}/{i}")
+    workers = [context.Process(target=run_worker, args=(argv, i, default_certificate), name=f"{args.name}/{i}")
                for i in range(args.workers)]
     for process in workers:
         process.start()

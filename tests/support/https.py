@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import socket
 import ssl
 import threading
@@ -157,3 +158,29 @@ def unverified(*, rsa_only: bool = False) -> ssl.SSLContext:
         context.maximum_version = ssl.TLSVersion.TLSv1_2
         context.set_ciphers("ECDHE-RSA-AES128-GCM-SHA256")
     return context
+
+
+def serving_pid(cdn: RunningCdn, https_port: int, client_port: int) -> int:
+    """The process of `cdn` holding the edge's end of the connection from `client_port` to `https_port` (its
+    accepted socket's inode, from /proc/net/tcp, among the open files of the cluster's processes): which worker
+    of an edge a connection reached."""
+    inode = None
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local_port, remote_port = (int(f.rsplit(":", 1)[1], 16) for f in fields[1:3])
+        if local_port == https_port and remote_port == client_port and fields[9] != "0":
+            inode = fields[9]
+    assert inode is not None, "the edge's end of the connection is not in /proc/net/tcp"
+    target = f"socket:[{inode}]"
+    for pid in cdn.descendants():
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    return pid
+            except OSError:
+                continue
+    raise AssertionError("no process of the cluster holds the connection")

@@ -6,7 +6,7 @@ matched exactly first, then by a wildcard one label deep (``*.t.example.com`` co
 When a name has both an ECDSA and an RSA certificate, both are loaded into its context and OpenSSL
 offers the one the client's signature algorithms allow (ECDSA first). A name nothing covers, and a
 ClientHello without SNI, get the default certificate: the first operator certificate, else a
-self-signed ECDSA one made when the worker starts (kept in memory only). The handshake then completes
+self-signed ECDSA one made when the edge starts, the same for all its workers (kept in memory only). The handshake then completes
 and the client's own name check decides: as nginx and Caddy do with a default server.
 
 Each set of certificates is one ``ssl.SSLContext``; a change (a file replaced on disk, a new TLS state)
@@ -235,9 +235,10 @@ class CertificateStore:
     """The certificates of one worker and the SNI table built from them (see the module docstring)."""
 
     def __init__(self, settings: Settings, tls_state: EdgeTlsState, *, default_names: Iterable[str] = ("localhost",),
-                 spill_dir: Path | None = None) -> None:
+                 spill_dir: Path | None = None, self_signed_default: Certificate | None = None) -> None:
         """`spill_dir` is the edge's cache directory: where a key goes where there is no memfd, and the
-        session ticket key file its workers share."""
+        session ticket key file its workers share. `self_signed_default`: the self-signed certificate offered
+        when the operator has none, made by the edge for all its workers (else one made here for `default_names`)."""
         tls = settings.section("tls")
         self.pairs = [(str(chain), str(key)) for chain, key in tls["certificates"]]
         self.reload_interval_s = float(tls["reload_interval_s"])
@@ -246,7 +247,7 @@ class CertificateStore:
         self.operator = [read_operator_pair(chain, key) for chain, key in self.pairs]  # errors name the file
         self._signatures = self._file_signatures()
         self._failed: tuple[list[tuple[int, int, int] | None], str] | None = None  # the last pair said unusable
-        self._self_signed = None if self.operator else self_signed(default_names)
+        self._self_signed = None if self.operator else self_signed_default or self_signed(default_names)
         # Session tickets sealed under keys every worker of the edge shares (assetcdn/edge/tls/tickets.py),
         # kept in the cache directory; without them (no cache directory, or OpenSSL out of reach) OpenSSL's
         # own random key of each worker's front context.

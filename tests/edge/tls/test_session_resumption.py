@@ -8,7 +8,6 @@ the owner's only and its keys never reach the log."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import ssl
 import time
@@ -22,6 +21,7 @@ from assetcdn.edge.tls.tickets import KEY_FILE
 from tests.edge.tls.certs import TestCa
 from tests.edge.tls.client import client_context
 from tests.integration.harness import RunningCdn, free_port_block, start_cdn
+from tests.support.https import serving_pid
 
 pytestmark = pytest.mark.integration
 
@@ -41,30 +41,6 @@ class Edge:
         self.https_port = https_port
         self.ca = ca
 
-    def serving_pid(self, client_port: int) -> int:
-        """The process holding the edge's end of the connection from `client_port` (its accepted socket's
-        inode, from /proc/net/tcp, among the open files of the cluster's processes)."""
-        inode = None
-        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-            fields = line.split()
-            local_port, remote_port = (int(f.rsplit(":", 1)[1], 16) for f in fields[1:3])
-            if local_port == self.https_port and remote_port == client_port and fields[9] != "0":
-                inode = fields[9]
-        assert inode is not None, "the edge's end of the connection is not in /proc/net/tcp"
-        target = f"socket:[{inode}]"
-        for pid in self.cdn.descendants():
-            try:
-                fds = os.listdir(f"/proc/{pid}/fd")
-            except OSError:
-                continue
-            for fd in fds:
-                try:
-                    if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
-                        return pid
-                except OSError:
-                    continue
-        raise AssertionError("no process of the cluster holds the connection")
-
     def connect(self, context: ssl.SSLContext, session: ssl.SSLSession | None) -> tuple[bool, ssl.SSLSession, int]:
         """(resumed?, the session to offer next, the worker's pid) of one request on a new connection."""
         with socket.create_connection(("127.0.0.1", self.https_port), timeout=20) as raw, \
@@ -72,7 +48,7 @@ class Edge:
             tls.sendall(b"GET /api/health HTTP/1.1\r\nHost: localhost\r\n\r\n")
             head = tls.recv(65536)  # the answer, after which a TLS 1.3 ticket has arrived too
             assert head.startswith(b"HTTP/1.1 200"), head[:100]
-            pid = self.serving_pid(tls.getsockname()[1])
+            pid = serving_pid(self.cdn, self.https_port, tls.getsockname()[1])
             resumed, new_session = bool(tls.session_reused), tls.session
         assert new_session is not None
         return resumed, new_session, pid
