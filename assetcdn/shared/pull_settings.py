@@ -88,3 +88,11 @@ def check_https_settings(settings: Settings) -> None:
         count = _number(settings, "tls", key)
         if count < least or math.isinf(count):
             raise ValueError(f"[tls] {key} must be a whole number of {least} or more, not {settings.get('tls', key)!r}")
+    # Outside 0-65535 every plain request was redirected to a URL no client can follow; NaN (or an infinite HSTS age)
+    # stopped every worker with a traceback naming no setting.
+    if not 0 <= _number(settings, "tls", "redirect_port") <= 65535:
+        raise ValueError("[tls] redirect_port must be a port from 0 to 65535 (0: the https port), "
+                         f"not {settings.get('tls', 'redirect_port')!r}")
+    age = _number(settings, "tls", "hsts_max_age_s")
+    if age < 0 or math.isinf(age):
+        raise ValueError(f"[tls] hsts_max_age_s must be 0 (not sent) or more seconds, not {settings.get('tls', 'hsts_max_age_s')!r}")

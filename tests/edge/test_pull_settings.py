@@ -131,12 +131,24 @@ def test_an_https_setting_no_connection_could_work_with_is_named(key: str, value
         check_https_settings(load_settings(environ={f"ASSETCDN_TLS_{key.upper()}": value}))
 
 
+@pytest.mark.parametrize(("key", "value"), [("redirect_port", "70000"), ("redirect_port", "-1"),
+                                            ("redirect_port", "nan"), ("hsts_max_age_s", "nan"),
+                                            ("hsts_max_age_s", "inf"), ("hsts_max_age_s", "-1")])
+def test_a_redirect_port_or_hsts_age_no_answer_could_carry_is_named(key: str, value: str) -> None:
+    """A redirect_port of 70000 or -1 sent every plain request to https://<host>:70000/..., a URL no client can
+    follow; NaN, or an hsts_max_age_s of NaN or infinity, stopped every worker with a traceback naming no setting."""
+    with pytest.raises(ValueError, match=rf"\[tls\] {key} must be"):
+        check_https_settings(load_settings(environ={f"ASSETCDN_TLS_{key.upper()}": value}))
+
+
 def test_the_documented_https_limits_pass() -> None:
     check_https_settings(load_settings(environ={}))
     check_https_settings(load_settings(environ={"ASSETCDN_TLS_SESSION_TICKET_ROTATION_S": "0",
                                                 "ASSETCDN_TLS_H2_MAX_CONNECTIONS": "0",
                                                 "ASSETCDN_TLS_H2_MAX_RESETS_PER_10S": "0",
-                                                "ASSETCDN_TLS_H2_MAX_CONCURRENT_STREAMS": "1"}))
+                                                "ASSETCDN_TLS_H2_MAX_CONCURRENT_STREAMS": "1",
+                                                "ASSETCDN_TLS_REDIRECT_PORT": "65535",
+                                                "ASSETCDN_TLS_HSTS_MAX_AGE_S": "0"}))
 
 
 @pytest.mark.parametrize(("name", "said"), [("ASSETCDN_TLS_RELOAD_INTERVAL_S", "[tls] reload_interval_s must be above 0 seconds"),
