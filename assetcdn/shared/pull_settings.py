@@ -93,6 +93,9 @@ def check_https_settings(settings: Settings) -> None:
     if not 0 <= _number(settings, "tls", "redirect_port") <= 65535:
         raise ValueError("[tls] redirect_port must be a port from 0 to 65535 (0: the https port), "
                          f"not {settings.get('tls', 'redirect_port')!r}")
+    if _number(settings, "tls", "session_ticket_rotation_s") < 0:  # was taken as 0: one key, never rotated
+        raise ValueError("[tls] session_ticket_rotation_s must be 0 (one key, never changed) or more seconds, "
+                         f"not {settings.get('tls', 'session_ticket_rotation_s')!r}")
     age = _number(settings, "tls", "hsts_max_age_s")
     if age < 0 or math.isinf(age):
         raise ValueError(f"[tls] hsts_max_age_s must be 0 (not sent) or more seconds, not {settings.get('tls', 'hsts_max_age_s')!r}")

@@ -141,6 +141,14 @@ def test_a_redirect_port_or_hsts_age_no_answer_could_carry_is_named(key: str, va
         check_https_settings(load_settings(environ={f"ASSETCDN_TLS_{key.upper()}": value}))
 
 
+@pytest.mark.parametrize("value", ["-60", "nan"])
+def test_a_ticket_rotation_below_0_is_named(value: str) -> None:
+    """A negative or NaN session_ticket_rotation_s was taken as 0: one session ticket key for as long as the edge
+    lives, never rotated, with no word said."""
+    with pytest.raises(ValueError, match=r"\[tls\] session_ticket_rotation_s must"):
+        check_https_settings(load_settings(environ={"ASSETCDN_TLS_SESSION_TICKET_ROTATION_S": value}))
+
+
 def test_the_documented_https_limits_pass() -> None:
     check_https_settings(load_settings(environ={}))
     check_https_settings(load_settings(environ={"ASSETCDN_TLS_SESSION_TICKET_ROTATION_S": "0",
