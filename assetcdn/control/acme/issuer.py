@@ -48,6 +48,10 @@ ACME_DIR = "acme"  # <data dir>/acme: the account key (0600) and the trusted CA 
 MAX_SLEEP_S = 60.0  # the loop looks again at least this often (expiry, clock changes)
 CHALLENGE_PUSH_WAIT_S = 5.0  # an order waits this long for the edges to hold its answers before the CA asks
 PROBE_INTERVAL_MAX_S = 30.0  # while the CA is unreachable its directory is asked at least this often
+NO_EDGE_POLL_S = 1.0  # while no edge is registered, due orders wait and the loop looks again this often
+# Said by a name due while no edge is registered (so none would hold its HTTP-01 answer when the CA looks).
+NO_EDGE_REASON = ("no edge has registered with control yet (control has just started, or no edge runs): "
+                  "the order starts once one has, so that the CA finds the challenge's answer")
 WEEK_S = 7 * 86400  # the window of acme.max_orders_per_week
 
 WantedNames = Callable[[], Awaitable[set[str]]]
@@ -194,6 +198,8 @@ class CertificateIssuer:
         wake = min([*due, now + MAX_SLEEP_S])
         if self.ca_reachable is False:
             wake = min(wake, self._next_probe)
+        if not self._registry.live_edges():
+            wake = max(wake, now + NO_EDGE_POLL_S)  # due orders wait for an edge: looked at again, not in a spin
         return min(max(wake - now, 0.05), MAX_SLEEP_S)
 
     def _probe_interval(self) -> float:
@@ -223,9 +229,18 @@ class CertificateIssuer:
                     await self.publish()
         if self.ca_reachable is False:
             return  # orders wait for the probe to find the CA again
+        due = [r for r in records.values() if r.next_attempt_at <= now and r.hostname not in self._orders]
+        if due and not self._registry.live_edges():
+            # `assetcdn up` starts control before its edges, and a restarted control knows no edge until each one
+            # heartbeats again: the challenge's answer would reach none, and the CA's look fail (a failed
+            # validation counts against the name's hourly limit). The orders wait, saying why.
+            for record in due:
+                if record.error != NO_EDGE_REASON:
+                    await self.store.failed(record.hostname, record.status, NO_EDGE_REASON, record.attempts,
+                                            record.next_attempt_at)
+            return
         budget = self.settings.max_orders_per_week
         started = await self.store.orders_since(now - WEEK_S) if budget else []
-        due = [r for r in records.values() if r.next_attempt_at <= now and r.hostname not in self._orders]
         # Renewals first: a certificate in use must not lapse while new names spend the budget.
         for record in sorted(due, key=lambda r: (r.status != ACTIVE, r.next_attempt_at)):
             if len(self._orders) >= self.settings.concurrency:

@@ -165,6 +165,28 @@ async def test_a_domain_is_validated_through_the_edge_and_becomes_active(
     assert acme["configured"] and acme["healthy"] and acme["certificates"] == {"active": 1}
 
 
+async def test_an_order_waits_for_an_edge_to_register(
+        aiohttp_client: Any, data_dir: Path, pebble: Pebble, responder: ChallengeResponder) -> None:
+    """A name due while no edge is registered (`assetcdn up` starts control before its edges; a restarted control
+    knows no edge until each heartbeats again, as after the switch from a staging CA to production) was ordered at
+    once: its answer reached no edge, and the CA's validation failed ("connection refused", or 404 from an edge
+    that had not re-registered), one of the few failed validations a CA allows a name an hour. It now waits,
+    saying why, and is ordered once an edge has registered."""
+    control = await start_control(aiohttp_client, data_dir, acme_environ(pebble))
+    await make_zone(control)
+    resp = await control.post("/api/core/zones/shop/domains", json={"Hostname": "early.shop.test"}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    deadline = time.monotonic() + ACTIVE_WITHIN_S
+    while (body := await domain(control, "early.shop.test"))["SslError"] is None:
+        assert time.monotonic() < deadline, body
+        await asyncio.sleep(0.2)
+    assert body["SslStatus"] == "provisioning" and "no edge" in body["SslError"], body
+    assert not responder.hits  # the CA was not asked to look
+    await responder.join(control)
+    body = await wait_for(control, "early.shop.test", "active")
+    assert body["SslError"] is None and sum(responder.hits.values()) >= 1
+
+
 async def test_an_unanswerable_challenge_ends_failed_with_the_cas_reason_and_is_retried(
         aiohttp_client: Any, data_dir: Path, pebble: Pebble, responder: ChallengeResponder) -> None:
     # Control waits for the edges' acknowledgements up to push_wait_ms (then they catch up later): long enough

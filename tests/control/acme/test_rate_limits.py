@@ -68,6 +68,7 @@ async def test_a_rate_limited_order_waits_for_the_cas_retry_after(ca: TestServer
     db = await open_database(tmp_path / "control.sqlite3")
     registry = EdgeRegistry("secret", 15)
     await registry.start()
+    registry.register("edge-0/0", "http://127.0.0.1:9", 0)  # orders wait for an edge; its push fails, the CA is asked
     authority = CertificateAuthority(settings, tmp_path / "acme")
     issuer = CertificateIssuer(settings, AcmeCertificates(db, tmp_path), authority, registry, "secret",
                                wanted_names=_names, push_wait_s=0.1)
@@ -112,6 +113,7 @@ async def test_orders_past_the_weekly_budget_wait_and_say_why(ca: TestServer, tm
     db = await open_database(tmp_path / "control.sqlite3")
     registry = EdgeRegistry("secret", 15)
     await registry.start()
+    registry.register("edge-0/0", "http://127.0.0.1:9", 0)  # orders wait for an edge; its push fails, the CA is asked
 
     async def started_issuer() -> CertificateIssuer:
         issuer = CertificateIssuer(settings, AcmeCertificates(db, tmp_path), CertificateAuthority(
