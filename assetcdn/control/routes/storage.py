@@ -212,8 +212,7 @@ async def _list_directory(request: web.Request, raw: str) -> web.Response:
 async def _file_response(request: web.Request, with_body: bool) -> web.StreamResponse:
     raw = request.match_info["path"]
     if _is_directory_request(raw):
-        if not with_body:
-            raise bad_request("HEAD needs a file path.", target="path", code="InvalidPath")
+        # A HEAD too: aiohttp sends the listing's head (its Content-Length) without the body (RFC 9110 9.3.2).
         return await _list_directory(request, raw)
     path = _parse(raw)
     git = request.app[GIT]

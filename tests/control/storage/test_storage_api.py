@@ -332,6 +332,21 @@ class TestRead:
     async def test_listing_a_missing_directory_is_404(self, control: TestClient, zone: str) -> None:
         await expect_error(await control.get("/api/storage/akande/v2/", headers=ACCESS), 404, "DirectoryNotFound")
 
+    async def test_head_of_a_directory_answers_as_its_listing_without_a_body(self, control: TestClient,
+                                                                            zone: str) -> None:
+        """HEAD answers as GET does (docs/api-guide.md, RFC 9110 9.3.2): a directory's HEAD was 400 InvalidPath
+        where its GET lists it."""
+        await upload(control, LOGO_PATH, LOGO)
+        for path in ("akande/v1/logos/", "akande/v1/logos", ""):
+            get = await control.get(f"/api/storage/{path}", headers=ACCESS)
+            listing = await get.read()
+            head = await control.head(f"/api/storage/{path}", headers=ACCESS)
+            assert (head.status, head.headers["Content-Type"]) == (200, get.headers["Content-Type"]), path
+            assert head.headers["Content-Length"] == str(len(listing))
+            assert await head.read() == b""
+        missing = await control.head("/api/storage/akande/v2/", headers=ACCESS)
+        assert missing.status == 404 and await missing.read() == b""
+
 
 class TestDelete:
     async def test_delete_is_purging_in_one_commit(self, control: TestClient, zone: str, data_dir: Path) -> None:
