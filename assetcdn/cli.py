@@ -11,12 +11,18 @@ from pathlib import Path
 
 from assetcdn.shared.config import SettingsError, default_config_text, load_settings
 from assetcdn.shared.host_url import host_url
+from assetcdn.shared.paths import InvalidPath
 from assetcdn.shared.secrets import signed_url_secret
-from assetcdn.shared.signing import signed_url
+from assetcdn.shared.signing import signable_path, signed_url
 from assetcdn.supervisor import cmd_up, say
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
+    try:  # a URL the edge would refuse whatever its signature is never printed
+        path = signable_path(args.path)
+    except InvalidPath as exc:
+        say(f"assetcdn sign: the edge refuses the path {args.path!r} (403 Invalid path format): {exc}", error=True)
+        return 2
     settings = load_settings(args.config)
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
     secret = signed_url_secret(data_dir)
@@ -25,8 +31,19 @@ def cmd_sign(args: argparse.Namespace) -> int:
         return 2
     base = args.base_url or settings.get("server", "public_url") or \
         host_url(settings.get('server', 'host'), settings.get('server', 'edge_port'))
-    say(signed_url(base, secret, args.path, args.ttl))
+    say(signed_url(base, secret, path, args.ttl))
     return 0
+
+
+def positive_seconds(text: str) -> int:
+    """`--ttl`: a URL valid for at least a second (0 or less would print one expired as it is made)."""
+    try:
+        seconds = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
+    if seconds < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 second, not {seconds}: the URL would have expired")
+    return seconds
 
 
 def cmd_defaults(args: argparse.Namespace) -> int:
@@ -60,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("edge", help="run one edge node (see `assetcdn edge --help`)")
     sign = sub.add_parser("sign", help="print a signed URL for a protected asset")
     sign.add_argument("path")
-    sign.add_argument("--ttl", type=int, default=3600)
+    sign.add_argument("--ttl", type=positive_seconds, default=3600, help="seconds the URL is valid (default 3600)")
     sign.add_argument("--base-url")
     sign.add_argument("--data-dir")
     sign.add_argument("--config")

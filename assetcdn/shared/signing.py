@@ -7,6 +7,8 @@ import hmac
 import time
 from urllib.parse import urlencode
 
+from assetcdn.shared.paths import InvalidPath, parse_cdn_path
+
 
 def url_signature(secret: str, path: str, expires: str | int) -> str:
     return hmac.new(secret.encode(), f"{path}:{expires}".encode(), hashlib.sha256).hexdigest()
@@ -14,6 +16,18 @@ def url_signature(secret: str, path: str, expires: str | int) -> str:
 
 def signature_matches(secret: str, path: str, expires: str, sig: str) -> bool:
     return hmac.compare_digest(url_signature(secret, path, expires), sig.lower())
+
+
+def signable_path(path: str) -> str:
+    """``path`` as /api/signed takes it (a leading ``/`` added when absent); ``InvalidPath`` for one it refuses with
+    403 ``Invalid path format`` whatever the signature (assetcdn/edge/routes/signed.py): a ``..``, NUL, an empty
+    segment, or not a CDN path."""
+    if not path.startswith("/"):
+        path = "/" + path
+    if ".." in path or "\x00" in path or "//" in path:
+        raise InvalidPath("a CDN path has no '..', NUL or empty segment ('//').")
+    parse_cdn_path(path)
+    return path
 
 
 def signed_url(base_url: str, secret: str, path: str, ttl: int, *, now: float | None = None) -> str:
