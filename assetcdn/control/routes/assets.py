@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import posixpath
+from urllib.parse import quote
 
 import orjson
 from aiohttp import web
@@ -92,7 +93,8 @@ async def asset_metadata(request: web.Request) -> web.Response:
     return json_response({
         "Path": entry.path, "Name": entry.name, "Project": entry.zone, "Category": entry.category,
         "Format": entry.format, "Size": entry.size, "SizeHuman": human_size(entry.size),
-        "ContentType": entry.content_type, "CdnUrl": f"{base_url}/{entry.path}",
-        "TransformUrl": f"{base_url}/api/transform?url=/{entry.path}", "AvailableFormats": formats,
+        # Percent-encoded: a name may hold a space or `+` (assetcdn/shared/paths.py), which a query reads as a space.
+        "ContentType": entry.content_type, "CdnUrl": f"{base_url}/{quote(entry.path)}",
+        "TransformUrl": f"{base_url}/api/transform?url={quote('/' + entry.path, safe='/')}", "AvailableFormats": formats,
         "DateFetched": utc_now_iso(),
     })

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient
+from yarl import URL
 
 from tests.control.expect import expect_error, parse_time
 from tests.support.control import ACCESS, ACCOUNT
@@ -160,6 +161,21 @@ class TestMetadata:
         # Sibling variants with the same base name; bantu/v1/icons/akande.png is not one.
         assert body["AvailableFormats"] == ["png", "svg", "webp"]
         parse_time(body["DateFetched"])
+
+    async def test_urls_of_a_name_with_a_space_or_plus_name_that_asset(self, catalog: TestClient) -> None:
+        """A name may hold a space, `+`, `=`... (assetcdn/shared/paths.py): the URLs were the path as it is, so a
+        space made no valid URL and the transform URL of `a+b.png` asked for `a b.png` (the query's `+` is a space),
+        404."""
+        name = "my logo+1=(2).svg"
+        files = [{"path": f"bantu/v1/logos/{name}", "content": base64.b64encode(b"<svg/>").decode()}]
+        assert (await catalog.post("/api/storage/batch", json={"files": files}, headers=ACCESS)).status == 201
+        resp = await catalog.get("/api/assets/metadata", params={"path": f"bantu/v1/logos/{name}"}, headers=ACCESS)
+        body = await resp.json()
+        for url in (body["CdnUrl"], body["TransformUrl"]):
+            assert " " not in url and url.isascii(), url
+        assert URL(body["CdnUrl"], encoded=True).path == f"/bantu/v1/logos/{name}"
+        transform = URL(body["TransformUrl"], encoded=True)
+        assert (transform.path, transform.query["url"]) == ("/api/transform", f"/bantu/v1/logos/{name}")
 
     async def test_leading_slash_is_tolerated(self, catalog: TestClient) -> None:
         resp = await catalog.get("/api/assets/metadata", params={"path": "/bantu/v1/logos/bantu.svg"},
