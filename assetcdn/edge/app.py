@@ -157,10 +157,12 @@ async def _on_delivery_response(request: web.Request, response: web.StreamRespon
     if is_delivery(request):
         # Every answer of a delivery route, errors and redirects too. A delivered body's headers had them
         # already (`final_headers`): again here, after the stamp (idempotent), a detached X-API-Version stays so.
-        # But the Cache-Control of a 412 (a stored file's: no-store) and of a 5xx (an origin's own, or none), as it
-        # was: a 412 answers this request's If-Match, a 5xx this moment's failure (a busy worker, an origin down),
-        # not the URL, and a rule's year of `public` would let a shared cache answer every later request with it.
-        transient = response.status == 412 or response.status >= 500
+        # But the Cache-Control of a 412 or 416 (a stored file's: no-store) and of a 5xx (an origin's own, or none), as
+        # it was: a 412 answers this request's If-Match, a 416 its Range, a 5xx this moment's failure (a busy worker,
+        # an origin down), not the URL, and a rule's year of `public` would let a shared cache answer every later
+        # request with it.
+        status = response.status
+        transient = status == 412 or status == 416 or status >= 500
         apply_rule_changes(request_header_changes(request), response.headers,
                            kept=ANSWERED_CACHE_CONTROL if transient else frozenset())
     node.deliveries.record(request, response)

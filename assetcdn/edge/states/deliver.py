@@ -205,6 +205,8 @@ async def deliver(request: web.Request, obj: CachedObject, headers: CIMultiDict[
         if parsed is False:
             headers["Content-Range"] = f"bytes */{obj.size}"
             headers.popall("Content-Type", None)
+            # This request's Range, not the URL: a cache after the edge keeping it would answer every later request.
+            headers["Cache-Control"] = "no-store"
             return web.Response(status=416, headers=headers)
         if isinstance(parsed, tuple):
             start, end = parsed

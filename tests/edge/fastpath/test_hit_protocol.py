@@ -166,6 +166,41 @@ async def test_if_match_is_evaluated_on_both_paths(warm_cdn: HitCdn) -> None:
     secure.stop()
 
 
+async def test_a_416_is_not_stored_by_the_caches_after_the_edge_whatever_the_rules(make_hit_cdn: HitCdnFactory) -> None:
+    """A 416 answers one request's Range, not the URL (as a 412 answers its If-Match): it went out with the stored
+    file's Cache-Control (a transform's `public, max-age=31536000, immutable`) or a `_headers` rule's, so a shared
+    cache after the edge could keep it and answer every later request for the URL with it. It is `no-store` now,
+    on a stored file and a transform alike, with or without a rule."""
+    cdn = await warmed(make_hit_cdn)
+    hits, plain = await cdn.connect(), await cdn.plain()
+    transform = f"/api/transform?url=/{PNG}&w=4"
+    assert (await plain.request(transform)).status == 200
+    targets = (f"/{SVG}", f"/{PNG}", transform)
+
+    async def check(ruled: str | None) -> None:
+        for path in targets:
+            for conn in (hits, plain):
+                answer = await conn.request(path, Range="bytes=999999-")
+                assert answer.status == 416, path
+                assert answer.header("Cache-Control") == "no-store", (path, answer.headers)
+            whole = await plain.request(path)
+            assert whole.status == 200 and whole.header("Cache-Control") != "no-store", path
+            if ruled and path != transform:
+                assert whole.header("Cache-Control") == ruled, path
+
+    await check(None)
+    rule = "public, max-age=31536000"
+    resp = await cdn.control.post("/api/core/rules", headers=ACCOUNT, json={
+        "File": "_headers", "Content": f"/*\n  Cache-Control: {rule}\n  X-Rule: applied\n"})
+    assert resp.status == 200, await resp.text()
+
+    async def applied() -> bool:
+        return (await plain.request(f"/{SVG}")).header("X-Rule") == "applied"
+
+    await wait_until(applied, "rules reaching the edge")
+    await check(rule)
+
+
 @SHARED
 async def test_if_match_on_several_lines_is_one_list(warm_cdn: HitCdn) -> None:
     """If-Match sent as several field lines is the list they make together (RFC 9110 5.3): one naming the current
