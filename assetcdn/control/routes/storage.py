@@ -174,10 +174,25 @@ async def put_file(request: web.Request) -> web.Response:
     }, status=201)
 
 
-def _entry_json(request: web.Request, dir_path: str, name: str, is_dir: bool, size: int) -> dict[str, Any]:
+def _newest_below(request: web.Request, dir_path: str) -> dict[str, str]:
+    """{child directory of `dir_path`: the time of the newest file below it}, one pass over the manifest."""
+    prefix = cdn_path_of(f"{dir_path}/")
+    newest: dict[str, str] = {}
+    for path, entry in request.app[MANIFEST].entries.items():
+        if path.startswith(prefix) and "/" in (rest := path[len(prefix):]):
+            child = rest.split("/", 1)[0]
+            if entry.modified > newest.get(child, ""):  # one ISO form (from_unix): text order is time order
+                newest[child] = entry.modified
+    return newest
+
+
+def _entry_json(request: web.Request, dir_path: str, name: str, is_dir: bool, size: int,
+                newest: dict[str, str]) -> dict[str, Any]:
     repo_path = f"{dir_path}/{name}" if dir_path else name
     entry = request.app[MANIFEST].entries.get(cdn_path_of(repo_path))
-    changed = as_iso_utc(entry.modified) if entry else utc_now_iso()
+    # A directory's: its newest file's (a directory holding none, only its scaffold: the listing's time).
+    modified = entry.modified if entry else newest.get(name) if is_dir else None
+    changed = as_iso_utc(modified) if modified else utc_now_iso()
     return {
         "Guid": str(uuid.uuid5(GUID_NAMESPACE, repo_path)),
         "StorageZoneName": STORAGE_ZONE_NAME,
@@ -204,7 +219,8 @@ async def _list_directory(request: web.Request, raw: str) -> web.Response:
     children = await git.run(git.list_dir, dir_path)
     if children is None:
         raise not_found(f"Directory '{raw or '/'}' does not exist.", target="path", code="DirectoryNotFound")
-    entries = [_entry_json(request, dir_path, name, is_dir, size)
+    newest = _newest_below(request, dir_path) if any(is_dir for _name, is_dir, _oid, _size in children) else {}
+    entries = [_entry_json(request, dir_path, name, is_dir, size, newest)
                for name, is_dir, _oid, size in children if name != SCAFFOLD_FILE]
     return json_response(entries)
 

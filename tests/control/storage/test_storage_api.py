@@ -8,6 +8,7 @@ import hashlib
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -323,6 +324,23 @@ class TestRead:
                 assert entry["Path"].endswith("/")
                 assert entry["IsDirectory"] is True
                 assert (entry["Length"], entry["ContentType"], entry["Checksum"]) == (0, "", None)
+
+    async def test_a_directorys_last_change_is_its_newest_files(self, control: TestClient, zone: str) -> None:
+        """A directory's LastChanged (and DateCreated) was the time of the listing itself, a new one at every
+        request, so a client comparing listings saw every directory changed each time; it is the time of the
+        newest file below it."""
+        await upload(control, LOGO_PATH, LOGO)
+
+        async def listed(path: str) -> dict[str, dict[str, Any]]:
+            resp = await control.get(f"/api/storage/{path}", headers=ACCESS)
+            return {entry["ObjectName"]: entry for entry in await resp.json()}
+
+        logo = (await listed("akande/v1/logos/"))["logo.svg"]
+        logos = (await listed("akande/v1/"))["logos"]
+        zone_entry = (await listed(""))["akande"]
+        for directory in (logos, zone_entry):
+            assert directory["IsDirectory"] is True
+            assert (directory["LastChanged"], directory["DateCreated"]) == (logo["LastChanged"], logo["LastChanged"])
 
     async def test_root_listing_shows_zones(self, control: TestClient, zone: str) -> None:
         resp = await control.get("/api/storage/", headers=ACCESS)
