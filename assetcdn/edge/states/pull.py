@@ -1733,8 +1733,11 @@ async def deliver(request: web.Request, stored: StoredResponse, x_cache: str, ca
     if range_header is not None and stored.status == 200 and if_range_holds(request, stored, changes):
         parsed = parse_range(range_header, obj.size)
         if parsed is False:  # no content of the representation: nothing its type or coding would describe
-            for name in ("Content-Type", "Content-Encoding"):
+            # This request's Range, not the URL: the copy's freshness would let a cache after the edge answer every
+            # later request with it (a stored file's 416 is no-store too, assetcdn/edge/states/deliver.py).
+            for name in ("Content-Type", "Content-Encoding", "Expires", "CDN-Cache-Control", "Surrogate-Control"):
                 headers.popall(name, None)
+            headers["Cache-Control"] = "no-store"
             headers["Content-Range"] = f"bytes */{obj.size}"
             return web.Response(status=416, headers=headers)
         if parsed is not None:

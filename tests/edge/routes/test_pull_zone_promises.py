@@ -361,6 +361,24 @@ async def test_a_qualified_directive_naming_content_encoding_never_serves_coded_
     assert pull.origin.count(name) == 3
 
 
+async def test_a_416_says_no_cache_may_keep_it(pull: Pull) -> None:
+    """A range past the end of a copy the origin made public for ten minutes was answered 416 with the copy's
+    Cache-Control, Expires and CDN-Cache-Control: a cache after the edge could keep that one request's 416 and
+    answer every later request for the URL with it (a stored file's 416 is no-store). It says no-store now, and the
+    copy's own answers keep their freshness."""
+    name = "/promise/public-416.txt"
+    pull.origin.answer(name, b"0123456789", headers={"Cache-Control": "public, max-age=600", "ETag": '"pub"',
+                                                     "Expires": "Thu, 01 Jan 2099 00:00:00 GMT",
+                                                     "CDN-Cache-Control": "max-age=600"})
+    assert (await pull.get(name)).headers["Cache-Control"] == "public, max-age=600"
+    for method in ("GET", "HEAD"):
+        past = await pull.cdn.edge.request(method, f"/{ZONE}{name}", headers={"Range": "bytes=10-"})
+        assert (past.status, past.headers.getall("Cache-Control")) == (416, ["no-store"]), method
+        assert "Expires" not in past.headers and "CDN-Cache-Control" not in past.headers, method
+    again = await pull.get(name)
+    assert (again.headers["X-Cache"], again.headers["Cache-Control"]) == ("HIT", "public, max-age=600")
+
+
 async def test_a_416_of_a_coded_copy_carries_no_coding_for_its_empty_content(pull: Pull) -> None:
     """A range past the end of a gzip-coded copy was answered 416 with the copy's Content-Encoding: gzip (and its
     Content-Type) on an empty content, which is no gzip stream: a client that decodes what the field names (Java's
