@@ -24,7 +24,7 @@ from assetcdn.edge.cache.store import EdgeCache
 from assetcdn.edge.circuit_breaker import CircuitBreaker
 from assetcdn.edge.control_client import ControlClient
 from assetcdn.edge.image_pool import ImagePool
-from assetcdn.edge.node import EdgeNode
+from assetcdn.edge.node import EdgeNode, store_writer
 from assetcdn.edge.proxied_body import ForwardSpool
 from assetcdn.edge.proxy import forward_to_control, open_proxy_session
 from assetcdn.edge.routes import (
@@ -199,6 +199,10 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
         await asyncio.to_thread(setattr, cache, "alone", identity.workers == 1)
         cache.disk.report_to(app[METRICS])
         cache.memory.report_to(app[METRICS])
+        # The thread that writes pull zone fills: told to end once the cache has closed (its last batches may still
+        # run in it), or it would hold the worker process at its exit.
+        stores = store_writer()
+        opened.callback(stores.shutdown, wait=False)
         opened.push_async_callback(cache.aclose)  # waits for the disk writer off the event loop
         control = ControlClient(identity.control_url, secrets.cluster_secret, float(edge["origin_timeout_s"]),
                                 client_keepalive_s(settings),
@@ -206,7 +210,7 @@ def create_app(settings: Settings, secrets: Secrets, identity: EdgeIdentity) -> 
                                 breaker=CircuitBreaker(int(edge["breaker_failures"]), float(edge["breaker_open_s"])))
         await control.start()
         opened.push_async_callback(control.close)
-        node = EdgeNode(settings, identity.member, control, cache, identity.cache_dir, app[METRICS])
+        node = EdgeNode(settings, identity.member, control, cache, identity.cache_dir, app[METRICS], stores)
         node.replica.state_file = identity.cache_dir / f"manifest-{identity.worker}.json"
         node.config_file = identity.cache_dir / f"edge-config-{identity.worker}.json"
         node.tls.state_file = identity.cache_dir / f"tls-state-{identity.worker}.json"

@@ -12,6 +12,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Container, Mapping, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,13 +51,22 @@ PURGED_REMEMBERED = 64  # generations whose purge counts a late push may still a
 TLS_PULL_INTERVAL_S = 30.0
 
 
+def store_writer() -> ThreadPoolExecutor:
+    """The thread an edge worker writes its pull zone responses to the cache from (`EdgeNode.stores`)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="pull-store")
+
+
 class EdgeNode:
     def __init__(self, settings: Settings, name: str, control: ControlClient, cache: EdgeCache,
-                 state_dir: Path, metrics: Metrics) -> None:
+                 state_dir: Path, metrics: Metrics, stores: Executor | None = None) -> None:
         self.settings = settings
         self.name = name
         self.control = control
         self.cache = cache
+        # Pull zone responses are written to the cache one at a time, from one thread (assetcdn/edge/states/pull.py):
+        # SQLite takes one writer at a time anyway, and writers contending for its lock wait in its busy handler's
+        # sleeps (a fill's latency, not CPU). Its owner shuts it down once the cache is closed (assetcdn/edge/app.py).
+        self.stores = stores if stores is not None else store_writer()
         self._purged_at: OrderedDict[int, int] = OrderedDict()  # generation -> cache entries its purges removed
         self.metrics = metrics
         self.replica = ManifestReplica(state_dir / "manifest.json")

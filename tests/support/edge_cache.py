@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from assetcdn.edge.cache.store import EdgeCache
-from assetcdn.edge.states.pull import STORES
+from assetcdn.edge.node import EdgeNode
 
 KB = 1024
 MB = 1024 * KB
@@ -23,11 +23,11 @@ HEAD = ((":status", "200"), ("cache-control", "max-age=60"))
 
 
 @contextmanager
-def writer_held() -> Iterator[None]:
-    """The edge cache's one writer thread (`pull.STORES`) busy until the block ends: no disk batch is written
+def writer_held(node: EdgeNode) -> Iterator[None]:
+    """The edge cache's one writer thread (`node.stores`) busy until the block ends: no disk batch is written
     meanwhile, as on a loaded disk (a fill's answer already answers from the memory tier)."""
     writing = threading.Event()
-    STORES.submit(writing.wait)
+    node.stores.submit(writing.wait)
     try:
         yield
     finally:

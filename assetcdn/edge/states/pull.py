@@ -36,7 +36,6 @@ import struct
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import IO, Any, BinaryIO, Protocol, TypeVar, cast
@@ -412,9 +411,6 @@ def selected_by(headers: Headers, sent: Varied) -> Selected | None:
 
 
 FLIGHTS = web.AppKey("pull_flights", Flights)
-# Responses are written to the cache one at a time, from one thread: SQLite takes one writer at a time anyway,
-# and writers contending for its lock wait in its busy handler's sleeps (a fill's latency, not CPU).
-STORES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pull-store")
 
 
 def request_fields(request: web.Request) -> list[tuple[str, str]]:
@@ -1419,9 +1415,9 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
         if cache.memory.accepts(len(body)):
             pending = []
             if vary and (url_entry := cache.put_behind(url_key, b"", "", "", marker_tags, marker,
-                                                       writer=STORES, since=since)) is not None:
+                                                       writer=node.stores, since=since)) is not None:
                 pending.append(url_entry[1])
-            kept = cache.put_behind(key, body, content_type, etag, tags, meta, writer=STORES, since=since)
+            kept = cache.put_behind(key, body, content_type, etag, tags, meta, writer=node.stores, since=since)
             if kept is not None:
                 for written in (*pending, kept[1]):
                     if written is not None:
@@ -1439,7 +1435,7 @@ async def store_unless_purged(node: EdgeNode, zone: PullZone, path: str, url_key
             spool.close()
 
     try:
-        return await asyncio.get_running_loop().run_in_executor(STORES, put)
+        return await asyncio.get_running_loop().run_in_executor(node.stores, put)
     except (OSError, ValueError, sqlite3.Error) as exc:  # the cache's disk or database failing: served, not kept
         STORE_FAILURES.log(logging.WARNING, zone.name, "pull zone %s: a response could not be cached: %s", zone.name,
                            exc)
@@ -1490,7 +1486,7 @@ async def refresh(node: EdgeNode, zone: PullZone, path: str, stored: StoredRespo
     try:
         if replaced(node, zone):  # confirmed by an origin the zone no longer has
             raise PurgedMeanwhile(obj.key)
-        kept = await asyncio.get_running_loop().run_in_executor(STORES, put)  # the one writer thread
+        kept = await asyncio.get_running_loop().run_in_executor(node.stores, put)  # the one writer thread
         updated = StoredResponse.of(kept) if kept is not None else None
     except PurgedMeanwhile:  # the confirmation may predate what the purge was made for
         updated = None

@@ -1058,7 +1058,7 @@ async def test_a_source_gone_stale_before_its_fill_reached_the_disk_tier_is_reva
     name = "/stale-before-written.png"
     pics.origin.answer(name, image(RED), headers={"Content-Type": "image/png", "ETag": '"red"',
                                                   "Cache-Control": "max-age=1, stale-while-revalidate=600"})
-    with writer_held():  # no disk batch is written meanwhile
+    with writer_held(pics.cdn.node):  # no disk batch is written meanwhile
         # Answered before it is stored; its connection closed, as the fill holds it until its disk write is done.
         assert (await pics.get(f"/{ZONE}{name}", headers={"Connection": "close"})).status == 200
         await wait_stale(pics.cdn.node, ZONE, name)

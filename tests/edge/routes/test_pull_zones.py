@@ -672,7 +672,7 @@ async def test_a_copy_gone_stale_before_its_fill_reached_the_disk_tier_is_revali
     kept = {"ETag": '"v1"', "Cache-Control": "max-age=1, stale-while-revalidate=600"}
 
     pull.origin.route(name, kept_then_confirmed(pull, name, kept, go))
-    with writer_held():  # no disk batch is written meanwhile
+    with writer_held(pull.cdn.node):  # no disk batch is written meanwhile
         # Answered before it is stored; its connection closed, as the fill holds it until its disk write is done.
         assert (await pull.get(name, headers={"Connection": "close"})).headers["X-Cache"] == "MISS"
         await wait_stale(pull.cdn.node, ZONE, name)
@@ -710,7 +710,7 @@ async def test_requests_validating_a_copy_before_its_fill_reached_the_disk_tier_
     kept = {"ETag": '"v1"', "Cache-Control": "max-age=600"}
 
     pull.origin.route(name, kept_then_confirmed(pull, name, kept, go))
-    with writer_held():  # no disk batch is written meanwhile
+    with writer_held(pull.cdn.node):  # no disk batch is written meanwhile
         # Answered before it is stored; its connection closed, as the fill holds it until its disk write is done.
         assert (await pull.get(name, headers={"Connection": "close"})).headers["X-Cache"] == "MISS"
         requests = [asyncio.ensure_future(pull.get(name, headers={"Cache-Control": "max-age=0"}))
