@@ -48,6 +48,9 @@ def commands(tmp_path: Path) -> dict[str, list[str]]:
     ("up", {"ASSETCDN_CONFIG": "{tmp}/wordy.toml"}, "[server] edge_port must be a number like 8788, not 'soon'"),
     ("control", {"ASSETCDN_ORIGIN_ALLOW_LOOPBACK": "maybe"},
      "ASSETCDN_ORIGIN_ALLOW_LOOPBACK ([origin] allow_loopback) must be true or false"),
+    # Read as the app was made: a Python traceback, exit status 1.
+    ("control", {"ASSETCDN_CONTROL_TRUSTED_PROXIES": "127.0.0.1,proxy.local"},
+     "control.trusted_proxies: 'proxy.local' is not an IP address or network"),
     ("edge", {"ASSETCDN_ORIGIN_POOL_PER_ORIGIN": "abc"},
      "ASSETCDN_ORIGIN_POOL_PER_ORIGIN ([origin] pool_per_origin) must be a number like 32, not 'abc'"),
     ("sign", {"ASSETCDN_CONFIG": "{tmp}/broken.toml"}, "{tmp}/broken.toml"),

@@ -44,10 +44,12 @@ def main(argv: list[str] | None = None) -> None:
     dashboard_port = settings.get("server", "dashboard_port")
     if dashboard_port == port:
         parser.error(f"the dashboard port ({dashboard_port}) must differ from control's port")
+    from assetcdn.control.records.client_ip import trusted_proxies
     from assetcdn.shared.pull_settings import check_allow_loopback
     try:
         check_allow_loopback(settings)  # control checks zones' origin addresses with it
         check_allow_loopback(settings, "webhooks")  # and webhook targets
+        trusted_proxies(settings.get("control", "trusted_proxies"))  # a bad entry stops start-up: named here
     except ValueError as exc:
         parser.error(str(exc))
     configure_logging("control")
