@@ -397,7 +397,8 @@ def _supervise(processes: list[subprocess.Popen[bytes]], commands: list[list[str
             now = time.monotonic()
             restarts = [t for t in restarts if now - t < CRASH_WINDOW_S] + [now]
             if len(restarts) > MAX_RESTARTS:
-                say(f"children keep exiting ({len(restarts)} restarts in {CRASH_WINDOW_S:.0f}s); stopping", error=True)
+                say(f"children keep exiting ({len(restarts)} exits within {CRASH_WINDOW_S:.0f}s, after "
+                    f"{len(restarts) - 1} restarts); stopping", error=True)
                 return 1
             say(f"{labels[index]} exited with status {process.returncode}; restarting", error=True)
             processes[index] = _spawn(commands[index], env)
