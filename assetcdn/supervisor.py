@@ -24,7 +24,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from assetcdn.shared.config import load_settings
+from assetcdn.shared.config import Settings, load_settings
 from assetcdn.shared.dashboard_url import dashboard_url
 from assetcdn.shared.host_url import host_url
 from assetcdn.shared.process import (
@@ -211,6 +211,17 @@ def _wait_chat_ready(control_url: str, run_id: str, stop: _StopRequest, timeout_
         stop.wait(0.2)
 
 
+def _cluster_ports(settings: Settings, edge: int, workers: int) -> dict[str, str]:
+    """The fixed cluster ports (`[edge] cluster_port`, `cluster_advertise_port`) of edge `edge` of `up`: a range of
+    `workers` ports of its own after the edges before it (its worker w on the port + edge x workers + w), as the
+    workers of every edge on one host would otherwise all take cluster_port + w. Nothing for 0 (any free port)."""
+    moved = {}
+    for key in ("cluster_port", "cluster_advertise_port"):
+        if first := int(settings.get("edge", key)):
+            moved[f"ASSETCDN_EDGE_{key.upper()}"] = str(first + edge * workers)
+    return moved
+
+
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     # Its own process group: when it stops, whatever it started (edge workers) can be killed with it.
     return subprocess.Popen([sys.executable, *args], env=env, process_group=0,  # noqa: PLW1509
@@ -339,23 +350,25 @@ def cmd_up(args: argparse.Namespace) -> int:
     control_url = host_url(host, control_port)
     demo = ["--demo"] if first_start and not args.no_demo else []
     commands = [["-m", "assetcdn.control", "--data-dir", str(data_dir), "--host", host, "--port", str(control_port), *demo]]
+    envs = [env]
     edge_urls = []
     for i in range(args.edges):
         port = edge_port + i
         commands.append(["-m", "assetcdn.edge", "--control-url", control_url, "--name", f"edge-{i}", "--host", host,
                          "--port", str(port), "--workers", str(args.workers), "--data-dir", str(data_dir),
                          *(["--https-port", str(https_port + i)] if https_port else [])])
+        envs.append({**env, **_cluster_ports(settings, i, args.workers)})
         edge_urls.append(host_url(host, port))
     processes: list[subprocess.Popen[bytes]] = []
     stop = _StopRequest()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        processes.append(_spawn(commands[0], env))
+        processes.append(_spawn(commands[0], envs[0]))
         if not _wait_healthy([control_url], processes, labels, listeners, host, run_id, stop, HEALTH_TIMEOUT_S):
             return 0
         commands[0] = [a for a in commands[0] if a != "--demo"]  # a restarted control must not re-seed
-        processes.extend(_spawn(command, env) for command in commands[1:])
+        processes.extend(_spawn(command, edge_env) for command, edge_env in zip(commands[1:], envs[1:], strict=True))
         if not _wait_healthy(edge_urls, processes, labels, listeners, host, run_id, stop, HEALTH_TIMEOUT_S):
             return 0
         _wait_chat_ready(control_url, run_id, stop, HEALTH_TIMEOUT_S)
@@ -372,7 +385,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         banner.append(f"Dashboard: {dashboard}/dashboard/ (its own origin; "
                       "sign in with ASSETCDN_DASHBOARD_SECRET)")
         say("\n".join(banner))
-        return _supervise(processes, commands, labels, listeners, host, env, stop)
+        return _supervise(processes, commands, labels, listeners, host, envs, stop)
     except StartupFailed as exc:
         say(f"assetcdn up: {exc}", error=True)
         return 1
@@ -381,7 +394,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _supervise(processes: list[subprocess.Popen[bytes]], commands: list[list[str]], labels: list[str],
-               listeners: list[list[Listener]], host: str, env: dict[str, str], stop: _StopRequest) -> int:
+               listeners: list[list[Listener]], host: str, envs: list[dict[str, str]], stop: _StopRequest) -> int:
     """Restart a child that dies (an edge that crashed catches up on what it missed) until a stop is
     requested; give up on a crash loop, or at once when a child can no longer listen on its port."""
     restarts: list[float] = []
@@ -401,6 +414,6 @@ def _supervise(processes: list[subprocess.Popen[bytes]], commands: list[list[str
                     f"{len(restarts) - 1} restarts); stopping", error=True)
                 return 1
             say(f"{labels[index]} exited with status {process.returncode}; restarting", error=True)
-            processes[index] = _spawn(commands[index], env)
+            processes[index] = _spawn(commands[index], envs[index])
         stop.wait(0.5)
     return 0

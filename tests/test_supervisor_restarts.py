@@ -15,7 +15,7 @@ def test_a_crash_loop_is_restarted_five_times_then_stops_up_naming_the_restarts_
     crash = ["-c", "raise SystemExit(1)"]
     env = dict(os.environ)
     processes = [supervisor._spawn(crash, env)]
-    status = supervisor._supervise(processes, [crash], ["edge-0"], [[]], "127.0.0.1", env, supervisor._StopRequest())
+    status = supervisor._supervise(processes, [crash], ["edge-0"], [[]], "127.0.0.1", [env], supervisor._StopRequest())
     said = capsys.readouterr().err
     assert status == 1
     assert said.count("edge-0 exited with status 1; restarting") == supervisor.MAX_RESTARTS

@@ -19,6 +19,7 @@ import pytest
 from tests.integration.harness import (
     ACCESS,
     ACCOUNT,
+    METRICS,
     RunningCdn,
     free_port_block,
     running,
@@ -177,3 +178,20 @@ def test_control_that_cannot_listen_names_the_dashboard_port_it_lost(tmp_path: P
     assert (f"control cannot listen: dashboard port {dashboard_port} on 127.0.0.1 is already in use; choose another "
             "with --dashboard-port or ASSETCDN_SERVER_DASHBOARD_PORT ([server] dashboard_port); stopping") in log, log
     assert "control port" not in log
+
+
+def test_edges_of_one_up_take_cluster_port_ranges_of_their_own(tmp_path: Path) -> None:
+    """With `[edge] cluster_port` set (a fixed range for a firewall), every edge's worker i listened on cluster_port + i:
+    the second edge's workers found the first's ports taken and `up` stopped ("edge-0 exited early with status 1")."""
+    edges, workers = 2, 2
+    base = free_port_block(edges * workers)
+    cdn = start_cdn(tmp_path, edges=edges, workers=workers, env_extra={"ASSETCDN_EDGE_CLUSTER_PORT": str(base)})
+    try:
+        request = urllib.request.Request(f"{cdn.control_url}/api/health?deep=1", headers=METRICS)
+        with urllib.request.urlopen(request, timeout=30) as resp:  # noqa: S310 (loopback)
+            listed = json.loads(resp.read())["edges"]
+    finally:
+        assert cdn.stop() == 0
+    # Edge i's worker w at cluster_port + i x workers + w: each edge a range of its own, in the order of the edges.
+    assert sorted((edge["name"], port(edge["url"])) for edge in listed) == [
+        (f"edge-{i}/{w}", base + i * workers + w) for i in range(edges) for w in range(workers)]
