@@ -60,6 +60,20 @@ def check_pull_settings(settings: Settings) -> None:
     check_allow_loopback(settings)
 
 
+# The intervals of an edge's calls to control (assetcdn/edge/control_client.py `run_sync_loop`): above 0 and finite.
+# 0 (or less) asked control again without pause, from every worker; an infinite one never asked again.
+CONTROL_INTERVALS = (("edge", "catchup_interval_s"), ("edge", "heartbeat_interval_s"), ("edge", "control_retry_s"))
+
+
+def check_control_intervals(settings: Settings) -> None:
+    """ValueError naming the first interval of an edge's calls to control that no wait could come of."""
+    for section, key in CONTROL_INTERVALS:
+        seconds = _number(settings, section, key)
+        if seconds <= 0 or math.isinf(seconds):
+            raise ValueError(f"[{section}] {key} must be above 0 seconds and finite, "
+                             f"not {settings.get(section, key)!r}")
+
+
 def check_allow_loopback(settings: Settings, section: str = "origin") -> None:
     """``[<section>] allow_loopback`` must be true or false: read with bool(), a quoted "false" in a config file would
     let origins (or webhook targets, ``section="webhooks"``) on loopback addresses through."""
