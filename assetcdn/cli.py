@@ -52,6 +52,17 @@ def cmd_defaults(args: argparse.Namespace) -> int:
     return 0
 
 
+def at_least_one(text: str) -> int:
+    """A count of processes: `--edges 0` started control alone and then failed where it named its first edge."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {text}")
+    return count
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("control", "edge"):
@@ -66,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--control-port", type=int)
     up.add_argument("--dashboard-port", type=int, help="the dashboard's own port (default 8787)")
     up.add_argument("--https-port", type=int, help="https on edge i at this port + i (default: [tls] https_port)")
-    up.add_argument("--edges", type=int, default=1)
-    up.add_argument("--workers", type=int, default=1)
+    up.add_argument("--edges", type=at_least_one, default=1)
+    up.add_argument("--workers", type=at_least_one, default=1)
     up.add_argument("--no-demo", action="store_true")
     up.add_argument("--config")
     up.add_argument("--check-ports", action="store_true",

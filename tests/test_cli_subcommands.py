@@ -78,3 +78,15 @@ def test_a_number_quoted_in_a_config_file_is_read_as_the_number(tmp_path: Path) 
     result = subprocess.run([sys.executable, "-m", "assetcdn.cli", "up", "--check-ports", "--config", str(config)],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert (result.returncode, result.stderr) == (0, "")
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--edges", "0"), ("--edges", "-1"), ("--workers", "0")])
+def test_up_refuses_no_edge_or_no_worker(tmp_path: Path, flag: str, value: str) -> None:
+    """`assetcdn up --edges 0` started control, then stopped everything with an IndexError traceback (exit status
+    1) where it printed the base URL of its first edge; `--workers 0` ran one worker."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-m", "assetcdn.cli", *commands(tmp_path)["up"], flag, value],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2, result.stderr
+    assert f"argument {flag}: must be 1 or more, not {value}" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
