@@ -7,10 +7,12 @@ import ctypes
 import gc
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -18,8 +20,13 @@ from typing import TYPE_CHECKING
 
 from assetcdn.shared.config import Settings, SettingsError, load_settings
 from assetcdn.shared.logs import configure_logging
-from assetcdn.shared.process import EXIT_CANNOT_LISTEN, die_with_parent, port_in_use
-from assetcdn.shared.secrets import private_umask
+from assetcdn.shared.process import (
+    EXIT_CANNOT_LISTEN,
+    EXIT_DEADLINE_EXCEEDED,
+    die_with_parent,
+    port_in_use,
+)
+from assetcdn.shared.secrets import load_edge_secrets, private_umask
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -27,6 +34,7 @@ if TYPE_CHECKING:
     from assetcdn.edge.tls.certificates import Certificate
 
 EXIT_BAD_CONFIG = 2  # a setting or file the edge cannot start with (the log names it)
+WORKER_ENDED = (0, EXIT_BAD_CONFIG, EXIT_CANNOT_LISTEN, EXIT_DEADLINE_EXCEEDED)
 # What a worker imports, loaded once by the fork server the workers are forked from.
 # glibc gives each thread that allocates its own malloc arena: a memory-tier body read by an executor thread
 # lives in that thread's arena, and the room it leaves on eviction is reused by that thread alone, so the
@@ -34,6 +42,10 @@ EXIT_BAD_CONFIG = 2  # a setting or file the edge cannot start with (the log nam
 M_ARENA_MAX = -8
 MALLOC_ARENAS = 2
 WORKER_PRELOAD = ("assetcdn.edge.app", "assetcdn.edge.fastpath.hit_server", "assetcdn.shared.http_server")
+# A worker that dies is started again (`main`), at most this many times within the window; one more exit stops the
+# edge. Exit statuses of a worker that is not started again: it stopped, or restarting cannot help.
+WORKER_MAX_RESTARTS = 5
+WORKER_CRASH_WINDOW_S = 60.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -71,7 +83,6 @@ def run_worker(argv: list[str], worker: int, default_certificate: Certificate | 
     from assetcdn.edge.fastpath.proxy_protocol import proxy_policy
     from assetcdn.shared.http_server import serve
     from assetcdn.shared.metrics import METRICS
-    from assetcdn.shared.secrets import load_edge_secrets
 
     args = _parser().parse_args(argv)
     settings = _settings(args)
@@ -128,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_BAD_CONFIG)
     data_dir = Path(args.data_dir or settings.get("server", "data_dir")).resolve()
     cache_dir = Path(args.cache_dir or settings.get("edge", "cache_dir") or data_dir / args.name).resolve()
+    load_edge_secrets(data_dir)  # missing ones stop the edge here, once, rather than each worker it would restart
     metrics_dir = cache_dir / "metrics"
     shutil.rmtree(metrics_dir, ignore_errors=True)  # counters restart with the node
     metrics_dir.mkdir(parents=True, exist_ok=True)
@@ -195,19 +207,44 @@ def main(argv: list[str] | None = None) -> None:
     # image pool; it dies with the fork server, which exits when this process does.
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(WORKER_PRELOAD))
-    workers = [context.Process(target=run_worker, args=(argv, i, default_certificate), name=f"{args.name}/{i}")
-               for i in range(args.workers)]
-    for process in workers:
+
+    def start(index: int) -> multiprocessing.process.BaseProcess:
+        process = context.Process(target=run_worker, args=(argv, index, default_certificate),
+                                  name=f"{args.name}/{index}")
         process.start()
+        return process
+
+    workers = [start(i) for i in range(args.workers)]
+    stopping = False
 
     def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
         for process in workers:
             if process.is_alive():
                 process.terminate()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    for process in workers:
-        process.join()
+    # A worker that dies (the OOM killer, a crash) is started again, the others serving meanwhile; not one that
+    # stopped by itself or cannot start (its port, a setting: the log says why), and not in a crash loop, which
+    # stops the edge (exit 1) for whatever runs it (`assetcdn up`) to see.
+    restarts: list[float] = []
+    while alive := [process for process in workers if process.exitcode is None]:
+        multiprocessing.connection.wait([process.sentinel for process in alive])
+        for index, process in enumerate(workers):
+            code = process.exitcode
+            if stopping or process not in alive or code is None or code in WORKER_ENDED:
+                continue
+            now = time.monotonic()
+            restarts = [at for at in restarts if now - at < WORKER_CRASH_WINDOW_S] + [now]
+            configure_logging(args.name)
+            if len(restarts) > WORKER_MAX_RESTARTS:
+                logging.getLogger("edge").error("worker %d exited with status %s, %d exits within %.0f s: stopping",
+                                                index, code, len(restarts), WORKER_CRASH_WINDOW_S)
+                stop(signal.SIGTERM, None)
+                break
+            logging.getLogger("edge").warning("worker %d exited with status %s: starting it again", index, code)
+            workers[index] = start(index)
     codes = [p.exitcode or 0 for p in workers]
     sys.exit(EXIT_CANNOT_LISTEN if EXIT_CANNOT_LISTEN in codes else 1 if any(c > 0 for c in codes) else 0)
