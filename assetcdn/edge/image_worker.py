@@ -75,7 +75,7 @@ def worker_main(conn: Connection, edge_pid: int, decoded_cache_bytes: int = 0, v
     while True:
         try:
             message = conn.recv()
-        except EOFError:
+        except (EOFError, ConnectionError):   # the edge worker went (its end closed, or reset as it died)
             return
         except Exception:   # a job that cannot be unpickled here
             conn.send(("failed", traceback.format_exc()))
@@ -94,7 +94,10 @@ def worker_main(conn: Connection, edge_pid: int, decoded_cache_bytes: int = 0, v
         del message, work, args
         if rss_bytes(os.getpid()) > trim_above:
             release_memory()   # before answering: the pool reads this process's RSS when the answer arrives
-        conn.send(reply)
+        try:
+            conn.send(reply)
+        except ConnectionError:   # the edge worker went while the job ran: nobody to answer
+            return
         del reply
 
 
