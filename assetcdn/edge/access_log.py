@@ -191,14 +191,35 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def access_log_from_settings(section: dict[str, Any], edge: str, default_directory: Path) -> AccessLog | None:
-    """The ``[access_log]`` configuration: None when it is off."""
+def _output(section: dict[str, Any]) -> str:
     output = str(section.get("output", "off")).strip().lower()
     if output not in OUTPUTS:
         raise ValueError(f"[access_log] output must be one of {', '.join(OUTPUTS)}, not {output!r}")
+    return output
+
+
+def _directory(section: dict[str, Any], default_directory: Path) -> Path:
+    directory = str(section.get("directory", "")).strip()
+    return Path(directory) if directory else default_directory
+
+
+def check_access_log(section: dict[str, Any], default_directory: Path) -> None:
+    """ValueError naming the ``[access_log]`` setting an edge could not log with (an output it does not have, a
+    directory that cannot be made), as the edge starts (assetcdn/edge/server.py): its workers would each stop on it."""
+    if _output(section) != "file":
+        return
+    directory = _directory(section, default_directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"[access_log] directory {str(directory)!r} cannot be made: {exc.strerror or exc}") from None
+
+
+def access_log_from_settings(section: dict[str, Any], edge: str, default_directory: Path) -> AccessLog | None:
+    """The ``[access_log]`` configuration: None when it is off."""
+    output = _output(section)
     if output == "off":
         return None
-    directory = str(section.get("directory", "")).strip()
-    return AccessLog(output, edge, directory=Path(directory) if directory else default_directory,
+    return AccessLog(output, edge, directory=_directory(section, default_directory),
                      max_bytes=int(section.get("max_bytes", 100 * 1024 * 1024)),
                      backups=int(section.get("backups", 5)))

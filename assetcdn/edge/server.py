@@ -189,12 +189,14 @@ def main(argv: list[str] | None = None) -> None:
             # client that trusts the one it was shown failed on the other workers.
             default_certificate = self_signed(default_certificate_names(str(settings.get("server", "public_url")),
                                                                         host))
+    from assetcdn.edge.access_log import check_access_log
     from assetcdn.edge.shield_address import shield_setting
     from assetcdn.shared.pull_settings import check_control_intervals, check_pull_settings
     try:
         shield_setting(settings.get("origin", "shield"))
         check_pull_settings(settings)  # timeouts, the pool, sizes: a bad one would break every fill instead
         check_control_intervals(settings)  # 0 would ask control without pause from every worker
+        check_access_log(settings.section("access_log"), cache_dir / "access-logs")  # as EdgeNode opens it
     except ValueError as exc:
         configure_logging(args.name)
         logging.getLogger("edge").error("%s", exc)
