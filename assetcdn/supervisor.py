@@ -280,8 +280,12 @@ def _stop_all(processes: list[subprocess.Popen[bytes]], labels: list[str]) -> No
 def _lock_data_dir(data_dir: Path) -> int:
     """Hold a lock on the data directory for as long as this `assetcdn up` runs: two installs must never
     share one repository and database. Returns the lock's file descriptor (released at exit)."""
-    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:  # not ours to write (another user's), or under a file: said, not a traceback
+        raise StartupFailed(f"the data directory {data_dir} cannot be used ({exc.strerror or exc}): choose another "
+                            "with --data-dir or ASSETCDN_SERVER_DATA_DIR ([server] data_dir)") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

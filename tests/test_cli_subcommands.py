@@ -90,3 +90,19 @@ def test_up_refuses_no_edge_or_no_worker(tmp_path: Path, flag: str, value: str) 
     assert result.returncode == 2, result.stderr
     assert f"argument {flag}: must be 1 or more, not {value}" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_up_names_a_data_directory_it_cannot_use(tmp_path: Path) -> None:
+    """`assetcdn up --data-dir /var/lib/assetcdn` run by a user who may not write there (the wheel install's example)
+    stopped with a PermissionError traceback; here the directory would be under a file."""
+    (tmp_path / "a-file").write_text("not a directory")
+    data_dir = tmp_path / "a-file" / "data"
+    port = free_port_block(3)
+    env = {**KEYS, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-m", "assetcdn.cli", "up", "--data-dir", str(data_dir), "--edge-port",
+                             str(port), "--control-port", str(port + 1), "--dashboard-port", str(port + 2)],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 1, result.stderr
+    assert f"assetcdn up: the data directory {data_dir} cannot be used (" in result.stderr, result.stderr
+    assert "--data-dir or ASSETCDN_SERVER_DATA_DIR" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
