@@ -142,7 +142,14 @@ def main(argv: list[str] | None = None) -> None:
     load_edge_secrets(data_dir)  # missing ones stop the edge here, once, rather than each worker it would restart
     metrics_dir = cache_dir / "metrics"
     shutil.rmtree(metrics_dir, ignore_errors=True)  # counters restart with the node
-    metrics_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        metrics_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # under a file, or a place this user may not write: said, not a traceback
+        configure_logging(args.name)
+        logging.getLogger("edge").error("the cache directory %s cannot be made (%s): choose another with --cache-dir "
+                                        "or ASSETCDN_EDGE_CACHE_DIR ([edge] cache_dir)", cache_dir,
+                                        exc.strerror or exc)
+        sys.exit(EXIT_BAD_CONFIG)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     # The workers share the port through SO_REUSEPORT, which would also let them join another
     # install's listeners on it: refuse a port someone else holds before starting any.
