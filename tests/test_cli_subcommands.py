@@ -106,3 +106,17 @@ def test_up_names_a_data_directory_it_cannot_use(tmp_path: Path) -> None:
     assert f"assetcdn up: the data directory {data_dir} cannot be used (" in result.stderr, result.stderr
     assert "--data-dir or ASSETCDN_SERVER_DATA_DIR" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_control_names_a_data_directory_it_cannot_use(tmp_path: Path) -> None:
+    """`assetcdn control` alone (a host of its own) stopped with a traceback on a data directory it cannot make."""
+    (tmp_path / "a-file").write_text("not a directory")
+    data_dir = tmp_path / "a-file" / "data"
+    port = free_port_block(2)
+    env = {**KEYS, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-m", "assetcdn.cli", "control", "--data-dir", str(data_dir),
+                             "--port", str(port), "--dashboard-port", str(port + 1)],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2, result.stderr
+    assert f"the data directory {data_dir} cannot be used (" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr

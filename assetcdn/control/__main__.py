@@ -54,7 +54,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(exc))
     configure_logging("control")
     private_umask()  # the repository, database and work files are the owner's only
-    secrets, generated = load_or_create_secrets(data_dir)
+    try:
+        secrets, generated = load_or_create_secrets(data_dir)
+    except OSError as exc:  # under a file, or a place this user may not write: said, not a traceback
+        parser.error(f"the data directory {data_dir} cannot be used ({exc.strerror or exc}): choose another with "
+                     "--data-dir or ASSETCDN_SERVER_DATA_DIR ([server] data_dir)")
     if generated:
         logging.getLogger("control").info("generated %d missing secrets into %s", len(generated),
                                            data_dir / "secrets.env")
