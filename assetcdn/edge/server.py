@@ -239,6 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     # stopped by itself or cannot start (its port, a setting: the log says why), and not in a crash loop, which
     # stops the edge (exit 1) for whatever runs it (`assetcdn up`) to see.
     restarts: list[float] = []
+    crash_loop = False
     while alive := [process for process in workers if process.exitcode is None]:
         multiprocessing.connection.wait([process.sentinel for process in alive])
         for index, process in enumerate(workers):
@@ -251,9 +252,12 @@ def main(argv: list[str] | None = None) -> None:
             if len(restarts) > WORKER_MAX_RESTARTS:
                 logging.getLogger("edge").error("worker %d exited with status %s, %d exits within %.0f s: stopping",
                                                 index, code, len(restarts), WORKER_CRASH_WINDOW_S)
+                crash_loop = True
                 stop(signal.SIGTERM, None)
                 break
             logging.getLogger("edge").warning("worker %d exited with status %s: starting it again", index, code)
             workers[index] = start(index)
     codes = [p.exitcode or 0 for p in workers]
+    if crash_loop:  # killed workers' statuses are negative: not a clean stop all the same
+        sys.exit(1)
     sys.exit(EXIT_CANNOT_LISTEN if EXIT_CANNOT_LISTEN in codes else 1 if any(c > 0 for c in codes) else 0)

@@ -5,11 +5,23 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import running, start_cdn, wait_every_worker_ready, wait_gone
+from assetcdn.edge.server import WORKER_MAX_RESTARTS
+from tests.integration.harness import (
+    KEYS,
+    free_port_block,
+    running,
+    start_cdn,
+    wait_every_worker_ready,
+    wait_gone,
+)
+from tests.support.wait import WAIT_S
 
 pytestmark = pytest.mark.integration
 
@@ -43,3 +55,40 @@ def test_a_killed_edge_worker_is_started_again_by_its_edge(tmp_path: Path) -> No
     finally:
         assert cdn.stop() == 0
     assert "edge-0 exited" not in cdn.log_path.read_text()  # not `up` restarting the whole edge
+
+
+def workers_of(edge: int) -> list[int]:
+    """The worker processes of the edge process `edge`: its fork server's children."""
+    return [worker for server in children(edge) for worker in children(server)]
+
+
+def test_an_edge_whose_workers_keep_dying_stops_with_status_1(tmp_path: Path) -> None:
+    """Past WORKER_MAX_RESTARTS within a minute the edge stops, and says it failed: a crash loop of killed workers
+    ended with status 0 (their statuses are negative), which a service manager restarting on failure takes for a
+    clean stop."""
+    port = free_port_block(1)
+    env = {**KEYS, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    log = tmp_path / "edge.log"
+    with log.open("wb") as output:
+        edge = subprocess.Popen([sys.executable, "-m", "assetcdn.edge", "--control-url", "http://127.0.0.1:9",
+                                 "--port", str(port), "--workers", "2", "--data-dir", str(tmp_path / "data")],
+                                env=env, stdout=output, stderr=output)
+    try:
+        killed: set[int] = set()
+        deadline = time.monotonic() + 6 * WAIT_S
+        while edge.poll() is None and time.monotonic() < deadline:
+            alive = [worker for worker in workers_of(edge.pid) if worker not in killed]
+            if not alive:
+                time.sleep(0.05)  # the edge starting a worker again: another process's event, polled
+                continue
+            os.kill(alive[0], signal.SIGKILL)
+            killed.add(alive[0])
+        status = edge.wait(timeout=WAIT_S)
+    finally:
+        if edge.poll() is None:
+            edge.kill()
+            edge.wait()
+    said = log.read_text()
+    assert status == 1, said
+    assert said.count("starting it again") == WORKER_MAX_RESTARTS, said
+    assert f"{WORKER_MAX_RESTARTS + 1} exits within 60 s: stopping" in said, said
