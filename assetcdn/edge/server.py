@@ -238,13 +238,24 @@ def main(argv: list[str] | None = None) -> None:
     # A worker that dies (the OOM killer, a crash) is started again, the others serving meanwhile; not one that
     # stopped by itself or cannot start (its port, a setting: the log says why), and not in a crash loop, which
     # stops the edge (exit 1) for whatever runs it (`assetcdn up`) to see.
+    # Every worker's end is looked at once (`seen`), however soon it came: one started again that dies before the
+    # next look was never in a list of the living, and was left dead (with every worker so, the edge exited 0).
     restarts: list[float] = []
     crash_loop = False
-    while alive := [process for process in workers if process.exitcode is None]:
-        multiprocessing.connection.wait([process.sentinel for process in alive])
-        for index, process in enumerate(workers):
+    seen: set[multiprocessing.process.BaseProcess] = set()
+    while True:
+        ended = [(index, process) for index, process in enumerate(workers)
+                 if process.exitcode is not None and process not in seen]
+        if not ended:
+            alive = [process for process in workers if process.exitcode is None]
+            if not alive:
+                break
+            multiprocessing.connection.wait([process.sentinel for process in alive])
+            continue
+        for index, process in ended:
+            seen.add(process)
             code = process.exitcode
-            if stopping or process not in alive or code is None or code in WORKER_ENDED:
+            if stopping or code in WORKER_ENDED:
                 continue
             now = time.monotonic()
             restarts = [at for at in restarts if now - at < WORKER_CRASH_WINDOW_S] + [now]
