@@ -56,6 +56,33 @@ def _check_segments(path: str) -> list[str]:
     return segments
 
 
+def check_pull_path(path: str) -> None:
+    """Refuse a pull zone's path (decoded, no leading slash) that no origin request should be made of, as a
+    transform or placeholder source: the bounds and dot segments of `_check_segments`, but any other character
+    of the origin's names (`café.png`, `a&b.png`, `100%.png`), which the edge percent-encodes for the origin
+    (assetcdn/edge/states/pull_source.py). `?` and `#` stay refused: a source names no query."""
+    if not path:
+        raise InvalidPath("The path is empty.")
+    if len(path) > MAX_PATH_LENGTH:
+        raise InvalidPath(f"The path is longer than {MAX_PATH_LENGTH} characters.")
+    if "\x00" in path or "\\" in path:
+        raise InvalidPath("The path contains a NUL byte or a backslash.")
+    if _CONTROL.search(path):
+        raise InvalidPath("The path contains control characters (a newline, tab or similar).")
+    if "?" in path or "#" in path:
+        raise InvalidPath("The path contains a query or fragment ('?' or '#').")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidPath("The path is not UTF-8 (a lone surrogate).") from None
+    for segment in path.split("/"):
+        if segment == "":
+            raise InvalidPath("The path contains an empty segment ('//' or a leading or trailing '/').")
+        plain = unquote(segment) if "%" in segment else segment  # `%2e%2e`: `..` to an origin decoding twice
+        if segment.rstrip(". ") == "" or plain.partition(";")[0] in (".", "..") or "/" in plain or "\\" in plain:
+            raise InvalidPath(f"The path segment '{segment}' is not allowed.")
+
+
 @dataclass(frozen=True)
 class StoragePath:
     """A validated path in the repository (``clients/<zone>/...`` or ``stocks/...``)."""

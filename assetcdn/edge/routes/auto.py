@@ -52,9 +52,10 @@ from assetcdn.edge.transform.jobs import checked_as_is, transform_variant
 from assetcdn.edge.transform.options import TransformOptions
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.manifest import ManifestEntry
-from assetcdn.shared.paths import InvalidPath, parse_cdn_path
+from assetcdn.shared.paths import InvalidPath, check_pull_path, parse_cdn_path
 
 NOT_FOUND = "No suitable format found for the given path"
+INVALID_PATH = "Invalid path: contains disallowed sequences."
 REFUSALS = replace(LEGACY_REFUSALS, source=lambda exc: LegacyError(
     exc.status, NOT_FOUND if exc.status == 404 else exc.message, headers=exc.headers))
 
@@ -63,10 +64,16 @@ def parse_base(raw: str | None) -> str:
     """The CDN base path (no extension): `/stocks/...` kept, anything else a zone path."""
     if raw is None or raw.strip() == "":
         raise LegacyError(400, "Missing required parameter: path")
+    path = raw.strip()
     try:
-        return parse_cdn_path(raw.strip())
+        return parse_cdn_path(path)
     except InvalidPath:
-        raise LegacyError(400, "Invalid path: contains disallowed sequences.") from None
+        path = path[1:] if path.startswith("/") else path
+        try:
+            check_pull_path(path)  # a pull zone's image may bear a name no stored file may: `answer` decides
+        except InvalidPath:
+            raise LegacyError(400, INVALID_PATH) from None
+        return path
 
 
 def readable(node: EdgeNode, host_zone: str | None) -> Callable[[str], ManifestEntry | None]:
@@ -131,6 +138,10 @@ async def answer(request: web.Request, base: str, chain: list[str], headers: dic
     if pulled is not None:  # the path names the origin's file itself: its names at the origin are unknown here
         return await serve_pull_variant(request, pulled, REFUSALS,
                                         partial(_pull_answer, request, chain, headers))
+    try:
+        parse_cdn_path(base)  # a stored file's base keeps the stored names' rules
+    except InvalidPath:
+        raise LegacyError(400, INVALID_PATH) from None
     get = readable(node, host_zone)
     conversion_failed = False
     for choice in choices(chain, base, get, animated=animated):

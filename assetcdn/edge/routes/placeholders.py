@@ -31,6 +31,7 @@ from assetcdn.edge.states.pull_variant import serve_pull_variant
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
 from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import Variant, blurhash_variant, lqip_variant
+from assetcdn.edge.transform.options import AssetUrlError, check_stored_source
 from assetcdn.edge.transform.placeholder_params import PlaceholderParams, parse_placeholder_params
 from assetcdn.shared.counter_store import Limit
 from assetcdn.shared.errors import ApiError, LegacyError
@@ -90,6 +91,10 @@ async def _placeholder(request: web.Request, kind: str, params: PlaceholderParam
             return await serve_pull_variant(request, pulled, REFUSALS, lambda source: (
                 placeholder(source.format, source.source_id),
                 replace(_policy(answer), cache_control=variant_cache_control(source, MAX_AGE_S))))
+        try:
+            check_stored_source(params.url)
+        except AssetUrlError as exc:
+            raise ApiError(400, "InvalidUrl", exc.message, target="url") from exc
         entry = source_for(node, params.url, host_zone, REFUSALS)
         return await serve(request, entry, placeholder(entry.format, entry.blob_id), _policy(answer))
     except LegacyError as exc:

@@ -29,7 +29,13 @@ from assetcdn.edge.states.pull_variant import serve_pull_variant
 from assetcdn.edge.states.serve import IMMUTABLE, LEGACY_REFUSALS, ServePolicy, serve, source_for
 from assetcdn.edge.states.variant import Made
 from assetcdn.edge.transform.jobs import transform_variant
-from assetcdn.edge.transform.options import parse_transform_options, resolve_output_format
+from assetcdn.edge.transform.options import (
+    AssetUrlError,
+    check_stored_source,
+    parse_transform_options,
+    resolve_output_format,
+)
+from assetcdn.edge.transform.options.base import bad_parameter
 from assetcdn.edge.transform.options.format import FORMAT
 from assetcdn.shared.counter_store import Decision
 from assetcdn.shared.errors import LegacyError
@@ -116,5 +122,9 @@ async def _transform(request: web.Request) -> web.StreamResponse:
     if pulled is not None:
         return await serve_pull_variant(request, pulled, LEGACY_REFUSALS, lambda source: (
             variant(source.format, source.source_id, None), policy(variant_cache_control(source))))
+    try:
+        check_stored_source(opts.url)
+    except AssetUrlError as exc:
+        raise bad_parameter(exc.message) from exc
     entry = source_for(node, opts.url, host_zone, LEGACY_REFUSALS)
     return await serve(request, entry, variant(entry.format, entry.blob_id, entry.sha256), policy(IMMUTABLE))

@@ -107,7 +107,9 @@ class SourceClient(NamedTuple):
 
 NO_DIRECTIVES: dict[str, str | None] = {}
 # Path characters (assetcdn/shared/paths.py) sent as they are; a space is percent-encoded, as browsers send it.
-PATH_SAFE = "/@+=,~()"
+# A source path is percent-encoded as a purge's URL is spelt (normal_path, assetcdn/shared/purge_targets.py):
+# the characters a path may hold as they are kept, so `/<zone>/a&b.png` names its delivery's copy.
+PATH_SAFE = "/!$&'()*+,;=:@"
 IMAGE_TYPES = {
     "image/jpeg": "jpeg", "image/jpg": "jpeg", "image/png": "png", "image/webp": "webp", "image/gif": "gif",
     "image/avif": "avif", "image/tiff": "tiff", "image/svg+xml": "svg", "image/heic": "heic", "image/heif": "heif",

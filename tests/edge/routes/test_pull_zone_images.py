@@ -429,6 +429,44 @@ def tagged(pics: Pics, url_key: str) -> set[str]:
     return set(keys) - {pull_variants_made_key(url_key)}
 
 
+@pytest.mark.parametrize(("at_origin", "in_url", "purged_as"), [
+    ("/caf%C3%A9.png", "/caf%C3%A9.png", "/caf\u00e9.png"),   # a name outside ASCII, sent decoded or not
+    ("/a&b.png", "/a%26b.png", "/a&b.png"),                   # a reserved character, as a delivery names it
+    ("/100%25.png", "/100%25.png", "/100%25.png"),             # a '%' of the name itself
+])
+async def test_an_image_whose_name_a_stored_file_could_not_have_is_a_source_as_its_delivery_is(
+        pics: Pics, at_origin: str, in_url: str, purged_as: str) -> None:
+    pics.origin.answer(at_origin, image(RED), headers={**LONG, "ETag": '"odd"', "Content-Type": "image/png"})
+    delivered = await pics.get(f"/{ZONE}{at_origin}")
+    assert delivered.status == 200
+    for _ in range(2):
+        made = await pics.transform(in_url, "w=50&format=png")
+        assert made.status == 200, await made.text()
+        assert close_to(centre(await made.read()), RED)
+        placeholder = await pics.get(f"/api/lqip?url=/{ZONE}{in_url}")
+        assert placeholder.status == 200, await placeholder.text()
+    auto = await pics.get(f"/api/auto?path=/{ZONE}{in_url}", headers={"Accept": "image/webp"})
+    assert auto.status == 200 and auto.headers["Content-Type"] == "image/webp", await auto.text()
+    assert pics.origin.count(at_origin) == 1       # one image, the delivery's, for every variant
+    resp = await pics.cdn.control.post("/api/purge", json={"urls": [f"/{ZONE}{purged_as}"]}, headers=PURGE)
+    assert resp.status == 200, await resp.text()
+    assert (await pics.transform(in_url, "w=50&format=png")).headers["X-Cache"] == "MISS"
+    assert pics.origin.count(at_origin) == 2
+
+
+async def test_a_stored_zones_source_keeps_the_stored_names_rules(pics: Pics) -> None:
+    """Only a pull zone's path may bear any name; one with a query, a dot segment or a control character is none."""
+    resp = await pics.get("/api/transform?url=/nozone/v1/logos/caf%C3%A9.png&w=50")
+    assert resp.status == 400 and "not allowed" in await resp.text()
+    resp = await pics.get("/api/lqip?url=/nozone/v1/logos/a%26b.png")
+    assert resp.status == 400 and (await resp.json())["error"]["code"] == "InvalidUrl"
+    resp = await pics.get("/api/auto?path=/nozone/v1/logos/caf%C3%A9.png")
+    assert resp.status == 400 and (await resp.json())["error"] == "Invalid path: contains disallowed sequences."
+    for query in ("url=/pullpics/x%3Fy.png", "url=/pullpics/a/../b.png", "url=/pullpics/a%0Ab.png"):
+        resp = await pics.get(f"/api/transform?{query}&w=50")
+        assert resp.status == 400, (query, resp.status)
+
+
 async def test_a_purge_of_the_source_url_drops_its_variants(pics: Pics) -> None:
     pics.origin.answer("/purged.png", image(RED), headers={**LONG, "ETag": '"purged"'})
     for query in ("w=100&format=png", "w=50&format=webp"):

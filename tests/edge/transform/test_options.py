@@ -12,7 +12,9 @@ from assetcdn.edge.transform import options
 from assetcdn.edge.transform.options import (
     KEY_ORDER,
     OPTIONS,
+    AssetUrlError,
     TransformOptions,
+    check_stored_source,
     parse_source_url,
     parse_transform_options,
     resolve_output_format,
@@ -135,10 +137,19 @@ def test_absolute_urls_are_refused(url: str) -> None:
 
 @pytest.mark.parametrize("url", [
     "/akande/../secret.png", "akande/v1/../../x.png", "akande/v1/a\x00.png", "akande\\v1\\a.png",
-    "/clients/akande/v1/a.png", "akande//v1/a.png", "akande/v1/%2e%2e/a.png", "/", "a" * 3000,
+    "akande//v1/a.png", "akande/v1/%2e%2e/a.png", "akande/v1/a%2Fb.png", "akande/v1/a?b.png", "/", "a" * 3000,
 ])
 def test_invalid_paths_are_refused(url: str) -> None:
     assert "Parameter 'url'" in _error({"url": url}).error
+
+
+@pytest.mark.parametrize("url", ["/akande/v1/caf\u00e9.png", "akande/v1/a&b.png", "/clients/akande/v1/a.png"])
+def test_a_name_only_a_pull_zones_image_may_bear_is_refused_for_a_stored_file(url: str) -> None:
+    """Taken as a pull zone's path may be (any name of its origin's), and refused once it names no pull zone."""
+    path = parse_transform_options({"url": url}).url
+    with pytest.raises(AssetUrlError) as caught:
+        check_stored_source(path)
+    assert caught.value.kind == "invalid" and "Parameter 'url'" in caught.value.message
 
 
 def test_url_is_normalised_without_leading_slash() -> None:

@@ -27,7 +27,7 @@ from assetcdn.edge.transform.options.rotate import ROTATE
 from assetcdn.edge.transform.options.sharpen import SHARPEN
 from assetcdn.edge.transform.options.trim import TRIM
 from assetcdn.shared.errors import LegacyError
-from assetcdn.shared.paths import InvalidPath, parse_cdn_path
+from assetcdn.shared.paths import InvalidPath, check_pull_path, parse_cdn_path
 
 # Every option, in the order their parameters are validated and their steps run (between the
 # pipeline's decode and encode). An option whose steps change the image's shape before the resize
@@ -87,6 +87,20 @@ def parse_source_url(raw: str | None) -> str:
                             "(e.g. /<zone>/v1/logos/logo.svg), not an absolute URL.")
     try:
         return parse_cdn_path(raw)
+    except InvalidPath as exc:
+        path = raw[1:] if raw.startswith("/") else raw
+        try:
+            check_pull_path(path)  # a pull zone's image may bear a name no stored file may: its route decides
+        except InvalidPath:
+            raise AssetUrlError("invalid", f"Parameter 'url' is not a valid asset path: {exc}") from exc
+        return path
+
+
+def check_stored_source(url: str) -> None:
+    """AssetUrlError("invalid") when a source path `parse_source_url` took as a pull zone's name is a stored
+    file's (it named no pull zone): a stored file's path keeps the stored names' rules."""
+    try:
+        parse_cdn_path(url)
     except InvalidPath as exc:
         raise AssetUrlError("invalid", f"Parameter 'url' is not a valid asset path: {exc}") from exc
 
