@@ -178,8 +178,8 @@ class PullSource:
         nothing), less its age; None when the source must be validated before every use (no-cache)."""
         headers, freshness = self.stored.headers, self.stored.freshness
         browser = parse_directives(field_values(headers, "cache-control"))
-        if freshness.no_cache or "no-cache" in browser:
-            return None
+        if freshness.no_cache or ("no-cache" in browser and not listed_fields(browser["no-cache"])):
+            return None   # a qualified `no-cache="Cache-Tag"` asks that only that field be validated first
         age = freshness.age(now)
         remaining = freshness.lifetime - age
         expires = http_date(first_value(headers, "expires"))

@@ -354,6 +354,25 @@ async def test_a_source_to_validate_before_each_use_makes_variants_to_validate_t
     assert (resp.status, resp.headers["Cache-Control"]) == (200, "public, no-cache")
 
 
+@pytest.mark.parametrize(("cache_control", "validated_first"), [
+    ('max-age=600, no-cache="Cache-Tag"', False),      # only that field is to be validated before it is sent
+    ('max-age=600, no-cache="Cache-Tag", no-cache', True),
+    ('max-age=600, no-cache="Content-Encoding"', True),   # the stored bytes' own field: read unqualified
+])
+async def test_a_source_naming_fields_in_no_cache_makes_variants_kept_as_its_max_age_says(
+        pics: Pics, cache_control: str, validated_first: bool) -> None:
+    name = f"/field-no-cache-{len(cache_control)}.png"
+    pics.origin.answer(name, image(RED), headers={"Cache-Control": cache_control, "ETag": '"fnc"', "Cache-Tag": "fnc"})
+    resp = await pics.transform(name)
+    assert resp.status == 200, await resp.text()
+    if validated_first:
+        assert resp.headers["Cache-Control"] == "public, no-cache"
+    else:
+        assert 500 < max_age(resp) <= 600
+        assert (await pics.get(f"/{ZONE}{name}")).headers["X-Cache"] == "HIT"   # as the edge keeps the image
+        assert pics.origin.count(name) == 1
+
+
 # --- the source changing, purged, failing ---------------------------------------------------------------------
 
 
