@@ -26,6 +26,9 @@ STREAM_PATH = "/api/stream"
 # The original served every segment from its one 720p file, so clients may omit quality.
 DEFAULT_SEGMENT_QUALITY = 720
 INDEX_VERSION = 1
+# The playlists name their video's version (``v``, the start of its index's content id) in every URI they
+# hold, so a segment's URL, cached immutable for a year, never answers the bytes of another upload of the video.
+VERSION_CHARS = 12
 
 PLAYLIST_CONTENT_TYPE = "application/vnd.apple.mpegurl"
 SEGMENT_CONTENT_TYPE = "video/mp2t"
@@ -149,6 +152,7 @@ class StreamRequest:
     video: str
     quality: int | None = None
     segment: int | None = None
+    version: str | None = None  # ``v``: the video version a playlist named; None from a URI built without one
 
     @property
     def wants_master(self) -> bool:
@@ -163,7 +167,8 @@ def parse_stream_query(query: Mapping[str, str]) -> StreamRequest:
     """Validate ``video``, ``quality`` and ``segment``, in that order (legacy envelope errors).
 
     A parameter that is present but empty is invalid, like any other bad value. A segment
-    without a quality refers to the 720p rendition, as the original's one file did.
+    without a quality refers to the 720p rendition, as the original's one file did. ``v`` is
+    kept as it came: the route compares it with the video's version.
     """
     video = query.get("video")
     if video not in VIDEOS:
@@ -174,27 +179,30 @@ def parse_stream_query(query: Mapping[str, str]) -> StreamRequest:
         if raw_quality not in {str(q) for q in QUALITIES}:
             raise LegacyError(400, INVALID_QUALITY)
         quality = int(raw_quality)
+    version = query.get("v")
     raw_segment = query.get("segment")
     if raw_segment is None:
-        return StreamRequest(video, quality)
+        return StreamRequest(video, quality, version=version)
     if not raw_segment.isascii() or not raw_segment.isdigit():
         raise LegacyError(400, INVALID_SEGMENT)
     if not _SEGMENT_DIGITS.fullmatch(raw_segment):
         raise LegacyError(404, SEGMENT_OUT_OF_RANGE)  # a valid integer, but no video is that long
-    return StreamRequest(video, quality or DEFAULT_SEGMENT_QUALITY, int(raw_segment))
+    return StreamRequest(video, quality or DEFAULT_SEGMENT_QUALITY, int(raw_segment), version)
 
 
 def stream_uri(video: str, quality: int | None = None, segment: int | None = None,
-               base: str = STREAM_PATH) -> str:
+               base: str = STREAM_PATH, version: str | None = None) -> str:
     uri = f"{base}?video={video}"
     if quality is not None:
         uri += f"&quality={quality}"
     if segment is not None:
         uri += f"&segment={segment}"
+    if version is not None:
+        uri += f"&v={version}"
     return uri
 
 
-def master_playlist(video: str, index: VideoIndex, base: str = STREAM_PATH) -> str:
+def master_playlist(video: str, index: VideoIndex, base: str = STREAM_PATH, version: str | None = None) -> str:
     """All renditions, highest first. NAME is kept from the original for its clients."""
     lines = ["#EXTM3U", "#EXT-X-VERSION:3", "#EXT-X-INDEPENDENT-SEGMENTS", ""]
     for r in sorted(index.renditions, key=lambda r: r.quality, reverse=True):
@@ -203,12 +211,12 @@ def master_playlist(video: str, index: VideoIndex, base: str = STREAM_PATH) -> s
             f'RESOLUTION={r.width}x{r.height},FRAME-RATE={r.frame_rate:.3f},'
             f'CODECS="{r.codecs}",NAME="{r.name}"'
         )
-        lines.append(stream_uri(video, r.quality, base=base))
+        lines.append(stream_uri(video, r.quality, base=base, version=version))
     return "\n".join(lines) + "\n"
 
 
 def variant_playlist(video: str, quality: int, index: VideoIndex,
-                     base: str = STREAM_PATH) -> str:
+                     base: str = STREAM_PATH, version: str | None = None) -> str:
     """One rendition's media playlist: exact segment durations from the index, VOD, ended."""
     rendition = index.rendition(quality)
     target = max((math.ceil(round(s.duration, 3)) for s in rendition.segments), default=0)
@@ -216,6 +224,6 @@ def variant_playlist(video: str, quality: int, index: VideoIndex,
              "#EXT-X-MEDIA-SEQUENCE:0", "#EXT-X-PLAYLIST-TYPE:VOD", ""]
     for s in rendition.segments:
         lines.append(f"#EXTINF:{s.duration:.3f},")
-        lines.append(stream_uri(video, quality, s.index, base=base))
+        lines.append(stream_uri(video, quality, s.index, base=base, version=version))
     lines.append("#EXT-X-ENDLIST")
     return "\n".join(lines) + "\n"

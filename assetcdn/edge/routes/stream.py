@@ -22,6 +22,7 @@ from assetcdn.shared.hls import (
     PLAYLIST_CONTENT_TYPE,
     SEGMENT_CACHE_CONTROL,
     SEGMENT_CONTENT_TYPE,
+    VERSION_CHARS,
     VIDEO_NOT_FOUND,
     VideoIndex,
     master_playlist,
@@ -57,9 +58,10 @@ async def _index(node: EdgeNode, entry: ManifestEntry) -> VideoIndex:
         raise LegacyError(502, "Failed to fetch the video index") from None
 
 
-def _playlist(video: str, quality: int | None, index_json: bytes) -> bytes:
+def _playlist(video: str, quality: int | None, version: str, index_json: bytes) -> bytes:
     index = VideoIndex.from_json(index_json)
-    text = master_playlist(video, index) if quality is None else variant_playlist(video, quality, index)
+    text = (master_playlist(video, index, version=version) if quality is None
+            else variant_playlist(video, quality, index, version=version))
     return text.encode()
 
 
@@ -67,10 +69,14 @@ async def stream(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE]
     wanted = parse_stream_query(request.query)
     index_entry = _index_entry(node, wanted.video)
+    version = index_entry.blob_id[:VERSION_CHARS]
+    if wanted.version is not None and wanted.version != version:
+        # A URI of a playlist of an upload since overwritten: its bytes are gone (and cached immutable elsewhere).
+        raise LegacyError(404, VIDEO_NOT_FOUND)
     if not wanted.wants_segment:
         quality = None if wanted.wants_master else wanted.quality
-        playlist = Built(playlist_key(index_entry.blob_id, quality), partial(_playlist, wanted.video, quality),
-                         PLAYLIST_TYPE)
+        playlist = Built(playlist_key(index_entry.blob_id, quality),
+                         partial(_playlist, wanted.video, quality, version), PLAYLIST_TYPE)
         return await serve(request, index_entry, playlist, PLAYLIST_POLICY)
     assert wanted.quality is not None and wanted.segment is not None
     rendition = (await _index(node, index_entry)).rendition(wanted.quality)

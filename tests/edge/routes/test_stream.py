@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 import assetcdn.control.app  # noqa: F401
 import assetcdn.edge.app  # noqa: F401
 from assetcdn import control, edge
+from assetcdn.control.storage.service import MANIFEST
 from assetcdn.control.video.demo import write_synthetic_video
 from assetcdn.control.video.service import VIDEO_INGEST
 from assetcdn.edge.app import EdgeIdentity
@@ -113,7 +114,8 @@ async def test_playlists_and_every_segment_of_every_rendition_decode(cdn: Cdn) -
     assert len(stream_infs) == 3
     for info in stream_infs:
         assert "BANDWIDTH=" in info and "RESOLUTION=" in info and 'CODECS="avc1.' in info and "mp4a.40.2" in info
-    assert sorted(uris) == sorted(f"/api/stream?video={VIDEO}&quality={q}" for q in (1080, 720, 480))
+    version = cdn.node.replica.get(f"stocks/videos/{VIDEO}/hls/index.json").blob_id[:12]
+    assert sorted(uris) == sorted(f"/api/stream?video={VIDEO}&quality={q}&v={version}" for q in (1080, 720, 480))
 
     index = VideoIndex.from_json(await (await cdn.edge.get(
         f"/stocks/videos/{VIDEO}/hls/index.json")).read())
@@ -183,3 +185,41 @@ async def test_bad_stream_requests_get_the_legacy_envelope(cdn: Cdn) -> None:
 def test_source_fixture_is_real_video(source_video: bytes, tmp_path: Path) -> None:
     with av.open(io.BytesIO(source_video)) as container:
         assert container.streams.video[0].codec_context.name == "h264"
+
+
+async def first_segment(cdn: Cdn, video: str) -> tuple[str, bytes, str]:
+    """(URL, bytes, Cache-Control) of the first 720p segment the variant playlist names."""
+    status, playlist, _ = await text(cdn, f"video={video}&quality=720")
+    assert status == 200, playlist
+    lines = playlist.splitlines()
+    uri = next(lines[i + 1] for i, line in enumerate(lines) if line.startswith("#EXTINF:"))
+    resp = await cdn.edge.get(uri)
+    assert resp.status == 200
+    return uri, await resp.read(), resp.headers["Cache-Control"]
+
+
+@IN_MODULE_LOOP
+async def test_an_overwritten_video_is_played_from_urls_no_browser_holds_for_the_old_one(
+        cdn: Cdn, tmp_path: Path) -> None:
+    """Segments are immutable for a year, so a URL must never answer other bytes: a browser that played the
+    video before it was overwritten would otherwise play its old first segment among the new ones."""
+    ingester = cdn.control.app[VIDEO_INGEST]
+    versions = []
+    for scene in ("mount_fuji", "nature"):
+        source = write_synthetic_video(tmp_path / f"{scene}.mp4", scene, seconds=3, width=320, height=180,
+                                       fps=5, audio=False).read_bytes()
+        await cdn.upload("stocks/videos/mount_fuji.mp4", source)
+        await ingester.wait_idle()
+        index_id = cdn.control.app[MANIFEST].entries["stocks/videos/mount_fuji/hls/index.json"].blob_id
+
+        async def arrived(index_id: str = index_id) -> bool:
+            entry = cdn.node.replica.get("stocks/videos/mount_fuji/hls/index.json")
+            return entry is not None and entry.blob_id == index_id
+
+        await wait_until(arrived, "the new HLS index reaching the edge")
+        versions.append(await first_segment(cdn, "mount_fuji"))
+    (old_uri, old_bytes, cache_control), (new_uri, new_bytes, _) = versions
+    assert "immutable" in cache_control and old_bytes != new_bytes
+    assert new_uri != old_uri
+    stale = await cdn.edge.get(old_uri)  # an old playlist's URL never answers the new video's bytes
+    assert stale.status == 404 and (await stale.json())["Message"] == "Video not found"
