@@ -1,6 +1,7 @@
-"""Video ingest: a source uploaded to the stock pool (`stocks/videos/<name>.mp4`) is transcoded once, off
-the event loop, into HLS renditions that are committed beside it (`stocks/videos/<name>/hls/`), so the
-renditions and their index are part of the manifest and reach edges like any file."""
+"""Video ingest: a source uploaded to the stock pool (`stocks/videos/<name>.mp4`, <name> one of the videos
+`/api/stream` serves) is transcoded once, off the event loop, into HLS renditions that are committed beside it
+(`stocks/videos/<name>/hls/`), so the renditions and their index are part of the manifest and reach edges like any
+file."""
 
 from __future__ import annotations
 
@@ -17,13 +18,14 @@ from pathlib import Path
 from assetcdn.control.publishing.publisher import Publisher
 from assetcdn.control.storage.git_store import CommitResult, GitStore, NothingToCommit
 from assetcdn.control.video.outcome import INDEX_FILE, Stopped, TranscodeError
-from assetcdn.shared.hls import VideoIndex
+from assetcdn.shared.hls import VIDEOS, VideoIndex
 
 log = logging.getLogger(__name__)
 # Under the data directory: the demo videos, made at the first start and reused by later ones.
 DEMO_VIDEO_CACHE = "video-cache"
 DEMO_HEIGHTS = range(180, 1080 + 1, 36)  # 16:9 at these heights has a width that is a multiple of 4
-VIDEO_SOURCE = re.compile(r"^stocks/videos/([a-z0-9_-]{1,64})\.(mp4|mov|m4v|webm|mkv)\Z")
+# Only the names /api/stream serves (assetcdn/shared/hls.py VIDEOS): another's renditions could never be played.
+VIDEO_SOURCE = re.compile(rf"^stocks/videos/({'|'.join(VIDEOS)})\.(mp4|mov|m4v|webm|mkv)\Z")
 
 
 def demo_video_size(height: int) -> tuple[int, int]:

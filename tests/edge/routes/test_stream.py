@@ -223,3 +223,16 @@ async def test_an_overwritten_video_is_played_from_urls_no_browser_holds_for_the
     assert new_uri != old_uri
     stale = await cdn.edge.get(old_uri)  # an old playlist's URL never answers the new video's bytes
     assert stale.status == 404 and (await stale.json())["Message"] == "Video not found"
+
+
+@IN_MODULE_LOOP
+async def test_a_video_stream_cannot_name_is_not_transcoded(cdn: Cdn, tmp_path: Path) -> None:
+    """/api/stream serves black, mount_fuji and nature only: another name's renditions would take the one
+    transcoder and every edge's disk for nothing."""
+    source = write_synthetic_video(tmp_path / "myclip.mp4", "black", seconds=2, width=320, height=180, fps=5,
+                                   audio=False).read_bytes()
+    await cdn.upload("stocks/videos/myclip.mp4", source)
+    await cdn.control.app[VIDEO_INGEST].wait_idle()
+    assert not [path for path in cdn.control.app[MANIFEST].entries if path.startswith("stocks/videos/myclip/")]
+    resp = await cdn.edge.get("/api/stream?video=myclip")
+    assert resp.status == 400 and (await resp.json())["Message"] == "Invalid video. Available: black, mount_fuji, nature"
