@@ -16,7 +16,7 @@ from assetcdn.edge.states.fetch import OriginUnavailable, source_bytes
 from assetcdn.edge.states.keys import playlist_key, segment_key
 from assetcdn.edge.states.serve import Refusals, ServePolicy, serve, source_for
 from assetcdn.edge.states.variant import Built, ByteRange
-from assetcdn.shared.errors import LegacyError
+from assetcdn.shared.errors import ApiError, LegacyError
 from assetcdn.shared.hls import (
     PLAYLIST_CACHE_CONTROL,
     PLAYLIST_CONTENT_TYPE,
@@ -66,6 +66,15 @@ def _playlist(video: str, quality: int | None, version: str, index_json: bytes) 
 
 
 async def stream(request: web.Request) -> web.StreamResponse:
+    try:
+        return await _stream(request)
+    except (LegacyError, ApiError) as exc:
+        # CORS on the errors too: a player on another origin reads the 404, not a blocked response.
+        exc.headers = {**exc.headers, **CORS}
+        raise
+
+
+async def _stream(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE]
     wanted = parse_stream_query(request.query)
     index_entry = _index_entry(node, wanted.video)

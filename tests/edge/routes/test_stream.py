@@ -180,6 +180,10 @@ async def test_bad_stream_requests_get_the_legacy_envelope(cdn: Cdn) -> None:
         assert resp.status == status, query
         assert body["error"] == message and body["Message"] == message and body["HttpCode"] == status
         assert body["requestId"] and resp.headers["X-API-Version"] == "2026-04-01"
+        # A player on another origin reads the error, not a CORS failure (hls.js would see status 0).
+        assert resp.headers.get("Access-Control-Allow-Origin") == "*", query
+    refused = await cdn.edge.get(f"/api/stream?video={VIDEO}&quality=720&segment=0", headers={"If-Match": '"other"'})
+    assert refused.status == 412 and refused.headers.get("Access-Control-Allow-Origin") == "*"
 
 
 def test_source_fixture_is_real_video(source_video: bytes, tmp_path: Path) -> None:
