@@ -6,6 +6,8 @@ import pytest
 
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.hls import (
+    QUALITIES,
+    VIDEOS,
     Rendition,
     Segment,
     StreamRequest,
@@ -14,6 +16,7 @@ from assetcdn.shared.hls import (
     parse_stream_query,
     variant_playlist,
 )
+from assetcdn.shared.openapi import document
 
 
 def rendition(quality: int, width: int, height: int, durations: list[float]) -> Rendition:
@@ -152,3 +155,15 @@ def test_bad_queries_raise_legacy_errors(query: dict[str, str], status: int, mes
     with pytest.raises(LegacyError) as raised:
         parse_stream_query(query)
     assert (raised.value.status, raised.value.error) == (status, message)
+
+
+@pytest.mark.parametrize("method", ["get", "head"])
+def test_the_api_reference_names_the_values_the_stream_route_takes(method: str) -> None:
+    """A client built from /api/openapi.json sends what the route reads: `quality=720p` would be 400."""
+    parameters = {p["name"]: p for p in document()["paths"]["/api/stream"][method]["parameters"]}
+    assert set(parameters) == {"video", "quality", "segment", "v"}
+    assert parameters["video"]["schema"]["enum"] == list(VIDEOS)
+    assert parameters["quality"]["schema"]["enum"] == [str(q) for q in QUALITIES]
+    for video in parameters["video"]["schema"]["enum"]:
+        for quality in parameters["quality"]["schema"]["enum"]:
+            assert parse_stream_query({"video": video, "quality": quality, "segment": "0"}).quality == int(quality)
