@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 DEMO_VIDEO_CACHE = "video-cache"
 DEMO_HEIGHTS = range(180, 1080 + 1, 36)  # 16:9 at these heights has a width that is a multiple of 4
 # Only the names /api/stream serves (assetcdn/shared/hls.py VIDEOS): another's renditions could never be played.
-VIDEO_SOURCE = re.compile(rf"^stocks/videos/({'|'.join(VIDEOS)})\.(mp4|mov|m4v|webm|mkv)\Z")
+# The extension in any case: cameras and phones write `.MP4` and `.MOV`.
+VIDEO_SOURCE = re.compile(rf"^stocks/videos/({'|'.join(VIDEOS)})\.(?i:mp4|mov|m4v|webm|mkv)\Z")
 
 
 def demo_video_size(height: int) -> tuple[int, int]:

@@ -240,3 +240,17 @@ async def test_a_video_stream_cannot_name_is_not_transcoded(cdn: Cdn, tmp_path: 
     assert not [path for path in cdn.control.app[MANIFEST].entries if path.startswith("stocks/videos/myclip/")]
     resp = await cdn.edge.get("/api/stream?video=myclip")
     assert resp.status == 400 and (await resp.json())["Message"] == "Invalid video. Available: black, mount_fuji, nature"
+
+
+@IN_MODULE_LOOP
+async def test_a_camera_file_name_in_capitals_is_transcoded(cdn: Cdn, tmp_path: Path) -> None:
+    """Cameras and phones name their files `.MP4` or `.MOV`: the extension is read in any case, as the dashboard
+    reads it (assetcdn/control/dashboard/static/views/files.js) when it offers the video's HLS stream."""
+    index_path = "stocks/videos/mount_fuji/hls/index.json"
+    before = cdn.control.app[MANIFEST].entries.get(index_path)
+    source = write_synthetic_video(tmp_path / "clip.mp4", "black", seconds=2, width=320, height=180, fps=5,
+                                   audio=False).read_bytes()
+    await cdn.upload("stocks/videos/mount_fuji.MOV", source)
+    await cdn.control.app[VIDEO_INGEST].wait_idle()
+    after = cdn.control.app[MANIFEST].entries.get(index_path)
+    assert after is not None and after != before
