@@ -114,7 +114,9 @@ async def test_playlists_and_every_segment_of_every_rendition_decode(cdn: Cdn) -
     assert len(stream_infs) == 3
     for info in stream_infs:
         assert "BANDWIDTH=" in info and "RESOLUTION=" in info and 'CODECS="avc1.' in info and "mp4a.40.2" in info
-    version = cdn.node.replica.get(f"stocks/videos/{VIDEO}/hls/index.json").blob_id[:12]
+    index_entry = cdn.node.replica.get(f"stocks/videos/{VIDEO}/hls/index.json")
+    assert index_entry is not None
+    version = index_entry.blob_id[:12]
     assert sorted(uris) == sorted(f"/api/stream?video={VIDEO}&quality={q}&v={version}" for q in (1080, 720, 480))
 
     index = VideoIndex.from_json(await (await cdn.edge.get(
