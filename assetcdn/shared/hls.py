@@ -114,6 +114,7 @@ class VideoIndex:
 
     video: str
     renditions: tuple[Rendition, ...]
+    source: str | None = None  # the git blob id of the uploaded source (None: the demo's, or an older index)
 
     def rendition(self, quality: int) -> Rendition:
         for rendition in self.renditions:
@@ -122,7 +123,8 @@ class VideoIndex:
         raise LegacyError(404, VIDEO_NOT_FOUND)
 
     def to_json(self) -> bytes:
-        return orjson.dumps({"version": INDEX_VERSION, "video": self.video,
+        source = {} if self.source is None else {"source": self.source}
+        return orjson.dumps({"version": INDEX_VERSION, "video": self.video, **source,
                              "renditions": [r.to_dict() for r in self.renditions]},
                             option=orjson.OPT_INDENT_2)
 
@@ -131,8 +133,10 @@ class VideoIndex:
         raw = orjson.loads(data)
         if raw.get("version") != INDEX_VERSION:
             raise ValueError(f"unsupported video index version: {raw.get('version')!r}")
+        source = raw.get("source")
         return cls(video=str(raw["video"]),
-                   renditions=tuple(Rendition.from_dict(r) for r in raw["renditions"]))
+                   renditions=tuple(Rendition.from_dict(r) for r in raw["renditions"]),
+                   source=None if source is None else str(source))
 
     def write(self, path: Path) -> None:
         """Write atomically, so a reader never sees half an index."""

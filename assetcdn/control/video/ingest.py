@@ -12,6 +12,8 @@ import re
 import shutil
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from assetcdn.control.publishing.publisher import Publisher
 from assetcdn.control.storage.git_store import CommitResult, GitStore, NothingToCommit
 from assetcdn.control.video.outcome import INDEX_FILE, Stopped, TranscodeError
 from assetcdn.shared.hls import VIDEOS, VideoIndex
+from assetcdn.shared.manifest import ManifestEntry
 
 log = logging.getLogger(__name__)
 # Under the data directory: the demo videos, made at the first start and reused by later ones.
@@ -48,7 +51,7 @@ def rendition_files(video: str, index: VideoIndex, out_dir: Path) -> dict[str, b
     return files
 
 
-def _transcode_source(data: bytes, work: Path, video: str,
+def _transcode_source(data: bytes, work: Path, video: str, blob_id: str,
                       stop: threading.Event) -> tuple[VideoIndex, dict[str, bytes]]:
     """Blocking: write the source, transcode it, read the renditions back (run in a thread)."""
     # PyAV (FFmpeg's libraries) loads at the first video, not at every control start.
@@ -57,7 +60,7 @@ def _transcode_source(data: bytes, work: Path, video: str,
     work.mkdir(parents=True, exist_ok=True)
     source = work / "source"
     source.write_bytes(data)
-    index = transcode_hls(source, work / "hls", video=video, stop=stop)
+    index = replace(transcode_hls(source, work / "hls", video=video, stop=stop), source=blob_id)
     return index, rendition_files(video, index, work / "hls")
 
 
@@ -93,6 +96,31 @@ class VideoIngester:
             task.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
+    def resume(self, entries: Mapping[str, ManifestEntry]) -> None:
+        """At start: transcode, in the background, each stock video whose renditions were not made from its source
+        (a stop cut its transcode off or left it queued). An index that names no source is the demo's or one made
+        before indexes named theirs: the source is transcoded once more. A video with sources of two extensions
+        is left as it is (which of them came last is not in the tree)."""
+        sources: dict[str, list[str]] = {}
+        for path, entry in entries.items():
+            if match := VIDEO_SOURCE.match(path):
+                sources.setdefault(match.group(1), []).append(entry.blob_id)
+        for video, blob_ids in sources.items():
+            if len(blob_ids) == 1:
+                self._spawn(self._resume(video, blob_ids[0], entries.get(f"{hls_dir(video)}/{INDEX_FILE}")))
+
+    async def _resume(self, video: str, blob_id: str, index_entry: ManifestEntry | None) -> None:
+        if index_entry is not None:
+            data = await self.git.run(self.git.read_blob, index_entry.blob_id)
+            try:
+                made_from = VideoIndex.from_json(data).source if data is not None else None
+            except (ValueError, KeyError, TypeError):
+                made_from = None
+            if made_from == blob_id:
+                return
+        log.info("transcoding %s again: its last upload was not transcoded before control stopped", video)
+        await self.transcode(video, blob_id)
+
     async def transcode(self, video: str, blob_id: str) -> None:
         async with self._lock:
             data = await self.git.run(self.git.read_blob, blob_id)
@@ -100,7 +128,7 @@ class VideoIngester:
                 return
             work = self.work_dir / f"{video}-{blob_id[:12]}"
             try:
-                index, files = await asyncio.to_thread(_transcode_source, data, work, video, self._stop)
+                index, files = await asyncio.to_thread(_transcode_source, data, work, video, blob_id, self._stop)
                 await self.publisher.commit(files, f"Add HLS renditions of {video} "
                                                    f"({', '.join(r.name for r in index.renditions)})")
                 log.info("transcoded %s into %d renditions", video, len(index.renditions))

@@ -35,6 +35,7 @@ async def video_context(app: web.Application) -> AsyncIterator[None]:
         elif demo_videos.is_dir() and not all(f"stocks/videos/{v}/hls/index.json" in manifest.entries for v in VIDEOS):
             # A first start stopped before its demo videos were committed.
             ingester.install_demo(demo_videos, demo_size)
+        ingester.resume(manifest.entries)
         yield
     finally:
         await ingester.close()
