@@ -118,7 +118,8 @@ class VideoIngester:
                 made_from = None
             if made_from == blob_id:
                 return
-        log.info("transcoding %s again: its last upload was not transcoded before control stopped", video)
+        log.info("transcoding %s: its renditions were not made from its stored source (a stop cut its transcode off, "
+                 "it failed, or they are older than indexes naming their source)", video)
         await self.transcode(video, blob_id)
 
     async def transcode(self, video: str, blob_id: str) -> None:
