@@ -97,6 +97,14 @@ class ControlClient:
             return False
         return self.failing_since is None or time.monotonic() - self.failing_since <= within_s
 
+    def refuses_client_call(self) -> bool:
+        """Whether a call made for a client (a miss's blob, a forwarded management call) is refused now: while the
+        breaker refuses calls, and while the background sync is trying a control known down (it is the probe then,
+        and a client need not wait on a second). A call let through while the breaker is open claims its half-open
+        probe; it gives up when the breaker opens again (`breaker.tripped`)."""
+        breaker = self.breaker
+        return not breaker.available() or (self._probing > 0 and breaker.fails_fast) or not breaker.allow()
+
     def seconds_since_contact(self) -> float:
         """Since control last answered, or since this process started when it has not yet."""
         return time.monotonic() - max(self.last_success, self.started_at)
@@ -143,8 +151,7 @@ class ControlClient:
         refused at once while the breaker is open."""
         # While control counts as down a client's call is refused at once, and also when the background
         # sync is trying control right now: it is the probe then, and a client need not wait on a second.
-        if not probe and (not self.breaker.available() or (self._probing and self.breaker.fails_fast)
-                          or not self.breaker.allow()):
+        if not probe and self.refuses_client_call():
             raise ControlUnavailable(f"control is unreachable (for {self.seconds_since_contact():.1f} s; "
                                      f"last error: {self.last_error or 'none'}); not asking")
         body = orjson.dumps({"v": PROTOCOL_VERSION, **message}) if message is not None else b""

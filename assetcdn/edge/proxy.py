@@ -39,6 +39,8 @@ HOP_BY_HOP = frozenset(h.lower() for h in (
 REQUEST_SKIPPED = HOP_BY_HOP | {"content-length", "content-encoding", "expect"}
 # A response's length is set on the StreamResponse from the upstream one; the edge names itself.
 RESPONSE_SKIPPED = HOP_BY_HOP | {"content-length", "server"}
+# Set on a forwarded request once control's answer is being relayed: a breaker opening then no longer cuts it off.
+RELAYING = web.RequestKey("relaying", bool)
 # How soon a stream notices its client has gone while control has nothing to send.
 STREAM_CLIENT_CHECK_S = 1.0
 
@@ -79,21 +81,44 @@ async def forward_to_control(request: web.Request) -> web.StreamResponse:
     request[FORWARDED] = True  # edge rules apply to delivery responses, not to management calls
     edge = request.app[SETTINGS].section("edge")
     control = request.app[NODE].control
-    if not control.breaker.available():  # known down (assetcdn/edge/circuit_breaker.py): say so now, not after a timeout
-        raise ApiError(503, "ControlUnreachable", "The control plane cannot be reached from this edge; "
-                       "management endpoints are unavailable. Delivery of cached assets continues.",
-                       headers={"Retry-After": str(max(1, round(control.breaker.open_s)))})
+    # Known down (assetcdn/edge/circuit_breaker.py), or being probed by the edge's background calls: say so now, not
+    # after a timeout. A call let through while the breaker is open is its half-open probe.
+    if control.refuses_client_call():
+        raise _control_unreachable(control.breaker.open_s)
     body = None
     if request.body_exists:
         route = _route_body(request)
         with body_deadline(request, request.app[SETTINGS]), in_route_envelope(route):
             body = await receive_body(request, route.limit, int(edge["proxy_body_memory_kb"]) * 1024,
                                       request.app[FORWARD_SPOOL])
+    exchange = asyncio.ensure_future(_exchange(request, body, float(edge["proxy_timeout_s"])))
     try:
-        return await _exchange(request, body, float(edge["proxy_timeout_s"]))
+        # A call waiting for control's answer gives up when the breaker opens (the edge's background calls found
+        # control hung) rather than wait out proxy_timeout_s; one whose answer has begun is relayed to its end.
+        tripped = asyncio.ensure_future(control.breaker.tripped())
+        try:
+            await asyncio.wait((exchange, tripped), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            tripped.cancel()
+        if not exchange.done() and not request.get(RELAYING):
+            exchange.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ApiError):
+                await exchange
+            # Asked, and not answered: a 504 as for proxy_timeout_s, since control may yet apply what it was sent.
+            raise ApiError(504, "ControlTimeout", "The control plane stopped answering this edge while the call "
+                           "waited for it; it may still apply the call. Retry later.",
+                           headers={"Retry-After": str(max(1, round(control.breaker.open_s)))})
+        return await exchange
     finally:
+        exchange.cancel()  # the client went (this handler cancelled): so does its call to control
         if body is not None:
             body.close()
+
+
+def _control_unreachable(open_s: float) -> ApiError:
+    return ApiError(503, "ControlUnreachable", "The control plane cannot be reached from this edge; "
+                    "management endpoints are unavailable. Delivery of cached assets continues.",
+                    headers={"Retry-After": str(max(1, round(open_s)))})
 
 
 async def _exchange(request: web.Request, body: ProxiedBody | None, timeout_s: float) -> web.StreamResponse:
@@ -117,6 +142,7 @@ async def _exchange(request: web.Request, body: ProxiedBody | None, timeout_s: f
                 elif upstream.content_length is not None and "chunked" not in upstream.headers.get(
                         "Transfer-Encoding", ""):
                     response.content_length = upstream.content_length
+                request[RELAYING] = True
                 await response.prepare(request)
                 if request.method != "HEAD":
                     await _relay(request, upstream, response, streaming)

@@ -4,6 +4,7 @@ proxy timeouts; when control resumes, the edge catches up by itself, without a r
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections.abc import Iterator
@@ -48,6 +49,10 @@ async def test_a_hung_control_plane_costs_clients_no_timeout_and_the_edge_recove
         paused = cdn.signal("-m assetcdn.control", signal.SIGSTOP)
         assert paused
         cdn.stopped_pids.extend(paused)
+        # A management call made as the hang begins, before the edge knows: it waits until the breaker opens, then
+        # answers 504 (control was asked and did not answer; docs/failure-behaviour.md), not after the proxy timeout
+        # (longer than CLIENT_TIMEOUT).
+        asked_as_it_hung = asyncio.ensure_future(_get(session, f"{edge}/api/assets", headers=ACCESS))
         try:
             # The edge notices by itself (its background probe times out) and says so in its health.
             async def breaker_open() -> dict | None:
@@ -67,7 +72,11 @@ async def test_a_hung_control_plane_costs_clients_no_timeout_and_the_edge_recove
             assert status == 503
             assert b'"code":"ControlUnreachable"' in data.replace(b" ", b"")
             assert int(headers["Retry-After"]) >= 1
+            status, _, data, _ = await asked_as_it_hung
+            assert status == 504
+            assert b'"code":"ControlTimeout"' in data.replace(b" ", b"")
         finally:
+            asked_as_it_hung.cancel()
             for pid in paused:
                 os.kill(pid, signal.SIGCONT)
             cdn.stopped_pids.clear()
