@@ -35,15 +35,20 @@ def cmd_sign(args: argparse.Namespace) -> int:
     return 0
 
 
+def whole_number(text: str, least: int, why: str = "") -> int:
+    """An argparse value: a whole number of at least `least` (`why`: what a smaller one would do)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {least} or more, not {value}{why}")
+    return value
+
+
 def positive_seconds(text: str) -> int:
     """`--ttl`: a URL valid for at least a second (0 or less would print one expired as it is made)."""
-    try:
-        seconds = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
-    if seconds < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 second, not {seconds}: the URL would have expired")
-    return seconds
+    return whole_number(text, 1, " seconds: the URL would have expired as it is made")
 
 
 def cmd_defaults(args: argparse.Namespace) -> int:
@@ -54,13 +59,7 @@ def cmd_defaults(args: argparse.Namespace) -> int:
 
 def at_least_one(text: str) -> int:
     """A count of processes: `--edges 0` started control alone and then failed where it named its first edge."""
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {text}")
-    return count
+    return whole_number(text, 1)
 
 
 def main(argv: list[str] | None = None) -> int:

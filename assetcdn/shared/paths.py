@@ -32,7 +32,8 @@ class InvalidPath(ValueError):
     """A path a client sent that must be refused with 400."""
 
 
-def _check_segments(path: str) -> list[str]:
+def _check_bounds(path: str) -> None:
+    """What no path is, stored or pulled: empty, too long, with a NUL, a backslash or a control character."""
     if not path:
         raise InvalidPath("The path is empty.")
     if len(path) > MAX_PATH_LENGTH:
@@ -41,6 +42,10 @@ def _check_segments(path: str) -> list[str]:
         raise InvalidPath("The path contains a NUL byte or a backslash.")
     if _CONTROL.search(path):
         raise InvalidPath("The path contains control characters (a newline, tab or similar).")
+
+
+def _check_segments(path: str) -> list[str]:
+    _check_bounds(path)
     if "%" in path:
         # Reject anything that still decodes: encoded traversal (%2e%2e, %2f) after the router decoded once.
         if unquote(path) != path:
@@ -61,14 +66,7 @@ def check_pull_path(path: str) -> None:
     transform or placeholder source: the bounds and dot segments of `_check_segments`, but any other character
     of the origin's names (`café.png`, `a&b.png`, `100%.png`), which the edge percent-encodes for the origin
     (assetcdn/edge/states/pull_source.py). `?` and `#` stay refused: a source names no query."""
-    if not path:
-        raise InvalidPath("The path is empty.")
-    if len(path) > MAX_PATH_LENGTH:
-        raise InvalidPath(f"The path is longer than {MAX_PATH_LENGTH} characters.")
-    if "\x00" in path or "\\" in path:
-        raise InvalidPath("The path contains a NUL byte or a backslash.")
-    if _CONTROL.search(path):
-        raise InvalidPath("The path contains control characters (a newline, tab or similar).")
+    _check_bounds(path)
     if "?" in path or "#" in path:
         raise InvalidPath("The path contains a query or fragment ('?' or '#').")
     try:

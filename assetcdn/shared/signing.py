@@ -18,13 +18,19 @@ def signature_matches(secret: str, path: str, expires: str, sig: str) -> bool:
     return hmac.compare_digest(url_signature(secret, path, expires), sig.lower())
 
 
+def signable_form(path: str) -> bool:
+    """Whether /api/signed reads `path` at all, before its signature: a leading ``/``, and no ``..``, NUL or empty
+    segment (``//``)."""
+    return path.startswith("/") and ".." not in path and "\x00" not in path and "//" not in path
+
+
 def signable_path(path: str) -> str:
     """``path`` as /api/signed takes it (a leading ``/`` added when absent); ``InvalidPath`` for one it refuses with
     403 ``Invalid path format`` whatever the signature (assetcdn/edge/routes/signed.py): a ``..``, NUL, an empty
     segment, or not a CDN path."""
     if not path.startswith("/"):
         path = "/" + path
-    if ".." in path or "\x00" in path or "//" in path:
+    if not signable_form(path):
         raise InvalidPath("a CDN path has no '..', NUL or empty segment ('//').")
     parse_cdn_path(path)
     return path

@@ -23,7 +23,7 @@ from assetcdn.shared.counter_store import client_key
 from assetcdn.shared.errors import LegacyError
 from assetcdn.shared.limits import signed_per_client
 from assetcdn.shared.paths import InvalidPath, parse_cdn_path
-from assetcdn.shared.signing import signature_matches
+from assetcdn.shared.signing import signable_form, signature_matches
 
 CACHE_CONTROL = "private, max-age=3600"
 NOT_FOUND = "Asset not found (404)"
@@ -42,7 +42,7 @@ def verify_signed_query(query: dict[str, str], secret: str, now: float) -> str:
     if missing:
         raise _refuse(f"Missing required parameter{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
     path, expires, sig = query["path"], query["expires"], query["sig"]
-    if not path.startswith("/") or ".." in path or "\x00" in path or "//" in path:
+    if not signable_form(path):
         raise _refuse("Invalid path format")
     if not _EXPIRES.match(expires):
         raise _refuse("Invalid expires parameter")
