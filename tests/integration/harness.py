@@ -152,6 +152,20 @@ def up_env(env_extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 
+
+def child_processes() -> dict[int, list[int]]:
+    """{process id: its live children's ids}, read from /proc (a process gone meanwhile is left out)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
 @dataclass
 class RunningCdn:
     process: subprocess.Popen[bytes]
@@ -179,14 +193,7 @@ class RunningCdn:
 
     def descendants(self) -> set[int]:
         """Every live process below `assetcdn up` (control, edges and their spawned workers)."""
-        children: dict[int, list[int]] = {}
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                except (OSError, IndexError, ValueError):
-                    continue
-                children.setdefault(ppid, []).append(int(entry.name))
+        children = child_processes()
         found: set[int] = set()
         stack = [self.process.pid]
         while stack:

@@ -15,6 +15,7 @@ import pytest
 from assetcdn.edge.server import WORKER_MAX_RESTARTS
 from tests.integration.harness import (
     KEYS,
+    child_processes,
     free_port_block,
     running,
     start_cdn,
@@ -26,25 +27,17 @@ from tests.support.wait import WAIT_S
 pytestmark = pytest.mark.integration
 
 
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if ppid == pid:
-                found.append(int(entry.name))
-    return found
+def workers_of(edge: int) -> list[int]:
+    """The worker processes of the edge process `edge`: its fork server (its child)'s children."""
+    children = child_processes()
+    return [worker for server in children.get(edge, []) for worker in children.get(server, [])]
 
 
 def test_a_killed_edge_worker_is_started_again_by_its_edge(tmp_path: Path) -> None:
     cdn = start_cdn(tmp_path, edges=1, workers=2)
     try:
         [edge] = cdn.pids("--name edge-0")
-        # The edge's fork server is its child, and the workers are the fork server's.
-        workers = [worker for server in children(edge) for worker in children(server)]
+        workers = workers_of(edge)
         assert len(workers) == 2, workers
         killed = workers[0]
         os.kill(killed, signal.SIGKILL)
@@ -57,9 +50,6 @@ def test_a_killed_edge_worker_is_started_again_by_its_edge(tmp_path: Path) -> No
     assert "edge-0 exited" not in cdn.log_path.read_text()  # not `up` restarting the whole edge
 
 
-def workers_of(edge: int) -> list[int]:
-    """The worker processes of the edge process `edge`: its fork server's children."""
-    return [worker for server in children(edge) for worker in children(server)]
 
 
 def test_an_edge_whose_workers_keep_dying_stops_with_status_1(tmp_path: Path) -> None:

@@ -48,6 +48,14 @@ def own_shield(cdn: HitCdn, stem: str) -> str:
     return next(name for name in names if cdn.node.shields.shield_for(pull_path_tag(ZONE, name)) is None)
 
 
+def siblings_path(cdn: HitCdn, stem: str) -> str:
+    """A path the fleet's choice gives to the hit site worker's sibling, whatever `[origin] shield_siblings` says."""
+    peers = cdn.node.shields.peers()
+    names = (f"/{stem}-{i}.txt" for i in itertools.count())
+    return next(name for name in names
+                if (peer := rendezvous(pull_path_tag(ZONE, name), peers)) is not None and peer.name != cdn.node.name)
+
+
 async def on_disk(cdn: HitCdn, name: str, etag: str, stored_after: float = 0.0) -> None:
     """Returns once the shared disk tier holds `name`'s response of `etag`, stored after `stored_after` (a small
     fill's body may reach its client before its batch is written)."""
@@ -382,10 +390,7 @@ async def test_with_shield_siblings_off_a_worker_fetches_a_path_its_sibling_shie
     no shield hop (no shield member in Cache-Status); the sibling then answers it from the shared disk tier, the
     origin asked once."""
     cdn, origin = siblings_unshielded
-    shields = cdn.node.shields
-    names = (f"/by-sibling-{i}.txt" for i in itertools.count())
-    name = next(name for name in names if (peer := rendezvous(pull_path_tag(ZONE, name), shields.peers())) is not None
-                and peer.name != shields._member)
+    name = siblings_path(cdn, "by-sibling")
     origin.answer(name, b"fetched here", headers={"Cache-Control": "max-age=600", "ETag": '"here"'})
     here, there = await cdn.plain(), await cdn.sibling()
     first = await here.request(f"/{ZONE}{name}")
