@@ -21,7 +21,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import orjson
@@ -33,6 +33,7 @@ from assetcdn.shared.published_config import PublishedConfig
 from assetcdn.shared.tls_state import TLS_STATE_PATH
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 GATEWAY_FAILURES = frozenset({502, 503, 504})  # answers that mean control itself is not there
 MAX_EDGES = 4096  # edge workers taken from control's list
 # A timeout that fires more than this many seconds after it was due fired late: the edge's own loop did not
@@ -129,17 +130,20 @@ class ControlClient:
                                      late=late) from exc
         return data
 
-    async def _until_tripped(self, call: asyncio.Future[bytes]) -> bytes:
-        """The call's result, unless the breaker opens first (another call found control down): then
-        give up at once rather than wait out this call's own timeout."""
+    async def until_tripped(self, call: asyncio.Future[T], begun: Callable[[], bool] = lambda: False) -> T:
+        """The call's result, unless the breaker opens first (another call found control down): then give up at
+        once (ControlUnavailable) rather than wait out this call's own timeout; unless `begun` says its answer has
+        begun coming (a forwarded call's, being relayed), which is waited for to its end."""
         tripped = asyncio.ensure_future(self.breaker.tripped())
         try:
             await asyncio.wait((call, tripped), return_when=asyncio.FIRST_COMPLETED)
+            if not call.done() and begun():
+                return await call
         finally:
             tripped.cancel()
             if not call.done():
                 call.cancel()
-                with contextlib.suppress(asyncio.CancelledError, ControlUnavailable, NotFoundAtControl):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
                     await call
         if call.cancelled():
             raise ControlUnavailable("control became unreachable while waiting for it", slow=True)
@@ -167,7 +171,7 @@ class ControlClient:
                 finally:
                     self._probing -= 1
             else:
-                data = await self._until_tripped(
+                data = await self.until_tripped(
                     asyncio.ensure_future(self._exchange(method, path_qs, body, headers, None)))
         except ControlUnavailable as exc:
             if exc.answered:

@@ -21,6 +21,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from assetcdn.edge.app_keys import FORWARD_SPOOL, NODE, PROXY_SESSION, SECRETS, SETTINGS
+from assetcdn.edge.control_client import ControlUnavailable
 from assetcdn.edge.proxied_body import ProxiedBody, receive_body
 from assetcdn.edge.site_config import FORWARDED
 from assetcdn.shared.cluster import FORWARDED_HEADER, sign_forwarded
@@ -95,20 +96,12 @@ async def forward_to_control(request: web.Request) -> web.StreamResponse:
     try:
         # A call waiting for control's answer gives up when the breaker opens (the edge's background calls found
         # control hung) rather than wait out proxy_timeout_s; one whose answer has begun is relayed to its end.
-        tripped = asyncio.ensure_future(control.breaker.tripped())
-        try:
-            await asyncio.wait((exchange, tripped), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            tripped.cancel()
-        if not exchange.done() and not request.get(RELAYING):
-            exchange.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ApiError):
-                await exchange
-            # Asked, and not answered: a 504 as for proxy_timeout_s, since control may yet apply what it was sent.
-            raise ApiError(504, "ControlTimeout", "The control plane stopped answering this edge while the call "
-                           "waited for it; it may still apply the call. Retry later.",
-                           headers={"Retry-After": str(max(1, round(control.breaker.open_s)))})
-        return await exchange
+        return await control.until_tripped(exchange, begun=lambda: bool(request.get(RELAYING)))
+    except ControlUnavailable:
+        # Asked, and not answered: a 504 as for proxy_timeout_s, since control may yet apply what it was sent.
+        raise ApiError(504, "ControlTimeout", "The control plane stopped answering this edge while the call "
+                       "waited for it; it may still apply the call. Retry later.",
+                       headers={"Retry-After": str(max(1, round(control.breaker.open_s)))}) from None
     finally:
         exchange.cancel()  # the client went (this handler cancelled): so does its call to control
         if body is not None:
