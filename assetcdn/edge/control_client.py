@@ -192,7 +192,8 @@ class ControlClient:
         return data
 
     def heard_from(self) -> None:
-        """Control reached this edge (a signed push): it is up, whatever our own calls last concluded."""
+        """Control reached this edge (a signed push), or answered a call forwarded to it (assetcdn/edge/proxy.py):
+        it is up, whatever our own calls last concluded."""
         self._answered()
 
     def _late_timeout_excused(self, exc: ControlUnavailable, asked_at: float) -> bool:

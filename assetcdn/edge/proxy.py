@@ -21,7 +21,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from assetcdn.edge.app_keys import FORWARD_SPOOL, NODE, PROXY_SESSION, SECRETS, SETTINGS
-from assetcdn.edge.control_client import ControlUnavailable
+from assetcdn.edge.control_client import GATEWAY_FAILURES, ControlUnavailable
 from assetcdn.edge.proxied_body import ProxiedBody, receive_body
 from assetcdn.edge.site_config import FORWARDED
 from assetcdn.shared.cluster import FORWARDED_HEADER, sign_forwarded
@@ -115,8 +115,9 @@ def _control_unreachable(open_s: float) -> ApiError:
 
 
 async def _exchange(request: web.Request, body: ProxiedBody | None, timeout_s: float) -> web.StreamResponse:
+    control = request.app[NODE].control
     # The raw (still encoded) path: decoding here would resolve `%2e%2e` before control can refuse it.
-    url = URL(request.app[NODE].control.control_url + request.rel_url.raw_path_qs, encoded=True)
+    url = URL(control.control_url + request.rel_url.raw_path_qs, encoded=True)
     session = request.app[PROXY_SESSION]
     response: web.StreamResponse | None = None
     deadline = asyncio.timeout(timeout_s)
@@ -125,6 +126,10 @@ async def _exchange(request: web.Request, body: ProxiedBody | None, timeout_s: f
             async with session.request(request.method, url, headers=_forward_headers(request, body),
                                        data=body.payload() if body is not None else None,
                                        allow_redirects=False) as upstream:
+                if upstream.status not in GATEWAY_FAILURES:
+                    # Control answered: the breaker hears it as from the edge's own calls (this call may be its
+                    # half-open probe, which no other call reports).
+                    control.heard_from()
                 headers = CIMultiDict((k, v) for k, v in upstream.headers.items()
                                       if k.lower() not in RESPONSE_SKIPPED)
                 response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)

@@ -1,9 +1,22 @@
-"""What the edge forwards to control arrives as the client sent it."""
+"""What the edge forwards to control arrives as the client sent it, and control's answer to it tells the edge's
+circuit breaker (assetcdn/edge/circuit_breaker.py) whether control is there, as the edge's own calls do."""
 
 from __future__ import annotations
 
-from tests.support.cdn import ZONE, CdnFactory
-from tests.support.control import ACCESS
+from aiohttp import ClientResponse
+
+from assetcdn.edge.circuit_breaker import CLOSED, CircuitBreaker
+from assetcdn.edge.control_client import ControlClient
+from tests.control.expect import expect_error
+from tests.edge.test_control_breaker import Clock
+from tests.support.cdn import ZONE, Cdn, CdnFactory
+from tests.support.control import ACCESS, ACCOUNT
+
+OPEN_S = 30.0  # the breaker's open period here: never waited out, the breaker's clock is moved past it
+# No background call to control during these tests (catch-up, heartbeat, analytics): the clients' calls are the only
+# ones that can report to the breaker.
+QUIET = {"ASSETCDN_EDGE_CATCHUP_INTERVAL_S": "3600", "ASSETCDN_EDGE_HEARTBEAT_INTERVAL_S": "3600",
+         "ASSETCDN_ANALYTICS_FLUSH_INTERVAL_S": "3600"}
 
 
 async def test_an_oversize_upload_through_the_edge_is_refused_from_its_content_length(
@@ -14,3 +27,30 @@ async def test_an_oversize_upload_through_the_edge_is_refused_from_its_content_l
     assert resp.status == 413
     assert "5000 bytes" in body["Message"]  # sized from Content-Length, before the body is read
     assert body["MaxSize"] == 1000
+
+
+def tripped(cdn: Cdn) -> tuple[ControlClient, Clock]:
+    """The edge's control client, its breaker opened by a timeout (control counts as hung), on a clock of the
+    test's own."""
+    control = cdn.node.control
+    clock = Clock()
+    control.breaker = CircuitBreaker(failure_threshold=1, open_s=OPEN_S, clock=clock)
+    control.breaker.failed(slow=True)
+    return control, clock
+
+
+async def zones(cdn: Cdn) -> ClientResponse:
+    return await cdn.edge.get("/api/core/zones", headers=ACCOUNT)
+
+
+async def test_a_forwarded_call_that_probes_the_breaker_closes_it_when_control_answers(make_cdn: CdnFactory) -> None:
+    """It was let through as the half-open probe and answered, but control's answer was not reported: the breaker
+    stayed half-open and refused the next forwarded calls (503 ControlUnreachable) for another `breaker_open_s`."""
+    cdn = await make_cdn(**QUIET)
+    control, clock = tripped(cdn)
+    await expect_error(await zones(cdn), 503, "ControlUnreachable")
+    clock.now += OPEN_S  # the next call is the breaker's probe
+    statuses = [(await zones(cdn)).status for _ in range(2)]  # the probe, and a call right after it
+    assert statuses == [200, 200]
+    assert control.breaker.state == CLOSED
+
