@@ -125,9 +125,7 @@ class ControlClient:
                     raise ControlUnavailable(f"control answered {resp.status} to {path_qs}",
                                              answered=resp.status not in GATEWAY_FAILURES)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            late = isinstance(exc, TimeoutError) and _fired_late(exc, limits, started)
-            raise ControlUnavailable(f"{type(exc).__name__}: {exc}", slow=isinstance(exc, TimeoutError),
-                                     late=late) from exc
+            raise unanswered(exc, limits, started) from exc
         return data
 
     async def until_tripped(self, call: asyncio.Future[T], begun: Callable[[], bool] = lambda: False) -> T:
@@ -174,22 +172,27 @@ class ControlClient:
                 data = await self.until_tripped(
                     asyncio.ensure_future(self._exchange(method, path_qs, body, headers, None)))
         except ControlUnavailable as exc:
-            if exc.answered:
-                self._answered()
-            else:
-                self.last_error = str(exc)
-                # A call that failed while another one got an answer says control is slow, not down: only
-                # failures newer than the last answer count towards opening the breaker.
-                if self.last_success <= asked_at and not self._late_timeout_excused(exc, asked_at):
-                    self.breaker.failed(slow=exc.slow)
-                    if self.failing_since is None:
-                        self.failing_since = asked_at
+            self.failed_call(exc, asked_at)
             raise
         except NotFoundAtControl:
             self._answered()
             raise
         self._answered()
         return data
+
+    def failed_call(self, exc: ControlUnavailable, asked_at: float) -> None:
+        """Tell the breaker of a call asked at `asked_at` that failed: the edge's own, or one it forwarded for a
+        client that control did not answer (assetcdn/edge/proxy.py), which may have been the half-open probe."""
+        if exc.answered:
+            self._answered()
+            return
+        self.last_error = str(exc)
+        # A call that failed while another one got an answer says control is slow, not down: only
+        # failures newer than the last answer count towards opening the breaker.
+        if self.last_success <= asked_at and not self._late_timeout_excused(exc, asked_at):
+            self.breaker.failed(slow=exc.slow)
+            if self.failing_since is None:
+                self.failing_since = asked_at
 
     def heard_from(self) -> None:
         """Control reached this edge (a signed push), or answered a call forwarded to it (assetcdn/edge/proxy.py):
@@ -256,6 +259,16 @@ class ControlClient:
     async def send(self, path: str, message: dict[str, Any]) -> dict[str, Any]:
         reply: dict[str, Any] = orjson.loads(await self._request("POST", path, message))
         return reply
+
+
+def unanswered(exc: aiohttp.ClientError | TimeoutError | OSError, limits: aiohttp.ClientTimeout,
+               started: float) -> ControlUnavailable:
+    """What a call begun at `started` under `limits` that got no answer from control says of it: a timeout
+    (`slow`: hung or cut off, and whether it fired late) or a refused or broken connection."""
+    message = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, TimeoutError):
+        return ControlUnavailable(message, slow=True, late=_fired_late(exc, limits, started))
+    return ControlUnavailable(message)
 
 
 def _fired_late(exc: TimeoutError, limits: aiohttp.ClientTimeout, started: float) -> bool:

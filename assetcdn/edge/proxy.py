@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 import aiohttp
 from aiohttp import web
@@ -21,7 +22,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from assetcdn.edge.app_keys import FORWARD_SPOOL, NODE, PROXY_SESSION, SECRETS, SETTINGS
-from assetcdn.edge.control_client import GATEWAY_FAILURES, ControlUnavailable
+from assetcdn.edge.control_client import GATEWAY_FAILURES, ControlUnavailable, unanswered
 from assetcdn.edge.proxied_body import ProxiedBody, receive_body
 from assetcdn.edge.site_config import FORWARDED
 from assetcdn.shared.cluster import FORWARDED_HEADER, sign_forwarded
@@ -44,13 +45,14 @@ RESPONSE_SKIPPED = HOP_BY_HOP | {"content-length", "server"}
 RELAYING = web.RequestKey("relaying", bool)
 # How soon a stream notices its client has gone while control has nothing to send.
 STREAM_CLIENT_CHECK_S = 1.0
+PROXY_CONNECT_S = 5.0  # a connection to control not made within this is given up
 
 
 def open_proxy_session(settings: Settings) -> aiohttp.ClientSession:
     connector = aiohttp.TCPConnector(limit=int(settings.get("edge", "proxy_pool_size")),
                                      keepalive_timeout=client_keepalive_s(settings))
     return aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
+                                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=PROXY_CONNECT_S))
 
 
 def _route_body(request: web.Request) -> RouteBody:
@@ -121,6 +123,7 @@ async def _exchange(request: web.Request, body: ProxiedBody | None, timeout_s: f
     session = request.app[PROXY_SESSION]
     response: web.StreamResponse | None = None
     deadline = asyncio.timeout(timeout_s)
+    asked_at = time.monotonic()
     try:
         async with deadline:
             async with session.request(request.method, url, headers=_forward_headers(request, body),
@@ -149,6 +152,11 @@ async def _exchange(request: web.Request, body: ProxiedBody | None, timeout_s: f
                 return response
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         if response is None or not response.prepared:
+            if response is None:
+                # Control did not answer: counted as the edge's own calls are (this call may be the breaker's
+                # half-open probe, which no other call reports).
+                limits = aiohttp.ClientTimeout(total=timeout_s, connect=PROXY_CONNECT_S)
+                control.failed_call(unanswered(exc, limits, asked_at), asked_at)
             if deadline.expired():  # not aiohttp's own connect timeout: that one means unreachable
                 raise ApiError(504, "ControlTimeout", f"The control plane did not answer within {timeout_s:g} s; "
                                "retry later.") from None

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from aiohttp import ClientResponse
 
-from assetcdn.edge.circuit_breaker import CLOSED, CircuitBreaker
+from assetcdn.edge.circuit_breaker import CLOSED, OPEN, CircuitBreaker
 from assetcdn.edge.control_client import ControlClient
 from tests.control.expect import expect_error
 from tests.edge.test_control_breaker import Clock
+from tests.integration.faults import control_check
 from tests.support.cdn import ZONE, Cdn, CdnFactory
 from tests.support.control import ACCESS, ACCOUNT
+from tests.support.sockets import loopback_listener
 
 OPEN_S = 30.0  # the breaker's open period here: never waited out, the breaker's clock is moved past it
 # No background call to control during these tests (catch-up, heartbeat, analytics): the clients' calls are the only
@@ -54,3 +56,43 @@ async def test_a_forwarded_call_that_probes_the_breaker_closes_it_when_control_a
     assert statuses == [200, 200]
     assert control.breaker.state == CLOSED
 
+
+async def test_a_forwarded_probe_that_control_refuses_lets_the_next_call_through(make_cdn: CdnFactory) -> None:
+    """A probe refused at once (control restarting) says control is not hung, as the edge's own calls report it:
+    the next forwarded call goes to control rather than being refused for another `breaker_open_s`."""
+    cdn = await make_cdn(**QUIET)
+    control, clock = tripped(cdn)
+    clock.now += OPEN_S
+    control_url = control.control_url
+    with loopback_listener() as not_listening:  # bound and not listening: connections to it are refused
+        host, port = not_listening.getsockname()
+        control.control_url = f"http://{host}:{port}"
+        try:
+            await expect_error(await zones(cdn), 503, "ControlUnreachable")
+        finally:
+            control.control_url = control_url  # control is back
+    resp = await zones(cdn)
+    assert resp.status == 200, await resp.text()
+    assert control.breaker.state == CLOSED
+
+
+async def test_a_forwarded_probe_that_control_does_not_answer_opens_the_breaker_again(make_cdn: CdnFactory) -> None:
+    """A probe that timed out left the breaker half-open, so the edge's health and its cached files went on saying
+    control was there (200, HIT) while it did not answer; it opens the breaker again, as the edge's own calls do."""
+    cdn = await make_cdn(ASSETCDN_EDGE_PROXY_TIMEOUT_S="0.5", **QUIET)
+    control, clock = tripped(cdn)
+    clock.now += OPEN_S
+    control_url = control.control_url
+    with loopback_listener() as hung:  # takes connections and never answers
+        hung.listen()
+        host, port = hung.getsockname()
+        control.control_url = f"http://{host}:{port}"
+        try:
+            await expect_error(await zones(cdn), 504, "ControlTimeout")
+        finally:
+            control.control_url = control_url
+    assert control.breaker.state == OPEN
+    resp = await cdn.edge.get("/api/health")
+    body = await resp.json()
+    assert resp.status == 503, body
+    assert control_check(body)["circuit"] == OPEN

@@ -176,7 +176,10 @@ async def test_a_control_plane_that_does_not_answer_is_given_up_on_with_504(
     stalled = web.Application()
     stalled.router.add_route("*", "/{tail:.*}", never_answers)
     control = await aiohttp_server(stalled)
-    settings = load_settings(environ={"ASSETCDN_EDGE_PROXY_TIMEOUT_S": "1", **LAZY_IMAGE_POOL})
+    # Each call's timeout counts against control as the edge's own calls' do: with the breaker open (two in a row by
+    # default) the next call would be refused at once, 503 (tests/edge/routes/test_forwarding.py).
+    settings = load_settings(environ={"ASSETCDN_EDGE_PROXY_TIMEOUT_S": "1", "ASSETCDN_EDGE_BREAKER_FAILURES": "100",
+                                      **LAZY_IMAGE_POOL})
     identity = EdgeIdentity(name="edge-t", worker=0, control_url=str(control.make_url("")).rstrip("/"),
                             cache_dir=tmp_path / "edge", advertise_host="127.0.0.1")
     client = await aiohttp_client(edge.app.create_app(settings, SECRETS, identity))
