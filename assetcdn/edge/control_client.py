@@ -98,13 +98,16 @@ class ControlClient:
             return False
         return self.failing_since is None or time.monotonic() - self.failing_since <= within_s
 
-    def refuses_client_call(self) -> bool:
+    def refuses_client_call(self, *, claim: bool = True) -> bool:
         """Whether a call made for a client (a miss's blob, a forwarded management call) is refused now: while the
         breaker refuses calls, and while the background sync is trying a control known down (it is the probe then,
         and a client need not wait on a second). A call let through while the breaker is open claims its half-open
-        probe; it gives up when the breaker opens again (`breaker.tripped`)."""
+        probe; it gives up when the breaker opens again (`breaker.tripped`). `claim` False: only whether it would be
+        refused, for a call that may yet never ask control (its request body still to come), which would hold the
+        probe without reporting."""
         breaker = self.breaker
-        return not breaker.available() or (self._probing > 0 and breaker.fails_fast) or not breaker.allow()
+        return (not breaker.available() or (self._probing > 0 and breaker.fails_fast)
+                or (claim and not breaker.allow()))
 
     def seconds_since_contact(self) -> float:
         """Since control last answered, or since this process started when it has not yet."""

@@ -85,8 +85,9 @@ async def forward_to_control(request: web.Request) -> web.StreamResponse:
     edge = request.app[SETTINGS].section("edge")
     control = request.app[NODE].control
     # Known down (assetcdn/edge/circuit_breaker.py), or being probed by the edge's background calls: say so now, not
-    # after a timeout. A call let through while the breaker is open is its half-open probe.
-    if control.refuses_client_call():
+    # after a timeout. A call let through while the breaker is open is its half-open probe, claimed once the call
+    # is sure to ask control: a body refused here would hold the probe without reporting.
+    if control.refuses_client_call(claim=not request.body_exists):
         raise _control_unreachable(control.breaker.open_s)
     body = None
     if request.body_exists:
@@ -94,6 +95,9 @@ async def forward_to_control(request: web.Request) -> web.StreamResponse:
         with body_deadline(request, request.app[SETTINGS]), in_route_envelope(route):
             body = await receive_body(request, route.limit, int(edge["proxy_body_memory_kb"]) * 1024,
                                       request.app[FORWARD_SPOOL])
+        if control.refuses_client_call():
+            body.close()
+            raise _control_unreachable(control.breaker.open_s)
     exchange = asyncio.ensure_future(_exchange(request, body, float(edge["proxy_timeout_s"])))
     try:
         # A call waiting for control's answer gives up when the breaker opens (the edge's background calls found

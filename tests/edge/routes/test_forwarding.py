@@ -96,3 +96,18 @@ async def test_a_forwarded_probe_that_control_does_not_answer_opens_the_breaker_
     body = await resp.json()
     assert resp.status == 503, body
     assert control_check(body)["circuit"] == OPEN
+
+
+async def test_a_forwarded_call_whose_body_is_refused_does_not_hold_the_probe(make_cdn: CdnFactory) -> None:
+    """The half-open probe was claimed before the call's body was received, so a body the edge refuses (here one
+    that does not decode, 400) took the probe without asking control: the breaker stayed half-open, and the next
+    forwarded calls were refused 503 ControlUnreachable for another `breaker_open_s`."""
+    cdn = await make_cdn(**QUIET)
+    control, clock = tripped(cdn)
+    clock.now += OPEN_S
+    resp = await cdn.edge.put(f"/api/storage/{ZONE}/v1/broken/probe.txt", data=b"this is not gzip at all",
+                              headers={**ACCESS, "Content-Encoding": "gzip", "Connection": "close"})
+    await expect_error(resp, 400, "InvalidBody")  # (the edge closes the connection of a body it did not read whole)
+    resp = await zones(cdn)
+    assert resp.status == 200, await resp.text()
+    assert control.breaker.state == CLOSED
