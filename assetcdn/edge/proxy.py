@@ -133,9 +133,10 @@ async def _exchange(request: web.Request, body: ProxiedBody | None, timeout_s: f
             async with session.request(request.method, url, headers=_forward_headers(request, body),
                                        data=body.payload() if body is not None else None,
                                        allow_redirects=False) as upstream:
-                if upstream.status not in GATEWAY_FAILURES:
-                    # Control answered: the breaker hears it as from the edge's own calls (this call may be its
-                    # half-open probe, which no other call reports).
+                # Control answered: the breaker hears it as from the edge's own calls (this call may be its half-open
+                # probe, which no other call reports). A 502-504 is control's own (DatabaseBusy, AiBusy) when it
+                # carries this call's id, which control echoes and a proxy in front of it does not.
+                if upstream.status not in GATEWAY_FAILURES or upstream.headers.get("X-Request-ID") == request[REQUEST_ID]:
                     control.heard_from()
                 headers = CIMultiDict((k, v) for k, v in upstream.headers.items()
                                       if k.lower() not in RESPONSE_SKIPPED)

@@ -3,11 +3,14 @@ circuit breaker (assetcdn/edge/circuit_breaker.py) whether control is there, as 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from aiohttp import ClientResponse
 
 from assetcdn.edge.circuit_breaker import CLOSED, OPEN, CircuitBreaker
 from assetcdn.edge.control_client import ControlClient
 from tests.control.expect import expect_error
+from tests.control.storage.test_database_writes import write_lock_held
 from tests.edge.test_control_breaker import Clock
 from tests.integration.faults import control_check
 from tests.support.cdn import ZONE, Cdn, CdnFactory
@@ -108,6 +111,22 @@ async def test_a_forwarded_call_whose_body_is_refused_does_not_hold_the_probe(ma
     resp = await cdn.edge.put(f"/api/storage/{ZONE}/v1/broken/probe.txt", data=b"this is not gzip at all",
                               headers={**ACCESS, "Content-Encoding": "gzip", "Connection": "close"})
     await expect_error(resp, 400, "InvalidBody")  # (the edge closes the connection of a body it did not read whole)
+    resp = await zones(cdn)
+    assert resp.status == 200, await resp.text()
+    assert control.breaker.state == CLOSED
+
+
+async def test_a_forwarded_probe_that_control_answers_503_itself_closes_the_breaker(make_cdn: CdnFactory,
+                                                                                  tmp_path: Path) -> None:
+    """Control's own 503 (DatabaseBusy here; AiBusy, NotConfigured) is an answer, though a proxy in front of it
+    answers 502-504 too: the breaker stayed half-open and the next forwarded calls were refused 503
+    ControlUnreachable for another `breaker_open_s`. Control's answer carries the call's request id."""
+    cdn = await make_cdn(ASSETCDN_CONTROL_SQLITE_BUSY_TIMEOUT_MS="100", **QUIET)
+    control, clock = tripped(cdn)
+    clock.now += OPEN_S
+    with write_lock_held(tmp_path / "data" / "control.sqlite3"):  # (tests/support/cdn.py: control's data)
+        resp = await cdn.edge.post("/api/core/zones", json={"Name": "busy"}, headers=ACCOUNT)
+        await expect_error(resp, 503, "DatabaseBusy")
     resp = await zones(cdn)
     assert resp.status == 200, await resp.text()
     assert control.breaker.state == CLOSED
