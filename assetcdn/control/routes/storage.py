@@ -175,15 +175,8 @@ async def put_file(request: web.Request) -> web.Response:
 
 
 def _newest_below(request: web.Request, dir_path: str) -> dict[str, str]:
-    """{child directory of `dir_path`: the time of the newest file below it}, one pass over the manifest."""
-    prefix = cdn_path_of(f"{dir_path}/")
-    newest: dict[str, str] = {}
-    for path, entry in request.app[MANIFEST].entries.items():
-        if path.startswith(prefix) and "/" in (rest := path[len(prefix):]):
-            child = rest.split("/", 1)[0]
-            if entry.modified > newest.get(child, ""):  # one ISO form (from_unix): text order is time order
-                newest[child] = entry.modified
-    return newest
+    """{child directory of `dir_path`: the time of the newest file below it}, from the manifest's index."""
+    return request.app[MANIFEST].newest_below(cdn_path_of(f"{dir_path}/").rstrip("/"))
 
 
 def _entry_json(request: web.Request, dir_path: str, name: str, is_dir: bool, size: int,

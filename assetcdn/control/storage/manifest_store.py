@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from assetcdn.control.storage.database import Database, Transaction, to_the_end
+from assetcdn.control.storage.directory_index import DirectoryIndex
 from assetcdn.control.storage.git_store import CommitResult, FileChange, GitStore
 from assetcdn.shared.generation_push import PushedChange, PushedPurge
 from assetcdn.shared.manifest import ManifestChange, ManifestEntry, make_entry
@@ -69,7 +70,8 @@ class ManifestStore:
     def __init__(self, git: GitStore, db: Database) -> None:
         self.git = git
         self.db = db
-        self.entries: dict[str, ManifestEntry] = {}
+        self.entries: dict[str, ManifestEntry] = {}  # changed only here, with `_directories` (its index)
+        self._directories = DirectoryIndex()
         self.generation = 0
         self.commit_id: str | None = None
 
@@ -88,6 +90,7 @@ class ManifestStore:
                 entry = await self._entry_for(f.path, f.blob_id, f.size, modified, hashes)
                 entries[entry.path] = entry
         self.entries = entries
+        self._directories = DirectoryIndex(entries.values())
         self.generation = last_generation
         self.commit_id = last_commit
         if head != last_commit and head is not None:
@@ -185,10 +188,12 @@ class ManifestStore:
             await tx.execute("DELETE FROM manifest_generations WHERE generation <= ?",
                              (generation.generation - HISTORY_KEPT,))
         for path, entry in prepared.updates.items():
-            if entry is None:
-                self.entries.pop(path, None)
-            else:
+            previous = self.entries.pop(path, None) if entry is None else self.entries.get(path)
+            if previous is not None:
+                self._directories.remove(previous)
+            if entry is not None:
                 self.entries[path] = entry
+                self._directories.add(entry)
         self.generation = generation.generation
         self.commit_id = generation.commit_id
         return generation
@@ -231,6 +236,11 @@ class ManifestStore:
 
     def snapshot(self) -> list[ManifestEntry]:
         return list(self.entries.values())
+
+    def newest_below(self, directory: str) -> dict[str, str]:
+        """{subdirectory of `directory` (a CDN path, "" the root): the time of its newest file}, from the index:
+        as many steps as the directory has subdirectories (and, for one whose newest file went, its files)."""
+        return self._directories.newest_below(directory)
 
     def zone_entries(self, zone: str) -> list[ManifestEntry]:
         return [e for e in self.entries.values() if e.zone == zone]

@@ -1,0 +1,87 @@
+"""The manifest's files by directory, so that a storage listing costs what the directory holds.
+
+A listing dates each subdirectory by the newest file below it (docs/api-guide.md, "Storage"). The index is a tree of
+the CDN paths' directories: each holds its own files (by name, the entries themselves) and its subdirectories, and
+keeps the time of the newest file below it. A file added raises the times on its way down; a file removed that was
+the newest of a directory forgets that directory's time (and its parents'), found again from its children when a
+listing asks for it. A directory left without files is removed, as no path names it any more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from assetcdn.shared.manifest import ManifestEntry
+
+
+class _Directory:
+    __slots__ = ("dirs", "files", "newest")
+
+    def __init__(self) -> None:
+        self.files: dict[str, ManifestEntry] = {}   # by `entry.name` (its path's last part): no string of its own
+        self.dirs: dict[str, _Directory] = {}
+        self.newest: str | None = ""                # None: not known since its newest file went
+
+    def newest_below(self) -> str:
+        """The time of the newest file below this directory ("" when it holds none)."""
+        if self.newest is None:
+            times = [entry.modified for entry in self.files.values()]
+            times.extend(child.newest_below() for child in self.dirs.values())
+            self.newest = max(times, default="")  # one ISO form (from_unix): text order is time order
+        return self.newest
+
+
+class DirectoryIndex:
+    def __init__(self, entries: Iterable[ManifestEntry] = ()) -> None:
+        self._root = _Directory()
+        for entry in entries:
+            self.add(entry)
+
+    def add(self, entry: ManifestEntry) -> None:
+        """Index `entry`, a path not indexed (`remove` the one it replaces first)."""
+        directory = self._root
+        modified = entry.modified
+        for part in entry.path.split("/")[:-1]:
+            if directory.newest is not None and modified > directory.newest:
+                directory.newest = modified
+            child = directory.dirs.get(part)
+            if child is None:
+                child = directory.dirs[part] = _Directory()
+            directory = child
+        if directory.newest is not None and modified > directory.newest:
+            directory.newest = modified
+        directory.files[entry.name] = entry
+
+    def remove(self, entry: ManifestEntry) -> None:
+        """Forget `entry`, an indexed path's entry."""
+        parts = entry.path.split("/")[:-1]
+        trail = [self._root]
+        for part in parts:
+            child = trail[-1].dirs.get(part)
+            if child is None:
+                return
+            trail.append(child)
+        if trail[-1].files.pop(entry.name, None) is None:
+            return
+        for directory in trail:
+            if directory.newest is not None and entry.modified >= directory.newest:
+                directory.newest = None
+        for parent, part, directory in zip(reversed(trail[:-1]), reversed(parts), reversed(trail[1:]), strict=True):
+            if directory.files or directory.dirs:
+                break
+            del parent.dirs[part]
+
+    def _directory(self, path: str) -> _Directory | None:
+        directory: _Directory | None = self._root
+        for part in path.split("/") if path else ():
+            directory = directory.dirs.get(part)
+            if directory is None:
+                break
+        return directory
+
+    def newest_below(self, path: str) -> dict[str, str]:
+        """{subdirectory of directory `path` (a CDN path, "" the root): the time of the newest file below it}."""
+        directory = self._directory(path)
+        if directory is None:
+            return {}
+        return {name: child.newest_below() for name, child in directory.dirs.items()}
