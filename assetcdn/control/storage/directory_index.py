@@ -1,4 +1,4 @@
-"""The manifest's files by directory, so that a storage listing costs what the directory holds.
+"""The manifest's files by directory, so that a storage listing (or a zone's files) costs what the directory holds.
 
 A listing dates each subdirectory by the newest file below it (docs/api-guide.md, "Storage"). The index is a tree of
 the CDN paths' directories: each holds its own files (by name, the entries themselves) and its subdirectories, and
@@ -29,6 +29,11 @@ class _Directory:
             times.extend(child.newest_below() for child in self.dirs.values())
             self.newest = max(times, default="")  # one ISO form (from_unix): text order is time order
         return self.newest
+
+    def collect(self, into: list[ManifestEntry]) -> None:
+        into.extend(self.files.values())
+        for child in self.dirs.values():
+            child.collect(into)
 
 
 class DirectoryIndex:
@@ -85,3 +90,10 @@ class DirectoryIndex:
         if directory is None:
             return {}
         return {name: child.newest_below() for name, child in directory.dirs.items()}
+
+    def entries_below(self, path: str) -> list[ManifestEntry]:
+        """The entries of every file below directory `path` (a CDN path)."""
+        found: list[ManifestEntry] = []
+        if (directory := self._directory(path)) is not None:
+            directory.collect(found)
+        return found

@@ -243,4 +243,5 @@ class ManifestStore:
         return self._directories.newest_below(directory)
 
     def zone_entries(self, zone: str) -> list[ManifestEntry]:
-        return [e for e in self.entries.values() if e.zone == zone]
+        """A zone's files (a zone is its paths' first part: assetcdn/shared/manifest.py `classify`), from the index."""
+        return self._directories.entries_below(zone) if zone else []

@@ -118,7 +118,7 @@ class PassedOver(dict[str, ManifestEntry]):
     """The manifest's entries, refusing to be passed over whole: look-ups only."""
 
     def _whole(self, *_args: Any) -> NoReturn:
-        raise AssertionError("the listing passed over the whole manifest")
+        raise AssertionError("passed over the whole manifest")
 
     __iter__ = items = values = keys = _whole  # type: ignore[assignment]
 
@@ -131,6 +131,36 @@ async def test_a_listing_does_not_pass_over_the_whole_manifest(control: TestClie
     manifest.entries = PassedOver(manifest.entries)
     for path in ("", "akande/", "akande/v1/", "akande/v1/logos/"):
         assert await directories(control, path) is not None
+
+
+async def test_a_zones_files_are_found_without_a_pass_over_the_whole_manifest(control: TestClient, zone: str) -> None:
+    """A zone's details (and the answers about its origin, which count its files) passed over every file of the
+    manifest; they read the zone's own, through each kind of change."""
+    manifest = control.app[MANIFEST]
+    manifest.entries = PassedOver(manifest.entries)
+
+    async def files(name: str = "akande") -> list[str]:
+        resp = await control.get(f"/api/core/zones/{name}", headers=ACCOUNT)
+        assert resp.status == 200, await resp.text()
+        detail = await resp.json()
+        assert detail["FileCount"] == len(detail["Files"])
+        return [f["Path"] for f in detail["Files"]]
+
+    assert await files() == []
+    await put(control, "akande/v1/logos/b.svg")
+    await put(control, "akande/v1/icons/a.svg")
+    await put(control, "akande/v1/icons/a.svg", b"<svg>new</svg>")
+    assert await files() == ["akande/v1/icons/a.svg", "akande/v1/logos/b.svg"]
+    await delete(control, "akande/v1/icons/")
+    assert await files() == ["akande/v1/logos/b.svg"]
+    resp = await control.post("/api/core/zones", json={"Name": "akande-2"}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    await put(control, "akande-2/v1/logos/c.svg")
+    assert (await files(), await files("akande-2")) == (["akande/v1/logos/b.svg"], ["akande-2/v1/logos/c.svg"])
+    assert (await control.delete("/api/core/zones/akande", headers=ACCOUNT)).status == 200
+    resp = await control.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    assert (await files(), await files("akande-2")) == ([], ["akande-2/v1/logos/c.svg"])
 
 
 def newest_below_by_a_pass(entries: dict[str, ManifestEntry], directory: str) -> dict[str, str]:
@@ -161,6 +191,9 @@ def test_the_index_answers_as_a_pass_over_the_manifest_through_random_changes() 
             index.add(entries[path])
         directory = rng.choice(["", *directories_, "a/b/c/none", "none"])
         assert index.newest_below(directory) == newest_below_by_a_pass(entries, directory), (step, directory)
+        if directory:  # a zone's files, as the zone's directory
+            below = sorted(path for path in entries if path.startswith(f"{directory}/"))
+            assert sorted(e.path for e in index.entries_below(directory)) == below, (step, directory)
     assert DirectoryIndex(entries.values()).newest_below("") == index.newest_below("")
     for entry in list(entries.values()):
         index.remove(entry)
