@@ -210,6 +210,8 @@ async def _list_directory(request: web.Request, raw: str) -> web.Response:
     dir_path = path.repo_path or CLIENT_ROOT
     git = request.app[GIT]
     children = await git.run(git.list_dir, dir_path)
+    if children is None and dir_path in (CLIENT_ROOT, STOCK_ROOT):
+        children = []  # a storage root always is (it cannot be deleted): git keeps no empty directory
     if children is None:
         raise not_found(f"Directory '{raw or '/'}' does not exist.", target="path", code="DirectoryNotFound")
     newest = _newest_below(request, dir_path) if any(is_dir for _name, is_dir, _oid, _size in children) else {}

@@ -347,6 +347,20 @@ class TestRead:
         entries = await resp.json()
         assert [(e["ObjectName"], e["IsDirectory"], e["Path"]) for e in entries] == [("akande", True, "/clients/")]
 
+    async def test_a_storage_root_without_files_lists_as_empty(self, control: TestClient) -> None:
+        """A storage root with nothing in it (no zone yet, or the last one deleted; no stock file) was 404
+        DirectoryNotFound, a root a client cannot delete said not to exist; it lists as empty."""
+        for path in ("", "clients/", "stocks/"):
+            resp = await control.get(f"/api/storage/{path}", headers=ACCESS)
+            assert (resp.status, await resp.json()) == (200, []), path
+        resp = await control.post("/api/core/zones", json={"Name": "akande"}, headers=ACCOUNT)
+        assert resp.status == 201
+        assert (await control.delete("/api/core/zones/akande", headers=ACCOUNT)).status == 200
+        resp = await control.get("/api/storage/", headers=ACCESS)
+        assert (resp.status, await resp.json()) == (200, [])
+        head = await control.head("/api/storage/", headers=ACCESS)
+        assert head.status == 200 and head.headers["Content-Length"] == "2"
+
     async def test_listing_a_missing_directory_is_404(self, control: TestClient, zone: str) -> None:
         await expect_error(await control.get("/api/storage/akande/v2/", headers=ACCESS), 404, "DirectoryNotFound")
 
