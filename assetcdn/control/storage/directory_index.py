@@ -77,11 +77,12 @@ class DirectoryIndex:
             del parent.dirs[part]
 
     def _directory(self, path: str) -> _Directory | None:
-        directory: _Directory | None = self._root
+        directory = self._root
         for part in path.split("/") if path else ():
-            directory = directory.dirs.get(part)
-            if directory is None:
-                break
+            child = directory.dirs.get(part)
+            if child is None:
+                return None
+            directory = child
         return directory
 
     def newest_below(self, path: str) -> dict[str, str]:
