@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import random
-from typing import Any, NoReturn
 
 import pytest
 from aiohttp.test_utils import TestClient
@@ -14,6 +13,7 @@ from assetcdn.control.storage.directory_index import DirectoryIndex
 from assetcdn.control.storage.service import GIT, MANIFEST
 from assetcdn.shared.manifest import ManifestEntry, make_entry
 from assetcdn.shared.timestamps import from_unix
+from tests.control.storage.manifest_passes import refuse_passes
 from tests.support.control import ACCESS, ACCOUNT
 
 
@@ -114,21 +114,11 @@ async def test_directories_are_dated_by_the_manifest_built_again_at_start(
     assert (await directories(control, "akande/v1/"))["logos"] == file["LastChanged"]
 
 
-class PassedOver(dict[str, ManifestEntry]):
-    """The manifest's entries, refusing to be passed over whole: look-ups only."""
-
-    def _whole(self, *_args: Any) -> NoReturn:
-        raise AssertionError("passed over the whole manifest")
-
-    __iter__ = items = values = keys = _whole  # type: ignore[assignment]
-
-
 async def test_a_listing_does_not_pass_over_the_whole_manifest(control: TestClient, zone: str) -> None:
     """Listing a directory with subdirectories passed over every file of the manifest on control's event loop (about
     50 ms at 100,000 files, every other request of control waiting); it reads what the directory holds."""
     await put(control, "akande/v1/logos/a.svg")
-    manifest = control.app[MANIFEST]
-    manifest.entries = PassedOver(manifest.entries)
+    refuse_passes(control)
     for path in ("", "akande/", "akande/v1/", "akande/v1/logos/"):
         assert await directories(control, path) is not None
 
@@ -136,8 +126,7 @@ async def test_a_listing_does_not_pass_over_the_whole_manifest(control: TestClie
 async def test_a_zones_files_are_found_without_a_pass_over_the_whole_manifest(control: TestClient, zone: str) -> None:
     """A zone's details (and the answers about its origin, which count its files) passed over every file of the
     manifest; they read the zone's own, through each kind of change."""
-    manifest = control.app[MANIFEST]
-    manifest.entries = PassedOver(manifest.entries)
+    refuse_passes(control)
 
     async def files(name: str = "akande") -> list[str]:
         resp = await control.get(f"/api/core/zones/{name}", headers=ACCOUNT)
