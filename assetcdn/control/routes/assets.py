@@ -87,8 +87,8 @@ async def asset_metadata(request: web.Request) -> web.Response:
         raise not_found(f"Asset '{path}' does not exist.", target="path", code="AssetNotFound")
     directory = posixpath.dirname(entry.path)
     base = posixpath.splitext(entry.name)[0]
-    formats = sorted({e.format for e in manifest.entries.values()
-                      if posixpath.dirname(e.path) == directory and posixpath.splitext(e.name)[0] == base and e.format})
+    formats = sorted({e.format for e in manifest.directory_entries(directory)
+                      if posixpath.splitext(e.name)[0] == base and e.format})
     base_url = public_url(request.app)
     return json_response({
         "Path": entry.path, "Name": entry.name, "Project": entry.zone, "Category": entry.category,

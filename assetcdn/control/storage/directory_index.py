@@ -1,4 +1,5 @@
-"""The manifest's files by directory, so that a storage listing (or a zone's files) costs what the directory holds.
+"""The manifest's files by directory, so that a storage listing (a zone's files, an asset's siblings) costs what the
+directory holds.
 
 A listing dates each subdirectory by the newest file below it (docs/api-guide.md, "Storage"). The index is a tree of
 the CDN paths' directories: each holds its own files (by name, the entries themselves) and its subdirectories, and
@@ -91,6 +92,11 @@ class DirectoryIndex:
         if directory is None:
             return {}
         return {name: child.newest_below() for name, child in directory.dirs.items()}
+
+    def files_in(self, path: str) -> list[ManifestEntry]:
+        """The entries of the files directly in directory `path` (a CDN path, "" the root)."""
+        directory = self._directory(path)
+        return [] if directory is None else list(directory.files.values())
 
     def entries_below(self, path: str) -> list[ManifestEntry]:
         """The entries of every file below directory `path` (a CDN path)."""

@@ -242,6 +242,10 @@ class ManifestStore:
         as many steps as the directory has subdirectories (and, for one whose newest file went, its files)."""
         return self._directories.newest_below(directory)
 
+    def directory_entries(self, directory: str) -> list[ManifestEntry]:
+        """The files directly in `directory` (a CDN path, "" the root), from the index."""
+        return self._directories.files_in(directory)
+
     def zone_entries(self, zone: str) -> list[ManifestEntry]:
         """A zone's files (a zone is its paths' first part: assetcdn/shared/manifest.py `classify`), from the index."""
         return self._directories.entries_below(zone) if zone else []

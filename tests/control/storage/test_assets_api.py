@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient
 from yarl import URL
 
 from tests.control.expect import expect_error, parse_time
+from tests.control.storage.manifest_passes import refuse_passes
 from tests.support.control import ACCESS, ACCOUNT
 
 # (storage path, size): two zones, several categories and formats, distinct sizes.
@@ -161,6 +162,24 @@ class TestMetadata:
         # Sibling variants with the same base name; bantu/v1/icons/akande.png is not one.
         assert body["AvailableFormats"] == ["png", "svg", "webp"]
         parse_time(body["DateFetched"])
+
+    async def test_an_assets_formats_are_found_among_its_directorys_files(self, catalog: TestClient) -> None:
+        """An asset's AvailableFormats were found by a pass over every file of the manifest on control's event loop
+        (82 ms at 100,000 files, every other request of control waiting meanwhile); they are read from its
+        directory's files, kept in step with each change."""
+        refuse_passes(catalog)
+
+        async def formats(path: str) -> list[str]:
+            resp = await catalog.get("/api/assets/metadata", params={"path": path}, headers=ACCESS)
+            assert resp.status == 200, await resp.text()
+            return list((await resp.json())["AvailableFormats"])
+
+        assert await formats("akande/v1/logos/akande.svg") == ["png", "svg", "webp"]
+        assert (await catalog.delete("/api/storage/akande/v1/logos/akande.webp", headers=ACCESS)).status == 200
+        resp = await catalog.put("/api/storage/akande/v1/logos/akande.avif", data=b"avif", headers=ACCESS)
+        assert resp.status == 201
+        assert await formats("akande/v1/logos/akande.png") == ["avif", "png", "svg"]
+        assert await formats("bantu/v1/icons/akande.png") == ["png"]
 
     async def test_urls_of_a_name_with_a_space_or_plus_name_that_asset(self, catalog: TestClient) -> None:
         """A name may hold a space, `+`, `=`... (assetcdn/shared/paths.py): the URLs were the path as it is, so a

@@ -180,6 +180,8 @@ def test_the_index_answers_as_a_pass_over_the_manifest_through_random_changes() 
             index.add(entries[path])
         directory = rng.choice(["", *directories_, "a/b/c/none", "none"])
         assert index.newest_below(directory) == newest_below_by_a_pass(entries, directory), (step, directory)
+        in_it = sorted(path for path in entries if path.rsplit("/", 1)[0] == directory)
+        assert sorted(e.path for e in index.files_in(directory)) == in_it, (step, directory)
         if directory:  # a zone's files, as the zone's directory
             below = sorted(path for path in entries if path.startswith(f"{directory}/"))
             assert sorted(e.path for e in index.entries_below(directory)) == below, (step, directory)
