@@ -47,7 +47,10 @@ async def list_assets(request: web.Request) -> web.StreamResponse:
     page = _int(q.get("page"), 1, 1, 10**9)
     per_page = _int(q.get("per_page"), 50, 1, 200)
     needle = text.lower() if text else None
-    matches = [e for e in request.app[MANIFEST].entries.values()
+    manifest = request.app[MANIFEST]
+    # One project's: its own files (the manifest's index), not a pass over every file of the catalog.
+    candidates = manifest.entries.values() if project is None else manifest.zone_entries(project)
+    matches = [e for e in candidates
                if (project is None or e.zone == project) and (category is None or e.category == category)
                and (fmt is None or e.format == fmt)
                and (needle is None or needle in e.name.lower() or needle in e.path.lower())]

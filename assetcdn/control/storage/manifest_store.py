@@ -247,5 +247,11 @@ class ManifestStore:
         return self._directories.files_in(directory)
 
     def zone_entries(self, zone: str) -> list[ManifestEntry]:
-        """A zone's files (a zone is its paths' first part: assetcdn/shared/manifest.py `classify`), from the index."""
-        return self._directories.entries_below(zone) if zone else []
+        """A zone's files, from the index: a zone is its paths' first part (assetcdn/shared/manifest.py `classify`),
+        so they are those below its directory, and a file of its name at the root."""
+        if not zone or "/" in zone:
+            return []
+        found = self._directories.entries_below(zone)
+        if (at_the_root := self.entries.get(zone)) is not None:
+            found.append(at_the_root)
+        return found

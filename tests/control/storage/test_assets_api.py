@@ -94,6 +94,17 @@ async def test_filters(catalog: TestClient, query: dict[str, str], expected: set
     assert filters["Query"] == query.get("q")
 
 
+async def test_a_projects_assets_are_found_without_a_pass_over_the_whole_catalog(catalog: TestClient) -> None:
+    """The catalog of one project (GET /api/assets?project=) passed over every file of the manifest on control's event
+    loop (12-17 ms at 100,000 files); it reads the project's own files."""
+    refuse_passes(catalog)
+    body = await listing(catalog, project="akande", sort="size")
+    assert paths(body) == sorted((p for p in FILES if p.startswith("akande/")), key=FILES.__getitem__)
+    assert body["Pagination"]["TotalItems"] == 5
+    for project in ("akande/v1", "akande/v1/logos", "nobody", "stocks"):  # a project is a zone, not a directory
+        assert paths(await listing(catalog, project=project)) == [], project
+
+
 async def test_sort_by_size_both_orders(catalog: TestClient) -> None:
     ascending = await listing(catalog, sort="size")
     sizes = [a["size"] for a in ascending["Data"]]
