@@ -17,7 +17,7 @@ from assetcdn.shared.middleware import json_response
 from assetcdn.shared.paths import InvalidPath, parse_cdn_path
 from assetcdn.shared.timestamps import utc_now_iso
 
-SORT_KEYS = {
+SORT_KEYS = {  # each value ends in the path: one per file (ManifestStore.ordered)
     "name": lambda e: (e.name.lower(), e.path),
     "size": lambda e: (e.size, e.path),
     "project": lambda e: (e.zone, e.path),
@@ -48,13 +48,18 @@ async def list_assets(request: web.Request) -> web.StreamResponse:
     per_page = _int(q.get("per_page"), 50, 1, 200)
     needle = text.lower() if text else None
     manifest = request.app[MANIFEST]
-    # One project's: its own files (the manifest's index), not a pass over every file of the catalog.
-    candidates = manifest.entries.values() if project is None else manifest.zone_entries(project)
-    matches = [e for e in candidates
-               if (project is None or e.zone == project) and (category is None or e.category == category)
-               and (fmt is None or e.format == fmt)
-               and (needle is None or needle in e.name.lower() or needle in e.path.lower())]
-    matches.sort(key=SORT_KEYS[sort], reverse=descending)
+    # One project's: its own files (the manifest's index), sorted; the whole catalog's: in the order the manifest
+    # keeps (keys end in the path, one per file: reversed is the descending sort). Never every file sorted again.
+    key = SORT_KEYS[sort]
+    if project is not None:
+        matches = sorted((e for e in manifest.zone_entries(project) if e.zone == project), key=key, reverse=descending)
+    else:
+        matches = manifest.ordered(key)
+        if descending:
+            matches = matches[::-1]
+    if category is not None or fmt is not None or needle is not None:
+        matches = [e for e in matches if (category is None or e.category == category) and (fmt is None or e.format == fmt)
+                   and (needle is None or needle in e.name.lower() or needle in e.path.lower())]
     total = len(matches)
     window = matches[(page - 1) * per_page: page * per_page]
     head = {"Pagination": {"Page": page, "PerPage": per_page, "TotalItems": total,
