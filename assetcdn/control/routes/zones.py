@@ -29,7 +29,7 @@ from assetcdn.shared.address_guard import (
     name_problem,
 )
 from assetcdn.shared.errors import bad_request, conflict, not_found
-from assetcdn.shared.manifest import ManifestEntry, human_size, zone_tag
+from assetcdn.shared.manifest import human_size, zone_tag
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.paths import CLIENT_ROOT, ZONE_CATEGORIES, validate_zone_name
 from assetcdn.shared.pull_origin import OriginProblem, PullOrigin, parse_new_origin
@@ -48,14 +48,14 @@ async def zone_names(request: web.Request) -> list[str]:
 
 
 def _summary(request: web.Request, name: str, meta: ZoneMeta | None,
-             entries: list[ManifestEntry], origin: PullOrigin | None) -> dict[str, Any]:
-    used = sum(e.size for e in entries)
+             totals: tuple[int, int, list[str]], origin: PullOrigin | None) -> dict[str, Any]:
+    """A zone's description; `totals`: its files, bytes and sorted categories (ManifestStore.zone_totals)."""
+    files, used, categories = totals
     return {
         "Kind": "pull" if origin else "storage", "Origin": origin.public_json() if origin else None,
         "Id": name, "Name": name, "StorageZoneName": STORAGE_ZONE_NAME,
         "OriginUrl": f"{public_url(request.app)}/{name}/",
-        "FileCount": len(entries), "StorageUsed": used, "StorageUsedHuman": human_size(used),
-        "Categories": sorted({e.category for e in entries if e.category}),
+        "FileCount": files, "StorageUsed": used, "StorageUsedHuman": human_size(used), "Categories": categories,
         "DateCreated": as_iso_utc(meta.created_at) if meta else utc_now_iso(),
         "Enabled": meta.enabled if meta else True, "Suspended": meta.suspended if meta else False,
     }
@@ -73,11 +73,8 @@ async def require_zone(request: web.Request) -> str:
 async def list_zones(request: web.Request) -> web.Response:
     metas = await request.app[ZONES].all()
     manifest = request.app[MANIFEST]
-    by_zone: dict[str, list[ManifestEntry]] = {}
-    for entry in manifest.entries.values():
-        by_zone.setdefault(entry.zone, []).append(entry)
     origins = await request.app[EDGE_CONFIG].origins()
-    zones = [_summary(request, name, metas.get(name), by_zone.get(name, []), origins.get(name))
+    zones = [_summary(request, name, metas.get(name), manifest.zone_totals(name), origins.get(name))
              for name in await zone_names(request)]
     return json_response(zones)
 
@@ -85,7 +82,8 @@ async def list_zones(request: web.Request) -> web.Response:
 async def get_zone(request: web.Request) -> web.Response:
     zone = await require_zone(request)
     entries = sorted(request.app[MANIFEST].zone_entries(zone), key=lambda e: e.path)
-    detail = _summary(request, zone, await request.app[ZONES].get(zone), entries,
+    totals = (len(entries), sum(e.size for e in entries), sorted({e.category for e in entries if e.category}))
+    detail = _summary(request, zone, await request.app[ZONES].get(zone), totals,
                       await request.app[EDGE_CONFIG].origin(zone))
     detail["Formats"] = sorted({e.format for e in entries if e.format})
     detail["Files"] = [{"Path": e.path, "Name": e.name, "Format": e.format, "Size": e.size, "Category": e.category}

@@ -267,6 +267,18 @@ class ManifestStore:
         """The files directly in `directory` (a CDN path, "" the root), from the index."""
         return self._directories.files_in(directory)
 
+    def zone_totals(self, zone: str) -> tuple[int, int, list[str]]:
+        """(files, bytes, sorted categories) of `zone_entries`, from the index's sums: a file's category
+        (assetcdn/shared/manifest.py `classify`) is the directory it is below in its zone's v1/ (a stock file's, in
+        stocks/)."""
+        if not zone or "/" in zone:
+            return 0, 0, []
+        files, size = self._directories.totals(zone)
+        categories = self._directories.subdirectories(zone if zone == STOCK_ROOT else f"{zone}/v1")
+        if (at_the_root := self.entries.get(zone)) is not None:
+            files, size = files + 1, size + at_the_root.size
+        return files, size, sorted(categories)
+
     def zone_entries(self, zone: str) -> list[ManifestEntry]:
         """A zone's files, from the index: a zone is its paths' first part (assetcdn/shared/manifest.py `classify`),
         so they are those below its directory, and a file of its name at the root."""

@@ -152,6 +152,39 @@ async def test_a_zones_files_are_found_without_a_pass_over_the_whole_manifest(co
     assert (await files(), await files("akande-2")) == ([], ["akande-2/v1/logos/c.svg"])
 
 
+async def test_the_zones_are_summed_up_without_a_pass_over_the_whole_manifest(control: TestClient, zone: str) -> None:
+    """The list of zones (GET /api/core/zones) passed over every file of the manifest on control's event loop to count
+    each zone's files, bytes and categories (23 ms at 100,000 files); the manifest's index keeps those sums."""
+    refuse_passes(control)
+
+    async def summed() -> dict[str, tuple[int, int, list[str]]]:
+        resp = await control.get("/api/core/zones", headers=ACCOUNT)
+        assert resp.status == 200, await resp.text()
+        listed = {z["Id"]: (z["FileCount"], z["StorageUsed"], z["Categories"]) for z in await resp.json()}
+        for name, summary in listed.items():  # as each zone's own details say
+            resp = await control.get(f"/api/core/zones/{name}", headers=ACCOUNT)
+            detail = await resp.json()
+            assert (detail["FileCount"], detail["StorageUsed"], detail["Categories"]) == summary, name
+        return listed
+
+    assert await summed() == {"akande": (0, 0, [])}
+    await put(control, "akande/v1/logos/a.svg", b"12345")
+    await put(control, "akande/v1/icons/deep/b.svg", b"123")
+    assert await summed() == {"akande": (2, 8, ["icons", "logos"])}
+    await put(control, "akande/v1/logos/a.svg", b"1")  # an overwrite
+    resp = await control.post("/api/core/zones", json={"Name": "bantu"}, headers=ACCOUNT)
+    assert resp.status == 201, await resp.text()
+    files = [{"path": p, "content": base64.b64encode(b"12").decode()}
+             for p in ("bantu/v1/titles/c.svg", "bantu/v1/titles/d.svg")]
+    resp = await control.post("/api/storage/batch", json={"files": files}, headers=ACCESS)
+    assert resp.status == 201, await resp.text()
+    assert await summed() == {"akande": (2, 4, ["icons", "logos"]), "bantu": (2, 4, ["titles"])}
+    await delete(control, "akande/v1/icons/")
+    assert await summed() == {"akande": (1, 1, ["logos"]), "bantu": (2, 4, ["titles"])}
+    assert (await control.delete("/api/core/zones/bantu", headers=ACCOUNT)).status == 200
+    assert await summed() == {"akande": (1, 1, ["logos"])}
+
+
 def newest_below_by_a_pass(entries: dict[str, ManifestEntry], directory: str) -> dict[str, str]:
     """What the index answers, by the definition: one pass over every file."""
     prefix = f"{directory}/" if directory else ""
@@ -176,7 +209,7 @@ def test_the_index_answers_as_a_pass_over_the_manifest_through_random_changes() 
             index.remove(previous)
             del entries[path]
         if previous is None or rng.random() < 0.5:  # added, or replaced (at times by an older time)
-            entries[path] = make_entry(path, 1, "0" * 64, "1" * 40, at(rng.randrange(50)))
+            entries[path] = make_entry(path, rng.randrange(1000), "0" * 64, "1" * 40, at(rng.randrange(50)))
             index.add(entries[path])
         directory = rng.choice(["", *directories_, "a/b/c/none", "none"])
         assert index.newest_below(directory) == newest_below_by_a_pass(entries, directory), (step, directory)
@@ -185,7 +218,10 @@ def test_the_index_answers_as_a_pass_over_the_manifest_through_random_changes() 
         if directory:  # a zone's files, as the zone's directory
             below = sorted(path for path in entries if path.startswith(f"{directory}/"))
             assert sorted(e.path for e in index.entries_below(directory)) == below, (step, directory)
+            sizes = [entries[path].size for path in below]
+            assert index.totals(directory) == (len(sizes), sum(sizes)), (step, directory)
+        assert sorted(index.subdirectories(directory)) == sorted(newest_below_by_a_pass(entries, directory))
     assert DirectoryIndex(entries.values()).newest_below("") == index.newest_below("")
     for entry in list(entries.values()):
         index.remove(entry)
-    assert index.newest_below("") == {}
+    assert (index.newest_below(""), index.totals("")) == ({}, (0, 0))
