@@ -61,6 +61,13 @@ CREATE TABLE IF NOT EXISTS zone_origins (
     origin TEXT NOT NULL,
     updated_at TEXT NOT NULL
 );
+-- Each file's time as the manifest dates it (the commit that last changed it), with the content it dates, so a start
+-- dates it so again rather than by HEAD's commit (assetcdn/control/storage/manifest_store.py).
+CREATE TABLE IF NOT EXISTS file_times (
+    path TEXT PRIMARY KEY,
+    blob_id TEXT NOT NULL,
+    modified TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS blob_hashes (
     blob_id TEXT PRIMARY KEY,
     sha256 TEXT NOT NULL

@@ -86,12 +86,23 @@ class ManifestStore:
         head = await self.git.run(self.git.head_commit_id)
         files = await self.git.run(lambda: list(self.git.iter_files()))
         modified = await self.git.run(self.git.commit_time, head) if head else utc_now_iso()
+        # Each file dated as when control last recorded it, if it still holds that content; else by HEAD's commit.
+        kept = {row[0]: (row[1], row[2]) for row in await self.db.fetch("SELECT path, blob_id, modified FROM file_times")}
         hashes: dict[str, str] = {}
         entries = {}
         for f in files:
             if is_asset_path(f.path):
-                entry = await self._entry_for(f.path, f.blob_id, f.size, modified, hashes)
+                was = kept.get(cdn_path_of(f.path))
+                entry = await self._entry_for(f.path, f.blob_id, f.size,
+                                              was[1] if was and was[0] == f.blob_id else modified, hashes)
                 entries[entry.path] = entry
+        stale = [(path,) for path in kept if path not in entries]
+        dated = [(e.path, e.blob_id, e.modified) for e in entries.values() if kept.get(e.path) != (e.blob_id, e.modified)]
+        if stale or dated:  # once for the files of a repository older than the table, or changed outside control
+            async with self.db.transaction() as tx:
+                await tx.executemany("DELETE FROM file_times WHERE path = ?", stale)
+                await tx.executemany("INSERT OR REPLACE INTO file_times (path, blob_id, modified) VALUES (?, ?, ?)",
+                                     dated)
         self.entries = entries
         self._directories = DirectoryIndex(entries.values())
         self._orders = {}
@@ -183,6 +194,7 @@ class ManifestStore:
             if also is not None:
                 await also(tx)
             await self._write_hashes(tx, prepared.hashes)
+            await self._write_times(tx, prepared.updates)
             await tx.execute(
                 "INSERT INTO manifest_generations (generation, commit_id, created_at, changes, purge) "
                 "VALUES (?, ?, ?, ?, ?)",
@@ -210,6 +222,16 @@ class ManifestStore:
         self.generation = generation.generation
         self.commit_id = generation.commit_id
         return generation
+
+    @staticmethod
+    async def _write_times(tx: Transaction, updates: dict[str, ManifestEntry | None]) -> None:
+        """Each changed file's time (`load` dates it by it at the next start), or its removal."""
+        removed = [(path,) for path, entry in updates.items() if entry is None]
+        if removed:
+            await tx.executemany("DELETE FROM file_times WHERE path = ?", removed)
+        dated = [(path, entry.blob_id, entry.modified) for path, entry in updates.items() if entry is not None]
+        if dated:
+            await tx.executemany("INSERT OR REPLACE INTO file_times (path, blob_id, modified) VALUES (?, ?, ?)", dated)
 
     @staticmethod
     async def _write_hashes(tx: Transaction, hashes: dict[str, str]) -> None:
