@@ -72,7 +72,7 @@ class ManifestStore:
     def __init__(self, git: GitStore, db: Database) -> None:
         self.git = git
         self.db = db
-        self.entries: dict[str, ManifestEntry] = {}  # changed only here, with `_directories` (its index)
+        self.entries: dict[str, ManifestEntry] = {}  # changed only here, with its index and its kept orders
         self._directories = DirectoryIndex()
         self._orders: dict[Callable[[ManifestEntry], Any], list[ManifestEntry]] = {}  # see `ordered`
         self.generation = 0
