@@ -636,3 +636,25 @@ async def test_origin_panel_acts_on_the_origin_as_it_is_now(site: Site, browser:
     await page.wait_for("document.getElementById('origin-state').textContent.includes('serves its stored files')")
     assert await page.js("fetch('/api/core/zones/later/origin').then(r => r.status)") == 404
     assert page.problems == []
+
+
+async def test_a_new_folder_named_with_dots_is_refused_not_made_elsewhere(site: Site, browser: DashboardBrowser) -> None:
+    """A browser resolves `.` and `..` in a URL's path before sending it, so the New folder dialog's `..` would write a
+    folder one level up (and open it as `v1/..`). The Files view refuses such a name and writes nothing."""
+    async with ClientSession() as client:
+        resp = await client.post(site.control.make_url("/api/core/zones"), json={"Name": ZONE}, headers=ACCOUNT)
+        assert resp.status == 201, await resp.text()
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    head = site.control.app[GIT].head_commit_id()
+    for name in ("..", "."):
+        await open_view(page, base, f"files/{ZONE}/v1", "!!document.querySelector('#file-list tr[data-name=logos]')")
+        await page.js("document.getElementById('toasts').replaceChildren()")
+        await page.js("[...document.querySelectorAll('#dropzone button')].find(b => b.textContent === 'New folder').click()")
+        await page.fill("dialog[open] input", name)
+        await page.click("dialog[open] button[data-action=create]")
+        await page.wait_for(f"!!document.querySelector('.toast.error') || location.hash !== '#/files/{ZONE}/v1'")
+        assert await page.js("location.hash") == f"#/files/{ZONE}/v1"
+        assert await page.text(".toast.error") == f'A file or folder cannot be named "{name}".'
+    assert site.control.app[GIT].head_commit_id() == head  # nothing was written
+    assert page.problems == []

@@ -74,9 +74,15 @@ export const del = (path, params) => api("DELETE", path, { params });
 export const put = (path, json, params) => api("PUT", path, { json, params });
 
 // --- storage --------------------------------------------------------------------------------
-/** `/api/storage/<path>` with each segment percent-encoded (names may hold spaces). */
+/**
+ * `/api/storage/<path>` with each segment percent-encoded (names may hold spaces). A `.` or `..` segment is refused
+ * here: the browser resolves it (encoded too) before sending, so the request would name another folder.
+ */
 export function storageUrl(path) {
-  return "/api/storage/" + path.split("/").map((p) => encodeURIComponent(p)).join("/");
+  return "/api/storage/" + path.split("/").map((p) => {
+    if (p === "." || p === "..") throw new Error(`A file or folder cannot be named "${p}".`);
+    return encodeURIComponent(p);
+  }).join("/");
 }
 
 /** The CDN path of a storage entry: `clients/<zone>/...` is served as `/<zone>/...`. */
