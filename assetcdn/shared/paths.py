@@ -26,6 +26,12 @@ MAX_PATH_LENGTH = 1024
 ZONE_CATEGORIES = ("banners", "github", "icons", "logos", "titles")
 STOCK_ROOT = "stocks"
 CLIENT_ROOT = "clients"
+SCAFFOLD_FILE = ".gitkeep"  # keeps an empty directory in git (a zone's categories, a folder made empty); never listed
+
+
+def zone_scaffold_paths(zone: str) -> tuple[str, ...]:
+    """The files that make a zone (repository paths): an empty ``v1/<category>/`` directory per standard category."""
+    return tuple(f"{CLIENT_ROOT}/{zone}/v1/{category}/{SCAFFOLD_FILE}" for category in ZONE_CATEGORIES)
 
 
 class InvalidPath(ValueError):

@@ -31,17 +31,18 @@ from assetcdn.shared.manifest import content_type_of
 from assetcdn.shared.middleware import json_response
 from assetcdn.shared.paths import (
     CLIENT_ROOT,
+    SCAFFOLD_FILE,
     STOCK_ROOT,
     InvalidPath,
     StoragePath,
     cdn_path_of,
     has_extension,
     parse_storage_path,
+    zone_scaffold_paths,
 )
 from assetcdn.shared.timestamps import as_iso_utc, utc_now_iso
 
 STORAGE_ZONE_NAME = "assetcdn"
-SCAFFOLD_FILE = ".gitkeep"  # keeps a zone's empty category directories in git; never listed or deleted
 SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}\Z")
 # An empty body is stored only when the client says it means one: with this Checksum (docs/api-guide.md).
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -255,7 +256,7 @@ async def delete_file(request: web.Request) -> web.Response:
     directory = raw.endswith("/")
     path = _parse(raw, directory=directory)
     # AccessKey cannot remove zones (docs/api-guide.md "Auth and errors"): not a storage root, not a zone root, and a directory delete
-    # keeps the `.gitkeep` scaffolding, so `<zone>/v1/` empties the zone instead of deleting it.
+    # keeps the zone's own `.gitkeep` scaffolding, so `<zone>/v1/` empties the zone instead of deleting it.
     if path.repo_path in ("", CLIENT_ROOT, STOCK_ROOT):
         raise bad_request("A storage root cannot be deleted; delete files or directories inside it.",
                           target="path", code="InvalidPath")
@@ -263,9 +264,8 @@ async def delete_file(request: web.Request) -> web.Response:
         raise bad_request("Delete a whole zone with DELETE /api/core/zones/{id}.", target="path", code="InvalidPath")
     git = request.app[GIT]
     if await git.run(git.is_dir, path.repo_path):
-        files = [f.path for f in await git.run(lambda: list(git.iter_files(path.repo_path)))
-                 if not f.path.endswith("/" + SCAFFOLD_FILE)]
-        what = f"{path.client_path}/ ({len(files)} files)"
+        files = await git.run(_directory_files, git, path)
+        what = f"{path.client_path}/ ({sum(not _is_scaffold(f) for f in files)} files)"
     elif directory or path.segments[-1] == SCAFFOLD_FILE:
         files, what = [], path.client_path
     else:
@@ -280,6 +280,26 @@ async def delete_file(request: web.Request) -> web.Response:
         raise not_found(f"'{path.client_path}' does not exist.", target="path", code="FileNotFound") from None
     return json_response({"HttpCode": 200, "Message": f"Deleted {what}.", "Path": path.client_path,
                           **_edge_fields(published, "purging")})
+
+
+def _is_scaffold(repo_path: str) -> bool:
+    return repo_path.endswith("/" + SCAFFOLD_FILE)
+
+
+def _directory_files(git: GitStore, path: StoragePath) -> list[str]:
+    """What deleting the directory `path` removes: its files and the `.gitkeep` of its empty folders, but never the
+    zone's own `v1/<category>/` ones, nor a `.gitkeep` at all when nothing else of the zone would be left (a zone made
+    before its categories, emptied: AccessKey cannot delete zones)."""
+    files = [f.path for f in git.iter_files(path.repo_path)]
+    if not path.zone:
+        return files
+    own = set(zone_scaffold_paths(path.zone))
+    removed = [f for f in files if f not in own]
+    inside = path.repo_path + "/"
+    if len(removed) < len(files) or any(not f.path.startswith(inside)
+                                        for f in git.iter_files(f"{CLIENT_ROOT}/{path.zone}")):
+        return removed
+    return [f for f in files if not _is_scaffold(f)]
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,12 @@ from assetcdn.shared.address_guard import (
 from assetcdn.shared.errors import bad_request, conflict, not_found
 from assetcdn.shared.manifest import human_size, zone_tag
 from assetcdn.shared.middleware import json_response
-from assetcdn.shared.paths import CLIENT_ROOT, ZONE_CATEGORIES, validate_zone_name
+from assetcdn.shared.paths import (
+    CLIENT_ROOT,
+    ZONE_CATEGORIES,
+    validate_zone_name,
+    zone_scaffold_paths,
+)
 from assetcdn.shared.pull_origin import OriginProblem, PullOrigin, parse_new_origin
 from assetcdn.shared.timestamps import as_iso_utc, utc_now_iso
 
@@ -40,7 +45,7 @@ from .storage import STORAGE_ZONE_NAME
 
 def zone_scaffold(name: str) -> dict[str, bytes]:
     """The files that make a zone: an empty ``v1/<category>/`` directory for each standard category."""
-    return {f"{CLIENT_ROOT}/{name}/v1/{category}/.gitkeep": b"" for category in ZONE_CATEGORIES}
+    return dict.fromkeys(zone_scaffold_paths(name), b"")
 
 
 async def zone_names(request: web.Request) -> list[str]:

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient
 from multidict import CIMultiDict
 from yarl import URL
 
+from assetcdn.control.publishing.service import PUBLISHER
 from assetcdn.control.storage.service import MANIFEST
 from tests.control.expect import commit_count, expect_error, head_commit, parse_time, repo_files
 from tests.control.storage.commit_gate import held_commit_lock
@@ -430,6 +431,40 @@ class TestDelete:
         head = head_commit(data_dir)
         await expect_error(await control.delete(f"/api/storage/{path}", headers=ACCESS), 404, "FileNotFound")
         assert head_commit(data_dir) == head
+
+    async def test_a_folder_made_empty_goes_with_its_delete(self, control: TestClient, zone: str, data_dir: Path) -> None:
+        """A folder is kept in git by an empty .gitkeep (the dashboard's New folder): deleting it removes it, as does
+        deleting a folder it is in; only a zone's own v1/<category>/ directories stay."""
+        empty = hashlib.sha256(b"").hexdigest()
+        await upload(control, "akande/v1/campaigns/.gitkeep", b"", Checksum=empty)
+        await upload(control, "akande/v1/spring/old/.gitkeep", b"", Checksum=empty)
+        await upload(control, "akande/v1/spring/a.png", b"png")
+        resp = await control.delete("/api/storage/akande/v1/campaigns/", headers=ACCESS)
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["Message"] == "Deleted akande/v1/campaigns/ (0 files)."
+        resp = await control.delete("/api/storage/akande/v1/spring/", headers=ACCESS)
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["Message"] == "Deleted akande/v1/spring/ (1 files)."
+        listing = await (await control.get("/api/storage/akande/v1/", headers=ACCESS)).json()
+        assert sorted(e["ObjectName"] for e in listing) == ["banners", "github", "icons", "logos", "titles"]
+        await upload(control, "akande/v1/logos/dark/.gitkeep", b"", Checksum=empty)
+        await upload(control, "akande/v1/logos/logo.svg", LOGO)
+        resp = await control.delete("/api/storage/akande/v1/", headers=ACCESS)
+        assert resp.status == 200, await resp.text()
+        assert sorted(repo_files(data_dir, "clients/akande/")) == [
+            f"clients/akande/v1/{category}/.gitkeep" for category in ("banners", "github", "icons", "logos", "titles")]
+
+    async def test_a_delete_that_would_empty_a_zone_keeps_its_folders(self, control: TestClient, zone: str,
+                                                                      data_dir: Path) -> None:
+        """A zone without the standard directories (made before them) is not removed by emptying its v1/: its folders
+        stay, as AccessKey cannot delete zones."""
+        await control.app[PUBLISHER].commit({"clients/bare/v1/campaigns/.gitkeep": b"", "clients/bare/v1/a.png": b"png"},
+                                            "a zone without the standard directories")
+        resp = await control.delete("/api/storage/bare/v1/", headers=ACCESS)
+        assert resp.status == 200, await resp.text()
+        assert list(repo_files(data_dir, "clients/bare/")) == ["clients/bare/v1/campaigns/.gitkeep"]
+        zones = await (await control.get("/api/core/zones", headers=ACCOUNT)).json()
+        assert "bare" in [z["Id"] for z in zones]
 
     async def test_delete_of_a_zone_root_is_refused(self, control: TestClient, zone: str, data_dir: Path) -> None:
         head = head_commit(data_dir)
