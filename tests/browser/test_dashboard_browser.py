@@ -649,12 +649,35 @@ async def test_a_new_folder_named_with_dots_is_refused_not_made_elsewhere(site: 
     head = site.control.app[GIT].head_commit_id()
     for name in ("..", "."):
         await open_view(page, base, f"files/{ZONE}/v1", "!!document.querySelector('#file-list tr[data-name=logos]')")
-        await page.js("document.getElementById('toasts').replaceChildren()")
         await page.js("[...document.querySelectorAll('#dropzone button')].find(b => b.textContent === 'New folder').click()")
         await page.fill("dialog[open] input", name)
         await page.click("dialog[open] button[data-action=create]")
-        await page.wait_for(f"!!document.querySelector('.toast.error') || location.hash !== '#/files/{ZONE}/v1'")
+        await page.wait_for(f"!!document.querySelector('dialog[open] #folder-error')?.textContent"
+                            f" || location.hash !== '#/files/{ZONE}/v1'")
         assert await page.js("location.hash") == f"#/files/{ZONE}/v1"
-        assert await page.text(".toast.error") == f'A file or folder cannot be named "{name}".'
+        assert await page.text("dialog[open] #folder-error") == f'A file or folder cannot be named "{name}".'
+        await page.click("dialog[open] button[data-action=null]")
     assert site.control.app[GIT].head_commit_id() == head  # nothing was written
+    assert page.problems == []
+
+
+async def test_a_refused_folder_name_is_shown_in_the_dialog_with_the_name_kept(site: Site, browser: DashboardBrowser) -> None:
+    """The New folder dialog refused by the API (a character a path may not hold) opens again with the name as typed
+    and the API's reason in it, instead of closing and losing what was typed; corrected, the folder is made."""
+    async with ClientSession() as client:
+        resp = await client.post(site.control.make_url("/api/core/zones"), json={"Name": ZONE}, headers=ACCOUNT)
+        assert resp.status == 201, await resp.text()
+    page, base = browser, site.base
+    await sign_in_with_password(page, base)
+    await open_view(page, base, f"files/{ZONE}/v1", "!!document.querySelector('#file-list tr[data-name=logos]')")
+    await page.js("[...document.querySelectorAll('#dropzone button')].find(b => b.textContent === 'New folder').click()")
+    await page.fill("dialog[open] input", "spring sale?")
+    await page.click("dialog[open] button[data-action=create]")
+    await page.wait_for("!!document.querySelector('dialog[open] #folder-error')?.textContent")
+    assert await page.text("dialog[open] #folder-error") == \
+        "Invalid path: The path segment 'spring sale?' contains characters that are not allowed."
+    assert await page.js("document.querySelector('dialog[open] input').value") == "spring sale?"
+    await page.fill("dialog[open] input", "spring-sale")
+    await page.click("dialog[open] button[data-action=create]")
+    await page.wait_for(f"location.hash === '#/files/{ZONE}/v1/spring-sale' && !document.querySelector('dialog[open]')")
     assert page.problems == []

@@ -62,7 +62,7 @@ export async function render(container, { rest, params }) {
   const pulling = zones.find((z) => z.Name === root && z.Kind === "pull");
   const tools = [
     picker,
-    h("button", { type: "button", onclick: newFolder, disabled: !!pulling }, "New folder"),
+    h("button", { type: "button", onclick: () => newFolder(), disabled: !!pulling }, "New folder"),
     h("button.primary#upload-button", { type: "button", onclick: () => fileInput.click(), disabled: !!pulling }, "Upload files"),
     fileInput,
   ];
@@ -293,10 +293,11 @@ export async function render(container, { rest, params }) {
     })();
   }
 
-  async function newFolder() {
-    const input = h("input", { type: "text", placeholder: "e.g. campaigns", autocomplete: "off", "aria-label": "Folder name" });
+  /** Asks for a folder's name; a refused one is asked for again, as typed, with the reason beside it. */
+  async function newFolder(typed = "", problem = "") {
+    const input = h("input", { type: "text", value: typed, placeholder: "e.g. campaigns", autocomplete: "off", "aria-label": "Folder name" });
     const name = await dialog({
-      title: "New folder", body: h("label.field", null, `Inside ${dir}/`, input),
+      title: "New folder", body: h("div", null, h("label.field", null, `Inside ${dir}/`, input), h("div.field-error#folder-error", null, problem)),
       actions: [{ label: "Cancel", value: null }, { label: "Create", value: "create", class: "primary" }],
     });
     const folder = input.value.trim();
@@ -306,7 +307,7 @@ export async function render(container, { rest, params }) {
       await upload(`${dir}/${folder}/.gitkeep`, new Blob([]), () => {}).promise;
       location.assign(hashFor(`${dir}/${folder}`));
     } catch (error) {
-      toast(error.message, "error");
+      if (error.status !== 401) await newFolder(input.value, error.message);
     }
   }
 
